@@ -1,0 +1,109 @@
+"""Resources reach handlers only through these helpers (lifespan state, no globals)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from proxy.bus import EventBus
+from proxy.config import Config
+from proxy.config_watch import ConfigHolder
+from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
+from proxy.services.chat import ChatService
+from proxy.session_id import tenant_from_bearer, validate_session_id
+from proxy.settings import Settings
+from proxy.upstream import Upstream
+
+__all__ = [
+    "PoolDep", "ConfigDep", "TenantDep", "ChatDep", "BusDep", "UpstreamDep", "SettingsDep",
+    "read_json_body", "session_path_id", "Unauthorized",
+]
+
+
+class Unauthorized(ProxyError):
+    status_code = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+def _state(request: Request, name: str) -> Any:
+    return getattr(request.state, name)
+
+
+def get_pool(request: Request) -> Any:
+    return _state(request, "pool")
+
+
+def get_config(request: Request) -> Config:
+    holder: ConfigHolder = _state(request, "config")
+    return holder.current
+
+
+def get_tenant(request: Request) -> str:
+    """The key's tenant when proxy keys are configured, else a hash of the client's bearer."""
+    cfg = get_config(request)
+    auth = request.headers.get("authorization")
+    if not cfg.auth.keys:
+        return tenant_from_bearer(auth)
+    token = auth.split(" ", 1)[1].strip() if auth and " " in auth else ""
+    for key in cfg.auth.keys:
+        expected = os.environ.get(key.key_env)
+        if expected and token == expected:
+            return key.tenant
+    raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
+
+
+PoolDep = Annotated[Any, Depends(get_pool)]
+ConfigDep = Annotated[Config, Depends(get_config)]
+TenantDep = Annotated[str, Depends(get_tenant)]
+def get_chat(request: Request) -> ChatService:
+    return _state(request, "chat")  # type: ignore[no-any-return]
+
+
+def get_bus(request: Request) -> EventBus:
+    return _state(request, "bus")  # type: ignore[no-any-return]
+
+
+def get_upstream(request: Request) -> Upstream:
+    return _state(request, "upstream")  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> Settings:
+    return _state(request, "settings")  # type: ignore[no-any-return]
+
+
+ChatDep = Annotated[ChatService, Depends(get_chat)]
+BusDep = Annotated[EventBus, Depends(get_bus)]
+UpstreamDep = Annotated[Upstream, Depends(get_upstream)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+async def read_json_body(request: Request, limit: int) -> dict[str, Any]:
+    """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes"
+                              " (CASCADE_MAX_BODY_BYTES)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes"
+                                  " (CASCADE_MAX_BODY_BYTES)")
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ClientRequestError(
+            f"request body is not valid JSON ({exc}); send a JSON object"
+        ) from exc
+    if not isinstance(body, dict):
+        raise ClientRequestError("request body must be a JSON object")
+    return body
+
+
+def session_path_id(session_id: str) -> str:
+    return validate_session_id(session_id, source="URL path")

@@ -1,0 +1,27 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse
+
+from proxy.api.deps import PoolDep
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(pool: PoolDep) -> JSONResponse:
+    """Ready when the database answers; 503 otherwise, so a load balancer stops routing here."""
+    try:
+        await pool.fetchval("SELECT 1", timeout=2)
+    except Exception as exc:
+        return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
+    return JSONResponse({"status": "ok", "database": "ok"})

@@ -1,0 +1,73 @@
+"""Cascade's own session API (curl-friendly JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from proxy.api.deps import ConfigDep, PoolDep, TenantDep, read_json_body
+from proxy.services import sessions as svc
+from proxy.session_id import validate_session_id
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions")
+
+
+def _sid(session_id: str) -> str:
+    return validate_session_id(session_id, source="URL path")
+
+
+@router.get("")
+async def list_sessions(pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000),
+                        offset: int = Query(0, ge=0)) -> dict[str, Any]:
+    return await svc.list_sessions(pool, tenant=tenant, limit=limit, offset=offset)
+
+
+@router.get("/{session_id}")
+async def show_session(session_id: str, pool: PoolDep, tenant: TenantDep,
+                       cfg: ConfigDep) -> dict[str, Any]:
+    return await svc.show_session(pool, cfg, tenant=tenant, session_id=_sid(session_id))
+
+
+@router.get("/{session_id}/messages")
+async def list_messages(
+    session_id: str, pool: PoolDep, tenant: TenantDep, include_superseded: bool = False,
+    limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    return await svc.list_messages(
+        pool, tenant=tenant, session_id=_sid(session_id),
+        include_superseded=include_superseded, limit=limit, offset=offset,
+    )
+
+
+@router.post("/{session_id}/branch")
+async def branch_session(session_id: str, request: Request, pool: PoolDep,
+                         tenant: TenantDep) -> dict[str, Any]:
+    body = await read_json_body(request, 65536) if await request.body() else {}
+    new_id = body.get("id")
+    return await svc.branch_session(pool, tenant=tenant, session_id=_sid(session_id),
+                                    new_id=new_id if isinstance(new_id, str) else None)
+
+
+@router.post("/{session_id}/reset")
+async def reset_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> dict[str, Any]:
+    return await svc.reset_session(pool, tenant=tenant, session_id=_sid(session_id))
+
+
+@router.delete("/{session_id}")
+async def delete_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> dict[str, Any]:
+    return await svc.delete_session(pool, tenant=tenant, session_id=_sid(session_id))
+
+
+@router.get("/{session_id}/tool-outputs/{tool_call_id}")
+async def tool_output(
+    session_id: str, tool_call_id: str, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
+    offset: int = Query(0, ge=0), limit: int | None = Query(None, ge=1),
+    grep: str | None = None,
+) -> dict[str, Any]:
+    return await svc.tool_output(
+        pool, tenant=tenant, session_id=_sid(session_id), tool_call_id=tool_call_id,
+        offset=offset, limit=limit, grep=grep, max_chars=cfg.context.tool_output.max_chars,
+    )

@@ -1,0 +1,141 @@
+"""create_app(settings) and the lifespan that owns every resource.
+
+uvicorn runs ``proxy.app:create_app --factory``; tests call ``create_app`` with their own
+settings (and optionally an ``http_transport``) instead of patching globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from typing import Any, TypedDict
+
+import asyncpg
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from proxy import __version__
+from proxy.api import chat, events, health, sessions
+from proxy.bus import EventBus
+from proxy.cascade.types import ContextLengthExceeded
+from proxy.config import load_config
+from proxy.config_watch import ConfigHolder, watch_config
+from proxy.errors import ProxyError, error_body, exception_body
+from proxy.pgembed import start_embedded
+from proxy.services.chat import ChatService
+from proxy.session_id import InvalidSessionId
+from proxy.settings import Settings
+from proxy.store.db import create_pool, run_migrations
+from proxy.tokenizers import build_counter
+from proxy.upstream import Upstream
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("cascade")
+
+
+class State(TypedDict):
+    pool: asyncpg.Pool
+    config: ConfigHolder
+    bus: EventBus
+    upstream: Upstream
+    chat: ChatService
+    settings: Settings
+
+
+def _http_client(transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
+    return httpx.AsyncClient(
+        transport=transport, limits=limits, timeout=httpx.Timeout(600.0, connect=10.0),
+        follow_redirects=False,
+    )
+
+
+def create_app(
+    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None
+) -> FastAPI:
+    settings = settings or Settings()
+    # Validate the config before anything starts, so a bad file fails loudly at boot.
+    holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
+        embedded = None
+        dsn = settings.database_url
+        if not dsn:
+            dsn, embedded = start_embedded(settings.data_dir)
+        await run_migrations(dsn)
+        pool = await create_pool(dsn, max_size=settings.pool_max_size)
+        client = _http_client(http_transport)
+        bus = EventBus(pool, dsn)
+        await bus.start()
+        upstream = Upstream(client)
+        chat_service = ChatService(
+            pool=pool, upstream=upstream, bus=bus, count=build_counter(), settings=settings
+        )
+        stop = asyncio.Event()
+        watcher = None
+        if settings.watch_config and settings.config is not None:
+            watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
+        try:
+            yield State(pool=pool, config=holder, bus=bus, upstream=upstream,
+                        chat=chat_service, settings=settings)
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            await bus.stop()
+            await client.aclose()
+            await pool.close()
+            if embedded is not None:
+                embedded.cleanup()
+
+    app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
+    for module in (chat, sessions, events, health):
+        app.include_router(module.router)
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """One place that turns every error into OpenAI's ``{"error": {...}}`` shape."""
+
+    async def domain(request: Request, exc: Exception) -> JSONResponse:
+        status, body = exception_body(exc)
+        return JSONResponse(body, status)
+
+    async def invalid_id(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), type="invalid_request_error",
+                                       code="invalid_session_id"), 400)
+
+    async def http(request: Request, exc: Any) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}"
+        return JSONResponse(error_body(message, type="invalid_request_error",
+                                       code=str(exc.status_code)), exc.status_code)
+
+    async def validation(request: Request, exc: Any) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse(error_body(f"{loc}: {first.get('msg', 'invalid')}",
+                                       type="invalid_request_error", param=loc), 400)
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(*reversed(exception_body(exc)))
+
+    app.add_exception_handler(ProxyError, domain)
+    app.add_exception_handler(ContextLengthExceeded, domain)
+    app.add_exception_handler(InvalidSessionId, invalid_id)
+    app.add_exception_handler(HTTPException, http)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,144 @@
+"""Event bus: persist (unless transient), then fan out through Postgres LISTEN/NOTIFY.
+
+Every replica LISTENs on one channel and hands each notification to its local subscribers
+(open SSE streams), so a subscriber on one replica sees events another produced. Delivery
+to local subscribers happens only through NOTIFY, even on the producing replica, so every
+replica sees the same order. A payload too big for NOTIFY (8000 bytes) carries only the row
+id and the listener reads the row back; a transient one is cut to its name and counts.
+
+``config.*`` events concern every session: each replica watches its own config file and
+broadcasts them to its own open streams (they are not session history, so not replayed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from proxy.cascade.types import TRANSIENT_EVENTS
+from proxy.store import events as store
+
+__all__ = ["EventBus", "BusEvent"]
+
+log = logging.getLogger("cascade.bus")
+_MAX_PAYLOAD = 7800
+
+
+@dataclass(frozen=True, slots=True)
+class BusEvent:
+    name: str
+    data: Mapping[str, Any]
+    id: int | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class EventBus:
+    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+        self._pool = pool
+        self._dsn = dsn
+        self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
+        self._listener: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._supervise(), name="cascade-bus")
+        await asyncio.wait_for(self._ready.wait(), timeout=30)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._listener and not self._listener.is_closed():
+            await self._listener.close()
+
+    async def _supervise(self) -> None:
+        while True:
+            try:
+                self._listener = await asyncpg.connect(self._dsn)
+                await self._listener.add_listener(store.NOTIFY_CHANNEL, self._on_notify)
+                self._ready.set()
+                while not self._listener.is_closed():
+                    await asyncio.sleep(1.0)
+                log.warning("event listener connection closed; reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep the bus alive across database restarts
+                log.warning("event listener failed (%s); retrying in 1s", exc)
+                await asyncio.sleep(1.0)
+
+    async def publish(
+        self, conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
+    ) -> int | None:
+        """Persist a non-transient event, then NOTIFY; returns the event id (None if transient)."""
+        body = {**data, "session_id": session_id, "ts": _now()}
+        event_id = None
+        if name not in TRANSIENT_EVENTS:
+            row = await store.insert_event(
+                conn, tenant=tenant, session_id=session_id, name=name, data=body
+            )
+            event_id = int(row["id"])
+        payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": event_id, "d": body})
+        if len(payload.encode()) > _MAX_PAYLOAD:
+            small = {"session_id": session_id, "ts": body["ts"], "truncated": True}
+            payload = json.dumps(
+                {"t": tenant, "s": session_id, "n": name, "i": event_id,
+                 "d": None if event_id is not None else small}
+            )
+        await store.notify(conn, payload=payload)
+        return event_id
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        msg = json.loads(payload)
+        key = (msg["t"], msg["s"])
+        if key not in self._subs:
+            return
+        if msg["d"] is None:
+            asyncio.get_running_loop().create_task(self._deliver_row(key, msg["n"], msg["i"]))
+            return
+        self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
+
+    async def _deliver_row(self, key: tuple[str, str], name: str, event_id: int) -> None:
+        rows = await store.fetch_events_after(
+            self._pool, tenant=key[0], session_id=key[1], after_id=event_id - 1, limit=1
+        )
+        if rows and rows[0]["id"] == event_id:
+            self._deliver(key, BusEvent(name, rows[0]["data"], event_id))
+
+    def _deliver(self, key: tuple[str, str], event: BusEvent) -> None:
+        for queue in list(self._subs.get(key, ())):
+            queue.put_nowait(event)
+
+    def broadcast_local(self, name: str, data: Mapping[str, Any]) -> None:
+        """Deliver to every open stream on this replica (config.* events)."""
+        for (_, session_id), queues in list(self._subs.items()):
+            event = BusEvent(name, {**data, "session_id": session_id, "ts": _now()})
+            for queue in list(queues):
+                queue.put_nowait(event)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, tenant: str, session_id: str) -> AsyncIterator[
+        asyncio.Queue[BusEvent]
+    ]:
+        queue: asyncio.Queue[BusEvent] = asyncio.Queue()
+        key = (tenant, session_id)
+        self._subs[key].add(queue)
+        try:
+            yield queue
+        finally:
+            self._subs[key].discard(queue)
+            if not self._subs[key]:
+                del self._subs[key]

@@ -1,0 +1,152 @@
+"""Stage 1: lossless eviction of old tool results.
+
+When the window is filling up, tool results outside the protected recent rounds are replaced
+by a short ``[context-cleared]`` placeholder that tells the model how to get the output back
+(``read_tool_output``) or, when no copy is kept, that it must re-run the tool. Only the
+result's ``content`` changes: every message keeps its place, role and ``tool_call_id``, so no
+call is ever separated from its result.
+
+Why batch: every change to an earlier message turns the provider's cached prefix after it
+into a cache miss. So eviction fires rarely and big: only when a pass can reclaim at least
+``clearAtLeast`` tokens, and then it clears *everything* eligible at once rather than the
+minimum needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.cascade.rounds import protected_from, tool_names
+from proxy.cascade.truncation import content_text
+from proxy.cascade.types import (
+    EVICTED,
+    READ_TOOL_OUTPUT,
+    Budget,
+    Event,
+    Message,
+    Spill,
+    StageResult,
+    TokenCounter,
+)
+from proxy.config import EvictionConfig
+
+__all__ = ["PLACEHOLDER_PREFIX", "evict", "is_placeholder", "placeholder_text"]
+
+PLACEHOLDER_PREFIX = "[context-cleared]"
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    index: int
+    tool_call_id: str
+    replacement: Message
+    reclaimed: int
+    spill: Spill | None
+
+
+def is_placeholder(msg: Message) -> bool:
+    """True when a tool message's content is already an eviction placeholder."""
+    return content_text(msg.get("content")).startswith(PLACEHOLDER_PREFIX)
+
+
+def placeholder_text(tool_name: str, tool_call_id: str, chars: int, *, handle: bool) -> str:
+    """The placeholder for an evicted result; names ``read_tool_output`` only with a handle."""
+    head = f"{PLACEHOLDER_PREFIX} Result of {tool_name} ({chars} chars) was cleared to save context"
+    if handle:
+        return f"{head}. Recover it with {READ_TOOL_OUTPUT}({json.dumps({'id': tool_call_id})})"
+    return f"{head}; re-run the tool if you need it."
+
+
+def _candidate(
+    index: int,
+    msg: Message,
+    *,
+    name: str,
+    tokens: int,
+    count: TokenCounter,
+    persist_raw: bool,
+    spilled: frozenset[str],
+    unspillable: frozenset[str],
+) -> _Candidate | None:
+    cid = str(msg.get("tool_call_id") or "")
+    text = content_text(msg.get("content"))
+    handle = persist_raw and bool(cid) and cid not in unspillable
+    replacement = {**msg, "content": placeholder_text(name, cid, len(text), handle=handle)}
+    reclaimed = tokens - count([replacement])
+    if reclaimed <= 0:
+        return None
+    spill = Spill(cid, text) if handle and cid not in spilled else None
+    return _Candidate(index, cid, replacement, reclaimed, spill)
+
+
+def evict(
+    messages: Sequence[Message],
+    *,
+    count: TokenCounter,
+    budget: Budget,
+    cfg: EvictionConfig,
+    persist_raw: bool,
+    spilled: frozenset[str],
+    unspillable: frozenset[str] = frozenset(),
+) -> StageResult:
+    """Replace old, large tool results with placeholders, all in one pass, or change nothing.
+
+    Fires when ``cfg.enabled`` and ``budget.occupancy >= cfg.at_fraction * budget.limit``.
+    Eligible: tool messages before the last ``cfg.keep_recent_rounds`` rounds, not already a
+    placeholder, whose tool is neither excluded nor ``read_tool_output``, of at least
+    ``cfg.min_result_tokens`` tokens (``count([msg])``), and that a placeholder would shrink.
+    If their reclaimable tokens sum to ``>= cfg.clear_at_least`` they are all replaced.
+
+    ``spilled`` holds ids that already have a raw output; every other evicted result with a
+    handle yields a :class:`Spill` of its current text so the shell stores it before the
+    placeholder hides it. ``unspillable`` holds ids that must never get a handle (their output
+    contained secrets). Invariants: message order, count, roles and ids never change; a
+    placeholder is never evicted again, so ``evict`` is idempotent.
+    """
+    unchanged = StageResult(tuple(messages))
+    if not cfg.enabled or budget.occupancy < cfg.at_fraction * budget.limit:
+        return unchanged
+    protected = protected_from(messages, cfg.keep_recent_rounds)
+    names = tool_names(messages)
+    excluded = frozenset(cfg.exclude_tools) | {READ_TOOL_OUTPUT}
+    chosen: list[_Candidate] = []
+    for i in range(protected):
+        msg = messages[i]
+        if msg.get("role") != "tool" or is_placeholder(msg):
+            continue
+        name = names.get(str(msg.get("tool_call_id") or "")) or str(msg.get("name") or "tool")
+        if name in excluded:
+            continue
+        tokens = count([msg])
+        if tokens < cfg.min_result_tokens:
+            continue
+        cand = _candidate(
+            i,
+            msg,
+            name=name,
+            tokens=tokens,
+            count=count,
+            persist_raw=persist_raw,
+            spilled=spilled,
+            unspillable=unspillable,
+        )
+        if cand is not None:
+            chosen.append(cand)
+    reclaimed = sum(c.reclaimed for c in chosen)
+    if not chosen or reclaimed < cfg.clear_at_least:
+        return unchanged
+    out = list(messages)
+    for c in chosen:
+        out[c.index] = c.replacement
+    event = Event(
+        EVICTED,
+        {
+            "count": len(chosen),
+            "tokens_reclaimed": reclaimed,
+            "tool_call_ids": [c.tool_call_id for c in chosen],
+        },
+    )
+    spills = tuple(c.spill for c in chosen if c.spill is not None)
+    return StageResult(tuple(out), (event,), spills)

@@ -1,0 +1,132 @@
+"""The overflow guard (DESIGN §5 "Overflow guard"): never send a request that must fail.
+
+It runs last, on the assembled prompt, after the shell has already compacted synchronously.
+If the prompt still exceeds the model's limit minus the reserved output, the oldest whole
+messages/rounds after the protected head are dropped; if even that cannot make it fit, the
+request is refused with an actionable ``ContextLengthExceeded`` instead of a provider 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.cascade.types import TRIMMED, ContextLengthExceeded, Event, Message, TokenCounter
+
+__all__ = ["GuardResult", "guard"]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    messages: tuple[Message, ...]
+    events: tuple[Event, ...]
+    dropped: int
+
+
+def _last_user(messages: Sequence[Message]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return None
+
+
+def _units(messages: Sequence[Message], start: int, stop: int) -> list[tuple[int, int]]:
+    """Droppable ``(begin, end)`` units of ``messages[start:stop]``, oldest first.
+
+    A unit is one message, or an assistant message with ``tool_calls`` plus the tool results
+    that follow it (a round, dropped whole). Tool results at ``start`` whose call sits before
+    it cannot be dropped without orphaning that call, so they are never a unit.
+    """
+    i = start
+    while i < stop and messages[i].get("role") == "tool":
+        i += 1
+    units: list[tuple[int, int]] = []
+    while i < stop:
+        begin = i
+        i += 1
+        while i < stop and messages[i].get("role") == "tool":
+            i += 1
+        units.append((begin, i))
+    return units
+
+
+def _largest(messages: Sequence[Message], count: TokenCounter) -> tuple[int, int]:
+    sizes = [count([m]) for m in messages]
+    index = max(range(len(sizes)), key=sizes.__getitem__)
+    return index, sizes[index]
+
+
+def _refuse(
+    messages: Sequence[Message], *, count: TokenCounter, needed: int, limit: int, reserved: int
+) -> ContextLengthExceeded:
+    budget = limit - reserved
+    text = (
+        f"This request needs about {needed} tokens but {max(budget, 0)} are available for the "
+        f"prompt (limit {limit}, reserved for output {reserved})."
+    )
+    if messages:
+        index, size = _largest(messages, count)
+        role = messages[index].get("role")
+        text += (
+            f" The largest message (index {index}, role {role}) alone is {size} tokens; "
+            "shorten it, or start a new session / raise the model's contextLimit"
+            " (or lower the reserved output, e.g. max_tokens)."
+        )
+    else:
+        text += " Raise the model's contextLimit or lower the reserved output (max_tokens)."
+    return ContextLengthExceeded(text)
+
+
+def guard(
+    messages: Sequence[Message],
+    *,
+    count: TokenCounter,
+    limit: int,
+    reserved_output: int,
+    protected_head: int,
+    trim_current_turn: bool = False,
+) -> GuardResult:
+    """Make the prompt fit ``limit - reserved_output`` or refuse it.
+
+    Drops the oldest whole units (single messages, or a tool round with all its results) after
+    the first ``protected_head`` messages — the system messages and the user message carrying
+    the summary — and never the last user message or anything after it (the current turn).
+    A round is never split and the kept sequence never starts a unit with a tool result.
+    With ``trim_current_turn`` (an agent loop where one user message starts hundreds of
+    rounds), older whole rounds of the current turn go too, after all earlier history; the
+    newest round and the last user message always stay.
+    Emits one ``context.trimmed`` event. Raises ``ContextLengthExceeded`` when even dropping
+    everything droppable is not enough, naming the largest message so a person can act.
+    """
+    budget = limit - reserved_output
+    before = count(messages)
+    if before <= budget:
+        return GuardResult(tuple(messages), (), 0)
+    head_end = min(max(protected_head, 0), len(messages))
+    last_user = _last_user(messages)
+    stop = last_user if last_user is not None and last_user > head_end else head_end
+    units = _units(messages, head_end, stop)
+    if trim_current_turn:
+        turn = max(head_end, last_user + 1 if last_user is not None else 0)
+        units += _units(messages, max(stop, turn), len(messages))[:-1]
+
+    def assemble(k: int) -> tuple[Message, ...]:
+        gone = {i for begin, end in units[:k] for i in range(begin, end)}
+        return tuple(m for i, m in enumerate(messages) if i not in gone)
+
+    if not units or count(assemble(len(units))) > budget:
+        raise _refuse(messages, count=count, needed=before, limit=limit, reserved=reserved_output)
+    lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if count(assemble(mid)) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    kept = assemble(lo)
+    after = count(kept)
+    dropped = len(messages) - len(kept)
+    event = Event(
+        TRIMMED, {"dropped_messages": dropped, "tokens_before": before, "tokens_after": after}
+    )
+    return GuardResult(kept, (event,), dropped)

@@ -1,0 +1,130 @@
+"""The one place the cascade's stages are put in order: ``assemble`` builds the upstream prompt.
+
+Per-step stages run here on every request, in a fixed order, each behind its own enable flag:
+
+1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
+2. the durable summary folded into the first user message;
+3. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+
+Ingestion-time truncation and redaction run once per new message (``ingest``), not per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.cascade.eviction import evict
+from proxy.cascade.overflow import guard
+from proxy.cascade.summary import fold_summary
+from proxy.cascade.truncation import Ingested, truncate_tool_result
+from proxy.cascade.types import (
+    READ_TOOL_OUTPUT,
+    Budget,
+    Event,
+    Message,
+    Spill,
+    TokenCounter,
+)
+from proxy.config import ContextConfig
+
+__all__ = ["StepInput", "Assembled", "assemble", "ingest", "occupancy", "READ_TOOL_SCHEMA"]
+
+_HANDLE = READ_TOOL_OUTPUT + '({"id"'
+
+READ_TOOL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": READ_TOOL_OUTPUT,
+        "description": (
+            "Read back the full text of an earlier tool result that was truncated or cleared "
+            "from the context. Page with offset/limit (characters), or search it with grep."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "the tool_call_id named in the marker"},
+                "offset": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer", "minimum": 1},
+                "grep": {"type": "string", "description": "regex; returns matching lines"},
+            },
+            "required": ["id"],
+        },
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    window: tuple[Message, ...]
+    system_count: int
+    summary: str | None
+    count: TokenCounter
+    budget: Budget
+    ctx: ContextConfig
+    spilled: frozenset[str] = frozenset()
+    unspillable: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Assembled:
+    messages: tuple[Message, ...]
+    window: tuple[Message, ...]
+    events: tuple[Event, ...]
+    spills: tuple[Spill, ...]
+    evicted: tuple[int, ...]
+    offer_read_tool: bool
+    tokens: int
+
+
+def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
+    """Redact and truncate one newly arrived message (tool results only)."""
+    return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction)
+
+
+def occupancy(
+    estimate: int, *, ratio: float, last_real: int | None, last_estimate: int | None
+) -> int:
+    """The provider's real count of the previous prompt, moved by the estimated change since.
+
+    Falls back to the calibrated estimate when the provider never reported usage.
+    """
+    if last_real is not None and last_estimate is not None:
+        return max(0, last_real + round((estimate - last_estimate) * ratio))
+    return round(estimate * ratio)
+
+
+def _holds_handle(messages: Sequence[Message]) -> bool:
+    return any(
+        m.get("role") == "tool" and _HANDLE in str(m.get("content") or "") for m in messages
+    )
+
+
+def assemble(inp: StepInput) -> Assembled:
+    """Run the per-step stages over the window and return the prompt to send upstream."""
+    window = inp.window
+    events: list[Event] = []
+    spills: tuple[Spill, ...] = ()
+    evicted: tuple[int, ...] = ()
+    if inp.ctx.eviction.enabled:
+        result = evict(
+            window, count=inp.count, budget=inp.budget, cfg=inp.ctx.eviction,
+            persist_raw=inp.ctx.tool_output.persist_raw, spilled=inp.spilled,
+            unspillable=inp.unspillable,
+        )
+        evicted = tuple(i for i, (a, b) in enumerate(zip(window, result.messages, strict=True)) if a != b)
+        window, spills = result.messages, result.spills
+        events.extend(result.events)
+    messages = fold_summary(window, summary=inp.summary, system_count=inp.system_count)
+    protected = inp.system_count + (1 if inp.summary else 0)
+    guarded = guard(
+        messages, count=inp.count, limit=inp.budget.limit,
+        reserved_output=inp.budget.reserved_output, protected_head=protected,
+        trim_current_turn=True,
+    )
+    events.extend(guarded.events)
+    offer = inp.ctx.tool_output.persist_raw and _holds_handle(guarded.messages)
+    return Assembled(
+        messages=guarded.messages, window=tuple(window), events=tuple(events), spills=spills,
+        evicted=evicted, offer_read_tool=offer, tokens=inp.count(guarded.messages),
+    )

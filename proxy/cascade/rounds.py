@@ -1,0 +1,119 @@
+"""Tool rounds: an assistant message with tool calls plus the tool messages answering it.
+
+Every stage that removes or rewrites messages works in whole rounds so that an assistant's
+``tool_calls`` is never separated from its results (providers reject such a prompt). Parallel
+calls made in one step are one round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from proxy.cascade.types import Message
+
+__all__ = ["Round", "group_rounds", "protected_from", "tool_names", "call_ids"]
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """Messages ``[start, end)`` of one tool round; ``tool_call_ids`` in call order."""
+
+    start: int
+    end: int
+    tool_call_ids: tuple[str, ...]
+
+
+def call_ids(msg: Message) -> tuple[str, ...]:
+    """The non-empty tool-call ids an assistant message declares, in order."""
+    if msg.get("role") != "assistant":
+        return ()
+    calls = msg.get("tool_calls")
+    if not isinstance(calls, Sequence) or isinstance(calls, str):
+        return ()
+    ids: list[str] = []
+    for call in calls:
+        if isinstance(call, Mapping):
+            cid = call.get("id")
+            if isinstance(cid, str) and cid:
+                ids.append(cid)
+    return tuple(ids)
+
+
+def _has_calls(msg: Message) -> bool:
+    calls = msg.get("tool_calls")
+    return msg.get("role") == "assistant" and bool(calls) and not isinstance(calls, str)
+
+
+def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
+    """Group messages into disjoint, ordered tool rounds.
+
+    A round starts at an assistant message with tool calls and extends over every later tool
+    message whose ``tool_call_id`` that assistant declared, contiguous or not (malformed
+    histories put results late). Rounds that overlap because of such a late result are merged
+    into one, so rounds are always disjoint ranges and removing or keeping a round whole never
+    separates a call from its result. Tool messages answering no known call belong to no round.
+    """
+    starts: list[int] = []
+    ends: list[int] = []
+    ids: list[list[str]] = []
+    owner: dict[str, int] = {}
+    for i, msg in enumerate(messages):
+        if _has_calls(msg):
+            starts.append(i)
+            ends.append(i + 1)
+            declared = call_ids(msg)
+            ids.append(list(declared))
+            for cid in declared:
+                owner[cid] = len(starts) - 1
+        elif msg.get("role") == "tool":
+            r = owner.get(str(msg.get("tool_call_id") or ""))
+            if r is not None:
+                ends[r] = max(ends[r], i + 1)
+    merged: list[Round] = []
+    for start, end, declared in zip(starts, ends, ids, strict=True):
+        if merged and start < merged[-1].end:
+            last = merged[-1]
+            merged[-1] = Round(last.start, max(last.end, end), last.tool_call_ids + tuple(declared))
+        else:
+            merged.append(Round(start, end, tuple(declared)))
+    return tuple(merged)
+
+
+def protected_from(messages: Sequence[Message], keep_recent_rounds: int) -> int:
+    """Index from which every message is protected: the start of the k-th last round.
+
+    ``k == 0`` protects nothing (returns ``len(messages)``); fewer than ``k`` rounds protects
+    everything (returns 0). Messages after the last round (the newest user turn, say) are
+    always inside the protected tail.
+    """
+    if keep_recent_rounds <= 0:
+        return len(messages)
+    rounds = group_rounds(messages)
+    if len(rounds) < keep_recent_rounds:
+        return 0
+    return rounds[-keep_recent_rounds].start
+
+
+def tool_names(messages: Sequence[Message]) -> dict[str, str]:
+    """Map tool_call_id -> function name, from assistant tool calls (tool ``name`` as fallback)."""
+    names: dict[str, str] = {}
+    for msg in messages:
+        if msg.get("role") == "tool":
+            cid, name = msg.get("tool_call_id"), msg.get("name")
+            if isinstance(cid, str) and cid and isinstance(name, str) and name:
+                names.setdefault(cid, name)
+            continue
+        calls = msg.get("tool_calls")
+        if msg.get("role") != "assistant" or not isinstance(calls, Sequence):
+            continue
+        for call in calls:
+            if not isinstance(call, Mapping):
+                continue
+            fn = call.get("function")
+            cid = call.get("id")
+            if isinstance(cid, str) and cid and isinstance(fn, Mapping):
+                fname = fn.get("name")
+                if isinstance(fname, str) and fname:
+                    names[cid] = fname
+    return names

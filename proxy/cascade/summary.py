@@ -1,0 +1,430 @@
+"""Durable summarisation (DESIGN §5 stage 2): plan a span, prompt the fast model, fold the result.
+
+The shell keeps a session's messages at absolute positions ``0..N-1``. A summary row has a
+``boundary``: the position of the first message *not* folded into it. The prompt the shell sends
+upstream is the leading system/developer messages (kept verbatim), then the summary folded into
+the first user message, then ``messages[boundary:]``. This module is pure: the shell calls the
+fast model with :func:`build_prompt`, normalises its answer with :func:`parse_briefing`, stores
+the row, and later rebuilds the prompt with :func:`fold_summary`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from proxy.cascade.types import CompactionPlan, Message, TokenCounter
+
+__all__ = [
+    "SECTIONS",
+    "build_prompt",
+    "build_reflect_prompt",
+    "fold_summary",
+    "needs_reflect",
+    "parse_briefing",
+    "plan_compaction",
+    "section",
+    "system_prefix_count",
+]
+
+SECTIONS = ("## Objective", "## Decisions & Facts", "## Files & State", "## Open Tasks",
+            "## Next Step")  # fmt: skip
+_NONE = "(none)"
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+_TOOL_CAPS = (8000, 4000, 2000, 1000)
+_ALL_CAP = 1500
+_PREVIOUS_CAPS = (8000, 2000, 500)
+
+
+def system_prefix_count(messages: Sequence[Message]) -> int:
+    """Number of leading system/developer messages: the part of a prompt always kept verbatim."""
+    n = 0
+    while n < len(messages) and messages[n].get("role") in _SYSTEM_ROLES:
+        n += 1
+    return n
+
+
+# --- planning -------------------------------------------------------------------------------
+
+
+def _unsafe_cuts(window: Sequence[Message]) -> list[bool]:
+    """``unsafe[j]``: cutting before ``window[j]`` would split a tool round (j in 0..len)."""
+    n = len(window)
+    unsafe = [False] * (n + 1)
+    diff = [0] * (n + 2)
+    issued: dict[str, int] = {}
+    for i, m in enumerate(window):
+        role = m.get("role")
+        if role == "tool":
+            unsafe[i] = True
+            a = issued.get(str(m.get("tool_call_id")))
+            if a is not None:  # cuts a+1..i separate the call from this result
+                diff[a + 1] += 1
+                diff[i + 1] -= 1
+        elif role == "assistant" and m.get("tool_calls"):
+            unsafe[i + 1] = True  # results (maybe still pending) must follow directly
+            for call in m.get("tool_calls") or ():
+                issued[str(call.get("id"))] = i
+    running = 0
+    for j in range(n + 1):
+        running += diff[j]
+        unsafe[j] = unsafe[j] or running > 0
+    return unsafe
+
+
+def plan_compaction(
+    messages: Sequence[Message],
+    *,
+    offset: int,
+    boundary: int,
+    keep_recent: int,
+    previous: str | None,
+    system_count: int,
+) -> CompactionPlan | None:
+    """Choose the span to fold: from the boundary up to the last ``keep_recent`` messages.
+
+    ``messages`` is a contiguous window whose first element sits at absolute position
+    ``offset``. The end moves *earlier* until the cut splits no tool round: the kept tail never
+    starts with a tool result, and no assistant ``tool_calls`` message is folded while its
+    results (even pending ones, when it is last) stay behind. ``None`` when nothing can be
+    folded. Raises ``ValueError`` if the window starts after the fold start, because folding
+    from there would silently lose the messages in between.
+    """
+    start = max(boundary, system_count)
+    total = offset + len(messages)
+    if start >= total:
+        return None
+    if start < offset:
+        raise ValueError(f"window starts at {offset} but the span to fold starts at {start}")
+    end = total - max(keep_recent, 0)
+    unsafe = _unsafe_cuts(messages)
+    while end > start and unsafe[end - offset]:
+        end -= 1
+    if end <= start:
+        return None
+    span = tuple(messages[start - offset : end - offset])
+    return CompactionPlan(start=start, end=end, span=span, previous=previous)
+
+
+# --- prompting ------------------------------------------------------------------------------
+
+_SYSTEM_PROMPT = """\
+You maintain the working memory of a long-running agent session. Merge the previous summary \
+(if any) with the new part of the conversation into one updated briefing that lets the agent \
+continue the work without the original messages.
+
+Output exactly these five sections, in this order, each introduced by this exact markdown \
+heading on its own line, and nothing before or after them:
+{headings}
+
+Rules:
+- Quote identifiers verbatim in backticks: file paths, ids, function and class names, \
+commands, numbers, versions, URLs and error messages. Never paraphrase them.
+- Merge, do not append: keep everything from the previous summary that still matters, update \
+what changed, drop what is finished or no longer true.
+- Drop chit-chat, pleasantries and reasoning that led nowhere.
+- Under ## Next Step give the single most immediate action.
+- Write "(none)" under a section that has nothing to say.
+- Keep the whole briefing under about {target} tokens (roughly {words} words)."""
+
+_REFLECT_PROMPT = """\
+The briefing below, which is the working memory of a long-running agent session, has grown \
+too long. Condense it to under about {target} tokens (roughly {words} words).
+
+Keep exactly the five sections, in order, with these exact headings:
+{headings}
+
+Keep every identifier quoted in backticks (file paths, ids, commands, numbers, URLs, error \
+messages) that still matters for the remaining work, verbatim. Merge duplicates, drop \
+finished details and anything superseded. Output only the briefing."""
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text") or ""))
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'part')}]")
+            else:
+                parts.append(str(part))
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def _clip(text: str, cap: int | None) -> str:
+    """Head (70 %) and tail (30 %) of ``text`` with a note naming what was left out."""
+    if cap is None or len(text) <= cap:
+        return text
+    head = cap * 7 // 10
+    tail = cap - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail :]}"
+
+
+def _render(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
+    role = str(m.get("role") or "unknown")
+    body = _text(m.get("content"))
+    if role == "tool":
+        name = f" {m['name']}" if m.get("name") else ""
+        caps = [c for c in (tool_cap, cap) if c is not None]
+        clipped = _clip(body, min(caps) if caps else None)
+        return f"[tool result{name} id={m.get('tool_call_id')}]\n{clipped}"
+    lines = [f"[{role}]"]
+    if body:
+        lines.append(_clip(body, cap))
+    for call in m.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        args = _clip(str(fn.get("arguments") or ""), cap)
+        lines.append(f"-> tool call {fn.get('name')}({args}) id={call.get('id')}")
+    return "\n".join(lines)
+
+
+def _prompt(system: str, previous: str, blocks: Sequence[str], dropped: int) -> list[Message]:
+    parts = list(blocks)
+    if dropped:
+        parts.insert(0, f"[... {dropped} earlier messages omitted to fit the summariser ...]")
+    conversation = "\n\n".join(parts)
+    user = (
+        f"<previous_summary>\n{previous or _NONE}\n</previous_summary>\n\n"
+        f"<conversation>\n{conversation}\n</conversation>\n\n"
+        "Write the updated briefing now."
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def _headings() -> str:
+    return "\n".join(SECTIONS)
+
+
+def build_prompt(
+    plan: CompactionPlan,
+    *,
+    max_input_tokens: int,
+    count: TokenCounter,
+    target_tokens: int = 2000,
+) -> list[Message]:
+    """Messages asking the fast model to merge ``plan.previous`` with ``plan.span``.
+
+    The result fits ``max_input_tokens`` per ``count`` whenever that is possible at all, and
+    this never raises: long tool results are cut to head+tail first (they are the bulk of an
+    agent transcript and the least quotable), then every message, then the oldest messages are
+    dropped with a note, then the previous summary is clipped, and last the whole user text.
+    """
+    system = _SYSTEM_PROMPT.format(
+        headings=_headings(), target=target_tokens, words=target_tokens * 3 // 4
+    )
+    previous = plan.previous or ""
+
+    def fits(msgs: list[Message]) -> bool:
+        return count(msgs) <= max_input_tokens
+
+    for tool_cap in (None, *_TOOL_CAPS):
+        blocks = [_render(m, tool_cap=tool_cap, cap=None) for m in plan.span]
+        candidate = _prompt(system, previous, blocks, 0)
+        if fits(candidate):
+            return candidate
+    blocks = [_render(m, tool_cap=_TOOL_CAPS[-1], cap=_ALL_CAP) for m in plan.span]
+    if fits(candidate := _prompt(system, previous, blocks, 0)):
+        return candidate
+    lo, hi = 0, len(blocks)  # binary search: fewest oldest blocks to drop
+    for prev_cap in (None, *_PREVIOUS_CAPS):
+        prev = _clip(previous, prev_cap)
+        if fits(_prompt(system, prev, [], len(blocks))):
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fits(_prompt(system, prev, blocks[mid:], mid)):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return _prompt(system, prev, blocks[lo:], lo)
+    return _hard_cut(system, _prompt(system, _clip(previous, 500), [], len(blocks)), fits)
+
+
+def _hard_cut(
+    system: str, candidate: list[Message], fits: Callable[[list[Message]], bool]
+) -> list[Message]:
+    text = str(candidate[1]["content"])
+    while text and not fits(candidate):
+        text = text[: len(text) // 2]
+        candidate = [candidate[0], {"role": "user", "content": text}]
+    return candidate
+
+
+def build_reflect_prompt(summary: str, *, target_tokens: int) -> list[Message]:
+    """Messages asking the fast model to condense an over-long briefing (the reflect pass)."""
+    system = _REFLECT_PROMPT.format(
+        headings=_headings(), target=target_tokens, words=target_tokens * 3 // 4
+    )
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"<summary>\n{summary}\n</summary>"},
+    ]
+
+
+def needs_reflect(summary: str, *, count: TokenCounter, reflect_tokens: int) -> bool:
+    """True when the briefing alone is over ``reflect_tokens`` and should be condensed."""
+    return count([{"role": "user", "content": summary}]) > reflect_tokens
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+_ALIASES: dict[str, int] = {
+    **dict.fromkeys(("objective", "objectives", "goal", "goals", "mainobjective"), 0),
+    **dict.fromkeys(("decisionsfacts", "factsdecisions", "decisions", "facts"), 1),
+    **dict.fromkeys(("keydecisionsfacts", "keyfacts", "keydecisions", "factsfindings"), 1),
+    **dict.fromkeys(("filesstate", "files", "state", "filescurrentstate", "currentstate"), 2),
+    **dict.fromkeys(("filesstatus", "stateoffiles", "fileschanged", "workspacestate"), 2),
+    **dict.fromkeys(("opentasks", "tasks", "todo", "todos", "remainingtasks", "pendingtasks"), 3),
+    **dict.fromkeys(("nextstep", "nextsteps", "immediatenextstep", "nextaction"), 4),
+}
+_NUMBER = r"^\s*(?:\d+[.)]\s*)?"
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?P<name>.*?)\s*#*\s*$")
+_BOLD_HEADING = re.compile(_NUMBER + r"(\*\*|__)(?P<name>[^*_]+?)(\*\*|__)\s*(?P<rest>.*)$")
+_PLAIN_HEADING = re.compile(_NUMBER + r"(?P<name>[A-Za-z][A-Za-z &/-]{1,40}?)\s*:\s*(?P<rest>.*)$")
+_UNKNOWN_MD = re.compile(r"^\s{0,3}#{1,6}\s+(?P<name>\S.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _key(name: str) -> int | None:
+    norm = re.sub(r"\band\b", "", name.lower().replace("&", " "))
+    return _ALIASES.get(re.sub(r"[^a-z]", "", norm))
+
+
+def _match_heading(line: str, blocked: set[int]) -> tuple[int | None, str, bool]:
+    """``(section, rest of line, is_markdown_heading)``; section is None for body text.
+
+    Bold and ``Name:`` forms only start a section in ``blocked``-free positions.
+    """
+    if md := _MD_HEADING.match(line):
+        name = md["name"].strip("*_ ")
+        idx = _key(name)
+        if idx is None and ":" in name:
+            head, _, rest = name.partition(":")
+            if (idx := _key(head)) is not None:
+                return idx, rest.strip(), True
+        return idx, "", True
+    for pattern in (_BOLD_HEADING, _PLAIN_HEADING):
+        m = pattern.match(line)
+        if m and (idx := _key(m["name"].rstrip(":"))) is not None and idx not in blocked:
+            return idx, m["rest"].lstrip(":*_ ").strip(), False
+    return None, "", False
+
+
+def _split_sections(text: str) -> dict[int, list[str]]:
+    lines = text.strip().splitlines()
+    if lines and _FENCE.match(lines[0]):
+        lines = lines[1:]
+    # a section that has a real markdown heading somewhere is never started by a bold or
+    # "Name:" line, so body text such as "Next step: ..." cannot hijack a stored briefing
+    md_keys = {
+        k
+        for ln in lines
+        if _MD_HEADING.match(ln) and (k := _match_heading(ln, set())[0]) is not None
+    }
+    found: dict[int, list[str]] = {}
+    current: int | None = None
+    in_fence = False
+    for line in lines:
+        idx, rest, is_md = _match_heading(line, set(found) | md_keys)
+        if in_fence and not (is_md and idx is not None):
+            idx, is_md = None, False  # inside a code block only a canonical heading counts
+        if _FENCE.match(line) and current is not None:
+            in_fence = not in_fence
+        if idx is not None:
+            current = idx
+            body = found.setdefault(idx, [])
+            if rest:
+                body.append(rest)
+        elif current is not None:
+            if is_md and (md := _UNKNOWN_MD.match(line)):  # demote so only five headings remain
+                line = f"**{md['name']}**"
+            found[current].append(line)
+    for body in found.values():
+        fences = [i for i, ln in enumerate(body) if _FENCE.match(ln)]
+        if len(fences) % 2 == 1 and not "".join(body[fences[-1] + 1 :]).strip():
+            del body[fences[-1]]  # the closing fence of a fenced answer
+    return found
+
+
+def _body(lines: list[str]) -> str:
+    return "\n".join(lines).strip()
+
+
+def parse_briefing(text: str, *, previous: str | None = None) -> str:
+    """Normalise the fast model's answer to exactly :data:`SECTIONS`, in order.
+
+    Models wrap answers in code fences, add preambles, and write near-miss headings
+    (``# Objective``, ``**Open Tasks**``, ``Decisions and Facts:``); all map onto the canonical
+    headings. A missing or empty section keeps ``previous``'s text when it has one, else
+    becomes ``(none)``. Raises ``ValueError`` only when no section is recognisable at all.
+    """
+    found = _split_sections(text)
+    if not found:
+        raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
+    old = _split_sections(previous) if previous else {}
+    out: list[str] = []
+    for idx, heading in enumerate(SECTIONS):
+        body = _body(found.get(idx, [])) or _body(old.get(idx, [])) or _NONE
+        out.append(f"{heading}\n{body}")
+    return "\n\n".join(out)
+
+
+def section(summary: str, name: str) -> str | None:
+    """Body of one section (``"## Open Tasks"`` or ``"Open Tasks"``), or None when absent."""
+    idx = _key(name.lstrip("# "))
+    if idx is None:
+        raise ValueError(f"unknown section {name!r}; expected one of {', '.join(SECTIONS)}")
+    body = _body(_split_sections(summary).get(idx, []))
+    return body or None
+
+
+# --- folding --------------------------------------------------------------------------------
+
+_OPEN, _CLOSE = "<conversation_summary>\n", "\n</conversation_summary>"
+
+
+def _strip_block(text: str) -> str:
+    if text.startswith(_OPEN) and (end := text.find(_CLOSE)) != -1:
+        return text[end + len(_CLOSE) :].lstrip("\n")
+    return text
+
+
+def _with_block(m: Message, block: str) -> Message:
+    content = m.get("content")
+    if isinstance(content, list):
+        parts = list(content)
+        first = parts[0] if parts else None
+        if isinstance(first, dict) and str(first.get("text") or "").startswith(_OPEN):
+            parts = parts[1:]  # an earlier fold: replace it rather than stack a second one
+        return {**m, "content": [{"type": "text", "text": block}, *parts]}
+    rest = _strip_block(_text(content))
+    return {**m, "content": f"{block}\n\n{rest}" if rest else block}
+
+
+def fold_summary(
+    messages: Sequence[Message], *, summary: str | None, system_count: int
+) -> tuple[Message, ...]:
+    """Put the summary into the first user message after the leading system messages.
+
+    Never adds a system message (the leading ones are kept byte for byte, so the cached
+    prefix survives and strict providers see one system block). When the first non-system
+    message is not a user message, a user message carrying only the summary is inserted
+    there; user/assistant alternation stays valid. Folding twice replaces the earlier block
+    instead of stacking a second one; no summary leaves the messages unchanged.
+    """
+    if summary is None or not summary.strip():
+        return tuple(messages)
+    n = min(max(system_count, 0), len(messages))
+    head, rest = tuple(messages[:n]), tuple(messages[n:])
+    block = f"{_OPEN}{summary.strip()}{_CLOSE}"
+    if rest and rest[0].get("role") == "user":
+        return (*head, _with_block(rest[0], block), *rest[1:])
+    return (*head, {"role": "user", "content": block}, *rest)

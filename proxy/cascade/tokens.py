@@ -1,0 +1,178 @@
+"""Token estimates, the counter the stages use, and the real/estimated calibration math.
+
+The core never imports a tokenizer: the shell builds a BPE encoder once at startup and passes
+a per-text function to :func:`make_counter`. Without one, text is counted as characters / 4.
+Both follow OpenAI's cookbook shape: every message costs a few tokens of framing on top of its
+text, and the reply is primed with a few more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from proxy.cascade.types import Message, TokenCounter
+
+__all__ = [
+    "TOKENS_PER_MESSAGE",
+    "REPLY_PRIMING_TOKENS",
+    "IMAGE_TOKENS",
+    "MIN_RATIO",
+    "MAX_RATIO",
+    "message_text",
+    "estimate_tokens",
+    "make_counter",
+    "calibrate",
+    "effective_input_tokens",
+]
+
+TOKENS_PER_MESSAGE = 4
+"""Framing every message costs (role, separators), as in OpenAI's cookbook formula."""
+REPLY_PRIMING_TOKENS = 3
+"""Every reply is primed with ``<|start|>assistant<|message|>``; counted once per prompt."""
+IMAGE_TOKENS = 765
+"""Flat cost of an image part (a 'high detail' 512px tile layout); exact cost needs its size."""
+MIN_RATIO = 0.5
+MAX_RATIO = 2.0
+
+_IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Mapping):
+        for key in ("text", "refusal"):
+            value = part.get(key)
+            if isinstance(value, str):
+                return value
+    return ""
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(t for t in (_part_text(p) for p in content) if t)
+    return str(content)
+
+
+def _call_text(call: Any) -> str:
+    if not isinstance(call, Mapping):
+        return ""
+    fn = call.get("function")
+    if not isinstance(fn, Mapping):
+        return ""
+    name = fn.get("name") or ""
+    args = fn.get("arguments") or ""
+    return f"{name}\n{args if isinstance(args, str) else str(args)}"
+
+
+def message_text(msg: Message) -> str:
+    """All text a message carries: content (string or text parts), tool calls, name.
+
+    Tool calls contribute their function name and raw argument string; the legacy
+    ``function_call`` field is treated the same way. Image parts contribute no text (they are
+    counted flat by the estimators).
+    """
+    pieces: list[str] = []
+    name = msg.get("name")
+    if isinstance(name, str) and name:
+        pieces.append(name)
+    content = _content_text(msg.get("content"))
+    if content:
+        pieces.append(content)
+    refusal = msg.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        pieces.append(refusal)
+    calls = msg.get("tool_calls")
+    if isinstance(calls, Sequence) and not isinstance(calls, str):
+        pieces.extend(t for t in (_call_text(c) for c in calls) if t)
+    legacy = msg.get("function_call")
+    if legacy is not None:
+        text = _call_text({"function": legacy})
+        if text:
+            pieces.append(text)
+    return "\n".join(pieces)
+
+
+def _image_count(msg: Message) -> int:
+    content = msg.get("content")
+    if isinstance(content, str) or not isinstance(content, Sequence):
+        return 0
+    return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in _IMAGE_PART_TYPES)
+
+
+def _count(messages: Sequence[Message], text_tokens: Callable[[str], int]) -> int:
+    if not messages:
+        return 0
+    total = REPLY_PRIMING_TOKENS
+    for msg in messages:
+        total += TOKENS_PER_MESSAGE + text_tokens(message_text(msg))
+        total += IMAGE_TOKENS * _image_count(msg)
+    return total
+
+
+def estimate_tokens(messages: Sequence[Message], chars_per_token: float = 4.0) -> int:
+    """Estimate prompt tokens as ceil(chars / chars_per_token) per message plus framing.
+
+    Each message adds :data:`TOKENS_PER_MESSAGE`, each image part :data:`IMAGE_TOKENS`, and a
+    non-empty prompt adds :data:`REPLY_PRIMING_TOKENS` once. An empty list costs 0. The
+    estimate is monotone: adding text or messages never lowers it.
+    """
+    if chars_per_token <= 0:
+        raise ValueError("chars_per_token must be positive")
+    return _count(messages, lambda s: math.ceil(len(s) / chars_per_token))
+
+
+def make_counter(text_tokens: Callable[[str], int] | None = None) -> TokenCounter:
+    """Build a :class:`TokenCounter` from a per-text token function (chars/4 when ``None``).
+
+    The shell passes ``lambda s: len(enc.encode(s))`` for a BPE encoder it built at startup;
+    the framing rules are the same as :func:`estimate_tokens`, so switching between the two
+    changes only the text part of the count.
+    """
+    if text_tokens is None:
+
+        def fallback(messages: Sequence[Message], /) -> int:
+            return estimate_tokens(messages)
+
+        return fallback
+    fn = text_tokens
+
+    def counter(messages: Sequence[Message], /) -> int:
+        return _count(messages, fn)
+
+    return counter
+
+
+def calibrate(ratio: float, *, real: int, estimated: int, weight: float = 0.5) -> float:
+    """Fold one observation of real/estimated into the correction ratio.
+
+    An exponential moving average (``weight`` is the share of the new sample) clamped to
+    [:data:`MIN_RATIO`, :data:`MAX_RATIO`] so that one odd response (a cached prompt, a
+    provider that reports 0) cannot swing the estimate wildly. When either count is <= 0 the
+    observation carries no information and ``ratio`` is returned unchanged.
+    """
+    if real <= 0 or estimated <= 0:
+        return ratio
+    weight = min(1.0, max(0.0, weight))
+    base = ratio if ratio > 0 else 1.0
+    updated = (1.0 - weight) * base + weight * (real / estimated)
+    return min(MAX_RATIO, max(MIN_RATIO, updated))
+
+
+def effective_input_tokens(estimate: int, *, ratio: float, last_real: int | None) -> int:
+    """Occupancy of the window: the provider's real count when known, else a corrected estimate.
+
+    ``last_real`` is the ``usage.prompt_tokens`` the provider reported for the previous step,
+    so soft triggers (eviction, background compaction) may lag one step behind the prompt
+    about to be sent. That lag is deliberate: real counts beat estimates. The hard overflow
+    guard must not lag, so it uses the estimate of the prompt about to be sent instead.
+    """
+    if last_real is not None and last_real > 0:
+        return last_real
+    return max(0, round(estimate * ratio))

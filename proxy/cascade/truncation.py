@@ -1,0 +1,217 @@
+"""Stage 0: tool-output truncation at ingestion, and paging of stored raw outputs.
+
+A tool result over ``toolOutput.maxChars`` keeps a 70% head and a 30% tail with a marker
+between them. Redaction runs first, on the full text, so a secret anywhere in the output is
+gone before anything is kept, spilled or forwarded. The full text is spilled
+for ``read_tool_output`` only when nothing was redacted: a result that contained secrets is
+never stored and its marker advertises no handle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from proxy.cascade.redaction import compile_patterns, redact_message
+from proxy.cascade.types import TRUNCATED, Event, Message, Spill
+from proxy.config import RedactionConfig, ToolOutputConfig
+
+__all__ = [
+    "HEAD_SHARE",
+    "Ingested",
+    "truncate_tool_result",
+    "cap_utf8",
+    "page_raw_output",
+    "content_text",
+]
+
+HEAD_SHARE = 0.7
+"""Share of the kept characters taken from the head; the rest comes from the tail."""
+
+_GREP_LINE_CHARS = 400
+_GREP_CONTEXT = 150
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """A tool result as it enters the history: the message to store, events, and intents."""
+
+    message: Message
+    events: tuple[Event, ...] = ()
+    spill: Spill | None = None
+    redacted: int = 0
+
+
+def content_text(content: object) -> str:
+    """The text of a message's content: the string itself, or its text parts joined by ``\\n``."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        texts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        return "\n".join(t for t in texts if isinstance(t, str))
+    return str(content)
+
+
+def cap_utf8(text: str, cap_bytes: int) -> str:
+    """The longest prefix of ``text`` whose UTF-8 encoding fits ``cap_bytes`` (whole chars)."""
+    if len(text) * 4 <= cap_bytes:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= cap_bytes:
+        return text
+    cut = max(0, cap_bytes)
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return data[:cut].decode("utf-8", "surrogatepass")
+
+
+def _marker(omitted: int, *, tool_call_id: str, offset: int, handle: bool, secret: bool) -> str:
+    if secret:
+        return (
+            f"\n[... truncated {omitted} chars (output contained secrets and was not kept; "
+            "re-run the tool if you need it) ...]\n"
+        )
+    if not handle:
+        return f"\n[... truncated {omitted} chars; re-run the tool if you need the rest ...]\n"
+    args = json.dumps({"id": tool_call_id, "offset": offset, "limit": omitted})
+    return f"\n[... truncated {omitted} chars; read the rest with read_tool_output({args}) ...]\n"
+
+
+def truncate_tool_result(
+    msg: Message, *, cfg: ToolOutputConfig, redaction: RedactionConfig
+) -> Ingested:
+    """Redact, then cut an over-long tool result to head + marker + tail.
+
+    Invariants: the result's content is at most ``cfg.max_chars`` characters (unless the
+    marker alone is longer); the marker's offset/limit are character positions in the
+    redacted full text, which is exactly what the spill holds (up to ``raw_cap_bytes``);
+    nothing is spilled when anything was redacted. Non-tool messages and short results are
+    only redacted, and come back as the same object when nothing changed.
+    """
+    redacted = 0
+    if redaction.enabled:
+        patterns = compile_patterns(redaction.patterns, use_defaults=redaction.default_patterns)
+        msg, redacted = redact_message(msg, patterns)
+    if msg.get("role") != "tool":
+        return Ingested(msg, redacted=redacted)
+    text = content_text(msg.get("content"))
+    if len(text) <= cfg.max_chars:
+        return Ingested(msg, redacted=redacted)
+
+    tool_call_id = str(msg.get("tool_call_id") or "")
+    secret = redacted > 0
+    handle = cfg.persist_raw and not secret and bool(tool_call_id)
+    total = len(text)
+    worst = _marker(total, tool_call_id=tool_call_id, offset=total, handle=handle, secret=secret)
+    keep = max(0, cfg.max_chars - len(worst))
+    head_len = int(keep * HEAD_SHARE)
+    tail_len = keep - head_len
+    omitted = total - head_len - tail_len
+    marker = _marker(
+        omitted, tool_call_id=tool_call_id, offset=head_len, handle=handle, secret=secret
+    )
+    new_text = text[:head_len] + marker + text[total - tail_len :]
+    spill = Spill(tool_call_id, cap_utf8(text, cfg.raw_cap_bytes)) if handle else None
+    event = Event(
+        TRUNCATED,
+        {
+            "tool_call_id": tool_call_id,
+            "original_chars": total,
+            "kept_chars": head_len + tail_len,
+            "spilled": spill is not None,
+        },
+    )
+    return Ingested({**msg, "content": new_text}, (event,), spill, redacted)
+
+
+def _header(id: str, start: int, end: int, total: int) -> str:
+    return f"[read_tool_output id={id} chars {start}-{end} of {total}]\n"
+
+
+def _next_note(id: str, offset: int) -> str:
+    args = json.dumps({"id": id, "offset": offset})
+    return f"\n[... more: read_tool_output({args}) ...]"
+
+
+def page_raw_output(
+    text: str,
+    *,
+    id: str = "",
+    offset: int = 0,
+    limit: int | None = None,
+    grep: str | None = None,
+    max_chars: int,
+) -> str:
+    """What ``read_tool_output`` returns for a stored raw output: one page, or grep hits.
+
+    Page mode returns ``text[a:b]`` verbatim after a one-line header
+    ``[read_tool_output id=… chars a-b of N]``, where ``a = offset`` and ``b`` is bounded by
+    ``limit`` and by the cap; when ``b < N`` a trailing note names the next offset. The cap
+    counts header and note too, so a page is never longer than ``max_chars`` and can never be
+    truncated again; pages concatenated by offset reproduce the text exactly.
+
+    Grep mode (``grep`` set) lists the lines of ``text[offset:offset+limit]`` that match the
+    regex (a literal substring when it is not a valid regex), each prefixed with the absolute
+    character offset of what is shown; long lines show a window around the match.
+    """
+    total = len(text)
+    start = min(max(0, offset), total)
+    if grep is not None and grep != "":
+        end = total if limit is None or limit <= 0 else min(total, start + limit)
+        return _grep(text, id=id, pattern=grep, start=start, end=end, max_chars=max_chars)
+    overhead = len(_header(id, total, total, total)) + len(_next_note(id, total))
+    cap = max(1, max_chars - overhead)
+    want = cap if limit is None or limit <= 0 else min(limit, cap)
+    end = min(total, start + want)
+    page = _header(id, start, end, total) + text[start:end]
+    if end < total:
+        page += _next_note(id, end)
+    return page
+
+
+def _grep_line(line: str, line_start: int, match: re.Match[str]) -> str:
+    if len(line) <= _GREP_LINE_CHARS:
+        return f"{line_start}: {line}"
+    a = max(0, match.start() - _GREP_CONTEXT)
+    b = min(len(line), match.end() + _GREP_CONTEXT)
+    return f"{line_start + a}: …{line[a:b]}…"
+
+
+def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: int) -> str:
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        rx = re.compile(re.escape(pattern))
+    shown: list[str] = []
+    used = 0
+    matched = 0
+    full = False
+    budget = max(0, max_chars - 200 - len(id) - len(pattern))
+    pos = start
+    for line in text[start:end].splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        hit = rx.search(body)
+        if hit is not None:
+            matched += 1
+            row = _grep_line(body, pos, hit)
+            if full or used + len(row) + 1 > budget:
+                full = True
+            else:
+                shown.append(row)
+                used += len(row) + 1
+        pos += len(line)
+    head = (
+        f"[read_tool_output id={id} grep={pattern!r} chars {start}-{end} of {len(text)}: "
+        f"{matched} matching lines]\n"
+    )
+    out = head + "\n".join(shown)
+    if len(shown) < matched:
+        out += (
+            f"\n[... {matched - len(shown)} more matching lines not shown; "
+            "narrow the pattern or page with offset/limit ...]"
+        )
+    return out

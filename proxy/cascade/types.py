@@ -1,0 +1,98 @@
+"""Shared value types of the pure core, and every event name in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = [
+    "Message", "TokenCounter", "Budget", "Event", "Spill", "StageResult",
+    "CompactionPlan", "ContextLengthExceeded",
+    "USAGE", "TRUNCATED", "EVICTED", "COMPACTION_STARTED", "COMPACTION_COMPLETED",
+    "COMPACTION_FAILED", "TRIMMED", "HANDOFF_SUGGESTED", "RETRIEVAL", "MEMORY_SUGGESTION",
+    "MESSAGE_APPENDED", "MESSAGE_DELTA_APPENDED", "CONFIG_RELOADED", "CONFIG_REJECTED",
+    "TRANSIENT_EVENTS", "READ_TOOL_OUTPUT",
+]
+
+Message = Mapping[str, Any]
+"""An OpenAI chat message dict. Stages never mutate one; they build new dicts."""
+
+
+class TokenCounter(Protocol):
+    """Counts the prompt tokens of a list of messages (estimate or real BPE)."""
+
+    def __call__(self, messages: Sequence[Message], /) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The model's context limit, the tokens reserved for output, and current occupancy."""
+
+    limit: int
+    reserved_output: int
+    occupancy: int
+
+    @property
+    def fraction(self) -> float:
+        return self.occupancy / self.limit if self.limit else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    name: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """Intent: persist the full (already redacted) text of a tool result."""
+
+    tool_call_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    messages: tuple[Message, ...]
+    events: tuple[Event, ...] = ()
+    spills: tuple[Spill, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """Intent: fold ``messages[start:end]`` (absolute positions) with ``previous`` summary."""
+
+    start: int
+    end: int
+    span: tuple[Message, ...]
+    previous: str | None
+
+
+class ContextLengthExceeded(Exception):  # noqa: N818 - OpenAI-visible name
+    """A single message cannot fit the model's window; the request must not be sent."""
+
+    status_code = 400
+    type = "invalid_request_error"
+    code = "context_length_exceeded"
+
+
+READ_TOOL_OUTPUT = "read_tool_output"
+
+USAGE = "context.usage"
+TRUNCATED = "context.truncated"
+EVICTED = "context.evicted"
+COMPACTION_STARTED = "context.compaction.started"
+COMPACTION_COMPLETED = "context.compaction.completed"
+COMPACTION_FAILED = "context.compaction.failed"
+TRIMMED = "context.trimmed"
+HANDOFF_SUGGESTED = "context.handoff_suggested"
+RETRIEVAL = "context.retrieval"
+MEMORY_SUGGESTION = "memory.suggestion"
+MESSAGE_APPENDED = "session.message.appended"
+MESSAGE_DELTA_APPENDED = "session.message.delta.appended"
+CONFIG_RELOADED = "config.reloaded"
+CONFIG_REJECTED = "config.rejected"
+
+TRANSIENT_EVENTS = frozenset({EVICTED, HANDOFF_SUGGESTED, MESSAGE_DELTA_APPENDED})
+"""Events that are delivered live but never persisted (no ``id:``, no replay)."""

@@ -1,0 +1,237 @@
+"""config/agents.json: the pydantic schema, defaults, and a pure loader.
+
+Keys are camelCase in the file and snake_case in Python. Every key is optional. Secrets are
+never read from the file: a provider names the environment variable that holds its key
+(``apiKeyEnv``), and auth keys name theirs (``keyEnv``).
+
+Decisions where DESIGN.md is silent:
+- Unknown keys are rejected (``extra="forbid"``) so a typo shows up as ``config.rejected``
+  instead of silently doing nothing.
+- Without a ``providers`` block the default provider ``openai`` reads ``OPENAI_BASE_URL``
+  (default ``https://api.openai.com/v1``) and ``OPENAI_API_KEY`` from the environment.
+- ``models.<prefix>.reservedOutput`` (default 4096) is the output budget the overflow guard keeps
+  free when a request sets no ``max_tokens``/``max_completion_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "Config", "ConfigError", "ProviderConfig", "ModelConfig", "AgentConfig", "EmbeddingConfig",
+    "AuthConfig", "AuthKeyConfig", "ContextConfig", "ToolOutputConfig", "RedactionConfig",
+    "EvictionConfig", "SummarizeConfig", "RecitationConfig", "RetrievalConfig",
+    "MemoryPromotionConfig", "HandoffConfig", "load_config", "parse_config",
+    "DEFAULT_OPENAI_BASE_URL",
+]
+
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+class ConfigError(Exception):
+    """The config file is missing, not JSON, or does not match the schema."""
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ProviderConfig(_Block):
+    base_url: str = DEFAULT_OPENAI_BASE_URL
+    api_key_env: str | None = None
+    timeout_seconds: float = Field(default=600.0, gt=0)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
+
+
+class ModelConfig(_Block):
+    context_limit: int = Field(default=128_000, gt=0)
+    reserved_output: int = Field(default=4096, ge=0)
+
+
+class AgentConfig(_Block):
+    provider: str = "openai"
+    model: str | None = None
+    fast_model: str | None = None
+    context: dict[str, Any] = Field(default_factory=dict)
+
+
+class EmbeddingConfig(_Block):
+    provider: str = "builtin"
+    model: str = "hashing-512"
+    dimensions: int = Field(default=512, gt=0)
+
+
+class AuthKeyConfig(_Block):
+    key_env: str
+    tenant: str
+
+
+class AuthConfig(_Block):
+    keys: tuple[AuthKeyConfig, ...] = ()
+
+
+class ToolOutputConfig(_Block):
+    max_chars: int = Field(default=24_000, ge=200)
+    persist_raw: bool = True
+    raw_cap_bytes: int = Field(default=8_388_608, gt=0)
+
+
+class RedactionConfig(_Block):
+    enabled: bool = True
+    patterns: tuple[str, ...] = ()
+    default_patterns: bool = True
+
+
+class EvictionConfig(_Block):
+    enabled: bool = True
+    at_fraction: float = Field(default=0.5, gt=0, le=1)
+    keep_recent_rounds: int = Field(default=3, ge=0)
+    clear_at_least: int = Field(default=2000, ge=0)
+    min_result_tokens: int = Field(default=200, ge=0)
+    exclude_tools: tuple[str, ...] = ()
+
+
+class SummarizeConfig(_Block):
+    enabled: bool = True
+    background: bool = True
+    soft_fraction: float = Field(default=0.7, gt=0, le=1)
+    hard_fraction: float = Field(default=0.9, gt=0, le=1)
+    keep_recent: int = Field(default=8, ge=0)
+    reflect_tokens: int = Field(default=4000, gt=0)
+    max_attempts: int = Field(default=3, ge=1, le=3)
+
+    @model_validator(mode="after")
+    def _soft_below_hard(self) -> SummarizeConfig:
+        if self.soft_fraction > self.hard_fraction:
+            raise ValueError("summarize.softFraction must not exceed summarize.hardFraction")
+        return self
+
+
+class RecitationConfig(_Block):
+    enabled: bool = False
+
+
+class RetrievalConfig(_Block):
+    enabled: bool = False
+    min_score: float = Field(default=0.35, ge=-1, le=1)
+    max_results: int = Field(default=4, ge=0)
+    snippet_chars: int = Field(default=1200, gt=0)
+
+
+class MemoryPromotionConfig(_Block):
+    mode: Literal["off", "suggest", "auto"] = "off"
+
+
+class HandoffConfig(_Block):
+    enabled: bool = False
+    at_fraction: float = Field(default=0.9, gt=0, le=1)
+
+
+class ContextConfig(_Block):
+    tool_output: ToolOutputConfig = ToolOutputConfig()
+    redaction: RedactionConfig = RedactionConfig()
+    eviction: EvictionConfig = EvictionConfig()
+    summarize: SummarizeConfig = SummarizeConfig()
+    recitation: RecitationConfig = RecitationConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    memory_promotion: MemoryPromotionConfig = MemoryPromotionConfig()
+    handoff: HandoffConfig = HandoffConfig()
+
+
+class Config(_Block):
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    auth: AuthConfig = AuthConfig()
+    context: ContextConfig = ContextConfig()
+    # Per-agent merged context blocks, computed once at load (not a file key).
+    resolved: dict[str, ContextConfig] = Field(default_factory=dict, exclude=True)
+
+    @model_validator(mode="after")
+    def _check_refs(self) -> Config:
+        for name, agent in self.agents.items():
+            if agent.provider not in self.providers:
+                raise ValueError(f"agents.{name}.provider {agent.provider!r} is not in providers")
+        return self
+
+    def agent_for(self, model: str | None) -> tuple[str, AgentConfig]:
+        """A request's ``model`` selects an agent when it names one, else ``default``."""
+        if model and model in self.agents:
+            return model, self.agents[model]
+        return "default", self.agents.get("default", AgentConfig())
+
+    def context_for(self, agent: str) -> ContextConfig:
+        return self.resolved.get(agent, self.context)
+
+    def model_limits(self, model: str) -> ModelConfig:
+        """Longest matching prefix in ``models``, then ``default``, then the built-in default."""
+        best = None
+        for prefix in self.models:
+            fits = prefix != "default" and model.startswith(prefix)
+            if fits and (best is None or len(prefix) > len(best)):
+                best = prefix
+        if best is not None:
+            return self.models[best]
+        return self.models.get("default", ModelConfig())
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
+    """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reason."""
+    env = env or {}
+    data = dict(raw)
+    providers = dict(data.get("providers") or {})
+    if "openai" not in providers:
+        providers["openai"] = {
+            "baseUrl": env.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL,
+            "apiKeyEnv": "OPENAI_API_KEY",
+        }
+    data["providers"] = providers
+    if "default" not in (data.get("agents") or {}):
+        data["agents"] = {**(data.get("agents") or {}), "default": {}}
+    try:
+        cfg = Config.model_validate(data)
+        base = cfg.context.model_dump(by_alias=True)
+        resolved = {
+            name: ContextConfig.model_validate(_deep_merge(base, agent.context))
+            for name, agent in cfg.agents.items()
+        }
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from exc
+    return cfg.model_copy(update={"resolved": resolved})
+
+
+def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
+    """Read and validate the config file; a missing path means all defaults."""
+    if path is None:
+        return parse_config({}, env)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {p} does not exist") from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p} must hold a JSON object at the top level")
+    return parse_config(raw, env)

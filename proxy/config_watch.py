@@ -1,0 +1,54 @@
+"""Hot reload of config/agents.json: validate on save, swap atomically, or keep the old one.
+
+Editors often save by writing a new file and renaming it over the old one, so we watch the
+directory and filter on the file's name. Requests read ``holder.current`` once and use that
+snapshot for the whole request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from watchfiles import awatch
+
+from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
+from proxy.config import Config, ConfigError, load_config
+
+__all__ = ["ConfigHolder", "watch_config"]
+
+log = logging.getLogger("cascade.config")
+
+
+class ConfigHolder:
+    """Holds the immutable Config in force; replaced whole, never mutated."""
+
+    def __init__(self, config: Config, path: Path | None) -> None:
+        self.current = config
+        self.path = path
+
+    def reload(self, env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+        """Try the file on disk; return the event to emit (reloaded or rejected)."""
+        try:
+            self.current = load_config(self.path, env if env is not None else os.environ)
+        except ConfigError as exc:
+            log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
+            return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
+        log.info("config %s reloaded", self.path)
+        return CONFIG_RELOADED, {"path": str(self.path)}
+
+
+async def watch_config(
+    holder: ConfigHolder, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
+) -> None:
+    """Reload on every change to the config file until ``stop`` is set."""
+    if holder.path is None:
+        return
+    path = holder.path.resolve()
+    async for changes in awatch(path.parent, stop_event=stop, debounce=200, step=50):
+        if any(Path(p).resolve() == path for _, p in changes):
+            emit(*holder.reload())

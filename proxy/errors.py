@@ -1,0 +1,83 @@
+"""Errors the proxy answers with, all in OpenAI's shape.
+
+::
+
+    ProxyError
+      ├ ClientRequestError (400: bad session id, malformed body)
+      │   └ PayloadTooLarge (413)
+      ├ ContextLengthExceeded (400, code "context_length_exceeded"; lives in cascade.types)
+      ├ NotFound (404, incl. another tenant's session)
+      ├ UpstreamUnavailable (502: provider unreachable)
+      ├ UpstreamTimeout (504)
+      └ ConfigError (config.py; never reaches a client)
+
+Upstream non-2xx responses are *not* wrapped: they are relayed byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.cascade.types import ContextLengthExceeded
+
+__all__ = [
+    "ProxyError", "ClientRequestError", "PayloadTooLarge", "NotFound", "UpstreamUnavailable",
+    "UpstreamTimeout", "ContextLengthExceeded", "error_body",
+]
+
+
+class ProxyError(Exception):
+    status_code = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class ClientRequestError(ProxyError):
+    status_code = 400
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(ClientRequestError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class NotFound(ProxyError):
+    status_code = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class UpstreamUnavailable(ProxyError):
+    status_code = 502
+    type = "upstream_error"
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(ProxyError):
+    status_code = 504
+    type = "upstream_error"
+    code = "upstream_timeout"
+
+
+def error_body(
+    message: str, *, type: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}`` — the shape every client parses."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def exception_body(exc: Exception) -> tuple[int, dict[str, Any]]:
+    """Status and body for a domain error (ProxyError or ContextLengthExceeded)."""
+    if isinstance(exc, ContextLengthExceeded):
+        return exc.status_code, error_body(str(exc), type=exc.type, code=exc.code, param="messages")
+    if isinstance(exc, ProxyError):
+        return exc.status_code, error_body(
+            exc.message, type=exc.type, code=exc.code, param=exc.param
+        )
+    return 500, error_body("internal error in the proxy; see its log", type="server_error")

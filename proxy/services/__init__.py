@@ -1,0 +1,1 @@
+"""The imperative shell: each module orchestrates core + store + upstream for one use case."""

@@ -1,0 +1,134 @@
+"""The session API's use cases: list, show, messages, branch, reset, delete, tool outputs.
+
+Every function is scoped by tenant: another tenant's session is indistinguishable from a
+missing one (404), so ids leak nothing across tenants.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from proxy.config import Config
+from proxy.errors import ClientRequestError, NotFound
+from proxy.services.toolloop import read_page
+from proxy.session_id import validate_session_id
+from proxy.store import messages as msgs, raw_outputs, sessions, summaries
+
+__all__ = [
+    "list_sessions", "show_session", "list_messages", "branch_session", "reset_session",
+    "delete_session", "tool_output",
+]
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+async def _require(conn: Any, tenant: str, session_id: str) -> Any:
+    row = await sessions.fetchrow_session(conn, tenant=tenant, session_id=session_id)
+    if row is None:
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    return row
+
+
+async def list_sessions(conn: Any, *, tenant: str, limit: int, offset: int) -> dict[str, Any]:
+    rows = await sessions.fetch_sessions(conn, tenant=tenant, limit=limit, offset=offset)
+    return {"object": "list", "data": [
+        {k: _iso(v) for k, v in dict(r).items()} | {"message_count": r["head_len"]}
+        for r in rows
+    ]}
+
+
+async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) -> dict[str, Any]:
+    """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
+    row = await _require(conn, tenant, session_id)
+    limits = cfg.model_limits(row["model"] or "")
+    occupancy = row["last_prompt_tokens"]
+    if occupancy is None and row["last_estimate"] is not None:
+        occupancy = round(row["last_estimate"] * row["calibration"])
+    summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
+    return {
+        "id": row["id"], "object": "session", "agent": row["agent"], "model": row["model"],
+        "parent_id": row["parent_id"], "created_at": _iso(row["created_at"]),
+        "updated_at": _iso(row["updated_at"]), "message_count": row["head_len"],
+        "superseded_count": row["superseded_count"],
+        "occupancy": occupancy, "context_limit": limits.context_limit,
+        "fraction": round(occupancy / limits.context_limit, 4) if occupancy else 0.0,
+        "last_prompt_tokens": row["last_prompt_tokens"],
+        "last_estimated_tokens": row["last_estimate"], "calibration": row["calibration"],
+        "reclaimed_tokens": row["reclaimed_tokens"],
+        "summary": None if summary is None else {
+            "version": summary["version"], "boundary": summary["boundary"],
+            "tokens": summary["tokens"], "content": summary["content"],
+            "created_at": _iso(summary["created_at"]),
+        },
+    }
+
+
+async def list_messages(
+    conn: Any, *, tenant: str, session_id: str, include_superseded: bool, limit: int,
+    offset: int,
+) -> dict[str, Any]:
+    await _require(conn, tenant, session_id)
+    rows = await msgs.fetch_messages(
+        conn, tenant=tenant, session_id=session_id, include_superseded=include_superseded,
+        limit=limit, offset=offset,
+    )
+    return {"object": "list", "data": [
+        {
+            "pos": r["pos"], "role": r["role"], "message": r["message"],
+            "tokens": r["tokens"], "source": r["source"], "redacted": r["redacted"],
+            "evicted": r["evicted_at"] is not None,
+            "superseded": r["superseded_at"] is not None, "created_at": _iso(r["created_at"]),
+        }
+        for r in rows
+    ]}
+
+
+async def branch_session(
+    conn: Any, *, tenant: str, session_id: str, new_id: str | None
+) -> dict[str, Any]:
+    """Copy the live history, raw outputs and summaries into an independent new session."""
+    await _require(conn, tenant, session_id)
+    target = validate_session_id(new_id, source="body 'id'") if new_id else (
+        f"{session_id[:100]}-branch-{secrets.token_hex(4)}"
+    )
+    if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
+        raise ClientRequestError(f"session {target!r} already exists; pick another id",
+                                 param="id")
+    await sessions.copy_session(conn, tenant=tenant, source=session_id, target=target)
+    return {"id": target, "object": "session", "parent_id": session_id}
+
+
+async def reset_session(conn: Any, *, tenant: str, session_id: str) -> dict[str, Any]:
+    await _require(conn, tenant, session_id)
+    await sessions.reset_session(conn, tenant=tenant, session_id=session_id)
+    return {"id": session_id, "object": "session", "reset": True}
+
+
+async def delete_session(conn: Any, *, tenant: str, session_id: str) -> dict[str, Any]:
+    if not await sessions.delete_session(conn, tenant=tenant, session_id=session_id):
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    return {"id": session_id, "object": "session", "deleted": True}
+
+
+async def tool_output(
+    conn: Any, *, tenant: str, session_id: str, tool_call_id: str, offset: int,
+    limit: int | None, grep: str | None, max_chars: int,
+) -> dict[str, Any]:
+    """The same pages the model gets from read_tool_output, for people."""
+    await _require(conn, tenant, session_id)
+    row = await raw_outputs.fetchrow_raw_output(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    )
+    page = await read_page(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id,
+        offset=offset, limit=limit, grep=grep, max_chars=max_chars,
+    )
+    if row is None or page is None:
+        raise NotFound(f"no stored output for tool call {tool_call_id!r} in this session")
+    return {
+        "id": tool_call_id, "object": "tool_output", "total_chars": len(row["content"]),
+        "original_bytes": row["original_bytes"], "capped": row["capped"], "page": page,
+    }

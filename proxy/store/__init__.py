@@ -1,0 +1,1 @@
+"""The asyncpg layer. Functions take ``conn`` first, everything else keyword-only."""

@@ -1,0 +1,89 @@
+"""Pool creation and the forward-only migration runner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+__all__ = ["MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+_LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
+
+CREATE_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations(
+    version int PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+
+
+class MigrationError(RuntimeError):
+    """An applied migration file changed on disk; refusing to run against this database."""
+
+
+def _files(directory: Path) -> list[tuple[int, str, str]]:
+    out = []
+    for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+        text = path.read_text(encoding="utf-8")
+        out.append((int(path.name[:4]), path.name, text))
+    return out
+
+
+async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; return their names.
+
+    Runs on a bare connection (before the codec-registering pool exists, because the vector
+    type only exists after 0001) under an advisory lock so concurrent replicas serialise.
+    """
+    conn = await asyncpg.connect(dsn)
+    applied: list[str] = []
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+        try:
+            await conn.execute(CREATE_LEDGER)
+            rows = await conn.fetch("SELECT version, name, checksum FROM schema_migrations")
+            done = {r["version"]: r for r in rows}
+            for version, name, text in _files(directory or MIGRATIONS_DIR):
+                checksum = hashlib.sha256(text.encode()).hexdigest()
+                if version in done:
+                    if done[version]["checksum"] != checksum:
+                        raise MigrationError(
+                            f"migration {name} was changed after it was applied; "
+                            "add a new migration instead of editing an old one"
+                        )
+                    continue
+                async with conn.transaction():
+                    await conn.execute(text)
+                    await conn.execute(
+                        "INSERT INTO schema_migrations(version, name, checksum)"
+                        " VALUES ($1, $2, $3)",
+                        version, name, checksum,
+                    )
+                applied.append(name)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+    finally:
+        await conn.close()
+    return applied
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await register_vector(conn)
+    for typ in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
+
+
+async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
+    """Open the pool with pgvector and JSON codecs registered on every connection."""
+    kwargs.setdefault("min_size", 1)
+    kwargs.setdefault("max_size", 10)
+    pool = await asyncpg.create_pool(dsn, init=_init_connection, **kwargs)
+    assert pool is not None
+    return pool

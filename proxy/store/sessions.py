@@ -1,0 +1,163 @@
+"""The ``sessions`` table: one row per (tenant, session) with the cascade's counters."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import asyncpg
+
+__all__ = [
+    "upsert_session", "fetchrow_session", "fetch_sessions", "update_head", "update_usage",
+    "add_reclaimed", "delete_session", "reset_session", "copy_session", "lock_session",
+    "unlock_session", "session_lock_key",
+]
+
+UPSERT_SESSION = """
+INSERT INTO sessions (tenant, id, agent, model) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, id) DO UPDATE SET updated_at = now(), model = EXCLUDED.model,
+    agent = EXCLUDED.agent
+RETURNING *
+"""
+
+
+async def upsert_session(
+    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None
+) -> asyncpg.Record:
+    """Create the session on first use; touch ``updated_at`` after that."""
+    row = await conn.fetchrow(UPSERT_SESSION, tenant, session_id, agent, model)
+    assert row is not None
+    return row
+
+
+FETCHROW_SESSION = """
+SELECT s.*, (SELECT count(*) FROM messages m WHERE m.tenant = s.tenant
+             AND m.session_id = s.id AND m.superseded_at IS NOT NULL) AS superseded_count
+FROM sessions s WHERE s.tenant = $1 AND s.id = $2
+"""
+
+
+async def fetchrow_session(conn: Any, *, tenant: str, session_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
+
+
+FETCH_SESSIONS = """
+SELECT id, agent, model, parent_id, created_at, updated_at, head_len, last_prompt_tokens,
+       reclaimed_tokens
+FROM sessions WHERE tenant = $1 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
+"""
+
+
+async def fetch_sessions(
+    conn: Any, *, tenant: str, limit: int = 100, offset: int = 0
+) -> list[asyncpg.Record]:
+    return await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)
+
+
+UPDATE_HEAD = """
+UPDATE sessions SET head_len = $3, head_hash = $4, system_count = $5, updated_at = now()
+WHERE tenant = $1 AND id = $2
+"""
+
+
+async def update_head(
+    conn: Any, *, tenant: str, session_id: str, head_len: int, head_hash: str | None,
+    system_count: int,
+) -> None:
+    await conn.execute(UPDATE_HEAD, tenant, session_id, head_len, head_hash, system_count)
+
+
+UPDATE_USAGE = """
+UPDATE sessions SET last_prompt_tokens = $3, last_estimate = $4, calibration = $5
+WHERE tenant = $1 AND id = $2
+"""
+
+
+async def update_usage(
+    conn: Any, *, tenant: str, session_id: str, prompt_tokens: int | None, estimate: int,
+    calibration: float,
+) -> None:
+    """Record the real prompt size of the step just sent (or NULL when unknown)."""
+    await conn.execute(UPDATE_USAGE, tenant, session_id, prompt_tokens, estimate, calibration)
+
+
+ADD_RECLAIMED = """
+UPDATE sessions SET reclaimed_tokens = reclaimed_tokens + $3 WHERE tenant = $1 AND id = $2
+RETURNING reclaimed_tokens
+"""
+
+
+async def add_reclaimed(conn: Any, *, tenant: str, session_id: str, tokens: int) -> int:
+    return int(await conn.fetchval(ADD_RECLAIMED, tenant, session_id, tokens) or 0)
+
+
+DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
+
+
+async def delete_session(conn: Any, *, tenant: str, session_id: str) -> bool:
+    """Delete a session and, by ON DELETE CASCADE, everything it owns."""
+    status = await conn.execute(DELETE_SESSION, tenant, session_id)
+    return bool(status.endswith(" 1"))
+
+
+RESET_SESSION = [
+    "DELETE FROM messages WHERE tenant = $1 AND session_id = $2",
+    "DELETE FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2",
+    "DELETE FROM summaries WHERE tenant = $1 AND session_id = $2",
+    """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
+       last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,
+       reclaimed_tokens = 0, updated_at = now() WHERE tenant = $1 AND id = $2""",
+]
+
+
+async def reset_session(conn: Any, *, tenant: str, session_id: str) -> None:
+    """Forget the history (messages, raw outputs, summaries); the session and events stay."""
+    async with conn.transaction():
+        for sql in RESET_SESSION:
+            await conn.execute(sql, tenant, session_id)
+
+
+COPY_SESSION = [
+    """INSERT INTO sessions (tenant, id, agent, model, parent_id, head_len, head_hash,
+           system_count, last_prompt_tokens, last_estimate, calibration, reclaimed_tokens)
+       SELECT tenant, $3, agent, model, id, head_len, head_hash, system_count,
+           last_prompt_tokens, last_estimate, calibration, reclaimed_tokens
+       FROM sessions WHERE tenant = $1 AND id = $2""",
+    """INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
+           redacted, evicted_at, source)
+       SELECT tenant, $3, pos, hash, role, message, tool_call_id, tokens, redacted, evicted_at,
+           source
+       FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL""",
+    """INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
+           capped)
+       SELECT tenant, $3, tool_call_id, content, original_bytes, capped
+       FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2""",
+    """INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, content,
+           tokens, model)
+       SELECT tenant, $3, version, boundary, boundary_hash, content, tokens, model
+       FROM summaries WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL""",
+]
+
+
+async def copy_session(conn: Any, *, tenant: str, source: str, target: str) -> None:
+    """Branch: independent copies of the live history, raw outputs and valid summaries."""
+    async with conn.transaction():
+        for sql in COPY_SESSION:
+            await conn.execute(sql, tenant, source, target)
+
+
+def session_lock_key(tenant: str, session_id: str) -> int:
+    """A signed 64-bit advisory-lock key; collisions between sessions are negligible."""
+
+
+    digest = hashlib.blake2b(f"{tenant}\x00{session_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+async def lock_session(conn: Any, *, tenant: str, session_id: str) -> None:
+    """Serialise requests on one session across replicas (session-level advisory lock)."""
+    await conn.execute("SELECT pg_advisory_lock($1)", session_lock_key(tenant, session_id))
+
+
+async def unlock_session(conn: Any, *, tenant: str, session_id: str) -> None:
+    await conn.execute("SELECT pg_advisory_unlock($1)", session_lock_key(tenant, session_id))

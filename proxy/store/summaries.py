@@ -1,0 +1,59 @@
+"""``summaries``: versioned briefings with the boundary they cover."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+__all__ = ["fetchrow_latest", "insert_summary", "invalidate_after", "fetch_summaries"]
+
+FETCHROW_LATEST = """
+SELECT version, boundary, boundary_hash, content, tokens, model, created_at FROM summaries
+WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL
+ORDER BY version DESC LIMIT 1
+"""
+
+
+async def fetchrow_latest(conn: Any, *, tenant: str, session_id: str) -> asyncpg.Record | None:
+    """The newest summary still valid for the live history."""
+    return await conn.fetchrow(FETCHROW_LATEST, tenant, session_id)
+
+
+INSERT_SUMMARY = """
+INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, content, tokens,
+                       model)
+SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5, $6, $7
+FROM summaries WHERE tenant = $1 AND session_id = $2
+RETURNING version
+"""
+
+
+async def insert_summary(
+    conn: Any, *, tenant: str, session_id: str, boundary: int, boundary_hash: str | None,
+    content: str, tokens: int, model: str | None,
+) -> int:
+    return int(await conn.fetchval(
+        INSERT_SUMMARY, tenant, session_id, boundary, boundary_hash, content, tokens, model
+    ))
+
+
+INVALIDATE_AFTER = """
+UPDATE summaries SET invalidated_at = now()
+WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL AND boundary > $3
+"""
+
+
+async def invalidate_after(conn: Any, *, tenant: str, session_id: str, pos: int) -> None:
+    """A history that diverged at ``pos`` invalidates summaries that folded messages past it."""
+    await conn.execute(INVALIDATE_AFTER, tenant, session_id, pos)
+
+
+FETCH_SUMMARIES = """
+SELECT version, boundary, content, tokens, model, invalidated_at, created_at FROM summaries
+WHERE tenant = $1 AND session_id = $2 ORDER BY version
+"""
+
+
+async def fetch_summaries(conn: Any, *, tenant: str, session_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(FETCH_SUMMARIES, tenant, session_id)

@@ -1,0 +1,112 @@
+"""A real Cascade proxy (uvicorn on loopback) wired to the fake upstream and a per-test DB."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fakes.upstream import FakeUpstream
+
+
+class _Server(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # running in a thread
+        pass
+
+
+class ProxyServer:
+    """Runs ``create_app(settings)`` under uvicorn in a thread; ``.url`` ends in ``/v1``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            ws="none",
+        )
+        self._server = _Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def start(self) -> ProxyServer:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("proxy did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    @property
+    def origin(self) -> str:
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.origin}/v1"
+
+
+def write_config(path: Path, upstream_url: str, **overrides: Any) -> Path:
+    """An agents.json pointing the default provider at ``upstream_url``."""
+    cfg: dict[str, Any] = {
+        "providers": {
+            "openai": {"baseUrl": upstream_url, "timeoutSeconds": 10, "connectTimeoutSeconds": 2}
+        },
+        "models": {"default": {"contextLimit": 128000}},
+        "agents": {"default": {"provider": "openai", "fastModel": "fast-model"}},
+    }
+    for key, value in overrides.items():
+        cfg[key] = value
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    return write_config(tmp_path / "agents.json", fake_upstream.url)
+
+
+@pytest.fixture
+def settings(db_dsn: str, config_path: Path) -> Settings:
+    return Settings(
+        database_url=db_dsn, config=config_path, keepalive_seconds=0.3, watch_config=True
+    )
+
+
+@pytest.fixture
+def proxy(settings: Settings) -> Iterator[ProxyServer]:
+    server = ProxyServer(settings).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(proxy: ProxyServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
+
+
+@pytest.fixture
+def http(proxy: ProxyServer) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=proxy.origin, headers={"authorization": "Bearer sk-test-client"}, timeout=10
+    ) as c:
+        yield c

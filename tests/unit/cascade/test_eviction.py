@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings, strategies as st
+
+from proxy.cascade.eviction import PLACEHOLDER_PREFIX, evict
+from proxy.cascade.rounds import protected_from
+from proxy.cascade.types import EVICTED, READ_TOOL_OUTPUT, Budget, Spill, StageResult
+from proxy.config import EvictionConfig
+from tests.unit.cascade.builders import assistant_calls, conversation, count, tool, user
+
+HOT = Budget(limit=10_000, reserved_output=0, occupancy=6_000)
+CFG = EvictionConfig(keep_recent_rounds=1, clear_at_least=500, min_result_tokens=100)
+
+
+def _evict(messages: list[dict[str, Any]], **kw: Any) -> StageResult:
+    args: dict[str, Any] = {
+        "count": count,
+        "budget": HOT,
+        "cfg": CFG,
+        "persist_raw": True,
+        "spilled": frozenset(),
+    }
+    args.update(kw)
+    return evict(messages, **args)
+
+
+def test_below_threshold_changes_nothing() -> None:
+    msgs = conversation([4000, 4000, 4000])
+    cool = Budget(limit=10_000, reserved_output=0, occupancy=4_999)
+    result = _evict(msgs, budget=cool)
+    assert result == StageResult(tuple(msgs))
+
+
+def test_disabled_changes_nothing() -> None:
+    msgs = conversation([4000, 4000, 4000])
+    result = _evict(msgs, cfg=CFG.model_copy(update={"enabled": False}))
+    assert result.messages == tuple(msgs) and result.events == ()
+
+
+def test_evicts_all_eligible_outside_protected_rounds_in_one_pass() -> None:
+    msgs = conversation([4000, 4000, 4000])
+    result = _evict(msgs)
+    out = result.messages
+    assert out[3]["content"] == (
+        f"{PLACEHOLDER_PREFIX} Result of read_file (4000 chars) was cleared to save context. "
+        'Recover it with read_tool_output({"id": "c0"})'
+    )
+    assert out[5]["content"].startswith(PLACEHOLDER_PREFIX)
+    assert out[7] is msgs[7]  # last round protected
+    assert out[3]["role"] == "tool" and out[3]["tool_call_id"] == "c0"
+    assert [m for i, m in enumerate(out) if i not in (3, 5)] == [
+        m for i, m in enumerate(msgs) if i not in (3, 5)
+    ]
+    assert result.spills == (Spill("c0", "x" * 4000), Spill("c1", "x" * 4000))
+    (event,) = result.events
+    assert event.name == EVICTED
+    reclaimed = 2 * (1000 - len(out[3]["content"]) // 4)
+    assert event.data == {"count": 2, "tokens_reclaimed": reclaimed, "tool_call_ids": ["c0", "c1"]}
+
+
+def test_too_little_to_reclaim_changes_nothing() -> None:
+    msgs = conversation([1200, 4000])  # one eligible result, ~270 tokens reclaimable
+    assert _evict(msgs).messages == tuple(msgs)
+    assert _evict(msgs).events == ()
+
+
+def test_batches_everything_once_the_threshold_is_met() -> None:
+    msgs = conversation([1200, 1200, 1200, 1200, 100])
+    result = _evict(msgs)
+    assert result.events[0].data["count"] == 4
+
+
+def test_small_results_are_not_evicted() -> None:
+    msgs = conversation([4000, 300, 4000, 10])
+    out = _evict(msgs).messages
+    assert out[5] is msgs[5]  # 75 tokens < min_result_tokens
+    assert out[3]["content"].startswith(PLACEHOLDER_PREFIX)
+    assert out[7]["content"].startswith(PLACEHOLDER_PREFIX)
+
+
+def test_excluded_tools_and_read_tool_output_are_kept() -> None:
+    msgs = [
+        user("go"),
+        assistant_calls(("a", "keep_me", {}), ("b", READ_TOOL_OUTPUT, {}), ("c", "grep", {})),
+        tool("a", "x" * 4000),
+        tool("b", "x" * 4000),
+        tool("c", "x" * 4000),
+        assistant_calls(("d", "grep", {})),
+        tool("d", "x" * 4000),
+    ]
+    cfg = CFG.model_copy(update={"exclude_tools": ("keep_me",)})
+    out = _evict(msgs, cfg=cfg).messages
+    assert out[2] is msgs[2] and out[3] is msgs[3]
+    assert out[4]["content"].startswith(PLACEHOLDER_PREFIX)
+
+
+def test_without_persist_raw_placeholder_has_no_handle_and_nothing_spills() -> None:
+    result = _evict(conversation([4000, 4000]), persist_raw=False)
+    assert result.messages[3]["content"] == (
+        f"{PLACEHOLDER_PREFIX} Result of read_file (4000 chars) was cleared to save context; "
+        "re-run the tool if you need it."
+    )
+    assert result.spills == ()
+
+
+def test_unspillable_results_get_no_handle() -> None:
+    result = _evict(conversation([4000, 4000, 4000]), unspillable=frozenset({"c0"}))
+    assert "re-run the tool" in result.messages[3]["content"]
+    assert READ_TOOL_OUTPUT in result.messages[5]["content"]
+    assert result.spills == (Spill("c1", "x" * 4000),)
+
+
+def test_already_spilled_results_are_not_spilled_again() -> None:
+    result = _evict(conversation([4000, 4000, 4000]), spilled=frozenset({"c0"}))
+    assert READ_TOOL_OUTPUT in result.messages[3]["content"]
+    assert result.spills == (Spill("c1", "x" * 4000),)
+
+
+def test_placeholder_keeps_other_keys() -> None:
+    msgs = [assistant_calls(("a", "grep", {})), tool("a", "x" * 4000, name="grep")]
+    msgs += [assistant_calls(("b", "grep", {})), tool("b", "y")]
+    out = _evict(msgs).messages
+    assert out[1]["name"] == "grep" and out[1]["tool_call_id"] == "a"
+    assert set(out[1]) == set(msgs[1])
+
+
+def test_placeholders_are_never_re_evicted() -> None:
+    msgs = conversation([4000, 4000, 4000])
+    once = _evict(msgs)
+    twice = _evict(list(once.messages))
+    assert twice.messages == once.messages
+    assert twice.events == () and twice.spills == ()
+
+
+# --- properties ------------------------------------------------------------------------
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [user("go")]
+    n = 0
+    for _ in range(draw(st.integers(min_value=0, max_value=8))):
+        width = draw(st.integers(min_value=1, max_value=3))
+        calls = []
+        for _ in range(width):
+            calls.append(
+                (f"c{n}", draw(st.sampled_from(["grep", "ls", "keep", READ_TOOL_OUTPUT])), {})
+            )
+            n += 1
+        msgs.append(assistant_calls(*calls))
+        for cid, _, _ in calls:
+            msgs.append(tool(cid, "r" * draw(st.integers(min_value=0, max_value=3000))))
+        if draw(st.booleans()):
+            msgs.append(user("more"))
+    return msgs
+
+
+_cfgs = st.builds(
+    EvictionConfig,
+    keep_recent_rounds=st.integers(min_value=0, max_value=4),
+    clear_at_least=st.integers(min_value=0, max_value=2000),
+    min_result_tokens=st.integers(min_value=0, max_value=400),
+    exclude_tools=st.just(("keep",)),
+)
+
+
+@given(_histories(), _cfgs, st.booleans())
+@settings(max_examples=100, deadline=None)
+def test_eviction_invariants(
+    msgs: list[dict[str, Any]], cfg: EvictionConfig, persist_raw: bool
+) -> None:
+    result = _evict(msgs, cfg=cfg, persist_raw=persist_raw)
+    out = result.messages
+    # never splits, reorders, drops or re-roles anything
+    assert [(m["role"], m.get("tool_call_id"), m.get("tool_calls")) for m in out] == [
+        (m["role"], m.get("tool_call_id"), m.get("tool_calls")) for m in msgs
+    ]
+    # protected rounds untouched
+    start = protected_from(msgs, cfg.keep_recent_rounds)
+    assert out[start:] == tuple(msgs[start:])
+    # only tool contents change; excluded and recovery results untouched
+    names = {c["id"]: c["function"]["name"] for m in msgs for c in m.get("tool_calls") or ()}
+    for before, after in zip(msgs, out, strict=True):
+        if after is not before:
+            assert before["role"] == "tool"
+            assert names[before["tool_call_id"]] not in ("keep", READ_TOOL_OUTPUT)
+            assert after["content"].startswith(PLACEHOLDER_PREFIX)
+    # all or nothing per pass, and it reclaims at least clear_at_least
+    if result.events:
+        assert result.events[0].data["tokens_reclaimed"] >= cfg.clear_at_least
+        assert count(out) < count(msgs)
+    else:
+        assert out == tuple(msgs)
+    if not persist_raw:
+        assert result.spills == ()
+    # idempotent
+    again = _evict(list(out), cfg=cfg, persist_raw=persist_raw)
+    assert again.messages == out and again.events == ()

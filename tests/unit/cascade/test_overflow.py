@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from proxy.cascade.overflow import GuardResult, guard
+from proxy.cascade.types import TRIMMED, ContextLengthExceeded, Event
+from tests.unit.cascade.summary_builders import (
+    assistant,
+    assistant_calls,
+    conversations,
+    count,
+    system,
+    tool,
+    user,
+)
+
+
+def _words(n: int) -> str:
+    return "w" * (4 * n)  # exactly n tokens under ``count``
+
+
+def _prompt() -> list[dict[str, Any]]:
+    return [
+        system(_words(10)),  # 0
+        user(_words(10)),  # 1 carries the summary
+        assistant_calls(("c1", "cat", {})),  # 2
+        tool("c1", _words(100)),  # 3
+        assistant(_words(20)),  # 4
+        user(_words(30)),  # 5
+        assistant(_words(5)),  # 6
+        user(_words(10)),  # 7 current turn
+        assistant_calls(("c2", "ls", {})),  # 8
+        tool("c2", _words(40)),  # 9
+    ]  # 225 tokens
+
+
+def test_guard_returns_prompt_unchanged_when_it_fits() -> None:
+    msgs = _prompt()
+    out = guard(msgs, count=count, limit=300, reserved_output=75, protected_head=2)
+    assert out == GuardResult(tuple(msgs), (), 0)
+
+
+def test_guard_drops_oldest_round_whole_and_emits_trimmed() -> None:
+    msgs = _prompt()
+    out = guard(msgs, count=count, limit=300, reserved_output=100, protected_head=2)
+    assert out.messages == (msgs[0], msgs[1], *msgs[4:])
+    assert out.dropped == 2
+    assert out.events == (
+        Event(TRIMMED, {"dropped_messages": 2, "tokens_before": 225, "tokens_after": 125}),
+    )
+
+
+def test_guard_drops_only_as_much_as_needed() -> None:
+    msgs = _prompt()
+    out = guard(msgs, count=count, limit=300, reserved_output=180, protected_head=2)
+    assert out.messages == (msgs[0], msgs[1], *msgs[5:])  # the round and 4 go; 5 still fits
+    assert count(out.messages) == 105
+
+
+def test_guard_keeps_the_current_turn_even_if_that_means_refusing() -> None:
+    msgs = _prompt()
+    with pytest.raises(ContextLengthExceeded) as err:
+        guard(msgs, count=count, limit=100, reserved_output=40, protected_head=2)
+    text = str(err.value)  # all droppable history gone would still leave 70 > 60
+    assert "needs about 225 tokens but 60 are available" in text
+    assert "limit 100, reserved for output 40" in text
+    assert "index 3, role tool" in text and "100 tokens" in text
+    assert "contextLimit" in text
+
+
+def test_guard_refuses_when_a_single_message_is_too_large() -> None:
+    msgs = [system("s"), user(_words(5_000))]
+    with pytest.raises(ContextLengthExceeded, match="index 1, role user"):
+        guard(msgs, count=count, limit=4_000, reserved_output=500, protected_head=1)
+
+
+def test_guard_never_orphans_results_of_a_call_in_the_protected_head() -> None:
+    msgs = [
+        system(),
+        assistant_calls(("c1", "ls", {})),
+        tool("c1", _words(5)),
+        assistant(_words(50)),
+        user(_words(5)),
+    ]
+    out = guard(msgs, count=count, limit=40, reserved_output=0, protected_head=2)
+    assert out.messages == (msgs[0], msgs[1], msgs[2], msgs[4])
+
+
+@settings(max_examples=100, deadline=None)
+@given(conversations(max_turns=10), st.integers(0, 900), st.integers(0, 200), st.booleans())
+def test_guard_invariants(msgs: list[Any], limit: int, reserved: int, whole_turn: bool) -> None:
+    budget = limit - reserved
+    try:
+        out = guard(
+            msgs, count=count, limit=limit, reserved_output=reserved, protected_head=2,
+            trim_current_turn=not whole_turn,
+        )  # fmt: skip
+    except ContextLengthExceeded:
+        return
+    kept = out.messages
+    assert count(kept) <= budget
+    assert out.dropped == len(msgs) - len(kept)
+    assert kept[:2] == tuple(msgs[:2])
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    if whole_turn:
+        assert kept[len(kept) - (len(msgs) - last_user) :] == tuple(msgs[last_user:])
+    assert any(m is msgs[last_user] for m in kept) and kept[-1] is msgs[-1]
+    # rounds are never split: every kept call has its results, every kept result its call
+    calls = {c["id"] for m in kept for c in m.get("tool_calls") or ()}
+    results = {m["tool_call_id"] for m in kept if m["role"] == "tool"}
+    assert calls == results
+    for i, m in enumerate(kept):
+        if m["role"] == "tool":
+            assert kept[i - 1]["role"] == "tool" or kept[i - 1].get("tool_calls")
+    assert kept == tuple(m for m in msgs if any(m is k for k in kept))  # order preserved
+
+
+def test_guard_trims_old_rounds_of_the_current_turn_only_when_asked() -> None:
+    msgs = [
+        system(),
+        user(_words(5)),  # summary carrier and the only user message
+        assistant_calls(("c1", "cat", {})),
+        tool("c1", _words(100)),
+        assistant_calls(("c2", "cat", {})),
+        tool("c2", _words(100)),
+        assistant_calls(("c3", "cat", {})),
+        tool("c3", _words(10)),
+    ]
+    kwargs: dict[str, Any] = {"count": count, "limit": 150, "reserved_output": 0}
+    with pytest.raises(ContextLengthExceeded):
+        guard(msgs, protected_head=2, **kwargs)
+    out = guard(msgs, protected_head=2, trim_current_turn=True, **kwargs)
+    assert out.messages == (*msgs[:2], *msgs[4:])
+    with pytest.raises(ContextLengthExceeded):  # the newest round is never dropped
+        guard(msgs, protected_head=2, trim_current_turn=True, **{**kwargs, "limit": 15})

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from proxy.cascade.redaction import (
+    DEFAULT_PATTERNS,
+    REDACTED,
+    compile_patterns,
+    redact,
+    redact_message,
+)
+from tests.unit.cascade.builders import tool, user
+
+PATTERNS = compile_patterns(())
+
+# Fake credentials assembled at runtime so no scanner mistakes this file for a leak.
+OPENAI = "sk-" + "A1b2C3d4" * 6
+OPENAI_PROJ = "sk-proj-" + "Xy9_" * 12
+ANTHROPIC = "sk-ant-api03-" + "q" * 40
+AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+GITHUB = "ghp_" + "a" * 36
+GITHUB_PAT = "github_pat_" + "11ABC" * 10
+SLACK = "xoxb-" + "1234567890-abcdefghij"
+GOOGLE = "AIza" + "S" * 35
+STRIPE = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+STRIPE_RK = "rk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nabcDEF123+/=\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        OPENAI,
+        OPENAI_PROJ,
+        ANTHROPIC,
+        AWS_ID,
+        GITHUB,
+        GITHUB_PAT,
+        SLACK,
+        GOOGLE,
+        STRIPE,
+        STRIPE_RK,
+        JWT,
+        PEM,
+    ],
+)
+def test_token_shapes_are_redacted(secret: str) -> None:
+    out, n = redact(f"before {secret} after", PATTERNS)
+    assert secret not in out
+    assert n == 1
+    assert out == f"before {REDACTED} after"
+
+
+def test_unterminated_pem_block_is_redacted() -> None:
+    text = "key:\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nMIIEvQ"
+    out, n = redact(text, PATTERNS)
+    assert "MIIEvQ" not in out and n == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("password=hunter22", f"password={REDACTED}"),
+        ('{"password": "correct horse"}', f'{{"password": "{REDACTED}"}}'),
+        ("DB_PASSWORD: s3cr3t!", f"DB_PASSWORD: {REDACTED}"),
+        ("api_key = 'abc123xyz'", f"api_key = '{REDACTED}'"),
+        ("export GITHUB_TOKEN=abcdef123", f"export GITHUB_TOKEN={REDACTED}"),
+        (f"aws_secret_access_key = {AWS_SECRET}", f"aws_secret_access_key = {REDACTED}"),
+        ("Authorization: Bearer abcdefgh12345678", f"Authorization: Bearer {REDACTED}"),
+        (
+            "curl -H 'authorization: bearer tok_12345678'",
+            f"curl -H 'authorization: bearer {REDACTED}'",
+        ),
+        ("Authorization: Basic dXNlcjpwYXNz", f"Authorization: Basic {REDACTED}"),
+    ],
+)
+def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str) -> None:
+    out, n = redact(text, PATTERNS)
+    assert out == expected
+    assert n == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"prompt_tokens": 523, "max_tokens": 100}',
+        "use_password: true",
+        "the task-force ran a risk-assessment-framework-document-v2",
+        "token_count: 12.5",
+        "ordinary prose about passwords and tokens",
+    ],
+)
+def test_non_secrets_are_left_alone(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
+
+
+def test_redaction_is_idempotent() -> None:
+    text = f"password={OPENAI} Authorization: Bearer {GITHUB} {PEM}"
+    once, n = redact(text, PATTERNS)
+    assert n >= 3
+    assert redact(once, PATTERNS) == (once, 0)
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=100, deadline=None)
+def test_redaction_is_idempotent_on_any_text(text: str) -> None:
+    once, _ = redact(text, PATTERNS)
+    assert redact(once, PATTERNS) == (once, 0)
+
+
+def test_secret_in_middle_of_multi_megabyte_text_is_found_quickly() -> None:
+    filler = ("lorem ipsum = dolor, sit: amet {x: 1}\n" * 60_000)[:2_000_000]
+    text = filler + f" {OPENAI} " + filler
+    start = time.perf_counter()
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and OPENAI not in out
+    assert time.perf_counter() - start < 2.0
+
+
+def test_pathological_input_does_not_backtrack() -> None:
+    text = "password" * 50_000 + "=" + "-----BEGIN PRIVATE KEY-----" * 2000 + "a" * 100_000
+    start = time.perf_counter()
+    redact(text, PATTERNS)
+    assert time.perf_counter() - start < 2.0
+
+
+def test_custom_patterns_with_and_without_defaults() -> None:
+    only_custom = compile_patterns([r"INTERNAL-\d{4}"], use_defaults=False)
+    assert len(only_custom) == 1
+    out, n = redact(f"INTERNAL-1234 {OPENAI}", only_custom)
+    assert out == f"{REDACTED} {OPENAI}" and n == 1
+    both = compile_patterns([r"INTERNAL-\d{4}"])
+    assert len(both) == len(DEFAULT_PATTERNS) + 1
+    assert redact(f"INTERNAL-1234 {OPENAI}", both) == (f"{REDACTED} {REDACTED}", 2)
+
+
+def test_custom_pattern_secret_group_keeps_context() -> None:
+    pats = compile_patterns([r"pin (?P<secret>\d{4})"], use_defaults=False)
+    assert redact("my pin 1234.", pats) == (f"my pin {REDACTED}.", 1)
+
+
+def test_compile_is_cached() -> None:
+    assert compile_patterns(("a+",)) is compile_patterns(["a+"])
+
+
+def test_invalid_pattern_is_a_readable_value_error() -> None:
+    with pytest.raises(ValueError, match=r"invalid redaction pattern '\(unclosed'"):
+        compile_patterns(["(unclosed"])
+
+
+def test_redact_message_string_content() -> None:
+    msg = tool("c1", f"key {OPENAI}")
+    out, n = redact_message(msg, PATTERNS)
+    assert n == 1 and out["content"] == f"key {REDACTED}"
+    assert out["tool_call_id"] == "c1" and msg["content"] == f"key {OPENAI}"
+
+
+def test_redact_message_text_parts() -> None:
+    msg = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": f"a {GITHUB}"},
+            {"type": "image_url", "image_url": {"url": "https://x"}},
+        ],
+    }
+    out, n = redact_message(msg, PATTERNS)
+    assert n == 1
+    assert out["content"][0] == {"type": "text", "text": f"a {REDACTED}"}
+    assert out["content"][1] is msg["content"][1]
+
+
+def test_redact_message_unchanged_is_same_object() -> None:
+    msg = user("nothing here")
+    assert redact_message(msg, PATTERNS) == (msg, 0)
+    assert redact_message(msg, PATTERNS)[0] is msg
+    empty = {"role": "assistant", "content": None}
+    assert redact_message(empty, PATTERNS)[0] is empty

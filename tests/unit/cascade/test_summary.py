@@ -1,0 +1,310 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from proxy.cascade.summary import (
+    SECTIONS,
+    build_prompt,
+    build_reflect_prompt,
+    fold_summary,
+    needs_reflect,
+    parse_briefing,
+    plan_compaction,
+    section,
+    system_prefix_count,
+)
+from proxy.cascade.types import CompactionPlan
+from tests.unit.cascade.summary_builders import (
+    assistant,
+    assistant_calls,
+    conversations,
+    count,
+    system,
+    tool,
+    user,
+)
+
+BRIEF = "\n\n".join(f"{h}\n{h[3:].lower()} body" for h in SECTIONS)
+
+
+def _history() -> list[dict[str, Any]]:
+    return [
+        system(),  # 0
+        user("fix the bug"),  # 1
+        assistant_calls(("c1", "grep", {"q": "x"})),  # 2
+        tool("c1", "found"),  # 3
+        assistant("ok"),  # 4
+        user("go on"),  # 5
+        assistant_calls(("c2", "read", {}), ("c3", "read", {})),  # 6
+        tool("c2", "a"),  # 7
+        tool("c3", "b"),  # 8
+        assistant("done"),  # 9
+    ]
+
+
+# --- plan_compaction ------------------------------------------------------------------------
+
+
+def test_plan_folds_from_boundary_to_last_keep_recent() -> None:
+    msgs = _history()
+    plan = plan_compaction(msgs, offset=0, boundary=0, keep_recent=5, previous="p", system_count=1)
+    assert plan == CompactionPlan(start=1, end=5, span=tuple(msgs[1:5]), previous="p")
+
+
+def test_plan_end_moves_earlier_instead_of_splitting_a_round() -> None:
+    msgs = _history()
+    # keep_recent=2 would cut at 8 (between c2 and c3 results); 7 and 6 are inside the round too
+    plan = plan_compaction(msgs, offset=0, boundary=1, keep_recent=2, previous=None, system_count=1)
+    assert plan is not None and plan.end == 6
+    assert msgs[plan.end]["role"] == "assistant"
+
+
+def test_plan_never_folds_a_trailing_call_whose_results_are_pending() -> None:
+    msgs = [system(), user("a"), assistant("b"), user("c"), assistant_calls(("c9", "ls", {}))]
+    plan = plan_compaction(msgs, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
+    assert plan is not None and plan.end == 4
+
+
+def test_plan_uses_absolute_positions_with_an_offset_window() -> None:
+    msgs = _history()
+    window = msgs[4:]
+    plan = plan_compaction(
+        window, offset=4, boundary=4, keep_recent=1, previous="old", system_count=1
+    )
+    assert plan is not None
+    assert (plan.start, plan.end) == (4, 9)
+    assert plan.span == tuple(msgs[4:9])
+
+
+@pytest.mark.parametrize(("boundary", "keep"), [(6, 3), (0, 99), (10, 0)])
+def test_plan_returns_none_when_nothing_to_fold(boundary: int, keep: int) -> None:
+    plan = plan_compaction(
+        _history(), offset=0, boundary=boundary, keep_recent=keep, previous=None, system_count=1
+    )
+    assert plan is None
+
+
+def test_plan_never_folds_system_messages() -> None:
+    msgs = [system("a"), system("b"), user("u"), assistant("x"), user("v")]
+    plan = plan_compaction(msgs, offset=0, boundary=0, keep_recent=1, previous=None, system_count=2)
+    assert plan is not None and plan.start == 2
+
+
+def test_plan_refuses_a_window_that_misses_messages() -> None:
+    with pytest.raises(ValueError, match="window starts at 5"):
+        plan_compaction(
+            [user("x")] * 4, offset=5, boundary=2, keep_recent=0, previous=None, system_count=1
+        )
+
+
+@settings(max_examples=80, deadline=None)
+@given(conversations(), st.integers(0, 12), st.data())
+def test_plan_never_ends_a_span_inside_a_round(msgs: list[Any], keep: int, data: Any) -> None:
+    boundary = data.draw(st.integers(1, len(msgs)))
+    while boundary < len(msgs) and msgs[boundary]["role"] == "tool":
+        boundary += 1
+    plan = plan_compaction(
+        msgs[boundary:], offset=boundary, boundary=boundary, keep_recent=keep, previous=None,
+        system_count=1,
+    )  # fmt: skip
+    if plan is None:
+        return
+    assert boundary == plan.start < plan.end <= len(msgs) - keep
+    tail = msgs[plan.end :]
+    assert not tail or tail[0]["role"] != "tool"
+    assert plan.span[-1].get("tool_calls") is None
+    folded_calls = {c["id"] for m in plan.span for c in m.get("tool_calls") or ()}
+    assert not folded_calls & {m["tool_call_id"] for m in tail if m["role"] == "tool"}
+
+
+def test_system_prefix_count_counts_leading_system_and_developer() -> None:
+    msgs = [system(), {"role": "developer", "content": "d"}, user("u"), system("late")]
+    assert system_prefix_count(msgs) == 2
+
+
+# --- build_prompt ---------------------------------------------------------------------------
+
+
+def _plan(span: list[Any], previous: str | None = "## Objective\nold") -> CompactionPlan:
+    return CompactionPlan(start=1, end=1 + len(span), span=tuple(span), previous=previous)
+
+
+def test_build_prompt_renders_instructions_previous_and_span() -> None:
+    span = [user("fix `a.py`"), assistant_calls(("c1", "grep", {"q": "needle"})), tool("c1", "hit")]
+    msgs = build_prompt(_plan(span), max_input_tokens=10_000, count=count)
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    instructions, body = msgs[0]["content"], msgs[1]["content"]
+    assert all(h in instructions for h in SECTIONS) and "backticks" in instructions
+    assert "<previous_summary>\n## Objective\nold\n</previous_summary>" in body
+    assert "[user]\nfix `a.py`" in body
+    assert 'grep({"q": "needle"}) id=c1' in body
+    assert "[tool result id=c1]\nhit" in body
+
+
+def test_build_prompt_without_previous_says_none() -> None:
+    body = build_prompt(_plan([user("x")], None), max_input_tokens=10_000, count=count)[1]
+    assert "<previous_summary>\n(none)\n</previous_summary>" in body["content"]
+
+
+def test_build_prompt_clips_long_tool_results_before_dropping_messages() -> None:
+    span = [user("first question"), assistant_calls(("c1", "cat", {})), tool("c1", "x" * 40_000)]
+    msgs = build_prompt(_plan(span), max_input_tokens=3_000, count=count)
+    body = msgs[1]["content"]
+    assert count(msgs) <= 3_000
+    assert "first question" in body
+    assert "characters omitted" in body
+    assert "earlier messages omitted" not in body
+
+
+def test_build_prompt_drops_oldest_messages_with_a_note_when_still_too_big() -> None:
+    span = [user(f"message number {i} " + "y" * 1_000) for i in range(40)]
+    msgs = build_prompt(_plan(span), max_input_tokens=2_500, count=count)
+    body = msgs[1]["content"]
+    assert count(msgs) <= 2_500
+    assert "message number 39" in body and "message number 0 " not in body
+    assert "earlier messages omitted" in body
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations(), st.integers(0, 3_000), st.integers(0, 20_000))
+def test_build_prompt_fits_or_never_raises(msgs: list[Any], limit: int, prev_len: int) -> None:
+    prompt = build_prompt(_plan(msgs[1:], "p" * prev_len), max_input_tokens=limit, count=count)
+    system_only = count(prompt[:1])
+    assert count(prompt) <= max(limit, system_only)
+
+
+# --- parse_briefing / section ---------------------------------------------------------------
+
+
+def test_parse_canonical_briefing_round_trips() -> None:
+    assert parse_briefing(BRIEF) == BRIEF
+
+
+def test_parse_strips_fences_preamble_and_maps_near_miss_headings() -> None:
+    text = (
+        "Sure! Here is the summary:\n```markdown\n# Objective\nship `v2`\n"
+        "## Decisions and Facts\n- use `pg`\n**Files & State**\n`a.py` edited\n"
+        "**Open Tasks:** write tests\nNext Steps:\nrun `pytest -q`\n```\n"
+    )
+    out = parse_briefing(text)
+    assert out.splitlines()[0] == "## Objective"
+    assert [ln for ln in out.splitlines() if ln.startswith("#")] == list(SECTIONS)
+    assert section(out, "Objective") == "ship `v2`"
+    assert section(out, "## Decisions & Facts") == "- use `pg`"
+    assert section(out, "Open Tasks") == "write tests"
+    assert section(out, "Next Step") == "run `pytest -q`"
+    assert "```" not in out and "Sure" not in out
+
+
+def test_parse_reorders_sections_and_fills_missing_with_none() -> None:
+    out = parse_briefing("## Next Step\nrun it\n## Objective\ngoal")
+    assert out == (
+        "## Objective\ngoal\n\n## Decisions & Facts\n(none)\n\n## Files & State\n(none)\n\n"
+        "## Open Tasks\n(none)\n\n## Next Step\nrun it"
+    )
+
+
+def test_parse_keeps_previous_text_for_a_missing_section() -> None:
+    previous = parse_briefing("## Files & State\n`b.py` created\n## Objective\nold")
+    out = parse_briefing("## Objective\nnew goal", previous=previous)
+    assert section(out, "Objective") == "new goal"
+    assert section(out, "Files & State") == "`b.py` created"
+    assert section(out, "Open Tasks") == "(none)"
+
+
+def test_parse_demotes_unknown_headings_and_keeps_code_blocks() -> None:
+    text = "## Objective\ngoal\n## Notes\nextra\n## Next Step\n```bash\n# install\npip i x\n```"
+    out = parse_briefing(text)
+    assert section(out, "Objective") == "goal\n**Notes**\nextra"
+    assert section(out, "Next Step") == "```bash\n# install\npip i x\n```"
+
+
+def test_parse_raises_when_no_section_is_recognisable() -> None:
+    with pytest.raises(ValueError, match="none of the sections"):
+        parse_briefing("I could not summarise this conversation.")
+
+
+def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
+    assert section("## Objective\nx", "Next Step") is None
+    with pytest.raises(ValueError, match="unknown section"):
+        section(BRIEF, "## Mood")
+
+
+# --- reflect --------------------------------------------------------------------------------
+
+
+def test_needs_reflect_compares_summary_tokens_to_threshold() -> None:
+    assert needs_reflect("x" * 4_004, count=count, reflect_tokens=1_000)
+    assert not needs_reflect("x" * 4_000, count=count, reflect_tokens=1_000)
+
+
+def test_build_reflect_prompt_keeps_sections_and_identifiers() -> None:
+    msgs = build_reflect_prompt(BRIEF, target_tokens=1_500)
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert all(h in msgs[0]["content"] for h in SECTIONS)
+    assert "1500 tokens" in msgs[0]["content"] and "verbatim" in msgs[0]["content"]
+    assert msgs[1]["content"] == f"<summary>\n{BRIEF}\n</summary>"
+
+
+# --- fold_summary ---------------------------------------------------------------------------
+
+
+def test_fold_prepends_block_to_first_user_string_content() -> None:
+    msgs = [system(), user("hi"), assistant("yo")]
+    out = fold_summary(msgs, summary="S", system_count=1)
+    assert out == (
+        system(),
+        user("<conversation_summary>\nS\n</conversation_summary>\n\nhi"),
+        assistant("yo"),
+    )
+    assert msgs[1] == user("hi")  # input untouched
+
+
+def test_fold_inserts_text_part_first_for_content_parts() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:x"}}
+    msgs = [system(), {"role": "user", "content": [image]}]
+    out = fold_summary(msgs, summary="S", system_count=1)
+    assert out[1]["content"] == [
+        {"type": "text", "text": "<conversation_summary>\nS\n</conversation_summary>"},
+        image,
+    ]
+
+
+def test_fold_inserts_user_message_when_window_starts_with_assistant() -> None:
+    msgs = [system(), assistant_calls(("c1", "ls", {})), tool("c1", "x"), user("next")]
+    out = fold_summary(msgs, summary="S", system_count=1)
+    assert out[1] == user("<conversation_summary>\nS\n</conversation_summary>")
+    assert out[2:] == tuple(msgs[1:])
+    assert [m["role"] for m in out].count("system") == 1
+
+
+def test_fold_into_empty_window_and_without_system_messages() -> None:
+    assert fold_summary([system()], summary="S", system_count=1)[1]["role"] == "user"
+    out = fold_summary([user("q")], summary="S", system_count=0)
+    assert out[0]["content"].endswith("\n\nq") and len(out) == 1
+
+
+def test_fold_twice_replaces_the_block_instead_of_stacking() -> None:
+    msgs = [system(), user("hi")]
+    once = fold_summary(msgs, summary="old", system_count=1)
+    twice = fold_summary(once, summary="new", system_count=1)
+    assert twice == fold_summary(msgs, summary="new", system_count=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations())
+def test_fold_none_is_identity(msgs: list[Any]) -> None:
+    assert fold_summary(msgs, summary=None, system_count=1) == tuple(msgs)
+    assert fold_summary(msgs, summary="  ", system_count=1) == tuple(msgs)
+
+
+def test_section_ignores_label_lines_inside_a_canonical_briefing() -> None:
+    brief = parse_briefing(
+        "## Objective\ngoal\n## Open Tasks\nNext step: not a heading\n- task\n## Next Step\nreal"
+    )
+    assert section(brief, "Open Tasks") == "Next step: not a heading\n- task"
+    assert section(brief, "Next Step") == "real"
+    assert parse_briefing(brief) == brief

@@ -1,0 +1,230 @@
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import given, settings, strategies as st
+
+from proxy.cascade.truncation import cap_utf8, page_raw_output, truncate_tool_result
+from proxy.cascade.types import TRUNCATED
+from proxy.config import RedactionConfig, ToolOutputConfig
+from tests.unit.cascade.builders import tool, user
+
+CFG = ToolOutputConfig(max_chars=1000)
+RED = RedactionConfig()
+SECRET = "sk-" + "Z9" * 20
+
+
+def _marker_args(text: str) -> dict[str, object]:
+    m = re.search(r"read_tool_output\((\{.*?\})\)", text)
+    assert m is not None, text
+    return json.loads(m.group(1))
+
+
+def test_short_result_passes_through_as_same_object() -> None:
+    msg = tool("c1", "ok")
+    out = truncate_tool_result(msg, cfg=CFG, redaction=RED)
+    assert out.message is msg
+    assert (out.events, out.spill, out.redacted) == ((), None, 0)
+
+
+def test_long_result_keeps_head_and_tail_with_marker_and_spills() -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(5000))
+    out = truncate_tool_result(tool("c1", text), cfg=CFG, redaction=RED)
+    new = out.message["content"]
+    assert len(new) <= CFG.max_chars
+    args = _marker_args(new)
+    head_len, omitted = args["offset"], args["limit"]
+    assert args["id"] == "c1"
+    assert new.startswith(text[:head_len])
+    tail_len = 5000 - head_len - omitted
+    assert new.endswith(text[5000 - tail_len :])
+    assert head_len == int((head_len + tail_len) * 0.7)
+    assert f"truncated {omitted} chars" in new
+    # the advertised slice is exactly what is missing
+    assert (
+        text[:head_len] + text[head_len : head_len + omitted] + text[head_len + omitted :] == text
+    )
+    assert out.spill is not None and out.spill.text == text and out.spill.tool_call_id == "c1"
+    (event,) = out.events
+    assert event.name == TRUNCATED
+    assert event.data == {
+        "tool_call_id": "c1",
+        "original_chars": 5000,
+        "kept_chars": head_len + tail_len,
+        "spilled": True,
+    }
+    assert out.message["role"] == "tool" and out.message["tool_call_id"] == "c1"
+
+
+def test_redaction_runs_before_truncation_and_disables_spill() -> None:
+    text = "x" * 3000 + f" {SECRET} " + "y" * 3000
+    out = truncate_tool_result(tool("c1", text), cfg=CFG, redaction=RED)
+    assert out.redacted == 1
+    assert out.spill is None
+    assert "read_tool_output" not in out.message["content"]
+    assert "contained secrets" in out.message["content"]
+    assert out.events[0].data["spilled"] is False
+    assert len(out.message["content"]) <= CFG.max_chars
+
+
+def test_secret_in_kept_head_is_redacted() -> None:
+    text = f"{SECRET} " + "y" * 5000
+    out = truncate_tool_result(tool("c1", text), cfg=CFG, redaction=RED)
+    assert SECRET not in out.message["content"]
+    assert out.message["content"].startswith("[REDACTED] ")
+
+
+def test_short_secret_result_is_redacted_but_not_truncated() -> None:
+    out = truncate_tool_result(tool("c1", f"k={SECRET}"), cfg=CFG, redaction=RED)
+    assert out.message["content"] == "k=[REDACTED]"
+    assert out.redacted == 1 and out.events == () and out.spill is None
+
+
+def test_redaction_disabled_keeps_secret_and_spills() -> None:
+    text = f"{SECRET} " + "y" * 5000
+    red = RedactionConfig(enabled=False)
+    out = truncate_tool_result(tool("c1", text), cfg=CFG, redaction=red)
+    assert out.message["content"].startswith(SECRET)
+    assert out.spill is not None and out.redacted == 0
+
+
+def test_without_persist_raw_marker_has_no_handle() -> None:
+    cfg = ToolOutputConfig(max_chars=1000, persist_raw=False)
+    out = truncate_tool_result(tool("c1", "z" * 5000), cfg=cfg, redaction=RED)
+    assert out.spill is None
+    assert "read_tool_output" not in out.message["content"]
+    assert "re-run the tool" in out.message["content"]
+
+
+def test_spill_is_capped_at_utf8_character_boundary() -> None:
+    cfg = ToolOutputConfig(max_chars=1000, raw_cap_bytes=3001)
+    text = "é" * 5000  # 2 bytes each
+    out = truncate_tool_result(tool("c1", text), cfg=cfg, redaction=RED)
+    assert out.spill is not None and out.spill.text == "é" * 1500
+
+
+def test_cap_utf8() -> None:
+    assert cap_utf8("abc", 10) == "abc"
+    assert cap_utf8("a€b", 3) == "a"
+    assert cap_utf8("a€b", 4) == "a€"
+    assert cap_utf8("😀" * 10, 9) == "😀😀"
+
+
+def test_text_parts_are_joined() -> None:
+    msg = {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": "a" * 3000}, {"type": "text", "text": "b" * 3000}],
+    }
+    out = truncate_tool_result(msg, cfg=CFG, redaction=RED)
+    assert isinstance(out.message["content"], str)
+    assert out.spill is not None and out.spill.text == "a" * 3000 + "\n" + "b" * 3000
+
+
+def test_non_tool_message_is_redacted_not_truncated() -> None:
+    long = "q" * 5000 + f" {SECRET}"
+    out = truncate_tool_result(user(long), cfg=CFG, redaction=RED)
+    assert out.message["content"] == "q" * 5000 + " [REDACTED]"
+    assert out.events == () and out.spill is None and out.redacted == 1
+
+
+@given(st.integers(min_value=200, max_value=3000), st.integers(min_value=0, max_value=20_000))
+@settings(max_examples=60, deadline=None)
+def test_truncated_result_never_exceeds_max_chars(max_chars: int, size: int) -> None:
+    cfg = ToolOutputConfig(max_chars=max_chars)
+    out = truncate_tool_result(tool("call_abc", "w" * size), cfg=cfg, redaction=RED)
+    assert len(out.message["content"]) <= max_chars
+    assert (out.spill is not None) == (size > max_chars)
+
+
+# --- page_raw_output -------------------------------------------------------------------
+
+
+def _page_body(page: str) -> tuple[int, int, int, str]:
+    header, _, rest = page.partition("\n")
+    m = re.fullmatch(r"\[read_tool_output id=\S* chars (\d+)-(\d+) of (\d+)\]", header)
+    assert m is not None, header
+    a, b, n = (int(g) for g in m.groups())
+    return a, b, n, rest[: b - a]
+
+
+def test_page_returns_slice_with_header() -> None:
+    text = "0123456789" * 10
+    page = page_raw_output(text, id="c1", offset=5, limit=10, max_chars=1000)
+    assert page.startswith("[read_tool_output id=c1 chars 5-15 of 100]\n5678901234\n")
+    assert '"offset": 15' in page  # note naming the next offset
+
+
+def test_last_page_has_no_next_note() -> None:
+    page = page_raw_output("abc", id="c1", max_chars=1000)
+    assert page == "[read_tool_output id=c1 chars 0-3 of 3]\nabc"
+
+
+def test_page_is_capped_including_header() -> None:
+    text = "x" * 10_000
+    page = page_raw_output(text, id="c1", offset=0, limit=5000, max_chars=500)
+    assert len(page) <= 500
+    a, b, _, body = _page_body(page)
+    assert a == 0 and body == text[a:b] and b < 5000
+    assert f'"offset": {b}' in page
+
+
+def test_offset_past_end_is_empty_page() -> None:
+    page = page_raw_output("abc", id="c1", offset=99, max_chars=1000)
+    assert _page_body(page) == (3, 3, 3, "")
+
+
+@given(
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=3000),
+    st.integers(min_value=200, max_value=700),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=900)),
+)
+@settings(max_examples=80, deadline=None)
+def test_paging_by_offset_reproduces_text_exactly(
+    text: str, max_chars: int, limit: int | None
+) -> None:
+    offset, pieces = 0, []
+    while True:
+        page = page_raw_output(text, id="c1", offset=offset, limit=limit, max_chars=max_chars)
+        assert len(page) <= max_chars
+        a, b, n, body = _page_body(page)
+        assert (a, n) == (offset, len(text))
+        pieces.append(body)
+        if b >= n:
+            break
+        assert b > a
+        offset = b
+    assert "".join(pieces) == text
+
+
+def test_grep_lists_matching_lines_with_offsets() -> None:
+    text = "alpha\nbeta needle\ngamma\nneedle delta\n"
+    page = page_raw_output(text, id="c1", grep="needle", max_chars=1000)
+    lines = page.splitlines()
+    assert "2 matching lines" in lines[0]
+    assert lines[1:] == ["6: beta needle", "24: needle delta"]
+    assert text[6:].startswith("beta needle") and text[24:].startswith("needle delta")
+
+
+def test_grep_supports_regex_and_falls_back_to_literal() -> None:
+    text = "a1\nb2\n(x\n"
+    assert page_raw_output(text, grep=r"\d", max_chars=1000).splitlines()[1:] == ["0: a1", "3: b2"]
+    assert page_raw_output(text, grep="(x", max_chars=1000).splitlines()[1:] == ["6: (x"]
+
+
+def test_grep_output_is_capped() -> None:
+    text = "hit line\n" * 5000
+    page = page_raw_output(text, id="c1", grep="hit", max_chars=1000)
+    assert len(page) <= 1000
+    assert "5000 matching lines" in page
+    assert "more matching lines not shown" in page
+
+
+def test_grep_long_line_shows_window_at_absolute_offset() -> None:
+    text = "z" * 10_000 + "NEEDLE" + "z" * 10_000
+    page = page_raw_output(text, grep="NEEDLE", max_chars=2000)
+    row = page.splitlines()[1]
+    start = int(row.split(":", 1)[0])
+    assert len(row) < 500 and "NEEDLE" in row
+    assert row.split(": ", 1)[1].strip("…") == text[start : start + len(row.split(": ", 1)[1]) - 2]

@@ -1,0 +1,171 @@
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from proxy.session_id import (
+    SESSION_ID_RE,
+    InvalidSessionId,
+    derive_session_id,
+    resolve_session_id,
+    strip_proxy_fields,
+    tenant_from_bearer,
+    validate_session_id,
+)
+
+
+def body(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": list(messages), **extra}
+
+
+def resolve(*, path_id: str | None = None, header_id: str | None = None, b: Any = None) -> str:
+    return resolve_session_id(path_id=path_id, header_id=header_id, body=b, tenant="t", agent="a")
+
+
+def auto(*parts: str) -> str:
+    return "auto-" + hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+
+
+SYS = {"role": "system", "content": "be brief"}
+USR = {"role": "user", "content": "hello"}
+
+
+# validation
+
+
+@pytest.mark.parametrize("value", ["a", "A.b_c:d-9", "x" * 128, "auto-0123"])
+def test_validate_accepts_allowed_ids(value: str) -> None:
+    assert validate_session_id(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "x" * 129, "a b", "a/b", "é", "a\n"])
+def test_validate_rejects_other_ids(value: str) -> None:
+    with pytest.raises(InvalidSessionId, match="1 to 128 characters"):
+        validate_session_id(value)
+
+
+def test_invalid_session_id_is_value_error_naming_source() -> None:
+    with pytest.raises(ValueError, match="X-Session-Id"):
+        resolve(header_id="bad id")
+
+
+def test_regex_is_used_with_fullmatch() -> None:
+    assert SESSION_ID_RE.fullmatch("ok") and not SESSION_ID_RE.fullmatch("ok!")
+
+
+# resolution order
+
+
+def test_path_wins_over_header_and_body() -> None:
+    b = body(USR, metadata={"session_id": "m"})
+    assert resolve(path_id="p", header_id="h", b=b) == "p"
+
+
+def test_header_wins_over_body() -> None:
+    assert resolve(header_id="h", b=body(USR, metadata={"session_id": "m"})) == "h"
+
+
+def test_body_metadata_used_when_no_path_or_header() -> None:
+    assert resolve(b=body(USR, metadata={"session_id": "m"})) == "m"
+
+
+def test_invalid_path_id_does_not_fall_through() -> None:
+    with pytest.raises(InvalidSessionId):
+        resolve(path_id="a b", header_id="h")
+
+
+@pytest.mark.parametrize("value", [123, ["x"], {"a": 1}, ""])
+def test_non_string_or_empty_metadata_id_is_invalid(value: Any) -> None:
+    with pytest.raises(InvalidSessionId, match="metadata.session_id"):
+        resolve(b=body(USR, metadata={"session_id": value}))
+
+
+@pytest.mark.parametrize("metadata", [None, "x", [1], {}, {"session_id": None}])
+def test_unusable_metadata_falls_back_to_derived(metadata: Any) -> None:
+    assert resolve(b=body(SYS, USR, metadata=metadata)) == auto("t", "a", "be brief", "hello")
+
+
+# derived ids
+
+
+def test_derived_id_hashes_tenant_agent_system_and_user() -> None:
+    assert resolve(b=body(SYS, USR)) == auto("t", "a", "be brief", "hello")
+
+
+def test_derived_id_uses_first_system_and_first_user_only() -> None:
+    later = body(SYS, USR, {"role": "assistant", "content": "x"}, {"role": "user", "content": "2"})
+    assert resolve(b=later) == resolve(b=body(SYS, USR))
+
+
+def test_derived_id_accepts_developer_as_system() -> None:
+    dev = {"role": "developer", "content": "be brief"}
+    assert resolve(b=body(dev, USR)) == resolve(b=body(SYS, USR))
+
+
+def test_derived_id_canonicalises_content_parts() -> None:
+    parts = [{"type": "text", "text": "hello"}]
+    reordered = [{"text": "hello", "type": "text"}]
+    b1 = body({"role": "user", "content": parts})
+    b2 = body({"role": "user", "content": reordered})
+    assert resolve(b=b1) == resolve(b=b2) == auto("t", "a", "", json.dumps(parts, sort_keys=True))
+
+
+def test_derived_id_depends_on_tenant_and_agent() -> None:
+    b = body(SYS, USR)
+    ids = {derive_session_id(body=b, tenant=t, agent=a) for t in ("t1", "t2") for a in ("a1", "a2")}
+    assert len(ids) == 4
+
+
+def test_derived_id_without_body_or_messages() -> None:
+    assert resolve(b=None) == auto("t", "a", "", "")
+    assert resolve(b={"messages": "nope"}) == auto("t", "a", "", "")
+
+
+def test_derived_id_is_itself_valid() -> None:
+    assert validate_session_id(resolve(b=body(SYS, USR)))
+
+
+# strip_proxy_fields
+
+
+def test_strip_removes_session_id_and_empty_metadata() -> None:
+    b = body(USR, metadata={"session_id": "s"})
+    assert strip_proxy_fields(b) == body(USR)
+    assert b["metadata"] == {"session_id": "s"}  # input untouched
+
+
+def test_strip_keeps_other_metadata() -> None:
+    b = body(USR, metadata={"session_id": "s", "user": "u"})
+    assert strip_proxy_fields(b) == body(USR, metadata={"user": "u"})
+
+
+@pytest.mark.parametrize("metadata", [{}, {"user": "u"}, "x"])
+def test_strip_leaves_metadata_without_session_id_alone(metadata: Any) -> None:
+    b = body(USR, metadata=metadata, temperature=0.2, unknown_field=[1])
+    assert strip_proxy_fields(b) == b
+
+
+# tenants
+
+
+def test_tenant_from_bearer_hashes_token() -> None:
+    expected = "t-" + hashlib.sha256(b"sk-abc").hexdigest()[:24]
+    assert tenant_from_bearer("Bearer sk-abc") == expected
+    assert tenant_from_bearer("bearer  sk-abc ") == expected
+
+
+def test_tenant_differs_per_token() -> None:
+    assert tenant_from_bearer("Bearer a") != tenant_from_bearer("Bearer b")
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer   "])
+def test_tenant_anonymous_without_token(header: str | None) -> None:
+    assert tenant_from_bearer(header) == "anonymous"
+
+
+def test_tenant_from_non_bearer_header_hashes_whole_value() -> None:
+    expected = "t-" + hashlib.sha256(b"Basic xyz").hexdigest()[:24]
+    assert tenant_from_bearer("Basic xyz") == expected

@@ -1,0 +1,359 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from proxy.sse import (
+    DONE,
+    KEEPALIVE,
+    EventSplitter,
+    StreamAccumulator,
+    completion_to_chunks,
+    encode_event,
+    error_event,
+    event_data,
+    is_done,
+    is_usage_only,
+    parse_chunk,
+    usage_of,
+)
+
+
+def chunk(*choices: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 7,
+        "model": "m",
+        "choices": list(choices),
+        **extra,
+    }
+
+
+def delta(index: int = 0, finish: str | None = None, **d: Any) -> dict[str, Any]:
+    return {"index": index, "delta": d, "finish_reason": finish}
+
+
+def split_all(data: bytes, cuts: list[int]) -> tuple[list[bytes], bytes]:
+    s = EventSplitter()
+    events: list[bytes] = []
+    prev = 0
+    for cut in [*sorted(cuts), len(data)]:
+        events += s.feed(data[prev:cut])
+        prev = cut
+    return events, s.flush()
+
+
+# EventSplitter
+
+
+def test_splitter_returns_complete_events_with_their_blank_line() -> None:
+    s = EventSplitter()
+    assert s.feed(b'data: {"a":1}\n\ndata: [DO') == [b'data: {"a":1}\n\n']
+    assert s.feed(b"NE]\n\n") == [DONE]
+    assert s.flush() == b""
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"data: a\r\n\r\ndata: b\r\n\r\n",
+        b"data: a\r\rdata: b\r\r\n",
+        b"event: x\ndata: a\ndata: b\n\n: ping\n\n",
+        b"data: a\n\r\ndata: b\r\n\n",
+    ],
+)
+def test_splitter_handles_every_line_ending(stream: bytes) -> None:
+    events, rest = split_all(stream, [])
+    assert len(events) == 2 and rest == b""
+    assert b"".join(events) == stream
+
+
+def test_splitter_holds_trailing_cr_until_next_byte() -> None:
+    assert split_all(b"data: a\r\r", []) == ([], b"data: a\r\r")
+    s = EventSplitter()
+    assert s.feed(b"data: a\r\r") == []
+    assert s.feed(b"\ndata: b") == [b"data: a\r\r\n"]
+    assert s.flush() == b"data: b"
+
+
+def test_splitter_flush_returns_unterminated_tail_and_resets() -> None:
+    s = EventSplitter()
+    assert s.feed(b"data: a\n") == []
+    assert s.flush() == b"data: a\n"
+    assert s.feed(b"data: b\n\n") == [b"data: b\n\n"]
+
+
+def test_splitter_emits_stray_blank_line_as_own_event() -> None:
+    assert split_all(b"\ndata: a\n\n", []) == ([b"\n", b"data: a\n\n"], b"")
+
+
+_piece = st.sampled_from(
+    [b"data: ", b"{}", b"[DONE]", b":", b" ", b"x", b"\n", b"\r", b"\r\n", b"\xc3\xa9", b"e"]
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_piece, max_size=40).map(b"".join), st.lists(st.integers(0, 200), max_size=8))
+def test_splitter_is_independent_of_chunk_boundaries(data: bytes, cuts: list[int]) -> None:
+    whole, whole_rest = split_all(data, [])
+    events, rest = split_all(data, [c for c in cuts if c <= len(data)])
+    assert (events, rest) == (whole, whole_rest)
+    assert b"".join(events) + rest == data
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.binary(max_size=30), st.lists(st.integers(0, 30), max_size=5))
+def test_splitter_never_loses_bytes(data: bytes, cuts: list[int]) -> None:
+    events, rest = split_all(data, [c for c in cuts if c <= len(data)])
+    assert b"".join(events) + rest == data
+    assert events == split_all(data, [])[0]
+
+
+# frame helpers
+
+
+def test_event_data_joins_data_lines() -> None:
+    assert event_data(b"event: m\ndata: a\ndata:b\r\ndata\n\n") == "a\nb\n"
+
+
+def test_event_data_none_for_comments() -> None:
+    assert event_data(KEEPALIVE) is None
+    assert event_data(b"\n") is None
+
+
+def test_parse_chunk() -> None:
+    assert parse_chunk(b'data: {"a": 1}\n\n') == {"a": 1}
+    assert parse_chunk(DONE) is None
+    assert parse_chunk(KEEPALIVE) is None
+    assert parse_chunk(b"data: not json\n\n") is None
+    assert parse_chunk(b"data: [1]\n\n") is None
+
+
+def test_is_done() -> None:
+    assert is_done(DONE) and is_done(b"data:[DONE]\r\n\r\n")
+    assert not is_done(b'data: {"a":1}\n\n') and not is_done(KEEPALIVE)
+
+
+def test_usage_of_and_usage_only() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    final = chunk(usage=usage)
+    assert usage_of(final) == usage and is_usage_only(final)
+    mid = chunk(delta(content="x"), usage=None)
+    assert usage_of(mid) is None and not is_usage_only(mid)
+    assert not is_usage_only(chunk(delta(content="x"), usage=usage))
+    assert not is_usage_only(chunk())
+
+
+def test_error_event_shape() -> None:
+    ev = error_event("boom", code="c")
+    assert ev.startswith(b"data: ") and ev.endswith(b"\n\n")
+    assert parse_chunk(ev) == {
+        "error": {"message": "boom", "type": "upstream_error", "param": None, "code": "c"}
+    }
+    assert json.loads(error_event("x", type="t")[6:])["error"]["type"] == "t"
+
+
+def test_encode_event_keeps_unicode() -> None:
+    assert encode_event({"a": "é"}) == 'data: {"a": "é"}\n\n'.encode()
+
+
+# StreamAccumulator
+
+
+def test_accumulator_builds_text_message() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="")))
+    acc.add(chunk(delta(content="Hel")))
+    acc.add(chunk(delta(content="lo")))
+    acc.add(chunk(delta(finish="stop")))
+    assert acc.message() == {"role": "assistant", "content": "Hello"}
+    assert acc.finish_reason() == "stop"
+    assert (acc.id, acc.model, acc.created) == ("c1", "m", 7)
+
+
+def test_accumulator_builds_tool_calls_by_index() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content=None)))
+    for i, (cid, name) in enumerate([("a", "grep"), ("b", "read")]):
+        first = {"index": i, "id": cid, "type": "function", "function": {"name": name}}
+        acc.add(chunk(delta(tool_calls=[{**first, "function": {**first["function"]}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 1, "function": {"arguments": '{"p":'}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 1, "function": {"arguments": "1}"}}])))
+    acc.add(chunk(delta(finish="tool_calls")))
+    assert acc.message() == {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "grep", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "read", "arguments": '{"p":1}'}},
+        ],
+    }
+    assert acc.finish_reason() == "tool_calls"
+
+
+def test_accumulator_tolerates_repeated_tool_name() -> None:
+    acc = StreamAccumulator()
+    for args in ("{", "}"):
+        call = {"index": 0, "id": "a", "function": {"name": "grep", "arguments": args}}
+        acc.add(chunk(delta(tool_calls=[call])))
+    assert acc.message()["tool_calls"][0]["function"] == {"name": "grep", "arguments": "{}"}
+
+
+def test_accumulator_refusal_and_multiple_choices() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(0, role="assistant", refusal="No"), delta(1, content="Yes")))
+    acc.add(chunk(delta(0, finish="stop"), delta(1, finish="length")))
+    assert acc.message(0) == {"role": "assistant", "refusal": "No"}
+    assert acc.message(1) == {"role": "assistant", "content": "Yes"}
+    assert (acc.finish_reason(0), acc.finish_reason(1), acc.finish_reason(2)) == (
+        "stop",
+        "length",
+        None,
+    )
+
+
+def test_accumulator_empty_reply_keeps_empty_content() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="", finish="stop")))
+    assert acc.message() == {"role": "assistant", "content": ""}
+
+
+def test_accumulator_keeps_last_usage() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(content="x"), usage=None))
+    acc.add(chunk(usage={"total_tokens": 1}))
+    acc.add(chunk(usage={"total_tokens": 2}))
+    assert acc.usage == {"total_tokens": 2}
+
+
+def test_accumulator_ignores_malformed_chunks() -> None:
+    acc = StreamAccumulator()
+    acc.add({"choices": "x"})
+    acc.add({"choices": [1, {"index": 0, "delta": "x"}]})
+    assert acc.message() == {"role": "assistant", "content": ""}
+
+
+def test_to_completion() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="hi"), system_fingerprint="fp"))
+    acc.add(chunk(delta(finish="stop")))
+    acc.add(chunk(usage={"total_tokens": 4}))
+    assert acc.to_completion() == {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 7,
+        "model": "m",
+        "system_fingerprint": "fp",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hi"},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"total_tokens": 4},
+    }
+
+
+def test_to_completion_tool_calls_have_null_content() -> None:
+    acc = StreamAccumulator()
+    call = {"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": ""}}
+    acc.add(chunk(delta(role="assistant", tool_calls=[call])))
+    assert acc.to_completion()["choices"][0]["message"]["content"] is None
+
+
+# completion_to_chunks
+
+
+def completion(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "c9",
+        "object": "chat.completion",
+        "created": 9,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+
+
+def replay(frames: list[bytes]) -> StreamAccumulator:
+    s = EventSplitter()
+    acc = StreamAccumulator()
+    for ev in s.feed(b"".join(frames)):
+        if (c := parse_chunk(ev)) is not None:
+            acc.add(c)
+    assert s.flush() == b""
+    return acc
+
+
+def test_completion_to_chunks_frame_sequence() -> None:
+    frames = completion_to_chunks(
+        completion({"role": "assistant", "content": "hi"}), include_usage=True
+    )
+    chunks = [parse_chunk(f) for f in frames[:-1]]
+    assert frames[-1] == DONE
+    assert all(c is not None and c["object"] == "chat.completion.chunk" for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c and c["choices"]]
+    assert deltas == [{"role": "assistant", "content": ""}, {"content": "hi"}, {}]
+    assert chunks[-2] is not None and chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1] is not None and is_usage_only(chunks[-1])
+    assert all(c is not None and c["usage"] is None for c in chunks[:-1])
+
+
+def test_completion_to_chunks_without_usage() -> None:
+    frames = completion_to_chunks(
+        completion({"role": "assistant", "content": "hi"}), include_usage=False
+    )
+    chunks = [parse_chunk(f) for f in frames[:-1]]
+    assert all(c is not None and "usage" not in c and c["choices"] for c in chunks)
+
+
+def test_completion_to_chunks_tool_call_frames_carry_index_id_name() -> None:
+    msg = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+        ],
+    }
+    frames = completion_to_chunks(completion(msg, "tool_calls"), include_usage=False)
+    calls = [
+        c["choices"][0]["delta"]["tool_calls"][0]
+        for f in frames
+        if (c := parse_chunk(f)) and "tool_calls" in c["choices"][0]["delta"]
+    ]
+    assert calls == [
+        {"index": 0, "id": "a", "type": "function", "function": {"name": "grep"}},
+        {"index": 0, "function": {"arguments": "{}"}},
+    ]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": "hello"},
+        {"role": "assistant", "content": None, "refusal": "no"},
+        {
+            "role": "assistant",
+            "content": "thinking",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}},
+                {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}},
+            ],
+        },
+    ],
+)
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_completion_round_trips_through_accumulator(
+    message: dict[str, Any], include_usage: bool
+) -> None:
+    original = completion(message, "tool_calls" if "tool_calls" in message else "stop")
+    rebuilt = replay(completion_to_chunks(original, include_usage=include_usage)).to_completion()
+    if not include_usage:
+        rebuilt["usage"] = original["usage"]
+    assert rebuilt == original
