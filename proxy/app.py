@@ -29,6 +29,7 @@ from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.pgembed import start_embedded
 from proxy.services.chat import ChatService
+from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import create_pool, run_migrations
@@ -47,6 +48,7 @@ class State(TypedDict):
     upstream: Upstream
     chat: ChatService
     settings: Settings
+    summarizer: DurableSummarizer
 
 
 def _http_client(transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
@@ -76,8 +78,11 @@ def create_app(
         bus = EventBus(pool, dsn)
         await bus.start()
         upstream = Upstream(client)
+        count = build_counter()
+        summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count)
         chat_service = ChatService(
-            pool=pool, upstream=upstream, bus=bus, count=build_counter(), settings=settings
+            pool=pool, upstream=upstream, bus=bus, count=count, settings=settings,
+            summarizer=summarizer,
         )
         stop = asyncio.Event()
         watcher = None
@@ -85,13 +90,14 @@ def create_app(
             watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
         try:
             yield State(pool=pool, config=holder, bus=bus, upstream=upstream,
-                        chat=chat_service, settings=settings)
+                        chat=chat_service, settings=settings, summarizer=summarizer)
         finally:
             stop.set()
             if watcher is not None:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
+            await summarizer.aclose()
             await bus.stop()
             await client.aclose()
             await pool.close()

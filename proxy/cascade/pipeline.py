@@ -28,9 +28,15 @@ from proxy.cascade.types import (
 )
 from proxy.config import ContextConfig
 
-__all__ = ["StepInput", "Assembled", "assemble", "ingest", "occupancy", "READ_TOOL_SCHEMA"]
+__all__ = [
+    "StepInput", "Assembled", "assemble", "ingest", "occupancy", "READ_TOOL_SCHEMA",
+    "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX", "is_compact_command", "compact_reply_text",
+    "drop_commands",
+]
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
+COMPACT_COMMAND = "/compact"
+COMMAND_REPLY_PREFIX = "[cascade] "
 
 READ_TOOL_SCHEMA = {
     "type": "function",
@@ -94,6 +100,51 @@ def occupancy(
     return round(estimate * ratio)
 
 
+def _text(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text") or "") for p in content if isinstance(p, dict)
+        )
+    return str(content or "")
+
+
+def is_compact_command(messages: Sequence[Message]) -> bool:
+    """A chat message whose whole content is ``/compact`` asks the proxy, not the model."""
+    last = messages[-1] if messages else {}
+    return last.get("role") == "user" and _text(last.get("content")).strip() == COMPACT_COMMAND
+
+
+def compact_reply_text(
+    *, version: int | None, folded: int, tokens_before: int, tokens_after: int, reason: str
+) -> str:
+    """What the proxy answers to ``/compact``; the prefix lets later prompts drop it."""
+    if version is None:
+        return f"{COMMAND_REPLY_PREFIX}Nothing was compacted: {reason or 'nothing to fold'}."
+    return (
+        f"{COMMAND_REPLY_PREFIX}Compacted {folded} messages into summary v{version}: "
+        f"the prompt went from about {tokens_before} to {tokens_after} tokens."
+    )
+
+
+def drop_commands(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """Remove ``/compact`` exchanges: they were answered by the proxy, never by the model."""
+    out: list[Message] = []
+    skip_reply = False
+    for m in messages:
+        role = m.get("role")
+        if role == "user" and _text(m.get("content")).strip() == COMPACT_COMMAND:
+            skip_reply = True
+            continue
+        if skip_reply and role == "assistant" and _text(m.get("content")).startswith(
+            COMMAND_REPLY_PREFIX
+        ):
+            skip_reply = False
+            continue
+        skip_reply = False
+        out.append(m)
+    return tuple(out)
+
+
 def _holds_handle(messages: Sequence[Message]) -> bool:
     return any(
         m.get("role") == "tool" and _HANDLE in str(m.get("content") or "") for m in messages
@@ -112,10 +163,13 @@ def assemble(inp: StepInput) -> Assembled:
             persist_raw=inp.ctx.tool_output.persist_raw, spilled=inp.spilled,
             unspillable=inp.unspillable,
         )
-        evicted = tuple(i for i, (a, b) in enumerate(zip(window, result.messages, strict=True)) if a != b)
+        pairs = zip(window, result.messages, strict=True)
+        evicted = tuple(i for i, (a, b) in enumerate(pairs) if a != b)
         window, spills = result.messages, result.spills
         events.extend(result.events)
-    messages = fold_summary(window, summary=inp.summary, system_count=inp.system_count)
+    messages = fold_summary(
+        drop_commands(window), summary=inp.summary, system_count=inp.system_count
+    )
     protected = inp.system_count + (1 if inp.summary else 0)
     guarded = guard(
         messages, count=inp.count, limit=inp.budget.limit,

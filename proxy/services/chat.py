@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,15 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import sse
 from proxy.bus import EventBus
-from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled, StepInput, assemble, occupancy
+from proxy.cascade.pipeline import (
+    READ_TOOL_SCHEMA,
+    Assembled,
+    StepInput,
+    assemble,
+    compact_reply_text,
+    is_compact_command,
+    occupancy,
+)
 from proxy.cascade.tokens import calibrate
 from proxy.cascade.types import (
     MESSAGE_APPENDED,
@@ -37,7 +47,8 @@ from proxy.cascade.types import (
 )
 from proxy.config import Config, ContextConfig, ModelConfig, ProviderConfig
 from proxy.errors import ClientRequestError
-from proxy.services.history import SessionState, append_reply, reconcile_and_load
+from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
+from proxy.services.history import SessionState, append_reply, load_window, reconcile_and_load
 from proxy.services.relay import RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.session_id import strip_proxy_fields
@@ -77,6 +88,7 @@ class _Step:
     stream: bool
     client_wants_usage: bool
     conn: Any
+    command: CompactionResult | None = None
 
 
 def route(cfg: Config, body: Mapping[str, Any]) -> Route:
@@ -99,8 +111,9 @@ def reserved_output(body: Mapping[str, Any], limits: ModelConfig) -> int:
 class ChatService:
     def __init__(
         self, *, pool: asyncpg.Pool, upstream: Upstream, bus: EventBus, count: TokenCounter,
-        settings: Settings,
+        settings: Settings, summarizer: DurableSummarizer,
     ) -> None:
+        self.summarizer = summarizer
         self.pool = pool
         self.upstream = upstream
         self.bus = bus
@@ -118,10 +131,12 @@ class ChatService:
             await self.pool.release(conn)
             raise
         try:
-            step = await self._prepare(conn, rt, body, ctx)
+            step = await self._prepare(conn, cfg, rt, body, ctx)
         except BaseException:
             await self._release(conn, ctx)
             raise
+        if step.command is not None:
+            return await self._answer_command(step)
         if step.stream:
             return await self._stream(step)
         return await self._nonstream(step)
@@ -143,12 +158,21 @@ class ChatService:
             )
 
     async def _prepare(
-        self, conn: Any, rt: Route, body: dict[str, Any], ctx: ChatContext
+        self, conn: Any, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext
     ) -> _Step:
         state, spills = await reconcile_and_load(
             conn, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
             model=rt.model, messages=body["messages"], ctx=rt.ctx, count=self.count,
         )
+        command = None
+        if is_compact_command(body["messages"]):
+            command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"))
+            command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
+            state = await load_window(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state
+            )
+        else:
+            state = await self._maybe_compact(conn, cfg, rt, body, ctx, state)
         assembled = await self._assemble(conn, rt, body, ctx, state)
         events: list[Event] = list(state.events)
         if state.appended:
@@ -162,18 +186,96 @@ class ChatService:
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
-        return _Step(ctx, rt, state, assembled, body, stream, wants_usage, conn)
+        return _Step(ctx, rt, state, assembled, body, stream, wants_usage, conn, command)
+
+    def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
+        return job_for(cfg, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
+                       model=rt.model, headers=ctx.headers, trigger=trigger)
+
+    def _occupancy(self, state: SessionState) -> int:
+        row = state.session
+        return occupancy(
+            self.count(state.window), ratio=row["calibration"],
+            last_real=row["last_prompt_tokens"], last_estimate=row["last_estimate"],
+        )
+
+    async def _maybe_compact(
+        self, conn: Any, cfg: Config, rt: Route, body: Mapping[str, Any], ctx: ChatContext,
+        state: SessionState,
+    ) -> SessionState:
+        """Soft: start a background compaction. Hard or overflowing: wait, then compact now.
+
+        The hard path first waits for the compaction already in flight and re-measures, so a
+        request only compacts again when that one did not bring it under the threshold.
+        """
+        s = rt.ctx.summarize
+        if not s.enabled:
+            return state
+        limit = rt.limits.context_limit
+        room = limit - reserved_output(body, rt.limits)
+
+        def pressure(st: SessionState) -> tuple[float, bool]:
+            occ = self._occupancy(st)
+            prompt = self.count(st.window) + (self.count(
+                [{"role": "user", "content": st.summary}]) if st.summary else 0)
+            return occ / limit, prompt > room
+
+        fraction, overflowing = pressure(state)
+        if fraction >= s.hard_fraction or overflowing:
+            await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
+            state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                                      state=state)
+            fraction, overflowing = pressure(state)
+            if fraction >= s.hard_fraction or overflowing:
+                trigger = "overflow" if overflowing else "hard"
+                await self.summarizer.compact_now(self._job(cfg, rt, ctx, trigger))
+                state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                                          state=state)
+        elif fraction >= s.soft_fraction:
+            job = self._job(cfg, rt, ctx, "soft")
+            if s.background:
+                self.summarizer.start_background(job)
+            else:
+                await self.summarizer.compact_now(job)
+                state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                                          state=state)
+        return state
+
+    async def _answer_command(self, step: _Step) -> Response:
+        """Answer ``/compact`` ourselves: the exchange never reaches the upstream model."""
+        assert step.command is not None
+        c = step.command
+        text = compact_reply_text(version=c.version, folded=c.folded,
+                                  tokens_before=c.tokens_before, tokens_after=c.tokens_after,
+                                  reason=c.reason)
+        reply = {"role": "assistant", "content": text}
+        completion = {
+            "id": f"chatcmpl-cascade-{secrets.token_hex(8)}", "object": "chat.completion",
+            "created": int(time.time()), "model": step.route.model,
+            "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+        if not step.stream:
+            task = BackgroundTask(self._finalize, step, reply, None)
+            return Response(json.dumps(completion), 200, media_type=_JSON, background=task)
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                for frame in sse.completion_to_chunks(
+                    completion, include_usage=step.client_wants_usage
+                ):
+                    yield frame
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._finalize(step, reply, None)
+
+        return StreamingResponse(body(), media_type="text/event-stream")
 
     async def _assemble(
         self, conn: Any, rt: Route, body: Mapping[str, Any], ctx: ChatContext,
         state: SessionState,
     ) -> Assembled:
-        estimate = self.count(state.window)
-        row = state.session
-        occ = occupancy(
-            estimate, ratio=row["calibration"], last_real=row["last_prompt_tokens"],
-            last_estimate=row["last_estimate"],
-        )
+        occ = self._occupancy(state)
         tool_ids = [m["tool_call_id"] for m in state.window if m.get("tool_call_id")]
         spilled = await raw_outputs.fetch_spilled_ids(
             conn, tenant=ctx.tenant, session_id=ctx.session_id, tool_call_ids=tool_ids

@@ -8,7 +8,7 @@ session upsert, one insert for all new rows, one head update, one window read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.cascade.pipeline import ingest
@@ -17,7 +17,9 @@ from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, chain, chain_hash, plan_divergence, plan_reconcile
 from proxy.store import messages as msgs, raw_outputs, sessions, summaries
 
-__all__ = ["SessionState", "reconcile_and_load", "append_reply", "leading_system_count"]
+__all__ = [
+    "SessionState", "reconcile_and_load", "load_window", "append_reply", "leading_system_count",
+]
 
 _SYSTEM_ROLES = ("system", "developer")
 
@@ -103,26 +105,34 @@ async def reconcile_and_load(
             conn, tenant=tenant, session_id=session_id, head_len=len(messages),
             head_hash=hashes[-1] if hashes else None, system_count=system_count,
         )
-    summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
-    boundary = summary["boundary"] if summary else 0
-    window_rows = await msgs.fetch_window(
-        conn, tenant=tenant, session_id=session_id, system_count=system_count,
-        from_pos=max(boundary, system_count),
-    )
     state = SessionState(
         session=row, head_len=len(messages), head_hash=hashes[-1] if hashes else None,
-        system_count=system_count, boundary=boundary,
-        summary=summary["content"] if summary else None,
-        summary_version=summary["version"] if summary else None,
-        window=tuple(r["message"] for r in window_rows),
-        positions=tuple(r["pos"] for r in window_rows),
-        redacted_ids=frozenset(
-            r["tool_call_id"] for r in window_rows if r["redacted"] and r["tool_call_id"]
-        ),
-        appended=len(rows), superseded=superseded,
-        events=tuple(e for e in events if e.name == TRUNCATED),
+        system_count=system_count, boundary=0, summary=None, summary_version=None,
+        window=(), positions=(), redacted_ids=frozenset(), appended=len(rows),
+        superseded=superseded, events=tuple(e for e in events if e.name == TRUNCATED),
     )
+    state = await load_window(conn, tenant=tenant, session_id=session_id, state=state)
     return state, tuple(spills)
+
+
+async def load_window(
+    conn: Any, *, tenant: str, session_id: str, state: SessionState
+) -> SessionState:
+    """(Re)load the latest valid summary and the live messages after its boundary."""
+    summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
+    boundary = summary["boundary"] if summary else 0
+    rows = await msgs.fetch_window(
+        conn, tenant=tenant, session_id=session_id, system_count=state.system_count,
+        from_pos=max(boundary, state.system_count),
+    )
+    return replace(
+        state, boundary=boundary, summary=summary["content"] if summary else None,
+        summary_version=summary["version"] if summary else None,
+        window=tuple(r["message"] for r in rows), positions=tuple(r["pos"] for r in rows),
+        redacted_ids=frozenset(
+            r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]
+        ),
+    )
 
 
 async def append_reply(

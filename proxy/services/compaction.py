@@ -1,0 +1,242 @@
+"""DurableSummarizer: fold old history into a versioned, structured briefing.
+
+- Soft threshold: a background task per session (deduplicated in-process by a task map and
+  across replicas by a try-advisory-lock); the request that crossed it is not delayed.
+- Hard threshold, overflow, ``/compact`` and the API: synchronous — wait for the compaction in
+  flight (blocking on the same advisory lock), then compact again if still needed.
+- The fast model is called through the same provider machinery; its input is pre-truncated to
+  its own window; failures are retried (at most ``summarize.maxAttempts`` ≤ 3) and then
+  reported as ``context.compaction.failed`` with the previous state left intact.
+- A summary is written only if the message at its boundary is still the live one (the history
+  may have diverged while the fast model was thinking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from proxy.bus import EventBus
+from proxy.cascade.summary import (
+    build_prompt,
+    build_reflect_prompt,
+    fold_summary,
+    needs_reflect,
+    parse_briefing,
+    plan_compaction,
+)
+from proxy.cascade.types import (
+    COMPACTION_COMPLETED,
+    COMPACTION_FAILED,
+    COMPACTION_STARTED,
+    TokenCounter,
+)
+from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
+from proxy.store import messages as msgs, sessions, summaries
+from proxy.upstream import Upstream
+
+__all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
+
+log = logging.getLogger("cascade.compaction")
+_SUMMARY_OUTPUT_TOKENS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionJob:
+    tenant: str
+    session_id: str
+    provider: ProviderConfig
+    fast_model: str
+    fast_limits: ModelConfig
+    cfg: SummarizeConfig
+    headers: Mapping[str, str]
+    trigger: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    version: int | None
+    boundary: int | None
+    folded: int
+    tokens_before: int
+    tokens_after: int
+    reason: str = ""
+
+
+def job_for(
+    cfg: Config, *, tenant: str, session_id: str, agent: str, model: str,
+    headers: Mapping[str, str], trigger: str,
+) -> CompactionJob:
+    agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
+    fast = agent_cfg.fast_model or model
+    return CompactionJob(
+        tenant=tenant, session_id=session_id, provider=cfg.providers[agent_cfg.provider],
+        fast_model=fast, fast_limits=cfg.model_limits(fast), cfg=cfg.context_for(agent).summarize,
+        headers={k: v for k, v in headers.items() if k.lower() == "authorization"},
+        trigger=trigger,
+    )
+
+
+def _lock_key(tenant: str, session_id: str) -> int:
+    return sessions.session_lock_key(tenant, "compaction\x00" + session_id)
+
+
+class SummaryCallError(RuntimeError):
+    """The fast model could not produce a usable briefing."""
+
+
+class DurableSummarizer:
+    def __init__(
+        self, *, pool: asyncpg.Pool, upstream: Upstream, bus: EventBus, count: TokenCounter
+    ) -> None:
+        self.pool = pool
+        self.upstream = upstream
+        self.bus = bus
+        self.count = count
+        self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
+
+    # -- entry points ------------------------------------------------------------------
+
+    def start_background(self, job: CompactionJob) -> bool:
+        """Start a compaction unless one is already running for this session here."""
+        key = (job.tenant, job.session_id)
+        if key in self._tasks and not self._tasks[key].done():
+            return False
+        task = asyncio.create_task(self._run(job, wait=False), name=f"compact:{job.session_id}")
+        self._tasks[key] = task
+        task.add_done_callback(lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t
+                               else None)
+        return True
+
+    async def wait_inflight(self, tenant: str, session_id: str) -> None:
+        task = self._tasks.get((tenant, session_id))
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    async def compact_now(self, job: CompactionJob) -> CompactionResult | None:
+        """Synchronous: wait for whatever is in flight (here or on another replica), then run."""
+        await self.wait_inflight(job.tenant, job.session_id)
+        return await self._run(job, wait=True)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        for task in list(self._tasks.values()):
+            with contextlib.suppress(BaseException):
+                await task
+
+    # -- the work ----------------------------------------------------------------------
+
+    async def _run(self, job: CompactionJob, *, wait: bool) -> CompactionResult | None:
+        async with self.pool.acquire() as conn:
+            key = _lock_key(job.tenant, job.session_id)
+            if wait:
+                await conn.execute("SELECT pg_advisory_lock($1)", key)
+            elif not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+                return None  # another replica is on it
+            try:
+                return await self._compact(conn, job)
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock($1)", key)
+
+    async def _publish(
+        self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
+    ) -> None:
+        await self.bus.publish(conn, tenant=job.tenant, session_id=job.session_id, name=name,
+                               data={"trigger": job.trigger, **data})
+
+    async def _compact(self, conn: Any, job: CompactionJob) -> CompactionResult | None:
+        row = await sessions.fetchrow_session(conn, tenant=job.tenant, session_id=job.session_id)
+        if row is None:
+            return None
+        latest = await summaries.fetchrow_latest(conn, tenant=job.tenant,
+                                                 session_id=job.session_id)
+        boundary = latest["boundary"] if latest else 0
+        previous = latest["content"] if latest else None
+        sc = row["system_count"]
+        start = max(boundary, sc)
+        rows = await msgs.fetch_window(conn, tenant=job.tenant, session_id=job.session_id,
+                                       system_count=sc, from_pos=start)
+        head = [r["message"] for r in rows if r["pos"] < sc]
+        tail = [r for r in rows if r["pos"] >= start]
+        plan = plan_compaction([r["message"] for r in tail], offset=start, boundary=start,
+                               keep_recent=job.cfg.keep_recent, previous=previous,
+                               system_count=sc)
+        before = self.count(fold_summary([*head, *(r["message"] for r in tail)],
+                                         summary=previous, system_count=len(head)))
+        if plan is None:
+            return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
+        t0 = time.monotonic()
+        await self._publish(conn, job, COMPACTION_STARTED, {
+            "from_pos": plan.start, "to_pos": plan.end, "tokens_before": before,
+            "summary_version": latest["version"] if latest else None,
+        })
+        try:
+            content = await self._summarise(job, plan)
+        except SummaryCallError as exc:
+            await self._publish(conn, job, COMPACTION_FAILED, {
+                "error": str(exc), "attempts": job.cfg.max_attempts,
+                "duration_ms": round((time.monotonic() - t0) * 1000),
+            })
+            return CompactionResult(None, boundary, 0, before, before, str(exc))
+        boundary_hash = next(r["hash"] for r in tail if r["pos"] == plan.end - 1) if any(
+            r["pos"] == plan.end - 1 for r in tail) else None
+        version = await summaries.insert_summary(
+            conn, tenant=job.tenant, session_id=job.session_id, boundary=plan.end,
+            boundary_hash=boundary_hash, content=content,
+            tokens=self.count([{"role": "user", "content": content}]), model=job.fast_model,
+        )
+        kept = [r["message"] for r in tail if r["pos"] >= plan.end]
+        after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
+        await self._publish(conn, job, COMPACTION_COMPLETED, {
+            "summary_version": version, "from_pos": plan.start, "to_pos": plan.end,
+            "folded_messages": plan.end - plan.start, "tokens_before": before,
+            "tokens_after": after, "duration_ms": round((time.monotonic() - t0) * 1000),
+        })
+        return CompactionResult(version, plan.end, plan.end - plan.start, before, after)
+
+    async def _summarise(self, job: CompactionJob, plan: Any) -> str:
+        budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
+        prompt = build_prompt(plan, max_input_tokens=budget, count=self.count)
+        text = await self._call(job, prompt)
+        content = parse_briefing(text, previous=plan.previous)
+        if needs_reflect(content, count=self.count, reflect_tokens=job.cfg.reflect_tokens):
+            reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
+            with contextlib.suppress(SummaryCallError, ValueError):
+                content = parse_briefing(await self._call(job, reflect), previous=content)
+        return content
+
+    async def _call(self, job: CompactionJob, prompt: list[Any]) -> str:
+        """One fast-model call with bounded retries; returns text with the five sections."""
+        last = "no attempt made"
+        for attempt in range(job.cfg.max_attempts):
+            body = {"model": job.fast_model, "messages": prompt,
+                    "max_tokens": _SUMMARY_OUTPUT_TOKENS, "temperature": 0}
+            req = self.upstream.build(job.provider, "POST", "/chat/completions",
+                                      client_headers=job.headers,
+                                      content=json.dumps(body).encode())
+            try:
+                resp = await self.upstream.send(req, stream=False)
+                if resp.status_code >= 400:
+                    last = f"fast model answered {resp.status_code}: {resp.text[:300]}"
+                else:
+                    text = resp.json()["choices"][0]["message"].get("content") or ""
+                    parse_briefing(text)  # raises ValueError when no section is recognisable
+                    return str(text)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                last = f"unusable summary ({type(exc).__name__}: {exc})"
+            except Exception as exc:  # transport errors (ProxyError) included
+                last = f"{type(exc).__name__}: {exc}"
+            log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1,
+                        last)
+            await asyncio.sleep(min(0.2 * (2 ** attempt), 2.0))
+        raise SummaryCallError(last)
