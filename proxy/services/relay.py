@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 
 from proxy import sse
@@ -117,8 +118,13 @@ async def relay_round(
             for piece in held:
                 yield piece
     finally:
+        # Shielded (and bounded): when the client hangs up, Starlette cancels this generator's
+        # scope, and an unshielded await would re-cancel the reader mid-cleanup, aborting
+        # httpcore's close of the upstream connection: the provider would keep generating.
         reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        with anyio.move_on_after(5, shield=True), contextlib.suppress(
+            asyncio.CancelledError, Exception
+        ):
             await reader
 
 

@@ -7,17 +7,19 @@ missing one (404), so ids leak nothing across tenants.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound
+from proxy.services.compaction import DurableSummarizer, job_for
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
 from proxy.store import messages as msgs, raw_outputs, sessions, summaries
 
 __all__ = [
-    "list_sessions", "show_session", "list_messages", "branch_session", "reset_session",
-    "delete_session", "tool_output",
+    "compact_session", "list_sessions", "show_session", "list_messages", "branch_session",
+    "reset_session", "delete_session", "tool_output",
 ]
 
 
@@ -131,4 +133,23 @@ async def tool_output(
     return {
         "id": tool_call_id, "object": "tool_output", "total_chars": len(row["content"]),
         "original_bytes": row["original_bytes"], "capped": row["capped"], "page": page,
+    }
+
+
+async def compact_session(
+    conn: Any, summarizer: DurableSummarizer, cfg: Config, *, tenant: str, session_id: str,
+    headers: Mapping[str, str],
+) -> dict[str, Any]:
+    """Force a compaction now, regardless of thresholds (waits for one already running)."""
+    row = await _require(conn, tenant, session_id)
+    job = job_for(cfg, tenant=tenant, session_id=session_id, agent=row["agent"],
+                  model=row["model"] or "", headers=headers, trigger="api")
+    result = await summarizer.compact_now(job)
+    if result is None:
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    return {
+        "id": session_id, "object": "session.compaction", "version": result.version,
+        "boundary": result.boundary, "folded": result.folded,
+        "tokens_before": result.tokens_before, "tokens_after": result.tokens_after,
+        "compacted": result.version is not None, "reason": result.reason or None,
     }

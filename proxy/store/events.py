@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-__all__ = ["insert_event", "fetch_events_after", "NOTIFY_CHANNEL", "notify"]
+__all__ = ["insert_event", "insert_and_notify", "fetch_events_after", "NOTIFY_CHANNEL", "notify"]
 
 NOTIFY_CHANNEL = "cascade_events"
 
@@ -23,6 +23,34 @@ async def insert_event(
     row = await conn.fetchrow(INSERT_EVENT, tenant, session_id, name, dict(data))
     assert row is not None
     return row
+
+
+INSERT_AND_NOTIFY = """
+WITH e AS (
+    INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETURNING id
+)
+SELECT e.id, pg_notify($5, CASE WHEN length($6::text) + 400 > $7 THEN
+        json_build_object('t', $1::text, 's', $2::text, 'n', $3::text, 'i', e.id, 'd', NULL)::text
+    ELSE
+        json_build_object('t', $1::text, 's', $2::text, 'n', $3::text, 'i', e.id,
+                          'd', $4::jsonb)::text
+    END)
+FROM e
+"""
+
+
+async def insert_and_notify(
+    conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any],
+    encoded: str, max_payload: int,
+) -> int:
+    """Persist an event and NOTIFY listeners in one round trip; returns the event id.
+
+    A payload over ``max_payload`` bytes carries only the id; listeners read the row back.
+    """
+    return int(await conn.fetchval(
+        INSERT_AND_NOTIFY, tenant, session_id, name, dict(data), NOTIFY_CHANNEL, encoded,
+        max_payload,
+    ))
 
 
 FETCH_EVENTS_AFTER = """

@@ -51,7 +51,7 @@ async def insert_messages(
 
 
 FETCH_WINDOW = """
-SELECT pos, role, message, tool_call_id, tokens, redacted, evicted_at IS NOT NULL AS evicted
+SELECT pos, hash, role, message, tool_call_id, tokens, redacted, evicted_at IS NOT NULL AS evicted
 FROM messages
 WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND (pos < $3 OR pos >= $4)
 ORDER BY pos

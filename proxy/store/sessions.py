@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -100,6 +102,17 @@ async def delete_session(conn: Any, *, tenant: str, session_id: str) -> bool:
     return bool(status.endswith(" 1"))
 
 
+@contextlib.asynccontextmanager
+async def _transaction(conn: Any) -> AsyncIterator[Any]:
+    """A transaction on ``conn``; a pool (what API handlers hold) lends one connection."""
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as lent, lent.transaction():
+            yield lent
+    else:
+        async with conn.transaction():
+            yield conn
+
+
 RESET_SESSION = [
     "DELETE FROM messages WHERE tenant = $1 AND session_id = $2",
     "DELETE FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2",
@@ -112,9 +125,9 @@ RESET_SESSION = [
 
 async def reset_session(conn: Any, *, tenant: str, session_id: str) -> None:
     """Forget the history (messages, raw outputs, summaries); the session and events stay."""
-    async with conn.transaction():
+    async with _transaction(conn) as tx:
         for sql in RESET_SESSION:
-            await conn.execute(sql, tenant, session_id)
+            await tx.execute(sql, tenant, session_id)
 
 
 COPY_SESSION = [
@@ -141,9 +154,9 @@ COPY_SESSION = [
 
 async def copy_session(conn: Any, *, tenant: str, source: str, target: str) -> None:
     """Branch: independent copies of the live history, raw outputs and valid summaries."""
-    async with conn.transaction():
+    async with _transaction(conn) as tx:
         for sql in COPY_SESSION:
-            await conn.execute(sql, tenant, source, target)
+            await tx.execute(sql, tenant, source, target)
 
 
 def session_lock_key(tenant: str, session_id: str) -> int:

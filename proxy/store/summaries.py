@@ -23,8 +23,11 @@ async def fetchrow_latest(conn: Any, *, tenant: str, session_id: str) -> asyncpg
 INSERT_SUMMARY = """
 INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, content, tokens,
                        model)
-SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5, $6, $7
-FROM summaries WHERE tenant = $1 AND session_id = $2
+SELECT $1, $2, coalesce((SELECT max(version) FROM summaries
+                         WHERE tenant = $1 AND session_id = $2), 0) + 1, $3, $4, $5, $6, $7
+WHERE $4::text IS NULL OR EXISTS (
+    SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = $3 - 1
+      AND hash = $4 AND superseded_at IS NULL)
 RETURNING version
 """
 
@@ -32,10 +35,16 @@ RETURNING version
 async def insert_summary(
     conn: Any, *, tenant: str, session_id: str, boundary: int, boundary_hash: str | None,
     content: str, tokens: int, model: str | None,
-) -> int:
-    return int(await conn.fetchval(
+) -> int | None:
+    """Insert the next version; None when the boundary message is no longer live.
+
+    The fast model takes seconds; if the client edited history in the meantime, the folded
+    span no longer describes the live history and the summary must not be written.
+    """
+    version = await conn.fetchval(
         INSERT_SUMMARY, tenant, session_id, boundary, boundary_hash, content, tokens, model
-    ))
+    )
+    return None if version is None else int(version)
 
 
 INVALIDATE_AFTER = """
