@@ -50,6 +50,7 @@ CREATE TABLE public.messages (
     tokens integer DEFAULT 0 NOT NULL,
     redacted boolean DEFAULT false NOT NULL,
     evicted_at timestamp with time zone,
+    trimmed_at timestamp with time zone,
     superseded_at timestamp with time zone,
     source text DEFAULT 'client'::text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL

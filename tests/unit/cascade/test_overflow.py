@@ -136,3 +136,26 @@ def test_guard_trims_old_rounds_of_the_current_turn_only_when_asked() -> None:
     assert out.messages == (*msgs[:2], *msgs[4:])
     with pytest.raises(ContextLengthExceeded):  # the newest round is never dropped
         guard(msgs, protected_head=2, trim_current_turn=True, **{**kwargs, "limit": 15})
+
+
+def test_guard_trims_down_to_the_target_once_it_must_trim() -> None:
+    """A low watermark: one deeper cut now instead of one round more at every later step."""
+    msgs = _prompt()  # 225 tokens; budget 200
+    minimal = guard(msgs, count=count, limit=250, reserved_output=50, protected_head=2)
+    deep = guard(msgs, count=count, limit=250, reserved_output=50, protected_head=2, target=90)
+    assert count(minimal.messages) <= 200
+    assert count(deep.messages) <= 90 < count(minimal.messages)
+    assert deep.dropped > minimal.dropped
+
+
+def test_guard_falls_back_to_the_budget_when_the_target_is_unreachable() -> None:
+    msgs = _prompt()
+    out = guard(msgs, count=count, limit=250, reserved_output=50, protected_head=2, target=5)
+    plain = guard(msgs, count=count, limit=250, reserved_output=50, protected_head=2)
+    assert out.messages == plain.messages
+
+
+def test_guard_target_is_ignored_when_nothing_needs_trimming() -> None:
+    msgs = _prompt()
+    out = guard(msgs, count=count, limit=300, reserved_output=75, protected_head=2, target=10)
+    assert out.dropped == 0 and out.messages == tuple(msgs)

@@ -97,11 +97,12 @@ def test_without_persist_raw_marker_has_no_handle() -> None:
     assert "re-run the tool" in out.message["content"]
 
 
-def test_spill_is_capped_at_utf8_character_boundary() -> None:
+def test_spill_carries_the_full_text_for_the_store_to_cap() -> None:
+    """The store caps at rawCapBytes and records the original size, so the spill is whole."""
     cfg = ToolOutputConfig(max_chars=1000, raw_cap_bytes=3001)
     text = "é" * 5000  # 2 bytes each
     out = truncate_tool_result(tool("c1", text), cfg=cfg, redaction=RED)
-    assert out.spill is not None and out.spill.text == "é" * 1500
+    assert out.spill is not None and out.spill.text == text
 
 
 def test_cap_utf8() -> None:

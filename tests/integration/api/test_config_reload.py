@@ -1,0 +1,143 @@
+"""config/agents.json hot reload (DESIGN §7): applied on save without a restart, or rejected
+with the reason while the previous config stays in force; both announced on open streams."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED, USAGE
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.test_events import Frame, chat, open_events, user
+
+OLD_LIMIT = 100_000
+NEW_LIMIT = 64_000
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    return write_config(
+        tmp_path / "agents.json", fake_upstream.url, models={"default": {"contextLimit": OLD_LIMIT}}
+    )
+
+
+@pytest.fixture
+def second_upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as fake:
+        yield fake
+
+
+def save(path: Path, text: str) -> None:
+    """Save the way editors do: write a temp file, rename it over the config."""
+    tmp = path.with_name(path.name + ".swp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_config(path: Path, upstream_url: str, limit: int, *, in_place: bool = False) -> None:
+    tmp = path.with_name("next.json")
+    write_config(tmp, upstream_url, models={"default": {"contextLimit": limit}})
+    if in_place:
+        path.write_text(tmp.read_text())
+    else:
+        save(path, tmp.read_text())
+
+
+def limit_of(proxy: ProxyServer, sid: str) -> int:
+    headers = {"authorization": "Bearer sk-test-client"}
+    resp = httpx.get(f"{proxy.origin}/v1/sessions/{sid}", headers=headers, timeout=5)
+    assert resp.status_code == 200, resp.text
+    return int(resp.json()["context_limit"])
+
+
+def named(name: str) -> Any:
+    return lambda frame: frame.event == name
+
+
+def assert_config_frame(frame: Frame, sid: str) -> None:
+    assert frame.id is None  # config.* events are broadcast, not session history
+    assert frame.data["session_id"] == sid
+    assert frame.data["ts"]
+
+
+def test_valid_change_applies_to_next_request_and_is_announced(
+    proxy: ProxyServer,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    second_upstream: FakeUpstream,
+) -> None:
+    a1 = chat(proxy.origin, "a", [user("u1")])
+    chat(proxy.origin, "b", [user("other")])
+    assert limit_of(proxy, "a") == OLD_LIMIT
+    with open_events(proxy.origin, "a") as stream_a, open_events(proxy.origin, "b") as stream_b:
+        stream_a.until(named(USAGE))  # replay seen: both streams are subscribed
+        stream_b.until(named(USAGE))
+        save_config(config_path, second_upstream.url, NEW_LIMIT)
+        reloaded_a = stream_a.until(named(CONFIG_RELOADED))[-1]
+        reloaded_b = stream_b.until(named(CONFIG_RELOADED))[-1]
+        assert_config_frame(reloaded_a, "a")
+        assert_config_frame(reloaded_b, "b")
+        assert reloaded_a.data["path"] == str(config_path)
+
+        before = len(fake_upstream.bodies())
+        a2 = chat(proxy.origin, "a", [user("u1"), a1, user("u2")])
+        usage = stream_a.until(named(USAGE))[-1]
+        assert len(fake_upstream.bodies()) == before
+        assert second_upstream.bodies()[-1]["messages"][-1] == user("u2")
+        assert usage.data["limit"] == NEW_LIMIT
+        assert limit_of(proxy, "a") == NEW_LIMIT
+
+        # a plain in-place write (no rename) is picked up as well
+        save_config(config_path, fake_upstream.url, OLD_LIMIT, in_place=True)
+        stream_a.until(named(CONFIG_RELOADED))
+        chat(proxy.origin, "a", [user("u1"), a1, user("u2"), a2, user("u3")])
+        usage = stream_a.until(named(USAGE))[-1]
+    assert fake_upstream.bodies()[-1]["messages"][-1] == user("u3")
+    assert len(second_upstream.bodies()) == 1
+    assert usage.data["limit"] == OLD_LIMIT
+
+
+INVALID = [
+    ("{ this is not json", "not valid JSON"),
+    ('{"contxt": {}}', "contxt"),
+    ('{"context": {"eviction": {"atFraction": 7}}}', "atFraction"),
+    ('{"agents": {"default": {"provider": "nowhere"}}}', "nowhere"),
+]
+
+
+def test_invalid_file_is_rejected_and_previous_config_stays(
+    proxy: ProxyServer,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    second_upstream: FakeUpstream,
+) -> None:
+    history = [user("u0")]
+    history.append(chat(proxy.origin, "s", history))
+    with open_events(proxy.origin, "s") as events:
+        events.until(named(USAGE))
+        for i, (text, reason) in enumerate(INVALID, start=1):
+            save(config_path, text)
+            rejected = events.until(named(CONFIG_REJECTED))[-1]
+            assert_config_frame(rejected, "s")
+            assert reason in rejected.data["reason"]
+
+            # the old config is still in force: same upstream, same limits
+            history.append(user(f"u{i}"))
+            history.append(chat(proxy.origin, "s", history))
+            assert fake_upstream.bodies()[-1]["messages"][-1] == user(f"u{i}")
+            assert events.until(named(USAGE))[-1].data["limit"] == OLD_LIMIT
+            assert limit_of(proxy, "s") == OLD_LIMIT
+        assert second_upstream.bodies() == []
+
+        # fixing the file applies it
+        save_config(config_path, second_upstream.url, NEW_LIMIT)
+        events.until(named(CONFIG_RELOADED))
+    chat(proxy.origin, "s", [*history, user("fixed")])
+    assert second_upstream.bodies()[-1]["messages"][-1] == user("fixed")
+    assert limit_of(proxy, "s") == NEW_LIMIT

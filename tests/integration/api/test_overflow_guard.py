@@ -1,0 +1,172 @@
+"""The overflow guard through the real proxy (issue #4 item 6): never send a request that must fail.
+
+A prompt over ``contextLimit - reservedOutput`` is compacted synchronously, then the oldest whole
+rounds are dropped (``context.trimmed``); a single message too large for the window is refused
+with 400 ``context_length_exceeded`` and nothing goes upstream; and the provider's own
+``context_length_exceeded`` reaches the client in the same OpenAI shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.tokenizers import build_counter
+from tests.fakes.upstream import FakeUpstream, context_length_exceeded, count_prompt_tokens
+from tests.integration.api.test_compaction import (
+    Agent,
+    Model,
+    assert_paired,
+    canon,
+    live_part,
+    stack,
+    summary_of,
+    tool_round,
+    words,
+)
+
+LIMIT, RESERVED = 4000, 500
+ROOM = LIMIT - RESERVED
+
+
+def rounds(n: int, size: int = 400) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "user", "content": "Audit every module."}]
+    for k in range(n):
+        out += tool_round(k, size)
+    return out
+
+
+def assert_fits(body: dict[str, Any]) -> None:
+    """Under the limit by the proxy's own counter and by the provider's (the fake's)."""
+    assert build_counter()(body["messages"]) <= ROOM
+    assert count_prompt_tokens(body["messages"]) <= LIMIT
+
+
+def test_an_oversized_prompt_is_compacted_then_the_oldest_rounds_are_dropped(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    model = Model()
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        model,
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"keepRecent": 15},
+    ) as s:
+        agent = Agent(s.client("overflow"))
+        agent.messages += rounds(8)  # ~6500 tokens in one request
+        assert agent.step() == "ok"
+        (row,) = s.summaries("overflow")
+        assert row["boundary"] == 11  # keepRecent=15 lands on a round start: 5 rounds kept
+        (main,) = s.main_bodies()
+        assert summary_of(main) == row["content"]
+        assert_fits(main)
+        assert_paired(main["messages"])
+        # the kept rounds did not fit either: the oldest ones went, whole
+        live = live_part(main)
+        assert live[0] == canon(agent.messages[:1])[0]
+        assert live[1:] == canon(agent.messages[-1 - len(live[1:]) : -1])
+        assert 0 < len(live[1:]) < 15 and len(live[1:]) % 3 == 0
+        names = [e["name"] for e in s.events("overflow")]
+        assert names.index("context.compaction.completed") < names.index("context.trimmed")
+        (trimmed,) = s.events("overflow", "context.trimmed")
+        assert trimmed["dropped_messages"] == 15 - len(live[1:])
+        assert trimmed["tokens_after"] <= ROOM < trimmed["tokens_before"]
+        started = s.events("overflow", "context.compaction.started")[0]
+        assert started["trigger"] == "overflow"
+
+
+def test_without_summarisation_the_guard_still_drops_whole_rounds(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    model = Model()
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        model,
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"enabled": False},
+    ) as s:
+        agent = Agent(s.client("trim-only"))
+        agent.messages += rounds(8)
+        agent.step()
+        (main,) = s.main_bodies()
+        assert_fits(main)
+        assert_paired(main["messages"])
+        assert not model.fast_times and summary_of(main) is None
+        assert main["messages"][:2] == agent.messages[:2], "system and task are kept"
+        (trimmed,) = s.events("trim-only", "context.trimmed")
+        assert trimmed["dropped_messages"] % 3 == 0 and trimmed["dropped_messages"] > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_one_message_too_large_for_the_window_is_refused_and_nothing_is_sent(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED) as s:
+        client = s.client("huge")
+        messages = [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": words(5000, "huge")},
+        ]
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="gpt-fake", messages=messages, stream=stream)
+        err = info.value
+        assert err.status_code == 400 and err.code == "context_length_exceeded"
+        assert err.type == "invalid_request_error" and err.param == "messages"
+        body = err.body
+        assert isinstance(body, dict) and set(body) == {"message", "type", "param", "code"}
+        message = body["message"]
+        assert f"limit {LIMIT}" in message and "largest message" in message
+        assert "contextLimit" in message  # tells a person what to change
+        assert s.fake.requests == [], "a request that must fail was sent upstream"
+
+
+def test_a_huge_message_after_some_history_is_refused_without_calling_the_model(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(),
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"keepRecent": 2},
+    ) as s:
+        agent = Agent(s.client("huge-late"))
+        for i in range(3):
+            agent.say(words(300, f"t{i}"))
+        sent = len(s.main_bodies())
+        with pytest.raises(openai.BadRequestError) as info:
+            agent.say(words(5000, "huge"))
+        assert info.value.code == "context_length_exceeded"
+        assert len(s.main_bodies()) == sent
+        agent.messages[-1] = {"role": "user", "content": "a shorter question"}
+        assert agent.step() == "ok", "the session is still usable"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_context_length_exceeded_surfaces_in_the_same_shape(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    upstream_error = context_length_exceeded()
+    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=128000) as s:
+        fake_upstream.script(upstream_error)
+        agent = Agent(s.client("upstream-400"))
+        with pytest.raises(openai.BadRequestError) as info:
+            if stream:
+                agent.say_stream("hello")
+            else:
+                agent.say("hello")
+        err = info.value
+        assert err.status_code == 400 and err.code == "context_length_exceeded"
+        assert err.body == upstream_error.body["error"]
+        assert len(s.main_bodies()) == 1

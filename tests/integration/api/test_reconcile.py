@@ -1,0 +1,366 @@
+"""History reconciliation by hash chain (DESIGN §4), end to end.
+
+- the common case (history resent plus new messages) costs a fixed number of statements,
+  whatever the history's length, and inserts only the new rows;
+- an edited or regenerated history supersedes the stored tail (kept, visible on request);
+- the reply the proxy stored matches what an SDK client sends back (fast path);
+- requests on one session are serialised, different sessions run in parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import openai
+import pytest
+from asyncpg import introspection
+from starlette.testclient import TestClient
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from proxy.store import messages as msgs
+from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
+
+MODEL = "gpt-4o"
+_INTROSPECTION = {
+    introspection.INTRO_LOOKUP_TYPES,
+    introspection.INTRO_LOOKUP_TYPES_13,
+    introspection.TYPE_BY_NAME,
+}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def history(n: int) -> list[dict[str, Any]]:
+    """``n`` messages alternating user/assistant, ending with a user message."""
+    out = []
+    for i in range(n):
+        role = "user" if (n - i) % 2 else "assistant"
+        out.append({"role": role, "content": f"message {i} " + "lorem ipsum " * 5})
+    return out
+
+
+def session_view(http: httpx.Client | TestClient, sid: str) -> dict[str, Any]:
+    resp = http.get(f"/v1/sessions/{sid}")
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def settled(http: httpx.Client, sid: str, count: int) -> dict[str, Any]:
+    """The session once ``count`` messages are stored (the reply of a non-streamed request is
+    stored right after the response went out, still under the session lock)."""
+    deadline = time.monotonic() + 5
+    while (view := session_view(http, sid))["message_count"] != count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sid}: expected {count} messages, have {view}")
+        time.sleep(0.02)
+    return view
+
+
+def all_messages(http: httpx.Client, sid: str) -> list[dict[str, Any]]:
+    resp = http.get(f"/v1/sessions/{sid}/messages", params={"include_superseded": "true"})
+    assert resp.status_code == 200
+    return resp.json()["data"]
+
+
+def post(http: httpx.Client | TestClient, sid: str, messages: list[Any], **body: Any) -> Any:
+    resp = http.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": messages, **body},
+        headers={"x-session-id": sid},
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+# --------------------------------------------------------------------------- O(1) fast path
+
+
+class QueryLog:
+    """Wraps the chat service's pool: every statement run on a lent connection is logged."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self.queries: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def _log(self, record: Any) -> None:
+        query = record.query
+        if query not in _INTROSPECTION and "set_config('jit'" not in query:
+            self.queries.append(record)
+
+    async def acquire(self) -> Any:
+        conn = await self._pool.acquire()
+        conn.add_query_logger(self._log)
+        return conn
+
+    async def release(self, conn: Any) -> None:
+        conn.remove_query_logger(self._log)
+        await self._pool.release(conn)
+
+
+@pytest.fixture
+def app_client(db_dsn: str, config_path: Path) -> Iterator[TestClient]:
+    """The app in-process: requests (and their background work) finish before returning."""
+    settings = Settings(database_url=db_dsn, config=config_path, watch_config=False)
+    headers = {"authorization": "Bearer sk-test-client"}
+    with TestClient(create_app(settings), headers=headers) as c:
+        yield c
+
+
+def test_extending_history_costs_constant_statements(app_client: TestClient) -> None:
+    log = QueryLog(app_client.app_state["chat"].pool)
+    app_client.app_state["chat"].pool = log
+    per_size: dict[int, list[str]] = {}
+    for n in (10, 50, 200):
+        sid = f"grow-{n}"
+        base = history(n)
+        first = post(app_client, sid, base)
+        answer = first["choices"][0]["message"]
+        log.queries.clear()
+        post(app_client, sid, [*base, answer, user("next step")])
+        per_size[n] = [q.query for q in log.queries]
+        inserts = [q for q in log.queries if q.query == msgs.INSERT_MESSAGES]
+        # only the new user message, then the reply; no lookup of a divergence point
+        assert [len(q.args[2]) for q in inserts] == [1, 1]
+        assert [q.args[2] for q in inserts] == [[n + 1], [n + 2]]
+        assert msgs.FETCH_MATCHED_LEN not in per_size[n]
+        assert msgs.SUPERSEDE_FROM not in per_size[n]
+        view = session_view(app_client, sid)
+        assert (view["message_count"], view["superseded_count"]) == (n + 3, 0)
+    assert per_size[10] == per_size[50] == per_size[200]
+    assert len(per_size[10]) <= 25, per_size[10]
+
+
+def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
+    log = QueryLog(app_client.app_state["chat"].pool)
+    app_client.app_state["chat"].pool = log
+    base = history(30)
+    post(app_client, "edited", base)
+    log.queries.clear()
+    edited = [*base[:10], user("an edited question"), *base[11:]]
+    post(app_client, "edited", edited)
+    names = [q.query for q in log.queries]
+    assert names.count(msgs.FETCH_MATCHED_LEN) == 1
+    assert names.count(msgs.SUPERSEDE_FROM) == 1
+    inserts = [q for q in log.queries if q.query == msgs.INSERT_MESSAGES]
+    assert [q.args[2] for q in inserts] == [list(range(10, 30)), [30]]
+    view = session_view(app_client, "edited")
+    assert (view["message_count"], view["superseded_count"]) == (31, 21)
+
+
+# --------------------------------------------------------------------------- divergence
+
+
+def test_edit_supersedes_the_tail_from_the_divergence_point(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(reply("a1"), reply("a2"), reply("a2 again"))
+    a1 = post(http, "s", [user("u1")])["choices"][0]["message"]
+    post(http, "s", [user("u1"), a1, user("u2")])
+    settled(http, "s", 4)
+    post(http, "s", [user("u1"), a1, user("u2 edited")])
+    view = settled(http, "s", 4)
+    assert view["superseded_count"] == 2
+    live = http.get("/v1/sessions/s/messages").json()["data"]
+    assert [r["message"]["content"] for r in live] == ["u1", "a1", "u2 edited", "a2 again"]
+    everything = all_messages(http, "s")
+    assert [(r["pos"], r["message"]["content"], r["superseded"]) for r in everything] == [
+        (0, "u1", False),
+        (1, "a1", False),
+        (2, "u2", True),
+        (2, "u2 edited", False),
+        (3, "a2", True),
+        (3, "a2 again", False),
+    ]
+    # the provider saw the edited history, not the superseded one
+    assert fake_upstream.bodies()[-1]["messages"][-1] == user("u2 edited")
+
+
+def test_regenerate_supersedes_the_stored_reply(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(reply("first try"), reply("second try"))
+    post(http, "regen", [user("q")])
+    settled(http, "regen", 2)
+    post(http, "regen", [user("q")])
+    assert settled(http, "regen", 2)["superseded_count"] == 1
+    rows = all_messages(http, "regen")
+    assert [(r["message"]["content"], r["superseded"]) for r in rows] == [
+        ("q", False),
+        ("first try", True),
+        ("second try", False),
+    ]
+
+
+def test_new_opening_supersedes_everything(http: httpx.Client) -> None:
+    base = history(6)
+    post(http, "fresh", base)
+    settled(http, "fresh", 7)
+    post(http, "fresh", [user("a different opening")])
+    assert settled(http, "fresh", 2)["superseded_count"] == 7
+    assert len(all_messages(http, "fresh")) == 9
+
+
+# --------------------------------------------------------------------------- SDK round trip
+
+
+def sid_headers(sid: str) -> dict[str, Any]:
+    return {"extra_headers": {"X-Session-Id": sid}}
+
+
+ECHOES = {
+    "model_dump_exclude_none": lambda m: m.model_dump(exclude_none=True),
+    "model_dump": lambda m: m.model_dump(),
+    "plain_dict": lambda m: {"role": "assistant", "content": m.content},
+}
+
+
+def test_sdk_echo_of_the_reply_takes_the_fast_path(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    for sid, echo in ECHOES.items():
+        messages: list[Any] = [{"role": "system", "content": "sys"}, user("q1")]
+        for turn in range(3):
+            out = client.chat.completions.create(model=MODEL, messages=messages, **sid_headers(sid))
+            messages += [echo(out.choices[0].message), user(f"q{turn + 2}")]
+        client.chat.completions.create(model=MODEL, messages=messages, **sid_headers(sid))
+        view = settled(http, sid, len(messages) + 1)
+        assert view["superseded_count"] == 0, sid
+
+
+def test_sdk_echo_of_tool_calls_takes_the_fast_path(
+    client: openai.OpenAI, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    calls = [tool_call("grep", {"q": "x"}), tool_call("ls", {"path": "."})]
+    fake_upstream.script(reply(None, tool_calls=calls), reply("done"))
+    messages: list[Any] = [user("find x")]
+    out = client.chat.completions.create(model=MODEL, messages=messages, **sid_headers("tc"))
+    msg = out.choices[0].message
+    assert msg.tool_calls is not None and len(msg.tool_calls) == 2
+    messages.append(msg.model_dump(exclude_none=True))
+    messages += [
+        {"role": "tool", "tool_call_id": c.id, "content": f"result of {c.function.name}"}
+        for c in msg.tool_calls
+    ]
+    client.chat.completions.create(model=MODEL, messages=messages, **sid_headers("tc"))
+    assert settled(http, "tc", 5)["superseded_count"] == 0
+
+
+def _accumulate(stream: Any) -> dict[str, Any]:
+    """Rebuild the assistant message from chunks, the way agent loops do."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        text.append(delta.content or "")
+        for tc in delta.tool_calls or []:
+            slot = calls.setdefault(
+                tc.index,
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            slot["id"] = tc.id or slot["id"]
+            if tc.function is not None:
+                slot["function"]["name"] += tc.function.name or ""
+                slot["function"]["arguments"] += tc.function.arguments or ""
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        msg["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return msg
+
+
+def test_streamed_reply_echo_takes_the_fast_path(
+    client: openai.OpenAI, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(
+        reply("let me look", tool_calls=[tool_call("ls", {"path": "/tmp"})]),
+        reply("here it is", chunks=5),
+        reply("bye"),
+    )
+    messages: list[Any] = [user("what is in /tmp?")]
+    kwargs = {"model": MODEL, "stream": True, **sid_headers("st")}
+    msg = _accumulate(client.chat.completions.create(messages=messages, **kwargs))
+    call_id = msg["tool_calls"][0]["id"]
+    messages += [msg, {"role": "tool", "tool_call_id": call_id, "content": "a.txt b.txt"}]
+    msg = _accumulate(client.chat.completions.create(messages=messages, **kwargs))
+    assert msg == {"role": "assistant", "content": "here it is"}
+    messages += [msg, user("thanks")]
+    client.chat.completions.create(messages=messages, **kwargs).close()
+    view = settled(http, "st", 6)
+    assert view["superseded_count"] == 0
+
+
+# --------------------------------------------------------------------------- concurrency
+
+DELAY = 0.6
+
+
+class Arrivals:
+    """A responder that notes when each upstream call arrived, then answers after DELAY."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        self.times.append(time.monotonic())
+        return reply("slow answer", first_byte_delay=DELAY)
+
+
+def _run_parallel(proxy_url: str, sids: list[str]) -> list[float]:
+    """Send one chat request per session id at the same moment; return completion times."""
+    done: list[float] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(sids))
+
+    def one(i: int, sid: str) -> None:
+        try:
+            with httpx.Client(headers={"authorization": "Bearer sk-test-client"}, timeout=10) as c:
+                start.wait()
+                body = {"model": MODEL, "messages": [user(f"request {i}")]}
+                resp = c.post(
+                    f"{proxy_url}/chat/completions", json=body, headers={"x-session-id": sid}
+                )
+                assert resp.status_code == 200, resp.text
+                done.append(time.monotonic())
+        except BaseException as exc:  # surfaced in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i, s)) for i, s in enumerate(sids)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors, errors
+    return sorted(done)
+
+
+def test_one_session_is_serialised_different_sessions_overlap(
+    proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    same = Arrivals()
+    fake_upstream.script(same, same)
+    t0 = time.monotonic()
+    done = _run_parallel(proxy.url, ["same", "same"])
+    first, second = sorted(same.times)
+    # the second upstream call starts only after the first answered
+    assert second - first >= DELAY - 0.01
+    assert done[1] - t0 >= 2 * DELAY - 0.01
+
+    apart = Arrivals()
+    fake_upstream.script(apart, apart)
+    _run_parallel(proxy.url, ["left", "right"])
+    first, second = sorted(apart.times)
+    # the second upstream call starts while the first is still waiting for its answer
+    assert second - first < DELAY

@@ -1,0 +1,212 @@
+"""proxy/store/sessions.py against a real, migrated PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.cascade.types import Spill
+from proxy.store import events, messages as msgs, raw_outputs, sessions, summaries
+
+T = "t-a"
+
+
+async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 3) -> None:
+    """A session with ``n`` messages, a raw output, a summary and an event."""
+    await sessions.upsert_session(conn, tenant=tenant, session_id=session_id, agent="a", model="m")
+    rows = [
+        msgs.NewMessage(pos=i, hash=f"h{i}", role="user", message={"role": "user", "content": i})
+        for i in range(n)
+    ]
+    await msgs.insert_messages(conn, tenant=tenant, session_id=session_id, rows=rows)
+    await sessions.update_head(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        head_len=n,
+        head_hash=f"h{n - 1}",
+        system_count=0,
+    )
+    spill = Spill(tool_call_id="call_1", text="raw text")
+    await raw_outputs.insert_raw_outputs(
+        conn, tenant=tenant, session_id=session_id, spills=[spill], cap_bytes=1000
+    )
+    await summaries.insert_summary(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        boundary=1,
+        boundary_hash="h0",
+        content="brief",
+        tokens=1,
+        model="fast",
+    )
+    await events.insert_event(
+        conn, tenant=tenant, session_id=session_id, name="context.usage", data={"x": 1}
+    )
+
+
+async def counts(conn: Any, session_id: str, tenant: str = T) -> dict[str, int]:
+    out = {}
+    for table in ("messages", "tool_raw_outputs", "summaries", "events"):
+        sql = f"SELECT count(*) FROM {table} WHERE tenant = $1 AND session_id = $2"
+        out[table] = await conn.fetchval(sql, tenant, session_id)
+    return out
+
+
+async def test_upsert_creates_then_touches(pool: asyncpg.Pool) -> None:
+    first = await sessions.upsert_session(pool, tenant=T, session_id="s", agent="a", model="m1")
+    assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
+    await sessions.update_head(
+        pool, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1
+    )
+    again = await sessions.upsert_session(pool, tenant=T, session_id="s", agent="b", model="m2")
+    assert (again["head_len"], again["head_hash"], again["system_count"]) == (4, "x", 1)
+    assert (again["agent"], again["model"]) == ("b", "m2")
+    assert again["updated_at"] >= first["updated_at"]
+    assert again["created_at"] == first["created_at"]
+
+
+async def test_fetchrow_session_is_tenant_scoped_and_counts_superseded(
+    pool: asyncpg.Pool,
+) -> None:
+    await make_session(pool, "s")
+    assert await sessions.fetchrow_session(pool, tenant="t-b", session_id="s") is None
+    assert await sessions.fetchrow_session(pool, tenant=T, session_id="nope") is None
+    row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
+    assert row is not None and row["superseded_count"] == 0
+    await msgs.supersede_from(pool, tenant=T, session_id="s", from_pos=1)
+    row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
+    assert row is not None and row["superseded_count"] == 2
+
+
+async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> None:
+    for sid in ("old", "mid", "new"):
+        await sessions.upsert_session(pool, tenant=T, session_id=sid, agent="a", model="m")
+    await sessions.upsert_session(pool, tenant="t-b", session_id="theirs", agent="a", model="m")
+    rows = await sessions.fetch_sessions(pool, tenant=T)
+    assert [r["id"] for r in rows] == ["new", "mid", "old"]
+    page = await sessions.fetch_sessions(pool, tenant=T, limit=1, offset=1)
+    assert [r["id"] for r in page] == ["mid"]
+    assert [r["id"] for r in await sessions.fetch_sessions(pool, tenant="t-b")] == ["theirs"]
+
+
+async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
+    await sessions.upsert_session(pool, tenant=T, session_id="s", agent="a", model="m")
+    await sessions.update_usage(
+        pool, tenant=T, session_id="s", prompt_tokens=900, estimate=1000, calibration=0.9
+    )
+    assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=50) == 50
+    assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=25) == 75
+    assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=0) == 75
+    row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
+    assert row is not None
+    assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (900, 1000, 0.9)
+    assert row["reclaimed_tokens"] == 75
+    await sessions.update_usage(
+        pool, tenant=T, session_id="s", prompt_tokens=None, estimate=10, calibration=0.9
+    )
+    row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
+    assert row is not None and row["last_prompt_tokens"] is None
+
+
+async def test_add_reclaimed_on_missing_session_is_zero(pool: asyncpg.Pool) -> None:
+    assert await sessions.add_reclaimed(pool, tenant=T, session_id="ghost", tokens=5) == 0
+
+
+async def test_delete_cascades_to_everything_the_session_owns(pool: asyncpg.Pool) -> None:
+    await make_session(pool, "doomed")
+    await make_session(pool, "kept")
+    await make_session(pool, "doomed", tenant="t-b")
+    assert await sessions.delete_session(pool, tenant=T, session_id="doomed") is True
+    assert await sessions.delete_session(pool, tenant=T, session_id="doomed") is False
+    assert await counts(pool, "doomed") == dict.fromkeys(
+        ("messages", "tool_raw_outputs", "summaries", "events"), 0
+    )
+    assert await counts(pool, "kept") == {
+        "messages": 3,
+        "tool_raw_outputs": 1,
+        "summaries": 1,
+        "events": 1,
+    }
+    assert (await counts(pool, "doomed", tenant="t-b"))["messages"] == 3
+
+
+async def test_reset_forgets_history_but_keeps_session_and_events(pool: asyncpg.Pool) -> None:
+    await make_session(pool, "s")
+    await sessions.update_usage(
+        pool, tenant=T, session_id="s", prompt_tokens=5, estimate=6, calibration=0.5
+    )
+    await sessions.reset_session(pool, tenant=T, session_id="s")
+    assert await counts(pool, "s") == {
+        "messages": 0,
+        "tool_raw_outputs": 0,
+        "summaries": 0,
+        "events": 1,
+    }
+    row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
+    assert row is not None
+    assert (row["head_len"], row["head_hash"], row["last_prompt_tokens"]) == (0, None, None)
+    assert row["calibration"] == 1.0
+
+
+async def test_copy_session_makes_an_independent_branch(pool: asyncpg.Pool) -> None:
+    await make_session(pool, "parent")
+    await msgs.supersede_from(pool, tenant=T, session_id="parent", from_pos=2)
+    await sessions.copy_session(pool, tenant=T, source="parent", target="child")
+    child = await sessions.fetchrow_session(pool, tenant=T, session_id="child")
+    assert child is not None
+    assert (child["parent_id"], child["head_len"], child["head_hash"]) == ("parent", 3, "h2")
+    # live messages, raw outputs and summaries are copied; superseded rows and events are not
+    assert await counts(pool, "child") == {
+        "messages": 2,
+        "tool_raw_outputs": 1,
+        "summaries": 1,
+        "events": 0,
+    }
+    # changing the branch leaves the parent as it was
+    await msgs.supersede_from(pool, tenant=T, session_id="child", from_pos=0)
+    await sessions.delete_session(pool, tenant=T, session_id="child")
+    assert await counts(pool, "parent") == {
+        "messages": 3,
+        "tool_raw_outputs": 1,
+        "summaries": 1,
+        "events": 1,
+    }
+    live = await msgs.fetch_messages(pool, tenant=T, session_id="parent")
+    assert len(live) == 2
+
+
+async def test_copy_session_into_existing_id_fails_whole(pool: asyncpg.Pool) -> None:
+    await make_session(pool, "a")
+    await make_session(pool, "b", n=1)
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await sessions.copy_session(pool, tenant=T, source="a", target="b")
+    assert (await counts(pool, "b"))["messages"] == 1
+
+
+def test_lock_keys_differ_by_tenant_and_session() -> None:
+    keys = {sessions.session_lock_key(t, s) for t in ("t-a", "t-b") for s in ("s1", "s2", "s1\x00")}
+    assert len(keys) == 6
+    assert sessions.session_lock_key("t-a", "s1") == sessions.session_lock_key("t-a", "s1")
+    assert all(-(2**63) <= k < 2**63 for k in keys)
+
+
+async def test_lock_session_serialises_one_session_only(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as a, pool.acquire() as b:
+        await sessions.lock_session(a, tenant=T, session_id="s")
+        # another session (or tenant) is not blocked
+        await asyncio.wait_for(sessions.lock_session(b, tenant=T, session_id="other"), 2)
+        await asyncio.wait_for(sessions.lock_session(b, tenant="t-b", session_id="s"), 2)
+        await sessions.unlock_session(b, tenant=T, session_id="other")
+        await sessions.unlock_session(b, tenant="t-b", session_id="s")
+        # the same session waits until the holder unlocks
+        waiter = asyncio.ensure_future(sessions.lock_session(b, tenant=T, session_id="s"))
+        await asyncio.sleep(0.2)
+        assert not waiter.done()
+        await sessions.unlock_session(a, tenant=T, session_id="s")
+        await asyncio.wait_for(waiter, 2)
+        await sessions.unlock_session(b, tenant=T, session_id="s")

@@ -1,0 +1,90 @@
+"""assemble(): stage order, trimmed indices, calibrated guard, /compact filtering."""
+
+from __future__ import annotations
+
+from proxy.cascade.pipeline import (
+    StepInput,
+    assemble,
+    compact_reply_text,
+    drop_commands,
+    is_compact_command,
+    occupancy,
+)
+from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded
+from proxy.config import ContextConfig
+from tests.unit.cascade.summary_builders import (
+    assistant,
+    assistant_calls,
+    count,
+    system,
+    tool,
+    user,
+)
+
+OFF = ContextConfig.model_validate({"eviction": {"enabled": False}})
+
+
+def _words(n: int) -> str:
+    return "w" * (4 * n)
+
+
+def _window(rounds: int) -> tuple[dict, ...]:
+    out: list[dict] = [system(_words(10)), user(_words(10))]
+    for i in range(rounds):
+        out += [assistant_calls((f"c{i}", "cat", {})), tool(f"c{i}", _words(50))]
+    return tuple(out)
+
+
+def _step(window: tuple[dict, ...], limit: int, *, ratio: float = 1.0) -> StepInput:
+    return StepInput(window=window, system_count=1, summary=None, count=count,
+                     budget=Budget(limit=limit, reserved_output=0, occupancy=count(window)),
+                     ctx=OFF, ratio=ratio)
+
+
+def test_assemble_reports_window_indices_the_guard_dropped() -> None:
+    window = _window(10)  # ~530 tokens
+    out = assemble(_step(window, 400))
+    assert out.trimmed, "the guard had to trim"
+    kept = set(map(id, out.messages))
+    assert all(id(window[i]) not in kept for i in out.trimmed)
+    assert {id(m) for i, m in enumerate(window) if i not in out.trimmed} == kept
+    assert any(e.name == TRIMMED for e in out.events)
+    assert out.tokens <= int(400 * 0.6) + 60  # down to the low watermark, not just under 400
+
+
+def test_assemble_counts_the_guard_with_the_calibrated_ratio() -> None:
+    """An estimator that undercounts by 1.5x must not let an over-limit prompt through."""
+    window = _window(6)  # ~330 estimated tokens, ~500 real
+    assert not assemble(_step(window, 400)).trimmed
+    assert assemble(_step(window, 400, ratio=1.5)).trimmed
+
+
+def test_assemble_refuses_when_one_message_is_too_big() -> None:
+    window = (system(_words(10)), user(_words(1000)))
+    try:
+        assemble(_step(window, 500))
+    except ContextLengthExceeded as exc:
+        assert "largest message" in str(exc)
+    else:
+        raise AssertionError("expected ContextLengthExceeded")
+
+
+def test_compact_command_exchanges_never_reach_the_prompt() -> None:
+    reply = compact_reply_text(version=2, folded=10, tokens_before=900, tokens_after=300,
+                               reason="")
+    msgs = [system("s"), user("task"), assistant("a"), user("/compact"),
+            {"role": "assistant", "content": reply}, user("next")]
+    assert is_compact_command(msgs[:4])
+    assert not is_compact_command(msgs)
+    assert drop_commands(msgs) == (msgs[0], msgs[1], msgs[2], msgs[5])
+
+
+def test_a_message_that_only_mentions_compact_is_kept() -> None:
+    msgs = [user("please /compact later"), assistant("ok")]
+    assert drop_commands(msgs) == tuple(msgs)
+    assert not is_compact_command(msgs[:1])
+
+
+def test_occupancy_moves_the_real_count_by_the_estimated_change() -> None:
+    assert occupancy(1200, ratio=1.5, last_real=3000, last_estimate=1000) == 3300
+    assert occupancy(1200, ratio=1.5, last_real=None, last_estimate=None) == 1800

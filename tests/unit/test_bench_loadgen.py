@@ -1,0 +1,135 @@
+"""The overhead benchmark's pure helpers: statistics, SSE framing, aggregation, targets."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hypothesis import given, settings, strategies as st
+
+from bench.fake_upstream import has_flag, stream_frames
+from bench.loadgen import make_workload, median, percentile, ratio, split_sse, summarize
+from bench.overhead import aggregate, evaluate
+
+floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+def test_percentile_interpolates_between_closest_ranks():
+    values = [10.0, 1.0, 4.0, 2.0]  # sorted: 1 2 4 10
+    assert percentile(values, 50) == 3.0
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 100) == 10.0
+    assert math.isclose(percentile(values, 90), 4.0 + 0.7 * 6.0)
+
+
+def test_percentile_of_empty_sample_is_nan_and_bad_q_raises():
+    assert math.isnan(percentile([], 50))
+    try:
+        percentile([1.0], 101)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("q > 100 must raise")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(floats, min_size=1, max_size=40), st.floats(0, 100), st.floats(0, 100))
+def test_percentile_is_monotone_and_bounded(values, q1, q2):
+    low, high = sorted((q1, q2))
+    assert min(values) <= percentile(values, low) <= percentile(values, high) <= max(values)
+
+
+def test_median_ignores_rounds_without_a_sample():
+    assert median([3.0, math.nan, 1.0, 2.0]) == 2.0
+    assert math.isnan(median([math.nan]))
+
+
+def test_summarize_reports_tail_and_count():
+    stats = summarize([float(v) for v in range(1, 101)])
+    assert stats["n"] == 100
+    assert stats["p50"] == 50.5
+    assert math.isclose(stats["p99"], 99.01)
+    assert stats["max"] == 100.0
+    assert math.isnan(summarize([])["p99"])
+
+
+def test_ratio_is_unknown_without_a_positive_denominator():
+    assert ratio(30.0, 3.0) == 10.0
+    assert math.isnan(ratio(1.0, 0.0))
+    assert math.isnan(ratio(math.nan, 2.0))
+    assert math.isnan(ratio(2.0, math.nan))
+
+
+def test_split_sse_keeps_partial_frame_for_next_read():
+    frames, rest = split_sse(b"data: a\n\ndata: b\r\n\r\ndata: c")
+    assert frames == [b"data: a", b"data: b"]
+    assert rest == b"data: c"
+    frames, rest = split_sse(rest + b"\n\n")
+    assert frames == [b"data: c"] and rest == b""
+
+
+def test_fake_upstream_flags_ignore_escaped_keys_and_usage_frame_only_on_request():
+    assert has_flag(b'{"stream" : true}', b"stream", b"true")
+    assert not has_flag(b'{"m":"say \\"stream\\": true"}', b"stream", b"true")
+    assert not has_flag(b'{"stream":false}', b"stream", b"true")
+    plain = stream_frames(b'{"stream":true}', "c1", 50)
+    with_usage = stream_frames(b'{"stream":true,"stream_options":{"include_usage":true}}', "c1", 50)
+    assert len(plain) == 1 + 50 + 1 + 1  # role, content chunks, finish, [DONE]
+    assert len(with_usage) == len(plain) + 1
+    assert json.loads(with_usage[-2][6:])["usage"]["completion_tokens"] == 50
+
+
+def test_large_workload_is_a_40_message_200kb_agent_request_on_average():
+    work = make_workload("large")
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c9", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+        ],
+    }
+    messages, sizes, lengths = list(work.base), [], []
+    for _ in range(work.turns_per_session):
+        sizes.append(len(work.body(messages)))
+        lengths.append(len(messages))
+        messages += work.next_turn(reply)
+    assert sum(lengths) / len(lengths) == 40
+    assert 180_000 < sum(sizes) / len(sizes) < 230_000
+    assert messages[-1] == {"role": "tool", "tool_call_id": "c9", "content": work.tool_result}
+
+
+def _window(target, key, rnd, rps, p50):
+    return {
+        "target": target,
+        "scenario_key": key,
+        "round": rnd,
+        "rps": rps,
+        "latency_ms": {"p50": p50, "p99": p50 * 2},
+        "errors": {},
+    }
+
+
+def test_aggregate_subtracts_direct_of_the_same_round_then_takes_the_median():
+    windows = [
+        _window("direct", "tiny_c1", 0, 1000, 1.0),
+        _window("direct", "tiny_c1", 1, 900, 5.0),
+        _window("direct", "tiny_c1", 2, 950, 2.0),
+        _window("floor", "tiny_c1", 0, 400, 2.0),
+        _window("floor", "tiny_c1", 1, 300, 7.0),
+        _window("floor", "tiny_c1", 2, 500, 9.0),
+    ]
+    row = aggregate(windows)["floor"]["tiny_c1"]
+    assert row["rps"] == 400
+    assert row["added_p50"] == 2.0  # per round: 1, 2, 7 -> median 2 (not 7 - 2 = 5)
+    assert row["rounds"] == 3
+
+
+def test_evaluate_marks_targets_unknown_when_litellm_is_missing():
+    windows = [
+        _window(t, k, 0, rps, p50)
+        for t, rps, p50 in (("direct", 5000, 0.2), ("floor", 500, 1.2), ("cascade", 450, 2.0))
+        for k in ("tiny_c1", "tiny_c32")
+    ]
+    results = {t["target"]: t for t in evaluate(aggregate(windows))}
+    assert results["added p50 at c=1"]["met"] is True  # 1.8 <= 2 * 1.0
+    assert results["RPS at c=32"]["met"] is None
