@@ -35,6 +35,7 @@ CREATE TABLE messages (
     tokens          integer     NOT NULL DEFAULT 0,
     redacted        boolean     NOT NULL DEFAULT false,
     evicted_at      timestamptz,
+    trimmed_at      timestamptz,                 -- dropped by the overflow guard, for good
     superseded_at   timestamptz,
     source          text        NOT NULL DEFAULT 'client',
     created_at      timestamptz NOT NULL DEFAULT now(),

@@ -75,6 +75,6 @@ async def tool_output(
     grep: str | None = None,
 ) -> dict[str, Any]:
     return await svc.tool_output(
-        pool, tenant=tenant, session_id=_sid(session_id), tool_call_id=tool_call_id,
-        offset=offset, limit=limit, grep=grep, max_chars=cfg.context.tool_output.max_chars,
+        pool, cfg, tenant=tenant, session_id=_sid(session_id), tool_call_id=tool_call_id,
+        offset=offset, limit=limit, grep=grep,
     )

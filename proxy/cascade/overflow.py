@@ -85,6 +85,7 @@ def guard(
     reserved_output: int,
     protected_head: int,
     trim_current_turn: bool = False,
+    target: int | None = None,
 ) -> GuardResult:
     """Make the prompt fit ``limit - reserved_output`` or refuse it.
 
@@ -95,6 +96,10 @@ def guard(
     With ``trim_current_turn`` (an agent loop where one user message starts hundreds of
     rounds), older whole rounds of the current turn go too, after all earlier history; the
     newest round and the last user message always stay.
+    Once trimming is needed it goes down to ``target`` tokens when that is reachable (a low
+    watermark: the shell persists what was dropped, so a deeper cut now means the prompt
+    prefix stays unchanged for many steps instead of moving by one round every step), else
+    to the budget.
     Emits one ``context.trimmed`` event. Raises ``ContextLengthExceeded`` when even dropping
     everything droppable is not enough, naming the largest message so a person can act.
     """
@@ -114,12 +119,14 @@ def guard(
         gone = {i for begin, end in units[:k] for i in range(begin, end)}
         return tuple(m for i, m in enumerate(messages) if i not in gone)
 
-    if not units or count(assemble(len(units))) > budget:
+    floor = count(assemble(len(units))) if units else before
+    if not units or floor > budget:
         raise _refuse(messages, count=count, needed=before, limit=limit, reserved=reserved_output)
+    goal = target if target is not None and floor <= target < budget else budget
     lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
     while lo < hi:
         mid = (lo + hi) // 2
-        if count(assemble(mid)) <= budget:
+        if count(assemble(mid)) <= goal:
             hi = mid
         else:
             lo = mid + 1

@@ -11,6 +11,7 @@ Ingestion-time truncation and redaction run once per new message (``ingest``), n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,11 @@ __all__ = [
 ]
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
+GUARD_MARGIN = 1.03
+"""The guard counts with the session's real/estimated ratio plus this margin: the estimate is
+calibrated on whole prompts, and one step's new text can tokenise denser than the average."""
+TRIM_TARGET = 0.6
+"""Once the guard must trim, it trims down to this fraction of the prompt budget."""
 COMPACT_COMMAND = "/compact"
 COMMAND_REPLY_PREFIX = "[cascade] "
 
@@ -70,6 +76,7 @@ class StepInput:
     ctx: ContextConfig
     spilled: frozenset[str] = frozenset()
     unspillable: frozenset[str] = frozenset()
+    ratio: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class Assembled:
     events: tuple[Event, ...]
     spills: tuple[Spill, ...]
     evicted: tuple[int, ...]
+    trimmed: tuple[int, ...]
     offer_read_tool: bool
     tokens: int
 
@@ -172,13 +180,31 @@ def assemble(inp: StepInput) -> Assembled:
     )
     protected = inp.system_count + (1 if inp.summary else 0)
     guarded = guard(
-        messages, count=inp.count, limit=inp.budget.limit,
+        messages, count=_calibrated(inp.count, inp.ratio), limit=inp.budget.limit,
         reserved_output=inp.budget.reserved_output, protected_head=protected,
         trim_current_turn=True,
+        target=int((inp.budget.limit - inp.budget.reserved_output) * TRIM_TARGET),
     )
     events.extend(guarded.events)
+    trimmed: tuple[int, ...] = ()
+    if guarded.dropped:  # window messages the guard dropped: the shell marks them for good
+        kept = {id(m) for m in guarded.messages}
+        offered = {id(m) for m in messages}
+        trimmed = tuple(
+            i for i, m in enumerate(window) if id(m) in offered and id(m) not in kept
+        )
     offer = inp.ctx.tool_output.persist_raw and _holds_handle(guarded.messages)
     return Assembled(
         messages=guarded.messages, window=tuple(window), events=tuple(events), spills=spills,
-        evicted=evicted, offer_read_tool=offer, tokens=inp.count(guarded.messages),
+        evicted=evicted, trimmed=trimmed, offer_read_tool=offer,
+        tokens=inp.count(guarded.messages),
     )
+
+
+def _calibrated(count: TokenCounter, ratio: float) -> TokenCounter:
+    factor = max(ratio, 0.5) * GUARD_MARGIN
+
+    def calibrated(messages: Sequence[Message], /) -> int:
+        return math.ceil(count(messages) * factor)
+
+    return calibrated

@@ -88,7 +88,7 @@ def truncate_tool_result(
 
     Invariants: the result's content is at most ``cfg.max_chars`` characters (unless the
     marker alone is longer); the marker's offset/limit are character positions in the
-    redacted full text, which is exactly what the spill holds (up to ``raw_cap_bytes``);
+    redacted full text, which is exactly what the spill holds (the store caps it);
     nothing is spilled when anything was redacted. Non-tool messages and short results are
     only redacted, and come back as the same object when nothing changed.
     """
@@ -115,7 +115,8 @@ def truncate_tool_result(
         omitted, tool_call_id=tool_call_id, offset=head_len, handle=handle, secret=secret
     )
     new_text = text[:head_len] + marker + text[total - tail_len :]
-    spill = Spill(tool_call_id, cap_utf8(text, cfg.raw_cap_bytes)) if handle else None
+    # The full text: the store caps it at raw_cap_bytes and records the original size.
+    spill = Spill(tool_call_id, text) if handle else None
     event = Event(
         TRUNCATED,
         {

@@ -323,7 +323,7 @@ class ChatService:
         return assemble(StepInput(
             window=state.window, system_count=state.system_count, summary=state.summary,
             count=self.count, budget=budget, ctx=rt.ctx, spilled=spilled,
-            unspillable=state.redacted_ids,
+            unspillable=state.redacted_ids, ratio=state.session["calibration"],
         ))
 
     async def _persist_step(
@@ -345,6 +345,11 @@ class ChatService:
             )
             await sessions.add_reclaimed(
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, tokens=reclaimed
+            )
+        if asm.trimmed:
+            await msgs.update_trimmed(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                positions=[state.positions[i] for i in asm.trimmed],
             )
 
     def _upstream_body(self, step: _Step, messages: list[Message]) -> bytes:
@@ -381,6 +386,15 @@ class ChatService:
     # -- non-streaming -------------------------------------------------------------------
 
     async def _nonstream(self, step: _Step) -> Response:
+        """Call upstream, answering read_tool_output internally; relay the last answer.
+
+        The response is the provider's bytes untouched unless internal rounds happened: then
+        the client gets the last round's completion with the earlier rounds' text in front and
+        no read_tool_output call in it.
+        """
+        offer = step.assembled.offer_read_tool
+        earlier: list[str] = []
+        rewritten = False
         try:
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
@@ -390,26 +404,24 @@ class ChatService:
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = resp.json()
                 reply = (data.get("choices") or [{}])[0].get("message") or {}
-                internal, client_calls = split_calls(reply)
-                if not internal:
-                    break
-                if client_calls or round_no == self.settings.max_internal_rounds:
-                    # The client never sees read_tool_output; with no call of its own left
-                    # (internal-round budget spent) the turn ends as a plain answer.
-                    reply = {k: v for k, v in reply.items() if k != "tool_calls"}
-                    if client_calls:
-                        reply["tool_calls"] = client_calls
-                    else:
-                        data["choices"][0]["finish_reason"] = "stop"
+                internal, client_calls = split_calls(reply) if offer else ([], [])
+                if internal and not client_calls and round_no < self.settings.max_internal_rounds:
+                    earlier.append(str(reply.get("content") or ""))
+                    messages = await self._internal_round(step, messages, reply)
+                    continue
+                if internal or earlier:
+                    reply = _client_reply(reply, [*earlier, str(reply.get("content") or "")],
+                                          internal, client_calls)
+                    reply["content"] = reply.get("content") or None
                     data["choices"][0]["message"] = reply
-                    break
-                messages = await self._internal_round(step, messages, reply)
+                    if internal and not client_calls:
+                        data["choices"][0]["finish_reason"] = "stop"
+                    rewritten = True
+                break
         except BaseException:
             await self._release(step.conn, step.ctx)
             raise
-        content = resp.content if messages is step.assembled.messages or not internal else (
-            json.dumps(data).encode()
-        )
+        content = json.dumps(data).encode() if rewritten else resp.content
         usage = data.get("usage") or {}
         task = BackgroundTask(self._finalize, step, reply, usage.get("prompt_tokens"))
         return Response(content, resp.status_code, response_headers(resp), background=task)
@@ -477,7 +489,9 @@ class ChatService:
                     yield sse.error_event(out.error)
                     yield sse.DONE
                     return
-                internal, client_calls = split_calls(message)
+                internal, client_calls = (
+                    split_calls(message) if step.assembled.offer_read_tool else ([], [])
+                )
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
                     reply = _client_reply(message, texts, internal, client_calls)
                     if out.only_internal:  # budget spent: the relay held back the ending

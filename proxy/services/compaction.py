@@ -19,12 +19,13 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 
 from proxy.bus import EventBus
+from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.summary import (
     build_prompt,
     build_reflect_prompt,
@@ -168,16 +169,22 @@ class DurableSummarizer:
                                        system_count=sc, from_pos=start)
         head = [r["message"] for r in rows if r["pos"] < sc]
         tail = [r for r in rows if r["pos"] >= start]
-        plan = plan_compaction([r["message"] for r in tail], offset=start, boundary=start,
+        # Plan in index space: trimmed messages leave gaps in positions.
+        plan = plan_compaction([r["message"] for r in tail], offset=0, boundary=0,
                                keep_recent=job.cfg.keep_recent, previous=previous,
-                               system_count=sc)
+                               system_count=0)
         before = self.count(fold_summary([*head, *(r["message"] for r in tail)],
                                          summary=previous, system_count=len(head)))
         if plan is None:
             return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
+        # /compact exchanges were answered by the proxy: the fast model never sees them.
+        plan = replace(plan, span=drop_commands(plan.span))
         t0 = time.monotonic()
+        first, last = tail[plan.start], tail[plan.end - 1]
+        end_pos = tail[plan.end]["pos"] if plan.end < len(tail) else last["pos"] + 1
+        folded = plan.end - plan.start
         await self._publish(conn, job, COMPACTION_STARTED, {
-            "from_pos": plan.start, "to_pos": plan.end, "tokens_before": before,
+            "from_pos": first["pos"], "to_pos": end_pos, "tokens_before": before,
             "summary_version": latest["version"] if latest else None,
         })
         try:
@@ -190,10 +197,9 @@ class DurableSummarizer:
                 "summary_version": latest["version"] if latest else None,
             })
             return CompactionResult(None, boundary, 0, before, before, str(exc))
-        boundary_hash = next((r["hash"] for r in tail if r["pos"] == plan.end - 1), None)
         version = await summaries.insert_summary(
-            conn, tenant=job.tenant, session_id=job.session_id, boundary=plan.end,
-            boundary_hash=boundary_hash, content=content,
+            conn, tenant=job.tenant, session_id=job.session_id, boundary=end_pos,
+            boundary_hash=last["hash"], content=content,
             tokens=self.count([{"role": "user", "content": content}]), model=job.fast_model,
         )
         if version is None:
@@ -205,14 +211,14 @@ class DurableSummarizer:
                 "summary_version": latest["version"] if latest else None,
             })
             return CompactionResult(None, boundary, 0, before, before, reason)
-        kept = [r["message"] for r in tail if r["pos"] >= plan.end]
+        kept = [r["message"] for r in tail[plan.end:]]
         after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
         await self._publish(conn, job, COMPACTION_COMPLETED, {
-            "summary_version": version, "from_pos": plan.start, "to_pos": plan.end,
-            "folded_messages": plan.end - plan.start, "tokens_before": before,
+            "summary_version": version, "from_pos": first["pos"], "to_pos": end_pos,
+            "folded_messages": folded, "tokens_before": before,
             "tokens_after": after, "duration_ms": round((time.monotonic() - t0) * 1000),
         })
-        return CompactionResult(version, plan.end, plan.end - plan.start, before, after)
+        return CompactionResult(version, end_pos, folded, before, after)
 
     async def _summarise(self, job: CompactionJob, plan: Any) -> str:
         budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)

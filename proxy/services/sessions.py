@@ -81,7 +81,7 @@ async def list_messages(
         {
             "pos": r["pos"], "role": r["role"], "message": r["message"],
             "tokens": r["tokens"], "source": r["source"], "redacted": r["redacted"],
-            "evicted": r["evicted_at"] is not None,
+            "evicted": r["evicted_at"] is not None, "trimmed": r["trimmed_at"] is not None,
             "superseded": r["superseded_at"] is not None, "created_at": _iso(r["created_at"]),
         }
         for r in rows
@@ -116,11 +116,12 @@ async def delete_session(conn: Any, *, tenant: str, session_id: str) -> dict[str
 
 
 async def tool_output(
-    conn: Any, *, tenant: str, session_id: str, tool_call_id: str, offset: int,
-    limit: int | None, grep: str | None, max_chars: int,
+    conn: Any, cfg: Config, *, tenant: str, session_id: str, tool_call_id: str, offset: int,
+    limit: int | None, grep: str | None,
 ) -> dict[str, Any]:
-    """The same pages the model gets from read_tool_output, for people."""
-    await _require(conn, tenant, session_id)
+    """The same pages the model gets from read_tool_output (the session agent's page cap)."""
+    session = await _require(conn, tenant, session_id)
+    max_chars = cfg.context_for(session["agent"]).tool_output.max_chars
     row = await raw_outputs.fetchrow_raw_output(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
     )

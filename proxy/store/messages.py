@@ -10,7 +10,7 @@ import asyncpg
 
 __all__ = [
     "NewMessage", "insert_messages", "fetch_window", "fetch_matched_len", "supersede_from",
-    "fetch_messages", "update_evicted", "fetch_flags",
+    "fetch_messages", "update_evicted", "update_trimmed", "fetch_flags",
 ]
 
 
@@ -53,7 +53,8 @@ async def insert_messages(
 FETCH_WINDOW = """
 SELECT pos, hash, role, message, tool_call_id, tokens, redacted, evicted_at IS NOT NULL AS evicted
 FROM messages
-WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND (pos < $3 OR pos >= $4)
+WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND trimmed_at IS NULL
+  AND (pos < $3 OR pos >= $4)
 ORDER BY pos
 """
 
@@ -95,8 +96,8 @@ async def supersede_from(conn: Any, *, tenant: str, session_id: str, from_pos: i
 
 
 FETCH_MESSAGES = """
-SELECT pos, role, message, tool_call_id, tokens, redacted, evicted_at, superseded_at, source,
-       created_at
+SELECT pos, role, message, tool_call_id, tokens, redacted, evicted_at, trimmed_at,
+       superseded_at, source, created_at
 FROM messages
 WHERE tenant = $1 AND session_id = $2 AND ($3 OR superseded_at IS NULL)
 ORDER BY pos, id LIMIT $4 OFFSET $5
@@ -127,6 +128,23 @@ async def update_evicted(
         await conn.execute(
             UPDATE_EVICTED, tenant, session_id, [u[0] for u in updates], [u[1] for u in updates]
         )
+
+
+UPDATE_TRIMMED = """
+UPDATE messages SET trimmed_at = now()
+WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND pos = any($3::int[])
+"""
+
+
+async def update_trimmed(
+    conn: Any, *, tenant: str, session_id: str, positions: Sequence[int]
+) -> None:
+    """Mark messages the overflow guard dropped: kept in the store, gone from every prompt.
+
+    Persisting the cut (instead of re-trimming each step) keeps later prompts' prefix stable.
+    """
+    if positions:
+        await conn.execute(UPDATE_TRIMMED, tenant, session_id, list(positions))
 
 
 FETCH_FLAGS = """

@@ -7,6 +7,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy.cascade.truncation import cap_utf8
 from proxy.cascade.types import Spill
 
 __all__ = ["insert_raw_outputs", "fetchrow_raw_output", "fetch_spilled_ids"]
@@ -22,14 +23,15 @@ ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING
 async def insert_raw_outputs(
     conn: Any, *, tenant: str, session_id: str, spills: Sequence[Spill], cap_bytes: int
 ) -> None:
-    """Store spills, capped at ``cap_bytes`` UTF-8 bytes; an existing row is kept as is."""
+    """Store spills, capped at ``cap_bytes`` UTF-8 bytes (whole characters), recording the
+    original size; an existing row is kept as is."""
     if not spills:
         return
     ids, contents, sizes, capped = [], [], [], []
     for spill in spills:
         raw = spill.text.encode("utf-8")
         ids.append(spill.tool_call_id)
-        contents.append(raw[:cap_bytes].decode("utf-8", "ignore"))
+        contents.append(cap_utf8(spill.text, cap_bytes))
         sizes.append(len(raw))
         capped.append(len(raw) > cap_bytes)
     await conn.execute(INSERT_RAW_OUTPUTS, tenant, session_id, ids, contents, sizes, capped)

@@ -26,8 +26,8 @@ INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, con
 SELECT $1, $2, coalesce((SELECT max(version) FROM summaries
                          WHERE tenant = $1 AND session_id = $2), 0) + 1, $3, $4, $5, $6, $7
 WHERE $4::text IS NULL OR EXISTS (
-    SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = $3 - 1
-      AND hash = $4 AND superseded_at IS NULL)
+    SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND hash = $4
+      AND superseded_at IS NULL)
 RETURNING version
 """
 
@@ -36,7 +36,10 @@ async def insert_summary(
     conn: Any, *, tenant: str, session_id: str, boundary: int, boundary_hash: str | None,
     content: str, tokens: int, model: str | None,
 ) -> int | None:
-    """Insert the next version; None when the boundary message is no longer live.
+    """Insert the next version; None when the last folded message is no longer live.
+
+    ``boundary_hash`` is the chain hash of the last folded message; a chain hash covers the
+    whole prefix before it, so one live row with that hash proves the folded span is intact.
 
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.
