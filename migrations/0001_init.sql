@@ -21,7 +21,8 @@ CREATE TABLE sessions (
 );
 
 -- Every message a client ever sent, and every reply the proxy relayed. Superseded rows are
--- marked, never deleted. `message` is the prompt form (redacted/truncated/evicted);
+-- marked, never deleted. `message` is the prompt form (redacted/truncated/evicted), stored as
+-- json (not jsonb) so key order and unknown fields come back exactly as they went in;
 -- `hash` chains over the canonical JSON of what the client sent.
 CREATE TABLE messages (
     id              bigserial   PRIMARY KEY,
@@ -30,7 +31,7 @@ CREATE TABLE messages (
     pos             integer     NOT NULL,
     hash            text        NOT NULL,
     role            text        NOT NULL,
-    message         jsonb       NOT NULL,
+    message         json        NOT NULL,
     tool_call_id    text,
     tokens          integer     NOT NULL DEFAULT 0,
     redacted        boolean     NOT NULL DEFAULT false,

@@ -17,6 +17,7 @@ import asyncpg
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from httpx_aiohttp import AiohttpTransport
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -33,7 +34,7 @@ from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import create_pool, run_migrations
-from proxy.tokenizers import build_counter
+from proxy.tokenizers import build_counters
 from proxy.upstream import Upstream
 
 __all__ = ["create_app"]
@@ -51,12 +52,23 @@ class State(TypedDict):
     summarizer: DurableSummarizer
 
 
-def _http_client(transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+def _http_clients(
+    transport: httpx.AsyncBaseTransport | None,
+) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+    """(whole answers, streams). Whole answers use the aiohttp transport, which keeps httpx's
+    API but not its connection pool: bench/overhead measured 3.6-4.3x the requests per second
+    of plain httpx at concurrency 32 and about half the CPU per request. Streams stay on
+    httpx's transport (see ``Upstream``). A test-injected transport serves both."""
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-    return httpx.AsyncClient(
-        transport=transport, limits=limits, timeout=httpx.Timeout(600.0, connect=10.0),
+    timeout = httpx.Timeout(600.0, connect=10.0)
+    whole = httpx.AsyncClient(
+        transport=transport or AiohttpTransport(limits=limits), limits=limits, timeout=timeout,
         follow_redirects=False,
     )
+    streams = httpx.AsyncClient(
+        transport=transport, limits=limits, timeout=timeout, follow_redirects=False
+    )
+    return whole, streams
 
 
 def create_app(
@@ -74,14 +86,14 @@ def create_app(
             dsn, embedded = start_embedded(settings.data_dir)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        client = _http_client(http_transport)
+        client, stream_client = _http_clients(http_transport)
         bus = EventBus(pool, dsn)
         await bus.start()
-        upstream = Upstream(client)
-        count = build_counter(settings.tokenizer or None)
+        upstream = Upstream(client, stream_client=stream_client)
+        count, cost = build_counters(settings.tokenizer or None)
         summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count)
         chat_service = ChatService(
-            pool=pool, upstream=upstream, bus=bus, count=count, settings=settings,
+            pool=pool, upstream=upstream, bus=bus, cost=cost, settings=settings,
             summarizer=summarizer,
         )
         stop = asyncio.Event()
@@ -100,6 +112,7 @@ def create_app(
             await summarizer.aclose()
             await bus.stop()
             await client.aclose()
+            await stream_client.aclose()
             await pool.close()
             if embedded is not None:
                 embedded.cleanup()

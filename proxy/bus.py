@@ -17,14 +17,14 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
-from proxy.cascade.types import TRANSIENT_EVENTS
+from proxy.cascade.types import TRANSIENT_EVENTS, Event
 from proxy.store import events as store
 
 __all__ = ["EventBus", "BusEvent"]
@@ -90,12 +90,35 @@ class EventBus:
                 conn, tenant=tenant, session_id=session_id, name=name, data=body,
                 encoded=json.dumps(body), max_payload=_MAX_PAYLOAD,
             )
+        await store.notify(conn, payload=self._transient(tenant, session_id, name, body))
+        return None
+
+    async def publish_many(
+        self, conn: Any, *, tenant: str, session_id: str, events: Sequence[Event]
+    ) -> None:
+        """A request's events in one round trip (persisted ones stored, all NOTIFYed)."""
+        if not events:
+            return
+        ts = _now()
+        persisted, transient = [], []
+        for event in events:
+            body = {**event.data, "session_id": session_id, "ts": ts}
+            if event.name in TRANSIENT_EVENTS:
+                transient.append(self._transient(tenant, session_id, event.name, body))
+            else:
+                persisted.append((event.name, body))
+        await store.publish_many(
+            conn, tenant=tenant, session_id=session_id, persisted=persisted,
+            transient=transient, max_payload=_MAX_PAYLOAD,
+        )
+
+    @staticmethod
+    def _transient(tenant: str, session_id: str, name: str, body: Mapping[str, Any]) -> str:
         payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": body})
         if len(payload.encode()) > _MAX_PAYLOAD:
             small = {"session_id": session_id, "ts": body["ts"], "truncated": True}
             payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": small})
-        await store.notify(conn, payload=payload)
-        return None
+        return payload
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         msg = json.loads(payload)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from proxy.cascade.tokens import make_counter
-from proxy.cascade.types import TokenCounter
+from proxy.cascade.tokens import make_counter, message_cost
+from proxy.cascade.types import Message, TokenCounter
 
-__all__ = ["build_counter", "load_encoding"]
+__all__ = ["build_counter", "build_counters", "load_encoding"]
 
 log = logging.getLogger("cascade.tokens")
 
@@ -43,3 +43,11 @@ def load_encoding(name: str = "o200k_base") -> Callable[[str], int] | None:
 
 def build_counter(encoding: str | None = "o200k_base") -> TokenCounter:
     return make_counter(load_encoding(encoding) if encoding else None)
+
+
+def build_counters(
+    encoding: str | None = "o200k_base",
+) -> tuple[TokenCounter, Callable[[Message], int]]:
+    """A prompt counter and the matching per-message cost, from one encoding load."""
+    text_tokens = load_encoding(encoding) if encoding else None
+    return make_counter(text_tokens), message_cost(text_tokens)

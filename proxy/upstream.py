@@ -35,9 +35,26 @@ def response_headers(resp: httpx.Response) -> dict[str, str]:
     return out
 
 
+def _timed_out(cause: BaseException | None) -> bool:
+    """httpx's own timeouts wrap httpcore's ``*Timeout``; aiohttp's are ``TimeoutError``s."""
+    return cause is None or isinstance(cause, TimeoutError) or "Timeout" in type(cause).__name__
+
+
 class Upstream:
-    def __init__(self, client: httpx.AsyncClient, env: Mapping[str, str] | None = None) -> None:
+    """Two clients, one API: ``client`` for whole answers, ``stream_client`` for streams.
+
+    They may share a transport (tests inject one). In production whole answers go through
+    httpx-aiohttp (much faster under concurrency), streams through httpx's own transport:
+    aiohttp's reader raises on a dropped connection before handing over bytes it already
+    buffered, so the frames a provider sent just before breaking off would be lost.
+    """
+
+    def __init__(
+        self, client: httpx.AsyncClient, env: Mapping[str, str] | None = None, *,
+        stream_client: httpx.AsyncClient | None = None,
+    ) -> None:
         self.client = client
+        self.stream_client = stream_client or client
         self._env = env if env is not None else os.environ
 
     def _headers(
@@ -73,15 +90,24 @@ class Upstream:
     async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         """Send; map transport failures to 502/504 with a message naming the provider URL."""
         try:
-            return await self.client.send(request, stream=stream)
+            client = self.stream_client if stream else self.client
+            return await client.send(request, stream=stream)
         except httpx.TimeoutException as exc:
+            if not _timed_out(exc.__cause__):
+                # httpx-aiohttp reports any aiohttp connection error (refused, reset) as a
+                # ConnectTimeout; what it wraps says whether time really ran out.
+                raise self._unreachable(request, exc.__cause__) from exc
             raise UpstreamTimeout(
                 f"the provider at {request.url.host} did not answer in time ({type(exc).__name__});"
                 " retry, or raise the provider's timeoutSeconds in config"
             ) from exc
         except httpx.TransportError as exc:
-            raise UpstreamUnavailable(
-                f"could not reach the provider at {request.url.scheme}://{request.url.host}"
-                f":{request.url.port or ''} ({type(exc).__name__}); check the provider's baseUrl"
-                " and that it is running"
-            ) from exc
+            raise self._unreachable(request, exc) from exc
+
+    @staticmethod
+    def _unreachable(request: httpx.Request, exc: BaseException) -> UpstreamUnavailable:
+        return UpstreamUnavailable(
+            f"could not reach the provider at {request.url.scheme}://{request.url.host}"
+            f":{request.url.port or ''} ({type(exc).__name__}); check the provider's baseUrl"
+            " and that it is running"
+        )

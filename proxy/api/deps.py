@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
+from proxy.jsonio import loads
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import tenant_from_bearer, validate_session_id
@@ -101,8 +101,8 @@ async def read_json_body(request: Request, limit: int) -> dict[str, Any]:
                                   " (CASCADE_MAX_BODY_BYTES)")
         chunks.append(chunk)
     try:
-        body = json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = loads(b"".join(chunks))
+    except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         raise ClientRequestError(
             f"request body is not valid JSON ({exc}); send a JSON object"
         ) from exc

@@ -30,7 +30,7 @@ from proxy.cascade.types import (
 from proxy.config import ContextConfig
 
 __all__ = [
-    "StepInput", "Assembled", "assemble", "ingest", "occupancy", "READ_TOOL_SCHEMA",
+    "StepInput", "Assembled", "assemble", "ingest", "READ_TOOL_SCHEMA",
     "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX", "is_compact_command", "compact_reply_text",
     "drop_commands",
 ]
@@ -96,24 +96,19 @@ def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
     return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction)
 
 
-def occupancy(
-    estimate: int, *, ratio: float, last_real: int | None, last_estimate: int | None
-) -> int:
-    """The provider's real count of the previous prompt, moved by the estimated change since.
-
-    Falls back to the calibrated estimate when the provider never reported usage.
-    """
-    if last_real is not None and last_estimate is not None:
-        return max(0, last_real + round((estimate - last_estimate) * ratio))
-    return round(estimate * ratio)
-
-
 def _text(content: object) -> str:
     if isinstance(content, list):
         return "".join(
             str(p.get("text") or "") for p in content if isinstance(p, dict)
         )
     return str(content or "")
+
+
+def _is_command(msg: Message) -> bool:
+    content = msg.get("content")
+    if isinstance(content, str):
+        return content.strip() == COMPACT_COMMAND
+    return _text(content).strip() == COMPACT_COMMAND
 
 
 def is_compact_command(messages: Sequence[Message]) -> bool:
@@ -136,6 +131,8 @@ def compact_reply_text(
 
 def drop_commands(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Remove ``/compact`` exchanges: they were answered by the proxy, never by the model."""
+    if not any(m.get("role") == "user" and _is_command(m) for m in messages):
+        return tuple(messages)  # the common case, checked cheaply
     out: list[Message] = []
     skip_reply = False
     for m in messages:

@@ -23,6 +23,8 @@ __all__ = [
     "message_text",
     "estimate_tokens",
     "make_counter",
+    "message_cost",
+    "MemoCounter",
     "calibrate",
     "effective_input_tokens",
 ]
@@ -149,6 +151,55 @@ def make_counter(text_tokens: Callable[[str], int] | None = None) -> TokenCounte
     return counter
 
 
+def message_cost(text_tokens: Callable[[str], int] | None = None) -> Callable[[Message], int]:
+    """What one message adds to a prompt's count (framing, text, images; no reply priming).
+
+    ``make_counter(f)(msgs) == REPLY_PRIMING_TOKENS + sum(message_cost(f)(m) for m in msgs)``
+    for any non-empty ``msgs``: counts are additive, which is what lets them be memoised.
+    """
+    fn = text_tokens or (lambda s: math.ceil(len(s) / 4.0))
+
+    def cost(msg: Message) -> int:
+        return TOKENS_PER_MESSAGE + fn(message_text(msg)) + IMAGE_TOKENS * _image_count(msg)
+
+    return cost
+
+
+class MemoCounter:
+    """A TokenCounter that prices each message once, remembered by identity.
+
+    A request counts the same window many times (occupancy, thresholds, eviction, the
+    guard's search, the final size); with a real BPE encoder that dominated its CPU. Costs
+    known from the store (each message's ``tokens`` column) are seeded, so resent history
+    is never re-tokenised. Holds references to the messages it priced, so ids stay unique.
+    """
+
+    __slots__ = ("_cost", "_memo")
+
+    def __init__(self, cost: Callable[[Message], int]) -> None:
+        self._cost = cost
+        self._memo: dict[int, tuple[Message, int]] = {}
+
+    def seed(self, msg: Message, tokens: int) -> None:
+        self._memo[id(msg)] = (msg, tokens)
+
+    def one(self, msg: Message) -> int:
+        hit = self._memo.get(id(msg))
+        if hit is None:
+            hit = (msg, self._cost(msg))
+            self._memo[id(msg)] = hit
+        return hit[1]
+
+    def __call__(self, messages: Sequence[Message], /) -> int:
+        if not messages:
+            return 0
+        memo, total = self._memo, REPLY_PRIMING_TOKENS
+        for m in messages:  # inlined lookup: this loop runs several times per request
+            hit = memo.get(id(m))
+            total += hit[1] if hit is not None else self.one(m)
+        return total
+
+
 def calibrate(ratio: float, *, real: int, estimated: int, weight: float = 0.5) -> float:
     """Fold one observation of real/estimated into the correction ratio.
 
@@ -165,14 +216,20 @@ def calibrate(ratio: float, *, real: int, estimated: int, weight: float = 0.5) -
     return min(MAX_RATIO, max(MIN_RATIO, updated))
 
 
-def effective_input_tokens(estimate: int, *, ratio: float, last_real: int | None) -> int:
-    """Occupancy of the window: the provider's real count when known, else a corrected estimate.
+def effective_input_tokens(
+    estimate: int, *, ratio: float, last_real: int | None, last_estimate: int | None = None
+) -> int:
+    """Occupancy: the provider's real count of the previous prompt, moved by the change since.
 
-    ``last_real`` is the ``usage.prompt_tokens`` the provider reported for the previous step,
-    so soft triggers (eviction, background compaction) may lag one step behind the prompt
-    about to be sent. That lag is deliberate: real counts beat estimates. The hard overflow
-    guard must not lag, so it uses the estimate of the prompt about to be sent instead.
+    ``last_real`` is the ``usage.prompt_tokens`` the provider reported for the previous step
+    and ``last_estimate`` our estimate of that same prompt; the estimated difference to the
+    prompt about to be sent (new messages, evictions, a new summary) is scaled by ``ratio``
+    and added. Without a usable real count it is the calibrated estimate. Soft triggers
+    (eviction, background compaction) read this; the hard overflow guard counts the prompt
+    about to be sent instead.
     """
     if last_real is not None and last_real > 0:
-        return last_real
+        if last_estimate is None:
+            return last_real
+        return max(0, last_real + round((estimate - last_estimate) * ratio))
     return max(0, round(estimate * ratio))

@@ -1,8 +1,9 @@
 """Reconcile a client's resent history with the stored one, ingest new messages, load the window.
 
 Runs under the session's advisory lock, on the request's connection. The common case (the
-client resent the stored history plus new messages) costs a fixed number of queries: the
-session upsert, one insert for all new rows, one head update, one window read.
+client resent the stored history plus new messages) costs two statements: the session upsert
+(which also returns the latest valid summary) and one statement that stores the new messages
+and spilled raw outputs, moves the head, and reads the window's older rows.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.cascade.pipeline import ingest
-from proxy.cascade.types import TRUNCATED, Event, Message, Spill, TokenCounter
+from proxy.cascade.pipeline import drop_commands, ingest
+from proxy.cascade.summary import fold_summary
+from proxy.cascade.tokens import MemoCounter
+from proxy.cascade.types import TRUNCATED, Event, Message
 from proxy.config import ContextConfig
-from proxy.history import Append, Supersede, chain, chain_hash, plan_divergence, plan_reconcile
+from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
 from proxy.store import messages as msgs, raw_outputs, sessions, summaries
 
 __all__ = [
-    "SessionState", "reconcile_and_load", "load_window", "append_reply", "leading_system_count",
+    "SessionState", "reconcile_and_load", "load_window", "leading_system_count",
 ]
 
 _SYSTEM_ROLES = ("system", "developer")
@@ -36,9 +39,18 @@ class SessionState:
     window: tuple[Message, ...]
     positions: tuple[int, ...]
     redacted_ids: frozenset[str]
+    spilled: frozenset[str]
     appended: int
     superseded: int
     events: tuple[Event, ...]
+    estimate: int = 0  # tokens of the prompt this window folds to (summary in, /compact out)
+
+
+def _estimated(state: SessionState, count: MemoCounter) -> SessionState:
+    folded = fold_summary(
+        drop_commands(state.window), summary=state.summary, system_count=state.system_count
+    )
+    return replace(state, estimate=count(folded))
 
 
 def leading_system_count(messages: Sequence[Message]) -> int:
@@ -62,17 +74,25 @@ async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], r
     return plan_divergence(hashes, matched_len=matched, stored_len=row["head_len"])
 
 
+def _seeded(rows: Sequence[Any], count: MemoCounter) -> list[Message]:
+    out = []
+    for r in rows:
+        count.seed(r["message"], r["tokens"])
+        out.append(r["message"])
+    return out
+
+
 async def reconcile_and_load(
     conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
-    messages: Sequence[Message], ctx: ContextConfig, count: TokenCounter,
-) -> tuple[SessionState, tuple[Spill, ...]]:
+    messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
+) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window."""
     row = await sessions.upsert_session(
         conn, tenant=tenant, session_id=session_id, agent=agent, model=model
     )
-    hashes = chain(messages)
     plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)
     superseded = 0
+    summary = (row["summary_version"], row["summary_boundary"], row["summary_content"])
     if isinstance(plan, Supersede):
         superseded = await msgs.supersede_from(
             conn, tenant=tenant, session_id=session_id, from_pos=plan.from_pos
@@ -80,43 +100,56 @@ async def reconcile_and_load(
         await summaries.invalidate_after(
             conn, tenant=tenant, session_id=session_id, pos=plan.from_pos
         )
+        latest = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
+        summary = (latest["version"], latest["boundary"], latest["content"]) if latest else (
+            None, None, None)
         start = plan.from_pos
     else:
         start = plan.start
+    new: list[tuple[int, Message]] = []
     rows, spills, events = [], [], []
     for pos in range(start, len(messages)):
         got = ingest(messages[pos], ctx)
+        new.append((pos, got.message))
         rows.append(msgs.NewMessage(
             pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
             message=dict(got.message), tool_call_id=messages[pos].get("tool_call_id"),
-            tokens=count([got.message]), redacted=got.redacted > 0,
+            tokens=count.one(got.message), redacted=got.redacted > 0,
         ))
-        events.extend(got.events)
+        events.extend(e for e in got.events if e.name == TRUNCATED)
         if got.spill is not None:
             spills.append(got.spill)
     system_count = leading_system_count(messages)
-    if rows or superseded:
-        await msgs.insert_messages(conn, tenant=tenant, session_id=session_id, rows=rows)
-        await raw_outputs.insert_raw_outputs(
-            conn, tenant=tenant, session_id=session_id, spills=spills,
-            cap_bytes=ctx.tool_output.raw_cap_bytes,
-        )
-        await sessions.update_head(
-            conn, tenant=tenant, session_id=session_id, head_len=len(messages),
-            head_hash=hashes[-1] if hashes else None, system_count=system_count,
-        )
-    state = SessionState(
-        session=row, head_len=len(messages), head_hash=hashes[-1] if hashes else None,
-        system_count=system_count, boundary=0, summary=None, summary_version=None,
-        window=(), positions=(), redacted_ids=frozenset(), appended=len(rows),
-        superseded=superseded, events=tuple(e for e in events if e.name == TRUNCATED),
+    boundary = summary[1] or 0
+    from_pos = max(boundary, system_count)
+    old = await msgs.append_and_fetch_window(
+        conn, tenant=tenant, session_id=session_id, rows=rows,
+        raw=raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes),
+        head_len=len(messages), head_hash=hashes[-1] if hashes else None,
+        system_count=system_count, old_len=start, from_pos=from_pos,
+        move_head=bool(rows) or superseded > 0,
     )
-    state = await load_window(conn, tenant=tenant, session_id=session_id, state=state)
-    return state, tuple(spills)
+    fresh = [(pos, m, r) for (pos, m), r in zip(new, rows, strict=True)
+             if pos < system_count or pos >= from_pos]
+    return _estimated(SessionState(
+        session=row, head_len=len(messages), head_hash=hashes[-1] if hashes else None,
+        system_count=system_count, boundary=boundary, summary=summary[2],
+        summary_version=summary[0],
+        window=(*_seeded(old, count), *(m for _, m, _ in fresh)),
+        positions=(*(r["pos"] for r in old), *(pos for pos, _, _ in fresh)),
+        redacted_ids=frozenset(
+            [r["tool_call_id"] for r in old if r["redacted"] and r["tool_call_id"]]
+            + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
+        ),
+        spilled=frozenset(
+            [r["tool_call_id"] for r in old if r["spilled"]] + [s.tool_call_id for s in spills]
+        ),
+        appended=len(rows), superseded=superseded, events=tuple(events),
+    ), count)
 
 
 async def load_window(
-    conn: Any, *, tenant: str, session_id: str, state: SessionState
+    conn: Any, *, tenant: str, session_id: str, state: SessionState, count: MemoCounter
 ) -> SessionState:
     """(Re)load the latest valid summary and the live messages after its boundary."""
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
@@ -125,33 +158,12 @@ async def load_window(
         conn, tenant=tenant, session_id=session_id, system_count=state.system_count,
         from_pos=max(boundary, state.system_count),
     )
-    return replace(
+    return _estimated(replace(
         state, boundary=boundary, summary=summary["content"] if summary else None,
         summary_version=summary["version"] if summary else None,
-        window=tuple(r["message"] for r in rows), positions=tuple(r["pos"] for r in rows),
+        window=tuple(_seeded(rows, count)), positions=tuple(r["pos"] for r in rows),
         redacted_ids=frozenset(
             r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]
         ),
-    )
-
-
-async def append_reply(
-    conn: Any, *, tenant: str, session_id: str, state: SessionState, reply: Message,
-    count: TokenCounter,
-) -> None:
-    """Store the assistant reply the proxy relayed, extending the hash chain.
-
-    The client normally resends it on its next request; ``canonical_message`` makes the SDK's
-    dump of it hash equal, so that request takes the fast path. If the client sends something
-    else instead, the stored reply is superseded (kept, marked), never lost.
-    """
-    digest = chain_hash(state.head_hash or "", reply)
-    row = msgs.NewMessage(
-        pos=state.head_len, hash=digest, role="assistant", message=dict(reply),
-        tokens=count([reply]), source="upstream",
-    )
-    await msgs.insert_messages(conn, tenant=tenant, session_id=session_id, rows=[row])
-    await sessions.update_head(
-        conn, tenant=tenant, session_id=session_id, head_len=state.head_len + 1,
-        head_hash=digest, system_count=state.system_count,
-    )
+        spilled=frozenset(r["tool_call_id"] for r in rows if r["spilled"]),
+    ), count)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 from pgvector.asyncpg import register_vector
+
+from proxy.jsonio import dumps, loads
 
 __all__ = ["MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError"]
 
@@ -72,12 +73,14 @@ async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
     return applied
 
 
+def _encode(value: Any) -> str:
+    return dumps(value).decode()
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(
-            typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-        )
+        await conn.set_type_codec(typ, encoder=_encode, decoder=loads, schema="pg_catalog")
 
 
 async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:

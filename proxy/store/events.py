@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
-__all__ = ["insert_event", "insert_and_notify", "fetch_events_after", "NOTIFY_CHANNEL", "notify"]
+__all__ = [
+    "insert_event", "insert_and_notify", "publish_many", "fetch_events_after", "NOTIFY_CHANNEL",
+    "notify",
+]
 
 NOTIFY_CHANNEL = "cascade_events"
 
@@ -51,6 +54,38 @@ async def insert_and_notify(
         INSERT_AND_NOTIFY, tenant, session_id, name, dict(data), NOTIFY_CHANNEL, encoded,
         max_payload,
     ))
+
+
+PUBLISH_MANY = """
+WITH e AS (
+    INSERT INTO events (tenant, session_id, name, data)
+    SELECT $1, $2, n, d FROM unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS t(n, d, o)
+    ORDER BY o
+    RETURNING id, name, data
+)
+SELECT e.id, pg_notify($5, json_build_object('t', $1::text, 's', $2::text, 'n', e.name,
+        'i', e.id, 'd', CASE WHEN octet_length(e.data::text) + 400 > $6 THEN NULL
+                        ELSE e.data END)::text)
+FROM e
+UNION ALL
+SELECT NULL, pg_notify($5, x) FROM unnest($7::text[]) AS x
+"""
+
+
+async def publish_many(
+    conn: Any, *, tenant: str, session_id: str,
+    persisted: Sequence[tuple[str, Mapping[str, Any]]], transient: Sequence[str],
+    max_payload: int,
+) -> None:
+    """Persist and NOTIFY a request's events in one round trip, in order.
+
+    ``transient`` are ready NOTIFY payloads of events that are never stored.
+    """
+    if persisted or transient:
+        await conn.execute(
+            PUBLISH_MANY, tenant, session_id, [n for n, _ in persisted],
+            [dict(d) for _, d in persisted], NOTIFY_CHANNEL, max_payload, list(transient),
+        )
 
 
 FETCH_EVENTS_AFTER = """

@@ -9,8 +9,9 @@ from typing import Any
 import asyncpg
 
 __all__ = [
-    "NewMessage", "insert_messages", "fetch_window", "fetch_matched_len", "supersede_from",
-    "fetch_messages", "update_evicted", "update_trimmed", "fetch_flags",
+    "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
+    "fetch_matched_len", "supersede_from", "fetch_messages", "update_evicted", "update_trimmed",
+    "fetch_flags", "record_step",
 ]
 
 
@@ -30,7 +31,7 @@ INSERT_MESSAGES = """
 INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                       redacted, source)
 SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, source
-FROM unnest($3::int[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::int[],
+FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
             $9::bool[], $10::text[])
      AS t(pos, hash, role, message, tool_call_id, tokens, redacted, source)
 """
@@ -50,20 +51,75 @@ async def insert_messages(
     )
 
 
-FETCH_WINDOW = """
-SELECT pos, hash, role, message, tool_call_id, tokens, redacted, evicted_at IS NOT NULL AS evicted
-FROM messages
-WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND trimmed_at IS NULL
-  AND (pos < $3 OR pos >= $4)
-ORDER BY pos
+_WINDOW_COLUMNS = """
+SELECT m.pos, m.hash, m.role, m.message, m.tool_call_id, m.tokens, m.redacted,
+       m.tool_call_id IS NOT NULL AND EXISTS (
+           SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
+             AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id) AS spilled
+FROM messages m
+WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
+"""
+
+FETCH_WINDOW = _WINDOW_COLUMNS + """
+  AND (m.pos < $3 OR m.pos >= $4)
+ORDER BY m.pos
 """
 
 
 async def fetch_window(
     conn: Any, *, tenant: str, session_id: str, system_count: int, from_pos: int
 ) -> list[asyncpg.Record]:
-    """The leading system messages plus every live message from ``from_pos`` on: O(window)."""
+    """The leading system messages plus every live message from ``from_pos`` on: O(window).
+
+    Each row says whether its tool result has a stored raw output (``spilled``), so eviction
+    knows which placeholders can offer a read_tool_output handle without another query.
+    """
     return await conn.fetch(FETCH_WINDOW, tenant, session_id, system_count, from_pos)
+
+
+APPEND_AND_FETCH_WINDOW = """
+WITH new AS (
+    INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
+                          redacted)
+    SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted
+    FROM unnest($5::int[], $6::text[], $7::text[], $8::json[], $9::text[], $10::int[],
+                $11::bool[]) AS t(pos, hash, role, message, tool_call_id, tokens, redacted)
+), raw AS (
+    INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
+                                  capped)
+    SELECT $1, $2, id, content, nbytes, capped
+    FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bool[])
+         AS r(id, content, nbytes, capped)
+    ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING
+), head AS (
+    UPDATE sessions SET head_len = $16, head_hash = $17, system_count = $18, updated_at = now()
+    WHERE tenant = $1 AND id = $2 AND $19
+)""" + _WINDOW_COLUMNS + """
+  AND m.pos < $4 AND (m.pos < $18 OR m.pos >= $3)
+ORDER BY m.pos
+"""
+
+
+async def append_and_fetch_window(
+    conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
+    raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
+    system_count: int, old_len: int, from_pos: int, move_head: bool = True,
+) -> list[asyncpg.Record]:
+    """One round trip for the common request: store the new messages and their spilled raw
+    outputs, move the head, and read the window's *older* rows (positions below ``old_len``).
+
+    The new rows are not read back: a statement does not see its own inserts, and the caller
+    already holds them. The ``messages`` column is json, so what it reads back later is
+    byte-for-byte what it holds now.
+    """
+    return await conn.fetch(
+        APPEND_AND_FETCH_WINDOW, tenant, session_id, from_pos, old_len,
+        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
+        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
+        [r.redacted for r in rows],
+        [x[0] for x in raw], [x[1] for x in raw], [x[2] for x in raw], [x[3] for x in raw],
+        head_len, head_hash, system_count, move_head,
+    )
 
 
 FETCH_MATCHED_LEN = """
@@ -114,19 +170,22 @@ async def fetch_messages(
 
 
 UPDATE_EVICTED = """
-UPDATE messages m SET message = t.message, evicted_at = now()
-FROM unnest($3::int[], $4::jsonb[]) AS t(pos, message)
+UPDATE messages m SET message = t.message, tokens = t.tokens, evicted_at = now()
+FROM unnest($3::int[], $4::json[], $5::int[]) AS t(pos, message, tokens)
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.pos = t.pos
 """
 
 
 async def update_evicted(
-    conn: Any, *, tenant: str, session_id: str, updates: Sequence[tuple[int, dict[str, Any]]]
+    conn: Any, *, tenant: str, session_id: str,
+    updates: Sequence[tuple[int, dict[str, Any], int]],
 ) -> None:
-    """Persist placeholders so every later step sends the same prefix (cache-stable)."""
+    """Persist placeholders (position, message, its token cost) so every later step sends
+    the same prefix (cache-stable)."""
     if updates:
         await conn.execute(
-            UPDATE_EVICTED, tenant, session_id, [u[0] for u in updates], [u[1] for u in updates]
+            UPDATE_EVICTED, tenant, session_id, [u[0] for u in updates],
+            [u[1] for u in updates], [u[2] for u in updates],
         )
 
 
@@ -160,3 +219,32 @@ async def fetch_flags(
     """The tool_call_ids among ``tool_call_ids`` whose results were redacted (never spilled)."""
     rows = await conn.fetch(FETCH_FLAGS, tenant, session_id, list(tool_call_ids))
     return frozenset(r["tool_call_id"] for r in rows)
+
+
+RECORD_STEP = """
+WITH reply AS (
+    INSERT INTO messages (tenant, session_id, pos, hash, role, message, tokens, source)
+    SELECT $1, $2, $3, $4, 'assistant', $5::json, $6, 'upstream' WHERE $5::json IS NOT NULL
+)
+UPDATE sessions SET
+    head_len = CASE WHEN $5::json IS NULL THEN head_len ELSE $3 + 1 END,
+    head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
+    last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now()
+WHERE tenant = $1 AND id = $2
+RETURNING reclaimed_tokens
+"""
+
+
+async def record_step(
+    conn: Any, *, tenant: str, session_id: str, reply: NewMessage | None,
+    prompt_tokens: int | None, estimate: int, calibration: float,
+) -> int:
+    """After the answer: append the relayed reply, record the real prompt size; one round trip.
+
+    Returns the session's reclaimed-token total for ``context.usage``.
+    """
+    return int(await conn.fetchval(
+        RECORD_STEP, tenant, session_id, reply.pos if reply else None,
+        reply.hash if reply else None, reply.message if reply else None,
+        reply.tokens if reply else 0, prompt_tokens, estimate, calibration,
+    ) or 0)

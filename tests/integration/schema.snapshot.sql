@@ -45,7 +45,7 @@ CREATE TABLE public.messages (
     pos integer NOT NULL,
     hash text NOT NULL,
     role text NOT NULL,
-    message jsonb NOT NULL,
+    message json NOT NULL,
     tool_call_id text,
     tokens integer DEFAULT 0 NOT NULL,
     redacted boolean DEFAULT false NOT NULL,

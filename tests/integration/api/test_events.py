@@ -132,24 +132,37 @@ def test_frames_carry_event_id_and_json_data(
     answer = chat(proxy.origin, "ev", [user("u1")])
     with open_events(proxy.origin, "ev") as events:
         replayed = events.until(is_usage)
-        assert [f.event for f in replayed] == [MESSAGE_APPENDED, USAGE]
+        # the client's message, then the reply the proxy stored, then usage
+        assert [f.event for f in replayed] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
         for frame in replayed:
             assert_well_formed(frame, "ev")
         appended = replayed[0].data
         assert (appended["from_pos"], appended["count"], appended["superseded"]) == (0, 1, 0)
-        usage = replayed[1].data
+        stored = replayed[1].data
+        assert (stored["from_pos"], stored["count"], stored["source"]) == (1, 1, "upstream")
+        usage = replayed[2].data
         assert usage["limit"] == 128_000 and usage["model"] == MODEL
         assert usage["prompt_tokens"] == usage["occupancy"] == 42
 
         # live: a second turn on the open stream
         chat(proxy.origin, "ev", [user("u1"), answer, user("u2")])
         live = events.until(is_usage)
-    assert [f.event for f in live] == [MESSAGE_APPENDED, USAGE]
+    assert [f.event for f in live] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
     for frame in live:
         assert_well_formed(frame, "ev")
-    assert (live[0].data["from_pos"], live[0].data["count"]) == (2, 1)
+    # the resent reply matched the stored one: only the new user message is appended
+    assert (live[0].data["from_pos"], live[0].data["count"], live[0].data["superseded"]) == (
+        2,
+        1,
+        0,
+    )
+    assert (live[1].data["from_pos"], live[1].data["count"], live[1].data["source"]) == (
+        3,
+        1,
+        "upstream",
+    )
     ids = [int(f.id) for f in [*replayed, *live] if f.id]
-    assert ids == sorted(ids) and len(set(ids)) == 4
+    assert ids == sorted(ids) and len(set(ids)) == 6
 
 
 def test_streamed_request_publishes_usage(proxy: ProxyServer, fake_upstream: FakeUpstream) -> None:
@@ -166,13 +179,13 @@ def test_last_event_id_replays_only_later_events(proxy: ProxyServer) -> None:
     with open_events(proxy.origin, "replay") as events:
         first_usage = events.until(is_usage)
         everything = [*first_usage, *events.until(is_usage)]
-    assert len(everything) == 4
-    cut = everything[1].id
+    assert len(everything) == 6
+    cut = everything[2].id  # the first request's usage: the second request's events follow
     assert cut is not None
     with open_events(proxy.origin, "replay", last_event_id=cut) as events:
-        again = events.take(2)
-    assert [(f.event, f.id) for f in again] == [(f.event, f.id) for f in everything[2:]]
-    assert [f.data for f in again] == [f.data for f in everything[2:]]
+        again = events.take(3)
+    assert [(f.event, f.id) for f in again] == [(f.event, f.id) for f in everything[3:]]
+    assert [f.data for f in again] == [f.data for f in everything[3:]]
 
 
 def test_events_fan_out_across_replicas(
@@ -193,9 +206,9 @@ def test_events_fan_out_across_replicas(
             assert time.monotonic() - t0 < READ_TIMEOUT
     finally:
         other.stop()
-    assert [f.event for f in live] == [MESSAGE_APPENDED, USAGE]
+    assert [f.event for f in live] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
     assert min(int(f.id or 0) for f in live) > max(int(f.id or 0) for f in replayed)
-    assert [f.event for f in back] == [MESSAGE_APPENDED, USAGE]
+    assert [f.event for f in back] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
     assert all(f.data["session_id"] == "shared" for f in [*live, *back])
 
 
@@ -207,4 +220,8 @@ def test_a_stream_sees_only_its_own_session(proxy: ProxyServer) -> None:
         chat(proxy.origin, "theirs", [user("x"), {"role": "assistant", "content": "ok"}, user("y")])
         chat(proxy.origin, "mine", [user("u1"), {"role": "assistant", "content": "ok"}, user("u2")])
         live = events.until(is_usage)
-    assert [f.data["session_id"] for f in live] == ["mine", "mine"]
+    assert [(f.event, f.data["session_id"]) for f in live] == [
+        (MESSAGE_APPENDED, "mine"),
+        (MESSAGE_APPENDED, "mine"),
+        (USAGE, "mine"),
+    ]

@@ -23,9 +23,18 @@ from asyncpg import introspection
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
+from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from proxy.store import messages as msgs
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
+from proxy.store import events, messages as msgs, sessions, summaries
+from tests.fakes.upstream import (
+    FakeUpstream,
+    RecordedRequest,
+    Reply,
+    error,
+    reply,
+    tool_call,
+)
+from tests.integration.conftest import run_sync
 
 MODEL = "gpt-4o"
 _INTROSPECTION = {
@@ -54,13 +63,22 @@ def session_view(http: httpx.Client | TestClient, sid: str) -> dict[str, Any]:
     return resp.json()
 
 
+def live_count(http: httpx.Client, sid: str) -> int:
+    resp = http.get(f"/v1/sessions/{sid}/messages")
+    assert resp.status_code == 200, resp.text
+    return len(resp.json()["data"])
+
+
 def settled(http: httpx.Client, sid: str, count: int) -> dict[str, Any]:
-    """The session once ``count`` messages are stored (the reply of a non-streamed request is
-    stored right after the response went out, still under the session lock)."""
+    """The session once ``count`` live messages are stored and its head says so (the reply of
+    a non-streamed request is stored right after the response went out, still under the
+    session lock; a regenerate leaves the count where it was, so the head alone can't tell)."""
     deadline = time.monotonic() + 5
-    while (view := session_view(http, sid))["message_count"] != count:
+    while (view := session_view(http, sid))["message_count"] != count or (
+        live_count(http, sid) != count
+    ):
         if time.monotonic() > deadline:
-            raise AssertionError(f"{sid}: expected {count} messages, have {view}")
+            raise AssertionError(f"{sid}: expected {count} live messages, have {view}")
         time.sleep(0.02)
     return view
 
@@ -118,7 +136,49 @@ def app_client(db_dsn: str, config_path: Path) -> Iterator[TestClient]:
         yield c
 
 
-def test_extending_history_costs_constant_statements(app_client: TestClient) -> None:
+def advisory_locks(dsn: str) -> int:
+    """Advisory locks any backend holds in this database (the session lock must not outlive
+    its request)."""
+
+    async def count() -> int:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return int(
+                await conn.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database ="
+                    " (SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
+            )
+        finally:
+            await conn.close()
+
+    return int(run_sync(count()))
+
+
+def statements(log: QueryLog) -> list[str]:
+    return [q.query for q in log.queries]
+
+
+def only(log: QueryLog, query: str) -> Any:
+    found = [q for q in log.queries if q.query == query]
+    assert len(found) == 1, statements(log)
+    return found[0]
+
+
+LOCK = "SELECT pg_advisory_lock($1)"
+# lock, upsert (+ latest summary), append + window, events, [upstream], reply + head + usage,
+# events; releasing the connection (asyncpg's reset: pg_advisory_unlock_all) unlocks.
+COMMON = [
+    LOCK,
+    sessions.UPSERT_SESSION,
+    msgs.APPEND_AND_FETCH_WINDOW,
+    events.PUBLISH_MANY,
+    msgs.RECORD_STEP,
+    events.PUBLISH_MANY,
+]
+
+
+def test_extending_history_costs_constant_statements(app_client: TestClient, db_dsn: str) -> None:
     log = QueryLog(app_client.app_state["chat"].pool)
     app_client.app_state["chat"].pool = log
     per_size: dict[int, list[str]] = {}
@@ -129,17 +189,21 @@ def test_extending_history_costs_constant_statements(app_client: TestClient) -> 
         answer = first["choices"][0]["message"]
         log.queries.clear()
         post(app_client, sid, [*base, answer, user("next step")])
-        per_size[n] = [q.query for q in log.queries]
-        inserts = [q for q in log.queries if q.query == msgs.INSERT_MESSAGES]
-        # only the new user message, then the reply; no lookup of a divergence point
-        assert [len(q.args[2]) for q in inserts] == [1, 1]
-        assert [q.args[2] for q in inserts] == [[n + 1], [n + 2]]
+        per_size[n] = statements(log)
+        # only the new user message is stored with the history, then the reply; no lookup
+        # of a divergence point
+        assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == [n + 1]
+        assert only(log, msgs.RECORD_STEP).args[2] == n + 2
+        # each batch of the request's events in one statement, in order
+        published = [q.args[2] for q in log.queries if q.query == events.PUBLISH_MANY]
+        assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
         assert msgs.SUPERSEDE_FROM not in per_size[n]
         view = session_view(app_client, sid)
         assert (view["message_count"], view["superseded_count"]) == (n + 3, 0)
-    assert per_size[10] == per_size[50] == per_size[200]
-    assert len(per_size[10]) <= 25, per_size[10]
+        # no explicit unlock statement, yet the session lock is gone once the request is done
+        assert advisory_locks(db_dsn) == 0
+    assert per_size[10] == per_size[50] == per_size[200] == COMMON
 
 
 def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
@@ -150,11 +214,22 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     log.queries.clear()
     edited = [*base[:10], user("an edited question"), *base[11:]]
     post(app_client, "edited", edited)
-    names = [q.query for q in log.queries]
-    assert names.count(msgs.FETCH_MATCHED_LEN) == 1
-    assert names.count(msgs.SUPERSEDE_FROM) == 1
-    inserts = [q for q in log.queries if q.query == msgs.INSERT_MESSAGES]
-    assert [q.args[2] for q in inserts] == [list(range(10, 30)), [30]]
+    # the common statements plus: divergence lookup, supersede, summary invalidation and
+    # refetch (the upsert's summary may have been invalidated by the edit)
+    assert statements(log) == [
+        *COMMON[:2],
+        msgs.FETCH_MATCHED_LEN,
+        msgs.SUPERSEDE_FROM,
+        summaries.INVALIDATE_AFTER,
+        summaries.FETCHROW_LATEST,
+        *COMMON[2:],
+    ]
+    assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))
+    assert only(log, msgs.RECORD_STEP).args[2] == 30
+    first = next(q for q in log.queries if q.query == events.PUBLISH_MANY)
+    assert first.args[2] == [MESSAGE_APPENDED]
+    data = first.args[3][0]
+    assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)
     view = session_view(app_client, "edited")
     assert (view["message_count"], view["superseded_count"]) == (31, 21)
 
@@ -210,6 +285,28 @@ def test_new_opening_supersedes_everything(http: httpx.Client) -> None:
     post(http, "fresh", [user("a different opening")])
     assert settled(http, "fresh", 2)["superseded_count"] == 7
     assert len(all_messages(http, "fresh")) == 9
+
+
+def test_a_failed_regenerate_leaves_the_head_on_the_live_history(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(reply("first"), error(500), reply("after"))
+    first = post(http, "rg", [user("q")])["choices"][0]["message"]
+    settled(http, "rg", 2)
+    # regenerate: the stored reply is superseded, but the provider fails, so nothing is added
+    resp = http.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": [user("q")]},
+        headers={"x-session-id": "rg"},
+    )
+    assert resp.status_code == 500
+    assert session_view(http, "rg")["message_count"] == 1
+    # the agent goes on with the reply it already had: it must reach the provider again
+    post(http, "rg", [user("q"), first, user("u2")])
+    assert [m["content"] for m in fake_upstream.bodies()[-1]["messages"]] == ["q", "first", "u2"]
+    settled(http, "rg", 4)
+    live = http.get("/v1/sessions/rg/messages").json()["data"]
+    assert [r["message"]["content"] for r in live] == ["q", "first", "u2", "after"]
 
 
 # --------------------------------------------------------------------------- SDK round trip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import asyncpg
@@ -10,7 +11,7 @@ import pytest
 from asyncpg import introspection
 
 from proxy.history import chain
-from proxy.store import messages as msgs, sessions
+from proxy.store import messages as msgs, raw_outputs, sessions
 
 T, S = "t-a", "s1"
 _INTROSPECTION = {
@@ -147,13 +148,190 @@ async def test_fetch_messages_pages(conn: Any) -> None:
 async def test_update_evicted_rewrites_prompt_form_and_marks_rows(conn: Any) -> None:
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
-    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(2, placeholder)])
+    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(2, placeholder, 7)])
     await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[])
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert rows[2]["message"] == placeholder and rows[2]["evicted_at"] is not None
     assert [r["pos"] for r in rows if r["evicted_at"] is not None] == [2]
+    # the window (what every later step sends) carries the placeholder and its own cost
     window = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=1, from_pos=1)
-    assert [r["evicted"] for r in window] == [False, False, True, False, False]
+    assert [r["message"] for r in window] == [*HISTORY[:2], placeholder, *HISTORY[3:]]
+    assert [r["tokens"] for r in window] == [0, 0, 7, 1, 1]
+
+
+async def test_update_evicted_leaves_superseded_rows_alone(conn: Any) -> None:
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=2)
+    fresh = [*HISTORY[:2], {"role": "assistant", "content": "TWO"}]
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(fresh, start=2))
+    placeholder = {"role": "assistant", "content": "[context-cleared] TWO"}
+    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(2, placeholder, 3)])
+    rows = await msgs.fetch_messages(conn, tenant=T, session_id=S, include_superseded=True)
+    at_two = [
+        (r["message"], r["superseded_at"] is None, r["evicted_at"] is None)
+        for r in rows
+        if r["pos"] == 2
+    ]
+    assert at_two == [(HISTORY[2], False, True), (placeholder, True, False)]
+
+
+async def test_the_message_column_keeps_key_order_and_unknown_fields(conn: Any) -> None:
+    # json, not jsonb: jsonb would sort the keys ("content" first) on the way back
+    odd = {"role": "tool", "tool_call_id": "c1", "zeta": {"b": 1, "a": [2, 1]}, "content": "x"}
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for([user("q"), odd]))
+    raw = await conn.fetchval(
+        "SELECT message::text FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = 1",
+        T,
+        S,
+    )
+    assert list(json.loads(raw)) == ["role", "tool_call_id", "zeta", "content"]
+    for rows in (
+        await msgs.fetch_messages(conn, tenant=T, session_id=S),
+        await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=0, from_pos=0),
+    ):
+        got = rows[1]["message"]
+        assert got == odd and list(got) == list(odd) and list(got["zeta"]) == ["b", "a"]
+
+
+# --------------------------------------------------------------------- one-statement writes
+
+
+async def head(conn: Any, session: str = S) -> tuple[int, str | None, int]:
+    row = await sessions.fetchrow_session(conn, tenant=T, session_id=session)
+    return row["head_len"], row["head_hash"], row["system_count"]
+
+
+def logged(conn: Any) -> list[str]:
+    seen: list[str] = []
+    conn.add_query_logger(lambda q: seen.append(q.query))
+    return seen
+
+
+async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: Any) -> None:
+    history = [*HISTORY, user("five"), {"role": "tool", "tool_call_id": "c9", "content": "..."}]
+    hashes = chain(history)
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
+    seen = logged(conn)
+    old = await msgs.append_and_fetch_window(
+        conn,
+        tenant=T,
+        session_id=S,
+        rows=rows_for(history, start=5),
+        raw=[("c9", "the whole output", 16, False)],
+        head_len=7,
+        head_hash=hashes[-1],
+        system_count=1,
+        old_len=5,
+        from_pos=3,
+    )
+    await asyncio.sleep(0)  # loggers run via call_soon
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND_AND_FETCH_WINDOW]
+    # the read sees the window's older rows only: system prefix + positions 3..4
+    assert [r["pos"] for r in old] == [0, 3, 4]
+    assert [r["message"] for r in old] == [HISTORY[0], *HISTORY[3:]]
+    assert not any(r["spilled"] for r in old)
+    # … and the write stored the new rows, the raw output and the head
+    stored = await msgs.fetch_messages(conn, tenant=T, session_id=S)
+    assert [r["message"] for r in stored] == history
+    assert await head(conn) == (7, hashes[-1], 1)
+    raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c9")
+    assert raw is not None and raw["content"] == "the whole output"
+    # the next request's read marks the tool result whose raw output is stored
+    again = await msgs.append_and_fetch_window(
+        conn,
+        tenant=T,
+        session_id=S,
+        rows=[],
+        raw=[],
+        head_len=7,
+        head_hash=hashes[-1],
+        system_count=1,
+        old_len=7,
+        from_pos=5,
+    )
+    assert [(r["pos"], r["spilled"]) for r in again] == [(0, False), (5, False), (6, True)]
+
+
+async def test_append_and_fetch_window_keeps_an_existing_raw_output(conn: Any) -> None:
+    first = [("c1", "first", 5, False)]
+    await msgs.append_and_fetch_window(
+        conn,
+        tenant=T,
+        session_id=S,
+        rows=[],
+        raw=first,
+        head_len=0,
+        head_hash=None,
+        system_count=0,
+        old_len=0,
+        from_pos=0,
+    )
+    await msgs.append_and_fetch_window(
+        conn,
+        tenant=T,
+        session_id=S,
+        rows=[],
+        raw=[("c1", "second", 6, False)],
+        head_len=0,
+        head_hash=None,
+        system_count=0,
+        old_len=0,
+        from_pos=0,
+    )
+    raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
+    assert raw is not None and raw["content"] == "first"
+
+
+async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: Any) -> None:
+    hashes = chain(HISTORY)
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:4]))
+    await sessions.update_head(
+        conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1
+    )
+    await sessions.add_reclaimed(conn, tenant=T, session_id=S, tokens=12)
+    reply = msgs.NewMessage(
+        pos=4, hash=hashes[4], role="assistant", message=HISTORY[4], tokens=9, source="upstream"
+    )
+    seen = logged(conn)
+    reclaimed = await msgs.record_step(
+        conn,
+        tenant=T,
+        session_id=S,
+        reply=reply,
+        prompt_tokens=321,
+        estimate=300,
+        calibration=1.07,
+    )
+    await asyncio.sleep(0)
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.RECORD_STEP]
+    assert reclaimed == 12
+    rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
+    assert (rows[4]["message"], rows[4]["tokens"], rows[4]["source"]) == (HISTORY[4], 9, "upstream")
+    assert await head(conn) == (5, hashes[4], 1)
+    row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
+    assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (321, 300, 1.07)
+
+
+async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None:
+    hashes = chain(HISTORY)
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await sessions.update_head(
+        conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1
+    )
+    reclaimed = await msgs.record_step(
+        conn,
+        tenant=T,
+        session_id=S,
+        reply=None,
+        prompt_tokens=None,
+        estimate=40,
+        calibration=0.9,
+    )
+    assert reclaimed == 0
+    assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 5
+    assert await head(conn) == (5, hashes[-1], 1)
+    row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
+    assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (None, 40, 0.9)
 
 
 async def test_fetch_flags_returns_redacted_tool_results_only(conn: Any) -> None:

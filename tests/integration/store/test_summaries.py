@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from proxy.cascade.tokens import make_counter
+from proxy.cascade.tokens import MemoCounter, message_cost
 from proxy.config import ContextConfig
 from proxy.history import chain
 from proxy.services.history import SessionState, load_window, reconcile_and_load
@@ -24,7 +24,6 @@ from proxy.store import messages as msgs, sessions, summaries
 from tests.integration.store.test_messages import asyncpg_internal
 
 T, S = "t-a", "s1"
-COUNT = make_counter()
 CTX = ContextConfig()
 
 
@@ -44,18 +43,23 @@ async def conn(pool: asyncpg.Pool) -> Any:
         yield c
 
 
+def counter() -> MemoCounter:
+    """A fresh one per request, as the chat service makes it."""
+    return MemoCounter(message_cost(None))
+
+
 async def store(conn: Any, messages: Sequence[dict[str, Any]], session: str = S) -> SessionState:
-    state, _ = await reconcile_and_load(
+    return await reconcile_and_load(
         conn,
         tenant=T,
         session_id=session,
         agent="default",
         model="m",
         messages=messages,
+        hashes=chain(messages),
         ctx=CTX,
-        count=COUNT,
+        count=counter(),
     )
-    return state
 
 
 async def summarise(conn: Any, boundary: int, content: str, session: str = S) -> int | None:
@@ -196,17 +200,22 @@ async def _next_request(conn: Any, n: int, boundary: int, session: str) -> Count
     await store(conn, messages, session=session)
     await summarise(conn, boundary, "briefing", session=session)
     counting = Counting(conn)
-    state = await store(counting, [*messages, {"role": "user", "content": "next"}], session=session)
+    nxt = {"role": "user", "content": "next"}
+    state = await store(counting, [*messages, nxt], session=session)
     assert state.summary == "briefing" and state.boundary == boundary
-    assert len(state.window) == 1 + (n + 2 - boundary)  # system + messages since boundary
+    # system + messages since the boundary (the stored ones read back, then the new one)
+    assert list(state.window) == [messages[0], *messages[boundary:], nxt]
+    assert state.positions == (0, *range(boundary, n + 2))
     return counting
 
 
 async def test_a_request_after_a_compaction_reads_only_the_window(conn: Any) -> None:
     short = await _next_request(conn, 40, 30, "short")
     long = await _next_request(conn, 1000, 990, "long")
-    # the same statements, whatever the length of the history …
+    # the same statements, whatever the length of the history: the upsert brings the
+    # latest valid summary, one more stores the new message and reads the window …
     assert long.statements == short.statements
+    assert short.statements == [sessions.UPSERT_SESSION, msgs.APPEND_AND_FETCH_WINDOW]
     # … and the rows they return are the window, not the history
     assert long.rows == short.rows
     assert long.rows < 40
@@ -218,7 +227,7 @@ async def test_load_window_is_two_statements(conn: Any) -> None:
     await summarise(conn, 190, "briefing")
     seen: list[str] = []
     conn.add_query_logger(lambda q: seen.append(q.query))
-    state = await load_window(conn, tenant=T, session_id=S, state=state)
+    state = await load_window(conn, tenant=T, session_id=S, state=state, count=counter())
     await asyncio.sleep(0)  # loggers run via call_soon
     assert [q for q in seen if not asyncpg_internal(q)] == [
         summaries.FETCHROW_LATEST,
@@ -228,28 +237,122 @@ async def test_load_window_is_two_statements(conn: Any) -> None:
 
 
 def _scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan] if "Scan" in plan["Node Type"] else []
+    """The plan's scans of the history tables (messages, and raw outputs for ``spilled``)."""
+    mine = "Scan" in plan["Node Type"] and plan.get("Relation Name") in HISTORY_TABLES
+    nodes = [plan] if mine else []
     for child in plan.get("Plans", ()):
         nodes += _scans(child)
     return nodes
 
 
-async def test_the_window_query_touches_only_window_rows_in_the_database(conn: Any) -> None:
+HISTORY_TABLES = ("messages", "tool_raw_outputs")
+TOOL_EVERY = 4  # every 4th message is a tool result …
+RAW_PER_SESSION = 10_000  # … and the raw-output table holds far more than one window's worth
+
+
+class Explaining:
+    """Stands in for a connection: runs the statement under EXPLAIN ANALYZE, keeps the plan."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.plans: list[dict[str, Any]] = []
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        raw = await self.conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + query, *args)
+        self.plans.append((json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"])
+        return []
+
+
+def _big_history(session: str) -> list[dict[str, Any]]:
+    hist = history(2000, tag=session)
+    for i in range(TOOL_EVERY, len(hist), TOOL_EVERY):
+        hist[i] = {"role": "tool", "tool_call_id": f"{session}-c{i}", "content": "out"}
+    return hist
+
+
+async def _two_long_sessions(conn: Any) -> list[dict[str, Any]]:
+    """Two sessions of 2,001 messages, each with 10,000 stored raw outputs; returns S's."""
     for session in (S, "s2"):
         await sessions.upsert_session(
             conn, tenant=T, session_id=session, agent="default", model="m"
         )
-        hist = history(2000, tag=session)
+        hist = _big_history(session)
         hashes = chain(hist)
         rows = [
-            msgs.NewMessage(pos=i, hash=hashes[i], role=m["role"], message=m)
+            msgs.NewMessage(
+                pos=i,
+                hash=hashes[i],
+                role=m["role"],
+                message=m,
+                tool_call_id=m.get("tool_call_id"),
+            )
             for i, m in enumerate(hist)
         ]
         await msgs.insert_messages(conn, tenant=T, session_id=session, rows=rows)
-    await conn.execute("ANALYZE messages")
-    raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + msgs.FETCH_WINDOW, T, S, 1, 1990)
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+        await conn.execute(
+            "INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,"
+            " original_bytes) SELECT $1, $2, $2 || '-c' || i, 'raw', 3"
+            " FROM generate_series(0, $3 - 1) AS i",
+            T,
+            session,
+            RAW_PER_SESSION,
+        )
+    await conn.execute("ANALYZE")
+    return _big_history(S)
+
+
+def _assert_window_only(plan: dict[str, Any], window: int) -> None:
     scans = _scans(plan)
     assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), plan
-    touched = sum(n["Actual Rows"] + n.get("Rows Removed by Filter", 0) for n in scans)
-    assert touched <= 2 * (1 + 11), plan  # index scans and their heap visit: the window only
+    # rows each scan produced or filtered away, over all its loops (raw outputs: one indexed
+    # probe per window row that is a tool result)
+    touched = {
+        table: sum(
+            (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+            for n in scans
+            if n["Relation Name"] == table
+        )
+        for table in HISTORY_TABLES
+    }
+    # index scans and their heap visit: the window only
+    assert touched["messages"] <= 2 * window, plan
+    assert 0 < touched["tool_raw_outputs"] <= window, plan
+
+
+async def test_the_window_query_touches_only_window_rows_in_the_database(conn: Any) -> None:
+    hist = await _two_long_sessions(conn)
+    explaining = Explaining(conn)
+    await msgs.fetch_window(explaining, tenant=T, session_id=S, system_count=1, from_pos=1990)
+    _assert_window_only(explaining.plans[0], window=1 + 11)
+    got = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=1, from_pos=1990)
+    assert [r["message"] for r in got] == [hist[0], *hist[1990:]]
+    spilled = [r["pos"] for r in got if r["spilled"]]
+    assert spilled == [p for p in range(1992, 2001, TOOL_EVERY)]
+
+
+async def test_the_append_statement_touches_only_window_rows_in_the_database(
+    conn: Any,
+) -> None:
+    """The statement every extending request runs: its read is O(window) too."""
+    hist = await _two_long_sessions(conn)
+    new = {"role": "user", "content": "next"}
+    hashes = chain([*hist, new])
+    explaining = Explaining(conn)
+    tx = conn.transaction()
+    await tx.start()
+    try:  # EXPLAIN ANALYZE runs the writes: undo them
+        await msgs.append_and_fetch_window(
+            explaining,
+            tenant=T,
+            session_id=S,
+            rows=[msgs.NewMessage(pos=2001, hash=hashes[-1], role="user", message=new)],
+            raw=[],
+            head_len=2002,
+            head_hash=hashes[-1],
+            system_count=1,
+            old_len=2001,
+            from_pos=1990,
+        )
+    finally:
+        await tx.rollback()
+    _assert_window_only(explaining.plans[0], window=1 + 11)

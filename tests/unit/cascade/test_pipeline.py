@@ -8,8 +8,8 @@ from proxy.cascade.pipeline import (
     compact_reply_text,
     drop_commands,
     is_compact_command,
-    occupancy,
 )
+from proxy.cascade.tokens import effective_input_tokens
 from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded
 from proxy.config import ContextConfig
 from tests.unit.cascade.summary_builders import (
@@ -86,5 +86,7 @@ def test_a_message_that_only_mentions_compact_is_kept() -> None:
 
 
 def test_occupancy_moves_the_real_count_by_the_estimated_change() -> None:
-    assert occupancy(1200, ratio=1.5, last_real=3000, last_estimate=1000) == 3300
-    assert occupancy(1200, ratio=1.5, last_real=None, last_estimate=None) == 1800
+    assert effective_input_tokens(1200, ratio=1.5, last_real=3000, last_estimate=1000) == 3300
+    assert effective_input_tokens(1200, ratio=1.5, last_real=None, last_estimate=None) == 1800
+    # a compaction shrank the prompt since: occupancy falls with it, never below zero
+    assert effective_input_tokens(200, ratio=1.0, last_real=3000, last_estimate=9000) == 0

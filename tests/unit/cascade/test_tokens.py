@@ -98,3 +98,27 @@ def test_effective_prefers_real_count() -> None:
 def test_effective_corrects_estimate_without_real_count() -> None:
     assert effective_input_tokens(1000, ratio=1.5, last_real=None) == 1500
     assert effective_input_tokens(1000, ratio=1.5, last_real=0) == 1500
+
+
+def test_memo_counter_equals_the_plain_counter_and_prices_each_message_once() -> None:
+    from proxy.cascade.tokens import MemoCounter, make_counter, message_cost
+
+    calls: list[str] = []
+
+    def text_tokens(s: str) -> int:
+        calls.append(s)
+        return len(s.split())
+
+    msgs = [{"role": "user", "content": "one two three"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c", "function": {"name": "ls", "arguments": "{}"}}]},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    memo = MemoCounter(message_cost(text_tokens))
+    plain = make_counter(text_tokens)
+    assert memo(msgs) == plain(msgs)
+    calls.clear()
+    assert memo(msgs) == plain(msgs[:]) and memo(msgs[1:]) == plain(msgs[1:])
+    assert len(calls) == 3 + 2  # only the plain counter tokenised again
+    memo.seed(msgs[0], 100)
+    assert memo([msgs[0]]) == 103  # seeded cost plus reply priming
+    assert memo([]) == 0

@@ -1,0 +1,282 @@
+"""Forward a prepared step to the provider and relay its answer to the client.
+
+Non-streaming answers are relayed byte for byte; streams event by event (``relay.py``).
+``read_tool_output`` calls are answered here, from the store, and the provider is called
+again, up to ``max_internal_rounds`` times; the client never sees those calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
+
+from proxy import sse
+from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled
+from proxy.cascade.tokens import MemoCounter
+from proxy.cascade.types import Message
+from proxy.config import ContextConfig, ModelConfig, ProviderConfig
+from proxy.jsonio import dumps
+from proxy.services.compaction import CompactionResult
+from proxy.services.history import SessionState
+from proxy.services.relay import RoundOutcome, relay_round
+from proxy.services.toolloop import answer_call, split_calls
+from proxy.session_id import strip_proxy_fields
+from proxy.settings import Settings
+from proxy.upstream import Upstream, response_headers
+
+__all__ = ["ChatContext", "Route", "Step", "Forwarder"]
+
+Finish = Callable[["Step", Mapping[str, Any] | None, int | None], Awaitable[None]]
+Release = Callable[["Step"], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatContext:
+    tenant: str
+    session_id: str
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    agent: str
+    provider: ProviderConfig
+    model: str
+    limits: ModelConfig
+    ctx: ContextConfig
+
+
+@dataclass(slots=True)
+class Step:
+    ctx: ChatContext
+    route: Route
+    state: SessionState
+    assembled: Assembled
+    body: dict[str, Any]
+    stream: bool
+    client_wants_usage: bool
+    conn: Any
+    count: MemoCounter
+    command: CompactionResult | None = None
+
+
+
+def _client_reply(
+    message: Mapping[str, Any], texts: list[str], internal: list[Any], client_calls: list[Any]
+) -> dict[str, Any]:
+    """The streamed answer as the client saw it: every round's text, only its own calls."""
+    reply = {**message, "content": "".join(texts) or message.get("content")}
+    if internal:
+        reply.pop("tool_calls", None)
+        if client_calls:
+            reply["tool_calls"] = client_calls
+    return reply
+
+
+def _closing_frames(acc: sse.StreamAccumulator, include_usage: bool) -> list[bytes]:
+    """A finish frame (``stop``), the usage frame if asked for, and ``[DONE]``: the ending of a
+    stream whose last round only called read_tool_output, which the client must not see."""
+    base: dict[str, Any] = {
+        "id": acc.id, "object": "chat.completion.chunk", "created": acc.created,
+        "model": acc.model,
+    }
+    finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    frames = [sse.encode_event({**finish, "usage": None} if include_usage else finish)]
+    if include_usage and acc.usage is not None:
+        frames.append(sse.encode_event({**base, "choices": [], "usage": acc.usage}))
+    return [*frames, sse.DONE]
+
+
+
+class Forwarder:
+    """Calls upstream for a step; ``finish`` stores the reply and releases the session,
+    ``release`` only releases it (when there is no reply to store)."""
+
+    def __init__(
+        self, *, upstream: Upstream, settings: Settings, finish: Finish, release: Release
+    ) -> None:
+        self.upstream = upstream
+        self.settings = settings
+        self._finish = finish
+        self._release_step = release
+
+    def _upstream_body(self, step: Step, messages: list[Message]) -> bytes:
+        body = strip_proxy_fields(step.body)
+        body["model"] = step.route.model
+        body["messages"] = messages
+        if step.assembled.offer_read_tool:
+            body["tools"] = [*(body.get("tools") or []), READ_TOOL_SCHEMA]
+        if step.stream:
+            so = dict(body.get("stream_options") or {})
+            so["include_usage"] = True
+            body["stream_options"] = so
+        return dumps(body)
+
+    def _request(self, step: Step, messages: list[Message]) -> httpx.Request:
+        return self.upstream.build(
+            step.route.provider, "POST", "/chat/completions",
+            client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
+        )
+
+    async def _internal_round(
+        self, step: Step, messages: list[Message], reply: Mapping[str, Any]
+    ) -> list[Message]:
+        internal, _ = split_calls(reply)
+        answers = [
+            await answer_call(
+                step.conn, tenant=step.ctx.tenant, session_id=step.ctx.session_id, call=c,
+                max_chars=step.route.ctx.tool_output.max_chars,
+            )
+            for c in internal
+        ]
+        return [*messages, dict(reply), *answers]
+
+    # -- non-streaming -------------------------------------------------------------------
+
+    async def nonstream(self, step: Step) -> Response:
+        """Call upstream, answering read_tool_output internally; relay the last answer.
+
+        The response is the provider's bytes untouched unless internal rounds happened: then
+        the client gets the last round's completion with the earlier rounds' text in front and
+        no read_tool_output call in it.
+        """
+        offer = step.assembled.offer_read_tool
+        earlier: list[str] = []
+        rewritten = False
+        try:
+            messages = list(step.assembled.messages)
+            for round_no in range(self.settings.max_internal_rounds + 1):
+                resp = await self.upstream.send(self._request(step, messages), stream=False)
+                if resp.status_code >= 400:
+                    await self._release_step(step)
+                    return Response(resp.content, resp.status_code, response_headers(resp))
+                data = resp.json()
+                reply = (data.get("choices") or [{}])[0].get("message") or {}
+                internal, client_calls = split_calls(reply) if offer else ([], [])
+                if internal and not client_calls and round_no < self.settings.max_internal_rounds:
+                    earlier.append(str(reply.get("content") or ""))
+                    messages = await self._internal_round(step, messages, reply)
+                    continue
+                if internal or earlier:
+                    reply = _client_reply(reply, [*earlier, str(reply.get("content") or "")],
+                                          internal, client_calls)
+                    reply["content"] = reply.get("content") or None
+                    data["choices"][0]["message"] = reply
+                    if internal and not client_calls:
+                        data["choices"][0]["finish_reason"] = "stop"
+                    rewritten = True
+                break
+        except BaseException:
+            await self._release_step(step)
+            raise
+        content = dumps(data) if rewritten else resp.content
+        usage = data.get("usage") or {}
+        task = BackgroundTask(self._finish, step, reply, usage.get("prompt_tokens"))
+        return Response(content, resp.status_code, response_headers(resp), background=task)
+
+    # -- streaming -----------------------------------------------------------------------
+
+    async def stream(self, step: Step) -> Response:
+        send = asyncio.ensure_future(
+            self.upstream.send(self._request(step, list(step.assembled.messages)), stream=True)
+        )
+        done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+        if done:
+            try:
+                resp = send.result()
+            except BaseException:
+                await self._release_step(step)
+                raise
+            if resp.status_code >= 400:
+                body = await resp.aread()
+                await resp.aclose()
+                await self._release_step(step)
+                return Response(body, resp.status_code, response_headers(resp))
+            headers = response_headers(resp)
+        else:
+            headers = {"content-type": "text/event-stream"}
+        return StreamingResponse(
+            self._stream_body(step, send), status_code=200, headers=headers,
+            media_type="text/event-stream",
+        )
+
+    async def _stream_body(self, step: Step, send: asyncio.Future[httpx.Response]) -> (
+        AsyncIterator[bytes]
+    ):
+        reply: dict[str, Any] | None = None
+        prompt_tokens = None
+        try:
+            # Only reached with the provider still silent after one keep-alive interval
+            # (``_stream`` waited that long), so the first comment goes out at once.
+            while not send.done():
+                yield sse.KEEPALIVE
+                await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+            messages = list(step.assembled.messages)
+            texts: list[str] = []
+            for round_no in range(self.settings.max_internal_rounds + 1):
+                resp, error = await self._round_response(send, round_no, step, messages)
+                if error is not None:
+                    yield error
+                    yield sse.DONE
+                    return
+                out = RoundOutcome()
+                try:
+                    async for piece in relay_round(
+                        resp, out, strip_usage=not step.client_wants_usage,
+                        intercept=step.assembled.offer_read_tool,
+                        keepalive=self.settings.keepalive_seconds,
+                    ):
+                        yield piece
+                finally:
+                    await resp.aclose()
+                usage = out.acc.usage or {}
+                prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
+                message = out.acc.message()
+                texts.append(str(message.get("content") or ""))
+                if out.error:
+                    yield sse.error_event(out.error)
+                    yield sse.DONE
+                    return
+                internal, client_calls = (
+                    split_calls(message) if step.assembled.offer_read_tool else ([], [])
+                )
+                if not (out.only_internal and round_no < self.settings.max_internal_rounds):
+                    reply = _client_reply(message, texts, internal, client_calls)
+                    if out.only_internal:  # budget spent: the relay held back the ending
+                        for frame in _closing_frames(out.acc, step.client_wants_usage):
+                            yield frame
+                    break
+                messages = await self._internal_round(step, messages, message)
+                send = asyncio.ensure_future(
+                    self.upstream.send(self._request(step, messages), stream=True)
+                )
+        finally:
+            with anyio.CancelScope(shield=True):
+                if not send.done():
+                    send.cancel()
+                await self._finish(step, reply, prompt_tokens)
+
+    async def _round_response(
+        self, send: asyncio.Future[httpx.Response], round_no: int, step: Step,
+        messages: list[Message],
+    ) -> tuple[httpx.Response, bytes | None]:
+        try:
+            resp = await send
+        except Exception as exc:
+            status, msg = getattr(exc, "status_code", 502), str(exc)
+            return None, sse.error_event(msg, code=str(status))  # type: ignore[return-value]
+        if resp.status_code >= 400:
+            body = (await resp.aread()).decode("utf-8", "replace")
+            await resp.aclose()
+            return resp, sse.error_event(
+                f"the provider answered {resp.status_code}: {body[:2000]}",
+                code=str(resp.status_code),
+            )
+        return resp, None

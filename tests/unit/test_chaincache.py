@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from proxy.history import chain
+from proxy.services.chaincache import ChainCache
+
+texts = st.text(min_size=0, max_size=5)
+messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "tool"]),
+                                           "content": texts}), max_size=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=5))
+def test_cached_chain_equals_a_fresh_chain_for_any_sequence_of_requests(
+    requests: list[list[dict]],
+) -> None:
+    cache = ChainCache()
+    for msgs in requests:
+        assert cache.chain(("t", "s"), msgs) == chain(msgs)
+
+
+def test_an_edit_in_the_middle_is_not_hidden_by_the_cache() -> None:
+    cache = ChainCache()
+    first = [{"role": "user", "content": str(i)} for i in range(10)]
+    cache.chain(("t", "s"), first)
+    edited = [*first[:4], {"role": "user", "content": "edited"}, *first[5:]]
+    assert cache.chain(("t", "s"), edited) == chain(edited)
+    assert cache.chain(("t", "s"), edited)[3] == chain(first)[3]
+
+
+def test_cache_stays_within_its_message_budget() -> None:
+    cache = ChainCache(max_messages=25)
+    for n in range(10):
+        cache.chain(("t", f"s{n}"), [{"role": "user", "content": "x"}] * 10)
+    assert cache._size <= 25
+    assert len(cache._entries) == 2
