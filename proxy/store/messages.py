@@ -60,10 +60,20 @@ FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
 """
 
-FETCH_WINDOW = _WINDOW_COLUMNS + """
-  AND (m.pos < $3 OR m.pos >= $4)
-ORDER BY m.pos
-"""
+
+def _window(head_range: str, tail_range: str) -> str:
+    """The leading system rows and the rows after the boundary, as two index range scans.
+
+    One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
+    range and filter, which made every request read the entire history (bench/growth).
+    """
+    return (
+        f"SELECT * FROM (({_WINDOW_COLUMNS} AND {head_range})"
+        f" UNION ALL ({_WINDOW_COLUMNS} AND {tail_range})) w ORDER BY pos"
+    )
+
+
+FETCH_WINDOW = _window("m.pos < $3", "m.pos >= $4")
 
 
 async def fetch_window(
@@ -94,10 +104,8 @@ WITH new AS (
 ), head AS (
     UPDATE sessions SET head_len = $16, head_hash = $17, system_count = $18, updated_at = now()
     WHERE tenant = $1 AND id = $2 AND $19
-)""" + _WINDOW_COLUMNS + """
-  AND m.pos < $4 AND (m.pos < $18 OR m.pos >= $3)
-ORDER BY m.pos
-"""
+)
+""" + _window("m.pos < least($18, $4)", "m.pos >= $3 AND m.pos < $4")
 
 
 async def append_and_fetch_window(
