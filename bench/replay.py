@@ -137,7 +137,7 @@ def _free_port() -> int:
 
 @dataclass
 class ProxyProcess:
-    """``cascade-proxy serve`` in its own process group, with an isolated data dir."""
+    """``python -m proxy serve`` from this repo, in its own process group, with its own data dir."""
 
     config: Mapping[str, Any]
     upstream_url: str
@@ -158,12 +158,16 @@ class ProxyProcess:
             OPENAI_API_KEY="x",
             CASCADE_DATA_DIR=str(self.workdir / "data"),
         )
-        exe = REPO / ".venv" / "bin" / "cascade-proxy"
-        cmd = [str(exe) if exe.exists() else "cascade-proxy", "serve", "--host", "127.0.0.1"]
+        # Run the proxy package of the repo this bench lives in (a worktree, say), not whatever
+        # copy is installed in the virtualenv: cwd and PYTHONPATH both point at REPO.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        )
+        cmd = [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port), "--config", str(cfg)]
         log = (self.workdir / "proxy.log").open("wb")
         self.proc = subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self._wait_ready(timeout)
 

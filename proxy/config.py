@@ -91,20 +91,46 @@ class RedactionConfig(_Block):
 
 
 class EvictionConfig(_Block):
+    """Defaults tuned on the replay bench (``python -m bench.replay``, cache-weighted cost).
+
+    Every prompt token costs 0.1 while it stays in the cached prefix and 1.0 once something
+    before it changes, so the per-step bill is ~0.1 x the prompt plus the misses. Evicting
+    early keeps the prompt small, and one pass costs little as long as it reclaims more than
+    it re-bills (the pure ``evict`` refuses passes that reclaim less than the suffix they
+    turn into misses), so the trigger can be low: ``atFraction`` 0.5 -> 0.25 took file 4
+    (OpenHands, 2k-token browser dumps) at 32k from 205k to 149k. Two protected rounds
+    instead of three keep the result the model is acting on plus one before it; three kept
+    ~4k extra tokens per step in files 4 and 6 (183k vs 205k in file 4 alone).
+    ``clearAtLeast`` stays 2000: once the miss rule batches passes, 3000 was mixed (file 4
+    153k vs 149k, file 2 166k vs 174k) and 5000-8000 cost file 4 10-20k more.
+    """
+
     enabled: bool = True
-    at_fraction: float = Field(default=0.5, gt=0, le=1)
-    keep_recent_rounds: int = Field(default=3, ge=0)
+    at_fraction: float = Field(default=0.25, gt=0, le=1)
+    keep_recent_rounds: int = Field(default=2, ge=0)
     clear_at_least: int = Field(default=2000, ge=0)
     min_result_tokens: int = Field(default=200, ge=0)
     exclude_tools: tuple[str, ...] = ()
 
 
 class SummarizeConfig(_Block):
+    """Defaults tuned on the replay bench together with :class:`EvictionConfig`.
+
+    A compaction re-bills the whole prompt after the first user message, so it should be rare
+    and leave little behind. ``keepRecent`` 4 (two tool rounds) matches the two rounds that
+    eviction protects: with 8, the oldest kept rounds were evicted on the very next step, a
+    second full miss (file 6 at 32k: 527k -> 471k with the same thresholds). ``softFraction``
+    0.6 instead of 0.7 starts the fold earlier in long text-heavy sessions whose results are
+    too small to evict (file 2 at 32k: 187k -> 174k; file 1: 281k -> 259k); the pure
+    ``plan_compaction`` refuses spans smaller than half the kept tail, which stops the
+    fold-one-round-per-step loop a lower soft threshold would otherwise cause.
+    """
+
     enabled: bool = True
     background: bool = True
-    soft_fraction: float = Field(default=0.7, gt=0, le=1)
+    soft_fraction: float = Field(default=0.6, gt=0, le=1)
     hard_fraction: float = Field(default=0.9, gt=0, le=1)
-    keep_recent: int = Field(default=8, ge=0)
+    keep_recent: int = Field(default=4, ge=0)
     reflect_tokens: int = Field(default=4000, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=3)
 

@@ -18,6 +18,7 @@ from typing import Any
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 
 __all__ = [
+    "MIN_SPAN_RATIO",
     "SECTIONS",
     "build_prompt",
     "build_reflect_prompt",
@@ -36,6 +37,8 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 _TOOL_CAPS = (8000, 4000, 2000, 1000)
 _ALL_CAP = 1500
 _PREVIOUS_CAPS = (8000, 2000, 500)
+MIN_SPAN_RATIO = 0.5
+"""A compaction must fold at least half as much text as it keeps (see :func:`plan_compaction`)."""
 
 
 def system_prefix_count(messages: Sequence[Message]) -> int:
@@ -74,6 +77,18 @@ def _unsafe_cuts(window: Sequence[Message]) -> list[bool]:
     return unsafe
 
 
+def _size(m: Message) -> int:
+    """Characters a message puts in a prompt: content plus tool-call names and arguments."""
+    calls = m.get("tool_calls") or ()
+    args = sum(
+        len(str((c.get("function") or {}).get("name") or ""))
+        + len(str((c.get("function") or {}).get("arguments") or ""))
+        for c in calls
+        if isinstance(c, dict)
+    )
+    return len(_text(m.get("content"))) + args
+
+
 def plan_compaction(
     messages: Sequence[Message],
     *,
@@ -82,6 +97,7 @@ def plan_compaction(
     keep_recent: int,
     previous: str | None,
     system_count: int,
+    min_span_ratio: float = MIN_SPAN_RATIO,
 ) -> CompactionPlan | None:
     """Choose the span to fold: from the boundary up to the last ``keep_recent`` messages.
 
@@ -89,8 +105,12 @@ def plan_compaction(
     ``offset``. The end moves *earlier* until the cut splits no tool round: the kept tail never
     starts with a tool result, and no assistant ``tool_calls`` message is folded while its
     results (even pending ones, when it is last) stay behind. ``None`` when nothing can be
-    folded. Raises ``ValueError`` if the window starts after the fold start, because folding
-    from there would silently lose the messages in between.
+    folded, or when the span is smaller (in characters) than ``min_span_ratio`` times the kept
+    tail: a new summary rewrites the first user message, so every compaction re-bills the
+    whole prompt after it as a cache miss, and folding one small round while a large tail stays
+    behind pays that miss for almost no room (it used to repeat on every step once the tail
+    alone sat above the soft threshold). Raises ``ValueError`` if the window starts after the
+    fold start, because folding from there would silently lose the messages in between.
     """
     start = max(boundary, system_count)
     total = offset + len(messages)
@@ -105,6 +125,9 @@ def plan_compaction(
     if end <= start:
         return None
     span = tuple(messages[start - offset : end - offset])
+    tail = messages[end - offset :]
+    if sum(map(_size, span)) < min_span_ratio * sum(map(_size, tail)):
+        return None
     return CompactionPlan(start=start, end=end, span=span, previous=previous)
 
 

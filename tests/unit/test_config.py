@@ -38,11 +38,11 @@ def test_empty_file_gives_design_defaults() -> None:
     assert ctx.tool_output.raw_cap_bytes == 8_388_608
     assert ctx.redaction.enabled and ctx.redaction.patterns == ()
     ev = ctx.eviction
-    assert (ev.enabled, ev.at_fraction, ev.keep_recent_rounds) == (True, 0.5, 3)
+    assert (ev.enabled, ev.at_fraction, ev.keep_recent_rounds) == (True, 0.25, 2)
     assert (ev.clear_at_least, ev.min_result_tokens, ev.exclude_tools) == (2000, 200, ())
     sm = ctx.summarize
-    assert (sm.enabled, sm.background, sm.soft_fraction, sm.hard_fraction) == (True, True, 0.7, 0.9)
-    assert (sm.keep_recent, sm.reflect_tokens) == (8, 4000)
+    assert (sm.enabled, sm.background, sm.soft_fraction, sm.hard_fraction) == (True, True, 0.6, 0.9)
+    assert (sm.keep_recent, sm.reflect_tokens) == (4, 4000)
     # lossless and lossy stages on, opt-in stages off
     assert not ctx.recitation.enabled and not ctx.retrieval.enabled and not ctx.handoff.enabled
     assert ctx.memory_promotion.mode == "off"
@@ -190,7 +190,7 @@ def test_agent_can_disable_one_stage_only() -> None:
     cfg = parse_config(raw, env={})
     quiet = cfg.context_for("quiet")
     assert not quiet.summarize.enabled
-    assert quiet.summarize.soft_fraction == 0.7
+    assert quiet.summarize.soft_fraction == 0.6
     assert quiet.eviction.enabled
     assert cfg.context_for("default").summarize.enabled
 

@@ -4,14 +4,16 @@ from typing import Any
 
 from hypothesis import given, settings, strategies as st
 
-from proxy.cascade.eviction import PLACEHOLDER_PREFIX, evict
+from proxy.cascade.eviction import MISS_RATIO, PLACEHOLDER_PREFIX, evict
 from proxy.cascade.rounds import protected_from
 from proxy.cascade.types import EVICTED, READ_TOOL_OUTPUT, Budget, Spill, StageResult
 from proxy.config import EvictionConfig
 from tests.unit.cascade.builders import assistant_calls, conversation, count, tool, user
 
 HOT = Budget(limit=10_000, reserved_output=0, occupancy=6_000)
-CFG = EvictionConfig(keep_recent_rounds=1, clear_at_least=500, min_result_tokens=100)
+CFG = EvictionConfig(
+    at_fraction=0.5, keep_recent_rounds=1, clear_at_least=500, min_result_tokens=100
+)
 
 
 def _evict(messages: list[dict[str, Any]], **kw: Any) -> StageResult:
@@ -70,6 +72,18 @@ def test_batches_everything_once_the_threshold_is_met() -> None:
     msgs = conversation([1200, 1200, 1200, 1200, 100])
     result = _evict(msgs)
     assert result.events[0].data["count"] == 4
+
+
+def test_a_pass_that_re_bills_more_than_it_reclaims_changes_nothing() -> None:
+    # c0 would free ~970 tokens (>= clear_at_least), but the placeholder turns the protected
+    # 3000-token round after it into a cache miss: MISS_RATIO * 3000 > 970.
+    msgs = conversation([4000, 12_000])
+    assert _evict(msgs) == StageResult(tuple(msgs))
+    # the same result behind a small protected round is worth clearing
+    small_tail = conversation([4000, 400])
+    result = _evict(small_tail)
+    assert result.messages[3]["content"].startswith(PLACEHOLDER_PREFIX)
+    assert result.events[0].data["tokens_reclaimed"] >= MISS_RATIO * count(result.messages[3:])
 
 
 def test_small_results_are_not_evicted() -> None:
@@ -187,9 +201,13 @@ def test_eviction_invariants(
             assert before["role"] == "tool"
             assert names[before["tool_call_id"]] not in ("keep", READ_TOOL_OUTPUT)
             assert after["content"].startswith(PLACEHOLDER_PREFIX)
-    # all or nothing per pass, and it reclaims at least clear_at_least
+    # all or nothing per pass, and it reclaims at least clear_at_least and MISS_RATIO times
+    # the tokens from the first cleared result on (the part the pass turns into cache misses)
     if result.events:
-        assert result.events[0].data["tokens_reclaimed"] >= cfg.clear_at_least
+        reclaimed = result.events[0].data["tokens_reclaimed"]
+        assert reclaimed >= cfg.clear_at_least
+        first = next(i for i, (a, b) in enumerate(zip(msgs, out, strict=True)) if a is not b)
+        assert reclaimed >= MISS_RATIO * count(out[first:])
         assert count(out) < count(msgs)
     else:
         assert out == tuple(msgs)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from proxy.cascade.summary import (
+    MIN_SPAN_RATIO,
     SECTIONS,
     build_prompt,
     build_reflect_prompt,
@@ -85,6 +86,21 @@ def test_plan_returns_none_when_nothing_to_fold(boundary: int, keep: int) -> Non
         _history(), offset=0, boundary=boundary, keep_recent=keep, previous=None, system_count=1
     )
     assert plan is None
+
+
+def test_plan_refuses_a_span_much_smaller_than_the_kept_tail() -> None:
+    # Folding three short messages would rewrite the summary (a full cache miss) while the
+    # 4000-char result it keeps stays: not worth a compaction.
+    head = [system(), user("short"), assistant("ok"), user("go")]
+    big = [*head, assistant_calls(("c1", "read", {})), tool("c1", "y" * 4000)]
+    kw: dict[str, Any] = {"offset": 0, "boundary": 0, "keep_recent": 2, "previous": None}
+    assert plan_compaction(big, system_count=1, **kw) is None
+    assert MIN_SPAN_RATIO > 0
+    forced = plan_compaction(big, system_count=1, min_span_ratio=0, **kw)
+    assert forced is not None and (forced.start, forced.end) == (1, 4)
+    small = [*head, assistant_calls(("c1", "read", {})), tool("c1", "y")]
+    plan = plan_compaction(small, system_count=1, **kw)
+    assert plan is not None and (plan.start, plan.end) == (1, 4)
 
 
 def test_plan_never_folds_system_messages() -> None:
