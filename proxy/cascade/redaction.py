@@ -6,15 +6,33 @@ backtrack catastrophically. A pattern with a named group whose name starts with 
 (``secret``, ``secret2`` …) keeps the surrounding text (the key name, the ``Bearer`` word) and
 replaces only that group; any other match is replaced whole. Replacements are
 :data:`REDACTED`, which no pattern matches again, so redaction is idempotent.
+
+Scanning every pattern over every tool result is the proxy's hottest loop, and almost no text
+holds a secret, so each compiled pattern also gets a *plan*, read once from its parse tree: the
+literals one of which begins every match (``sk-``, ``AKIA``, ``bearer``, ``password`` …;
+lowercased, and looked for in a lowercased copy of the text, when the pattern ignores case).
+:func:`redact` finds those literals with ``str.find`` (literals with a common prefix, such as
+``ghp_`` … ``ghu_``, share one search) and tries the regex only where one begins. That is
+exactly what ``subn`` would have matched, since no match can begin anywhere else, so the result
+is identical (the unit tests prove it against the plain loop). A pattern with no such literal
+(a configured ``[0-9]{4}-[0-9]{4}``) runs as a plain ``subn``, and so does any pattern whose
+literals are so frequent in a text that one scan in C is cheaper.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from proxy.cascade.types import Message
+
+try:  # the stdlib's own regex parser: private, but the only exact reading of a pattern
+    from re import _constants as _op, _parser
+except ImportError:  # pragma: no cover - a future Python: every pattern runs as a plain scan
+    _parser = None
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS", "compile_patterns", "redact", "redact_message"]
 
@@ -77,6 +95,38 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
 shapes first, the generic assignment last)."""
 
 
+_MAX_STARTS = 32  # most start literals kept for one pattern
+_MAX_CLASS = 8  # a class of at most this many plain characters expands into start literals
+_MAX_COPIES = 3  # so does a repeat of at most this many copies
+_DENSITY = 32  # past one candidate per this many characters, one subn scan is cheaper
+_MAX_PLANS = 1024
+
+# Characters ``re`` matches to an ASCII letter ignoring case that ``str.lower`` does not lower
+# to it (U+0130 even lowers to two characters, which would shift every later position).
+_FOLD_FIRST = {0x130: "i", 0x131: "i", 0x17F: "s"}
+_FOLD_FIRST_CHARS = tuple(map(chr, _FOLD_FIRST))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to run one pattern: where its matches can begin, and what to replace."""
+
+    starts: tuple[str, ...]  # every match begins with one of these; () = unknown: plain scan
+    anchors: tuple[tuple[str, tuple[str, ...]], ...]  # (common prefix to find, its starts)
+    search: tuple[str, ...]  # the anchors' prefixes alone
+    folded: bool  # ``starts`` are lowercase and are looked for in the folded text
+    groups: tuple[str, ...]  # the ``secret…`` groups: replace only these
+
+
+# (strings, complete, folded): every match begins with one of ``strings`` (is one of them,
+# when ``complete``); ``folded`` when a case-insensitive literal went into them.
+_Prefixes = tuple[frozenset[str], bool, bool]
+_EMPTY: _Prefixes = (frozenset({""}), True, False)
+_UNKNOWN: _Prefixes = (frozenset({""}), False, False)
+
+_PLANS: dict[int, tuple[re.Pattern[str], _Plan]] = {}
+
+
 @functools.lru_cache(maxsize=64)
 def _compile(patterns: tuple[str, ...], use_defaults: bool) -> tuple[re.Pattern[str], ...]:
     compiled: list[re.Pattern[str]] = []
@@ -100,8 +150,177 @@ def compile_patterns(
     return _compile(tuple(patterns), use_defaults)
 
 
-def _secret_groups(pattern: re.Pattern[str]) -> tuple[str, ...]:
-    return tuple(name for name in pattern.groupindex if name.startswith("secret"))
+def _plan(pattern: re.Pattern[str]) -> _Plan:
+    # Keyed by identity: hashing a compiled pattern hashes its whole program, every call.
+    # The entry holds the pattern, so its id cannot be reused while the entry lives.
+    entry = _PLANS.get(id(pattern))
+    if entry is not None and entry[0] is pattern:
+        return entry[1]
+    groups = tuple(name for name in pattern.groupindex if name.startswith("secret"))
+    starts, folded = _starts(pattern)
+    anchors = _anchors(starts)
+    plan = _Plan(starts, anchors, tuple(a for a, _ in anchors), folded, groups)
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(pattern)] = (pattern, plan)
+    return plan
+
+
+def _starts(pattern: re.Pattern[str]) -> tuple[tuple[str, ...], bool]:
+    """The fewest literals one of which begins every match; ``((), False)`` when unknown."""
+    if (
+        _parser is None
+        or not isinstance(pattern, re.Pattern)
+        or not isinstance(pattern.pattern, str)
+    ):
+        return (), False
+    try:
+        tree = _parser.parse(pattern.pattern, pattern.flags)
+        strings, _, folded = _sequence(tree, bool(tree.state.flags & re.IGNORECASE))
+    except Exception:  # the private parser changed shape: lose speed, never correctness
+        return (), False
+    if folded:
+        if not all(s.isascii() for s in strings):
+            return (), False
+        strings = frozenset(s.lower() for s in strings)
+    if "" in strings:
+        return (), False
+    # A literal that begins with another one finds nothing the shorter one misses.
+    return tuple(
+        sorted(s for s in strings if not any(s.startswith(t) for t in strings - {s}))
+    ), folded
+
+
+def _sequence(items: Any, icase: bool) -> _Prefixes:
+    acc, folded = frozenset({""}), False
+    for op, av in items:
+        strings, complete, node_folded = _node(op, av, icase)
+        joined = frozenset(a + s for a in acc for s in strings)
+        if len(joined) > _MAX_STARTS:
+            return acc, False, folded
+        acc, folded = joined, folded or node_folded
+        if not complete:
+            return acc, False, folded
+    return acc, True, folded
+
+
+def _node(op: Any, av: Any, icase: bool) -> _Prefixes:
+    if op == _op.LITERAL:
+        return frozenset({chr(av)}), True, icase
+    if op == _op.IN:
+        if len(av) <= _MAX_CLASS and all(kind == _op.LITERAL for kind, _ in av):
+            return frozenset(chr(code) for _, code in av), True, icase
+        return _UNKNOWN
+    if op in (_op.AT, _op.ASSERT, _op.ASSERT_NOT):  # zero width
+        return _EMPTY
+    if op == _op.SUBPATTERN:
+        _, add, remove, sub = av
+        return _sequence(sub, (icase or bool(add & re.IGNORECASE)) and not remove & re.IGNORECASE)
+    if op == _op.ATOMIC_GROUP:
+        return _sequence(av, icase)
+    if op == _op.BRANCH:
+        alternatives = [_sequence(alt, icase) for alt in av[1]]
+        return (
+            frozenset().union(*(strings for strings, _, _ in alternatives)),
+            all(complete for _, complete, _ in alternatives),
+            any(folded for _, _, folded in alternatives),
+        )
+    if op in (_op.MAX_REPEAT, _op.MIN_REPEAT, _op.POSSESSIVE_REPEAT):
+        return _repeat(av[0], av[1], av[2], icase)
+    return _UNKNOWN  # any character, a category, a backreference, a conditional …
+
+
+def _repeat(least: int, most: int, sub: Any, icase: bool) -> _Prefixes:
+    strings, complete, folded = _sequence(sub, icase)
+    if complete and most <= _MAX_COPIES:  # spell out ``(?:or)?``, ``[_-]?`` …
+        options: set[str] = set()
+        layer = {""}
+        for copies in range(most + 1):
+            if copies >= least:
+                options |= layer
+            if copies < most:
+                layer = {a + s for a in layer for s in strings}
+            if len(options) > _MAX_STARTS or len(layer) > _MAX_STARTS:
+                break
+        else:
+            return frozenset(options), True, folded
+    if least >= 1:
+        return strings, False, folded
+    return _UNKNOWN
+
+
+def _anchors(starts: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Group the sorted start literals under common prefixes of two or more characters
+    (``ghp_`` … ``ghu_`` under ``gh``): one ``find`` of a prefix beats one per literal."""
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    for literal in starts:
+        if groups:
+            anchor, members = groups[-1]
+            common = len(anchor)
+            while not literal.startswith(anchor[:common]):
+                common -= 1
+            if common >= 2:
+                groups[-1] = (anchor[:common], (*members, literal))
+                continue
+        groups.append((literal, (literal,)))
+    return tuple(groups)
+
+
+def _fold(text: str) -> str:
+    """Lowercase ``text``, keeping positions: wherever a case-insensitive pattern matches an
+    ASCII literal, the result holds that literal in lowercase at the same position."""
+    if not text.isascii() and any(ch in text for ch in _FOLD_FIRST_CHARS):
+        text = text.translate(_FOLD_FIRST)
+    return text.lower()
+
+
+def _find_all(hay: str, literal: str, limit: int) -> list[int] | None:
+    """Every position where ``literal`` begins (overlapping ones too); None past ``limit``."""
+    hits: list[int] = []
+    at = hay.find(literal)
+    while at >= 0:
+        hits.append(at)
+        if len(hits) > limit:
+            return None
+        at = hay.find(literal, at + 1)
+    return hits
+
+
+def _candidates(hay: str, plan: _Plan, limit: int) -> list[int] | None:
+    """Ascending positions where one of ``plan.starts`` begins in ``hay``; None past ``limit``."""
+    hits: list[int] = []
+    for anchor, literals in plan.anchors:
+        at = _find_all(hay, anchor, limit)
+        if at is None:
+            return None
+        hits += at if literals == (anchor,) else [i for i in at if hay.startswith(literals, i)]
+    hits.sort()
+    return hits
+
+
+def _sub_at(
+    pattern: re.Pattern[str], text: str, hits: list[int], repl: Callable[[re.Match[str]], str]
+) -> tuple[str, int]:
+    """``pattern.subn(repl, text)``, trying only the positions in ``hits``.
+
+    The same result whenever every match begins at a hit: ``subn`` takes the leftmost match
+    at or after the end of the previous one, and ``match`` at a position is the very attempt
+    ``subn`` makes there (lookbehinds still see the text before it). No match is empty (each
+    begins with a non-empty literal), so the empty-match rules never come into play.
+    """
+    pieces: list[str] = []
+    end = 0
+    for at in hits:
+        if at < end:
+            continue
+        match = pattern.match(text, at)
+        if match is not None:
+            pieces += (text[end:at], repl(match))
+            end = match.end()
+    if not pieces:
+        return text, 0
+    pieces.append(text[end:])
+    return "".join(pieces), len(pieces) // 2
 
 
 def _replace(match: re.Match[str], groups: tuple[str, ...]) -> str:
@@ -118,12 +337,28 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
 
     Patterns run in order over the output of the previous one. Text without any match is
     returned as the same object (callers can skip rewriting a message that did not change).
+    The result is exactly that of each pattern's ``subn`` in turn; a pattern is only tried
+    where one of its start literals occurs (see the module docstring).
     """
     total = 0
+    folded: str | None = None  # made once, and again only after a replacement
     for pattern in patterns:
-        groups = _secret_groups(pattern)
-        text, n = pattern.subn(lambda m, g=groups: _replace(m, g), text)
-        total += n
+        plan = _plan(pattern)
+        hits: list[int] | None = None
+        if plan.starts:
+            if plan.folded:
+                folded = hay = _fold(text) if folded is None else folded
+            else:
+                hay = text
+            if not any(map(hay.__contains__, plan.search)):  # the common case, kept cheap
+                continue
+            hits = _candidates(hay, plan, len(text) // _DENSITY + 16)
+            if hits == []:
+                continue
+        repl = functools.partial(_replace, groups=plan.groups)
+        new, n = pattern.subn(repl, text) if hits is None else _sub_at(pattern, text, hits, repl)
+        if n:
+            text, folded, total = new, None, total + n
     return text, total
 
 
