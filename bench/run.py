@@ -47,8 +47,10 @@ PARTS = ("overhead", "growth", "replay")
 QUICK_REPLAY = ("--files", "1", "2", "--limit", "32000")
 _QUICK_NOTE = "quick (smaller samples: trends, not final numbers)"
 _REPLAY_NOTE = (
-    "Replay has no numeric target in the issue; the checks above are what Cascade "
-    "(`cascade-default`) must hold on every transcript. Totals over the files:"
+    "Issue #5's targets per file first (cost = main + fast model, cache-weighted: a prefix "
+    "shared with the previous request at 0.1, the rest at 1; the long files are 1, 2, 4 and "
+    "6), then what Cascade (`cascade-default`) must hold on every transcript. Totals over "
+    "the files:"
 )
 _REPORT_ONLY_NOTE = (
     "- Parts were not re-run for this report (`--report-only`): each row names the command "
@@ -145,6 +147,52 @@ def replay_checks(summary: Mapping[int, Mapping[str, Mapping[str, float]]]) -> l
             checks.append(
                 {"target": name, "rule": rule, "value": value, "limit": bound, "met": met}
             )
+    return checks
+
+
+LONG_FILES = (1, 2, 4, 6)
+"""The long transcripts the issue quotes reference costs for (SOURCES.md order)."""
+
+
+def issue_targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Issue #5's per-file targets for ``cascade-default`` (cost = main + fast, cache-weighted).
+
+    - every file, both limits, both Cascade policies: no request over the limit, no broken pair;
+    - 32k, each long file: at most 0.8x the best reference policy (clearing, clearing-5k,
+      masking);
+    - 128k: at most 1.05x raw where raw fits, else at most 0.8x clearing.
+    """
+    cost: dict[tuple[int, int, str], float] = {}
+    over: dict[tuple[int, int, str], float] = {}
+    checks: list[dict[str, Any]] = []
+    for r in rows:
+        key = (int(r["file"]), int(r["limit"]), str(r["policy"]))
+        cost[key] = float(r.get("cache_weighted") or 0) + float(r.get("cache_weighted_fast") or 0)
+        over[key] = float(r.get("over_limit") or 0)
+        if key[2].startswith("cascade"):
+            bad = over[key] + float(r.get("broken_pairings") or 0) + float(r.get("errors") or 0)
+            checks.append({"target": f"file {key[0]} {key[1] // 1000}k {key[2]}: over limit,"
+                           " broken pairs, errors", "rule": "== 0", "value": bad,
+                           "limit": 0.0, "met": bad == 0})
+    for (file, limit, policy), value in sorted(cost.items()):
+        if policy != "cascade-default":
+            continue
+        refs = [cost[(file, limit, p)] for p in ("clearing", "clearing-5k", "masking")
+                if (file, limit, p) in cost]
+        if limit < 100_000 and file in LONG_FILES and refs:
+            ratio, rule, bound = value / min(refs), "<= 0.8x best reference", 0.8
+        elif limit >= 100_000 and (file, limit, "raw") in cost:
+            if over[(file, limit, "raw")] == 0:
+                ratio, rule, bound = value / cost[(file, limit, "raw")], "<= 1.05x raw", 1.05
+            elif (file, limit, "clearing") in cost:
+                ratio = value / cost[(file, limit, "clearing")]
+                rule, bound = "<= 0.8x clearing (raw does not fit)", 0.8
+            else:
+                continue
+        else:
+            continue
+        checks.append({"target": f"file {file} {limit // 1000}k: cost ratio", "rule": rule,
+                       "value": ratio, "limit": bound, "met": ratio <= bound})
     return checks
 
 
@@ -252,7 +300,8 @@ def render_results(
             continue
         data = part.get("data") or {}
         if name == "replay" and data:
-            checks[name] = replay_checks(replay_summary(data.get("rows", [])))
+            rows = data.get("rows", [])
+            checks[name] = [*issue_targets(rows), *replay_checks(replay_summary(rows))]
         elif data:
             checks[name] = list(data.get("targets", []))
         result = (

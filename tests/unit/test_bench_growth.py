@@ -170,3 +170,25 @@ def test_results_report_failures_tallies_and_charts():
     assert "1/2 met (1 unknown)" in text  # latency met, rows unknown
     assert "![growth](charts/growth.png)" in text
     assert "`nproc` = 2" in text and "quick" in text
+
+
+def test_issue_targets_judge_cascade_per_file_against_the_right_baseline() -> None:
+    from bench.run import issue_targets
+
+    def row(file: int, limit: int, policy: str, cost: float, over: int = 0) -> dict:
+        return {"file": file, "limit": limit, "policy": policy, "cache_weighted": cost,
+                "cache_weighted_fast": 0.0, "over_limit": over, "broken_pairings": 0,
+                "errors": 0}
+
+    rows = [
+        row(1, 32000, "clearing", 100.0), row(1, 32000, "masking", 200.0),
+        row(1, 32000, "cascade-default", 79.0),
+        row(6, 128000, "raw", 300.0, over=5), row(6, 128000, "clearing", 100.0),
+        row(6, 128000, "cascade-default", 85.0),
+        row(2, 128000, "raw", 100.0), row(2, 128000, "cascade-default", 104.0),
+    ]
+    ratios = {c["target"]: (c["value"], c["met"]) for c in issue_targets(rows)
+              if "cost ratio" in c["target"]}
+    assert ratios["file 1 32k: cost ratio"] == (0.79, True)
+    assert ratios["file 6 128k: cost ratio"] == (0.85, False)  # raw overflows: vs clearing
+    assert ratios["file 2 128k: cost ratio"] == (1.04, True)  # raw fits: within 5% of raw
