@@ -8,25 +8,11 @@ from typing import Any
 import asyncpg
 
 __all__ = [
-    "insert_event", "insert_and_notify", "publish_many", "fetch_events_after", "NOTIFY_CHANNEL",
+    "insert_and_notify", "publish_many", "fetch_events_after", "NOTIFY_CHANNEL",
     "notify",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
-
-INSERT_EVENT = """
-INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4)
-RETURNING id, created_at
-"""
-
-
-async def insert_event(
-    conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
-) -> asyncpg.Record:
-    row = await conn.fetchrow(INSERT_EVENT, tenant, session_id, name, dict(data))
-    assert row is not None
-    return row
-
 
 INSERT_AND_NOTIFY = """
 WITH e AS (

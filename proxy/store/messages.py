@@ -11,7 +11,7 @@ import asyncpg
 __all__ = [
     "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "update_evicted", "update_trimmed",
-    "fetch_flags", "record_step",
+    "record_step",
 ]
 
 
@@ -212,21 +212,6 @@ async def update_trimmed(
     """
     if positions:
         await conn.execute(UPDATE_TRIMMED, tenant, session_id, list(positions))
-
-
-FETCH_FLAGS = """
-SELECT tool_call_id FROM messages
-WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND redacted
-  AND tool_call_id = any($3::text[])
-"""
-
-
-async def fetch_flags(
-    conn: Any, *, tenant: str, session_id: str, tool_call_ids: Sequence[str]
-) -> frozenset[str]:
-    """The tool_call_ids among ``tool_call_ids`` whose results were redacted (never spilled)."""
-    rows = await conn.fetch(FETCH_FLAGS, tenant, session_id, list(tool_call_ids))
-    return frozenset(r["tool_call_id"] for r in rows)
 
 
 RECORD_STEP = """

@@ -10,9 +10,9 @@ from typing import Any
 import asyncpg
 
 __all__ = [
-    "upsert_session", "fetchrow_session", "fetch_sessions", "update_head", "update_usage",
+    "upsert_session", "fetchrow_session", "fetch_sessions",
     "add_reclaimed", "delete_session", "reset_session", "copy_session", "lock_session",
-    "unlock_session", "session_lock_key",
+    "session_lock_key",
 ]
 
 UPSERT_SESSION = """
@@ -67,33 +67,6 @@ async def fetch_sessions(
     conn: Any, *, tenant: str, limit: int = 100, offset: int = 0
 ) -> list[asyncpg.Record]:
     return await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)
-
-
-UPDATE_HEAD = """
-UPDATE sessions SET head_len = $3, head_hash = $4, system_count = $5, updated_at = now()
-WHERE tenant = $1 AND id = $2
-"""
-
-
-async def update_head(
-    conn: Any, *, tenant: str, session_id: str, head_len: int, head_hash: str | None,
-    system_count: int,
-) -> None:
-    await conn.execute(UPDATE_HEAD, tenant, session_id, head_len, head_hash, system_count)
-
-
-UPDATE_USAGE = """
-UPDATE sessions SET last_prompt_tokens = $3, last_estimate = $4, calibration = $5
-WHERE tenant = $1 AND id = $2
-"""
-
-
-async def update_usage(
-    conn: Any, *, tenant: str, session_id: str, prompt_tokens: int | None, estimate: int,
-    calibration: float,
-) -> None:
-    """Record the real prompt size of the step just sent (or NULL when unknown)."""
-    await conn.execute(UPDATE_USAGE, tenant, session_id, prompt_tokens, estimate, calibration)
 
 
 ADD_RECLAIMED = """
@@ -183,7 +156,3 @@ def session_lock_key(tenant: str, session_id: str) -> int:
 async def lock_session(conn: Any, *, tenant: str, session_id: str) -> None:
     """Serialise requests on one session across replicas (session-level advisory lock)."""
     await conn.execute("SELECT pg_advisory_lock($1)", session_lock_key(tenant, session_id))
-
-
-async def unlock_session(conn: Any, *, tenant: str, session_id: str) -> None:
-    await conn.execute("SELECT pg_advisory_unlock($1)", session_lock_key(tenant, session_id))

@@ -12,6 +12,7 @@ from asyncpg import introspection
 
 from proxy.history import chain
 from proxy.store import messages as msgs, raw_outputs, sessions
+from tests.integration.store.helpers import set_head
 
 T, S = "t-a", "s1"
 _INTROSPECTION = {
@@ -285,7 +286,7 @@ async def test_append_and_fetch_window_keeps_an_existing_raw_output(conn: Any) -
 async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: Any) -> None:
     hashes = chain(HISTORY)
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:4]))
-    await sessions.update_head(
+    await set_head(
         conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1
     )
     await sessions.add_reclaimed(conn, tenant=T, session_id=S, tokens=12)
@@ -315,7 +316,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
 async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None:
     hashes = chain(HISTORY)
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
-    await sessions.update_head(
+    await set_head(
         conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1
     )
     reclaimed = await msgs.record_step(
@@ -334,12 +335,3 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (None, 40, 0.9)
 
 
-async def test_fetch_flags_returns_redacted_tool_results_only(conn: Any) -> None:
-    rows = [
-        msgs.NewMessage(pos=0, hash="h0", role="tool", message={}, tool_call_id="a"),
-        msgs.NewMessage(pos=1, hash="h1", role="tool", message={}, tool_call_id="b", redacted=True),
-        msgs.NewMessage(pos=2, hash="h2", role="tool", message={}, tool_call_id="c", redacted=True),
-    ]
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows)
-    got = await msgs.fetch_flags(conn, tenant=T, session_id=S, tool_call_ids=["a", "b", "z"])
-    assert got == frozenset({"b"})

@@ -10,6 +10,7 @@ import pytest
 
 from proxy.cascade.types import Spill
 from proxy.store import events, messages as msgs, raw_outputs, sessions, summaries
+from tests.integration.store.helpers import set_head
 
 T = "t-a"
 
@@ -22,7 +23,7 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         for i in range(n)
     ]
     await msgs.insert_messages(conn, tenant=tenant, session_id=session_id, rows=rows)
-    await sessions.update_head(
+    await set_head(
         conn,
         tenant=tenant,
         session_id=session_id,
@@ -44,8 +45,9 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         tokens=1,
         model="fast",
     )
-    await events.insert_event(
-        conn, tenant=tenant, session_id=session_id, name="context.usage", data={"x": 1}
+    await events.publish_many(
+        conn, tenant=tenant, session_id=session_id, persisted=[("context.usage", {"x": 1})],
+        transient=[], max_payload=7800,
     )
 
 
@@ -60,7 +62,7 @@ async def counts(conn: Any, session_id: str, tenant: str = T) -> dict[str, int]:
 async def test_upsert_creates_then_touches(pool: asyncpg.Pool) -> None:
     first = await sessions.upsert_session(pool, tenant=T, session_id="s", agent="a", model="m1")
     assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
-    await sessions.update_head(
+    await set_head(
         pool, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1
     )
     again = await sessions.upsert_session(pool, tenant=T, session_id="s", agent="b", model="m2")
@@ -96,8 +98,9 @@ async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> Non
 
 async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     await sessions.upsert_session(pool, tenant=T, session_id="s", agent="a", model="m")
-    await sessions.update_usage(
-        pool, tenant=T, session_id="s", prompt_tokens=900, estimate=1000, calibration=0.9
+    await msgs.record_step(
+        pool, tenant=T, session_id="s", reply=None, prompt_tokens=900,
+        estimate=1000, calibration=0.9,
     )
     assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=50) == 50
     assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=25) == 75
@@ -106,8 +109,9 @@ async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     assert row is not None
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (900, 1000, 0.9)
     assert row["reclaimed_tokens"] == 75
-    await sessions.update_usage(
-        pool, tenant=T, session_id="s", prompt_tokens=None, estimate=10, calibration=0.9
+    await msgs.record_step(
+        pool, tenant=T, session_id="s", reply=None, prompt_tokens=None,
+        estimate=10, calibration=0.9,
     )
     row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
     assert row is not None and row["last_prompt_tokens"] is None
@@ -137,8 +141,9 @@ async def test_delete_cascades_to_everything_the_session_owns(pool: asyncpg.Pool
 
 async def test_reset_forgets_history_but_keeps_session_and_events(pool: asyncpg.Pool) -> None:
     await make_session(pool, "s")
-    await sessions.update_usage(
-        pool, tenant=T, session_id="s", prompt_tokens=5, estimate=6, calibration=0.5
+    await msgs.record_step(
+        pool, tenant=T, session_id="s", reply=None, prompt_tokens=5,
+        estimate=6, calibration=0.5,
     )
     await sessions.reset_session(pool, tenant=T, session_id="s")
     assert await counts(pool, "s") == {
@@ -188,6 +193,9 @@ async def test_copy_session_into_existing_id_fails_whole(pool: asyncpg.Pool) -> 
     assert (await counts(pool, "b"))["messages"] == 1
 
 
+UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
+
+
 def test_lock_keys_differ_by_tenant_and_session() -> None:
     keys = {sessions.session_lock_key(t, s) for t in ("t-a", "t-b") for s in ("s1", "s2", "s1\x00")}
     assert len(keys) == 6
@@ -201,12 +209,11 @@ async def test_lock_session_serialises_one_session_only(pool: asyncpg.Pool) -> N
         # another session (or tenant) is not blocked
         await asyncio.wait_for(sessions.lock_session(b, tenant=T, session_id="other"), 2)
         await asyncio.wait_for(sessions.lock_session(b, tenant="t-b", session_id="s"), 2)
-        await sessions.unlock_session(b, tenant=T, session_id="other")
-        await sessions.unlock_session(b, tenant="t-b", session_id="s")
+        await b.execute(UNLOCK_ALL)
         # the same session waits until the holder unlocks
         waiter = asyncio.ensure_future(sessions.lock_session(b, tenant=T, session_id="s"))
         await asyncio.sleep(0.2)
         assert not waiter.done()
-        await sessions.unlock_session(a, tenant=T, session_id="s")
+        await a.execute(UNLOCK_ALL)  # what the pool's reset runs when a request releases
         await asyncio.wait_for(waiter, 2)
-        await sessions.unlock_session(b, tenant=T, session_id="s")
+        await b.execute(UNLOCK_ALL)
