@@ -83,34 +83,47 @@ class EventBus:
     async def publish(
         self, conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
     ) -> int | None:
-        """Persist a non-transient event, then NOTIFY; returns the event id (None if transient)."""
+        """Persist a non-transient event (the table's trigger NOTIFYs), or NOTIFY a transient
+        one; returns the event id (None if transient)."""
         body = {**data, "session_id": session_id, "ts": _now()}
         if name not in TRANSIENT_EVENTS:
-            return await store.insert_and_notify(
-                conn, tenant=tenant, session_id=session_id, name=name, data=body,
-                encoded=json.dumps(body), max_payload=_MAX_PAYLOAD,
+            return await store.insert_event(
+                conn, tenant=tenant, session_id=session_id, name=name, data=body
             )
         await store.notify(conn, payload=self._transient(tenant, session_id, name, body))
         return None
 
-    async def publish_many(
-        self, conn: Any, *, tenant: str, session_id: str, events: Sequence[Event]
-    ) -> None:
-        """A request's events in one round trip (persisted ones stored, all NOTIFYed)."""
-        if not events:
-            return
+    def split(
+        self, tenant: str, session_id: str, events: Sequence[Event]
+    ) -> tuple[store.EventRows, list[str]]:
+        """(names, bodies) to persist, in order, and ready NOTIFY payloads of transient ones.
+
+        Callers embed the persisted rows in a statement they run anyway
+        (``store.events_cte``); stamping ``session_id`` and ``ts`` happens here.
+        """
         ts = _now()
-        persisted, transient = [], []
+        names: list[str] = []
+        bodies: list[Mapping[str, Any]] = []
+        transient: list[str] = []
         for event in events:
             body = {**event.data, "session_id": session_id, "ts": ts}
             if event.name in TRANSIENT_EVENTS:
                 transient.append(self._transient(tenant, session_id, event.name, body))
             else:
-                persisted.append((event.name, body))
-        await store.publish_many(
-            conn, tenant=tenant, session_id=session_id, persisted=persisted,
-            transient=transient, max_payload=_MAX_PAYLOAD,
-        )
+                names.append(event.name)
+                bodies.append(body)
+        return (names, bodies), transient
+
+    async def publish_many(
+        self, conn: Any, *, tenant: str, session_id: str, events: Sequence[Event]
+    ) -> None:
+        """A batch of events in one round trip (persisted ones stored, all NOTIFYed)."""
+        if events:
+            persisted, transient = self.split(tenant, session_id, events)
+            await store.publish_many(
+                conn, tenant=tenant, session_id=session_id, persisted=persisted,
+                transient=transient,
+            )
 
     @staticmethod
     def _transient(tenant: str, session_id: str, name: str, body: Mapping[str, Any]) -> str:

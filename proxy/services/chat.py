@@ -127,6 +127,7 @@ class ChatService:
         state = await reconcile_and_load(
             conn, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
             model=rt.model, messages=body["messages"], hashes=hashes, ctx=rt.ctx, count=count,
+            stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
         )
         command = None
         if is_compact_command(body["messages"]):
@@ -138,19 +139,14 @@ class ChatService:
         else:
             state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count)
         assembled = self._assemble(rt, body, state, count)
-        events: list[Event] = list(state.events)
-        if state.appended:
-            events.append(Event(MESSAGE_APPENDED, {
-                "from_pos": state.head_len - state.appended, "count": state.appended,
-                "superseded": state.superseded,
-            }))
-        events.extend(assembled.events)
-        await self._persist_step(conn, ctx, rt, state, assembled, count)
-        await self._publish(conn, ctx, events)
+        reclaimed = await self._persist_step(conn, ctx, rt, state, assembled, count)
+        # Ingestion's events went out with the messages; eviction/trimming events (rare) here.
+        await self._publish(conn, ctx, assembled.events)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
-        return Step(ctx, rt, state, assembled, body, stream, wants_usage, conn, count, command)
+        return Step(ctx, rt, state, assembled, body, stream, wants_usage, conn, count, command,
+                    reclaimed=reclaimed)
 
     def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
         return job_for(cfg, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
@@ -255,7 +251,9 @@ class ChatService:
     async def _persist_step(
         self, conn: Any, ctx: ChatContext, rt: Route, state: SessionState, asm: Assembled,
         count: MemoCounter,
-    ) -> None:
+    ) -> int:
+        """Persist the step's intents; returns the tokens this step's eviction reclaimed."""
+        reclaimed = 0
         if asm.spills:
             await raw_outputs.insert_raw_outputs(
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, spills=asm.spills,
@@ -280,16 +278,17 @@ class ChatService:
                 conn, tenant=ctx.tenant, session_id=ctx.session_id,
                 positions=[state.positions[i] for i in asm.trimmed],
             )
+        return reclaimed
 
     # -- after the answer ----------------------------------------------------------------
 
     async def _finalize(
         self, step: Step, reply: Mapping[str, Any] | None, prompt_tokens: int | None
     ) -> None:
-        """Store the reply and the real prompt size, publish ``context.usage``, unlock.
+        """Store the reply, the real prompt size and ``context.usage``; release the session.
 
-        Two round trips after the answer: one statement for reply + head + usage, one for the
-        events; releasing the connection drops the session lock.
+        One statement after the answer (reply + head + usage + events; the events table's
+        trigger NOTIFYs); releasing the connection drops the session lock.
         """
         ctx, conn, state = step.ctx, step.conn, step.state
         try:
@@ -306,23 +305,23 @@ class ChatService:
                     pos=state.head_len, hash=digest, role="assistant", message=dict(reply),
                     tokens=step.count.one(reply), source="upstream",
                 )
-            reclaimed = await msgs.record_step(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, reply=stored,
-                prompt_tokens=real, estimate=estimate, calibration=ratio,
-            )
             limit = step.route.limits.context_limit
             used = real if real is not None else round(estimate * ratio)
             events = [Event(USAGE, {
                 "prompt_tokens": real, "estimated_tokens": estimate, "occupancy": used,
                 "limit": limit, "fraction": round(used / limit, 4) if limit else None,
                 "calibration": round(ratio, 4), "model": step.route.model,
-                "reclaimed_tokens": reclaimed,
+                "reclaimed_tokens": row["reclaimed_tokens"] + step.reclaimed,
             })]
             if stored is not None:
                 events.insert(0, Event(MESSAGE_APPENDED, {
                     "from_pos": stored.pos, "count": 1, "superseded": 0, "source": "upstream",
                 }))
-            await self._publish(conn, ctx, events)
+            persisted, _ = self.bus.split(ctx.tenant, ctx.session_id, events)
+            await msgs.record_step(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id, reply=stored,
+                prompt_tokens=real, estimate=estimate, calibration=ratio, events=persisted,
+            )
         except Exception:
             log.exception("could not record the reply of session %s", ctx.session_id)
         finally:

@@ -65,6 +65,7 @@ class Step:
     conn: Any
     count: MemoCounter
     command: CompactionResult | None = None
+    reclaimed: int = 0  # tokens this step's eviction reclaimed
 
 
 

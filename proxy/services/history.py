@@ -2,23 +2,24 @@
 
 Runs under the session's advisory lock, on the request's connection. The common case (the
 client resent the stored history plus new messages) costs two statements: the session upsert
-(which also returns the latest valid summary) and one statement that stores the new messages
-and spilled raw outputs, moves the head, and reads the window's older rows.
+(which also returns the latest valid summary) and one statement that stores the new messages,
+their spilled raw outputs and events, moves the head, and reads the window's older rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.cascade.pipeline import drop_commands, ingest
 from proxy.cascade.summary import fold_summary
 from proxy.cascade.tokens import MemoCounter
-from proxy.cascade.types import TRUNCATED, Event, Message
+from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
 from proxy.store import messages as msgs, raw_outputs, sessions, summaries
+from proxy.store.events import EventRows
 
 __all__ = [
     "SessionState", "reconcile_and_load", "load_window", "leading_system_count",
@@ -85,8 +86,14 @@ def _seeded(rows: Sequence[Any], count: MemoCounter) -> list[Message]:
 async def reconcile_and_load(
     conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
     messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
+    stamp: Callable[[Sequence[Event]], EventRows],
 ) -> SessionState:
-    """Store what is new, supersede what diverged, and return the prompt-form window."""
+    """Store what is new, supersede what diverged, and return the prompt-form window.
+
+    The events this produces (``context.truncated`` per cut result, then one
+    ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
+    statement as the messages.
+    """
     row = await sessions.upsert_session(
         conn, tenant=tenant, session_id=session_id, agent=agent, model=model
     )
@@ -119,6 +126,10 @@ async def reconcile_and_load(
         events.extend(e for e in got.events if e.name == TRUNCATED)
         if got.spill is not None:
             spills.append(got.spill)
+    if rows:
+        events.append(Event(MESSAGE_APPENDED, {
+            "from_pos": start, "count": len(rows), "superseded": superseded,
+        }))
     system_count = leading_system_count(messages)
     boundary = summary[1] or 0
     from_pos = max(boundary, system_count)
@@ -127,7 +138,7 @@ async def reconcile_and_load(
         raw=raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes),
         head_len=len(messages), head_hash=hashes[-1] if hashes else None,
         system_count=system_count, old_len=start, from_pos=from_pos,
-        move_head=bool(rows) or superseded > 0,
+        move_head=bool(rows) or superseded > 0, events=stamp(events),
     )
     fresh = [(pos, m, r) for (pos, m), r in zip(new, rows, strict=True)
              if pos < system_count or pos >= from_pos]

@@ -8,69 +8,54 @@ from typing import Any
 import asyncpg
 
 __all__ = [
-    "insert_and_notify", "publish_many", "fetch_events_after", "NOTIFY_CHANNEL",
-    "notify",
+    "EventRows", "events_cte", "insert_event", "publish_many", "fetch_events_after",
+    "NOTIFY_CHANNEL", "notify",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
+"""Migration 0002's trigger NOTIFYs every inserted event here; transient ones are sent here."""
 
-INSERT_AND_NOTIFY = """
-WITH e AS (
-    INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETURNING id
-)
-SELECT e.id, pg_notify($5, CASE WHEN length($6::text) + 400 > $7 THEN
-        json_build_object('t', $1::text, 's', $2::text, 'n', $3::text, 'i', e.id, 'd', NULL)::text
-    ELSE
-        json_build_object('t', $1::text, 's', $2::text, 'n', $3::text, 'i', e.id,
-                          'd', $4::jsonb)::text
-    END)
-FROM e
+EventRows = tuple[Sequence[str], Sequence[Mapping[str, Any]]]
+"""(names, data) of persisted events, in order, ready to be passed as two array parameters."""
+
+
+def events_cte(names: str, data: str) -> str:
+    """The INSERT of a request's events, to embed as a data-modifying CTE in a statement the
+    request runs anyway (``$1``/``$2`` must be tenant and session; ``names``/``data`` name
+    the array parameters). The trigger announces each row, in order, at commit."""
+    return (
+        "INSERT INTO events (tenant, session_id, name, data) SELECT $1, $2, n, d FROM "
+        f"unnest({names}::text[], {data}::jsonb[]) WITH ORDINALITY AS t(n, d, o) ORDER BY o"
+    )
+
+
+INSERT_EVENT = """
+INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETURNING id
 """
 
 
-async def insert_and_notify(
-    conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any],
-    encoded: str, max_payload: int,
+async def insert_event(
+    conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
 ) -> int:
-    """Persist an event and NOTIFY listeners in one round trip; returns the event id.
-
-    A payload over ``max_payload`` bytes carries only the id; listeners read the row back.
-    """
-    return int(await conn.fetchval(
-        INSERT_AND_NOTIFY, tenant, session_id, name, dict(data), NOTIFY_CHANNEL, encoded,
-        max_payload,
-    ))
+    """Persist one event (the trigger NOTIFYs listeners); returns its id."""
+    return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, dict(data)))
 
 
-PUBLISH_MANY = """
-WITH e AS (
-    INSERT INTO events (tenant, session_id, name, data)
-    SELECT $1, $2, n, d FROM unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS t(n, d, o)
-    ORDER BY o
-    RETURNING id, name, data
-)
-SELECT e.id, pg_notify($5, json_build_object('t', $1::text, 's', $2::text, 'n', e.name,
-        'i', e.id, 'd', CASE WHEN octet_length(e.data::text) + 400 > $6 THEN NULL
-                        ELSE e.data END)::text)
-FROM e
-UNION ALL
-SELECT NULL, pg_notify($5, x) FROM unnest($7::text[]) AS x
+PUBLISH_MANY = f"""
+WITH e AS ({events_cte("$3", "$4")})
+SELECT pg_notify($5, x) FROM unnest($6::text[]) AS x
 """
 
 
 async def publish_many(
-    conn: Any, *, tenant: str, session_id: str,
-    persisted: Sequence[tuple[str, Mapping[str, Any]]], transient: Sequence[str],
-    max_payload: int,
+    conn: Any, *, tenant: str, session_id: str, persisted: EventRows, transient: Sequence[str]
 ) -> None:
-    """Persist and NOTIFY a request's events in one round trip, in order.
-
-    ``transient`` are ready NOTIFY payloads of events that are never stored.
-    """
-    if persisted or transient:
+    """Persist events and NOTIFY transient ones (ready payloads) in one round trip."""
+    names, data = persisted
+    if names or transient:
         await conn.execute(
-            PUBLISH_MANY, tenant, session_id, [n for n, _ in persisted],
-            [dict(d) for _, d in persisted], NOTIFY_CHANNEL, max_payload, list(transient),
+            PUBLISH_MANY, tenant, session_id, list(names), [dict(d) for d in data],
+            NOTIFY_CHANNEL, list(transient),
         )
 
 

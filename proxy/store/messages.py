@@ -8,6 +8,8 @@ from typing import Any
 
 import asyncpg
 
+from proxy.store.events import EventRows, events_cte
+
 __all__ = [
     "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "update_evicted", "update_trimmed",
@@ -104,7 +106,7 @@ WITH new AS (
 ), head AS (
     UPDATE sessions SET head_len = $16, head_hash = $17, system_count = $18, updated_at = now()
     WHERE tenant = $1 AND id = $2 AND $19
-)
+), ev AS (""" + events_cte("$20", "$21") + """)
 """ + _window("m.pos < least($18, $4)", "m.pos >= $3 AND m.pos < $4")
 
 
@@ -112,6 +114,7 @@ async def append_and_fetch_window(
     conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
     raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
     system_count: int, old_len: int, from_pos: int, move_head: bool = True,
+    events: EventRows = ((), ()),
 ) -> list[asyncpg.Record]:
     """One round trip for the common request: store the new messages and their spilled raw
     outputs, move the head, and read the window's *older* rows (positions below ``old_len``).
@@ -126,7 +129,8 @@ async def append_and_fetch_window(
         [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
         [r.redacted for r in rows],
         [x[0] for x in raw], [x[1] for x in raw], [x[2] for x in raw], [x[3] for x in raw],
-        head_len, head_hash, system_count, move_head,
+        head_len, head_hash, system_count, move_head, list(events[0]),
+        [dict(d) for d in events[1]],
     )
 
 
@@ -218,7 +222,7 @@ RECORD_STEP = """
 WITH reply AS (
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tokens, source)
     SELECT $1, $2, $3, $4, 'assistant', $5::json, $6, 'upstream' WHERE $5::json IS NOT NULL
-)
+), ev AS (""" + events_cte("$10", "$11") + """)
 UPDATE sessions SET
     head_len = CASE WHEN $5::json IS NULL THEN head_len ELSE $3 + 1 END,
     head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
@@ -231,8 +235,10 @@ RETURNING reclaimed_tokens
 async def record_step(
     conn: Any, *, tenant: str, session_id: str, reply: NewMessage | None,
     prompt_tokens: int | None, estimate: int, calibration: float,
+    events: EventRows = ((), ()),
 ) -> int:
-    """After the answer: append the relayed reply, record the real prompt size; one round trip.
+    """After the answer: append the relayed reply, record the real prompt size and persist the
+    step's events (the trigger NOTIFYs them); one round trip.
 
     Returns the session's reclaimed-token total for ``context.usage``.
     """
@@ -240,4 +246,5 @@ async def record_step(
         RECORD_STEP, tenant, session_id, reply.pos if reply else None,
         reply.hash if reply else None, reply.message if reply else None,
         reply.tokens if reply else 0, prompt_tokens, estimate, calibration,
+        list(events[0]), [dict(d) for d in events[1]],
     ) or 0)

@@ -2,6 +2,17 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
+CREATE FUNCTION public.cascade_notify_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('cascade_events', json_build_object(
+        't', NEW.tenant, 's', NEW.session_id, 'n', NEW.name, 'i', NEW.id,
+        'd', CASE WHEN octet_length(NEW.data::text) > 7400 THEN NULL ELSE NEW.data END)::text);
+    RETURN NULL;
+END
+$$;
+
 CREATE TABLE public.events (
     id bigint NOT NULL,
     tenant text NOT NULL,
@@ -148,6 +159,8 @@ CREATE INDEX messages_all ON public.messages USING btree (tenant, session_id, po
 CREATE INDEX messages_hash ON public.messages USING btree (tenant, session_id, hash) WHERE (superseded_at IS NULL);
 
 CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
+
+CREATE TRIGGER events_notify AFTER INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.cascade_notify_event();
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

@@ -171,10 +171,8 @@ LOCK = "SELECT pg_advisory_lock($1)"
 COMMON = [
     LOCK,
     sessions.UPSERT_SESSION,
-    msgs.APPEND_AND_FETCH_WINDOW,
-    events.PUBLISH_MANY,
-    msgs.RECORD_STEP,
-    events.PUBLISH_MANY,
+    msgs.APPEND_AND_FETCH_WINDOW,  # + the step's events (the events trigger NOTIFYs)
+    msgs.RECORD_STEP,  # + the reply's and usage events
 ]
 
 
@@ -194,9 +192,11 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         # of a divergence point
         assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == [n + 1]
         assert only(log, msgs.RECORD_STEP).args[2] == n + 2
-        # each batch of the request's events in one statement, in order
-        published = [q.args[2] for q in log.queries if q.query == events.PUBLISH_MANY]
+        # the request's events ride in those two statements, in order
+        published = [only(log, msgs.APPEND_AND_FETCH_WINDOW).args[19],
+                     only(log, msgs.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
+        assert not any(q.query == events.PUBLISH_MANY for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
         assert msgs.SUPERSEDE_FROM not in per_size[n]
         view = session_view(app_client, sid)
@@ -226,9 +226,9 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     ]
     assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))
     assert only(log, msgs.RECORD_STEP).args[2] == 30
-    first = next(q for q in log.queries if q.query == events.PUBLISH_MANY)
-    assert first.args[2] == [MESSAGE_APPENDED]
-    data = first.args[3][0]
+    first = only(log, msgs.APPEND_AND_FETCH_WINDOW)
+    assert first.args[19] == [MESSAGE_APPENDED]
+    data = first.args[20][0]
     assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)
     view = session_view(app_client, "edited")
     assert (view["message_count"], view["superseded_count"]) == (31, 21)

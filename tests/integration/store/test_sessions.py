@@ -46,8 +46,8 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         model="fast",
     )
     await events.publish_many(
-        conn, tenant=tenant, session_id=session_id, persisted=[("context.usage", {"x": 1})],
-        transient=[], max_payload=7800,
+        conn, tenant=tenant, session_id=session_id, persisted=(["context.usage"], [{"x": 1}]),
+        transient=[],
     )
 
 

@@ -59,6 +59,7 @@ async def store(conn: Any, messages: Sequence[dict[str, Any]], session: str = S)
         hashes=chain(messages),
         ctx=CTX,
         count=counter(),
+        stamp=lambda evs: ([e.name for e in evs], [dict(e.data) for e in evs]),
     )
 
 
