@@ -3,8 +3,10 @@
 Every replica LISTENs on one channel and hands each notification to its local subscribers
 (open SSE streams), so a subscriber on one replica sees events another produced. Delivery
 to local subscribers happens only through NOTIFY, even on the producing replica, so every
-replica sees the same order. A payload too big for NOTIFY (8000 bytes) carries only the row
-id and the listener reads the row back; a transient one is cut to its name and counts.
+replica sees the same order. Persisted events are announced by a trigger on the ``events``
+table (migration 0002), so a request inserts them inside statements it runs anyway. A
+payload too big for NOTIFY (8000 bytes) carries only the row id and the listener reads the
+row back; a transient one is cut to its name and counts.
 
 ``config.*`` events concern every session: each replica watches its own config file and
 broadcasts them to its own open streams (they are not session history, so not replayed).
