@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from proxy.cascade.eviction import evict
 from proxy.cascade.overflow import guard
 from proxy.cascade.summary import fold_summary
-from proxy.cascade.truncation import Ingested, truncate_tool_result
+from proxy.cascade.truncation import Ingested, content_text, truncate_tool_result
 from proxy.cascade.types import (
     READ_TOOL_OUTPUT,
     Budget,
@@ -96,25 +96,16 @@ def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
     return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction)
 
 
-def _text(content: object) -> str:
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text") or "") for p in content if isinstance(p, dict)
-        )
-    return str(content or "")
-
-
 def _is_command(msg: Message) -> bool:
-    content = msg.get("content")
-    if isinstance(content, str):
-        return content.strip() == COMPACT_COMMAND
-    return _text(content).strip() == COMPACT_COMMAND
+    return (
+        msg.get("role") == "user"
+        and content_text(msg.get("content")).strip() == COMPACT_COMMAND
+    )
 
 
 def is_compact_command(messages: Sequence[Message]) -> bool:
     """A chat message whose whole content is ``/compact`` asks the proxy, not the model."""
-    last = messages[-1] if messages else {}
-    return last.get("role") == "user" and _text(last.get("content")).strip() == COMPACT_COMMAND
+    return bool(messages) and _is_command(messages[-1])
 
 
 def compact_reply_text(
@@ -131,18 +122,17 @@ def compact_reply_text(
 
 def drop_commands(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Remove ``/compact`` exchanges: they were answered by the proxy, never by the model."""
-    if not any(m.get("role") == "user" and _is_command(m) for m in messages):
+    if not any(_is_command(m) for m in messages):
         return tuple(messages)  # the common case, checked cheaply
     out: list[Message] = []
     skip_reply = False
     for m in messages:
-        role = m.get("role")
-        if role == "user" and _text(m.get("content")).strip() == COMPACT_COMMAND:
+        if _is_command(m):
             skip_reply = True
             continue
-        if skip_reply and role == "assistant" and _text(m.get("content")).startswith(
-            COMMAND_REPLY_PREFIX
-        ):
+        if skip_reply and m.get("role") == "assistant" and content_text(
+            m.get("content")
+        ).startswith(COMMAND_REPLY_PREFIX):
             skip_reply = False
             continue
         skip_reply = False

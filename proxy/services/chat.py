@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
@@ -42,6 +41,7 @@ from proxy.cascade.types import (
 from proxy.config import Config, ModelConfig
 from proxy.errors import ClientRequestError
 from proxy.history import chain_hash
+from proxy.jsonio import dumps
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
@@ -220,7 +220,7 @@ class ChatService:
         }
         if not step.stream:
             task = BackgroundTask(self._finalize, step, reply, None)
-            return Response(json.dumps(completion), 200, media_type=_JSON, background=task)
+            return Response(dumps(completion), 200, media_type=_JSON, background=task)
 
         async def body() -> AsyncIterator[bytes]:
             try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.cascade.pipeline import drop_commands, ingest
-from proxy.cascade.summary import fold_summary
+from proxy.cascade.summary import fold_summary, system_prefix_count
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
@@ -22,11 +22,8 @@ from proxy.store import messages as msgs, raw_outputs, sessions, summaries
 from proxy.store.events import EventRows
 
 __all__ = [
-    "SessionState", "reconcile_and_load", "load_window", "leading_system_count",
+    "SessionState", "reconcile_and_load", "load_window",
 ]
-
-_SYSTEM_ROLES = ("system", "developer")
-
 
 @dataclass(frozen=True, slots=True)
 class SessionState:
@@ -52,15 +49,6 @@ def _estimated(state: SessionState, count: MemoCounter) -> SessionState:
         drop_commands(state.window), summary=state.summary, system_count=state.system_count
     )
     return replace(state, estimate=count(folded))
-
-
-def leading_system_count(messages: Sequence[Message]) -> int:
-    n = 0
-    for m in messages:
-        if m.get("role") not in _SYSTEM_ROLES:
-            break
-        n += 1
-    return n
 
 
 async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], row: Any) -> (
@@ -130,7 +118,7 @@ async def reconcile_and_load(
         events.append(Event(MESSAGE_APPENDED, {
             "from_pos": start, "count": len(rows), "superseded": superseded,
         }))
-    system_count = leading_system_count(messages)
+    system_count = system_prefix_count(messages)
     boundary = summary[1] or 0
     from_pos = max(boundary, system_count)
     old = await msgs.append_and_fetch_window(
