@@ -55,7 +55,6 @@ import random
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import clean, free_port, machine
 from bench.loadgen import percentile, ratio
 
 __all__ = [
@@ -453,12 +453,6 @@ def _serve_upstream(port: int) -> None:
 # ----------------------------------------------------------------------------- processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _log(msg: str) -> None:
     print(f"[growth {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -801,16 +795,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _machine() -> str:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{os.cpu_count()} cores ({model or platform.machine()})"
-
-
 _PROFILED = """
 import cProfile, signal, sys
 from proxy.cli import main
@@ -849,7 +833,7 @@ def _bench(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]
     args.tokenizer = pick_tokenizer(args.tokenizer)
     _log(f"proxy tokenizer: {args.tokenizer or 'chars/4 estimate'}")
     load_start = [round(x, 2) for x in os.getloadavg()]
-    fake_port, port = _free_port(), _free_port()
+    fake_port, port = free_port(), free_port()
     fake_cmd = [PY, "-m", "bench.growth", "--serve-upstream", str(fake_port)]
     fake = _Proc("fake upstream", fake_cmd, logs / "growth-fake.log")
     fake.start()
@@ -908,7 +892,7 @@ def _bench(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]
         "meta": {
             "command": shlex.join(["python", "-m", "bench.growth", *args.argv]),
             "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "machine": _machine(),
+            "machine": machine(),
             "python": platform.python_version(),
             "load_average_at_start": load_start,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
@@ -931,16 +915,6 @@ def _bench(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]
     }
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     if args.serve_upstream:
@@ -959,7 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for proc in reversed(started):
                 proc.stop()
     result["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
-    out.write_text(json.dumps(_clean(result), indent=1))
+    out.write_text(json.dumps(clean(result), indent=1))
     markdown = render_markdown(result)
     out.with_suffix(".md").write_text(markdown)
     render_chart(result, out.with_suffix(".png"))

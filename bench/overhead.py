@@ -27,7 +27,6 @@ import platform
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,8 +40,9 @@ from typing import Any
 import psutil
 
 from bench import litellm_env
+from bench.common import clean, free_port, machine
 from bench.loadgen import median, ratio
-from bench.overhead_report import Rows, clean, metric, render_charts, render_markdown
+from bench.overhead_report import Rows, metric, render_charts, render_markdown
 
 __all__ = ["SCENARIOS", "FULL_TARGETS", "QUICK_TARGETS", "Target", "aggregate", "evaluate", "main"]
 
@@ -135,12 +135,6 @@ def _hwm_mb(pid: int) -> float:
 # ----------------------------------------------------------------------------- processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -194,7 +188,7 @@ def _cascade_config(upstream: str) -> dict[str, Any]:
 
 def _start(name: str, fake: str, logs: Path, tmp: Path, key: str) -> Target:
     target = Target(name)
-    port = _free_port()
+    port = free_port()
     target.url = f"http://127.0.0.1:{port}"
     log = logs / f"{name}.log"
     if name.startswith("floor"):
@@ -421,17 +415,6 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _machine() -> str:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = psutil.virtual_memory().total / 2**30
-    return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GiB"
-
-
 # ----------------------------------------------------------------------------- main
 
 
@@ -480,7 +463,7 @@ def _bench(
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     api_key = "sk-bench-" + secrets.token_hex(24)
     fake = Target("fake")
-    fake_port = _free_port()
+    fake_port = free_port()
     fake.url = f"http://127.0.0.1:{fake_port}"
     fake_args = f"--port {fake_port} --chunk-delay-ms {args.chunk_delay_ms}".split()
     fake.proc = _spawn([PY, "-m", "bench.fake_upstream", *fake_args], logs / "fake.log")
@@ -526,7 +509,7 @@ def _bench(
         "meta": {
             "command": shlex.join(["python", "-m", "bench.overhead", *args.argv]),
             "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "machine": _machine(),
+            "machine": machine(),
             "python": platform.python_version(),
             "versions": versions,
             "rounds": args.rounds,

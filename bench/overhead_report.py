@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.loadgen import ratio
 
-__all__ = ["Rows", "metric", "render_markdown", "render_charts", "clean"]
+__all__ = ["Rows", "metric", "render_markdown", "render_charts"]
 
 Rows = dict[str, dict[str, dict[str, float]]]
 
@@ -184,14 +184,3 @@ def render_charts(result: dict[str, Any], out_dir: Path) -> list[str]:
         [(k, "cpu_ms_per_req", "CPU ms/req") for k in result["meta"]["scenarios"]],
     )
     return files
-
-
-def clean(value: Any) -> Any:
-    """NaN (an unmeasured number) becomes null, so the JSON is strict."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    return value

