@@ -118,6 +118,7 @@ def create_app(
                 embedded.cleanup()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
+    app.router.routes.extend(chat.routes)
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
     _install_error_handlers(app)
