@@ -48,6 +48,7 @@ from proxy.services.forward import ChatContext, Forwarder, Route, Step
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.settings import Settings
 from proxy.store import messages as msgs, raw_outputs, sessions
+from proxy.store.db import mark_unlocked
 from proxy.upstream import Upstream
 
 __all__ = ["ChatService", "ChatContext", "Route"]
@@ -98,7 +99,6 @@ class ChatService:
         hashes = self.chains.chain((ctx.tenant, ctx.session_id), body["messages"])
         conn = await self.pool.acquire()
         try:
-            await sessions.lock_session(conn, tenant=ctx.tenant, session_id=ctx.session_id)
             step = await self._prepare(conn, cfg, rt, body, ctx, hashes)
         except BaseException:
             await self._release(conn, ctx)
@@ -110,7 +110,8 @@ class ChatService:
         return await self.forward.nonstream(step)
 
     async def _release(self, conn: Any, ctx: ChatContext) -> None:
-        """Give the connection back; the pool's reset (``pg_advisory_unlock_all``) unlocks."""
+        """Give the connection back; unless ``_finalize`` released the session lock, the
+        pool's reset does (``store.db._reset``)."""
         with anyio.CancelScope(shield=True):
             await self.pool.release(conn)
 
@@ -287,8 +288,9 @@ class ChatService:
     ) -> None:
         """Store the reply, the real prompt size and ``context.usage``; release the session.
 
-        One statement after the answer (reply + head + usage + events; the events table's
-        trigger NOTIFYs); releasing the connection drops the session lock.
+        One statement after the answer (reply + head + usage + events, the events table's
+        trigger NOTIFYs, and the session lock's release), so returning the connection to
+        the pool costs no round trip.
         """
         ctx, conn, state = step.ctx, step.conn, step.state
         try:
@@ -318,10 +320,12 @@ class ChatService:
                     "from_pos": stored.pos, "count": 1, "superseded": 0, "source": "upstream",
                 }))
             persisted, _ = self.bus.split(ctx.tenant, ctx.session_id, events)
-            await msgs.record_step(
+            if await msgs.record_step(
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, reply=stored,
                 prompt_tokens=real, estimate=estimate, calibration=ratio, events=persisted,
-            )
+                unlock=sessions.session_lock_key(ctx.tenant, ctx.session_id),
+            ):
+                mark_unlocked(conn)
         except Exception:
             log.exception("could not record the reply of session %s", ctx.session_id)
         finally:

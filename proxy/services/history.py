@@ -1,9 +1,10 @@
 """Reconcile a client's resent history with the stored one, ingest new messages, load the window.
 
-Runs under the session's advisory lock, on the request's connection. The common case (the
-client resent the stored history plus new messages) costs two statements: the session upsert
-(which also returns the latest valid summary) and one statement that stores the new messages,
-their spilled raw outputs and events, moves the head, and reads the window's older rows.
+Runs on the request's connection and takes the session's advisory lock in its first
+statement. The common case (the client resent the stored history plus new messages) costs
+two statements: lock + session upsert (which also returns the latest valid summary) and one
+statement that stores the new messages, their spilled raw outputs and events, moves the
+head, and reads the window's older rows.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ async def reconcile_and_load(
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
     statement as the messages.
     """
-    row = await sessions.upsert_session(
+    row = await sessions.open_session(
         conn, tenant=tenant, session_id=session_id, agent=agent, model=model
     )
     plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)

@@ -11,7 +11,7 @@ from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
 
-__all__ = ["MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError"]
+__all__ = ["MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "mark_unlocked"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 _LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
@@ -83,10 +83,43 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(typ, encoder=_encode, decoder=loads, schema="pg_catalog")
 
 
+_unlocked: set[int] = set()  # backend pids whose request released its own advisory lock
+
+
+def mark_unlocked(conn: Any) -> None:
+    """Say that ``conn``'s holder released every advisory lock it took; its next return to
+    the pool then skips the unlock round trip (see ``_reset``)."""
+    _unlocked.add(conn.get_server_pid())
+
+
+async def _reset(conn: asyncpg.Connection) -> None:
+    """What a connection must lose before the pool hands it out again: advisory locks.
+
+    asyncpg's default reset also runs CLOSE ALL, UNLISTEN * and RESET ALL, one more round
+    trip on every release; Cascade never opens cursors, LISTENs or SETs on pooled
+    connections (the event bus has its own), and the pool already rolls back a transaction
+    left open. A chat request releases its session lock in its last statement and says so
+    with ``mark_unlocked``, so the common release costs no round trip at all.
+    """
+    pid = conn.get_server_pid()
+    if pid in _unlocked:
+        _unlocked.discard(pid)
+        return
+    await conn.execute("SELECT pg_advisory_unlock_all()")
+
+
+async def _setup(conn: Any) -> None:
+    """On every acquire: forget a mark a previous holder left without reaching ``_reset``
+    (a connection that broke), so a mark never outlives the use that set it."""
+    _unlocked.discard(conn.get_server_pid())
+
+
 async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     """Open the pool with pgvector and JSON codecs registered on every connection."""
     kwargs.setdefault("min_size", 1)
     kwargs.setdefault("max_size", 10)
+    kwargs.setdefault("reset", _reset)
+    kwargs.setdefault("setup", _setup)
     pool = await asyncpg.create_pool(dsn, init=_init_connection, **kwargs)
     assert pool is not None
     return pool

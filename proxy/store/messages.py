@@ -228,23 +228,27 @@ UPDATE sessions SET
     head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
     last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now()
 WHERE tenant = $1 AND id = $2
-RETURNING reclaimed_tokens
+RETURNING reclaimed_tokens, pg_advisory_unlock($12)
 """
 
 
 async def record_step(
     conn: Any, *, tenant: str, session_id: str, reply: NewMessage | None,
     prompt_tokens: int | None, estimate: int, calibration: float,
-    events: EventRows = ((), ()),
-) -> int:
-    """After the answer: append the relayed reply, record the real prompt size and persist the
-    step's events (the trigger NOTIFYs them); one round trip.
+    events: EventRows = ((), ()), unlock: int | None = None,
+) -> bool:
+    """After the answer: append the relayed reply, record the real prompt size, persist the
+    step's events (the trigger NOTIFYs them) and release the session lock ``unlock``; one
+    round trip. Returns whether the lock was released here (False without ``unlock``).
 
-    Returns the session's reclaimed-token total for ``context.usage``.
+    The unlock runs before this statement commits, but the statement's UPDATE holds the
+    session row until then, so a request that takes the lock in that gap waits for the
+    commit in its own upsert of the same row and then reads the committed step.
     """
-    return int(await conn.fetchval(
+    row = await conn.fetchrow(
         RECORD_STEP, tenant, session_id, reply.pos if reply else None,
         reply.hash if reply else None, reply.message if reply else None,
         reply.tokens if reply else 0, prompt_tokens, estimate, calibration,
-        list(events[0]), [dict(d) for d in events[1]],
-    ) or 0)
+        list(events[0]), [dict(d) for d in events[1]], unlock,
+    )
+    return bool(row and row[1])

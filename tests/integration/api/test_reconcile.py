@@ -123,8 +123,9 @@ class QueryLog:
         return conn
 
     async def release(self, conn: Any) -> None:
-        conn.remove_query_logger(self._log)
-        await self._pool.release(conn)
+        raw = conn._con  # the pooled connection behind asyncpg's proxy outlives the release
+        await self._pool.release(conn)  # so the pool's reset statements are logged too
+        raw.remove_query_logger(self._log)
 
 
 @pytest.fixture
@@ -165,14 +166,13 @@ def only(log: QueryLog, query: str) -> Any:
     return found[0]
 
 
-LOCK = "SELECT pg_advisory_lock($1)"
-# lock, upsert (+ latest summary), append + window, events, [upstream], reply + head + usage,
-# events; releasing the connection (asyncpg's reset: pg_advisory_unlock_all) unlocks.
+UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
+# lock + upsert (+ latest summary), append + window + events, [upstream], reply + head +
+# usage + events + unlock; releasing the connection then costs no statement.
 COMMON = [
-    LOCK,
-    sessions.UPSERT_SESSION,
+    sessions.OPEN_SESSION,
     msgs.APPEND_AND_FETCH_WINDOW,  # + the step's events (the events trigger NOTIFYs)
-    msgs.RECORD_STEP,  # + the reply's and usage events
+    msgs.RECORD_STEP,  # + the reply's and usage events, and the session lock's release
 ]
 
 
@@ -206,6 +206,23 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
     assert per_size[10] == per_size[50] == per_size[200] == COMMON
 
 
+def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
+    app_client: TestClient, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """No RECORD_STEP, so no unlock in it: the pool's reset must release the session lock."""
+    log = QueryLog(app_client.app_state["chat"].pool)
+    app_client.app_state["chat"].pool = log
+    fake_upstream.script(error(500), reply("after"))
+    resp = app_client.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+        user("q")]}, headers={"x-session-id": "failing"})
+    assert resp.status_code == 500
+    assert statements(log) == [sessions.OPEN_SESSION, msgs.APPEND_AND_FETCH_WINDOW, UNLOCK_ALL]
+    assert advisory_locks(db_dsn) == 0
+    log.queries.clear()
+    post(app_client, "failing", [user("q")])  # the next request on it is not blocked
+    assert statements(log) == COMMON
+
+
 def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     log = QueryLog(app_client.app_state["chat"].pool)
     app_client.app_state["chat"].pool = log
@@ -217,12 +234,12 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     # the common statements plus: divergence lookup, supersede, summary invalidation and
     # refetch (the upsert's summary may have been invalidated by the edit)
     assert statements(log) == [
-        *COMMON[:2],
+        *COMMON[:1],
         msgs.FETCH_MATCHED_LEN,
         msgs.SUPERSEDE_FROM,
         summaries.INVALIDATE_AFTER,
         summaries.FETCHROW_LATEST,
-        *COMMON[2:],
+        *COMMON[1:],
     ]
     assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))
     assert only(log, msgs.RECORD_STEP).args[2] == 30

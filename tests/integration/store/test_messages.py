@@ -293,8 +293,10 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
     reply = msgs.NewMessage(
         pos=4, hash=hashes[4], role="assistant", message=HISTORY[4], tokens=9, source="upstream"
     )
+    key = sessions.session_lock_key(T, S)
+    await conn.execute("SELECT pg_advisory_lock($1)", key)
     seen = logged(conn)
-    reclaimed = await msgs.record_step(
+    unlocked = await msgs.record_step(
         conn,
         tenant=T,
         session_id=S,
@@ -302,10 +304,13 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
         prompt_tokens=321,
         estimate=300,
         calibration=1.07,
+        unlock=key,
     )
     await asyncio.sleep(0)
     assert [q for q in seen if not asyncpg_internal(q)] == [msgs.RECORD_STEP]
-    assert reclaimed == 12
+    assert unlocked is True
+    held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+    assert await conn.fetchval(held) == 0
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert (rows[4]["message"], rows[4]["tokens"], rows[4]["source"]) == (HISTORY[4], 9, "upstream")
     assert await head(conn) == (5, hashes[4], 1)
@@ -319,7 +324,7 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
     await set_head(
         conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1
     )
-    reclaimed = await msgs.record_step(
+    unlocked = await msgs.record_step(
         conn,
         tenant=T,
         session_id=S,
@@ -328,7 +333,7 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
         estimate=40,
         calibration=0.9,
     )
-    assert reclaimed == 0
+    assert unlocked is False  # no lock named, none released
     assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 5
     assert await head(conn) == (5, hashes[-1], 1)
     row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)

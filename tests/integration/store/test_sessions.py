@@ -203,17 +203,33 @@ def test_lock_keys_differ_by_tenant_and_session() -> None:
     assert all(-(2**63) <= k < 2**63 for k in keys)
 
 
-async def test_lock_session_serialises_one_session_only(pool: asyncpg.Pool) -> None:
+async def test_open_session_serialises_one_session_and_reads_after_the_wait(
+    pool: asyncpg.Pool,
+) -> None:
+    """The lock and the read are one statement, yet the read sees what the holder committed
+    while the waiter waited (migration 0003: the function reads with a fresh snapshot)."""
     async with pool.acquire() as a, pool.acquire() as b:
-        await sessions.lock_session(a, tenant=T, session_id="s")
+        first = await sessions.open_session(a, tenant=T, session_id="s", agent="a", model="m")
+        assert first["summary_version"] is None and first["head_len"] == 0
         # another session (or tenant) is not blocked
-        await asyncio.wait_for(sessions.lock_session(b, tenant=T, session_id="other"), 2)
-        await asyncio.wait_for(sessions.lock_session(b, tenant="t-b", session_id="s"), 2)
+        for tenant, sid in ((T, "other"), ("t-b", "s")):
+            await asyncio.wait_for(
+                sessions.open_session(b, tenant=tenant, session_id=sid, agent="a", model="m"), 2
+            )
         await b.execute(UNLOCK_ALL)
-        # the same session waits until the holder unlocks
-        waiter = asyncio.ensure_future(sessions.lock_session(b, tenant=T, session_id="s"))
+        # the same session waits until the holder unlocks …
+        waiter = asyncio.ensure_future(
+            sessions.open_session(b, tenant=T, session_id="s", agent="a", model="m2")
+        )
         await asyncio.sleep(0.2)
         assert not waiter.done()
-        await a.execute(UNLOCK_ALL)  # what the pool's reset runs when a request releases
-        await asyncio.wait_for(waiter, 2)
+        # … and then reads a summary committed after it started waiting
+        await summaries.insert_summary(a, tenant=T, session_id="s", boundary=0,
+                                       boundary_hash=None, content="folded", tokens=1, model="m")
+        await msgs.record_step(a, tenant=T, session_id="s", reply=None, prompt_tokens=7,
+                               estimate=8, calibration=1.0,
+                               unlock=sessions.session_lock_key(T, "s"))
+        row = await asyncio.wait_for(waiter, 2)
+        assert (row["summary_version"], row["summary_content"]) == (1, "folded")
+        assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
         await b.execute(UNLOCK_ALL)
