@@ -13,11 +13,11 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, TypedDict
 
+import aiohttp
 import asyncpg
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from httpx_aiohttp import AiohttpTransport
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -54,21 +54,18 @@ class State(TypedDict):
 
 def _http_clients(
     transport: httpx.AsyncBaseTransport | None,
-) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
-    """(whole answers, streams). Whole answers use the aiohttp transport, which keeps httpx's
-    API but not its connection pool: bench/overhead measured 3.6-4.3x the requests per second
-    of plain httpx at concurrency 32 and about half the CPU per request. Streams stay on
-    httpx's transport (see ``Upstream``). A test-injected transport serves both."""
+) -> tuple[httpx.AsyncClient, aiohttp.ClientSession | None]:
+    """(httpx for streams, aiohttp for whole answers; see ``proxy.upstream``). A
+    test-injected httpx transport serves both, so there is no aiohttp session then."""
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
     timeout = httpx.Timeout(600.0, connect=10.0)
-    whole = httpx.AsyncClient(
-        transport=transport or AiohttpTransport(limits=limits), limits=limits, timeout=timeout,
-        follow_redirects=False,
-    )
     streams = httpx.AsyncClient(
         transport=transport, limits=limits, timeout=timeout, follow_redirects=False
     )
-    return whole, streams
+    if transport is not None:
+        return streams, None
+    connector = aiohttp.TCPConnector(limit=512, limit_per_host=0)
+    return streams, aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
 def create_app(
@@ -86,10 +83,10 @@ def create_app(
             dsn, embedded = start_embedded(settings.data_dir)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        client, stream_client = _http_clients(http_transport)
+        client, session = _http_clients(http_transport)
         bus = EventBus(pool, dsn)
         await bus.start()
-        upstream = Upstream(client, stream_client=stream_client)
+        upstream = Upstream(client, session=session)
         count, cost = build_counters(settings.tokenizer or None)
         summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count)
         chat_service = ChatService(
@@ -112,7 +109,8 @@ def create_app(
             await summarizer.aclose()
             await bus.stop()
             await client.aclose()
-            await stream_client.aclose()
+            if session is not None:
+                await session.close()
             await pool.close()
             if embedded is not None:
                 embedded.cleanup()

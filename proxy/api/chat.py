@@ -80,9 +80,8 @@ async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
                        path: str) -> Response:
     provider = cfg.providers[cfg.agent_for(None)[1].provider]
     content = await request.body() if request.method == "POST" else None
-    req = upstream.build(provider, request.method, path, client_headers=request.headers,
-                         content=content, params=request.query_params)
-    resp = await upstream.send(req, stream=False)
+    resp = await upstream.call(provider, request.method, path, client_headers=request.headers,
+                               content=content, params=list(request.query_params.multi_items()))
     return Response(resp.content, resp.status_code, response_headers(resp))
 
 

@@ -237,11 +237,10 @@ class DurableSummarizer:
         for attempt in range(job.cfg.max_attempts):
             body = {"model": job.fast_model, "messages": prompt,
                     "max_tokens": _SUMMARY_OUTPUT_TOKENS, "temperature": 0}
-            req = self.upstream.build(job.provider, "POST", "/chat/completions",
-                                      client_headers=job.headers,
-                                      content=json.dumps(body).encode())
             try:
-                resp = await self.upstream.send(req, stream=False)
+                resp = await self.upstream.call(job.provider, "POST", "/chat/completions",
+                                                client_headers=job.headers,
+                                                content=json.dumps(body).encode())
                 if resp.status_code >= 400:
                     last = f"fast model answered {resp.status_code}: {resp.text[:300]}"
                 else:

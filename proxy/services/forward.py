@@ -154,7 +154,10 @@ class Forwarder:
         try:
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
-                resp = await self.upstream.send(self._request(step, messages), stream=False)
+                resp = await self.upstream.call(
+                    step.route.provider, "POST", "/chat/completions",
+                    client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
+                )
                 if resp.status_code >= 400:
                     await self._release_step(step)
                     return Response(resp.content, resp.status_code, response_headers(resp))
