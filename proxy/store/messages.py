@@ -106,6 +106,7 @@ WITH new AS (
 ), head AS (
     UPDATE sessions SET head_len = $16, head_hash = $17, system_count = $18, updated_at = now()
     WHERE tenant = $1 AND id = $2 AND $19
+      AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- see the docstring
 ), ev AS (""" + events_cte("$20", "$21") + """)
 """ + _window("m.pos < least($18, $4)", "m.pos >= $3 AND m.pos < $4")
 
@@ -118,6 +119,12 @@ async def append_and_fetch_window(
 ) -> list[asyncpg.Record]:
     """One round trip for the common request: store the new messages and their spilled raw
     outputs, move the head, and read the window's *older* rows (positions below ``old_len``).
+
+    It commits asynchronously (no WAL flush of its own): everything it writes is the
+    client's, which resends it, and the request's last statement (``record_step``) commits
+    synchronously, which flushes this one too. A database crash in between loses at most this
+    step, whose messages the client resends with its next request (or its retry), and which
+    reconciliation then stores again. Its events can be lost with it.
 
     The new rows are not read back: a statement does not see its own inserts, and the caller
     already holds them. The ``messages`` column is json, so what it reads back later is
@@ -228,7 +235,7 @@ UPDATE sessions SET
     head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
     last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now()
 WHERE tenant = $1 AND id = $2
-RETURNING reclaimed_tokens, pg_advisory_unlock($12)
+RETURNING reclaimed_tokens, cascade_release_session($12)
 """
 
 
@@ -241,9 +248,9 @@ async def record_step(
     step's events (the trigger NOTIFYs them) and release the session lock ``unlock``; one
     round trip. Returns whether the lock was released here (False without ``unlock``).
 
-    The unlock runs before this statement commits, but the statement's UPDATE holds the
-    session row until then, so a request that takes the lock in that gap waits for the
-    commit in its own upsert of the same row and then reads the committed step.
+    The lock is handed on only when this statement commits (migration 0003's
+    ``cascade_release_session`` keeps a transaction-level hold until then), so the next
+    request on the session reads the committed step.
     """
     row = await conn.fetchrow(
         RECORD_STEP, tenant, session_id, reply.pos if reply else None,

@@ -19,22 +19,34 @@ CREATE FUNCTION public.cascade_open_session(p_tenant text, p_id text, p_agent te
 #variable_conflict use_column
 BEGIN
     PERFORM pg_advisory_lock(p_key);
-    RETURN QUERY
-    WITH s AS (
+    LOOP  -- at most twice: read; if missing or changed, write and read again
+        RETURN QUERY
+        SELECT s.tenant, s.id, s.agent, s.model, s.head_len, s.head_hash, s.system_count,
+               s.last_prompt_tokens, s.last_estimate, s.calibration, s.reclaimed_tokens,
+               sm.version, sm.boundary, sm.content
+        FROM sessions s LEFT JOIN LATERAL (
+            SELECT m.version, m.boundary, m.content FROM summaries m
+            WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.invalidated_at IS NULL
+            ORDER BY m.version DESC LIMIT 1
+        ) sm ON true
+        WHERE s.tenant = p_tenant AND s.id = p_id AND s.agent = p_agent
+          AND s.model IS NOT DISTINCT FROM p_model;
+        EXIT WHEN FOUND;
+        PERFORM set_config('synchronous_commit', 'off', true);
         INSERT INTO sessions AS x (tenant, id, agent, model)
         VALUES (p_tenant, p_id, p_agent, p_model)
         ON CONFLICT (tenant, id) DO UPDATE SET updated_at = now(), model = EXCLUDED.model,
-            agent = EXCLUDED.agent
-        RETURNING x.*
-    )
-    SELECT s.tenant, s.id, s.agent, s.model, s.head_len, s.head_hash, s.system_count,
-           s.last_prompt_tokens, s.last_estimate, s.calibration, s.reclaimed_tokens,
-           sm.version, sm.boundary, sm.content
-    FROM s LEFT JOIN LATERAL (
-        SELECT m.version, m.boundary, m.content FROM summaries m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.invalidated_at IS NULL
-        ORDER BY m.version DESC LIMIT 1
-    ) sm ON true;
+            agent = EXCLUDED.agent;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION public.cascade_release_session(p_key bigint) RETURNS boolean
+    LANGUAGE plpgsql STRICT
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_key);
+    RETURN pg_advisory_unlock(p_key);
 END
 $$;
 

@@ -340,3 +340,40 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (None, 40, 0.9)
 
 
+
+
+async def _commit_mode(conn: Any, run: Any) -> str:
+    """``synchronous_commit`` as ``run``'s statement leaves it for its own commit: run inside a
+    transaction (a ``set_config(..., true)`` lasts until that transaction ends), then read."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        await run()
+        return str(await conn.fetchval("SHOW synchronous_commit"))
+    finally:
+        await tx.rollback()
+
+
+async def test_only_the_last_statement_of_a_request_waits_for_the_wal_flush(conn: Any) -> None:
+    """append (the client's messages, which it resends) commits asynchronously; record_step
+    (the reply) synchronously, which also flushes every earlier commit of the request."""
+    hashes = chain(HISTORY)
+    await conn.execute("SET synchronous_commit = on")  # the test server runs with it off
+
+    async def append() -> None:
+        await msgs.append_and_fetch_window(
+            conn, tenant=T, session_id=S, rows=rows_for(HISTORY), raw=[], head_len=5,
+            head_hash=hashes[-1], system_count=1, old_len=0, from_pos=1,
+        )
+
+    async def record() -> None:
+        await msgs.record_step(conn, tenant=T, session_id=S, reply=None, prompt_tokens=1,
+                               estimate=1, calibration=1.0)
+
+    assert await _commit_mode(conn, append) == "off"
+    assert await _commit_mode(conn, record) == "on"
+    # outside a transaction the setting was local to the statement's own commit
+    await append()
+    assert await conn.fetchval("SHOW synchronous_commit") == "on"
+    assert await head(conn) == (5, hashes[-1], 1)
+    await conn.execute("RESET synchronous_commit")

@@ -233,3 +233,58 @@ async def test_open_session_serialises_one_session_and_reads_after_the_wait(
         assert (row["summary_version"], row["summary_content"]) == (1, "folded")
         assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
         await b.execute(UNLOCK_ALL)
+
+
+async def test_open_session_writes_only_to_create_or_change_the_session(
+    pool: asyncpg.Pool,
+) -> None:
+    """The common request reads its session without writing it (no WAL flush to wait for);
+    a new session, or a new agent or model, is written, asynchronously."""
+    async with pool.acquire() as c:
+        await c.execute("SET synchronous_commit = on")  # the test server runs with it off
+
+        async def opened(model: str) -> tuple[Any, str, int]:
+            tx = c.transaction()
+            await tx.start()
+            try:
+                row = await sessions.open_session(
+                    c, tenant=T, session_id="w", agent="a", model=model
+                )
+                wrote = await c.fetchval("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
+                mode = await c.fetchval("SHOW synchronous_commit")
+            finally:
+                await tx.commit()
+            await c.execute(UNLOCK_ALL)
+            return row, mode, int(wrote)
+
+        row, mode, wrote = await opened("m1")
+        assert (row["model"], mode, wrote) == ("m1", "off", 1)
+        row, mode, wrote = await opened("m1")
+        assert (row["model"], mode, wrote) == ("m1", "on", 0)
+        row, mode, wrote = await opened("m2")
+        assert (row["model"], mode, wrote) == ("m2", "off", 1)
+        await c.execute("RESET synchronous_commit")
+
+
+async def test_record_step_hands_the_lock_on_only_at_commit(pool: asyncpg.Pool) -> None:
+    """The next request must not read the session between the unlock and the commit of the
+    step that unlocked it, or it would plan its append on a stale head."""
+    key = sessions.session_lock_key(T, "h")
+    async with pool.acquire() as a, pool.acquire() as b:
+        await sessions.open_session(a, tenant=T, session_id="h", agent="a", model="m")
+        tx = a.transaction()
+        await tx.start()
+        assert await msgs.record_step(a, tenant=T, session_id="h", reply=None,
+                                      prompt_tokens=42, estimate=40, calibration=1.0,
+                                      unlock=key) is True
+        waiter = asyncio.ensure_future(
+            sessions.open_session(b, tenant=T, session_id="h", agent="a", model="m")
+        )
+        await asyncio.sleep(0.2)
+        assert not waiter.done()  # unlocked, but not yet committed
+        await tx.commit()
+        row = await asyncio.wait_for(waiter, 2)
+        assert row["last_prompt_tokens"] == 42
+        held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1"
+        assert await b.fetchval(held, a.get_server_pid()) == 0
+        await b.execute(UNLOCK_ALL)
