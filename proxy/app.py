@@ -1,7 +1,8 @@
 """create_app(settings) and the lifespan that owns every resource.
 
 uvicorn runs ``proxy.app:create_app --factory``; tests call ``create_app`` with their own
-settings (and optionally an ``http_transport``) instead of patching globals.
+settings instead of patching globals; the provider they talk to is a real HTTP server on
+loopback (tests/fakes/upstream.py), never a mocked transport.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any, TypedDict
 
 import aiohttp
 import asyncpg
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -52,25 +52,14 @@ class State(TypedDict):
     summarizer: DurableSummarizer
 
 
-def _http_clients(
-    transport: httpx.AsyncBaseTransport | None,
-) -> tuple[httpx.AsyncClient, aiohttp.ClientSession | None]:
-    """(httpx for streams, aiohttp for whole answers; see ``proxy.upstream``). A
-    test-injected httpx transport serves both, so there is no aiohttp session then."""
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-    timeout = httpx.Timeout(600.0, connect=10.0)
-    streams = httpx.AsyncClient(
-        transport=transport, limits=limits, timeout=timeout, follow_redirects=False
-    )
-    if transport is not None:
-        return streams, None
+def _http_session() -> aiohttp.ClientSession:
+    """The one client session to providers (see ``proxy.upstream``): no cookie jar, no
+    per-host cap, plenty of pooled connections."""
     connector = aiohttp.TCPConnector(limit=512, limit_per_host=0)
-    return streams, aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
-def create_app(
-    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None
-) -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
@@ -83,10 +72,10 @@ def create_app(
             dsn, embedded = start_embedded(settings.data_dir)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        client, session = _http_clients(http_transport)
+        session = _http_session()
         bus = EventBus(pool, dsn)
         await bus.start()
-        upstream = Upstream(client, session=session)
+        upstream = Upstream(session)
         count, cost = build_counters(settings.tokenizer or None)
         summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count)
         chat_service = ChatService(
@@ -108,9 +97,7 @@ def create_app(
                     await watcher
             await summarizer.aclose()
             await bus.stop()
-            await client.aclose()
-            if session is not None:
-                await session.close()
+            await session.close()
             await pool.close()
             if embedded is not None:
                 embedded.cleanup()

@@ -1,33 +1,33 @@
-"""The shared clients to providers: request building, credentials, error mapping.
+"""The shared client to providers: request building, credentials, error mapping.
 
-Relaying is byte for byte: the caller gets the answer (whole, or an ``httpx.Response`` to
-stream) and forwards its bytes. Only transport failures are translated, into 502
+Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
+as it arrives) and forwards its bytes. Only transport failures are translated, into 502
 (unreachable) and 504 (timed out); a provider's own non-2xx answers pass through untouched.
 
-Whole answers go through a plain ``aiohttp.ClientSession``. bench/overhead measured the
-client choices side by side on the tiny request at concurrency 32 (CPU per request of a bare
-relay): httpx 2.5 ms, httpx over the httpx-aiohttp transport 0.56 ms, aiohttp 0.30 ms; and
-in Cascade's own profile the httpx layers over aiohttp (request building, URL parsing,
-cookie extraction) were a quarter of the proxy's CPU. Streams stay on httpx's own transport
-(see ``Upstream``).
+One ``aiohttp.ClientSession`` serves both. bench/overhead measured the client choices side
+by side (CPU per request of a bare relay): on the tiny request at concurrency 32, httpx
+2.5 ms, httpx over the httpx-aiohttp transport 0.56 ms, aiohttp 0.30 ms; on the 50-chunk
+stream, httpx 5.9 ms and aiohttp 2.5 ms. In Cascade's own profile httpx's layers were a
+quarter of the CPU of a whole answer and a third of a stream's (httpcore's per-read
+timeouts and h11's parser).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import httpx
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import loads
 
-__all__ = ["Upstream", "Answer", "RELAY_RESPONSE_HEADERS", "response_headers"]
+__all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
 
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
@@ -52,7 +52,41 @@ class Answer:
         return self.content.decode("utf-8", "replace")
 
 
-def response_headers(resp: httpx.Response | Answer) -> dict[str, str]:
+class StreamAnswer:
+    """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status_code = resp.status
+        self.headers: Mapping[str, str] = resp.headers
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """Each piece as soon as it is received; a broken connection raises only after every
+        byte that arrived before the break was yielded.
+
+        aiohttp's reader raises the moment the connection is lost, before returning what it
+        had already buffered; the frames a provider sent just before breaking off would be
+        lost. So on an error the buffer is drained first. ``_buffer`` is aiohttp's own, so
+        test_chat_stream.py's mid-stream reset test guards this (it fails without it).
+        """
+        reader = self._resp.content
+        try:
+            async for chunk in reader.iter_any():
+                yield chunk
+        except Exception:
+            left = b"".join(getattr(reader, "_buffer", ()))
+            if left:
+                yield left
+            raise
+
+    async def aread(self) -> bytes:
+        return await self._resp.read()
+
+    async def aclose(self) -> None:
+        self._resp.close()  # closes the connection unless the body was read to its end
+
+
+def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
     """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits."""
     out = {}
     for key, value in resp.headers.items():
@@ -62,25 +96,12 @@ def response_headers(resp: httpx.Response | Answer) -> dict[str, str]:
     return out
 
 
-def _timed_out(cause: BaseException | None) -> bool:
-    """httpx's own timeouts wrap httpcore's ``*Timeout``; aiohttp's are ``TimeoutError``s."""
-    return cause is None or isinstance(cause, TimeoutError) or "Timeout" in type(cause).__name__
-
-
 class Upstream:
-    """``call`` for whole answers (aiohttp), ``build`` + ``send`` for streams (httpx).
-
-    Streams stay on httpx's own transport: aiohttp's reader raises on a dropped connection
-    before handing over bytes it already buffered, so the frames a provider sent just before
-    breaking off would be lost. Without a ``session`` (a test injected an httpx transport)
-    whole answers go through ``client`` too.
-    """
+    """``call`` for whole answers, ``open_stream`` for streams, over one aiohttp session."""
 
     def __init__(
-        self, client: httpx.AsyncClient, env: Mapping[str, str] | None = None, *,
-        session: aiohttp.ClientSession | None = None,
+        self, session: aiohttp.ClientSession, env: Mapping[str, str] | None = None
     ) -> None:
-        self.client = client
         self.session = session
         self._env = env if env is not None else os.environ
 
@@ -98,36 +119,15 @@ class Upstream:
                 headers[name] = value
         return headers
 
-    def build(
+    async def _send(
         self, provider: ProviderConfig, method: str, path: str, *,
-        client_headers: Mapping[str, str], content: bytes | None = None,
-        params: Any = None,
-    ) -> httpx.Request:
-        timeout = httpx.Timeout(
-            provider.timeout_seconds, connect=provider.connect_timeout_seconds
-        )
-        url = provider.base_url.rstrip("/") + path
-        headers = self._headers(provider, client_headers)
-        if content is None:
-            headers.pop("content-type")
-        return self.client.build_request(
-            method, url, content=content, headers=headers, params=params, timeout=timeout
-        )
+        client_headers: Mapping[str, str], content: bytes | None, params: Any,
+    ) -> aiohttp.ClientResponse:
+        """Send and wait for the status line and headers.
 
-    async def call(
-        self, provider: ProviderConfig, method: str, path: str, *,
-        client_headers: Mapping[str, str], content: bytes | None = None, params: Any = None,
-    ) -> Answer:
-        """One whole answer; transport failures become 502/504 as in ``send``.
-
-        ``timeoutSeconds`` bounds each wait for bytes (as httpx's read timeout does), not
-        the whole answer, so a long completion that keeps its connection alive is not cut.
+        ``timeoutSeconds`` bounds each wait for bytes (as a read timeout), not the whole
+        answer, so a long completion or stream that keeps sending is never cut.
         """
-        if self.session is None:
-            req = self.build(provider, method, path, client_headers=client_headers,
-                             content=content, params=params)
-            resp = await self.send(req, stream=False)
-            return Answer(resp.status_code, resp.headers, resp.content)
         url = provider.base_url.rstrip("/") + path
         headers = self._headers(provider, client_headers)
         if content is None:
@@ -136,41 +136,49 @@ class Upstream:
             total=None, sock_connect=provider.connect_timeout_seconds,
             sock_read=provider.timeout_seconds,
         )
-        try:
-            async with self.session.request(
+        with _mapped_errors(url):
+            return await self.session.request(
                 method, url, data=content, headers=headers, params=params, timeout=timeout,
                 allow_redirects=False,
-            ) as resp:
-                return Answer(resp.status, resp.headers, await resp.read())
-        except TimeoutError as exc:  # aiohttp.ServerTimeoutError is one too
-            raise _timed_out_error(url, exc) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _unreachable(url, exc) from exc
+            )
 
-    async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
-        """Send; map transport failures to 502/504 with a message naming the provider URL."""
+    async def call(
+        self, provider: ProviderConfig, method: str, path: str, *,
+        client_headers: Mapping[str, str], content: bytes | None = None, params: Any = None,
+    ) -> Answer:
+        """One whole answer; transport failures become 502/504."""
+        resp = await self._send(provider, method, path, client_headers=client_headers,
+                                content=content, params=params)
         try:
-            return await self.client.send(request, stream=stream)
-        except httpx.TimeoutException as exc:
-            if not _timed_out(exc.__cause__):
-                # httpx-aiohttp reports any aiohttp connection error (refused, reset) as a
-                # ConnectTimeout; what it wraps says whether time really ran out.
-                raise _unreachable(str(request.url), exc.__cause__) from exc
-            raise _timed_out_error(str(request.url), exc) from exc
-        except httpx.TransportError as exc:
-            raise _unreachable(str(request.url), exc) from exc
+            with _mapped_errors(str(resp.url)):
+                body = await resp.read()
+        finally:
+            resp.release()
+        return Answer(resp.status, resp.headers, body)
+
+    async def open_stream(
+        self, provider: ProviderConfig, path: str, *, client_headers: Mapping[str, str],
+        content: bytes,
+    ) -> StreamAnswer:
+        """POST and return once the headers are in; the body is the caller's to read."""
+        resp = await self._send(provider, "POST", path, client_headers=client_headers,
+                                content=content, params=None)
+        return StreamAnswer(resp)
 
 
-def _unreachable(url: str, exc: BaseException | None) -> UpstreamUnavailable:
-    u = urlsplit(url)  # host and port only: a baseUrl's user:password never reaches a message
-    return UpstreamUnavailable(
-        f"could not reach the provider at {u.scheme}://{u.hostname}:{u.port or ''}"
-        f" ({type(exc).__name__}); check the provider's baseUrl and that it is running"
-    )
-
-
-def _timed_out_error(url: str, exc: BaseException) -> UpstreamTimeout:
-    return UpstreamTimeout(
-        f"the provider at {urlsplit(url).hostname} did not answer in time"
-        f" ({type(exc).__name__}); retry, or raise the provider's timeoutSeconds in config"
-    )
+@contextlib.contextmanager
+def _mapped_errors(url: str) -> Iterator[None]:
+    """Turn aiohttp's transport failures into 504 (timed out) or 502 (unreachable)."""
+    u = urlsplit(url)  # host and port only: a baseUrl's user:password stays out of messages
+    try:
+        yield
+    except TimeoutError as exc:  # aiohttp.ServerTimeoutError is one too
+        raise UpstreamTimeout(
+            f"the provider at {u.hostname} did not answer in time ({type(exc).__name__});"
+            " retry, or raise the provider's timeoutSeconds in config"
+        ) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise UpstreamUnavailable(
+            f"could not reach the provider at {u.scheme}://{u.hostname}:{u.port or ''}"
+            f" ({type(exc).__name__}); check the provider's baseUrl and that it is running"
+        ) from exc

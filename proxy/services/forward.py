@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
@@ -29,7 +28,7 @@ from proxy.services.relay import RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
-from proxy.upstream import Upstream, response_headers
+from proxy.upstream import StreamAnswer, Upstream, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
@@ -120,11 +119,12 @@ class Forwarder:
             body["stream_options"] = so
         return dumps(body)
 
-    def _request(self, step: Step, messages: list[Message]) -> httpx.Request:
-        return self.upstream.build(
-            step.route.provider, "POST", "/chat/completions",
-            client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
-        )
+    def _open(self, step: Step, messages: list[Message]) -> asyncio.Future[StreamAnswer]:
+        """Start the streamed call (the caller waits for its headers with keep-alives)."""
+        return asyncio.ensure_future(self.upstream.open_stream(
+            step.route.provider, "/chat/completions", client_headers=step.ctx.headers,
+            content=self._upstream_body(step, messages),
+        ))
 
     async def _internal_round(
         self, step: Step, messages: list[Message], reply: Mapping[str, Any]
@@ -188,9 +188,7 @@ class Forwarder:
     # -- streaming -----------------------------------------------------------------------
 
     async def stream(self, step: Step) -> Response:
-        send = asyncio.ensure_future(
-            self.upstream.send(self._request(step, list(step.assembled.messages)), stream=True)
-        )
+        send = self._open(step, list(step.assembled.messages))
         done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
         if done:
             try:
@@ -211,7 +209,7 @@ class Forwarder:
             media_type="text/event-stream",
         )
 
-    async def _stream_body(self, step: Step, send: asyncio.Future[httpx.Response]) -> (
+    async def _stream_body(self, step: Step, send: asyncio.Future[StreamAnswer]) -> (
         AsyncIterator[bytes]
     ):
         reply: dict[str, Any] | None = None
@@ -258,9 +256,7 @@ class Forwarder:
                             yield frame
                     break
                 messages = await self._internal_round(step, messages, message)
-                send = asyncio.ensure_future(
-                    self.upstream.send(self._request(step, messages), stream=True)
-                )
+                send = self._open(step, messages)
         finally:
             with anyio.CancelScope(shield=True):
                 if not send.done():
@@ -268,9 +264,9 @@ class Forwarder:
                 await self._finish(step, reply, prompt_tokens)
 
     async def _round_response(
-        self, send: asyncio.Future[httpx.Response], round_no: int, step: Step,
+        self, send: asyncio.Future[StreamAnswer], round_no: int, step: Step,
         messages: list[Message],
-    ) -> tuple[httpx.Response, bytes | None]:
+    ) -> tuple[StreamAnswer, bytes | None]:
         try:
             resp = await send
         except Exception as exc:

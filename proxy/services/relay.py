@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import httpx
 
 from proxy import sse
 from proxy.cascade.types import READ_TOOL_OUTPUT
+from proxy.upstream import StreamAnswer
 
 __all__ = ["RoundOutcome", "relay_round", "pump"]
 
@@ -42,7 +42,7 @@ class RoundOutcome:
         return bool(self.internal) and all(self.internal.values())
 
 
-async def pump(resp: httpx.Response, queue: asyncio.Queue[Any]) -> None:
+async def pump(resp: StreamAnswer, queue: asyncio.Queue[Any]) -> None:
     """Read the upstream body into a queue (a reader the relay can wait on with a timeout)."""
     try:
         async for chunk in resp.aiter_bytes():
@@ -87,7 +87,7 @@ def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
 
 
 async def relay_round(
-    resp: httpx.Response, out: RoundOutcome, *, strip_usage: bool, intercept: bool,
+    resp: StreamAnswer, out: RoundOutcome, *, strip_usage: bool, intercept: bool,
     keepalive: float,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said."""
@@ -119,8 +119,8 @@ async def relay_round(
                 yield piece
     finally:
         # Shielded (and bounded): when the client hangs up, Starlette cancels this generator's
-        # scope, and an unshielded await would re-cancel the reader mid-cleanup, aborting
-        # httpcore's close of the upstream connection: the provider would keep generating.
+        # scope, and an unshielded await would re-cancel the reader mid-cleanup; the caller
+        # then closes the upstream connection so the provider stops generating.
         reader.cancel()
         with anyio.move_on_after(5, shield=True), contextlib.suppress(
             asyncio.CancelledError, Exception
