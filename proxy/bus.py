@@ -8,6 +8,13 @@ table (migration 0002), so a request inserts them inside statements it runs anyw
 payload too big for NOTIFY (8000 bytes) carries only the row id and the listener reads the
 row back; a transient one is cut to its name and counts.
 
+A persisted event is announced only while some replica watches its session (migration
+0004): ``subscribe`` registers the session in ``event_watchers`` before the caller replays,
+and a keeper task refreshes this replica's rows while its streams are open. Requests on
+sessions nobody streams (nearly all of them) then send no NOTIFY at all. Streams also catch
+up from the table now and then (api/events.py), which covers an event whose trigger ran just
+before the registration committed, and notifications missed while the listener reconnected.
+
 ``config.*`` events concern every session: each replica watches its own config file and
 broadcasts them to its own open streams (they are not session history, so not replayed).
 """
@@ -18,12 +25,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import asyncpg
 
 from proxy.cascade.types import TRANSIENT_EVENTS, Event
@@ -33,6 +42,8 @@ __all__ = ["EventBus", "BusEvent"]
 
 log = logging.getLogger("cascade.bus")
 _MAX_PAYLOAD = 7800
+WATCH_TTL = 30.0
+"""Seconds an ``event_watchers`` row stays current; the keeper refreshes at a third of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +64,42 @@ class EventBus:
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self.replica = uuid.uuid4()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._supervise(), name="cascade-bus")
+        self._keeper = asyncio.create_task(self._keep_watching(), name="cascade-bus-watch")
         await asyncio.wait_for(self._ready.wait(), timeout=30)
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._keeper):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for tenant, session_id in list(self._subs):
+            await self._unwatch(tenant, session_id)
         if self._listener and not self._listener.is_closed():
             await self._listener.close()
+
+    async def _watch(self, keys: Sequence[tuple[str, str]]) -> None:
+        try:
+            await store.watch(self._pool, keys=keys, replica=self.replica, ttl_seconds=WATCH_TTL)
+        except Exception as exc:  # streams still catch up from the table
+            log.warning("could not register %d watched session(s): %s", len(keys), exc)
+
+    async def _unwatch(self, tenant: str, session_id: str) -> None:
+        with contextlib.suppress(Exception):  # the row expires anyway
+            await store.unwatch(self._pool, tenant=tenant, session_id=session_id,
+                                replica=self.replica)
+
+    async def _keep_watching(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_TTL / 3)
+            if self._subs:
+                await self._watch(list(self._subs))
 
     async def _supervise(self) -> None:
         while True:
@@ -169,10 +203,15 @@ class EventBus:
     ]:
         queue: asyncio.Queue[BusEvent] = asyncio.Queue()
         key = (tenant, session_id)
+        first = key not in self._subs
         self._subs[key].add(queue)
         try:
+            if first:
+                await self._watch([key])
             yield queue
         finally:
             self._subs[key].discard(queue)
             if not self._subs[key]:
                 del self._subs[key]
+                with anyio.CancelScope(shield=True):
+                    await self._unwatch(tenant, session_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,27 +28,54 @@ def _frame(event: BusEvent) -> dict[str, Any]:
     return frame
 
 
+CATCH_UP_SECONDS = 2.0
+"""How often an open stream also reads the table for events it was not told about."""
+
+
 async def _stream(
     request: Request, pool: Any, bus: EventBus, tenant: str, session_id: str, after: int
 ) -> AsyncIterator[dict[str, Any]]:
-    """Subscribe first, then replay, so nothing published in between is missed or doubled."""
+    """Subscribe first, then replay, so nothing published in between is missed or doubled.
+
+    Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
+    table after the id it had read up to, skipping what it already sent, so an event that was
+    never announced (its trigger ran before this stream's registration committed, or the
+    listener was reconnecting) still arrives, a little later.
+    """
     async with bus.subscribe(tenant, session_id) as queue:
-        last = after
-        while True:
-            rows = await store.fetch_events_after(
-                pool, tenant=tenant, session_id=session_id, after_id=last
-            )
-            for r in rows:
-                last = r["id"]
-                yield _frame(BusEvent(r["name"], r["data"], r["id"]))
-            if len(rows) < 1000:
-                break
+        mark = after  # every stored event up to here has been read from the table
+        sent: set[int] = set()  # ids above ``mark`` already sent live
+
+        async def catch_up() -> AsyncIterator[dict[str, Any]]:
+            nonlocal mark, sent
+            while True:
+                rows = await store.fetch_events_after(
+                    pool, tenant=tenant, session_id=session_id, after_id=mark
+                )
+                for r in rows:
+                    mark = r["id"]
+                    if r["id"] not in sent:
+                        yield _frame(BusEvent(r["name"], r["data"], r["id"]))
+                if len(rows) < 1000:
+                    break
+            sent = {i for i in sent if i > mark}
+
+        async for frame in catch_up():
+            yield frame
+        loop = asyncio.get_running_loop()
+        due = loop.time() + CATCH_UP_SECONDS
         while not await request.is_disconnected():
-            event = await queue.get()
-            if event.id is not None and event.id <= last:
+            try:
+                event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
+            except TimeoutError:
+                async for frame in catch_up():
+                    yield frame
+                due = loop.time() + CATCH_UP_SECONDS
                 continue
             if event.id is not None:
-                last = event.id
+                if event.id <= mark or event.id in sent:
+                    continue
+                sent.add(event.id)
             yield _frame(event)
 
 

@@ -9,7 +9,7 @@ import asyncpg
 
 __all__ = [
     "EventRows", "events_cte", "insert_event", "publish_many", "fetch_events_after",
-    "NOTIFY_CHANNEL", "notify",
+    "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
@@ -73,3 +73,29 @@ async def fetch_events_after(
 
 async def notify(conn: Any, *, payload: str) -> None:
     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, payload)
+
+
+WATCH = """
+INSERT INTO event_watchers (tenant, session_id, replica, expires_at)
+SELECT t, s, $3, now() + make_interval(secs => $4) FROM unnest($1::text[], $2::text[]) AS k(t, s)
+ON CONFLICT (tenant, session_id, replica) DO UPDATE SET expires_at = EXCLUDED.expires_at
+"""
+
+
+async def watch(
+    conn: Any, *, keys: Sequence[tuple[str, str]], replica: str, ttl_seconds: float
+) -> None:
+    """Say (or say again) that ``replica`` streams these sessions for the next ``ttl``:
+    the events trigger announces their events only while such a row is current."""
+    if keys:
+        await conn.execute(WATCH, [k[0] for k in keys], [k[1] for k in keys], replica,
+                           ttl_seconds)
+
+
+UNWATCH = """
+DELETE FROM event_watchers WHERE tenant = $1 AND session_id = $2 AND replica = $3
+"""
+
+
+async def unwatch(conn: Any, *, tenant: str, session_id: str, replica: str) -> None:
+    await conn.execute(UNWATCH, tenant, session_id, replica)

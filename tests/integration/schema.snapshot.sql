@@ -6,9 +6,12 @@ CREATE FUNCTION public.cascade_notify_event() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM pg_notify('cascade_events', json_build_object(
-        't', NEW.tenant, 's', NEW.session_id, 'n', NEW.name, 'i', NEW.id,
-        'd', CASE WHEN octet_length(NEW.data::text) > 7400 THEN NULL ELSE NEW.data END)::text);
+    IF EXISTS (SELECT 1 FROM event_watchers w WHERE w.tenant = NEW.tenant
+               AND w.session_id = NEW.session_id AND w.expires_at > now()) THEN
+        PERFORM pg_notify('cascade_events', json_build_object(
+            't', NEW.tenant, 's', NEW.session_id, 'n', NEW.name, 'i', NEW.id,
+            'd', CASE WHEN octet_length(NEW.data::text) > 7400 THEN NULL ELSE NEW.data END)::text);
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -49,6 +52,13 @@ BEGIN
     RETURN pg_advisory_unlock(p_key);
 END
 $$;
+
+CREATE UNLOGGED TABLE public.event_watchers (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    replica uuid NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
 
 CREATE TABLE public.events (
     id bigint NOT NULL,
@@ -165,6 +175,9 @@ ALTER TABLE ONLY public.events ALTER COLUMN id SET DEFAULT nextval('public.event
 ALTER TABLE ONLY public.memory ALTER COLUMN id SET DEFAULT nextval('public.memory_id_seq'::regclass);
 
 ALTER TABLE ONLY public.messages ALTER COLUMN id SET DEFAULT nextval('public.messages_id_seq'::regclass);
+
+ALTER TABLE ONLY public.event_watchers
+    ADD CONSTRAINT event_watchers_pkey PRIMARY KEY (tenant, session_id, replica);
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);

@@ -8,7 +8,7 @@ import asyncpg
 
 from proxy.bus import EventBus
 from proxy.cascade.types import EVICTED, USAGE
-from proxy.store import sessions
+from proxy.store import events as store, sessions
 
 
 async def _bus(pool: asyncpg.Pool, dsn: str) -> EventBus:
@@ -61,3 +61,46 @@ async def test_other_tenants_subscriber_hears_nothing(pool: asyncpg.Pool, db_dsn
             assert queue.empty()
     finally:
         await bus.stop()
+
+
+async def _notifications(dsn: str) -> tuple[asyncpg.Connection, list[str]]:
+    got: list[str] = []
+    conn = await asyncpg.connect(dsn)
+    await conn.add_listener(store.NOTIFY_CHANNEL, lambda *args: got.append(args[-1]))
+    return conn, got
+
+
+async def _announced(pool: asyncpg.Pool, got: list[str], tenant: str = "t") -> bool:
+    """Insert one event on (tenant, s) and say whether a NOTIFY went out for it."""
+    got.clear()
+    await store.insert_event(pool, tenant=tenant, session_id="s", name=USAGE, data={})
+    await asyncio.sleep(0.3)
+    return len(got) == 1
+
+
+async def test_events_are_announced_only_while_a_replica_watches(
+    pool: asyncpg.Pool, db_dsn: str
+) -> None:
+    """No stream open on a session: its events are stored but cost no NOTIFY."""
+    await sessions.upsert_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    listener, got = await _notifications(db_dsn)
+    bus = await _bus(pool, db_dsn)
+    try:
+        assert not await _announced(pool, got)
+        async with bus.subscribe("t", "s") as queue:
+            assert await _announced(pool, got)
+            assert (await asyncio.wait_for(queue.get(), 5)).name == USAGE
+            # another tenant's session of the same name is not watched
+            await sessions.upsert_session(pool, tenant="u", session_id="s", agent="d", model="m")
+            assert not await _announced(pool, got, tenant="u")
+            # a watcher whose replica stopped refreshing expires
+            await pool.execute("UPDATE event_watchers SET expires_at = now() - interval '1 s'")
+            assert not await _announced(pool, got)
+            await bus._watch([("t", "s")])  # what the keeper does every WATCH_TTL / 3
+            assert await _announced(pool, got)
+        assert await pool.fetchval("SELECT count(*) FROM event_watchers") == 0
+        assert not await _announced(pool, got)
+        assert await pool.fetchval("SELECT count(*) FROM events") == 6  # all of them stored
+    finally:
+        await bus.stop()
+        await listener.close()

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 import httpx
 
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer
+from tests.integration.conftest import run_sync
 
 __all__ = ["Frame", "EventStream", "open_events"]
 
@@ -225,3 +227,31 @@ def test_a_stream_sees_only_its_own_session(proxy: ProxyServer) -> None:
         (MESSAGE_APPENDED, "mine"),
         (USAGE, "mine"),
     ]
+
+
+def test_an_event_nobody_announced_still_reaches_an_open_stream(
+    proxy: ProxyServer, settings: Settings
+) -> None:
+    """Events are NOTIFYed only for watched sessions; a stream whose registration is missing
+    (the race with a request in flight, or an emptied unlogged table) catches up from the
+    table, once per event."""
+
+    async def forget_watchers() -> None:
+        conn = await asyncpg.connect(settings.database_url)
+        try:
+            await conn.execute("DELETE FROM event_watchers")
+        finally:
+            await conn.close()
+
+    answer = chat(proxy.origin, "unannounced", [user("u1")])
+    with open_events(proxy.origin, "unannounced") as events:
+        replayed = events.until(is_usage)
+        run_sync(forget_watchers())
+        chat(proxy.origin, "unannounced", [user("u1"), answer, user("u2")])
+        late = events.until(is_usage)  # within READ_TIMEOUT, via the periodic catch-up
+        chat(proxy.origin, "unannounced", [user("u1"), answer, user("u2"), answer, user("u3")])
+        later = events.until(is_usage)
+    assert [f.event for f in late] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
+    assert [f.event for f in later] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
+    ids = [int(f.id or 0) for f in [*replayed, *late, *later]]
+    assert ids == sorted(set(ids))  # in order, none twice
