@@ -6,6 +6,10 @@ per session; the longest prefix that compares equal (a C-speed list comparison) 
 its hashes and only the rest is hashed. Equal dicts serialise to equal canonical JSON, so
 the hashes are exactly those ``chain`` would compute. It is only a cache: a miss (another
 replica served the last request, or the entry was evicted) costs the full hash, nothing else.
+
+It also remembers each session's stored head (length, chain hash) as this replica last left
+it: the guess that lets a request store its new messages in the statement that takes the
+session lock (``store.messages.begin_step``). A wrong guess costs a second statement.
 """
 
 from __future__ import annotations
@@ -20,10 +24,24 @@ __all__ = ["ChainCache"]
 
 
 class ChainCache:
-    def __init__(self, *, max_messages: int = 200_000) -> None:
+    def __init__(self, *, max_messages: int = 200_000, max_heads: int = 100_000) -> None:
         self._entries: OrderedDict[tuple[str, str], tuple[list[Any], list[str]]] = OrderedDict()
         self._size = 0
         self._max = max_messages
+        self._heads: OrderedDict[tuple[str, str], tuple[int, str | None]] = OrderedDict()
+        self._max_heads = max_heads
+
+    def head(self, key: tuple[str, str]) -> tuple[int, str | None] | None:
+        """The stored head this replica last left for the session, if it remembers one."""
+        return self._heads.get(key)
+
+    def set_head(self, key: tuple[str, str], head: tuple[int, str | None] | None) -> None:
+        """Remember (or, with None, forget) the session's stored head."""
+        self._heads.pop(key, None)
+        if head is not None:
+            self._heads[key] = head
+            if len(self._heads) > self._max_heads:
+                self._heads.popitem(last=False)
 
     def chain(self, key: tuple[str, str], messages: Sequence[Any]) -> list[str]:
         """Chain hashes of ``messages``, reusing the session's previous ones where possible."""

@@ -96,13 +96,16 @@ class ChatService:
         if not rt.model:
             raise ClientRequestError("'model' is required: name the model to call", param="model")
         # CPU-bound and outside the lock: the chain over the whole resent history.
-        hashes = self.chains.chain((ctx.tenant, ctx.session_id), body["messages"])
+        key = (ctx.tenant, ctx.session_id)
+        hashes = self.chains.chain(key, body["messages"])
         conn = await self.pool.acquire()
         try:
-            step = await self._prepare(conn, cfg, rt, body, ctx, hashes)
+            step = await self._prepare(conn, cfg, rt, body, ctx, hashes, self.chains.head(key))
         except BaseException:
+            self.chains.set_head(key, None)
             await self._release(conn, ctx)
             raise
+        self.chains.set_head(key, (step.state.head_len, step.state.head_hash))
         if step.command is not None:
             return await self._answer_command(step)
         if step.stream:
@@ -122,13 +125,14 @@ class ChatService:
 
     async def _prepare(
         self, conn: Any, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext,
-        hashes: list[str],
+        hashes: list[str], guess: tuple[int, str | None] | None,
     ) -> Step:
         count = MemoCounter(self.cost)
         state = await reconcile_and_load(
             conn, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
             model=rt.model, messages=body["messages"], hashes=hashes, ctx=rt.ctx, count=count,
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
+            guess=guess,
         )
         command = None
         if is_compact_command(body["messages"]):
@@ -293,6 +297,7 @@ class ChatService:
         the pool costs no round trip.
         """
         ctx, conn, state = step.ctx, step.conn, step.state
+        key = (ctx.tenant, ctx.session_id)
         try:
             row = state.session
             estimate = step.assembled.tokens
@@ -320,6 +325,10 @@ class ChatService:
                     "from_pos": stored.pos, "count": 1, "superseded": 0, "source": "upstream",
                 }))
             persisted, _ = self.bus.split(ctx.tenant, ctx.session_id, events)
+            if stored is not None:
+                # Before the statement, not after it: the client may send its next request
+                # the moment it has this reply, and that request reads the guess at once.
+                self.chains.set_head(key, (stored.pos + 1, stored.hash))
             if await msgs.record_step(
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, reply=stored,
                 prompt_tokens=real, estimate=estimate, calibration=ratio, events=persisted,
@@ -327,6 +336,7 @@ class ChatService:
             ):
                 mark_unlocked(conn)
         except Exception:
+            self.chains.set_head(key, None)
             log.exception("could not record the reply of session %s", ctx.session_id)
         finally:
             await self._release(conn, ctx)

@@ -1,10 +1,11 @@
 """Reconcile a client's resent history with the stored one, ingest new messages, load the window.
 
 Runs on the request's connection and takes the session's advisory lock in its first
-statement. The common case (the client resent the stored history plus new messages) costs
-two statements: lock + session upsert (which also returns the latest valid summary) and one
-statement that stores the new messages, their spilled raw outputs and events, moves the
-head, and reads the window's older rows.
+statement. The common case (this replica served the session's last request, and the client
+resent that history plus new messages) is that one statement: it also stores the new
+messages, their spilled raw outputs and events, moves the head, and reads the window's older
+rows. Otherwise the first statement only locks and reads the session, and a second one
+appends (after a divergence lookup when the history was edited).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
-from proxy.store import messages as msgs, raw_outputs, sessions, summaries
+from proxy.store import messages as msgs, raw_outputs, summaries
 from proxy.store.events import EventRows
 
 __all__ = [
@@ -72,23 +73,91 @@ def _seeded(rows: Sequence[Any], count: MemoCounter) -> list[Message]:
     return out
 
 
+@dataclass(slots=True)
+class _Ingested:
+    """The new messages from ``start`` on, in stored form, with their spills and events."""
+
+    start: int
+    new: list[tuple[int, Message]]
+    rows: list[msgs.NewMessage]
+    spills: list[Any]
+    events: list[Event]
+
+
+def _ingest(
+    messages: Sequence[Message], hashes: list[str], start: int, ctx: ContextConfig,
+    count: MemoCounter, superseded: int = 0,
+) -> _Ingested:
+    out = _Ingested(start, [], [], [], [])
+    for pos in range(start, len(messages)):
+        got = ingest(messages[pos], ctx)
+        out.new.append((pos, got.message))
+        out.rows.append(msgs.NewMessage(
+            pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
+            message=dict(got.message), tool_call_id=messages[pos].get("tool_call_id"),
+            tokens=count.one(got.message), redacted=got.redacted > 0,
+        ))
+        out.events.extend(e for e in got.events if e.name == TRUNCATED)
+        if got.spill is not None:
+            out.spills.append(got.spill)
+    if out.rows:
+        out.events.append(Event(MESSAGE_APPENDED, {
+            "from_pos": start, "count": len(out.rows), "superseded": superseded,
+        }))
+    return out
+
+
+GUESS_NEW_SESSION_MAX = 8
+"""A session this replica has not seen is guessed empty only when the client sends at most
+this many messages (a conversation that is probably new); a longer one would be ingested
+for nothing whenever the guess is wrong (a restart, another replica's session)."""
+
+
+def _plausible(
+    guess: tuple[int, str | None] | None, hashes: list[str]
+) -> tuple[int, str | None] | None:
+    """``guess`` when the incoming history extends that stored head (``plan_reconcile``)."""
+    if guess is None:
+        return (0, None) if len(hashes) <= GUESS_NEW_SESSION_MAX else None
+    length, head_hash = guess
+    if plan_reconcile(hashes, stored_len=length, stored_head_hash=head_hash) == Append(length):
+        return guess
+    return None
+
+
 async def reconcile_and_load(
     conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
     messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
+    guess: tuple[int, str | None] | None = None,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
+    ``guess`` is the stored head (length, chain hash) as this replica last left it. When
+    the store still holds exactly that, the new messages are stored in the statement that
+    takes the lock (one round trip); otherwise the plan is made from what the store holds.
     The events this produces (``context.truncated`` per cut result, then one
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
     statement as the messages.
     """
-    row = await sessions.open_session(
-        conn, tenant=tenant, session_id=session_id, agent=agent, model=model
+    system_count = system_prefix_count(messages)
+    head_hash = hashes[-1] if hashes else None
+    guessed = _plausible(guess, hashes)
+    pending = _ingest(messages, hashes, guessed[0], ctx, count) if guessed else None
+    begun = await msgs.begin_step(
+        conn, tenant=tenant, session_id=session_id, agent=agent, model=model, guess=guessed,
+        rows=pending.rows if pending else (), head_len=len(messages), head_hash=head_hash,
+        raw=raw_outputs.raw_rows(pending.spills, ctx.tool_output.raw_cap_bytes)
+        if pending else (), system_count=system_count,
+        events=stamp(pending.events) if pending else ((), ()),
     )
+    row = begun.session
+    summary = (row["summary_version"], row["summary_boundary"], row["summary_content"])
+    if begun.window is not None and pending is not None:
+        return _loaded(row, summary, system_count, messages, hashes, pending, begun.window,
+                       count)
     plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)
     superseded = 0
-    summary = (row["summary_version"], row["summary_boundary"], row["summary_content"])
     if isinstance(plan, Supersede):
         superseded = await msgs.supersede_from(
             conn, tenant=tenant, session_id=session_id, from_pos=plan.from_pos
@@ -102,34 +171,27 @@ async def reconcile_and_load(
         start = plan.from_pos
     else:
         start = plan.start
-    new: list[tuple[int, Message]] = []
-    rows, spills, events = [], [], []
-    for pos in range(start, len(messages)):
-        got = ingest(messages[pos], ctx)
-        new.append((pos, got.message))
-        rows.append(msgs.NewMessage(
-            pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
-            message=dict(got.message), tool_call_id=messages[pos].get("tool_call_id"),
-            tokens=count.one(got.message), redacted=got.redacted > 0,
-        ))
-        events.extend(e for e in got.events if e.name == TRUNCATED)
-        if got.spill is not None:
-            spills.append(got.spill)
-    if rows:
-        events.append(Event(MESSAGE_APPENDED, {
-            "from_pos": start, "count": len(rows), "superseded": superseded,
-        }))
-    system_count = system_prefix_count(messages)
+    pending = _ingest(messages, hashes, start, ctx, count, superseded)
+    old = await msgs.append_and_fetch_window(
+        conn, tenant=tenant, session_id=session_id, rows=pending.rows,
+        raw=raw_outputs.raw_rows(pending.spills, ctx.tool_output.raw_cap_bytes),
+        head_len=len(messages), head_hash=head_hash, system_count=system_count,
+        old_len=start, from_pos=max(summary[1] or 0, system_count),
+        move_head=bool(pending.rows) or superseded > 0, events=stamp(pending.events),
+    )
+    return _loaded(row, summary, system_count, messages, hashes, pending, old, count,
+                   superseded)
+
+
+def _loaded(
+    row: Any, summary: tuple[Any, Any, Any], system_count: int, messages: Sequence[Message],
+    hashes: list[str], pending: _Ingested, old: Sequence[Any], count: MemoCounter,
+    superseded: int = 0,
+) -> SessionState:
+    """The state after the append: the stored older rows, then the new ones in the window."""
     boundary = summary[1] or 0
     from_pos = max(boundary, system_count)
-    old = await msgs.append_and_fetch_window(
-        conn, tenant=tenant, session_id=session_id, rows=rows,
-        raw=raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes),
-        head_len=len(messages), head_hash=hashes[-1] if hashes else None,
-        system_count=system_count, old_len=start, from_pos=from_pos,
-        move_head=bool(rows) or superseded > 0, events=stamp(events),
-    )
-    fresh = [(pos, m, r) for (pos, m), r in zip(new, rows, strict=True)
+    fresh = [(pos, m, r) for (pos, m), r in zip(pending.new, pending.rows, strict=True)
              if pos < system_count or pos >= from_pos]
     return _estimated(SessionState(
         session=row, head_len=len(messages), head_hash=hashes[-1] if hashes else None,
@@ -142,9 +204,10 @@ async def reconcile_and_load(
             + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
         ),
         spilled=frozenset(
-            [r["tool_call_id"] for r in old if r["spilled"]] + [s.tool_call_id for s in spills]
+            [r["tool_call_id"] for r in old if r["spilled"]]
+            + [s.tool_call_id for s in pending.spills]
         ),
-        appended=len(rows), superseded=superseded, events=tuple(events),
+        appended=len(pending.rows), superseded=superseded, events=tuple(pending.events),
     ), count)
 
 

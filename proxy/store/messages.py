@@ -9,8 +9,10 @@ from typing import Any
 import asyncpg
 
 from proxy.store.events import EventRows, events_cte
+from proxy.store.sessions import session_lock_key
 
 __all__ = [
+    "Begun", "begin_step", "BEGIN_STEP",
     "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "update_evicted", "update_trimmed",
     "record_step",
@@ -139,6 +141,44 @@ async def append_and_fetch_window(
         head_len, head_hash, system_count, move_head, list(events[0]),
         [dict(d) for d in events[1]],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    session: dict[str, Any]  # the sessions row before this request, with its latest summary
+    window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
+
+
+BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in range(1, 24)) + ")"
+
+
+async def begin_step(
+    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
+    guess: tuple[int, str | None] | None = None, rows: Sequence[NewMessage] = (),
+    raw: Sequence[tuple[str, str, int, bool]] = (), head_len: int = 0,
+    head_hash: str | None = None, system_count: int = 0, events: EventRows = ((), ()),
+) -> Begun:
+    """Lock the session, create or read it (with its latest valid summary) and, when the
+    stored head is exactly ``guess`` (length, chain hash), also store ``rows`` with their
+    ``raw`` outputs and ``events``, move the head and read the window's older rows: the
+    whole pre-answer work in one round trip (migration 0003's ``cascade_begin_step``).
+
+    With ``guess`` None, or a wrong one, nothing is written but the session (when new or
+    its agent/model changed), ``window`` is None, and the caller appends with
+    ``append_and_fetch_window``. The lock stays held after this returns.
+    """
+    start, start_hash = guess if guess is not None else (None, None)
+    records = await conn.fetch(
+        BEGIN_STEP, tenant, session_id, agent, model, session_lock_key(tenant, session_id),
+        start, start_hash, head_len, head_hash, system_count,
+        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
+        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
+        [r.redacted for r in rows],
+        [x[0] for x in raw], [x[1] for x in raw], [x[2] for x in raw], [x[3] for x in raw],
+        list(events[0]), [dict(d) for d in events[1]],
+    )
+    session = records[0]["session"]
+    return Begun(session, records[1:] if session["appended"] else None)
 
 
 FETCH_MATCHED_LEN = """

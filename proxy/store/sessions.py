@@ -12,7 +12,7 @@ import asyncpg
 __all__ = [
     "upsert_session", "fetchrow_session", "fetch_sessions",
     "add_reclaimed", "delete_session", "reset_session", "copy_session",
-    "session_lock_key", "open_session",
+    "session_lock_key",
 ]
 
 UPSERT_SESSION = """
@@ -41,24 +41,6 @@ async def upsert_session(
     the summary read here is current.
     """
     row = await conn.fetchrow(UPSERT_SESSION, tenant, session_id, agent, model)
-    assert row is not None
-    return row
-
-
-OPEN_SESSION = "SELECT * FROM cascade_open_session($1, $2, $3, $4, $5)"
-
-
-async def open_session(
-    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None
-) -> asyncpg.Record:
-    """Take the session's lock, then ``upsert_session``: one round trip instead of two.
-
-    Migration 0003's function takes the advisory lock and only then reads, with a fresh
-    snapshot, so what it returns is current. The lock stays held after it returns.
-    """
-    row = await conn.fetchrow(
-        OPEN_SESSION, tenant, session_id, agent, model, session_lock_key(tenant, session_id)
-    )
     assert row is not None
     return row
 

@@ -35,3 +35,17 @@ def test_cache_stays_within_its_message_budget() -> None:
         cache.chain(("t", f"s{n}"), [{"role": "user", "content": "x"}] * 10)
     assert cache._size <= 25
     assert len(cache._entries) == 2
+
+
+def test_heads_are_remembered_forgotten_and_bounded() -> None:
+    cache = ChainCache(max_heads=2)
+    assert cache.head(("t", "a")) is None
+    cache.set_head(("t", "a"), (3, "h3"))
+    cache.set_head(("t", "b"), (1, None))
+    assert cache.head(("t", "a")) == (3, "h3")
+    cache.set_head(("t", "a"), (5, "h5"))  # moved to the newest end
+    cache.set_head(("t", "c"), (2, "h2"))  # evicts the oldest: b
+    assert cache.head(("t", "b")) is None
+    assert (cache.head(("t", "a")), cache.head(("t", "c"))) == ((5, "h5"), (2, "h2"))
+    cache.set_head(("t", "a"), None)
+    assert cache.head(("t", "a")) is None

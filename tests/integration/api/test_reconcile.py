@@ -25,7 +25,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from proxy.store import events, messages as msgs, sessions, summaries
+from proxy.store import events, messages as msgs, summaries
 from tests.fakes.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -167,13 +167,14 @@ def only(log: QueryLog, query: str) -> Any:
 
 
 UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
-# lock + upsert (+ latest summary), append + window + events, [upstream], reply + head +
+# lock + session (+ latest summary) + append + window + events, [upstream], reply + head +
 # usage + events + unlock; releasing the connection then costs no statement.
 COMMON = [
-    sessions.OPEN_SESSION,
-    msgs.APPEND_AND_FETCH_WINDOW,  # + the step's events (the events trigger NOTIFYs)
+    msgs.BEGIN_STEP,  # this replica's guess of the stored head was right: appends too
     msgs.RECORD_STEP,  # + the reply's and usage events, and the session lock's release
 ]
+# without a (right) guess the append is a statement of its own
+UNGUESSED = [msgs.BEGIN_STEP, msgs.APPEND_AND_FETCH_WINDOW, msgs.RECORD_STEP]
 
 
 def test_extending_history_costs_constant_statements(app_client: TestClient, db_dsn: str) -> None:
@@ -183,18 +184,21 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
     for n in (10, 50, 200):
         sid = f"grow-{n}"
         base = history(n)
+        log.queries.clear()
         first = post(app_client, sid, base)
+        # a long history this replica has never seen: no guess, so a separate append
+        assert statements(log) == UNGUESSED
         answer = first["choices"][0]["message"]
         log.queries.clear()
         post(app_client, sid, [*base, answer, user("next step")])
         per_size[n] = statements(log)
         # only the new user message is stored with the history, then the reply; no lookup
         # of a divergence point
-        assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == [n + 1]
+        begin = only(log, msgs.BEGIN_STEP)
+        assert (begin.args[5], begin.args[10]) == (n + 1, [n + 1])  # guessed head, new pos
         assert only(log, msgs.RECORD_STEP).args[2] == n + 2
         # the request's events ride in those two statements, in order
-        published = [only(log, msgs.APPEND_AND_FETCH_WINDOW).args[19],
-                     only(log, msgs.RECORD_STEP).args[9]]
+        published = [begin.args[21], only(log, msgs.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
         assert not any(q.query == events.PUBLISH_MANY for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
@@ -216,7 +220,8 @@ def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
     resp = app_client.post("/v1/chat/completions", json={"model": MODEL, "messages": [
         user("q")]}, headers={"x-session-id": "failing"})
     assert resp.status_code == 500
-    assert statements(log) == [sessions.OPEN_SESSION, msgs.APPEND_AND_FETCH_WINDOW, UNLOCK_ALL]
+    # a one-message history is guessed new: the append rides in the first statement
+    assert statements(log) == [msgs.BEGIN_STEP, UNLOCK_ALL]
     assert advisory_locks(db_dsn) == 0
     log.queries.clear()
     post(app_client, "failing", [user("q")])  # the next request on it is not blocked
@@ -234,12 +239,13 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     # the common statements plus: divergence lookup, supersede, summary invalidation and
     # refetch (the upsert's summary may have been invalidated by the edit)
     assert statements(log) == [
-        *COMMON[:1],
+        msgs.BEGIN_STEP,  # the stored head is not a prefix of the edit: no guess
         msgs.FETCH_MATCHED_LEN,
         msgs.SUPERSEDE_FROM,
         summaries.INVALIDATE_AFTER,
         summaries.FETCHROW_LATEST,
-        *COMMON[1:],
+        msgs.APPEND_AND_FETCH_WINDOW,
+        msgs.RECORD_STEP,
     ]
     assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))
     assert only(log, msgs.RECORD_STEP).args[2] == 30

@@ -370,10 +370,57 @@ async def test_only_the_last_statement_of_a_request_waits_for_the_wal_flush(conn
         await msgs.record_step(conn, tenant=T, session_id=S, reply=None, prompt_tokens=1,
                                estimate=1, calibration=1.0)
 
+    async def begin() -> None:  # the same append, in the statement that takes the lock
+        begun = await msgs.begin_step(
+            conn, tenant=T, session_id=S, agent="default", model="m", guess=(0, None),
+            rows=rows_for(HISTORY), head_len=5, head_hash=hashes[-1], system_count=1,
+        )
+        assert begun.window == []
+
     assert await _commit_mode(conn, append) == "off"
+    assert await _commit_mode(conn, begin) == "off"
     assert await _commit_mode(conn, record) == "on"
     # outside a transaction the setting was local to the statement's own commit
     await append()
     assert await conn.fetchval("SHOW synchronous_commit") == "on"
     assert await head(conn) == (5, hashes[-1], 1)
     await conn.execute("RESET synchronous_commit")
+
+
+async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any) -> None:
+    """The right guess stores the new rows and reads the older window in the statement that
+    takes the lock; a stale one writes nothing and leaves the append to the caller."""
+    history = [*HISTORY, user("five"), {"role": "tool", "tool_call_id": "c9", "content": "..."}]
+    hashes = chain(history)
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
+    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
+                   system_count=1)
+    step = {
+        "tenant": T, "session_id": S, "agent": "default", "model": "m",
+        "rows": rows_for(history, start=5), "raw": [("c9", "the whole output", 16, False)],
+        "head_len": 7, "head_hash": hashes[-1], "system_count": 1,
+        "events": (["session.message.appended"], [{"from_pos": 5}]),
+    }
+    events_before = await conn.fetchval("SELECT count(*) FROM events")
+
+    stale = await msgs.begin_step(conn, guess=(4, hashes[3]), **step)
+    assert stale.window is None and stale.session["head_len"] == 5
+    assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 5
+    assert await conn.fetchval("SELECT count(*) FROM events") == events_before
+    await conn.execute("SELECT pg_advisory_unlock_all()")
+
+    seen = logged(conn)
+    begun = await msgs.begin_step(conn, guess=(5, hashes[4]), **step)
+    await asyncio.sleep(0)
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.BEGIN_STEP]
+    assert begun.session["head_len"] == 5  # the row as it was before this request
+    assert begun.window is not None
+    assert [(r["pos"], r["message"]) for r in begun.window] == [
+        (0, HISTORY[0]), *((i, HISTORY[i]) for i in range(1, 5))]
+    stored = await msgs.fetch_messages(conn, tenant=T, session_id=S)
+    assert [r["message"] for r in stored] == history
+    assert await head(conn) == (7, hashes[-1], 1)
+    raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c9")
+    assert raw is not None and raw["content"] == "the whole output"
+    assert await conn.fetchval("SELECT count(*) FROM events") == events_before + 1
+    await conn.execute("SELECT pg_advisory_unlock_all()")

@@ -203,23 +203,23 @@ def test_lock_keys_differ_by_tenant_and_session() -> None:
     assert all(-(2**63) <= k < 2**63 for k in keys)
 
 
-async def test_open_session_serialises_one_session_and_reads_after_the_wait(
+async def test_begin_step_serialises_one_session_and_reads_after_the_wait(
     pool: asyncpg.Pool,
 ) -> None:
     """The lock and the read are one statement, yet the read sees what the holder committed
     while the waiter waited (migration 0003: the function reads with a fresh snapshot)."""
     async with pool.acquire() as a, pool.acquire() as b:
-        first = await sessions.open_session(a, tenant=T, session_id="s", agent="a", model="m")
+        first = (await msgs.begin_step(a, tenant=T, session_id="s", agent="a", model="m")).session
         assert first["summary_version"] is None and first["head_len"] == 0
         # another session (or tenant) is not blocked
         for tenant, sid in ((T, "other"), ("t-b", "s")):
             await asyncio.wait_for(
-                sessions.open_session(b, tenant=tenant, session_id=sid, agent="a", model="m"), 2
+                msgs.begin_step(b, tenant=tenant, session_id=sid, agent="a", model="m"), 2
             )
         await b.execute(UNLOCK_ALL)
         # the same session waits until the holder unlocks …
         waiter = asyncio.ensure_future(
-            sessions.open_session(b, tenant=T, session_id="s", agent="a", model="m2")
+            msgs.begin_step(b, tenant=T, session_id="s", agent="a", model="m2")
         )
         await asyncio.sleep(0.2)
         assert not waiter.done()
@@ -229,13 +229,13 @@ async def test_open_session_serialises_one_session_and_reads_after_the_wait(
         await msgs.record_step(a, tenant=T, session_id="s", reply=None, prompt_tokens=7,
                                estimate=8, calibration=1.0,
                                unlock=sessions.session_lock_key(T, "s"))
-        row = await asyncio.wait_for(waiter, 2)
+        row = (await asyncio.wait_for(waiter, 2)).session
         assert (row["summary_version"], row["summary_content"]) == (1, "folded")
         assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
         await b.execute(UNLOCK_ALL)
 
 
-async def test_open_session_writes_only_to_create_or_change_the_session(
+async def test_begin_step_writes_the_session_only_to_create_or_change_it(
     pool: asyncpg.Pool,
 ) -> None:
     """The common request reads its session without writing it (no WAL flush to wait for);
@@ -247,9 +247,9 @@ async def test_open_session_writes_only_to_create_or_change_the_session(
             tx = c.transaction()
             await tx.start()
             try:
-                row = await sessions.open_session(
+                row = (await msgs.begin_step(
                     c, tenant=T, session_id="w", agent="a", model=model
-                )
+                )).session
                 wrote = await c.fetchval("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
                 mode = await c.fetchval("SHOW synchronous_commit")
             finally:
@@ -271,19 +271,19 @@ async def test_record_step_hands_the_lock_on_only_at_commit(pool: asyncpg.Pool) 
     step that unlocked it, or it would plan its append on a stale head."""
     key = sessions.session_lock_key(T, "h")
     async with pool.acquire() as a, pool.acquire() as b:
-        await sessions.open_session(a, tenant=T, session_id="h", agent="a", model="m")
+        await msgs.begin_step(a, tenant=T, session_id="h", agent="a", model="m")
         tx = a.transaction()
         await tx.start()
         assert await msgs.record_step(a, tenant=T, session_id="h", reply=None,
                                       prompt_tokens=42, estimate=40, calibration=1.0,
                                       unlock=key) is True
         waiter = asyncio.ensure_future(
-            sessions.open_session(b, tenant=T, session_id="h", agent="a", model="m")
+            msgs.begin_step(b, tenant=T, session_id="h", agent="a", model="m")
         )
         await asyncio.sleep(0.2)
         assert not waiter.done()  # unlocked, but not yet committed
         await tx.commit()
-        row = await asyncio.wait_for(waiter, 2)
+        row = (await asyncio.wait_for(waiter, 2)).session
         assert row["last_prompt_tokens"] == 42
         held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1"
         assert await b.fetchval(held, a.get_server_pid()) == 0

@@ -216,7 +216,7 @@ async def test_a_request_after_a_compaction_reads_only_the_window(conn: Any) -> 
     # the same statements, whatever the length of the history: the upsert brings the
     # latest valid summary, one more stores the new message and reads the window …
     assert long.statements == short.statements
-    assert short.statements == [sessions.OPEN_SESSION, msgs.APPEND_AND_FETCH_WINDOW]
+    assert short.statements == [msgs.BEGIN_STEP, msgs.APPEND_AND_FETCH_WINDOW]
     # … and the rows they return are the window, not the history
     assert long.rows == short.rows
     assert long.rows < 40
