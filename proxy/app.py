@@ -20,7 +20,7 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
@@ -119,11 +119,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes.extend(chat.routes)
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
-    _install_error_handlers(app)
+    app.add_middleware(chat.ChatFastPath, on_error=_install_error_handlers(app))
     return app
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
     """One place that turns every error into OpenAI's ``{"error": {...}}`` shape."""
 
     async def domain(request: Request, exc: Exception) -> JSONResponse:
@@ -151,9 +151,16 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse(*reversed(exception_body(exc)))
 
-    app.add_exception_handler(ProxyError, domain)
-    app.add_exception_handler(ContextLengthExceeded, domain)
-    app.add_exception_handler(InvalidSessionId, invalid_id)
-    app.add_exception_handler(HTTPException, http)
-    app.add_exception_handler(RequestValidationError, validation)
-    app.add_exception_handler(Exception, unexpected)
+    handlers: dict[type[BaseException], Any] = {
+        ProxyError: domain, ContextLengthExceeded: domain, InvalidSessionId: invalid_id,
+        HTTPException: http, RequestValidationError: validation, Exception: unexpected,
+    }
+    for cls, handler in handlers.items():
+        app.add_exception_handler(cls, handler)
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        """The same mapping, for the chat fast path (which runs outside FastAPI's)."""
+        handler = next(handlers[c] for c in type(exc).__mro__ if c in handlers)
+        return await handler(request, exc)  # type: ignore[no-any-return]
+
+    return handle

@@ -115,8 +115,7 @@ class ChatService:
     async def _release(self, conn: Any, ctx: ChatContext) -> None:
         """Give the connection back; unless ``_finalize`` released the session lock, the
         pool's reset does (``store.db._reset``)."""
-        with anyio.CancelScope(shield=True):
-            await self.pool.release(conn)
+        await self.pool.release(conn)  # asyncpg shields the release from cancellation
 
     async def _publish(self, conn: Any, ctx: ChatContext, events: Sequence[Event]) -> None:
         await self.bus.publish_many(

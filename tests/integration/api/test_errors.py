@@ -189,6 +189,19 @@ def test_invalid_session_id_is_400(http: httpx.Client, fake_upstream: FakeUpstre
     assert len(fake_upstream.requests) == 1
 
 
+def test_paths_that_only_look_like_chat_are_404(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """The chat fast path takes exactly the two chat routes; anything else ending the same
+    way goes to the router, which answers an OpenAI-shaped 404."""
+    for path in ("/s/a/b/v1/chat/completions", "/s//v1/chat/completions",
+                 "/x/v1/chat/completions", "/v2/v1/chat/completions"):
+        resp = http.post(path, json={"model": "gpt-fake", "messages": TURN2})
+        err = _assert_error_shape(resp, 404, "404")
+        assert path in err["message"]
+    assert fake_upstream.requests == []
+
+
 def test_body_over_limit_is_413(
     start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
