@@ -58,13 +58,13 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     tenant = tenant_of(request, cfg)
     body = await read_json_body(request, state.settings.max_body_bytes)
     _check_messages(body)
-    agent = route(cfg, body).agent
+    rt = route(cfg, body)
     session_id = resolve_session_id(
         path_id=path_id, header_id=request.headers.get("x-session-id"), body=body,
-        tenant=tenant, agent=agent,
+        tenant=tenant, agent=rt.agent,
     )
     ctx = ChatContext(tenant=tenant, session_id=session_id, headers=request.headers)
-    response = await state.chat.complete(cfg, body, ctx)
+    response = await state.chat.complete(cfg, rt, body, ctx)
     response.headers["X-Session-Id"] = session_id
     return response
 

@@ -91,8 +91,11 @@ class ChatService:
             release=lambda step: self._release(step.conn, step.ctx),
         )
 
-    async def complete(self, cfg: Config, body: dict[str, Any], ctx: ChatContext) -> Response:
-        rt = route(cfg, body)
+    async def complete(
+        self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext
+    ) -> Response:
+        """Answer one chat request; ``rt`` is ``route(cfg, body)``, which the caller made
+        already (the session id may depend on the agent)."""
         if not rt.model:
             raise ClientRequestError("'model' is required: name the model to call", param="model")
         # CPU-bound and outside the lock: the chain over the whole resent history.
