@@ -193,7 +193,8 @@ class Config(_Block):
         """A request's ``model`` selects an agent when it names one, else ``default``."""
         if model and model in self.agents:
             return model, self.agents[model]
-        return "default", self.agents.get("default", AgentConfig())
+        found = self.agents.get("default")  # not .get(key, AgentConfig()): that builds one
+        return "default", found if found is not None else AgentConfig()  # per request
 
     def context_for(self, agent: str) -> ContextConfig:
         return self.resolved.get(agent, self.context)
@@ -207,7 +208,8 @@ class Config(_Block):
                 best = prefix
         if best is not None:
             return self.models[best]
-        return self.models.get("default", ModelConfig())
+        found = self.models.get("default")
+        return found if found is not None else ModelConfig()
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,8 @@ def _check_messages(body: dict[str, Any]) -> None:
         raise ClientRequestError("missing required parameter 'messages'", param="messages")
     if not isinstance(messages, list) or not messages:
         raise ClientRequestError("'messages' must be a non-empty array", param="messages")
+    if all(type(m) is dict and type(m.get("role")) is str for m in messages):
+        return  # the common case, in one pass (a 5,000-message history is resent each time)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ClientRequestError(
