@@ -250,9 +250,7 @@ CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
-CREATE INDEX messages_all ON public.messages USING btree (tenant, session_id, pos, id);
-
-CREATE INDEX messages_hash ON public.messages USING btree (tenant, session_id, hash) WHERE (superseded_at IS NULL);
+CREATE INDEX messages_hash ON public.messages USING btree (tenant, session_id, hash);
 
 CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
 
