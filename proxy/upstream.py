@@ -178,7 +178,8 @@ def _mapped_errors(url: str) -> Iterator[None]:
             " retry, or raise the provider's timeoutSeconds in config"
         ) from exc
     except (aiohttp.ClientError, OSError) as exc:
+        where = f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")
         raise UpstreamUnavailable(
-            f"could not reach the provider at {u.scheme}://{u.hostname}:{u.port or ''}"
-            f" ({type(exc).__name__}); check the provider's baseUrl and that it is running"
+            f"could not reach the provider at {where} ({type(exc).__name__}); check the"
+            " provider's baseUrl and that it is running"
         ) from exc

@@ -1,0 +1,39 @@
+"""proxy.upstream's error mapping: what a client is told when the provider cannot be reached."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.upstream import _mapped_errors
+
+
+def _raised(url: str, exc: BaseException) -> Exception:
+    with pytest.raises((UpstreamTimeout, UpstreamUnavailable)) as info, _mapped_errors(url):
+        raise exc
+    return info.value
+
+
+def test_unreachable_names_scheme_host_and_port_only() -> None:
+    err = _raised("https://user:s3cret@llm.example:8443/v1/chat/completions",
+                  aiohttp.ClientConnectionError("refused"))
+    assert isinstance(err, UpstreamUnavailable)
+    assert "https://llm.example:8443 (ClientConnectionError)" in str(err)
+    assert "s3cret" not in str(err) and "user" not in str(err)
+
+
+def test_default_port_is_not_printed_as_an_empty_one() -> None:
+    err = _raised("https://api.openai.com/v1/chat/completions", OSError("no route"))
+    assert "at https://api.openai.com (OSError)" in str(err)
+
+
+def test_a_timeout_is_a_504_naming_the_host() -> None:
+    err = _raised("http://127.0.0.1:9/v1/models", TimeoutError())
+    assert isinstance(err, UpstreamTimeout)
+    assert "127.0.0.1 did not answer in time" in str(err) and "timeoutSeconds" in str(err)
+
+
+def test_other_errors_pass_through_untouched() -> None:
+    with pytest.raises(KeyError), _mapped_errors("http://127.0.0.1:9/"):
+        raise KeyError("not a transport failure")
