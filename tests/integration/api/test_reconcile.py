@@ -34,6 +34,7 @@ from tests.fakes.upstream import (
     reply,
     tool_call,
 )
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 
 MODEL = "gpt-4o"
@@ -484,3 +485,25 @@ def test_one_session_is_serialised_different_sessions_overlap(
     first, second = sorted(apart.times)
     # the second upstream call starts while the first is still waiting for its answer
     assert second - first < DELAY
+
+
+def test_replicas_taking_turns_keep_one_history(
+    proxy: ProxyServer, settings: Settings, http: httpx.Client
+) -> None:
+    """Each replica guesses the stored head it last left; when the other replica moved it,
+    the guess is wrong, nothing is written by the first statement, and the request appends
+    in a second one. Whatever the order, the store holds exactly the conversation."""
+    other = ProxyServer(settings.model_copy(update={"watch_config": False})).start()
+    auth = {"authorization": "Bearer sk-test-client"}
+    history: list[Any] = [user("q0")]
+    try:
+        for turn, server in enumerate((proxy, proxy, other, other, proxy, other)):
+            with httpx.Client(base_url=server.origin, headers=auth, timeout=10) as c:
+                answer = post(c, "turns", history)["choices"][0]["message"]
+            settled(http, "turns", len(history) + 1)  # the reply is stored after the answer
+            history = [*history, answer, user(f"q{turn + 1}")]
+    finally:
+        other.stop()
+    stored = all_messages(http, "turns")
+    assert [r["message"]["content"] for r in stored] == [m["content"] for m in history[:-1]]
+    assert session_view(http, "turns")["superseded_count"] == 0
