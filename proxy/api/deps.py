@@ -2,8 +2,9 @@
 
 Every dependency is ``async def``: FastAPI runs a plain ``def`` dependency in the threadpool,
 one thread hop per dependency per request (bench/overhead's profile of the chat route showed
-those hops at about an eighth of the proxy's CPU). ``chat_resources`` is the same lookup for
-the chat route, which is a plain Starlette endpoint (see ``proxy.api.chat``).
+those hops at about an eighth of the proxy's CPU). The chat route is a plain Starlette
+endpoint that reads the lifespan state itself and resolves the tenant with ``tenant_of``
+(see ``proxy.api.chat``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
 from proxy.jsonio import loads
-from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import tenant_from_bearer, validate_session_id
-from proxy.settings import Settings
 from proxy.upstream import Upstream
 
 __all__ = [
-    "PoolDep", "ConfigDep", "TenantDep", "ChatDep", "BusDep", "UpstreamDep", "SettingsDep",
+    "PoolDep", "ConfigDep", "TenantDep", "BusDep", "UpstreamDep",
     "read_json_body", "session_path_id", "Unauthorized", "SummarizerDep", "tenant_of",
 ]
 
@@ -70,8 +69,6 @@ def tenant_of(request: Request, cfg: Config) -> str:
 PoolDep = Annotated[Any, Depends(get_pool)]
 ConfigDep = Annotated[Config, Depends(get_config)]
 TenantDep = Annotated[str, Depends(get_tenant)]
-async def get_chat(request: Request) -> ChatService:
-    return _state(request, "chat")  # type: ignore[no-any-return]
 
 
 async def get_bus(request: Request) -> EventBus:
@@ -86,14 +83,8 @@ async def get_summarizer(request: Request) -> DurableSummarizer:
     return _state(request, "summarizer")  # type: ignore[no-any-return]
 
 
-async def get_settings(request: Request) -> Settings:
-    return _state(request, "settings")  # type: ignore[no-any-return]
-
-
-ChatDep = Annotated[ChatService, Depends(get_chat)]
 BusDep = Annotated[EventBus, Depends(get_bus)]
 UpstreamDep = Annotated[Upstream, Depends(get_upstream)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 SummarizerDep = Annotated[DurableSummarizer, Depends(get_summarizer)]
 
 
