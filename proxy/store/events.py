@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
 __all__ = [
-    "EventRows", "events_cte", "insert_event", "publish_many", "fetch_events_after",
-    "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
+    "EventRows", "events_cte", "event_columns", "insert_event", "publish_many",
+    "fetch_events_after", "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
@@ -27,6 +28,11 @@ def events_cte(names: str, data: str) -> str:
         "INSERT INTO events (tenant, session_id, name, data) SELECT $1, $2, n, d FROM "
         f"unnest({names}::text[], {data}::jsonb[]) WITH ORDINALITY AS t(n, d, o) ORDER BY o"
     )
+
+
+def event_columns(events: EventRows) -> tuple[list[str], list[dict[str, Any]]]:
+    """``events`` as the two array parameters ``events_cte`` unnests (names, data)."""
+    return list(events[0]), [dict(d) for d in events[1]]
 
 
 INSERT_EVENT = """
@@ -51,10 +57,9 @@ async def publish_many(
     conn: Any, *, tenant: str, session_id: str, persisted: EventRows, transient: Sequence[str]
 ) -> None:
     """Persist events and NOTIFY transient ones (ready payloads) in one round trip."""
-    names, data = persisted
-    if names or transient:
+    if persisted[0] or transient:
         await conn.execute(
-            PUBLISH_MANY, tenant, session_id, list(names), [dict(d) for d in data],
+            PUBLISH_MANY, tenant, session_id, *event_columns(persisted),
             NOTIFY_CHANNEL, list(transient),
         )
 
@@ -83,7 +88,7 @@ ON CONFLICT (tenant, session_id, replica) DO UPDATE SET expires_at = EXCLUDED.ex
 
 
 async def watch(
-    conn: Any, *, keys: Sequence[tuple[str, str]], replica: str, ttl_seconds: float
+    conn: Any, *, keys: Sequence[tuple[str, str]], replica: uuid.UUID, ttl_seconds: float
 ) -> None:
     """Say (or say again) that ``replica`` streams these sessions for the next ``ttl``:
     the events trigger announces their events only while such a row is current."""
@@ -97,5 +102,5 @@ DELETE FROM event_watchers WHERE tenant = $1 AND session_id = $2 AND replica = $
 """
 
 
-async def unwatch(conn: Any, *, tenant: str, session_id: str, replica: str) -> None:
+async def unwatch(conn: Any, *, tenant: str, session_id: str, replica: uuid.UUID) -> None:
     await conn.execute(UNWATCH, tenant, session_id, replica)

@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from proxy.store.events import EventRows, events_cte
+from proxy.store.events import EventRows, event_columns, events_cte
 from proxy.store.sessions import session_lock_key
 
 __all__ = [
@@ -31,6 +31,21 @@ class NewMessage:
     source: str = "client"
 
 
+def _row_columns(rows: Sequence[NewMessage]) -> list[list[Any]]:
+    """New rows as one array per column, in the order the statements below unnest them:
+    pos, hash, role, message, tool_call_id, tokens, redacted."""
+    return [
+        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
+        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
+        [r.redacted for r in rows],
+    ]
+
+
+def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any]]:
+    """Spilled raw outputs (tool_call_id, content, original bytes, capped) as four arrays."""
+    return [[x[i] for x in raw] for i in range(4)]
+
+
 INSERT_MESSAGES = """
 INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                       redacted, source)
@@ -48,10 +63,7 @@ async def insert_messages(
     if not rows:
         return
     await conn.execute(
-        INSERT_MESSAGES, tenant, session_id,
-        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
-        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
-        [r.redacted for r in rows], [r.source for r in rows],
+        INSERT_MESSAGES, tenant, session_id, *_row_columns(rows), [r.source for r in rows],
     )
 
 
@@ -133,13 +145,9 @@ async def append_and_fetch_window(
     byte-for-byte what it holds now.
     """
     return await conn.fetch(
-        APPEND_AND_FETCH_WINDOW, tenant, session_id, from_pos, old_len,
-        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
-        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
-        [r.redacted for r in rows],
-        [x[0] for x in raw], [x[1] for x in raw], [x[2] for x in raw], [x[3] for x in raw],
-        head_len, head_hash, system_count, move_head, list(events[0]),
-        [dict(d) for d in events[1]],
+        APPEND_AND_FETCH_WINDOW, tenant, session_id, from_pos, old_len, *_row_columns(rows),
+        *_raw_columns(raw), head_len, head_hash, system_count, move_head,
+        *event_columns(events),
     )
 
 
@@ -170,12 +178,8 @@ async def begin_step(
     start, start_hash = guess if guess is not None else (None, None)
     records = await conn.fetch(
         BEGIN_STEP, tenant, session_id, agent, model, session_lock_key(tenant, session_id),
-        start, start_hash, head_len, head_hash, system_count,
-        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
-        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
-        [r.redacted for r in rows],
-        [x[0] for x in raw], [x[1] for x in raw], [x[2] for x in raw], [x[3] for x in raw],
-        list(events[0]), [dict(d) for d in events[1]],
+        start, start_hash, head_len, head_hash, system_count, *_row_columns(rows),
+        *_raw_columns(raw), *event_columns(events),
     )
     session = records[0]["session"]
     return Begun(session, records[1:] if session["appended"] else None)
@@ -296,6 +300,6 @@ async def record_step(
         RECORD_STEP, tenant, session_id, reply.pos if reply else None,
         reply.hash if reply else None, reply.message if reply else None,
         reply.tokens if reply else 0, prompt_tokens, estimate, calibration,
-        list(events[0]), [dict(d) for d in events[1]], unlock,
+        *event_columns(events), unlock,
     )
     return bool(row and row[1])
