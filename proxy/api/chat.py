@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.api.deps import (
@@ -83,33 +83,30 @@ routes = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/s/{session_id}/v1/chat/completions", session_chat_completions, methods=["POST"]),
 ]
-_CHAT = "/v1/chat/completions"
 
 
 class ChatFastPath:
-    """ASGI middleware: a POST to a chat route goes straight to its endpoint."""
+    """ASGI middleware: a request one of ``routes`` matches fully goes straight to its
+    endpoint; everything else (other paths, other methods) to the app's router."""
 
     def __init__(self, app: ASGIApp, *, on_error: ErrorHandler) -> None:
         self.app = app
         self.on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] != "http" or scope["method"] != "POST" or not path.endswith(_CHAT):
-            await self.app(scope, receive, send)
-            return
-        session_id = path[3:-len(_CHAT)] if path.startswith("/s/") else None
-        if path != _CHAT and not (session_id and "/" not in session_id):
-            await self.app(scope, receive, send)  # not one of ours: the router says 404
-            return
-        request = Request(scope, receive, send)
-        try:
-            response = await _chat(
-                request, None if session_id is None else session_path_id(session_id)
-            )
-        except Exception as exc:
-            response = await self.on_error(request, exc)
-        await response(scope, receive, send)
+        if scope["type"] == "http":
+            for candidate in routes:
+                match, child = candidate.matches(scope)
+                if match is Match.FULL:
+                    scope = {**scope, **child}  # path_params, as the router would set them
+                    request = Request(scope, receive, send)
+                    try:
+                        response = await candidate.endpoint(request)
+                    except Exception as exc:
+                        response = await self.on_error(request, exc)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
 
 
 async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
