@@ -58,11 +58,16 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     state = request.state
     cfg = state.config.current
     tenant = tenant_of(request, cfg)
-    body = await read_json_body(request, state.settings.max_body_bytes)
+    header_id = request.headers.get("x-session-id")
+    named = path_id or header_id
+    body = await read_json_body(
+        request, state.settings.max_body_bytes, resent=state.chat.bodies,
+        key=(tenant, named) if named else None,
+    )
     _check_messages(body)
     rt = route(cfg, body)
     session_id = resolve_session_id(
-        path_id=path_id, header_id=request.headers.get("x-session-id"), body=body,
+        path_id=path_id, header_id=header_id, body=body,
         tenant=tenant, agent=rt.agent,
     )
     ctx = ChatContext(tenant=tenant, session_id=session_id, headers=request.headers)

@@ -20,6 +20,7 @@ from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
 from proxy.jsonio import loads
 from proxy.services.compaction import DurableSummarizer
+from proxy.services.resent import ResentBodies
 from proxy.session_id import tenant_from_bearer, validate_session_id
 from proxy.upstream import Upstream
 
@@ -88,8 +89,14 @@ UpstreamDep = Annotated[Upstream, Depends(get_upstream)]
 SummarizerDep = Annotated[DurableSummarizer, Depends(get_summarizer)]
 
 
-async def read_json_body(request: Request, limit: int) -> dict[str, Any]:
-    """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on."""
+async def read_json_body(
+    request: Request, limit: int, *, resent: ResentBodies | None = None, key: Any = None
+) -> dict[str, Any]:
+    """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on.
+
+    With ``resent``, a body that extends the one last read under ``key`` is parsed
+    incrementally (``services.resent``); the result is the same either way.
+    """
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes"
@@ -102,7 +109,8 @@ async def read_json_body(request: Request, limit: int) -> dict[str, Any]:
                                   " (CASCADE_MAX_BODY_BYTES)")
         chunks.append(chunk)
     try:
-        body = loads(b"".join(chunks))
+        raw = b"".join(chunks)
+        body = loads(raw) if resent is None else resent.parse(key, raw)
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         raise ClientRequestError(
             f"request body is not valid JSON ({exc}); send a JSON object"

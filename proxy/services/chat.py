@@ -46,6 +46,7 @@ from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
 from proxy.services.history import SessionState, load_window, reconcile_and_load
+from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
 from proxy.store import messages as msgs, raw_outputs, sessions
 from proxy.store.db import mark_unlocked
@@ -86,6 +87,7 @@ class ChatService:
         self.cost = cost
         self.settings = settings
         self.chains = ChainCache()
+        self.bodies = ResentBodies()
         self.forward = Forwarder(
             upstream=upstream, settings=settings, finish=self._finalize,
             release=lambda step: self._release(step.conn, step.ctx),

@@ -211,6 +211,35 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
     assert per_size[10] == per_size[50] == per_size[200] == COMMON
 
 
+def test_a_named_sessions_resent_history_is_parsed_once(
+    app_client: TestClient, fake_upstream: FakeUpstream
+) -> None:
+    """The body of an extending request is decoded only past the previous one's messages
+    (services.resent); what the provider sees and what is stored are unchanged, and an edit
+    falls back to a full parse."""
+    sid = "parsed-once"
+    bodies = app_client.app_state["chat"].bodies
+
+    def cached() -> Any:
+        (entry,) = [e for k, e in bodies._entries.items() if k[1] == sid]
+        return entry.body["messages"]
+
+    base = [{"role": "system", "content": "rules " * 2000}, *history(9)]  # > 8 KB
+    answer = post(app_client, sid, base)["choices"][0]["message"]
+    first = cached()
+    extended = [*base, answer, user("next step")]
+    post(app_client, sid, extended)
+    assert cached()[0] is first[0] and cached()[-1] == user("next step")
+    assert fake_upstream.bodies()[-1]["messages"] == extended
+    edited = [base[0], user("a different start"), *extended[2:]]
+    post(app_client, sid, edited)
+    assert fake_upstream.bodies()[-1]["messages"] == edited
+    assert cached()[0] is not first[0]  # parsed in full
+    settled(app_client, sid, len(edited) + 1)
+    live = app_client.get(f"/v1/sessions/{sid}/messages").json()["data"]
+    assert [r["message"] for r in live][:-1] == edited
+
+
 def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
     app_client: TestClient, fake_upstream: FakeUpstream, db_dsn: str
 ) -> None:
