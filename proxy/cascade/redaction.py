@@ -113,7 +113,6 @@ class _Plan:
 
     starts: tuple[str, ...]  # every match begins with one of these; () = unknown: plain scan
     anchors: tuple[tuple[str, tuple[str, ...]], ...]  # (common prefix to find, its starts)
-    search: tuple[str, ...]  # the anchors' prefixes alone
     folded: bool  # ``starts`` are lowercase and are looked for in the folded text
     groups: tuple[str, ...]  # the ``secret…`` groups: replace only these
 
@@ -159,7 +158,7 @@ def _plan(pattern: re.Pattern[str]) -> _Plan:
     groups = tuple(name for name in pattern.groupindex if name.startswith("secret"))
     starts, folded = _starts(pattern)
     anchors = _anchors(starts)
-    plan = _Plan(starts, anchors, tuple(a for a, _ in anchors), folded, groups)
+    plan = _Plan(starts, anchors, folded, groups)
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     _PLANS[id(pattern)] = (pattern, plan)
@@ -350,8 +349,6 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
                 folded = hay = _fold(text) if folded is None else folded
             else:
                 hay = text
-            if not any(map(hay.__contains__, plan.search)):  # the common case, kept cheap
-                continue
             hits = _candidates(hay, plan, len(text) // _DENSITY + 16)
             if hits == []:
                 continue
