@@ -65,11 +65,19 @@ async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], r
     return plan_divergence(hashes, matched_len=matched, stored_len=row["head_len"])
 
 
-def _seeded(rows: Sequence[Any], count: MemoCounter) -> list[Message]:
+def _seeded(
+    rows: Sequence[Any], count: MemoCounter, client: Sequence[Message] = ()
+) -> list[Message]:
+    """The rows' messages, their stored token counts remembered. A row read without its body
+    (verbatim, migration 0006) is the client's message at its position: stored unchanged
+    from it, and the hash chain proved the client resent the same message there."""
     out = []
     for r in rows:
-        count.seed(r["message"], r["tokens"])
-        out.append(r["message"])
+        message = r["message"]
+        if message is None:
+            message = client[r["pos"]]
+        count.seed(message, r["tokens"])
+        out.append(message)
     return out
 
 
@@ -96,6 +104,7 @@ def _ingest(
             pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
             message=dict(got.message), tool_call_id=messages[pos].get("tool_call_id"),
             tokens=count.one(got.message), redacted=got.redacted > 0,
+            verbatim=got.message is messages[pos],
         ))
         out.events.extend(e for e in got.events if e.name == TRUNCATED)
         if got.spill is not None:
@@ -197,7 +206,7 @@ def _loaded(
         session=row, head_len=len(messages), head_hash=hashes[-1] if hashes else None,
         system_count=system_count, boundary=boundary, summary=summary[2],
         summary_version=summary[0],
-        window=(*_seeded(old, count), *(m for _, m, _ in fresh)),
+        window=(*_seeded(old, count, messages), *(m for _, m, _ in fresh)),
         positions=(*(r["pos"] for r in old), *(pos for pos, _, _ in fresh)),
         redacted_ids=frozenset(
             [r["tool_call_id"] for r in old if r["redacted"] and r["tool_call_id"]]

@@ -29,15 +29,16 @@ class NewMessage:
     tokens: int = 0
     redacted: bool = False
     source: str = "client"
+    verbatim: bool = False  # stored exactly as the client sent it (see migration 0006)
 
 
 def _row_columns(rows: Sequence[NewMessage]) -> list[list[Any]]:
     """New rows as one array per column, in the order the statements below unnest them:
-    pos, hash, role, message, tool_call_id, tokens, redacted."""
+    pos, hash, role, message, tool_call_id, tokens, redacted, verbatim."""
     return [
         [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
         [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
-        [r.redacted for r in rows],
+        [r.redacted for r in rows], [r.verbatim for r in rows],
     ]
 
 
@@ -48,11 +49,11 @@ def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any]]:
 
 INSERT_MESSAGES = """
 INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                      redacted, source)
-SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, source
+                      redacted, verbatim, source)
+SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source
 FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
-            $9::bool[], $10::text[])
-     AS t(pos, hash, role, message, tool_call_id, tokens, redacted, source)
+            $9::bool[], $10::bool[], $11::text[])
+     AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source)
 """
 
 
@@ -68,24 +69,29 @@ async def insert_messages(
 
 
 _WINDOW_COLUMNS = """
-SELECT m.pos, m.hash, m.role, m.message, m.tool_call_id, m.tokens, m.redacted,
+SELECT m.pos, m.hash, m.role, {body} AS message, m.tool_call_id, m.tokens, m.redacted,
        m.tool_call_id IS NOT NULL AND EXISTS (
            SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
-             AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id) AS spilled
+             AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id) AS spilled,
+       m.verbatim
 FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
 """
+# The body of a verbatim row is the client's own message, which it has just resent: left
+# out (NULL), so it is neither decompressed, sent nor decoded (migration 0006).
+UNLESS_VERBATIM = "CASE WHEN m.verbatim THEN NULL ELSE m.message END"
 
 
-def _window(head_range: str, tail_range: str) -> str:
+def _window(head_range: str, tail_range: str, body: str = "m.message") -> str:
     """The leading system rows and the rows after the boundary, as two index range scans.
 
     One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
     range and filter, which made every request read the entire history (bench/growth).
     """
+    columns = _WINDOW_COLUMNS.format(body=body)
     return (
-        f"SELECT * FROM (({_WINDOW_COLUMNS} AND {head_range})"
-        f" UNION ALL ({_WINDOW_COLUMNS} AND {tail_range})) w ORDER BY pos"
+        f"SELECT * FROM (({columns} AND {head_range})"
+        f" UNION ALL ({columns} AND {tail_range})) w ORDER BY pos"
     )
 
 
@@ -106,23 +112,24 @@ async def fetch_window(
 APPEND_AND_FETCH_WINDOW = """
 WITH new AS (
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                          redacted)
-    SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted
+                          redacted, verbatim)
+    SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim
     FROM unnest($5::int[], $6::text[], $7::text[], $8::json[], $9::text[], $10::int[],
-                $11::bool[]) AS t(pos, hash, role, message, tool_call_id, tokens, redacted)
+                $11::bool[], $12::bool[])
+         AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim)
 ), raw AS (
     INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
                                   capped)
     SELECT $1, $2, id, content, nbytes, capped
-    FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bool[])
+    FROM unnest($13::text[], $14::text[], $15::bigint[], $16::bool[])
          AS r(id, content, nbytes, capped)
     ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING
 ), head AS (
-    UPDATE sessions SET head_len = $16, head_hash = $17, system_count = $18, updated_at = now()
-    WHERE tenant = $1 AND id = $2 AND $19
+    UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19, updated_at = now()
+    WHERE tenant = $1 AND id = $2 AND $20
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- see the docstring
-), ev AS (""" + events_cte("$20", "$21") + """)
-""" + _window("m.pos < least($18, $4)", "m.pos >= $3 AND m.pos < $4")
+), ev AS (""" + events_cte("$21", "$22") + """)
+""" + _window("m.pos < least($19, $4)", "m.pos >= $3 AND m.pos < $4", UNLESS_VERBATIM)
 
 
 async def append_and_fetch_window(
@@ -157,7 +164,7 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in range(1, 24)) + ")"
+BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in range(1, 25)) + ")"
 
 
 async def begin_step(
@@ -233,7 +240,8 @@ async def fetch_messages(
 
 
 UPDATE_EVICTED = """
-UPDATE messages m SET message = t.message, tokens = t.tokens, evicted_at = now()
+UPDATE messages m SET message = t.message, tokens = t.tokens, evicted_at = now(),
+    verbatim = false
 FROM unnest($3::int[], $4::json[], $5::int[]) AS t(pos, message, tokens)
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.pos = t.pos
 """

@@ -2,7 +2,7 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
-CREATE FUNCTION public.cascade_begin_step(p_tenant text, p_id text, p_agent text, p_model text, p_key bigint, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[]) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean)
+CREATE FUNCTION public.cascade_begin_step(p_tenant text, p_id text, p_agent text, p_model text, p_key bigint, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], r_verbatim boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[]) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -30,19 +30,21 @@ BEGIN
         'summary_version', sm.version, 'summary_boundary', sm.boundary,
         'summary_content', sm.content, 'appended', hit))::json,
         NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
-        NULL::boolean, NULL::boolean;
+        NULL::boolean, NULL::boolean, NULL::boolean;
     IF NOT hit THEN
         RETURN;
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                          redacted)
+                          redacted, verbatim)
     SELECT p_tenant, p_id, t.* FROM unnest(r_pos, r_hash, r_role, r_message, r_tool_call_id,
-                                           r_tokens, r_redacted) AS t;
-    INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
-                                  capped)
-    SELECT p_tenant, p_id, r.* FROM unnest(x_id, x_content, x_bytes, x_capped) AS r
-    ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING;
+                                           r_tokens, r_redacted, r_verbatim) AS t;
+    IF cardinality(x_id) > 0 THEN
+        INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,
+                                      original_bytes, capped)
+        SELECT p_tenant, p_id, r.* FROM unnest(x_id, x_content, x_bytes, x_capped) AS r
+        ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING;
+    END IF;
     IF cardinality(r_pos) > 0 THEN
         UPDATE sessions SET head_len = p_head_len, head_hash = p_head_hash,
             system_count = p_system_count, updated_at = now()
@@ -53,21 +55,25 @@ BEGIN
     ORDER BY e.o;
     -- the window's older rows: the leading system rows and the live rows after the summary,
     -- as two index ranges (one OR condition scans the whole history; see store/messages.py
-    -- _window); the new rows are the caller's
+    -- _window); the new rows are the caller's, and so is the body of every verbatim row
     RETURN QUERY
     SELECT * FROM (
-        SELECT NULL::json, m.pos, m.hash, m.role, m.message, m.tool_call_id, m.tokens,
+        SELECT NULL::json, m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE m.message END, m.tool_call_id, m.tokens,
                m.redacted, m.tool_call_id IS NOT NULL AND EXISTS (
                    SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
-                     AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id)
+                     AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id),
+               m.verbatim
         FROM messages m
         WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
           AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
         UNION ALL
-        SELECT NULL::json, m.pos, m.hash, m.role, m.message, m.tool_call_id, m.tokens,
+        SELECT NULL::json, m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE m.message END, m.tool_call_id, m.tokens,
                m.redacted, m.tool_call_id IS NOT NULL AND EXISTS (
                    SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
-                     AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id)
+                     AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id),
+               m.verbatim
         FROM messages m
         WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
           AND m.trimmed_at IS NULL AND m.pos < p_start
@@ -157,8 +163,10 @@ CREATE TABLE public.messages (
     trimmed_at timestamp with time zone,
     superseded_at timestamp with time zone,
     source text DEFAULT 'client'::text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    verbatim boolean DEFAULT false NOT NULL
 );
+ALTER TABLE ONLY public.messages ALTER COLUMN message SET STORAGE EXTERNAL;
 
 CREATE SEQUENCE public.messages_id_seq
     START WITH 1

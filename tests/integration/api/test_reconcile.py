@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -199,7 +200,7 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         assert (begin.args[5], begin.args[10]) == (n + 1, [n + 1])  # guessed head, new pos
         assert only(log, msgs.RECORD_STEP).args[2] == n + 2
         # the request's events ride in those two statements, in order
-        published = [begin.args[21], only(log, msgs.RECORD_STEP).args[9]]
+        published = [begin.args[22], only(log, msgs.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
         assert not any(q.query == events.PUBLISH_MANY for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
@@ -238,6 +239,53 @@ def test_a_named_sessions_resent_history_is_parsed_once(
     settled(app_client, sid, len(edited) + 1)
     live = app_client.get(f"/v1/sessions/{sid}/messages").json()["data"]
     assert [r["message"] for r in live][:-1] == edited
+
+
+def verbatim_flags(dsn: str, sid: str) -> list[bool]:
+    async def read() -> list[bool]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch("SELECT verbatim FROM messages WHERE session_id = $1"
+                                    " AND superseded_at IS NULL ORDER BY pos", sid)
+            return [r["verbatim"] for r in rows]
+        finally:
+            await conn.close()
+
+    return list(run_sync(read()))
+
+
+def test_later_turns_send_the_stored_form_of_what_the_proxy_changed(
+    app_client: TestClient, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """Rows stored as the client sent them are marked verbatim and read back without their
+    body (migration 0006); a redacted message, a cut tool result and the stored reply are
+    not, so every later prompt still carries the stored form of those, never the client's."""
+    sid, secret = "verbatim", "sk-proj-" + "Q7" * 20
+    fake_upstream.script(reply("a1"), reply("a2"), reply("a3"))
+    call = {"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+    base = [
+        {"role": "system", "content": "be brief"},
+        user(f"use the key {secret}"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "line\n" * 10_000},
+        user("what now?"),
+    ]
+    post(app_client, sid, base)
+    first = fake_upstream.bodies()[-1]["messages"]
+    assert secret not in first[1]["content"] and "[... truncated" in first[3]["content"]
+    history = [*base, {"role": "assistant", "content": "a1"}, user("and then?")]
+    for turn in (history, [*history, {"role": "assistant", "content": "a2"}, user("end")]):
+        post(app_client, sid, turn)
+        sent = fake_upstream.bodies()[-1]["messages"]
+        assert sent[:5] == first  # the stored forms, exactly as the first prompt had them
+        # user turns as sent; replies in the form stored from the provider
+        assert [(m["role"], m["content"]) for m in sent[5:]] == [
+            (m["role"], m["content"]) for m in turn[5:]]
+        assert [m for m in sent[5:] if m["role"] == "user"] == turn[6::2]
+        assert secret not in json.dumps(sent)
+    settled(app_client, sid, 10)
+    assert verbatim_flags(db_dsn, sid) == [True, False, True, False, True, False, True,
+                                           False, True, False]
 
 
 def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
@@ -280,8 +328,8 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))
     assert only(log, msgs.RECORD_STEP).args[2] == 30
     first = only(log, msgs.APPEND_AND_FETCH_WINDOW)
-    assert first.args[19] == [MESSAGE_APPENDED]
-    data = first.args[20][0]
+    assert first.args[20] == [MESSAGE_APPENDED]
+    data = first.args[21][0]
     assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)
     view = session_view(app_client, "edited")
     assert (view["message_count"], view["superseded_count"]) == (31, 21)

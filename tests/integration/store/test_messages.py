@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -424,3 +425,40 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     assert raw is not None and raw["content"] == "the whole output"
     assert await conn.fetchval("SELECT count(*) FROM events") == events_before + 1
     await conn.execute("SELECT pg_advisory_unlock_all()")
+
+
+async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> None:
+    """A row stored exactly as the client sent it comes back without its body from the
+    request path's window reads (the client has just resent it); other rows, evicted ones
+    and the session API's reads keep theirs."""
+    history = [*HISTORY, user("five"), user("six")]
+    hashes = chain(history)
+    rows = rows_for(history[:5])
+    # 1 and 3 stand for a redacted message and a stored reply
+    rows = [r if r.pos in (1, 3) else replace(r, verbatim=True) for r in rows]
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows)
+    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
+                   system_count=1)
+    placeholder = {"role": "user", "content": "[context-cleared] four"}
+    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(4, placeholder, 3)])
+    step = {"tenant": T, "session_id": S, "agent": "default", "model": "m",
+            "head_len": 6, "head_hash": hashes[5], "system_count": 1}
+
+    begun = await msgs.begin_step(conn, guess=(5, hashes[4]), rows=rows_for(history[:6], 5),
+                                  **step)
+    assert begun.window is not None
+    read = [(r["pos"], r["message"], r["verbatim"]) for r in begun.window]
+    assert read == [(0, None, True), (1, HISTORY[1], False), (2, None, True),
+                    (3, HISTORY[3], False), (4, placeholder, False)]
+    await conn.execute("SELECT pg_advisory_unlock_all()")
+
+    appended = await msgs.append_and_fetch_window(
+        conn, tenant=T, session_id=S, rows=rows_for(history, 6), raw=[], head_len=7,
+        head_hash=hashes[6], system_count=1, old_len=6, from_pos=1,
+    )
+    assert [r["message"] for r in appended] == [None, HISTORY[1], None, HISTORY[3],
+                                                placeholder, history[5]]
+    full = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=1, from_pos=1)
+    assert [r["message"] for r in full] == [*history[:4], placeholder, *history[5:]]
+    listed = await msgs.fetch_messages(conn, tenant=T, session_id=S)
+    assert [r["message"] for r in listed] == [*history[:4], placeholder, *history[5:]]
