@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
@@ -71,7 +72,7 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 100)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> CascadeApp:
     settings = settings or Settings()
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
@@ -115,12 +116,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if embedded is not None:
                 embedded.cleanup()
 
-    app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
+    app = CascadeApp(title="Cascade", version=__version__, lifespan=lifespan)
     app.router.routes.extend(chat.routes)
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
-    app.add_middleware(chat.ChatFastPath, on_error=_install_error_handlers(app))
+    app.fast = chat.ChatFastPath(on_error=_install_error_handlers(app))
     return app
+
+
+class CascadeApp(FastAPI):
+    """FastAPI, with the chat routes answered before its middleware stack (``ChatFastPath``).
+
+    Every other request, and a chat request's errors (through the same handlers), behave as
+    in plain FastAPI.
+    """
+
+    fast: chat.ChatFastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.fast is not None and scope["type"] == "http":
+            scope["app"] = self
+            if await self.fast.handle(scope, receive, send):
+                return
+        await super().__call__(scope, receive, send)
 
 
 def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:

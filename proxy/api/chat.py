@@ -3,10 +3,11 @@
 The two chat routes are plain Starlette endpoints (``routes``), not FastAPI path operations:
 they take the request and nothing else, so FastAPI's per-request dependency solving (about a
 fifth of the proxy's CPU on a tiny request in bench/overhead's profile) is skipped. And
-``ChatFastPath`` hands a POST to them straight from the middleware stack, past the router
-(which tries every route in turn), FastAPI's exit stack and exception middleware (about 4%
-of the CPU in the same profile); it maps errors with the app's own handlers, so they keep
-the OpenAI shape.
+``ChatFastPath`` hands a POST to them before the app's middleware stack (``proxy.app``),
+past the router (which tries every route in turn), FastAPI's exit stack, exception,
+telemetry and body-limit middleware and Starlette's error middleware (about 4% of the proxy's
+CPU per tiny request, measured twice each way); it maps errors with the app's own handlers,
+so they keep the OpenAI shape.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from proxy.api.deps import (
     ConfigDep,
@@ -91,27 +92,25 @@ routes = [
 
 
 class ChatFastPath:
-    """ASGI middleware: a request one of ``routes`` matches fully goes straight to its
-    endpoint; everything else (other paths, other methods) to the app's router."""
+    """Answers a request one of ``routes`` matches fully (``handle`` returns True); anything
+    else (other paths, other methods) is left to the app (False)."""
 
-    def __init__(self, app: ASGIApp, *, on_error: ErrorHandler) -> None:
-        self.app = app
+    def __init__(self, *, on_error: ErrorHandler) -> None:
         self.on_error = on_error
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for candidate in routes:
-                match, child = candidate.matches(scope)
-                if match is Match.FULL:
-                    scope = {**scope, **child}  # path_params, as the router would set them
-                    request = Request(scope, receive, send)
-                    try:
-                        response = await candidate.endpoint(request)
-                    except Exception as exc:
-                        response = await self.on_error(request, exc)
-                    await response(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        for candidate in routes:
+            match, child = candidate.matches(scope)
+            if match is Match.FULL:
+                scope = {**scope, **child}  # path_params, as the router would set them
+                request = Request(scope, receive, send)
+                try:
+                    response = await candidate.endpoint(request)
+                except Exception as exc:
+                    response = await self.on_error(request, exc)
+                await response(scope, receive, send)
+                return True
+        return False
 
 
 async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,

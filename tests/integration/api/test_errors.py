@@ -199,6 +199,8 @@ def test_paths_that_only_look_like_chat_are_404(
         resp = http.post(path, json={"model": "gpt-fake", "messages": TURN2})
         err = _assert_error_shape(resp, 404, "404")
         assert path in err["message"]
+    resp = http.get("/v1/chat/completions")  # the route, another method: the router's 405
+    assert resp.status_code == 405 and "error" in resp.json()
     assert fake_upstream.requests == []
 
 
