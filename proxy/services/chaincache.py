@@ -7,6 +7,11 @@ its hashes and only the rest is hashed. Equal dicts serialise to equal canonical
 the hashes are exactly those ``chain`` would compute. It is only a cache: a miss (another
 replica served the last request, or the entry was evicted) costs the full hash, nothing else.
 
+It is bounded by messages and by the characters of their content, whichever is reached
+first (the least recently used sessions go): the lists it keeps are the parsed requests
+themselves, and a message count alone let a few hundred agent sessions with large tool
+results hold hundreds of megabytes.
+
 It also remembers each session's stored head (length, chain hash) as this replica last left
 it: the guess that lets a request store its new messages in the statement that takes the
 session lock (``store.messages.begin_step``). A wrong guess costs a second statement.
@@ -23,11 +28,24 @@ from proxy.history import chain
 __all__ = ["ChainCache"]
 
 
+def _weight(msg: Any) -> int:
+    """About what a parsed message holds: its content's characters, plus a fixed overhead."""
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if isinstance(content, str):
+        return 100 + len(content)
+    return 100 + (len(str(content)) if content else 0)
+
+
 class ChainCache:
-    def __init__(self, *, max_messages: int = 200_000, max_heads: int = 100_000) -> None:
-        self._entries: OrderedDict[tuple[str, str], tuple[list[Any], list[str]]] = OrderedDict()
+    def __init__(self, *, max_messages: int = 200_000, max_chars: int = 128_000_000,
+                 max_heads: int = 100_000) -> None:
+        # per session: the messages, their chain hashes, and their running weight
+        self._entries: OrderedDict[tuple[str, str], tuple[list[Any], list[str], list[int]]] = (
+            OrderedDict())
         self._size = 0
+        self._chars = 0
         self._max = max_messages
+        self._max_chars = max_chars
         self._heads: OrderedDict[tuple[str, str], tuple[int, str | None]] = OrderedDict()
         self._max_heads = max_heads
 
@@ -46,22 +64,34 @@ class ChainCache:
     def chain(self, key: tuple[str, str], messages: Sequence[Any]) -> list[str]:
         """Chain hashes of ``messages``, reusing the session's previous ones where possible."""
         msgs = list(messages)
-        entry = self._entries.pop(key, None)
+        entry = self._pop(key)
         same = 0
         if entry is not None:
-            self._size -= len(entry[0])
-            old, hashes = entry
+            old, hashes, weights = entry
             same = min(len(old), len(msgs))
             if msgs[:same] != old[:same]:
                 same = next(i for i in range(same) if msgs[i] != old[i])
             seed = hashes[same - 1] if same else ""
             result = hashes[:same] + chain(msgs[same:], seed)
+            running = weights[:same]
         else:
             result = chain(msgs)
-        if len(msgs) <= self._max:
-            self._entries[key] = (msgs, result)
+            running = []
+        total = running[-1] if running else 0
+        for msg in msgs[same:]:
+            total += _weight(msg)
+            running.append(total)
+        if len(msgs) <= self._max and total <= self._max_chars:
+            self._entries[key] = (msgs, result, running)
             self._size += len(msgs)
-            while self._size > self._max:
-                _, (dropped, _) = self._entries.popitem(last=False)
-                self._size -= len(dropped)
+            self._chars += total
+            while self._size > self._max or self._chars > self._max_chars:
+                self._pop(next(iter(self._entries)))
         return result
+
+    def _pop(self, key: tuple[str, str]) -> tuple[list[Any], list[str], list[int]] | None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._size -= len(entry[0])
+            self._chars -= entry[2][-1] if entry[2] else 0
+        return entry

@@ -93,7 +93,7 @@ def _split(raw: bytes) -> int | None:
 
 
 class ResentBodies:
-    def __init__(self, *, max_bytes: int = 64 << 20, min_bytes: int = 8 << 10) -> None:
+    def __init__(self, *, max_bytes: int = 32 << 20, min_bytes: int = 8 << 10) -> None:
         self._entries: OrderedDict[Any, _Entry] = OrderedDict()
         self._size = 0
         self._max = max_bytes

@@ -49,3 +49,16 @@ def test_heads_are_remembered_forgotten_and_bounded() -> None:
     assert (cache.head(("t", "a")), cache.head(("t", "c"))) == ((5, "h5"), (2, "h2"))
     cache.set_head(("t", "a"), None)
     assert cache.head(("t", "a")) is None
+
+
+def test_cache_stays_within_its_character_budget() -> None:
+    cache = ChainCache(max_chars=3 * (100 + 1000) * 4)
+    big = [{"role": "tool", "content": "y" * 1000}] * 4
+    for n in range(5):
+        cache.chain(("t", f"s{n}"), big)
+    assert cache._chars <= 3 * 1100 * 4 and len(cache._entries) == 3
+    cache.chain(("t", "s4"), [*big, {"role": "user", "content": "z"}])  # grows past the cap
+    assert cache._chars == 1100 * 4 + (1100 * 4 + 101)
+    assert list(cache._entries) == [("t", "s3"), ("t", "s4")]  # the oldest made room
+    cache.chain(("t", "huge"), [{"role": "tool", "content": "y" * 20_000}])  # never kept
+    assert list(cache._entries) == [("t", "s3"), ("t", "s4")]
