@@ -1,8 +1,10 @@
 """Hot reload of config/agents.json: validate on save, swap atomically, or keep the old one.
 
 Editors often save by writing a new file and renaming it over the old one, so we watch the
-directory and filter on the file's name. Requests read ``holder.current`` once and use that
-snapshot for the whole request.
+directory and filter on the file's name. Only the directory itself is watched, not what is
+below it: a data directory kept beside the config (as bench/overhead does) made every
+PostgreSQL write wake the watcher and stat each changed file. Requests read
+``holder.current`` once and use that snapshot for the whole request.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ async def watch_config(
     if holder.path is None:
         return
     path = holder.path.resolve()
-    async for changes in awatch(path.parent, stop_event=stop, debounce=200, step=50):
-        if any(Path(p).resolve() == path for _, p in changes):
-            emit(*holder.reload())
+    name = path.name
+    async for _ in awatch(path.parent, watch_filter=lambda _, p: os.path.basename(p) == name,
+                          recursive=False, stop_event=stop, debounce=200, step=50):
+        emit(*holder.reload())

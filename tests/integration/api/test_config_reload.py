@@ -3,6 +3,7 @@ with the reason while the previous config stays in force; both announced on open
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,8 @@ import httpx
 import pytest
 
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED, USAGE
+from proxy.config import load_config
+from proxy.config_watch import ConfigHolder, watch_config
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.test_events import Frame, chat, open_events, user
@@ -141,3 +144,31 @@ def test_invalid_file_is_rejected_and_previous_config_stays(
     chat(proxy.origin, "s", [*history, user("fixed")])
     assert second_upstream.bodies()[-1]["messages"][-1] == user("fixed")
     assert limit_of(proxy, "s") == NEW_LIMIT
+
+
+async def test_only_the_config_file_itself_is_watched(tmp_path: Path) -> None:
+    """Writes below the config's directory (a data directory kept beside it, a copy of the
+    file in a subfolder) neither reload the config nor wake the watcher; the file itself
+    does."""
+    path = write_config(tmp_path / "agents.json", "http://127.0.0.1:9/v1")
+    sub = tmp_path / "data"
+    sub.mkdir()
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    seen: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    for i in range(20):
+        (sub / "agents.json").write_text(path.read_text())
+        (sub / f"segment-{i}").write_bytes(b"x" * 100)
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.6)  # past the debounce
+    assert seen == []
+    save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT)
+    for _ in range(50):
+        if seen:
+            break
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert seen == [CONFIG_RELOADED]
