@@ -65,6 +65,13 @@ async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], r
     return plan_divergence(hashes, matched_len=matched, stored_len=row["head_len"])
 
 
+def _flagged(rows: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """Tool-call ids of window rows whose result was redacted, and whose full output was
+    spilled (and can be paged back)."""
+    return ([r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]],
+            [r["tool_call_id"] for r in rows if r["spilled"]])
+
+
 def _seeded(
     rows: Sequence[Any], count: MemoCounter, client: Sequence[Message] = ()
 ) -> list[Message]:
@@ -83,9 +90,8 @@ def _seeded(
 
 @dataclass(slots=True)
 class _Ingested:
-    """The new messages from ``start`` on, in stored form, with their spills and events."""
+    """The new messages, in stored form, with their spills and events."""
 
-    start: int
     new: list[tuple[int, Message]]
     rows: list[msgs.NewMessage]
     spills: list[Any]
@@ -96,7 +102,7 @@ def _ingest(
     messages: Sequence[Message], hashes: list[str], start: int, ctx: ContextConfig,
     count: MemoCounter, superseded: int = 0,
 ) -> _Ingested:
-    out = _Ingested(start, [], [], [], [])
+    out = _Ingested([], [], [], [])
     for pos in range(start, len(messages)):
         got = ingest(messages[pos], ctx)
         out.new.append((pos, got.message))
@@ -163,7 +169,7 @@ async def reconcile_and_load(
     row = begun.session
     summary = (row["summary_version"], row["summary_boundary"], row["summary_content"])
     if begun.window is not None and pending is not None:
-        return _loaded(row, summary, system_count, messages, hashes, pending, begun.window,
+        return _loaded(row, summary, system_count, messages, head_hash, pending, begun.window,
                        count)
     plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)
     superseded = 0
@@ -188,13 +194,13 @@ async def reconcile_and_load(
         old_len=start, from_pos=max(summary[1] or 0, system_count),
         move_head=bool(pending.rows) or superseded > 0, events=stamp(pending.events),
     )
-    return _loaded(row, summary, system_count, messages, hashes, pending, old, count,
+    return _loaded(row, summary, system_count, messages, head_hash, pending, old, count,
                    superseded)
 
 
 def _loaded(
     row: Any, summary: tuple[Any, Any, Any], system_count: int, messages: Sequence[Message],
-    hashes: list[str], pending: _Ingested, old: Sequence[Any], count: MemoCounter,
+    head_hash: str | None, pending: _Ingested, old: Sequence[Any], count: MemoCounter,
     superseded: int = 0,
 ) -> SessionState:
     """The state after the append: the stored older rows, then the new ones in the window."""
@@ -202,20 +208,17 @@ def _loaded(
     from_pos = max(boundary, system_count)
     fresh = [(pos, m, r) for (pos, m), r in zip(pending.new, pending.rows, strict=True)
              if pos < system_count or pos >= from_pos]
+    redacted, spilled = _flagged(old)
     return _estimated(SessionState(
-        session=row, head_len=len(messages), head_hash=hashes[-1] if hashes else None,
+        session=row, head_len=len(messages), head_hash=head_hash,
         system_count=system_count, boundary=boundary, summary=summary[2],
         summary_version=summary[0],
         window=(*_seeded(old, count, messages), *(m for _, m, _ in fresh)),
         positions=(*(r["pos"] for r in old), *(pos for pos, _, _ in fresh)),
         redacted_ids=frozenset(
-            [r["tool_call_id"] for r in old if r["redacted"] and r["tool_call_id"]]
-            + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
+            redacted + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
         ),
-        spilled=frozenset(
-            [r["tool_call_id"] for r in old if r["spilled"]]
-            + [s.tool_call_id for s in pending.spills]
-        ),
+        spilled=frozenset(spilled + [s.tool_call_id for s in pending.spills]),
         appended=len(pending.rows), superseded=superseded, events=tuple(pending.events),
     ), count)
 
@@ -230,12 +233,10 @@ async def load_window(
         conn, tenant=tenant, session_id=session_id, system_count=state.system_count,
         from_pos=max(boundary, state.system_count),
     )
+    redacted, spilled = _flagged(rows)
     return _estimated(replace(
         state, boundary=boundary, summary=summary["content"] if summary else None,
         summary_version=summary["version"] if summary else None,
         window=tuple(_seeded(rows, count)), positions=tuple(r["pos"] for r in rows),
-        redacted_ids=frozenset(
-            r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]
-        ),
-        spilled=frozenset(r["tool_call_id"] for r in rows if r["spilled"]),
+        redacted_ids=frozenset(redacted), spilled=frozenset(spilled),
     ), count)

@@ -117,9 +117,6 @@ class ResentBodies:
                 self._put(key, _Entry(raw, end, parsed))
         return parsed
 
-    def forget(self, key: Any) -> None:
-        self._pop(key)
-
     def _pop(self, key: Any) -> _Entry | None:
         entry = self._entries.pop(key, None)
         if entry is not None:

@@ -10,40 +10,10 @@ from typing import Any
 import asyncpg
 
 __all__ = [
-    "upsert_session", "fetchrow_session", "fetch_sessions",
+    "fetchrow_session", "fetch_sessions",
     "add_reclaimed", "delete_session", "reset_session", "copy_session",
     "session_lock_key",
 ]
-
-UPSERT_SESSION = """
-WITH s AS (
-    INSERT INTO sessions (tenant, id, agent, model) VALUES ($1, $2, $3, $4)
-    ON CONFLICT (tenant, id) DO UPDATE SET updated_at = now(), model = EXCLUDED.model,
-        agent = EXCLUDED.agent
-    RETURNING *
-)
-SELECT s.*, sm.version AS summary_version, sm.boundary AS summary_boundary,
-       sm.content AS summary_content
-FROM s LEFT JOIN LATERAL (
-    SELECT version, boundary, content FROM summaries
-    WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL
-    ORDER BY version DESC LIMIT 1
-) sm ON true
-"""
-
-
-async def upsert_session(
-    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None
-) -> asyncpg.Record:
-    """Create the session on first use, touch it after that; with its latest valid summary.
-
-    One round trip: every request needs both, and the caller holds the session lock, so
-    the summary read here is current.
-    """
-    row = await conn.fetchrow(UPSERT_SESSION, tenant, session_id, agent, model)
-    assert row is not None
-    return row
-
 
 FETCHROW_SESSION = """
 SELECT s.*, (SELECT count(*) FROM messages m WHERE m.tenant = s.tenant

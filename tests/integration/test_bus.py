@@ -8,7 +8,8 @@ import asyncpg
 
 from proxy.bus import EventBus
 from proxy.cascade.types import EVICTED, USAGE
-from proxy.store import events as store, sessions
+from proxy.store import events as store
+from tests.integration.store.helpers import create_session
 
 
 async def _bus(pool: asyncpg.Pool, dsn: str) -> EventBus:
@@ -18,7 +19,7 @@ async def _bus(pool: asyncpg.Pool, dsn: str) -> EventBus:
 
 
 async def test_event_too_big_for_notify_arrives_whole(pool: asyncpg.Pool, db_dsn: str) -> None:
-    await sessions.upsert_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
     producer, consumer = await _bus(pool, db_dsn), await _bus(pool, db_dsn)
     try:
         async with consumer.subscribe("t", "s") as queue:
@@ -38,7 +39,7 @@ async def test_event_too_big_for_notify_arrives_whole(pool: asyncpg.Pool, db_dsn
 async def test_transient_event_is_delivered_but_not_stored(
     pool: asyncpg.Pool, db_dsn: str
 ) -> None:
-    await sessions.upsert_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
     bus = await _bus(pool, db_dsn)
     try:
         async with bus.subscribe("t", "s") as queue:
@@ -52,7 +53,7 @@ async def test_transient_event_is_delivered_but_not_stored(
 
 
 async def test_other_tenants_subscriber_hears_nothing(pool: asyncpg.Pool, db_dsn: str) -> None:
-    await sessions.upsert_session(pool, tenant="a", session_id="s", agent="default", model="m")
+    await create_session(pool, tenant="a", session_id="s", agent="default", model="m")
     bus = await _bus(pool, db_dsn)
     try:
         async with bus.subscribe("b", "s") as queue:
@@ -82,7 +83,7 @@ async def test_events_are_announced_only_while_a_replica_watches(
     pool: asyncpg.Pool, db_dsn: str
 ) -> None:
     """No stream open on a session: its events are stored but cost no NOTIFY."""
-    await sessions.upsert_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
     listener, got = await _notifications(db_dsn)
     bus = await _bus(pool, db_dsn)
     try:
@@ -91,7 +92,7 @@ async def test_events_are_announced_only_while_a_replica_watches(
             assert await _announced(pool, got)
             assert (await asyncio.wait_for(queue.get(), 5)).name == USAGE
             # another tenant's session of the same name is not watched
-            await sessions.upsert_session(pool, tenant="u", session_id="s", agent="d", model="m")
+            await create_session(pool, tenant="u", session_id="s", agent="d", model="m")
             assert not await _announced(pool, got, tenant="u")
             # a watcher whose replica stopped refreshing expires
             await pool.execute("UPDATE event_watchers SET expires_at = now() - interval '1 s'")

@@ -13,7 +13,7 @@ from asyncpg import introspection
 
 from proxy.history import chain
 from proxy.store import messages as msgs, raw_outputs, sessions
-from tests.integration.store.helpers import set_head
+from tests.integration.store.helpers import create_session, set_head
 
 T, S = "t-a", "s1"
 _INTROSPECTION = {
@@ -50,7 +50,7 @@ def rows_for(history: list[dict[str, Any]], start: int = 0) -> list[msgs.NewMess
 @pytest.fixture
 async def conn(pool: asyncpg.Pool) -> Any:
     async with pool.acquire() as c:
-        await sessions.upsert_session(c, tenant=T, session_id=S, agent="default", model="m")
+        await create_session(c, tenant=T, session_id=S, agent="default", model="m")
         yield c
 
 
@@ -83,7 +83,7 @@ async def test_insert_messages_is_one_statement_whatever_the_count(conn: Any) ->
 
 
 async def test_messages_are_scoped_by_tenant(conn: Any) -> None:
-    await sessions.upsert_session(conn, tenant="t-b", session_id=S, agent="default", model="m")
+    await create_session(conn, tenant="t-b", session_id=S, agent="default", model="m")
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     assert await msgs.fetch_messages(conn, tenant="t-b", session_id=S) == []
     other = await msgs.fetch_window(conn, tenant="t-b", session_id=S, system_count=1, from_pos=0)

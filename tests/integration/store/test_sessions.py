@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -10,14 +11,14 @@ import pytest
 
 from proxy.cascade.types import Spill
 from proxy.store import events, messages as msgs, raw_outputs, sessions, summaries
-from tests.integration.store.helpers import set_head
+from tests.integration.store.helpers import create_session, set_head
 
 T = "t-a"
 
 
 async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 3) -> None:
     """A session with ``n`` messages, a raw output, a summary and an event."""
-    await sessions.upsert_session(conn, tenant=tenant, session_id=session_id, agent="a", model="m")
+    await create_session(conn, tenant=tenant, session_id=session_id, agent="a", model="m")
     rows = [
         msgs.NewMessage(pos=i, hash=f"h{i}", role="user", message={"role": "user", "content": i})
         for i in range(n)
@@ -59,17 +60,23 @@ async def counts(conn: Any, session_id: str, tenant: str = T) -> dict[str, int]:
     return out
 
 
-async def test_upsert_creates_then_touches(pool: asyncpg.Pool) -> None:
-    first = await sessions.upsert_session(pool, tenant=T, session_id="s", agent="a", model="m1")
-    assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
-    await set_head(
-        pool, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1
-    )
-    again = await sessions.upsert_session(pool, tenant=T, session_id="s", agent="b", model="m2")
-    assert (again["head_len"], again["head_hash"], again["system_count"]) == (4, "x", 1)
-    assert (again["agent"], again["model"]) == ("b", "m2")
-    assert again["updated_at"] >= first["updated_at"]
-    assert again["created_at"] == first["created_at"]
+async def test_begin_step_creates_then_touches(pool: asyncpg.Pool) -> None:
+    """The request's first statement creates the session, and later updates its agent and
+    model without touching its head."""
+    async with pool.acquire() as conn:
+        begin = {"tenant": T, "session_id": "s"}
+        first = (await msgs.begin_step(conn, agent="a", model="m1", **begin)).session
+        assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
+        await set_head(
+            conn, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1
+        )
+        again = (await msgs.begin_step(conn, agent="b", model="m2", **begin)).session
+        assert (again["head_len"], again["head_hash"], again["system_count"]) == (4, "x", 1)
+        assert (again["agent"], again["model"]) == ("b", "m2")
+        when = datetime.fromisoformat
+        assert when(again["updated_at"]) >= when(first["updated_at"])
+        assert again["created_at"] == first["created_at"]
+        await conn.execute("SELECT pg_advisory_unlock_all()")
 
 
 async def test_fetchrow_session_is_tenant_scoped_and_counts_superseded(
@@ -87,8 +94,8 @@ async def test_fetchrow_session_is_tenant_scoped_and_counts_superseded(
 
 async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> None:
     for sid in ("old", "mid", "new"):
-        await sessions.upsert_session(pool, tenant=T, session_id=sid, agent="a", model="m")
-    await sessions.upsert_session(pool, tenant="t-b", session_id="theirs", agent="a", model="m")
+        await create_session(pool, tenant=T, session_id=sid, agent="a", model="m")
+    await create_session(pool, tenant="t-b", session_id="theirs", agent="a", model="m")
     rows = await sessions.fetch_sessions(pool, tenant=T)
     assert [r["id"] for r in rows] == ["new", "mid", "old"]
     page = await sessions.fetch_sessions(pool, tenant=T, limit=1, offset=1)
@@ -97,7 +104,7 @@ async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> Non
 
 
 async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
-    await sessions.upsert_session(pool, tenant=T, session_id="s", agent="a", model="m")
+    await create_session(pool, tenant=T, session_id="s", agent="a", model="m")
     await msgs.record_step(
         pool, tenant=T, session_id="s", reply=None, prompt_tokens=900,
         estimate=1000, calibration=0.9,

@@ -20,7 +20,8 @@ from proxy.cascade.tokens import MemoCounter, message_cost
 from proxy.config import ContextConfig
 from proxy.history import chain
 from proxy.services.history import SessionState, load_window, reconcile_and_load
-from proxy.store import messages as msgs, sessions, summaries
+from proxy.store import messages as msgs, summaries
+from tests.integration.store.helpers import create_session
 from tests.integration.store.test_messages import asyncpg_internal
 
 T, S = "t-a", "s1"
@@ -39,7 +40,7 @@ def history(n: int, tag: str = "m") -> list[dict[str, Any]]:
 @pytest.fixture
 async def conn(pool: asyncpg.Pool) -> Any:
     async with pool.acquire() as c:
-        await sessions.upsert_session(c, tenant=T, session_id=S, agent="default", model="m")
+        await create_session(c, tenant=T, session_id=S, agent="default", model="m")
         yield c
 
 
@@ -87,7 +88,7 @@ async def summarise(conn: Any, boundary: int, content: str, session: str = S) ->
 
 
 async def test_versions_count_up_per_session_and_the_latest_valid_one_wins(conn: Any) -> None:
-    await sessions.upsert_session(conn, tenant=T, session_id="s2", agent="default", model="m")
+    await create_session(conn, tenant=T, session_id="s2", agent="default", model="m")
     await store(conn, history(30))
     await store(conn, history(30), session="s2")
     assert await summaries.fetchrow_latest(conn, tenant=T, session_id=S) is None
@@ -196,7 +197,7 @@ class Counting:
 
 
 async def _next_request(conn: Any, n: int, boundary: int, session: str) -> Counting:
-    await sessions.upsert_session(conn, tenant=T, session_id=session, agent="default", model="m")
+    await create_session(conn, tenant=T, session_id=session, agent="default", model="m")
     messages = history(n, tag=session)
     await store(conn, messages, session=session)
     await summarise(conn, boundary, "briefing", session=session)
@@ -274,7 +275,7 @@ def _big_history(session: str) -> list[dict[str, Any]]:
 async def _two_long_sessions(conn: Any) -> list[dict[str, Any]]:
     """Two sessions of 2,001 messages, each with 10,000 stored raw outputs; returns S's."""
     for session in (S, "s2"):
-        await sessions.upsert_session(
+        await create_session(
             conn, tenant=T, session_id=session, agent="default", model="m"
         )
         hist = _big_history(session)
