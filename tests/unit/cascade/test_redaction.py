@@ -14,6 +14,7 @@ from proxy.cascade.redaction import (
     _candidates,
     _fold,
     _plan,
+    _scanner,
     compile_patterns,
     redact,
     redact_message,
@@ -394,26 +395,45 @@ def test_redact_equals_the_plain_loop_with_configured_patterns(text: str) -> Non
 
 
 def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
-    anchors = [[a for a, _ in _plan(p).anchors] for p in PATTERNS]
-    assert anchors == [
-        ["-----BEGIN "],
-        ["-----BEGIN "],
-        ["sk-ant-"],
-        ["sk-"],
-        ["rk_", "sk_"],
-        ["AKIA", "ASIA"],
-        ["aws"],
-        ["gh"],
-        ["github_pat_"],
-        ["xox"],
-        ["AIza"],
-        ["eyJ"],
-        ["bearer"],
-        ["authorization"],
-        ["access", "api", "auth", "credential", "passw", "private", "pwd", "secret", "token"],
+    starts = [_plan(p).starts for p in PATTERNS]
+    assert starts == [
+        ("-----BEGIN ",),
+        ("-----BEGIN ",),
+        ("sk-ant-",),
+        ("sk-",),
+        ("rk_live_", "rk_test_", "sk_live_", "sk_test_"),
+        ("AKIA", "ASIA"),
+        starts[6],
+        ("gho_", "ghp_", "ghr_", "ghs_", "ghu_"),
+        ("github_pat_",),
+        ("xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"),
+        ("AIza",),
+        ("eyJ",),
+        ("bearer\t", "bearer "),
+        ("authorization",),
+        starts[-1],
     ]
+    assert len(starts[6]) == 8 and "aws_secret_access_key" in starts[6]  # (?:_?) spelled out
+    assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
+        starts[-1]
+    )
     assert [_plan(p).folded for p in PATTERNS].count(True) == 4
-    assert "password" in _plan(PATTERNS[-1]).starts and "api_key" in _plan(PATTERNS[-1]).starts
+    # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
+    scanner = _scanner(PATTERNS)
+    assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
+    text = "x AKIA akia ghp_ ghx_ Token"
+    found = scanner.find(text)
+    assert found["akia"] == [2, 7] and found["ghp_"] == [12] and found["token"] == [22]
+    assert _candidates(found, text, _plan(PATTERNS[5]), 100) == [2]  # case-sensitive: exact only
+    assert _candidates(found, text, _plan(PATTERNS[-1]), 100) == [22]
+
+
+def test_non_ascii_start_literals_make_a_plain_scan() -> None:
+    # "Σ" lowers to "σ" or "ς" depending on what follows, so no position-keeping fold exists.
+    pats = compile_patterns([r"ΑΣ=\w+", r"(?i)пароль=\w+"], use_defaults=False)
+    assert [_plan(p).starts for p in pats] == [(), ()]
+    text = "ΑΣ=1 ΑΣΒ ПАРОЛЬ=x"
+    assert redact(text, pats) == _reference_redact(text, pats) == (f"{REDACTED} ΑΣΒ {REDACTED}", 2)
 
 
 def test_patterns_without_a_start_literal_are_scanned_whole() -> None:
@@ -474,6 +494,7 @@ def test_a_pattern_sees_the_text_as_earlier_patterns_left_it() -> None:
 def test_dense_literals_fall_back_to_one_scan_with_the_same_result() -> None:
     text = "password " * 5000 + "token=abc123 " + "api_key" * 3000 + ": x"
     plan = _plan(PATTERNS[-1])
-    assert _candidates(_fold(text), plan, len(text) // 32 + 16) is None
+    found = _scanner(PATTERNS).find(text)
+    assert _candidates(found, text, plan, len(text) // 32 + 16) is None
     assert redact(text, PATTERNS) == _reference_redact(text, PATTERNS)
     assert redact(text, PATTERNS)[1] == 2
