@@ -462,3 +462,34 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
     assert [r["message"] for r in full] == [*history[:4], placeholder, *history[5:]]
     listed = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert [r["message"] for r in listed] == [*history[:4], placeholder, *history[5:]]
+
+
+TRICKY = [
+    'quotes " and \\ backslashes, {braces}, [brackets], commas, NULL, ""',
+    "unicode é 😀 \u2028 and a tab\t and a newline\n",
+    "",
+]
+
+
+async def test_json_and_jsonb_travel_whole_in_binary_arrays(conn: Any) -> None:
+    # The pool sends json/jsonb in PostgreSQL's binary format (store/db.py), so a json[]
+    # parameter carries each element length-prefixed: every character that needed quoting
+    # in the text array format must arrive, and come back, unchanged.
+    values = [{"role": "user", "content": text, "n": [1, None, True]} for text in TRICKY]
+    got = await conn.fetch(
+        "SELECT m, m->>'content' AS content, m::jsonb AS b"
+        " FROM unnest($1::json[]) WITH ORDINALITY AS t(m, o) ORDER BY o",
+        values,
+    )
+    assert [r["m"] for r in got] == values
+    assert [r["b"] for r in got] == values
+    assert [r["content"] for r in got] == TRICKY  # parsed by the server, not just echoed
+    assert await conn.fetchval("SELECT $1::jsonb -> 'k'", {"k": "é"}) == "é"
+
+
+def test_a_jsonb_value_of_an_unknown_format_version_is_refused() -> None:
+    from proxy.store.db import _decode_jsonb
+
+    assert _decode_jsonb(b'\x01{"a": 1}') == {"a": 1}
+    with pytest.raises(ValueError, match="jsonb format version"):
+        _decode_jsonb(b'\x02{"a": 1}')
