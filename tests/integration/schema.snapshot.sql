@@ -223,6 +223,7 @@ CREATE TABLE public.tool_raw_outputs (
     capped boolean DEFAULT false NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
+ALTER TABLE ONLY public.tool_raw_outputs ALTER COLUMN content SET STORAGE EXTERNAL;
 
 ALTER TABLE ONLY public.events ALTER COLUMN id SET DEFAULT nextval('public.events_id_seq'::regclass);
 
