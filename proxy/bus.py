@@ -150,17 +150,6 @@ class EventBus:
                 bodies.append(body)
         return (names, bodies), transient
 
-    async def publish_many(
-        self, conn: Any, *, tenant: str, session_id: str, events: Sequence[Event]
-    ) -> None:
-        """A batch of events in one round trip (persisted ones stored, all NOTIFYed)."""
-        if events:
-            persisted, transient = self.split(tenant, session_id, events)
-            await store.publish_many(
-                conn, tenant=tenant, session_id=session_id, persisted=persisted,
-                transient=transient,
-            )
-
     @staticmethod
     def _transient(tenant: str, session_id: str, name: str, body: Mapping[str, Any]) -> str:
         payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": body})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -122,11 +122,6 @@ class ChatService:
         pool's reset does (``store.db._reset``)."""
         await self.pool.release(conn)  # asyncpg shields the release from cancellation
 
-    async def _publish(self, conn: Any, ctx: ChatContext, events: Sequence[Event]) -> None:
-        await self.bus.publish_many(
-            conn, tenant=ctx.tenant, session_id=ctx.session_id, events=events
-        )
-
     async def _prepare(
         self, conn: Any, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext,
         hashes: list[str], guess: tuple[int, str | None] | None,
@@ -149,8 +144,6 @@ class ChatService:
             state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count)
         assembled = self._assemble(rt, body, state, count)
         reclaimed = await self._persist_step(conn, ctx, rt, state, assembled, count)
-        # Ingestion's events went out with the messages; eviction/trimming events (rare) here.
-        await self._publish(conn, ctx, assembled.events)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
@@ -261,32 +254,20 @@ class ChatService:
         self, conn: Any, ctx: ChatContext, rt: Route, state: SessionState, asm: Assembled,
         count: MemoCounter,
     ) -> int:
-        """Persist the step's intents; returns the tokens this step's eviction reclaimed."""
-        reclaimed = 0
-        if asm.spills:
-            await raw_outputs.insert_raw_outputs(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, spills=asm.spills,
-                cap_bytes=rt.ctx.tool_output.raw_cap_bytes,
-            )
-        if asm.evicted:
-            updates = [
-                (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
-                for i in asm.evicted
-            ]
-            await msgs.update_evicted(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, updates=updates
-            )
-            reclaimed = sum(
-                count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted
-            )
-            await sessions.add_reclaimed(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, tokens=reclaimed
-            )
-        if asm.trimmed:
-            await msgs.update_trimmed(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id,
-                positions=[state.positions[i] for i in asm.trimmed],
-            )
+        """Persist the step's intents and its events (eviction/trimming; ingestion's went out
+        with the messages) in one round trip; returns the tokens its eviction reclaimed."""
+        evicted = [
+            (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
+            for i in asm.evicted
+        ]
+        reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
+        persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
+        await msgs.persist_step(
+            conn, tenant=ctx.tenant, session_id=ctx.session_id,
+            raw=raw_outputs.raw_rows(asm.spills, rt.ctx.tool_output.raw_cap_bytes),
+            evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],
+            reclaimed=reclaimed, events=persisted, transient=transient,
+        )
         return reclaimed
 
     # -- after the answer ----------------------------------------------------------------

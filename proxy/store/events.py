@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 __all__ = [
-    "EventRows", "events_cte", "event_columns", "insert_event", "publish_many",
+    "EventRows", "events_cte", "event_columns", "insert_event",
     "fetch_events_after", "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
 ]
 
@@ -45,23 +45,6 @@ async def insert_event(
 ) -> int:
     """Persist one event (the trigger NOTIFYs listeners); returns its id."""
     return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, dict(data)))
-
-
-PUBLISH_MANY = f"""
-WITH e AS ({events_cte("$3", "$4")})
-SELECT pg_notify($5, x) FROM unnest($6::text[]) AS x
-"""
-
-
-async def publish_many(
-    conn: Any, *, tenant: str, session_id: str, persisted: EventRows, transient: Sequence[str]
-) -> None:
-    """Persist events and NOTIFY transient ones (ready payloads) in one round trip."""
-    if persisted[0] or transient:
-        await conn.execute(
-            PUBLISH_MANY, tenant, session_id, *event_columns(persisted),
-            NOTIFY_CHANNEL, list(transient),
-        )
 
 
 FETCH_EVENTS_AFTER = """

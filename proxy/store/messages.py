@@ -8,13 +8,14 @@ from typing import Any
 
 import asyncpg
 
-from proxy.store.events import EventRows, event_columns, events_cte
+from proxy.store import raw_outputs
+from proxy.store.events import NOTIFY_CHANNEL, EventRows, event_columns, events_cte
 from proxy.store.sessions import session_lock_key
 
 __all__ = [
     "Begun", "begin_step", "BEGIN_STEP",
     "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
-    "fetch_matched_len", "supersede_from", "fetch_messages", "update_evicted", "update_trimmed",
+    "fetch_matched_len", "supersede_from", "fetch_messages", "persist_step",
     "record_step",
 ]
 
@@ -117,13 +118,7 @@ WITH new AS (
     FROM unnest($5::int[], $6::text[], $7::text[], $8::json[], $9::text[], $10::int[],
                 $11::bool[], $12::bool[])
          AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim)
-), raw AS (
-    INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
-                                  capped)
-    SELECT $1, $2, id, content, nbytes, capped
-    FROM unnest($13::text[], $14::text[], $15::bigint[], $16::bool[])
-         AS r(id, content, nbytes, capped)
-    ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING
+), raw AS (""" + raw_outputs.insert_sql(13) + """
 ), head AS (
     UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19, updated_at = now()
     WHERE tenant = $1 AND id = $2 AND $20
@@ -239,42 +234,53 @@ async def fetch_messages(
     )
 
 
-UPDATE_EVICTED = """
-UPDATE messages m SET message = t.message, tokens = t.tokens, evicted_at = now(),
-    verbatim = false
-FROM unnest($3::int[], $4::json[], $5::int[]) AS t(pos, message, tokens)
-WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.pos = t.pos
+PERSIST_STEP = """
+WITH raw AS (""" + raw_outputs.insert_sql(3) + """
+), evicted AS (
+    UPDATE messages m SET
+        message = coalesce(t.message, m.message), tokens = coalesce(t.tokens, m.tokens),
+        evicted_at = CASE WHEN t.message IS NULL THEN m.evicted_at ELSE now() END,
+        verbatim = m.verbatim AND t.message IS NULL,
+        trimmed_at = CASE WHEN t.trim THEN now() ELSE m.trimmed_at END
+    FROM unnest($7::int[], $8::json[], $9::int[], $10::bool[]) AS t(pos, message, tokens, trim)
+    WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.pos = t.pos
+), reclaimed AS (
+    UPDATE sessions SET reclaimed_tokens = reclaimed_tokens + $11
+    WHERE tenant = $1 AND id = $2 AND $11 <> 0
+), ev AS (""" + events_cte("$12", "$13") + """)
+SELECT pg_notify($14, x) FROM unnest($15::text[]) AS x
 """
 
 
-async def update_evicted(
-    conn: Any, *, tenant: str, session_id: str,
-    updates: Sequence[tuple[int, dict[str, Any], int]],
+async def persist_step(
+    conn: Any, *, tenant: str, session_id: str, raw: Sequence[tuple[str, str, int, bool]] = (),
+    evicted: Sequence[tuple[int, dict[str, Any], int]] = (), trimmed: Sequence[int] = (),
+    reclaimed: int = 0, events: EventRows = ((), ()), transient: Sequence[str] = (),
 ) -> None:
-    """Persist placeholders (position, message, its token cost) so every later step sends
-    the same prefix (cache-stable)."""
-    if updates:
-        await conn.execute(
-            UPDATE_EVICTED, tenant, session_id, [u[0] for u in updates],
-            [u[1] for u in updates], [u[2] for u in updates],
-        )
+    """Before the answer, in one round trip, what the cascade decided for this step's prompt:
 
+    - ``raw``: spilled full outputs (``raw_outputs.raw_rows``), stored before the prompt
+      that names their handles is sent;
+    - ``evicted``: (position, placeholder, its token cost), so every later step sends the
+      same prefix (cache-stable);
+    - ``trimmed``: positions the overflow guard dropped, kept in the store but gone from
+      every prompt (persisting the cut keeps later prefixes stable too);
+    - ``reclaimed``: tokens this step's eviction freed, added to the session's count;
+    - ``events`` (persisted; the trigger NOTIFYs them) and ready ``transient`` payloads.
 
-UPDATE_TRIMMED = """
-UPDATE messages SET trimmed_at = now()
-WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND pos = any($3::int[])
-"""
-
-
-async def update_trimmed(
-    conn: Any, *, tenant: str, session_id: str, positions: Sequence[int]
-) -> None:
-    """Mark messages the overflow guard dropped: kept in the store, gone from every prompt.
-
-    Persisting the cut (instead of re-trimming each step) keeps later prompts' prefix stable.
+    A position both evicted and trimmed is one row of the UPDATE (PostgreSQL applies only
+    one change when a statement updates a row twice).
     """
-    if positions:
-        await conn.execute(UPDATE_TRIMMED, tenant, session_id, list(positions))
+    if not (raw or evicted or trimmed or reclaimed or events[0] or transient):
+        return
+    rows: dict[int, list[Any]] = {pos: [msg, tokens, False] for pos, msg, tokens in evicted}
+    for pos in trimmed:
+        rows.setdefault(pos, [None, None, False])[2] = True
+    await conn.execute(
+        PERSIST_STEP, tenant, session_id, *_raw_columns(raw), list(rows),
+        *([row[i] for row in rows.values()] for i in range(3)), reclaimed,
+        *event_columns(events), NOTIFY_CHANNEL, list(transient),
+    )
 
 
 RECORD_STEP = """

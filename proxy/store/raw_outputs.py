@@ -10,14 +10,20 @@ import asyncpg
 from proxy.cascade.truncation import cap_utf8
 from proxy.cascade.types import Spill
 
-__all__ = ["raw_rows", "insert_raw_outputs", "fetchrow_raw_output"]
+__all__ = ["raw_rows", "insert_sql", "fetchrow_raw_output"]
 
-INSERT_RAW_OUTPUTS = """
-INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes, capped)
-SELECT $1, $2, id, content, nbytes, capped
-FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bool[]) AS t(id, content, nbytes, capped)
-ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING
-"""
+def insert_sql(first: int) -> str:
+    """The INSERT of :func:`raw_rows` as four array parameters from ``$first`` on (``$1``/``$2``
+    are tenant and session), for statements that store spills with other things; an
+    existing row is kept as is."""
+    ids, content, nbytes, capped = (f"${first + i}" for i in range(4))
+    return (
+        "INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,"
+        " original_bytes, capped) SELECT $1, $2, id, content, nbytes, capped FROM"
+        f" unnest({ids}::text[], {content}::text[], {nbytes}::bigint[], {capped}::bool[])"
+        " AS r(id, content, nbytes, capped) ON CONFLICT (tenant, session_id, tool_call_id)"
+        " DO NOTHING"
+    )
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:
@@ -27,19 +33,6 @@ def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, in
         size = len(spill.text.encode("utf-8"))
         out.append((spill.tool_call_id, cap_utf8(spill.text, cap_bytes), size, size > cap_bytes))
     return out
-
-
-async def insert_raw_outputs(
-    conn: Any, *, tenant: str, session_id: str, spills: Sequence[Spill], cap_bytes: int
-) -> None:
-    """Store spills, capped at ``cap_bytes`` UTF-8 bytes (whole characters), recording the
-    original size; an existing row is kept as is."""
-    if not spills:
-        return
-    rows = raw_rows(spills, cap_bytes)
-    await conn.execute(
-        INSERT_RAW_OUTPUTS, tenant, session_id, *([r[i] for r in rows] for i in range(4))
-    )
 
 
 FETCHROW_RAW_OUTPUT = """

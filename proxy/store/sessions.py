@@ -11,7 +11,7 @@ import asyncpg
 
 __all__ = [
     "fetchrow_session", "fetch_sessions",
-    "add_reclaimed", "delete_session", "reset_session", "copy_session",
+    "delete_session", "reset_session", "copy_session",
     "session_lock_key",
 ]
 
@@ -37,16 +37,6 @@ async def fetch_sessions(
     conn: Any, *, tenant: str, limit: int = 100, offset: int = 0
 ) -> list[asyncpg.Record]:
     return await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)
-
-
-ADD_RECLAIMED = """
-UPDATE sessions SET reclaimed_tokens = reclaimed_tokens + $3 WHERE tenant = $1 AND id = $2
-RETURNING reclaimed_tokens
-"""
-
-
-async def add_reclaimed(conn: Any, *, tenant: str, session_id: str, tokens: int) -> int:
-    return int(await conn.fetchval(ADD_RECLAIMED, tenant, session_id, tokens) or 0)
 
 
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"

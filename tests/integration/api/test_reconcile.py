@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from proxy.store import events, messages as msgs, summaries
+from proxy.store import messages as msgs, summaries
 from tests.fakes.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -35,7 +35,7 @@ from tests.fakes.upstream import (
     reply,
     tool_call,
 )
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import run_sync
 
 MODEL = "gpt-4o"
@@ -202,7 +202,7 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         # the request's events ride in those two statements, in order
         published = [begin.args[22], only(log, msgs.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
-        assert not any(q.query == events.PUBLISH_MANY for q in log.queries)
+        assert not any(q.query == msgs.PERSIST_STEP for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
         assert msgs.SUPERSEDE_FROM not in per_size[n]
         view = session_view(app_client, sid)
@@ -210,6 +210,42 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         # no explicit unlock statement, yet the session lock is gone once the request is done
         assert advisory_locks(db_dsn) == 0
     assert per_size[10] == per_size[50] == per_size[200] == COMMON
+
+
+def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
+    db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    # A tiny window: the first request's two old tool results are over the eviction
+    # threshold at once, so that very step evicts them (placeholders, spills of the full
+    # text, the reclaimed count, a context.evicted event).
+    config = write_config(
+        tmp_path / "evict.json", fake_upstream.url,
+        models={"default": {"contextLimit": 4000, "reservedOutput": 200}},
+        context={"eviction": {"atFraction": 0.2, "keepRecentRounds": 1, "clearAtLeast": 100,
+                              "minResultTokens": 50},
+                 "summarize": {"enabled": False}},
+    )
+    settings = Settings(database_url=db_dsn, config=config, watch_config=False)
+    messages: list[dict[str, Any]] = [user("inspect the repo")]
+    for i in range(3):  # 7 messages: a new session this replica guesses empty
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "read_file", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"{i} " * 600})
+    with TestClient(create_app(settings), headers={"authorization": "Bearer sk-t"}) as client:
+        log = QueryLog(client.app_state["chat"].pool)
+        client.app_state["chat"].pool = log
+        post(client, "evicts", messages)
+        persisted = only(log, msgs.PERSIST_STEP)
+    sent = fake_upstream.bodies()[-1]["messages"]
+    cleared = [m["tool_call_id"] for m in sent if str(m.get("content")).startswith("[context")]
+    assert cleared == ["c0", "c1"]
+    assert statements(log) == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
+    # spilled ids, evicted positions, the reclaimed tokens and the (transient) event, in
+    # that statement
+    assert persisted.args[2] == ["c0", "c1"] and persisted.args[6] == [2, 4]
+    assert persisted.args[10] > 0 and persisted.args[11] == []
+    assert [json.loads(p)["n"] for p in persisted.args[14]] == ["context.evicted"]
 
 
 def test_a_named_sessions_resent_history_is_parsed_once(

@@ -147,11 +147,11 @@ async def test_fetch_messages_pages(conn: Any) -> None:
     assert [r["pos"] for r in page] == [2, 3]
 
 
-async def test_update_evicted_rewrites_prompt_form_and_marks_rows(conn: Any) -> None:
+async def test_persist_step_rewrites_evicted_prompt_forms_and_marks_rows(conn: Any) -> None:
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
-    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(2, placeholder, 7)])
-    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[])
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 7)])
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[])
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert rows[2]["message"] == placeholder and rows[2]["evicted_at"] is not None
     assert [r["pos"] for r in rows if r["evicted_at"] is not None] == [2]
@@ -161,13 +161,13 @@ async def test_update_evicted_rewrites_prompt_form_and_marks_rows(conn: Any) -> 
     assert [r["tokens"] for r in window] == [0, 0, 7, 1, 1]
 
 
-async def test_update_evicted_leaves_superseded_rows_alone(conn: Any) -> None:
+async def test_persist_step_leaves_superseded_rows_alone(conn: Any) -> None:
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=2)
     fresh = [*HISTORY[:2], {"role": "assistant", "content": "TWO"}]
     await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(fresh, start=2))
     placeholder = {"role": "assistant", "content": "[context-cleared] TWO"}
-    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(2, placeholder, 3)])
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S, include_superseded=True)
     at_two = [
         (r["message"], r["superseded_at"] is None, r["evicted_at"] is None)
@@ -290,7 +290,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
     await set_head(
         conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1
     )
-    await sessions.add_reclaimed(conn, tenant=T, session_id=S, tokens=12)
+    await msgs.persist_step(conn, tenant=T, session_id=S, reclaimed=12)
     reply = msgs.NewMessage(
         pos=4, hash=hashes[4], role="assistant", message=HISTORY[4], tokens=9, source="upstream"
     )
@@ -440,7 +440,7 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
                    system_count=1)
     placeholder = {"role": "user", "content": "[context-cleared] four"}
-    await msgs.update_evicted(conn, tenant=T, session_id=S, updates=[(4, placeholder, 3)])
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(4, placeholder, 3)])
     step = {"tenant": T, "session_id": S, "agent": "default", "model": "m",
             "head_len": 6, "head_hash": hashes[5], "system_count": 1}
 
@@ -493,3 +493,52 @@ def test_a_jsonb_value_of_an_unknown_format_version_is_refused() -> None:
     assert _decode_jsonb(b'\x01{"a": 1}') == {"a": 1}
     with pytest.raises(ValueError, match="jsonb format version"):
         _decode_jsonb(b'\x02{"a": 1}')
+
+
+async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any) -> None:
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    placeholder = {"role": "assistant", "content": "[context-cleared] two"}
+    got: list[str] = []
+
+    def heard(*args: Any) -> None:
+        got.append(args[-1])
+
+    await conn.add_listener("cascade_events", heard)
+    seen = logged(conn)
+    await msgs.persist_step(
+        conn, tenant=T, session_id=S, raw=[("c1", "full text", 9, False)],
+        evicted=[(2, placeholder, 4)], trimmed=[2, 3], reclaimed=30,
+        events=(["context.evicted"], [{"count": 1}]), transient=['{"x": 1}'],
+    )
+    await asyncio.sleep(0)  # loggers run via call_soon
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.PERSIST_STEP]
+    rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
+    marks = [(r["pos"], r["evicted_at"] is not None, r["trimmed_at"] is not None) for r in rows]
+    # position 2 was both evicted and trimmed: both changes land, not one of them
+    assert marks == [(0, False, False), (1, False, False), (2, True, True), (3, False, True),
+                     (4, False, False)]
+    assert rows[2]["message"] == placeholder and rows[3]["message"] == HISTORY[3]
+    assert [r["tokens"] for r in rows][2:4] == [4, 1]
+    raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
+    assert raw is not None and raw["content"] == "full text"
+    session = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
+    assert session is not None and session["reclaimed_tokens"] == 30
+    names = await conn.fetch("SELECT name, data FROM events WHERE tenant = $1 AND session_id = $2",
+                             T, S)
+    assert [(r["name"], r["data"]) for r in names] == [("context.evicted", {"count": 1})]
+    for _ in range(50):  # notifications arrive asynchronously
+        if got:
+            break
+        await asyncio.sleep(0.02)
+    await conn.remove_listener("cascade_events", heard)
+    # the transient payload as given (a persisted event is announced only to watched
+    # sessions, by migration 0004's trigger)
+    assert got == ['{"x": 1}']
+
+
+async def test_persist_step_with_nothing_to_store_sends_nothing(conn: Any) -> None:
+    seen = logged(conn)
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[], trimmed=[], reclaimed=0)
+    await conn.execute("SELECT 1")
+    await asyncio.sleep(0)
+    assert [q for q in seen if not asyncpg_internal(q)] == ["SELECT 1"]

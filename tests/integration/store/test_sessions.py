@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from proxy.cascade.types import Spill
-from proxy.store import events, messages as msgs, raw_outputs, sessions, summaries
+from proxy.store import messages as msgs, raw_outputs, sessions, summaries
 from tests.integration.store.helpers import create_session, set_head
 
 T = "t-a"
@@ -33,8 +33,8 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         system_count=0,
     )
     spill = Spill(tool_call_id="call_1", text="raw text")
-    await raw_outputs.insert_raw_outputs(
-        conn, tenant=tenant, session_id=session_id, spills=[spill], cap_bytes=1000
+    await msgs.persist_step(
+        conn, tenant=tenant, session_id=session_id, raw=raw_outputs.raw_rows([spill], 1000)
     )
     await summaries.insert_summary(
         conn,
@@ -46,9 +46,8 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         tokens=1,
         model="fast",
     )
-    await events.publish_many(
-        conn, tenant=tenant, session_id=session_id, persisted=(["context.usage"], [{"x": 1}]),
-        transient=[],
+    await msgs.persist_step(
+        conn, tenant=tenant, session_id=session_id, events=(["context.usage"], [{"x": 1}])
     )
 
 
@@ -109,9 +108,10 @@ async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
         pool, tenant=T, session_id="s", reply=None, prompt_tokens=900,
         estimate=1000, calibration=0.9,
     )
-    assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=50) == 50
-    assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=25) == 75
-    assert await sessions.add_reclaimed(pool, tenant=T, session_id="s", tokens=0) == 75
+    for tokens, total in ((50, 50), (25, 75), (0, 75)):
+        await msgs.persist_step(pool, tenant=T, session_id="s", reclaimed=tokens)
+        row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
+        assert row is not None and row["reclaimed_tokens"] == total
     row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
     assert row is not None
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (900, 1000, 0.9)
@@ -124,8 +124,9 @@ async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     assert row is not None and row["last_prompt_tokens"] is None
 
 
-async def test_add_reclaimed_on_missing_session_is_zero(pool: asyncpg.Pool) -> None:
-    assert await sessions.add_reclaimed(pool, tenant=T, session_id="ghost", tokens=5) == 0
+async def test_reclaimed_tokens_of_a_missing_session_create_nothing(pool: asyncpg.Pool) -> None:
+    await msgs.persist_step(pool, tenant=T, session_id="ghost", reclaimed=5)
+    assert await sessions.fetchrow_session(pool, tenant=T, session_id="ghost") is None
 
 
 async def test_delete_cascades_to_everything_the_session_owns(pool: asyncpg.Pool) -> None:
