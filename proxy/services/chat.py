@@ -255,16 +255,22 @@ class ChatService:
         count: MemoCounter,
     ) -> int:
         """Persist the step's intents and its events (eviction/trimming; ingestion's went out
-        with the messages) in one round trip; returns the tokens its eviction reclaimed."""
+        with the messages) in one round trip; returns the tokens its eviction reclaimed.
+
+        An evicted result's spill is its row's own body, which the store keeps beside the
+        placeholder (``store.messages.persist_step``), so only other spills are copied.
+        """
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
             for i in asm.evicted
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
+        kept = {asm.window[i].get("tool_call_id") for i in asm.evicted}
+        spills = [s for s in asm.spills if s.tool_call_id not in kept]
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         await msgs.persist_step(
             conn, tenant=ctx.tenant, session_id=ctx.session_id,
-            raw=raw_outputs.raw_rows(asm.spills, rt.ctx.tool_output.raw_cap_bytes),
+            raw=raw_outputs.raw_rows(spills, rt.ctx.tool_output.raw_cap_bytes),
             evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],
             reclaimed=reclaimed, events=persisted, transient=transient,
         )

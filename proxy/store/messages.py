@@ -78,12 +78,14 @@ SELECT m.pos, m.hash, m.role, {body} AS message, m.tool_call_id, m.tokens, m.red
 FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
 """
+# A row's prompt form: an evicted row's placeholder, else its body (migration 0008).
+PROMPT_FORM = "coalesce(m.placeholder, m.message)"
 # The body of a verbatim row is the client's own message, which it has just resent: left
 # out (NULL), so it is neither decompressed, sent nor decoded (migration 0006).
-UNLESS_VERBATIM = "CASE WHEN m.verbatim THEN NULL ELSE m.message END"
+UNLESS_VERBATIM = f"CASE WHEN m.verbatim THEN NULL ELSE {PROMPT_FORM} END"
 
 
-def _window(head_range: str, tail_range: str, body: str = "m.message") -> str:
+def _window(head_range: str, tail_range: str, body: str = PROMPT_FORM) -> str:
     """The leading system rows and the rows after the boundary, as two index range scans.
 
     One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
@@ -217,8 +219,8 @@ async def supersede_from(conn: Any, *, tenant: str, session_id: str, from_pos: i
 
 
 FETCH_MESSAGES = """
-SELECT pos, role, message, tool_call_id, tokens, redacted, evicted_at, trimmed_at,
-       superseded_at, source, created_at
+SELECT pos, role, coalesce(placeholder, message) AS message, tool_call_id, tokens, redacted,
+       evicted_at, trimmed_at, superseded_at, source, created_at
 FROM messages
 WHERE tenant = $1 AND session_id = $2 AND ($3 OR superseded_at IS NULL)
 ORDER BY pos, id LIMIT $4 OFFSET $5
@@ -238,7 +240,7 @@ PERSIST_STEP = """
 WITH raw AS (""" + raw_outputs.insert_sql(3) + """
 ), evicted AS (
     UPDATE messages m SET
-        message = coalesce(t.message, m.message), tokens = coalesce(t.tokens, m.tokens),
+        placeholder = coalesce(t.message, m.placeholder), tokens = coalesce(t.tokens, m.tokens),
         evicted_at = CASE WHEN t.message IS NULL THEN m.evicted_at ELSE now() END,
         verbatim = m.verbatim AND t.message IS NULL,
         trimmed_at = CASE WHEN t.trim THEN now() ELSE m.trimmed_at END
@@ -262,7 +264,9 @@ async def persist_step(
     - ``raw``: spilled full outputs (``raw_outputs.raw_rows``), stored before the prompt
       that names their handles is sent;
     - ``evicted``: (position, placeholder, its token cost), so every later step sends the
-      same prefix (cache-stable);
+      same prefix (cache-stable). The placeholder goes beside the row's body, which stays
+      in place (migration 0008): read_tool_output pages an evicted result from there, so
+      an eviction's spill needs no copy in ``raw``;
     - ``trimmed``: positions the overflow guard dropped, kept in the store but gone from
       every prompt (persisting the cut keeps later prefixes stable too);
     - ``reclaimed``: tokens this step's eviction freed, added to the session's count;

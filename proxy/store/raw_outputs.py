@@ -1,16 +1,20 @@
-"""``tool_raw_outputs``: the full (redacted-safe) text of spilled tool results."""
+"""``tool_raw_outputs``: the full (redacted-safe) text of spilled tool results.
+
+A result cut at ingestion is spilled here. An evicted result needs no copy: its row keeps
+the body beside the placeholder (migration 0008), and :func:`fetchrow_raw_output` reads it
+from there when no spilled row exists.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import asyncpg
-
-from proxy.cascade.truncation import cap_utf8
+from proxy.cascade.truncation import cap_utf8, content_text
 from proxy.cascade.types import Spill
 
 __all__ = ["raw_rows", "insert_sql", "fetchrow_raw_output"]
+
 
 def insert_sql(first: int) -> str:
     """The INSERT of :func:`raw_rows` as four array parameters from ``$first`` on (``$1``/``$2``
@@ -36,12 +40,29 @@ def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, in
 
 
 FETCHROW_RAW_OUTPUT = """
-SELECT content, original_bytes, capped FROM tool_raw_outputs
+SELECT content, original_bytes, capped, NULL::json AS message FROM tool_raw_outputs
 WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
+UNION ALL (
+    SELECT NULL, NULL, false, message FROM messages
+    WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3 AND placeholder IS NOT NULL
+      AND NOT redacted
+    ORDER BY id DESC LIMIT 1
+)
+LIMIT 1
 """
 
 
 async def fetchrow_raw_output(
     conn: Any, *, tenant: str, session_id: str, tool_call_id: str
-) -> asyncpg.Record | None:
-    return await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, tool_call_id)
+) -> dict[str, Any] | None:
+    """The full text of a tool call's result: its spilled row, else the body of its evicted
+    row (the latest, superseded or not; never a redacted one, which eviction gives no
+    handle). ``{"content", "original_bytes", "capped"}``, or None."""
+    row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, tool_call_id)
+    if row is None:
+        return None
+    if row["message"] is None:
+        return {"content": row["content"], "original_bytes": row["original_bytes"],
+                "capped": row["capped"]}
+    text = content_text(row["message"].get("content"))
+    return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}

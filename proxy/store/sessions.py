@@ -83,9 +83,9 @@ COPY_SESSION = [
            last_prompt_tokens, last_estimate, calibration, reclaimed_tokens
        FROM sessions WHERE tenant = $1 AND id = $2""",
     """INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-           redacted, evicted_at, trimmed_at, source, verbatim)
+           redacted, evicted_at, trimmed_at, source, verbatim, placeholder)
        SELECT tenant, $3, pos, hash, role, message, tool_call_id, tokens, redacted, evicted_at,
-           trimmed_at, source, verbatim
+           trimmed_at, source, verbatim, placeholder
        FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL""",
     """INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
            capped)

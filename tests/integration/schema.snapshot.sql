@@ -59,7 +59,8 @@ BEGIN
     RETURN QUERY
     SELECT * FROM (
         SELECT NULL::json, m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE m.message END, m.tool_call_id, m.tokens,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens,
                m.redacted, m.tool_call_id IS NOT NULL AND EXISTS (
                    SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
                      AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id),
@@ -69,7 +70,8 @@ BEGIN
           AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
         UNION ALL
         SELECT NULL::json, m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE m.message END, m.tool_call_id, m.tokens,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens,
                m.redacted, m.tool_call_id IS NOT NULL AND EXISTS (
                    SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
                      AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id),
@@ -164,7 +166,8 @@ CREATE TABLE public.messages (
     superseded_at timestamp with time zone,
     source text DEFAULT 'client'::text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    verbatim boolean DEFAULT false NOT NULL
+    verbatim boolean DEFAULT false NOT NULL,
+    placeholder json
 );
 ALTER TABLE ONLY public.messages ALTER COLUMN message SET STORAGE EXTERNAL;
 
@@ -258,6 +261,8 @@ ALTER TABLE ONLY public.tool_raw_outputs
 CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id);
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
+
+CREATE INDEX messages_evicted ON public.messages USING btree (tenant, session_id, tool_call_id) WHERE (placeholder IS NOT NULL);
 
 CREATE INDEX messages_hash ON public.messages USING btree (tenant, session_id, hash);
 

@@ -237,13 +237,16 @@ def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
         client.app_state["chat"].pool = log
         post(client, "evicts", messages)
         persisted = only(log, msgs.PERSIST_STEP)
+        pages = [client.get(f"/v1/sessions/evicts/tool-outputs/c{i}").json() for i in (0, 1)]
     sent = fake_upstream.bodies()[-1]["messages"]
     cleared = [m["tool_call_id"] for m in sent if str(m.get("content")).startswith("[context")]
     assert cleared == ["c0", "c1"]
     assert statements(log) == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
-    # spilled ids, evicted positions, the reclaimed tokens and the (transient) event, in
-    # that statement
-    assert persisted.args[2] == ["c0", "c1"] and persisted.args[6] == [2, 4]
+    # evicted positions, the reclaimed tokens and the (transient) event, in that statement;
+    # no copy of the evicted text (the rows keep it), yet every byte of it comes back
+    assert persisted.args[2] == [] and persisted.args[6] == [2, 4]
+    assert [p["page"].split("\n", 1)[1] for p in pages] == [f"{i} " * 600 for i in (0, 1)]
+    assert [p["total_chars"] for p in pages] == [1200, 1200]
     assert persisted.args[10] > 0 and persisted.args[11] == []
     assert [json.loads(p)["n"] for p in persisted.args[14]] == ["context.evicted"]
 

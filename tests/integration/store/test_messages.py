@@ -542,3 +542,69 @@ async def test_persist_step_with_nothing_to_store_sends_nothing(conn: Any) -> No
     await conn.execute("SELECT 1")
     await asyncio.sleep(0)
     assert [q for q in seen if not asyncpg_internal(q)] == ["SELECT 1"]
+
+
+TOOL_HISTORY = [
+    user("look"),
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "full "},
+                                                       {"type": "text", "text": "résultat"}]},
+    {"role": "assistant", "content": "done"},
+]
+
+
+async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn: Any) -> None:
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
+    placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    stored = await conn.fetchrow(
+        "SELECT message, placeholder FROM messages WHERE tenant = $1 AND session_id = $2"
+        " AND pos = 2", T, S)
+    assert (stored["message"], stored["placeholder"]) == (TOOL_HISTORY[2], placeholder)
+    # every read of the prompt form sees the placeholder
+    window = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=0, from_pos=0)
+    assert [r["message"] for r in window] == [*TOOL_HISTORY[:2], placeholder, TOOL_HISTORY[3]]
+    listed = await msgs.fetch_messages(conn, tenant=T, session_id=S)
+    assert listed[2]["message"] == placeholder
+    # read_tool_output's source: the body's text (parts joined as eviction's spill joined
+    # them), though nothing was spilled
+    assert await conn.fetchval("SELECT count(*) FROM tool_raw_outputs") == 0
+    got = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
+    assert got == {"content": "full \nrésultat", "original_bytes": 15, "capped": False}
+    # ... still after the client rewrote that part of its history
+    await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=1)
+    again = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
+    assert again == got
+    # a branch copies only the live history, so not this superseded row
+    await sessions.copy_session(conn, tenant=T, source=S, target="copy")
+    assert await raw_outputs.fetchrow_raw_output(
+        conn, tenant=T, session_id="copy", tool_call_id="c1") is None
+
+
+async def test_a_branch_keeps_evicted_bodies_and_placeholders(conn: Any) -> None:
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
+    placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    await sessions.copy_session(conn, tenant=T, source=S, target="copy")
+    window = await msgs.fetch_window(conn, tenant=T, session_id="copy", system_count=0,
+                                     from_pos=0)
+    assert window[2]["message"] == placeholder
+    got = await raw_outputs.fetchrow_raw_output(
+        conn, tenant=T, session_id="copy", tool_call_id="c1")
+    assert got is not None and got["content"] == "full \nrésultat"
+
+
+async def test_a_spilled_output_wins_and_a_redacted_evicted_row_is_never_paged(
+    conn: Any,
+) -> None:
+    rows = rows_for(TOOL_HISTORY)
+    rows[2] = replace(rows[2], redacted=True)
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows)
+    placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    assert await raw_outputs.fetchrow_raw_output(
+        conn, tenant=T, session_id=S, tool_call_id="c1") is None
+    await msgs.persist_step(conn, tenant=T, session_id=S, raw=[("c1", "spilled", 7, False)])
+    got = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
+    assert got == {"content": "spilled", "original_bytes": 7, "capped": False}
