@@ -137,6 +137,8 @@ class EventBus:
         Callers embed the persisted rows in a statement they run anyway
         (``store.events_cte``); stamping ``session_id`` and ``ts`` happens here.
         """
+        if not events:  # most steps: no clock read, no lists
+            return ((), ()), []
         ts = _now()
         names: list[str] = []
         bodies: list[Mapping[str, Any]] = []

@@ -106,7 +106,7 @@ _MAX_STARTS = 32  # most start literals kept for one pattern
 _MAX_CLASS = 8  # a class of at most this many plain characters expands into start literals
 _MAX_COPIES = 3  # so does a repeat of at most this many copies
 _DENSITY = 32  # past one candidate per this many characters, one subn scan is cheaper
-_MAX_PLANS = 1024
+_MAX_SCANNERS = 1024
 
 # Characters ``re`` matches to an ASCII letter ignoring case that ``str.lower`` does not lower
 # to it (U+0130 even lowers to two characters, which would shift every later position).
@@ -129,7 +129,6 @@ _Prefixes = tuple[frozenset[str], bool, bool]
 _EMPTY: _Prefixes = (frozenset({""}), True, False)
 _UNKNOWN: _Prefixes = (frozenset({""}), False, False)
 
-_PLANS: dict[int, tuple[re.Pattern[str], _Plan]] = {}
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,18 +155,10 @@ def compile_patterns(
 
 
 def _plan(pattern: re.Pattern[str]) -> _Plan:
-    # Keyed by identity: hashing a compiled pattern hashes its whole program, every call.
-    # The entry holds the pattern, so its id cannot be reused while the entry lives.
-    entry = _PLANS.get(id(pattern))
-    if entry is not None and entry[0] is pattern:
-        return entry[1]
+    """How to run ``pattern`` (computed once per pattern sequence, in :func:`_scanner`)."""
     groups = tuple(name for name in pattern.groupindex if name.startswith("secret"))
     starts, folded = _starts(pattern)
-    plan = _Plan(starts, folded, groups)
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[id(pattern)] = (pattern, plan)
-    return plan
+    return _Plan(starts, folded, groups)
 
 
 def _starts(pattern: re.Pattern[str]) -> tuple[tuple[str, ...], bool]:
@@ -290,7 +281,9 @@ _SCANNERS: dict[int, tuple[Sequence[re.Pattern[str]], _Scanner]] = {}
 
 
 def _scanner(patterns: Sequence[re.Pattern[str]]) -> _Scanner:
-    # Keyed by identity, like the plans: ``compile_patterns`` hands out one cached tuple.
+    # Keyed by identity: ``compile_patterns`` hands out one cached tuple, and hashing compiled
+    # patterns hashes their whole programs. The entry holds the sequence, so its id cannot be
+    # reused while the entry lives.
     entry = _SCANNERS.get(id(patterns))
     if entry is not None and entry[0] is patterns:
         return entry[1]
@@ -302,7 +295,7 @@ def _scanner(patterns: Sequence[re.Pattern[str]]) -> _Scanner:
         ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals]) if literals else None,
         ahocorasick_rs.AhoCorasick(literals) if literals else None,
     )
-    if len(_SCANNERS) >= _MAX_PLANS:
+    if len(_SCANNERS) >= _MAX_SCANNERS:
         _SCANNERS.clear()
     _SCANNERS[id(patterns)] = (patterns, scanner)
     return scanner

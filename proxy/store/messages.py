@@ -218,12 +218,12 @@ async def supersede_from(conn: Any, *, tenant: str, session_id: str, from_pos: i
     return int(status.split()[-1])
 
 
-FETCH_MESSAGES = """
-SELECT pos, role, coalesce(placeholder, message) AS message, tool_call_id, tokens, redacted,
-       evicted_at, trimmed_at, superseded_at, source, created_at
-FROM messages
-WHERE tenant = $1 AND session_id = $2 AND ($3 OR superseded_at IS NULL)
-ORDER BY pos, id LIMIT $4 OFFSET $5
+FETCH_MESSAGES = f"""
+SELECT m.pos, m.role, {PROMPT_FORM} AS message, m.tool_call_id, m.tokens, m.redacted,
+       m.evicted_at, m.trimmed_at, m.superseded_at, m.source, m.created_at
+FROM messages m
+WHERE m.tenant = $1 AND m.session_id = $2 AND ($3 OR m.superseded_at IS NULL)
+ORDER BY m.pos, m.id LIMIT $4 OFFSET $5
 """
 
 
