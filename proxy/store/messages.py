@@ -190,8 +190,10 @@ async def begin_step(
 
 
 FETCH_MATCHED_LEN = """
-SELECT coalesce(max(pos) + 1, 0) FROM messages
-WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND hash = any($3::text[])
+SELECT coalesce(max(m.pos) + 1, 0)
+FROM unnest($3::text[]) WITH ORDINALITY AS h(hash, n)
+JOIN messages m ON m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
+                AND m.pos = h.n - 1 AND m.hash = h.hash
 """
 
 
@@ -200,8 +202,9 @@ async def fetch_matched_len(
 ) -> int:
     """Length of the longest stored prefix the incoming history shares.
 
-    A chain hash covers every message before it, so the highest matching position marks the
-    end of the common prefix; the ``messages_hash`` index makes this one indexed probe per hash.
+    A chain hash covers every message before it, so the highest position whose stored hash
+    equals the client's hash there marks the end of the common prefix (and a stored row can
+    only match at its own position). One ``messages_live_pos`` probe per position.
     """
     return int(await conn.fetchval(FETCH_MATCHED_LEN, tenant, session_id, list(hashes)))
 

@@ -25,9 +25,9 @@ INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, con
                        model)
 SELECT $1, $2, coalesce((SELECT max(version) FROM summaries
                          WHERE tenant = $1 AND session_id = $2), 0) + 1, $3, $4, $5, $6, $7
-WHERE $4::text IS NULL OR EXISTS (
-    SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND hash = $4
-      AND superseded_at IS NULL)
+WHERE $4::text IS NULL OR $4 = (
+    SELECT hash FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
+      AND pos < $3 AND hash = $4 ORDER BY pos DESC LIMIT 1)
 RETURNING version
 """
 
@@ -40,6 +40,8 @@ async def insert_summary(
 
     ``boundary_hash`` is the chain hash of the last folded message; a chain hash covers the
     whole prefix before it, so one live row with that hash proves the folded span is intact.
+    That row sits just below ``boundary`` (only trimmed rows can lie between), so the check
+    reads positions downwards from there (migration 0009 dropped the hash index).
 
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.

@@ -264,9 +264,9 @@ CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
 CREATE INDEX messages_evicted ON public.messages USING btree (tenant, session_id, tool_call_id) WHERE (placeholder IS NOT NULL);
 
-CREATE INDEX messages_hash ON public.messages USING btree (tenant, session_id, hash);
-
 CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
+
+CREATE INDEX messages_session_pos ON public.messages USING btree (tenant, session_id, pos);
 
 CREATE TRIGGER events_notify AFTER INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.cascade_notify_event();
 

@@ -1,0 +1,24 @@
+-- Index messages by (tenant, session_id, pos) for every row instead of by chain hash.
+--
+-- The window read (cascade_begin_step, fetch_window) wants the live rows of one session
+-- from a position on, through messages_live_pos (tenant, session_id, pos). messages_hash
+-- (tenant, session_id, hash) matched the same two leading columns, and while messages has
+-- no statistics (a new database, before autovacuum's first ANALYZE) the planner rates the
+-- two as equal and may pick the hash index, which reads every row of the session and
+-- filters the positions afterwards. A pooled connection that cached that plan read all
+-- 5,000 rows of bench/growth's long sessions on every request for a 10-row window (EXPLAIN
+-- on the benchmark's own database: "Index Scan using messages_hash ... Rows Removed by
+-- Filter"), where the other connections read 10. Adding migration 0008's column changed
+-- the estimated row width just enough to flip that tie.
+--
+-- No statement needs a hash lookup any more: a chain hash covers the whole prefix before
+-- it, so a stored row can only match the client's hash at its own position, and the
+-- divergence lookup and the summary check probe by position (store/messages.py,
+-- store/summaries.py). The new index keeps what messages_hash served besides (migration
+-- 0005): the session API's listing with superseded rows, now already in position order,
+-- and the deletes and copies of a session. Every index on messages now leads with
+-- (tenant, session_id, pos), so whichever the planner picks reads only the window's range;
+-- positions are appended in order, so inserts go to the right edge of the index instead of
+-- to a random leaf.
+CREATE INDEX messages_session_pos ON messages (tenant, session_id, pos);
+DROP INDEX messages_hash;
