@@ -16,9 +16,9 @@
 -- divergence lookup and the summary check probe by position (store/messages.py,
 -- store/summaries.py). The new index keeps what messages_hash served besides (migration
 -- 0005): the session API's listing with superseded rows, now already in position order,
--- and the deletes and copies of a session. Every index on messages now leads with
--- (tenant, session_id, pos), so whichever the planner picks reads only the window's range;
--- positions are appended in order, so inserts go to the right edge of the index instead of
--- to a random leaf.
+-- and the deletes and copies of a session. Every index the window read can use now leads
+-- with (tenant, session_id, pos) (messages_evicted is partial: evicted rows only), so
+-- whichever the planner picks reads only the window's range; positions are appended in
+-- order, so inserts go to the right edge of the index instead of to a random leaf.
 CREATE INDEX messages_session_pos ON messages (tenant, session_id, pos);
 DROP INDEX messages_hash;
