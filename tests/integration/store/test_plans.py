@@ -26,6 +26,8 @@ WINDOW_FROM = ROWS - 10
 @pytest.fixture
 async def conn(pool: asyncpg.Pool) -> Any:
     async with pool.acquire() as c:
+        # this per-test database must stay unanalysed while the test runs
+        await c.execute("ALTER TABLE messages SET (autovacuum_enabled = false)")
         for session in ("long", "other"):
             await create_session(c, tenant=T, session_id=session, agent="default", model="m")
             await c.execute(
