@@ -194,6 +194,7 @@ SELECT coalesce(max(m.pos) + 1, 0)
 FROM unnest($3::text[]) WITH ORDINALITY AS h(hash, n)
 JOIN messages m ON m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
                 AND m.pos = h.n - 1 AND m.hash = h.hash
+WHERE m.pos < cardinality($3::text[])
 """
 
 
@@ -204,7 +205,9 @@ async def fetch_matched_len(
 
     A chain hash covers every message before it, so the highest position whose stored hash
     equals the client's hash there marks the end of the common prefix (and a stored row can
-    only match at its own position). One ``messages_live_pos`` probe per position.
+    only match at its own position). Only positions below ``len(hashes)`` can match, and
+    that bound is an index range on ``messages_live_pos``: whatever join the planner picks,
+    it reads at most ``len(hashes)`` rows, not the whole stored session.
     """
     return int(await conn.fetchval(FETCH_MATCHED_LEN, tenant, session_id, list(hashes)))
 

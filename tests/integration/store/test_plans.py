@@ -3,7 +3,8 @@
 A new database has none until autovacuum's first ANALYZE. The planner then rates every
 index that leads with (tenant, session_id) alike, so an index without ``pos`` after them
 would read the whole session for a window of a few rows, on whichever pooled connection
-cached that plan (bench/growth: 5,000 rows read for a 10-row window).
+cached that plan (bench/growth: 5,000 rows read for a 10-row window). The divergence lookup
+is held to the same standard: it reads no more rows than the hashes it compares.
 """
 
 from __future__ import annotations
@@ -88,3 +89,13 @@ async def test_every_index_the_window_can_use_continues_with_pos(conn: Any) -> N
                if r["columns"][:2] == ["tenant", "session_id"] and r["predicate"] in usable}
     assert "messages_live_pos" in leading
     assert {name: cols[2] for name, cols in leading.items()} == dict.fromkeys(leading, "pos")
+
+
+async def test_the_divergence_lookup_reads_no_more_rows_than_it_was_given(conn: Any) -> None:
+    # a client that resends 10 messages of a 3,000-message session: 10 rows to compare
+    hashes = [f"md5-{i}" for i in range(10)]
+    plan = await conn.fetchval(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {msgs.FETCH_MATCHED_LEN}", T, "long", hashes
+    )
+    root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    assert sum(_reads(root, "messages")) <= len(hashes)
