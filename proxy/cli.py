@@ -20,6 +20,7 @@ import httpx
 import uvicorn
 
 from proxy.app import create_app
+from proxy.httpserver import CoalescingHttpToolsProtocol
 from proxy.pgembed import start_embedded
 from proxy.settings import Settings
 from proxy.store.db import run_migrations
@@ -66,7 +67,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(settings: Settings) -> int:
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False)
+                access_log=False, http=CoalescingHttpToolsProtocol)
     return 0
 
 
