@@ -2,7 +2,10 @@
 
 ``python -m bench.fake_upstream --port N [--chunks 50] [--chunk-delay-ms 2]``
 
-A raw ASGI app under uvicorn (httptools + uvloop when installed). ``POST .../chat/completions``
+A raw ASGI app under uvicorn (httptools + uvloop when installed), through Cascade's own
+httptools protocol (``proxy.httpserver``), which writes a response's head and body in one
+``send``: a provider answers a short request at once, and every proxy measured reads one
+segment instead of two (the same for every target). ``POST .../chat/completions``
 answers a non-streaming JSON completion, or with ``"stream": true`` an SSE stream of ``--chunks``
 content chunks spaced ``--chunk-delay-ms`` apart, then the finish chunk, the usage-only chunk when
 ``stream_options.include_usage`` is set, and ``data: [DONE]``. The spacing is what makes
@@ -206,11 +209,22 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         log_level="warning",
         access_log=False,
-        http=_best("httptools", "h11"),
+        http=_http(),
         loop=_best("uvloop", "asyncio"),
         backlog=4096,
         lifespan="off",
     )
+
+
+def _http() -> Any:
+    """Cascade's own httptools protocol, which sends a response's head with its body in one
+    write (see proxy/httpserver.py), as a provider answering a short request at once does;
+    plain httptools or h11 when it cannot be imported."""
+    try:
+        from proxy.httpserver import CoalescingHttpToolsProtocol
+    except ImportError:
+        return _best("httptools", "h11")
+    return CoalescingHttpToolsProtocol
 
 
 def _best(preferred: str, fallback: str) -> str:

@@ -7,9 +7,10 @@ import math
 
 from hypothesis import given, settings, strategies as st
 
-from bench.fake_upstream import has_flag, stream_frames
+from bench.fake_upstream import _http, has_flag, stream_frames
 from bench.loadgen import make_workload, median, percentile, ratio, split_sse, summarize
 from bench.overhead import aggregate, evaluate
+from proxy.httpserver import CoalescingHttpToolsProtocol
 
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
@@ -77,6 +78,11 @@ def test_fake_upstream_flags_ignore_escaped_keys_and_usage_frame_only_on_request
     assert len(plain) == 1 + 50 + 1 + 1  # role, content chunks, finish, [DONE]
     assert len(with_usage) == len(plain) + 1
     assert json.loads(with_usage[-2][6:])["usage"]["completion_tokens"] == 50
+
+
+def test_fake_upstream_answers_through_the_one_write_protocol():
+    """Head and body in one write, as a provider answering at once (see its docstring)."""
+    assert _http() is CoalescingHttpToolsProtocol
 
 
 def test_large_workload_is_a_40_message_200kb_agent_request_on_average():
