@@ -44,7 +44,8 @@ from bench.common import clean, free_port, machine
 from bench.loadgen import median, ratio
 from bench.overhead_report import Rows, metric, render_charts, render_markdown
 
-__all__ = ["SCENARIOS", "FULL_TARGETS", "QUICK_TARGETS", "Target", "aggregate", "evaluate", "main"]
+__all__ = ["SCENARIOS", "FULL_TARGETS", "QUICK_TARGETS", "RATIO_SCENARIOS", "Target", "aggregate",
+           "evaluate", "round_ratios", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -357,6 +358,25 @@ def aggregate(windows: list[dict[str, Any]]) -> Rows:
     return rows
 
 
+RATIO_SCENARIOS = ("tiny_c32", "large_c8")
+"""The scenarios whose targets are an RPS ratio to LiteLLM; their per-round ratios are kept."""
+
+
+def round_ratios(
+    windows: list[dict[str, Any]], key: str, field: str = "rps",
+    num: str = "cascade", den: str = "litellm",
+) -> list[float]:
+    """``num``'s ``field`` over ``den``'s, round by round, in round order (the two windows of a
+    round run minutes apart at most, so each ratio has its own drift). The target takes the
+    ratio of the medians; the spread of these says how far one run can be trusted. Pure."""
+    by_round: dict[int, dict[str, float]] = {}
+    for w in windows:
+        if w.get("scenario_key") == key and w.get("target") in (num, den):
+            by_round.setdefault(w["round"], {})[w["target"]] = w.get(field, math.nan)
+    return [ratio(pair.get(num, math.nan), pair.get(den, math.nan))
+            for _, pair in sorted(by_round.items())]
+
+
 def evaluate(rows: Rows, floor: str = FLOOR) -> list[dict[str, Any]]:
     """The issue's targets for Cascade; ``met`` is None when a column needed is missing.
 
@@ -524,6 +544,7 @@ def _bench(
         },
         "unavailable": unavailable,
         "targets": evaluate(rows, args.floor),
+        "round_ratios": {key: round_ratios(windows, key) for key in RATIO_SCENARIOS},
         "rows": rows,
         "resources": {
             t.name: {"peak_rss_mb": t.peak_rss_mb, "peak_db_rss_mb": t.peak_db_rss_mb}

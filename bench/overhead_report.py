@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.loadgen import ratio
 
-__all__ = ["Rows", "metric", "render_markdown", "render_charts"]
+__all__ = ["Rows", "metric", "render_markdown", "render_charts", "round_ratios_line"]
 
 Rows = dict[str, dict[str, dict[str, float]]]
 
@@ -79,6 +79,18 @@ def _scenario_table(rows: Rows, key: str, names: list[str], floor: str) -> list[
     return out
 
 
+def round_ratios_line(ratios: dict[str, list[float]]) -> str:
+    """One sentence with each RPS target's Cascade/LiteLLM ratio round by round ('' if none)."""
+    parts = [
+        f"{_LABELS.get(key, key)}: " + ", ".join(_fmt(v) for v in values)
+        for key, values in ratios.items() if values
+    ]
+    if not parts:
+        return ""
+    return ("Cascade RPS / LiteLLM RPS in each round (the targets take the ratio of the "
+            "medians): " + "; ".join(parts) + ".")
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The human-readable report: targets first, then one table per scenario."""
     meta, rows = result["meta"], result["rows"]
@@ -106,6 +118,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {t['target']} | {t['rule']} | {_fmt(t['value'])} | {_fmt(t['limit'])} | {met} |"
         )
+    if spread := round_ratios_line(result.get("round_ratios") or {}):
+        lines += ["", spread]
     for key in meta["scenarios"]:
         lines += ["", f"## {_LABELS[key]}", "", *_scenario_table(rows, key, names, meta["floor"])]
     lines += [

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.overhead_report import round_ratios_line
+
 __all__ = [
     "PARTS",
     "part_commands",
@@ -328,6 +330,8 @@ def render_results(
             lines.append(f"Failed: {part.get('error', 'no output')}.")
             continue
         lines += _targets_table(checks.get(name, []))
+        if name == "overhead" and (spread := round_ratios_line(data.get("round_ratios") or {})):
+            lines += ["", spread]
         if name == "overhead" and data.get("unavailable"):
             gone = ", ".join(f"{k} ({v})" for k, v in data["unavailable"].items())
             lines += ["", f"Unavailable targets: {gone}."]

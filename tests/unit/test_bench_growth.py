@@ -192,3 +192,14 @@ def test_issue_targets_judge_cascade_per_file_against_the_right_baseline() -> No
     assert ratios["file 1 32k: cost ratio"] == (0.79, True)
     assert ratios["file 6 128k: cost ratio"] == (0.85, False)  # raw overflows: vs clearing
     assert ratios["file 2 128k: cost ratio"] == (1.04, True)  # raw fits: within 5% of raw
+
+
+def test_results_give_the_overhead_ratios_round_by_round():
+    meta = {"command": "python -m bench.run", "when": "today", "machine": "box", "nproc": 2,
+            "load_start": [1.0], "load_end": [2.0], "commit": "abc", "python": "3.11",
+            "wall_s": 120.0, "quick": False}  # fmt: skip
+    data = {"targets": [], "round_ratios": {"tiny_c32": [10.01, 9.5], "large_c8": [5.2]}}
+    parts = {"overhead": {"command": "python -m bench.overhead", "seconds": 6.0, "ok": True,
+                          "data": data}}
+    text = render_results(meta=meta, parts=parts, charts={})
+    assert ("tiny request, c=32: 10.01, 9.50; agent request ~200 KB, c=8: 5.20." in text)

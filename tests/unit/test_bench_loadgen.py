@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from bench.fake_upstream import _http, has_flag, stream_frames
 from bench.loadgen import make_workload, median, percentile, ratio, split_sse, summarize
-from bench.overhead import aggregate, evaluate
+from bench.overhead import aggregate, evaluate, round_ratios
+from bench.overhead_report import render_markdown
 from proxy.httpserver import CoalescingHttpToolsProtocol
 
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
@@ -139,3 +140,36 @@ def test_evaluate_marks_targets_unknown_when_litellm_is_missing():
     results = {t["target"]: t for t in evaluate(aggregate(windows))}
     assert results["added p50 at c=1"]["met"] is True  # 1.8 <= 2 * 1.0
     assert results["RPS at c=32"]["met"] is None
+
+
+def test_round_ratios_pair_the_windows_of_each_round_in_round_order():
+    windows = [
+        _window("litellm", "tiny_c32", 1, 80, 300.0),
+        _window("cascade", "tiny_c32", 0, 1000, 30.0),
+        _window("cascade", "tiny_c32", 1, 900, 30.0),
+        _window("litellm", "tiny_c32", 0, 100, 300.0),
+        _window("cascade", "large_c8", 0, 400, 20.0),  # another scenario
+        _window("floor", "tiny_c32", 0, 50, 60.0),  # another target
+        _window("cascade", "tiny_c32", 2, 950, 30.0),  # LiteLLM's window of round 2 failed
+    ]
+    got = round_ratios(windows, "tiny_c32")
+    assert got[:2] == [10.0, 11.25] and math.isnan(got[2])
+    assert round_ratios(windows, "stream_c8") == []
+
+
+def test_the_overhead_report_shows_each_rounds_ratio():
+    windows = [_window(t, "tiny_c32", r, rps, 1.0) for r, (c, lt) in enumerate(((990, 100),
+               (1100, 100))) for t, rps in (("cascade", c), ("litellm", lt))]
+    rows = aggregate(windows)
+    result = {
+        "meta": {"targets": ["cascade", "litellm"], "command": "python -m bench.overhead",
+                 "when": "now", "machine": "box", "python": "3.11", "rounds": 2, "window_s": 3,
+                 "warmup_s": 0.5, "chunk_delay_ms": 2.0, "floor": "floor",
+                 "load_average_at_start": [0.1], "load_average_at_end": [0.2],
+                 "scenarios": {"tiny_c32": {"scenario": "tiny", "concurrency": 32}}},
+        "unavailable": {}, "targets": evaluate(rows), "rows": rows, "resources": {},
+        "round_ratios": {"tiny_c32": round_ratios(windows, "tiny_c32"), "large_c8": []},
+    }  # fmt: skip
+    text = render_markdown(result)
+    assert "in each round (the targets take the ratio of the medians): tiny request, c=32: " \
+        "9.90, 11.00." in text
