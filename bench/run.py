@@ -9,8 +9,8 @@ exact command, date, machine (cores, load average), commit, and a short summary 
 part with its targets met or not, linking the charts it copies into ``bench/charts/`` (which
 is committed; ``bench/out/`` is not).
 
-Full: ``overhead`` (3 rounds, every target, ~7 min), ``growth`` (5 rounds, ~3 min) and
-``replay`` (every file at 32k and 128k, ~17 min). ``--quick`` (well under 10 min):
+Full: ``overhead`` (5 rounds, every target, ~11 min), ``growth`` (5 rounds, ~3 min) and
+``replay`` (every file at 32k and 128k, ~4 min). ``--quick`` (well under 10 min):
 ``overhead --quick``, ``growth --quick`` and ``replay`` on files 1 and 2 at 32k.
 """
 
