@@ -143,15 +143,13 @@ def test_evaluate_marks_targets_unknown_when_litellm_is_missing():
 
 
 def test_round_ratios_pair_the_windows_of_each_round_in_round_order():
-    windows = [
-        _window("litellm", "tiny_c32", 1, 80, 300.0),
-        _window("cascade", "tiny_c32", 0, 1000, 30.0),
-        _window("cascade", "tiny_c32", 1, 900, 30.0),
-        _window("litellm", "tiny_c32", 0, 100, 300.0),
-        _window("cascade", "large_c8", 0, 400, 20.0),  # another scenario
-        _window("floor", "tiny_c32", 0, 50, 60.0),  # another target
-        _window("cascade", "tiny_c32", 2, 950, 30.0),  # LiteLLM's window of round 2 failed
-    ]
+    # (target, scenario, round, rps), in the order a run might finish them
+    done = [("litellm", "tiny_c32", 1, 80), ("cascade", "tiny_c32", 0, 1000),
+            ("cascade", "tiny_c32", 1, 900), ("litellm", "tiny_c32", 0, 100),
+            ("cascade", "large_c8", 0, 400),  # another scenario
+            ("floor", "tiny_c32", 0, 50),  # another target
+            ("cascade", "tiny_c32", 2, 950)]  # LiteLLM's window of round 2 failed
+    windows = [_window(name, key, run, rps, 1.0) for name, key, run, rps in done]
     got = round_ratios(windows, "tiny_c32")
     assert got[:2] == [10.0, 11.25] and math.isnan(got[2])
     assert round_ratios(windows, "stream_c8") == []
