@@ -53,6 +53,13 @@ class HeadHoldingTransport:
         if held is not None and not self._transport.is_closing():
             self._transport.write(held)
 
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self.flush()
         self._transport.close()

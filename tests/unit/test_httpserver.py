@@ -40,6 +40,9 @@ class _Recorder(asyncio.Transport):
     def close(self) -> None:
         self.closed = True
 
+    def write_eof(self) -> None:
+        self.writes.append(b"<eof>")
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
             name, default
@@ -122,6 +125,18 @@ async def test_close_sends_a_held_head_first() -> None:
     assert transport.closed
     await asyncio.sleep(0)  # the cancelled end-of-turn flush writes nothing more
     assert len(transport.writes) == 1
+
+
+async def test_every_way_of_writing_keeps_the_order() -> None:
+    """writelines joins a held head like write does; write_eof sends it before the EOF."""
+    transport = _Recorder()
+    holder = HeadHoldingTransport(transport, asyncio.get_running_loop())
+    holder.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    holder.writelines([b"a", b"b"])
+    holder.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    holder.write_eof()
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\n\r\nab", b"HTTP/1.1 200 OK\r\n\r\n",
+                                b"<eof>"]
 
 
 def test_a_stream_head_reaches_the_client_before_its_first_chunk_over_a_socket() -> None:
