@@ -452,9 +452,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    # Five rounds, not three: a 3 s window holds only about nine round trips of LiteLLM at
-    # c=32 (~330 ms each), and same-round Cascade/LiteLLM ratios spread from 8.9 to 12.0
-    # over three full runs; the median of five moves less with one odd round.
+    # Five rounds, not three: same-round Cascade/LiteLLM RPS ratios at c=32 spread from 8.9
+    # to 12.0 over three full runs (LiteLLM's own RPS moved most, 85-109 between rounds),
+    # and the median of five moves less with one odd round.
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.window = args.window or (1.5 if args.quick else 3.0)
     args.warmup = args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5)
