@@ -362,18 +362,16 @@ RATIO_SCENARIOS = ("tiny_c32", "large_c8")
 """The scenarios whose targets are an RPS ratio to LiteLLM; their per-round ratios are kept."""
 
 
-def round_ratios(
-    windows: list[dict[str, Any]], key: str, field: str = "rps",
-    num: str = "cascade", den: str = "litellm",
-) -> list[float]:
-    """``num``'s ``field`` over ``den``'s, round by round, in round order (the two windows of a
-    round run minutes apart at most, so each ratio has its own drift). The target takes the
-    ratio of the medians; the spread of these says how far one run can be trusted. Pure."""
+def round_ratios(windows: list[dict[str, Any]], key: str) -> list[float]:
+    """Cascade's RPS over LiteLLM's in scenario ``key``, round by round, in round order (the
+    two windows of a round run minutes apart at most, so each ratio has its own drift). The
+    target takes the ratio of the medians; the spread of these says how far one run can be
+    trusted. Pure."""
     by_round: dict[int, dict[str, float]] = {}
     for w in windows:
-        if w.get("scenario_key") == key and w.get("target") in (num, den):
-            by_round.setdefault(w["round"], {})[w["target"]] = w.get(field, math.nan)
-    return [ratio(pair.get(num, math.nan), pair.get(den, math.nan))
+        if w.get("scenario_key") == key and w.get("target") in ("cascade", "litellm"):
+            by_round.setdefault(w["round"], {})[w["target"]] = w.get("rps", math.nan)
+    return [ratio(pair.get("cascade", math.nan), pair.get("litellm", math.nan))
             for _, pair in sorted(by_round.items())]
 
 

@@ -330,11 +330,12 @@ def render_results(
             lines.append(f"Failed: {part.get('error', 'no output')}.")
             continue
         lines += _targets_table(checks.get(name, []))
-        if name == "overhead" and (spread := round_ratios_line(data.get("round_ratios") or {})):
-            lines += ["", spread]
-        if name == "overhead" and data.get("unavailable"):
-            gone = ", ".join(f"{k} ({v})" for k, v in data["unavailable"].items())
-            lines += ["", f"Unavailable targets: {gone}."]
+        if name == "overhead":
+            if spread := round_ratios_line(data.get("round_ratios") or {}):
+                lines += ["", spread]
+            if data.get("unavailable"):
+                gone = ", ".join(f"{k} ({v})" for k, v in data["unavailable"].items())
+                lines += ["", f"Unavailable targets: {gone}."]
         if name == "growth":
             lines += ["", *_growth_section(data)]
         if name == "replay":
