@@ -295,6 +295,14 @@ def test_shipped_config_validates() -> None:
     assert not cfg.context.retrieval.enabled
 
 
+def test_shipped_config_takes_the_provider_from_the_environment() -> None:
+    """README and docker-compose.yml point the default provider elsewhere with
+    OPENAI_BASE_URL; the shipped file must not pin it."""
+    cfg = load_config(SHIPPED, env={"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+    assert cfg.providers["openai"].base_url == "http://127.0.0.1:11434/v1"
+    assert cfg.providers["openai"].api_key_env == "OPENAI_API_KEY"
+
+
 def test_shipped_config_holds_no_secrets() -> None:
     text = SHIPPED.read_text()
     assert "sk-" not in text
