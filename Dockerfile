@@ -8,6 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
+# pyproject ships migrations/ as the wheel's data files (share/cascade-proxy/migrations)
 COPY migrations ./migrations
 COPY config ./config
 RUN pip install --no-cache-dir . \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,17 @@ from proxy.jsonio import dumps, loads
 
 __all__ = ["MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "mark_unlocked"]
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def find_migrations(source: Path, prefix: Path) -> Path:
+    """The migrations directory: the source tree's ``migrations/`` in a checkout or an
+    editable install, else the copy a wheel installs under ``<prefix>/share/cascade-proxy/``
+    (pyproject's data-files; ``pip install .`` in the Docker image)."""
+    tree = source / "migrations"
+    return tree if tree.is_dir() else prefix / "share" / "cascade-proxy" / "migrations"
+
+
+MIGRATIONS_DIR = find_migrations(Path(__file__).resolve().parents[2], Path(sys.prefix))
 _LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
 
 CREATE_LEDGER = """
@@ -24,7 +35,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations(
 
 
 class MigrationError(RuntimeError):
-    """An applied migration file changed on disk; refusing to run against this database."""
+    """The migrations cannot be applied: none were found, or an applied file changed."""
 
 
 def _files(directory: Path) -> list[tuple[int, str, str]]:
@@ -32,6 +43,8 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         text = path.read_text(encoding="utf-8")
         out.append((int(path.name[:4]), path.name, text))
+    if not out:  # never report "nothing pending" against a schema that was never created
+        raise MigrationError(f"no migrations found in {directory}")
     return out
 
 

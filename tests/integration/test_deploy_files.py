@@ -28,3 +28,28 @@ def test_compose_spec_check_rejects_a_broken_file(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode != 0
+
+
+def test_a_wheel_install_finds_its_migrations(tmp_path: Path) -> None:
+    """``pip install .`` (the Dockerfile) leaves no source tree beside the package: the
+    migrations travel as the wheel's data files and db.py finds them under the prefix."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("cascade_proxy-*.whl")
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    subprocess.run([*pip, "install", "--no-deps", "--prefix", str(env), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    deps = next(p for p in sys.path if p.endswith("site-packages"))
+    probe = (
+        f"import sys; sys.path.append({deps!r}); import proxy; "
+        "from proxy.store.db import MIGRATIONS_DIR; print(proxy.__file__); print(MIGRATIONS_DIR)"
+    )
+    out = subprocess.run([str(env / "bin" / "python"), "-c", probe], check=True,
+                         capture_output=True, text=True, cwd=tmp_path).stdout.split("\n")
+    assert out[0].startswith(str(env))  # the installed copy, not the checkout
+    installed = Path(out[1])
+    assert installed == env / "share" / "cascade-proxy" / "migrations"
+    expected = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
+    assert sorted(p.name for p in installed.glob("*.sql")) == expected

@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from proxy.store.db import MigrationError, run_migrations
+from proxy.store.db import MigrationError, find_migrations, run_migrations
 from tests.integration.conftest import dsn_with_db
 
 SNAPSHOT = Path(__file__).with_name("schema.snapshot.sql")
@@ -103,6 +103,22 @@ async def test_new_migration_applies_only_the_new_file(empty_db_dsn: str, tmp_pa
     (tmp_path / "0002_b.sql").write_text("CREATE TABLE b (y int);")
     (tmp_path / "notes.sql").write_text("this is not a migration;")
     assert await run_migrations(empty_db_dsn, tmp_path) == ["0002_b.sql"]
+
+
+async def test_a_directory_without_migrations_is_an_error(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    # a wrong path (an installed package without its migrations) must not read as "up to date"
+    (tmp_path / "notes.sql").write_text("this is not a migration;")
+    with pytest.raises(MigrationError, match="no migrations found"):
+        await run_migrations(empty_db_dsn, tmp_path)
+
+
+def test_the_source_tree_wins_and_an_install_falls_back_to_its_prefix(tmp_path: Path) -> None:
+    prefix = tmp_path / "venv"
+    assert find_migrations(tmp_path, prefix) == prefix / "share" / "cascade-proxy" / "migrations"
+    (tmp_path / "migrations").mkdir()
+    assert find_migrations(tmp_path, prefix) == tmp_path / "migrations"
 
 
 async def test_edited_applied_migration_raises(empty_db_dsn: str, tmp_path: Path) -> None:
