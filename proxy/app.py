@@ -107,8 +107,12 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
             stop.set()
             if watcher is not None:
                 watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await watcher
+                except asyncio.CancelledError:
+                    pass
+                except Exception:  # the rest of the shutdown must still run
+                    log.exception("the config watcher had failed")
             await summarizer.aclose()
             await bus.stop()
             await session.close()

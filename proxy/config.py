@@ -256,6 +256,10 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
+    except OSError as exc:  # a directory, no permission: rejected like bad JSON
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -54,4 +54,9 @@ async def watch_config(
     name = path.name
     async for _ in awatch(path.parent, watch_filter=lambda _, p: os.path.basename(p) == name,
                           recursive=False, stop_event=stop, debounce=200, step=50):
-        emit(*holder.reload())
+        try:
+            event = holder.reload()
+        except Exception:  # a bug here must not end hot reload for the life of the process
+            log.exception("config %s: reload failed, keeping the previous one", path)
+            continue
+        emit(*event)

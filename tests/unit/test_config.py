@@ -270,6 +270,16 @@ def test_load_config_reports_bad_json(tmp_path: Path) -> None:
         load_config(write(tmp_path, "{ not json"), env={})
 
 
+def test_load_config_reports_a_file_it_cannot_read(tmp_path: Path) -> None:
+    # a directory in its place, bytes that are not UTF-8: the reason, naming the file
+    with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}"):
+        load_config(tmp_path, env={})
+    binary = tmp_path / "agents.json"
+    binary.write_bytes(b'{"models": {"\xff": {}}}')
+    with pytest.raises(ConfigError, match=f"{binary} is not UTF-8 text"):
+        load_config(binary, env={})
+
+
 def test_load_config_requires_an_object(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="JSON object at the top level"):
         load_config(write(tmp_path, "[1, 2]"), env={})

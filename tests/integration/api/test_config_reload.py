@@ -12,9 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy import app as app_module, config_watch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED, USAGE
-from proxy.config import load_config
+from proxy.config import Config, load_config
 from proxy.config_watch import ConfigHolder, watch_config
+from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.test_events import Frame, chat, open_events, user
@@ -36,10 +38,10 @@ def second_upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
-def save(path: Path, text: str) -> None:
+def save(path: Path, text: str | bytes) -> None:
     """Save the way editors do: write a temp file, rename it over the config."""
     tmp = path.with_name(path.name + ".swp")
-    tmp.write_text(text)
+    tmp.write_bytes(text if isinstance(text, bytes) else text.encode())
     os.replace(tmp, path)
 
 
@@ -106,8 +108,9 @@ def test_valid_change_applies_to_next_request_and_is_announced(
     assert usage.data["limit"] == OLD_LIMIT
 
 
-INVALID = [
+INVALID: list[tuple[str | bytes, str]] = [
     ("{ this is not json", "not valid JSON"),
+    (b'{"models": {"default": {"contextLimit": 9\xff}}}', "not UTF-8"),
     ('{"contxt": {}}', "contxt"),
     ('{"context": {"eviction": {"atFraction": 7}}}', "atFraction"),
     ('{"agents": {"default": {"provider": "nowhere"}}}', "nowhere"),
@@ -172,3 +175,53 @@ async def test_only_the_config_file_itself_is_watched(tmp_path: Path) -> None:
     stop.set()
     await asyncio.wait_for(task, 5)
     assert seen == [CONFIG_RELOADED]
+
+
+async def test_an_unexpected_reload_error_does_not_stop_the_watcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path / "agents.json", "http://127.0.0.1:9/v1")
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    real = config_watch.load_config
+    calls: list[int] = []
+
+    def flaky(*args: Any) -> Config:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the loader")
+        return real(*args)
+
+    async def until(done: Any) -> None:
+        for _ in range(50):
+            if done():
+                return
+            await asyncio.sleep(0.1)
+
+    monkeypatch.setattr(config_watch, "load_config", flaky)
+    seen: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT)
+    await until(lambda: calls)
+    await asyncio.sleep(0.4)  # past the debounce: the failed reload is behind us
+    save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT + 1)
+    await until(lambda: seen)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert seen == [CONFIG_RELOADED]
+    assert holder.current.model_limits("m").context_limit == NEW_LIMIT + 1
+
+
+async def test_shutdown_completes_after_the_watcher_failed(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*_: Any) -> None:
+        raise OSError("the config directory is gone")
+
+    monkeypatch.setattr(app_module, "watch_config", broken)
+    app = app_module.create_app(settings)
+    async with app.router.lifespan_context(app) as state:
+        await asyncio.sleep(0.05)  # the watcher task has failed by now
+        pool = state["pool"]
+    assert pool.is_closing()  # the steps after the watcher's ran
