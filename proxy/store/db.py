@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,10 @@ from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
 
-__all__ = ["MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "mark_unlocked"]
+__all__ = [
+    "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
+    "mark_unlocked", "redact_dsn",
+]
 
 
 
@@ -38,6 +42,29 @@ class MigrationError(RuntimeError):
     """The migrations cannot be applied: none were found, or an applied file changed."""
 
 
+class DatabaseUnavailable(RuntimeError):
+    """The first connection failed: the message names the server, never the password."""
+
+
+_DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with its password (in the authority or as ``password=``) replaced by ***."""
+    return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
+
+
+async def _connect(dsn: str) -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(dsn)
+    except (TimeoutError, OSError, ValueError, asyncpg.PostgresError,
+            asyncpg.InterfaceError) as exc:
+        reason = redact_dsn(f"{type(exc).__name__}: {exc}")
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {redact_dsn(dsn)} (DATABASE_URL): {reason}"
+        ) from None
+
+
 def _files(directory: Path) -> list[tuple[int, str, str]]:
     out = []
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
@@ -54,7 +81,7 @@ async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
     Runs on a bare connection (before the codec-registering pool exists, because the vector
     type only exists after 0001) under an advisory lock so concurrent replicas serialise.
     """
-    conn = await asyncpg.connect(dsn)
+    conn = await _connect(dsn)
     applied: list[str] = []
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)

@@ -16,7 +16,13 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from proxy.store.db import MigrationError, find_migrations, run_migrations
+from proxy.store.db import (
+    DatabaseUnavailable,
+    MigrationError,
+    find_migrations,
+    redact_dsn,
+    run_migrations,
+)
 from tests.integration.conftest import dsn_with_db
 
 SNAPSHOT = Path(__file__).with_name("schema.snapshot.sql")
@@ -103,6 +109,37 @@ async def test_new_migration_applies_only_the_new_file(empty_db_dsn: str, tmp_pa
     (tmp_path / "0002_b.sql").write_text("CREATE TABLE b (y int);")
     (tmp_path / "notes.sql").write_text("this is not a migration;")
     assert await run_migrations(empty_db_dsn, tmp_path) == ["0002_b.sql"]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "where"),
+    [
+        ("postgresql://cascade:hunter2pw@127.0.0.1:1/cascade", "127.0.0.1:1"),  # refused
+        ("postgresql://cascade:hunter2pw@127.0.0.1:xx/cascade", "127.0.0.1:xx"),  # bad port
+        ("postgresql://127.0.0.1:1/cascade?password=hunter2pw", "password=***"),
+    ],
+)
+async def test_an_unreachable_database_is_named_without_its_password(
+    dsn: str, where: str
+) -> None:
+    with pytest.raises(DatabaseUnavailable) as info:
+        await run_migrations(dsn)
+    message = str(info.value)
+    assert "DATABASE_URL" in message and where in message
+    assert "hunter2pw" not in message
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgres://u@h/db", "postgres://u@h/db"),
+        ("postgresql://h/db?sslmode=require&password=s3&x=1",
+         "postgresql://h/db?sslmode=require&password=***&x=1"),
+    ],
+)
+def test_redact_dsn_hides_only_the_password(dsn: str, shown: str) -> None:
+    assert redact_dsn(dsn) == shown
 
 
 async def test_a_directory_without_migrations_is_an_error(
