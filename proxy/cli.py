@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -64,7 +65,19 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings.model_copy(update=overrides)
 
 
+def log_to_stderr(level: str) -> None:
+    """Print Cascade's own loggers (``cascade.*``: config reloads, compaction failures, the
+    event listener) beside uvicorn's lines, at ``CASCADE_LOG_LEVEL``."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    logger = logging.getLogger("cascade")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
 def _serve(settings: Settings) -> int:
+    log_to_stderr(settings.log_level)
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 access_log=False, http=CoalescingHttpToolsProtocol)
