@@ -27,6 +27,7 @@ from proxy.api.deps import (
     read_json_body,
     session_path_id,
     tenant_of,
+    upstream_headers,
 )
 from proxy.errors import ClientRequestError
 from proxy.services.chat import ChatContext, route
@@ -71,7 +72,8 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         path_id=path_id, header_id=header_id, body=body,
         tenant=tenant, agent=rt.agent,
     )
-    ctx = ChatContext(tenant=tenant, session_id=session_id, headers=request.headers)
+    ctx = ChatContext(tenant=tenant, session_id=session_id,
+                      headers=upstream_headers(request, cfg))
     response = await state.chat.complete(cfg, rt, body, ctx)
     response.headers["X-Session-Id"] = session_id
     return response
@@ -117,8 +119,9 @@ async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
                        path: str) -> Response:
     provider = cfg.providers[cfg.agent_for(None)[1].provider]
     content = await request.body() if request.method == "POST" else None
-    resp = await upstream.call(provider, request.method, path, client_headers=request.headers,
-                               content=content, params=list(request.query_params.multi_items()))
+    resp = await upstream.call(provider, request.method, path,
+                               client_headers=upstream_headers(request, cfg), content=content,
+                               params=list(request.query_params.multi_items()))
     return Response(resp.content, resp.status_code, response_headers(resp))
 
 

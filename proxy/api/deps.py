@@ -10,6 +10,7 @@ endpoint that reads the lifespan state itself and resolves the tenant with ``ten
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -65,6 +66,15 @@ def tenant_of(request: Request, cfg: Config) -> str:
         if expected and token == expected:
             return key.tenant
     raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
+
+
+def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
+    """The client's headers as the provider may see them. With proxy keys configured the
+    client's bearer token is the proxy's own secret, so it never leaves: the provider gets
+    its ``apiKeyEnv`` key, or no credentials when that is unset (a keyless local server)."""
+    if not cfg.auth.keys:
+        return request.headers
+    return {k: v for k, v in request.headers.items() if k != "authorization"}
 
 
 PoolDep = Annotated[Any, Depends(get_pool)]

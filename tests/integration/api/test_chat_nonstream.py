@@ -23,6 +23,7 @@ from tests.integration.api.conftest import ProxyServer, write_config
 
 CLIENT_KEY = "sk-test-client"
 UPSTREAM_KEY_ENV = "CASCADE_TEST_UPSTREAM_KEY"
+SESSION_A = {"X-Session-Id": "auth-a"}
 
 WEATHER_TOOLS = [
     {
@@ -234,6 +235,50 @@ def test_proxy_without_providers_block_uses_openai_env_upstream(
     assert out.choices[0].message.content == "default provider"
     assert fake_upstream.requests[-1].path == CHAT
     assert fake_upstream.requests[-1].headers["authorization"] == "Bearer sk-proxy-upstream"
+
+
+@pytest.mark.parametrize("provider_key", ["sk-upstream-secret", None],
+                         ids=["provider_key_set", "provider_key_unset"])
+def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
+    provider_key: str | None,
+    custom_proxy: Any,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy_key = "cascade-team-a-secret"
+    monkeypatch.setenv("CASCADE_TEST_TEAM_A", proxy_key)
+    if provider_key is None:
+        monkeypatch.delenv(UPSTREAM_KEY_ENV, raising=False)
+    else:
+        monkeypatch.setenv(UPSTREAM_KEY_ENV, provider_key)
+    config = write_config(
+        tmp_path / "auth.json", fake_upstream.url,
+        providers={"openai": {"baseUrl": fake_upstream.url, "apiKeyEnv": UPSTREAM_KEY_ENV}},
+        auth={"keys": [{"keyEnv": "CASCADE_TEST_TEAM_A", "tenant": "team-a"}]},
+    )
+    server = custom_proxy(config)
+    hi = [{"role": "user", "content": "hi"}]
+
+    intruder = openai.OpenAI(base_url=server.url, api_key="sk-not-a-proxy-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as refused:
+        intruder.chat.completions.create(model="gpt-fake", messages=hi)
+    assert refused.value.status_code == 401
+    assert "proxy key" in refused.value.body["message"]
+    assert fake_upstream.requests == []
+
+    client = openai.OpenAI(base_url=server.url, api_key=proxy_key, max_retries=0)
+    client.chat.completions.create(model="gpt-fake", messages=hi, extra_headers=SESSION_A)
+    list(client.chat.completions.create(model="gpt-fake", messages=hi, stream=True))
+    client.models.list()
+    expected = f"Bearer {provider_key}" if provider_key else None
+    assert len(fake_upstream.requests) == 3
+    for seen in fake_upstream.requests:
+        assert seen.headers.get("authorization") == expected
+        assert proxy_key not in json.dumps(dict(seen.headers))
+    listed = httpx.get(f"{server.origin}/v1/sessions",
+                       headers={"authorization": f"Bearer {proxy_key}"}).json()
+    assert "auth-a" in {s["id"] for s in listed["data"]}
 
 
 @pytest.mark.parametrize(
