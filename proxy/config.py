@@ -27,7 +27,7 @@ __all__ = [
     "Config", "ConfigError", "ProviderConfig", "ModelConfig", "AgentConfig", "EmbeddingConfig",
     "AuthConfig", "AuthKeyConfig", "ContextConfig", "ToolOutputConfig", "RedactionConfig",
     "EvictionConfig", "SummarizeConfig", "RecitationConfig", "RetrievalConfig",
-    "MemoryPromotionConfig", "HandoffConfig", "load_config", "parse_config",
+    "MemoryPromotionConfig", "HandoffConfig", "load_config", "parse_config", "config_warnings",
     "DEFAULT_OPENAI_BASE_URL",
 ]
 
@@ -267,3 +267,31 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     if not isinstance(raw, dict):
         raise ConfigError(f"{p} must hold a JSON object at the top level")
     return parse_config(raw, env)
+
+
+_NOT_BUILT = ("recitation", "retrieval", "handoff")
+
+
+def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
+    """What a valid config asks for that will not happen, for the log at load and reload:
+    proxy keys whose variable is unset, providers left without credentials in proxy-key mode
+    (the client's token is then the proxy's secret and is never forwarded), and stages this
+    version accepts in the file but does not run yet."""
+    out = [
+        f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
+        for key in cfg.auth.keys if not env.get(key.key_env)
+    ]
+    used = {agent.provider for agent in cfg.agents.values()} if cfg.auth.keys else set()
+    for name in sorted(used):
+        key_env = cfg.providers[name].api_key_env
+        if not (key_env and env.get(key_env)):
+            fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv"
+            out.append(f"provider {name!r} will be called without credentials (proxy keys "
+                       f"are never forwarded): {fix}")
+    for agent, ctx in cfg.resolved.items():
+        stages = [s for s in _NOT_BUILT if getattr(ctx, s).enabled]
+        if ctx.memory_promotion.mode != "off":
+            stages.append("memoryPromotion")
+        out += [f"agent {agent!r}: context.{s} is not built in this version; ignored"
+                for s in stages]
+    return out

@@ -19,7 +19,7 @@ from typing import Any
 from watchfiles import awatch
 
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
-from proxy.config import Config, ConfigError, load_config
+from proxy.config import Config, ConfigError, config_warnings, load_config
 
 __all__ = ["ConfigHolder", "watch_config"]
 
@@ -32,15 +32,22 @@ class ConfigHolder:
     def __init__(self, config: Config, path: Path | None) -> None:
         self.current = config
         self.path = path
+        self._warn(os.environ)
+
+    def _warn(self, env: Mapping[str, str]) -> None:
+        for warning in config_warnings(self.current, env):
+            log.warning("config %s: %s", self.path, warning)
 
     def reload(self, env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
         """Try the file on disk; return the event to emit (reloaded or rejected)."""
+        env = env if env is not None else os.environ
         try:
-            self.current = load_config(self.path, env if env is not None else os.environ)
+            self.current = load_config(self.path, env)
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
         log.info("config %s reloaded", self.path)
+        self._warn(env)
         return CONFIG_RELOADED, {"path": str(self.path)}
 
 

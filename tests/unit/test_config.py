@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ from proxy.config import (
     ConfigError,
     ContextConfig,
     ModelConfig,
+    config_warnings,
     load_config,
     parse_config,
 )
+from proxy.config_watch import ConfigHolder
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "agents.json"
 
@@ -320,3 +323,48 @@ def test_shipped_config_holds_no_secrets() -> None:
     assert "auth" not in raw
     for provider in raw.get("providers", {}).values():
         assert set(provider) <= {"baseUrl", "apiKeyEnv", "timeoutSeconds", "connectTimeoutSeconds"}
+
+
+# what a valid config asks for that will not happen
+
+
+def test_no_warnings_for_the_defaults_or_the_shipped_file() -> None:
+    assert config_warnings(parse_config({}, env={}), env={}) == []
+    assert config_warnings(load_config(SHIPPED, env={}), env={}) == []
+
+
+def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() -> None:
+    raw = {
+        "providers": {"local": {"baseUrl": "http://127.0.0.1:9/v1"},
+                      "paid": {"baseUrl": "http://127.0.0.1:8/v1", "apiKeyEnv": "PAID_KEY"}},
+        "agents": {"default": {"provider": "paid"},
+                   "coder": {"provider": "local", "context": {"retrieval": {"enabled": True}}}},
+        "context": {"memoryPromotion": {"mode": "suggest"}},
+        "auth": {"keys": [{"keyEnv": "TEAM_A_KEY", "tenant": "a"},
+                          {"keyEnv": "TEAM_B_KEY", "tenant": "b"}]},
+    }
+    env = {"TEAM_A_KEY": "k"}
+    assert config_warnings(parse_config(raw, env), env) == [
+        "auth key of tenant 'b': $TEAM_B_KEY is unset, no request can use it",
+        "provider 'local' will be called without credentials (proxy keys are never "
+        "forwarded): give it an apiKeyEnv",
+        "provider 'paid' will be called without credentials (proxy keys are never "
+        "forwarded): set $PAID_KEY",
+        "agent 'default': context.memoryPromotion is not built in this version; ignored",
+        "agent 'coder': context.retrieval is not built in this version; ignored",
+        "agent 'coder': context.memoryPromotion is not built in this version; ignored",
+    ]
+    # pass-through mode forwards the client's own token: no credentials warning
+    passthrough = {k: v for k, v in raw.items() if k not in ("auth", "context")}
+    passthrough["agents"] = {"default": {"provider": "paid"}}
+    assert config_warnings(parse_config(passthrough, env), env) == []
+
+
+def test_the_holder_logs_the_warnings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEAM_A_KEY", raising=False)
+    path = write(tmp_path, {"auth": {"keys": [{"keyEnv": "TEAM_A_KEY", "tenant": "a"}]}})
+    with caplog.at_level(logging.WARNING, logger="cascade.config"):
+        ConfigHolder(load_config(path, env={}), path)
+    assert "$TEAM_A_KEY is unset" in caplog.text
