@@ -27,7 +27,10 @@ from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import loads
 
-__all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
+__all__ = [
+    "Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers",
+    "refuse_redirect",
+]
 
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
@@ -80,10 +83,22 @@ class StreamAnswer:
             raise
 
     async def aread(self) -> bytes:
-        return await self._resp.read()
+        with _mapped_errors(str(self._resp.url)):  # a body that breaks off is a 502
+            return await self._resp.read()
 
     async def aclose(self) -> None:
         self._resp.close()  # closes the connection unless the body was read to its end
+
+
+def refuse_redirect(resp: Answer | StreamAnswer) -> None:
+    """A provider's redirect is never relayed (a client would follow it past the proxy, or
+    not at all): it is a 502 saying where the provider points, so the baseUrl can be fixed."""
+    if 300 <= resp.status_code < 400:
+        raise UpstreamUnavailable(
+            f"the provider answered {resp.status_code}, a redirect to "
+            f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
+            "baseUrl to the address it points to"
+        )
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:

@@ -41,19 +41,37 @@ ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 router = APIRouter()
 
 
+# Fields the proxy reads or extends before forwarding: a wrong type is the client's error
+# (400 naming it), never a 500, and is caught before the session is locked.
+_TYPED = (("model", str, "a string"), ("stream_options", dict, "an object"),
+          ("tools", list, "an array"))
+
+
+def _check_body(body: dict[str, Any]) -> None:
+    for name, kind, what in _TYPED:
+        value = body.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise ClientRequestError(f"'{name}' must be {what}", param=name)
+    _check_messages(body)
+
+
 def _check_messages(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if messages is None:
         raise ClientRequestError("missing required parameter 'messages'", param="messages")
     if not isinstance(messages, list) or not messages:
         raise ClientRequestError("'messages' must be a non-empty array", param="messages")
-    if all(type(m) is dict and type(m.get("role")) is str for m in messages):
+    if all(type(m) is dict and type(m.get("role")) is str
+           and type(m.get("tool_call_id") or "") is str for m in messages):
         return  # the common case, in one pass (a 5,000-message history is resent each time)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ClientRequestError(
                 f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
             )
+        if m.get("tool_call_id") is not None and not isinstance(m["tool_call_id"], str):
+            raise ClientRequestError(f"messages[{i}].tool_call_id must be a string",
+                                     param=f"messages[{i}].tool_call_id")
 
 
 async def _chat(request: Request, path_id: str | None) -> Response:
@@ -66,7 +84,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         request, state.settings.max_body_bytes, resent=state.chat.bodies,
         key=(tenant, named) if named else None,
     )
-    _check_messages(body)
+    _check_body(body)
     rt = route(cfg, body)
     session_id = resolve_session_id(
         path_id=path_id, header_id=header_id, body=body,

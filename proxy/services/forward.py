@@ -21,6 +21,7 @@ from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Message
 from proxy.config import ContextConfig, ModelConfig, ProviderConfig
+from proxy.errors import UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
@@ -28,7 +29,7 @@ from proxy.services.relay import RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
-from proxy.upstream import StreamAnswer, Upstream, response_headers
+from proxy.upstream import Answer, StreamAnswer, Upstream, refuse_redirect, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
@@ -158,10 +159,11 @@ class Forwarder:
                     step.route.provider, "POST", "/chat/completions",
                     client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
                 )
-                if resp.status_code >= 400:
+                if resp.status_code >= 300:
+                    refuse_redirect(resp)
                     await self._release_step(step)
                     return Response(resp.content, resp.status_code, response_headers(resp))
-                data = resp.json()
+                data = _completion(resp)
                 reply = (data.get("choices") or [{}])[0].get("message") or {}
                 internal, client_calls = split_calls(reply) if offer else ([], [])
                 if internal and not client_calls and round_no < self.settings.max_internal_rounds:
@@ -188,22 +190,31 @@ class Forwarder:
     # -- streaming -----------------------------------------------------------------------
 
     async def stream(self, step: Step) -> Response:
-        send = self._open(step, list(step.assembled.messages))
-        done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
-        if done:
-            try:
+        send: asyncio.Future[StreamAnswer] | None = None
+        refused: Response | None = None
+        try:
+            send = self._open(step, list(step.assembled.messages))
+            done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+            if done:
                 resp = send.result()
-            except BaseException:
-                await self._release_step(step)
-                raise
-            if resp.status_code >= 400:
-                body = await resp.aread()
-                await resp.aclose()
-                await self._release_step(step)
-                return Response(body, resp.status_code, response_headers(resp))
-            headers = response_headers(resp)
-        else:
-            headers = {"content-type": "text/event-stream"}
+                if resp.status_code >= 300:
+                    try:
+                        refuse_redirect(resp)
+                        body = await resp.aread()
+                    finally:
+                        await resp.aclose()
+                    refused = Response(body, resp.status_code, response_headers(resp))
+                headers = response_headers(resp)
+            else:
+                headers = {"content-type": "text/event-stream"}
+        except BaseException:  # until the body takes the step over, the lock is ours to free
+            if send is not None and not send.done():
+                send.cancel()
+            await self._release_step(step)
+            raise
+        if refused is not None:
+            await self._release_step(step)
+            return refused
         return StreamingResponse(
             self._stream_body(step, send), status_code=200, headers=headers,
             media_type="text/event-stream",
@@ -272,11 +283,31 @@ class Forwarder:
         except Exception as exc:
             status, msg = getattr(exc, "status_code", 502), str(exc)
             return None, sse.error_event(msg, code=str(status))  # type: ignore[return-value]
-        if resp.status_code >= 400:
-            body = (await resp.aread()).decode("utf-8", "replace")
-            await resp.aclose()
+        if resp.status_code >= 300:
+            try:
+                refuse_redirect(resp)
+                body = (await resp.aread()).decode("utf-8", "replace")
+            except UpstreamUnavailable as exc:
+                return resp, sse.error_event(str(exc), code=str(exc.status_code))
+            finally:
+                await resp.aclose()
             return resp, sse.error_event(
                 f"the provider answered {resp.status_code}: {body[:2000]}",
                 code=str(resp.status_code),
             )
         return resp, None
+
+
+def _completion(resp: Answer) -> dict[str, Any]:
+    """A 2xx answer's chat completion; anything else the provider sent is a 502."""
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        kind = resp.headers.get("content-type") or "no content type"
+        raise UpstreamUnavailable(
+            f"the provider answered {resp.status_code} with a body that is not a JSON chat "
+            f"completion ({kind}); check the provider's baseUrl"
+        )
+    return data

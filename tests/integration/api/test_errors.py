@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, error, rate_limited, reply
+from tests.fakes.upstream import FakeUpstream, error, rate_limited, raw, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 
 CLIENT_KEY = "sk-test-client"
@@ -141,6 +141,13 @@ BAD_MESSAGES = {
     "not_a_list": ({"model": "gpt-fake", "messages": "hi"}, "messages", "non-empty array"),
     "no_role": ({"model": "gpt-fake", "messages": [{"content": "x"}]}, "messages[0]", "'role'"),
     "not_an_object": ({"model": "gpt-fake", "messages": ["text"]}, "messages[0]", "'role'"),
+    "tool_call_id": ({"model": "gpt-fake", "messages": [
+        {"role": "tool", "tool_call_id": 5, "content": "x"}]}, "messages[0].tool_call_id",
+        "must be a string"),
+    "model": ({"model": ["a"], "messages": TURN1}, "model", "must be a string"),
+    "stream_options": ({"model": "gpt-fake", "messages": TURN1, "stream": True,
+                        "stream_options": "x"}, "stream_options", "must be an object"),
+    "tools": ({"model": "gpt-fake", "messages": TURN1, "tools": 5}, "tools", "must be an array"),
 }
 
 
@@ -161,6 +168,8 @@ def test_missing_or_invalid_messages_is_400(
     assert exc_info.value.param == "messages"
     assert _stored(http) == before
     assert len(fake_upstream.requests) == 1
+    fake_upstream.script(reply("second answer"))  # and the session is not left locked
+    assert _chat(http, TURN2, stream=True).status_code == 200
 
 
 BAD_SESSION_IDS = {
@@ -260,6 +269,37 @@ def test_upstream_error_passes_through(
     after = _stored(http)
     assert after[:2] == before
     assert not any(superseded for *_, superseded in after)
+
+
+NOT_RELAYED = {
+    "redirect": (error(301, {}, {"location": "https://api.example.test/v1/chat/completions"}),
+                 "redirect to https://api.example.test/v1/chat/completions"),
+    "html_200": (raw("<html>a login page</html>", headers={"content-type": "text/html"}),
+                 "not a JSON chat completion (text/html)"),
+    "error_body_breaks_off": (raw('{"error": {"mess', 'age": "x"}}', status=500,
+                                  headers={"content-type": "application/json"},
+                                  reset_after=1), "could not reach the provider"),
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "stream"),
+    # (a 200 stream is relayed as it comes, whatever its content type)
+    [(c, s) for c in NOT_RELAYED for s in (False, True) if not (s and c == "html_200")],
+)
+def test_what_the_provider_cannot_mean_is_a_502_and_frees_the_session(
+    case: str, stream: bool, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    before = _first_turn(http, fake_upstream)
+    scripted, needle = NOT_RELAYED[case]
+    fake_upstream.script(scripted)
+
+    err = _assert_error_shape(_chat(http, TURN2, stream=stream), 502)
+
+    assert needle in err["message"]
+    fake_upstream.script(reply("second answer"))  # the session lock was released
+    assert _chat(http, TURN2, stream=stream).status_code == 200
+    assert _stored(http)[:2] == before
 
 
 def test_upstream_rate_limit_reaches_sdk_with_retry_after(
