@@ -90,6 +90,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         path_id=path_id, header_id=header_id, body=body,
         tenant=tenant, agent=rt.agent,
     )
+    request.state.session_id = session_id  # for an error response too (ChatFastPath)
     ctx = ChatContext(tenant=tenant, session_id=session_id,
                       headers=upstream_headers(request, cfg))
     response = await state.chat.complete(cfg, rt, body, ctx)
@@ -128,6 +129,8 @@ class ChatFastPath:
                     response = await candidate.endpoint(request)
                 except Exception as exc:
                     response = await self.on_error(request, exc)
+                    if session_id := getattr(request.state, "session_id", None):
+                        response.headers["X-Session-Id"] = session_id
                 await response(scope, receive, send)
                 return True
         return False
@@ -135,12 +138,17 @@ class ChatFastPath:
 
 async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
                        path: str) -> Response:
+    named = request.path_params.get("session_id")
+    session_id = session_path_id(named) if named is not None else None  # 400 when invalid
     provider = cfg.providers[cfg.agent_for(None)[1].provider]
     content = await request.body() if request.method == "POST" else None
     resp = await upstream.call(provider, request.method, path,
                                client_headers=upstream_headers(request, cfg), content=content,
                                params=list(request.query_params.multi_items()))
-    return Response(resp.content, resp.status_code, response_headers(resp))
+    headers = response_headers(resp)
+    if session_id is not None:
+        headers["X-Session-Id"] = session_id
+    return Response(resp.content, resp.status_code, headers)
 
 
 @router.get("/v1/models")

@@ -294,9 +294,11 @@ def test_what_the_provider_cannot_mean_is_a_502_and_frees_the_session(
     scripted, needle = NOT_RELAYED[case]
     fake_upstream.script(scripted)
 
-    err = _assert_error_shape(_chat(http, TURN2, stream=stream), 502)
+    resp = _chat(http, TURN2, stream=stream)
 
+    err = _assert_error_shape(resp, 502)
     assert needle in err["message"]
+    assert resp.headers["x-session-id"] == SID
     fake_upstream.script(reply("second answer"))  # the session lock was released
     assert _chat(http, TURN2, stream=stream).status_code == 200
     assert _stored(http)[:2] == before
@@ -358,6 +360,7 @@ def test_upstream_unreachable_is_502(
 
     for resp in responses:
         err = _assert_error_shape(resp, 502, "upstream_unreachable")
+        assert resp.headers["x-session-id"] == SID
         assert f"127.0.0.1:{port}" in err["message"]
         assert "baseUrl" in err["message"]
     after = _stored(http)
@@ -406,3 +409,20 @@ def test_upstream_timeout_while_streaming_is_an_error_frame(
         assert "timeoutSeconds" in _sse_error(responses[0])["message"]
         assert _sse_error(responses[0])["code"] == "504"
         assert _stored(http)[:2] == before
+
+
+def test_models_and_embeddings_pass_through_and_check_a_path_session_id(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    listed = http.get("/s/run-7/v1/models")
+    embedded = http.post("/s/run-7/v1/embeddings", json={"model": "e", "input": ["a", "b"]})
+    direct = httpx.post(f"{fake_upstream.url}/embeddings", json={"model": "e", "input": ["a", "b"]})
+
+    assert listed.status_code == 200 and listed.json()["object"] == "list"
+    assert embedded.content == direct.content
+    assert listed.headers["x-session-id"] == embedded.headers["x-session-id"] == "run-7"
+    upstream_seen = len(fake_upstream.requests)
+    for resp in (http.get("/s/bad%20id!/v1/models"),
+                 http.post("/s/bad%20id!/v1/embeddings", json={"model": "e", "input": "a"})):
+        _assert_error_shape(resp, 400, "invalid_session_id")
+    assert len(fake_upstream.requests) == upstream_seen

@@ -121,6 +121,7 @@ def test_one_message_too_large_for_the_window_is_refused_and_nothing_is_sent(
         err = info.value
         assert err.status_code == 400 and err.code == "context_length_exceeded"
         assert err.type == "invalid_request_error" and err.param == "messages"
+        assert err.response.headers["x-session-id"] == "huge"
         body = err.body
         assert isinstance(body, dict) and set(body) == {"message", "type", "param", "code"}
         message = body["message"]
