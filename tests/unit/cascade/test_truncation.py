@@ -208,10 +208,20 @@ def test_grep_lists_matching_lines_with_offsets() -> None:
     assert text[6:].startswith("beta needle") and text[24:].startswith("needle delta")
 
 
-def test_grep_supports_regex_and_falls_back_to_literal() -> None:
-    text = "a1\nb2\n(x\n"
-    assert page_raw_output(text, grep=r"\d", max_chars=1000).splitlines()[1:] == ["0: a1", "3: b2"]
-    assert page_raw_output(text, grep="(x", max_chars=1000).splitlines()[1:] == ["6: (x"]
+def test_grep_is_literal_in_any_case_with_alternatives() -> None:
+    text = "a1\nB2\n(x\nd.\n"
+    hits = page_raw_output(text, grep="b2|(X", max_chars=1000).splitlines()[1:]
+    assert hits == ["3: B2", "6: (x"]
+    assert page_raw_output(text, grep=".", max_chars=1000).splitlines()[1:] == ["9: d."]
+    assert page_raw_output(text, grep="|", max_chars=1000).startswith("[read_tool_output")
+
+
+def test_grep_takes_linear_time_whatever_the_pattern() -> None:
+    # as a regex, (a*)*b backtracks exponentially: 2**40 steps on this one line
+    text = "a" * 40 + "\n" + "(a*)*b here\n"
+    assert page_raw_output(text, grep="(a*)*b", max_chars=1000).splitlines()[1:] == [
+        "41: (a*)*b here"
+    ]
 
 
 def test_grep_output_is_capped() -> None:
