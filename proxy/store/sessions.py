@@ -40,11 +40,16 @@ async def fetch_sessions(
 
 
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
+# Reset, delete and branch wait for a request in flight on the session (which holds this
+# lock until its reply is stored), so they never interleave with its two statements.
+LOCK_SESSION = "SELECT pg_advisory_xact_lock($1)"
 
 
 async def delete_session(conn: Any, *, tenant: str, session_id: str) -> bool:
     """Delete a session and, by ON DELETE CASCADE, everything it owns."""
-    status = await conn.execute(DELETE_SESSION, tenant, session_id)
+    async with _transaction(conn) as tx:
+        await tx.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
+        status = await tx.execute(DELETE_SESSION, tenant, session_id)
     return bool(status.endswith(" 1"))
 
 
@@ -72,6 +77,7 @@ RESET_SESSION = [
 async def reset_session(conn: Any, *, tenant: str, session_id: str) -> None:
     """Forget the history (messages, raw outputs, summaries); the session and events stay."""
     async with _transaction(conn) as tx:
+        await tx.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
         for sql in RESET_SESSION:
             await tx.execute(sql, tenant, session_id)
 
@@ -101,6 +107,7 @@ COPY_SESSION = [
 async def copy_session(conn: Any, *, tenant: str, source: str, target: str) -> None:
     """Branch: independent copies of the live history, raw outputs and valid summaries."""
     async with _transaction(conn) as tx:
+        await tx.execute(LOCK_SESSION, session_lock_key(tenant, source))
         for sql in COPY_SESSION:
             await tx.execute(sql, tenant, source, target)
 

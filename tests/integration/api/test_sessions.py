@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -349,3 +350,35 @@ def test_unknown_session_is_openai_shaped_404(http: httpx.Client) -> None:
         ("DELETE", base),
     ]:
         assert_openai_404(http.request(method, path))
+
+
+@pytest.mark.parametrize("action", ["reset", "delete"])
+def test_reset_and_delete_wait_for_the_request_in_flight(
+    action: str, http: httpx.Client, proxy: ProxyServer, fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    chat(http, [user("one")], sid="busy")
+    settled(http, "busy", 2)
+    fake_upstream.script(reply("slow answer", chunks=6, chunk_delay=0.15))
+    history = [user("one"), {"role": "assistant", "content": "ok"}, user("two")]
+    ended: list[float] = []
+
+    def stream() -> None:
+        with httpx.Client(base_url=proxy.origin, headers=http.headers, timeout=10) as c:
+            chat(c, history, sid="busy", stream=True)
+        ended.append(time.monotonic())
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    fake_upstream.wait_for_requests(2)  # the stream is under way upstream
+    assert not ended
+    resp = http.post("/v1/sessions/busy/reset") if action == "reset" else http.delete(
+        "/v1/sessions/busy")
+    worker.join(10)
+    assert resp.status_code == 200 and ended
+    assert "could not record the reply" not in caplog.text  # its step was not cut in two
+    if action == "reset":  # the step was stored whole, then forgotten whole
+        assert http.get("/v1/sessions/busy").json()["message_count"] == 0
+        assert messages_of(http, "busy", include_superseded="true") == []
+    else:
+        assert_openai_404(http.get("/v1/sessions/busy"))
