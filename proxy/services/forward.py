@@ -152,6 +152,7 @@ class Forwarder:
         offer = step.assembled.offer_read_tool
         earlier: list[str] = []
         rewritten = False
+        prompt_tokens = None
         try:
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
@@ -164,6 +165,8 @@ class Forwarder:
                     await self._release_step(step)
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = _completion(resp)
+                if round_no == 0:  # the prompt the step assembled (later rounds add to it)
+                    prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
                 reply = (data.get("choices") or [{}])[0].get("message") or {}
                 internal, client_calls = split_calls(reply) if offer else ([], [])
                 if internal and not client_calls and round_no < self.settings.max_internal_rounds:
@@ -183,8 +186,7 @@ class Forwarder:
             await self._release_step(step)
             raise
         content = dumps(data) if rewritten else resp.content
-        usage = data.get("usage") or {}
-        task = BackgroundTask(self._finish, step, reply, usage.get("prompt_tokens"))
+        task = BackgroundTask(self._finish, step, reply, prompt_tokens)
         return Response(content, resp.status_code, response_headers(resp), background=task)
 
     # -- streaming -----------------------------------------------------------------------
@@ -249,8 +251,8 @@ class Forwarder:
                         yield piece
                 finally:
                     await resp.aclose()
-                usage = out.acc.usage or {}
-                prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
+                if round_no == 0:  # the prompt the step assembled, as in ``nonstream``
+                    prompt_tokens = (out.acc.usage or {}).get("prompt_tokens")
                 message = out.acc.message()
                 texts.append(str(message.get("content") or ""))
                 if out.error:

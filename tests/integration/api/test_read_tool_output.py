@@ -5,6 +5,7 @@ again (non-streaming and streaming), and the client never sees any of it."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,27 @@ def test_a_model_that_keeps_reading_is_cut_off_without_leaking_the_call(
     answer = {"role": "assistant", "content": text}
     chat(proxy, "s1", [*messages, answer, {"role": "user", "content": "and now?"}])
     assert_valid_history(fake_upstream.bodies()[-1]["messages"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_occupancy_is_the_assembled_prompts_not_the_internal_rounds(
+    stream: bool, proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # The step's estimate is of the prompt it assembled: the provider's count for that same
+    # prompt is round 0's; the internal round's prompt also holds the page read back.
+    fake_upstream.script(
+        reply(None, tool_calls=[read_call(id="call_big", offset=0)], usage=(1234, 5)),
+        reply("done", usage=(9876, 5)),
+    )
+    kw: dict[str, Any] = {"stream": True} if stream else {}
+    answer = chat(proxy, "occ", history("call_big", blob(9000, "big")), **kw)
+    if stream:
+        list(answer)
+    with api(proxy) as http:
+        for _ in range(100):  # stored just after the response
+            shown = http.get("/v1/sessions/occ").json()
+            if shown.get("last_prompt_tokens") is not None:
+                break
+            time.sleep(0.02)
+    assert len(fake_upstream.requests) == 2
+    assert shown["last_prompt_tokens"] == 1234
