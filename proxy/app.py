@@ -158,10 +158,13 @@ def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
 
     async def http(request: Request, exc: Any) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        headers = getattr(exc, "headers", None)  # a 405's Allow
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}"
+        elif exc.status_code == 405 and headers and "Allow" in headers:
+            message = f"{request.url.path} does not take {request.method}; use {headers['Allow']}"
         return JSONResponse(error_body(message, type="invalid_request_error",
-                                       code=str(exc.status_code)), exc.status_code)
+                                       code=str(exc.status_code)), exc.status_code, headers)
 
     async def validation(request: Request, exc: Any) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}

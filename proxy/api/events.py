@@ -12,7 +12,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from proxy.api.deps import BusDep, PoolDep, TenantDep
 from proxy.bus import BusEvent, EventBus
-from proxy.errors import NotFound
+from proxy.errors import ClientRequestError, NotFound
 from proxy.session_id import validate_session_id
 from proxy.store import events as store, sessions
 
@@ -29,6 +29,7 @@ def _frame(event: BusEvent) -> dict[str, Any]:
 
 
 CATCH_UP_SECONDS = 2.0
+_MAX_EVENT_ID = 2**63 - 1  # events.id is a bigint
 """How often an open stream also reads the table for events it was not told about."""
 
 
@@ -87,7 +88,10 @@ async def session_events(
     if await sessions.fetchrow_session(pool, tenant=tenant, session_id=session_id) is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    after = int(header) if header and header.isdigit() else 0
+    after = int(header) if header and header.isascii() and header.isdigit() else 0
+    if after > _MAX_EVENT_ID:
+        raise ClientRequestError(f"Last-Event-ID {header[:30]} is past any event id",
+                                 param="Last-Event-ID")
     return EventSourceResponse(
         _stream(request, pool, bus, tenant, session_id, after), sep="\n", ping=15
     )

@@ -7,12 +7,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from proxy.api.deps import ConfigDep, PoolDep, SummarizerDep, TenantDep, read_json_body
+from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
 from proxy.session_id import validate_session_id
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
+_MAX_OFFSET = 2**63 - 1  # PostgreSQL's OFFSET is a bigint: past it a 400, not a 500
 
 
 def _sid(session_id: str) -> str:
@@ -21,7 +23,7 @@ def _sid(session_id: str) -> str:
 
 @router.get("")
 async def list_sessions(pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000),
-                        offset: int = Query(0, ge=0)) -> dict[str, Any]:
+                        offset: int = Query(0, ge=0, le=_MAX_OFFSET)) -> dict[str, Any]:
     return await svc.list_sessions(pool, tenant=tenant, limit=limit, offset=offset)
 
 
@@ -34,7 +36,7 @@ async def show_session(session_id: str, pool: PoolDep, tenant: TenantDep,
 @router.get("/{session_id}/messages")
 async def list_messages(
     session_id: str, pool: PoolDep, tenant: TenantDep, include_superseded: bool = False,
-    limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0),
+    limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0, le=_MAX_OFFSET),
 ) -> dict[str, Any]:
     return await svc.list_messages(
         pool, tenant=tenant, session_id=_sid(session_id),
@@ -47,8 +49,10 @@ async def branch_session(session_id: str, request: Request, pool: PoolDep,
                          tenant: TenantDep) -> dict[str, Any]:
     body = await read_json_body(request, 65536) if await request.body() else {}
     new_id = body.get("id")
+    if new_id is not None and not isinstance(new_id, str):
+        raise ClientRequestError("'id' must be a string: the new session's id", param="id")
     return await svc.branch_session(pool, tenant=tenant, session_id=_sid(session_id),
-                                    new_id=new_id if isinstance(new_id, str) else None)
+                                    new_id=new_id)
 
 
 @router.post("/{session_id}/compact")
@@ -71,7 +75,7 @@ async def delete_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> d
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")
 async def tool_output(
     session_id: str, tool_call_id: str, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
-    offset: int = Query(0, ge=0), limit: int | None = Query(None, ge=1),
+    offset: int = Query(0, ge=0, le=_MAX_OFFSET), limit: int | None = Query(None, ge=1),
     grep: str | None = None,
 ) -> dict[str, Any]:
     return await svc.tool_output(

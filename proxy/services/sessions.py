@@ -93,7 +93,7 @@ async def branch_session(
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session."""
     await _require(conn, tenant, session_id)
-    target = validate_session_id(new_id, source="body 'id'") if new_id else (
+    target = validate_session_id(new_id, source="body 'id'") if new_id is not None else (
         f"{session_id[:100]}-branch-{secrets.token_hex(4)}"
     )
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):

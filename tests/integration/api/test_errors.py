@@ -209,8 +209,33 @@ def test_paths_that_only_look_like_chat_are_404(
         err = _assert_error_shape(resp, 404, "404")
         assert path in err["message"]
     resp = http.get("/v1/chat/completions")  # the route, another method: the router's 405
-    assert resp.status_code == 405 and "error" in resp.json()
+    err = _assert_error_shape(resp, 405, "405")
+    assert resp.headers["allow"] == "POST" and "use POST" in err["message"]
+    resp = http.put("/v1/sessions/s1")
+    assert _assert_error_shape(resp, 405, "405") and "GET" in resp.headers["allow"]
     assert fake_upstream.requests == []
+
+
+def test_bad_offsets_event_ids_and_branch_ids_are_400(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    _first_turn(http, fake_upstream)
+    huge = str(2**64)
+    for resp, param in [
+        (http.get("/v1/sessions", params={"offset": huge}), "offset"),
+        (http.get(f"/v1/sessions/{SID}/messages", params={"offset": huge}), "offset"),
+        (http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": huge}),
+         "Last-Event-ID"),
+        (http.post(f"/v1/sessions/{SID}/branch", json={"id": 123}), "id"),
+        (http.post(f"/v1/sessions/{SID}/branch", json={"id": ""}), None),
+    ]:
+        err = _assert_error_shape(resp, 400)
+        assert param is None or param in str(err["param"]), err
+    # a Last-Event-ID that is not a plain number replays from the start, as none would
+    with http.stream("GET", f"/v1/sessions/{SID}/events",
+                     headers={"last-event-id": "²".encode()}) as events:
+        assert events.status_code == 200
+        assert next(events.iter_lines()).startswith(("id:", "event:", ":"))
 
 
 def test_body_over_limit_is_413(
