@@ -70,6 +70,7 @@ class CompactionResult:
     tokens_before: int
     tokens_after: int
     reason: str = ""
+    failed: bool = False  # the fast model could not give a summary (not: nothing to fold)
 
 
 def job_for(
@@ -196,7 +197,7 @@ class DurableSummarizer:
                 "tokens_before": before, "tokens_after": before,
                 "summary_version": latest["version"] if latest else None,
             })
-            return CompactionResult(None, boundary, 0, before, before, str(exc))
+            return CompactionResult(None, boundary, 0, before, before, str(exc), failed=True)
         version = await summaries.insert_summary(
             conn, tenant=job.tenant, session_id=job.session_id, boundary=end_pos,
             boundary_hash=last["hash"], content=content,

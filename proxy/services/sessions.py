@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.config import Config
-from proxy.errors import ClientRequestError, NotFound
+from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.compaction import DurableSummarizer, job_for
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
@@ -148,6 +148,8 @@ async def compact_session(
     result = await summarizer.compact_now(job)
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
+    if result.failed:  # a failure is not a success with compacted: false
+        raise UpstreamUnavailable(f"the compaction failed: {result.reason}")
     return {
         "id": session_id, "object": "session.compaction", "version": result.version,
         "boundary": result.boundary, "folded": result.folded,

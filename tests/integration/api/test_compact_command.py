@@ -221,3 +221,18 @@ def test_a_message_merely_mentioning_slash_compact_goes_to_the_model(
         assert agent.say(text) == "ok"
         assert s.main_bodies()[-1]["messages"][-1]["content"] == text
         assert not model.fast_times
+
+
+def test_the_endpoint_answers_502_when_the_fast_model_fails(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    model = Model(fast_failures=100)
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        history(Agent(s.client("down")))
+        with http(s) as h:
+            resp = h.post("/v1/sessions/down/compact")
+        assert resp.status_code == 502, resp.text
+        err = resp.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"}
+        assert "compaction failed" in err["message"] and "500" in err["message"]
+        assert s.summaries("down") == []
