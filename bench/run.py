@@ -269,12 +269,15 @@ def render_results(
     meta: Mapping[str, Any],
     parts: Mapping[str, Mapping[str, Any]],
     charts: Mapping[str, Sequence[str]],
+    reports: Mapping[str, str] | None = None,
 ) -> str:
     """bench/RESULTS.md from each part's status (``ok``, ``seconds``, ``error``) and data.
 
     ``parts[name]["data"]`` is that part's JSON (absent when the part failed or was skipped);
-    ``charts[name]`` are chart paths relative to bench/.
+    ``charts[name]`` are chart paths relative to bench/, and so is ``reports[name]``, the
+    part's full markdown report when it was copied there.
     """
+    reports = reports or {}
     lines = [
         "# Benchmark results",
         "",
@@ -341,7 +344,10 @@ def render_results(
         if name == "replay":
             lines += ["", _REPLAY_NOTE, ""]
             lines += _replay_section(replay_summary(data.get("rows", [])))
-        lines += ["", f"Full report: `{meta.get('out_dir', 'bench/out')}/{name}.md`."]
+        if name in reports:  # committed beside this file; bench/out is not
+            lines += ["", f"Full report: [{reports[name]}]({reports[name]})."]
+        else:
+            lines += ["", f"Full report: `{meta.get('out_dir', 'bench/out')}/{name}.md`."]
         for chart in charts.get(name, ()):
             lines += ["", f"![{Path(chart).stem}]({chart})"]
     return "\n".join(lines) + "\n"
@@ -405,6 +411,17 @@ def _copy_charts(name: str, out: Path, charts: Path) -> list[str]:
     return copied
 
 
+def _copy_report(name: str, out: Path, reports: Path) -> str | None:
+    """The part's full markdown report, copied beside RESULTS.md (bench/out is not kept in
+    git, and the README quotes figures from these reports)."""
+    source = out / f"{name}.md"
+    if not source.exists():
+        return None
+    reports.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, reports / source.name)
+    return f"reports/{source.name}"
+
+
 def _git(*args: str) -> str:
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
         return subprocess.check_output(["git", *args], cwd=str(ROOT), text=True).strip()
@@ -455,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = part_commands(args.quick, out)
     parts: dict[str, dict[str, Any]] = {}
     charts: dict[str, list[str]] = {}
+    reports: dict[str, str] = {}
     for name in PARTS:
         if name in args.only:
             parts[name] = (
@@ -464,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             ok = parts[name]["ok"]
             charts[name] = _copy_charts(name, out, args.results.parent / "charts") if ok else []
+            if ok and (report := _copy_report(name, out, args.results.parent / "reports")):
+                reports[name] = report
     dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--", "proxy") else ""
     meta = {
         "command": shlex.join(["python", "-m", "bench.run", *args.argv]),
@@ -479,7 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report_only": args.report_only,
         "out_dir": str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else str(out),
     }
-    args.results.write_text(render_results(meta=meta, parts=parts, charts=charts))
+    args.results.write_text(render_results(meta=meta, parts=parts, charts=charts,
+                                           reports=reports))
     _log(f"wrote {args.results}")
     return 0 if all(p["ok"] for p in parts.values()) else 1
 

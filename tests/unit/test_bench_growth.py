@@ -165,7 +165,9 @@ def test_results_report_failures_tallies_and_charts():
         "growth": {"command": "python -m bench.growth", "seconds": 60.0, "ok": True,
                    "data": {"targets": evaluate(table), "table": table}},
     }  # fmt: skip
-    text = render_results(meta=meta, parts=parts, charts={"growth": ["charts/growth.png"]})
+    text = render_results(meta=meta, parts=parts, charts={"growth": ["charts/growth.png"]},
+                          reports={"growth": "reports/growth.md"})
+    assert "Full report: [reports/growth.md](reports/growth.md)." in text
     assert "| overhead | `python -m bench.overhead` | **failed**: exit status 1 |" in text
     assert "1/2 met (1 unknown)" in text  # latency met, rows unknown
     assert "![growth](charts/growth.png)" in text
