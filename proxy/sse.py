@@ -142,6 +142,7 @@ class _ToolCall:
     type: str | None = None
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, e.g. a signature
 
 
 @dataclass(slots=True)
@@ -258,6 +259,9 @@ def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
         call.id = raw["id"]
     if call.type is None and raw.get("type"):
         call.type = raw["type"]
+    for key, value in raw.items():  # a provider's own fields go back to it, as sent
+        if key not in _TOOL_CALL_KEYS and value is not None:
+            call.extra.setdefault(key, value)
     fn = raw.get("function")
     if not isinstance(fn, Mapping):
         return
@@ -268,12 +272,16 @@ def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
         call.arguments.append(fn["arguments"])
 
 
+_TOOL_CALL_KEYS = frozenset(("index", "id", "type", "function"))
+
+
 def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if call.id is not None:
         out["id"] = call.id
     out["type"] = call.type or "function"
     out["function"] = {"name": call.name, "arguments": "".join(call.arguments)}
+    out.update(call.extra)
     return out
 
 
