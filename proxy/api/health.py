@@ -20,8 +20,9 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz")
 async def readyz(pool: PoolDep) -> JSONResponse:
     """Ready when the database answers; 503 otherwise, so a load balancer stops routing here."""
-    try:
-        await pool.fetchval("SELECT 1", timeout=2)
+    try:  # a pool with no connection free for 2 s cannot serve either
+        async with pool.acquire(timeout=2) as conn:
+            await conn.fetchval("SELECT 1", timeout=2)
     except Exception as exc:
         return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
     return JSONResponse({"status": "ok", "database": "ok"})

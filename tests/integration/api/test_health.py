@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import asyncpg
 import httpx
 
+from proxy.settings import Settings
 from proxy.store.db import MIGRATIONS_DIR
+from tests.fakes.upstream import FakeUpstream, reply
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 
 REPO = Path(__file__).resolve().parents[3]
@@ -93,3 +97,31 @@ def test_migrate_command_reports_none_pending(db_dsn: str) -> None:
     result = migrate(db_dsn)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "applied 0 migration(s): none pending"
+
+
+def test_readyz_is_503_while_no_pooled_connection_is_free(
+    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    # one connection, held by a request waiting on a slow provider
+    settings = Settings(database_url=db_dsn, config=config_path, pool_max_size=1,
+                        watch_config=False)
+    fake_upstream.script(reply("late", first_byte_delay=5.0))
+    server = ProxyServer(settings).start()
+    try:
+        with httpx.Client(base_url=server.origin, timeout=15,
+                          headers={"authorization": "Bearer sk-test-client"}) as http:
+            body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+            busy = threading.Thread(target=http.post, args=("/v1/chat/completions",),
+                                    kwargs={"json": body})
+            busy.start()
+            fake_upstream.wait_for_requests(1)
+            started = time.monotonic()
+            ready = http.get("/readyz")
+            waited = time.monotonic() - started
+            busy.join(15)
+            after = http.get("/readyz")
+    finally:
+        server.stop()
+    assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
+    assert waited < 4.5  # answered while the request still held the connection
+    assert after.status_code == 200
