@@ -39,8 +39,10 @@ def test_a_wheel_install_finds_its_migrations(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("cascade_proxy-*.whl")
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-    subprocess.run([*pip, "install", "--no-deps", "--prefix", str(env), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    # --ignore-installed: without it pip first uninstalls the project's own editable install
+    # from the running .venv (its cascade-proxy script with it), since it is the same project
+    subprocess.run([*pip, "install", "--no-deps", "--ignore-installed", "--prefix", str(env),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
     deps = next(p for p in sys.path if p.endswith("site-packages"))
     probe = (
         f"import sys; sys.path.append({deps!r}); import proxy; "
@@ -53,3 +55,4 @@ def test_a_wheel_install_finds_its_migrations(tmp_path: Path) -> None:
     assert installed == env / "share" / "cascade-proxy" / "migrations"
     expected = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
     assert sorted(p.name for p in installed.glob("*.sql")) == expected
+    assert Path(sys.executable).with_name("cascade-proxy").exists()  # .venv left as it was
