@@ -35,7 +35,7 @@ from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
-from proxy.store.db import create_pool, run_migrations
+from proxy.store.db import DatabaseUnavailable, create_pool, run_migrations
 from proxy.tokenizers import build_counters
 from proxy.upstream import Upstream
 
@@ -172,13 +172,20 @@ def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
         return JSONResponse(error_body(f"{loc}: {first.get('msg', 'invalid')}",
                                        type="invalid_request_error", param=loc), 400)
 
+    async def no_database(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, exc)  # where, for the log
+        return JSONResponse(error_body(
+            "the proxy's database is unavailable; retry shortly", type="server_error",
+            code="database_unavailable"), 503, {"Retry-After": "5"})
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse(*reversed(exception_body(exc)))
 
     handlers: dict[type[BaseException], Any] = {
         ProxyError: domain, ContextLengthExceeded: domain, InvalidSessionId: invalid_id,
-        HTTPException: http, RequestValidationError: validation, Exception: unexpected,
+        HTTPException: http, RequestValidationError: validation,
+        DatabaseUnavailable: no_database, Exception: unexpected,
     }
     for cls, handler in handlers.items():
         app.add_exception_handler(cls, handler)

@@ -54,9 +54,11 @@ def redact_dsn(dsn: str) -> str:
     return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
-async def _connect(dsn: str) -> asyncpg.Connection:
+async def _connect(dsn: str, *args: Any, **kwargs: Any) -> asyncpg.Connection:
+    """asyncpg.connect; a failure is a DatabaseUnavailable. The pool opens its connections
+    through it too, so a request that finds the database gone can be told so (a 503)."""
     try:
-        return await asyncpg.connect(dsn)
+        return await asyncpg.connect(dsn, *args, **kwargs)
     except (TimeoutError, OSError, ValueError, asyncpg.PostgresError,
             asyncpg.InterfaceError) as exc:
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
@@ -175,6 +177,6 @@ async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     kwargs.setdefault("max_size", 10)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("setup", _setup)
-    pool = await asyncpg.create_pool(dsn, init=_init_connection, **kwargs)
+    pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=_connect, **kwargs)
     assert pool is not None
     return pool

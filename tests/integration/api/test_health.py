@@ -56,6 +56,12 @@ def test_healthz_and_readyz_follow_the_process_and_database(
         assert down.json()["status"] == "unavailable"
         # liveness does not depend on the database: restarting the proxy would not help
         assert http.get("/healthz").status_code == 200
+        for listed in (http.get("/v1/sessions"), http.post("/v1/chat/completions", json={
+                "model": "m", "messages": [{"role": "user", "content": "hi"}]})):
+            assert listed.status_code == 503, listed.text
+            assert listed.json()["error"]["code"] == "database_unavailable"
+            assert listed.headers["retry-after"] == "5"
+            assert str(name) not in listed.text  # the server's details stay in the log
     finally:
         sql(pg_dsn, f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS true")
     deadline = time.monotonic() + 5
