@@ -18,8 +18,9 @@ __all__ = ["raw_rows", "insert_sql", "fetchrow_raw_output"]
 
 def insert_sql(first: int) -> str:
     """The INSERT of :func:`raw_rows` as four array parameters from ``$first`` on (``$1``/``$2``
-    are tenant and session), for statements that store spills with other things; an
-    existing row is kept as is."""
+    are tenant and session), for statements that store spills with other things. An identical
+    row is left as is; another text under the same id replaces it, and migration 0010's
+    trigger moves the one replaced to ``tool_raw_output_versions``."""
     ids, content, nbytes, capped = (f"${first + i}" for i in range(4))
     return (
         "INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,"

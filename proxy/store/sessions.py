@@ -67,6 +67,7 @@ async def _transaction(conn: Any) -> AsyncIterator[Any]:
 RESET_SESSION = [
     "DELETE FROM messages WHERE tenant = $1 AND session_id = $2",
     "DELETE FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2",
+    "DELETE FROM tool_raw_output_versions WHERE tenant = $1 AND session_id = $2",
     "DELETE FROM summaries WHERE tenant = $1 AND session_id = $2",
     """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
        last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,

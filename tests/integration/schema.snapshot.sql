@@ -84,6 +84,24 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.cascade_keep_raw_output_version() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    WITH replaced AS (
+        DELETE FROM tool_raw_outputs o
+        WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id
+          AND o.tool_call_id = NEW.tool_call_id AND o.content IS DISTINCT FROM NEW.content
+        RETURNING o.*
+    )
+    INSERT INTO tool_raw_output_versions (tenant, session_id, tool_call_id, content,
+                                          original_bytes, capped, created_at)
+    SELECT tenant, session_id, tool_call_id, content, original_bytes, capped, created_at
+    FROM replaced;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION public.cascade_notify_event() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -217,6 +235,17 @@ CREATE TABLE public.summaries (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.tool_raw_output_versions (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    tool_call_id text NOT NULL,
+    content text NOT NULL,
+    original_bytes bigint NOT NULL,
+    capped boolean NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    replaced_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE public.tool_raw_outputs (
     tenant text NOT NULL,
     session_id text NOT NULL,
@@ -268,7 +297,11 @@ CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, se
 
 CREATE INDEX messages_session_pos ON public.messages USING btree (tenant, session_id, pos);
 
+CREATE INDEX tool_raw_output_versions_call ON public.tool_raw_output_versions USING btree (tenant, session_id, tool_call_id);
+
 CREATE TRIGGER events_notify AFTER INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.cascade_notify_event();
+
+CREATE TRIGGER raw_output_versions BEFORE INSERT ON public.tool_raw_outputs FOR EACH ROW EXECUTE FUNCTION public.cascade_keep_raw_output_version();
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
@@ -278,6 +311,9 @@ ALTER TABLE ONLY public.messages
 
 ALTER TABLE ONLY public.summaries
     ADD CONSTRAINT summaries_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.tool_raw_output_versions
+    ADD CONSTRAINT tool_raw_output_versions_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.tool_raw_outputs
     ADD CONSTRAINT tool_raw_outputs_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

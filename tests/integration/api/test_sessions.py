@@ -382,3 +382,39 @@ def test_reset_and_delete_wait_for_the_request_in_flight(
         assert messages_of(http, "busy", include_superseded="true") == []
     else:
         assert_openai_404(http.get("/v1/sessions/busy"))
+
+
+def test_a_tool_call_id_that_comes_back_serves_its_newest_result(
+    http: httpx.Client, db_dsn: str
+) -> None:
+    # An edited tool result resent under the same id, then the id reused on a later turn:
+    # the marker in the live message names the id, so the id serves the newest text, and
+    # every text it replaced is kept.
+    history = tool_history()
+    chat(http, history, sid="again")
+    settled(http, "again", 4)
+    edited = BIG_OUTPUT.replace("listing", "catalogue")
+    history[2] = {**history[2], "content": edited}
+    chat(http, history, sid="again")
+    page = http.get("/v1/sessions/again/tool-outputs/call_ls").json()["page"]
+    assert "line 0000 of the catalogue" in page
+    reused = BIG_OUTPUT.replace("listing", "index")
+    history += [{"role": "assistant", "content": "ok"}, user("again"),
+                {"role": "assistant", "content": None, "tool_calls": history[1]["tool_calls"]},
+                {"role": "tool", "tool_call_id": "call_ls", "content": reused}]
+    chat(http, history, sid="again")
+    page = http.get("/v1/sessions/again/tool-outputs/call_ls").json()["page"]
+    assert "line 0000 of the index" in page
+
+    async def versions() -> list[str]:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            rows = await conn.fetch("SELECT content FROM tool_raw_output_versions WHERE "
+                                    "session_id = 'again' ORDER BY replaced_at")
+            return [r["content"] for r in rows]
+        finally:
+            await conn.close()
+
+    assert run_sync(versions()) == [BIG_OUTPUT, edited]
+    assert http.post("/v1/sessions/again/reset").status_code == 200
+    assert run_sync(versions()) == []

@@ -254,7 +254,9 @@ async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: A
     assert [(r["pos"], r["spilled"]) for r in again] == [(0, False), (5, False), (6, True)]
 
 
-async def test_append_and_fetch_window_keeps_an_existing_raw_output(conn: Any) -> None:
+async def test_append_and_fetch_window_serves_the_newest_raw_output_keeps_the_old(
+    conn: Any,
+) -> None:
     first = [("c1", "first", 5, False)]
     await msgs.append_and_fetch_window(
         conn,
@@ -281,7 +283,10 @@ async def test_append_and_fetch_window_keeps_an_existing_raw_output(conn: Any) -
         from_pos=0,
     )
     raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
-    assert raw is not None and raw["content"] == "first"
+    assert raw is not None and raw["content"] == "second"  # the newest (migration 0010)
+    kept = await conn.fetch("SELECT content FROM tool_raw_output_versions WHERE tenant = $1"
+                            " AND session_id = $2 AND tool_call_id = 'c1'", T, S)
+    assert [r["content"] for r in kept] == ["first"]
 
 
 async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: Any) -> None:
