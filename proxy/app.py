@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
@@ -145,6 +146,16 @@ class CascadeApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def _methods_for(request: Request) -> list[str]:
+    """Every method some route takes on this path (a 405's Allow), by asking each route,
+    included routers too, whether it would take the request with that method."""
+    return [
+        method for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+               for route in request.app.router.routes)
+    ]
+
+
 def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
     """One place that turns every error into OpenAI's ``{"error": {...}}`` shape."""
 
@@ -158,11 +169,13 @@ def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
 
     async def http(request: Request, exc: Any) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        headers = getattr(exc, "headers", None)  # a 405's Allow
+        headers = getattr(exc, "headers", None)
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}"
-        elif exc.status_code == 405 and headers and "Allow" in headers:
-            message = f"{request.url.path} does not take {request.method}; use {headers['Allow']}"
+        elif exc.status_code == 405:  # Starlette's Allow names the first route's methods only
+            allow = ", ".join(_methods_for(request))
+            headers = {**(headers or {}), "Allow": allow}
+            message = f"{request.url.path} does not take {request.method}; use {allow}"
         return JSONResponse(error_body(message, type="invalid_request_error",
                                        code=str(exc.status_code)), exc.status_code, headers)
 
