@@ -93,6 +93,19 @@ def _admin(dsn: str, *statements: str) -> None:
     run_sync(_execute(dsn, *statements))
 
 
+def column(dsn: str, query: str, *args: Any) -> list[Any]:
+    """The first column of ``query``'s rows, read on a short-lived connection."""
+
+    async def go() -> list[Any]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return [row[0] for row in await conn.fetch(query, *args)]
+        finally:
+            await conn.close()
+
+    return list(run_sync(go()))
+
+
 def _start_embedded() -> Any:
     # Imported here, not at module top: XDG_RUNTIME_DIR must be set first (pytest_configure),
     # and runs against TEST_DATABASE_URL should not need the embedded binaries at all.

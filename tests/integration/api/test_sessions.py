@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer, write_config
-from tests.integration.conftest import run_sync
+from tests.integration.conftest import column, run_sync
 
 MODEL = "gpt-4o-mini"  # longest prefix "gpt-4o" in the config below
 LIMIT = 50_000
@@ -406,15 +406,8 @@ def test_a_tool_call_id_that_comes_back_serves_its_newest_result(
     page = http.get("/v1/sessions/again/tool-outputs/call_ls").json()["page"]
     assert "line 0000 of the index" in page
 
-    async def versions() -> list[str]:
-        conn = await asyncpg.connect(db_dsn)
-        try:
-            rows = await conn.fetch("SELECT content FROM tool_raw_output_versions WHERE "
-                                    "session_id = 'again' ORDER BY replaced_at")
-            return [r["content"] for r in rows]
-        finally:
-            await conn.close()
-
-    assert run_sync(versions()) == [BIG_OUTPUT, edited]
+    versions = ("SELECT content FROM tool_raw_output_versions WHERE session_id = 'again'"
+                " ORDER BY replaced_at")
+    assert column(db_dsn, versions) == [BIG_OUTPUT, edited]
     assert http.post("/v1/sessions/again/reset").status_code == 200
-    assert run_sync(versions()) == []
+    assert column(db_dsn, versions) == []
