@@ -2,7 +2,8 @@
 
 Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
 as it arrives) and forwards its bytes. Only transport failures are translated, into 502
-(unreachable) and 504 (timed out); a provider's own non-2xx answers pass through untouched.
+(unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a provider's own
+4xx and 5xx answers pass through untouched.
 
 One ``aiohttp.ClientSession`` serves both. bench/overhead measured the client choices side
 by side (CPU per request of a bare relay): on the tiny request at concurrency 32, httpx
@@ -27,10 +28,7 @@ from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import loads
 
-__all__ = [
-    "Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers",
-    "refuse_redirect",
-]
+__all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
 
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
@@ -90,17 +88,6 @@ class StreamAnswer:
         self._resp.close()  # closes the connection unless the body was read to its end
 
 
-def refuse_redirect(resp: Answer | StreamAnswer) -> None:
-    """A provider's redirect is never relayed (a client would follow it past the proxy, or
-    not at all): it is a 502 saying where the provider points, so the baseUrl can be fixed."""
-    if 300 <= resp.status_code < 400:
-        raise UpstreamUnavailable(
-            f"the provider answered {resp.status_code}, a redirect to "
-            f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
-            "baseUrl to the address it points to"
-        )
-
-
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
     """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits."""
     out = {}
@@ -138,7 +125,8 @@ class Upstream:
         self, provider: ProviderConfig, method: str, path: str, *,
         client_headers: Mapping[str, str], content: bytes | None, params: Any,
     ) -> aiohttp.ClientResponse:
-        """Send and wait for the status line and headers.
+        """Send and wait for the status line and headers; a redirect is a 502 naming where
+        it points, for every caller (chat, streams, the summariser, the passthroughs).
 
         ``timeoutSeconds`` bounds each wait for bytes (as a read timeout), not the whole
         answer, so a long completion or stream that keeps sending is never cut.
@@ -152,10 +140,18 @@ class Upstream:
             sock_read=provider.timeout_seconds,
         )
         with _mapped_errors(url):
-            return await self.session.request(
+            resp = await self.session.request(
                 method, url, data=content, headers=headers, params=params, timeout=timeout,
                 allow_redirects=False,
             )
+        if 300 <= resp.status < 400:  # never relayed: a client would follow it past the proxy
+            resp.release()
+            raise UpstreamUnavailable(
+                f"the provider answered {resp.status}, a redirect to "
+                f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
+                "baseUrl to the address it points to"
+            )
+        return resp
 
     async def call(
         self, provider: ProviderConfig, method: str, path: str, *,

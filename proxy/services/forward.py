@@ -29,7 +29,7 @@ from proxy.services.relay import RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
-from proxy.upstream import Answer, StreamAnswer, Upstream, refuse_redirect, response_headers
+from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
@@ -160,8 +160,7 @@ class Forwarder:
                     step.route.provider, "POST", "/chat/completions",
                     client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
                 )
-                if resp.status_code >= 300:
-                    refuse_redirect(resp)
+                if resp.status_code >= 400:
                     await self._release_step(step)
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = _completion(resp)
@@ -199,9 +198,8 @@ class Forwarder:
             done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
             if done:
                 resp = send.result()
-                if resp.status_code >= 300:
+                if resp.status_code >= 400:
                     try:
-                        refuse_redirect(resp)
                         body = await resp.aread()
                     finally:
                         await resp.aclose()
@@ -285,11 +283,10 @@ class Forwarder:
         except Exception as exc:
             status, msg = getattr(exc, "status_code", 502), str(exc)
             return None, sse.error_event(msg, code=str(status))  # type: ignore[return-value]
-        if resp.status_code >= 300:
+        if resp.status_code >= 400:
             try:
-                refuse_redirect(resp)
                 body = (await resp.aread()).decode("utf-8", "replace")
-            except UpstreamUnavailable as exc:
+            except UpstreamUnavailable as exc:  # the error body broke off
                 return resp, sse.error_event(str(exc), code=str(exc.status_code))
             finally:
                 await resp.aclose()

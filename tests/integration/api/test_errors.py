@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, error, rate_limited, raw, reply
+from tests.fakes.upstream import MODELS, FakeUpstream, error, rate_limited, raw, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 
 CLIENT_KEY = "sk-test-client"
@@ -447,6 +447,11 @@ def test_models_and_embeddings_pass_through_and_check_a_path_session_id(
     assert listed.status_code == 200 and listed.json()["object"] == "list"
     assert embedded.content == direct.content
     assert listed.headers["x-session-id"] == embedded.headers["x-session-id"] == "run-7"
+    fake_upstream.script(error(308, {}, {"location": "https://api.example.test/v1/models"}),
+                         endpoint=MODELS)
+    moved = http.get("/v1/models")  # a passthrough never relays a redirect either
+    assert "redirect to https://api.example.test/v1/models" in _assert_error_shape(
+        moved, 502)["message"]
     upstream_seen = len(fake_upstream.requests)
     for resp in (http.get("/s/bad%20id!/v1/models"),
                  http.post("/s/bad%20id!/v1/embeddings", json={"model": "e", "input": "a"})):
