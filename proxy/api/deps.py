@@ -68,6 +68,10 @@ def tenant_of(request: Request, cfg: Config) -> str:
     raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
 
 
+BIGINT_MAX = 2**63 - 1
+"""The largest offset or id PostgreSQL takes (bigint): past it a 400, not a 500."""
+
+
 def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
     """The client's headers as the provider may see them. With proxy keys configured the
     client's bearer token is the proxy's own secret, so it never leaves: the provider gets

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
-from proxy.api.deps import BusDep, PoolDep, TenantDep
+from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, TenantDep
 from proxy.bus import BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.session_id import validate_session_id
@@ -29,7 +29,6 @@ def _frame(event: BusEvent) -> dict[str, Any]:
 
 
 CATCH_UP_SECONDS = 2.0
-_MAX_EVENT_ID = 2**63 - 1  # events.id is a bigint
 """How often an open stream also reads the table for events it was not told about."""
 
 
@@ -89,7 +88,7 @@ async def session_events(
         raise NotFound(f"no session {session_id!r} (for this API key)")
     header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     after = int(header) if header and header.isascii() and header.isdigit() else 0
-    if after > _MAX_EVENT_ID:
+    if after > BIGINT_MAX:
         raise ClientRequestError(f"Last-Event-ID {header[:30]} is past any event id",
                                  param="Last-Event-ID")
     return EventSourceResponse(

@@ -6,7 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from proxy.api.deps import ConfigDep, PoolDep, SummarizerDep, TenantDep, read_json_body
+from proxy.api.deps import (
+    BIGINT_MAX,
+    ConfigDep,
+    PoolDep,
+    SummarizerDep,
+    TenantDep,
+    read_json_body,
+)
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
 from proxy.session_id import validate_session_id
@@ -14,7 +21,6 @@ from proxy.session_id import validate_session_id
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
-_MAX_OFFSET = 2**63 - 1  # PostgreSQL's OFFSET is a bigint: past it a 400, not a 500
 
 
 def _sid(session_id: str) -> str:
@@ -23,7 +29,7 @@ def _sid(session_id: str) -> str:
 
 @router.get("")
 async def list_sessions(pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000),
-                        offset: int = Query(0, ge=0, le=_MAX_OFFSET)) -> dict[str, Any]:
+                        offset: int = Query(0, ge=0, le=BIGINT_MAX)) -> dict[str, Any]:
     return await svc.list_sessions(pool, tenant=tenant, limit=limit, offset=offset)
 
 
@@ -36,7 +42,7 @@ async def show_session(session_id: str, pool: PoolDep, tenant: TenantDep,
 @router.get("/{session_id}/messages")
 async def list_messages(
     session_id: str, pool: PoolDep, tenant: TenantDep, include_superseded: bool = False,
-    limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0, le=_MAX_OFFSET),
+    limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0, le=BIGINT_MAX),
 ) -> dict[str, Any]:
     return await svc.list_messages(
         pool, tenant=tenant, session_id=_sid(session_id),
@@ -75,7 +81,7 @@ async def delete_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> d
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")
 async def tool_output(
     session_id: str, tool_call_id: str, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
-    offset: int = Query(0, ge=0, le=_MAX_OFFSET), limit: int | None = Query(None, ge=1),
+    offset: int = Query(0, ge=0, le=BIGINT_MAX), limit: int | None = Query(None, ge=1),
     grep: str | None = None,
 ) -> dict[str, Any]:
     return await svc.tool_output(

@@ -19,7 +19,6 @@ __all__ = [
 ]
 
 
-
 def find_migrations(source: Path, prefix: Path) -> Path:
     """The migrations directory: the source tree's ``migrations/`` in a checkout or an
     editable install, else the copy a wheel installs under ``<prefix>/share/cascade-proxy/``
@@ -43,7 +42,8 @@ class MigrationError(RuntimeError):
 
 
 class DatabaseUnavailable(RuntimeError):
-    """The first connection failed: the message names the server, never the password."""
+    """A connection could not be opened (the migrations' or the pool's): the message names
+    the server, never the password."""
 
 
 _DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")

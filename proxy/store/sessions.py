@@ -40,28 +40,27 @@ async def fetch_sessions(
 
 
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
-# Reset, delete and branch wait for a request in flight on the session (which holds this
-# lock until its reply is stored), so they never interleave with its two statements.
 LOCK_SESSION = "SELECT pg_advisory_xact_lock($1)"
 
 
 async def delete_session(conn: Any, *, tenant: str, session_id: str) -> bool:
     """Delete a session and, by ON DELETE CASCADE, everything it owns."""
-    async with _transaction(conn) as tx:
-        await tx.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
+    async with _locked(conn, tenant, session_id) as tx:
         status = await tx.execute(DELETE_SESSION, tenant, session_id)
     return bool(status.endswith(" 1"))
 
 
 @contextlib.asynccontextmanager
-async def _transaction(conn: Any) -> AsyncIterator[Any]:
-    """A transaction on ``conn``; a pool (what API handlers hold) lends one connection."""
-    if isinstance(conn, asyncpg.Pool):
-        async with conn.acquire() as lent, lent.transaction():
-            yield lent
-    else:
-        async with conn.transaction():
-            yield conn
+async def _locked(conn: Any, tenant: str, session_id: str) -> AsyncIterator[Any]:
+    """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
+    holding the session's lock: reset, delete and branch wait for a request in flight on the
+    session (it holds the lock until its reply is stored), so they never cut its step."""
+    async with contextlib.AsyncExitStack() as stack:
+        if isinstance(conn, asyncpg.Pool):
+            conn = await stack.enter_async_context(conn.acquire())
+        await stack.enter_async_context(conn.transaction())
+        await conn.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
+        yield conn
 
 
 RESET_SESSION = [
@@ -77,8 +76,7 @@ RESET_SESSION = [
 
 async def reset_session(conn: Any, *, tenant: str, session_id: str) -> None:
     """Forget the history (messages, raw outputs, summaries); the session and events stay."""
-    async with _transaction(conn) as tx:
-        await tx.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
+    async with _locked(conn, tenant, session_id) as tx:
         for sql in RESET_SESSION:
             await tx.execute(sql, tenant, session_id)
 
@@ -107,8 +105,7 @@ COPY_SESSION = [
 
 async def copy_session(conn: Any, *, tenant: str, source: str, target: str) -> None:
     """Branch: independent copies of the live history, raw outputs and valid summaries."""
-    async with _transaction(conn) as tx:
-        await tx.execute(LOCK_SESSION, session_lock_key(tenant, source))
+    async with _locked(conn, tenant, source) as tx:
         for sql in COPY_SESSION:
             await tx.execute(sql, tenant, source, target)
 
