@@ -55,6 +55,9 @@ def _check_body(body: dict[str, Any]) -> None:
     _check_messages(body)
 
 
+_ID_TYPES = (str, type(None))  # a tool_call_id, or none (absent, or null as some SDKs send)
+
+
 def _check_messages(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if messages is None:
@@ -62,14 +65,14 @@ def _check_messages(body: dict[str, Any]) -> None:
     if not isinstance(messages, list) or not messages:
         raise ClientRequestError("'messages' must be a non-empty array", param="messages")
     if all(type(m) is dict and type(m.get("role")) is str
-           and type(m.get("tool_call_id") or "") is str for m in messages):
+           and type(m.get("tool_call_id", "")) in _ID_TYPES for m in messages):
         return  # the common case, in one pass (a 5,000-message history is resent each time)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ClientRequestError(
                 f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
             )
-        if m.get("tool_call_id") is not None and not isinstance(m["tool_call_id"], str):
+        if type(m.get("tool_call_id", "")) not in _ID_TYPES:
             raise ClientRequestError(f"messages[{i}].tool_call_id must be a string",
                                      param=f"messages[{i}].tool_call_id")
 

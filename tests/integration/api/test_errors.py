@@ -144,6 +144,9 @@ BAD_MESSAGES = {
     "tool_call_id": ({"model": "gpt-fake", "messages": [
         {"role": "tool", "tool_call_id": 5, "content": "x"}]}, "messages[0].tool_call_id",
         "must be a string"),
+    "tool_call_id_falsy": ({"model": "gpt-fake", "messages": [
+        {"role": "tool", "tool_call_id": 0, "content": "x"}]}, "messages[0].tool_call_id",
+        "must be a string"),
     "model": ({"model": ["a"], "messages": TURN1}, "model", "must be a string"),
     "stream_options": ({"model": "gpt-fake", "messages": TURN1, "stream": True,
                         "stream_options": "x"}, "stream_options", "must be an object"),
