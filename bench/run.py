@@ -402,24 +402,15 @@ def _existing_part(name: str, out: Path) -> dict[str, Any]:
     }
 
 
-def _copy_charts(name: str, out: Path, charts: Path) -> list[str]:
-    charts.mkdir(parents=True, exist_ok=True)
+def _copy(out: Path, pattern: str, dest: Path) -> list[str]:
+    """Copy ``out``'s files matching ``pattern`` into ``dest``, a folder beside RESULTS.md
+    (charts/, reports/: committed, where bench/out is not); their paths relative to it."""
+    dest.mkdir(parents=True, exist_ok=True)
     copied = []
-    for path in sorted(out.glob(_CHART_GLOBS[name])):
-        shutil.copy2(path, charts / path.name)
-        copied.append(f"charts/{path.name}")
+    for path in sorted(out.glob(pattern)):
+        shutil.copy2(path, dest / path.name)
+        copied.append(f"{dest.name}/{path.name}")
     return copied
-
-
-def _copy_report(name: str, out: Path, reports: Path) -> str | None:
-    """The part's full markdown report, copied beside RESULTS.md (bench/out is not kept in
-    git, and the README quotes figures from these reports)."""
-    source = out / f"{name}.md"
-    if not source.exists():
-        return None
-    reports.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, reports / source.name)
-    return f"reports/{source.name}"
 
 
 def _git(*args: str) -> str:
@@ -481,9 +472,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else _run_part(name, commands[name], out)
             )
             ok = parts[name]["ok"]
-            charts[name] = _copy_charts(name, out, args.results.parent / "charts") if ok else []
-            if ok and (report := _copy_report(name, out, args.results.parent / "reports")):
-                reports[name] = report
+            here = args.results.parent
+            charts[name] = _copy(out, _CHART_GLOBS[name], here / "charts") if ok else []
+            # the README quotes figures from the full reports, so they are kept too
+            if ok and (report := _copy(out, f"{name}.md", here / "reports")):
+                reports[name] = report[0]
     dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--", "proxy") else ""
     meta = {
         "command": shlex.join(["python", "-m", "bench.run", *args.argv]),

@@ -205,3 +205,16 @@ def test_results_give_the_overhead_ratios_round_by_round():
                           "data": data}}
     text = render_results(meta=meta, parts=parts, charts={})
     assert ("tiny request, c=32: 10.01, 9.50; agent request ~200 KB, c=8: 5.20." in text)
+
+
+def test_charts_and_full_reports_are_copied_beside_results(tmp_path):
+    from bench.run import _CHART_GLOBS, _copy
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("growth.md", "growth.png", "growth.json"):
+        (out / name).write_text(name)
+    assert _copy(out, _CHART_GLOBS["growth"], tmp_path / "charts") == ["charts/growth.png"]
+    assert _copy(out, "growth.md", tmp_path / "reports") == ["reports/growth.md"]
+    assert (tmp_path / "reports" / "growth.md").read_text() == "growth.md"
+    assert _copy(out, "replay.md", tmp_path / "reports") == []  # a part that wrote none
