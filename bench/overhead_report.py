@@ -104,7 +104,10 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"{meta['chunk_delay_ms']} ms apart. Medians over rounds; `+p50`/`+p99` = minus "
         "direct in the same round; CPU is the proxy process per request and req/CPU-s is "
         "1000 / (proxy + DB CPU ms per request); the targets compare against "
-        f"`{meta['floor']}`. Load average "
+        f"`{meta['floor']}`. "
+        + (f"Cascade runs with `CASCADE_POOL_MAX_SIZE={meta['cascade_pool']}`. "
+           if meta.get("cascade_pool") else "")
+        + "Load average "
         f"(1/5/15 min) before the run: {meta['load_average_at_start']} (above ~0.5 means "
         "something else was competing for the 2 cores), at the end: "
         f"{meta['load_average_at_end']}.",

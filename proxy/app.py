@@ -36,7 +36,7 @@ from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
-from proxy.store.db import DatabaseUnavailable, create_pool, run_migrations
+from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_migrations
 from proxy.tokenizers import build_counters
 from proxy.upstream import Upstream
 
@@ -91,7 +91,8 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
         await bus.start()
         upstream = Upstream(session)
         count, cost = build_counters(settings.tokenizer or None)
-        summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count)
+        summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count,
+                                       acquire_timeout=settings.pool_timeout_seconds)
         chat_service = ChatService(
             pool=pool, upstream=upstream, bus=bus, cost=cost, settings=settings,
             summarizer=summarizer,
@@ -191,6 +192,11 @@ def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
             "the proxy's database is unavailable; retry shortly", type="server_error",
             code="database_unavailable"), 503, {"Retry-After": "5"})
 
+    async def busy(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(error_body(str(exc), type="server_error", code="server_busy"), 503,
+                            {"Retry-After": "1"})
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse(*reversed(exception_body(exc)))
@@ -198,7 +204,7 @@ def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
     handlers: dict[type[BaseException], Any] = {
         ProxyError: domain, ContextLengthExceeded: domain, InvalidSessionId: invalid_id,
         HTTPException: http, RequestValidationError: validation,
-        DatabaseUnavailable: no_database, Exception: unexpected,
+        DatabaseUnavailable: no_database, PoolExhausted: busy, Exception: unexpected,
     }
     for cls, handler in handlers.items():
         app.add_exception_handler(cls, handler)

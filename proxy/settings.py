@@ -20,6 +20,13 @@ class Settings(BaseSettings):
       means the chars/token estimate only.
     - ``keepalive_seconds``: while a streaming request waits for upstream, an SSE comment is
       sent this often so idle-timeout middleboxes and clients keep the connection open.
+    - ``pool_max_size``: PostgreSQL connections per replica, and so the chat requests one
+      replica serves at once: a chat request holds one connection from its first statement
+      until its reply is stored, because the session's advisory lock lives on it (DESIGN: a
+      session's requests are serialised). 64 leaves room under a stock server's
+      ``max_connections`` of 100; size ``max_connections`` to replicas x this + a few.
+    - ``pool_timeout_seconds``: how long a request waits for a free connection before it is
+      answered 503 ``server_busy`` with ``Retry-After`` (the SDKs retry those).
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -32,7 +39,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 32 * 1024 * 1024
     keepalive_seconds: float = 15.0
     watch_config: bool = True
-    pool_max_size: int = 10
+    pool_max_size: int = 64
+    pool_timeout_seconds: float = 10.0
     max_internal_rounds: int = 4
     log_level: str = "info"
     tokenizer: str = "o200k_base"

@@ -49,7 +49,7 @@ from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
 from proxy.store import messages as msgs, raw_outputs, sessions
-from proxy.store.db import mark_unlocked
+from proxy.store.db import acquire, mark_unlocked
 from proxy.upstream import Upstream
 
 __all__ = ["ChatService", "ChatContext", "Route"]
@@ -103,7 +103,7 @@ class ChatService:
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = (ctx.tenant, ctx.session_id)
         hashes = self.chains.chain(key, body["messages"])
-        conn = await self.pool.acquire()
+        conn = await acquire(self.pool, self.settings.pool_timeout_seconds)
         try:
             step = await self._prepare(conn, cfg, rt, body, ctx, hashes, self.chains.head(key))
         except BaseException:
@@ -135,7 +135,7 @@ class ChatService:
         )
         command = None
         if is_compact_command(body["messages"]):
-            command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"))
+            command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"), conn)
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state, count=count
@@ -193,7 +193,7 @@ class ChatService:
             fraction, overflowing = pressure(state)
             if fraction >= s.hard_fraction or overflowing:
                 trigger = "overflow" if overflowing else "hard"
-                await self.summarizer.compact_now(self._job(cfg, rt, ctx, trigger))
+                await self.summarizer.compact_now(self._job(cfg, rt, ctx, trigger), conn)
                 state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,
                                           state=state, count=count)
         elif fraction >= s.soft_fraction:
@@ -201,7 +201,7 @@ class ChatService:
             if s.background:
                 self.summarizer.start_background(job)
             else:
-                await self.summarizer.compact_now(job)
+                await self.summarizer.compact_now(job, conn)
                 state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,
                                           state=state, count=count)
         return state

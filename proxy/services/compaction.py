@@ -42,6 +42,7 @@ from proxy.cascade.types import (
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
 from proxy.store import messages as msgs, sessions, summaries
+from proxy.store.db import PoolExhausted, acquire
 from proxy.upstream import Upstream
 
 __all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
@@ -97,9 +98,11 @@ class SummaryCallError(RuntimeError):
 
 class DurableSummarizer:
     def __init__(
-        self, *, pool: asyncpg.Pool, upstream: Upstream, bus: EventBus, count: TokenCounter
+        self, *, pool: asyncpg.Pool, upstream: Upstream, bus: EventBus, count: TokenCounter,
+        acquire_timeout: float = 10.0,
     ) -> None:
         self.pool = pool
+        self.acquire_timeout = acquire_timeout
         self.upstream = upstream
         self.bus = bus
         self.count = count
@@ -112,7 +115,7 @@ class DurableSummarizer:
         key = (job.tenant, job.session_id)
         if key in self._tasks and not self._tasks[key].done():
             return False
-        task = asyncio.create_task(self._run(job, wait=False), name=f"compact:{job.session_id}")
+        task = asyncio.create_task(self._run_background(job), name=f"compact:{job.session_id}")
         self._tasks[key] = task
         task.add_done_callback(lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t
                                else None)
@@ -124,10 +127,22 @@ class DurableSummarizer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
-    async def compact_now(self, job: CompactionJob) -> CompactionResult | None:
-        """Synchronous: wait for whatever is in flight (here or on another replica), then run."""
+    async def compact_now(
+        self, job: CompactionJob, conn: Any = None
+    ) -> CompactionResult | None:
+        """Synchronous: wait for whatever is in flight (here or on another replica), then run.
+
+        A chat request passes the connection it holds: taking a second one from the pool
+        could wait for ever once every connection is held by a request doing the same.
+        """
         await self.wait_inflight(job.tenant, job.session_id)
-        return await self._run(job, wait=True)
+        if conn is not None:
+            return await self._run_on(conn, job, wait=True)
+        own = await acquire(self.pool, self.acquire_timeout)
+        try:
+            return await self._run_on(own, job, wait=True)
+        finally:
+            await self.pool.release(own)
 
     async def aclose(self) -> None:
         for task in list(self._tasks.values()):
@@ -138,17 +153,31 @@ class DurableSummarizer:
 
     # -- the work ----------------------------------------------------------------------
 
-    async def _run(self, job: CompactionJob, *, wait: bool) -> CompactionResult | None:
-        async with self.pool.acquire() as conn:
-            key = _lock_key(job.tenant, job.session_id)
-            if wait:
-                await conn.execute("SELECT pg_advisory_lock($1)", key)
-            elif not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
-                return None  # another replica is on it
-            try:
-                return await self._compact(conn, job)
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", key)
+    async def _run_background(self, job: CompactionJob) -> CompactionResult | None:
+        """A background compaction: skipped when no connection comes free in time (the next
+        request over the soft threshold starts another)."""
+        try:
+            conn = await acquire(self.pool, self.acquire_timeout)
+        except PoolExhausted as exc:
+            log.warning("background compaction of session %s skipped: %s", job.session_id, exc)
+            return None
+        try:
+            return await self._run_on(conn, job, wait=False)
+        finally:
+            await self.pool.release(conn)
+
+    async def _run_on(
+        self, conn: Any, job: CompactionJob, *, wait: bool
+    ) -> CompactionResult | None:
+        key = _lock_key(job.tenant, job.session_id)
+        if wait:
+            await conn.execute("SELECT pg_advisory_lock($1)", key)
+        elif not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+            return None  # another replica is on it
+        try:
+            return await self._compact(conn, job)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", key)
 
     async def _publish(
         self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import sys
@@ -15,7 +16,7 @@ from proxy.jsonio import dumps, loads
 
 __all__ = [
     "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
-    "mark_unlocked", "redact_dsn",
+    "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire",
 ]
 
 
@@ -44,6 +45,27 @@ class MigrationError(RuntimeError):
 class DatabaseUnavailable(RuntimeError):
     """A connection could not be opened (the migrations' or the pool's): the message names
     the server, never the password."""
+
+
+class PoolExhausted(RuntimeError):
+    """No pooled connection came free within the wait: every one is held by a request in
+    flight (a chat request holds one from its first statement until its reply is stored,
+    because the session's advisory lock lives on it)."""
+
+
+async def acquire(pool: asyncpg.Pool, timeout: float) -> Any:
+    """``pool.acquire()``, waiting at most ``timeout`` seconds; then :class:`PoolExhausted`,
+    which the API answers with a 503 and ``Retry-After`` instead of queueing without end."""
+    try:
+        # Not ``acquire(timeout=)``: on Python 3.11 asyncpg's wait_for runs the acquire in a
+        # task of its own, on every request; a timeout scope is one timer handle.
+        async with asyncio.timeout(timeout):
+            return await pool.acquire()
+    except TimeoutError:
+        raise PoolExhausted(
+            f"all {pool.get_max_size()} database connections stayed held by requests in "
+            f"flight for {timeout:g} s; retry shortly, or raise CASCADE_POOL_MAX_SIZE"
+        ) from None
 
 
 _DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")
@@ -174,7 +196,7 @@ async def _setup(conn: Any) -> None:
 async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     """Open the pool with pgvector and JSON codecs registered on every connection."""
     kwargs.setdefault("min_size", 1)
-    kwargs.setdefault("max_size", 10)
+    kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("setup", _setup)
     pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=_connect, **kwargs)

@@ -163,7 +163,7 @@ def test_the_overhead_report_shows_each_rounds_ratio():
         "meta": {"targets": ["cascade", "litellm"], "command": "python -m bench.overhead",
                  "when": "now", "machine": "box", "python": "3.11", "rounds": 2, "window_s": 3,
                  "warmup_s": 0.5, "chunk_delay_ms": 2.0, "floor": "floor",
-                 "load_average_at_start": [0.1], "load_average_at_end": [0.2],
+                 "cascade_pool": 10, "load_average_at_start": [0.1], "load_average_at_end": [0.2],
                  "scenarios": {"tiny_c32": {"scenario": "tiny", "concurrency": 32}}},
         "unavailable": {}, "targets": evaluate(rows), "rows": rows, "resources": {},
         "round_ratios": {"tiny_c32": round_ratios(windows, "tiny_c32"), "large_c8": []},
@@ -171,3 +171,4 @@ def test_the_overhead_report_shows_each_rounds_ratio():
     text = render_markdown(result)
     assert "in each round (the targets take the ratio of the medians): tiny request, c=32: " \
         "9.90, 11.00." in text
+    assert "Cascade runs with `CASCADE_POOL_MAX_SIZE=10`." in text

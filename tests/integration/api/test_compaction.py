@@ -190,6 +190,7 @@ class Stack:
         summarize: Mapping[str, Any] | None = None,
         replicas: int = 1,
         fast_limit: int = 32000,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.fake = fake
         self.db_dsn = db_dsn
@@ -211,10 +212,11 @@ class Stack:
             },
             context=ctx,
         )
-        settings = Settings(
-            database_url=db_dsn, config=path, keepalive_seconds=0.3, watch_config=False
+        proc = Settings(
+            database_url=db_dsn, config=path, keepalive_seconds=0.3, watch_config=False,
+            **(settings or {}),
         )
-        self.servers = [ProxyServer(settings) for _ in range(replicas)]
+        self.servers = [ProxyServer(proc) for _ in range(replicas)]
 
     def __enter__(self) -> Stack:
         started: list[ProxyServer] = []
@@ -409,6 +411,30 @@ def test_soft_threshold_compacts_in_background_without_delaying_the_request(
         assert completed["duration_ms"] >= 900
 
 
+def test_a_background_compaction_that_gets_no_connection_is_skipped_not_queued(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    # The crossing request holds the only connection through a slow answer: the compaction
+    # it started gives up after the pool timeout (a request at the hard threshold would wait
+    # for it), and the next request over the soft threshold starts another.
+    def main(req: RecordedRequest) -> Reply:
+        slow = "cross" in _text(req.json["messages"][-1].get("content"))
+        return reply("ok", first_byte_delay=1.5 if slow else 0.0)
+
+    model = Model(main=main)
+    with stack(tmp_path, db_dsn, fake_upstream, model,
+               settings={"pool_max_size": 1, "pool_timeout_seconds": 0.3}) as s:
+        agent = Agent(s.client("starved"))
+        for i in range(4):
+            agent.say(words(450, f"t{i}"))
+        agent.say(words(450, "cross"))  # over softFraction; answered after 1.5 s
+        time.sleep(0.5)  # long enough for a queued compaction to take the connection back
+        assert not model.fast_times
+        agent.say(words(10, "next"))
+        wait_until(lambda: s.summaries("starved"), 5.0, "the next request's summary")
+        assert len(model.fast_times) == 1
+
+
 def test_background_compaction_is_deduplicated_per_session(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
@@ -487,6 +513,29 @@ def test_hard_threshold_compacts_synchronously_when_nothing_is_in_flight(
         assert len(model.fast_times) == 1
         assert has_summary(s.main_bodies()[-1])
         assert [e["trigger"] for e in compaction_events(s, "hard-sync")] == ["hard", "hard"]
+
+
+def test_a_synchronous_compaction_runs_on_the_requests_own_connection(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    # With one pooled connection, held by the request itself, a compaction that took a
+    # second one waited for ever: so would every request once all of them did.
+    model = Model()
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        model,
+        summarize={"softFraction": 0.8, "hardFraction": 0.8, "keepRecent": 2},
+        settings={"pool_max_size": 1, "pool_timeout_seconds": 2.0},
+    ) as s:
+        agent = Agent(s.client("one-conn"))
+        agent.say(words(1000, "a"))
+        agent.say(words(1000, "b"))
+        agent.say(words(1250, "c"))  # over the hard threshold: compacts before answering
+        assert len(model.fast_times) == 1
+        assert has_summary(s.main_bodies()[-1])
+        assert [e["trigger"] for e in compaction_events(s, "one-conn")] == ["hard", "hard"]
 
 
 def test_background_false_compacts_synchronously(
