@@ -494,8 +494,15 @@ def test_hard_threshold_waits_for_the_compaction_in_flight(
         assert triggers == ["soft", "soft"]
 
 
+# With one pooled connection, held by the request itself, a compaction that took a second
+# one waited for ever (so would every request once all of them did): it runs on the
+# request's own connection.
+@pytest.mark.parametrize(
+    "proc", [None, {"pool_max_size": 1, "pool_timeout_seconds": 2.0}],
+    ids=["pool", "one-connection"],
+)
 def test_hard_threshold_compacts_synchronously_when_nothing_is_in_flight(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, proc: dict[str, Any] | None
 ) -> None:
     model = Model()
     with stack(
@@ -504,6 +511,7 @@ def test_hard_threshold_compacts_synchronously_when_nothing_is_in_flight(
         fake_upstream,
         model,
         summarize={"softFraction": 0.8, "hardFraction": 0.8, "keepRecent": 2},
+        settings=proc,
     ) as s:
         agent = Agent(s.client("hard-sync"))
         agent.say(words(1000, "a"))
@@ -513,29 +521,6 @@ def test_hard_threshold_compacts_synchronously_when_nothing_is_in_flight(
         assert len(model.fast_times) == 1
         assert has_summary(s.main_bodies()[-1])
         assert [e["trigger"] for e in compaction_events(s, "hard-sync")] == ["hard", "hard"]
-
-
-def test_a_synchronous_compaction_runs_on_the_requests_own_connection(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
-) -> None:
-    # With one pooled connection, held by the request itself, a compaction that took a
-    # second one waited for ever: so would every request once all of them did.
-    model = Model()
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        model,
-        summarize={"softFraction": 0.8, "hardFraction": 0.8, "keepRecent": 2},
-        settings={"pool_max_size": 1, "pool_timeout_seconds": 2.0},
-    ) as s:
-        agent = Agent(s.client("one-conn"))
-        agent.say(words(1000, "a"))
-        agent.say(words(1000, "b"))
-        agent.say(words(1250, "c"))  # over the hard threshold: compacts before answering
-        assert len(model.fast_times) == 1
-        assert has_summary(s.main_bodies()[-1])
-        assert [e["trigger"] for e in compaction_events(s, "one-conn")] == ["hard", "hard"]
 
 
 def test_background_false_compacts_synchronously(
