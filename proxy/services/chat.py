@@ -47,6 +47,7 @@ from proxy.services.compaction import CompactionResult, DurableSummarizer, job_f
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.resent import ResentBodies
+from proxy.services.session_locks import SessionLocks
 from proxy.settings import Settings
 from proxy.store import messages as msgs, raw_outputs, sessions
 from proxy.store.db import acquire, mark_unlocked
@@ -86,6 +87,8 @@ class ChatService:
         self.bus = bus
         self.cost = cost
         self.settings = settings
+        self.locks = SessionLocks()
+        self._holding: dict[Any, tuple[str, str]] = {}  # connection -> session it is queued for
         self.chains = ChainCache()
         self.bodies = ResentBodies()
         self.forward = Forwarder(
@@ -103,7 +106,13 @@ class ChatService:
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = (ctx.tenant, ctx.session_id)
         hashes = self.chains.chain(key, body["messages"])
-        conn = await acquire(self.pool, self.settings.pool_timeout_seconds)
+        await self.locks.acquire(key)  # this session's earlier requests go first
+        try:
+            conn = await acquire(self.pool, self.settings.pool_timeout_seconds)
+        except BaseException:
+            self.locks.release(key)
+            raise
+        self._holding[conn] = key
         try:
             step = await self._prepare(conn, cfg, rt, body, ctx, hashes, self.chains.head(key))
         except BaseException:
@@ -118,9 +127,15 @@ class ChatService:
         return await self.forward.nonstream(step)
 
     async def _release(self, conn: Any, ctx: ChatContext) -> None:
-        """Give the connection back; unless ``_finalize`` released the session lock, the
-        pool's reset does (``store.db._reset``)."""
-        await self.pool.release(conn)  # asyncpg shields the release from cancellation
+        """Give the connection back, then the session's place in this replica's queue;
+        unless ``_finalize`` released the session lock, the pool's reset does
+        (``store.db._reset``), so the next request never finds it still held."""
+        key = self._holding.pop(conn, None)
+        try:
+            await self.pool.release(conn)  # asyncpg shields the release from cancellation
+        finally:
+            if key is not None:
+                self.locks.release(key)
 
     async def _prepare(
         self, conn: Any, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext,

@@ -88,3 +88,32 @@ def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
     assert "CASCADE_POOL_MAX_SIZE" in error["message"]
     assert 0.25 <= waited < 1.5  # waited for a connection, then gave up; not for the answer
     assert later == "later"  # the connection came back: nothing leaked
+
+
+def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
+    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    # Four requests at once on one session, two connections: the three behind the first
+    # used to take the second connection to wait on the session's lock, so another
+    # session found the pool empty.
+    fake_upstream.script(reply("first", first_byte_delay=1.0), reply("other"),
+                         *(reply("queued", first_byte_delay=0.2) for _ in range(3)))
+    settings = Settings(database_url=db_dsn, config=config_path, watch_config=False,
+                        pool_max_size=2, pool_timeout_seconds=0.5)
+    server = ProxyServer(settings).start()
+    try:
+        async def run() -> tuple[list[str], str, float]:
+            busy = [asyncio.create_task(_ask(server, "busy"))]
+            await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
+            busy += [asyncio.create_task(_ask(server, "busy")) for _ in range(3)]
+            await asyncio.sleep(0.2)  # the three are queued behind the first
+            started = time.monotonic()
+            other = await _ask(server, "other")
+            waited = time.monotonic() - started
+            return await asyncio.gather(*busy), other, waited
+
+        busy, other, waited = asyncio.run(run())
+    finally:
+        server.stop()
+    assert other == "other" and waited < 0.5  # a connection was free at once
+    assert sorted(busy) == ["first", "queued", "queued", "queued"]  # one at a time, all served
