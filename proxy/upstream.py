@@ -89,12 +89,18 @@ class StreamAnswer:
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
-    """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits."""
+    """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits.
+
+    Values go out as the provider's bytes: aiohttp decodes them as UTF-8 (surrogateescape)
+    and Starlette encodes latin-1, so a value such as ``x-request-id: €`` made building the
+    response fail; the round trip below gives Starlette one character per original byte.
+    """
     out = {}
     for key, value in resp.headers.items():
         low = key.lower()
         if low in RELAY_RESPONSE_HEADERS or low.startswith(_RELAY_PREFIXES):
-            out[key] = value
+            out[key] = value if value.isascii() else (
+                value.encode("utf-8", "surrogateescape").decode("latin-1"))
     return out
 
 

@@ -181,12 +181,13 @@ class Forwarder:
                         data["choices"][0]["finish_reason"] = "stop"
                     rewritten = True
                 break
+            content = dumps(data) if rewritten else resp.content
+            task = BackgroundTask(self._finish, step, reply, prompt_tokens)
+            # Built in here: until the response exists, nothing else would free the step.
+            return Response(content, resp.status_code, response_headers(resp), background=task)
         except BaseException:
             await self._release_step(step)
             raise
-        content = dumps(data) if rewritten else resp.content
-        task = BackgroundTask(self._finish, step, reply, prompt_tokens)
-        return Response(content, resp.status_code, response_headers(resp), background=task)
 
     # -- streaming -----------------------------------------------------------------------
 
@@ -207,18 +208,21 @@ class Forwarder:
                 headers = response_headers(resp)
             else:
                 headers = {"content-type": "text/event-stream"}
+            if refused is None:
+                return StreamingResponse(
+                    self._stream_body(step, send), status_code=200, headers=headers,
+                    media_type="text/event-stream",
+                )
         except BaseException:  # until the body takes the step over, the lock is ours to free
             if send is not None and not send.done():
                 send.cancel()
+            elif send is not None and not send.cancelled() and send.exception() is None:
+                await send.result().aclose()
             await self._release_step(step)
             raise
-        if refused is not None:
-            await self._release_step(step)
-            return refused
-        return StreamingResponse(
-            self._stream_body(step, send), status_code=200, headers=headers,
-            media_type="text/event-stream",
-        )
+        assert refused is not None
+        await self._release_step(step)
+        return refused
 
     async def _stream_body(self, step: Step, send: asyncio.Future[StreamAnswer]) -> (
         AsyncIterator[bytes]

@@ -460,3 +460,41 @@ def test_models_and_embeddings_pass_through_and_check_a_path_session_id(
                  http.post("/s/bad%20id!/v1/embeddings", json={"model": "e", "input": "a"})):
         _assert_error_shape(resp, 400, "invalid_session_id")
     assert len(fake_upstream.requests) == upstream_seen
+
+
+_EURO_UTF8 = "\xe2\x82\xac"  # the fake sends a str header as latin-1: these are the bytes of €
+_COMPLETION = json.dumps({
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-fake",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"},
+                 "finish_reason": "stop"}],
+})
+_CHUNK = json.dumps({
+    "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-fake",
+    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "fine"},
+                 "finish_reason": "stop"}],
+})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_provider_header_that_is_not_latin_1_is_relayed_as_its_bytes(
+    http: httpx.Client, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    # Building the response raised on it (Starlette encodes headers as latin-1), and the step
+    # was never freed: the session's next request waited for ever.
+    answer = (raw(f"data: {_CHUNK}\n\n", "data: [DONE]\n\n",
+                  headers={"content-type": "text/event-stream", "x-request-id": _EURO_UTF8})
+              if stream else
+              raw(_COMPLETION, headers={"content-type": "application/json",
+                                        "x-request-id": _EURO_UTF8}))
+    fake_upstream.script(answer, reply("next"))
+    body = {"model": "gpt-fake", "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}]}
+    first = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"})
+    assert first.status_code == 200
+    assert (b"x-request-id", "€".encode()) in first.headers.raw
+    assert "fine" in first.text
+    body = {**body, "stream": False}
+    second = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"},
+                       timeout=5)
+    assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] \
+        == "next"
