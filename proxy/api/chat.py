@@ -24,6 +24,7 @@ from proxy.api.deps import (
     ConfigDep,
     TenantDep,
     UpstreamDep,
+    read_body,
     read_json_body,
     session_path_id,
     tenant_of,
@@ -144,7 +145,8 @@ async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
     named = request.path_params.get("session_id")
     session_id = session_path_id(named) if named is not None else None  # 400 when invalid
     provider = cfg.providers[cfg.agent_for(None)[1].provider]
-    content = await request.body() if request.method == "POST" else None
+    content = (await read_body(request, request.state.settings.max_body_bytes)
+               if request.method == "POST" else None)
     resp = await upstream.call(provider, request.method, path,
                                client_headers=upstream_headers(request, cfg), content=content,
                                params=list(request.query_params.multi_items()))

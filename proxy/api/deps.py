@@ -27,7 +27,8 @@ from proxy.upstream import Upstream
 
 __all__ = [
     "PoolDep", "ConfigDep", "TenantDep", "BusDep", "UpstreamDep",
-    "read_json_body", "session_path_id", "Unauthorized", "SummarizerDep", "tenant_of",
+    "read_body", "read_json_body", "session_path_id", "Unauthorized", "SummarizerDep",
+    "tenant_of",
 ]
 
 
@@ -103,14 +104,8 @@ UpstreamDep = Annotated[Upstream, Depends(get_upstream)]
 SummarizerDep = Annotated[DurableSummarizer, Depends(get_summarizer)]
 
 
-async def read_json_body(
-    request: Request, limit: int, *, resent: ResentBodies | None = None, key: Any = None
-) -> dict[str, Any]:
-    """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on.
-
-    With ``resent``, a body that extends the one last read under ``key`` is parsed
-    incrementally (``services.resent``); the result is the same either way.
-    """
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or 413 past ``limit`` bytes (declared or streamed)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes"
@@ -122,8 +117,19 @@ async def read_json_body(
             raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes"
                                   " (CASCADE_MAX_BODY_BYTES)")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json_body(
+    request: Request, limit: int, *, resent: ResentBodies | None = None, key: Any = None
+) -> dict[str, Any]:
+    """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on.
+
+    With ``resent``, a body that extends the one last read under ``key`` is parsed
+    incrementally (``services.resent``); the result is the same either way.
+    """
+    raw = await read_body(request, limit)
     try:
-        raw = b"".join(chunks)
         body = loads(raw) if resent is None else resent.parse(key, raw)
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         raise ClientRequestError(

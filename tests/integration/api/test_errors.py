@@ -268,6 +268,24 @@ def test_body_over_limit_is_413(
     assert [r[3] for r in after] == [False] * len(after)
 
 
+def test_an_embeddings_body_over_the_limit_is_413_and_never_sent(
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    server = start_proxy(config_path, max_body_bytes=4096)
+    with _http(server) as http:
+        big = http.post("/v1/embeddings", json={"model": "e", "input": "x" * 5000})
+        chunked = http.post(
+            "/v1/embeddings",
+            content=iter([json.dumps({"model": "e", "input": "x" * 5000}).encode()]),
+            headers={"content-type": "application/json"},
+        )
+        small = http.post("/v1/embeddings", json={"model": "e", "input": "x" * 3000})
+    for resp in (big, chunked):
+        assert "4096" in _assert_error_shape(resp, 413, "payload_too_large")["message"]
+    assert small.status_code == 200
+    assert [len(r.content) > 3000 for r in fake_upstream.requests] == [True]  # the small one
+
+
 # --------------------------------------------------------------------------- upstream errors
 
 
