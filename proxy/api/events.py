@@ -31,6 +31,50 @@ def _frame(event: BusEvent) -> dict[str, Any]:
 CATCH_UP_SECONDS = 2.0
 """How often an open stream also reads the table for events it was not told about."""
 
+SETTLE_SECONDS = 10.0
+"""How long after its transaction began an event is taken as final: ids come from a
+sequence, and two writers (a request, a background compaction, another replica) can commit
+them out of order, so a stream that moved its mark past id n+1 as soon as it saw it would
+drop id n when n committed a moment later. Every event is written by one short statement."""
+
+
+class _Cursor:
+    """What one stream has sent: every event up to ``mark`` (or it never will exist), and
+    the ids above it in ``sent``."""
+
+    def __init__(self, after: int) -> None:
+        self.mark = after
+        self.sent: set[int] = set()
+
+    def take(self, event_id: int) -> bool:
+        """True the first time ``event_id`` comes (send it), False after."""
+        if event_id <= self.mark or event_id in self.sent:
+            return False
+        self.sent.add(event_id)
+        return True
+
+    async def catch_up(
+        self, pool: Any, tenant: str, session_id: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Read the table past ``mark``; move ``mark`` over settled rows only."""
+        after_id, settled = self.mark, True
+        while True:
+            rows = await store.fetch_events_after(
+                pool, tenant=tenant, session_id=session_id, after_id=after_id,
+                settle_seconds=SETTLE_SECONDS,
+            )
+            for r in rows:
+                after_id = r["id"]
+                fresh = self.take(r["id"])
+                settled = settled and r["settled"]
+                if settled:
+                    self.mark = r["id"]
+                if fresh:
+                    yield _frame(BusEvent(r["name"], r["data"], r["id"]))
+            if len(rows) < 1000:
+                break
+        self.sent = {i for i in self.sent if i > self.mark}
+
 
 async def _stream(
     request: Request, pool: Any, bus: EventBus, tenant: str, session_id: str, after: int
@@ -40,27 +84,13 @@ async def _stream(
     Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
     table after the id it had read up to, skipping what it already sent, so an event that was
     never announced (its trigger ran before this stream's registration committed, or the
-    listener was reconnecting) still arrives, a little later.
+    listener was reconnecting) still arrives, a little later. The mark only moves over
+    settled rows (``SETTLE_SECONDS``), so an id that commits after a higher one is still
+    sent, live or by the next catch-up.
     """
     async with bus.subscribe(tenant, session_id) as queue:
-        mark = after  # every stored event up to here has been read from the table
-        sent: set[int] = set()  # ids above ``mark`` already sent live
-
-        async def catch_up() -> AsyncIterator[dict[str, Any]]:
-            nonlocal mark, sent
-            while True:
-                rows = await store.fetch_events_after(
-                    pool, tenant=tenant, session_id=session_id, after_id=mark
-                )
-                for r in rows:
-                    mark = r["id"]
-                    if r["id"] not in sent:
-                        yield _frame(BusEvent(r["name"], r["data"], r["id"]))
-                if len(rows) < 1000:
-                    break
-            sent = {i for i in sent if i > mark}
-
-        async for frame in catch_up():
+        cursor = _Cursor(after)
+        async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
@@ -68,15 +98,12 @@ async def _stream(
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
             except TimeoutError:
-                async for frame in catch_up():
+                async for frame in cursor.catch_up(pool, tenant, session_id):
                     yield frame
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
-            if event.id is not None:
-                if event.id <= mark or event.id in sent:
-                    continue
-                sent.add(event.id)
-            yield _frame(event)
+            if event.id is None or cursor.take(event.id):
+                yield _frame(event)
 
 
 @router.get("/v1/sessions/{session_id}/events")

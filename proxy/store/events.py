@@ -48,15 +48,20 @@ async def insert_event(
 
 
 FETCH_EVENTS_AFTER = """
-SELECT id, name, data FROM events WHERE tenant = $1 AND session_id = $2 AND id > $3
+SELECT id, name, data, created_at < now() - make_interval(secs => $5) AS settled
+FROM events WHERE tenant = $1 AND session_id = $2 AND id > $3
 ORDER BY id LIMIT $4
 """
 
 
 async def fetch_events_after(
-    conn: Any, *, tenant: str, session_id: str, after_id: int, limit: int = 1000
+    conn: Any, *, tenant: str, session_id: str, after_id: int, limit: int = 1000,
+    settle_seconds: float = 10.0,
 ) -> list[asyncpg.Record]:
-    return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit)
+    """Events after ``after_id`` in id order; ``settled`` says a row is older than
+    ``settle_seconds`` by the database's clock (see ``api.events``)."""
+    return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit,
+                            settle_seconds)
 
 
 async def notify(conn: Any, *, payload: str) -> None:

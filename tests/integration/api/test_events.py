@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -255,3 +257,53 @@ def test_an_event_nobody_announced_still_reaches_an_open_stream(
     assert [f.event for f in later] == [MESSAGE_APPENDED, MESSAGE_APPENDED, USAGE]
     ids = [int(f.id or 0) for f in [*replayed, *late, *later]]
     assert ids == sorted(set(ids))  # in order, none twice
+
+
+def test_an_event_that_commits_after_a_later_one_is_still_sent(
+    proxy: ProxyServer, settings: Settings, monkeypatch: Any
+) -> None:
+    """Ids come from a sequence and writers commit them out of order (a request and a
+    background compaction, or two replicas): a catch-up that saw id n+1 first must not move
+    the stream past id n."""
+    monkeypatch.setattr("proxy.api.events.CATCH_UP_SECONDS", 0.2)
+    dsn = settings.database_url
+    assert dsn is not None
+    chat(proxy.origin, "reordered", [user("u1")])
+    insert = ("INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id, $2, "
+              "jsonb_build_object('session_id', id) FROM sessions WHERE id = $1 RETURNING id")
+    inserted, release, early_id = threading.Event(), threading.Event(), []
+
+    def slow_writer() -> None:  # id n, committed only when told
+        async def run() -> None:
+            conn = await asyncpg.connect(dsn)
+            try:
+                async with conn.transaction():
+                    early_id.append(await conn.fetchval(insert, "reordered", "test.early"))
+                    inserted.set()
+                    await asyncio.to_thread(release.wait, 10)
+            finally:
+                await conn.close()
+
+        asyncio.run(run())
+
+    async def write_late() -> int:  # id n+1, committed at once
+        conn = await asyncpg.connect(dsn)
+        try:
+            return int(await conn.fetchval(insert, "reordered", "test.late"))
+        finally:
+            await conn.close()
+
+    writer = threading.Thread(target=slow_writer)
+    with open_events(proxy.origin, "reordered") as events:
+        events.until(is_usage)
+        writer.start()
+        try:
+            assert inserted.wait(5)
+            late_id = run_sync(write_late())
+            (late,) = events.until(lambda f: f.event == "test.late")[-1:]
+            time.sleep(0.6)  # catch-ups run, and see id n+1 but not n
+        finally:
+            release.set()
+            writer.join(10)
+        early = events.until(lambda f: f.event == "test.early")[-1]
+    assert int(late.id or 0) == late_id > early_id[0] == int(early.id or 0)
