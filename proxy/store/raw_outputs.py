@@ -41,14 +41,17 @@ def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, in
 
 
 FETCHROW_RAW_OUTPUT = """
-SELECT content, original_bytes, capped, NULL::json AS message FROM tool_raw_outputs
-WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
-UNION ALL (
-    SELECT NULL, NULL, false, message FROM messages
-    WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3 AND placeholder IS NOT NULL
-      AND NOT redacted
-    ORDER BY id DESC LIMIT 1
-)
+SELECT content, original_bytes, capped, message FROM (
+    SELECT content, original_bytes, capped, NULL::json AS message, created_at, 0 AS kind
+    FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
+    UNION ALL (
+        SELECT NULL, NULL, false, message, created_at, 1 FROM messages
+        WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3 AND placeholder IS NOT NULL
+          AND NOT redacted
+        ORDER BY id DESC LIMIT 1
+    )
+) AS found
+ORDER BY created_at DESC, kind
 LIMIT 1
 """
 
@@ -56,9 +59,12 @@ LIMIT 1
 async def fetchrow_raw_output(
     conn: Any, *, tenant: str, session_id: str, tool_call_id: str
 ) -> dict[str, Any] | None:
-    """The full text of a tool call's result: its spilled row, else the body of its evicted
+    """The full text of a tool call's result: its spilled row or the body of its evicted
     row (the latest, superseded or not; never a redacted one, which eviction gives no
-    handle). ``{"content", "original_bytes", "capped"}``, or None."""
+    handle), whichever was written later: an id can come back (servers that number their
+    calls ``call_0`` each turn), and the live placeholder names the newest result. A tie is
+    a message cut and spilled in one statement, whose spill is the whole text.
+    ``{"content", "original_bytes", "capped"}``, or None."""
     row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, tool_call_id)
     if row is None:
         return None

@@ -613,3 +613,35 @@ async def test_a_spilled_output_wins_and_a_redacted_evicted_row_is_never_paged(
     await msgs.persist_step(conn, tenant=T, session_id=S, raw=[("c1", "spilled", 7, False)])
     got = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
     assert got == {"content": "spilled", "original_bytes": 7, "capped": False}
+
+
+async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted(
+    conn: Any,
+) -> None:
+    """A server that numbers its calls ``call_0`` afresh each turn: turn 1's output was cut
+    and spilled; turn 5's was whole, and later evicted. The id serves turn 5's text (its row
+    is the newer), and a spill written after it wins again."""
+
+    async def spill(text: str) -> None:
+        await msgs.append_and_fetch_window(
+            conn, tenant=T, session_id=S, rows=[], raw=[("c0", text, len(text), False)],
+            head_len=0, head_hash=None, system_count=0, old_len=0, from_pos=0,
+        )
+
+    async def served() -> str:
+        raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S,
+                                                    tool_call_id="c0")
+        assert raw is not None
+        return str(raw["content"])
+
+    await spill("turn one, whole")
+    call = {"id": "c0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    history = [user("go"), {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "c0", "content": "turn five"}]
+    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
+    assert await served() == "turn one, whole"  # turn five's row is live: nothing to serve
+    placeholder = {"role": "tool", "tool_call_id": "c0", "content": "[context-cleared]"}
+    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    assert await served() == "turn five"
+    await spill("turn seven, whole")
+    assert await served() == "turn seven, whole"
