@@ -62,6 +62,8 @@ class EventBus:
         self._pool = pool
         self._dsn = dsn
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
+        # per session, the delivery that must finish first (an event read back from the table)
+        self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -165,10 +167,27 @@ class EventBus:
         key = (msg["t"], msg["s"])
         if key not in self._subs:
             return
-        if msg["d"] is None:
-            asyncio.get_running_loop().create_task(self._deliver_row(key, msg["n"], msg["i"]))
+        before = self._behind.get(key)
+        if msg["d"] is None or before is not None:
+            # A notification too big to carry its data is read back from the table; the
+            # session's later ones wait for it, so a stream gets its events in order.
+            task = asyncio.get_running_loop().create_task(self._deliver_after(before, key, msg))
+            self._behind[key] = task
+            task.add_done_callback(
+                lambda t: self._behind.pop(key, None) if self._behind.get(key) is t else None)
             return
         self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
+
+    async def _deliver_after(
+        self, before: asyncio.Task[None] | None, key: tuple[str, str], msg: dict[str, Any]
+    ) -> None:
+        if before is not None:
+            await asyncio.wait({before})  # it never raises: see below
+        if msg["d"] is not None:
+            self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
+            return
+        with contextlib.suppress(Exception):  # the stream's periodic catch-up still has it
+            await self._deliver_row(key, msg["n"], msg["i"])
 
     async def _deliver_row(self, key: tuple[str, str], name: str, event_id: int) -> None:
         rows = await store.fetch_events_after(

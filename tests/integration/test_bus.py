@@ -36,6 +36,28 @@ async def test_event_too_big_for_notify_arrives_whole(pool: asyncpg.Pool, db_dsn
         await consumer.stop()
 
 
+async def test_an_event_after_one_too_big_for_notify_waits_for_it(
+    pool: asyncpg.Pool, db_dsn: str
+) -> None:
+    # The big one is read back from the table; the small one's data came with its NOTIFY
+    # and used to overtake it.
+    await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    producer, consumer = await _bus(pool, db_dsn), await _bus(pool, db_dsn)
+    try:
+        async with consumer.subscribe("t", "s") as queue:
+            ids = [await producer.publish(pool, tenant="t", session_id="s", name=USAGE,
+                                          data=data)
+                   for data in ({"blob": "x" * 20_000}, {"small": 1}, {"blob": "y" * 20_000},
+                                {"small": 2})]
+            got = [await asyncio.wait_for(queue.get(), 5) for _ in ids]
+        assert [g.id for g in got] == ids
+        assert [("blob" in g.data, g.data.get("small")) for g in got] == [
+            (True, None), (False, 1), (True, None), (False, 2)]
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
 async def test_transient_event_is_delivered_but_not_stored(
     pool: asyncpg.Pool, db_dsn: str
 ) -> None:
