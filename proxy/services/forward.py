@@ -230,14 +230,13 @@ class Forwarder:
         reply: dict[str, Any] | None = None
         prompt_tokens = None
         try:
-            # Only reached with the provider still silent after one keep-alive interval
-            # (``_stream`` waited that long), so the first comment goes out at once.
-            while not send.done():
-                yield sse.KEEPALIVE
-                await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
             messages = list(step.assembled.messages)
             texts: list[str] = []
             for round_no in range(self.settings.max_internal_rounds + 1):
+                # Round 0's provider, when still silent here, has been for one keep-alive
+                # interval (``stream`` waited that long): its first comment goes out at once.
+                async for comment in self._keepalive_until(send, at_once=round_no == 0):
+                    yield comment
                 resp, error = await self._round_response(send, round_no, step, messages)
                 if error is not None:
                     yield error
@@ -261,6 +260,8 @@ class Forwarder:
                     yield sse.error_event(out.error)
                     yield sse.DONE
                     return
+                if out.provider_error:  # the answer failed: no reply to store, as on a break
+                    return
                 internal, client_calls = (
                     split_calls(message) if step.assembled.offer_read_tool else ([], [])
                 )
@@ -277,6 +278,18 @@ class Forwarder:
                 if not send.done():
                     send.cancel()
                 await self._finish(step, reply, prompt_tokens)
+
+    async def _keepalive_until(
+        self, send: asyncio.Future[StreamAnswer], *, at_once: bool
+    ) -> AsyncIterator[bytes]:
+        """An SSE comment every keep-alive interval until the provider's headers arrive
+        (``send`` done), so clients and middleboxes keep an idle connection open."""
+        if at_once and not send.done():
+            yield sse.KEEPALIVE
+        while not send.done():
+            await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+            if not send.done():
+                yield sse.KEEPALIVE
 
     async def _round_response(
         self, send: asyncio.Future[StreamAnswer], round_no: int, step: Step,

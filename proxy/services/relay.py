@@ -35,7 +35,8 @@ class RoundOutcome:
     acc: sse.StreamAccumulator = field(default_factory=sse.StreamAccumulator)
     internal: dict[int, bool] = field(default_factory=dict)  # upstream tool index -> internal?
     saw_done: bool = False
-    error: str | None = None
+    error: str | None = None  # the stream broke off: the relay reports it
+    provider_error: bool = False  # the provider sent an error frame: relayed as it came
 
     @property
     def only_internal(self) -> bool:
@@ -140,6 +141,8 @@ def _handle(
     chunk = sse.parse_chunk(event)
     if chunk is None:
         return [event]
+    if "error" in chunk and not chunk.get("choices"):
+        out.provider_error = True
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
         if strip_usage:

@@ -436,6 +436,29 @@ def test_mid_stream_reset_ends_with_error_frame_then_done(
     assert _live_messages(http, "reset-me", 0)[:2] == before
 
 
+def test_a_provider_error_frame_mid_stream_is_relayed_and_no_reply_is_stored(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # As on a reset: the answer failed, so it is not stored as if it were whole.
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}]}
+    failure = {"error": {"message": "overloaded", "type": "server_error", "code": None}}
+    fake_upstream.script(raw(f"data: {json.dumps(chunk)}\n\n",
+                             f"data: {json.dumps(failure)}\n\n", "data: [DONE]\n\n"),
+                         reply("later"))
+    turn = [{"role": "user", "content": "go"}]
+    resp = http.post("/v1/chat/completions", headers={"x-session-id": "err-frame"},
+                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    assert resp.status_code == 200
+    frames = _data_frames(resp.content)
+    assert _payload(frames[-2]) == failure and frames[-1] == DONE
+    # the step ended with the body (the stream's last act), and stored no partial reply
+    assert _live_messages(http, "err-frame", 0) == turn
+    again = http.post("/v1/chat/completions", headers={"x-session-id": "err-frame"},
+                      json={"model": "gpt-fake", "messages": turn})
+    assert again.json()["choices"][0]["message"]["content"] == "later"
+
+
 def _live_messages(http: httpx.Client, sid: str, at_least: int) -> list[Any]:
     rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
     live = [r["message"] for r in rows if not r["superseded"]]

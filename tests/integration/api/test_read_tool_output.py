@@ -295,3 +295,27 @@ def test_occupancy_is_the_assembled_prompts_not_the_internal_rounds(
             time.sleep(0.02)
     assert len(fake_upstream.requests) == 2
     assert shown["last_prompt_tokens"] == 1234
+
+
+def test_a_stream_keeps_the_client_connection_alive_while_a_later_round_waits(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # keepalive_seconds is 0.3: the second round's provider is silent for 1.2 s.
+    fake_upstream.script(
+        reply("let me look", tool_calls=[read_call(id="call_slow", offset=0, limit=500)]),
+        reply("found it", first_byte_delay=1.2),
+    )
+    body = {"model": "gpt-4o", "stream": True, "messages": history("call_slow", blob(9000, "slow"))}
+    lines: list[tuple[float, str]] = []
+    with api(proxy) as http, http.stream("POST", "/v1/chat/completions", json=body,
+                                          headers={"X-Session-Id": "slow-round"}) as resp:
+        started = time.monotonic()
+        for line in resp.iter_lines():
+            lines.append((time.monotonic() - started, line))
+    comments = [t for t, line in lines if line.startswith(":")]
+    text = "".join(json.loads(line[5:])["choices"][0]["delta"].get("content") or ""
+                   for _, line in lines if line.startswith("data: {"))
+    assert text == "let me lookfound it"
+    assert len(comments) >= 2  # one per keep-alive interval of the wait, not silence
+    gaps = [b - a for (a, _), (b, _) in zip(lines, lines[1:], strict=False)]
+    assert max(gaps) < 0.9
