@@ -23,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy import sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import (
+    READ_TOOL_SCHEMA,
     Assembled,
     StepInput,
     assemble,
@@ -90,6 +91,8 @@ class ChatService:
         self.locks = SessionLocks()
         self._holding: dict[Any, tuple[str, str]] = {}  # connection -> session it is queued for
         self.chains = ChainCache()
+        self._tools_cost: dict[bytes, int] = {}  # a tools array's tokens, by its JSON
+        self._schema_tokens = self._json_tokens([READ_TOOL_SCHEMA])
         self.bodies = ResentBodies()
         self.forward = Forwarder(
             upstream=upstream, settings=settings, finish=self._finalize,
@@ -126,6 +129,24 @@ class ChatService:
             return await self.forward.stream(step)
         return await self.forward.nonstream(step)
 
+    def _json_tokens(self, tools: list[Any]) -> int:
+        return self.cost({"role": "system", "content": dumps(tools).decode()})
+
+    def _fixed_tokens(self, rt: Route, body: Mapping[str, Any]) -> tuple[int, int]:
+        """Tokens a prompt carries besides its messages: the request's ``tools`` (agents
+        send the same array every turn, so its count is cached), and read_tool_output's
+        schema when the proxy may offer it. Providers count both against the window."""
+        tools = body.get("tools")
+        cost = 0
+        if isinstance(tools, list) and tools:
+            key = dumps(tools)
+            cost = self._tools_cost.get(key, -1)
+            if cost < 0:
+                if len(self._tools_cost) >= 256:
+                    self._tools_cost.clear()
+                cost = self._tools_cost[key] = self._json_tokens(tools)
+        return cost, self._schema_tokens if rt.ctx.tool_output.persist_raw else 0
+
     async def _release(self, conn: Any, ctx: ChatContext) -> None:
         """Give the connection back, then the session's place in this replica's queue;
         unless ``_finalize`` released the session lock, the pool's reset does
@@ -148,6 +169,8 @@ class ChatService:
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
             guess=guess,
         )
+        tools, schema = self._fixed_tokens(rt, body)
+        fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
             command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"), conn)
@@ -156,35 +179,38 @@ class ChatService:
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state, count=count
             )
         else:
-            state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count)
-        assembled = self._assemble(rt, body, state, count)
+            state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count, fixed)
+        assembled = self._assemble(rt, body, state, count, fixed)
         reclaimed = await self._persist_step(conn, ctx, rt, state, assembled, count)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
         return Step(ctx, rt, state, assembled, body, stream, wants_usage, conn, count, command,
-                    reclaimed=reclaimed)
+                    reclaimed=reclaimed,
+                    overhead=tools + (schema if assembled.offer_read_tool else 0))
 
     def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
         return job_for(cfg, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
                        model=rt.model, headers=ctx.headers, trigger=trigger)
 
     @staticmethod
-    def _occupancy(state: SessionState, count: TokenCounter) -> int:
-        """Occupancy of the prompt this state would send: the window with its summary folded.
+    def _occupancy(state: SessionState, count: TokenCounter, fixed: int) -> int:
+        """Occupancy of the prompt this state would send: the window with its summary folded,
+        and the ``fixed`` tokens of its tools.
 
-        ``last_estimate`` counted the folded summary, so the current estimate must too, or
-        every step after a compaction under-reports occupancy by the summary's size.
+        ``last_estimate`` counted the folded summary and the tools, so the current estimate
+        must too, or every step after a compaction under-reports occupancy by the summary's
+        size, and the tools would count only through the calibration ratio (capped at 2).
         """
         row = state.session
         return effective_input_tokens(
-            state.estimate, ratio=row["calibration"],
+            state.estimate + fixed, ratio=row["calibration"],
             last_real=row["last_prompt_tokens"], last_estimate=row["last_estimate"],
         )
 
     async def _maybe_compact(
         self, conn: Any, cfg: Config, rt: Route, body: Mapping[str, Any], ctx: ChatContext,
-        state: SessionState, count: MemoCounter,
+        state: SessionState, count: MemoCounter, fixed: int,
     ) -> SessionState:
         """Soft: start a background compaction. Hard or overflowing: wait, then compact now.
 
@@ -195,10 +221,10 @@ class ChatService:
         if not s.enabled:
             return state
         limit = rt.limits.context_limit
-        room = limit - reserved_output(body, rt.limits)
+        room = limit - reserved_output(body, rt.limits) - fixed
 
         def pressure(st: SessionState) -> tuple[float, bool]:
-            return self._occupancy(st, count) / limit, st.estimate > room
+            return self._occupancy(st, count, fixed) / limit, st.estimate > room
 
         fraction, overflowing = pressure(state)
         if fraction >= s.hard_fraction or overflowing:
@@ -252,12 +278,15 @@ class ChatService:
         return StreamingResponse(body(), media_type="text/event-stream")
 
     def _assemble(
-        self, rt: Route, body: Mapping[str, Any], state: SessionState, count: MemoCounter
+        self, rt: Route, body: Mapping[str, Any], state: SessionState, count: MemoCounter,
+        fixed: int,
     ) -> Assembled:
-        occ = self._occupancy(state, count)
+        # The tools are not messages the stages can shed: the budget sets their tokens
+        # aside beside the output's.
         budget = Budget(
-            limit=rt.limits.context_limit, reserved_output=reserved_output(body, rt.limits),
-            occupancy=occ,
+            limit=rt.limits.context_limit,
+            reserved_output=reserved_output(body, rt.limits) + fixed,
+            occupancy=self._occupancy(state, count, fixed),
         )
         return assemble(StepInput(
             window=state.window, system_count=state.system_count, summary=state.summary,
@@ -306,7 +335,7 @@ class ChatService:
         key = (ctx.tenant, ctx.session_id)
         try:
             row = state.session
-            estimate = step.assembled.tokens
+            estimate = step.assembled.tokens + step.overhead  # as the provider counts it
             ratio = row["calibration"]
             real = prompt_tokens if isinstance(prompt_tokens, int) and prompt_tokens > 0 else None
             if real is not None:

@@ -66,6 +66,7 @@ class Step:
     count: MemoCounter
     command: CompactionResult | None = None
     reclaimed: int = 0  # tokens this step's eviction reclaimed
+    overhead: int = 0  # estimated tokens of the tools sent beside the messages
 
 
 

@@ -8,6 +8,7 @@ with 400 ``context_length_exceeded`` and nothing goes upstream; and the provider
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,14 @@ import openai
 import pytest
 
 from proxy.tokenizers import build_counter
-from tests.fakes.upstream import FakeUpstream, context_length_exceeded, count_prompt_tokens
+from tests.fakes.upstream import (
+    FakeUpstream,
+    RecordedRequest,
+    Reply,
+    context_length_exceeded,
+    count_prompt_tokens,
+    reply,
+)
 from tests.integration.api.test_compaction import (
     Agent,
     Model,
@@ -43,6 +51,46 @@ def assert_fits(body: dict[str, Any]) -> None:
     """Under the limit by the proxy's own counter and by the provider's (the fake's)."""
     assert build_counter()(body["messages"]) <= ROOM
     assert count_prompt_tokens(body["messages"]) <= LIMIT
+
+
+def _tools(n: int) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": words(60, f"d{i}"),
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }} for i in range(n)]
+
+
+def test_the_tools_count_against_the_window(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    # The messages alone fit; with a large tools array beside them they do not. The tools
+    # used to count only through the calibration ratio, capped at 2, so such prompts went
+    # out over the limit.
+    tools = _tools(20)
+    count = build_counter()
+    tool_tokens = count([{"role": "system", "content": json.dumps(tools)}])
+    assert tool_tokens > 1000
+    def main(req: RecordedRequest) -> Reply:  # a provider counts the tools too
+        body = req.json
+        prompt = count_prompt_tokens(body["messages"]) + len(json.dumps(body["tools"])) // 4
+        return reply("ok", usage=(prompt, 1))
+
+    with stack(tmp_path, db_dsn, fake_upstream, Model(main=main), limit=LIMIT,
+               reserved=RESERVED, summarize={"enabled": False}) as s:
+        agent = Agent(s.client("tools"))
+        agent.messages += rounds(4, 350)
+        assert count(agent.messages) <= ROOM < count(agent.messages) + tool_tokens
+        for _ in range(3):
+            agent.step(tools=tools)
+            agent.messages += tool_round(len(agent.messages), 350)
+        bodies = s.main_bodies()
+        assert len(bodies) == 3
+        for body in bodies:
+            assert len(body["tools"]) >= 20
+            assert count(body["messages"]) + count(
+                [{"role": "system", "content": json.dumps(body["tools"])}]) <= ROOM
+            assert_paired(body["messages"])
+        assert s.events("tools", "context.trimmed")
 
 
 def test_an_oversized_prompt_is_compacted_then_the_oldest_rounds_are_dropped(
