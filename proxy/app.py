@@ -123,6 +123,9 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
                 embedded.cleanup()
 
     app = CascadeApp(title="Cascade", version=__version__, lifespan=lifespan)
+    # No 307 to the slash-less path: it is built from the client's Host header, and clients
+    # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
+    app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
     for module in (chat, sessions, events, health):
         app.include_router(module.router)

@@ -9,6 +9,7 @@ endpoint that reads the lifespan state itself and resolves the tenant with ``ten
 
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -61,10 +62,12 @@ def tenant_of(request: Request, cfg: Config) -> str:
     auth = request.headers.get("authorization")
     if not cfg.auth.keys:
         return tenant_from_bearer(auth)
-    token = auth.split(" ", 1)[1].strip() if auth and " " in auth else ""
+    scheme, _, rest = (auth or "").strip().partition(" ")
+    token = rest.strip().encode() if scheme.lower() == "bearer" else b""
     for key in cfg.auth.keys:
         expected = os.environ.get(key.key_env)
-        if expected and token == expected:
+        # constant time: how much of a guess matched must not show in the answer's timing
+        if token and expected and hmac.compare_digest(token, expected.encode()):
             return key.tenant
     raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
 

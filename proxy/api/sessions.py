@@ -13,6 +13,7 @@ from proxy.api.deps import (
     SummarizerDep,
     TenantDep,
     read_json_body,
+    upstream_headers,
 )
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
@@ -65,7 +66,8 @@ async def branch_session(session_id: str, request: Request, pool: PoolDep,
 async def compact_session(session_id: str, request: Request, pool: PoolDep, cfg: ConfigDep,
                           tenant: TenantDep, summarizer: SummarizerDep) -> dict[str, Any]:
     return await svc.compact_session(pool, summarizer, cfg, tenant=tenant,
-                                     session_id=_sid(session_id), headers=request.headers)
+                                     session_id=_sid(session_id),
+                                     headers=upstream_headers(request, cfg))
 
 
 @router.post("/{session_id}/reset")

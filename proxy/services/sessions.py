@@ -10,6 +10,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+import asyncpg
+
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.compaction import DurableSummarizer, job_for
@@ -96,10 +98,14 @@ async def branch_session(
     target = validate_session_id(new_id, source="body 'id'") if new_id is not None else (
         f"{session_id[:100]}-branch-{secrets.token_hex(4)}"
     )
+    taken = ClientRequestError(f"session {target!r} already exists; pick another id",
+                               param="id")
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
-        raise ClientRequestError(f"session {target!r} already exists; pick another id",
-                                 param="id")
-    await sessions.copy_session(conn, tenant=tenant, source=session_id, target=target)
+        raise taken
+    try:
+        await sessions.copy_session(conn, tenant=tenant, source=session_id, target=target)
+    except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
+        raise taken from None
     return {"id": target, "object": "session", "parent_id": session_id}
 
 

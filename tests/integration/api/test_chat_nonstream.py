@@ -266,6 +266,10 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     assert refused.value.status_code == 401
     assert "proxy key" in refused.value.body["message"]
     assert fake_upstream.requests == []
+    # the key under another scheme is no proxy key either
+    basic = httpx.post(f"{server.url}/chat/completions", json={"model": "m", "messages": hi},
+                       headers={"authorization": f"Basic {proxy_key}"})
+    assert basic.status_code == 401 and fake_upstream.requests == []
 
     client = openai.OpenAI(base_url=server.url, api_key=proxy_key, max_retries=0)
     client.chat.completions.create(model="gpt-fake", messages=hi, extra_headers=SESSION_A)
@@ -279,6 +283,18 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     listed = httpx.get(f"{server.origin}/v1/sessions",
                        headers={"authorization": f"Bearer {proxy_key}"}).json()
     assert "auth-a" in {s["id"] for s in listed["data"]}
+    # the session API's compaction calls the fast model with the same credentials
+    turns = [{"role": r, "content": f"turn {i}"}
+             for i, r in enumerate(["user", "assistant"] * 8 + ["user"])]
+    client.chat.completions.create(model="gpt-fake", messages=turns,
+                                   extra_headers={"X-Session-Id": "long"})
+    before = len(fake_upstream.requests)
+    httpx.post(f"{server.origin}/v1/sessions/long/compact", timeout=30,
+               headers={"authorization": f"Bearer {proxy_key}"})
+    assert len(fake_upstream.requests) > before  # the fast model was called
+    for seen in fake_upstream.requests:
+        assert seen.headers.get("authorization") == expected
+        assert proxy_key not in json.dumps(dict(seen.headers))
 
 
 @pytest.mark.parametrize(

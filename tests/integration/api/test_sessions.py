@@ -411,3 +411,36 @@ def test_a_tool_call_id_that_comes_back_serves_its_newest_result(
     assert column(db_dsn, versions) == [BIG_OUTPUT, edited]
     assert http.post("/v1/sessions/again/reset").status_code == 200
     assert column(db_dsn, versions) == []
+
+
+def test_concurrent_branches_to_one_new_id_give_one_session_and_400s(
+    http: httpx.Client, proxy: ProxyServer
+) -> None:
+    # Each checked that the id was free, then all inserted it: the losers got a 500.
+    for n in range(4):
+        chat(http, [user(f"source {n}")], sid=f"src-{n}")
+    statuses: list[int] = []
+
+    def branch(n: int) -> None:
+        with httpx.Client(base_url=proxy.origin, headers=http.headers, timeout=10) as c:
+            statuses.append(c.post(f"/v1/sessions/src-{n}/branch",
+                                   json={"id": "dup-target"}).status_code)
+
+    for _ in range(3):  # a race: a few rounds make a loser at least once
+        http.delete("/v1/sessions/dup-target")
+        workers = [threading.Thread(target=branch, args=(n,)) for n in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(10)
+    assert len(statuses) == 12
+    assert sorted(set(statuses)) == [200, 400] and statuses.count(200) == 3
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions/", "/v1/chat/completions/",
+                                  "/v1/sessions/src-0/events/"])
+def test_a_trailing_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str) -> None:
+    resp = http.request("POST" if "chat" in path else "GET", path, json={},
+                        headers={"host": "evil.example"})
+    assert resp.status_code == 404 and "location" not in resp.headers
+    assert_openai_404(resp)
