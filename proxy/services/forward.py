@@ -261,8 +261,8 @@ class Forwarder:
                     yield sse.error_event(out.error)
                     yield sse.DONE
                     return
-                if out.provider_error:  # the answer failed: no reply to store, as on a break
-                    return
+                if out.provider_error or not out.acc.indices:
+                    return  # the answer failed, or was no chat stream: nothing to store
                 internal, client_calls = (
                     split_calls(message) if step.assembled.offer_read_tool else ([], [])
                 )

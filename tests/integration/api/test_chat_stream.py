@@ -459,6 +459,23 @@ def test_a_provider_error_frame_mid_stream_is_relayed_and_no_reply_is_stored(
     assert again.json()["choices"][0]["message"]["content"] == "later"
 
 
+def test_a_whole_json_answer_to_a_stream_is_relayed_and_stores_no_empty_reply(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # A provider that ignores "stream": its bytes go through, but they hold no chunk, and
+    # an empty assistant message was stored as if the model had answered "".
+    completion = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "stop",
+                               "message": {"role": "assistant", "content": "whole"}}]}
+    fake_upstream.script(raw(json.dumps(completion),
+                             headers={"content-type": "application/json"}))
+    turn = [{"role": "user", "content": "go"}]
+    resp = http.post("/v1/chat/completions", headers={"x-session-id": "json-stream"},
+                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    assert resp.status_code == 200 and json.loads(resp.content) == completion
+    assert _live_messages(http, "json-stream", 0) == turn
+
+
 def _live_messages(http: httpx.Client, sid: str, at_least: int) -> list[Any]:
     rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
     live = [r["message"] for r in rows if not r["superseded"]]
