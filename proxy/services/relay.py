@@ -33,7 +33,8 @@ _EOF = object()
 @dataclass(slots=True)
 class RoundOutcome:
     acc: sse.StreamAccumulator = field(default_factory=sse.StreamAccumulator)
-    internal: dict[int, bool] = field(default_factory=dict)  # upstream tool index -> internal?
+    # (choice index, upstream tool index) -> internal? Each choice numbers its calls from 0.
+    internal: dict[tuple[int, int], bool] = field(default_factory=dict)
     saw_done: bool = False
     error: str | None = None  # the stream broke off: the relay reports it
     provider_error: bool = False  # the provider sent an error frame: relayed as it came
@@ -56,21 +57,23 @@ async def pump(resp: StreamAnswer, queue: asyncio.Queue[Any]) -> None:
 def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
     """Drop internal tool-call deltas and renumber client ones; None when nothing is left."""
     changed = False
-    for choice in chunk.get("choices") or []:
+    for pos, choice in enumerate(chunk.get("choices") or []):
         delta = choice.get("delta") or {}
         calls = delta.get("tool_calls")
         if not calls:
             continue
+        which = choice.get("index", pos)
         kept = []
         for call in calls:
             idx = call.get("index", 0)
             name = (call.get("function") or {}).get("name")
-            if idx not in out.internal and name:
-                out.internal[idx] = name == READ_TOOL_OUTPUT
-            if out.internal.get(idx):
+            if (which, idx) not in out.internal and name:
+                out.internal[which, idx] = name == READ_TOOL_OUTPUT
+            if out.internal.get((which, idx)):
                 changed = True
                 continue
-            client_idx = sum(1 for i, v in out.internal.items() if i < idx and not v)
+            client_idx = sum(1 for (c, i), v in out.internal.items()
+                             if c == which and i < idx and not v)
             if client_idx != idx:
                 call = {**call, "index": client_idx}
                 changed = True

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.upstream import FakeUpstream, raw, reply, tool_call
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, blob, marker_args, page_slice, sdk, wait_event
 
@@ -319,3 +319,35 @@ def test_a_stream_keeps_the_client_connection_alive_while_a_later_round_waits(
     assert len(comments) >= 2  # one per keep-alive interval of the wait, not silence
     gaps = [b - a for (a, _), (b, _) in zip(lines, lines[1:], strict=False)]
     assert max(gaps) < 0.9
+
+
+def test_with_two_choices_an_internal_call_in_one_hides_no_call_of_the_other(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Both choices number their calls from 0: choice 0's read_tool_output at index 0 used
+    # to hide choice 1's own call at index 0.
+    def call(cid: str, name: str) -> dict[str, Any]:
+        return {"index": 0, "id": cid, "type": "function",
+                "function": {"name": name, "arguments": "{}"}}
+
+    def frame(choices: list[dict[str, Any]]) -> str:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": choices}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    fake_upstream.script(raw(
+        frame([{"index": 0, "delta": {"role": "assistant",
+                                      "tool_calls": [call("int_1", "read_tool_output")]}},
+               {"index": 1, "delta": {"role": "assistant",
+                                      "tool_calls": [call("call_w", "run_tests")]}}]),
+        frame([{"index": 0, "delta": {}, "finish_reason": "tool_calls"},
+               {"index": 1, "delta": {}, "finish_reason": "tool_calls"}]),
+        "data: [DONE]\n\n",
+    ))
+    chunks = list(chat(proxy, "two", history("call_two", blob(9000, "two")), n=2,
+                       tools=CLIENT_TOOLS, stream=True))
+    calls = [(c.index, t.function.name if t.function else None) for ch in chunks
+             for c in ch.choices for t in c.delta.tool_calls or []]
+    assert calls == [(1, "run_tests")]
+    finishes = {c.index: c.finish_reason for ch in chunks for c in ch.choices if c.finish_reason}
+    assert finishes[1] == "tool_calls"
