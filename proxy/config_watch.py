@@ -1,7 +1,9 @@
 """Hot reload of config/agents.json: validate on save, swap atomically, or keep the old one.
 
-Editors often save by writing a new file and renaming it over the old one, so we watch the
-directory and filter on the file's name. Only the directory itself is watched, not what is
+Editors often save by writing a new file and renaming it over the old one, and a symlinked
+config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is replaced, so
+we watch the directory the path names and reload when the file's bytes changed. Only the
+directory itself is watched, not what is
 below it: a data directory kept beside the config (as bench/overhead does) made every
 PostgreSQL write wake the watcher and stat each changed file. Requests read
 ``holder.current`` once and use that snapshot for the whole request.
@@ -57,13 +59,28 @@ async def watch_config(
     """Reload on every change to the config file until ``stop`` is set."""
     if holder.path is None:
         return
-    path = holder.path.resolve()
-    name = path.name
-    async for _ in awatch(path.parent, watch_filter=lambda _, p: os.path.basename(p) == name,
-                          recursive=False, stop_event=stop, debounce=200, step=50):
+    # The path as given, not resolved: a config that is a symlink is updated by replacing
+    # the link, or (Kubernetes ConfigMaps) a ``..data`` link beside it, and the directory a
+    # resolved path pointed into can be deleted. So any change in the config's own
+    # directory is a candidate, and the file's bytes decide whether it changed.
+    path = holder.path.absolute()
+    last = _read(path)
+    async for _ in awatch(path.parent, watch_filter=None, recursive=False, stop_event=stop,
+                          debounce=200, step=50):
+        now = _read(path)
+        if now == last and now is not None:
+            continue
+        last = now
         try:
             event = holder.reload()
         except Exception:  # a bug here must not end hot reload for the life of the process
             log.exception("config %s: reload failed, keeping the previous one", path)
             continue
         emit(*event)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -177,6 +177,44 @@ async def test_only_the_config_file_itself_is_watched(tmp_path: Path) -> None:
     assert seen == [CONFIG_RELOADED]
 
 
+async def test_a_config_mounted_as_a_kubernetes_configmap_reloads_on_every_update(
+    tmp_path: Path
+) -> None:
+    """A ConfigMap volume: ``agents.json -> ..data/agents.json``, ``..data -> ..<stamp>``;
+    an update writes a new stamped directory, swaps ``..data`` by rename and deletes the
+    old one. The watcher used to follow the resolved path into the deleted directory and
+    hear no update after the first."""
+    url = "http://127.0.0.1:9/v1"
+
+    def publish(stamp: str, limit: int) -> None:
+        (tmp_path / stamp).mkdir()
+        save_config(tmp_path / stamp / "agents.json", url, limit)
+        (tmp_path / "..data_tmp").symlink_to(stamp)
+        os.replace(tmp_path / "..data_tmp", tmp_path / "..data")
+
+    publish("..stamp_1", 5000)
+    path = tmp_path / "agents.json"
+    path.symlink_to("..data/agents.json")
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    seen: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    for n, (stamp, old) in enumerate([("..stamp_2", "..stamp_1"), ("..stamp_3", "..stamp_2")]):
+        publish(stamp, NEW_LIMIT + n)
+        for child in (tmp_path / old).iterdir():
+            child.unlink()
+        (tmp_path / old).rmdir()
+        for _ in range(50):
+            if holder.current.model_limits("m").context_limit == NEW_LIMIT + n:
+                break
+            await asyncio.sleep(0.1)
+        assert holder.current.model_limits("m").context_limit == NEW_LIMIT + n
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert seen == [CONFIG_RELOADED, CONFIG_RELOADED]
+
+
 async def test_an_unexpected_reload_error_does_not_stop_the_watcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
