@@ -19,12 +19,14 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from pydantic import ValidationError
 
 from proxy.app import create_app
+from proxy.config import ConfigError
 from proxy.httpserver import CoalescingHttpToolsProtocol
 from proxy.pgembed import start_embedded
 from proxy.settings import Settings
-from proxy.store.db import run_migrations
+from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
 
 __all__ = ["main"]
 
@@ -117,9 +119,14 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    settings = _settings(args)
-    if args.command == "serve":
-        return _serve(settings)
-    if args.command == "migrate":
-        return _migrate(settings)
-    return _sessions(args, settings)
+    try:
+        settings = _settings(args)
+        if args.command == "serve":
+            return _serve(settings)
+        if args.command == "migrate":
+            return _migrate(settings)
+        return _sessions(args, settings)
+    except (ConfigError, ValidationError, DatabaseUnavailable, MigrationError) as exc:
+        # a mistake in the config file or the environment: say which, without a traceback
+        print(f"cascade-proxy {args.command}: {exc}", file=sys.stderr)
+        return 2

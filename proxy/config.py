@@ -226,6 +226,10 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reason."""
     env = env or {}
     data = dict(raw)
+    for block in ("providers", "agents"):  # filled in below, so their shape is checked first
+        if not isinstance(data.get(block) or {}, Mapping):
+            raise ConfigError(f"{block}: must be an object of named entries, "
+                              f"not {type(data[block]).__name__}")
     providers = dict(data.get("providers") or {})
     if "openai" not in providers:
         providers["openai"] = {
@@ -238,12 +242,22 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     try:
         cfg = Config.model_validate(data)
         base = cfg.context.model_dump(by_alias=True)
-        resolved = {
-            name: ContextConfig.model_validate(_deep_merge(base, agent.context))
-            for name, agent in cfg.agents.items()
-        }
+        resolved = {}
+        for name, agent in cfg.agents.items():
+            try:
+                resolved[name] = ContextConfig.model_validate(_deep_merge(base, agent.context))
+            except ValidationError as exc:
+                raise ConfigError(f"agents.{name}.context: {exc}") from exc
     except ValidationError as exc:
         raise ConfigError(str(exc)) from exc
+    from proxy.cascade.redaction import compile_patterns  # the core imports this module
+
+    for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
+        try:
+            compile_patterns(ctx.redaction.patterns, use_defaults=False)
+        except ValueError as exc:
+            where = "context" if name == "default" else f"agents.{name}.context"
+            raise ConfigError(f"{where}.redaction.patterns: {exc}") from exc
     return cfg.model_copy(update={"resolved": resolved})
 
 

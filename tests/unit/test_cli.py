@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
-from proxy.cli import log_to_stderr
+from proxy.cli import log_to_stderr, main
 
 
 def test_cascade_loggers_print_to_stderr_at_the_configured_level(
@@ -23,3 +24,23 @@ def test_cascade_loggers_print_to_stderr_at_the_configured_level(
         logger.handlers[:], logger.level, logger.propagate = saved
     err = capsys.readouterr().err
     assert err.splitlines() == ["WARNING:     cascade.config: config rejected"]
+
+
+def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "agents.json"
+    bad.write_text('{"context": {"redaction": {"patterns": ["(unclosed"]}}}')
+    logger = logging.getLogger("cascade")
+    saved = (logger.handlers[:], logger.level, logger.propagate)  # serve sets them
+    try:
+        assert main(["serve", "--config", str(tmp_path / "missing.json")]) == 2
+        assert main(["serve", "--config", str(bad)]) == 2
+        monkeypatch.setenv("CASCADE_PORT", "abc")
+        assert main(["serve"]) == 2
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+    err = capsys.readouterr().err
+    assert "missing.json does not exist" in err
+    assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
+    assert "port" in err and "Traceback" not in err

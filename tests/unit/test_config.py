@@ -161,7 +161,26 @@ def test_out_of_range_values_are_rejected(raw: dict[str, Any]) -> None:
 
 def test_unknown_key_in_agent_context_override_is_rejected() -> None:
     raw = {"agents": {"a": {"context": {"eviction": {"typo": 1}}}}}
-    with pytest.raises(ConfigError, match="typo"):
+    with pytest.raises(ConfigError, match=r"agents\.a\.context: (.|\n)*typo"):
+        parse_config(raw, env={})
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        # each used to be accepted, then failed every chat request with a 500
+        ({"context": {"redaction": {"patterns": ["(unclosed"]}}},
+         r"context\.redaction\.patterns: invalid redaction pattern '\(unclosed'"),
+        ({"agents": {"a": {"context": {"redaction": {"patterns": ["[a"]}}}}},
+         r"agents\.a\.context\.redaction\.patterns"),
+        # each used to escape as a TypeError or ValueError: a traceback, no config.rejected
+        ({"agents": ["x"]}, "agents: must be an object"),
+        ({"providers": "ab"}, "providers: must be an object"),
+    ],
+)
+def test_a_config_that_cannot_work_is_rejected_naming_the_key(raw: dict[str, Any],
+                                                              names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
         parse_config(raw, env={})
 
 
