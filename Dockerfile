@@ -19,6 +19,8 @@ RUN pip install --no-cache-dir . \
 USER cascade
 
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
-  CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2)" || exit 1
+# The port the proxy was given (CASCADE_PORT may be overridden), and a start period for
+# the migrations that run at start-up (README: Deploying).
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 --start-period=120s \
+  CMD python -c "import os,urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('CASCADE_PORT', '8080'), timeout=2)" || exit 1
 CMD ["cascade-proxy", "serve"]

@@ -56,3 +56,16 @@ def test_a_wheel_install_finds_its_migrations(tmp_path: Path) -> None:
     expected = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
     assert sorted(p.name for p in installed.glob("*.sql")) == expected
     assert Path(sys.executable).with_name("cascade-proxy").exists()  # .venv left as it was
+
+
+def test_the_image_healthcheck_asks_the_port_the_proxy_serves_on() -> None:
+    # It named 8080 while CASCADE_PORT, which the image sets and a deployment may change,
+    # decides where the proxy listens; and migrations at start-up need a start period.
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("HEALTHCHECK"))
+    check = " ".join(lines[start:start + 2])
+    assert "--start-period=" in check
+    assert "os.environ.get('CASCADE_PORT', '8080')" in check and ":8080/" not in check
+    command = check.split("CMD ", 1)[1].split(" || ")[0]
+    code = command.removeprefix("python -c ").strip('"')
+    compile(code, "HEALTHCHECK", "exec")  # what the image will run is valid Python
