@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--port", type=_port)
     serve.add_argument("--config", type=Path)
     serve.add_argument("--database-url")
     sub.add_parser("migrate", help="apply database migrations and exit").add_argument(
@@ -65,6 +65,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         if default.exists():
             overrides["config"] = default
     return settings.model_copy(update=overrides)
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:  # uvicorn would take 99999 and listen somewhere else
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
+    return port
 
 
 def log_to_stderr(level: str) -> None:

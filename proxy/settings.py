@@ -32,15 +32,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
 
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = Field(default=8080, ge=1, le=65535)
     config: Path | None = Field(default=None)
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path | None = None
-    max_body_bytes: int = 32 * 1024 * 1024
-    keepalive_seconds: float = 15.0
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    keepalive_seconds: float = Field(default=15.0, gt=0)
     watch_config: bool = True
-    pool_max_size: int = 64
-    pool_timeout_seconds: float = 10.0
-    max_internal_rounds: int = 4
+    pool_max_size: int = Field(default=64, ge=1)
+    pool_timeout_seconds: float = Field(default=10.0, gt=0)
+    max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
     tokenizer: str = "o200k_base"

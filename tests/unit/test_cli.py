@@ -38,9 +38,16 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
         assert main(["serve", "--config", str(bad)]) == 2
         monkeypatch.setenv("CASCADE_PORT", "abc")
         assert main(["serve"]) == 2
+        monkeypatch.delenv("CASCADE_PORT")
+        monkeypatch.setenv("CASCADE_MAX_BODY_BYTES", "-5")  # every request would be a 413
+        assert main(["serve"]) == 2
+        with pytest.raises(SystemExit) as usage:  # uvicorn took it and listened elsewhere
+            main(["serve", "--port", "99999"])
+        assert usage.value.code == 2
     finally:
         logger.handlers[:], logger.level, logger.propagate = saved
     err = capsys.readouterr().err
     assert "missing.json does not exist" in err
     assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
     assert "port" in err and "Traceback" not in err
+    assert "max_body_bytes" in err and "99999 is not a TCP port" in err
