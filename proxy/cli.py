@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import uvicorn
@@ -114,7 +115,9 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
         "reset": ("POST", "/v1/sessions/{id}/reset"), "rm": ("DELETE", "/v1/sessions/{id}"),
     }
     method, path = routes[args.action]
-    path = path.format(id=getattr(args, "id", ""))
+    # Escaped whole, dots too: ".." is a valid session id, and a client would resolve it
+    # as a path step ("show .." asked GET /v1).
+    path = path.format(id=quote(getattr(args, "id", ""), safe="").replace(".", "%2E"))
     try:
         resp = httpx.request(method, url + path, headers=headers, timeout=600)
     except httpx.TransportError as exc:

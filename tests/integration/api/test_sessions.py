@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ import asyncpg
 import httpx
 import pytest
 
+from proxy import cli
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import column, run_sync
@@ -444,3 +446,19 @@ def test_a_trailing_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str)
                         headers={"host": "evil.example"})
     assert resp.status_code == 404 and "location" not in resp.headers
     assert_openai_404(resp)
+
+
+def test_the_sessions_command_lists_and_shows_any_valid_id(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ".." is a valid id; unescaped, "show .." asked GET /v1
+    for sid in ("..", "a.b:c"):
+        chat(http, [user("hi")], sid=sid)
+    key = ["--url", proxy.origin, "--api-key", "sk-test-client"]
+    assert cli.main(["sessions", *key, "ls"]) == 0
+    listed = {s["id"] for s in json.loads(capsys.readouterr().out)["data"]}
+    assert {"..", "a.b:c"} <= listed
+    for sid in ("..", "a.b:c"):
+        assert cli.main(["sessions", *key, "show", sid]) == 0
+        assert json.loads(capsys.readouterr().out)["id"] == sid
+    assert cli.main(["sessions", *key, "show", "nope"]) == 1
