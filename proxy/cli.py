@@ -123,7 +123,12 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
     except httpx.TransportError as exc:
         print(f"cannot reach the proxy at {url}: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(resp.json(), indent=2))
+    try:
+        print(json.dumps(resp.json(), indent=2))
+    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
+        print(f"{url} answered {resp.status_code} with no JSON: {resp.text[:500]}",
+              file=sys.stderr)
+        return 2
     return 0 if resp.is_success else 1
 
 

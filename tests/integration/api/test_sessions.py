@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from proxy import cli
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.upstream import FakeUpstream, raw, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import column, run_sync
 
@@ -462,3 +462,13 @@ def test_the_sessions_command_lists_and_shows_any_valid_id(
         assert cli.main(["sessions", *key, "show", sid]) == 0
         assert json.loads(capsys.readouterr().out)["id"] == sid
     assert cli.main(["sessions", *key, "show", "nope"]) == 1
+
+
+def test_the_sessions_command_says_when_the_url_is_no_cascade_proxy(
+    fake_upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_upstream.script(raw("<html>bad gateway</html>", status=502,
+                             headers={"content-type": "text/html"}), endpoint="/v1/sessions")
+    origin = fake_upstream.url.removesuffix("/v1")
+    assert cli.main(["sessions", "--url", origin, "ls"]) == 2  # was a JSONDecodeError
+    assert "answered 502 with no JSON: <html>bad gateway</html>" in capsys.readouterr().err
