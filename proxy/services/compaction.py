@@ -42,7 +42,7 @@ from proxy.cascade.types import (
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
 from proxy.store import messages as msgs, sessions, summaries
-from proxy.store.db import PoolExhausted, acquire
+from proxy.store.db import PoolExhausted, borrowed
 from proxy.upstream import Upstream
 
 __all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
@@ -138,11 +138,8 @@ class DurableSummarizer:
         await self.wait_inflight(job.tenant, job.session_id)
         if conn is not None:
             return await self._run_on(conn, job, wait=True)
-        own = await acquire(self.pool, self.acquire_timeout)
-        try:
+        async with borrowed(self.pool, self.acquire_timeout) as own:
             return await self._run_on(own, job, wait=True)
-        finally:
-            await self.pool.release(own)
 
     async def aclose(self) -> None:
         for task in list(self._tasks.values()):
@@ -157,14 +154,11 @@ class DurableSummarizer:
         """A background compaction: skipped when no connection comes free in time (the next
         request over the soft threshold starts another)."""
         try:
-            conn = await acquire(self.pool, self.acquire_timeout)
-        except PoolExhausted as exc:
+            async with borrowed(self.pool, self.acquire_timeout) as conn:
+                return await self._run_on(conn, job, wait=False)
+        except PoolExhausted as exc:  # only the wait raises it: _run_on has its connection
             log.warning("background compaction of session %s skipped: %s", job.session_id, exc)
             return None
-        try:
-            return await self._run_on(conn, job, wait=False)
-        finally:
-            await self.pool.release(conn)
 
     async def _run_on(
         self, conn: Any, job: CompactionJob, *, wait: bool

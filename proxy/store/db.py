@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from proxy.jsonio import dumps, loads
 
 __all__ = [
     "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
-    "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire",
+    "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire", "borrowed",
 ]
 
 
@@ -66,6 +68,16 @@ async def acquire(pool: asyncpg.Pool, timeout: float) -> Any:
             f"all {pool.get_max_size()} database connections stayed held by requests in "
             f"flight for {timeout:g} s; retry shortly, or raise CASCADE_POOL_MAX_SIZE"
         ) from None
+
+
+@contextlib.asynccontextmanager
+async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[Any]:
+    """A connection from :func:`acquire` for the block, given back after it."""
+    conn = await acquire(pool, timeout)
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
 
 
 _DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")
