@@ -92,7 +92,7 @@ class ChatService:
         self._holding: dict[Any, tuple[str, str]] = {}  # connection -> session it is queued for
         self.chains = ChainCache()
         self._tools_cost: dict[bytes, int] = {}  # a tools array's tokens, by its JSON
-        self._schema_tokens = self._json_tokens([READ_TOOL_SCHEMA])
+        self._schema_tokens = self._json_tokens(dumps([READ_TOOL_SCHEMA]))
         self.bodies = ResentBodies()
         self.forward = Forwarder(
             upstream=upstream, settings=settings, finish=self._finalize,
@@ -129,8 +129,8 @@ class ChatService:
             return await self.forward.stream(step)
         return await self.forward.nonstream(step)
 
-    def _json_tokens(self, tools: list[Any]) -> int:
-        return self.cost({"role": "system", "content": dumps(tools).decode()})
+    def _json_tokens(self, tools_json: bytes) -> int:
+        return self.cost({"role": "system", "content": tools_json.decode()})
 
     def _fixed_tokens(self, rt: Route, body: Mapping[str, Any]) -> tuple[int, int]:
         """Tokens a prompt carries besides its messages: the request's ``tools`` (agents
@@ -144,7 +144,7 @@ class ChatService:
             if cost < 0:
                 if len(self._tools_cost) >= 256:
                     self._tools_cost.clear()
-                cost = self._tools_cost[key] = self._json_tokens(tools)
+                cost = self._tools_cost[key] = self._json_tokens(key)
         return cost, self._schema_tokens if rt.ctx.tool_output.persist_raw else 0
 
     async def _release(self, conn: Any, ctx: ChatContext) -> None:
