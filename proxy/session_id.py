@@ -21,6 +21,7 @@ __all__ = [
     "derive_session_id",
     "strip_proxy_fields",
     "tenant_from_bearer",
+    "bearer_token",
 ]
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -124,6 +125,13 @@ def strip_proxy_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (any case of ``Bearer``;
+    possibly empty); None for no header or another scheme."""
+    scheme, _, rest = (authorization or "").strip().partition(" ")
+    return rest.strip() if scheme.lower() == "bearer" else None
+
+
 def tenant_from_bearer(authorization: str | None) -> str:
     """Pass-through tenant: ``t-`` + 24 hex of sha256(bearer token); ``anonymous`` without one.
 
@@ -132,9 +140,9 @@ def tenant_from_bearer(authorization: str | None) -> str:
     """
     if authorization is None:
         return "anonymous"
-    value = authorization.strip()
-    scheme, _, rest = value.partition(" ")
-    token = rest.strip() if scheme.lower() == "bearer" else value
+    token = bearer_token(authorization)
+    if token is None:
+        token = authorization.strip()
     if not token:
         return "anonymous"
     return "t-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:24]

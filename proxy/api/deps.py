@@ -23,7 +23,7 @@ from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
 from proxy.jsonio import loads
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
-from proxy.session_id import tenant_from_bearer, validate_session_id
+from proxy.session_id import bearer_token, tenant_from_bearer, validate_session_id
 from proxy.upstream import Upstream
 
 __all__ = [
@@ -62,8 +62,7 @@ def tenant_of(request: Request, cfg: Config) -> str:
     auth = request.headers.get("authorization")
     if not cfg.auth.keys:
         return tenant_from_bearer(auth)
-    scheme, _, rest = (auth or "").strip().partition(" ")
-    token = rest.strip().encode() if scheme.lower() == "bearer" else b""
+    token = (bearer_token(auth) or "").encode()
     for key in cfg.auth.keys:
         expected = os.environ.get(key.key_env)
         # constant time: how much of a guess matched must not show in the answer's timing
