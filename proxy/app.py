@@ -15,7 +15,6 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, TypedDict
 
-import aiohttp
 import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +30,7 @@ from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
+from proxy.h1client import H1Client
 from proxy.pgembed import start_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
@@ -53,13 +53,6 @@ class State(TypedDict):
     chat: ChatService
     settings: Settings
     summarizer: DurableSummarizer
-
-
-def _http_session() -> aiohttp.ClientSession:
-    """The one client session to providers (see ``proxy.upstream``): no cookie jar, no
-    per-host cap, plenty of pooled connections."""
-    connector = aiohttp.TCPConnector(limit=512, limit_per_host=0)
-    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
 def _tune_gc() -> None:
@@ -86,10 +79,10 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
             dsn, embedded = start_embedded(settings.data_dir)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        session = _http_session()
+        client = H1Client()
         bus = EventBus(pool, dsn)
         await bus.start()
-        upstream = Upstream(session)
+        upstream = Upstream(client)
         count, cost = build_counters(settings.tokenizer or None)
         summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count,
                                        acquire_timeout=settings.pool_timeout_seconds)
@@ -117,7 +110,7 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
                     log.exception("the config watcher had failed")
             await summarizer.aclose()
             await bus.stop()
-            await session.close()
+            await client.aclose()
             await pool.close()
             if embedded is not None:
                 embedded.cleanup()

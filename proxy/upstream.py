@@ -5,12 +5,11 @@ as it arrives) and forwards its bytes. Only transport failures are translated, i
 (unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a provider's own
 4xx and 5xx answers pass through untouched.
 
-One ``aiohttp.ClientSession`` serves both. bench/overhead measured the client choices side
+One ``proxy.h1client.H1Client`` serves both. bench/overhead measured the client choices side
 by side (CPU per request of a bare relay): on the tiny request at concurrency 32, httpx
 2.5 ms, httpx over the httpx-aiohttp transport 0.56 ms, aiohttp 0.30 ms; on the 50-chunk
-stream, httpx 5.9 ms and aiohttp 2.5 ms. In Cascade's own profile httpx's layers were a
-quarter of the CPU of a whole answer and a third of a stream's (httpcore's per-read
-timeouts and h11's parser).
+stream, httpx 5.9 ms and aiohttp 2.5 ms. aiohttp served here until its request path was the
+largest single piece of Cascade's CPU; ``proxy.h1client`` says what replaced it and why.
 """
 
 from __future__ import annotations
@@ -22,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.h1client import H1Client, H1Response
 from proxy.jsonio import loads
 
 __all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
@@ -56,61 +54,46 @@ class Answer:
 class StreamAnswer:
     """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, resp: H1Response) -> None:
         self._resp = resp
         self.status_code = resp.status
         self.headers: Mapping[str, str] = resp.headers
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """Each piece as soon as it is received; a broken connection raises only after every
-        byte that arrived before the break was yielded.
-
-        aiohttp's reader raises the moment the connection is lost, before returning what it
-        had already buffered; the frames a provider sent just before breaking off would be
-        lost. So on an error the buffer is drained first. ``_buffer`` is aiohttp's own, so
-        test_chat_stream.py's mid-stream reset test guards this (it fails without it).
-        """
-        reader = self._resp.content
-        try:
-            async for chunk in reader.iter_any():
-                yield chunk
-        except Exception:
-            left = b"".join(getattr(reader, "_buffer", ()))
-            if left:
-                yield left
-            raise
+        byte that arrived before the break was yielded (test_chat_stream.py's mid-stream
+        reset test guards this)."""
+        async for chunk in self._resp.iter_chunks():
+            yield chunk
 
     async def aread(self) -> bytes:
-        with _mapped_errors(str(self._resp.url)):  # a body that breaks off is a 502
+        with _mapped_errors(self._resp.url):  # a body that breaks off is a 502
             return await self._resp.read()
 
     async def aclose(self) -> None:
-        self._resp.close()  # closes the connection unless the body was read to its end
+        self._resp.release()  # closes the connection unless the body was read to its end
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
     """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits.
 
-    Values go out as the provider's bytes: aiohttp decodes them as UTF-8 (surrogateescape)
-    and Starlette encodes latin-1, so a value such as ``x-request-id: €`` made building the
-    response fail; the round trip below gives Starlette one character per original byte.
+    Names come lowercased, values as the provider's bytes (``proxy.h1client`` decodes them
+    one character per byte and Starlette encodes them back the same way), so a value such
+    as ``x-request-id: €`` goes out as sent.
     """
-    out = {}
-    for key, value in resp.headers.items():
-        low = key.lower()
-        if low in RELAY_RESPONSE_HEADERS or low.startswith(_RELAY_PREFIXES):
-            out[key] = value if value.isascii() else (
-                value.encode("utf-8", "surrogateescape").decode("latin-1"))
-    return out
+    return {
+        key: value for key, value in resp.headers.items()
+        if key in RELAY_RESPONSE_HEADERS or key.startswith(_RELAY_PREFIXES)
+    }
 
 
 class Upstream:
-    """``call`` for whole answers, ``open_stream`` for streams, over one aiohttp session."""
+    """``call`` for whole answers, ``open_stream`` for streams, over one pooled client."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, env: Mapping[str, str] | None = None
+        self, client: H1Client | None = None, env: Mapping[str, str] | None = None
     ) -> None:
-        self.session = session
+        self.client = client if client is not None else H1Client()
         self._env = env if env is not None else os.environ
 
     def _headers(
@@ -130,25 +113,21 @@ class Upstream:
     async def _send(
         self, provider: ProviderConfig, method: str, path: str, *,
         client_headers: Mapping[str, str], content: bytes | None, params: Any,
-    ) -> aiohttp.ClientResponse:
+    ) -> H1Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs).
 
         ``timeoutSeconds`` bounds each wait for bytes (as a read timeout), not the whole
         answer, so a long completion or stream that keeps sending is never cut.
         """
-        url = provider.base_url.rstrip("/") + path
         headers = self._headers(provider, client_headers)
         if content is None:
             headers.pop("content-type")
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=provider.connect_timeout_seconds,
-            sock_read=provider.timeout_seconds,
-        )
-        with _mapped_errors(url):
-            resp = await self.session.request(
-                method, url, data=content, headers=headers, params=params, timeout=timeout,
-                allow_redirects=False,
+        with _mapped_errors(provider.base_url):
+            resp = await self.client.request(
+                method, provider.base_url, path, headers=headers, body=content, params=params,
+                connect_timeout=provider.connect_timeout_seconds,
+                read_timeout=provider.timeout_seconds,
             )
         if 300 <= resp.status < 400:  # never relayed: a client would follow it past the proxy
             resp.release()
@@ -167,7 +146,7 @@ class Upstream:
         resp = await self._send(provider, method, path, client_headers=client_headers,
                                 content=content, params=params)
         try:
-            with _mapped_errors(str(resp.url)):
+            with _mapped_errors(resp.url):
                 body = await resp.read()
         finally:
             resp.release()
@@ -185,16 +164,16 @@ class Upstream:
 
 @contextlib.contextmanager
 def _mapped_errors(url: str) -> Iterator[None]:
-    """Turn aiohttp's transport failures into 504 (timed out) or 502 (unreachable)."""
+    """Turn transport failures into 504 (timed out) or 502 (unreachable)."""
     u = urlsplit(url)  # host and port only: a baseUrl's user:password stays out of messages
     try:
         yield
-    except TimeoutError as exc:  # aiohttp.ServerTimeoutError is one too
+    except TimeoutError as exc:
         raise UpstreamTimeout(
             f"the provider at {u.hostname} did not answer in time ({type(exc).__name__});"
             " retry, or raise the provider's timeoutSeconds in config"
         ) from exc
-    except (aiohttp.ClientError, OSError) as exc:
+    except OSError as exc:  # refused, reset, DNS, TLS, h1client.ProviderConnectionError
         where = f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")
         raise UpstreamUnavailable(
             f"could not reach the provider at {where} ({type(exc).__name__}); check the"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.h1client import ProviderConnectionError
 from proxy.upstream import _mapped_errors
 
 
@@ -17,9 +17,9 @@ def _raised(url: str, exc: BaseException) -> Exception:
 
 def test_unreachable_names_scheme_host_and_port_only() -> None:
     err = _raised("https://user:s3cret@llm.example:8443/v1/chat/completions",
-                  aiohttp.ClientConnectionError("refused"))
+                  ProviderConnectionError("refused"))
     assert isinstance(err, UpstreamUnavailable)
-    assert "https://llm.example:8443 (ClientConnectionError)" in str(err)
+    assert "https://llm.example:8443 (ProviderConnectionError)" in str(err)
     assert "s3cret" not in str(err) and "user" not in str(err)
 
 

@@ -1,0 +1,384 @@
+"""proxy.h1client against scripted HTTP servers on loopback (real sockets, real TLS)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trustme
+
+from proxy import h1client
+from proxy.h1client import H1Client, ProviderConnectionError
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+class Server:
+    """A loopback server that runs ``handler(reader, writer, n)`` for its n-th connection."""
+
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
+        self.handler, self.tls = handler, tls
+        self.connections = 0
+        self.requests: list[bytes] = []
+
+    async def __aenter__(self) -> Server:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer, self.connections)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def request(self, reader: asyncio.StreamReader) -> bytes | None:
+        """One whole request (head and content-length body), or None at end of stream."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return None
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        whole = head + await reader.readexactly(length)
+        self.requests.append(whole)
+        return whole
+
+    def url(self, scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/v1"
+
+
+async def _get(client: H1Client, server: Server, *, body: bytes | None = b"{}",
+               read_timeout: float = 5.0, scheme: str = "http") -> tuple[int, bytes]:
+    resp = await client.request("POST", server.url(scheme), "/chat/completions",
+                                headers={"authorization": "Bearer k"}, body=body,
+                                connect_timeout=5.0, read_timeout=read_timeout)
+    try:
+        return resp.status, await resp.read()
+    finally:
+        resp.release()
+
+
+def _answering(*answers: bytes, keep: bool = True) -> Callable[[Server], Handler]:
+    """A handler that answers each request on a connection with the next of ``answers``."""
+    def make(server: Server) -> Handler:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          n: int) -> None:
+            for answer in answers:
+                if await server.request(reader) is None:
+                    return
+                writer.write(answer)
+                await writer.drain()
+            while keep and await server.request(reader) is not None:
+                writer.write(answers[-1])
+                await writer.drain()
+        return handler
+    return make
+
+
+def _serve(make: Callable[[Server], Handler], tls: ssl.SSLContext | None = None) -> Server:
+    server = Server(None, tls)  # type: ignore[arg-type]
+    server.handler = make(server)
+    return server
+
+
+async def test_requests_reuse_one_kept_connection() -> None:
+    client = H1Client()
+    async with _serve(_answering(OK)) as server:
+        for _ in range(3):
+            assert await _get(client, server) == (200, b"{}")
+        assert server.connections == 1
+        first = server.requests[0]
+        assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        assert f"host: 127.0.0.1:{server.port}\r\n".encode() in first
+        assert b"authorization: Bearer k\r\n" in first and first.endswith(b"\r\n\r\n{}")
+    await client.aclose()
+
+
+@pytest.mark.parametrize("answer, body", [
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+     b"abcde"),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", b"hello"),
+])
+async def test_framed_bodies_are_read_whole(answer: bytes, body: bytes) -> None:
+    client = H1Client()
+    async with _serve(_answering(answer)) as server:
+        assert await _get(client, server) == (200, body)
+        assert await _get(client, server) == (200, body)
+        assert server.connections == 1  # both framings leave the connection reusable
+    await client.aclose()
+
+
+async def test_a_body_without_length_runs_to_the_end_of_the_connection() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nto the")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b" end")
+
+    client = H1Client()
+    async with Server(handler) as server:
+        assert await _get(client, server) == (200, b"to the end")
+        assert await _get(client, server) == (200, b"to the end")
+        assert server.connections == 2  # a closed connection is never handed out again
+    await client.aclose()
+
+
+async def test_connection_close_and_an_unread_body_are_not_reused() -> None:
+    client = H1Client()
+    closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
+    async with _serve(_answering(closing, keep=False)) as server:
+        await _get(client, server)
+        await _get(client, server)
+        assert server.connections == 2
+    await client.aclose()
+
+
+async def test_a_half_read_stream_is_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        if n == 1:
+            await server.request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\na\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.write(b"1\r\nb\r\n0\r\n\r\n")
+            await writer.drain()
+        while await server.request(reader) is not None:
+            writer.write(OK)
+            await writer.drain()
+
+    client = H1Client()
+    async with Server(handler) as server:
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                    connect_timeout=5, read_timeout=5)
+        async for chunk in resp.iter_chunks():
+            assert chunk == b"a"
+            break  # the rest is still on its way
+        resp.release()
+        assert await _get(client, server) == (200, b"{}")
+        assert server.connections == 2
+    await client.aclose()
+
+
+async def test_bytes_nobody_asked_for_retire_the_connection() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        if n == 1:  # an answer, then a second one to no request
+            writer.write(OK + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+            await writer.drain()
+            await asyncio.sleep(5)
+        writer.write(OK)
+        await writer.drain()
+
+    client = H1Client()
+    async with Server(handler) as server:
+        assert await _get(client, server) == (200, b"{}")
+        await asyncio.sleep(0.1)
+        assert await _get(client, server) == (200, b"{}")
+        assert server.connections == 2
+    await client.aclose()
+
+
+async def test_a_kept_connection_the_provider_dropped_is_replaced_once() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        if n == 1:
+            writer.write(OK)
+            await writer.drain()
+            await server.request(reader)  # the second request: closed without an answer
+            return
+        writer.write(OK)
+        await writer.drain()
+
+    client = H1Client()
+    async with Server(handler) as server:
+        assert await _get(client, server) == (200, b"{}")
+        assert await _get(client, server) == (200, b"{}")
+        assert server.connections == 2 and len(server.requests) == 3
+    await client.aclose()
+
+
+async def test_no_second_send_once_the_provider_began_to_answer() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(OK)
+        await writer.drain()
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-le")  # breaks off inside the head
+
+    client = H1Client()
+    async with Server(handler) as server:
+        await _get(client, server)
+        with pytest.raises(ProviderConnectionError):
+            await _get(client, server)
+        assert server.connections == 1 and len(server.requests) == 2
+    await client.aclose()
+
+
+async def test_a_stream_yields_what_arrived_before_a_break_then_raises() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ndata: 1\n\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"data: 2\n\n")
+        await writer.drain()
+        writer.transport.abort()
+
+    client = H1Client()
+    async with Server(handler) as server:
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"{}",
+                                    connect_timeout=5, read_timeout=5)
+        got = b""
+        with pytest.raises(ProviderConnectionError):
+            async for chunk in resp.iter_chunks():
+                got += chunk
+        resp.release()
+        assert got == b"data: 1\n\ndata: 2\n\n"
+    await client.aclose()
+
+
+async def test_the_read_timeout_bounds_each_wait_not_the_whole_answer() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(6):  # 0.6 s in all, never 0.3 s without a byte
+            await asyncio.sleep(0.1)
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+        if n == 1:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            await server.request(reader)
+        await asyncio.sleep(5)  # the second answer stalls
+
+    client = H1Client()
+    async with Server(handler) as server:
+        assert await _get(client, server, read_timeout=0.3) == (200, b"x" * 6)
+        with pytest.raises(TimeoutError):
+            await _get(client, server, read_timeout=0.3)
+    await client.aclose()
+
+
+async def test_a_provider_that_never_answers_the_handshake_times_out_connecting() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await asyncio.sleep(5)  # accepts TCP, then says nothing: no TLS handshake
+
+    client = H1Client()
+    async with Server(handler) as server:
+        with pytest.raises(TimeoutError):
+            await client.request("POST", server.url("https"), "/x", headers={}, body=b"",
+                                 connect_timeout=0.2, read_timeout=5)
+    await client.aclose()
+
+
+async def test_tls_with_a_verified_certificate() -> None:
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    async with _serve(_answering(OK), tls=server_ctx) as server:
+        client = H1Client(ssl_context=trusting)
+        assert await _get(client, server, scheme="https") == (200, b"{}")
+        await client.aclose()
+        stranger = H1Client(ssl_context=ssl.create_default_context())  # does not trust the CA
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await _get(stranger, server, scheme="https")
+        await stranger.aclose()
+
+
+async def test_a_slow_reader_pauses_the_provider_and_loses_nothing() -> None:
+    size = 4 << 20
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        writer.write(bytes(range(256)) * (size // 256))
+        await writer.drain()
+
+    client = H1Client()
+    async with Server(handler) as server:
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                    connect_timeout=5, read_timeout=5)
+        await asyncio.sleep(0.3)  # the reader is busy elsewhere
+        assert resp._conn.paused and resp._conn.buffered < size
+        assert await resp.read() == bytes(range(256)) * (size // 256)
+        resp.release()
+    await client.aclose()
+
+
+async def test_interim_answers_are_skipped() -> None:
+    early = b"HTTP/1.1 103 Early Hints\r\nlink: </a>; rel=preload\r\n\r\n"
+    async with _serve(_answering(early + OK)) as server:
+        client = H1Client()
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                    connect_timeout=5, read_timeout=5)
+        assert resp.status == 200 and "link" not in resp.headers
+        assert await resp.read() == b"{}"
+        resp.release()
+        await client.aclose()
+
+
+async def test_header_values_keep_their_bytes_and_repeats_are_joined() -> None:
+    answer = ("HTTP/1.1 200 OK\r\nX-Request-Id: \u20ac\r\nx-ratelimit-a: 1\r\n"
+              "X-Ratelimit-A: 2\r\ncontent-length: 0\r\n\r\n").encode()
+    async with _serve(_answering(answer)) as server:
+        client = H1Client()
+        resp = await client.request("GET", server.url(), "/models", headers={}, body=None,
+                                    params=[("a", "1 2"), ("b", "&")],
+                                    connect_timeout=5, read_timeout=5)
+        await resp.read()
+        resp.release()
+        assert resp.headers["x-request-id"].encode("latin-1") == "\u20ac".encode()
+        assert resp.headers["x-ratelimit-a"] == "1, 2"
+        assert server.requests[0].startswith(b"GET /v1/models?a=1+2&b=%26 HTTP/1.1\r\n")
+        assert b"content-length" not in server.requests[0]
+        await client.aclose()
+
+
+async def test_bad_input_and_bad_answers_are_connection_errors() -> None:
+    client = H1Client()
+    async with _serve(_answering(b"SSH-2.0-OpenSSH_9.6\r\n")) as server:
+        with pytest.raises(ProviderConnectionError, match="not HTTP/1.1"):
+            await _get(client, server)
+        with pytest.raises(ProviderConnectionError, match="line break"):
+            await client.request("POST", server.url(), "/x", body=b"",
+                                 headers={"user-agent": "a\r\nx-injected: 1"},
+                                 connect_timeout=5, read_timeout=5)
+        assert len(server.requests) == 1  # the injected header was never sent
+    with pytest.raises(ProviderConnectionError, match="not an http"):
+        await client.request("POST", "ftp://127.0.0.1/v1", "/x", headers={}, body=b"",
+                             connect_timeout=5, read_timeout=5)
+    await client.aclose()
+
+
+async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(h1client, "IDLE_SECONDS", 0.0)
+    client = H1Client()
+    async with _serve(_answering(OK)) as server:
+        await _get(client, server)
+        await _get(client, server)
+        assert server.connections == 2
+    await client.aclose()
