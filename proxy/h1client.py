@@ -18,17 +18,19 @@ turns a 3xx into a 502), read proxy settings from the environment, keep cookies.
 ``Accept-Encoding``, so providers answer uncompressed and the bytes relayed are the bytes
 sent. An idle connection is kept ``IDLE_SECONDS`` (15 s, aiohttp's default). A request sent on
 a kept connection that the provider closes before answering a single byte (it closed the idle
-connection as the request went out) is sent once more on a new connection; any other failure
-is the caller's.
+connection as the request went out) is sent once more on a new connection when its method is
+idempotent (RFC 9112 9.3.1, as aiohttp does); a chat completion is a POST, which the provider
+may have started to work on, so its caller gets the 502 (OpenAI's SDKs retry those).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import httptools
 
@@ -37,6 +39,7 @@ __all__ = ["H1Client", "H1Response", "ProviderConnectionError", "IDLE_SECONDS"]
 IDLE_SECONDS = 15.0
 MAX_IDLE_PER_HOST = 128
 _HIGH_WATER = 1 << 20  # bytes buffered before reading from the provider pauses
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 
 
 class ProviderConnectionError(ConnectionError):
@@ -48,24 +51,39 @@ class _Origin:
     scheme: str
     host: str
     port: int
-    prefix: str  # the base URL's path, without a trailing slash
+    prefix: str  # the base URL's path, percent-encoded, without a trailing slash
     host_header: str
+    auth: str | None  # Basic credentials from the URL's user:password, if it has them
 
 
 _ORIGINS: dict[str, _Origin] = {}
 
 
+def _parse(base_url: str) -> _Origin:
+    u = urlsplit(base_url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError("not an http(s) URL")
+    host = u.hostname.encode("idna").decode("ascii")
+    default = 443 if u.scheme == "https" else 80
+    port = u.port or default  # ValueError when out of range
+    name = f"[{host}]" if ":" in host else host
+    auth = None
+    if u.username is not None:
+        pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+        auth = "Basic " + base64.b64encode(pair).decode("ascii")
+    return _Origin(u.scheme, host, port, quote(u.path.rstrip("/"), safe="/%:@!$&'()*+,;=~"),
+                   name if port == default else f"{name}:{port}", auth)
+
+
 def _origin(base_url: str) -> _Origin:
     found = _ORIGINS.get(base_url)
     if found is None:
-        u = urlsplit(base_url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ProviderConnectionError(f"not an http(s) URL: {u.scheme}://{u.hostname}")
-        default = 443 if u.scheme == "https" else 80
-        port = u.port or default
-        name = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
-        found = _Origin(u.scheme, u.hostname, port, u.path.rstrip("/"),
-                        name if port == default else f"{name}:{port}")
+        try:
+            found = _parse(base_url)
+        except (ValueError, UnicodeError) as exc:  # the message names no part of the URL
+            raise ProviderConnectionError(
+                f"the provider's baseUrl is not a usable http(s) URL ({type(exc).__name__})"
+            ) from None
         if len(_ORIGINS) < 1024:
             _ORIGINS[base_url] = found
     return found
@@ -103,6 +121,8 @@ class _Conn(asyncio.Protocol):
         self.begin()
 
     def begin(self) -> None:
+        if getattr(self, "paused", False):
+            self.transport.resume_reading()  # type: ignore[union-attr]
         self.status = 0
         self.headers: dict[str, str] = {}
         self.head_done = self.complete = self.framed = self.paused = self.keep_alive = False
@@ -123,16 +143,22 @@ class _Conn(asyncio.Protocol):
         self.last_data = self.loop.time()
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # upgrade: 101
             self.fail(ProviderConnectionError(f"the provider's answer is not HTTP/1.1 ({exc})"))
             self.transport.close()  # type: ignore[union-attr]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.head_done and not self.framed and not self.complete and self.error is None:
-            self.on_message_complete()  # a body that runs to the end of the connection
-        elif not self.complete:
-            self.fail(ProviderConnectionError("the provider closed the connection"))
+        if self.complete or self.error is not None:
+            return
+        if exc is None and self.head_done and not self.framed:
+            self.on_message_complete()  # a body that runs to a clean end of the connection
+            return
+        error = ProviderConnectionError(
+            "the provider closed the connection" if exc is None
+            else f"the provider's connection broke ({type(exc).__name__})")
+        error.__cause__ = exc
+        self.fail(error)
 
     # -- httptools callbacks
     def _after_end(self) -> bool:
@@ -144,18 +170,25 @@ class _Conn(asyncio.Protocol):
         return self.complete
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._after_end():
-            return
+        if self.head_done or self._after_end():
+            return  # a chunked body's trailer fields are not headers
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")  # one character per byte, relayed as those bytes
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
-        if key in ("content-length", "transfer-encoding"):
-            self.framed = True
+        if key == "content-length" or (
+            key == "transfer-encoding" and text.rstrip().lower().endswith("chunked")
+        ):
+            self.framed = True  # else the body runs to the end of the connection
 
     def on_headers_complete(self) -> None:
         if self._after_end():
             return
         status = self.parser.get_status_code()
+        if status == 101:  # a switch to another protocol, which nothing here asked for
+            self.fail(ProviderConnectionError("the provider's answer is not HTTP/1.1 (101)"))
+            self.closed = True
+            self.transport.close()  # type: ignore[union-attr]
+            return
         if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
             self.headers = {}
             self.framed = False
@@ -205,10 +238,11 @@ class _Conn(asyncio.Protocol):
             self.timer = None
 
     def _on_timer(self) -> None:
+        """No byte for ``read_timeout``: a silent provider, or (reading paused) an answer
+        nobody has taken for that long; either way the connection goes."""
         due = self.last_data + self.read_timeout
-        if self.paused or self.loop.time() < due:  # bytes came since, or the reader is slow
-            base = self.loop.time() if self.paused else self.last_data
-            self.timer = self.loop.call_at(base + self.read_timeout, self._on_timer)
+        if self.loop.time() < due:  # bytes came since the timer was set
+            self.timer = self.loop.call_at(due, self._on_timer)
             return
         self.timer = None
         self.fail(TimeoutError(f"no bytes from the provider for {self.read_timeout:g} s"))
@@ -294,6 +328,8 @@ class H1Client:
     ) -> H1Response:
         """Send and return once the status line and headers are in."""
         o = _origin(base_url)
+        if o.auth is not None and "authorization" not in headers:
+            headers = {**headers, "authorization": o.auth}
         target = o.prefix + path
         if params:
             target += "?" + urlencode(list(params))
@@ -309,8 +345,8 @@ class H1Client:
                 await self._exchange(conn, message, read_timeout)
                 return H1Response(self, conn, key, url)
             except ProviderConnectionError:
-                if conn.received:
-                    raise  # the provider began to answer: sending again could repeat it
+                if conn.received or method not in _IDEMPOTENT:
+                    raise  # the provider may have acted on it: sending again could repeat it
         conn = await self._connect(o, connect_timeout)
         await self._exchange(conn, message, read_timeout)
         return H1Response(self, conn, key, url)
@@ -358,8 +394,11 @@ class H1Client:
         # keep_alive: the answer arrived to its end and the provider keeps the connection
         keep = conn.keep_alive and not conn.closed and not self._closed
         idle = self._idle.setdefault(key, [])
+        now = conn.loop.time()
+        while idle and (idle[0].closed or now - idle[0].idle_since >= IDLE_SECONDS):
+            idle.pop(0).transport.close()  # the longest idle, at the bottom: expired
         if keep and len(idle) < MAX_IDLE_PER_HOST:
-            conn.idle_since = conn.loop.time()
+            conn.idle_since = now
             idle.append(conn)
         else:
             conn.closed = True

@@ -276,8 +276,7 @@ class Forwarder:
                 send = self._open(step, messages)
         finally:
             with anyio.CancelScope(shield=True):
-                if not send.done():
-                    send.cancel()
+                await _drop(send)
                 await self._finish(step, reply, prompt_tokens)
 
     async def _keepalive_until(
@@ -328,3 +327,13 @@ def _completion(resp: Answer) -> dict[str, Any]:
             f"completion ({kind}); check the provider's baseUrl"
         )
     return data
+
+
+async def _drop(send: asyncio.Future[StreamAnswer]) -> None:
+    """Cancel a round's request still in flight, or close its answer if it came: the client
+    may leave before that answer is read, and its connection must not linger (a second close
+    of an answer already read does nothing)."""
+    if not send.done():
+        send.cancel()
+    elif not send.cancelled() and send.exception() is None:
+        await send.result().aclose()

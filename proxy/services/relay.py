@@ -44,6 +44,9 @@ class RoundOutcome:
         return bool(self.internal) and all(self.internal.values())
 
 
+QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
+
+
 async def pump(resp: StreamAnswer, queue: asyncio.Queue[Any]) -> None:
     """Read the upstream body into a queue (a reader the relay can wait on with a timeout)."""
     try:
@@ -95,7 +98,9 @@ async def relay_round(
     keepalive: float,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said."""
-    queue: asyncio.Queue[Any] = asyncio.Queue()
+    # Bounded, so a client that reads slowly slows the provider (proxy/h1client.py stops
+    # reading past 1 MiB buffered) instead of the proxy holding the whole answer.
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_CHUNKS)
     reader = asyncio.create_task(pump(resp, queue))
     splitter = sse.EventSplitter()
     held: list[bytes] = []  # finish/usage/DONE frames of a round that may turn out internal

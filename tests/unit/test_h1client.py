@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -60,8 +62,9 @@ class Server:
 
 
 async def _get(client: H1Client, server: Server, *, body: bytes | None = b"{}",
-               read_timeout: float = 5.0, scheme: str = "http") -> tuple[int, bytes]:
-    resp = await client.request("POST", server.url(scheme), "/chat/completions",
+               read_timeout: float = 5.0, scheme: str = "http",
+               method: str = "POST") -> tuple[int, bytes]:
+    resp = await client.request(method, server.url(scheme), "/chat/completions",
                                 headers={"authorization": "Bearer k"}, body=body,
                                 connect_timeout=5.0, read_timeout=read_timeout)
     try:
@@ -194,23 +197,27 @@ async def test_bytes_nobody_asked_for_retire_the_connection() -> None:
     await client.aclose()
 
 
-async def test_a_kept_connection_the_provider_dropped_is_replaced_once() -> None:
+async def test_a_kept_connection_the_provider_dropped_is_replaced_once_for_a_get() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       n: int) -> None:
         await server.request(reader)
-        if n == 1:
-            writer.write(OK)
-            await writer.drain()
-            await server.request(reader)  # the second request: closed without an answer
-            return
         writer.write(OK)
         await writer.drain()
+        await server.request(reader)  # the next request: closed without an answer
+        while n > 2 and await server.request(reader) is not None:
+            writer.write(OK)
+            await writer.drain()
 
     client = H1Client()
     async with Server(handler) as server:
-        assert await _get(client, server) == (200, b"{}")
-        assert await _get(client, server) == (200, b"{}")
+        assert await _get(client, server, method="GET", body=None) == (200, b"{}")
+        assert await _get(client, server, method="GET", body=None) == (200, b"{}")
         assert server.connections == 2 and len(server.requests) == 3
+        # a POST the provider may have begun to work on is never sent twice
+        with pytest.raises(ProviderConnectionError):
+            await _get(client, server)
+        assert server.connections == 2 and len(server.requests) == 4
+        assert await _get(client, server) == (200, b"{}")  # on a new connection
     await client.aclose()
 
 
@@ -368,10 +375,68 @@ async def test_bad_input_and_bad_answers_are_connection_errors() -> None:
                                  headers={"user-agent": "a\r\nx-injected: 1"},
                                  connect_timeout=5, read_timeout=5)
         assert len(server.requests) == 1  # the injected header was never sent
-    with pytest.raises(ProviderConnectionError, match="not an http"):
-        await client.request("POST", "ftp://127.0.0.1/v1", "/x", headers={}, body=b"",
-                             connect_timeout=5, read_timeout=5)
+    for url in ("ftp://127.0.0.1/v1", "http://127.0.0.1:99999/v1", "http://a..b/v1"):
+        with pytest.raises(ProviderConnectionError, match="not a usable http"):
+            await client.request("POST", url, "/x", headers={}, body=b"",
+                                 connect_timeout=5, read_timeout=5)
+    async with _serve(_answering(b"HTTP/1.1 101 Switching Protocols\r\n"
+                                 b"upgrade: h2c\r\nconnection: upgrade\r\n\r\n")) as server:
+        with pytest.raises(ProviderConnectionError, match="not HTTP/1.1"):
+            await _get(client, server)
     await client.aclose()
+
+
+async def test_a_base_url_path_is_escaped_and_its_credentials_sent() -> None:
+    async with _serve(_answering(OK)) as server:
+        client = H1Client()
+        resp = await client.request(
+            "GET", f"http://me:p%40ss@127.0.0.1:{server.port}/v1/d\u00e9p", "/models",
+            headers={}, body=None, connect_timeout=5, read_timeout=5)
+        await resp.read()
+        resp.release()
+        sent = server.requests[0]
+        assert sent.startswith(b"GET /v1/d%C3%A9p/models HTTP/1.1\r\n")
+        assert b"authorization: Basic bWU6cEBzcw==\r\n" in sent  # me:p@ss
+        await client.aclose()
+
+
+async def test_a_body_to_the_end_that_breaks_off_is_an_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n{\"choices\"")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        if n == 1:  # a reset, not an end
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+        else:
+            writer.write(b": []}")
+
+    client = H1Client()
+    async with Server(handler) as server:
+        with pytest.raises(ProviderConnectionError, match="broke") as info:
+            await _get(client, server)
+        assert isinstance(info.value.__cause__, ConnectionResetError)
+        # a transfer coding that is not chunked runs to the end of the connection too
+        assert await _get(client, server) == (200, b'{"choices": []}')
+    await client.aclose()
+
+
+async def test_trailer_fields_are_not_headers() -> None:
+    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+              b"transfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n"
+              b"content-type: text/evil\r\nx-ratelimit-x: 1\r\n\r\n")
+    async with _serve(_answering(answer)) as server:
+        client = H1Client()
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                    connect_timeout=5, read_timeout=5)
+        assert await resp.read() == b"{}"
+        resp.release()
+        assert resp.headers["content-type"] == "application/json"
+        assert "x-ratelimit-x" not in resp.headers
+        await client.aclose()
 
 
 async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,4 +446,69 @@ async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
         await _get(client, server)
         await _get(client, server)
         assert server.connections == 2
+    await client.aclose()
+
+
+async def test_expired_connections_at_the_bottom_of_the_pool_are_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = H1Client()
+    async with _serve(_answering(OK)) as server:
+        held = [await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                     connect_timeout=5, read_timeout=5) for _ in range(3)]
+        for resp in held:
+            await resp.read()
+            resp.release()
+        old = list(client._idle.values())[0][:2]
+        monkeypatch.setattr(h1client, "IDLE_SECONDS", 0.2)
+        await asyncio.sleep(0.3)
+        await _get(client, server)  # takes the newest; its release sweeps the bottom
+        assert all(c.transport.is_closing() for c in old)
+        assert len(list(client._idle.values())[0]) == 1
+    await client.aclose()
+
+
+async def test_a_paused_answer_released_whole_leaves_a_usable_connection() -> None:
+    size = (1 << 20) + 4096
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + bytes(size))
+        await writer.drain()
+        while await server.request(reader) is not None:
+            writer.write(OK)
+            await writer.drain()
+
+    client = H1Client()
+    async with Server(handler) as server:
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                    connect_timeout=5, read_timeout=5)
+        while not resp._conn.complete:
+            await asyncio.sleep(0.01)
+        assert resp._conn.paused
+        resp.release()  # whole, never taken: the connection is kept, reading paused
+        assert await _get(client, server, read_timeout=1) == (200, b"{}")
+        assert server.connections == 1
+    await client.aclose()
+
+
+async def test_an_answer_nobody_takes_times_out_while_paused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 << 20))
+        writer.write(bytes(4 << 20))
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    client = H1Client()
+    async with Server(handler) as server:
+        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
+                                    connect_timeout=5, read_timeout=0.3)
+        await asyncio.sleep(0.6)  # abandoned: never read, never released
+        assert resp._conn.paused and resp._conn.transport.is_closing()
+        with pytest.raises(TimeoutError):
+            await resp.read()
+        resp.release()
     await client.aclose()
