@@ -367,6 +367,8 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
         if plan.starts:
             if found is None:
                 found = scanner.find(text)
+            if not found:  # no pattern's literal occurs: the common case, decided in one look
+                continue
             hits = _candidates(found, text, plan, len(text) // _DENSITY + 16)
             if hits == []:
                 continue

@@ -46,11 +46,11 @@ class SessionState:
     estimate: int = 0  # tokens of the prompt this window folds to (summary in, /compact out)
 
 
-def _estimated(state: SessionState, count: MemoCounter) -> SessionState:
-    folded = fold_summary(
-        drop_commands(state.window), summary=state.summary, system_count=state.system_count
-    )
-    return replace(state, estimate=count(folded))
+def _estimate(window: Sequence[Message], summary: str | None, system_count: int,
+              count: MemoCounter) -> int:
+    """Tokens of the prompt ``window`` folds to (``SessionState.estimate``)."""
+    folded = fold_summary(drop_commands(window), summary=summary, system_count=system_count)
+    return count(folded)
 
 
 async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], row: Any) -> (
@@ -209,18 +209,19 @@ def _loaded(
     fresh = [(pos, m, r) for (pos, m), r in zip(pending.new, pending.rows, strict=True)
              if pos < system_count or pos >= from_pos]
     redacted, spilled = _flagged(old)
-    return _estimated(SessionState(
+    window = (*_seeded(old, count, messages), *(m for _, m, _ in fresh))
+    return SessionState(
         session=row, head_len=len(messages), head_hash=head_hash,
         system_count=system_count, boundary=boundary, summary=summary[2],
-        summary_version=summary[0],
-        window=(*_seeded(old, count, messages), *(m for _, m, _ in fresh)),
+        summary_version=summary[0], window=window,
         positions=(*(r["pos"] for r in old), *(pos for pos, _, _ in fresh)),
         redacted_ids=frozenset(
             redacted + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
         ),
         spilled=frozenset(spilled + [s.tool_call_id for s in pending.spills]),
         appended=len(pending.rows), superseded=superseded, events=tuple(pending.events),
-    ), count)
+        estimate=_estimate(window, summary[2], system_count, count),
+    )
 
 
 async def load_window(
@@ -234,9 +235,12 @@ async def load_window(
         from_pos=max(boundary, state.system_count),
     )
     redacted, spilled = _flagged(rows)
-    return _estimated(replace(
-        state, boundary=boundary, summary=summary["content"] if summary else None,
+    window = tuple(_seeded(rows, count))
+    text = summary["content"] if summary else None
+    return replace(
+        state, boundary=boundary, summary=text,
         summary_version=summary["version"] if summary else None,
-        window=tuple(_seeded(rows, count)), positions=tuple(r["pos"] for r in rows),
+        window=window, positions=tuple(r["pos"] for r in rows),
         redacted_ids=frozenset(redacted), spilled=frozenset(spilled),
-    ), count)
+        estimate=_estimate(window, text, state.system_count, count),
+    )

@@ -30,8 +30,13 @@ def events_cte(names: str, data: str) -> str:
     )
 
 
-def event_columns(events: EventRows) -> tuple[list[str], list[dict[str, Any]]]:
-    """``events`` as the two array parameters ``events_cte`` unnests (names, data)."""
+def event_columns(
+    events: EventRows,
+) -> tuple[list[str], list[dict[str, Any]]] | tuple[None, None]:
+    """``events`` as the two array parameters ``events_cte`` unnests (names, data); NULLs
+    when there are none, as most requests have (see ``messages._raw_columns``)."""
+    if not events[0]:
+        return None, None
     return list(events[0]), [dict(d) for d in events[1]]
 
 

@@ -43,8 +43,12 @@ def _row_columns(rows: Sequence[NewMessage]) -> list[list[Any]]:
     ]
 
 
-def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any]]:
-    """Spilled raw outputs (tool_call_id, content, original bytes, capped) as four arrays."""
+def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any] | None]:
+    """Spilled raw outputs (tool_call_id, content, original bytes, capped) as four arrays;
+    NULLs when there are none (unnest yields no row either way, and asyncpg's check of each
+    array parameter is a few isinstance calls against collections.abc ABCs)."""
+    if not raw:
+        return [None, None, None, None]
     return [[x[i] for x in raw] for i in range(4)]
 
 

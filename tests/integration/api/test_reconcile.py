@@ -244,10 +244,10 @@ def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
     assert statements(log) == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
     # evicted positions, the reclaimed tokens and the (transient) event, in that statement;
     # no copy of the evicted text (the rows keep it), yet every byte of it comes back
-    assert persisted.args[2] == [] and persisted.args[6] == [2, 4]
+    assert persisted.args[2] is None and persisted.args[6] == [2, 4]  # None: no spill rows
     assert [p["page"].split("\n", 1)[1] for p in pages] == [f"{i} " * 600 for i in (0, 1)]
     assert [p["total_chars"] for p in pages] == [1200, 1200]
-    assert persisted.args[10] > 0 and persisted.args[11] == []
+    assert persisted.args[10] > 0 and persisted.args[11] is None  # no persisted event
     assert [json.loads(p)["n"] for p in persisted.args[14]] == ["context.evicted"]
 
 
