@@ -6,15 +6,16 @@ import asyncio
 import socket
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trustme
 
 from proxy import h1client
-from proxy.h1client import H1Client, ProviderConnectionError
+from proxy.h1client import H1Client, H1Response, ProviderConnectionError
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+Reader, Writer = asyncio.StreamReader, asyncio.StreamWriter
+Handler = Callable[[Reader, Writer, int], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 
@@ -43,6 +44,12 @@ class Server:
         finally:
             writer.close()
 
+    async def answer_all(self, reader: Reader, writer: Writer, answer: bytes = OK) -> None:
+        """Answer every further request on this connection with ``answer``."""
+        while await self.request(reader) is not None:
+            writer.write(answer)
+            await writer.drain()
+
     async def request(self, reader: asyncio.StreamReader) -> bytes | None:
         """One whole request (head and content-length body), or None at end of stream."""
         try:
@@ -61,6 +68,13 @@ class Server:
         return f"{scheme}://127.0.0.1:{self.port}/v1"
 
 
+async def _open(client: H1Client, server: Server, *, read_timeout: float = 5.0,
+                scheme: str = "http", connect_timeout: float = 5.0) -> H1Response:
+    """POST an empty body to ``/x`` and return once the answer's head is in."""
+    return await client.request("POST", server.url(scheme), "/x", headers={}, body=b"",
+                                connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+
 async def _get(client: H1Client, server: Server, *, body: bytes | None = b"{}",
                read_timeout: float = 5.0, scheme: str = "http",
                method: str = "POST") -> tuple[int, bytes]:
@@ -76,8 +90,7 @@ async def _get(client: H1Client, server: Server, *, body: bytes | None = b"{}",
 def _answering(*answers: bytes, keep: bool = True) -> Callable[[Server], Handler]:
     """A handler that answers each request on a connection with the next of ``answers``."""
     def make(server: Server) -> Handler:
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          n: int) -> None:
+        async def handler(reader: Reader, writer: Writer, n: int) -> None:
             for answer in answers:
                 if await server.request(reader) is None:
                     return
@@ -90,14 +103,20 @@ def _answering(*answers: bytes, keep: bool = True) -> Callable[[Server], Handler
     return make
 
 
+@pytest.fixture
+async def client() -> AsyncIterator[H1Client]:
+    made = H1Client()
+    yield made
+    await made.aclose()
+
+
 def _serve(make: Callable[[Server], Handler], tls: ssl.SSLContext | None = None) -> Server:
     server = Server(None, tls)  # type: ignore[arg-type]
     server.handler = make(server)
     return server
 
 
-async def test_requests_reuse_one_kept_connection() -> None:
-    client = H1Client()
+async def test_requests_reuse_one_kept_connection(client: H1Client) -> None:
     async with _serve(_answering(OK)) as server:
         for _ in range(3):
             assert await _get(client, server) == (200, b"{}")
@@ -106,7 +125,6 @@ async def test_requests_reuse_one_kept_connection() -> None:
         assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
         assert f"host: 127.0.0.1:{server.port}\r\n".encode() in first
         assert b"authorization: Bearer k\r\n" in first and first.endswith(b"\r\n\r\n{}")
-    await client.aclose()
 
 
 @pytest.mark.parametrize("answer, body", [
@@ -114,45 +132,38 @@ async def test_requests_reuse_one_kept_connection() -> None:
      b"abcde"),
     (b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", b"hello"),
 ])
-async def test_framed_bodies_are_read_whole(answer: bytes, body: bytes) -> None:
-    client = H1Client()
+async def test_framed_bodies_are_read_whole(client: H1Client, answer: bytes,
+                                            body: bytes) -> None:
     async with _serve(_answering(answer)) as server:
         assert await _get(client, server) == (200, body)
         assert await _get(client, server) == (200, body)
         assert server.connections == 1  # both framings leave the connection reusable
-    await client.aclose()
 
 
-async def test_a_body_without_length_runs_to_the_end_of_the_connection() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_a_body_without_length_runs_to_the_end_of_the_connection(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nto the")
         await writer.drain()
         await asyncio.sleep(0.05)
         writer.write(b" end")
 
-    client = H1Client()
     async with Server(handler) as server:
         assert await _get(client, server) == (200, b"to the end")
         assert await _get(client, server) == (200, b"to the end")
         assert server.connections == 2  # a closed connection is never handed out again
-    await client.aclose()
 
 
-async def test_connection_close_and_an_unread_body_are_not_reused() -> None:
-    client = H1Client()
+async def test_connection_close_and_an_unread_body_are_not_reused(client: H1Client) -> None:
     closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
     async with _serve(_answering(closing, keep=False)) as server:
         await _get(client, server)
         await _get(client, server)
         assert server.connections == 2
-    await client.aclose()
 
 
-async def test_a_half_read_stream_is_not_reused() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_a_half_read_stream_is_not_reused(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         if n == 1:
             await server.request(reader)
             writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\na\r\n")
@@ -160,26 +171,20 @@ async def test_a_half_read_stream_is_not_reused() -> None:
             await asyncio.sleep(0.1)
             writer.write(b"1\r\nb\r\n0\r\n\r\n")
             await writer.drain()
-        while await server.request(reader) is not None:
-            writer.write(OK)
-            await writer.drain()
+        await server.answer_all(reader, writer)
 
-    client = H1Client()
     async with Server(handler) as server:
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                    connect_timeout=5, read_timeout=5)
+        resp = await _open(client, server)
         async for chunk in resp.iter_chunks():
             assert chunk == b"a"
             break  # the rest is still on its way
         resp.release()
         assert await _get(client, server) == (200, b"{}")
         assert server.connections == 2
-    await client.aclose()
 
 
-async def test_bytes_nobody_asked_for_retire_the_connection() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_bytes_nobody_asked_for_retire_the_connection(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         if n == 1:  # an answer, then a second one to no request
             writer.write(OK + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
@@ -188,18 +193,17 @@ async def test_bytes_nobody_asked_for_retire_the_connection() -> None:
         writer.write(OK)
         await writer.drain()
 
-    client = H1Client()
     async with Server(handler) as server:
         assert await _get(client, server) == (200, b"{}")
         await asyncio.sleep(0.1)
         assert await _get(client, server) == (200, b"{}")
         assert server.connections == 2
-    await client.aclose()
 
 
-async def test_a_kept_connection_the_provider_dropped_is_replaced_once_for_a_get() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_a_kept_connection_the_provider_dropped_is_replaced_once_for_a_get(
+    client: H1Client,
+) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(OK)
         await writer.drain()
@@ -208,7 +212,6 @@ async def test_a_kept_connection_the_provider_dropped_is_replaced_once_for_a_get
             writer.write(OK)
             await writer.drain()
 
-    client = H1Client()
     async with Server(handler) as server:
         assert await _get(client, server, method="GET", body=None) == (200, b"{}")
         assert await _get(client, server, method="GET", body=None) == (200, b"{}")
@@ -218,30 +221,25 @@ async def test_a_kept_connection_the_provider_dropped_is_replaced_once_for_a_get
             await _get(client, server)
         assert server.connections == 2 and len(server.requests) == 4
         assert await _get(client, server) == (200, b"{}")  # on a new connection
-    await client.aclose()
 
 
-async def test_no_second_send_once_the_provider_began_to_answer() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_no_second_send_once_the_provider_began_to_answer(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(OK)
         await writer.drain()
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-le")  # breaks off inside the head
 
-    client = H1Client()
     async with Server(handler) as server:
         await _get(client, server)
         with pytest.raises(ProviderConnectionError):
             await _get(client, server)
         assert server.connections == 1 and len(server.requests) == 2
-    await client.aclose()
 
 
-async def test_a_stream_yields_what_arrived_before_a_break_then_raises() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_a_stream_yields_what_arrived_before_a_break_then_raises(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ndata: 1\n\n")
         await writer.drain()
@@ -250,22 +248,18 @@ async def test_a_stream_yields_what_arrived_before_a_break_then_raises() -> None
         await writer.drain()
         writer.transport.abort()
 
-    client = H1Client()
     async with Server(handler) as server:
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"{}",
-                                    connect_timeout=5, read_timeout=5)
+        resp = await _open(client, server)
         got = b""
         with pytest.raises(ProviderConnectionError):
             async for chunk in resp.iter_chunks():
                 got += chunk
         resp.release()
         assert got == b"data: 1\n\ndata: 2\n\n"
-    await client.aclose()
 
 
-async def test_the_read_timeout_bounds_each_wait_not_the_whole_answer() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_the_read_timeout_bounds_each_wait_not_the_whole_answer(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         for _ in range(6):  # 0.6 s in all, never 0.3 s without a byte
@@ -278,25 +272,21 @@ async def test_the_read_timeout_bounds_each_wait_not_the_whole_answer() -> None:
             await server.request(reader)
         await asyncio.sleep(5)  # the second answer stalls
 
-    client = H1Client()
     async with Server(handler) as server:
         assert await _get(client, server, read_timeout=0.3) == (200, b"x" * 6)
         with pytest.raises(TimeoutError):
             await _get(client, server, read_timeout=0.3)
-    await client.aclose()
 
 
-async def test_a_provider_that_never_answers_the_handshake_times_out_connecting() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_a_provider_that_never_answers_the_handshake_times_out_connecting(
+    client: H1Client,
+) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await asyncio.sleep(5)  # accepts TCP, then says nothing: no TLS handshake
 
-    client = H1Client()
     async with Server(handler) as server:
         with pytest.raises(TimeoutError):
-            await client.request("POST", server.url("https"), "/x", headers={}, body=b"",
-                                 connect_timeout=0.2, read_timeout=5)
-    await client.aclose()
+            await _open(client, server, scheme="https", connect_timeout=0.2)
 
 
 async def test_tls_with_a_verified_certificate() -> None:
@@ -315,44 +305,36 @@ async def test_tls_with_a_verified_certificate() -> None:
         await stranger.aclose()
 
 
-async def test_a_slow_reader_pauses_the_provider_and_loses_nothing() -> None:
+async def test_a_slow_reader_pauses_the_provider_and_loses_nothing(client: H1Client) -> None:
     size = 4 << 20
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
         writer.write(bytes(range(256)) * (size // 256))
         await writer.drain()
 
-    client = H1Client()
     async with Server(handler) as server:
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                    connect_timeout=5, read_timeout=5)
+        resp = await _open(client, server)
         await asyncio.sleep(0.3)  # the reader is busy elsewhere
         assert resp._conn.paused and resp._conn.buffered < size
         assert await resp.read() == bytes(range(256)) * (size // 256)
         resp.release()
-    await client.aclose()
 
 
-async def test_interim_answers_are_skipped() -> None:
+async def test_interim_answers_are_skipped(client: H1Client) -> None:
     early = b"HTTP/1.1 103 Early Hints\r\nlink: </a>; rel=preload\r\n\r\n"
     async with _serve(_answering(early + OK)) as server:
-        client = H1Client()
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                    connect_timeout=5, read_timeout=5)
+        resp = await _open(client, server)
         assert resp.status == 200 and "link" not in resp.headers
         assert await resp.read() == b"{}"
         resp.release()
-        await client.aclose()
 
 
-async def test_header_values_keep_their_bytes_and_repeats_are_joined() -> None:
+async def test_header_values_keep_their_bytes_and_repeats_are_joined(client: H1Client) -> None:
     answer = ("HTTP/1.1 200 OK\r\nX-Request-Id: \u20ac\r\nx-ratelimit-a: 1\r\n"
               "X-Ratelimit-A: 2\r\ncontent-length: 0\r\n\r\n").encode()
     async with _serve(_answering(answer)) as server:
-        client = H1Client()
         resp = await client.request("GET", server.url(), "/models", headers={}, body=None,
                                     params=[("a", "1 2"), ("b", "&")],
                                     connect_timeout=5, read_timeout=5)
@@ -362,11 +344,9 @@ async def test_header_values_keep_their_bytes_and_repeats_are_joined() -> None:
         assert resp.headers["x-ratelimit-a"] == "1, 2"
         assert server.requests[0].startswith(b"GET /v1/models?a=1+2&b=%26 HTTP/1.1\r\n")
         assert b"content-length" not in server.requests[0]
-        await client.aclose()
 
 
-async def test_bad_input_and_bad_answers_are_connection_errors() -> None:
-    client = H1Client()
+async def test_bad_input_and_bad_answers_are_connection_errors(client: H1Client) -> None:
     async with _serve(_answering(b"SSH-2.0-OpenSSH_9.6\r\n")) as server:
         with pytest.raises(ProviderConnectionError, match="not HTTP/1.1"):
             await _get(client, server)
@@ -383,12 +363,10 @@ async def test_bad_input_and_bad_answers_are_connection_errors() -> None:
                                  b"upgrade: h2c\r\nconnection: upgrade\r\n\r\n")) as server:
         with pytest.raises(ProviderConnectionError, match="not HTTP/1.1"):
             await _get(client, server)
-    await client.aclose()
 
 
-async def test_a_base_url_path_is_escaped_and_its_credentials_sent() -> None:
+async def test_a_base_url_path_is_escaped_and_its_credentials_sent(client: H1Client) -> None:
     async with _serve(_answering(OK)) as server:
-        client = H1Client()
         resp = await client.request(
             "GET", f"http://me:p%40ss@127.0.0.1:{server.port}/v1/d\u00e9p", "/models",
             headers={}, body=None, connect_timeout=5, read_timeout=5)
@@ -397,12 +375,10 @@ async def test_a_base_url_path_is_escaped_and_its_credentials_sent() -> None:
         sent = server.requests[0]
         assert sent.startswith(b"GET /v1/d%C3%A9p/models HTTP/1.1\r\n")
         assert b"authorization: Basic bWU6cEBzcw==\r\n" in sent  # me:p@ss
-        await client.aclose()
 
 
-async def test_a_body_to_the_end_that_breaks_off_is_an_error() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_a_body_to_the_end_that_breaks_off_is_an_error(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n{\"choices\"")
         await writer.drain()
@@ -414,48 +390,40 @@ async def test_a_body_to_the_end_that_breaks_off_is_an_error() -> None:
         else:
             writer.write(b": []}")
 
-    client = H1Client()
     async with Server(handler) as server:
         with pytest.raises(ProviderConnectionError, match="broke") as info:
             await _get(client, server)
         assert isinstance(info.value.__cause__, ConnectionResetError)
         # a transfer coding that is not chunked runs to the end of the connection too
         assert await _get(client, server) == (200, b'{"choices": []}')
-    await client.aclose()
 
 
-async def test_trailer_fields_are_not_headers() -> None:
+async def test_trailer_fields_are_not_headers(client: H1Client) -> None:
     answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
               b"transfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n"
               b"content-type: text/evil\r\nx-ratelimit-x: 1\r\n\r\n")
     async with _serve(_answering(answer)) as server:
-        client = H1Client()
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                    connect_timeout=5, read_timeout=5)
+        resp = await _open(client, server)
         assert await resp.read() == b"{}"
         resp.release()
         assert resp.headers["content-type"] == "application/json"
         assert "x-ratelimit-x" not in resp.headers
-        await client.aclose()
 
 
-async def test_idle_connections_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_idle_connections_expire(client: H1Client,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(h1client, "IDLE_SECONDS", 0.0)
-    client = H1Client()
     async with _serve(_answering(OK)) as server:
         await _get(client, server)
         await _get(client, server)
         assert server.connections == 2
-    await client.aclose()
 
 
 async def test_expired_connections_at_the_bottom_of_the_pool_are_closed(
-    monkeypatch: pytest.MonkeyPatch,
+    client: H1Client, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client = H1Client()
     async with _serve(_answering(OK)) as server:
-        held = [await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                     connect_timeout=5, read_timeout=5) for _ in range(3)]
+        held = [await _open(client, server) for _ in range(3)]
         for resp in held:
             await resp.read()
             resp.release()
@@ -465,50 +433,39 @@ async def test_expired_connections_at_the_bottom_of_the_pool_are_closed(
         await _get(client, server)  # takes the newest; its release sweeps the bottom
         assert all(c.transport.is_closing() for c in old)
         assert len(list(client._idle.values())[0]) == 1
-    await client.aclose()
 
 
-async def test_a_paused_answer_released_whole_leaves_a_usable_connection() -> None:
+async def test_a_paused_answer_released_whole_leaves_a_usable_connection(client: H1Client) -> None:
     size = (1 << 20) + 4096
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + bytes(size))
         await writer.drain()
-        while await server.request(reader) is not None:
-            writer.write(OK)
-            await writer.drain()
+        await server.answer_all(reader, writer)
 
-    client = H1Client()
     async with Server(handler) as server:
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                    connect_timeout=5, read_timeout=5)
+        resp = await _open(client, server)
         while not resp._conn.complete:
             await asyncio.sleep(0.01)
         assert resp._conn.paused
         resp.release()  # whole, never taken: the connection is kept, reading paused
         assert await _get(client, server, read_timeout=1) == (200, b"{}")
         assert server.connections == 1
-    await client.aclose()
 
 
-async def test_an_answer_nobody_takes_times_out_while_paused() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      n: int) -> None:
+async def test_an_answer_nobody_takes_times_out_while_paused(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 << 20))
         writer.write(bytes(4 << 20))
         await writer.drain()
         await asyncio.sleep(5)
 
-    client = H1Client()
     async with Server(handler) as server:
-        resp = await client.request("POST", server.url(), "/x", headers={}, body=b"",
-                                    connect_timeout=5, read_timeout=0.3)
+        resp = await _open(client, server, read_timeout=0.3)
         await asyncio.sleep(0.6)  # abandoned: never read, never released
         assert resp._conn.paused and resp._conn.transport.is_closing()
         with pytest.raises(TimeoutError):
             await resp.read()
         resp.release()
-    await client.aclose()
