@@ -11,7 +11,8 @@ What it does: one pool of idle connections per (scheme, host, port), TLS with th
 trust store, a connect timeout, a read timeout that bounds each wait for bytes (never the
 whole answer, so a long stream that keeps sending is not cut), bodies framed by length, by
 chunks or by the end of the connection, and back-pressure: it stops reading from a provider
-whose bytes the reader has not taken (past 1 MiB buffered).
+whose bytes the reader has not taken (past 1 MiB buffered); time paused so is the reader's, not
+counted against the provider. An answer dropped without ``release`` closes its connection.
 
 What it does not do, as the aiohttp session it replaces did not: follow redirects (the caller
 turns a 3xx into a 502), read proxy settings from the environment, keep cookies. It sends no
@@ -39,7 +40,7 @@ __all__ = ["H1Client", "H1Response", "ProviderConnectionError", "IDLE_SECONDS"]
 IDLE_SECONDS = 15.0
 MAX_IDLE_PER_HOST = 128
 _HIGH_WATER = 1 << 20  # bytes buffered before reading from the provider pauses
-_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+_IDEMPOTENT = frozenset({"GET", "OPTIONS", "PUT", "DELETE"})  # HEAD is never sent
 
 
 class ProviderConnectionError(ConnectionError):
@@ -65,7 +66,7 @@ def _parse(base_url: str) -> _Origin:
         raise ValueError("not an http(s) URL")
     host = u.hostname.encode("idna").decode("ascii")
     default = 443 if u.scheme == "https" else 80
-    port = u.port or default  # ValueError when out of range
+    port = u.port if u.port is not None else default  # ValueError when out of range
     name = f"[{host}]" if ":" in host else host
     auth = None
     if u.username is not None:
@@ -139,12 +140,17 @@ class _Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.complete:  # nothing legitimate comes between an answer and the next request
+            self.closed = True
+            self.transport.close()  # type: ignore[union-attr]
+            return
         self.received += len(data)
         self.last_data = self.loop.time()
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # upgrade: 101
             self.fail(ProviderConnectionError(f"the provider's answer is not HTTP/1.1 ({exc})"))
+            self.closed = True
             self.transport.close()  # type: ignore[union-attr]
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -238,11 +244,12 @@ class _Conn(asyncio.Protocol):
             self.timer = None
 
     def _on_timer(self) -> None:
-        """No byte for ``read_timeout``: a silent provider, or (reading paused) an answer
-        nobody has taken for that long; either way the connection goes."""
+        """No byte for ``read_timeout`` while reading: the provider has gone silent. Time
+        spent paused is the reader's (a client reading a stream slowly), not the provider's."""
         due = self.last_data + self.read_timeout
-        if self.loop.time() < due:  # bytes came since the timer was set
-            self.timer = self.loop.call_at(due, self._on_timer)
+        if self.paused or self.loop.time() < due:
+            base = self.loop.time() if self.paused else self.last_data
+            self.timer = self.loop.call_at(base + self.read_timeout, self._on_timer)
             return
         self.timer = None
         self.fail(TimeoutError(f"no bytes from the provider for {self.read_timeout:g} s"))
@@ -307,6 +314,15 @@ class H1Response:
         if conn is not None:
             self._client.give_back(self._key, conn)
 
+    def __del__(self) -> None:
+        # An answer dropped unreleased (a caller's bug) must not hold its socket open, paused,
+        # for as long as the process lives.
+        conn = self._conn
+        if conn is not None and not conn.closed and conn.transport is not None:
+            conn.closed = True
+            conn.stop_timer()
+            conn.transport.close()
+
 
 class H1Client:
     """Provider requests over pooled keep-alive connections (see the module docstring)."""
@@ -356,7 +372,8 @@ class H1Client:
         now = asyncio.get_running_loop().time()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < IDLE_SECONDS:
+            if (not conn.closed and not conn.transport.is_closing()  # type: ignore[union-attr]
+                    and now - conn.idle_since < IDLE_SECONDS):
                 return conn
             conn.transport.close()  # type: ignore[union-attr]
         return None

@@ -101,6 +101,7 @@ class Upstream:
     ) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         key = self._env.get(provider.api_key_env) if provider.api_key_env else None
+        key = key.strip() if key else key  # a secret written with a trailing newline
         if key:
             headers["authorization"] = f"Bearer {key}"
         elif auth := client_headers.get("authorization"):
@@ -165,17 +166,29 @@ class Upstream:
 @contextlib.contextmanager
 def _mapped_errors(url: str) -> Iterator[None]:
     """Turn transport failures into 504 (timed out) or 502 (unreachable)."""
-    u = urlsplit(url)  # host and port only: a baseUrl's user:password stays out of messages
     try:
         yield
     except TimeoutError as exc:
         raise UpstreamTimeout(
-            f"the provider at {u.hostname} did not answer in time ({type(exc).__name__});"
-            " retry, or raise the provider's timeoutSeconds in config"
+            f"the provider at {_where(url, scheme=False)} did not answer in time"
+            f" ({type(exc).__name__}); retry, or raise the provider's timeoutSeconds in config"
         ) from exc
     except OSError as exc:  # refused, reset, DNS, TLS, h1client.ProviderConnectionError
-        where = f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")
+        where = _where(url, scheme=True)
         raise UpstreamUnavailable(
             f"could not reach the provider at {where} ({type(exc).__name__}); check the"
             " provider's baseUrl and that it is running"
         ) from exc
+
+
+def _where(url: str, *, scheme: bool) -> str:
+    """The provider's host (and scheme and port) for a message; never its user:password,
+    and never an error of its own for a URL that does not parse (a bad port, a bracket)."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError:
+        return "the configured baseUrl (it does not parse)"
+    if not scheme:
+        return str(u.hostname)
+    return f"{u.scheme}://{u.hostname}" + (f":{port}" if port else "")

@@ -21,7 +21,7 @@ from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Message
 from proxy.config import ContextConfig, ModelConfig, ProviderConfig
-from proxy.errors import UpstreamUnavailable
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
@@ -303,7 +303,7 @@ class Forwarder:
         if resp.status_code >= 400:
             try:
                 body = (await resp.aread()).decode("utf-8", "replace")
-            except UpstreamUnavailable as exc:  # the error body broke off
+            except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
                 return resp, sse.error_event(str(exc), code=str(exc.status_code))
             finally:
                 await resp.aclose()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from types import SimpleNamespace
 
+from proxy.config import ProviderConfig
 from proxy.services.forward import Forwarder
+from proxy.upstream import Upstream
+from tests.unit.test_h1client import Reader, Server, Writer
 
 
 class _Answer:
@@ -41,3 +45,35 @@ async def test_an_answer_that_arrives_as_the_client_leaves_is_closed() -> None:
     send.set_result(answer)  # the provider's headers arrive ...
     await body.aclose()  # ... as the client hangs up
     assert answer.closed == 1 and finished == [None]
+
+
+async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_event() -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
+        await server.request(reader)
+        await asyncio.sleep(0.15)  # the head comes after the first keep-alive comment
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 100\r\n\r\n{")
+        await writer.drain()
+        await asyncio.sleep(2)  # and the rest of the body never
+
+    ran: list[str] = []
+
+    async def finish(step: object, reply: object, tokens: object) -> None:
+        ran.append("finish")
+
+    async def release(step: object) -> None:
+        ran.append("release")
+
+    upstream = Upstream(env={})
+    async with Server(handler) as server:
+        provider = ProviderConfig(base_url=server.url(), timeout_seconds=0.3)
+        settings = SimpleNamespace(keepalive_seconds=0.1, max_internal_rounds=1)
+        forwarder = Forwarder(upstream=upstream, settings=settings,  # type: ignore[arg-type]
+                              finish=finish, release=release)
+        send = asyncio.ensure_future(upstream.open_stream(
+            provider, "/chat/completions", client_headers={}, content=b"{}"))
+        step = SimpleNamespace(assembled=SimpleNamespace(messages=[], offer_read_tool=False))
+        pieces = [p async for p in forwarder._stream_body(step, send)]  # type: ignore[arg-type]
+    await upstream.client.aclose()
+    assert pieces[0].startswith(b":")  # a keep-alive comment went out: the 200 is committed
+    assert json.loads(pieces[-2].removeprefix(b"data: "))["error"]["code"] == "504"
+    assert pieces[-1] == b"data: [DONE]\n\n" and ran == ["finish"]

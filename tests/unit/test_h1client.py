@@ -454,18 +454,56 @@ async def test_a_paused_answer_released_whole_leaves_a_usable_connection(client:
         assert server.connections == 1
 
 
-async def test_an_answer_nobody_takes_times_out_while_paused(client: H1Client) -> None:
+async def test_time_paused_for_a_slow_reader_is_not_the_providers(client: H1Client) -> None:
+    size = 4 << 20
+
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 << 20))
-        writer.write(bytes(4 << 20))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + bytes(size))
         await writer.drain()
-        await asyncio.sleep(5)
+        await server.answer_all(reader, writer)
 
     async with Server(handler) as server:
         resp = await _open(client, server, read_timeout=0.3)
-        await asyncio.sleep(0.6)  # abandoned: never read, never released
-        assert resp._conn.paused and resp._conn.transport.is_closing()
-        with pytest.raises(TimeoutError):
-            await resp.read()
+        await asyncio.sleep(0.8)  # the reader is slow: paused well past the read timeout
+        assert resp._conn.paused and not resp._conn.transport.is_closing()
+        assert await resp.read() == bytes(size)
         resp.release()
+
+
+async def test_an_answer_dropped_unreleased_closes_its_connection(client: H1Client) -> None:
+    async with _serve(_answering(OK)) as server:
+        resp = await _open(client, server)
+        conn = resp._conn
+        del resp  # a caller that forgot to release it
+        assert conn.closed and conn.transport.is_closing()
+        assert await _get(client, server) == (200, b"{}")
+        assert server.connections == 2
+
+
+async def test_bytes_on_an_idle_connection_retire_it(client: H1Client) -> None:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
+        await server.request(reader)
+        writer.write(OK)
+        await writer.drain()
+        if n == 1:  # later, unasked, the start of some other answer; its rest after the
+            await asyncio.sleep(0.05)  # next request, which it would pass for the answer to
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-le")
+            await writer.drain()
+            await server.request(reader)
+            writer.write(b"ngth: 5\r\n\r\nSTRAY")
+            await writer.drain()
+        await server.answer_all(reader, writer)
+
+    async with Server(handler) as server:
+        assert await _get(client, server) == (200, b"{}")
+        await asyncio.sleep(0.2)
+        assert await _get(client, server) == (200, b"{}")
+        assert server.connections == 2
+
+
+async def test_junk_after_an_answer_retires_the_connection(client: H1Client) -> None:
+    async with _serve(_answering(OK + b"\x00\x01 junk\r\n\r\n")) as server:
+        assert await _get(client, server) == (200, b"{}")
+        assert await _get(client, server) == (200, b"{}")  # on a new connection
+        assert server.connections == 2

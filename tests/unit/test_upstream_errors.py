@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.h1client import ProviderConnectionError
-from proxy.upstream import _mapped_errors
+from proxy.upstream import Upstream, _mapped_errors
 
 
 def _raised(url: str, exc: BaseException) -> Exception:
@@ -37,3 +38,19 @@ def test_a_timeout_is_a_504_naming_the_host() -> None:
 def test_other_errors_pass_through_untouched() -> None:
     with pytest.raises(KeyError), _mapped_errors("http://127.0.0.1:9/"):
         raise KeyError("not a transport failure")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://[::1/v1",
+                                 "http://127.0.0.1:0x50/v1", "http://a..b/v1"])
+async def test_a_base_url_that_does_not_parse_is_a_502(url: str) -> None:
+    upstream = Upstream(env={})
+    with pytest.raises(UpstreamUnavailable) as info:
+        await upstream.call(ProviderConfig(base_url=url), "GET", "/models", client_headers={})
+    assert "baseUrl" in str(info.value)
+    await upstream.client.aclose()
+
+
+def test_a_key_with_a_trailing_newline_is_sent_without_it() -> None:
+    upstream = Upstream(env={"KEY": "sk-abc\n"})
+    headers = upstream._headers(ProviderConfig(api_key_env="KEY"), {})
+    assert headers["authorization"] == "Bearer sk-abc"
