@@ -87,6 +87,21 @@ async def _get(client: H1Client, server: Server, *, body: bytes | None = b"{}",
         resp.release()
 
 
+def _zeros(size: int) -> bytes:
+    """A 200 answer whose body is ``size`` zero bytes."""
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + bytes(size)
+
+
+async def _play(writer: Writer, *steps: bytes | float) -> None:
+    """Write each bytes step (and drain), sleep each number of seconds, in order."""
+    for step in steps:
+        if isinstance(step, bytes):
+            writer.write(step)
+            await writer.drain()
+        else:
+            await asyncio.sleep(step)
+
+
 def _answering(*answers: bytes, keep: bool = True) -> Callable[[Server], Handler]:
     """A handler that answers each request on a connection with the next of ``answers``."""
     def make(server: Server) -> Handler:
@@ -143,10 +158,7 @@ async def test_framed_bodies_are_read_whole(client: H1Client, answer: bytes,
 async def test_a_body_without_length_runs_to_the_end_of_the_connection(client: H1Client) -> None:
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nto the")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b" end")
+        await _play(writer, b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nto the", 0.05, b" end")
 
     async with Server(handler) as server:
         assert await _get(client, server) == (200, b"to the end")
@@ -241,11 +253,8 @@ async def test_no_second_send_once_the_provider_began_to_answer(client: H1Client
 async def test_a_stream_yields_what_arrived_before_a_break_then_raises(client: H1Client) -> None:
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ndata: 1\n\n")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b"data: 2\n\n")
-        await writer.drain()
+        await _play(writer, b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ndata: 1\n\n", 0.05,
+                    b"data: 2\n\n")
         writer.transport.abort()
 
     async with Server(handler) as server:
@@ -380,9 +389,7 @@ async def test_a_base_url_path_is_escaped_and_its_credentials_sent(client: H1Cli
 async def test_a_body_to_the_end_that_breaks_off_is_an_error(client: H1Client) -> None:
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n{\"choices\"")
-        await writer.drain()
-        await asyncio.sleep(0.05)
+        await _play(writer, b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n{\"choices\"", 0.05)
         if n == 1:  # a reset, not an end
             sock = writer.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -436,15 +443,7 @@ async def test_expired_connections_at_the_bottom_of_the_pool_are_closed(
 
 
 async def test_a_paused_answer_released_whole_leaves_a_usable_connection(client: H1Client) -> None:
-    size = (1 << 20) + 4096
-
-    async def handler(reader: Reader, writer: Writer, n: int) -> None:
-        await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + bytes(size))
-        await writer.drain()
-        await server.answer_all(reader, writer)
-
-    async with Server(handler) as server:
+    async with _serve(_answering(_zeros((1 << 20) + 4096), OK)) as server:
         resp = await _open(client, server)
         while not resp._conn.complete:
             await asyncio.sleep(0.01)
@@ -456,14 +455,7 @@ async def test_a_paused_answer_released_whole_leaves_a_usable_connection(client:
 
 async def test_time_paused_for_a_slow_reader_is_not_the_providers(client: H1Client) -> None:
     size = 4 << 20
-
-    async def handler(reader: Reader, writer: Writer, n: int) -> None:
-        await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + bytes(size))
-        await writer.drain()
-        await server.answer_all(reader, writer)
-
-    async with Server(handler) as server:
+    async with _serve(_answering(_zeros(size), OK)) as server:
         resp = await _open(client, server, read_timeout=0.3)
         await asyncio.sleep(0.8)  # the reader is slow: paused well past the read timeout
         assert resp._conn.paused and not resp._conn.transport.is_closing()
