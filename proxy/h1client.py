@@ -190,12 +190,8 @@ class _Conn(asyncio.Protocol):
         if self._after_end():
             return
         status = self.parser.get_status_code()
-        if status == 101:  # a switch to another protocol, which nothing here asked for
-            self.fail(ProviderConnectionError("the provider's answer is not HTTP/1.1 (101)"))
-            self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
-            return
         if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
+            # (a 101 ends the parse with HttpParserUpgrade, with or without an Upgrade header)
             self.headers = {}
             self.framed = False
             return

@@ -368,10 +368,11 @@ async def test_bad_input_and_bad_answers_are_connection_errors(client: H1Client)
         with pytest.raises(ProviderConnectionError, match="not a usable http"):
             await client.request("POST", url, "/x", headers={}, body=b"",
                                  connect_timeout=5, read_timeout=5)
-    async with _serve(_answering(b"HTTP/1.1 101 Switching Protocols\r\n"
-                                 b"upgrade: h2c\r\nconnection: upgrade\r\n\r\n")) as server:
-        with pytest.raises(ProviderConnectionError, match="not HTTP/1.1"):
-            await _get(client, server)
+    for switch in (b"upgrade: h2c\r\nconnection: upgrade\r\n", b""):  # named, or not
+        async with _serve(_answering(b"HTTP/1.1 101 Switching Protocols\r\n" + switch
+                                     + b"\r\n")) as server:
+            with pytest.raises(ProviderConnectionError, match="not HTTP/1.1"):
+                await _get(client, server, read_timeout=2)
 
 
 async def test_a_base_url_path_is_escaped_and_its_credentials_sent(client: H1Client) -> None:
@@ -433,13 +434,15 @@ async def test_expired_connections_at_the_bottom_of_the_pool_are_closed(
         held = [await _open(client, server) for _ in range(3)]
         for resp in held:
             await resp.read()
-            resp.release()
-        old = list(client._idle.values())[0][:2]
         monkeypatch.setattr(h1client, "IDLE_SECONDS", 0.2)
-        await asyncio.sleep(0.3)
-        await _get(client, server)  # takes the newest; its release sweeps the bottom
+        held[0].release()
+        held[1].release()
+        old = list(list(client._idle.values())[0])
+        await asyncio.sleep(0.3)  # the two at the bottom expire
+        held[2].release()  # a fresh one on top
+        await _get(client, server)  # takes the fresh one; its release sweeps the bottom
         assert all(c.transport.is_closing() for c in old)
-        assert len(list(client._idle.values())[0]) == 1
+        assert len(list(client._idle.values())[0]) == 1 and server.connections == 3
 
 
 async def test_a_paused_answer_released_whole_leaves_a_usable_connection(client: H1Client) -> None:
