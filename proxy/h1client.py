@@ -122,8 +122,6 @@ class _Conn(asyncio.Protocol):
         self.begin()
 
     def begin(self) -> None:
-        if getattr(self, "paused", False):
-            self.transport.resume_reading()  # type: ignore[union-attr]
         self.status = 0
         self.headers: dict[str, str] = {}
         self.head_done = self.complete = self.framed = self.paused = self.keep_alive = False
@@ -411,7 +409,8 @@ class H1Client:
         while idle and (idle[0].closed or now - idle[0].idle_since >= IDLE_SECONDS):
             idle.pop(0).transport.close()  # the longest idle, at the bottom: expired
         if keep and len(idle) < MAX_IDLE_PER_HOST:
-            conn.idle_since = now
+            conn.take()  # drop what was never read, and read again: an idle connection must
+            conn.idle_since = now  # hold no answer and must see the provider close it
             idle.append(conn)
         else:
             conn.closed = True

@@ -450,8 +450,10 @@ async def test_a_paused_answer_released_whole_leaves_a_usable_connection(client:
         resp = await _open(client, server)
         while not resp._conn.complete:
             await asyncio.sleep(0.01)
-        assert resp._conn.paused
-        resp.release()  # whole, never taken: the connection is kept, reading paused
+        conn = resp._conn
+        assert conn.paused
+        resp.release()  # whole, never taken: the connection is kept, its bytes dropped
+        assert not conn.paused and conn.buffered == 0 and not conn.chunks
         assert await _get(client, server, read_timeout=1) == (200, b"{}")
         assert server.connections == 1
 
