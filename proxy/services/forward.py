@@ -215,10 +215,8 @@ class Forwarder:
                     media_type="text/event-stream",
                 )
         except BaseException:  # until the body takes the step over, the lock is ours to free
-            if send is not None and not send.done():
-                send.cancel()
-            elif send is not None and not send.cancelled() and send.exception() is None:
-                await send.result().aclose()
+            if send is not None:
+                await _drop(send)
             await self._release_step(step)
             raise
         assert refused is not None
