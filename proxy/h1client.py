@@ -133,14 +133,19 @@ class _Conn(asyncio.Protocol):
         self.read_timeout = 0.0
         self.last_data = self.loop.time()
 
+    def retire(self) -> None:
+        """Never use this connection again: stop its timer and close it."""
+        self.closed = True
+        self.stop_timer()
+        self.transport.close()  # type: ignore[union-attr]
+
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         if self.complete:  # nothing legitimate comes between an answer and the next request
-            self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.retire()
             return
         self.received += len(data)
         self.last_data = self.loop.time()
@@ -148,8 +153,7 @@ class _Conn(asyncio.Protocol):
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # upgrade: 101
             self.fail(ProviderConnectionError(f"the provider's answer is not HTTP/1.1 ({exc})"))
-            self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.retire()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -169,8 +173,7 @@ class _Conn(asyncio.Protocol):
         """A second answer after the one asked for (in the same read): retire the connection
         and drop it, so it never mixes into this answer or the next request's."""
         if self.complete:
-            self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.retire()
         return self.complete
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -247,8 +250,7 @@ class _Conn(asyncio.Protocol):
             return
         self.timer = None
         self.fail(TimeoutError(f"no bytes from the provider for {self.read_timeout:g} s"))
-        self.closed = True
-        self.transport.close()  # type: ignore[union-attr]
+        self.retire()
 
     async def wait(self) -> None:
         self.waiter = self.loop.create_future()
@@ -313,9 +315,7 @@ class H1Response:
         # for as long as the process lives.
         conn = self._conn
         if conn is not None and not conn.closed and conn.transport is not None:
-            conn.closed = True
-            conn.stop_timer()
-            conn.transport.close()
+            conn.retire()
 
 
 class H1Client:
@@ -369,7 +369,7 @@ class H1Client:
             if (not conn.closed and not conn.transport.is_closing()  # type: ignore[union-attr]
                     and now - conn.idle_since < IDLE_SECONDS):
                 return conn
-            conn.transport.close()  # type: ignore[union-attr]
+            conn.retire()
         return None
 
     async def _connect(self, o: _Origin, timeout: float | None) -> _Conn:
@@ -391,13 +391,10 @@ class H1Client:
             while not conn.head_done and conn.error is None:
                 await conn.wait()
         except BaseException:
-            conn.stop_timer()
-            conn.closed = True
-            conn.transport.close()  # type: ignore[union-attr]
+            conn.retire()
             raise
         if conn.error is not None:
-            conn.closed = True
-            conn.transport.close()  # type: ignore[union-attr]
+            conn.retire()
             raise conn.error
 
     def give_back(self, key: tuple[str, str, int], conn: _Conn) -> None:
@@ -407,18 +404,17 @@ class H1Client:
         idle = self._idle.setdefault(key, [])
         now = conn.loop.time()
         while idle and (idle[0].closed or now - idle[0].idle_since >= IDLE_SECONDS):
-            idle.pop(0).transport.close()  # the longest idle, at the bottom: expired
+            idle.pop(0).retire()  # the longest idle, at the bottom: expired
         if keep and len(idle) < MAX_IDLE_PER_HOST:
             conn.take()  # drop what was never read, and read again: an idle connection must
             conn.idle_since = now  # hold no answer and must see the provider close it
             idle.append(conn)
         else:
-            conn.closed = True
-            conn.transport.close()  # type: ignore[union-attr]
+            conn.retire()
 
     async def aclose(self) -> None:
         self._closed = True
         for idle in self._idle.values():
             for conn in idle:
-                conn.transport.close()  # type: ignore[union-attr]
+                conn.retire()
         self._idle.clear()
