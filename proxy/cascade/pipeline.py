@@ -98,12 +98,10 @@ def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
 
 
 def _is_command(msg: Message) -> bool:
-    if msg.get("role") != "user":
-        return False
-    content = msg.get("content")
-    if isinstance(content, str):  # the usual form, without the call
-        return content.strip() == COMPACT_COMMAND
-    return content_text(content).strip() == COMPACT_COMMAND
+    return (
+        msg.get("role") == "user"
+        and content_text(msg.get("content")).strip() == COMPACT_COMMAND
+    )
 
 
 def is_compact_command(messages: Sequence[Message]) -> bool:
