@@ -31,7 +31,7 @@ from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.h1client import H1Client
-from proxy.pgembed import start_embedded
+from proxy.pgembed import start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
@@ -77,6 +77,7 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
         dsn = settings.database_url
         if not dsn:
             dsn, embedded = start_embedded(settings.data_dir)
+            await tune_embedded(dsn)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
         client = H1Client()
