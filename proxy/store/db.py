@@ -18,7 +18,7 @@ from proxy.jsonio import dumps, loads
 
 __all__ = [
     "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
-    "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire", "borrowed",
+    "connect", "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire", "borrowed",
 ]
 
 
@@ -88,7 +88,7 @@ def redact_dsn(dsn: str) -> str:
     return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
-async def _connect(dsn: str, *args: Any, **kwargs: Any) -> asyncpg.Connection:
+async def connect(dsn: str, *args: Any, **kwargs: Any) -> asyncpg.Connection:
     """asyncpg.connect; a failure is a DatabaseUnavailable. The pool opens its connections
     through it too, so a request that finds the database gone can be told so (a 503)."""
     try:
@@ -117,7 +117,7 @@ async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
     Runs on a bare connection (before the codec-registering pool exists, because the vector
     type only exists after 0001) under an advisory lock so concurrent replicas serialise.
     """
-    conn = await _connect(dsn)
+    conn = await connect(dsn)
     applied: list[str] = []
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
@@ -211,6 +211,6 @@ async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("setup", _setup)
-    pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=_connect, **kwargs)
+    pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=connect, **kwargs)
     assert pool is not None
     return pool

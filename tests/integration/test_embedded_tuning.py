@@ -7,10 +7,12 @@ import asyncio
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from proxy.app import create_app
 from proxy.pgembed import EMBEDDED_SETTINGS, start_embedded, tune_embedded
 from proxy.settings import Settings
+from proxy.store.db import DatabaseUnavailable
 
 
 async def _setting(dsn: str, name: str) -> str:
@@ -34,3 +36,9 @@ async def test_the_embedded_server_zero_fills_no_wal_segment(tmp_path: Path) -> 
         assert "wal_init_zero = 'off'" in conf  # kept for the next start
         assert set(EMBEDDED_SETTINGS) == {"wal_init_zero"}
         assert await tune_embedded(dsn) == []  # a later start changes nothing
+
+
+async def test_an_unreachable_server_is_reported_as_the_migrations_report_it() -> None:
+    # Port 1 on loopback refuses: the same DatabaseUnavailable, with its clear message.
+    with pytest.raises(DatabaseUnavailable, match="cannot connect to PostgreSQL"):
+        await tune_embedded("postgresql://postgres@127.0.0.1:1/postgres")
