@@ -24,16 +24,11 @@ from collections.abc import Awaitable, Callable
 
 import uvloop
 
+from bench.common import free_port
 from proxy.h1client import H1Client
 
 BODY = b'{"model":"bench-model","messages":[{"role":"user","content":"hi"}]}'
 HEADERS = {"content-type": "application/json", "authorization": "Bearer bench-key"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _h1(base: str) -> tuple[Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
@@ -101,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
-    port = _free_port()
+    port = free_port()
     fake = subprocess.Popen([sys.executable, "-m", "bench.fake_upstream", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
