@@ -498,3 +498,56 @@ def test_dense_literals_fall_back_to_one_scan_with_the_same_result() -> None:
     assert _candidates(found, text, plan, len(text) // 32 + 16) is None
     assert redact(text, PATTERNS) == _reference_redact(text, PATTERNS)
     assert redact(text, PATTERNS)[1] == 2
+
+
+def _every_start(scanner: object, text: str) -> dict[str, list[int]]:
+    """What ``find`` must report: each literal at every position it begins in the folded
+    text, found the slow way."""
+    folded = _fold(text)
+    out = {
+        literal: [i for i in range(len(folded)) if folded.startswith(literal, i)]
+        for literal in scanner.literals  # type: ignore[attr-defined]
+    }
+    return {literal: at for literal, at in out.items() if at}
+
+
+# Pieces that begin literals inside other literals: "sk-" and "sk-ant-" at one place,
+# "secret" and "access_key" inside "aws_secret_access_key", "token" from the end of "secret".
+_OVERLAPPING = st.sampled_from([
+    "sk-", "ant-", "SK-ANT-", "aws", "_secret", "_access", "_key", "AWS_SECRET_ACCESS_KEY",
+    "secretoken", "tokens", "akia", "ai", "za", "eyj", "-----begin ", "xoxb-", "x", " ", "é",
+    "\u0130", "password", "pwd",
+])
+
+
+@given(st.lists(_OVERLAPPING, max_size=30).map("".join))
+@settings(max_examples=300)
+def test_find_reports_every_start_even_inside_another_match(text: str) -> None:
+    # The automaton reports leftmost-first matches, which never overlap; the starts it skips
+    # inside a match are checked separately, so nothing is lost.
+    scanner = _scanner(PATTERNS)
+    assert scanner.find(text) == _every_start(scanner, text)
+
+
+def test_find_reports_literals_that_begin_where_another_one_does() -> None:
+    scanner = _scanner(PATTERNS)
+    found = scanner.find("x AWS_SECRET_ACCESS_KEY sk-ant-")
+    assert found["aws_secret_access_key"] == [2] and found["secret"] == [6]
+    assert found["access_key"] == [13]
+    assert found["sk-"] == [24] and found["sk-ant-"] == [24]
+
+
+@given(st.text(alphabet="ab1é", max_size=40))
+def test_find_reports_a_literal_overlapping_itself(text: str) -> None:
+    pats = compile_patterns([r"aa\d", r"(?i)aba"], use_defaults=False)
+    scanner = _scanner(pats)
+    assert scanner.find(text) == _every_start(scanner, text)
+    assert redact(text, pats) == _reference_redact(text, pats)
+
+
+def test_case_sensitive_starts_that_lowercase_alike_keep_only_exact_hits() -> None:
+    pats = compile_patterns([r"(?:AB|ab)\d", r"(?i)cd\d"], use_defaults=False)
+    assert _plan(pats[0]).keys == {"ab": ("AB", "ab")} and _plan(pats[1]).keys == {"cd": None}
+    text = "Ab1 AB2 ab3 aB4 Cd5"
+    assert redact(text, pats) == _reference_redact(text, pats)
+    assert redact(text, pats) == (f"Ab1 {REDACTED} {REDACTED} aB4 {REDACTED}", 3)
