@@ -27,7 +27,6 @@ from proxy.cascade.types import (
     Budget,
     Event,
     Message,
-    Spill,
     StageResult,
     TokenCounter,
 )
@@ -52,7 +51,6 @@ class _Candidate:
     tool_call_id: str
     replacement: Message
     reclaimed: int
-    spill: Spill | None
 
 
 def is_placeholder(msg: Message) -> bool:
@@ -76,7 +74,6 @@ def _candidate(
     tokens: int,
     count: TokenCounter,
     persist_raw: bool,
-    spilled: frozenset[str],
     unspillable: frozenset[str],
 ) -> _Candidate | None:
     cid = str(msg.get("tool_call_id") or "")
@@ -86,8 +83,7 @@ def _candidate(
     reclaimed = tokens - count([replacement])
     if reclaimed <= 0:
         return None
-    spill = Spill(cid, text) if handle and cid not in spilled else None
-    return _Candidate(index, cid, replacement, reclaimed, spill)
+    return _Candidate(index, cid, replacement, reclaimed)
 
 
 def evict(
@@ -97,7 +93,6 @@ def evict(
     budget: Budget,
     cfg: EvictionConfig,
     persist_raw: bool,
-    spilled: frozenset[str],
     unspillable: frozenset[str] = frozenset(),
 ) -> StageResult:
     """Replace old, large tool results with placeholders, all in one pass, or change nothing.
@@ -111,11 +106,11 @@ def evict(
     misses; a big protected round right after a lone old result is not worth re-billing), they
     are all replaced.
 
-    ``spilled`` holds ids that already have a raw output; every other evicted result with a
-    handle yields a :class:`Spill` of its current text so the shell stores it before the
-    placeholder hides it. ``unspillable`` holds ids that must never get a handle (their output
-    contained secrets). Invariants: message order, count, roles and ids never change; a
-    placeholder is never evicted again, so ``evict`` is idempotent.
+    A placeholder with a handle needs no copy of the result: the shell keeps the result's
+    text in its stored row beside the placeholder, and ``read_tool_output`` pages it from
+    there, so eviction asks for no spill. ``unspillable`` holds ids that must never get a
+    handle (their output contained secrets). Invariants: message order, count, roles and ids
+    never change; a placeholder is never evicted again, so ``evict`` is idempotent.
     """
     unchanged = StageResult(tuple(messages))
     if not cfg.enabled or budget.occupancy < cfg.at_fraction * budget.limit:
@@ -141,7 +136,6 @@ def evict(
             tokens=tokens,
             count=count,
             persist_raw=persist_raw,
-            spilled=spilled,
             unspillable=unspillable,
         )
         if cand is not None:
@@ -162,5 +156,4 @@ def evict(
             "tool_call_ids": [c.tool_call_id for c in chosen],
         },
     )
-    spills = tuple(c.spill for c in chosen if c.spill is not None)
-    return StageResult(tuple(out), (event,), spills)
+    return StageResult(tuple(out), (event,))

@@ -24,7 +24,6 @@ from proxy.cascade.types import (
     Budget,
     Event,
     Message,
-    Spill,
     TokenCounter,
 )
 from proxy.config import ContextConfig
@@ -75,7 +74,6 @@ class StepInput:
     count: TokenCounter
     budget: Budget
     ctx: ContextConfig
-    spilled: frozenset[str] = frozenset()
     unspillable: frozenset[str] = frozenset()
     ratio: float = 1.0
 
@@ -85,7 +83,6 @@ class Assembled:
     messages: tuple[Message, ...]
     window: tuple[Message, ...]
     events: tuple[Event, ...]
-    spills: tuple[Spill, ...]
     evicted: tuple[int, ...]
     trimmed: tuple[int, ...]
     offer_read_tool: bool
@@ -151,17 +148,15 @@ def assemble(inp: StepInput) -> Assembled:
     """Run the per-step stages over the window and return the prompt to send upstream."""
     window = inp.window
     events: list[Event] = []
-    spills: tuple[Spill, ...] = ()
     evicted: tuple[int, ...] = ()
     if inp.ctx.eviction.enabled:
         result = evict(
             window, count=inp.count, budget=inp.budget, cfg=inp.ctx.eviction,
-            persist_raw=inp.ctx.tool_output.persist_raw, spilled=inp.spilled,
-            unspillable=inp.unspillable,
+            persist_raw=inp.ctx.tool_output.persist_raw, unspillable=inp.unspillable,
         )
         pairs = zip(window, result.messages, strict=True)
         evicted = tuple(i for i, (a, b) in enumerate(pairs) if a != b)
-        window, spills = result.messages, result.spills
+        window = result.messages
         events.extend(result.events)
     messages = fold_summary(
         drop_commands(window), summary=inp.summary, system_count=inp.system_count
@@ -183,7 +178,7 @@ def assemble(inp: StepInput) -> Assembled:
         )
     offer = inp.ctx.tool_output.persist_raw and _holds_handle(guarded.messages)
     return Assembled(
-        messages=guarded.messages, window=tuple(window), events=tuple(events), spills=spills,
+        messages=guarded.messages, window=tuple(window), events=tuple(events),
         evicted=evicted, trimmed=trimmed, offer_read_tool=offer,
         tokens=inp.count(guarded.messages),
     )

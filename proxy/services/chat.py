@@ -2,7 +2,7 @@
 
 1. take the session's advisory lock (held until the reply is stored);
 2. reconcile the resent history, ingest new messages, load the window;
-3. assemble the prompt (pure), persist its intents (spills, placeholders, events);
+3. assemble the prompt (pure), persist its intents (placeholders, trims, events);
 4. call upstream, relay the answer (answering read_tool_output internally);
 5. store the reply and the provider's real prompt size, publish ``context.usage``.
 """
@@ -50,7 +50,7 @@ from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.settings import Settings
-from proxy.store import messages as msgs, raw_outputs, sessions
+from proxy.store import messages as msgs, sessions
 from proxy.store.db import acquire, mark_unlocked
 from proxy.upstream import Upstream
 
@@ -290,8 +290,8 @@ class ChatService:
         )
         return assemble(StepInput(
             window=state.window, system_count=state.system_count, summary=state.summary,
-            count=count, budget=budget, ctx=rt.ctx, spilled=state.spilled,
-            unspillable=state.redacted_ids, ratio=state.session["calibration"],
+            count=count, budget=budget, ctx=rt.ctx, unspillable=state.redacted_ids,
+            ratio=state.session["calibration"],
         ))
 
     async def _persist_step(
@@ -301,20 +301,17 @@ class ChatService:
         """Persist the step's intents and its events (eviction/trimming; ingestion's went out
         with the messages) in one round trip; returns the tokens its eviction reclaimed.
 
-        An evicted result's spill is its row's own body, which the store keeps beside the
-        placeholder (``store.messages.persist_step``), so only other spills are copied.
+        An evicted result needs no spill: its row keeps its body beside the placeholder
+        (``store.messages.persist_step``), and read_tool_output pages it from there.
         """
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
             for i in asm.evicted
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
-        kept = {asm.window[i].get("tool_call_id") for i in asm.evicted}
-        spills = [s for s in asm.spills if s.tool_call_id not in kept]
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         await msgs.persist_step(
             conn, tenant=ctx.tenant, session_id=ctx.session_id,
-            raw=raw_outputs.raw_rows(spills, rt.ctx.tool_output.raw_cap_bytes),
             evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],
             reclaimed=reclaimed, events=persisted, transient=transient,
         )

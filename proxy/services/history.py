@@ -39,7 +39,6 @@ class SessionState:
     window: tuple[Message, ...]
     positions: tuple[int, ...]
     redacted_ids: frozenset[str]
-    spilled: frozenset[str]
     appended: int
     superseded: int
     events: tuple[Event, ...]
@@ -65,11 +64,9 @@ async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], r
     return plan_divergence(hashes, matched_len=matched, stored_len=row["head_len"])
 
 
-def _flagged(rows: Sequence[Any]) -> tuple[list[str], list[str]]:
-    """Tool-call ids of window rows whose result was redacted, and whose full output was
-    spilled (and can be paged back)."""
-    return ([r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]],
-            [r["tool_call_id"] for r in rows if r["spilled"]])
+def _redacted(rows: Sequence[Any]) -> list[str]:
+    """Tool-call ids of window rows whose result was redacted."""
+    return [r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]]
 
 
 def _seeded(
@@ -208,7 +205,7 @@ def _loaded(
     from_pos = max(boundary, system_count)
     fresh = [(pos, m, r) for (pos, m), r in zip(pending.new, pending.rows, strict=True)
              if pos < system_count or pos >= from_pos]
-    redacted, spilled = _flagged(old)
+    redacted = _redacted(old)
     window = (*_seeded(old, count, messages), *(m for _, m, _ in fresh))
     return SessionState(
         session=row, head_len=len(messages), head_hash=head_hash,
@@ -218,7 +215,6 @@ def _loaded(
         redacted_ids=frozenset(
             redacted + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
         ),
-        spilled=frozenset(spilled + [s.tool_call_id for s in pending.spills]),
         appended=len(pending.rows), superseded=superseded, events=tuple(pending.events),
         estimate=_estimate(window, summary[2], system_count, count),
     )
@@ -234,13 +230,13 @@ async def load_window(
         conn, tenant=tenant, session_id=session_id, system_count=state.system_count,
         from_pos=max(boundary, state.system_count),
     )
-    redacted, spilled = _flagged(rows)
+    redacted = _redacted(rows)
     window = tuple(_seeded(rows, count))
     text = summary["content"] if summary else None
     return replace(
         state, boundary=boundary, summary=text,
         summary_version=summary["version"] if summary else None,
         window=window, positions=tuple(r["pos"] for r in rows),
-        redacted_ids=frozenset(redacted), spilled=frozenset(spilled),
+        redacted_ids=frozenset(redacted),
         estimate=_estimate(window, text, state.system_count, count),
     )

@@ -75,9 +75,6 @@ async def insert_messages(
 
 _WINDOW_COLUMNS = """
 SELECT m.pos, m.hash, m.role, {body} AS message, m.tool_call_id, m.tokens, m.redacted,
-       m.tool_call_id IS NOT NULL AND EXISTS (
-           SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
-             AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id) AS spilled,
        m.verbatim
 FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
@@ -108,11 +105,7 @@ FETCH_WINDOW = _window("m.pos < $3", "m.pos >= $4")
 async def fetch_window(
     conn: Any, *, tenant: str, session_id: str, system_count: int, from_pos: int
 ) -> list[asyncpg.Record]:
-    """The leading system messages plus every live message from ``from_pos`` on: O(window).
-
-    Each row says whether its tool result has a stored raw output (``spilled``), so eviction
-    knows which placeholders can offer a read_tool_output handle without another query.
-    """
+    """The leading system messages plus every live message from ``from_pos`` on: O(window)."""
     return await conn.fetch(FETCH_WINDOW, tenant, session_id, system_count, from_pos)
 
 

@@ -61,9 +61,7 @@ BEGIN
         SELECT NULL::json, m.pos, m.hash, m.role,
                CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
                m.tool_call_id, m.tokens,
-               m.redacted, m.tool_call_id IS NOT NULL AND EXISTS (
-                   SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
-                     AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id),
+               m.redacted, false,
                m.verbatim
         FROM messages m
         WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
@@ -72,9 +70,7 @@ BEGIN
         SELECT NULL::json, m.pos, m.hash, m.role,
                CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
                m.tool_call_id, m.tokens,
-               m.redacted, m.tool_call_id IS NOT NULL AND EXISTS (
-                   SELECT 1 FROM tool_raw_outputs r WHERE r.tenant = m.tenant
-                     AND r.session_id = m.session_id AND r.tool_call_id = m.tool_call_id),
+               m.redacted, false,
                m.verbatim
         FROM messages m
         WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL

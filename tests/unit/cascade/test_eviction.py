@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from proxy.cascade.eviction import MISS_RATIO, PLACEHOLDER_PREFIX, evict
 from proxy.cascade.rounds import protected_from
-from proxy.cascade.types import EVICTED, READ_TOOL_OUTPUT, Budget, Spill, StageResult
+from proxy.cascade.types import EVICTED, READ_TOOL_OUTPUT, Budget, StageResult
 from proxy.config import EvictionConfig
 from tests.unit.cascade.builders import assistant_calls, conversation, count, tool, user
 
@@ -22,7 +22,6 @@ def _evict(messages: list[dict[str, Any]], **kw: Any) -> StageResult:
         "budget": HOT,
         "cfg": CFG,
         "persist_raw": True,
-        "spilled": frozenset(),
     }
     args.update(kw)
     return evict(messages, **args)
@@ -55,7 +54,8 @@ def test_evicts_all_eligible_outside_protected_rounds_in_one_pass() -> None:
     assert [m for i, m in enumerate(out) if i not in (3, 5)] == [
         m for i, m in enumerate(msgs) if i not in (3, 5)
     ]
-    assert result.spills == (Spill("c0", "x" * 4000), Spill("c1", "x" * 4000))
+    # no copy is asked for: the shell keeps each result's text in its row (migration 0008)
+    assert result.spills == ()
     (event,) = result.events
     assert event.name == EVICTED
     reclaimed = 2 * (1000 - len(out[3]["content"]) // 4)
@@ -123,13 +123,7 @@ def test_unspillable_results_get_no_handle() -> None:
     result = _evict(conversation([4000, 4000, 4000]), unspillable=frozenset({"c0"}))
     assert "re-run the tool" in result.messages[3]["content"]
     assert READ_TOOL_OUTPUT in result.messages[5]["content"]
-    assert result.spills == (Spill("c1", "x" * 4000),)
-
-
-def test_already_spilled_results_are_not_spilled_again() -> None:
-    result = _evict(conversation([4000, 4000, 4000]), spilled=frozenset({"c0"}))
-    assert READ_TOOL_OUTPUT in result.messages[3]["content"]
-    assert result.spills == (Spill("c1", "x" * 4000),)
+    assert result.spills == ()
 
 
 def test_placeholder_keeps_other_keys() -> None:
@@ -211,8 +205,7 @@ def test_eviction_invariants(
         assert count(out) < count(msgs)
     else:
         assert out == tuple(msgs)
-    if not persist_raw:
-        assert result.spills == ()
+    assert result.spills == ()  # the evicted text stays in its stored row
     # idempotent
     again = _evict(list(out), cfg=cfg, persist_raw=persist_raw)
     assert again.messages == out and again.events == ()
