@@ -181,7 +181,7 @@ class ChatService:
         else:
             state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count, fixed)
         assembled = self._assemble(rt, body, state, count, fixed)
-        reclaimed = await self._persist_step(conn, ctx, rt, state, assembled, count)
+        reclaimed = await self._persist_step(conn, ctx, state, assembled, count)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
@@ -295,7 +295,7 @@ class ChatService:
         ))
 
     async def _persist_step(
-        self, conn: Any, ctx: ChatContext, rt: Route, state: SessionState, asm: Assembled,
+        self, conn: Any, ctx: ChatContext, state: SessionState, asm: Assembled,
         count: MemoCounter,
     ) -> int:
         """Persist the step's intents and its events (eviction/trimming; ingestion's went out

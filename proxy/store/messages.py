@@ -240,51 +240,49 @@ async def fetch_messages(
 
 
 PERSIST_STEP = """
-WITH raw AS (""" + raw_outputs.insert_sql(3) + """
-), evicted AS (
+WITH evicted AS (
     UPDATE messages m SET
         placeholder = coalesce(t.message, m.placeholder), tokens = coalesce(t.tokens, m.tokens),
         evicted_at = CASE WHEN t.message IS NULL THEN m.evicted_at ELSE now() END,
         verbatim = m.verbatim AND t.message IS NULL,
         trimmed_at = CASE WHEN t.trim THEN now() ELSE m.trimmed_at END
-    FROM unnest($7::int[], $8::json[], $9::int[], $10::bool[]) AS t(pos, message, tokens, trim)
+    FROM unnest($3::int[], $4::json[], $5::int[], $6::bool[]) AS t(pos, message, tokens, trim)
     WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.pos = t.pos
 ), reclaimed AS (
-    UPDATE sessions SET reclaimed_tokens = reclaimed_tokens + $11
-    WHERE tenant = $1 AND id = $2 AND $11 <> 0
-), ev AS (""" + events_cte("$12", "$13") + """)
-SELECT pg_notify($14, x) FROM unnest($15::text[]) AS x
+    UPDATE sessions SET reclaimed_tokens = reclaimed_tokens + $7
+    WHERE tenant = $1 AND id = $2 AND $7 <> 0
+), ev AS (""" + events_cte("$8", "$9") + """)
+SELECT pg_notify($10, x) FROM unnest($11::text[]) AS x
 """
 
 
 async def persist_step(
-    conn: Any, *, tenant: str, session_id: str, raw: Sequence[tuple[str, str, int, bool]] = (),
+    conn: Any, *, tenant: str, session_id: str,
     evicted: Sequence[tuple[int, dict[str, Any], int]] = (), trimmed: Sequence[int] = (),
     reclaimed: int = 0, events: EventRows = ((), ()), transient: Sequence[str] = (),
 ) -> None:
     """Before the answer, in one round trip, what the cascade decided for this step's prompt:
 
-    - ``raw``: spilled full outputs (``raw_outputs.raw_rows``), stored before the prompt
-      that names their handles is sent;
     - ``evicted``: (position, placeholder, its token cost), so every later step sends the
       same prefix (cache-stable). The placeholder goes beside the row's body, which stays
       in place (migration 0008): read_tool_output pages an evicted result from there, so
-      an eviction's spill needs no copy in ``raw``;
+      an eviction stores no copy of it;
     - ``trimmed``: positions the overflow guard dropped, kept in the store but gone from
       every prompt (persisting the cut keeps later prefixes stable too);
     - ``reclaimed``: tokens this step's eviction freed, added to the session's count;
     - ``events`` (persisted; the trigger NOTIFYs them) and ready ``transient`` payloads.
 
     A position both evicted and trimmed is one row of the UPDATE (PostgreSQL applies only
-    one change when a statement updates a row twice).
+    one change when a statement updates a row twice). Spilled outputs go in with the
+    messages they belong to (``begin_step``, ``append_and_fetch_window``).
     """
-    if not (raw or evicted or trimmed or reclaimed or events[0] or transient):
+    if not (evicted or trimmed or reclaimed or events[0] or transient):
         return
     rows: dict[int, list[Any]] = {pos: [msg, tokens, False] for pos, msg, tokens in evicted}
     for pos in trimmed:
         rows.setdefault(pos, [None, None, False])[2] = True
     await conn.execute(
-        PERSIST_STEP, tenant, session_id, *_raw_columns(raw), list(rows),
+        PERSIST_STEP, tenant, session_id, list(rows),
         *([row[i] for row in rows.values()] for i in range(3)), reclaimed,
         *event_columns(events), NOTIFY_CHANNEL, list(transient),
     )

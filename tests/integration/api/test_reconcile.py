@@ -216,8 +216,8 @@ def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
     db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     # A tiny window: the first request's two old tool results are over the eviction
-    # threshold at once, so that very step evicts them (placeholders, spills of the full
-    # text, the reclaimed count, a context.evicted event).
+    # threshold at once, so that very step evicts them (placeholders, the reclaimed count,
+    # a context.evicted event).
     config = write_config(
         tmp_path / "evict.json", fake_upstream.url,
         models={"default": {"contextLimit": 4000, "reservedOutput": 200}},
@@ -243,12 +243,13 @@ def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
     assert cleared == ["c0", "c1"]
     assert statements(log) == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
     # evicted positions, the reclaimed tokens and the (transient) event, in that statement;
-    # no copy of the evicted text (the rows keep it), yet every byte of it comes back
-    assert persisted.args[2] is None and persisted.args[6] == [2, 4]  # None: no spill rows
+    # no copy of the evicted text (the statement stores none: the rows keep it), yet every
+    # byte of it comes back
+    assert persisted.args[2] == [2, 4] and "tool_raw_outputs" not in msgs.PERSIST_STEP
     assert [p["page"].split("\n", 1)[1] for p in pages] == [f"{i} " * 600 for i in (0, 1)]
     assert [p["total_chars"] for p in pages] == [1200, 1200]
-    assert persisted.args[10] > 0 and persisted.args[11] is None  # no persisted event
-    assert [json.loads(p)["n"] for p in persisted.args[14]] == ["context.evicted"]
+    assert persisted.args[6] > 0 and persisted.args[7] is None  # no persisted event
+    assert [json.loads(p)["n"] for p in persisted.args[10]] == ["context.evicted"]
 
 
 def test_a_named_sessions_resent_history_is_parsed_once(

@@ -513,7 +513,7 @@ async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any)
     await conn.add_listener("cascade_events", heard)
     seen = logged(conn)
     await msgs.persist_step(
-        conn, tenant=T, session_id=S, raw=[("c1", "full text", 9, False)],
+        conn, tenant=T, session_id=S,
         evicted=[(2, placeholder, 4)], trimmed=[2, 3], reclaimed=30,
         events=(["context.evicted"], [{"count": 1}]), transient=['{"x": 1}'],
     )
@@ -526,8 +526,6 @@ async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any)
                      (4, False, False)]
     assert rows[2]["message"] == placeholder and rows[3]["message"] == HISTORY[3]
     assert [r["tokens"] for r in rows][2:4] == [4, 1]
-    raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
-    assert raw is not None and raw["content"] == "full text"
     session = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
     assert session is not None and session["reclaimed_tokens"] == 30
     names = await conn.fetch("SELECT name, data FROM events WHERE tenant = $1 AND session_id = $2",
@@ -612,7 +610,11 @@ async def test_a_spilled_output_wins_and_a_redacted_evicted_row_is_never_paged(
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     assert await raw_outputs.fetchrow_raw_output(
         conn, tenant=T, session_id=S, tool_call_id="c1") is None
-    await msgs.persist_step(conn, tenant=T, session_id=S, raw=[("c1", "spilled", 7, False)])
+    await msgs.append_and_fetch_window(
+        conn, tenant=T, session_id=S, rows=[], raw=[("c1", "spilled", 7, False)],
+        head_len=len(rows), head_hash=rows[-1].hash, system_count=0, old_len=len(rows),
+        from_pos=len(rows), move_head=False,
+    )
     got = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
     assert got == {"content": "spilled", "original_bytes": 7, "capped": False}
 

@@ -33,8 +33,10 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         system_count=0,
     )
     spill = Spill(tool_call_id="call_1", text="raw text")
-    await msgs.persist_step(
-        conn, tenant=tenant, session_id=session_id, raw=raw_outputs.raw_rows([spill], 1000)
+    await msgs.append_and_fetch_window(
+        conn, tenant=tenant, session_id=session_id, rows=[],
+        raw=raw_outputs.raw_rows([spill], 1000), head_len=n, head_hash=f"h{n - 1}",
+        system_count=0, old_len=n, from_pos=n, move_head=False,
     )
     await summaries.insert_summary(
         conn,
