@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ahocorasick_rs
@@ -120,7 +120,7 @@ class _Plan:
     groups: tuple[str, ...]  # the ``secret…`` groups: replace only these
     # each start lowercased (as the automaton reports it) -> the exact-case starts to keep
     # among its hits (None: every hit, the plan being folded)
-    keys: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
+    keys: Mapping[str, tuple[str, ...] | None]
 
 
 @functools.lru_cache(maxsize=64)
@@ -151,10 +151,11 @@ def _plan(pattern: re.Pattern[str]) -> _Plan:
     groups = tuple(name for name in pattern.groupindex if name.startswith("secret"))
     starts, folded = start_literals(pattern)
     keys: dict[str, tuple[str, ...] | None] = {}
-    for start in starts:
-        exact = keys.setdefault(start.lower(), None if folded else ())
-        if exact is not None:
-            keys[start.lower()] = (*exact, start)
+    if folded:  # already lowercase: every hit counts
+        keys = dict.fromkeys(starts)
+    else:  # ``AB`` and ``ab`` share the automaton's key ``ab``; each keeps its own hits
+        for start in starts:
+            keys[start.lower()] = (*(keys.get(start.lower()) or ()), start)
     return _Plan(starts, folded, groups, keys)
 
 
