@@ -56,7 +56,6 @@ class Spill:
 class StageResult:
     messages: tuple[Message, ...]
     events: tuple[Event, ...] = ()
-    spills: tuple[Spill, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,8 +54,6 @@ def test_evicts_all_eligible_outside_protected_rounds_in_one_pass() -> None:
     assert [m for i, m in enumerate(out) if i not in (3, 5)] == [
         m for i, m in enumerate(msgs) if i not in (3, 5)
     ]
-    # no copy is asked for: the shell keeps each result's text in its row (migration 0008)
-    assert result.spills == ()
     (event,) = result.events
     assert event.name == EVICTED
     reclaimed = 2 * (1000 - len(out[3]["content"]) // 4)
@@ -110,20 +108,18 @@ def test_excluded_tools_and_read_tool_output_are_kept() -> None:
     assert out[4]["content"].startswith(PLACEHOLDER_PREFIX)
 
 
-def test_without_persist_raw_placeholder_has_no_handle_and_nothing_spills() -> None:
+def test_without_persist_raw_placeholder_has_no_handle() -> None:
     result = _evict(conversation([4000, 4000]), persist_raw=False)
     assert result.messages[3]["content"] == (
         f"{PLACEHOLDER_PREFIX} Result of read_file (4000 chars) was cleared to save context; "
         "re-run the tool if you need it."
     )
-    assert result.spills == ()
 
 
 def test_unspillable_results_get_no_handle() -> None:
     result = _evict(conversation([4000, 4000, 4000]), unspillable=frozenset({"c0"}))
     assert "re-run the tool" in result.messages[3]["content"]
     assert READ_TOOL_OUTPUT in result.messages[5]["content"]
-    assert result.spills == ()
 
 
 def test_placeholder_keeps_other_keys() -> None:
@@ -139,7 +135,7 @@ def test_placeholders_are_never_re_evicted() -> None:
     once = _evict(msgs)
     twice = _evict(list(once.messages))
     assert twice.messages == once.messages
-    assert twice.events == () and twice.spills == ()
+    assert twice.events == ()
 
 
 # --- properties ------------------------------------------------------------------------
@@ -205,7 +201,6 @@ def test_eviction_invariants(
         assert count(out) < count(msgs)
     else:
         assert out == tuple(msgs)
-    assert result.spills == ()  # the evicted text stays in its stored row
     # idempotent
     again = _evict(list(out), cfg=cfg, persist_raw=persist_raw)
     assert again.messages == out and again.events == ()
