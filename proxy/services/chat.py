@@ -46,7 +46,12 @@ from proxy.jsonio import dumps
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
-from proxy.services.history import SessionState, load_window, reconcile_and_load
+from proxy.services.history import (
+    SessionState,
+    load_window,
+    reconcile_and_load,
+    store_unstored,
+)
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.settings import Settings
@@ -167,12 +172,15 @@ class ChatService:
             conn, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
             model=rt.model, messages=body["messages"], hashes=hashes, ctx=rt.ctx, count=count,
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
-            guess=guess,
+            guess=guess, hold_new=True,
         )
         tools, schema = self._fixed_tokens(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
+            state = await store_unstored(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state
+            )
             command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"), conn)
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(
@@ -227,6 +235,11 @@ class ChatService:
             return self._occupancy(st, count, fixed) / limit, st.estimate > room
 
         fraction, overflowing = pressure(state)
+        if fraction >= min(s.soft_fraction, s.hard_fraction) or overflowing:
+            # a compaction reads the store: what a new session holds back goes in first
+            state = await store_unstored(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state
+            )
         if fraction >= s.hard_fraction or overflowing:
             await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
             state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,
@@ -302,7 +315,8 @@ class ChatService:
         with the messages) in one round trip; returns the tokens its eviction reclaimed.
 
         An evicted result needs no spill: its row keeps its body beside the placeholder
-        (``store.messages.persist_step``), and read_tool_output pages it from there.
+        (``store.messages.persist_step``), and read_tool_output pages it from there. A new
+        session's held-back messages go in with all of it (``store.messages.append_step``).
         """
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
@@ -310,6 +324,17 @@ class ChatService:
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
+        held = state.unstored
+        if held is not None:
+            await msgs.append_step(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id, rows=held.rows,
+                raw=held.raw, head_len=state.head_len, head_hash=state.head_hash,
+                system_count=state.system_count, evicted=evicted,
+                trimmed=[state.positions[i] for i in asm.trimmed], reclaimed=reclaimed,
+                events=([*held.events[0], *persisted[0]], [*held.events[1], *persisted[1]]),
+                transient=transient,
+            )
+            return reclaimed
         await msgs.persist_step(
             conn, tenant=ctx.tenant, session_id=ctx.session_id,
             evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],

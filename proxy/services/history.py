@@ -6,6 +6,15 @@ resent that history plus new messages) is that one statement: it also stores the
 messages, their spilled raw outputs and events, moves the head, and reads the window's older
 rows. Otherwise the first statement only locks and reads the session, and a second one
 appends (after a divergence lookup when the history was edited).
+
+A new session whose first request brings a long history (a resumed or forked conversation,
+a client that moved to the proxy mid-task) is the exception: nothing is stored for it yet,
+so its messages are held back (``SessionState.unstored``) until the first prompt has been
+assembled, and then go in with that prompt's evictions already applied, in the statement
+that would otherwise only have recorded them (``store.messages.append_step``). Each evicted
+result is then one INSERT, not an INSERT and then an UPDATE (a new row version and an entry
+in each index). ``store_unstored`` stores them as usual when something must read the store
+first (a compaction).
 """
 
 from __future__ import annotations
@@ -24,8 +33,17 @@ from proxy.store import messages as msgs, raw_outputs, summaries
 from proxy.store.events import EventRows
 
 __all__ = [
-    "SessionState", "reconcile_and_load", "load_window",
+    "SessionState", "Unstored", "reconcile_and_load", "load_window", "store_unstored",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Unstored:
+    """A new session's first messages, ready to store but held back (module docstring)."""
+
+    rows: Sequence[msgs.NewMessage]
+    raw: Sequence[tuple[str, str, int, bool]]  # their spilled outputs (``raw_outputs``)
+    events: EventRows  # their ingestion events, stamped
 
 @dataclass(frozen=True, slots=True)
 class SessionState:
@@ -43,6 +61,7 @@ class SessionState:
     superseded: int
     events: tuple[Event, ...]
     estimate: int = 0  # tokens of the prompt this window folds to (summary in, /compact out)
+    unstored: Unstored | None = None  # the window's messages, when none is stored yet
 
 
 def _estimate(window: Sequence[Message], summary: str | None, system_count: int,
@@ -141,9 +160,13 @@ async def reconcile_and_load(
     conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
     messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
-    guess: tuple[int, str | None] | None = None,
+    guess: tuple[int, str | None] | None = None, hold_new: bool = False,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
+
+    With ``hold_new``, a session with nothing stored keeps its messages back instead
+    (``SessionState.unstored``; the module docstring says why): the caller must store them,
+    with its step (``store.messages.append_step``) or through ``store_unstored``.
 
     ``guess`` is the stored head (length, chain hash) as this replica last left it. When
     the store still holds exactly that, the new messages are stored in the statement that
@@ -169,6 +192,13 @@ async def reconcile_and_load(
         return _loaded(row, summary, system_count, messages, head_hash, pending, begun.window,
                        count)
     plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)
+    if hold_new and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
+        # Nothing is stored: the window is the new messages alone (module docstring).
+        pending = _ingest(messages, hashes, 0, ctx, count)
+        if pending.rows:
+            state = _loaded(row, summary, system_count, messages, head_hash, pending, (), count)
+            raw = raw_outputs.raw_rows(pending.spills, ctx.tool_output.raw_cap_bytes)
+            return replace(state, unstored=Unstored(pending.rows, raw, stamp(pending.events)))
     superseded = 0
     if isinstance(plan, Supersede):
         superseded = await msgs.supersede_from(
@@ -218,6 +248,21 @@ def _loaded(
         appended=len(pending.rows), superseded=superseded, events=tuple(pending.events),
         estimate=_estimate(window, summary[2], system_count, count),
     )
+
+
+async def store_unstored(
+    conn: Any, *, tenant: str, session_id: str, state: SessionState
+) -> SessionState:
+    """Store the messages ``state`` holds back, as ``reconcile_and_load`` would have."""
+    held = state.unstored
+    if held is None:
+        return state
+    await msgs.append_and_fetch_window(
+        conn, tenant=tenant, session_id=session_id, rows=held.rows, raw=held.raw,
+        head_len=state.head_len, head_hash=state.head_hash, system_count=state.system_count,
+        old_len=0, from_pos=state.system_count, events=held.events,
+    )
+    return replace(state, unstored=None)
 
 
 async def load_window(

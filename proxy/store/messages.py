@@ -16,7 +16,7 @@ __all__ = [
     "Begun", "begin_step", "BEGIN_STEP",
     "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "persist_step",
-    "record_step",
+    "append_step", "record_step",
 ]
 
 
@@ -285,6 +285,59 @@ async def persist_step(
         PERSIST_STEP, tenant, session_id, list(rows),
         *([row[i] for row in rows.values()] for i in range(3)), reclaimed,
         *event_columns(events), NOTIFY_CHANNEL, list(transient),
+    )
+
+
+APPEND_STEP = """
+WITH new AS (
+    INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
+                          redacted, verbatim, placeholder, evicted_at, trimmed_at)
+    SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim,
+           placeholder, CASE WHEN placeholder IS NOT NULL THEN now() END,
+           CASE WHEN trim THEN now() END
+    FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
+                $9::bool[], $10::bool[], $11::json[], $12::bool[])
+         AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, placeholder,
+              trim)
+), raw AS (""" + raw_outputs.insert_sql(13) + """
+), head AS (
+    UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19,
+        reclaimed_tokens = reclaimed_tokens + $20, updated_at = now()
+    WHERE tenant = $1 AND id = $2
+      AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- as in the append
+), ev AS (""" + events_cte("$21", "$22") + """)
+SELECT pg_notify($23, x) FROM unnest($24::text[]) AS x
+"""
+
+
+async def append_step(
+    conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
+    raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
+    system_count: int, evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
+    trimmed: Sequence[int] = (), reclaimed: int = 0, events: EventRows = ((), ()),
+    transient: Sequence[str] = (),
+) -> None:
+    """A new session's first messages and their first step, in one round trip: what
+    ``append_and_fetch_window`` and then ``persist_step`` would store, except that each
+    evicted row is inserted already evicted (placeholder, its tokens, not verbatim) rather
+    than inserted and then updated. ``events`` are the ingestion events, then the step's.
+
+    It commits asynchronously, as the append does, for the same reason: it holds only what
+    the client resends, and the request's ``record_step`` flushes it.
+    """
+    by_pos = {pos: (message, tokens) for pos, message, tokens in evicted}
+    cut = set(trimmed)
+    columns = _row_columns(rows)
+    placeholders: list[dict[str, Any] | None] = []
+    for i, row in enumerate(rows):
+        hit = by_pos.get(row.pos)
+        placeholders.append(hit[0] if hit else None)
+        if hit:
+            columns[5][i], columns[7][i] = hit[1], False  # tokens, verbatim
+    await conn.execute(
+        APPEND_STEP, tenant, session_id, *columns, placeholders,
+        [r.pos in cut for r in rows], *_raw_columns(raw), head_len, head_hash, system_count,
+        reclaimed, *event_columns(events), NOTIFY_CHANNEL, list(transient),
     )
 
 

@@ -236,3 +236,22 @@ def test_the_endpoint_answers_502_when_the_fast_model_fails(
         assert set(err) == {"message", "type", "param", "code"}
         assert "compaction failed" in err["message"] and "500" in err["message"]
         assert s.summaries("down") == []
+
+
+def test_slash_compact_as_a_new_sessions_first_request_folds_its_history(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A session whose first request brings a long history holds its messages back until its
+    step is stored (services.history); a compaction reads the store, so they go in first."""
+    with stack(tmp_path, db_dsn, fake_upstream, Model(), summarize=SUMMARIZE) as s:
+        agent = Agent(s.client("resumed"))
+        for i in range(5):  # 11 messages: more than a session is guessed new with
+            agent.messages += [{"role": "user", "content": words(200, f"t{i}")},
+                               {"role": "assistant", "content": f"done {i}"}]
+        answer = _command_round(s, agent, stream=False)
+        _check_chat_command(s, agent, answer, "resumed")
+        stored = s.query(
+            "SELECT pos FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
+            " ORDER BY pos", "resumed",
+        )
+        assert [r["pos"] for r in stored] == list(range(len(agent.messages)))
