@@ -35,6 +35,7 @@ from proxy.cascade.types import (
     MESSAGE_APPENDED,
     USAGE,
     Budget,
+    ContextLengthExceeded,
     Event,
     Message,
     TokenCounter,
@@ -46,12 +47,7 @@ from proxy.jsonio import dumps
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
-from proxy.services.history import (
-    SessionState,
-    load_window,
-    reconcile_and_load,
-    store_unstored,
-)
+from proxy.services.history import SessionState, load_window, reconcile_and_load, store_unstored
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.settings import Settings
@@ -178,9 +174,8 @@ class ChatService:
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
-            state = await store_unstored(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state
-            )
+            state = await store_unstored(conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                                         state=state)
             command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"), conn)
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(
@@ -188,7 +183,11 @@ class ChatService:
             )
         else:
             state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count, fixed)
-        assembled = self._assemble(rt, body, state, count, fixed)
+        try:
+            assembled = self._assemble(rt, body, state, count, fixed)
+        except ContextLengthExceeded:  # refused; what the client sent is stored all the same
+            await store_unstored(conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state)
+            raise
         reclaimed = await self._persist_step(conn, ctx, state, assembled, count)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
@@ -237,9 +236,8 @@ class ChatService:
         fraction, overflowing = pressure(state)
         if fraction >= min(s.soft_fraction, s.hard_fraction) or overflowing:
             # a compaction reads the store: what a new session holds back goes in first
-            state = await store_unstored(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, state=state
-            )
+            state = await store_unstored(conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                                         state=state)
         if fraction >= s.hard_fraction or overflowing:
             await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
             state = await load_window(conn, tenant=ctx.tenant, session_id=ctx.session_id,

@@ -178,6 +178,26 @@ def test_one_message_too_large_for_the_window_is_refused_and_nothing_is_sent(
         assert s.fake.requests == [], "a request that must fail was sent upstream"
 
 
+def test_a_refused_first_request_still_stores_the_history_it_brought(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A new session's long first request is stored with its step (services.history: held
+    back); when the guard refuses the step, what the client sent is stored all the same."""
+    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED,
+               summarize={"enabled": False}) as s:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+        for i in range(4):  # 10 messages in all: more than a session is guessed new with
+            messages += [{"role": "user", "content": f"question {i}"},
+                         {"role": "assistant", "content": f"answer {i}"}]
+        messages.append({"role": "user", "content": words(5000, "huge")})
+        with pytest.raises(openai.BadRequestError) as info:
+            s.client("refused").chat.completions.create(model="gpt-fake", messages=messages)
+        assert info.value.code == "context_length_exceeded"
+        assert s.fake.requests == []
+        stored = s.query("SELECT pos FROM messages WHERE session_id = 'refused' ORDER BY pos")
+        assert [r["pos"] for r in stored] == list(range(len(messages)))
+
+
 def test_a_huge_message_after_some_history_is_refused_without_calling_the_model(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
