@@ -14,7 +14,8 @@ assembled, and then go in with that prompt's evictions already applied, in the s
 that would otherwise only have recorded them (``store.messages.append_step``). Each evicted
 result is then one INSERT, not an INSERT and then an UPDATE (a new row version and an entry
 in each index). ``store_unstored`` stores them as usual when something must read the store
-first (a compaction).
+first (a compaction), and when the step is refused (the overflow guard), so that what the
+client sent is kept either way.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Unstored:
     rows: Sequence[msgs.NewMessage]
     raw: Sequence[tuple[str, str, int, bool]]  # their spilled outputs (``raw_outputs``)
     events: EventRows  # their ingestion events, stamped
+
 
 @dataclass(frozen=True, slots=True)
 class SessionState:
