@@ -321,22 +321,23 @@ class ChatService:
             for i in asm.evicted
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
+        trimmed = [state.positions[i] for i in asm.trimmed]
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         held = state.unstored
         if held is not None:
             await msgs.append_step(
                 conn, tenant=ctx.tenant, session_id=ctx.session_id, rows=held.rows,
                 raw=held.raw, head_len=state.head_len, head_hash=state.head_hash,
-                system_count=state.system_count, evicted=evicted,
-                trimmed=[state.positions[i] for i in asm.trimmed], reclaimed=reclaimed,
+                system_count=state.system_count, evicted=evicted, trimmed=trimmed,
+                reclaimed=reclaimed,
                 events=([*held.events[0], *persisted[0]], [*held.events[1], *persisted[1]]),
                 transient=transient,
             )
             return reclaimed
         await msgs.persist_step(
             conn, tenant=ctx.tenant, session_id=ctx.session_id,
-            evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],
-            reclaimed=reclaimed, events=persisted, transient=transient,
+            evicted=evicted, trimmed=trimmed, reclaimed=reclaimed, events=persisted,
+            transient=transient,
         )
         return reclaimed
 

@@ -108,11 +108,11 @@ def _seeded(
 
 @dataclass(slots=True)
 class _Ingested:
-    """The new messages, in stored form, with their spills and events."""
+    """The new messages, in stored form, with their spilled outputs and events."""
 
     new: list[tuple[int, Message]]
     rows: list[msgs.NewMessage]
-    spills: list[Any]
+    raw: list[tuple[str, str, int, bool]]  # the spills as ``raw_outputs.raw_rows`` makes them
     events: list[Event]
 
 
@@ -121,6 +121,7 @@ def _ingest(
     count: MemoCounter, superseded: int = 0,
 ) -> _Ingested:
     out = _Ingested([], [], [], [])
+    spills: list[Any] = []
     for pos in range(start, len(messages)):
         got = ingest(messages[pos], ctx)
         out.new.append((pos, got.message))
@@ -132,7 +133,8 @@ def _ingest(
         ))
         out.events.extend(e for e in got.events if e.name == TRUNCATED)
         if got.spill is not None:
-            out.spills.append(got.spill)
+            spills.append(got.spill)
+    out.raw = raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes)
     if out.rows:
         out.events.append(Event(MESSAGE_APPENDED, {
             "from_pos": start, "count": len(out.rows), "superseded": superseded,
@@ -184,8 +186,7 @@ async def reconcile_and_load(
     begun = await msgs.begin_step(
         conn, tenant=tenant, session_id=session_id, agent=agent, model=model, guess=guessed,
         rows=pending.rows if pending else (), head_len=len(messages), head_hash=head_hash,
-        raw=raw_outputs.raw_rows(pending.spills, ctx.tool_output.raw_cap_bytes)
-        if pending else (), system_count=system_count,
+        raw=pending.raw if pending else (), system_count=system_count,
         events=stamp(pending.events) if pending else ((), ()),
     )
     row = begun.session
@@ -199,8 +200,8 @@ async def reconcile_and_load(
         pending = _ingest(messages, hashes, 0, ctx, count)
         if pending.rows:
             state = _loaded(row, summary, system_count, messages, head_hash, pending, (), count)
-            raw = raw_outputs.raw_rows(pending.spills, ctx.tool_output.raw_cap_bytes)
-            return replace(state, unstored=Unstored(pending.rows, raw, stamp(pending.events)))
+            held = Unstored(pending.rows, pending.raw, stamp(pending.events))
+            return replace(state, unstored=held)
     superseded = 0
     if isinstance(plan, Supersede):
         superseded = await msgs.supersede_from(
@@ -218,7 +219,7 @@ async def reconcile_and_load(
     pending = _ingest(messages, hashes, start, ctx, count, superseded)
     old = await msgs.append_and_fetch_window(
         conn, tenant=tenant, session_id=session_id, rows=pending.rows,
-        raw=raw_outputs.raw_rows(pending.spills, ctx.tool_output.raw_cap_bytes),
+        raw=pending.raw,
         head_len=len(messages), head_hash=head_hash, system_count=system_count,
         old_len=start, from_pos=max(summary[1] or 0, system_count),
         move_head=bool(pending.rows) or superseded > 0, events=stamp(pending.events),
