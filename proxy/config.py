@@ -91,18 +91,17 @@ class RedactionConfig(_Block):
 
 
 class EvictionConfig(_Block):
-    """Defaults tuned on the replay bench (``python -m bench.replay``, cache-weighted cost).
+    """Defaults tuned on the replay bench (``python -m bench.replay``, cache-weighted cost;
+    the figures are in docs/perf.md).
 
     Every prompt token costs 0.1 while it stays in the cached prefix and 1.0 once something
     before it changes, so the per-step bill is ~0.1 x the prompt plus the misses. Evicting
     early keeps the prompt small, and one pass costs little as long as it reclaims more than
     it re-bills (the pure ``evict`` refuses passes that reclaim less than the suffix they
-    turn into misses), so the trigger can be low: ``atFraction`` 0.5 -> 0.25 took file 4
-    (OpenHands, 2k-token browser dumps) at 32k from 205k to 149k. Two protected rounds
-    instead of three keep the result the model is acting on plus one before it; three kept
-    ~4k extra tokens per step in files 4 and 6 (183k vs 205k in file 4 alone).
-    ``clearAtLeast`` stays 2000: once the miss rule batches passes, 3000 was mixed (file 4
-    153k vs 149k, file 2 166k vs 174k) and 5000-8000 cost file 4 10-20k more.
+    turn into misses), so the trigger is low: ``atFraction`` 0.25. Two protected rounds keep
+    the result the model is acting on plus one before it; a third keeps several thousand
+    tokens more on every step. ``clearAtLeast`` 2000 batches small passes; larger values
+    leave big results in the prompt for longer.
     """
 
     enabled: bool = True
@@ -118,12 +117,11 @@ class SummarizeConfig(_Block):
 
     A compaction re-bills the whole prompt after the first user message, so it should be rare
     and leave little behind. ``keepRecent`` 4 (two tool rounds) matches the two rounds that
-    eviction protects: with 8, the oldest kept rounds were evicted on the very next step, a
-    second full miss (file 6 at 32k: 527k -> 471k with the same thresholds). ``softFraction``
-    0.6 instead of 0.7 starts the fold earlier in long text-heavy sessions whose results are
-    too small to evict (file 2 at 32k: 187k -> 174k; file 1: 281k -> 259k); the pure
-    ``plan_compaction`` refuses spans smaller than half the kept tail, which stops the
-    fold-one-round-per-step loop a lower soft threshold would otherwise cause.
+    eviction protects: keeping more lets eviction clear the oldest kept rounds on the very
+    next step, a second full miss. ``softFraction`` 0.6 starts the fold early enough in long
+    text-heavy sessions whose results are too small to evict; the pure ``plan_compaction``
+    refuses spans smaller than half the kept tail, which stops the fold-one-round-per-step
+    loop a low soft threshold would otherwise cause.
     """
 
     enabled: bool = True

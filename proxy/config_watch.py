@@ -3,9 +3,9 @@
 Editors often save by writing a new file and renaming it over the old one, and a symlinked
 config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is replaced, so
 we watch the directory the path names and reload when the file's bytes changed. Only the
-directory itself is watched, not what is
-below it: a data directory kept beside the config (as bench/overhead does) made every
-PostgreSQL write wake the watcher and stat each changed file. Requests read
+directory itself is watched, not what is below it: with a data directory kept beside the
+config, a recursive watch would wake on every PostgreSQL write and stat each changed file.
+Requests read
 ``holder.current`` once and use that snapshot for the whole request.
 """
 

@@ -109,8 +109,8 @@ def canonical_json(msg: Mapping[str, Any]) -> str:
 def chain_hash(prev: str, msg: Mapping[str, Any]) -> str:
     """sha256 hex of ``prev + "\\n" + canonical_json(msg)``: identifies the prefix ending at msg.
 
-    orjson, not json: hashing runs over every resent message of every request, and orjson is
-    ~3x faster here (a 5,000-message history: ~24 ms with json, under 10 ms with orjson).
+    orjson, not json: hashing runs over every resent message of every request, and orjson
+    writes the canonical form several times faster.
     """
     data = (prev + "\n").encode() + dumps_sorted(canonical_message(msg))
     return hashlib.sha256(data).hexdigest()

@@ -40,14 +40,13 @@ def start_embedded(data_dir: Path | None) -> tuple[str, Any]:
 EMBEDDED_SETTINGS: dict[str, str] = {
     # New WAL segment files are not filled with zeros first (PostgreSQL writes only their
     # last byte). The zero-fill doubles what the server writes while its WAL grows, which it
-    # does for the first max_wal_size (1 GB) of a fresh data directory, and a write costs
-    # CPU on these machines: on bench/loadgen's ~200 KB agent request, pg_stat_io showed the
-    # client backends writing 224 MB of zeros beside 248 MB of WAL, and copying into the
-    # page cache was a quarter of the server's CPU (perf). Durability is unchanged: a commit
-    # still waits for its WAL to be fsynced, and recovery reads the holes of a sparse
-    # segment as the zeros it would have written. The trade is the one PostgreSQL documents
-    # for this setting: space is allocated as the WAL is written, not when the segment is
-    # made. Only the embedded server is tuned; an external one is its operator's to set.
+    # does for the first max_wal_size (1 GB) of a fresh data directory, and every byte
+    # written is CPU spent copying into the page cache (docs/perf.md). Durability is
+    # unchanged: a commit still waits for its WAL to be fsynced, and recovery reads the
+    # holes of a sparse segment as the zeros it would have written. The trade is the one
+    # PostgreSQL documents for this setting: space is allocated as the WAL is written, not
+    # when the segment is made. Only the embedded server is tuned; an external one is its
+    # operator's to set.
     "wal_init_zero": "off",
 }
 

@@ -40,9 +40,8 @@ MISS_RATIO = 0.5
 
 A cleared token saves its cached price, 0.1, on every later step it stays out; a re-billed
 token costs 0.9 extra once. At 0.5 a pass pays off when the cleared tokens stay out about 18
-steps; on the replay bench 0.5 and 1.0 were equal within noise
-(file 6 at 32k 422k vs 438k, file 1 271k vs 259k), and 0.5 still clears one large old result
-in front of a protected round of similar size."""
+steps. On the replay bench 0.5 and 1.0 cost the same within noise (docs/perf.md), and 0.5
+still clears one large old result in front of a protected round of similar size."""
 
 
 @dataclass(frozen=True, slots=True)

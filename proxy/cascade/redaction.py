@@ -18,14 +18,11 @@ anywhere else, so the result is identical (the unit tests prove it against the p
 pattern with no such literal (a configured ``[0-9]{4}-[0-9]{4}``) runs as a plain ``subn``, and
 so does any pattern whose literals are so frequent in a text that one scan in C is cheaper.
 
-Why one automaton: on the 190 KB of tool output in the overhead benchmark's large request, a
-``str.find`` pass per literal (25 of them) took 3.1 ms in all. :func:`redact` took 0.85 ms
-with an overlapping search and takes 0.63 ms with the leftmost-first one (:class:`_Scanner`)
-and :func:`_candidates` walking the literals found rather than each plan's. On the kinds of
-text in ``python -m bench.redaction_speed --quick``, those two changes took the median
-speed-up over the plain loop from 52-57x to 125-172x on clean text and from 11x to
-21-23x on text with secrets (three runs each). A combined ``re`` alternation was slower than
-either.
+Why one automaton: a ``str.find`` pass per literal reads the text once per literal (there
+are a few dozen), and a combined ``re`` alternation is slower still; the automaton reads it
+once. :func:`_candidates` then walks only the literals found, usually one or two, rather
+than every plan's. ``python -m bench.redaction_speed`` compares :func:`redact` with the
+plain loop; docs/perf.md has the figures.
 """
 
 from __future__ import annotations
@@ -173,9 +170,9 @@ class _Scanner:
     (lowercased, so it runs over the folded text: a superset of every exact-case hit).
 
     The automata report leftmost-first matches, which do not overlap: that search skips
-    ahead to the bytes a literal can begin with, and was 2.2x faster than the overlapping one
-    on the overhead benchmark's large request (0.18 against 0.39 ms for 210 KB). Every start
-    it cannot report lies inside a reported match, so ``inner`` lists, per literal, each
+    ahead to the bytes a literal can begin with, which an overlapping search cannot, and so
+    reads large texts about twice as fast. Every start it cannot report lies inside a
+    reported match, so ``inner`` lists, per literal, each
     (offset, literal) that can begin inside it, and :meth:`find` checks those few places.
     """
 

@@ -108,8 +108,8 @@ def plan_compaction(
     folded, or when the span is smaller (in characters) than ``min_span_ratio`` times the kept
     tail: a new summary rewrites the first user message, so every compaction re-bills the
     whole prompt after it as a cache miss, and folding one small round while a large tail stays
-    behind pays that miss for almost no room (it used to repeat on every step once the tail
-    alone sat above the soft threshold). Raises ``ValueError`` if the window starts after the
+    behind pays that miss for almost no room (and, once the tail alone sits above the soft
+    threshold, would repeat on every step). Raises ``ValueError`` if the window starts after the
     fold start, because folding from there would silently lose the messages in between.
     """
     start = max(boundary, system_count)

@@ -1,7 +1,7 @@
 """A per-process memo of each session's last resent history and its hash chain.
 
 Clients resend the whole history on every request, so hashing it is O(history) CPU per
-request: about 10 ms for 5,000 messages. The previous request's parsed messages are kept
+request, milliseconds for a long session. The previous request's parsed messages are kept
 per session; the longest prefix that compares equal (a C-speed list comparison) reuses
 its hashes and only the rest is hashed. Equal dicts serialise to equal canonical JSON, so
 the hashes are exactly those ``chain`` would compute. It is only a cache: a miss (another

@@ -1,10 +1,10 @@
 """Parse a resent request body by decoding only what is new since the session's last one.
 
 Clients resend the whole history on every request. At 5,000 messages that is about 1.6 MB
-of JSON, and parsing it (orjson, ~2 ms), comparing it with the previous history (~0.9 ms)
-and freeing the previous copy made most of what a request cost on top of a short one
-(bench/growth). A client that extends its history sends the same bytes as last time with
-new messages spliced in before the closing ``]`` of ``messages``. So this cache keeps, per
+of JSON, and parsing it, comparing it with the previous history and freeing the previous
+copy is most of what a long session's request costs on top of a short one (docs/perf.md).
+A client that extends its history sends the same bytes as last time with new messages
+spliced in before the closing ``]`` of ``messages``. So this cache keeps, per
 named session, the previous body's bytes and where its last message ends, and when the new
 body is those bytes plus new messages plus the same tail, it decodes only the new messages.
 The prefix's messages are the very objects parsed last time, so the hash chain's comparison
@@ -25,7 +25,7 @@ Soundness does not depend on the key or on any guess about the client; only on b
   on the request path mutates a client's message).
 
 Anything else (another tail, an edited message, a different key order, a body too small to
-be worth it) is a full parse, as before, plus one more pass over the messages array to
+be worth it) is a full parse plus one more pass over the messages array to
 locate it for the next request. Sessions are only cached when the request names them (path
 or ``X-Session-Id``): the key must be known before the body is parsed. It is only a cache,
 bounded by the bytes it holds; a miss costs one extra array parse, nothing else.

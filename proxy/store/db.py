@@ -151,9 +151,9 @@ async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
 
 # json and jsonb travel in PostgreSQL's binary format: a json value is its UTF-8 text, a
 # jsonb value the same text after a version byte (1). In the text format asyncpg quotes
-# every element of a json[] parameter byte by byte and PostgreSQL unquotes it the same way;
-# on bench/loadgen's ~200 KB agent request that was 6% of the proxy's CPU and 3% of the
-# database's. Binary arrays carry each element length-prefixed, copied whole.
+# every element of a json[] parameter byte by byte and PostgreSQL unquotes it the same way,
+# a cost that grows with every large body stored (docs/perf.md). Binary arrays carry each
+# element length-prefixed, copied whole.
 _JSONB_VERSION = b"\x01"
 
 

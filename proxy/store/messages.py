@@ -90,7 +90,7 @@ def _window(head_range: str, tail_range: str, body: str = PROMPT_FORM) -> str:
     """The leading system rows and the rows after the boundary, as two index range scans.
 
     One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
-    range and filter, which made every request read the entire history (bench/growth).
+    range and filter, so every request would read the entire history.
     """
     columns = _WINDOW_COLUMNS.format(body=body)
     return (

@@ -41,7 +41,7 @@ async def insert_summary(
     ``boundary_hash`` is the chain hash of the last folded message; a chain hash covers the
     whole prefix before it, so one live row with that hash proves the folded span is intact.
     That row sits just below ``boundary`` (only trimmed rows can lie between), so the check
-    reads positions downwards from there (migration 0009 dropped the hash index).
+    reads positions downwards from there (no index on ``messages`` leads with the hash).
 
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.
