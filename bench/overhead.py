@@ -51,10 +51,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 CASCADE_BIN = Path(PY).parent / "cascade-proxy"
 # Connections the Cascade under test may hold. Every request in flight holds one (README:
-# Capacity), so the default of 64 lets c=32 open 32 backends; on these 2-core machines that
-# cost PostgreSQL 1.06-1.11 ms of CPU per tiny request against 0.73-0.79 ms with 10, and
-# 15% of the RPS (bench.loadgen, tiny c=32, alternating runs). The fake answers at once,
-# so 10 connections serve every scenario here, as they did when 10 was the default.
+# Capacity), so the default of 64 lets c=32 open 32 backends, and on a 2-core machine those
+# backends cost PostgreSQL CPU and RPS of their own (docs/perf.md). The fake answers at
+# once, so 10 connections serve every scenario here, and every run is comparable with the
+# earlier ones, which had 10.
 CASCADE_POOL = 10
 SCENARIOS: dict[str, tuple[str, int]] = {
     "tiny_c1": ("tiny", 1),
@@ -457,9 +457,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    # Five rounds, not three: same-round Cascade/LiteLLM RPS ratios at c=32 spread from 8.9
-    # to 12.0 over three full runs (LiteLLM's own RPS moved most, 85-109 between rounds),
-    # and the median of five moves less with one odd round.
+    # Five rounds: same-round Cascade/LiteLLM RPS ratios at c=32 spread widely, mostly
+    # because LiteLLM's own RPS moves between rounds, and the median of five moves less with
+    # one odd round.
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.window = args.window or (1.5 if args.quick else 3.0)
     args.warmup = args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5)

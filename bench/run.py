@@ -474,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok = parts[name]["ok"]
             here = args.results.parent
             charts[name] = _copy(out, _CHART_GLOBS[name], here / "charts") if ok else []
-            # the README quotes figures from the full reports, so they are kept too
+            # docs/perf.md quotes figures from the full reports, so they are kept too
             if ok and (report := _copy(out, f"{name}.md", here / "reports")):
                 reports[name] = report[0]
     dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--", "proxy") else ""
