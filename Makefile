@@ -20,6 +20,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check proxy tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy proxy
 	$(BIN)/pytest
 
 bench: $(STAMP)

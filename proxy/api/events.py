@@ -115,7 +115,7 @@ async def session_events(
         raise NotFound(f"no session {session_id!r} (for this API key)")
     header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     after = int(header) if header and header.isascii() and header.isdigit() else 0
-    if after > BIGINT_MAX:
+    if header and after > BIGINT_MAX:  # ``after`` is 0 without a header
         raise ClientRequestError(f"Last-Event-ID {header[:30]} is past any event id",
                                  param="Last-Event-ID")
     return EventSourceResponse(

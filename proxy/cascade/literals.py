@@ -9,12 +9,16 @@ has none, and is scanned whole.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:  # the stdlib's own regex parser: private, but the only exact reading of a pattern
-    from re import _constants as _op, _parser
-except ImportError:  # pragma: no cover - a future Python: every pattern runs as a plain scan
-    _parser = None
+if TYPE_CHECKING:  # typeshed describes the same modules under their former public names
+    import sre_constants as _op
+    import sre_parse as _parser
+else:
+    try:  # the stdlib's own regex parser: private, but the only exact reading of a pattern
+        from re import _constants as _op, _parser
+    except ImportError:  # pragma: no cover - a future Python: every pattern runs as a scan
+        _parser = None
 
 __all__ = ["start_literals"]
 

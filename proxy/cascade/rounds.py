@@ -56,14 +56,14 @@ def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
     """
     starts: list[int] = []
     ends: list[int] = []
-    ids: list[list[str]] = []
+    ids: list[tuple[str, ...]] = []
     owner: dict[str, int] = {}
     for i, msg in enumerate(messages):
         if _has_calls(msg):
             starts.append(i)
             ends.append(i + 1)
             declared = call_ids(msg)
-            ids.append(list(declared))
+            ids.append(declared)
             for cid in declared:
                 owner[cid] = len(starts) - 1
         elif msg.get("role") == "tool":
@@ -74,9 +74,9 @@ def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
     for start, end, declared in zip(starts, ends, ids, strict=True):
         if merged and start < merged[-1].end:
             last = merged[-1]
-            merged[-1] = Round(last.start, max(last.end, end), last.tool_call_ids + tuple(declared))
+            merged[-1] = Round(last.start, max(last.end, end), last.tool_call_ids + declared)
         else:
-            merged.append(Round(start, end, tuple(declared)))
+            merged.append(Round(start, end, declared))
     return tuple(merged)
 
 

@@ -9,17 +9,26 @@ import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
 
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
 __all__ = [
     "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
     "connect", "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire", "borrowed",
+    "Connection", "Executor",
 ]
+
+Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
+"""One connection: a bare one, or one the pool lends (what :func:`acquire` returns)."""
+Executor: TypeAlias = "asyncpg.Pool | Connection"
+"""What runs a statement: the pool (which lends a connection for it) or one connection."""
 
 
 def find_migrations(source: Path, prefix: Path) -> Path:
@@ -55,7 +64,7 @@ class PoolExhausted(RuntimeError):
     because the session's advisory lock lives on it)."""
 
 
-async def acquire(pool: asyncpg.Pool, timeout: float) -> Any:
+async def acquire(pool: asyncpg.Pool, timeout: float) -> PoolConnectionProxy:
     """``pool.acquire()``, waiting at most ``timeout`` seconds; then :class:`PoolExhausted`,
     which the API answers with a 503 and ``Retry-After`` instead of queueing without end."""
     try:
@@ -71,7 +80,7 @@ async def acquire(pool: asyncpg.Pool, timeout: float) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[Any]:
+async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConnectionProxy]:
     """A connection from :func:`acquire` for the block, given back after it."""
     conn = await acquire(pool, timeout)
     try:
@@ -88,16 +97,18 @@ def redact_dsn(dsn: str) -> str:
     return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
-async def connect(dsn: str, *args: Any, **kwargs: Any) -> asyncpg.Connection:
+async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.Connection:
     """asyncpg.connect; a failure is a DatabaseUnavailable. The pool opens its connections
-    through it too, so a request that finds the database gone can be told so (a 503)."""
+    through it too, so a request that finds the database gone can be told so (a 503).
+    ``dsn`` may be None, as the pool's connect callback allows: libpq's PG* defaults apply."""
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
     except (TimeoutError, OSError, ValueError, asyncpg.PostgresError,
             asyncpg.InterfaceError) as exc:
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
+        where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {redact_dsn(dsn)} (DATABASE_URL): {reason}"
+            f"cannot connect to PostgreSQL at {where} (DATABASE_URL): {reason}"
         ) from None
 
 
@@ -177,7 +188,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 _unlocked: set[int] = set()  # backend pids whose request released its own advisory lock
 
 
-def mark_unlocked(conn: Any) -> None:
+def mark_unlocked(conn: Connection) -> None:
     """Say that ``conn``'s holder released every advisory lock it took; its next return to
     the pool then skips the unlock round trip (see ``_reset``)."""
     _unlocked.add(conn.get_server_pid())
@@ -199,7 +210,7 @@ async def _reset(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_unlock_all()")
 
 
-async def _setup(conn: Any) -> None:
+async def _setup(conn: PoolConnectionProxy) -> None:
     """On every acquire: forget a mark a previous holder left without reaching ``_reset``
     (a connection that broke), so a mark never outlives the use that set it."""
     _unlocked.discard(conn.get_server_pid())
@@ -211,6 +222,4 @@ async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("setup", _setup)
-    pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=connect, **kwargs)
-    assert pool is not None
-    return pool
+    return await asyncpg.create_pool(dsn, init=_init_connection, connect=connect, **kwargs)

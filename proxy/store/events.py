@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
+
+if TYPE_CHECKING:
+    from proxy.store.db import Executor
 
 __all__ = [
     "EventRows", "events_cte", "event_columns", "insert_event",
@@ -46,7 +49,7 @@ INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETU
 
 
 async def insert_event(
-    conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
+    conn: Executor, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
 ) -> int:
     """Persist one event (the trigger NOTIFYs listeners); returns its id."""
     return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, dict(data)))
@@ -60,7 +63,7 @@ ORDER BY id LIMIT $4
 
 
 async def fetch_events_after(
-    conn: Any, *, tenant: str, session_id: str, after_id: int, limit: int = 1000,
+    conn: Executor, *, tenant: str, session_id: str, after_id: int, limit: int = 1000,
     settle_seconds: float = 10.0,
 ) -> list[asyncpg.Record]:
     """Events after ``after_id`` in id order; ``settled`` says a row is older than
@@ -69,7 +72,7 @@ async def fetch_events_after(
                             settle_seconds)
 
 
-async def notify(conn: Any, *, payload: str) -> None:
+async def notify(conn: Executor, *, payload: str) -> None:
     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, payload)
 
 
@@ -81,7 +84,7 @@ ON CONFLICT (tenant, session_id, replica) DO UPDATE SET expires_at = EXCLUDED.ex
 
 
 async def watch(
-    conn: Any, *, keys: Sequence[tuple[str, str]], replica: uuid.UUID, ttl_seconds: float
+    conn: Executor, *, keys: Sequence[tuple[str, str]], replica: uuid.UUID, ttl_seconds: float
 ) -> None:
     """Say (or say again) that ``replica`` streams these sessions for the next ``ttl``:
     the events trigger announces their events only while such a row is current."""
@@ -95,5 +98,5 @@ DELETE FROM event_watchers WHERE tenant = $1 AND session_id = $2 AND replica = $
 """
 
 
-async def unwatch(conn: Any, *, tenant: str, session_id: str, replica: uuid.UUID) -> None:
+async def unwatch(conn: Executor, *, tenant: str, session_id: str, replica: uuid.UUID) -> None:
     await conn.execute(UNWATCH, tenant, session_id, replica)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from proxy.store import raw_outputs
 from proxy.store.events import NOTIFY_CHANNEL, EventRows, event_columns, events_cte
 from proxy.store.sessions import session_lock_key
+
+if TYPE_CHECKING:
+    from proxy.store.db import Executor
 
 __all__ = [
     "Begun", "begin_step", "BEGIN_STEP",
@@ -63,7 +66,7 @@ FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[]
 
 
 async def insert_messages(
-    conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage]
+    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage]
 ) -> None:
     """Append rows in one round trip (unnest), whatever their number."""
     if not rows:
@@ -103,7 +106,7 @@ FETCH_WINDOW = _window("m.pos < $3", "m.pos >= $4")
 
 
 async def fetch_window(
-    conn: Any, *, tenant: str, session_id: str, system_count: int, from_pos: int
+    conn: Executor, *, tenant: str, session_id: str, system_count: int, from_pos: int
 ) -> list[asyncpg.Record]:
     """The leading system messages plus every live message from ``from_pos`` on: O(window)."""
     return await conn.fetch(FETCH_WINDOW, tenant, session_id, system_count, from_pos)
@@ -127,7 +130,7 @@ WITH new AS (
 
 
 async def append_and_fetch_window(
-    conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
+    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
     raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
     system_count: int, old_len: int, from_pos: int, move_head: bool = True,
     events: EventRows = ((), ()),
@@ -162,7 +165,7 @@ BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in ra
 
 
 async def begin_step(
-    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
+    conn: Executor, *, tenant: str, session_id: str, agent: str, model: str | None,
     guess: tuple[int, str | None] | None = None, rows: Sequence[NewMessage] = (),
     raw: Sequence[tuple[str, str, int, bool]] = (), head_len: int = 0,
     head_hash: str | None = None, system_count: int = 0, events: EventRows = ((), ()),
@@ -196,7 +199,7 @@ WHERE m.pos < cardinality($3::text[])
 
 
 async def fetch_matched_len(
-    conn: Any, *, tenant: str, session_id: str, hashes: Sequence[str]
+    conn: Executor, *, tenant: str, session_id: str, hashes: Sequence[str]
 ) -> int:
     """Length of the longest stored prefix the incoming history shares.
 
@@ -215,7 +218,7 @@ WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND pos >= $3
 """
 
 
-async def supersede_from(conn: Any, *, tenant: str, session_id: str, from_pos: int) -> int:
+async def supersede_from(conn: Executor, *, tenant: str, session_id: str, from_pos: int) -> int:
     """Mark the stored tail from ``from_pos`` superseded (kept for the session API)."""
     status = await conn.execute(SUPERSEDE_FROM, tenant, session_id, from_pos)
     return int(status.split()[-1])
@@ -231,7 +234,7 @@ ORDER BY m.pos, m.id LIMIT $4 OFFSET $5
 
 
 async def fetch_messages(
-    conn: Any, *, tenant: str, session_id: str, include_superseded: bool = False,
+    conn: Executor, *, tenant: str, session_id: str, include_superseded: bool = False,
     limit: int = 1000, offset: int = 0,
 ) -> list[asyncpg.Record]:
     return await conn.fetch(
@@ -257,7 +260,7 @@ SELECT pg_notify($10, x) FROM unnest($11::text[]) AS x
 
 
 async def persist_step(
-    conn: Any, *, tenant: str, session_id: str,
+    conn: Executor, *, tenant: str, session_id: str,
     evicted: Sequence[tuple[int, dict[str, Any], int]] = (), trimmed: Sequence[int] = (),
     reclaimed: int = 0, events: EventRows = ((), ()), transient: Sequence[str] = (),
 ) -> None:
@@ -311,7 +314,7 @@ SELECT pg_notify($23, x) FROM unnest($24::text[]) AS x
 
 
 async def append_step(
-    conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
+    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
     raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
     system_count: int, evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
     trimmed: Sequence[int] = (), reclaimed: int = 0, events: EventRows = ((), ()),
@@ -356,7 +359,7 @@ RETURNING reclaimed_tokens, cascade_release_session($12)
 
 
 async def record_step(
-    conn: Any, *, tenant: str, session_id: str, reply: NewMessage | None,
+    conn: Executor, *, tenant: str, session_id: str, reply: NewMessage | None,
     prompt_tokens: int | None, estimate: int, calibration: float,
     events: EventRows = ((), ()), unlock: int | None = None,
 ) -> bool:

@@ -8,10 +8,13 @@ from there when no spilled row exists.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.truncation import cap_utf8, content_text
 from proxy.cascade.types import Spill
+
+if TYPE_CHECKING:
+    from proxy.store.db import Executor
 
 __all__ = ["raw_rows", "insert_sql", "fetchrow_raw_output"]
 
@@ -57,7 +60,7 @@ LIMIT 1
 
 
 async def fetchrow_raw_output(
-    conn: Any, *, tenant: str, session_id: str, tool_call_id: str
+    conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
 ) -> dict[str, Any] | None:
     """The full text of a tool call's result: its spilled row or the body of its evicted
     row (the latest, superseded or not; never a redacted one, which eviction gives no

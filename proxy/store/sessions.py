@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import asyncpg
+
+if TYPE_CHECKING:
+    from proxy.store.db import Connection, Executor
 
 __all__ = [
     "fetchrow_session", "fetch_sessions",
@@ -22,7 +25,9 @@ FROM sessions s WHERE s.tenant = $1 AND s.id = $2
 """
 
 
-async def fetchrow_session(conn: Any, *, tenant: str, session_id: str) -> asyncpg.Record | None:
+async def fetchrow_session(
+    conn: Executor, *, tenant: str, session_id: str
+) -> asyncpg.Record | None:
     return await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
 
 
@@ -34,7 +39,7 @@ FROM sessions WHERE tenant = $1 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 
 
 async def fetch_sessions(
-    conn: Any, *, tenant: str, limit: int = 100, offset: int = 0
+    conn: Executor, *, tenant: str, limit: int = 100, offset: int = 0
 ) -> list[asyncpg.Record]:
     return await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)
 
@@ -43,7 +48,7 @@ DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
 LOCK_SESSION = "SELECT pg_advisory_xact_lock($1)"
 
 
-async def delete_session(conn: Any, *, tenant: str, session_id: str) -> bool:
+async def delete_session(conn: Executor, *, tenant: str, session_id: str) -> bool:
     """Delete a session and, by ON DELETE CASCADE, everything it owns."""
     async with _locked(conn, tenant, session_id) as tx:
         status = await tx.execute(DELETE_SESSION, tenant, session_id)
@@ -51,7 +56,9 @@ async def delete_session(conn: Any, *, tenant: str, session_id: str) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _locked(conn: Any, tenant: str, session_id: str) -> AsyncIterator[Any]:
+async def _locked(
+    conn: Executor, tenant: str, session_id: str
+) -> AsyncIterator[Connection]:
     """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
     holding the session's lock: reset, delete and branch wait for a request in flight on the
     session (it holds the lock until its reply is stored), so they never cut its step."""
@@ -74,7 +81,7 @@ RESET_SESSION = [
 ]
 
 
-async def reset_session(conn: Any, *, tenant: str, session_id: str) -> None:
+async def reset_session(conn: Executor, *, tenant: str, session_id: str) -> None:
     """Forget the history (messages, raw outputs, summaries); the session and events stay."""
     async with _locked(conn, tenant, session_id) as tx:
         for sql in RESET_SESSION:
@@ -103,7 +110,7 @@ COPY_SESSION = [
 ]
 
 
-async def copy_session(conn: Any, *, tenant: str, source: str, target: str) -> None:
+async def copy_session(conn: Executor, *, tenant: str, source: str, target: str) -> None:
     """Branch: independent copies of the live history, raw outputs and valid summaries."""
     async with _locked(conn, tenant, source) as tx:
         for sql in COPY_SESSION:

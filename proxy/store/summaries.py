@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import asyncpg
+
+if TYPE_CHECKING:
+    from proxy.store.db import Executor
 
 __all__ = ["fetchrow_latest", "insert_summary", "invalidate_after", "fetch_summaries"]
 
@@ -15,7 +18,7 @@ ORDER BY version DESC LIMIT 1
 """
 
 
-async def fetchrow_latest(conn: Any, *, tenant: str, session_id: str) -> asyncpg.Record | None:
+async def fetchrow_latest(conn: Executor, *, tenant: str, session_id: str) -> asyncpg.Record | None:
     """The newest summary still valid for the live history."""
     return await conn.fetchrow(FETCHROW_LATEST, tenant, session_id)
 
@@ -33,7 +36,7 @@ RETURNING version
 
 
 async def insert_summary(
-    conn: Any, *, tenant: str, session_id: str, boundary: int, boundary_hash: str | None,
+    conn: Executor, *, tenant: str, session_id: str, boundary: int, boundary_hash: str | None,
     content: str, tokens: int, model: str | None,
 ) -> int | None:
     """Insert the next version; None when the last folded message is no longer live.
@@ -58,7 +61,7 @@ WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL AND boundary > 
 """
 
 
-async def invalidate_after(conn: Any, *, tenant: str, session_id: str, pos: int) -> None:
+async def invalidate_after(conn: Executor, *, tenant: str, session_id: str, pos: int) -> None:
     """A history that diverged at ``pos`` invalidates summaries that folded messages past it."""
     await conn.execute(INVALIDATE_AFTER, tenant, session_id, pos)
 
@@ -69,5 +72,5 @@ WHERE tenant = $1 AND session_id = $2 ORDER BY version
 """
 
 
-async def fetch_summaries(conn: Any, *, tenant: str, session_id: str) -> list[asyncpg.Record]:
+async def fetch_summaries(conn: Executor, *, tenant: str, session_id: str) -> list[asyncpg.Record]:
     return await conn.fetch(FETCH_SUMMARIES, tenant, session_id)
