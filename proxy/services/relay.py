@@ -11,6 +11,8 @@ Each upstream event is forwarded byte for byte the moment its blank line arrives
   first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
   concatenate every string they get, the role included.
+A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
+the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -87,12 +89,25 @@ class RoundOutcome:
     # (choice index, upstream tool index) -> internal? Each choice numbers its calls from 0.
     internal: dict[tuple[int, int], bool] = field(default_factory=dict)
     saw_done: bool = False
-    error: str | None = None  # the stream broke off: the relay reports it
+    error: str | None = None  # the stream broke off or stopped short: the relay reports it
     provider_error: bool = False  # the provider sent an error frame: relayed as it came
+    saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
 
     @property
     def only_internal(self) -> bool:
         return bool(self.internal) and all(self.internal.values())
+
+    @property
+    def complete(self) -> bool:
+        """Whether the round ended as an answer does: ``[DONE]``, or a finish reason on every
+        choice. A provider's error frame and a body that holds no chat chunk (relayed as they
+        came) count as ended too; a stream of nothing but comments does not."""
+        acc = self.acc
+        if self.saw_done or self.provider_error:
+            return True
+        if not acc.indices:
+            return self.saw_data
+        return all(acc.finish_reason(i) is not None for i in acc.indices)
 
 
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
@@ -174,7 +189,10 @@ async def relay_round(
                 yield sse.KEEPALIVE
                 continue
             if item is _EOF:
-                tail = splitter.flush()
+                now, tail = _ending(splitter.flush(), out, strip_usage=strip_usage,
+                                    intercept=intercept, held=held, client=client)
+                for piece in now:
+                    yield piece
                 break
             if isinstance(item, Exception):
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
@@ -197,6 +215,27 @@ async def relay_round(
             asyncio.CancelledError, Exception
         ):
             await reader
+
+
+def _ending(
+    tail: bytes, out: RoundOutcome, *, strip_usage: bool, intercept: bool, held: list[bytes],
+    client: ClientStream,
+) -> tuple[list[bytes], bytes]:
+    """At the end of the body: the pieces to send now, and the unterminated rest to send last.
+
+    A ``[DONE]`` without its blank line still counts. An answer that did not finish gets
+    ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
+    """
+    now: list[bytes] = []
+    if tail.strip() and sse.is_done(tail):
+        now = _handle(tail, out, strip_usage=strip_usage, intercept=intercept, held=held,
+                      client=client)
+        tail = b""
+    out.saw_data = out.saw_data or bool(tail.strip())
+    if not out.complete:
+        out.error = "the provider's stream ended before its answer was complete"
+        tail = b""
+    return now, tail
 
 
 def _unfinished(held: list[bytes]) -> list[bytes]:
@@ -222,14 +261,16 @@ def _handle(
     client: ClientStream,
 ) -> list[bytes]:
     if sse.is_done(event):
-        out.saw_done = True
+        out.saw_done = out.saw_data = True
         if intercept:
             held.append(event)
             return []
         return [event]
     chunk = sse.parse_chunk(event)
     if chunk is None:
+        out.saw_data = out.saw_data or sse.event_data(event) is not None
         return [event]
+    out.saw_data = True
     if "error" in chunk and not chunk.get("choices"):
         out.provider_error = True
     out.acc.add(chunk)

@@ -6,6 +6,8 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import pytest
+
 from proxy import sse
 from proxy.services.forward import _closing_frames
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
@@ -110,3 +112,36 @@ def test_closing_frames_finish_every_choice_under_the_streams_identity() -> None
                                       "created": 1, "model": "m", "choices": [],
                                       "usage": {"prompt_tokens": 5}}
     assert done == sse.DONE
+
+
+ENDINGS = {
+    "done": ([frame({"content": "a"}), sse.DONE], True),
+    "finish": ([frame({"content": "a"}), frame({}, "stop")], True),
+    "neither": ([frame({"content": "a"})], False),
+    "one-choice-of-two-finished": ([frame({"content": "a"}), frame({"content": "b"}, index=1),
+                                    frame({}, "stop")], False),
+    "only-comments": ([b": keep-alive\n\n"], False),
+    "no-chat-stream": ([b'{"object": "chat.completion"}'], True),  # relayed as it came
+    "provider-error-frame": ([b'data: {"error": {"message": "overloaded"}}\n\n'], True),
+}
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "intercept"])
+@pytest.mark.parametrize("name", list(ENDINGS))
+async def test_a_round_that_ends_without_done_or_every_finish_reason_is_an_error(
+    name: str, intercept: bool
+) -> None:
+    pieces, complete = ENDINGS[name]
+    got, out = await relay(pieces, ClientStream(), intercept=intercept)
+    assert out.complete is complete
+    assert (out.error is None) is complete
+    if complete:
+        assert got == pieces  # as it came
+    else:
+        assert "ended before" in (out.error or "")
+
+
+async def test_an_unfinished_tail_is_not_relayed_before_the_error_frame() -> None:
+    # An event cut off without its blank line would run into the error frame after it.
+    got, out = await relay([frame({"content": "a"}), b'data: {"choi'], ClientStream())
+    assert out.error is not None and got == [frame({"content": "a"})]

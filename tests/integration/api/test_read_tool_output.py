@@ -422,3 +422,30 @@ def test_internal_rounds_send_one_id_one_role_and_one_identity_on_the_wire(
     assert "".join(d.get("content") or "" for d in deltas) == "let me look and more the answer"
     finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
     assert finishes == ["stop"]
+
+
+def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Issue 21 item 2, past an internal round: no finish reason, no [DONE], a clean close.
+    head = {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    early = [f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': d}]})}\n\n"
+             for d in ({"role": "assistant", "content": ""}, {"content": "half an ans"})]
+    fake_upstream.script(
+        reply("let me look ", tool_calls=[read_call(id="call_big", offset=0)]), raw(*early),
+        reply("whole"),
+    )
+    messages = history("call_big", blob(9000, "big"))
+    body = {"model": "gpt-4o", "stream": True, "messages": messages}
+    with api(proxy) as http:
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "early"})
+        frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+        assert "broke off" not in frames[-2] and "error" in json.loads(frames[-2])
+        assert frames[-1] == "[DONE]"
+        text = "".join(json.loads(f)["choices"][0]["delta"].get("content") or ""
+                       for f in frames[:-2])
+        assert text == "let me look half an ans"
+        rows = http.get("/v1/sessions/early/messages").json()["data"]
+        assert [r["message"]["role"] for r in rows] == ["user", "assistant", "tool"]
+    out = chat(proxy, "early", messages)
+    assert out.choices[0].message.content == "whole"
