@@ -25,7 +25,7 @@ from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
-from proxy.services.relay import RoundOutcome, relay_round
+from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
@@ -82,14 +82,15 @@ def _client_reply(
     return reply
 
 
-def _closing_frames(acc: sse.StreamAccumulator, include_usage: bool) -> list[bytes]:
-    """A finish frame (``stop``), the usage frame if asked for, and ``[DONE]``: the ending of a
-    stream whose last round only called read_tool_output, which the client must not see."""
-    base: dict[str, Any] = {
-        "id": acc.id, "object": "chat.completion.chunk", "created": acc.created,
-        "model": acc.model,
-    }
-    finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+def _closing_frames(
+    client: ClientStream, acc: sse.StreamAccumulator, include_usage: bool
+) -> list[bytes]:
+    """A finish frame (``stop``) per choice, the usage frame if asked for, and ``[DONE]``: the
+    ending of a stream whose last round only called read_tool_output, which the client must
+    not see. They carry the identity the client's stream began with."""
+    base: dict[str, Any] = {"object": "chat.completion.chunk", **client.head}
+    choices = [{"index": i, "delta": {}, "finish_reason": "stop"} for i in acc.indices or [0]]
+    finish = {**base, "choices": choices}
     frames = [sse.encode_event({**finish, "usage": None} if include_usage else finish)]
     if include_usage and acc.usage is not None:
         frames.append(sse.encode_event({**base, "choices": [], "usage": acc.usage}))
@@ -231,6 +232,7 @@ class Forwarder:
         try:
             messages = list(step.assembled.messages)
             texts: list[str] = []
+            client = ClientStream()  # the one stream the client sees, however many rounds
             for round_no in range(self.settings.max_internal_rounds + 1):
                 # Round 0's provider, when still silent here, has been for one keep-alive
                 # interval (``stream`` waited that long): its first comment goes out at once.
@@ -246,7 +248,7 @@ class Forwarder:
                     async for piece in relay_round(
                         resp, out, strip_usage=not step.client_wants_usage,
                         intercept=step.assembled.offer_read_tool,
-                        keepalive=self.settings.keepalive_seconds,
+                        keepalive=self.settings.keepalive_seconds, client=client,
                     ):
                         yield piece
                 finally:
@@ -267,7 +269,8 @@ class Forwarder:
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
                     reply = _client_reply(message, texts, internal, client_calls)
                     if out.only_internal:  # budget spent: the relay held back the ending
-                        for frame in _closing_frames(out.acc, step.client_wants_usage):
+                        for frame in _closing_frames(client, out.acc,
+                                                     step.client_wants_usage):
                             yield frame
                     break
                 messages = await self._internal_round(step, messages, message)

@@ -5,8 +5,14 @@ Each upstream event is forwarded byte for byte the moment its blank line arrives
   did not ask for it;
 - when the proxy offered ``read_tool_output``: the tool-call deltas of that internal tool are
   removed (client tool calls are renumbered from 0), and a round that called only internal
-  tools ends silently (no finish frame, no ``[DONE]``) so the next internal round continues the
-  same client stream.
+  tools ends silently (its finish reasons, usage and ``[DONE]`` are held back) so the next
+  internal round continues the same client stream;
+- frames that would break that one stream (``ClientStream``): a later round's frames take the
+  first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
+  ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
+  concatenate every string they get, the role included.
+A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
+the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -25,9 +31,56 @@ from proxy import sse
 from proxy.cascade.types import READ_TOOL_OUTPUT
 from proxy.upstream import StreamAnswer
 
-__all__ = ["RoundOutcome", "relay_round", "pump"]
+__all__ = ["ClientStream", "RoundOutcome", "relay_round", "pump"]
 
 _EOF = object()
+_IDENTITY = ("id", "created", "model", "system_fingerprint")
+
+
+@dataclass(slots=True)
+class ClientStream:
+    """What the client has seen of its one stream, which may span several upstream rounds.
+
+    ``head`` keeps the first value of each identity field (the first round's chunk id, …);
+    ``roles`` the choice indices whose ``role`` already went out.
+    """
+
+    head: dict[str, Any] = field(default_factory=dict)
+    roles: set[int] = field(default_factory=set)
+
+    def align(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        """``chunk`` as part of the one stream: itself when nothing differs (so its bytes go
+        out untouched), else a copy with the head's identity and without a repeated role;
+        ``None`` when only a repeated role was in it."""
+        fix = {}
+        for key in _IDENTITY:
+            if key not in chunk:
+                continue
+            if key not in self.head:
+                self.head[key] = chunk[key]
+            elif chunk[key] != self.head[key]:
+                fix[key] = self.head[key]
+        choices = chunk.get("choices")
+        repeated = []
+        for pos, choice in enumerate(choices if isinstance(choices, list) else []):
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if isinstance(delta, dict) and delta.get("role") is not None:
+                index = choice.get("index", pos)
+                if index in self.roles:
+                    repeated.append(pos)
+                self.roles.add(index)
+        if not fix and not repeated:
+            return chunk
+        aligned = {**chunk, **fix}
+        if repeated:
+            kept = list(choices)  # type: ignore[arg-type]
+            for pos in repeated:
+                delta = {k: v for k, v in kept[pos]["delta"].items() if k != "role"}
+                kept[pos] = {**kept[pos], "delta": delta}
+            if all(_empty(c) for c in kept) and aligned.get("usage") is None:
+                return None
+            aligned["choices"] = kept
+        return aligned
 
 
 @dataclass(slots=True)
@@ -36,12 +89,25 @@ class RoundOutcome:
     # (choice index, upstream tool index) -> internal? Each choice numbers its calls from 0.
     internal: dict[tuple[int, int], bool] = field(default_factory=dict)
     saw_done: bool = False
-    error: str | None = None  # the stream broke off: the relay reports it
+    error: str | None = None  # the stream broke off or stopped short: the relay reports it
     provider_error: bool = False  # the provider sent an error frame: relayed as it came
+    saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
 
     @property
     def only_internal(self) -> bool:
         return bool(self.internal) and all(self.internal.values())
+
+    @property
+    def complete(self) -> bool:
+        """Whether the round ended as an answer does: ``[DONE]``, or a finish reason on every
+        choice. A provider's error frame and a body that holds no chat chunk (relayed as they
+        came) count as ended too; a stream of nothing but comments does not."""
+        acc = self.acc
+        if self.saw_done or self.provider_error:
+            return True
+        if not acc.indices:
+            return self.saw_data
+        return all(acc.finish_reason(i) is not None for i in acc.indices)
 
 
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
@@ -55,6 +121,12 @@ async def pump(resp: StreamAnswer, queue: asyncio.Queue[Any]) -> None:
         await queue.put(_EOF)
     except Exception as exc:  # mid-stream reset: report it in-band
         await queue.put(exc)
+
+
+def _empty(choice: Any) -> bool:
+    return isinstance(choice, dict) and not choice.get("delta") and (
+        choice.get("finish_reason") is None and choice.get("logprobs") is None
+    )
 
 
 def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
@@ -95,15 +167,20 @@ def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
 
 async def relay_round(
     resp: StreamAnswer, out: RoundOutcome, *, strip_usage: bool, intercept: bool,
-    keepalive: float,
+    keepalive: float, client: ClientStream | None = None,
 ) -> AsyncIterator[bytes]:
-    """Yield client bytes for one upstream round; fill ``out`` with what the round said."""
+    """Yield client bytes for one upstream round; fill ``out`` with what the round said.
+
+    ``client`` carries the stream across the rounds of one request (a new one if omitted).
+    """
+    client = client if client is not None else ClientStream()
     # Bounded, so a client that reads slowly slows the provider (proxy/h1client.py stops
     # reading past 1 MiB buffered) instead of the proxy holding the whole answer.
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_CHUNKS)
     reader = asyncio.create_task(pump(resp, queue))
     splitter = sse.EventSplitter()
     held: list[bytes] = []  # finish/usage/DONE frames of a round that may turn out internal
+    tail = b""
     try:
         while True:
             try:
@@ -112,20 +189,23 @@ async def relay_round(
                 yield sse.KEEPALIVE
                 continue
             if item is _EOF:
-                tail = splitter.flush()
-                if tail.strip():
-                    yield tail
+                now, tail = _ending(splitter.flush(), out, strip_usage=strip_usage,
+                                    intercept=intercept, held=held, client=client)
+                for piece in now:
+                    yield piece
                 break
             if isinstance(item, Exception):
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
                 break
             for event in splitter.feed(item):
                 for piece in _handle(event, out, strip_usage=strip_usage, intercept=intercept,
-                                     held=held):
+                                     held=held, client=client):
                     yield piece
-        if intercept and not out.only_internal:
-            for piece in held:
+        if intercept:
+            for piece in held if not out.only_internal else _unfinished(held):
                 yield piece
+        if tail.strip():
+            yield tail
     finally:
         # Shielded (and bounded): when the client hangs up, Starlette cancels this generator's
         # scope, and an unshielded await would re-cancel the reader mid-cleanup; the caller
@@ -137,37 +217,82 @@ async def relay_round(
             await reader
 
 
+def _ending(
+    tail: bytes, out: RoundOutcome, *, strip_usage: bool, intercept: bool, held: list[bytes],
+    client: ClientStream,
+) -> tuple[list[bytes], bytes]:
+    """At the end of the body: the pieces to send now, and the unterminated rest to send last.
+
+    A ``[DONE]`` without its blank line still counts. An answer that did not finish gets
+    ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
+    """
+    now: list[bytes] = []
+    if tail.strip() and sse.is_done(tail):
+        now = _handle(tail, out, strip_usage=strip_usage, intercept=intercept, held=held,
+                      client=client)
+        tail = b""
+    out.saw_data = out.saw_data or bool(tail.strip())
+    if not out.complete:
+        out.error = "the provider's stream ended before its answer was complete"
+        tail = b""
+    return now, tail
+
+
+def _unfinished(held: list[bytes]) -> list[bytes]:
+    """The held frames of a round that called only internal tools, as the stream goes on: no
+    finish reason, usage or ``[DONE]``, but whatever text came with the finish reason."""
+    out = []
+    for event in held:
+        chunk = sse.parse_chunk(event)
+        if chunk is None or sse.is_usage_only(chunk):
+            continue
+        choices = [{**c, "finish_reason": None} for c in chunk.get("choices") or []]
+        choices = [c for c in choices if not _empty(c)]
+        if choices:
+            chunk = {**chunk, "choices": choices}
+            if chunk.get("usage") is not None:
+                chunk["usage"] = None
+            out.append(sse.encode_event(chunk))
+    return out
+
+
 def _handle(
-    event: bytes, out: RoundOutcome, *, strip_usage: bool, intercept: bool, held: list[bytes]
+    event: bytes, out: RoundOutcome, *, strip_usage: bool, intercept: bool, held: list[bytes],
+    client: ClientStream,
 ) -> list[bytes]:
     if sse.is_done(event):
-        out.saw_done = True
+        out.saw_done = out.saw_data = True
         if intercept:
             held.append(event)
             return []
         return [event]
     chunk = sse.parse_chunk(event)
     if chunk is None:
+        out.saw_data = out.saw_data or sse.event_data(event) is not None
         return [event]
+    out.saw_data = True
     if "error" in chunk and not chunk.get("choices"):
         out.provider_error = True
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
         if strip_usage:
             return []
+        aligned = client.align(chunk)
+        data = event if aligned is chunk else sse.encode_event(aligned)  # type: ignore[arg-type]
         if intercept:
-            held.append(event)
+            held.append(data)
             return []
-        return [event]
-    if not intercept:
-        return [event]
-    before = json.dumps(chunk, separators=(",", ":"))
-    rewritten = _rewrite(json.loads(before), out)
+        return [data]
+    rewritten: dict[str, Any] | None = chunk
+    if intercept:
+        rewritten = _rewrite(json.loads(json.dumps(chunk)), out)
+        if rewritten is None:
+            return []
+    rewritten = client.align(rewritten)
     if rewritten is None:
         return []
-    finishing = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
-    data = event if rewritten == chunk else sse.encode_event(rewritten)
-    if finishing:
+    data = event if rewritten is chunk or rewritten == chunk else sse.encode_event(rewritten)
+    if intercept and any(c.get("finish_reason") for c in rewritten.get("choices") or []):
         held.append(data)
         return []
     return [data]

@@ -493,3 +493,87 @@ def test_mid_stream_reset_raises_api_error_in_sdk(
     with pytest.raises(openai.APIError, match="provider"):
         for _ in stream:
             pass
+
+
+# --------------------------------------------------------------------------- ended early
+
+_HEAD = {"id": "c-early", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def _frame(delta: dict[str, Any], finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return f"data: {json.dumps({**_HEAD, 'choices': [choice]})}\n\n"
+
+
+_START = (_frame({"role": "assistant", "content": ""}), _frame({"content": "partial"}))
+
+
+@pytest.mark.parametrize(
+    "ending", [(), (": keep-alive\n\n",), ('data: {"id": "c-early", "choices": [{"ind',)],
+    ids=["closed", "after-a-comment", "mid-event"],
+)
+def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothing(
+    http: httpx.Client, fake_upstream: FakeUpstream, ending: tuple[str, ...]
+) -> None:
+    # Issue 21 item 2: the connection closes normally, but the answer never said it was done.
+    sid = "ended-early"
+    turn = [{"role": "user", "content": "go"}]
+    fake_upstream.script(raw(*_START, *ending), reply("whole", chunks=1))
+    resp = http.post("/v1/chat/completions", headers={"x-session-id": sid},
+                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    assert resp.status_code == 200
+    frames = _data_frames(resp.content)
+    assert [_payload(f)["choices"][0]["delta"] for f in frames[:2]] == [
+        {"role": "assistant", "content": ""}, {"content": "partial"}]
+    err = _payload(frames[2])["error"]
+    assert set(err) == {"message", "type", "param", "code"} and "provider" in err["message"]
+    assert frames[3:] == [DONE]
+    assert _live_messages(http, sid, 0) == turn  # no assistant row for the step
+
+    again = http.post("/v1/chat/completions", headers={"x-session-id": sid},
+                      json={"model": "gpt-fake", "messages": turn, "stream": True})
+    assert b"whole" in again.content and _data_frames(again.content)[-1] == DONE
+    stored = _wait_for(lambda: _live_messages(http, sid, 2))
+    assert stored == [*turn, {"role": "assistant", "content": "whole"}]
+
+
+def test_a_stream_of_nothing_but_comments_is_an_error(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(raw(": hello\n\n"))
+    resp = http.post("/v1/chat/completions", headers={"x-session-id": "only-comments"},
+                     json={"model": "gpt-fake", "messages": [{"role": "user", "content": "go"}],
+                           "stream": True})
+    frames = _data_frames(resp.content)
+    assert "error" in _payload(frames[0]) and frames[1:] == [DONE]
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [("data: [DONE]\n\n",), ("data: [DONE]",), (_frame({}, "stop"),)],
+    ids=["done-without-finish", "done-without-blank-line", "finish-without-done"],
+)
+def test_a_stream_with_done_or_a_finish_reason_is_complete_and_stored(
+    http: httpx.Client, fake_upstream: FakeUpstream, ending: tuple[str, ...]
+) -> None:
+    # Either signal says the answer ended: [DONE], or a finish reason on every choice.
+    sid = "complete-" + str(abs(hash(ending)))
+    turn = [{"role": "user", "content": "go"}]
+    fake_upstream.script(raw(*_START, *ending))
+    resp = http.post("/v1/chat/completions", headers={"x-session-id": sid},
+                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    assert resp.content == "".join((*_START, *ending)).encode()  # relayed as it came
+    stored = _wait_for(lambda: _live_messages(http, sid, 2))
+    assert stored == [*turn, {"role": "assistant", "content": "partial"}]
+
+
+def test_a_stream_that_ends_early_raises_api_error_in_sdk(
+    client: openai.OpenAI, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(raw(*_START))
+    stream = client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": "go"}], stream=True
+    )
+    with pytest.raises(openai.APIError, match="provider"):
+        for _ in stream:
+            pass

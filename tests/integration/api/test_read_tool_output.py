@@ -351,3 +351,101 @@ def test_with_two_choices_an_internal_call_in_one_hides_no_call_of_the_other(
     assert calls == [(1, "run_tests")]
     finishes = {c.index: c.finish_reason for ch in chunks for c in ch.choices if c.finish_reason}
     assert finishes[1] == "tool_calls"
+
+
+def _three_rounds(fake_upstream: FakeUpstream) -> None:
+    """Two internal rounds, then an answer that calls itself another completion: another id,
+    time, model and fingerprint, and a role frame of its own."""
+    later = {"id": "chatcmpl-other", "object": "chat.completion.chunk", "created": 1_800_000_000,
+             "model": "other-model", "system_fingerprint": "fp_other"}
+
+    def frame(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return f"data: {json.dumps({**later, 'choices': [choice]})}\n\n"
+
+    fake_upstream.script(
+        reply("let me look ", tool_calls=[read_call("int_1", id="call_big", offset=0)]),
+        reply("and more ", tool_calls=[read_call("int_2", id="call_big", offset=500)]),
+        raw(frame({"role": "assistant", "content": ""}), frame({"content": "the "}),
+            frame({"content": "answer"}), frame({}, "stop"), "data: [DONE]\n\n"),
+    )
+
+
+def test_internal_rounds_make_one_stream_for_the_sdk_stream_helper(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Each round's role frame used to reach the client: the helper built "assistantassistant".
+    _three_rounds(fake_upstream)
+    messages = history("call_big", blob(9000, "big"))
+    client = sdk(proxy, "one-stream")
+    with client.chat.completions.stream(model="gpt-4o", messages=messages) as stream:
+        final = stream.get_final_completion()
+    assert len(fake_upstream.bodies()) == 3
+    message = final.choices[0].message
+    assert message.role == "assistant"
+    assert message.content == "let me look and more the answer"
+    assert message.tool_calls is None and final.choices[0].finish_reason == "stop"
+    assert (final.id, final.model, final.created) == ("chatcmpl-fake-0", "gpt-4o", 1_700_000_000)
+    assert final.system_fingerprint == "fp_fake"
+
+    # What the proxy stored is the same one message, and the client's resend of it matches.
+    with api(proxy) as http:
+        for _ in range(100):
+            rows = http.get("/v1/sessions/one-stream/messages").json()["data"]
+            if len(rows) > len(messages):
+                break
+            time.sleep(0.02)
+    assert rows[-1]["message"] == {"role": "assistant",
+                                   "content": "let me look and more the answer"}
+    resent = {"role": message.role, "content": message.content}
+    chat(proxy, "one-stream", [*messages, resent, {"role": "user", "content": "thanks"}])
+    sent = fake_upstream.bodies()[-1]["messages"]
+    assert sent[-2] == resent and len(sent) == len(messages) + 2
+
+
+def test_internal_rounds_send_one_id_one_role_and_one_identity_on_the_wire(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    _three_rounds(fake_upstream)
+    body = {"model": "gpt-4o", "stream": True, "messages": history("call_big", blob(9000, "big"))}
+    with api(proxy) as http:
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "wire"})
+    frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(f) for f in frames[:-1]]
+    for key in ("id", "created", "model", "system_fingerprint"):
+        assert {c.get(key) for c in chunks} == {chunks[0][key]}, key
+    assert chunks[0]["id"] == "chatcmpl-fake-0"
+    deltas = [ch["delta"] for c in chunks for ch in c["choices"]]
+    assert [d["role"] for d in deltas if "role" in d] == ["assistant"]
+    assert {ch["index"] for c in chunks for ch in c["choices"]} == {0}
+    assert "".join(d.get("content") or "" for d in deltas) == "let me look and more the answer"
+    finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+    assert finishes == ["stop"]
+
+
+def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Issue 21 item 2, past an internal round: no finish reason, no [DONE], a clean close.
+    head = {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    early = [f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': d}]})}\n\n"
+             for d in ({"role": "assistant", "content": ""}, {"content": "half an ans"})]
+    fake_upstream.script(
+        reply("let me look ", tool_calls=[read_call(id="call_big", offset=0)]), raw(*early),
+        reply("whole"),
+    )
+    messages = history("call_big", blob(9000, "big"))
+    body = {"model": "gpt-4o", "stream": True, "messages": messages}
+    with api(proxy) as http:
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "early"})
+        frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+        assert "broke off" not in frames[-2] and "error" in json.loads(frames[-2])
+        assert frames[-1] == "[DONE]"
+        text = "".join(json.loads(f)["choices"][0]["delta"].get("content") or ""
+                       for f in frames[:-2])
+        assert text == "let me look half an ans"
+        rows = http.get("/v1/sessions/early/messages").json()["data"]
+        assert [r["message"]["role"] for r in rows] == ["user", "assistant", "tool"]
+    out = chat(proxy, "early", messages)
+    assert out.choices[0].message.content == "whole"

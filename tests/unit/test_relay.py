@@ -1,0 +1,147 @@
+"""One client stream across upstream rounds: what ``relay_round`` rewrites and what it leaves."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from proxy import sse
+from proxy.services.forward import _closing_frames
+from proxy.services.relay import ClientStream, RoundOutcome, relay_round
+
+
+class _Body:
+    """Stands for a StreamAnswer: its body arrives as the given pieces."""
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        self.pieces = pieces
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+    async def aclose(self) -> None:
+        pass
+
+
+def frame(delta: dict[str, Any], finish: str | None = None, *, index: int = 0,
+          head: dict[str, Any] | None = None) -> bytes:
+    head = head or {"id": "c-1", "created": 1, "model": "m", "system_fingerprint": "fp_1"}
+    choice = {"index": index, "delta": delta, "finish_reason": finish}
+    # Spaced JSON, unlike the relay's own encoding: a re-encoded frame would show.
+    data = json.dumps({**head, "choices": [choice]}, separators=(" ,", ":  "))
+    return f"data: {data}\n\n".encode()
+
+
+def read_call(cid: str) -> dict[str, Any]:
+    return {"tool_calls": [{"index": 0, "id": cid, "type": "function",
+                            "function": {"name": "read_tool_output", "arguments": "{}"}}]}
+
+
+async def relay(pieces: Sequence[bytes], client: ClientStream, *, intercept: bool = False) -> (
+    tuple[list[bytes], RoundOutcome]
+):
+    out = RoundOutcome()
+    got = [p async for p in relay_round(_Body(pieces), out, strip_usage=False,  # type: ignore[arg-type]
+                                        intercept=intercept, keepalive=5, client=client)]
+    return got, out
+
+
+def chunks(pieces: Sequence[bytes]) -> list[dict[str, Any]]:
+    return [c for p in pieces if (c := sse.parse_chunk(p)) is not None]
+
+
+async def test_a_later_round_takes_the_first_rounds_identity_and_drops_its_role() -> None:
+    client = ClientStream()
+    first = [frame({"role": "assistant", "content": ""}), frame({"content": "a"}),
+             frame({}, "stop"), sse.DONE]
+    got, _ = await relay(first, client)
+    assert got == first  # byte for byte
+
+    other = {"id": "c-2", "created": 2, "model": "m2", "system_fingerprint": "fp_2"}
+    second = [frame({"role": "assistant", "content": ""}, head=other),
+              frame({"role": "assistant"}, head=other),  # nothing but a role: dropped
+              frame({"content": "b"}, head=other), frame({}, "stop", head=other), sse.DONE]
+    got, out = await relay(second, client)
+    assert [c["choices"][0]["delta"] for c in chunks(got)] == [{"content": ""}, {"content": "b"},
+                                                               {}]
+    assert {(c["id"], c["created"], c["model"], c["system_fingerprint"]) for c in chunks(got)} == {
+        ("c-1", 1, "m", "fp_1")
+    }
+    assert got[-1] == sse.DONE
+    assert out.acc.message() == {"role": "assistant", "content": "b"}  # what is stored
+
+
+async def test_a_provider_that_repeats_the_role_sends_it_once_per_choice() -> None:
+    pieces = [frame({"role": "assistant", "content": "a"}),
+              frame({"role": "assistant", "content": "b"}, index=1),
+              frame({"role": "assistant", "content": "c"}),
+              frame({"role": "assistant", "content": "d"}, index=1), sse.DONE]
+    got, _ = await relay(pieces, ClientStream())
+    assert got[:2] == pieces[:2] and got[-1] == sse.DONE
+    assert [c["choices"][0]["delta"] for c in chunks(got[2:])] == [{"content": "c"},
+                                                                   {"content": "d"}]
+
+
+async def test_the_text_beside_an_internal_rounds_finish_still_reaches_the_client() -> None:
+    # One frame says it all: role, text, a read_tool_output call and the finish reason.
+    whole = frame({"role": "assistant", "content": "looking", **read_call("int_1")}, "tool_calls")
+    got, out = await relay([whole, sse.DONE], ClientStream(), intercept=True)
+    assert out.only_internal
+    [chunk] = chunks(got)
+    assert chunk["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": "looking"},
+                                 "finish_reason": None}]
+    assert sse.DONE not in got
+
+
+def test_closing_frames_finish_every_choice_under_the_streams_identity() -> None:
+    client = ClientStream(head={"id": "c-1", "created": 1, "model": "m"})
+    acc = sse.StreamAccumulator()
+    acc.add({"id": "c-3", "choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {}}],
+             "created": 3, "model": "m3"})
+    acc.add({"id": "c-3", "choices": [], "usage": {"prompt_tokens": 5}})
+    finish, usage, done = _closing_frames(client, acc, include_usage=True)
+    first = sse.parse_chunk(finish)
+    assert first is not None and first["id"] == "c-1" and first["created"] == 1
+    assert [(c["index"], c["finish_reason"]) for c in first["choices"]] == [(0, "stop"),
+                                                                            (1, "stop")]
+    assert sse.parse_chunk(usage) == {"object": "chat.completion.chunk", "id": "c-1",
+                                      "created": 1, "model": "m", "choices": [],
+                                      "usage": {"prompt_tokens": 5}}
+    assert done == sse.DONE
+
+
+ENDINGS = {
+    "done": ([frame({"content": "a"}), sse.DONE], True),
+    "finish": ([frame({"content": "a"}), frame({}, "stop")], True),
+    "neither": ([frame({"content": "a"})], False),
+    "one-choice-of-two-finished": ([frame({"content": "a"}), frame({"content": "b"}, index=1),
+                                    frame({}, "stop")], False),
+    "only-comments": ([b": keep-alive\n\n"], False),
+    "no-chat-stream": ([b'{"object": "chat.completion"}'], True),  # relayed as it came
+    "provider-error-frame": ([b'data: {"error": {"message": "overloaded"}}\n\n'], True),
+}
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "intercept"])
+@pytest.mark.parametrize("name", list(ENDINGS))
+async def test_a_round_that_ends_without_done_or_every_finish_reason_is_an_error(
+    name: str, intercept: bool
+) -> None:
+    pieces, complete = ENDINGS[name]
+    got, out = await relay(pieces, ClientStream(), intercept=intercept)
+    assert out.complete is complete
+    assert (out.error is None) is complete
+    if complete:
+        assert got == pieces  # as it came
+    else:
+        assert "ended before" in (out.error or "")
+
+
+async def test_an_unfinished_tail_is_not_relayed_before_the_error_frame() -> None:
+    # An event cut off without its blank line would run into the error frame after it.
+    got, out = await relay([frame({"content": "a"}), b'data: {"choi'], ClientStream())
+    assert out.error is not None and got == [frame({"content": "a"})]
