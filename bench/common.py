@@ -1,4 +1,9 @@
-"""Small helpers every benchmark shares: a free loopback port, the machine line, strict JSON."""
+"""Small helpers every benchmark shares: a free loopback port, the machine line, strict JSON.
+
+Importing this module needs nothing beyond what serving installs, so the test suite (and
+tests that only want :func:`free_port`) can import it without the bench extra; ``psutil``
+is imported where the machine line is built.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,6 @@ import platform
 import socket
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 __all__ = ["free_port", "machine", "clean"]
 
@@ -30,6 +33,8 @@ def machine() -> str:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
+    import psutil  # the bench extra installs it
+
     mem = psutil.virtual_memory().total / 2**30
     return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GiB"
 

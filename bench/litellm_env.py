@@ -1,11 +1,14 @@
 """LiteLLM's proxy in its own virtualenv, so it is never a dependency of Cascade.
 
 ``python -m bench.litellm_env [--install]`` creates ``bench/.litellm-venv`` (gitignored) with
-``litellm[proxy]`` from PyPI and prints what it found as JSON.
+``litellm[proxy]`` at :data:`VERSION` from PyPI and prints what it found as JSON.
 
-:func:`ensure` installs on first use and reports, never raises: when LiteLLM cannot be installed
-or started (no network, a broken release), the benchmark records the reason and drops the
-column. :func:`start` runs ``litellm --config bench/litellm_config.yaml`` routing
+The version is pinned because LiteLLM's cost per request moves between releases by more than
+the ratios the overhead bench checks, so ratios from different releases do not compare; the
+results name the version they ran against. :func:`ensure` installs on first use, and again
+when the venv holds another version, and reports, never raises: when LiteLLM cannot be
+installed or started (no network, a broken release), the benchmark records the reason and
+drops the column. :func:`start` runs ``litellm --config bench/litellm_config.yaml`` routing
 ``bench-model`` to the fake upstream (``openai/`` provider, ``api_base`` from
 ``CASCADE_BENCH_UPSTREAM``), with no database, no callbacks, telemetry off, the cost map read
 locally instead of fetched, and uvicorn's per-request access log silenced (``LITELLM_LOG=ERROR``)
@@ -24,8 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["VENV", "CONFIG", "LiteLLMEnv", "ensure", "start", "main"]
+__all__ = ["VERSION", "REQUIREMENT", "VENV", "CONFIG", "LiteLLMEnv", "ensure", "start", "main"]
 
+VERSION = "1.108.7"
+REQUIREMENT = f"litellm[proxy]=={VERSION}"
 BENCH = Path(__file__).resolve().parent
 VENV = BENCH / ".litellm-venv"
 CONFIG = BENCH / "litellm_config.yaml"
@@ -57,19 +62,21 @@ def _tail(text: str, lines: int = 8) -> str:
     return " | ".join(kept[-lines:])
 
 
-def ensure(*, install: bool = True) -> LiteLLMEnv:
-    """The LiteLLM venv, creating it and installing ``litellm[proxy]`` when missing."""
-    python = VENV / "bin" / "python"
-    executable = VENV / "bin" / "litellm"
-    if executable.exists() and (version := _version(python)):
-        return LiteLLMEnv(True, executable=str(executable), version=version)
+def ensure(*, install: bool = True, venv: Path = VENV) -> LiteLLMEnv:
+    """The LiteLLM venv at :data:`VERSION`, creating it or installing the pin when it is not."""
+    python = venv / "bin" / "python"
+    executable = venv / "bin" / "litellm"
+    found = _version(python) if executable.exists() else ""
+    if found == VERSION:
+        return LiteLLMEnv(True, executable=str(executable), version=found)
     if not install:
-        return LiteLLMEnv(False, reason=f"no LiteLLM venv at {VENV} (run with --install)")
+        has = f"has litellm {found}, the bench pins {VERSION}" if found else "has no LiteLLM"
+        return LiteLLMEnv(False, reason=f"{venv} {has} (run with --install)")
     try:
         if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
         pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "litellm[proxy]"],
+            [str(python), "-m", "pip", "install", "--quiet", REQUIREMENT],
             capture_output=True,
             text=True,
             timeout=INSTALL_TIMEOUT,
@@ -77,10 +84,12 @@ def ensure(*, install: bool = True) -> LiteLLMEnv:
     except (OSError, subprocess.SubprocessError) as exc:
         return LiteLLMEnv(False, reason=f"could not create the LiteLLM venv: {exc}")
     if pip.returncode != 0:
-        return LiteLLMEnv(False, reason=f"pip install litellm[proxy] failed: {_tail(pip.stderr)}")
+        return LiteLLMEnv(False, reason=f"pip install {REQUIREMENT} failed: {_tail(pip.stderr)}")
     version = _version(python)
     if not executable.exists() or not version:
         return LiteLLMEnv(False, reason="litellm installed but its CLI is missing")
+    if version != VERSION:
+        return LiteLLMEnv(False, reason=f"pip installed litellm {version}, not {VERSION}")
     return LiteLLMEnv(True, executable=str(executable), version=version)
 
 

@@ -35,14 +35,15 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from bench import litellm_env
 from bench.common import clean, free_port, machine
 from bench.loadgen import median, ratio
 from bench.overhead_report import Rows, metric, render_charts, render_markdown
+
+if TYPE_CHECKING:  # the bench extra installs psutil; the pure helpers below run without it
+    import psutil
 
 __all__ = ["SCENARIOS", "FULL_TARGETS", "QUICK_TARGETS", "RATIO_SCENARIOS", "Target", "aggregate",
            "evaluate", "round_ratios", "main"]
@@ -90,6 +91,8 @@ class Target:
 
         The database is the postmaster whose command line names ``db_marker`` (its data
         directory) plus its backends, wherever the embedded server was parented."""
+        import psutil
+
         if self.proc is None:
             return [], []
         try:
@@ -108,12 +111,16 @@ class Target:
 
 
 def _is_db(proc: psutil.Process, marker: str) -> bool:
+    import psutil
+
     with contextlib.suppress(psutil.Error):
         return marker in " ".join(proc.cmdline())
     return False
 
 
 def _cpu(procs: list[psutil.Process]) -> float:
+    import psutil
+
     total = 0.0
     for p in procs:
         with contextlib.suppress(psutil.Error):
@@ -123,6 +130,8 @@ def _cpu(procs: list[psutil.Process]) -> float:
 
 
 def _rss_mb(procs: list[psutil.Process]) -> float:
+    import psutil
+
     total = 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
@@ -167,6 +176,8 @@ def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 
 def _stop(target: Target) -> None:
+    import psutil
+
     proc = target.proc
     if proc is not None and proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):

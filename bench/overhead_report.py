@@ -8,7 +8,8 @@ from typing import Any
 
 from bench.loadgen import ratio
 
-__all__ = ["Rows", "metric", "render_markdown", "render_charts", "round_ratios_line"]
+__all__ = ["Rows", "metric", "render_markdown", "render_charts", "round_ratios_line",
+           "versions_line"]
 
 Rows = dict[str, dict[str, dict[str, float]]]
 
@@ -91,6 +92,17 @@ def round_ratios_line(ratios: dict[str, list[float]]) -> str:
             "medians): " + "; ".join(parts) + ".")
 
 
+def versions_line(versions: dict[str, str]) -> str:
+    """The versions the run measured, LiteLLM's first: its ratios compare only at one version.
+
+    '' when none were recorded; a target that did not run has no version and is left out."""
+    found = {name: version for name, version in versions.items() if version}
+    order = sorted(found, key=lambda name: (name != "litellm", name))
+    if not found:
+        return ""
+    return "Versions: " + ", ".join(f"{name} {found[name]}" for name in order) + "."
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The human-readable report: targets first, then one table per scenario."""
     meta, rows = result["meta"], result["rows"]
@@ -113,6 +125,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"{meta['load_average_at_end']}.",
         "",
     ]
+    if versions := versions_line(meta.get("versions") or {}):
+        lines += [versions, ""]
     for name, reason in result["unavailable"].items():
         lines.append(f"- **{name} unavailable**: {reason}")
     lines += ["", "## Targets", "", "| target | rule | value | limit | met |", "|" + "---|" * 5]

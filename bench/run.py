@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.overhead_report import round_ratios_line
+from bench.overhead_report import round_ratios_line, versions_line
 
 __all__ = [
     "PARTS",
@@ -336,6 +336,8 @@ def render_results(
         if name == "overhead":
             if spread := round_ratios_line(data.get("round_ratios") or {}):
                 lines += ["", spread]
+            if versions := versions_line((data.get("meta") or {}).get("versions") or {}):
+                lines += ["", versions]
             if data.get("unavailable"):
                 gone = ", ".join(f"{k} ({v})" for k, v in data["unavailable"].items())
                 lines += ["", f"Unavailable targets: {gone}."]

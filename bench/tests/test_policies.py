@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings, strategies as st
 from starlette.testclient import TestClient
 
@@ -247,10 +248,10 @@ def test_pass_through_replay_reproduces_the_offline_raw_metrics() -> None:
     assert online.requests == 8
 
 
-def test_reports_render_a_table_and_a_chart(tmp_path: Path) -> None:
+def _report_rows() -> list[R.Row]:
     tok = chars4()
     conv = [T.Conversation("a", tuple(agent_loop(6)))]
-    rows = [
+    return [
         R.Row(
             1,
             "f.json",
@@ -261,10 +262,17 @@ def test_reports_render_a_table_and_a_chart(tmp_path: Path) -> None:
         for limit in (1000, 4000)
         for pol in P.POLICIES
     ]
-    md = R.render_markdown(rows)
+
+
+def test_reports_render_a_table() -> None:
+    md = R.render_markdown(_report_rows())
     assert md.count("| clearing |") == 2
     assert "### File 1: `f.json`" in md
-    png = R.render_chart(rows, tmp_path / "c.png")
+
+
+def test_reports_render_a_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="charts need the bench extra (make bench-test)")
+    png = R.render_chart(_report_rows(), tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
