@@ -13,7 +13,6 @@ import functools
 import gc
 import logging
 import os
-import re
 from collections.abc import AsyncIterator
 from typing import Any, TypedDict
 
@@ -34,7 +33,7 @@ from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.h1client import H1Client
-from proxy.logs import configure_logging
+from proxy.logs import causes, configure_logging
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.pgembed import start_embedded, tune_embedded
 from proxy.services.chat import ChatService
@@ -226,25 +225,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(cls, handler)
 
 
-_USERINFO = re.compile(r"//[^/@\s]*@")
-
-
 def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:
     """``<status> <method> <path>: <message>``; for a 5xx, the chain of causes behind it (a
     502 names the provider in its message, and the cause says why: refused, DNS, TLS...)."""
     where = f"{request.method} {request_path(request.scope)}"
     if status < 500:
         log.info("%d %s: %s", status, where, message)
-        return
-    causes, cause = [], _cause(exc)
-    while cause is not None and len(causes) < 3:
-        causes.append(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}"))
-        cause = _cause(cause)
-    because = f" (cause: {' <- '.join(causes)})" if causes else ""
-    log.warning("%d %s: %s%s", status, where, message, because)
-
-
-def _cause(exc: BaseException) -> BaseException | None:
-    """What a traceback would show as the cause: ``raise … from``, else the exception being
-    handled when this one was raised."""
-    return exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    else:
+        log.warning("%d %s: %s%s", status, where, message, causes(exc))

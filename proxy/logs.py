@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any, Literal
 
 from proxy import requestlog
 
-__all__ = ["configure_logging", "JsonFormatter", "TextFormatter", "LogFormat"]
+__all__ = ["configure_logging", "causes", "JsonFormatter", "TextFormatter", "LogFormat"]
 
 LogFormat = Literal["text", "json"]
 
@@ -118,3 +119,21 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
     access.disabled = True
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+_USERINFO = re.compile(r"//[^/@\s]*@")
+
+
+def causes(exc: BaseException, depth: int = 3) -> str:
+    """`` (cause: Type: message <- Type: message)``, what a traceback would show as the causes
+    of ``exc`` (``raise … from``, else the exception being handled), or ``""``. A URL's
+    ``user:password@`` is cut out."""
+    found, cause = [], _cause(exc)
+    while cause is not None and len(found) < depth:
+        found.append(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}"))
+        cause = _cause(cause)
+    return f" (cause: {' <- '.join(found)})" if found else ""
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    return exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy import requestlog
-from proxy.logs import configure_logging
+from proxy.logs import causes, configure_logging
 
 _LOGGERS = ("cascade", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx")
 
@@ -84,3 +84,19 @@ def test_text_escapes_line_breaks_in_a_message(capsys: pytest.CaptureFixture[str
     logging.getLogger("cascade").info("GET /a\nINFO forged")
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith("cascade: GET /a\\nINFO forged")
+
+
+def test_causes_follow_the_chain_and_cut_credentials_out_of_urls() -> None:
+    try:
+        try:
+            try:
+                raise OSError("proxy http://user:hunter2@egress:3128 refused")
+            except OSError as inner:
+                raise ConnectionError("connect failed") from inner
+        except ConnectionError as middle:
+            raise RuntimeError("502") from middle
+    except RuntimeError as exc:
+        text = causes(exc)
+    assert text == (" (cause: ConnectionError: connect failed <- "
+                    "OSError: proxy http://egress:3128 refused)")
+    assert causes(ValueError("alone")) == ""

@@ -153,6 +153,32 @@ def test_each_error_is_logged_once_with_its_cause(
     assert errors[2].exc_info is None  # a provider's failure is not a traceback of ours
 
 
+def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
+    settings: Settings, fake_upstream: FakeUpstream, tmp_path: Path, records: _Records
+) -> None:
+    # Past the 0.3 s keep-alive the 200 is committed: the error can only go in-band, and the
+    # access line says 200, so the log must say what happened.
+    provider = {"baseUrl": fake_upstream.url, "timeoutSeconds": 0.6, "connectTimeoutSeconds": 1}
+    config = write_config(tmp_path / "slow.json", fake_upstream.url,
+                          providers={"openai": provider})
+    server = ProxyServer(settings.model_copy(update={"config": config})).start()
+    fake_upstream.script(reply("late", first_byte_delay=1.5), reply("cut", reset_after=1))
+    body = {"model": "gpt-fake", "messages": MESSAGES, "stream": True}
+    try:
+        with _client(server) as http:
+            late = _post(http, json=body, headers={"x-session-id": "late"})
+            cut = _post(http, json=body, headers={"x-session-id": "cut"})
+    finally:
+        server.stop()
+    assert late.status_code == cut.status_code == 200
+    assert '"error"' in late.text and '"error"' in cut.text
+    records.access(2)
+    lines = [r.getMessage() for r in records.errors()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("504 in a stream") and "(cause: " in lines[0]
+    assert lines[1].startswith("a stream ended with an error event: the provider's stream")
+
+
 def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
     text, js = io.StringIO(), io.StringIO()
     as_text, as_json = logging.StreamHandler(text), logging.StreamHandler(js)
