@@ -216,7 +216,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         our shape; Starlette re-raises, and uvicorn logs the traceback."""
         return JSONResponse(*reversed(exception_body(exc)))
 
-    handlers: dict[type[BaseException], Any] = {
+    handlers: dict[type[Exception], Any] = {
         ProxyError: domain, ContextLengthExceeded: domain, InvalidSessionId: invalid_id,
         HTTPException: http, RequestValidationError: validation,
         DatabaseUnavailable: no_database, PoolExhausted: busy, Exception: last_resort,

@@ -91,7 +91,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
         logging.Handler.__init__(self)
 
     @property
-    def stream(self) -> Any:  # type: ignore[override]
+    def stream(self) -> Any:
         return sys.stderr
 
 
@@ -128,7 +128,8 @@ def causes(exc: BaseException, depth: int = 3) -> str:
     """`` (cause: Type: message <- Type: message)``, what a traceback would show as the causes
     of ``exc`` (``raise … from``, else the exception being handled), or ``""``. A URL's
     ``user:password@`` is cut out."""
-    found, cause = [], _cause(exc)
+    found: list[str] = []
+    cause = _cause(exc)
     while cause is not None and len(found) < depth:
         found.append(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}"))
         cause = _cause(cause)

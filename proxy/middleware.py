@@ -37,12 +37,13 @@ _SHOWN = ("method", "path", "status", "duration_ms")  # in the access line's tex
 def request_path(scope: Scope) -> str:
     """The path as the client sent it (still percent-encoded), without the query string,
     which may carry a credential."""
-    raw = scope.get("raw_path")
+    raw: bytes | None = scope.get("raw_path")
     return raw.decode("latin-1") if raw else str(scope.get("path", ""))
 
 
 def _request_id(scope: Scope) -> str:
-    for name, value in scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for name, value in headers:
         if name == b"x-request-id" and _CLIENT_ID.fullmatch(value):
             return value.decode("ascii")
     return uuid.uuid4().hex
