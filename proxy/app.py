@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -18,10 +19,11 @@ from typing import Any, TypedDict
 import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse
 from starlette.routing import Match
-from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
@@ -31,6 +33,8 @@ from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.h1client import H1Client
+from proxy.logs import causes, configure_logging
+from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.pgembed import start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
@@ -66,8 +70,9 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 100)
 
 
-def create_app(settings: Settings | None = None) -> CascadeApp:
+def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
 
@@ -116,32 +121,38 @@ def create_app(settings: Settings | None = None) -> CascadeApp:
             if embedded is not None:
                 embedded.cleanup()
 
-    app = CascadeApp(title="Cascade", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
-    app.fast = chat.ChatFastPath(on_error=_install_error_handlers(app))
+    _install_error_handlers(app)
+    _install_middleware(app, settings)
+    app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 
 
-class CascadeApp(FastAPI):
-    """FastAPI, with the chat routes answered before its middleware stack (``ChatFastPath``).
+def _install_middleware(app: FastAPI, settings: Settings) -> None:
+    """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
+    CORS when ``CASCADE_CORS_ORIGINS`` names origins, and the access line outside both."""
+    app.add_middleware(ServerErrors)
+    if origins := settings.cors_origin_list():
+        app.add_middleware(
+            CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
+            expose_headers=["X-Session-Id", "X-Request-Id", "X-Upstream-Request-Id"],
+        )
+    app.add_middleware(AccessLog)
 
-    Every other request, and a chat request's errors (through the same handlers), behave as
-    in plain FastAPI.
-    """
 
-    fast: chat.ChatFastPath | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.fast is not None and scope["type"] == "http":
-            scope["app"] = self
-            if await self.fast.handle(scope, receive, send):
-                return
-        await super().__call__(scope, receive, send)
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, plus the chat routes (plain Starlette routes it does not see)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        schema["paths"].update(chat.OPENAPI_PATHS)
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def _methods_for(request: Request) -> list[str]:
@@ -154,14 +165,18 @@ def _methods_for(request: Request) -> list[str]:
     ]
 
 
-def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
-    """One place that turns every error into OpenAI's ``{"error": {...}}`` shape."""
+def _install_error_handlers(app: FastAPI) -> None:
+    """One place that turns every error into OpenAI's ``{"error": {...}}`` shape, and logs it
+    once: a client's mistake at INFO with its message, a provider or database failure at
+    WARNING with its cause. An exception none of these takes is ``ServerErrors``'s 500."""
 
     async def domain(request: Request, exc: Exception) -> JSONResponse:
         status, body = exception_body(exc)
+        _log_error(request, status, exc, body["error"]["message"])
         return JSONResponse(body, status)
 
     async def invalid_id(request: Request, exc: Exception) -> JSONResponse:
+        _log_error(request, 400, exc, str(exc))
         return JSONResponse(error_body(str(exc), type="invalid_request_error",
                                        code="invalid_session_id"), 400)
 
@@ -169,46 +184,52 @@ def _install_error_handlers(app: FastAPI) -> chat.ErrorHandler:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         headers = getattr(exc, "headers", None)
         if exc.status_code == 404:
-            message = f"no route {request.method} {request.url.path}"
+            message = f"no route {request.method} {request_path(request.scope)}"
         elif exc.status_code == 405:  # Starlette's Allow names the first route's methods only
             allow = ", ".join(_methods_for(request))
             headers = {**(headers or {}), "Allow": allow}
             message = f"{request.url.path} does not take {request.method}; use {allow}"
+        _log_error(request, exc.status_code, exc, message)
         return JSONResponse(error_body(message, type="invalid_request_error",
                                        code=str(exc.status_code)), exc.status_code, headers)
 
     async def validation(request: Request, exc: Any) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         loc = ".".join(str(p) for p in first.get("loc", ()))
-        return JSONResponse(error_body(f"{loc}: {first.get('msg', 'invalid')}",
-                                       type="invalid_request_error", param=loc), 400)
+        message = f"{loc}: {first.get('msg', 'invalid')}"
+        _log_error(request, 400, exc, message)
+        return JSONResponse(error_body(message, type="invalid_request_error", param=loc), 400)
 
     async def no_database(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("%s %s: %s", request.method, request.url.path, exc)  # where, for the log
+        _log_error(request, 503, exc, str(exc))
         return JSONResponse(error_body(
             "the proxy's database is unavailable; retry shortly", type="server_error",
             code="database_unavailable"), 503, {"Retry-After": "5"})
 
     async def busy(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        _log_error(request, 503, exc, str(exc))
         return JSONResponse(error_body(str(exc), type="server_error", code="server_busy"), 503,
                             {"Retry-After": "1"})
 
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+    async def last_resort(request: Request, exc: Exception) -> JSONResponse:
+        """Starlette's outermost handler, for a failure in a middleware itself: the body in
+        our shape; Starlette re-raises, and uvicorn logs the traceback."""
         return JSONResponse(*reversed(exception_body(exc)))
 
-    handlers: dict[type[BaseException], Any] = {
+    handlers: dict[type[Exception], Any] = {
         ProxyError: domain, ContextLengthExceeded: domain, InvalidSessionId: invalid_id,
         HTTPException: http, RequestValidationError: validation,
-        DatabaseUnavailable: no_database, PoolExhausted: busy, Exception: unexpected,
+        DatabaseUnavailable: no_database, PoolExhausted: busy, Exception: last_resort,
     }
     for cls, handler in handlers.items():
         app.add_exception_handler(cls, handler)
 
-    async def handle(request: Request, exc: Exception) -> Response:
-        """The same mapping, for the chat fast path (which runs outside FastAPI's)."""
-        handler = next(handlers[c] for c in type(exc).__mro__ if c in handlers)
-        return await handler(request, exc)  # type: ignore[no-any-return]
 
-    return handle
+def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:
+    """``<status> <method> <path>: <message>``; for a 5xx, the chain of causes behind it (a
+    502 names the provider in its message, and the cause says why: refused, DNS, TLS...)."""
+    where = f"{request.method} {request_path(request.scope)}"
+    if status < 500:
+        log.info("%d %s: %s", status, where, message)
+    else:
+        log.warning("%d %s: %s%s", status, where, message, causes(exc))

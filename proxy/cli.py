@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -75,22 +74,10 @@ def _port(text: str) -> int:
     return port
 
 
-def log_to_stderr(level: str) -> None:
-    """Print Cascade's own loggers (``cascade.*``: config reloads, compaction failures, the
-    event listener) beside uvicorn's lines, at ``CASCADE_LOG_LEVEL``."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
-    logger = logging.getLogger("cascade")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level.upper())
-    logger.propagate = False
-
-
 def _serve(settings: Settings) -> int:
-    log_to_stderr(settings.log_level)
-    app = create_app(settings)
+    app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False, http=CoalescingHttpToolsProtocol)
+                log_config=None, access_log=False, http=CoalescingHttpToolsProtocol)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,6 +28,11 @@ class Settings(BaseSettings):
       ``max_connections`` of 100; size ``max_connections`` to replicas x this + a few.
     - ``pool_timeout_seconds``: how long a request waits for a free connection before it is
       answered 503 ``server_busy`` with ``Retry-After`` (the SDKs retry those).
+    - ``log_level`` (``CASCADE_LOG_LEVEL``): Cascade's and uvicorn's loggers (default info).
+    - ``log_format`` (``CASCADE_LOG_FORMAT``): ``text`` (default), or ``json`` for one JSON
+      object per line, uvicorn's lines included (``proxy.logs``).
+    - ``cors_origins`` (``CASCADE_CORS_ORIGINS``): browser origins allowed to call the proxy,
+      comma-separated, or ``*`` for any; empty (the default) sends no CORS headers at all.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -43,4 +49,10 @@ class Settings(BaseSettings):
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
     max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    cors_origins: str = ""
     tokenizer: str = "o200k_base"
+
+    def cors_origin_list(self) -> list[str]:
+        """``cors_origins`` as a list; empty when CORS is off."""
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]

@@ -25,6 +25,7 @@ from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.h1client import H1Client, H1Response
 from proxy.jsonio import loads
+from proxy.requestlog import UpstreamTimer
 
 __all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
 
@@ -54,8 +55,9 @@ class Answer:
 class StreamAnswer:
     """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
 
-    def __init__(self, resp: H1Response) -> None:
+    def __init__(self, resp: H1Response, timer: UpstreamTimer | None = None) -> None:
         self._resp = resp
+        self._timer = timer
         self.status_code = resp.status
         self.headers: Mapping[str, str] = resp.headers
 
@@ -72,6 +74,8 @@ class StreamAnswer:
 
     async def aclose(self) -> None:
         self._resp.release()  # closes the connection unless the body was read to its end
+        if self._timer is not None:  # the request's upstream time ends with the stream
+            self._timer.stop()
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
@@ -144,13 +148,17 @@ class Upstream:
         client_headers: Mapping[str, str], content: bytes | None = None, params: Any = None,
     ) -> Answer:
         """One whole answer; transport failures become 502/504."""
-        resp = await self._send(provider, method, path, client_headers=client_headers,
-                                content=content, params=params)
+        timer = UpstreamTimer()  # the request's upstream time: send to the answer's last byte
         try:
-            with _mapped_errors(resp.url):
-                body = await resp.read()
+            resp = await self._send(provider, method, path, client_headers=client_headers,
+                                    content=content, params=params)
+            try:
+                with _mapped_errors(resp.url):
+                    body = await resp.read()
+            finally:
+                resp.release()
         finally:
-            resp.release()
+            timer.stop()
         return Answer(resp.status, resp.headers, body)
 
     async def open_stream(
@@ -158,9 +166,14 @@ class Upstream:
         content: bytes,
     ) -> StreamAnswer:
         """POST and return once the headers are in; the body is the caller's to read."""
-        resp = await self._send(provider, "POST", path, client_headers=client_headers,
-                                content=content, params=None)
-        return StreamAnswer(resp)
+        timer = UpstreamTimer()  # stopped by StreamAnswer.aclose, when the stream is done
+        try:
+            resp = await self._send(provider, "POST", path, client_headers=client_headers,
+                                    content=content, params=None)
+        except BaseException:
+            timer.stop()
+            raise
+        return StreamAnswer(resp, timer)
 
 
 @contextlib.contextmanager

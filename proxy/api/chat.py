@@ -1,24 +1,19 @@
 """POST /v1/chat/completions (also under /s/{session_id}/v1/…), models and embeddings.
 
 The two chat routes are plain Starlette endpoints (``routes``), not FastAPI path operations:
-they take the request and nothing else, so FastAPI's per-request dependency solving (about a
-fifth of the proxy's CPU on a tiny request in bench/overhead's profile) is skipped. And
-``ChatFastPath`` hands a POST to them before the app's middleware stack (``proxy.app``),
-past the router (which tries every route in turn), FastAPI's exit stack, exception,
-telemetry and body-limit middleware and Starlette's error middleware (about 4% of the proxy's
-CPU per tiny request, measured twice each way); it maps errors with the app's own handlers,
-so they keep the OpenAI shape.
+they take the request and nothing else, so FastAPI's per-request dependency solving is
+skipped. They sit in the app's router like any route, under its one middleware stack, and
+``OPENAPI_PATHS`` describes them for ``/openapi.json``, which FastAPI builds from its own
+path operations only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from starlette.routing import Match, Route
-from starlette.types import Receive, Scope, Send
+from starlette.routing import Route
 
 from proxy.api.deps import (
     ConfigDep,
@@ -31,13 +26,12 @@ from proxy.api.deps import (
     upstream_headers,
 )
 from proxy.errors import ClientRequestError
+from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
 from proxy.session_id import resolve_session_id
 from proxy.upstream import response_headers
 
-__all__ = ["router", "routes", "ChatFastPath", "ErrorHandler"]
-
-ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+__all__ = ["router", "routes", "OPENAPI_PATHS"]
 
 router = APIRouter()
 
@@ -94,12 +88,10 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         path_id=path_id, header_id=header_id, body=body,
         tenant=tenant, agent=rt.agent,
     )
-    request.state.session_id = session_id  # for an error response too (ChatFastPath)
+    note_session(session_id)  # logged, and in X-Session-Id, an error response's too
     ctx = ChatContext(tenant=tenant, session_id=session_id,
                       headers=upstream_headers(request, cfg))
-    response = await state.chat.complete(cfg, rt, body, ctx)
-    response.headers["X-Session-Id"] = session_id
-    return response
+    return await state.chat.complete(cfg, rt, body, ctx)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -116,55 +108,82 @@ routes = [
 ]
 
 
-class ChatFastPath:
-    """Answers a request one of ``routes`` matches fully (``handle`` returns True); anything
-    else (other paths, other methods) is left to the app (False)."""
+def _chat_operation(session: bool) -> dict[str, Any]:
+    message = {"type": "object", "required": ["role"], "additionalProperties": True,
+               "properties": {"role": {"type": "string"}, "tool_call_id": {"type": "string"}}}
+    body = {
+        "type": "object", "required": ["messages"], "additionalProperties": True,
+        "properties": {
+            "model": {"type": "string"}, "stream": {"type": "boolean"},
+            "messages": {"type": "array", "minItems": 1, "items": message},
+            "tools": {"type": "array", "items": {"type": "object"}},
+            "stream_options": {"type": "object"},
+        },
+    }
+    error = {"type": "object", "properties": {"error": {"type": "object"}}}
+    operation: dict[str, Any] = {
+        "summary": "Chat completion" + (" in the session named by the path" if session else ""),
+        "description": "OpenAI's chat completions, with the session's context managed; the "
+                       "session is the path's, else X-Session-Id, else derived.",
+        "operationId": "session_chat_completions" if session else "chat_completions",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+        "responses": {
+            "200": {
+                "description": "The provider's completion, or its stream when stream is true.",
+                "headers": {"X-Session-Id": {"schema": {"type": "string"}}},
+                "content": {"application/json": {"schema": {"type": "object"}},
+                            "text/event-stream": {"schema": {"type": "string"}}},
+            },
+            "default": {"description": "An OpenAI-shaped error.",
+                        "content": {"application/json": {"schema": error}}},
+        },
+    }
+    if session:
+        operation["parameters"] = [
+            {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        ]
+    return operation
 
-    def __init__(self, *, on_error: ErrorHandler) -> None:
-        self.on_error = on_error
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        for candidate in routes:
-            match, child = candidate.matches(scope)
-            if match is Match.FULL:
-                scope = {**scope, **child}  # path_params, as the router would set them
-                request = Request(scope, receive, send)
-                try:
-                    response = await candidate.endpoint(request)
-                except Exception as exc:
-                    response = await self.on_error(request, exc)
-                    if session_id := getattr(request.state, "session_id", None):
-                        response.headers["X-Session-Id"] = session_id
-                await response(scope, receive, send)
-                return True
-        return False
+OPENAPI_PATHS: dict[str, Any] = {
+    "/v1/chat/completions": {"post": _chat_operation(False)},
+    "/s/{session_id}/v1/chat/completions": {"post": _chat_operation(True)},
+}
+"""The chat routes' entries in ``/openapi.json`` (``routes`` are invisible to FastAPI)."""
 
 
 async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
-                       path: str) -> Response:
-    named = request.path_params.get("session_id")
-    session_id = session_path_id(named) if named is not None else None  # 400 when invalid
+                       path: str, session_id: str | None = None) -> Response:
+    if session_id is not None:
+        note_session(session_path_id(session_id))  # 400 when invalid
     provider = cfg.providers[cfg.agent_for(None)[1].provider]
     content = (await read_body(request, request.state.settings.max_body_bytes)
                if request.method == "POST" else None)
     resp = await upstream.call(provider, request.method, path,
                                client_headers=upstream_headers(request, cfg), content=content,
                                params=list(request.query_params.multi_items()))
-    headers = response_headers(resp)
-    if session_id is not None:
-        headers["X-Session-Id"] = session_id
-    return Response(resp.content, resp.status_code, headers)
+    return Response(resp.content, resp.status_code, response_headers(resp))
 
 
 @router.get("/v1/models")
-@router.get("/s/{session_id}/v1/models")
 async def models(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
                  _: TenantDep) -> Response:
     return await _passthrough(request, upstream, cfg, "/models")
 
 
+@router.get("/s/{session_id}/v1/models")
+async def session_models(session_id: str, request: Request, upstream: UpstreamDep,
+                         cfg: ConfigDep, _: TenantDep) -> Response:
+    return await _passthrough(request, upstream, cfg, "/models", session_id)
+
+
 @router.post("/v1/embeddings")
-@router.post("/s/{session_id}/v1/embeddings")
 async def embeddings(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
                      _: TenantDep) -> Response:
     return await _passthrough(request, upstream, cfg, "/embeddings")
+
+
+@router.post("/s/{session_id}/v1/embeddings")
+async def session_embeddings(session_id: str, request: Request, upstream: UpstreamDep,
+                             cfg: ConfigDep, _: TenantDep) -> Response:
+    return await _passthrough(request, upstream, cfg, "/embeddings", session_id)

@@ -8,6 +8,7 @@ again, up to ``max_internal_rounds`` times; the client never sees those calls.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,9 @@ from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Message
 from proxy.config import ContextConfig, ModelConfig, ProviderConfig
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
+from proxy.logs import causes
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
@@ -32,6 +34,8 @@ from proxy.settings import Settings
 from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
+
+log = logging.getLogger("cascade.forward")
 
 Finish = Callable[["Step", Mapping[str, Any] | None, int | None], Awaitable[None]]
 Release = Callable[["Step"], Awaitable[None]]
@@ -258,6 +262,7 @@ class Forwarder:
                 message = out.acc.message()
                 texts.append(str(message.get("content") or ""))
                 if out.error:
+                    log.warning("a stream ended with an error event: %s", out.error)
                     yield sse.error_event(out.error)
                     yield sse.DONE
                     return
@@ -300,14 +305,20 @@ class Forwarder:
             resp = await send
         except Exception as exc:
             status, msg = getattr(exc, "status_code", 502), str(exc)
+            log.warning("%d in a stream, sent as an error event: %s%s", status, msg, causes(exc),
+                        exc_info=not isinstance(exc, ProxyError))
             return None, sse.error_event(msg, code=str(status))  # type: ignore[return-value]
         if resp.status_code >= 400:
             try:
                 body = (await resp.aread()).decode("utf-8", "replace")
             except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
+                log.warning("%d in a stream, sent as an error event: %s%s", exc.status_code,
+                            exc, causes(exc))
                 return resp, sse.error_event(str(exc), code=str(exc.status_code))
             finally:
                 await resp.aclose()
+            log.info("the provider answered %d in a stream; relayed as an error event",
+                     resp.status_code)  # its body may quote the request: not logged
             return resp, sse.error_event(
                 f"the provider answered {resp.status_code}: {body[:2000]}",
                 code=str(resp.status_code),

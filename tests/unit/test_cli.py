@@ -7,23 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import log_to_stderr, main
-
-
-def test_cascade_loggers_print_to_stderr_at_the_configured_level(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    logger = logging.getLogger("cascade")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    try:
-        log_to_stderr("warning")
-        log_to_stderr("warning")  # twice (a second app in one process): still one line each
-        logging.getLogger("cascade.config").info("config reloaded")
-        logging.getLogger("cascade.config").warning("config rejected")
-    finally:
-        logger.handlers[:], logger.level, logger.propagate = saved
-    err = capsys.readouterr().err
-    assert err.splitlines() == ["WARNING:     cascade.config: config rejected"]
+from proxy.cli import main
 
 
 def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(

@@ -509,7 +509,8 @@ def test_a_provider_header_that_is_not_latin_1_is_relayed_as_its_bytes(
             "messages": [{"role": "user", "content": "hi"}]}
     first = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"})
     assert first.status_code == 200
-    assert (b"x-request-id", "€".encode()) in first.headers.raw
+    # the provider's id, beside the proxy's own X-Request-Id (proxy.middleware.AccessLog)
+    assert (b"x-upstream-request-id", "€".encode()) in first.headers.raw
     assert "fine" in first.text
     body = {**body, "stream": False}
     second = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"},

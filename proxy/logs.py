@@ -1,0 +1,140 @@
+"""Where the process's log lines go and what they look like: ``configure_logging``.
+
+Every logger, uvicorn's included, writes through one handler on the root logger to stderr,
+as readable text (``CASCADE_LOG_FORMAT=text``, the default) or one JSON object per line
+(``json``: ``ts``, ``level``, ``logger``, ``message``, and the request's fields). A line
+written while a request is served carries that request's ``request_id`` and ``session_id``
+(``proxy.requestlog``). uvicorn's access log is switched off: ``proxy.middleware.AccessLog``
+writes one richer line per request instead.
+
+``create_app`` calls ``configure_logging``, so ``cascade-proxy serve`` and
+``uvicorn proxy.app:create_app --factory`` log the same way; it runs after uvicorn set up its
+own handlers in the second case, and replaces them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from typing import Any, Literal
+
+from proxy import requestlog
+
+__all__ = ["configure_logging", "causes", "JsonFormatter", "TextFormatter", "LogFormat"]
+
+LogFormat = Literal["text", "json"]
+
+_UVICORN = ("uvicorn", "uvicorn.error")
+_QUIET = ("httpx", "httpcore")  # one INFO line per provider call, URL included: ours says more
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{seconds}.{int(record.msecs):03d}Z"
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The line's own fields (``extra={"fields": {...}}``), then the current request's ids."""
+    fields: dict[str, Any] = dict(getattr(record, "fields", None) or {})
+    if (current := requestlog.current()) is not None:
+        fields.setdefault("request_id", current.request_id)
+        if current.session_id is not None:
+            fields.setdefault("session_id", current.session_id)
+    return fields
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record; a traceback goes in ``exc``, never on lines of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": _timestamp(record), "level": record.levelname, "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(_fields(record))
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``<ts> <LEVEL> <logger>: <message> key=value…``, one line per record plus a traceback.
+
+    Line breaks inside the message are escaped, so a value that reached a message cannot
+    forge a line of its own.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage().replace("\r", "\\r").replace("\n", "\\n")
+        shown = getattr(record, "in_text", ())  # fields the message already says
+        extra = " ".join(f"{k}={v}" for k, v in _fields(record).items()
+                         if v is not None and k not in shown)
+        text = f"{_timestamp(record)} {record.levelname} {record.name}: {message}"
+        if extra:
+            text = f"{text} {extra}"
+        if record.exc_info:
+            text = f"{text}\n{self.formatException(record.exc_info)}"
+        if record.stack_info:
+            text = f"{text}\n{self.formatStack(record.stack_info)}"
+        return text
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a line is written (a test's capture swaps it)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+
+def configure_logging(level: str, fmt: LogFormat) -> None:
+    """Route every logger to one stderr handler in ``fmt``; Cascade's and uvicorn's at ``level``.
+
+    Idempotent: a second call replaces the handler the first installed, and handlers others
+    put on the root logger (a test's log capture) stay.
+    """
+    handler = _Stderr()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.cascade = True  # type: ignore[attr-defined]
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if not getattr(h, "cascade", False)]
+    root.addHandler(handler)
+    logging.captureWarnings(True)  # warnings become log lines too, in the same format
+    for name in ("cascade", *_UVICORN):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(level.upper())
+    access = logging.getLogger("uvicorn.access")
+    access.handlers.clear()
+    access.propagate = False  # no handler anywhere: uvicorn skips building the line at all
+    access.disabled = True
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+_USERINFO = re.compile(r"//[^/@\s]*@")
+
+
+def causes(exc: BaseException, depth: int = 3) -> str:
+    """`` (cause: Type: message <- Type: message)``, what a traceback would show as the causes
+    of ``exc`` (``raise … from``, else the exception being handled), or ``""``. A URL's
+    ``user:password@`` is cut out."""
+    found: list[str] = []
+    cause = _cause(exc)
+    while cause is not None and len(found) < depth:
+        found.append(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}"))
+        cause = _cause(cause)
+    return f" (cause: {' <- '.join(found)})" if found else ""
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    return exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)

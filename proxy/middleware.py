@@ -1,0 +1,149 @@
+"""The proxy's own ASGI middleware: ``AccessLog`` (outermost of ours) and ``ServerErrors``.
+
+``create_app`` installs them with ``add_middleware``, CORS (when configured) between them,
+so every route, the chat routes included, passes through the same stack as any middleware
+a deployment adds::
+
+    AccessLog -> CORSMiddleware -> ServerErrors -> FastAPI's exception handlers -> routes
+
+Both are pure ASGI (they wrap ``send``; nothing is buffered), so a stream goes out piece by
+piece as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy import requestlog
+from proxy.errors import exception_body
+
+__all__ = ["AccessLog", "ServerErrors", "request_path"]
+
+access_log = logging.getLogger("cascade.access")
+log = logging.getLogger("cascade")
+
+# A client's X-Request-Id is kept when it is a short token of visible ASCII; anything else
+# (too long, spaces, control characters) is replaced, so it cannot distort a log line.
+_CLIENT_ID = re.compile(rb"[!-~]{1,128}")
+_SHOWN = ("method", "path", "status", "duration_ms")  # in the access line's text already
+
+
+def request_path(scope: Scope) -> str:
+    """The path as the client sent it (still percent-encoded), without the query string,
+    which may carry a credential."""
+    raw: bytes | None = scope.get("raw_path")
+    return raw.decode("latin-1") if raw else str(scope.get("path", ""))
+
+
+def _request_id(scope: Scope) -> str:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for name, value in headers:
+        if name == b"x-request-id" and _CLIENT_ID.fullmatch(value):
+            return value.decode("ascii")
+    return uuid.uuid4().hex
+
+
+class AccessLog:
+    """Gives each HTTP request an id and writes one access line once it is answered.
+
+    The id is the client's ``X-Request-Id`` when that is a short printable token, else a
+    new one; it goes back in the response's ``X-Request-Id`` (a provider's own id, relayed
+    by the chat and passthrough routes, moves to ``X-Upstream-Request-Id``). A request that
+    noted its session (``requestlog.note_session``) names it in ``X-Session-Id`` too, error
+    responses included. The line has the method, path, status, the time until the last
+    byte was sent, the time spent on providers (``requestlog.UpstreamTimer``), the session
+    id and the request id.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        record = requestlog.RequestRecord(_request_id(scope))
+        token = requestlog.begin(record)
+        start = time.perf_counter()
+        status = 500  # what the server answers if the app raises before it starts a response
+        done: float | None = None
+
+        async def send_with_ids(message: Message) -> None:
+            nonlocal status, done
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": _with_ids(message.get("headers", ()), record)}
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                done = time.perf_counter()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_ids)
+        finally:
+            end = done or time.perf_counter()
+            fields = {
+                "method": scope["method"], "path": request_path(scope), "status": status,
+                "duration_ms": round((end - start) * 1000, 2),
+                "upstream_ms": round(record.upstream_seconds * 1000, 2),
+                "session_id": record.session_id, "request_id": record.request_id,
+            }
+            access_log.info("%s %s %d %.2fms", fields["method"], fields["path"], status,
+                            fields["duration_ms"], extra={"fields": fields, "in_text": _SHOWN})
+            requestlog.end(token)
+
+
+def _with_ids(
+    headers: list[tuple[bytes, bytes]] | tuple[()], record: requestlog.RequestRecord
+) -> list[tuple[bytes, bytes]]:
+    out: list[tuple[bytes, bytes]] = []
+    has_session = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"x-request-id":
+            name = b"x-upstream-request-id"
+        elif lower == b"x-session-id":
+            has_session = True
+        out.append((name, value))
+    out.append((b"x-request-id", record.request_id.encode("ascii")))
+    if record.session_id is not None and not has_session:
+        out.append((b"x-session-id", record.session_id.encode("latin-1")))
+    return out
+
+
+class ServerErrors:
+    """An exception no handler took becomes OpenAI's 500 shape, logged once with its
+    traceback, when no response has started; after that it propagates (uvicorn logs it and
+    closes the connection, the only way left to tell the client).
+
+    Installed inside CORS and the access line, so the 500 carries CORS headers and is logged
+    with its status; Starlette's own last-resort handler sits outside every user middleware.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            if started:
+                raise
+            log.exception("500: unhandled error on %s %s", scope["method"], request_path(scope))
+            status, body = exception_body(exc)
+            await JSONResponse(body, status)(scope, receive, send)

@@ -1,0 +1,278 @@
+"""Logs an operator can use, through the real proxy: one access line per request, request ids,
+each error once with its cause, JSON when asked, and never a body, a key or a secret."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.logs import JsonFormatter, TextFormatter
+from proxy.settings import Settings
+from tests.fakes.upstream import FakeUpstream, reply
+from tests.integration.api.conftest import ProxyServer, write_config
+
+SECRET_KEY = "sk-SECRET-BEARER-7f3a9c"
+SECRET_TEXT = "SECRET-BODY-c41d2e"
+MESSAGES = [{"role": "user", "content": f"my password is {SECRET_TEXT}"}]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def access(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The first ``n`` access lines' fields (written just after the response is sent)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [r.fields for r in self.records if r.name == "cascade.access"]  # type: ignore[attr-defined]
+            if len(lines) >= n or time.monotonic() > deadline:
+                assert len(lines) >= n, lines
+                return lines[:n]
+            time.sleep(0.01)
+
+    def errors(self) -> list[logging.LogRecord]:
+        """Lines other than access lines and the server's own start/stop lines."""
+        return [r for r in self.records if r.name == "cascade" or r.levelno >= logging.WARNING
+                and r.name != "cascade.tokens"]
+
+
+@pytest.fixture
+def records() -> Iterator[_Records]:
+    handler = _Records()
+    logging.getLogger().addHandler(handler)
+    yield handler
+    logging.getLogger().removeHandler(handler)
+
+
+def _post(http: httpx.Client, path: str = "/v1/chat/completions", **kwargs: Any) -> httpx.Response:
+    return http.post(path, **kwargs)
+
+
+def test_one_access_line_per_request_with_its_fields(
+    http: httpx.Client, fake_upstream: FakeUpstream, records: _Records
+) -> None:
+    fake_upstream.script(reply("slow", first_byte_delay=0.1),
+                         reply("stream", chunks=3, chunk_delay=0.1))
+    whole = _post(http, json={"model": "gpt-fake", "messages": MESSAGES},
+                  headers={"x-session-id": "logged", "x-request-id": "client-req-1"})
+    streamed = _post(http, json={"model": "gpt-fake", "messages": MESSAGES, "stream": True},
+                     headers={"x-session-id": "logged"})
+    health = http.get("/healthz?token=x")
+    assert whole.status_code == streamed.status_code == health.status_code == 200
+    # the order they were written in: a response's line follows its last byte (and the
+    # reply's storing), so the next request's line may come first
+    by_id = {line["request_id"]: line for line in records.access(3)}
+    first, second, third = (by_id[r.headers["x-request-id"]] for r in (whole, streamed, health))
+    assert first == {
+        "method": "POST", "path": "/v1/chat/completions", "status": 200,
+        "duration_ms": first["duration_ms"], "upstream_ms": first["upstream_ms"],
+        "session_id": "logged", "request_id": "client-req-1",
+    }
+    assert first["duration_ms"] >= first["upstream_ms"] >= 100
+    # a stream's upstream time runs until its last chunk, not until its headers
+    assert second["duration_ms"] >= second["upstream_ms"] >= 200
+    assert second["session_id"] == "logged" and second["status"] == 200
+    assert third["path"] == "/healthz" and third["upstream_ms"] == 0  # no query string
+    assert third["session_id"] is None
+    time.sleep(0.2)
+    assert len([r for r in records.records if r.name == "cascade.access"]) == 3  # once each
+    assert not records.errors()  # and nothing else
+
+
+def test_the_request_id_is_the_clients_when_sane_else_generated_and_echoed(
+    http: httpx.Client, records: _Records
+) -> None:
+    given = http.get("/healthz", headers={"x-request-id": "trace-42.a:b"})
+    assert given.headers["x-request-id"] == "trace-42.a:b"
+    generated = [http.get("/healthz").headers["x-request-id"] for _ in range(2)]
+    assert generated[0] != generated[1]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", g) for g in generated)
+    for bad in ("has space", "x" * 200):
+        assert http.get("/healthz", headers={"x-request-id": bad}).headers[
+            "x-request-id"] not in (bad, "")
+    ids = {line["request_id"] for line in records.access(5)}
+    assert {"trace-42.a:b", *generated} <= ids
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def down(settings: Settings, tmp_path: Path) -> Iterator[tuple[ProxyServer, int]]:
+    """A proxy whose provider is a closed port on loopback, logging at debug."""
+    port = _closed_port()
+    config = write_config(tmp_path / "down.json", f"http://127.0.0.1:{port}/v1")
+    server = ProxyServer(settings.model_copy(update={"config": config, "log_level": "debug",
+                                                     "watch_config": False})).start()
+    yield server, port
+    server.stop()
+
+
+def _client(server: ProxyServer) -> httpx.Client:
+    return httpx.Client(base_url=server.origin, timeout=10,
+                        headers={"authorization": f"Bearer {SECRET_KEY}"})
+
+
+def test_each_error_is_logged_once_with_its_cause(
+    down: tuple[ProxyServer, int], records: _Records
+) -> None:
+    server, port = down
+    with _client(server) as http:
+        bad = _post(http, json={"model": "gpt-fake", "messages": []})
+        missing = _post(http, "/v1/chat/completion", json={"messages": MESSAGES})
+        unreachable = _post(http, json={"model": "gpt-fake", "messages": MESSAGES},
+                            headers={"x-session-id": "down"})
+    assert (bad.status_code, missing.status_code, unreachable.status_code) == (400, 404, 502)
+    records.access(3)
+    errors = records.errors()
+    assert [(r.levelno, r.getMessage().split(":")[0]) for r in errors] == [
+        (logging.INFO, "400 POST /v1/chat/completions"),
+        (logging.INFO, "404 POST /v1/chat/completion"),
+        (logging.WARNING, "502 POST /v1/chat/completions"),
+    ]
+    assert "'messages' must be a non-empty array" in errors[0].getMessage()
+    gone = errors[2].getMessage()
+    assert f"127.0.0.1:{port}" in gone  # the provider
+    assert "(cause: " in gone and "refused" in gone.lower()  # and why
+    assert errors[2].exc_info is None  # a provider's failure is not a traceback of ours
+
+
+def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
+    settings: Settings, fake_upstream: FakeUpstream, tmp_path: Path, records: _Records
+) -> None:
+    # Past the 0.3 s keep-alive the 200 is committed: the error can only go in-band, and the
+    # access line says 200, so the log must say what happened.
+    provider = {"baseUrl": fake_upstream.url, "timeoutSeconds": 0.6, "connectTimeoutSeconds": 1}
+    config = write_config(tmp_path / "slow.json", fake_upstream.url,
+                          providers={"openai": provider})
+    server = ProxyServer(settings.model_copy(update={"config": config})).start()
+    fake_upstream.script(reply("late", first_byte_delay=1.5), reply("cut", reset_after=1))
+    body = {"model": "gpt-fake", "messages": MESSAGES, "stream": True}
+    try:
+        with _client(server) as http:
+            late = _post(http, json=body, headers={"x-session-id": "late"})
+            cut = _post(http, json=body, headers={"x-session-id": "cut"})
+    finally:
+        server.stop()
+    assert late.status_code == cut.status_code == 200
+    assert '"error"' in late.text and '"error"' in cut.text
+    records.access(2)
+    lines = [r.getMessage() for r in records.errors()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("504 in a stream") and "(cause: " in lines[0]
+    assert lines[1].startswith("a stream ended with an error event: the provider's stream")
+
+
+def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
+    text, js = io.StringIO(), io.StringIO()
+    as_text, as_json = logging.StreamHandler(text), logging.StreamHandler(js)
+    as_text.setFormatter(TextFormatter())
+    as_json.setFormatter(JsonFormatter())
+    return as_text, as_json, text, js
+
+
+def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
+    down: tuple[ProxyServer, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    settings: Settings,
+) -> None:
+    as_text, as_json, text, js = _capture()
+    root = logging.getLogger()
+    root.addHandler(as_text)
+    root.addHandler(as_json)
+    up = ProxyServer(settings.model_copy(update={"log_level": "debug"})).start()
+    fake_upstream.script(reply("fine"), reply("fine"))
+    try:
+        body = {"model": "gpt-fake", "messages": MESSAGES}
+        for server in (down[0], up):
+            with _client(server) as http:
+                _post(http, json={**body, "tools": SECRET_TEXT})  # 400
+                _post(http, content=f'{{"messages": [{SECRET_TEXT}'.encode())  # 400, bad JSON
+                _post(http, "/v1/chat/nope", json=body)  # 404
+                _post(http, json=body)  # 502 (down) or 200
+                _post(http, json={**body, "stream": True})  # 502 (down) or 200
+                http.get("/v1/sessions/nobody/messages")  # 404
+        time.sleep(0.3)  # the last access lines
+    finally:
+        up.stop()
+        root.removeHandler(as_text)
+        root.removeHandler(as_json)
+    logged = text.getvalue() + js.getvalue()
+    assert "cascade.access" in logged and "502 POST" in logged and "400 POST" in logged
+    assert SECRET_KEY not in logged and SECRET_TEXT not in logged
+    assert "my password" not in logged  # nor the rest of the body
+    lines = js.getvalue().splitlines()
+    assert lines and all(isinstance(json.loads(line), dict) for line in lines)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+Command = Callable[[int], list[str]]
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(lambda port: ["-m", "uvicorn", "proxy.app:create_app", "--factory",
+                               "--host", "127.0.0.1", "--port", str(port)], id="uvicorn"),
+    pytest.param(lambda port: ["-m", "proxy", "serve", "--port", str(port)], id="serve"),
+])
+def test_json_format_makes_every_line_the_process_writes_json(
+    command: Command, db_dsn: str, config_path: Path, fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    env = {**os.environ, "DATABASE_URL": db_dsn, "CASCADE_CONFIG": str(config_path),
+           "CASCADE_LOG_FORMAT": "json", "CASCADE_WATCH_CONFIG": "false",
+           "CASCADE_HOST": "127.0.0.1"}
+    out = tmp_path / "out.log"
+    fake_upstream.script(reply("json"))
+    with out.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, *command(port)], env=env, stdout=sink,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(f"{base}/healthz", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+                    time.sleep(0.1)
+            body = {"model": "gpt-fake", "messages": MESSAGES}
+            assert httpx.post(f"{base}/v1/chat/completions", json=body).status_code == 200
+            assert httpx.post(f"{base}/v1/chat/completions", json={}).status_code == 400
+            assert httpx.get(f"{base}/nope").status_code == 404
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=20)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all({"ts", "level", "logger", "message"} <= set(line) for line in lines)
+    loggers = {line["logger"] for line in lines}
+    assert {"uvicorn.error", "cascade.access", "cascade"} <= loggers, loggers
+    assert "uvicorn.access" not in loggers
+    access = [line for line in lines if line["logger"] == "cascade.access"]
+    assert [a["status"] for a in access if a["path"] != "/healthz"] == [200, 400, 404]

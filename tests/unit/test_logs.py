@@ -1,0 +1,102 @@
+"""proxy/logs.py: one handler, text or JSON lines, request fields, uvicorn's loggers included."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from proxy import requestlog
+from proxy.logs import causes, configure_logging
+
+_LOGGERS = ("cascade", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    saved_root = root.handlers[:]
+    saved = {n: (lg.handlers[:], lg.level, lg.propagate, lg.disabled)
+             for n in _LOGGERS for lg in [logging.getLogger(n)]}
+    yield
+    root.handlers[:] = saved_root
+    for name, (handlers, level, propagate, disabled) in saved.items():
+        lg = logging.getLogger(name)
+        lg.handlers[:], lg.level, lg.propagate, lg.disabled = handlers, level, propagate, disabled
+    logging.captureWarnings(False)
+
+
+def _ours() -> list[logging.Handler]:
+    return [h for h in logging.getLogger().handlers if getattr(h, "cascade", False)]
+
+
+def test_text_lines_at_the_configured_level_once_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    other = logging.NullHandler()  # a test's log capture, say: it must stay
+    logging.getLogger().addHandler(other)
+    configure_logging("warning", "text")
+    configure_logging("warning", "text")  # a second app in one process: still one line each
+    assert len(_ours()) == 1 and other in logging.getLogger().handlers
+    logging.getLogger("cascade.config").info("config reloaded")
+    logging.getLogger("cascade.config").warning("config rejected")
+    logging.getLogger("uvicorn.error").warning("uvicorn says")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].endswith(" WARNING cascade.config: config rejected")
+    assert lines[1].endswith(" WARNING uvicorn.error: uvicorn says")
+
+
+def test_uvicorn_access_log_is_off_so_our_access_line_is_not_doubled() -> None:
+    logging.getLogger("uvicorn.access").addHandler(logging.StreamHandler())  # uvicorn's config
+    configure_logging("info", "text")
+    access = logging.getLogger("uvicorn.access")
+    assert not access.hasHandlers()  # uvicorn then skips building its access line at all
+    assert not logging.getLogger("uvicorn").handlers  # its lines go through ours
+
+
+def test_json_lines_carry_the_request_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", "json")
+    token = requestlog.begin(requestlog.RequestRecord("req-1", session_id="s-1"))
+    try:
+        logging.getLogger("cascade").info("two\nlines")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("cascade").exception("failed")
+    finally:
+        requestlog.end(token)
+    logging.getLogger("uvicorn.error").info("outside a request")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3, lines
+    first, second, third = (json.loads(line) for line in lines)
+    assert first["message"] == "two\nlines" and first["level"] == "INFO"
+    assert first["logger"] == "cascade" and first["ts"].endswith("Z")
+    assert first["request_id"] == "req-1" and first["session_id"] == "s-1"
+    assert second["level"] == "ERROR" and "ValueError: boom" in second["exc"]
+    assert third["logger"] == "uvicorn.error" and "request_id" not in third
+
+
+def test_text_escapes_line_breaks_in_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", "text")
+    logging.getLogger("cascade").info("GET /a\nINFO forged")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("cascade: GET /a\\nINFO forged")
+
+
+def test_causes_follow_the_chain_and_cut_credentials_out_of_urls() -> None:
+    try:
+        try:
+            try:
+                raise OSError("proxy http://user:hunter2@egress:3128 refused")
+            except OSError as inner:
+                raise ConnectionError("connect failed") from inner
+        except ConnectionError as middle:
+            raise RuntimeError("502") from middle
+    except RuntimeError as exc:
+        text = causes(exc)
+    assert text == (" (cause: ConnectionError: connect failed <- "
+                    "OSError: proxy http://egress:3128 refused)")
+    assert causes(ValueError("alone")) == ""

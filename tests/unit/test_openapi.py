@@ -1,0 +1,48 @@
+"""/openapi.json: every route is in it, with its path parameters, and the document is valid."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi.routing import iter_route_contexts
+from openapi_spec_validator import validate
+
+from proxy.app import create_app
+from proxy.settings import Settings
+
+_DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # the document itself
+
+
+def _app(tmp_path: Path) -> Any:
+    config = tmp_path / "agents.json"
+    config.write_text(json.dumps({"providers": {"openai": {"baseUrl": "http://127.0.0.1:9/v1"}}}))
+    return create_app(Settings(config=config))
+
+
+def test_the_document_validates_and_lists_every_route_with_its_path_parameters(
+    tmp_path: Path,
+) -> None:
+    app = _app(tmp_path)
+    doc = app.openapi()
+    validate(doc)  # OpenAPI 3.1; also checks each templated path parameter is declared
+    routes = [r for r in iter_route_contexts(app.routes) if r.path not in _DOCS]
+    assert {"/v1/chat/completions", "/s/{session_id}/v1/chat/completions"} <= {
+        r.path for r in routes}
+    for route in routes:
+        operations = doc["paths"].get(route.path)
+        assert operations is not None, f"{route.path} is not in /openapi.json"
+        for method in route.methods - {"HEAD"}:
+            operation = operations[method.lower()]
+            declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
+            assert declared == set(re.findall(r"\{([^}]+)\}", route.path)), (method, route.path)
+
+
+def test_the_chat_operation_describes_its_json_body(tmp_path: Path) -> None:
+    doc = _app(tmp_path).openapi()
+    body = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]
+    assert body["required"] is True
+    schema = body["content"]["application/json"]["schema"]
+    assert schema["required"] == ["messages"] and schema["additionalProperties"] is True
