@@ -91,7 +91,8 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
     ctx = ChatContext(tenant=tenant, session_id=session_id,
                       headers=upstream_headers(request, cfg))
-    return await state.chat.complete(cfg, rt, body, ctx)
+    response: Response = await state.chat.complete(cfg, rt, body, ctx)
+    return response
 
 
 async def chat_completions(request: Request) -> Response:

@@ -286,9 +286,8 @@ def _handle(
     rewritten: dict[str, Any] | None = chunk
     if intercept:
         rewritten = _rewrite(json.loads(json.dumps(chunk)), out)
-        if rewritten is None:
-            return []
-    rewritten = client.align(rewritten)
+    if rewritten is not None:
+        rewritten = client.align(rewritten)
     if rewritten is None:
         return []
     data = event if rewritten is chunk or rewritten == chunk else sse.encode_event(rewritten)
