@@ -24,7 +24,6 @@ from pydantic import ValidationError
 
 from proxy.app import create_app
 from proxy.config import ConfigError
-from proxy.httpserver import CoalescingHttpToolsProtocol
 from proxy.pgembed import start_embedded
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
@@ -90,7 +89,7 @@ def _serve(settings: Settings) -> int:
     log_to_stderr(settings.log_level)
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False, http=CoalescingHttpToolsProtocol)
+                access_log=False)
     return 0
 
 

@@ -27,6 +27,8 @@ class Settings(BaseSettings):
       ``max_connections`` of 100; size ``max_connections`` to replicas x this + a few.
     - ``pool_timeout_seconds``: how long a request waits for a free connection before it is
       answered 503 ``server_busy`` with ``Retry-After`` (the SDKs retry those).
+    - ``provider_max_connections``: the cap on open connections to each provider (each origin
+      and TLS setting), kept alive between requests; past it a request waits for one.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -41,6 +43,7 @@ class Settings(BaseSettings):
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1)
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
+    provider_max_connections: int = Field(default=256, ge=1)
     max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
     tokenizer: str = "o200k_base"

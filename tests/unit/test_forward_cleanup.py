@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from proxy.config import ProviderConfig
 from proxy.services.forward import Forwarder
 from proxy.upstream import Upstream
-from tests.unit.test_h1client import Reader, Server, Writer
+from tests.fakes.scripted import Reader, Server, Writer
 
 
 class _Answer:
