@@ -240,9 +240,13 @@ def _mapped_errors(provider: ProviderConfig) -> Iterator[None]:
             "raise the provider's timeoutSeconds in config"
         ) from exc
     except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
-        hint = _HINTS.get(_kind(exc), "check the provider's baseUrl and that it is running")
+        kind = _kind(exc)
+        hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
+        cause = _cause(exc)
+        if kind == "cafile":
+            cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
         raise UpstreamUnavailable(
-            f"could not reach {_name(provider)}: {_cause(exc)} ({type(exc).__name__}); {hint}"
+            f"could not reach {_name(provider)}: {cause} ({type(exc).__name__}); {hint}"
         ) from exc
 
 
@@ -294,8 +298,6 @@ def _cause(exc: BaseException) -> str:
             return f"name resolution failed ({e.strerror})"
         if isinstance(e, ConnectionRefusedError):
             return "connection refused"
-        if isinstance(e, FileNotFoundError):
-            return f"the caFile {e.filename} does not exist"
         if isinstance(e, OSError) and e.strerror:
             return e.strerror
     if isinstance(exc, httpx.ProxyError | httpx.RemoteProtocolError):
