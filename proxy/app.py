@@ -86,7 +86,7 @@ def create_app(
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
         client = build_client(max_connections=settings.provider_max_connections,
-                              transport=http_transport)
+                              kind=settings.http_transport, transport=http_transport)
         bus = EventBus(pool, dsn)
         await bus.start()
         upstream = Upstream(client)

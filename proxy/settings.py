@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,8 @@ class Settings(BaseSettings):
       answered 503 ``server_busy`` with ``Retry-After`` (the SDKs retry those).
     - ``provider_max_connections``: the cap on open connections to each provider (each origin
       and TLS setting), kept alive between requests; past it a request waits for one.
+    - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
+      ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -44,6 +47,7 @@ class Settings(BaseSettings):
     pool_max_size: int = Field(default=64, ge=1)
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
     provider_max_connections: int = Field(default=256, ge=1)
+    http_transport: Literal["httpx", "aiohttp"] = "httpx"
     max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
     tokenizer: str = "o200k_base"

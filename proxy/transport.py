@@ -16,6 +16,14 @@ each origin goes through the proxy httpx would pick for it, or direct. ``SSL_CER
 ``SSL_CERT_DIR`` choose the trusted CAs as in httpx (``create_ssl_context``); a provider's
 ``caFile`` replaces them for that provider.
 
+``kind`` picks what each pool is: ``httpx`` (httpx's own ``AsyncHTTPTransport``, the
+default) or ``aiohttp`` (``httpx_aiohttp.AiohttpTransport``: the same httpx client and
+responses over aiohttp's connection pool, which costs less CPU per request; the optional
+``aiohttp`` extra installs it). Both get the same limits, proxy and ``SSLContext``;
+``CASCADE_HTTP_TRANSPORT`` chooses. aiohttp is not the default because a stream that breaks
+off loses the bytes that arrived just before the break (its reader raises the error before
+handing over what it holds), so the client does not see the partial answer.
+
 Tests hand ``build_client`` an ``httpx.MockTransport`` instead (``create_app(...,
 http_transport=...)``); everything else about the client stays the same.
 """
@@ -24,11 +32,17 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 from httpx._utils import URLPattern, get_environment_proxies
 
-__all__ = ["ProviderTransport", "TlsSettings", "TLS_EXTENSION", "build_client", "KEEPALIVE_SECONDS"]
+__all__ = [
+    "ProviderTransport", "TlsSettings", "TLS_EXTENSION", "build_client", "KEEPALIVE_SECONDS",
+    "Kind",
+]
+
+Kind = Literal["httpx", "aiohttp"]
 
 TLS_EXTENSION = "cascade.tls"  # request extension naming the provider's TLS settings
 KEEPALIVE_SECONDS = 15.0  # an idle connection is closed after this long
@@ -48,7 +62,16 @@ _DEFAULT_TLS = TlsSettings()
 class ProviderTransport(httpx.AsyncBaseTransport):
     """One pooled ``AsyncHTTPTransport`` per (origin, proxy, TLS settings); see the module."""
 
-    def __init__(self, *, max_connections: int) -> None:
+    def __init__(self, *, max_connections: int, kind: Kind = "httpx") -> None:
+        if kind == "aiohttp":
+            try:
+                from httpx_aiohttp import AiohttpTransport  # optional: the aiohttp extra
+            except ImportError as exc:
+                raise RuntimeError("CASCADE_HTTP_TRANSPORT=aiohttp needs httpx-aiohttp: "
+                                   "pip install 'cascade-proxy[aiohttp]'") from exc
+            self._make: type[httpx.AsyncBaseTransport] = AiohttpTransport
+        else:
+            self._make = httpx.AsyncHTTPTransport
         self._limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections,
             keepalive_expiry=KEEPALIVE_SECONDS,
@@ -56,7 +79,7 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         patterns = {URLPattern(key): url for key, url in get_environment_proxies().items()}
         self._proxies = sorted(patterns.items())  # most specific first, as httpx orders them
         self._contexts: dict[TlsSettings, ssl.SSLContext] = {}
-        self._pools: dict[tuple[object, ...], httpx.AsyncHTTPTransport] = {}
+        self._pools: dict[tuple[object, ...], httpx.AsyncBaseTransport] = {}
 
     def proxy_for(self, url: httpx.URL) -> str | None:
         """The proxy httpx's environment rules pick for ``url``; None to go direct."""
@@ -81,7 +104,7 @@ class ProviderTransport(httpx.AsyncBaseTransport):
             self._contexts[tls] = ctx
         return ctx
 
-    def _pool(self, request: httpx.Request) -> httpx.AsyncHTTPTransport:
+    def _pool(self, request: httpx.Request) -> httpx.AsyncBaseTransport:
         url = request.url
         tls = request.extensions.get(TLS_EXTENSION, _DEFAULT_TLS)
         if url.scheme != "https":
@@ -90,8 +113,9 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         key = (url.scheme, url.host, url.port, proxy, tls)
         pool = self._pools.get(key)
         if pool is None:
-            pool = httpx.AsyncHTTPTransport(
-                verify=self.context_for(tls), limits=self._limits, proxy=proxy,
+            pool = self._make(  # type: ignore[call-arg]
+                verify=self.context_for(tls), limits=self._limits,
+                proxy=httpx.Proxy(proxy) if proxy else None, trust_env=False,
             )
             self._pools[key] = pool
         return pool
@@ -106,7 +130,8 @@ class ProviderTransport(httpx.AsyncBaseTransport):
 
 
 def build_client(
-    *, max_connections: int = 256, transport: httpx.AsyncBaseTransport | None = None
+    *, max_connections: int = 256, kind: Kind = "httpx",
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """The client the lifespan opens and closes. Timeouts are set per request (each provider
     has its own); redirects are never followed (``proxy.upstream`` turns them into 502s).
@@ -116,6 +141,6 @@ def build_client(
     anyway is decoded by httpx.
     """
     return httpx.AsyncClient(
-        transport=transport or ProviderTransport(max_connections=max_connections),
+        transport=transport or ProviderTransport(max_connections=max_connections, kind=kind),
         follow_redirects=False, trust_env=False, headers={"accept-encoding": "identity"},
     )

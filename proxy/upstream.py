@@ -115,6 +115,10 @@ def _target(base_url: str) -> _Target:
         raise httpx.InvalidURL("the baseUrl does not parse") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise httpx.InvalidURL("the baseUrl is not an http(s) URL")
+    try:
+        u.hostname.encode("idna")  # an empty label ("a..b"): no resolver takes it
+    except UnicodeError:
+        raise httpx.InvalidURL("the baseUrl's host is not a valid name") from None
     if u.username is None and u.password is None:
         return _Target(base_url.rstrip("/"), None)
     host = u.netloc.rpartition("@")[2]
@@ -224,30 +228,49 @@ def _mapped_errors(provider: ProviderConfig) -> Iterator[None]:
     provider and the cause, with the original exception chained."""
     try:
         yield
-    except httpx.PoolTimeout as exc:
-        raise UpstreamTimeout(
+    except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
+        raise _mapped(provider, exc) from exc
+
+
+def _mapped(provider: ProviderConfig, exc: Exception) -> UpstreamTimeout | UpstreamUnavailable:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        if _timed_out(exc):
+            return _timeout(provider, exc)
+        name = type(exc.__cause__).__name__
+    kind = _kind(exc)
+    hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
+    cause = _cause(exc)
+    if kind == "cafile":
+        cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
+    return UpstreamUnavailable(f"could not reach {_name(provider)}: {cause} ({name}); {hint}")
+
+
+def _timeout(provider: ProviderConfig, exc: httpx.TimeoutException) -> UpstreamTimeout:
+    if isinstance(exc, httpx.PoolTimeout):
+        return UpstreamTimeout(
             f"every connection to {_name(provider)} stayed busy for {POOL_WAIT_SECONDS:g} s;"
             " retry, or raise CASCADE_PROVIDER_MAX_CONNECTIONS"
-        ) from exc
-    except httpx.ConnectTimeout as exc:
-        raise UpstreamTimeout(
+        )
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamTimeout(
             f"{_name(provider)} did not accept a connection in time (ConnectTimeout); retry, "
             "or raise the provider's connectTimeoutSeconds in config"
-        ) from exc
-    except httpx.TimeoutException as exc:
-        raise UpstreamTimeout(
-            f"{_name(provider)} did not answer in time ({type(exc).__name__}); retry, or "
-            "raise the provider's timeoutSeconds in config"
-        ) from exc
-    except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
-        kind = _kind(exc)
-        hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
-        cause = _cause(exc)
-        if kind == "cafile":
-            cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
-        raise UpstreamUnavailable(
-            f"could not reach {_name(provider)}: {cause} ({type(exc).__name__}); {hint}"
-        ) from exc
+        )
+    return UpstreamTimeout(
+        f"{_name(provider)} did not answer in time ({type(exc).__name__}); retry, or raise "
+        "the provider's timeoutSeconds in config"
+    )
+
+
+def _timed_out(exc: httpx.TimeoutException) -> bool:
+    """False for the connection failures httpx-aiohttp reports as ``ConnectTimeout`` (it
+    maps every aiohttp connection error so: a refused connection, a provider that closes):
+    an aiohttp cause is a timeout only when a ``TimeoutError`` is among its causes."""
+    cause = exc.__cause__
+    if cause is None or not type(cause).__module__.startswith("aiohttp"):
+        return True
+    return any(isinstance(e, TimeoutError) for e in _chain(cause))
 
 
 _HINTS = {
@@ -286,18 +309,24 @@ def _kind(exc: BaseException) -> str:
 
 
 def _cause(exc: BaseException) -> str:
-    """Why, in a few words, from the deepest cause known: never a URL, so never a secret."""
+    """Why, in a few words, from the most telling cause in the chain: never a URL, so never
+    a secret. (aiohttp's wrappers are OSErrors too, so the specific kinds are looked for
+    first, through the whole chain.)"""
     if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
         return "the baseUrl is not a usable http(s) URL"
-    for e in _chain(exc):
-        if isinstance(e, ssl.SSLCertVerificationError):
+    chain = list(_chain(exc))
+    for e in chain:
+        if isinstance(e, ssl.SSLCertVerificationError) and getattr(e, "verify_message", None):
             return f"certificate verify failed: {e.verify_message}"
-        if isinstance(e, ssl.SSLError):
-            return f"TLS failed: {e.reason or e.strerror or type(e).__name__}"
+    for e in chain:
         if isinstance(e, socket.gaierror):
             return f"name resolution failed ({e.strerror})"
         if isinstance(e, ConnectionRefusedError):
             return "connection refused"
+    for e in chain:
+        if isinstance(e, ssl.SSLError) and (e.reason or e.strerror):
+            return f"TLS failed: {e.reason or e.strerror}"
+    for e in chain:
         if isinstance(e, OSError) and e.strerror:
             return e.strerror
     if isinstance(exc, httpx.ProxyError | httpx.RemoteProtocolError):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
+
 from proxy.config import ProviderConfig
 from proxy.services.relay import RoundOutcome, relay_round
+from proxy.transport import Kind, build_client
 from proxy.upstream import Upstream
 from tests.fakes.scripted import Reader, Server, Writer
 
@@ -14,7 +17,8 @@ FRAME = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 1000 + b'"
 TOTAL = 16_000  # frames, about 17 MB: more than the socket buffers hold while stalled
 
 
-async def test_a_slow_client_pauses_the_provider() -> None:
+@pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
+async def test_a_slow_client_pauses_the_provider(kind: Kind) -> None:
     sent = 0
 
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
@@ -30,7 +34,7 @@ async def test_a_slow_client_pauses_the_provider() -> None:
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
 
-    upstream = Upstream(env={})
+    upstream = Upstream(build_client(kind=kind), env={})
     async with Server(handler) as server:
         answer = await upstream.open_stream(ProviderConfig(base_url=server.url()),
                                             "/chat/completions", client_headers={},

@@ -10,6 +10,7 @@ import pytest
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.transport import Kind, build_client
 from proxy.upstream import Upstream, _mapped_errors
 
 
@@ -70,10 +71,11 @@ def test_other_errors_pass_through_untouched() -> None:
         raise KeyError("not a transport failure")
 
 
+@pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
 @pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://[::1/v1",
                                  "http://127.0.0.1:0x50/v1", "http://a..b/v1"])
-async def test_a_base_url_that_does_not_parse_is_a_502(url: str) -> None:
-    upstream = Upstream(env={})
+async def test_a_base_url_that_does_not_parse_is_a_502(url: str, kind: Kind) -> None:
+    upstream = Upstream(build_client(kind=kind), env={})
     with pytest.raises(UpstreamUnavailable) as info:
         await upstream.call(ProviderConfig(base_url=url), "GET", "/models", client_headers={})
     assert "baseUrl" in str(info.value)
