@@ -22,7 +22,7 @@ import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -123,7 +123,7 @@ def _target(base_url: str) -> _Target:
         return _Target(base_url.rstrip("/"), None)
     host = u.netloc.rpartition("@")[2]
     clean = urlunsplit((u.scheme, host, u.path, u.query, u.fragment)).rstrip("/")
-    basic = httpx.BasicAuth(u.username or "", u.password or "")
+    basic = httpx.BasicAuth(unquote(u.username or ""), unquote(u.password or ""))
     request = next(basic.auth_flow(httpx.Request("GET", "http://x/")))
     return _Target(clean, request.headers["authorization"])
 
@@ -160,7 +160,9 @@ class Upstream:
     ) -> httpx.Request:
         target = self._targets.get(provider.base_url)
         if target is None:
-            target = self._targets[provider.base_url] = _target(provider.base_url)
+            target = _target(provider.base_url)
+            if len(self._targets) < 1024:  # base URLs change only with the config
+                self._targets[provider.base_url] = target
         headers = self._headers(provider, client_headers)
         if content is None:
             headers.pop("content-type")

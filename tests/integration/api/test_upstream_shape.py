@@ -31,7 +31,7 @@ def proxy(db_dsn: str, tmp_path: Path) -> Iterator[Callable[[Handler], TestClien
     clients: list[TestClient] = []
 
     def start(handler: Handler) -> TestClient:
-        config = write_config(tmp_path / "agents.json", "http://u:s3cret@provider.mock/v1")
+        config = write_config(tmp_path / "agents.json", "http://u:s3cret%40x@provider.mock/v1")
         app = create_app(Settings(database_url=db_dsn, config=config, watch_config=False),
                          http_transport=httpx.MockTransport(handler))
         client = TestClient(app).__enter__()
@@ -83,7 +83,7 @@ def test_a_base_urls_credentials_are_sent_when_nothing_else_is(
     assert proxy(handler).get("/v1/models", params={"a": "1"}).status_code == 200
     (request,) = seen
     assert str(request.url) == "http://provider.mock/v1/models?a=1"
-    assert request.headers["authorization"] == "Basic dTpzM2NyZXQ="  # u:s3cret
+    assert request.headers["authorization"] == "Basic dTpzM2NyZXRAeA=="  # u:s3cret@x
 
 
 def test_a_redirect_is_a_502_naming_the_provider_not_its_secret(
