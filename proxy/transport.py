@@ -21,8 +21,8 @@ default) or ``aiohttp`` (``httpx_aiohttp.AiohttpTransport``: the same httpx clie
 responses over aiohttp's connection pool, which costs less CPU per request; the optional
 ``aiohttp`` extra installs it). Both get the same limits, proxy and ``SSLContext``;
 ``CASCADE_HTTP_TRANSPORT`` chooses. aiohttp is not the default because a stream that breaks
-off loses the bytes that arrived just before the break (its reader raises the error before
-handing over what it holds), so the client does not see the partial answer.
+off while nobody reads it loses the bytes that arrived before the break (its reader raises
+the error before handing over what it holds), so the client does not see the partial answer.
 
 Tests hand ``build_client`` an ``httpx.MockTransport`` instead (``create_app(...,
 http_transport=...)``); everything else about the client stays the same.
