@@ -1,4 +1,4 @@
-"""CPU per request of the provider client: ``proxy.h1client`` against aiohttp, side by side.
+"""CPU per request of the provider client: httpx against httpx over aiohttp, side by side.
 
 ``python -m bench.client_speed [--requests 20000] [--concurrency 32] [--rounds 3]``
 
@@ -6,8 +6,9 @@ Starts ``bench.fake_upstream`` in its own process, then in this one (uvloop, as 
 runs) sends the same small chat POST through each client, ``concurrency`` at a time, after a
 warm-up of the same size, and prints this process's CPU time (user + system) per request and
 the requests per second. The clients alternate round by round; the median per client is
-printed last. aiohttp is configured as Cascade configured it before (no cookie jar, a
-512-connection pool, per-read timeout, no redirects). Talks only to 127.0.0.1.
+printed last. ``httpx`` is the client Cascade builds (``proxy.transport.build_client``);
+``httpx-aiohttp`` is the same httpx API over ``httpx_aiohttp.AiohttpTransport`` with the same
+connection cap. Talks only to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -22,47 +23,42 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+import httpx
 import uvloop
 
 from bench.common import free_port
-from proxy.h1client import H1Client
+from proxy.transport import build_client
 
 BODY = b'{"model":"bench-model","messages":[{"role":"user","content":"hi"}]}'
 HEADERS = {"content-type": "application/json", "authorization": "Bearer bench-key"}
+CLIENTS = ("httpx", "httpx-aiohttp")
+_POOL = 256
 
 
-async def _h1(base: str) -> tuple[Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
-    client = H1Client()
+def _client(kind: str) -> httpx.AsyncClient:
+    if kind == "httpx":
+        return build_client(max_connections=_POOL)
+    from httpx_aiohttp import AiohttpTransport  # the bench extra installs it
+
+    limits = httpx.Limits(max_connections=_POOL, max_keepalive_connections=_POOL)
+    return build_client(transport=AiohttpTransport(limits=limits))
+
+
+async def _open(kind: str, base: str) -> tuple[Callable[[], Awaitable[bytes]],
+                                                Callable[[], Awaitable[None]]]:
+    client = _client(kind)
+    timeout = httpx.Timeout(600, connect=10)
 
     async def one() -> bytes:
-        resp = await client.request("POST", base, "/chat/completions", headers=HEADERS,
-                                    body=BODY, connect_timeout=10, read_timeout=600)
+        request = client.build_request("POST", base + "/chat/completions", headers=HEADERS,
+                                       content=BODY, timeout=timeout)
+        resp = await client.send(request, stream=True)
         try:
-            return await resp.read()
+            return await resp.aread()
         finally:
-            resp.release()
+            await resp.aclose()
 
     return one, client.aclose
-
-
-async def _aiohttp(base: str) -> tuple[Callable[[], Awaitable[bytes]],
-                                       Callable[[], Awaitable[None]]]:
-    import aiohttp  # the bench extra installs it; Cascade itself no longer uses it
-
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=512, limit_per_host=0),
-        cookie_jar=aiohttp.DummyCookieJar())
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600)
-
-    async def one() -> bytes:
-        resp = await session.request("POST", base + "/chat/completions", data=BODY,
-                                     headers=HEADERS, timeout=timeout, allow_redirects=False)
-        try:
-            return await resp.read()
-        finally:
-            resp.release()
-
-    return one, session.close
 
 
 async def _drive(one: Callable[[], Awaitable[bytes]], requests: int, concurrency: int) -> None:
@@ -78,7 +74,7 @@ async def _drive(one: Callable[[], Awaitable[bytes]], requests: int, concurrency
 
 
 async def _measure(kind: str, base: str, requests: int, concurrency: int) -> tuple[float, float]:
-    one, close = await (_h1(base) if kind == "h1client" else _aiohttp(base))
+    one, close = await _open(kind, base)
     try:
         await _drive(one, requests, concurrency)  # warm-up: connections, caches
         r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -107,15 +103,15 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:
                 time.sleep(0.1)
         base = f"http://127.0.0.1:{port}/v1"
-        results: dict[str, list[float]] = {"aiohttp": [], "h1client": []}
+        results: dict[str, list[float]] = {kind: [] for kind in CLIENTS}
         for n in range(args.rounds):
             for kind in results:
                 cpu, rps = uvloop.run(_measure(kind, base, args.requests, args.concurrency))
                 results[kind].append(cpu)
-                print(f"round {n + 1} {kind:9} {cpu:6.1f} us CPU/request  {rps:8.0f} req/s",
+                print(f"round {n + 1} {kind:13} {cpu:6.1f} us CPU/request  {rps:8.0f} req/s",
                       flush=True)
         for kind, cpus in results.items():
-            print(f"median {kind:9} {statistics.median(cpus):6.1f} us CPU/request")
+            print(f"median {kind:13} {statistics.median(cpus):6.1f} us CPU/request")
     finally:
         fake.terminate()
         fake.wait(10)

@@ -2,10 +2,8 @@
 
 ``python -m bench.fake_upstream --port N [--chunks 50] [--chunk-delay-ms 2]``
 
-A raw ASGI app under uvicorn (httptools + uvloop when installed), through Cascade's own
-httptools protocol (``proxy.httpserver``), which writes a response's head and body in one
-``send``: a provider answers a short request at once, and every proxy measured reads one
-segment instead of two (the same for every target). ``POST .../chat/completions``
+A raw ASGI app under uvicorn (httptools + uvloop when installed), the same for every target
+measured. ``POST .../chat/completions``
 answers a non-streaming JSON completion, or with ``"stream": true`` an SSE stream of ``--chunks``
 content chunks spaced ``--chunk-delay-ms`` apart, then the finish chunk, the usage-only chunk when
 ``stream_options.include_usage`` is set, and ``data: [DONE]``. The spacing is what makes
@@ -217,14 +215,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _http() -> Any:
-    """Cascade's own httptools protocol, which sends a response's head with its body in one
-    write (see proxy/httpserver.py), as a provider answering a short request at once does;
-    plain httptools or h11 when it cannot be imported."""
-    try:
-        from proxy.httpserver import CoalescingHttpToolsProtocol
-    except ImportError:
-        return _best("httptools", "h11")
-    return CoalescingHttpToolsProtocol
+    """uvicorn's httptools protocol, or h11 when httptools is not installed."""
+    return _best("httptools", "h11")
 
 
 def _best(preferred: str, fallback: str) -> str:

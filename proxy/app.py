@@ -1,8 +1,9 @@
 """create_app(settings) and the lifespan that owns every resource.
 
-uvicorn runs ``proxy.app:create_app --factory``; tests call ``create_app`` with their own
-settings instead of patching globals; the provider they talk to is a real HTTP server on
-loopback (tests/fakes/upstream.py), never a mocked transport.
+uvicorn runs ``proxy.app:create_app --factory`` (``cascade-proxy serve`` runs the same app);
+tests call ``create_app`` with their own settings instead of patching globals. The provider
+they talk to is a real HTTP server on loopback (tests/fakes/upstream.py); shape tests may pass
+an ``httpx.MockTransport`` as ``http_transport`` instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypedDict
 
 import asyncpg
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -32,7 +34,6 @@ from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
-from proxy.h1client import H1Client
 from proxy.logs import causes, configure_logging
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.pgembed import start_embedded, tune_embedded
@@ -42,6 +43,7 @@ from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_migrations
 from proxy.tokenizers import build_counters
+from proxy.transport import build_client
 from proxy.upstream import Upstream
 
 __all__ = ["create_app"]
@@ -70,7 +72,10 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 100)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None
+) -> FastAPI:
+    """The app; ``http_transport`` replaces the provider transport (tests' MockTransport)."""
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
@@ -85,7 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await tune_embedded(dsn)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        client = H1Client()
+        client = build_client(max_connections=settings.provider_max_connections,
+                              kind=settings.http_transport, transport=http_transport)
         bus = EventBus(pool, dsn)
         await bus.start()
         upstream = Upstream(client)

@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from proxy.app import create_app
 from proxy.config import ConfigError
-from proxy.httpserver import CoalescingHttpToolsProtocol
 from proxy.pgembed import start_embedded
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
@@ -77,7 +76,7 @@ def _port(text: str) -> int:
 def _serve(settings: Settings) -> int:
     app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                log_config=None, access_log=False, http=CoalescingHttpToolsProtocol)
+                log_config=None, access_log=False)
     return 0
 
 

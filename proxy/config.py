@@ -45,10 +45,17 @@ class _Block(BaseModel):
 
 
 class ProviderConfig(_Block):
+    """A provider. ``caFile`` is a PEM bundle trusted for this provider instead of the default
+    CAs; ``verifyTls`` false skips certificate checks for it. ``name`` is its key under
+    ``providers`` (set by ``parse_config``, not a file key), for messages that name it."""
+
     base_url: str = DEFAULT_OPENAI_BASE_URL
     api_key_env: str | None = None
     timeout_seconds: float = Field(default=600.0, gt=0)
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    ca_file: str | None = None
+    verify_tls: bool = True
+    name: str = Field(default="", exclude=True)
 
 
 class ModelConfig(_Block):
@@ -237,8 +244,13 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     data["providers"] = providers
     if "default" not in (data.get("agents") or {}):
         data["agents"] = {**(data.get("agents") or {}), "default": {}}
+    for name, provider in providers.items():
+        if isinstance(provider, Mapping) and "name" in provider:
+            raise ConfigError(f"providers.{name}.name: not a key; the provider's name is {name}")
     try:
         cfg = Config.model_validate(data)
+        cfg = cfg.model_copy(update={"providers": {
+            name: p.model_copy(update={"name": name}) for name, p in cfg.providers.items()}})
         base = cfg.context.model_dump(by_alias=True)
         resolved = {}
         for name, agent in cfg.agents.items():

@@ -33,6 +33,10 @@ class Settings(BaseSettings):
       object per line, uvicorn's lines included (``proxy.logs``).
     - ``cors_origins`` (``CASCADE_CORS_ORIGINS``): browser origins allowed to call the proxy,
       comma-separated, or ``*`` for any; empty (the default) sends no CORS headers at all.
+    - ``provider_max_connections``: the cap on open connections to each provider (each origin
+      and TLS setting), kept alive between requests; past it a request waits for one.
+    - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
+      ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -47,6 +51,8 @@ class Settings(BaseSettings):
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1)
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
+    provider_max_connections: int = Field(default=256, ge=1)
+    http_transport: Literal["httpx", "aiohttp"] = "httpx"
     max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"

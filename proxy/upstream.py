@@ -3,29 +3,34 @@
 Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
 as it arrives) and forwards its bytes. Only transport failures are translated, into 502
 (unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a provider's own
-4xx and 5xx answers pass through untouched.
+4xx and 5xx answers pass through untouched. A 502's message names the provider (its name in
+config and its host, never credentials) and the cause, and chains the transport's exception.
 
-One ``proxy.h1client.H1Client`` serves both. bench/overhead measured the client choices side
-by side (CPU per request of a bare relay): on the tiny request at concurrency 32, httpx
-2.5 ms, httpx over the httpx-aiohttp transport 0.56 ms, aiohttp 0.30 ms; on the 50-chunk
-stream, httpx 5.9 ms and aiohttp 2.5 ms. aiohttp served here until its request path was the
-largest single piece of Cascade's CPU; ``proxy.h1client`` says what replaced it and why.
+Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.transport``).
+``timeoutSeconds`` is httpx's read (and write) timeout, so it bounds each wait for bytes and
+never the whole answer; ``connectTimeoutSeconds`` is its connect timeout. A provider that
+compresses its answer is decoded here (httpx), and the relayed headers never carry
+``content-encoding`` or ``content-length`` (``response_headers`` names what is relayed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import httpx
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
-from proxy.h1client import H1Client, H1Response
 from proxy.jsonio import loads
 from proxy.requestlog import UpstreamTimer
+from proxy.transport import TLS_EXTENSION, TlsSettings, build_client
 
 __all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
 
@@ -34,14 +39,15 @@ __all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "resp
 _FORWARD_REQUEST_HEADERS = ("openai-organization", "openai-project", "openai-beta", "user-agent")
 RELAY_RESPONSE_HEADERS = ("content-type", "retry-after", "x-request-id", "openai-processing-ms")
 _RELAY_PREFIXES = ("x-ratelimit-", "openai-")
+POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's capped connections
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A provider's whole (non-streamed) answer: status, headers and body bytes as sent."""
+    """A provider's whole (non-streamed) answer: status, headers and the decoded body."""
 
     status_code: int
-    headers: Mapping[str, str]
+    headers: httpx.Headers
     content: bytes
 
     def json(self) -> Any:
@@ -55,25 +61,28 @@ class Answer:
 class StreamAnswer:
     """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
 
-    def __init__(self, resp: H1Response, timer: UpstreamTimer | None = None) -> None:
+    def __init__(
+        self, resp: httpx.Response, provider: ProviderConfig, timer: UpstreamTimer | None = None
+    ) -> None:
         self._resp = resp
+        self._provider = provider
         self._timer = timer
-        self.status_code = resp.status
-        self.headers: Mapping[str, str] = resp.headers
+        self.status_code = resp.status_code
+        self.headers = resp.headers
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """Each piece as soon as it is received; a broken connection raises only after every
-        byte that arrived before the break was yielded (test_chat_stream.py's mid-stream
-        reset test guards this)."""
-        async for chunk in self._resp.iter_chunks():
+        """Each piece as soon as it is received (decoded when compressed); a broken
+        connection raises only after every byte that arrived before the break was yielded
+        (test_chat_stream.py's mid-stream reset test guards this)."""
+        async for chunk in self._resp.aiter_bytes():
             yield chunk
 
     async def aread(self) -> bytes:
-        with _mapped_errors(self._resp.url):  # a body that breaks off is a 502
-            return await self._resp.read()
+        with _mapped_errors(self._provider):  # a body that breaks off is a 502
+            return await self._resp.aread()
 
     async def aclose(self) -> None:
-        self._resp.release()  # closes the connection unless the body was read to its end
+        await self._resp.aclose()  # a second close does nothing
         if self._timer is not None:  # the request's upstream time ends with the stream
             self._timer.stop()
 
@@ -81,24 +90,60 @@ class StreamAnswer:
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
     """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits.
 
-    Names come lowercased, values as the provider's bytes (``proxy.h1client`` decodes them
-    one character per byte and Starlette encodes them back the same way), so a value such
-    as ``x-request-id: €`` goes out as sent.
+    Never ``content-encoding`` or ``content-length``: the body relayed is the decoded one.
+    Values are the provider's bytes read one character per byte (Starlette encodes them back
+    the same way), so a value such as ``x-request-id: €`` in UTF-8 goes out as sent.
     """
-    return {
-        key: value for key, value in resp.headers.items()
-        if key in RELAY_RESPONSE_HEADERS or key.startswith(_RELAY_PREFIXES)
-    }
+    out: dict[str, str] = {}
+    for raw_key, raw_value in resp.headers.raw:
+        key = raw_key.decode("latin-1").lower()
+        if key in RELAY_RESPONSE_HEADERS or key.startswith(_RELAY_PREFIXES):
+            value = raw_value.decode("latin-1")
+            out[key] = f"{out[key]}, {value}" if key in out else value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A provider's base URL without its ``user:password``, and those as a Basic header."""
+
+    base: str
+    auth: str | None
+
+
+def _target(base_url: str) -> _Target:
+    """Raises ``httpx.InvalidURL`` for a base URL that is not a usable http(s) URL (httpx
+    itself takes a port past 65535 and fails later, deep in the socket call)."""
+    try:
+        u = urlsplit(base_url)
+        u.port  # noqa: B018 - raises ValueError when out of range or not a number
+    except ValueError:
+        raise httpx.InvalidURL("the baseUrl does not parse") from None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise httpx.InvalidURL("the baseUrl is not an http(s) URL")
+    try:
+        u.hostname.encode("idna")  # an empty label ("a..b"): no resolver takes it
+    except UnicodeError:
+        raise httpx.InvalidURL("the baseUrl's host is not a valid name") from None
+    if u.username is None and u.password is None:
+        return _Target(base_url.rstrip("/"), None)
+    host = u.netloc.rpartition("@")[2]
+    clean = urlunsplit((u.scheme, host, u.path, u.query, u.fragment)).rstrip("/")
+    basic = httpx.BasicAuth(unquote(u.username or ""), unquote(u.password or ""))
+    request = next(basic.auth_flow(httpx.Request("GET", "http://x/")))
+    return _Target(clean, request.headers["authorization"])
 
 
 class Upstream:
     """``call`` for whole answers, ``open_stream`` for streams, over one pooled client."""
 
     def __init__(
-        self, client: H1Client | None = None, env: Mapping[str, str] | None = None
+        self, client: httpx.AsyncClient | None = None, env: Mapping[str, str] | None = None
     ) -> None:
-        self.client = client if client is not None else H1Client()
+        self.client = client if client is not None else build_client()
         self._env = env if env is not None else os.environ
+        self._targets: dict[str, _Target] = {}
+        self._timeouts: dict[tuple[float, float], httpx.Timeout] = {}
 
     def _headers(
         self, provider: ProviderConfig, client_headers: Mapping[str, str]
@@ -115,29 +160,47 @@ class Upstream:
                 headers[name] = value
         return headers
 
-    async def _send(
+    def _request(
         self, provider: ProviderConfig, method: str, path: str, *,
         client_headers: Mapping[str, str], content: bytes | None, params: Any,
-    ) -> H1Response:
-        """Send and wait for the status line and headers; a redirect is a 502 naming where
-        it points, for every caller (chat, streams, the summariser, the passthroughs).
-
-        ``timeoutSeconds`` bounds each wait for bytes (as a read timeout), not the whole
-        answer, so a long completion or stream that keeps sending is never cut.
-        """
+    ) -> httpx.Request:
+        target = self._targets.get(provider.base_url)
+        if target is None:
+            target = _target(provider.base_url)
+            if len(self._targets) < 1024:  # base URLs change only with the config
+                self._targets[provider.base_url] = target
         headers = self._headers(provider, client_headers)
         if content is None:
             headers.pop("content-type")
-        with _mapped_errors(provider.base_url):
-            resp = await self.client.request(
-                method, provider.base_url, path, headers=headers, body=content, params=params,
-                connect_timeout=provider.connect_timeout_seconds,
-                read_timeout=provider.timeout_seconds,
+        if target.auth is not None and "authorization" not in headers:
+            headers["authorization"] = target.auth
+        limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
+        timeout = self._timeouts.get(limits)
+        if timeout is None:
+            timeout = self._timeouts[limits] = httpx.Timeout(
+                provider.timeout_seconds, connect=provider.connect_timeout_seconds,
+                pool=POOL_WAIT_SECONDS,
             )
-        if 300 <= resp.status < 400:  # never relayed: a client would follow it past the proxy
-            resp.release()
+        tls = TlsSettings(provider.ca_file, provider.verify_tls)
+        return self.client.build_request(
+            method, target.base + path, headers=headers, content=content, params=params,
+            timeout=timeout, extensions={TLS_EXTENSION: tls},
+        )
+
+    async def _send(
+        self, provider: ProviderConfig, method: str, path: str, *,
+        client_headers: Mapping[str, str], content: bytes | None, params: Any,
+    ) -> httpx.Response:
+        """Send and wait for the status line and headers; a redirect is a 502 naming where
+        it points, for every caller (chat, streams, the summariser, the passthroughs)."""
+        with _mapped_errors(provider):
+            request = self._request(provider, method, path, client_headers=client_headers,
+                                    content=content, params=params)
+            resp = await self.client.send(request, stream=True)
+        if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
+            await resp.aclose()
             raise UpstreamUnavailable(
-                f"the provider answered {resp.status}, a redirect to "
+                f"{_name(provider)} answered {resp.status_code}, a redirect to "
                 f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
                 "baseUrl to the address it points to"
             )
@@ -153,13 +216,13 @@ class Upstream:
             resp = await self._send(provider, method, path, client_headers=client_headers,
                                     content=content, params=params)
             try:
-                with _mapped_errors(resp.url):
-                    body = await resp.read()
+                with _mapped_errors(provider):
+                    body = await resp.aread()
             finally:
-                resp.release()
+                await resp.aclose()
         finally:
             timer.stop()
-        return Answer(resp.status, resp.headers, body)
+        return Answer(resp.status_code, resp.headers, body)
 
     async def open_stream(
         self, provider: ProviderConfig, path: str, *, client_headers: Mapping[str, str],
@@ -173,35 +236,128 @@ class Upstream:
         except BaseException:
             timer.stop()
             raise
-        return StreamAnswer(resp, timer)
+        return StreamAnswer(resp, provider, timer)
 
 
 @contextlib.contextmanager
-def _mapped_errors(url: str) -> Iterator[None]:
-    """Turn transport failures into 504 (timed out) or 502 (unreachable)."""
+def _mapped_errors(provider: ProviderConfig) -> Iterator[None]:
+    """Turn transport failures into 504 (timed out) or 502 (unreachable), naming the
+    provider and the cause, with the original exception chained."""
     try:
         yield
-    except TimeoutError as exc:
-        raise UpstreamTimeout(
-            f"the provider at {_where(url, scheme=False)} did not answer in time"
-            f" ({type(exc).__name__}); retry, or raise the provider's timeoutSeconds in config"
-        ) from exc
-    except OSError as exc:  # refused, reset, DNS, TLS, h1client.ProviderConnectionError
-        where = _where(url, scheme=True)
-        raise UpstreamUnavailable(
-            f"could not reach the provider at {where} ({type(exc).__name__}); check the"
-            " provider's baseUrl and that it is running"
-        ) from exc
+    except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
+        raise _mapped(provider, exc) from exc
 
 
-def _where(url: str, *, scheme: bool) -> str:
-    """The provider's host (and scheme and port) for a message; never its user:password,
-    and never an error of its own for a URL that does not parse (a bad port, a bracket)."""
+def _mapped(provider: ProviderConfig, exc: Exception) -> UpstreamTimeout | UpstreamUnavailable:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        if _timed_out(exc):
+            return _timeout(provider, exc)
+        name = type(exc.__cause__).__name__
+    kind = _kind(exc)
+    hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
+    cause = _cause(exc)
+    if kind == "cafile":
+        cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
+    return UpstreamUnavailable(f"could not reach {_name(provider)}: {cause} ({name}); {hint}")
+
+
+def _timeout(provider: ProviderConfig, exc: httpx.TimeoutException) -> UpstreamTimeout:
+    if isinstance(exc, httpx.PoolTimeout):
+        return UpstreamTimeout(
+            f"every connection to {_name(provider)} stayed busy for {POOL_WAIT_SECONDS:g} s;"
+            " retry, or raise CASCADE_PROVIDER_MAX_CONNECTIONS"
+        )
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamTimeout(
+            f"{_name(provider)} did not accept a connection in time (ConnectTimeout); retry, "
+            "or raise the provider's connectTimeoutSeconds in config"
+        )
+    return UpstreamTimeout(
+        f"{_name(provider)} did not answer in time ({type(exc).__name__}); retry, or raise "
+        "the provider's timeoutSeconds in config"
+    )
+
+
+def _timed_out(exc: httpx.TimeoutException) -> bool:
+    """False for the connection failures httpx-aiohttp reports as ``ConnectTimeout`` (it
+    maps every aiohttp connection error so: a refused connection, a provider that closes):
+    an aiohttp cause is a timeout only when a ``TimeoutError`` is among its causes."""
+    cause = exc.__cause__
+    if cause is None or not type(cause).__module__.startswith("aiohttp"):
+        return True
+    return any(isinstance(e, TimeoutError) for e in _chain(cause))
+
+
+_HINTS = {
+    "tls": "set the provider's caFile to the CA that signed its certificate (or verifyTls "
+           "false), or SSL_CERT_FILE for the whole process",
+    "cafile": "check the provider's caFile",
+    "proxy": "check HTTPS_PROXY / HTTP_PROXY / NO_PROXY",
+}
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it, depth first, through exception groups too."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(reversed(e.exceptions))
+        for nxt in (e.__context__, e.__cause__):
+            if nxt is not None:
+                stack.append(nxt)
+
+
+def _kind(exc: BaseException) -> str:
+    if not isinstance(exc, httpx.HTTPError):  # raised before sending: the caFile
+        return "cafile"
+    if isinstance(exc, httpx.ProxyError):
+        return "proxy"
+    if any(isinstance(e, ssl.SSLError) for e in _chain(exc)):
+        return "tls"
+    return "other"
+
+
+def _cause(exc: BaseException) -> str:
+    """Why, in a few words, from the most telling cause in the chain: never a URL, so never
+    a secret. (aiohttp's wrappers are OSErrors too, so the specific kinds are looked for
+    first, through the whole chain.)"""
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
+        return "the baseUrl is not a usable http(s) URL"
+    chain = list(_chain(exc))
+    for e in chain:
+        if isinstance(e, ssl.SSLCertVerificationError) and getattr(e, "verify_message", None):
+            return f"certificate verify failed: {e.verify_message}"
+    for e in chain:
+        if isinstance(e, socket.gaierror):
+            return f"name resolution failed ({e.strerror})"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+    for e in chain:
+        if isinstance(e, ssl.SSLError) and (e.reason or e.strerror):
+            return f"TLS failed: {e.reason or e.strerror}"
+    for e in chain:
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+    if isinstance(exc, httpx.ProxyError | httpx.RemoteProtocolError):
+        return str(exc).split("://")[0][:200]  # the proxy's or provider's words, not a URL
+    return "the connection failed"
+
+
+def _name(provider: ProviderConfig) -> str:
+    """``the provider 'openai' at https://host:port``: never its user:password, and never an
+    error of its own for a URL that does not parse (a bad port, a bracket)."""
+    label = f"the provider {provider.name!r}" if provider.name else "the provider"
     try:
-        u = urlsplit(url)
+        u = urlsplit(provider.base_url)
         port = u.port
     except ValueError:
-        return "the configured baseUrl (it does not parse)"
-    if not scheme:
-        return str(u.hostname)
-    return f"{u.scheme}://{u.hostname}" + (f":{port}" if port else "")
+        return f"{label} (its baseUrl does not parse)"
+    return f"{label} at {u.scheme}://{u.hostname}" + (f":{port}" if port else "")

@@ -11,7 +11,6 @@ from bench.fake_upstream import _http, has_flag, stream_frames
 from bench.loadgen import make_workload, median, percentile, ratio, split_sse, summarize
 from bench.overhead import aggregate, evaluate, round_ratios
 from bench.overhead_report import render_markdown
-from proxy.httpserver import CoalescingHttpToolsProtocol
 
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
@@ -81,9 +80,9 @@ def test_fake_upstream_flags_ignore_escaped_keys_and_usage_frame_only_on_request
     assert json.loads(with_usage[-2][6:])["usage"]["completion_tokens"] == 50
 
 
-def test_fake_upstream_answers_through_the_one_write_protocol():
-    """Head and body in one write, as a provider answering at once (see its docstring)."""
-    assert _http() is CoalescingHttpToolsProtocol
+def test_fake_upstream_answers_through_httptools():
+    """uvicorn's httptools protocol, the one the proxy itself serves with."""
+    assert _http() == "httptools"
 
 
 def test_large_workload_is_a_40_message_200kb_agent_request_on_average():

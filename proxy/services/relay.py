@@ -174,8 +174,8 @@ async def relay_round(
     ``client`` carries the stream across the rounds of one request (a new one if omitted).
     """
     client = client if client is not None else ClientStream()
-    # Bounded, so a client that reads slowly slows the provider (proxy/h1client.py stops
-    # reading past 1 MiB buffered) instead of the proxy holding the whole answer.
+    # Bounded, so a client that reads slowly slows the provider (nothing reads from its socket
+    # while the queue is full) instead of the proxy holding the whole answer.
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_CHUNKS)
     reader = asyncio.create_task(pump(resp, queue))
     splitter = sse.EventSplitter()

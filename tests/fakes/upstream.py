@@ -545,7 +545,12 @@ class FakeUpstream:
     ``endpoint=`` overrides any path, e.g. a 500 for ``/v1/models``. Every request is recorded.
     """
 
-    def __init__(self, *, models: Sequence[str] = DEFAULT_MODELS, embedding_dim: int = 8) -> None:
+    def __init__(
+        self, *, models: Sequence[str] = DEFAULT_MODELS, embedding_dim: int = 8,
+        tls: tuple[str, str] | None = None,
+    ) -> None:
+        """``tls``: (certificate file, key file) to serve HTTPS instead of HTTP."""
+        self.tls = tls
         self.models = tuple(models)
         self.embedding_dim = embedding_dim
         self.default: Responder = Reply()
@@ -571,6 +576,8 @@ class FakeUpstream:
             log_config=None,
             access_log=False,
             proxy_headers=False,
+            ssl_certfile=self.tls[0] if self.tls else None,
+            ssl_keyfile=self.tls[1] if self.tls else None,
         )
         server = _Server(config)
         thread = threading.Thread(target=server.run, name="fake-upstream", daemon=True)
@@ -606,7 +613,11 @@ class FakeUpstream:
 
     @property
     def origin(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self._port}"
+
+    @property
+    def port(self) -> int:
+        return self._port
 
     @property
     def url(self) -> str:

@@ -6,10 +6,13 @@ import asyncio
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from proxy.config import ProviderConfig
 from proxy.services.forward import Forwarder
+from proxy.transport import Kind, build_client
 from proxy.upstream import Upstream
-from tests.unit.test_h1client import Reader, Server, Writer
+from tests.fakes.scripted import Reader, Server, Writer
 
 
 class _Answer:
@@ -47,7 +50,10 @@ async def test_an_answer_that_arrives_as_the_client_leaves_is_closed() -> None:
     assert answer.closed == 1 and finished == [None]
 
 
-async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_event() -> None:
+@pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
+async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_event(
+    kind: Kind,
+) -> None:
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
         await asyncio.sleep(0.15)  # the head comes after the first keep-alive comment
@@ -63,7 +69,7 @@ async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_e
     async def release(step: object) -> None:
         ran.append("release")
 
-    upstream = Upstream(env={})
+    upstream = Upstream(build_client(kind=kind), env={})
     async with Server(handler) as server:
         provider = ProviderConfig(base_url=server.url(), timeout_seconds=0.3)
         settings = SimpleNamespace(keepalive_seconds=0.1, max_internal_rounds=1)

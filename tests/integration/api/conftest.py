@@ -15,7 +15,6 @@ import pytest
 import uvicorn
 
 from proxy.app import create_app
-from proxy.httpserver import CoalescingHttpToolsProtocol
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 
@@ -39,7 +38,6 @@ class ProxyServer:
             access_log=False,
             lifespan="on",
             ws="none",
-            http=CoalescingHttpToolsProtocol,  # what `cascade-proxy serve` runs
         )
         self._server = _Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)

@@ -1,0 +1,100 @@
+"""The shape of what the proxy sends a provider and makes of its answer, on an
+``httpx.MockTransport`` given to ``create_app(..., http_transport=...)``: no sockets to the
+provider, so each case is a plain function of the request."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.integration.api.conftest import write_config
+
+Handler = Callable[[httpx.Request], httpx.Response]
+COMPLETION = {
+    "id": "chatcmpl-m", "object": "chat.completion", "created": 1, "model": "gpt-fake",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "mocked"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
+
+
+@pytest.fixture
+def proxy(db_dsn: str, tmp_path: Path) -> Iterator[Callable[[Handler], TestClient]]:
+    clients: list[TestClient] = []
+
+    def start(handler: Handler) -> TestClient:
+        config = write_config(tmp_path / "agents.json", "http://u:s3cret%40x@provider.mock/v1")
+        app = create_app(Settings(database_url=db_dsn, config=config, watch_config=False),
+                         http_transport=httpx.MockTransport(handler))
+        client = TestClient(app).__enter__()
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def test_the_provider_gets_a_clean_request_and_a_compressed_answer_is_decoded(
+    proxy: Callable[[Handler], TestClient],
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=gzip.compress(json.dumps(COMPLETION).encode()),
+                              headers={"content-type": "application/json",
+                                       "content-encoding": "gzip", "x-request-id": "req-1"})
+
+    resp = proxy(handler).post(
+        "/v1/chat/completions", headers={"authorization": "Bearer sk-client",
+                                         "x-session-id": "shape", "user-agent": "agent/1"},
+        json={"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]})
+
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "mocked"
+    assert "content-encoding" not in resp.headers and resp.headers["x-request-id"] == "req-1"
+    (request,) = seen
+    assert str(request.url) == "http://provider.mock/v1/chat/completions"  # no user:password
+    assert request.headers["authorization"] == "Bearer sk-client"  # not the URL's Basic
+    assert request.headers["accept-encoding"] == "identity"
+    assert request.headers["user-agent"] == "agent/1"
+    assert "x-session-id" not in request.headers
+    assert json.loads(request.content)["messages"][-1] == {"role": "user", "content": "hi"}
+
+
+def test_a_base_urls_credentials_are_sent_when_nothing_else_is(
+    proxy: Callable[[Handler], TestClient],
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"object": "list", "data": []})
+
+    assert proxy(handler).get("/v1/models", params={"a": "1"}).status_code == 200
+    (request,) = seen
+    assert str(request.url) == "http://provider.mock/v1/models?a=1"
+    assert request.headers["authorization"] == "Basic dTpzM2NyZXRAeA=="  # u:s3cret@x
+
+
+def test_a_redirect_is_a_502_naming_the_provider_not_its_secret(
+    proxy: Callable[[Handler], TestClient],
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(307, headers={"location": "http://elsewhere.mock/v1/models"})
+
+    resp = proxy(handler).get("/v1/models", headers={"authorization": "Bearer sk-client"})
+
+    assert resp.status_code == 502
+    message = resp.json()["error"]["message"]
+    assert message.startswith("the provider 'openai' at http://provider.mock answered 307")
+    assert "http://elsewhere.mock/v1/models" in message and "s3cret" not in message

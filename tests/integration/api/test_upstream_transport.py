@@ -1,0 +1,217 @@
+"""How the proxy reaches providers: egress proxies from the environment, private CAs, and
+answers compressed by the provider. Every provider here is a real server on loopback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import trustme
+
+from proxy.settings import Settings
+from tests.fakes.egress_proxy import EgressProxy
+from tests.fakes.upstream import FakeUpstream, raw
+from tests.integration.api.conftest import ProxyServer, write_config
+
+HOST = "provider.cascade.test"  # resolved by the egress proxy alone
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE",
+               "SSL_CERT_DIR")
+_COMPLETION = {
+    "id": "chatcmpl-z", "object": "chat.completion", "created": 1, "model": "gpt-fake",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "squeezed answer"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    body = {"id": "chatcmpl-z", "object": "chat.completion.chunk", "created": 1,
+            "model": "gpt-fake", "choices": [{"index": 0, "delta": delta,
+                                              "finish_reason": finish}]}
+    return f"data: {json.dumps(body)}\n\n"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy or CA variable of the machine's leaks in; each test sets its own."""
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+@pytest.fixture
+def start(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
+    """Start a proxy on a config of ``providers`` (name -> block); one agent per provider,
+    selected by a request's model naming it; no tiktoken (it would fetch through the egress
+    proxy). Stopped afterwards."""
+    started: list[ProxyServer] = []
+
+    def run(**providers: dict[str, Any]) -> ProxyServer:
+        agents = {name: {"provider": name} for name in providers}
+        config = write_config(tmp_path / f"cfg{len(started)}.json", "http://unused.invalid/v1",
+                              providers=providers,
+                              agents={"default": {"provider": next(iter(providers))}, **agents})
+        server = ProxyServer(Settings(database_url=db_dsn, config=config, watch_config=False,
+                                      keepalive_seconds=0.3, tokenizer="")).start()
+        started.append(server)
+        return server
+
+    yield run
+    for server in started:
+        server.stop()
+
+
+def _chat(server: ProxyServer, model: str = "gpt-fake") -> httpx.Response:
+    with httpx.Client(base_url=server.origin, trust_env=False, timeout=20,
+                      headers={"authorization": "Bearer sk-test"}) as http:
+        return http.post("/v1/chat/completions", json={
+            "model": model, "messages": [{"role": "user", "content": "hi"}]})
+
+
+def _provider(base_url: str, **extra: Any) -> dict[str, Any]:
+    return {"baseUrl": base_url, "timeoutSeconds": 10, "connectTimeoutSeconds": 3, **extra}
+
+
+# --------------------------------------------------------------------------- egress proxies
+
+
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY"])
+def test_a_provider_only_the_egress_proxy_resolves_is_reached_through_it(
+    variable: str, start: Any, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with EgressProxy({HOST: "127.0.0.1"}) as egress:
+        monkeypatch.setenv(variable, egress.url)
+        proxy = start(openai=_provider(f"http://{HOST}:{fake_upstream.port}/v1"))
+        resp = _chat(proxy)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == "ok"
+    assert egress.seen == [f"http://{HOST}:{fake_upstream.port}/v1/chat/completions"]
+
+
+def test_no_proxy_sends_a_host_direct(
+    start: Any, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with EgressProxy({HOST: "127.0.0.1"}) as egress:
+        monkeypatch.setenv("HTTP_PROXY", egress.url)
+        monkeypatch.setenv("NO_PROXY", f"localhost,{HOST},127.0.0.1")
+        proxy = start(hidden=_provider(f"http://{HOST}:{fake_upstream.port}/v1"),
+                      local=_provider(f"{fake_upstream.url}"))
+        hidden, local = _chat(proxy, "hidden"), _chat(proxy, "local")
+    assert egress.seen == []  # neither went through the proxy
+    assert local.status_code == 200, local.text  # 127.0.0.1 was reached direct
+    assert hidden.status_code == 502  # and the hidden host does not resolve here
+    message = hidden.json()["error"]["message"]
+    assert f"the provider 'hidden' at http://{HOST}:{fake_upstream.port}" in message
+    assert "name resolution failed" in message
+
+
+def test_an_https_provider_is_tunnelled_through_https_proxy(
+    start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ca = trustme.CA()
+    with _https_upstream(ca, tmp_path, HOST) as upstream, EgressProxy(
+        {HOST: "127.0.0.1"}
+    ) as egress:
+        monkeypatch.setenv("HTTPS_PROXY", egress.url)
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        proxy = start(openai=_provider(f"https://{HOST}:{upstream.port}/v1",
+                                       caFile=str(tmp_path / "ca.pem")))
+        resp = _chat(proxy)
+    assert resp.status_code == 200, resp.text
+    assert egress.seen == [f"{HOST}:{upstream.port}"]  # a CONNECT tunnel, TLS inside it
+
+
+# --------------------------------------------------------------------------- private CAs
+
+
+def _https_upstream(ca: trustme.CA, tmp_path: Path, *names: str) -> FakeUpstream:
+    cert = ca.issue_cert(*(names or ("127.0.0.1",)))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    pem = str(tmp_path / "server.pem")
+    return FakeUpstream(tls=(pem, pem))
+
+
+def test_a_private_ca_is_trusted_per_provider(start: Any, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    with _https_upstream(ca, tmp_path) as upstream:
+        proxy = start(
+            plain=_provider(upstream.url),
+            trusting=_provider(upstream.url, caFile=str(tmp_path / "ca.pem")),
+            unchecked=_provider(upstream.url, verifyTls=False),
+            missing=_provider(upstream.url, caFile=str(tmp_path / "nowhere.pem")),
+        )
+        plain, trusting, unchecked, missing = (
+            _chat(proxy, m) for m in ("plain", "trusting", "unchecked", "missing"))
+    assert plain.status_code == 502
+    error = plain.json()["error"]
+    assert error["code"] == "upstream_unreachable"
+    assert f"the provider 'plain' at https://127.0.0.1:{upstream.port}" in error["message"]
+    assert "certificate verify failed" in error["message"] and "caFile" in error["message"]
+    assert trusting.status_code == 200, trusting.text
+    assert unchecked.status_code == 200, unchecked.text
+    assert missing.status_code == 502
+    assert (f"its caFile {tmp_path / 'nowhere.pem'} cannot be loaded (No such file or directory)"
+            in missing.json()["error"]["message"])
+
+
+def test_ssl_cert_file_is_honoured(
+    start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    with _https_upstream(ca, tmp_path) as upstream:
+        resp = _chat(start(openai=_provider(upstream.url)))
+    assert resp.status_code == 200, resp.text
+
+
+# --------------------------------------------------------------------------- compression
+
+
+def test_a_compressed_answer_is_relayed_decoded(
+    client: openai.OpenAI, proxy: ProxyServer, fake_upstream: FakeUpstream,
+) -> None:
+    squeezed = gzip.compress(json.dumps(_COMPLETION).encode())
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    fake_upstream.script(raw(squeezed, headers=headers), raw(squeezed, headers=headers))
+
+    completion = client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": "hi"}])
+    resp = _chat(proxy)
+
+    assert completion.choices[0].message.content == "squeezed answer"
+    assert resp.json()["choices"][0]["message"]["content"] == "squeezed answer"
+    assert "content-encoding" not in resp.headers
+    assert int(resp.headers["content-length"]) == len(resp.content)
+    assert fake_upstream.requests[0].headers["accept-encoding"] == "identity"  # asked not to
+
+
+def test_a_compressed_stream_is_relayed_decoded(
+    client: openai.OpenAI, proxy: ProxyServer, fake_upstream: FakeUpstream,
+) -> None:
+    events = (_chunk({"role": "assistant", "content": ""}) + _chunk({"content": "squeezed "})
+              + _chunk({"content": "stream"}) + _chunk({}, "stop") + "data: [DONE]\n\n")
+    squeezed = gzip.compress(events.encode())
+    pieces = [squeezed[i:i + 40] for i in range(0, len(squeezed), 40)]  # split mid-member
+    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    fake_upstream.script(raw(*pieces, headers=headers), raw(*pieces, headers=headers))
+
+    stream = client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": "hi"}], stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
+        resp = http.post("/v1/chat/completions", headers={"x-session-id": "other"}, json={
+            "model": "gpt-fake", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]})
+
+    assert text == "squeezed stream"
+    assert resp.status_code == 200 and resp.content.endswith(b"data: [DONE]\n\n")
+    assert "content-encoding" not in resp.headers
+    assert b"squeezed " in resp.content

@@ -1,0 +1,77 @@
+"""proxy.transport: which proxy and which TLS settings each provider's pool gets."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+
+from proxy.transport import TLS_EXTENSION, ProviderTransport, TlsSettings, build_client
+
+_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+def test_proxies_follow_the_environment_as_httpx_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://secure-proxy:3128")
+    monkeypatch.setenv("ALL_PROXY", "http://any-proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example,10.0.0.7")
+    transport = ProviderTransport(max_connections=4)
+    assert transport.proxy_for(httpx.URL("https://api.openai.com/v1")) == (
+        "http://secure-proxy:3128")
+    assert transport.proxy_for(httpx.URL("http://llm.example/v1")) == "http://any-proxy:3128"
+    assert transport.proxy_for(httpx.URL("https://llm.internal.example/v1")) is None
+    assert transport.proxy_for(httpx.URL("http://10.0.0.7:8000/v1")) is None
+
+
+def test_without_proxy_variables_everything_goes_direct() -> None:
+    assert ProviderTransport(max_connections=4).proxy_for(httpx.URL("https://a.example")) is None
+
+
+def test_each_tls_setting_gets_its_own_context(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    transport = ProviderTransport(max_connections=4)
+    default = transport.context_for(TlsSettings())
+    private = transport.context_for(TlsSettings(ca_file=str(tmp_path / "ca.pem")))
+    unchecked = transport.context_for(TlsSettings(verify=False))
+    assert default.verify_mode is ssl.CERT_REQUIRED and private.verify_mode is ssl.CERT_REQUIRED
+    assert private is not default and len(private.get_ca_certs()) == 1
+    assert unchecked.verify_mode is ssl.CERT_NONE and not unchecked.check_hostname
+    assert transport.context_for(TlsSettings()) is default  # made once per setting
+    with pytest.raises(OSError):
+        transport.context_for(TlsSettings(ca_file=str(tmp_path / "missing.pem")))
+
+
+async def test_pools_are_per_origin_and_tls_setting_and_capped() -> None:
+    transport = ProviderTransport(max_connections=3)
+
+    def pool(url: str, tls: TlsSettings | None = None) -> httpx.AsyncHTTPTransport:
+        extensions = {TLS_EXTENSION: tls} if tls else {}
+        return transport._pool(httpx.Request("GET", url, extensions=extensions))
+
+    a = pool("https://a.example/v1/x")
+    assert pool("https://a.example/other") is a
+    assert pool("https://b.example/v1") is not a
+    assert pool("https://a.example/v1", TlsSettings(verify=False)) is not a
+    assert pool("http://a.example/v1", TlsSettings(verify=False)) is pool("http://a.example/")
+    assert a._pool._max_connections == 3 and a._pool._keepalive_expiry == 15.0
+    await transport.aclose()
+
+
+async def test_the_client_asks_for_uncompressed_answers_and_follows_no_redirect() -> None:
+    client = build_client(transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+    assert client.headers["accept-encoding"] == "identity"
+    assert not client.follow_redirects
+    await client.aclose()
