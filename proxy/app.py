@@ -64,9 +64,8 @@ class State(TypedDict):
 def _tune_gc() -> None:
     """Move everything built at start-up out of the collector's way, and collect the young
     generation every 20,000 allocations instead of 700: a request allocates thousands of
-    short-lived objects, so the default ran a collection several times per request.
-    bench/overhead's tiny c=32 load: proxy CPU per request 1.25 -> 1.17 ms (median of three
-    8-second runs each; a small gain, inside one run's noise, consistent across runs)."""
+    short-lived objects, so the default runs a collection several times per request
+    (docs/perf.md)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 100)
@@ -76,7 +75,7 @@ def create_app(
     settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None
 ) -> FastAPI:
     """The app; ``http_transport`` replaces the provider transport (tests' MockTransport)."""
-    settings = settings or Settings()
+    settings = settings or Settings().with_default_config()
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)

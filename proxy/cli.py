@@ -58,12 +58,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "database_url": getattr(args, "database_url", None),
         }.items() if v is not None
     }
-    settings = Settings()
-    if settings.config is None and "config" not in overrides:
-        default = Path("config/agents.json")
-        if default.exists():
-            overrides["config"] = default
-    return settings.model_copy(update=overrides)
+    return Settings().model_copy(update=overrides).with_default_config()
 
 
 def _port(text: str) -> int:

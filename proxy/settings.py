@@ -8,7 +8,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "DEFAULT_CONFIG"]
+
+DEFAULT_CONFIG = "config/agents.json"
 
 
 class Settings(BaseSettings):
@@ -62,3 +64,12 @@ class Settings(BaseSettings):
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    def with_default_config(self) -> Settings:
+        """These settings, reading ``config/agents.json`` from the working directory when no
+        config is named and that file exists: ``cascade-proxy serve`` and ``uvicorn
+        proxy.app:create_app --factory`` start from the same files."""
+        default = Path(DEFAULT_CONFIG)
+        if self.config is None and default.exists():
+            return self.model_copy(update={"config": default})
+        return self

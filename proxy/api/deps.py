@@ -1,8 +1,7 @@
 """Resources reach handlers only through these helpers (lifespan state, no globals).
 
 Every dependency is ``async def``: FastAPI runs a plain ``def`` dependency in the threadpool,
-one thread hop per dependency per request (bench/overhead's profile of the chat route showed
-those hops at about an eighth of the proxy's CPU). The chat route is a plain Starlette
+one thread hop per dependency per request. The chat route is a plain Starlette
 endpoint that reads the lifespan state itself and resolves the tenant with ``tenant_of``
 (see ``proxy.api.chat``).
 """
