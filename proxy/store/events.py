@@ -8,6 +8,8 @@ from typing import Any
 
 import asyncpg
 
+from proxy.store.nul import encode_json
+
 __all__ = [
     "EventRows", "events_cte", "event_columns", "insert_event",
     "fetch_events_after", "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
@@ -34,10 +36,11 @@ def event_columns(
     events: EventRows,
 ) -> tuple[list[str], list[dict[str, Any]]] | tuple[None, None]:
     """``events`` as the two array parameters ``events_cte`` unnests (names, data); NULLs
-    when there are none, as most requests have (see ``messages._raw_columns``)."""
+    when there are none, as most requests have (see ``messages._raw_columns``). Each body's
+    strings go through ``nul.encode_json``: a jsonb string refuses ``\\u0000``."""
     if not events[0]:
         return None, None
-    return list(events[0]), [dict(d) for d in events[1]]
+    return list(events[0]), [encode_json(d) for d in events[1]]
 
 
 INSERT_EVENT = """
@@ -48,8 +51,9 @@ INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETU
 async def insert_event(
     conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
 ) -> int:
-    """Persist one event (the trigger NOTIFYs listeners); returns its id."""
-    return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, dict(data)))
+    """Persist one event (the trigger NOTIFYs listeners); returns its id. Its strings go
+    through ``nul.encode_json``, as in ``event_columns``."""
+    return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, encode_json(data)))
 
 
 FETCH_EVENTS_AFTER = """
@@ -64,7 +68,8 @@ async def fetch_events_after(
     settle_seconds: float = 10.0,
 ) -> list[asyncpg.Record]:
     """Events after ``after_id`` in id order; ``settled`` says a row is older than
-    ``settle_seconds`` by the database's clock (see ``api.events``)."""
+    ``settle_seconds`` by the database's clock (see ``api.events``). ``data`` is as stored:
+    ``nul.decode_json`` gives back the body that was published."""
     return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit,
                             settle_seconds)
 

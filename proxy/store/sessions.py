@@ -9,6 +9,8 @@ from typing import Any
 
 import asyncpg
 
+from proxy.store.nul import decode
+
 __all__ = [
     "fetchrow_session", "fetch_sessions",
     "delete_session", "reset_session", "copy_session",
@@ -22,8 +24,18 @@ FROM sessions s WHERE s.tenant = $1 AND s.id = $2
 """
 
 
-async def fetchrow_session(conn: Any, *, tenant: str, session_id: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
+def _decoded(row: Any) -> dict[str, Any]:
+    """A sessions row as a dict, its model as the client named it (``nul``: begin_step
+    stores it through ``nul.encode``)."""
+    out = dict(row)
+    if out.get("model") is not None:
+        out["model"] = decode(out["model"])
+    return out
+
+
+async def fetchrow_session(conn: Any, *, tenant: str, session_id: str) -> dict[str, Any] | None:
+    row = await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
+    return None if row is None else _decoded(row)
 
 
 FETCH_SESSIONS = """
@@ -35,8 +47,8 @@ FROM sessions WHERE tenant = $1 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 
 async def fetch_sessions(
     conn: Any, *, tenant: str, limit: int = 100, offset: int = 0
-) -> list[asyncpg.Record]:
-    return await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)
+) -> list[dict[str, Any]]:
+    return [_decoded(r) for r in await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)]
 
 
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
