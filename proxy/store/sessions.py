@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy.store.db import unavailable_when_lost
 from proxy.store.nul import decode
 
 __all__ = [
@@ -70,6 +71,7 @@ async def _locked(conn: Any, tenant: str, session_id: str) -> AsyncIterator[Any]
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(conn, asyncpg.Pool):
             conn = await stack.enter_async_context(conn.acquire())
+        stack.enter_context(unavailable_when_lost())
         await stack.enter_async_context(conn.transaction())
         await conn.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
         yield conn
