@@ -97,6 +97,7 @@ def create_app(
         count, cost = build_counters(settings.tokenizer or None)
         summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count,
                                        acquire_timeout=settings.pool_timeout_seconds)
+        await summarizer.close_interrupted()  # compactions a stop cut short
         chat_service = ChatService(
             pool=pool, upstream=upstream, bus=bus, cost=cost, settings=settings,
             summarizer=summarizer,

@@ -14,7 +14,7 @@ from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, TenantDep
 from proxy.bus import BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.session_id import validate_session_id
-from proxy.store import events as store, sessions
+from proxy.store import events as store, nul, sessions
 
 __all__ = ["router"]
 
@@ -22,7 +22,10 @@ router = APIRouter()
 
 
 def _frame(event: BusEvent) -> dict[str, Any]:
-    frame = {"event": event.name, "data": json.dumps(event.data)}
+    """A persisted event's data is stored through ``nul.encode_json``: decoded here, on the
+    one way out of the table (replay, catch-up and NOTIFY alike)."""
+    data = event.data if event.id is None else nul.decode_json(event.data)
+    frame = {"event": event.name, "data": json.dumps(data)}
     if event.id is not None:
         frame["id"] = str(event.id)
     return frame

@@ -52,7 +52,7 @@ from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.settings import Settings
 from proxy.store import messages as msgs, sessions
-from proxy.store.db import acquire, mark_unlocked
+from proxy.store.db import acquire, mark_unlocked, unavailable_when_lost
 from proxy.upstream import Upstream
 
 __all__ = ["ChatService", "ChatContext", "Route"]
@@ -117,18 +117,20 @@ class ChatService:
             self.locks.release(key)
             raise
         self._holding[conn] = key
-        try:
-            step = await self._prepare(conn, cfg, rt, body, ctx, hashes, self.chains.head(key))
-        except BaseException:
-            self.chains.set_head(key, None)
-            await self._release(conn, ctx)
-            raise
-        self.chains.set_head(key, (step.state.head_len, step.state.head_hash))
-        if step.command is not None:
-            return await self._answer_command(step)
-        if step.stream:
-            return await self.forward.stream(step)
-        return await self.forward.nonstream(step)
+        with unavailable_when_lost():  # a connection lost before the answer: a 503
+            try:
+                step = await self._prepare(conn, cfg, rt, body, ctx, hashes,
+                                           self.chains.head(key))
+            except BaseException:
+                self.chains.set_head(key, None)
+                await self._release(conn, ctx)
+                raise
+            self.chains.set_head(key, (step.state.head_len, step.state.head_hash))
+            if step.command is not None:
+                return await self._answer_command(step)
+            if step.stream:
+                return await self.forward.stream(step)
+            return await self.forward.nonstream(step)
 
     def _json_tokens(self, tools_json: bytes) -> int:
         return self.cost({"role": "system", "content": tools_json.decode()})

@@ -9,6 +9,10 @@
   reported as ``context.compaction.failed`` with the previous state left intact.
 - A summary is written only if the message at its boundary is still the live one (the history
   may have diverged while the fast model was thinking).
+- A compaction whose process died between its ``context.compaction.started`` and its partner
+  gets a ``context.compaction.failed`` with reason ``interrupted``: at start-up
+  (``close_interrupted``), and when the session's next compaction starts; a console waiting
+  for the pair never waits forever.
 """
 
 from __future__ import annotations
@@ -41,14 +45,16 @@ from proxy.cascade.types import (
     TokenCounter,
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
-from proxy.store import messages as msgs, sessions, summaries
-from proxy.store.db import PoolExhausted, borrowed
+from proxy.store import events, messages as msgs, nul, sessions, summaries
+from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.upstream import Upstream
 
 __all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
 _SUMMARY_OUTPUT_TOKENS = 2000
+INTERRUPTED = "interrupted"
+"""The ``reason`` of the failed event that closes a compaction its process never ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +147,30 @@ class DurableSummarizer:
         async with borrowed(self.pool, self.acquire_timeout) as own:
             return await self._run_on(own, job, wait=True)
 
+    async def close_interrupted(self) -> int:
+        """At start-up: close every compaction no process is running any more (see
+        ``_close_interrupted``); returns how many. A session whose compaction lock is held
+        is skipped: a compaction runs there, on another replica. A database that is not
+        there now leaves them to the next start or the session's next compaction."""
+        closed = 0
+        try:
+            async with borrowed(self.pool, self.acquire_timeout) as conn:
+                for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
+                    conn
+                ):
+                    key = _lock_key(tenant, session_id)
+                    if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+                        continue
+                    try:
+                        closed += await self._close_interrupted(conn, tenant, session_id)
+                    finally:
+                        await conn.execute("SELECT pg_advisory_unlock($1)", key)
+        except (DatabaseUnavailable, PoolExhausted) as exc:
+            log.warning("interrupted compactions not closed at start-up: %s", exc)
+        if closed:
+            log.warning("closed %d compaction(s) interrupted by a stop", closed)
+        return closed
+
     async def aclose(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()
@@ -159,6 +189,11 @@ class DurableSummarizer:
         except PoolExhausted as exc:  # only the wait raises it: _run_on has its connection
             log.warning("background compaction of session %s skipped: %s", job.session_id, exc)
             return None
+        except DatabaseUnavailable as exc:  # its failure cannot be stored either
+            log.warning("background compaction of session %s lost the database (%s); it is "
+                        "closed as interrupted at the next start or compaction",
+                        job.session_id, exc)
+            return None
 
     async def _run_on(
         self, conn: Any, job: CompactionJob, *, wait: bool
@@ -173,6 +208,30 @@ class DurableSummarizer:
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", key)
 
+    async def _close_interrupted(self, conn: Any, tenant: str, session_id: str) -> int:
+        """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
+        compaction of the session that has no partner. The caller holds the session's
+        compaction lock, so none of them is running: its process stopped, or lost its
+        database connection, between the two events. The event carries the started one's
+        fields (``started_id`` names it) and what a failure leaves: the state before it.
+        What the interrupted run took (attempts, duration) is unknown: null."""
+        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant,
+                                                       session_id=session_id)
+        for row in rows:
+            started = nul.decode_json(row["data"])
+            failed = {
+                "trigger": started.get("trigger"), "reason": INTERRUPTED,
+                "error": "interrupted: the process running it stopped before it ended",
+                "attempts": None, "duration_ms": None, "started_id": row["id"],
+                "from_pos": started.get("from_pos"), "to_pos": started.get("to_pos"),
+                "tokens_before": started.get("tokens_before"),
+                "tokens_after": started.get("tokens_before"),
+                "summary_version": started.get("summary_version"),
+            }
+            await self.bus.publish(conn, tenant=tenant, session_id=session_id,
+                                   name=COMPACTION_FAILED, data=failed)
+        return len(rows)
+
     async def _publish(
         self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
     ) -> None:
@@ -183,6 +242,7 @@ class DurableSummarizer:
         row = await sessions.fetchrow_session(conn, tenant=job.tenant, session_id=job.session_id)
         if row is None:
             return None
+        await self._close_interrupted(conn, job.tenant, job.session_id)
         latest = await summaries.fetchrow_latest(conn, tenant=job.tenant,
                                                  session_id=job.session_id)
         boundary = latest["boundary"] if latest else 0
@@ -215,7 +275,7 @@ class DurableSummarizer:
             content = await self._summarise(job, plan)
         except SummaryCallError as exc:
             await self._publish(conn, job, COMPACTION_FAILED, {
-                "error": str(exc), "attempts": job.cfg.max_attempts,
+                "reason": "summary_failed", "error": str(exc), "attempts": job.cfg.max_attempts,
                 "duration_ms": round((time.monotonic() - t0) * 1000),
                 "tokens_before": before, "tokens_after": before,
                 "summary_version": latest["version"] if latest else None,
@@ -229,7 +289,7 @@ class DurableSummarizer:
         if version is None:
             reason = "the history changed while summarising; the summary was discarded"
             await self._publish(conn, job, COMPACTION_FAILED, {
-                "error": reason, "attempts": 1,
+                "reason": "history_changed", "error": reason, "attempts": 1,
                 "duration_ms": round((time.monotonic() - t0) * 1000),
                 "tokens_before": before, "tokens_after": before,
                 "summary_version": latest["version"] if latest else None,

@@ -30,7 +30,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
-from proxy.store import messages as msgs, raw_outputs, summaries
+from proxy.store import messages as msgs, nul, raw_outputs, summaries
 from proxy.store.events import EventRows
 
 __all__ = [
@@ -87,7 +87,7 @@ async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], r
 
 def _redacted(rows: Sequence[Any]) -> list[str]:
     """Tool-call ids of window rows whose result was redacted."""
-    return [r["tool_call_id"] for r in rows if r["redacted"] and r["tool_call_id"]]
+    return [nul.decode(r["tool_call_id"]) for r in rows if r["redacted"] and r["tool_call_id"]]
 
 
 def _seeded(
@@ -190,7 +190,9 @@ async def reconcile_and_load(
         events=stamp(pending.events) if pending else ((), ()),
     )
     row = begun.session
-    summary = (row["summary_version"], row["summary_boundary"], row["summary_content"])
+    content = row["summary_content"]
+    summary = (row["summary_version"], row["summary_boundary"],
+               content if content is None else nul.decode(content))
     if begun.window is not None and pending is not None:
         return _loaded(row, summary, system_count, messages, head_hash, pending, begun.window,
                        count)

@@ -17,7 +17,7 @@ from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.compaction import DurableSummarizer, job_for
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
-from proxy.store import messages as msgs, raw_outputs, sessions, summaries
+from proxy.store import messages as msgs, nul, raw_outputs, sessions, summaries
 
 __all__ = [
     "compact_session", "list_sessions", "show_session", "list_messages", "branch_session",
@@ -81,7 +81,7 @@ async def list_messages(
     )
     return {"object": "list", "data": [
         {
-            "pos": r["pos"], "role": r["role"], "message": r["message"],
+            "pos": r["pos"], "role": nul.decode(r["role"]), "message": r["message"],
             "tokens": r["tokens"], "source": r["source"], "redacted": r["redacted"],
             "evicted": r["evicted_at"] is not None, "trimmed": r["trimmed_at"] is not None,
             "superseded": r["superseded_at"] is not None, "created_at": _iso(r["created_at"]),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -23,6 +24,7 @@ __all__ = [
     "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
     "connect", "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire", "borrowed",
     "Connection", "Executor",
+    "connection_lost", "GuardedConnection", "unavailable_when_lost",
 ]
 
 Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
@@ -58,6 +60,93 @@ class DatabaseUnavailable(RuntimeError):
     the server, never the password."""
 
 
+# SQLSTATEs of a server that is going away or not yet back: admin_shutdown (what
+# pg_terminate_backend and a fast shutdown send), crash_shutdown, cannot_connect_now (the
+# server is starting or in recovery), database_dropped. Class 08 (connection exception) is
+# matched by its asyncpg base class. Not 57014 (query_canceled): that is a statement's own
+# timeout or a cancel, not the database going away.
+_GONE_STATES = frozenset({"57P01", "57P02", "57P03", "57P04"})
+
+
+_LOST_MESSAGES = ("connection is closed", "connection has been released back to the pool")
+
+
+def connection_lost(exc: BaseException, conn: Any = None) -> bool:
+    """Whether ``exc``, raised by a statement on ``conn``, means the connection or the
+    server went away (rather than the statement being wrong): a lost socket, a connection
+    error, a shutdown, or asyncpg refusing a call because the connection is closed."""
+    if isinstance(exc, asyncpg.PostgresConnectionError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        return exc.sqlstate in _GONE_STATES
+    if isinstance(exc, asyncpg.InterfaceError):
+        # A pooled connection that closes while held goes back to the pool at once, and its
+        # holder's next call says it was released: the holder never released it itself.
+        closed = conn.is_closed() if conn is not None else False
+        return closed or any(m in str(exc) for m in _LOST_MESSAGES)
+    # ConnectionResetError, BrokenPipeError...; not TimeoutError (also an OSError), which a
+    # statement's own timeout raises while the connection is fine.
+    return isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
+
+
+def _unavailable(exc: BaseException) -> DatabaseUnavailable:
+    return DatabaseUnavailable(
+        f"the database connection was lost under a request: {type(exc).__name__}: {exc}"
+    )
+
+
+def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
+    """``method`` of asyncpg's Connection, raising :class:`DatabaseUnavailable` when the
+    connection was lost under it (typed as the method it wraps, overloads included)."""
+
+    @functools.wraps(method)
+    async def guarded(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, *args, **kwargs)
+        except Exception as exc:
+            if connection_lost(exc, self):
+                raise _unavailable(exc) from exc
+            raise
+
+    return guarded
+
+
+@contextlib.contextmanager
+def unavailable_when_lost() -> Iterator[None]:
+    """Around a block that holds a pooled connection (a request's, a compaction's): an error
+    that says the connection was lost becomes :class:`DatabaseUnavailable`. The connection's
+    own statements already raise it (:class:`GuardedConnection`); a connection that closed
+    while held between two statements is taken back by the pool, and its holder's next call
+    fails on asyncpg's pool proxy before reaching the connection."""
+    try:
+        yield
+    except DatabaseUnavailable:
+        raise
+    except Exception as exc:
+        if connection_lost(exc):
+            raise _unavailable(exc) from exc
+        raise
+
+
+class GuardedConnection(asyncpg.Connection):
+    """The pool's connection class: a statement on a connection that died under it (a
+    server restart, ``pg_terminate_backend``, a reset socket), in whatever statement of a
+    request, raises :class:`DatabaseUnavailable`, which the API answers with its 503 and
+    ``Retry-After``, instead of asyncpg's own error, which it would answer with a 500.
+
+    asyncpg's pool throws a closed connection away at release and opens a new one at the
+    next acquire, so the request after one that met a dead connection is served. Every
+    statement Cascade runs goes through these five methods (a transaction's BEGIN and
+    COMMIT through ``execute``), on a pooled connection or through ``Pool.fetch...``.
+    """
+
+    execute = _guarded(asyncpg.Connection.execute)
+    executemany = _guarded(asyncpg.Connection.executemany)
+    fetch = _guarded(asyncpg.Connection.fetch)
+    fetchrow = _guarded(asyncpg.Connection.fetchrow)
+    fetchval = _guarded(asyncpg.Connection.fetchval)
+
+
 class PoolExhausted(RuntimeError):
     """No pooled connection came free within the wait: every one is held by a request in
     flight (a chat request holds one from its first statement until its reply is stored,
@@ -81,10 +170,12 @@ async def acquire(pool: asyncpg.Pool, timeout: float) -> PoolConnectionProxy:
 
 @contextlib.asynccontextmanager
 async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConnectionProxy]:
-    """A connection from :func:`acquire` for the block, given back after it."""
+    """A connection from :func:`acquire` for the block, given back after it; a lost one
+    raises :class:`DatabaseUnavailable` (:func:`unavailable_when_lost`)."""
     conn = await acquire(pool, timeout)
     try:
-        yield conn
+        with unavailable_when_lost():
+            yield conn
     finally:
         await pool.release(conn)
 
@@ -222,4 +313,5 @@ async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("setup", _setup)
+    kwargs.setdefault("connection_class", GuardedConnection)
     return await asyncpg.create_pool(dsn, init=_init_connection, connect=connect, **kwargs)

@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from proxy.store.nul import encode_json
+
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
 __all__ = [
     "EventRows", "events_cte", "event_columns", "insert_event",
     "fetch_events_after", "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
+    "fetch_unpaired_compactions", "fetch_sessions_with_unpaired_compactions",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
@@ -37,10 +40,11 @@ def event_columns(
     events: EventRows,
 ) -> tuple[list[str], list[dict[str, Any]]] | tuple[None, None]:
     """``events`` as the two array parameters ``events_cte`` unnests (names, data); NULLs
-    when there are none, as most requests have (see ``messages._raw_columns``)."""
+    when there are none, as most requests have (see ``messages._raw_columns``). Each body's
+    strings go through ``nul.encode_json``: a jsonb string refuses ``\\u0000``."""
     if not events[0]:
         return None, None
-    return list(events[0]), [dict(d) for d in events[1]]
+    return list(events[0]), [encode_json(d) for d in events[1]]
 
 
 INSERT_EVENT = """
@@ -51,8 +55,9 @@ INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETU
 async def insert_event(
     conn: Executor, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
 ) -> int:
-    """Persist one event (the trigger NOTIFYs listeners); returns its id."""
-    return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, dict(data)))
+    """Persist one event (the trigger NOTIFYs listeners); returns its id. Its strings go
+    through ``nul.encode_json``, as in ``event_columns``."""
+    return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, encode_json(data)))
 
 
 FETCH_EVENTS_AFTER = """
@@ -67,7 +72,8 @@ async def fetch_events_after(
     settle_seconds: float = 10.0,
 ) -> list[asyncpg.Record]:
     """Events after ``after_id`` in id order; ``settled`` says a row is older than
-    ``settle_seconds`` by the database's clock (see ``api.events``)."""
+    ``settle_seconds`` by the database's clock (see ``api.events``). ``data`` is as stored:
+    ``nul.decode_json`` gives back the body that was published."""
     return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit,
                             settle_seconds)
 
@@ -100,3 +106,46 @@ DELETE FROM event_watchers WHERE tenant = $1 AND session_id = $2 AND replica = $
 
 async def unwatch(conn: Executor, *, tenant: str, session_id: str, replica: uuid.UUID) -> None:
     await conn.execute(UNWATCH, tenant, session_id, replica)
+
+
+# A compaction's started event and its partner (completed or failed) are written by one
+# compaction, which holds the session's compaction lock throughout, so a session's
+# compaction events alternate: started, partner, started, partner. A started event is
+# unpaired when no partner follows it before the next started event and no failed event
+# names it (``started_id``: a partner written later, by the sweep below). The name
+# conditions match migration 0012's partial index, which every probe here goes through.
+_UNPAIRED = """
+s.name = 'context.compaction.started' AND NOT EXISTS (
+    SELECT 1 FROM events e
+    WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.id > s.id
+      AND e.name IN ('context.compaction.completed', 'context.compaction.failed')
+      AND (e.data->>'started_id' = s.id::text OR e.id < coalesce((
+          SELECT min(n.id) FROM events n
+          WHERE n.tenant = s.tenant AND n.session_id = s.session_id AND n.id > s.id
+            AND n.name = 'context.compaction.started'), 9223372036854775807)))
+"""
+
+FETCH_UNPAIRED_COMPACTIONS = f"""
+SELECT s.id, s.data FROM events s
+WHERE s.tenant = $1 AND s.session_id = $2 AND {_UNPAIRED}
+ORDER BY s.id
+"""
+
+
+async def fetch_unpaired_compactions(
+    conn: Executor, *, tenant: str, session_id: str
+) -> list[asyncpg.Record]:
+    """The session's context.compaction.started events that have no partner, in order
+    (``data`` as stored: see ``fetch_events_after``)."""
+    return await conn.fetch(FETCH_UNPAIRED_COMPACTIONS, tenant, session_id)
+
+
+FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS = f"""
+SELECT DISTINCT s.tenant, s.session_id FROM events s WHERE {_UNPAIRED}
+"""
+
+
+async def fetch_sessions_with_unpaired_compactions(conn: Executor) -> list[tuple[str, str]]:
+    """(tenant, session_id) of every session with an unpaired started event."""
+    rows = await conn.fetch(FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS)
+    return [(r["tenant"], r["session_id"]) for r in rows]

@@ -10,6 +10,7 @@ import asyncpg
 
 from proxy.store import raw_outputs
 from proxy.store.events import NOTIFY_CHANNEL, EventRows, event_columns, events_cte
+from proxy.store.nul import encode
 from proxy.store.sessions import session_lock_key
 
 if TYPE_CHECKING:
@@ -38,10 +39,14 @@ class NewMessage:
 
 def _row_columns(rows: Sequence[NewMessage]) -> list[list[Any]]:
     """New rows as one array per column, in the order the statements below unnest them:
-    pos, hash, role, message, tool_call_id, tokens, redacted, verbatim."""
+    pos, hash, role, message, tool_call_id, tokens, redacted, verbatim. The text columns take
+    the client's role and tool_call_id through ``nul.encode`` (a NUL in either is legal JSON);
+    the json column keeps its ``\\u0000`` escapes as they are."""
     return [
-        [r.pos for r in rows], [r.hash for r in rows], [r.role for r in rows],
-        [r.message for r in rows], [r.tool_call_id for r in rows], [r.tokens for r in rows],
+        [r.pos for r in rows], [r.hash for r in rows], [encode(r.role) for r in rows],
+        [r.message for r in rows],
+        [None if r.tool_call_id is None else encode(r.tool_call_id) for r in rows],
+        [r.tokens for r in rows],
         [r.redacted for r in rows], [r.verbatim for r in rows],
     ]
 
@@ -181,7 +186,8 @@ async def begin_step(
     """
     start, start_hash = guess if guess is not None else (None, None)
     records = await conn.fetch(
-        BEGIN_STEP, tenant, session_id, agent, model, session_lock_key(tenant, session_id),
+        BEGIN_STEP, tenant, session_id, agent, None if model is None else encode(model),
+        session_lock_key(tenant, session_id),
         start, start_hash, head_len, head_hash, system_count, *_row_columns(rows),
         *_raw_columns(raw), *event_columns(events),
     )

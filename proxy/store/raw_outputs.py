@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.truncation import cap_utf8, content_text
 from proxy.cascade.types import Spill
+from proxy.store.nul import decode, encode
 
 if TYPE_CHECKING:
     from proxy.store.db import Executor
@@ -35,11 +36,13 @@ def insert_sql(first: int) -> str:
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:
-    """(tool_call_id, content capped at ``cap_bytes`` UTF-8 bytes, original bytes, capped?)."""
+    """(tool_call_id, content capped at ``cap_bytes`` UTF-8 bytes, original bytes, capped?),
+    id and content through ``nul.encode`` (a text column holds no NUL)."""
     out = []
     for spill in spills:
         size = len(spill.text.encode("utf-8"))
-        out.append((spill.tool_call_id, cap_utf8(spill.text, cap_bytes), size, size > cap_bytes))
+        content = encode(cap_utf8(spill.text, cap_bytes))
+        out.append((encode(spill.tool_call_id), content, size, size > cap_bytes))
     return out
 
 
@@ -67,12 +70,13 @@ async def fetchrow_raw_output(
     handle), whichever was written later: an id can come back (servers that number their
     calls ``call_0`` each turn), and the live placeholder names the newest result. A tie is
     a message cut and spilled in one statement, whose spill is the whole text.
-    ``{"content", "original_bytes", "capped"}``, or None."""
-    row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, tool_call_id)
+    ``{"content", "original_bytes", "capped"}``, or None; the text the client sent, NULs
+    included (``nul``)."""
+    row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, encode(tool_call_id))
     if row is None:
         return None
     if row["message"] is None:
-        return {"content": row["content"], "original_bytes": row["original_bytes"],
+        return {"content": decode(row["content"]), "original_bytes": row["original_bytes"],
                 "capped": row["capped"]}
     text = content_text(row["message"].get("content"))
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}

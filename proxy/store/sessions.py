@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
+
+from proxy.store.db import unavailable_when_lost
+from proxy.store.nul import decode
 
 if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
@@ -25,10 +28,20 @@ FROM sessions s WHERE s.tenant = $1 AND s.id = $2
 """
 
 
+def _decoded(row: Any) -> dict[str, Any]:
+    """A sessions row as a dict, its model as the client named it (``nul``: begin_step
+    stores it through ``nul.encode``)."""
+    out = dict(row)
+    if out.get("model") is not None:
+        out["model"] = decode(out["model"])
+    return out
+
+
 async def fetchrow_session(
     conn: Executor, *, tenant: str, session_id: str
-) -> asyncpg.Record | None:
-    return await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
+) -> dict[str, Any] | None:
+    row = await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
+    return None if row is None else _decoded(row)
 
 
 FETCH_SESSIONS = """
@@ -40,8 +53,8 @@ FROM sessions WHERE tenant = $1 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 
 async def fetch_sessions(
     conn: Executor, *, tenant: str, limit: int = 100, offset: int = 0
-) -> list[asyncpg.Record]:
-    return await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)
+) -> list[dict[str, Any]]:
+    return [_decoded(r) for r in await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)]
 
 
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
@@ -65,6 +78,7 @@ async def _locked(
     async with contextlib.AsyncExitStack() as stack:
         if isinstance(conn, asyncpg.Pool):
             conn = await stack.enter_async_context(conn.acquire())
+        stack.enter_context(unavailable_when_lost())
         await stack.enter_async_context(conn.transaction())
         await conn.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
         yield conn

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
+from proxy.store.nul import decode, encode
 
 if TYPE_CHECKING:
     from proxy.store.db import Executor
@@ -18,9 +18,19 @@ ORDER BY version DESC LIMIT 1
 """
 
 
-async def fetchrow_latest(conn: Executor, *, tenant: str, session_id: str) -> asyncpg.Record | None:
+def _decoded(row: Any) -> dict[str, Any]:
+    """A summaries row as a dict, its content as the fast model wrote it (``nul``)."""
+    out = dict(row)
+    out["content"] = decode(out["content"])
+    if out.get("model") is not None:
+        out["model"] = decode(out["model"])
+    return out
+
+
+async def fetchrow_latest(conn: Executor, *, tenant: str, session_id: str) -> dict[str, Any] | None:
     """The newest summary still valid for the live history."""
-    return await conn.fetchrow(FETCHROW_LATEST, tenant, session_id)
+    row = await conn.fetchrow(FETCHROW_LATEST, tenant, session_id)
+    return None if row is None else _decoded(row)
 
 
 INSERT_SUMMARY = """
@@ -48,9 +58,11 @@ async def insert_summary(
 
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.
+    ``content`` and ``model`` are stored through ``nul.encode`` (a model can echo a NUL).
     """
     version = await conn.fetchval(
-        INSERT_SUMMARY, tenant, session_id, boundary, boundary_hash, content, tokens, model
+        INSERT_SUMMARY, tenant, session_id, boundary, boundary_hash, encode(content), tokens,
+        None if model is None else encode(model),
     )
     return None if version is None else int(version)
 
@@ -72,5 +84,5 @@ WHERE tenant = $1 AND session_id = $2 ORDER BY version
 """
 
 
-async def fetch_summaries(conn: Executor, *, tenant: str, session_id: str) -> list[asyncpg.Record]:
-    return await conn.fetch(FETCH_SUMMARIES, tenant, session_id)
+async def fetch_summaries(conn: Executor, *, tenant: str, session_id: str) -> list[dict[str, Any]]:
+    return [_decoded(r) for r in await conn.fetch(FETCH_SUMMARIES, tenant, session_id)]

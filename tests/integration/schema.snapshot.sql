@@ -283,6 +283,8 @@ ALTER TABLE ONLY public.summaries
 ALTER TABLE ONLY public.tool_raw_outputs
     ADD CONSTRAINT tool_raw_outputs_pkey PRIMARY KEY (tenant, session_id, tool_call_id);
 
+CREATE INDEX events_compaction ON public.events USING btree (tenant, session_id, id) WHERE (name = ANY (ARRAY['context.compaction.started'::text, 'context.compaction.completed'::text, 'context.compaction.failed'::text]));
+
 CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id);
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);

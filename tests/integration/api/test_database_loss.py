@@ -1,0 +1,182 @@
+"""Issue 21, fault 2: a pooled connection that dies under a request answers the documented
+503 ``database_unavailable`` with ``Retry-After``, never a 500, and the next request is
+served without restarting the proxy.
+
+The backends of the proxy's database are killed with ``pg_terminate_backend`` (what a
+server restart or an administrator does to them) while a request waits on a lock the test
+holds, so the kill lands inside a known statement: the step's first (``cascade_begin_step``,
+waiting for the session's advisory lock) or a later one (a new session's append, waiting
+for a table lock).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import asyncpg
+import httpx
+import pytest
+
+from proxy.store.db import connection_lost
+from proxy.store.sessions import session_lock_key
+from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.integration.api.conftest import ProxyServer
+
+KILL = """
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+WAITING = """
+SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+  AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND wait_event = $1
+"""
+
+
+def post(
+    proxy: ProxyServer, sid: str, *texts: str, stream: bool = False
+) -> httpx.Response:
+    """A chat request whose history is the user turns ``texts``, each answered "ok" (the
+    fake upstream's default reply)."""
+    messages: list[dict[str, str]] = []
+    for text in texts or ("hi",):
+        messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]
+    with httpx.Client(base_url=proxy.origin, timeout=20,
+                      headers={"authorization": "Bearer sk-test-client"}) as http:
+        body = {"model": "gpt-4o", "stream": stream, "messages": messages[:-1]}
+        r = http.post(f"/s/{sid}/v1/chat/completions", json=body)
+        r.read()
+        return r
+
+
+def assert_unavailable(r: httpx.Response) -> None:
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "database_unavailable"
+    assert r.json()["error"]["type"] == "server_error"
+    assert int(r.headers["retry-after"]) > 0
+
+
+@pytest.fixture
+async def admin(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """The test's own connection: the one ``KILL`` spares."""
+    conn = await asyncpg.connect(db_dsn)
+    yield conn
+    await conn.close()
+
+
+async def kill_while_waiting(
+    admin: asyncpg.Connection, wait_event: str, request: Callable[[], httpx.Response]
+) -> httpx.Response:
+    """Run ``request`` in a thread; once a backend waits on ``wait_event`` (a lock the test
+    holds), terminate every other backend of the database; the request's response."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(request)
+        deadline = time.monotonic() + 10
+        while await admin.fetchval(WAITING, wait_event) == 0:
+            assert time.monotonic() < deadline, "the request never waited on the lock"
+            assert not future.done(), future.result().text
+            time.sleep(0.01)
+        assert await admin.fetchval(KILL) >= 1
+        return future.result(timeout=20)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+async def test_killed_in_the_first_statement(
+    proxy: ProxyServer, admin: asyncpg.Connection, stream: bool
+) -> None:
+    assert post(proxy, "s1", stream=stream).status_code == 200
+    tenant = await admin.fetchval("SELECT tenant FROM sessions WHERE id = 's1'")
+    # The next request's cascade_begin_step waits for the session lock the test holds.
+    await admin.execute("SELECT pg_advisory_lock($1)", session_lock_key(tenant, "s1"))
+    again = ("hi", "again")
+    r = await kill_while_waiting(admin, "advisory",
+                                 lambda: post(proxy, "s1", *again, stream=stream))
+    assert_unavailable(r)
+    await admin.execute("SELECT pg_advisory_unlock_all()")
+    assert post(proxy, "s1", *again, stream=stream).status_code == 200
+    assert await admin.fetchval(
+        "SELECT count(*) FROM messages WHERE session_id = 's1' AND superseded_at IS NULL"
+    ) == 4  # both exchanges stored, nothing of the refused attempt doubled
+
+
+async def test_killed_in_a_later_statement(
+    proxy: ProxyServer, admin: asyncpg.Connection
+) -> None:
+    assert post(proxy, "warm").status_code == 200
+    # A new session's first statement creates its row; the messages go in with the next
+    # one, which waits for the table lock the test holds.
+    async with admin.transaction():
+        await admin.execute("LOCK TABLE messages IN EXCLUSIVE MODE")
+        r = await kill_while_waiting(admin, "relation", lambda: post(proxy, "fresh"))
+    assert_unavailable(r)
+    assert post(proxy, "fresh").status_code == 200
+
+
+async def test_killed_between_requests(
+    proxy: ProxyServer, admin: asyncpg.Connection
+) -> None:
+    """Idle pooled connections killed between requests: whatever a request meets, it is
+    served or told to retry, on the chat and the session API alike."""
+    assert post(proxy, "s1").status_code == 200
+    with httpx.Client(base_url=proxy.origin, timeout=20,
+                      headers={"authorization": "Bearer sk-test-client"}) as http:
+        for round_no in range(5):
+            assert await admin.fetchval(KILL) >= 1
+            turns = [f"turn {i}" for i in range(round_no + 1)]
+            seen = [post(proxy, "s1", "hi", *turns), http.get("/v1/sessions/s1"),
+                    http.get("/v1/sessions/s1/messages"), post(proxy, f"new{round_no}")]
+            for r in seen:
+                if r.status_code != 200:
+                    assert_unavailable(r)
+            assert post(proxy, "s1", "hi", *turns).status_code == 200
+
+
+@pytest.mark.parametrize(("exc", "lost"), [
+    (asyncpg.ConnectionDoesNotExistError("closed in the middle of operation"), True),
+    (asyncpg.AdminShutdownError("terminating connection due to administrator command"), True),
+    (asyncpg.CannotConnectNowError("the database system is starting up"), True),
+    (asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"), True),
+    (ConnectionResetError("reset by peer"), True),
+    (BrokenPipeError(), True),
+    (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),
+    (TimeoutError(), False),
+    (asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
+     False),
+    (asyncpg.UniqueViolationError("duplicate key"), False),
+])
+def test_which_errors_mean_the_connection_was_lost(exc: Exception, lost: bool) -> None:
+    assert connection_lost(exc) is lost
+
+
+
+
+async def test_killed_while_the_request_waits_for_the_provider(
+    proxy: ProxyServer, admin: asyncpg.Connection, fake_upstream: FakeUpstream
+) -> None:
+    """The connection dies while the request holds it idle (the provider thinking), and the
+    request's next statement (here read_tool_output's, between two internal rounds) finds
+    it taken back by the pool: still a 503, not a 500."""
+    output = "x" * 60000  # cut at ingestion: read_tool_output is offered
+    messages = [
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [tool_call("cat", {}, id="call_big")]},
+        {"role": "tool", "tool_call_id": "call_big", "content": output},
+    ]
+    fake_upstream.script(
+        reply(None, tool_calls=[tool_call("read_tool_output", {"id": "call_big"}, id="int_1")],
+              first_byte_delay=1.0),
+        reply("done"),
+    )
+    with ThreadPoolExecutor(1) as pool, httpx.Client(
+        base_url=proxy.origin, timeout=20, headers={"authorization": "Bearer sk-test-client"}
+    ) as http:
+        future = pool.submit(http.post, "/s/s1/v1/chat/completions",
+                             json={"model": "gpt-4o", "messages": messages})
+        fake_upstream.wait_for_requests(1)
+        assert await admin.fetchval(KILL) >= 1
+        assert_unavailable(future.result(timeout=20))
+        fake_upstream.script(reply("done"))
+        r = http.post("/s/s1/v1/chat/completions", json={"model": "gpt-4o", "messages": messages})
+        assert r.status_code == 200, r.text

@@ -1,0 +1,45 @@
+"""Issue 21, fault 1 in the store: the text columns and jsonb strings that refuse a NUL take
+the client's (or the fast model's) text through ``proxy.store.nul`` and give it back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.store import events, messages as msgs, nul, sessions, summaries
+from tests.integration.store.test_summaries import S, T, store, summarise
+
+
+@pytest.fixture
+async def conn(pool: asyncpg.Pool) -> Any:
+    async with pool.acquire() as c:
+        await msgs.begin_step(c, tenant=T, session_id=S, agent="default", model="m")
+        yield c
+
+
+async def test_a_summary_with_nul_round_trips(conn: Any) -> None:
+    await store(conn, [{"role": "system", "content": "sys"},
+                       *({"role": "user", "content": f"m{i}"} for i in range(6))])
+    assert await summarise(conn, 4, "## Goal\nread \x00 bytes \uffff") == 1
+    latest = await summaries.fetchrow_latest(conn, tenant=T, session_id=S)
+    assert latest is not None and latest["content"] == "## Goal\nread \x00 bytes \uffff"
+    [row] = await summaries.fetch_summaries(conn, tenant=T, session_id=S)
+    assert row["content"] == latest["content"]
+
+
+async def test_an_event_with_nul_strings_round_trips(conn: Any) -> None:
+    data = {"tool_call_id": "call\x00x", "ids": ["a\x00", "b"], "k\x00": 1, "n": None}
+    event_id = await events.insert_event(conn, tenant=T, session_id=S, name="context.x",
+                                         data=data)
+    [row] = await events.fetch_events_after(conn, tenant=T, session_id=S, after_id=event_id - 1)
+    assert nul.decode_json(row["data"]) == data
+
+
+async def test_a_model_name_with_nul_round_trips(conn: Any) -> None:
+    await msgs.begin_step(conn, tenant=T, session_id=S, agent="default", model="m\x00odel")
+    row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
+    assert row is not None and row["model"] == "m\x00odel"
+    [listed] = await sessions.fetch_sessions(conn, tenant=T)
+    assert listed["model"] == "m\x00odel"
