@@ -24,7 +24,7 @@ RUN python -c "import tiktoken; [tiktoken.get_encoding(e) for e in ('o200k_base'
 # 3. The code, installed as a wheel (its migrations go to /usr/local/share/cascade-proxy);
 # the constraints keep pip from changing any dependency step 1 installed. The sources are
 # removed: the installed copy is the one that runs.
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml /src/
 COPY proxy /src/proxy
 COPY migrations /src/migrations
 RUN pip install -c /opt/cascade/constraints.txt /src && rm -rf /src

@@ -262,3 +262,10 @@ def test_the_build_context_holds_every_file_the_dockerfile_copies() -> None:
             for source in step.args.split()[:-1]:
                 assert source in allowed, source
                 assert (ROOT / source).exists(), source
+
+
+def test_make_constraints_regenerates_the_file() -> None:
+    plan = subprocess.run(["make", "-n", "-C", str(ROOT), "constraints"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    assert "scripts/constraints.py" in plan
+    assert (ROOT / "scripts" / "constraints.py").exists()
