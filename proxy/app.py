@@ -36,7 +36,7 @@ from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
 from proxy.middleware import AccessLog, ServerErrors, request_path
-from proxy.pgembed import start_embedded, tune_embedded
+from proxy.pgembed import require_embedded, start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
@@ -79,6 +79,8 @@ def create_app(
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
+    if not settings.database_url:
+        require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:

