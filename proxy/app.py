@@ -22,6 +22,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
@@ -97,7 +98,7 @@ def create_app(
             settings, holder.current, os.environ, database=dsn,
             embedded_at=None if embedded is None else
             (settings.data_dir or default_data_dir()) / "pgdata",
-            paths=[getattr(r, "path", "") for r in app.routes]))
+            paths=[r.path or "" for r in iter_route_contexts(app.routes)]))
         client = build_client(max_connections=settings.provider_max_connections,
                               kind=settings.http_transport, transport=http_transport)
         bus = EventBus(pool, dsn)

@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         "sessions", help="inspect and manage the sessions of a running proxy",
         description="Inspect and manage the sessions of a running proxy, as the tenant of "
                     "the API key given.")
-    _client_options(sess, argparse.SUPPRESS)
+    _client_options(sess)
     ssub = sess.add_subparsers(dest="action", required=True, metavar="ACTION")
     helps = {
         "ls": "list sessions, most recently used first",
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     }
     for action, text in helps.items():
         a = ssub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
-        _client_options(a, None)
+        _client_options(a)
         if action != "ls":
             a.add_argument("id", help="the session id")
         if action in ("ls", "messages"):
@@ -90,15 +90,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _client_options(p: argparse.ArgumentParser, default: str | None) -> None:
+def _client_options(p: argparse.ArgumentParser) -> None:
     """The options of ``sessions`` and of each of its actions, so they may come before or
-    after the action (``default`` SUPPRESS on the parent keeps it from overwriting)."""
+    after the action; SUPPRESS leaves an option not given out of the namespace, so an
+    action's default does not overwrite what was given before it."""
+    default = argparse.SUPPRESS
     p.add_argument("--url", default=default, help="the proxy (env CASCADE_URL; default "
                    "http://$CASCADE_HOST:$CASCADE_PORT, i.e. http://127.0.0.1:8080)")
     p.add_argument("--api-key", default=default, help="the bearer token to send: a proxy key, "
                    "or in pass-through mode the agent's own key (env CASCADE_API_KEY, else "
                    "OPENAI_API_KEY; default none)")
-    p.add_argument("--json", action="store_true", default=default or False,
+    p.add_argument("--json", action="store_true", default=default,
                    help="print the API's JSON instead of a table (default: a table)")
 
 
@@ -140,9 +142,11 @@ def _migrate(settings: Settings) -> int:
 
 
 def _sessions(args: argparse.Namespace, settings: Settings) -> int:
-    url = (args.url or os.environ.get("CASCADE_URL")
+    args.json = getattr(args, "json", False)
+    url = (getattr(args, "url", None) or os.environ.get("CASCADE_URL")
            or client_origin(settings.host, settings.port)).rstrip("/")
-    key = args.api_key or os.environ.get("CASCADE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    key = (getattr(args, "api_key", None) or os.environ.get("CASCADE_API_KEY")
+           or os.environ.get("OPENAI_API_KEY"))
     return run_sessions(args, url, key)
 
 
