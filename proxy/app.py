@@ -31,7 +31,7 @@ from starlette.routing import Match
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
 from proxy.auth import ProxyAuth, listen_policy
-from proxy.banner import startup_banner
+from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
@@ -94,7 +94,7 @@ def create_app(
             await tune_embedded(dsn)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        log.info("%s", startup_banner(
+        startup_log.info("%s", startup_banner(
             settings, holder.current, os.environ, database=dsn,
             embedded_at=None if embedded is None else
             (settings.data_dir or default_data_dir()) / "pgdata",

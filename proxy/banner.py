@@ -9,6 +9,7 @@ and password in it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -19,7 +20,11 @@ from proxy.config import Config, ContextConfig
 from proxy.settings import Settings
 from proxy.store.db import redact_dsn
 
-__all__ = ["startup_banner", "client_origin"]
+__all__ = ["startup_banner", "client_origin", "startup_log"]
+
+startup_log = logging.getLogger("cascade.start")
+"""Where the block goes: its own logger, so it can be filtered or raised apart from the
+request lines."""
 
 
 def client_origin(host: str, port: int) -> str:
