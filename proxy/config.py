@@ -319,6 +319,10 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
         f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
         for key in cfg.auth.keys if not env.get(key.key_env)
     ]
+    metrics_env = cfg.auth.metrics_key_env
+    if metrics_env and not env.get(metrics_env):
+        opens = "with a proxy key only" if cfg.auth.keys else "without a key"
+        out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
     used = {agent.provider for agent in cfg.agents.values()} if cfg.auth.keys else set()
     for name in sorted(used):
         key_env = cfg.providers[name].api_key_env
