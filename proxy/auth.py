@@ -14,9 +14,9 @@ applies to the next request.
 - ``auth.metricsKeyEnv``: a key that opens ``/metrics`` and nothing else, for a scraper; when
   it is set in pass-through mode, ``/metrics`` needs it.
 - Pass-through mode (no keys): a request with no bearer token is refused (401) when a
-  provider's own credentials (its ``apiKeyEnv`` set, or a user in its ``baseUrl``) would pay
-  for it, on every route but the allow-list and the operational ones (``/readyz``,
-  ``/metrics``, the API document), which any bearer would open anyway.
+  provider's own key (its ``apiKeyEnv`` set) would pay for it, on every route but the
+  allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
+  any bearer would open anyway.
 - A key limited to some agents (``agents``) gets a 403 for any other agent.
 
 Keys are compared in constant time (``hmac.compare_digest`` over SHA-256 digests, so neither
@@ -32,7 +32,6 @@ import logging
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -100,17 +99,13 @@ def check_agent(scope: Mapping[str, Any], agent: str) -> None:
 
 
 def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:
-    """Whether some agent's provider would be called with the proxy's own credentials."""
+    """Whether some agent's provider would be called with the proxy's own key (its
+    ``apiKeyEnv`` set). A user and password in a ``baseUrl`` do not count: they are sent only
+    when the client sends no bearer, so refusing those requests would make them useless."""
     for name in {agent.provider for agent in cfg.agents.values()}:
         provider = cfg.providers[name]
         if provider.api_key_env and (env.get(provider.api_key_env) or "").strip():
             return True
-        try:
-            url = urlsplit(provider.base_url)
-            if url.username is not None or url.password is not None:
-                return True
-        except ValueError:  # the upstream client reports a bad baseUrl itself
-            continue
     return False
 
 

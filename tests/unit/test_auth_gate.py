@@ -75,8 +75,9 @@ async def test_no_bearer_is_refused_when_a_provider_key_pays_except_for_probes()
     assert await _get(gate, "/v1/things") == 401
     assert await _get(gate, "/v1/things", "any-client-key") == 200
     assert (await _get(gate, "/readyz"), await _get(gate, "/metrics")) == (200, 200)
+    # a user in the baseUrl is sent only when the client sends no bearer: not refused
     in_url, _ = _gate({"providers": {"openai": {"baseUrl": "http://u:p@h/v1"}}})
-    assert await _get(in_url, "/v1/things") == 401
+    assert await _get(in_url, "/v1/things") == 200
 
 
 async def test_required_keys_with_none_configured_close_everything() -> None:
