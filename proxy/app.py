@@ -22,6 +22,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
@@ -29,6 +30,8 @@ from starlette.routing import Match
 
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
+from proxy.auth import ProxyAuth, listen_policy
+from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
@@ -36,7 +39,7 @@ from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
 from proxy.middleware import AccessLog, ServerErrors, request_path
-from proxy.pgembed import require_embedded, start_embedded, tune_embedded
+from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.session_id import InvalidSessionId
@@ -79,6 +82,8 @@ def create_app(
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
+    require_keys = listen_policy(settings.host, holder.current,
+                                 allow_unauthenticated=settings.allow_unauthenticated)
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
 
@@ -91,6 +96,11 @@ def create_app(
             await tune_embedded(dsn)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
+        startup_log.info("%s", startup_banner(
+            settings, holder.current, os.environ, database=dsn,
+            embedded_at=None if embedded is None else
+            (settings.data_dir or default_data_dir()) / "pgdata",
+            paths=[r.path or "" for r in iter_route_contexts(app.routes)]))
         client = build_client(max_connections=settings.provider_max_connections,
                               kind=settings.http_transport, transport=http_transport)
         bus = EventBus(pool, dsn)
@@ -137,15 +147,19 @@ def create_app(
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
     _install_error_handlers(app)
-    _install_middleware(app, settings)
+    _install_middleware(app, settings, holder, require_keys)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 
 
-def _install_middleware(app: FastAPI, settings: Settings) -> None:
+def _install_middleware(
+    app: FastAPI, settings: Settings, holder: ConfigHolder, require_keys: bool
+) -> None:
     """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
-    CORS when ``CASCADE_CORS_ORIGINS`` names origins, and the access line outside both."""
+    the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a
+    preflight needs no key; a 401 carries CORS headers), and the access line outside all."""
     app.add_middleware(ServerErrors)
+    app.add_middleware(ProxyAuth, holder=holder, require_keys=require_keys)
     if origins := settings.cors_origin_list():
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],

@@ -1,53 +1,107 @@
 """``cascade-proxy``: serve, migrate, and a small session client. No logic lives here.
 
-``sessions …`` talks to a running proxy over HTTP (``--url``, default
-``http://$CASCADE_HOST:$CASCADE_PORT``) with the same bearer token the agent uses
-(``--api-key``, default ``$OPENAI_API_KEY``), because sessions are scoped by that token's
-tenant.
+Every flag's help names the environment variable it overrides and its default; settings
+not given as flags are read from the environment (``proxy.settings``). ``sessions …`` talks
+to a running proxy over HTTP (``proxy.cli_sessions``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import quote
 
-import httpx
 import uvicorn
 from pydantic import ValidationError
 
+from proxy import __version__
 from proxy.app import create_app
+from proxy.auth import InsecureListen
+from proxy.banner import client_origin
+from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
 from proxy.pgembed import start_embedded
-from proxy.settings import Settings
+from proxy.settings import DEFAULT_CONFIG, Settings
 from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
 
 __all__ = ["main"]
 
+_DATABASE_URL = ("PostgreSQL URL (env DATABASE_URL; default: an embedded PostgreSQL in "
+                 "$CASCADE_DATA_DIR, else ~/.local/share/cascade)")
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cascade-proxy", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=_port)
-    serve.add_argument("--config", type=Path)
-    serve.add_argument("--database-url")
-    sub.add_parser("migrate", help="apply database migrations and exit").add_argument(
-        "--database-url")
-    sess = sub.add_parser("sessions", help="inspect and manage sessions of a running proxy")
-    sess.add_argument("--url")
-    sess.add_argument("--api-key")
-    ssub = sess.add_subparsers(dest="action", required=True)
-    ssub.add_parser("ls")
-    for name in ("show", "compact", "rm", "reset"):
-        ssub.add_parser(name).add_argument("id")
+    p = argparse.ArgumentParser(
+        prog="cascade-proxy",
+        description="Cascade: an OpenAI-compatible proxy that manages an agent's context "
+                    "window. Settings not given as flags come from the environment; each "
+                    "flag's help names its variable and default.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the proxy", description="Run the proxy.")
+    serve.add_argument("--host", help="address to listen on (env CASCADE_HOST; default "
+                       "127.0.0.1); a non-loopback one needs proxy keys (auth.keys) or "
+                       "--allow-unauthenticated")
+    serve.add_argument("--port", type=_port,
+                       help="TCP port to listen on (env CASCADE_PORT; default 8080)")
+    serve.add_argument("--config", type=Path, help="agents.json to read and watch (env "
+                       f"CASCADE_CONFIG; default {DEFAULT_CONFIG} when it exists, else "
+                       "built-in defaults)")
+    serve.add_argument("--database-url", help=_DATABASE_URL)
+    serve.add_argument("--allow-unauthenticated", action="store_true", default=None,
+                       help="listen on a non-loopback address without proxy keys, with a "
+                       "warning (env CASCADE_ALLOW_UNAUTHENTICATED=1; default: refuse)")
+    migrate = sub.add_parser("migrate", help="apply database migrations and exit",
+                             description="Apply pending database migrations and exit.")
+    migrate.add_argument("--database-url", help=_DATABASE_URL)
+    sess = sub.add_parser(
+        "sessions", help="inspect and manage the sessions of a running proxy",
+        description="Inspect and manage the sessions of a running proxy, as the tenant of "
+                    "the API key given.")
+    _client_options(sess)
+    ssub = sess.add_subparsers(dest="action", required=True, metavar="ACTION")
+    helps = {
+        "ls": "list sessions, most recently used first",
+        "show": "a session's occupancy, limits, counts and current summary",
+        "messages": "a session's stored messages",
+        "compact": "fold the session's older messages into a summary now",
+        "branch": "copy a session into a new, independent one",
+        "reset": "forget a session's history (the next request starts it again)",
+        "rm": "delete a session and everything stored for it",
+    }
+    for action, text in helps.items():
+        a = ssub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        _client_options(a)
+        if action != "ls":
+            a.add_argument("id", help="the session id")
+        if action in ("ls", "messages"):
+            a.add_argument("--limit", type=int, default=100 if action == "ls" else 1000,
+                           help="how many to list (default %(default)s)")
+            a.add_argument("--offset", type=int, default=0,
+                           help="how many to skip first (default 0)")
+        if action == "messages":
+            a.add_argument("--all", action="store_true", help="include superseded "
+                           "messages, replaced by a divergent resend (default: live only)")
+        if action == "branch":
+            a.add_argument("--new-id", help="the new session's id (default: ID-branch-<hex>)")
     return p
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``sessions`` and of each of its actions, so they may come before or
+    after the action; SUPPRESS leaves an option not given out of the namespace, so an
+    action's default does not overwrite what was given before it."""
+    default = argparse.SUPPRESS
+    p.add_argument("--url", default=default, help="the proxy (env CASCADE_URL; default "
+                   "http://$CASCADE_HOST:$CASCADE_PORT, i.e. http://127.0.0.1:8080)")
+    p.add_argument("--api-key", default=default, help="the bearer token to send: a proxy key, "
+                   "or in pass-through mode the agent's own key (env CASCADE_API_KEY, else "
+                   "OPENAI_API_KEY; default none)")
+    p.add_argument("--json", action="store_true", default=default,
+                   help="print the API's JSON instead of a table (default: a table)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -56,6 +110,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "host": getattr(args, "host", None), "port": getattr(args, "port", None),
             "config": getattr(args, "config", None),
             "database_url": getattr(args, "database_url", None),
+            "allow_unauthenticated": getattr(args, "allow_unauthenticated", None),
         }.items() if v is not None
     }
     return Settings().model_copy(update=overrides).with_default_config()
@@ -87,30 +142,12 @@ def _migrate(settings: Settings) -> int:
 
 
 def _sessions(args: argparse.Namespace, settings: Settings) -> int:
-    url = (args.url or f"http://{settings.host}:{settings.port}").rstrip("/")
-    key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    routes = {
-        "ls": ("GET", "/v1/sessions"), "show": ("GET", "/v1/sessions/{id}"),
-        "compact": ("POST", "/v1/sessions/{id}/compact"),
-        "reset": ("POST", "/v1/sessions/{id}/reset"), "rm": ("DELETE", "/v1/sessions/{id}"),
-    }
-    method, path = routes[args.action]
-    # Escaped whole, dots too: ".." is a valid session id, and a client would resolve it
-    # as a path step ("show .." asked GET /v1).
-    path = path.format(id=quote(getattr(args, "id", ""), safe="").replace(".", "%2E"))
-    try:
-        resp = httpx.request(method, url + path, headers=headers, timeout=600)
-    except httpx.TransportError as exc:
-        print(f"cannot reach the proxy at {url}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        print(json.dumps(resp.json(), indent=2))
-    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        print(f"{url} answered {resp.status_code} with no JSON: {resp.text[:500]}",
-              file=sys.stderr)
-        return 2
-    return 0 if resp.is_success else 1
+    args.json = getattr(args, "json", False)
+    url = (getattr(args, "url", None) or os.environ.get("CASCADE_URL")
+           or client_origin(settings.host, settings.port)).rstrip("/")
+    key = (getattr(args, "api_key", None) or os.environ.get("CASCADE_API_KEY")
+           or os.environ.get("OPENAI_API_KEY"))
+    return run_sessions(args, url, key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             return _migrate(settings)
         return _sessions(args, settings)
-    except (ConfigError, ValidationError, DatabaseUnavailable, MigrationError) as exc:
+    except (ConfigError, ValidationError, DatabaseUnavailable, MigrationError,
+            InsecureListen) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
         print(f"cascade-proxy {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -77,12 +77,22 @@ class EmbeddingConfig(_Block):
 
 
 class AuthKeyConfig(_Block):
-    key_env: str
-    tenant: str
+    """A proxy key: the variable holding it, the tenant it acts as, and, when ``agents`` is
+    given, the only agents it may run (chat, models, embeddings, compaction); see
+    ``proxy.auth``."""
+
+    key_env: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+    agents: tuple[str, ...] | None = Field(default=None, min_length=1)
 
 
 class AuthConfig(_Block):
+    """``keys``: proxy keys; with any, every route but ``/healthz`` and the ``/ui`` shell needs
+    one. ``metricsKeyEnv``: a variable holding a key that opens ``/metrics`` only (for a
+    scraper), in either mode."""
+
     keys: tuple[AuthKeyConfig, ...] = ()
+    metrics_key_env: str | None = None
 
 
 class ToolOutputConfig(_Block):
@@ -192,6 +202,10 @@ class Config(_Block):
         for name, agent in self.agents.items():
             if agent.provider not in self.providers:
                 raise ValueError(f"agents.{name}.provider {agent.provider!r} is not in providers")
+        for i, key in enumerate(self.auth.keys):
+            unknown = sorted(set(key.agents or ()) - set(self.agents) - {"default"})
+            if unknown:
+                raise ValueError(f"auth.keys[{i}].agents: {', '.join(unknown)} not in agents")
         return self
 
     def agent_for(self, model: str | None) -> tuple[str, AgentConfig]:
@@ -305,6 +319,10 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
         f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
         for key in cfg.auth.keys if not env.get(key.key_env)
     ]
+    metrics_env = cfg.auth.metrics_key_env
+    if metrics_env and not env.get(metrics_env):
+        opens = "with a proxy key only" if cfg.auth.keys else "without a key"
+        out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
     used = {agent.provider for agent in cfg.agents.values()} if cfg.auth.keys else set()
     for name in sorted(used):
         key_env = cfg.providers[name].api_key_env

@@ -6,6 +6,8 @@
       ├ ClientRequestError (400: bad session id, malformed body)
       │   └ PayloadTooLarge (413)
       ├ ContextLengthExceeded (400, code "context_length_exceeded"; lives in cascade.types)
+      ├ Unauthorized (401: a missing or unknown key)
+      ├ PermissionDenied (403: a proxy key limited to other agents)
       ├ NotFound (404, incl. another tenant's session)
       ├ UpstreamUnavailable (502: provider unreachable)
       ├ UpstreamTimeout (504)
@@ -21,7 +23,8 @@ from typing import Any
 from proxy.cascade.types import ContextLengthExceeded
 
 __all__ = [
-    "ProxyError", "ClientRequestError", "PayloadTooLarge", "NotFound", "UpstreamUnavailable",
+    "ProxyError", "ClientRequestError", "PayloadTooLarge", "NotFound", "Unauthorized",
+    "PermissionDenied", "UpstreamUnavailable",
     "UpstreamTimeout", "ContextLengthExceeded", "error_body",
 ]
 
@@ -45,6 +48,21 @@ class ClientRequestError(ProxyError):
 class PayloadTooLarge(ClientRequestError):
     status_code = 413
     code = "payload_too_large"
+
+
+class Unauthorized(ProxyError):
+    status_code = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(ProxyError):
+    """OpenAI answers a 403 with type ``request_forbidden``; its SDKs raise
+    ``PermissionDeniedError``."""
+
+    status_code = 403
+    type = "request_forbidden"
+    code = "agent_not_allowed"
 
 
 class NotFound(ProxyError):

@@ -4,7 +4,7 @@
 so every route, the chat routes included, passes through the same stack as any middleware
 a deployment adds::
 
-    AccessLog -> CORSMiddleware -> ServerErrors -> FastAPI's exception handlers -> routes
+    AccessLog -> CORSMiddleware -> ProxyAuth -> ServerErrors -> exception handlers -> routes
 
 Both are pure ASGI (they wrap ``send``; nothing is buffered), so a stream goes out piece by
 piece as before.

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
       comma-separated, or ``*`` for any; empty (the default) sends no CORS headers at all.
     - ``provider_max_connections``: the cap on open connections to each provider (each origin
       and TLS setting), kept alive between requests; past it a request waits for one.
+    - ``allow_unauthenticated`` (``CASCADE_ALLOW_UNAUTHENTICATED``): listen on a non-loopback
+      ``host`` with no proxy keys (``auth.keys``), with a warning; refused otherwise
+      (``proxy.auth``).
     - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
       ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
     """
@@ -59,6 +62,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     cors_origins: str = ""
+    allow_unauthenticated: bool = False
     tokenizer: str = "o200k_base"
 
     def cors_origin_list(self) -> list[str]:

@@ -25,6 +25,7 @@ from proxy.api.deps import (
     tenant_of,
     upstream_headers,
 )
+from proxy.auth import check_agent
 from proxy.errors import ClientRequestError
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
@@ -84,6 +85,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     )
     _check_body(body)
     rt = route(cfg, body)
+    check_agent(request.scope, rt.agent)
     session_id = resolve_session_id(
         path_id=path_id, header_id=header_id, body=body,
         tenant=tenant, agent=rt.agent,
@@ -157,7 +159,9 @@ async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
                        path: str, session_id: str | None = None) -> Response:
     if session_id is not None:
         note_session(session_path_id(session_id))  # 400 when invalid
-    provider = cfg.providers[cfg.agent_for(None)[1].provider]
+    agent_name, agent = cfg.agent_for(None)
+    check_agent(request.scope, agent_name)
+    provider = cfg.providers[agent.provider]
     content = (await read_body(request, request.state.settings.max_body_bytes)
                if request.method == "POST" else None)
     resp = await upstream.call(provider, request.method, path,

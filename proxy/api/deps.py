@@ -8,17 +8,17 @@ endpoint that reads the lifespan state itself and resolves the tenant with ``ten
 
 from __future__ import annotations
 
-import hmac
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from proxy.auth import PROXY_KEY, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
-from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError
+from proxy.errors import ClientRequestError, PayloadTooLarge, Unauthorized
 from proxy.jsonio import loads
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
@@ -30,12 +30,6 @@ __all__ = [
     "read_body", "read_json_body", "session_path_id", "Unauthorized", "SummarizerDep",
     "tenant_of",
 ]
-
-
-class Unauthorized(ProxyError):
-    status_code = 401
-    type = "invalid_request_error"
-    code = "invalid_api_key"
 
 
 def _state(request: Request, name: str) -> Any:
@@ -57,17 +51,20 @@ async def get_tenant(request: Request) -> str:
 
 
 def tenant_of(request: Request, cfg: Config) -> str:
-    """The tenant for this request under ``cfg`` (see ``get_tenant``)."""
+    """The tenant for this request under ``cfg`` (see ``get_tenant``): the key the gate
+    (``proxy.auth.ProxyAuth``) let it in with, or, when a reload added keys after it passed
+    the gate, its bearer matched against them now."""
+    let_in = request.scope.get(PROXY_KEY)
+    if let_in is not None:
+        return str(let_in.tenant)
     auth = request.headers.get("authorization")
     if not cfg.auth.keys:
         return tenant_from_bearer(auth)
-    token = (bearer_token(auth) or "").encode()
-    for key in cfg.auth.keys:
-        expected = os.environ.get(key.key_env)
-        # constant time: how much of a guess matched must not show in the answer's timing
-        if token and expected and hmac.compare_digest(token, expected.encode()):
-            return key.tenant
-    raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
+    key = match_key((bearer_token(auth) or "").encode("latin-1", "replace"), cfg, os.environ)
+    if key is None:
+        raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
+    request.scope[PROXY_KEY] = key
+    return key.tenant
 
 
 BIGINT_MAX = 2**63 - 1

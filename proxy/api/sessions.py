@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -15,6 +16,7 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
+from proxy.auth import check_agent
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
 from proxy.session_id import validate_session_id
@@ -67,7 +69,8 @@ async def compact_session(session_id: str, request: Request, pool: PoolDep, cfg:
                           tenant: TenantDep, summarizer: SummarizerDep) -> dict[str, Any]:
     return await svc.compact_session(pool, summarizer, cfg, tenant=tenant,
                                      session_id=_sid(session_id),
-                                     headers=upstream_headers(request, cfg))
+                                     headers=upstream_headers(request, cfg),
+                                     may_run=functools.partial(check_agent, request.scope))
 
 
 @router.post("/{session_id}/reset")

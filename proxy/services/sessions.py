@@ -7,7 +7,7 @@ missing one (404), so ids leak nothing across tenants.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -145,10 +145,14 @@ async def tool_output(
 
 async def compact_session(
     conn: Any, summarizer: DurableSummarizer, cfg: Config, *, tenant: str, session_id: str,
-    headers: Mapping[str, str],
+    headers: Mapping[str, str], may_run: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Force a compaction now, regardless of thresholds (waits for one already running)."""
+    """Force a compaction now, regardless of thresholds (waits for one already running).
+    ``may_run(agent)`` raises when the caller may not run the session's agent (a proxy key
+    limited to other agents: the compaction calls that agent's provider)."""
     row = await _require(conn, tenant, session_id)
+    if may_run is not None:
+        may_run(row["agent"])
     job = job_for(cfg, tenant=tenant, session_id=session_id, agent=row["agent"],
                   model=row["model"] or "", headers=headers, trigger="api")
     result = await summarizer.compact_now(job)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
+from proxy import __version__
+from proxy.cli import _parser, _settings, main
 
 
 def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
@@ -35,3 +39,65 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
     assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
     assert "port" in err and "Traceback" not in err
     assert "max_body_bytes" in err and "99999 is not a TCP port" in err
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "cascade-proxy") -> Iterator[
+        tuple[str, argparse.ArgumentParser]]:
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _parsers(sub, f"{name} {sub_name}")
+
+
+_ENV = {"--host": "CASCADE_HOST", "--port": "CASCADE_PORT", "--config": "CASCADE_CONFIG",
+        "--database-url": "DATABASE_URL",
+        "--allow-unauthenticated": "CASCADE_ALLOW_UNAUTHENTICATED",
+        "--url": "CASCADE_URL", "--api-key": "CASCADE_API_KEY"}
+
+
+def test_every_flag_says_its_variable_and_default() -> None:
+    seen = set()
+    for where, parser in _parsers(_parser()):
+        for action in parser._actions:
+            flag = next((o for o in action.option_strings if o.startswith("--")), None)
+            if flag in (None, "--help", "--version"):
+                continue
+            seen.add(flag)
+            text = action.help or ""
+            assert "default" in text, f"{where} {flag}: {text!r}"
+            if flag in _ENV:
+                assert f"env {_ENV[flag]}" in text, f"{where} {flag}: {text!r}"
+    assert set(_ENV) <= seen
+
+
+def test_the_variables_the_serve_help_names_are_the_ones_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = {"CASCADE_HOST": "10.9.8.7", "CASCADE_PORT": "9123",
+              "CASCADE_CONFIG": "/etc/cascade.json", "DATABASE_URL": "postgresql://h/db",
+              "CASCADE_ALLOW_UNAUTHENTICATED": "1"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    settings = _settings(_parser().parse_args(["serve"]))
+    assert (settings.host, settings.port, str(settings.config), settings.database_url,
+            settings.allow_unauthenticated) == (
+        "10.9.8.7", 9123, "/etc/cascade.json", "postgresql://h/db", True)
+    flags = _parser().parse_args(["serve", "--host", "::1", "--port", "1",
+                                  "--allow-unauthenticated"])
+    assert (_settings(flags).host, _settings(flags).port) == ("::1", 1)  # flags win
+    monkeypatch.setenv("CASCADE_ALLOW_UNAUTHENTICATED", "0")
+    assert _settings(flags).allow_unauthenticated is True
+    assert _settings(_parser().parse_args(["serve"])).allow_unauthenticated is False
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cascade-proxy {__version__}"
+    with pytest.raises(SystemExit):
+        main(["sessions", "--help"])
+    out = capsys.readouterr().out
+    for action in ("ls", "show", "messages", "compact", "branch", "reset", "rm"):
+        assert re.search(rf"^\s+{action}\s+\S", out, re.M), action  # each with its help

@@ -377,6 +377,10 @@ def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() 
     passthrough = {k: v for k, v in raw.items() if k not in ("auth", "context")}
     passthrough["agents"] = {"default": {"provider": "paid"}}
     assert config_warnings(parse_config(passthrough, env), env) == []
+    metrics = {"auth": {"metricsKeyEnv": "SCRAPE_KEY"}}
+    assert config_warnings(parse_config(metrics, env), env) == [
+        "auth.metricsKeyEnv: $SCRAPE_KEY is unset, so /metrics answers without a key"]
+    assert config_warnings(parse_config(metrics, env), {"SCRAPE_KEY": "k"}) == []
 
 
 def test_the_holder_logs_the_warnings(

@@ -129,6 +129,7 @@ def test_the_cli_forces_a_compaction(
                 "--api-key",
                 CLIENT_KEY,
                 "compact",
+                "--json",
                 "cli",
             ],
             capture_output=True,

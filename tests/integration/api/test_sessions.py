@@ -454,7 +454,7 @@ def test_the_sessions_command_lists_and_shows_any_valid_id(
     # ".." is a valid id; unescaped, "show .." asked GET /v1
     for sid in ("..", "a.b:c"):
         chat(http, [user("hi")], sid=sid)
-    key = ["--url", proxy.origin, "--api-key", "sk-test-client"]
+    key = ["--url", proxy.origin, "--api-key", "sk-test-client", "--json"]
     assert cli.main(["sessions", *key, "ls"]) == 0
     listed = {s["id"] for s in json.loads(capsys.readouterr().out)["data"]}
     assert {"..", "a.b:c"} <= listed

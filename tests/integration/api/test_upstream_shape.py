@@ -61,7 +61,8 @@ def test_the_provider_gets_a_clean_request_and_a_compressed_answer_is_decoded(
 
     assert resp.status_code == 200
     assert resp.json()["choices"][0]["message"]["content"] == "mocked"
-    assert "content-encoding" not in resp.headers and resp.headers["x-upstream-request-id"] == "req-1"
+    assert "content-encoding" not in resp.headers
+    assert resp.headers["x-upstream-request-id"] == "req-1"
     (request,) = seen
     assert str(request.url) == "http://provider.mock/v1/chat/completions"  # no user:password
     assert request.headers["authorization"] == "Bearer sk-client"  # not the URL's Basic

@@ -1,0 +1,209 @@
+"""Proxy keys: the gate in front of every route, and the listen-address rule.
+
+``ProxyAuth`` is a pure ASGI middleware, so it covers every route the app has or gains
+(chat, models, embeddings, sessions, SSE events, ``/readyz``, ``/metrics``, ``/openapi.json``,
+``/docs``) without each handler having to remember a dependency. It reads the config in force
+(``ConfigHolder.current``) on every request, so a reload that adds, removes or rotates a key
+applies to the next request.
+
+- With ``auth.keys``: every request needs ``Authorization: Bearer <proxy key>``, except
+  ``/healthz`` (a liveness probe) and GET/HEAD under ``/ui`` (the console's static shell,
+  which holds no data; every call it makes needs a key). A missing or unknown key is an
+  OpenAI-shaped 401. The matched key is left in the scope (``PROXY_KEY``) for ``tenant_of``
+  and ``check_agent``.
+- ``auth.metricsKeyEnv``: a key that opens ``/metrics`` and nothing else, for a scraper; when
+  it is set in pass-through mode, ``/metrics`` needs it.
+- Pass-through mode (no keys): a request with no bearer token is refused (401) when a
+  provider's own key (its ``apiKeyEnv`` set) would pay for it, on every route but the
+  allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
+  any bearer would open anyway.
+- A key limited to some agents (``agents``) gets a 403 for any other agent.
+
+Keys are compared in constant time (``hmac.compare_digest`` over SHA-256 digests, so neither
+the matching prefix nor the length shows in the timing) and never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.config import AuthKeyConfig, Config
+from proxy.config_watch import ConfigHolder
+from proxy.errors import PermissionDenied, error_body
+from proxy.session_id import bearer_token
+
+__all__ = [
+    "PROXY_KEY", "ProxyAuth", "InsecureListen", "match_key", "check_agent", "is_loopback",
+    "listen_policy", "provider_pays", "OPEN_PATHS", "OPERATIONAL_PATHS",
+]
+
+log = logging.getLogger("cascade")
+
+PROXY_KEY = "cascade.proxy_key"
+"""The scope entry holding the ``AuthKeyConfig`` a request was let in with."""
+
+OPEN_PATHS = frozenset({"/healthz"})
+"""Answered without a key, in every mode."""
+
+UI_PREFIX = "/ui"
+"""GET/HEAD at or under it load without a key: the console's static shell."""
+
+OPERATIONAL_PATHS = frozenset({
+    "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+})
+"""Need a proxy key when there are keys, but no bearer in pass-through mode."""
+
+_MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
+
+
+class InsecureListen(Exception):
+    """A non-loopback listen address with no proxy keys, not explicitly allowed."""
+
+
+def _digest(secret: bytes) -> bytes:
+    return hashlib.sha256(secret).digest()
+
+
+def _same(token_digest: bytes, secret: str | None) -> bool:
+    """Constant time: how much of a guess matched, or how long it was, must not show."""
+    expected = (secret or "").strip().encode()
+    return bool(expected) and hmac.compare_digest(token_digest, _digest(expected))
+
+
+def match_key(token: bytes, cfg: Config, env: Mapping[str, str]) -> AuthKeyConfig | None:
+    """The proxy key ``token`` is, or None; every key is compared, matched or not."""
+    if not token:
+        return None
+    digest, found = _digest(token), None
+    for key in cfg.auth.keys:
+        if _same(digest, env.get(key.key_env)) and found is None:
+            found = key
+    return found
+
+
+def check_agent(scope: Mapping[str, Any], agent: str) -> None:
+    """403 when the request's proxy key is limited to agents other than ``agent``."""
+    key: AuthKeyConfig | None = scope.get(PROXY_KEY)
+    if key is not None and key.agents is not None and agent not in key.agents:
+        raise PermissionDenied(f"this API key may not use agent {agent!r}; it may use "
+                               f"{', '.join(key.agents)}")
+
+
+def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:
+    """Whether some agent's provider would be called with the proxy's own key (its
+    ``apiKeyEnv`` set). A user and password in a ``baseUrl`` do not count: they are sent only
+    when the client sends no bearer, so refusing those requests would make them useless."""
+    for name in {agent.provider for agent in cfg.agents.values()}:
+        provider = cfg.providers[name]
+        if provider.api_key_env and (env.get(provider.api_key_env) or "").strip():
+            return True
+    return False
+
+
+def _authorization(scope: Scope) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return bytes(value)
+    return None
+
+
+def _token(header: bytes | None) -> bytes:
+    token = bearer_token(header.decode("latin-1")) if header is not None else None
+    return (token or "").encode("latin-1")
+
+
+class ProxyAuth:
+    """The gate (see the module's docstring). ``require_keys``: the server listens on a
+    non-loopback address and was not told to allow that unauthenticated, so a config reloaded
+    without keys closes every gated route instead of opening them."""
+
+    def __init__(self, app: ASGIApp, holder: ConfigHolder, *, require_keys: bool = False,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.app = app
+        self.holder = holder
+        self.require_keys = require_keys
+        self.env = env if env is not None else os.environ
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope, self.holder.current)
+        if refusal is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        else:
+            log.info("401 %s %s: %s", scope["method"], scope["path"], refusal)
+            await JSONResponse(
+                error_body(refusal, type="invalid_request_error", code="invalid_api_key"),
+                401, {"WWW-Authenticate": "Bearer"},
+            )(scope, receive, send)
+
+    def _refusal(self, scope: Scope, cfg: Config) -> str | None:
+        """Why the request may not pass, or None (with ``PROXY_KEY`` set when a key let it)."""
+        path: str = scope["path"]
+        if path in OPEN_PATHS or (
+            scope.get("method") in ("GET", "HEAD")
+            and (path == UI_PREFIX or path.startswith(UI_PREFIX + "/"))
+        ):
+            return None
+        token = _token(_authorization(scope))
+        metrics_secret = self.env.get(cfg.auth.metrics_key_env or "")
+        if path == "/metrics" and metrics_secret and metrics_secret.strip():
+            if token and _same(_digest(token), metrics_secret):
+                return None
+            if not cfg.auth.keys:
+                return "missing or unknown metrics key: send 'Authorization: Bearer <key>'"
+        if cfg.auth.keys:
+            key = match_key(token, cfg, self.env)
+            if key is None:
+                return _MISSING
+            scope[PROXY_KEY] = key
+            return None
+        if self.require_keys:
+            return ("this proxy listens on a non-loopback address and its config has no "
+                    "proxy keys (auth.keys): every request is refused")
+        if not token and path not in OPERATIONAL_PATHS and provider_pays(cfg, self.env):
+            return ("missing API key: send 'Authorization: Bearer <key>'; without one the "
+                    "proxy's own provider key would pay for anyone who can reach it")
+        return None
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP; anything else (``0.0.0.0``, a name) is not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> bool:
+    """Whether the gate must require keys (see ``ProxyAuth``); raises ``InsecureListen`` for a
+    non-loopback ``host`` with no proxy keys unless ``allow_unauthenticated``, and warns
+    when it is."""
+    if is_loopback(host):
+        return False
+    if allow_unauthenticated:
+        if not cfg.auth.keys:
+            log.warning("listening on %s with no proxy keys (--allow-unauthenticated): anyone "
+                        "who can reach it can use the providers and read each other's "
+                        "sessions; configure auth.keys", host)
+        return False
+    if not cfg.auth.keys:
+        raise InsecureListen(
+            f"refusing to listen on {host} without proxy keys: anyone who can reach it could "
+            "spend the provider keys and read sessions. Configure auth.keys, listen on "
+            "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)")
+    return True

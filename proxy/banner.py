@@ -1,0 +1,119 @@
+"""The start-up block: what a just-started proxy listens on and what it will do.
+
+Logged once, at INFO, from the lifespan (so ``cascade-proxy serve`` and ``uvicorn
+proxy.app:create_app --factory`` both print it) when the database is up. It names
+environment variables, never their values: a provider's key is "set" or "unset", the
+database URL has its password masked (``redact_dsn``), and a provider URL loses any user
+and password in it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from proxy import __version__
+from proxy.auth import is_loopback, provider_pays
+from proxy.config import Config, ContextConfig
+from proxy.settings import Settings
+from proxy.store.db import redact_dsn
+
+__all__ = ["startup_banner", "client_origin", "startup_log"]
+
+startup_log = logging.getLogger("cascade.start")
+"""Where the block goes: its own logger, so it can be filtered or raised apart from the
+request lines."""
+
+
+def client_origin(host: str, port: int) -> str:
+    """``http://HOST:PORT`` as a client on this machine reaches it: a wildcard address
+    (``0.0.0.0``, ``::``, empty) becomes loopback, an IPv6 address gets brackets."""
+    shown = host.strip() or "127.0.0.1"
+    if shown in ("0.0.0.0", "::", "[::]"):
+        shown = "127.0.0.1"
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+def _public_url(url: str) -> str:
+    """``url`` without a user or password in it."""
+    try:
+        parts = urlsplit(url)
+        if parts.username is None and parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "(a baseUrl that does not parse)"
+
+
+def _stages(ctx: ContextConfig) -> str:
+    on = [f"toolOutput (results over {ctx.tool_output.max_chars} chars are cut)"]
+    if ctx.redaction.enabled:
+        on.append("redaction")
+    if ctx.eviction.enabled:
+        on.append(f"eviction (from {ctx.eviction.at_fraction:.0%} of the window)")
+    if ctx.summarize.enabled:
+        mode = "in the background" if ctx.summarize.background else "inline"
+        on.append(f"summarize ({mode}, from {ctx.summarize.soft_fraction:.0%})")
+    return ", ".join(on)
+
+
+def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:
+    forwarded = ("called without credentials (proxy keys never leave)" if cfg.auth.keys
+                 else "the client's bearer is forwarded")
+    lines = []
+    for name, p in sorted(cfg.providers.items()):
+        if p.api_key_env and (env.get(p.api_key_env) or "").strip():
+            key = f"key ${p.api_key_env} set"
+        elif p.api_key_env:
+            key = f"key ${p.api_key_env} unset: {forwarded}"
+        else:
+            key = f"no apiKeyEnv: {forwarded}"
+        lines.append(f"  provider {name}: {_public_url(p.base_url)}, {key}")
+    return lines
+
+
+def _auth(cfg: Config, env: Mapping[str, str], host: str) -> str:
+    if cfg.auth.keys:
+        ready = sum(1 for k in cfg.auth.keys if (env.get(k.key_env) or "").strip())
+        tenants = ", ".join(sorted({k.tenant for k in cfg.auth.keys}))
+        return (f"  proxy keys: {len(cfg.auth.keys)} ({ready} with their variable set), "
+                f"tenants {tenants}; every route but /healthz and /ui needs one")
+    paying = provider_pays(cfg, env)
+    where = "" if is_loopback(host) else " ON A NON-LOOPBACK ADDRESS"
+    bearer = ("a request without a bearer token is refused" if paying
+              else "a request without one shares the tenant 'anonymous'")
+    return (f"  proxy keys: none{where} (pass-through: each client's bearer token is its "
+            f"tenant; {bearer})")
+
+
+def startup_banner(
+    settings: Settings, cfg: Config, env: Mapping[str, str], *, database: str,
+    embedded_at: Path | None, paths: Collection[str],
+) -> str:
+    """The block to log; ``paths`` are the app's route paths (to say whether ``/ui`` and
+    ``/metrics`` are served by this build)."""
+    origin = client_origin(settings.host, settings.port)
+    db = (f"embedded PostgreSQL at {embedded_at}" if embedded_at is not None
+          else redact_dsn(database))
+    config = (f"{settings.config} (reloaded when it changes)" if settings.config and
+              settings.watch_config else str(settings.config or "none: all defaults"))
+    lines = [
+        f"Cascade {__version__} listening on {settings.host}:{settings.port}",
+        f"  base URL for clients: {origin}/v1",
+        f"  config: {config}",
+        *_providers(cfg, env),
+        _auth(cfg, env, settings.host),
+        f"  database: {db}",
+    ]
+    for agent in sorted(cfg.agents):
+        lines.append(f"  stages for agent {agent}: {_stages(cfg.context_for(agent))}")
+    for name, path in (("console", "/ui"), ("metrics", "/metrics")):
+        served = any(p == path or p.startswith(path + "/") for p in paths)
+        lines.append(f"  {name}: {origin}{path}" if served
+                     else f"  {name}: not served by this build ({path})")
+    return "\n".join(lines)

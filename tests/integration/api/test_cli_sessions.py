@@ -1,0 +1,84 @@
+"""``cascade-proxy sessions …`` against a running proxy: every action, as a table and as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from proxy import cli
+from tests.integration.api.conftest import ProxyServer
+
+KEY = "sk-test-client"
+
+
+def _chat(http: httpx.Client, sid: str, text: str) -> None:
+    resp = http.post("/v1/chat/completions", headers={"X-Session-Id": sid},
+                     json={"model": "m", "messages": [{"role": "user", "content": text}]})
+    assert resp.status_code == 200, resp.text
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["sessions", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_sessions_action_prints_a_table_or_json(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _chat(http, "cli-one", "first question\nover two lines")
+    _chat(http, "cli-two", "second")
+    url = ["--url", proxy.origin]
+    monkeypatch.setenv("CASCADE_API_KEY", KEY)  # the key from the environment
+
+    code, out, _ = _run(capsys, *url, "ls")
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED",
+                              "UPDATED"]
+    assert {r.split()[0] for r in rows} == {"cli-one", "cli-two"}
+    code, out, _ = _run(capsys, "ls", "--json", *url)  # options after the action too
+    assert {s["id"] for s in json.loads(out)["data"]} == {"cli-one", "cli-two"}
+    code, out, _ = _run(capsys, *url, "ls", "--limit", "1")
+    assert len(out.splitlines()) == 2
+
+    code, out, _ = _run(capsys, *url, "show", "cli-one")
+    assert code == 0 and "message_count" in out and "context_limit" in out
+    assert out.splitlines()[0].split() == ["id", "cli-one"]
+    code, out, _ = _run(capsys, *url, "--json", "show", "cli-one")
+    assert json.loads(out)["id"] == "cli-one"
+
+    code, out, _ = _run(capsys, *url, "messages", "cli-one")
+    header, *rows = out.splitlines()
+    assert header.split() == ["POS", "ROLE", "TOKENS", "FLAGS", "CONTENT"]
+    assert "first question over two lines" in rows[0] and rows[0].split()[1] == "user"
+    assert rows[1].split()[1] == "assistant"
+    code, out, _ = _run(capsys, *url, "messages", "--json", "cli-one")
+    assert [m["role"] for m in json.loads(out)["data"]] == ["user", "assistant"]
+
+    code, out, _ = _run(capsys, *url, "compact", "cli-one")
+    assert code == 0 and out.startswith("cli-one: ")
+
+    code, out, _ = _run(capsys, *url, "branch", "cli-one", "--new-id", "cli-copy")
+    assert (code, out.strip()) == (0, "branched cli-one into cli-copy")
+    code, out, _ = _run(capsys, *url, "branch", "--json", "cli-one")
+    assert json.loads(out)["parent_id"] == "cli-one"
+
+    code, out, _ = _run(capsys, *url, "reset", "cli-one")
+    assert code == 0 and out.startswith("reset cli-one")
+    code, out, _ = _run(capsys, *url, "rm", "cli-copy")
+    assert (code, out.strip()) == (0, "deleted cli-copy")
+    code, out, err = _run(capsys, *url, "show", "cli-copy")
+    assert (code, out) == (1, "")
+    # (the proxy's own log lines share stderr in this process)
+    assert "cascade-proxy sessions show: 404 no session 'cli-copy'" in err
+    code, out, _ = _run(capsys, *url, "--json", "show", "cli-copy")
+    assert code == 1 and json.loads(out)["error"]["code"] == "not_found"
+
+    monkeypatch.delenv("CASCADE_API_KEY")  # another tenant: nothing of this one's
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-someone-else")
+    code, out, _ = _run(capsys, *url, "ls")
+    assert (code, out.strip()) == (0, "no sessions (for this API key)")

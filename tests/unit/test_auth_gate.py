@@ -1,0 +1,99 @@
+"""ProxyAuth on its own, in front of a small app with the routes the gate treats specially
+(``/metrics`` is added by another part of the proxy; a websocket route stands for any
+non-HTTP door). The whole proxy behind the gate is tests/integration/api/test_proxy_keys.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from proxy.auth import ProxyAuth
+from proxy.config import parse_config
+from proxy.config_watch import ConfigHolder
+
+ENV = {"PROXY_KEY": "proxy-secret", "METRICS_KEY": "metrics-secret", "PAID": "sk-paid"}
+
+
+async def _ok(request: Any) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
+async def _socket(ws: WebSocket) -> None:
+    await ws.accept()
+    await ws.send_text("open")
+    await ws.close()
+
+
+def _gate(raw: dict[str, Any], *, require_keys: bool = False) -> tuple[ProxyAuth, ConfigHolder]:
+    app = Starlette(routes=[Route("/metrics", _ok), Route("/v1/things", _ok, methods=["GET"]),
+                            Route("/readyz", _ok), WebSocketRoute("/ws", _socket)])
+    holder = ConfigHolder(parse_config(raw), None)
+    return ProxyAuth(app, holder, require_keys=require_keys, env=ENV), holder
+
+
+async def _get(gate: ProxyAuth, path: str, token: str | None = None) -> int:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(gate),
+                                 base_url="http://proxy") as http:
+        return (await http.get(path, headers=headers)).status_code
+
+
+async def test_the_metrics_key_opens_metrics_only() -> None:
+    keyed, _ = _gate({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}],
+                               "metricsKeyEnv": "METRICS_KEY"}})
+    assert await _get(keyed, "/metrics", "metrics-secret") == 200
+    assert await _get(keyed, "/metrics", "proxy-secret") == 200
+    assert await _get(keyed, "/metrics") == 401
+    assert await _get(keyed, "/v1/things", "metrics-secret") == 401
+    assert await _get(keyed, "/v1/things", "proxy-secret") == 200
+    # pass-through: /metrics needs the metrics key once it is set, nothing else changes
+    open_, _ = _gate({"auth": {"metricsKeyEnv": "METRICS_KEY"}})
+    assert await _get(open_, "/metrics") == 401
+    assert await _get(open_, "/metrics", "some-client-key") == 401
+    assert await _get(open_, "/metrics", "metrics-secret") == 200
+    assert await _get(open_, "/v1/things") == 200  # no provider key pays here
+    unset, _ = _gate({"auth": {"metricsKeyEnv": "NOT_SET"}})
+    assert await _get(unset, "/metrics") == 200
+
+
+async def test_the_gate_reads_the_config_in_force() -> None:
+    gate, holder = _gate({})
+    assert await _get(gate, "/v1/things") == 200
+    holder.current = parse_config({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}]}})
+    assert await _get(gate, "/v1/things") == 401
+    assert await _get(gate, "/v1/things", "proxy-secret") == 200
+
+
+async def test_no_bearer_is_refused_when_a_provider_key_pays_except_for_probes() -> None:
+    gate, _ = _gate({"providers": {"openai": {"baseUrl": "http://h/v1", "apiKeyEnv": "PAID"}}})
+    assert await _get(gate, "/v1/things") == 401
+    assert await _get(gate, "/v1/things", "any-client-key") == 200
+    assert (await _get(gate, "/readyz"), await _get(gate, "/metrics")) == (200, 200)
+    # a user in the baseUrl is sent only when the client sends no bearer: not refused
+    in_url, _ = _gate({"providers": {"openai": {"baseUrl": "http://u:p@h/v1"}}})
+    assert await _get(in_url, "/v1/things") == 200
+
+
+async def test_required_keys_with_none_configured_close_everything() -> None:
+    gate, _ = _gate({}, require_keys=True)
+    for path in ("/v1/things", "/readyz", "/metrics"):
+        assert await _get(gate, path, "anything") == 401
+
+
+def test_a_websocket_is_closed_without_a_key() -> None:
+    from starlette.testclient import TestClient
+
+    gate, _ = _gate({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}]}})
+    client = TestClient(gate)
+    with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/ws"):
+        pass
+    assert closed.value.code == 1008
+    with client.websocket_connect(
+            "/ws", headers={"authorization": "Bearer proxy-secret"}) as ws:
+        assert ws.receive_text() == "open"

@@ -1,0 +1,72 @@
+"""proxy/banner.py: the start-up block says where to point a client and what will happen,
+and never shows a secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proxy.banner import client_origin, startup_banner
+from proxy.config import Config, parse_config
+from proxy.settings import Settings
+
+SECRETS = {"PAID_KEY": "sk-paid-3c9e11", "TEAM_KEY": "cascade-team-0af4d2"}
+DSN = "postgresql://cascade:db-pass-8812@db.internal:5432/cascade"
+
+
+def _config(**extra: object) -> Config:
+    return parse_config({
+        "providers": {
+            "paid": {"baseUrl": "https://api.example.com/v1", "apiKeyEnv": "PAID_KEY"},
+            "local": {"baseUrl": "http://bob:url-pass-55@127.0.0.1:11434/v1"},
+            "later": {"baseUrl": "http://127.0.0.1:9/v1", "apiKeyEnv": "LATER_KEY"},
+        },
+        "agents": {"default": {"provider": "paid"},
+                   "quiet": {"provider": "local",
+                             "context": {"summarize": {"enabled": False},
+                                         "eviction": {"enabled": False}}}},
+        **extra,
+    })
+
+
+def test_the_block_names_the_address_providers_database_stages_and_pages() -> None:
+    settings = Settings(host="0.0.0.0", port=9000, config=Path("config/agents.json"))
+    text = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None,
+                          paths=["/v1/chat/completions", "/metrics", "/healthz"])
+    lines = text.splitlines()
+    assert lines[0] == "Cascade 0.1.0 listening on 0.0.0.0:9000"
+    assert "base URL for clients: http://127.0.0.1:9000/v1" in text
+    assert "provider paid: https://api.example.com/v1, key $PAID_KEY set" in text
+    assert "provider later: http://127.0.0.1:9/v1, key $LATER_KEY unset" in text
+    assert "provider local: http://127.0.0.1:11434/v1, no apiKeyEnv" in text
+    assert "database: postgresql://cascade:***@db.internal:5432/cascade" in text
+    assert "proxy keys: none ON A NON-LOOPBACK ADDRESS" in text
+    assert "a request without a bearer token is refused" in text  # $PAID_KEY pays
+    default = next(line for line in lines if "stages for agent default" in line)
+    quiet = next(line for line in lines if "stages for agent quiet" in line)
+    assert "eviction" in default and "summarize" in default
+    assert "eviction" not in quiet and "summarize" not in quiet and "redaction" in quiet
+    assert "metrics: http://127.0.0.1:9000/metrics" in text
+    assert "console: not served by this build (/ui)" in text
+    for secret in (*SECRETS.values(), "db-pass-8812", "url-pass-55", "bob"):
+        assert secret not in text
+
+
+def test_embedded_database_and_proxy_keys() -> None:
+    cfg = _config(auth={"keys": [{"keyEnv": "TEAM_KEY", "tenant": "team"},
+                                 {"keyEnv": "UNSET_KEY", "tenant": "other"}]})
+    text = startup_banner(Settings(), cfg, SECRETS, database="postgresql://x:y@/z",
+                          embedded_at=Path("/data/pgdata"), paths=["/ui/{path:path}"])
+    assert "listening on 127.0.0.1:8080" in text
+    assert "database: embedded PostgreSQL at /data/pgdata" in text
+    assert "proxy keys: 2 (1 with their variable set), tenants other, team" in text
+    assert "called without credentials (proxy keys never leave)" in text
+    assert "console: http://127.0.0.1:8080/ui" in text
+    assert "metrics: not served by this build (/metrics)" in text
+    assert SECRETS["TEAM_KEY"] not in text
+
+
+def test_client_origin() -> None:
+    assert client_origin("0.0.0.0", 80) == "http://127.0.0.1:80"
+    assert client_origin("::", 80) == "http://127.0.0.1:80"
+    assert client_origin("::1", 80) == "http://[::1]:80"
+    assert client_origin("proxy.lan", 8080) == "http://proxy.lan:8080"
