@@ -25,7 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
@@ -35,7 +35,9 @@ from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
+from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
+from proxy.observe import Observe, Observer
 from proxy.pgembed import start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
@@ -43,6 +45,7 @@ from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_migrations
 from proxy.tokenizers import build_counters
+from proxy.tracing import build_tracing
 from proxy.transport import build_client
 from proxy.upstream import Upstream
 
@@ -72,13 +75,17 @@ def _tune_gc() -> None:
 
 
 def create_app(
-    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None
+    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
-    """The app; ``http_transport`` replaces the provider transport (tests' MockTransport)."""
+    """The app; ``http_transport`` replaces the provider transport (tests' MockTransport),
+    ``tracer_provider`` (an OpenTelemetry one) turns tracing on with it (proxy/tracing.py)."""
     settings = settings or Settings().with_default_config()
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
+    tracing = build_tracing(settings.tracing, provider=tracer_provider)
+    observer = Observer(Metrics.from_env(), tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
@@ -126,29 +133,34 @@ def create_app(
             await pool.close()
             if embedded is not None:
                 embedded.cleanup()
+            observer.close()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
+    app.router.routes.append(Route("/metrics", observer.metrics.endpoint, methods=["GET"]))
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
     _install_error_handlers(app)
-    _install_middleware(app, settings)
+    _install_middleware(app, settings, observer)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 
 
-def _install_middleware(app: FastAPI, settings: Settings) -> None:
+def _install_middleware(app: FastAPI, settings: Settings, observer: Observer) -> None:
     """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
-    CORS when ``CASCADE_CORS_ORIGINS`` names origins, and the access line outside both."""
+    CORS when ``CASCADE_CORS_ORIGINS`` names origins, metrics and spans (``Observe``), and
+    the access line outside them all (its record is what ``Observe`` extends)."""
     app.add_middleware(ServerErrors)
     if origins := settings.cors_origin_list():
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
-            expose_headers=["X-Session-Id", "X-Request-Id", "X-Upstream-Request-Id"],
+            expose_headers=["X-Session-Id", "X-Request-Id", "X-Upstream-Request-Id",
+                            "X-Cascade-Overhead-Ms"],
         )
+    app.add_middleware(Observe, observer=observer)
     app.add_middleware(AccessLog)
 
 

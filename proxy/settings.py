@@ -39,6 +39,8 @@ class Settings(BaseSettings):
       and TLS setting), kept alive between requests; past it a request waits for one.
     - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
       ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
+    - ``tracing`` (``CASCADE_TRACING``): ``console`` prints spans, ``otlp`` exports them
+      (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; see proxy/tracing.py.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -60,6 +62,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     cors_origins: str = ""
     tokenizer: str = "o200k_base"
+    tracing: Literal["", "console", "otlp", "off"] = ""
 
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""
