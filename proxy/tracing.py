@@ -18,6 +18,7 @@ the cascade's own (``cascade.session.occupancy``, ``cascade.tokens_reclaimed``,
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -109,7 +110,8 @@ def build_tracing(
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "cascade-proxy"})
     sdk = SdkProvider(resource=resource)
     if mode == "console":
-        sdk.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+        # sys.stdout as it is now, not as it was when OpenTelemetry was first imported
+        sdk.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
