@@ -24,8 +24,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import JSONResponse
-from starlette.routing import Match, Route
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from proxy import __version__
 from proxy.api import chat, events, health, sessions
@@ -140,7 +140,12 @@ def create_app(
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
-    app.router.routes.append(Route("/metrics", observer.metrics.endpoint, methods=["GET"]))
+    app.add_api_route(
+        "/metrics", observer.metrics.endpoint, methods=["GET"], response_class=Response,
+        summary="Prometheus metrics", description="The text exposition format (README: Metrics).",
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                         "description": "Every metric, in Prometheus' text format."}},
+    )
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
     _install_error_handlers(app)

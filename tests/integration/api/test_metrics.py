@@ -192,3 +192,41 @@ def test_truncation_reports_the_tokens_it_reclaimed(
     finally:
         server.stop()
     assert 8000 // 4 - 100 <= reclaimed < 9000 // 4  # the omitted characters / 4
+
+
+def test_the_overflow_guard_reports_the_tokens_it_dropped(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    from tests.integration.api.test_compaction import Agent, Model, stack
+    from tests.integration.api.test_overflow_guard import LIMIT, RESERVED, rounds
+
+    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED,
+               summarize={"enabled": False}) as s:
+        agent = Agent(s.client("trim-metrics"))
+        agent.messages += rounds(8)
+        agent.step()
+        (trimmed,) = s.events("trim-metrics", "context.trimmed")
+        m = scrape(s.proxy.origin)
+    dropped = trimmed["tokens_before"] - trimmed["tokens_after"]
+    assert dropped > 0
+    assert m.value("cascade_tokens_reclaimed_total", stage="overflow") == dropped
+
+
+def test_eviction_reports_the_tokens_it_reclaimed(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    from tests.integration.api.test_eviction import Agent, write
+    from tests.integration.transcripts import api
+
+    path = write(tmp_path / "agents.json", fake_upstream.url)
+    server = ProxyServer(Settings(database_url=db_dsn, config=path, watch_config=False)).start()
+    try:
+        Agent(server, fake_upstream).run_until_evicted()
+        reclaimed = scrape(server.origin).value("cascade_tokens_reclaimed_total",
+                                                stage="eviction")
+        with api(server) as http:
+            session = http.get("/v1/sessions/agent").json()
+    finally:
+        server.stop()
+    assert reclaimed >= 300
+    assert reclaimed == pytest.approx(session["reclaimed_tokens"], rel=0.05)
