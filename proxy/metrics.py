@@ -93,8 +93,12 @@ class Metrics:
 
     @classmethod
     def from_env(cls) -> Metrics:
-        """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory."""
-        return cls(multiprocess_dir=os.environ.get(MULTIPROC_ENV) or None)
+        """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (made when
+        missing: prometheus-client writes there from the first metric on)."""
+        path = os.environ.get(MULTIPROC_ENV) or None
+        if path is not None:
+            os.makedirs(path, exist_ok=True)
+        return cls(multiprocess_dir=path)
 
     def render(self) -> bytes:
         """The exposition text: this app's registry, or in multiprocess mode every worker's
