@@ -4,6 +4,9 @@ the OTLP one is built and shut down with no span to send."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -60,3 +63,21 @@ def test_operations_are_named_after_the_genai_conventions() -> None:
     assert operation_for("/v1/chat/completions") == "chat"
     assert operation_for("/embeddings") == "embeddings"
     assert operation_for("/models") is None
+
+
+def test_with_tracing_off_no_span_is_made_and_the_sdk_is_not_loaded() -> None:
+    code = (
+        "import sys\n"
+        "from proxy.app import create_app\n"
+        "from proxy.metrics import Metrics\n"
+        "from proxy.observe import Observer, RequestObs\n"
+        "from proxy.settings import Settings\n"
+        "create_app(Settings(config=None, watch_config=False))\n"
+        "obs = RequestObs(Observer(Metrics()), None)\n"
+        "assert obs.attempt_started('openai', '/chat/completions', 'gpt-4o') == ('openai', None)\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CASCADE_"))}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
