@@ -68,7 +68,8 @@ class Tracing:
         if model:
             attributes["gen_ai.request.model"] = model
         context = self._in(parent) if parent is not None else None
-        name = f"{operation} {model}" if operation and model else f"POST {path}"
+        # GenAI's "{operation} {model}"; another call (the models list) is named by its path
+        name = " ".join(part for part in (operation, model) if part) if operation else path
         return self.tracer.start_span(name, context=context, kind=self._client,
                                       attributes=attributes)
 
