@@ -28,7 +28,7 @@ RUN python -c "import tiktoken; [tiktoken.get_encoding(e) for e in ('o200k_base'
 COPY pyproject.toml /src/
 COPY proxy /src/proxy
 COPY migrations /src/migrations
-RUN pip install -c /opt/cascade/constraints.txt /src && rm -rf /src
+RUN pip install -c /opt/cascade/constraints.txt '/src[tracing]' && rm -rf /src
 
 # 4. The config (docker-compose.yml mounts its own over it, read-only) and the runtime user,
 # whose home is the data directory.

@@ -25,7 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 
 from proxy import __version__
@@ -38,7 +38,9 @@ from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
+from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
+from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
@@ -46,6 +48,7 @@ from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_migrations
 from proxy.tokenizers import build_counters
+from proxy.tracing import build_tracing
 from proxy.transport import build_client
 from proxy.upstream import Upstream
 
@@ -75,9 +78,11 @@ def _tune_gc() -> None:
 
 
 def create_app(
-    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None
+    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
-    """The app; ``http_transport`` replaces the provider transport (tests' MockTransport)."""
+    """The app; ``http_transport`` replaces the provider transport (tests' MockTransport),
+    ``tracer_provider`` (an OpenTelemetry one) turns tracing on with it (proxy/tracing.py)."""
     settings = settings or Settings().with_default_config()
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
@@ -86,6 +91,8 @@ def create_app(
                                  allow_unauthenticated=settings.allow_unauthenticated)
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
+    tracing = build_tracing(settings.tracing, provider=tracer_provider)
+    observer = Observer(Metrics.from_env(), tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
@@ -138,33 +145,45 @@ def create_app(
             await pool.close()
             if embedded is not None:
                 embedded.cleanup()
+            observer.close()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
+    app.add_api_route(
+        "/metrics", observer.metrics.endpoint, methods=["GET"], response_class=Response,
+        summary="Prometheus metrics", description="The text exposition format (README: Metrics).",
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                         "description": "Every metric, in Prometheus' text format."}},
+    )
     for module in (chat, sessions, events, health):
         app.include_router(module.router)
     _install_error_handlers(app)
-    _install_middleware(app, settings, holder, require_keys)
+    _install_middleware(app, settings, holder, require_keys, observer)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
 
 
 def _install_middleware(
-    app: FastAPI, settings: Settings, holder: ConfigHolder, require_keys: bool
+    app: FastAPI, settings: Settings, holder: ConfigHolder, require_keys: bool,
+    observer: Observer,
 ) -> None:
     """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
     the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a
-    preflight needs no key; a 401 carries CORS headers), and the access line outside all."""
+    preflight needs no key; a 401 carries CORS headers), metrics and spans (``Observe``, so
+    401s are counted too), and the access line outside them all (its record is what
+    ``Observe`` extends)."""
     app.add_middleware(ServerErrors)
     app.add_middleware(ProxyAuth, holder=holder, require_keys=require_keys)
     if origins := settings.cors_origin_list():
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
-            expose_headers=["X-Session-Id", "X-Request-Id", "X-Upstream-Request-Id"],
+            expose_headers=["X-Session-Id", "X-Request-Id", "X-Upstream-Request-Id",
+                            "X-Cascade-Overhead-Ms"],
         )
+    app.add_middleware(Observe, observer=observer)
     app.add_middleware(AccessLog)
 
 

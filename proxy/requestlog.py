@@ -6,13 +6,17 @@ being handed it, and the log formatters (``proxy.logs``) stamp every line writte
 request runs with its ids. The variable holds a mutable object rather than values: a
 streamed body runs in a child task with a copy of the context, and what that task adds must
 reach the access line written when the response ends.
+
+``proxy.observe`` hangs its own per-request state on the record (``obs``): what the metrics
+and the request's span need from code that is not handed the request.
 """
 
 from __future__ import annotations
 
 import time
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "RequestRecord", "UpstreamTimer", "begin", "current", "end", "note_session", "note_upstream",
@@ -24,6 +28,9 @@ class RequestRecord:
     request_id: str
     session_id: str | None = None
     upstream_seconds: float = 0.0
+    upstream_waited: float = 0.0  # provider time up to each answer's first byte (streams)
+    waits: list[float] = field(default_factory=list)  # calls not at their first byte yet
+    obs: Any = None  # proxy.observe.RequestObs when the app observes requests
 
 
 _current: ContextVar[RequestRecord | None] = ContextVar("cascade_request", default=None)
@@ -59,15 +66,38 @@ class UpstreamTimer:
 
     It keeps the record current at its creation, so ``stop`` may run in another task (a
     stream's body, closed by whichever task finishes it) and still count for the request.
+    ``first_byte`` marks the answer's headers: a stream's wait for the provider ends there,
+    for the overhead (``upstream_waited``); a whole answer's wait ends at ``stop``.
+    ``provider``, ``path`` and ``model`` name the call for the metrics and its span.
     """
 
-    __slots__ = ("_record", "_start")
+    __slots__ = ("_record", "_start", "_waiting", "_attempt")
 
-    def __init__(self) -> None:
-        self._record = _current.get()
+    def __init__(self, provider: str = "", path: str = "", model: str | None = None) -> None:
+        self._record = record = _current.get()
         self._start: float | None = time.perf_counter()
+        self._waiting = record is not None
+        self._attempt: Any = None
+        if record is not None:
+            record.waits.append(self._start)
+            if record.obs is not None:
+                self._attempt = record.obs.attempt_started(provider, path, model)
 
-    def stop(self) -> None:
-        if self._start is not None and self._record is not None:
-            self._record.upstream_seconds += time.perf_counter() - self._start
+    def first_byte(self) -> None:
+        record = self._record
+        if self._waiting and record is not None and self._start is not None:
+            self._waiting = False
+            record.upstream_waited += time.perf_counter() - self._start
+            record.waits.remove(self._start)
+
+    def stop(self, status: int | None = None) -> None:
+        """The call is over (``status``: the provider's, when it answered)."""
+        if self._start is None or self._record is None:
+            self._start = None
+            return
+        self.first_byte()
+        elapsed = time.perf_counter() - self._start
+        self._record.upstream_seconds += elapsed
         self._start = None
+        if self._attempt is not None:
+            self._record.obs.attempt_done(self._attempt, elapsed, status)

@@ -42,6 +42,8 @@ class Settings(BaseSettings):
       (``proxy.auth``).
     - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
       ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
+    - ``tracing`` (``CASCADE_TRACING``): ``console`` prints spans, ``otlp`` exports them
+      (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; see proxy/tracing.py.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -64,6 +66,7 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     allow_unauthenticated: bool = False
     tokenizer: str = "o200k_base"
+    tracing: Literal["", "console", "otlp", "off"] = ""
 
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""

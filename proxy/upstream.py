@@ -84,7 +84,7 @@ class StreamAnswer:
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing
         if self._timer is not None:  # the request's upstream time ends with the stream
-            self._timer.stop()
+            self._timer.stop(self.status_code)
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
@@ -209,33 +209,40 @@ class Upstream:
     async def call(
         self, provider: ProviderConfig, method: str, path: str, *,
         client_headers: Mapping[str, str], content: bytes | None = None, params: Any = None,
+        model: str | None = None,
     ) -> Answer:
-        """One whole answer; transport failures become 502/504."""
-        timer = UpstreamTimer()  # the request's upstream time: send to the answer's last byte
+        """One whole answer; transport failures become 502/504. ``model`` names the call
+        in its metrics and span only."""
+        # The request's upstream time: send to the answer's last byte.
+        timer = UpstreamTimer(provider.name, path, model)
+        status = None
         try:
             resp = await self._send(provider, method, path, client_headers=client_headers,
                                     content=content, params=params)
+            status = resp.status_code
             try:
                 with _mapped_errors(provider):
                     body = await resp.aread()
             finally:
                 await resp.aclose()
         finally:
-            timer.stop()
+            timer.stop(status)
         return Answer(resp.status_code, resp.headers, body)
 
     async def open_stream(
         self, provider: ProviderConfig, path: str, *, client_headers: Mapping[str, str],
-        content: bytes,
+        content: bytes, model: str | None = None,
     ) -> StreamAnswer:
         """POST and return once the headers are in; the body is the caller's to read."""
-        timer = UpstreamTimer()  # stopped by StreamAnswer.aclose, when the stream is done
+        # Stopped by StreamAnswer.aclose, when the stream is done.
+        timer = UpstreamTimer(provider.name, path, model)
         try:
             resp = await self._send(provider, "POST", path, client_headers=client_headers,
                                     content=content, params=None)
         except BaseException:
             timer.stop()
             raise
+        timer.first_byte()  # the wait for the provider, as the overhead counts it, ends here
         return StreamAnswer(resp, provider, timer)
 
 

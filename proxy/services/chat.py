@@ -44,6 +44,7 @@ from proxy.config import Config, ModelConfig
 from proxy.errors import ClientRequestError
 from proxy.history import chain_hash
 from proxy.jsonio import dumps
+from proxy.observe import note_occupancy, note_step_events
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
@@ -324,6 +325,7 @@ class ChatService:
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
         trimmed = [state.positions[i] for i in asm.trimmed]
+        note_step_events((*state.events, *asm.events))  # tokens reclaimed, by stage
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         held = state.unstored
         if held is not None:
@@ -372,6 +374,7 @@ class ChatService:
                 )
             limit = step.route.limits.context_limit
             used = real if real is not None else round(estimate * ratio)
+            note_occupancy(used)
             events = [Event(USAGE, {
                 "prompt_tokens": real, "estimated_tokens": estimate, "occupancy": used,
                 "limit": limit, "fraction": round(used / limit, 4) if limit else None,

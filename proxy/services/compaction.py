@@ -45,6 +45,7 @@ from proxy.cascade.types import (
     TokenCounter,
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
+from proxy.observe import note_compaction_event, note_usage
 from proxy.store import events, messages as msgs, nul, sessions, summaries
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.upstream import Upstream
@@ -230,6 +231,7 @@ class DurableSummarizer:
             }
             await self.bus.publish(conn, tenant=tenant, session_id=session_id,
                                    name=COMPACTION_FAILED, data=failed)
+            note_compaction_event(COMPACTION_FAILED, failed)
         return len(rows)
 
     async def _publish(
@@ -237,6 +239,7 @@ class DurableSummarizer:
     ) -> None:
         await self.bus.publish(conn, tenant=job.tenant, session_id=job.session_id, name=name,
                                data={"trigger": job.trigger, **data})
+        note_compaction_event(name, data)  # the metrics' count of its result
 
     async def _compact(self, conn: Any, job: CompactionJob) -> CompactionResult | None:
         row = await sessions.fetchrow_session(conn, tenant=job.tenant, session_id=job.session_id)
@@ -324,11 +327,14 @@ class DurableSummarizer:
             try:
                 resp = await self.upstream.call(job.provider, "POST", "/chat/completions",
                                                 client_headers=job.headers,
-                                                content=json.dumps(body).encode())
+                                                content=json.dumps(body).encode(),
+                                                model=job.fast_model)
                 if resp.status_code >= 400:
                     last = f"fast model answered {resp.status_code}: {resp.text[:300]}"
                 else:
-                    text = resp.json()["choices"][0]["message"].get("content") or ""
+                    data = resp.json()
+                    note_usage(job.fast_model, data.get("usage"))
+                    text = data["choices"][0]["message"].get("content") or ""
                     parse_briefing(text)  # raises ValueError when no section is recognisable
                     return str(text)
             except (ValueError, KeyError, IndexError, TypeError) as exc:

@@ -25,6 +25,7 @@ from proxy.config import ContextConfig, ModelConfig, ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.logs import causes
+from proxy.observe import note_answer
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
@@ -130,7 +131,7 @@ class Forwarder:
         """Start the streamed call (the caller waits for its headers with keep-alives)."""
         return asyncio.ensure_future(self.upstream.open_stream(
             step.route.provider, "/chat/completions", client_headers=step.ctx.headers,
-            content=self._upstream_body(step, messages),
+            content=self._upstream_body(step, messages), model=step.route.model,
         ))
 
     async def _internal_round(
@@ -165,11 +166,13 @@ class Forwarder:
                 resp = await self.upstream.call(
                     step.route.provider, "POST", "/chat/completions",
                     client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
+                    model=step.route.model,
                 )
                 if resp.status_code >= 400:
                     await self._release_step(step)
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = _completion(resp)
+                note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
                 reply = (data.get("choices") or [{}])[0].get("message") or {}
@@ -257,6 +260,7 @@ class Forwarder:
                         yield piece
                 finally:
                     await resp.aclose()
+                note_answer(step.route.model, out.acc.usage)
                 if round_no == 0:  # the prompt the step assembled, as in ``nonstream``
                     prompt_tokens = (out.acc.usage or {}).get("prompt_tokens")
                 message = out.acc.message()

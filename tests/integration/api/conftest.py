@@ -25,11 +25,12 @@ class _Server(uvicorn.Server):
 
 
 class ProxyServer:
-    """Runs ``create_app(settings)`` under uvicorn in a thread; ``.url`` ends in ``/v1``."""
+    """Runs ``create_app(settings, **app_kwargs)`` under uvicorn in a thread; ``.url`` ends
+    in ``/v1``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, **app_kwargs: Any) -> None:
         self.settings = settings
-        self.app = create_app(settings)
+        self.app = create_app(settings, **app_kwargs)
         config = uvicorn.Config(
             self.app,
             host="127.0.0.1",

@@ -1,0 +1,136 @@
+"""Prometheus metrics: what one app instance counts, and ``GET /metrics``.
+
+Each ``create_app`` owns a ``Metrics`` with its own registry, so two apps in one process (a
+test's two replicas) report separately. Under several uvicorn workers, set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the server starts: prometheus-client
+then keeps every value in per-process files there, and ``/metrics`` on any worker reports the
+sum over all of them (``MultiProcessCollector``); a worker that stops removes its live gauges
+(``close``).
+
+No label carries a session id or a tenant: ``route`` is the route's template
+(``/s/{session_id}/v1/chat/completions``), never the path, and a request no route takes is
+``route="none"``. ``gen_ai_client_token_usage`` follows OpenTelemetry's GenAI semantic
+conventions (``gen_ai.client.token.usage``), its attribute names in Prometheus form.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = ["Metrics", "MULTIPROC_ENV", "STAGES"]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+STAGES = ("truncation", "eviction", "compaction", "overflow")
+"""The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
+
+_DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# The semantic conventions' advice for gen_ai.client.token.usage: powers of 4.
+_TOKENS = tuple(4.0 ** i for i in range(14))
+
+
+class Metrics:
+    """Every metric the proxy exports, registered in a registry of its own."""
+
+    def __init__(self, *, multiprocess_dir: str | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        self.registry = CollectorRegistry(auto_describe=True)
+        if multiprocess_dir is None:  # process figures do not sum across workers
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+        r = self.registry
+        self.requests = Counter(
+            "cascade_requests_total", "HTTP requests answered, by route template, method and "
+            "status.", ("route", "method", "status"), registry=r)
+        self.request_duration = Histogram(
+            "cascade_request_duration_seconds", "Time from a request's arrival to its "
+            "response's last byte, by route template.", ("route",), buckets=_DURATION,
+            registry=r)
+        self.upstream_duration = Histogram(
+            "cascade_upstream_duration_seconds", "Time of one provider call, from sending it "
+            "to its answer's last byte, by provider.", ("provider",), buckets=_DURATION,
+            registry=r)
+        self.overhead = Histogram(
+            "cascade_overhead_seconds", "The proxy's own time in a request that called a "
+            "provider: until its response started, minus the time spent waiting for providers "
+            "(for a stream, until the provider's first byte); X-Cascade-Overhead-Ms.",
+            buckets=_OVERHEAD, registry=r)
+        self.inflight = Gauge(
+            "cascade_inflight_requests", "HTTP requests being answered now.",
+            registry=r, multiprocess_mode="livesum")
+        self.reclaimed = Counter(
+            "cascade_tokens_reclaimed_total", "Tokens the cascade's stages took out of prompts "
+            "(truncation: omitted characters / 4), by stage.", ("stage",), registry=r)
+        self.compactions = Counter(
+            "cascade_compactions_total", "Compactions that ended, by result: completed, or "
+            "the failure's reason (summary_failed, history_changed, interrupted).",
+            ("result",), registry=r)
+        self.embedding_failures = Counter(
+            "cascade_embedding_failures_total", "Embedding calls that failed (nothing embeds "
+            "yet: stays 0 until the memory stages arrive).", registry=r)
+        self.token_usage = Histogram(
+            "gen_ai_client_token_usage", "Tokens per provider call, as the provider reported "
+            "them (OpenTelemetry GenAI gen_ai.client.token.usage).",
+            ("gen_ai_operation_name", "gen_ai_token_type", "gen_ai_request_model"),
+            buckets=_TOKENS, registry=r)
+        for stage in STAGES:  # exported at 0 before the first event
+            self.reclaimed.labels(stage)
+
+    @classmethod
+    def from_env(cls) -> Metrics:
+        """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (made when
+        missing: prometheus-client writes there from the first metric on)."""
+        path = os.environ.get(MULTIPROC_ENV) or None
+        if path is not None:
+            os.makedirs(path, exist_ok=True)
+        return cls(multiprocess_dir=path)
+
+    def render(self) -> bytes:
+        """The exposition text: this app's registry, or in multiprocess mode every worker's
+        files summed."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
+            registry, path=self.multiprocess_dir)
+        return generate_latest(registry)
+
+    async def endpoint(self, request: Request) -> Response:
+        """``GET /metrics``."""
+        return Response(self.render(), media_type=CONTENT_TYPE_LATEST)
+
+    def close(self) -> None:
+        """At shutdown: in multiprocess mode, drop this process's live gauges from the sum."""
+        if self.multiprocess_dir is not None:
+            multiprocess.mark_process_dead(  # type: ignore[no-untyped-call]
+                os.getpid(), self.multiprocess_dir)
+
+    # -- what the services report (through proxy.observe) ---------------------------------
+
+    def note_reclaimed(self, stage: str, tokens: int) -> None:
+        if tokens > 0:
+            self.reclaimed.labels(stage).inc(tokens)
+
+    def note_compaction(self, result: str) -> None:
+        self.compactions.labels(result).inc()
+
+    def note_usage(self, operation: str, model: str, usage: dict[str, Any]) -> None:
+        for kind, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                self.token_usage.labels(operation, kind, model).observe(value)

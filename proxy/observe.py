@@ -1,0 +1,323 @@
+"""Observing requests: the ``Observe`` middleware, and the notes services send it.
+
+``Observe`` sits just inside ``AccessLog`` (whose ``requestlog.RequestRecord`` it extends with
+a ``RequestObs``). For every HTTP request it counts ``cascade_requests_total``, the duration
+and the requests in flight by route template, opens the request's span when tracing is on,
+and puts ``X-Cascade-Overhead-Ms`` on every chat response: the milliseconds from the
+request's arrival until its response started, less the time spent waiting for providers
+(for a stream, until the provider's first byte). The same figure goes to
+``cascade_overhead_seconds`` for each request that called a provider.
+
+Code further down reports through the functions here, without being handed the request:
+``note_step_events`` (what truncation, eviction and the overflow guard reclaimed),
+``note_compaction_event`` (a compaction's end), ``note_answer`` and ``note_usage`` (a
+provider's token usage) and ``note_occupancy``. Counters go to the app's ``Metrics`` at once
+(a background compaction ends after its request did); the span's attributes are set when the
+request ends. Outside a request they do nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy import requestlog
+from proxy.cascade.types import (
+    COMPACTION_COMPLETED,
+    COMPACTION_FAILED,
+    EVICTED,
+    TRIMMED,
+    TRUNCATED,
+    Event,
+)
+from proxy.metrics import Metrics
+from proxy.tracing import Tracing, operation_for
+
+__all__ = [
+    "OVERHEAD_HEADER", "Observe", "Observer", "RequestObs", "note_answer",
+    "note_compaction_event", "note_occupancy", "note_step_events", "note_usage",
+]
+
+OVERHEAD_HEADER = b"x-cascade-overhead-ms"
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_CHAT = "/chat/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class Observer:
+    """One app's metrics, and its tracing (None: off)."""
+
+    metrics: Metrics
+    tracing: Tracing | None = None
+
+    def close(self) -> None:
+        self.metrics.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
+
+
+class RequestObs:
+    """What one request's metrics and span gather while it runs."""
+
+    __slots__ = ("observer", "span", "pending", "done", "model", "input_tokens",
+                 "output_tokens", "reclaimed", "compaction", "occupancy", "calls")
+
+    def __init__(self, observer: Observer, span: Any) -> None:
+        self.observer = observer
+        self.span = span
+        self.pending: tuple[Any, int] | None = None  # an ended call's span, awaiting its usage
+        self.done = False
+        self.model: str | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.reclaimed = 0
+        self.compaction: str | None = None
+        self.occupancy: int | None = None
+        self.calls = 0
+
+    def attempt_started(self, provider: str, path: str, model: str | None) -> tuple[str, Any]:
+        """A provider call begins (``requestlog.UpstreamTimer``): its span, when tracing."""
+        self.calls += 1
+        tracing = self.observer.tracing
+        if tracing is None:
+            return provider, None
+        self.end_pending()
+        return provider, tracing.start_attempt(self.span, provider, path, model)
+
+    def attempt_done(self, attempt: tuple[str, Any], seconds: float, status: int | None) -> None:
+        provider, span = attempt
+        self.observer.metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
+        if span is None:
+            return
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        if status is None or status >= 400:
+            span.set_attribute("error.type", str(status or "unreachable"))
+        end = time.time_ns()
+        if self.done:  # a background call outliving its request: nothing more will come
+            span.end(end_time=end)
+        else:  # its usage is read by the caller after the call: ``note_usage`` ends it
+            self.end_pending()
+            self.pending = (span, end)
+
+    def end_pending(self, usage: Mapping[str, Any] | None = None) -> None:
+        if self.pending is None:
+            return
+        span, end = self.pending
+        self.pending = None
+        if usage:
+            _set_usage(span, usage)
+        span.end(end_time=end)
+
+    def finish_span(self, method: str, route: str, status: int) -> None:
+        self.done = True
+        self.end_pending()
+        span = self.span
+        span.update_name(f"{method} {route}")
+        attributes: dict[str, Any] = {
+            "http.route": route, "http.response.status_code": status,
+            "cascade.tokens_reclaimed": self.reclaimed,
+        }
+        if operation := operation_for(route):
+            attributes["gen_ai.operation.name"] = operation
+        if self.model is not None:
+            attributes["gen_ai.request.model"] = self.model
+            attributes["gen_ai.usage.input_tokens"] = self.input_tokens
+            attributes["gen_ai.usage.output_tokens"] = self.output_tokens
+        if self.compaction is not None:
+            attributes["cascade.compaction"] = self.compaction
+        if self.occupancy is not None:
+            attributes["cascade.session.occupancy"] = self.occupancy
+        if status >= 500:
+            attributes["error.type"] = str(status)
+        span.set_attributes(attributes)
+        span.end()
+
+
+def _set_usage(span: Any, usage: Mapping[str, Any]) -> None:
+    for attr, key in (("gen_ai.usage.input_tokens", "prompt_tokens"),
+                      ("gen_ai.usage.output_tokens", "completion_tokens")):
+        if isinstance(value := usage.get(key), int):
+            span.set_attribute(attr, value)
+
+
+def _obs() -> RequestObs | None:
+    record = requestlog.current()
+    if record is None:
+        return None
+    obs: RequestObs | None = record.obs
+    return obs
+
+
+# -- the notes ------------------------------------------------------------------------------
+
+
+def note_step_events(events: Iterable[Event]) -> None:
+    """The stages' events of one step: the tokens truncation (omitted characters / 4, the
+    whole output is never tokenised), eviction and the overflow guard took out."""
+    obs = _obs()
+    if obs is None:
+        return
+    for event in events:
+        data = event.data
+        if event.name == EVICTED:
+            stage, tokens = "eviction", data.get("tokens_reclaimed", 0)
+        elif event.name == TRIMMED:
+            stage, tokens = "overflow", data.get("tokens_before", 0) - data.get("tokens_after", 0)
+        elif event.name == TRUNCATED:
+            stage = "truncation"
+            tokens = (data.get("original_chars", 0) - data.get("kept_chars", 0)) // 4
+        else:
+            continue
+        if tokens > 0:
+            obs.reclaimed += tokens
+            obs.observer.metrics.note_reclaimed(stage, tokens)
+
+
+def note_compaction_event(name: str, data: Mapping[str, Any]) -> None:
+    """A compaction's completed or failed event: its result, and what it reclaimed."""
+    obs = _obs()
+    if obs is None or name not in (COMPACTION_COMPLETED, COMPACTION_FAILED):
+        return
+    result = "completed" if name == COMPACTION_COMPLETED else str(data.get("reason") or "failed")
+    obs.compaction = result
+    obs.observer.metrics.note_compaction(result)
+    tokens = (data.get("tokens_before") or 0) - (data.get("tokens_after") or 0)
+    if name == COMPACTION_COMPLETED and tokens > 0:
+        obs.reclaimed += tokens
+        obs.observer.metrics.note_reclaimed("compaction", tokens)
+
+
+def note_usage(model: str, usage: Any, operation: str = "chat") -> None:
+    """A provider's answer's ``usage``: the token histogram, and the call's span."""
+    obs = _obs()
+    if obs is None:
+        return
+    usage = usage if isinstance(usage, dict) else {}
+    obs.observer.metrics.note_usage(operation, model, usage)
+    obs.end_pending(usage)
+
+
+def note_answer(model: str, usage: Any) -> None:
+    """The answer to the client's own request (each round of it): ``note_usage``, and the
+    request span's model and token totals."""
+    obs = _obs()
+    if obs is None:
+        return
+    note_usage(model, usage)
+    obs.model = model
+    if isinstance(usage, dict):
+        for attr, key in (("input_tokens", "prompt_tokens"), ("output_tokens",
+                                                              "completion_tokens")):
+            if isinstance(value := usage.get(key), int):
+                setattr(obs, attr, getattr(obs, attr) + value)
+
+
+def note_occupancy(tokens: int) -> None:
+    """The session's occupancy after this request, as ``context.usage`` reports it."""
+    if (obs := _obs()) is not None:
+        obs.occupancy = tokens
+
+
+# -- the middleware -------------------------------------------------------------------------
+
+
+def route_template(scope: Scope, templates: dict[Any, str]) -> str:
+    """The template of the route that took the request (``none`` when none did).
+
+    FastAPI's own routes leave themselves in ``scope["route"]``; a plain Starlette route (the
+    chat routes) leaves its ``endpoint``, looked up in ``templates``: endpoint -> path, filled
+    from the app's routes on a miss.
+    """
+    path = getattr(scope.get("route"), "path", None)
+    if isinstance(path, str) and path:
+        return path
+    endpoint = scope.get("endpoint")
+    if endpoint is None:
+        return "none"
+    found = templates.get(endpoint)
+    if found is None:
+        app = scope.get("app")
+        for route in getattr(getattr(app, "router", None), "routes", ()):
+            target = getattr(route, "endpoint", None) or getattr(route, "app", None)
+            if target is not None and isinstance(getattr(route, "path", None), str):
+                templates.setdefault(target, route.path or "/")
+        found = templates.setdefault(endpoint, "none")
+    return found
+
+
+class Observe:
+    """Per-request metrics, the overhead header, and the request's span (see the module)."""
+
+    def __init__(self, app: ASGIApp, observer: Observer) -> None:
+        self.app = app
+        self.observer = observer
+        self._templates: dict[Any, str] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        metrics = self.observer.metrics
+        method = scope["method"] if scope["method"] in _METHODS else "other"
+        tracing = self.observer.tracing
+        obs = RequestObs(self.observer, tracing.start_request(method) if tracing else None)
+        record = requestlog.current()
+        if record is not None:
+            record.obs = obs
+        start = time.perf_counter()
+        status = 500
+        counted = False
+        route: str | None = None
+        overhead: float | None = None
+        metrics.inflight.inc()
+
+        def count() -> None:
+            """Once, when the last byte goes out (before it does: a client that scrapes
+            right after its answer sees it), or when the request ends without one."""
+            nonlocal counted, route
+            counted = True
+            metrics.inflight.dec()
+            route = route or route_template(scope, self._templates)
+            metrics.requests.labels(route, method, str(status)).inc()
+            metrics.request_duration.labels(route).observe(time.perf_counter() - start)
+            if overhead is not None and obs.calls:
+                metrics.overhead.observe(overhead)
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status, overhead, route
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                now = time.perf_counter()
+                overhead = max(0.0, now - start - _waited(record, now))
+                route = route_template(scope, self._templates)
+                if route.endswith(_CHAT):
+                    value = f"{overhead * 1000:.2f}".encode("ascii")
+                    headers = [*message.get("headers", ()), (OVERHEAD_HEADER, value)]
+                    message = {**message, "headers": headers}
+            elif (message["type"] == "http.response.body" and not message.get("more_body")
+                  and not counted):
+                count()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            if not counted:
+                count()
+            if obs.span is not None:
+                obs.finish_span(method, route or route_template(scope, self._templates),
+                                status)
+            else:
+                obs.done = True
+
+
+def _waited(record: requestlog.RequestRecord | None, now: float) -> float:
+    """Time spent waiting for providers so far: finished waits, and the ones still running."""
+    if record is None:
+        return 0.0
+    return record.upstream_waited + sum(now - t for t in record.waits)

@@ -1,0 +1,120 @@
+"""OpenTelemetry tracing, off by default: one span per request, one per provider call.
+
+On when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set,
+exporting over OTLP/HTTP with the exporter's own ``OTEL_*`` settings, or when
+``CASCADE_TRACING=console`` (spans printed to stdout); ``CASCADE_TRACING=off`` keeps it off
+whatever the environment says. Tests hand ``create_app`` a tracer provider of their own.
+
+OpenTelemetry is imported only when tracing is on, and with it off no span object is made:
+the middleware and the provider calls test one attribute for ``None``. The packages are the
+``tracing`` extra (``pip install 'cascade-proxy[tracing]'``).
+
+Spans carry the GenAI semantic conventions' attributes (``gen_ai.operation.name``,
+``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``) and
+the cascade's own (``cascade.session.occupancy``, ``cascade.tokens_reclaimed``,
+``cascade.compaction``). No span carries a body, a key, a session id or a tenant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+__all__ = ["Tracing", "build_tracing", "operation_for"]
+
+_OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_OPERATIONS = {"/chat/completions": "chat", "/embeddings": "embeddings"}
+
+
+def operation_for(path: str) -> str | None:
+    """The GenAI ``gen_ai.operation.name`` of a provider path, or None for other calls."""
+    for suffix, name in _OPERATIONS.items():
+        if path.endswith(suffix):
+            return name
+    return None
+
+
+class Tracing:
+    """The app's tracer, and whether it owns (and so shuts down) its provider."""
+
+    def __init__(self, provider: TracerProvider, *, owned: bool) -> None:
+        from opentelemetry.trace import SpanKind, set_span_in_context
+
+        self.provider = provider
+        self.owned = owned
+        self.tracer: Tracer = provider.get_tracer("cascade-proxy")
+        self._server = SpanKind.SERVER
+        self._client = SpanKind.CLIENT
+        self._in = set_span_in_context
+
+    def start_request(self, method: str) -> Span:
+        """The request's span; named ``METHOD route`` once the route is known."""
+        return self.tracer.start_span(method, kind=self._server,
+                                      attributes={"http.request.method": method})
+
+    def start_attempt(
+        self, parent: Span | None, provider: str, path: str, model: str | None
+    ) -> Span:
+        """One provider call's span, a child of the request's."""
+        operation = operation_for(path)
+        attributes: dict[str, Any] = {"cascade.provider": provider, "url.path": path}
+        if operation is not None:
+            attributes["gen_ai.operation.name"] = operation
+        if model:
+            attributes["gen_ai.request.model"] = model
+        context = self._in(parent) if parent is not None else None
+        # GenAI's "{operation} {model}"; another call (the models list) is named by its path
+        name = " ".join(part for part in (operation, model) if part) if operation else path
+        return self.tracer.start_span(name, context=context, kind=self._client,
+                                      attributes=attributes)
+
+    def shutdown(self) -> None:
+        """Flush and stop the provider when this app made it."""
+        if self.owned:
+            shutdown = getattr(self.provider, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+
+
+def build_tracing(
+    mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
+) -> Tracing | None:
+    """The app's tracing: ``provider`` when given (tests), else what ``mode``
+    (``CASCADE_TRACING``) and the OTLP environment ask for, else None (off)."""
+    if provider is not None:
+        return Tracing(provider, owned=False)
+    env = os.environ if env is None else env
+    mode = mode.strip().lower()
+    if mode == "off":
+        return None
+    otlp = mode == "otlp" or any(env.get(name) for name in _OTLP_ENV)
+    if mode != "console" and not otlp:
+        return None
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
+    except ImportError as exc:
+        raise RuntimeError(
+            "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT or CASCADE_TRACING) but OpenTelemetry "
+            "is not installed: pip install 'cascade-proxy[tracing]'"
+        ) from exc
+    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "cascade-proxy"})
+    sdk = SdkProvider(resource=resource)
+    if mode == "console":
+        # sys.stdout as it is now, not as it was when OpenTelemetry was first imported
+        sdk.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return Tracing(sdk, owned=True)

@@ -1,0 +1,123 @@
+"""Two replicas on one database behave as one (issue 25, deliverable 7).
+
+Two ``create_app`` apps, each under its own uvicorn server on loopback, share the test
+database and the fake upstream: a session's requests are serialised whichever replica takes
+them, a compaction runs once, events reach a subscriber on the other replica, and each
+replica's ``/metrics`` reports what it served.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import openai
+
+from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply
+from tests.integration.api.test_compaction import (
+    Agent,
+    Model,
+    compaction_events,
+    stack,
+    wait_until,
+    words,
+)
+from tests.integration.api.test_events import chat, is_usage, open_events, user
+from tests.integration.api.test_metrics import scrape
+
+CHAT_ROUTE = "/v1/chat/completions"
+
+
+def test_a_sessions_requests_are_serialised_across_replicas(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    arrivals: list[float] = []
+
+    def slow(req: RecordedRequest) -> Reply:
+        arrivals.append(time.monotonic())
+        return reply("done", first_byte_delay=0.6)
+
+    with stack(tmp_path, db_dsn, fake_upstream, Model(main=slow), replicas=2) as s:
+        errors: list[BaseException] = []
+
+        def ask(replica: int, text: str) -> None:
+            try:
+                Agent(s.client("serial", replica)).say(text)
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ask, args=(i, f"from replica {i}")) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        s.settle("serial", 2)
+        per_replica = [scrape(server.origin) for server in s.servers]
+    first, second = sorted(arrivals)
+    assert second - first >= 0.55, "the second replica called the provider while the first " \
+                                   "still held the session"
+    # each replica's /metrics counts the one request it served, not the other's
+    for m in per_replica:
+        assert m.value("cascade_requests_total", route=CHAT_ROUTE, status="200") == 1
+        assert m.value("cascade_upstream_duration_seconds_count", provider="openai") == 1
+
+
+def test_a_compaction_runs_once_for_both_replicas_and_is_counted_once(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    model = Model(fast_delay=1.0)
+    with stack(tmp_path, db_dsn, fake_upstream, model, replicas=2,
+               summarize={"hardFraction": 0.95}) as s:
+        agent = Agent(s.client("dedup", 0))
+        for i in range(5):
+            agent.say(words(450, f"t{i}"))
+        wait_until(lambda: model.fast_times, what="the first replica's compaction")
+        agent.client = s.client("dedup", 1)  # the same session, through the other replica
+        for i in range(2):
+            agent.say(words(450, f"r{i}"))
+        wait_until(lambda: s.summaries("dedup"), 3.0, "the summary")
+        s.settle("dedup", 7)
+        done = [scrape(server.origin) for server in s.servers]
+        names = [e["name"] for e in compaction_events(s, "dedup")]
+    assert len(model.fast_times) == 1, "the second replica started its own compaction"
+    assert names == ["context.compaction.started", "context.compaction.completed"]
+    assert [m.value("cascade_compactions_total", result="completed")
+            if "cascade_compactions_total" in {x.name for x in m.samples} else 0
+            for m in done] == [1, 0]
+    assert done[0].value("cascade_tokens_reclaimed_total", stage="compaction") > 0
+    assert [m.value("cascade_requests_total", route=CHAT_ROUTE) for m in done] == [5, 2]
+
+
+def test_an_event_made_on_one_replica_reaches_a_subscriber_on_the_other(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    with stack(tmp_path, db_dsn, fake_upstream, replicas=2) as s:
+        a, b = (server.origin for server in s.servers)
+        answer = chat(a, "fan-out", [user("u1")])
+        with open_events(b, "fan-out") as events:
+            events.until(is_usage)  # the replay: the subscription is in place
+            chat(a, "fan-out", [user("u1"), answer, user("u2")])
+            live = events.until(is_usage)
+        assert [f.event for f in live][-1] == "context.usage"
+        assert all(f.data["session_id"] == "fan-out" for f in live)
+        # the subscriber's replica counts its stream, once it is closed, as a request served
+        events_route = {"route": "/v1/sessions/{session_id}/events", "status": "200"}
+        wait_until(lambda: "/v1/sessions/{session_id}/events" in scrape(b).text, 5.0,
+                   "the closed event stream in replica B's metrics")
+        assert scrape(b).value("cascade_requests_total", **events_route) == 1
+        assert scrape(a).value("cascade_requests_total", route=CHAT_ROUTE) == 2
+
+
+def test_both_replicas_answer_metrics_with_an_open_client(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    with stack(tmp_path, db_dsn, fake_upstream, replicas=2) as s:
+        for i, server in enumerate(s.servers):
+            client = openai.OpenAI(base_url=server.url, api_key="sk-test-client", max_retries=0)
+            for _ in range(i + 1):
+                client.chat.completions.create(model="gpt-fake", messages=[user("hi")])
+        counts = [scrape(server.origin).value("cascade_requests_total", route=CHAT_ROUTE)
+                  for server in s.servers]
+    assert counts == [1, 2]

@@ -1,0 +1,177 @@
+"""Spans through the real proxy (issue 25, deliverable 2): an in-memory exporter, handed to
+``create_app`` as its tracer provider, receives one span per request and one per provider
+call, with the GenAI semantic-convention attributes and the cascade's own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from proxy.settings import Settings
+from tests.fakes.upstream import FakeUpstream, reply
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.test_compaction import FAST, Agent, Model, Stack, words
+from tests.integration.api.test_metrics import post_chat, scrape
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+@pytest.fixture
+def traced(settings: Settings, provider: TracerProvider) -> Iterator[ProxyServer]:
+    server = ProxyServer(settings, tracer_provider=provider).start()
+    yield server
+    server.stop()
+
+
+def finished(exporter: InMemorySpanExporter, requests: int = 1) -> tuple[ReadableSpan, ...]:
+    """The finished spans once ``requests`` request spans are among them: a request's span
+    ends after its response, once the reply is stored."""
+    deadline = time.monotonic() + 5
+    while len(by_kind(spans := exporter.get_finished_spans(), SpanKind.SERVER)) < requests:
+        assert time.monotonic() < deadline, f"fewer than {requests} request spans"
+        time.sleep(0.01)
+    return spans
+
+
+def by_kind(spans: tuple[ReadableSpan, ...], kind: SpanKind) -> list[ReadableSpan]:
+    return [s for s in spans if s.kind == kind]
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def test_a_chat_request_makes_one_request_span_and_one_per_provider_call(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    fake_upstream.script(reply("hi", usage=(321, 45)))
+    resp = post_chat(traced.origin, CHAT, "traced")
+    assert resp.status_code == 200
+    spans = finished(exporter)
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    (attempt,) = by_kind(spans, SpanKind.CLIENT)
+    assert request.name == "POST /v1/chat/completions"
+    assert attempt.parent is not None and request.context is not None
+    assert attempt.parent.span_id == request.context.span_id
+    assert attempt.context is not None
+    assert attempt.context.trace_id == request.context.trace_id
+    assert attrs(request) == attrs(request) | {
+        "http.route": CHAT, "http.response.status_code": 200,
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+        "gen_ai.usage.input_tokens": 321, "gen_ai.usage.output_tokens": 45,
+        "cascade.session.occupancy": 321, "cascade.tokens_reclaimed": 0,
+    }
+    assert attrs(attempt) == attrs(attempt) | {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+        "gen_ai.usage.input_tokens": 321, "gen_ai.usage.output_tokens": 45,
+        "http.response.status_code": 200, "cascade.provider": "openai",
+    }
+    # the span ends when the call did, not when its usage was read afterwards
+    assert attempt.end_time is not None and request.end_time is not None
+    assert attempt.end_time <= request.end_time
+    assert "traced" not in str([attrs(s) for s in spans]), "no session id in a span"
+
+
+def test_a_stream_gets_its_usage_on_its_call_span(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    fake_upstream.script(reply("one two three", usage=(100, 7)))
+    resp = post_chat(traced.origin, CHAT, "traced-stream", stream=True)
+    assert resp.status_code == 200 and "[DONE]" in resp.text
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attrs(attempt)["gen_ai.usage.input_tokens"] == 100
+    assert attrs(attempt)["gen_ai.usage.output_tokens"] == 7
+
+
+def test_a_request_the_provider_refuses_still_has_its_spans(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    from tests.fakes.upstream import rate_limited
+
+    fake_upstream.script(rate_limited())
+    assert post_chat(traced.origin, CHAT, "refused").status_code == 429
+    spans = finished(exporter)
+    (attempt,) = by_kind(spans, SpanKind.CLIENT)
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    assert attrs(attempt)["error.type"] == "429"
+    assert attrs(request)["http.response.status_code"] == 429
+
+
+def test_no_span_without_a_provider(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    assert post_chat(proxy.origin, CHAT, "untraced").status_code == 200
+    time.sleep(0.2)  # past the reply's storing, when the request's span would end
+    assert exporter.get_finished_spans() == ()
+
+
+def test_a_compaction_shows_on_the_request_span_and_in_the_metrics(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream,
+    provider: TracerProvider, exporter: InMemorySpanExporter,
+) -> None:
+    fake_upstream.default = Model()
+    s = Stack(tmp_path, db_dsn, fake_upstream, summarize={"background": False})
+    s.servers = [ProxyServer(s.servers[0].settings, tracer_provider=provider)]
+    with s:
+        agent = Agent(s.client("compacted"))
+        for i in range(6):
+            agent.say(words(450, f"t{i}"))
+        assert s.fast_bodies(), "no compaction ran"
+        m = scrape(s.proxy.origin)
+        spans = finished(exporter, 6)
+    assert m.value("cascade_compactions_total", result="completed") == len(s.fast_bodies())
+    assert m.value("cascade_tokens_reclaimed_total", stage="compaction") > 0
+    assert m.value("gen_ai_client_token_usage_count", gen_ai_request_model=FAST,
+                   gen_ai_token_type="input") == len(s.fast_bodies())
+    requests = by_kind(spans, SpanKind.SERVER)
+    compacted = [attrs(r) for r in requests if "cascade.compaction" in attrs(r)]
+    assert compacted and all(a["cascade.compaction"] == "completed" for a in compacted)
+    assert all(a["cascade.tokens_reclaimed"] > 0 for a in compacted)
+    calls = by_kind(spans, SpanKind.CLIENT)
+    assert {attrs(c)["gen_ai.request.model"] for c in calls} == {FAST, "gpt-fake"}
+
+
+def test_a_failed_compaction_is_counted_by_its_reason(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.default = Model(fast_failures=100)
+    with Stack(tmp_path, db_dsn, fake_upstream,
+               summarize={"background": False, "maxAttempts": 1}) as s:
+        agent = Agent(s.client("failing"))
+        for i in range(5):
+            agent.say(words(450, f"t{i}"))
+        assert s.fast_bodies(), "no compaction ran"
+        m = scrape(s.proxy.origin)
+    assert m.value("cascade_compactions_total", result="summary_failed") >= 1
+    assert "completed" not in {s.labels.get("result") for s in m.samples}
+
+
+def test_metrics_scrapes_are_spans_too_but_name_no_model(
+    traced: ProxyServer, exporter: InMemorySpanExporter
+) -> None:
+    assert httpx.get(f"{traced.origin}/metrics", timeout=5).status_code == 200
+    (request,) = finished(exporter)
+    assert request.name == "GET /metrics"
+    assert "gen_ai.request.model" not in attrs(request)

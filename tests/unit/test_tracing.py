@@ -1,0 +1,83 @@
+"""When tracing is on, and where its spans go (proxy/tracing.py). No exporter is contacted:
+the OTLP one is built and shut down with no span to send."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from proxy.tracing import build_tracing, operation_for
+
+UNROUTABLE = "http://127.0.0.1:9"  # nothing listens there; nothing must be sent either
+
+
+def test_tracing_is_off_unless_asked_for() -> None:
+    assert build_tracing("", env={}) is None
+    assert build_tracing("off", env={"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}) is None
+
+
+@pytest.mark.parametrize("name", ["OTEL_EXPORTER_OTLP_ENDPOINT",
+                                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
+def test_an_otlp_endpoint_turns_on_batched_otlp_export(name: str) -> None:
+    tracing = build_tracing("", env={name: UNROUTABLE, "OTEL_SERVICE_NAME": "cascade-test"})
+    assert tracing is not None and tracing.owned
+    provider = tracing.provider
+    assert isinstance(provider, TracerProvider)
+    processors = provider._active_span_processor._span_processors
+    assert [type(p) for p in processors] == [BatchSpanProcessor]
+    assert isinstance(processors[0]._batch_processor._exporter, OTLPSpanExporter)
+    assert provider.resource.attributes["service.name"] == "cascade-test"
+    tracing.shutdown()  # no span was made: nothing is sent
+
+
+def test_console_tracing_prints_each_span(capsys: pytest.CaptureFixture[str]) -> None:
+    tracing = build_tracing("console", env={})
+    assert tracing is not None
+    request = tracing.start_request("POST")
+    attempt = tracing.start_attempt(request, "openai", "/chat/completions", "gpt-4o")
+    attempt.end()
+    request.end()
+    tracing.shutdown()
+    out = capsys.readouterr().out
+    spans = json.loads("[" + out.replace("}\n{", "},{") + "]")
+    assert [s["name"] for s in spans] == ["chat gpt-4o", "POST"]
+    assert spans[0]["parent_id"] == spans[1]["context"]["span_id"]
+    assert spans[0]["attributes"]["gen_ai.operation.name"] == "chat"
+
+
+def test_an_injected_provider_is_used_and_left_to_its_owner() -> None:
+    provider = TracerProvider()
+    tracing = build_tracing("off", env={}, provider=provider)
+    assert tracing is not None and tracing.provider is provider and not tracing.owned
+
+
+def test_operations_are_named_after_the_genai_conventions() -> None:
+    assert operation_for("/chat/completions") == "chat"
+    assert operation_for("/v1/chat/completions") == "chat"
+    assert operation_for("/embeddings") == "embeddings"
+    assert operation_for("/models") is None
+
+
+def test_with_tracing_off_no_span_is_made_and_the_sdk_is_not_loaded() -> None:
+    code = (
+        "import sys\n"
+        "from proxy.app import create_app\n"
+        "from proxy.metrics import Metrics\n"
+        "from proxy.observe import Observer, RequestObs\n"
+        "from proxy.settings import Settings\n"
+        "create_app(Settings(config=None, watch_config=False))\n"
+        "obs = RequestObs(Observer(Metrics()), None)\n"
+        "assert obs.attempt_started('openai', '/chat/completions', 'gpt-4o') == ('openai', None)\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CASCADE_"))}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
