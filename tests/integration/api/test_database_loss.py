@@ -11,6 +11,7 @@ for a table lock).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,19 @@ def post(
         r = http.post(f"/s/{sid}/v1/chat/completions", json=body)
         r.read()
         return r
+
+
+async def stored_soon(admin: asyncpg.Connection, session_id: str, expected: int) -> int:
+    """The session's live message count once it reaches ``expected``, or after 5 s."""
+    deadline = time.monotonic() + 5
+    while True:
+        count = int(await admin.fetchval(
+            "SELECT count(*) FROM messages WHERE session_id = $1 AND superseded_at IS NULL",
+            session_id,
+        ))
+        if count >= expected or time.monotonic() > deadline:
+            return count
+        await asyncio.sleep(0.02)
 
 
 def assert_unavailable(r: httpx.Response) -> None:
@@ -95,9 +109,9 @@ async def test_killed_in_the_first_statement(
     assert_unavailable(r)
     await admin.execute("SELECT pg_advisory_unlock_all()")
     assert post(proxy, "s1", *again, stream=stream).status_code == 200
-    assert await admin.fetchval(
-        "SELECT count(*) FROM messages WHERE session_id = 's1' AND superseded_at IS NULL"
-    ) == 4  # both exchanges stored, nothing of the refused attempt doubled
+    # both exchanges stored, nothing of the refused attempt doubled (a whole answer's reply is
+    # stored just after it is sent, so it is waited for)
+    assert await stored_soon(admin, "s1", 4) == 4
 
 
 async def test_killed_in_a_later_statement(
