@@ -31,9 +31,10 @@ def _sid(session_id: str) -> str:
 
 
 @router.get("")
-async def list_sessions(pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000),
+async def list_sessions(pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
+                        limit: int = Query(100, ge=1, le=1000),
                         offset: int = Query(0, ge=0, le=BIGINT_MAX)) -> dict[str, Any]:
-    return await svc.list_sessions(pool, tenant=tenant, limit=limit, offset=offset)
+    return await svc.list_sessions(pool, cfg, tenant=tenant, limit=limit, offset=offset)
 
 
 @router.get("/{session_id}")
