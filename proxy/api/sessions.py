@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
@@ -47,10 +47,12 @@ async def show_session(session_id: str, pool: PoolDep, tenant: TenantDep,
 async def list_messages(
     session_id: str, pool: PoolDep, tenant: TenantDep, include_superseded: bool = False,
     limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0, le=BIGINT_MAX),
+    form: Literal["prompt", "sent"] = "prompt",
 ) -> dict[str, Any]:
     return await svc.list_messages(
         pool, tenant=tenant, session_id=_sid(session_id),
         include_superseded=include_superseded, limit=limit, offset=offset,
+        sent_form=form == "sent",
     )
 
 

@@ -17,7 +17,7 @@ from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.compaction import DurableSummarizer, job_for
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
-from proxy.store import messages as msgs, nul, raw_outputs, sessions, summaries, usage
+from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
     "compact_session", "list_sessions", "show_session", "list_messages", "branch_session",
@@ -94,13 +94,17 @@ def _usage(split: Mapping[str, int], summary_tokens: int, calibration: float) ->
 
 async def list_messages(
     conn: Any, *, tenant: str, session_id: str, include_superseded: bool, limit: int,
-    offset: int,
+    offset: int, sent_form: bool = False,
 ) -> dict[str, Any]:
+    """The history in its prompt form, or with ``sent_form`` each cut or evicted result as
+    the client sent it (what a client resending the history must send back)."""
     await _require(conn, tenant, session_id)
     rows = await msgs.fetch_messages(
         conn, tenant=tenant, session_id=session_id, include_superseded=include_superseded,
         limit=limit, offset=offset,
     )
+    if sent_form:
+        rows = await _as_sent(conn, tenant, session_id, rows)
     call_ids = [nul.decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
     spilled = await usage.fetch_spilled_ids(
         conn, tenant=tenant, session_id=session_id, tool_call_ids=call_ids
@@ -117,6 +121,16 @@ async def list_messages(
         }
         for r in rows
     ]}
+
+
+async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> list[Any]:
+    rewritten = [r["pos"] for r in rows if r["superseded_at"] is None and r["tool_call_id"]
+                 and not r["redacted"]]
+    sent = await client_form.fetch_sent_forms(
+        conn, tenant=tenant, session_id=session_id, positions=rewritten
+    )
+    return [dict(r) | {"message": sent[r["pos"]]}
+            if r["superseded_at"] is None and r["pos"] in sent else r for r in rows]
 
 
 async def branch_session(

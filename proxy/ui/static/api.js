@@ -59,7 +59,8 @@ export const api = {
   sessions: () => call("GET", "/v1/sessions?limit=1000"),
   models: () => call("GET", "/v1/models"),
   session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
-  messages: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}/messages?limit=10000`),
+  messages: (id, form = "prompt") => call(
+    "GET", `/v1/sessions/${encodeURIComponent(id)}/messages?limit=10000&form=${form}`),
   toolOutput: (id, callId, offset, limit) => call(
     "GET",
     `/v1/sessions/${encodeURIComponent(id)}/tool-outputs/${encodeURIComponent(callId)}` +

@@ -49,11 +49,14 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
   bar.dataset.occupancy = String(occupancy);
   bar.replaceChildren();
   legend.replaceChildren();
+  // The parts are the proxy's calibrated estimates of the window as it stands now; the
+  // occupancy is what the provider counted for the last prompt.
   const estimated = PARTS.reduce((sum, [k]) => sum + (usage[k] || 0), 0);
-  // The parts are estimates; scale them to the occupancy the provider reported.
-  const scale = estimated > 0 && occupancy > 0 ? occupancy / estimated : 1;
+  if (estimated > 0 && Math.abs(estimated - occupancy) > 0.02 * limit) {
+    text.textContent += ` · about ${num(estimated)} now`; // the window changed since
+  }
   for (const [key, label] of PARTS) {
-    const tokens = Math.round((usage[key] || 0) * scale);
+    const tokens = usage[key] || 0;
     const seg = el("span", { class: `seg seg-${key}`, title: `${label}: ${num(tokens)}` });
     seg.style.width = `${Math.min(100, 100 * tokens / limit)}%`;
     bar.append(seg);
@@ -110,9 +113,10 @@ export function contentText(content) {
 
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion or evicted).
-export function renderMessage(row, onPage) {
+export function renderMessage(row, onPage, folded = false) {
   const m = row.message || {};
   const marks = [];
+  if (folded) marks.push(el("span", { class: "mark", "data-mark": "summarised", text: "in the summary" }));
   if (row.truncated) marks.push(el("span", { class: "mark", "data-mark": "truncated", text: "truncated" }));
   if (row.evicted) marks.push(el("span", { class: "mark", "data-mark": "evicted", text: "evicted" }));
   if (row.trimmed) marks.push(el("span", { class: "mark", "data-mark": "trimmed", text: "trimmed" }));
@@ -120,7 +124,7 @@ export function renderMessage(row, onPage) {
   const calls = (m.tool_calls || []).map((c) => el("code", { class: "call",
     text: `${c.function ? c.function.name : c.type}(${c.function ? c.function.arguments : ""})` }));
   const li = el("li", {
-    class: `msg role-${row.role}${row.trimmed ? " gone" : ""}`,
+    class: `msg role-${row.role}${row.trimmed ? " gone" : ""}${folded ? " folded" : ""}`,
     "data-testid": "message", "data-pos": row.pos, "data-role": row.role,
     "data-tool-call-id": row.tool_call_id,
   },

@@ -86,8 +86,11 @@ export class SessionView {
     });
     renderSummary(s && s.summary, $("summary"));
     this.fillModel();
+    // Rows before the summary's boundary (the leading system rows aside) are folded into it.
+    const boundary = s && s.summary ? s.summary.boundary : 0;
     $("message-list").replaceChildren(...this.rows.map((row) => {
-      const li = renderMessage(row, (r, node) => this.pageBack(r, node));
+      const folded = row.pos < boundary && row.role !== "system" && row.role !== "developer";
+      const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
       if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
         this.showRaw(li, row.tool_call_id);
       }
@@ -147,8 +150,16 @@ export class SessionView {
     button.disabled = !more;
   }
 
-  history() {
-    return this.rows.filter((r) => !r.trimmed).map((r) => r.message);
+  // The history to resend, as the client sent it (a cut or evicted result in full): the
+  // stored prompt form would read as an edited history. A new session has none.
+  async history() {
+    try {
+      const rows = (await api.messages(this.id, "sent")).data;
+      return rows.map((r) => r.message);
+    } catch (err) {
+      if (err.status === 404) return [];
+      throw err;
+    }
   }
 
   async send() {
@@ -160,11 +171,11 @@ export class SessionView {
     const answer = $("assistant-message");
     answer.textContent = "";
     answer.dataset.state = "streaming";
-    const body = { messages: [...this.history(), { role: "user", content: text }] };
-    if (!$("composer-model").value.trim()) await this.fillModel();
-    const model = $("composer-model").value.trim();
-    if (model) body.model = model;
     try {
+      const body = { messages: [...(await this.history()), { role: "user", content: text }] };
+      if (!$("composer-model").value.trim()) await this.fillModel();
+      const model = $("composer-model").value.trim();
+      if (model) body.model = model;
       await chatStream(this.id, body, (_piece, whole) => { answer.textContent = whole; },
         { signal: this.abort.signal });
       input.value = "";
@@ -229,7 +240,7 @@ export class SessionView {
         status.textContent = "Compacting the older messages…";
         break;
       case "context.compaction.completed":
-        status.textContent = "Compaction finished" + (data.tokens_before != null
+        status.textContent = "Compacted" + (data.tokens_before != null
           ? `: ${num(data.tokens_before)} → ${num(data.tokens_after)} tokens.` : ".");
         this.refresh();
         break;

@@ -77,3 +77,18 @@ def test_the_list_gives_each_session_its_models_context_limit(http: httpx.Client
     settled(http, "listed", 2)
     (row,) = http.get("/v1/sessions").json()["data"]
     assert row["context_limit"] == LIMIT and row["message_count"] == 2
+
+
+def test_the_sent_form_gives_a_cut_result_back_whole(http: httpx.Client) -> None:
+    history = tool_history()
+    chat(http, history, sid="sent")
+    settled(http, "sent", 4)
+    prompt = [r["message"] for r in messages_of(http, "sent")]
+    sent = [r["message"] for r in messages_of(http, "sent", form="sent")]
+    assert prompt[2]["content"] != BIG_OUTPUT  # cut to MAX_CHARS in the prompt form
+    assert sent[:3] == history and sent[3] == prompt[3]
+    # resent in that form, the history extends the stored one: nothing is superseded
+    chat(http, [*sent, user("and now?")], sid="sent")
+    view = settled(http, "sent", 6)
+    assert view["superseded_count"] == 0
+    assert http.get("/v1/sessions/sent/messages", params={"form": "raw"}).status_code == 400

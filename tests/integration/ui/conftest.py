@@ -52,6 +52,7 @@ def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
             "toolOutput": {"maxChars": MAX_CHARS},
             "eviction": {"enabled": True, "atFraction": 0.1, "keepRecentRounds": 1,
                          "clearAtLeast": 10, "minResultTokens": 10},
+            "summarize": {"keepRecent": 2},
         },
     )
 

@@ -22,6 +22,7 @@ from proxy.store.db import create_pool
 from proxy.store.events import insert_event
 from tests.fakes.upstream import FakeUpstream, reply
 from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.test_compaction import Model, briefing
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import KEY, MAX_CHARS, TENANT, Page
 
@@ -215,7 +216,10 @@ def test_the_actions_ask_first_and_the_list_filters(
 def test_cut_and_evicted_outputs_page_back(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
-    history = [*tool_round(1, 1200), *tool_round(2, 1200), *tool_round(3, 5000)]
+    chatter = [m for i in range(3) for m in (
+        {"role": "user", "content": f"Question {i}: where does the parser fail? " * 8},
+        {"role": "assistant", "content": f"Answer {i}: in the tokenizer, probably. " * 8})]
+    history = [*chatter, *tool_round(1, 1200), *tool_round(2, 1200), *tool_round(3, 5000)]
     fake_upstream.script(reply("Read them all.", usage=(1900, 4)))
     with api(console_proxy) as h:
         resp = h.post("/s/paged/v1/chat/completions", json={"model": "m", "messages": history})
@@ -241,9 +245,28 @@ def test_cut_and_evicted_outputs_page_back(
     assert "eviction" in reclaimed.inner_text() and "truncation" in reclaimed.inner_text()
     summary = page.get_by_test_id("summary")
     assert "No summary yet" in summary.inner_text()
-    target = Path(os.environ.get("CASCADE_CONSOLE_SCREENSHOT") or "")
+    # a compaction from the page: the summary shows by section, summarisation as reclaimed
+    fake_upstream.default = Model(brief=lambda _: briefing("- parser.py: the fix"))
+    page.get_by_test_id("action-compact").click()
+    page.get_by_test_id("confirm-ok").click()
+    page.get_by_test_id("status-line").filter(has_text="Compacted").wait_for()
+    summary.locator("h3", has_text="Files & State").wait_for()
+    assert "parser.py: the fix" in summary.locator("section", has_text="Files & State").inner_text()
+    reclaimed.filter(has_text="summarisation").wait_for()
+    assert listing.locator("[data-mark=summarised]").count() > 0  # what the summary folded
+    cut.get_by_test_id("raw-output").wait_for()  # kept through the refreshes
+    target = os.environ.get("CASCADE_CONSOLE_SCREENSHOT")
     if os.environ.get("CASCADE_UPDATE_SCREENSHOT"):
-        target = SCREENSHOT
-    if str(target) not in ("", "."):
-        page.get_by_test_id("toast").all()  # nothing to wait for
-        page.screenshot(path=str(target), full_page=False)
+        target = str(SCREENSHOT)
+    if target:
+        page.evaluate("document.activeElement && document.activeElement.blur()")
+        page.set_viewport_size({"width": 1280, "height": 1500})
+        page.screenshot(path=target)
+    # the composer resends the history as it was sent: the rewritten rows are not an edit
+    page.get_by_test_id("composer-input").fill("What next?")
+    page.get_by_test_id("composer-send").click()
+    page.get_by_test_id("assistant-message").filter(has_text="ok").wait_for()
+    with api(console_proxy) as h:
+        assert h.get("/v1/sessions/paged").json()["superseded_count"] == 0
+    sent = fake_upstream.bodies()[-1]["messages"]
+    assert all(m.get("content") != history[-1]["content"] for m in sent)  # cut again
