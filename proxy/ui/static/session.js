@@ -42,8 +42,16 @@ export class SessionView {
     $("status-line").textContent = "";
     $("composer-model").value = "";
     this.refresh();
+    // A lost stream is said once, not on every retry; it reconnects by itself.
+    let said = false;
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
-      (state, err) => { if (state === "reconnecting" && err) this.ui.handleError(err, "Event stream"); });
+      (state, err) => {
+        if (state === "live") said = false;
+        if (state === "reconnecting" && err && !said) {
+          said = true;
+          this.ui.handleError(err, "The live updates stopped; reconnecting");
+        }
+      });
   }
 
   close() {
