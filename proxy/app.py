@@ -50,6 +50,7 @@ from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
 from proxy.transport import build_client
+from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
 
 __all__ = ["create_app"]
@@ -152,6 +153,7 @@ def create_app(
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
+    app.router.routes.extend(ui_routes)  # the console (proxy/ui)
     app.add_api_route(
         "/metrics", observer.metrics.endpoint, methods=["GET"], response_class=Response,
         summary="Prometheus metrics", description="The text exposition format (README: Metrics).",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
@@ -31,9 +31,10 @@ def _sid(session_id: str) -> str:
 
 
 @router.get("")
-async def list_sessions(pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000),
+async def list_sessions(pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
+                        limit: int = Query(100, ge=1, le=1000),
                         offset: int = Query(0, ge=0, le=BIGINT_MAX)) -> dict[str, Any]:
-    return await svc.list_sessions(pool, tenant=tenant, limit=limit, offset=offset)
+    return await svc.list_sessions(pool, cfg, tenant=tenant, limit=limit, offset=offset)
 
 
 @router.get("/{session_id}")
@@ -46,10 +47,12 @@ async def show_session(session_id: str, pool: PoolDep, tenant: TenantDep,
 async def list_messages(
     session_id: str, pool: PoolDep, tenant: TenantDep, include_superseded: bool = False,
     limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0, le=BIGINT_MAX),
+    form: Literal["prompt", "sent"] = "prompt",
 ) -> dict[str, Any]:
     return await svc.list_messages(
         pool, tenant=tenant, session_id=_sid(session_id),
         include_superseded=include_superseded, limit=limit, offset=offset,
+        sent_form=form == "sent",
     )
 
 

@@ -17,7 +17,7 @@ from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.compaction import DurableSummarizer, job_for
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
-from proxy.store import messages as msgs, nul, raw_outputs, sessions, summaries
+from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
     "compact_session", "list_sessions", "show_session", "list_messages", "branch_session",
@@ -36,10 +36,17 @@ async def _require(conn: Any, tenant: str, session_id: str) -> Any:
     return row
 
 
-async def list_sessions(conn: Any, *, tenant: str, limit: int, offset: int) -> dict[str, Any]:
+async def list_sessions(
+    conn: Any, cfg: Config, *, tenant: str, limit: int, offset: int
+) -> dict[str, Any]:
+    """The tenant's sessions, latest activity first, each with its model's context limit
+    (what the console's occupancy bar is drawn against)."""
     rows = await sessions.fetch_sessions(conn, tenant=tenant, limit=limit, offset=offset)
     return {"object": "list", "data": [
-        {k: _iso(v) for k, v in dict(r).items()} | {"message_count": r["head_len"]}
+        {k: _iso(v) for k, v in dict(r).items()} | {
+            "message_count": r["head_len"],
+            "context_limit": cfg.model_limits(r["model"] or "").context_limit,
+        }
         for r in rows
     ]}
 
@@ -52,6 +59,11 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
     if occupancy is None and row["last_estimate"] is not None:
         occupancy = round(row["last_estimate"] * row["calibration"])
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
+    split = await usage.fetch_usage_split(
+        conn, tenant=tenant, session_id=session_id,
+        boundary=0 if summary is None else summary["boundary"],
+    )
+    reclaimed = await usage.fetch_reclaimed_by_stage(conn, tenant=tenant, session_id=session_id)
     return {
         "id": row["id"], "object": "session", "agent": row["agent"], "model": row["model"],
         "parent_id": row["parent_id"], "created_at": _iso(row["created_at"]),
@@ -62,6 +74,8 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
         "last_prompt_tokens": row["last_prompt_tokens"],
         "last_estimated_tokens": row["last_estimate"], "calibration": row["calibration"],
         "reclaimed_tokens": row["reclaimed_tokens"],
+        "usage": _usage(split, 0 if summary is None else summary["tokens"], row["calibration"]),
+        "reclaimed": {"eviction": row["reclaimed_tokens"], **reclaimed},
         "summary": None if summary is None else {
             "version": summary["version"], "boundary": summary["boundary"],
             "tokens": summary["tokens"], "content": summary["content"],
@@ -70,24 +84,53 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
     }
 
 
+def _usage(split: Mapping[str, int], summary_tokens: int, calibration: float) -> dict[str, int]:
+    """The window's estimated tokens by part (system, summary, messages, tool results),
+    scaled by the session's calibration, as its occupancy is."""
+    parts = {"system": split["system"], "summary": summary_tokens,
+             "messages": split["messages"], "tool_results": split["tool_results"]}
+    return {k: round(v * calibration) for k, v in parts.items()}
+
+
 async def list_messages(
     conn: Any, *, tenant: str, session_id: str, include_superseded: bool, limit: int,
-    offset: int,
+    offset: int, sent_form: bool = False,
 ) -> dict[str, Any]:
+    """The history in its prompt form, or with ``sent_form`` each cut or evicted result as
+    the client sent it (what a client resending the history must send back)."""
     await _require(conn, tenant, session_id)
     rows = await msgs.fetch_messages(
         conn, tenant=tenant, session_id=session_id, include_superseded=include_superseded,
         limit=limit, offset=offset,
     )
+    if sent_form:
+        rows = await _as_sent(conn, tenant, session_id, rows)
+    call_ids = [nul.decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
+    spilled = await usage.fetch_spilled_ids(
+        conn, tenant=tenant, session_id=session_id, tool_call_ids=call_ids
+    )
     return {"object": "list", "data": [
         {
             "pos": r["pos"], "role": nul.decode(r["role"]), "message": r["message"],
+            "tool_call_id": None if r["tool_call_id"] is None else nul.decode(r["tool_call_id"]),
+            "truncated": r["tool_call_id"] is not None
+            and nul.decode(r["tool_call_id"]) in spilled,
             "tokens": r["tokens"], "source": r["source"], "redacted": r["redacted"],
             "evicted": r["evicted_at"] is not None, "trimmed": r["trimmed_at"] is not None,
             "superseded": r["superseded_at"] is not None, "created_at": _iso(r["created_at"]),
         }
         for r in rows
     ]}
+
+
+async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> list[Any]:
+    rewritten = [r["pos"] for r in rows if r["superseded_at"] is None and r["tool_call_id"]
+                 and not r["redacted"]]
+    sent = await client_form.fetch_sent_forms(
+        conn, tenant=tenant, session_id=session_id, positions=rewritten
+    )
+    return [dict(r) | {"message": sent[r["pos"]]}
+            if r["superseded_at"] is None and r["pos"] in sent else r for r in rows]
 
 
 async def branch_session(

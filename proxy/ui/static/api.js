@@ -1,0 +1,168 @@
+// The proxy's API as the console uses it: every call carries the key in the Authorization
+// header (never in a URL), and streams (chat answers, session events) are read with fetch
+// and a stream reader: EventSource cannot send that header.
+
+const KEY = "cascade.console.key";
+
+export function storedKey() {
+  return sessionStorage.getItem(KEY);
+}
+
+export function storeKey(value) {
+  sessionStorage.setItem(KEY, value);
+}
+
+export function forgetKey() {
+  sessionStorage.removeItem(KEY);
+}
+
+export class ApiError extends Error {
+  constructor(status, message, code) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function headers(extra = {}) {
+  const out = { ...extra };
+  const key = storedKey();
+  if (key) out.Authorization = `Bearer ${key}`;
+  return out;
+}
+
+async function failure(resp) {
+  let message = `${resp.status} ${resp.statusText}`;
+  let code = null;
+  try {
+    const body = await resp.json();
+    if (body && body.error) {
+      message = body.error.message || message;
+      code = body.error.code;
+    }
+  } catch (_) { /* not JSON: keep the status line */ }
+  return new ApiError(resp.status, message, code);
+}
+
+export async function call(method, path, body, { signal } = {}) {
+  const init = { method, headers: headers(), signal };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  if (!resp.ok) throw await failure(resp);
+  return resp.json();
+}
+
+export const api = {
+  sessions: () => call("GET", "/v1/sessions?limit=1000"),
+  models: () => call("GET", "/v1/models"),
+  session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
+  messages: (id, form = "prompt") => call(
+    "GET", `/v1/sessions/${encodeURIComponent(id)}/messages?limit=10000&form=${form}`),
+  toolOutput: (id, callId, offset, limit) => call(
+    "GET",
+    `/v1/sessions/${encodeURIComponent(id)}/tool-outputs/${encodeURIComponent(callId)}` +
+      `?offset=${offset}&limit=${limit}`,
+  ),
+  branch: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/branch`, {}),
+  reset: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/reset`),
+  compact: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/compact`),
+  remove: (id) => call("DELETE", `/v1/sessions/${encodeURIComponent(id)}`),
+  acceptMemory: (sid) =>
+    call("POST", `/v1/memory/suggestions/${encodeURIComponent(sid)}/accept`),
+  rejectMemory: (sid) =>
+    call("POST", `/v1/memory/suggestions/${encodeURIComponent(sid)}/reject`),
+};
+
+// Server-sent events from a fetch body: yields {event, data, id} per frame.
+export async function* sseFrames(resp) {
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let frame = { event: "message", data: [], id: null };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let nl;
+    while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
+      const line = buffer.slice(0, nl);
+      buffer = buffer.slice(nl + (buffer.startsWith("\r\n", nl) ? 2 : 1));
+      if (line === "") {
+        if (frame.data.length) {
+          yield { event: frame.event, data: frame.data.join("\n"), id: frame.id };
+        }
+        frame = { event: "message", data: [], id: null };
+      } else if (!line.startsWith(":")) {
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let val = colon < 0 ? "" : line.slice(colon + 1);
+        if (val.startsWith(" ")) val = val.slice(1);
+        if (field === "event") frame.event = val;
+        else if (field === "data") frame.data.push(val);
+        else if (field === "id") frame.id = val;
+      }
+    }
+  }
+}
+
+// Send the history plus one message to the session's chat endpoint, streaming; onDelta gets
+// each piece of the answer's text. Resolves to the whole answer.
+export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
+  const resp = await fetch(`/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
+    method: "POST",
+    headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+    body: JSON.stringify({ ...body, stream: true }),
+    signal,
+  });
+  if (!resp.ok) throw await failure(resp);
+  let text = "";
+  for await (const frame of sseFrames(resp)) {
+    if (frame.data === "[DONE]") break;
+    let chunk;
+    try { chunk = JSON.parse(frame.data); } catch (_) { continue; }
+    if (chunk.error) throw new ApiError(502, chunk.error.message || "the stream failed");
+    for (const choice of chunk.choices || []) {
+      const piece = choice.delta && choice.delta.content;
+      if (piece) {
+        text += piece;
+        onDelta(piece, text);
+      }
+    }
+  }
+  return text;
+}
+
+// The session's event stream, reconnecting with Last-Event-ID until signal aborts.
+export async function followEvents(sessionId, onEvent, signal, onState = () => {}) {
+  let lastId = null;
+  while (!signal.aborted) {
+    try {
+      const h = headers({ Accept: "text/event-stream" });
+      if (lastId) h["Last-Event-ID"] = lastId;
+      const resp = await fetch(`/v1/sessions/${encodeURIComponent(sessionId)}/events`,
+        { headers: h, signal });
+      if (resp.status === 404) { onState("waiting"); await pause(2000, signal); continue; }
+      if (!resp.ok) throw await failure(resp);
+      onState("live");
+      for await (const frame of sseFrames(resp)) {
+        if (frame.id) lastId = frame.id;
+        let data = {};
+        try { data = JSON.parse(frame.data); } catch (_) { /* keep {} */ }
+        onEvent(frame.event, data);
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      onState("reconnecting", err);
+    }
+    await pause(1000, signal);
+  }
+}
+
+function pause(ms, signal) {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+  });
+}

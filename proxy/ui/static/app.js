@@ -1,0 +1,125 @@
+// The console: a sessions list and a session view, switched by the URL's fragment
+// (#/ and #/s/<id>). Everything it shows comes from the proxy's own API.
+
+import { api, ApiError, forgetKey, storedKey, storeKey } from "./api.js";
+import { el, ago, num } from "./render.js";
+import { SessionView } from "./session.js";
+
+const $ = (id) => document.getElementById(id);
+let current = null; // the open SessionView
+let sessions = [];
+
+export function toast(text, kind = "info", ms = 12000) {
+  const node = el("div", { class: `toast toast-${kind}`, "data-testid": "toast",
+    "data-kind": kind, role: kind === "error" ? "alert" : "status" },
+  el("span", { text }),
+  el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
+    onclick: () => node.remove() }));
+  $("toasts").append(node);
+  if (ms) setTimeout(() => node.remove(), ms);
+  return node;
+}
+
+export function confirmAction(text) {
+  const dialog = $("confirm");
+  $("confirm-text").textContent = text;
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+  });
+}
+
+// A 401 anywhere: the key is wrong or missing; ask again.
+export function handleError(err, what) {
+  if (err instanceof ApiError && err.status === 401) {
+    forgetKey();
+    showLogin(err.message);
+    return;
+  }
+  toast(`${what}: ${err.message}`, "error");
+}
+
+function show(id) {
+  for (const view of ["login", "list-view", "session-view"]) $(view).hidden = view !== id;
+}
+
+function showLogin(reason) {
+  if (current) { current.close(); current = null; }
+  show("login");
+  $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";
+  $("login-key").focus();
+}
+
+function occupancyBar(s, limit) {
+  const bar = el("div", { class: "bar small" });
+  const seg = el("span", { class: "seg seg-messages" });
+  seg.style.width = `${Math.min(100, 100 * (s.last_prompt_tokens || 0) / (limit || 1))}%`;
+  bar.append(seg);
+  return bar;
+}
+
+function renderList() {
+  const q = $("filter").value.trim().toLowerCase();
+  const rows = sessions.filter((s) => !q ||
+    [s.id, s.agent, s.model].some((v) => String(v || "").toLowerCase().includes(q)));
+  $("session-list").replaceChildren(...rows.map((s) => el("tr", {
+    "data-testid": "session-row", "data-session-id": s.id, tabindex: "0", class: "row",
+    onclick: () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; },
+    onkeydown: (e) => { if (e.key === "Enter") location.hash = `#/s/${encodeURIComponent(s.id)}`; },
+  },
+  el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.id)}`, text: s.id })),
+  el("td", { text: s.agent }),
+  el("td", { text: num(s.message_count) }),
+  el("td", {}, occupancyBar(s, s.context_limit),
+    el("span", { class: "hint", text: s.context_limit
+      ? `${num(s.last_prompt_tokens)} / ${num(s.context_limit)}`
+      : num(s.last_prompt_tokens) })),
+  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }))));
+  $("list-empty").hidden = sessions.length > 0;
+}
+
+async function openList() {
+  show("list-view");
+  $("where").textContent = "";
+  try {
+    sessions = (await api.sessions()).data;
+    renderList();
+  } catch (err) {
+    handleError(err, "Could not list the sessions");
+  }
+}
+
+function route() {
+  if (storedKey() === null) { showLogin(); return; }
+  const m = location.hash.match(/^#\/s\/(.+)$/);
+  if (current) { current.close(); current = null; }
+  if (m) {
+    show("session-view");
+    current = new SessionView(decodeURIComponent(m[1]), { toast, confirmAction, handleError });
+    current.open();
+  } else {
+    openList();
+  }
+}
+
+function boot() {
+  $("login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    storeKey($("login-key").value.trim());
+    $("login-key").value = "";
+    $("where").textContent = "";
+    route();
+  });
+  $("forget-key").addEventListener("click", () => { forgetKey(); showLogin(); });
+  $("filter").addEventListener("input", renderList);
+  $("new-session").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = $("new-session-id").value.trim();
+    if (id) location.hash = `#/s/${encodeURIComponent(id)}`;
+  });
+  window.addEventListener("hashchange", route);
+  route();
+}
+
+boot();

@@ -1,0 +1,140 @@
+// Pure rendering helpers: data in, DOM nodes out. No fetches here.
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) {
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+  }
+  return node;
+}
+
+const fmt = new Intl.NumberFormat("en");
+export const num = (n) => fmt.format(n || 0);
+
+export function ago(iso) {
+  if (!iso) return "";
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return `${Math.round(s)} s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+  return new Date(iso).toLocaleString();
+}
+
+export const PARTS = [
+  ["system", "System"],
+  ["summary", "Summary"],
+  ["messages", "Messages"],
+  ["tool_results", "Tool results"],
+];
+
+// The usage panel: the bar's segments (each part against the limit), its legend, the text
+// line, and the reclaimed line, shown only when some stage reclaimed anything.
+export function renderUsage(session, { bar, legend, text, reclaimed }) {
+  const limit = session.context_limit || 1;
+  const occupancy = session.occupancy || 0;
+  const usage = session.usage || {};
+  text.textContent = `${num(occupancy)} / ${num(limit)} tokens ` +
+    `(${(100 * occupancy / limit).toFixed(1)}%)`;
+  bar.setAttribute("aria-valuemax", String(limit));
+  bar.setAttribute("aria-valuenow", String(occupancy));
+  bar.dataset.occupancy = String(occupancy);
+  bar.replaceChildren();
+  legend.replaceChildren();
+  // The parts are the proxy's calibrated estimates of the window as it stands now; the
+  // occupancy is what the provider counted for the last prompt.
+  const estimated = PARTS.reduce((sum, [k]) => sum + (usage[k] || 0), 0);
+  if (estimated > 0 && Math.abs(estimated - occupancy) > 0.02 * limit) {
+    text.textContent += ` · about ${num(estimated)} now`; // the window changed since
+  }
+  for (const [key, label] of PARTS) {
+    const tokens = usage[key] || 0;
+    const seg = el("span", { class: `seg seg-${key}`, title: `${label}: ${num(tokens)}` });
+    seg.style.width = `${Math.min(100, 100 * tokens / limit)}%`;
+    bar.append(seg);
+    legend.append(el("li", { class: `seg-${key}` }, el("i"), `${label} ${num(tokens)}`));
+  }
+  if (estimated === 0 && occupancy > 0) {
+    const seg = el("span", { class: "seg seg-messages" });
+    seg.style.width = `${Math.min(100, 100 * occupancy / limit)}%`;
+    bar.append(seg);
+  }
+  const by = session.reclaimed || {};
+  const stages = [["eviction", "eviction"], ["truncation", "truncation"],
+    ["summarisation", "summarisation"]].filter(([k]) => (by[k] || 0) > 0);
+  reclaimed.hidden = stages.length === 0;
+  reclaimed.textContent = stages.length
+    ? "Reclaimed: " + stages.map(([k, label]) => `${label} ${num(by[k])}`).join(" · ")
+    : "";
+}
+
+// The summary, one block per "## " section (the summariser's headings).
+export function renderSummary(summary, into) {
+  into.replaceChildren();
+  if (!summary) {
+    into.append(el("p", { class: "hint", text: "No summary yet." }));
+    return;
+  }
+  into.append(el("p", { class: "hint",
+    text: `Version ${summary.version} · folds messages before #${summary.boundary} · ` +
+      `${num(summary.tokens)} tokens` }));
+  const text = String(summary.content || "")
+    .replace(/<\/?conversation_summary>/g, "").trim();
+  let section = null;
+  for (const line of text.split("\n")) {
+    const heading = line.match(/^#{1,3}\s+(.*)$/);
+    if (heading) {
+      section = el("section", {}, el("h3", { text: heading[1] }));
+      into.append(section);
+    } else if (line.trim()) {
+      if (!section) { section = el("section"); into.append(section); }
+      section.append(el("p", { text: line.replace(/^\s*[-*]\s+/, "• ") }));
+    }
+  }
+}
+
+export function contentText(content) {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content.map((p) => (p && typeof p.text === "string" ? p.text : `[${p && p.type}]`))
+      .join("\n");
+  }
+  return JSON.stringify(content);
+}
+
+// One message of the list, with its marks; onPage(row, li) for a result that can be paged
+// back (cut at ingestion or evicted).
+export function renderMessage(row, onPage, folded = false) {
+  const m = row.message || {};
+  const marks = [];
+  if (folded) marks.push(el("span", { class: "mark", "data-mark": "summarised", text: "in the summary" }));
+  if (row.truncated) marks.push(el("span", { class: "mark", "data-mark": "truncated", text: "truncated" }));
+  if (row.evicted) marks.push(el("span", { class: "mark", "data-mark": "evicted", text: "evicted" }));
+  if (row.trimmed) marks.push(el("span", { class: "mark", "data-mark": "trimmed", text: "trimmed" }));
+  if (row.redacted) marks.push(el("span", { class: "mark", "data-mark": "redacted", text: "redacted" }));
+  const calls = (m.tool_calls || []).map((c) => el("code", { class: "call",
+    text: `${c.function ? c.function.name : c.type}(${c.function ? c.function.arguments : ""})` }));
+  const li = el("li", {
+    class: `msg role-${row.role}${row.trimmed ? " gone" : ""}${folded ? " folded" : ""}`,
+    "data-testid": "message", "data-pos": row.pos, "data-role": row.role,
+    "data-tool-call-id": row.tool_call_id,
+  },
+  el("div", { class: "msg-head" }, el("span", { class: "role", text: row.role }),
+    row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
+    ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
+  el("pre", { class: "body", text: contentText(m.content) }), ...calls);
+  if ((row.truncated || row.evicted) && row.tool_call_id) {
+    li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
+      text: "Show the raw output", onclick: () => onPage(row, li) }));
+  }
+  return li;
+}

@@ -1,0 +1,307 @@
+// The session view: usage panel, summary, message list with paging of raw outputs, the
+// actions, the composer, and the live event stream.
+
+import { api, chatStream, followEvents } from "./api.js";
+import { el, num, renderMessage, renderSummary, renderUsage } from "./render.js";
+
+const $ = (id) => document.getElementById(id);
+const PAGE_CHARS = 4000;
+
+export class SessionView {
+  constructor(id, ui) {
+    this.id = id;
+    this.ui = ui; // {toast, confirmAction, handleError}
+    this.session = null;
+    this.rows = [];
+    this.abort = new AbortController();
+    this.refreshing = null;
+    this.again = false;
+    this.suggestion = null;
+    this.raw = new Map(); // tool_call_id -> what was paged back
+    this.wire();
+  }
+
+  wire() {
+    const on = (node, type, fn) => node.addEventListener(type, fn, { signal: this.abort.signal });
+    on($("composer"), "submit", (e) => { e.preventDefault(); this.send(); });
+    on($("composer-input"), "keydown", (e) => {
+      if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.send(); }
+    });
+    for (const button of document.querySelectorAll("[data-action]")) {
+      on(button, "click", () => this.act(button.dataset.action));
+    }
+    on($("memory-save"), "click", () => this.answerMemory(true));
+    on($("memory-dismiss"), "click", () => this.answerMemory(false));
+  }
+
+  open() {
+    $("session-title").textContent = this.id;
+    $("session-meta").textContent = "";
+    $("message-list").replaceChildren();
+    $("assistant-message").textContent = "";
+    $("status-line").textContent = "";
+    $("composer-model").value = "";
+    this.refresh();
+    // A lost stream is said once, not on every retry; it reconnects by itself.
+    let said = false;
+    followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
+      (state, err) => {
+        if (state === "live") said = false;
+        if (state === "reconnecting" && err && !said) {
+          said = true;
+          this.ui.handleError(err, "The live updates stopped; reconnecting");
+        }
+      });
+  }
+
+  close() {
+    this.abort.abort();
+    $("memory-prompt").hidden = true;
+  }
+
+  // One refresh at a time; a request for another while one runs runs once after it.
+  refresh() {
+    if (this.refreshing) { this.again = true; return this.refreshing; }
+    this.refreshing = this.load().finally(() => {
+      this.refreshing = null;
+      if (this.again) { this.again = false; this.refresh(); }
+    });
+    return this.refreshing;
+  }
+
+  async load() {
+    try {
+      const [session, messages] = await Promise.all([api.session(this.id), api.messages(this.id)]);
+      if (this.abort.signal.aborted) return;
+      this.session = session;
+      this.rows = messages.data;
+      this.render();
+    } catch (err) {
+      if (err.status === 404) { this.session = null; this.rows = []; this.render(); return; }
+      this.ui.handleError(err, "Could not load the session");
+    }
+  }
+
+  render() {
+    const s = this.session;
+    $("session-meta").textContent = s
+      ? `agent ${s.agent} · model ${s.model || "?"} · ${num(s.message_count)} messages` +
+        (s.parent_id ? ` · branched from ${s.parent_id}` : "")
+      : "new session: send a message to start it";
+    renderUsage(s || { context_limit: 0, occupancy: 0, usage: {}, reclaimed: {} }, {
+      bar: $("usage-bar"), legend: $("usage-legend"), text: $("usage-text"),
+      reclaimed: $("usage-reclaimed"),
+    });
+    renderSummary(s && s.summary, $("summary"));
+    this.fillModel();
+    // Rows before the summary's boundary (the leading system rows aside) are folded into it.
+    const boundary = s && s.summary ? s.summary.boundary : 0;
+    $("message-list").replaceChildren(...this.rows.map((row) => {
+      const folded = row.pos < boundary && row.role !== "system" && row.role !== "developer";
+      const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
+      if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
+        this.showRaw(li, row.tool_call_id);
+      }
+      return li;
+    }));
+  }
+
+  // The model to send with: the session's, else one the provider lists (a new session).
+  async fillModel() {
+    const input = $("composer-model");
+    if (this.session && this.session.model) { input.value = this.session.model; return; }
+    if (input.value) return;
+    this.modelsAsked = this.modelsAsked || this.listModels();
+    await this.modelsAsked;
+  }
+
+  async listModels() {
+    const input = $("composer-model");
+    try {
+      const ids = ((await api.models()).data || []).map((m) => m.id).filter(Boolean);
+      $("model-list").replaceChildren(...ids.map((id) => el("option", { value: id })));
+      if (!input.value && ids.length) input.value = ids[0];
+    } catch (_) { /* the person types one */ }
+  }
+
+  // The raw output of a cut or evicted result, a page at a time (the proxy caps a page at
+  // the agent's maxChars; its header says which characters it holds). What was paged back
+  // is kept here, so a refresh of the list does not lose it.
+  async pageBack(row, li) {
+    const id = row.tool_call_id;
+    const shown = this.raw.get(id) || { text: "", next: 0, total: 0 };
+    try {
+      const out = await api.toolOutput(this.id, id, shown.next, PAGE_CHARS);
+      const { text, end } = unwrapPage(out.page, shown.next);
+      this.raw.set(id, { text: shown.text + text, next: end, total: out.total_chars });
+      const current = $("message-list").querySelector(
+        `[data-tool-call-id="${CSS.escape(id)}"]`) || li;
+      this.showRaw(current, id);
+    } catch (err) {
+      this.ui.handleError(err, "Could not page the output back");
+    }
+  }
+
+  showRaw(li, id) {
+    const shown = this.raw.get(id);
+    if (!shown) return;
+    let pre = li.querySelector("[data-testid=raw-output]");
+    if (!pre) {
+      pre = el("pre", { class: "raw", "data-testid": "raw-output" });
+      li.append(pre);
+    }
+    pre.textContent = shown.text;
+    const button = li.querySelector("[data-testid=raw-page]");
+    const more = shown.next < shown.total;
+    button.textContent = more
+      ? `Next page (${num(shown.next)} of ${num(shown.total)} characters shown)` : "All shown";
+    button.disabled = !more;
+  }
+
+  // The history to resend, as the client sent it (a cut or evicted result in full): the
+  // stored prompt form would read as an edited history. A new session has none.
+  async history() {
+    try {
+      const rows = (await api.messages(this.id, "sent")).data;
+      return rows.map((r) => r.message);
+    } catch (err) {
+      if (err.status === 404) return [];
+      throw err;
+    }
+  }
+
+  async send() {
+    const input = $("composer-input");
+    const text = input.value.trim();
+    if (!text || this.sending) return;
+    this.sending = true;
+    $("composer-send").disabled = true;
+    const answer = $("assistant-message");
+    answer.textContent = "";
+    answer.dataset.state = "streaming";
+    try {
+      const body = { messages: [...(await this.history()), { role: "user", content: text }] };
+      if (!$("composer-model").value.trim()) await this.fillModel();
+      const model = $("composer-model").value.trim();
+      if (model) body.model = model;
+      await chatStream(this.id, body, (_piece, whole) => { answer.textContent = whole; },
+        { signal: this.abort.signal });
+      input.value = "";
+      answer.dataset.state = "done";
+    } catch (err) {
+      answer.dataset.state = "failed";
+      if (!this.abort.signal.aborted) this.ui.handleError(err, "The message was not answered");
+    } finally {
+      this.sending = false;
+      $("composer-send").disabled = false;
+      if (!this.abort.signal.aborted) this.refresh();
+    }
+  }
+
+  async act(action) {
+    const questions = {
+      branch: `Branch ${this.id} into a new session with a copy of its history?`,
+      reset: `Reset ${this.id}? Its messages, raw outputs and summaries are forgotten.`,
+      compact: `Compact ${this.id} now? Its older messages are folded into a summary.`,
+      delete: `Delete ${this.id} and everything it owns? This cannot be undone.`,
+    };
+    if (!(await this.ui.confirmAction(questions[action]))) return;
+    const status = $("status-line");
+    try {
+      if (action === "branch") {
+        const out = await api.branch(this.id);
+        this.ui.toast(`Branched into ${out.id}`);
+        location.hash = `#/s/${encodeURIComponent(out.id)}`;
+      } else if (action === "reset") {
+        await api.reset(this.id);
+        status.textContent = "Session reset.";
+        this.refresh();
+      } else if (action === "compact") {
+        status.textContent = "Compacting…";
+        const out = await api.compact(this.id);
+        status.textContent = out.compacted
+          ? `Compacted: ${num(out.tokens_before)} → ${num(out.tokens_after)} tokens.`
+          : `Nothing to compact${out.reason ? `: ${out.reason}` : ""}.`;
+        this.refresh();
+      } else if (action === "delete") {
+        await api.remove(this.id);
+        this.ui.toast(`Deleted ${this.id}`);
+        location.hash = "#/";
+      }
+    } catch (err) {
+      status.textContent = "";
+      this.ui.handleError(err, `Could not ${action} the session`);
+    }
+  }
+
+  onEvent(name, data) {
+    const status = $("status-line");
+    switch (name) {
+      case "context.usage":
+      case "session.message.appended":
+      case "context.truncated":
+      case "context.trimmed":
+      case "context.evicted": // not toasted: routine, and the panel shows it
+        this.refresh();
+        break;
+      case "context.compaction.started":
+        status.textContent = "Compacting the older messages…";
+        break;
+      case "context.compaction.completed":
+        status.textContent = "Compacted" + (data.tokens_before != null
+          ? `: ${num(data.tokens_before)} → ${num(data.tokens_after)} tokens.` : ".");
+        this.refresh();
+        break;
+      case "context.compaction.failed":
+        status.textContent = `Compaction failed${data.reason ? `: ${data.reason}` : ""}.`;
+        break;
+      case "context.handoff_suggested":
+        this.ui.toast(handoffText(data), "handoff", 0);
+        break;
+      case "memory.suggestion":
+        this.showMemory(data);
+        break;
+      default:
+        break;
+    }
+  }
+
+  showMemory(data) {
+    const facts = (data.facts || data.suggestions || data.items || []).map((f) =>
+      (typeof f === "string" ? f : f.text || f.fact || f.content || JSON.stringify(f)));
+    this.suggestion = { id: data.suggestion_id || data.id, facts };
+    $("memory-title").textContent =
+      `Remember ${facts.length === 1 ? "this thing" : `these ${facts.length} things`}?`;
+    $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f })));
+    $("memory-prompt").hidden = false;
+  }
+
+  async answerMemory(save) {
+    const s = this.suggestion;
+    if (!s) return;
+    try {
+      await (save ? api.acceptMemory(s.id) : api.rejectMemory(s.id));
+      $("memory-prompt").hidden = true;
+      this.suggestion = null;
+      if (save) this.ui.toast(`Saved ${s.facts.length === 1 ? "it" : `${s.facts.length} facts`}.`);
+    } catch (err) {
+      this.ui.handleError(err, save ? "Could not save to memory" : "Could not dismiss");
+    }
+  }
+}
+
+function handoffText(data) {
+  const pct = typeof data.fraction === "number" ? ` (${Math.round(100 * data.fraction)}% full)`
+    : "";
+  const why = data.message || data.reason || "even after compaction the context stays high";
+  return `Consider handing off to a new session${pct}: ${why}.`;
+}
+
+// A page as the tool-outputs endpoint gives it: a header naming its characters, the text,
+// and a note naming the next offset when there is more.
+export function unwrapPage(page, offset) {
+  const head = page.match(/^\[read_tool_output id=.* chars (\d+)-(\d+) of (\d+)\]\n/);
+  if (!head) return { text: page, end: offset + page.length };
+  const text = page.slice(head[0].length).replace(/\n\[\.\.\. more: read_tool_output\(.*\) \.\.\.\]$/, "");
+  return { text, end: Number(head[2]) };
+}
