@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.rounds import protected_from, tool_names
-from proxy.cascade.truncation import content_text
+from proxy.cascade.text import content_text
 from proxy.cascade.types import (
     EVICTED,
     READ_TOOL_OUTPUT,

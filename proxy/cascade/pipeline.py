@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from proxy.cascade.eviction import evict
 from proxy.cascade.overflow import guard
 from proxy.cascade.summary import fold_summary
-from proxy.cascade.truncation import Ingested, content_text, truncate_tool_result
+from proxy.cascade.text import content_text
+from proxy.cascade.truncation import Ingested, truncate_tool_result
 from proxy.cascade.types import (
     READ_TOOL_OUTPUT,
     Budget,
