@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text
-from proxy.cascade.types import CompactionPlan, Message, TokenCounter
+from proxy.cascade.types import CompactionPlan, Marks, Message, StageResult, TokenCounter
 
 __all__ = [
     "MIN_SPAN_RATIO",
@@ -432,3 +433,16 @@ def fold_summary(
     if rest and rest[0].get("role") == "user":
         return (*head, _with_block(rest[0], block), *rest[1:])
     return (*head, {"role": "user", "content": block}, *rest)
+
+
+def with_summary(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    """The stage: fold the step's summary in (``fold_summary``); an inserted user message
+    carrying it is a block of the prompt, not a row of the window."""
+    folded = fold_summary(messages, summary=step.summary, system_count=step.system_count)
+    if len(folded) == len(messages):
+        return StageResult(folded)
+    n = min(max(step.system_count, 0), len(messages))
+    return StageResult(folded, marks=Marks(source=(*range(n), None, *range(n, len(messages)))))
+
+
+SUMMARY = Stage("summary", with_summary)

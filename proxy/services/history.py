@@ -30,6 +30,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
+from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, nul, raw_outputs, summaries
 from proxy.store.events import EventRows
 
@@ -73,14 +74,12 @@ def _estimate(window: Sequence[Message], summary: str | None, system_count: int,
     return count(folded)
 
 
-async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], row: Any) -> (
-    Append | Supersede
-):
+async def _plan(conn: Any, key: SessionKey, hashes: list[str], row: Any) -> Append | Supersede:
     plan = plan_reconcile(hashes, stored_len=row["head_len"], stored_head_hash=row["head_hash"])
     if plan is not None:
         return plan
     matched = await msgs.fetch_matched_len(
-        conn, tenant=tenant, session_id=session_id, hashes=hashes
+        conn, tenant=key.tenant, session_id=key.session_id, hashes=hashes
     )
     return plan_divergence(hashes, matched_len=matched, stored_len=row["head_len"])
 
@@ -161,7 +160,7 @@ def _plausible(
 
 
 async def reconcile_and_load(
-    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
+    conn: Any, key: SessionKey, *, agent: str, model: str | None,
     messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
     guess: tuple[int, str | None] | None = None, hold_new: bool = False,
@@ -179,6 +178,7 @@ async def reconcile_and_load(
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
     statement as the messages.
     """
+    tenant, session_id = key
     system_count = system_prefix_count(messages)
     head_hash = hashes[-1] if hashes else None
     guessed = _plausible(guess, hashes)
@@ -196,7 +196,7 @@ async def reconcile_and_load(
     if begun.window is not None and pending is not None:
         return _loaded(row, summary, system_count, messages, head_hash, pending, begun.window,
                        count)
-    plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)
+    plan = await _plan(conn, key, hashes, row)
     if hold_new and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
         # Nothing is stored: the window is the new messages alone (module docstring).
         pending = _ingest(messages, hashes, 0, ctx, count)
@@ -255,15 +255,13 @@ def _loaded(
     )
 
 
-async def store_unstored(
-    conn: Any, *, tenant: str, session_id: str, state: SessionState
-) -> SessionState:
+async def store_unstored(conn: Any, key: SessionKey, state: SessionState) -> SessionState:
     """Store the messages ``state`` holds back, as ``reconcile_and_load`` would have."""
     held = state.unstored
     if held is None:
         return state
     await msgs.append_and_fetch_window(
-        conn, tenant=tenant, session_id=session_id, rows=held.rows, raw=held.raw,
+        conn, tenant=key.tenant, session_id=key.session_id, rows=held.rows, raw=held.raw,
         head_len=state.head_len, head_hash=state.head_hash, system_count=state.system_count,
         old_len=0, from_pos=state.system_count, events=held.events,
     )
@@ -271,9 +269,10 @@ async def store_unstored(
 
 
 async def load_window(
-    conn: Any, *, tenant: str, session_id: str, state: SessionState, count: MemoCounter
+    conn: Any, key: SessionKey, state: SessionState, count: MemoCounter
 ) -> SessionState:
     """(Re)load the latest valid summary and the live messages after its boundary."""
+    tenant, session_id = key
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     boundary = summary["boundary"] if summary else 0
     rows = await msgs.fetch_window(

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from proxy.cascade import eviction, pipeline, summary, tokens, truncation
+from proxy.cascade import commands, eviction, summary, tokens, truncation
 from proxy.cascade.text import content_text
 
 PARTS = [
@@ -27,5 +27,5 @@ def test_media_parts_are_named_for_a_summariser() -> None:
 
 def test_every_core_reader_uses_the_one_definition() -> None:
     """The token counter, the truncation stage and the summariser read the same text."""
-    for module in (eviction, pipeline, summary, tokens, truncation):
+    for module in (commands, eviction, summary, tokens, truncation):
         assert module.content_text is content_text
