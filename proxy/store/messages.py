@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Begun", "begin_step", "BEGIN_STEP",
-    "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
+    "NewMessage", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "persist_step",
     "append_step", "record_step",
 ]
@@ -58,27 +58,6 @@ def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any] | 
     if not raw:
         return [None, None, None, None]
     return [[x[i] for x in raw] for i in range(4)]
-
-
-INSERT_MESSAGES = """
-INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                      redacted, verbatim, source)
-SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source
-FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
-            $9::bool[], $10::bool[], $11::text[])
-     AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source)
-"""
-
-
-async def insert_messages(
-    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage]
-) -> None:
-    """Append rows in one round trip (unnest), whatever their number."""
-    if not rows:
-        return
-    await conn.execute(
-        INSERT_MESSAGES, tenant, session_id, *_row_columns(rows), [r.source for r in rows],
-    )
 
 
 _WINDOW_COLUMNS = """

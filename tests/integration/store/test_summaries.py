@@ -22,7 +22,7 @@ from proxy.history import chain
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, summaries
-from tests.integration.store.helpers import create_session
+from tests.integration.store.helpers import create_session, insert_messages
 from tests.integration.store.test_messages import asyncpg_internal
 
 T, S = "t-a", "s1"
@@ -290,7 +290,7 @@ async def _two_long_sessions(conn: Any) -> list[dict[str, Any]]:
             )
             for i, m in enumerate(hist)
         ]
-        await msgs.insert_messages(conn, tenant=T, session_id=session, rows=rows)
+        await insert_messages(conn, tenant=T, session_id=session, rows=rows)
         await conn.execute(
             "INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,"
             " original_bytes) SELECT $1, $2, $2 || '-c' || i, 'raw', 3"
