@@ -40,7 +40,13 @@ from proxy.services.chaincache import ChainCache
 from proxy.services.command import answer_command
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import Forwarder
-from proxy.services.history import SessionState, load_window, reconcile_and_load, store_unstored
+from proxy.services.history import (
+    SessionState,
+    load_window,
+    reconcile_and_load,
+    step_write,
+    store_unstored,
+)
 from proxy.services.needs import fulfil
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
@@ -191,34 +197,22 @@ class ChatService:
         self, conn: Any, ctx: ChatContext, state: SessionState, asm: Assembled,
         count: MemoCounter,
     ) -> int:
-        """Persist the step's marks and its events (eviction/trimming; ingestion's went out
-        with the messages) in one round trip; returns the tokens its eviction reclaimed.
+        """Write the step's marks and events (eviction/trimming; ingestion's went out with
+        the messages) as one value in one round trip; returns the tokens eviction reclaimed.
 
         An evicted result needs no spill: its row keeps its body beside the placeholder
         (``store.messages.persist_step``), and read_tool_output pages it from there. A new
-        session's held-back messages go in with all of it (``store.messages.append_step``).
+        session's held-back messages go in with all of it (``history.step_write``).
         """
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
             for i in asm.evicted
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
-        trimmed = [state.positions[i] for i in asm.trimmed]
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
-        held = state.unstored
-        if held is not None:
-            await msgs.append_step(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, rows=held.rows,
-                raw=held.raw, head_len=state.head_len, head_hash=state.head_hash,
-                system_count=state.system_count, evicted=evicted, trimmed=trimmed,
-                reclaimed=reclaimed,
-                events=([*held.events[0], *persisted[0]], [*held.events[1], *persisted[1]]),
-                transient=transient,
-            )
-            return reclaimed
-        await msgs.persist_step(
-            conn, tenant=ctx.tenant, session_id=ctx.session_id,
-            evicted=evicted, trimmed=trimmed, reclaimed=reclaimed, events=persisted,
-            transient=transient,
+        write = step_write(
+            state, evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],
+            reclaimed=reclaimed, events=persisted, transient=transient,
         )
+        await msgs.write_step(conn, tenant=ctx.tenant, session_id=ctx.session_id, w=write)
         return reclaimed

@@ -36,6 +36,7 @@ from proxy.store.events import EventRows
 
 __all__ = [
     "SessionState", "Unstored", "reconcile_and_load", "load_window", "store_unstored",
+    "step_write",
 ]
 
 
@@ -255,16 +256,32 @@ def _loaded(
     )
 
 
-async def store_unstored(conn: Any, key: SessionKey, state: SessionState) -> SessionState:
-    """Store the messages ``state`` holds back, as ``reconcile_and_load`` would have."""
+def step_write(
+    state: SessionState, *, evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
+    trimmed: Sequence[int] = (), reclaimed: int = 0, events: EventRows = ((), ()),
+    transient: Sequence[str] = (),
+) -> msgs.StepWrite:
+    """The step's one write (pure): its marks and events, and, for a new session, the
+    messages held back until now, ingestion events first."""
     held = state.unstored
     if held is None:
-        return state
-    await msgs.append_and_fetch_window(
-        conn, tenant=key.tenant, session_id=key.session_id, rows=held.rows, raw=held.raw,
-        head_len=state.head_len, head_hash=state.head_hash, system_count=state.system_count,
-        old_len=0, from_pos=state.system_count, events=held.events,
+        return msgs.StepWrite(evicted=evicted, trimmed=trimmed, reclaimed=reclaimed,
+                              events=events, transient=transient)
+    return msgs.StepWrite(
+        rows=held.rows, raw=held.raw, head=(state.head_len, state.head_hash, state.system_count),
+        evicted=evicted, trimmed=trimmed, reclaimed=reclaimed,
+        events=([*held.events[0], *events[0]], [*held.events[1], *events[1]]),
+        transient=transient,
     )
+
+
+async def store_unstored(conn: Any, key: SessionKey, state: SessionState) -> SessionState:
+    """Store the messages ``state`` holds back, alone (the step's write would have carried
+    them): for a path that reads the store before the step's write, or never makes one."""
+    if state.unstored is None:
+        return state
+    await msgs.write_step(conn, tenant=key.tenant, session_id=key.session_id,
+                          w=step_write(state))
     return replace(state, unstored=None)
 
 

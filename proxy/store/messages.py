@@ -20,7 +20,7 @@ __all__ = [
     "Begun", "begin_step", "BEGIN_STEP",
     "NewMessage", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "persist_step",
-    "append_step", "record_step",
+    "append_step", "record_step", "StepWrite", "write_step",
 ]
 
 
@@ -326,6 +326,46 @@ async def append_step(
         APPEND_STEP, tenant, session_id, *columns, placeholders,
         [r.pos in cut for r in rows], *_raw_columns(raw), head_len, head_hash, system_count,
         reclaimed, *event_columns(events), NOTIFY_CHANNEL, list(transient),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """Everything a step writes before the answer, as one value the pure side builds.
+
+    ``rows`` (with their ``raw`` outputs and the new head) are a new session's messages that
+    nothing stored yet (``services.history.Unstored``); ``evicted`` are (position,
+    placeholder, its tokens), ``trimmed`` positions, ``reclaimed`` the tokens eviction freed,
+    ``events`` the persisted events (stamped) and ``transient`` ready NOTIFY payloads.
+    """
+
+    rows: Sequence[NewMessage] = ()
+    raw: Sequence[tuple[str, str, int, bool]] = ()
+    head: tuple[int, str | None, int] | None = None  # head_len, head_hash, system_count
+    evicted: Sequence[tuple[int, dict[str, Any], int]] = ()
+    trimmed: Sequence[int] = ()
+    reclaimed: int = 0
+    events: EventRows = ((), ())
+    transient: Sequence[str] = ()
+
+
+async def write_step(conn: Executor, *, tenant: str, session_id: str, w: StepWrite) -> None:
+    """The one write of a step's decisions, in one statement or none: with new rows, they go
+    in already evicted and trimmed (``append_step``); else the stored rows are marked
+    (``persist_step``, which sends nothing when there is nothing to mark)."""
+    if w.rows:
+        assert w.head is not None, "new rows move the head"
+        head_len, head_hash, system_count = w.head
+        await append_step(
+            conn, tenant=tenant, session_id=session_id, rows=w.rows, raw=w.raw,
+            head_len=head_len, head_hash=head_hash, system_count=system_count,
+            evicted=w.evicted, trimmed=w.trimmed, reclaimed=w.reclaimed, events=w.events,
+            transient=w.transient,
+        )
+        return
+    await persist_step(
+        conn, tenant=tenant, session_id=session_id, evicted=w.evicted, trimmed=w.trimmed,
+        reclaimed=w.reclaimed, events=w.events, transient=w.transient,
     )
 
 

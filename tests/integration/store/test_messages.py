@@ -638,3 +638,27 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
     assert await served() == "turn five"
     await spill("turn seven, whole")
     assert await served() == "turn seven, whole"
+
+
+async def test_write_step_is_one_statement_with_or_without_new_rows(conn: Any) -> None:
+    """A new session's rows go in already evicted with the step's marks; a stored session's
+    rows are marked in place: one statement each, and nothing when there is nothing."""
+    seen: list[str] = []
+    conn.add_query_logger(lambda q: seen.append(q.query))
+    placeholder = {"role": "assistant", "content": "[context-cleared] two"}
+    rows = rows_for(HISTORY)
+    head = (len(HISTORY), rows[-1].hash, 1)
+    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(
+        rows=rows, head=head, evicted=[(2, placeholder, 3)], reclaimed=5))
+    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(trimmed=[1]))
+    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite())
+    await asyncio.sleep(0)  # loggers run via call_soon
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND_STEP, msgs.PERSIST_STEP]
+    stored = await conn.fetch(
+        "SELECT pos, placeholder::text, trimmed_at IS NOT NULL AS trimmed FROM messages"
+        " WHERE session_id = $1 ORDER BY pos", S)
+    assert [(r["pos"], r["trimmed"]) for r in stored] == [(i, i == 1) for i in range(5)]
+    assert json.loads(stored[2]["placeholder"]) == placeholder
+    session = await conn.fetchrow("SELECT head_len, reclaimed_tokens FROM sessions"
+                                  " WHERE id = $1", S)
+    assert tuple(session) == (len(HISTORY), 5)
