@@ -145,20 +145,7 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step_v2($1, $2, $3, $4)"
-
-
-def _new_rows(rows: Sequence[NewMessage]) -> list[tuple[Any, ...]] | None:
-    """New rows as ``cascade_new_message`` values (text columns through ``nul.encode``, as in
-    ``_row_columns``); None when there are none."""
-    if not rows:
-        return None
-    return [
-        (r.pos, r.hash, encode(r.role), r.message,
-         None if r.tool_call_id is None else encode(r.tool_call_id), r.tokens, r.redacted,
-         r.verbatim)
-        for r in rows
-    ]
+BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in range(1, 25)) + ")"
 
 
 async def begin_step(
@@ -170,22 +157,18 @@ async def begin_step(
     """Lock the session, create or read it (with its latest valid summary) and, when the
     stored head is exactly ``guess`` (length, chain hash), also store ``rows`` with their
     ``raw`` outputs and ``events``, move the head and read the window's older rows: the
-    whole pre-answer work in one round trip (``cascade_begin_step_v2``, migrations/schema.sql).
+    whole pre-answer work in one round trip (migration 0003's ``cascade_begin_step``).
 
-    Its four arguments are the step (a ``cascade_step``), the new rows, their spilled
-    outputs and the events, each an array of a composite type. With ``guess`` None, or a
-    wrong one, nothing is written but the session (when new or its agent/model changed),
-    ``window`` is None, and the caller appends with ``append_and_fetch_window``. The lock
-    stays held after this returns.
+    With ``guess`` None, or a wrong one, nothing is written but the session (when new or
+    its agent/model changed), ``window`` is None, and the caller appends with
+    ``append_and_fetch_window``. The lock stays held after this returns.
     """
     start, start_hash = guess if guess is not None else (None, None)
-    step = (tenant, session_id, agent, None if model is None else encode(model),
-            session_lock_key(tenant, session_id), start, start_hash, head_len, head_hash,
-            system_count)
-    names, data = event_columns(events)
     records = await conn.fetch(
-        BEGIN_STEP, step, _new_rows(rows), list(raw) or None,
-        None if names is None or data is None else list(zip(names, data, strict=True)),
+        BEGIN_STEP, tenant, session_id, agent, None if model is None else encode(model),
+        session_lock_key(tenant, session_id),
+        start, start_hash, head_len, head_hash, system_count, *_row_columns(rows),
+        *_raw_columns(raw), *event_columns(events),
     )
     session = records[0]["session"]
     return Begun(session, records[1:] if session["appended"] else None)

@@ -198,11 +198,10 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         # only the new user message is stored with the history, then the reply; no lookup
         # of a divergence point
         begin = only(log, msgs.BEGIN_STEP)
-        step, rows, _, events = begin.args  # cascade_begin_step_v2's four arguments
-        assert (step[5], [r[0] for r in rows]) == (n + 1, [n + 1])  # guessed head, new pos
+        assert (begin.args[5], begin.args[10]) == (n + 1, [n + 1])  # guessed head, new pos
         assert only(log, msgs.RECORD_STEP).args[2] == n + 2
         # the request's events ride in those two statements, in order
-        published = [[e[0] for e in events], only(log, msgs.RECORD_STEP).args[9]]
+        published = [begin.args[22], only(log, msgs.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
         assert not any(q.query == msgs.PERSIST_STEP for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
