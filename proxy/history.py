@@ -32,8 +32,6 @@ __all__ = [
     "chain",
     "plan_reconcile",
     "plan_divergence",
-    "matched_prefix_len",
-    "reconcile",
 ]
 
 _DROP_WHEN_EMPTY = ("annotations", "audio", "refusal", "function_call")
@@ -175,30 +173,3 @@ def plan_divergence(
     if matched_len < stored_len:
         return Supersede(matched_len)
     return Append(matched_len)
-
-
-def matched_prefix_len(stored_hashes: Sequence[str], incoming_hashes: Sequence[str]) -> int:
-    """Length of the longest common prefix, computed the way the shell does it in SQL.
-
-    Because each hash covers its whole prefix, the highest stored position whose hash occurs
-    anywhere in ``incoming_hashes`` bounds the common prefix.
-    """
-    wanted = set(incoming_hashes)
-    for pos in range(len(stored_hashes) - 1, -1, -1):
-        if stored_hashes[pos] in wanted:
-            return pos + 1
-    return 0
-
-
-def reconcile(stored_hashes: Sequence[str], incoming_hashes: Sequence[str]) -> Append | Supersede:
-    """Full in-memory reconciliation: the fast path, else the divergence plan.
-
-    Reference implementation of what the shell does with two queries; used in tests and
-    wherever the whole stored chain is already in memory.
-    """
-    head = stored_hashes[-1] if stored_hashes else None
-    fast = plan_reconcile(incoming_hashes, stored_len=len(stored_hashes), stored_head_hash=head)
-    if fast is not None:
-        return fast
-    matched = matched_prefix_len(stored_hashes, incoming_hashes)
-    return plan_divergence(incoming_hashes, matched_len=matched, stored_len=len(stored_hashes))

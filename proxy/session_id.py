@@ -11,9 +11,10 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
+    "SessionKey",
     "SESSION_ID_RE",
     "InvalidSessionId",
     "validate_session_id",
@@ -26,6 +27,17 @@ __all__ = [
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """Allowed session ids; always used with ``fullmatch``."""
+
+
+class SessionKey(NamedTuple):
+    """A session's identity: sessions are per tenant, so an id alone names none.
+
+    A tuple, so it keys the per-replica caches and queues as the bare pair did.
+    """
+
+    tenant: str
+    session_id: str
+
 
 _ALLOWED = "1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'"
 

@@ -20,19 +20,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.rounds import protected_from, tool_names
-from proxy.cascade.truncation import content_text
+from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.text import content_text
 from proxy.cascade.types import (
     EVICTED,
     READ_TOOL_OUTPUT,
     Budget,
     Event,
+    Marks,
     Message,
     StageResult,
     TokenCounter,
 )
 from proxy.config import EvictionConfig
 
-__all__ = ["MISS_RATIO", "PLACEHOLDER_PREFIX", "evict", "is_placeholder", "placeholder_text"]
+__all__ = [
+    "EVICTION", "MISS_RATIO", "PLACEHOLDER_PREFIX", "evict", "is_placeholder", "placeholder_text",
+]
 
 PLACEHOLDER_PREFIX = "[context-cleared]"
 MISS_RATIO = 0.5
@@ -155,4 +159,15 @@ def evict(
             "tool_call_ids": [c.tool_call_id for c in chosen],
         },
     )
-    return StageResult(tuple(out), (event,))
+    return StageResult(tuple(out), (event,), Marks(evicted=tuple(c.index for c in chosen)))
+
+
+def evict_stage(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    """The stage: ``evict`` with the step's budget and config."""
+    return evict(
+        messages, count=step.count, budget=step.budget, cfg=step.ctx.eviction,
+        persist_raw=step.ctx.tool_output.persist_raw, unspillable=step.unspillable,
+    )
+
+
+EVICTION = Stage("eviction", evict_stage, enabled=lambda ctx: ctx.eviction.enabled)

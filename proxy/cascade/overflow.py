@@ -8,12 +8,28 @@ request is refused with an actionable ``ContextLengthExceeded`` instead of a pro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxy.cascade.types import TRIMMED, ContextLengthExceeded, Event, Message, TokenCounter
+from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.types import (
+    TRIMMED,
+    ContextLengthExceeded,
+    Event,
+    Marks,
+    Message,
+    StageResult,
+    TokenCounter,
+)
 
-__all__ = ["GuardResult", "guard"]
+__all__ = ["GUARD_MARGIN", "OVERFLOW", "TRIM_TARGET", "GuardResult", "fit", "guard"]
+
+GUARD_MARGIN = 1.03
+"""The guard counts with the session's real/estimated ratio plus this margin: the estimate is
+calibrated on whole prompts, and one step's new text can tokenise denser than the average."""
+TRIM_TARGET = 0.6
+"""Once the guard must trim, it trims down to this fraction of the prompt budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +37,7 @@ class GuardResult:
     messages: tuple[Message, ...]
     events: tuple[Event, ...]
     dropped: int
+    gone: tuple[int, ...] = ()  # the input indices dropped, ascending
 
 
 def _last_user(messages: Sequence[Message]) -> int | None:
@@ -131,9 +148,41 @@ def guard(
         else:
             lo = mid + 1
     kept = assemble(lo)
+    gone = tuple(sorted(i for begin, end in units[:lo] for i in range(begin, end)))
     after = count(kept)
     dropped = len(messages) - len(kept)
     event = Event(
         TRIMMED, {"dropped_messages": dropped, "tokens_before": before, "tokens_after": after}
     )
-    return GuardResult(kept, (event,), dropped)
+    return GuardResult(kept, (event,), dropped, gone)
+
+
+def _calibrated(count: TokenCounter, ratio: float) -> TokenCounter:
+    factor = max(ratio, 0.5) * GUARD_MARGIN
+
+    def calibrated(messages: Sequence[Message], /) -> int:
+        return math.ceil(count(messages) * factor)
+
+    return calibrated
+
+
+def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    """The stage: ``guard`` with the calibrated count, the system messages and the folded
+    summary protected, the current turn's older rounds trimmable, and a low watermark of
+    ``TRIM_TARGET``. What it drops is marked trimmed: the shell keeps it out for good."""
+    budget = step.budget
+    guarded = guard(
+        messages, count=_calibrated(step.count, step.ratio), limit=budget.limit,
+        reserved_output=budget.reserved_output,
+        protected_head=step.system_count + (1 if step.summary else 0), trim_current_turn=True,
+        target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
+    )
+    if not guarded.gone:
+        return StageResult(guarded.messages, guarded.events)
+    gone = set(guarded.gone)
+    kept = tuple(i for i in range(len(messages)) if i not in gone)
+    return StageResult(guarded.messages, guarded.events,
+                       Marks(trimmed=guarded.gone, source=kept))
+
+
+OVERFLOW = Stage("overflow", fit)

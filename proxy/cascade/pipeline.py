@@ -1,47 +1,51 @@
 """The one place the cascade's stages are put in order: ``assemble`` builds the upstream prompt.
 
-Per-step stages run here on every request, in a fixed order, each behind its own enable flag:
+``STAGES`` is that order; the config decides which of them run (``Stage.enabled``):
 
 1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
-2. the durable summary folded into the first user message;
-3. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+2. ``/compact`` exchanges left out (answered by the proxy, never by the model);
+3. the durable summary folded into the first user message;
+4. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
 
-Ingestion-time truncation and redaction run once per new message (``ingest``), not per step.
+Each stage reports what the shell must persist in its own input's indices (``Marks``);
+``assemble`` carries every message's window index through the stages, so the shell gets
+window indices without comparing messages. A stage that needs I/O plans it first
+(``plan_step``, ``step.py``). Ingestion-time truncation and redaction run once per new
+message (``ingest``), not per step.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from proxy.cascade.eviction import evict
-from proxy.cascade.overflow import guard
-from proxy.cascade.summary import fold_summary
-from proxy.cascade.truncation import Ingested, content_text, truncate_tool_result
-from proxy.cascade.types import (
-    READ_TOOL_OUTPUT,
-    Budget,
-    Event,
-    Message,
-    TokenCounter,
+from proxy.cascade.commands import (
+    COMMAND_REPLY_PREFIX,
+    COMMANDS,
+    COMPACT_COMMAND,
+    compact_reply_text,
+    drop_commands,
+    is_compact_command,
 )
+from proxy.cascade.eviction import EVICTION
+from proxy.cascade.overflow import OVERFLOW
+from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.summary import SUMMARY
+from proxy.cascade.truncation import Ingested, truncate_tool_result
+from proxy.cascade.types import READ_TOOL_OUTPUT, Event, Message
 from proxy.config import ContextConfig
 
 __all__ = [
-    "StepInput", "Assembled", "assemble", "ingest", "READ_TOOL_SCHEMA",
-    "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX", "is_compact_command", "compact_reply_text",
-    "drop_commands",
+    "STAGES", "Stage", "StepInput", "Assembled", "assemble", "plan_step", "stages_for",
+    "ingest", "READ_TOOL_SCHEMA", "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX",
+    "is_compact_command", "compact_reply_text", "drop_commands",
 ]
 
+STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, OVERFLOW)
+"""The per-step stages, in the order they run."""
+
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
-GUARD_MARGIN = 1.03
-"""The guard counts with the session's real/estimated ratio plus this margin: the estimate is
-calibrated on whole prompts, and one step's new text can tokenise denser than the average."""
-TRIM_TARGET = 0.6
-"""Once the guard must trim, it trims down to this fraction of the prompt budget."""
-COMPACT_COMMAND = "/compact"
-COMMAND_REPLY_PREFIX = "[cascade] "
 
 READ_TOOL_SCHEMA = {
     "type": "function",
@@ -67,26 +71,17 @@ READ_TOOL_SCHEMA = {
 
 
 @dataclass(frozen=True, slots=True)
-class StepInput:
-    window: tuple[Message, ...]
-    system_count: int
-    summary: str | None
-    count: TokenCounter
-    budget: Budget
-    ctx: ContextConfig
-    unspillable: frozenset[str] = frozenset()
-    ratio: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
 class Assembled:
+    """The prompt to send, and what the shell persists for it, in window indices."""
+
     messages: tuple[Message, ...]
-    window: tuple[Message, ...]
+    window: tuple[Message, ...]  # the window with this step's evictions applied
     events: tuple[Event, ...]
     evicted: tuple[int, ...]
     trimmed: tuple[int, ...]
     offer_read_tool: bool
     tokens: int
+    injected: tuple[int, ...] = ()  # prompt indices of blocks that are no window row
 
 
 def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
@@ -94,48 +89,18 @@ def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
     return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction)
 
 
-def _is_command(msg: Message) -> bool:
-    return (
-        msg.get("role") == "user"
-        and content_text(msg.get("content")).strip() == COMPACT_COMMAND
-    )
+def stages_for(ctx: ContextConfig, stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
+    """The stages this config runs, in order."""
+    return tuple(s for s in stages if s.enabled(ctx))
 
 
-def is_compact_command(messages: Sequence[Message]) -> bool:
-    """A chat message whose whole content is ``/compact`` asks the proxy, not the model."""
-    return bool(messages) and _is_command(messages[-1])
-
-
-def compact_reply_text(
-    *, version: int | None, folded: int, tokens_before: int, tokens_after: int, reason: str
-) -> str:
-    """What the proxy answers to ``/compact``; the prefix lets later prompts drop it."""
-    if version is None:
-        return f"{COMMAND_REPLY_PREFIX}Nothing was compacted: {reason or 'nothing to fold'}."
-    return (
-        f"{COMMAND_REPLY_PREFIX}Compacted {folded} messages into summary v{version}: "
-        f"the prompt went from about {tokens_before} to {tokens_after} tokens."
-    )
-
-
-def drop_commands(messages: Sequence[Message]) -> tuple[Message, ...]:
-    """Remove ``/compact`` exchanges: they were answered by the proxy, never by the model."""
-    if not any(_is_command(m) for m in messages):
-        return tuple(messages)  # the common case, checked cheaply
-    out: list[Message] = []
-    skip_reply = False
-    for m in messages:
-        if _is_command(m):
-            skip_reply = True
-            continue
-        if skip_reply and m.get("role") == "assistant" and content_text(
-            m.get("content")
-        ).startswith(COMMAND_REPLY_PREFIX):
-            skip_reply = False
-            continue
-        skip_reply = False
-        out.append(m)
-    return tuple(out)
+def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str, Any]:
+    """What the enabled stages need from the outside world, by stage name (pure)."""
+    needs: dict[str, Any] = {}
+    for stage in stages_for(inp.ctx, STAGES if stages is None else stages):
+        if stage.plan is not None and (need := stage.plan(inp)) is not None:
+            needs[stage.name] = need
+    return needs
 
 
 def _holds_handle(messages: Sequence[Message]) -> bool:
@@ -144,50 +109,42 @@ def _holds_handle(messages: Sequence[Message]) -> bool:
     )
 
 
-def assemble(inp: StepInput) -> Assembled:
-    """Run the per-step stages over the window and return the prompt to send upstream."""
-    window = inp.window
+def assemble(
+    inp: StepInput, stages: Sequence[Stage] | None = None, *, answers: dict[str, Any] | None = None
+) -> Assembled:
+    """Run the enabled stages over the window, in order, and return the prompt to send.
+
+    ``origin`` holds, for each message on its way through, the window index it came from
+    (None: a block a stage injected); each stage's marks are mapped through it.
+    """
+    if answers is not None:
+        inp = replace(inp, answers=answers)
+    messages = inp.window
+    window = list(inp.window)
+    origin: tuple[int | None, ...] = tuple(range(len(messages)))
     events: list[Event] = []
-    evicted: tuple[int, ...] = ()
-    if inp.ctx.eviction.enabled:
-        result = evict(
-            window, count=inp.count, budget=inp.budget, cfg=inp.ctx.eviction,
-            persist_raw=inp.ctx.tool_output.persist_raw, unspillable=inp.unspillable,
-        )
-        pairs = zip(window, result.messages, strict=True)
-        evicted = tuple(i for i, (a, b) in enumerate(pairs) if a != b)
-        window = result.messages
+    evicted: list[int] = []
+    trimmed: list[int] = []
+    for stage in stages_for(inp.ctx, STAGES if stages is None else stages):
+        result = stage.run(messages, inp)
+        marks = result.marks
         events.extend(result.events)
-    messages = fold_summary(
-        drop_commands(window), summary=inp.summary, system_count=inp.system_count
-    )
-    protected = inp.system_count + (1 if inp.summary else 0)
-    guarded = guard(
-        messages, count=_calibrated(inp.count, inp.ratio), limit=inp.budget.limit,
-        reserved_output=inp.budget.reserved_output, protected_head=protected,
-        trim_current_turn=True,
-        target=int((inp.budget.limit - inp.budget.reserved_output) * TRIM_TARGET),
-    )
-    events.extend(guarded.events)
-    trimmed: tuple[int, ...] = ()
-    if guarded.dropped:  # window messages the guard dropped: the shell marks them for good
-        kept = {id(m) for m in guarded.messages}
-        offered = {id(m) for m in messages}
-        trimmed = tuple(
-            i for i, m in enumerate(window) if id(m) in offered and id(m) not in kept
-        )
-    offer = inp.ctx.tool_output.persist_raw and _holds_handle(guarded.messages)
+        source = marks.source
+        if source is None and len(result.messages) != len(messages):
+            raise ValueError(f"stage {stage.name!r} changed the message count without marks")
+        out_of = {s: j for j, s in enumerate(source) if s is not None} if source else None
+        for i in marks.evicted:
+            w = origin[i]
+            if w is not None:
+                evicted.append(w)
+                window[w] = result.messages[i if out_of is None else out_of[i]]
+        trimmed.extend(w for i in marks.trimmed if (w := origin[i]) is not None)
+        if source is not None:
+            origin = tuple(None if s is None else origin[s] for s in source)
+        messages = result.messages
+    offer = inp.ctx.tool_output.persist_raw and _holds_handle(messages)
     return Assembled(
-        messages=guarded.messages, window=tuple(window), events=tuple(events),
-        evicted=evicted, trimmed=trimmed, offer_read_tool=offer,
-        tokens=inp.count(guarded.messages),
+        messages=messages, window=tuple(window), events=tuple(events),
+        evicted=tuple(sorted(evicted)), trimmed=tuple(sorted(trimmed)), offer_read_tool=offer,
+        tokens=inp.count(messages), injected=tuple(j for j, w in enumerate(origin) if w is None),
     )
-
-
-def _calibrated(count: TokenCounter, ratio: float) -> TokenCounter:
-    factor = max(ratio, 0.5) * GUARD_MARGIN
-
-    def calibrated(messages: Sequence[Message], /) -> int:
-        return math.ceil(count(messages) * factor)
-
-    return calibrated

@@ -10,12 +10,12 @@ the row, and later rebuilds the prompt with :func:`fold_summary`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from proxy.cascade.types import CompactionPlan, Message, TokenCounter
+from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.text import content_text
+from proxy.cascade.types import CompactionPlan, Marks, Message, StageResult, TokenCounter
 
 __all__ = [
     "MIN_SPAN_RATIO",
@@ -86,7 +86,7 @@ def _size(m: Message) -> int:
         for c in calls
         if isinstance(c, dict)
     )
-    return len(_text(m.get("content"))) + args
+    return len(content_text(m.get("content"), media=True)) + args
 
 
 def plan_compaction(
@@ -164,24 +164,6 @@ messages) that still matters for the remaining work, verbatim. Merge duplicates,
 finished details and anything superseded. Output only the briefing."""
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text") or ""))
-            elif isinstance(part, dict):
-                parts.append(f"[{part.get('type', 'part')}]")
-            else:
-                parts.append(str(part))
-        return "\n".join(parts)
-    return json.dumps(content, ensure_ascii=False, default=str)
-
-
 def _clip(text: str, cap: int | None) -> str:
     """Head (70 %) and tail (30 %) of ``text`` with a note naming what was left out."""
     if cap is None or len(text) <= cap:
@@ -194,7 +176,7 @@ def _clip(text: str, cap: int | None) -> str:
 
 def _render(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
     role = str(m.get("role") or "unknown")
-    body = _text(m.get("content"))
+    body = content_text(m.get("content"), media=True)
     if role == "tool":
         name = f" {m['name']}" if m.get("name") else ""
         caps = [c for c in (tool_cap, cap) if c is not None]
@@ -428,7 +410,7 @@ def _with_block(m: Message, block: str) -> Message:
         if isinstance(first, dict) and str(first.get("text") or "").startswith(_OPEN):
             parts = parts[1:]  # an earlier fold: replace it rather than stack a second one
         return {**m, "content": [{"type": "text", "text": block}, *parts]}
-    rest = _strip_block(_text(content))
+    rest = _strip_block(content_text(content, media=True))
     return {**m, "content": f"{block}\n\n{rest}" if rest else block}
 
 
@@ -451,3 +433,16 @@ def fold_summary(
     if rest and rest[0].get("role") == "user":
         return (*head, _with_block(rest[0], block), *rest[1:])
     return (*head, {"role": "user", "content": block}, *rest)
+
+
+def with_summary(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    """The stage: fold the step's summary in (``fold_summary``); an inserted user message
+    carrying it is a block of the prompt, not a row of the window."""
+    folded = fold_summary(messages, summary=step.summary, system_count=step.system_count)
+    if len(folded) == len(messages):
+        return StageResult(folded)
+    n = min(max(step.system_count, 0), len(messages))
+    return StageResult(folded, marks=Marks(source=(*range(n), None, *range(n, len(messages)))))
+
+
+SUMMARY = Stage("summary", with_summary)

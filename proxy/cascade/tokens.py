@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from proxy.cascade.text import content_text
 from proxy.cascade.types import Message, TokenCounter
 
 __all__ = [
@@ -41,27 +42,6 @@ MAX_RATIO = 2.0
 _IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
 
 
-def _part_text(part: Any) -> str:
-    if isinstance(part, str):
-        return part
-    if isinstance(part, Mapping):
-        for key in ("text", "refusal"):
-            value = part.get(key)
-            if isinstance(value, str):
-                return value
-    return ""
-
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "\n".join(t for t in (_part_text(p) for p in content) if t)
-    return str(content)
-
-
 def _call_text(call: Any) -> str:
     if not isinstance(call, Mapping):
         return ""
@@ -84,7 +64,7 @@ def message_text(msg: Message) -> str:
     name = msg.get("name")
     if isinstance(name, str) and name:
         pieces.append(name)
-    content = _content_text(msg.get("content"))
+    content = content_text(msg.get("content"))
     if content:
         pieces.append(content)
     refusal = msg.get("refusal")

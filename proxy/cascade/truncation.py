@@ -10,12 +10,13 @@ never stored and its marker advertises no handle.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ahocorasick_rs
 
 from proxy.cascade.redaction import compile_patterns, redact_message
+from proxy.cascade.text import content_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
 from proxy.config import RedactionConfig, ToolOutputConfig
 
@@ -25,7 +26,6 @@ __all__ = [
     "truncate_tool_result",
     "cap_utf8",
     "page_raw_output",
-    "content_text",
 ]
 
 HEAD_SHARE = 0.7
@@ -43,18 +43,6 @@ class Ingested:
     events: tuple[Event, ...] = ()
     spill: Spill | None = None
     redacted: int = 0
-
-
-def content_text(content: object) -> str:
-    """The text of a message's content: the string itself, or its text parts joined by ``\\n``."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        texts = [p.get("text") for p in content if isinstance(p, Mapping)]
-        return "\n".join(t for t in texts if isinstance(t, str))
-    return str(content)
 
 
 def cap_utf8(text: str, cap_bytes: int) -> str:

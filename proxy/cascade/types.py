@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
-    "Message", "TokenCounter", "Budget", "Event", "Spill", "StageResult",
+    "Message", "TokenCounter", "Budget", "Event", "Spill", "Marks", "NO_MARKS", "StageResult",
     "CompactionPlan", "ContextLengthExceeded",
     "USAGE", "TRUNCATED", "EVICTED", "COMPACTION_STARTED", "COMPACTION_COMPLETED",
     "COMPACTION_FAILED", "TRIMMED", "HANDOFF_SUGGESTED", "RETRIEVAL", "MEMORY_SUGGESTION",
@@ -53,9 +53,34 @@ class Spill:
 
 
 @dataclass(frozen=True, slots=True)
+class Marks:
+    """What a stage did that the shell must persist, in indices of the messages it was given.
+
+    - ``evicted``: messages replaced in place by a placeholder; the shell stores the
+      placeholder beside the row, so every later prompt sends the same prefix;
+    - ``trimmed``: messages left out of this and every later prompt (the rows stay);
+    - ``source``: for each output message, the input index it came from, or None for a block
+      the stage injected. None (the default) means "one for one": same length, same order.
+
+    A stage that leaves messages out without marking them trimmed (``/compact`` exchanges)
+    only changes ``source``: nothing is persisted for them.
+    """
+
+    evicted: tuple[int, ...] = ()
+    trimmed: tuple[int, ...] = ()
+    source: tuple[int | None, ...] | None = None
+
+
+NO_MARKS = Marks()
+
+
+@dataclass(frozen=True, slots=True)
 class StageResult:
+    """A stage's output: the messages it passes on, its events, and what the shell persists."""
+
     messages: tuple[Message, ...]
     events: tuple[Event, ...] = ()
+    marks: Marks = NO_MARKS
 
 
 @dataclass(frozen=True, slots=True)

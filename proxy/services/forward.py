@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -18,18 +17,15 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from proxy import sse
-from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled
-from proxy.cascade.tokens import MemoCounter
+from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
-from proxy.config import ContextConfig, ModelConfig, ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
-from proxy.services.compaction import CompactionResult
-from proxy.services.history import SessionState
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
+from proxy.services.turn import ChatContext, Route, Step, Turn
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
@@ -37,43 +33,6 @@ from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
 log = logging.getLogger("cascade.forward")
-
-Finish = Callable[["Step", Mapping[str, Any] | None, int | None], Awaitable[None]]
-Release = Callable[["Step"], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class ChatContext:
-    tenant: str
-    session_id: str
-    headers: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    agent: str
-    provider: ProviderConfig
-    model: str
-    limits: ModelConfig
-    ctx: ContextConfig
-
-
-@dataclass(slots=True)
-class Step:
-    ctx: ChatContext
-    route: Route
-    state: SessionState
-    assembled: Assembled
-    body: dict[str, Any]
-    stream: bool
-    client_wants_usage: bool
-    conn: Any
-    count: MemoCounter
-    command: CompactionResult | None = None
-    reclaimed: int = 0  # tokens this step's eviction reclaimed
-    overhead: int = 0  # estimated tokens of the tools sent beside the messages
-
-
 
 def _client_reply(
     message: Mapping[str, Any], texts: list[str], internal: list[Any], client_calls: list[Any]
@@ -104,16 +63,12 @@ def _closing_frames(
 
 
 class Forwarder:
-    """Calls upstream for a step; ``finish`` stores the reply and releases the session,
-    ``release`` only releases it (when there is no reply to store)."""
+    """Calls upstream for a turn's step and relays the answer; the turn ends with it
+    (``Turn.finish`` with the reply, ``Turn.abort`` when there is none to store)."""
 
-    def __init__(
-        self, *, upstream: Upstream, settings: Settings, finish: Finish, release: Release
-    ) -> None:
+    def __init__(self, *, upstream: Upstream, settings: Settings) -> None:
         self.upstream = upstream
         self.settings = settings
-        self._finish = finish
-        self._release_step = release
 
     def _upstream_body(self, step: Step, messages: list[Message]) -> bytes:
         body = strip_proxy_fields(step.body)
@@ -135,12 +90,13 @@ class Forwarder:
         ))
 
     async def _internal_round(
-        self, step: Step, messages: list[Message], reply: Mapping[str, Any]
+        self, turn: Turn, messages: list[Message], reply: Mapping[str, Any]
     ) -> list[Message]:
+        step = turn.prepared
         internal, _ = split_calls(reply)
         answers = [
             await answer_call(
-                step.conn, tenant=step.ctx.tenant, session_id=step.ctx.session_id, call=c,
+                turn.conn, tenant=step.ctx.tenant, session_id=step.ctx.session_id, call=c,
                 max_chars=step.route.ctx.tool_output.max_chars,
             )
             for c in internal
@@ -149,13 +105,14 @@ class Forwarder:
 
     # -- non-streaming -------------------------------------------------------------------
 
-    async def nonstream(self, step: Step) -> Response:
+    async def nonstream(self, turn: Turn) -> Response:
         """Call upstream, answering read_tool_output internally; relay the last answer.
 
         The response is the provider's bytes untouched unless internal rounds happened: then
         the client gets the last round's completion with the earlier rounds' text in front and
         no read_tool_output call in it.
         """
+        step = turn.prepared
         offer = step.assembled.offer_read_tool
         earlier: list[str] = []
         rewritten = False
@@ -169,7 +126,7 @@ class Forwarder:
                     model=step.route.model,
                 )
                 if resp.status_code >= 400:
-                    await self._release_step(step)
+                    await turn.abort()
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = _completion(resp)
                 note_answer(step.route.model, data.get("usage"))
@@ -179,7 +136,7 @@ class Forwarder:
                 internal, client_calls = split_calls(reply) if offer else ([], [])
                 if internal and not client_calls and round_no < self.settings.max_internal_rounds:
                     earlier.append(str(reply.get("content") or ""))
-                    messages = await self._internal_round(step, messages, reply)
+                    messages = await self._internal_round(turn, messages, reply)
                     continue
                 if internal or earlier:
                     reply = _client_reply(reply, [*earlier, str(reply.get("content") or "")],
@@ -191,16 +148,17 @@ class Forwarder:
                     rewritten = True
                 break
             content = dumps(data) if rewritten else resp.content
-            task = BackgroundTask(self._finish, step, reply, prompt_tokens)
-            # Built in here: until the response exists, nothing else would free the step.
+            task = BackgroundTask(turn.finish, reply, prompt_tokens)
+            # Built in here: until the response exists, nothing else would end the turn.
             return Response(content, resp.status_code, response_headers(resp), background=task)
         except BaseException:
-            await self._release_step(step)
+            await turn.abort()
             raise
 
     # -- streaming -----------------------------------------------------------------------
 
-    async def stream(self, step: Step) -> Response:
+    async def stream(self, turn: Turn) -> Response:
+        step = turn.prepared
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
         try:
@@ -219,21 +177,22 @@ class Forwarder:
                 headers = {"content-type": "text/event-stream"}
             if refused is None:
                 return StreamingResponse(
-                    self._stream_body(step, send), status_code=200, headers=headers,
+                    self._stream_body(turn, send), status_code=200, headers=headers,
                     media_type="text/event-stream",
                 )
-        except BaseException:  # until the body takes the step over, the lock is ours to free
+        except BaseException:  # until the body takes the turn over, ending it is ours
             if send is not None:
                 await _drop(send)
-            await self._release_step(step)
+            await turn.abort()
             raise
         assert refused is not None
-        await self._release_step(step)
+        await turn.abort()
         return refused
 
-    async def _stream_body(self, step: Step, send: asyncio.Future[StreamAnswer]) -> (
+    async def _stream_body(self, turn: Turn, send: asyncio.Future[StreamAnswer]) -> (
         AsyncIterator[bytes]
     ):
+        step = turn.prepared
         reply: dict[str, Any] | None = None
         prompt_tokens = None
         try:
@@ -282,12 +241,12 @@ class Forwarder:
                                                      step.client_wants_usage):
                             yield frame
                     break
-                messages = await self._internal_round(step, messages, message)
+                messages = await self._internal_round(turn, messages, message)
                 send = self._open(step, messages)
         finally:
             with anyio.CancelScope(shield=True):
                 await _drop(send)
-                await self._finish(step, reply, prompt_tokens)
+                await turn.finish(reply, prompt_tokens)
 
     async def _keepalive_until(
         self, send: asyncio.Future[StreamAnswer], *, at_once: bool

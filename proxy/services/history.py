@@ -30,11 +30,13 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
+from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, nul, raw_outputs, summaries
 from proxy.store.events import EventRows
 
 __all__ = [
     "SessionState", "Unstored", "reconcile_and_load", "load_window", "store_unstored",
+    "step_write",
 ]
 
 
@@ -73,14 +75,12 @@ def _estimate(window: Sequence[Message], summary: str | None, system_count: int,
     return count(folded)
 
 
-async def _plan(conn: Any, *, tenant: str, session_id: str, hashes: list[str], row: Any) -> (
-    Append | Supersede
-):
+async def _plan(conn: Any, key: SessionKey, hashes: list[str], row: Any) -> Append | Supersede:
     plan = plan_reconcile(hashes, stored_len=row["head_len"], stored_head_hash=row["head_hash"])
     if plan is not None:
         return plan
     matched = await msgs.fetch_matched_len(
-        conn, tenant=tenant, session_id=session_id, hashes=hashes
+        conn, tenant=key.tenant, session_id=key.session_id, hashes=hashes
     )
     return plan_divergence(hashes, matched_len=matched, stored_len=row["head_len"])
 
@@ -161,7 +161,7 @@ def _plausible(
 
 
 async def reconcile_and_load(
-    conn: Any, *, tenant: str, session_id: str, agent: str, model: str | None,
+    conn: Any, key: SessionKey, *, agent: str, model: str | None,
     messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
     guess: tuple[int, str | None] | None = None, hold_new: bool = False,
@@ -179,6 +179,7 @@ async def reconcile_and_load(
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
     statement as the messages.
     """
+    tenant, session_id = key
     system_count = system_prefix_count(messages)
     head_hash = hashes[-1] if hashes else None
     guessed = _plausible(guess, hashes)
@@ -196,7 +197,7 @@ async def reconcile_and_load(
     if begun.window is not None and pending is not None:
         return _loaded(row, summary, system_count, messages, head_hash, pending, begun.window,
                        count)
-    plan = await _plan(conn, tenant=tenant, session_id=session_id, hashes=hashes, row=row)
+    plan = await _plan(conn, key, hashes, row)
     if hold_new and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
         # Nothing is stored: the window is the new messages alone (module docstring).
         pending = _ingest(messages, hashes, 0, ctx, count)
@@ -255,25 +256,40 @@ def _loaded(
     )
 
 
-async def store_unstored(
-    conn: Any, *, tenant: str, session_id: str, state: SessionState
-) -> SessionState:
-    """Store the messages ``state`` holds back, as ``reconcile_and_load`` would have."""
+def step_write(
+    state: SessionState, *, evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
+    trimmed: Sequence[int] = (), reclaimed: int = 0, events: EventRows = ((), ()),
+    transient: Sequence[str] = (),
+) -> msgs.StepWrite:
+    """The step's one write (pure): its marks and events, and, for a new session, the
+    messages held back until now, ingestion events first."""
     held = state.unstored
     if held is None:
-        return state
-    await msgs.append_and_fetch_window(
-        conn, tenant=tenant, session_id=session_id, rows=held.rows, raw=held.raw,
-        head_len=state.head_len, head_hash=state.head_hash, system_count=state.system_count,
-        old_len=0, from_pos=state.system_count, events=held.events,
+        return msgs.StepWrite(evicted=evicted, trimmed=trimmed, reclaimed=reclaimed,
+                              events=events, transient=transient)
+    return msgs.StepWrite(
+        rows=held.rows, raw=held.raw, head=(state.head_len, state.head_hash, state.system_count),
+        evicted=evicted, trimmed=trimmed, reclaimed=reclaimed,
+        events=([*held.events[0], *events[0]], [*held.events[1], *events[1]]),
+        transient=transient,
     )
+
+
+async def store_unstored(conn: Any, key: SessionKey, state: SessionState) -> SessionState:
+    """Store the messages ``state`` holds back, alone (the step's write would have carried
+    them): for a path that reads the store before the step's write, or never makes one."""
+    if state.unstored is None:
+        return state
+    await msgs.write_step(conn, tenant=key.tenant, session_id=key.session_id,
+                          w=step_write(state))
     return replace(state, unstored=None)
 
 
 async def load_window(
-    conn: Any, *, tenant: str, session_id: str, state: SessionState, count: MemoCounter
+    conn: Any, key: SessionKey, state: SessionState, count: MemoCounter
 ) -> SessionState:
     """(Re)load the latest valid summary and the live messages after its boundary."""
+    tenant, session_id = key
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     boundary = summary["boundary"] if summary else 0
     rows = await msgs.fetch_window(

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Begun", "begin_step", "BEGIN_STEP",
-    "NewMessage", "insert_messages", "fetch_window", "append_and_fetch_window",
+    "NewMessage", "fetch_window", "append_and_fetch_window",
     "fetch_matched_len", "supersede_from", "fetch_messages", "persist_step",
-    "append_step", "record_step",
+    "append_step", "record_step", "StepWrite", "write_step",
 ]
 
 
@@ -58,27 +58,6 @@ def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any] | 
     if not raw:
         return [None, None, None, None]
     return [[x[i] for x in raw] for i in range(4)]
-
-
-INSERT_MESSAGES = """
-INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                      redacted, verbatim, source)
-SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source
-FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
-            $9::bool[], $10::bool[], $11::text[])
-     AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source)
-"""
-
-
-async def insert_messages(
-    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage]
-) -> None:
-    """Append rows in one round trip (unnest), whatever their number."""
-    if not rows:
-        return
-    await conn.execute(
-        INSERT_MESSAGES, tenant, session_id, *_row_columns(rows), [r.source for r in rows],
-    )
 
 
 _WINDOW_COLUMNS = """
@@ -347,6 +326,46 @@ async def append_step(
         APPEND_STEP, tenant, session_id, *columns, placeholders,
         [r.pos in cut for r in rows], *_raw_columns(raw), head_len, head_hash, system_count,
         reclaimed, *event_columns(events), NOTIFY_CHANNEL, list(transient),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """Everything a step writes before the answer, as one value the pure side builds.
+
+    ``rows`` (with their ``raw`` outputs and the new head) are a new session's messages that
+    nothing stored yet (``services.history.Unstored``); ``evicted`` are (position,
+    placeholder, its tokens), ``trimmed`` positions, ``reclaimed`` the tokens eviction freed,
+    ``events`` the persisted events (stamped) and ``transient`` ready NOTIFY payloads.
+    """
+
+    rows: Sequence[NewMessage] = ()
+    raw: Sequence[tuple[str, str, int, bool]] = ()
+    head: tuple[int, str | None, int] | None = None  # head_len, head_hash, system_count
+    evicted: Sequence[tuple[int, dict[str, Any], int]] = ()
+    trimmed: Sequence[int] = ()
+    reclaimed: int = 0
+    events: EventRows = ((), ())
+    transient: Sequence[str] = ()
+
+
+async def write_step(conn: Executor, *, tenant: str, session_id: str, w: StepWrite) -> None:
+    """The one write of a step's decisions, in one statement or none: with new rows, they go
+    in already evicted and trimmed (``append_step``); else the stored rows are marked
+    (``persist_step``, which sends nothing when there is nothing to mark)."""
+    if w.rows:
+        assert w.head is not None, "new rows move the head"
+        head_len, head_hash, system_count = w.head
+        await append_step(
+            conn, tenant=tenant, session_id=session_id, rows=w.rows, raw=w.raw,
+            head_len=head_len, head_hash=head_hash, system_count=system_count,
+            evicted=w.evicted, trimmed=w.trimmed, reclaimed=w.reclaimed, events=w.events,
+            transient=w.transient,
+        )
+        return
+    await persist_step(
+        conn, tenant=tenant, session_id=session_id, evicted=w.evicted, trimmed=w.trimmed,
+        reclaimed=w.reclaimed, events=w.events, transient=w.transient,
     )
 
 

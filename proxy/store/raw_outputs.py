@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.truncation import cap_utf8, content_text
+from proxy.cascade.text import content_text
+from proxy.cascade.truncation import cap_utf8
 from proxy.cascade.types import Spill
 from proxy.store.nul import decode, encode
 

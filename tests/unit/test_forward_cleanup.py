@@ -28,21 +28,26 @@ class _Answer:
         self.closed += 1
 
 
+def _turn(finish: object, abort: object) -> SimpleNamespace:
+    """Stands for a Turn: its prepared step, and the two calls that end it."""
+    step = SimpleNamespace(assembled=SimpleNamespace(messages=[], offer_read_tool=False))
+    return SimpleNamespace(prepared=step, finish=finish, abort=abort)
+
+
 async def test_an_answer_that_arrives_as_the_client_leaves_is_closed() -> None:
     finished: list[object] = []
 
-    async def finish(step: object, reply: object, tokens: object) -> None:
+    async def finish(reply: object, tokens: object) -> None:
         finished.append(reply)
 
-    async def release(step: object) -> None:
+    async def abort() -> None:
         raise AssertionError("not called on this path")
 
     settings = SimpleNamespace(keepalive_seconds=0.05, max_internal_rounds=1)
-    forwarder = Forwarder(upstream=None, settings=settings,  # type: ignore[arg-type]
-                          finish=finish, release=release)
-    step = SimpleNamespace(assembled=SimpleNamespace(messages=[], offer_read_tool=False))
+    forwarder = Forwarder(upstream=None, settings=settings)  # type: ignore[arg-type]
+    turn = _turn(finish, abort)
     send: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
-    body = forwarder._stream_body(step, send)  # type: ignore[arg-type]
+    body = forwarder._stream_body(turn, send)  # type: ignore[arg-type]
     assert (await body.__anext__()).startswith(b":")  # the first keep-alive comment
     answer = _Answer()
     send.set_result(answer)  # the provider's headers arrive ...
@@ -63,22 +68,21 @@ async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_e
 
     ran: list[str] = []
 
-    async def finish(step: object, reply: object, tokens: object) -> None:
+    async def finish(reply: object, tokens: object) -> None:
         ran.append("finish")
 
-    async def release(step: object) -> None:
-        ran.append("release")
+    async def abort() -> None:
+        ran.append("abort")
 
     upstream = Upstream(build_client(kind=kind), env={})
     async with Server(handler) as server:
         provider = ProviderConfig(base_url=server.url(), timeout_seconds=0.3)
         settings = SimpleNamespace(keepalive_seconds=0.1, max_internal_rounds=1)
-        forwarder = Forwarder(upstream=upstream, settings=settings,  # type: ignore[arg-type]
-                              finish=finish, release=release)
+        forwarder = Forwarder(upstream=upstream, settings=settings)  # type: ignore[arg-type]
         send = asyncio.ensure_future(upstream.open_stream(
             provider, "/chat/completions", client_headers={}, content=b"{}"))
-        step = SimpleNamespace(assembled=SimpleNamespace(messages=[], offer_read_tool=False))
-        pieces = [p async for p in forwarder._stream_body(step, send)]  # type: ignore[arg-type]
+        turn = _turn(finish, abort)
+        pieces = [p async for p in forwarder._stream_body(turn, send)]  # type: ignore[arg-type]
     await upstream.client.aclose()
     assert pieces[0].startswith(b":")  # a keep-alive comment went out: the 200 is committed
     assert json.loads(pieces[-2].removeprefix(b"data: "))["error"]["code"] == "504"

@@ -13,11 +13,29 @@ from proxy.history import (
     canonical_message,
     chain,
     chain_hash,
-    matched_prefix_len,
     plan_divergence,
     plan_reconcile,
-    reconcile,
 )
+
+
+def matched_prefix_len(stored_hashes: list[str], incoming_hashes: list[str]) -> int:
+    """What ``store.messages.FETCH_MATCHED_LEN`` computes in SQL, over lists: each hash covers
+    its whole prefix, so the highest stored position whose hash the client sent ends it."""
+    wanted = set(incoming_hashes)
+    for pos in range(len(stored_hashes) - 1, -1, -1):
+        if stored_hashes[pos] in wanted:
+            return pos + 1
+    return 0
+
+
+def reconcile(stored_hashes: list[str], incoming_hashes: list[str]) -> Append | Supersede:
+    """The shell's two queries as one in-memory model: the fast path, else the divergence."""
+    head = stored_hashes[-1] if stored_hashes else None
+    fast = plan_reconcile(incoming_hashes, stored_len=len(stored_hashes), stored_head_hash=head)
+    if fast is not None:
+        return fast
+    matched = matched_prefix_len(stored_hashes, incoming_hashes)
+    return plan_divergence(incoming_hashes, matched_len=matched, stored_len=len(stored_hashes))
 
 
 def user(text: str) -> dict[str, Any]:

@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from proxy.store.messages import NewMessage, _row_columns
+
+INSERT_MESSAGES = """
+INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
+                      redacted, verbatim, source)
+SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source
+FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
+            $9::bool[], $10::bool[], $11::text[])
+     AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, source)
+"""
+
+
+async def insert_messages(
+    conn: Any, *, tenant: str, session_id: str, rows: Sequence[NewMessage]
+) -> None:
+    """Store rows as they are: a request stores its rows inside larger statements."""
+    if rows:
+        await conn.execute(
+            INSERT_MESSAGES, tenant, session_id, *_row_columns(rows), [r.source for r in rows],
+        )
 
 
 async def set_head(

@@ -13,7 +13,7 @@ from asyncpg import introspection
 
 from proxy.history import chain
 from proxy.store import messages as msgs, raw_outputs, sessions
-from tests.integration.store.helpers import create_session, set_head
+from tests.integration.store.helpers import create_session, insert_messages, set_head
 
 T, S = "t-a", "s1"
 _INTROSPECTION = {
@@ -64,34 +64,23 @@ HISTORY = [
 
 
 async def test_insert_then_fetch_messages_in_order(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert [r["pos"] for r in rows] == [0, 1, 2, 3, 4]
     assert [r["message"] for r in rows] == HISTORY
     assert all(r["source"] == "client" and r["superseded_at"] is None for r in rows)
 
 
-async def test_insert_messages_is_one_statement_whatever_the_count(conn: Any) -> None:
-    seen: list[str] = []
-    conn.add_query_logger(lambda q: seen.append(q.query))
-    history = [user(f"m{i}") for i in range(300)]
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=[])
-    await asyncio.sleep(0)  # loggers run via call_soon
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.INSERT_MESSAGES]
-    assert await conn.fetchval("SELECT count(*) FROM messages") == 300
-
-
 async def test_messages_are_scoped_by_tenant(conn: Any) -> None:
     await create_session(conn, tenant="t-b", session_id=S, agent="default", model="m")
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     assert await msgs.fetch_messages(conn, tenant="t-b", session_id=S) == []
     other = await msgs.fetch_window(conn, tenant="t-b", session_id=S, system_count=1, from_pos=0)
     assert other == []
 
 
 async def test_fetch_window_keeps_system_prefix_and_tail(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     rows = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=1, from_pos=3)
     assert [r["pos"] for r in rows] == [0, 3, 4]
     assert rows[0]["message"]["role"] == "system"
@@ -100,7 +89,7 @@ async def test_fetch_window_keeps_system_prefix_and_tail(conn: Any) -> None:
 
 
 async def test_fetch_matched_len_finds_longest_common_prefix(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     same = chain(HISTORY)
     assert await msgs.fetch_matched_len(conn, tenant=T, session_id=S, hashes=same) == 5
     edited = chain([*HISTORY[:3], user("THREE (edited)"), HISTORY[4]])
@@ -111,7 +100,7 @@ async def test_fetch_matched_len_finds_longest_common_prefix(conn: Any) -> None:
 
 
 async def test_supersede_keeps_rows_and_frees_positions(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     n = await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=3)
     assert n == 2
     live = await msgs.fetch_messages(conn, tenant=T, session_id=S)
@@ -121,7 +110,7 @@ async def test_supersede_keeps_rows_and_frees_positions(conn: Any) -> None:
     assert await msgs.fetch_matched_len(conn, tenant=T, session_id=S, hashes=hashes) == 3
     # the freed positions accept a new tail (the live-position index is partial)
     new = [*HISTORY[:3], user("three, again")]
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(new, start=3))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(new, start=3))
     everything = await msgs.fetch_messages(conn, tenant=T, session_id=S, include_superseded=True)
     assert [(r["pos"], r["superseded_at"] is not None) for r in everything] == [
         (0, False),
@@ -136,19 +125,19 @@ async def test_supersede_keeps_rows_and_frees_positions(conn: Any) -> None:
 
 
 async def test_two_live_rows_at_one_position_are_refused(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:2]))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:2]))
     with pytest.raises(asyncpg.UniqueViolationError):
-        await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:2], 1))
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:2], 1))
 
 
 async def test_fetch_messages_pages(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     page = await msgs.fetch_messages(conn, tenant=T, session_id=S, limit=2, offset=2)
     assert [r["pos"] for r in page] == [2, 3]
 
 
 async def test_persist_step_rewrites_evicted_prompt_forms_and_marks_rows(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 7)])
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[])
@@ -162,10 +151,10 @@ async def test_persist_step_rewrites_evicted_prompt_forms_and_marks_rows(conn: A
 
 
 async def test_persist_step_leaves_superseded_rows_alone(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=2)
     fresh = [*HISTORY[:2], {"role": "assistant", "content": "TWO"}]
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(fresh, start=2))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(fresh, start=2))
     placeholder = {"role": "assistant", "content": "[context-cleared] TWO"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S, include_superseded=True)
@@ -180,7 +169,7 @@ async def test_persist_step_leaves_superseded_rows_alone(conn: Any) -> None:
 async def test_the_message_column_keeps_key_order_and_unknown_fields(conn: Any) -> None:
     # json, not jsonb: jsonb would sort the keys ("content" first) on the way back
     odd = {"role": "tool", "tool_call_id": "c1", "zeta": {"b": 1, "a": [2, 1]}, "content": "x"}
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for([user("q"), odd]))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for([user("q"), odd]))
     raw = await conn.fetchval(
         "SELECT message::text FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = 1",
         T,
@@ -212,7 +201,7 @@ def logged(conn: Any) -> list[str]:
 async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: Any) -> None:
     history = [*HISTORY, user("five"), {"role": "tool", "tool_call_id": "c9", "content": "..."}]
     hashes = chain(history)
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
     seen = logged(conn)
     old = await msgs.append_and_fetch_window(
         conn,
@@ -293,7 +282,7 @@ async def test_append_and_fetch_window_serves_the_newest_raw_output_keeps_the_ol
 
 async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: Any) -> None:
     hashes = chain(HISTORY)
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:4]))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:4]))
     await set_head(
         conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1
     )
@@ -328,7 +317,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
 
 async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None:
     hashes = chain(HISTORY)
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     await set_head(
         conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1
     )
@@ -400,7 +389,7 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     takes the lock; a stale one writes nothing and leaves the append to the caller."""
     history = [*HISTORY, user("five"), {"role": "tool", "tool_call_id": "c9", "content": "..."}]
     hashes = chain(history)
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
                    system_count=1)
     step = {
@@ -443,7 +432,7 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
     rows = rows_for(history[:5])
     # 1 and 3 stand for a redacted message and a stored reply
     rows = [r if r.pos in (1, 3) else replace(r, verbatim=True) for r in rows]
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows)
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows)
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
                    system_count=1)
     placeholder = {"role": "user", "content": "[context-cleared] four"}
@@ -503,7 +492,7 @@ def test_a_jsonb_value_of_an_unknown_format_version_is_refused() -> None:
 
 
 async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
     got: list[str] = []
 
@@ -560,7 +549,7 @@ TOOL_HISTORY = [
 
 
 async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     stored = await conn.fetchrow(
@@ -588,7 +577,7 @@ async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn:
 
 
 async def test_a_branch_keeps_evicted_bodies_and_placeholders(conn: Any) -> None:
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     await sessions.copy_session(conn, tenant=T, source=S, target="copy")
@@ -605,7 +594,7 @@ async def test_a_spilled_output_wins_and_a_redacted_evicted_row_is_never_paged(
 ) -> None:
     rows = rows_for(TOOL_HISTORY)
     rows[2] = replace(rows[2], redacted=True)
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows)
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows)
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     assert await raw_outputs.fetchrow_raw_output(
@@ -642,10 +631,34 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
     call = {"id": "c0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
     history = [user("go"), {"role": "assistant", "content": None, "tool_calls": [call]},
                {"role": "tool", "tool_call_id": "c0", "content": "turn five"}]
-    await msgs.insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
     assert await served() == "turn one, whole"  # turn five's row is live: nothing to serve
     placeholder = {"role": "tool", "tool_call_id": "c0", "content": "[context-cleared]"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     assert await served() == "turn five"
     await spill("turn seven, whole")
     assert await served() == "turn seven, whole"
+
+
+async def test_write_step_is_one_statement_with_or_without_new_rows(conn: Any) -> None:
+    """A new session's rows go in already evicted with the step's marks; a stored session's
+    rows are marked in place: one statement each, and nothing when there is nothing."""
+    seen: list[str] = []
+    conn.add_query_logger(lambda q: seen.append(q.query))
+    placeholder = {"role": "assistant", "content": "[context-cleared] two"}
+    rows = rows_for(HISTORY)
+    head = (len(HISTORY), rows[-1].hash, 1)
+    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(
+        rows=rows, head=head, evicted=[(2, placeholder, 3)], reclaimed=5))
+    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(trimmed=[1]))
+    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite())
+    await asyncio.sleep(0)  # loggers run via call_soon
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND_STEP, msgs.PERSIST_STEP]
+    stored = await conn.fetch(
+        "SELECT pos, placeholder::text, trimmed_at IS NOT NULL AS trimmed FROM messages"
+        " WHERE session_id = $1 ORDER BY pos", S)
+    assert [(r["pos"], r["trimmed"]) for r in stored] == [(i, i == 1) for i in range(5)]
+    assert json.loads(stored[2]["placeholder"]) == placeholder
+    session = await conn.fetchrow("SELECT head_len, reclaimed_tokens FROM sessions"
+                                  " WHERE id = $1", S)
+    assert tuple(session) == (len(HISTORY), 5)

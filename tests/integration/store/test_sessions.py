@@ -11,7 +11,7 @@ import pytest
 
 from proxy.cascade.types import Spill
 from proxy.store import messages as msgs, raw_outputs, sessions, summaries
-from tests.integration.store.helpers import create_session, set_head
+from tests.integration.store.helpers import create_session, insert_messages, set_head
 
 T = "t-a"
 
@@ -23,7 +23,7 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         msgs.NewMessage(pos=i, hash=f"h{i}", role="user", message={"role": "user", "content": i})
         for i in range(n)
     ]
-    await msgs.insert_messages(conn, tenant=tenant, session_id=session_id, rows=rows)
+    await insert_messages(conn, tenant=tenant, session_id=session_id, rows=rows)
     await set_head(
         conn,
         tenant=tenant,

@@ -20,8 +20,9 @@ from proxy.cascade.tokens import MemoCounter, message_cost
 from proxy.config import ContextConfig
 from proxy.history import chain
 from proxy.services.history import SessionState, load_window, reconcile_and_load
+from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, summaries
-from tests.integration.store.helpers import create_session
+from tests.integration.store.helpers import create_session, insert_messages
 from tests.integration.store.test_messages import asyncpg_internal
 
 T, S = "t-a", "s1"
@@ -52,8 +53,7 @@ def counter() -> MemoCounter:
 async def store(conn: Any, messages: Sequence[dict[str, Any]], session: str = S) -> SessionState:
     return await reconcile_and_load(
         conn,
-        tenant=T,
-        session_id=session,
+        SessionKey(T, session),
         agent="default",
         model="m",
         messages=messages,
@@ -229,7 +229,7 @@ async def test_load_window_is_two_statements(conn: Any) -> None:
     await summarise(conn, 190, "briefing")
     seen: list[str] = []
     conn.add_query_logger(lambda q: seen.append(q.query))
-    state = await load_window(conn, tenant=T, session_id=S, state=state, count=counter())
+    state = await load_window(conn, SessionKey(T, S), state, counter())
     await asyncio.sleep(0)  # loggers run via call_soon
     assert [q for q in seen if not asyncpg_internal(q)] == [
         summaries.FETCHROW_LATEST,
@@ -290,7 +290,7 @@ async def _two_long_sessions(conn: Any) -> list[dict[str, Any]]:
             )
             for i, m in enumerate(hist)
         ]
-        await msgs.insert_messages(conn, tenant=T, session_id=session, rows=rows)
+        await insert_messages(conn, tenant=T, session_id=session, rows=rows)
         await conn.execute(
             "INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,"
             " original_bytes) SELECT $1, $2, $2 || '-c' || i, 'raw', 3"

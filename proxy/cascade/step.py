@@ -1,0 +1,65 @@
+"""The stage seam: what every stage is given, and what makes a function a stage.
+
+A stage is a pure function ``run(messages, step) -> StageResult`` (``types.StageResult``:
+the messages it passes on, its events, and the ``Marks`` the shell persists), named and
+switched on by the config. ``pipeline.assemble`` runs one ordered tuple of them.
+
+A stage that needs I/O (an embedding and a vector search, a row the store must read) also
+has a pure ``plan(step) -> need``: a small frozen value saying what it needs, or None. The
+shell collects every stage's need (``pipeline.plan_step``), fulfils them in one place
+(``services/needs.py``), and passes the answers back in ``StepInput.answers`` under the
+stage's name, the way httpx's ``Auth.auth_flow`` yields a request and is sent the response.
+The stage itself never waits for anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.cascade.types import Budget, Message, StageResult, TokenCounter
+from proxy.config import ContextConfig
+
+__all__ = ["StepInput", "Stage", "StageFn", "Planner", "always"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """Everything a step's stages read: the window, the summary, the budget and the config.
+
+    ``answers`` holds what the shell fetched for the stages' plans, keyed by stage name.
+    """
+
+    window: tuple[Message, ...]
+    system_count: int
+    summary: str | None
+    count: TokenCounter
+    budget: Budget
+    ctx: ContextConfig
+    unspillable: frozenset[str] = frozenset()
+    ratio: float = 1.0
+    answers: Mapping[str, Any] = field(default_factory=dict)
+
+
+class StageFn(Protocol):
+    def __call__(self, messages: tuple[Message, ...], step: StepInput, /) -> StageResult: ...
+
+
+class Planner(Protocol):
+    def __call__(self, step: StepInput, /) -> object | None: ...
+
+
+def always(ctx: ContextConfig) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One entry of the stage tuple: its name (the key of its answer), its pure function,
+    when the config runs it, and, for a stage that needs I/O, its pure plan."""
+
+    name: str
+    run: StageFn
+    enabled: Callable[[ContextConfig], bool] = always
+    plan: Planner | None = None

@@ -1,0 +1,96 @@
+"""Budget accounting for a step: what the prompt may hold, and how full the window is.
+
+A provider counts more than the messages against the window: the request's ``tools`` array
+and, when the proxy may offer it, ``read_tool_output``'s schema. Those ``fixed`` tokens are
+set aside beside the reserved output, and counted into the occupancy the cascade reacts to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from proxy.cascade.pipeline import READ_TOOL_SCHEMA
+from proxy.cascade.pressure import Pressure
+from proxy.cascade.tokens import effective_input_tokens
+from proxy.cascade.types import Budget, Message
+from proxy.config import ModelConfig
+from proxy.jsonio import dumps
+
+if TYPE_CHECKING:
+    from proxy.services.history import SessionState
+    from proxy.services.turn import Route
+
+__all__ = ["FixedTokens", "reserved_output", "occupancy", "pressure", "budget"]
+
+_TOOLS_CACHE_MAX = 256
+
+
+def reserved_output(body: Mapping[str, Any], limits: ModelConfig) -> int:
+    """The output the request reserves (``max_completion_tokens``/``max_tokens``), else the
+    model's default."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return limits.reserved_output
+
+
+class FixedTokens:
+    """Tokens a prompt carries besides its messages. Agents send the same ``tools`` array
+    every turn, so its count is cached by its JSON."""
+
+    def __init__(self, cost: Callable[[Message], int]) -> None:
+        self.cost = cost
+        self._tools: dict[bytes, int] = {}
+        self.schema = self._json_tokens(dumps([READ_TOOL_SCHEMA]))
+
+    def _json_tokens(self, tools_json: bytes) -> int:
+        return self.cost({"role": "system", "content": tools_json.decode()})
+
+    def of(self, rt: Route, body: Mapping[str, Any]) -> tuple[int, int]:
+        """(the request's tools, read_tool_output's schema when the proxy may offer it)."""
+        tools = body.get("tools")
+        cost = 0
+        if isinstance(tools, list) and tools:
+            key = dumps(tools)
+            cost = self._tools.get(key, -1)
+            if cost < 0:
+                if len(self._tools) >= _TOOLS_CACHE_MAX:
+                    self._tools.clear()
+                cost = self._tools[key] = self._json_tokens(key)
+        return cost, self.schema if rt.ctx.tool_output.persist_raw else 0
+
+
+def occupancy(state: SessionState, fixed: int) -> int:
+    """Occupancy of the prompt this state would send: the window with its summary folded,
+    and the ``fixed`` tokens of its tools.
+
+    ``last_estimate`` counted the folded summary and the tools, so the current estimate
+    must too, or every step after a compaction under-reports occupancy by the summary's
+    size, and the tools would count only through the calibration ratio (capped at 2).
+    """
+    row = state.session
+    return effective_input_tokens(
+        state.estimate + fixed, ratio=row["calibration"],
+        last_real=row["last_prompt_tokens"], last_estimate=row["last_estimate"],
+    )
+
+
+def pressure(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) -> Pressure:
+    """The measure ``cascade.pressure.compaction_need`` decides on."""
+    limit = rt.limits.context_limit
+    return Pressure(
+        occupancy=occupancy(state, fixed), estimate=state.estimate, limit=limit,
+        room=limit - reserved_output(body, rt.limits) - fixed,
+    )
+
+
+def budget(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) -> Budget:
+    """The step's budget: the tools are not messages the stages can shed, so their tokens
+    are set aside beside the output's."""
+    return Budget(
+        limit=rt.limits.context_limit,
+        reserved_output=reserved_output(body, rt.limits) + fixed,
+        occupancy=occupancy(state, fixed),
+    )

@@ -1,0 +1,37 @@
+"""The one place the shell fulfils what the stages' plans ask for (``cascade.step``).
+
+``pipeline.plan_step`` returns each enabled stage's need (a small frozen value, keyed by stage
+name); ``fulfil`` runs the fulfiller registered for that need's type on the request's
+connection and returns the answers, which ``pipeline.assemble`` hands back to the stages in
+``StepInput.answers``. A stage that needs I/O adds one entry to ``FULFILLERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from proxy.session_id import SessionKey
+
+__all__ = ["Fulfiller", "FULFILLERS", "fulfil"]
+
+Fulfiller = Callable[[Any, Any, SessionKey], Awaitable[Any]]
+"""``(need, connection, session) -> answer``."""
+
+FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({})
+"""Fulfillers by the type of the need they answer (none of today's stages needs I/O)."""
+
+
+async def fulfil(
+    needs: Mapping[str, object], *, conn: Any, key: SessionKey,
+    fulfillers: Mapping[type, Fulfiller] = FULFILLERS,
+) -> dict[str, Any]:
+    """Every need's answer, by stage name; a need nobody fulfils is a programming error."""
+    answers: dict[str, Any] = {}
+    for name, need in needs.items():
+        fulfiller = fulfillers.get(type(need))
+        if fulfiller is None:
+            raise TypeError(f"stage {name!r} needs a {type(need).__name__}: no fulfiller for it")
+        answers[name] = await fulfiller(need, conn, key)
+    return answers

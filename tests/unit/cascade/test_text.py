@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from proxy.cascade import commands, eviction, summary, tokens, truncation
+from proxy.cascade.text import content_text
+
+PARTS = [
+    {"type": "text", "text": "first"},
+    {"type": "image_url", "image_url": {"url": "data:..."}},
+    {"type": "text", "text": ""},
+    {"type": "refusal", "refusal": "no"},
+]
+
+
+def test_plain_and_empty_content() -> None:
+    assert content_text("hello") == "hello"
+    assert content_text(None) == ""
+    assert content_text([]) == ""
+
+
+def test_text_parts_join_with_newlines_and_skip_media() -> None:
+    assert content_text(PARTS) == "first\nno"
+
+
+def test_media_parts_are_named_for_a_summariser() -> None:
+    assert content_text(PARTS, media=True) == "first\n[image_url]\nno"
+
+
+def test_every_core_reader_uses_the_one_definition() -> None:
+    """The token counter, the truncation stage and the summariser read the same text."""
+    for module in (commands, eviction, summary, tokens, truncation):
+        assert module.content_text is content_text
