@@ -4,6 +4,8 @@ kept in the data directory and applied by a reload, once."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -23,7 +25,16 @@ async def _setting(dsn: str, name: str) -> str:
         await conn.close()
 
 
-async def test_the_embedded_server_zero_fills_no_wal_segment(tmp_path: Path) -> None:
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A data directory outside pytest's ``pytest-of-<user>``, whose permissions another pytest
+    session resets to 0700 when it starts, locking out the server's own user mid-initdb."""
+    with tempfile.TemporaryDirectory(prefix="cascade-embedded-") as path:
+        yield Path(path)
+
+
+async def test_the_embedded_server_zero_fills_no_wal_segment(data_dir: Path) -> None:
+    tmp_path = data_dir
     app = create_app(Settings(database_url=None, data_dir=tmp_path, watch_config=False))
     async with app.router.lifespan_context(app):
         dsn, _ = start_embedded(tmp_path)  # the running server's handle (the app's own)
