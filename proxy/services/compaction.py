@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 
 from proxy.bus import EventBus
+from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.summary import (
     build_prompt,
@@ -284,6 +285,8 @@ class DurableSummarizer:
                 "summary_version": latest["version"] if latest else None,
             })
             return CompactionResult(None, boundary, 0, before, before, str(exc), failed=True)
+        ledger = apply_ledger(content, plan.span, cap=job.cfg.ledger_cap)
+        content = ledger.summary
         version = await summaries.insert_summary(
             conn, tenant=job.tenant, session_id=job.session_id, boundary=end_pos,
             boundary_hash=last["hash"], content=content,
@@ -304,6 +307,8 @@ class DurableSummarizer:
             "summary_version": version, "from_pos": first["pos"], "to_pos": end_pos,
             "folded_messages": folded, "tokens_before": before,
             "tokens_after": after, "duration_ms": round((time.monotonic() - t0) * 1000),
+            "identifiers_kept": ledger.kept, "identifiers_added": ledger.added,
+            "identifiers_dropped": ledger.dropped,
         })
         return CompactionResult(version, end_pos, folded, before, after)
 
