@@ -61,6 +61,8 @@ def _stages(ctx: ContextConfig) -> str:
         on.append(f"summarize ({mode}, from {ctx.summarize.soft_fraction:.0%})")
     if ctx.recitation.enabled:
         on.append("recitation")
+    if ctx.handoff.enabled:
+        on.append(f"handoff (nudge at {ctx.handoff.at_fraction:.0%})")
     return ", ".join(on)
 
 

@@ -310,7 +310,7 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     return parse_config(raw, env)
 
 
-_NOT_BUILT = ("retrieval", "handoff")
+_NOT_BUILT = ("retrieval",)
 
 
 def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:

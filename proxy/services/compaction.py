@@ -129,6 +129,11 @@ class DurableSummarizer:
                                else None)
         return True
 
+    def running(self, tenant: str, session_id: str) -> bool:
+        """True while a compaction of the session runs here (it may still make room)."""
+        task = self._tasks.get((tenant, session_id))
+        return task is not None and not task.done()
+
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
         task = self._tasks.get((tenant, session_id))
         if task is not None:
