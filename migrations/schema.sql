@@ -219,7 +219,8 @@ CREATE TABLE public.sessions (
     last_prompt_tokens integer,
     last_estimate integer,
     calibration double precision DEFAULT 1.0 NOT NULL,
-    reclaimed_tokens bigint DEFAULT 0 NOT NULL
+    reclaimed_tokens bigint DEFAULT 0 NOT NULL,
+    handoff_above boolean DEFAULT false NOT NULL
 );
 
 CREATE TABLE public.summaries (

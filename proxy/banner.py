@@ -59,6 +59,10 @@ def _stages(ctx: ContextConfig) -> str:
     if ctx.summarize.enabled:
         mode = "in the background" if ctx.summarize.background else "inline"
         on.append(f"summarize ({mode}, from {ctx.summarize.soft_fraction:.0%})")
+    if ctx.recitation.enabled:
+        on.append("recitation")
+    if ctx.handoff.enabled:
+        on.append(f"handoff (nudge at {ctx.handoff.at_fraction:.0%})")
     return ", ".join(on)
 
 

@@ -148,6 +148,9 @@ class SummarizeConfig(_Block):
     keep_recent: int = Field(default=4, ge=0)
     reflect_tokens: int = Field(default=4000, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=3)
+    ledger_cap: int = Field(default=64, ge=0)
+    """At most this many identifiers of a folded span (newest first) are appended under
+    ``## Files & State`` when the model's summary left them out (``cascade/ledger.py``)."""
 
     @model_validator(mode="after")
     def _soft_below_hard(self) -> SummarizeConfig:
@@ -307,7 +310,7 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     return parse_config(raw, env)
 
 
-_NOT_BUILT = ("recitation", "retrieval", "handoff")
+_NOT_BUILT = ("retrieval",)
 
 
 def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:

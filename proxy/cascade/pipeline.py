@@ -5,7 +5,8 @@
 1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
 2. ``/compact`` exchanges left out (answered by the proxy, never by the model);
 3. the durable summary folded into the first user message;
-4. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+4. recitation: the summary's plan appended to the last message (opt-in);
+5. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
 
 Each stage reports what the shell must persist in its own input's indices (``Marks``);
 ``assemble`` carries every message's window index through the stages, so the shell gets
@@ -30,6 +31,7 @@ from proxy.cascade.commands import (
 )
 from proxy.cascade.eviction import EVICTION
 from proxy.cascade.overflow import OVERFLOW
+from proxy.cascade.recitation import RECITATION
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
 from proxy.cascade.truncation import Ingested, truncate_tool_result
@@ -42,7 +44,7 @@ __all__ = [
     "is_compact_command", "compact_reply_text", "drop_commands",
 ]
 
-STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, OVERFLOW)
+STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, RECITATION, OVERFLOW)
 """The per-step stages, in the order they run."""
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'

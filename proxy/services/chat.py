@@ -22,6 +22,7 @@ import asyncpg
 from starlette.responses import Response
 
 from proxy.bus import EventBus
+from proxy.cascade.handoff import handoff_step
 from proxy.cascade.pipeline import (
     Assembled,
     StepInput,
@@ -31,7 +32,7 @@ from proxy.cascade.pipeline import (
 )
 from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
-from proxy.cascade.types import ContextLengthExceeded, Message
+from proxy.cascade.types import ContextLengthExceeded, Event, Message
 from proxy.config import Config
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
@@ -53,7 +54,7 @@ from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import ChatContext, Route, Step, Turn
 from proxy.settings import Settings
-from proxy.store import messages as msgs
+from proxy.store import messages as msgs, sessions
 from proxy.store.db import acquire, unavailable_when_lost
 from proxy.upstream import Upstream
 
@@ -154,6 +155,8 @@ class ChatService:
         except ContextLengthExceeded:  # refused; what the client sent is stored all the same
             await store_unstored(conn, key, state)
             raise
+        if command is None and (nudge := await self._handoff(conn, rt, body, ctx, state, fixed)):
+            assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(conn, ctx, state, assembled, count)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
@@ -193,6 +196,23 @@ class ChatService:
             await self.summarizer.compact_now(self._job(cfg, rt, ctx, need.trigger), conn)
             state = await load_window(conn, key, state, count)
         return state
+
+    async def _handoff(
+        self, conn: Any, rt: Route, body: Mapping[str, Any], ctx: ChatContext,
+        state: SessionState, fixed: int,
+    ) -> Event | None:
+        """The handoff nudge of this step (``cascade.handoff``), measured after any
+        compaction the step ran; the session row's crossing flag is written when it flips."""
+        above = bool(state.session.get("handoff_above"))
+        out = handoff_step(
+            budgets.pressure(state, rt, body, fixed), rt.ctx.handoff, above=above,
+            summarized=state.summary is not None,
+            compacting=self.summarizer.running(ctx.tenant, ctx.session_id),
+        )
+        if out.above != above:
+            await sessions.set_handoff_above(conn, tenant=ctx.tenant, session_id=ctx.session_id,
+                                             above=out.above)
+        return out.event
 
     async def _persist_step(
         self, conn: Any, ctx: ChatContext, state: SessionState, asm: Assembled,

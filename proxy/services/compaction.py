@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 
 from proxy.bus import EventBus
+from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.summary import (
     build_prompt,
@@ -127,6 +128,11 @@ class DurableSummarizer:
         task.add_done_callback(lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t
                                else None)
         return True
+
+    def running(self, tenant: str, session_id: str) -> bool:
+        """True while a compaction of the session runs here (it may still make room)."""
+        task = self._tasks.get((tenant, session_id))
+        return task is not None and not task.done()
 
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
         task = self._tasks.get((tenant, session_id))
@@ -284,6 +290,8 @@ class DurableSummarizer:
                 "summary_version": latest["version"] if latest else None,
             })
             return CompactionResult(None, boundary, 0, before, before, str(exc), failed=True)
+        ledger = apply_ledger(content, plan.span, cap=job.cfg.ledger_cap)
+        content = ledger.summary
         version = await summaries.insert_summary(
             conn, tenant=job.tenant, session_id=job.session_id, boundary=end_pos,
             boundary_hash=last["hash"], content=content,
@@ -304,6 +312,8 @@ class DurableSummarizer:
             "summary_version": version, "from_pos": first["pos"], "to_pos": end_pos,
             "folded_messages": folded, "tokens_before": before,
             "tokens_after": after, "duration_ms": round((time.monotonic() - t0) * 1000),
+            "identifiers_kept": ledger.kept, "identifiers_added": ledger.added,
+            "identifiers_dropped": ledger.dropped,
         })
         return CompactionResult(version, end_pos, folded, before, after)
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "fetchrow_session", "fetch_sessions",
     "delete_session", "reset_session", "copy_session",
-    "session_lock_key",
+    "session_lock_key", "set_handoff_above",
 ]
 
 FETCHROW_SESSION = """
@@ -57,6 +57,17 @@ async def fetch_sessions(
     return [_decoded(r) for r in await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)]
 
 
+SET_HANDOFF_ABOVE = "UPDATE sessions SET handoff_above = $3 WHERE tenant = $1 AND id = $2"
+
+
+async def set_handoff_above(
+    conn: Executor, *, tenant: str, session_id: str, above: bool
+) -> None:
+    """Flip the handoff nudge's crossing flag (``cascade/handoff.py``); called only when it
+    changes."""
+    await conn.execute(SET_HANDOFF_ABOVE, tenant, session_id, above)
+
+
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
 LOCK_SESSION = "SELECT pg_advisory_xact_lock($1)"
 
@@ -91,7 +102,8 @@ RESET_SESSION = [
     "DELETE FROM summaries WHERE tenant = $1 AND session_id = $2",
     """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
        last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,
-       reclaimed_tokens = 0, updated_at = now() WHERE tenant = $1 AND id = $2""",
+       reclaimed_tokens = 0, handoff_above = false, updated_at = now()
+       WHERE tenant = $1 AND id = $2""",
 ]
 
 

@@ -23,7 +23,9 @@ def _config(**extra: object) -> Config:
         "agents": {"default": {"provider": "paid"},
                    "quiet": {"provider": "local",
                              "context": {"summarize": {"enabled": False},
-                                         "eviction": {"enabled": False}}}},
+                                         "eviction": {"enabled": False},
+                                         "recitation": {"enabled": True},
+                                         "handoff": {"enabled": True}}}},
         **extra,
     })
 
@@ -45,6 +47,8 @@ def test_the_block_names_the_address_providers_database_stages_and_pages() -> No
     quiet = next(line for line in lines if "stages for agent quiet" in line)
     assert "eviction" in default and "summarize" in default
     assert "eviction" not in quiet and "summarize" not in quiet and "redaction" in quiet
+    assert "recitation" in quiet and "recitation" not in default
+    assert "handoff (nudge at 90%)" in quiet and "handoff" not in default
     assert "metrics: http://127.0.0.1:9000/metrics" in text
     assert "console: not served by this build (/ui)" in text
     for secret in (*SECRETS.values(), "db-pass-8812", "url-pass-55", "bob"):

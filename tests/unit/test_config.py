@@ -391,3 +391,12 @@ def test_the_holder_logs_the_warnings(
     with caplog.at_level(logging.WARNING, logger="cascade.config"):
         ConfigHolder(load_config(path, env={}), path)
     assert "$TEAM_A_KEY is unset" in caplog.text
+
+
+def test_built_stages_are_not_warned_about() -> None:
+    raw = {"context": {"recitation": {"enabled": True}, "handoff": {"enabled": True},
+                       "summarize": {"ledgerCap": 10}}}
+    cfg = parse_config(raw, {})
+    assert config_warnings(cfg, {}) == []
+    assert cfg.context.summarize.ledger_cap == 10
+    assert cfg.context_for("default").handoff.at_fraction == 0.9

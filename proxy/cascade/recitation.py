@@ -1,0 +1,61 @@
+"""Recitation (DESIGN §5 stage 3): the summary's plan, recited at the tail of the prompt.
+
+Models attend most to the end of a long prompt. When the latest summary has ``## Open Tasks``
+and/or ``## Next Step``, a ``<plan>…</plan>`` block holding them is appended to the last
+message of the upstream prompt, so the agent's goal sits where it is read. Its text derives
+from the summary alone, which changes only at a compaction, so it is byte-identical on every
+step of a turn; it moves with the tail, and everything before the tail stays a stable prefix.
+
+The block goes into the last message only when that is a user or tool message (never a
+system message, which some providers refuse at that position, nor an assistant prefill); a
+list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
+so the window row keeps the client's text and only the prompt carries the block.
+"""
+
+from __future__ import annotations
+
+from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.summary import section
+from proxy.cascade.types import Message, StageResult
+
+__all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
+
+PLAN_OPEN, PLAN_CLOSE = "<plan>", "</plan>"
+_RECITED = ("## Open Tasks", "## Next Step")
+_TARGET_ROLES = frozenset({"user", "tool"})
+_EMPTY = frozenset({"", "(none)"})
+
+
+def plan_block(summary: str | None) -> str | None:
+    """The ``<plan>`` block of a summary, or None when it has neither section with content."""
+    if not summary or not summary.strip():
+        return None
+    parts = []
+    for heading in _RECITED:
+        body = section(summary, heading)
+        if body is not None and body.strip() not in _EMPTY:
+            parts.append(f"{heading}\n{body.strip()}")
+    if not parts:
+        return None
+    inner = "\n\n".join(parts)
+    return f"{PLAN_OPEN}\n{inner}\n{PLAN_CLOSE}"
+
+
+def _with_plan(m: Message, block: str) -> Message:
+    content = m.get("content")
+    if isinstance(content, list):
+        return {**m, "content": [*content, {"type": "text", "text": block}]}
+    text = "" if content is None else str(content)
+    return {**m, "content": f"{text}\n\n{block}" if text else block}
+
+
+def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    """The stage: append the summary's plan to the last message when it is a user or tool
+    message; otherwise, or without a plan, pass the messages on unchanged."""
+    block = plan_block(step.summary)
+    if block is None or not messages or messages[-1].get("role") not in _TARGET_ROLES:
+        return StageResult(messages)
+    return StageResult((*messages[:-1], _with_plan(messages[-1], block)))
+
+
+RECITATION = Stage("recitation", recite, enabled=lambda ctx: ctx.recitation.enabled)

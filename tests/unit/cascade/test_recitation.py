@@ -1,0 +1,90 @@
+"""Recitation: the summary's Open Tasks and Next Step recited at the tail of the prompt."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from proxy.cascade.pipeline import assemble
+from proxy.cascade.recitation import plan_block, recite
+from proxy.cascade.step import StepInput
+from proxy.cascade.summary import parse_briefing
+from proxy.cascade.types import Budget
+from proxy.config import ContextConfig
+from tests.unit.cascade.summary_builders import (
+    assistant,
+    assistant_calls,
+    count,
+    system,
+    tool,
+    user,
+)
+
+ON = ContextConfig.model_validate({"recitation": {"enabled": True},
+                                   "eviction": {"enabled": False}})
+SUMMARY = parse_briefing("## Objective\nship it\n## Open Tasks\n- fix `a.py`\n- test\n"
+                         "## Next Step\nrun pytest")
+PLAN = "<plan>\n## Open Tasks\n- fix `a.py`\n- test\n\n## Next Step\nrun pytest\n</plan>"
+
+
+def _step(window: tuple[dict, ...], summary: str | None = SUMMARY,
+          ctx: ContextConfig = ON) -> StepInput:
+    return StepInput(window=window, system_count=1, summary=summary, count=count,
+                     budget=Budget(limit=100_000, reserved_output=0, occupancy=count(window)),
+                     ctx=ctx)
+
+
+def test_block_holds_both_sections() -> None:
+    assert plan_block(SUMMARY) == PLAN
+
+
+def test_one_section_alone_is_recited() -> None:
+    only_next = parse_briefing("## Objective\nx\n## Next Step\nrun pytest")
+    assert plan_block(only_next) == "<plan>\n## Next Step\nrun pytest\n</plan>"
+
+
+def test_no_block_without_summary_or_with_both_sections_empty() -> None:
+    assert plan_block(None) is None
+    assert plan_block(parse_briefing("## Objective\nx\n## Open Tasks\n(none)")) is None
+
+
+def test_the_block_is_appended_to_a_final_user_message() -> None:
+    window = (system("s"), user("start"), assistant("ok"), user("go on"))
+    out = assemble(_step(window))
+    assert out.messages[-1]["content"] == "go on\n\n" + PLAN
+    assert out.window == window and out.evicted == () and out.injected == ()
+
+
+def test_a_prompt_ending_with_tool_results_gets_it_in_the_last_tool_message() -> None:
+    window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})), tool("c1", "out"))
+    out = assemble(_step(window))
+    assert out.messages[-1]["role"] == "tool"
+    assert out.messages[-1]["content"] == "out\n\n" + PLAN
+    assert all(PLAN not in str(m["content"]) for m in out.messages[:-1])
+
+
+def test_list_content_gets_an_extra_text_part() -> None:
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    res = recite((system("s"), {"role": "user", "content": parts}), _step(()))
+    assert res.messages[-1]["content"] == [*parts, {"type": "text", "text": PLAN}]
+
+
+def test_never_into_a_system_or_assistant_message() -> None:
+    for last in (system("s"), assistant("prefill")):
+        msgs = (user("u"), last)
+        assert recite(msgs, _step(())).messages == msgs
+
+
+def test_off_by_default_and_a_no_op_without_summary() -> None:
+    window = (system("s"), user("start"), assistant("ok"), user("go"))
+    assert assemble(_step(window, ctx=ContextConfig())).messages[-1] == user("go")
+    assert assemble(_step(window, summary=None)).messages[-1] == user("go")
+
+
+def test_the_block_is_byte_identical_across_steps_and_rides_at_the_tail() -> None:
+    window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})), tool("c1", "one"))
+    first = assemble(_step(window))
+    later = window + (assistant_calls(("c2", "cat", {})), tool("c2", "two"))
+    second = assemble(replace(_step(later)))
+    assert first.messages[-1]["content"].endswith(PLAN)
+    assert second.messages[-1]["content"].endswith(PLAN)
+    assert second.messages[len(window) - 1]["content"] == "one"  # moved to the new end
