@@ -99,6 +99,11 @@ class ToolOutputConfig(_Block):
     max_chars: int = Field(default=24_000, ge=200)
     persist_raw: bool = True
     raw_cap_bytes: int = Field(default=8_388_608, gt=0)
+    compact: bool = True
+    compact_min_saving: float = Field(default=0.2, ge=0, le=1)
+    """The lossless ingest stage rewrites a result only when that saves at least this share
+    of its characters, marker included: a smaller saving does not pay for a text the model
+    must read in an unfamiliar form (pretty-printed JSON saves 25-50%, so it passes)."""
 
 
 class RedactionConfig(_Block):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.cascade.pipeline import drop_commands, ingest
+from proxy.cascade.pipeline import drop_commands, earlier_results, ingest
 from proxy.cascade.summary import fold_summary, system_prefix_count
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
@@ -123,7 +123,7 @@ def _ingest(
     out = _Ingested([], [], [], [])
     spills: list[Any] = []
     for pos in range(start, len(messages)):
-        got = ingest(messages[pos], ctx)
+        got = ingest(messages[pos], ctx, earlier_results(messages, pos))
         out.new.append((pos, got.message))
         out.rows.append(msgs.NewMessage(
             pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
