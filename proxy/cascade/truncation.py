@@ -84,8 +84,9 @@ def _compact(msg: Message, text: str, cfg: ToolOutputConfig,
     if done is None:
         return None
     new_text = compacted_marker(tool_call_id, len(text), done.how) + done.text
-    if len(new_text) > cfg.max_chars or len(text) - len(new_text) < (
-        cfg.compact_min_saving * len(text)
+    saving = len(text) - len(new_text)
+    if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(
+        text
     ):
         return None
     event = Event(TRUNCATED, {
