@@ -106,6 +106,14 @@ class ToolOutputConfig(_Block):
     must read in an unfamiliar form (pretty-printed JSON saves 25-50%, so it passes)."""
 
 
+class ObservationsConfig(_Block):
+    """Tool observations that text-action agents send as user messages (``observations.py``):
+    a user message after an assistant message that starts with one of these is managed like
+    a tool result once it is no longer the latest message. Empty turns it off."""
+
+    user_prefixes: tuple[str, ...] = ("Observation:",)
+
+
 class RedactionConfig(_Block):
     enabled: bool = True
     patterns: tuple[str, ...] = ()
@@ -184,6 +192,7 @@ class HandoffConfig(_Block):
 class ContextConfig(_Block):
     tool_output: ToolOutputConfig = ToolOutputConfig()
     redaction: RedactionConfig = RedactionConfig()
+    observations: ObservationsConfig = ObservationsConfig()
     eviction: EvictionConfig = EvictionConfig()
     summarize: SummarizeConfig = SummarizeConfig()
     recitation: RecitationConfig = RecitationConfig()

@@ -2,6 +2,7 @@
 
 ``STAGES`` is that order; the config decides which of them run (``Stage.enabled``):
 
+0. observations sent as user messages get the ingest step once they are not the latest;
 1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
 2. ``/compact`` exchanges left out (answered by the proxy, never by the model);
 3. the durable summary folded into the first user message;
@@ -30,6 +31,7 @@ from proxy.cascade.commands import (
 )
 from proxy.cascade.eviction import EVICTION
 from proxy.cascade.lossless import EarlierLines
+from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
@@ -44,7 +46,7 @@ __all__ = [
     "is_compact_command", "compact_reply_text", "drop_commands",
 ]
 
-STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, OVERFLOW)
+STAGES: tuple[Stage, ...] = (OBSERVATIONS, EVICTION, COMMANDS, SUMMARY, OVERFLOW)
 """The per-step stages, in the order they run."""
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
@@ -128,9 +130,10 @@ def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str
     return needs
 
 
-def _holds_handle(messages: Sequence[Message]) -> bool:
+def _holds_handle(messages: Sequence[Message], prefixes: Sequence[str]) -> bool:
     return any(
-        m.get("role") == "tool" and _HANDLE in str(m.get("content") or "") for m in messages
+        (m.get("role") == "tool" or is_observation(messages, i, prefixes, latest_too=True))
+        and _HANDLE in str(m.get("content") or "") for i, m in enumerate(messages)
     )
 
 
@@ -167,7 +170,8 @@ def assemble(
         if source is not None:
             origin = tuple(None if s is None else origin[s] for s in source)
         messages = result.messages
-    offer = inp.ctx.tool_output.persist_raw and _holds_handle(messages)
+    offer = inp.ctx.tool_output.persist_raw and _holds_handle(
+        messages, inp.ctx.observations.user_prefixes)
     return Assembled(
         messages=messages, window=tuple(window), events=tuple(events),
         evicted=tuple(sorted(evicted)), trimmed=tuple(sorted(trimmed)), offer_read_tool=offer,

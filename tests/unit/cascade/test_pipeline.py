@@ -160,5 +160,8 @@ def test_a_stage_that_changes_the_count_must_say_how() -> None:
 
 def test_the_config_chooses_the_stages() -> None:
     names = [s.name for s in stages_for(OFF)]
-    assert names == ["commands", "summary", "overflow"]
-    assert [s.name for s in STAGES] == ["eviction", *names]
+    assert names == ["observations", "commands", "summary", "overflow"]
+    assert [s.name for s in STAGES] == ["observations", "eviction", *names[1:]]
+    no_obs = ContextConfig.model_validate(
+        {"eviction": {"enabled": False}, "observations": {"userPrefixes": []}})
+    assert [s.name for s in stages_for(no_obs)] == names[1:]
