@@ -99,6 +99,19 @@ class ToolOutputConfig(_Block):
     max_chars: int = Field(default=24_000, ge=200)
     persist_raw: bool = True
     raw_cap_bytes: int = Field(default=8_388_608, gt=0)
+    compact: bool = True
+    compact_min_saving: float = Field(default=0.2, ge=0, le=1)
+    """The lossless ingest stage rewrites a result only when that saves at least this share
+    of its characters, marker included: a smaller saving does not pay for a text the model
+    must read in an unfamiliar form (pretty-printed JSON saves 25-50%, so it passes)."""
+
+
+class ObservationsConfig(_Block):
+    """Tool observations that text-action agents send as user messages (``observations.py``):
+    a user message after an assistant message that starts with one of these is managed like
+    a tool result once it is no longer the latest message. Empty turns it off."""
+
+    user_prefixes: tuple[str, ...] = ("Observation:",)
 
 
 class RedactionConfig(_Block):
@@ -182,6 +195,7 @@ class HandoffConfig(_Block):
 class ContextConfig(_Block):
     tool_output: ToolOutputConfig = ToolOutputConfig()
     redaction: RedactionConfig = RedactionConfig()
+    observations: ObservationsConfig = ObservationsConfig()
     eviction: EvictionConfig = EvictionConfig()
     summarize: SummarizeConfig = SummarizeConfig()
     recitation: RecitationConfig = RecitationConfig()

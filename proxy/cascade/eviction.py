@@ -19,6 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.observations import observation_ids
 from proxy.cascade.rounds import protected_from, tool_names
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text
@@ -78,8 +79,8 @@ def _candidate(
     count: TokenCounter,
     persist_raw: bool,
     unspillable: frozenset[str],
+    cid: str,
 ) -> _Candidate | None:
-    cid = str(msg.get("tool_call_id") or "")
     text = content_text(msg.get("content"))
     handle = persist_raw and bool(cid) and cid not in unspillable
     replacement = {**msg, "content": placeholder_text(name, cid, len(text), handle=handle)}
@@ -97,11 +98,13 @@ def evict(
     cfg: EvictionConfig,
     persist_raw: bool,
     unspillable: frozenset[str] = frozenset(),
+    prefixes: Sequence[str] = (),
 ) -> StageResult:
     """Replace old, large tool results with placeholders, all in one pass, or change nothing.
 
     Fires when ``cfg.enabled`` and ``budget.occupancy >= cfg.at_fraction * budget.limit``.
-    Eligible: tool messages before the last ``cfg.keep_recent_rounds`` rounds, not already a
+    Eligible: tool messages (and observations in user messages, ``observations.py``, by
+    their handle; ``prefixes``) before the last ``cfg.keep_recent_rounds`` rounds, not already a
     placeholder, whose tool is neither excluded nor ``read_tool_output``, of at least
     ``cfg.min_result_tokens`` tokens (``count([msg])``), and that a placeholder would shrink.
     If their reclaimable tokens sum to ``>= cfg.clear_at_least`` and to ``>= MISS_RATIO`` times
@@ -118,15 +121,17 @@ def evict(
     unchanged = StageResult(tuple(messages))
     if not cfg.enabled or budget.occupancy < cfg.at_fraction * budget.limit:
         return unchanged
-    protected = protected_from(messages, cfg.keep_recent_rounds)
+    protected = protected_from(messages, cfg.keep_recent_rounds, prefixes)
+    observed = observation_ids(messages, prefixes)
     names = tool_names(messages)
     excluded = frozenset(cfg.exclude_tools) | {READ_TOOL_OUTPUT}
     chosen: list[_Candidate] = []
     for i in range(protected):
         msg = messages[i]
-        if msg.get("role") != "tool" or is_placeholder(msg):
+        if (msg.get("role") != "tool" and i not in observed) or is_placeholder(msg):
             continue
-        name = names.get(str(msg.get("tool_call_id") or "")) or str(msg.get("name") or "tool")
+        cid = observed.get(i) or str(msg.get("tool_call_id") or "")
+        name = names.get(cid) or str(msg.get("name") or "tool")
         if name in excluded:
             continue
         tokens = count([msg])
@@ -140,6 +145,7 @@ def evict(
             count=count,
             persist_raw=persist_raw,
             unspillable=unspillable,
+            cid=cid,
         )
         if cand is not None:
             chosen.append(cand)
@@ -167,6 +173,7 @@ def evict_stage(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     return evict(
         messages, count=step.count, budget=step.budget, cfg=step.ctx.eviction,
         persist_raw=step.ctx.tool_output.persist_raw, unspillable=step.unspillable,
+        prefixes=step.ctx.observations.user_prefixes,
     )
 
 

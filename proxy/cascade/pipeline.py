@@ -2,6 +2,7 @@
 
 ``STAGES`` is that order; the config decides which of them run (``Stage.enabled``):
 
+0. observations sent as user messages get the ingest step once they are not the latest;
 1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
 2. ``/compact`` exchanges left out (answered by the proxy, never by the model);
 3. the durable summary folded into the first user message;
@@ -17,7 +18,7 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,21 +31,26 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
+from proxy.cascade.lossless import EarlierLines
+from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
+from proxy.cascade.text import content_text
 from proxy.cascade.truncation import Ingested, truncate_tool_result
 from proxy.cascade.types import READ_TOOL_OUTPUT, Event, Message
 from proxy.config import ContextConfig
 
 __all__ = [
     "STAGES", "Stage", "StepInput", "Assembled", "assemble", "plan_step", "stages_for",
-    "ingest", "READ_TOOL_SCHEMA", "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX",
+    "ingest", "earlier_results", "READ_TOOL_SCHEMA", "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX",
     "is_compact_command", "compact_reply_text", "drop_commands",
 ]
 
-STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, RECITATION, OVERFLOW)
+STAGES: tuple[Stage, ...] = (
+    OBSERVATIONS, EVICTION, COMMANDS, SUMMARY, RECITATION, OVERFLOW,
+)
 """The per-step stages, in the order they run."""
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
@@ -86,9 +92,32 @@ class Assembled:
     injected: tuple[int, ...] = ()  # prompt indices of blocks that are no window row
 
 
-def ingest(msg: Message, ctx: ContextConfig) -> Ingested:
-    """Redact and truncate one newly arrived message (tool results only)."""
-    return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction)
+EARLIER_RESULTS = 64
+"""How many of the latest earlier tool results a new one's lines are compared with: bounds
+the work per request (the index is built only when a new multi-line result arrives)."""
+
+
+def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], EarlierLines]:
+    """The tool results before ``pos`` in the client's history, as ``EarlierLines`` on demand.
+
+    The client resends the whole history, so the originals are at hand without a fetch; a
+    pointer names only an id and line numbers, so a redacted earlier result leaks nothing
+    (the new result itself is never compacted when redacted)."""
+    def build() -> EarlierLines:
+        found = [
+            (str(m.get("tool_call_id") or ""), content_text(m.get("content")))
+            for m in messages[:pos] if m.get("role") == "tool"
+        ]
+        return EarlierLines.build(found[-EARLIER_RESULTS:])
+    return build
+
+
+def ingest(
+    msg: Message, ctx: ContextConfig, earlier: Callable[[], EarlierLines] = EarlierLines
+) -> Ingested:
+    """Redact, compact losslessly and truncate one newly arrived message (tool results only)."""
+    return truncate_tool_result(
+        msg, cfg=ctx.tool_output, redaction=ctx.redaction, earlier=earlier)
 
 
 def stages_for(ctx: ContextConfig, stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
@@ -105,9 +134,10 @@ def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str
     return needs
 
 
-def _holds_handle(messages: Sequence[Message]) -> bool:
+def _holds_handle(messages: Sequence[Message], prefixes: Sequence[str]) -> bool:
     return any(
-        m.get("role") == "tool" and _HANDLE in str(m.get("content") or "") for m in messages
+        (m.get("role") == "tool" or is_observation(messages, i, prefixes, latest_too=True))
+        and _HANDLE in str(m.get("content") or "") for i, m in enumerate(messages)
     )
 
 
@@ -144,7 +174,8 @@ def assemble(
         if source is not None:
             origin = tuple(None if s is None else origin[s] for s in source)
         messages = result.messages
-    offer = inp.ctx.tool_output.persist_raw and _holds_handle(messages)
+    offer = inp.ctx.tool_output.persist_raw and _holds_handle(
+        messages, inp.ctx.observations.user_prefixes)
     return Assembled(
         messages=messages, window=tuple(window), events=tuple(events),
         evicted=tuple(sorted(evicted)), trimmed=tuple(sorted(trimmed)), offer_read_tool=offer,

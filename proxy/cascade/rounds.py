@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.text import content_text
 from proxy.cascade.types import Message
 
 __all__ = ["Round", "group_rounds", "protected_from", "tool_names", "call_ids"]
@@ -45,7 +46,19 @@ def _has_calls(msg: Message) -> bool:
     return msg.get("role") == "assistant" and bool(calls) and not isinstance(calls, str)
 
 
-def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
+def _observed(messages: Sequence[Message], i: int, prefixes: Sequence[str]) -> bool:
+    """An assistant message without tool calls answered by an observation (the user
+    message after it starts with one of ``prefixes``; ``observations.py``)."""
+    if not prefixes or i + 1 >= len(messages) or messages[i].get("role") != "assistant":
+        return False
+    nxt = messages[i + 1]
+    text = content_text(nxt.get("content")).lstrip()
+    return nxt.get("role") == "user" and text.startswith(tuple(p for p in prefixes if p))
+
+
+def group_rounds(
+    messages: Sequence[Message], prefixes: Sequence[str] = ()
+) -> tuple[Round, ...]:
     """Group messages into disjoint, ordered tool rounds.
 
     A round starts at an assistant message with tool calls and extends over every later tool
@@ -53,6 +66,8 @@ def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
     histories put results late). Rounds that overlap because of such a late result are merged
     into one, so rounds are always disjoint ranges and removing or keeping a round whole never
     separates a call from its result. Tool messages answering no known call belong to no round.
+    With ``prefixes``, an assistant message without calls and the observation after it (a
+    user message starting with one of them) are a round too.
     """
     starts: list[int] = []
     ends: list[int] = []
@@ -66,6 +81,10 @@ def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
             ids.append(declared)
             for cid in declared:
                 owner[cid] = len(starts) - 1
+        elif _observed(messages, i, prefixes):
+            starts.append(i)
+            ends.append(i + 2)
+            ids.append(())
         elif msg.get("role") == "tool":
             r = owner.get(str(msg.get("tool_call_id") or ""))
             if r is not None:
@@ -80,7 +99,9 @@ def group_rounds(messages: Sequence[Message]) -> tuple[Round, ...]:
     return tuple(merged)
 
 
-def protected_from(messages: Sequence[Message], keep_recent_rounds: int) -> int:
+def protected_from(
+    messages: Sequence[Message], keep_recent_rounds: int, prefixes: Sequence[str] = ()
+) -> int:
     """Index from which every message is protected: the start of the k-th last round.
 
     ``k == 0`` protects nothing (returns ``len(messages)``); fewer than ``k`` rounds protects
@@ -89,7 +110,7 @@ def protected_from(messages: Sequence[Message], keep_recent_rounds: int) -> int:
     """
     if keep_recent_rounds <= 0:
         return len(messages)
-    rounds = group_rounds(messages)
+    rounds = group_rounds(messages, prefixes)
     if len(rounds) < keep_recent_rounds:
         return 0
     return rounds[-keep_recent_rounds].start

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
+from proxy.cascade.lossless import EarlierLines, compact_text, compacted_marker
 from proxy.cascade.redaction import compile_patterns, redact_message
 from proxy.cascade.text import content_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
@@ -70,8 +71,34 @@ def _marker(omitted: int, *, tool_call_id: str, offset: int, handle: bool, secre
     return f"\n[... truncated {omitted} chars; read the rest with read_tool_output({args}) ...]\n"
 
 
+def _compact(msg: Message, text: str, cfg: ToolOutputConfig,
+             earlier: Callable[[], EarlierLines]) -> Ingested | None:
+    """The lossless ingest stage (``lossless.py``): the compacted result with its original
+    spilled, or None when nothing applies, the saving is under ``compact_min_saving`` of the
+    original, or the compacted text would still be truncated (its offsets would then not be
+    positions in the spill)."""
+    tool_call_id = str(msg.get("tool_call_id") or "")
+    if not text or not tool_call_id:
+        return None
+    done = compact_text(text, earlier() if "\n" in text else EarlierLines())
+    if done is None:
+        return None
+    new_text = compacted_marker(tool_call_id, len(text), done.how) + done.text
+    saving = len(text) - len(new_text)
+    if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(
+        text
+    ):
+        return None
+    event = Event(TRUNCATED, {
+        "tool_call_id": tool_call_id, "original_chars": len(text),
+        "kept_chars": len(new_text), "spilled": True, "compacted": done.how,
+    })
+    return Ingested({**msg, "content": new_text}, (event,), Spill(tool_call_id, text))
+
+
 def truncate_tool_result(
-    msg: Message, *, cfg: ToolOutputConfig, redaction: RedactionConfig
+    msg: Message, *, cfg: ToolOutputConfig, redaction: RedactionConfig,
+    earlier: Callable[[], EarlierLines] = EarlierLines,
 ) -> Ingested:
     """Redact, then cut an over-long tool result to head + marker + tail.
 
@@ -80,6 +107,10 @@ def truncate_tool_result(
     redacted full text, which is exactly what the spill holds (the store caps it);
     nothing is spilled when anything was redacted. Non-tool messages and short results are
     only redacted, and come back as the same object when nothing changed.
+
+    Before any cut, a result that is spillable (nothing redacted, ``persist_raw``) is
+    compacted losslessly when ``cfg.compact`` (``_compact``); ``earlier`` gives the
+    session's earlier tool results for pointers, and is only called when needed.
     """
     redacted = 0
     if redaction.enabled:
@@ -88,6 +119,10 @@ def truncate_tool_result(
     if msg.get("role") != "tool":
         return Ingested(msg, redacted=redacted)
     text = content_text(msg.get("content"))
+    if cfg.compact and cfg.persist_raw and redacted == 0:
+        compacted = _compact(msg, text, cfg, earlier)
+        if compacted is not None:
+            return compacted
     if len(text) <= cfg.max_chars:
         return Ingested(msg, redacted=redacted)
 

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.cascade.pipeline import drop_commands, ingest
+from proxy.cascade.observations import is_observation, observation_id
+from proxy.cascade.pipeline import drop_commands, earlier_results, ingest
 from proxy.cascade.summary import fold_summary, system_prefix_count
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
@@ -106,6 +107,15 @@ def _seeded(
     return out
 
 
+def _handle(messages: Sequence[Message], pos: int, stored: Message,
+            ctx: ContextConfig) -> Any:
+    """The row's ``tool_call_id``: a tool result's, or an observation's handle
+    (``cascade.observations``), so that its body reads back once it is rewritten."""
+    if is_observation(messages, pos, ctx.observations.user_prefixes, latest_too=True):
+        return observation_id(stored)
+    return messages[pos].get("tool_call_id")
+
+
 @dataclass(slots=True)
 class _Ingested:
     """The new messages, in stored form, with their spilled outputs and events."""
@@ -123,11 +133,11 @@ def _ingest(
     out = _Ingested([], [], [], [])
     spills: list[Any] = []
     for pos in range(start, len(messages)):
-        got = ingest(messages[pos], ctx)
+        got = ingest(messages[pos], ctx, earlier_results(messages, pos))
         out.new.append((pos, got.message))
         out.rows.append(msgs.NewMessage(
             pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
-            message=dict(got.message), tool_call_id=messages[pos].get("tool_call_id"),
+            message=dict(got.message), tool_call_id=_handle(messages, pos, got.message, ctx),
             tokens=count.one(got.message), redacted=got.redacted > 0,
             verbatim=got.message is messages[pos],
         ))

@@ -53,7 +53,9 @@ SID = "replay"
 PLACEHOLDER = "[context-cleared]"
 SECRET = "CANARY-"
 CONTEXT = {
-    "toolOutput": {"maxChars": MAX_CHARS, "persistRaw": True},
+    # Compaction off: the browser dumps would fit after it, and this replay checks the cut
+    # (issue #23's ingest stage has its own end-to-end test, test_ingest_compaction.py).
+    "toolOutput": {"maxChars": MAX_CHARS, "persistRaw": True, "compact": False},
     "redaction": {"patterns": ["CANARY-[0-9a-f]{16}"]},
     "eviction": {
         "atFraction": THRESHOLD / LIMIT,

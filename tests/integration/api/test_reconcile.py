@@ -396,7 +396,8 @@ def test_later_turns_send_the_stored_form_of_what_the_proxy_changed(
         {"role": "system", "content": "be brief"},
         user(f"use the key {secret}"),
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "line\n" * 10_000},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": "".join(f"line {i}\n" for i in range(10_000))},
         user("what now?"),
     ]
     post(app_client, sid, base)

@@ -1,0 +1,200 @@
+"""Lossless compaction of a new tool result at ingestion: smaller text, original kept.
+
+A result is rewritten once, when it arrives, and never again, so the prompt prefix (and the
+provider's cache) stays the same on every later step. Each transform is pure and keeps every
+byte recoverable: the original is spilled for ``read_tool_output`` exactly as truncation
+spills it, and the marker says so. The transforms:
+
+- ``minify_json``: whitespace outside strings removed from a text that parses as JSON.
+  Number, string and key tokens are kept as written (no re-serialisation, so ``1.10``,
+  ``1e400`` or a 30-digit integer stay what they were), and key order and duplicates too.
+- ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
+- ``point_to_earlier``: a run of lines that an earlier tool result of the session also holds,
+  consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range.
+
+The line transforms work on lines without their ending; the rewritten text joins them with
+``\\n`` (the original's endings are in the spill).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "MIN_POINTER_LINES",
+    "MIN_POINTER_CHARS",
+    "EarlierLines",
+    "Compacted",
+    "minify_json",
+    "collapse_repeats",
+    "point_to_earlier",
+    "compact_text",
+    "compacted_marker",
+]
+
+MIN_POINTER_LINES = 3
+"""A pointer replaces at least this many lines: a shorter match is usually boilerplate."""
+
+MIN_POINTER_CHARS = 120
+"""...and at least this many characters, so a pointer is always much shorter than its lines."""
+
+_MIN_REPEAT = 3
+"""A run of identical lines is collapsed from this length on (two lines read fine as is)."""
+
+_JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
+
+
+def _same_json(a: str, b: str) -> bool:
+    """Whether two JSON texts hold the same values; numbers compared as written."""
+    def parse(s: str) -> object:
+        return json.loads(s, parse_float=str, parse_int=str, parse_constant=str,
+                          object_pairs_hook=list)
+    try:
+        return parse(a) == parse(b)
+    except ValueError:
+        return False
+
+
+def minify_json(text: str) -> str | None:
+    """``text`` without whitespace outside strings, when it is a JSON object or array that
+    re-parses to exactly the same tokens; None otherwise (not JSON, a scalar, nothing to do)."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    minified = _JSON_TOKENS.sub(lambda m: m.group(1) or "", stripped)
+    if minified == text or not _same_json(text, minified):
+        return None
+    return minified
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierLines:
+    """The lines of the session's earlier tool results, indexed for ``point_to_earlier``.
+
+    ``first`` maps a line to where it first occurs (result index, line index); the lines of
+    a result are kept so a match can be extended line by line.
+    """
+
+    ids: tuple[str, ...] = ()
+    lines: tuple[tuple[str, ...], ...] = ()
+    first: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, results: Iterable[tuple[str, str]]) -> EarlierLines:
+        """From (tool_call_id, original text) pairs, oldest first."""
+        ids: list[str] = []
+        lines: list[tuple[str, ...]] = []
+        first: dict[str, tuple[int, int]] = {}
+        for tool_call_id, text in results:
+            if not tool_call_id or not text:
+                continue
+            split = tuple(text.splitlines())
+            k = len(ids)
+            ids.append(tool_call_id)
+            lines.append(split)
+            for j, line in enumerate(split):
+                if line.strip():
+                    first.setdefault(line, (k, j))
+        return cls(tuple(ids), tuple(lines), first)
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
+
+
+def _pointer(count: int, tool_call_id: str, start: int, end: int) -> str:
+    return (f"[{count} lines: same as lines {start + 1}-{end} of tool result "
+            f"{tool_call_id}]")
+
+
+def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[str], int]:
+    """``lines`` with each run also found in an earlier result replaced by a pointer, and
+    how many lines the pointers stand for. Runs are greedy from each line's first earlier
+    occurrence; one is replaced only from ``MIN_POINTER_LINES`` lines and
+    ``MIN_POINTER_CHARS`` characters on."""
+    out: list[str] = []
+    pointed = 0
+    i = 0
+    while i < len(lines):
+        hit = earlier.first.get(lines[i]) if earlier else None
+        if hit is not None:
+            k, j = hit
+            source = earlier.lines[k]
+            n = 0
+            while i + n < len(lines) and j + n < len(source) and lines[i + n] == source[j + n]:
+                n += 1
+            chars = sum(len(line) + 1 for line in lines[i : i + n])
+            if n >= MIN_POINTER_LINES and chars >= MIN_POINTER_CHARS:
+                out.append(_pointer(n, earlier.ids[k], j, j + n))
+                pointed += n
+                i += n
+                continue
+        out.append(lines[i])
+        i += 1
+    return out, pointed
+
+
+def collapse_repeats(lines: Sequence[str]) -> tuple[list[str], int]:
+    """``lines`` with each run of at least three identical lines kept once, followed by
+    ``[previous line repeated N more times]``; and how many lines were folded away."""
+    out: list[str] = []
+    folded = 0
+    i = 0
+    while i < len(lines):
+        n = 1
+        while i + n < len(lines) and lines[i + n] == lines[i]:
+            n += 1
+        out.append(lines[i])
+        if n >= _MIN_REPEAT:
+            out.append(f"[previous line repeated {n - 1} more times]")
+            folded += n - 1
+        else:
+            out.extend(lines[i + 1 : i + n])
+        i += n
+    return out, folded
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """A compacted text and what each transform did (for the event and the replay)."""
+
+    text: str
+    json_minified: bool = False
+    lines_collapsed: int = 0
+    lines_pointed: int = 0
+
+    @property
+    def how(self) -> str:
+        parts = []
+        if self.json_minified:
+            parts.append("JSON minified")
+        if self.lines_collapsed:
+            parts.append(f"{self.lines_collapsed} repeated lines collapsed")
+        if self.lines_pointed:
+            parts.append(f"{self.lines_pointed} lines pointed to earlier results")
+        return ", ".join(parts)
+
+
+def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted | None:
+    """The smallest lossless rewrite of ``text`` these transforms give, or None when none
+    applies. JSON is only minified (its one line repeats nothing); other text goes through
+    the pointer pass first (it removes whole runs), then the collapse."""
+    minified = minify_json(text)
+    if minified is not None:
+        return Compacted(minified, json_minified=True)
+    lines = text.splitlines()
+    pointed_lines, pointed = point_to_earlier(lines, earlier)
+    collapsed_lines, collapsed = collapse_repeats(pointed_lines)
+    if not pointed and not collapsed:
+        return None
+    return Compacted("\n".join(collapsed_lines), lines_collapsed=collapsed,
+                     lines_pointed=pointed)
+
+
+def compacted_marker(tool_call_id: str, original_chars: int, how: str) -> str:
+    """The line put before a compacted result: what was done, and how to read the original."""
+    args = json.dumps({"id": tool_call_id})
+    return (f"[compacted losslessly from {original_chars} chars ({how}); the exact original: "
+            f"read_tool_output({args})]\n")
