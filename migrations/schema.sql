@@ -168,6 +168,15 @@ CREATE SEQUENCE public.memory_id_seq
 
 ALTER SEQUENCE public.memory_id_seq OWNED BY public.memory.id;
 
+CREATE TABLE public.memory_suggestion_answers (
+    tenant text NOT NULL,
+    suggestion_id text NOT NULL,
+    answer text NOT NULL,
+    facts jsonb DEFAULT '[]'::jsonb NOT NULL,
+    answered_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT memory_suggestion_answers_answer_check CHECK ((answer = ANY (ARRAY['accepted'::text, 'rejected'::text])))
+);
+
 CREATE TABLE public.messages (
     id bigint NOT NULL,
     tenant text NOT NULL,
@@ -272,6 +281,9 @@ ALTER TABLE ONLY public.events
 ALTER TABLE ONLY public.memory
     ADD CONSTRAINT memory_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.memory_suggestion_answers
+    ADD CONSTRAINT memory_suggestion_answers_pkey PRIMARY KEY (tenant, suggestion_id);
+
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
 
@@ -288,6 +300,8 @@ ALTER TABLE ONLY public.tool_raw_outputs
     ADD CONSTRAINT tool_raw_outputs_pkey PRIMARY KEY (tenant, session_id, tool_call_id);
 
 CREATE INDEX events_compaction ON public.events USING btree (tenant, session_id, id) WHERE (name = ANY (ARRAY['context.compaction.started'::text, 'context.compaction.completed'::text, 'context.compaction.failed'::text]));
+
+CREATE INDEX events_memory_suggestion ON public.events USING btree (tenant, id) WHERE (name = 'memory.suggestion'::text);
 
 CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id);
 

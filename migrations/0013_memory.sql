@@ -1,0 +1,19 @@
+-- Memory suggestions: what became of each one, and a way to find them.
+--
+-- Memory promotion persists a `memory.suggestion` event ({suggestion_id, facts}) in the
+-- session it came from. An event is a record of what happened and is never rewritten, so a
+-- person's answer to a suggestion (accepted, with the facts kept, or rejected) is a row
+-- here; a suggestion is pending while it has none. The memory API lists pending
+-- suggestions across a tenant's sessions through the partial index below instead of
+-- reading every context.usage row of the events table.
+CREATE TABLE memory_suggestion_answers (
+    tenant text NOT NULL,
+    suggestion_id text NOT NULL,
+    answer text NOT NULL CHECK (answer IN ('accepted', 'rejected')),
+    facts jsonb NOT NULL DEFAULT '[]'::jsonb,
+    answered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, suggestion_id)
+);
+
+CREATE INDEX events_memory_suggestion ON events (tenant, id)
+    WHERE name = 'memory.suggestion';
