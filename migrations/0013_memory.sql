@@ -17,3 +17,17 @@ CREATE TABLE memory_suggestion_answers (
 
 CREATE INDEX events_memory_suggestion ON events (tenant, id)
     WHERE name = 'memory.suggestion';
+
+-- The <memory> block of each session's current turn. The stored facts are rendered when a
+-- turn starts (a new user message: turn is a hash of it) and the same text is sent on
+-- every step of that turn, so a fact added or deleted mid-turn changes the prompt only at
+-- the next turn, and the cached prefix of an agent's tool loop stays whole. block is NULL
+-- when the scopes had no facts.
+CREATE TABLE memory_blocks (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    turn text NOT NULL,
+    block text,
+    PRIMARY KEY (tenant, session_id),
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions (tenant, id) ON DELETE CASCADE
+);

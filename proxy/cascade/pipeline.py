@@ -5,7 +5,8 @@
 1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
 2. ``/compact`` exchanges left out (answered by the proxy, never by the model);
 3. the durable summary folded into the first user message;
-4. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+4. the stored memory facts as a ``<memory>`` block in the first system message (per turn);
+5. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
 
 Each stage reports what the shell must persist in its own input's indices (``Marks``);
 ``assemble`` carries every message's window index through the stages, so the shell gets
@@ -29,6 +30,7 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
+from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
@@ -42,7 +44,7 @@ __all__ = [
     "is_compact_command", "compact_reply_text", "drop_commands",
 ]
 
-STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, OVERFLOW)
+STAGES: tuple[Stage, ...] = (EVICTION, COMMANDS, SUMMARY, MEMORY, OVERFLOW)
 """The per-step stages, in the order they run."""
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
