@@ -22,16 +22,19 @@ A fact it wrongly refuses can be rephrased as a statement.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.cascade.redaction import redact
+from proxy.cascade.text import content_text
 
 __all__ = [
     "MAX_FACT_CHARS", "INSTRUCTION_PATTERNS", "FactVerdict", "fact_key", "sanitize_fact",
-    "sanitize_facts",
+    "sanitize_facts", "MEMORY_FACTS_FORMAT", "extraction_prompt", "parse_facts", "span_text",
 ]
 
 MAX_FACT_CHARS = 500
@@ -115,3 +118,53 @@ def sanitize_facts(
             seen.append(verdict.text)
         verdicts.append(verdict)
     return verdicts
+
+
+MEMORY_FACTS_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "memory_facts",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
+            "required": ["facts"],
+            "additionalProperties": False,
+        },
+    },
+}
+"""The ``response_format`` of the extraction request: the answer is ``{"facts": [...]}``."""
+
+_EXTRACT = """\
+Below is part of a conversation between a user and an AI agent. List the durable facts in it \
+that would still help in a later session: decisions, conventions, preferences, names of \
+files, services, ports and commands that stay true. One short sentence each, stated as a \
+fact, not as an instruction. Leave out anything temporary, anything about this one task's \
+progress, and every secret (keys, tokens, passwords). Answer {"facts": []} when there is \
+none."""
+
+
+def extraction_prompt(span_text: str) -> list[dict[str, str]]:
+    """The fast model's messages for extracting facts from a folded span's original text."""
+    return [{"role": "system", "content": _EXTRACT}, {"role": "user", "content": span_text}]
+
+
+def parse_facts(answer: str) -> list[str]:
+    """The ``facts`` of the model's JSON answer; ``ValueError`` when it is not that shape."""
+    data = json.loads(answer)
+    facts = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(facts, list):
+        raise ValueError("the answer has no 'facts' list")
+    return [f for f in facts if isinstance(f, str)]
+
+
+def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = 60_000) -> str:
+    """A folded span as the extraction reads it: one ``[role]`` block per message, cut to
+    ``cap`` characters from the end (the newest text matters most)."""
+    blocks = []
+    for m in messages:
+        body = content_text(m.get("content"), media=True)
+        if body:
+            blocks.append(f"[{m.get('role') or 'unknown'}]\n{body}")
+    text = "\n\n".join(blocks)
+    return text[-cap:]

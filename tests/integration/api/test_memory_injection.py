@@ -86,3 +86,17 @@ def test_an_agent_scope_reaches_only_its_agent(
     http.post("/v1/memory", json={"scope": "agent:coder", "text": "Coder only"})
     _chat(http, "mem-4", [{"role": "user", "content": "hi"}])
     assert fake_upstream.bodies()[-1]["messages"][0]["role"] == "user"
+
+
+def test_an_accepted_suggestion_is_in_the_next_prompts_block(
+    http: httpx.Client, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    from tests.integration.api.test_memory_api import suggest
+
+    _chat(http, "mem-5", [{"role": "user", "content": "hi"}])
+    suggest(db_dsn, "mem-5", "sug-x", ["The deploy target is eu-west-1"])
+    assert http.post("/v1/memory/suggestions/sug-x/accept").status_code == 200
+    _chat(http, "mem-5", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"},
+                          {"role": "user", "content": "where do we deploy?"}])
+    first = fake_upstream.bodies()[-1]["messages"][0]
+    assert first["role"] == "system" and "- The deploy target is eu-west-1\n" in first["content"]
