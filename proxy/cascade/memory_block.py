@@ -1,7 +1,7 @@
 """The ``memory`` stage: stored facts as a ``<memory>`` block in the first system message.
 
 The facts of the session's agent scope and of ``global`` are rendered once per turn (a turn
-starts with a new user message) by the shell's fulfiller (``services/memory_block.py``),
+starts with a new user message) by the shell's fulfiller (``services/needs.memory_block``),
 which keeps the rendered text with the session and hands the same bytes back on every step
 of the turn. So the block changes only at a turn boundary, and only when the facts did: the
 prompt prefix a provider caches stays put through an agent's tool loop.
