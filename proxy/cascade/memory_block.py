@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.types import Marks, Message, StageResult
+from proxy.config import ContextConfig
 
 __all__ = ["MEMORY_MAX_TOKENS", "MemoryNeed", "render_memory", "add_memory", "MEMORY"]
 
@@ -85,4 +86,10 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
                        marks=Marks(source=source))
 
 
-MEMORY = Stage("memory", add_memory, plan=plan_memory)
+def _injects(ctx: ContextConfig) -> bool:
+    """Memory is opt-in, as every stage past the default three: with
+    ``memoryPromotion.mode`` off, no fact is read and a step costs no statement for it."""
+    return ctx.memory_promotion.mode != "off"
+
+
+MEMORY = Stage("memory", add_memory, enabled=_injects, plan=plan_memory)

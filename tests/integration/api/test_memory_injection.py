@@ -3,11 +3,21 @@ boundary (a new user message), and is never stored as a client's message."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import write_config
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """Memory is opt-in: ``memoryPromotion.mode`` other than off turns injection on."""
+    return write_config(tmp_path / "agents.json", fake_upstream.url,
+                        context={"memoryPromotion": {"mode": "suggest"}})
 
 CALL = {"id": "call_1", "type": "function",
         "function": {"name": "ls", "arguments": "{}"}}
@@ -100,3 +110,17 @@ def test_an_accepted_suggestion_is_in_the_next_prompts_block(
                           {"role": "user", "content": "where do we deploy?"}])
     first = fake_upstream.bodies()[-1]["messages"][0]
     assert first["role"] == "system" and "- The deploy target is eu-west-1\n" in first["content"]
+
+
+def test_no_block_and_no_read_while_memory_is_off(
+    http: httpx.Client, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
+    write_config(tmp_path / "agents.json", fake_upstream.url,
+                 context={"memoryPromotion": {"mode": "off"}})
+    for _ in range(100):  # the reload lands shortly after the file changes
+        _chat(http, "mem-off", [{"role": "system", "content": "S"},
+                                {"role": "user", "content": "which port?"}])
+        if "<memory>" not in _first(fake_upstream)["content"]:
+            break
+    assert _first(fake_upstream)["content"] == "S"

@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from proxy.store import memory, messages as msgs, summaries
+from proxy.store import messages as msgs, summaries
 from tests.fakes.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -173,12 +173,11 @@ UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
 # usage + events + unlock; releasing the connection then costs no statement.
 COMMON = [
     msgs.BEGIN_STEP,  # this replica's guess of the stored head was right: appends too
-    memory.TURN_BLOCK,  # the turn's <memory> block (none here: this tenant has no facts)
     msgs.RECORD_STEP,  # + the reply's and usage events, and the session lock's release
 ]
 # without a (right) guess the append is a statement of its own; for a session with nothing
 # stored it goes in with the step's decisions (services.history: held back)
-UNGUESSED = [msgs.BEGIN_STEP, memory.TURN_BLOCK, msgs.APPEND_STEP, msgs.RECORD_STEP]
+UNGUESSED = [msgs.BEGIN_STEP, msgs.APPEND_STEP, msgs.RECORD_STEP]
 
 
 def test_extending_history_costs_constant_statements(app_client: TestClient, db_dsn: str) -> None:
@@ -253,8 +252,7 @@ def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
     sent = fake_upstream.bodies()[-1]["messages"]
     cleared = [m["tool_call_id"] for m in sent if str(m.get("content")).startswith("[context")]
     assert cleared == ["c0", "c1"]
-    assert statements(log) == [msgs.BEGIN_STEP, memory.TURN_BLOCK, msgs.PERSIST_STEP,
-                               msgs.RECORD_STEP]
+    assert statements(log) == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
     # evicted positions, the reclaimed tokens and the (transient) event, in that statement;
     # no copy of the evicted text (the statement stores none: the rows keep it), yet every
     # byte of it comes back
@@ -320,8 +318,8 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
         log.queries.clear()
         post(client, "updated", messages)
         updated = statements(log)
-    assert held == [msgs.BEGIN_STEP, memory.TURN_BLOCK, msgs.APPEND_STEP, msgs.RECORD_STEP]
-    assert updated == [msgs.BEGIN_STEP, memory.TURN_BLOCK, msgs.PERSIST_STEP, msgs.RECORD_STEP]
+    assert held == [msgs.BEGIN_STEP, msgs.APPEND_STEP, msgs.RECORD_STEP]
+    assert updated == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
     assert "UPDATE messages" not in msgs.APPEND_STEP
     placeholders = step.args[10]
     evicted = [i for i, p in enumerate(placeholders) if p is not None]
@@ -430,7 +428,7 @@ def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
         user("q")]}, headers={"x-session-id": "failing"})
     assert resp.status_code == 500
     # a one-message history is guessed new: the append rides in the first statement
-    assert statements(log) == [msgs.BEGIN_STEP, memory.TURN_BLOCK, UNLOCK_ALL]
+    assert statements(log) == [msgs.BEGIN_STEP, UNLOCK_ALL]
     assert advisory_locks(db_dsn) == 0
     log.queries.clear()
     post(app_client, "failing", [user("q")])  # the next request on it is not blocked
@@ -454,7 +452,6 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
         summaries.INVALIDATE_AFTER,
         summaries.FETCHROW_LATEST,
         msgs.APPEND_AND_FETCH_WINDOW,
-        memory.TURN_BLOCK,
         msgs.RECORD_STEP,
     ]
     assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))

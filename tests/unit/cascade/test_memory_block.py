@@ -12,7 +12,7 @@ from tests.unit.cascade.summary_builders import count, system, user
 def _step(*window: Message, system_count: int = 1) -> StepInput:
     return StepInput(window=tuple(window), system_count=system_count, summary=None,
                      count=count, budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
-                     ctx=ContextConfig())
+                     ctx=ContextConfig.model_validate({"memoryPromotion": {"mode": "suggest"}}))
 
 
 def test_render_lists_the_facts_in_order_inside_the_tags() -> None:

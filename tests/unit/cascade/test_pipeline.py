@@ -160,5 +160,5 @@ def test_a_stage_that_changes_the_count_must_say_how() -> None:
 
 def test_the_config_chooses_the_stages() -> None:
     names = [s.name for s in stages_for(OFF)]
-    assert names == ["commands", "summary", "memory", "overflow"]
-    assert [s.name for s in STAGES] == ["eviction", *names]
+    assert names == ["commands", "summary", "overflow"]  # memory is opt-in
+    assert [s.name for s in STAGES] == ["eviction", "commands", "summary", "memory", "overflow"]
