@@ -159,6 +159,13 @@ CREATE TABLE public.memory (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.memory_blocks (
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    turn text NOT NULL,
+    block text
+);
+
 CREATE SEQUENCE public.memory_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -167,6 +174,15 @@ CREATE SEQUENCE public.memory_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.memory_id_seq OWNED BY public.memory.id;
+
+CREATE TABLE public.memory_suggestion_answers (
+    tenant text NOT NULL,
+    suggestion_id text NOT NULL,
+    answer text NOT NULL,
+    facts jsonb DEFAULT '[]'::jsonb NOT NULL,
+    answered_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT memory_suggestion_answers_answer_check CHECK ((answer = ANY (ARRAY['accepted'::text, 'rejected'::text])))
+);
 
 CREATE TABLE public.messages (
     id bigint NOT NULL,
@@ -270,8 +286,14 @@ ALTER TABLE ONLY public.event_watchers
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.memory_blocks
+    ADD CONSTRAINT memory_blocks_pkey PRIMARY KEY (tenant, session_id);
+
 ALTER TABLE ONLY public.memory
     ADD CONSTRAINT memory_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.memory_suggestion_answers
+    ADD CONSTRAINT memory_suggestion_answers_pkey PRIMARY KEY (tenant, suggestion_id);
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
@@ -289,6 +311,8 @@ ALTER TABLE ONLY public.tool_raw_outputs
     ADD CONSTRAINT tool_raw_outputs_pkey PRIMARY KEY (tenant, session_id, tool_call_id);
 
 CREATE INDEX events_compaction ON public.events USING btree (tenant, session_id, id) WHERE (name = ANY (ARRAY['context.compaction.started'::text, 'context.compaction.completed'::text, 'context.compaction.failed'::text]));
+
+CREATE INDEX events_memory_suggestion ON public.events USING btree (tenant, id) WHERE (name = 'memory.suggestion'::text);
 
 CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id);
 
@@ -308,6 +332,9 @@ CREATE TRIGGER raw_output_versions BEFORE INSERT ON public.tool_raw_outputs FOR 
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.memory_blocks
+    ADD CONSTRAINT memory_blocks_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 
 from proxy import __version__
-from proxy.api import chat, events, health, sessions
+from proxy.api import chat, events, health, memory, sessions
 from proxy.auth import ProxyAuth, listen_policy
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus
@@ -160,7 +160,7 @@ def create_app(
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                          "description": "Every metric, in Prometheus' text format."}},
     )
-    for module in (chat, sessions, events, health):
+    for module in (chat, sessions, events, health, memory):
         app.include_router(module.router)
     _install_error_handlers(app)
     _install_middleware(app, settings, holder, require_keys, observer)

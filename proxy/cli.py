@@ -2,7 +2,8 @@
 
 Every flag's help names the environment variable it overrides and its default; settings
 not given as flags are read from the environment (``proxy.settings``). ``sessions …`` talks
-to a running proxy over HTTP (``proxy.cli_sessions``).
+to a running proxy over HTTP (``proxy.cli_sessions``), and so does ``memory …``
+(``proxy.cli_memory``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from proxy import __version__
 from proxy.app import create_app
 from proxy.auth import InsecureListen
 from proxy.banner import client_origin
+from proxy.cli_memory import add_memory_parser, run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
 from proxy.pgembed import start_embedded
@@ -87,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
                            "messages, replaced by a divergent resend (default: live only)")
         if action == "branch":
             a.add_argument("--new-id", help="the new session's id (default: ID-branch-<hex>)")
+    add_memory_parser(sub, _client_options)
     return p
 
 
@@ -147,7 +150,7 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
            or client_origin(settings.host, settings.port)).rstrip("/")
     key = (getattr(args, "api_key", None) or os.environ.get("CASCADE_API_KEY")
            or os.environ.get("OPENAI_API_KEY"))
-    return run_sessions(args, url, key)
+    return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-__all__ = ["run_sessions", "ACTIONS"]
+__all__ = ["run_sessions", "call_api", "table", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"), "show": ("GET", "/v1/sessions/{id}"),
@@ -134,6 +134,17 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
     """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
     no proxy to ask."""
     method, path, params, body = _request(args)
+    return call_api(args, url, key, (method, path, params, body), _RENDER[args.action],
+                    command="sessions")
+
+
+def call_api(args: argparse.Namespace, url: str, key: str | None,
+             request: tuple[str, str, dict[str, Any], Any],
+             render: Callable[[dict[str, Any]], str], *, command: str) -> int:
+    """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
+    ``--json``, else ``render``'s text or the error; 0 on success, 1 for an error answer, 2
+    when there is no proxy to ask."""
+    method, path, params, body = request
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         resp = httpx.request(method, url + path, headers=headers, params=params, json=body,
@@ -153,8 +164,8 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
         hint = (" (give the key with --api-key or CASCADE_API_KEY)"
                 if resp.status_code == 401 else "")
-        print(f"cascade-proxy sessions {args.action}: {resp.status_code} "
+        print(f"cascade-proxy {command} {args.action}: {resp.status_code} "
               f"{error.get('message') or resp.reason_phrase}{hint}", file=sys.stderr)
     else:
-        print(_RENDER[args.action](answer))
+        print(render(answer))
     return 0 if resp.is_success else 1

@@ -349,8 +349,6 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
                        f"are never forwarded): {fix}")
     for agent, ctx in cfg.resolved.items():
         stages = [s for s in _NOT_BUILT if getattr(ctx, s).enabled]
-        if ctx.memory_promotion.mode != "off":
-            stages.append("memoryPromotion")
         out += [f"agent {agent!r}: context.{s} is not built in this version; ignored"
                 for s in stages]
     return out

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.summary import system_prefix_count
 from proxy.cascade.types import (
     TRIMMED,
     ContextLengthExceeded,
@@ -174,7 +175,9 @@ def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     guarded = guard(
         messages, count=_calibrated(step.count, step.ratio), limit=budget.limit,
         reserved_output=budget.reserved_output,
-        protected_head=step.system_count + (1 if step.summary else 0), trim_current_turn=True,
+        # the memory stage may have put a system message of its own on top
+        protected_head=max(step.system_count, system_prefix_count(messages))
+        + (1 if step.summary else 0), trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
     )
     if not guarded.gone:

@@ -6,8 +6,10 @@
 1. lossless eviction of old tool results (placeholders persist, so the prefix stays stable);
 2. ``/compact`` exchanges left out (answered by the proxy, never by the model);
 3. the durable summary folded into the first user message;
-4. recitation: the summary's plan appended to the last message (opt-in);
-5. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+4. the stored memory facts as a ``<memory>`` block in the first system message (opt-in, per
+   turn);
+5. recitation: the summary's plan appended to the last message (opt-in);
+6. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
 
 Each stage reports what the shell must persist in its own input's indices (``Marks``);
 ``assemble`` carries every message's window index through the stages, so the shell gets
@@ -32,6 +34,7 @@ from proxy.cascade.commands import (
 )
 from proxy.cascade.eviction import EVICTION
 from proxy.cascade.lossless import EarlierLines
+from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.recitation import RECITATION
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 STAGES: tuple[Stage, ...] = (
-    OBSERVATIONS, EVICTION, COMMANDS, SUMMARY, RECITATION, OVERFLOW,
+    OBSERVATIONS, EVICTION, COMMANDS, SUMMARY, MEMORY, RECITATION, OVERFLOW,
 )
 """The per-step stages, in the order they run."""
 

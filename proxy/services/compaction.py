@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -47,6 +48,8 @@ from proxy.cascade.types import (
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
 from proxy.observe import note_compaction_event, note_usage
+from proxy.services.memory import patterns_for, scope_of_agent
+from proxy.services.promotion import promote
 from proxy.store import events, messages as msgs, nul, sessions, summaries
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.upstream import Upstream
@@ -69,6 +72,9 @@ class CompactionJob:
     cfg: SummarizeConfig
     headers: Mapping[str, str]
     trigger: str
+    promotion: str = "off"  # context.memoryPromotion.mode (services/promotion.py)
+    memory_scope: str = "global"
+    memory_patterns: tuple[re.Pattern[str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +94,13 @@ def job_for(
 ) -> CompactionJob:
     agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
     fast = agent_cfg.fast_model or model
+    scope = scope_of_agent(cfg, agent)
     return CompactionJob(
         tenant=tenant, session_id=session_id, provider=cfg.providers[agent_cfg.provider],
         fast_model=fast, fast_limits=cfg.model_limits(fast), cfg=cfg.context_for(agent).summarize,
         headers={k: v for k, v in headers.items() if k.lower() == "authorization"},
-        trigger=trigger,
+        trigger=trigger, promotion=cfg.context_for(agent).memory_promotion.mode,
+        memory_scope=scope, memory_patterns=tuple(patterns_for(cfg, scope)),
     )
 
 
@@ -315,6 +323,8 @@ class DurableSummarizer:
             "identifiers_kept": ledger.kept, "identifiers_added": ledger.added,
             "identifiers_dropped": ledger.dropped,
         })
+        if job.promotion != "off":
+            await promote(self.upstream, self.bus, conn, job, plan.span)
         return CompactionResult(version, end_pos, folded, before, after)
 
     async def _summarise(self, job: CompactionJob, plan: Any) -> str:

@@ -12,15 +12,26 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from proxy.cascade.memory_block import MemoryNeed, render_memory
 from proxy.session_id import SessionKey
+from proxy.store import memory
 
 __all__ = ["Fulfiller", "FULFILLERS", "fulfil"]
 
 Fulfiller = Callable[[Any, Any, SessionKey], Awaitable[Any]]
 """``(need, connection, session) -> answer``."""
 
-FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({})
-"""Fulfillers by the type of the need they answer (none of today's stages needs I/O)."""
+
+
+async def memory_block(need: MemoryNeed, conn: Any, key: SessionKey) -> str | None:
+    """The turn's ``<memory>`` block (``store.memory.turn_block``)."""
+    return await memory.turn_block(
+        conn, tenant=key.tenant, session_id=key.session_id, turn=need.turn,
+        render=lambda facts: render_memory(facts, max_tokens=need.max_tokens))
+
+
+FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({MemoryNeed: memory_block})
+"""Fulfillers by the type of the need they answer."""
 
 
 async def fulfil(

@@ -369,9 +369,7 @@ def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() 
         "forwarded): give it an apiKeyEnv",
         "provider 'paid' will be called without credentials (proxy keys are never "
         "forwarded): set $PAID_KEY",
-        "agent 'default': context.memoryPromotion is not built in this version; ignored",
         "agent 'coder': context.retrieval is not built in this version; ignored",
-        "agent 'coder': context.memoryPromotion is not built in this version; ignored",
     ]
     # pass-through mode forwards the client's own token: no credentials warning
     passthrough = {k: v for k, v in raw.items() if k not in ("auth", "context")}

@@ -80,7 +80,8 @@ def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
     paths = {p for _, p in requests}
     assert {"/v1/chat/completions", "/s/x1/v1/chat/completions", "/v1/models",
             "/v1/embeddings", "/v1/sessions", "/v1/sessions/x1/events", "/readyz",
-            "/openapi.json", "/docs", "/redoc"} <= paths
+            "/openapi.json", "/docs", "/redoc", "/v1/memory", "/v1/memory/x1",
+            "/v1/memory/suggestions/x1/accept"} <= paths
     bodies = []
     with httpx.Client(base_url=server.origin, timeout=10) as http:
         for method, path in requests:
@@ -152,6 +153,16 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["type"] == "request_forbidden"
         assert http.post("/v1/sessions/c/compact").status_code == 200
+        # memory scopes follow the key's agents; global is the tenant's
+        for scope, status in (("agent:reviewer", 403), ("agent:coder", 201), ("global", 201)):
+            added = http.post("/v1/memory", json={"scope": scope, "text": "Port is 8443"})
+            assert added.status_code == status, added.text
+        with httpx.Client(base_url=server.origin, timeout=30,
+                          headers={"authorization": f"Bearer {KEY_B}"}) as unlimited:
+            theirs = unlimited.post("/v1/memory", json={"scope": "agent:reviewer",
+                                                        "text": "Reviewer fact"}).json()["id"]
+        assert http.delete(f"/v1/memory/{theirs}").status_code == 403
+        assert http.get("/v1/memory", params={"scope": "agent:reviewer"}).status_code == 403
 
 
 def test_pass_through_refuses_no_bearer_when_the_provider_key_would_pay(

@@ -168,14 +168,22 @@ def test_a_memory_suggestion_asks_and_its_buttons_call_the_memory_api(
     prompt.filter(has_text="Remember these 2 things?").wait_for()
     assert "The build uses uv" in prompt.inner_text()
     page.get_by_test_id("memory-save").click()
-    # the memory API comes with issue 22: until then the proxy answers 404, said in a toast
-    page.get_by_test_id("toast").filter(has_text="Could not save to memory").wait_for()
-    assert prompt.is_visible()
+    prompt.wait_for(state="hidden")
+    with api(console_proxy) as h:  # Save stored both facts where the memory API finds them
+        facts = h.get("/v1/memory", params={"scope": "global"}).json()["data"]
+        assert [f["text"] for f in facts] == ["The build uses uv", "Tests run with make test"]
+    inject(db_dsn, "remember", "memory.suggestion", {
+        "suggestion_id": "sug-2", "facts": ["Deploys go through CI"],
+    })
+    prompt.filter(has_text="Deploys go through CI").wait_for()
     page.get_by_test_id("memory-dismiss").click()
-    page.get_by_test_id("toast").filter(has_text="Could not dismiss").wait_for()
+    prompt.wait_for(state="hidden")
+    with api(console_proxy) as h:
+        assert h.get("/v1/memory/suggestions").json()["data"] == []
+        assert len(h.get("/v1/memory").json()["data"]) == 2
     assert calls == [
         f"POST {console.origin}/v1/memory/suggestions/sug-1/accept",
-        f"POST {console.origin}/v1/memory/suggestions/sug-1/reject",
+        f"POST {console.origin}/v1/memory/suggestions/sug-2/reject",
     ]
 
 

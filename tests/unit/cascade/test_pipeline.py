@@ -160,9 +160,9 @@ def test_a_stage_that_changes_the_count_must_say_how() -> None:
 
 def test_the_config_chooses_the_stages() -> None:
     names = [s.name for s in stages_for(OFF)]
-    assert names == ["observations", "commands", "summary", "overflow"]
+    assert names == ["observations", "commands", "summary", "overflow"]  # memory is opt-in
     assert [s.name for s in STAGES] == ["observations", "eviction", "commands", "summary",
-                                        "recitation", "overflow"]
+                                        "memory", "recitation", "overflow"]
     no_obs = ContextConfig.model_validate(
         {"eviction": {"enabled": False}, "observations": {"userPrefixes": []}})
     assert [s.name for s in stages_for(no_obs)] == names[1:]

@@ -1,0 +1,170 @@
+"""``sanitize_fact``: the one gate every long-term memory fact passes before it is stored.
+
+A stored fact is injected into the system prompt of every later session of its scope, so a
+fact is text the proxy vouches for. Whether it comes from a person (the memory API, the CLI)
+or from the fast model (memory promotion), it goes through the same checks, in this order,
+and a rejection carries a reason a person can act on:
+
+1. control characters are stripped (newlines and tabs become spaces; runs of whitespace
+   collapse), so a fact is one line of plain text;
+2. an empty fact, or one longer than :data:`MAX_FACT_CHARS`, is rejected;
+3. a fact holding a secret (any redaction pattern matches) is rejected, never stored
+   redacted: ``[REDACTED]`` is not a fact worth remembering;
+4. a fact that reads as an instruction to the model is rejected (:data:`INSTRUCTION_PATTERNS`);
+5. a duplicate of a stored fact of the scope, compared case- and space-insensitively
+   (:func:`fact_key`), is rejected.
+
+The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
+injections are made of ("ignore previous instructions", "you must", "system prompt", a
+``<system>`` tag, "from now on") and lets through statements of fact ("the build uses uv").
+A fact it wrongly refuses can be rephrased as a statement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.cascade.redaction import redact
+from proxy.cascade.text import content_text
+
+__all__ = [
+    "MAX_FACT_CHARS", "INSTRUCTION_PATTERNS", "FactVerdict", "fact_key", "sanitize_fact",
+    "sanitize_facts", "MEMORY_FACTS_FORMAT", "extraction_prompt", "parse_facts", "span_text",
+]
+
+MAX_FACT_CHARS = 500
+"""The longest fact kept, in characters after cleaning: a fact is a sentence, not a document."""
+
+INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:previous|prior|above|earlier|all|"
+    r"any|your)\b.{0,40}\b(?:instructions?|rules?|prompts?|directions?|guidelines?)\b",
+    r"\bsystem\s+(?:prompt|message|instructions?)\b",
+    r"\byou\s+(?:must|should|shall|will|need\s+to|have\s+to|are\s+(?:now|required\s+to))\b",
+    r"\b(?:from\s+now\s+on|new\s+instructions?)\b",
+    r"\b(?:act|behave|respond|pretend)\s+as\b",
+    r"</?\s*(?:system|memory|instructions?|assistant)\s*>",
+    r"\bdo\s+not\s+(?:tell|reveal|mention)\s+the\s+user\b",
+))
+"""Phrases of an instruction aimed at the model rather than a fact about the work."""
+
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class FactVerdict:
+    """``text`` is the cleaned fact when it may be stored; otherwise ``reason`` says why not."""
+
+    text: str | None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+def _clean(text: str) -> str:
+    chars = (" " if ch in "\n\r\t" else ch for ch in text)
+    kept = "".join(ch for ch in chars if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    return _SPACE.sub(" ", kept).strip()
+
+
+def fact_key(text: str) -> str:
+    """The form two facts are compared in: cleaned, case-folded, whitespace collapsed."""
+    return _clean(text).casefold()
+
+
+def sanitize_fact(
+    text: str, *, existing: Iterable[str] = (), patterns: Sequence[re.Pattern[str]] = (),
+    max_chars: int = MAX_FACT_CHARS,
+) -> FactVerdict:
+    """Clean ``text`` and decide whether it may be stored beside ``existing`` (the scope's
+    stored facts); ``patterns`` are the compiled redaction patterns of the config."""
+    fact = _clean(text)
+    if not fact:
+        return FactVerdict(None, "the fact is empty once control characters are removed")
+    if len(fact) > max_chars:
+        return FactVerdict(None, f"the fact is {len(fact)} characters long; the limit is "
+                                 f"{max_chars}: state it in a sentence")
+    if patterns and redact(fact, patterns)[1]:
+        return FactVerdict(None, "the fact contains what looks like a secret (it matches a "
+                                 "redaction pattern); secrets are never stored in memory")
+    for pattern in INSTRUCTION_PATTERNS:
+        hit = pattern.search(fact)
+        if hit:
+            return FactVerdict(None, f"the fact reads as an instruction to the model "
+                                     f"({hit.group(0)!r}); state it as a fact instead")
+    key = fact.casefold()
+    if any(fact_key(other) == key for other in existing):
+        return FactVerdict(None, "the same fact is already stored in this scope")
+    return FactVerdict(fact)
+
+
+def sanitize_facts(
+    texts: Iterable[str], *, existing: Iterable[str] = (),
+    patterns: Sequence[re.Pattern[str]] = (), max_chars: int = MAX_FACT_CHARS,
+) -> list[FactVerdict]:
+    """One verdict per text, in order; a text that repeats an earlier accepted one of the
+    same batch is a duplicate too."""
+    seen = list(existing)
+    verdicts = []
+    for text in texts:
+        verdict = sanitize_fact(text, existing=seen, patterns=patterns, max_chars=max_chars)
+        if verdict.text is not None:
+            seen.append(verdict.text)
+        verdicts.append(verdict)
+    return verdicts
+
+
+MEMORY_FACTS_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "memory_facts",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
+            "required": ["facts"],
+            "additionalProperties": False,
+        },
+    },
+}
+"""The ``response_format`` of the extraction request: the answer is ``{"facts": [...]}``."""
+
+_EXTRACT = """\
+Below is part of a conversation between a user and an AI agent. List the durable facts in it \
+that would still help in a later session: decisions, conventions, preferences, names of \
+files, services, ports and commands that stay true. One short sentence each, stated as a \
+fact, not as an instruction. Leave out anything temporary, anything about this one task's \
+progress, and every secret (keys, tokens, passwords). Answer {"facts": []} when there is \
+none."""
+
+
+def extraction_prompt(span_text: str) -> list[dict[str, str]]:
+    """The fast model's messages for extracting facts from a folded span's original text."""
+    return [{"role": "system", "content": _EXTRACT}, {"role": "user", "content": span_text}]
+
+
+def parse_facts(answer: str) -> list[str]:
+    """The ``facts`` of the model's JSON answer; ``ValueError`` when it is not that shape."""
+    data = json.loads(answer)
+    facts = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(facts, list):
+        raise ValueError("the answer has no 'facts' list")
+    return [f for f in facts if isinstance(f, str)]
+
+
+def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = 60_000) -> str:
+    """A folded span as the extraction reads it: one ``[role]`` block per message, cut to
+    ``cap`` characters from the end (the newest text matters most)."""
+    blocks = []
+    for m in messages:
+        body = content_text(m.get("content"), media=True)
+        if body:
+            blocks.append(f"[{m.get('role') or 'unknown'}]\n{body}")
+    text = "\n\n".join(blocks)
+    return text[-cap:]

@@ -1,0 +1,95 @@
+"""The ``memory`` stage: stored facts as a ``<memory>`` block in the first system message.
+
+The facts of the session's agent scope and of ``global`` are rendered once per turn (a turn
+starts with a new user message) by the shell's fulfiller (``services/needs.memory_block``),
+which keeps the rendered text with the session and hands the same bytes back on every step
+of the turn. So the block changes only at a turn boundary, and only when the facts did: the
+prompt prefix a provider caches stays put through an agent's tool loop.
+
+This stage only places the text: appended to the first system message (a new text part
+when its content is a list of parts), or, when the prompt has none, as a system message of
+its own at the top. The window is not touched, so the block is never stored as a message a
+client sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.types import Marks, Message, StageResult
+from proxy.config import ContextConfig
+
+__all__ = ["MEMORY_MAX_TOKENS", "MemoryNeed", "render_memory", "add_memory", "MEMORY"]
+
+MEMORY_MAX_TOKENS = 1000
+"""The block's cap, in tokens estimated at four characters each: facts past it (the newest,
+since facts are kept in the order they were stored) are left out."""
+
+_HEAD = ("<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
+         "use them where they apply:\n")
+_TAIL = "</memory>"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryNeed:
+    """The rendered block of the turn ``turn`` names (``None``: no facts).
+
+    ``turn`` is a hash of the window's last user message: the same on every step of a turn,
+    new with the next user message. A next message that repeats the last one word for word
+    keeps the block of the turn before; that only delays a change of facts by a turn.
+    """
+
+    turn: str
+    max_tokens: int = MEMORY_MAX_TOKENS
+
+
+def render_memory(facts: Sequence[str], *, max_tokens: int = MEMORY_MAX_TOKENS) -> str | None:
+    """The block for ``facts`` in their stored order, cut at ``max_tokens``; ``None`` when
+    no fact fits."""
+    budget = max_tokens * 4 - len(_HEAD) - len(_TAIL)
+    lines = []
+    for fact in facts:
+        line = f"- {fact}\n"
+        if len(line) > budget:
+            break
+        budget -= len(line)
+        lines.append(line)
+    return _HEAD + "".join(lines) + _TAIL if lines else None
+
+
+def plan_memory(step: StepInput) -> MemoryNeed:
+    last = next((m for m in reversed(step.window) if m.get("role") == "user"), None)
+    text = json.dumps(last.get("content") if last else None, sort_keys=True, default=str)
+    return MemoryNeed(hashlib.sha256(text.encode()).hexdigest()[:32])
+
+
+def _with_block(msg: Message, block: str) -> Message:
+    content = msg.get("content")
+    if isinstance(content, list):
+        return {**msg, "content": [*content, {"type": "text", "text": block}]}
+    text = content if isinstance(content, str) else ""
+    return {**msg, "content": f"{text}\n\n{block}" if text else block}
+
+
+def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    block = step.answers.get("memory")
+    if not isinstance(block, str) or not block:
+        return StageResult(messages)
+    if messages and messages[0].get("role") == "system":
+        return StageResult((_with_block(messages[0], block), *messages[1:]))
+    source = (None, *range(len(messages)))
+    return StageResult(({"role": "system", "content": block}, *messages),
+                       marks=Marks(source=source))
+
+
+def _injects(ctx: ContextConfig) -> bool:
+    """Memory is opt-in, as every stage past the default three: with
+    ``memoryPromotion.mode`` off, no fact is read and a step costs no statement for it."""
+    return ctx.memory_promotion.mode != "off"
+
+
+MEMORY = Stage("memory", add_memory, enabled=_injects, plan=plan_memory)

@@ -1,0 +1,173 @@
+"""The memory API's use cases: list, add and delete facts; list, accept and reject suggestions.
+
+Every fact, typed by a person or accepted from a suggestion, is stored by :func:`add_fact`
+and so passes ``cascade.memory.sanitize_fact`` against the facts already in its scope. All
+of it is scoped by tenant: another tenant's fact or suggestion is a 404.
+
+A scope is ``global`` or ``agent:<name>``. Secrets are checked with the scope's redaction
+patterns (the agent's merged ``context.redaction``, the top-level one for ``global``), even
+when redaction of messages is switched off: a fact is injected into every later prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from proxy.cascade.memory import sanitize_facts
+from proxy.cascade.redaction import compile_patterns
+from proxy.config import Config
+from proxy.errors import ClientRequestError, NotFound
+from proxy.store import memory as store
+
+__all__ = [
+    "GLOBAL", "parse_scope", "scope_of_agent", "list_facts", "add_fact", "delete_fact",
+    "list_suggestions", "accept_suggestion", "reject_suggestion", "FactRejected",
+]
+
+GLOBAL = "global"
+_AGENT = re.compile(r"agent:[A-Za-z0-9._-]{1,128}")
+
+
+class FactRejected(ClientRequestError):
+    """``sanitize_fact`` refused a fact (400, code ``fact_rejected``); the message says why."""
+
+    code = "fact_rejected"
+
+
+def parse_scope(scope: str | None, *, param: str = "scope") -> str:
+    """``scope`` when it is ``global`` or ``agent:<name>``; a 400 otherwise."""
+    if scope is None:
+        return GLOBAL
+    if not isinstance(scope, str) or (scope != GLOBAL and not _AGENT.fullmatch(scope)):
+        raise ClientRequestError(
+            f"scope must be 'global' or 'agent:<name>' (letters, digits, '.', '_', '-'); "
+            f"got {scope!r}", param=param)
+    return scope
+
+
+def scope_of_agent(cfg: Config, agent: str | None) -> str:
+    """The scope a session's facts belong to: its agent's when the config names that agent,
+    else global. The ``default`` agent, which takes every request naming no agent, is no
+    agent of its own: its facts are global."""
+    if agent and agent != "default" and agent in cfg.agents:
+        return f"agent:{agent}"
+    return GLOBAL
+
+
+def patterns_for(cfg: Config, scope: str) -> Sequence[re.Pattern[str]]:
+    ctx = cfg.context_for(scope.removeprefix("agent:")) if scope != GLOBAL else cfg.context
+    return compile_patterns(ctx.redaction.patterns, use_defaults=ctx.redaction.default_patterns)
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def _fact(row: Any) -> dict[str, Any]:
+    return {"object": "memory.fact"} | {k: _iso(v) for k, v in dict(row).items()}
+
+
+async def list_facts(pool: Any, *, tenant: str, scope: str) -> dict[str, Any]:
+    rows = await store.fetch_facts(pool, tenant=tenant, scopes=[scope])
+    return {"object": "list", "data": [_fact(r) for r in rows]}
+
+
+def _vet(cfg: Config, scope: str, texts: Sequence[str],
+         strict: bool) -> Callable[[list[str]], list[str]]:
+    """What ``store.add_facts`` calls with the stored facts: the facts to store. With
+    ``strict`` (a single manual add) a rejection is a 400; otherwise rejected ones are left
+    out."""
+    patterns = patterns_for(cfg, scope)
+
+    def vet(stored: list[str]) -> list[str]:
+        verdicts = sanitize_facts(texts, existing=stored, patterns=patterns)
+        if strict:
+            for verdict in verdicts:
+                if verdict.reason is not None:
+                    raise FactRejected(f"fact rejected: {verdict.reason}", param="text")
+        return [v.text for v in verdicts if v.text is not None]
+
+    return vet
+
+
+async def store_facts(pool: Any, cfg: Config, *, tenant: str, scope: str,
+                      texts: Sequence[str], strict: bool = False,
+                      source_session: str | None = None) -> list[dict[str, Any]]:
+    """The one write path of facts (manual, accepted, promoted): sanitised, then stored."""
+    async with pool.acquire() as conn:
+        rows = await store.add_facts(conn, tenant=tenant, scope=scope,
+                                     vet=_vet(cfg, scope, texts, strict),
+                                     source_session=source_session)
+    return [_fact(r) for r in rows]
+
+
+async def add_fact(pool: Any, cfg: Config, *, tenant: str, scope: str,
+                   text: str) -> dict[str, Any]:
+    """Store one fact by hand; a 400 saying why when ``sanitize_fact`` refuses it."""
+    (fact,) = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=[text],
+                                strict=True)
+    return fact
+
+
+async def delete_fact(pool: Any, *, tenant: str, fact_id: int,
+                      check: Callable[[str], None]) -> dict[str, Any]:
+    """Delete one fact; ``check`` sees its scope first and raises when the key may not."""
+    async with pool.acquire() as conn:
+        found = await store.delete_fact(conn, tenant=tenant, fact_id=fact_id, check=check)
+    if not found:
+        raise NotFound(f"no memory fact {fact_id} (for this API key)")
+    return {"id": fact_id, "object": "memory.fact.deleted", "deleted": True}
+
+
+def _suggestion(s: dict[str, Any]) -> dict[str, Any]:
+    return {"object": "memory.suggestion", "id": s["suggestion_id"],
+            "suggestion_id": s["suggestion_id"], "session_id": s["session_id"],
+            "facts": s["facts"], "created_at": _iso(s["created_at"])}
+
+
+async def list_suggestions(pool: Any, *, tenant: str, limit: int) -> dict[str, Any]:
+    """Suggestions nobody has accepted or rejected yet, oldest first."""
+    rows = await store.fetch_pending_suggestions(pool, tenant=tenant, limit=limit)
+    return {"object": "list", "data": [_suggestion(s) for s in rows]}
+
+
+async def _pending(pool: Any, tenant: str, suggestion_id: str) -> dict[str, Any]:
+    found = await store.fetch_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id)
+    if found is None:
+        raise NotFound(f"no memory suggestion {suggestion_id!r} (for this API key)")
+    if found["answer"] is not None:
+        raise ClientRequestError(
+            f"memory suggestion {suggestion_id!r} was {found['answer']} already")
+    return found
+
+
+async def accept_suggestion(pool: Any, cfg: Config, *, tenant: str, suggestion_id: str,
+                            facts: Sequence[str] | None) -> dict[str, Any]:
+    """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
+    manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
+    are left out, and the answer lists the stored ones."""
+    found = await _pending(pool, tenant, suggestion_id)
+    chosen = list(found["facts"]) if facts is None else list(facts)
+    unknown = [f for f in chosen if f not in found["facts"]]
+    if unknown:
+        raise ClientRequestError(f"facts not in suggestion {suggestion_id!r}: {unknown!r}",
+                                 param="facts")
+    scope = found["scope"] if isinstance(found["scope"], str) else None
+    scope = parse_scope(scope) if scope else scope_of_agent(cfg, found["agent"])
+    if not await store.answer_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id,
+                                         answer="accepted", facts=chosen):
+        raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
+    stored = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=chosen,
+                               source_session=found["session_id"])
+    return {"object": "memory.suggestion", "id": suggestion_id, "status": "accepted",
+            "scope": scope, "facts": stored}
+
+
+async def reject_suggestion(pool: Any, *, tenant: str, suggestion_id: str) -> dict[str, Any]:
+    await _pending(pool, tenant, suggestion_id)
+    if not await store.answer_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id,
+                                         answer="rejected"):
+        raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
+    return {"object": "memory.suggestion", "id": suggestion_id, "status": "rejected"}

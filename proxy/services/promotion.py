@@ -1,0 +1,76 @@
+"""Memory promotion: right after a compaction folds a span, the fast model lists the span's
+durable facts (from its original text, not the summary), and each passes ``sanitize_fact``.
+
+``suggest`` persists a ``memory.suggestion`` event ``{suggestion_id, facts, scope}`` for a
+person to accept or reject through the memory API; ``auto`` stores the facts in the
+session's scope (its agent's, else global). Nothing here may affect the turn: every failure
+is logged and swallowed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.cascade.memory import (
+    MEMORY_FACTS_FORMAT,
+    extraction_prompt,
+    parse_facts,
+    sanitize_facts,
+    span_text,
+)
+from proxy.cascade.types import MEMORY_SUGGESTION, Message
+from proxy.store import memory as store
+
+__all__ = ["promote"]
+
+log = logging.getLogger("cascade.memory")
+
+_OUTPUT_TOKENS = 1000
+
+
+async def promote(upstream: Any, bus: Any, conn: Any, job: Any, span: Sequence[Message]) -> None:
+    """Extract, sanitise and suggest or store the facts of ``span`` (``job``: the
+    compaction's ``CompactionJob``); never raises."""
+    try:
+        await _promote(upstream, bus, conn, job, span)
+    except Exception as exc:  # a failed extraction never fails the compaction or the turn
+        log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
+
+
+async def _promote(upstream: Any, bus: Any, conn: Any, job: Any,
+                   span: Sequence[Message]) -> None:
+    text = span_text(span)
+    if not text:
+        return
+    body = {"model": job.fast_model, "messages": extraction_prompt(text),
+            "response_format": MEMORY_FACTS_FORMAT, "max_tokens": _OUTPUT_TOKENS,
+            "temperature": 0}
+    resp = await upstream.call(job.provider, "POST", "/chat/completions",
+                               client_headers=job.headers, content=json.dumps(body).encode(),
+                               model=job.fast_model)
+    if resp.status_code >= 400:
+        log.warning("memory promotion for %s: the fast model answered %d", job.session_id,
+                    resp.status_code)
+        return
+    facts = parse_facts(resp.json()["choices"][0]["message"].get("content") or "")
+    if job.promotion == "auto":
+        def vet(stored: list[str]) -> list[str]:
+            verdicts = sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
+            return [v.text for v in verdicts if v.text is not None]
+
+        await store.add_facts(conn, tenant=job.tenant, scope=job.memory_scope, vet=vet,
+                              source_session=job.session_id)
+        return
+    stored = [r["text"] for r in await store.fetch_facts(conn, tenant=job.tenant,
+                                                         scopes=[job.memory_scope])]
+    kept = [v.text for v in sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
+            if v.text is not None]
+    if kept:
+        await bus.publish(conn, tenant=job.tenant, session_id=job.session_id,
+                          name=MEMORY_SUGGESTION,
+                          data={"suggestion_id": f"sug-{secrets.token_hex(8)}", "facts": kept,
+                                "scope": job.memory_scope})

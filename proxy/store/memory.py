@@ -1,0 +1,170 @@
+"""The ``memory`` table (long-term facts per tenant and scope) and memory suggestions.
+
+A suggestion is a persisted ``memory.suggestion`` event; the answer a person gives it is a row
+of ``memory_suggestion_answers`` (migration 0013), so a suggestion is pending while it has no
+answer. Facts reach :func:`add_facts` only after ``cascade.memory.sanitize_fact``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from proxy.cascade.types import MEMORY_SUGGESTION
+from proxy.store.nul import decode_json
+
+if TYPE_CHECKING:
+    from proxy.store.db import Connection, Executor
+
+__all__ = [
+    "fetch_facts", "add_facts", "delete_fact", "fetch_pending_suggestions",
+    "fetch_suggestion", "answer_suggestion", "turn_block",
+]
+
+FACT_COLUMNS = "id, scope, fact AS text, source_session, created_at"
+
+FETCH_FACTS = f"""
+SELECT {FACT_COLUMNS} FROM memory WHERE tenant = $1 AND scope = ANY($2::text[]) ORDER BY id
+"""
+
+
+async def fetch_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> list[Any]:
+    """The facts of ``scopes``, oldest first."""
+    return list(await conn.fetch(FETCH_FACTS, tenant, list(scopes)))
+
+
+LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
+INSERT_FACTS = f"""
+INSERT INTO memory (tenant, scope, fact, source_session)
+SELECT $1, $2, f, $4 FROM unnest($3::text[]) WITH ORDINALITY AS t(f, o) ORDER BY o
+RETURNING {FACT_COLUMNS}
+"""
+
+
+async def add_facts(
+    conn: Connection, *, tenant: str, scope: str, vet: Callable[[list[str]], list[str]],
+    source_session: str | None = None,
+) -> list[Any]:
+    """Store the facts ``vet`` returns when given the scope's stored facts; the scope is
+    locked meanwhile, so two concurrent adds of one fact cannot both pass the duplicate
+    check. ``vet`` raises to store nothing."""
+    async with conn.transaction():
+        await conn.execute(LOCK_SCOPE, tenant, scope)
+        stored = [row["text"] for row in await fetch_facts(conn, tenant=tenant, scopes=[scope])]
+        facts = vet(stored)
+        if not facts:
+            return []
+        return list(await conn.fetch(INSERT_FACTS, tenant, scope, facts, source_session))
+
+
+async def delete_fact(
+    conn: Connection, *, tenant: str, fact_id: int, check: Callable[[str], None]
+) -> bool:
+    """Delete one fact after ``check`` has seen its scope (it raises to keep the fact);
+    ``False`` when the tenant has no such fact."""
+    async with conn.transaction():
+        scope = await conn.fetchval(
+            "SELECT scope FROM memory WHERE tenant = $1 AND id = $2 FOR UPDATE", tenant, fact_id)
+        if scope is None:
+            return False
+        check(scope)
+        await conn.execute("DELETE FROM memory WHERE tenant = $1 AND id = $2", tenant, fact_id)
+    return True
+
+
+FETCH_PENDING = """
+SELECT e.id AS event_id, e.session_id, e.data, e.created_at FROM events e
+WHERE e.tenant = $1 AND e.name = $2 AND NOT EXISTS (
+    SELECT 1 FROM memory_suggestion_answers a
+    WHERE a.tenant = e.tenant AND a.suggestion_id = e.data->>'suggestion_id')
+ORDER BY e.id LIMIT $3
+"""
+
+
+def _suggestion(row: Any) -> dict[str, Any]:
+    data = decode_json(row["data"])
+    return {"suggestion_id": data.get("suggestion_id"), "session_id": row["session_id"],
+            "facts": [f for f in data.get("facts") or () if isinstance(f, str)],
+            "scope": data.get("scope"), "created_at": row["created_at"]}
+
+
+async def fetch_pending_suggestions(
+    conn: Executor, *, tenant: str, limit: int = 100
+) -> list[dict[str, Any]]:
+    """Suggestions without an answer, oldest first."""
+    rows = await conn.fetch(FETCH_PENDING, tenant, MEMORY_SUGGESTION, limit)
+    return [_suggestion(row) for row in rows]
+
+
+FETCH_SUGGESTION = """
+SELECT e.session_id, e.data, e.created_at, a.answer, s.agent FROM events e
+LEFT JOIN memory_suggestion_answers a
+       ON a.tenant = e.tenant AND a.suggestion_id = e.data->>'suggestion_id'
+LEFT JOIN sessions s ON s.tenant = e.tenant AND s.id = e.session_id
+WHERE e.tenant = $1 AND e.name = $2 AND e.data->>'suggestion_id' = $3
+ORDER BY e.id LIMIT 1
+"""
+
+
+async def fetch_suggestion(
+    conn: Executor, *, tenant: str, suggestion_id: str
+) -> dict[str, Any] | None:
+    """One suggestion with its ``answer`` (``None`` while pending) and the ``agent`` of its
+    session (``None`` when the session is gone); ``None`` when the tenant has no such one."""
+    row = await conn.fetchrow(FETCH_SUGGESTION, tenant, MEMORY_SUGGESTION, suggestion_id)
+    if row is None:
+        return None
+    out = _suggestion(row)
+    out["answer"], out["agent"] = row["answer"], row["agent"]
+    return out
+
+
+ANSWER = """
+INSERT INTO memory_suggestion_answers (tenant, suggestion_id, answer, facts)
+VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING answer
+"""
+
+
+async def answer_suggestion(
+    conn: Executor, *, tenant: str, suggestion_id: str, answer: str, facts: Sequence[str] = ()
+) -> bool:
+    """Record the answer; ``False`` when the suggestion was answered already."""
+    return await conn.fetchval(ANSWER, tenant, suggestion_id, answer, list(facts)) is not None
+
+
+TURN_BLOCK = """
+WITH kept AS (
+    SELECT block FROM memory_blocks WHERE tenant = $1 AND session_id = $2 AND turn = $3
+)
+SELECT EXISTS (SELECT 1 FROM kept) AS kept,
+       EXISTS (SELECT 1 FROM memory_blocks WHERE tenant = $1 AND session_id = $2) AS has_row,
+       (SELECT block FROM kept) AS block,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM kept) THEN ARRAY(
+           SELECT m.fact FROM memory m JOIN sessions s ON s.tenant = m.tenant
+           WHERE m.tenant = $1 AND s.id = $2 AND m.scope IN ('global', 'agent:' || s.agent)
+           ORDER BY m.id) END AS facts
+"""
+
+KEEP_BLOCK = """
+INSERT INTO memory_blocks (tenant, session_id, turn, block) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, session_id) DO UPDATE SET turn = $3, block = $4
+"""
+
+
+async def turn_block(
+    conn: Executor, *, tenant: str, session_id: str, turn: str,
+    render: Callable[[list[str]], str | None],
+) -> str | None:
+    """The ``<memory>`` block of the session's current turn: the one kept for it, or, at a
+    new turn, ``render`` of the agent's and global facts, kept for the turn's later steps.
+
+    One statement per step; a new turn with facts (or after facts) writes the block too. A
+    session that has never had a block and has no facts writes nothing: its later turns
+    read the facts again, which is what keeping a ``NULL`` block would have led to."""
+    row: Any = await conn.fetchrow(TURN_BLOCK, tenant, session_id, turn)  # one row, always
+    if row["kept"]:
+        return row["block"]  # type: ignore[no-any-return]
+    block = render(list(row["facts"] or ()))
+    if block is not None or row["has_row"]:
+        await conn.execute(KEEP_BLOCK, tenant, session_id, turn, block)
+    return block

@@ -1,0 +1,126 @@
+"""Stored facts reach the upstream prompt as a ``<memory>`` block that changes only at a turn
+boundary (a new user message), and is never stored as a client's message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import write_config
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """Memory is opt-in: ``memoryPromotion.mode`` other than off turns injection on."""
+    return write_config(tmp_path / "agents.json", fake_upstream.url,
+                        context={"memoryPromotion": {"mode": "suggest"}})
+
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "ls", "arguments": "{}"}}
+
+
+def _chat(http: httpx.Client, sid: str, messages: list[dict[str, Any]]) -> None:
+    r = http.post("/v1/chat/completions", headers={"x-session-id": sid},
+                  json={"model": "m", "messages": messages})
+    assert r.status_code == 200, r.text
+
+
+def _first(fake: FakeUpstream) -> dict[str, Any]:
+    return fake.bodies()[-1]["messages"][0]  # type: ignore[no-any-return]
+
+
+def test_the_block_is_kept_through_a_turn_and_renewed_at_the_next(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
+    turn = [{"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "which port?"}]
+    _chat(http, "mem-1", turn)
+    first = _first(fake_upstream)
+    assert first["role"] == "system" and first["content"].startswith("You are terse.\n\n<memory>")
+    assert "- The port is 8443\n" in first["content"]
+
+    # a fact added mid-turn waits for the next user message
+    assert http.post("/v1/memory", json={"text": "The build uses uv"}).status_code == 201
+    turn += [{"role": "assistant", "content": None, "tool_calls": [CALL]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "a.txt b.txt"}]
+    _chat(http, "mem-1", turn)
+    assert _first(fake_upstream) == first
+    prev, now = fake_upstream.bodies()[-2:]
+    assert now["messages"][:len(prev["messages"])] == prev["messages"]
+
+    turn += [{"role": "assistant", "content": "done"},
+             {"role": "user", "content": "and the build?"}]
+    _chat(http, "mem-1", turn)
+    renewed = _first(fake_upstream)["content"]
+    assert "- The port is 8443\n- The build uses uv\n" in renewed
+
+    # the next turn with the same facts sends the same bytes
+    turn += [{"role": "assistant", "content": "uv"}, {"role": "user", "content": "thanks"}]
+    _chat(http, "mem-1", turn)
+    assert _first(fake_upstream)["content"] == renewed
+
+    stored = http.get("/v1/sessions/mem-1/messages").json()["data"]
+    assert stored[0]["message"]["content"] == "You are terse."
+    assert not any("<memory>" in str(m["message"]) for m in stored)
+
+
+def test_without_a_system_message_the_block_becomes_one(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    http.post("/v1/memory", json={"text": "The port is 8443"})
+    _chat(http, "mem-2", [{"role": "user", "content": "hi"}])
+    messages = fake_upstream.bodies()[-1]["messages"]
+    assert messages[0]["role"] == "system" and messages[0]["content"].startswith("<memory>")
+    assert messages[1] == {"role": "user", "content": "hi"}
+
+
+def test_no_facts_no_block_and_facts_stay_with_their_tenant(
+    http: httpx.Client, fake_upstream: FakeUpstream, proxy: Any
+) -> None:
+    with httpx.Client(base_url=proxy.origin, timeout=10,
+                      headers={"authorization": "Bearer sk-someone-else"}) as other:
+        other.post("/v1/memory", json={"text": "Someone else's fact"})
+    _chat(http, "mem-3", [{"role": "system", "content": "S"},
+                          {"role": "user", "content": "hi"}])
+    assert fake_upstream.bodies()[-1]["messages"][0] == {"role": "system", "content": "S"}
+
+
+def test_an_agent_scope_reaches_only_its_agent(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    http.post("/v1/memory", json={"scope": "agent:coder", "text": "Coder only"})
+    _chat(http, "mem-4", [{"role": "user", "content": "hi"}])
+    assert fake_upstream.bodies()[-1]["messages"][0]["role"] == "user"
+
+
+def test_an_accepted_suggestion_is_in_the_next_prompts_block(
+    http: httpx.Client, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    from tests.integration.api.test_memory_api import suggest
+
+    _chat(http, "mem-5", [{"role": "user", "content": "hi"}])
+    suggest(db_dsn, "mem-5", "sug-x", ["The deploy target is eu-west-1"])
+    assert http.post("/v1/memory/suggestions/sug-x/accept").status_code == 200
+    _chat(http, "mem-5", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"},
+                          {"role": "user", "content": "where do we deploy?"}])
+    first = fake_upstream.bodies()[-1]["messages"][0]
+    assert first["role"] == "system" and "- The deploy target is eu-west-1\n" in first["content"]
+
+
+def test_no_block_and_no_read_while_memory_is_off(
+    http: httpx.Client, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
+    write_config(tmp_path / "agents.json", fake_upstream.url,
+                 context={"memoryPromotion": {"mode": "off"}})
+    for _ in range(100):  # the reload lands shortly after the file changes
+        _chat(http, "mem-off", [{"role": "system", "content": "S"},
+                                {"role": "user", "content": "which port?"}])
+        if "<memory>" not in _first(fake_upstream)["content"]:
+            break
+    assert _first(fake_upstream)["content"] == "S"

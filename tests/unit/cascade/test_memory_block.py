@@ -1,0 +1,65 @@
+"""The memory stage places the turn's ``<memory>`` block; ``render_memory`` caps it."""
+
+from __future__ import annotations
+
+from proxy.cascade.memory_block import MEMORY_MAX_TOKENS, MemoryNeed, render_memory
+from proxy.cascade.pipeline import StepInput, assemble, plan_step
+from proxy.cascade.types import Budget, Message
+from proxy.config import ContextConfig
+from tests.unit.cascade.summary_builders import count, system, user
+
+
+def _step(*window: Message, system_count: int = 1) -> StepInput:
+    return StepInput(window=tuple(window), system_count=system_count, summary=None,
+                     count=count, budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
+                     ctx=ContextConfig.model_validate({"memoryPromotion": {"mode": "suggest"}}))
+
+
+def test_render_lists_the_facts_in_order_inside_the_tags() -> None:
+    block = render_memory(["Port is 8443", "Uses uv"])
+    assert block is not None
+    assert block.startswith("<memory>\n") and block.endswith("</memory>")
+    assert block.index("- Port is 8443\n") < block.index("- Uses uv\n")
+    assert render_memory([]) is None
+
+
+def test_render_stops_at_the_token_cap() -> None:
+    facts = [f"fact number {i:03d} " + "x" * 80 for i in range(200)]
+    block = render_memory(facts)
+    assert block is not None and len(block) <= MEMORY_MAX_TOKENS * 4
+    assert "fact number 000" in block and "fact number 199" not in block
+    assert render_memory(["y" * 100], max_tokens=10) is None
+
+
+def test_the_stage_plans_a_need_and_appends_the_block_to_the_first_system_message() -> None:
+    step = _step(system("You are terse."), user("hi"))
+    need = plan_step(step)["memory"]
+    assert isinstance(need, MemoryNeed)
+    # the same turn over its steps, another with the next user message
+    assert plan_step(_step(system("You are terse."), user("hi"), {"role": "assistant",
+                     "content": "x"}))["memory"] == need
+    assert plan_step(_step(system("You are terse."), user("hi"), user("more")))["memory"] != need
+    out = assemble(step, answers={"memory": "<memory>\n- A\n</memory>"})
+    assert out.messages[0] == {"role": "system",
+                               "content": "You are terse.\n\n<memory>\n- A\n</memory>"}
+    assert out.messages[1:] == step.window[1:]
+    assert out.window == step.window and not out.injected and not out.evicted
+
+
+def test_a_system_message_of_parts_gets_a_text_part() -> None:
+    sys_parts: Message = {"role": "system", "content": [{"type": "text", "text": "S"}]}
+    out = assemble(_step(sys_parts, user("hi")), answers={"memory": "<memory>x</memory>"})
+    assert out.messages[0]["content"] == [{"type": "text", "text": "S"},
+                                          {"type": "text", "text": "<memory>x</memory>"}]
+
+
+def test_without_a_system_message_the_block_becomes_one() -> None:
+    step = _step(user("hi"), system_count=0)
+    out = assemble(step, answers={"memory": "<memory>x</memory>"})
+    assert out.messages == ({"role": "system", "content": "<memory>x</memory>"}, user("hi"))
+    assert out.injected == (0,) and out.window == step.window
+
+
+def test_no_block_no_change() -> None:
+    step = _step(system("S"), user("hi"))
+    assert assemble(step, answers={"memory": None}).messages == step.window
