@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -44,6 +45,7 @@ from proxy.config import Config, ModelConfig
 from proxy.errors import ClientRequestError
 from proxy.history import chain_hash
 from proxy.jsonio import dumps
+from proxy.requestlog import note_session
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import ChatContext, Forwarder, Route, Step
@@ -110,6 +112,8 @@ class ChatService:
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = (ctx.tenant, ctx.session_id)
         hashes = self.chains.chain(key, body["messages"])
+        if ctx.derived:  # a guessed session never queues: a busy one sends it to a lane
+            key, ctx = self._lane(key, ctx, hashes)
         await self.locks.acquire(key)  # this session's earlier requests go first
         try:
             conn = await acquire(self.pool, self.settings.pool_timeout_seconds)
@@ -131,6 +135,17 @@ class ChatService:
             if step.stream:
                 return await self.forward.stream(step)
             return await self.forward.nonstream(step)
+
+    def _lane(
+        self, key: tuple[str, str], ctx: ChatContext, hashes: list[str]
+    ) -> tuple[tuple[str, str], ChatContext]:
+        """The derived session's lane this request takes (``SessionLocks.lane``), named in
+        the response's X-Session-Id so the client can pin it."""
+        lane = self.locks.lane(key, hashes, self.chains.head)
+        if lane == key:
+            return key, ctx
+        note_session(lane[1])
+        return lane, dataclasses.replace(ctx, session_id=lane[1])
 
     def _json_tokens(self, tools_json: bytes) -> int:
         return self.cost({"role": "system", "content": tools_json.decode()})
