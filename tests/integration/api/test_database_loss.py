@@ -137,6 +137,12 @@ async def test_killed_between_requests(
     (asyncpg.AdminShutdownError("terminating connection due to administrator command"), True),
     (asyncpg.CannotConnectNowError("the database system is starting up"), True),
     (asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"), True),
+    (asyncpg.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"), True),
+    (asyncpg.InternalClientError(
+        'cannot switch to state 12; protocol is in the "failed" state'), True),
+    (asyncpg.InternalClientError("cannot switch to state 12; another operation (11) is in"
+                                 " progress"), False),
     (ConnectionResetError("reset by peer"), True),
     (BrokenPipeError(), True),
     (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),
