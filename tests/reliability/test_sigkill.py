@@ -30,7 +30,8 @@ def _post(p: ProxyProcess, sid: str, messages: list[dict[str, Any]]) -> dict[str
 
 def _rows(dsn: str, sid: str) -> list[tuple[int, str, Any]]:
     got = column(dsn, "SELECT json_build_array(pos, role, message->>'content')::text"
-                      " FROM messages WHERE session_id = $1 AND superseded_at IS NULL ORDER BY pos", sid)
+                      " FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
+                      " ORDER BY pos", sid)
     return [tuple(json.loads(g)) for g in got]
 
 
