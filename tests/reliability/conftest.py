@@ -86,6 +86,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if _HERE in item.path.parents and (rep.when == "call" or rep.outcome != "passed"):
         store = item.config.stash.setdefault(_FIGURES, {})
         entry = store.setdefault(item.nodeid, {})
+        doc = (getattr(item, "function", None).__doc__ or item.name).strip().splitlines()[0]
+        entry.setdefault("check", doc.rstrip("."))
         if rep.when == "call" or entry.get("outcome") in (None, "passed"):
             entry["outcome"] = "skipped" if rep.skipped else rep.outcome
             entry["seconds"] = round(getattr(rep, "duration", 0.0), 1)
