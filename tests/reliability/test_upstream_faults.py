@@ -83,6 +83,8 @@ FAULTS: dict[str, tuple[Responder, bool, Check]] = {
     "slow first byte, streamed": (reply("late", first_byte_delay=1.2), True, error_frame("504")),
     "stream cut mid-way": (reply("a long partial answer", chunks=6, reset_after=3), True,
                            error_frame()),
+    "a clean end without finish_reason or [DONE] (item 2)": (raw(_CHUNK, headers=_SSE), True,
+                                                              error_frame()),
     "malformed SSE after a chunk, then the end": (
         raw(_CHUNK, 'data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE), True,
         error_frame()),
