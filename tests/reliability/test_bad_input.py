@@ -41,7 +41,9 @@ _wild = st.fixed_dictionaries(
     {"messages": st.one_of(st.lists(_message, max_size=5), _json)},
     optional={"model": st.one_of(st.just("gpt-4o"), _json), "stream": _json,
               "stream_options": _json, "tools": _json, "metadata": _json,
-              "max_tokens": _json, "n": _json})
+              "max_tokens": _json,
+              # the fake upstream answers n choices: a huge n would stall it, not the proxy
+              "n": st.one_of(st.integers(-2, 3), _text, st.none())})
 _plausible = st.fixed_dictionaries(  # near a valid request: texts with NULs, odd ids
     {"model": st.just("gpt-4o"), "stream": st.booleans(),
      "messages": st.lists(st.fixed_dictionaries(
