@@ -106,6 +106,10 @@ async def test_killed_in_a_later_statement(
     proxy: ProxyServer, admin: asyncpg.Connection
 ) -> None:
     assert post(proxy, "warm").status_code == 200
+    deadline = time.monotonic() + 5  # its reply is stored after it is sent: not under the lock
+    while await admin.fetchval("SELECT count(*) FROM messages WHERE session_id = 'warm'") < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     # A new session's first statement creates its row; the messages go in with the next
     # one, which waits for the table lock the test holds.
     async with admin.transaction():
