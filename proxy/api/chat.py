@@ -29,7 +29,7 @@ from proxy.auth import check_agent
 from proxy.errors import ClientRequestError
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
-from proxy.session_id import resolve_session_id
+from proxy.session_id import derive_session_id, named_session_id
 from proxy.upstream import response_headers
 
 __all__ = ["router", "routes", "OPENAPI_PATHS"]
@@ -86,13 +86,11 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     _check_body(body)
     rt = route(cfg, body)
     check_agent(request.scope, rt.agent)
-    session_id = resolve_session_id(
-        path_id=path_id, header_id=header_id, body=body,
-        tenant=tenant, agent=rt.agent,
-    )
+    named_id = named_session_id(path_id=path_id, header_id=header_id, body=body)
+    session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
     ctx = ChatContext(tenant=tenant, session_id=session_id,
-                      headers=upstream_headers(request, cfg))
+                      headers=upstream_headers(request, cfg), derived=named_id is None)
     response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response
 

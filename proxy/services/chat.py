@@ -13,6 +13,7 @@ Budget accounting is ``budget.py``; the ``/compact`` command's answer is ``comma
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -36,6 +37,7 @@ from proxy.cascade.types import ContextLengthExceeded, Event, Message
 from proxy.config import Config
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
+from proxy.requestlog import note_session
 from proxy.services import budget as budgets
 from proxy.services.budget import FixedTokens, reserved_output
 from proxy.services.chaincache import ChainCache
@@ -53,6 +55,7 @@ from proxy.services.needs import fulfil
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import ChatContext, Route, Step, Turn
+from proxy.session_id import SessionKey
 from proxy.settings import Settings
 from proxy.store import messages as msgs, sessions
 from proxy.store.db import acquire, unavailable_when_lost
@@ -99,6 +102,8 @@ class ChatService:
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = ctx.key
         hashes = self.chains.chain(key, body["messages"])
+        if ctx.derived:  # a guessed session never queues: a busy one sends it to a lane
+            key, ctx = self._lane(key, ctx, hashes)
         await self.locks.acquire(key)  # this session's earlier requests go first
         try:
             conn = await acquire(self.pool, self.settings.pool_timeout_seconds)
@@ -121,6 +126,17 @@ class ChatService:
             if step.stream:
                 return await self.forward.stream(turn)
             return await self.forward.nonstream(turn)
+
+    def _lane(
+        self, key: SessionKey, ctx: ChatContext, hashes: list[str]
+    ) -> tuple[SessionKey, ChatContext]:
+        """The derived session's lane this request takes (``SessionLocks.lane``), named in
+        the response's X-Session-Id so the client can pin it."""
+        lane = SessionKey(*self.locks.lane(key, hashes, self.chains.head))
+        if lane == key:
+            return key, ctx
+        note_session(lane.session_id)
+        return lane, dataclasses.replace(ctx, session_id=lane.session_id)
 
     async def _prepare(
         self, turn: Turn, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext,

@@ -8,15 +8,27 @@ connections, and other sessions wait for the pool (DESIGN §4: different session
 on each other). With it, they wait here, first come first served, holding nothing, and only
 the request at the head of each session's queue takes a connection. The advisory lock still
 serialises a session across replicas and against the session API's operations.
+
+A derived session (``auto-…``, no id from the client) is a guess, and a guess never makes a
+request wait: ``lane`` sends a request whose derived session is busy here to a sibling
+session (``auto-….2``, ``auto-….3``, …) that no request holds (README, Decisions).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 
-__all__ = ["SessionLocks"]
+__all__ = ["SessionLocks", "lane_id"]
 
 Key = tuple[str, str]
+Head = tuple[int, "str | None"]
+_MAX_LANES = 4096  # a bound on the scan, far above any replica's concurrency
+
+
+def lane_id(session_id: str, lane: int) -> str:
+    """The id of a derived session's lane: the session itself for lane 1, else ``id.N``."""
+    return session_id if lane == 1 else f"{session_id}.{lane}"
 
 
 class SessionLocks:
@@ -40,6 +52,32 @@ class SessionLocks:
         """Requests holding or waiting for ``key`` (0 when none: the entry is gone)."""
         entry = self._locks.get(key)
         return entry[1] if entry else 0
+
+    def lane(
+        self, key: Key, hashes: Sequence[str], head: Callable[[Key], Head | None]
+    ) -> Key:
+        """Where a request on the derived session ``key`` goes without waiting: the first
+        lane (``key`` itself, then ``lane_id(.., 2)``, …) that no request holds or waits
+        for and whose stored head, as ``head`` remembers it, is a prefix of this request's
+        history (``hashes``, its chain), so a conversation keeps to the lane it started in;
+        else the first free lane. The scan stops at the first lane this replica knows
+        nothing of. Acquire the result before the next ``await``: until then no other
+        request can take it.
+        """
+        tenant, base = key
+        first_free: Key | None = None
+        for n in range(1, _MAX_LANES + 1):
+            candidate = (tenant, lane_id(base, n))
+            known = head(candidate)
+            if self.waiting(candidate):
+                continue
+            if known is None:
+                return first_free or candidate
+            length, digest = known
+            if length <= len(hashes) and (length == 0 or hashes[length - 1] == digest):
+                return candidate
+            first_free = first_free or candidate
+        return first_free or key
 
     def _leave(self, key: Key) -> None:
         lock, users = self._locks[key]

@@ -49,6 +49,7 @@ class ChatContext:
     tenant: str
     session_id: str
     headers: Mapping[str, str]
+    derived: bool = False  # the id is derived, not the client's: it may move to a lane
 
     @property
     def key(self) -> SessionKey:

@@ -69,6 +69,10 @@ _GONE_STATES = frozenset({"57P01", "57P02", "57P03", "57P04"})
 
 
 _LOST_MESSAGES = ("connection is closed", "connection has been released back to the pool")
+# The server's FATAL (a shutdown, a terminated backend) reached a connection while it was
+# idle: asyncpg's protocol is left consuming that error (its state 2) or failed, and
+# refuses the next statement with an InternalClientError saying so.
+_LOST_PROTOCOL = ("another operation (2) is in progress", 'protocol is in the "failed" state')
 
 
 def connection_lost(exc: BaseException, conn: Any = None) -> bool:
@@ -79,6 +83,8 @@ def connection_lost(exc: BaseException, conn: Any = None) -> bool:
         return True
     if isinstance(exc, asyncpg.PostgresError):
         return exc.sqlstate in _GONE_STATES
+    if isinstance(exc, asyncpg.InternalClientError):
+        return any(m in str(exc) for m in _LOST_PROTOCOL)
     if isinstance(exc, asyncpg.InterfaceError):
         # A pooled connection that closes while held goes back to the pool at once, and its
         # holder's next call says it was released: the holder never released it itself.

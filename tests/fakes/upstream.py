@@ -557,6 +557,7 @@ class FakeUpstream:
         self._cond = threading.Condition()
         self._requests: list[RecordedRequest] = []
         self._disconnects: list[int] = []
+        self._open = 0  # responses being delivered
         self._queues: dict[str, deque[Responder]] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -640,6 +641,12 @@ class FakeUpstream:
         with self._cond:
             return list(self._disconnects)
 
+    @property
+    def open_responses(self) -> int:
+        """Responses still being delivered (a stream the client has not read to the end)."""
+        with self._cond:
+            return self._open
+
     def script(self, *responses: Responder, endpoint: str = CHAT) -> None:
         """Queue responses for ``endpoint``; each request there pops one, first in first out."""
         with self._cond:
@@ -694,12 +701,16 @@ class FakeUpstream:
                 pass
 
         watcher = asyncio.ensure_future(until_disconnect())
+        with self._cond:
+            self._open += 1
         try:
             if not await self._deliver(rendered, scope, send, watcher):
                 with self._cond:
                     self._disconnects.append(seq)
         finally:
             watcher.cancel()
+            with self._cond:
+                self._open -= 1
 
     async def _deliver(
         self, r: Rendered, scope: Any, send: Any, watcher: asyncio.Future[None]

@@ -10,6 +10,7 @@ from proxy.session_id import (
     SESSION_ID_RE,
     InvalidSessionId,
     derive_session_id,
+    named_session_id,
     resolve_session_id,
     strip_proxy_fields,
     tenant_from_bearer,
@@ -169,3 +170,14 @@ def test_tenant_anonymous_without_token(header: str | None) -> None:
 def test_tenant_from_non_bearer_header_hashes_whole_value() -> None:
     expected = "t-" + hashlib.sha256(b"Basic xyz").hexdigest()[:24]
     assert tenant_from_bearer("Basic xyz") == expected
+
+
+def test_named_session_id_is_none_only_when_the_client_names_none() -> None:
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    assert named_session_id(path_id=None, header_id=None, body=plain) is None
+    assert named_session_id(path_id=None, header_id=None,
+                            body={**plain, "metadata": {"session_id": None}}) is None
+    assert named_session_id(path_id=None, header_id="h", body=plain) == "h"
+    assert named_session_id(path_id=None, header_id=None,
+                            body={**plain, "metadata": {"session_id": "m"}}) == "m"
+    assert named_session_id(path_id="p", header_id="h", body=plain) == "p"

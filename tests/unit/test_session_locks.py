@@ -51,3 +51,41 @@ def test_a_request_cancelled_while_queued_leaves_the_queue() -> None:
         await asyncio.wait_for(locks.acquire(KEY), 0.1)  # free again
 
     asyncio.run(run())
+
+
+# -- lanes of a derived session (issue 21, item 5) ---------------------------------------
+
+BASE = ("tenant", "auto-abc")
+
+
+def _lane(n: int) -> tuple[str, str]:
+    return ("tenant", "auto-abc" if n == 1 else f"auto-abc.{n}")
+
+
+def test_a_free_derived_session_is_its_own_lane() -> None:
+    assert SessionLocks().lane(BASE, ["h1"], lambda key: None) == BASE
+
+
+def test_a_busy_derived_session_sends_each_request_to_the_next_free_lane() -> None:
+    async def run() -> list[tuple[str, str]]:
+        locks, taken = SessionLocks(), []
+        for _ in range(4):
+            key = locks.lane(BASE, ["h1"], lambda key: None)
+            await asyncio.wait_for(locks.acquire(key), 0.1)  # never waits
+            taken.append(key)
+        locks.release(_lane(2))
+        taken.append(locks.lane(BASE, ["h1"], lambda key: None))  # the freed one again
+        return taken
+
+    assert asyncio.run(run()) == [_lane(1), _lane(2), _lane(3), _lane(4), _lane(2)]
+
+
+def test_a_conversation_returns_to_the_lane_whose_head_its_history_continues() -> None:
+    heads = {_lane(1): (2, "a2"), _lane(2): (2, "b2"), _lane(3): (1, "x1")}
+    locks = SessionLocks()
+    assert locks.lane(BASE, ["b1", "b2", "b3"], heads.get) == _lane(2)
+    assert locks.lane(BASE, ["a1", "a2", "a3"], heads.get) == _lane(1)
+    # continues no lane: the first free one, not the first unknown one
+    assert locks.lane(BASE, ["c1"], heads.get) == _lane(1)
+    # a head longer than the history is no prefix of it
+    assert locks.lane(BASE, ["b1"], {_lane(1): (2, "b2")}.get) == _lane(1)

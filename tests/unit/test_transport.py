@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 import ssl
 from pathlib import Path
 
 import httpx
 import pytest
 import trustme
+import uvicorn
 
-from proxy.transport import TLS_EXTENSION, ProviderTransport, TlsSettings, build_client
+from proxy.transport import (
+    KEEPALIVE_SECONDS,
+    TLS_EXTENSION,
+    ProviderTransport,
+    TlsSettings,
+    build_client,
+)
 
 _VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
 
@@ -66,7 +74,7 @@ async def test_pools_are_per_origin_and_tls_setting_and_capped() -> None:
     assert pool("https://b.example/v1") is not a
     assert pool("https://a.example/v1", TlsSettings(verify=False)) is not a
     assert pool("http://a.example/v1", TlsSettings(verify=False)) is pool("http://a.example/")
-    assert a._pool._max_connections == 3 and a._pool._keepalive_expiry == 15.0
+    assert a._pool._max_connections == 3 and a._pool._keepalive_expiry == KEEPALIVE_SECONDS
     await transport.aclose()
 
 
@@ -75,3 +83,10 @@ async def test_the_client_asks_for_uncompressed_answers_and_follows_no_redirect(
     assert client.headers["accept-encoding"] == "identity"
     assert not client.follow_redirects
     await client.aclose()
+
+
+def test_idle_provider_connections_close_before_uvicorn_closes_them() -> None:
+    """uvicorn (vLLM's server) closes an idle keep-alive connection after 5 s: a request sent
+    on one at that moment is reset. The proxy gives idle connections up first."""
+    default = inspect.signature(uvicorn.Config).parameters["timeout_keep_alive"].default
+    assert default > KEEPALIVE_SECONDS

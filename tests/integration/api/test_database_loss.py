@@ -118,6 +118,10 @@ async def test_killed_in_a_later_statement(
     proxy: ProxyServer, admin: asyncpg.Connection
 ) -> None:
     assert post(proxy, "warm").status_code == 200
+    deadline = time.monotonic() + 5  # its reply is stored after it is sent: not under the lock
+    while await admin.fetchval("SELECT count(*) FROM messages WHERE session_id = 'warm'") < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     # A new session's first statement creates its row; the messages go in with the next
     # one, which waits for the table lock the test holds.
     async with admin.transaction():
@@ -151,6 +155,12 @@ async def test_killed_between_requests(
     (asyncpg.AdminShutdownError("terminating connection due to administrator command"), True),
     (asyncpg.CannotConnectNowError("the database system is starting up"), True),
     (asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"), True),
+    (asyncpg.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"), True),
+    (asyncpg.InternalClientError(
+        'cannot switch to state 12; protocol is in the "failed" state'), True),
+    (asyncpg.InternalClientError("cannot switch to state 12; another operation (11) is in"
+                                 " progress"), False),
     (ConnectionResetError("reset by peer"), True),
     (BrokenPipeError(), True),
     (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),

@@ -1,0 +1,182 @@
+"""The reliability suite's fixtures: the integration ones (embedded PostgreSQL, a database
+per test, the fake upstream, an in-thread proxy), a proxy run as its own process, and
+``figures``, where each test records what it tried and measured.
+
+``make reliability`` sets ``CASCADE_RELIABILITY_REPORT``; at the session's end the figures
+and each test's outcome are rendered into that file (``tests/reliability/report.py``), so
+RELIABILITY.md is what the suite saw, never written by hand. Tests marked ``soak`` run only
+under ``make soak`` (``-m soak``) or with ``CASCADE_SOAK=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.api.conftest import (  # noqa: F401  (fixtures)
+    ProxyServer,
+    client,
+    config_path,
+    http,
+    proxy,
+    settings,
+    write_config,
+)
+from tests.integration.conftest import (  # noqa: F401  (fixtures and hooks)
+    db_dsn,
+    fake_upstream,
+    pg_dsn,
+    pool,
+    pytest_configure,
+    pytest_unconfigure,
+    template_db,
+)
+from tests.reliability import report
+
+_HERE = Path(__file__).resolve().parent
+_FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    soak = os.environ.get("CASCADE_SOAK") == "1" or "soak" in (config.option.markexpr or "")
+    skip = pytest.mark.skip(reason="long variant: make soak (-m soak) runs it")
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+            if "soak" in item.keywords and not soak:
+                item.add_marker(skip)
+
+
+class Figures:
+    """What one test tried and measured: ``tried`` (a count of attempts), named figures."""
+
+    def __init__(self, check: str) -> None:
+        self.check = check
+        self.tried = 0
+        self.values: dict[str, Any] = {}
+
+    def add(self, tried: int = 0, **values: Any) -> None:
+        self.tried += tried
+        self.values.update(values)
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
+    doc = (request.function.__doc__ or request.node.name).strip().splitlines()[0]
+    fig = Figures(doc.rstrip("."))
+    yield fig
+    store = request.config.stash.setdefault(_FIGURES, {})
+    entry = store.setdefault(request.node.nodeid, {})
+    entry.update(check=fig.check, tried=fig.tried, figures=fig.values)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    rep = yield
+    if _HERE in item.path.parents and (rep.when == "call" or rep.outcome != "passed"):
+        store = item.config.stash.setdefault(_FIGURES, {})
+        entry = store.setdefault(item.nodeid, {})
+        doc = (getattr(item, "function", None).__doc__ or item.name).strip().splitlines()[0]
+        entry.setdefault("check", doc.rstrip("."))
+        if rep.when == "call" or entry.get("outcome") in (None, "passed"):
+            entry["outcome"] = "skipped" if rep.skipped else rep.outcome
+            entry["seconds"] = round(getattr(rep, "duration", 0.0), 1)
+    return rep
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = os.environ.get("CASCADE_RELIABILITY_REPORT")
+    store = session.config.stash.get(_FIGURES, None)
+    if target and store:
+        Path(target).write_text(report.render(store))
+
+
+# -- the proxy as its own process ------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ProxyProcess:
+    """``cascade-proxy serve`` in a subprocess on loopback, so it can be SIGKILLed."""
+
+    def __init__(self, config: Path, database_url: str, log: Path) -> None:
+        self.config, self.database_url, self.log = config, database_url, log
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> ProxyProcess:
+        cli = Path(sys.executable).with_name("cascade-proxy")
+        env = {**os.environ, "CASCADE_KEEPALIVE_SECONDS": "0.3"}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(cli), "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--config", str(self.config), "--database-url", self.database_url],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            try:
+                if httpx.get(f"{self.origin}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the proxy did not start"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def proxy_process(tmp_path: Path, db_dsn: str) -> Iterator[Any]:  # noqa: F811
+    """A factory: ``proxy_process(config_path)`` starts one; all are stopped afterwards."""
+    started: list[ProxyProcess] = []
+
+    def start(config: Path) -> ProxyProcess:
+        p = ProxyProcess(config, db_dsn, tmp_path / "proxy.log").start()
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.stop()

@@ -1,0 +1,115 @@
+"""``cascade-proxy serve`` killed with SIGKILL during a stream and during a compaction, then
+restarted on the same database: each session is consistent (contiguous rows, no reply of
+the killed stream, the compaction closed with ``failed``/``interrupted``) and goes on."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.fakes.upstream import FakeUpstream, reply
+from tests.integration.api.test_compaction import FAST, Model, words
+from tests.integration.conftest import column
+from tests.reliability.conftest import Figures, ProxyProcess, write_config
+
+KILLS = 3
+AUTH = {"authorization": "Bearer sk-test-client"}
+
+
+def _post(p: ProxyProcess, sid: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    r = httpx.post(f"{p.origin}/v1/chat/completions", timeout=30,
+                   headers={**AUTH, "x-session-id": sid},
+                   json={"model": "gpt-4o", "messages": messages})
+    assert r.status_code == 200, r.text
+    return dict(r.json()["choices"][0]["message"])
+
+
+def _rows(dsn: str, sid: str) -> list[tuple[int, str, Any]]:
+    got = column(dsn, "SELECT json_build_array(pos, role, message->>'content')::text"
+                      " FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
+                      " ORDER BY pos", sid)
+    return [tuple(json.loads(g)) for g in got]
+
+
+def _consistent(dsn: str, sid: str) -> list[tuple[int, str, Any]]:
+    rows = _rows(dsn, sid)
+    assert [pos for pos, *_ in rows] == list(range(len(rows))), rows  # no gap, no half step
+    return rows
+
+
+def test_sigkill_during_a_stream_leaves_a_consistent_session(
+    proxy_process: Any, fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path,
+    figures: Figures,
+) -> None:
+    """SIGKILL during a stream: no reply stored for it, the session goes on after restart."""
+    config = write_config(tmp_path / "agents.json", fake_upstream.url)
+    history: list[dict[str, Any]] = []
+    for k in range(KILLS):
+        p = proxy_process(config)
+        fake_upstream.default = reply(f"answer {k}")
+        history += [{"role": "user", "content": f"question {k}"}]
+        history.append(_post(p, "killed", history))
+        history.append({"role": "user", "content": f"the turn killed {k}"})
+        fake_upstream.default = reply("never stored " * 50, chunks=50, chunk_delay=0.05)
+        with httpx.Client(base_url=p.origin, timeout=30, headers={
+                **AUTH, "x-session-id": "killed"}) as http, http.stream(
+                "POST", "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": history, "stream": True}) as r:
+            for line in r.iter_lines():
+                if "never stored" in line:
+                    p.kill()  # mid-answer
+                    break
+        rows = _consistent(db_dsn, "killed")
+        assert not [c for _, role, c in rows if role == "assistant" and "never" in (c or "")]
+        history.pop()  # the client gives up on the killed turn
+    p = proxy_process(config)
+    fake_upstream.default = reply("after the kills")
+    history.append({"role": "user", "content": "and now?"})
+    history.append(_post(p, "killed", history))
+    time.sleep(0.3)
+    rows = _consistent(db_dsn, "killed")
+    assert [(role, c) for _, role, c in rows] == [(m["role"], m["content"]) for m in history]
+    figures.add(tried=KILLS, rows=len(rows), restarts=KILLS)
+
+
+def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
+    proxy_process: Any, fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path,
+    figures: Figures,
+) -> None:
+    """SIGKILL during a compaction: context.compaction.failed (interrupted) on restart."""
+    model = Model(fast_delay=30.0)  # the summary never comes before the kill
+    fake_upstream.default = model
+    config = write_config(
+        tmp_path / "agents.json", fake_upstream.url,
+        models={"default": {"contextLimit": 4000, "reservedOutput": 500},
+                FAST: {"contextLimit": 32000}},
+        context={"summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
+                 "eviction": {"enabled": False}})
+    p = proxy_process(config)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(5):  # the 5th crosses softFraction: a background compaction starts
+        history.append({"role": "user", "content": words(450, f"t{i}")})
+        history.append(_post(p, "compacting", history))
+    deadline = time.monotonic() + 10
+    while not model.fast_times:
+        assert time.monotonic() < deadline, "no compaction started"
+        time.sleep(0.05)
+    names = "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE " \
+            "'context.compaction.%' ORDER BY id"
+    assert column(db_dsn, names) == ["context.compaction.started"]
+    p.kill()
+    rows_before = _consistent(db_dsn, "compacting")
+    p = proxy_process(config)  # start-up closes what no process runs any more
+    assert column(db_dsn, names) == ["context.compaction.started", "context.compaction.failed"]
+    reason = column(db_dsn, "SELECT data->>'reason' FROM events WHERE session_id = 'compacting'"
+                            " AND name = 'context.compaction.failed'")
+    assert reason == ["interrupted"]
+    assert _rows(db_dsn, "compacting") == rows_before
+    model.fast_delay = 0.0
+    history.append({"role": "user", "content": "go on"})
+    history.append(_post(p, "compacting", history))
+    figures.add(tried=1, rows=len(rows_before), events=len(column(db_dsn, names)))
