@@ -44,14 +44,16 @@ def _client(kind: str) -> httpx.AsyncClient:
     return build_client(transport=AiohttpTransport(limits=limits))
 
 
-async def _open(kind: str, base: str) -> tuple[Callable[[], Awaitable[bytes]],
-                                                Callable[[], Awaitable[None]]]:
+async def _open(
+    kind: str, base: str
+) -> tuple[Callable[[], Awaitable[bytes]], Callable[[], Awaitable[None]]]:
     client = _client(kind)
     timeout = httpx.Timeout(600, connect=10)
 
     async def one() -> bytes:
-        request = client.build_request("POST", base + "/chat/completions", headers=HEADERS,
-                                       content=BODY, timeout=timeout)
+        request = client.build_request(
+            "POST", base + "/chat/completions", headers=HEADERS, content=BODY, timeout=timeout
+        )
         resp = await client.send(request, stream=True)
         try:
             return await resp.aread()
@@ -93,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     port = free_port()
-    fake = subprocess.Popen([sys.executable, "-m", "bench.fake_upstream", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "bench.fake_upstream", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):  # up to 10 s for it to listen
             try:
@@ -108,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             for kind in results:
                 cpu, rps = uvloop.run(_measure(kind, base, args.requests, args.concurrency))
                 results[kind].append(cpu)
-                print(f"round {n + 1} {kind:13} {cpu:6.1f} us CPU/request  {rps:8.0f} req/s",
-                      flush=True)
+                print(
+                    f"round {n + 1} {kind:13} {cpu:6.1f} us CPU/request  {rps:8.0f} req/s",
+                    flush=True,
+                )
         for kind, cpus in results.items():
             print(f"median {kind:13} {statistics.median(cpus):6.1f} us CPU/request")
     finally:

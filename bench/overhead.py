@@ -45,8 +45,17 @@ from bench.overhead_report import Rows, metric, render_charts, render_markdown
 if TYPE_CHECKING:  # the bench extra installs psutil; the pure helpers below run without it
     import psutil
 
-__all__ = ["SCENARIOS", "FULL_TARGETS", "QUICK_TARGETS", "RATIO_SCENARIOS", "Target", "aggregate",
-           "evaluate", "round_ratios", "main"]
+__all__ = [
+    "SCENARIOS",
+    "FULL_TARGETS",
+    "QUICK_TARGETS",
+    "RATIO_SCENARIOS",
+    "Target",
+    "aggregate",
+    "evaluate",
+    "round_ratios",
+    "main",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -389,8 +398,10 @@ def round_ratios(windows: list[dict[str, Any]], key: str) -> list[float]:
     for w in windows:
         if w.get("scenario_key") == key and w.get("target") in ("cascade", "litellm"):
             by_round.setdefault(w["round"], {})[w["target"]] = w.get("rps", math.nan)
-    return [ratio(pair.get("cascade", math.nan), pair.get("litellm", math.nan))
-            for _, pair in sorted(by_round.items())]
+    return [
+        ratio(pair.get("cascade", math.nan), pair.get("litellm", math.nan))
+        for _, pair in sorted(by_round.items())
+    ]
 
 
 def evaluate(rows: Rows, floor: str = FLOOR) -> list[dict[str, Any]]:

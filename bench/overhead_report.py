@@ -8,8 +8,14 @@ from typing import Any
 
 from bench.loadgen import ratio
 
-__all__ = ["Rows", "metric", "render_markdown", "render_charts", "round_ratios_line",
-           "versions_line"]
+__all__ = [
+    "Rows",
+    "metric",
+    "render_markdown",
+    "render_charts",
+    "round_ratios_line",
+    "versions_line",
+]
 
 Rows = dict[str, dict[str, dict[str, float]]]
 
@@ -84,12 +90,15 @@ def round_ratios_line(ratios: dict[str, list[float]]) -> str:
     """One sentence with each RPS target's Cascade/LiteLLM ratio round by round ('' if none)."""
     parts = [
         f"{_LABELS.get(key, key)}: " + ", ".join(_fmt(v) for v in values)
-        for key, values in ratios.items() if values
+        for key, values in ratios.items()
+        if values
     ]
     if not parts:
         return ""
-    return ("Cascade RPS / LiteLLM RPS in each round (the targets take the ratio of the "
-            "medians): " + "; ".join(parts) + ".")
+    return (
+        "Cascade RPS / LiteLLM RPS in each round (the targets take the ratio of the "
+        "medians): " + "; ".join(parts) + "."
+    )
 
 
 def versions_line(versions: dict[str, str]) -> str:
@@ -117,8 +126,11 @@ def render_markdown(result: dict[str, Any]) -> str:
         "direct in the same round; CPU is the proxy process per request and req/CPU-s is "
         "1000 / (proxy + DB CPU ms per request); the targets compare against "
         f"`{meta['floor']}`. "
-        + (f"Cascade runs with `CASCADE_POOL_MAX_SIZE={meta['cascade_pool']}`. "
-           if meta.get("cascade_pool") else "")
+        + (
+            f"Cascade runs with `CASCADE_POOL_MAX_SIZE={meta['cascade_pool']}`. "
+            if meta.get("cascade_pool")
+            else ""
+        )
         + "Load average "
         f"(1/5/15 min) before the run: {meta['load_average_at_start']} (above ~0.5 means "
         "something else was competing for the 2 cores), at the end: "

@@ -173,14 +173,24 @@ def issue_targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         over[key] = float(r.get("over_limit") or 0)
         if key[2].startswith("cascade"):
             bad = over[key] + float(r.get("broken_pairings") or 0) + float(r.get("errors") or 0)
-            checks.append({"target": f"file {key[0]} {key[1] // 1000}k {key[2]}: over limit,"
-                           " broken pairs, errors", "rule": "== 0", "value": bad,
-                           "limit": 0.0, "met": bad == 0})
+            checks.append(
+                {
+                    "target": f"file {key[0]} {key[1] // 1000}k {key[2]}: over limit,"
+                    " broken pairs, errors",
+                    "rule": "== 0",
+                    "value": bad,
+                    "limit": 0.0,
+                    "met": bad == 0,
+                }
+            )
     for (file, limit, policy), value in sorted(cost.items()):
         if policy != "cascade-default":
             continue
-        refs = [cost[(file, limit, p)] for p in ("clearing", "clearing-5k", "masking")
-                if (file, limit, p) in cost]
+        refs = [
+            cost[(file, limit, p)]
+            for p in ("clearing", "clearing-5k", "masking")
+            if (file, limit, p) in cost
+        ]
         if limit < 100_000 and file in LONG_FILES and refs:
             ratio, rule, bound = value / min(refs), "<= 0.8x best reference", 0.8
         elif limit >= 100_000 and (file, limit, "raw") in cost:
@@ -193,8 +203,15 @@ def issue_targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 continue
         else:
             continue
-        checks.append({"target": f"file {file} {limit // 1000}k: cost ratio", "rule": rule,
-                       "value": ratio, "limit": bound, "met": ratio <= bound})
+        checks.append(
+            {
+                "target": f"file {file} {limit // 1000}k: cost ratio",
+                "rule": rule,
+                "value": ratio,
+                "limit": bound,
+                "met": ratio <= bound,
+            }
+        )
     return checks
 
 
@@ -494,8 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report_only": args.report_only,
         "out_dir": str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else str(out),
     }
-    args.results.write_text(render_results(meta=meta, parts=parts, charts=charts,
-                                           reports=reports))
+    args.results.write_text(render_results(meta=meta, parts=parts, charts=charts, reports=reports))
     _log(f"wrote {args.results}")
     return 0 if all(p["ok"] for p in parts.values()) else 1
 

@@ -79,7 +79,9 @@ def _tune_gc() -> None:
 
 
 def create_app(
-    settings: Settings | None = None, *, http_transport: httpx.AsyncBaseTransport | None = None,
+    settings: Settings | None = None,
+    *,
+    http_transport: httpx.AsyncBaseTransport | None = None,
     tracer_provider: Any = None,
 ) -> FastAPI:
     """The app; ``http_transport`` replaces the provider transport (tests' MockTransport),
@@ -88,8 +90,9 @@ def create_app(
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
-    require_keys = listen_policy(settings.host, holder.current,
-                                 allow_unauthenticated=settings.allow_unauthenticated)
+    require_keys = listen_policy(
+        settings.host, holder.current, allow_unauthenticated=settings.allow_unauthenticated
+    )
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
     tracing = build_tracing(settings.tracing, provider=tracer_provider)
@@ -104,22 +107,42 @@ def create_app(
             await tune_embedded(dsn)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        startup_log.info("%s", startup_banner(
-            settings, holder.current, os.environ, database=dsn,
-            embedded_at=None if embedded is None else
-            (settings.data_dir or default_data_dir()) / "pgdata",
-            paths=[r.path or "" for r in iter_route_contexts(app.routes)]))
-        client = build_client(max_connections=settings.provider_max_connections,
-                              kind=settings.http_transport, transport=http_transport)
+        startup_log.info(
+            "%s",
+            startup_banner(
+                settings,
+                holder.current,
+                os.environ,
+                database=dsn,
+                embedded_at=None
+                if embedded is None
+                else (settings.data_dir or default_data_dir()) / "pgdata",
+                paths=[r.path or "" for r in iter_route_contexts(app.routes)],
+            ),
+        )
+        client = build_client(
+            max_connections=settings.provider_max_connections,
+            kind=settings.http_transport,
+            transport=http_transport,
+        )
         bus = EventBus(pool, dsn)
         await bus.start()
         upstream = Upstream(client)
         count, cost = build_counters(settings.tokenizer or None)
-        summarizer = DurableSummarizer(pool=pool, upstream=upstream, bus=bus, count=count,
-                                       acquire_timeout=settings.pool_timeout_seconds)
+        summarizer = DurableSummarizer(
+            pool=pool,
+            upstream=upstream,
+            bus=bus,
+            count=count,
+            acquire_timeout=settings.pool_timeout_seconds,
+        )
         await summarizer.close_interrupted()  # compactions a stop cut short
         chat_service = ChatService(
-            pool=pool, upstream=upstream, bus=bus, cost=cost, settings=settings,
+            pool=pool,
+            upstream=upstream,
+            bus=bus,
+            cost=cost,
+            settings=settings,
             summarizer=summarizer,
         )
         stop = asyncio.Event()
@@ -128,8 +151,15 @@ def create_app(
             watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
         _tune_gc()
         try:
-            yield State(pool=pool, config=holder, bus=bus, upstream=upstream,
-                        chat=chat_service, settings=settings, summarizer=summarizer)
+            yield State(
+                pool=pool,
+                config=holder,
+                bus=bus,
+                upstream=upstream,
+                chat=chat_service,
+                settings=settings,
+                summarizer=summarizer,
+            )
         finally:
             stop.set()
             if watcher is not None:
@@ -155,10 +185,18 @@ def create_app(
     app.router.routes.extend(chat.routes)
     app.router.routes.extend(ui_routes)  # the console (proxy/ui)
     app.add_api_route(
-        "/metrics", observer.metrics.endpoint, methods=["GET"], response_class=Response,
-        summary="Prometheus metrics", description="The text exposition format (README: Metrics).",
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                         "description": "Every metric, in Prometheus' text format."}},
+        "/metrics",
+        observer.metrics.endpoint,
+        methods=["GET"],
+        response_class=Response,
+        summary="Prometheus metrics",
+        description="The text exposition format (README: Metrics).",
+        responses={
+            200: {
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+                "description": "Every metric, in Prometheus' text format.",
+            }
+        },
     )
     for module in (chat, sessions, events, health, memory):
         app.include_router(module.router)
@@ -169,7 +207,10 @@ def create_app(
 
 
 def _install_middleware(
-    app: FastAPI, settings: Settings, holder: ConfigHolder, require_keys: bool,
+    app: FastAPI,
+    settings: Settings,
+    holder: ConfigHolder,
+    require_keys: bool,
     observer: Observer,
 ) -> None:
     """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
@@ -181,9 +222,16 @@ def _install_middleware(
     app.add_middleware(ProxyAuth, holder=holder, require_keys=require_keys)
     if origins := settings.cors_origin_list():
         app.add_middleware(
-            CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
-            expose_headers=["X-Session-Id", "X-Request-Id", "X-Upstream-Request-Id",
-                            "X-Cascade-Overhead-Ms"],
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=[
+                "X-Session-Id",
+                "X-Request-Id",
+                "X-Upstream-Request-Id",
+                "X-Cascade-Overhead-Ms",
+            ],
         )
     app.add_middleware(Observe, observer=observer)
     app.add_middleware(AccessLog)
@@ -202,9 +250,12 @@ def _methods_for(request: Request) -> list[str]:
     """Every method some route takes on this path (a 405's Allow), by asking each route,
     included routers too, whether it would take the request with that method."""
     return [
-        method for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
-        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
-               for route in request.app.router.routes)
+        method
+        for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
     ]
 
 
@@ -220,8 +271,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def invalid_id(request: Request, exc: Exception) -> JSONResponse:
         _log_error(request, 400, exc, str(exc))
-        return JSONResponse(error_body(str(exc), type="invalid_request_error",
-                                       code="invalid_session_id"), 400)
+        return JSONResponse(
+            error_body(str(exc), type="invalid_request_error", code="invalid_session_id"), 400
+        )
 
     async def http(request: Request, exc: Any) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
@@ -233,8 +285,11 @@ def _install_error_handlers(app: FastAPI) -> None:
             headers = {**(headers or {}), "Allow": allow}
             message = f"{request.url.path} does not take {request.method}; use {allow}"
         _log_error(request, exc.status_code, exc, message)
-        return JSONResponse(error_body(message, type="invalid_request_error",
-                                       code=str(exc.status_code)), exc.status_code, headers)
+        return JSONResponse(
+            error_body(message, type="invalid_request_error", code=str(exc.status_code)),
+            exc.status_code,
+            headers,
+        )
 
     async def validation(request: Request, exc: Any) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
@@ -245,14 +300,21 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def no_database(request: Request, exc: Exception) -> JSONResponse:
         _log_error(request, 503, exc, str(exc))
-        return JSONResponse(error_body(
-            "the proxy's database is unavailable; retry shortly", type="server_error",
-            code="database_unavailable"), 503, {"Retry-After": "5"})
+        return JSONResponse(
+            error_body(
+                "the proxy's database is unavailable; retry shortly",
+                type="server_error",
+                code="database_unavailable",
+            ),
+            503,
+            {"Retry-After": "5"},
+        )
 
     async def busy(request: Request, exc: Exception) -> JSONResponse:
         _log_error(request, 503, exc, str(exc))
-        return JSONResponse(error_body(str(exc), type="server_error", code="server_busy"), 503,
-                            {"Retry-After": "1"})
+        return JSONResponse(
+            error_body(str(exc), type="server_error", code="server_busy"), 503, {"Retry-After": "1"}
+        )
 
     async def last_resort(request: Request, exc: Exception) -> JSONResponse:
         """Starlette's outermost handler, for a failure in a middleware itself: the body in
@@ -260,9 +322,14 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(*reversed(exception_body(exc)))
 
     handlers: dict[type[Exception], Any] = {
-        ProxyError: domain, ContextLengthExceeded: domain, InvalidSessionId: invalid_id,
-        HTTPException: http, RequestValidationError: validation,
-        DatabaseUnavailable: no_database, PoolExhausted: busy, Exception: last_resort,
+        ProxyError: domain,
+        ContextLengthExceeded: domain,
+        InvalidSessionId: invalid_id,
+        HTTPException: http,
+        RequestValidationError: validation,
+        DatabaseUnavailable: no_database,
+        PoolExhausted: busy,
+        Exception: last_resort,
     }
     for cls, handler in handlers.items():
         app.add_exception_handler(cls, handler)

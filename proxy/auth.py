@@ -42,8 +42,16 @@ from proxy.errors import PermissionDenied, error_body
 from proxy.session_id import bearer_token
 
 __all__ = [
-    "PROXY_KEY", "ProxyAuth", "InsecureListen", "match_key", "check_agent", "is_loopback",
-    "listen_policy", "provider_pays", "OPEN_PATHS", "OPERATIONAL_PATHS",
+    "PROXY_KEY",
+    "ProxyAuth",
+    "InsecureListen",
+    "match_key",
+    "check_agent",
+    "is_loopback",
+    "listen_policy",
+    "provider_pays",
+    "OPEN_PATHS",
+    "OPERATIONAL_PATHS",
 ]
 
 log = logging.getLogger("cascade")
@@ -57,9 +65,16 @@ OPEN_PATHS = frozenset({"/healthz"})
 UI_PREFIX = "/ui"
 """GET/HEAD at or under it load without a key: the console's static shell."""
 
-OPERATIONAL_PATHS = frozenset({
-    "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
-})
+OPERATIONAL_PATHS = frozenset(
+    {
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+    }
+)
 """Need a proxy key when there are keys, but no bearer in pass-through mode."""
 
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
@@ -94,8 +109,9 @@ def check_agent(scope: Mapping[str, Any], agent: str) -> None:
     """403 when the request's proxy key is limited to agents other than ``agent``."""
     key: AuthKeyConfig | None = scope.get(PROXY_KEY)
     if key is not None and key.agents is not None and agent not in key.agents:
-        raise PermissionDenied(f"this API key may not use agent {agent!r}; it may use "
-                               f"{', '.join(key.agents)}")
+        raise PermissionDenied(
+            f"this API key may not use agent {agent!r}; it may use {', '.join(key.agents)}"
+        )
 
 
 def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:
@@ -126,8 +142,14 @@ class ProxyAuth:
     non-loopback address and was not told to allow that unauthenticated, so a config reloaded
     without keys closes every gated route instead of opening them."""
 
-    def __init__(self, app: ASGIApp, holder: ConfigHolder, *, require_keys: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        holder: ConfigHolder,
+        *,
+        require_keys: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.app = app
         self.holder = holder
         self.require_keys = require_keys
@@ -146,7 +168,8 @@ class ProxyAuth:
             log.info("401 %s %s: %s", scope["method"], scope["path"], refusal)
             await JSONResponse(
                 error_body(refusal, type="invalid_request_error", code="invalid_api_key"),
-                401, {"WWW-Authenticate": "Bearer"},
+                401,
+                {"WWW-Authenticate": "Bearer"},
             )(scope, receive, send)
 
     def _refusal(self, scope: Scope, cfg: Config) -> str | None:
@@ -171,11 +194,15 @@ class ProxyAuth:
             scope[PROXY_KEY] = key
             return None
         if self.require_keys:
-            return ("this proxy listens on a non-loopback address and its config has no "
-                    "proxy keys (auth.keys): every request is refused")
+            return (
+                "this proxy listens on a non-loopback address and its config has no "
+                "proxy keys (auth.keys): every request is refused"
+            )
         if not token and path not in OPERATIONAL_PATHS and provider_pays(cfg, self.env):
-            return ("missing API key: send 'Authorization: Bearer <key>'; without one the "
-                    "proxy's own provider key would pay for anyone who can reach it")
+            return (
+                "missing API key: send 'Authorization: Bearer <key>'; without one the "
+                "proxy's own provider key would pay for anyone who can reach it"
+            )
         return None
 
 
@@ -197,13 +224,17 @@ def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> boo
         return False
     if allow_unauthenticated:
         if not cfg.auth.keys:
-            log.warning("listening on %s with no proxy keys (--allow-unauthenticated): anyone "
-                        "who can reach it can use the providers and read each other's "
-                        "sessions; configure auth.keys", host)
+            log.warning(
+                "listening on %s with no proxy keys (--allow-unauthenticated): anyone "
+                "who can reach it can use the providers and read each other's "
+                "sessions; configure auth.keys",
+                host,
+            )
         return False
     if not cfg.auth.keys:
         raise InsecureListen(
             f"refusing to listen on {host} without proxy keys: anyone who can reach it could "
             "spend the provider keys and read sessions. Configure auth.keys, listen on "
-            "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)")
+            "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)"
+        )
     return True

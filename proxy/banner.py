@@ -67,8 +67,11 @@ def _stages(ctx: ContextConfig) -> str:
 
 
 def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:
-    forwarded = ("called without credentials (proxy keys never leave)" if cfg.auth.keys
-                 else "the client's bearer is forwarded")
+    forwarded = (
+        "called without credentials (proxy keys never leave)"
+        if cfg.auth.keys
+        else "the client's bearer is forwarded"
+    )
     lines = []
     for name, p in sorted(cfg.providers.items()):
         if p.api_key_env and (env.get(p.api_key_env) or "").strip():
@@ -85,27 +88,43 @@ def _auth(cfg: Config, env: Mapping[str, str], host: str) -> str:
     if cfg.auth.keys:
         ready = sum(1 for k in cfg.auth.keys if (env.get(k.key_env) or "").strip())
         tenants = ", ".join(sorted({k.tenant for k in cfg.auth.keys}))
-        return (f"  proxy keys: {len(cfg.auth.keys)} ({ready} with their variable set), "
-                f"tenants {tenants}; every route but /healthz and /ui needs one")
+        return (
+            f"  proxy keys: {len(cfg.auth.keys)} ({ready} with their variable set), "
+            f"tenants {tenants}; every route but /healthz and /ui needs one"
+        )
     paying = provider_pays(cfg, env)
     where = "" if is_loopback(host) else " ON A NON-LOOPBACK ADDRESS"
-    bearer = ("a request without a bearer token is refused" if paying
-              else "a request without one shares the tenant 'anonymous'")
-    return (f"  proxy keys: none{where} (pass-through: each client's bearer token is its "
-            f"tenant; {bearer})")
+    bearer = (
+        "a request without a bearer token is refused"
+        if paying
+        else "a request without one shares the tenant 'anonymous'"
+    )
+    return (
+        f"  proxy keys: none{where} (pass-through: each client's bearer token is its "
+        f"tenant; {bearer})"
+    )
 
 
 def startup_banner(
-    settings: Settings, cfg: Config, env: Mapping[str, str], *, database: str,
-    embedded_at: Path | None, paths: Collection[str],
+    settings: Settings,
+    cfg: Config,
+    env: Mapping[str, str],
+    *,
+    database: str,
+    embedded_at: Path | None,
+    paths: Collection[str],
 ) -> str:
     """The block to log; ``paths`` are the app's route paths (to say whether ``/ui`` and
     ``/metrics`` are served by this build)."""
     origin = client_origin(settings.host, settings.port)
-    db = (f"embedded PostgreSQL at {embedded_at}" if embedded_at is not None
-          else redact_dsn(database))
-    config = (f"{settings.config} (reloaded when it changes)" if settings.config and
-              settings.watch_config else str(settings.config or "none: all defaults"))
+    db = (
+        f"embedded PostgreSQL at {embedded_at}" if embedded_at is not None else redact_dsn(database)
+    )
+    config = (
+        f"{settings.config} (reloaded when it changes)"
+        if settings.config and settings.watch_config
+        else str(settings.config or "none: all defaults")
+    )
     lines = [
         f"Cascade {__version__} listening on {settings.host}:{settings.port}",
         f"  base URL for clients: {origin}/v1",
@@ -118,6 +137,9 @@ def startup_banner(
         lines.append(f"  stages for agent {agent}: {_stages(cfg.context_for(agent))}")
     for name, path in (("console", "/ui"), ("metrics", "/metrics")):
         served = any(p == path or p.startswith(path + "/") for p in paths)
-        lines.append(f"  {name}: {origin}{path}" if served
-                     else f"  {name}: not served by this build ({path})")
+        lines.append(
+            f"  {name}: {origin}{path}"
+            if served
+            else f"  {name}: not served by this build ({path})"
+        )
     return "\n".join(lines)

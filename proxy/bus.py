@@ -94,8 +94,9 @@ class EventBus:
 
     async def _unwatch(self, tenant: str, session_id: str) -> None:
         with contextlib.suppress(Exception):  # the row expires anyway
-            await store.unwatch(self._pool, tenant=tenant, session_id=session_id,
-                                replica=self.replica)
+            await store.unwatch(
+                self._pool, tenant=tenant, session_id=session_id, replica=self.replica
+            )
 
     async def _keep_watching(self) -> None:
         while True:
@@ -174,7 +175,8 @@ class EventBus:
             task = asyncio.get_running_loop().create_task(self._deliver_after(before, key, msg))
             self._behind[key] = task
             task.add_done_callback(
-                lambda t: self._behind.pop(key, None) if self._behind.get(key) is t else None)
+                lambda t: self._behind.pop(key, None) if self._behind.get(key) is t else None
+            )
             return
         self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
 
@@ -208,9 +210,9 @@ class EventBus:
                 queue.put_nowait(event)
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, tenant: str, session_id: str) -> AsyncIterator[
-        asyncio.Queue[BusEvent]
-    ]:
+    async def subscribe(
+        self, tenant: str, session_id: str
+    ) -> AsyncIterator[asyncio.Queue[BusEvent]]:
         queue: asyncio.Queue[BusEvent] = asyncio.Queue()
         key = (tenant, session_id)
         first = key not in self._subs

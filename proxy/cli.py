@@ -31,38 +31,58 @@ from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
 
 __all__ = ["main"]
 
-_DATABASE_URL = ("PostgreSQL URL (env DATABASE_URL; default: an embedded PostgreSQL in "
-                 "$CASCADE_DATA_DIR, else ~/.local/share/cascade)")
+_DATABASE_URL = (
+    "PostgreSQL URL (env DATABASE_URL; default: an embedded PostgreSQL in "
+    "$CASCADE_DATA_DIR, else ~/.local/share/cascade)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cascade-proxy",
         description="Cascade: an OpenAI-compatible proxy that manages an agent's context "
-                    "window. Settings not given as flags come from the environment; each "
-                    "flag's help names its variable and default.")
+        "window. Settings not given as flags come from the environment; each "
+        "flag's help names its variable and default.",
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser("serve", help="run the proxy", description="Run the proxy.")
-    serve.add_argument("--host", help="address to listen on (env CASCADE_HOST; default "
-                       "127.0.0.1); a non-loopback one needs proxy keys (auth.keys) or "
-                       "--allow-unauthenticated")
-    serve.add_argument("--port", type=_port,
-                       help="TCP port to listen on (env CASCADE_PORT; default 8080)")
-    serve.add_argument("--config", type=Path, help="agents.json to read and watch (env "
-                       f"CASCADE_CONFIG; default {DEFAULT_CONFIG} when it exists, else "
-                       "built-in defaults)")
+    serve.add_argument(
+        "--host",
+        help="address to listen on (env CASCADE_HOST; default "
+        "127.0.0.1); a non-loopback one needs proxy keys (auth.keys) or "
+        "--allow-unauthenticated",
+    )
+    serve.add_argument(
+        "--port", type=_port, help="TCP port to listen on (env CASCADE_PORT; default 8080)"
+    )
+    serve.add_argument(
+        "--config",
+        type=Path,
+        help="agents.json to read and watch (env "
+        f"CASCADE_CONFIG; default {DEFAULT_CONFIG} when it exists, else "
+        "built-in defaults)",
+    )
     serve.add_argument("--database-url", help=_DATABASE_URL)
-    serve.add_argument("--allow-unauthenticated", action="store_true", default=None,
-                       help="listen on a non-loopback address without proxy keys, with a "
-                       "warning (env CASCADE_ALLOW_UNAUTHENTICATED=1; default: refuse)")
-    migrate = sub.add_parser("migrate", help="apply database migrations and exit",
-                             description="Apply pending database migrations and exit.")
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        default=None,
+        help="listen on a non-loopback address without proxy keys, with a "
+        "warning (env CASCADE_ALLOW_UNAUTHENTICATED=1; default: refuse)",
+    )
+    migrate = sub.add_parser(
+        "migrate",
+        help="apply database migrations and exit",
+        description="Apply pending database migrations and exit.",
+    )
     migrate.add_argument("--database-url", help=_DATABASE_URL)
     sess = sub.add_parser(
-        "sessions", help="inspect and manage the sessions of a running proxy",
+        "sessions",
+        help="inspect and manage the sessions of a running proxy",
         description="Inspect and manage the sessions of a running proxy, as the tenant of "
-                    "the API key given.")
+        "the API key given.",
+    )
     _client_options(sess)
     ssub = sess.add_subparsers(dest="action", required=True, metavar="ACTION")
     helps = {
@@ -80,13 +100,22 @@ def _parser() -> argparse.ArgumentParser:
         if action != "ls":
             a.add_argument("id", help="the session id")
         if action in ("ls", "messages"):
-            a.add_argument("--limit", type=int, default=100 if action == "ls" else 1000,
-                           help="how many to list (default %(default)s)")
-            a.add_argument("--offset", type=int, default=0,
-                           help="how many to skip first (default 0)")
+            a.add_argument(
+                "--limit",
+                type=int,
+                default=100 if action == "ls" else 1000,
+                help="how many to list (default %(default)s)",
+            )
+            a.add_argument(
+                "--offset", type=int, default=0, help="how many to skip first (default 0)"
+            )
         if action == "messages":
-            a.add_argument("--all", action="store_true", help="include superseded "
-                           "messages, replaced by a divergent resend (default: live only)")
+            a.add_argument(
+                "--all",
+                action="store_true",
+                help="include superseded "
+                "messages, replaced by a divergent resend (default: live only)",
+            )
         if action == "branch":
             a.add_argument("--new-id", help="the new session's id (default: ID-branch-<hex>)")
     add_memory_parser(sub, _client_options)
@@ -98,23 +127,38 @@ def _client_options(p: argparse.ArgumentParser) -> None:
     after the action; SUPPRESS leaves an option not given out of the namespace, so an
     action's default does not overwrite what was given before it."""
     default = argparse.SUPPRESS
-    p.add_argument("--url", default=default, help="the proxy (env CASCADE_URL; default "
-                   "http://$CASCADE_HOST:$CASCADE_PORT, i.e. http://127.0.0.1:8080)")
-    p.add_argument("--api-key", default=default, help="the bearer token to send: a proxy key, "
-                   "or in pass-through mode the agent's own key (env CASCADE_API_KEY, else "
-                   "OPENAI_API_KEY; default none)")
-    p.add_argument("--json", action="store_true", default=default,
-                   help="print the API's JSON instead of a table (default: a table)")
+    p.add_argument(
+        "--url",
+        default=default,
+        help="the proxy (env CASCADE_URL; default "
+        "http://$CASCADE_HOST:$CASCADE_PORT, i.e. http://127.0.0.1:8080)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=default,
+        help="the bearer token to send: a proxy key, "
+        "or in pass-through mode the agent's own key (env CASCADE_API_KEY, else "
+        "OPENAI_API_KEY; default none)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=default,
+        help="print the API's JSON instead of a table (default: a table)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {
-        k: v for k, v in {
-            "host": getattr(args, "host", None), "port": getattr(args, "port", None),
+        k: v
+        for k, v in {
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
             "config": getattr(args, "config", None),
             "database_url": getattr(args, "database_url", None),
             "allow_unauthenticated": getattr(args, "allow_unauthenticated", None),
-        }.items() if v is not None
+        }.items()
+        if v is not None
     }
     return Settings().model_copy(update=overrides).with_default_config()
 
@@ -128,8 +172,14 @@ def _port(text: str) -> int:
 
 def _serve(settings: Settings) -> int:
     app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                log_config=None, access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
+    )
     return 0
 
 
@@ -146,10 +196,16 @@ def _migrate(settings: Settings) -> int:
 
 def _sessions(args: argparse.Namespace, settings: Settings) -> int:
     args.json = getattr(args, "json", False)
-    url = (getattr(args, "url", None) or os.environ.get("CASCADE_URL")
-           or client_origin(settings.host, settings.port)).rstrip("/")
-    key = (getattr(args, "api_key", None) or os.environ.get("CASCADE_API_KEY")
-           or os.environ.get("OPENAI_API_KEY"))
+    url = (
+        getattr(args, "url", None)
+        or os.environ.get("CASCADE_URL")
+        or client_origin(settings.host, settings.port)
+    ).rstrip("/")
+    key = (
+        getattr(args, "api_key", None)
+        or os.environ.get("CASCADE_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+    )
     return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
 
 
@@ -162,8 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             return _migrate(settings)
         return _sessions(args, settings)
-    except (ConfigError, ValidationError, DatabaseUnavailable, MigrationError,
-            InsecureListen) as exc:
+    except (
+        ConfigError,
+        ValidationError,
+        DatabaseUnavailable,
+        MigrationError,
+        InsecureListen,
+    ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
         print(f"cascade-proxy {args.command}: {exc}", file=sys.stderr)
         return 2

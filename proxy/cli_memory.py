@@ -22,21 +22,23 @@ _HELPS = {
 }
 
 
-def add_memory_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]
-                      ) -> None:
+def add_memory_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]) -> None:
     """The ``memory`` command and its actions, on the CLI's subparsers."""
     mem = sub.add_parser(
-        "memory", help="list, add and remove the long-term facts of a running proxy",
+        "memory",
+        help="list, add and remove the long-term facts of a running proxy",
         description="List, add and remove the long-term facts injected into prompts as "
-                    "<memory>, as the tenant of the API key given.")
+        "<memory>, as the tenant of the API key given.",
+    )
     client_options(mem)
     msub = mem.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, text in _HELPS.items():
         a = msub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         client_options(a)
         if action in ("ls", "add"):
-            a.add_argument("--scope", default="global",
-                           help="'global' or 'agent:<name>' (default %(default)s)")
+            a.add_argument(
+                "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
+            )
         if action == "add":
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":
@@ -44,8 +46,9 @@ def add_memory_parser(sub: Any, client_options: Callable[[argparse.ArgumentParse
 
 
 def _ls(body: dict[str, Any]) -> str:
-    rows = [(f["id"], f.get("scope"), f.get("created_at"), f.get("text"))
-            for f in body.get("data", [])]
+    rows = [
+        (f["id"], f.get("scope"), f.get("created_at"), f.get("text")) for f in body.get("data", [])
+    ]
     if not rows:
         return "no facts in this scope (for this API key)"
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)

@@ -20,11 +20,13 @@ import httpx
 __all__ = ["run_sessions", "call_api", "table", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
-    "ls": ("GET", "/v1/sessions"), "show": ("GET", "/v1/sessions/{id}"),
+    "ls": ("GET", "/v1/sessions"),
+    "show": ("GET", "/v1/sessions/{id}"),
     "messages": ("GET", "/v1/sessions/{id}/messages"),
     "compact": ("POST", "/v1/sessions/{id}/compact"),
     "branch": ("POST", "/v1/sessions/{id}/branch"),
-    "reset": ("POST", "/v1/sessions/{id}/reset"), "rm": ("DELETE", "/v1/sessions/{id}"),
+    "reset": ("POST", "/v1/sessions/{id}/reset"),
+    "rm": ("DELETE", "/v1/sessions/{id}"),
 }
 ACTIONS = tuple(_ROUTES)
 
@@ -40,12 +42,16 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     never padded."""
     cells = [[_cell(v, 72) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-    numeric = [all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
-               for i in range(len(header))]
+    numeric = [
+        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
+        for i in range(len(header))
+    ]
 
     def line(values: Sequence[str]) -> str:
-        out = [v.rjust(w) if numeric[i] else v.ljust(w)
-               for i, (v, w) in enumerate(zip(values, widths, strict=True))]
+        out = [
+            v.rjust(w) if numeric[i] else v.ljust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ]
         return "  ".join(out).rstrip()
 
     return "\n".join([line(list(header)), *(line(r) for r in cells)])
@@ -59,8 +65,10 @@ def _pairs(pairs: Sequence[tuple[str, Any]]) -> str:
 def _content(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        content = " ".join(str(p.get("text", f"[{p.get('type')}]")) if isinstance(p, dict)
-                           else str(p) for p in content)
+        content = " ".join(
+            str(p.get("text", f"[{p.get('type')}]")) if isinstance(p, dict) else str(p)
+            for p in content
+        )
     calls = message.get("tool_calls") or []
     names = [c.get("function", {}).get("name", "?") for c in calls if isinstance(c, dict)]
     if names:
@@ -69,22 +77,45 @@ def _content(message: dict[str, Any]) -> str:
 
 
 def _ls(body: dict[str, Any]) -> str:
-    rows = [(s["id"], s.get("agent"), s.get("model"), s.get("message_count"),
-             s.get("last_prompt_tokens"), s.get("reclaimed_tokens"), s.get("updated_at"))
-            for s in body.get("data", [])]
+    rows = [
+        (
+            s["id"],
+            s.get("agent"),
+            s.get("model"),
+            s.get("message_count"),
+            s.get("last_prompt_tokens"),
+            s.get("reclaimed_tokens"),
+            s.get("updated_at"),
+        )
+        for s in body.get("data", [])
+    ]
     if not rows:
         return "no sessions (for this API key)"
     return table(("ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED", "UPDATED"), rows)
 
 
 def _show(body: dict[str, Any]) -> str:
-    keys = ("id", "agent", "model", "parent_id", "created_at", "updated_at", "message_count",
-            "superseded_count", "occupancy", "context_limit", "fraction", "reclaimed_tokens")
+    keys = (
+        "id",
+        "agent",
+        "model",
+        "parent_id",
+        "created_at",
+        "updated_at",
+        "message_count",
+        "superseded_count",
+        "occupancy",
+        "context_limit",
+        "fraction",
+        "reclaimed_tokens",
+    )
     out = _pairs([(k, body.get(k)) for k in keys])
     summary = body.get("summary")
     if summary:
-        out += (f"\nsummary v{summary['version']} (up to message {summary['boundary']}, "
-                f"{summary['tokens']} tokens):\n{summary['content']}")
+        out += (
+            f"\nsummary v{summary['version']} (up to message {summary['boundary']}, "
+            f"{summary['tokens']} tokens):\n{summary['content']}"
+        )
     return out
 
 
@@ -92,8 +123,15 @@ def _messages(body: dict[str, Any]) -> str:
     rows = []
     for m in body.get("data", []):
         flags = [f for f in ("redacted", "evicted", "trimmed", "superseded") if m.get(f)]
-        rows.append((m["pos"], m.get("role"), m.get("tokens"), ",".join(flags),
-                     _content(m.get("message") or {})))
+        rows.append(
+            (
+                m["pos"],
+                m.get("role"),
+                m.get("tokens"),
+                ",".join(flags),
+                _content(m.get("message") or {}),
+            )
+        )
     if not rows:
         return "no messages"
     return table(("POS", "ROLE", "TOKENS", "FLAGS", "CONTENT"), rows)
@@ -102,12 +140,17 @@ def _messages(body: dict[str, Any]) -> str:
 def _compact(body: dict[str, Any]) -> str:
     if not body.get("compacted"):
         return f"{body['id']}: not compacted ({body.get('reason') or 'nothing to fold'})"
-    return (f"{body['id']}: summary v{body['version']} folds {body['folded']} messages; "
-            f"{body['tokens_before']} → {body['tokens_after']} tokens")
+    return (
+        f"{body['id']}: summary v{body['version']} folds {body['folded']} messages; "
+        f"{body['tokens_before']} → {body['tokens_after']} tokens"
+    )
 
 
 _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
-    "ls": _ls, "show": _show, "messages": _messages, "compact": _compact,
+    "ls": _ls,
+    "show": _show,
+    "messages": _messages,
+    "compact": _compact,
     "branch": lambda b: f"branched {b['parent_id']} into {b['id']}",
     "reset": lambda b: f"reset {b['id']}: its history starts again at the next request",
     "rm": lambda b: f"deleted {b['id']}",
@@ -134,38 +177,49 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
     """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
     no proxy to ask."""
     method, path, params, body = _request(args)
-    return call_api(args, url, key, (method, path, params, body), _RENDER[args.action],
-                    command="sessions")
+    return call_api(
+        args, url, key, (method, path, params, body), _RENDER[args.action], command="sessions"
+    )
 
 
-def call_api(args: argparse.Namespace, url: str, key: str | None,
-             request: tuple[str, str, dict[str, Any], Any],
-             render: Callable[[dict[str, Any]], str], *, command: str) -> int:
+def call_api(
+    args: argparse.Namespace,
+    url: str,
+    key: str | None,
+    request: tuple[str, str, dict[str, Any], Any],
+    render: Callable[[dict[str, Any]], str],
+    *,
+    command: str,
+) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
     ``--json``, else ``render``'s text or the error; 0 on success, 1 for an error answer, 2
     when there is no proxy to ask."""
     method, path, params, body = request
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
-        resp = httpx.request(method, url + path, headers=headers, params=params, json=body,
-                             timeout=600)
+        resp = httpx.request(
+            method, url + path, headers=headers, params=params, json=body, timeout=600
+        )
     except httpx.TransportError as exc:
         print(f"cannot reach the proxy at {url}: {exc}", file=sys.stderr)
         return 2
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        print(f"{url} answered {resp.status_code} with no JSON: {resp.text[:500]}",
-              file=sys.stderr)
+        print(f"{url} answered {resp.status_code} with no JSON: {resp.text[:500]}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
-        hint = (" (give the key with --api-key or CASCADE_API_KEY)"
-                if resp.status_code == 401 else "")
-        print(f"cascade-proxy {command} {args.action}: {resp.status_code} "
-              f"{error.get('message') or resp.reason_phrase}{hint}", file=sys.stderr)
+        hint = (
+            " (give the key with --api-key or CASCADE_API_KEY)" if resp.status_code == 401 else ""
+        )
+        print(
+            f"cascade-proxy {command} {args.action}: {resp.status_code} "
+            f"{error.get('message') or resp.reason_phrase}{hint}",
+            file=sys.stderr,
+        )
     else:
         print(render(answer))
     return 0 if resp.is_success else 1

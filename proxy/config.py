@@ -24,10 +24,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 __all__ = [
-    "Config", "ConfigError", "ProviderConfig", "ModelConfig", "AgentConfig", "EmbeddingConfig",
-    "AuthConfig", "AuthKeyConfig", "ContextConfig", "ToolOutputConfig", "RedactionConfig",
-    "EvictionConfig", "SummarizeConfig", "RecitationConfig", "RetrievalConfig",
-    "MemoryPromotionConfig", "HandoffConfig", "load_config", "parse_config", "config_warnings",
+    "Config",
+    "ConfigError",
+    "ProviderConfig",
+    "ModelConfig",
+    "AgentConfig",
+    "EmbeddingConfig",
+    "AuthConfig",
+    "AuthKeyConfig",
+    "ContextConfig",
+    "ToolOutputConfig",
+    "RedactionConfig",
+    "EvictionConfig",
+    "SummarizeConfig",
+    "RecitationConfig",
+    "RetrievalConfig",
+    "MemoryPromotionConfig",
+    "HandoffConfig",
+    "load_config",
+    "parse_config",
+    "config_warnings",
     "DEFAULT_OPENAI_BASE_URL",
 ]
 
@@ -264,8 +280,9 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
         if not isinstance(data.get(block) or {}, Mapping):
-            raise ConfigError(f"{block}: must be an object of named entries, "
-                              f"not {type(data[block]).__name__}")
+            raise ConfigError(
+                f"{block}: must be an object of named entries, not {type(data[block]).__name__}"
+            )
     providers = dict(data.get("providers") or {})
     if "openai" not in providers:
         providers["openai"] = {
@@ -280,8 +297,13 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             raise ConfigError(f"providers.{name}.name: not a key; the provider's name is {name}")
     try:
         cfg = Config.model_validate(data)
-        cfg = cfg.model_copy(update={"providers": {
-            name: p.model_copy(update={"name": name}) for name, p in cfg.providers.items()}})
+        cfg = cfg.model_copy(
+            update={
+                "providers": {
+                    name: p.model_copy(update={"name": name}) for name, p in cfg.providers.items()
+                }
+            }
+        )
         base = cfg.context.model_dump(by_alias=True)
         resolved = {}
         for name, agent in cfg.agents.items():
@@ -334,7 +356,8 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     version accepts in the file but does not run yet."""
     out = [
         f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
-        for key in cfg.auth.keys if not env.get(key.key_env)
+        for key in cfg.auth.keys
+        if not env.get(key.key_env)
     ]
     metrics_env = cfg.auth.metrics_key_env
     if metrics_env and not env.get(metrics_env):
@@ -345,10 +368,13 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
         key_env = cfg.providers[name].api_key_env
         if not (key_env and env.get(key_env)):
             fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv"
-            out.append(f"provider {name!r} will be called without credentials (proxy keys "
-                       f"are never forwarded): {fix}")
+            out.append(
+                f"provider {name!r} will be called without credentials (proxy keys "
+                f"are never forwarded): {fix}"
+            )
     for agent, ctx in cfg.resolved.items():
         stages = [s for s in _NOT_BUILT if getattr(ctx, s).enabled]
-        out += [f"agent {agent!r}: context.{s} is not built in this version; ignored"
-                for s in stages]
+        out += [
+            f"agent {agent!r}: context.{s} is not built in this version; ignored" for s in stages
+        ]
     return out

@@ -65,8 +65,9 @@ async def watch_config(
     # directory is a candidate, and the file's bytes decide whether it changed.
     path = holder.path.absolute()
     last = _read(path)
-    async for _ in awatch(path.parent, watch_filter=None, recursive=False, stop_event=stop,
-                          debounce=200, step=50):
+    async for _ in awatch(
+        path.parent, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
+    ):
         now = _read(path)
         if now == last and now is not None:
             continue

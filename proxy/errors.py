@@ -23,9 +23,16 @@ from typing import Any
 from proxy.cascade.types import ContextLengthExceeded
 
 __all__ = [
-    "ProxyError", "ClientRequestError", "PayloadTooLarge", "NotFound", "Unauthorized",
-    "PermissionDenied", "UpstreamUnavailable",
-    "UpstreamTimeout", "ContextLengthExceeded", "error_body",
+    "ProxyError",
+    "ClientRequestError",
+    "PayloadTooLarge",
+    "NotFound",
+    "Unauthorized",
+    "PermissionDenied",
+    "UpstreamUnavailable",
+    "UpstreamTimeout",
+    "ContextLengthExceeded",
+    "error_body",
 ]
 
 

@@ -78,8 +78,10 @@ def canonical_message(msg: Mapping[str, Any]) -> dict[str, Any]:
     brief only requires this beside ``tool_calls``, but a refusal-only or empty reply has the
     same ambiguity between what the proxy assembles from a stream and what an SDK sends back.
     """
-    if msg.get("role") != "assistant" and not (msg.keys() & _NORMALISED_KEYS) and (
-        None not in msg.values()
+    if (
+        msg.get("role") != "assistant"
+        and not (msg.keys() & _NORMALISED_KEYS)
+        and (None not in msg.values())
     ):
         # Fast path: nothing to normalise (most user, tool and system messages).
         return msg if isinstance(msg, dict) else dict(msg)

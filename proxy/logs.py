@@ -51,7 +51,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "ts": _timestamp(record), "level": record.levelname, "logger": record.name,
+            "ts": _timestamp(record),
+            "level": record.levelname,
+            "logger": record.name,
             "message": record.getMessage(),
         }
         line.update(_fields(record))
@@ -72,8 +74,9 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage().replace("\r", "\\r").replace("\n", "\\n")
         shown = getattr(record, "in_text", ())  # fields the message already says
-        extra = " ".join(f"{k}={v}" for k, v in _fields(record).items()
-                         if v is not None and k not in shown)
+        extra = " ".join(
+            f"{k}={v}" for k, v in _fields(record).items() if v is not None and k not in shown
+        )
         text = f"{_timestamp(record)} {record.levelname} {record.name}: {message}"
         if extra:
             text = f"{text} {extra}"

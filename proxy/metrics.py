@@ -41,7 +41,7 @@ STAGES = ("truncation", "eviction", "compaction", "overflow")
 _DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 # The semantic conventions' advice for gen_ai.client.token.usage: powers of 4.
-_TOKENS = tuple(4.0 ** i for i in range(14))
+_TOKENS = tuple(4.0**i for i in range(14))
 
 
 class Metrics:
@@ -55,39 +55,67 @@ class Metrics:
             PlatformCollector(registry=self.registry)
         r = self.registry
         self.requests = Counter(
-            "cascade_requests_total", "HTTP requests answered, by route template, method and "
-            "status.", ("route", "method", "status"), registry=r)
+            "cascade_requests_total",
+            "HTTP requests answered, by route template, method and status.",
+            ("route", "method", "status"),
+            registry=r,
+        )
         self.request_duration = Histogram(
-            "cascade_request_duration_seconds", "Time from a request's arrival to its "
-            "response's last byte, by route template.", ("route",), buckets=_DURATION,
-            registry=r)
+            "cascade_request_duration_seconds",
+            "Time from a request's arrival to its response's last byte, by route template.",
+            ("route",),
+            buckets=_DURATION,
+            registry=r,
+        )
         self.upstream_duration = Histogram(
-            "cascade_upstream_duration_seconds", "Time of one provider call, from sending it "
-            "to its answer's last byte, by provider.", ("provider",), buckets=_DURATION,
-            registry=r)
+            "cascade_upstream_duration_seconds",
+            "Time of one provider call, from sending it to its answer's last byte, by provider.",
+            ("provider",),
+            buckets=_DURATION,
+            registry=r,
+        )
         self.overhead = Histogram(
-            "cascade_overhead_seconds", "The proxy's own time in a request that called a "
+            "cascade_overhead_seconds",
+            "The proxy's own time in a request that called a "
             "provider: until its response started, minus the time spent waiting for providers "
             "(for a stream, until the provider's first byte); X-Cascade-Overhead-Ms.",
-            buckets=_OVERHEAD, registry=r)
+            buckets=_OVERHEAD,
+            registry=r,
+        )
         self.inflight = Gauge(
-            "cascade_inflight_requests", "HTTP requests being answered now.",
-            registry=r, multiprocess_mode="livesum")
+            "cascade_inflight_requests",
+            "HTTP requests being answered now.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.reclaimed = Counter(
-            "cascade_tokens_reclaimed_total", "Tokens the cascade's stages took out of prompts "
-            "(truncation: omitted characters / 4), by stage.", ("stage",), registry=r)
+            "cascade_tokens_reclaimed_total",
+            "Tokens the cascade's stages took out of prompts "
+            "(truncation: omitted characters / 4), by stage.",
+            ("stage",),
+            registry=r,
+        )
         self.compactions = Counter(
-            "cascade_compactions_total", "Compactions that ended, by result: completed, or "
+            "cascade_compactions_total",
+            "Compactions that ended, by result: completed, or "
             "the failure's reason (summary_failed, history_changed, interrupted).",
-            ("result",), registry=r)
+            ("result",),
+            registry=r,
+        )
         self.embedding_failures = Counter(
-            "cascade_embedding_failures_total", "Embedding calls that failed (nothing embeds "
-            "yet: stays 0 until the memory stages arrive).", registry=r)
+            "cascade_embedding_failures_total",
+            "Embedding calls that failed (nothing embeds "
+            "yet: stays 0 until the memory stages arrive).",
+            registry=r,
+        )
         self.token_usage = Histogram(
-            "gen_ai_client_token_usage", "Tokens per provider call, as the provider reported "
+            "gen_ai_client_token_usage",
+            "Tokens per provider call, as the provider reported "
             "them (OpenTelemetry GenAI gen_ai.client.token.usage).",
             ("gen_ai_operation_name", "gen_ai_token_type", "gen_ai_request_model"),
-            buckets=_TOKENS, registry=r)
+            buckets=_TOKENS,
+            registry=r,
+        )
         for stage in STAGES:  # exported at 0 before the first event
             self.reclaimed.labels(stage)
 
@@ -107,7 +135,8 @@ class Metrics:
             return generate_latest(self.registry)
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
-            registry, path=self.multiprocess_dir)
+            registry, path=self.multiprocess_dir
+        )
         return generate_latest(registry)
 
     async def endpoint(self, request: Request) -> Response:
@@ -118,7 +147,8 @@ class Metrics:
         """At shutdown: in multiprocess mode, drop this process's live gauges from the sum."""
         if self.multiprocess_dir is not None:
             multiprocess.mark_process_dead(  # type: ignore[no-untyped-call]
-                os.getpid(), self.multiprocess_dir)
+                os.getpid(), self.multiprocess_dir
+            )
 
     # -- what the services report (through proxy.observe) ---------------------------------
 

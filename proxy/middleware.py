@@ -88,13 +88,22 @@ class AccessLog:
         finally:
             end = done or time.perf_counter()
             fields = {
-                "method": scope["method"], "path": request_path(scope), "status": status,
+                "method": scope["method"],
+                "path": request_path(scope),
+                "status": status,
                 "duration_ms": round((end - start) * 1000, 2),
                 "upstream_ms": round(record.upstream_seconds * 1000, 2),
-                "session_id": record.session_id, "request_id": record.request_id,
+                "session_id": record.session_id,
+                "request_id": record.request_id,
             }
-            access_log.info("%s %s %d %.2fms", fields["method"], fields["path"], status,
-                            fields["duration_ms"], extra={"fields": fields, "in_text": _SHOWN})
+            access_log.info(
+                "%s %s %d %.2fms",
+                fields["method"],
+                fields["path"],
+                status,
+                fields["duration_ms"],
+                extra={"fields": fields, "in_text": _SHOWN},
+            )
             requestlog.end(token)
 
 

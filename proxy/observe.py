@@ -38,8 +38,15 @@ from proxy.metrics import Metrics
 from proxy.tracing import Tracing, operation_for
 
 __all__ = [
-    "OVERHEAD_HEADER", "Observe", "Observer", "RequestObs", "note_answer",
-    "note_compaction_event", "note_occupancy", "note_step_events", "note_usage",
+    "OVERHEAD_HEADER",
+    "Observe",
+    "Observer",
+    "RequestObs",
+    "note_answer",
+    "note_compaction_event",
+    "note_occupancy",
+    "note_step_events",
+    "note_usage",
 ]
 
 OVERHEAD_HEADER = b"x-cascade-overhead-ms"
@@ -63,8 +70,19 @@ class Observer:
 class RequestObs:
     """What one request's metrics and span gather while it runs."""
 
-    __slots__ = ("observer", "span", "pending", "done", "model", "input_tokens",
-                 "output_tokens", "reclaimed", "compaction", "occupancy", "calls")
+    __slots__ = (
+        "observer",
+        "span",
+        "pending",
+        "done",
+        "model",
+        "input_tokens",
+        "output_tokens",
+        "reclaimed",
+        "compaction",
+        "occupancy",
+        "calls",
+    )
 
     def __init__(self, observer: Observer, span: Any) -> None:
         self.observer = observer
@@ -119,7 +137,8 @@ class RequestObs:
         span = self.span
         span.update_name(f"{method} {route}")
         attributes: dict[str, Any] = {
-            "http.route": route, "http.response.status_code": status,
+            "http.route": route,
+            "http.response.status_code": status,
             "cascade.tokens_reclaimed": self.reclaimed,
         }
         if operation := operation_for(route):
@@ -139,8 +158,10 @@ class RequestObs:
 
 
 def _set_usage(span: Any, usage: Mapping[str, Any]) -> None:
-    for attr, key in (("gen_ai.usage.input_tokens", "prompt_tokens"),
-                      ("gen_ai.usage.output_tokens", "completion_tokens")):
+    for attr, key in (
+        ("gen_ai.usage.input_tokens", "prompt_tokens"),
+        ("gen_ai.usage.output_tokens", "completion_tokens"),
+    ):
         if isinstance(value := usage.get(key), int):
             span.set_attribute(attr, value)
 
@@ -211,8 +232,10 @@ def note_answer(model: str, usage: Any) -> None:
     note_usage(model, usage)
     obs.model = model
     if isinstance(usage, dict):
-        for attr, key in (("input_tokens", "prompt_tokens"), ("output_tokens",
-                                                              "completion_tokens")):
+        for attr, key in (
+            ("input_tokens", "prompt_tokens"),
+            ("output_tokens", "completion_tokens"),
+        ):
             if isinstance(value := usage.get(key), int):
                 setattr(obs, attr, getattr(obs, attr) + value)
 
@@ -299,8 +322,11 @@ class Observe:
                     value = f"{overhead * 1000:.2f}".encode("ascii")
                     headers = [*message.get("headers", ()), (OVERHEAD_HEADER, value)]
                     message = {**message, "headers": headers}
-            elif (message["type"] == "http.response.body" and not message.get("more_body")
-                  and not counted):
+            elif (
+                message["type"] == "http.response.body"
+                and not message.get("more_body")
+                and not counted
+            ):
                 count()
             await send(message)
 
@@ -310,8 +336,7 @@ class Observe:
             if not counted:
                 count()
             if obs.span is not None:
-                obs.finish_span(method, route or route_template(scope, self._templates),
-                                status)
+                obs.finish_span(method, route or route_template(scope, self._templates), status)
             else:
                 obs.done = True
 

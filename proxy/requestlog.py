@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "RequestRecord", "UpstreamTimer", "begin", "current", "end", "note_session", "note_upstream",
+    "RequestRecord",
+    "UpstreamTimer",
+    "begin",
+    "current",
+    "end",
+    "note_session",
+    "note_upstream",
 ]
 
 

@@ -31,7 +31,8 @@ def load_encoding(name: str = "o200k_base") -> Callable[[str], int] | None:
         log.warning(
             "tiktoken encoding %s unavailable (%s); using the calibrated chars/token estimate."
             " Set TIKTOKEN_CACHE_DIR to a directory holding the encoding to use real counts.",
-            name, type(exc).__name__,
+            name,
+            type(exc).__name__,
         )
         return None
 

@@ -54,8 +54,9 @@ class Tracing:
 
     def start_request(self, method: str) -> Span:
         """The request's span; named ``METHOD route`` once the route is known."""
-        return self.tracer.start_span(method, kind=self._server,
-                                      attributes={"http.request.method": method})
+        return self.tracer.start_span(
+            method, kind=self._server, attributes={"http.request.method": method}
+        )
 
     def start_attempt(
         self, parent: Span | None, provider: str, path: str, model: str | None
@@ -70,8 +71,9 @@ class Tracing:
         context = self._in(parent) if parent is not None else None
         # GenAI's "{operation} {model}"; another call (the models list) is named by its path
         name = " ".join(part for part in (operation, model) if part) if operation else path
-        return self.tracer.start_span(name, context=context, kind=self._client,
-                                      attributes=attributes)
+        return self.tracer.start_span(
+            name, context=context, kind=self._client, attributes=attributes
+        )
 
     def shutdown(self) -> None:
         """Flush and stop the provider when this app made it."""

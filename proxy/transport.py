@@ -38,7 +38,11 @@ import httpx
 from httpx._utils import URLPattern, get_environment_proxies
 
 __all__ = [
-    "ProviderTransport", "TlsSettings", "TLS_EXTENSION", "build_client", "KEEPALIVE_SECONDS",
+    "ProviderTransport",
+    "TlsSettings",
+    "TLS_EXTENSION",
+    "build_client",
+    "KEEPALIVE_SECONDS",
     "Kind",
 ]
 
@@ -70,13 +74,16 @@ class ProviderTransport(httpx.AsyncBaseTransport):
             try:
                 from httpx_aiohttp import AiohttpTransport  # optional: the aiohttp extra
             except ImportError as exc:
-                raise RuntimeError("CASCADE_HTTP_TRANSPORT=aiohttp needs httpx-aiohttp: "
-                                   "pip install 'cascade-proxy[aiohttp]'") from exc
+                raise RuntimeError(
+                    "CASCADE_HTTP_TRANSPORT=aiohttp needs httpx-aiohttp: "
+                    "pip install 'cascade-proxy[aiohttp]'"
+                ) from exc
             self._make: type[httpx.AsyncBaseTransport] = AiohttpTransport
         else:
             self._make = httpx.AsyncHTTPTransport
         self._limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections,
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
             keepalive_expiry=KEEPALIVE_SECONDS,
         )
         patterns = {URLPattern(key): url for key, url in get_environment_proxies().items()}
@@ -117,8 +124,10 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         pool = self._pools.get(key)
         if pool is None:
             pool = self._make(  # type: ignore[call-arg]
-                verify=self.context_for(tls), limits=self._limits,
-                proxy=httpx.Proxy(proxy) if proxy else None, trust_env=False,
+                verify=self.context_for(tls),
+                limits=self._limits,
+                proxy=httpx.Proxy(proxy) if proxy else None,
+                trust_env=False,
             )
             self._pools[key] = pool
         return pool
@@ -133,7 +142,9 @@ class ProviderTransport(httpx.AsyncBaseTransport):
 
 
 def build_client(
-    *, max_connections: int = 256, kind: Kind = "httpx",
+    *,
+    max_connections: int = 256,
+    kind: Kind = "httpx",
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """The client the lifespan opens and closes. Timeouts are set per request (each provider
@@ -145,5 +156,7 @@ def build_client(
     """
     return httpx.AsyncClient(
         transport=transport or ProviderTransport(max_connections=max_connections, kind=kind),
-        follow_redirects=False, trust_env=False, headers={"accept-encoding": "identity"},
+        follow_redirects=False,
+        trust_env=False,
+        headers={"accept-encoding": "identity"},
     )

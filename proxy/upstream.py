@@ -161,8 +161,14 @@ class Upstream:
         return headers
 
     def _request(
-        self, provider: ProviderConfig, method: str, path: str, *,
-        client_headers: Mapping[str, str], content: bytes | None, params: Any,
+        self,
+        provider: ProviderConfig,
+        method: str,
+        path: str,
+        *,
+        client_headers: Mapping[str, str],
+        content: bytes | None,
+        params: Any,
     ) -> httpx.Request:
         target = self._targets.get(provider.base_url)
         if target is None:
@@ -178,24 +184,42 @@ class Upstream:
         timeout = self._timeouts.get(limits)
         if timeout is None:
             timeout = self._timeouts[limits] = httpx.Timeout(
-                provider.timeout_seconds, connect=provider.connect_timeout_seconds,
+                provider.timeout_seconds,
+                connect=provider.connect_timeout_seconds,
                 pool=POOL_WAIT_SECONDS,
             )
         tls = TlsSettings(provider.ca_file, provider.verify_tls)
         return self.client.build_request(
-            method, target.base + path, headers=headers, content=content, params=params,
-            timeout=timeout, extensions={TLS_EXTENSION: tls},
+            method,
+            target.base + path,
+            headers=headers,
+            content=content,
+            params=params,
+            timeout=timeout,
+            extensions={TLS_EXTENSION: tls},
         )
 
     async def _send(
-        self, provider: ProviderConfig, method: str, path: str, *,
-        client_headers: Mapping[str, str], content: bytes | None, params: Any,
+        self,
+        provider: ProviderConfig,
+        method: str,
+        path: str,
+        *,
+        client_headers: Mapping[str, str],
+        content: bytes | None,
+        params: Any,
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs)."""
         with _mapped_errors(provider):
-            request = self._request(provider, method, path, client_headers=client_headers,
-                                    content=content, params=params)
+            request = self._request(
+                provider,
+                method,
+                path,
+                client_headers=client_headers,
+                content=content,
+                params=params,
+            )
             resp = await self.client.send(request, stream=True)
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
             await resp.aclose()
@@ -207,8 +231,14 @@ class Upstream:
         return resp
 
     async def call(
-        self, provider: ProviderConfig, method: str, path: str, *,
-        client_headers: Mapping[str, str], content: bytes | None = None, params: Any = None,
+        self,
+        provider: ProviderConfig,
+        method: str,
+        path: str,
+        *,
+        client_headers: Mapping[str, str],
+        content: bytes | None = None,
+        params: Any = None,
         model: str | None = None,
     ) -> Answer:
         """One whole answer; transport failures become 502/504. ``model`` names the call
@@ -217,8 +247,14 @@ class Upstream:
         timer = UpstreamTimer(provider.name, path, model)
         status = None
         try:
-            resp = await self._send(provider, method, path, client_headers=client_headers,
-                                    content=content, params=params)
+            resp = await self._send(
+                provider,
+                method,
+                path,
+                client_headers=client_headers,
+                content=content,
+                params=params,
+            )
             status = resp.status_code
             try:
                 with _mapped_errors(provider):
@@ -230,15 +266,21 @@ class Upstream:
         return Answer(resp.status_code, resp.headers, body)
 
     async def open_stream(
-        self, provider: ProviderConfig, path: str, *, client_headers: Mapping[str, str],
-        content: bytes, model: str | None = None,
+        self,
+        provider: ProviderConfig,
+        path: str,
+        *,
+        client_headers: Mapping[str, str],
+        content: bytes,
+        model: str | None = None,
     ) -> StreamAnswer:
         """POST and return once the headers are in; the body is the caller's to read."""
         # Stopped by StreamAnswer.aclose, when the stream is done.
         timer = UpstreamTimer(provider.name, path, model)
         try:
-            resp = await self._send(provider, "POST", path, client_headers=client_headers,
-                                    content=content, params=None)
+            resp = await self._send(
+                provider, "POST", path, client_headers=client_headers, content=content, params=None
+            )
         except BaseException:
             timer.stop()
             raise
@@ -299,7 +341,7 @@ def _timed_out(exc: httpx.TimeoutException) -> bool:
 
 _HINTS = {
     "tls": "set the provider's caFile to the CA that signed its certificate (or verifyTls "
-           "false), or SSL_CERT_FILE for the whole process",
+    "false), or SSL_CERT_FILE for the whole process",
     "cafile": "check the provider's caFile",
     "proxy": "check HTTPS_PROXY / HTTP_PROXY / NO_PROXY",
 }

@@ -165,8 +165,12 @@ def test_results_report_failures_tallies_and_charts():
         "growth": {"command": "python -m bench.growth", "seconds": 60.0, "ok": True,
                    "data": {"targets": evaluate(table), "table": table}},
     }  # fmt: skip
-    text = render_results(meta=meta, parts=parts, charts={"growth": ["charts/growth.png"]},
-                          reports={"growth": "reports/growth.md"})
+    text = render_results(
+        meta=meta,
+        parts=parts,
+        charts={"growth": ["charts/growth.png"]},
+        reports={"growth": "reports/growth.md"},
+    )
     assert "Full report: [reports/growth.md](reports/growth.md)." in text
     assert "| overhead | `python -m bench.overhead` | **failed**: exit status 1 |" in text
     assert "1/2 met (1 unknown)" in text  # latency met, rows unknown
@@ -178,19 +182,32 @@ def test_issue_targets_judge_cascade_per_file_against_the_right_baseline() -> No
     from bench.run import issue_targets
 
     def row(file: int, limit: int, policy: str, cost: float, over: int = 0) -> dict:
-        return {"file": file, "limit": limit, "policy": policy, "cache_weighted": cost,
-                "cache_weighted_fast": 0.0, "over_limit": over, "broken_pairings": 0,
-                "errors": 0}
+        return {
+            "file": file,
+            "limit": limit,
+            "policy": policy,
+            "cache_weighted": cost,
+            "cache_weighted_fast": 0.0,
+            "over_limit": over,
+            "broken_pairings": 0,
+            "errors": 0,
+        }
 
     rows = [
-        row(1, 32000, "clearing", 100.0), row(1, 32000, "masking", 200.0),
+        row(1, 32000, "clearing", 100.0),
+        row(1, 32000, "masking", 200.0),
         row(1, 32000, "cascade-default", 79.0),
-        row(6, 128000, "raw", 300.0, over=5), row(6, 128000, "clearing", 100.0),
+        row(6, 128000, "raw", 300.0, over=5),
+        row(6, 128000, "clearing", 100.0),
         row(6, 128000, "cascade-default", 85.0),
-        row(2, 128000, "raw", 100.0), row(2, 128000, "cascade-default", 104.0),
+        row(2, 128000, "raw", 100.0),
+        row(2, 128000, "cascade-default", 104.0),
     ]
-    ratios = {c["target"]: (c["value"], c["met"]) for c in issue_targets(rows)
-              if "cost ratio" in c["target"]}
+    ratios = {
+        c["target"]: (c["value"], c["met"])
+        for c in issue_targets(rows)
+        if "cost ratio" in c["target"]
+    }
     assert ratios["file 1 32k: cost ratio"] == (0.79, True)
     assert ratios["file 6 128k: cost ratio"] == (0.85, False)  # raw overflows: vs clearing
     assert ratios["file 2 128k: cost ratio"] == (1.04, True)  # raw fits: within 5% of raw
@@ -201,10 +218,16 @@ def test_results_give_the_overhead_ratios_round_by_round():
             "load_start": [1.0], "load_end": [2.0], "commit": "abc", "python": "3.11",
             "wall_s": 120.0, "quick": False}  # fmt: skip
     data = {"targets": [], "round_ratios": {"tiny_c32": [10.01, 9.5], "large_c8": [5.2]}}
-    parts = {"overhead": {"command": "python -m bench.overhead", "seconds": 6.0, "ok": True,
-                          "data": data}}
+    parts = {
+        "overhead": {
+            "command": "python -m bench.overhead",
+            "seconds": 6.0,
+            "ok": True,
+            "data": data,
+        }
+    }
     text = render_results(meta=meta, parts=parts, charts={})
-    assert ("tiny request, c=32: 10.01, 9.50; agent request ~200 KB, c=8: 5.20." in text)
+    assert "tiny request, c=32: 10.01, 9.50; agent request ~200 KB, c=8: 5.20." in text
 
 
 def test_charts_and_full_reports_are_copied_beside_results(tmp_path):

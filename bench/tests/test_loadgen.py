@@ -143,11 +143,15 @@ def test_evaluate_marks_targets_unknown_when_litellm_is_missing():
 
 def test_round_ratios_pair_the_windows_of_each_round_in_round_order():
     # (target, scenario, round, rps), in the order a run might finish them
-    done = [("litellm", "tiny_c32", 1, 80), ("cascade", "tiny_c32", 0, 1000),
-            ("cascade", "tiny_c32", 1, 900), ("litellm", "tiny_c32", 0, 100),
-            ("cascade", "large_c8", 0, 400),  # another scenario
-            ("floor", "tiny_c32", 0, 50),  # another target
-            ("cascade", "tiny_c32", 2, 950)]  # LiteLLM's window of round 2 failed
+    done = [
+        ("litellm", "tiny_c32", 1, 80),
+        ("cascade", "tiny_c32", 0, 1000),
+        ("cascade", "tiny_c32", 1, 900),
+        ("litellm", "tiny_c32", 0, 100),
+        ("cascade", "large_c8", 0, 400),  # another scenario
+        ("floor", "tiny_c32", 0, 50),  # another target
+        ("cascade", "tiny_c32", 2, 950),
+    ]  # LiteLLM's window of round 2 failed
     windows = [_window(name, key, run, rps, 1.0) for name, key, run, rps in done]
     got = round_ratios(windows, "tiny_c32")
     assert got[:2] == [10.0, 11.25] and math.isnan(got[2])
@@ -155,8 +159,11 @@ def test_round_ratios_pair_the_windows_of_each_round_in_round_order():
 
 
 def test_the_overhead_report_shows_each_rounds_ratio():
-    windows = [_window(t, "tiny_c32", r, rps, 1.0) for r, (c, lt) in enumerate(((990, 100),
-               (1100, 100))) for t, rps in (("cascade", c), ("litellm", lt))]
+    windows = [
+        _window(t, "tiny_c32", r, rps, 1.0)
+        for r, (c, lt) in enumerate(((990, 100), (1100, 100)))
+        for t, rps in (("cascade", c), ("litellm", lt))
+    ]
     rows = aggregate(windows)
     result = {
         "meta": {"targets": ["cascade", "litellm"], "command": "python -m bench.overhead",
@@ -168,6 +175,8 @@ def test_the_overhead_report_shows_each_rounds_ratio():
         "round_ratios": {"tiny_c32": round_ratios(windows, "tiny_c32"), "large_c8": []},
     }  # fmt: skip
     text = render_markdown(result)
-    assert "in each round (the targets take the ratio of the medians): tiny request, c=32: " \
+    assert (
+        "in each round (the targets take the ratio of the medians): tiny request, c=32: "
         "9.90, 11.00." in text
+    )
     assert "Cascade runs with `CASCADE_POOL_MAX_SIZE=10`." in text

@@ -39,8 +39,11 @@ router = APIRouter()
 
 # Fields the proxy reads or extends before forwarding: a wrong type is the client's error
 # (400 naming it), never a 500, and is caught before the session is locked.
-_TYPED = (("model", str, "a string"), ("stream_options", dict, "an object"),
-          ("tools", list, "an array"))
+_TYPED = (
+    ("model", str, "a string"),
+    ("stream_options", dict, "an object"),
+    ("tools", list, "an array"),
+)
 
 
 def _check_body(body: dict[str, Any]) -> None:
@@ -60,8 +63,12 @@ def _check_messages(body: dict[str, Any]) -> None:
         raise ClientRequestError("missing required parameter 'messages'", param="messages")
     if not isinstance(messages, list) or not messages:
         raise ClientRequestError("'messages' must be a non-empty array", param="messages")
-    if all(type(m) is dict and type(m.get("role")) is str
-           and type(m.get("tool_call_id", "")) in _ID_TYPES for m in messages):
+    if all(
+        type(m) is dict
+        and type(m.get("role")) is str
+        and type(m.get("tool_call_id", "")) in _ID_TYPES
+        for m in messages
+    ):
         return  # the common case, in one pass (a 5,000-message history is resent each time)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -69,8 +76,9 @@ def _check_messages(body: dict[str, Any]) -> None:
                 f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
             )
         if type(m.get("tool_call_id", "")) not in _ID_TYPES:
-            raise ClientRequestError(f"messages[{i}].tool_call_id must be a string",
-                                     param=f"messages[{i}].tool_call_id")
+            raise ClientRequestError(
+                f"messages[{i}].tool_call_id must be a string", param=f"messages[{i}].tool_call_id"
+            )
 
 
 async def _chat(request: Request, path_id: str | None) -> Response:
@@ -80,7 +88,9 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     header_id = request.headers.get("x-session-id")
     named = path_id or header_id
     body = await read_json_body(
-        request, state.settings.max_body_bytes, resent=state.chat.bodies,
+        request,
+        state.settings.max_body_bytes,
+        resent=state.chat.bodies,
         key=(tenant, named) if named else None,
     )
     _check_body(body)
@@ -89,8 +99,12 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     named_id = named_session_id(path_id=path_id, header_id=header_id, body=body)
     session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
-    ctx = ChatContext(tenant=tenant, session_id=session_id,
-                      headers=upstream_headers(request, cfg), derived=named_id is None)
+    ctx = ChatContext(
+        tenant=tenant,
+        session_id=session_id,
+        headers=upstream_headers(request, cfg),
+        derived=named_id is None,
+    )
     response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response
 
@@ -110,12 +124,19 @@ routes = [
 
 
 def _chat_operation(session: bool) -> dict[str, Any]:
-    message = {"type": "object", "required": ["role"], "additionalProperties": True,
-               "properties": {"role": {"type": "string"}, "tool_call_id": {"type": "string"}}}
+    message = {
+        "type": "object",
+        "required": ["role"],
+        "additionalProperties": True,
+        "properties": {"role": {"type": "string"}, "tool_call_id": {"type": "string"}},
+    }
     body = {
-        "type": "object", "required": ["messages"], "additionalProperties": True,
+        "type": "object",
+        "required": ["messages"],
+        "additionalProperties": True,
         "properties": {
-            "model": {"type": "string"}, "stream": {"type": "boolean"},
+            "model": {"type": "string"},
+            "stream": {"type": "boolean"},
             "messages": {"type": "array", "minItems": 1, "items": message},
             "tools": {"type": "array", "items": {"type": "object"}},
             "stream_options": {"type": "object"},
@@ -125,18 +146,22 @@ def _chat_operation(session: bool) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "summary": "Chat completion" + (" in the session named by the path" if session else ""),
         "description": "OpenAI's chat completions, with the session's context managed; the "
-                       "session is the path's, else X-Session-Id, else derived.",
+        "session is the path's, else X-Session-Id, else derived.",
         "operationId": "session_chat_completions" if session else "chat_completions",
         "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
         "responses": {
             "200": {
                 "description": "The provider's completion, or its stream when stream is true.",
                 "headers": {"X-Session-Id": {"schema": {"type": "string"}}},
-                "content": {"application/json": {"schema": {"type": "object"}},
-                            "text/event-stream": {"schema": {"type": "string"}}},
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                },
             },
-            "default": {"description": "An OpenAI-shaped error.",
-                        "content": {"application/json": {"schema": error}}},
+            "default": {
+                "description": "An OpenAI-shaped error.",
+                "content": {"application/json": {"schema": error}},
+            },
         },
     }
     if session:
@@ -153,40 +178,55 @@ OPENAPI_PATHS: dict[str, Any] = {
 """The chat routes' entries in ``/openapi.json`` (``routes`` are invisible to FastAPI)."""
 
 
-async def _passthrough(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
-                       path: str, session_id: str | None = None) -> Response:
+async def _passthrough(
+    request: Request,
+    upstream: UpstreamDep,
+    cfg: ConfigDep,
+    path: str,
+    session_id: str | None = None,
+) -> Response:
     if session_id is not None:
         note_session(session_path_id(session_id))  # 400 when invalid
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
-    content = (await read_body(request, request.state.settings.max_body_bytes)
-               if request.method == "POST" else None)
-    resp = await upstream.call(provider, request.method, path,
-                               client_headers=upstream_headers(request, cfg), content=content,
-                               params=list(request.query_params.multi_items()))
+    content = (
+        await read_body(request, request.state.settings.max_body_bytes)
+        if request.method == "POST"
+        else None
+    )
+    resp = await upstream.call(
+        provider,
+        request.method,
+        path,
+        client_headers=upstream_headers(request, cfg),
+        content=content,
+        params=list(request.query_params.multi_items()),
+    )
     return Response(resp.content, resp.status_code, response_headers(resp))
 
 
 @router.get("/v1/models")
-async def models(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
-                 _: TenantDep) -> Response:
+async def models(request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep) -> Response:
     return await _passthrough(request, upstream, cfg, "/models")
 
 
 @router.get("/s/{session_id}/v1/models")
-async def session_models(session_id: str, request: Request, upstream: UpstreamDep,
-                         cfg: ConfigDep, _: TenantDep) -> Response:
+async def session_models(
+    session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
     return await _passthrough(request, upstream, cfg, "/models", session_id)
 
 
 @router.post("/v1/embeddings")
-async def embeddings(request: Request, upstream: UpstreamDep, cfg: ConfigDep,
-                     _: TenantDep) -> Response:
+async def embeddings(
+    request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
     return await _passthrough(request, upstream, cfg, "/embeddings")
 
 
 @router.post("/s/{session_id}/v1/embeddings")
-async def session_embeddings(session_id: str, request: Request, upstream: UpstreamDep,
-                             cfg: ConfigDep, _: TenantDep) -> Response:
+async def session_embeddings(
+    session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
     return await _passthrough(request, upstream, cfg, "/embeddings", session_id)

@@ -26,8 +26,16 @@ from proxy.session_id import bearer_token, tenant_from_bearer, validate_session_
 from proxy.upstream import Upstream
 
 __all__ = [
-    "PoolDep", "ConfigDep", "TenantDep", "BusDep", "UpstreamDep",
-    "read_body", "read_json_body", "session_path_id", "Unauthorized", "SummarizerDep",
+    "PoolDep",
+    "ConfigDep",
+    "TenantDep",
+    "BusDep",
+    "UpstreamDep",
+    "read_body",
+    "read_json_body",
+    "session_path_id",
+    "Unauthorized",
+    "SummarizerDep",
     "tenant_of",
 ]
 
@@ -106,14 +114,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The request body, or 413 past ``limit`` bytes (declared or streamed)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes"
-                              " (CASCADE_MAX_BODY_BYTES)")
+        raise PayloadTooLarge(
+            f"request body is {declared} bytes; the limit is {limit} bytes (CASCADE_MAX_BODY_BYTES)"
+        )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes"
-                                  " (CASCADE_MAX_BODY_BYTES)")
+            raise PayloadTooLarge(
+                f"request body exceeds the limit of {limit} bytes (CASCADE_MAX_BODY_BYTES)"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -63,7 +63,10 @@ class _Cursor:
         after_id, settled = self.mark, True
         while True:
             rows = await store.fetch_events_after(
-                pool, tenant=tenant, session_id=session_id, after_id=after_id,
+                pool,
+                tenant=tenant,
+                session_id=session_id,
+                after_id=after_id,
                 settle_seconds=SETTLE_SECONDS,
             )
             for r in rows:
@@ -119,8 +122,9 @@ async def session_events(
     header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     after = int(header) if header and header.isascii() and header.isdigit() else 0
     if header and after > BIGINT_MAX:  # ``after`` is 0 without a header
-        raise ClientRequestError(f"Last-Event-ID {header[:30]} is past any event id",
-                                 param="Last-Event-ID")
+        raise ClientRequestError(
+            f"Last-Event-ID {header[:30]} is past any event id", param="Last-Event-ID"
+        )
     return EventSourceResponse(
         _stream(request, pool, bus, tenant, session_id, after), sep="\n", ping=15
     )

@@ -29,51 +29,65 @@ def _scope(request: Request, scope: Any) -> str:
 
 
 @router.get("")
-async def list_facts(request: Request, pool: PoolDep, tenant: TenantDep,
-                     scope: str = "global") -> dict[str, Any]:
+async def list_facts(
+    request: Request, pool: PoolDep, tenant: TenantDep, scope: str = "global"
+) -> dict[str, Any]:
     return await svc.list_facts(pool, tenant=tenant, scope=_scope(request, scope))
 
 
 @router.post("", status_code=201)
-async def add_fact(request: Request, pool: PoolDep, cfg: ConfigDep,
-                   tenant: TenantDep) -> JSONResponse:
+async def add_fact(
+    request: Request, pool: PoolDep, cfg: ConfigDep, tenant: TenantDep
+) -> JSONResponse:
     body = await read_json_body(request, _BODY_LIMIT)
     text = body.get("text")
     if not isinstance(text, str):
         raise ClientRequestError("'text' must be a string: the fact to remember", param="text")
-    fact = await svc.add_fact(pool, cfg, tenant=tenant, scope=_scope(request, body.get("scope")),
-                              text=text)
+    fact = await svc.add_fact(
+        pool, cfg, tenant=tenant, scope=_scope(request, body.get("scope")), text=text
+    )
     return JSONResponse(fact, status_code=201)
 
 
 @router.get("/suggestions")
-async def list_suggestions(pool: PoolDep, tenant: TenantDep,
-                           limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+async def list_suggestions(
+    pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000)
+) -> dict[str, Any]:
     return await svc.list_suggestions(pool, tenant=tenant, limit=limit)
 
 
 @router.post("/suggestions/{suggestion_id}/accept")
-async def accept_suggestion(request: Request, pool: PoolDep, cfg: ConfigDep, tenant: TenantDep,
-                            suggestion_id: str = Path(max_length=200)) -> dict[str, Any]:
+async def accept_suggestion(
+    request: Request,
+    pool: PoolDep,
+    cfg: ConfigDep,
+    tenant: TenantDep,
+    suggestion_id: str = Path(max_length=200),
+) -> dict[str, Any]:
     body = await read_json_body(request, _BODY_LIMIT) if await request.body() else {}
     facts = body.get("facts")
-    if facts is not None and (not isinstance(facts, list)
-                              or not all(isinstance(f, str) for f in facts)):
-        raise ClientRequestError("'facts' must be a list of strings: the facts to keep",
-                                 param="facts")
-    return await svc.accept_suggestion(pool, cfg, tenant=tenant, suggestion_id=suggestion_id,
-                                       facts=facts)
+    if facts is not None and (
+        not isinstance(facts, list) or not all(isinstance(f, str) for f in facts)
+    ):
+        raise ClientRequestError(
+            "'facts' must be a list of strings: the facts to keep", param="facts"
+        )
+    return await svc.accept_suggestion(
+        pool, cfg, tenant=tenant, suggestion_id=suggestion_id, facts=facts
+    )
 
 
 @router.post("/suggestions/{suggestion_id}/reject")
-async def reject_suggestion(pool: PoolDep, tenant: TenantDep,
-                            suggestion_id: str = Path(max_length=200)) -> dict[str, Any]:
+async def reject_suggestion(
+    pool: PoolDep, tenant: TenantDep, suggestion_id: str = Path(max_length=200)
+) -> dict[str, Any]:
     return await svc.reject_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id)
 
 
 @router.delete("/{fact_id}")
-async def delete_fact(request: Request, pool: PoolDep, tenant: TenantDep,
-                      fact_id: int = Path(ge=1, le=BIGINT_MAX)) -> dict[str, Any]:
+async def delete_fact(
+    request: Request, pool: PoolDep, tenant: TenantDep, fact_id: int = Path(ge=1, le=BIGINT_MAX)
+) -> dict[str, Any]:
     def check(scope: str) -> None:
         _scope(request, scope)
 

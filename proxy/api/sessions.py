@@ -31,49 +31,73 @@ def _sid(session_id: str) -> str:
 
 
 @router.get("")
-async def list_sessions(pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
-                        limit: int = Query(100, ge=1, le=1000),
-                        offset: int = Query(0, ge=0, le=BIGINT_MAX)) -> dict[str, Any]:
+async def list_sessions(
+    pool: PoolDep,
+    tenant: TenantDep,
+    cfg: ConfigDep,
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0, le=BIGINT_MAX),
+) -> dict[str, Any]:
     return await svc.list_sessions(pool, cfg, tenant=tenant, limit=limit, offset=offset)
 
 
 @router.get("/{session_id}")
-async def show_session(session_id: str, pool: PoolDep, tenant: TenantDep,
-                       cfg: ConfigDep) -> dict[str, Any]:
+async def show_session(
+    session_id: str, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep
+) -> dict[str, Any]:
     return await svc.show_session(pool, cfg, tenant=tenant, session_id=_sid(session_id))
 
 
 @router.get("/{session_id}/messages")
 async def list_messages(
-    session_id: str, pool: PoolDep, tenant: TenantDep, include_superseded: bool = False,
-    limit: int = Query(1000, ge=1, le=10000), offset: int = Query(0, ge=0, le=BIGINT_MAX),
+    session_id: str,
+    pool: PoolDep,
+    tenant: TenantDep,
+    include_superseded: bool = False,
+    limit: int = Query(1000, ge=1, le=10000),
+    offset: int = Query(0, ge=0, le=BIGINT_MAX),
     form: Literal["prompt", "sent"] = "prompt",
 ) -> dict[str, Any]:
     return await svc.list_messages(
-        pool, tenant=tenant, session_id=_sid(session_id),
-        include_superseded=include_superseded, limit=limit, offset=offset,
+        pool,
+        tenant=tenant,
+        session_id=_sid(session_id),
+        include_superseded=include_superseded,
+        limit=limit,
+        offset=offset,
         sent_form=form == "sent",
     )
 
 
 @router.post("/{session_id}/branch")
-async def branch_session(session_id: str, request: Request, pool: PoolDep,
-                         tenant: TenantDep) -> dict[str, Any]:
+async def branch_session(
+    session_id: str, request: Request, pool: PoolDep, tenant: TenantDep
+) -> dict[str, Any]:
     body = await read_json_body(request, 65536) if await request.body() else {}
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")
-    return await svc.branch_session(pool, tenant=tenant, session_id=_sid(session_id),
-                                    new_id=new_id)
+    return await svc.branch_session(pool, tenant=tenant, session_id=_sid(session_id), new_id=new_id)
 
 
 @router.post("/{session_id}/compact")
-async def compact_session(session_id: str, request: Request, pool: PoolDep, cfg: ConfigDep,
-                          tenant: TenantDep, summarizer: SummarizerDep) -> dict[str, Any]:
-    return await svc.compact_session(pool, summarizer, cfg, tenant=tenant,
-                                     session_id=_sid(session_id),
-                                     headers=upstream_headers(request, cfg),
-                                     may_run=functools.partial(check_agent, request.scope))
+async def compact_session(
+    session_id: str,
+    request: Request,
+    pool: PoolDep,
+    cfg: ConfigDep,
+    tenant: TenantDep,
+    summarizer: SummarizerDep,
+) -> dict[str, Any]:
+    return await svc.compact_session(
+        pool,
+        summarizer,
+        cfg,
+        tenant=tenant,
+        session_id=_sid(session_id),
+        headers=upstream_headers(request, cfg),
+        may_run=functools.partial(check_agent, request.scope),
+    )
 
 
 @router.post("/{session_id}/reset")
@@ -88,11 +112,22 @@ async def delete_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> d
 
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")
 async def tool_output(
-    session_id: str, tool_call_id: str, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep,
-    offset: int = Query(0, ge=0, le=BIGINT_MAX), limit: int | None = Query(None, ge=1),
+    session_id: str,
+    tool_call_id: str,
+    pool: PoolDep,
+    tenant: TenantDep,
+    cfg: ConfigDep,
+    offset: int = Query(0, ge=0, le=BIGINT_MAX),
+    limit: int | None = Query(None, ge=1),
     grep: str | None = None,
 ) -> dict[str, Any]:
     return await svc.tool_output(
-        pool, cfg, tenant=tenant, session_id=_sid(session_id), tool_call_id=tool_call_id,
-        offset=offset, limit=limit, grep=grep,
+        pool,
+        cfg,
+        tenant=tenant,
+        session_id=_sid(session_id),
+        tool_call_id=tool_call_id,
+        offset=offset,
+        limit=limit,
+        grep=grep,
     )

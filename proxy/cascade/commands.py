@@ -14,8 +14,12 @@ from proxy.cascade.text import content_text
 from proxy.cascade.types import Marks, Message, StageResult
 
 __all__ = [
-    "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX", "COMMANDS", "is_compact_command",
-    "compact_reply_text", "drop_commands",
+    "COMPACT_COMMAND",
+    "COMMAND_REPLY_PREFIX",
+    "COMMANDS",
+    "is_compact_command",
+    "compact_reply_text",
+    "drop_commands",
 ]
 
 COMPACT_COMMAND = "/compact"
@@ -23,10 +27,7 @@ COMMAND_REPLY_PREFIX = "[cascade] "
 
 
 def _is_command(msg: Message) -> bool:
-    return (
-        msg.get("role") == "user"
-        and content_text(msg.get("content")).strip() == COMPACT_COMMAND
-    )
+    return msg.get("role") == "user" and content_text(msg.get("content")).strip() == COMPACT_COMMAND
 
 
 def is_compact_command(messages: Sequence[Message]) -> bool:
@@ -56,9 +57,11 @@ def _kept(messages: Sequence[Message]) -> list[int] | None:
         if _is_command(m):
             skip_reply = True
             continue
-        if skip_reply and m.get("role") == "assistant" and content_text(
-            m.get("content")
-        ).startswith(COMMAND_REPLY_PREFIX):
+        if (
+            skip_reply
+            and m.get("role") == "assistant"
+            and content_text(m.get("content")).startswith(COMMAND_REPLY_PREFIX)
+        ):
             skip_reply = False
             continue
         skip_reply = False

@@ -36,7 +36,12 @@ from proxy.cascade.types import (
 from proxy.config import EvictionConfig
 
 __all__ = [
-    "EVICTION", "MISS_RATIO", "PLACEHOLDER_PREFIX", "evict", "is_placeholder", "placeholder_text",
+    "EVICTION",
+    "MISS_RATIO",
+    "PLACEHOLDER_PREFIX",
+    "evict",
+    "is_placeholder",
+    "placeholder_text",
 ]
 
 PLACEHOLDER_PREFIX = "[context-cleared]"
@@ -171,8 +176,12 @@ def evict(
 def evict_stage(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: ``evict`` with the step's budget and config."""
     return evict(
-        messages, count=step.count, budget=step.budget, cfg=step.ctx.eviction,
-        persist_raw=step.ctx.tool_output.persist_raw, unspillable=step.unspillable,
+        messages,
+        count=step.count,
+        budget=step.budget,
+        cfg=step.ctx.eviction,
+        persist_raw=step.ctx.tool_output.persist_raw,
+        unspillable=step.unspillable,
         prefixes=step.ctx.observations.user_prefixes,
     )
 

@@ -46,6 +46,10 @@ def handoff_step(
         return HandoffStep(False)
     if above or not summarized or compacting:
         return HandoffStep(above)
-    data = {"occupancy": p.occupancy, "limit": p.limit, "fraction": round(p.fraction, 4),
-            "at_fraction": cfg.at_fraction}
+    data = {
+        "occupancy": p.occupancy,
+        "limit": p.limit,
+        "fraction": round(p.fraction, 4),
+        "at_fraction": cfg.at_fraction,
+    }
     return HandoffStep(True, Event(HANDOFF_SUGGESTED, data))

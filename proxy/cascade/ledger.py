@@ -17,8 +17,13 @@ from dataclasses import dataclass
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message
 
-__all__ = ["LEDGER_HEADING", "LedgerResult", "apply_ledger", "extract_identifiers",
-           "message_identifiers"]
+__all__ = [
+    "LEDGER_HEADING",
+    "LedgerResult",
+    "apply_ledger",
+    "extract_identifiers",
+    "message_identifiers",
+]
 
 LEDGER_HEADING = "## Files & State"
 _NONE = "(none)"
@@ -26,9 +31,11 @@ _NONE = "(none)"
 _URL = re.compile(r"\b(?:https?|ftp|wss?)://[^\s<>\"'`()\[\]{}]+")
 _TRAILING = ".,;:!?'\""
 _PATH = re.compile(r"(?<![\w/.:@~-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]*")
-_EXTS = ("py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|sql|sh|bash|go|rs|"
-         "c|h|cc|cpp|hpp|java|kt|rb|php|html|css|scss|cfg|ini|conf|lock|log|csv|xml|proto|"
-         "ipynb|swift|cs|vue|svelte|tf|gradle|mk|env|pem|patch|diff")
+_EXTS = (
+    "py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|md|rst|txt|sql|sh|bash|go|rs|"
+    "c|h|cc|cpp|hpp|java|kt|rb|php|html|css|scss|cfg|ini|conf|lock|log|csv|xml|proto|"
+    "ipynb|swift|cs|vue|svelte|tf|gradle|mk|env|pem|patch|diff"
+)
 _FILE = re.compile(rf"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.(?:{_EXTS})(?![\w/-])")
 _EXT_TAIL = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 _HASH = re.compile(r"(?<![\w-])[0-9a-f]{7,40}(?![\w-])")
@@ -112,7 +119,7 @@ def _append(summary: str, lines: Iterable[str]) -> str:
     if not sep:
         return f"{summary.rstrip()}\n\n{LEDGER_HEADING}\n{block}"
     nxt = re.search(r"^## ", tail, flags=re.MULTILINE)
-    body, after = (tail[: nxt.start()], tail[nxt.start():]) if nxt else (tail, "")
+    body, after = (tail[: nxt.start()], tail[nxt.start() :]) if nxt else (tail, "")
     body = body.strip()
     body = block if body in ("", _NONE) else f"{body}\n{block}"
     return f"{head}{sep}{body}\n\n{after}" if after else f"{head}{sep}{body}"

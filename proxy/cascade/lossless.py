@@ -49,9 +49,12 @@ _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
 
 def _same_json(a: str, b: str) -> bool:
     """Whether two JSON texts hold the same values; numbers compared as written."""
+
     def parse(s: str) -> object:
-        return json.loads(s, parse_float=str, parse_int=str, parse_constant=str,
-                          object_pairs_hook=list)
+        return json.loads(
+            s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list
+        )
+
     try:
         return parse(a) == parse(b)
     except ValueError:
@@ -105,8 +108,7 @@ class EarlierLines:
 
 
 def _pointer(count: int, tool_call_id: str, start: int, end: int) -> str:
-    return (f"[{count} lines: same as lines {start + 1}-{end} of tool result "
-            f"{tool_call_id}]")
+    return f"[{count} lines: same as lines {start + 1}-{end} of tool result {tool_call_id}]"
 
 
 def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[str], int]:
@@ -189,12 +191,13 @@ def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted
     collapsed_lines, collapsed = collapse_repeats(pointed_lines)
     if not pointed and not collapsed:
         return None
-    return Compacted("\n".join(collapsed_lines), lines_collapsed=collapsed,
-                     lines_pointed=pointed)
+    return Compacted("\n".join(collapsed_lines), lines_collapsed=collapsed, lines_pointed=pointed)
 
 
 def compacted_marker(tool_call_id: str, original_chars: int, how: str) -> str:
     """The line put before a compacted result: what was done, and how to read the original."""
     args = json.dumps({"id": tool_call_id})
-    return (f"[compacted losslessly from {original_chars} chars ({how}); the exact original: "
-            f"read_tool_output({args})]\n")
+    return (
+        f"[compacted losslessly from {original_chars} chars ({how}); the exact original: "
+        f"read_tool_output({args})]\n"
+    )

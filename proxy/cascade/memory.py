@@ -33,23 +33,34 @@ from proxy.cascade.redaction import redact
 from proxy.cascade.text import content_text
 
 __all__ = [
-    "MAX_FACT_CHARS", "INSTRUCTION_PATTERNS", "FactVerdict", "fact_key", "sanitize_fact",
-    "sanitize_facts", "MEMORY_FACTS_FORMAT", "extraction_prompt", "parse_facts", "span_text",
+    "MAX_FACT_CHARS",
+    "INSTRUCTION_PATTERNS",
+    "FactVerdict",
+    "fact_key",
+    "sanitize_fact",
+    "sanitize_facts",
+    "MEMORY_FACTS_FORMAT",
+    "extraction_prompt",
+    "parse_facts",
+    "span_text",
 ]
 
 MAX_FACT_CHARS = 500
 """The longest fact kept, in characters after cleaning: a fact is a sentence, not a document."""
 
-INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
-    r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:previous|prior|above|earlier|all|"
-    r"any|your)\b.{0,40}\b(?:instructions?|rules?|prompts?|directions?|guidelines?)\b",
-    r"\bsystem\s+(?:prompt|message|instructions?)\b",
-    r"\byou\s+(?:must|should|shall|will|need\s+to|have\s+to|are\s+(?:now|required\s+to))\b",
-    r"\b(?:from\s+now\s+on|new\s+instructions?)\b",
-    r"\b(?:act|behave|respond|pretend)\s+as\b",
-    r"</?\s*(?:system|memory|instructions?|assistant)\s*>",
-    r"\bdo\s+not\s+(?:tell|reveal|mention)\s+the\s+user\b",
-))
+INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\b(?:ignore|disregard|forget|override)\b.{0,40}\b(?:previous|prior|above|earlier|all|"
+        r"any|your)\b.{0,40}\b(?:instructions?|rules?|prompts?|directions?|guidelines?)\b",
+        r"\bsystem\s+(?:prompt|message|instructions?)\b",
+        r"\byou\s+(?:must|should|shall|will|need\s+to|have\s+to|are\s+(?:now|required\s+to))\b",
+        r"\b(?:from\s+now\s+on|new\s+instructions?)\b",
+        r"\b(?:act|behave|respond|pretend)\s+as\b",
+        r"</?\s*(?:system|memory|instructions?|assistant)\s*>",
+        r"\bdo\s+not\s+(?:tell|reveal|mention)\s+the\s+user\b",
+    )
+)
 """Phrases of an instruction aimed at the model rather than a fact about the work."""
 
 _SPACE = re.compile(r"\s+")
@@ -79,7 +90,10 @@ def fact_key(text: str) -> str:
 
 
 def sanitize_fact(
-    text: str, *, existing: Iterable[str] = (), patterns: Sequence[re.Pattern[str]] = (),
+    text: str,
+    *,
+    existing: Iterable[str] = (),
+    patterns: Sequence[re.Pattern[str]] = (),
     max_chars: int = MAX_FACT_CHARS,
 ) -> FactVerdict:
     """Clean ``text`` and decide whether it may be stored beside ``existing`` (the scope's
@@ -88,16 +102,25 @@ def sanitize_fact(
     if not fact:
         return FactVerdict(None, "the fact is empty once control characters are removed")
     if len(fact) > max_chars:
-        return FactVerdict(None, f"the fact is {len(fact)} characters long; the limit is "
-                                 f"{max_chars}: state it in a sentence")
+        return FactVerdict(
+            None,
+            f"the fact is {len(fact)} characters long; the limit is "
+            f"{max_chars}: state it in a sentence",
+        )
     if patterns and redact(fact, patterns)[1]:
-        return FactVerdict(None, "the fact contains what looks like a secret (it matches a "
-                                 "redaction pattern); secrets are never stored in memory")
+        return FactVerdict(
+            None,
+            "the fact contains what looks like a secret (it matches a "
+            "redaction pattern); secrets are never stored in memory",
+        )
     for pattern in INSTRUCTION_PATTERNS:
         hit = pattern.search(fact)
         if hit:
-            return FactVerdict(None, f"the fact reads as an instruction to the model "
-                                     f"({hit.group(0)!r}); state it as a fact instead")
+            return FactVerdict(
+                None,
+                f"the fact reads as an instruction to the model "
+                f"({hit.group(0)!r}); state it as a fact instead",
+            )
     key = fact.casefold()
     if any(fact_key(other) == key for other in existing):
         return FactVerdict(None, "the same fact is already stored in this scope")
@@ -105,8 +128,11 @@ def sanitize_fact(
 
 
 def sanitize_facts(
-    texts: Iterable[str], *, existing: Iterable[str] = (),
-    patterns: Sequence[re.Pattern[str]] = (), max_chars: int = MAX_FACT_CHARS,
+    texts: Iterable[str],
+    *,
+    existing: Iterable[str] = (),
+    patterns: Sequence[re.Pattern[str]] = (),
+    max_chars: int = MAX_FACT_CHARS,
 ) -> list[FactVerdict]:
     """One verdict per text, in order; a text that repeats an earlier accepted one of the
     same batch is a duplicate too."""

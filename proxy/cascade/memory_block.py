@@ -29,8 +29,10 @@ MEMORY_MAX_TOKENS = 1000
 """The block's cap, in tokens estimated at four characters each: facts past it (the newest,
 since facts are kept in the order they were stored) are left out."""
 
-_HEAD = ("<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
-         "use them where they apply:\n")
+_HEAD = (
+    "<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
+    "use them where they apply:\n"
+)
 _TAIL = "</memory>"
 
 
@@ -82,8 +84,9 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     if messages and messages[0].get("role") == "system":
         return StageResult((_with_block(messages[0], block), *messages[1:]))
     source = (None, *range(len(messages)))
-    return StageResult(({"role": "system", "content": block}, *messages),
-                       marks=Marks(source=source))
+    return StageResult(
+        ({"role": "system", "content": block}, *messages), marks=Marks(source=source)
+    )
 
 
 def _injects(ctx: ContextConfig) -> bool:

@@ -34,7 +34,11 @@ from proxy.cascade.types import Event, Marks, Message, StageResult
 from proxy.config import RedactionConfig
 
 __all__ = [
-    "OBSERVATIONS", "is_observation", "observation_id", "observation_ids", "manage_observations",
+    "OBSERVATIONS",
+    "is_observation",
+    "observation_id",
+    "observation_ids",
+    "manage_observations",
 ]
 
 _NO_REDACTION = RedactionConfig(enabled=False)
@@ -51,8 +55,9 @@ def observation_id(msg: Message) -> str:
     return "obs_" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-def is_observation(messages: Sequence[Message], i: int, prefixes: Sequence[str], *,
-                   latest_too: bool = False) -> bool:
+def is_observation(
+    messages: Sequence[Message], i: int, prefixes: Sequence[str], *, latest_too: bool = False
+) -> bool:
     """Whether ``messages[i]`` is an observation; ``latest_too`` drops the not-latest rule
     (the shell names the row's handle when it stores the message, latest or not)."""
     if not prefixes or i <= 0 or i >= len(messages):
@@ -68,8 +73,11 @@ def is_observation(messages: Sequence[Message], i: int, prefixes: Sequence[str],
 
 def observation_ids(messages: Sequence[Message], prefixes: Sequence[str]) -> dict[int, str]:
     """Index -> handle of every observation in ``messages`` (the latest message excluded)."""
-    return {i: observation_id(messages[i]) for i in range(len(messages))
-            if is_observation(messages, i, prefixes)}
+    return {
+        i: observation_id(messages[i])
+        for i in range(len(messages))
+        if is_observation(messages, i, prefixes)
+    }
 
 
 def _rewritten(text: str) -> bool:
@@ -91,8 +99,9 @@ def manage_observations(messages: tuple[Message, ...], step: StepInput) -> Stage
         cfg = step.ctx.tool_output
         if oid in step.unspillable:
             cfg = cfg.model_copy(update={"persist_raw": False})
-        got = truncate_tool_result({"role": "tool", "tool_call_id": oid, "content": text},
-                                   cfg=cfg, redaction=_NO_REDACTION)
+        got = truncate_tool_result(
+            {"role": "tool", "tool_call_id": oid, "content": text}, cfg=cfg, redaction=_NO_REDACTION
+        )
         if got.message.get("content") == text:
             continue
         new = str(got.message["content"])
@@ -107,5 +116,6 @@ def manage_observations(messages: tuple[Message, ...], step: StepInput) -> Stage
     return StageResult(tuple(out), tuple(events), Marks(evicted=tuple(changed)))
 
 
-OBSERVATIONS = Stage("observations", manage_observations,
-                     enabled=lambda ctx: bool(ctx.observations.user_prefixes))
+OBSERVATIONS = Stage(
+    "observations", manage_observations, enabled=lambda ctx: bool(ctx.observations.user_prefixes)
+)

@@ -173,19 +173,21 @@ def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     ``TRIM_TARGET``. What it drops is marked trimmed: the shell keeps it out for good."""
     budget = step.budget
     guarded = guard(
-        messages, count=_calibrated(step.count, step.ratio), limit=budget.limit,
+        messages,
+        count=_calibrated(step.count, step.ratio),
+        limit=budget.limit,
         reserved_output=budget.reserved_output,
         # the memory stage may have put a system message of its own on top
         protected_head=max(step.system_count, system_prefix_count(messages))
-        + (1 if step.summary else 0), trim_current_turn=True,
+        + (1 if step.summary else 0),
+        trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
     )
     if not guarded.gone:
         return StageResult(guarded.messages, guarded.events)
     gone = set(guarded.gone)
     kept = tuple(i for i in range(len(messages)) if i not in gone)
-    return StageResult(guarded.messages, guarded.events,
-                       Marks(trimmed=guarded.gone, source=kept))
+    return StageResult(guarded.messages, guarded.events, Marks(trimmed=guarded.gone, source=kept))
 
 
 OVERFLOW = Stage("overflow", fit)

@@ -46,13 +46,31 @@ from proxy.cascade.types import READ_TOOL_OUTPUT, Event, Message
 from proxy.config import ContextConfig
 
 __all__ = [
-    "STAGES", "Stage", "StepInput", "Assembled", "assemble", "plan_step", "stages_for",
-    "ingest", "earlier_results", "READ_TOOL_SCHEMA", "COMPACT_COMMAND", "COMMAND_REPLY_PREFIX",
-    "is_compact_command", "compact_reply_text", "drop_commands",
+    "STAGES",
+    "Stage",
+    "StepInput",
+    "Assembled",
+    "assemble",
+    "plan_step",
+    "stages_for",
+    "ingest",
+    "earlier_results",
+    "READ_TOOL_SCHEMA",
+    "COMPACT_COMMAND",
+    "COMMAND_REPLY_PREFIX",
+    "is_compact_command",
+    "compact_reply_text",
+    "drop_commands",
 ]
 
 STAGES: tuple[Stage, ...] = (
-    OBSERVATIONS, EVICTION, COMMANDS, SUMMARY, MEMORY, RECITATION, OVERFLOW,
+    OBSERVATIONS,
+    EVICTION,
+    COMMANDS,
+    SUMMARY,
+    MEMORY,
+    RECITATION,
+    OVERFLOW,
 )
 """The per-step stages, in the order they run."""
 
@@ -72,8 +90,10 @@ READ_TOOL_SCHEMA = {
                 "id": {"type": "string", "description": "the tool_call_id named in the marker"},
                 "offset": {"type": "integer", "minimum": 0},
                 "limit": {"type": "integer", "minimum": 1},
-                "grep": {"type": "string",
-                         "description": "text to find, any case (a|b: either); returns lines"},
+                "grep": {
+                    "type": "string",
+                    "description": "text to find, any case (a|b: either); returns lines",
+                },
             },
             "required": ["id"],
         },
@@ -106,12 +126,15 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
     The client resends the whole history, so the originals are at hand without a fetch; a
     pointer names only an id and line numbers, so a redacted earlier result leaks nothing
     (the new result itself is never compacted when redacted)."""
+
     def build() -> EarlierLines:
         found = [
             (str(m.get("tool_call_id") or ""), content_text(m.get("content")))
-            for m in messages[:pos] if m.get("role") == "tool"
+            for m in messages[:pos]
+            if m.get("role") == "tool"
         ]
         return EarlierLines.build(found[-EARLIER_RESULTS:])
+
     return build
 
 
@@ -119,8 +142,7 @@ def ingest(
     msg: Message, ctx: ContextConfig, earlier: Callable[[], EarlierLines] = EarlierLines
 ) -> Ingested:
     """Redact, compact losslessly and truncate one newly arrived message (tool results only)."""
-    return truncate_tool_result(
-        msg, cfg=ctx.tool_output, redaction=ctx.redaction, earlier=earlier)
+    return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction, earlier=earlier)
 
 
 def stages_for(ctx: ContextConfig, stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
@@ -140,7 +162,8 @@ def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str
 def _holds_handle(messages: Sequence[Message], prefixes: Sequence[str]) -> bool:
     return any(
         (m.get("role") == "tool" or is_observation(messages, i, prefixes, latest_too=True))
-        and _HANDLE in str(m.get("content") or "") for i, m in enumerate(messages)
+        and _HANDLE in str(m.get("content") or "")
+        for i, m in enumerate(messages)
     )
 
 
@@ -178,9 +201,15 @@ def assemble(
             origin = tuple(None if s is None else origin[s] for s in source)
         messages = result.messages
     offer = inp.ctx.tool_output.persist_raw and _holds_handle(
-        messages, inp.ctx.observations.user_prefixes)
+        messages, inp.ctx.observations.user_prefixes
+    )
     return Assembled(
-        messages=messages, window=tuple(window), events=tuple(events),
-        evicted=tuple(sorted(evicted)), trimmed=tuple(sorted(trimmed)), offer_read_tool=offer,
-        tokens=inp.count(messages), injected=tuple(j for j, w in enumerate(origin) if w is None),
+        messages=messages,
+        window=tuple(window),
+        events=tuple(events),
+        evicted=tuple(sorted(evicted)),
+        trimmed=tuple(sorted(trimmed)),
+        offer_read_tool=offer,
+        tokens=inp.count(messages),
+        injected=tuple(j for j, w in enumerate(origin) if w is None),
     )

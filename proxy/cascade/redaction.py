@@ -234,7 +234,8 @@ def _scanner(patterns: Sequence[re.Pattern[str]]) -> _Scanner:
         plans,
         literals,
         ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals], matchkind=first)
-        if literals else None,
+        if literals
+        else None,
         ahocorasick_rs.AhoCorasick(literals, matchkind=first) if literals else None,
         _inner(literals),
     )

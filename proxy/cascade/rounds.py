@@ -56,9 +56,7 @@ def _observed(messages: Sequence[Message], i: int, prefixes: Sequence[str]) -> b
     return nxt.get("role") == "user" and text.startswith(tuple(p for p in prefixes if p))
 
 
-def group_rounds(
-    messages: Sequence[Message], prefixes: Sequence[str] = ()
-) -> tuple[Round, ...]:
+def group_rounds(messages: Sequence[Message], prefixes: Sequence[str] = ()) -> tuple[Round, ...]:
     """Group messages into disjoint, ordered tool rounds.
 
     A round starts at an assistant message with tool calls and extends over every later tool

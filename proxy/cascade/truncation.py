@@ -71,8 +71,9 @@ def _marker(omitted: int, *, tool_call_id: str, offset: int, handle: bool, secre
     return f"\n[... truncated {omitted} chars; read the rest with read_tool_output({args}) ...]\n"
 
 
-def _compact(msg: Message, text: str, cfg: ToolOutputConfig,
-             earlier: Callable[[], EarlierLines]) -> Ingested | None:
+def _compact(
+    msg: Message, text: str, cfg: ToolOutputConfig, earlier: Callable[[], EarlierLines]
+) -> Ingested | None:
     """The lossless ingest stage (``lossless.py``): the compacted result with its original
     spilled, or None when nothing applies, the saving is under ``compact_min_saving`` of the
     original, or the compacted text would still be truncated (its offsets would then not be
@@ -85,19 +86,26 @@ def _compact(msg: Message, text: str, cfg: ToolOutputConfig,
         return None
     new_text = compacted_marker(tool_call_id, len(text), done.how) + done.text
     saving = len(text) - len(new_text)
-    if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(
-        text
-    ):
+    if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(text):
         return None
-    event = Event(TRUNCATED, {
-        "tool_call_id": tool_call_id, "original_chars": len(text),
-        "kept_chars": len(new_text), "spilled": True, "compacted": done.how,
-    })
+    event = Event(
+        TRUNCATED,
+        {
+            "tool_call_id": tool_call_id,
+            "original_chars": len(text),
+            "kept_chars": len(new_text),
+            "spilled": True,
+            "compacted": done.how,
+        },
+    )
     return Ingested({**msg, "content": new_text}, (event,), Spill(tool_call_id, text))
 
 
 def truncate_tool_result(
-    msg: Message, *, cfg: ToolOutputConfig, redaction: RedactionConfig,
+    msg: Message,
+    *,
+    cfg: ToolOutputConfig,
+    redaction: RedactionConfig,
     earlier: Callable[[], EarlierLines] = EarlierLines,
 ) -> Ingested:
     """Redact, then cut an over-long tool result to head + marker + tail.
@@ -225,7 +233,8 @@ def grep_matcher(pattern: str) -> Matcher:
     if alternatives == [""]:
         return lambda line: (0, 0)
     automaton = ahocorasick_rs.AhoCorasick(
-        alternatives, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST)
+        alternatives, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
+    )
 
     def first(line: str) -> tuple[int, int] | None:
         found = automaton.find_matches_as_indexes(line.lower())

@@ -7,12 +7,32 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
-    "Message", "TokenCounter", "Budget", "Event", "Spill", "Marks", "NO_MARKS", "StageResult",
-    "CompactionPlan", "ContextLengthExceeded",
-    "USAGE", "TRUNCATED", "EVICTED", "COMPACTION_STARTED", "COMPACTION_COMPLETED",
-    "COMPACTION_FAILED", "TRIMMED", "HANDOFF_SUGGESTED", "RETRIEVAL", "MEMORY_SUGGESTION",
-    "MESSAGE_APPENDED", "MESSAGE_DELTA_APPENDED", "CONFIG_RELOADED", "CONFIG_REJECTED",
-    "TRANSIENT_EVENTS", "READ_TOOL_OUTPUT",
+    "Message",
+    "TokenCounter",
+    "Budget",
+    "Event",
+    "Spill",
+    "Marks",
+    "NO_MARKS",
+    "StageResult",
+    "CompactionPlan",
+    "ContextLengthExceeded",
+    "USAGE",
+    "TRUNCATED",
+    "EVICTED",
+    "COMPACTION_STARTED",
+    "COMPACTION_COMPLETED",
+    "COMPACTION_FAILED",
+    "TRIMMED",
+    "HANDOFF_SUGGESTED",
+    "RETRIEVAL",
+    "MEMORY_SUGGESTION",
+    "MESSAGE_APPENDED",
+    "MESSAGE_DELTA_APPENDED",
+    "CONFIG_RELOADED",
+    "CONFIG_REJECTED",
+    "TRANSIENT_EVENTS",
+    "READ_TOOL_OUTPUT",
 ]
 
 Message = Mapping[str, Any]

@@ -72,8 +72,10 @@ def occupancy(state: SessionState, fixed: int) -> int:
     """
     row = state.session
     return effective_input_tokens(
-        state.estimate + fixed, ratio=row["calibration"],
-        last_real=row["last_prompt_tokens"], last_estimate=row["last_estimate"],
+        state.estimate + fixed,
+        ratio=row["calibration"],
+        last_real=row["last_prompt_tokens"],
+        last_estimate=row["last_estimate"],
     )
 
 
@@ -81,7 +83,9 @@ def pressure(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int
     """The measure ``cascade.pressure.compaction_need`` decides on."""
     limit = rt.limits.context_limit
     return Pressure(
-        occupancy=occupancy(state, fixed), estimate=state.estimate, limit=limit,
+        occupancy=occupancy(state, fixed),
+        estimate=state.estimate,
+        limit=limit,
         room=limit - reserved_output(body, rt.limits) - fixed,
     )
 

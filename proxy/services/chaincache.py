@@ -37,11 +37,13 @@ def _weight(msg: Any) -> int:
 
 
 class ChainCache:
-    def __init__(self, *, max_messages: int = 200_000, max_chars: int = 128_000_000,
-                 max_heads: int = 100_000) -> None:
+    def __init__(
+        self, *, max_messages: int = 200_000, max_chars: int = 128_000_000, max_heads: int = 100_000
+    ) -> None:
         # per session: the messages, their chain hashes, and their running weight
         self._entries: OrderedDict[tuple[str, str], tuple[list[Any], list[str], list[int]]] = (
-            OrderedDict())
+            OrderedDict()
+        )
         self._size = 0
         self._chars = 0
         self._max = max_messages

@@ -70,15 +70,24 @@ def route(cfg: Config, body: Mapping[str, Any]) -> Route:
     agent_name, agent = cfg.agent_for(body.get("model"))
     model = agent.model or str(body.get("model") or "")
     return Route(
-        agent=agent_name, provider=cfg.providers[agent.provider], model=model,
-        limits=cfg.model_limits(model), ctx=cfg.context_for(agent_name),
+        agent=agent_name,
+        provider=cfg.providers[agent.provider],
+        model=model,
+        limits=cfg.model_limits(model),
+        ctx=cfg.context_for(agent_name),
     )
 
 
 class ChatService:
     def __init__(
-        self, *, pool: asyncpg.Pool, upstream: Upstream, bus: EventBus,
-        cost: Callable[[Message], int], settings: Settings, summarizer: DurableSummarizer,
+        self,
+        *,
+        pool: asyncpg.Pool,
+        upstream: Upstream,
+        bus: EventBus,
+        cost: Callable[[Message], int],
+        settings: Settings,
+        summarizer: DurableSummarizer,
     ) -> None:
         self.summarizer = summarizer
         self.pool = pool
@@ -110,12 +119,12 @@ class ChatService:
         except BaseException:
             self.locks.release(key)
             raise
-        turn = Turn(key, conn, pool=self.pool, locks=self.locks, chains=self.chains,
-                    bus=self.bus)
+        turn = Turn(key, conn, pool=self.pool, locks=self.locks, chains=self.chains, bus=self.bus)
         with unavailable_when_lost():  # a connection lost before the answer: a 503
             try:
-                turn.step = step = await self._prepare(turn, cfg, rt, body, ctx, hashes,
-                                                       self.chains.head(key))
+                turn.step = step = await self._prepare(
+                    turn, cfg, rt, body, ctx, hashes, self.chains.head(key)
+                )
             except BaseException:
                 self.chains.set_head(key, None)
                 await turn.abort()
@@ -139,16 +148,29 @@ class ChatService:
         return lane, dataclasses.replace(ctx, session_id=lane.session_id)
 
     async def _prepare(
-        self, turn: Turn, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext,
-        hashes: list[str], guess: tuple[int, str | None] | None,
+        self,
+        turn: Turn,
+        cfg: Config,
+        rt: Route,
+        body: dict[str, Any],
+        ctx: ChatContext,
+        hashes: list[str],
+        guess: tuple[int, str | None] | None,
     ) -> Step:
         conn, key = turn.conn, turn.key
         count = MemoCounter(self.cost)
         state = await reconcile_and_load(
-            conn, key, agent=rt.agent, model=rt.model, messages=body["messages"],
-            hashes=hashes, ctx=rt.ctx, count=count,
+            conn,
+            key,
+            agent=rt.agent,
+            model=rt.model,
+            messages=body["messages"],
+            hashes=hashes,
+            ctx=rt.ctx,
+            count=count,
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
-            guess=guess, hold_new=True,
+            guess=guess,
+            hold_new=True,
         )
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not
@@ -161,9 +183,14 @@ class ChatService:
         else:
             state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count, fixed)
         inp = StepInput(
-            window=state.window, system_count=state.system_count, summary=state.summary,
-            count=count, budget=budgets.budget(state, rt, body, fixed), ctx=rt.ctx,
-            unspillable=state.redacted_ids, ratio=state.session["calibration"],
+            window=state.window,
+            system_count=state.system_count,
+            summary=state.summary,
+            count=count,
+            budget=budgets.budget(state, rt, body, fixed),
+            ctx=rt.ctx,
+            unspillable=state.redacted_ids,
+            ratio=state.session["calibration"],
         )
         try:
             answers = await fulfil(plan_step(inp), conn=conn, key=key)
@@ -177,17 +204,41 @@ class ChatService:
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
-        return Step(ctx, rt, state, assembled, body, stream, wants_usage, count, command,
-                    reclaimed=reclaimed,
-                    overhead=tools + (schema if assembled.offer_read_tool else 0))
+        return Step(
+            ctx,
+            rt,
+            state,
+            assembled,
+            body,
+            stream,
+            wants_usage,
+            count,
+            command,
+            reclaimed=reclaimed,
+            overhead=tools + (schema if assembled.offer_read_tool else 0),
+        )
 
     def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
-        return job_for(cfg, tenant=ctx.tenant, session_id=ctx.session_id, agent=rt.agent,
-                       model=rt.model, headers=ctx.headers, trigger=trigger)
+        return job_for(
+            cfg,
+            tenant=ctx.tenant,
+            session_id=ctx.session_id,
+            agent=rt.agent,
+            model=rt.model,
+            headers=ctx.headers,
+            trigger=trigger,
+        )
 
     async def _maybe_compact(
-        self, conn: Any, cfg: Config, rt: Route, body: Mapping[str, Any], ctx: ChatContext,
-        state: SessionState, count: MemoCounter, fixed: int,
+        self,
+        conn: Any,
+        cfg: Config,
+        rt: Route,
+        body: Mapping[str, Any],
+        ctx: ChatContext,
+        state: SessionState,
+        count: MemoCounter,
+        fixed: int,
     ) -> SessionState:
         """Do what ``cascade.pressure.compaction_need`` decides: start a background
         compaction (soft), or wait for the one in flight, measure again and compact now
@@ -214,24 +265,36 @@ class ChatService:
         return state
 
     async def _handoff(
-        self, conn: Any, rt: Route, body: Mapping[str, Any], ctx: ChatContext,
-        state: SessionState, fixed: int,
+        self,
+        conn: Any,
+        rt: Route,
+        body: Mapping[str, Any],
+        ctx: ChatContext,
+        state: SessionState,
+        fixed: int,
     ) -> Event | None:
         """The handoff nudge of this step (``cascade.handoff``), measured after any
         compaction the step ran; the session row's crossing flag is written when it flips."""
         above = bool(state.session.get("handoff_above"))
         out = handoff_step(
-            budgets.pressure(state, rt, body, fixed), rt.ctx.handoff, above=above,
+            budgets.pressure(state, rt, body, fixed),
+            rt.ctx.handoff,
+            above=above,
             summarized=state.summary is not None,
             compacting=self.summarizer.running(ctx.tenant, ctx.session_id),
         )
         if out.above != above:
-            await sessions.set_handoff_above(conn, tenant=ctx.tenant, session_id=ctx.session_id,
-                                             above=out.above)
+            await sessions.set_handoff_above(
+                conn, tenant=ctx.tenant, session_id=ctx.session_id, above=out.above
+            )
         return out.event
 
     async def _persist_step(
-        self, conn: Any, ctx: ChatContext, state: SessionState, asm: Assembled,
+        self,
+        conn: Any,
+        ctx: ChatContext,
+        state: SessionState,
+        asm: Assembled,
         count: MemoCounter,
     ) -> int:
         """Write the step's marks and events (eviction/trimming; ingestion's went out with
@@ -242,15 +305,18 @@ class ChatService:
         session's held-back messages go in with all of it (``history.step_write``).
         """
         evicted = [
-            (state.positions[i], dict(asm.window[i]), count.one(asm.window[i]))
-            for i in asm.evicted
+            (state.positions[i], dict(asm.window[i]), count.one(asm.window[i])) for i in asm.evicted
         ]
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
         note_step_events((*state.events, *asm.events))  # tokens reclaimed, by stage
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         write = step_write(
-            state, evicted=evicted, trimmed=[state.positions[i] for i in asm.trimmed],
-            reclaimed=reclaimed, events=persisted, transient=transient,
+            state,
+            evicted=evicted,
+            trimmed=[state.positions[i] for i in asm.trimmed],
+            reclaimed=reclaimed,
+            events=persisted,
+            transient=transient,
         )
         await msgs.write_step(conn, tenant=ctx.tenant, session_id=ctx.session_id, w=write)
         return reclaimed

@@ -29,13 +29,19 @@ async def answer_command(turn: Turn) -> Response:
     step = turn.prepared
     assert step.command is not None
     c = step.command
-    text = compact_reply_text(version=c.version, folded=c.folded,
-                              tokens_before=c.tokens_before, tokens_after=c.tokens_after,
-                              reason=c.reason)
+    text = compact_reply_text(
+        version=c.version,
+        folded=c.folded,
+        tokens_before=c.tokens_before,
+        tokens_after=c.tokens_after,
+        reason=c.reason,
+    )
     reply = {"role": "assistant", "content": text}
     completion = {
-        "id": f"chatcmpl-cascade-{secrets.token_hex(8)}", "object": "chat.completion",
-        "created": int(time.time()), "model": step.route.model,
+        "id": f"chatcmpl-cascade-{secrets.token_hex(8)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": step.route.model,
         "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }

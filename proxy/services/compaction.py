@@ -89,18 +89,30 @@ class CompactionResult:
 
 
 def job_for(
-    cfg: Config, *, tenant: str, session_id: str, agent: str, model: str,
-    headers: Mapping[str, str], trigger: str,
+    cfg: Config,
+    *,
+    tenant: str,
+    session_id: str,
+    agent: str,
+    model: str,
+    headers: Mapping[str, str],
+    trigger: str,
 ) -> CompactionJob:
     agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
     fast = agent_cfg.fast_model or model
     scope = scope_of_agent(cfg, agent)
     return CompactionJob(
-        tenant=tenant, session_id=session_id, provider=cfg.providers[agent_cfg.provider],
-        fast_model=fast, fast_limits=cfg.model_limits(fast), cfg=cfg.context_for(agent).summarize,
+        tenant=tenant,
+        session_id=session_id,
+        provider=cfg.providers[agent_cfg.provider],
+        fast_model=fast,
+        fast_limits=cfg.model_limits(fast),
+        cfg=cfg.context_for(agent).summarize,
         headers={k: v for k, v in headers.items() if k.lower() == "authorization"},
-        trigger=trigger, promotion=cfg.context_for(agent).memory_promotion.mode,
-        memory_scope=scope, memory_patterns=tuple(patterns_for(cfg, scope)),
+        trigger=trigger,
+        promotion=cfg.context_for(agent).memory_promotion.mode,
+        memory_scope=scope,
+        memory_patterns=tuple(patterns_for(cfg, scope)),
     )
 
 
@@ -114,7 +126,12 @@ class SummaryCallError(RuntimeError):
 
 class DurableSummarizer:
     def __init__(
-        self, *, pool: asyncpg.Pool, upstream: Upstream, bus: EventBus, count: TokenCounter,
+        self,
+        *,
+        pool: asyncpg.Pool,
+        upstream: Upstream,
+        bus: EventBus,
+        count: TokenCounter,
         acquire_timeout: float = 10.0,
     ) -> None:
         self.pool = pool
@@ -133,8 +150,9 @@ class DurableSummarizer:
             return False
         task = asyncio.create_task(self._run_background(job), name=f"compact:{job.session_id}")
         self._tasks[key] = task
-        task.add_done_callback(lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t
-                               else None)
+        task.add_done_callback(
+            lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t else None
+        )
         return True
 
     def running(self, tenant: str, session_id: str) -> bool:
@@ -148,9 +166,7 @@ class DurableSummarizer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
-    async def compact_now(
-        self, job: CompactionJob, conn: Any = None
-    ) -> CompactionResult | None:
+    async def compact_now(self, job: CompactionJob, conn: Any = None) -> CompactionResult | None:
         """Synchronous: wait for whatever is in flight (here or on another replica), then run.
 
         A chat request passes the connection it holds: taking a second one from the pool
@@ -205,9 +221,12 @@ class DurableSummarizer:
             log.warning("background compaction of session %s skipped: %s", job.session_id, exc)
             return None
         except DatabaseUnavailable as exc:  # its failure cannot be stored either
-            log.warning("background compaction of session %s lost the database (%s); it is "
-                        "closed as interrupted at the next start or compaction",
-                        job.session_id, exc)
+            log.warning(
+                "background compaction of session %s lost the database (%s); it is "
+                "closed as interrupted at the next start or compaction",
+                job.session_id,
+                exc,
+            )
             return None
 
     async def _run_on(
@@ -230,29 +249,38 @@ class DurableSummarizer:
         database connection, between the two events. The event carries the started one's
         fields (``started_id`` names it) and what a failure leaves: the state before it.
         What the interrupted run took (attempts, duration) is unknown: null."""
-        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant,
-                                                       session_id=session_id)
+        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant, session_id=session_id)
         for row in rows:
             started = nul.decode_json(row["data"])
             failed = {
-                "trigger": started.get("trigger"), "reason": INTERRUPTED,
+                "trigger": started.get("trigger"),
+                "reason": INTERRUPTED,
                 "error": "interrupted: the process running it stopped before it ended",
-                "attempts": None, "duration_ms": None, "started_id": row["id"],
-                "from_pos": started.get("from_pos"), "to_pos": started.get("to_pos"),
+                "attempts": None,
+                "duration_ms": None,
+                "started_id": row["id"],
+                "from_pos": started.get("from_pos"),
+                "to_pos": started.get("to_pos"),
                 "tokens_before": started.get("tokens_before"),
                 "tokens_after": started.get("tokens_before"),
                 "summary_version": started.get("summary_version"),
             }
-            await self.bus.publish(conn, tenant=tenant, session_id=session_id,
-                                   name=COMPACTION_FAILED, data=failed)
+            await self.bus.publish(
+                conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
+            )
             note_compaction_event(COMPACTION_FAILED, failed)
         return len(rows)
 
     async def _publish(
         self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
     ) -> None:
-        await self.bus.publish(conn, tenant=job.tenant, session_id=job.session_id, name=name,
-                               data={"trigger": job.trigger, **data})
+        await self.bus.publish(
+            conn,
+            tenant=job.tenant,
+            session_id=job.session_id,
+            name=name,
+            data={"trigger": job.trigger, **data},
+        )
         note_compaction_event(name, data)  # the metrics' count of its result
 
     async def _compact(self, conn: Any, job: CompactionJob) -> CompactionResult | None:
@@ -260,22 +288,30 @@ class DurableSummarizer:
         if row is None:
             return None
         await self._close_interrupted(conn, job.tenant, job.session_id)
-        latest = await summaries.fetchrow_latest(conn, tenant=job.tenant,
-                                                 session_id=job.session_id)
+        latest = await summaries.fetchrow_latest(conn, tenant=job.tenant, session_id=job.session_id)
         boundary = latest["boundary"] if latest else 0
         previous = latest["content"] if latest else None
         sc = row["system_count"]
         start = max(boundary, sc)
-        rows = await msgs.fetch_window(conn, tenant=job.tenant, session_id=job.session_id,
-                                       system_count=sc, from_pos=start)
+        rows = await msgs.fetch_window(
+            conn, tenant=job.tenant, session_id=job.session_id, system_count=sc, from_pos=start
+        )
         head = [r["message"] for r in rows if r["pos"] < sc]
         tail = [r for r in rows if r["pos"] >= start]
         # Plan in index space: trimmed messages leave gaps in positions.
-        plan = plan_compaction([r["message"] for r in tail], offset=0, boundary=0,
-                               keep_recent=job.cfg.keep_recent, previous=previous,
-                               system_count=0)
-        before = self.count(fold_summary([*head, *(r["message"] for r in tail)],
-                                         summary=previous, system_count=len(head)))
+        plan = plan_compaction(
+            [r["message"] for r in tail],
+            offset=0,
+            boundary=0,
+            keep_recent=job.cfg.keep_recent,
+            previous=previous,
+            system_count=0,
+        )
+        before = self.count(
+            fold_summary(
+                [*head, *(r["message"] for r in tail)], summary=previous, system_count=len(head)
+            )
+        )
         if plan is None:
             return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
         # /compact exchanges were answered by the proxy: the fast model never sees them.
@@ -284,45 +320,83 @@ class DurableSummarizer:
         first, last = tail[plan.start], tail[plan.end - 1]
         end_pos = tail[plan.end]["pos"] if plan.end < len(tail) else last["pos"] + 1
         folded = plan.end - plan.start
-        await self._publish(conn, job, COMPACTION_STARTED, {
-            "from_pos": first["pos"], "to_pos": end_pos, "tokens_before": before,
-            "summary_version": latest["version"] if latest else None,
-        })
+        await self._publish(
+            conn,
+            job,
+            COMPACTION_STARTED,
+            {
+                "from_pos": first["pos"],
+                "to_pos": end_pos,
+                "tokens_before": before,
+                "summary_version": latest["version"] if latest else None,
+            },
+        )
         try:
             content = await self._summarise(job, plan)
         except SummaryCallError as exc:
-            await self._publish(conn, job, COMPACTION_FAILED, {
-                "reason": "summary_failed", "error": str(exc), "attempts": job.cfg.max_attempts,
-                "duration_ms": round((time.monotonic() - t0) * 1000),
-                "tokens_before": before, "tokens_after": before,
-                "summary_version": latest["version"] if latest else None,
-            })
+            await self._publish(
+                conn,
+                job,
+                COMPACTION_FAILED,
+                {
+                    "reason": "summary_failed",
+                    "error": str(exc),
+                    "attempts": job.cfg.max_attempts,
+                    "duration_ms": round((time.monotonic() - t0) * 1000),
+                    "tokens_before": before,
+                    "tokens_after": before,
+                    "summary_version": latest["version"] if latest else None,
+                },
+            )
             return CompactionResult(None, boundary, 0, before, before, str(exc), failed=True)
         ledger = apply_ledger(content, plan.span, cap=job.cfg.ledger_cap)
         content = ledger.summary
         version = await summaries.insert_summary(
-            conn, tenant=job.tenant, session_id=job.session_id, boundary=end_pos,
-            boundary_hash=last["hash"], content=content,
-            tokens=self.count([{"role": "user", "content": content}]), model=job.fast_model,
+            conn,
+            tenant=job.tenant,
+            session_id=job.session_id,
+            boundary=end_pos,
+            boundary_hash=last["hash"],
+            content=content,
+            tokens=self.count([{"role": "user", "content": content}]),
+            model=job.fast_model,
         )
         if version is None:
             reason = "the history changed while summarising; the summary was discarded"
-            await self._publish(conn, job, COMPACTION_FAILED, {
-                "reason": "history_changed", "error": reason, "attempts": 1,
-                "duration_ms": round((time.monotonic() - t0) * 1000),
-                "tokens_before": before, "tokens_after": before,
-                "summary_version": latest["version"] if latest else None,
-            })
+            await self._publish(
+                conn,
+                job,
+                COMPACTION_FAILED,
+                {
+                    "reason": "history_changed",
+                    "error": reason,
+                    "attempts": 1,
+                    "duration_ms": round((time.monotonic() - t0) * 1000),
+                    "tokens_before": before,
+                    "tokens_after": before,
+                    "summary_version": latest["version"] if latest else None,
+                },
+            )
             return CompactionResult(None, boundary, 0, before, before, reason)
-        kept = [r["message"] for r in tail[plan.end:]]
+        kept = [r["message"] for r in tail[plan.end :]]
         after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
-        await self._publish(conn, job, COMPACTION_COMPLETED, {
-            "summary_version": version, "from_pos": first["pos"], "to_pos": end_pos,
-            "folded_messages": folded, "tokens_before": before,
-            "tokens_after": after, "duration_ms": round((time.monotonic() - t0) * 1000),
-            "identifiers_kept": ledger.kept, "identifiers_added": ledger.added,
-            "identifiers_dropped": ledger.dropped,
-        })
+        await self._publish(
+            conn,
+            job,
+            COMPACTION_COMPLETED,
+            {
+                "summary_version": version,
+                "from_pos": first["pos"],
+                "to_pos": end_pos,
+                "folded_messages": folded,
+                "tokens_before": before,
+                "tokens_after": after,
+                "duration_ms": round((time.monotonic() - t0) * 1000),
+                "identifiers_kept": ledger.kept,
+                "identifiers_added": ledger.added,
+                "identifiers_dropped": ledger.dropped,
+            },
+        )
         if job.promotion != "off":
             await promote(self.upstream, self.bus, conn, job, plan.span)
         return CompactionResult(version, end_pos, folded, before, after)
@@ -342,13 +416,21 @@ class DurableSummarizer:
         """One fast-model call with bounded retries; returns text with the five sections."""
         last = "no attempt made"
         for attempt in range(job.cfg.max_attempts):
-            body = {"model": job.fast_model, "messages": prompt,
-                    "max_tokens": _SUMMARY_OUTPUT_TOKENS, "temperature": 0}
+            body = {
+                "model": job.fast_model,
+                "messages": prompt,
+                "max_tokens": _SUMMARY_OUTPUT_TOKENS,
+                "temperature": 0,
+            }
             try:
-                resp = await self.upstream.call(job.provider, "POST", "/chat/completions",
-                                                client_headers=job.headers,
-                                                content=json.dumps(body).encode(),
-                                                model=job.fast_model)
+                resp = await self.upstream.call(
+                    job.provider,
+                    "POST",
+                    "/chat/completions",
+                    client_headers=job.headers,
+                    content=json.dumps(body).encode(),
+                    model=job.fast_model,
+                )
                 if resp.status_code >= 400:
                     last = f"fast model answered {resp.status_code}: {resp.text[:300]}"
                 else:
@@ -361,8 +443,7 @@ class DurableSummarizer:
                 last = f"unusable summary ({type(exc).__name__}: {exc})"
             except Exception as exc:  # transport errors (ProxyError) included
                 last = f"{type(exc).__name__}: {exc}"
-            log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1,
-                        last)
+            log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1, last)
             if attempt + 1 < job.cfg.max_attempts:  # no pause after the last attempt
-                await asyncio.sleep(min(0.2 * (2 ** attempt), 2.0))
+                await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
         raise SummaryCallError(last)

@@ -34,6 +34,7 @@ __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
 log = logging.getLogger("cascade.forward")
 
+
 def _client_reply(
     message: Mapping[str, Any], texts: list[str], internal: list[Any], client_calls: list[Any]
 ) -> dict[str, Any]:
@@ -61,7 +62,6 @@ def _closing_frames(
     return [*frames, sse.DONE]
 
 
-
 class Forwarder:
     """Calls upstream for a turn's step and relays the answer; the turn ends with it
     (``Turn.finish`` with the reply, ``Turn.abort`` when there is none to store)."""
@@ -84,10 +84,15 @@ class Forwarder:
 
     def _open(self, step: Step, messages: list[Message]) -> asyncio.Future[StreamAnswer]:
         """Start the streamed call (the caller waits for its headers with keep-alives)."""
-        return asyncio.ensure_future(self.upstream.open_stream(
-            step.route.provider, "/chat/completions", client_headers=step.ctx.headers,
-            content=self._upstream_body(step, messages), model=step.route.model,
-        ))
+        return asyncio.ensure_future(
+            self.upstream.open_stream(
+                step.route.provider,
+                "/chat/completions",
+                client_headers=step.ctx.headers,
+                content=self._upstream_body(step, messages),
+                model=step.route.model,
+            )
+        )
 
     async def _internal_round(
         self, turn: Turn, messages: list[Message], reply: Mapping[str, Any]
@@ -96,7 +101,10 @@ class Forwarder:
         internal, _ = split_calls(reply)
         answers = [
             await answer_call(
-                turn.conn, tenant=step.ctx.tenant, session_id=step.ctx.session_id, call=c,
+                turn.conn,
+                tenant=step.ctx.tenant,
+                session_id=step.ctx.session_id,
+                call=c,
                 max_chars=step.route.ctx.tool_output.max_chars,
             )
             for c in internal
@@ -121,8 +129,11 @@ class Forwarder:
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
                 resp = await self.upstream.call(
-                    step.route.provider, "POST", "/chat/completions",
-                    client_headers=step.ctx.headers, content=self._upstream_body(step, messages),
+                    step.route.provider,
+                    "POST",
+                    "/chat/completions",
+                    client_headers=step.ctx.headers,
+                    content=self._upstream_body(step, messages),
                     model=step.route.model,
                 )
                 if resp.status_code >= 400:
@@ -139,8 +150,9 @@ class Forwarder:
                     messages = await self._internal_round(turn, messages, reply)
                     continue
                 if internal or earlier:
-                    reply = _client_reply(reply, [*earlier, str(reply.get("content") or "")],
-                                          internal, client_calls)
+                    reply = _client_reply(
+                        reply, [*earlier, str(reply.get("content") or "")], internal, client_calls
+                    )
                     reply["content"] = reply.get("content") or None
                     data["choices"][0]["message"] = reply
                     if internal and not client_calls:
@@ -177,7 +189,9 @@ class Forwarder:
                 headers = {"content-type": "text/event-stream"}
             if refused is None:
                 return StreamingResponse(
-                    self._stream_body(turn, send), status_code=200, headers=headers,
+                    self._stream_body(turn, send),
+                    status_code=200,
+                    headers=headers,
                     media_type="text/event-stream",
                 )
         except BaseException:  # until the body takes the turn over, ending it is ours
@@ -189,9 +203,9 @@ class Forwarder:
         await turn.abort()
         return refused
 
-    async def _stream_body(self, turn: Turn, send: asyncio.Future[StreamAnswer]) -> (
-        AsyncIterator[bytes]
-    ):
+    async def _stream_body(
+        self, turn: Turn, send: asyncio.Future[StreamAnswer]
+    ) -> AsyncIterator[bytes]:
         step = turn.prepared
         reply: dict[str, Any] | None = None
         prompt_tokens = None
@@ -212,9 +226,12 @@ class Forwarder:
                 out = RoundOutcome()
                 try:
                     async for piece in relay_round(
-                        resp, out, strip_usage=not step.client_wants_usage,
+                        resp,
+                        out,
+                        strip_usage=not step.client_wants_usage,
                         intercept=step.assembled.offer_read_tool,
-                        keepalive=self.settings.keepalive_seconds, client=client,
+                        keepalive=self.settings.keepalive_seconds,
+                        client=client,
                     ):
                         yield piece
                 finally:
@@ -237,8 +254,7 @@ class Forwarder:
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
                     reply = _client_reply(message, texts, internal, client_calls)
                     if out.only_internal:  # budget spent: the relay held back the ending
-                        for frame in _closing_frames(client, out.acc,
-                                                     step.client_wants_usage):
+                        for frame in _closing_frames(client, out.acc, step.client_wants_usage):
                             yield frame
                     break
                 messages = await self._internal_round(turn, messages, message)
@@ -261,27 +277,40 @@ class Forwarder:
                 yield sse.KEEPALIVE
 
     async def _round_response(
-        self, send: asyncio.Future[StreamAnswer], round_no: int, step: Step,
+        self,
+        send: asyncio.Future[StreamAnswer],
+        round_no: int,
+        step: Step,
         messages: list[Message],
     ) -> tuple[StreamAnswer, bytes | None]:
         try:
             resp = await send
         except Exception as exc:
             status, msg = getattr(exc, "status_code", 502), str(exc)
-            log.warning("%d in a stream, sent as an error event: %s%s", status, msg, causes(exc),
-                        exc_info=not isinstance(exc, ProxyError))
+            log.warning(
+                "%d in a stream, sent as an error event: %s%s",
+                status,
+                msg,
+                causes(exc),
+                exc_info=not isinstance(exc, ProxyError),
+            )
             return None, sse.error_event(msg, code=str(status))  # type: ignore[return-value]
         if resp.status_code >= 400:
             try:
                 body = (await resp.aread()).decode("utf-8", "replace")
             except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
-                log.warning("%d in a stream, sent as an error event: %s%s", exc.status_code,
-                            exc, causes(exc))
+                log.warning(
+                    "%d in a stream, sent as an error event: %s%s",
+                    exc.status_code,
+                    exc,
+                    causes(exc),
+                )
                 return resp, sse.error_event(str(exc), code=str(exc.status_code))
             finally:
                 await resp.aclose()
-            log.info("the provider answered %d in a stream; relayed as an error event",
-                     resp.status_code)  # its body may quote the request: not logged
+            log.info(
+                "the provider answered %d in a stream; relayed as an error event", resp.status_code
+            )  # its body may quote the request: not logged
             return resp, sse.error_event(
                 f"the provider answered {resp.status_code}: {body[:2000]}",
                 code=str(resp.status_code),

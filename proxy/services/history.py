@@ -36,7 +36,11 @@ from proxy.store import messages as msgs, nul, raw_outputs, summaries
 from proxy.store.events import EventRows
 
 __all__ = [
-    "SessionState", "Unstored", "reconcile_and_load", "load_window", "store_unstored",
+    "SessionState",
+    "Unstored",
+    "reconcile_and_load",
+    "load_window",
+    "store_unstored",
     "step_write",
 ]
 
@@ -69,8 +73,9 @@ class SessionState:
     unstored: Unstored | None = None  # the window's messages, when none is stored yet
 
 
-def _estimate(window: Sequence[Message], summary: str | None, system_count: int,
-              count: MemoCounter) -> int:
+def _estimate(
+    window: Sequence[Message], summary: str | None, system_count: int, count: MemoCounter
+) -> int:
     """Tokens of the prompt ``window`` folds to (``SessionState.estimate``)."""
     folded = fold_summary(drop_commands(window), summary=summary, system_count=system_count)
     return count(folded)
@@ -107,8 +112,7 @@ def _seeded(
     return out
 
 
-def _handle(messages: Sequence[Message], pos: int, stored: Message,
-            ctx: ContextConfig) -> Any:
+def _handle(messages: Sequence[Message], pos: int, stored: Message, ctx: ContextConfig) -> Any:
     """The row's ``tool_call_id``: a tool result's, or an observation's handle
     (``cascade.observations``), so that its body reads back once it is rewritten."""
     if is_observation(messages, pos, ctx.observations.user_prefixes, latest_too=True):
@@ -127,28 +131,45 @@ class _Ingested:
 
 
 def _ingest(
-    messages: Sequence[Message], hashes: list[str], start: int, ctx: ContextConfig,
-    count: MemoCounter, superseded: int = 0,
+    messages: Sequence[Message],
+    hashes: list[str],
+    start: int,
+    ctx: ContextConfig,
+    count: MemoCounter,
+    superseded: int = 0,
 ) -> _Ingested:
     out = _Ingested([], [], [], [])
     spills: list[Any] = []
     for pos in range(start, len(messages)):
         got = ingest(messages[pos], ctx, earlier_results(messages, pos))
         out.new.append((pos, got.message))
-        out.rows.append(msgs.NewMessage(
-            pos=pos, hash=hashes[pos], role=str(messages[pos].get("role")),
-            message=dict(got.message), tool_call_id=_handle(messages, pos, got.message, ctx),
-            tokens=count.one(got.message), redacted=got.redacted > 0,
-            verbatim=got.message is messages[pos],
-        ))
+        out.rows.append(
+            msgs.NewMessage(
+                pos=pos,
+                hash=hashes[pos],
+                role=str(messages[pos].get("role")),
+                message=dict(got.message),
+                tool_call_id=_handle(messages, pos, got.message, ctx),
+                tokens=count.one(got.message),
+                redacted=got.redacted > 0,
+                verbatim=got.message is messages[pos],
+            )
+        )
         out.events.extend(e for e in got.events if e.name == TRUNCATED)
         if got.spill is not None:
             spills.append(got.spill)
     out.raw = raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes)
     if out.rows:
-        out.events.append(Event(MESSAGE_APPENDED, {
-            "from_pos": start, "count": len(out.rows), "superseded": superseded,
-        }))
+        out.events.append(
+            Event(
+                MESSAGE_APPENDED,
+                {
+                    "from_pos": start,
+                    "count": len(out.rows),
+                    "superseded": superseded,
+                },
+            )
+        )
     return out
 
 
@@ -171,10 +192,18 @@ def _plausible(
 
 
 async def reconcile_and_load(
-    conn: Any, key: SessionKey, *, agent: str, model: str | None,
-    messages: Sequence[Message], hashes: list[str], ctx: ContextConfig, count: MemoCounter,
+    conn: Any,
+    key: SessionKey,
+    *,
+    agent: str,
+    model: str | None,
+    messages: Sequence[Message],
+    hashes: list[str],
+    ctx: ContextConfig,
+    count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
-    guess: tuple[int, str | None] | None = None, hold_new: bool = False,
+    guess: tuple[int, str | None] | None = None,
+    hold_new: bool = False,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
@@ -195,18 +224,30 @@ async def reconcile_and_load(
     guessed = _plausible(guess, hashes)
     pending = _ingest(messages, hashes, guessed[0], ctx, count) if guessed else None
     begun = await msgs.begin_step(
-        conn, tenant=tenant, session_id=session_id, agent=agent, model=model, guess=guessed,
-        rows=pending.rows if pending else (), head_len=len(messages), head_hash=head_hash,
-        raw=pending.raw if pending else (), system_count=system_count,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        agent=agent,
+        model=model,
+        guess=guessed,
+        rows=pending.rows if pending else (),
+        head_len=len(messages),
+        head_hash=head_hash,
+        raw=pending.raw if pending else (),
+        system_count=system_count,
         events=stamp(pending.events) if pending else ((), ()),
     )
     row = begun.session
     content = row["summary_content"]
-    summary = (row["summary_version"], row["summary_boundary"],
-               content if content is None else nul.decode(content))
+    summary = (
+        row["summary_version"],
+        row["summary_boundary"],
+        content if content is None else nul.decode(content),
+    )
     if begun.window is not None and pending is not None:
-        return _loaded(row, summary, system_count, messages, head_hash, pending, begun.window,
-                       count)
+        return _loaded(
+            row, summary, system_count, messages, head_hash, pending, begun.window, count
+        )
     plan = await _plan(conn, key, hashes, row)
     if hold_new and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
         # Nothing is stored: the window is the new messages alone (module docstring).
@@ -224,62 +265,100 @@ async def reconcile_and_load(
             conn, tenant=tenant, session_id=session_id, pos=plan.from_pos
         )
         latest = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
-        summary = (latest["version"], latest["boundary"], latest["content"]) if latest else (
-            None, None, None)
+        summary = (
+            (latest["version"], latest["boundary"], latest["content"])
+            if latest
+            else (None, None, None)
+        )
         start = plan.from_pos
     else:
         start = plan.start
     pending = _ingest(messages, hashes, start, ctx, count, superseded)
     old = await msgs.append_and_fetch_window(
-        conn, tenant=tenant, session_id=session_id, rows=pending.rows,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        rows=pending.rows,
         raw=pending.raw,
-        head_len=len(messages), head_hash=head_hash, system_count=system_count,
-        old_len=start, from_pos=max(summary[1] or 0, system_count),
-        move_head=bool(pending.rows) or superseded > 0, events=stamp(pending.events),
+        head_len=len(messages),
+        head_hash=head_hash,
+        system_count=system_count,
+        old_len=start,
+        from_pos=max(summary[1] or 0, system_count),
+        move_head=bool(pending.rows) or superseded > 0,
+        events=stamp(pending.events),
     )
-    return _loaded(row, summary, system_count, messages, head_hash, pending, old, count,
-                   superseded)
+    return _loaded(row, summary, system_count, messages, head_hash, pending, old, count, superseded)
 
 
 def _loaded(
-    row: Any, summary: tuple[Any, Any, Any], system_count: int, messages: Sequence[Message],
-    head_hash: str | None, pending: _Ingested, old: Sequence[Any], count: MemoCounter,
+    row: Any,
+    summary: tuple[Any, Any, Any],
+    system_count: int,
+    messages: Sequence[Message],
+    head_hash: str | None,
+    pending: _Ingested,
+    old: Sequence[Any],
+    count: MemoCounter,
     superseded: int = 0,
 ) -> SessionState:
     """The state after the append: the stored older rows, then the new ones in the window."""
     boundary = summary[1] or 0
     from_pos = max(boundary, system_count)
-    fresh = [(pos, m, r) for (pos, m), r in zip(pending.new, pending.rows, strict=True)
-             if pos < system_count or pos >= from_pos]
+    fresh = [
+        (pos, m, r)
+        for (pos, m), r in zip(pending.new, pending.rows, strict=True)
+        if pos < system_count or pos >= from_pos
+    ]
     redacted = _redacted(old)
     window = (*_seeded(old, count, messages), *(m for _, m, _ in fresh))
     return SessionState(
-        session=row, head_len=len(messages), head_hash=head_hash,
-        system_count=system_count, boundary=boundary, summary=summary[2],
-        summary_version=summary[0], window=window,
+        session=row,
+        head_len=len(messages),
+        head_hash=head_hash,
+        system_count=system_count,
+        boundary=boundary,
+        summary=summary[2],
+        summary_version=summary[0],
+        window=window,
         positions=(*(r["pos"] for r in old), *(pos for pos, _, _ in fresh)),
         redacted_ids=frozenset(
             redacted + [r.tool_call_id for _, _, r in fresh if r.redacted and r.tool_call_id]
         ),
-        appended=len(pending.rows), superseded=superseded, events=tuple(pending.events),
+        appended=len(pending.rows),
+        superseded=superseded,
+        events=tuple(pending.events),
         estimate=_estimate(window, summary[2], system_count, count),
     )
 
 
 def step_write(
-    state: SessionState, *, evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
-    trimmed: Sequence[int] = (), reclaimed: int = 0, events: EventRows = ((), ()),
+    state: SessionState,
+    *,
+    evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
+    trimmed: Sequence[int] = (),
+    reclaimed: int = 0,
+    events: EventRows = ((), ()),
     transient: Sequence[str] = (),
 ) -> msgs.StepWrite:
     """The step's one write (pure): its marks and events, and, for a new session, the
     messages held back until now, ingestion events first."""
     held = state.unstored
     if held is None:
-        return msgs.StepWrite(evicted=evicted, trimmed=trimmed, reclaimed=reclaimed,
-                              events=events, transient=transient)
+        return msgs.StepWrite(
+            evicted=evicted,
+            trimmed=trimmed,
+            reclaimed=reclaimed,
+            events=events,
+            transient=transient,
+        )
     return msgs.StepWrite(
-        rows=held.rows, raw=held.raw, head=(state.head_len, state.head_hash, state.system_count),
-        evicted=evicted, trimmed=trimmed, reclaimed=reclaimed,
+        rows=held.rows,
+        raw=held.raw,
+        head=(state.head_len, state.head_hash, state.system_count),
+        evicted=evicted,
+        trimmed=trimmed,
+        reclaimed=reclaimed,
         events=([*held.events[0], *events[0]], [*held.events[1], *events[1]]),
         transient=transient,
     )
@@ -290,8 +369,7 @@ async def store_unstored(conn: Any, key: SessionKey, state: SessionState) -> Ses
     them): for a path that reads the store before the step's write, or never makes one."""
     if state.unstored is None:
         return state
-    await msgs.write_step(conn, tenant=key.tenant, session_id=key.session_id,
-                          w=step_write(state))
+    await msgs.write_step(conn, tenant=key.tenant, session_id=key.session_id, w=step_write(state))
     return replace(state, unstored=None)
 
 
@@ -303,16 +381,22 @@ async def load_window(
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     boundary = summary["boundary"] if summary else 0
     rows = await msgs.fetch_window(
-        conn, tenant=tenant, session_id=session_id, system_count=state.system_count,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        system_count=state.system_count,
         from_pos=max(boundary, state.system_count),
     )
     redacted = _redacted(rows)
     window = tuple(_seeded(rows, count))
     text = summary["content"] if summary else None
     return replace(
-        state, boundary=boundary, summary=text,
+        state,
+        boundary=boundary,
+        summary=text,
         summary_version=summary["version"] if summary else None,
-        window=window, positions=tuple(r["pos"] for r in rows),
+        window=window,
+        positions=tuple(r["pos"] for r in rows),
         redacted_ids=frozenset(redacted),
         estimate=_estimate(window, text, state.system_count, count),
     )

@@ -22,8 +22,16 @@ from proxy.errors import ClientRequestError, NotFound
 from proxy.store import memory as store
 
 __all__ = [
-    "GLOBAL", "parse_scope", "scope_of_agent", "list_facts", "add_fact", "delete_fact",
-    "list_suggestions", "accept_suggestion", "reject_suggestion", "FactRejected",
+    "GLOBAL",
+    "parse_scope",
+    "scope_of_agent",
+    "list_facts",
+    "add_fact",
+    "delete_fact",
+    "list_suggestions",
+    "accept_suggestion",
+    "reject_suggestion",
+    "FactRejected",
 ]
 
 GLOBAL = "global"
@@ -43,7 +51,9 @@ def parse_scope(scope: str | None, *, param: str = "scope") -> str:
     if not isinstance(scope, str) or (scope != GLOBAL and not _AGENT.fullmatch(scope)):
         raise ClientRequestError(
             f"scope must be 'global' or 'agent:<name>' (letters, digits, '.', '_', '-'); "
-            f"got {scope!r}", param=param)
+            f"got {scope!r}",
+            param=param,
+        )
     return scope
 
 
@@ -74,8 +84,9 @@ async def list_facts(pool: Any, *, tenant: str, scope: str) -> dict[str, Any]:
     return {"object": "list", "data": [_fact(r) for r in rows]}
 
 
-def _vet(cfg: Config, scope: str, texts: Sequence[str],
-         strict: bool) -> Callable[[list[str]], list[str]]:
+def _vet(
+    cfg: Config, scope: str, texts: Sequence[str], strict: bool
+) -> Callable[[list[str]], list[str]]:
     """What ``store.add_facts`` calls with the stored facts: the facts to store. With
     ``strict`` (a single manual add) a rejection is a 400; otherwise rejected ones are left
     out."""
@@ -92,27 +103,37 @@ def _vet(cfg: Config, scope: str, texts: Sequence[str],
     return vet
 
 
-async def store_facts(pool: Any, cfg: Config, *, tenant: str, scope: str,
-                      texts: Sequence[str], strict: bool = False,
-                      source_session: str | None = None) -> list[dict[str, Any]]:
+async def store_facts(
+    pool: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    scope: str,
+    texts: Sequence[str],
+    strict: bool = False,
+    source_session: str | None = None,
+) -> list[dict[str, Any]]:
     """The one write path of facts (manual, accepted, promoted): sanitised, then stored."""
     async with pool.acquire() as conn:
-        rows = await store.add_facts(conn, tenant=tenant, scope=scope,
-                                     vet=_vet(cfg, scope, texts, strict),
-                                     source_session=source_session)
+        rows = await store.add_facts(
+            conn,
+            tenant=tenant,
+            scope=scope,
+            vet=_vet(cfg, scope, texts, strict),
+            source_session=source_session,
+        )
     return [_fact(r) for r in rows]
 
 
-async def add_fact(pool: Any, cfg: Config, *, tenant: str, scope: str,
-                   text: str) -> dict[str, Any]:
+async def add_fact(pool: Any, cfg: Config, *, tenant: str, scope: str, text: str) -> dict[str, Any]:
     """Store one fact by hand; a 400 saying why when ``sanitize_fact`` refuses it."""
-    (fact,) = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=[text],
-                                strict=True)
+    (fact,) = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=[text], strict=True)
     return fact
 
 
-async def delete_fact(pool: Any, *, tenant: str, fact_id: int,
-                      check: Callable[[str], None]) -> dict[str, Any]:
+async def delete_fact(
+    pool: Any, *, tenant: str, fact_id: int, check: Callable[[str], None]
+) -> dict[str, Any]:
     """Delete one fact; ``check`` sees its scope first and raises when the key may not."""
     async with pool.acquire() as conn:
         found = await store.delete_fact(conn, tenant=tenant, fact_id=fact_id, check=check)
@@ -122,9 +143,14 @@ async def delete_fact(pool: Any, *, tenant: str, fact_id: int,
 
 
 def _suggestion(s: dict[str, Any]) -> dict[str, Any]:
-    return {"object": "memory.suggestion", "id": s["suggestion_id"],
-            "suggestion_id": s["suggestion_id"], "session_id": s["session_id"],
-            "facts": s["facts"], "created_at": _iso(s["created_at"])}
+    return {
+        "object": "memory.suggestion",
+        "id": s["suggestion_id"],
+        "suggestion_id": s["suggestion_id"],
+        "session_id": s["session_id"],
+        "facts": s["facts"],
+        "created_at": _iso(s["created_at"]),
+    }
 
 
 async def list_suggestions(pool: Any, *, tenant: str, limit: int) -> dict[str, Any]:
@@ -139,12 +165,14 @@ async def _pending(pool: Any, tenant: str, suggestion_id: str) -> dict[str, Any]
         raise NotFound(f"no memory suggestion {suggestion_id!r} (for this API key)")
     if found["answer"] is not None:
         raise ClientRequestError(
-            f"memory suggestion {suggestion_id!r} was {found['answer']} already")
+            f"memory suggestion {suggestion_id!r} was {found['answer']} already"
+        )
     return found
 
 
-async def accept_suggestion(pool: Any, cfg: Config, *, tenant: str, suggestion_id: str,
-                            facts: Sequence[str] | None) -> dict[str, Any]:
+async def accept_suggestion(
+    pool: Any, cfg: Config, *, tenant: str, suggestion_id: str, facts: Sequence[str] | None
+) -> dict[str, Any]:
     """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
     manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
     are left out, and the answer lists the stored ones."""
@@ -152,22 +180,31 @@ async def accept_suggestion(pool: Any, cfg: Config, *, tenant: str, suggestion_i
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:
-        raise ClientRequestError(f"facts not in suggestion {suggestion_id!r}: {unknown!r}",
-                                 param="facts")
+        raise ClientRequestError(
+            f"facts not in suggestion {suggestion_id!r}: {unknown!r}", param="facts"
+        )
     scope = found["scope"] if isinstance(found["scope"], str) else None
     scope = parse_scope(scope) if scope else scope_of_agent(cfg, found["agent"])
-    if not await store.answer_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id,
-                                         answer="accepted", facts=chosen):
+    if not await store.answer_suggestion(
+        pool, tenant=tenant, suggestion_id=suggestion_id, answer="accepted", facts=chosen
+    ):
         raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
-    stored = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=chosen,
-                               source_session=found["session_id"])
-    return {"object": "memory.suggestion", "id": suggestion_id, "status": "accepted",
-            "scope": scope, "facts": stored}
+    stored = await store_facts(
+        pool, cfg, tenant=tenant, scope=scope, texts=chosen, source_session=found["session_id"]
+    )
+    return {
+        "object": "memory.suggestion",
+        "id": suggestion_id,
+        "status": "accepted",
+        "scope": scope,
+        "facts": stored,
+    }
 
 
 async def reject_suggestion(pool: Any, *, tenant: str, suggestion_id: str) -> dict[str, Any]:
     await _pending(pool, tenant, suggestion_id)
-    if not await store.answer_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id,
-                                         answer="rejected"):
+    if not await store.answer_suggestion(
+        pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
+    ):
         raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
     return {"object": "memory.suggestion", "id": suggestion_id, "status": "rejected"}

@@ -22,12 +22,15 @@ Fulfiller = Callable[[Any, Any, SessionKey], Awaitable[Any]]
 """``(need, connection, session) -> answer``."""
 
 
-
 async def memory_block(need: MemoryNeed, conn: Any, key: SessionKey) -> str | None:
     """The turn's ``<memory>`` block (``store.memory.turn_block``)."""
     return await memory.turn_block(
-        conn, tenant=key.tenant, session_id=key.session_id, turn=need.turn,
-        render=lambda facts: render_memory(facts, max_tokens=need.max_tokens))
+        conn,
+        tenant=key.tenant,
+        session_id=key.session_id,
+        turn=need.turn,
+        render=lambda facts: render_memory(facts, max_tokens=need.max_tokens),
+    )
 
 
 FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({MemoryNeed: memory_block})
@@ -35,7 +38,10 @@ FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({MemoryNeed: memory_bloc
 
 
 async def fulfil(
-    needs: Mapping[str, object], *, conn: Any, key: SessionKey,
+    needs: Mapping[str, object],
+    *,
+    conn: Any,
+    key: SessionKey,
     fulfillers: Mapping[type, Fulfiller] = FULFILLERS,
 ) -> dict[str, Any]:
     """Every need's answer, by stage name; a need nobody fulfils is a programming error."""

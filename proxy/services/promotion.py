@@ -41,36 +41,59 @@ async def promote(upstream: Any, bus: Any, conn: Any, job: Any, span: Sequence[M
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
 
 
-async def _promote(upstream: Any, bus: Any, conn: Any, job: Any,
-                   span: Sequence[Message]) -> None:
+async def _promote(upstream: Any, bus: Any, conn: Any, job: Any, span: Sequence[Message]) -> None:
     text = span_text(span)
     if not text:
         return
-    body = {"model": job.fast_model, "messages": extraction_prompt(text),
-            "response_format": MEMORY_FACTS_FORMAT, "max_tokens": _OUTPUT_TOKENS,
-            "temperature": 0}
-    resp = await upstream.call(job.provider, "POST", "/chat/completions",
-                               client_headers=job.headers, content=json.dumps(body).encode(),
-                               model=job.fast_model)
+    body = {
+        "model": job.fast_model,
+        "messages": extraction_prompt(text),
+        "response_format": MEMORY_FACTS_FORMAT,
+        "max_tokens": _OUTPUT_TOKENS,
+        "temperature": 0,
+    }
+    resp = await upstream.call(
+        job.provider,
+        "POST",
+        "/chat/completions",
+        client_headers=job.headers,
+        content=json.dumps(body).encode(),
+        model=job.fast_model,
+    )
     if resp.status_code >= 400:
-        log.warning("memory promotion for %s: the fast model answered %d", job.session_id,
-                    resp.status_code)
+        log.warning(
+            "memory promotion for %s: the fast model answered %d", job.session_id, resp.status_code
+        )
         return
     facts = parse_facts(resp.json()["choices"][0]["message"].get("content") or "")
     if job.promotion == "auto":
+
         def vet(stored: list[str]) -> list[str]:
             verdicts = sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
             return [v.text for v in verdicts if v.text is not None]
 
-        await store.add_facts(conn, tenant=job.tenant, scope=job.memory_scope, vet=vet,
-                              source_session=job.session_id)
+        await store.add_facts(
+            conn, tenant=job.tenant, scope=job.memory_scope, vet=vet, source_session=job.session_id
+        )
         return
-    stored = [r["text"] for r in await store.fetch_facts(conn, tenant=job.tenant,
-                                                         scopes=[job.memory_scope])]
-    kept = [v.text for v in sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
-            if v.text is not None]
+    stored = [
+        r["text"]
+        for r in await store.fetch_facts(conn, tenant=job.tenant, scopes=[job.memory_scope])
+    ]
+    kept = [
+        v.text
+        for v in sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
+        if v.text is not None
+    ]
     if kept:
-        await bus.publish(conn, tenant=job.tenant, session_id=job.session_id,
-                          name=MEMORY_SUGGESTION,
-                          data={"suggestion_id": f"sug-{secrets.token_hex(8)}", "facts": kept,
-                                "scope": job.memory_scope})
+        await bus.publish(
+            conn,
+            tenant=job.tenant,
+            session_id=job.session_id,
+            name=MEMORY_SUGGESTION,
+            data={
+                "suggestion_id": f"sug-{secrets.token_hex(8)}",
+                "facts": kept,
+                "scope": job.memory_scope,
+            },
+        )

@@ -124,8 +124,10 @@ async def pump(resp: StreamAnswer, queue: asyncio.Queue[Any]) -> None:
 
 
 def _empty(choice: Any) -> bool:
-    return isinstance(choice, dict) and not choice.get("delta") and (
-        choice.get("finish_reason") is None and choice.get("logprobs") is None
+    return (
+        isinstance(choice, dict)
+        and not choice.get("delta")
+        and (choice.get("finish_reason") is None and choice.get("logprobs") is None)
     )
 
 
@@ -147,8 +149,9 @@ def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
             if out.internal.get((which, idx)):
                 changed = True
                 continue
-            client_idx = sum(1 for (c, i), v in out.internal.items()
-                             if c == which and i < idx and not v)
+            client_idx = sum(
+                1 for (c, i), v in out.internal.items() if c == which and i < idx and not v
+            )
             if client_idx != idx:
                 call = {**call, "index": client_idx}
                 changed = True
@@ -166,8 +169,13 @@ def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
 
 
 async def relay_round(
-    resp: StreamAnswer, out: RoundOutcome, *, strip_usage: bool, intercept: bool,
-    keepalive: float, client: ClientStream | None = None,
+    resp: StreamAnswer,
+    out: RoundOutcome,
+    *,
+    strip_usage: bool,
+    intercept: bool,
+    keepalive: float,
+    client: ClientStream | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said.
 
@@ -189,8 +197,14 @@ async def relay_round(
                 yield sse.KEEPALIVE
                 continue
             if item is _EOF:
-                now, tail = _ending(splitter.flush(), out, strip_usage=strip_usage,
-                                    intercept=intercept, held=held, client=client)
+                now, tail = _ending(
+                    splitter.flush(),
+                    out,
+                    strip_usage=strip_usage,
+                    intercept=intercept,
+                    held=held,
+                    client=client,
+                )
                 for piece in now:
                     yield piece
                 break
@@ -198,8 +212,14 @@ async def relay_round(
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
                 break
             for event in splitter.feed(item):
-                for piece in _handle(event, out, strip_usage=strip_usage, intercept=intercept,
-                                     held=held, client=client):
+                for piece in _handle(
+                    event,
+                    out,
+                    strip_usage=strip_usage,
+                    intercept=intercept,
+                    held=held,
+                    client=client,
+                ):
                     yield piece
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
@@ -211,14 +231,20 @@ async def relay_round(
         # scope, and an unshielded await would re-cancel the reader mid-cleanup; the caller
         # then closes the upstream connection so the provider stops generating.
         reader.cancel()
-        with anyio.move_on_after(5, shield=True), contextlib.suppress(
-            asyncio.CancelledError, Exception
+        with (
+            anyio.move_on_after(5, shield=True),
+            contextlib.suppress(asyncio.CancelledError, Exception),
         ):
             await reader
 
 
 def _ending(
-    tail: bytes, out: RoundOutcome, *, strip_usage: bool, intercept: bool, held: list[bytes],
+    tail: bytes,
+    out: RoundOutcome,
+    *,
+    strip_usage: bool,
+    intercept: bool,
+    held: list[bytes],
     client: ClientStream,
 ) -> tuple[list[bytes], bytes]:
     """At the end of the body: the pieces to send now, and the unterminated rest to send last.
@@ -228,8 +254,9 @@ def _ending(
     """
     now: list[bytes] = []
     if tail.strip() and sse.is_done(tail):
-        now = _handle(tail, out, strip_usage=strip_usage, intercept=intercept, held=held,
-                      client=client)
+        now = _handle(
+            tail, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
+        )
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
     if not out.complete:
@@ -257,7 +284,12 @@ def _unfinished(held: list[bytes]) -> list[bytes]:
 
 
 def _handle(
-    event: bytes, out: RoundOutcome, *, strip_usage: bool, intercept: bool, held: list[bytes],
+    event: bytes,
+    out: RoundOutcome,
+    *,
+    strip_usage: bool,
+    intercept: bool,
+    held: list[bytes],
     client: ClientStream,
 ) -> list[bytes]:
     if sse.is_done(event):

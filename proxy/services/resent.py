@@ -69,8 +69,11 @@ def _split(raw: bytes) -> int | None:
             loads(memoryview(raw)[start:])
         except ValueError as exc:
             pos, doc = getattr(exc, "pos", None), getattr(exc, "doc", None)
-            if (getattr(exc, "msg", None) != _AFTER_DOCUMENT or not isinstance(pos, int)
-                    or not isinstance(doc, str)):
+            if (
+                getattr(exc, "msg", None) != _AFTER_DOCUMENT
+                or not isinstance(pos, int)
+                or not isinstance(doc, str)
+            ):
                 return None
         else:
             return None  # nothing after the array: not a valid object body
@@ -142,7 +145,7 @@ def _extend(entry: _Entry, raw: bytes) -> tuple[dict[str, Any], int] | None:
         return None
     if not raw.endswith(memoryview(prev)[end:]):
         return None
-    middle = raw[end:len(raw) - tail]
+    middle = raw[end : len(raw) - tail]
     try:
         items = loads(b"[null" + middle + b"]")
     except ValueError:

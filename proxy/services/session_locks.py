@@ -53,9 +53,7 @@ class SessionLocks:
         entry = self._locks.get(key)
         return entry[1] if entry else 0
 
-    def lane(
-        self, key: Key, hashes: Sequence[str], head: Callable[[Key], Head | None]
-    ) -> Key:
+    def lane(self, key: Key, hashes: Sequence[str], head: Callable[[Key], Head | None]) -> Key:
         """Where a request on the derived session ``key`` goes without waiting: the first
         lane (``key`` itself, then ``lane_id(.., 2)``, …) that no request holds or waits
         for and whose stored head, as ``head`` remembers it, is a prefix of this request's

@@ -20,8 +20,14 @@ from proxy.session_id import validate_session_id
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
-    "compact_session", "list_sessions", "show_session", "list_messages", "branch_session",
-    "reset_session", "delete_session", "tool_output",
+    "compact_session",
+    "list_sessions",
+    "show_session",
+    "list_messages",
+    "branch_session",
+    "reset_session",
+    "delete_session",
+    "tool_output",
 ]
 
 
@@ -42,13 +48,17 @@ async def list_sessions(
     """The tenant's sessions, latest activity first, each with its model's context limit
     (what the console's occupancy bar is drawn against)."""
     rows = await sessions.fetch_sessions(conn, tenant=tenant, limit=limit, offset=offset)
-    return {"object": "list", "data": [
-        {k: _iso(v) for k, v in dict(r).items()} | {
-            "message_count": r["head_len"],
-            "context_limit": cfg.model_limits(r["model"] or "").context_limit,
-        }
-        for r in rows
-    ]}
+    return {
+        "object": "list",
+        "data": [
+            {k: _iso(v) for k, v in dict(r).items()}
+            | {
+                "message_count": r["head_len"],
+                "context_limit": cfg.model_limits(r["model"] or "").context_limit,
+            }
+            for r in rows
+        ],
+    }
 
 
 async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) -> dict[str, Any]:
@@ -60,25 +70,38 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
         occupancy = round(row["last_estimate"] * row["calibration"])
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     split = await usage.fetch_usage_split(
-        conn, tenant=tenant, session_id=session_id,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
         boundary=0 if summary is None else summary["boundary"],
     )
     reclaimed = await usage.fetch_reclaimed_by_stage(conn, tenant=tenant, session_id=session_id)
     return {
-        "id": row["id"], "object": "session", "agent": row["agent"], "model": row["model"],
-        "parent_id": row["parent_id"], "created_at": _iso(row["created_at"]),
-        "updated_at": _iso(row["updated_at"]), "message_count": row["head_len"],
+        "id": row["id"],
+        "object": "session",
+        "agent": row["agent"],
+        "model": row["model"],
+        "parent_id": row["parent_id"],
+        "created_at": _iso(row["created_at"]),
+        "updated_at": _iso(row["updated_at"]),
+        "message_count": row["head_len"],
         "superseded_count": row["superseded_count"],
-        "occupancy": occupancy, "context_limit": limits.context_limit,
+        "occupancy": occupancy,
+        "context_limit": limits.context_limit,
         "fraction": round(occupancy / limits.context_limit, 4) if occupancy else 0.0,
         "last_prompt_tokens": row["last_prompt_tokens"],
-        "last_estimated_tokens": row["last_estimate"], "calibration": row["calibration"],
+        "last_estimated_tokens": row["last_estimate"],
+        "calibration": row["calibration"],
         "reclaimed_tokens": row["reclaimed_tokens"],
         "usage": _usage(split, 0 if summary is None else summary["tokens"], row["calibration"]),
         "reclaimed": {"eviction": row["reclaimed_tokens"], **reclaimed},
-        "summary": None if summary is None else {
-            "version": summary["version"], "boundary": summary["boundary"],
-            "tokens": summary["tokens"], "content": summary["content"],
+        "summary": None
+        if summary is None
+        else {
+            "version": summary["version"],
+            "boundary": summary["boundary"],
+            "tokens": summary["tokens"],
+            "content": summary["content"],
             "created_at": _iso(summary["created_at"]),
         },
     }
@@ -87,21 +110,35 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
 def _usage(split: Mapping[str, int], summary_tokens: int, calibration: float) -> dict[str, int]:
     """The window's estimated tokens by part (system, summary, messages, tool results),
     scaled by the session's calibration, as its occupancy is."""
-    parts = {"system": split["system"], "summary": summary_tokens,
-             "messages": split["messages"], "tool_results": split["tool_results"]}
+    parts = {
+        "system": split["system"],
+        "summary": summary_tokens,
+        "messages": split["messages"],
+        "tool_results": split["tool_results"],
+    }
     return {k: round(v * calibration) for k, v in parts.items()}
 
 
 async def list_messages(
-    conn: Any, *, tenant: str, session_id: str, include_superseded: bool, limit: int,
-    offset: int, sent_form: bool = False,
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    include_superseded: bool,
+    limit: int,
+    offset: int,
+    sent_form: bool = False,
 ) -> dict[str, Any]:
     """The history in its prompt form, or with ``sent_form`` each cut or evicted result as
     the client sent it (what a client resending the history must send back)."""
     await _require(conn, tenant, session_id)
     rows = await msgs.fetch_messages(
-        conn, tenant=tenant, session_id=session_id, include_superseded=include_superseded,
-        limit=limit, offset=offset,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        include_superseded=include_superseded,
+        limit=limit,
+        offset=offset,
     )
     if sent_form:
         rows = await _as_sent(conn, tenant, session_id, rows)
@@ -109,28 +146,46 @@ async def list_messages(
     spilled = await usage.fetch_spilled_ids(
         conn, tenant=tenant, session_id=session_id, tool_call_ids=call_ids
     )
-    return {"object": "list", "data": [
-        {
-            "pos": r["pos"], "role": nul.decode(r["role"]), "message": r["message"],
-            "tool_call_id": None if r["tool_call_id"] is None else nul.decode(r["tool_call_id"]),
-            "truncated": r["tool_call_id"] is not None
-            and nul.decode(r["tool_call_id"]) in spilled,
-            "tokens": r["tokens"], "source": r["source"], "redacted": r["redacted"],
-            "evicted": r["evicted_at"] is not None, "trimmed": r["trimmed_at"] is not None,
-            "superseded": r["superseded_at"] is not None, "created_at": _iso(r["created_at"]),
-        }
-        for r in rows
-    ]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "pos": r["pos"],
+                "role": nul.decode(r["role"]),
+                "message": r["message"],
+                "tool_call_id": None
+                if r["tool_call_id"] is None
+                else nul.decode(r["tool_call_id"]),
+                "truncated": r["tool_call_id"] is not None
+                and nul.decode(r["tool_call_id"]) in spilled,
+                "tokens": r["tokens"],
+                "source": r["source"],
+                "redacted": r["redacted"],
+                "evicted": r["evicted_at"] is not None,
+                "trimmed": r["trimmed_at"] is not None,
+                "superseded": r["superseded_at"] is not None,
+                "created_at": _iso(r["created_at"]),
+            }
+            for r in rows
+        ],
+    }
 
 
 async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> list[Any]:
-    rewritten = [r["pos"] for r in rows if r["superseded_at"] is None and r["tool_call_id"]
-                 and not r["redacted"]]
+    rewritten = [
+        r["pos"]
+        for r in rows
+        if r["superseded_at"] is None and r["tool_call_id"] and not r["redacted"]
+    ]
     sent = await client_form.fetch_sent_forms(
         conn, tenant=tenant, session_id=session_id, positions=rewritten
     )
-    return [dict(r) | {"message": sent[r["pos"]]}
-            if r["superseded_at"] is None and r["pos"] in sent else r for r in rows]
+    return [
+        dict(r) | {"message": sent[r["pos"]]}
+        if r["superseded_at"] is None and r["pos"] in sent
+        else r
+        for r in rows
+    ]
 
 
 async def branch_session(
@@ -138,11 +193,12 @@ async def branch_session(
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session."""
     await _require(conn, tenant, session_id)
-    target = validate_session_id(new_id, source="body 'id'") if new_id is not None else (
-        f"{session_id[:100]}-branch-{secrets.token_hex(4)}"
+    target = (
+        validate_session_id(new_id, source="body 'id'")
+        if new_id is not None
+        else (f"{session_id[:100]}-branch-{secrets.token_hex(4)}")
     )
-    taken = ClientRequestError(f"session {target!r} already exists; pick another id",
-                               param="id")
+    taken = ClientRequestError(f"session {target!r} already exists; pick another id", param="id")
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
@@ -165,8 +221,15 @@ async def delete_session(conn: Any, *, tenant: str, session_id: str) -> dict[str
 
 
 async def tool_output(
-    conn: Any, cfg: Config, *, tenant: str, session_id: str, tool_call_id: str, offset: int,
-    limit: int | None, grep: str | None,
+    conn: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    session_id: str,
+    tool_call_id: str,
+    offset: int,
+    limit: int | None,
+    grep: str | None,
 ) -> dict[str, Any]:
     """The same pages the model gets from read_tool_output (the session agent's page cap)."""
     session = await _require(conn, tenant, session_id)
@@ -175,20 +238,36 @@ async def tool_output(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
     )
     page = await read_page(
-        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id,
-        offset=offset, limit=limit, grep=grep, max_chars=max_chars,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        tool_call_id=tool_call_id,
+        offset=offset,
+        limit=limit,
+        grep=grep,
+        max_chars=max_chars,
     )
     if row is None or page is None:
         raise NotFound(f"no stored output for tool call {tool_call_id!r} in this session")
     return {
-        "id": tool_call_id, "object": "tool_output", "total_chars": len(row["content"]),
-        "original_bytes": row["original_bytes"], "capped": row["capped"], "page": page,
+        "id": tool_call_id,
+        "object": "tool_output",
+        "total_chars": len(row["content"]),
+        "original_bytes": row["original_bytes"],
+        "capped": row["capped"],
+        "page": page,
     }
 
 
 async def compact_session(
-    conn: Any, summarizer: DurableSummarizer, cfg: Config, *, tenant: str, session_id: str,
-    headers: Mapping[str, str], may_run: Callable[[str], None] | None = None,
+    conn: Any,
+    summarizer: DurableSummarizer,
+    cfg: Config,
+    *,
+    tenant: str,
+    session_id: str,
+    headers: Mapping[str, str],
+    may_run: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Force a compaction now, regardless of thresholds (waits for one already running).
     ``may_run(agent)`` raises when the caller may not run the session's agent (a proxy key
@@ -196,16 +275,28 @@ async def compact_session(
     row = await _require(conn, tenant, session_id)
     if may_run is not None:
         may_run(row["agent"])
-    job = job_for(cfg, tenant=tenant, session_id=session_id, agent=row["agent"],
-                  model=row["model"] or "", headers=headers, trigger="api")
+    job = job_for(
+        cfg,
+        tenant=tenant,
+        session_id=session_id,
+        agent=row["agent"],
+        model=row["model"] or "",
+        headers=headers,
+        trigger="api",
+    )
     result = await summarizer.compact_now(job)
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     if result.failed:  # a failure is not a success with compacted: false
         raise UpstreamUnavailable(f"the compaction failed: {result.reason}")
     return {
-        "id": session_id, "object": "session.compaction", "version": result.version,
-        "boundary": result.boundary, "folded": result.folded,
-        "tokens_before": result.tokens_before, "tokens_after": result.tokens_after,
-        "compacted": result.version is not None, "reason": result.reason or None,
+        "id": session_id,
+        "object": "session.compaction",
+        "version": result.version,
+        "boundary": result.boundary,
+        "folded": result.folded,
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "compacted": result.version is not None,
+        "reason": result.reason or None,
     }

@@ -40,8 +40,15 @@ def _int_arg(args: Mapping[str, Any], key: str) -> int | None:
 
 
 async def read_page(
-    conn: Any, *, tenant: str, session_id: str, tool_call_id: str, offset: int = 0,
-    limit: int | None = None, grep: str | None = None, max_chars: int,
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    tool_call_id: str,
+    offset: int = 0,
+    limit: int | None = None,
+    grep: str | None = None,
+    max_chars: int,
 ) -> str | None:
     """One page of a stored raw output, re-truncated at ``max_chars``; None when not found."""
     row = await raw_outputs.fetchrow_raw_output(
@@ -50,7 +57,11 @@ async def read_page(
     if row is None:
         return None
     return page_raw_output(
-        row["content"], id=tool_call_id, offset=offset, limit=limit, grep=grep,
+        row["content"],
+        id=tool_call_id,
+        offset=offset,
+        limit=limit,
+        grep=grep,
         max_chars=max_chars,
     )
 
@@ -64,16 +75,22 @@ async def answer_call(
         if not isinstance(args, dict):
             raise ValueError("arguments must be a JSON object")
     except ValueError as exc:
-        text = f"read_tool_output: invalid arguments ({exc}); pass {{\"id\": \"<tool_call_id>\"}}"
+        text = f'read_tool_output: invalid arguments ({exc}); pass {{"id": "<tool_call_id>"}}'
     else:
         target = str(args.get("id") or "")
         page = await read_page(
-            conn, tenant=tenant, session_id=session_id, tool_call_id=target,
-            offset=_int_arg(args, "offset") or 0, limit=_int_arg(args, "limit"),
+            conn,
+            tenant=tenant,
+            session_id=session_id,
+            tool_call_id=target,
+            offset=_int_arg(args, "offset") or 0,
+            limit=_int_arg(args, "limit"),
             grep=args.get("grep") if isinstance(args.get("grep"), str) else None,
             max_chars=max_chars,
         )
-        text = page if page is not None else (
-            f"read_tool_output: no stored output with id {target!r} in this session"
+        text = (
+            page
+            if page is not None
+            else (f"read_tool_output: no stored output with id {target!r} in this session")
         )
     return {"role": "tool", "tool_call_id": call.get("id"), "content": text}

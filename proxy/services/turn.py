@@ -86,8 +86,14 @@ class Turn:
     """One request's session: its queue place, connection and step (module docstring)."""
 
     def __init__(
-        self, key: SessionKey, conn: Any, *, pool: asyncpg.Pool, locks: SessionLocks,
-        chains: ChainCache, bus: EventBus,
+        self,
+        key: SessionKey,
+        conn: Any,
+        *,
+        pool: asyncpg.Pool,
+        locks: SessionLocks,
+        chains: ChainCache,
+        bus: EventBus,
     ) -> None:
         self.key = key
         self.conn = conn
@@ -141,23 +147,44 @@ class Turn:
         stored = None
         if reply:
             stored = msgs.NewMessage(
-                pos=state.head_len, hash=chain_hash(state.head_hash or "", reply),
-                role="assistant", message=dict(reply), tokens=step.count.one(reply),
+                pos=state.head_len,
+                hash=chain_hash(state.head_hash or "", reply),
+                role="assistant",
+                message=dict(reply),
+                tokens=step.count.one(reply),
                 source="upstream",
             )
         limit = step.route.limits.context_limit
         used = real if real is not None else round(estimate * ratio)
         note_occupancy(used)
-        events = [Event(USAGE, {
-            "prompt_tokens": real, "estimated_tokens": estimate, "occupancy": used,
-            "limit": limit, "fraction": round(used / limit, 4) if limit else None,
-            "calibration": round(ratio, 4), "model": step.route.model,
-            "reclaimed_tokens": row["reclaimed_tokens"] + step.reclaimed,
-        })]
+        events = [
+            Event(
+                USAGE,
+                {
+                    "prompt_tokens": real,
+                    "estimated_tokens": estimate,
+                    "occupancy": used,
+                    "limit": limit,
+                    "fraction": round(used / limit, 4) if limit else None,
+                    "calibration": round(ratio, 4),
+                    "model": step.route.model,
+                    "reclaimed_tokens": row["reclaimed_tokens"] + step.reclaimed,
+                },
+            )
+        ]
         if stored is not None:
-            events.insert(0, Event(MESSAGE_APPENDED, {
-                "from_pos": stored.pos, "count": 1, "superseded": 0, "source": "upstream",
-            }))
+            events.insert(
+                0,
+                Event(
+                    MESSAGE_APPENDED,
+                    {
+                        "from_pos": stored.pos,
+                        "count": 1,
+                        "superseded": 0,
+                        "source": "upstream",
+                    },
+                ),
+            )
         tenant, session_id = self.key
         persisted, _ = self._bus.split(tenant, session_id, events)
         if stored is not None:
@@ -165,8 +192,14 @@ class Turn:
             # moment it has this reply, and that request reads the guess at once.
             self._chains.set_head(self.key, (stored.pos + 1, stored.hash))
         if await msgs.record_step(
-            self.conn, tenant=tenant, session_id=session_id, reply=stored,
-            prompt_tokens=real, estimate=estimate, calibration=ratio, events=persisted,
+            self.conn,
+            tenant=tenant,
+            session_id=session_id,
+            reply=stored,
+            prompt_tokens=real,
+            estimate=estimate,
+            calibration=ratio,
+            events=persisted,
             unlock=sessions.session_lock_key(tenant, session_id),
         ):
             mark_unlocked(self.conn)

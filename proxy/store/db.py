@@ -21,10 +21,22 @@ if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
 __all__ = [
-    "MIGRATIONS_DIR", "create_pool", "run_migrations", "MigrationError", "DatabaseUnavailable",
-    "connect", "mark_unlocked", "redact_dsn", "PoolExhausted", "acquire", "borrowed",
-    "Connection", "Executor",
-    "connection_lost", "GuardedConnection", "unavailable_when_lost",
+    "MIGRATIONS_DIR",
+    "create_pool",
+    "run_migrations",
+    "MigrationError",
+    "DatabaseUnavailable",
+    "connect",
+    "mark_unlocked",
+    "redact_dsn",
+    "PoolExhausted",
+    "acquire",
+    "borrowed",
+    "Connection",
+    "Executor",
+    "connection_lost",
+    "GuardedConnection",
+    "unavailable_when_lost",
 ]
 
 Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
@@ -200,8 +212,13 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
     ``dsn`` may be None, as the pool's connect callback allows: libpq's PG* defaults apply."""
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
-    except (TimeoutError, OSError, ValueError, asyncpg.PostgresError,
-            asyncpg.InterfaceError) as exc:
+    except (
+        TimeoutError,
+        OSError,
+        ValueError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+    ) as exc:
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
@@ -247,7 +264,9 @@ async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
                     await conn.execute(
                         "INSERT INTO schema_migrations(version, name, checksum)"
                         " VALUES ($1, $2, $3)",
-                        version, name, checksum,
+                        version,
+                        name,
+                        checksum,
                     )
                 applied.append(name)
         finally:
@@ -277,8 +296,11 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         "json", encoder=dumps, decoder=loads, schema="pg_catalog", format="binary"
     )
     await conn.set_type_codec(
-        "jsonb", encoder=lambda value: _JSONB_VERSION + dumps(value), decoder=_decode_jsonb,
-        schema="pg_catalog", format="binary",
+        "jsonb",
+        encoder=lambda value: _JSONB_VERSION + dumps(value),
+        decoder=_decode_jsonb,
+        schema="pg_catalog",
+        format="binary",
     )
 
 

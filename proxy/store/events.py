@@ -14,9 +14,17 @@ if TYPE_CHECKING:
     from proxy.store.db import Executor
 
 __all__ = [
-    "EventRows", "events_cte", "event_columns", "insert_event",
-    "fetch_events_after", "NOTIFY_CHANNEL", "notify", "watch", "unwatch",
-    "fetch_unpaired_compactions", "fetch_sessions_with_unpaired_compactions",
+    "EventRows",
+    "events_cte",
+    "event_columns",
+    "insert_event",
+    "fetch_events_after",
+    "NOTIFY_CHANNEL",
+    "notify",
+    "watch",
+    "unwatch",
+    "fetch_unpaired_compactions",
+    "fetch_sessions_with_unpaired_compactions",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
@@ -68,14 +76,18 @@ ORDER BY id LIMIT $4
 
 
 async def fetch_events_after(
-    conn: Executor, *, tenant: str, session_id: str, after_id: int, limit: int = 1000,
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    after_id: int,
+    limit: int = 1000,
     settle_seconds: float = 10.0,
 ) -> list[asyncpg.Record]:
     """Events after ``after_id`` in id order; ``settled`` says a row is older than
     ``settle_seconds`` by the database's clock (see ``api.events``). ``data`` is as stored:
     ``nul.decode_json`` gives back the body that was published."""
-    return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit,
-                            settle_seconds)
+    return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds)
 
 
 async def notify(conn: Executor, *, payload: str) -> None:
@@ -95,8 +107,7 @@ async def watch(
     """Say (or say again) that ``replica`` streams these sessions for the next ``ttl``:
     the events trigger announces their events only while such a row is current."""
     if keys:
-        await conn.execute(WATCH, [k[0] for k in keys], [k[1] for k in keys], replica,
-                           ttl_seconds)
+        await conn.execute(WATCH, [k[0] for k in keys], [k[1] for k in keys], replica, ttl_seconds)
 
 
 UNWATCH = """

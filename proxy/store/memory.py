@@ -17,8 +17,13 @@ if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
 
 __all__ = [
-    "fetch_facts", "add_facts", "delete_fact", "fetch_pending_suggestions",
-    "fetch_suggestion", "answer_suggestion", "turn_block",
+    "fetch_facts",
+    "add_facts",
+    "delete_fact",
+    "fetch_pending_suggestions",
+    "fetch_suggestion",
+    "answer_suggestion",
+    "turn_block",
 ]
 
 FACT_COLUMNS = "id, scope, fact AS text, source_session, created_at"
@@ -42,7 +47,11 @@ RETURNING {FACT_COLUMNS}
 
 
 async def add_facts(
-    conn: Connection, *, tenant: str, scope: str, vet: Callable[[list[str]], list[str]],
+    conn: Connection,
+    *,
+    tenant: str,
+    scope: str,
+    vet: Callable[[list[str]], list[str]],
     source_session: str | None = None,
 ) -> list[Any]:
     """Store the facts ``vet`` returns when given the scope's stored facts; the scope is
@@ -64,7 +73,8 @@ async def delete_fact(
     ``False`` when the tenant has no such fact."""
     async with conn.transaction():
         scope = await conn.fetchval(
-            "SELECT scope FROM memory WHERE tenant = $1 AND id = $2 FOR UPDATE", tenant, fact_id)
+            "SELECT scope FROM memory WHERE tenant = $1 AND id = $2 FOR UPDATE", tenant, fact_id
+        )
         if scope is None:
             return False
         check(scope)
@@ -83,9 +93,13 @@ ORDER BY e.id LIMIT $3
 
 def _suggestion(row: Any) -> dict[str, Any]:
     data = decode_json(row["data"])
-    return {"suggestion_id": data.get("suggestion_id"), "session_id": row["session_id"],
-            "facts": [f for f in data.get("facts") or () if isinstance(f, str)],
-            "scope": data.get("scope"), "created_at": row["created_at"]}
+    return {
+        "suggestion_id": data.get("suggestion_id"),
+        "session_id": row["session_id"],
+        "facts": [f for f in data.get("facts") or () if isinstance(f, str)],
+        "scope": data.get("scope"),
+        "created_at": row["created_at"],
+    }
 
 
 async def fetch_pending_suggestions(
@@ -152,7 +166,11 @@ ON CONFLICT (tenant, session_id) DO UPDATE SET turn = $3, block = $4
 
 
 async def turn_block(
-    conn: Executor, *, tenant: str, session_id: str, turn: str,
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    turn: str,
     render: Callable[[list[str]], str | None],
 ) -> str | None:
     """The ``<memory>`` block of the session's current turn: the one kept for it, or, at a

@@ -17,10 +17,20 @@ if TYPE_CHECKING:
     from proxy.store.db import Executor
 
 __all__ = [
-    "Begun", "begin_step", "BEGIN_STEP",
-    "NewMessage", "fetch_window", "append_and_fetch_window",
-    "fetch_matched_len", "supersede_from", "fetch_messages", "persist_step",
-    "append_step", "record_step", "StepWrite", "write_step",
+    "Begun",
+    "begin_step",
+    "BEGIN_STEP",
+    "NewMessage",
+    "fetch_window",
+    "append_and_fetch_window",
+    "fetch_matched_len",
+    "supersede_from",
+    "fetch_messages",
+    "persist_step",
+    "append_step",
+    "record_step",
+    "StepWrite",
+    "write_step",
 ]
 
 
@@ -43,11 +53,14 @@ def _row_columns(rows: Sequence[NewMessage]) -> list[list[Any]]:
     the client's role and tool_call_id through ``nul.encode`` (a NUL in either is legal JSON);
     the json column keeps its ``\\u0000`` escapes as they are."""
     return [
-        [r.pos for r in rows], [r.hash for r in rows], [encode(r.role) for r in rows],
+        [r.pos for r in rows],
+        [r.hash for r in rows],
+        [encode(r.role) for r in rows],
         [r.message for r in rows],
         [None if r.tool_call_id is None else encode(r.tool_call_id) for r in rows],
         [r.tokens for r in rows],
-        [r.redacted for r in rows], [r.verbatim for r in rows],
+        [r.redacted for r in rows],
+        [r.verbatim for r in rows],
     ]
 
 
@@ -96,7 +109,8 @@ async def fetch_window(
     return await conn.fetch(FETCH_WINDOW, tenant, session_id, system_count, from_pos)
 
 
-APPEND_AND_FETCH_WINDOW = """
+APPEND_AND_FETCH_WINDOW = (
+    """
 WITH new AS (
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                           redacted, verbatim)
@@ -104,19 +118,34 @@ WITH new AS (
     FROM unnest($5::int[], $6::text[], $7::text[], $8::json[], $9::text[], $10::int[],
                 $11::bool[], $12::bool[])
          AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim)
-), raw AS (""" + raw_outputs.insert_sql(13) + """
+), raw AS ("""
+    + raw_outputs.insert_sql(13)
+    + """
 ), head AS (
     UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19, updated_at = now()
     WHERE tenant = $1 AND id = $2 AND $20
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- see the docstring
-), ev AS (""" + events_cte("$21", "$22") + """)
-""" + _window("m.pos < least($19, $4)", "m.pos >= $3 AND m.pos < $4", UNLESS_VERBATIM)
+), ev AS ("""
+    + events_cte("$21", "$22")
+    + """)
+"""
+    + _window("m.pos < least($19, $4)", "m.pos >= $3 AND m.pos < $4", UNLESS_VERBATIM)
+)
 
 
 async def append_and_fetch_window(
-    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
-    raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
-    system_count: int, old_len: int, from_pos: int, move_head: bool = True,
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    rows: Sequence[NewMessage],
+    raw: Sequence[tuple[str, str, int, bool]],
+    head_len: int,
+    head_hash: str | None,
+    system_count: int,
+    old_len: int,
+    from_pos: int,
+    move_head: bool = True,
     events: EventRows = ((), ()),
 ) -> list[asyncpg.Record]:
     """One round trip for the common request: store the new messages and their spilled raw
@@ -133,8 +162,17 @@ async def append_and_fetch_window(
     byte-for-byte what it holds now.
     """
     return await conn.fetch(
-        APPEND_AND_FETCH_WINDOW, tenant, session_id, from_pos, old_len, *_row_columns(rows),
-        *_raw_columns(raw), head_len, head_hash, system_count, move_head,
+        APPEND_AND_FETCH_WINDOW,
+        tenant,
+        session_id,
+        from_pos,
+        old_len,
+        *_row_columns(rows),
+        *_raw_columns(raw),
+        head_len,
+        head_hash,
+        system_count,
+        move_head,
         *event_columns(events),
     )
 
@@ -149,10 +187,19 @@ BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in ra
 
 
 async def begin_step(
-    conn: Executor, *, tenant: str, session_id: str, agent: str, model: str | None,
-    guess: tuple[int, str | None] | None = None, rows: Sequence[NewMessage] = (),
-    raw: Sequence[tuple[str, str, int, bool]] = (), head_len: int = 0,
-    head_hash: str | None = None, system_count: int = 0, events: EventRows = ((), ()),
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    agent: str,
+    model: str | None,
+    guess: tuple[int, str | None] | None = None,
+    rows: Sequence[NewMessage] = (),
+    raw: Sequence[tuple[str, str, int, bool]] = (),
+    head_len: int = 0,
+    head_hash: str | None = None,
+    system_count: int = 0,
+    events: EventRows = ((), ()),
 ) -> Begun:
     """Lock the session, create or read it (with its latest valid summary) and, when the
     stored head is exactly ``guess`` (length, chain hash), also store ``rows`` with their
@@ -165,10 +212,20 @@ async def begin_step(
     """
     start, start_hash = guess if guess is not None else (None, None)
     records = await conn.fetch(
-        BEGIN_STEP, tenant, session_id, agent, None if model is None else encode(model),
+        BEGIN_STEP,
+        tenant,
+        session_id,
+        agent,
+        None if model is None else encode(model),
         session_lock_key(tenant, session_id),
-        start, start_hash, head_len, head_hash, system_count, *_row_columns(rows),
-        *_raw_columns(raw), *event_columns(events),
+        start,
+        start_hash,
+        head_len,
+        head_hash,
+        system_count,
+        *_row_columns(rows),
+        *_raw_columns(raw),
+        *event_columns(events),
     )
     session = records[0]["session"]
     return Begun(session, records[1:] if session["appended"] else None)
@@ -219,15 +276,19 @@ ORDER BY m.pos, m.id LIMIT $4 OFFSET $5
 
 
 async def fetch_messages(
-    conn: Executor, *, tenant: str, session_id: str, include_superseded: bool = False,
-    limit: int = 1000, offset: int = 0,
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    include_superseded: bool = False,
+    limit: int = 1000,
+    offset: int = 0,
 ) -> list[asyncpg.Record]:
-    return await conn.fetch(
-        FETCH_MESSAGES, tenant, session_id, include_superseded, limit, offset
-    )
+    return await conn.fetch(FETCH_MESSAGES, tenant, session_id, include_superseded, limit, offset)
 
 
-PERSIST_STEP = """
+PERSIST_STEP = (
+    """
 WITH evicted AS (
     UPDATE messages m SET
         placeholder = coalesce(t.message, m.placeholder), tokens = coalesce(t.tokens, m.tokens),
@@ -239,15 +300,24 @@ WITH evicted AS (
 ), reclaimed AS (
     UPDATE sessions SET reclaimed_tokens = reclaimed_tokens + $7
     WHERE tenant = $1 AND id = $2 AND $7 <> 0
-), ev AS (""" + events_cte("$8", "$9") + """)
+), ev AS ("""
+    + events_cte("$8", "$9")
+    + """)
 SELECT pg_notify($10, x) FROM unnest($11::text[]) AS x
 """
+)
 
 
 async def persist_step(
-    conn: Executor, *, tenant: str, session_id: str,
-    evicted: Sequence[tuple[int, dict[str, Any], int]] = (), trimmed: Sequence[int] = (),
-    reclaimed: int = 0, events: EventRows = ((), ()), transient: Sequence[str] = (),
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
+    trimmed: Sequence[int] = (),
+    reclaimed: int = 0,
+    events: EventRows = ((), ()),
+    transient: Sequence[str] = (),
 ) -> None:
     """Before the answer, in one round trip, what the cascade decided for this step's prompt:
 
@@ -270,13 +340,20 @@ async def persist_step(
     for pos in trimmed:
         rows.setdefault(pos, [None, None, False])[2] = True
     await conn.execute(
-        PERSIST_STEP, tenant, session_id, list(rows),
-        *([row[i] for row in rows.values()] for i in range(3)), reclaimed,
-        *event_columns(events), NOTIFY_CHANNEL, list(transient),
+        PERSIST_STEP,
+        tenant,
+        session_id,
+        list(rows),
+        *([row[i] for row in rows.values()] for i in range(3)),
+        reclaimed,
+        *event_columns(events),
+        NOTIFY_CHANNEL,
+        list(transient),
     )
 
 
-APPEND_STEP = """
+APPEND_STEP = (
+    """
 WITH new AS (
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                           redacted, verbatim, placeholder, evicted_at, trimmed_at)
@@ -287,22 +364,36 @@ WITH new AS (
                 $9::bool[], $10::bool[], $11::json[], $12::bool[])
          AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, placeholder,
               trim)
-), raw AS (""" + raw_outputs.insert_sql(13) + """
+), raw AS ("""
+    + raw_outputs.insert_sql(13)
+    + """
 ), head AS (
     UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19,
         reclaimed_tokens = reclaimed_tokens + $20, updated_at = now()
     WHERE tenant = $1 AND id = $2
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- as in the append
-), ev AS (""" + events_cte("$21", "$22") + """)
+), ev AS ("""
+    + events_cte("$21", "$22")
+    + """)
 SELECT pg_notify($23, x) FROM unnest($24::text[]) AS x
 """
+)
 
 
 async def append_step(
-    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[NewMessage],
-    raw: Sequence[tuple[str, str, int, bool]], head_len: int, head_hash: str | None,
-    system_count: int, evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
-    trimmed: Sequence[int] = (), reclaimed: int = 0, events: EventRows = ((), ()),
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    rows: Sequence[NewMessage],
+    raw: Sequence[tuple[str, str, int, bool]],
+    head_len: int,
+    head_hash: str | None,
+    system_count: int,
+    evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
+    trimmed: Sequence[int] = (),
+    reclaimed: int = 0,
+    events: EventRows = ((), ()),
     transient: Sequence[str] = (),
 ) -> None:
     """A new session's first messages and their first step, in one round trip: what
@@ -323,9 +414,20 @@ async def append_step(
         if hit:
             columns[5][i], columns[7][i] = hit[1], False  # tokens, verbatim
     await conn.execute(
-        APPEND_STEP, tenant, session_id, *columns, placeholders,
-        [r.pos in cut for r in rows], *_raw_columns(raw), head_len, head_hash, system_count,
-        reclaimed, *event_columns(events), NOTIFY_CHANNEL, list(transient),
+        APPEND_STEP,
+        tenant,
+        session_id,
+        *columns,
+        placeholders,
+        [r.pos in cut for r in rows],
+        *_raw_columns(raw),
+        head_len,
+        head_hash,
+        system_count,
+        reclaimed,
+        *event_columns(events),
+        NOTIFY_CHANNEL,
+        list(transient),
     )
 
 
@@ -357,23 +459,41 @@ async def write_step(conn: Executor, *, tenant: str, session_id: str, w: StepWri
         assert w.head is not None, "new rows move the head"
         head_len, head_hash, system_count = w.head
         await append_step(
-            conn, tenant=tenant, session_id=session_id, rows=w.rows, raw=w.raw,
-            head_len=head_len, head_hash=head_hash, system_count=system_count,
-            evicted=w.evicted, trimmed=w.trimmed, reclaimed=w.reclaimed, events=w.events,
+            conn,
+            tenant=tenant,
+            session_id=session_id,
+            rows=w.rows,
+            raw=w.raw,
+            head_len=head_len,
+            head_hash=head_hash,
+            system_count=system_count,
+            evicted=w.evicted,
+            trimmed=w.trimmed,
+            reclaimed=w.reclaimed,
+            events=w.events,
             transient=w.transient,
         )
         return
     await persist_step(
-        conn, tenant=tenant, session_id=session_id, evicted=w.evicted, trimmed=w.trimmed,
-        reclaimed=w.reclaimed, events=w.events, transient=w.transient,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        evicted=w.evicted,
+        trimmed=w.trimmed,
+        reclaimed=w.reclaimed,
+        events=w.events,
+        transient=w.transient,
     )
 
 
-RECORD_STEP = """
+RECORD_STEP = (
+    """
 WITH reply AS (
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tokens, source)
     SELECT $1, $2, $3, $4, 'assistant', $5::json, $6, 'upstream' WHERE $5::json IS NOT NULL
-), ev AS (""" + events_cte("$10", "$11") + """)
+), ev AS ("""
+    + events_cte("$10", "$11")
+    + """)
 UPDATE sessions SET
     head_len = CASE WHEN $5::json IS NULL THEN head_len ELSE $3 + 1 END,
     head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
@@ -381,12 +501,20 @@ UPDATE sessions SET
 WHERE tenant = $1 AND id = $2
 RETURNING reclaimed_tokens, cascade_release_session($12)
 """
+)
 
 
 async def record_step(
-    conn: Executor, *, tenant: str, session_id: str, reply: NewMessage | None,
-    prompt_tokens: int | None, estimate: int, calibration: float,
-    events: EventRows = ((), ()), unlock: int | None = None,
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    reply: NewMessage | None,
+    prompt_tokens: int | None,
+    estimate: int,
+    calibration: float,
+    events: EventRows = ((), ()),
+    unlock: int | None = None,
 ) -> bool:
     """After the answer: append the relayed reply, record the real prompt size, persist the
     step's events (the trigger NOTIFYs them) and release the session lock ``unlock``; one
@@ -397,9 +525,17 @@ async def record_step(
     request on the session reads the committed step.
     """
     row = await conn.fetchrow(
-        RECORD_STEP, tenant, session_id, reply.pos if reply else None,
-        reply.hash if reply else None, reply.message if reply else None,
-        reply.tokens if reply else 0, prompt_tokens, estimate, calibration,
-        *event_columns(events), unlock,
+        RECORD_STEP,
+        tenant,
+        session_id,
+        reply.pos if reply else None,
+        reply.hash if reply else None,
+        reply.message if reply else None,
+        reply.tokens if reply else 0,
+        prompt_tokens,
+        estimate,
+        calibration,
+        *event_columns(events),
+        unlock,
     )
     return bool(row and row[1])

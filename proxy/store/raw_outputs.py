@@ -77,7 +77,10 @@ async def fetchrow_raw_output(
     if row is None:
         return None
     if row["message"] is None:
-        return {"content": decode(row["content"]), "original_bytes": row["original_bytes"],
-                "capped": row["capped"]}
+        return {
+            "content": decode(row["content"]),
+            "original_bytes": row["original_bytes"],
+            "capped": row["capped"],
+        }
     text = content_text(row["message"].get("content"))
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}

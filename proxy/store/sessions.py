@@ -16,9 +16,13 @@ if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
 
 __all__ = [
-    "fetchrow_session", "fetch_sessions",
-    "delete_session", "reset_session", "copy_session",
-    "session_lock_key", "set_handoff_above",
+    "fetchrow_session",
+    "fetch_sessions",
+    "delete_session",
+    "reset_session",
+    "copy_session",
+    "session_lock_key",
+    "set_handoff_above",
 ]
 
 FETCHROW_SESSION = """
@@ -60,9 +64,7 @@ async def fetch_sessions(
 SET_HANDOFF_ABOVE = "UPDATE sessions SET handoff_above = $3 WHERE tenant = $1 AND id = $2"
 
 
-async def set_handoff_above(
-    conn: Executor, *, tenant: str, session_id: str, above: bool
-) -> None:
+async def set_handoff_above(conn: Executor, *, tenant: str, session_id: str, above: bool) -> None:
     """Flip the handoff nudge's crossing flag (``cascade/handoff.py``); called only when it
     changes."""
     await conn.execute(SET_HANDOFF_ABOVE, tenant, session_id, above)
@@ -80,9 +82,7 @@ async def delete_session(conn: Executor, *, tenant: str, session_id: str) -> boo
 
 
 @contextlib.asynccontextmanager
-async def _locked(
-    conn: Executor, tenant: str, session_id: str
-) -> AsyncIterator[Connection]:
+async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator[Connection]:
     """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
     holding the session's lock: reset, delete and branch wait for a request in flight on the
     session (it holds the lock until its reply is stored), so they never cut its step."""
@@ -146,7 +146,5 @@ async def copy_session(conn: Executor, *, tenant: str, source: str, target: str)
 def session_lock_key(tenant: str, session_id: str) -> int:
     """A signed 64-bit advisory-lock key; collisions between sessions are negligible."""
 
-
     digest = hashlib.blake2b(f"{tenant}\x00{session_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-

@@ -46,8 +46,15 @@ RETURNING version
 
 
 async def insert_summary(
-    conn: Executor, *, tenant: str, session_id: str, boundary: int, boundary_hash: str | None,
-    content: str, tokens: int, model: str | None,
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    boundary: int,
+    boundary_hash: str | None,
+    content: str,
+    tokens: int,
+    model: str | None,
 ) -> int | None:
     """Insert the next version; None when the last folded message is no longer live.
 
@@ -61,7 +68,13 @@ async def insert_summary(
     ``content`` and ``model`` are stored through ``nul.encode`` (a model can echo a NUL).
     """
     version = await conn.fetchval(
-        INSERT_SUMMARY, tenant, session_id, boundary, boundary_hash, encode(content), tokens,
+        INSERT_SUMMARY,
+        tenant,
+        session_id,
+        boundary,
+        boundary_hash,
+        encode(content),
+        tokens,
         None if model is None else encode(model),
     )
     return None if version is None else int(version)

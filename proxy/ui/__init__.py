@@ -26,8 +26,12 @@ CSP = (
 )
 """Only the proxy itself: no script, style, image or request goes anywhere else."""
 
-_HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache",
-            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 async def index(request: Request) -> Response:

@@ -34,7 +34,8 @@ class EgressProxy:
     def __enter__(self) -> EgressProxy:
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop).result(5)
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        ).result(5)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -58,19 +59,24 @@ class EgressProxy:
             self.seen.append(target)
             if method == "CONNECT":
                 host, _, port = target.rpartition(":")
-                up_reader, up_writer = await asyncio.open_connection(self._resolve(host),
-                                                                     int(port))
+                up_reader, up_writer = await asyncio.open_connection(self._resolve(host), int(port))
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 url = urlsplit(target)
                 up_reader, up_writer = await asyncio.open_connection(
-                    self._resolve(url.hostname or ""), url.port or 80)
+                    self._resolve(url.hostname or ""), url.port or 80
+                )
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-                fields = [f for f in rest.split(b"\r\n") if f and not f.lower().startswith(
-                    (b"proxy-", b"connection:"))]
-                up_writer.write(f"{method} {path} {version}\r\n".encode("latin-1")
-                                + b"".join(f + b"\r\n" for f in fields)
-                                + b"connection: close\r\n\r\n")
+                fields = [
+                    f
+                    for f in rest.split(b"\r\n")
+                    if f and not f.lower().startswith((b"proxy-", b"connection:"))
+                ]
+                up_writer.write(
+                    f"{method} {path} {version}\r\n".encode("latin-1")
+                    + b"".join(f + b"\r\n" for f in fields)
+                    + b"connection: close\r\n\r\n"
+                )
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         except (OSError, asyncio.IncompleteReadError, ValueError):
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n")

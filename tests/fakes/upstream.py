@@ -546,7 +546,10 @@ class FakeUpstream:
     """
 
     def __init__(
-        self, *, models: Sequence[str] = DEFAULT_MODELS, embedding_dim: int = 8,
+        self,
+        *,
+        models: Sequence[str] = DEFAULT_MODELS,
+        embedding_dim: int = 8,
         tls: tuple[str, str] | None = None,
     ) -> None:
         """``tls``: (certificate file, key file) to serve HTTPS instead of HTTP."""

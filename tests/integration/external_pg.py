@@ -47,16 +47,40 @@ def external_postgres() -> Iterator[str]:
         os.chown(pwfile, *(_ids(user)))
     port = free_port()
     run = {"check": True, "capture_output": True, "text": True, "timeout": 60, "user": user}
-    subprocess.run([str(bin_path / "initdb"), "-D", str(data), "-U", "cascade",
-                    "--auth=scram-sha-256", f"--pwfile={pwfile}"], **run)
+    subprocess.run(
+        [
+            str(bin_path / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "cascade",
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
+        ],
+        **run,
+    )
     opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run([str(bin_path / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l",
-                    str(Path(root) / "log"), "start"], **run)
+    subprocess.run(
+        [
+            str(bin_path / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            opts,
+            "-w",
+            "-l",
+            str(Path(root) / "log"),
+            "start",
+        ],
+        **run,
+    )
     try:
         yield f"postgresql://cascade:{PASSWORD}@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([str(bin_path / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
-                        "stop"], **{**run, "check": False})
+        subprocess.run(
+            [str(bin_path / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+            **{**run, "check": False},
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -24,8 +24,9 @@ async def test_event_too_big_for_notify_arrives_whole(pool: asyncpg.Pool, db_dsn
     try:
         async with consumer.subscribe("t", "s") as queue:
             big = {"blob": "x" * 20_000}
-            event_id = await producer.publish(pool, tenant="t", session_id="s", name=USAGE,
-                                              data=big)
+            event_id = await producer.publish(
+                pool, tenant="t", session_id="s", name=USAGE, data=big
+            )
             got = await asyncio.wait_for(queue.get(), 5)
         assert got.id == event_id
         assert got.name == USAGE
@@ -45,28 +46,37 @@ async def test_an_event_after_one_too_big_for_notify_waits_for_it(
     producer, consumer = await _bus(pool, db_dsn), await _bus(pool, db_dsn)
     try:
         async with consumer.subscribe("t", "s") as queue:
-            ids = [await producer.publish(pool, tenant="t", session_id="s", name=USAGE,
-                                          data=data)
-                   for data in ({"blob": "x" * 20_000}, {"small": 1}, {"blob": "y" * 20_000},
-                                {"small": 2})]
+            ids = [
+                await producer.publish(pool, tenant="t", session_id="s", name=USAGE, data=data)
+                for data in (
+                    {"blob": "x" * 20_000},
+                    {"small": 1},
+                    {"blob": "y" * 20_000},
+                    {"small": 2},
+                )
+            ]
             got = [await asyncio.wait_for(queue.get(), 5) for _ in ids]
         assert [g.id for g in got] == ids
         assert [("blob" in g.data, g.data.get("small")) for g in got] == [
-            (True, None), (False, 1), (True, None), (False, 2)]
+            (True, None),
+            (False, 1),
+            (True, None),
+            (False, 2),
+        ]
     finally:
         await producer.stop()
         await consumer.stop()
 
 
-async def test_transient_event_is_delivered_but_not_stored(
-    pool: asyncpg.Pool, db_dsn: str
-) -> None:
+async def test_transient_event_is_delivered_but_not_stored(pool: asyncpg.Pool, db_dsn: str) -> None:
     await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
     bus = await _bus(pool, db_dsn)
     try:
         async with bus.subscribe("t", "s") as queue:
-            assert await bus.publish(pool, tenant="t", session_id="s", name=EVICTED,
-                                     data={"count": 2}) is None
+            assert (
+                await bus.publish(pool, tenant="t", session_id="s", name=EVICTED, data={"count": 2})
+                is None
+            )
             got = await asyncio.wait_for(queue.get(), 5)
         assert (got.name, got.id, got.data["count"]) == (EVICTED, None, 2)
         assert await pool.fetchval("SELECT count(*) FROM events") == 0

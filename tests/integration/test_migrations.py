@@ -126,9 +126,7 @@ async def test_new_migration_applies_only_the_new_file(empty_db_dsn: str, tmp_pa
         ("postgresql://127.0.0.1:1/cascade?password=hunter2pw", "password=***"),
     ],
 )
-async def test_an_unreachable_database_is_named_without_its_password(
-    dsn: str, where: str
-) -> None:
+async def test_an_unreachable_database_is_named_without_its_password(dsn: str, where: str) -> None:
     with pytest.raises(DatabaseUnavailable) as info:
         await run_migrations(dsn)
     message = str(info.value)
@@ -141,8 +139,10 @@ async def test_an_unreachable_database_is_named_without_its_password(
     [
         ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:***@h:5432/db"),
         ("postgres://u@h/db", "postgres://u@h/db"),
-        ("postgresql://h/db?sslmode=require&password=s3&x=1",
-         "postgresql://h/db?sslmode=require&password=***&x=1"),
+        (
+            "postgresql://h/db?sslmode=require&password=s3&x=1",
+            "postgresql://h/db?sslmode=require&password=***&x=1",
+        ),
     ],
 )
 def test_redact_dsn_hides_only_the_password(dsn: str, shown: str) -> None:

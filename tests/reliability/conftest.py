@@ -132,9 +132,21 @@ class ProxyProcess:
         env = {**os.environ, "CASCADE_KEEPALIVE_SECONDS": "0.3"}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(cli), "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--config", str(self.config), "--database-url", self.database_url],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
+                [
+                    str(cli),
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--config",
+                    str(self.config),
+                    "--database-url",
+                    self.database_url,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
             )
         deadline = time.monotonic() + timeout
         while True:

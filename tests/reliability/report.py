@@ -26,8 +26,16 @@ def _grouped(store: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]
     out: dict[str, dict[str, Any]] = {}
     for nodeid, entry in store.items():
         name, _, param = nodeid.partition("[")
-        group = out.setdefault(name, {"check": entry.get("check"), "tried": 0, "seconds": 0.0,
-                                      "figures": {}, "outcomes": []})
+        group = out.setdefault(
+            name,
+            {
+                "check": entry.get("check"),
+                "tried": 0,
+                "seconds": 0.0,
+                "figures": {},
+                "outcomes": [],
+            },
+        )
         group["tried"] += entry.get("tried", 0)
         group["seconds"] = round(group["seconds"] + entry.get("seconds", 0.0), 1)
         group["outcomes"].append(entry.get("outcome", "failed"))
@@ -36,8 +44,13 @@ def _grouped(store: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]
             group["figures"][prefix + k] = v
     for group in out.values():
         outcomes = group.pop("outcomes")
-        group["outcome"] = ("failed" if "failed" in outcomes else
-                            "skipped" if set(outcomes) == {"skipped"} else "passed")
+        group["outcome"] = (
+            "failed"
+            if "failed" in outcomes
+            else "skipped"
+            if set(outcomes) == {"skipped"}
+            else "passed"
+        )
         group["cases"] = len(outcomes)
     return out
 

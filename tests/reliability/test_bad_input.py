@@ -31,26 +31,46 @@ def assert_shaped(r: httpx.Response) -> None:
 
 _text = st.text(st.characters(codec="utf-8"), max_size=40)  # NULs and surrogates' neighbours
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _text)
-_json = st.recursive(_scalar, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(_text, inner, max_size=4)), max_leaves=12)
+_json = st.recursive(
+    _scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_text, inner, max_size=4)),
+    max_leaves=12,
+)
 _role = st.one_of(st.sampled_from(["system", "developer", "user", "assistant", "tool"]), _json)
 _message = st.fixed_dictionaries(
     {"role": _role},
-    optional={"content": _json, "tool_call_id": _json, "name": _json, "tool_calls": _json})
+    optional={"content": _json, "tool_call_id": _json, "name": _json, "tool_calls": _json},
+)
 _wild = st.fixed_dictionaries(
     {"messages": st.one_of(st.lists(_message, max_size=5), _json)},
-    optional={"model": st.one_of(st.just("gpt-4o"), _json), "stream": _json,
-              "stream_options": _json, "tools": _json, "metadata": _json,
-              "max_tokens": _json,
-              # the fake upstream answers n choices: a huge n would stall it, not the proxy
-              "n": st.one_of(st.integers(-2, 3), _text, st.none())})
+    optional={
+        "model": st.one_of(st.just("gpt-4o"), _json),
+        "stream": _json,
+        "stream_options": _json,
+        "tools": _json,
+        "metadata": _json,
+        "max_tokens": _json,
+        # the fake upstream answers n choices: a huge n would stall it, not the proxy
+        "n": st.one_of(st.integers(-2, 3), _text, st.none()),
+    },
+)
 _plausible = st.fixed_dictionaries(  # near a valid request: texts with NULs, odd ids
-    {"model": st.just("gpt-4o"), "stream": st.booleans(),
-     "messages": st.lists(st.fixed_dictionaries(
-         {"role": st.sampled_from(["system", "user", "assistant"]), "content": _text}),
-         min_size=1, max_size=4)},
-    optional={"metadata": st.fixed_dictionaries({"session_id": _json}),
-              "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()})})
+    {
+        "model": st.just("gpt-4o"),
+        "stream": st.booleans(),
+        "messages": st.lists(
+            st.fixed_dictionaries(
+                {"role": st.sampled_from(["system", "user", "assistant"]), "content": _text}
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+    },
+    optional={
+        "metadata": st.fixed_dictionaries({"session_id": _json}),
+        "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
+    },
+)
 _header_id = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=140)
 _body = st.one_of(_wild, _plausible)
 
@@ -66,21 +86,36 @@ def test_generated_bodies_and_session_ids_never_answer_5xx(
             statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
             assert_shaped(r)
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(body=_body, sid=st.one_of(st.none(), _header_id), raw=st.binary(max_size=64))
         def run(body: dict[str, Any], sid: str | None, raw: bytes) -> None:
             headers = {"x-session-id": sid} if sid is not None else {}
-            check(http.post("/v1/chat/completions", content=json.dumps(body), headers={
-                **headers, "content-type": "application/json"}))
+            check(
+                http.post(
+                    "/v1/chat/completions",
+                    content=json.dumps(body),
+                    headers={**headers, "content-type": "application/json"},
+                )
+            )
             check(http.post("/s/x/v1/chat/completions", content=raw))
             if sid:
-                check(http.get(f"/v1/sessions/{httpx.URL(sid).raw_path.decode()}/messages",
-                               params={"offset": sid[:8]}))
+                check(
+                    http.get(
+                        f"/v1/sessions/{httpx.URL(sid).raw_path.decode()}/messages",
+                        params={"offset": sid[:8]},
+                    )
+                )
 
         run()
-    figures.add(tried=sum(statuses.values()),
-                statuses=" ".join(f"{k}×{v}" for k, v in sorted(statuses.items())))
+    figures.add(
+        tried=sum(statuses.values()),
+        statuses=" ".join(f"{k}×{v}" for k, v in sorted(statuses.items())),
+    )
 
 
 def test_schemathesis_over_the_openapi_document_finds_no_5xx(
@@ -95,8 +130,12 @@ def test_schemathesis_over_the_openapi_document_finds_no_5xx(
         operations += 1
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            @settings(max_examples=PER_OPERATION, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=PER_OPERATION,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=operation.as_strategy(generation_mode=mode))
             def run(case: Any) -> None:
                 nonlocal calls
@@ -116,5 +155,8 @@ def test_schemathesis_over_the_openapi_document_finds_no_5xx(
                 run()
             except Unsatisfiable:  # no invalid request exists (an operation without inputs)
                 assert mode is GenerationMode.NEGATIVE
-    figures.add(tried=calls, operations=operations,
-                statuses=" ".join(f"{k}×{v}" for k, v in sorted(statuses.items())))
+    figures.add(
+        tried=calls,
+        operations=operations,
+        statuses=" ".join(f"{k}×{v}" for k, v in sorted(statuses.items())),
+    )

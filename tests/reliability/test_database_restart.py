@@ -73,8 +73,9 @@ class Client(threading.Thread):
     def turn(self, http: httpx.Client, text: str, headers: dict[str, str] | None = None) -> bool:
         turn = [*self.history, {"role": "user", "content": text}]
         try:
-            r = http.post("/v1/chat/completions", headers=headers,
-                          json={"model": "gpt-4o", "messages": turn})
+            r = http.post(
+                "/v1/chat/completions", headers=headers, json={"model": "gpt-4o", "messages": turn}
+            )
         except httpx.HTTPError as exc:
             self.bad.append(f"transport: {exc!r}")
             return False
@@ -84,15 +85,21 @@ class Client(threading.Thread):
             self.ok_times.append(time.monotonic())
             return True
         err = r.json().get("error", {})
-        if r.status_code != 503 or err.get("code") != "database_unavailable" \
-                or int(r.headers.get("retry-after", "0")) <= 0:
+        if (
+            r.status_code != 503
+            or err.get("code") != "database_unavailable"
+            or int(r.headers.get("retry-after", "0")) <= 0
+        ):
             self.bad.append(f"{r.status_code} {err.get('code')}")
         time.sleep(0.1)
         return False
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.origin, timeout=30, headers={
-                "authorization": "Bearer sk-test-client", "x-session-id": self.sid}) as http:
+        with httpx.Client(
+            base_url=self.origin,
+            timeout=30,
+            headers={"authorization": "Bearer sk-test-client", "x-session-id": self.sid},
+        ) as http:
             i = 0
             while not self.stop_event.is_set():
                 if self.turn(http, f"{self.sid} turn {i}"):
@@ -108,8 +115,15 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
     run_sync(run_migrations(dsn))
     fake_upstream.default = _answer
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
-    proxy = ProxyServer(Settings(database_url=dsn, config=config, keepalive_seconds=0.3,
-                                 watch_config=False, pool_timeout_seconds=2)).start()
+    proxy = ProxyServer(
+        Settings(
+            database_url=dsn,
+            config=config,
+            keepalive_seconds=0.3,
+            watch_config=False,
+            pool_timeout_seconds=2,
+        )
+    ).start()
     stop = threading.Event()
     clients = [Client(proxy.origin, f"db-{k}", stop) for k in range(CLIENTS)]
     try:
@@ -126,8 +140,9 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
         for c in clients:
             c.join(30)
         # every client's whole history is stored: its last turn went in after recovery
-        with httpx.Client(base_url=proxy.origin, timeout=10,
-                          headers={"authorization": "Bearer sk-test-client"}) as http:
+        with httpx.Client(
+            base_url=proxy.origin, timeout=10, headers={"authorization": "Bearer sk-test-client"}
+        ) as http:
             for c in clients:
                 while not c.turn(http, f"{c.sid} last", {"x-session-id": c.sid}):
                     pass
@@ -144,10 +159,15 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
         proxy.stop()
     statuses = sum((c.statuses for c in clients), Counter())
     recovered = [min((t for t in c.ok_times if t > up_at), default=None) for c in clients]
-    figures.add(tried=sum(statuses.values()), ok=statuses[200], unavailable_503=statuses[503],
-                other=sum(len(c.bad) for c in clients), acknowledged_lost=lost,
-                recovery_s=max((t or 1e9) - up_at for t in recovered),
-                outage_s=up_at - down_at)
+    figures.add(
+        tried=sum(statuses.values()),
+        ok=statuses[200],
+        unavailable_503=statuses[503],
+        other=sum(len(c.bad) for c in clients),
+        acknowledged_lost=lost,
+        recovery_s=max((t or 1e9) - up_at for t in recovered),
+        outage_s=up_at - down_at,
+    )
     assert not [b for c in clients for b in c.bad]  # only 200s and documented 503s
     assert statuses[503] > 0 and set(statuses) <= {200, 503}
     assert all(t is not None for t in recovered)  # every client served again, no restart

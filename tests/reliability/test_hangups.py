@@ -20,8 +20,10 @@ from tests.reliability.conftest import Figures, ProxyServer
 
 HANGUPS = 200
 SESSIONS = 10
-CONNECTIONS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-               " AND pid <> pg_backend_pid()")
+CONNECTIONS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    " AND pid <> pg_backend_pid()"
+)
 
 
 class CountedProxy(ProxyServer):
@@ -59,11 +61,19 @@ def _fds() -> int:
 
 
 def _hang_up(origin: str, sid: str, i: int) -> None:
-    body = {"model": "gpt-4o", "stream": True,
-            "messages": [{"role": "user", "content": f"question {i}"}]}
-    with httpx.Client(base_url=origin, timeout=10, headers={
-            "authorization": "Bearer sk-test-client", "x-session-id": sid}) as http, \
-            http.stream("POST", "/v1/chat/completions", json=body) as r:
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "messages": [{"role": "user", "content": f"question {i}"}],
+    }
+    with (
+        httpx.Client(
+            base_url=origin,
+            timeout=10,
+            headers={"authorization": "Bearer sk-test-client", "x-session-id": sid},
+        ) as http,
+        http.stream("POST", "/v1/chat/completions", json=body) as r,
+    ):
         assert r.status_code == 200
         for line in r.iter_lines():
             if '"content"' in line:
@@ -87,8 +97,14 @@ def test_two_hundred_hang_ups_cancel_upstream_and_leak_nothing(
 
     def run(n: int, offset: int) -> None:
         with ThreadPoolExecutor(SESSIONS) as pool:
-            list(pool.map(lambda k: [_hang_up(proxy.origin, sids[k], offset + k * n + i)
-                                     for i in range(n)], range(SESSIONS)))
+            list(
+                pool.map(
+                    lambda k: [
+                        _hang_up(proxy.origin, sids[k], offset + k * n + i) for i in range(n)
+                    ],
+                    range(SESSIONS),
+                )
+            )
 
     run(2, 0)  # warm-up: pools filled, lazy state made
     _settle(fake_upstream, 2 * SESSIONS)
@@ -103,9 +119,17 @@ def test_two_hundred_hang_ups_cancel_upstream_and_leak_nothing(
     conns1 = column(db_dsn, CONNECTIONS)[0]
     total = HANGUPS + 2 * SESSIONS
     cancelled = len(fake_upstream.disconnects)
-    figures.add(tried=HANGUPS, upstream_cancelled=cancelled - 2 * SESSIONS,
-                tasks_before=tasks0, tasks_after=tasks1, fds_before=fds0, fds_after=fds1,
-                db_conns_before=conns0, db_conns_after=conns1, seconds=elapsed)
+    figures.add(
+        tried=HANGUPS,
+        upstream_cancelled=cancelled - 2 * SESSIONS,
+        tasks_before=tasks0,
+        tasks_after=tasks1,
+        fds_before=fds0,
+        fds_after=fds1,
+        db_conns_before=conns0,
+        db_conns_after=conns1,
+        seconds=elapsed,
+    )
     assert len(fake_upstream.bodies()) == cancelled == total  # every one cancelled upstream
     assert fake_upstream.open_responses == 0
     assert tasks0 > 0 and tasks1 <= tasks0 + 3, (tasks0, tasks1)
@@ -113,15 +137,25 @@ def test_two_hundred_hang_ups_cancel_upstream_and_leak_nothing(
     assert conns1 <= conns0 + 1, (conns0, conns1)
     # every session is still usable, and stored no reply of a hung-up stream
     fake_upstream.default = reply("done")
-    with httpx.Client(base_url=proxy.origin, timeout=10,
-                      headers={"authorization": "Bearer sk-test-client"}) as http:
+    with httpx.Client(
+        base_url=proxy.origin, timeout=10, headers={"authorization": "Bearer sk-test-client"}
+    ) as http:
         for sid in sids:
-            r = http.post("/v1/chat/completions", headers={"x-session-id": sid}, json={
-                "model": "gpt-4o", "messages": [{"role": "user", "content": "still there?"}]})
+            r = http.post(
+                "/v1/chat/completions",
+                headers={"x-session-id": sid},
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "still there?"}]},
+            )
             assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
     deadline = time.monotonic() + 5
-    while len(rows := column(db_dsn, "SELECT message->>'content' FROM messages"
-                                     " WHERE role = 'assistant'")) < SESSIONS:
+    while (
+        len(
+            rows := column(
+                db_dsn, "SELECT message->>'content' FROM messages WHERE role = 'assistant'"
+            )
+        )
+        < SESSIONS
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert rows == ["done"] * SESSIONS

@@ -22,8 +22,10 @@ SESSIONS, TURNS = 12, 4
 
 def _calls(n: int) -> list[dict[str, Any]]:
     """The tool calls the fake answers to a prompt of ``n`` messages."""
-    return [tool_call("cat", {"path": f"bin{n}"}, id=f"call\x00{n}"),
-            tool_call("cat", {"path": f"small{n}"}, id=f"call_s{n}")]
+    return [
+        tool_call("cat", {"path": f"bin{n}"}, id=f"call\x00{n}"),
+        tool_call("cat", {"path": f"small{n}"}, id=f"call_s{n}"),
+    ]
 
 
 def _answer(req: RecordedRequest) -> Any:
@@ -34,19 +36,27 @@ def _session(origin: str, k: int) -> tuple[int, list[dict[str, Any]]]:
     sid = f"nul-{k}"
     history: list[dict[str, Any]] = [{"role": "user", "content": f"cat binaries \x00 {k}"}]
     sent = 0
-    with httpx.Client(base_url=origin, timeout=30, headers={
-            "authorization": "Bearer sk-test-client", "x-session-id": sid}) as http:
+    with httpx.Client(
+        base_url=origin,
+        timeout=30,
+        headers={"authorization": "Bearer sk-test-client", "x-session-id": sid},
+    ) as http:
         for t in range(TURNS):
             for _ in range(2):  # the turn, then the same history resent
-                r = http.post("/v1/chat/completions", json={
-                    "model": "gpt-4o", "messages": history, "stream": bool(t % 2)})
+                r = http.post(
+                    "/v1/chat/completions",
+                    json={"model": "gpt-4o", "messages": history, "stream": bool(t % 2)},
+                )
                 sent += 1
                 assert r.status_code == 200, (sid, t, r.text[:300])
             calls = _calls(len(history))  # what the fake answered
             history.append({"role": "assistant", "content": None, "tool_calls": calls})
             for c in calls:
-                text = (binary_output(6000, f"{sid}-{t}") if "\x00" in c["id"]
-                        else f"ELF\x00\x01 {sid} {t}\x00")
+                text = (
+                    binary_output(6000, f"{sid}-{t}")
+                    if "\x00" in c["id"]
+                    else f"ELF\x00\x01 {sid} {t}\x00"
+                )
                 history.append({"role": "tool", "tool_call_id": c["id"], "content": text})
     return sent, history
 
@@ -56,10 +66,17 @@ def test_sessions_full_of_nul_characters_answer_200_and_store_each_message_once(
 ) -> None:
     """NULs in tool results and tool_call_ids, across sessions and resends: all 200."""
     fake_upstream.default = _answer
-    config = write_config(tmp_path / "agents.json", fake_upstream.url, context={
-        "toolOutput": {"maxChars": 2000, "persistRaw": True}, "summarize": {"enabled": False}})
-    proxy = ProxyServer(Settings(database_url=db_dsn, config=config, keepalive_seconds=1,
-                                 watch_config=False)).start()
+    config = write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        context={
+            "toolOutput": {"maxChars": 2000, "persistRaw": True},
+            "summarize": {"enabled": False},
+        },
+    )
+    proxy = ProxyServer(
+        Settings(database_url=db_dsn, config=config, keepalive_seconds=1, watch_config=False)
+    ).start()
     try:
         with ThreadPoolExecutor(6) as pool:
             results = list(pool.map(lambda k: _session(proxy.origin, k), range(SESSIONS)))
@@ -75,12 +92,20 @@ def test_sessions_full_of_nul_characters_answer_200_and_store_each_message_once(
                     assert "\x00" in m["content"]  # short results reach the provider intact
     stored = 0
     for k, (_, history) in enumerate(results):
-        rows = column(db_dsn, "SELECT count(*) FROM messages WHERE session_id = $1"
-                              " AND superseded_at IS NULL", f"nul-{k}")[0]
+        rows = column(
+            db_dsn,
+            "SELECT count(*) FROM messages WHERE session_id = $1 AND superseded_at IS NULL",
+            f"nul-{k}",
+        )[0]
         # the last turn's tool results were never sent; its reply was stored
         assert rows == len(history) - 2, (k, rows, len(history))
         stored += rows
     requests = sum(sent for sent, _ in results)
-    figures.add(tried=requests, sessions=SESSIONS, tool_results_with_nul_ids=nul_ids,
-                tool_results_sent_upstream=ids_seen, rows_stored=stored)
+    figures.add(
+        tried=requests,
+        sessions=SESSIONS,
+        tool_results_with_nul_ids=nul_ids,
+        tool_results_sent_upstream=ids_seen,
+        rows_stored=stored,
+    )
     assert nul_ids > 0

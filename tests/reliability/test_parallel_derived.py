@@ -19,13 +19,19 @@ from tests.reliability.conftest import Figures, ProxyServer
 
 ANSWER = 0.25  # the fake upstream's time to first byte
 AUTH = {"authorization": "Bearer sk-test-client"}
-BODY = {"model": "gpt-4o", "stream": True,
-        "messages": [{"role": "system", "content": "Grade this."},
-                     {"role": "user", "content": "What is 2 + 2?"}]}
+BODY = {
+    "model": "gpt-4o",
+    "stream": True,
+    "messages": [
+        {"role": "system", "content": "Grade this."},
+        {"role": "user", "content": "What is 2 + 2?"},
+    ],
+}
 
 
-async def streamed(client: httpx.AsyncClient, url: str, body: dict[str, Any],
-                   headers: dict[str, str] | None = None) -> tuple[float, float, str, str]:
+async def streamed(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[float, float, str, str]:
     """(time to the first data frame, time to the end, X-Session-Id, the text received)."""
     t0 = time.monotonic()
     first = None
@@ -40,11 +46,13 @@ async def streamed(client: httpx.AsyncClient, url: str, body: dict[str, Any],
     return first, time.monotonic() - t0, r.headers.get("x-session-id", ""), text
 
 
-async def burst(url: str, n: int, body: dict[str, Any],
-                headers: list[dict[str, str]] | None = None) -> list[Any]:
+async def burst(
+    url: str, n: int, body: dict[str, Any], headers: list[dict[str, str]] | None = None
+) -> list[Any]:
     async with httpx.AsyncClient(timeout=30, headers=AUTH) as client:
-        return await asyncio.gather(*(
-            streamed(client, url, body, headers[i] if headers else None) for i in range(n)))
+        return await asyncio.gather(
+            *(streamed(client, url, body, headers[i] if headers else None) for i in range(n))
+        )
 
 
 @pytest.fixture
@@ -63,10 +71,13 @@ def test_eight_identical_requests_without_a_session_id_run_side_by_side(
     results = asyncio.run(burst(url, 8, BODY))
     ttfc = [r[0] for r in results]
     ends = [r[1] for r in results]
-    figures.add(tried=9, single_s=single,
-                ttfc_p50_ms=statistics.median(ttfc) * 1000,
-                passthrough_ttfc_p50_ms=statistics.median(p[0] for p in passthrough) * 1000,
-                slowest_s=max(ends))
+    figures.add(
+        tried=9,
+        single_s=single,
+        ttfc_p50_ms=statistics.median(ttfc) * 1000,
+        passthrough_ttfc_p50_ms=statistics.median(p[0] for p in passthrough) * 1000,
+        slowest_s=max(ends),
+    )
     # Serialised, the last would end after 8 answers (2 s); side by side, within about one.
     assert max(ends) < 2 * single + 0.3, (single, ends)
     ids = sorted(r[2] for r in results)
@@ -77,8 +88,14 @@ def test_eight_identical_requests_without_a_session_id_run_side_by_side(
     rows = column(db_dsn, "SELECT session_id FROM messages WHERE role = 'assistant'")
     assert Counter(rows) == {i: 2 if i == base else 1 for i in ids}
     # the conversation's next turn continues the lane it started in: the one it is told
-    nxt = {**BODY, "messages": [*BODY["messages"], {"role": "assistant", "content": "4"},
-                                {"role": "user", "content": "And 3 + 3?"}]}
+    nxt = {
+        **BODY,
+        "messages": [
+            *BODY["messages"],
+            {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "And 3 + 3?"},
+        ],
+    }
     again = asyncio.run(burst(url, 1, nxt))[0]
     assert again[2] == base
 

@@ -21,17 +21,24 @@ AUTH = {"authorization": "Bearer sk-test-client"}
 
 
 def _post(p: ProxyProcess, sid: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    r = httpx.post(f"{p.origin}/v1/chat/completions", timeout=30,
-                   headers={**AUTH, "x-session-id": sid},
-                   json={"model": "gpt-4o", "messages": messages})
+    r = httpx.post(
+        f"{p.origin}/v1/chat/completions",
+        timeout=30,
+        headers={**AUTH, "x-session-id": sid},
+        json={"model": "gpt-4o", "messages": messages},
+    )
     assert r.status_code == 200, r.text
     return dict(r.json()["choices"][0]["message"])
 
 
 def _rows(dsn: str, sid: str) -> list[tuple[int, str, Any]]:
-    got = column(dsn, "SELECT json_build_array(pos, role, message->>'content')::text"
-                      " FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
-                      " ORDER BY pos", sid)
+    got = column(
+        dsn,
+        "SELECT json_build_array(pos, role, message->>'content')::text"
+        " FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
+        " ORDER BY pos",
+        sid,
+    )
     return [tuple(json.loads(g)) for g in got]
 
 
@@ -42,7 +49,10 @@ def _consistent(dsn: str, sid: str) -> list[tuple[int, str, Any]]:
 
 
 def test_sigkill_during_a_stream_leaves_a_consistent_session(
-    proxy_process: Any, fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path,
+    proxy_process: Any,
+    fake_upstream: FakeUpstream,
+    db_dsn: str,
+    tmp_path: Path,
     figures: Figures,
 ) -> None:
     """SIGKILL during a stream: no reply stored for it, the session goes on after restart."""
@@ -55,10 +65,16 @@ def test_sigkill_during_a_stream_leaves_a_consistent_session(
         history.append(_post(p, "killed", history))
         history.append({"role": "user", "content": f"the turn killed {k}"})
         fake_upstream.default = reply("never stored " * 50, chunks=50, chunk_delay=0.05)
-        with httpx.Client(base_url=p.origin, timeout=30, headers={
-                **AUTH, "x-session-id": "killed"}) as http, http.stream(
-                "POST", "/v1/chat/completions",
-                json={"model": "gpt-4o", "messages": history, "stream": True}) as r:
+        with (
+            httpx.Client(
+                base_url=p.origin, timeout=30, headers={**AUTH, "x-session-id": "killed"}
+            ) as http,
+            http.stream(
+                "POST",
+                "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": history, "stream": True},
+            ) as r,
+        ):
             for line in r.iter_lines():
                 if "never stored" in line:
                     p.kill()  # mid-answer
@@ -77,18 +93,27 @@ def test_sigkill_during_a_stream_leaves_a_consistent_session(
 
 
 def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
-    proxy_process: Any, fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path,
+    proxy_process: Any,
+    fake_upstream: FakeUpstream,
+    db_dsn: str,
+    tmp_path: Path,
     figures: Figures,
 ) -> None:
     """SIGKILL during a compaction: context.compaction.failed (interrupted) on restart."""
     model = Model(fast_delay=30.0)  # the summary never comes before the kill
     fake_upstream.default = model
     config = write_config(
-        tmp_path / "agents.json", fake_upstream.url,
-        models={"default": {"contextLimit": 4000, "reservedOutput": 500},
-                FAST: {"contextLimit": 32000}},
-        context={"summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
-                 "eviction": {"enabled": False}})
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        models={
+            "default": {"contextLimit": 4000, "reservedOutput": 500},
+            FAST: {"contextLimit": 32000},
+        },
+        context={
+            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
+            "eviction": {"enabled": False},
+        },
+    )
     p = proxy_process(config)
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     for i in range(5):  # the 5th crosses softFraction: a background compaction starts
@@ -98,15 +123,20 @@ def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
     while not model.fast_times:
         assert time.monotonic() < deadline, "no compaction started"
         time.sleep(0.05)
-    names = "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE " \
-            "'context.compaction.%' ORDER BY id"
+    names = (
+        "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE "
+        "'context.compaction.%' ORDER BY id"
+    )
     assert column(db_dsn, names) == ["context.compaction.started"]
     p.kill()
     rows_before = _consistent(db_dsn, "compacting")
     p = proxy_process(config)  # start-up closes what no process runs any more
     assert column(db_dsn, names) == ["context.compaction.started", "context.compaction.failed"]
-    reason = column(db_dsn, "SELECT data->>'reason' FROM events WHERE session_id = 'compacting'"
-                            " AND name = 'context.compaction.failed'")
+    reason = column(
+        db_dsn,
+        "SELECT data->>'reason' FROM events WHERE session_id = 'compacting'"
+        " AND name = 'context.compaction.failed'",
+    )
     assert reason == ["interrupted"]
     assert _rows(db_dsn, "compacting") == rows_before
     model.fast_delay = 0.0

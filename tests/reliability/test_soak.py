@@ -29,8 +29,11 @@ HEALTHZ_P99_MS = 100
 
 
 def _worker(origin: str, k: int, stop: threading.Event, counts: dict[str, int]) -> None:
-    with httpx.Client(base_url=origin, timeout=30, headers={
-            "authorization": "Bearer sk-test-client", "x-session-id": f"soak-{k}"}) as http:
+    with httpx.Client(
+        base_url=origin,
+        timeout=30,
+        headers={"authorization": "Bearer sk-test-client", "x-session-id": f"soak-{k}"},
+    ) as http:
         round_no = 0
         while not stop.is_set():
             history: list[dict[str, Any]] = [{"role": "system", "content": f"Round {round_no}."}]
@@ -38,8 +41,11 @@ def _worker(origin: str, k: int, stop: threading.Event, counts: dict[str, int]) 
                 if stop.is_set():
                     break
                 history.append({"role": "user", "content": f"turn {t} " + "x" * 400})
-                with http.stream("POST", "/v1/chat/completions", json={
-                        "model": "gpt-4o", "stream": True, "messages": history}) as r:
+                with http.stream(
+                    "POST",
+                    "/v1/chat/completions",
+                    json={"model": "gpt-4o", "stream": True, "messages": history},
+                ) as r:
                     text = "".join(r.iter_text())
                 ok = r.status_code == 200 and text.endswith("data: [DONE]\n\n")
                 counts["ok" if ok else "bad"] += 1
@@ -51,8 +57,10 @@ def _worker(origin: str, k: int, stop: threading.Event, counts: dict[str, int]) 
 def run_soak(p: ProxyProcess, seconds: float, figures: Figures) -> None:
     stop = threading.Event()
     counts = {"ok": 0, "bad": 0}
-    workers = [threading.Thread(target=_worker, args=(p.origin, k, stop, counts), daemon=True)
-               for k in range(WORKERS)]
+    workers = [
+        threading.Thread(target=_worker, args=(p.origin, k, stop, counts), daemon=True)
+        for k in range(WORKERS)
+    ]
     for w in workers:
         w.start()
     t0 = time.monotonic()
@@ -77,12 +85,19 @@ def run_soak(p: ProxyProcess, seconds: float, figures: Figures) -> None:
     base = max(v for t, v in rss if t <= warm)
     peak = max(v for t, v in rss if t > warm)
     p99 = statistics.quantiles(health, n=100)[98]
-    figures.add(tried=counts["ok"] + counts["bad"] + len(health), seconds=seconds,
-                streamed_requests=counts["ok"] + counts["bad"], failed=counts["bad"],
-                healthz_probes=len(health), healthz_p99_ms=p99,
-                healthz_max_ms=max(health), rss_warm_mib=base / 1024,
-                rss_peak_after_mib=peak / 1024, rss_growth_mib=(peak - base) / 1024,
-                rss_bound_mib=RSS_GROWTH_MIB)
+    figures.add(
+        tried=counts["ok"] + counts["bad"] + len(health),
+        seconds=seconds,
+        streamed_requests=counts["ok"] + counts["bad"],
+        failed=counts["bad"],
+        healthz_probes=len(health),
+        healthz_p99_ms=p99,
+        healthz_max_ms=max(health),
+        rss_warm_mib=base / 1024,
+        rss_peak_after_mib=peak / 1024,
+        rss_growth_mib=(peak - base) / 1024,
+        rss_bound_mib=RSS_GROWTH_MIB,
+    )
     assert counts["bad"] == 0 and health_bad == 0
     assert counts["ok"] > 0
     assert p99 < HEALTHZ_P99_MS, p99

@@ -49,7 +49,7 @@ def error_frame(code: str | None = None) -> Check:
         assert r.status_code == 200, r.text
         frames = [e for e in r.content.split(b"\n\n") if e.startswith(b"data:")]
         assert frames[-1] == b"data: [DONE]", r.content[-300:]
-        err = json.loads(frames[-2][len(b"data:"):])["error"]
+        err = json.loads(frames[-2][len(b"data:") :])["error"]
         assert set(err) == {"message", "type", "param", "code"}
         if code is not None:
             assert err["code"] == code
@@ -66,57 +66,95 @@ def relayed(body: bytes) -> Check:
     return check
 
 
-_CHUNK = ('data: {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",'
-          ' "choices": [{"index": 0, "delta": {"role": "assistant", "content": "par"},'
-          ' "finish_reason": null}]}\n\n')
+_CHUNK = (
+    'data: {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",'
+    ' "choices": [{"index": 0, "delta": {"role": "assistant", "content": "par"},'
+    ' "finish_reason": null}]}\n\n'
+)
 
 # name: (what the provider does, stream?, what the client must get)
 FAULTS: dict[str, tuple[Responder, bool, Check]] = {
     "429 + Retry-After": (error(429, headers={"retry-after": "7"}), False, passes(429, "7")),
-    "429 + Retry-After, streamed": (error(429, headers={"retry-after": "7"}), True,
-                                    passes(429, "7")),
+    "429 + Retry-After, streamed": (
+        error(429, headers={"retry-after": "7"}),
+        True,
+        passes(429, "7"),
+    ),
     "500 + Retry-After": (error(500, headers={"retry-after": "3"}), False, passes(500, "3")),
-    "503 + Retry-After, streamed": (error(503, headers={"retry-after": "5"}), True,
-                                    passes(503, "5")),
-    "slow first byte": (reply("late", first_byte_delay=1.2), False,
-                        proxy_error(504, "upstream_timeout")),
+    "503 + Retry-After, streamed": (
+        error(503, headers={"retry-after": "5"}),
+        True,
+        passes(503, "5"),
+    ),
+    "slow first byte": (
+        reply("late", first_byte_delay=1.2),
+        False,
+        proxy_error(504, "upstream_timeout"),
+    ),
     "slow first byte, streamed": (reply("late", first_byte_delay=1.2), True, error_frame("504")),
-    "stream cut mid-way": (reply("a long partial answer", chunks=6, reset_after=3), True,
-                           error_frame()),
-    "a clean end without finish_reason or [DONE] (item 2)": (raw(_CHUNK, headers=_SSE), True,
-                                                              error_frame()),
+    "stream cut mid-way": (
+        reply("a long partial answer", chunks=6, reset_after=3),
+        True,
+        error_frame(),
+    ),
+    "a clean end without finish_reason or [DONE] (item 2)": (
+        raw(_CHUNK, headers=_SSE),
+        True,
+        error_frame(),
+    ),
     "malformed SSE after a chunk, then the end": (
-        raw(_CHUNK, 'data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE), True,
-        error_frame()),
+        raw(_CHUNK, 'data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE),
+        True,
+        error_frame(),
+    ),
     "malformed SSE only (no chat chunk: relayed as it came)": (
-        raw('data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE), True,
-        relayed(b'data: {"id": "x", "choi\n\ndata: {nope}\n\n')),
-    "not SSE at all (relayed as it came)": (raw("hello\nworld\n", headers=_SSE), True,
-                                            relayed(b"hello\nworld\n")),
+        raw('data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE),
+        True,
+        relayed(b'data: {"id": "x", "choi\n\ndata: {nope}\n\n'),
+    ),
+    "not SSE at all (relayed as it came)": (
+        raw("hello\nworld\n", headers=_SSE),
+        True,
+        relayed(b"hello\nworld\n"),
+    ),
     "non-JSON 200 body": (raw("this is not json", headers=_JSON), False, proxy_error(502)),
-    "HTML 200 body": (raw("<html><body>login</body></html>", headers=_HTML), False,
-                      proxy_error(502)),
-    "HTML 502 page": (raw("<html>Bad Gateway</html>", status=502, headers=_HTML), False,
-                      passes(502, None)),
-    "non-JSON 500 body": (raw("Internal Server Error", status=500,
-                              headers={"content-type": "text/plain"}), False, passes(500, None)),
+    "HTML 200 body": (
+        raw("<html><body>login</body></html>", headers=_HTML),
+        False,
+        proxy_error(502),
+    ),
+    "HTML 502 page": (
+        raw("<html>Bad Gateway</html>", status=502, headers=_HTML),
+        False,
+        passes(502, None),
+    ),
+    "non-JSON 500 body": (
+        raw("Internal Server Error", status=500, headers={"content-type": "text/plain"}),
+        False,
+        passes(500, None),
+    ),
 }
 
 
 @pytest.fixture
 def faulty_proxy(db_dsn: str, fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[ProxyServer]:
     provider = {"baseUrl": fake_upstream.url, "timeoutSeconds": 0.6, "connectTimeoutSeconds": 1}
-    config = write_config(tmp_path / "agents.json", fake_upstream.url,
-                          providers={"openai": provider})
-    server = ProxyServer(Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3,
-                                  watch_config=False)).start()
+    config = write_config(
+        tmp_path / "agents.json", fake_upstream.url, providers={"openai": provider}
+    )
+    server = ProxyServer(
+        Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3, watch_config=False)
+    ).start()
     yield server
     server.stop()
 
 
 def _client(server: ProxyServer) -> httpx.Client:
-    return httpx.Client(base_url=server.origin, timeout=15,
-                        headers={"authorization": "Bearer sk-test-client", "x-session-id": SID})
+    return httpx.Client(
+        base_url=server.origin,
+        timeout=15,
+        headers={"authorization": "Bearer sk-test-client", "x-session-id": SID},
+    )
 
 
 def _assistants(http: httpx.Client) -> list[str]:
@@ -135,14 +173,18 @@ def test_upstream_faults_answer_as_documented_and_store_only_good_turns(
             for name, (responder, stream, check) in FAULTS.items():
                 turn = [*history, {"role": "user", "content": f"q {r} {name}"}]
                 fake_upstream.script(responder)
-                resp = http.post("/v1/chat/completions",
-                                 json={"model": "gpt-4o", "messages": turn, "stream": stream})
+                resp = http.post(
+                    "/v1/chat/completions",
+                    json={"model": "gpt-4o", "messages": turn, "stream": stream},
+                )
                 check(resp)
                 seen[name] += 1
                 # the same turn again, answered: the session was freed and goes on
                 fake_upstream.script(reply(f"a {r} {name}"))
-                good = http.post("/v1/chat/completions",
-                                 json={"model": "gpt-4o", "messages": turn, "stream": stream})
+                good = http.post(
+                    "/v1/chat/completions",
+                    json={"model": "gpt-4o", "messages": turn, "stream": stream},
+                )
                 assert good.status_code == 200, (name, good.text)
                 assert b"[DONE]" in good.content if stream else good.json()["choices"]
                 history = [*turn, {"role": "assistant", "content": f"a {r} {name}"}]
@@ -151,8 +193,13 @@ def test_upstream_faults_answer_as_documented_and_store_only_good_turns(
             time.sleep(0.05)
         stored = _assistants(http)
     want = [m["content"] for m in history if m["role"] == "assistant"]
-    figures.add(tried=2 * sum(seen.values()), faults=sum(seen.values()), kinds=len(FAULTS),
-                stored_replies=len(stored), partial_stored=len(set(stored) - set(want)))
+    figures.add(
+        tried=2 * sum(seen.values()),
+        faults=sum(seen.values()),
+        kinds=len(FAULTS),
+        stored_replies=len(stored),
+        partial_stored=len(set(stored) - set(want)),
+    )
     assert stored == want  # every good turn once, no failed or partial reply
 
 
@@ -161,17 +208,22 @@ def test_a_refused_connection_is_a_502_every_time(
 ) -> None:
     """Connection refused: 502 upstream_unreachable."""
     config = write_config(tmp_path / "down.json", f"http://127.0.0.1:{_closed_port()}/v1")
-    server = ProxyServer(Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3,
-                                  watch_config=False)).start()
+    server = ProxyServer(
+        Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3, watch_config=False)
+    ).start()
     try:
         with _client(server) as http:
             n = 0
             for i in range(10):
                 for stream in (False, True):
-                    body = {"model": "gpt-4o", "stream": stream,
-                            "messages": [{"role": "user", "content": f"q{i}"}]}
-                    _assert_error_shape(http.post("/v1/chat/completions", json=body), 502,
-                                        "upstream_unreachable")
+                    body = {
+                        "model": "gpt-4o",
+                        "stream": stream,
+                        "messages": [{"role": "user", "content": f"q{i}"}],
+                    }
+                    _assert_error_shape(
+                        http.post("/v1/chat/completions", json=body), 502, "upstream_unreachable"
+                    )
                     n += 1
             assert _assistants(http) == []
     finally:

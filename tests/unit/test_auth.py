@@ -33,8 +33,12 @@ def test_keys_are_matched_in_constant_time_over_every_key(
 
     monkeypatch.setattr(auth.hmac, "compare_digest", spy)
     cfg = parse_config({"auth": KEYS})
-    for token, tenant in ((b"first-secret", "one"), (b"second-secret-longer", "two"),
-                          (b"first-secre", None), (b"x" * 500, None)):
+    for token, tenant in (
+        (b"first-secret", "one"),
+        (b"second-secret-longer", "two"),
+        (b"first-secre", None),
+        (b"x" * 500, None),
+    ):
         calls.clear()
         found = match_key(token, cfg, ENV)
         assert (found.tenant if found else None) == tenant
@@ -48,34 +52,55 @@ def test_keys_are_matched_in_constant_time_over_every_key(
 
 def test_a_key_may_only_name_agents_the_config_has() -> None:
     agents = {"coder": {}}
-    cfg = parse_config({"agents": agents, "auth": {"keys": [
-        {"keyEnv": "K", "tenant": "t", "agents": ["coder", "default"]}]}})
+    cfg = parse_config(
+        {
+            "agents": agents,
+            "auth": {"keys": [{"keyEnv": "K", "tenant": "t", "agents": ["coder", "default"]}]},
+        }
+    )
     assert cfg.auth.keys[0].agents == ("coder", "default")
     with pytest.raises(ConfigError, match="reviewer not in agents"):
-        parse_config({"agents": agents, "auth": {"keys": [
-            {"keyEnv": "K", "tenant": "t", "agents": ["reviewer"]}]}})
+        parse_config(
+            {
+                "agents": agents,
+                "auth": {"keys": [{"keyEnv": "K", "tenant": "t", "agents": ["reviewer"]}]},
+            }
+        )
     with pytest.raises(ConfigError):  # an empty list would be a key that opens nothing
         parse_config({"auth": {"keys": [{"keyEnv": "K", "tenant": "t", "agents": []}]}})
 
 
-@pytest.mark.parametrize("host,loopback", [
-    ("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True),
-    ("[::1]", True), ("0.0.0.0", False), ("::", False), ("", False), ("10.0.0.5", False),
-    ("proxy.internal", False),
-])
+@pytest.mark.parametrize(
+    "host,loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("", False),
+        ("10.0.0.5", False),
+        ("proxy.internal", False),
+    ],
+)
 def test_loopback_addresses(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
 def _config(tmp_path: Path, **extra: Any) -> Path:
     path = tmp_path / "agents.json"
-    path.write_text(json.dumps({"providers": {"openai": {"baseUrl": "http://127.0.0.1:9/v1"}},
-                                **extra}))
+    path.write_text(
+        json.dumps({"providers": {"openai": {"baseUrl": "http://127.0.0.1:9/v1"}}, **extra})
+    )
     return path
 
 
 def test_a_non_loopback_address_needs_keys_or_an_explicit_override(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("CASCADE_ALLOW_UNAUTHENTICATED", raising=False)
     bare = _config(tmp_path)
@@ -86,8 +111,7 @@ def test_a_non_loopback_address_needs_keys_or_an_explicit_override(
     caplog.clear()
     create_app(Settings(host="0.0.0.0", config=bare, allow_unauthenticated=True))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("with no proxy keys (--allow-unauthenticated)" in r.getMessage()
-               for r in warnings)
+    assert any("with no proxy keys (--allow-unauthenticated)" in r.getMessage() for r in warnings)
     caplog.clear()
     monkeypatch.setenv("CASCADE_ALLOW_UNAUTHENTICATED", "1")
     create_app(Settings(host="0.0.0.0", config=bare))
@@ -100,7 +124,9 @@ def test_a_non_loopback_address_needs_keys_or_an_explicit_override(
 
 
 def test_serve_refuses_in_one_line_before_listening(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("CASCADE_ALLOW_UNAUTHENTICATED", raising=False)
     logger = logging.getLogger("cascade")

@@ -31,22 +31,30 @@ async def _socket(ws: WebSocket) -> None:
 
 
 def _gate(raw: dict[str, Any], *, require_keys: bool = False) -> tuple[ProxyAuth, ConfigHolder]:
-    app = Starlette(routes=[Route("/metrics", _ok), Route("/v1/things", _ok, methods=["GET"]),
-                            Route("/readyz", _ok), WebSocketRoute("/ws", _socket)])
+    app = Starlette(
+        routes=[
+            Route("/metrics", _ok),
+            Route("/v1/things", _ok, methods=["GET"]),
+            Route("/readyz", _ok),
+            WebSocketRoute("/ws", _socket),
+        ]
+    )
     holder = ConfigHolder(parse_config(raw), None)
     return ProxyAuth(app, holder, require_keys=require_keys, env=ENV), holder
 
 
 async def _get(gate: ProxyAuth, path: str, token: str | None = None) -> int:
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(gate),
-                                 base_url="http://proxy") as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(gate), base_url="http://proxy"
+    ) as http:
         return (await http.get(path, headers=headers)).status_code
 
 
 async def test_the_metrics_key_opens_metrics_only() -> None:
-    keyed, _ = _gate({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}],
-                               "metricsKeyEnv": "METRICS_KEY"}})
+    keyed, _ = _gate(
+        {"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}], "metricsKeyEnv": "METRICS_KEY"}}
+    )
     assert await _get(keyed, "/metrics", "metrics-secret") == 200
     assert await _get(keyed, "/metrics", "proxy-secret") == 200
     assert await _get(keyed, "/metrics") == 401
@@ -94,6 +102,5 @@ def test_a_websocket_is_closed_without_a_key() -> None:
     with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/ws"):
         pass
     assert closed.value.code == 1008
-    with client.websocket_connect(
-            "/ws", headers={"authorization": "Bearer proxy-secret"}) as ws:
+    with client.websocket_connect("/ws", headers={"authorization": "Bearer proxy-secret"}) as ws:
         assert ws.receive_text() == "open"

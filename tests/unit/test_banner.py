@@ -14,26 +14,40 @@ DSN = "postgresql://cascade:db-pass-8812@db.internal:5432/cascade"
 
 
 def _config(**extra: object) -> Config:
-    return parse_config({
-        "providers": {
-            "paid": {"baseUrl": "https://api.example.com/v1", "apiKeyEnv": "PAID_KEY"},
-            "local": {"baseUrl": "http://bob:url-pass-55@127.0.0.1:11434/v1"},
-            "later": {"baseUrl": "http://127.0.0.1:9/v1", "apiKeyEnv": "LATER_KEY"},
-        },
-        "agents": {"default": {"provider": "paid"},
-                   "quiet": {"provider": "local",
-                             "context": {"summarize": {"enabled": False},
-                                         "eviction": {"enabled": False},
-                                         "recitation": {"enabled": True},
-                                         "handoff": {"enabled": True}}}},
-        **extra,
-    })
+    return parse_config(
+        {
+            "providers": {
+                "paid": {"baseUrl": "https://api.example.com/v1", "apiKeyEnv": "PAID_KEY"},
+                "local": {"baseUrl": "http://bob:url-pass-55@127.0.0.1:11434/v1"},
+                "later": {"baseUrl": "http://127.0.0.1:9/v1", "apiKeyEnv": "LATER_KEY"},
+            },
+            "agents": {
+                "default": {"provider": "paid"},
+                "quiet": {
+                    "provider": "local",
+                    "context": {
+                        "summarize": {"enabled": False},
+                        "eviction": {"enabled": False},
+                        "recitation": {"enabled": True},
+                        "handoff": {"enabled": True},
+                    },
+                },
+            },
+            **extra,
+        }
+    )
 
 
 def test_the_block_names_the_address_providers_database_stages_and_pages() -> None:
     settings = Settings(host="0.0.0.0", port=9000, config=Path("config/agents.json"))
-    text = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None,
-                          paths=["/v1/chat/completions", "/metrics", "/healthz"])
+    text = startup_banner(
+        settings,
+        _config(),
+        SECRETS,
+        database=DSN,
+        embedded_at=None,
+        paths=["/v1/chat/completions", "/metrics", "/healthz"],
+    )
     lines = text.splitlines()
     assert lines[0] == "Cascade 0.1.0 listening on 0.0.0.0:9000"
     assert "base URL for clients: http://127.0.0.1:9000/v1" in text
@@ -56,10 +70,22 @@ def test_the_block_names_the_address_providers_database_stages_and_pages() -> No
 
 
 def test_embedded_database_and_proxy_keys() -> None:
-    cfg = _config(auth={"keys": [{"keyEnv": "TEAM_KEY", "tenant": "team"},
-                                 {"keyEnv": "UNSET_KEY", "tenant": "other"}]})
-    text = startup_banner(Settings(), cfg, SECRETS, database="postgresql://x:y@/z",
-                          embedded_at=Path("/data/pgdata"), paths=["/ui/{path:path}"])
+    cfg = _config(
+        auth={
+            "keys": [
+                {"keyEnv": "TEAM_KEY", "tenant": "team"},
+                {"keyEnv": "UNSET_KEY", "tenant": "other"},
+            ]
+        }
+    )
+    text = startup_banner(
+        Settings(),
+        cfg,
+        SECRETS,
+        database="postgresql://x:y@/z",
+        embedded_at=Path("/data/pgdata"),
+        paths=["/ui/{path:path}"],
+    )
     assert "listening on 127.0.0.1:8080" in text
     assert "database: embedded PostgreSQL at /data/pgdata" in text
     assert "proxy keys: 2 (1 with their variable set), tenants other, team" in text

@@ -6,8 +6,9 @@ from proxy.history import chain
 from proxy.services.chaincache import ChainCache
 
 texts = st.text(min_size=0, max_size=5)
-messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "tool"]),
-                                           "content": texts}), max_size=8)
+messages = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "tool"]), "content": texts}), max_size=8
+)
 
 
 @settings(max_examples=100, deadline=None)

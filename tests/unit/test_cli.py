@@ -41,8 +41,9 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
     assert "max_body_bytes" in err and "99999 is not a TCP port" in err
 
 
-def _parsers(parser: argparse.ArgumentParser, name: str = "cascade-proxy") -> Iterator[
-        tuple[str, argparse.ArgumentParser]]:
+def _parsers(
+    parser: argparse.ArgumentParser, name: str = "cascade-proxy"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     yield name, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -50,10 +51,15 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "cascade-proxy") -> It
                 yield from _parsers(sub, f"{name} {sub_name}")
 
 
-_ENV = {"--host": "CASCADE_HOST", "--port": "CASCADE_PORT", "--config": "CASCADE_CONFIG",
-        "--database-url": "DATABASE_URL",
-        "--allow-unauthenticated": "CASCADE_ALLOW_UNAUTHENTICATED",
-        "--url": "CASCADE_URL", "--api-key": "CASCADE_API_KEY"}
+_ENV = {
+    "--host": "CASCADE_HOST",
+    "--port": "CASCADE_PORT",
+    "--config": "CASCADE_CONFIG",
+    "--database-url": "DATABASE_URL",
+    "--allow-unauthenticated": "CASCADE_ALLOW_UNAUTHENTICATED",
+    "--url": "CASCADE_URL",
+    "--api-key": "CASCADE_API_KEY",
+}
 
 
 def test_every_flag_says_its_variable_and_default() -> None:
@@ -74,17 +80,26 @@ def test_every_flag_says_its_variable_and_default() -> None:
 def test_the_variables_the_serve_help_names_are_the_ones_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    values = {"CASCADE_HOST": "10.9.8.7", "CASCADE_PORT": "9123",
-              "CASCADE_CONFIG": "/etc/cascade.json", "DATABASE_URL": "postgresql://h/db",
-              "CASCADE_ALLOW_UNAUTHENTICATED": "1"}
+    values = {
+        "CASCADE_HOST": "10.9.8.7",
+        "CASCADE_PORT": "9123",
+        "CASCADE_CONFIG": "/etc/cascade.json",
+        "DATABASE_URL": "postgresql://h/db",
+        "CASCADE_ALLOW_UNAUTHENTICATED": "1",
+    }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     settings = _settings(_parser().parse_args(["serve"]))
-    assert (settings.host, settings.port, str(settings.config), settings.database_url,
-            settings.allow_unauthenticated) == (
-        "10.9.8.7", 9123, "/etc/cascade.json", "postgresql://h/db", True)
-    flags = _parser().parse_args(["serve", "--host", "::1", "--port", "1",
-                                  "--allow-unauthenticated"])
+    assert (
+        settings.host,
+        settings.port,
+        str(settings.config),
+        settings.database_url,
+        settings.allow_unauthenticated,
+    ) == ("10.9.8.7", 9123, "/etc/cascade.json", "postgresql://h/db", True)
+    flags = _parser().parse_args(
+        ["serve", "--host", "::1", "--port", "1", "--allow-unauthenticated"]
+    )
     assert (_settings(flags).host, _settings(flags).port) == ("::1", 1)  # flags win
     monkeypatch.setenv("CASCADE_ALLOW_UNAUTHENTICATED", "0")
     assert _settings(flags).allow_unauthenticated is True

@@ -169,17 +169,22 @@ def test_unknown_key_in_agent_context_override_is_rejected() -> None:
     ("raw", "names"),
     [
         # each used to be accepted, then failed every chat request with a 500
-        ({"context": {"redaction": {"patterns": ["(unclosed"]}}},
-         r"context\.redaction\.patterns: invalid redaction pattern '\(unclosed'"),
-        ({"agents": {"a": {"context": {"redaction": {"patterns": ["[a"]}}}}},
-         r"agents\.a\.context\.redaction\.patterns"),
+        (
+            {"context": {"redaction": {"patterns": ["(unclosed"]}}},
+            r"context\.redaction\.patterns: invalid redaction pattern '\(unclosed'",
+        ),
+        (
+            {"agents": {"a": {"context": {"redaction": {"patterns": ["[a"]}}}}},
+            r"agents\.a\.context\.redaction\.patterns",
+        ),
         # each used to escape as a TypeError or ValueError: a traceback, no config.rejected
         ({"agents": ["x"]}, "agents: must be an object"),
         ({"providers": "ab"}, "providers: must be an object"),
     ],
 )
-def test_a_config_that_cannot_work_is_rejected_naming_the_key(raw: dict[str, Any],
-                                                              names: str) -> None:
+def test_a_config_that_cannot_work_is_rejected_naming_the_key(
+    raw: dict[str, Any], names: str
+) -> None:
     with pytest.raises(ConfigError, match=names):
         parse_config(raw, env={})
 
@@ -354,13 +359,21 @@ def test_no_warnings_for_the_defaults_or_the_shipped_file() -> None:
 
 def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() -> None:
     raw = {
-        "providers": {"local": {"baseUrl": "http://127.0.0.1:9/v1"},
-                      "paid": {"baseUrl": "http://127.0.0.1:8/v1", "apiKeyEnv": "PAID_KEY"}},
-        "agents": {"default": {"provider": "paid"},
-                   "coder": {"provider": "local", "context": {"retrieval": {"enabled": True}}}},
+        "providers": {
+            "local": {"baseUrl": "http://127.0.0.1:9/v1"},
+            "paid": {"baseUrl": "http://127.0.0.1:8/v1", "apiKeyEnv": "PAID_KEY"},
+        },
+        "agents": {
+            "default": {"provider": "paid"},
+            "coder": {"provider": "local", "context": {"retrieval": {"enabled": True}}},
+        },
         "context": {"memoryPromotion": {"mode": "suggest"}},
-        "auth": {"keys": [{"keyEnv": "TEAM_A_KEY", "tenant": "a"},
-                          {"keyEnv": "TEAM_B_KEY", "tenant": "b"}]},
+        "auth": {
+            "keys": [
+                {"keyEnv": "TEAM_A_KEY", "tenant": "a"},
+                {"keyEnv": "TEAM_B_KEY", "tenant": "b"},
+            ]
+        },
     }
     env = {"TEAM_A_KEY": "k"}
     assert config_warnings(parse_config(raw, env), env) == [
@@ -377,7 +390,8 @@ def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() 
     assert config_warnings(parse_config(passthrough, env), env) == []
     metrics = {"auth": {"metricsKeyEnv": "SCRAPE_KEY"}}
     assert config_warnings(parse_config(metrics, env), env) == [
-        "auth.metricsKeyEnv: $SCRAPE_KEY is unset, so /metrics answers without a key"]
+        "auth.metricsKeyEnv: $SCRAPE_KEY is unset, so /metrics answers without a key"
+    ]
     assert config_warnings(parse_config(metrics, env), {"SCRAPE_KEY": "k"}) == []
 
 
@@ -392,8 +406,13 @@ def test_the_holder_logs_the_warnings(
 
 
 def test_built_stages_are_not_warned_about() -> None:
-    raw = {"context": {"recitation": {"enabled": True}, "handoff": {"enabled": True},
-                       "summarize": {"ledgerCap": 10}}}
+    raw = {
+        "context": {
+            "recitation": {"enabled": True},
+            "handoff": {"enabled": True},
+            "summarize": {"ledgerCap": 10},
+        }
+    }
     cfg = parse_config(raw, {})
     assert config_warnings(cfg, {}) == []
     assert cfg.context.summarize.ledger_cap == 10

@@ -79,8 +79,9 @@ async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_e
         provider = ProviderConfig(base_url=server.url(), timeout_seconds=0.3)
         settings = SimpleNamespace(keepalive_seconds=0.1, max_internal_rounds=1)
         forwarder = Forwarder(upstream=upstream, settings=settings)  # type: ignore[arg-type]
-        send = asyncio.ensure_future(upstream.open_stream(
-            provider, "/chat/completions", client_headers={}, content=b"{}"))
+        send = asyncio.ensure_future(
+            upstream.open_stream(provider, "/chat/completions", client_headers={}, content=b"{}")
+        )
         turn = _turn(finish, abort)
         pieces = [p async for p in forwarder._stream_body(turn, send)]  # type: ignore[arg-type]
     await upstream.client.aclose()

@@ -18,8 +18,11 @@ _LOGGERS = ("cascade", "uvicorn", "uvicorn.error", "uvicorn.access", "httpx")
 def _restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     saved_root = root.handlers[:]
-    saved = {n: (lg.handlers[:], lg.level, lg.propagate, lg.disabled)
-             for n in _LOGGERS for lg in [logging.getLogger(n)]}
+    saved = {
+        n: (lg.handlers[:], lg.level, lg.propagate, lg.disabled)
+        for n in _LOGGERS
+        for lg in [logging.getLogger(n)]
+    }
     yield
     root.handlers[:] = saved_root
     for name, (handlers, level, propagate, disabled) in saved.items():
@@ -97,6 +100,7 @@ def test_causes_follow_the_chain_and_cut_credentials_out_of_urls() -> None:
             raise RuntimeError("502") from middle
     except RuntimeError as exc:
         text = causes(exc)
-    assert text == (" (cause: ConnectionError: connect failed <- "
-                    "OSError: proxy http://egress:3128 refused)")
+    assert text == (
+        " (cause: ConnectionError: connect failed <- OSError: proxy http://egress:3128 refused)"
+    )
     assert causes(ValueError("alone")) == ""

@@ -27,20 +27,32 @@ m.token_usage.labels("chat", "input", "gpt-4o").observe(100)
 if sys.argv[2] == "stops":
     m.close()
 """
-RENDER = "import sys; from proxy.metrics import Metrics; " \
-         "sys.stdout.write(Metrics.from_env().render().decode())"
+RENDER = (
+    "import sys; from proxy.metrics import Metrics; "
+    "sys.stdout.write(Metrics.from_env().render().decode())"
+)
 
 
 def _run(code: str, *args: str, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def _value(text: str, name: str, **labels: str) -> float:
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def test_two_workers_report_their_sum_through_either(tmp_path: Path) -> None:
@@ -60,7 +72,8 @@ def test_two_workers_report_their_sum_through_either(tmp_path: Path) -> None:
 def test_without_the_directory_a_process_reports_only_itself(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     code = WORKER.replace("assert m.multiprocess_dir is not None", "") + (
-        "\nsys.stdout.write(m.render().decode())")
+        "\nsys.stdout.write(m.render().decode())"
+    )
     text = _run(code, "5", "runs", env=env)
     assert _value(text, "cascade_requests_total") == 5
     assert list(tmp_path.iterdir()) == []

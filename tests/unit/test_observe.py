@@ -36,8 +36,12 @@ from proxy.observe import (
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float:
     text = metrics.render().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 async def _item(request: Request) -> PlainTextResponse:
@@ -56,11 +60,9 @@ async def test_labels_are_route_templates_and_known_methods_only() -> None:
         assert (await client.request("BREW", "/items/secret-42")).status_code == 405
         assert (await client.get("/elsewhere/secret-43")).status_code == 404
     route = "/items/{item_id}"
-    assert _value(metrics, "cascade_requests_total", route=route, method="GET",
-                  status="200") == 1
+    assert _value(metrics, "cascade_requests_total", route=route, method="GET", status="200") == 1
     # a method a client made up is "other": no client can mint label values
-    assert _value(metrics, "cascade_requests_total", route=route, method="other",
-                  status="405") == 1
+    assert _value(metrics, "cascade_requests_total", route=route, method="other", status="405") == 1
     assert _value(metrics, "cascade_requests_total", route="none", status="404") == 1
     text = metrics.render().decode()
     assert "secret-4" not in text and "BREW" not in text
@@ -78,12 +80,14 @@ def test_the_stages_events_count_by_stage() -> None:
     metrics = Metrics()
     obs, token = _observed(metrics)
     try:
-        note_step_events([
-            Event(TRUNCATED, {"original_chars": 10_000, "kept_chars": 2_000}),
-            Event(EVICTED, {"tokens_reclaimed": 700, "count": 2}),
-            Event(TRIMMED, {"tokens_before": 5_000, "tokens_after": 3_000}),
-            Event(USAGE, {"occupancy": 1}),
-        ])
+        note_step_events(
+            [
+                Event(TRUNCATED, {"original_chars": 10_000, "kept_chars": 2_000}),
+                Event(EVICTED, {"tokens_reclaimed": 700, "count": 2}),
+                Event(TRIMMED, {"tokens_before": 5_000, "tokens_after": 3_000}),
+                Event(USAGE, {"occupancy": 1}),
+            ]
+        )
         note_compaction_event(COMPACTION_STARTED, {"tokens_before": 9})
         note_compaction_event(COMPACTION_COMPLETED, {"tokens_before": 4_000, "tokens_after": 900})
         note_compaction_event(COMPACTION_FAILED, {"reason": "summary_failed"})

@@ -33,10 +33,14 @@ def test_the_document_validates_and_lists_every_route_with_its_path_parameters(
     app = _app(tmp_path)
     doc = app.openapi()
     validate(doc)  # OpenAPI 3.1; also checks each templated path parameter is declared
-    routes = [r for r in iter_route_contexts(app.routes)
-              if r.path not in _DOCS and not _is_console(r.path)]
+    routes = [
+        r
+        for r in iter_route_contexts(app.routes)
+        if r.path not in _DOCS and not _is_console(r.path)
+    ]
     assert {"/v1/chat/completions", "/s/{session_id}/v1/chat/completions"} <= {
-        r.path for r in routes}
+        r.path for r in routes
+    }
     for route in routes:
         operations = doc["paths"].get(route.path)
         assert operations is not None, f"{route.path} is not in /openapi.json"

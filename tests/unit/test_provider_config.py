@@ -8,8 +8,17 @@ from proxy.config import ConfigError, parse_config
 
 
 def test_a_provider_takes_ca_file_and_verify_tls_and_knows_its_name() -> None:
-    cfg = parse_config({"providers": {"local": {
-        "baseUrl": "https://llm.internal/v1", "caFile": "/etc/ca.pem", "verifyTls": False}}})
+    cfg = parse_config(
+        {
+            "providers": {
+                "local": {
+                    "baseUrl": "https://llm.internal/v1",
+                    "caFile": "/etc/ca.pem",
+                    "verifyTls": False,
+                }
+            }
+        }
+    )
     local = cfg.providers["local"]
     assert (local.ca_file, local.verify_tls, local.name) == ("/etc/ca.pem", False, "local")
     assert cfg.providers["openai"].verify_tls and cfg.providers["openai"].ca_file is None

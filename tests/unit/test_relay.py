@@ -27,8 +27,13 @@ class _Body:
         pass
 
 
-def frame(delta: dict[str, Any], finish: str | None = None, *, index: int = 0,
-          head: dict[str, Any] | None = None) -> bytes:
+def frame(
+    delta: dict[str, Any],
+    finish: str | None = None,
+    *,
+    index: int = 0,
+    head: dict[str, Any] | None = None,
+) -> bytes:
     head = head or {"id": "c-1", "created": 1, "model": "m", "system_fingerprint": "fp_1"}
     choice = {"index": index, "delta": delta, "finish_reason": finish}
     # Spaced JSON, unlike the relay's own encoding: a re-encoded frame would show.
@@ -37,16 +42,33 @@ def frame(delta: dict[str, Any], finish: str | None = None, *, index: int = 0,
 
 
 def read_call(cid: str) -> dict[str, Any]:
-    return {"tool_calls": [{"index": 0, "id": cid, "type": "function",
-                            "function": {"name": "read_tool_output", "arguments": "{}"}}]}
+    return {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": cid,
+                "type": "function",
+                "function": {"name": "read_tool_output", "arguments": "{}"},
+            }
+        ]
+    }
 
 
-async def relay(pieces: Sequence[bytes], client: ClientStream, *, intercept: bool = False) -> (
-    tuple[list[bytes], RoundOutcome]
-):
+async def relay(
+    pieces: Sequence[bytes], client: ClientStream, *, intercept: bool = False
+) -> tuple[list[bytes], RoundOutcome]:
     out = RoundOutcome()
-    got = [p async for p in relay_round(_Body(pieces), out, strip_usage=False,  # type: ignore[arg-type]
-                                        intercept=intercept, keepalive=5, client=client)]
+    got = [
+        p
+        async for p in relay_round(
+            _Body(pieces),
+            out,
+            strip_usage=False,  # type: ignore[arg-type]
+            intercept=intercept,
+            keepalive=5,
+            client=client,
+        )
+    ]
     return got, out
 
 
@@ -56,18 +78,29 @@ def chunks(pieces: Sequence[bytes]) -> list[dict[str, Any]]:
 
 async def test_a_later_round_takes_the_first_rounds_identity_and_drops_its_role() -> None:
     client = ClientStream()
-    first = [frame({"role": "assistant", "content": ""}), frame({"content": "a"}),
-             frame({}, "stop"), sse.DONE]
+    first = [
+        frame({"role": "assistant", "content": ""}),
+        frame({"content": "a"}),
+        frame({}, "stop"),
+        sse.DONE,
+    ]
     got, _ = await relay(first, client)
     assert got == first  # byte for byte
 
     other = {"id": "c-2", "created": 2, "model": "m2", "system_fingerprint": "fp_2"}
-    second = [frame({"role": "assistant", "content": ""}, head=other),
-              frame({"role": "assistant"}, head=other),  # nothing but a role: dropped
-              frame({"content": "b"}, head=other), frame({}, "stop", head=other), sse.DONE]
+    second = [
+        frame({"role": "assistant", "content": ""}, head=other),
+        frame({"role": "assistant"}, head=other),  # nothing but a role: dropped
+        frame({"content": "b"}, head=other),
+        frame({}, "stop", head=other),
+        sse.DONE,
+    ]
     got, out = await relay(second, client)
-    assert [c["choices"][0]["delta"] for c in chunks(got)] == [{"content": ""}, {"content": "b"},
-                                                               {}]
+    assert [c["choices"][0]["delta"] for c in chunks(got)] == [
+        {"content": ""},
+        {"content": "b"},
+        {},
+    ]
     assert {(c["id"], c["created"], c["model"], c["system_fingerprint"]) for c in chunks(got)} == {
         ("c-1", 1, "m", "fp_1")
     }
@@ -76,14 +109,19 @@ async def test_a_later_round_takes_the_first_rounds_identity_and_drops_its_role(
 
 
 async def test_a_provider_that_repeats_the_role_sends_it_once_per_choice() -> None:
-    pieces = [frame({"role": "assistant", "content": "a"}),
-              frame({"role": "assistant", "content": "b"}, index=1),
-              frame({"role": "assistant", "content": "c"}),
-              frame({"role": "assistant", "content": "d"}, index=1), sse.DONE]
+    pieces = [
+        frame({"role": "assistant", "content": "a"}),
+        frame({"role": "assistant", "content": "b"}, index=1),
+        frame({"role": "assistant", "content": "c"}),
+        frame({"role": "assistant", "content": "d"}, index=1),
+        sse.DONE,
+    ]
     got, _ = await relay(pieces, ClientStream())
     assert got[:2] == pieces[:2] and got[-1] == sse.DONE
-    assert [c["choices"][0]["delta"] for c in chunks(got[2:])] == [{"content": "c"},
-                                                                   {"content": "d"}]
+    assert [c["choices"][0]["delta"] for c in chunks(got[2:])] == [
+        {"content": "c"},
+        {"content": "d"},
+    ]
 
 
 async def test_the_text_beside_an_internal_rounds_finish_still_reaches_the_client() -> None:
@@ -92,25 +130,39 @@ async def test_the_text_beside_an_internal_rounds_finish_still_reaches_the_clien
     got, out = await relay([whole, sse.DONE], ClientStream(), intercept=True)
     assert out.only_internal
     [chunk] = chunks(got)
-    assert chunk["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": "looking"},
-                                 "finish_reason": None}]
+    assert chunk["choices"] == [
+        {"index": 0, "delta": {"role": "assistant", "content": "looking"}, "finish_reason": None}
+    ]
     assert sse.DONE not in got
 
 
 def test_closing_frames_finish_every_choice_under_the_streams_identity() -> None:
     client = ClientStream(head={"id": "c-1", "created": 1, "model": "m"})
     acc = sse.StreamAccumulator()
-    acc.add({"id": "c-3", "choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {}}],
-             "created": 3, "model": "m3"})
+    acc.add(
+        {
+            "id": "c-3",
+            "choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {}}],
+            "created": 3,
+            "model": "m3",
+        }
+    )
     acc.add({"id": "c-3", "choices": [], "usage": {"prompt_tokens": 5}})
     finish, usage, done = _closing_frames(client, acc, include_usage=True)
     first = sse.parse_chunk(finish)
     assert first is not None and first["id"] == "c-1" and first["created"] == 1
-    assert [(c["index"], c["finish_reason"]) for c in first["choices"]] == [(0, "stop"),
-                                                                            (1, "stop")]
-    assert sse.parse_chunk(usage) == {"object": "chat.completion.chunk", "id": "c-1",
-                                      "created": 1, "model": "m", "choices": [],
-                                      "usage": {"prompt_tokens": 5}}
+    assert [(c["index"], c["finish_reason"]) for c in first["choices"]] == [
+        (0, "stop"),
+        (1, "stop"),
+    ]
+    assert sse.parse_chunk(usage) == {
+        "object": "chat.completion.chunk",
+        "id": "c-1",
+        "created": 1,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 5},
+    }
     assert done == sse.DONE
 
 
@@ -118,8 +170,10 @@ ENDINGS = {
     "done": ([frame({"content": "a"}), sse.DONE], True),
     "finish": ([frame({"content": "a"}), frame({}, "stop")], True),
     "neither": ([frame({"content": "a"})], False),
-    "one-choice-of-two-finished": ([frame({"content": "a"}), frame({"content": "b"}, index=1),
-                                    frame({}, "stop")], False),
+    "one-choice-of-two-finished": (
+        [frame({"content": "a"}), frame({"content": "b"}, index=1), frame({}, "stop")],
+        False,
+    ),
     "only-comments": ([b": keep-alive\n\n"], False),
     "no-chat-stream": ([b'{"object": "chat.completion"}'], True),  # relayed as it came
     "provider-error-frame": ([b'data: {"error": {"message": "overloaded"}}\n\n'], True),

@@ -25,8 +25,10 @@ async def test_a_slow_client_pauses_the_provider(kind: Kind) -> None:
         nonlocal sent
         writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
         await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"content-length: %d\r\n\r\n" % (len(FRAME) * TOTAL + 14))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"content-length: %d\r\n\r\n" % (len(FRAME) * TOTAL + 14)
+        )
         for _ in range(TOTAL // 100):
             writer.write(FRAME * 100)
             await writer.drain()  # waits while the proxy does not read
@@ -36,11 +38,15 @@ async def test_a_slow_client_pauses_the_provider(kind: Kind) -> None:
 
     upstream = Upstream(build_client(kind=kind), env={})
     async with Server(handler) as server:
-        answer = await upstream.open_stream(ProviderConfig(base_url=server.url()),
-                                            "/chat/completions", client_headers={},
-                                            content=b"{}")
-        pieces = relay_round(answer, RoundOutcome(), strip_usage=False, intercept=False,
-                             keepalive=10)
+        answer = await upstream.open_stream(
+            ProviderConfig(base_url=server.url()),
+            "/chat/completions",
+            client_headers={},
+            content=b"{}",
+        )
+        pieces = relay_round(
+            answer, RoundOutcome(), strip_usage=False, intercept=False, keepalive=10
+        )
         await pieces.__anext__()
         await asyncio.sleep(0.8)  # the client is busy; the provider would keep sending
         assert sent < len(FRAME) * TOTAL // 3  # it waits on the proxy, which holds little

@@ -19,9 +19,20 @@ KEY = ("tenant", "session")
 def _history(n: int, size: int = 300) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": "You are terse. " + "x" * size}]
     for i in range(n):
-        out.append({"role": "user", "content": f"question {i} é \"quoted\" ] }} " + "y" * size})
-        out.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        out.append({"role": "user", "content": f'question {i} é "quoted" ] }} ' + "y" * size})
+        out.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
         out.append({"role": "tool", "tool_call_id": f"c{i}", "content": "[1, 2]" * 50})
     return out
 
@@ -38,13 +49,24 @@ def _dump(body: dict[str, Any], style: str) -> bytes:
 @pytest.mark.parametrize("first", ["messages", "model"])
 def test_an_extended_history_reuses_the_previous_messages(style: str, first: str) -> None:
     cache = ResentBodies(min_bytes=0)
-    tail = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "required": ["a"]}}}], "stop": ["]"], "max_tokens": 5}
+    tail = {
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"type": "object", "required": ["a"]}},
+            }
+        ],
+        "stop": ["]"],
+        "max_tokens": 5,
+    }
     history = _history(10)
 
     def body(msgs: list[dict[str, Any]]) -> bytes:
-        ordered = {"messages": msgs, "model": "m"} if first == "messages" else {
-            "model": "m", "messages": msgs}
+        ordered = (
+            {"messages": msgs, "model": "m"}
+            if first == "messages"
+            else {"model": "m", "messages": msgs}
+        )
         return _dump({**ordered, **tail}, style)
 
     one = cache.parse(KEY, body(history))
@@ -120,20 +142,41 @@ def test_the_cache_is_bounded_by_the_bytes_it_holds() -> None:
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
-                                                                 max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
     max_leaves=6,
 )
-_SNIPPETS = [b",", b" ", b"]", b"}", b"[", b"{", b'"', b"\\", b"null", b",{}", b", 1", b":",
-             b'"messages":[', b',"messages":[]', b"\n", b"]}"]
+_SNIPPETS = [
+    b",",
+    b" ",
+    b"]",
+    b"}",
+    b"[",
+    b"{",
+    b'"',
+    b"\\",
+    b"null",
+    b",{}",
+    b", 1",
+    b":",
+    b'"messages":[',
+    b',"messages":[]',
+    b"\n",
+    b"]}",
+]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_JSON, min_size=1, max_size=4), st.dictionaries(st.text(max_size=4), _JSON,
-                                                                max_size=3),
-       st.integers(0, 10_000), st.sampled_from(["sdk", "compact"]))
-def test_random_edits_parse_exactly_as_orjson(items: list[Any], tail: dict[str, Any],
-                                              seed: int, style: str) -> None:
+@given(
+    st.lists(_JSON, min_size=1, max_size=4),
+    st.dictionaries(st.text(max_size=4), _JSON, max_size=3),
+    st.integers(0, 10_000),
+    st.sampled_from(["sdk", "compact"]),
+)
+def test_random_edits_parse_exactly_as_orjson(
+    items: list[Any], tail: dict[str, Any], seed: int, style: str
+) -> None:
     cache = ResentBodies(min_bytes=0)
     rng = random.Random(seed)
     raw = _dump({"model": "m", "messages": items, **tail}, style)
@@ -150,6 +193,7 @@ def test_random_edits_parse_exactly_as_orjson(items: list[Any], tail: dict[str, 
         entry = cache._entries.get(KEY)
         at_end = entry is not None and rng.random() < 0.7  # where a client would splice
         pos = entry.end if at_end else rng.randrange(len(raw) + 1)
-        snippet = rng.choice(_SNIPPETS) if rng.random() < 0.6 else b", " + orjson.dumps(
-            rng.choice(items))
+        snippet = (
+            rng.choice(_SNIPPETS) if rng.random() < 0.6 else b", " + orjson.dumps(rng.choice(items))
+        )
         raw = raw[:pos] + snippet + raw[pos:]

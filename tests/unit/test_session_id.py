@@ -175,9 +175,17 @@ def test_tenant_from_non_bearer_header_hashes_whole_value() -> None:
 def test_named_session_id_is_none_only_when_the_client_names_none() -> None:
     plain = {"messages": [{"role": "user", "content": "hi"}]}
     assert named_session_id(path_id=None, header_id=None, body=plain) is None
-    assert named_session_id(path_id=None, header_id=None,
-                            body={**plain, "metadata": {"session_id": None}}) is None
+    assert (
+        named_session_id(
+            path_id=None, header_id=None, body={**plain, "metadata": {"session_id": None}}
+        )
+        is None
+    )
     assert named_session_id(path_id=None, header_id="h", body=plain) == "h"
-    assert named_session_id(path_id=None, header_id=None,
-                            body={**plain, "metadata": {"session_id": "m"}}) == "m"
+    assert (
+        named_session_id(
+            path_id=None, header_id=None, body={**plain, "metadata": {"session_id": "m"}}
+        )
+        == "m"
+    )
     assert named_session_id(path_id="p", header_id="h", body=plain) == "p"

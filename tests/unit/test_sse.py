@@ -199,13 +199,22 @@ def test_accumulator_keeps_a_tool_calls_unknown_fields() -> None:
     # Gemini's OpenAI endpoint wants extra_content (a thought signature) back next turn
     signature = {"google": {"thought_signature": "c2ln"}}
     acc = StreamAccumulator()
-    head = {"index": 0, "id": "a", "type": "function", "function": {"name": "grep"},
-            "extra_content": signature}
+    head = {
+        "index": 0,
+        "id": "a",
+        "type": "function",
+        "function": {"name": "grep"},
+        "extra_content": signature,
+    }
     acc.add(chunk(delta(tool_calls=[head])))
     acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])))
     assert acc.message()["tool_calls"] == [
-        {"id": "a", "type": "function", "function": {"name": "grep", "arguments": "{}"},
-         "extra_content": signature}
+        {
+            "id": "a",
+            "type": "function",
+            "function": {"name": "grep", "arguments": "{}"},
+            "extra_content": signature,
+        }
     ]
 
 

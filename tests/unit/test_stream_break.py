@@ -15,25 +15,37 @@ from tests.fakes.scripted import Reader, Server, Writer
 FRAMES = b"data: one\n\ndata: two\n\n"
 
 
-@pytest.mark.parametrize("kind", [
-    "httpx",
-    pytest.param("aiohttp", marks=pytest.mark.xfail(
-        reason="aiohttp's reader raises the break before handing over what it holds")),
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "httpx",
+        pytest.param(
+            "aiohttp",
+            marks=pytest.mark.xfail(
+                reason="aiohttp's reader raises the break before handing over what it holds"
+            ),
+        ),
+    ],
+)
 async def test_bytes_before_a_break_come_before_the_error(kind: Kind) -> None:
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
         await server.request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"content-length: 1000\r\n\r\n" + FRAMES)  # 1000 promised, fewer sent
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"content-length: 1000\r\n\r\n" + FRAMES
+        )  # 1000 promised, fewer sent
         await writer.drain()
         writer.close()  # the body ends short of its length
 
     upstream = Upstream(build_client(kind=kind), env={})
     got = b""
     async with Server(handler) as server:
-        answer = await upstream.open_stream(ProviderConfig(base_url=server.url()),
-                                            "/chat/completions", client_headers={},
-                                            content=b"{}")
+        answer = await upstream.open_stream(
+            ProviderConfig(base_url=server.url()),
+            "/chat/completions",
+            client_headers={},
+            content=b"{}",
+        )
         await asyncio.sleep(0.2)  # the break arrives before anyone reads (a busy client)
         with pytest.raises(Exception) as info:  # noqa: PT011 - each transport names it its way
             async for chunk in answer.aiter_bytes():

@@ -23,8 +23,9 @@ def test_tracing_is_off_unless_asked_for() -> None:
     assert build_tracing("off", env={"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}) is None
 
 
-@pytest.mark.parametrize("name", ["OTEL_EXPORTER_OTLP_ENDPOINT",
-                                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
+@pytest.mark.parametrize(
+    "name", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+)
 def test_an_otlp_endpoint_turns_on_batched_otlp_export(name: str) -> None:
     tracing = build_tracing("", env={name: UNROUTABLE, "OTEL_SERVICE_NAME": "cascade-test"})
     assert tracing is not None and tracing.owned
@@ -78,6 +79,12 @@ def test_with_tracing_off_no_span_is_made_and_the_sdk_is_not_loaded() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')]\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CASCADE_"))}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr

@@ -37,7 +37,8 @@ def test_proxies_follow_the_environment_as_httpx_reads_it(
     monkeypatch.setenv("NO_PROXY", "internal.example,10.0.0.7")
     transport = ProviderTransport(max_connections=4)
     assert transport.proxy_for(httpx.URL("https://api.openai.com/v1")) == (
-        "http://secure-proxy:3128")
+        "http://secure-proxy:3128"
+    )
     assert transport.proxy_for(httpx.URL("http://llm.example/v1")) == "http://any-proxy:3128"
     assert transport.proxy_for(httpx.URL("https://llm.internal.example/v1")) is None
     assert transport.proxy_for(httpx.URL("http://10.0.0.7:8000/v1")) is None

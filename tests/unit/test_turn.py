@@ -22,8 +22,14 @@ class _Pool:
 
 async def _turn(pool: _Pool, locks: SessionLocks) -> Turn:
     await locks.acquire(KEY)
-    return Turn(KEY, "conn", pool=pool, locks=locks, chains=ChainCache(),  # type: ignore[arg-type]
-                bus=None)  # type: ignore[arg-type]
+    return Turn(
+        KEY,
+        "conn",
+        pool=pool,
+        locks=locks,
+        chains=ChainCache(),  # type: ignore[arg-type]
+        bus=None,
+    )  # type: ignore[arg-type]
 
 
 async def test_finish_then_abort_releases_once() -> None:

@@ -34,11 +34,16 @@ def _caused_by(cause: BaseException) -> httpx.ConnectError:
 
 
 def test_unreachable_names_the_provider_scheme_host_and_port_only() -> None:
-    err = _raised("https://user:s3cret@llm.example:8443/v1/chat/completions",
-                  _caused_by(ConnectionRefusedError(111, "Connection refused")), name="local")
+    err = _raised(
+        "https://user:s3cret@llm.example:8443/v1/chat/completions",
+        _caused_by(ConnectionRefusedError(111, "Connection refused")),
+        name="local",
+    )
     assert isinstance(err, UpstreamUnavailable)
-    assert ("could not reach the provider 'local' at https://llm.example:8443: "
-            "connection refused (ConnectError)") in str(err)
+    assert (
+        "could not reach the provider 'local' at https://llm.example:8443: "
+        "connection refused (ConnectError)"
+    ) in str(err)
     assert "s3cret" not in str(err) and "user" not in str(err)
 
 
@@ -48,8 +53,9 @@ def test_default_port_is_not_printed_as_an_empty_one() -> None:
 
 
 def test_the_cause_is_named_for_dns_and_certificates() -> None:
-    dns = _raised("https://llm.example/v1", _caused_by(socket.gaierror(-2, "Name or service "
-                                                                         "not known")))
+    dns = _raised(
+        "https://llm.example/v1", _caused_by(socket.gaierror(-2, "Name or service not known"))
+    )
     assert "name resolution failed (Name or service not known)" in str(dns)
     bad = ssl.SSLCertVerificationError(1, "certificate verify failed")
     bad.verify_message = "unable to get local issuer certificate"
@@ -72,8 +78,10 @@ def test_other_errors_pass_through_untouched() -> None:
 
 
 @pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
-@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://[::1/v1",
-                                 "http://127.0.0.1:0x50/v1", "http://a..b/v1"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:99999/v1", "http://[::1/v1", "http://127.0.0.1:0x50/v1", "http://a..b/v1"],
+)
 async def test_a_base_url_that_does_not_parse_is_a_502(url: str, kind: Kind) -> None:
     upstream = Upstream(build_client(kind=kind), env={})
     with pytest.raises(UpstreamUnavailable) as info:

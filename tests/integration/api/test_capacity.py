@@ -25,8 +25,13 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def _client(server: ProxyServer, session: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.url, api_key=CLIENT_KEY, max_retries=0,
-                              timeout=20, default_headers={"X-Session-Id": session})
+    return openai.AsyncOpenAI(
+        base_url=server.url,
+        api_key=CLIENT_KEY,
+        max_retries=0,
+        timeout=20,
+        default_headers={"X-Session-Id": session},
+    )
 
 
 async def _ask(server: ProxyServer, session: str) -> str:
@@ -41,9 +46,11 @@ def test_more_sessions_than_ten_reach_a_slow_provider_at_once_by_default(
     # The pool used to hold 10: the 11th session waited for a whole answer of another one.
     n = 16
     fake_upstream.script(*(reply(f"late {i}", first_byte_delay=3.0) for i in range(n)))
-    server = ProxyServer(Settings(database_url=db_dsn, config=config_path,
-                                  watch_config=False)).start()
+    server = ProxyServer(
+        Settings(database_url=db_dsn, config=config_path, watch_config=False)
+    ).start()
     try:
+
         async def run() -> tuple[list[str], float]:
             started = time.monotonic()
             tasks = [asyncio.create_task(_ask(server, f"cap-{i}")) for i in range(n)]
@@ -63,10 +70,16 @@ def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
     db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.script(reply("slow", first_byte_delay=2.0), reply("later"))
-    settings = Settings(database_url=db_dsn, config=config_path, watch_config=False,
-                        pool_max_size=1, pool_timeout_seconds=0.3)
+    settings = Settings(
+        database_url=db_dsn,
+        config=config_path,
+        watch_config=False,
+        pool_max_size=1,
+        pool_timeout_seconds=0.3,
+    )
     server = ProxyServer(settings).start()
     try:
+
         async def run() -> tuple[str, openai.APIStatusError, float, str]:
             holder = asyncio.create_task(_ask(server, "holder"))
             await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
@@ -96,12 +109,21 @@ def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
     # Four requests at once on one session, two connections: the three behind the first
     # used to take the second connection to wait on the session's lock, so another
     # session found the pool empty.
-    fake_upstream.script(reply("first", first_byte_delay=1.0), reply("other"),
-                         *(reply("queued", first_byte_delay=0.2) for _ in range(3)))
-    settings = Settings(database_url=db_dsn, config=config_path, watch_config=False,
-                        pool_max_size=2, pool_timeout_seconds=0.5)
+    fake_upstream.script(
+        reply("first", first_byte_delay=1.0),
+        reply("other"),
+        *(reply("queued", first_byte_delay=0.2) for _ in range(3)),
+    )
+    settings = Settings(
+        database_url=db_dsn,
+        config=config_path,
+        watch_config=False,
+        pool_max_size=2,
+        pool_timeout_seconds=0.5,
+    )
     server = ProxyServer(settings).start()
     try:
+
         async def run() -> tuple[list[str], str, float]:
             busy = [asyncio.create_task(_ask(server, "busy"))]
             await asyncio.to_thread(fake_upstream.wait_for_requests, 1)

@@ -237,8 +237,9 @@ def test_proxy_without_providers_block_uses_openai_env_upstream(
     assert fake_upstream.requests[-1].headers["authorization"] == "Bearer sk-proxy-upstream"
 
 
-@pytest.mark.parametrize("provider_key", ["sk-upstream-secret", None],
-                         ids=["provider_key_set", "provider_key_unset"])
+@pytest.mark.parametrize(
+    "provider_key", ["sk-upstream-secret", None], ids=["provider_key_set", "provider_key_unset"]
+)
 def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     provider_key: str | None,
     custom_proxy: Any,
@@ -253,7 +254,8 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     else:
         monkeypatch.setenv(UPSTREAM_KEY_ENV, provider_key)
     config = write_config(
-        tmp_path / "auth.json", fake_upstream.url,
+        tmp_path / "auth.json",
+        fake_upstream.url,
         providers={"openai": {"baseUrl": fake_upstream.url, "apiKeyEnv": UPSTREAM_KEY_ENV}},
         auth={"keys": [{"keyEnv": "CASCADE_TEST_TEAM_A", "tenant": "team-a"}]},
     )
@@ -267,8 +269,11 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     assert "proxy key" in refused.value.body["message"]
     assert fake_upstream.requests == []
     # the key under another scheme is no proxy key either
-    basic = httpx.post(f"{server.url}/chat/completions", json={"model": "m", "messages": hi},
-                       headers={"authorization": f"Basic {proxy_key}"})
+    basic = httpx.post(
+        f"{server.url}/chat/completions",
+        json={"model": "m", "messages": hi},
+        headers={"authorization": f"Basic {proxy_key}"},
+    )
     assert basic.status_code == 401 and fake_upstream.requests == []
 
     client = openai.OpenAI(base_url=server.url, api_key=proxy_key, max_retries=0)
@@ -280,17 +285,24 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     for seen in fake_upstream.requests:
         assert seen.headers.get("authorization") == expected
         assert proxy_key not in json.dumps(dict(seen.headers))
-    listed = httpx.get(f"{server.origin}/v1/sessions",
-                       headers={"authorization": f"Bearer {proxy_key}"}).json()
+    listed = httpx.get(
+        f"{server.origin}/v1/sessions", headers={"authorization": f"Bearer {proxy_key}"}
+    ).json()
     assert "auth-a" in {s["id"] for s in listed["data"]}
     # the session API's compaction calls the fast model with the same credentials
-    turns = [{"role": r, "content": f"turn {i}"}
-             for i, r in enumerate(["user", "assistant"] * 8 + ["user"])]
-    client.chat.completions.create(model="gpt-fake", messages=turns,
-                                   extra_headers={"X-Session-Id": "long"})
+    turns = [
+        {"role": r, "content": f"turn {i}"}
+        for i, r in enumerate(["user", "assistant"] * 8 + ["user"])
+    ]
+    client.chat.completions.create(
+        model="gpt-fake", messages=turns, extra_headers={"X-Session-Id": "long"}
+    )
     before = len(fake_upstream.requests)
-    httpx.post(f"{server.origin}/v1/sessions/long/compact", timeout=30,
-               headers={"authorization": f"Bearer {proxy_key}"})
+    httpx.post(
+        f"{server.origin}/v1/sessions/long/compact",
+        timeout=30,
+        headers={"authorization": f"Bearer {proxy_key}"},
+    )
     assert len(fake_upstream.requests) > before  # the fast model was called
     for seen in fake_upstream.requests:
         assert seen.headers.get("authorization") == expected

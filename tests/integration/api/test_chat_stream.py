@@ -440,22 +440,36 @@ def test_a_provider_error_frame_mid_stream_is_relayed_and_no_reply_is_stored(
     http: httpx.Client, fake_upstream: FakeUpstream
 ) -> None:
     # As on a reset: the answer failed, so it is not stored as if it were whole.
-    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}]}
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}],
+    }
     failure = {"error": {"message": "overloaded", "type": "server_error", "code": None}}
-    fake_upstream.script(raw(f"data: {json.dumps(chunk)}\n\n",
-                             f"data: {json.dumps(failure)}\n\n", "data: [DONE]\n\n"),
-                         reply("later"))
+    fake_upstream.script(
+        raw(
+            f"data: {json.dumps(chunk)}\n\n", f"data: {json.dumps(failure)}\n\n", "data: [DONE]\n\n"
+        ),
+        reply("later"),
+    )
     turn = [{"role": "user", "content": "go"}]
-    resp = http.post("/v1/chat/completions", headers={"x-session-id": "err-frame"},
-                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "err-frame"},
+        json={"model": "gpt-fake", "messages": turn, "stream": True},
+    )
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert _payload(frames[-2]) == failure and frames[-1] == DONE
     # the step ended with the body (the stream's last act), and stored no partial reply
     assert _live_messages(http, "err-frame", 0) == turn
-    again = http.post("/v1/chat/completions", headers={"x-session-id": "err-frame"},
-                      json={"model": "gpt-fake", "messages": turn})
+    again = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "err-frame"},
+        json={"model": "gpt-fake", "messages": turn},
+    )
     assert again.json()["choices"][0]["message"]["content"] == "later"
 
 
@@ -464,14 +478,26 @@ def test_a_whole_json_answer_to_a_stream_is_relayed_and_stores_no_empty_reply(
 ) -> None:
     # A provider that ignores "stream": its bytes go through, but they hold no chunk, and
     # an empty assistant message was stored as if the model had answered "".
-    completion = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-                  "choices": [{"index": 0, "finish_reason": "stop",
-                               "message": {"role": "assistant", "content": "whole"}}]}
-    fake_upstream.script(raw(json.dumps(completion),
-                             headers={"content-type": "application/json"}))
+    completion = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "whole"},
+            }
+        ],
+    }
+    fake_upstream.script(raw(json.dumps(completion), headers={"content-type": "application/json"}))
     turn = [{"role": "user", "content": "go"}]
-    resp = http.post("/v1/chat/completions", headers={"x-session-id": "json-stream"},
-                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "json-stream"},
+        json={"model": "gpt-fake", "messages": turn, "stream": True},
+    )
     assert resp.status_code == 200 and json.loads(resp.content) == completion
     assert _live_messages(http, "json-stream", 0) == turn
 
@@ -509,7 +535,8 @@ _START = (_frame({"role": "assistant", "content": ""}), _frame({"content": "part
 
 
 @pytest.mark.parametrize(
-    "ending", [(), (": keep-alive\n\n",), ('data: {"id": "c-early", "choices": [{"ind',)],
+    "ending",
+    [(), (": keep-alive\n\n",), ('data: {"id": "c-early", "choices": [{"ind',)],
     ids=["closed", "after-a-comment", "mid-event"],
 )
 def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothing(
@@ -519,19 +546,27 @@ def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothin
     sid = "ended-early"
     turn = [{"role": "user", "content": "go"}]
     fake_upstream.script(raw(*_START, *ending), reply("whole", chunks=1))
-    resp = http.post("/v1/chat/completions", headers={"x-session-id": sid},
-                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": sid},
+        json={"model": "gpt-fake", "messages": turn, "stream": True},
+    )
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert [_payload(f)["choices"][0]["delta"] for f in frames[:2]] == [
-        {"role": "assistant", "content": ""}, {"content": "partial"}]
+        {"role": "assistant", "content": ""},
+        {"content": "partial"},
+    ]
     err = _payload(frames[2])["error"]
     assert set(err) == {"message", "type", "param", "code"} and "provider" in err["message"]
     assert frames[3:] == [DONE]
     assert _live_messages(http, sid, 0) == turn  # no assistant row for the step
 
-    again = http.post("/v1/chat/completions", headers={"x-session-id": sid},
-                      json={"model": "gpt-fake", "messages": turn, "stream": True})
+    again = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": sid},
+        json={"model": "gpt-fake", "messages": turn, "stream": True},
+    )
     assert b"whole" in again.content and _data_frames(again.content)[-1] == DONE
     stored = _wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": "whole"}]
@@ -541,9 +576,11 @@ def test_a_stream_of_nothing_but_comments_is_an_error(
     http: httpx.Client, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.script(raw(": hello\n\n"))
-    resp = http.post("/v1/chat/completions", headers={"x-session-id": "only-comments"},
-                     json={"model": "gpt-fake", "messages": [{"role": "user", "content": "go"}],
-                           "stream": True})
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "only-comments"},
+        json={"model": "gpt-fake", "messages": [{"role": "user", "content": "go"}], "stream": True},
+    )
     frames = _data_frames(resp.content)
     assert "error" in _payload(frames[0]) and frames[1:] == [DONE]
 
@@ -560,8 +597,11 @@ def test_a_stream_with_done_or_a_finish_reason_is_complete_and_stored(
     sid = "complete-" + str(abs(hash(ending)))
     turn = [{"role": "user", "content": "go"}]
     fake_upstream.script(raw(*_START, *ending))
-    resp = http.post("/v1/chat/completions", headers={"x-session-id": sid},
-                     json={"model": "gpt-fake", "messages": turn, "stream": True})
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": sid},
+        json={"model": "gpt-fake", "messages": turn, "stream": True},
+    )
     assert resp.content == "".join((*_START, *ending)).encode()  # relayed as it came
     stored = _wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": "partial"}]

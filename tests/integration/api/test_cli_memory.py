@@ -18,8 +18,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def test_memory_add_ls_and_rm(proxy: ProxyServer, capsys: pytest.CaptureFixture[str],
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_add_ls_and_rm(
+    proxy: ProxyServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = ["--url", proxy.origin]
     monkeypatch.setenv("CASCADE_API_KEY", KEY)
 

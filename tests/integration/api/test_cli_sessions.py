@@ -14,8 +14,11 @@ KEY = "sk-test-client"
 
 
 def _chat(http: httpx.Client, sid: str, text: str) -> None:
-    resp = http.post("/v1/chat/completions", headers={"X-Session-Id": sid},
-                     json={"model": "m", "messages": [{"role": "user", "content": text}]})
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"X-Session-Id": sid},
+        json={"model": "m", "messages": [{"role": "user", "content": text}]},
+    )
     assert resp.status_code == 200, resp.text
 
 
@@ -26,7 +29,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_every_sessions_action_prints_a_table_or_json(
-    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str],
+    http: httpx.Client,
+    proxy: ProxyServer,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _chat(http, "cli-one", "first question\nover two lines")
@@ -37,8 +42,7 @@ def test_every_sessions_action_prints_a_table_or_json(
     code, out, _ = _run(capsys, *url, "ls")
     assert code == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED",
-                              "UPDATED"]
+    assert header.split() == ["ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED", "UPDATED"]
     assert {r.split()[0] for r in rows} == {"cli-one", "cli-two"}
     code, out, _ = _run(capsys, "ls", "--json", *url)  # options after the action too
     assert {s["id"] for s in json.loads(out)["data"]} == {"cli-one", "cli-two"}

@@ -247,12 +247,14 @@ def test_slash_compact_as_a_new_sessions_first_request_folds_its_history(
     with stack(tmp_path, db_dsn, fake_upstream, Model(), summarize=SUMMARIZE) as s:
         agent = Agent(s.client("resumed"))
         for i in range(5):  # 11 messages: more than a session is guessed new with
-            agent.messages += [{"role": "user", "content": words(200, f"t{i}")},
-                               {"role": "assistant", "content": f"done {i}"}]
+            agent.messages += [
+                {"role": "user", "content": words(200, f"t{i}")},
+                {"role": "assistant", "content": f"done {i}"},
+            ]
         answer = _command_round(s, agent, stream=False)
         _check_chat_command(s, agent, answer, "resumed")
         stored = s.query(
-            "SELECT pos FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
-            " ORDER BY pos", "resumed",
+            "SELECT pos FROM messages WHERE session_id = $1 AND superseded_at IS NULL ORDER BY pos",
+            "resumed",
         )
         assert [r["pos"] for r in stored] == list(range(len(agent.messages)))

@@ -213,7 +213,10 @@ class Stack:
             context=ctx,
         )
         proc = Settings(
-            database_url=db_dsn, config=path, keepalive_seconds=0.3, watch_config=False,
+            database_url=db_dsn,
+            config=path,
+            keepalive_seconds=0.3,
+            watch_config=False,
             **(settings or {}),
         )
         self.servers = [ProxyServer(proc) for _ in range(replicas)]
@@ -422,8 +425,13 @@ def test_a_background_compaction_that_gets_no_connection_is_skipped_not_queued(
         return reply("ok", first_byte_delay=1.5 if slow else 0.0)
 
     model = Model(main=main)
-    with stack(tmp_path, db_dsn, fake_upstream, model,
-               settings={"pool_max_size": 1, "pool_timeout_seconds": 0.3}) as s:
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        model,
+        settings={"pool_max_size": 1, "pool_timeout_seconds": 0.3},
+    ) as s:
         agent = Agent(s.client("starved"))
         for i in range(4):
             agent.say(words(450, f"t{i}"))
@@ -498,7 +506,8 @@ def test_hard_threshold_waits_for_the_compaction_in_flight(
 # one waited for ever (so would every request once all of them did): it runs on the
 # request's own connection.
 @pytest.mark.parametrize(
-    "proc", [None, {"pool_max_size": 1, "pool_timeout_seconds": 2.0}],
+    "proc",
+    [None, {"pool_max_size": 1, "pool_timeout_seconds": 2.0}],
     ids=["pool", "one-connection"],
 )
 def test_hard_threshold_compacts_synchronously_when_nothing_is_in_flight(

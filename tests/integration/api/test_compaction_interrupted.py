@@ -31,8 +31,7 @@ from tests.integration.api.test_compaction import (
 from tests.integration.transcripts import api, replay_events
 
 TENANT = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
-STARTED, COMPLETED, FAILED = (f"context.compaction.{n}" for n in ("started", "completed",
-                                                                   "failed"))
+STARTED, COMPLETED, FAILED = (f"context.compaction.{n}" for n in ("started", "completed", "failed"))
 KILL = """
 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
@@ -40,8 +39,13 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 
 
 def started(from_pos: int, version: int | None = None) -> dict[str, Any]:
-    return {"trigger": "soft", "from_pos": from_pos, "to_pos": from_pos + 8,
-            "tokens_before": 3000 + from_pos, "summary_version": version}
+    return {
+        "trigger": "soft",
+        "from_pos": from_pos,
+        "to_pos": from_pos + 8,
+        "tokens_before": 3000 + from_pos,
+        "summary_version": version,
+    }
 
 
 async def _seed(conn: asyncpg.Connection, events: dict[str, list[tuple[str, dict]]]) -> dict:
@@ -49,16 +53,23 @@ async def _seed(conn: asyncpg.Connection, events: dict[str, list[tuple[str, dict
     for sid, rows in events.items():
         await conn.execute("INSERT INTO sessions (tenant, id) VALUES ($1, $2)", TENANT, sid)
         for name, data in rows:
-            ids.setdefault(sid, []).append(await conn.fetchval(
-                "INSERT INTO events (tenant, session_id, name, data)"
-                " VALUES ($1, $2, $3, $4::text::jsonb) RETURNING id",
-                TENANT, sid, name, json.dumps({**data, "session_id": sid, "ts": "t"})))
+            ids.setdefault(sid, []).append(
+                await conn.fetchval(
+                    "INSERT INTO events (tenant, session_id, name, data)"
+                    " VALUES ($1, $2, $3, $4::text::jsonb) RETURNING id",
+                    TENANT,
+                    sid,
+                    name,
+                    json.dumps({**data, "session_id": sid, "ts": "t"}),
+                )
+            )
     return ids
 
 
 async def rows(conn: asyncpg.Connection, sid: str) -> list[tuple[int, str, dict[str, Any]]]:
-    got = await conn.fetch("SELECT id, name, data::text AS data FROM events"
-                           " WHERE session_id = $1 ORDER BY id", sid)
+    got = await conn.fetch(
+        "SELECT id, name, data::text AS data FROM events WHERE session_id = $1 ORDER BY id", sid
+    )
     return [(r["id"], r["name"], json.loads(r["data"])) for r in got]
 
 
@@ -78,8 +89,14 @@ async def test_start_up_closes_what_no_process_runs_any_more(
     seeded = {
         # a finished pair, then a compaction cut short, then another cut short whose
         # successor finished (an older proxy left it so)
-        "crashed": [(STARTED, started(1)), (COMPLETED, ok), (STARTED, started(9, 1)),
-                    (STARTED, started(17, 1)), (COMPLETED, ok), (STARTED, started(25, 2))],
+        "crashed": [
+            (STARTED, started(1)),
+            (COMPLETED, ok),
+            (STARTED, started(9, 1)),
+            (STARTED, started(17, 1)),
+            (COMPLETED, ok),
+            (STARTED, started(25, 2)),
+        ],
         "paired": [(STARTED, started(1)), (FAILED, {"error": "500", "reason": "x"})],
         "running": [(STARTED, started(1))],  # another replica holds its compaction lock
     }
@@ -125,15 +142,20 @@ def test_the_next_compaction_closes_one_cut_short_by_a_lost_connection(
         assert s.query(KILL)[0]["count"] >= 1
         time.sleep(2.0)
         assert [e["name"] for e in compaction_events(s, "cut")] == [STARTED]
-        cut_id = s.query("SELECT id FROM events WHERE session_id = 'cut' AND name = $1",
-                         STARTED)[0]["id"]
+        cut_id = s.query("SELECT id FROM events WHERE session_id = 'cut' AND name = $1", STARTED)[
+            0
+        ]["id"]
         agent.say(words(450, "next"))  # still over softFraction: the next compaction runs
         wait_until(lambda: s.summaries("cut"), 5.0, "the next compaction's summary")
-        events = wait_until(lambda: (e := compaction_events(s, "cut"))[-1]["name"] == COMPLETED
-                            and e, 5.0, "the next compaction to end")
+        events = wait_until(
+            lambda: (e := compaction_events(s, "cut"))[-1]["name"] == COMPLETED and e,
+            5.0,
+            "the next compaction to end",
+        )
         assert [e["name"] for e in events] == [STARTED, FAILED, STARTED, COMPLETED]
         assert_interrupted(events[1], cut_id, events[0])
-        with httpx.Client(base_url=s.proxy.origin, timeout=10,
-                          headers={"authorization": f"Bearer {CLIENT_KEY}"}) as http:
+        with httpx.Client(
+            base_url=s.proxy.origin, timeout=10, headers={"authorization": f"Bearer {CLIENT_KEY}"}
+        ) as http:
             replayed = [n for n, _ in replay_events(http, "cut") if n.startswith(STARTED[:-8])]
         assert replayed == [STARTED, FAILED, STARTED, COMPLETED]

@@ -178,7 +178,7 @@ async def test_only_the_config_file_itself_is_watched(tmp_path: Path) -> None:
 
 
 async def test_a_config_mounted_as_a_kubernetes_configmap_reloads_on_every_update(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """A ConfigMap volume: ``agents.json -> ..data/agents.json``, ``..data -> ..<stamp>``;
     an update writes a new stamped directory, swaps ``..data`` by rename and deletes the

@@ -35,16 +35,15 @@ SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 """
 
 
-def post(
-    proxy: ProxyServer, sid: str, *texts: str, stream: bool = False
-) -> httpx.Response:
+def post(proxy: ProxyServer, sid: str, *texts: str, stream: bool = False) -> httpx.Response:
     """A chat request whose history is the user turns ``texts``, each answered "ok" (the
     fake upstream's default reply)."""
     messages: list[dict[str, str]] = []
     for text in texts or ("hi",):
         messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]
-    with httpx.Client(base_url=proxy.origin, timeout=20,
-                      headers={"authorization": "Bearer sk-test-client"}) as http:
+    with httpx.Client(
+        base_url=proxy.origin, timeout=20, headers={"authorization": "Bearer sk-test-client"}
+    ) as http:
         body = {"model": "gpt-4o", "stream": stream, "messages": messages[:-1]}
         r = http.post(f"/s/{sid}/v1/chat/completions", json=body)
         r.read()
@@ -55,10 +54,12 @@ async def stored_soon(admin: asyncpg.Connection, session_id: str, expected: int)
     """The session's live message count once it reaches ``expected``, or after 5 s."""
     deadline = time.monotonic() + 5
     while True:
-        count = int(await admin.fetchval(
-            "SELECT count(*) FROM messages WHERE session_id = $1 AND superseded_at IS NULL",
-            session_id,
-        ))
+        count = int(
+            await admin.fetchval(
+                "SELECT count(*) FROM messages WHERE session_id = $1 AND superseded_at IS NULL",
+                session_id,
+            )
+        )
         if count >= expected or time.monotonic() > deadline:
             return count
         await asyncio.sleep(0.02)
@@ -104,8 +105,9 @@ async def test_killed_in_the_first_statement(
     # The next request's cascade_begin_step waits for the session lock the test holds.
     await admin.execute("SELECT pg_advisory_lock($1)", session_lock_key(tenant, "s1"))
     again = ("hi", "again")
-    r = await kill_while_waiting(admin, "advisory",
-                                 lambda: post(proxy, "s1", *again, stream=stream))
+    r = await kill_while_waiting(
+        admin, "advisory", lambda: post(proxy, "s1", *again, stream=stream)
+    )
     assert_unavailable(r)
     await admin.execute("SELECT pg_advisory_unlock_all()")
     assert post(proxy, "s1", *again, stream=stream).status_code == 200
@@ -114,9 +116,7 @@ async def test_killed_in_the_first_statement(
     assert await stored_soon(admin, "s1", 4) == 4
 
 
-async def test_killed_in_a_later_statement(
-    proxy: ProxyServer, admin: asyncpg.Connection
-) -> None:
+async def test_killed_in_a_later_statement(proxy: ProxyServer, admin: asyncpg.Connection) -> None:
     assert post(proxy, "warm").status_code == 200
     deadline = time.monotonic() + 5  # its reply is stored after it is sent: not under the lock
     while await admin.fetchval("SELECT count(*) FROM messages WHERE session_id = 'warm'") < 2:
@@ -131,48 +131,66 @@ async def test_killed_in_a_later_statement(
     assert post(proxy, "fresh").status_code == 200
 
 
-async def test_killed_between_requests(
-    proxy: ProxyServer, admin: asyncpg.Connection
-) -> None:
+async def test_killed_between_requests(proxy: ProxyServer, admin: asyncpg.Connection) -> None:
     """Idle pooled connections killed between requests: whatever a request meets, it is
     served or told to retry, on the chat and the session API alike."""
     assert post(proxy, "s1").status_code == 200
-    with httpx.Client(base_url=proxy.origin, timeout=20,
-                      headers={"authorization": "Bearer sk-test-client"}) as http:
+    with httpx.Client(
+        base_url=proxy.origin, timeout=20, headers={"authorization": "Bearer sk-test-client"}
+    ) as http:
         for round_no in range(5):
             assert await admin.fetchval(KILL) >= 1
             turns = [f"turn {i}" for i in range(round_no + 1)]
-            seen = [post(proxy, "s1", "hi", *turns), http.get("/v1/sessions/s1"),
-                    http.get("/v1/sessions/s1/messages"), post(proxy, f"new{round_no}")]
+            seen = [
+                post(proxy, "s1", "hi", *turns),
+                http.get("/v1/sessions/s1"),
+                http.get("/v1/sessions/s1/messages"),
+                post(proxy, f"new{round_no}"),
+            ]
             for r in seen:
                 if r.status_code != 200:
                     assert_unavailable(r)
             assert post(proxy, "s1", "hi", *turns).status_code == 200
 
 
-@pytest.mark.parametrize(("exc", "lost"), [
-    (asyncpg.ConnectionDoesNotExistError("closed in the middle of operation"), True),
-    (asyncpg.AdminShutdownError("terminating connection due to administrator command"), True),
-    (asyncpg.CannotConnectNowError("the database system is starting up"), True),
-    (asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"), True),
-    (asyncpg.InternalClientError(
-        "cannot switch to state 12; another operation (2) is in progress"), True),
-    (asyncpg.InternalClientError(
-        'cannot switch to state 12; protocol is in the "failed" state'), True),
-    (asyncpg.InternalClientError("cannot switch to state 12; another operation (11) is in"
-                                 " progress"), False),
-    (ConnectionResetError("reset by peer"), True),
-    (BrokenPipeError(), True),
-    (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),
-    (TimeoutError(), False),
-    (asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
-     False),
-    (asyncpg.UniqueViolationError("duplicate key"), False),
-])
+@pytest.mark.parametrize(
+    ("exc", "lost"),
+    [
+        (asyncpg.ConnectionDoesNotExistError("closed in the middle of operation"), True),
+        (asyncpg.AdminShutdownError("terminating connection due to administrator command"), True),
+        (asyncpg.CannotConnectNowError("the database system is starting up"), True),
+        (asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"), True),
+        (
+            asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            ),
+            True,
+        ),
+        (
+            asyncpg.InternalClientError(
+                'cannot switch to state 12; protocol is in the "failed" state'
+            ),
+            True,
+        ),
+        (
+            asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (11) is in progress"
+            ),
+            False,
+        ),
+        (ConnectionResetError("reset by peer"), True),
+        (BrokenPipeError(), True),
+        (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),
+        (TimeoutError(), False),
+        (
+            asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
+            False,
+        ),
+        (asyncpg.UniqueViolationError("duplicate key"), False),
+    ],
+)
 def test_which_errors_mean_the_connection_was_lost(exc: Exception, lost: bool) -> None:
     assert connection_lost(exc) is lost
-
-
 
 
 async def test_killed_while_the_request_waits_for_the_provider(
@@ -184,20 +202,26 @@ async def test_killed_while_the_request_waits_for_the_provider(
     output = "x" * 60000  # cut at ingestion: read_tool_output is offered
     messages = [
         {"role": "user", "content": "read it"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [tool_call("cat", {}, id="call_big")]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("cat", {}, id="call_big")]},
         {"role": "tool", "tool_call_id": "call_big", "content": output},
     ]
     fake_upstream.script(
-        reply(None, tool_calls=[tool_call("read_tool_output", {"id": "call_big"}, id="int_1")],
-              first_byte_delay=1.0),
+        reply(
+            None,
+            tool_calls=[tool_call("read_tool_output", {"id": "call_big"}, id="int_1")],
+            first_byte_delay=1.0,
+        ),
         reply("done"),
     )
-    with ThreadPoolExecutor(1) as pool, httpx.Client(
-        base_url=proxy.origin, timeout=20, headers={"authorization": "Bearer sk-test-client"}
-    ) as http:
-        future = pool.submit(http.post, "/s/s1/v1/chat/completions",
-                             json={"model": "gpt-4o", "messages": messages})
+    with (
+        ThreadPoolExecutor(1) as pool,
+        httpx.Client(
+            base_url=proxy.origin, timeout=20, headers={"authorization": "Bearer sk-test-client"}
+        ) as http,
+    ):
+        future = pool.submit(
+            http.post, "/s/s1/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}
+        )
         fake_upstream.wait_for_requests(1)
         assert await admin.fetchval(KILL) >= 1
         assert_unavailable(future.result(timeout=20))

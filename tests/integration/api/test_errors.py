@@ -141,15 +141,22 @@ BAD_MESSAGES = {
     "not_a_list": ({"model": "gpt-fake", "messages": "hi"}, "messages", "non-empty array"),
     "no_role": ({"model": "gpt-fake", "messages": [{"content": "x"}]}, "messages[0]", "'role'"),
     "not_an_object": ({"model": "gpt-fake", "messages": ["text"]}, "messages[0]", "'role'"),
-    "tool_call_id": ({"model": "gpt-fake", "messages": [
-        {"role": "tool", "tool_call_id": 5, "content": "x"}]}, "messages[0].tool_call_id",
-        "must be a string"),
-    "tool_call_id_falsy": ({"model": "gpt-fake", "messages": [
-        {"role": "tool", "tool_call_id": 0, "content": "x"}]}, "messages[0].tool_call_id",
-        "must be a string"),
+    "tool_call_id": (
+        {"model": "gpt-fake", "messages": [{"role": "tool", "tool_call_id": 5, "content": "x"}]},
+        "messages[0].tool_call_id",
+        "must be a string",
+    ),
+    "tool_call_id_falsy": (
+        {"model": "gpt-fake", "messages": [{"role": "tool", "tool_call_id": 0, "content": "x"}]},
+        "messages[0].tool_call_id",
+        "must be a string",
+    ),
     "model": ({"model": ["a"], "messages": TURN1}, "model", "must be a string"),
-    "stream_options": ({"model": "gpt-fake", "messages": TURN1, "stream": True,
-                        "stream_options": "x"}, "stream_options", "must be an object"),
+    "stream_options": (
+        {"model": "gpt-fake", "messages": TURN1, "stream": True, "stream_options": "x"},
+        "stream_options",
+        "must be an object",
+    ),
     "tools": ({"model": "gpt-fake", "messages": TURN1, "tools": 5}, "tools", "must be an array"),
 }
 
@@ -206,8 +213,12 @@ def test_paths_that_only_look_like_chat_are_404(
 ) -> None:
     """The chat fast path takes exactly the two chat routes; anything else ending the same
     way goes to the router, which answers an OpenAI-shaped 404."""
-    for path in ("/s/a/b/v1/chat/completions", "/s//v1/chat/completions",
-                 "/x/v1/chat/completions", "/v2/v1/chat/completions"):
+    for path in (
+        "/s/a/b/v1/chat/completions",
+        "/s//v1/chat/completions",
+        "/x/v1/chat/completions",
+        "/v2/v1/chat/completions",
+    ):
         resp = http.post(path, json={"model": "gpt-fake", "messages": TURN2})
         err = _assert_error_shape(resp, 404, "404")
         assert path in err["message"]
@@ -228,16 +239,16 @@ def test_bad_offsets_event_ids_and_branch_ids_are_400(
     for resp, param in [
         (http.get("/v1/sessions", params={"offset": huge}), "offset"),
         (http.get(f"/v1/sessions/{SID}/messages", params={"offset": huge}), "offset"),
-        (http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": huge}),
-         "Last-Event-ID"),
+        (http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": huge}), "Last-Event-ID"),
         (http.post(f"/v1/sessions/{SID}/branch", json={"id": 123}), "id"),
         (http.post(f"/v1/sessions/{SID}/branch", json={"id": ""}), None),
     ]:
         err = _assert_error_shape(resp, 400)
         assert param is None or param in str(err["param"]), err
     # a Last-Event-ID that is not a plain number replays from the start, as none would
-    with http.stream("GET", f"/v1/sessions/{SID}/events",
-                     headers={"last-event-id": "²".encode()}) as events:
+    with http.stream(
+        "GET", f"/v1/sessions/{SID}/events", headers={"last-event-id": "²".encode()}
+    ) as events:
         assert events.status_code == 200
         assert next(events.iter_lines()).startswith(("id:", "event:", ":"))
 
@@ -319,13 +330,24 @@ def test_upstream_error_passes_through(
 
 
 NOT_RELAYED = {
-    "redirect": (error(301, {}, {"location": "https://api.example.test/v1/chat/completions"}),
-                 "redirect to https://api.example.test/v1/chat/completions"),
-    "html_200": (raw("<html>a login page</html>", headers={"content-type": "text/html"}),
-                 "not a JSON chat completion (text/html)"),
-    "error_body_breaks_off": (raw('{"error": {"mess', 'age": "x"}}', status=500,
-                                  headers={"content-type": "application/json"},
-                                  reset_after=1), "could not reach the provider"),
+    "redirect": (
+        error(301, {}, {"location": "https://api.example.test/v1/chat/completions"}),
+        "redirect to https://api.example.test/v1/chat/completions",
+    ),
+    "html_200": (
+        raw("<html>a login page</html>", headers={"content-type": "text/html"}),
+        "not a JSON chat completion (text/html)",
+    ),
+    "error_body_breaks_off": (
+        raw(
+            '{"error": {"mess',
+            'age": "x"}}',
+            status=500,
+            headers={"content-type": "application/json"},
+            reset_after=1,
+        ),
+        "could not reach the provider",
+    ),
 }
 
 
@@ -468,29 +490,50 @@ def test_models_and_embeddings_pass_through_and_check_a_path_session_id(
     assert listed.status_code == 200 and listed.json()["object"] == "list"
     assert embedded.content == direct.content
     assert listed.headers["x-session-id"] == embedded.headers["x-session-id"] == "run-7"
-    fake_upstream.script(error(308, {}, {"location": "https://api.example.test/v1/models"}),
-                         endpoint=MODELS)
+    fake_upstream.script(
+        error(308, {}, {"location": "https://api.example.test/v1/models"}), endpoint=MODELS
+    )
     moved = http.get("/v1/models")  # a passthrough never relays a redirect either
-    assert "redirect to https://api.example.test/v1/models" in _assert_error_shape(
-        moved, 502)["message"]
+    assert (
+        "redirect to https://api.example.test/v1/models"
+        in _assert_error_shape(moved, 502)["message"]
+    )
     upstream_seen = len(fake_upstream.requests)
-    for resp in (http.get("/s/bad%20id!/v1/models"),
-                 http.post("/s/bad%20id!/v1/embeddings", json={"model": "e", "input": "a"})):
+    for resp in (
+        http.get("/s/bad%20id!/v1/models"),
+        http.post("/s/bad%20id!/v1/embeddings", json={"model": "e", "input": "a"}),
+    ):
         _assert_error_shape(resp, 400, "invalid_session_id")
     assert len(fake_upstream.requests) == upstream_seen
 
 
 _EURO_UTF8 = "\xe2\x82\xac"  # the fake sends a str header as latin-1: these are the bytes of €
-_COMPLETION = json.dumps({
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-fake",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"},
-                 "finish_reason": "stop"}],
-})
-_CHUNK = json.dumps({
-    "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-fake",
-    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "fine"},
-                 "finish_reason": "stop"}],
-})
+_COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "fine"},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+)
+_CHUNK = json.dumps(
+    {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-fake",
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}
+        ],
+    }
+)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -499,21 +542,26 @@ def test_a_provider_header_that_is_not_latin_1_is_relayed_as_its_bytes(
 ) -> None:
     # Building the response raised on it (Starlette encodes headers as latin-1), and the step
     # was never freed: the session's next request waited for ever.
-    answer = (raw(f"data: {_CHUNK}\n\n", "data: [DONE]\n\n",
-                  headers={"content-type": "text/event-stream", "x-request-id": _EURO_UTF8})
-              if stream else
-              raw(_COMPLETION, headers={"content-type": "application/json",
-                                        "x-request-id": _EURO_UTF8}))
+    answer = (
+        raw(
+            f"data: {_CHUNK}\n\n",
+            "data: [DONE]\n\n",
+            headers={"content-type": "text/event-stream", "x-request-id": _EURO_UTF8},
+        )
+        if stream
+        else raw(
+            _COMPLETION, headers={"content-type": "application/json", "x-request-id": _EURO_UTF8}
+        )
+    )
     fake_upstream.script(answer, reply("next"))
-    body = {"model": "gpt-fake", "stream": stream,
-            "messages": [{"role": "user", "content": "hi"}]}
+    body = {"model": "gpt-fake", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
     first = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"})
     assert first.status_code == 200
     # the provider's id, beside the proxy's own X-Request-Id (proxy.middleware.AccessLog)
     assert (b"x-upstream-request-id", "€".encode()) in first.headers.raw
     assert "fine" in first.text
     body = {**body, "stream": False}
-    second = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"},
-                       timeout=5)
-    assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] \
-        == "next"
+    second = http.post(
+        "/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"}, timeout=5
+    )
+    assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] == "next"

@@ -269,8 +269,10 @@ def test_an_event_that_commits_after_a_later_one_is_still_sent(
     dsn = settings.database_url
     assert dsn is not None
     chat(proxy.origin, "reordered", [user("u1")])
-    insert = ("INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id, $2, "
-              "jsonb_build_object('session_id', id) FROM sessions WHERE id = $1 RETURNING id")
+    insert = (
+        "INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id, $2, "
+        "jsonb_build_object('session_id', id) FROM sessions WHERE id = $1 RETURNING id"
+    )
     inserted, release, early_id = threading.Event(), threading.Event(), []
 
     def slow_writer() -> None:  # id n, committed only when told

@@ -27,21 +27,41 @@ AT = 0.4
 
 def _proxy(tmp_path: Path, db_dsn: str, fake: FakeUpstream, handoff: dict[str, Any]) -> Any:
     fake.default = Model()
-    ctx = {"summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4,
-                         "background": False},
-           "eviction": {"enabled": False}, "handoff": handoff}
-    path = write_config(tmp_path / "agents.json", fake.url, context=ctx,
-                        models={"default": {"contextLimit": LIMIT, "reservedOutput": 300},
-                                FAST: {"contextLimit": 32000}})
-    return ProxyServer(Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3,
-                                watch_config=False))
+    ctx = {
+        "summarize": {
+            "softFraction": 0.5,
+            "hardFraction": 0.95,
+            "keepRecent": 4,
+            "background": False,
+        },
+        "eviction": {"enabled": False},
+        "handoff": handoff,
+    }
+    path = write_config(
+        tmp_path / "agents.json",
+        fake.url,
+        context=ctx,
+        models={
+            "default": {"contextLimit": LIMIT, "reservedOutput": 300},
+            FAST: {"contextLimit": 32000},
+        },
+    )
+    return ProxyServer(
+        Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3, watch_config=False)
+    )
 
 
 def _run(proxy: ProxyServer, sid: str) -> list[tuple[str, list[Any]]]:
     """Send the scripted turns; for each, the handoff frames the stream carried with it."""
     script = [f"{i} " + words(450, f"t{i}") for i in range(5)]
-    script += ["big " + words(1900, "big"), "small one", "small two", "small three",
-               "small four", "big2 " + words(2800, "again")]
+    script += [
+        "big " + words(1900, "big"),
+        "small one",
+        "small two",
+        "small three",
+        "small four",
+        "big2 " + words(2800, "again"),
+    ]
     history: list[Any] = []
     out: list[tuple[str, list[Any]]] = []
     stream: EventStream | None = None
@@ -51,8 +71,7 @@ def _run(proxy: ProxyServer, sid: str) -> list[tuple[str, list[Any]]]:
             history.append(chat(proxy.origin, sid, history))
             stream = stream or opener()
             frames = stream.until(named(USAGE))
-            out.append((text.split()[0], [f.data for f in frames
-                                          if f.event == HANDOFF_SUGGESTED]))
+            out.append((text.split()[0], [f.data for f in frames if f.event == HANDOFF_SUGGESTED]))
     return out
 
 
@@ -66,6 +85,7 @@ class open_events_later:
         def opener() -> EventStream:
             self.cm = open_events(self.proxy.origin, self.sid)
             return self.cm.__enter__()
+
         return opener
 
     def __exit__(self, *exc: object) -> None:

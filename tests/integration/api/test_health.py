@@ -56,8 +56,13 @@ def test_healthz_and_readyz_follow_the_process_and_database(
         assert down.json()["status"] == "unavailable"
         # liveness does not depend on the database: restarting the proxy would not help
         assert http.get("/healthz").status_code == 200
-        for listed in (http.get("/v1/sessions"), http.post("/v1/chat/completions", json={
-                "model": "m", "messages": [{"role": "user", "content": "hi"}]})):
+        for listed in (
+            http.get("/v1/sessions"),
+            http.post(
+                "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            ),
+        ):
             assert listed.status_code == 503, listed.text
             assert listed.json()["error"]["code"] == "database_unavailable"
             assert listed.headers["retry-after"] == "5"
@@ -109,16 +114,19 @@ def test_readyz_is_503_while_no_pooled_connection_is_free(
     db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     # one connection, held by a request waiting on a slow provider
-    settings = Settings(database_url=db_dsn, config=config_path, pool_max_size=1,
-                        watch_config=False)
+    settings = Settings(
+        database_url=db_dsn, config=config_path, pool_max_size=1, watch_config=False
+    )
     fake_upstream.script(reply("late", first_byte_delay=5.0))
     server = ProxyServer(settings).start()
     try:
-        with httpx.Client(base_url=server.origin, timeout=15,
-                          headers={"authorization": "Bearer sk-test-client"}) as http:
+        with httpx.Client(
+            base_url=server.origin, timeout=15, headers={"authorization": "Bearer sk-test-client"}
+        ) as http:
             body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
-            busy = threading.Thread(target=http.post, args=("/v1/chat/completions",),
-                                    kwargs={"json": body})
+            busy = threading.Thread(
+                target=http.post, args=("/v1/chat/completions",), kwargs={"json": body}
+            )
             busy.start()
             fake_upstream.wait_for_requests(1)
             started = time.monotonic()

@@ -18,11 +18,19 @@ from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, page_slice, read_all, sdk
 
 JSON_RESULT = json.dumps(
-    {"items": [{"id": i, "price": 1.10, "big": 10**25, "tags": ["a  b", "c"]} for i in range(60)],
-     "total": 60}, indent=2)
+    {
+        "items": [
+            {"id": i, "price": 1.10, "big": 10**25, "tags": ["a  b", "c"]} for i in range(60)
+        ],
+        "total": 60,
+    },
+    indent=2,
+)
 LOG = "".join(
-    ["build started\r\n"] + ["WARN retrying connection to db:5432 (attempt failed)\r\n"] * 200
-    + [f"step {i} ok\r\n" for i in range(20)] + ["done"]
+    ["build started\r\n"]
+    + ["WARN retrying connection to db:5432 (attempt failed)\r\n"] * 200
+    + [f"step {i} ok\r\n" for i in range(20)]
+    + ["done"]
 )
 
 
@@ -49,8 +57,14 @@ def proxy(db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream) -> Iterator[
 def history() -> list[dict[str, Any]]:
     return [
         {"role": "user", "content": "fetch the items and build"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            tool_call("get_items", {}, id="call_json"), tool_call("build", {}, id="call_log")]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                tool_call("get_items", {}, id="call_json"),
+                tool_call("build", {}, id="call_log"),
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_json", "content": JSON_RESULT},
         {"role": "tool", "tool_call_id": "call_log", "content": LOG},
     ]
@@ -80,12 +94,19 @@ def test_upstream_gets_compacted_results_and_originals_read_back_exactly(
 
     # The model pages the log back through its own tool call, answered by the proxy.
     fake_upstream.script(
-        reply(None, tool_calls=[tool_call("read_tool_output", {"id": "call_log", "limit": 200},
-                                          id="int_1")]),
+        reply(
+            None,
+            tool_calls=[
+                tool_call("read_tool_output", {"id": "call_log", "limit": 200}, id="int_1")
+            ],
+        ),
         reply("done"),
     )
-    messages = [*history(), {"role": "assistant", "content": "ok"},
-                {"role": "user", "content": "again"}]
+    messages = [
+        *history(),
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "again"},
+    ]
     out = client.chat.completions.create(model="gpt-4o", messages=messages)
     assert out.choices[0].message.content == "done"
     page = fake_upstream.bodies()[-1]["messages"][-1]["content"]
@@ -107,8 +128,8 @@ def test_repeated_lines_of_an_earlier_result_become_a_pointer(
     client.chat.completions.create(model="gpt-4o", messages=first)
     again = "total 80\n" + listing
     second = [
-        *first, {"role": "assistant", "content": None,
-                 "tool_calls": [tool_call("ls", {}, id="call_b")]},
+        *first,
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("ls", {}, id="call_b")]},
         {"role": "tool", "tool_call_id": "call_b", "content": again},
     ]
     client.chat.completions.create(model="gpt-4o", messages=second)

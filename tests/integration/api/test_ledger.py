@@ -35,8 +35,9 @@ def _say_all(agent: Agent) -> None:
 
 
 def _compact(origin: str, session: str) -> None:
-    with httpx.Client(base_url=origin, timeout=10,
-                      headers={"authorization": f"Bearer {CLIENT_KEY}"}) as h:
+    with httpx.Client(
+        base_url=origin, timeout=10, headers={"authorization": f"Bearer {CLIENT_KEY}"}
+    ) as h:
         resp = h.post(f"/v1/sessions/{session}/compact")
     assert resp.status_code == 200, resp.text
 
@@ -50,10 +51,17 @@ def test_every_path_and_url_of_the_folded_span_is_in_the_summary(
         _compact(s.proxy.origin, "ledger")
         (row,) = s.summaries("ledger")
         files = section(row["content"], "Files & State") or ""
-        expected = ["9f3c2a1b7e", "http://localhost:8443/health", "/etc/parser/config.toml",
-                    "Token.kind", "https://github.com/acme/parser/issues/42",
-                    "tests/test_lexer.py", "parse_expr", "https://docs.example.com/grammar.html",
-                    "src/parser/lexer.py"]
+        expected = [
+            "9f3c2a1b7e",
+            "http://localhost:8443/health",
+            "/etc/parser/config.toml",
+            "Token.kind",
+            "https://github.com/acme/parser/issues/42",
+            "tests/test_lexer.py",
+            "parse_expr",
+            "https://docs.example.com/grammar.html",
+            "src/parser/lexer.py",
+        ]
         for ident in expected:
             assert f"`{ident}`" in files, ident
         # newest first: the last turn's identifiers come before the first turn's
@@ -75,8 +83,13 @@ def test_the_cap_drops_the_oldest_and_the_event_counts_what_the_model_kept(
         _compact(s.proxy.origin, "capped")
         (row,) = s.summaries("capped")
         files = section(row["content"], "Files & State") or ""
-        assert files == ("- edited `tests/test_lexer.py`\n- `/etc/parser/config.toml`\n"
-                         "- `http://localhost:8443/health`")
+        assert files == (
+            "- edited `tests/test_lexer.py`\n- `/etc/parser/config.toml`\n"
+            "- `http://localhost:8443/health`"
+        )
         (done,) = s.events("capped", "context.compaction.completed")
-        assert (done["identifiers_kept"], done["identifiers_added"],
-                done["identifiers_dropped"]) == (1, 2, 6)
+        assert (
+            done["identifiers_kept"],
+            done["identifiers_added"],
+            done["identifiers_dropped"],
+        ) == (1, 2, 6)

@@ -50,8 +50,11 @@ class _Records(logging.Handler):
 
     def errors(self) -> list[logging.LogRecord]:
         """Lines other than access lines and the server's own start/stop lines."""
-        return [r for r in self.records if r.name == "cascade" or r.levelno >= logging.WARNING
-                and r.name != "cascade.tokens"]
+        return [
+            r
+            for r in self.records
+            if r.name == "cascade" or r.levelno >= logging.WARNING and r.name != "cascade.tokens"
+        ]
 
 
 @pytest.fixture
@@ -69,12 +72,19 @@ def _post(http: httpx.Client, path: str = "/v1/chat/completions", **kwargs: Any)
 def test_one_access_line_per_request_with_its_fields(
     http: httpx.Client, fake_upstream: FakeUpstream, records: _Records
 ) -> None:
-    fake_upstream.script(reply("slow", first_byte_delay=0.1),
-                         reply("stream", chunks=3, chunk_delay=0.1))
-    whole = _post(http, json={"model": "gpt-fake", "messages": MESSAGES},
-                  headers={"x-session-id": "logged", "x-request-id": "client-req-1"})
-    streamed = _post(http, json={"model": "gpt-fake", "messages": MESSAGES, "stream": True},
-                     headers={"x-session-id": "logged"})
+    fake_upstream.script(
+        reply("slow", first_byte_delay=0.1), reply("stream", chunks=3, chunk_delay=0.1)
+    )
+    whole = _post(
+        http,
+        json={"model": "gpt-fake", "messages": MESSAGES},
+        headers={"x-session-id": "logged", "x-request-id": "client-req-1"},
+    )
+    streamed = _post(
+        http,
+        json={"model": "gpt-fake", "messages": MESSAGES, "stream": True},
+        headers={"x-session-id": "logged"},
+    )
     health = http.get("/healthz?token=x")
     assert whole.status_code == streamed.status_code == health.status_code == 200
     # the order they were written in: a response's line follows its last byte (and the
@@ -82,9 +92,13 @@ def test_one_access_line_per_request_with_its_fields(
     by_id = {line["request_id"]: line for line in records.access(3)}
     first, second, third = (by_id[r.headers["x-request-id"]] for r in (whole, streamed, health))
     assert first == {
-        "method": "POST", "path": "/v1/chat/completions", "status": 200,
-        "duration_ms": first["duration_ms"], "upstream_ms": first["upstream_ms"],
-        "session_id": "logged", "request_id": "client-req-1",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "status": 200,
+        "duration_ms": first["duration_ms"],
+        "upstream_ms": first["upstream_ms"],
+        "session_id": "logged",
+        "request_id": "client-req-1",
     }
     assert first["duration_ms"] >= first["upstream_ms"] >= 100
     # a stream's upstream time runs until its last chunk, not until its headers
@@ -106,8 +120,10 @@ def test_the_request_id_is_the_clients_when_sane_else_generated_and_echoed(
     assert generated[0] != generated[1]
     assert all(re.fullmatch(r"[0-9a-f]{32}", g) for g in generated)
     for bad in ("has space", "x" * 200):
-        assert http.get("/healthz", headers={"x-request-id": bad}).headers[
-            "x-request-id"] not in (bad, "")
+        assert http.get("/healthz", headers={"x-request-id": bad}).headers["x-request-id"] not in (
+            bad,
+            "",
+        )
     ids = {line["request_id"] for line in records.access(5)}
     assert {"trace-42.a:b", *generated} <= ids
 
@@ -123,15 +139,17 @@ def down(settings: Settings, tmp_path: Path) -> Iterator[tuple[ProxyServer, int]
     """A proxy whose provider is a closed port on loopback, logging at debug."""
     port = _closed_port()
     config = write_config(tmp_path / "down.json", f"http://127.0.0.1:{port}/v1")
-    server = ProxyServer(settings.model_copy(update={"config": config, "log_level": "debug",
-                                                     "watch_config": False})).start()
+    server = ProxyServer(
+        settings.model_copy(update={"config": config, "log_level": "debug", "watch_config": False})
+    ).start()
     yield server, port
     server.stop()
 
 
 def _client(server: ProxyServer) -> httpx.Client:
-    return httpx.Client(base_url=server.origin, timeout=10,
-                        headers={"authorization": f"Bearer {SECRET_KEY}"})
+    return httpx.Client(
+        base_url=server.origin, timeout=10, headers={"authorization": f"Bearer {SECRET_KEY}"}
+    )
 
 
 def test_each_error_is_logged_once_with_its_cause(
@@ -141,8 +159,9 @@ def test_each_error_is_logged_once_with_its_cause(
     with _client(server) as http:
         bad = _post(http, json={"model": "gpt-fake", "messages": []})
         missing = _post(http, "/v1/chat/completion", json={"messages": MESSAGES})
-        unreachable = _post(http, json={"model": "gpt-fake", "messages": MESSAGES},
-                            headers={"x-session-id": "down"})
+        unreachable = _post(
+            http, json={"model": "gpt-fake", "messages": MESSAGES}, headers={"x-session-id": "down"}
+        )
     assert (bad.status_code, missing.status_code, unreachable.status_code) == (400, 404, 502)
     records.access(3)
     errors = records.errors()
@@ -164,8 +183,7 @@ def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
     # Past the 0.3 s keep-alive the 200 is committed: the error can only go in-band, and the
     # access line says 200, so the log must say what happened.
     provider = {"baseUrl": fake_upstream.url, "timeoutSeconds": 0.6, "connectTimeoutSeconds": 1}
-    config = write_config(tmp_path / "slow.json", fake_upstream.url,
-                          providers={"openai": provider})
+    config = write_config(tmp_path / "slow.json", fake_upstream.url, providers={"openai": provider})
     server = ProxyServer(settings.model_copy(update={"config": config})).start()
     fake_upstream.script(reply("late", first_byte_delay=1.5), reply("cut", reset_after=1))
     body = {"model": "gpt-fake", "messages": MESSAGES, "stream": True}
@@ -193,7 +211,9 @@ def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.String
 
 
 def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
-    down: tuple[ProxyServer, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    down: tuple[ProxyServer, int],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     settings: Settings,
 ) -> None:
     as_text, as_json, text, js = _capture()
@@ -234,24 +254,51 @@ def _free_port() -> int:
 Command = Callable[[int], list[str]]
 
 
-@pytest.mark.parametrize("command", [
-    pytest.param(lambda port: ["-m", "uvicorn", "proxy.app:create_app", "--factory",
-                               "--host", "127.0.0.1", "--port", str(port)], id="uvicorn"),
-    pytest.param(lambda port: ["-m", "proxy", "serve", "--port", str(port)], id="serve"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(
+            lambda port: [
+                "-m",
+                "uvicorn",
+                "proxy.app:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            id="uvicorn",
+        ),
+        pytest.param(lambda port: ["-m", "proxy", "serve", "--port", str(port)], id="serve"),
+    ],
+)
 def test_json_format_makes_every_line_the_process_writes_json(
-    command: Command, db_dsn: str, config_path: Path, fake_upstream: FakeUpstream,
+    command: Command,
+    db_dsn: str,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
     tmp_path: Path,
 ) -> None:
     port = _free_port()
-    env = {**os.environ, "DATABASE_URL": db_dsn, "CASCADE_CONFIG": str(config_path),
-           "CASCADE_LOG_FORMAT": "json", "CASCADE_WATCH_CONFIG": "false",
-           "CASCADE_HOST": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_dsn,
+        "CASCADE_CONFIG": str(config_path),
+        "CASCADE_LOG_FORMAT": "json",
+        "CASCADE_WATCH_CONFIG": "false",
+        "CASCADE_HOST": "127.0.0.1",
+    }
     out = tmp_path / "out.log"
     fake_upstream.script(reply("json"))
     with out.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, *command(port)], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, *command(port)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 30

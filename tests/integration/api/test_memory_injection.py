@@ -16,16 +16,22 @@ from tests.integration.api.conftest import write_config
 @pytest.fixture
 def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     """Memory is opt-in: ``memoryPromotion.mode`` other than off turns injection on."""
-    return write_config(tmp_path / "agents.json", fake_upstream.url,
-                        context={"memoryPromotion": {"mode": "suggest"}})
+    return write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        context={"memoryPromotion": {"mode": "suggest"}},
+    )
 
-CALL = {"id": "call_1", "type": "function",
-        "function": {"name": "ls", "arguments": "{}"}}
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
 
 
 def _chat(http: httpx.Client, sid: str, messages: list[dict[str, Any]]) -> None:
-    r = http.post("/v1/chat/completions", headers={"x-session-id": sid},
-                  json={"model": "m", "messages": messages})
+    r = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": sid},
+        json={"model": "m", "messages": messages},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -37,8 +43,10 @@ def test_the_block_is_kept_through_a_turn_and_renewed_at_the_next(
     http: httpx.Client, fake_upstream: FakeUpstream
 ) -> None:
     assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
-    turn = [{"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "which port?"}]
+    turn = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "which port?"},
+    ]
     _chat(http, "mem-1", turn)
     first = _first(fake_upstream)
     assert first["role"] == "system" and first["content"].startswith("You are terse.\n\n<memory>")
@@ -46,15 +54,19 @@ def test_the_block_is_kept_through_a_turn_and_renewed_at_the_next(
 
     # a fact added mid-turn waits for the next user message
     assert http.post("/v1/memory", json={"text": "The build uses uv"}).status_code == 201
-    turn += [{"role": "assistant", "content": None, "tool_calls": [CALL]},
-             {"role": "tool", "tool_call_id": "call_1", "content": "a.txt b.txt"}]
+    turn += [
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt b.txt"},
+    ]
     _chat(http, "mem-1", turn)
     assert _first(fake_upstream) == first
     prev, now = fake_upstream.bodies()[-2:]
-    assert now["messages"][:len(prev["messages"])] == prev["messages"]
+    assert now["messages"][: len(prev["messages"])] == prev["messages"]
 
-    turn += [{"role": "assistant", "content": "done"},
-             {"role": "user", "content": "and the build?"}]
+    turn += [
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "and the build?"},
+    ]
     _chat(http, "mem-1", turn)
     renewed = _first(fake_upstream)["content"]
     assert "- The port is 8443\n- The build uses uv\n" in renewed
@@ -82,11 +94,11 @@ def test_without_a_system_message_the_block_becomes_one(
 def test_no_facts_no_block_and_facts_stay_with_their_tenant(
     http: httpx.Client, fake_upstream: FakeUpstream, proxy: Any
 ) -> None:
-    with httpx.Client(base_url=proxy.origin, timeout=10,
-                      headers={"authorization": "Bearer sk-someone-else"}) as other:
+    with httpx.Client(
+        base_url=proxy.origin, timeout=10, headers={"authorization": "Bearer sk-someone-else"}
+    ) as other:
         other.post("/v1/memory", json={"text": "Someone else's fact"})
-    _chat(http, "mem-3", [{"role": "system", "content": "S"},
-                          {"role": "user", "content": "hi"}])
+    _chat(http, "mem-3", [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}])
     assert fake_upstream.bodies()[-1]["messages"][0] == {"role": "system", "content": "S"}
 
 
@@ -106,8 +118,15 @@ def test_an_accepted_suggestion_is_in_the_next_prompts_block(
     _chat(http, "mem-5", [{"role": "user", "content": "hi"}])
     suggest(db_dsn, "mem-5", "sug-x", ["The deploy target is eu-west-1"])
     assert http.post("/v1/memory/suggestions/sug-x/accept").status_code == 200
-    _chat(http, "mem-5", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"},
-                          {"role": "user", "content": "where do we deploy?"}])
+    _chat(
+        http,
+        "mem-5",
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "where do we deploy?"},
+        ],
+    )
     first = fake_upstream.bodies()[-1]["messages"][0]
     assert first["role"] == "system" and "- The deploy target is eu-west-1\n" in first["content"]
 
@@ -116,11 +135,15 @@ def test_no_block_and_no_read_while_memory_is_off(
     http: httpx.Client, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
-    write_config(tmp_path / "agents.json", fake_upstream.url,
-                 context={"memoryPromotion": {"mode": "off"}})
+    write_config(
+        tmp_path / "agents.json", fake_upstream.url, context={"memoryPromotion": {"mode": "off"}}
+    )
     for _ in range(100):  # the reload lands shortly after the file changes
-        _chat(http, "mem-off", [{"role": "system", "content": "S"},
-                                {"role": "user", "content": "which port?"}])
+        _chat(
+            http,
+            "mem-off",
+            [{"role": "system", "content": "S"}, {"role": "user", "content": "which port?"}],
+        )
         if "<memory>" not in _first(fake_upstream)["content"]:
             break
     assert _first(fake_upstream)["content"] == "S"

@@ -36,8 +36,11 @@ class Samples:
         self.types = {f.name: f.type for f in text_string_to_metric_families(text)}
 
     def value(self, name: str, **labels: str) -> float:
-        found = [s.value for s in self.samples if s.name == name
-                 and all(s.labels.get(k) == v for k, v in labels.items())]
+        found = [
+            s.value
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
         assert found, f"no sample {name}{labels}"
         return float(sum(found))
 
@@ -63,10 +66,14 @@ def post_chat(origin: str, path: str, sid: str | None = None, **body: Any) -> ht
 def test_every_metric_is_exported_before_any_traffic(proxy: ProxyServer) -> None:
     m = scrape(proxy.origin)
     assert m.types == m.types | {
-        "cascade_requests": "counter", "cascade_request_duration_seconds": "histogram",
-        "cascade_upstream_duration_seconds": "histogram", "cascade_overhead_seconds": "histogram",
-        "cascade_inflight_requests": "gauge", "cascade_tokens_reclaimed": "counter",
-        "cascade_compactions": "counter", "cascade_embedding_failures": "counter",
+        "cascade_requests": "counter",
+        "cascade_request_duration_seconds": "histogram",
+        "cascade_upstream_duration_seconds": "histogram",
+        "cascade_overhead_seconds": "histogram",
+        "cascade_inflight_requests": "gauge",
+        "cascade_tokens_reclaimed": "counter",
+        "cascade_compactions": "counter",
+        "cascade_embedding_failures": "counter",
         "gen_ai_client_token_usage": "histogram",
     }
     # Nothing increments it yet (embeddings arrive with the memory stages): exported at 0.
@@ -84,8 +91,7 @@ def test_a_chat_request_is_counted_by_route_template_and_never_names_its_session
     assert resp.status_code == 200, resp.text
     assert httpx.get(f"{proxy.origin}/no/such/thing", timeout=5).status_code == 404
     m = scrape(proxy.origin)
-    assert m.value("cascade_requests_total", route=SESSION_ROUTE, method="POST",
-                   status="200") == 1
+    assert m.value("cascade_requests_total", route=SESSION_ROUTE, method="POST", status="200") == 1
     assert m.value("cascade_requests_total", route="none", method="GET", status="404") == 1
     assert m.value("cascade_request_duration_seconds_count", route=SESSION_ROUTE) == 1
     assert m.value("cascade_upstream_duration_seconds_count", provider="openai") == 1
@@ -118,7 +124,8 @@ def test_the_overhead_header_leaves_out_the_wait_for_the_provider(
     assert 0 < _overhead_ms(resp) < 400, "the provider's second is not the proxy's overhead"
     m = scrape(proxy.origin)
     assert m.value("cascade_overhead_seconds_sum") == pytest.approx(
-        _overhead_ms(resp) / 1000, abs=0.001)
+        _overhead_ms(resp) / 1000, abs=0.001
+    )
     assert m.value("cascade_upstream_duration_seconds_sum", provider="openai") >= 1.0
 
 
@@ -131,8 +138,9 @@ def test_an_error_answer_on_a_chat_route_carries_the_header_too(proxy: ProxyServ
 
 @pytest.fixture
 def slow_keepalive_proxy(db_dsn: str, config_path: Path) -> Iterator[ProxyServer]:
-    settings = Settings(database_url=db_dsn, config=config_path, keepalive_seconds=0.8,
-                        watch_config=False)
+    settings = Settings(
+        database_url=db_dsn, config=config_path, keepalive_seconds=0.8, watch_config=False
+    )
     server = ProxyServer(settings).start()
     yield server
     server.stop()
@@ -175,8 +183,11 @@ def test_requests_in_flight_are_counted_while_they_run(
 def test_truncation_reports_the_tokens_it_reclaimed(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    context = {"toolOutput": {"maxChars": 1000, "persistRaw": True},
-               "eviction": {"enabled": False}, "summarize": {"enabled": False}}
+    context = {
+        "toolOutput": {"maxChars": 1000, "persistRaw": True},
+        "eviction": {"enabled": False},
+        "summarize": {"enabled": False},
+    }
     path = write_config(tmp_path / "agents.json", fake_upstream.url, context=context)
     server = ProxyServer(Settings(database_url=db_dsn, config=path, watch_config=False)).start()
     try:
@@ -187,8 +198,9 @@ def test_truncation_reports_the_tokens_it_reclaimed(
             {"role": "tool", "tool_call_id": "call_big", "content": "x" * 9000},
         ]
         assert post_chat(server.origin, CHAT_ROUTE, "trunc", messages=messages).status_code == 200
-        reclaimed = scrape(server.origin).value("cascade_tokens_reclaimed_total",
-                                                stage="truncation")
+        reclaimed = scrape(server.origin).value(
+            "cascade_tokens_reclaimed_total", stage="truncation"
+        )
     finally:
         server.stop()
     assert 8000 // 4 - 100 <= reclaimed < 9000 // 4  # the omitted characters / 4
@@ -200,8 +212,15 @@ def test_the_overflow_guard_reports_the_tokens_it_dropped(
     from tests.integration.api.test_compaction import Agent, Model, stack
     from tests.integration.api.test_overflow_guard import LIMIT, RESERVED, rounds
 
-    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED,
-               summarize={"enabled": False}) as s:
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(),
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"enabled": False},
+    ) as s:
         agent = Agent(s.client("trim-metrics"))
         agent.messages += rounds(8)
         agent.step()
@@ -222,8 +241,7 @@ def test_eviction_reports_the_tokens_it_reclaimed(
     server = ProxyServer(Settings(database_url=db_dsn, config=path, watch_config=False)).start()
     try:
         Agent(server, fake_upstream).run_until_evicted()
-        reclaimed = scrape(server.origin).value("cascade_tokens_reclaimed_total",
-                                                stage="eviction")
+        reclaimed = scrape(server.origin).value("cascade_tokens_reclaimed_total", stage="eviction")
         with api(server) as http:
             session = http.get("/v1/sessions/agent").json()
     finally:

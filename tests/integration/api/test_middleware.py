@@ -81,8 +81,11 @@ def _requests(app: Any) -> list[tuple[str, str, dict[str, Any]]]:
         for method in sorted((getattr(route, "methods", None) or set()) - {"HEAD"}):
             if route.path in CHAT_PATHS:
                 for stream in (False, True):
-                    body = {"model": "gpt-fake", "stream": stream,
-                            "messages": [{"role": "user", "content": "hi"}]}
+                    body = {
+                        "model": "gpt-fake",
+                        "stream": stream,
+                        "messages": [{"role": "user", "content": "hi"}],
+                    }
                     out.append((method, path, {"json": body}))
             elif method == "POST":
                 out.append((method, path, {"json": {}}))
@@ -101,8 +104,9 @@ def test_every_route_chat_included_passes_through_an_added_middleware(
         chats = [r for r in requests if r[1].endswith("/chat/completions")]
         assert len(chats) == 4  # both chat routes, each streamed and not
         fake_upstream.script(*[reply("canary", chunks=1)] * len(chats))
-        with httpx.Client(base_url=server.origin, timeout=10,
-                          headers={"authorization": "Bearer sk-test"}) as http:
+        with httpx.Client(
+            base_url=server.origin, timeout=10, headers={"authorization": "Bearer sk-test"}
+        ) as http:
             for method, path, kwargs in requests:
                 resp = http.request(method, path, **kwargs)
                 assert resp.headers.get("x-canary") == "1", (method, path, resp.status_code)
@@ -142,17 +146,21 @@ def test_an_exception_while_sending_a_response_is_an_openai_500_logged_once(
 
 
 def _chat(http: httpx.Client, *, stream: bool) -> httpx.Response:
-    body = {"model": "gpt-fake", "stream": stream,
-            "messages": [{"role": "user", "content": "hi"}]}
-    return http.post("/v1/chat/completions", json=body,
-                     headers={"origin": ORIGIN, "x-session-id": "cors"})
+    body = {"model": "gpt-fake", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    return http.post(
+        "/v1/chat/completions", json=body, headers={"origin": ORIGIN, "x-session-id": "cors"}
+    )
 
 
 def _preflight(http: httpx.Client) -> httpx.Response:
-    return http.options("/v1/chat/completions", headers={
-        "origin": ORIGIN, "access-control-request-method": "POST",
-        "access-control-request-headers": "authorization, content-type",
-    })
+    return http.options(
+        "/v1/chat/completions",
+        headers={
+            "origin": ORIGIN,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type",
+        },
+    )
 
 
 def test_cors_is_off_by_default(http: httpx.Client, fake_upstream: FakeUpstream) -> None:
@@ -170,8 +178,9 @@ def test_cors_origins_setting_covers_the_chat_post_streamed_and_not(
     server.start()
     fake_upstream.script(reply("cors", chunks=1), reply("cors", chunks=1))
     try:
-        with httpx.Client(base_url=server.origin, timeout=10,
-                          headers={"authorization": "Bearer sk-test"}) as http:
+        with httpx.Client(
+            base_url=server.origin, timeout=10, headers={"authorization": "Bearer sk-test"}
+        ) as http:
             pre = _preflight(http)
             responses = [_chat(http, stream=False), _chat(http, stream=True)]
             other = http.get("/healthz", headers={"origin": "https://evil.example"})

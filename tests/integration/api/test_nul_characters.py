@@ -50,11 +50,15 @@ def history() -> tuple[list[dict[str, Any]], dict[str, str]]:
 
 @pytest.fixture
 def config_file(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    return write_config(tmp_path / "agents.json", fake_upstream.url, context={
-        "toolOutput": {"maxChars": MAX_CHARS, "persistRaw": True},
-        "eviction": {"enabled": False},
-        "summarize": {"enabled": False},
-    })
+    return write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        context={
+            "toolOutput": {"maxChars": MAX_CHARS, "persistRaw": True},
+            "eviction": {"enabled": False},
+            "summarize": {"enabled": False},
+        },
+    )
 
 
 @pytest.fixture
@@ -80,8 +84,16 @@ def test_nul_in_tool_results_and_ids_over_several_turns(
     messages, outputs = history()
     long = outputs["call_long"]
     fake_upstream.script(
-        reply("looking", tool_calls=[tool_call(
-            "read_tool_output", {"id": "call_long", "offset": 1500, "limit": 1200}, id="int_1")]),
+        reply(
+            "looking",
+            tool_calls=[
+                tool_call(
+                    "read_tool_output",
+                    {"id": "call_long", "offset": 1500, "limit": 1200},
+                    id="int_1",
+                )
+            ],
+        ),
         reply("first"),
         reply(None, tool_calls=[tool_call("read_tool_output", {"id": NUL_ID}, id="int_2")]),
         reply("second"),
@@ -90,17 +102,26 @@ def test_nul_in_tool_results_and_ids_over_several_turns(
     client = sdk(proxy, "nul")
     for turn, answer in enumerate(["lookingfirst", "second", "third"]):
         out = client.chat.completions.create(model="gpt-4o", messages=messages, stream=stream)
-        text = "".join(c.choices[0].delta.content or "" for c in out if c.choices) if stream \
+        text = (
+            "".join(c.choices[0].delta.content or "" for c in out if c.choices)
+            if stream
             else out.choices[0].message.content
+        )
         assert text == answer, turn
-        messages = [*messages, {"role": "assistant", "content": answer},
-                    {"role": "user", "content": f"turn {turn} done\x00"}]
+        messages = [
+            *messages,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": f"turn {turn} done\x00"},
+        ]
 
     bodies = fake_upstream.bodies()
     assert len(bodies) == 5
     for body in bodies:
-        sent = {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"
-                and not m["tool_call_id"].startswith("int_")}
+        sent = {
+            m["tool_call_id"]: m["content"]
+            for m in body["messages"]
+            if m["role"] == "tool" and not m["tool_call_id"].startswith("int_")
+        }
         assert set(sent) == set(outputs)
         assert sent["call_short"] == outputs["call_short"]  # not cut: exactly what was sent
         for cid in ("call_long", NUL_ID):  # cut: the original's head, a marker, its tail
@@ -117,15 +138,17 @@ def test_nul_in_tool_results_and_ids_over_several_turns(
 
     # The tool-outputs API: the same pages, and the whole text reassembled exactly.
     with api(proxy) as http:
-        r = http.get("/v1/sessions/nul/tool-outputs/call_long",
-                     params={"offset": 1500, "limit": 1200})
+        r = http.get(
+            "/v1/sessions/nul/tool-outputs/call_long", params={"offset": 1500, "limit": 1200}
+        )
         assert r.status_code == 200 and r.json()["page"] == page
         assert r.json()["total_chars"] == 9000
         assert r.json()["original_bytes"] == len(long.encode())
         assert read_all(http, "nul", "call_long") == long
         assert read_all(http, "nul", quote(NUL_ID, safe="")) == outputs[NUL_ID]
-        grep = http.get("/v1/sessions/nul/tool-outputs/call_long",
-                        params={"grep": "LONG:\x00\x00\x00\x001"})
+        grep = http.get(
+            "/v1/sessions/nul/tool-outputs/call_long", params={"grep": "LONG:\x00\x00\x00\x001"}
+        )
         assert grep.status_code == 200 and "long:\x00\x00\x00\x001" in grep.json()["page"]
         listed = http.get("/v1/sessions/nul/messages").json()["data"]
         assert NUL_ID in [m["message"].get("tool_call_id") for m in listed]

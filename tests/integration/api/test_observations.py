@@ -18,13 +18,16 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, read_all, sdk
 
-SYSTEM = ("You are an expert assistant who can solve any task using tool calls. To do so, you "
-          "have been given access to some tools.\nThe tool call you write is an action: after "
-          "the tool is executed, you will get the result of the tool call as an \"observation\".")
+SYSTEM = (
+    "You are an expert assistant who can solve any task using tool calls. To do so, you "
+    "have been given access to some tools.\nThe tool call you write is an action: after "
+    'the tool is executed, you will get the result of the tool call as an "observation".'
+)
 # Shaped as smolagents' ToolCallingAgent writes its memory to messages: the action as the
 # assistant's text, the result as a user message "Observation:\n…".
-BIG = "Observation:\n" + "".join(f"{i:05d} GET /api/v1/items/{i * 7919 % 10007} 200\n"
-                                 for i in range(1500))
+BIG = "Observation:\n" + "".join(
+    f"{i:05d} GET /api/v1/items/{i * 7919 % 10007} 200\n" for i in range(1500)
+)
 LOG = "Observation:\n" + "pip: Requirement already satisfied\n" * 400 + "Successfully built\n"
 
 
@@ -45,8 +48,11 @@ def transcript(observations: list[str]) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def proxy(db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream) -> Iterator[ProxyServer]:
-    ctx = {"toolOutput": {"maxChars": 4000}, "eviction": {"enabled": False},
-           "summarize": {"enabled": False}}
+    ctx = {
+        "toolOutput": {"maxChars": 4000},
+        "eviction": {"enabled": False},
+        "summarize": {"enabled": False},
+    }
     path = write_config(tmp_path / "agents.json", fake_upstream.url, context=ctx)
     server = ProxyServer(Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3))
     yield server.start()
@@ -87,17 +93,27 @@ def test_observations_are_cut_compacted_and_read_back(
 def test_old_observation_rounds_are_evicted(
     db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    ctx = {"eviction": {"atFraction": 0.05, "keepRecentRounds": 1, "clearAtLeast": 500,
-                        "minResultTokens": 100},
-           "toolOutput": {"compact": False}, "summarize": {"enabled": False}}
+    ctx = {
+        "eviction": {
+            "atFraction": 0.05,
+            "keepRecentRounds": 1,
+            "clearAtLeast": 500,
+            "minResultTokens": 100,
+        },
+        "toolOutput": {"compact": False},
+        "summarize": {"enabled": False},
+    }
     path = write_config(tmp_path / "agents.json", fake_upstream.url, context=ctx)
     server = ProxyServer(Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3))
     server.start()
     try:
-        dumps = [f"Observation:\n{json.dumps([{'row': i, 'tag': t} for i in range(1000)])}"
-                 for t in "abc"]
+        dumps = [
+            f"Observation:\n{json.dumps([{'row': i, 'tag': t} for i in range(1000)])}"
+            for t in "abc"
+        ]
         sdk(server, "smol2").chat.completions.create(
-            model="gpt-4o", messages=transcript([*dumps, "Observation:\nok"]))
+            model="gpt-4o", messages=transcript([*dumps, "Observation:\nok"])
+        )
         sent = fake_upstream.bodies()[-1]["messages"]
         cleared = [m for m in sent if m["content"].startswith("[context-cleared]")]
         assert len(cleared) == 3 and all(m["role"] == "user" for m in cleared)

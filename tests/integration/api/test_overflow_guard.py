@@ -54,10 +54,17 @@ def assert_fits(body: dict[str, Any]) -> None:
 
 
 def _tools(n: int) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {
-        "name": f"tool_{i}", "description": words(60, f"d{i}"),
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-    }} for i in range(n)]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": words(60, f"d{i}"),
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def test_the_tools_count_against_the_window(
@@ -70,13 +77,21 @@ def test_the_tools_count_against_the_window(
     count = build_counter()
     tool_tokens = count([{"role": "system", "content": json.dumps(tools)}])
     assert tool_tokens > 1000
+
     def main(req: RecordedRequest) -> Reply:  # a provider counts the tools too
         body = req.json
         prompt = count_prompt_tokens(body["messages"]) + len(json.dumps(body["tools"])) // 4
         return reply("ok", usage=(prompt, 1))
 
-    with stack(tmp_path, db_dsn, fake_upstream, Model(main=main), limit=LIMIT,
-               reserved=RESERVED, summarize={"enabled": False}) as s:
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(main=main),
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"enabled": False},
+    ) as s:
         agent = Agent(s.client("tools"))
         agent.messages += rounds(4, 350)
         assert count(agent.messages) <= ROOM < count(agent.messages) + tool_tokens
@@ -87,8 +102,11 @@ def test_the_tools_count_against_the_window(
         assert len(bodies) == 3
         for body in bodies:
             assert len(body["tools"]) >= 20
-            assert count(body["messages"]) + count(
-                [{"role": "system", "content": json.dumps(body["tools"])}]) <= ROOM
+            assert (
+                count(body["messages"])
+                + count([{"role": "system", "content": json.dumps(body["tools"])}])
+                <= ROOM
+            )
             assert_paired(body["messages"])
         assert s.events("tools", "context.trimmed")
 
@@ -183,12 +201,21 @@ def test_a_refused_first_request_still_stores_the_history_it_brought(
 ) -> None:
     """A new session's long first request is stored with its step (services.history: held
     back); when the guard refuses the step, what the client sent is stored all the same."""
-    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED,
-               summarize={"enabled": False}) as s:
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(),
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"enabled": False},
+    ) as s:
         messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
         for i in range(4):  # 10 messages in all: more than a session is guessed new with
-            messages += [{"role": "user", "content": f"question {i}"},
-                         {"role": "assistant", "content": f"answer {i}"}]
+            messages += [
+                {"role": "user", "content": f"question {i}"},
+                {"role": "assistant", "content": f"answer {i}"},
+            ]
         messages.append({"role": "user", "content": words(5000, "huge")})
         with pytest.raises(openai.BadRequestError) as info:
             s.client("refused").chat.completions.create(model="gpt-fake", messages=messages)

@@ -36,8 +36,9 @@ def start(db_dsn: str) -> Iterator[Any]:
     started: list[ProxyServer] = []
 
     def run(config: Path, **settings: Any) -> ProxyServer:
-        server = ProxyServer(Settings(database_url=db_dsn, config=config,
-                                      keepalive_seconds=0.3, **settings)).start()
+        server = ProxyServer(
+            Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3, **settings)
+        ).start()
         started.append(server)
         return server
 
@@ -50,10 +51,12 @@ def start(db_dsn: str) -> Iterator[Any]:
 def keys(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
     monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B + "\n")  # a secret file's newline
-    return {"keys": [
-        {"keyEnv": "CASCADE_TEST_KEY_A", "tenant": "team", "agents": ["coder"]},
-        {"keyEnv": "CASCADE_TEST_KEY_B", "tenant": "team"},
-    ]}
+    return {
+        "keys": [
+            {"keyEnv": "CASCADE_TEST_KEY_A", "tenant": "team", "agents": ["coder"]},
+            {"keyEnv": "CASCADE_TEST_KEY_B", "tenant": "team"},
+        ]
+    }
 
 
 def _requests(app: Any) -> list[tuple[str, str]]:
@@ -69,25 +72,43 @@ def _requests(app: Any) -> list[tuple[str, str]]:
 
 
 def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
-    start: Any, keys: dict[str, Any], fake_upstream: FakeUpstream, tmp_path: Path,
+    start: Any,
+    keys: dict[str, Any],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
-    server = start(write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys,
-                                agents=agents))
+    server = start(
+        write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=agents)
+    )
     requests = _requests(server.app)
     paths = {p for _, p in requests}
-    assert {"/v1/chat/completions", "/s/x1/v1/chat/completions", "/v1/models",
-            "/v1/embeddings", "/v1/sessions", "/v1/sessions/x1/events", "/readyz",
-            "/openapi.json", "/docs", "/redoc", "/v1/memory", "/v1/memory/x1",
-            "/v1/memory/suggestions/x1/accept"} <= paths
+    assert {
+        "/v1/chat/completions",
+        "/s/x1/v1/chat/completions",
+        "/v1/models",
+        "/v1/embeddings",
+        "/v1/sessions",
+        "/v1/sessions/x1/events",
+        "/readyz",
+        "/openapi.json",
+        "/docs",
+        "/redoc",
+        "/v1/memory",
+        "/v1/memory/x1",
+        "/v1/memory/suggestions/x1/accept",
+    } <= paths
     bodies = []
     with httpx.Client(base_url=server.origin, timeout=10) as http:
         for method, path in requests:
-            for headers in ({}, {"authorization": "Bearer wrong"},
-                            {"authorization": f"Basic {KEY_B}"},
-                            {"authorization": f"Bearer {KEY_A}x"}):
+            for headers in (
+                {},
+                {"authorization": "Bearer wrong"},
+                {"authorization": f"Basic {KEY_B}"},
+                {"authorization": f"Bearer {KEY_A}x"},
+            ):
                 resp = http.request(method, path, headers=headers, json={})
                 bodies.append(resp.text)
                 if path in OPEN:
@@ -110,8 +131,10 @@ def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
         good = {"authorization": f"Bearer {KEY_B}"}
         for path in ("/readyz", "/openapi.json", "/docs", "/v1/sessions", "/v1/models"):
             assert http.get(path, headers=good).status_code == 200, path
-        assert http.get("/v1/sessions", headers={"authorization": f"bearer {KEY_A}"}
-                        ).status_code == 200
+        assert (
+            http.get("/v1/sessions", headers={"authorization": f"bearer {KEY_A}"}).status_code
+            == 200
+        )
     assert fake_upstream.requests[-1].path.endswith("/models")
     assert len(fake_upstream.requests) == 1  # nothing refused reached the provider
     for secret in (KEY_A, KEY_B):
@@ -120,16 +143,22 @@ def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
 
 
 def test_a_key_limited_to_agents_gets_403_for_any_other(
-    start: Any, keys: dict[str, Any], fake_upstream: FakeUpstream, tmp_path: Path,
+    start: Any,
+    keys: dict[str, Any],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
-    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"},
-              "reviewer": {"provider": "openai"}}
-    server = start(write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys,
-                                agents=agents))
+    agents = {
+        "default": {"provider": "openai"},
+        "coder": {"provider": "openai"},
+        "reviewer": {"provider": "openai"},
+    }
+    server = start(
+        write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=agents)
+    )
     limited = openai.OpenAI(base_url=server.url, api_key=KEY_A, max_retries=0)
     full = openai.OpenAI(base_url=server.url, api_key=KEY_B, max_retries=0)
-    limited.chat.completions.create(model="coder", messages=HI,
-                                    extra_headers={"X-Session-Id": "c"})
+    limited.chat.completions.create(model="coder", messages=HI, extra_headers={"X-Session-Id": "c"})
     for model in ("reviewer", "gpt-4o"):  # another agent; an unnamed model is "default"
         with pytest.raises(openai.PermissionDeniedError) as denied:
             limited.chat.completions.create(model=model, messages=HI)
@@ -142,12 +171,12 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
         limited.models.list()
     sent = len(fake_upstream.requests)
     assert sent == 1
-    full.chat.completions.create(model="reviewer", messages=HI,
-                                 extra_headers={"X-Session-Id": "r"})
+    full.chat.completions.create(model="reviewer", messages=HI, extra_headers={"X-Session-Id": "r"})
     full.models.list()
     # the session API is the tenant's; running an agent (a compaction) is checked
-    with httpx.Client(base_url=server.origin, timeout=30,
-                      headers={"authorization": f"Bearer {KEY_A}"}) as http:
+    with httpx.Client(
+        base_url=server.origin, timeout=30, headers={"authorization": f"Bearer {KEY_A}"}
+    ) as http:
         assert {s["id"] for s in http.get("/v1/sessions").json()["data"]} == {"c", "r"}
         refused = http.post("/v1/sessions/r/compact")
         assert refused.status_code == 403, refused.text
@@ -157,21 +186,27 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
         for scope, status in (("agent:reviewer", 403), ("agent:coder", 201), ("global", 201)):
             added = http.post("/v1/memory", json={"scope": scope, "text": "Port is 8443"})
             assert added.status_code == status, added.text
-        with httpx.Client(base_url=server.origin, timeout=30,
-                          headers={"authorization": f"Bearer {KEY_B}"}) as unlimited:
-            theirs = unlimited.post("/v1/memory", json={"scope": "agent:reviewer",
-                                                        "text": "Reviewer fact"}).json()["id"]
+        with httpx.Client(
+            base_url=server.origin, timeout=30, headers={"authorization": f"Bearer {KEY_B}"}
+        ) as unlimited:
+            theirs = unlimited.post(
+                "/v1/memory", json={"scope": "agent:reviewer", "text": "Reviewer fact"}
+            ).json()["id"]
         assert http.delete(f"/v1/memory/{theirs}").status_code == 403
         assert http.get("/v1/memory", params={"scope": "agent:reviewer"}).status_code == 403
 
 
 def test_pass_through_refuses_no_bearer_when_the_provider_key_would_pay(
-    start: Any, fake_upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    start: Any,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CASCADE_TEST_UPSTREAM", UPSTREAM_SECRET)
     provider = {"baseUrl": fake_upstream.url, "apiKeyEnv": "CASCADE_TEST_UPSTREAM"}
-    server = start(write_config(tmp_path / "agents.json", fake_upstream.url,
-                                providers={"openai": provider}))
+    server = start(
+        write_config(tmp_path / "agents.json", fake_upstream.url, providers={"openai": provider})
+    )
     chat = {"model": "m", "messages": HI}
     with httpx.Client(base_url=server.origin, timeout=10) as http:
         for headers in ({}, {"authorization": "Bearer"}, {"authorization": "bearer"}):
@@ -183,8 +218,9 @@ def test_pass_through_refuses_no_bearer_when_the_provider_key_would_pay(
         assert fake_upstream.requests == []
         for path in ("/healthz", "/readyz", "/openapi.json"):  # probes and the document
             assert http.get(path).status_code == 200, path
-        ok = http.post("/v1/chat/completions", json=chat,
-                       headers={"authorization": "Bearer sk-client"})
+        ok = http.post(
+            "/v1/chat/completions", json=chat, headers={"authorization": "Bearer sk-client"}
+        )
         assert ok.status_code == 200
         # the environment is read per request: without the provider key, nobody pays
         monkeypatch.delenv("CASCADE_TEST_UPSTREAM")
@@ -199,7 +235,10 @@ def _until(check: Any, timeout: float = 10.0) -> None:
 
 
 def test_the_gate_follows_the_config_in_force(
-    start: Any, keys: dict[str, Any], fake_upstream: FakeUpstream, tmp_path: Path,
+    start: Any,
+    keys: dict[str, Any],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
     server = start(config, watch_config=True)
@@ -212,10 +251,12 @@ def test_the_gate_follows_the_config_in_force(
 
 
 def test_on_a_non_loopback_address_a_reload_without_keys_closes_every_door(
-    start: Any, keys: dict[str, Any], fake_upstream: FakeUpstream, tmp_path: Path,
+    start: Any,
+    keys: dict[str, Any],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
-    config = write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys,
-                          agents=AGENTS)
+    config = write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=AGENTS)
     server = start(config, watch_config=True, host="0.0.0.0")  # noqa: S104 (the rule under test)
     with httpx.Client(base_url=server.origin, timeout=10) as http:
         good = {"authorization": f"Bearer {KEY_B}"}
@@ -228,16 +269,26 @@ def test_on_a_non_loopback_address_a_reload_without_keys_closes_every_door(
 
 
 def test_the_start_up_block_is_logged_once_without_a_secret(
-    start: Any, keys: dict[str, Any], fake_upstream: FakeUpstream, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    start: Any,
+    keys: dict[str, Any],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
     monkeypatch.setenv("CASCADE_TEST_UPSTREAM", UPSTREAM_SECRET)
     provider = {"baseUrl": fake_upstream.url, "apiKeyEnv": "CASCADE_TEST_UPSTREAM"}
-    start(write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=AGENTS,
-                       providers={"openai": provider}))
-    (block,) = [r.getMessage() for r in caplog.records
-                if r.getMessage().startswith("Cascade ")]
+    start(
+        write_config(
+            tmp_path / "agents.json",
+            fake_upstream.url,
+            auth=keys,
+            agents=AGENTS,
+            providers={"openai": provider},
+        )
+    )
+    (block,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Cascade ")]
     assert "base URL for clients: http://127.0.0.1:8080/v1" in block
     assert "key $CASCADE_TEST_UPSTREAM set" in block and "proxy keys: 2" in block
     assert "database: postgresql://" in block and "stages for agent coder" in block

@@ -307,14 +307,21 @@ def test_a_stream_keeps_the_client_connection_alive_while_a_later_round_waits(
     )
     body = {"model": "gpt-4o", "stream": True, "messages": history("call_slow", blob(9000, "slow"))}
     lines: list[tuple[float, str]] = []
-    with api(proxy) as http, http.stream("POST", "/v1/chat/completions", json=body,
-                                          headers={"X-Session-Id": "slow-round"}) as resp:
+    with (
+        api(proxy) as http,
+        http.stream(
+            "POST", "/v1/chat/completions", json=body, headers={"X-Session-Id": "slow-round"}
+        ) as resp,
+    ):
         started = time.monotonic()
         for line in resp.iter_lines():
             lines.append((time.monotonic() - started, line))
     comments = [t for t, line in lines if line.startswith(":")]
-    text = "".join(json.loads(line[5:])["choices"][0]["delta"].get("content") or ""
-                   for _, line in lines if line.startswith("data: {"))
+    text = "".join(
+        json.loads(line[5:])["choices"][0]["delta"].get("content") or ""
+        for _, line in lines
+        if line.startswith("data: {")
+    )
     assert text == "let me lookfound it"
     assert len(comments) >= 2  # one per keep-alive interval of the wait, not silence
     gaps = [b - a for (a, _), (b, _) in zip(lines, lines[1:], strict=False)]
@@ -327,27 +334,65 @@ def test_with_two_choices_an_internal_call_in_one_hides_no_call_of_the_other(
     # Both choices number their calls from 0: choice 0's read_tool_output at index 0 used
     # to hide choice 1's own call at index 0.
     def call(cid: str, name: str) -> dict[str, Any]:
-        return {"index": 0, "id": cid, "type": "function",
-                "function": {"name": name, "arguments": "{}"}}
+        return {
+            "index": 0,
+            "id": cid,
+            "type": "function",
+            "function": {"name": name, "arguments": "{}"},
+        }
 
     def frame(choices: list[dict[str, Any]]) -> str:
-        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                 "choices": choices}
+        chunk = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": choices,
+        }
         return f"data: {json.dumps(chunk)}\n\n"
 
-    fake_upstream.script(raw(
-        frame([{"index": 0, "delta": {"role": "assistant",
-                                      "tool_calls": [call("int_1", "read_tool_output")]}},
-               {"index": 1, "delta": {"role": "assistant",
-                                      "tool_calls": [call("call_w", "run_tests")]}}]),
-        frame([{"index": 0, "delta": {}, "finish_reason": "tool_calls"},
-               {"index": 1, "delta": {}, "finish_reason": "tool_calls"}]),
-        "data: [DONE]\n\n",
-    ))
-    chunks = list(chat(proxy, "two", history("call_two", blob(9000, "two")), n=2,
-                       tools=CLIENT_TOOLS, stream=True))
-    calls = [(c.index, t.function.name if t.function else None) for ch in chunks
-             for c in ch.choices for t in c.delta.tool_calls or []]
+    fake_upstream.script(
+        raw(
+            frame(
+                [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "role": "assistant",
+                            "tool_calls": [call("int_1", "read_tool_output")],
+                        },
+                    },
+                    {
+                        "index": 1,
+                        "delta": {"role": "assistant", "tool_calls": [call("call_w", "run_tests")]},
+                    },
+                ]
+            ),
+            frame(
+                [
+                    {"index": 0, "delta": {}, "finish_reason": "tool_calls"},
+                    {"index": 1, "delta": {}, "finish_reason": "tool_calls"},
+                ]
+            ),
+            "data: [DONE]\n\n",
+        )
+    )
+    chunks = list(
+        chat(
+            proxy,
+            "two",
+            history("call_two", blob(9000, "two")),
+            n=2,
+            tools=CLIENT_TOOLS,
+            stream=True,
+        )
+    )
+    calls = [
+        (c.index, t.function.name if t.function else None)
+        for ch in chunks
+        for c in ch.choices
+        for t in c.delta.tool_calls or []
+    ]
     assert calls == [(1, "run_tests")]
     finishes = {c.index: c.finish_reason for ch in chunks for c in ch.choices if c.finish_reason}
     assert finishes[1] == "tool_calls"
@@ -356,8 +401,13 @@ def test_with_two_choices_an_internal_call_in_one_hides_no_call_of_the_other(
 def _three_rounds(fake_upstream: FakeUpstream) -> None:
     """Two internal rounds, then an answer that calls itself another completion: another id,
     time, model and fingerprint, and a role frame of its own."""
-    later = {"id": "chatcmpl-other", "object": "chat.completion.chunk", "created": 1_800_000_000,
-             "model": "other-model", "system_fingerprint": "fp_other"}
+    later = {
+        "id": "chatcmpl-other",
+        "object": "chat.completion.chunk",
+        "created": 1_800_000_000,
+        "model": "other-model",
+        "system_fingerprint": "fp_other",
+    }
 
     def frame(delta: dict[str, Any], finish: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -366,8 +416,13 @@ def _three_rounds(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script(
         reply("let me look ", tool_calls=[read_call("int_1", id="call_big", offset=0)]),
         reply("and more ", tool_calls=[read_call("int_2", id="call_big", offset=500)]),
-        raw(frame({"role": "assistant", "content": ""}), frame({"content": "the "}),
-            frame({"content": "answer"}), frame({}, "stop"), "data: [DONE]\n\n"),
+        raw(
+            frame({"role": "assistant", "content": ""}),
+            frame({"content": "the "}),
+            frame({"content": "answer"}),
+            frame({}, "stop"),
+            "data: [DONE]\n\n",
+        ),
     )
 
 
@@ -395,8 +450,10 @@ def test_internal_rounds_make_one_stream_for_the_sdk_stream_helper(
             if len(rows) > len(messages):
                 break
             time.sleep(0.02)
-    assert rows[-1]["message"] == {"role": "assistant",
-                                   "content": "let me look and more the answer"}
+    assert rows[-1]["message"] == {
+        "role": "assistant",
+        "content": "let me look and more the answer",
+    }
     resent = {"role": message.role, "content": message.content}
     chat(proxy, "one-stream", [*messages, resent, {"role": "user", "content": "thanks"}])
     sent = fake_upstream.bodies()[-1]["messages"]
@@ -429,10 +486,13 @@ def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
 ) -> None:
     # Issue 21 item 2, past an internal round: no finish reason, no [DONE], a clean close.
     head = {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    early = [f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': d}]})}\n\n"
-             for d in ({"role": "assistant", "content": ""}, {"content": "half an ans"})]
+    early = [
+        f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': d}]})}\n\n"
+        for d in ({"role": "assistant", "content": ""}, {"content": "half an ans"})
+    ]
     fake_upstream.script(
-        reply("let me look ", tool_calls=[read_call(id="call_big", offset=0)]), raw(*early),
+        reply("let me look ", tool_calls=[read_call(id="call_big", offset=0)]),
+        raw(*early),
         reply("whole"),
     )
     messages = history("call_big", blob(9000, "big"))
@@ -442,8 +502,9 @@ def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
         frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
         assert "broke off" not in frames[-2] and "error" in json.loads(frames[-2])
         assert frames[-1] == "[DONE]"
-        text = "".join(json.loads(f)["choices"][0]["delta"].get("content") or ""
-                       for f in frames[:-2])
+        text = "".join(
+            json.loads(f)["choices"][0]["delta"].get("content") or "" for f in frames[:-2]
+        )
         assert text == "let me look half an ans"
         rows = http.get("/v1/sessions/early/messages").json()["data"]
         assert [r["message"]["role"] for r in rows] == ["user", "assistant", "tool"]

@@ -32,9 +32,12 @@ def _config(path: Path, url: str, *, recitation: bool | None) -> str:
     ctx: dict[str, Any] = {"summarize": {"keepRecent": 2}, "eviction": {"enabled": False}}
     if recitation is not None:
         ctx["recitation"] = {"enabled": recitation}
-    tmp = write_config(path.with_name("next.json"), url, context=ctx,
-                       models={"default": {"contextLimit": 128000},
-                               FAST: {"contextLimit": 32000}})
+    tmp = write_config(
+        path.with_name("next.json"),
+        url,
+        context=ctx,
+        models={"default": {"contextLimit": 128000}, FAST: {"contextLimit": 32000}},
+    )
     return tmp.read_text()
 
 
@@ -89,11 +92,12 @@ def test_the_plan_rides_at_the_tail_when_on_and_a_reload_removes_it(
         role, text = _last_text(fake_upstream)
         assert role == "tool" and text == "file body\n\n" + PLAN  # the same bytes, moved on
         step = [b for b in fake_upstream.bodies() if b.get("model") != FAST][-1]
-        assert sum(PLAN in json.dumps(m) or PLAN in str(m.get("content")) for m in
-                   step["messages"]) == 1
+        assert (
+            sum(PLAN in json.dumps(m) or PLAN in str(m.get("content")) for m in step["messages"])
+            == 1
+        )
 
-        stored = httpx.get(f"{proxy.origin}/v1/sessions/rec/messages", headers=HEADERS,
-                           timeout=5)
+        stored = httpx.get(f"{proxy.origin}/v1/sessions/rec/messages", headers=HEADERS, timeout=5)
         assert stored.status_code == 200 and PLAN_OPEN not in stored.text
 
         save(config_path, _config(config_path, fake_upstream.url, recitation=False))

@@ -218,11 +218,18 @@ def evicting_settings(db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream) 
     at once, so that very step evicts them (placeholders, the reclaimed count, a
     context.evicted event)."""
     config = write_config(
-        tmp_path / "evict.json", fake_upstream.url,
+        tmp_path / "evict.json",
+        fake_upstream.url,
         models={"default": {"contextLimit": 4000, "reservedOutput": 200}},
-        context={"eviction": {"atFraction": 0.2, "keepRecentRounds": 1, "clearAtLeast": 100,
-                              "minResultTokens": 50},
-                 "summarize": {"enabled": False}},
+        context={
+            "eviction": {
+                "atFraction": 0.2,
+                "keepRecentRounds": 1,
+                "clearAtLeast": 100,
+                "minResultTokens": 50,
+            },
+            "summarize": {"enabled": False},
+        },
     )
     return Settings(database_url=db_dsn, config=config, watch_config=False)
 
@@ -231,9 +238,19 @@ def tool_rounds(n: int) -> list[dict[str, Any]]:
     """A user turn, then ``n`` rounds of a read_file call and its 1,200-character result."""
     messages: list[dict[str, Any]] = [user("inspect the repo")]
     for i in range(n):
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": "read_file", "arguments": "{}"}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"{i} " * 600})
     return messages
 
@@ -283,8 +300,12 @@ def stored(dsn: str, sid: str) -> tuple[list[Any], Any, list[str]]:
         try:
             rows = [tuple(r) for r in await conn.fetch(STORED, sid)]
             session = tuple(await conn.fetchrow(SESSION, sid))
-            names = [r[0] for r in await conn.fetch(
-                "SELECT name FROM events WHERE session_id = $1 ORDER BY id", sid)]
+            names = [
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT name FROM events WHERE session_id = $1 ORDER BY id", sid
+                )
+            ]
             return rows, session, names
         finally:
             await conn.close()
@@ -294,7 +315,10 @@ def stored(dsn: str, sid: str) -> tuple[list[Any], Any, list[str]]:
 
 @pytest.mark.parametrize("overflowing", [False, True], ids=["evicts", "evicts-and-trims"])
 def test_a_new_long_sessions_evictions_go_in_with_its_messages(
-    db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    db_dsn: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
     overflowing: bool,
 ) -> None:
     """A session whose first request is too long to be guessed new has nothing stored: its
@@ -327,7 +351,8 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
     sent = fake_upstream.bodies()
     assert sent[-1]["messages"] == sent[-2]["messages"]
     assert sum(str(m.get("content")).startswith("[context") for m in sent[-2]["messages"]) == len(
-        evicted)
+        evicted
+    )
     if not overflowing:  # (the guard's cut rounds are not offered back)
         assert [p["page"].split("\n", 1)[1] for p in pages] == [f"{i} " * 600 for i in range(3)]
     rows, session, names = stored(db_dsn, "held")
@@ -337,8 +362,12 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
     assert trimmed == [pos for pos, cut in zip(step.args[2], step.args[11], strict=True) if cut]
     assert bool(trimmed) == overflowing and (overflowing or (evicted and session[3] > 0))
     # ingestion, [the guard's cut], the reply, usage
-    assert names == [MESSAGE_APPENDED, *(["context.trimmed"] * overflowing), MESSAGE_APPENDED,
-                     USAGE]
+    assert names == [
+        MESSAGE_APPENDED,
+        *(["context.trimmed"] * overflowing),
+        MESSAGE_APPENDED,
+        USAGE,
+    ]
 
 
 def test_a_named_sessions_resent_history_is_parsed_once(
@@ -374,8 +403,11 @@ def verbatim_flags(dsn: str, sid: str) -> list[bool]:
     async def read() -> list[bool]:
         conn = await asyncpg.connect(dsn)
         try:
-            rows = await conn.fetch("SELECT verbatim FROM messages WHERE session_id = $1"
-                                    " AND superseded_at IS NULL ORDER BY pos", sid)
+            rows = await conn.fetch(
+                "SELECT verbatim FROM messages WHERE session_id = $1"
+                " AND superseded_at IS NULL ORDER BY pos",
+                sid,
+            )
             return [r["verbatim"] for r in rows]
         finally:
             await conn.close()
@@ -396,8 +428,11 @@ def test_later_turns_send_the_stored_form_of_what_the_proxy_changed(
         {"role": "system", "content": "be brief"},
         user(f"use the key {secret}"),
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1",
-         "content": "".join(f"line {i}\n" for i in range(10_000))},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "".join(f"line {i}\n" for i in range(10_000)),
+        },
         user("what now?"),
     ]
     post(app_client, sid, base)
@@ -410,12 +445,23 @@ def test_later_turns_send_the_stored_form_of_what_the_proxy_changed(
         assert sent[:5] == first  # the stored forms, exactly as the first prompt had them
         # user turns as sent; replies in the form stored from the provider
         assert [(m["role"], m["content"]) for m in sent[5:]] == [
-            (m["role"], m["content"]) for m in turn[5:]]
+            (m["role"], m["content"]) for m in turn[5:]
+        ]
         assert [m for m in sent[5:] if m["role"] == "user"] == turn[6::2]
         assert secret not in json.dumps(sent)
     settled(app_client, sid, 10)
-    assert verbatim_flags(db_dsn, sid) == [True, False, True, False, True, False, True,
-                                           False, True, False]
+    assert verbatim_flags(db_dsn, sid) == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
 
 
 def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
@@ -425,8 +471,11 @@ def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
     log = QueryLog(app_client.app_state["chat"].pool)
     app_client.app_state["chat"].pool = log
     fake_upstream.script(error(500), reply("after"))
-    resp = app_client.post("/v1/chat/completions", json={"model": MODEL, "messages": [
-        user("q")]}, headers={"x-session-id": "failing"})
+    resp = app_client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": [user("q")]},
+        headers={"x-session-id": "failing"},
+    )
     assert resp.status_code == 500
     # a one-message history is guessed new: the append rides in the first statement
     assert statements(log) == [msgs.BEGIN_STEP, UNLOCK_ALL]

@@ -56,8 +56,9 @@ def test_a_sessions_requests_are_serialised_across_replicas(
         s.settle("serial", 2)
         per_replica = [scrape(server.origin) for server in s.servers]
     first, second = sorted(arrivals)
-    assert second - first >= 0.55, "the second replica called the provider while the first " \
-                                   "still held the session"
+    assert second - first >= 0.55, (
+        "the second replica called the provider while the first still held the session"
+    )
     # each replica's /metrics counts the one request it served, not the other's
     for m in per_replica:
         assert m.value("cascade_requests_total", route=CHAT_ROUTE, status="200") == 1
@@ -68,8 +69,9 @@ def test_a_compaction_runs_once_for_both_replicas_and_is_counted_once(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
     model = Model(fast_delay=1.0)
-    with stack(tmp_path, db_dsn, fake_upstream, model, replicas=2,
-               summarize={"hardFraction": 0.95}) as s:
+    with stack(
+        tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.95}
+    ) as s:
         agent = Agent(s.client("dedup", 0))
         for i in range(5):
             agent.say(words(450, f"t{i}"))
@@ -83,9 +85,12 @@ def test_a_compaction_runs_once_for_both_replicas_and_is_counted_once(
         names = [e["name"] for e in compaction_events(s, "dedup")]
     assert len(model.fast_times) == 1, "the second replica started its own compaction"
     assert names == ["context.compaction.started", "context.compaction.completed"]
-    assert [m.value("cascade_compactions_total", result="completed")
-            if "cascade_compactions_total" in {x.name for x in m.samples} else 0
-            for m in done] == [1, 0]
+    assert [
+        m.value("cascade_compactions_total", result="completed")
+        if "cascade_compactions_total" in {x.name for x in m.samples}
+        else 0
+        for m in done
+    ] == [1, 0]
     assert done[0].value("cascade_tokens_reclaimed_total", stage="compaction") > 0
     assert [m.value("cascade_requests_total", route=CHAT_ROUTE) for m in done] == [5, 2]
 
@@ -104,8 +109,11 @@ def test_an_event_made_on_one_replica_reaches_a_subscriber_on_the_other(
         assert all(f.data["session_id"] == "fan-out" for f in live)
         # the subscriber's replica counts its stream, once it is closed, as a request served
         events_route = {"route": "/v1/sessions/{session_id}/events", "status": "200"}
-        wait_until(lambda: "/v1/sessions/{session_id}/events" in scrape(b).text, 5.0,
-                   "the closed event stream in replica B's metrics")
+        wait_until(
+            lambda: "/v1/sessions/{session_id}/events" in scrape(b).text,
+            5.0,
+            "the closed event stream in replica B's metrics",
+        )
         assert scrape(b).value("cascade_requests_total", **events_route) == 1
         assert scrape(a).value("cascade_requests_total", route=CHAT_ROUTE) == 2
 
@@ -118,6 +126,8 @@ def test_both_replicas_answer_metrics_with_an_open_client(
             client = openai.OpenAI(base_url=server.url, api_key="sk-test-client", max_retries=0)
             for _ in range(i + 1):
                 client.chat.completions.create(model="gpt-fake", messages=[user("hi")])
-        counts = [scrape(server.origin).value("cascade_requests_total", route=CHAT_ROUTE)
-                  for server in s.servers]
+        counts = [
+            scrape(server.origin).value("cascade_requests_total", route=CHAT_ROUTE)
+            for server in s.servers
+        ]
     assert counts == [1, 2]

@@ -356,7 +356,10 @@ def test_unknown_session_is_openai_shaped_404(http: httpx.Client) -> None:
 
 @pytest.mark.parametrize("action", ["reset", "delete"])
 def test_reset_and_delete_wait_for_the_request_in_flight(
-    action: str, http: httpx.Client, proxy: ProxyServer, fake_upstream: FakeUpstream,
+    action: str,
+    http: httpx.Client,
+    proxy: ProxyServer,
+    fake_upstream: FakeUpstream,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     chat(http, [user("one")], sid="busy")
@@ -374,8 +377,11 @@ def test_reset_and_delete_wait_for_the_request_in_flight(
     worker.start()
     fake_upstream.wait_for_requests(2)  # the stream is under way upstream
     assert not ended
-    resp = http.post("/v1/sessions/busy/reset") if action == "reset" else http.delete(
-        "/v1/sessions/busy")
+    resp = (
+        http.post("/v1/sessions/busy/reset")
+        if action == "reset"
+        else http.delete("/v1/sessions/busy")
+    )
     worker.join(10)
     assert resp.status_code == 200 and ended
     assert "could not record the reply" not in caplog.text  # its step was not cut in two
@@ -401,15 +407,20 @@ def test_a_tool_call_id_that_comes_back_serves_its_newest_result(
     page = http.get("/v1/sessions/again/tool-outputs/call_ls").json()["page"]
     assert "line 0000 of the catalogue" in page
     reused = BIG_OUTPUT.replace("listing", "index")
-    history += [{"role": "assistant", "content": "ok"}, user("again"),
-                {"role": "assistant", "content": None, "tool_calls": history[1]["tool_calls"]},
-                {"role": "tool", "tool_call_id": "call_ls", "content": reused}]
+    history += [
+        {"role": "assistant", "content": "ok"},
+        user("again"),
+        {"role": "assistant", "content": None, "tool_calls": history[1]["tool_calls"]},
+        {"role": "tool", "tool_call_id": "call_ls", "content": reused},
+    ]
     chat(http, history, sid="again")
     page = http.get("/v1/sessions/again/tool-outputs/call_ls").json()["page"]
     assert "line 0000 of the index" in page
 
-    versions = ("SELECT content FROM tool_raw_output_versions WHERE session_id = 'again'"
-                " ORDER BY replaced_at")
+    versions = (
+        "SELECT content FROM tool_raw_output_versions WHERE session_id = 'again'"
+        " ORDER BY replaced_at"
+    )
     assert column(db_dsn, versions) == [BIG_OUTPUT, edited]
     assert http.post("/v1/sessions/again/reset").status_code == 200
     assert column(db_dsn, versions) == []
@@ -425,8 +436,9 @@ def test_concurrent_branches_to_one_new_id_give_one_session_and_400s(
 
     def branch(n: int) -> None:
         with httpx.Client(base_url=proxy.origin, headers=http.headers, timeout=10) as c:
-            statuses.append(c.post(f"/v1/sessions/src-{n}/branch",
-                                   json={"id": "dup-target"}).status_code)
+            statuses.append(
+                c.post(f"/v1/sessions/src-{n}/branch", json={"id": "dup-target"}).status_code
+            )
 
     for _ in range(3):  # a race: a few rounds make a loser at least once
         http.delete("/v1/sessions/dup-target")
@@ -439,11 +451,13 @@ def test_concurrent_branches_to_one_new_id_give_one_session_and_400s(
     assert sorted(set(statuses)) == [200, 400] and statuses.count(200) == 3
 
 
-@pytest.mark.parametrize("path", ["/v1/sessions/", "/v1/chat/completions/",
-                                  "/v1/sessions/src-0/events/"])
+@pytest.mark.parametrize(
+    "path", ["/v1/sessions/", "/v1/chat/completions/", "/v1/sessions/src-0/events/"]
+)
 def test_a_trailing_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str) -> None:
-    resp = http.request("POST" if "chat" in path else "GET", path, json={},
-                        headers={"host": "evil.example"})
+    resp = http.request(
+        "POST" if "chat" in path else "GET", path, json={}, headers={"host": "evil.example"}
+    )
     assert resp.status_code == 404 and "location" not in resp.headers
     assert_openai_404(resp)
 
@@ -467,8 +481,10 @@ def test_the_sessions_command_lists_and_shows_any_valid_id(
 def test_the_sessions_command_says_when_the_url_is_no_cascade_proxy(
     fake_upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake_upstream.script(raw("<html>bad gateway</html>", status=502,
-                             headers={"content-type": "text/html"}), endpoint="/v1/sessions")
+    fake_upstream.script(
+        raw("<html>bad gateway</html>", status=502, headers={"content-type": "text/html"}),
+        endpoint="/v1/sessions",
+    )
     origin = fake_upstream.url.removesuffix("/v1")
     assert cli.main(["sessions", "--url", origin, "ls"]) == 2  # was a JSONDecodeError
     assert "answered 502 with no JSON: <html>bad gateway</html>" in capsys.readouterr().err

@@ -78,15 +78,22 @@ def test_a_chat_request_makes_one_request_span_and_one_per_provider_call(
     assert attempt.context is not None
     assert attempt.context.trace_id == request.context.trace_id
     assert attrs(request) == attrs(request) | {
-        "http.route": CHAT, "http.response.status_code": 200,
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-        "gen_ai.usage.input_tokens": 321, "gen_ai.usage.output_tokens": 45,
-        "cascade.session.occupancy": 321, "cascade.tokens_reclaimed": 0,
+        "http.route": CHAT,
+        "http.response.status_code": 200,
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.usage.input_tokens": 321,
+        "gen_ai.usage.output_tokens": 45,
+        "cascade.session.occupancy": 321,
+        "cascade.tokens_reclaimed": 0,
     }
     assert attrs(attempt) == attrs(attempt) | {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-        "gen_ai.usage.input_tokens": 321, "gen_ai.usage.output_tokens": 45,
-        "http.response.status_code": 200, "cascade.provider": "openai",
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.usage.input_tokens": 321,
+        "gen_ai.usage.output_tokens": 45,
+        "http.response.status_code": 200,
+        "cascade.provider": "openai",
     }
     # the span ends when the call did, not when its usage was read afterwards
     assert attempt.end_time is not None and request.end_time is not None
@@ -128,8 +135,11 @@ def test_no_span_without_a_provider(
 
 
 def test_a_compaction_shows_on_the_request_span_and_in_the_metrics(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream,
-    provider: TracerProvider, exporter: InMemorySpanExporter,
+    tmp_path: Path,
+    db_dsn: str,
+    fake_upstream: FakeUpstream,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
 ) -> None:
     fake_upstream.default = Model()
     s = Stack(tmp_path, db_dsn, fake_upstream, summarize={"background": False})
@@ -143,8 +153,9 @@ def test_a_compaction_shows_on_the_request_span_and_in_the_metrics(
         spans = finished(exporter, 6)
     assert m.value("cascade_compactions_total", result="completed") == len(s.fast_bodies())
     assert m.value("cascade_tokens_reclaimed_total", stage="compaction") > 0
-    assert m.value("gen_ai_client_token_usage_count", gen_ai_request_model=FAST,
-                   gen_ai_token_type="input") == len(s.fast_bodies())
+    assert m.value(
+        "gen_ai_client_token_usage_count", gen_ai_request_model=FAST, gen_ai_token_type="input"
+    ) == len(s.fast_bodies())
     requests = by_kind(spans, SpanKind.SERVER)
     compacted = [attrs(r) for r in requests if "cascade.compaction" in attrs(r)]
     assert compacted and all(a["cascade.compaction"] == "completed" for a in compacted)
@@ -157,8 +168,9 @@ def test_a_failed_compaction_is_counted_by_its_reason(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.default = Model(fast_failures=100)
-    with Stack(tmp_path, db_dsn, fake_upstream,
-               summarize={"background": False, "maxAttempts": 1}) as s:
+    with Stack(
+        tmp_path, db_dsn, fake_upstream, summarize={"background": False, "maxAttempts": 1}
+    ) as s:
         agent = Agent(s.client("failing"))
         for i in range(5):
             agent.say(words(450, f"t{i}"))

@@ -28,8 +28,15 @@ def _is_prefix(prev: list[Any], cur: list[Any]) -> bool:
 def test_trimmed_rounds_stay_dropped_and_later_prompts_share_their_prefix(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED,
-               summarize={"enabled": False}) as s:
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(),
+        limit=LIMIT,
+        reserved=RESERVED,
+        summarize={"enabled": False},
+    ) as s:
         agent = Agent(s.client("trim-1"))
         agent.messages.append({"role": "user", "content": "Audit every module."})
         for n in range(24):
@@ -45,8 +52,10 @@ def test_trimmed_rounds_stay_dropped_and_later_prompts_share_their_prefix(
         for body in bodies:
             assert_paired(body["messages"])
             assert body["messages"][1]["content"] == "Audit every module."
-        trimmed = s.query("SELECT count(*) AS n FROM messages WHERE session_id = 'trim-1'"
-                          " AND trimmed_at IS NOT NULL")[0]["n"]
+        trimmed = s.query(
+            "SELECT count(*) AS n FROM messages WHERE session_id = 'trim-1'"
+            " AND trimmed_at IS NOT NULL"
+        )[0]["n"]
         assert trimmed > 0
         dropped = sum(t["dropped_messages"] for t in trims)
         assert trimmed == dropped  # each trimmed message was dropped exactly once

@@ -19,9 +19,13 @@ from tests.integration.api.conftest import write_config
 
 Handler = Callable[[httpx.Request], httpx.Response]
 COMPLETION = {
-    "id": "chatcmpl-m", "object": "chat.completion", "created": 1, "model": "gpt-fake",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "mocked"},
-                 "finish_reason": "stop"}],
+    "id": "chatcmpl-m",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt-fake",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "mocked"}, "finish_reason": "stop"}
+    ],
     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
 }
 
@@ -32,8 +36,10 @@ def proxy(db_dsn: str, tmp_path: Path) -> Iterator[Callable[[Handler], TestClien
 
     def start(handler: Handler) -> TestClient:
         config = write_config(tmp_path / "agents.json", "http://u:s3cret%40x@provider.mock/v1")
-        app = create_app(Settings(database_url=db_dsn, config=config, watch_config=False),
-                         http_transport=httpx.MockTransport(handler))
+        app = create_app(
+            Settings(database_url=db_dsn, config=config, watch_config=False),
+            http_transport=httpx.MockTransport(handler),
+        )
         client = TestClient(app).__enter__()
         clients.append(client)
         return client
@@ -50,14 +56,25 @@ def test_the_provider_gets_a_clean_request_and_a_compressed_answer_is_decoded(
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, content=gzip.compress(json.dumps(COMPLETION).encode()),
-                              headers={"content-type": "application/json",
-                                       "content-encoding": "gzip", "x-request-id": "req-1"})
+        return httpx.Response(
+            200,
+            content=gzip.compress(json.dumps(COMPLETION).encode()),
+            headers={
+                "content-type": "application/json",
+                "content-encoding": "gzip",
+                "x-request-id": "req-1",
+            },
+        )
 
     resp = proxy(handler).post(
-        "/v1/chat/completions", headers={"authorization": "Bearer sk-client",
-                                         "x-session-id": "shape", "user-agent": "agent/1"},
-        json={"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]})
+        "/v1/chat/completions",
+        headers={
+            "authorization": "Bearer sk-client",
+            "x-session-id": "shape",
+            "user-agent": "agent/1",
+        },
+        json={"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]},
+    )
 
     assert resp.status_code == 200
     assert resp.json()["choices"][0]["message"]["content"] == "mocked"

@@ -20,20 +20,38 @@ from tests.fakes.upstream import FakeUpstream, raw
 from tests.integration.api.conftest import ProxyServer, write_config
 
 HOST = "provider.cascade.test"  # resolved by the egress proxy alone
-_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE",
-               "SSL_CERT_DIR")
+_PROXY_VARS = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
 _COMPLETION = {
-    "id": "chatcmpl-z", "object": "chat.completion", "created": 1, "model": "gpt-fake",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "squeezed answer"},
-                 "finish_reason": "stop"}],
+    "id": "chatcmpl-z",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt-fake",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "squeezed answer"},
+            "finish_reason": "stop",
+        }
+    ],
     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
 }
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-    body = {"id": "chatcmpl-z", "object": "chat.completion.chunk", "created": 1,
-            "model": "gpt-fake", "choices": [{"index": 0, "delta": delta,
-                                              "finish_reason": finish}]}
+    body = {
+        "id": "chatcmpl-z",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-fake",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(body)}\n\n"
 
 
@@ -54,11 +72,21 @@ def start(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
 
     def run(**providers: dict[str, Any]) -> ProxyServer:
         agents = {name: {"provider": name} for name in providers}
-        config = write_config(tmp_path / f"cfg{len(started)}.json", "http://unused.invalid/v1",
-                              providers=providers,
-                              agents={"default": {"provider": next(iter(providers))}, **agents})
-        server = ProxyServer(Settings(database_url=db_dsn, config=config, watch_config=False,
-                                      keepalive_seconds=0.3, tokenizer="")).start()
+        config = write_config(
+            tmp_path / f"cfg{len(started)}.json",
+            "http://unused.invalid/v1",
+            providers=providers,
+            agents={"default": {"provider": next(iter(providers))}, **agents},
+        )
+        server = ProxyServer(
+            Settings(
+                database_url=db_dsn,
+                config=config,
+                watch_config=False,
+                keepalive_seconds=0.3,
+                tokenizer="",
+            )
+        ).start()
         started.append(server)
         return server
 
@@ -68,10 +96,16 @@ def start(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
 
 
 def _chat(server: ProxyServer, model: str = "gpt-fake") -> httpx.Response:
-    with httpx.Client(base_url=server.origin, trust_env=False, timeout=20,
-                      headers={"authorization": "Bearer sk-test"}) as http:
-        return http.post("/v1/chat/completions", json={
-            "model": model, "messages": [{"role": "user", "content": "hi"}]})
+    with httpx.Client(
+        base_url=server.origin,
+        trust_env=False,
+        timeout=20,
+        headers={"authorization": "Bearer sk-test"},
+    ) as http:
+        return http.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+        )
 
 
 def _provider(base_url: str, **extra: Any) -> dict[str, Any]:
@@ -83,7 +117,10 @@ def _provider(base_url: str, **extra: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY"])
 def test_a_provider_only_the_egress_proxy_resolves_is_reached_through_it(
-    variable: str, start: Any, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    start: Any,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with EgressProxy({HOST: "127.0.0.1"}) as egress:
         monkeypatch.setenv(variable, egress.url)
@@ -95,13 +132,17 @@ def test_a_provider_only_the_egress_proxy_resolves_is_reached_through_it(
 
 
 def test_no_proxy_sends_a_host_direct(
-    start: Any, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    start: Any,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with EgressProxy({HOST: "127.0.0.1"}) as egress:
         monkeypatch.setenv("HTTP_PROXY", egress.url)
         monkeypatch.setenv("NO_PROXY", f"localhost,{HOST},127.0.0.1")
-        proxy = start(hidden=_provider(f"http://{HOST}:{fake_upstream.port}/v1"),
-                      local=_provider(f"{fake_upstream.url}"))
+        proxy = start(
+            hidden=_provider(f"http://{HOST}:{fake_upstream.port}/v1"),
+            local=_provider(f"{fake_upstream.url}"),
+        )
         hidden, local = _chat(proxy, "hidden"), _chat(proxy, "local")
     assert egress.seen == []  # neither went through the proxy
     assert local.status_code == 200, local.text  # 127.0.0.1 was reached direct
@@ -112,16 +153,20 @@ def test_no_proxy_sends_a_host_direct(
 
 
 def test_an_https_provider_is_tunnelled_through_https_proxy(
-    start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    start: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ca = trustme.CA()
-    with _https_upstream(ca, tmp_path, HOST) as upstream, EgressProxy(
-        {HOST: "127.0.0.1"}
-    ) as egress:
+    with (
+        _https_upstream(ca, tmp_path, HOST) as upstream,
+        EgressProxy({HOST: "127.0.0.1"}) as egress,
+    ):
         monkeypatch.setenv("HTTPS_PROXY", egress.url)
         ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-        proxy = start(openai=_provider(f"https://{HOST}:{upstream.port}/v1",
-                                       caFile=str(tmp_path / "ca.pem")))
+        proxy = start(
+            openai=_provider(f"https://{HOST}:{upstream.port}/v1", caFile=str(tmp_path / "ca.pem"))
+        )
         resp = _chat(proxy)
     assert resp.status_code == 200, resp.text
     assert egress.seen == [f"{HOST}:{upstream.port}"]  # a CONNECT tunnel, TLS inside it
@@ -148,7 +193,8 @@ def test_a_private_ca_is_trusted_per_provider(start: Any, tmp_path: Path) -> Non
             missing=_provider(upstream.url, caFile=str(tmp_path / "nowhere.pem")),
         )
         plain, trusting, unchecked, missing = (
-            _chat(proxy, m) for m in ("plain", "trusting", "unchecked", "missing"))
+            _chat(proxy, m) for m in ("plain", "trusting", "unchecked", "missing")
+        )
     assert plain.status_code == 502
     error = plain.json()["error"]
     assert error["code"] == "upstream_unreachable"
@@ -157,12 +203,16 @@ def test_a_private_ca_is_trusted_per_provider(start: Any, tmp_path: Path) -> Non
     assert trusting.status_code == 200, trusting.text
     assert unchecked.status_code == 200, unchecked.text
     assert missing.status_code == 502
-    assert (f"its caFile {tmp_path / 'nowhere.pem'} cannot be loaded (No such file or directory)"
-            in missing.json()["error"]["message"])
+    assert (
+        f"its caFile {tmp_path / 'nowhere.pem'} cannot be loaded (No such file or directory)"
+        in missing.json()["error"]["message"]
+    )
 
 
 def test_ssl_cert_file_is_honoured(
-    start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    start: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
@@ -176,14 +226,17 @@ def test_ssl_cert_file_is_honoured(
 
 
 def test_a_compressed_answer_is_relayed_decoded(
-    client: openai.OpenAI, proxy: ProxyServer, fake_upstream: FakeUpstream,
+    client: openai.OpenAI,
+    proxy: ProxyServer,
+    fake_upstream: FakeUpstream,
 ) -> None:
     squeezed = gzip.compress(json.dumps(_COMPLETION).encode())
     headers = {"content-type": "application/json", "content-encoding": "gzip"}
     fake_upstream.script(raw(squeezed, headers=headers), raw(squeezed, headers=headers))
 
     completion = client.chat.completions.create(
-        model="gpt-fake", messages=[{"role": "user", "content": "hi"}])
+        model="gpt-fake", messages=[{"role": "user", "content": "hi"}]
+    )
     resp = _chat(proxy)
 
     assert completion.choices[0].message.content == "squeezed answer"
@@ -194,22 +247,36 @@ def test_a_compressed_answer_is_relayed_decoded(
 
 
 def test_a_compressed_stream_is_relayed_decoded(
-    client: openai.OpenAI, proxy: ProxyServer, fake_upstream: FakeUpstream,
+    client: openai.OpenAI,
+    proxy: ProxyServer,
+    fake_upstream: FakeUpstream,
 ) -> None:
-    events = (_chunk({"role": "assistant", "content": ""}) + _chunk({"content": "squeezed "})
-              + _chunk({"content": "stream"}) + _chunk({}, "stop") + "data: [DONE]\n\n")
+    events = (
+        _chunk({"role": "assistant", "content": ""})
+        + _chunk({"content": "squeezed "})
+        + _chunk({"content": "stream"})
+        + _chunk({}, "stop")
+        + "data: [DONE]\n\n"
+    )
     squeezed = gzip.compress(events.encode())
-    pieces = [squeezed[i:i + 40] for i in range(0, len(squeezed), 40)]  # split mid-member
+    pieces = [squeezed[i : i + 40] for i in range(0, len(squeezed), 40)]  # split mid-member
     headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
     fake_upstream.script(raw(*pieces, headers=headers), raw(*pieces, headers=headers))
 
     stream = client.chat.completions.create(
-        model="gpt-fake", messages=[{"role": "user", "content": "hi"}], stream=True)
+        model="gpt-fake", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
-        resp = http.post("/v1/chat/completions", headers={"x-session-id": "other"}, json={
-            "model": "gpt-fake", "stream": True,
-            "messages": [{"role": "user", "content": "hi"}]})
+        resp = http.post(
+            "/v1/chat/completions",
+            headers={"x-session-id": "other"},
+            json={
+                "model": "gpt-fake",
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
 
     assert text == "squeezed stream"
     assert resp.status_code == 200 and resp.content.endswith(b"data: [DONE]\n\n")

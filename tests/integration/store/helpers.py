@@ -23,18 +23,31 @@ async def insert_messages(
     """Store rows as they are: a request stores its rows inside larger statements."""
     if rows:
         await conn.execute(
-            INSERT_MESSAGES, tenant, session_id, *_row_columns(rows), [r.source for r in rows],
+            INSERT_MESSAGES,
+            tenant,
+            session_id,
+            *_row_columns(rows),
+            [r.source for r in rows],
         )
 
 
 async def set_head(
-    conn: Any, *, tenant: str, session_id: str, head_len: int, head_hash: str | None,
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    head_len: int,
+    head_hash: str | None,
     system_count: int,
 ) -> None:
     await conn.execute(
         "UPDATE sessions SET head_len = $3, head_hash = $4, system_count = $5"
         " WHERE tenant = $1 AND id = $2",
-        tenant, session_id, head_len, head_hash, system_count,
+        tenant,
+        session_id,
+        head_len,
+        head_hash,
+        system_count,
     )
 
 
@@ -46,5 +59,8 @@ async def create_session(
     await conn.execute(
         "INSERT INTO sessions (tenant, id, agent, model) VALUES ($1, $2, $3, $4)"
         " ON CONFLICT (tenant, id) DO UPDATE SET updated_at = now()",
-        tenant, session_id, agent, model,
+        tenant,
+        session_id,
+        agent,
+        model,
     )

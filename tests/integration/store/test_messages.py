@@ -242,7 +242,15 @@ async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: A
     )
     assert [r["pos"] for r in again] == [0, 5, 6]
     assert list(again[0].keys()) == [
-        "pos", "hash", "role", "message", "tool_call_id", "tokens", "redacted", "verbatim"]
+        "pos",
+        "hash",
+        "role",
+        "message",
+        "tool_call_id",
+        "tokens",
+        "redacted",
+        "verbatim",
+    ]
 
 
 async def test_append_and_fetch_window_serves_the_newest_raw_output_keeps_the_old(
@@ -275,17 +283,19 @@ async def test_append_and_fetch_window_serves_the_newest_raw_output_keeps_the_ol
     )
     raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
     assert raw is not None and raw["content"] == "second"  # the newest (migration 0010)
-    kept = await conn.fetch("SELECT content FROM tool_raw_output_versions WHERE tenant = $1"
-                            " AND session_id = $2 AND tool_call_id = 'c1'", T, S)
+    kept = await conn.fetch(
+        "SELECT content FROM tool_raw_output_versions WHERE tenant = $1"
+        " AND session_id = $2 AND tool_call_id = 'c1'",
+        T,
+        S,
+    )
     assert [r["content"] for r in kept] == ["first"]
 
 
 async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: Any) -> None:
     hashes = chain(HISTORY)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:4]))
-    await set_head(
-        conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1
-    )
+    await set_head(conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1)
     await msgs.persist_step(conn, tenant=T, session_id=S, reclaimed=12)
     reply = msgs.NewMessage(
         pos=4, hash=hashes[4], role="assistant", message=HISTORY[4], tokens=9, source="upstream"
@@ -318,9 +328,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
 async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None:
     hashes = chain(HISTORY)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
-    await set_head(
-        conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1
-    )
+    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1)
     unlocked = await msgs.record_step(
         conn,
         tenant=T,
@@ -335,8 +343,6 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
     assert await head(conn) == (5, hashes[-1], 1)
     row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (None, 40, 0.9)
-
-
 
 
 async def _commit_mode(conn: Any, run: Any) -> str:
@@ -359,18 +365,35 @@ async def test_only_the_last_statement_of_a_request_waits_for_the_wal_flush(conn
 
     async def append() -> None:
         await msgs.append_and_fetch_window(
-            conn, tenant=T, session_id=S, rows=rows_for(HISTORY), raw=[], head_len=5,
-            head_hash=hashes[-1], system_count=1, old_len=0, from_pos=1,
+            conn,
+            tenant=T,
+            session_id=S,
+            rows=rows_for(HISTORY),
+            raw=[],
+            head_len=5,
+            head_hash=hashes[-1],
+            system_count=1,
+            old_len=0,
+            from_pos=1,
         )
 
     async def record() -> None:
-        await msgs.record_step(conn, tenant=T, session_id=S, reply=None, prompt_tokens=1,
-                               estimate=1, calibration=1.0)
+        await msgs.record_step(
+            conn, tenant=T, session_id=S, reply=None, prompt_tokens=1, estimate=1, calibration=1.0
+        )
 
     async def begin() -> None:  # the same append, in the statement that takes the lock
         begun = await msgs.begin_step(
-            conn, tenant=T, session_id=S, agent="default", model="m", guess=(0, None),
-            rows=rows_for(HISTORY), head_len=5, head_hash=hashes[-1], system_count=1,
+            conn,
+            tenant=T,
+            session_id=S,
+            agent="default",
+            model="m",
+            guess=(0, None),
+            rows=rows_for(HISTORY),
+            head_len=5,
+            head_hash=hashes[-1],
+            system_count=1,
         )
         assert begun.window == []
 
@@ -390,12 +413,17 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     history = [*HISTORY, user("five"), {"role": "tool", "tool_call_id": "c9", "content": "..."}]
     hashes = chain(history)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
-    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
-                   system_count=1)
+    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4], system_count=1)
     step = {
-        "tenant": T, "session_id": S, "agent": "default", "model": "m",
-        "rows": rows_for(history, start=5), "raw": [("c9", "the whole output", 16, False)],
-        "head_len": 7, "head_hash": hashes[-1], "system_count": 1,
+        "tenant": T,
+        "session_id": S,
+        "agent": "default",
+        "model": "m",
+        "rows": rows_for(history, start=5),
+        "raw": [("c9", "the whole output", 16, False)],
+        "head_len": 7,
+        "head_hash": hashes[-1],
+        "system_count": 1,
         "events": (["session.message.appended"], [{"from_pos": 5}]),
     }
     events_before = await conn.fetchval("SELECT count(*) FROM events")
@@ -413,7 +441,9 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     assert begun.session["head_len"] == 5  # the row as it was before this request
     assert begun.window is not None
     assert [(r["pos"], r["message"]) for r in begun.window] == [
-        (0, HISTORY[0]), *((i, HISTORY[i]) for i in range(1, 5))]
+        (0, HISTORY[0]),
+        *((i, HISTORY[i]) for i in range(1, 5)),
+    ]
     stored = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert [r["message"] for r in stored] == history
     assert await head(conn) == (7, hashes[-1], 1)
@@ -433,27 +463,51 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
     # 1 and 3 stand for a redacted message and a stored reply
     rows = [r if r.pos in (1, 3) else replace(r, verbatim=True) for r in rows]
     await insert_messages(conn, tenant=T, session_id=S, rows=rows)
-    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4],
-                   system_count=1)
+    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4], system_count=1)
     placeholder = {"role": "user", "content": "[context-cleared] four"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(4, placeholder, 3)])
-    step = {"tenant": T, "session_id": S, "agent": "default", "model": "m",
-            "head_len": 6, "head_hash": hashes[5], "system_count": 1}
+    step = {
+        "tenant": T,
+        "session_id": S,
+        "agent": "default",
+        "model": "m",
+        "head_len": 6,
+        "head_hash": hashes[5],
+        "system_count": 1,
+    }
 
-    begun = await msgs.begin_step(conn, guess=(5, hashes[4]), rows=rows_for(history[:6], 5),
-                                  **step)
+    begun = await msgs.begin_step(conn, guess=(5, hashes[4]), rows=rows_for(history[:6], 5), **step)
     assert begun.window is not None
     read = [(r["pos"], r["message"], r["verbatim"]) for r in begun.window]
-    assert read == [(0, None, True), (1, HISTORY[1], False), (2, None, True),
-                    (3, HISTORY[3], False), (4, placeholder, False)]
+    assert read == [
+        (0, None, True),
+        (1, HISTORY[1], False),
+        (2, None, True),
+        (3, HISTORY[3], False),
+        (4, placeholder, False),
+    ]
     await conn.execute("SELECT pg_advisory_unlock_all()")
 
     appended = await msgs.append_and_fetch_window(
-        conn, tenant=T, session_id=S, rows=rows_for(history, 6), raw=[], head_len=7,
-        head_hash=hashes[6], system_count=1, old_len=6, from_pos=1,
+        conn,
+        tenant=T,
+        session_id=S,
+        rows=rows_for(history, 6),
+        raw=[],
+        head_len=7,
+        head_hash=hashes[6],
+        system_count=1,
+        old_len=6,
+        from_pos=1,
     )
-    assert [r["message"] for r in appended] == [None, HISTORY[1], None, HISTORY[3],
-                                                placeholder, history[5]]
+    assert [r["message"] for r in appended] == [
+        None,
+        HISTORY[1],
+        None,
+        HISTORY[3],
+        placeholder,
+        history[5],
+    ]
     full = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=1, from_pos=1)
     assert [r["message"] for r in full] == [*history[:4], placeholder, *history[5:]]
     listed = await msgs.fetch_messages(conn, tenant=T, session_id=S)
@@ -502,23 +556,34 @@ async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any)
     await conn.add_listener("cascade_events", heard)
     seen = logged(conn)
     await msgs.persist_step(
-        conn, tenant=T, session_id=S,
-        evicted=[(2, placeholder, 4)], trimmed=[2, 3], reclaimed=30,
-        events=(["context.evicted"], [{"count": 1}]), transient=['{"x": 1}'],
+        conn,
+        tenant=T,
+        session_id=S,
+        evicted=[(2, placeholder, 4)],
+        trimmed=[2, 3],
+        reclaimed=30,
+        events=(["context.evicted"], [{"count": 1}]),
+        transient=['{"x": 1}'],
     )
     await asyncio.sleep(0)  # loggers run via call_soon
     assert [q for q in seen if not asyncpg_internal(q)] == [msgs.PERSIST_STEP]
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     marks = [(r["pos"], r["evicted_at"] is not None, r["trimmed_at"] is not None) for r in rows]
     # position 2 was both evicted and trimmed: both changes land, not one of them
-    assert marks == [(0, False, False), (1, False, False), (2, True, True), (3, False, True),
-                     (4, False, False)]
+    assert marks == [
+        (0, False, False),
+        (1, False, False),
+        (2, True, True),
+        (3, False, True),
+        (4, False, False),
+    ]
     assert rows[2]["message"] == placeholder and rows[3]["message"] == HISTORY[3]
     assert [r["tokens"] for r in rows][2:4] == [4, 1]
     session = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
     assert session is not None and session["reclaimed_tokens"] == 30
-    names = await conn.fetch("SELECT name, data FROM events WHERE tenant = $1 AND session_id = $2",
-                             T, S)
+    names = await conn.fetch(
+        "SELECT name, data FROM events WHERE tenant = $1 AND session_id = $2", T, S
+    )
     assert [(r["name"], r["data"]) for r in names] == [("context.evicted", {"count": 1})]
     for _ in range(50):  # notifications arrive asynchronously
         if got:
@@ -540,10 +605,18 @@ async def test_persist_step_with_nothing_to_store_sends_nothing(conn: Any) -> No
 
 TOOL_HISTORY = [
     user("look"),
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "full "},
-                                                       {"type": "text", "text": "résultat"}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": "full "}, {"type": "text", "text": "résultat"}],
+    },
     {"role": "assistant", "content": "done"},
 ]
 
@@ -554,7 +627,10 @@ async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn:
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     stored = await conn.fetchrow(
         "SELECT message, placeholder FROM messages WHERE tenant = $1 AND session_id = $2"
-        " AND pos = 2", T, S)
+        " AND pos = 2",
+        T,
+        S,
+    )
     assert (stored["message"], stored["placeholder"]) == (TOOL_HISTORY[2], placeholder)
     # every read of the prompt form sees the placeholder
     window = await msgs.fetch_window(conn, tenant=T, session_id=S, system_count=0, from_pos=0)
@@ -572,8 +648,10 @@ async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn:
     assert again == got
     # a branch copies only the live history, so not this superseded row
     await sessions.copy_session(conn, tenant=T, source=S, target="copy")
-    assert await raw_outputs.fetchrow_raw_output(
-        conn, tenant=T, session_id="copy", tool_call_id="c1") is None
+    assert (
+        await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id="copy", tool_call_id="c1")
+        is None
+    )
 
 
 async def test_a_branch_keeps_evicted_bodies_and_placeholders(conn: Any) -> None:
@@ -581,11 +659,11 @@ async def test_a_branch_keeps_evicted_bodies_and_placeholders(conn: Any) -> None
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     await sessions.copy_session(conn, tenant=T, source=S, target="copy")
-    window = await msgs.fetch_window(conn, tenant=T, session_id="copy", system_count=0,
-                                     from_pos=0)
+    window = await msgs.fetch_window(conn, tenant=T, session_id="copy", system_count=0, from_pos=0)
     assert window[2]["message"] == placeholder
     got = await raw_outputs.fetchrow_raw_output(
-        conn, tenant=T, session_id="copy", tool_call_id="c1")
+        conn, tenant=T, session_id="copy", tool_call_id="c1"
+    )
     assert got is not None and got["content"] == "full \nrésultat"
 
 
@@ -597,12 +675,22 @@ async def test_a_spilled_output_wins_and_a_redacted_evicted_row_is_never_paged(
     await insert_messages(conn, tenant=T, session_id=S, rows=rows)
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
-    assert await raw_outputs.fetchrow_raw_output(
-        conn, tenant=T, session_id=S, tool_call_id="c1") is None
+    assert (
+        await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
+        is None
+    )
     await msgs.append_and_fetch_window(
-        conn, tenant=T, session_id=S, rows=[], raw=[("c1", "spilled", 7, False)],
-        head_len=len(rows), head_hash=rows[-1].hash, system_count=0, old_len=len(rows),
-        from_pos=len(rows), move_head=False,
+        conn,
+        tenant=T,
+        session_id=S,
+        rows=[],
+        raw=[("c1", "spilled", 7, False)],
+        head_len=len(rows),
+        head_hash=rows[-1].hash,
+        system_count=0,
+        old_len=len(rows),
+        from_pos=len(rows),
+        move_head=False,
     )
     got = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
     assert got == {"content": "spilled", "original_bytes": 7, "capped": False}
@@ -617,20 +705,30 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
 
     async def spill(text: str) -> None:
         await msgs.append_and_fetch_window(
-            conn, tenant=T, session_id=S, rows=[], raw=[("c0", text, len(text), False)],
-            head_len=0, head_hash=None, system_count=0, old_len=0, from_pos=0,
+            conn,
+            tenant=T,
+            session_id=S,
+            rows=[],
+            raw=[("c0", text, len(text), False)],
+            head_len=0,
+            head_hash=None,
+            system_count=0,
+            old_len=0,
+            from_pos=0,
         )
 
     async def served() -> str:
-        raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S,
-                                                    tool_call_id="c0")
+        raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c0")
         assert raw is not None
         return str(raw["content"])
 
     await spill("turn one, whole")
     call = {"id": "c0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
-    history = [user("go"), {"role": "assistant", "content": None, "tool_calls": [call]},
-               {"role": "tool", "tool_call_id": "c0", "content": "turn five"}]
+    history = [
+        user("go"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c0", "content": "turn five"},
+    ]
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
     assert await served() == "turn one, whole"  # turn five's row is live: nothing to serve
     placeholder = {"role": "tool", "tool_call_id": "c0", "content": "[context-cleared]"}
@@ -648,17 +746,24 @@ async def test_write_step_is_one_statement_with_or_without_new_rows(conn: Any) -
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
     rows = rows_for(HISTORY)
     head = (len(HISTORY), rows[-1].hash, 1)
-    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(
-        rows=rows, head=head, evicted=[(2, placeholder, 3)], reclaimed=5))
+    await msgs.write_step(
+        conn,
+        tenant=T,
+        session_id=S,
+        w=msgs.StepWrite(rows=rows, head=head, evicted=[(2, placeholder, 3)], reclaimed=5),
+    )
     await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(trimmed=[1]))
     await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite())
     await asyncio.sleep(0)  # loggers run via call_soon
     assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND_STEP, msgs.PERSIST_STEP]
     stored = await conn.fetch(
         "SELECT pos, placeholder::text, trimmed_at IS NOT NULL AS trimmed FROM messages"
-        " WHERE session_id = $1 ORDER BY pos", S)
+        " WHERE session_id = $1 ORDER BY pos",
+        S,
+    )
     assert [(r["pos"], r["trimmed"]) for r in stored] == [(i, i == 1) for i in range(5)]
     assert json.loads(stored[2]["placeholder"]) == placeholder
-    session = await conn.fetchrow("SELECT head_len, reclaimed_tokens FROM sessions"
-                                  " WHERE id = $1", S)
+    session = await conn.fetchrow(
+        "SELECT head_len, reclaimed_tokens FROM sessions WHERE id = $1", S
+    )
     assert tuple(session) == (len(HISTORY), 5)

@@ -20,8 +20,13 @@ async def conn(pool: asyncpg.Pool) -> Any:
 
 
 async def test_a_summary_with_nul_round_trips(conn: Any) -> None:
-    await store(conn, [{"role": "system", "content": "sys"},
-                       *({"role": "user", "content": f"m{i}"} for i in range(6))])
+    await store(
+        conn,
+        [
+            {"role": "system", "content": "sys"},
+            *({"role": "user", "content": f"m{i}"} for i in range(6)),
+        ],
+    )
     assert await summarise(conn, 4, "## Goal\nread \x00 bytes \uffff") == 1
     latest = await summaries.fetchrow_latest(conn, tenant=T, session_id=S)
     assert latest is not None and latest["content"] == "## Goal\nread \x00 bytes \uffff"
@@ -31,8 +36,7 @@ async def test_a_summary_with_nul_round_trips(conn: Any) -> None:
 
 async def test_an_event_with_nul_strings_round_trips(conn: Any) -> None:
     data = {"tool_call_id": "call\x00x", "ids": ["a\x00", "b"], "k\x00": 1, "n": None}
-    event_id = await events.insert_event(conn, tenant=T, session_id=S, name="context.x",
-                                         data=data)
+    event_id = await events.insert_event(conn, tenant=T, session_id=S, name="context.x", data=data)
     [row] = await events.fetch_events_after(conn, tenant=T, session_id=S, after_id=event_id - 1)
     assert nul.decode_json(row["data"]) == data
 

@@ -38,7 +38,9 @@ async def conn(pool: asyncpg.Pool) -> Any:
                           json_build_object('role', 'tool', 'content', repeat('x', 400)), 100,
                           'call_' || g
                    FROM generate_series(0, $3 - 1) g""",
-                T, session, ROWS,
+                T,
+                session,
+                ROWS,
             )
         yield c
 
@@ -85,8 +87,11 @@ async def test_every_index_the_window_can_use_continues_with_pos(conn: Any) -> N
     )
     # a partial index serves the window only if the window's conditions imply its predicate
     usable = {None, "(superseded_at IS NULL)"}
-    leading = {r["name"]: list(r["columns"]) for r in rows
-               if r["columns"][:2] == ["tenant", "session_id"] and r["predicate"] in usable}
+    leading = {
+        r["name"]: list(r["columns"])
+        for r in rows
+        if r["columns"][:2] == ["tenant", "session_id"] and r["predicate"] in usable
+    }
     assert "messages_live_pos" in leading
     assert {name: cols[2] for name, cols in leading.items()} == dict.fromkeys(leading, "pos")
 

@@ -34,9 +34,17 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
     )
     spill = Spill(tool_call_id="call_1", text="raw text")
     await msgs.append_and_fetch_window(
-        conn, tenant=tenant, session_id=session_id, rows=[],
-        raw=raw_outputs.raw_rows([spill], 1000), head_len=n, head_hash=f"h{n - 1}",
-        system_count=0, old_len=n, from_pos=n, move_head=False,
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        rows=[],
+        raw=raw_outputs.raw_rows([spill], 1000),
+        head_len=n,
+        head_hash=f"h{n - 1}",
+        system_count=0,
+        old_len=n,
+        from_pos=n,
+        move_head=False,
     )
     await summaries.insert_summary(
         conn,
@@ -68,9 +76,7 @@ async def test_begin_step_creates_then_touches(pool: asyncpg.Pool) -> None:
         begin = {"tenant": T, "session_id": "s"}
         first = (await msgs.begin_step(conn, agent="a", model="m1", **begin)).session
         assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
-        await set_head(
-            conn, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1
-        )
+        await set_head(conn, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1)
         again = (await msgs.begin_step(conn, agent="b", model="m2", **begin)).session
         assert (again["head_len"], again["head_hash"], again["system_count"]) == (4, "x", 1)
         assert (again["agent"], again["model"]) == ("b", "m2")
@@ -107,8 +113,13 @@ async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> Non
 async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     await create_session(pool, tenant=T, session_id="s", agent="a", model="m")
     await msgs.record_step(
-        pool, tenant=T, session_id="s", reply=None, prompt_tokens=900,
-        estimate=1000, calibration=0.9,
+        pool,
+        tenant=T,
+        session_id="s",
+        reply=None,
+        prompt_tokens=900,
+        estimate=1000,
+        calibration=0.9,
     )
     for tokens, total in ((50, 50), (25, 75), (0, 75)):
         await msgs.persist_step(pool, tenant=T, session_id="s", reclaimed=tokens)
@@ -119,8 +130,13 @@ async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (900, 1000, 0.9)
     assert row["reclaimed_tokens"] == 75
     await msgs.record_step(
-        pool, tenant=T, session_id="s", reply=None, prompt_tokens=None,
-        estimate=10, calibration=0.9,
+        pool,
+        tenant=T,
+        session_id="s",
+        reply=None,
+        prompt_tokens=None,
+        estimate=10,
+        calibration=0.9,
     )
     row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
     assert row is not None and row["last_prompt_tokens"] is None
@@ -152,8 +168,13 @@ async def test_delete_cascades_to_everything_the_session_owns(pool: asyncpg.Pool
 async def test_reset_forgets_history_but_keeps_session_and_events(pool: asyncpg.Pool) -> None:
     await make_session(pool, "s")
     await msgs.record_step(
-        pool, tenant=T, session_id="s", reply=None, prompt_tokens=5,
-        estimate=6, calibration=0.5,
+        pool,
+        tenant=T,
+        session_id="s",
+        reply=None,
+        prompt_tokens=5,
+        estimate=6,
+        calibration=0.5,
     )
     await sessions.reset_session(pool, tenant=T, session_id="s")
     assert await counts(pool, "s") == {
@@ -234,11 +255,26 @@ async def test_begin_step_serialises_one_session_and_reads_after_the_wait(
         await asyncio.sleep(0.2)
         assert not waiter.done()
         # … and then reads a summary committed after it started waiting
-        await summaries.insert_summary(a, tenant=T, session_id="s", boundary=0,
-                                       boundary_hash=None, content="folded", tokens=1, model="m")
-        await msgs.record_step(a, tenant=T, session_id="s", reply=None, prompt_tokens=7,
-                               estimate=8, calibration=1.0,
-                               unlock=sessions.session_lock_key(T, "s"))
+        await summaries.insert_summary(
+            a,
+            tenant=T,
+            session_id="s",
+            boundary=0,
+            boundary_hash=None,
+            content="folded",
+            tokens=1,
+            model="m",
+        )
+        await msgs.record_step(
+            a,
+            tenant=T,
+            session_id="s",
+            reply=None,
+            prompt_tokens=7,
+            estimate=8,
+            calibration=1.0,
+            unlock=sessions.session_lock_key(T, "s"),
+        )
         row = (await asyncio.wait_for(waiter, 2)).session
         assert (row["summary_version"], row["summary_content"]) == (1, "folded")
         assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
@@ -257,9 +293,9 @@ async def test_begin_step_writes_the_session_only_to_create_or_change_it(
             tx = c.transaction()
             await tx.start()
             try:
-                row = (await msgs.begin_step(
-                    c, tenant=T, session_id="w", agent="a", model=model
-                )).session
+                row = (
+                    await msgs.begin_step(c, tenant=T, session_id="w", agent="a", model=model)
+                ).session
                 wrote = await c.fetchval("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
                 mode = await c.fetchval("SHOW synchronous_commit")
             finally:
@@ -284,9 +320,19 @@ async def test_record_step_hands_the_lock_on_only_at_commit(pool: asyncpg.Pool) 
         await msgs.begin_step(a, tenant=T, session_id="h", agent="a", model="m")
         tx = a.transaction()
         await tx.start()
-        assert await msgs.record_step(a, tenant=T, session_id="h", reply=None,
-                                      prompt_tokens=42, estimate=40, calibration=1.0,
-                                      unlock=key) is True
+        assert (
+            await msgs.record_step(
+                a,
+                tenant=T,
+                session_id="h",
+                reply=None,
+                prompt_tokens=42,
+                estimate=40,
+                calibration=1.0,
+                unlock=key,
+            )
+            is True
+        )
         waiter = asyncio.ensure_future(
             msgs.begin_step(b, tenant=T, session_id="h", agent="a", model="m")
         )

@@ -275,9 +275,7 @@ def _big_history(session: str) -> list[dict[str, Any]]:
 async def _two_long_sessions(conn: Any) -> list[dict[str, Any]]:
     """Two sessions of 2,001 messages, each with 10,000 stored raw outputs; returns S's."""
     for session in (S, "s2"):
-        await create_session(
-            conn, tenant=T, session_id=session, agent="default", model="m"
-        )
+        await create_session(conn, tenant=T, session_id=session, agent="default", model="m")
         hist = _big_history(session)
         hashes = chain(hist)
         rows = [

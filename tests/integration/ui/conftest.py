@@ -26,8 +26,13 @@ TENANT = "team-ui"
 LIMIT = 8000
 MAX_CHARS = 1500
 LAUNCH_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
@@ -45,13 +50,19 @@ def _chromium_missing() -> str | None:
 def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     """Keys configured; a small window so eviction happens; results past MAX_CHARS are cut."""
     return write_config(
-        tmp_path / "agents.json", fake_upstream.url,
+        tmp_path / "agents.json",
+        fake_upstream.url,
         models={"default": {"contextLimit": LIMIT, "reservedOutput": 500}},
         auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
         context={
             "toolOutput": {"maxChars": MAX_CHARS},
-            "eviction": {"enabled": True, "atFraction": 0.1, "keepRecentRounds": 1,
-                         "clearAtLeast": 10, "minResultTokens": 10},
+            "eviction": {
+                "enabled": True,
+                "atFraction": 0.1,
+                "keepRecentRounds": 1,
+                "clearAtLeast": 10,
+                "minResultTokens": 10,
+            },
             "summarize": {"keepRecent": 2},
         },
     )
@@ -62,8 +73,9 @@ def console_proxy(
     db_dsn: str, console_config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ProxyServer]:
     monkeypatch.setenv(KEY_ENV, KEY)
-    server = ProxyServer(Settings(database_url=db_dsn, config=console_config,
-                                  keepalive_seconds=0.3)).start()
+    server = ProxyServer(
+        Settings(database_url=db_dsn, config=console_config, keepalive_seconds=0.3)
+    ).start()
     yield server
     server.stop()
 
@@ -78,13 +90,16 @@ class Page:
         self.errors: list[str] = []
         page.on("request", lambda r: self.urls.append(r.url))
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}")
-                if m.type == "error" else None)
+        page.on(
+            "console",
+            lambda m: (
+                self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+            ),
+        )
 
     def foreign(self) -> list[str]:
         """Requests to anything but the proxy (a ``data:`` URL is no request to a host)."""
-        return [u for u in self.urls
-                if not u.startswith((self.origin + "/", "data:"))]
+        return [u for u in self.urls if not u.startswith((self.origin + "/", "data:"))]
 
 
 @pytest.fixture
@@ -97,8 +112,9 @@ def console(console_proxy: ProxyServer) -> Iterator[Page]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS,
-                                     headless=True, timeout=20_000)
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True, timeout=20_000
+        )
         context = browser.new_context(viewport={"width": 1280, "height": 860})
         context.set_default_timeout(10_000)
         page = Page(context.new_page(), console_proxy.origin)

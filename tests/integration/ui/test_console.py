@@ -41,16 +41,22 @@ def sign_in(console: Page, fragment: str = "#/") -> Any:
 
 
 def api(proxy: ProxyServer) -> httpx.Client:
-    return httpx.Client(base_url=proxy.origin, headers={"authorization": f"Bearer {KEY}"},
-                        timeout=10)
+    return httpx.Client(
+        base_url=proxy.origin, headers={"authorization": f"Bearer {KEY}"}, timeout=10
+    )
 
 
 def inject(db_dsn: str, session_id: str, name: str, data: dict[str, Any]) -> None:
     async def go() -> None:
         pool = await create_pool(db_dsn, min_size=1, max_size=1)  # the proxy's JSON codecs
         try:
-            await insert_event(pool, tenant=TENANT, session_id=session_id, name=name,
-                               data={"session_id": session_id, **data})
+            await insert_event(
+                pool,
+                tenant=TENANT,
+                session_id=session_id,
+                name=name,
+                data={"session_id": session_id, **data},
+            )
         finally:
             await pool.close()
 
@@ -64,8 +70,11 @@ def occupancy(page: Any) -> int:
 
 
 def tool_round(i: int, size: int) -> list[dict[str, Any]]:
-    call = {"id": f"call_{i}", "type": "function",
-            "function": {"name": "read_file", "arguments": f'{{"path": "f{i}.txt"}}'}}
+    call = {
+        "id": f"call_{i}",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": f'{{"path": "f{i}.txt"}}'},
+    }
     body = "".join(f"file {i} line {n:04d}\n" for n in range(size // 20 + 1))[:size]
     return [
         {"role": "user", "content": f"read f{i}.txt"},
@@ -102,8 +111,14 @@ def test_the_shell_needs_no_key_and_pins_every_request_to_the_proxy(
 def test_a_message_from_the_composer_streams_in_and_the_usage_bar_moves(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
-    fake_upstream.script(reply("Hello from the fake model, streamed in pieces.", chunks=6,
-                               chunk_delay=0.05, usage=(1200, 12)))
+    fake_upstream.script(
+        reply(
+            "Hello from the fake model, streamed in pieces.",
+            chunks=6,
+            chunk_delay=0.05,
+            usage=(1200, 12),
+        )
+    )
     fake_upstream.script(reply("A second answer.", usage=(2600, 4)))
     page = sign_in(console, "#/s/from-ui")
     assert occupancy(page) == 0
@@ -135,8 +150,10 @@ def test_a_handoff_suggestion_is_a_toast_and_compaction_a_quiet_status_line(
     console: Page, console_proxy: ProxyServer, db_dsn: str
 ) -> None:
     with api(console_proxy) as h:
-        h.post("/s/nudged/v1/chat/completions",
-               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        h.post(
+            "/s/nudged/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
     page = sign_in(console, "#/s/nudged")
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
     inject(db_dsn, "nudged", "context.compaction.started", {"trigger": "soft"})
@@ -154,16 +171,25 @@ def test_a_memory_suggestion_asks_and_its_buttons_call_the_memory_api(
     console: Page, console_proxy: ProxyServer, db_dsn: str
 ) -> None:
     with api(console_proxy) as h:
-        h.post("/s/remember/v1/chat/completions",
-               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        h.post(
+            "/s/remember/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
     page = sign_in(console, "#/s/remember")
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
     calls: list[str] = []
-    page.on("request", lambda r: calls.append(f"{r.method} {r.url}")
-            if "/v1/memory/" in r.url else None)
-    inject(db_dsn, "remember", "memory.suggestion", {
-        "suggestion_id": "sug-1", "facts": ["The build uses uv", "Tests run with make test"],
-    })
+    page.on(
+        "request", lambda r: calls.append(f"{r.method} {r.url}") if "/v1/memory/" in r.url else None
+    )
+    inject(
+        db_dsn,
+        "remember",
+        "memory.suggestion",
+        {
+            "suggestion_id": "sug-1",
+            "facts": ["The build uses uv", "Tests run with make test"],
+        },
+    )
     prompt = page.get_by_test_id("memory-prompt")
     prompt.filter(has_text="Remember these 2 things?").wait_for()
     assert "The build uses uv" in prompt.inner_text()
@@ -172,9 +198,15 @@ def test_a_memory_suggestion_asks_and_its_buttons_call_the_memory_api(
     with api(console_proxy) as h:  # Save stored both facts where the memory API finds them
         facts = h.get("/v1/memory", params={"scope": "global"}).json()["data"]
         assert [f["text"] for f in facts] == ["The build uses uv", "Tests run with make test"]
-    inject(db_dsn, "remember", "memory.suggestion", {
-        "suggestion_id": "sug-2", "facts": ["Deploys go through CI"],
-    })
+    inject(
+        db_dsn,
+        "remember",
+        "memory.suggestion",
+        {
+            "suggestion_id": "sug-2",
+            "facts": ["Deploys go through CI"],
+        },
+    )
     prompt.filter(has_text="Deploys go through CI").wait_for()
     page.get_by_test_id("memory-dismiss").click()
     prompt.wait_for(state="hidden")
@@ -192,8 +224,10 @@ def test_the_actions_ask_first_and_the_list_filters(
 ) -> None:
     with api(console_proxy) as h:
         for sid in ("alpha", "beta"):
-            h.post(f"/s/{sid}/v1/chat/completions",
-                   json={"model": "m", "messages": [{"role": "user", "content": f"hi {sid}"}]})
+            h.post(
+                f"/s/{sid}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": f"hi {sid}"}]},
+            )
     page = sign_in(console)
     rows = page.get_by_test_id("session-row")
     rows.nth(1).wait_for()
@@ -224,9 +258,14 @@ def test_the_actions_ask_first_and_the_list_filters(
 def test_cut_and_evicted_outputs_page_back(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
-    chatter = [m for i in range(3) for m in (
-        {"role": "user", "content": f"Question {i}: where does the parser fail? " * 8},
-        {"role": "assistant", "content": f"Answer {i}: in the tokenizer, probably. " * 8})]
+    chatter = [
+        m
+        for i in range(3)
+        for m in (
+            {"role": "user", "content": f"Question {i}: where does the parser fail? " * 8},
+            {"role": "assistant", "content": f"Answer {i}: in the tokenizer, probably. " * 8},
+        )
+    ]
     history = [*chatter, *tool_round(1, 1200), *tool_round(2, 1200), *tool_round(3, 5000)]
     fake_upstream.script(reply("Read them all.", usage=(1900, 4)))
     with api(console_proxy) as h:

@@ -18,8 +18,7 @@ def test_crossing_after_a_compaction_emits_the_numbers() -> None:
     out = handoff_step(_p(850), ON, above=False, summarized=True, compacting=False)
     assert out.above is True and out.event is not None
     assert out.event.name == HANDOFF_SUGGESTED
-    assert out.event.data == {"occupancy": 850, "limit": 1000, "fraction": 0.85,
-                              "at_fraction": 0.8}
+    assert out.event.data == {"occupancy": 850, "limit": 1000, "fraction": 0.85, "at_fraction": 0.8}
 
 
 def test_exactly_at_the_fraction_counts() -> None:
@@ -31,14 +30,15 @@ def test_once_per_crossing() -> None:
     assert again.above is True and again.event is None
     below = handoff_step(_p(500), ON, above=True, summarized=True, compacting=False)
     assert below.above is False and below.event is None
-    assert handoff_step(_p(900), ON, above=below.above, summarized=True,
-                        compacting=False).event is not None
+    assert (
+        handoff_step(_p(900), ON, above=below.above, summarized=True, compacting=False).event
+        is not None
+    )
 
 
 def test_no_nudge_before_a_compaction_or_while_one_runs() -> None:
     for summarized, compacting in ((False, False), (True, True)):
-        out = handoff_step(_p(950), ON, above=False, summarized=summarized,
-                           compacting=compacting)
+        out = handoff_step(_p(950), ON, above=False, summarized=summarized, compacting=compacting)
         assert out.above is False and out.event is None
 
 

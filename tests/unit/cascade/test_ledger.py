@@ -12,11 +12,20 @@ BRIEF = parse_briefing(
 
 
 def test_extracts_paths_urls_hashes_and_ticked_code() -> None:
-    text = ("Edit src/proxy/app.py and ./run.sh, see https://example.com/docs/a.html, "
-            "then commit 3f9a2b7c1d. Call `load_config` in config/agents.json; README.md too.")
+    text = (
+        "Edit src/proxy/app.py and ./run.sh, see https://example.com/docs/a.html, "
+        "then commit 3f9a2b7c1d. Call `load_config` in config/agents.json; README.md too."
+    )
     got = extract_identifiers(text)
-    assert got == ["src/proxy/app.py", "./run.sh", "https://example.com/docs/a.html",
-                   "3f9a2b7c1d", "load_config", "config/agents.json", "README.md"]
+    assert got == [
+        "src/proxy/app.py",
+        "./run.sh",
+        "https://example.com/docs/a.html",
+        "3f9a2b7c1d",
+        "load_config",
+        "config/agents.json",
+        "README.md",
+    ]
 
 
 def test_prose_slashes_numbers_and_words_are_not_identifiers() -> None:
@@ -30,19 +39,32 @@ def test_url_trailing_punctuation_and_no_path_inside_url() -> None:
 
 def test_absolute_and_directory_paths() -> None:
     assert extract_identifiers("in /etc/nginx/nginx.conf and ~/work/ and lib/x/") == [
-        "/etc/nginx/nginx.conf", "~/work/", "lib/x/"]
+        "/etc/nginx/nginx.conf",
+        "~/work/",
+        "lib/x/",
+    ]
 
 
 def test_tool_call_arguments_and_parts_are_read() -> None:
-    m = {"role": "assistant", "content": [{"type": "text", "text": "open a/b.py"}],
-         "tool_calls": [{"id": "c1", "type": "function",
-                         "function": {"name": "read", "arguments": '{"path": "/srv/x.toml"}'}}]}
+    m = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "open a/b.py"}],
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read", "arguments": '{"path": "/srv/x.toml"}'},
+            }
+        ],
+    }
     assert message_identifiers(m) == ["a/b.py", "/srv/x.toml"]
 
 
 def test_missing_identifiers_are_appended_newest_first_under_files_state() -> None:
-    span = [{"role": "user", "content": "look at docs/old.md"},
-            {"role": "assistant", "content": "changed proxy/app.py and lib/new.py"}]
+    span = [
+        {"role": "user", "content": "look at docs/old.md"},
+        {"role": "assistant", "content": "changed proxy/app.py and lib/new.py"},
+    ]
     res = apply_ledger(BRIEF, span, cap=50)
     files = section(res.summary, "Files & State")
     assert files == "- `lib/new.py`\n- `docs/old.md`"

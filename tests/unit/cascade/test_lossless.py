@@ -22,8 +22,13 @@ CFG = ToolOutputConfig(max_chars=24_000)
 RED = RedactionConfig()
 SECRET = "sk-" + "Z9" * 20
 PRETTY = json.dumps(
-    {"b": [1.10, 2, {"z": "a  b\n", "a": None}], "a": 10**30,
-     "rows": [{"id": i, "ok": True} for i in range(30)]}, indent=2)
+    {
+        "b": [1.10, 2, {"z": "a  b\n", "a": None}],
+        "a": 10**30,
+        "rows": [{"id": i, "ok": True} for i in range(30)],
+    },
+    indent=2,
+)
 
 
 def _handle(text: str) -> dict[str, object]:
@@ -128,10 +133,14 @@ _LINE = st.sampled_from(["", "x", "same line here", "  {", '"k": 1,', "}", "ERRO
 _TEXT = st.one_of(
     st.lists(_LINE, max_size=60).map("\n".join),
     st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False)
         | st.text(max_size=8),
-        lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=4), kids,
-                                                                  max_size=5),
+        lambda kids: (
+            st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=4), kids, max_size=5)
+        ),
         max_leaves=30,
     ).map(lambda v: json.dumps(v, indent=2)),
 )
@@ -143,8 +152,9 @@ def test_compaction_is_recoverable(text: str, earlier: str) -> None:
     msg = tool("c9", text)
     history = [tool("c0", earlier), msg]
     cfg = ToolOutputConfig(max_chars=24_000, compact_min_saving=0.0)
-    out = truncate_tool_result(msg, cfg=cfg, redaction=RedactionConfig(enabled=False),
-                               earlier=earlier_results(history, 1))
+    out = truncate_tool_result(
+        msg, cfg=cfg, redaction=RedactionConfig(enabled=False), earlier=earlier_results(history, 1)
+    )
     if out.message is msg:
         assert out.spill is None
         return

@@ -10,9 +10,14 @@ from tests.unit.cascade.summary_builders import count, system, user
 
 
 def _step(*window: Message, system_count: int = 1) -> StepInput:
-    return StepInput(window=tuple(window), system_count=system_count, summary=None,
-                     count=count, budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
-                     ctx=ContextConfig.model_validate({"memoryPromotion": {"mode": "suggest"}}))
+    return StepInput(
+        window=tuple(window),
+        system_count=system_count,
+        summary=None,
+        count=count,
+        budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
+        ctx=ContextConfig.model_validate({"memoryPromotion": {"mode": "suggest"}}),
+    )
 
 
 def test_render_lists_the_facts_in_order_inside_the_tags() -> None:
@@ -36,12 +41,18 @@ def test_the_stage_plans_a_need_and_appends_the_block_to_the_first_system_messag
     need = plan_step(step)["memory"]
     assert isinstance(need, MemoryNeed)
     # the same turn over its steps, another with the next user message
-    assert plan_step(_step(system("You are terse."), user("hi"), {"role": "assistant",
-                     "content": "x"}))["memory"] == need
+    assert (
+        plan_step(
+            _step(system("You are terse."), user("hi"), {"role": "assistant", "content": "x"})
+        )["memory"]
+        == need
+    )
     assert plan_step(_step(system("You are terse."), user("hi"), user("more")))["memory"] != need
     out = assemble(step, answers={"memory": "<memory>\n- A\n</memory>"})
-    assert out.messages[0] == {"role": "system",
-                               "content": "You are terse.\n\n<memory>\n- A\n</memory>"}
+    assert out.messages[0] == {
+        "role": "system",
+        "content": "You are terse.\n\n<memory>\n- A\n</memory>",
+    }
     assert out.messages[1:] == step.window[1:]
     assert out.window == step.window and not out.injected and not out.evicted
 
@@ -49,8 +60,10 @@ def test_the_stage_plans_a_need_and_appends_the_block_to_the_first_system_messag
 def test_a_system_message_of_parts_gets_a_text_part() -> None:
     sys_parts: Message = {"role": "system", "content": [{"type": "text", "text": "S"}]}
     out = assemble(_step(sys_parts, user("hi")), answers={"memory": "<memory>x</memory>"})
-    assert out.messages[0]["content"] == [{"type": "text", "text": "S"},
-                                          {"type": "text", "text": "<memory>x</memory>"}]
+    assert out.messages[0]["content"] == [
+        {"type": "text", "text": "S"},
+        {"type": "text", "text": "<memory>x</memory>"},
+    ]
 
 
 def test_without_a_system_message_the_block_becomes_one() -> None:

@@ -20,23 +20,31 @@ from tests.unit.cascade.builders import assistant, count, system, user
 PREFIXES = ("Observation:",)
 CTX = ContextConfig.model_validate({"eviction": {"enabled": False}})
 LOG = "Observation: " + "\n".join(["retrying connection"] * 300 + ["done"])
-DUMP = "Observation: " + json.dumps({"rows": [{"id": i, "v": "x" * 20} for i in range(80)]},
-                                    indent=2)
+DUMP = "Observation: " + json.dumps(
+    {"rows": [{"id": i, "v": "x" * 20} for i in range(80)]}, indent=2
+)
 
 
 def agent(observations: list[str]) -> list[dict[str, Any]]:
     """smolagents-shaped text actions: Thought/Action as assistant text, Observation as user."""
     msgs: list[dict[str, Any]] = [system("You are an agent."), user("New task: count rows")]
     for i, obs in enumerate(observations):
-        msgs.append(assistant(f"Thought: step {i}\nAction:\n{{\"name\": \"run\", \"i\": {i}}}"))
+        msgs.append(assistant(f'Thought: step {i}\nAction:\n{{"name": "run", "i": {i}}}'))
         msgs.append(user(obs))
     return msgs
 
 
 def step(window: list[dict[str, Any]], ctx: ContextConfig = CTX, **kw: Any) -> StepInput:
     budget = kw.pop("budget", Budget(limit=1_000_000, reserved_output=0, occupancy=0))
-    return StepInput(window=tuple(window), system_count=1, summary=None, count=count,
-                     budget=budget, ctx=ctx, **kw)
+    return StepInput(
+        window=tuple(window),
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=budget,
+        ctx=ctx,
+        **kw,
+    )
 
 
 def test_observation_needs_prefix_an_assistant_before_and_not_latest() -> None:
@@ -91,9 +99,14 @@ def test_eviction_clears_old_observations_by_handle() -> None:
     msgs = agent([DUMP, DUMP.replace("x", "y"), DUMP.replace("x", "z"), "Observation: last"])
     ids = observation_ids(msgs, PREFIXES)
     cfg = EvictionConfig(keep_recent_rounds=1, clear_at_least=100, min_result_tokens=50)
-    out = evict(msgs, count=count, budget=Budget(limit=10_000, reserved_output=0,
-                                                  occupancy=9_000),
-                cfg=cfg, persist_raw=True, prefixes=PREFIXES)
+    out = evict(
+        msgs,
+        count=count,
+        budget=Budget(limit=10_000, reserved_output=0, occupancy=9_000),
+        cfg=cfg,
+        persist_raw=True,
+        prefixes=PREFIXES,
+    )
     assert out.marks.evicted == (3, 5, 7)
     for i in (3, 5, 7):
         assert out.messages[i]["role"] == "user"

@@ -39,9 +39,15 @@ def _window(rounds: int) -> tuple[dict, ...]:
 
 
 def _step(window: tuple[dict, ...], limit: int, *, ratio: float = 1.0) -> StepInput:
-    return StepInput(window=window, system_count=1, summary=None, count=count,
-                     budget=Budget(limit=limit, reserved_output=0, occupancy=count(window)),
-                     ctx=OFF, ratio=ratio)
+    return StepInput(
+        window=window,
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=Budget(limit=limit, reserved_output=0, occupancy=count(window)),
+        ctx=OFF,
+        ratio=ratio,
+    )
 
 
 def test_assemble_reports_window_indices_the_guard_dropped() -> None:
@@ -73,10 +79,15 @@ def test_assemble_refuses_when_one_message_is_too_big() -> None:
 
 
 def test_compact_command_exchanges_never_reach_the_prompt() -> None:
-    reply = compact_reply_text(version=2, folded=10, tokens_before=900, tokens_after=300,
-                               reason="")
-    msgs = [system("s"), user("task"), assistant("a"), user("/compact"),
-            {"role": "assistant", "content": reply}, user("next")]
+    reply = compact_reply_text(version=2, folded=10, tokens_before=900, tokens_after=300, reason="")
+    msgs = [
+        system("s"),
+        user("task"),
+        assistant("a"),
+        user("/compact"),
+        {"role": "assistant", "content": reply},
+        user("next"),
+    ]
     assert is_compact_command(msgs[:4])
     assert not is_compact_command(msgs)
     assert drop_commands(msgs) == (msgs[0], msgs[1], msgs[2], msgs[5])
@@ -95,10 +106,16 @@ def test_occupancy_moves_the_real_count_by_the_estimated_change() -> None:
     assert effective_input_tokens(200, ratio=1.0, last_real=3000, last_estimate=9000) == 0
 
 
-EVICTING = ContextConfig.model_validate({
-    "eviction": {"atFraction": 0.1, "keepRecentRounds": 1, "clearAtLeast": 10,
-                 "minResultTokens": 10},
-})
+EVICTING = ContextConfig.model_validate(
+    {
+        "eviction": {
+            "atFraction": 0.1,
+            "keepRecentRounds": 1,
+            "clearAtLeast": 10,
+            "minResultTokens": 10,
+        },
+    }
+)
 
 
 def _rounds(n: int, size: int) -> list[dict]:
@@ -112,11 +129,21 @@ def test_marks_reach_the_shell_as_window_indices_through_dropped_commands() -> N
     """A /compact exchange before the evicted results and a summary folded in shift the
     prompt's indices; the marks still name the right window messages."""
     reply = compact_reply_text(version=1, folded=2, tokens_before=9, tokens_after=3, reason="")
-    window = (system(_words(5)), user("/compact"), {"role": "assistant", "content": reply},
-              user(_words(5)), *_rounds(3, 400))
-    step = StepInput(window=window, system_count=1, summary="the story so far", count=count,
-                     budget=Budget(limit=10_000, reserved_output=0, occupancy=5000),
-                     ctx=EVICTING)
+    window = (
+        system(_words(5)),
+        user("/compact"),
+        {"role": "assistant", "content": reply},
+        user(_words(5)),
+        *_rounds(3, 400),
+    )
+    step = StepInput(
+        window=window,
+        system_count=1,
+        summary="the story so far",
+        count=count,
+        budget=Budget(limit=10_000, reserved_output=0, occupancy=5000),
+        ctx=EVICTING,
+    )
     out = assemble(step)
     assert out.evicted == (5, 7)  # the two older results, by window index
     assert all(out.window[i]["content"].startswith("[context-cleared]") for i in out.evicted)
@@ -126,11 +153,23 @@ def test_marks_reach_the_shell_as_window_indices_through_dropped_commands() -> N
 
 def test_trimmed_marks_skip_the_commands_the_prompt_left_out() -> None:
     reply = compact_reply_text(version=1, folded=2, tokens_before=9, tokens_after=3, reason="")
-    window = (system(_words(5)), user(_words(5)), user("/compact"),
-              {"role": "assistant", "content": reply}, *_rounds(10, 50))
-    out = assemble(StepInput(window=window, system_count=1, summary=None, count=count,
-                             budget=Budget(limit=400, reserved_output=0, occupancy=600),
-                             ctx=OFF))
+    window = (
+        system(_words(5)),
+        user(_words(5)),
+        user("/compact"),
+        {"role": "assistant", "content": reply},
+        *_rounds(10, 50),
+    )
+    out = assemble(
+        StepInput(
+            window=window,
+            system_count=1,
+            summary=None,
+            count=count,
+            budget=Budget(limit=400, reserved_output=0, occupancy=600),
+            ctx=OFF,
+        )
+    )
     assert out.trimmed and min(out.trimmed) == 4  # the first round, after the exchange
     kept = [i for i in range(len(window)) if i not in (2, 3, *out.trimmed)]
     assert out.messages == tuple(window[i] for i in kept)
@@ -138,8 +177,14 @@ def test_trimmed_marks_skip_the_commands_the_prompt_left_out() -> None:
 
 def test_an_inserted_summary_message_is_an_injected_block() -> None:
     window = (system("s"), assistant("a"), user("u"))
-    step = StepInput(window=window, system_count=1, summary="briefing", count=count,
-                     budget=Budget(limit=10_000, reserved_output=0, occupancy=10), ctx=OFF)
+    step = StepInput(
+        window=window,
+        system_count=1,
+        summary="briefing",
+        count=count,
+        budget=Budget(limit=10_000, reserved_output=0, occupancy=10),
+        ctx=OFF,
+    )
     out = assemble(step)
     assert out.injected == (1,) and out.messages[1]["role"] == "user"
     assert (out.messages[0], *out.messages[2:]) == window
@@ -161,8 +206,16 @@ def test_a_stage_that_changes_the_count_must_say_how() -> None:
 def test_the_config_chooses_the_stages() -> None:
     names = [s.name for s in stages_for(OFF)]
     assert names == ["observations", "commands", "summary", "overflow"]  # memory is opt-in
-    assert [s.name for s in STAGES] == ["observations", "eviction", "commands", "summary",
-                                        "memory", "recitation", "overflow"]
+    assert [s.name for s in STAGES] == [
+        "observations",
+        "eviction",
+        "commands",
+        "summary",
+        "memory",
+        "recitation",
+        "overflow",
+    ]
     no_obs = ContextConfig.model_validate(
-        {"eviction": {"enabled": False}, "observations": {"userPrefixes": []}})
+        {"eviction": {"enabled": False}, "observations": {"userPrefixes": []}}
+    )
     assert [s.name for s in stages_for(no_obs)] == names[1:]

@@ -19,18 +19,24 @@ from tests.unit.cascade.summary_builders import (
     user,
 )
 
-ON = ContextConfig.model_validate({"recitation": {"enabled": True},
-                                   "eviction": {"enabled": False}})
-SUMMARY = parse_briefing("## Objective\nship it\n## Open Tasks\n- fix `a.py`\n- test\n"
-                         "## Next Step\nrun pytest")
+ON = ContextConfig.model_validate({"recitation": {"enabled": True}, "eviction": {"enabled": False}})
+SUMMARY = parse_briefing(
+    "## Objective\nship it\n## Open Tasks\n- fix `a.py`\n- test\n## Next Step\nrun pytest"
+)
 PLAN = "<plan>\n## Open Tasks\n- fix `a.py`\n- test\n\n## Next Step\nrun pytest\n</plan>"
 
 
-def _step(window: tuple[dict, ...], summary: str | None = SUMMARY,
-          ctx: ContextConfig = ON) -> StepInput:
-    return StepInput(window=window, system_count=1, summary=summary, count=count,
-                     budget=Budget(limit=100_000, reserved_output=0, occupancy=count(window)),
-                     ctx=ctx)
+def _step(
+    window: tuple[dict, ...], summary: str | None = SUMMARY, ctx: ContextConfig = ON
+) -> StepInput:
+    return StepInput(
+        window=window,
+        system_count=1,
+        summary=summary,
+        count=count,
+        budget=Budget(limit=100_000, reserved_output=0, occupancy=count(window)),
+        ctx=ctx,
+    )
 
 
 def test_block_holds_both_sections() -> None:

@@ -513,11 +513,32 @@ def _every_start(scanner: object, text: str) -> dict[str, list[int]]:
 
 # Pieces that begin literals inside other literals: "sk-" and "sk-ant-" at one place,
 # "secret" and "access_key" inside "aws_secret_access_key", "token" from the end of "secret".
-_OVERLAPPING = st.sampled_from([
-    "sk-", "ant-", "SK-ANT-", "aws", "_secret", "_access", "_key", "AWS_SECRET_ACCESS_KEY",
-    "secretoken", "tokens", "akia", "ai", "za", "eyj", "-----begin ", "xoxb-", "x", " ", "é",
-    "\u0130", "password", "pwd",
-])
+_OVERLAPPING = st.sampled_from(
+    [
+        "sk-",
+        "ant-",
+        "SK-ANT-",
+        "aws",
+        "_secret",
+        "_access",
+        "_key",
+        "AWS_SECRET_ACCESS_KEY",
+        "secretoken",
+        "tokens",
+        "akia",
+        "ai",
+        "za",
+        "eyj",
+        "-----begin ",
+        "xoxb-",
+        "x",
+        " ",
+        "é",
+        "\u0130",
+        "password",
+        "pwd",
+    ]
+)
 
 
 @given(st.lists(_OVERLAPPING, max_size=30).map("".join))

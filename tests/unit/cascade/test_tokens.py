@@ -109,10 +109,15 @@ def test_memo_counter_equals_the_plain_counter_and_prices_each_message_once() ->
         calls.append(s)
         return len(s.split())
 
-    msgs = [{"role": "user", "content": "one two three"},
-            {"role": "assistant", "content": None,
-             "tool_calls": [{"id": "c", "function": {"name": "ls", "arguments": "{}"}}]},
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    msgs = [
+        {"role": "user", "content": "one two three"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "function": {"name": "ls", "arguments": "{}"}}],
+        },
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+    ]
     memo = MemoCounter(message_cost(text_tokens))
     plain = make_counter(text_tokens)
     assert memo(msgs) == plain(msgs)

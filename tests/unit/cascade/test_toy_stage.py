@@ -49,7 +49,8 @@ def add_note(messages: tuple[Message, ...], step: StepInput) -> StageResult:
         return StageResult(messages)
     block = {"role": "user", "content": f"<note>{note}</note>"}
     return StageResult(
-        (*messages, block), (Event("context.note", {"chars": len(note)}),),
+        (*messages, block),
+        (Event("context.note", {"chars": len(note)}),),
         Marks(source=(*range(len(messages)), None)),
     )
 
@@ -75,9 +76,14 @@ fulfillers = {**FULFILLERS, NoteNeed: fetch_note}
 
 def _step() -> StepInput:
     window = (system("s"), user("the parser"))
-    return StepInput(window=window, system_count=1, summary=None, count=count,
-                     budget=Budget(limit=10_000, reserved_output=0, occupancy=10),
-                     ctx=ContextConfig())
+    return StepInput(
+        window=window,
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=Budget(limit=10_000, reserved_output=0, occupancy=10),
+        ctx=ContextConfig(),
+    )
 
 
 async def test_the_toy_stage_plans_is_fulfilled_and_injects_its_block() -> None:

@@ -231,8 +231,12 @@ def test_grep_time_does_not_grow_with_the_alternatives() -> None:
     # A regex of 300 escaped alternatives took 2 s on this 1 MB (18 s for 1,000 on 2 MB),
     # on the event loop every tenant shares; one automaton takes milliseconds.
     rng = random.Random(1)
-    text = "\n".join("".join(rng.choice("abcdefghij klmnop") for _ in range(60))
-                     for _ in range(16_000)) + "\nthe Needle line\n"
+    text = (
+        "\n".join(
+            "".join(rng.choice("abcdefghij klmnop") for _ in range(60)) for _ in range(16_000)
+        )
+        + "\nthe Needle line\n"
+    )
     words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(7)) for _ in range(300)]
     started = time.perf_counter()
     page = page_raw_output(text, grep="|".join([*words, "NEEDLE"]), max_chars=10_000)
