@@ -38,6 +38,7 @@ run: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check proxy tests bench
+	$(BIN)/ruff format --check proxy tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy proxy
 	$(BIN)/pytest
