@@ -55,6 +55,7 @@ __all__ = [
     "stages_for",
     "ingest",
     "earlier_results",
+    "EarlierResults",
     "READ_TOOL_SCHEMA",
     "COMPACT_COMMAND",
     "COMMAND_REPLY_PREFIX",
@@ -136,6 +137,43 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
         return EarlierLines.build(found[-EARLIER_RESULTS:])
 
     return build
+
+
+class EarlierResults:
+    """``earlier_results`` for each new message of one request, positions in increasing order.
+
+    A long first request brings many tool results at once; rebuilding the index from the
+    whole history for each of them is quadratic in the history's size. Here each result is
+    split and indexed once, and the index grows as the positions advance (while the history
+    holds at most ``EARLIER_RESULTS`` of them; past that each index is built over the latest
+    ones, as ``earlier_results`` builds it).
+    """
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self._messages = messages
+        self._scanned = 0
+        self._found: list[tuple[str, str]] = []
+        self._index = EarlierLines()
+        self._indexed = 0
+
+    def before(self, pos: int) -> Callable[[], EarlierLines]:
+        """The tool results before ``pos``, as ``EarlierLines`` on demand."""
+
+        def build() -> EarlierLines:
+            for m in self._messages[self._scanned : pos]:
+                if m.get("role") == "tool":
+                    self._found.append(
+                        (str(m.get("tool_call_id") or ""), content_text(m.get("content")))
+                    )
+            self._scanned = max(self._scanned, pos)
+            if len(self._found) > EARLIER_RESULTS:
+                return EarlierLines.build(self._found[-EARLIER_RESULTS:])
+            if self._indexed < len(self._found):
+                self._index = self._index.extended(self._found[self._indexed :])
+                self._indexed = len(self._found)
+            return self._index
+
+        return build
 
 
 def ingest(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.cascade.observations import is_observation, observation_id
-from proxy.cascade.pipeline import drop_commands, earlier_results, ingest
+from proxy.cascade.pipeline import EarlierResults, drop_commands, ingest
 from proxy.cascade.summary import fold_summary, system_prefix_count
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
@@ -140,8 +140,9 @@ def _ingest(
 ) -> _Ingested:
     out = _Ingested([], [], [], [])
     spills: list[Any] = []
+    earlier = EarlierResults(messages)
     for pos in range(start, len(messages)):
-        got = ingest(messages[pos], ctx, earlier_results(messages, pos))
+        got = ingest(messages[pos], ctx, earlier.before(pos))
         out.new.append((pos, got.message))
         out.rows.append(
             msgs.NewMessage(

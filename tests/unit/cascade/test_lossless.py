@@ -12,7 +12,7 @@ from proxy.cascade.lossless import (
     minify_json,
     point_to_earlier,
 )
-from proxy.cascade.pipeline import earlier_results, ingest
+from proxy.cascade.pipeline import EARLIER_RESULTS, EarlierResults, earlier_results, ingest
 from proxy.cascade.truncation import truncate_tool_result
 from proxy.cascade.types import TRUNCATED
 from proxy.config import ContextConfig, RedactionConfig, ToolOutputConfig
@@ -166,3 +166,23 @@ def test_compaction_is_recoverable(text: str, earlier: str) -> None:
     assert done is not None and content.endswith(done.text)
     if done.json_minified:
         assert json.loads(done.text) == json.loads(text)
+
+
+def test_one_index_per_request_matches_a_fresh_index_at_every_position() -> None:
+    """``EarlierResults`` grows one index through a request's new messages; at each position
+    it holds exactly what ``earlier_results`` builds from the whole history before it, past
+    the ``EARLIER_RESULTS`` window too."""
+    history: list[dict[str, object]] = []
+    for i in range(EARLIER_RESULTS + 6):
+        history.append({"role": "assistant", "content": None})
+        lines = [f"line {i % 7} {j % 5}" for j in range(4)] + [f"only in {i}"]
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": "\n".join(lines)})
+    grown = EarlierResults(history)
+    for pos in range(len(history)):
+        assert grown.before(pos)() == earlier_results(history, pos)()
+
+
+def test_an_extended_index_is_the_index_of_everything() -> None:
+    first = [("a", "x\ny\nz"), ("b", "y\nw")]
+    later = [("c", "w\nv\nx"), ("d", "")]
+    assert EarlierLines.build(first).extended(later) == EarlierLines.build([*first, *later])
