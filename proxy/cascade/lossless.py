@@ -103,16 +103,6 @@ class EarlierLines:
                     first.setdefault(line, (k, j))
         return cls(tuple(ids), tuple(lines), first)
 
-    def extended(self, results: Iterable[tuple[str, str]]) -> EarlierLines:
-        """This index plus later ``results``: the same as ``build`` over all of them, with
-        each earlier result's lines split and indexed only once."""
-        more = EarlierLines.build(results)
-        offset = len(self.ids)
-        first = dict(self.first)
-        for line, (k, j) in more.first.items():
-            first.setdefault(line, (k + offset, j))
-        return EarlierLines(self.ids + more.ids, self.lines + more.lines, first)
-
     def __bool__(self) -> bool:
         return bool(self.ids)
 

@@ -144,17 +144,33 @@ class EarlierResults:
 
     A long first request brings many tool results at once; rebuilding the index from the
     whole history for each of them is quadratic in the history's size. Here each result is
-    split and indexed once, and the index grows as the positions advance (while the history
-    holds at most ``EARLIER_RESULTS`` of them; past that each index is built over the latest
-    ones, as ``earlier_results`` builds it).
+    split and indexed once into one growing index (while the history holds at most
+    ``EARLIER_RESULTS`` of them; past that each index is built over the latest ones, as
+    ``earlier_results`` builds it). An index it returns shares that growing line map, so it
+    is valid until the next position's index is built: ``_ingest`` uses each at once.
     """
 
     def __init__(self, messages: Sequence[Message]) -> None:
         self._messages = messages
         self._scanned = 0
         self._found: list[tuple[str, str]] = []
-        self._index = EarlierLines()
+        self._ids: list[str] = []
+        self._lines: list[tuple[str, ...]] = []
+        self._first: dict[str, tuple[int, int]] = {}
         self._indexed = 0
+
+    def _index_more(self) -> None:
+        for tool_call_id, text in self._found[self._indexed :]:
+            if not tool_call_id or not text:
+                continue
+            split = tuple(text.splitlines())
+            k = len(self._ids)
+            self._ids.append(tool_call_id)
+            self._lines.append(split)
+            for j, line in enumerate(split):
+                if line.strip():
+                    self._first.setdefault(line, (k, j))
+        self._indexed = len(self._found)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
         """The tool results before ``pos``, as ``EarlierLines`` on demand."""
@@ -168,10 +184,8 @@ class EarlierResults:
             self._scanned = max(self._scanned, pos)
             if len(self._found) > EARLIER_RESULTS:
                 return EarlierLines.build(self._found[-EARLIER_RESULTS:])
-            if self._indexed < len(self._found):
-                self._index = self._index.extended(self._found[self._indexed :])
-                self._indexed = len(self._found)
-            return self._index
+            self._index_more()
+            return EarlierLines(tuple(self._ids), tuple(self._lines), self._first)
 
         return build
 

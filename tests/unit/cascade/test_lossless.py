@@ -180,9 +180,3 @@ def test_one_index_per_request_matches_a_fresh_index_at_every_position() -> None
     grown = EarlierResults(history)
     for pos in range(len(history)):
         assert grown.before(pos)() == earlier_results(history, pos)()
-
-
-def test_an_extended_index_is_the_index_of_everything() -> None:
-    first = [("a", "x\ny\nz"), ("b", "y\nw")]
-    later = [("c", "w\nv\nx"), ("d", "")]
-    assert EarlierLines.build(first).extended(later) == EarlierLines.build([*first, *later])
