@@ -107,19 +107,19 @@ def create_app(
             await tune_embedded(dsn)
         await run_migrations(dsn)
         pool = await create_pool(dsn, max_size=settings.pool_max_size)
-        startup_log.info(
-            "%s",
-            startup_banner(
-                settings,
-                holder.current,
-                os.environ,
-                database=dsn,
-                embedded_at=None
-                if embedded is None
-                else (settings.data_dir or default_data_dir()) / "pgdata",
-                paths=[r.path or "" for r in iter_route_contexts(app.routes)],
-            ),
+        banner = startup_banner(
+            settings,
+            holder.current,
+            os.environ,
+            database=dsn,
+            embedded_at=None
+            if embedded is None
+            else (settings.data_dir or default_data_dir()) / "pgdata",
+            paths=[r.path or "" for r in iter_route_contexts(app.routes)],
         )
+        # One record per line: the text format escapes a line break inside a record.
+        for line in banner.splitlines():
+            startup_log.info("%s", line)
         client = build_client(
             max_connections=settings.provider_max_connections,
             kind=settings.http_transport,

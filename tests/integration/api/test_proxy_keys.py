@@ -288,7 +288,11 @@ def test_the_start_up_block_is_logged_once_without_a_secret(
             providers={"openai": provider},
         )
     )
-    (block,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Cascade ")]
+    starts = [r for r in caplog.records if r.name == "cascade.start"]
+    assert sum(r.getMessage().startswith("Cascade ") for r in starts) == 1
+    # a line per record: the text format would print a line break inside one as "\\n"
+    assert len(starts) > 1 and not any("\n" in r.getMessage() for r in starts)
+    block = "\n".join(r.getMessage() for r in starts)
     assert "base URL for clients: http://127.0.0.1:8080/v1" in block
     assert "key $CASCADE_TEST_UPSTREAM set" in block and "proxy keys: 2" in block
     assert "database: postgresql://" in block and "stages for agent coder" in block
