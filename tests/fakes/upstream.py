@@ -286,7 +286,8 @@ class _Chat:
 
     @property
     def n(self) -> int:
-        return max(1, int(self.body.get("n") or 1))
+        n = self.body.get("n")  # a client's odd value (a string, a float) means one answer
+        return max(1, n) if isinstance(n, int) and not isinstance(n, bool) else 1
 
     @property
     def calls(self) -> list[dict]:
