@@ -159,13 +159,6 @@ CREATE TABLE public.memory (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE public.memory_blocks (
-    tenant text NOT NULL,
-    session_id text NOT NULL,
-    turn text NOT NULL,
-    block text
-);
-
 CREATE SEQUENCE public.memory_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -236,7 +229,9 @@ CREATE TABLE public.sessions (
     last_estimate integer,
     calibration double precision DEFAULT 1.0 NOT NULL,
     reclaimed_tokens bigint DEFAULT 0 NOT NULL,
-    handoff_above boolean DEFAULT false NOT NULL
+    handoff_above boolean DEFAULT false NOT NULL,
+    turn_key text,
+    turn_blocks text
 );
 
 CREATE TABLE public.summaries (
@@ -286,9 +281,6 @@ ALTER TABLE ONLY public.event_watchers
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
-ALTER TABLE ONLY public.memory_blocks
-    ADD CONSTRAINT memory_blocks_pkey PRIMARY KEY (tenant, session_id);
-
 ALTER TABLE ONLY public.memory
     ADD CONSTRAINT memory_pkey PRIMARY KEY (id);
 
@@ -332,9 +324,6 @@ CREATE TRIGGER raw_output_versions BEFORE INSERT ON public.tool_raw_outputs FOR 
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
-
-ALTER TABLE ONLY public.memory_blocks
-    ADD CONSTRAINT memory_blocks_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

@@ -8,8 +8,12 @@
 3. the durable summary folded into the first user message;
 4. the stored memory facts as a ``<memory>`` block in the first system message (opt-in, per
    turn);
-5. recitation: the summary's plan appended to the last message (opt-in);
+5. recitation: the summary's plan appended to the last message (opt-in, per turn);
 6. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+
+A per-turn stage (``Stage.per_turn``) computes its value on a turn's first step and reuses it
+on the turn's later steps (``phases.py``): ``plan_step`` plans nothing for it then, and
+``assemble`` hands it the kept value and returns what the turn must keep (``Assembled.kept``).
 
 Each stage reports what the shell must persist in its own input's indices (``Marks``);
 ``assemble`` carries every message's window index through the stages, so the shell gets
@@ -20,7 +24,7 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +41,7 @@ from proxy.cascade.lossless import EarlierLines
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
+from proxy.cascade.phases import turn_answers, turn_start
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
@@ -53,6 +58,7 @@ __all__ = [
     "assemble",
     "plan_step",
     "stages_for",
+    "turn_start",
     "ingest",
     "earlier_results",
     "EarlierResults",
@@ -73,7 +79,7 @@ STAGES: tuple[Stage, ...] = (
     RECITATION,
     OVERFLOW,
 )
-"""The per-step stages, in the order they run."""
+"""The stages, in the order they run (per-turn ones are flagged on their entry)."""
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
 
@@ -114,6 +120,7 @@ class Assembled:
     offer_read_tool: bool
     tokens: int
     injected: tuple[int, ...] = ()  # prompt indices of blocks that are no window row
+    kept: Mapping[str, Any] | None = None  # the turn's per-turn values, if this step added one
 
 
 EARLIER_RESULTS = 64
@@ -203,9 +210,12 @@ def stages_for(ctx: ContextConfig, stages: Sequence[Stage] = STAGES) -> tuple[St
 
 
 def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str, Any]:
-    """What the enabled stages need from the outside world, by stage name (pure)."""
+    """What the enabled stages need from the outside world, by stage name (pure); a per-turn
+    stage needs nothing on a step whose turn has its value already."""
     needs: dict[str, Any] = {}
     for stage in stages_for(inp.ctx, STAGES if stages is None else stages):
+        if stage.per_turn and stage.name in inp.kept:
+            continue
         if stage.plan is not None and (need := stage.plan(inp)) is not None:
             needs[stage.name] = need
     return needs
@@ -225,17 +235,22 @@ def assemble(
     """Run the enabled stages over the window, in order, and return the prompt to send.
 
     ``origin`` holds, for each message on its way through, the window index it came from
-    (None: a block a stage injected); each stage's marks are mapped through it.
+    (None: a block a stage injected); each stage's marks are mapped through it. Per-turn
+    stages read the value kept for the turn, or the one computed now (``phases``).
     """
     if answers is not None:
         inp = replace(inp, answers=answers)
+    enabled = stages_for(inp.ctx, STAGES if stages is None else stages)
+    turn, kept = turn_answers(enabled, inp, inp.answers)
+    if turn != inp.answers:
+        inp = replace(inp, answers=turn)
     messages = inp.window
     window = list(inp.window)
     origin: tuple[int | None, ...] = tuple(range(len(messages)))
     events: list[Event] = []
     evicted: list[int] = []
     trimmed: list[int] = []
-    for stage in stages_for(inp.ctx, STAGES if stages is None else stages):
+    for stage in enabled:
         result = stage.run(messages, inp)
         marks = result.marks
         events.extend(result.events)
@@ -264,4 +279,5 @@ def assemble(
         offer_read_tool=offer,
         tokens=inp.count(messages),
         injected=tuple(j for j, w in enumerate(origin) if w is None),
+        kept=kept,
     )

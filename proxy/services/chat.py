@@ -14,8 +14,9 @@ Budget accounting is ``budget.py``; the ``/compact`` command's answer is ``comma
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,11 +31,12 @@ from proxy.cascade.pipeline import (
     assemble,
     is_compact_command,
     plan_step,
+    turn_start,
 )
 from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import ContextLengthExceeded, Event, Message
-from proxy.config import Config
+from proxy.config import Config, ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
@@ -76,6 +78,31 @@ def route(cfg: Config, body: Mapping[str, Any]) -> Route:
         limits=cfg.model_limits(model),
         ctx=cfg.context_for(agent_name),
     )
+
+
+def _turn_key(messages: Sequence[Message], hashes: Sequence[str], ctx: ContextConfig) -> str:
+    """The name of the request's turn (``cascade.phases``): the chain hash of the message
+    that began it, which covers the history before it; "" before any user message."""
+    start = turn_start(messages, ctx.observations.user_prefixes)
+    return "" if start is None else hashes[start]
+
+
+def _kept(session: Mapping[str, Any], turn_key: str) -> Mapping[str, Any]:
+    """The per-turn values the session keeps for this turn; none when it kept another turn's
+    (or a text this version cannot read: the turn's stages then run again)."""
+    text = session.get("turn_blocks")
+    if session.get("turn_key") != turn_key or not isinstance(text, str):
+        return {}
+    try:
+        kept = json.loads(text)
+    except ValueError:
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _kept_text(kept: Mapping[str, Any]) -> str:
+    """The turn's values as the JSON text ``_kept`` reads (ASCII: no NUL reaches the row)."""
+    return json.dumps(kept, ensure_ascii=True, separators=(",", ":"))
 
 
 class ChatService:
@@ -182,6 +209,7 @@ class ChatService:
             state = await load_window(conn, key, state, count)
         else:
             state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count, fixed)
+        turn_key = _turn_key(body["messages"], hashes, rt.ctx)
         inp = StepInput(
             window=state.window,
             system_count=state.system_count,
@@ -191,6 +219,7 @@ class ChatService:
             ctx=rt.ctx,
             unspillable=state.redacted_ids,
             ratio=state.session["calibration"],
+            kept=_kept(state.session, turn_key),
         )
         try:
             answers = await fulfil(plan_step(inp), conn=conn, key=key)
@@ -216,6 +245,7 @@ class ChatService:
             command,
             reclaimed=reclaimed,
             overhead=tools + (schema if assembled.offer_read_tool else 0),
+            turn=None if assembled.kept is None else (turn_key, _kept_text(assembled.kept)),
         )
 
     def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:

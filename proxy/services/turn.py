@@ -4,8 +4,9 @@ It owns, for that request, the session's place in this replica's queue (``Sessio
 the pooled connection whose first statement took the session's advisory lock, and the step
 prepared on it. Exactly one of two things ends it, once, whoever calls first:
 
-- ``finish(reply, prompt_tokens)`` stores the reply, the provider's real prompt size and
-  ``context.usage`` in one statement that also releases the advisory lock;
+- ``finish(reply, prompt_tokens)`` stores the reply, the provider's real prompt size,
+  ``context.usage`` and the per-turn values the step computed (``Step.turn``) in one
+  statement that also releases the advisory lock;
 - ``abort()`` stores nothing (a refused or failed call): the pool's reset releases the
   advisory lock (``store.db._reset``), so the next request never finds it held.
 
@@ -80,6 +81,7 @@ class Step:
     command: CompactionResult | None = None
     reclaimed: int = 0  # tokens this step's eviction reclaimed
     overhead: int = 0  # estimated tokens of the tools sent beside the messages
+    turn: tuple[str, str] | None = None  # the turn's key and per-turn values to keep (JSON)
 
 
 class Turn:
@@ -201,6 +203,7 @@ class Turn:
             calibration=ratio,
             events=persisted,
             unlock=sessions.session_lock_key(tenant, session_id),
+            turn=step.turn,
         ):
             mark_unlocked(self.conn)
 

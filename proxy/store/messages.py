@@ -497,7 +497,9 @@ WITH reply AS (
 UPDATE sessions SET
     head_len = CASE WHEN $5::json IS NULL THEN head_len ELSE $3 + 1 END,
     head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
-    last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now()
+    last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now(),
+    turn_key = coalesce($13, turn_key),
+    turn_blocks = CASE WHEN $13::text IS NULL THEN turn_blocks ELSE $14 END
 WHERE tenant = $1 AND id = $2
 RETURNING reclaimed_tokens, cascade_release_session($12)
 """
@@ -515,10 +517,13 @@ async def record_step(
     calibration: float,
     events: EventRows = ((), ()),
     unlock: int | None = None,
+    turn: tuple[str, str] | None = None,
 ) -> bool:
     """After the answer: append the relayed reply, record the real prompt size, persist the
-    step's events (the trigger NOTIFYs them) and release the session lock ``unlock``; one
-    round trip. Returns whether the lock was released here (False without ``unlock``).
+    step's events (the trigger NOTIFYs them), keep the per-turn stages' values ``turn``
+    (the turn's key and its values as JSON text; None leaves the kept ones) and release the
+    session lock ``unlock``; one round trip. Returns whether the lock was released here
+    (False without ``unlock``).
 
     The lock is handed on only when this statement commits (migration 0003's
     ``cascade_release_session`` keeps a transaction-level hold until then), so the next
@@ -537,5 +542,6 @@ async def record_step(
         calibration,
         *event_columns(events),
         unlock,
+        *(turn or (None, None)),
     )
     return bool(row and row[1])

@@ -102,7 +102,8 @@ RESET_SESSION = [
     "DELETE FROM summaries WHERE tenant = $1 AND session_id = $2",
     """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
        last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,
-       reclaimed_tokens = 0, handoff_above = false, updated_at = now()
+       reclaimed_tokens = 0, handoff_above = false, turn_key = NULL, turn_blocks = NULL,
+       updated_at = now()
        WHERE tenant = $1 AND id = $2""",
 ]
 
