@@ -199,3 +199,32 @@ def test_the_turns_blocks_ride_in_the_steps_own_statements(
         assert statements(log) == [msgs.BEGIN_STEP, msgs.RECORD_STEP]
         record = [q for q in log.queries if q.query == msgs.RECORD_STEP][0]
         assert record.args[12:14] == (None, None)
+
+
+def test_a_suggestion_accepted_through_the_api_is_in_the_next_turns_memory_block(
+    proxy: ProxyServer, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """From outside only: promotion suggests (the fast model's extraction), a person accepts
+    through the API mid-turn, and the next user message's prompt carries the fact."""
+    facts = reply(json.dumps({"facts": ["The deploy target is eu-west-1"]}))
+    model = Model(main=_next_call)
+    fake_upstream.default = lambda req: facts if "response_format" in req.json else model(req)
+    history = _summarised_session(proxy, "accept")  # the compaction suggests the fact
+    history.append(user("deploy it"))
+    answer = chat(proxy.origin, "accept", history)
+    assert "eu-west-1" not in _main_bodies(fake_upstream)[-1]["messages"][0]["content"]
+
+    with httpx.Client(base_url=proxy.origin, headers=HEADERS, timeout=10) as http:
+        (pending,) = http.get("/v1/memory/suggestions").json()["data"]
+        assert pending["facts"] == ["The deploy target is eu-west-1"]
+        accepted = http.post(f"/v1/memory/suggestions/{pending['id']}/accept")
+        assert accepted.status_code == 200, accepted.text
+    history += [answer, {"role": "tool", "tool_call_id": "c0", "content": "planned"}]
+    chat(proxy.origin, "accept", history)  # the same turn: the block stays as it was
+    assert "eu-west-1" not in _main_bodies(fake_upstream)[-1]["messages"][0]["content"]
+
+    history += [{"role": "assistant", "content": "done"}, user("where did it go?")]
+    chat(proxy.origin, "accept", history)
+    first = _main_bodies(fake_upstream)[-1]["messages"][0]
+    assert first["role"] == "system"
+    assert "- The deploy target is eu-west-1\n" in first["content"]
