@@ -11,9 +11,10 @@ that are message-level prefix-identical, and the cache-weighted cost (``bench/co
   ``openai`` SDK, and the metrics are computed from what the upstream received (fast-model
   summarisation calls are counted separately).
 - ``cascade-perturn`` is the defaults plus the per-turn stages (``PER_TURN_CONTEXT``):
-  recitation, and memory with promotion ``auto``, two facts stored before each file and more
-  added by promotion after each compaction (a changed ``<memory>`` block is a miss of the
-  whole prompt at the next turn, and the metrics count it).
+  recitation, and memory (promotion ``suggest``) with two facts stored before each file, so
+  every prompt carries a ``<memory>`` block. ``cascade-perturn-auto`` also lets promotion
+  store the facts it extracts after each compaction (``auto``): the block then changes at
+  the next turn, a miss of the whole prompt, and the metrics count it.
 
 Each file is replayed as its own tenant (its own bearer token), so the facts one file's
 compactions promote never reach another file's prompts.
@@ -66,10 +67,15 @@ __all__ = [
 ]
 
 LIMITS = (32_000, 128_000)
-CASCADE_POLICIES = ("cascade-default", "cascade-nosummary", "cascade-perturn")
+CASCADE_POLICIES = (
+    "cascade-default",
+    "cascade-nosummary",
+    "cascade-perturn",
+    "cascade-perturn-auto",
+)
 PER_TURN_CONTEXT: dict[str, Any] = {
     "recitation": {"enabled": True},
-    "memoryPromotion": {"mode": "auto"},
+    "memoryPromotion": {"mode": "suggest"},
     # "retrieval": {"enabled": True},  # one line, once the retrieval stage is on main
 }
 """The per-turn stages ``cascade-perturn`` turns on over the defaults."""
@@ -141,8 +147,10 @@ def proxy_config(limit: int, policy: str, upstream_url: str) -> dict[str, Any]:
     context: dict[str, Any] = {}
     if policy == "cascade-nosummary":
         context["summarize"] = {"enabled": False}
-    if policy == "cascade-perturn":
+    if policy.startswith("cascade-perturn"):
         context.update(PER_TURN_CONTEXT)
+    if policy == "cascade-perturn-auto":
+        context["memoryPromotion"] = {"mode": "auto"}
     return {
         "providers": {"openai": {"baseUrl": upstream_url, "apiKeyEnv": "OPENAI_API_KEY"}},
         "models": {"default": {"contextLimit": limit}},
@@ -313,7 +321,7 @@ def replay_cascade(
     start = time.monotonic()
     upstream.drain()
     api_key = f"replay-file-{tf.number}"
-    if policy == "cascade-perturn":
+    if policy.startswith("cascade-perturn"):
         seed_facts(base_url, api_key, SEED_FACTS)
     errors = send_steps(
         trajectories.load(tf),

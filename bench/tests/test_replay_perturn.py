@@ -20,6 +20,9 @@ def test_the_per_turn_variant_is_the_defaults_plus_the_per_turn_stages() -> None
     assert default["context"] == {}
     assert perturn["context"] == replay.PER_TURN_CONTEXT
     ctx = parse_config(perturn, {}).context_for("default")
+    assert ctx.recitation.enabled and ctx.memory_promotion.mode == "suggest"
+    auto = replay.proxy_config(32_000, "cascade-perturn-auto", "http://127.0.0.1:1/v1")
+    ctx = parse_config(auto, {}).context_for("default")
     assert ctx.recitation.enabled and ctx.memory_promotion.mode == "auto"
 
 
