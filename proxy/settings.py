@@ -44,6 +44,14 @@ class Settings(BaseSettings):
       ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
     - ``tracing`` (``CASCADE_TRACING``): ``console`` prints spans, ``otlp`` exports them
       (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; see proxy/tracing.py.
+    - ``db_pooler`` (``CASCADE_DB_POOLER``): what stands between the proxy and PostgreSQL.
+      ``none`` (the default): ``DATABASE_URL`` is the server itself. ``transaction``: a
+      pooler that hands each transaction a server connection of its own (PgBouncer's
+      ``pool_mode = transaction``, RDS Proxy, Supabase's pooler), so nothing may outlive a
+      transaction: asyncpg's prepared-statement cache is off (``proxy.store.db``).
+    - ``database_listen_url`` (``DATABASE_LISTEN_URL``): where the event bus opens its one
+      LISTEN connection (``proxy.bus``), a URL that reaches PostgreSQL directly, since a
+      transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -67,6 +75,8 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = False
     tokenizer: str = "o200k_base"
     tracing: Literal["", "console", "otlp", "off"] = ""
+    db_pooler: Literal["none", "transaction"] = "none"
+    database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
 
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""

@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -37,6 +37,8 @@ __all__ = [
     "connection_lost",
     "GuardedConnection",
     "unavailable_when_lost",
+    "Pooler",
+    "pooler_kwargs",
 ]
 
 Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
@@ -226,6 +228,26 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
         ) from None
 
 
+Pooler: TypeAlias = Literal["none", "transaction"]
+"""What stands between the proxy and PostgreSQL (``CASCADE_DB_POOLER``)."""
+
+
+def pooler_kwargs(pooler: Pooler) -> dict[str, Any]:
+    """The ``asyncpg.connect`` arguments a connection through ``pooler`` needs.
+
+    Behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``, RDS Proxy,
+    Supabase's pooler) consecutive transactions of one client connection run on whichever
+    server connection is free. asyncpg's statement cache prepares named statements on the
+    server and reuses them on later statements: the next server either lacks the statement
+    or already holds one of that name from another client. With the cache off asyncpg
+    prepares each statement unnamed, within the statement's own exchange. The rest of what
+    Cascade keeps per connection stays on the client: the JSON and vector codecs
+    (``_init_connection``) look their types up once per connection, and every server has the
+    same ones; its ``set_config`` calls are transaction-local.
+    """
+    return {"statement_cache_size": 0} if pooler == "transaction" else {}
+
+
 def _files(directory: Path) -> list[tuple[int, str, str]]:
     out = []
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
@@ -236,13 +258,15 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
+async def run_migrations(
+    dsn: str, directory: Path | None = None, **connect_kwargs: Any
+) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
     Runs on a bare connection (before the codec-registering pool exists, because the vector
     type only exists after 0001) under an advisory lock so concurrent replicas serialise.
     """
-    conn = await connect(dsn)
+    conn = await connect(dsn, **connect_kwargs)  # pooler_kwargs: behind a pooler too
     applied: list[str] = []
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
