@@ -21,13 +21,14 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from bench.common import free_port
+from proxy.settings import Settings
 
-__all__ = ["PgBouncer", "find_pgbouncer", "start_pgbouncer"]
+__all__ = ["PgBouncer", "find_pgbouncer", "routed_through", "start_pgbouncer"]
 
 _SBIN = ("/usr/sbin", "/usr/local/sbin")
 
@@ -142,3 +143,35 @@ def start_pgbouncer(binary: str, direct_dsn: str, *, pool_size: int = 20) -> Ite
             proc.kill()
             proc.wait(timeout=10)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _route(bouncer: PgBouncer) -> Callable[[Settings], Settings]:
+    def route(settings: Settings) -> Settings:
+        if not settings.database_url or settings.db_pooler == "transaction":
+            return settings  # embedded, or already behind a pooler
+        return settings.model_copy(
+            update={
+                "database_url": bouncer.pooled(settings.database_url),
+                "database_listen_url": settings.database_url,
+                "db_pooler": "transaction",
+            }
+        )
+
+    return route
+
+
+@contextlib.contextmanager
+def routed_through(bouncer: PgBouncer) -> Iterator[None]:
+    """Within the block, every ``ProxyServer`` started runs as a deployment behind a pooler
+    does (README, Behind a connection pooler): ``DATABASE_URL`` is its database through
+    ``bouncer``, ``CASCADE_DB_POOLER=transaction``, ``DATABASE_LISTEN_URL`` the database
+    itself. What a test reads back to check still goes straight to the database."""
+    # Imported here: the api conftest imports the app, which this module's users may not need.
+    from tests.integration.api.conftest import ROUTES
+
+    route = _route(bouncer)
+    ROUTES.append(route)
+    try:
+        yield
+    finally:
+        ROUTES.remove(route)
