@@ -44,6 +44,7 @@ from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
+from proxy.services.leases import Leases
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import (
@@ -154,12 +155,17 @@ def create_app(
         await bus.start()
         upstream = Upstream(client)
         count, cost = build_counters(settings.tokenizer or None)
+        leases = Leases(
+            pool, ttl=settings.lease_ttl_seconds, acquire_timeout=settings.pool_timeout_seconds
+        )
+        leases.start()
         summarizer = DurableSummarizer(
             pool=pool,
             upstream=upstream,
             bus=bus,
             count=count,
             acquire_timeout=settings.pool_timeout_seconds,
+            leases=leases,
         )
         await summarizer.close_interrupted()  # compactions a stop cut short
         chat_service = ChatService(
@@ -169,6 +175,7 @@ def create_app(
             cost=cost,
             settings=settings,
             summarizer=summarizer,
+            leases=leases,
         )
         stop = asyncio.Event()
         watcher = None
@@ -196,6 +203,7 @@ def create_app(
                 except Exception:  # the rest of the shutdown must still run
                     log.exception("the config watcher had failed")
             await summarizer.aclose()
+            await leases.aclose()
             await bus.stop()
             await client.aclose()
             await pool.close()
