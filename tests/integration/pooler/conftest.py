@@ -11,7 +11,6 @@ it is. ``CASCADE_TEST_POOLER=transaction`` does the same for every integration t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,28 +18,6 @@ from tests.integration.api.conftest import client, config_path, http, proxy, set
 from tests.integration.pooler.pgbouncer import PgBouncer, routed_through
 
 __all__ = ["client", "config_path", "http", "proxy", "settings"]  # the api tests' fixtures
-
-NEEDS_LEASE = {
-    "test_a_sessions_requests_are_serialised_across_replicas",
-    "test_a_compaction_runs_once_for_both_replicas_and_is_counted_once",
-}
-"""Tests that need a session's requests, and its compactions, serialised by something
-other than a session-level advisory lock: through a transaction pooler the lock and its
-unlock can land on two server connections. Issue 24's row lease (branch ``lease``)
-replaces the lock; until it is merged these may fail, and only through the pooler."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents and getattr(item, "originalname", "") in NEEDS_LEASE:
-            item.add_marker(
-                pytest.mark.xfail(
-                    reason="needs issue 24's session row lease (branch lease): a session-level"
-                    " advisory lock does not hold through a transaction pooler",
-                    strict=False,
-                )
-            )
 
 
 @pytest.fixture
