@@ -1,5 +1,5 @@
-"""Why ``CASCADE_DB_POOLER=transaction`` exists, shown on a real PgBouncer, and that the
-event bus's LISTEN, opened from ``DATABASE_LISTEN_URL``, carries what only NOTIFY carries.
+"""Why ``CASCADE_DB_POOLER=transaction`` and ``DATABASE_LISTEN_URL`` exist, shown on a real
+PgBouncer: each test runs the same steps with and without the setting.
 
 Behind a transaction-mode pooler a client connection's transactions run on whichever server
 connection is free. asyncpg's statement cache prepares a named statement on one server and
@@ -9,13 +9,19 @@ binds it later on another, which has no such statement. The proxy's own pool
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import asyncpg
+import httpx
+import pytest
 
 from proxy.cascade.types import EVICTED
+from proxy.settings import Settings
 from proxy.store.db import create_pool, pooler_kwargs
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_events import open_events
+from tests.integration.api.test_events import EventStream, Frame, open_events
 from tests.integration.api.test_eviction import Agent, config_file, proxy
 
 __all__ = ["config_file", "proxy"]  # test_eviction's proxy, behind the pooler (conftest)
@@ -76,3 +82,44 @@ def test_a_transient_event_reaches_a_stream_through_the_listen_url(
         evicted = events.until(lambda f: f.event == EVICTED, max_frames=200)[-1]
     assert evicted.id is None  # transient: no id, no replay
     assert evicted.data["session_id"] == "agent"
+
+
+@pytest.fixture
+def listening_through_the_pooler(pooled_dsn: str, config_file: Path) -> Iterator[ProxyServer]:
+    """A proxy behind the pooler without ``DATABASE_LISTEN_URL``: its bus LISTENs through
+    PgBouncer (the proxy warns at start)."""
+    settings = Settings(
+        database_url=pooled_dsn, db_pooler="transaction", config=config_file, watch_config=False
+    )
+    assert settings.database_listen_url is None
+    server = ProxyServer(settings).start()
+    yield server
+    server.stop()
+
+
+def drain(events: EventStream) -> list[Frame]:
+    """Every frame until none comes for the stream's read timeout (pings are every 15 s)."""
+    frames: list[Frame] = []
+    try:
+        while True:
+            frames.append(events.next())
+    except httpx.ReadTimeout:
+        return frames
+
+
+def test_without_a_listen_url_a_stream_hears_no_notification(
+    listening_through_the_pooler: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The same steps as above, with the LISTEN through PgBouncer: its server connection went
+    back to the pool when the LISTEN ended, so no NOTIFY reaches the bus. Stored events
+    still arrive, from the stream's catch-up reads of the table; the transient one never."""
+    proxy = listening_through_the_pooler
+    agent = Agent(proxy, fake_upstream)
+    agent.step("keep_me")
+    with open_events(proxy.origin, "agent") as events:
+        events.until(lambda f: f.event == "context.usage")
+        agent.run_until_evicted()
+        frames = drain(events)
+    usages = [f for f in frames if f.event == "context.usage"]
+    assert len(usages) == len(agent.prompts) - 1  # every later step's, by catch-up
+    assert EVICTED not in {f.event for f in frames}
