@@ -6,7 +6,7 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
-CREATE FUNCTION public.cascade_begin_step(p_tenant text, p_id text, p_agent text, p_model text, p_key bigint, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], r_verbatim boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[]) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
+CREATE FUNCTION public.cascade_begin_step_v2(p_tenant text, p_id text, p_agent text, p_model text, p_owner uuid, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], r_verbatim boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[], p_ttl double precision) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -14,17 +14,43 @@ DECLARE
     s sessions%ROWTYPE;
     sm record;
     hit boolean;
+    busy boolean := false;
 BEGIN
-    PERFORM pg_advisory_lock(p_key);
-    LOOP  -- at most twice: read; if missing or changed, write and read again
-        SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id;
-        EXIT WHEN FOUND AND s.agent = p_agent AND s.model IS NOT DISTINCT FROM p_model;
-        PERFORM set_config('synchronous_commit', 'off', true);
-        INSERT INTO sessions AS x (tenant, id, agent, model)
-        VALUES (p_tenant, p_id, p_agent, p_model)
-        ON CONFLICT (tenant, id) DO UPDATE SET updated_at = now(), model = EXCLUDED.model,
-            agent = EXCLUDED.agent;
-    END LOOP;
+    -- Every write below is the client's to resend, or a lease that is free again once it
+    -- expires: none waits for a WAL flush (the request's last statement commits
+    -- synchronously, which flushes these too).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    -- Lock the row first: a begin that meets the holder's last statement in flight waits
+    -- for it and reads the row it commits (free, and the step stored), rather than the
+    -- version its snapshot saw.
+    SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
+    IF FOUND THEN
+        IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
+           AND s.lease_expires >= clock_timestamp() THEN
+            busy := true;
+        ELSE  -- take the lease, and record a new agent or model, in one row update
+            UPDATE sessions x SET lease_owner = p_owner,
+                lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+                agent = p_agent, model = p_model,
+                updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
+                                  THEN x.updated_at ELSE now() END
+            WHERE x.tenant = p_tenant AND x.id = p_id
+            RETURNING * INTO s;
+        END IF;
+    ELSE  -- a new session; a first request on it from elsewhere may have just created it
+        INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
+        VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
+                clock_timestamp() + make_interval(secs => p_ttl))
+        ON CONFLICT (tenant, id) DO NOTHING
+        RETURNING * INTO s;
+        busy := NOT FOUND;
+    END IF;
+    IF busy THEN
+        RETURN QUERY SELECT json_build_object('busy', true),
+            NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
+            NULL::boolean, NULL::boolean, NULL::boolean;
+        RETURN;
+    END IF;
     SELECT m.version, m.boundary, m.content INTO sm FROM summaries m
     WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.invalidated_at IS NULL
     ORDER BY m.version DESC LIMIT 1;
@@ -32,13 +58,12 @@ BEGIN
            AND s.head_hash IS NOT DISTINCT FROM p_start_hash;
     RETURN QUERY SELECT (to_jsonb(s) || jsonb_build_object(
         'summary_version', sm.version, 'summary_boundary', sm.boundary,
-        'summary_content', sm.content, 'appended', hit))::json,
+        'summary_content', sm.content, 'appended', hit, 'busy', false))::json,
         NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
         NULL::boolean, NULL::boolean, NULL::boolean;
     IF NOT hit THEN
         RETURN;
     END IF;
-    PERFORM set_config('synchronous_commit', 'off', true);
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                           redacted, verbatim)
     SELECT p_tenant, p_id, t.* FROM unnest(r_pos, r_hash, r_role, r_message, r_tool_call_id,
@@ -113,15 +138,6 @@ BEGIN
             'd', CASE WHEN octet_length(NEW.data::text) > 7400 THEN NULL ELSE NEW.data END)::text);
     END IF;
     RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION public.cascade_release_session(p_key bigint) RETURNS boolean
-    LANGUAGE plpgsql STRICT
-    AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock(p_key);
-    RETURN pg_advisory_unlock(p_key);
 END
 $$;
 
@@ -231,7 +247,11 @@ CREATE TABLE public.sessions (
     reclaimed_tokens bigint DEFAULT 0 NOT NULL,
     handoff_above boolean DEFAULT false NOT NULL,
     turn_key text,
-    turn_blocks text
+    turn_blocks text,
+    lease_owner uuid,
+    lease_expires timestamp with time zone,
+    compaction_owner uuid,
+    compaction_expires timestamp with time zone
 );
 
 CREATE TABLE public.summaries (
