@@ -184,6 +184,17 @@ CREATE TABLE public.memory_suggestion_answers (
     CONSTRAINT memory_suggestion_answers_answer_check CHECK ((answer = ANY (ARRAY['accepted'::text, 'rejected'::text])))
 );
 
+CREATE TABLE public.message_embeddings (
+    message_id bigint NOT NULL,
+    model text NOT NULL,
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    pos integer NOT NULL,
+    dim integer DEFAULT 0 NOT NULL,
+    embedding public.vector,
+    claimed_at timestamp with time zone
+);
+
 CREATE TABLE public.messages (
     id bigint NOT NULL,
     tenant text NOT NULL,
@@ -295,6 +306,9 @@ ALTER TABLE ONLY public.memory
 ALTER TABLE ONLY public.memory_suggestion_answers
     ADD CONSTRAINT memory_suggestion_answers_pkey PRIMARY KEY (tenant, suggestion_id);
 
+ALTER TABLE ONLY public.message_embeddings
+    ADD CONSTRAINT message_embeddings_pkey PRIMARY KEY (message_id, model);
+
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
 
@@ -318,6 +332,26 @@ CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
+CREATE INDEX message_embeddings_claims ON public.message_embeddings USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
+
+CREATE INDEX message_embeddings_hnsw_1024 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1024)) public.vector_cosine_ops) WHERE (dim = 1024);
+
+CREATE INDEX message_embeddings_hnsw_128 ON public.message_embeddings USING hnsw (((embedding)::public.vector(128)) public.vector_cosine_ops) WHERE (dim = 128);
+
+CREATE INDEX message_embeddings_hnsw_1536 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1536)) public.vector_cosine_ops) WHERE (dim = 1536);
+
+CREATE INDEX message_embeddings_hnsw_256 ON public.message_embeddings USING hnsw (((embedding)::public.vector(256)) public.vector_cosine_ops) WHERE (dim = 256);
+
+CREATE INDEX message_embeddings_hnsw_384 ON public.message_embeddings USING hnsw (((embedding)::public.vector(384)) public.vector_cosine_ops) WHERE (dim = 384);
+
+CREATE INDEX message_embeddings_hnsw_512 ON public.message_embeddings USING hnsw (((embedding)::public.vector(512)) public.vector_cosine_ops) WHERE (dim = 512);
+
+CREATE INDEX message_embeddings_hnsw_64 ON public.message_embeddings USING hnsw (((embedding)::public.vector(64)) public.vector_cosine_ops) WHERE (dim = 64);
+
+CREATE INDEX message_embeddings_hnsw_768 ON public.message_embeddings USING hnsw (((embedding)::public.vector(768)) public.vector_cosine_ops) WHERE (dim = 768);
+
+CREATE INDEX message_embeddings_session ON public.message_embeddings USING btree (tenant, session_id, model, dim, pos);
+
 CREATE INDEX messages_evicted ON public.messages USING btree (tenant, session_id, tool_call_id) WHERE (placeholder IS NOT NULL);
 
 CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
@@ -335,6 +369,9 @@ ALTER TABLE ONLY public.events
 
 ALTER TABLE ONLY public.memory_blocks
     ADD CONSTRAINT memory_blocks_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.message_embeddings
+    ADD CONSTRAINT message_embeddings_message_id_fkey FOREIGN KEY (message_id) REFERENCES public.messages(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

@@ -36,6 +36,7 @@ from proxy.bus import EventBus
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
+from proxy.embeddings import Embedders, bind_embedders
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
 from proxy.metrics import Metrics
@@ -44,6 +45,7 @@ from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
+from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_migrations
@@ -145,6 +147,10 @@ def create_app(
             settings=settings,
             summarizer=summarizer,
         )
+        embedders = Embedders(lambda: holder.current, upstream)
+        bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
+        embedding = EmbeddingWorker(pool, lambda: holder.current, embedders)
+        embedding.start()  # idle while no agent has retrieval on
         stop = asyncio.Event()
         watcher = None
         if settings.watch_config and settings.config is not None:
@@ -170,6 +176,8 @@ def create_app(
                     pass
                 except Exception:  # the rest of the shutdown must still run
                     log.exception("the config watcher had failed")
+            await embedding.aclose()
+            bind_embedders(None)
             await summarizer.aclose()
             await bus.stop()
             await client.aclose()
