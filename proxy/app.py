@@ -149,7 +149,12 @@ def create_app(
         )
         embedders = Embedders(lambda: holder.current, upstream)
         bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
-        embedding = EmbeddingWorker(pool, lambda: holder.current, embedders)
+        embedding = EmbeddingWorker(
+            pool,
+            lambda: holder.current,
+            embedders,
+            on_failure=observer.metrics.embedding_failures.inc,
+        )
         embedding.start()  # idle while no agent has retrieval on
         stop = asyncio.Event()
         watcher = None

@@ -100,7 +100,7 @@ class EmbeddingConfig(_Block):
     provider: str = "builtin"
     model: str = "wordllama-l2-256"
     dimensions: int = Field(default=256, gt=0, le=16000)
-    batch_size: int = Field(default=64, gt=0, le=2048)
+    batch_size: int = Field(default=128, gt=0, le=2048)
 
 
 class AuthKeyConfig(_Block):

@@ -151,8 +151,16 @@ def _with_block(msg: Message, block: str) -> Message:
 
 def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: with an answer, report it and append its block to the latest user message;
-    without one (a step inside a turn), pass the messages on unchanged."""
+    without one (a step inside a turn), pass the messages on unchanged.
+
+    An answer that is a string is the block of an earlier step of this turn, kept by the
+    shell: it is appended as it is, byte for byte, and reported no second time."""
     answer = step.answers.get("retrieval")
+    if isinstance(answer, str) and answer:
+        at = _turn_message(messages, step.ctx.observations.user_prefixes)
+        if at is None:
+            return StageResult(messages)
+        return StageResult((*messages[:at], _with_block(messages[at], answer), *messages[at + 1 :]))
     if not isinstance(answer, Retrieved):
         return StageResult(messages)
     hits = answer.hits

@@ -10,7 +10,8 @@ without the block, and its ``context.retrieval`` event says why.
 ``EmbeddingWorker`` runs one task per replica for the app's life. While some agent has
 retrieval on, it claims batches of the unembedded messages of those agents' sessions, embeds
 them off the request path (the builtin model on a worker thread) and stores the vectors, each
-step a short statement of its own. Its cursor moves through ``messages`` by id, so new
+step a short statement of its own; a batch is stored while the next one is embedded, so the
+database's index work and the model's overlap. Its cursor moves through ``messages`` by id, so new
 messages are embedded within a poll; a change of model or of the agents that have retrieval
 on restarts it from the first message (the backfill), and so does every ``rescan`` interval,
 which picks up what a failed batch or a dead replica's claim left behind.
@@ -30,6 +31,7 @@ import asyncpg
 from proxy.cascade.retrieval import Hit, RetrievalNeed, Retrieved
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
+from proxy.observe import note_embedding_failure
 from proxy.session_id import SessionKey
 from proxy.store import embeddings as store
 
@@ -52,9 +54,11 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> R
     try:
         vectors = await asyncio.wait_for(embedder.embed([need.query]), need.timeout_ms / 1000)
     except TimeoutError:
+        note_embedding_failure()
         error = f"the embedding took longer than {need.timeout_ms} ms"
         return Retrieved(took_ms=took(), error=error, model=embedder.model)
     except Exception as exc:  # the embedder's failure is this turn's no-op, never the request's
+        note_embedding_failure()
         log.warning("retrieval skipped for a turn: the embedding failed: %s", exc)
         return Retrieved(took_ms=took(), error=f"embedding failed: {exc}", model=embedder.model)
     try:
@@ -102,17 +106,20 @@ class EmbeddingWorker:
         *,
         idle_seconds: float = 1.0,
         rescan_seconds: float = 60.0,
+        on_failure: Callable[[], None] = lambda: None,
     ) -> None:
         self.pool = pool
         self.config = config
         self.embedders = embedders
         self.idle_seconds = idle_seconds
         self.rescan_seconds = rescan_seconds
+        self.on_failure = on_failure  # counts a batch the embedder failed
         self.embedded = 0  # messages this worker stored a vector for
         self._cursor = 0
         self._scope: tuple[Any, ...] | None = None
         self._scan_started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._storing: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="cascade-embedding-worker")
@@ -123,6 +130,8 @@ class EmbeddingWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        with contextlib.suppress(Exception):
+            await self.flush()
 
     async def _run(self) -> None:
         failures = 0
@@ -163,6 +172,7 @@ class EmbeddingWorker:
                 limit=cfg.embedding.batch_size,
             )
         if last is None:  # the end of the table: rescan from the start now and then
+            await self.flush()
             if time.monotonic() - self._scan_started >= self.rescan_seconds:
                 async with self.pool.acquire() as conn:
                     await store.release_stale_claims(conn)
@@ -180,7 +190,9 @@ class EmbeddingWorker:
         try:
             for i, v in zip(todo, await embedder.embed([texts[i] for i in todo]), strict=True):
                 vectors[i] = v
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self.on_failure()
             self._cursor = start  # the batch again, after the back-off
             with contextlib.suppress(Exception):
                 async with self.pool.acquire() as conn:
@@ -188,8 +200,18 @@ class EmbeddingWorker:
                         conn, model=embedder.model, ids=[c.message_id for c in claimed]
                     )
             raise
+        await self.flush()  # one batch stored at a time, while the next one is embedded
+        ids = [c.message_id for c in claimed]
+        self._storing = asyncio.create_task(self._store(embedder.model, ids, vectors, len(todo)))
+
+    async def _store(self, model: str, ids: list[int], vectors: list[Any], n: int) -> None:
         async with self.pool.acquire() as conn:
-            await store.update_embeddings(
-                conn, model=embedder.model, ids=[c.message_id for c in claimed], vectors=vectors
-            )
-        self.embedded += len(todo)
+            await store.update_embeddings(conn, model=model, ids=ids, vectors=vectors)
+        self.embedded += n
+
+    async def flush(self) -> None:
+        """Wait for the batch being stored; its failure is raised here (its claims go
+        stale and are released, then claimed again by a rescan)."""
+        task, self._storing = self._storing, None
+        if task is not None:
+            await task

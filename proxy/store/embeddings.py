@@ -28,6 +28,7 @@ __all__ = [
     "release_claims",
     "update_embeddings",
     "search_outside_prompt",
+    "SEARCH",
     "count_embedded",
 ]
 
@@ -146,50 +147,10 @@ async def update_embeddings(
     await conn.execute(UPDATE, model, list(ids), texts, dims)
 
 
-# The latest valid summary's boundary: messages before it are folded into the summary.
-_BOUNDARY = """
-coalesce((SELECT s.boundary FROM summaries s
-          WHERE s.tenant = $1 AND s.session_id = $2 AND s.invalidated_at IS NULL
-          ORDER BY s.version DESC LIMIT 1), 0)
-"""
-
-# Two kinds of candidates, each read the cheap way: the rows before the boundary, ranked on
-# message_embeddings alone (the best OVERFETCH x $6 of them, so a superseded message among
-# them does not leave the answer short), and the rows after it that eviction or the
-# overflow guard took out of the prompt, found from messages (the window: a few rows).
-# messages is read by id only for those candidates.
-_SEARCH = """
-WITH b AS (SELECT {boundary} AS boundary),
-folded AS (
-    SELECT e.message_id, e.embedding::vector({dim}) <=> $4::vector({dim}) AS d
-    FROM message_embeddings e
-    WHERE e.tenant = $1 AND e.session_id = $2 AND e.model = $3 AND e.dim = {dim}
-      AND e.embedding IS NOT NULL AND e.pos < (SELECT boundary FROM b)
-    ORDER BY d
-    LIMIT {overfetch} * $6
-),
-dropped AS (
-    SELECT e.message_id, e.embedding::vector({dim}) <=> $4::vector({dim}) AS d
-    FROM messages m
-    JOIN message_embeddings e ON e.message_id = m.id AND e.model = $3 AND e.dim = {dim}
-    WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
-      AND m.pos >= (SELECT boundary FROM b)
-      AND (m.placeholder IS NOT NULL OR m.trimmed_at IS NOT NULL)
-      AND e.embedding IS NOT NULL
-)
-SELECT m.pos, m.role, m.tool_call_id, m.message,
-       CASE WHEN m.trimmed_at IS NOT NULL THEN 'trimmed'
-            WHEN m.placeholder IS NOT NULL THEN 'evicted'
-            ELSE 'summarised' END AS origin,
-       1 - c.d AS score
-FROM (SELECT * FROM folded UNION ALL SELECT * FROM dropped) c
-JOIN messages m ON m.id = c.message_id
-WHERE m.superseded_at IS NULL AND c.d <= 1 - $5::float8
-ORDER BY c.d
-LIMIT $6
-"""
-OVERFETCH = 4
-_SEARCHES: dict[int, str] = {}
+SEARCH = "SELECT * FROM cascade_related($1, $2, $3, $4, $5, $6)"
+"""The search is a function (migration 0015): it writes the query's dimension into its
+statement, for the HNSW index of that dimension, and turns pgvector's iterative scan on for
+its own duration only."""
 
 
 async def search_outside_prompt(
@@ -204,13 +165,8 @@ async def search_outside_prompt(
 ) -> list[Found]:
     """The ``limit`` messages of the session most like ``vector`` (cosine, at least
     ``min_score``) that are outside the prompt: folded into the summary, evicted or
-    trimmed. The dimension is written into the statement so the planner can use the HNSW
-    index of that dimension (one statement text per dimension)."""
-    dim = len(vector)
-    sql = _SEARCHES.get(dim)
-    if sql is None:
-        sql = _SEARCHES[dim] = _SEARCH.format(dim=int(dim), boundary=_BOUNDARY, overfetch=OVERFETCH)
-    rows = await conn.fetch(sql, tenant, session_id, model, list(vector), min_score, limit)
+    trimmed (``cascade_related``)."""
+    rows = await conn.fetch(SEARCH, tenant, session_id, model, list(vector), min_score, limit)
     return [
         Found(
             r["pos"],

@@ -29,6 +29,7 @@ from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.test_compaction import FAST, Model, wait_until
 from tests.integration.api.test_config_reload import named, save
 from tests.integration.api.test_events import chat, open_events, user
+from tests.integration.api.test_metrics import scrape
 from tests.integration.conftest import column
 
 HEADERS = {"authorization": "Bearer sk-test-client"}
@@ -228,6 +229,7 @@ def test_with_the_embedding_service_down_every_request_succeeds(
         for i in range(4):
             history.append(user(f"question {i} about port 8443"))
             history.append(chat(server.origin, "down", history))
+        assert scrape(server.origin).value("cascade_embedding_failures_total") >= 4
     finally:
         server.stop()
     events = _events(db_dsn, "down")

@@ -124,3 +124,18 @@ def test_without_an_answer_the_stage_changes_nothing() -> None:
     window = (system("s"), user("q"))
     out = assemble(_step(*window))
     assert out.messages == window and not [e for e in out.events if e.name == RETRIEVAL]
+
+
+def test_a_kept_block_is_spliced_byte_for_byte_and_not_reported_again() -> None:
+    block = related_block(HITS, 1200)
+    assert block is not None
+    loop = (
+        system("s"),
+        user("which port?"),
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a b"},
+    )
+    out = assemble(_step(*loop, retrieval=block))
+    assert out.messages[1]["content"] == "which port?\n\n" + block
+    assert out.messages[2:] == loop[2:]
+    assert not [e for e in out.events if e.name == RETRIEVAL]
