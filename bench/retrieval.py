@@ -91,7 +91,9 @@ class _Client:
         self.base = base
         self.http = httpx.Client(timeout=600, headers={"authorization": "Bearer sk-bench"})
 
-    def chat(self, sid: str, agent: str, history: list[dict[str, Any]]) -> float:
+    def chat(self, sid: str, agent: str, history: list[dict[str, Any]]) -> tuple[float, float]:
+        """The request's wall time and the proxy's own share of it (its overhead header),
+        in ms."""
         body = json.dumps({"model": agent, "messages": history}).encode()
         t0 = time.perf_counter()
         resp = self.http.post(
@@ -104,7 +106,7 @@ class _Client:
             raise RuntimeError(f"{sid}: HTTP {resp.status_code}: {resp.text[:300]}")
         reply = resp.json()["choices"][0]["message"]
         history.append({k: v for k, v in reply.items() if v is not None})
-        return ms
+        return ms, float(resp.headers.get("x-cascade-overhead-ms") or "nan")
 
     def compact(self, sid: str) -> None:
         resp = self.http.post(f"{self.base}/v1/sessions/{sid}/compact")
@@ -271,13 +273,15 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]) -
         plan = _explain(dsn, sids[ON])
         rngs = {agent: random.Random(11) for agent in (ON, OFF)}
         samples: dict[str, list[float]] = {ON: [], OFF: []}
+        overhead: dict[str, list[float]] = {ON: [], OFF: []}
         for i in range(args.warmup + args.requests):
             order = (ON, OFF) if i % 2 == 0 else (OFF, ON)
             for agent in order:
                 histories[agent].append(user_turn(rngs[agent], 200_000 + i))
-                ms = client.chat(sids[agent], agent, histories[agent])
+                ms, own = client.chat(sids[agent], agent, histories[agent])
                 if i >= args.warmup:
                     samples[agent].append(ms)
+                    overhead[agent].append(own)
                 time.sleep(args.gap_ms / 1000)
         events = db.fetch(
             "SELECT data FROM events WHERE session_id = $1 AND name = 'context.retrieval' "
@@ -306,6 +310,8 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]) -
             "off_p50_ms": round(off, 2),
             "added_p50_ms": round(on - off, 2),
             "ratio": round(on / off, 3),
+            "overhead_on_p50_ms": round(statistics.median(overhead[ON]), 2),
+            "overhead_off_p50_ms": round(statistics.median(overhead[OFF]), 2),
             "retrieval_took_p50_ms": round(
                 statistics.median(d["took_ms"] for d in datas[-args.requests :]), 2
             ),
@@ -345,6 +351,8 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             f"| added (bar <= {ADDED_MS_BAR:g} ms: {ok('added_p50_ms')}) | {t['added_p50_ms']} |",
             f"| ratio on/off | {t['ratio']} |",
             f"| embed + search, as the event reports it | {t['retrieval_took_p50_ms']} |",
+            f"| the proxy's own time (X-Cascade-Overhead-Ms), off / on | "
+            f"{t.get('overhead_off_p50_ms')} / {t.get('overhead_on_p50_ms')} |",
             "",
             f"Background embedding, one core: {e['worker_rate']} messages/s "
             f"(bar >= {RATE_BAR:g}: {ok('embedding_rate')}); the builtin embedder alone: "

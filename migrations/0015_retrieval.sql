@@ -13,7 +13,10 @@
 -- dimension, so each usual dimension has a partial index over the column cast to it; the
 -- search (cascade_related, below) casts the same way. A dimension without an index here is
 -- searched exactly, through the session index, which is what the planner also picks when a
--- session is a small part of the table. pos is the message's (a message keeps its
+-- session is a small part of the table. ef_construction is 32, half pgvector's default:
+-- building the graph is most of the cost of storing a vector, which the background
+-- embedder pays for every message, and a session-filtered iterative scan makes up for the
+-- slightly coarser graph by reading on. pos is the message's (a message keeps its
 -- position): the search ranks the rows before the summary's boundary without reading
 -- messages.
 CREATE TABLE message_embeddings (
@@ -35,21 +38,29 @@ CREATE INDEX message_embeddings_claims ON message_embeddings (claimed_at)
     WHERE claimed_at IS NOT NULL;
 
 CREATE INDEX message_embeddings_hnsw_64 ON message_embeddings
-    USING hnsw ((embedding::vector(64)) vector_cosine_ops) WHERE dim = 64;
+    USING hnsw ((embedding::vector(64)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 64;
 CREATE INDEX message_embeddings_hnsw_128 ON message_embeddings
-    USING hnsw ((embedding::vector(128)) vector_cosine_ops) WHERE dim = 128;
+    USING hnsw ((embedding::vector(128)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 128;
 CREATE INDEX message_embeddings_hnsw_256 ON message_embeddings
-    USING hnsw ((embedding::vector(256)) vector_cosine_ops) WHERE dim = 256;
+    USING hnsw ((embedding::vector(256)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 256;
 CREATE INDEX message_embeddings_hnsw_384 ON message_embeddings
-    USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE dim = 384;
+    USING hnsw ((embedding::vector(384)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 384;
 CREATE INDEX message_embeddings_hnsw_512 ON message_embeddings
-    USING hnsw ((embedding::vector(512)) vector_cosine_ops) WHERE dim = 512;
+    USING hnsw ((embedding::vector(512)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 512;
 CREATE INDEX message_embeddings_hnsw_768 ON message_embeddings
-    USING hnsw ((embedding::vector(768)) vector_cosine_ops) WHERE dim = 768;
+    USING hnsw ((embedding::vector(768)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 768;
 CREATE INDEX message_embeddings_hnsw_1024 ON message_embeddings
-    USING hnsw ((embedding::vector(1024)) vector_cosine_ops) WHERE dim = 1024;
+    USING hnsw ((embedding::vector(1024)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 1024;
 CREATE INDEX message_embeddings_hnsw_1536 ON message_embeddings
-    USING hnsw ((embedding::vector(1536)) vector_cosine_ops) WHERE dim = 1536;
+    USING hnsw ((embedding::vector(1536)) vector_cosine_ops)
+    WITH (m = 16, ef_construction = 32) WHERE dim = 1536;
 
 -- The search of one session (proxy/store/embeddings.py search_outside_prompt): the messages
 -- of p_model's vectors at the query's dimension that are outside the prompt, best first.

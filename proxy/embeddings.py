@@ -51,6 +51,10 @@ EMBED_CHARS = 8000
 assistant's tool calls their names and arguments): enough for what a snippet can show."""
 
 
+INLINE_CHARS = 4000
+"""The longest single text the builtin embeds on the event loop (a retrieval query's cap)."""
+
+
 class EmbeddingError(Exception):
     """The embedder could not answer (provider down, bad answer, model not loadable)."""
 
@@ -107,7 +111,11 @@ class BuiltinEmbedder:
         return out
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """On a worker thread: a batch must not hold the event loop."""
+        """A batch on a worker thread (it must not hold the event loop); one short text, a
+        new turn's query, inline once the model is loaded: it takes well under a
+        millisecond, less than the hop to a thread and back on a busy machine."""
+        if self._wl is not None and len(texts) == 1 and len(texts[0]) <= INLINE_CHARS:
+            return self.embed_now(texts)
         return await asyncio.to_thread(self.embed_now, texts)
 
 

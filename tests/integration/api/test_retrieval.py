@@ -270,3 +270,26 @@ def test_a_new_model_never_searches_the_old_models_vectors(
         "WHERE session_id = 'swap' AND embedding IS NOT NULL ORDER BY 1",
     )
     assert dims == ["text-embedding-fake:8", "wordllama-l2-256:256"]
+
+
+def test_turning_retrieval_on_backfills_a_session_stored_without_it(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(_config_text(path, fake_upstream.url, retrieval={"enabled": False}))
+    settings = Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3, watch_config=True)
+    proxy = ProxyServer(settings).start()
+    try:
+        history = _plant(proxy, fake_upstream, "late", [PORT_FACT])
+        assert _embedded(db_dsn, "late") == 0, "nothing is embedded while retrieval is off"
+        with open_events(proxy.origin, "late") as stream:
+            stream.until(named(USAGE))
+            save(path, _config_text(path, fake_upstream.url))
+            stream.until(named(CONFIG_RELOADED))
+        stored = column(db_dsn, "SELECT count(*) FROM messages WHERE session_id = 'late'")[0]
+        wait_until(lambda: _embedded(db_dsn, "late") >= stored - 1, timeout=20, what="backfill")
+        history.append(user("which port does the API server listen on?"))
+        chat(proxy.origin, "late", history)
+        assert "port 8443" in _text(fake_upstream)[-1]["content"]
+    finally:
+        proxy.stop()
