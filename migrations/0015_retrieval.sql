@@ -1,6 +1,6 @@
 -- Semantic retrieval: a vector per stored message and embedding model.
 --
--- The background embedder (proxy/services/embedder.py) claims a batch of messages of the
+-- The background embedder (proxy/services/retrieval.py) claims a batch of messages of the
 -- sessions that have retrieval on by inserting their rows here with no vector yet
 -- (claimed_at set; ON CONFLICT DO NOTHING, so two replicas never embed the same message),
 -- embeds them off the request path and fills the vectors in. A row whose message has no
@@ -13,10 +13,11 @@
 -- dimension, so each usual dimension has a partial index over the column cast to it; the
 -- search (cascade_related, below) casts the same way. A dimension without an index here is
 -- searched exactly, through the session index, which is what the planner also picks when a
--- session is a small part of the table. ef_construction is 32, half pgvector's default:
--- building the graph is most of the cost of storing a vector, which the background
--- embedder pays for every message, and a session-filtered iterative scan makes up for the
--- slightly coarser graph by reading on. pos is the message's (a message keeps its
+-- session is a small part of the table. m is 8 and ef_construction 32, half pgvector's
+-- defaults: building the graph is most of the cost of storing a vector, which the
+-- background embedder pays for every message (docs/perf.md, Issue 22), a search needs
+-- only a handful of related snippets, and a session-filtered iterative scan makes up for
+-- the coarser graph by reading on. pos is the message's (a message keeps its
 -- position): the search ranks the rows before the summary's boundary without reading
 -- messages.
 CREATE TABLE message_embeddings (
@@ -39,28 +40,28 @@ CREATE INDEX message_embeddings_claims ON message_embeddings (claimed_at)
 
 CREATE INDEX message_embeddings_hnsw_64 ON message_embeddings
     USING hnsw ((embedding::vector(64)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 64;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 64;
 CREATE INDEX message_embeddings_hnsw_128 ON message_embeddings
     USING hnsw ((embedding::vector(128)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 128;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 128;
 CREATE INDEX message_embeddings_hnsw_256 ON message_embeddings
     USING hnsw ((embedding::vector(256)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 256;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 256;
 CREATE INDEX message_embeddings_hnsw_384 ON message_embeddings
     USING hnsw ((embedding::vector(384)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 384;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 384;
 CREATE INDEX message_embeddings_hnsw_512 ON message_embeddings
     USING hnsw ((embedding::vector(512)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 512;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 512;
 CREATE INDEX message_embeddings_hnsw_768 ON message_embeddings
     USING hnsw ((embedding::vector(768)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 768;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 768;
 CREATE INDEX message_embeddings_hnsw_1024 ON message_embeddings
     USING hnsw ((embedding::vector(1024)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 1024;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 1024;
 CREATE INDEX message_embeddings_hnsw_1536 ON message_embeddings
     USING hnsw ((embedding::vector(1536)) vector_cosine_ops)
-    WITH (m = 16, ef_construction = 32) WHERE dim = 1536;
+    WITH (m = 8, ef_construction = 32) WHERE dim = 1536;
 
 -- The search of one session (proxy/store/embeddings.py search_outside_prompt): the messages
 -- of p_model's vectors at the query's dimension that are outside the prompt, best first.

@@ -379,21 +379,21 @@ CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
 CREATE INDEX message_embeddings_claims ON public.message_embeddings USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
 
-CREATE INDEX message_embeddings_hnsw_1024 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1024)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 1024);
+CREATE INDEX message_embeddings_hnsw_1024 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1024)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1024);
 
-CREATE INDEX message_embeddings_hnsw_128 ON public.message_embeddings USING hnsw (((embedding)::public.vector(128)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 128);
+CREATE INDEX message_embeddings_hnsw_128 ON public.message_embeddings USING hnsw (((embedding)::public.vector(128)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 128);
 
-CREATE INDEX message_embeddings_hnsw_1536 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1536)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 1536);
+CREATE INDEX message_embeddings_hnsw_1536 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1536)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1536);
 
-CREATE INDEX message_embeddings_hnsw_256 ON public.message_embeddings USING hnsw (((embedding)::public.vector(256)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 256);
+CREATE INDEX message_embeddings_hnsw_256 ON public.message_embeddings USING hnsw (((embedding)::public.vector(256)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 256);
 
-CREATE INDEX message_embeddings_hnsw_384 ON public.message_embeddings USING hnsw (((embedding)::public.vector(384)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 384);
+CREATE INDEX message_embeddings_hnsw_384 ON public.message_embeddings USING hnsw (((embedding)::public.vector(384)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 384);
 
-CREATE INDEX message_embeddings_hnsw_512 ON public.message_embeddings USING hnsw (((embedding)::public.vector(512)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 512);
+CREATE INDEX message_embeddings_hnsw_512 ON public.message_embeddings USING hnsw (((embedding)::public.vector(512)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 512);
 
-CREATE INDEX message_embeddings_hnsw_64 ON public.message_embeddings USING hnsw (((embedding)::public.vector(64)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 64);
+CREATE INDEX message_embeddings_hnsw_64 ON public.message_embeddings USING hnsw (((embedding)::public.vector(64)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 64);
 
-CREATE INDEX message_embeddings_hnsw_768 ON public.message_embeddings USING hnsw (((embedding)::public.vector(768)) public.vector_cosine_ops) WITH (m='16', ef_construction='32') WHERE (dim = 768);
+CREATE INDEX message_embeddings_hnsw_768 ON public.message_embeddings USING hnsw (((embedding)::public.vector(768)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 768);
 
 CREATE INDEX message_embeddings_session ON public.message_embeddings USING btree (tenant, session_id, model, dim, pos);
 
