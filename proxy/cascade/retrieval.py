@@ -5,12 +5,13 @@ It runs when a step starts a new turn: the window's latest message is a user mes
 client typed (not an observation of a text-action agent). ``plan_retrieval`` then asks for
 that message's text as the query; the shell (``services/retrieval.related_messages``) embeds
 it within a bounded wait and searches this tenant's session, only among its messages that
-are no longer in the prompt (folded into the summary, evicted, or trimmed). The answer, a
-``Retrieved``, comes back here: ``splice_related_context`` appends the block to the latest
-user message (an extra text part when its content is a list of parts) and reports a
-``context.retrieval`` event with the number of hits, the best score, the time taken and any
-error. A failed or slow embedding is a ``Retrieved`` with an error and no hits: the turn goes
-out without the block.
+are no longer in the prompt (folded into the summary, evicted, or trimmed). The answer, plain
+JSON built by ``retrieved`` (the rendered block and the figures), comes back here:
+``splice_related_context`` appends the block to the latest user message (an extra text part
+when its content is a list of parts) and reports a ``context.retrieval`` event with the
+number of hits, the best score, the time taken and any error. A failed or slow embedding is
+an answer with an error and no block: the turn goes out without one. Being JSON, the answer
+can be kept with the turn and spliced again, byte for byte, on the turn's later steps.
 
 Each snippet is cut to ``snippetChars`` and headed with where it came from: its role, its
 position in the session, the tool call it answered, and whether it was summarised, evicted
@@ -19,8 +20,9 @@ or trimmed. The window is never touched: the block is never stored as a client's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
@@ -32,8 +34,8 @@ __all__ = [
     "RELATED_CLOSE",
     "QUERY_CHARS",
     "Hit",
-    "Retrieved",
     "RetrievalNeed",
+    "retrieved",
     "retrieval_query",
     "plan_retrieval",
     "related_block",
@@ -66,26 +68,38 @@ class Hit:
 
 
 @dataclass(frozen=True, slots=True)
-class Retrieved:
-    """The shell's answer: the hits at or above ``minScore`` (best first, at most
-    ``maxResults``), how long the embedding and search took, and why there are none when
-    something failed."""
-
-    hits: tuple[Hit, ...] = ()
-    took_ms: float = 0.0
-    error: str | None = None
-    model: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class RetrievalNeed:
     """Embed ``query`` (waiting at most ``timeout_ms``) and search the session's messages
-    outside the prompt for the ``max_results`` best at or above ``min_score``."""
+    outside the prompt for the ``max_results`` best at or above ``min_score``; the block
+    cuts each to ``snippet_chars``."""
 
     query: str
     min_score: float
     max_results: int
     timeout_ms: int
+    snippet_chars: int = 1200
+
+
+def retrieved(
+    hits: Sequence[Hit],
+    *,
+    snippet_chars: int,
+    took_ms: float = 0.0,
+    error: str | None = None,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """The answer the shell hands the stage, as plain JSON: the rendered block (None
+    without hits) and what the ``context.retrieval`` event reports. Being JSON, it can be
+    kept with the turn and handed back on the turn's later steps unchanged."""
+    return {
+        "block": related_block(hits, snippet_chars),
+        "hits": len(hits),
+        "best_score": round(hits[0].score, 4) if hits else None,
+        "took_ms": round(took_ms, 2),
+        "error": error,
+        "model": model,
+        "positions": [h.pos for h in hits],
+    }
 
 
 def _turn_message(messages: Sequence[Message], prefixes: Sequence[str]) -> int | None:
@@ -116,7 +130,7 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
     cfg = step.ctx.retrieval
     if query is None or cfg.max_results <= 0:
         return None
-    return RetrievalNeed(query, cfg.min_score, cfg.max_results, cfg.timeout_ms)
+    return RetrievalNeed(query, cfg.min_score, cfg.max_results, cfg.timeout_ms, cfg.snippet_chars)
 
 
 def _where(hit: Hit) -> str:
@@ -150,37 +164,25 @@ def _with_block(msg: Message, block: str) -> Message:
 
 
 def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> StageResult:
-    """The stage: with an answer, report it and append its block to the latest user message;
-    without one (a step inside a turn), pass the messages on unchanged.
+    """The stage: with an answer (``retrieved``), append its block to the latest user
+    message and report it; without one (a step inside a turn), pass the messages on.
 
-    An answer that is a string is the block of an earlier step of this turn, kept by the
-    shell: it is appended as it is, byte for byte, and reported no second time."""
+    An answer kept from the turn's first step (``StepInput.kept``, where the shell keeps
+    per-turn values) is spliced byte for byte as before and reported no second time."""
     answer = step.answers.get("retrieval")
-    if isinstance(answer, str) and answer:
-        at = _turn_message(messages, step.ctx.observations.user_prefixes)
-        if at is None:
-            return StageResult(messages)
-        return StageResult((*messages[:at], _with_block(messages[at], answer), *messages[at + 1 :]))
-    if not isinstance(answer, Retrieved):
+    if not isinstance(answer, Mapping):
         return StageResult(messages)
-    hits = answer.hits
-    event = Event(
-        RETRIEVAL,
-        {
-            "hits": len(hits),
-            "best_score": round(hits[0].score, 4) if hits else None,
-            "took_ms": round(answer.took_ms, 2),
-            "error": answer.error,
-            "model": answer.model,
-            "positions": [h.pos for h in hits],
-        },
-    )
-    block = related_block(hits, step.ctx.retrieval.snippet_chars)
+    fresh = "retrieval" not in getattr(step, "kept", {})
+    events = (Event(RETRIEVAL, {k: answer.get(k) for k in _REPORTED}),) if fresh else ()
+    block = answer.get("block")
     at = _turn_message(messages, step.ctx.observations.user_prefixes)
-    if block is None or at is None:
-        return StageResult(messages, events=(event,))
+    if not isinstance(block, str) or not block or at is None:
+        return StageResult(messages, events=events)
     out = (*messages[:at], _with_block(messages[at], block), *messages[at + 1 :])
-    return StageResult(out, events=(event,))
+    return StageResult(out, events=events)
+
+
+_REPORTED = ("hits", "best_score", "took_ms", "error", "model", "positions")
 
 
 RETRIEVAL_STAGE = Stage(

@@ -28,7 +28,7 @@ from typing import Any
 
 import asyncpg
 
-from proxy.cascade.retrieval import Hit, RetrievalNeed, Retrieved
+from proxy.cascade.retrieval import Hit, RetrievalNeed, retrieved
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
 from proxy.observe import note_embedding_failure
@@ -40,27 +40,30 @@ __all__ = ["related_messages", "EmbeddingWorker", "retrieval_agents"]
 log = logging.getLogger("cascade.retrieval")
 
 
-async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> Retrieved:
-    """The new turn's hits (module docstring); never raises for the embedder or the search."""
+async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> dict[str, Any]:
+    """The new turn's answer (``cascade.retrieval.retrieved``, module docstring); never
+    raises for the embedder or the search."""
     started = time.perf_counter()
-
-    def took() -> float:
-        return (time.perf_counter() - started) * 1000
-
     hub = embedders_here()
     if hub is None:
-        return Retrieved(error="no embedder is running")
+        return retrieved((), snippet_chars=need.snippet_chars, error="no embedder is running")
     embedder = hub.current()
+
+    def failed(error: str) -> dict[str, Any]:
+        took = (time.perf_counter() - started) * 1000
+        return retrieved(
+            (), snippet_chars=need.snippet_chars, took_ms=took, error=error, model=embedder.model
+        )
+
     try:
         vectors = await asyncio.wait_for(embedder.embed([need.query]), need.timeout_ms / 1000)
     except TimeoutError:
         note_embedding_failure()
-        error = f"the embedding took longer than {need.timeout_ms} ms"
-        return Retrieved(took_ms=took(), error=error, model=embedder.model)
+        return failed(f"the embedding took longer than {need.timeout_ms} ms")
     except Exception as exc:  # the embedder's failure is this turn's no-op, never the request's
         note_embedding_failure()
         log.warning("retrieval skipped for a turn: the embedding failed: %s", exc)
-        return Retrieved(took_ms=took(), error=f"embedding failed: {exc}", model=embedder.model)
+        return failed(f"embedding failed: {exc}")
     try:
         found = await store.search_outside_prompt(
             conn,
@@ -73,7 +76,7 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> R
         )
     except asyncpg.PostgresError as exc:  # a refused statement leaves the connection usable
         log.warning("retrieval skipped for a turn: the search failed: %s", exc)
-        return Retrieved(took_ms=took(), error=f"search failed: {exc}", model=embedder.model)
+        return failed(f"search failed: {exc}")
     hits = tuple(
         Hit(
             f.pos,
@@ -85,7 +88,8 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> R
         )
         for f in found
     )
-    return Retrieved(hits=hits, took_ms=took(), model=embedder.model)
+    took = (time.perf_counter() - started) * 1000
+    return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

@@ -3,6 +3,8 @@ its event reporting hits, best score, time and error (``cascade/retrieval.py``).
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
 from typing import Any
 
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
@@ -11,8 +13,9 @@ from proxy.cascade.retrieval import (
     RELATED_OPEN,
     Hit,
     RetrievalNeed,
-    Retrieved,
     related_block,
+    retrieved,
+    splice_related_context,
 )
 from proxy.cascade.types import RETRIEVAL, Budget, Message
 from proxy.config import ContextConfig
@@ -45,7 +48,7 @@ HITS = (
 
 def test_a_new_user_message_plans_its_text_as_the_query() -> None:
     need = plan_step(_step(system("s"), user("which port does the server use?")))["retrieval"]
-    assert need == RetrievalNeed("which port does the server use?", 0.35, 4, 300)
+    assert need == RetrievalNeed("which port does the server use?", 0.35, 4, 300, 1200)
     parts = {"role": "user", "content": [{"type": "text", "text": "the port?"}]}
     assert plan_step(_step(system("s"), parts))["retrieval"].query == "the port?"
 
@@ -86,7 +89,9 @@ def test_the_block_names_role_origin_and_position_and_cuts_snippets() -> None:
 
 def test_the_answer_is_appended_to_the_turns_user_message_and_reported() -> None:
     window = (system("s"), user("which port?"))
-    out = assemble(_step(*window, retrieval=Retrieved(HITS, took_ms=1.234, model="m")))
+    answer = retrieved(HITS, snippet_chars=1200, took_ms=1.234, model="m")
+    assert json.loads(json.dumps(answer)) == answer  # plain JSON: it can be kept with the turn
+    out = assemble(_step(*window, retrieval=answer))
     last = out.messages[-1]["content"]
     assert last.startswith("which port?\n\n" + RELATED_OPEN)
     assert "The server listens on port 8443." in last
@@ -104,7 +109,7 @@ def test_the_answer_is_appended_to_the_turns_user_message_and_reported() -> None
 
 def test_a_list_content_gets_an_extra_text_part() -> None:
     parts = {"role": "user", "content": [{"type": "text", "text": "which port?"}]}
-    out = assemble(_step(system("s"), parts, retrieval=Retrieved(HITS)))
+    out = assemble(_step(system("s"), parts, retrieval=retrieved(HITS, snippet_chars=1200)))
     content = out.messages[-1]["content"]
     assert content[0] == {"type": "text", "text": "which port?"}
     assert content[1]["type"] == "text" and content[1]["text"].startswith(RELATED_OPEN)
@@ -112,7 +117,9 @@ def test_a_list_content_gets_an_extra_text_part() -> None:
 
 def test_a_failed_embedding_sends_the_turn_as_it_is_and_reports_the_error() -> None:
     window = (system("s"), user("which port?"))
-    failed = Retrieved(took_ms=300.0, error="the embedding took longer than 300 ms")
+    failed = retrieved(
+        (), snippet_chars=1200, took_ms=300.0, error="the embedding took longer than 300 ms"
+    )
     out = assemble(_step(*window, retrieval=failed))
     assert out.messages == window
     (event,) = [e for e in out.events if e.name == RETRIEVAL]
@@ -126,16 +133,21 @@ def test_without_an_answer_the_stage_changes_nothing() -> None:
     assert out.messages == window and not [e for e in out.events if e.name == RETRIEVAL]
 
 
-def test_a_kept_block_is_spliced_byte_for_byte_and_not_reported_again() -> None:
-    block = related_block(HITS, 1200)
-    assert block is not None
+def test_a_kept_answer_is_spliced_byte_for_byte_and_not_reported_again() -> None:
+    answer = retrieved(HITS, snippet_chars=1200)
     loop = (
         system("s"),
         user("which port?"),
         {"role": "assistant", "content": None, "tool_calls": [CALL]},
         {"role": "tool", "tool_call_id": "call_1", "content": "a b"},
     )
-    out = assemble(_step(*loop, retrieval=block))
-    assert out.messages[1]["content"] == "which port?\n\n" + block
+    first = splice_related_context(loop[:2], _step(*loop[:2], retrieval=answer))
+    # a later step of the turn: the shell hands back the value it kept for the turn
+    later = SimpleNamespace(
+        answers={"retrieval": answer}, kept={"retrieval": answer}, ctx=_ctx(), window=loop
+    )
+    out = splice_related_context(loop, later)  # type: ignore[arg-type]
+    assert out.messages[1] == first.messages[1]
+    assert out.messages[1]["content"] == "which port?\n\n" + answer["block"]
     assert out.messages[2:] == loop[2:]
-    assert not [e for e in out.events if e.name == RETRIEVAL]
+    assert [e.name for e in first.events] == [RETRIEVAL] and out.events == ()
