@@ -141,6 +141,51 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.cascade_related(p_tenant text, p_session text, p_model text, p_query public.vector, p_min double precision, p_limit integer) RETURNS TABLE(pos integer, role text, tool_call_id text, message json, origin text, score double precision)
+    LANGUAGE plpgsql STABLE
+    SET "hnsw.iterative_scan" TO 'relaxed_order'
+    AS $_$
+BEGIN
+    RETURN QUERY EXECUTE format($q$
+        WITH b AS (
+            SELECT coalesce((SELECT s.boundary FROM summaries s
+                             WHERE s.tenant = $1 AND s.session_id = $2
+                               AND s.invalidated_at IS NULL
+                             ORDER BY s.version DESC LIMIT 1), 0) AS boundary
+        ),
+        folded AS (
+            SELECT e.message_id, e.embedding::vector(%1$s) <=> $4::vector(%1$s) AS d
+            FROM message_embeddings e
+            WHERE e.tenant = $1 AND e.session_id = $2 AND e.model = $3 AND e.dim = %1$s
+              AND e.embedding IS NOT NULL AND e.pos < (SELECT boundary FROM b)
+            ORDER BY d
+            LIMIT 4 * $6
+        ),
+        dropped AS (
+            SELECT e.message_id, e.embedding::vector(%1$s) <=> $4::vector(%1$s) AS d
+            FROM messages m
+            JOIN message_embeddings e
+              ON e.message_id = m.id AND e.model = $3 AND e.dim = %1$s
+            WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
+              AND m.pos >= (SELECT boundary FROM b)
+              AND (m.placeholder IS NOT NULL OR m.trimmed_at IS NOT NULL)
+              AND e.embedding IS NOT NULL
+        )
+        SELECT m.pos, m.role, m.tool_call_id, m.message,
+               CASE WHEN m.trimmed_at IS NOT NULL THEN 'trimmed'
+                    WHEN m.placeholder IS NOT NULL THEN 'evicted'
+                    ELSE 'summarised' END,
+               1 - c.d
+        FROM (SELECT * FROM folded UNION ALL SELECT * FROM dropped) c
+        JOIN messages m ON m.id = c.message_id
+        WHERE m.superseded_at IS NULL AND c.d <= 1 - $5
+        ORDER BY c.d
+        LIMIT $6
+    $q$, vector_dims(p_query))
+    USING p_tenant, p_session, p_model, p_query, p_min, p_limit;
+END
+$_$;
+
 CREATE UNLOGGED TABLE public.event_watchers (
     tenant text NOT NULL,
     session_id text NOT NULL,
@@ -191,6 +236,17 @@ CREATE TABLE public.memory_suggestion_answers (
     facts jsonb DEFAULT '[]'::jsonb NOT NULL,
     answered_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT memory_suggestion_answers_answer_check CHECK ((answer = ANY (ARRAY['accepted'::text, 'rejected'::text])))
+);
+
+CREATE TABLE public.message_embeddings (
+    message_id bigint NOT NULL,
+    model text NOT NULL,
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    pos integer NOT NULL,
+    dim integer DEFAULT 0 NOT NULL,
+    embedding public.vector,
+    claimed_at timestamp with time zone
 );
 
 CREATE TABLE public.messages (
@@ -307,6 +363,9 @@ ALTER TABLE ONLY public.memory
 ALTER TABLE ONLY public.memory_suggestion_answers
     ADD CONSTRAINT memory_suggestion_answers_pkey PRIMARY KEY (tenant, suggestion_id);
 
+ALTER TABLE ONLY public.message_embeddings
+    ADD CONSTRAINT message_embeddings_pkey PRIMARY KEY (message_id, model);
+
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
 
@@ -330,6 +389,26 @@ CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
+CREATE INDEX message_embeddings_claims ON public.message_embeddings USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
+
+CREATE INDEX message_embeddings_hnsw_1024 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1024)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1024);
+
+CREATE INDEX message_embeddings_hnsw_128 ON public.message_embeddings USING hnsw (((embedding)::public.vector(128)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 128);
+
+CREATE INDEX message_embeddings_hnsw_1536 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1536)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1536);
+
+CREATE INDEX message_embeddings_hnsw_256 ON public.message_embeddings USING hnsw (((embedding)::public.vector(256)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 256);
+
+CREATE INDEX message_embeddings_hnsw_384 ON public.message_embeddings USING hnsw (((embedding)::public.vector(384)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 384);
+
+CREATE INDEX message_embeddings_hnsw_512 ON public.message_embeddings USING hnsw (((embedding)::public.vector(512)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 512);
+
+CREATE INDEX message_embeddings_hnsw_64 ON public.message_embeddings USING hnsw (((embedding)::public.vector(64)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 64);
+
+CREATE INDEX message_embeddings_hnsw_768 ON public.message_embeddings USING hnsw (((embedding)::public.vector(768)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 768);
+
+CREATE INDEX message_embeddings_session ON public.message_embeddings USING btree (tenant, session_id, model, dim, pos);
+
 CREATE INDEX messages_evicted ON public.messages USING btree (tenant, session_id, tool_call_id) WHERE (placeholder IS NOT NULL);
 
 CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
@@ -344,6 +423,9 @@ CREATE TRIGGER raw_output_versions BEFORE INSERT ON public.tool_raw_outputs FOR 
 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.message_embeddings
+    ADD CONSTRAINT message_embeddings_message_id_fkey FOREIGN KEY (message_id) REFERENCES public.messages(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

@@ -36,6 +36,7 @@ from proxy.bus import EventBus
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
+from proxy.embeddings import Embedders, bind_embedders
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
 from proxy.metrics import Metrics
@@ -45,6 +46,7 @@ from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tu
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
+from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
 from proxy.store.db import (
@@ -177,6 +179,15 @@ def create_app(
             summarizer=summarizer,
             leases=leases,
         )
+        embedders = Embedders(lambda: holder.current, upstream)
+        bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
+        embedding = EmbeddingWorker(
+            pool,
+            lambda: holder.current,
+            embedders,
+            on_failure=observer.metrics.embedding_failures.inc,
+        )
+        embedding.start()  # idle while no agent has retrieval on
         stop = asyncio.Event()
         watcher = None
         if settings.watch_config and settings.config is not None:
@@ -202,6 +213,8 @@ def create_app(
                     pass
                 except Exception:  # the rest of the shutdown must still run
                     log.exception("the config watcher had failed")
+            await embedding.aclose()
+            bind_embedders(None)
             await summarizer.aclose()
             await leases.aclose()
             await bus.stop()

@@ -8,8 +8,10 @@
 3. the durable summary folded into the first user message;
 4. the stored memory facts as a ``<memory>`` block in the first system message (opt-in, per
    turn);
-5. recitation: the summary's plan appended to the last message (opt-in, per turn);
-6. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+5. retrieval: earlier messages outside the prompt that bear on a new turn, as a
+   ``<related_context>`` block on its user message (opt-in, per turn);
+6. recitation: the summary's plan appended to the last message (opt-in, per turn);
+7. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
 
 A per-turn stage (``Stage.per_turn``) computes its value on a turn's first step and reuses it
 on the turn's later steps (``phases.py``): ``plan_step`` plans nothing for it then, and
@@ -43,6 +45,7 @@ from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.phases import turn_answers, turn_start
 from proxy.cascade.recitation import RECITATION
+from proxy.cascade.retrieval import RETRIEVAL_STAGE
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
 from proxy.cascade.text import content_text
@@ -76,6 +79,7 @@ STAGES: tuple[Stage, ...] = (
     COMMANDS,
     SUMMARY,
     MEMORY,
+    RETRIEVAL_STAGE,
     RECITATION,
     OVERFLOW,
 )

@@ -15,6 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from proxy.cascade.memory_block import MemoryNeed, render_memory
+from proxy.cascade.retrieval import RetrievalNeed
+from proxy.services.retrieval import related_messages
 from proxy.session_id import SessionKey
 from proxy.store import memory
 
@@ -31,7 +33,9 @@ async def memory_block(need: MemoryNeed, conn: Any, key: SessionKey) -> str | No
     return render_memory(facts, max_tokens=need.max_tokens)
 
 
-FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({MemoryNeed: memory_block})
+FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType(
+    {MemoryNeed: memory_block, RetrievalNeed: related_messages}
+)
 """Fulfillers by the type of the need they answer."""
 
 
