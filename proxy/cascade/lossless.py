@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "MIN_POINTER_LINES",
@@ -43,6 +43,10 @@ MIN_POINTER_CHARS = 120
 
 _MIN_REPEAT = 3
 """A run of identical lines is collapsed from this length on (two lines read fine as is)."""
+
+_SEARCH_UP_TO = 8
+"""Up to this many shared lines are found in a result by a linear search each; more, by one
+map of the result's first positions."""
 
 _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
 
@@ -75,33 +79,50 @@ def minify_json(text: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class EarlierLines:
-    """The lines of the session's earlier tool results, indexed for ``point_to_earlier``.
+    """The lines of the session's earlier tool results, for ``point_to_earlier``.
 
-    ``first`` maps a line to where it first occurs (result index, line index); the lines of
-    a result are kept so a match can be extended line by line.
+    The lines of each result are kept so a match can be extended line by line; where a line
+    first occurs is looked up only for the lines of the result being compacted (``first``),
+    so the earlier results are never indexed line by line in Python.
     """
 
     ids: tuple[str, ...] = ()
     lines: tuple[tuple[str, ...], ...] = ()
-    first: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, results: Iterable[tuple[str, str]]) -> EarlierLines:
         """From (tool_call_id, original text) pairs, oldest first."""
         ids: list[str] = []
         lines: list[tuple[str, ...]] = []
-        first: dict[str, tuple[int, int]] = {}
         for tool_call_id, text in results:
             if not tool_call_id or not text:
                 continue
-            split = tuple(text.splitlines())
-            k = len(ids)
             ids.append(tool_call_id)
-            lines.append(split)
-            for j, line in enumerate(split):
-                if line.strip():
-                    first.setdefault(line, (k, j))
-        return cls(tuple(ids), tuple(lines), first)
+            lines.append(tuple(text.splitlines()))
+        return cls(tuple(ids), tuple(lines))
+
+    def first(self, wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """Where each non-blank line of ``wanted`` first occurs (result index, line index);
+        a line no earlier result holds is absent.
+
+        Each result is checked with one set intersection and searched only for the lines
+        it shares, so the cost grows with the earlier text at C speed, not per line in
+        Python (a new result is usually compared with far more text than it holds)."""
+        want = {line for line in wanted if line.strip()}
+        found: dict[str, tuple[int, int]] = {}
+        for k, split in enumerate(self.lines):
+            if not want:
+                break
+            common = want.intersection(split)
+            if not common:
+                continue
+            want -= common
+            if len(common) <= _SEARCH_UP_TO:
+                found.update((line, (k, split.index(line))) for line in common)
+            else:  # one map of first positions, built in C (later duplicates overwritten)
+                at = dict(zip(reversed(split), range(len(split) - 1, -1, -1), strict=True))
+                found.update((line, (k, at[line])) for line in common)
+        return found
 
     def __bool__(self) -> bool:
         return bool(self.ids)
@@ -118,9 +139,10 @@ def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[
     ``MIN_POINTER_CHARS`` characters on."""
     out: list[str] = []
     pointed = 0
+    first = earlier.first(lines) if earlier else {}
     i = 0
     while i < len(lines):
-        hit = earlier.first.get(lines[i]) if earlier else None
+        hit = first.get(lines[i])
         if hit is not None:
             k, j = hit
             source = earlier.lines[k]

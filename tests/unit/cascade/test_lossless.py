@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from proxy.cascade.lossless import (
@@ -180,3 +181,30 @@ def test_one_index_per_request_matches_a_fresh_index_at_every_position() -> None
     grown = EarlierResults(history)
     for pos in range(len(history)):
         assert grown.before(pos)() == earlier_results(history, pos)()
+
+
+def _first_by_scan(earlier: EarlierLines) -> dict[str, tuple[int, int]]:
+    first: dict[str, tuple[int, int]] = {}
+    for k, split in enumerate(earlier.lines):
+        for j, line in enumerate(split):
+            if line.strip():
+                first.setdefault(line, (k, j))
+    return first
+
+
+@pytest.mark.parametrize("shared", [1, 3, 8, 9, 40])
+def test_first_finds_each_lines_first_occurrence_as_a_full_scan_does(shared: int) -> None:
+    """``EarlierLines.first`` looks up only the wanted lines, by linear search for a few and
+    by one map for many; either way it answers what indexing every earlier line would."""
+    rows = [f"row {j % shared}" for j in range(2 * shared + 3)]
+    earlier = EarlierLines.build(
+        [
+            ("c0", "\n".join(["   ", "x", *rows[:shared], "x"])),
+            ("c1", "\n".join(["", *reversed(rows), "y", "x"])),
+            ("c2", "\n".join(rows + ["z"])),
+        ]
+    )
+    wanted = [*rows, "x", "y", "z", "   ", "", "absent"]
+    scan = _first_by_scan(earlier)
+    assert earlier.first(wanted) == {line: scan[line] for line in wanted if line in scan}
+    assert "absent" not in earlier.first(wanted) and "   " not in earlier.first(wanted)
