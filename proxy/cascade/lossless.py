@@ -18,6 +18,7 @@ The line transforms work on lines without their ending; the rewritten text joins
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,7 @@ __all__ = [
     "MIN_POINTER_LINES",
     "MIN_POINTER_CHARS",
     "EarlierLines",
+    "lines_of",
     "Compacted",
     "minify_json",
     "collapse_repeats",
@@ -77,6 +79,26 @@ def minify_json(text: str) -> str | None:
     return minified
 
 
+_MEMO_CHARS = 32_000
+"""Texts up to this long have their lines memoised (``lines_of``): a bound on the memory."""
+
+
+def lines_of(text: str) -> tuple[str, ...]:
+    """``text``'s lines without their endings.
+
+    An agent resends its whole history, so each request compares a new result with the same
+    earlier results as the last one did; their lines are memoised (the latest few hundred
+    texts up to ``_MEMO_CHARS`` long), so each is split once, not on every request."""
+    if len(text) > _MEMO_CHARS:
+        return tuple(text.splitlines())
+    return _memo_lines(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _memo_lines(text: str) -> tuple[str, ...]:
+    return tuple(text.splitlines())
+
+
 @dataclass(frozen=True, slots=True)
 class EarlierLines:
     """The lines of the session's earlier tool results, for ``point_to_earlier``.
@@ -98,7 +120,7 @@ class EarlierLines:
             if not tool_call_id or not text:
                 continue
             ids.append(tool_call_id)
-            lines.append(tuple(text.splitlines()))
+            lines.append(lines_of(text))
         return cls(tuple(ids), tuple(lines))
 
     def first(self, wanted: Iterable[str]) -> dict[str, tuple[int, int]]:

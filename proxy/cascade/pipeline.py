@@ -33,7 +33,7 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
-from proxy.cascade.lossless import EarlierLines
+from proxy.cascade.lossless import EarlierLines, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
@@ -160,7 +160,7 @@ class EarlierResults:
         for tool_call_id, text in self._found[self._indexed :]:
             if tool_call_id and text:
                 self._ids.append(tool_call_id)
-                self._lines.append(tuple(text.splitlines()))
+                self._lines.append(lines_of(text))
         self._indexed = len(self._found)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:

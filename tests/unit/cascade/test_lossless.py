@@ -6,10 +6,12 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from proxy.cascade import lossless
 from proxy.cascade.lossless import (
     EarlierLines,
     collapse_repeats,
     compact_text,
+    lines_of,
     minify_json,
     point_to_earlier,
 )
@@ -208,3 +210,15 @@ def test_first_finds_each_lines_first_occurrence_as_a_full_scan_does(shared: int
     scan = _first_by_scan(earlier)
     assert earlier.first(wanted) == {line: scan[line] for line in wanted if line in scan}
     assert "absent" not in earlier.first(wanted) and "   " not in earlier.first(wanted)
+
+
+def test_lines_are_memoised_for_texts_up_to_the_bound_only() -> None:
+    """An earlier result's lines are split once across requests; a long text is split each
+    time, so the memo's memory stays bounded."""
+    short = "alpha\nbeta\r\ngamma unique to this test\n"
+    long = "x" * (lossless._MEMO_CHARS + 1) + "\ny"
+    before = lossless._memo_lines.cache_info()
+    assert lines_of(short) == tuple(short.splitlines()) == lines_of(short)
+    assert lines_of(long) == tuple(long.splitlines())
+    after = lossless._memo_lines.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
