@@ -29,6 +29,7 @@ __all__ = [
     "MIN_POINTER_CHARS",
     "EarlierLines",
     "lines_of",
+    "line_set_of",
     "Compacted",
     "minify_json",
     "collapse_repeats",
@@ -89,14 +90,26 @@ def lines_of(text: str) -> tuple[str, ...]:
     An agent resends its whole history, so each request compares a new result with the same
     earlier results as the last one did; their lines are memoised (the latest few hundred
     texts up to ``_MEMO_CHARS`` long), so each is split once, not on every request."""
+    return _split(text)[0]
+
+
+def line_set_of(text: str) -> frozenset[str]:
+    """The set of ``text``'s lines, memoised as ``lines_of`` is (``EarlierLines.first``)."""
+    return _split(text)[1]
+
+
+def _split(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
     if len(text) > _MEMO_CHARS:
-        return tuple(text.splitlines())
-    return _memo_lines(text)
+        return _split_now(text)
+    return _memo_split(text)
 
 
-@functools.lru_cache(maxsize=256)
-def _memo_lines(text: str) -> tuple[str, ...]:
-    return tuple(text.splitlines())
+def _split_now(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    lines = tuple(text.splitlines())
+    return lines, frozenset(lines)
+
+
+_memo_split = functools.lru_cache(maxsize=256)(_split_now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,32 +123,35 @@ class EarlierLines:
 
     ids: tuple[str, ...] = ()
     lines: tuple[tuple[str, ...], ...] = ()
+    sets: tuple[frozenset[str], ...] = ()  # each result's lines as a set
 
     @classmethod
     def build(cls, results: Iterable[tuple[str, str]]) -> EarlierLines:
         """From (tool_call_id, original text) pairs, oldest first."""
         ids: list[str] = []
         lines: list[tuple[str, ...]] = []
+        sets: list[frozenset[str]] = []
         for tool_call_id, text in results:
             if not tool_call_id or not text:
                 continue
             ids.append(tool_call_id)
             lines.append(lines_of(text))
-        return cls(tuple(ids), tuple(lines))
+            sets.append(line_set_of(text))
+        return cls(tuple(ids), tuple(lines), tuple(sets))
 
     def first(self, wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
         """Where each non-blank line of ``wanted`` first occurs (result index, line index);
         a line no earlier result holds is absent.
 
-        Each result is checked with one set intersection and searched only for the lines
-        it shares, so the cost grows with the earlier text at C speed, not per line in
-        Python (a new result is usually compared with far more text than it holds)."""
+        Each result is checked with one intersection of its line set with the wanted lines
+        (the smaller side is iterated: usually the new result's few lines) and searched only
+        for the lines it shares, so earlier results are never walked line by line."""
         want = {line for line in wanted if line.strip()}
         found: dict[str, tuple[int, int]] = {}
         for k, split in enumerate(self.lines):
             if not want:
                 break
-            common = want.intersection(split)
+            common = want.intersection(self.sets[k])
             if not common:
                 continue
             want -= common

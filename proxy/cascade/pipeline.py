@@ -33,7 +33,7 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
-from proxy.cascade.lossless import EarlierLines, lines_of
+from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
@@ -154,6 +154,7 @@ class EarlierResults:
         self._found: list[tuple[str, str]] = []
         self._ids: list[str] = []
         self._lines: list[tuple[str, ...]] = []
+        self._sets: list[frozenset[str]] = []
         self._indexed = 0
 
     def _index_more(self) -> None:
@@ -161,6 +162,7 @@ class EarlierResults:
             if tool_call_id and text:
                 self._ids.append(tool_call_id)
                 self._lines.append(lines_of(text))
+                self._sets.append(line_set_of(text))
         self._indexed = len(self._found)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
@@ -176,7 +178,7 @@ class EarlierResults:
             if len(self._found) > EARLIER_RESULTS:
                 return EarlierLines.build(self._found[-EARLIER_RESULTS:])
             self._index_more()
-            return EarlierLines(tuple(self._ids), tuple(self._lines))
+            return EarlierLines(tuple(self._ids), tuple(self._lines), tuple(self._sets))
 
         return build
 

@@ -217,8 +217,8 @@ def test_lines_are_memoised_for_texts_up_to_the_bound_only() -> None:
     time, so the memo's memory stays bounded."""
     short = "alpha\nbeta\r\ngamma unique to this test\n"
     long = "x" * (lossless._MEMO_CHARS + 1) + "\ny"
-    before = lossless._memo_lines.cache_info()
+    before = lossless._memo_split.cache_info()
     assert lines_of(short) == tuple(short.splitlines()) == lines_of(short)
     assert lines_of(long) == tuple(long.splitlines())
-    after = lossless._memo_lines.cache_info()
+    after = lossless._memo_split.cache_info()
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
