@@ -46,6 +46,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Literal
 
 import httpx
@@ -183,7 +184,8 @@ def _read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
                 ssl=self.ssl_context,
                 socket_factory=_provider_socket,
             )
-            return aiohttp.ClientSession(connector=connector)
+            # No cookie jar: the client is every tenant's (see ``build_client``).
+            return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             response = await super().handle_async_request(request)
@@ -278,10 +280,14 @@ def build_client(
     ``accept-encoding: identity`` asks providers for the bytes as they are: a compressed
     stream can hold events back in the provider's compressor. A provider that compresses
     anyway is decoded by httpx.
+
+    No cookie a provider sets is kept: the client serves every tenant, so a cookie one
+    request was given would go out with everyone's later requests to that provider.
     """
     return httpx.AsyncClient(
         transport=transport or ProviderTransport(max_connections=max_connections, kind=kind),
         follow_redirects=False,
         trust_env=False,
         headers={"accept-encoding": "identity"},
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
     )
