@@ -44,8 +44,8 @@ class Settings(BaseSettings):
     - ``allow_unauthenticated`` (``CASCADE_ALLOW_UNAUTHENTICATED``): listen on a non-loopback
       ``host`` with no proxy keys (``auth.keys``), with a warning; refused otherwise
       (``proxy.auth``).
-    - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
-      ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
+    - ``http_transport``: what carries provider calls under the httpx client, ``aiohttp``
+      (httpx-aiohttp, the default) or ``httpx`` (httpx's own); see ``proxy/transport.py``.
     - ``tracing`` (``CASCADE_TRACING``): ``console`` prints spans, ``otlp`` exports them
       (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; see proxy/tracing.py.
     - ``db_pooler`` (``CASCADE_DB_POOLER``): what stands between the proxy and PostgreSQL.
@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
     lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25)
     provider_max_connections: int = Field(default=256, ge=1)
-    http_transport: Literal["httpx", "aiohttp"] = "httpx"
+    http_transport: Literal["httpx", "aiohttp"] = "aiohttp"
     max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"

@@ -18,15 +18,18 @@ The line transforms work on lines without their ending; the rewritten text joins
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "MIN_POINTER_LINES",
     "MIN_POINTER_CHARS",
     "EarlierLines",
+    "lines_of",
+    "line_set_of",
     "Compacted",
     "minify_json",
     "collapse_repeats",
@@ -43,6 +46,10 @@ MIN_POINTER_CHARS = 120
 
 _MIN_REPEAT = 3
 """A run of identical lines is collapsed from this length on (two lines read fine as is)."""
+
+_SEARCH_UP_TO = 8
+"""Up to this many shared lines are found in a result by a linear search each; more, by one
+map of the result's first positions."""
 
 _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
 
@@ -73,35 +80,87 @@ def minify_json(text: str) -> str | None:
     return minified
 
 
+_MEMO_CHARS = 32_000
+"""Texts up to this long have their lines memoised (``lines_of``): a bound on the memory."""
+
+
+def lines_of(text: str) -> tuple[str, ...]:
+    """``text``'s lines without their endings.
+
+    An agent resends its whole history, so each request compares a new result with the same
+    earlier results as the last one did; their lines are memoised (the latest few hundred
+    texts up to ``_MEMO_CHARS`` long), so each is split once, not on every request."""
+    return _split(text)[0]
+
+
+def line_set_of(text: str) -> frozenset[str]:
+    """The set of ``text``'s lines, memoised as ``lines_of`` is (``EarlierLines.first``)."""
+    return _split(text)[1]
+
+
+def _split(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    if len(text) > _MEMO_CHARS:
+        return _split_now(text)
+    return _memo_split(text)
+
+
+def _split_now(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    lines = tuple(text.splitlines())
+    return lines, frozenset(lines)
+
+
+_memo_split = functools.lru_cache(maxsize=256)(_split_now)
+
+
 @dataclass(frozen=True, slots=True)
 class EarlierLines:
-    """The lines of the session's earlier tool results, indexed for ``point_to_earlier``.
+    """The lines of the session's earlier tool results, for ``point_to_earlier``.
 
-    ``first`` maps a line to where it first occurs (result index, line index); the lines of
-    a result are kept so a match can be extended line by line.
+    The lines of each result are kept so a match can be extended line by line; where a line
+    first occurs is looked up only for the lines of the result being compacted (``first``),
+    so the earlier results are never indexed line by line in Python.
     """
 
     ids: tuple[str, ...] = ()
     lines: tuple[tuple[str, ...], ...] = ()
-    first: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sets: tuple[frozenset[str], ...] = ()  # each result's lines as a set
 
     @classmethod
     def build(cls, results: Iterable[tuple[str, str]]) -> EarlierLines:
         """From (tool_call_id, original text) pairs, oldest first."""
         ids: list[str] = []
         lines: list[tuple[str, ...]] = []
-        first: dict[str, tuple[int, int]] = {}
+        sets: list[frozenset[str]] = []
         for tool_call_id, text in results:
             if not tool_call_id or not text:
                 continue
-            split = tuple(text.splitlines())
-            k = len(ids)
             ids.append(tool_call_id)
-            lines.append(split)
-            for j, line in enumerate(split):
-                if line.strip():
-                    first.setdefault(line, (k, j))
-        return cls(tuple(ids), tuple(lines), first)
+            lines.append(lines_of(text))
+            sets.append(line_set_of(text))
+        return cls(tuple(ids), tuple(lines), tuple(sets))
+
+    def first(self, wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """Where each non-blank line of ``wanted`` first occurs (result index, line index);
+        a line no earlier result holds is absent.
+
+        Each result is checked with one intersection of its line set with the wanted lines
+        (the smaller side is iterated: usually the new result's few lines) and searched only
+        for the lines it shares, so earlier results are never walked line by line."""
+        want = {line for line in wanted if line.strip()}
+        found: dict[str, tuple[int, int]] = {}
+        for k, split in enumerate(self.lines):
+            if not want:
+                break
+            common = want.intersection(self.sets[k])
+            if not common:
+                continue
+            want -= common
+            if len(common) <= _SEARCH_UP_TO:
+                found.update((line, (k, split.index(line))) for line in common)
+            else:  # one map of first positions, built in C (later duplicates overwritten)
+                at = dict(zip(reversed(split), range(len(split) - 1, -1, -1), strict=True))
+                found.update((line, (k, at[line])) for line in common)
+        return found
 
     def __bool__(self) -> bool:
         return bool(self.ids)
@@ -118,9 +177,10 @@ def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[
     ``MIN_POINTER_CHARS`` characters on."""
     out: list[str] = []
     pointed = 0
+    first = earlier.first(lines) if earlier else {}
     i = 0
     while i < len(lines):
-        hit = earlier.first.get(lines[i]) if earlier else None
+        hit = first.get(lines[i])
         if hit is not None:
             k, j = hit
             source = earlier.lines[k]

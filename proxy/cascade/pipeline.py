@@ -39,7 +39,7 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
-from proxy.cascade.lossless import EarlierLines
+from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
@@ -153,12 +153,10 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
 class EarlierResults:
     """``earlier_results`` for each new message of one request, positions in increasing order.
 
-    A long first request brings many tool results at once; rebuilding the index from the
-    whole history for each of them is quadratic in the history's size. Here each result is
-    split and indexed once into one growing index (while the history holds at most
-    ``EARLIER_RESULTS`` of them; past that each index is built over the latest ones, as
-    ``earlier_results`` builds it). An index it returns shares that growing line map, so it
-    is valid until the next position's index is built: ``_ingest`` uses each at once.
+    A long first request brings many tool results at once; splitting the whole history again
+    for each of them is quadratic in the history's size. Here each result is split once, into
+    one growing list (while the history holds at most ``EARLIER_RESULTS`` of them; past that
+    each ``EarlierLines`` is built over the latest ones, as ``earlier_results`` builds it).
     """
 
     def __init__(self, messages: Sequence[Message]) -> None:
@@ -167,20 +165,15 @@ class EarlierResults:
         self._found: list[tuple[str, str]] = []
         self._ids: list[str] = []
         self._lines: list[tuple[str, ...]] = []
-        self._first: dict[str, tuple[int, int]] = {}
+        self._sets: list[frozenset[str]] = []
         self._indexed = 0
 
     def _index_more(self) -> None:
         for tool_call_id, text in self._found[self._indexed :]:
-            if not tool_call_id or not text:
-                continue
-            split = tuple(text.splitlines())
-            k = len(self._ids)
-            self._ids.append(tool_call_id)
-            self._lines.append(split)
-            for j, line in enumerate(split):
-                if line.strip():
-                    self._first.setdefault(line, (k, j))
+            if tool_call_id and text:
+                self._ids.append(tool_call_id)
+                self._lines.append(lines_of(text))
+                self._sets.append(line_set_of(text))
         self._indexed = len(self._found)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
@@ -196,7 +189,7 @@ class EarlierResults:
             if len(self._found) > EARLIER_RESULTS:
                 return EarlierLines.build(self._found[-EARLIER_RESULTS:])
             self._index_more()
-            return EarlierLines(tuple(self._ids), tuple(self._lines), self._first)
+            return EarlierLines(tuple(self._ids), tuple(self._lines), tuple(self._sets))
 
         return build
 

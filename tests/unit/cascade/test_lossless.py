@@ -3,12 +3,15 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from proxy.cascade import lossless
 from proxy.cascade.lossless import (
     EarlierLines,
     collapse_repeats,
     compact_text,
+    lines_of,
     minify_json,
     point_to_earlier,
 )
@@ -180,3 +183,42 @@ def test_one_index_per_request_matches_a_fresh_index_at_every_position() -> None
     grown = EarlierResults(history)
     for pos in range(len(history)):
         assert grown.before(pos)() == earlier_results(history, pos)()
+
+
+def _first_by_scan(earlier: EarlierLines) -> dict[str, tuple[int, int]]:
+    first: dict[str, tuple[int, int]] = {}
+    for k, split in enumerate(earlier.lines):
+        for j, line in enumerate(split):
+            if line.strip():
+                first.setdefault(line, (k, j))
+    return first
+
+
+@pytest.mark.parametrize("shared", [1, 3, 8, 9, 40])
+def test_first_finds_each_lines_first_occurrence_as_a_full_scan_does(shared: int) -> None:
+    """``EarlierLines.first`` looks up only the wanted lines, by linear search for a few and
+    by one map for many; either way it answers what indexing every earlier line would."""
+    rows = [f"row {j % shared}" for j in range(2 * shared + 3)]
+    earlier = EarlierLines.build(
+        [
+            ("c0", "\n".join(["   ", "x", *rows[:shared], "x"])),
+            ("c1", "\n".join(["", *reversed(rows), "y", "x"])),
+            ("c2", "\n".join(rows + ["z"])),
+        ]
+    )
+    wanted = [*rows, "x", "y", "z", "   ", "", "absent"]
+    scan = _first_by_scan(earlier)
+    assert earlier.first(wanted) == {line: scan[line] for line in wanted if line in scan}
+    assert "absent" not in earlier.first(wanted) and "   " not in earlier.first(wanted)
+
+
+def test_lines_are_memoised_for_texts_up_to_the_bound_only() -> None:
+    """An earlier result's lines are split once across requests; a long text is split each
+    time, so the memo's memory stays bounded."""
+    short = "alpha\nbeta\r\ngamma unique to this test\n"
+    long = "x" * (lossless._MEMO_CHARS + 1) + "\ny"
+    before = lossless._memo_split.cache_info()
+    assert lines_of(short) == tuple(short.splitlines()) == lines_of(short)
+    assert lines_of(long) == tuple(long.splitlines())
+    after = lossless._memo_split.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
