@@ -151,6 +151,7 @@ class DurableSummarizer:
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
+        self._later: asyncio.Task[None] | None = None
 
     # -- entry points ------------------------------------------------------------------
 
@@ -188,17 +189,35 @@ class DurableSummarizer:
 
     async def close_interrupted(self) -> int:
         """At start-up: close every compaction no process is running any more (see
-        ``_close_interrupted``); returns how many. A session whose compaction claim is held
-        is skipped: a compaction runs there, on another replica. A database that is not
-        there now leaves them to the next start or the session's next compaction."""
-        closed = 0
+        ``_close_interrupted``); returns how many closed now. A session whose compaction
+        claim is held is left: a compaction runs there on another replica, or ran in a
+        process that died with the claim, which expires within the lease's time to live; a
+        background pass (``_close_later``) tries those again once it has, until their
+        claims are free or their compactions ended. A database that is not there now
+        leaves them to the next start or the session's next compaction."""
+        closed, held = await self._close_pass(None)
+        if closed:
+            log.warning("closed %d compaction(s) interrupted by a stop", closed)
+        if held:
+            self._later = asyncio.create_task(self._close_later(held), name="close-interrupted")
+        return closed
+
+    async def _close_pass(
+        self, only: set[tuple[str, str]] | None
+    ) -> tuple[int, set[tuple[str, str]]]:
+        """Close what is unpaired (in ``only``'s sessions, if named) and unclaimed; return
+        how many, and the sessions left because their claim was held."""
+        closed, held = 0, set()
         owner = uuid.uuid4()
         try:
             async with borrowed(self.pool, self.acquire_timeout) as conn:
                 for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
                     conn
                 ):
+                    if only is not None and (tenant, session_id) not in only:
+                        continue
                     if not await self._claim(conn, tenant, session_id, owner):
+                        held.add((tenant, session_id))
                         continue
                     try:
                         closed += await self._close_interrupted(conn, tenant, session_id)
@@ -207,10 +226,20 @@ class DurableSummarizer:
                             conn, tenant=tenant, session_id=session_id, owner=owner
                         )
         except (DatabaseUnavailable, PoolExhausted) as exc:
-            log.warning("interrupted compactions not closed at start-up: %s", exc)
-        if closed:
-            log.warning("closed %d compaction(s) interrupted by a stop", closed)
-        return closed
+            log.warning("interrupted compactions not closed: %s", exc)
+        return closed, held
+
+    async def _close_later(self, held: set[tuple[str, str]]) -> None:
+        """Try the sessions whose claim was held again, a third of the time to live apart,
+        for as long as three times it (a live compaction's fast model has its own limit)."""
+        ttl = self.leases.ttl
+        for _ in range(9):
+            await asyncio.sleep(ttl / 3)
+            closed, held = await self._close_pass(held)
+            if closed:
+                log.warning("closed %d compaction(s) interrupted by a stop", closed)
+            if not held:
+                return
 
     async def _claim(self, conn: Any, tenant: str, session_id: str, owner: uuid.UUID) -> bool:
         return await claims.claim_compaction(
@@ -223,6 +252,10 @@ class DurableSummarizer:
             yield conn
 
     async def aclose(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            with contextlib.suppress(BaseException):
+                await self._later
         for task in list(self._tasks.values()):
             task.cancel()
         for task in list(self._tasks.values()):
