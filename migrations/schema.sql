@@ -20,30 +20,44 @@ BEGIN
     -- expires: none waits for a WAL flush (the request's last statement commits
     -- synchronously, which flushes these too).
     PERFORM set_config('synchronous_commit', 'off', true);
-    -- Lock the row first: a begin that meets the holder's last statement in flight waits
-    -- for it and reads the row it commits (free, and the step stored), rather than the
-    -- version its snapshot saw.
-    SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
-    IF FOUND THEN
-        IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
-           AND s.lease_expires >= clock_timestamp() THEN
-            busy := true;
-        ELSE  -- take the lease, and record a new agent or model, in one row update
-            UPDATE sessions x SET lease_owner = p_owner,
-                lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
-                agent = p_agent, model = p_model,
-                updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
-                                  THEN x.updated_at ELSE now() END
-            WHERE x.tenant = p_tenant AND x.id = p_id
+    -- Take the lease, and record a new agent or model, in one row update: the common case,
+    -- a free lease (or this replica's own), is this one statement.
+    UPDATE sessions x SET lease_owner = p_owner,
+        lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+        agent = p_agent, model = p_model,
+        updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
+                          THEN x.updated_at ELSE now() END
+    WHERE x.tenant = p_tenant AND x.id = p_id
+      AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
+           OR x.lease_expires < clock_timestamp())
+    RETURNING * INTO s;
+    IF NOT FOUND THEN
+        -- Held as this statement's snapshot saw it, or missing. Lock the row: if the
+        -- holder's last statement is in flight this waits for it and reads the row it
+        -- commits (free, the step stored) instead of answering busy.
+        SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
+        IF FOUND THEN
+            IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
+               AND s.lease_expires >= clock_timestamp() THEN
+                busy := true;
+            ELSE
+                UPDATE sessions x SET lease_owner = p_owner,
+                    lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+                    agent = p_agent, model = p_model,
+                    updated_at = CASE WHEN x.agent = p_agent
+                                      AND x.model IS NOT DISTINCT FROM p_model
+                                      THEN x.updated_at ELSE now() END
+                WHERE x.tenant = p_tenant AND x.id = p_id
+                RETURNING * INTO s;
+            END IF;
+        ELSE  -- a new session; a first request on it from elsewhere may have just made it
+            INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
+            VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
+                    clock_timestamp() + make_interval(secs => p_ttl))
+            ON CONFLICT (tenant, id) DO NOTHING
             RETURNING * INTO s;
+            busy := NOT FOUND;
         END IF;
-    ELSE  -- a new session; a first request on it from elsewhere may have just created it
-        INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
-        VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
-                clock_timestamp() + make_interval(secs => p_ttl))
-        ON CONFLICT (tenant, id) DO NOTHING
-        RETURNING * INTO s;
-        busy := NOT FOUND;
     END IF;
     IF busy THEN
         RETURN QUERY SELECT json_build_object('busy', true),

@@ -53,10 +53,11 @@ from proxy.cascade.types import (
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
 from proxy.observe import note_compaction_event, note_usage
+from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.services.promotion import promote
-from proxy.store import events, leases as claims, messages as msgs, nul, sessions, summaries
+from proxy.store import leases as claims, messages as msgs, sessions, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -71,8 +72,6 @@ __all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
 _SUMMARY_OUTPUT_TOKENS = 2000
-INTERRUPTED = "interrupted"
-"""The ``reason`` of the failed event that closes a compaction its process never ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +150,7 @@ class DurableSummarizer:
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
+        self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
 
     # -- entry points ------------------------------------------------------------------
 
@@ -187,30 +187,9 @@ class DurableSummarizer:
         return await self._run(job, wait=True)
 
     async def close_interrupted(self) -> int:
-        """At start-up: close every compaction no process is running any more (see
-        ``_close_interrupted``); returns how many. A session whose compaction claim is held
-        is skipped: a compaction runs there, on another replica. A database that is not
-        there now leaves them to the next start or the session's next compaction."""
-        closed = 0
-        owner = uuid.uuid4()
-        try:
-            async with borrowed(self.pool, self.acquire_timeout) as conn:
-                for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
-                    conn
-                ):
-                    if not await self._claim(conn, tenant, session_id, owner):
-                        continue
-                    try:
-                        closed += await self._close_interrupted(conn, tenant, session_id)
-                    finally:
-                        await claims.release_compaction(
-                            conn, tenant=tenant, session_id=session_id, owner=owner
-                        )
-        except (DatabaseUnavailable, PoolExhausted) as exc:
-            log.warning("interrupted compactions not closed at start-up: %s", exc)
-        if closed:
-            log.warning("closed %d compaction(s) interrupted by a stop", closed)
-        return closed
+        """At start-up: close every compaction no process is running any more
+        (``interrupted.Closer.at_start``); returns how many closed now."""
+        return await self._closer.at_start()
 
     async def _claim(self, conn: Any, tenant: str, session_id: str, owner: uuid.UUID) -> bool:
         return await claims.claim_compaction(
@@ -223,6 +202,7 @@ class DurableSummarizer:
             yield conn
 
     async def aclose(self) -> None:
+        await self._closer.aclose()
         for task in list(self._tasks.values()):
             task.cancel()
         for task in list(self._tasks.values()):
@@ -278,35 +258,6 @@ class DurableSummarizer:
                         conn, tenant=job.tenant, session_id=job.session_id, owner=owner
                     )
 
-    async def _close_interrupted(self, conn: Any, tenant: str, session_id: str) -> int:
-        """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
-        compaction of the session that has no partner. The caller holds the session's
-        compaction lock, so none of them is running: its process stopped, or lost its
-        database connection, between the two events. The event carries the started one's
-        fields (``started_id`` names it) and what a failure leaves: the state before it.
-        What the interrupted run took (attempts, duration) is unknown: null."""
-        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant, session_id=session_id)
-        for row in rows:
-            started = nul.decode_json(row["data"])
-            failed = {
-                "trigger": started.get("trigger"),
-                "reason": INTERRUPTED,
-                "error": "interrupted: the process running it stopped before it ended",
-                "attempts": None,
-                "duration_ms": None,
-                "started_id": row["id"],
-                "from_pos": started.get("from_pos"),
-                "to_pos": started.get("to_pos"),
-                "tokens_before": started.get("tokens_before"),
-                "tokens_after": started.get("tokens_before"),
-                "summary_version": started.get("summary_version"),
-            }
-            await self.bus.publish(
-                conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
-            )
-            note_compaction_event(COMPACTION_FAILED, failed)
-        return len(rows)
-
     async def _publish(
         self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
     ) -> None:
@@ -331,7 +282,7 @@ class DurableSummarizer:
         row = await sessions.fetchrow_session(conn, tenant=job.tenant, session_id=job.session_id)
         if row is None:
             return None
-        await self._close_interrupted(conn, job.tenant, job.session_id)
+        await self._closer.close_session(conn, job.tenant, job.session_id)
         latest = await summaries.fetchrow_latest(conn, tenant=job.tenant, session_id=job.session_id)
         boundary = latest["boundary"] if latest else 0
         previous = latest["content"] if latest else None
