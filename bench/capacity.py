@@ -185,6 +185,12 @@ async def _rounds(
         spent = {k: (v - before[k]) * 1000 / sessions for k, v in cpu().items()} if before else {}
         ok = [r for r in results if r["ok"]]
         ttfc = [r["ttfc_ms"] for r in ok]
+        # When the slowest first chunks came (their start in the round, s): together, a
+        # stall; scattered, contention for the CPU.
+        slowest = sorted(
+            ((i * spread / sessions, r["ttfc_ms"]) for i, r in enumerate(results) if r["ok"]),
+            key=lambda x: -x[1],
+        )[:5]
         out.append(
             {
                 "round": n + 1,
@@ -195,6 +201,7 @@ async def _rounds(
                 "ttfc_p50_ms": round(percentile(ttfc, 50), 1) if ttfc else None,
                 "ttfc_p99_ms": round(percentile(ttfc, 99), 1) if ttfc else None,
                 "wall_s": round(wall, 2),
+                "ttfc_slowest": [[round(t, 2), round(ms, 1)] for t, ms in slowest],
                 "load_average": round(load, 2),
                 "cpu_ms_per_req": round(spent["server"], 2) if spent else None,
                 "db_cpu_ms_per_req": round(spent["db"], 2) if spent and spent["db"] else None,
