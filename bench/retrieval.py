@@ -190,9 +190,12 @@ def _embedder_rate(history: Sequence[Mapping[str, Any]], batch: int) -> float:
 
 def _wait_embedded(db: _Db, sid: str, want: int, timeout: float) -> dict[str, float]:
     """Poll until ``want`` messages of ``sid`` are embedded; the rate between the first
-    poll that saw progress and the last."""
+    poll that saw progress and the last. When the first poll that sees any already sees them
+    all (a small session: one or two batches), the rate counts from this call's start
+    instead, which includes the hot reload's delay: an underestimate, never a zero."""
+    t_start = time.monotonic()
     t_first = n_first = None
-    deadline = time.monotonic() + timeout
+    deadline = t_start + timeout
     while time.monotonic() < deadline:
         n = _embedded(db, sid)
         now = time.monotonic()
@@ -200,9 +203,11 @@ def _wait_embedded(db: _Db, sid: str, want: int, timeout: float) -> dict[str, fl
             t_first, n_first = now, n
         if n >= want:
             assert t_first is not None and n_first is not None
+            if n_first >= n:
+                t_first, n_first = t_start, 0
             span = max(now - t_first, 1e-3)
             return {"messages": n, "seconds": round(span, 2), "rate": (n - n_first) / span}
-        time.sleep(0.25)
+        time.sleep(0.05)
     raise RuntimeError(f"{sid}: only {_embedded(db, sid)} of {want} embedded in {timeout} s")
 
 
