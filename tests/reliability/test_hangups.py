@@ -134,7 +134,10 @@ def test_two_hundred_hang_ups_cancel_upstream_and_leak_nothing(
     assert fake_upstream.open_responses == 0
     assert tasks0 > 0 and tasks1 <= tasks0 + 3, (tasks0, tasks1)
     assert fds1 <= fds0 + 5, (fds0, fds1)
-    assert conns1 <= conns0 + 1, (conns0, conns1)
+    # A request borrows a pooled connection per statement (the lease holds the session), so
+    # the pool may still grow lazily up to one per concurrent session; a connection lost per
+    # hang-up would be 200.
+    assert conns1 <= conns0 + SESSIONS, (conns0, conns1)
     # every session is still usable, and stored no reply of a hung-up stream
     fake_upstream.default = reply("done")
     with httpx.Client(
