@@ -10,7 +10,8 @@ spills it, and the marker says so. The transforms:
   ``1e400`` or a 30-digit integer stay what they were), and key order and duplicates too.
 - ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
 - ``point_to_earlier``: a run of lines that an earlier tool result of the session also holds,
-  consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range.
+  consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range. The
+  longest such run is taken among the last ``MAX_OCCURRENCES`` places each line occurs.
 
 The line transforms work on lines without their ending; the rewritten text joins them with
 ``\\n`` (the original's endings are in the spill).
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "MAX_OCCURRENCES",
     "MIN_POINTER_LINES",
     "MIN_POINTER_CHARS",
     "EarlierLines",
@@ -40,6 +42,10 @@ MIN_POINTER_LINES = 3
 
 MIN_POINTER_CHARS = 120
 """...and at least this many characters, so a pointer is always much shorter than its lines."""
+
+MAX_OCCURRENCES = 8
+"""Places kept per line in the index (the latest ones): a file read again is usually the same
+lines as a recent read, and a line found everywhere (``    return x``) stays cheap to look up."""
 
 _MIN_REPEAT = 3
 """A run of identical lines is collapsed from this length on (two lines read fine as is)."""
@@ -77,62 +83,87 @@ def minify_json(text: str) -> str | None:
 class EarlierLines:
     """The lines of the session's earlier tool results, indexed for ``point_to_earlier``.
 
-    ``first`` maps a line to where it first occurs (result index, line index); the lines of
-    a result are kept so a match can be extended line by line.
+    ``where`` maps a line to the places it occurs (result index, line index), oldest first,
+    at most ``MAX_OCCURRENCES`` of the latest; the lines of a result are kept so a match can
+    be extended line by line.
     """
 
     ids: tuple[str, ...] = ()
     lines: tuple[tuple[str, ...], ...] = ()
-    first: dict[str, tuple[int, int]] = field(default_factory=dict)
+    where: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, results: Iterable[tuple[str, str]]) -> EarlierLines:
         """From (tool_call_id, original text) pairs, oldest first."""
         ids: list[str] = []
         lines: list[tuple[str, ...]] = []
-        first: dict[str, tuple[int, int]] = {}
+        where: dict[str, list[tuple[int, int]]] = {}
         for tool_call_id, text in results:
-            if not tool_call_id or not text:
-                continue
-            split = tuple(text.splitlines())
-            k = len(ids)
-            ids.append(tool_call_id)
-            lines.append(split)
-            for j, line in enumerate(split):
-                if line.strip():
-                    first.setdefault(line, (k, j))
-        return cls(tuple(ids), tuple(lines), first)
+            if tool_call_id and text:
+                index_lines(ids, lines, where, tool_call_id, text)
+        return cls(tuple(ids), tuple(lines), where)
 
     def __bool__(self) -> bool:
         return bool(self.ids)
 
 
+def index_lines(
+    ids: list[str],
+    lines: list[tuple[str, ...]],
+    where: dict[str, list[tuple[int, int]]],
+    tool_call_id: str,
+    text: str,
+) -> None:
+    """Add one result to an index under construction (``EarlierLines`` and the pipeline's
+    growing per-request index share it)."""
+    split = tuple(text.splitlines())
+    k = len(ids)
+    ids.append(tool_call_id)
+    lines.append(split)
+    for j, line in enumerate(split):
+        if line.strip():
+            places = where.setdefault(line, [])
+            places.append((k, j))
+            if len(places) > MAX_OCCURRENCES:
+                del places[0]
+
+
 def _pointer(count: int, tool_call_id: str, start: int, end: int) -> str:
-    return f"[{count} lines: same as lines {start + 1}-{end} of tool result {tool_call_id}]"
+    return f"[same as lines {start + 1}-{end} of tool result {tool_call_id}]"
+
+
+def _longest_run(lines: Sequence[str], i: int, earlier: EarlierLines) -> tuple[int, int, int]:
+    """The longest run of ``lines`` from ``i`` that an earlier result holds: (result, start
+    line, length); the latest result wins a tie."""
+    best = (0, 0, 0)
+    for k, j in earlier.where.get(lines[i], ()):
+        source = earlier.lines[k]
+        n = 1
+        while i + n < len(lines) and j + n < len(source) and lines[i + n] == source[j + n]:
+            n += 1
+        if n >= best[2]:
+            best = (k, j, n)
+    return best
 
 
 def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[str], int]:
     """``lines`` with each run also found in an earlier result replaced by a pointer, and
-    how many lines the pointers stand for. Runs are greedy from each line's first earlier
-    occurrence; one is replaced only from ``MIN_POINTER_LINES`` lines and
+    how many lines the pointers stand for. Runs are greedy, each the longest found from its
+    first line (``_longest_run``); one is replaced only from ``MIN_POINTER_LINES`` lines and
     ``MIN_POINTER_CHARS`` characters on."""
     out: list[str] = []
     pointed = 0
     i = 0
     while i < len(lines):
-        hit = earlier.first.get(lines[i]) if earlier else None
-        if hit is not None:
-            k, j = hit
-            source = earlier.lines[k]
-            n = 0
-            while i + n < len(lines) and j + n < len(source) and lines[i + n] == source[j + n]:
-                n += 1
-            chars = sum(len(line) + 1 for line in lines[i : i + n])
-            if n >= MIN_POINTER_LINES and chars >= MIN_POINTER_CHARS:
-                out.append(_pointer(n, earlier.ids[k], j, j + n))
-                pointed += n
-                i += n
-                continue
+        k, j, n = _longest_run(lines, i, earlier) if earlier else (0, 0, 0)
+        if (
+            n >= MIN_POINTER_LINES
+            and sum(len(x) + 1 for x in lines[i : i + n]) >= MIN_POINTER_CHARS
+        ):
+            out.append(_pointer(n, earlier.ids[k], j, j + n))
+            pointed += n
+            i += n
+            continue
         out.append(lines[i])
         i += 1
     return out, pointed
@@ -194,10 +225,11 @@ def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted
     return Compacted("\n".join(collapsed_lines), lines_collapsed=collapsed, lines_pointed=pointed)
 
 
-def compacted_marker(tool_call_id: str, original_chars: int, how: str) -> str:
-    """The line put before a compacted result: what was done, and how to read the original."""
+def compacted_marker(tool_call_id: str, original_chars: int) -> str:
+    """The line put before a compacted result: that it was compacted, and how to read the
+    original. What was done is in the event, not here: every token of it is paid on every
+    later step, and the pointers and counts in the text say it anyway."""
     args = json.dumps({"id": tool_call_id})
     return (
-        f"[compacted losslessly from {original_chars} chars ({how}); the exact original: "
-        f"read_tool_output({args})]\n"
+        f"[compacted losslessly from {original_chars} chars; original: read_tool_output({args})]\n"
     )

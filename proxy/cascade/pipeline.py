@@ -33,7 +33,7 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
-from proxy.cascade.lossless import EarlierLines
+from proxy.cascade.lossless import EarlierLines, index_lines
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
@@ -156,20 +156,13 @@ class EarlierResults:
         self._found: list[tuple[str, str]] = []
         self._ids: list[str] = []
         self._lines: list[tuple[str, ...]] = []
-        self._first: dict[str, tuple[int, int]] = {}
+        self._where: dict[str, list[tuple[int, int]]] = {}
         self._indexed = 0
 
     def _index_more(self) -> None:
         for tool_call_id, text in self._found[self._indexed :]:
-            if not tool_call_id or not text:
-                continue
-            split = tuple(text.splitlines())
-            k = len(self._ids)
-            self._ids.append(tool_call_id)
-            self._lines.append(split)
-            for j, line in enumerate(split):
-                if line.strip():
-                    self._first.setdefault(line, (k, j))
+            if tool_call_id and text:
+                index_lines(self._ids, self._lines, self._where, tool_call_id, text)
         self._indexed = len(self._found)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
@@ -185,7 +178,7 @@ class EarlierResults:
             if len(self._found) > EARLIER_RESULTS:
                 return EarlierLines.build(self._found[-EARLIER_RESULTS:])
             self._index_more()
-            return EarlierLines(tuple(self._ids), tuple(self._lines), self._first)
+            return EarlierLines(tuple(self._ids), tuple(self._lines), self._where)
 
         return build
 
