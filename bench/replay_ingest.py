@@ -30,7 +30,7 @@ TRANSFORMS = ("json", "collapse", "pointers")
 """The transforms of ``proxy/cascade/lossless.py``, as this report names them."""
 
 _HEADER = re.compile(r"\[read_tool_output id=.* chars (\d+)-(\d+) of (\d+)\]\n")
-_POINTER = re.compile(r"^\[same as lines \d+-\d+ of tool result .+\]$", re.MULTILINE)
+_POINTER = re.compile(r"^\[\d+ lines: same as lines \d+-\d+ of tool result .+\]$", re.MULTILINE)
 _REPEAT = re.compile(r"^\[previous line repeated \d+ more times\]$", re.MULTILINE)
 
 

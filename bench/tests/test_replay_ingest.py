@@ -9,12 +9,12 @@ from bench.replay_ingest import page_back, transforms_of
 from proxy.cascade.lossless import compacted_marker
 from proxy.cascade.truncation import page_raw_output
 
-MARK = compacted_marker("c1", 999)
+MARK = compacted_marker("c1", 999, "x")
 
 
 def test_transforms_are_read_from_the_compacted_text() -> None:
     assert transforms_of(MARK + '{"a":[1,2]}') == ["json"]
-    pointer = "[same as lines 1-9 of tool result c0]"
+    pointer = "[9 lines: same as lines 1-9 of tool result c0]"
     assert transforms_of(MARK + pointer) == ["pointers"]
     both = f"x\n[previous line repeated 4 more times]\n{pointer}"
     assert transforms_of(MARK + both) == ["collapse", "pointers"]

@@ -129,7 +129,7 @@ def index_lines(
 
 
 def _pointer(count: int, tool_call_id: str, start: int, end: int) -> str:
-    return f"[same as lines {start + 1}-{end} of tool result {tool_call_id}]"
+    return f"[{count} lines: same as lines {start + 1}-{end} of tool result {tool_call_id}]"
 
 
 def _longest_run(lines: Sequence[str], i: int, earlier: EarlierLines) -> tuple[int, int, int]:
@@ -225,11 +225,10 @@ def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted
     return Compacted("\n".join(collapsed_lines), lines_collapsed=collapsed, lines_pointed=pointed)
 
 
-def compacted_marker(tool_call_id: str, original_chars: int) -> str:
-    """The line put before a compacted result: that it was compacted, and how to read the
-    original. What was done is in the event, not here: every token of it is paid on every
-    later step, and the pointers and counts in the text say it anyway."""
+def compacted_marker(tool_call_id: str, original_chars: int, how: str) -> str:
+    """The line put before a compacted result: what was done, and how to read the original."""
     args = json.dumps({"id": tool_call_id})
     return (
-        f"[compacted losslessly from {original_chars} chars; original: read_tool_output({args})]\n"
+        f"[compacted losslessly from {original_chars} chars ({how}); the exact original: "
+        f"read_tool_output({args})]\n"
     )

@@ -84,7 +84,7 @@ def _compact(
     done = compact_text(text, earlier() if "\n" in text else EarlierLines())
     if done is None:
         return None
-    new_text = compacted_marker(tool_call_id, len(text)) + done.text
+    new_text = compacted_marker(tool_call_id, len(text), done.how) + done.text
     saving = len(text) - len(new_text)
     if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(text):
         return None

@@ -135,7 +135,7 @@ def test_repeated_lines_of_an_earlier_result_become_a_pointer(
     client.chat.completions.create(model="gpt-4o", messages=second)
     sent = sent_results(fake_upstream.bodies()[-1])
     assert sent["call_a"] == listing
-    assert re.search(r"\[same as lines 1-80 of tool result call_a\]", sent["call_b"])
+    assert re.search(r"\[80 lines: same as lines 1-80 of tool result call_a\]", sent["call_b"])
     with api(proxy) as http:
         assert read_all(http, "ing2", "call_b") == again
 

@@ -10,7 +10,6 @@ from proxy.cascade.lossless import (
     EarlierLines,
     collapse_repeats,
     compact_text,
-    compacted_marker,
     minify_json,
     point_to_earlier,
 )
@@ -68,7 +67,7 @@ def test_pointer_names_earlier_result_and_one_based_range() -> None:
     block = [f"line {i} of a long and recognisable build log output" for i in range(10)]
     earlier = EarlierLines.build([("call_old", "\n".join(["head", *block, "tail"]))])
     out, pointed = point_to_earlier(["new", *block[2:8], "end"], earlier)
-    assert out == ["new", "[same as lines 4-9 of tool result call_old]", "end"]
+    assert out == ["new", "[6 lines: same as lines 4-9 of tool result call_old]", "end"]
     assert pointed == 6
 
 
@@ -127,7 +126,7 @@ def test_ingest_points_to_earlier_results_in_the_history() -> None:
     history = [tool("call_a", log), tool("call_b", "header\n" + log + "\nfooter")]
     out = ingest(history[1], ContextConfig(), earlier_results(history, 1))
     content = out.message["content"]
-    assert "[same as lines 1-40 of tool result call_a]" in content
+    assert "[40 lines: same as lines 1-40 of tool result call_a]" in content
     assert out.spill is not None and out.spill.text == history[1]["content"]
 
 
@@ -190,18 +189,10 @@ def test_pointer_takes_the_longest_earlier_run_not_the_first_place_a_line_occurs
         [("call_grep", f"x.py:1:{block[0]}\n{block[0]}\nother"), ("call_cat", "\n".join(block))]
     )
     out, pointed = point_to_earlier(["head", *block], earlier)
-    assert out == ["head", "[same as lines 1-10 of tool result call_cat]"] and pointed == 10
+    assert out == ["head", "[10 lines: same as lines 1-10 of tool result call_cat]"] and pointed == 10
 
 
 def test_index_keeps_the_latest_places_of_a_line() -> None:
     results = [(f"c{i}", "same line\nonly in " + str(i)) for i in range(MAX_OCCURRENCES + 3)]
     places = EarlierLines.build(results).where["same line"]
     assert len(places) == MAX_OCCURRENCES and places[-1] == (MAX_OCCURRENCES + 2, 0)
-
-
-def test_marker_is_short_and_names_the_handle() -> None:
-    marker = compacted_marker("call_x", 1234)
-    assert (
-        marker
-        == '[compacted losslessly from 1234 chars; original: read_tool_output({"id": "call_x"})]\n'
-    )
