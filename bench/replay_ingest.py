@@ -3,7 +3,8 @@
 After a file is replayed through the proxy, :func:`ingest_report` looks at what reached the
 upstream: every tool result is compared with the transcript's original, and each one sent as
 ``[compacted losslessly …]`` is counted under the transforms its text shows (JSON minified,
-repeated lines collapsed, lines pointed to earlier results) with the tokens it saved, marker
+JSON with arrays of objects as tables, repeated lines collapsed, lines pointed to earlier
+results) with the tokens it saved, marker
 included. Each compacted result is then paged back from the proxy, page by page, through
 ``GET /v1/sessions/{id}/tool-outputs/{tool_call_id}``: the route that serves the same pages
 ``read_tool_output`` gives the model (``services.toolloop.read_page``). The pages put
@@ -26,7 +27,7 @@ from bench.cost import Tokenizer
 __all__ = ["TRANSFORMS", "IngestStats", "ingest_report", "page_back", "transforms_of"]
 
 COMPACTED = "[compacted losslessly from "
-TRANSFORMS = ("json", "collapse", "pointers")
+TRANSFORMS = ("json", "tables", "collapse", "pointers")
 """The transforms of ``proxy/cascade/lossless.py``, as this report names them."""
 
 _HEADER = re.compile(r"\[read_tool_output id=.* chars (\d+)-(\d+) of (\d+)\]\n")
@@ -75,10 +76,12 @@ def _is_json(body: str) -> bool:
 
 
 def transforms_of(sent: str) -> list[str]:
-    """The transforms a compacted result's text shows (JSON is only ever minified alone)."""
+    """The transforms a compacted result's text shows (JSON is minified or tabulated alone)."""
     body = sent.split("\n", 1)[1] if "\n" in sent else ""
     if body[:1] in "[{" and _is_json(body):
         return ["json"]
+    if "[#table [" in body and " (one row per object; ~ = key absent)\n" in body:
+        return ["tables"]
     found = []
     if _REPEAT.search(body):
         found.append("collapse")

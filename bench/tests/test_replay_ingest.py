@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
 from bench.replay_ingest import page_back, transforms_of
 from proxy.cascade.lossless import compacted_marker
+from proxy.cascade.tables import tabulate_json
 from proxy.cascade.truncation import page_raw_output
 
 MARK = compacted_marker("c1", 999, "x")
@@ -14,6 +17,8 @@ MARK = compacted_marker("c1", 999, "x")
 
 def test_transforms_are_read_from_the_compacted_text() -> None:
     assert transforms_of(MARK + '{"a":[1,2]}') == ["json"]
+    table = tabulate_json(json.dumps([{"k": i} for i in range(9)]))
+    assert table is not None and transforms_of(MARK + table[0]) == ["tables"]
     pointer = "[9 lines: same as lines 1-9 of tool result c0]"
     assert transforms_of(MARK + pointer) == ["pointers"]
     both = f"x\n[previous line repeated 4 more times]\n{pointer}"

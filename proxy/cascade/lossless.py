@@ -8,6 +8,8 @@ spills it, and the marker says so. The transforms:
 - ``minify_json``: whitespace outside strings removed from a text that parses as JSON.
   Number, string and key tokens are kept as written (no re-serialisation, so ``1.10``,
   ``1e400`` or a 30-digit integer stay what they were), and key order and duplicates too.
+- ``tables.tabulate_json``: arrays of objects written as a header plus a row per object,
+  the rest minified; taken instead of ``minify_json`` when it is shorter.
 - ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
 - ``point_to_earlier``: a run of lines that an earlier tool result of the session also holds,
   consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range. The
@@ -23,6 +25,8 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from proxy.cascade.tables import tabulate_json
 
 __all__ = [
     "MAX_OCCURRENCES",
@@ -197,12 +201,15 @@ class Compacted:
     json_minified: bool = False
     lines_collapsed: int = 0
     lines_pointed: int = 0
+    json_tables: int = 0
 
     @property
     def how(self) -> str:
         parts = []
         if self.json_minified:
             parts.append("JSON minified")
+        if self.json_tables:
+            parts.append(f"{self.json_tables} arrays of objects as tables")
         if self.lines_collapsed:
             parts.append(f"{self.lines_collapsed} repeated lines collapsed")
         if self.lines_pointed:
@@ -212,9 +219,13 @@ class Compacted:
 
 def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted | None:
     """The smallest lossless rewrite of ``text`` these transforms give, or None when none
-    applies. JSON is only minified (its one line repeats nothing); other text goes through
-    the pointer pass first (it removes whole runs), then the collapse."""
+    applies. JSON is minified, or tabulated when that is shorter (its lines repeat nothing
+    worth a pointer); other text goes through the pointer pass first (it removes whole
+    runs), then the collapse."""
     minified = minify_json(text)
+    tabular = tabulate_json(text) if text.lstrip()[:1] in ("[", "{") else None
+    if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
+        return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
     if minified is not None:
         return Compacted(minified, json_minified=True)
     lines = text.splitlines()

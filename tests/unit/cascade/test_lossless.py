@@ -26,7 +26,7 @@ PRETTY = json.dumps(
     {
         "b": [1.10, 2, {"z": "a  b\n", "a": None}],
         "a": 10**30,
-        "rows": [{"id": i, "ok": True} for i in range(30)],
+        "rows": [[i, True] for i in range(30)],
     },
     indent=2,
 )
@@ -165,7 +165,7 @@ def test_compaction_is_recoverable(text: str, earlier: str) -> None:
     assert len(content) < len(text)
     done = compact_text(text, EarlierLines.build([("c0", earlier)]))
     assert done is not None and content.endswith(done.text)
-    if done.json_minified:
+    if done.json_minified and not done.json_tables:
         assert json.loads(done.text) == json.loads(text)
 
 
@@ -189,7 +189,9 @@ def test_pointer_takes_the_longest_earlier_run_not_the_first_place_a_line_occurs
         [("call_grep", f"x.py:1:{block[0]}\n{block[0]}\nother"), ("call_cat", "\n".join(block))]
     )
     out, pointed = point_to_earlier(["head", *block], earlier)
-    assert out == ["head", "[10 lines: same as lines 1-10 of tool result call_cat]"] and pointed == 10
+    assert (
+        out == ["head", "[10 lines: same as lines 1-10 of tool result call_cat]"] and pointed == 10
+    )
 
 
 def test_index_keeps_the_latest_places_of_a_line() -> None:
