@@ -50,6 +50,7 @@ class IngestStats:
     combined_saved: int = 0
     checked: int = 0
     recovered: int = 0
+    shared_ids: int = 0
     failures: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -63,6 +64,7 @@ class IngestStats:
             "combined_saved": self.combined_saved,
             "checked": self.checked,
             "recovered": self.recovered,
+            "shared_ids": self.shared_ids,
             "failures": self.failures[:10],
         }
 
@@ -114,12 +116,16 @@ def page_back(client: httpx.Client, session: str, tool_call_id: str) -> str:
         offset = end
 
 
-def _originals(conv: trajectories.Conversation) -> dict[str, str]:
-    return {
-        str(m.get("tool_call_id")): str(m.get("content") or "")
-        for m in conv.messages
-        if m.get("role") == "tool" and isinstance(m.get("content"), str)
-    }
+def _originals(conv: trajectories.Conversation) -> tuple[dict[str, str], int]:
+    """Each result's text by its ``tool_call_id``, and how many results share an id with
+    another (file 8 reuses ids within a conversation: which of them a handle names is
+    ambiguous, so those are left out)."""
+    texts: dict[str, list[str]] = {}
+    for m in conv.messages:
+        if m.get("role") == "tool" and isinstance(m.get("content"), str):
+            texts.setdefault(str(m.get("tool_call_id")), []).append(m["content"])
+    unique = {cid: found[0] for cid, found in texts.items() if len(found) == 1}
+    return unique, sum(len(found) for found in texts.values() if len(found) > 1)
 
 
 def ingest_report(
@@ -144,8 +150,9 @@ def ingest_report(
     auth = {"authorization": f"Bearer {api_key}"}  # the sessions are the client key's
     with httpx.Client(base_url=base_url, headers=auth, timeout=60) as client:
         for session, conv in sessions.items():
-            originals = _originals(conv)
+            originals, shared = _originals(conv)
             stats.results += len(originals)
+            stats.shared_ids += shared
             for cid, original in originals.items():
                 sent = first_sent.get((session, cid))
                 if sent is None or not sent.startswith(COMPACTED):
@@ -192,8 +199,9 @@ def render_ingest(rows: Sequence[tuple[int, int, IngestStats]]) -> str:
             f"| {number} | {limit // 1000}k | any (of them {s.combined} by two or more) "
             f"| {s.compacted} / {s.results} | {s.compacted / n:.0%} | {s.saved_tokens:,} |"
         )
+        skipped = f" ({s.shared_ids} results with a reused id not counted)" if s.shared_ids else ""
         out.append(
-            f"| {number} | {limit // 1000}k | paged back byte for byte | "
+            f"| {number} | {limit // 1000}k | paged back byte for byte{skipped} | "
             f"{s.recovered} / {s.checked} | | |"
         )
     return "\n".join(out)
