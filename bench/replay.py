@@ -10,6 +10,14 @@ that are message-level prefix-identical, and the cache-weighted cost (``bench/co
   ``bench/replay_upstream.py``; each step's recorded history is sent through it with the
   ``openai`` SDK, and the metrics are computed from what the upstream received (fast-model
   summarisation calls are counted separately).
+- ``cascade-perturn`` is the defaults plus the per-turn stages (``PER_TURN_CONTEXT``):
+  recitation, and memory (promotion ``suggest``) with two facts stored before each file, so
+  every prompt carries a ``<memory>`` block. ``cascade-perturn-auto`` also lets promotion
+  store the facts it extracts after each compaction (``auto``): the block then changes at
+  the next turn, a miss of the whole prompt, and the metrics count it.
+
+Each file is replayed as its own tenant (its own bearer token), so the facts one file's
+compactions promote never reach another file's prompts.
 
 Files are numbered in SOURCES.md order (``bench/trajectories.py``). Usage::
 
@@ -52,6 +60,7 @@ __all__ = [
     "offline_logs",
     "replay_offline",
     "send_steps",
+    "seed_facts",
     "replay_cascade",
     "render_markdown",
     "render_chart",
@@ -59,7 +68,24 @@ __all__ = [
 ]
 
 LIMITS = (32_000, 128_000)
-CASCADE_POLICIES = ("cascade-default", "cascade-nosummary")
+CASCADE_POLICIES = (
+    "cascade-default",
+    "cascade-nosummary",
+    "cascade-perturn",
+    "cascade-perturn-auto",
+)
+PER_TURN_CONTEXT: dict[str, Any] = {
+    "recitation": {"enabled": True},
+    "memoryPromotion": {"mode": "suggest"},
+    # "retrieval": {"enabled": True},  # one line, once the retrieval stage is on main
+}
+"""The per-turn stages ``cascade-perturn`` turns on over the defaults."""
+SEED_FACTS = (
+    "The repository's tests run with pytest.",
+    "Keep changes minimal and explain each one.",
+)
+"""Facts stored before a ``cascade-perturn`` file, so its prompts carry a ``<memory>`` block
+from the first step (promotion adds to them after a compaction)."""
 HEADROOM = "headroom"
 """The reference proxy (``bench/headroom_env.py``): run only when named, since it installs
 Headroom (about 900 MB) in a venv of its own on first use."""
@@ -130,6 +156,10 @@ def proxy_config(limit: int, policy: str, upstream_url: str) -> dict[str, Any]:
     context: dict[str, Any] = {}
     if policy == "cascade-nosummary":
         context["summarize"] = {"enabled": False}
+    if policy.startswith("cascade-perturn"):
+        context.update(PER_TURN_CONTEXT)
+    if policy == "cascade-perturn-auto":
+        context["memoryPromotion"] = {"mode": "auto"}
     return {
         "providers": {"openai": {"baseUrl": upstream_url, "apiKeyEnv": "OPENAI_API_KEY"}},
         "models": {"default": {"contextLimit": limit}},
@@ -246,14 +276,15 @@ def send_steps(
     base_url: str,
     upstream: ReplayUpstream,
     session_id: Callable[[str], str],
+    api_key: str = "x",
 ) -> int:
     """Send each step's recorded history to ``base_url`` in order; return the failed steps.
 
     Before each request the upstream is told which recorded reply answers it; the session id
-    (``X-Session-Id``) is ``session_id(conversation id)``.
+    (``X-Session-Id``) is ``session_id(conversation id)``; ``api_key`` names the tenant.
     """
     errors = 0
-    with openai.OpenAI(base_url=base_url, api_key="x", max_retries=0) as client:
+    with openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
         for conv in conversations:
             sid = session_id(conv.id)
             tools = _tools_for(conv.messages)
@@ -271,6 +302,15 @@ def send_steps(
                     errors += 1
                     print(f"  {sid} step {step.index}: HTTP {exc.status_code}", file=sys.stderr)
     return errors
+
+
+def seed_facts(base_url: str, api_key: str, facts: Sequence[str]) -> None:
+    """Store ``facts`` in the tenant's global memory through the memory API."""
+    headers = {"authorization": f"Bearer {api_key}"}
+    for text in facts:
+        resp = httpx.post(f"{base_url}/memory", json={"text": text}, headers=headers, timeout=10)
+        if resp.status_code not in (201, 400):  # 400: stored already (a rerun)
+            raise RuntimeError(f"could not store a fact: HTTP {resp.status_code} {resp.text}")
 
 
 def replay_cascade(
@@ -293,11 +333,15 @@ def replay_cascade(
     start = time.monotonic()
     upstream.drain()
     conversations = trajectories.load(tf)
+    api_key = f"replay-file-{tf.number}"
+    if policy.startswith("cascade-perturn"):
+        seed_facts(base_url, api_key, SEED_FACTS)
     errors = send_steps(
         conversations,
         base_url=base_url,
         upstream=upstream,
         session_id=lambda conv: _session_id(tf, conv, limit, policy),
+        api_key=api_key,
     )
     upstream.wait_idle()
     logs = [RequestLog(r.session, r.messages, r.fast) for r in upstream.drain()]
@@ -310,6 +354,7 @@ def replay_cascade(
             base_url=base_url.removesuffix("/v1"),
             session_id=lambda conv: _session_id(tf, conv, limit, policy),
             tokenizer=tokenizer,
+            api_key=api_key,
         )
     seconds = time.monotonic() - start
     return Row(tf.number, tf.name, policy, limit, metrics, errors, seconds, ingest)

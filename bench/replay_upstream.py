@@ -3,9 +3,10 @@
 The replay client tells it which recorded message answers the next main-model request
 (:meth:`ReplayUpstream.expect`, in process, or ``POST /_replay/expect`` from another process);
 requests for the fast model (summarisation) get a deterministic five-section briefing built from
-the request text, so a summariser has something well-formed to fold. Every request body is kept
-in :attr:`ReplayUpstream.received`, tagged with the session and step that were expected when it
-arrived, so the bench measures exactly what reached the provider.
+the request text, so a summariser has something well-formed to fold, and memory promotion's
+extraction (``response_format`` ``memory_facts``) gets the span's first file paths as facts.
+Every request body is kept in :attr:`ReplayUpstream.received`, tagged with the session and step
+that were expected when it arrived, so the bench measures exactly what reached the provider.
 
 Run standalone: ``python -m bench.replay_upstream --port 9100`` (binds 127.0.0.1 only).
 """
@@ -30,7 +31,7 @@ from starlette.routing import Route
 
 from bench.cost import Tokenizer, get_tokenizer, message_text
 
-__all__ = ["Received", "ReplayUpstream", "build_briefing", "BRIEFING_SECTIONS"]
+__all__ = ["Received", "ReplayUpstream", "build_briefing", "build_facts", "BRIEFING_SECTIONS"]
 
 BRIEFING_SECTIONS = (
     "## Objective",
@@ -85,6 +86,22 @@ def build_briefing(messages: Sequence[Mapping[str, Any]]) -> str:
     out += ["", BRIEFING_SECTIONS[3], "- Continue the work toward the objective above.", ""]
     out += [BRIEFING_SECTIONS[4], nxt]
     return "\n".join(out)
+
+
+def _asks_for_facts(body: Mapping[str, Any]) -> bool:
+    """Whether a fast-model request is memory promotion's extraction (its response_format)."""
+    fmt = body.get("response_format")
+    schema = fmt.get("json_schema") if isinstance(fmt, Mapping) else None
+    return isinstance(schema, Mapping) and schema.get("name") == "memory_facts"
+
+
+def build_facts(messages: Sequence[Mapping[str, Any]], limit: int = 3) -> str:
+    """A deterministic ``{"facts": [...]}`` answer for memory promotion: the first file paths
+    the span names, one fact each, so the stored facts (and the ``<memory>`` block) change
+    when a compaction folds a span that names new files."""
+    body = "\n".join(message_text(m) for m in messages[1:])
+    paths = list(dict.fromkeys(_PATH.findall(body)))[:limit]
+    return json.dumps({"facts": [f"The task involves the file {p}." for p in paths]})
 
 
 def _reply_message(reply: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,8 +164,10 @@ class ReplayUpstream:
             session, step, reply = self._expected
             log = Received(session, None if fast else step, model, fast, body, time.monotonic())
             self.received.append(log)
-        if fast:
-            message: dict[str, Any] = {"role": "assistant", "content": build_briefing(messages)}
+        if fast and _asks_for_facts(body):
+            message: dict[str, Any] = {"role": "assistant", "content": build_facts(messages)}
+        elif fast:
+            message = {"role": "assistant", "content": build_briefing(messages)}
         elif reply is not None:
             message = _reply_message(reply)
         else:

@@ -6,7 +6,7 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
-CREATE FUNCTION public.cascade_begin_step(p_tenant text, p_id text, p_agent text, p_model text, p_key bigint, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], r_verbatim boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[]) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
+CREATE FUNCTION public.cascade_begin_step_v2(p_tenant text, p_id text, p_agent text, p_model text, p_owner uuid, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], r_verbatim boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[], p_ttl double precision) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -14,17 +14,57 @@ DECLARE
     s sessions%ROWTYPE;
     sm record;
     hit boolean;
+    busy boolean := false;
 BEGIN
-    PERFORM pg_advisory_lock(p_key);
-    LOOP  -- at most twice: read; if missing or changed, write and read again
-        SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id;
-        EXIT WHEN FOUND AND s.agent = p_agent AND s.model IS NOT DISTINCT FROM p_model;
-        PERFORM set_config('synchronous_commit', 'off', true);
-        INSERT INTO sessions AS x (tenant, id, agent, model)
-        VALUES (p_tenant, p_id, p_agent, p_model)
-        ON CONFLICT (tenant, id) DO UPDATE SET updated_at = now(), model = EXCLUDED.model,
-            agent = EXCLUDED.agent;
-    END LOOP;
+    -- Every write below is the client's to resend, or a lease that is free again once it
+    -- expires: none waits for a WAL flush (the request's last statement commits
+    -- synchronously, which flushes these too).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    -- Take the lease, and record a new agent or model, in one row update: the common case,
+    -- a free lease (or this replica's own), is this one statement.
+    UPDATE sessions x SET lease_owner = p_owner,
+        lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+        agent = p_agent, model = p_model,
+        updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
+                          THEN x.updated_at ELSE now() END
+    WHERE x.tenant = p_tenant AND x.id = p_id
+      AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
+           OR x.lease_expires < clock_timestamp())
+    RETURNING * INTO s;
+    IF NOT FOUND THEN
+        -- Held as this statement's snapshot saw it, or missing. Lock the row: if the
+        -- holder's last statement is in flight this waits for it and reads the row it
+        -- commits (free, the step stored) instead of answering busy.
+        SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
+        IF FOUND THEN
+            IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
+               AND s.lease_expires >= clock_timestamp() THEN
+                busy := true;
+            ELSE
+                UPDATE sessions x SET lease_owner = p_owner,
+                    lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+                    agent = p_agent, model = p_model,
+                    updated_at = CASE WHEN x.agent = p_agent
+                                      AND x.model IS NOT DISTINCT FROM p_model
+                                      THEN x.updated_at ELSE now() END
+                WHERE x.tenant = p_tenant AND x.id = p_id
+                RETURNING * INTO s;
+            END IF;
+        ELSE  -- a new session; a first request on it from elsewhere may have just made it
+            INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
+            VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
+                    clock_timestamp() + make_interval(secs => p_ttl))
+            ON CONFLICT (tenant, id) DO NOTHING
+            RETURNING * INTO s;
+            busy := NOT FOUND;
+        END IF;
+    END IF;
+    IF busy THEN
+        RETURN QUERY SELECT json_build_object('busy', true),
+            NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
+            NULL::boolean, NULL::boolean, NULL::boolean;
+        RETURN;
+    END IF;
     SELECT m.version, m.boundary, m.content INTO sm FROM summaries m
     WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.invalidated_at IS NULL
     ORDER BY m.version DESC LIMIT 1;
@@ -32,13 +72,12 @@ BEGIN
            AND s.head_hash IS NOT DISTINCT FROM p_start_hash;
     RETURN QUERY SELECT (to_jsonb(s) || jsonb_build_object(
         'summary_version', sm.version, 'summary_boundary', sm.boundary,
-        'summary_content', sm.content, 'appended', hit))::json,
+        'summary_content', sm.content, 'appended', hit, 'busy', false))::json,
         NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
         NULL::boolean, NULL::boolean, NULL::boolean;
     IF NOT hit THEN
         RETURN;
     END IF;
-    PERFORM set_config('synchronous_commit', 'off', true);
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                           redacted, verbatim)
     SELECT p_tenant, p_id, t.* FROM unnest(r_pos, r_hash, r_role, r_message, r_tool_call_id,
@@ -116,14 +155,50 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.cascade_release_session(p_key bigint) RETURNS boolean
-    LANGUAGE plpgsql STRICT
-    AS $$
+CREATE FUNCTION public.cascade_related(p_tenant text, p_session text, p_model text, p_query public.vector, p_min double precision, p_limit integer) RETURNS TABLE(pos integer, role text, tool_call_id text, message json, origin text, score double precision)
+    LANGUAGE plpgsql STABLE
+    SET "hnsw.iterative_scan" TO 'relaxed_order'
+    AS $_$
 BEGIN
-    PERFORM pg_advisory_xact_lock(p_key);
-    RETURN pg_advisory_unlock(p_key);
+    RETURN QUERY EXECUTE format($q$
+        WITH b AS (
+            SELECT coalesce((SELECT s.boundary FROM summaries s
+                             WHERE s.tenant = $1 AND s.session_id = $2
+                               AND s.invalidated_at IS NULL
+                             ORDER BY s.version DESC LIMIT 1), 0) AS boundary
+        ),
+        folded AS (
+            SELECT e.message_id, e.embedding::vector(%1$s) <=> $4::vector(%1$s) AS d
+            FROM message_embeddings e
+            WHERE e.tenant = $1 AND e.session_id = $2 AND e.model = $3 AND e.dim = %1$s
+              AND e.embedding IS NOT NULL AND e.pos < (SELECT boundary FROM b)
+            ORDER BY d
+            LIMIT 4 * $6
+        ),
+        dropped AS (
+            SELECT e.message_id, e.embedding::vector(%1$s) <=> $4::vector(%1$s) AS d
+            FROM messages m
+            JOIN message_embeddings e
+              ON e.message_id = m.id AND e.model = $3 AND e.dim = %1$s
+            WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
+              AND m.pos >= (SELECT boundary FROM b)
+              AND (m.placeholder IS NOT NULL OR m.trimmed_at IS NOT NULL)
+              AND e.embedding IS NOT NULL
+        )
+        SELECT m.pos, m.role, m.tool_call_id, m.message,
+               CASE WHEN m.trimmed_at IS NOT NULL THEN 'trimmed'
+                    WHEN m.placeholder IS NOT NULL THEN 'evicted'
+                    ELSE 'summarised' END,
+               1 - c.d
+        FROM (SELECT * FROM folded UNION ALL SELECT * FROM dropped) c
+        JOIN messages m ON m.id = c.message_id
+        WHERE m.superseded_at IS NULL AND c.d <= 1 - $5
+        ORDER BY c.d
+        LIMIT $6
+    $q$, vector_dims(p_query))
+    USING p_tenant, p_session, p_model, p_query, p_min, p_limit;
 END
-$$;
+$_$;
 
 CREATE UNLOGGED TABLE public.event_watchers (
     tenant text NOT NULL,
@@ -159,13 +234,6 @@ CREATE TABLE public.memory (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE public.memory_blocks (
-    tenant text NOT NULL,
-    session_id text NOT NULL,
-    turn text NOT NULL,
-    block text
-);
-
 CREATE SEQUENCE public.memory_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -182,6 +250,17 @@ CREATE TABLE public.memory_suggestion_answers (
     facts jsonb DEFAULT '[]'::jsonb NOT NULL,
     answered_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT memory_suggestion_answers_answer_check CHECK ((answer = ANY (ARRAY['accepted'::text, 'rejected'::text])))
+);
+
+CREATE TABLE public.message_embeddings (
+    message_id bigint NOT NULL,
+    model text NOT NULL,
+    tenant text NOT NULL,
+    session_id text NOT NULL,
+    pos integer NOT NULL,
+    dim integer DEFAULT 0 NOT NULL,
+    embedding public.vector,
+    claimed_at timestamp with time zone
 );
 
 CREATE TABLE public.messages (
@@ -236,7 +315,13 @@ CREATE TABLE public.sessions (
     last_estimate integer,
     calibration double precision DEFAULT 1.0 NOT NULL,
     reclaimed_tokens bigint DEFAULT 0 NOT NULL,
-    handoff_above boolean DEFAULT false NOT NULL
+    handoff_above boolean DEFAULT false NOT NULL,
+    turn_key text,
+    turn_blocks text,
+    lease_owner uuid,
+    lease_expires timestamp with time zone,
+    compaction_owner uuid,
+    compaction_expires timestamp with time zone
 );
 
 CREATE TABLE public.summaries (
@@ -286,14 +371,14 @@ ALTER TABLE ONLY public.event_watchers
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
-ALTER TABLE ONLY public.memory_blocks
-    ADD CONSTRAINT memory_blocks_pkey PRIMARY KEY (tenant, session_id);
-
 ALTER TABLE ONLY public.memory
     ADD CONSTRAINT memory_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.memory_suggestion_answers
     ADD CONSTRAINT memory_suggestion_answers_pkey PRIMARY KEY (tenant, suggestion_id);
+
+ALTER TABLE ONLY public.message_embeddings
+    ADD CONSTRAINT message_embeddings_pkey PRIMARY KEY (message_id, model);
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
@@ -318,6 +403,26 @@ CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
+CREATE INDEX message_embeddings_claims ON public.message_embeddings USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
+
+CREATE INDEX message_embeddings_hnsw_1024 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1024)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1024);
+
+CREATE INDEX message_embeddings_hnsw_128 ON public.message_embeddings USING hnsw (((embedding)::public.vector(128)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 128);
+
+CREATE INDEX message_embeddings_hnsw_1536 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1536)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1536);
+
+CREATE INDEX message_embeddings_hnsw_256 ON public.message_embeddings USING hnsw (((embedding)::public.vector(256)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 256);
+
+CREATE INDEX message_embeddings_hnsw_384 ON public.message_embeddings USING hnsw (((embedding)::public.vector(384)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 384);
+
+CREATE INDEX message_embeddings_hnsw_512 ON public.message_embeddings USING hnsw (((embedding)::public.vector(512)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 512);
+
+CREATE INDEX message_embeddings_hnsw_64 ON public.message_embeddings USING hnsw (((embedding)::public.vector(64)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 64);
+
+CREATE INDEX message_embeddings_hnsw_768 ON public.message_embeddings USING hnsw (((embedding)::public.vector(768)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 768);
+
+CREATE INDEX message_embeddings_session ON public.message_embeddings USING btree (tenant, session_id, model, dim, pos);
+
 CREATE INDEX messages_evicted ON public.messages USING btree (tenant, session_id, tool_call_id) WHERE (placeholder IS NOT NULL);
 
 CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, session_id, pos) WHERE (superseded_at IS NULL);
@@ -333,8 +438,8 @@ CREATE TRIGGER raw_output_versions BEFORE INSERT ON public.tool_raw_outputs FOR 
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
 
-ALTER TABLE ONLY public.memory_blocks
-    ADD CONSTRAINT memory_blocks_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;
+ALTER TABLE ONLY public.message_embeddings
+    ADD CONSTRAINT message_embeddings_message_id_fkey FOREIGN KEY (message_id) REFERENCES public.messages(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.messages
     ADD CONSTRAINT messages_tenant_session_id_fkey FOREIGN KEY (tenant, session_id) REFERENCES public.sessions(tenant, id) ON DELETE CASCADE;

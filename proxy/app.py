@@ -36,6 +36,7 @@ from proxy.bus import EventBus
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
+from proxy.embeddings import Embedders, bind_embedders
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging
 from proxy.metrics import Metrics
@@ -44,9 +45,17 @@ from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
+from proxy.services.leases import Leases
+from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings
-from proxy.store.db import DatabaseUnavailable, PoolExhausted, create_pool, run_migrations
+from proxy.store.db import (
+    DatabaseUnavailable,
+    PoolExhausted,
+    create_pool,
+    pooler_kwargs,
+    run_migrations,
+)
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
 from proxy.transport import build_client
@@ -78,6 +87,23 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 100)
 
 
+def listen_dsn(settings: Settings, dsn: str) -> str:
+    """Where the event bus LISTENs (``proxy.bus``): ``DATABASE_LISTEN_URL`` when it is set
+    beside a ``DATABASE_URL``, else ``dsn``, the pool's own database. Behind a transaction
+    pooler without it a LISTEN reaches no client: persisted events then come only through
+    the streams' catch-up reads (``api/events.py``) and transient ones not at all, which
+    start-up says."""
+    if settings.database_url and settings.database_listen_url:
+        return settings.database_listen_url
+    if settings.db_pooler == "transaction":
+        log.warning(
+            "CASCADE_DB_POOLER=transaction without DATABASE_LISTEN_URL: the event bus LISTENs"
+            " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
+            " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
+        )
+    return dsn
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -105,8 +131,10 @@ def create_app(
         if not dsn:
             dsn, embedded = start_embedded(settings.data_dir)
             await tune_embedded(dsn)
-        await run_migrations(dsn)
-        pool = await create_pool(dsn, max_size=settings.pool_max_size)
+        await run_migrations(dsn, **pooler_kwargs(settings.db_pooler))
+        pool = await create_pool(
+            dsn, max_size=settings.pool_max_size, **pooler_kwargs(settings.db_pooler)
+        )
         banner = startup_banner(
             settings,
             holder.current,
@@ -125,16 +153,21 @@ def create_app(
             kind=settings.http_transport,
             transport=http_transport,
         )
-        bus = EventBus(pool, dsn)
+        bus = EventBus(pool, listen_dsn(settings, dsn))
         await bus.start()
         upstream = Upstream(client)
         count, cost = build_counters(settings.tokenizer or None)
+        leases = Leases(
+            pool, ttl=settings.lease_ttl_seconds, acquire_timeout=settings.pool_timeout_seconds
+        )
+        leases.start()
         summarizer = DurableSummarizer(
             pool=pool,
             upstream=upstream,
             bus=bus,
             count=count,
             acquire_timeout=settings.pool_timeout_seconds,
+            leases=leases,
         )
         await summarizer.close_interrupted()  # compactions a stop cut short
         chat_service = ChatService(
@@ -144,7 +177,17 @@ def create_app(
             cost=cost,
             settings=settings,
             summarizer=summarizer,
+            leases=leases,
         )
+        embedders = Embedders(lambda: holder.current, upstream)
+        bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
+        embedding = EmbeddingWorker(
+            pool,
+            lambda: holder.current,
+            embedders,
+            on_failure=observer.metrics.embedding_failures.inc,
+        )
+        embedding.start()  # idle while no agent has retrieval on
         stop = asyncio.Event()
         watcher = None
         if settings.watch_config and settings.config is not None:
@@ -170,7 +213,10 @@ def create_app(
                     pass
                 except Exception:  # the rest of the shutdown must still run
                     log.exception("the config watcher had failed")
+            await embedding.aclose()
+            bind_embedders(None)
             await summarizer.aclose()
+            await leases.aclose()
             await bus.stop()
             await client.aclose()
             await pool.close()

@@ -120,6 +120,10 @@ def startup_banner(
     db = (
         f"embedded PostgreSQL at {embedded_at}" if embedded_at is not None else redact_dsn(database)
     )
+    if embedded_at is None and settings.db_pooler == "transaction":
+        db += " through a transaction pooler (no statement cache)"
+    if embedded_at is None and settings.database_url and settings.database_listen_url:
+        db += f"; events LISTEN at {redact_dsn(settings.database_listen_url)}"
     config = (
         f"{settings.config} (reloaded when it changes)"
         if settings.config and settings.watch_config

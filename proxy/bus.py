@@ -17,6 +17,12 @@ before the registration committed, and notifications missed while the listener r
 
 ``config.*`` events concern every session: each replica watches its own config file and
 broadcasts them to its own open streams (they are not session history, so not replayed).
+
+The listening connection is the one this replica holds for its whole life, outside the pool:
+it is opened from ``DATABASE_LISTEN_URL`` when set. Behind a transaction-mode pooler
+(``CASCADE_DB_POOLER=transaction``) that is a URL straight to PostgreSQL, because a pooler
+that lends a server connection per transaction cannot carry a LISTEN past it. NOTIFY is
+sent inside the statements that write events, which a pooler carries like any other.
 """
 
 from __future__ import annotations
@@ -58,9 +64,9 @@ def _now() -> str:
 
 
 class EventBus:
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, listen_dsn: str) -> None:
         self._pool = pool
-        self._dsn = dsn
+        self._dsn = listen_dsn
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}

@@ -86,10 +86,21 @@ class AgentConfig(_Block):
     context: dict[str, Any] = Field(default_factory=dict)
 
 
+BUILTIN_DIMENSIONS = (64, 128, 256)
+"""What the builtin wordllama-l2 model's 256-dimension weights can be cut to (matryoshka)."""
+
+
 class EmbeddingConfig(_Block):
+    """The embedder of the retrieval stage (``proxy/embeddings.py``). ``provider``:
+    ``"builtin"`` (wordllama, offline; ``model`` and ``dimensions`` name its size) or the name
+    of a provider under ``providers``, called at its OpenAI-compatible ``/embeddings``.
+    ``dimensions`` is sent to a provider only when the file sets it; the stored dimension is
+    always the one the model returned. ``batchSize``: messages per background batch."""
+
     provider: str = "builtin"
-    model: str = "hashing-512"
-    dimensions: int = Field(default=512, gt=0)
+    model: str = "wordllama-l2-256"
+    dimensions: int = Field(default=256, gt=0, le=16000)
+    batch_size: int = Field(default=128, gt=0, le=2048)
 
 
 class AuthKeyConfig(_Block):
@@ -193,10 +204,14 @@ class RecitationConfig(_Block):
 
 
 class RetrievalConfig(_Block):
+    """``timeoutMs`` bounds the wait for the new turn's query embedding: past it the turn goes
+    out without the block (a silent no-op, reported in ``context.retrieval``)."""
+
     enabled: bool = False
     min_score: float = Field(default=0.35, ge=-1, le=1)
-    max_results: int = Field(default=4, ge=0)
+    max_results: int = Field(default=4, ge=0, le=50)
     snippet_chars: int = Field(default=1200, gt=0)
+    timeout_ms: int = Field(default=300, gt=0, le=60_000)
 
 
 class MemoryPromotionConfig(_Block):
@@ -239,6 +254,19 @@ class Config(_Block):
             unknown = sorted(set(key.agents or ()) - set(self.agents) - {"default"})
             if unknown:
                 raise ValueError(f"auth.keys[{i}].agents: {', '.join(unknown)} not in agents")
+        e = self.embedding
+        if e.provider == "builtin":
+            if not e.model.startswith("wordllama") or e.dimensions not in BUILTIN_DIMENSIONS:
+                raise ValueError(
+                    f"embedding: the builtin provider runs wordllama-l2 at "
+                    f"{'/'.join(map(str, BUILTIN_DIMENSIONS))} dimensions, not "
+                    f"{e.model!r} at {e.dimensions}; set model 'wordllama-l2-256' and "
+                    "dimensions 256, or name a provider"
+                )
+        elif e.provider not in self.providers:
+            raise ValueError(
+                f"embedding.provider {e.provider!r} is neither 'builtin' nor in providers"
+            )
         return self
 
     def agent_for(self, model: str | None) -> tuple[str, AgentConfig]:
@@ -346,14 +374,12 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     return parse_config(raw, env)
 
 
-_NOT_BUILT = ("retrieval",)
-
-
 def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     """What a valid config asks for that will not happen, for the log at load and reload:
     proxy keys whose variable is unset, providers left without credentials in proxy-key mode
-    (the client's token is then the proxy's secret and is never forwarded), and stages this
-    version accepts in the file but does not run yet."""
+    (the client's token is then the proxy's secret and is never forwarded), and an embedding
+    provider without credentials (it is called in the background, never with a client's
+    token)."""
     out = [
         f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
         for key in cfg.auth.keys
@@ -372,9 +398,13 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
                 f"provider {name!r} will be called without credentials (proxy keys "
                 f"are never forwarded): {fix}"
             )
-    for agent, ctx in cfg.resolved.items():
-        stages = [s for s in _NOT_BUILT if getattr(ctx, s).enabled]
-        out += [
-            f"agent {agent!r}: context.{s} is not built in this version; ignored" for s in stages
-        ]
+    emb = cfg.embedding.provider
+    if emb != "builtin" and any(c.retrieval.enabled for c in (cfg.context, *cfg.resolved.values())):
+        key_env = cfg.providers[emb].api_key_env
+        if not (key_env and env.get(key_env)):
+            fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv if it needs a key"
+            out.append(
+                f"embedding provider {emb!r} is called without credentials (embedding runs "
+                f"in the background, with no client's token): {fix}"
+            )
     return out

@@ -104,8 +104,8 @@ class Metrics:
         )
         self.embedding_failures = Counter(
             "cascade_embedding_failures_total",
-            "Embedding calls that failed (nothing embeds "
-            "yet: stays 0 until the memory stages arrive).",
+            "Embedding calls of the retrieval stage that failed or timed out "
+            "(a new turn's query, a background batch).",
             registry=r,
         )
         self.token_usage = Histogram(

@@ -44,6 +44,7 @@ __all__ = [
     "RequestObs",
     "note_answer",
     "note_compaction_event",
+    "note_embedding_failure",
     "note_occupancy",
     "note_step_events",
     "note_usage",
@@ -211,6 +212,13 @@ def note_compaction_event(name: str, data: Mapping[str, Any]) -> None:
     if name == COMPACTION_COMPLETED and tokens > 0:
         obs.reclaimed += tokens
         obs.observer.metrics.note_reclaimed("compaction", tokens)
+
+
+def note_embedding_failure() -> None:
+    """A new turn's embedding failed or timed out (the background worker counts its own)."""
+    obs = _obs()
+    if obs is not None:
+        obs.observer.metrics.embedding_failures.inc()
 
 
 def note_usage(model: str, usage: Any, operation: str = "chat") -> None:

@@ -23,11 +23,15 @@ class Settings(BaseSettings):
       means the chars/token estimate only.
     - ``keepalive_seconds``: while a streaming request waits for upstream, an SSE comment is
       sent this often so idle-timeout middleboxes and clients keep the connection open.
-    - ``pool_max_size``: PostgreSQL connections per replica, and so the chat requests one
-      replica serves at once: a chat request holds one connection from its first statement
-      until its reply is stored, because the session's advisory lock lives on it (DESIGN: a
-      session's requests are serialised). 64 leaves room under a stock server's
-      ``max_connections`` of 100; size ``max_connections`` to replicas x this + a few.
+    - ``pool_max_size``: PostgreSQL connections per replica. A chat request holds one only
+      while its step runs statements (before the provider call, and one statement after
+      it), never while the provider answers, so the requests in flight are not bounded by
+      it (README, Capacity). 64 leaves room under a stock server's ``max_connections`` of
+      100; size ``max_connections`` to replicas x this + a few.
+    - ``lease_ttl_seconds`` (``CASCADE_LEASE_TTL_SECONDS``): how long a session's lease
+      outlives its last renewal (the replica renews every third of it while a request
+      runs): a replica killed mid-request frees its sessions within this plus half a second
+      (``store.leases.POLL_MAX_SECONDS``). At most 25, so that bound stays within 30 s.
     - ``pool_timeout_seconds``: how long a request waits for a free connection before it is
       answered 503 ``server_busy`` with ``Retry-After`` (the SDKs retry those).
     - ``log_level`` (``CASCADE_LOG_LEVEL``): Cascade's and uvicorn's loggers (default info).
@@ -40,10 +44,18 @@ class Settings(BaseSettings):
     - ``allow_unauthenticated`` (``CASCADE_ALLOW_UNAUTHENTICATED``): listen on a non-loopback
       ``host`` with no proxy keys (``auth.keys``), with a warning; refused otherwise
       (``proxy.auth``).
-    - ``http_transport``: what carries provider calls under the httpx client, ``httpx`` or
-      ``aiohttp`` (httpx-aiohttp, the ``aiohttp`` extra); see ``proxy/transport.py``.
+    - ``http_transport``: what carries provider calls under the httpx client, ``aiohttp``
+      (httpx-aiohttp, the default) or ``httpx`` (httpx's own); see ``proxy/transport.py``.
     - ``tracing`` (``CASCADE_TRACING``): ``console`` prints spans, ``otlp`` exports them
       (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; see proxy/tracing.py.
+    - ``db_pooler`` (``CASCADE_DB_POOLER``): what stands between the proxy and PostgreSQL.
+      ``none`` (the default): ``DATABASE_URL`` is the server itself. ``transaction``: a
+      pooler that hands each transaction a server connection of its own (PgBouncer's
+      ``pool_mode = transaction``, RDS Proxy, Supabase's pooler), so nothing may outlive a
+      transaction: asyncpg's prepared-statement cache is off (``proxy.store.db``).
+    - ``database_listen_url`` (``DATABASE_LISTEN_URL``): where the event bus opens its one
+      LISTEN connection (``proxy.bus``), a URL that reaches PostgreSQL directly, since a
+      transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
@@ -58,8 +70,9 @@ class Settings(BaseSettings):
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1)
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
+    lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25)
     provider_max_connections: int = Field(default=256, ge=1)
-    http_transport: Literal["httpx", "aiohttp"] = "httpx"
+    http_transport: Literal["httpx", "aiohttp"] = "aiohttp"
     max_internal_rounds: int = Field(default=4, ge=0)
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
@@ -67,6 +80,8 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = False
     tokenizer: str = "o200k_base"
     tracing: Literal["", "console", "otlp", "off"] = ""
+    db_pooler: Literal["none", "transaction"] = "none"
+    database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
 
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""

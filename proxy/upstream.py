@@ -30,7 +30,7 @@ from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import loads
 from proxy.requestlog import UpstreamTimer
-from proxy.transport import TLS_EXTENSION, TlsSettings, build_client
+from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_client
 
 __all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
 
@@ -169,6 +169,7 @@ class Upstream:
         client_headers: Mapping[str, str],
         content: bytes | None,
         params: Any,
+        stream: bool = False,
     ) -> httpx.Request:
         target = self._targets.get(provider.base_url)
         if target is None:
@@ -196,7 +197,7 @@ class Upstream:
             content=content,
             params=params,
             timeout=timeout,
-            extensions={TLS_EXTENSION: tls},
+            extensions={TLS_EXTENSION: tls, STREAM_EXTENSION: stream},
         )
 
     async def _send(
@@ -208,6 +209,7 @@ class Upstream:
         client_headers: Mapping[str, str],
         content: bytes | None,
         params: Any,
+        stream: bool = False,
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs)."""
@@ -219,6 +221,7 @@ class Upstream:
                 client_headers=client_headers,
                 content=content,
                 params=params,
+                stream=stream,
             )
             resp = await self.client.send(request, stream=True)
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
@@ -279,7 +282,13 @@ class Upstream:
         timer = UpstreamTimer(provider.name, path, model)
         try:
             resp = await self._send(
-                provider, "POST", path, client_headers=client_headers, content=content, params=None
+                provider,
+                "POST",
+                path,
+                client_headers=client_headers,
+                content=content,
+                params=None,
+                stream=True,
             )
         except BaseException:
             timer.stop()

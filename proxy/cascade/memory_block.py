@@ -1,10 +1,11 @@
 """The ``memory`` stage: stored facts as a ``<memory>`` block in the first system message.
 
-The facts of the session's agent scope and of ``global`` are rendered once per turn (a turn
-starts with a new user message) by the shell's fulfiller (``services/needs.memory_block``),
-which keeps the rendered text with the session and hands the same bytes back on every step
-of the turn. So the block changes only at a turn boundary, and only when the facts did: the
-prompt prefix a provider caches stays put through an agent's tool loop.
+The facts of the session's agent scope and of ``global`` are rendered by the shell's
+fulfiller (``services/needs.memory_block``). It is a per-turn stage (``phases.py``): the
+block is fetched at the turn's first step (a new user message) and kept with the turn, and
+every later step of the turn sends the same bytes without reading the facts. So the block
+changes only at a turn boundary, and only when the facts did: the prompt prefix a provider
+caches stays put through an agent's tool loop.
 
 This stage only places the text: appended to the first system message (a new text part
 when its content is a list of parts), or, when the prompt has none, as a system message of
@@ -14,8 +15,6 @@ client sent.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,14 +37,9 @@ _TAIL = "</memory>"
 
 @dataclass(frozen=True, slots=True)
 class MemoryNeed:
-    """The rendered block of the turn ``turn`` names (``None``: no facts).
+    """The rendered block of the session's facts, at most ``max_tokens`` (``None``: no
+    facts); asked for at a turn's first step only."""
 
-    ``turn`` is a hash of the window's last user message: the same on every step of a turn,
-    new with the next user message. A next message that repeats the last one word for word
-    keeps the block of the turn before; that only delays a change of facts by a turn.
-    """
-
-    turn: str
     max_tokens: int = MEMORY_MAX_TOKENS
 
 
@@ -64,9 +58,7 @@ def render_memory(facts: Sequence[str], *, max_tokens: int = MEMORY_MAX_TOKENS) 
 
 
 def plan_memory(step: StepInput) -> MemoryNeed:
-    last = next((m for m in reversed(step.window) if m.get("role") == "user"), None)
-    text = json.dumps(last.get("content") if last else None, sort_keys=True, default=str)
-    return MemoryNeed(hashlib.sha256(text.encode()).hexdigest()[:32])
+    return MemoryNeed()
 
 
 def _with_block(msg: Message, block: str) -> Message:
@@ -95,4 +87,4 @@ def _injects(ctx: ContextConfig) -> bool:
     return ctx.memory_promotion.mode != "off"
 
 
-MEMORY = Stage("memory", add_memory, enabled=_injects, plan=plan_memory)
+MEMORY = Stage("memory", add_memory, enabled=_injects, plan=plan_memory, per_turn=True)

@@ -8,8 +8,14 @@
 3. the durable summary folded into the first user message;
 4. the stored memory facts as a ``<memory>`` block in the first system message (opt-in, per
    turn);
-5. recitation: the summary's plan appended to the last message (opt-in);
-6. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+5. retrieval: earlier messages outside the prompt that bear on a new turn, as a
+   ``<related_context>`` block on its user message (opt-in, per turn);
+6. recitation: the summary's plan appended to the last message (opt-in, per turn);
+7. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+
+A per-turn stage (``Stage.per_turn``) computes its value on a turn's first step and reuses it
+on the turn's later steps (``phases.py``): ``plan_step`` plans nothing for it then, and
+``assemble`` hands it the kept value and returns what the turn must keep (``Assembled.kept``).
 
 Each stage reports what the shell must persist in its own input's indices (``Marks``);
 ``assemble`` carries every message's window index through the stages, so the shell gets
@@ -20,7 +26,7 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,11 +39,13 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION
-from proxy.cascade.lossless import EarlierLines, index_lines
+from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
 from proxy.cascade.overflow import OVERFLOW
+from proxy.cascade.phases import turn_answers, turn_start
 from proxy.cascade.recitation import RECITATION
+from proxy.cascade.retrieval import RETRIEVAL_STAGE
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
 from proxy.cascade.text import content_text
@@ -53,6 +61,7 @@ __all__ = [
     "assemble",
     "plan_step",
     "stages_for",
+    "turn_start",
     "ingest",
     "earlier_results",
     "EarlierResults",
@@ -70,10 +79,11 @@ STAGES: tuple[Stage, ...] = (
     COMMANDS,
     SUMMARY,
     MEMORY,
+    RETRIEVAL_STAGE,
     RECITATION,
     OVERFLOW,
 )
-"""The per-step stages, in the order they run."""
+"""The stages, in the order they run (per-turn ones are flagged on their entry)."""
 
 _HANDLE = READ_TOOL_OUTPUT + '({"id"'
 
@@ -114,6 +124,7 @@ class Assembled:
     offer_read_tool: bool
     tokens: int
     injected: tuple[int, ...] = ()  # prompt indices of blocks that are no window row
+    kept: Mapping[str, Any] | None = None  # the turn's per-turn values, if this step added one
 
 
 EARLIER_RESULTS = 64
@@ -142,12 +153,10 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
 class EarlierResults:
     """``earlier_results`` for each new message of one request, positions in increasing order.
 
-    A long first request brings many tool results at once; rebuilding the index from the
-    whole history for each of them is quadratic in the history's size. Here each result is
-    split and indexed once into one growing index (while the history holds at most
-    ``EARLIER_RESULTS`` of them; past that each index is built over the latest ones, as
-    ``earlier_results`` builds it). An index it returns shares that growing line map, so it
-    is valid until the next position's index is built: ``_ingest`` uses each at once.
+    A long first request brings many tool results at once; splitting the whole history again
+    for each of them is quadratic in the history's size. Here each result is split once, into
+    one growing list (while the history holds at most ``EARLIER_RESULTS`` of them; past that
+    each ``EarlierLines`` is built over the latest ones, as ``earlier_results`` builds it).
     """
 
     def __init__(self, messages: Sequence[Message]) -> None:
@@ -156,13 +165,15 @@ class EarlierResults:
         self._found: list[tuple[str, str]] = []
         self._ids: list[str] = []
         self._lines: list[tuple[str, ...]] = []
-        self._where: dict[str, list[tuple[int, int]]] = {}
+        self._sets: list[frozenset[str]] = []
         self._indexed = 0
 
     def _index_more(self) -> None:
         for tool_call_id, text in self._found[self._indexed :]:
             if tool_call_id and text:
-                index_lines(self._ids, self._lines, self._where, tool_call_id, text)
+                self._ids.append(tool_call_id)
+                self._lines.append(lines_of(text))
+                self._sets.append(line_set_of(text))
         self._indexed = len(self._found)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
@@ -178,7 +189,7 @@ class EarlierResults:
             if len(self._found) > EARLIER_RESULTS:
                 return EarlierLines.build(self._found[-EARLIER_RESULTS:])
             self._index_more()
-            return EarlierLines(tuple(self._ids), tuple(self._lines), self._where)
+            return EarlierLines(tuple(self._ids), tuple(self._lines), tuple(self._sets))
 
         return build
 
@@ -196,9 +207,12 @@ def stages_for(ctx: ContextConfig, stages: Sequence[Stage] = STAGES) -> tuple[St
 
 
 def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str, Any]:
-    """What the enabled stages need from the outside world, by stage name (pure)."""
+    """What the enabled stages need from the outside world, by stage name (pure); a per-turn
+    stage needs nothing on a step whose turn has its value already."""
     needs: dict[str, Any] = {}
     for stage in stages_for(inp.ctx, STAGES if stages is None else stages):
+        if stage.per_turn and stage.name in inp.kept:
+            continue
         if stage.plan is not None and (need := stage.plan(inp)) is not None:
             needs[stage.name] = need
     return needs
@@ -218,17 +232,22 @@ def assemble(
     """Run the enabled stages over the window, in order, and return the prompt to send.
 
     ``origin`` holds, for each message on its way through, the window index it came from
-    (None: a block a stage injected); each stage's marks are mapped through it.
+    (None: a block a stage injected); each stage's marks are mapped through it. Per-turn
+    stages read the value kept for the turn, or the one computed now (``phases``).
     """
     if answers is not None:
         inp = replace(inp, answers=answers)
+    enabled = stages_for(inp.ctx, STAGES if stages is None else stages)
+    turn, kept = turn_answers(enabled, inp, inp.answers)
+    if turn != inp.answers:
+        inp = replace(inp, answers=turn)
     messages = inp.window
     window = list(inp.window)
     origin: tuple[int | None, ...] = tuple(range(len(messages)))
     events: list[Event] = []
     evicted: list[int] = []
     trimmed: list[int] = []
-    for stage in stages_for(inp.ctx, STAGES if stages is None else stages):
+    for stage in enabled:
         result = stage.run(messages, inp)
         marks = result.marks
         events.extend(result.events)
@@ -257,4 +276,5 @@ def assemble(
         offer_read_tool=offer,
         tokens=inp.count(messages),
         injected=tuple(j for j, w in enumerate(origin) if w is None),
+        kept=kept,
     )

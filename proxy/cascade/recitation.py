@@ -2,9 +2,11 @@
 
 Models attend most to the end of a long prompt. When the latest summary has ``## Open Tasks``
 and/or ``## Next Step``, a ``<plan>…</plan>`` block holding them is appended to the last
-message of the upstream prompt, so the agent's goal sits where it is read. Its text derives
-from the summary alone, which changes only at a compaction, so it is byte-identical on every
-step of a turn; it moves with the tail, and everything before the tail stays a stable prefix.
+message of the upstream prompt, so the agent's goal sits where it is read. It is a per-turn
+stage (``phases.py``): the block is made from the summary at the turn's first step and kept
+with the turn, so it is byte-identical on every step of the turn even when a compaction
+replaces the summary mid-turn; the next user message recites the new plan. It moves with
+the tail, and everything before the tail stays a stable prefix.
 
 The block goes into the last message only when that is a user or tool message (never a
 system message, which some providers refuse at that position, nor an assistant prefill); a
@@ -50,12 +52,28 @@ def _with_plan(m: Message, block: str) -> Message:
 
 
 def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
-    """The stage: append the summary's plan to the last message when it is a user or tool
-    message; otherwise, or without a plan, pass the messages on unchanged."""
-    block = plan_block(step.summary)
-    if block is None or not messages or messages[-1].get("role") not in _TARGET_ROLES:
+    """The stage: append the turn's plan block (``step.answers["recitation"]``, which
+    ``plan_block`` made at the turn's first step) to the last message when it is a user or
+    tool message; otherwise, or without a plan, pass the messages on unchanged."""
+    block = step.answers.get("recitation")
+    if (
+        not isinstance(block, str)
+        or not block
+        or not messages
+        or messages[-1].get("role") not in _TARGET_ROLES
+    ):
         return StageResult(messages)
     return StageResult((*messages[:-1], _with_plan(messages[-1], block)))
 
 
-RECITATION = Stage("recitation", recite, enabled=lambda ctx: ctx.recitation.enabled)
+def _turn_plan(step: StepInput) -> str | None:
+    return plan_block(step.summary)
+
+
+RECITATION = Stage(
+    "recitation",
+    recite,
+    enabled=lambda ctx: ctx.recitation.enabled,
+    per_turn=True,
+    answer=_turn_plan,
+)

@@ -10,6 +10,16 @@ shell collects every stage's need (``pipeline.plan_step``), fulfils them in one 
 (``services/needs.py``), and passes the answers back in ``StepInput.answers`` under the
 stage's name, the way httpx's ``Auth.auth_flow`` yields a request and is sent the response.
 The stage itself never waits for anything.
+
+Two phases. A per-step stage runs on every request. A per-turn stage (``per_turn=True``:
+recitation, memory injection, retrieval) computes its value once per turn, when a new user
+message arrives, and every later step of that turn (the agent's tool loop) reuses that value
+byte for byte, so the block it places never changes the prompt prefix mid-turn. Its value is
+its answer: what its fulfiller fetched for its plan, or what its pure ``answer(step)``
+computed (a stage that needs no I/O). ``pipeline.assemble`` hands the stage the value kept
+for the turn (``StepInput.kept``) instead of asking again, and returns the values it
+computed (``Assembled.kept``) for the shell to store with the turn. A value must be JSON
+(str, number, bool, None, lists and objects of them): it is stored as JSON text.
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ __all__ = ["StepInput", "Stage", "StageFn", "Planner", "always"]
 class StepInput:
     """Everything a step's stages read: the window, the summary, the budget and the config.
 
-    ``answers`` holds what the shell fetched for the stages' plans, keyed by stage name.
+    ``answers`` holds what the shell fetched for the stages' plans, keyed by stage name;
+    ``kept`` the values of the per-turn stages kept for this step's turn (empty at a new
+    turn: the per-turn stages then run and their values are kept).
     """
 
     window: tuple[Message, ...]
@@ -40,6 +52,7 @@ class StepInput:
     unspillable: frozenset[str] = frozenset()
     ratio: float = 1.0
     answers: Mapping[str, Any] = field(default_factory=dict)
+    kept: Mapping[str, Any] = field(default_factory=dict)
 
 
 class StageFn(Protocol):
@@ -57,9 +70,16 @@ def always(ctx: ContextConfig) -> bool:
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One entry of the stage tuple: its name (the key of its answer), its pure function,
-    when the config runs it, and, for a stage that needs I/O, its pure plan."""
+    when the config runs it, and, for a stage that needs I/O, its pure plan.
+
+    ``per_turn`` makes it a per-turn stage (module docstring): its answer is computed at the
+    turn's first step and reused on the others. ``answer`` computes that value purely, for
+    a per-turn stage without a plan; ``run`` then reads it from ``step.answers[name]`` as
+    an I/O stage reads its fulfilled answer."""
 
     name: str
     run: StageFn
     enabled: Callable[[ContextConfig], bool] = always
     plan: Planner | None = None
+    per_turn: bool = False
+    answer: Callable[[StepInput], Any] | None = None

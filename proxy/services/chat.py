@@ -1,21 +1,26 @@
 """ChatService: the only place a chat request's steps are sequenced.
 
-1. take the session's place in this replica's queue and a connection: a ``Turn``
-   (``turn.py``) that owns both until the reply is stored;
-2. reconcile the resent history, ingest new messages, load the window (``history.py``);
+1. take the session's place in this replica's queue: a ``Turn`` (``turn.py``) that owns it,
+   and the session's lease, until the reply is stored;
+2. reconcile the resent history, ingest new messages, load the window (``history.py``); its
+   first statement takes the lease, and while another replica's request (or a session API
+   operation) holds it the turn gives its connection back and tries again shortly;
 3. compact when the window is under pressure (``cascade.pressure`` decides);
 4. plan the stages' needs, fulfil them, and assemble the prompt (pure, ``cascade.pipeline``);
    persist its marks (placeholders, trims) and events;
-5. call upstream and relay the answer (``forward.py``), which ends the turn.
+5. give the connection back, call upstream and relay the answer (``forward.py``), which
+   ends the turn: no connection is held while the provider answers.
 
 Budget accounting is ``budget.py``; the ``/compact`` command's answer is ``command.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,11 +35,12 @@ from proxy.cascade.pipeline import (
     assemble,
     is_compact_command,
     plan_step,
+    turn_start,
 )
 from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import ContextLengthExceeded, Event, Message
-from proxy.config import Config
+from proxy.config import Config, ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
@@ -51,6 +57,7 @@ from proxy.services.history import (
     step_write,
     store_unstored,
 )
+from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
@@ -58,7 +65,8 @@ from proxy.services.turn import ChatContext, Route, Step, Turn
 from proxy.session_id import SessionKey
 from proxy.settings import Settings
 from proxy.store import messages as msgs, sessions
-from proxy.store.db import acquire, unavailable_when_lost
+from proxy.store.db import unavailable_when_lost
+from proxy.store.leases import SessionBusy, poll_delays
 from proxy.upstream import Upstream
 
 __all__ = ["ChatService", "ChatContext", "Route", "route", "reserved_output"]
@@ -78,6 +86,31 @@ def route(cfg: Config, body: Mapping[str, Any]) -> Route:
     )
 
 
+def _turn_key(messages: Sequence[Message], hashes: Sequence[str], ctx: ContextConfig) -> str:
+    """The name of the request's turn (``cascade.phases``): the chain hash of the message
+    that began it, which covers the history before it; "" before any user message."""
+    start = turn_start(messages, ctx.observations.user_prefixes)
+    return "" if start is None else hashes[start]
+
+
+def _kept(session: Mapping[str, Any], turn_key: str) -> Mapping[str, Any]:
+    """The per-turn values the session keeps for this turn; none when it kept another turn's
+    (or a text this version cannot read: the turn's stages then run again)."""
+    text = session.get("turn_blocks")
+    if session.get("turn_key") != turn_key or not isinstance(text, str):
+        return {}
+    try:
+        kept = json.loads(text)
+    except ValueError:
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _kept_text(kept: Mapping[str, Any]) -> str:
+    """The turn's values as the JSON text ``_kept`` reads (ASCII: no NUL reaches the row)."""
+    return json.dumps(kept, ensure_ascii=True, separators=(",", ":"))
+
+
 class ChatService:
     def __init__(
         self,
@@ -88,8 +121,10 @@ class ChatService:
         cost: Callable[[Message], int],
         settings: Settings,
         summarizer: DurableSummarizer,
+        leases: Leases,
     ) -> None:
         self.summarizer = summarizer
+        self.leases = leases
         self.pool = pool
         self.upstream = upstream
         self.bus = bus
@@ -114,17 +149,19 @@ class ChatService:
         if ctx.derived:  # a guessed session never queues: a busy one sends it to a lane
             key, ctx = self._lane(key, ctx, hashes)
         await self.locks.acquire(key)  # this session's earlier requests go first
-        try:
-            conn = await acquire(self.pool, self.settings.pool_timeout_seconds)
-        except BaseException:
-            self.locks.release(key)
-            raise
-        turn = Turn(key, conn, pool=self.pool, locks=self.locks, chains=self.chains, bus=self.bus)
+        turn = Turn(
+            key,
+            pool=self.pool,
+            locks=self.locks,
+            leases=self.leases,
+            chains=self.chains,
+            bus=self.bus,
+            acquire_timeout=self.settings.pool_timeout_seconds,
+        )
         with unavailable_when_lost():  # a connection lost before the answer: a 503
             try:
-                turn.step = step = await self._prepare(
-                    turn, cfg, rt, body, ctx, hashes, self.chains.head(key)
-                )
+                turn.step = step = await self._begin(turn, cfg, rt, body, ctx, hashes)
+                await turn.park()  # the lease keeps the session; no connection while waiting
             except BaseException:
                 self.chains.set_head(key, None)
                 await turn.abort()
@@ -135,6 +172,29 @@ class ChatService:
             if step.stream:
                 return await self.forward.stream(turn)
             return await self.forward.nonstream(turn)
+
+    async def _begin(
+        self,
+        turn: Turn,
+        cfg: Config,
+        rt: Route,
+        body: dict[str, Any],
+        ctx: ChatContext,
+        hashes: list[str],
+    ) -> Step:
+        """Prepare the step, waiting for the session's lease while another holds it: the
+        connection goes back to the pool between tries (``leases.poll_delays``)."""
+        delays = poll_delays()
+        while True:
+            await turn.connect()
+            try:
+                return await self._prepare(
+                    turn, cfg, rt, body, ctx, hashes, self.chains.head(turn.key)
+                )
+            except SessionBusy:
+                self.chains.set_head(turn.key, None)  # another replica moves the head
+                await turn.park()
+                await asyncio.sleep(next(delays))
 
     def _lane(
         self, key: SessionKey, ctx: ChatContext, hashes: list[str]
@@ -171,17 +231,21 @@ class ChatService:
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
             guess=guess,
             hold_new=True,
+            owner=turn.owner,
+            ttl=turn.ttl,
         )
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
             state = await store_unstored(conn, key, state)
-            command = await self.summarizer.compact_now(self._job(cfg, rt, ctx, "command"), conn)
+            command = await self._compact_now(turn, self._job(cfg, rt, ctx, "command"))
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
-            state = await load_window(conn, key, state, count)
+            state = await load_window(turn.conn, key, state, count)
         else:
-            state = await self._maybe_compact(conn, cfg, rt, body, ctx, state, count, fixed)
+            state = await self._maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
+        conn = turn.conn  # a compaction gave the connection back while the fast model ran
+        turn_key = _turn_key(body["messages"], hashes, rt.ctx)
         inp = StepInput(
             window=state.window,
             system_count=state.system_count,
@@ -191,6 +255,7 @@ class ChatService:
             ctx=rt.ctx,
             unspillable=state.redacted_ids,
             ratio=state.session["calibration"],
+            kept=_kept(state.session, turn_key),
         )
         try:
             answers = await fulfil(plan_step(inp), conn=conn, key=key)
@@ -216,6 +281,7 @@ class ChatService:
             command,
             reclaimed=reclaimed,
             overhead=tools + (schema if assembled.offer_read_tool else 0),
+            turn=None if assembled.kept is None else (turn_key, _kept_text(assembled.kept)),
         )
 
     def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
@@ -229,9 +295,18 @@ class ChatService:
             trigger=trigger,
         )
 
+    async def _compact_now(self, turn: Turn, job: Any) -> CompactionResult | None:
+        """``compact_now`` holding no connection while it waits and the fast model answers;
+        the session stays the turn's by its lease."""
+        await turn.park()
+        try:
+            return await self.summarizer.compact_now(job)
+        finally:
+            await turn.connect()
+
     async def _maybe_compact(
         self,
-        conn: Any,
+        turn: Turn,
         cfg: Config,
         rt: Route,
         body: Mapping[str, Any],
@@ -249,19 +324,23 @@ class ChatService:
             return state
         key = ctx.key
         # a compaction reads the store: what a new session holds back goes in first
-        state = await store_unstored(conn, key, state)
+        state = await store_unstored(turn.conn, key, state)
         if need.wait_first:
-            await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
-            state = await load_window(conn, key, state, count)
+            await turn.park()
+            try:
+                await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
+            finally:
+                await turn.connect()
+            state = await load_window(turn.conn, key, state, count)
             need = compaction_need(budgets.pressure(state, rt, body, fixed), s, waited=True)
             if need is not None:
-                await self.summarizer.compact_now(self._job(cfg, rt, ctx, need.trigger), conn)
-                state = await load_window(conn, key, state, count)
+                await self._compact_now(turn, self._job(cfg, rt, ctx, need.trigger))
+                state = await load_window(turn.conn, key, state, count)
         elif s.background:
             self.summarizer.start_background(self._job(cfg, rt, ctx, need.trigger))
         else:
-            await self.summarizer.compact_now(self._job(cfg, rt, ctx, need.trigger), conn)
-            state = await load_window(conn, key, state, count)
+            await self._compact_now(turn, self._job(cfg, rt, ctx, need.trigger))
+            state = await load_window(turn.conn, key, state, count)
         return state
 
     async def _handoff(

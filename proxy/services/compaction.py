@@ -1,9 +1,13 @@
 """DurableSummarizer: fold old history into a versioned, structured briefing.
 
 - Soft threshold: a background task per session (deduplicated in-process by a task map and
-  across replicas by a try-advisory-lock); the request that crossed it is not delayed.
+  across replicas by a claim on the session row, ``store.leases.claim_compaction``); the
+  request that crossed it is not delayed.
 - Hard threshold, overflow, ``/compact`` and the API: synchronous — wait for the compaction in
-  flight (blocking on the same advisory lock), then compact again if still needed.
+  flight (polling the same claim), then compact again if still needed.
+- The claim is taken and released by short statements and renewed by the replica
+  (``services/leases.py``) while the fast model answers; a connection is borrowed only for
+  the statements before the call and after it, none is held while the fast model thinks.
 - The fast model is called through the same provider machinery; its input is pre-truncated to
   its own window; failures are retried (at most ``summarize.maxAttempts`` ≤ 3) and then
   reported as ``context.compaction.failed`` with the previous state left intact.
@@ -23,7 +27,8 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,18 +53,25 @@ from proxy.cascade.types import (
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
 from proxy.observe import note_compaction_event, note_usage
+from proxy.services.interrupted import Closer
+from proxy.services.leases import Leases
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.services.promotion import promote
-from proxy.store import events, messages as msgs, nul, sessions, summaries
-from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
+from proxy.store import leases as claims, messages as msgs, sessions, summaries
+from proxy.store.db import (
+    Connection,
+    DatabaseUnavailable,
+    Lent,
+    PoolExhausted,
+    borrowed,
+    unavailable_when_lost,
+)
 from proxy.upstream import Upstream
 
 __all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
 _SUMMARY_OUTPUT_TOKENS = 2000
-INTERRUPTED = "interrupted"
-"""The ``reason`` of the failed event that closes a compaction its process never ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +128,6 @@ def job_for(
     )
 
 
-def _lock_key(tenant: str, session_id: str) -> int:
-    return sessions.session_lock_key(tenant, "compaction\x00" + session_id)
-
-
 class SummaryCallError(RuntimeError):
     """The fast model could not produce a usable briefing."""
 
@@ -133,13 +141,16 @@ class DurableSummarizer:
         bus: EventBus,
         count: TokenCounter,
         acquire_timeout: float = 10.0,
+        leases: Leases | None = None,
     ) -> None:
         self.pool = pool
+        self.leases = leases or Leases(pool, ttl=msgs.LEASE_TTL, acquire_timeout=acquire_timeout)
         self.acquire_timeout = acquire_timeout
         self.upstream = upstream
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
+        self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
 
     # -- entry points ------------------------------------------------------------------
 
@@ -166,43 +177,32 @@ class DurableSummarizer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
-    async def compact_now(self, job: CompactionJob, conn: Any = None) -> CompactionResult | None:
+    async def compact_now(self, job: CompactionJob) -> CompactionResult | None:
         """Synchronous: wait for whatever is in flight (here or on another replica), then run.
 
-        A chat request passes the connection it holds: taking a second one from the pool
-        could wait for ever once every connection is held by a request doing the same.
+        The caller holds no connection while it waits: a chat request gives its own back
+        first (it keeps its session by its lease).
         """
         await self.wait_inflight(job.tenant, job.session_id)
-        if conn is not None:
-            return await self._run_on(conn, job, wait=True)
-        async with borrowed(self.pool, self.acquire_timeout) as own:
-            return await self._run_on(own, job, wait=True)
+        return await self._run(job, wait=True)
 
     async def close_interrupted(self) -> int:
-        """At start-up: close every compaction no process is running any more (see
-        ``_close_interrupted``); returns how many. A session whose compaction lock is held
-        is skipped: a compaction runs there, on another replica. A database that is not
-        there now leaves them to the next start or the session's next compaction."""
-        closed = 0
-        try:
-            async with borrowed(self.pool, self.acquire_timeout) as conn:
-                for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
-                    conn
-                ):
-                    key = _lock_key(tenant, session_id)
-                    if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
-                        continue
-                    try:
-                        closed += await self._close_interrupted(conn, tenant, session_id)
-                    finally:
-                        await conn.execute("SELECT pg_advisory_unlock($1)", key)
-        except (DatabaseUnavailable, PoolExhausted) as exc:
-            log.warning("interrupted compactions not closed at start-up: %s", exc)
-        if closed:
-            log.warning("closed %d compaction(s) interrupted by a stop", closed)
-        return closed
+        """At start-up: close every compaction no process is running any more
+        (``interrupted.Closer.at_start``); returns how many closed now."""
+        return await self._closer.at_start()
+
+    async def _claim(self, conn: Any, tenant: str, session_id: str, owner: uuid.UUID) -> bool:
+        return await claims.claim_compaction(
+            conn, tenant=tenant, session_id=session_id, owner=owner, ttl=self.leases.ttl
+        )
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Connection]:
+        async with borrowed(self.pool, self.acquire_timeout) as conn:
+            yield conn
 
     async def aclose(self) -> None:
+        await self._closer.aclose()
         for task in list(self._tasks.values()):
             task.cancel()
         for task in list(self._tasks.values()):
@@ -215,9 +215,8 @@ class DurableSummarizer:
         """A background compaction: skipped when no connection comes free in time (the next
         request over the soft threshold starts another)."""
         try:
-            async with borrowed(self.pool, self.acquire_timeout) as conn:
-                return await self._run_on(conn, job, wait=False)
-        except PoolExhausted as exc:  # only the wait raises it: _run_on has its connection
+            return await self._run(job, wait=False)
+        except PoolExhausted as exc:
             log.warning("background compaction of session %s skipped: %s", job.session_id, exc)
             return None
         except DatabaseUnavailable as exc:  # its failure cannot be stored either
@@ -229,47 +228,35 @@ class DurableSummarizer:
             )
             return None
 
-    async def _run_on(
-        self, conn: Any, job: CompactionJob, *, wait: bool
-    ) -> CompactionResult | None:
-        key = _lock_key(job.tenant, job.session_id)
-        if wait:
-            await conn.execute("SELECT pg_advisory_lock($1)", key)
-        elif not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
-            return None  # another replica is on it
+    async def _run(self, job: CompactionJob, *, wait: bool) -> CompactionResult | None:
+        """Claim the session's compaction (waiting for the one in flight with ``wait``, else
+        giving up to it), compact, release the claim."""
+        owner = uuid.uuid4()
+        delays = claims.poll_delays()
+        while True:
+            async with self._conn() as conn:
+                if await self._claim(conn, job.tenant, job.session_id, owner):
+                    break
+                if not wait:
+                    return None  # another replica is on it
+                if (
+                    await sessions.fetchrow_session(
+                        conn, tenant=job.tenant, session_id=job.session_id
+                    )
+                    is None
+                ):
+                    return None
+            await asyncio.sleep(next(delays))
+        self.leases.claim(job.tenant, job.session_id, owner)
         try:
-            return await self._compact(conn, job)
+            return await self._compact(job)
         finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", key)
-
-    async def _close_interrupted(self, conn: Any, tenant: str, session_id: str) -> int:
-        """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
-        compaction of the session that has no partner. The caller holds the session's
-        compaction lock, so none of them is running: its process stopped, or lost its
-        database connection, between the two events. The event carries the started one's
-        fields (``started_id`` names it) and what a failure leaves: the state before it.
-        What the interrupted run took (attempts, duration) is unknown: null."""
-        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant, session_id=session_id)
-        for row in rows:
-            started = nul.decode_json(row["data"])
-            failed = {
-                "trigger": started.get("trigger"),
-                "reason": INTERRUPTED,
-                "error": "interrupted: the process running it stopped before it ended",
-                "attempts": None,
-                "duration_ms": None,
-                "started_id": row["id"],
-                "from_pos": started.get("from_pos"),
-                "to_pos": started.get("to_pos"),
-                "tokens_before": started.get("tokens_before"),
-                "tokens_after": started.get("tokens_before"),
-                "summary_version": started.get("summary_version"),
-            }
-            await self.bus.publish(
-                conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
-            )
-            note_compaction_event(COMPACTION_FAILED, failed)
-        return len(rows)
+            self.leases.unclaim(job.tenant, job.session_id, owner)
+            with contextlib.suppress(DatabaseUnavailable, PoolExhausted):  # it expires
+                async with self._conn() as conn:
+                    await claims.release_compaction(
+                        conn, tenant=job.tenant, session_id=job.session_id, owner=owner
+                    )
 
     async def _publish(
         self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
@@ -283,11 +270,19 @@ class DurableSummarizer:
         )
         note_compaction_event(name, data)  # the metrics' count of its result
 
-    async def _compact(self, conn: Any, job: CompactionJob) -> CompactionResult | None:
+    async def _compact(self, job: CompactionJob) -> CompactionResult | None:
+        """Read and plan, call the fast model, write: a connection borrowed for the first
+        and the last part only."""
+        with unavailable_when_lost():
+            async with Lent(self.pool, self.acquire_timeout) as lent:
+                return await self._fold(lent, job)
+
+    async def _fold(self, lent: Lent, job: CompactionJob) -> CompactionResult | None:
+        conn = await lent.take()
         row = await sessions.fetchrow_session(conn, tenant=job.tenant, session_id=job.session_id)
         if row is None:
             return None
-        await self._close_interrupted(conn, job.tenant, job.session_id)
+        await self._closer.close_session(conn, job.tenant, job.session_id)
         latest = await summaries.fetchrow_latest(conn, tenant=job.tenant, session_id=job.session_id)
         boundary = latest["boundary"] if latest else 0
         previous = latest["content"] if latest else None
@@ -331,9 +326,11 @@ class DurableSummarizer:
                 "summary_version": latest["version"] if latest else None,
             },
         )
+        await lent.give_back()  # none held while the fast model answers
         try:
             content = await self._summarise(job, plan)
         except SummaryCallError as exc:
+            conn = await lent.take()
             await self._publish(
                 conn,
                 job,
@@ -349,6 +346,7 @@ class DurableSummarizer:
                 },
             )
             return CompactionResult(None, boundary, 0, before, before, str(exc), failed=True)
+        conn = await lent.take()
         ledger = apply_ledger(content, plan.span, cap=job.cfg.ledger_cap)
         content = ledger.summary
         version = await summaries.insert_summary(

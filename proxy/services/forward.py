@@ -99,16 +99,17 @@ class Forwarder:
     ) -> list[Message]:
         step = turn.prepared
         internal, _ = split_calls(reply)
-        answers = [
-            await answer_call(
-                turn.conn,
-                tenant=step.ctx.tenant,
-                session_id=step.ctx.session_id,
-                call=c,
-                max_chars=step.route.ctx.tool_output.max_chars,
-            )
-            for c in internal
-        ]
+        async with turn.connection() as conn:  # for these reads only, not the next call
+            answers = [
+                await answer_call(
+                    conn,
+                    tenant=step.ctx.tenant,
+                    session_id=step.ctx.session_id,
+                    call=c,
+                    max_chars=step.route.ctx.tool_output.max_chars,
+                )
+                for c in internal
+            ]
         return [*messages, dict(reply), *answers]
 
     # -- non-streaming -------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """Reconcile a client's resent history with the stored one, ingest new messages, load the window.
 
-Runs on the request's connection and takes the session's advisory lock in its first
-statement. The common case (this replica served the session's last request, and the client
+Runs on the request's connection and takes the session's lease in its first statement
+(``store.leases``; a lease another request holds raises ``SessionBusy`` having written
+nothing). The common case (this replica served the session's last request, and the client
 resent that history plus new messages) is that one statement: it also stores the new
 messages, their spilled raw outputs and events, moves the head, and reads the window's older
-rows. Otherwise the first statement only locks and reads the session, and a second one
-appends (after a divergence lookup when the history was edited).
+rows. Otherwise the first statement only takes the lease and reads the session, and a
+second one appends (after a divergence lookup when the history was edited).
 
 A new session whose first request brings a long history (a resumed or forked conversation,
 a client that moved to the proxy mid-task) is the exception: nothing is stored for it yet,
@@ -20,6 +21,7 @@ client sent is kept either way.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -205,6 +207,8 @@ async def reconcile_and_load(
     stamp: Callable[[Sequence[Event]], EventRows],
     guess: tuple[int, str | None] | None = None,
     hold_new: bool = False,
+    owner: uuid.UUID | None = None,
+    ttl: float = msgs.LEASE_TTL,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
@@ -214,7 +218,7 @@ async def reconcile_and_load(
 
     ``guess`` is the stored head (length, chain hash) as this replica last left it. When
     the store still holds exactly that, the new messages are stored in the statement that
-    takes the lock (one round trip); otherwise the plan is made from what the store holds.
+    takes ``owner``'s lease (one round trip); otherwise the plan is made from what the store holds.
     The events this produces (``context.truncated`` per cut result, then one
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
     statement as the messages.
@@ -237,6 +241,8 @@ async def reconcile_and_load(
         raw=pending.raw if pending else (),
         system_count=system_count,
         events=stamp(pending.events) if pending else ((), ()),
+        owner=owner,
+        ttl=ttl,
     )
     row = begun.session
     content = row["summary_content"]

@@ -3,7 +3,9 @@
 ``pipeline.plan_step`` returns each enabled stage's need (a small frozen value, keyed by stage
 name); ``fulfil`` runs the fulfiller registered for that need's type on the request's
 connection and returns the answers, which ``pipeline.assemble`` hands back to the stages in
-``StepInput.answers``. A stage that needs I/O adds one entry to ``FULFILLERS``.
+``StepInput.answers``. A stage that needs I/O adds one entry to ``FULFILLERS``. A per-turn
+stage's need is planned only at its turn's first step; its answer is then kept with the
+turn (``Assembled.kept``, stored by ``store.messages.record_step``) and reused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from proxy.cascade.memory_block import MemoryNeed, render_memory
+from proxy.cascade.retrieval import RetrievalNeed
+from proxy.services.retrieval import related_messages
 from proxy.session_id import SessionKey
 from proxy.store import memory
 
@@ -23,17 +27,15 @@ Fulfiller = Callable[[Any, Any, SessionKey], Awaitable[Any]]
 
 
 async def memory_block(need: MemoryNeed, conn: Any, key: SessionKey) -> str | None:
-    """The turn's ``<memory>`` block (``store.memory.turn_block``)."""
-    return await memory.turn_block(
-        conn,
-        tenant=key.tenant,
-        session_id=key.session_id,
-        turn=need.turn,
-        render=lambda facts: render_memory(facts, max_tokens=need.max_tokens),
-    )
+    """The ``<memory>`` block of the session's facts (asked for at a turn's first step; the
+    turn keeps it, ``cascade.phases``)."""
+    facts = await memory.session_facts(conn, tenant=key.tenant, session_id=key.session_id)
+    return render_memory(facts, max_tokens=need.max_tokens)
 
 
-FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType({MemoryNeed: memory_block})
+FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType(
+    {MemoryNeed: memory_block, RetrievalNeed: related_messages}
+)
 """Fulfillers by the type of the need they answer."""
 
 

@@ -1,12 +1,12 @@
-"""One replica's queue per session, in front of the connection pool.
+"""One replica's queue per session, in front of the session's lease.
 
-A session's requests are serialised by an advisory lock that lives on the connection of the
-request holding it (``cascade_begin_step`` takes it, ``record_step`` releases it). Without a
-queue here, every request that arrives while its session is busy takes a pooled connection
-only to block on that lock: a client that sends 20 requests on one session at once holds 20
-connections, and other sessions wait for the pool (DESIGN §4: different sessions never wait
-on each other). With it, they wait here, first come first served, holding nothing, and only
-the request at the head of each session's queue takes a connection. The advisory lock still
+A session's requests are serialised by a lease on its row (migration 0015; the step's first
+statement, ``cascade_begin_step_v2``, takes it, ``record_step`` releases it), which every
+replica names by its own owner id (``services/leases.py``). Within a replica the requests on
+one session wait here, first come first served, holding nothing, and only the request at
+the head of each session's queue goes to the database for the lease: without the queue, a
+client that sends 20 requests on one session at once would have 20 requests polling one
+lease in no order (DESIGN §4: different sessions never wait on each other). The lease
 serialises a session across replicas and against the session API's operations.
 
 A derived session (``auto-…``, no id from the client) is a guess, and a guess never makes a

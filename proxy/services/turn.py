@@ -1,26 +1,32 @@
 """A Turn: one request's hold on its session, from its place in the queue to the stored reply.
 
 It owns, for that request, the session's place in this replica's queue (``SessionLocks``),
-the pooled connection whose first statement took the session's advisory lock, and the step
-prepared on it. Exactly one of two things ends it, once, whoever calls first:
+the session's lease (``services/leases.py``: taken by the step's first statement, renewed by
+the replica while the turn lasts), the step prepared, and a pooled connection only while the
+step runs statements: ``connect`` before the step's first statement, ``park`` once the step
+is prepared, so that no connection is held while the provider answers; ``connection()`` lends
+one for a statement between (a ``read_tool_output`` page), and the last statement borrows
+one. Exactly one of two things ends it, once, whoever calls first:
 
-- ``finish(reply, prompt_tokens)`` stores the reply, the provider's real prompt size and
-  ``context.usage`` in one statement that also releases the advisory lock;
-- ``abort()`` stores nothing (a refused or failed call): the pool's reset releases the
-  advisory lock (``store.db._reset``), so the next request never finds it held.
+- ``finish(reply, prompt_tokens)`` stores the reply, the provider's real prompt size,
+  ``context.usage`` and the per-turn values the step computed (``Step.turn``) in one
+  statement that also releases the lease;
+- ``abort()`` stores nothing (a refused or failed call) and releases the lease in a
+  statement of its own; if that fails (the database away) the lease expires by itself, and
+  this replica's next request on the session takes it back at once.
 
-Either way the connection goes back to the pool and the next queued request goes. The
-Forwarder, the ``/compact`` answer and the response's background task all end the turn
-through these two calls, so a second call (a background task after a stream's own finish)
-does nothing.
+Either way the next queued request goes. The Forwarder, the ``/compact`` answer and the
+response's background task all end the turn through these two calls, so a second call (a
+background task after a stream's own finish) does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -34,10 +40,14 @@ from proxy.observe import note_occupancy
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
+from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs, sessions
-from proxy.store.db import mark_unlocked
+from proxy.store import leases as lease_rows, messages as msgs
+from proxy.store.db import Connection, acquire
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
 
 __all__ = ["ChatContext", "Route", "Step", "Turn"]
 
@@ -80,55 +90,121 @@ class Step:
     command: CompactionResult | None = None
     reclaimed: int = 0  # tokens this step's eviction reclaimed
     overhead: int = 0  # estimated tokens of the tools sent beside the messages
+    turn: tuple[str, str] | None = None  # the turn's key and per-turn values to keep (JSON)
 
 
 class Turn:
-    """One request's session: its queue place, connection and step (module docstring)."""
+    """One request's session: its queue place, lease, connection and step (module
+    docstring). Made once the request heads its session's queue here."""
 
     def __init__(
         self,
         key: SessionKey,
-        conn: Any,
         *,
         pool: asyncpg.Pool,
         locks: SessionLocks,
+        leases: Leases,
         chains: ChainCache,
         bus: EventBus,
+        acquire_timeout: float,
     ) -> None:
         self.key = key
-        self.conn = conn
         self.step: Step | None = None
+        self._conn: PoolConnectionProxy | None = None
         self._pool = pool
         self._locks = locks
+        self._leases = leases
         self._chains = chains
         self._bus = bus
+        self._timeout = acquire_timeout
         self._done = False
+        self._began = False  # a statement ran that may have taken the lease
+        leases.hold(key)
+
+    @property
+    def owner(self) -> Any:
+        """The lease's owner this turn's statements name (the replica's)."""
+        return self._leases.owner
+
+    @property
+    def ttl(self) -> float:
+        return self._leases.ttl
+
+    @property
+    def conn(self) -> PoolConnectionProxy:
+        """The connection the step's statements run on, between ``connect`` and ``park``."""
+        assert self._conn is not None, "the turn is connected while its step is prepared"
+        return self._conn
 
     @property
     def prepared(self) -> Step:
         assert self.step is not None, "the turn's step is prepared before it is forwarded"
         return self.step
 
+    async def connect(self) -> None:
+        """Take a pooled connection for the step's statements (``db.acquire``: at most the
+        pool's wait, then ``PoolExhausted``)."""
+        if self._conn is None:
+            self._conn = await acquire(self._pool, self._timeout)
+            self._began = True
+
+    async def park(self) -> None:
+        """Give the connection back: the session stays this turn's by its lease."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._pool.release(conn)  # asyncpg shields it from cancellation
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[PoolConnectionProxy]:
+        """The turn's connection if it holds one, else one borrowed for the block."""
+        if self._conn is not None:
+            yield self._conn
+            return
+        conn = await acquire(self._pool, self._timeout)
+        try:
+            yield conn
+        finally:
+            await self._pool.release(conn)
+
     async def abort(self) -> None:
-        """End the turn storing nothing (idempotent)."""
+        """End the turn storing nothing, and free the lease (idempotent)."""
         if self._done:
             return
         self._done = True
-        await self._release()
+        if not self._began:  # no connection was ever had: no lease was taken
+            await self._release()
+            return
+        try:
+            async with self.connection() as conn:
+                await lease_rows.release_lease(
+                    conn, tenant=self.key.tenant, session_id=self.key.session_id, owner=self.owner
+                )
+        except Exception as exc:  # it expires by itself (module docstring)
+            log.warning("could not release the lease of session %s: %s", self.key.session_id, exc)
+        finally:
+            await self._release()
 
     async def finish(self, reply: Mapping[str, Any] | None, prompt_tokens: int | None) -> None:
         """Store the reply, the real prompt size and ``context.usage``; end the turn.
 
         One statement after the answer (reply + head + usage + events, the events table's
-        trigger NOTIFYs them, and the session lock's release), so returning the connection
-        to the pool costs no round trip. Idempotent: only the first call stores.
+        trigger NOTIFYs them, and the lease's release), on a connection borrowed for it.
+        Idempotent: only the first call stores.
         """
         if self._done:
             return
         self._done = True
         try:
             if self.step is not None:
-                await self._record(self.step, reply, prompt_tokens)
+                async with self.connection() as conn:
+                    stored = await self._record(conn, self.step, reply, prompt_tokens)
+                if not stored:
+                    self._chains.set_head(self.key, None)
+                    log.warning(
+                        "the lease of session %s expired under its request; its reply was "
+                        "not stored",
+                        self.key.session_id,
+                    )
         except Exception:
             self._chains.set_head(self.key, None)
             log.exception("could not record the reply of session %s", self.key.session_id)
@@ -136,8 +212,12 @@ class Turn:
             await self._release()
 
     async def _record(
-        self, step: Step, reply: Mapping[str, Any] | None, prompt_tokens: int | None
-    ) -> None:
+        self,
+        conn: Connection,
+        step: Step,
+        reply: Mapping[str, Any] | None,
+        prompt_tokens: int | None,
+    ) -> bool:
         state, row = step.state, step.state.session
         estimate = step.assembled.tokens + step.overhead  # as the provider counts it
         ratio = row["calibration"]
@@ -191,8 +271,8 @@ class Turn:
             # Before the statement, not after it: the client may send its next request the
             # moment it has this reply, and that request reads the guess at once.
             self._chains.set_head(self.key, (stored.pos + 1, stored.hash))
-        if await msgs.record_step(
-            self.conn,
+        return await msgs.record_step(
+            conn,
             tenant=tenant,
             session_id=session_id,
             reply=stored,
@@ -200,13 +280,14 @@ class Turn:
             estimate=estimate,
             calibration=ratio,
             events=persisted,
-            unlock=sessions.session_lock_key(tenant, session_id),
-        ):
-            mark_unlocked(self.conn)
+            owner=self.owner,
+            turn=step.turn,
+        )
 
     async def _release(self) -> None:
-        """Give the connection back, then the session's place in this replica's queue."""
+        """Give the connection back, stop renewing, then leave this replica's queue."""
         try:
-            await self._pool.release(self.conn)  # asyncpg shields it from cancellation
+            await self.park()
         finally:
+            self._leases.drop(self.key)
             self._locks.release(self.key)

@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -27,16 +27,18 @@ __all__ = [
     "MigrationError",
     "DatabaseUnavailable",
     "connect",
-    "mark_unlocked",
     "redact_dsn",
     "PoolExhausted",
     "acquire",
     "borrowed",
+    "Lent",
     "Connection",
     "Executor",
     "connection_lost",
     "GuardedConnection",
     "unavailable_when_lost",
+    "Pooler",
+    "pooler_kwargs",
 ]
 
 Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
@@ -166,9 +168,9 @@ class GuardedConnection(asyncpg.Connection):
 
 
 class PoolExhausted(RuntimeError):
-    """No pooled connection came free within the wait: every one is held by a request in
-    flight (a chat request holds one from its first statement until its reply is stored,
-    because the session's advisory lock lives on it)."""
+    """No pooled connection came free within the wait: every one is running statements for
+    other requests (a chat request holds one only while its step runs statements, never
+    while the provider answers)."""
 
 
 async def acquire(pool: asyncpg.Pool, timeout: float) -> PoolConnectionProxy:
@@ -196,6 +198,32 @@ async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConn
             yield conn
     finally:
         await pool.release(conn)
+
+
+class Lent:
+    """A pooled connection a block can give back and take again (each take waits as
+    :func:`acquire` does), given back at the block's end: for work that holds a connection
+    for its statements but not across a slow call between them (a compaction's fast model)."""
+
+    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
+        self._pool, self._timeout = pool, timeout
+        self._conn: PoolConnectionProxy | None = None
+
+    async def take(self) -> PoolConnectionProxy:
+        if self._conn is None:
+            self._conn = await acquire(self._pool, self._timeout)
+        return self._conn
+
+    async def give_back(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._pool.release(conn)
+
+    async def __aenter__(self) -> Lent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.give_back()
 
 
 _DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")
@@ -226,6 +254,26 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
         ) from None
 
 
+Pooler: TypeAlias = Literal["none", "transaction"]
+"""What stands between the proxy and PostgreSQL (``CASCADE_DB_POOLER``)."""
+
+
+def pooler_kwargs(pooler: Pooler) -> dict[str, Any]:
+    """The ``asyncpg.connect`` arguments a connection through ``pooler`` needs.
+
+    Behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``, RDS Proxy,
+    Supabase's pooler) consecutive transactions of one client connection run on whichever
+    server connection is free. asyncpg's statement cache prepares named statements on the
+    server and reuses them on later statements: the next server either lacks the statement
+    or already holds one of that name from another client. With the cache off asyncpg
+    prepares each statement unnamed, within the statement's own exchange. The rest of what
+    Cascade keeps per connection stays on the client: the JSON and vector codecs
+    (``_init_connection``) look their types up once per connection, and every server has the
+    same ones; its ``set_config`` calls are transaction-local.
+    """
+    return {"statement_cache_size": 0} if pooler == "transaction" else {}
+
+
 def _files(directory: Path) -> list[tuple[int, str, str]]:
     out = []
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
@@ -236,41 +284,45 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-async def run_migrations(dsn: str, directory: Path | None = None) -> list[str]:
+async def run_migrations(
+    dsn: str, directory: Path | None = None, **connect_kwargs: Any
+) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
     Runs on a bare connection (before the codec-registering pool exists, because the vector
-    type only exists after 0001) under an advisory lock so concurrent replicas serialise.
+    type only exists after 0001). Each migration's transaction first takes a
+    transaction-scoped advisory lock, so concurrent replicas serialise, and reads the ledger
+    after it: a replica that waited finds the migration applied and skips it. Nothing
+    outlives a transaction, so this works through a transaction-mode pooler too.
     """
-    conn = await connect(dsn)
+    conn = await connect(dsn, **connect_kwargs)  # pooler_kwargs: behind a pooler too
     applied: list[str] = []
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
-        try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
             await conn.execute(CREATE_LEDGER)
-            rows = await conn.fetch("SELECT version, name, checksum FROM schema_migrations")
-            done = {r["version"]: r for r in rows}
-            for version, name, text in _files(directory or MIGRATIONS_DIR):
-                checksum = hashlib.sha256(text.encode()).hexdigest()
-                if version in done:
-                    if done[version]["checksum"] != checksum:
+        for version, name, text in _files(directory or MIGRATIONS_DIR):
+            checksum = hashlib.sha256(text.encode()).hexdigest()
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+                done = await conn.fetchval(
+                    "SELECT checksum FROM schema_migrations WHERE version = $1", version
+                )
+                if done is not None:
+                    if done != checksum:
                         raise MigrationError(
                             f"migration {name} was changed after it was applied; "
                             "add a new migration instead of editing an old one"
                         )
                     continue
-                async with conn.transaction():
-                    await conn.execute(text)
-                    await conn.execute(
-                        "INSERT INTO schema_migrations(version, name, checksum)"
-                        " VALUES ($1, $2, $3)",
-                        version,
-                        name,
-                        checksum,
-                    )
-                applied.append(name)
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+                await conn.execute(text)
+                await conn.execute(
+                    "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
+                    version,
+                    name,
+                    checksum,
+                )
+            applied.append(name)
     finally:
         await conn.close()
     return applied
@@ -304,35 +356,15 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-_unlocked: set[int] = set()  # backend pids whose request released its own advisory lock
-
-
-def mark_unlocked(conn: Connection) -> None:
-    """Say that ``conn``'s holder released every advisory lock it took; its next return to
-    the pool then skips the unlock round trip (see ``_reset``)."""
-    _unlocked.add(conn.get_server_pid())
-
-
 async def _reset(conn: asyncpg.Connection) -> None:
-    """What a connection must lose before the pool hands it out again: advisory locks.
+    """What a connection must lose before the pool hands it out again: nothing.
 
-    asyncpg's default reset also runs CLOSE ALL, UNLISTEN * and RESET ALL, one more round
-    trip on every release; Cascade never opens cursors, LISTENs or SETs on pooled
-    connections (the event bus has its own), and the pool already rolls back a transaction
-    left open. A chat request releases its session lock in its last statement and says so
-    with ``mark_unlocked``, so the common release costs no round trip at all.
+    asyncpg's default reset runs CLOSE ALL, UNLISTEN * and RESET ALL (and releases advisory
+    locks), one more round trip on every release; Cascade never opens cursors, LISTENs, SETs
+    or takes session-level locks on pooled connections (the event bus has its own, a
+    session's requests are serialised by a lease on its row), and the pool already rolls
+    back a transaction left open.
     """
-    pid = conn.get_server_pid()
-    if pid in _unlocked:
-        _unlocked.discard(pid)
-        return
-    await conn.execute("SELECT pg_advisory_unlock_all()")
-
-
-async def _setup(conn: PoolConnectionProxy) -> None:
-    """On every acquire: forget a mark a previous holder left without reaching ``_reset``
-    (a connection that broke), so a mark never outlives the use that set it."""
-    _unlocked.discard(conn.get_server_pid())
 
 
 async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
@@ -340,6 +372,5 @@ async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
     kwargs.setdefault("min_size", 1)
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
-    kwargs.setdefault("setup", _setup)
     kwargs.setdefault("connection_class", GuardedConnection)
     return await asyncpg.create_pool(dsn, init=_init_connection, connect=connect, **kwargs)

@@ -23,7 +23,7 @@ __all__ = [
     "fetch_pending_suggestions",
     "fetch_suggestion",
     "answer_suggestion",
-    "turn_block",
+    "session_facts",
 ]
 
 FACT_COLUMNS = "id, scope, fact AS text, source_session, created_at"
@@ -146,43 +146,14 @@ async def answer_suggestion(
     return await conn.fetchval(ANSWER, tenant, suggestion_id, answer, list(facts)) is not None
 
 
-TURN_BLOCK = """
-WITH kept AS (
-    SELECT block FROM memory_blocks WHERE tenant = $1 AND session_id = $2 AND turn = $3
-)
-SELECT EXISTS (SELECT 1 FROM kept) AS kept,
-       EXISTS (SELECT 1 FROM memory_blocks WHERE tenant = $1 AND session_id = $2) AS has_row,
-       (SELECT block FROM kept) AS block,
-       CASE WHEN NOT EXISTS (SELECT 1 FROM kept) THEN ARRAY(
-           SELECT m.fact FROM memory m JOIN sessions s ON s.tenant = m.tenant
-           WHERE m.tenant = $1 AND s.id = $2 AND m.scope IN ('global', 'agent:' || s.agent)
-           ORDER BY m.id) END AS facts
-"""
-
-KEEP_BLOCK = """
-INSERT INTO memory_blocks (tenant, session_id, turn, block) VALUES ($1, $2, $3, $4)
-ON CONFLICT (tenant, session_id) DO UPDATE SET turn = $3, block = $4
+SESSION_FACTS = """
+SELECT m.fact FROM memory m JOIN sessions s ON s.tenant = m.tenant
+WHERE m.tenant = $1 AND s.id = $2 AND m.scope IN ('global', 'agent:' || s.agent)
+ORDER BY m.id
 """
 
 
-async def turn_block(
-    conn: Executor,
-    *,
-    tenant: str,
-    session_id: str,
-    turn: str,
-    render: Callable[[list[str]], str | None],
-) -> str | None:
-    """The ``<memory>`` block of the session's current turn: the one kept for it, or, at a
-    new turn, ``render`` of the agent's and global facts, kept for the turn's later steps.
-
-    One statement per step; a new turn with facts (or after facts) writes the block too. A
-    session that has never had a block and has no facts writes nothing: its later turns
-    read the facts again, which is what keeping a ``NULL`` block would have led to."""
-    row: Any = await conn.fetchrow(TURN_BLOCK, tenant, session_id, turn)  # one row, always
-    if row["kept"]:
-        return row["block"]  # type: ignore[no-any-return]
-    block = render(list(row["facts"] or ()))
-    if block is not None or row["has_row"]:
-        await conn.execute(KEEP_BLOCK, tenant, session_id, turn, block)
-    return block
+async def session_facts(conn: Executor, *, tenant: str, session_id: str) -> list[str]:
+    """The facts a session's prompt carries: its agent's scope and ``global``, oldest first,
+    in one statement (the session row names the agent)."""
+    return [row["fact"] for row in await conn.fetch(SESSION_FACTS, tenant, session_id)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -10,8 +11,8 @@ import asyncpg
 
 from proxy.store import raw_outputs
 from proxy.store.events import NOTIFY_CHANNEL, EventRows, event_columns, events_cte
+from proxy.store.leases import SessionBusy
 from proxy.store.nul import encode
-from proxy.store.sessions import session_lock_key
 
 if TYPE_CHECKING:
     from proxy.store.db import Executor
@@ -183,7 +184,9 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step(" + ", ".join(f"${i}" for i in range(1, 25)) + ")"
+BEGIN_STEP = "SELECT * FROM cascade_begin_step_v2(" + ", ".join(f"${i}" for i in range(1, 26)) + ")"
+LEASE_TTL = 15.0
+"""The lease's time to live when the caller names none (``Settings.lease_ttl_seconds``)."""
 
 
 async def begin_step(
@@ -200,15 +203,20 @@ async def begin_step(
     head_hash: str | None = None,
     system_count: int = 0,
     events: EventRows = ((), ()),
+    owner: uuid.UUID | None = None,
+    ttl: float = LEASE_TTL,
 ) -> Begun:
-    """Lock the session, create or read it (with its latest valid summary) and, when the
-    stored head is exactly ``guess`` (length, chain hash), also store ``rows`` with their
-    ``raw`` outputs and ``events``, move the head and read the window's older rows: the
-    whole pre-answer work in one round trip (migration 0003's ``cascade_begin_step``).
+    """Take the session's lease for ``owner``, create or read the session (with its latest
+    valid summary) and, when the stored head is exactly ``guess`` (length, chain hash),
+    store ``rows`` with their ``raw`` outputs and ``events``, move the head and read the
+    window's older rows: the whole pre-answer work in one round trip (migration 0015's
+    ``cascade_begin_step_v2``).
 
-    With ``guess`` None, or a wrong one, nothing is written but the session (when new or
-    its agent/model changed), ``window`` is None, and the caller appends with
-    ``append_and_fetch_window``. The lock stays held after this returns.
+    With ``guess`` None, or a wrong one, nothing is written but the session and its lease,
+    ``window`` is None, and the caller appends with ``append_and_fetch_window``. The lease
+    stays held for ``ttl`` seconds after this returns (the replica renews it), until
+    ``record_step`` or ``leases.release_lease`` frees it. Raises :class:`SessionBusy`,
+    having written nothing, when another owner holds it. ``owner`` None is a fresh one.
     """
     start, start_hash = guess if guess is not None else (None, None)
     records = await conn.fetch(
@@ -217,7 +225,7 @@ async def begin_step(
         session_id,
         agent,
         None if model is None else encode(model),
-        session_lock_key(tenant, session_id),
+        owner or uuid.uuid4(),
         start,
         start_hash,
         head_len,
@@ -226,8 +234,11 @@ async def begin_step(
         *_row_columns(rows),
         *_raw_columns(raw),
         *event_columns(events),
+        ttl,
     )
     session = records[0]["session"]
+    if session["busy"]:
+        raise SessionBusy(f"session {session_id} is held by another request")
     return Begun(session, records[1:] if session["appended"] else None)
 
 
@@ -488,18 +499,26 @@ async def write_step(conn: Executor, *, tenant: str, session_id: str, w: StepWri
 
 RECORD_STEP = (
     """
-WITH reply AS (
+WITH held AS (
+    SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2
+      AND ($12::uuid IS NULL OR lease_owner = $12::uuid)
+), reply AS (
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tokens, source)
-    SELECT $1, $2, $3, $4, 'assistant', $5::json, $6, 'upstream' WHERE $5::json IS NOT NULL
+    SELECT $1, $2, $3, $4, 'assistant', $5::json, $6, 'upstream'
+    WHERE $5::json IS NOT NULL AND EXISTS (SELECT FROM held)
 ), ev AS ("""
     + events_cte("$10", "$11")
     + """)
 UPDATE sessions SET
     head_len = CASE WHEN $5::json IS NULL THEN head_len ELSE $3 + 1 END,
     head_hash = CASE WHEN $5::json IS NULL THEN head_hash ELSE $4 END,
-    last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now()
-WHERE tenant = $1 AND id = $2
-RETURNING reclaimed_tokens, cascade_release_session($12)
+    last_prompt_tokens = $7, last_estimate = $8, calibration = $9, updated_at = now(),
+    turn_key = coalesce($13, turn_key),
+    turn_blocks = CASE WHEN $13::text IS NULL THEN turn_blocks ELSE $14 END,
+    lease_owner = CASE WHEN $12::uuid IS NULL THEN lease_owner END,
+    lease_expires = CASE WHEN $12::uuid IS NULL THEN lease_expires END
+WHERE tenant = $1 AND id = $2 AND ($12::uuid IS NULL OR lease_owner = $12::uuid)
+RETURNING reclaimed_tokens
 """
 )
 
@@ -514,15 +533,18 @@ async def record_step(
     estimate: int,
     calibration: float,
     events: EventRows = ((), ()),
-    unlock: int | None = None,
+    owner: uuid.UUID | None = None,
+    turn: tuple[str, str] | None = None,
 ) -> bool:
     """After the answer: append the relayed reply, record the real prompt size, persist the
-    step's events (the trigger NOTIFYs them) and release the session lock ``unlock``; one
-    round trip. Returns whether the lock was released here (False without ``unlock``).
+    step's events (the trigger NOTIFYs them), keep the per-turn stages' values ``turn``
+    (the turn's key and its values as JSON text; None leaves the kept ones) and release
+    ``owner``'s lease on the session; one round trip. Returns whether the step was stored.
 
-    The lock is handed on only when this statement commits (migration 0003's
-    ``cascade_release_session`` keeps a transaction-level hold until then), so the next
-    request on the session reads the committed step.
+    The lease is freed in the transaction that stores the step, so the next request on the
+    session, whose first statement waits for this row, reads the committed step. With
+    ``owner`` named, a lease it no longer holds (it expired and another request took it)
+    stores neither reply nor head: the step is not written under another's lease.
     """
     row = await conn.fetchrow(
         RECORD_STEP,
@@ -536,6 +558,7 @@ async def record_step(
         estimate,
         calibration,
         *event_columns(events),
-        unlock,
+        owner,
+        *(turn or (None, None)),
     )
-    return bool(row and row[1])
+    return row is not None

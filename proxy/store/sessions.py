@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hashlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from proxy.store.db import unavailable_when_lost
+from proxy.store.leases import free_for_update, poll_delays
 from proxy.store.nul import decode
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ __all__ = [
     "delete_session",
     "reset_session",
     "copy_session",
-    "session_lock_key",
     "set_handoff_above",
 ]
 
@@ -71,7 +71,6 @@ async def set_handoff_above(conn: Executor, *, tenant: str, session_id: str, abo
 
 
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
-LOCK_SESSION = "SELECT pg_advisory_xact_lock($1)"
 
 
 async def delete_session(conn: Executor, *, tenant: str, session_id: str) -> bool:
@@ -84,15 +83,25 @@ async def delete_session(conn: Executor, *, tenant: str, session_id: str) -> boo
 @contextlib.asynccontextmanager
 async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator[Connection]:
     """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
-    holding the session's lock: reset, delete and branch wait for a request in flight on the
-    session (it holds the lock until its reply is stored), so they never cut its step."""
-    async with contextlib.AsyncExitStack() as stack:
-        if isinstance(conn, asyncpg.Pool):
-            conn = await stack.enter_async_context(conn.acquire())
-        stack.enter_context(unavailable_when_lost())
-        await stack.enter_async_context(conn.transaction())
-        await conn.execute(LOCK_SESSION, session_lock_key(tenant, session_id))
-        yield conn
+    holding the session's row lock once no request holds its lease: reset, delete and branch
+    wait for a request in flight on the session (it holds the lease until its reply is
+    stored), so they never cut its step, and the next request's first statement, which
+    takes the lease by updating the row, waits for them. While the lease is held the
+    connection goes back to the pool between tries (``leases.poll_delays``)."""
+    delays = poll_delays()
+    while True:
+        async with contextlib.AsyncExitStack() as stack:
+            lent: Connection
+            if isinstance(conn, asyncpg.Pool):
+                lent = await stack.enter_async_context(conn.acquire())
+            else:
+                lent = conn
+            stack.enter_context(unavailable_when_lost())
+            await stack.enter_async_context(lent.transaction())
+            if await free_for_update(lent, tenant=tenant, session_id=session_id):
+                yield lent
+                return
+        await asyncio.sleep(next(delays))
 
 
 RESET_SESSION = [
@@ -102,7 +111,8 @@ RESET_SESSION = [
     "DELETE FROM summaries WHERE tenant = $1 AND session_id = $2",
     """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
        last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,
-       reclaimed_tokens = 0, handoff_above = false, updated_at = now()
+       reclaimed_tokens = 0, handoff_above = false, turn_key = NULL, turn_blocks = NULL,
+       updated_at = now()
        WHERE tenant = $1 AND id = $2""",
 ]
 
@@ -141,10 +151,3 @@ async def copy_session(conn: Executor, *, tenant: str, source: str, target: str)
     async with _locked(conn, tenant, source) as tx:
         for sql in COPY_SESSION:
             await tx.execute(sql, tenant, source, target)
-
-
-def session_lock_key(tenant: str, session_id: str) -> int:
-    """A signed 64-bit advisory-lock key; collisions between sessions are negligible."""
-
-    digest = hashlib.blake2b(f"{tenant}\x00{session_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)

@@ -27,8 +27,14 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from proxy.store.db import create_pool, run_migrations
+from proxy.store.db import create_pool, pooler_kwargs, run_migrations
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.pooler.pgbouncer import (
+    PgBouncer,
+    find_pgbouncer,
+    routed_through,
+    start_pgbouncer,
+)
 
 __all__ = ["dsn_with_db", "run_sync"]
 
@@ -165,10 +171,43 @@ def empty_db_dsn(pg_dsn: str) -> Iterator[str]:
     yield from _scratch_db(pg_dsn, "e", "template0")
 
 
+POOLER_ENV = "CASCADE_TEST_POOLER"
+"""``CASCADE_TEST_POOLER=transaction``: every integration test's proxy and ``pool`` go through
+PgBouncer in transaction mode (tests/integration/pooler), as a deployment behind one does."""
+
+
+def pooler_everywhere() -> bool:
+    return os.environ.get(POOLER_ENV) == "transaction"
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_dsn: str) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction mode in front of ``pg_dsn``'s server, for the session."""
+    binary = find_pgbouncer()
+    if binary is None:
+        pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run does)")
+    with start_pgbouncer(binary, pg_dsn) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(autouse=True)
+def _pooled_when_asked(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not pooler_everywhere():
+        yield
+        return
+    with routed_through(request.getfixturevalue("pgbouncer")):
+        yield
+
+
 @pytest.fixture
-async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
-    """The proxy's own pool (pgvector + JSON codecs) on the per-test database."""
-    pool = await create_pool(db_dsn)
+async def pool(db_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[asyncpg.Pool]:
+    """The proxy's own pool (pgvector + JSON codecs) on the per-test database; through
+    PgBouncer, with the proxy's settings for it, under ``CASCADE_TEST_POOLER=transaction``."""
+    if pooler_everywhere():
+        bouncer = request.getfixturevalue("pgbouncer")
+        pool = await create_pool(bouncer.pooled(db_dsn), **pooler_kwargs("transaction"))
+    else:
+        pool = await create_pool(db_dsn)
     try:
         yield pool
     finally:

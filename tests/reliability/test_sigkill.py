@@ -99,7 +99,7 @@ def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
     tmp_path: Path,
     figures: Figures,
 ) -> None:
-    """SIGKILL during a compaction: context.compaction.failed (interrupted) on restart."""
+    """SIGKILL during a compaction: context.compaction.failed (interrupted) after restart."""
     model = Model(fast_delay=30.0)  # the summary never comes before the kill
     fake_upstream.default = model
     config = write_config(
@@ -130,7 +130,13 @@ def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
     assert column(db_dsn, names) == ["context.compaction.started"]
     p.kill()
     rows_before = _consistent(db_dsn, "compacting")
-    p = proxy_process(config)  # start-up closes what no process runs any more
+    killed = time.monotonic()
+    p = proxy_process(config)  # start-up closes what no process runs any more: once the
+    # killed process's compaction claim has expired (the lease's time to live, 15 s)
+    deadline = killed + 15 + 5 + 5  # the claim, a third of it between tries, start-up
+    while len(column(db_dsn, names)) < 2:
+        assert time.monotonic() < deadline, "the interrupted compaction was never closed"
+        time.sleep(0.2)
     assert column(db_dsn, names) == ["context.compaction.started", "context.compaction.failed"]
     reason = column(
         db_dsn,

@@ -100,3 +100,26 @@ def test_client_origin() -> None:
     assert client_origin("::", 80) == "http://127.0.0.1:80"
     assert client_origin("::1", 80) == "http://[::1]:80"
     assert client_origin("proxy.lan", 8080) == "http://proxy.lan:8080"
+
+
+def test_a_pooled_database_names_the_pooler_and_the_listen_url() -> None:
+    listen = "postgresql://cascade:listen-pass-31@db.internal:5432/cascade"
+    settings = Settings(
+        database_url=DSN.replace(":5432", ":6432"),
+        db_pooler="transaction",
+        database_listen_url=listen,
+    )
+    text = startup_banner(
+        settings,
+        _config(),
+        SECRETS,
+        database=DSN.replace(":5432", ":6432"),
+        embedded_at=None,
+        paths=[],
+    )
+    assert (
+        "database: postgresql://cascade:***@db.internal:6432/cascade through a transaction"
+        " pooler (no statement cache); events LISTEN at"
+        " postgresql://cascade:***@db.internal:5432/cascade"
+    ) in text
+    assert "listen-pass-31" not in text and "db-pass-8812" not in text

@@ -53,8 +53,8 @@ def test_empty_file_gives_design_defaults() -> None:
     assert ctx.handoff.at_fraction == 0.9
     assert (cfg.embedding.provider, cfg.embedding.model, cfg.embedding.dimensions) == (
         "builtin",
-        "hashing-512",
-        512,
+        "wordllama-l2-256",
+        256,
     )
     assert cfg.auth.keys == ()
     assert cfg.model_limits("anything").context_limit == 128_000
@@ -382,7 +382,6 @@ def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() 
         "forwarded): give it an apiKeyEnv",
         "provider 'paid' will be called without credentials (proxy keys are never "
         "forwarded): set $PAID_KEY",
-        "agent 'coder': context.retrieval is not built in this version; ignored",
     ]
     # pass-through mode forwards the client's own token: no credentials warning
     passthrough = {k: v for k, v in raw.items() if k not in ("auth", "context")}

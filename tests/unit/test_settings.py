@@ -28,3 +28,19 @@ def test_a_named_config_wins_over_the_default(
     (tmp_path / DEFAULT_CONFIG).write_text("{}")
     named = tmp_path / "other.json"
     assert Settings(config=named).with_default_config().config == named
+
+
+def test_pooler_and_listen_url_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CASCADE_DB_POOLER", raising=False)
+    monkeypatch.delenv("DATABASE_LISTEN_URL", raising=False)
+    assert (Settings().db_pooler, Settings().database_listen_url) == ("none", None)
+    monkeypatch.setenv("CASCADE_DB_POOLER", "transaction")
+    monkeypatch.setenv("DATABASE_LISTEN_URL", "postgresql://u@db:5432/c")
+    settings = Settings()
+    assert settings.db_pooler == "transaction"
+    assert settings.database_listen_url == "postgresql://u@db:5432/c"
+    monkeypatch.setenv("CASCADE_DB_POOLER", "session")  # not a mode Cascade knows
+    with pytest.raises(ValueError, match="db_pooler"):
+        Settings()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,9 +15,12 @@ import uvicorn
 
 from proxy.transport import (
     KEEPALIVE_SECONDS,
+    RECEIVE_BUFFER_BYTES,
     TLS_EXTENSION,
+    Kind,
     ProviderTransport,
     TlsSettings,
+    _provider_socket,
     build_client,
 )
 
@@ -63,10 +68,11 @@ def test_each_tls_setting_gets_its_own_context(tmp_path: Path) -> None:
         transport.context_for(TlsSettings(ca_file=str(tmp_path / "missing.pem")))
 
 
-async def test_pools_are_per_origin_and_tls_setting_and_capped() -> None:
-    transport = ProviderTransport(max_connections=3)
+@pytest.mark.parametrize("kind", ["httpx", "aiohttp"])
+async def test_pools_are_per_origin_and_tls_setting_and_capped(kind: Kind) -> None:
+    transport = ProviderTransport(max_connections=3, kind=kind)
 
-    def pool(url: str, tls: TlsSettings | None = None) -> httpx.AsyncHTTPTransport:
+    def pool(url: str, tls: TlsSettings | None = None) -> Any:
         extensions = {TLS_EXTENSION: tls} if tls else {}
         return transport._pool(httpx.Request("GET", url, extensions=extensions))
 
@@ -75,8 +81,23 @@ async def test_pools_are_per_origin_and_tls_setting_and_capped() -> None:
     assert pool("https://b.example/v1") is not a
     assert pool("https://a.example/v1", TlsSettings(verify=False)) is not a
     assert pool("http://a.example/v1", TlsSettings(verify=False)) is pool("http://a.example/")
-    assert a._pool._max_connections == 3 and a._pool._keepalive_expiry == KEEPALIVE_SECONDS
+    if kind == "httpx":
+        assert a._pool._max_connections == 3 and a._pool._keepalive_expiry == KEEPALIVE_SECONDS
+    else:
+        session = a.get_client()
+        assert session.connector.limit == 3
+        assert session.connector._keepalive_timeout == KEEPALIVE_SECONDS
+        await session.close()
     await transport.aclose()
+
+
+def test_aiohttp_connections_get_a_bounded_receive_buffer() -> None:
+    """Linux grows an eagerly read socket's receive buffer to megabytes; the provider
+    connections' is fixed (a stalled client then slows the provider down sooner)."""
+    info = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", 0))
+    with _provider_socket(info) as sock:
+        size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    assert RECEIVE_BUFFER_BYTES <= size <= 2 * RECEIVE_BUFFER_BYTES  # Linux doubles it
 
 
 async def test_the_client_asks_for_uncompressed_answers_and_follows_no_redirect() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,19 @@ class _Server(uvicorn.Server):
         pass
 
 
+ROUTES: list[Callable[[Settings], Settings]] = []
+"""Rewrites of every :class:`ProxyServer`'s settings, applied in order while listed:
+tests/integration/pooler puts each proxy behind PgBouncer with one, so the tests written
+here run through it unchanged."""
+
+
 class ProxyServer:
     """Runs ``create_app(settings, **app_kwargs)`` under uvicorn in a thread; ``.url`` ends
     in ``/v1``."""
 
     def __init__(self, settings: Settings, **app_kwargs: Any) -> None:
+        for route in ROUTES:
+            settings = route(settings)
         self.settings = settings
         self.app = create_app(settings, **app_kwargs)
         config = uvicorn.Config(

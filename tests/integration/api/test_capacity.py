@@ -1,10 +1,11 @@
 """Requests in flight against the connection pool (DESIGN §4: different sessions never wait
-on each other).
+on each other; issue 24: capacity is bounded by the provider, not the pool).
 
-A chat request holds one pooled connection from its first statement until its reply is
-stored, because the session's advisory lock lives on it. So the pool bounds how many chat
-requests one replica serves at once: the default must leave room for many agents waiting on
-slow models, and past it a request gets a 503 that says so, not an endless queue.
+A chat request holds a pooled connection only while its step runs statements: its session
+is kept by a lease on the session row, not by a lock on the connection. So a replica serves
+far more requests at once than it has connections, and never opens more than its pool;
+when every connection is busy running statements past the wait, a request gets a 503 that
+says so, not an endless queue.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import asyncpg
 import openai
 import pytest
 
@@ -66,10 +68,44 @@ def test_more_sessions_than_ten_reach_a_slow_provider_at_once_by_default(
     assert sorted(answers) == sorted(f"late {i}" for i in range(n))
 
 
+def test_a_slow_answer_holds_no_connection(
+    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """One connection, and a session whose provider takes 2 s: another session is served
+    while it waits (its connection went back to the pool before the provider call)."""
+    fake_upstream.script(reply("slow", first_byte_delay=2.0), reply("quick"))
+    settings = Settings(
+        database_url=db_dsn,
+        config=config_path,
+        watch_config=False,
+        pool_max_size=1,
+        pool_timeout_seconds=0.5,
+    )
+    server = ProxyServer(settings).start()
+    try:
+
+        async def run() -> tuple[str, str, float]:
+            holder = asyncio.create_task(_ask(server, "holder"))
+            await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
+            started = time.monotonic()
+            other = await _ask(server, "other")
+            waited = time.monotonic() - started
+            return await holder, other, waited
+
+        first, other, waited = asyncio.run(run())
+    finally:
+        server.stop()
+    assert (first, other) == ("slow", "quick")
+    assert waited < 1.5  # not after the slow answer
+
+
 def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
     db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    fake_upstream.script(reply("slow", first_byte_delay=2.0), reply("later"))
+    """The one connection is stuck in a statement (the test holds the session row the
+    request's first statement waits for): another session waits for the pool, then is
+    told to retry; nothing leaks once the row is free."""
+    fake_upstream.script(reply("first"), reply("held"), reply("later"))
     settings = Settings(
         database_url=db_dsn,
         config=config_path,
@@ -80,27 +116,56 @@ def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
     server = ProxyServer(settings).start()
     try:
 
-        async def run() -> tuple[str, openai.APIStatusError, float, str]:
-            holder = asyncio.create_task(_ask(server, "holder"))
-            await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
-            started = time.monotonic()
-            with pytest.raises(openai.APIStatusError) as busy:
-                await _ask(server, "other")
-            waited = time.monotonic() - started
-            first = await holder
-            return first, busy.value, waited, await _ask(server, "other")
+        async def run() -> tuple[str, openai.APIStatusError, float, str, str]:
+            assert await _ask(server, "holder") == "first"
+            admin = await asyncpg.connect(db_dsn)
+            try:
+                await _settled(admin, "holder")
+                tx = admin.transaction()
+                await tx.start()
+                await admin.execute("SELECT 1 FROM sessions WHERE id = 'holder' FOR UPDATE")
+                holder = asyncio.create_task(_ask(server, "holder"))
+                await _waiting_on_the_row(admin)
+                started = time.monotonic()
+                with pytest.raises(openai.APIStatusError) as busy:
+                    await _ask(server, "other")
+                waited = time.monotonic() - started
+                await tx.rollback()
+            finally:
+                await admin.close()
+            return await holder, busy.value, waited, "", await _ask(server, "other")
 
-        first, busy, waited, later = asyncio.run(run())
+        held, busy, waited, _, later = asyncio.run(run())
     finally:
         server.stop()
-    assert first == "slow"
+    assert held == "held"
     assert busy.status_code == 503
     assert busy.response.headers["retry-after"] == "1"
     error = busy.response.json()["error"]
     assert error["type"] == "server_error" and error["code"] == "server_busy"
     assert "CASCADE_POOL_MAX_SIZE" in error["message"]
-    assert 0.25 <= waited < 1.5  # waited for a connection, then gave up; not for the answer
+    assert 0.25 <= waited < 1.5  # waited for a connection, then gave up
     assert later == "later"  # the connection came back: nothing leaked
+
+
+async def _settled(admin: asyncpg.Connection, session: str) -> None:
+    """Until the session's lease is free (a reply is stored just after it is sent)."""
+    deadline = time.monotonic() + 5
+    sql = "SELECT lease_owner IS NULL AND head_len > 1 FROM sessions WHERE id = $1"
+    while not await admin.fetchval(sql, session):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+
+
+async def _waiting_on_the_row(admin: asyncpg.Connection) -> None:
+    deadline = time.monotonic() + 5
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    )
+    while not await admin.fetchval(sql):
+        assert time.monotonic() < deadline, "the request never waited on the row"
+        await asyncio.sleep(0.02)
 
 
 def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
@@ -139,3 +204,63 @@ def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
         server.stop()
     assert other == "other" and waited < 0.5  # a connection was free at once
     assert sorted(busy) == ["first", "queued", "queued", "queued"]  # one at a time, all served
+
+
+def test_thirty_slow_streams_on_three_connections(
+    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """The bounded form of bench/capacity.py: 30 sessions stream a 1 s answer at once
+    through a pool of 3; all are served, none is told the server is busy, and the replica
+    never has more than its pool open (plus the event bus's listening connection), as
+    PostgreSQL itself counts them."""
+    n, pool = 30, 3
+    fake_upstream.script(*(reply(f"streamed {i}", chunks=5, chunk_delay=0.2) for i in range(n)))
+    settings = Settings(
+        database_url=db_dsn,
+        config=config_path,
+        watch_config=False,
+        pool_max_size=pool,
+        pool_timeout_seconds=5.0,
+    )
+    server = ProxyServer(settings).start()
+
+    async def stream(session: str) -> str:
+        async with _client(server, session) as client:
+            chunks = await client.chat.completions.create(
+                model="gpt-fake", messages=HI, stream=True
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+
+    async def run() -> tuple[list[str], int, float]:
+        admin = await asyncpg.connect(db_dsn)
+        peak = 0
+        done = asyncio.Event()
+
+        async def sample() -> None:
+            nonlocal peak
+            sql = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()"
+            )
+            while not done.is_set():
+                peak = max(peak, await admin.fetchval(sql))
+                await asyncio.sleep(0.02)
+
+        sampler = asyncio.create_task(sample())
+        started = time.monotonic()
+        try:
+            answers = await asyncio.gather(*(stream(f"wide-{i}") for i in range(n)))
+        finally:
+            elapsed = time.monotonic() - started
+            done.set()
+            await sampler
+            await admin.close()
+        return answers, peak, elapsed
+
+    try:
+        answers, peak, elapsed = asyncio.run(run())
+    finally:
+        server.stop()
+    assert sorted(answers) == sorted(f"streamed {i}" for i in range(n))
+    assert peak <= pool + 1, peak
+    assert elapsed < 10  # concurrently, not ten rounds of three

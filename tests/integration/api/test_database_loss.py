@@ -4,9 +4,9 @@ served without restarting the proxy.
 
 The backends of the proxy's database are killed with ``pg_terminate_backend`` (what a
 server restart or an administrator does to them) while a request waits on a lock the test
-holds, so the kill lands inside a known statement: the step's first (``cascade_begin_step``,
-waiting for the session's advisory lock) or a later one (a new session's append, waiting
-for a table lock).
+holds, so the kill lands inside a known statement: the step's first
+(``cascade_begin_step_v2``, waiting for the session's row, which the test holds locked) or a
+later one (a new session's append, waiting for a table lock).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import httpx
 import pytest
 
 from proxy.store.db import connection_lost
-from proxy.store.sessions import session_lock_key
 from tests.fakes.upstream import FakeUpstream, reply, tool_call
 from tests.integration.api.conftest import ProxyServer
 
@@ -101,15 +100,20 @@ async def test_killed_in_the_first_statement(
     proxy: ProxyServer, admin: asyncpg.Connection, stream: bool
 ) -> None:
     assert post(proxy, "s1", stream=stream).status_code == 200
-    tenant = await admin.fetchval("SELECT tenant FROM sessions WHERE id = 's1'")
-    # The next request's cascade_begin_step waits for the session lock the test holds.
-    await admin.execute("SELECT pg_advisory_lock($1)", session_lock_key(tenant, "s1"))
+    # its reply is stored just after it is sent, freeing the lease: wait for that first
+    assert await stored_soon(admin, "s1", 2) == 2
+    # The next request's cascade_begin_step_v2 waits for the session row the test locks.
     again = ("hi", "again")
-    r = await kill_while_waiting(
-        admin, "advisory", lambda: post(proxy, "s1", *again, stream=stream)
-    )
+    tx = admin.transaction()
+    await tx.start()
+    await admin.execute("SELECT 1 FROM sessions WHERE id = 's1' FOR UPDATE")
+    try:
+        r = await kill_while_waiting(
+            admin, "transactionid", lambda: post(proxy, "s1", *again, stream=stream)
+        )
+    finally:
+        await tx.rollback()
     assert_unavailable(r)
-    await admin.execute("SELECT pg_advisory_unlock_all()")
     assert post(proxy, "s1", *again, stream=stream).status_code == 200
     # both exchanges stored, nothing of the refused attempt doubled (a whole answer's reply is
     # stored just after it is sent, so it is waited for)
@@ -196,9 +200,9 @@ def test_which_errors_mean_the_connection_was_lost(exc: Exception, lost: bool) -
 async def test_killed_while_the_request_waits_for_the_provider(
     proxy: ProxyServer, admin: asyncpg.Connection, fake_upstream: FakeUpstream
 ) -> None:
-    """The connection dies while the request holds it idle (the provider thinking), and the
-    request's next statement (here read_tool_output's, between two internal rounds) finds
-    it taken back by the pool: still a 503, not a 500."""
+    """Every backend dies while the provider thinks: the request holds no connection then
+    (issue 24), so its next statement (here read_tool_output's, between two internal
+    rounds) borrows a fresh one and the request is served, its reply stored."""
     output = "x" * 60000  # cut at ingestion: read_tool_output is offered
     messages = [
         {"role": "user", "content": "read it"},
@@ -224,7 +228,7 @@ async def test_killed_while_the_request_waits_for_the_provider(
         )
         fake_upstream.wait_for_requests(1)
         assert await admin.fetchval(KILL) >= 1
-        assert_unavailable(future.result(timeout=20))
-        fake_upstream.script(reply("done"))
-        r = http.post("/s/s1/v1/chat/completions", json={"model": "gpt-4o", "messages": messages})
+        r = future.result(timeout=20)
         assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == "done"
+    assert await stored_soon(admin, "s1", 4) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import httpx
 
 from proxy.settings import Settings
 from proxy.store.db import MIGRATIONS_DIR
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 
@@ -113,26 +114,48 @@ def test_migrate_command_reports_none_pending(db_dsn: str) -> None:
 def test_readyz_is_503_while_no_pooled_connection_is_free(
     db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    # one connection, held by a request waiting on a slow provider
+    # One connection, held by a request whose first statement waits for the session row
+    # the test locks (a request waiting on a slow provider holds none: issue 24).
     settings = Settings(
         database_url=db_dsn, config=config_path, pool_max_size=1, watch_config=False
     )
-    fake_upstream.script(reply("late", first_byte_delay=5.0))
+    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": "Bearer sk-test-client", "x-session-id": "held"}
     server = ProxyServer(settings).start()
-    try:
-        with httpx.Client(
-            base_url=server.origin, timeout=15, headers={"authorization": "Bearer sk-test-client"}
-        ) as http:
-            body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
-            busy = threading.Thread(
-                target=http.post, args=("/v1/chat/completions",), kwargs={"json": body}
-            )
-            busy.start()
-            fake_upstream.wait_for_requests(1)
-            started = time.monotonic()
-            ready = http.get("/readyz")
-            waited = time.monotonic() - started
+
+    async def run(http: httpx.Client) -> tuple[httpx.Response, float]:
+        admin = await asyncpg.connect(db_dsn)
+        try:
+            deadline = time.monotonic() + 5
+            free = "SELECT lease_owner IS NULL FROM sessions WHERE id = 'held'"
+            while not await admin.fetchval(free):  # the first reply is stored after it is sent
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            async with admin.transaction():
+                await admin.execute("SELECT 1 FROM sessions WHERE id = 'held' FOR UPDATE")
+                busy = threading.Thread(
+                    target=http.post, args=("/v1/chat/completions",), kwargs={"json": body}
+                )
+                busy.start()
+                waiting = (
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                )
+                while not await admin.fetchval(waiting):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.02)
+                started = time.monotonic()
+                ready = await asyncio.to_thread(http.get, "/readyz")
+                waited = time.monotonic() - started
             busy.join(15)
+            return ready, waited
+        finally:
+            await admin.close()
+
+    try:
+        with httpx.Client(base_url=server.origin, timeout=15, headers=headers) as http:
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+            ready, waited = asyncio.run(run(http))
             after = http.get("/readyz")
     finally:
         server.stop()

@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from proxy.store import messages as msgs, summaries
+from proxy.store import leases, messages as msgs, summaries
 from tests.fakes.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -158,6 +158,21 @@ def advisory_locks(dsn: str) -> int:
     return int(run_sync(count()))
 
 
+def held_leases(dsn: str) -> int:
+    """Sessions whose lease is held (a request's lease must not outlive it)."""
+
+    async def count() -> int:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return int(
+                await conn.fetchval("SELECT count(*) FROM sessions WHERE lease_owner IS NOT NULL")
+            )
+        finally:
+            await conn.close()
+
+    return int(run_sync(count()))
+
+
 def statements(log: QueryLog) -> list[str]:
     return [q.query for q in log.queries]
 
@@ -168,12 +183,11 @@ def only(log: QueryLog, query: str) -> Any:
     return found[0]
 
 
-UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
-# lock + session (+ latest summary) + append + window + events, [upstream], reply + head +
-# usage + events + unlock; releasing the connection then costs no statement.
+# lease + session (+ latest summary) + append + window + events, [upstream], reply + head +
+# usage + events + the lease's release; releasing the connection costs no statement.
 COMMON = [
     msgs.BEGIN_STEP,  # this replica's guess of the stored head was right: appends too
-    msgs.RECORD_STEP,  # + the reply's and usage events, and the session lock's release
+    msgs.RECORD_STEP,  # + the reply's and usage events, and the lease's release
 ]
 # without a (right) guess the append is a statement of its own; for a session with nothing
 # stored it goes in with the step's decisions (services.history: held back)
@@ -208,8 +222,9 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         assert msgs.SUPERSEDE_FROM not in per_size[n]
         view = session_view(app_client, sid)
         assert (view["message_count"], view["superseded_count"]) == (n + 3, 0)
-        # no explicit unlock statement, yet the session lock is gone once the request is done
-        assert advisory_locks(db_dsn) == 0
+        # no statement of its own frees the lease, yet it is free once the request is done;
+        # and no advisory lock is taken at all
+        assert advisory_locks(db_dsn) == 0 and held_leases(db_dsn) == 0
     assert per_size[10] == per_size[50] == per_size[200] == COMMON
 
 
@@ -464,10 +479,11 @@ def test_later_turns_send_the_stored_form_of_what_the_proxy_changed(
     ]
 
 
-def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
+def test_a_request_that_never_stores_a_reply_frees_its_lease(
     app_client: TestClient, fake_upstream: FakeUpstream, db_dsn: str
 ) -> None:
-    """No RECORD_STEP, so no unlock in it: the pool's reset must release the session lock."""
+    """No RECORD_STEP, so no release in it: the turn's abort frees the lease in a statement
+    of its own (what the pool's reset statement did for the advisory lock before)."""
     log = QueryLog(app_client.app_state["chat"].pool)
     app_client.app_state["chat"].pool = log
     fake_upstream.script(error(500), reply("after"))
@@ -478,8 +494,8 @@ def test_a_request_that_never_stores_a_reply_is_unlocked_by_the_pool(
     )
     assert resp.status_code == 500
     # a one-message history is guessed new: the append rides in the first statement
-    assert statements(log) == [msgs.BEGIN_STEP, UNLOCK_ALL]
-    assert advisory_locks(db_dsn) == 0
+    assert statements(log) == [msgs.BEGIN_STEP, leases.RELEASE_LEASE]
+    assert advisory_locks(db_dsn) == 0 and held_leases(db_dsn) == 0
     log.queries.clear()
     post(app_client, "failing", [user("q")])  # the next request on it is not blocked
     assert statements(log) == COMMON

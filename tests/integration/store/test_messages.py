@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +22,8 @@ _INTROSPECTION = {
     introspection.INTRO_LOOKUP_TYPES_13,
     introspection.TYPE_BY_NAME,
 }
+
+OWNER = uuid.UUID(int=1)  # one request's lease owner, so a test may begin twice
 
 
 def asyncpg_internal(query: str) -> bool:
@@ -300,10 +303,16 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
     reply = msgs.NewMessage(
         pos=4, hash=hashes[4], role="assistant", message=HISTORY[4], tokens=9, source="upstream"
     )
-    key = sessions.session_lock_key(T, S)
-    await conn.execute("SELECT pg_advisory_lock($1)", key)
+    owner = uuid.uuid4()
+    await conn.execute(
+        "UPDATE sessions SET lease_owner = $3, lease_expires = now() + interval '1 minute'"
+        " WHERE tenant = $1 AND id = $2",
+        T,
+        S,
+        owner,
+    )
     seen = logged(conn)
-    unlocked = await msgs.record_step(
+    stored = await msgs.record_step(
         conn,
         tenant=T,
         session_id=S,
@@ -311,13 +320,13 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
         prompt_tokens=321,
         estimate=300,
         calibration=1.07,
-        unlock=key,
+        owner=owner,
     )
     await asyncio.sleep(0)
     assert [q for q in seen if not asyncpg_internal(q)] == [msgs.RECORD_STEP]
-    assert unlocked is True
-    held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-    assert await conn.fetchval(held) == 0
+    assert stored is True
+    lease = "SELECT lease_owner, lease_expires FROM sessions WHERE tenant = $1 AND id = $2"
+    assert tuple(await conn.fetchrow(lease, T, S)) == (None, None)
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert (rows[4]["message"], rows[4]["tokens"], rows[4]["source"]) == (HISTORY[4], 9, "upstream")
     assert await head(conn) == (5, hashes[4], 1)
@@ -329,7 +338,7 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
     hashes = chain(HISTORY)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1)
-    unlocked = await msgs.record_step(
+    stored = await msgs.record_step(
         conn,
         tenant=T,
         session_id=S,
@@ -338,7 +347,7 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
         estimate=40,
         calibration=0.9,
     )
-    assert unlocked is False  # no lock named, none released
+    assert stored is True  # no lease named: stored whatever holds it
     assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 5
     assert await head(conn) == (5, hashes[-1], 1)
     row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
@@ -389,6 +398,7 @@ async def test_only_the_last_statement_of_a_request_waits_for_the_wal_flush(conn
             session_id=S,
             agent="default",
             model="m",
+            owner=OWNER,
             guess=(0, None),
             rows=rows_for(HISTORY),
             head_len=5,
@@ -415,6 +425,7 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4], system_count=1)
     step = {
+        "owner": OWNER,
         "tenant": T,
         "session_id": S,
         "agent": "default",
@@ -432,7 +443,6 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     assert stale.window is None and stale.session["head_len"] == 5
     assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 5
     assert await conn.fetchval("SELECT count(*) FROM events") == events_before
-    await conn.execute("SELECT pg_advisory_unlock_all()")
 
     seen = logged(conn)
     begun = await msgs.begin_step(conn, guess=(5, hashes[4]), **step)
@@ -450,7 +460,6 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     raw = await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c9")
     assert raw is not None and raw["content"] == "the whole output"
     assert await conn.fetchval("SELECT count(*) FROM events") == events_before + 1
-    await conn.execute("SELECT pg_advisory_unlock_all()")
 
 
 async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> None:
@@ -467,6 +476,7 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
     placeholder = {"role": "user", "content": "[context-cleared] four"}
     await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(4, placeholder, 3)])
     step = {
+        "owner": OWNER,
         "tenant": T,
         "session_id": S,
         "agent": "default",
@@ -486,7 +496,6 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
         (3, HISTORY[3], False),
         (4, placeholder, False),
     ]
-    await conn.execute("SELECT pg_advisory_unlock_all()")
 
     appended = await msgs.append_and_fetch_window(
         conn,

@@ -3,6 +3,7 @@ the client's (or the fast model's) text through ``proxy.store.nul`` and give it 
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import asyncpg
@@ -11,11 +12,13 @@ import pytest
 from proxy.store import events, messages as msgs, nul, sessions, summaries
 from tests.integration.store.test_summaries import S, T, store, summarise
 
+OWNER = uuid.UUID(int=1)
+
 
 @pytest.fixture
 async def conn(pool: asyncpg.Pool) -> Any:
     async with pool.acquire() as c:
-        await msgs.begin_step(c, tenant=T, session_id=S, agent="default", model="m")
+        await msgs.begin_step(c, tenant=T, session_id=S, agent="default", model="m", owner=OWNER)
         yield c
 
 
@@ -42,7 +45,9 @@ async def test_an_event_with_nul_strings_round_trips(conn: Any) -> None:
 
 
 async def test_a_model_name_with_nul_round_trips(conn: Any) -> None:
-    await msgs.begin_step(conn, tenant=T, session_id=S, agent="default", model="m\x00odel")
+    await msgs.begin_step(
+        conn, tenant=T, session_id=S, agent="default", model="m\x00odel", owner=OWNER
+    )
     row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
     assert row is not None and row["model"] == "m\x00odel"
     [listed] = await sessions.fetch_sessions(conn, tenant=T)

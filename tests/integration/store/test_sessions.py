@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +11,8 @@ import asyncpg
 import pytest
 
 from proxy.cascade.types import Spill
-from proxy.store import messages as msgs, raw_outputs, sessions, summaries
+from proxy.store import leases, messages as msgs, raw_outputs, sessions, summaries
+from proxy.store.leases import SessionBusy
 from tests.integration.store.helpers import create_session, insert_messages, set_head
 
 T = "t-a"
@@ -73,7 +75,7 @@ async def test_begin_step_creates_then_touches(pool: asyncpg.Pool) -> None:
     """The request's first statement creates the session, and later updates its agent and
     model without touching its head."""
     async with pool.acquire() as conn:
-        begin = {"tenant": T, "session_id": "s"}
+        begin = {"tenant": T, "session_id": "s", "owner": A}
         first = (await msgs.begin_step(conn, agent="a", model="m1", **begin)).session
         assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
         await set_head(conn, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1)
@@ -83,7 +85,6 @@ async def test_begin_step_creates_then_touches(pool: asyncpg.Pool) -> None:
         when = datetime.fromisoformat
         assert when(again["updated_at"]) >= when(first["updated_at"])
         assert again["created_at"] == first["created_at"]
-        await conn.execute("SELECT pg_advisory_unlock_all()")
 
 
 async def test_fetchrow_session_is_tenant_scoped_and_counts_superseded(
@@ -224,68 +225,127 @@ async def test_copy_session_into_existing_id_fails_whole(pool: asyncpg.Pool) -> 
     assert (await counts(pool, "b"))["messages"] == 1
 
 
-UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
+A, B = uuid.UUID(int=1), uuid.UUID(int=2)  # two requests' lease owners (two replicas)
+LEASE = (
+    "SELECT lease_owner, lease_expires > clock_timestamp() FROM sessions"
+    " WHERE tenant = 't-a' AND id = $1"
+)
 
 
-def test_lock_keys_differ_by_tenant_and_session() -> None:
-    keys = {sessions.session_lock_key(t, s) for t in ("t-a", "t-b") for s in ("s1", "s2", "s1\x00")}
-    assert len(keys) == 6
-    assert sessions.session_lock_key("t-a", "s1") == sessions.session_lock_key("t-a", "s1")
-    assert all(-(2**63) <= k < 2**63 for k in keys)
+async def test_begin_step_takes_the_lease_and_a_held_one_is_busy(pool: asyncpg.Pool) -> None:
+    """The lease and the read are one statement; another owner's begin writes nothing and
+    says busy, holding nothing; once the holder's last statement released it, the next
+    begin takes it and reads what that statement committed (a fresh snapshot per statement,
+    migration 0015)."""
+    first = await msgs.begin_step(pool, tenant=T, session_id="s", agent="a", model="m", owner=A)
+    assert first.session["summary_version"] is None and first.session["head_len"] == 0
+    assert tuple(await pool.fetchrow(LEASE, "s")) == (A, True)
+    # another session (or tenant) is free
+    for tenant, sid in ((T, "other"), ("t-b", "s")):
+        await msgs.begin_step(pool, tenant=tenant, session_id=sid, agent="a", model="m", owner=B)
+    with pytest.raises(SessionBusy):
+        await msgs.begin_step(
+            pool, tenant=T, session_id="s", agent="a", model="m2", owner=B, guess=(0, None),
+            rows=[msgs.NewMessage(pos=0, hash="h0", role="user", message={"role": "user"})],
+            head_len=1, head_hash="h0",
+        )  # fmt: skip
+    assert (await sessions.fetchrow_session(pool, tenant=T, session_id="s") or {})["model"] == "m"
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE session_id = 's'") == 0
+    # the holder's own replica takes it back at once (its queue lets one request through)
+    await msgs.begin_step(pool, tenant=T, session_id="s", agent="a", model="m", owner=A)
+    await summaries.insert_summary(
+        pool,
+        tenant=T,
+        session_id="s",
+        boundary=0,
+        boundary_hash=None,
+        content="folded",
+        tokens=1,
+        model="m",
+    )
+    assert await msgs.record_step(
+        pool,
+        tenant=T,
+        session_id="s",
+        reply=None,
+        prompt_tokens=7,
+        estimate=8,
+        calibration=1.0,
+        owner=A,
+    )
+    assert tuple(await pool.fetchrow(LEASE, "s")) == (None, None)
+    row = (
+        await msgs.begin_step(pool, tenant=T, session_id="s", agent="a", model="m2", owner=B)
+    ).session
+    assert (row["summary_version"], row["summary_content"]) == (1, "folded")
+    assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
 
 
-async def test_begin_step_serialises_one_session_and_reads_after_the_wait(
+async def test_an_expired_lease_is_taken_and_its_late_holder_stores_nothing(
     pool: asyncpg.Pool,
 ) -> None:
-    """The lock and the read are one statement, yet the read sees what the holder committed
-    while the waiter waited (migration 0003: the function reads with a fresh snapshot)."""
-    async with pool.acquire() as a, pool.acquire() as b:
-        first = (await msgs.begin_step(a, tenant=T, session_id="s", agent="a", model="m")).session
-        assert first["summary_version"] is None and first["head_len"] == 0
-        # another session (or tenant) is not blocked
-        for tenant, sid in ((T, "other"), ("t-b", "s")):
-            await asyncio.wait_for(
-                msgs.begin_step(b, tenant=tenant, session_id=sid, agent="a", model="m"), 2
-            )
-        await b.execute(UNLOCK_ALL)
-        # the same session waits until the holder unlocks …
-        waiter = asyncio.ensure_future(
-            msgs.begin_step(b, tenant=T, session_id="s", agent="a", model="m2")
-        )
-        await asyncio.sleep(0.2)
-        assert not waiter.done()
-        # … and then reads a summary committed after it started waiting
-        await summaries.insert_summary(
-            a,
-            tenant=T,
-            session_id="s",
-            boundary=0,
-            boundary_hash=None,
-            content="folded",
-            tokens=1,
-            model="m",
-        )
-        await msgs.record_step(
-            a,
-            tenant=T,
-            session_id="s",
-            reply=None,
-            prompt_tokens=7,
-            estimate=8,
-            calibration=1.0,
-            unlock=sessions.session_lock_key(T, "s"),
-        )
-        row = (await asyncio.wait_for(waiter, 2)).session
-        assert (row["summary_version"], row["summary_content"]) == (1, "folded")
-        assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
-        await b.execute(UNLOCK_ALL)
+    """A holder that stopped renewing (its replica died) loses the session once the lease
+    expires; should it come back, its last statement stores neither reply nor head."""
+    await msgs.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=A, ttl=0.3)
+    with pytest.raises(SessionBusy):
+        await msgs.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
+    await asyncio.sleep(0.4)
+    await msgs.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
+    reply = msgs.NewMessage(pos=0, hash="h0", role="assistant", message={"role": "assistant"})
+    late = {"reply": reply, "prompt_tokens": 1, "estimate": 1, "calibration": 1.0}
+    assert not await msgs.record_step(pool, tenant=T, session_id="x", owner=A, **late)
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE session_id = 'x'") == 0
+    assert tuple(await pool.fetchrow(LEASE, "x")) == (B, True)
 
 
-async def test_begin_step_writes_the_session_only_to_create_or_change_it(
+async def test_renewal_pushes_only_the_owners_leases(pool: asyncpg.Pool) -> None:
+    for sid, owner in (("r1", A), ("r2", B)):
+        await msgs.begin_step(pool, tenant=T, session_id=sid, agent="a", model="m", owner=owner)
+    expiry = "SELECT lease_expires FROM sessions WHERE id = $1"
+    before = {sid: await pool.fetchval(expiry, sid) for sid in ("r1", "r2")}
+    await leases.renew_leases(pool, keys=[(T, "r1"), (T, "r2")], owner=A, ttl=60)
+    assert await pool.fetchval(expiry, "r1") > before["r1"]
+    assert await pool.fetchval(expiry, "r2") == before["r2"]
+    await leases.release_lease(pool, tenant=T, session_id="r2", owner=A)  # not A's: kept
+    assert tuple(await pool.fetchrow(LEASE, "r2")) == (B, True)
+    await leases.release_lease(pool, tenant=T, session_id="r2", owner=B)
+    assert tuple(await pool.fetchrow(LEASE, "r2")) == (None, None)
+
+
+async def test_the_compaction_claim_is_one_per_session(pool: asyncpg.Pool) -> None:
+    await make_session(pool, "c")
+    claim = {"tenant": T, "session_id": "c", "ttl": 0.3}
+    assert await leases.claim_compaction(pool, owner=A, **claim)
+    assert not await leases.claim_compaction(pool, owner=B, **claim)
+    await leases.renew_claims(pool, claims=[(T, "c", A)], ttl=0.3)
+    await asyncio.sleep(0.4)  # A's replica died: its claim expires
+    assert await leases.claim_compaction(pool, owner=B, **claim)
+    await leases.release_compaction(pool, tenant=T, session_id="c", owner=A)  # not A's any more
+    assert not await leases.claim_compaction(pool, owner=A, **claim)
+    await leases.release_compaction(pool, tenant=T, session_id="c", owner=B)
+    assert await leases.claim_compaction(pool, owner=A, **claim)
+    assert not await leases.claim_compaction(pool, owner=A, tenant=T, session_id="none", ttl=1)
+
+
+async def test_reset_waits_for_the_lease_then_holds_the_row(pool: asyncpg.Pool) -> None:
+    """The session API's operations wait while a request holds the lease, holding no
+    connection, and a request's first statement waits for theirs."""
+    await make_session(pool, "busy")
+    await msgs.begin_step(pool, tenant=T, session_id="busy", agent="a", model="m", owner=A)
+    reset = asyncio.ensure_future(sessions.reset_session(pool, tenant=T, session_id="busy"))
+    await asyncio.sleep(0.3)
+    assert not reset.done()
+    assert pool.get_size() - pool.get_idle_size() == 0  # it waits between tries, not in one
+    await leases.release_lease(pool, tenant=T, session_id="busy", owner=A)
+    await asyncio.wait_for(reset, 2)
+    assert (await counts(pool, "busy"))["messages"] == 0
+
+
+async def test_begin_step_writes_the_lease_without_waiting_for_a_flush(
     pool: asyncpg.Pool,
 ) -> None:
-    """The common request reads its session without writing it (no WAL flush to wait for);
-    a new session, or a new agent or model, is written, asynchronously."""
+    """Every request writes its lease into the session row (a new row version, no index
+    touched), asynchronously: a lost lease is a free session."""
     async with pool.acquire() as c:
         await c.execute("SET synchronous_commit = on")  # the test server runs with it off
 
@@ -294,53 +354,48 @@ async def test_begin_step_writes_the_session_only_to_create_or_change_it(
             await tx.start()
             try:
                 row = (
-                    await msgs.begin_step(c, tenant=T, session_id="w", agent="a", model=model)
+                    await msgs.begin_step(
+                        c, tenant=T, session_id="w", agent="a", model=model, owner=A
+                    )
                 ).session
                 wrote = await c.fetchval("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
                 mode = await c.fetchval("SHOW synchronous_commit")
             finally:
                 await tx.commit()
-            await c.execute(UNLOCK_ALL)
             return row, mode, int(wrote)
 
         row, mode, wrote = await opened("m1")
         assert (row["model"], mode, wrote) == ("m1", "off", 1)
         row, mode, wrote = await opened("m1")
-        assert (row["model"], mode, wrote) == ("m1", "on", 0)
+        assert (row["model"], mode, wrote) == ("m1", "off", 1)
         row, mode, wrote = await opened("m2")
         assert (row["model"], mode, wrote) == ("m2", "off", 1)
         await c.execute("RESET synchronous_commit")
 
 
-async def test_record_step_hands_the_lock_on_only_at_commit(pool: asyncpg.Pool) -> None:
-    """The next request must not read the session between the unlock and the commit of the
-    step that unlocked it, or it would plan its append on a stale head."""
-    key = sessions.session_lock_key(T, "h")
+async def test_record_step_hands_the_lease_on_only_at_commit(pool: asyncpg.Pool) -> None:
+    """The next request must not read the session between the release and the commit of
+    the step that released it, or it would plan its append on a stale head: its first
+    statement waits for the row."""
     async with pool.acquire() as a, pool.acquire() as b:
-        await msgs.begin_step(a, tenant=T, session_id="h", agent="a", model="m")
+        await msgs.begin_step(a, tenant=T, session_id="h", agent="a", model="m", owner=A)
         tx = a.transaction()
         await tx.start()
-        assert (
-            await msgs.record_step(
-                a,
-                tenant=T,
-                session_id="h",
-                reply=None,
-                prompt_tokens=42,
-                estimate=40,
-                calibration=1.0,
-                unlock=key,
-            )
-            is True
+        assert await msgs.record_step(
+            a,
+            tenant=T,
+            session_id="h",
+            reply=None,
+            prompt_tokens=42,
+            estimate=40,
+            calibration=1.0,
+            owner=A,
         )
         waiter = asyncio.ensure_future(
-            msgs.begin_step(b, tenant=T, session_id="h", agent="a", model="m")
+            msgs.begin_step(b, tenant=T, session_id="h", agent="a", model="m", owner=B)
         )
         await asyncio.sleep(0.2)
-        assert not waiter.done()  # unlocked, but not yet committed
+        assert not waiter.done()  # released, but not yet committed
         await tx.commit()
         row = (await asyncio.wait_for(waiter, 2)).session
         assert row["last_prompt_tokens"] == 42
-        held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1"
-        assert await b.fetchval(held, a.get_server_pid()) == 0
-        await b.execute(UNLOCK_ALL)

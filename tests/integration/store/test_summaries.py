@@ -23,7 +23,7 @@ from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, summaries
 from tests.integration.store.helpers import create_session, insert_messages
-from tests.integration.store.test_messages import asyncpg_internal
+from tests.integration.store.test_messages import OWNER, asyncpg_internal
 
 T, S = "t-a", "s1"
 CTX = ContextConfig()
@@ -61,6 +61,7 @@ async def store(conn: Any, messages: Sequence[dict[str, Any]], session: str = S)
         ctx=CTX,
         count=counter(),
         stamp=lambda evs: ([e.name for e in evs], [dict(e.data) for e in evs]),
+        owner=OWNER,  # one replica's requests, one after the other
     )
 
 

@@ -212,6 +212,7 @@ def test_the_config_chooses_the_stages() -> None:
         "commands",
         "summary",
         "memory",
+        "retrieval",
         "recitation",
         "overflow",
     ]

@@ -68,16 +68,44 @@ def test_a_prompt_ending_with_tool_results_gets_it_in_the_last_tool_message() ->
     assert all(PLAN not in str(m["content"]) for m in out.messages[:-1])
 
 
+def _turn(block: str | None = PLAN) -> StepInput:
+    """A step whose turn's plan block is ``block`` (as ``assemble`` hands it to the stage)."""
+    return replace(_step(()), answers={"recitation": block})
+
+
 def test_list_content_gets_an_extra_text_part() -> None:
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
-    res = recite((system("s"), {"role": "user", "content": parts}), _step(()))
+    res = recite((system("s"), {"role": "user", "content": parts}), _turn())
     assert res.messages[-1]["content"] == [*parts, {"type": "text", "text": PLAN}]
 
 
 def test_never_into_a_system_or_assistant_message() -> None:
     for last in (system("s"), assistant("prefill")):
         msgs = (user("u"), last)
-        assert recite(msgs, _step(())).messages == msgs
+        assert recite(msgs, _turn()).messages == msgs
+
+
+def test_the_stage_places_the_turns_block_not_the_current_summarys() -> None:
+    msgs = (system("s"), user("u"))
+    assert recite(msgs, _turn(None)).messages == msgs  # the turn began without a plan
+    assert (
+        recite(msgs, _turn("<plan>\nkept\n</plan>"))
+        .messages[-1]["content"]
+        .endswith("<plan>\nkept\n</plan>")
+    )
+
+
+def test_a_plan_kept_for_the_turn_outlives_a_summary_replaced_mid_turn() -> None:
+    window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})), tool("c1", "one"))
+    first = assemble(_step(window))
+    assert first.kept == {"recitation": PLAN}
+    newer = parse_briefing("## Objective\nx\n## Next Step\nsomething else")
+    later = window + (assistant_calls(("c2", "cat", {})), tool("c2", "two"))
+    second = assemble(replace(_step(later, summary=newer), kept=first.kept))
+    assert second.messages[-1]["content"] == "two\n\n" + PLAN and second.kept is None
+    # the next user message is a new turn: the plan is made from the summary of then
+    fresh = assemble(_step((*later, assistant("ok"), user("next")), summary=newer))
+    assert fresh.messages[-1]["content"].endswith("## Next Step\nsomething else\n</plan>")
 
 
 def test_off_by_default_and_a_no_op_without_summary() -> None:

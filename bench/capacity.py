@@ -1,0 +1,307 @@
+"""Issue 24's capacity scenario: many slow streams on one replica with a small pool.
+
+``python -m bench.capacity [--sessions 200] [--pool 10] [--answer-seconds 5] [--rounds 3]
+[--pause 6] [--spread 0] [--out bench/reports/capacity.json]``
+
+One Cascade replica (``cascade-proxy serve``, ``CASCADE_POOL_MAX_SIZE=--pool``) on an embedded
+PostgreSQL, and the floor (``bench.floor``: FastAPI + one httpx client, relaying bytes), each
+in front of the same fake upstream (``bench.fake_upstream``) whose streamed answer takes
+``--answer-seconds`` (50 chunks spaced evenly, the first at once). Each round sends one
+streamed request on each of ``--sessions`` sessions, all at once (a burst) or, with
+``--spread S``, their starts spaced evenly over S seconds (with S the answer's length, the
+steady state of that many agents, each asking again as its answer ends), and waits for
+every answer;
+a round after the first extends each session's history by the answer and a new user turn
+(an agent's next step: the common path, two statements). The floor takes the same rounds.
+Rounds are ``--pause`` seconds apart, longer than uvicorn's 5 s keep-alive: every relay's
+idle connections to the fake upstream are closed before the next burst, so no relay races
+a closing keep-alive connection (the floor's httpx client answered those with a 500).
+
+Measured per target and round: the requests that succeeded, the 503 ``server_busy`` ones,
+time to first content chunk (TTFC; p50/p99, from the request's send), and the round's wall
+time. For Cascade, a sampler polls ``pg_stat_activity`` every 20 ms during the rounds: the
+most connections the replica had open at once, its pool's apart from the event bus's
+listening connection. The verdict compares Cascade's TTFC p99 with the floor's in the same
+run (the issue's bar: within the floor's + 50 ms), and the pool's peak with ``--pool``.
+Everything binds 127.0.0.1 and stops by itself (each round within ``answer + 60`` s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from bench.common import clean, free_port, machine
+from bench.loadgen import _Conn, _request, percentile
+
+__all__ = ["main", "run"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+CASCADE_BIN = Path(PY).with_name("cascade-proxy")
+CHUNKS = 50
+BAR_MS = 50.0  # the issue's allowance over the floor's TTFC p99
+
+
+def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited ({proc.returncode})")
+        with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not become ready")
+
+
+async def _one(
+    base: str, session: str, messages: list[dict[str, str]], delay: float = 0.0
+) -> dict[str, Any]:
+    """One streamed request on its own connection (loadgen's HTTP/1.1 client: a few dozen
+    lines over asyncio streams, cheaper than any client library on the cores the servers
+    share): its status, TTFC (ms, to the first SSE data frame) and the answer."""
+    await asyncio.sleep(delay)
+    parts = urlsplit(base)
+    conn = _Conn(parts.hostname or "127.0.0.1", parts.port or 80)
+    body = json.dumps({"model": "bench-model", "stream": True, "messages": messages}).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
+        "Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+        f"X-Session-Id: {session}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    try:
+        sample, reply = await _request(conn, head, body, True)
+    except (OSError, asyncio.IncompleteReadError, ValueError, LookupError) as exc:
+        return {"ok": False, "code": type(exc).__name__}
+    finally:
+        conn.drop()
+    if reply is None:
+        return {"ok": False, "code": "server_busy" if sample.status == 503 else str(sample.status)}
+    return {"ok": True, "code": "200", "ttfc_ms": sample.ttfc * 1000, "text": reply["content"]}
+
+
+async def _rounds(
+    base: str, sessions: int, rounds: int, timeout: float, pause: float, spread: float
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    histories = {f"cap-{i}": [{"role": "user", "content": f"task {i}"}] for i in range(sessions)}
+    for n in range(rounds):
+        if n:
+            await asyncio.sleep(pause)
+        started = time.perf_counter()
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    _one(base, s, h, i * spread / sessions)
+                    for i, (s, h) in enumerate(histories.items())
+                )
+            ),
+            timeout + spread,
+        )
+        wall = time.perf_counter() - started
+        ok = [r for r in results if r["ok"]]
+        ttfc = [r["ttfc_ms"] for r in ok]
+        out.append(
+            {
+                "round": n + 1,
+                "requests": sessions,
+                "ok": len(ok),
+                "server_busy": sum(1 for r in results if r["code"] == "server_busy"),
+                "errors": sorted({r["code"] for r in results} - {"200"}),
+                "ttfc_p50_ms": round(percentile(ttfc, 50), 1) if ttfc else None,
+                "ttfc_p99_ms": round(percentile(ttfc, 99), 1) if ttfc else None,
+                "wall_s": round(wall, 2),
+            }
+        )
+        for history, result in zip(histories.values(), results, strict=True):
+            if result["ok"]:
+                history += [
+                    {"role": "assistant", "content": result["text"]},
+                    {"role": "user", "content": f"step {n + 2}"},
+                ]
+    return out
+
+
+async def _sample(dsn: str, stop: asyncio.Event, peaks: dict[str, int]) -> None:
+    """The most client connections on the bench's database at once (the sampler's own
+    aside), and of those the most that were not the bus's LISTEN connection."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    sql = """
+    SELECT count(*), count(*) FILTER (WHERE query NOT LIKE 'LISTEN%')
+    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND backend_type = 'client backend'
+    """
+    try:
+        while not stop.is_set():
+            total, pooled = await conn.fetchrow(sql)
+            peaks["total"] = max(peaks["total"], total)
+            peaks["pool"] = max(peaks["pool"], pooled)
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+
+
+async def _measure(
+    base: str, args: argparse.Namespace, dsn: str | None
+) -> tuple[list[dict], dict[str, int]]:
+    peaks = {"total": 0, "pool": 0}
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample(dsn, stop, peaks)) if dsn else None
+    try:
+        rounds = await _rounds(
+            base, args.sessions, args.rounds, args.answer_seconds + 60, args.pause, args.spread
+        )
+    finally:
+        stop.set()
+        if sampler is not None:
+            await sampler
+    return rounds, peaks
+
+
+def _loop(coro: Any) -> Any:
+    """``asyncio.run``, on uvloop when installed (as loadgen runs)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from proxy.pgembed import start_embedded
+
+    tmp = Path(tempfile.mkdtemp(prefix="cascade-capacity-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    dsn, server = start_embedded(tmp / "pg")
+    try:
+        fake_port, floor_port, cascade_port = free_port(), free_port(), free_port()
+        delay_ms = args.answer_seconds * 1000 / (CHUNKS - 1)
+        fake = _spawn(
+            [PY, "-m", "bench.fake_upstream", "--port", str(fake_port), "--chunks", str(CHUNKS),
+             "--chunk-delay-ms", f"{delay_ms:.1f}"],
+            tmp / "fake.log",
+        )  # fmt: skip
+        procs.append(fake)
+        upstream = f"http://127.0.0.1:{fake_port}"
+        floor = _spawn(
+            [PY, "-m", "bench.floor", "--port", str(floor_port), "--upstream", upstream],
+            tmp / "floor.log",
+        )
+        procs.append(floor)
+        config = tmp / "agents.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "providers": {"openai": {"baseUrl": f"{upstream}/v1"}},
+                    "models": {"default": {"contextLimit": 128000}},
+                    "agents": {"default": {"provider": "openai"}},
+                }
+            )
+        )
+        env = {
+            **os.environ,
+            "DATABASE_URL": dsn,
+            "CASCADE_LOG_LEVEL": "warning",
+            "CASCADE_POOL_MAX_SIZE": str(args.pool),
+        }
+        cascade = _spawn(
+            [str(CASCADE_BIN), "serve", "--host", "127.0.0.1", "--port", str(cascade_port),
+             "--config", str(config)],
+            tmp / "cascade.log",
+            env,
+        )  # fmt: skip
+        procs.append(cascade)
+        _wait_ready(f"{upstream}/v1/models", fake)
+        _wait_ready(f"http://127.0.0.1:{floor_port}/v1/models", floor)
+        _wait_ready(f"http://127.0.0.1:{cascade_port}/readyz", cascade)
+        floor_rounds, _ = asyncio.run(_measure(f"http://127.0.0.1:{floor_port}", args, None))
+        cascade_rounds, peaks = asyncio.run(_measure(f"http://127.0.0.1:{cascade_port}", args, dsn))
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+        server.cleanup()
+    verdict = []
+    for f, c in zip(floor_rounds, cascade_rounds, strict=True):
+        over = (c["ttfc_p99_ms"] or float("nan")) - (f["ttfc_p99_ms"] or float("nan"))
+        verdict.append(
+            {
+                "round": c["round"],
+                "all_ok": c["ok"] == c["requests"] and c["server_busy"] == 0,
+                "ttfc_p99_over_floor_ms": round(over, 1),
+                "ttfc_p99_ratio": round(c["ttfc_p99_ms"] / f["ttfc_p99_ms"], 2)
+                if c["ttfc_p99_ms"] and f["ttfc_p99_ms"]
+                else None,
+                "within_bar": over <= BAR_MS,
+            }
+        )
+    return clean(
+        {
+            "machine": machine(),
+            "sessions": args.sessions,
+            "pool": args.pool,
+            "answer_seconds": args.answer_seconds,
+            "spread_seconds": args.spread,
+            "floor": floor_rounds,
+            "cascade": cascade_rounds,
+            "cascade_connections_peak": peaks["total"],
+            "cascade_pool_connections_peak": peaks["pool"],
+            "pool_within_size": peaks["pool"] <= args.pool,
+            "verdict": verdict,
+        }
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--pool", type=int, default=10)
+    parser.add_argument("--answer-seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=6.0)
+    parser.add_argument("--spread", type=float, default=0.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    result = run(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Compactions that a process never ended: closed with ``context.compaction.failed``.
+
+A compaction whose process died between its ``context.compaction.started`` and its partner
+(a SIGKILL, a lost host) leaves the started event alone; a console waiting for the pair would
+wait forever. ``Closer`` persists the partner, reason ``interrupted``: when the session's
+next compaction starts (``close_session``, under that compaction's claim), and at start-up
+(``at_start``) for every session whose compaction claim is free.
+
+A claim the dead process held outlives it by up to the lease's time to live (it was renewed
+until the process died), so start-up leaves such a session and a background pass tries it
+again every third of the time to live until the claim is free, or the compaction behind it,
+alive on another replica, ended by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Any
+
+import asyncpg
+
+from proxy.bus import EventBus
+from proxy.cascade.types import COMPACTION_FAILED
+from proxy.observe import note_compaction_event
+from proxy.services.leases import Leases
+from proxy.store import events, leases as claims, nul
+from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
+
+__all__ = ["Closer", "INTERRUPTED"]
+
+log = logging.getLogger("cascade.compaction")
+
+INTERRUPTED = "interrupted"
+"""The ``reason`` of the failed event that closes a compaction its process never ended."""
+
+Key = tuple[str, str]
+
+
+class Closer:
+    def __init__(
+        self, pool: asyncpg.Pool, bus: EventBus, leases: Leases, acquire_timeout: float
+    ) -> None:
+        self.pool, self.bus, self.leases = pool, bus, leases
+        self.acquire_timeout = acquire_timeout
+        self._later: asyncio.Task[None] | None = None
+
+    async def at_start(self) -> int:
+        """Close what no process runs any more; returns how many closed now. A session
+        whose claim is held is tried again in the background (module docstring). A
+        database that is not there now leaves them to the next start or the session's next
+        compaction."""
+        closed, held = await self._pass(None)
+        if closed:
+            log.warning("closed %d compaction(s) interrupted by a stop", closed)
+        if held:
+            self._later = asyncio.create_task(self._again(held), name="close-interrupted")
+        return closed
+
+    async def aclose(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            with contextlib.suppress(BaseException):
+                await self._later
+
+    async def _pass(self, only: set[Key] | None) -> tuple[int, set[Key]]:
+        """Close what is unpaired (in ``only``'s sessions, if named) and unclaimed; return
+        how many, and the sessions left because their claim was held."""
+        closed, held = 0, set()
+        owner = uuid.uuid4()
+        try:
+            async with borrowed(self.pool, self.acquire_timeout) as conn:
+                for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
+                    conn
+                ):
+                    if only is not None and (tenant, session_id) not in only:
+                        continue
+                    if not await claims.claim_compaction(
+                        conn, tenant=tenant, session_id=session_id, owner=owner,
+                        ttl=self.leases.ttl,
+                    ):  # fmt: skip
+                        held.add((tenant, session_id))
+                        continue
+                    try:
+                        closed += await self.close_session(conn, tenant, session_id)
+                    finally:
+                        await claims.release_compaction(
+                            conn, tenant=tenant, session_id=session_id, owner=owner
+                        )
+        except (DatabaseUnavailable, PoolExhausted) as exc:
+            log.warning("interrupted compactions not closed: %s", exc)
+        return closed, held
+
+    async def _again(self, held: set[Key]) -> None:
+        """Try the sessions whose claim was held again, a third of the time to live apart,
+        for as long as three times it."""
+        for _ in range(9):
+            await asyncio.sleep(self.leases.ttl / 3)
+            closed, held = await self._pass(held)
+            if closed:
+                log.warning("closed %d compaction(s) interrupted by a stop", closed)
+            if not held:
+                return
+
+    async def close_session(self, conn: Any, tenant: str, session_id: str) -> int:
+        """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
+        compaction of the session that has no partner. The caller holds the session's
+        compaction claim, so none of them is running: its process stopped, or lost its
+        database between the two events. The event carries the started one's fields
+        (``started_id`` names it) and what a failure leaves: the state before it. What the
+        interrupted run took (attempts, duration) is unknown: null."""
+        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant, session_id=session_id)
+        for row in rows:
+            started = nul.decode_json(row["data"])
+            failed = {
+                "trigger": started.get("trigger"),
+                "reason": INTERRUPTED,
+                "error": "interrupted: the process running it stopped before it ended",
+                "attempts": None,
+                "duration_ms": None,
+                "started_id": row["id"],
+                "from_pos": started.get("from_pos"),
+                "to_pos": started.get("to_pos"),
+                "tokens_before": started.get("tokens_before"),
+                "tokens_after": started.get("tokens_before"),
+                "summary_version": started.get("summary_version"),
+            }
+            await self.bus.publish(
+                conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
+            )
+            note_compaction_event(COMPACTION_FAILED, failed)
+        return len(rows)

@@ -1,0 +1,107 @@
+"""This replica's session leases: its owner id, their time to live, and their renewal.
+
+A chat request holds its session's lease (migration 0015) from its first statement to its
+last, and no connection in between: the provider's answer may take minutes, and a held
+connection would cap a replica's requests in flight at its pool size (README, Capacity).
+Every lease this replica's requests take names one owner, ``Leases.owner``, drawn when the
+replica starts: within the replica ``SessionLocks`` already lets one request per session
+through, so a lease the replica holds on a session whose queue it heads is that request's
+own (one a failed last statement left behind included), and it takes it straight back.
+
+One task renews them: every ``ttl / 3`` one short statement, on a connection borrowed from
+the pool for it, pushes the expiry of every lease held here, and of every compaction claim
+running here, to ``ttl`` from now. A replica that dies stops renewing; its leases expire
+within ``ttl`` and a waiter on another replica, polling at most ``POLL_MAX_SECONDS`` apart,
+takes the session then: the bound the README states. A renewal that fails (the database
+away, the pool busy) is tried again a third of the way sooner; two more chances before the
+lease could lapse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+
+import asyncpg
+
+from proxy.store import leases
+from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
+
+__all__ = ["Leases"]
+
+log = logging.getLogger("cascade.leases")
+
+Key = tuple[str, str]
+
+
+class Leases:
+    def __init__(self, pool: asyncpg.Pool, *, ttl: float, acquire_timeout: float) -> None:
+        self.pool = pool
+        self.ttl = ttl
+        self.owner = uuid.uuid4()
+        self._acquire_timeout = min(acquire_timeout, ttl / 3)
+        self._held: dict[Key, int] = {}  # sessions with a request of this replica in flight
+        self._claims: dict[tuple[str, str, uuid.UUID], int] = {}  # compactions running here
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(self, key: Key) -> None:
+        """Renew ``key``'s lease from now on, until as many ``drop`` calls."""
+        self._held[key] = self._held.get(key, 0) + 1
+
+    def drop(self, key: Key) -> None:
+        n = self._held.get(key, 0)
+        if n <= 1:
+            self._held.pop(key, None)
+        else:
+            self._held[key] = n - 1
+
+    def holding(self) -> list[Key]:
+        return list(self._held)
+
+    def claim(self, tenant: str, session_id: str, owner: uuid.UUID) -> None:
+        """Renew the compaction claim ``owner`` holds, until ``unclaim``."""
+        c = (tenant, session_id, owner)
+        self._claims[c] = self._claims.get(c, 0) + 1
+
+    def unclaim(self, tenant: str, session_id: str, owner: uuid.UUID) -> None:
+        c = (tenant, session_id, owner)
+        n = self._claims.get(c, 0)
+        if n <= 1:
+            self._claims.pop(c, None)
+        else:
+            self._claims[c] = n - 1
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="lease-renewal")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def renew(self) -> None:
+        """Renew every lease and claim held here now, in at most two statements."""
+        keys, claims = list(self._held), list(self._claims)
+        if not keys and not claims:
+            return
+        async with borrowed(self.pool, self._acquire_timeout) as conn:
+            if keys:
+                await leases.renew_leases(conn, keys=keys, owner=self.owner, ttl=self.ttl)
+            if claims:
+                await leases.renew_claims(conn, claims=claims, ttl=self.ttl)
+
+    async def _run(self) -> None:
+        pause = self.ttl / 3
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                await self.renew()
+                pause = self.ttl / 3
+            except (DatabaseUnavailable, PoolExhausted, asyncpg.PostgresError, OSError) as exc:
+                log.warning("could not renew this replica's session leases: %s", exc)
+                pause = self.ttl / 9

@@ -1,0 +1,221 @@
+"""The shell of the retrieval stage: the fulfiller that embeds a new turn and searches, and
+the background worker that embeds stored messages.
+
+``related_messages`` answers ``cascade.retrieval.RetrievalNeed`` on the request's connection:
+it embeds the query, waiting at most ``timeoutMs``, then runs one search statement
+(``store.embeddings.search_outside_prompt``). A missing, slow or failing embedder, or a
+search the database refuses, is an answer with an error and no hits: the turn goes out
+without the block, and its ``context.retrieval`` event says why.
+
+``EmbeddingWorker`` runs one task per replica for the app's life. While some agent has
+retrieval on, it claims batches of the unembedded messages of those agents' sessions, embeds
+them off the request path (the builtin model on a worker thread) and stores the vectors, each
+step a short statement of its own; a batch is stored while the next one is embedded, so the
+database's index work and the model's overlap. Its cursor moves through ``messages`` by id, so new
+messages are embedded within a poll; a change of model or of the agents that have retrieval
+on restarts it from the first message (the backfill), and so does every ``rescan`` interval,
+which picks up what a failed batch or a dead replica's claim left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from proxy.cascade.retrieval import Hit, RetrievalNeed, retrieved
+from proxy.config import Config
+from proxy.embeddings import Embedders, embedders_here, embedding_text
+from proxy.observe import note_embedding_failure
+from proxy.session_id import SessionKey
+from proxy.store import embeddings as store
+
+__all__ = ["related_messages", "EmbeddingWorker", "retrieval_agents"]
+
+log = logging.getLogger("cascade.retrieval")
+
+
+async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> dict[str, Any]:
+    """The new turn's answer (``cascade.retrieval.retrieved``, module docstring); never
+    raises for the embedder or the search."""
+    started = time.perf_counter()
+    hub = embedders_here()
+    if hub is None:
+        return retrieved((), snippet_chars=need.snippet_chars, error="no embedder is running")
+    embedder = hub.current()
+
+    def failed(error: str) -> dict[str, Any]:
+        took = (time.perf_counter() - started) * 1000
+        return retrieved(
+            (), snippet_chars=need.snippet_chars, took_ms=took, error=error, model=embedder.model
+        )
+
+    try:
+        vectors = await asyncio.wait_for(embedder.embed([need.query]), need.timeout_ms / 1000)
+    except TimeoutError:
+        note_embedding_failure()
+        return failed(f"the embedding took longer than {need.timeout_ms} ms")
+    except Exception as exc:  # the embedder's failure is this turn's no-op, never the request's
+        note_embedding_failure()
+        log.warning("retrieval skipped for a turn: the embedding failed: %s", exc)
+        return failed(f"embedding failed: {exc}")
+    try:
+        found = await store.search_outside_prompt(
+            conn,
+            tenant=key.tenant,
+            session_id=key.session_id,
+            model=embedder.model,
+            vector=vectors[0],
+            min_score=need.min_score,
+            limit=need.max_results,
+        )
+    except asyncpg.PostgresError as exc:  # a refused statement leaves the connection usable
+        log.warning("retrieval skipped for a turn: the search failed: %s", exc)
+        return failed(f"search failed: {exc}")
+    hits = tuple(
+        Hit(
+            f.pos,
+            f.role,
+            embedding_text(f.message) if isinstance(f.message, dict) else "",
+            f.score,
+            f.origin,
+            f.tool_call_id,
+        )
+        for f in found
+    )
+    took = (time.perf_counter() - started) * 1000
+    return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
+
+
+def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """The agents whose sessions are embedded: those with retrieval on, every agent the
+    config names, and whether the default context (an agent it does not name) has it on."""
+    on = tuple(sorted(name for name, ctx in cfg.resolved.items() if ctx.retrieval.enabled))
+    return on, tuple(sorted(cfg.resolved)), cfg.context.retrieval.enabled
+
+
+class EmbeddingWorker:
+    """The background embedder of one replica (module docstring)."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        config: Callable[[], Config],
+        embedders: Embedders,
+        *,
+        idle_seconds: float = 1.0,
+        rescan_seconds: float = 60.0,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.pool = pool
+        self.config = config
+        self.embedders = embedders
+        self.idle_seconds = idle_seconds
+        self.rescan_seconds = rescan_seconds
+        self.on_failure = on_failure  # counts a batch the embedder failed
+        self.embedded = 0  # messages this worker stored a vector for
+        self._cursor = 0
+        self._scope: tuple[Any, ...] | None = None
+        self._scan_started = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._storing: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="cascade-embedding-worker")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                busy = await self.run_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # database or embedder down: back off, never stop
+                failures += 1
+                if failures == 1 or failures % 60 == 0:
+                    log.warning("background embedding failed (%d in a row): %s", failures, exc)
+                busy = False
+            if not busy:
+                await asyncio.sleep(self.idle_seconds * min(failures + 1, 30))
+
+    async def run_once(self) -> bool:
+        """Claim, embed and store one batch; True when there may be more right away."""
+        cfg = self.config()
+        on, configured, default_on = retrieval_agents(cfg)
+        if not on and not default_on:
+            return False
+        embedder = self.embedders.current()
+        scope = (embedder.model, cfg.embedding, on, configured, default_on)
+        if scope != self._scope:  # a new model, or new sessions to cover: from the start
+            self._scope, self._cursor = scope, 0
+            self._scan_started = time.monotonic()
+        start = self._cursor
+        async with self.pool.acquire() as conn:
+            claimed, last = await store.claim_unembedded(
+                conn,
+                model=embedder.model,
+                after_id=start,
+                agents=on,
+                configured=configured,
+                default_on=default_on,
+                limit=cfg.embedding.batch_size,
+            )
+        if last is None:  # the end of the table: rescan from the start now and then
+            await self.flush()
+            if time.monotonic() - self._scan_started >= self.rescan_seconds:
+                async with self.pool.acquire() as conn:
+                    await store.release_stale_claims(conn)
+                self._cursor, self._scan_started = 0, time.monotonic()
+            return False
+        self._cursor = last
+        if claimed:
+            await self._embed(claimed, embedder, start)
+        return True
+
+    async def _embed(self, claimed: list[store.Claimed], embedder: Any, start: int) -> None:
+        texts = [embedding_text(c.message) if isinstance(c.message, dict) else "" for c in claimed]
+        todo = [i for i, t in enumerate(texts) if t]
+        vectors: list[Any] = [None] * len(claimed)
+        try:
+            for i, v in zip(todo, await embedder.embed([texts[i] for i in todo]), strict=True):
+                vectors[i] = v
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self.on_failure()
+            self._cursor = start  # the batch again, after the back-off
+            with contextlib.suppress(Exception):
+                async with self.pool.acquire() as conn:
+                    await store.release_claims(
+                        conn, model=embedder.model, ids=[c.message_id for c in claimed]
+                    )
+            raise
+        await self.flush()  # one batch stored at a time, while the next one is embedded
+        ids = [c.message_id for c in claimed]
+        self._storing = asyncio.create_task(self._store(embedder.model, ids, vectors, len(todo)))
+
+    async def _store(self, model: str, ids: list[int], vectors: list[Any], n: int) -> None:
+        async with self.pool.acquire() as conn:
+            await store.update_embeddings(conn, model=model, ids=ids, vectors=vectors)
+        self.embedded += n
+
+    async def flush(self) -> None:
+        """Wait for the batch being stored; its failure is raised here (its claims go
+        stale and are released, then claimed again by a rescan)."""
+        task, self._storing = self._storing, None
+        if task is not None:
+            await task

@@ -1,0 +1,146 @@
+"""A session's leases: who runs a request on it, or compacts it, and until when (migration 0015).
+
+A lease is two columns on the session row, an owner and an expiry on the database's clock,
+taken and released by short statements, so holding one holds no connection. A chat request's
+lease is taken in its first statement (``messages.begin_step``) and released in its last
+(``messages.record_step``); the statements here are the rest: the renewal of the leases a
+replica holds, the release of a request that stores nothing, the compaction claim, and the
+row lock the session API's operations take once the session is free.
+
+Every statement is a single autocommit statement or runs inside one transaction: nothing
+relies on a connection's state between transactions, so they work through a
+transaction-mode pooler.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy.store.db import Executor
+
+__all__ = [
+    "POLL_MAX_SECONDS",
+    "poll_delays",
+    "SessionBusy",
+    "RENEW_LEASES",
+    "renew_leases",
+    "RELEASE_LEASE",
+    "release_lease",
+    "CLAIM_COMPACTION",
+    "claim_compaction",
+    "RENEW_CLAIMS",
+    "renew_claims",
+    "RELEASE_COMPACTION",
+    "release_compaction",
+    "LEASE_FOR_UPDATE",
+    "free_for_update",
+]
+
+
+POLL_MAX_SECONDS = 0.5
+"""The longest pause between two tries at a held lease: a lease freed by its holder is taken
+at most this late, one freed by expiry at most this long after it expired."""
+
+
+def poll_delays(first: float = 0.01) -> Iterator[float]:
+    """The pauses of a waiter polling a held lease: doubling from ``first`` up to
+    :data:`POLL_MAX_SECONDS`, each jittered down by up to a quarter, so that waiters on
+    several replicas do not retry in step."""
+    delay = first
+    while True:
+        yield delay * (1 - random.random() / 4)
+        delay = min(delay * 2, POLL_MAX_SECONDS)
+
+
+class SessionBusy(Exception):
+    """The session's lease is held by another owner (another replica's request, a session
+    API operation); nothing was written. The caller gives its connection back and tries
+    again shortly."""
+
+
+RENEW_LEASES = """
+UPDATE sessions s SET lease_expires = clock_timestamp() + make_interval(secs => $4)
+FROM unnest($1::text[], $2::text[]) AS h(tenant, id)
+WHERE s.tenant = h.tenant AND s.id = h.id AND s.lease_owner = $3
+"""
+
+
+async def renew_leases(
+    conn: Executor, *, keys: Sequence[tuple[str, str]], owner: uuid.UUID, ttl: float
+) -> None:
+    """Push the expiry of every lease ``owner`` holds among ``keys`` to ``ttl`` from now; a
+    lease it no longer holds (released, or expired and taken) is left alone."""
+    await conn.execute(RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl)
+
+
+RELEASE_LEASE = """
+UPDATE sessions SET lease_owner = NULL, lease_expires = NULL
+WHERE tenant = $1 AND id = $2 AND lease_owner = $3
+"""
+
+
+async def release_lease(conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID) -> None:
+    """Free the session's lease if ``owner`` still holds it (a request that stores nothing)."""
+    await conn.execute(RELEASE_LEASE, tenant, session_id, owner)
+
+
+CLAIM_COMPACTION = """
+UPDATE sessions SET compaction_owner = $3,
+    compaction_expires = clock_timestamp() + make_interval(secs => $4)
+WHERE tenant = $1 AND id = $2
+  AND (compaction_owner IS NULL OR compaction_expires < clock_timestamp())
+RETURNING true
+"""
+
+
+async def claim_compaction(
+    conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID, ttl: float
+) -> bool:
+    """Claim the session's compaction for ``owner``: False when another compaction holds
+    the claim (on any replica), or the session does not exist."""
+    return bool(await conn.fetchval(CLAIM_COMPACTION, tenant, session_id, owner, ttl))
+
+
+RENEW_CLAIMS = """
+UPDATE sessions s SET compaction_expires = clock_timestamp() + make_interval(secs => $4)
+FROM unnest($1::text[], $2::text[], $3::uuid[]) AS h(tenant, id, owner)
+WHERE s.tenant = h.tenant AND s.id = h.id AND s.compaction_owner = h.owner
+"""
+
+
+async def renew_claims(
+    conn: Executor, *, claims: Sequence[tuple[str, str, uuid.UUID]], ttl: float
+) -> None:
+    """Push the expiry of each compaction claim (tenant, session, owner) still held."""
+    await conn.execute(
+        RENEW_CLAIMS, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims], ttl
+    )
+
+
+RELEASE_COMPACTION = """
+UPDATE sessions SET compaction_owner = NULL, compaction_expires = NULL
+WHERE tenant = $1 AND id = $2 AND compaction_owner = $3
+"""
+
+
+async def release_compaction(
+    conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID
+) -> None:
+    await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner)
+
+
+LEASE_FOR_UPDATE = """
+SELECT lease_owner IS NOT NULL AND lease_expires >= clock_timestamp() AS held
+FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE
+"""
+
+
+async def free_for_update(conn: Executor, *, tenant: str, session_id: str) -> bool:
+    """Inside a transaction: lock the session's row and say whether no live lease is held
+    on it (True also when there is no row). Holding the row lock to the transaction's end,
+    a request's first statement, which takes the lease by updating the row, waits for it."""
+    return not await conn.fetchval(LEASE_FOR_UPDATE, tenant, session_id)

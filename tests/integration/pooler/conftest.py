@@ -1,0 +1,32 @@
+"""Every proxy these tests start runs behind PgBouncer in transaction mode.
+
+``DATABASE_URL`` is the test's database through PgBouncer, ``CASCADE_DB_POOLER=transaction``,
+and ``DATABASE_LISTEN_URL`` the same database directly, as README (Behind a connection
+pooler) says to run it. The proxies are the integration tests' own (``ProxyServer``, which
+:func:`~tests.integration.pooler.pgbouncer.routed_through` reroutes), so a test of
+tests/integration/api imported into a module of this directory runs through the pooler as
+it is. ``CASCADE_TEST_POOLER=transaction`` does the same for every integration test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.api.conftest import client, config_path, http, proxy, settings
+from tests.integration.pooler.pgbouncer import PgBouncer, routed_through
+
+__all__ = ["client", "config_path", "http", "proxy", "settings"]  # the api tests' fixtures
+
+
+@pytest.fixture
+def pooled_dsn(pgbouncer: PgBouncer, db_dsn: str) -> str:
+    """The test's database through PgBouncer."""
+    return pgbouncer.pooled(db_dsn)
+
+
+@pytest.fixture(autouse=True)
+def behind_pgbouncer(pgbouncer: PgBouncer) -> Iterator[None]:
+    with routed_through(pgbouncer):
+        yield

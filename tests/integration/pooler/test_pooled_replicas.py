@@ -1,0 +1,25 @@
+"""Serialisation, compaction and cross-replica events through PgBouncer in transaction mode.
+
+Two replicas, both behind the pooler: two concurrent requests on one session are
+serialised (the second reaches the provider only after the first is stored), a compaction
+runs once, and an event made on one replica reaches a stream open on the other, whose bus
+LISTENs on ``DATABASE_LISTEN_URL`` (tests/integration/api/test_replicas.py and
+test_compaction.py's tests)."""
+
+from __future__ import annotations
+
+from tests.integration.api.test_compaction import (
+    test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_boundary,
+)
+from tests.integration.api.test_replicas import (
+    test_a_compaction_runs_once_for_both_replicas_and_is_counted_once,
+    test_a_sessions_requests_are_serialised_across_replicas,
+    test_an_event_made_on_one_replica_reaches_a_subscriber_on_the_other,
+)
+
+__all__ = [
+    "test_a_compaction_runs_once_for_both_replicas_and_is_counted_once",
+    "test_a_sessions_requests_are_serialised_across_replicas",
+    "test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_boundary",
+    "test_an_event_made_on_one_replica_reaches_a_subscriber_on_the_other",
+]

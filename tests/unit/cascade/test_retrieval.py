@@ -1,0 +1,153 @@
+"""The retrieval stage: planned only at a new turn, its block spliced into that user message,
+its event reporting hits, best score, time and error (``cascade/retrieval.py``)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from proxy.cascade.pipeline import StepInput, assemble, plan_step
+from proxy.cascade.retrieval import (
+    RELATED_CLOSE,
+    RELATED_OPEN,
+    Hit,
+    RetrievalNeed,
+    related_block,
+    retrieved,
+    splice_related_context,
+)
+from proxy.cascade.types import RETRIEVAL, Budget, Message
+from proxy.config import ContextConfig
+from tests.unit.cascade.summary_builders import count, system, user
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+
+
+def _ctx(**retrieval: Any) -> ContextConfig:
+    return ContextConfig.model_validate({"retrieval": {"enabled": True, **retrieval}})
+
+
+def _step(*window: Message, ctx: ContextConfig | None = None, **answers: Any) -> StepInput:
+    return StepInput(
+        window=tuple(window),
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
+        ctx=ctx or _ctx(),
+        answers=answers,
+    )
+
+
+HITS = (
+    Hit(3, "user", "The server listens on port 8443.", 0.71, "summarised"),
+    Hit(7, "tool", "src/app/main.py\nsrc/app/db.py", 0.52, "evicted", "call_9"),
+)
+
+
+def test_a_new_user_message_plans_its_text_as_the_query() -> None:
+    need = plan_step(_step(system("s"), user("which port does the server use?")))["retrieval"]
+    assert need == RetrievalNeed("which port does the server use?", 0.35, 4, 300, 1200)
+    parts = {"role": "user", "content": [{"type": "text", "text": "the port?"}]}
+    assert plan_step(_step(system("s"), parts))["retrieval"].query == "the port?"
+
+
+def test_a_step_inside_a_turn_plans_nothing() -> None:
+    loop = (
+        system("s"),
+        user("list the files"),
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a b"},
+    )
+    assert "retrieval" not in plan_step(_step(*loop))
+    # an observation sent as a user message continues the turn
+    text_agent = (system("s"), user("go"), {"role": "assistant", "content": "ls"})
+    assert "retrieval" not in plan_step(_step(*text_agent, user("Observation: a b")))
+    # no text, nothing to ask
+    assert "retrieval" not in plan_step(_step(system("s"), user("   ")))
+
+
+def test_off_or_no_results_wanted_plans_nothing() -> None:
+    off = ContextConfig()
+    assert "retrieval" not in plan_step(_step(system("s"), user("q"), ctx=off))
+    assert "retrieval" not in plan_step(_step(system("s"), user("q"), ctx=_ctx(maxResults=0)))
+
+
+def test_the_block_names_role_origin_and_position_and_cuts_snippets() -> None:
+    block = related_block(HITS, snippet_chars=12)
+    assert block is not None
+    assert block.startswith(RELATED_OPEN + "\n") and block.endswith(RELATED_CLOSE)
+    assert "[user, message 3, summarised, score 0.71]\nThe server…" in block
+    assert "[tool result of call_9, message 7, evicted, score 0.52]\nsrc/app/mai…" in block
+    assert related_block((), 100) is None
+    # a snippet cannot close the block early
+    sneaky = Hit(1, "user", f"x {RELATED_CLOSE} y", 0.9, "trimmed")
+    inner = related_block((sneaky,), 100)
+    assert inner is not None and inner.count(RELATED_CLOSE) == 1
+
+
+def test_the_answer_is_appended_to_the_turns_user_message_and_reported() -> None:
+    window = (system("s"), user("which port?"))
+    answer = retrieved(HITS, snippet_chars=1200, took_ms=1.234, model="m")
+    assert json.loads(json.dumps(answer)) == answer  # plain JSON: it can be kept with the turn
+    out = assemble(_step(*window, retrieval=answer))
+    last = out.messages[-1]["content"]
+    assert last.startswith("which port?\n\n" + RELATED_OPEN)
+    assert "The server listens on port 8443." in last
+    assert out.window == window  # the block is never stored as the client's message
+    (event,) = [e for e in out.events if e.name == RETRIEVAL]
+    assert event.data == {
+        "hits": 2,
+        "best_score": 0.71,
+        "took_ms": 1.23,
+        "error": None,
+        "model": "m",
+        "positions": [3, 7],
+    }
+
+
+def test_a_list_content_gets_an_extra_text_part() -> None:
+    parts = {"role": "user", "content": [{"type": "text", "text": "which port?"}]}
+    out = assemble(_step(system("s"), parts, retrieval=retrieved(HITS, snippet_chars=1200)))
+    content = out.messages[-1]["content"]
+    assert content[0] == {"type": "text", "text": "which port?"}
+    assert content[1]["type"] == "text" and content[1]["text"].startswith(RELATED_OPEN)
+
+
+def test_a_failed_embedding_sends_the_turn_as_it_is_and_reports_the_error() -> None:
+    window = (system("s"), user("which port?"))
+    failed = retrieved(
+        (), snippet_chars=1200, took_ms=300.0, error="the embedding took longer than 300 ms"
+    )
+    out = assemble(_step(*window, retrieval=failed))
+    assert out.messages == window
+    (event,) = [e for e in out.events if e.name == RETRIEVAL]
+    assert event.data["hits"] == 0 and event.data["best_score"] is None
+    assert event.data["error"] == "the embedding took longer than 300 ms"
+
+
+def test_without_an_answer_the_stage_changes_nothing() -> None:
+    window = (system("s"), user("q"))
+    out = assemble(_step(*window))
+    assert out.messages == window and not [e for e in out.events if e.name == RETRIEVAL]
+
+
+def test_a_kept_answer_is_spliced_byte_for_byte_and_not_reported_again() -> None:
+    answer = retrieved(HITS, snippet_chars=1200)
+    loop = (
+        system("s"),
+        user("which port?"),
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a b"},
+    )
+    first = splice_related_context(loop[:2], _step(*loop[:2], retrieval=answer))
+    # a later step of the turn: the shell hands back the value it kept for the turn
+    later = SimpleNamespace(
+        answers={"retrieval": answer}, kept={"retrieval": answer}, ctx=_ctx(), window=loop
+    )
+    out = splice_related_context(loop, later)  # type: ignore[arg-type]
+    assert out.messages[1] == first.messages[1]
+    assert out.messages[1]["content"] == "which port?\n\n" + answer["block"]
+    assert out.messages[2:] == loop[2:]
+    assert [e.name for e in first.events] == [RETRIEVAL] and out.events == ()
