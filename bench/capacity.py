@@ -18,11 +18,14 @@ idle connections to the fake upstream are closed before the next burst, so no re
 a closing keep-alive connection (the floor's httpx client answered those with a 500).
 
 Measured per target and round: the requests that succeeded, the 503 ``server_busy`` ones,
-time to first content chunk (TTFC; p50/p99, from the request's send), and the round's wall
-time. For Cascade, a sampler polls ``pg_stat_activity`` every 20 ms during the rounds: the
-most connections the replica had open at once, its pool's apart from the event bus's
-listening connection. The verdict compares Cascade's TTFC p99 with the floor's in the same
-run (the issue's bar: within the floor's + 50 ms), and the pool's peak with ``--pool``.
+time to first content chunk (TTFC; p50/p99, from the request's send), the round's wall
+time, and the CPU each request cost over the round (ms: the server's process tree, for
+Cascade its PostgreSQL's apart, and this load generator's own), with the load average at
+the round's start: on a machine shared with other work the figures are the machine's too.
+For Cascade, a sampler polls ``pg_stat_activity`` every 20 ms during the rounds: the most
+connections the replica had open at once, its pool's apart from the event bus's listening
+connection. The verdict compares Cascade's TTFC p99 with the floor's in the same run (the
+issue's bar: within the floor's + 50 ms), and the pool's peak with ``--pool``.
 Everything binds 127.0.0.1 and stops by itself (each round within ``answer + 60`` s).
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -113,14 +117,60 @@ async def _one(
     return {"ok": True, "code": "200", "ttfc_ms": sample.ttfc * 1000, "text": reply["content"]}
 
 
+def _cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user + system) of the live processes ``pids``."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _trees(root: int, db_marker: str | None) -> dict[str, list[int]]:
+    """The pids of ``root``'s process tree and, with ``db_marker`` (its data directory),
+    those of the PostgreSQL whose postmaster names it, with its backends."""
+    import psutil
+
+    out: dict[str, list[int]] = {"server": [], "db": []}
+    with contextlib.suppress(psutil.Error):
+        proc = psutil.Process(root)
+        out["server"] = [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+    if db_marker:
+        for post in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if db_marker in " ".join(post.cmdline()):
+                    out["db"] += [post.pid, *(c.pid for c in post.children(recursive=True))]
+    return out
+
+
+def _cpu(root: int, db_marker: str | None) -> dict[str, float]:
+    trees = _trees(root, db_marker)
+    return {
+        "server": _cpu_of(trees["server"]),
+        "db": _cpu_of(trees["db"]),
+        "loadgen": time.process_time(),
+    }
+
+
 async def _rounds(
-    base: str, sessions: int, rounds: int, timeout: float, pause: float, spread: float
+    base: str,
+    sessions: int,
+    rounds: int,
+    timeout: float,
+    pause: float,
+    spread: float,
+    cpu: Any = None,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     histories = {f"cap-{i}": [{"role": "user", "content": f"task {i}"}] for i in range(sessions)}
     for n in range(rounds):
         if n:
             await asyncio.sleep(pause)
+        load = os.getloadavg()[0]
+        before = cpu() if cpu else None
         started = time.perf_counter()
         results = await asyncio.wait_for(
             asyncio.gather(
@@ -132,8 +182,15 @@ async def _rounds(
             timeout + spread,
         )
         wall = time.perf_counter() - started
+        spent = {k: (v - before[k]) * 1000 / sessions for k, v in cpu().items()} if before else {}
         ok = [r for r in results if r["ok"]]
         ttfc = [r["ttfc_ms"] for r in ok]
+        # When the slowest first chunks came (their start in the round, s): together, a
+        # stall; scattered, contention for the CPU.
+        slowest = sorted(
+            ((i * spread / sessions, r["ttfc_ms"]) for i, r in enumerate(results) if r["ok"]),
+            key=lambda x: -x[1],
+        )[:5]
         out.append(
             {
                 "round": n + 1,
@@ -144,6 +201,11 @@ async def _rounds(
                 "ttfc_p50_ms": round(percentile(ttfc, 50), 1) if ttfc else None,
                 "ttfc_p99_ms": round(percentile(ttfc, 99), 1) if ttfc else None,
                 "wall_s": round(wall, 2),
+                "ttfc_slowest": [[round(t, 2), round(ms, 1)] for t, ms in slowest],
+                "load_average": round(load, 2),
+                "cpu_ms_per_req": round(spent["server"], 2) if spent else None,
+                "db_cpu_ms_per_req": round(spent["db"], 2) if spent and spent["db"] else None,
+                "loadgen_cpu_ms_per_req": round(spent["loadgen"], 2) if spent else None,
             }
         )
         for history, result in zip(histories.values(), results, strict=True):
@@ -177,14 +239,20 @@ async def _sample(dsn: str, stop: asyncio.Event, peaks: dict[str, int]) -> None:
 
 
 async def _measure(
-    base: str, args: argparse.Namespace, dsn: str | None
+    base: str, args: argparse.Namespace, dsn: str | None, cpu: Any = None
 ) -> tuple[list[dict], dict[str, int]]:
     peaks = {"total": 0, "pool": 0}
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample(dsn, stop, peaks)) if dsn else None
     try:
         rounds = await _rounds(
-            base, args.sessions, args.rounds, args.answer_seconds + 60, args.pause, args.spread
+            base,
+            args.sessions,
+            args.rounds,
+            args.answer_seconds + 60,
+            args.pause,
+            args.spread,
+            cpu,
         )
     finally:
         stop.set()
@@ -249,8 +317,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _wait_ready(f"{upstream}/v1/models", fake)
         _wait_ready(f"http://127.0.0.1:{floor_port}/v1/models", floor)
         _wait_ready(f"http://127.0.0.1:{cascade_port}/readyz", cascade)
-        floor_rounds, _ = asyncio.run(_measure(f"http://127.0.0.1:{floor_port}", args, None))
-        cascade_rounds, peaks = asyncio.run(_measure(f"http://127.0.0.1:{cascade_port}", args, dsn))
+        floor_cpu = functools.partial(_cpu, floor.pid, None)
+        cascade_cpu = functools.partial(_cpu, cascade.pid, str(tmp / "pg"))
+        floor_rounds, _ = asyncio.run(
+            _measure(f"http://127.0.0.1:{floor_port}", args, None, floor_cpu)
+        )
+        cascade_rounds, peaks = asyncio.run(
+            _measure(f"http://127.0.0.1:{cascade_port}", args, dsn, cascade_cpu)
+        )
     finally:
         for p in reversed(procs):
             _stop(p)

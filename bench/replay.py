@@ -11,10 +11,15 @@ that are message-level prefix-identical, and the cache-weighted cost (``bench/co
   ``openai`` SDK, and the metrics are computed from what the upstream received (fast-model
   summarisation calls are counted separately).
 - ``cascade-perturn`` is the defaults plus the per-turn stages (``PER_TURN_CONTEXT``):
-  recitation, and memory (promotion ``suggest``) with two facts stored before each file, so
-  every prompt carries a ``<memory>`` block. ``cascade-perturn-auto`` also lets promotion
-  store the facts it extracts after each compaction (``auto``): the block then changes at
-  the next turn, a miss of the whole prompt, and the metrics count it.
+  recitation, retrieval (the builtin embedder), and memory (promotion ``suggest``) with two
+  facts stored before each file, so every prompt carries a ``<memory>`` block. Before each
+  step that starts a turn the replay waits until the proxy's background worker has embedded
+  every stored message of the session (``bench/embedding_wait.py``), and the query's
+  embedding may take up to ``timeoutMs`` 10 s: what a turn retrieves does not depend on the
+  worker's progress or the machine's load, so the runs are reproducible.
+  ``cascade-perturn-auto`` also lets promotion store the facts it extracts after each
+  compaction (``auto``): the block then changes at the next turn, a miss of the whole
+  prompt, and the metrics count it.
 
 Each file is replayed as its own tenant (its own bearer token), so the facts one file's
 compactions promote never reach another file's prompts.
@@ -48,6 +53,7 @@ import openai
 from bench import headroom_env, trajectories
 from bench.common import free_port
 from bench.cost import Metrics, RequestLog, Tokenizer, get_tokenizer, measure
+from bench.embedding_wait import EmbeddingWait
 from bench.policies import POLICIES, make_policy
 from bench.replay_ingest import IngestStats, ingest_report, render_ingest
 from bench.replay_upstream import ReplayUpstream
@@ -77,7 +83,7 @@ CASCADE_POLICIES = (
 PER_TURN_CONTEXT: dict[str, Any] = {
     "recitation": {"enabled": True},
     "memoryPromotion": {"mode": "suggest"},
-    # "retrieval": {"enabled": True},  # one line, once the retrieval stage is on main
+    "retrieval": {"enabled": True, "timeoutMs": 10_000},  # a loaded machine never times out
 }
 """The per-turn stages ``cascade-perturn`` turns on over the defaults."""
 SEED_FACTS = (
@@ -95,6 +101,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "out" / "replay.json"
 MAIN_MODEL = "gpt-4o"
 FAST_MODEL = "fast-model"
+EMBED_MODEL = "wordllama-l2-256"  # the builtin embedder's model, the config's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +284,14 @@ def send_steps(
     upstream: ReplayUpstream,
     session_id: Callable[[str], str],
     api_key: str = "x",
+    before_turn: Callable[[str], None] | None = None,
 ) -> int:
     """Send each step's recorded history to ``base_url`` in order; return the failed steps.
 
     Before each request the upstream is told which recorded reply answers it; the session id
     (``X-Session-Id``) is ``session_id(conversation id)``; ``api_key`` names the tenant.
+    ``before_turn(session id)`` runs before each step whose history ends with a user message
+    (one that may start a turn).
     """
     errors = 0
     with openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
@@ -289,6 +299,8 @@ def send_steps(
             sid = session_id(conv.id)
             tools = _tools_for(conv.messages)
             for step in trajectories.steps(conv):
+                if before_turn is not None and step.prompt[-1].get("role") == "user":
+                    before_turn(sid)
                 upstream.expect(sid, step.index, step.reply)
                 try:
                     client.chat.completions.create(
@@ -322,13 +334,16 @@ def replay_cascade(
     base_url: str,
     upstream: ReplayUpstream,
     check_ingest: bool = False,
+    embedded: EmbeddingWait | None = None,
 ) -> Row:
     """Send every step of the file to ``base_url``; measure what reached ``upstream``.
 
     ``base_url`` is the proxy's ``/v1`` URL (or the upstream's own, for a pass-through check:
     then the metrics equal the offline ``raw`` ones). Through a proxy (``check_ingest``) the
     row also says what the ingest stage did, and every compacted result is paged back from the
-    proxy and compared with the original (``bench/replay_ingest.py``).
+    proxy and compared with the original (``bench/replay_ingest.py``). With ``embedded``, each
+    step that may start a turn waits for the session's messages to be embedded first (module
+    docstring).
     """
     start = time.monotonic()
     upstream.drain()
@@ -342,8 +357,17 @@ def replay_cascade(
         upstream=upstream,
         session_id=lambda conv: _session_id(tf, conv, limit, policy),
         api_key=api_key,
+        before_turn=embedded.wait if embedded is not None else None,
     )
     upstream.wait_idle()
+    if embedded is not None:
+        sids = sorted({_session_id(tf, c.id, limit, policy) for c in trajectories.load(tf)})
+        turns, found, failed = embedded.retrievals(sids)
+        print(
+            f"  retrieval: {turns} turns searched, {found} with hits, {failed} errors; "
+            f"{embedded.waited:.1f}s waited for the embedder so far",
+            file=sys.stderr,
+        )
     logs = [RequestLog(r.session, r.messages, r.fast) for r in upstream.drain()]
     metrics = measure(logs, limit=limit, tokenizer=tokenizer)
     ingest = None
@@ -468,19 +492,21 @@ def run(
         for pol in (p for p in policies if p in CASCADE_POLICIES):
             upstream = ReplayUpstream(fast_model=FAST_MODEL, tokenizer=tokenizer)
             with upstream, cascade_proxy(limit, pol, upstream) as proxy:
-                for tf in files:
-                    url = f"{proxy.base_url}/v1"
-                    row = replay_cascade(
-                        tf,
-                        pol,
-                        limit,
-                        tokenizer,
-                        base_url=url,
-                        upstream=upstream,
-                        check_ingest=True,
-                    )
-                    rows.append(row)
-                    _progress(row)
+                embedded = None
+                if pol.startswith("cascade-perturn") and "retrieval" in PER_TURN_CONTEXT:
+                    embedded = EmbeddingWait.for_data_dir(proxy.workdir / "data", EMBED_MODEL)
+                try:
+                    for tf in files:
+                        url = f"{proxy.base_url}/v1"
+                        row = replay_cascade(
+                            tf, pol, limit, tokenizer, base_url=url, upstream=upstream,
+                            embedded=embedded, check_ingest=True,
+                        )  # fmt: skip
+                        rows.append(row)
+                        _progress(row)
+                finally:
+                    if embedded is not None:
+                        embedded.close()
         if HEADROOM in policies:
             rows += _replay_headroom(files, limit, tokenizer)
     return rows

@@ -1,17 +1,18 @@
-"""One command for every benchmark: overhead, session growth and transcript replay.
+"""One command for every benchmark: overhead, session growth, transcript replay, retrieval.
 
-``python -m bench.run [--quick] [--only overhead growth replay]``
+``python -m bench.run [--quick] [--only overhead growth replay retrieval]``
 
 Runs each part in its own process, one after the other (they would skew each other's numbers
-on a small box), writing ``bench/out/{overhead,growth,replay}.{json,md,png}``; a part that
+on a small box), writing ``bench/out/{overhead,growth,replay,retrieval}.{json,md,png}``; a part that
 fails is reported as failed and the others still run. Then it writes ``bench/RESULTS.md``: the
 exact command, date, machine (cores, load average), commit, and a short summary table per
 part with its targets met or not, linking the charts it copies into ``bench/charts/`` (which
 is committed; ``bench/out/`` is not).
 
-Full: ``overhead`` (5 rounds, every target, ~11 min), ``growth`` (5 rounds, ~3 min) and
-``replay`` (every file at 32k and 128k, ~4 min). ``--quick`` (well under 10 min):
-``overhead --quick``, ``growth --quick`` and ``replay`` on files 1 and 2 at 32k.
+Full: ``overhead`` (5 rounds, every target, ~11 min), ``growth`` (5 rounds, ~3 min),
+``replay`` (every file at 32k and 128k, ~4 min) and ``retrieval`` (a session of 10,000
+messages, ~2 min). ``--quick`` (well under 10 min): ``overhead --quick``, ``growth --quick``,
+``replay`` on files 1 and 2 at 32k and ``retrieval --quick`` (400 messages).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "part_commands",
     "replay_summary",
     "replay_checks",
+    "retrieval_checks",
     "render_results",
     "main",
 ]
@@ -45,7 +47,7 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 RESULTS = ROOT / "bench" / "RESULTS.md"
-PARTS = ("overhead", "growth", "replay")
+PARTS = ("overhead", "growth", "replay", "retrieval")
 QUICK_REPLAY = ("--files", "1", "2", "--limit", "32000")
 _QUICK_NOTE = "quick (smaller samples: trends, not final numbers)"
 _REPLAY_NOTE = (
@@ -59,7 +61,12 @@ _REPORT_ONLY_NOTE = (
     "and time of the run whose JSON it summarises; the commit above is the report's, not "
     "necessarily theirs."
 )
-_CHART_GLOBS = {"overhead": "overhead*.png", "growth": "growth.png", "replay": "replay.png"}
+_CHART_GLOBS = {
+    "overhead": "overhead*.png",
+    "growth": "growth.png",
+    "replay": "replay.png",
+    "retrieval": "retrieval*.png",  # none yet: its report is a table
+}
 
 
 # ----------------------------------------------------------------------------- pure helpers
@@ -77,6 +84,7 @@ def part_commands(quick: bool, out: Path = OUT) -> dict[str, list[str]]:
             "--out",
             str(out / "replay.json"),
         ],
+        "retrieval": ["bench.retrieval", *flag, "--out", str(out / "retrieval.json")],
     }
 
 
@@ -215,6 +223,29 @@ def issue_targets(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return checks
 
 
+_RETRIEVAL_TARGETS = {
+    "added_p50_ms": ("new turn with retrieval on: added p50 (ms)", "<= 15 ms"),
+    "embedding_rate": ("background embedding, one core (messages/s)", ">= 300"),
+}
+
+
+def retrieval_checks(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Issue 22's two retrieval bars as target rows (``bench.retrieval`` keys them by name)."""
+    checks = []
+    for key, judged in (data.get("targets") or {}).items():
+        name, rule = _RETRIEVAL_TARGETS.get(key, (key, ""))
+        checks.append(
+            {
+                "target": name,
+                "rule": rule,
+                "value": judged.get("value"),
+                "limit": judged.get("bar"),
+                "met": judged.get("met"),
+            }
+        )
+    return checks
+
+
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -281,6 +312,18 @@ def _replay_section(summary: Mapping[int, Mapping[str, Mapping[str, float]]]) ->
     return lines
 
 
+def _retrieval_section(data: Mapping[str, Any]) -> list[str]:
+    t, e = data.get("turns") or {}, data.get("embedding") or {}
+    size = (data.get("meta") or {}).get("size")
+    return [
+        f"A session of {_fmt(size)} stored messages: a new turn took {_fmt(t.get('on_p50_ms'))} ms "
+        f"at p50 with retrieval on, {_fmt(t.get('off_p50_ms'))} ms with it off (ratio "
+        f"{_fmt(t.get('ratio'), 3)}); the background worker embedded "
+        f"{_fmt(e.get('worker_rate'), 1)} messages/s, the builtin embedder alone "
+        f"{_fmt(e.get('embedder_alone_rate'), 1)}.",
+    ]
+
+
 def render_results(
     *,
     meta: Mapping[str, Any],
@@ -324,6 +367,8 @@ def render_results(
         if name == "replay" and data:
             rows = data.get("rows", [])
             checks[name] = [*issue_targets(rows), *replay_checks(replay_summary(rows))]
+        elif name == "retrieval" and data:
+            checks[name] = retrieval_checks(data)
         elif data:
             checks[name] = list(data.get("targets", []))
         result = (
@@ -339,6 +384,7 @@ def render_results(
         "overhead": "## Overhead: what a proxy costs (vs a bare pass-through floor and LiteLLM)",
         "growth": "## Session growth: cost per request as the resent history grows",
         "replay": "## Transcript replay: token cost on real agent transcripts",
+        "retrieval": "## Retrieval: a new turn's added time, the background embedding rate",
     }
     for name in PARTS:
         part = parts.get(name)
@@ -363,6 +409,8 @@ def render_results(
         if name == "replay":
             lines += ["", _REPLAY_NOTE, ""]
             lines += _replay_section(replay_summary(data.get("rows", [])))
+        if name == "retrieval":
+            lines += ["", *_retrieval_section(data)]
         if name in reports:  # committed beside this file; bench/out is not
             lines += ["", f"Full report: [{reports[name]}]({reports[name]})."]
         else:

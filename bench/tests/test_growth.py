@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bench.growth import aggregate, build_history, evaluate, render_markdown, rows_read
-from bench.run import part_commands, render_results, replay_checks, replay_summary
+from bench.run import (
+    part_commands,
+    render_results,
+    replay_checks,
+    replay_summary,
+    retrieval_checks,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -132,6 +138,13 @@ def test_quick_commands_shrink_every_part(tmp_path):
     assert "--quick" not in full["overhead"]
     assert quick["replay"][:6] == ["bench.replay", "--files", "1", "2", "--limit", "32000"]
     assert full["replay"] == ["bench.replay", "--out", str(tmp_path / "replay.json")]
+    assert quick["retrieval"] == [
+        "bench.retrieval",
+        "--quick",
+        "--out",
+        str(tmp_path / "retrieval.json"),
+    ]
+    assert "--quick" not in full["retrieval"]
 
 
 def test_replay_summary_totals_files_and_compares_with_raw():
@@ -176,6 +189,31 @@ def test_results_report_failures_tallies_and_charts():
     assert "1/2 met (1 unknown)" in text  # latency met, rows unknown
     assert "![growth](charts/growth.png)" in text
     assert "`nproc` = 2" in text and "quick" in text
+
+
+def test_results_report_the_retrieval_bars_as_targets():
+    data = {
+        "meta": {"size": 10000},
+        "turns": {"on_p50_ms": 40.0, "off_p50_ms": 32.0, "ratio": 1.25},
+        "embedding": {"worker_rate": 250.0, "embedder_alone_rate": 3000.0},
+        "targets": {
+            "added_p50_ms": {"value": 8.0, "bar": 15.0, "met": True},
+            "embedding_rate": {"value": 250.0, "bar": 300.0, "met": False},
+        },
+    }
+    checks = retrieval_checks(data)
+    assert [(c["value"], c["limit"], c["met"]) for c in checks] == [
+        (8.0, 15.0, True),
+        (250.0, 300.0, False),
+    ]
+    meta = {"command": "python -m bench.run", "when": "today", "machine": "box", "nproc": 2,
+            "load_start": [1.0], "load_end": [2.0], "commit": "abc", "python": "3.11",
+            "wall_s": 120.0, "quick": False}  # fmt: skip
+    parts = {"retrieval": {"command": "python -m bench.retrieval", "ok": True, "data": data}}
+    text = render_results(meta=meta, parts=parts, charts={})
+    assert "| retrieval | `python -m bench.retrieval` | 1/2 met |" in text
+    assert "## Retrieval" in text and "250.0 messages/s" in text
+    assert "| background embedding, one core (messages/s) | >= 300 | 250.00 | 300.00 " in text
 
 
 def test_issue_targets_judge_cascade_per_file_against_the_right_baseline() -> None:

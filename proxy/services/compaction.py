@@ -396,7 +396,7 @@ class DurableSummarizer:
             },
         )
         if job.promotion != "off":
-            await promote(self.upstream, self.bus, conn, job, plan.span)
+            await promote(self.upstream, self.bus, lent, job, plan.span)
         return CompactionResult(version, end_pos, folded, before, after)
 
     async def _summarise(self, job: CompactionJob, plan: Any) -> str:

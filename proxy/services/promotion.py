@@ -5,6 +5,10 @@ durable facts (from its original text, not the summary), and each passes ``sanit
 person to accept or reject through the memory API; ``auto`` stores the facts in the
 session's scope (its agent's, else global). Nothing here may affect the turn: every failure
 is logged and swallowed.
+
+It runs inside the compaction that folded the span, which lends it its connection
+(``Lent``): the connection goes back to the pool before the fast model is asked and is
+borrowed again only to write, so a slow extraction holds none (issue 24).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from proxy.cascade.memory import (
 )
 from proxy.cascade.types import MEMORY_SUGGESTION, Message
 from proxy.store import memory as store
+from proxy.store.db import Lent
 
 __all__ = ["promote"]
 
@@ -32,19 +37,21 @@ log = logging.getLogger("cascade.memory")
 _OUTPUT_TOKENS = 1000
 
 
-async def promote(upstream: Any, bus: Any, conn: Any, job: Any, span: Sequence[Message]) -> None:
+async def promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message]) -> None:
     """Extract, sanitise and suggest or store the facts of ``span`` (``job``: the
-    compaction's ``CompactionJob``); never raises."""
+    compaction's ``CompactionJob``; ``lent``: its connection, given back while the fast
+    model answers); never raises."""
     try:
-        await _promote(upstream, bus, conn, job, span)
+        await _promote(upstream, bus, lent, job, span)
     except Exception as exc:  # a failed extraction never fails the compaction or the turn
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
 
 
-async def _promote(upstream: Any, bus: Any, conn: Any, job: Any, span: Sequence[Message]) -> None:
+async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message]) -> None:
     text = span_text(span)
     if not text:
         return
+    await lent.give_back()  # none held while the fast model answers
     body = {
         "model": job.fast_model,
         "messages": extraction_prompt(text),
@@ -66,6 +73,7 @@ async def _promote(upstream: Any, bus: Any, conn: Any, job: Any, span: Sequence[
         )
         return
     facts = parse_facts(resp.json()["choices"][0]["message"].get("content") or "")
+    conn = await lent.take()
     if job.promotion == "auto":
 
         def vet(stored: list[str]) -> list[str]:

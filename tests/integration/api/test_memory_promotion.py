@@ -5,14 +5,17 @@ failing extraction changes nothing else."""
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, error, reply
-from tests.integration.api.conftest import write_config
+from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.test_compaction import briefing
 from tests.integration.conftest import column
 
@@ -121,3 +124,50 @@ def test_a_failed_extraction_changes_nothing_else(
         json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
     )
     assert r.status_code == 200
+
+
+def test_a_slow_extraction_holds_no_connection(
+    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """One pooled connection and a fast model that takes 2 s to list the facts: another
+    session is served meanwhile (the compaction gave its connection back before asking),
+    and the suggestion is still stored afterwards with a connection borrowed again."""
+    model = Model(reply(json.dumps({"facts": FACTS}), first_byte_delay=2.0))
+    fake_upstream.default = model
+    settings = Settings(
+        database_url=db_dsn,
+        config=config_path,
+        watch_config=False,
+        pool_max_size=1,
+        pool_timeout_seconds=0.3,
+    )
+    server = ProxyServer(settings).start()
+    try:
+        with (
+            httpx.Client(
+                base_url=server.origin,
+                headers={"authorization": "Bearer sk-test-client"},
+                timeout=10,
+            ) as http,
+            ThreadPoolExecutor(1) as pool,
+        ):
+            compacted = pool.submit(_session, http, "promo-slow")
+            deadline = time.monotonic() + 5
+            while not model.extraction_bodies:  # the extraction is being answered
+                assert time.monotonic() < deadline and not compacted.done()
+                time.sleep(0.02)
+            started = time.monotonic()
+            r = http.post(
+                "/v1/chat/completions",
+                headers={"x-session-id": "promo-other"},
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            waited = time.monotonic() - started
+            assert not compacted.done()  # still within the extraction
+            compacted.result()
+    finally:
+        server.stop()
+    assert r.status_code == 200, r.text  # not a 503 server_busy after the pool's wait
+    assert waited < 1.5
+    (event,) = _events(db_dsn, "promo-slow")
+    assert event["facts"] == ["The server listens on port 8443", "The build uses uv"]
