@@ -50,11 +50,12 @@ from typing import Any
 import httpx
 import openai
 
-from bench import trajectories
+from bench import headroom_env, trajectories
 from bench.common import free_port
 from bench.cost import Metrics, RequestLog, Tokenizer, get_tokenizer, measure
 from bench.embedding_wait import EmbeddingWait
 from bench.policies import POLICIES, make_policy
+from bench.replay_ingest import IngestStats, ingest_report, render_ingest
 from bench.replay_upstream import ReplayUpstream
 
 __all__ = [
@@ -91,7 +92,11 @@ SEED_FACTS = (
 )
 """Facts stored before a ``cascade-perturn`` file, so its prompts carry a ``<memory>`` block
 from the first step (promotion adds to them after a compaction)."""
-ALL_POLICIES = (*POLICIES, *CASCADE_POLICIES)
+HEADROOM = "headroom"
+"""The reference proxy (``bench/headroom_env.py``): run only when named, since it installs
+Headroom (about 900 MB) in a venv of its own on first use."""
+ALL_POLICIES = (*POLICIES, *CASCADE_POLICIES, HEADROOM)
+DEFAULT_POLICIES = (*POLICIES, *CASCADE_POLICIES)
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "out" / "replay.json"
 MAIN_MODEL = "gpt-4o"
@@ -108,9 +113,10 @@ class Row:
     metrics: Metrics
     errors: int = 0
     seconds: float = 0.0
+    ingest: IngestStats | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "file": self.file,
             "name": self.name,
             "policy": self.policy,
@@ -119,6 +125,9 @@ class Row:
             "seconds": round(self.seconds, 2),
             **self.metrics.as_dict(),
         }
+        if self.ingest is not None:
+            out["ingest"] = self.ingest.as_dict()
+        return out
 
 
 def offline_logs(
@@ -324,21 +333,26 @@ def replay_cascade(
     *,
     base_url: str,
     upstream: ReplayUpstream,
+    check_ingest: bool = False,
     embedded: EmbeddingWait | None = None,
 ) -> Row:
     """Send every step of the file to ``base_url``; measure what reached ``upstream``.
 
     ``base_url`` is the proxy's ``/v1`` URL (or the upstream's own, for a pass-through check:
-    then the metrics equal the offline ``raw`` ones). With ``embedded``, each step that may
-    start a turn waits for the session's messages to be embedded first (module docstring).
+    then the metrics equal the offline ``raw`` ones). Through a proxy (``check_ingest``) the
+    row also says what the ingest stage did, and every compacted result is paged back from the
+    proxy and compared with the original (``bench/replay_ingest.py``). With ``embedded``, each
+    step that may start a turn waits for the session's messages to be embedded first (module
+    docstring).
     """
     start = time.monotonic()
     upstream.drain()
+    conversations = trajectories.load(tf)
     api_key = f"replay-file-{tf.number}"
     if policy.startswith("cascade-perturn"):
         seed_facts(base_url, api_key, SEED_FACTS)
     errors = send_steps(
-        trajectories.load(tf),
+        conversations,
         base_url=base_url,
         upstream=upstream,
         session_id=lambda conv: _session_id(tf, conv, limit, policy),
@@ -356,7 +370,18 @@ def replay_cascade(
         )
     logs = [RequestLog(r.session, r.messages, r.fast) for r in upstream.drain()]
     metrics = measure(logs, limit=limit, tokenizer=tokenizer)
-    return Row(tf.number, tf.name, policy, limit, metrics, errors, time.monotonic() - start)
+    ingest = None
+    if check_ingest:
+        ingest = ingest_report(
+            conversations,
+            [(log.session, log.messages) for log in logs if not log.fast],
+            base_url=base_url.removesuffix("/v1"),
+            session_id=lambda conv: _session_id(tf, conv, limit, policy),
+            tokenizer=tokenizer,
+            api_key=api_key,
+        )
+    seconds = time.monotonic() - start
+    return Row(tf.number, tf.name, policy, limit, metrics, errors, seconds, ingest)
 
 
 def proxy_available() -> bool:
@@ -391,7 +416,18 @@ def render_markdown(rows: Sequence[Row]) -> str:
                 f"| {m.prefix_identical:.0%} | {_k(m.cache_weighted)} "
                 f"| {_k(m.cache_weighted_fast)} | {r.errors} |"
             )
+        if any(r.policy == HEADROOM for r in group):
+            out.append(f"\n{HEADROOM}: headroom-ai {headroom_env.VERSION}, {headroom_env.NOTE}.")
         out.append("")
+    checked = [(r.file, r.limit, r.ingest) for r in rows if r.ingest is not None]
+    if checked:
+        out += [
+            "### The ingest stage: results changed per transform, tokens saved per copy, "
+            "compacted results paged back",
+            "",
+            render_ingest(checked),
+            "",
+        ]
     return "\n".join(out)
 
 
@@ -464,13 +500,35 @@ def run(
                         url = f"{proxy.base_url}/v1"
                         row = replay_cascade(
                             tf, pol, limit, tokenizer, base_url=url, upstream=upstream,
-                            embedded=embedded,
+                            embedded=embedded, check_ingest=True,
                         )  # fmt: skip
                         rows.append(row)
                         _progress(row)
                 finally:
                     if embedded is not None:
                         embedded.close()
+        if HEADROOM in policies:
+            rows += _replay_headroom(files, limit, tokenizer)
+    return rows
+
+
+def _replay_headroom(
+    files: Sequence[trajectories.TrajectoryFile], limit: int, tokenizer: Tokenizer
+) -> list[Row]:
+    """The reference rows: each file through Headroom's proxy (a fresh one per file, so no
+    state carries over), measured like Cascade's; none when Headroom cannot be installed."""
+    env = headroom_env.ensure()
+    if not env.available:
+        print(f"headroom: skipped ({env.reason})", file=sys.stderr)
+        return []
+    rows: list[Row] = []
+    for tf in files:
+        upstream = ReplayUpstream(fast_model=FAST_MODEL, tokenizer=tokenizer)
+        with upstream, headroom_env.serving(env, upstream.url) as url:
+            rows.append(
+                replay_cascade(tf, HEADROOM, limit, tokenizer, base_url=url, upstream=upstream)
+            )
+        _progress(rows[-1])
     return rows
 
 
@@ -488,11 +546,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     limits = args.limit or list(LIMITS)
     files = [trajectories.resolve(f) for f in args.files] if args.files else trajectories.FILES
-    policies = list(args.policies or ALL_POLICIES)
+    policies = list(args.policies or DEFAULT_POLICIES)
     if args.no_cascade or not proxy_available():
         if not args.no_cascade and any(p in CASCADE_POLICIES for p in policies):
             print("cascade-proxy is not runnable yet: skipping Cascade policies", file=sys.stderr)
-        policies = [p for p in policies if p not in CASCADE_POLICIES]
+        policies = [p for p in policies if p not in (*CASCADE_POLICIES, HEADROOM)]
     tokenizer = get_tokenizer()
     rows = run(files, limits, policies, tokenizer)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -507,7 +565,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     render_chart(rows, args.out.with_suffix(".png"))
     print(render_markdown(rows))
     print(f"wrote {args.out} (+ .md, .png)", file=sys.stderr)
-    return 0
+    lost = [f for r in rows if r.ingest is not None for f in r.ingest.failures]
+    for failure in lost:
+        print(f"not recoverable byte for byte: {failure}", file=sys.stderr)
+    return 1 if lost else 0
 
 
 if __name__ == "__main__":

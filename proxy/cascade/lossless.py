@@ -8,9 +8,12 @@ spills it, and the marker says so. The transforms:
 - ``minify_json``: whitespace outside strings removed from a text that parses as JSON.
   Number, string and key tokens are kept as written (no re-serialisation, so ``1.10``,
   ``1e400`` or a 30-digit integer stay what they were), and key order and duplicates too.
+- ``tables.tabulate_json``: arrays of objects written as a header plus a row per object,
+  the rest minified; taken instead of ``minify_json`` when it is shorter.
 - ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
 - ``point_to_earlier``: a run of lines that an earlier tool result of the session also holds,
-  consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range.
+  consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range. The
+  longest such run is taken among the last ``MAX_OCCURRENCES`` places each line occurs.
 
 The line transforms work on lines without their ending; the rewritten text joins them with
 ``\\n`` (the original's endings are in the spill).
@@ -24,7 +27,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.tables import tabulate_json
+
 __all__ = [
+    "MAX_OCCURRENCES",
     "MIN_POINTER_LINES",
     "MIN_POINTER_CHARS",
     "EarlierLines",
@@ -44,12 +50,16 @@ MIN_POINTER_LINES = 3
 MIN_POINTER_CHARS = 120
 """...and at least this many characters, so a pointer is always much shorter than its lines."""
 
+MAX_OCCURRENCES = 8
+"""Places looked up per line (the latest ones): a file read again is usually the same lines
+as a recent read, and a line found everywhere (``    return x``) stays cheap to look up."""
+
 _MIN_REPEAT = 3
 """A run of identical lines is collapsed from this length on (two lines read fine as is)."""
 
 _SEARCH_UP_TO = 8
-"""Up to this many shared lines are found in a result by a linear search each; more, by one
-map of the result's first positions."""
+"""Up to this many shared lines are found in a result by linear searches in C each; more, by
+one pass over the result's lines."""
 
 _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
 
@@ -94,7 +104,7 @@ def lines_of(text: str) -> tuple[str, ...]:
 
 
 def line_set_of(text: str) -> frozenset[str]:
-    """The set of ``text``'s lines, memoised as ``lines_of`` is (``EarlierLines.first``)."""
+    """The set of ``text``'s lines, memoised as ``lines_of`` is (``EarlierLines.places``)."""
     return _split(text)[1]
 
 
@@ -116,9 +126,10 @@ _memo_split = functools.lru_cache(maxsize=256)(_split_now)
 class EarlierLines:
     """The lines of the session's earlier tool results, for ``point_to_earlier``.
 
-    The lines of each result are kept so a match can be extended line by line; where a line
-    first occurs is looked up only for the lines of the result being compacted (``first``),
-    so the earlier results are never indexed line by line in Python.
+    The lines of each result are kept so a match can be extended line by line, and their set
+    so a result is tested for shared lines in one intersection; where a line occurs is looked
+    up only for the lines of the result being compacted (``places``), so the earlier results
+    are never indexed line by line in Python.
     """
 
     ids: tuple[str, ...] = ()
@@ -139,60 +150,124 @@ class EarlierLines:
             sets.append(line_set_of(text))
         return cls(tuple(ids), tuple(lines), tuple(sets))
 
-    def first(self, wanted: Iterable[str]) -> dict[str, tuple[int, int]]:
-        """Where each non-blank line of ``wanted`` first occurs (result index, line index);
-        a line no earlier result holds is absent.
+    def places(self, wanted: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
+        """The places (result index, line index) of each non-blank line of ``wanted`` in the
+        earlier results: the latest ``MAX_OCCURRENCES`` of them, latest first; a line no
+        earlier result holds is absent.
 
-        Each result is checked with one intersection of its line set with the wanted lines
-        (the smaller side is iterated: usually the new result's few lines) and searched only
-        for the lines it shares, so earlier results are never walked line by line."""
+        Results are walked from the latest back; each is checked with one intersection of
+        its line set with the lines still wanted (the smaller side is iterated: usually the
+        new result's few lines) and searched only for the lines it shares. A line stops being
+        wanted once it has ``MAX_OCCURRENCES`` places, so earlier results are never walked
+        line by line, and a line found everywhere stops the search for it early."""
         want = {line for line in wanted if line.strip()}
-        found: dict[str, tuple[int, int]] = {}
-        for k, split in enumerate(self.lines):
+        found: dict[str, list[tuple[int, int]]] = {}
+        for k in range(len(self.lines) - 1, -1, -1):
             if not want:
                 break
             common = want.intersection(self.sets[k])
             if not common:
                 continue
-            want -= common
-            if len(common) <= _SEARCH_UP_TO:
-                found.update((line, (k, split.index(line))) for line in common)
-            else:  # one map of first positions, built in C (later duplicates overwritten)
-                at = dict(zip(reversed(split), range(len(split) - 1, -1, -1), strict=True))
-                found.update((line, (k, at[line])) for line in common)
+            once, repeated = _positions_in(self.lines[k], self.sets[k], common)
+            if once:
+                lines = set(once)
+                fresh = lines.difference(found)  # the usual case: one place, a first one
+                found.update({line: [(k, once[line])] for line in fresh})
+                for line in lines - fresh:
+                    repeated[line] = [once[line]]
+            for line, positions in repeated.items():  # positions latest first
+                got = found.setdefault(line, [])
+                got.extend((k, j) for j in positions[: MAX_OCCURRENCES - len(got)])
+                if len(got) >= MAX_OCCURRENCES:
+                    want.discard(line)
         return found
 
     def __bool__(self) -> bool:
         return bool(self.ids)
 
 
+def _positions_in(
+    split: tuple[str, ...], line_set: frozenset[str], common: set[str]
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Where each line of ``common`` occurs in ``split`` (its set ``line_set``): the one
+    position of each line found once, and the positions, latest first, of each line found
+    more than once. A few lines are searched for in C (``tuple.index``); many are looked up
+    in maps of first and last positions, built in C."""
+    once: dict[str, int] = {}
+    repeated: dict[str, list[int]] = {}
+    if len(common) <= _SEARCH_UP_TO:
+        for line in common:
+            positions = _positions(split, line)
+            if len(positions) == 1:
+                once[line] = positions[0]
+            else:
+                repeated[line] = positions
+        return once, repeated
+    last = dict(zip(split, range(len(split)), strict=True))
+    if len(line_set) == len(split):  # no line occurs twice
+        return {line: last[line] for line in common}, repeated
+    first = dict(zip(reversed(split), range(len(split) - 1, -1, -1), strict=True))
+    for line in common:
+        if first[line] == last[line]:
+            once[line] = last[line]
+        else:
+            repeated[line] = _positions(split, line)
+    return once, repeated
+
+
+def _positions(split: tuple[str, ...], line: str) -> list[int]:
+    """Every index of ``line`` in ``split``, latest first (searched in C)."""
+    out: list[int] = []
+    j = -1
+    try:
+        while True:
+            j = split.index(line, j + 1)
+            out.append(j)
+    except ValueError:
+        out.reverse()
+        return out
+
+
 def _pointer(count: int, tool_call_id: str, start: int, end: int) -> str:
     return f"[{count} lines: same as lines {start + 1}-{end} of tool result {tool_call_id}]"
 
 
+def _longest_run(
+    lines: Sequence[str], i: int, places: Sequence[tuple[int, int]], earlier: EarlierLines
+) -> tuple[int, int, int]:
+    """The longest run of ``lines`` from ``i`` that an earlier result holds from one of
+    ``places`` (those of ``lines[i]``, latest first): (result, start line, length); the latest
+    place wins a tie."""
+    best = (0, 0, 0)
+    for k, j in places:
+        source = earlier.lines[k]
+        n = 1
+        while i + n < len(lines) and j + n < len(source) and lines[i + n] == source[j + n]:
+            n += 1
+        if n > best[2]:
+            best = (k, j, n)
+    return best
+
+
 def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[str], int]:
     """``lines`` with each run also found in an earlier result replaced by a pointer, and
-    how many lines the pointers stand for. Runs are greedy from each line's first earlier
-    occurrence; one is replaced only from ``MIN_POINTER_LINES`` lines and
-    ``MIN_POINTER_CHARS`` characters on."""
+    how many lines the pointers stand for. Runs are greedy, each the longest found from its
+    first line among that line's places (``EarlierLines.places``, ``_longest_run``); one is
+    replaced only from ``MIN_POINTER_LINES`` lines and ``MIN_POINTER_CHARS`` characters on."""
     out: list[str] = []
     pointed = 0
-    first = earlier.first(lines) if earlier else {}
+    where = earlier.places(lines) if earlier else {}
     i = 0
     while i < len(lines):
-        hit = first.get(lines[i])
-        if hit is not None:
-            k, j = hit
-            source = earlier.lines[k]
-            n = 0
-            while i + n < len(lines) and j + n < len(source) and lines[i + n] == source[j + n]:
-                n += 1
-            chars = sum(len(line) + 1 for line in lines[i : i + n])
-            if n >= MIN_POINTER_LINES and chars >= MIN_POINTER_CHARS:
-                out.append(_pointer(n, earlier.ids[k], j, j + n))
-                pointed += n
-                i += n
-                continue
+        k, j, n = _longest_run(lines, i, where.get(lines[i], ()), earlier)
+        if (
+            n >= MIN_POINTER_LINES
+            and sum(len(x) + 1 for x in lines[i : i + n]) >= MIN_POINTER_CHARS
+        ):
+            out.append(_pointer(n, earlier.ids[k], j, j + n))
+            pointed += n
+            i += n
+            continue
         out.append(lines[i])
         i += 1
     return out, pointed
@@ -226,12 +301,15 @@ class Compacted:
     json_minified: bool = False
     lines_collapsed: int = 0
     lines_pointed: int = 0
+    json_tables: int = 0
 
     @property
     def how(self) -> str:
         parts = []
         if self.json_minified:
             parts.append("JSON minified")
+        if self.json_tables:
+            parts.append(f"{self.json_tables} arrays of objects as tables")
         if self.lines_collapsed:
             parts.append(f"{self.lines_collapsed} repeated lines collapsed")
         if self.lines_pointed:
@@ -241,9 +319,13 @@ class Compacted:
 
 def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted | None:
     """The smallest lossless rewrite of ``text`` these transforms give, or None when none
-    applies. JSON is only minified (its one line repeats nothing); other text goes through
-    the pointer pass first (it removes whole runs), then the collapse."""
+    applies. JSON is minified, or tabulated when that is shorter (its lines repeat nothing
+    worth a pointer); other text goes through the pointer pass first (it removes whole
+    runs), then the collapse."""
     minified = minify_json(text)
+    tabular = tabulate_json(text) if text.lstrip()[:1] in ("[", "{") else None
+    if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
+        return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
     if minified is not None:
         return Compacted(minified, json_minified=True)
     lines = text.splitlines()

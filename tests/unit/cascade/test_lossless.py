@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from proxy.cascade import lossless
 from proxy.cascade.lossless import (
+    MAX_OCCURRENCES,
     EarlierLines,
     collapse_repeats,
     compact_text,
@@ -28,7 +29,7 @@ PRETTY = json.dumps(
     {
         "b": [1.10, 2, {"z": "a  b\n", "a": None}],
         "a": 10**30,
-        "rows": [{"id": i, "ok": True} for i in range(30)],
+        "rows": [[i, True] for i in range(30)],
     },
     indent=2,
 )
@@ -167,7 +168,7 @@ def test_compaction_is_recoverable(text: str, earlier: str) -> None:
     assert len(content) < len(text)
     done = compact_text(text, EarlierLines.build([("c0", earlier)]))
     assert done is not None and content.endswith(done.text)
-    if done.json_minified:
+    if done.json_minified and not done.json_tables:
         assert json.loads(done.text) == json.loads(text)
 
 
@@ -185,31 +186,63 @@ def test_one_index_per_request_matches_a_fresh_index_at_every_position() -> None
         assert grown.before(pos)() == earlier_results(history, pos)()
 
 
-def _first_by_scan(earlier: EarlierLines) -> dict[str, tuple[int, int]]:
-    first: dict[str, tuple[int, int]] = {}
+def test_pointer_takes_the_longest_earlier_run_not_the_first_place_a_line_occurs() -> None:
+    block = [f"    value_{i} = compute({i}, 'a recognisable argument')" for i in range(10)]
+    earlier = EarlierLines.build(
+        [("call_grep", f"x.py:1:{block[0]}\n{block[0]}\nother"), ("call_cat", "\n".join(block))]
+    )
+    out, pointed = point_to_earlier(["head", *block], earlier)
+    assert (
+        out == ["head", "[10 lines: same as lines 1-10 of tool result call_cat]"] and pointed == 10
+    )
+
+
+def test_places_are_the_latest_places_of_a_line_latest_first() -> None:
+    results = [(f"c{i}", "same line\nonly in " + str(i)) for i in range(MAX_OCCURRENCES + 3)]
+    places = EarlierLines.build(results).places(["same line"])["same line"]
+    assert places == [(k, 0) for k in range(MAX_OCCURRENCES + 2, 2, -1)]
+
+
+def test_a_tie_between_runs_goes_to_the_latest_place() -> None:
+    block = [f"    value_{i} = compute({i}, 'a recognisable argument')" for i in range(4)]
+    text = "\n".join(block)
+    earlier = EarlierLines.build([("c_old", text), ("c_new", f"{text}\nfirst\n{text}")])
+    out, _ = point_to_earlier(block, earlier)
+    assert out == ["[4 lines: same as lines 6-9 of tool result c_new]"]
+
+
+def _places_by_scan(earlier: EarlierLines) -> dict[str, list[tuple[int, int]]]:
+    """The per-line index ``places`` stands in for: every non-blank earlier line's places,
+    the latest ``MAX_OCCURRENCES`` kept, latest first."""
+    where: dict[str, list[tuple[int, int]]] = {}
     for k, split in enumerate(earlier.lines):
         for j, line in enumerate(split):
             if line.strip():
-                first.setdefault(line, (k, j))
-    return first
+                where.setdefault(line, []).append((k, j))
+    return {line: places[::-1][:MAX_OCCURRENCES] for line, places in where.items()}
 
 
+@pytest.mark.parametrize("copies", [1, 4])
 @pytest.mark.parametrize("shared", [1, 3, 8, 9, 40])
-def test_first_finds_each_lines_first_occurrence_as_a_full_scan_does(shared: int) -> None:
-    """``EarlierLines.first`` looks up only the wanted lines, by linear search for a few and
-    by one map for many; either way it answers what indexing every earlier line would."""
+def test_places_are_what_indexing_every_earlier_line_gives(shared: int, copies: int) -> None:
+    """``EarlierLines.places`` looks up only the wanted lines, by linear searches for a few
+    and by one pass for many, and stops a line at ``MAX_OCCURRENCES`` places; either way it
+    answers what indexing every earlier line would (some lines here occur more often than
+    that, some less)."""
     rows = [f"row {j % shared}" for j in range(2 * shared + 3)]
     earlier = EarlierLines.build(
         [
             ("c0", "\n".join(["   ", "x", *rows[:shared], "x"])),
             ("c1", "\n".join(["", *reversed(rows), "y", "x"])),
-            ("c2", "\n".join(rows + ["z"])),
+            *((f"c2_{n}", "\n".join(rows + ["z"])) for n in range(copies)),
+            ("c3", "\n".join([*dict.fromkeys(rows), "y"])),  # no line twice
         ]
     )
     wanted = [*rows, "x", "y", "z", "   ", "", "absent"]
-    scan = _first_by_scan(earlier)
-    assert earlier.first(wanted) == {line: scan[line] for line in wanted if line in scan}
-    assert "absent" not in earlier.first(wanted) and "   " not in earlier.first(wanted)
+    scan = _places_by_scan(earlier)
+    places = earlier.places(wanted)
+    assert places == {line: scan[line] for line in wanted if line in scan}
+    assert "absent" not in places and "   " not in places
 
 
 def test_lines_are_memoised_for_texts_up_to_the_bound_only() -> None:
