@@ -6,7 +6,7 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
-CREATE FUNCTION public.cascade_begin_step_v2(p_tenant text, p_id text, p_agent text, p_model text, p_owner uuid, p_start integer, p_start_hash text, p_head_len integer, p_head_hash text, p_system_count integer, r_pos integer[], r_hash text[], r_role text[], r_message json[], r_tool_call_id text[], r_tokens integer[], r_redacted boolean[], r_verbatim boolean[], x_id text[], x_content text[], x_bytes bigint[], x_capped boolean[], e_names text[], e_data jsonb[], p_ttl double precision) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
+CREATE FUNCTION public.cascade_begin_step_v3(p_session json, p_rows json, p_bodies json[], p_spills json, p_events json) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -15,7 +15,18 @@ DECLARE
     sm record;
     hit boolean;
     busy boolean := false;
+    p_tenant text; p_id text; p_agent text; p_model text; p_owner uuid;
+    p_start integer; p_start_hash text;
+    p_head_len integer; p_head_hash text; p_system_count integer;
+    p_ttl double precision;
 BEGIN
+    SELECT k.tenant, k.id, k.agent, k.model, k.owner, k.start, k.start_hash, k.head_len,
+           k.head_hash, k.system_count, k.ttl
+    INTO p_tenant, p_id, p_agent, p_model, p_owner, p_start, p_start_hash, p_head_len,
+         p_head_hash, p_system_count, p_ttl
+    FROM json_to_record(p_session) AS k(tenant text, id text, agent text, model text,
+        owner uuid, start integer, start_hash text, head_len integer, head_hash text,
+        system_count integer, ttl double precision);
     -- Every write below is the client's to resend, or a lease that is free again once it
     -- expires: none waits for a WAL flush (the request's last statement commits
     -- synchronously, which flushes these too).
@@ -80,21 +91,28 @@ BEGIN
     END IF;
     INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
                           redacted, verbatim)
-    SELECT p_tenant, p_id, t.* FROM unnest(r_pos, r_hash, r_role, r_message, r_tool_call_id,
-                                           r_tokens, r_redacted, r_verbatim) AS t;
-    IF cardinality(x_id) > 0 THEN
+    SELECT p_tenant, p_id, t.pos, t.hash, t.role, t.message, t.tool_call_id, t.tokens,
+           t.redacted, t.verbatim
+    FROM ROWS FROM (json_to_recordset(p_rows) AS (pos integer, hash text, role text,
+                        tool_call_id text, tokens integer, redacted boolean, verbatim boolean),
+                    unnest(p_bodies))
+        AS t(pos, hash, role, tool_call_id, tokens, redacted, verbatim, message);
+    IF json_array_length(p_spills) > 0 THEN
         INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,
                                       original_bytes, capped)
-        SELECT p_tenant, p_id, r.* FROM unnest(x_id, x_content, x_bytes, x_capped) AS r
+        SELECT p_tenant, p_id, r.* FROM json_to_recordset(p_spills)
+            AS r(tool_call_id text, content text, original_bytes bigint, capped boolean)
         ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING;
     END IF;
-    IF cardinality(r_pos) > 0 THEN
+    IF json_array_length(p_rows) > 0 THEN
         UPDATE sessions SET head_len = p_head_len, head_hash = p_head_hash,
             system_count = p_system_count, updated_at = now()
         WHERE tenant = p_tenant AND id = p_id;
     END IF;
     INSERT INTO events (tenant, session_id, name, data)
-    SELECT p_tenant, p_id, e.n, e.d FROM unnest(e_names, e_data) WITH ORDINALITY AS e(n, d, o)
+    SELECT p_tenant, p_id, e.n, e.d
+    FROM ROWS FROM (json_to_recordset(p_events) AS (name text, data jsonb)) WITH ORDINALITY
+        AS e(n, d, o)
     ORDER BY e.o;
     -- the window's older rows: the leading system rows and the live rows after the summary,
     -- as two index ranges (one OR condition scans the whole history; see store/messages.py

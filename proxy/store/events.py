@@ -17,6 +17,7 @@ __all__ = [
     "EventRows",
     "events_cte",
     "event_columns",
+    "event_objects",
     "insert_event",
     "fetch_events_after",
     "NOTIFY_CHANNEL",
@@ -53,6 +54,15 @@ def event_columns(
     if not events[0]:
         return None, None
     return list(events[0]), [encode_json(d) for d in events[1]]
+
+
+def event_objects(events: EventRows) -> list[dict[str, Any]] | None:
+    """``events`` as the json array of {name, data} objects ``cascade_begin_step_v3`` expands;
+    NULL when there are none. The strings go through ``nul.encode_json``, as in
+    ``event_columns``: each body becomes jsonb in the events table."""
+    if not events[0]:
+        return None
+    return [{"name": n, "data": encode_json(d)} for n, d in zip(events[0], events[1], strict=True)]
 
 
 INSERT_EVENT = """

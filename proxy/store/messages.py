@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from proxy.store import raw_outputs
-from proxy.store.events import NOTIFY_CHANNEL, EventRows, event_columns, events_cte
+from proxy.store.events import (
+    NOTIFY_CHANNEL,
+    EventRows,
+    event_columns,
+    event_objects,
+    events_cte,
+)
 from proxy.store.leases import SessionBusy
 from proxy.store.nul import encode
 
@@ -72,6 +78,35 @@ def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any] | 
     if not raw:
         return [None, None, None, None]
     return [[x[i] for x in raw] for i in range(4)]
+
+
+def _row_objects(rows: Sequence[NewMessage]) -> list[dict[str, Any]]:
+    """New rows without their bodies, as the json objects ``cascade_begin_step_v3`` expands,
+    text fields through ``nul.encode`` as in ``_row_columns``. The bodies go beside them as a
+    json[] (``[r.message for r in rows]``): PostgreSQL's json functions refuse a document
+    with ``\\u0000`` in it, which a client's message may hold (migration 0018)."""
+    return [
+        {
+            "pos": r.pos,
+            "hash": r.hash,
+            "role": encode(r.role),
+            "tool_call_id": None if r.tool_call_id is None else encode(r.tool_call_id),
+            "tokens": r.tokens,
+            "redacted": r.redacted,
+            "verbatim": r.verbatim,
+        }
+        for r in rows
+    ]
+
+
+def _raw_objects(raw: Sequence[tuple[str, str, int, bool]]) -> list[dict[str, Any]] | None:
+    """Spilled raw outputs as json objects; NULL when there are none."""
+    if not raw:
+        return None
+    return [
+        {"tool_call_id": i, "content": c, "original_bytes": n, "capped": capped}
+        for i, c, n, capped in raw
+    ]
 
 
 _WINDOW_COLUMNS = """
@@ -184,7 +219,7 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step_v2(" + ", ".join(f"${i}" for i in range(1, 26)) + ")"
+BEGIN_STEP = "SELECT * FROM cascade_begin_step_v3($1, $2, $3, $4, $5)"
 LEASE_TTL = 15.0
 """The lease's time to live when the caller names none (``Settings.lease_ttl_seconds``)."""
 
@@ -209,8 +244,9 @@ async def begin_step(
     """Take the session's lease for ``owner``, create or read the session (with its latest
     valid summary) and, when the stored head is exactly ``guess`` (length, chain hash),
     store ``rows`` with their ``raw`` outputs and ``events``, move the head and read the
-    window's older rows: the whole pre-answer work in one round trip (migration 0015's
-    ``cascade_begin_step_v2``).
+    window's older rows: the whole pre-answer work in one round trip (migration 0018's
+    ``cascade_begin_step_v3``: the session's scalars as one json object, rows, raw outputs
+    and events as json arrays of objects, the rows' bodies as a json[]).
 
     With ``guess`` None, or a wrong one, nothing is written but the session and its lease,
     ``window`` is None, and the caller appends with ``append_and_fetch_window``. The lease
@@ -219,22 +255,26 @@ async def begin_step(
     having written nothing, when another owner holds it. ``owner`` None is a fresh one.
     """
     start, start_hash = guess if guess is not None else (None, None)
+    key = {
+        "tenant": tenant,
+        "id": session_id,
+        "agent": agent,
+        "model": None if model is None else encode(model),
+        "owner": str(owner or uuid.uuid4()),
+        "start": start,
+        "start_hash": start_hash,
+        "head_len": head_len,
+        "head_hash": head_hash,
+        "system_count": system_count,
+        "ttl": ttl,
+    }
     records = await conn.fetch(
         BEGIN_STEP,
-        tenant,
-        session_id,
-        agent,
-        None if model is None else encode(model),
-        owner or uuid.uuid4(),
-        start,
-        start_hash,
-        head_len,
-        head_hash,
-        system_count,
-        *_row_columns(rows),
-        *_raw_columns(raw),
-        *event_columns(events),
-        ttl,
+        key,
+        _row_objects(rows),
+        [r.message for r in rows],
+        _raw_objects(raw),
+        event_objects(events),
     )
     session = records[0]["session"]
     if session["busy"]:

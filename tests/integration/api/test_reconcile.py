@@ -212,10 +212,11 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         # only the new user message is stored with the history, then the reply; no lookup
         # of a divergence point
         begin = only(log, msgs.BEGIN_STEP)
-        assert (begin.args[5], begin.args[10]) == (n + 1, [n + 1])  # guessed head, new pos
+        key, rows, _, _, events = begin.args
+        assert (key["start"], [r["pos"] for r in rows]) == (n + 1, [n + 1])  # guessed head, new pos
         assert only(log, msgs.RECORD_STEP).args[2] == n + 2
         # the request's events ride in those two statements, in order
-        published = [begin.args[22], only(log, msgs.RECORD_STEP).args[9]]
+        published = [[e["name"] for e in events], only(log, msgs.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
         assert not any(q.query == msgs.PERSIST_STEP for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]

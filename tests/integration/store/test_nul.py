@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from proxy.jsonio import dumps
 from proxy.store import events, messages as msgs, nul, sessions, summaries
 from tests.integration.store.test_summaries import S, T, store, summarise
 
@@ -52,3 +53,52 @@ async def test_a_model_name_with_nul_round_trips(conn: Any) -> None:
     assert row is not None and row["model"] == "m\x00odel"
     [listed] = await sessions.fetch_sessions(conn, tenant=T)
     assert listed["model"] == "m\x00odel"
+
+
+async def test_a_step_with_nul_reaches_every_table_as_sent(conn: Any) -> None:
+    """``cascade_begin_step_v3`` takes its rows, raw outputs and events inside json
+    documents: a body keeps its bytes (key order, ``\\u0000``) and the escaped texts and event
+    strings come back as they were."""
+    message = {"role": "tool", "z": "a\x00b", "content": "\uffffx \u2028", "a": [1, {"y": 0}]}
+    event = {"tool_call_id": "c\x00", "k\x00": ["v\x00"]}
+    begun = await msgs.begin_step(
+        conn,
+        tenant=T,
+        session_id=S,
+        agent="default",
+        model="m",
+        owner=OWNER,
+        guess=(0, None),
+        rows=[msgs.NewMessage(0, "h0", "tool", message, tool_call_id="c\x00", tokens=3)],
+        raw=[(nul.encode("c\x00"), nul.encode("out\x00put"), 7, True)],
+        head_len=1,
+        head_hash="h0",
+        events=(["context.a", "context.b"], [event, {"n": 2}]),
+    )
+    assert begun.window == []
+    stored = await conn.fetchrow(
+        "SELECT message::text AS body, role, tool_call_id, tokens FROM messages"
+        " WHERE tenant = $1 AND session_id = $2",
+        T,
+        S,
+    )
+    assert stored["body"] == dumps(message).decode()
+    assert (nul.decode(stored["tool_call_id"]), stored["role"], stored["tokens"]) == (
+        "c\x00",
+        "tool",
+        3,
+    )
+    raw = await conn.fetchrow(
+        "SELECT tool_call_id, content, original_bytes, capped FROM tool_raw_outputs"
+    )
+    assert (nul.decode(raw[0]), nul.decode(raw[1]), raw[2], raw[3]) == (
+        "c\x00",
+        "out\x00put",
+        7,
+        True,
+    )
+    rows = await conn.fetch("SELECT name, data FROM events WHERE session_id = $1 ORDER BY id", S)
+    assert [(r["name"], nul.decode_json(r["data"])) for r in rows] == [
+        ("context.a", event),
+        ("context.b", {"n": 2}),
+    ]
