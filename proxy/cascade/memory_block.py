@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.step import Stage, StepInput
+from proxy.cascade.text import append_block
 from proxy.cascade.types import Marks, Message, StageResult
 from proxy.config import ContextConfig
 
@@ -61,20 +62,12 @@ def plan_memory(step: StepInput) -> MemoryNeed:
     return MemoryNeed()
 
 
-def _with_block(msg: Message, block: str) -> Message:
-    content = msg.get("content")
-    if isinstance(content, list):
-        return {**msg, "content": [*content, {"type": "text", "text": block}]}
-    text = content if isinstance(content, str) else ""
-    return {**msg, "content": f"{text}\n\n{block}" if text else block}
-
-
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
     if not isinstance(block, str) or not block:
         return StageResult(messages)
     if messages and messages[0].get("role") == "system":
-        return StageResult((_with_block(messages[0], block), *messages[1:]))
+        return StageResult((append_block(messages[0], block), *messages[1:]))
     source = (None, *range(len(messages)))
     return StageResult(
         ({"role": "system", "content": block}, *messages), marks=Marks(source=source)

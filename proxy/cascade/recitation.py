@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import section
+from proxy.cascade.text import append_block
 from proxy.cascade.types import Message, StageResult
 
 __all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
@@ -43,14 +44,6 @@ def plan_block(summary: str | None) -> str | None:
     return f"{PLAN_OPEN}\n{inner}\n{PLAN_CLOSE}"
 
 
-def _with_plan(m: Message, block: str) -> Message:
-    content = m.get("content")
-    if isinstance(content, list):
-        return {**m, "content": [*content, {"type": "text", "text": block}]}
-    text = "" if content is None else str(content)
-    return {**m, "content": f"{text}\n\n{block}" if text else block}
-
-
 def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: append the turn's plan block (``step.answers["recitation"]``, which
     ``plan_block`` made at the turn's first step) to the last message when it is a user or
@@ -63,7 +56,7 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
         or messages[-1].get("role") not in _TARGET_ROLES
     ):
         return StageResult(messages)
-    return StageResult((*messages[:-1], _with_plan(messages[-1], block)))
+    return StageResult((*messages[:-1], append_block(messages[-1], block)))
 
 
 def _turn_plan(step: StepInput) -> str | None:

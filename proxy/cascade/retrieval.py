@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import content_text
+from proxy.cascade.text import append_block, content_text
 from proxy.cascade.types import RETRIEVAL, Event, Message, StageResult
 
 __all__ = [
@@ -155,14 +155,6 @@ def related_block(hits: Sequence[Hit], snippet_chars: int) -> str | None:
     return f"{RELATED_OPEN}\n{_HEAD}\n\n" + "\n\n".join(parts) + f"\n{RELATED_CLOSE}"
 
 
-def _with_block(msg: Message, block: str) -> Message:
-    content = msg.get("content")
-    if isinstance(content, list):
-        return {**msg, "content": [*content, {"type": "text", "text": block}]}
-    text = content if isinstance(content, str) else ""
-    return {**msg, "content": f"{text}\n\n{block}" if text else block}
-
-
 def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: with an answer (``retrieved``), append its block to the latest user
     message and report it; without one (a step inside a turn), pass the messages on.
@@ -178,7 +170,7 @@ def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> St
     at = _turn_message(messages, step.ctx.observations.user_prefixes)
     if not isinstance(block, str) or not block or at is None:
         return StageResult(messages, events=events)
-    out = (*messages[:at], _with_block(messages[at], block), *messages[at + 1 :])
+    out = (*messages[:at], append_block(messages[at], block), *messages[at + 1 :])
     return StageResult(out, events=events)
 
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["content_text", "part_text"]
+__all__ = ["append_block", "content_text", "part_text"]
 
 
 def part_text(part: Any, *, media: bool = False) -> str:
@@ -39,3 +39,16 @@ def content_text(content: Any, *, media: bool = False) -> str:
     if media:
         return json.dumps(content, ensure_ascii=False, default=str)
     return str(content)
+
+
+def append_block(msg: Mapping[str, Any], block: str) -> dict[str, Any]:
+    """``msg`` with ``block`` appended to its content: an extra text part when the content
+    is a list of parts, else after a blank line (the block alone when there is no text).
+
+    The stages that inject a block at the end of a message (memory, retrieval, recitation)
+    share it, so a block reads the same whichever stage put it there."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        return {**msg, "content": [*content, {"type": "text", "text": block}]}
+    text = "" if content is None else str(content)
+    return {**msg, "content": f"{text}\n\n{block}" if text else block}
