@@ -21,20 +21,21 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
 import httpx
 
+from bench import pinned_venv
 from bench.common import free_port
+from bench.pinned_venv import Pin, PinnedEnv
 
-__all__ = ["VERSION", "REQUIREMENT", "VENV", "HeadroomEnv", "ensure", "start", "serving", "main"]
+__all__ = ["VERSION", "REQUIREMENT", "VENV", "PIN", "ensure", "start", "serving", "main"]
 
 VERSION = "0.42.0"
 REQUIREMENT = f"headroom-ai[proxy]=={VERSION}"
@@ -44,58 +45,16 @@ INSTALL_TIMEOUT = 1800.0
 NOTE = "offline: Kompress (ML) unavailable, token counts estimated"
 
 
-@dataclass(frozen=True, slots=True)
-class HeadroomEnv:
-    """Whether Headroom can be run, and if not, why (shown in the results)."""
-
-    available: bool
-    reason: str = ""
-    executable: str = ""
-    version: str = ""
+PIN = Pin("Headroom", "headroom-ai", VERSION, REQUIREMENT, "headroom", INSTALL_TIMEOUT)
 
 
-def _version(python: Path) -> str:
-    probe = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('headroom-ai'))"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return probe.stdout.strip() if probe.returncode == 0 else ""
-
-
-def ensure(*, install: bool = True, venv: Path = VENV) -> HeadroomEnv:
+def ensure(*, install: bool = True, venv: Path = VENV) -> PinnedEnv:
     """The Headroom venv at :data:`VERSION`, creating it or installing the pin when it is not."""
-    python = venv / "bin" / "python"
-    executable = venv / "bin" / "headroom"
-    found = _version(python) if executable.exists() else ""
-    if found == VERSION:
-        return HeadroomEnv(True, executable=str(executable), version=found)
-    if not install:
-        has = f"has headroom-ai {found}, the bench pins {VERSION}" if found else "has no Headroom"
-        return HeadroomEnv(False, reason=f"{venv} {has} (run with --install)")
-    try:
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-        pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", REQUIREMENT],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return HeadroomEnv(False, reason=f"could not create the Headroom venv: {exc}")
-    if pip.returncode != 0:
-        tail = " | ".join(pip.stderr.strip().splitlines()[-4:])
-        return HeadroomEnv(False, reason=f"pip install {REQUIREMENT} failed: {tail}")
-    version = _version(python)
-    if not executable.exists() or version != VERSION:
-        return HeadroomEnv(False, reason=f"pip installed headroom-ai {version!r}, not {VERSION}")
-    return HeadroomEnv(True, executable=str(executable), version=version)
+    return pinned_venv.ensure(PIN, install=install, venv=venv)
 
 
 def start(
-    env: HeadroomEnv, *, port: int, upstream: str, home: Path, log: IO[bytes]
+    env: PinnedEnv, *, port: int, upstream: str, home: Path, log: IO[bytes]
 ) -> subprocess.Popen[bytes]:
     """Start ``headroom proxy`` on 127.0.0.1:``port`` routing chat completions to ``upstream``
     (its root URL, without ``/v1``). The process gets its own session so the caller can stop
@@ -120,7 +79,7 @@ def start(
 
 
 @contextmanager
-def serving(env: HeadroomEnv, upstream: str, timeout: float = 300.0) -> Iterator[str]:
+def serving(env: PinnedEnv, upstream: str, timeout: float = 300.0) -> Iterator[str]:
     """Headroom's proxy in front of ``upstream`` for the block; yields its ``/v1`` URL."""
     with tempfile.TemporaryDirectory(prefix="headroom-replay-") as tmp:
         port = free_port()

@@ -22,12 +22,14 @@ import argparse
 import json
 import os
 import subprocess
-import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
-__all__ = ["VERSION", "REQUIREMENT", "VENV", "CONFIG", "LiteLLMEnv", "ensure", "start", "main"]
+from bench import pinned_venv
+from bench.pinned_venv import Pin, PinnedEnv
+
+__all__ = ["VERSION", "REQUIREMENT", "VENV", "CONFIG", "PIN", "ensure", "start", "main"]
 
 VERSION = "1.108.7"
 REQUIREMENT = f"litellm[proxy]=={VERSION}"
@@ -37,64 +39,16 @@ CONFIG = BENCH / "litellm_config.yaml"
 INSTALL_TIMEOUT = 900.0
 
 
-@dataclass(frozen=True, slots=True)
-class LiteLLMEnv:
-    """Whether LiteLLM can be run, and if not, why (shown in the results)."""
-
-    available: bool
-    reason: str = ""
-    executable: str = ""
-    version: str = ""
+PIN = Pin("LiteLLM", "litellm", VERSION, REQUIREMENT, "litellm", INSTALL_TIMEOUT)
 
 
-def _version(python: Path) -> str:
-    probe = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return probe.stdout.strip() if probe.returncode == 0 else ""
-
-
-def _tail(text: str, lines: int = 8) -> str:
-    kept = [ln for ln in text.splitlines() if ln.strip() and "is ignored: it is neither" not in ln]
-    return " | ".join(kept[-lines:])
-
-
-def ensure(*, install: bool = True, venv: Path = VENV) -> LiteLLMEnv:
+def ensure(*, install: bool = True, venv: Path = VENV) -> PinnedEnv:
     """The LiteLLM venv at :data:`VERSION`, creating it or installing the pin when it is not."""
-    python = venv / "bin" / "python"
-    executable = venv / "bin" / "litellm"
-    found = _version(python) if executable.exists() else ""
-    if found == VERSION:
-        return LiteLLMEnv(True, executable=str(executable), version=found)
-    if not install:
-        has = f"has litellm {found}, the bench pins {VERSION}" if found else "has no LiteLLM"
-        return LiteLLMEnv(False, reason=f"{venv} {has} (run with --install)")
-    try:
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-        pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", REQUIREMENT],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return LiteLLMEnv(False, reason=f"could not create the LiteLLM venv: {exc}")
-    if pip.returncode != 0:
-        return LiteLLMEnv(False, reason=f"pip install {REQUIREMENT} failed: {_tail(pip.stderr)}")
-    version = _version(python)
-    if not executable.exists() or not version:
-        return LiteLLMEnv(False, reason="litellm installed but its CLI is missing")
-    if version != VERSION:
-        return LiteLLMEnv(False, reason=f"pip installed litellm {version}, not {VERSION}")
-    return LiteLLMEnv(True, executable=str(executable), version=version)
+    return pinned_venv.ensure(PIN, install=install, venv=venv)
 
 
 def start(
-    env: LiteLLMEnv, *, port: int, upstream: str, master_key: str, log: IO[bytes]
+    env: PinnedEnv, *, port: int, upstream: str, master_key: str, log: IO[bytes]
 ) -> subprocess.Popen[bytes]:
     """Start the proxy on 127.0.0.1:``port`` routing to ``upstream`` (e.g. ``http://…/v1``).
 
