@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import time
@@ -52,7 +51,8 @@ from proxy.cascade.types import (
     TokenCounter,
 )
 from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
-from proxy.observe import note_compaction_event, note_usage
+from proxy.observe import note_compaction_event
+from proxy.services.fastmodel import ask_fast_model
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.memory import patterns_for, scope_of_agent
@@ -421,22 +421,12 @@ class DurableSummarizer:
                 "temperature": 0,
             }
             try:
-                resp = await self.upstream.call(
-                    job.provider,
-                    "POST",
-                    "/chat/completions",
-                    client_headers=job.headers,
-                    content=json.dumps(body).encode(),
-                    model=job.fast_model,
-                )
-                if resp.status_code >= 400:
-                    last = f"fast model answered {resp.status_code}: {resp.text[:300]}"
+                status, text = await ask_fast_model(self.upstream, job, body)
+                if status >= 400:
+                    last = f"fast model answered {status}: {text}"
                 else:
-                    data = resp.json()
-                    note_usage(job.fast_model, data.get("usage"))
-                    text = data["choices"][0]["message"].get("content") or ""
                     parse_briefing(text)  # raises ValueError when no section is recognisable
-                    return str(text)
+                    return text
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 last = f"unusable summary ({type(exc).__name__}: {exc})"
             except Exception as exc:  # transport errors (ProxyError) included

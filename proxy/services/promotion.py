@@ -13,7 +13,6 @@ borrowed again only to write, so a slow extraction holds none (issue 24).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from proxy.cascade.memory import (
     span_text,
 )
 from proxy.cascade.types import MEMORY_SUGGESTION, Message
+from proxy.services.fastmodel import ask_fast_model
 from proxy.store import memory as store
 from proxy.store.db import Lent
 
@@ -59,20 +59,11 @@ async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence
         "max_tokens": _OUTPUT_TOKENS,
         "temperature": 0,
     }
-    resp = await upstream.call(
-        job.provider,
-        "POST",
-        "/chat/completions",
-        client_headers=job.headers,
-        content=json.dumps(body).encode(),
-        model=job.fast_model,
-    )
-    if resp.status_code >= 400:
-        log.warning(
-            "memory promotion for %s: the fast model answered %d", job.session_id, resp.status_code
-        )
+    status, answer = await ask_fast_model(upstream, job, body)
+    if status >= 400:
+        log.warning("memory promotion for %s: the fast model answered %d", job.session_id, status)
         return
-    facts = parse_facts(resp.json()["choices"][0]["message"].get("content") or "")
+    facts = parse_facts(answer)
     conn = await lent.take()
     if job.promotion == "auto":
 

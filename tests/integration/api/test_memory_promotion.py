@@ -17,6 +17,7 @@ from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, error, reply
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.test_compaction import briefing
+from tests.integration.api.test_metrics import scrape
 from tests.integration.conftest import column
 
 FACTS = [
@@ -171,3 +172,25 @@ def test_a_slow_extraction_holds_no_connection(
     assert waited < 1.5
     (event,) = _events(db_dsn, "promo-slow")
     assert event["facts"] == ["The server listens on port 8443", "The build uses uv"]
+
+
+class CountedModel(Model):
+    """Every summary reports 1,000 input tokens, the extraction 4,321."""
+
+    def __call__(self, req: RecordedRequest) -> Any:
+        if "response_format" not in req.json and req.json.get("model") == "fast-model":
+            return reply(briefing(), usage=(1000, 10))
+        return super().__call__(req)
+
+
+def test_the_extractions_token_usage_is_counted(
+    http: httpx.Client, fake_upstream: FakeUpstream, proxy: ProxyServer
+) -> None:
+    """The extraction's usage reaches the token histogram, as a summary's does: the fast
+    model's input sum is the summaries' thousands plus the extraction's 4,321."""
+    fake_upstream.default = CountedModel(reply(json.dumps({"facts": FACTS}), usage=(4321, 765)))
+    _session(http, "promo-usage")
+    samples = scrape(proxy.origin)
+    fast = {"gen_ai_request_model": "fast-model", "gen_ai_token_type": "input"}
+    total = samples.value("gen_ai_client_token_usage_sum", **fast)
+    assert total % 1000 == 321 and total > 4321, total

@@ -1,0 +1,36 @@
+"""The proxy's own calls to an agent's fast model: the summary of a compaction and the
+facts of memory promotion.
+
+Both go to the provider the compaction job names, with the client's headers, and both count
+the answer's token usage (the token histogram and the call's span) as a client's request
+does, so the fast model's spend shows in the metrics whichever stage asked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.observe import note_usage
+
+__all__ = ["ask_fast_model"]
+
+
+async def ask_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> tuple[int, str]:
+    """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``). Returns the status
+    and, for a success, the answer's text (its usage noted), or for an error the head of the
+    provider's body. A success that is not a chat completion raises (ValueError for a body
+    that is not JSON; KeyError, IndexError, TypeError or AttributeError for another shape)."""
+    resp = await upstream.call(
+        job.provider,
+        "POST",
+        "/chat/completions",
+        client_headers=job.headers,
+        content=json.dumps(body).encode(),
+        model=job.fast_model,
+    )
+    if resp.status_code >= 400:
+        return resp.status_code, resp.text[:300]
+    data = resp.json()
+    note_usage(job.fast_model, data.get("usage"))
+    return resp.status_code, str(data["choices"][0]["message"].get("content") or "")
