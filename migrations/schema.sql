@@ -6,7 +6,88 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
-CREATE FUNCTION public.cascade_begin_step_v3(p_session json, p_rows json, p_bodies json[], p_spills json, p_events json) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, spilled boolean, verbatim boolean)
+CREATE FUNCTION public.cascade_append_v1(p_step json, p_rows json, p_bodies json[], p_placeholders json[], p_spills json, p_events json) RETURNS TABLE(pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    p_tenant text; p_id text; p_move boolean; p_head_len integer; p_head_hash text;
+    p_system_count integer; p_reclaimed integer; p_start integer; p_from integer;
+    p_notify json;
+BEGIN
+    SELECT k.tenant, k.id, k.move_head, k.head_len, k.head_hash, k.system_count, k.reclaimed,
+           k.start, k."from", k.notify
+    INTO p_tenant, p_id, p_move, p_head_len, p_head_hash, p_system_count, p_reclaimed,
+         p_start, p_from, p_notify
+    FROM json_to_record(p_step) AS k(tenant text, id text, move_head boolean,
+        head_len integer, head_hash text, system_count integer, reclaimed integer,
+        start integer, "from" integer, notify json);
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF json_array_length(p_rows) > 0 THEN
+        INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id,
+                              tokens, redacted, verbatim, placeholder, evicted_at, trimmed_at)
+        SELECT p_tenant, p_id, t.pos, t.hash, t.role, t.message, t.tool_call_id, t.tokens,
+               t.redacted, t.verbatim, t.placeholder,
+               CASE WHEN t.placeholder IS NOT NULL THEN now() END,
+               CASE WHEN t.trim THEN now() END
+        FROM ROWS FROM (json_to_recordset(p_rows) AS (pos integer, hash text, role text,
+                            tool_call_id text, tokens integer, redacted boolean,
+                            verbatim boolean, trim boolean),
+                        unnest(p_bodies), unnest(p_placeholders))
+            AS t(pos, hash, role, tool_call_id, tokens, redacted, verbatim, trim, message,
+                 placeholder);
+    END IF;
+    IF json_array_length(p_spills) > 0 THEN
+        -- an identical row is left as is; another text under the same id replaces it, and
+        -- migration 0010's trigger moves the one replaced to tool_raw_output_versions
+        INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,
+                                      original_bytes, capped)
+        SELECT p_tenant, p_id, r.* FROM json_to_recordset(p_spills)
+            AS r(tool_call_id text, content text, original_bytes bigint, capped boolean)
+        ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING;
+    END IF;
+    IF p_move THEN
+        UPDATE sessions SET head_len = p_head_len, head_hash = p_head_hash,
+            system_count = p_system_count,
+            reclaimed_tokens = reclaimed_tokens + coalesce(p_reclaimed, 0), updated_at = now()
+        WHERE tenant = p_tenant AND id = p_id;
+    END IF;
+    IF json_array_length(p_notify) > 0 THEN
+        PERFORM pg_notify('cascade_events', n) FROM json_array_elements_text(p_notify) AS n;
+    END IF;
+    IF json_array_length(p_events) > 0 THEN
+        INSERT INTO events (tenant, session_id, name, data)
+        SELECT p_tenant, p_id, e.n, e.d
+        FROM ROWS FROM (json_to_recordset(p_events) AS (name text, data jsonb))
+            WITH ORDINALITY AS e(n, d, o)
+        ORDER BY e.o;
+    END IF;
+    IF p_start IS NULL THEN
+        RETURN;
+    END IF;
+    -- the window's older rows: the leading system rows and the live rows after the summary,
+    -- as two index ranges (one OR condition scans the whole history; see store/messages.py
+    -- _window); the new rows are the caller's, and so is the body of every verbatim row
+    RETURN QUERY
+    SELECT * FROM (
+        SELECT m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens, m.redacted, m.verbatim
+        FROM messages m
+        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
+          AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
+        UNION ALL
+        SELECT m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens, m.redacted, m.verbatim
+        FROM messages m
+        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
+          AND m.trimmed_at IS NULL AND m.pos < p_start AND m.pos >= p_from
+    ) w ORDER BY 1;
+END
+$$;
+
+CREATE FUNCTION public.cascade_begin_step_v4(p_session json, p_rows json, p_bodies json[], p_spills json, p_events json) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -73,7 +154,7 @@ BEGIN
     IF busy THEN
         RETURN QUERY SELECT json_build_object('busy', true),
             NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
-            NULL::boolean, NULL::boolean, NULL::boolean;
+            NULL::boolean, NULL::boolean;
         RETURN;
     END IF;
     SELECT m.version, m.boundary, m.content INTO sm FROM summaries m
@@ -85,59 +166,16 @@ BEGIN
         'summary_version', sm.version, 'summary_boundary', sm.boundary,
         'summary_content', sm.content, 'appended', hit, 'busy', false))::json,
         NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
-        NULL::boolean, NULL::boolean, NULL::boolean;
+        NULL::boolean, NULL::boolean;
     IF NOT hit THEN
         RETURN;
     END IF;
-    INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                          redacted, verbatim)
-    SELECT p_tenant, p_id, t.pos, t.hash, t.role, t.message, t.tool_call_id, t.tokens,
-           t.redacted, t.verbatim
-    FROM ROWS FROM (json_to_recordset(p_rows) AS (pos integer, hash text, role text,
-                        tool_call_id text, tokens integer, redacted boolean, verbatim boolean),
-                    unnest(p_bodies))
-        AS t(pos, hash, role, tool_call_id, tokens, redacted, verbatim, message);
-    IF json_array_length(p_spills) > 0 THEN
-        INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,
-                                      original_bytes, capped)
-        SELECT p_tenant, p_id, r.* FROM json_to_recordset(p_spills)
-            AS r(tool_call_id text, content text, original_bytes bigint, capped boolean)
-        ON CONFLICT (tenant, session_id, tool_call_id) DO NOTHING;
-    END IF;
-    IF json_array_length(p_rows) > 0 THEN
-        UPDATE sessions SET head_len = p_head_len, head_hash = p_head_hash,
-            system_count = p_system_count, updated_at = now()
-        WHERE tenant = p_tenant AND id = p_id;
-    END IF;
-    INSERT INTO events (tenant, session_id, name, data)
-    SELECT p_tenant, p_id, e.n, e.d
-    FROM ROWS FROM (json_to_recordset(p_events) AS (name text, data jsonb)) WITH ORDINALITY
-        AS e(n, d, o)
-    ORDER BY e.o;
-    -- the window's older rows: the leading system rows and the live rows after the summary,
-    -- as two index ranges (one OR condition scans the whole history; see store/messages.py
-    -- _window); the new rows are the caller's, and so is the body of every verbatim row
-    RETURN QUERY
-    SELECT * FROM (
-        SELECT NULL::json, m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
-               m.tool_call_id, m.tokens,
-               m.redacted, false,
-               m.verbatim
-        FROM messages m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
-          AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
-        UNION ALL
-        SELECT NULL::json, m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
-               m.tool_call_id, m.tokens,
-               m.redacted, false,
-               m.verbatim
-        FROM messages m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
-          AND m.trimmed_at IS NULL AND m.pos < p_start
-          AND m.pos >= greatest(coalesce(sm.boundary, 0), p_system_count)
-    ) w ORDER BY 2;
+    RETURN QUERY SELECT NULL::json, a.* FROM cascade_append_v1(
+        json_build_object('tenant', p_tenant, 'id', p_id,
+            'move_head', json_array_length(p_rows) > 0, 'head_len', p_head_len,
+            'head_hash', p_head_hash, 'system_count', p_system_count, 'start', p_start,
+            'from', greatest(coalesce(sm.boundary, 0), p_system_count)),
+        p_rows, p_bodies, NULL, p_spills, p_events) AS a;
 END
 $$;
 

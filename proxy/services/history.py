@@ -12,7 +12,7 @@ A new session whose first request brings a long history (a resumed or forked con
 a client that moved to the proxy mid-task) is the exception: nothing is stored for it yet,
 so its messages are held back (``SessionState.unstored``) until the first prompt has been
 assembled, and then go in with that prompt's evictions already applied, in the statement
-that would otherwise only have recorded them (``store.messages.append_step``). Each evicted
+that would otherwise only have recorded them (``store.messages.append``). Each evicted
 result is then one INSERT, not an INSERT and then an UPDATE (a new row version and an entry
 in each index). ``store_unstored`` stores them as usual when something must read the store
 first (a compaction), and when the step is refused (the overflow guard), so that what the
@@ -214,7 +214,7 @@ async def reconcile_and_load(
 
     With ``hold_new``, a session with nothing stored keeps its messages back instead
     (``SessionState.unstored``; the module docstring says why): the caller must store them,
-    with its step (``store.messages.append_step``) or through ``store_unstored``.
+    with its step (``store.messages.append``) or through ``store_unstored``.
 
     ``guess`` is the stored head (length, chain hash) as this replica last left it. When
     the store still holds exactly that, the new messages are stored in the statement that

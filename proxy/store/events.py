@@ -49,7 +49,7 @@ def event_columns(
     events: EventRows,
 ) -> tuple[list[str], list[dict[str, Any]]] | tuple[None, None]:
     """``events`` as the two array parameters ``events_cte`` unnests (names, data); NULLs
-    when there are none, as most requests have (see ``messages._raw_columns``). Each body's
+    when there are none, as most requests have (see ``messages._raw_objects``). Each body's
     strings go through ``nul.encode_json``: a jsonb string refuses ``\\u0000``."""
     if not events[0]:
         return None, None
@@ -57,7 +57,7 @@ def event_columns(
 
 
 def event_objects(events: EventRows) -> list[dict[str, Any]] | None:
-    """``events`` as the json array of {name, data} objects ``cascade_begin_step_v3`` expands;
+    """``events`` as the json array of {name, data} objects ``cascade_append_v1`` expands;
     NULL when there are none. The strings go through ``nul.encode_json``, as in
     ``event_columns``: each body becomes jsonb in the events table."""
     if not events[0]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from proxy.store import raw_outputs
 from proxy.store.events import (
     NOTIFY_CHANNEL,
     EventRows,
@@ -34,7 +33,8 @@ __all__ = [
     "supersede_from",
     "fetch_messages",
     "persist_step",
-    "append_step",
+    "APPEND",
+    "append",
     "record_step",
     "StepWrite",
     "write_step",
@@ -54,49 +54,36 @@ class NewMessage:
     verbatim: bool = False  # stored exactly as the client sent it (see migration 0006)
 
 
-def _row_columns(rows: Sequence[NewMessage]) -> list[list[Any]]:
-    """New rows as one array per column, in the order the statements below unnest them:
-    pos, hash, role, message, tool_call_id, tokens, redacted, verbatim. The text columns take
-    the client's role and tool_call_id through ``nul.encode`` (a NUL in either is legal JSON);
-    the json column keeps its ``\\u0000`` escapes as they are."""
-    return [
-        [r.pos for r in rows],
-        [r.hash for r in rows],
-        [encode(r.role) for r in rows],
-        [r.message for r in rows],
-        [None if r.tool_call_id is None else encode(r.tool_call_id) for r in rows],
-        [r.tokens for r in rows],
-        [r.redacted for r in rows],
-        [r.verbatim for r in rows],
-    ]
+def _row_objects(
+    rows: Sequence[NewMessage],
+    evicted: Mapping[int, tuple[dict[str, Any], int]] | None = None,
+    trimmed: Container[int] = (),
+) -> list[dict[str, Any]]:
+    """New rows without their bodies, as the json objects ``cascade_append_v1`` expands; the
+    text fields through ``nul.encode`` (a NUL in the client's role or tool_call_id is legal
+    JSON, and a text column holds none). The bodies go beside them as a json[]
+    (``[r.message for r in rows]``): PostgreSQL's json functions refuse a document with
+    ``\\u0000`` in it, which a client's message may hold (migration 0018).
 
-
-def _raw_columns(raw: Sequence[tuple[str, str, int, bool]]) -> list[list[Any] | None]:
-    """Spilled raw outputs (tool_call_id, content, original bytes, capped) as four arrays;
-    NULLs when there are none (unnest yields no row either way, and asyncpg's check of each
-    array parameter is a few isinstance calls against collections.abc ABCs)."""
-    if not raw:
-        return [None, None, None, None]
-    return [[x[i] for x in raw] for i in range(4)]
-
-
-def _row_objects(rows: Sequence[NewMessage]) -> list[dict[str, Any]]:
-    """New rows without their bodies, as the json objects ``cascade_begin_step_v3`` expands,
-    text fields through ``nul.encode`` as in ``_row_columns``. The bodies go beside them as a
-    json[] (``[r.message for r in rows]``): PostgreSQL's json functions refuse a document
-    with ``\\u0000`` in it, which a client's message may hold (migration 0018)."""
-    return [
-        {
+    A row in ``evicted`` (position: placeholder, its tokens) goes in already evicted: it
+    costs the placeholder's tokens and is no longer the client's message verbatim; a row in
+    ``trimmed`` goes in trimmed (migration 0019)."""
+    out = []
+    for r in rows:
+        hit = evicted.get(r.pos) if evicted else None
+        row = {
             "pos": r.pos,
             "hash": r.hash,
             "role": encode(r.role),
             "tool_call_id": None if r.tool_call_id is None else encode(r.tool_call_id),
-            "tokens": r.tokens,
+            "tokens": r.tokens if hit is None else hit[1],
             "redacted": r.redacted,
-            "verbatim": r.verbatim,
+            "verbatim": r.verbatim and hit is None,
         }
-        for r in rows
-    ]
+        if r.pos in trimmed:
+            row["trim"] = True
+        out.append(row)
+    return out
 
 
 def _raw_objects(raw: Sequence[tuple[str, str, int, bool]]) -> list[dict[str, Any]] | None:
@@ -110,25 +97,23 @@ def _raw_objects(raw: Sequence[tuple[str, str, int, bool]]) -> list[dict[str, An
 
 
 _WINDOW_COLUMNS = """
-SELECT m.pos, m.hash, m.role, {body} AS message, m.tool_call_id, m.tokens, m.redacted,
-       m.verbatim
+SELECT m.pos, m.hash, m.role, coalesce(m.placeholder, m.message) AS message, m.tool_call_id,
+       m.tokens, m.redacted, m.verbatim
 FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
 """
 # A row's prompt form: an evicted row's placeholder, else its body (migration 0008).
 PROMPT_FORM = "coalesce(m.placeholder, m.message)"
-# The body of a verbatim row is the client's own message, which it has just resent: left
-# out (NULL), so it is neither decompressed, sent nor decoded (migration 0006).
-UNLESS_VERBATIM = f"CASE WHEN m.verbatim THEN NULL ELSE {PROMPT_FORM} END"
 
 
-def _window(head_range: str, tail_range: str, body: str = PROMPT_FORM) -> str:
-    """The leading system rows and the rows after the boundary, as two index range scans.
+def _window(head_range: str, tail_range: str) -> str:
+    """The leading system rows and the rows after the boundary, as two index range scans
+    (``cascade_append_v1`` reads the older rows of a step's window the same way).
 
     One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
     range and filter, so every request would read the entire history.
     """
-    columns = _WINDOW_COLUMNS.format(body=body)
+    columns = _WINDOW_COLUMNS
     return (
         f"SELECT * FROM (({columns} AND {head_range})"
         f" UNION ALL ({columns} AND {tail_range})) w ORDER BY pos"
@@ -143,30 +128,6 @@ async def fetch_window(
 ) -> list[asyncpg.Record]:
     """The leading system messages plus every live message from ``from_pos`` on: O(window)."""
     return await conn.fetch(FETCH_WINDOW, tenant, session_id, system_count, from_pos)
-
-
-APPEND_AND_FETCH_WINDOW = (
-    """
-WITH new AS (
-    INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                          redacted, verbatim)
-    SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim
-    FROM unnest($5::int[], $6::text[], $7::text[], $8::json[], $9::text[], $10::int[],
-                $11::bool[], $12::bool[])
-         AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim)
-), raw AS ("""
-    + raw_outputs.insert_sql(13)
-    + """
-), head AS (
-    UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19, updated_at = now()
-    WHERE tenant = $1 AND id = $2 AND $20
-      AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- see the docstring
-), ev AS ("""
-    + events_cte("$21", "$22")
-    + """)
-"""
-    + _window("m.pos < least($19, $4)", "m.pos >= $3 AND m.pos < $4", UNLESS_VERBATIM)
-)
 
 
 async def append_and_fetch_window(
@@ -184,33 +145,15 @@ async def append_and_fetch_window(
     move_head: bool = True,
     events: EventRows = ((), ()),
 ) -> list[asyncpg.Record]:
-    """One round trip for the common request: store the new messages and their spilled raw
-    outputs, move the head, and read the window's *older* rows (positions below ``old_len``).
-
-    It commits asynchronously (no WAL flush of its own): everything it writes is the
-    client's, which resends it, and the request's last statement (``record_step``) commits
-    synchronously, which flushes this one too. A database crash in between loses at most this
-    step, whose messages the client resends with its next request (or its retry), and which
-    reconciliation then stores again. Its events can be lost with it.
-
-    The new rows are not read back: a statement does not see its own inserts, and the caller
-    already holds them. The ``messages`` column is json, so what it reads back later is
-    byte-for-byte what it holds now.
-    """
-    return await conn.fetch(
-        APPEND_AND_FETCH_WINDOW,
-        tenant,
-        session_id,
-        from_pos,
-        old_len,
-        *_row_columns(rows),
-        *_raw_columns(raw),
-        head_len,
-        head_hash,
-        system_count,
-        move_head,
-        *event_columns(events),
-    )
+    """One round trip for a request whose new messages ``cascade_begin_step_v4`` did not
+    store (no guess, a wrong one, a divergence): store them and their spilled raw outputs,
+    move the head, and read the window's *older* rows (positions below ``old_len``; the
+    live ones from ``from_pos`` on, and the leading system rows). It is ``append``, which
+    says how it commits; the new rows are not read back: the caller already holds them."""
+    head = (head_len, head_hash, system_count) if move_head else None
+    w = StepWrite(rows=rows, raw=raw, head=head, events=events)
+    window = (system_count, from_pos, old_len)
+    return await append(conn, tenant=tenant, session_id=session_id, w=w, window=window)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +162,7 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step_v3($1, $2, $3, $4, $5)"
+BEGIN_STEP = "SELECT * FROM cascade_begin_step_v4($1, $2, $3, $4, $5)"
 LEASE_TTL = 15.0
 """The lease's time to live when the caller names none (``Settings.lease_ttl_seconds``)."""
 
@@ -244,9 +187,10 @@ async def begin_step(
     """Take the session's lease for ``owner``, create or read the session (with its latest
     valid summary) and, when the stored head is exactly ``guess`` (length, chain hash),
     store ``rows`` with their ``raw`` outputs and ``events``, move the head and read the
-    window's older rows: the whole pre-answer work in one round trip (migration 0018's
-    ``cascade_begin_step_v3``: the session's scalars as one json object, rows, raw outputs
-    and events as json arrays of objects, the rows' bodies as a json[]).
+    window's older rows: the whole pre-answer work in one round trip (migration 0019's
+    ``cascade_begin_step_v4``: the session's scalars as one json object, rows, raw outputs
+    and events as json arrays of objects, the rows' bodies as a json[]; it stores them by
+    ``cascade_append_v1``, as ``append`` does).
 
     With ``guess`` None, or a wrong one, nothing is written but the session and its lease,
     ``window`` is None, and the caller appends with ``append_and_fetch_window``. The lease
@@ -403,85 +347,6 @@ async def persist_step(
     )
 
 
-APPEND_STEP = (
-    """
-WITH new AS (
-    INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-                          redacted, verbatim, placeholder, evicted_at, trimmed_at)
-    SELECT $1, $2, pos, hash, role, message, tool_call_id, tokens, redacted, verbatim,
-           placeholder, CASE WHEN placeholder IS NOT NULL THEN now() END,
-           CASE WHEN trim THEN now() END
-    FROM unnest($3::int[], $4::text[], $5::text[], $6::json[], $7::text[], $8::int[],
-                $9::bool[], $10::bool[], $11::json[], $12::bool[])
-         AS t(pos, hash, role, message, tool_call_id, tokens, redacted, verbatim, placeholder,
-              trim)
-), raw AS ("""
-    + raw_outputs.insert_sql(13)
-    + """
-), head AS (
-    UPDATE sessions SET head_len = $17, head_hash = $18, system_count = $19,
-        reclaimed_tokens = reclaimed_tokens + $20, updated_at = now()
-    WHERE tenant = $1 AND id = $2
-      AND set_config('synchronous_commit', 'off', true) IS NOT NULL  -- as in the append
-), ev AS ("""
-    + events_cte("$21", "$22")
-    + """)
-SELECT pg_notify($23, x) FROM unnest($24::text[]) AS x
-"""
-)
-
-
-async def append_step(
-    conn: Executor,
-    *,
-    tenant: str,
-    session_id: str,
-    rows: Sequence[NewMessage],
-    raw: Sequence[tuple[str, str, int, bool]],
-    head_len: int,
-    head_hash: str | None,
-    system_count: int,
-    evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
-    trimmed: Sequence[int] = (),
-    reclaimed: int = 0,
-    events: EventRows = ((), ()),
-    transient: Sequence[str] = (),
-) -> None:
-    """A new session's first messages and their first step, in one round trip: what
-    ``append_and_fetch_window`` and then ``persist_step`` would store, except that each
-    evicted row is inserted already evicted (placeholder, its tokens, not verbatim) rather
-    than inserted and then updated. ``events`` are the ingestion events, then the step's.
-
-    It commits asynchronously, as the append does, for the same reason: it holds only what
-    the client resends, and the request's ``record_step`` flushes it.
-    """
-    by_pos = {pos: (message, tokens) for pos, message, tokens in evicted}
-    cut = set(trimmed)
-    columns = _row_columns(rows)
-    placeholders: list[dict[str, Any] | None] = []
-    for i, row in enumerate(rows):
-        hit = by_pos.get(row.pos)
-        placeholders.append(hit[0] if hit else None)
-        if hit:
-            columns[5][i], columns[7][i] = hit[1], False  # tokens, verbatim
-    await conn.execute(
-        APPEND_STEP,
-        tenant,
-        session_id,
-        *columns,
-        placeholders,
-        [r.pos in cut for r in rows],
-        *_raw_columns(raw),
-        head_len,
-        head_hash,
-        system_count,
-        reclaimed,
-        *event_columns(events),
-        NOTIFY_CHANNEL,
-        list(transient),
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class StepWrite:
     """Everything a step writes before the answer, as one value the pure side builds.
@@ -502,28 +367,70 @@ class StepWrite:
     transient: Sequence[str] = ()
 
 
+APPEND = "SELECT * FROM cascade_append_v1($1, $2, $3, $4, $5, $6)"
+
+
+async def append(
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    w: StepWrite,
+    window: tuple[int, int, int] | None = None,
+) -> list[asyncpg.Record]:
+    """Store ``w``'s new rows, in one round trip (``cascade_append_v1``, migration 0019: the
+    one statement text that inserts a client's messages, which ``cascade_begin_step_v4``
+    calls too): each row ``w`` evicts goes in already evicted (its placeholder beside the
+    body, the placeholder's tokens, not verbatim) and each it trims already trimmed, rather
+    than inserted and then updated (a new row version and an entry in each index); with the
+    rows, their ``raw`` outputs, the head move (``w.head``; None leaves the head), the
+    reclaimed tokens, the events (the trigger NOTIFYs them) and the ``transient`` payloads.
+    With ``window`` (system_count, from_pos, old_len) it returns the window's older rows:
+    the leading system rows and the live ones in [from_pos, old_len), a verbatim row's body
+    left out (the client resent it).
+
+    It commits asynchronously (no WAL flush of its own): everything it writes is the
+    client's, which resends it, and the request's last statement (``record_step``) commits
+    synchronously, which flushes this one too. A database crash in between loses at most this
+    step, whose messages the client resends with its next request (or its retry), and which
+    reconciliation then stores again. Its events can be lost with it. The ``messages``
+    column is json, so what it reads back later is byte-for-byte what it holds now.
+    """
+    evicted = {pos: (message, tokens) for pos, message, tokens in w.evicted}
+    head_len, head_hash, system_count = w.head if w.head is not None else (None, None, None)
+    if window is not None:
+        assert system_count in (None, window[0]), "the window's system rows are the head's"
+        system_count = window[0]
+    step = {
+        "tenant": tenant,
+        "id": session_id,
+        "move_head": w.head is not None,
+        "head_len": head_len,
+        "head_hash": head_hash,
+        "system_count": system_count,
+        "reclaimed": w.reclaimed,
+        "start": None if window is None else window[2],
+        "from": None if window is None else window[1],
+        "notify": list(w.transient) or None,
+    }
+    return await conn.fetch(
+        APPEND,
+        step,
+        _row_objects(w.rows, evicted, set(w.trimmed)),
+        [r.message for r in w.rows],
+        [evicted[r.pos][0] if r.pos in evicted else None for r in w.rows] if evicted else None,
+        _raw_objects(w.raw),
+        event_objects(w.events),
+    )
+
+
 async def write_step(conn: Executor, *, tenant: str, session_id: str, w: StepWrite) -> None:
     """The one write of a step's decisions, in one statement or none: with new rows, they go
-    in already evicted and trimmed (``append_step``); else the stored rows are marked
+    in already evicted and trimmed (``append``); else the stored rows are marked
     (``persist_step``, which sends nothing when there is nothing to mark)."""
     if w.rows:
         assert w.head is not None, "new rows move the head"
-        head_len, head_hash, system_count = w.head
-        await append_step(
-            conn,
-            tenant=tenant,
-            session_id=session_id,
-            rows=w.rows,
-            raw=w.raw,
-            head_len=head_len,
-            head_hash=head_hash,
-            system_count=system_count,
-            evicted=w.evicted,
-            trimmed=w.trimmed,
-            reclaimed=w.reclaimed,
-            events=w.events,
-            transient=w.transient,
-        )
+        await append(conn, tenant=tenant, session_id=session_id, w=w)
         return
     await persist_step(
         conn,

@@ -18,22 +18,7 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["raw_rows", "insert_sql", "fetchrow_raw_output"]
-
-
-def insert_sql(first: int) -> str:
-    """The INSERT of :func:`raw_rows` as four array parameters from ``$first`` on (``$1``/``$2``
-    are tenant and session), for statements that store spills with other things. An identical
-    row is left as is; another text under the same id replaces it, and migration 0010's
-    trigger moves the one replaced to ``tool_raw_output_versions``."""
-    ids, content, nbytes, capped = (f"${first + i}" for i in range(4))
-    return (
-        "INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content,"
-        " original_bytes, capped) SELECT $1, $2, id, content, nbytes, capped FROM"
-        f" unnest({ids}::text[], {content}::text[], {nbytes}::bigint[], {capped}::bool[])"
-        " AS r(id, content, nbytes, capped) ON CONFLICT (tenant, session_id, tool_call_id)"
-        " DO NOTHING"
-    )
+__all__ = ["raw_rows", "fetchrow_raw_output"]
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:

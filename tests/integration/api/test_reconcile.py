@@ -191,7 +191,7 @@ COMMON = [
 ]
 # without a (right) guess the append is a statement of its own; for a session with nothing
 # stored it goes in with the step's decisions (services.history: held back)
-UNGUESSED = [msgs.BEGIN_STEP, msgs.APPEND_STEP, msgs.RECORD_STEP]
+UNGUESSED = [msgs.BEGIN_STEP, msgs.APPEND, msgs.RECORD_STEP]
 
 
 def test_extending_history_costs_constant_statements(app_client: TestClient, db_dsn: str) -> None:
@@ -308,6 +308,19 @@ WHERE id = $1
 """
 
 
+def function_source(dsn: str, name: str) -> str:
+    """The current definition of the SQL function ``name``."""
+
+    async def read() -> str:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return str(await conn.fetchval("SELECT pg_get_functiondef($1::regproc)", name))
+        finally:
+            await conn.close()
+
+    return run_sync(read())
+
+
 def stored(dsn: str, sid: str) -> tuple[list[Any], Any, list[str]]:
     """(message rows, session row, event names) of ``sid``, as plain values."""
 
@@ -352,16 +365,16 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
         client.app_state["chat"].pool = log
         post(client, "held", messages)
         held = statements(log)
-        step = only(log, msgs.APPEND_STEP)
+        step = only(log, msgs.APPEND)
         pages = [client.get(f"/v1/sessions/held/tool-outputs/c{i}").json() for i in range(3)]
         monkeypatch.setattr("proxy.services.history.GUESS_NEW_SESSION_MAX", 100)
         log.queries.clear()
         post(client, "updated", messages)
         updated = statements(log)
-    assert held == [msgs.BEGIN_STEP, msgs.APPEND_STEP, msgs.RECORD_STEP]
+    assert held == [msgs.BEGIN_STEP, msgs.APPEND, msgs.RECORD_STEP]
     assert updated == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
-    assert "UPDATE messages" not in msgs.APPEND_STEP
-    placeholders = step.args[10]
+    assert "UPDATE messages" not in function_source(db_dsn, "cascade_append_v1")
+    placeholders = step.args[3] or []  # NULL: nothing evicted
     evicted = [i for i, p in enumerate(placeholders) if p is not None]
     assert [messages[i]["role"] for i in evicted] == ["tool"] * len(evicted)
     sent = fake_upstream.bodies()
@@ -375,7 +388,7 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
     assert (rows, session, names) == stored(db_dsn, "updated")
     assert [r[10] for r in rows].count(True) == len(evicted)
     trimmed = [r[0] for r in rows if r[11]]
-    assert trimmed == [pos for pos, cut in zip(step.args[2], step.args[11], strict=True) if cut]
+    assert trimmed == [r["pos"] for r in step.args[1] if r.get("trim")]
     assert bool(trimmed) == overflowing and (overflowing or (evicted and session[3] > 0))
     # ingestion, [the guard's cut], the reply, usage
     assert names == [
@@ -518,14 +531,14 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
         msgs.SUPERSEDE_FROM,
         summaries.INVALIDATE_AFTER,
         summaries.FETCHROW_LATEST,
-        msgs.APPEND_AND_FETCH_WINDOW,
+        msgs.APPEND,
         msgs.RECORD_STEP,
     ]
-    assert only(log, msgs.APPEND_AND_FETCH_WINDOW).args[4] == list(range(10, 30))
+    assert [r["pos"] for r in only(log, msgs.APPEND).args[1]] == list(range(10, 30))
     assert only(log, msgs.RECORD_STEP).args[2] == 30
-    first = only(log, msgs.APPEND_AND_FETCH_WINDOW)
-    assert first.args[20] == [MESSAGE_APPENDED]
-    data = first.args[21][0]
+    first = only(log, msgs.APPEND)
+    assert [e["name"] for e in first.args[5]] == [MESSAGE_APPENDED]
+    data = first.args[5][0]["data"]
     assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)
     view = session_view(app_client, "edited")
     assert (view["message_count"], view["superseded_count"]) == (31, 21)

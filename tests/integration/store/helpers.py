@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.store.messages import NewMessage, _row_columns
+from proxy.store.messages import NewMessage
+from proxy.store.nul import encode
 
 INSERT_MESSAGES = """
 INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
@@ -26,7 +27,14 @@ async def insert_messages(
             INSERT_MESSAGES,
             tenant,
             session_id,
-            *_row_columns(rows),
+            [r.pos for r in rows],
+            [r.hash for r in rows],
+            [encode(r.role) for r in rows],
+            [r.message for r in rows],
+            [None if r.tool_call_id is None else encode(r.tool_call_id) for r in rows],
+            [r.tokens for r in rows],
+            [r.redacted for r in rows],
+            [r.verbatim for r in rows],
             [r.source for r in rows],
         )
 

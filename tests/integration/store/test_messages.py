@@ -219,7 +219,7 @@ async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: A
         from_pos=3,
     )
     await asyncio.sleep(0)  # loggers run via call_soon
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND_AND_FETCH_WINDOW]
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND]
     # the read sees the window's older rows only: system prefix + positions 3..4
     assert [r["pos"] for r in old] == [0, 3, 4]
     assert [r["message"] for r in old] == [HISTORY[0], *HISTORY[3:]]
@@ -764,7 +764,7 @@ async def test_write_step_is_one_statement_with_or_without_new_rows(conn: Any) -
     await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(trimmed=[1]))
     await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite())
     await asyncio.sleep(0)  # loggers run via call_soon
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND_STEP, msgs.PERSIST_STEP]
+    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND, msgs.PERSIST_STEP]
     stored = await conn.fetch(
         "SELECT pos, placeholder::text, trimmed_at IS NOT NULL AS trimmed FROM messages"
         " WHERE session_id = $1 ORDER BY pos",
