@@ -39,7 +39,7 @@ from proxy.cascade.pipeline import (
 )
 from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
-from proxy.cascade.types import ContextLengthExceeded, Event, Message
+from proxy.cascade.types import Event, Message
 from proxy.config import Config, ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
@@ -50,13 +50,7 @@ from proxy.services.chaincache import ChainCache
 from proxy.services.command import answer_command
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import Forwarder
-from proxy.services.history import (
-    SessionState,
-    load_window,
-    reconcile_and_load,
-    step_write,
-    store_unstored,
-)
+from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
 from proxy.services.resent import ResentBodies
@@ -230,7 +224,7 @@ class ChatService:
             count=count,
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
             guess=guess,
-            hold_new=True,
+            hold=turn.hold,  # a new session's messages: stored by the turn (history.py)
             owner=turn.owner,
             ttl=turn.ttl,
         )
@@ -238,7 +232,6 @@ class ChatService:
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
-            state = await store_unstored(conn, key, state)
             command = await self._compact_now(turn, self._job(cfg, rt, ctx, "command"))
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(turn.conn, key, state, count)
@@ -257,15 +250,12 @@ class ChatService:
             ratio=state.session["calibration"],
             kept=_kept(state.session, turn_key),
         )
-        try:
-            answers = await fulfil(plan_step(inp), conn=conn, key=key)
-            assembled = assemble(replace(inp, answers=answers) if answers else inp)
-        except ContextLengthExceeded:  # refused; what the client sent is stored all the same
-            await store_unstored(conn, key, state)
-            raise
+        answers = await fulfil(plan_step(inp), conn=conn, key=key)
+        # refused (ContextLengthExceeded): the turn's abort stores what the client sent
+        assembled = assemble(replace(inp, answers=answers) if answers else inp)
         if command is None and (nudge := await self._handoff(conn, rt, body, ctx, state, fixed)):
             assembled = replace(assembled, events=(*assembled.events, nudge))
-        reclaimed = await self._persist_step(conn, ctx, state, assembled, count)
+        reclaimed = await self._persist_step(turn, ctx, state, assembled, count)
         stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
@@ -323,8 +313,6 @@ class ChatService:
         if need is None:
             return state
         key = ctx.key
-        # a compaction reads the store: what a new session holds back goes in first
-        state = await store_unstored(turn.conn, key, state)
         if need.wait_first:
             await turn.park()
             try:
@@ -337,6 +325,7 @@ class ChatService:
                 await self._compact_now(turn, self._job(cfg, rt, ctx, need.trigger))
                 state = await load_window(turn.conn, key, state, count)
         elif s.background:
+            await turn.flush()  # the compaction reads the store (turn.py)
             self.summarizer.start_background(self._job(cfg, rt, ctx, need.trigger))
         else:
             await self._compact_now(turn, self._job(cfg, rt, ctx, need.trigger))
@@ -370,7 +359,7 @@ class ChatService:
 
     async def _persist_step(
         self,
-        conn: Any,
+        turn: Turn,
         ctx: ChatContext,
         state: SessionState,
         asm: Assembled,
@@ -381,7 +370,7 @@ class ChatService:
 
         An evicted result needs no spill: its row keeps its body beside the placeholder
         (``store.messages.persist_step``), and read_tool_output pages it from there. A new
-        session's held-back messages go in with all of it (``history.step_write``).
+        session's held-back messages go in with all of it (``Turn.write_step``).
         """
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i])) for i in asm.evicted
@@ -389,13 +378,12 @@ class ChatService:
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
         note_step_events((*state.events, *asm.events))  # tokens reclaimed, by stage
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
-        write = step_write(
-            state,
+        marks = msgs.StepWrite(
             evicted=evicted,
             trimmed=[state.positions[i] for i in asm.trimmed],
             reclaimed=reclaimed,
             events=persisted,
             transient=transient,
         )
-        await msgs.write_step(conn, tenant=ctx.tenant, session_id=ctx.session_id, w=write)
+        await turn.write_step(marks)
         return reclaimed

@@ -10,13 +10,16 @@ second one appends (after a divergence lookup when the history was edited).
 
 A new session whose first request brings a long history (a resumed or forked conversation,
 a client that moved to the proxy mid-task) is the exception: nothing is stored for it yet,
-so its messages are held back (``SessionState.unstored``) until the first prompt has been
-assembled, and then go in with that prompt's evictions already applied, in the statement
-that would otherwise only have recorded them (``store.messages.append``). Each evicted
-result is then one INSERT, not an INSERT and then an UPDATE (a new row version and an entry
-in each index). ``store_unstored`` stores them as usual when something must read the store
-first (a compaction), and when the step is refused (the overflow guard), so that what the
-client sent is kept either way.
+so its messages are held back until the first prompt has been assembled, and then go in
+with that prompt's evictions already applied, in the statement that would otherwise only
+have recorded them (``store.messages.append``). Each evicted result is then one INSERT, not
+an INSERT and then an UPDATE (a new row version and an entry in each index).
+``reconcile_and_load`` hands such messages to ``hold``, the request's ``Turn``
+(``services/turn.py``), which owns them from then on: the step's write takes them
+(``Turn.write_step``), and whatever comes first of giving the connection back
+(``Turn.park``: a compaction may read the store meanwhile), ``Turn.flush`` (before a
+background compaction starts) and ``Turn.abort`` (a refused or failed step) stores them
+alone. So what the client sent is stored either way, and no path has to remember it.
 """
 
 from __future__ import annotations
@@ -37,23 +40,7 @@ from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, nul, raw_outputs, summaries
 from proxy.store.events import EventRows
 
-__all__ = [
-    "SessionState",
-    "Unstored",
-    "reconcile_and_load",
-    "load_window",
-    "store_unstored",
-    "step_write",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Unstored:
-    """A new session's first messages, ready to store but held back (module docstring)."""
-
-    rows: Sequence[msgs.NewMessage]
-    raw: Sequence[tuple[str, str, int, bool]]  # their spilled outputs (``raw_outputs``)
-    events: EventRows  # their ingestion events, stamped
+__all__ = ["SessionState", "reconcile_and_load", "load_window"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +59,6 @@ class SessionState:
     superseded: int
     events: tuple[Event, ...]
     estimate: int = 0  # tokens of the prompt this window folds to (summary in, /compact out)
-    unstored: Unstored | None = None  # the window's messages, when none is stored yet
 
 
 def _estimate(
@@ -206,15 +192,15 @@ async def reconcile_and_load(
     count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
     guess: tuple[int, str | None] | None = None,
-    hold_new: bool = False,
+    hold: Callable[[msgs.StepWrite], None] | None = None,
     owner: uuid.UUID | None = None,
     ttl: float = msgs.LEASE_TTL,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
-    With ``hold_new``, a session with nothing stored keeps its messages back instead
-    (``SessionState.unstored``; the module docstring says why): the caller must store them,
-    with its step (``store.messages.append``) or through ``store_unstored``.
+    With ``hold``, a session with nothing stored hands its messages to ``hold`` as the write
+    that stores them, instead of storing them (the module docstring says why and who owns
+    them then); the state's window holds them all the same.
 
     ``guess`` is the stored head (length, chain hash) as this replica last left it. When
     the store still holds exactly that, the new messages are stored in the statement that
@@ -256,13 +242,13 @@ async def reconcile_and_load(
             row, summary, system_count, messages, head_hash, pending, begun.window, count
         )
     plan = await _plan(conn, key, hashes, row)
-    if hold_new and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
+    if hold and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
         # Nothing is stored: the window is the new messages alone (module docstring).
         pending = _ingest(messages, hashes, 0, ctx, count)
         if pending.rows:
-            state = _loaded(row, summary, system_count, messages, head_hash, pending, (), count)
-            held = Unstored(pending.rows, pending.raw, stamp(pending.events))
-            return replace(state, unstored=held)
+            head = (len(messages), head_hash, system_count)
+            hold(msgs.StepWrite(pending.rows, pending.raw, head, events=stamp(pending.events)))
+            return _loaded(row, summary, system_count, messages, head_hash, pending, (), count)
     superseded = 0
     if isinstance(plan, Supersede):
         superseded = await msgs.supersede_from(
@@ -337,47 +323,6 @@ def _loaded(
         events=tuple(pending.events),
         estimate=_estimate(window, summary[2], system_count, count),
     )
-
-
-def step_write(
-    state: SessionState,
-    *,
-    evicted: Sequence[tuple[int, dict[str, Any], int]] = (),
-    trimmed: Sequence[int] = (),
-    reclaimed: int = 0,
-    events: EventRows = ((), ()),
-    transient: Sequence[str] = (),
-) -> msgs.StepWrite:
-    """The step's one write (pure): its marks and events, and, for a new session, the
-    messages held back until now, ingestion events first."""
-    held = state.unstored
-    if held is None:
-        return msgs.StepWrite(
-            evicted=evicted,
-            trimmed=trimmed,
-            reclaimed=reclaimed,
-            events=events,
-            transient=transient,
-        )
-    return msgs.StepWrite(
-        rows=held.rows,
-        raw=held.raw,
-        head=(state.head_len, state.head_hash, state.system_count),
-        evicted=evicted,
-        trimmed=trimmed,
-        reclaimed=reclaimed,
-        events=([*held.events[0], *events[0]], [*held.events[1], *events[1]]),
-        transient=transient,
-    )
-
-
-async def store_unstored(conn: Any, key: SessionKey, state: SessionState) -> SessionState:
-    """Store the messages ``state`` holds back, alone (the step's write would have carried
-    them): for a path that reads the store before the step's write, or never makes one."""
-    if state.unstored is None:
-        return state
-    await msgs.write_step(conn, tenant=key.tenant, session_id=key.session_id, w=step_write(state))
-    return replace(state, unstored=None)
 
 
 async def load_window(

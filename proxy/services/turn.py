@@ -6,14 +6,24 @@ the replica while the turn lasts), the step prepared, and a pooled connection on
 step runs statements: ``connect`` before the step's first statement, ``park`` once the step
 is prepared, so that no connection is held while the provider answers; ``connection()`` lends
 one for a statement between (a ``read_tool_output`` page), and the last statement borrows
-one. Exactly one of two things ends it, once, whoever calls first:
+one.
+
+It also owns a new session's held-back messages (``hold``; ``services/history.py`` says why
+they wait): the step's write takes them (``write_step``: they go in with the step's marks,
+already evicted), and nothing else reads the session's store before they are in it: ``park``
+stores them before it gives the connection back (a compaction may read the store while the turn
+waits), ``flush`` before a background compaction starts, and ``abort`` before it frees the
+lease, so a refused step still keeps what the client sent.
+
+Exactly one of two things ends it, once, whoever calls first:
 
 - ``finish(reply, prompt_tokens)`` stores the reply, the provider's real prompt size,
   ``context.usage`` and the per-turn values the step computed (``Step.turn``) in one
   statement that also releases the lease;
-- ``abort()`` stores nothing (a refused or failed call) and releases the lease in a
-  statement of its own; if that fails (the database away) the lease expires by itself, and
-  this replica's next request on the session takes it back at once.
+- ``abort()`` stores nothing of the step (a refused or failed call), only the messages
+  still held back, and releases the lease in a statement of its own; if that fails (the
+  database away) the lease expires by itself, and this replica's next request on the
+  session takes it back at once.
 
 Either way the next queued request goes. The Forwarder, the ``/compact`` answer and the
 response's background task all end the turn through these two calls, so a second call (a
@@ -119,6 +129,7 @@ class Turn:
         self._timeout = acquire_timeout
         self._done = False
         self._began = False  # a statement ran that may have taken the lease
+        self._held: msgs.StepWrite | None = None  # a new session's messages, not yet stored
         leases.hold(key)
 
     @property
@@ -148,10 +159,37 @@ class Turn:
             self._conn = await acquire(self._pool, self._timeout)
             self._began = True
 
+    def hold(self, write: msgs.StepWrite) -> None:
+        """Own a new session's messages, not yet stored, as the write that stores them
+        (``history.reconcile_and_load``'s ``hold``; module docstring)."""
+        self._held = write
+
+    async def write_step(self, marks: msgs.StepWrite) -> None:
+        """The step's one write (``store.messages.write_step``): its ``marks``, and the
+        messages held back, which then go in already evicted and trimmed."""
+        w = marks if self._held is None else self._held.joined(marks)
+        await msgs.write_step(
+            self.conn, tenant=self.key.tenant, session_id=self.key.session_id, w=w
+        )
+        self._held = None
+
+    async def flush(self) -> None:
+        """Store the messages held back, alone, on the turn's connection: before anything
+        else may read the session's store (a background compaction)."""
+        if self._held is not None:
+            await self.write_step(msgs.StepWrite())
+
     async def park(self) -> None:
-        """Give the connection back: the session stays this turn's by its lease."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        """Give the connection back, having stored what is held back (``flush``): the
+        session stays this turn's by its lease, and whatever runs meanwhile (a compaction)
+        reads every message the client sent."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._conn = None
             await self._pool.release(conn)  # asyncpg shields it from cancellation
 
     @contextlib.asynccontextmanager
@@ -176,6 +214,9 @@ class Turn:
             return
         try:
             async with self.connection() as conn:
+                if self._held is not None:  # what the client sent is kept all the same
+                    held, self._held = self._held, None
+                    await self._store_held(conn, held)
                 await lease_rows.release_lease(
                     conn, tenant=self.key.tenant, session_id=self.key.session_id, owner=self.owner
                 )
@@ -183,6 +224,18 @@ class Turn:
             log.warning("could not release the lease of session %s: %s", self.key.session_id, exc)
         finally:
             await self._release()
+
+    async def _store_held(self, conn: Connection, held: msgs.StepWrite) -> None:
+        try:
+            await msgs.write_step(
+                conn, tenant=self.key.tenant, session_id=self.key.session_id, w=held
+            )
+        except Exception as exc:  # the lease is freed all the same; the client resends them
+            log.warning(
+                "could not store the held-back messages of session %s: %s",
+                self.key.session_id,
+                exc,
+            )
 
     async def finish(self, reply: Mapping[str, Any] | None, prompt_tokens: int | None) -> None:
         """Store the reply, the real prompt size and ``context.usage``; end the turn.

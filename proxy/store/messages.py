@@ -352,9 +352,10 @@ class StepWrite:
     """Everything a step writes before the answer, as one value the pure side builds.
 
     ``rows`` (with their ``raw`` outputs and the new head) are a new session's messages that
-    nothing stored yet (``services.history.Unstored``); ``evicted`` are (position,
-    placeholder, its tokens), ``trimmed`` positions, ``reclaimed`` the tokens eviction freed,
-    ``events`` the persisted events (stamped) and ``transient`` ready NOTIFY payloads.
+    nothing stored yet (held back by ``services.history.reconcile_and_load``, owned by the
+    request's ``Turn``); ``evicted`` are (position, placeholder, its tokens), ``trimmed``
+    positions, ``reclaimed`` the tokens eviction freed, ``events`` the persisted events
+    (stamped) and ``transient`` ready NOTIFY payloads.
     """
 
     rows: Sequence[NewMessage] = ()
@@ -365,6 +366,23 @@ class StepWrite:
     reclaimed: int = 0
     events: EventRows = ((), ())
     transient: Sequence[str] = ()
+
+    def joined(self, marks: StepWrite) -> StepWrite:
+        """These held-back rows with a step's ``marks``: one write, the rows' ingestion
+        events before the step's."""
+        return StepWrite(
+            rows=self.rows,
+            raw=self.raw,
+            head=self.head,
+            evicted=marks.evicted,
+            trimmed=marks.trimmed,
+            reclaimed=marks.reclaimed,
+            events=(
+                [*self.events[0], *marks.events[0]],
+                [*self.events[1], *marks.events[1]],
+            ),
+            transient=marks.transient,
+        )
 
 
 APPEND = "SELECT * FROM cascade_append_v1($1, $2, $3, $4, $5, $6)"

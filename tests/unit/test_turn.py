@@ -1,5 +1,7 @@
 """A Turn ends once: a second finish, or an abort after a finish, does nothing; either way
-the connection goes back, the lease stops being renewed and the queue moves on."""
+the connection goes back, the lease stops being renewed and the queue moves on. A new
+session's messages the turn holds back are stored by the step's write, or before the
+connection goes back, or before the lease is freed: never lost, never stored twice."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
+from proxy.store import messages as msgs
 
 KEY = SessionKey("t", "s")
 
@@ -21,6 +24,11 @@ class _Conn:
     async def execute(self, sql: str, *args: Any) -> str:
         self.statements.append(sql)
         return "UPDATE 1"
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        self.statements.append(sql)
+        self.args = args
+        return []
 
 
 class _Pool:
@@ -100,4 +108,52 @@ async def test_a_turn_that_never_had_a_connection_aborts_without_a_statement() -
     )
     await turn.abort()
     assert pool.lent == 0 and pool.conn.statements == []
+    assert locks.waiting(KEY) == 0 and leases.holding() == []
+
+
+HELD = msgs.StepWrite(
+    rows=[msgs.NewMessage(0, "h0", "user", {"role": "user", "content": "q"})],
+    head=(1, "h0", 0),
+    events=(["session.message.appended"], [{"count": 1}]),
+)
+
+
+async def test_the_steps_write_takes_the_held_messages() -> None:
+    """They go in with the step's marks in one statement; nothing is left to store later."""
+    pool, locks = _Pool(), SessionLocks()
+    turn = await _turn(pool, locks, _leases(pool))
+    turn.hold(HELD)
+    await turn.write_step(msgs.StepWrite(trimmed=[0], events=(["context.x"], [{}])))
+    assert pool.conn.statements == [msgs.APPEND]
+    step, rows = pool.conn.args[:2]
+    assert rows[0]["trim"] and step["move_head"]
+    assert [e["name"] for e in pool.conn.args[5]] == ["session.message.appended", "context.x"]
+    await turn.park()
+    await turn.abort()
+    assert len(pool.conn.statements) == 2  # then the lease's release only
+    assert "lease_owner = NULL" in pool.conn.statements[1]
+
+
+async def test_park_stores_the_held_messages_before_the_connection_goes_back() -> None:
+    """Whatever runs while the turn waits (a compaction) reads them from the store."""
+    pool, locks = _Pool(), SessionLocks()
+    turn = await _turn(pool, locks, _leases(pool))
+    turn.hold(HELD)
+    await turn.park()
+    assert pool.conn.statements == [msgs.APPEND] and pool.released == [pool.conn]
+    await turn.connect()
+    await turn.write_step(msgs.StepWrite())  # the step's marks alone: nothing to send
+    await turn.park()
+    assert pool.conn.statements == [msgs.APPEND]
+
+
+async def test_abort_stores_the_held_messages_then_frees_the_lease() -> None:
+    """A refused step (the overflow guard) keeps what the client sent all the same."""
+    pool, locks = _Pool(), SessionLocks()
+    leases = _leases(pool)
+    turn = await _turn(pool, locks, leases)
+    turn.hold(HELD)
+    await turn.abort()
+    assert pool.conn.statements[0] == msgs.APPEND
+    assert "lease_owner = NULL" in pool.conn.statements[1] and len(pool.conn.statements) == 2
     assert locks.waiting(KEY) == 0 and leases.holding() == []

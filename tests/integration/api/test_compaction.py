@@ -10,6 +10,7 @@ The helpers at the top are shared by the other compaction test files (they impor
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -413,6 +414,48 @@ def test_soft_threshold_compacts_in_background_without_delaying_the_request(
         assert started["name"] == "context.compaction.started" and started["trigger"] == "soft"
         assert completed["name"] == "context.compaction.completed"
         assert completed["duration_ms"] >= 900
+
+
+def test_a_new_sessions_first_request_over_the_soft_threshold_compacts_what_it_brought(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A first request too long to be guessed new has its messages held back by its turn
+    (services.history); the background compaction it starts reads the store, so the turn
+    stores them before it starts, and the briefing folds them. The test holds back every
+    INSERT into messages for a second, so a compaction started before they are stored
+    would read an empty session (and fold nothing), whichever statement ran first."""
+    locked, free = threading.Event(), threading.Event()
+
+    async def hold_inserts() -> None:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            async with conn.transaction():
+                await conn.execute("LOCK TABLE messages IN SHARE MODE")  # reads go on
+                locked.set()
+                await asyncio.sleep(1.0)
+        finally:
+            await conn.close()
+            free.set()
+
+    model = Model()
+    with stack(tmp_path, db_dsn, fake_upstream, model) as s:
+        agent = Agent(s.client("resumed-soft"))
+        for i in range(5):  # 11 messages, over 0.5 of 4000 tokens: one request crosses
+            agent.messages += [
+                {"role": "user", "content": words(450, f"t{i}")},
+                {"role": "assistant", "content": f"done {i}"},
+            ]
+        holder = threading.Thread(target=run_sync, args=(hold_inserts(),))
+        holder.start()
+        assert locked.wait(5.0)
+        agent.say("go on")
+        holder.join()
+        assert free.is_set()
+        (row,) = wait_until(lambda: s.summaries("resumed-soft"), 5.0, "the background summary")
+        assert row["version"] == 1 and row["boundary"] > 1
+        started, completed = compaction_events(s, "resumed-soft")
+        assert started["trigger"] == "soft"
+        assert completed["name"] == "context.compaction.completed"
 
 
 def test_a_background_compaction_runs_while_the_crossing_answer_is_slow(
