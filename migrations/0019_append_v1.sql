@@ -9,7 +9,8 @@
 -- evicted: its placeholder beside the body, evicted_at set; a trimmed one with trimmed_at),
 -- their spilled raw outputs, moves the head (adding the tokens the step's eviction
 -- reclaimed), inserts the events (the table's trigger NOTIFYs them), sends the transient
--- NOTIFY payloads, and returns the window's older rows when asked.
+-- NOTIFY payloads, and returns the window's older rows when asked (cascade_window_v1, which
+-- cascade_begin_step_v4 reads the same way).
 --
 -- p_step:   {tenant, id, move_head, head_len, head_hash, system_count, reclaimed,
 --            start, from, notify}
@@ -32,6 +33,35 @@
 -- It commits asynchronously (synchronous_commit off for the transaction): everything it
 -- writes is the client's to resend, and the request's last statement (record_step) commits
 -- synchronously, which flushes this too.
+-- cascade_window_v1: the window's older rows a step reads beside its append: the leading
+-- system rows below least(system_count, start) and the live rows in [from, start), as two
+-- index ranges (one OR condition scans the whole history; see store/messages.py _window).
+-- The new rows (from start on) are the caller's, and so is the body of every verbatim row.
+-- LANGUAGE sql and STABLE, so the planner inlines it into the statement that calls it: a
+-- PL/pgSQL function's set is materialised, and copying a window of rows twice costs as much
+-- as the rest of the call (a few per cent of it).
+CREATE FUNCTION cascade_window_v1(p_tenant text, p_id text, p_system_count integer,
+                                  p_from integer, p_start integer)
+RETURNS TABLE (pos integer, hash text, role text, message json, tool_call_id text,
+               tokens integer, redacted boolean, verbatim boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM (
+        SELECT m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens, m.redacted, m.verbatim
+        FROM messages m
+        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
+          AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
+        UNION ALL
+        SELECT m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens, m.redacted, m.verbatim
+        FROM messages m
+        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
+          AND m.trimmed_at IS NULL AND m.pos < p_start AND m.pos >= p_from
+    ) w ORDER BY 1
+$$;
+
 CREATE FUNCTION cascade_append_v1(p_step json, p_rows json, p_bodies json[],
                                   p_placeholders json[], p_spills json, p_events json)
 RETURNS TABLE (pos integer, hash text, role text, message json, tool_call_id text,
@@ -93,30 +123,14 @@ BEGIN
     IF p_start IS NULL THEN
         RETURN;
     END IF;
-    -- the window's older rows: the leading system rows and the live rows after the summary,
-    -- as two index ranges (one OR condition scans the whole history; see store/messages.py
-    -- _window); the new rows are the caller's, and so is the body of every verbatim row
-    RETURN QUERY
-    SELECT * FROM (
-        SELECT m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
-               m.tool_call_id, m.tokens, m.redacted, m.verbatim
-        FROM messages m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
-          AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
-        UNION ALL
-        SELECT m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
-               m.tool_call_id, m.tokens, m.redacted, m.verbatim
-        FROM messages m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
-          AND m.trimmed_at IS NULL AND m.pos < p_start AND m.pos >= p_from
-    ) w ORDER BY 1;
+    RETURN QUERY SELECT * FROM cascade_window_v1(p_tenant, p_id, p_system_count, p_from,
+                                                 p_start);
 END
 $$;
 
 -- cascade_begin_step_v4: cascade_begin_step_v3 with its append (the INSERTs of the rows,
--- spills and events, the head move and the window read) handed to cascade_append_v1. The
+-- spills and events, the head move) handed to cascade_append_v1 and its window read to
+-- cascade_window_v1 (inlined into the RETURN QUERY: no second copy of the window). The
 -- arguments are v3's; the result drops v3's always-false "spilled" column.
 DROP FUNCTION cascade_begin_step_v3(json, json, json[], json, json);
 
@@ -205,11 +219,12 @@ BEGIN
     IF NOT hit THEN
         RETURN;
     END IF;
-    RETURN QUERY SELECT NULL::json, a.* FROM cascade_append_v1(
+    PERFORM FROM cascade_append_v1(
         json_build_object('tenant', p_tenant, 'id', p_id,
             'move_head', json_array_length(p_rows) > 0, 'head_len', p_head_len,
-            'head_hash', p_head_hash, 'system_count', p_system_count, 'start', p_start,
-            'from', greatest(coalesce(sm.boundary, 0), p_system_count)),
-        p_rows, p_bodies, NULL, p_spills, p_events) AS a;
+            'head_hash', p_head_hash, 'system_count', p_system_count),
+        p_rows, p_bodies, NULL, p_spills, p_events);
+    RETURN QUERY SELECT NULL::json, w.* FROM cascade_window_v1(p_tenant, p_id, p_system_count,
+        greatest(coalesce(sm.boundary, 0), p_system_count), p_start) AS w;
 END
 $$;

@@ -65,25 +65,8 @@ BEGIN
     IF p_start IS NULL THEN
         RETURN;
     END IF;
-    -- the window's older rows: the leading system rows and the live rows after the summary,
-    -- as two index ranges (one OR condition scans the whole history; see store/messages.py
-    -- _window); the new rows are the caller's, and so is the body of every verbatim row
-    RETURN QUERY
-    SELECT * FROM (
-        SELECT m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
-               m.tool_call_id, m.tokens, m.redacted, m.verbatim
-        FROM messages m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
-          AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
-        UNION ALL
-        SELECT m.pos, m.hash, m.role,
-               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
-               m.tool_call_id, m.tokens, m.redacted, m.verbatim
-        FROM messages m
-        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
-          AND m.trimmed_at IS NULL AND m.pos < p_start AND m.pos >= p_from
-    ) w ORDER BY 1;
+    RETURN QUERY SELECT * FROM cascade_window_v1(p_tenant, p_id, p_system_count, p_from,
+                                                 p_start);
 END
 $$;
 
@@ -170,12 +153,13 @@ BEGIN
     IF NOT hit THEN
         RETURN;
     END IF;
-    RETURN QUERY SELECT NULL::json, a.* FROM cascade_append_v1(
+    PERFORM FROM cascade_append_v1(
         json_build_object('tenant', p_tenant, 'id', p_id,
             'move_head', json_array_length(p_rows) > 0, 'head_len', p_head_len,
-            'head_hash', p_head_hash, 'system_count', p_system_count, 'start', p_start,
-            'from', greatest(coalesce(sm.boundary, 0), p_system_count)),
-        p_rows, p_bodies, NULL, p_spills, p_events) AS a;
+            'head_hash', p_head_hash, 'system_count', p_system_count),
+        p_rows, p_bodies, NULL, p_spills, p_events);
+    RETURN QUERY SELECT NULL::json, w.* FROM cascade_window_v1(p_tenant, p_id, p_system_count,
+        greatest(coalesce(sm.boundary, 0), p_system_count), p_start) AS w;
 END
 $$;
 
@@ -255,6 +239,26 @@ BEGIN
     USING p_tenant, p_session, p_model, p_query, p_min, p_limit;
 END
 $_$;
+
+CREATE FUNCTION public.cascade_window_v1(p_tenant text, p_id text, p_system_count integer, p_from integer, p_start integer) RETURNS TABLE(pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT * FROM (
+        SELECT m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens, m.redacted, m.verbatim
+        FROM messages m
+        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
+          AND m.trimmed_at IS NULL AND m.pos < least(p_system_count, p_start)
+        UNION ALL
+        SELECT m.pos, m.hash, m.role,
+               CASE WHEN m.verbatim THEN NULL ELSE coalesce(m.placeholder, m.message) END,
+               m.tool_call_id, m.tokens, m.redacted, m.verbatim
+        FROM messages m
+        WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.superseded_at IS NULL
+          AND m.trimmed_at IS NULL AND m.pos < p_start AND m.pos >= p_from
+    ) w ORDER BY 1
+$$;
 
 CREATE UNLOGGED TABLE public.event_watchers (
     tenant text NOT NULL,
