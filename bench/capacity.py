@@ -1,7 +1,7 @@
 """Issue 24's capacity scenario: many slow streams on one replica with a small pool.
 
 ``python -m bench.capacity [--sessions 200] [--pool 10] [--answer-seconds 5] [--rounds 3]
-[--pause 6] [--spread 0] [--out bench/reports/capacity.json]``
+[--pause 6] [--spread 0] [--profile DIR] [--out bench/reports/capacity.json]``
 
 One Cascade replica (``cascade-proxy serve``, ``CASCADE_POOL_MAX_SIZE=--pool``) on an embedded
 PostgreSQL, and the floor (``bench.floor``: FastAPI + one httpx client, relaying bytes), each
@@ -26,6 +26,11 @@ For Cascade, a sampler polls ``pg_stat_activity`` every 20 ms during the rounds:
 connections the replica had open at once, its pool's apart from the event bus's listening
 connection. The verdict compares Cascade's TTFC p99 with the floor's in the same run (the
 issue's bar: within the floor's + 50 ms), and the pool's peak with ``--pool``.
+With ``--profile DIR``, ``py-spy`` (installed beside this Python) samples the Cascade
+replica during each of its rounds at 50 Hz, native frames included, into
+``DIR/cascade-round-N.txt`` (py-spy's raw collapsed stacks, one ``frame;frame;... count``
+line each): where a round's CPU goes, the first burst after a start against an extending one.
+py-spy stops the process for each native sample, so a profiled run's TTFC is not comparable.
 Everything binds 127.0.0.1 and stops by itself (each round within ``answer + 60`` s).
 """
 
@@ -43,6 +48,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -77,6 +83,31 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def _py_spy(pid: int, out: Path, spy: Path = Path(PY).with_name("py-spy")) -> Iterator[None]:
+    """``py-spy`` sampling ``pid``, native frames too, for the block: its raw stacks to
+    ``out`` (written when it is interrupted)."""
+    if not spy.exists():
+        raise RuntimeError(f"--profile needs py-spy beside {PY}: pip install py-spy")
+    cmd = [str(spy), "record", "--native", "--format", "raw", "--rate", "50",
+           "--pid", str(pid), "-o", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # attached before the round's first request (none is in flight now)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _round_profile(pid: int, where: Path, n: int) -> contextlib.AbstractContextManager[None]:
+    return _py_spy(pid, where / f"cascade-round-{n}.txt")
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -163,6 +194,7 @@ async def _rounds(
     pause: float,
     spread: float,
     cpu: Any = None,
+    profile: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     histories = {f"cap-{i}": [{"role": "user", "content": f"task {i}"}] for i in range(sessions)}
@@ -170,19 +202,22 @@ async def _rounds(
         if n:
             await asyncio.sleep(pause)
         load = os.getloadavg()[0]
-        before = cpu() if cpu else None
-        started = time.perf_counter()
-        results = await asyncio.wait_for(
-            asyncio.gather(
-                *(
-                    _one(base, s, h, i * spread / sessions)
-                    for i, (s, h) in enumerate(histories.items())
-                )
-            ),
-            timeout + spread,
-        )
-        wall = time.perf_counter() - started
-        spent = {k: (v - before[k]) * 1000 / sessions for k, v in cpu().items()} if before else {}
+        with profile(n + 1) if profile else contextlib.nullcontext():
+            before = cpu() if cpu else None
+            started = time.perf_counter()
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        _one(base, s, h, i * spread / sessions)
+                        for i, (s, h) in enumerate(histories.items())
+                    )
+                ),
+                timeout + spread,
+            )
+            wall = time.perf_counter() - started
+            spent = (
+                {k: (v - before[k]) * 1000 / sessions for k, v in cpu().items()} if before else {}
+            )
         ok = [r for r in results if r["ok"]]
         ttfc = [r["ttfc_ms"] for r in ok]
         # When the slowest first chunks came (their start in the round, s): together, a
@@ -239,7 +274,11 @@ async def _sample(dsn: str, stop: asyncio.Event, peaks: dict[str, int]) -> None:
 
 
 async def _measure(
-    base: str, args: argparse.Namespace, dsn: str | None, cpu: Any = None
+    base: str,
+    args: argparse.Namespace,
+    dsn: str | None,
+    cpu: Any = None,
+    profile: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
 ) -> tuple[list[dict], dict[str, int]]:
     peaks = {"total": 0, "pool": 0}
     stop = asyncio.Event()
@@ -253,6 +292,7 @@ async def _measure(
             args.pause,
             args.spread,
             cpu,
+            profile,
         )
     finally:
         stop.set()
@@ -322,8 +362,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         floor_rounds, _ = asyncio.run(
             _measure(f"http://127.0.0.1:{floor_port}", args, None, floor_cpu)
         )
+        profile = None
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            profile = functools.partial(_round_profile, cascade.pid, args.profile)
         cascade_rounds, peaks = asyncio.run(
-            _measure(f"http://127.0.0.1:{cascade_port}", args, dsn, cascade_cpu)
+            _measure(f"http://127.0.0.1:{cascade_port}", args, dsn, cascade_cpu, profile)
         )
     finally:
         for p in reversed(procs):
@@ -368,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pause", type=float, default=6.0)
     parser.add_argument("--spread", type=float, default=0.0)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     result = run(args)
