@@ -7,30 +7,29 @@ One Cascade replica (``cascade-proxy serve``, ``CASCADE_POOL_MAX_SIZE=--pool``) 
 PostgreSQL, and the floor (``bench.floor``: FastAPI + one httpx client, relaying bytes), each
 in front of the same fake upstream (``bench.fake_upstream``) whose streamed answer takes
 ``--answer-seconds`` (50 chunks spaced evenly, the first at once). Each round sends one
-streamed request on each of ``--sessions`` sessions, all at once (a burst) or, with
-``--spread S``, their starts spaced evenly over S seconds (with S the answer's length, the
-steady state of that many agents, each asking again as its answer ends), and waits for
-every answer;
-a round after the first extends each session's history by the answer and a new user turn
-(an agent's next step: the common path, two statements). The floor takes the same rounds.
-Rounds are ``--pause`` seconds apart, longer than uvicorn's 5 s keep-alive: every relay's
-idle connections to the fake upstream are closed before the next burst, so no relay races
-a closing keep-alive connection (the floor's httpx client answered those with a 500).
+streamed request on each of ``--sessions`` sessions, all at once (a burst) or, with ``--spread
+S``, their starts spaced evenly over S seconds (with S the answer's length, the steady state of
+that many agents, each asking again as its answer ends), and waits for every answer; a round
+after the first extends each session's history by the answer and a new user turn (an agent's
+next step: the common path, two statements; a new session's one message is stored by the
+statement that takes its lease, so round 1 also runs one statement before the answer). The
+floor takes the same rounds. Rounds are ``--pause`` seconds apart, longer than uvicorn's 5 s
+keep-alive: every relay's idle connections to the fake upstream are closed before the next
+burst, so no relay races a closing keep-alive connection (the floor's httpx client answered
+those with a 500).
 
-Measured per target and round: the requests that succeeded, the 503 ``server_busy`` ones,
-time to first content chunk (TTFC; p50/p99, from the request's send), the round's wall
-time, and the CPU each request cost over the round (ms: the server's process tree, for
-Cascade its PostgreSQL's apart, and this load generator's own), with the load average at
-the round's start: on a machine shared with other work the figures are the machine's too.
-For Cascade, a sampler polls ``pg_stat_activity`` every 20 ms during the rounds: the most
-connections the replica had open at once, its pool's apart from the event bus's listening
-connection. The verdict compares Cascade's TTFC p99 with the floor's in the same run (the
-issue's bar: within the floor's + 50 ms), and the pool's peak with ``--pool``.
-With ``--profile DIR``, ``py-spy`` (installed beside this Python) samples the Cascade
-replica during each of its rounds at 50 Hz, native frames included, into
-``DIR/cascade-round-N.txt`` (py-spy's raw collapsed stacks, one ``frame;frame;... count``
-line each): where a round's CPU goes, the first burst after a start against an extending one.
-py-spy stops the process for each native sample, so a profiled run's TTFC is not comparable.
+Measured per target and round: the requests that succeeded, the 503 ``server_busy`` ones, time
+to first content chunk (TTFC; p50/p99, from the request's send), the round's wall time, and the
+CPU each request cost over the round (ms: the server's process tree, for Cascade its
+PostgreSQL's apart, and this load generator's own), with the load average at the round's start:
+on a machine shared with other work the figures are the machine's too. For Cascade, a sampler
+polls ``pg_stat_activity`` every 20 ms during the rounds: the most connections the replica had
+open at once, its pool's apart from the event bus's listening connection. The verdict compares
+Cascade's TTFC p99 with the floor's in the same run (the issue's bar: within the floor's + 50
+ms), and the pool's peak with ``--pool``. With ``--profile DIR``, py-spy samples the Cascade
+replica during each of its rounds into ``DIR/cascade-round-N.txt`` (``bench.profile``): where a
+round's CPU goes, the first burst after a start against an extending one. A profiled run's TTFC
+is not comparable.
 Everything binds 127.0.0.1 and stops by itself (each round within ``answer + 60`` s).
 """
 
@@ -48,13 +47,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import clean, free_port, machine
 from bench.loadgen import _Conn, _request, percentile
+from bench.profile import py_spy
 
 __all__ = ["main", "run"]
 
@@ -83,31 +82,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
-
-
-@contextlib.contextmanager
-def _py_spy(pid: int, out: Path, spy: Path = Path(PY).with_name("py-spy")) -> Iterator[None]:
-    """``py-spy`` sampling ``pid``, native frames too, for the block: its raw stacks to
-    ``out`` (written when it is interrupted)."""
-    if not spy.exists():
-        raise RuntimeError(f"--profile needs py-spy beside {PY}: pip install py-spy")
-    cmd = [str(spy), "record", "--native", "--format", "raw", "--rate", "50",
-           "--pid", str(pid), "-o", str(out)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # attached before the round's first request (none is in flight now)
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-def _round_profile(pid: int, where: Path, n: int) -> contextlib.AbstractContextManager[None]:
-    return _py_spy(pid, where / f"cascade-round-{n}.txt")
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -194,7 +168,7 @@ async def _rounds(
     pause: float,
     spread: float,
     cpu: Any = None,
-    profile: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
+    profile: tuple[int, Path] | None = None,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     histories = {f"cap-{i}": [{"role": "user", "content": f"task {i}"}] for i in range(sessions)}
@@ -202,7 +176,8 @@ async def _rounds(
         if n:
             await asyncio.sleep(pause)
         load = os.getloadavg()[0]
-        with profile(n + 1) if profile else contextlib.nullcontext():
+        spy = py_spy(profile[0], profile[1] / f"cascade-round-{n + 1}.txt") if profile else None
+        with spy or contextlib.nullcontext():
             before = cpu() if cpu else None
             started = time.perf_counter()
             results = await asyncio.wait_for(
@@ -278,7 +253,7 @@ async def _measure(
     args: argparse.Namespace,
     dsn: str | None,
     cpu: Any = None,
-    profile: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
+    profile: tuple[int, Path] | None = None,
 ) -> tuple[list[dict], dict[str, int]]:
     peaks = {"total": 0, "pool": 0}
     stop = asyncio.Event()
@@ -362,10 +337,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         floor_rounds, _ = asyncio.run(
             _measure(f"http://127.0.0.1:{floor_port}", args, None, floor_cpu)
         )
-        profile = None
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
-            profile = functools.partial(_round_profile, cascade.pid, args.profile)
+        profile = None if args.profile is None else (cascade.pid, args.profile)
         cascade_rounds, peaks = asyncio.run(
             _measure(f"http://127.0.0.1:{cascade_port}", args, dsn, cascade_cpu, profile)
         )

@@ -1,4 +1,4 @@
-"""bench.capacity's per-round profile: py-spy's raw stacks of a process, for a block."""
+"""bench.profile: py-spy's raw stacks of a process, for a block (bench.capacity --profile)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.capacity import _py_spy
+from bench.profile import PY_SPY, py_spy
 
-SPY = Path(sys.executable).with_name("py-spy")
+SPY = PY_SPY
 
 
 @pytest.mark.skipif(not SPY.exists(), reason="py-spy is not installed beside this Python")
@@ -20,7 +20,7 @@ def test_a_block_is_profiled_into_raw_stacks(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", busy])
     try:
         time.sleep(0.3)
-        with _py_spy(proc.pid, tmp_path / "round.txt"):
+        with py_spy(proc.pid, tmp_path / "round.txt"):
             time.sleep(1.0)
     finally:
         proc.kill()
@@ -32,6 +32,6 @@ def test_a_block_is_profiled_into_raw_stacks(tmp_path: Path) -> None:
 
 
 def test_without_py_spy_it_says_what_to_install(tmp_path: Path) -> None:
-    profile = _py_spy(1, tmp_path / "round.txt", spy=tmp_path / "no-py-spy")
+    profile = py_spy(1, tmp_path / "round.txt", spy=tmp_path / "no-py-spy")
     with pytest.raises(RuntimeError, match="pip install py-spy"), profile:
         pass
