@@ -1,31 +1,35 @@
 """Issue 24's capacity scenario: many slow streams on one replica with a small pool.
 
 ``python -m bench.capacity [--sessions 200] [--pool 10] [--answer-seconds 5] [--rounds 3]
-[--pause 6] [--spread 0] [--out bench/reports/capacity.json]``
+[--pause 6] [--spread 0] [--profile DIR] [--out bench/reports/capacity.json]``
 
 One Cascade replica (``cascade-proxy serve``, ``CASCADE_POOL_MAX_SIZE=--pool``) on an embedded
 PostgreSQL, and the floor (``bench.floor``: FastAPI + one httpx client, relaying bytes), each
 in front of the same fake upstream (``bench.fake_upstream``) whose streamed answer takes
 ``--answer-seconds`` (50 chunks spaced evenly, the first at once). Each round sends one
-streamed request on each of ``--sessions`` sessions, all at once (a burst) or, with
-``--spread S``, their starts spaced evenly over S seconds (with S the answer's length, the
-steady state of that many agents, each asking again as its answer ends), and waits for
-every answer;
-a round after the first extends each session's history by the answer and a new user turn
-(an agent's next step: the common path, two statements). The floor takes the same rounds.
-Rounds are ``--pause`` seconds apart, longer than uvicorn's 5 s keep-alive: every relay's
-idle connections to the fake upstream are closed before the next burst, so no relay races
-a closing keep-alive connection (the floor's httpx client answered those with a 500).
+streamed request on each of ``--sessions`` sessions, all at once (a burst) or, with ``--spread
+S``, their starts spaced evenly over S seconds (with S the answer's length, the steady state of
+that many agents, each asking again as its answer ends), and waits for every answer; a round
+after the first extends each session's history by the answer and a new user turn (an agent's
+next step: the common path, two statements; a new session's one message is stored by the
+statement that takes its lease, so round 1 also runs one statement before the answer). The
+floor takes the same rounds. Rounds are ``--pause`` seconds apart, longer than uvicorn's 5 s
+keep-alive: every relay's idle connections to the fake upstream are closed before the next
+burst, so no relay races a closing keep-alive connection (the floor's httpx client answered
+those with a 500).
 
-Measured per target and round: the requests that succeeded, the 503 ``server_busy`` ones,
-time to first content chunk (TTFC; p50/p99, from the request's send), the round's wall
-time, and the CPU each request cost over the round (ms: the server's process tree, for
-Cascade its PostgreSQL's apart, and this load generator's own), with the load average at
-the round's start: on a machine shared with other work the figures are the machine's too.
-For Cascade, a sampler polls ``pg_stat_activity`` every 20 ms during the rounds: the most
-connections the replica had open at once, its pool's apart from the event bus's listening
-connection. The verdict compares Cascade's TTFC p99 with the floor's in the same run (the
-issue's bar: within the floor's + 50 ms), and the pool's peak with ``--pool``.
+Measured per target and round: the requests that succeeded, the 503 ``server_busy`` ones, time
+to first content chunk (TTFC; p50/p99, from the request's send), the round's wall time, and the
+CPU each request cost over the round (ms: the server's process tree, for Cascade its
+PostgreSQL's apart, and this load generator's own), with the load average at the round's start:
+on a machine shared with other work the figures are the machine's too. For Cascade, a sampler
+polls ``pg_stat_activity`` every 20 ms during the rounds: the most connections the replica had
+open at once, its pool's apart from the event bus's listening connection. The verdict compares
+Cascade's TTFC p99 with the floor's in the same run (the issue's bar: within the floor's + 50
+ms), and the pool's peak with ``--pool``. With ``--profile DIR``, py-spy samples the Cascade
+replica during each of its rounds into ``DIR/cascade-round-N.txt`` (``bench.profile``): where a
+round's CPU goes, the first burst after a start against an extending one. A profiled run's TTFC
+is not comparable.
 Everything binds 127.0.0.1 and stops by itself (each round within ``answer + 60`` s).
 """
 
@@ -49,6 +53,7 @@ from urllib.parse import urlsplit
 
 from bench.common import clean, free_port, machine
 from bench.loadgen import _Conn, _request, percentile
+from bench.profile import py_spy
 
 __all__ = ["main", "run"]
 
@@ -163,6 +168,7 @@ async def _rounds(
     pause: float,
     spread: float,
     cpu: Any = None,
+    profile: tuple[int, Path] | None = None,
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     histories = {f"cap-{i}": [{"role": "user", "content": f"task {i}"}] for i in range(sessions)}
@@ -170,19 +176,23 @@ async def _rounds(
         if n:
             await asyncio.sleep(pause)
         load = os.getloadavg()[0]
-        before = cpu() if cpu else None
-        started = time.perf_counter()
-        results = await asyncio.wait_for(
-            asyncio.gather(
-                *(
-                    _one(base, s, h, i * spread / sessions)
-                    for i, (s, h) in enumerate(histories.items())
-                )
-            ),
-            timeout + spread,
-        )
-        wall = time.perf_counter() - started
-        spent = {k: (v - before[k]) * 1000 / sessions for k, v in cpu().items()} if before else {}
+        spy = py_spy(profile[0], profile[1] / f"cascade-round-{n + 1}.txt") if profile else None
+        with spy or contextlib.nullcontext():
+            before = cpu() if cpu else None
+            started = time.perf_counter()
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        _one(base, s, h, i * spread / sessions)
+                        for i, (s, h) in enumerate(histories.items())
+                    )
+                ),
+                timeout + spread,
+            )
+            wall = time.perf_counter() - started
+            spent = (
+                {k: (v - before[k]) * 1000 / sessions for k, v in cpu().items()} if before else {}
+            )
         ok = [r for r in results if r["ok"]]
         ttfc = [r["ttfc_ms"] for r in ok]
         # When the slowest first chunks came (their start in the round, s): together, a
@@ -239,7 +249,11 @@ async def _sample(dsn: str, stop: asyncio.Event, peaks: dict[str, int]) -> None:
 
 
 async def _measure(
-    base: str, args: argparse.Namespace, dsn: str | None, cpu: Any = None
+    base: str,
+    args: argparse.Namespace,
+    dsn: str | None,
+    cpu: Any = None,
+    profile: tuple[int, Path] | None = None,
 ) -> tuple[list[dict], dict[str, int]]:
     peaks = {"total": 0, "pool": 0}
     stop = asyncio.Event()
@@ -253,6 +267,7 @@ async def _measure(
             args.pause,
             args.spread,
             cpu,
+            profile,
         )
     finally:
         stop.set()
@@ -322,8 +337,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         floor_rounds, _ = asyncio.run(
             _measure(f"http://127.0.0.1:{floor_port}", args, None, floor_cpu)
         )
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        profile = None if args.profile is None else (cascade.pid, args.profile)
         cascade_rounds, peaks = asyncio.run(
-            _measure(f"http://127.0.0.1:{cascade_port}", args, dsn, cascade_cpu)
+            _measure(f"http://127.0.0.1:{cascade_port}", args, dsn, cascade_cpu, profile)
         )
     finally:
         for p in reversed(procs):
@@ -368,6 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pause", type=float, default=6.0)
     parser.add_argument("--spread", type=float, default=0.0)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     result = run(args)

@@ -58,9 +58,10 @@ from proxy.store.db import (
 )
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
-from proxy.transport import build_client
+from proxy.transport import ProviderTransport, build_client
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
+from proxy.warmup import POOL_WARM_MAX, warm_pool, warm_process
 
 __all__ = ["create_app"]
 
@@ -148,15 +149,21 @@ def create_app(
         # One record per line: the text format escapes a line break inside a record.
         for line in banner.splitlines():
             startup_log.info("%s", line)
-        client = build_client(
-            max_connections=settings.provider_max_connections,
-            kind=settings.http_transport,
-            transport=http_transport,
-        )
+        provider = None
+        if http_transport is None:
+            provider = ProviderTransport(
+                max_connections=settings.provider_max_connections, kind=settings.http_transport
+            )
+        client = build_client(transport=http_transport or provider)
         bus = EventBus(pool, listen_dsn(settings, dsn))
         await bus.start()
         upstream = Upstream(client)
         count, cost = build_counters(settings.tokenizer or None)
+        # First-use costs paid before the replica is ready, not in its first requests.
+        warm_process(holder.current, count, provider)
+        await warm_pool(
+            pool, min(settings.pool_max_size, POOL_WARM_MAX), timeout=settings.pool_timeout_seconds
+        )
         leases = Leases(
             pool, ttl=settings.lease_ttl_seconds, acquire_timeout=settings.pool_timeout_seconds
         )

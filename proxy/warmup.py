@@ -1,0 +1,151 @@
+"""Start-up warm-up: first-use costs a fresh replica would otherwise pay inside its first
+requests, paid once before it reports ready.
+
+A replica that has just started pays, in its first requests, for work done once per process or
+once per connection: each new PostgreSQL backend compiles the PL/pgSQL step function and plans
+its statements on its first call, many times what the next call costs; asyncpg prepares every
+statement on each connection; the provider transport loads the trusted CA bundle into an
+``SSLContext`` (a plain-http provider's pool is built with the default one too); and the
+redaction scanner and truncation regexes are built on the first message they see. In a burst
+of new sessions right after a start (a rolling deploy) all of it lands on one event loop and
+two or three cores, in front of everyone's first chunk (docs/perf.md, Issue 24).
+
+:func:`warm_pool` opens the pool's first connections and runs a new session's two steps on each
+in a transaction it rolls back (nothing is stored; the session id is random, so replicas warming
+at once do not wait on each other's rows). :func:`warm_process` builds the per-process caches
+for every configured agent and provider. Both are best-effort: a failure is logged and the
+replica starts anyway, as it would have without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from proxy.cascade.pipeline import ingest
+from proxy.config import Config
+from proxy.store import messages as msgs
+from proxy.store.db import Connection, acquire
+from proxy.transport import ProviderTransport, TlsSettings
+
+__all__ = ["WARM_TENANT", "POOL_WARM_MAX", "warm_connection", "warm_pool", "warm_process"]
+
+log = logging.getLogger("cascade")
+
+WARM_TENANT = "cascade-warm-up"
+"""The tenant the warm-up's rolled-back probe sessions name (they are never committed)."""
+POOL_WARM_MAX = 10
+"""At most this many connections are opened and warmed at start (asyncpg's own default
+``min_size``): beyond it a start would hold more of PostgreSQL's ``max_connections`` than
+many deployments size for. Past ``max_inactive_connection_lifetime`` (300 s) idle ones close,
+as any pooled connection does."""
+
+
+class _RollBack(Exception):
+    """Raised inside the probe's transaction so that it is rolled back."""
+
+
+def _probe_row(pos: int, role: str) -> msgs.NewMessage:
+    return msgs.NewMessage(pos, f"warm-{pos}", role, {"role": role, "content": "warm-up"}, tokens=1)
+
+
+async def warm_connection(conn: Connection) -> None:
+    """A new session's first step and its second, on ``conn``, rolled back: the backend
+    compiles ``cascade_begin_step_v3`` and plans what both paths run (creating the session,
+    extending it, recording the reply), and asyncpg prepares and caches those statements."""
+    owner = uuid.uuid4()
+    session_id = f"warm-{owner}"
+    try:
+        async with conn.transaction():
+            for step in range(2):
+                pos = 2 * step
+                await msgs.begin_step(
+                    conn,
+                    tenant=WARM_TENANT,
+                    session_id=session_id,
+                    agent="default",
+                    model=None,
+                    guess=(pos, None if pos == 0 else f"warm-{pos - 1}"),
+                    rows=[_probe_row(pos, "user")],
+                    head_len=pos + 1,
+                    head_hash=f"warm-{pos}",
+                    owner=owner,
+                )
+                await msgs.record_step(
+                    conn,
+                    tenant=WARM_TENANT,
+                    session_id=session_id,
+                    reply=_probe_row(pos + 1, "assistant"),
+                    prompt_tokens=1,
+                    estimate=1,
+                    calibration=1.0,
+                    owner=owner,
+                )
+            raise _RollBack
+    except _RollBack:
+        pass
+
+
+async def warm_pool(
+    pool: asyncpg.Pool,
+    size: int,
+    *,
+    timeout: float,
+    warm: Callable[[Connection], Any] = warm_connection,
+) -> int:
+    """Hold ``size`` of the pool's connections at once (opening them), run ``warm`` on each,
+    give them back; returns how many were warmed. A connection that cannot be opened or
+    warmed is logged and skipped: the pool opens it when a request needs it, as without."""
+    taken = await asyncio.gather(
+        *(acquire(pool, timeout) for _ in range(size)), return_exceptions=True
+    )
+    conns = [c for c in taken if not isinstance(c, BaseException)]
+    try:
+        done = await asyncio.gather(*(warm(c) for c in conns), return_exceptions=True)
+    finally:
+        for conn in conns:
+            await pool.release(conn)
+    warmed = sum(1 for r in done if not isinstance(r, BaseException))
+    failures = [r for r in (*taken, *done) if isinstance(r, BaseException)]
+    if failures:
+        log.warning(
+            "warming the database pool: %d of %d connections not warmed (%s: %s); they open "
+            "when first needed",
+            size - warmed,
+            size,
+            type(failures[0]).__name__,
+            failures[0],
+        )
+    return warmed
+
+
+_PROBES = (
+    {"role": "user", "content": "warm-up"},
+    {"role": "tool", "tool_call_id": "warm-up", "content": "warm-up\nline 2"},
+)
+
+
+def warm_process(
+    cfg: Config, count: Callable[[Any], int], transport: ProviderTransport | None
+) -> None:
+    """Build the per-process caches the first request would: each agent's ingest (redaction
+    patterns and scanner, truncation) and the token counter on small messages, and the
+    provider transport's ``SSLContext`` for each provider's TLS settings (and the default
+    one, which a plain-http provider's pool is built with)."""
+    try:
+        for agent in {"default", *cfg.agents}:  # "default" answers a model no agent names
+            ctx = cfg.context_for(agent)
+            for message in _PROBES:
+                ingest(message, ctx)
+        count(list(_PROBES))
+        if transport is not None:
+            transport.context_for(TlsSettings())
+            for provider in cfg.providers.values():
+                transport.context_for(TlsSettings(provider.ca_file, provider.verify_tls))
+    except Exception as exc:  # an unreadable caFile: its requests say so, as without this
+        log.warning("warming the process's caches: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,90 @@
+"""proxy.warmup: a replica's pool is opened and its step statements compiled at start, and the
+warm-up stores nothing (docs/perf.md, Issue 24: a fresh replica's first burst)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from proxy.settings import Settings
+from proxy.store.db import Connection
+from proxy.store.messages import BEGIN_STEP
+from proxy.warmup import WARM_TENANT, warm_connection, warm_pool
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.conftest import pooler_everywhere
+
+PREPARED = "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1"
+
+
+async def test_a_warmed_connection_has_the_step_prepared_and_nothing_is_stored(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        if pooler_everywhere():
+            pytest.skip("behind a transaction pooler asyncpg prepares nothing that lasts")
+        assert await conn.fetchval(PREPARED, BEGIN_STEP) == 0
+        await warm_connection(conn)
+        assert await conn.fetchval(PREPARED, BEGIN_STEP) == 1  # asyncpg's cache holds it
+        assert not conn.is_in_transaction()
+    stored = await pool.fetchval("SELECT count(*) FROM sessions WHERE tenant = $1", WARM_TENANT)
+    assert stored == 0
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE tenant = $1", WARM_TENANT) == 0
+
+
+async def test_warm_pool_opens_and_warms_that_many_connections(pool: asyncpg.Pool) -> None:
+    warmed: list[int] = []
+
+    async def note(conn: Connection) -> None:
+        warmed.append(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    assert await warm_pool(pool, 3, timeout=5, warm=note) == 3
+    if not pooler_everywhere():  # PgBouncer may run the three on one server connection
+        assert len(set(warmed)) == 3  # held at once: three backends, not one three times
+    assert pool.get_size() >= 3
+    assert pool.get_idle_size() == pool.get_size()  # all given back
+
+
+async def test_a_failing_warm_up_is_logged_and_the_pool_still_serves(
+    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(conn: Connection) -> None:
+        await conn.execute("SELECT * FROM no_such_table")
+
+    with caplog.at_level(logging.WARNING, logger="cascade"):
+        assert await warm_pool(pool, 2, timeout=5, warm=broken) == 0
+    assert "2 of 2 connections not warmed" in caplog.text
+    assert await pool.fetchval("SELECT 1") == 1
+
+
+def test_the_replica_starts_with_its_pool_open_and_stores_nothing(
+    db_dsn: str, config_path: Path
+) -> None:
+    if pooler_everywhere():
+        pytest.skip("PgBouncer opens the server connections, not the replica")
+
+    async def backends() -> tuple[int, int]:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            opened = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                " AND query NOT LIKE 'LISTEN%'"
+            )
+            return opened, await conn.fetchval("SELECT count(*) FROM sessions")
+        finally:
+            await conn.close()
+
+    settings = Settings(
+        database_url=db_dsn, config=config_path, watch_config=False, pool_max_size=3
+    )
+    server = ProxyServer(settings).start()
+    try:
+        opened, stored = asyncio.run(backends())
+    finally:
+        server.stop()
+    assert opened == 3  # without the warm-up, the pool's one connection (min_size)
+    assert stored == 0
