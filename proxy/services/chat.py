@@ -57,6 +57,7 @@ from proxy.services.history import (
     step_write,
     store_unstored,
 )
+from proxy.services.ingestmemo import IngestMemo
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
 from proxy.services.resent import ResentBodies
@@ -132,6 +133,7 @@ class ChatService:
         self.settings = settings
         self.locks = SessionLocks()
         self.chains = ChainCache()
+        self.ingested = IngestMemo()
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
         self.forward = Forwarder(upstream=upstream, settings=settings)
@@ -233,6 +235,7 @@ class ChatService:
             hold_new=True,
             owner=turn.owner,
             ttl=turn.ttl,
+            memo=self.ingested,
         )
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not
