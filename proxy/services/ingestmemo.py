@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.truncation import Ingested
@@ -70,7 +70,7 @@ class IngestMemo:
         self._entries.move_to_end(chain_hash)
         got = entry.got
         if got.message is entry.given:
-            got = replace(got, message=msg)
+            got = Ingested(msg, got.events, got.spill, got.redacted)
         if count.cost is entry.cost:
             count.seed(got.message, entry.tokens)
         return got
