@@ -54,7 +54,7 @@ def _weight(msg: Message, got: Ingested) -> int:
 
 
 class IngestMemo:
-    def __init__(self, *, max_chars: int = 32_000_000) -> None:
+    def __init__(self, *, max_chars: int = 16_000_000) -> None:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._chars = 0
         self._max_chars = max_chars
