@@ -16,7 +16,8 @@ a verbatim message stays the client's own object. A token count is kept beside t
 for the counter that made it.
 
 It is only a cache, bounded by the characters it holds (least recently used first): a miss
-costs the ingest it would have cost anyway.
+costs the ingest it would have cost anyway. Tenants share it: an answer is a function of the
+prefix's own content and the config, so a hit hands a client nothing it did not send.
 """
 
 from __future__ import annotations
