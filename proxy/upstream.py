@@ -143,6 +143,7 @@ class Upstream:
         self.client = client if client is not None else build_client()
         self._env = env if env is not None else os.environ
         self._targets: dict[str, _Target] = {}
+        self._urls: dict[tuple[str, str], httpx.URL] = {}
         self._timeouts: dict[tuple[float, float], httpx.Timeout] = {}
 
     def _headers(
@@ -159,6 +160,17 @@ class Upstream:
             if value := client_headers.get(name):
                 headers[name] = value
         return headers
+
+    def _url(self, base_url: str, target: _Target, path: str, *, cache: bool) -> httpx.URL:
+        """The parsed URL of ``path`` at a provider, kept for the proxy's own calls (their
+        paths are constants; a passthrough's path is the client's): httpx parses a string
+        URL on every request, which costs more than building the rest of the request."""
+        url = self._urls.get((base_url, path))
+        if url is None:
+            url = httpx.URL(target.base + path)
+            if cache and len(self._urls) < 1024:  # base URLs change only with the config
+                self._urls[(base_url, path)] = url
+        return url
 
     def _request(
         self,
@@ -192,7 +204,7 @@ class Upstream:
         tls = TlsSettings(provider.ca_file, provider.verify_tls)
         return self.client.build_request(
             method,
-            target.base + path,
+            self._url(provider.base_url, target, path, cache=params is None),
             headers=headers,
             content=content,
             params=params,

@@ -160,6 +160,11 @@ class MemoCounter:
         self._cost = cost
         self._memo: dict[int, tuple[Message, int]] = {}
 
+    @property
+    def cost(self) -> Callable[[Message], int]:
+        """The per-message cost this counter memoises."""
+        return self._cost
+
     def seed(self, msg: Message, tokens: int) -> None:
         self._memo[id(msg)] = (msg, tokens)
 

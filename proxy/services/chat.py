@@ -51,6 +51,7 @@ from proxy.services.command import answer_command
 from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
 from proxy.services.forward import Forwarder
 from proxy.services.history import SessionState, load_window, reconcile_and_load
+from proxy.services.ingestmemo import IngestMemo
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
 from proxy.services.resent import ResentBodies
@@ -126,6 +127,7 @@ class ChatService:
         self.settings = settings
         self.locks = SessionLocks()
         self.chains = ChainCache()
+        self.ingested = IngestMemo()
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
         self.forward = Forwarder(upstream=upstream, settings=settings)
@@ -227,6 +229,7 @@ class ChatService:
             hold=turn.hold,  # a new session's messages: stored by the turn (history.py)
             owner=turn.owner,
             ttl=turn.ttl,
+            memo=self.ingested,
         )
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not

@@ -36,6 +36,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
+from proxy.services.ingestmemo import IngestMemo
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, nul, raw_outputs, summaries
 from proxy.store.events import EventRows
@@ -125,12 +126,17 @@ def _ingest(
     ctx: ContextConfig,
     count: MemoCounter,
     superseded: int = 0,
+    memo: IngestMemo | None = None,
 ) -> _Ingested:
     out = _Ingested([], [], [], [])
     spills: list[Any] = []
     earlier = EarlierResults(messages)
     for pos in range(start, len(messages)):
-        got = ingest(messages[pos], ctx, earlier.before(pos))
+        got = memo.get(hashes[pos], messages[pos], ctx, count) if memo is not None else None
+        if got is None:
+            got = ingest(messages[pos], ctx, earlier.before(pos))
+            if memo is not None:
+                memo.put(hashes[pos], messages[pos], ctx, got, count)
         out.new.append((pos, got.message))
         out.rows.append(
             msgs.NewMessage(
@@ -195,6 +201,7 @@ async def reconcile_and_load(
     hold: Callable[[msgs.StepWrite], None] | None = None,
     owner: uuid.UUID | None = None,
     ttl: float = msgs.LEASE_TTL,
+    memo: IngestMemo | None = None,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
@@ -207,13 +214,14 @@ async def reconcile_and_load(
     takes ``owner``'s lease (one round trip); otherwise the plan is made from what the store holds.
     The events this produces (``context.truncated`` per cut result, then one
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
-    statement as the messages.
+    statement as the messages. ``memo`` answers for messages whose prefix was ingested
+    before (``services.ingestmemo``).
     """
     tenant, session_id = key
     system_count = system_prefix_count(messages)
     head_hash = hashes[-1] if hashes else None
     guessed = _plausible(guess, hashes)
-    pending = _ingest(messages, hashes, guessed[0], ctx, count) if guessed else None
+    pending = _ingest(messages, hashes, guessed[0], ctx, count, memo=memo) if guessed else None
     begun = await msgs.begin_step(
         conn,
         tenant=tenant,
@@ -244,7 +252,7 @@ async def reconcile_and_load(
     plan = await _plan(conn, key, hashes, row)
     if hold and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
         # Nothing is stored: the window is the new messages alone (module docstring).
-        pending = _ingest(messages, hashes, 0, ctx, count)
+        pending = _ingest(messages, hashes, 0, ctx, count, memo=memo)
         if pending.rows:
             head = (len(messages), head_hash, system_count)
             hold(msgs.StepWrite(pending.rows, pending.raw, head, events=stamp(pending.events)))
@@ -266,7 +274,7 @@ async def reconcile_and_load(
         start = plan.from_pos
     else:
         start = plan.start
-    pending = _ingest(messages, hashes, start, ctx, count, superseded)
+    pending = _ingest(messages, hashes, start, ctx, count, superseded, memo)
     old = await msgs.append_and_fetch_window(
         conn,
         tenant=tenant,
