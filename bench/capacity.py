@@ -1,7 +1,8 @@
 """Issue 24's capacity scenario: many slow streams on one replica with a small pool.
 
 ``python -m bench.capacity [--sessions 200] [--pool 10] [--answer-seconds 5] [--rounds 3]
-[--pause 6] [--spread 0] [--profile DIR] [--out bench/reports/capacity.json]``
+[--pause 6] [--spread 0] [--workers 1] [--floor-workers 1] [--profile DIR]
+[--out bench/reports/capacity.json]``
 
 One Cascade replica (``cascade-proxy serve``, ``CASCADE_POOL_MAX_SIZE=--pool``) on an embedded
 PostgreSQL, and the floor (``bench.floor``: FastAPI + one httpx client, relaying bytes), each
@@ -30,6 +31,12 @@ ms), and the pool's peak with ``--pool``. With ``--profile DIR``, py-spy samples
 replica during each of its rounds into ``DIR/cascade-round-N.txt`` (``bench.profile``): where a
 round's CPU goes, the first burst after a start against an extending one. A profiled run's TTFC
 is not comparable.
+With ``--workers N`` the replica is uvicorn's N worker processes of
+``proxy.app:create_app`` (``--factory``, ``PROMETHEUS_MULTIPROC_DIR`` set), each with a pool of
+``--pool // N`` on the one database, so the replica's connections stay within ``--pool``; the
+rounds start once every worker's event bus listens. ``--floor-workers M`` runs the floor as M
+uvicorn workers the same way (``bench.procs.floor_app``); by default it is one process, so a
+comparison of N workers against it says so. The CPU figures cover every worker.
 Everything binds 127.0.0.1 and stops by itself (each round within ``answer + 60`` s).
 """
 
@@ -41,18 +48,17 @@ import contextlib
 import functools
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import clean, free_port, machine
 from bench.loadgen import _Conn, _request, percentile
+from bench.procs import FLOOR_UPSTREAM, cpu, spawn, stop, wait_ready
 from bench.profile import py_spy
 
 __all__ = ["main", "run"]
@@ -62,38 +68,6 @@ PY = sys.executable
 CASCADE_BIN = Path(PY).with_name("cascade-proxy")
 CHUNKS = 50
 BAR_MS = 50.0  # the issue's allowance over the floor's TTFC p99
-
-
-def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env,
-            start_new_session=True,
-        )  # fmt: skip
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the process exited ({proc.returncode})")
-        with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not become ready")
 
 
 async def _one(
@@ -120,44 +94,6 @@ async def _one(
     if reply is None:
         return {"ok": False, "code": "server_busy" if sample.status == 503 else str(sample.status)}
     return {"ok": True, "code": "200", "ttfc_ms": sample.ttfc * 1000, "text": reply["content"]}
-
-
-def _cpu_of(pids: list[int]) -> float:
-    """CPU seconds (user + system) of the live processes ``pids``."""
-    import psutil
-
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
-    return total
-
-
-def _trees(root: int, db_marker: str | None) -> dict[str, list[int]]:
-    """The pids of ``root``'s process tree and, with ``db_marker`` (its data directory),
-    those of the PostgreSQL whose postmaster names it, with its backends."""
-    import psutil
-
-    out: dict[str, list[int]] = {"server": [], "db": []}
-    with contextlib.suppress(psutil.Error):
-        proc = psutil.Process(root)
-        out["server"] = [proc.pid, *(c.pid for c in proc.children(recursive=True))]
-    if db_marker:
-        for post in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
-                if db_marker in " ".join(post.cmdline()):
-                    out["db"] += [post.pid, *(c.pid for c in post.children(recursive=True))]
-    return out
-
-
-def _cpu(root: int, db_marker: str | None) -> dict[str, float]:
-    trees = _trees(root, db_marker)
-    return {
-        "server": _cpu_of(trees["server"]),
-        "db": _cpu_of(trees["db"]),
-        "loadgen": time.process_time(),
-    }
 
 
 async def _rounds(
@@ -285,6 +221,58 @@ def _loop(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
+def _floor_cmd(workers: int, port: int, upstream: str) -> list[str]:
+    """The floor: ``bench.floor`` in one process, or uvicorn's ``workers`` processes of it
+    (``bench.procs.floor_app``, whose upstream is ``$BENCH_FLOOR_UPSTREAM``)."""
+    if workers == 1:
+        return [PY, "-m", "bench.floor", "--port", str(port), "--upstream", upstream]
+    return [PY, "-m", "uvicorn", "bench.procs:floor_app", "--factory", "--workers", str(workers),
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            "--no-access-log", "--backlog", "4096"]  # fmt: skip
+
+
+def _cascade_cmd(
+    args: argparse.Namespace, port: int, config: Path, dsn: str, tmp: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The replica: ``cascade-proxy serve`` with one worker; with more, uvicorn's workers of
+    ``proxy.app:create_app`` (README, Metrics), each with ``--pool // --workers``
+    connections, so the replica's pool stays within ``--pool``."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "CASCADE_LOG_LEVEL": "warning",
+        "CASCADE_POOL_MAX_SIZE": str(max(1, args.pool // args.workers)),
+        "CASCADE_CONFIG": str(config),
+    }
+    if args.workers == 1:
+        cmd = [str(CASCADE_BIN), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        return cmd, env
+    metrics = tmp / "metrics"
+    metrics.mkdir()
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
+    cmd = [PY, "-m", "uvicorn", "proxy.app:create_app", "--factory", "--workers",
+           str(args.workers), "--host", "127.0.0.1", "--port", str(port), "--log-level",
+           "warning", "--no-access-log"]  # fmt: skip
+    return cmd, env
+
+
+async def _workers_up(dsn: str, workers: int, timeout: float = 60.0) -> None:
+    """Until ``workers`` event buses LISTEN on the database: each worker's start-up opens
+    one before its warm-up, and ``/readyz`` answers as soon as one worker serves."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+    try:
+        deadline = time.monotonic() + timeout
+        while await conn.fetchval(sql) < workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{workers} workers did not all start")
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from proxy.pgembed import start_embedded
 
@@ -294,17 +282,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         fake_port, floor_port, cascade_port = free_port(), free_port(), free_port()
         delay_ms = args.answer_seconds * 1000 / (CHUNKS - 1)
-        fake = _spawn(
+        fake = spawn(
             [PY, "-m", "bench.fake_upstream", "--port", str(fake_port), "--chunks", str(CHUNKS),
              "--chunk-delay-ms", f"{delay_ms:.1f}"],
             tmp / "fake.log",
         )  # fmt: skip
         procs.append(fake)
         upstream = f"http://127.0.0.1:{fake_port}"
-        floor = _spawn(
-            [PY, "-m", "bench.floor", "--port", str(floor_port), "--upstream", upstream],
-            tmp / "floor.log",
-        )
+        floor = spawn(_floor_cmd(args.floor_workers, floor_port, upstream), tmp / "floor.log",
+                      {**os.environ, FLOOR_UPSTREAM: upstream})  # fmt: skip
         procs.append(floor)
         config = tmp / "agents.json"
         config.write_text(
@@ -316,24 +302,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
         )
-        env = {
-            **os.environ,
-            "DATABASE_URL": dsn,
-            "CASCADE_LOG_LEVEL": "warning",
-            "CASCADE_POOL_MAX_SIZE": str(args.pool),
-        }
-        cascade = _spawn(
-            [str(CASCADE_BIN), "serve", "--host", "127.0.0.1", "--port", str(cascade_port),
-             "--config", str(config)],
-            tmp / "cascade.log",
-            env,
-        )  # fmt: skip
+        cmd, env = _cascade_cmd(args, cascade_port, config, dsn, tmp)
+        cascade = spawn(cmd, tmp / "cascade.log", env)
         procs.append(cascade)
-        _wait_ready(f"{upstream}/v1/models", fake)
-        _wait_ready(f"http://127.0.0.1:{floor_port}/v1/models", floor)
-        _wait_ready(f"http://127.0.0.1:{cascade_port}/readyz", cascade)
-        floor_cpu = functools.partial(_cpu, floor.pid, None)
-        cascade_cpu = functools.partial(_cpu, cascade.pid, str(tmp / "pg"))
+        wait_ready(f"{upstream}/v1/models", fake)
+        wait_ready(f"http://127.0.0.1:{floor_port}/v1/models", floor)
+        wait_ready(f"http://127.0.0.1:{cascade_port}/readyz", cascade)
+        asyncio.run(_workers_up(dsn, args.workers))
+        if max(args.workers, args.floor_workers) > 1:
+            time.sleep(3)  # every worker past its start-up (Cascade's: its pool's warm-up)
+        floor_cpu = functools.partial(cpu, floor.pid, None)
+        cascade_cpu = functools.partial(cpu, cascade.pid, str(tmp / "pg"))
         floor_rounds, _ = asyncio.run(
             _measure(f"http://127.0.0.1:{floor_port}", args, None, floor_cpu)
         )
@@ -345,7 +324,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     finally:
         for p in reversed(procs):
-            _stop(p)
+            stop(p)
         server.cleanup()
     verdict = []
     for f, c in zip(floor_rounds, cascade_rounds, strict=True):
@@ -366,6 +345,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "machine": machine(),
             "sessions": args.sessions,
             "pool": args.pool,
+            "workers": args.workers,
+            "floor_workers": args.floor_workers,
             "answer_seconds": args.answer_seconds,
             "spread_seconds": args.spread,
             "floor": floor_rounds,
@@ -386,9 +367,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pause", type=float, default=6.0)
     parser.add_argument("--spread", type=float, default=0.0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--floor-workers", type=int, default=1)
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.profile is not None and args.workers > 1:
+        parser.error("--profile samples one process: use it with --workers 1")
     result = run(args)
     text = json.dumps(result, indent=2)
     print(text)
