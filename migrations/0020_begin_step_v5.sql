@@ -149,3 +149,31 @@ BEGIN
 END
 $$;
 
+-- Migration 0010's trigger, which moves a replaced raw output to tool_raw_output_versions,
+-- ran its DELETE ... RETURNING and the INSERT of what it returned for every spill, though
+-- nearly every spill is a new tool call id with nothing to replace. It now probes the key
+-- first and returns at once when no row holds it: a new spill costs one index probe, and
+-- the statement that moves a replaced output runs only when there is one. The trigger
+-- keeps its name and calls the function by oid, so replacing the body is enough.
+CREATE OR REPLACE FUNCTION cascade_keep_raw_output_version() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM tool_raw_outputs o
+    WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id
+      AND o.tool_call_id = NEW.tool_call_id;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    WITH replaced AS (
+        DELETE FROM tool_raw_outputs o
+        WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id
+          AND o.tool_call_id = NEW.tool_call_id AND o.content IS DISTINCT FROM NEW.content
+        RETURNING o.*
+    )
+    INSERT INTO tool_raw_output_versions (tenant, session_id, tool_call_id, content,
+                                          original_bytes, capped, created_at)
+    SELECT tenant, session_id, tool_call_id, content, original_bytes, capped, created_at
+    FROM replaced;
+    RETURN NEW;
+END
+$$;

@@ -206,6 +206,12 @@ CREATE FUNCTION public.cascade_keep_raw_output_version() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    PERFORM FROM tool_raw_outputs o
+    WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id
+      AND o.tool_call_id = NEW.tool_call_id;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
     WITH replaced AS (
         DELETE FROM tool_raw_outputs o
         WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id
