@@ -76,7 +76,6 @@ CREATE FUNCTION public.cascade_begin_step_v5(p_session json, p_rows json, p_bodi
 #variable_conflict use_column
 DECLARE
     s sessions%ROWTYPE;
-    js jsonb;
     sm record;
     hit boolean;
     moved boolean := false;
@@ -85,7 +84,6 @@ DECLARE
     p_start integer; p_start_hash text;
     p_head_len integer; p_head_hash text; p_system_count integer;
     p_ttl double precision;
-    p_move boolean;
 BEGIN
     SELECT k.tenant, k.id, k.agent, k.model, k.owner, k.start, k.start_hash, k.head_len,
            k.head_hash, k.system_count, k.ttl
@@ -94,83 +92,65 @@ BEGIN
     FROM json_to_record(p_session) AS k(tenant text, id text, agent text, model text,
         owner uuid, start integer, start_hash text, head_len integer, head_hash text,
         system_count integer, ttl double precision);
-    -- the head moves on a hit with rows to store (as v4's call of cascade_append_v1 did)
-    p_move := p_start IS NOT NULL AND json_array_length(p_rows) > 0;
     -- Every write below is the client's to resend, or a lease that is free again once it
     -- expires: none waits for a WAL flush (the request's last statement commits
     -- synchronously, which flushes these too).
     PERFORM set_config('synchronous_commit', 'off', true);
-    -- Take the lease, record a new agent or model and, on a hit, move the head: in the
-    -- common case, a free lease (or this replica's own), one row update in one statement.
-    UPDATE sessions x SET lease_owner = p_owner,
-        lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
-        agent = p_agent, model = p_model,
-        head_len = CASE WHEN p_move AND x.head_len = p_start
-                             AND x.head_hash IS NOT DISTINCT FROM p_start_hash
-                        THEN p_head_len ELSE x.head_len END,
-        head_hash = CASE WHEN p_move AND x.head_len = p_start
-                              AND x.head_hash IS NOT DISTINCT FROM p_start_hash
-                         THEN p_head_hash ELSE x.head_hash END,
-        system_count = CASE WHEN p_move AND x.head_len = p_start
-                                 AND x.head_hash IS NOT DISTINCT FROM p_start_hash
-                            THEN p_system_count ELSE x.system_count END,
-        updated_at = CASE WHEN p_move AND x.head_len = p_start
-                               AND x.head_hash IS NOT DISTINCT FROM p_start_hash THEN now()
-                          WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
-                          THEN x.updated_at ELSE now() END
-    FROM sessions o
-    WHERE x.tenant = p_tenant AND x.id = p_id AND o.tenant = p_tenant AND o.id = p_id
-      AND x.xmin = o.xmin
-      AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
-           OR x.lease_expires < clock_timestamp())
-    RETURNING to_jsonb(x) || jsonb_build_object('head_len', o.head_len,
-            'head_hash', o.head_hash, 'system_count', o.system_count,
-            'updated_at', CASE WHEN o.agent = p_agent AND o.model IS NOT DISTINCT FROM p_model
-                               THEN o.updated_at ELSE now() END),
-        p_start IS NOT NULL AND o.head_len = p_start
-            AND o.head_hash IS NOT DISTINCT FROM p_start_hash
-    INTO js, hit;
-    IF FOUND THEN
-        moved := hit AND p_move;
+    IF p_start IS NOT NULL AND json_array_length(p_rows) > 0 THEN
+        -- The common case, an extending request on the guessed head with a free lease (or
+        -- this replica's own): take the lease, record the agent and model and move the
+        -- head in one row update.
+        UPDATE sessions x SET lease_owner = p_owner,
+            lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+            agent = p_agent, model = p_model, head_len = p_head_len, head_hash = p_head_hash,
+            system_count = p_system_count, updated_at = now()
+        WHERE x.tenant = p_tenant AND x.id = p_id
+          AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
+               OR x.lease_expires < clock_timestamp())
+          AND x.head_len = p_start AND x.head_hash IS NOT DISTINCT FROM p_start_hash
+        RETURNING * INTO s;
+        moved := FOUND;
+    END IF;
+    IF moved THEN
+        s.head_len := p_start;
+        s.head_hash := p_start_hash;
     ELSE
-        -- Held as this statement's snapshot saw it, replaced while it waited, or missing.
-        -- Lock the row: if the holder's last statement is in flight this waits for it and
-        -- reads the row it commits (free, the step stored) instead of answering busy.
-        SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
-        IF FOUND THEN
-            IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
-               AND s.lease_expires >= clock_timestamp() THEN
-                busy := true;
-            ELSE
-                hit := p_start IS NOT NULL AND s.head_len = p_start
-                       AND s.head_hash IS NOT DISTINCT FROM p_start_hash;
-                moved := hit AND p_move;
-                UPDATE sessions x SET lease_owner = p_owner,
-                    lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
-                    agent = p_agent, model = p_model,
-                    updated_at = CASE WHEN x.agent = p_agent
-                                      AND x.model IS NOT DISTINCT FROM p_model
-                                      THEN x.updated_at ELSE now() END
-                WHERE x.tenant = p_tenant AND x.id = p_id
-                RETURNING * INTO s;
-                js := to_jsonb(s);
-                IF moved THEN
-                    UPDATE sessions x SET head_len = p_head_len, head_hash = p_head_hash,
-                        system_count = p_system_count, updated_at = now()
-                    WHERE x.tenant = p_tenant AND x.id = p_id;
+        -- Take the lease, and record a new agent or model, in one row update.
+        UPDATE sessions x SET lease_owner = p_owner,
+            lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+            agent = p_agent, model = p_model,
+            updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
+                              THEN x.updated_at ELSE now() END
+        WHERE x.tenant = p_tenant AND x.id = p_id
+          AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
+               OR x.lease_expires < clock_timestamp())
+        RETURNING * INTO s;
+        IF NOT FOUND THEN
+            -- Held as this statement's snapshot saw it, or missing. Lock the row: if the
+            -- holder's last statement is in flight this waits for it and reads the row it
+            -- commits (free, the step stored) instead of answering busy.
+            SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
+            IF FOUND THEN
+                IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
+                   AND s.lease_expires >= clock_timestamp() THEN
+                    busy := true;
+                ELSE
+                    UPDATE sessions x SET lease_owner = p_owner,
+                        lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+                        agent = p_agent, model = p_model,
+                        updated_at = CASE WHEN x.agent = p_agent
+                                          AND x.model IS NOT DISTINCT FROM p_model
+                                          THEN x.updated_at ELSE now() END
+                    WHERE x.tenant = p_tenant AND x.id = p_id
+                    RETURNING * INTO s;
                 END IF;
-            END IF;
-        ELSE  -- a new session; a first request on it from elsewhere may have just made it
-            INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
-            VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
-                    clock_timestamp() + make_interval(secs => p_ttl))
-            ON CONFLICT (tenant, id) DO NOTHING
-            RETURNING * INTO s;
-            busy := NOT FOUND;
-            IF NOT busy THEN
-                js := to_jsonb(s);
-                hit := p_start IS NOT NULL AND s.head_len = p_start
-                       AND s.head_hash IS NOT DISTINCT FROM p_start_hash;
+            ELSE  -- a new session; a first request on it from elsewhere may have just made it
+                INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
+                VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
+                        clock_timestamp() + make_interval(secs => p_ttl))
+                ON CONFLICT (tenant, id) DO NOTHING
+                RETURNING * INTO s;
+                busy := NOT FOUND;
             END IF;
         END IF;
     END IF;
@@ -183,7 +163,9 @@ BEGIN
     SELECT m.version, m.boundary, m.content INTO sm FROM summaries m
     WHERE m.tenant = p_tenant AND m.session_id = p_id AND m.invalidated_at IS NULL
     ORDER BY m.version DESC LIMIT 1;
-    RETURN QUERY SELECT (js || jsonb_build_object(
+    hit := p_start IS NOT NULL AND s.head_len = p_start
+           AND s.head_hash IS NOT DISTINCT FROM p_start_hash;
+    RETURN QUERY SELECT (to_jsonb(s) || jsonb_build_object(
         'summary_version', sm.version, 'summary_boundary', sm.boundary,
         'summary_content', sm.content, 'appended', hit, 'busy', false))::json,
         NULL::integer, NULL::text, NULL::text, NULL::json, NULL::text, NULL::integer,
@@ -193,9 +175,8 @@ BEGIN
     END IF;
     PERFORM FROM cascade_append_v1(
         json_build_object('tenant', p_tenant, 'id', p_id,
-            'move_head', json_array_length(p_rows) > 0 AND NOT moved,
-            'head_len', p_head_len, 'head_hash', p_head_hash,
-            'system_count', p_system_count),
+            'move_head', json_array_length(p_rows) > 0 AND NOT moved, 'head_len', p_head_len,
+            'head_hash', p_head_hash, 'system_count', p_system_count),
         p_rows, p_bodies, NULL, p_spills, p_events);
     RETURN QUERY SELECT NULL::json, w.* FROM cascade_window_v1(p_tenant, p_id, p_system_count,
         greatest(coalesce(sm.boundary, 0), p_system_count), p_start) AS w;

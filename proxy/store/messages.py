@@ -158,7 +158,8 @@ async def append_and_fetch_window(
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    session: dict[str, Any]  # the sessions row before this request, with its latest summary
+    # the sessions row, its head as it was before this request, with its latest summary
+    session: dict[str, Any]
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
