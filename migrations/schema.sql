@@ -70,7 +70,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.cascade_begin_step_v4(p_session json, p_rows json, p_bodies json[], p_spills json, p_events json) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
+CREATE FUNCTION public.cascade_begin_step_v5(p_session json, p_rows json, p_bodies json[], p_spills json, p_events json) RETURNS TABLE(session json, pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -78,6 +78,7 @@ DECLARE
     s sessions%ROWTYPE;
     sm record;
     hit boolean;
+    moved boolean := false;
     busy boolean := false;
     p_tenant text; p_id text; p_agent text; p_model text; p_owner uuid;
     p_start integer; p_start_hash text;
@@ -95,43 +96,62 @@ BEGIN
     -- expires: none waits for a WAL flush (the request's last statement commits
     -- synchronously, which flushes these too).
     PERFORM set_config('synchronous_commit', 'off', true);
-    -- Take the lease, and record a new agent or model, in one row update: the common case,
-    -- a free lease (or this replica's own), is this one statement.
-    UPDATE sessions x SET lease_owner = p_owner,
-        lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
-        agent = p_agent, model = p_model,
-        updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
-                          THEN x.updated_at ELSE now() END
-    WHERE x.tenant = p_tenant AND x.id = p_id
-      AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
-           OR x.lease_expires < clock_timestamp())
-    RETURNING * INTO s;
-    IF NOT FOUND THEN
-        -- Held as this statement's snapshot saw it, or missing. Lock the row: if the
-        -- holder's last statement is in flight this waits for it and reads the row it
-        -- commits (free, the step stored) instead of answering busy.
-        SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
-        IF FOUND THEN
-            IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
-               AND s.lease_expires >= clock_timestamp() THEN
-                busy := true;
-            ELSE
-                UPDATE sessions x SET lease_owner = p_owner,
-                    lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
-                    agent = p_agent, model = p_model,
-                    updated_at = CASE WHEN x.agent = p_agent
-                                      AND x.model IS NOT DISTINCT FROM p_model
-                                      THEN x.updated_at ELSE now() END
-                WHERE x.tenant = p_tenant AND x.id = p_id
+    IF p_start IS NOT NULL AND json_array_length(p_rows) > 0 THEN
+        -- The common case, an extending request on the guessed head with a free lease (or
+        -- this replica's own): take the lease, record the agent and model and move the
+        -- head in one row update.
+        UPDATE sessions x SET lease_owner = p_owner,
+            lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+            agent = p_agent, model = p_model, head_len = p_head_len, head_hash = p_head_hash,
+            system_count = p_system_count, updated_at = now()
+        WHERE x.tenant = p_tenant AND x.id = p_id
+          AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
+               OR x.lease_expires < clock_timestamp())
+          AND x.head_len = p_start AND x.head_hash IS NOT DISTINCT FROM p_start_hash
+        RETURNING * INTO s;
+        moved := FOUND;
+    END IF;
+    IF moved THEN
+        s.head_len := p_start;
+        s.head_hash := p_start_hash;
+    ELSE
+        -- Take the lease, and record a new agent or model, in one row update.
+        UPDATE sessions x SET lease_owner = p_owner,
+            lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+            agent = p_agent, model = p_model,
+            updated_at = CASE WHEN x.agent = p_agent AND x.model IS NOT DISTINCT FROM p_model
+                              THEN x.updated_at ELSE now() END
+        WHERE x.tenant = p_tenant AND x.id = p_id
+          AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
+               OR x.lease_expires < clock_timestamp())
+        RETURNING * INTO s;
+        IF NOT FOUND THEN
+            -- Held as this statement's snapshot saw it, or missing. Lock the row: if the
+            -- holder's last statement is in flight this waits for it and reads the row it
+            -- commits (free, the step stored) instead of answering busy.
+            SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
+            IF FOUND THEN
+                IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
+                   AND s.lease_expires >= clock_timestamp() THEN
+                    busy := true;
+                ELSE
+                    UPDATE sessions x SET lease_owner = p_owner,
+                        lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+                        agent = p_agent, model = p_model,
+                        updated_at = CASE WHEN x.agent = p_agent
+                                          AND x.model IS NOT DISTINCT FROM p_model
+                                          THEN x.updated_at ELSE now() END
+                    WHERE x.tenant = p_tenant AND x.id = p_id
+                    RETURNING * INTO s;
+                END IF;
+            ELSE  -- a new session; a first request on it from elsewhere may have just made it
+                INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
+                VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
+                        clock_timestamp() + make_interval(secs => p_ttl))
+                ON CONFLICT (tenant, id) DO NOTHING
                 RETURNING * INTO s;
+                busy := NOT FOUND;
             END IF;
-        ELSE  -- a new session; a first request on it from elsewhere may have just made it
-            INSERT INTO sessions AS x (tenant, id, agent, model, lease_owner, lease_expires)
-            VALUES (p_tenant, p_id, p_agent, p_model, p_owner,
-                    clock_timestamp() + make_interval(secs => p_ttl))
-            ON CONFLICT (tenant, id) DO NOTHING
-            RETURNING * INTO s;
-            busy := NOT FOUND;
         END IF;
     END IF;
     IF busy THEN
@@ -155,7 +175,7 @@ BEGIN
     END IF;
     PERFORM FROM cascade_append_v1(
         json_build_object('tenant', p_tenant, 'id', p_id,
-            'move_head', json_array_length(p_rows) > 0, 'head_len', p_head_len,
+            'move_head', json_array_length(p_rows) > 0 AND NOT moved, 'head_len', p_head_len,
             'head_hash', p_head_hash, 'system_count', p_system_count),
         p_rows, p_bodies, NULL, p_spills, p_events);
     RETURN QUERY SELECT NULL::json, w.* FROM cascade_window_v1(p_tenant, p_id, p_system_count,
@@ -167,6 +187,12 @@ CREATE FUNCTION public.cascade_keep_raw_output_version() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    PERFORM FROM tool_raw_outputs o
+    WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id
+      AND o.tool_call_id = NEW.tool_call_id;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
     WITH replaced AS (
         DELETE FROM tool_raw_outputs o
         WHERE o.tenant = NEW.tenant AND o.session_id = NEW.session_id

@@ -145,7 +145,7 @@ async def append_and_fetch_window(
     move_head: bool = True,
     events: EventRows = ((), ()),
 ) -> list[asyncpg.Record]:
-    """One round trip for a request whose new messages ``cascade_begin_step_v4`` did not
+    """One round trip for a request whose new messages ``cascade_begin_step_v5`` did not
     store (no guess, a wrong one, a divergence): store them and their spilled raw outputs,
     move the head, and read the window's *older* rows (positions below ``old_len``; the
     live ones from ``from_pos`` on, and the leading system rows). It is ``append``, which
@@ -158,11 +158,12 @@ async def append_and_fetch_window(
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    session: dict[str, Any]  # the sessions row before this request, with its latest summary
+    # the sessions row, its head as it was before this request, with its latest summary
+    session: dict[str, Any]
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step_v4($1, $2, $3, $4, $5)"
+BEGIN_STEP = "SELECT * FROM cascade_begin_step_v5($1, $2, $3, $4, $5)"
 LEASE_TTL = 15.0
 """The lease's time to live when the caller names none (``Settings.lease_ttl_seconds``)."""
 
@@ -187,10 +188,11 @@ async def begin_step(
     """Take the session's lease for ``owner``, create or read the session (with its latest
     valid summary) and, when the stored head is exactly ``guess`` (length, chain hash),
     store ``rows`` with their ``raw`` outputs and ``events``, move the head and read the
-    window's older rows: the whole pre-answer work in one round trip (migration 0019's
-    ``cascade_begin_step_v4``: the session's scalars as one json object, rows, raw outputs
+    window's older rows: the whole pre-answer work in one round trip (migration 0020's
+    ``cascade_begin_step_v5``: the session's scalars as one json object, rows, raw outputs
     and events as json arrays of objects, the rows' bodies as a json[]; it stores them by
-    ``cascade_append_v1``, as ``append`` does).
+    ``cascade_append_v1``, as ``append`` does, and moves the head in the same row update
+    that takes the lease: one new version of the sessions row per step).
 
     With ``guess`` None, or a wrong one, nothing is written but the session and its lease,
     ``window`` is None, and the caller appends with ``append_and_fetch_window``. The lease
@@ -397,7 +399,7 @@ async def append(
     window: tuple[int, int, int] | None = None,
 ) -> list[asyncpg.Record]:
     """Store ``w``'s new rows, in one round trip (``cascade_append_v1``, migration 0019: the
-    one statement text that inserts a client's messages, which ``cascade_begin_step_v4``
+    one statement text that inserts a client's messages, which ``cascade_begin_step_v5``
     calls too): each row ``w`` evicts goes in already evicted (its placeholder beside the
     body, the placeholder's tokens, not verbatim) and each it trims already trimmed, rather
     than inserted and then updated (a new row version and an entry in each index); with the
