@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import procs
 from bench.common import clean, free_port, machine
 from bench.loadgen import percentile, ratio
 
@@ -492,17 +493,8 @@ class _Proc:
         raise RuntimeError(f"{self.name} did not become ready at {url}: {' | '.join(tail)}")
 
     def stop(self) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        if self.proc is not None:
+            procs.stop(self.proc, grace=30.0)
 
 
 def _stop_postmaster(pgdata: Path) -> None:

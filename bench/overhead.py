@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import litellm_env
+from bench import litellm_env, procs
 from bench.common import clean, free_port, machine
 from bench.loadgen import median, ratio
 from bench.overhead_report import Rows, metric, render_charts, render_markdown
@@ -187,16 +187,8 @@ def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 def _stop(target: Target) -> None:
     import psutil
 
-    proc = target.proc
-    if proc is not None and proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+    if target.proc is not None:
+        procs.stop(target.proc)
     for pid in target.extra_pids:  # an embedded PostgreSQL the proxy failed to stop
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(pid)

@@ -1,6 +1,7 @@
 """The processes of a benchmark that starts servers: start, wait, stop, and their CPU.
 
-``bench.capacity`` starts its servers here: ``spawn`` puts each in a process group of its
+``bench.capacity`` starts its servers here (``bench.overhead`` and ``bench.growth`` stop
+theirs here too): ``spawn`` puts each in a process group of its
 own, so ``stop`` ends a server with every worker it forked (uvicorn's ``--workers``), and
 ``cpu`` sums the CPU of a server's whole process tree and of its PostgreSQL's. ``floor_app``
 is the floor (``bench.floor``) as a uvicorn factory, configured by the environment, so the
@@ -42,13 +43,13 @@ def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subpr
         )  # fmt: skip
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to ``proc``'s group, SIGKILL after 15 s."""
+def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """SIGTERM to ``proc``'s group, SIGKILL after ``grace`` seconds."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
