@@ -137,8 +137,29 @@ def test_evaluate_marks_targets_unknown_when_litellm_is_missing():
         for k in ("tiny_c1", "tiny_c32")
     ]
     results = {t["target"]: t for t in evaluate(aggregate(windows))}
-    assert results["added p50 at c=1"]["met"] is True  # 1.8 <= 2 * 1.0
+    assert results["added p50 at c=1"]["met"] is True  # 1.8 <= 3 * 1.0
     assert results["RPS at c=32"]["met"] is None
+    assert results["RPS at c=32 against the floor"]["met"] is False  # 450 < 500
+
+
+def test_evaluate_holds_cascade_to_issue_19s_bars():
+    """Issue 19's bars: >= the floor and 6x LiteLLM at c=32, >= 0.8x the floor and 5x
+    LiteLLM on the large request, added p50 <= 3x the floor's, TTFC p99 <= floor's + 10 ms."""
+    windows = [
+        _window(t, k, 0, rps, p50)
+        for k, table in (
+            ("tiny_c1", (("direct", 5000, 0.2), ("floor", 500, 1.2), ("cascade", 450, 3.1))),
+            ("tiny_c32", (("floor", 500, 1.0), ("cascade", 520, 1.0), ("litellm", 90, 1.0))),
+            ("large_c8", (("floor", 100, 1.0), ("cascade", 79, 1.0), ("litellm", 15, 1.0))),
+        )
+        for t, rps, p50 in table
+    ]
+    got = {t["target"]: (t["limit"], t["met"]) for t in evaluate(aggregate(windows))}
+    assert got["added p50 at c=1"] == (3.0, True)  # 2.9 added against 1.0: within 3x
+    assert got["RPS at c=32 against the floor"] == (1.0, True)  # 1.04x
+    assert got["RPS at c=32"] == (6.0, False)  # 5.78x
+    assert got["RPS on the large request against the floor"] == (0.8, False)  # 0.79x
+    assert got["RPS on the large request"] == (5.0, True)  # 5.27x
 
 
 def test_round_ratios_pair_the_windows_of_each_round_in_round_order():
