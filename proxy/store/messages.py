@@ -96,14 +96,14 @@ def _raw_objects(raw: Sequence[tuple[str, str, int, bool]]) -> list[dict[str, An
     ]
 
 
-_WINDOW_COLUMNS = """
-SELECT m.pos, m.hash, m.role, coalesce(m.placeholder, m.message) AS message, m.tool_call_id,
+# A row's prompt form: an evicted row's placeholder, else its body (migration 0008).
+PROMPT_FORM = "coalesce(m.placeholder, m.message)"
+_WINDOW_COLUMNS = f"""
+SELECT m.pos, m.hash, m.role, {PROMPT_FORM} AS message, m.tool_call_id,
        m.tokens, m.redacted, m.verbatim
 FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trimmed_at IS NULL
 """
-# A row's prompt form: an evicted row's placeholder, else its body (migration 0008).
-PROMPT_FORM = "coalesce(m.placeholder, m.message)"
 
 
 def _window(head_range: str, tail_range: str) -> str:
@@ -113,10 +113,9 @@ def _window(head_range: str, tail_range: str) -> str:
     One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
     range and filter, so every request would read the entire history.
     """
-    columns = _WINDOW_COLUMNS
     return (
-        f"SELECT * FROM (({columns} AND {head_range})"
-        f" UNION ALL ({columns} AND {tail_range})) w ORDER BY pos"
+        f"SELECT * FROM (({_WINDOW_COLUMNS} AND {head_range})"
+        f" UNION ALL ({_WINDOW_COLUMNS} AND {tail_range})) w ORDER BY pos"
     )
 
 
