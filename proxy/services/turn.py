@@ -168,9 +168,7 @@ class Turn:
         """The step's one write (``store.messages.write_step``): its ``marks``, and the
         messages held back, which then go in already evicted and trimmed."""
         w = marks if self._held is None else self._held.joined(marks)
-        await msgs.write_step(
-            self.conn, tenant=self.key.tenant, session_id=self.key.session_id, w=w
-        )
+        await self._write(self.conn, w, best_effort=False)
         self._held = None
 
     async def flush(self) -> None:
@@ -216,7 +214,7 @@ class Turn:
             async with self.connection() as conn:
                 if self._held is not None:  # what the client sent is kept all the same
                     held, self._held = self._held, None
-                    await self._store_held(conn, held)
+                    await self._write(conn, held, best_effort=True)
                 await lease_rows.release_lease(
                     conn, tenant=self.key.tenant, session_id=self.key.session_id, owner=self.owner
                 )
@@ -225,12 +223,16 @@ class Turn:
         finally:
             await self._release()
 
-    async def _store_held(self, conn: Connection, held: msgs.StepWrite) -> None:
+    async def _write(self, conn: Connection, w: msgs.StepWrite, *, best_effort: bool) -> None:
+        """Run ``store.messages.write_step`` for this turn's session: the one path the step's
+        write, ``flush`` and ``abort`` share. ``best_effort`` (``abort``) logs a failure and
+        goes on, so the lease is freed all the same (the client resends the messages); else
+        it raises to the step's caller."""
         try:
-            await msgs.write_step(
-                conn, tenant=self.key.tenant, session_id=self.key.session_id, w=held
-            )
-        except Exception as exc:  # the lease is freed all the same; the client resends them
+            await msgs.write_step(conn, tenant=self.key.tenant, session_id=self.key.session_id, w=w)
+        except Exception as exc:
+            if not best_effort:
+                raise
             log.warning(
                 "could not store the held-back messages of session %s: %s",
                 self.key.session_id,

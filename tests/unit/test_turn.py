@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.services.chaincache import ChainCache
 from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
@@ -157,3 +159,36 @@ async def test_abort_stores_the_held_messages_then_frees_the_lease() -> None:
     assert pool.conn.statements[0] == msgs.APPEND
     assert "lease_owner = NULL" in pool.conn.statements[1] and len(pool.conn.statements) == 2
     assert locks.waiting(KEY) == 0 and leases.holding() == []
+
+
+class _FailingWrite(_Conn):
+    """The messages' write fails (the statement is refused); the lease's release works."""
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        raise RuntimeError("refused")
+
+
+async def test_a_failed_write_of_the_held_messages_still_frees_the_lease_on_abort() -> None:
+    """The abort's store is best effort: the client resends the messages, the lease goes."""
+    pool, locks = _Pool(), SessionLocks()
+    pool.conn = _FailingWrite()
+    leases = _leases(pool)
+    turn = await _turn(pool, locks, leases)
+    turn.hold(HELD)
+    await turn.abort()
+    assert len(pool.conn.statements) == 1 and "lease_owner = NULL" in pool.conn.statements[0]
+    assert locks.waiting(KEY) == 0 and leases.holding() == []
+
+
+async def test_a_failed_step_write_reaches_its_caller() -> None:
+    """The step's write and ``flush`` raise: the request fails rather than answer from a step
+    that is not stored."""
+    pool, locks = _Pool(), SessionLocks()
+    pool.conn = _FailingWrite()
+    turn = await _turn(pool, locks, _leases(pool))
+    turn.hold(HELD)
+    with pytest.raises(RuntimeError):
+        await turn.write_step(msgs.StepWrite())
+    with pytest.raises(RuntimeError):
+        await turn.flush()  # still held: the failed write did not take them
+    await turn.abort()
