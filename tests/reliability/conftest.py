@@ -164,6 +164,23 @@ class ProxyProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def kill_mid_stream(
+        self, body: dict[str, Any], headers: dict[str, str], *, at: str, nth: int = 1
+    ) -> float:
+        """Stream ``body`` from this replica and SIGKILL it at the ``nth`` line holding ``at``
+        (mid-answer); returns the ``time.monotonic()`` of the kill."""
+        with (
+            httpx.Client(base_url=self.origin, timeout=30, headers=headers) as c,
+            c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r,
+        ):
+            seen = 0
+            for line in r.iter_lines():
+                seen += at in line
+                if seen == nth:
+                    self.kill()
+                    return time.monotonic()
+        raise AssertionError(f"the stream ended before its line {nth} holding {at!r}")
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

@@ -33,17 +33,8 @@ def test_a_killed_replicas_session_is_free_within_the_lease_bound(
     fake_upstream.script(reply("never stored " * 50, chunks=600, chunk_delay=0.1))
     fake_upstream.default = reply("served by the other replica")
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "q"}]}
-    with (
-        httpx.Client(base_url=a.origin, timeout=30, headers=AUTH) as http,
-        http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r,
-    ):
-        frames = 0
-        for line in r.iter_lines():
-            frames += line.startswith("data: {")
-            if frames == 5:
-                a.kill()  # mid-answer, its lease held and renewed a moment ago at most
-                killed = time.monotonic()
-                break
+    # mid-answer, its lease held and renewed a moment ago at most
+    killed = a.kill_mid_stream(body, AUTH, at="data: {", nth=5)
     r2 = httpx.post(f"{b.origin}/v1/chat/completions", json=body, headers=AUTH, timeout=60)
     waited = time.monotonic() - killed
     assert r2.status_code == 200, r2.text

@@ -65,20 +65,11 @@ def test_sigkill_during_a_stream_leaves_a_consistent_session(
         history.append(_post(p, "killed", history))
         history.append({"role": "user", "content": f"the turn killed {k}"})
         fake_upstream.default = reply("never stored " * 50, chunks=50, chunk_delay=0.05)
-        with (
-            httpx.Client(
-                base_url=p.origin, timeout=30, headers={**AUTH, "x-session-id": "killed"}
-            ) as http,
-            http.stream(
-                "POST",
-                "/v1/chat/completions",
-                json={"model": "gpt-4o", "messages": history, "stream": True},
-            ) as r,
-        ):
-            for line in r.iter_lines():
-                if "never stored" in line:
-                    p.kill()  # mid-answer
-                    break
+        p.kill_mid_stream(
+            {"model": "gpt-4o", "messages": history},
+            {**AUTH, "x-session-id": "killed"},
+            at="never stored",
+        )
         rows = _consistent(db_dsn, "killed")
         assert not [c for _, role, c in rows if role == "assistant" and "never" in (c or "")]
         history.pop()  # the client gives up on the killed turn
