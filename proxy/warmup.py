@@ -15,6 +15,21 @@ in a transaction it rolls back (nothing is stored; the session id is random, so 
 at once do not wait on each other's rows). :func:`warm_process` builds the per-process caches
 for every configured agent and provider. Both are best-effort: a failure is logged and the
 replica starts anyway, as it would have without them.
+
+The warmed connections stay open: the pool is created with :func:`pool_floor` as its
+``min_size``, and asyncpg (0.32 on) closes an idle connection after
+``max_inactive_connection_lifetime`` (300 s) only while the pool holds more than that floor.
+Without it, five idle minutes brought the pool down to one connection, and the next burst's
+new connections each paid a new backend's first-call costs again (10-20 ms of CPU each, on
+its first ``cascade_begin_step_v5``), inside its requests. The connections that outlast a
+burst are the ones used last, so they have run the step too. The other ways were declined:
+warming each connection as the pool opens it (asyncpg's ``init``/``setup`` hooks) runs on
+the request that opened it, so it adds the probe's statements to that request rather than
+taking the compile out of it; a timer re-warming idle connections holds connections a
+request may want. The cost is the floor's PostgreSQL backends held while the replica is
+idle, within the ``max_connections`` a deployment sizes for its pools (README, Capacity).
+Behind a transaction pooler the floor is of connections to the pooler; its server
+connections follow its own settings.
 """
 
 from __future__ import annotations
@@ -33,17 +48,29 @@ from proxy.store import messages as msgs
 from proxy.store.db import Connection, acquire
 from proxy.transport import ProviderTransport, TlsSettings
 
-__all__ = ["WARM_TENANT", "POOL_WARM_MAX", "warm_connection", "warm_pool", "warm_process"]
+__all__ = [
+    "WARM_TENANT",
+    "POOL_WARM_MAX",
+    "pool_floor",
+    "warm_connection",
+    "warm_pool",
+    "warm_process",
+]
 
 log = logging.getLogger("cascade")
 
 WARM_TENANT = "cascade-warm-up"
 """The tenant the warm-up's rolled-back probe sessions name (they are never committed)."""
 POOL_WARM_MAX = 10
-"""At most this many connections are opened and warmed at start (asyncpg's own default
-``min_size``): beyond it a start would hold more of PostgreSQL's ``max_connections`` than
-many deployments size for. Past ``max_inactive_connection_lifetime`` (300 s) idle ones close,
-as any pooled connection does."""
+"""At most this many connections are opened and warmed at start, and kept open (asyncpg's own
+default ``min_size``): beyond it a replica would hold more of PostgreSQL's ``max_connections``
+than many deployments size for, idle or not."""
+
+
+def pool_floor(max_size: int) -> int:
+    """The pool's ``min_size``, and how many connections the start warms: min(pool size,
+    ``POOL_WARM_MAX``). They stay open while idle (module docstring)."""
+    return min(max_size, POOL_WARM_MAX)
 
 
 class _RollBack(Exception):

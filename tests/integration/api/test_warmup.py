@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -88,3 +90,46 @@ def test_the_replica_starts_with_its_pool_open_and_stores_nothing(
         server.stop()
     assert opened == 3  # without the warm-up, the pool's one connection (min_size)
     assert stored == 0
+
+
+BACKENDS = (
+    "SELECT array_agg(pid ORDER BY pid) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND backend_type = 'client backend'"
+    " AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%'"
+)
+
+
+def test_the_warmed_connections_stay_open_past_the_idle_lifetime(
+    db_dsn: str, config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's floor is the warmed connections: idle past asyncpg's
+    ``max_inactive_connection_lifetime`` (300 s, here 0.3 s), the same backends are open, so
+    a burst after a quiet spell finds them warm (without the floor, one is left)."""
+    if pooler_everywhere():
+        pytest.skip("PgBouncer opens the server connections, not the replica")
+    create_pool = asyncpg.create_pool
+
+    def short_lived(*args: Any, **kwargs: Any) -> Any:
+        return create_pool(*args, **{**kwargs, "max_inactive_connection_lifetime": 0.3})
+
+    monkeypatch.setattr(asyncpg, "create_pool", short_lived)
+
+    async def backends() -> list[int]:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            return list(await conn.fetchval(BACKENDS) or [])
+        finally:
+            await conn.close()
+
+    settings = Settings(
+        database_url=db_dsn, config=config_path, watch_config=False, pool_max_size=3
+    )
+    server = ProxyServer(settings).start()
+    try:
+        warmed = asyncio.run(backends())
+        time.sleep(1.5)  # five times the idle lifetime
+        idle = asyncio.run(backends())
+    finally:
+        server.stop()
+    assert len(warmed) == 3
+    assert idle == warmed
