@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -106,6 +107,65 @@ def proxy(settings: Settings) -> Iterator[ProxyServer]:
     server = ProxyServer(settings).start()
     yield server
     server.stop()
+
+
+class Records(logging.Handler):
+    """Every log record the process emits while installed (the ``records`` fixture): what the
+    in-process proxy logged, as records with their fields."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def access(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The first ``n`` access lines' fields (written just after the response is sent)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [r.fields for r in self.records if r.name == "cascade.access"]  # type: ignore[attr-defined]
+            if len(lines) >= n or time.monotonic() > deadline:
+                assert len(lines) >= n, lines
+                return lines[:n]
+            time.sleep(0.01)
+
+    def errors(self) -> list[logging.LogRecord]:
+        """Lines other than access lines and the server's own start/stop lines."""
+        return [
+            r
+            for r in self.records
+            if r.name == "cascade" or r.levelno >= logging.WARNING and r.name != "cascade.tokens"
+        ]
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    handler = Records()
+    logging.getLogger().addHandler(handler)
+    yield handler
+    logging.getLogger().removeHandler(handler)
+
+
+StartProxy = Callable[..., ProxyServer]
+
+
+@pytest.fixture
+def start_proxy(db_dsn: str) -> Iterator[StartProxy]:
+    """A factory: ``start_proxy(config, **settings)`` starts a proxy on ``config`` and the
+    test's database (keep-alive 0.3 s, no config watcher unless ``watch_config=True``);
+    every one started is stopped after the test."""
+    started: list[ProxyServer] = []
+
+    def start(config: Path | None, **settings: Any) -> ProxyServer:
+        options = {"keepalive_seconds": 0.3, "watch_config": False, **settings}
+        server = ProxyServer(Settings(database_url=db_dsn, config=config, **options)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ import asyncpg
 import openai
 import pytest
 
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, StartProxy
 
 CLIENT_KEY = "sk-test-client"
 HI = [{"role": "user", "content": "hi"}]
@@ -43,101 +42,79 @@ async def _ask(server: ProxyServer, session: str) -> str:
 
 
 def test_more_sessions_than_ten_reach_a_slow_provider_at_once_by_default(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     # The pool used to hold 10: the 11th session waited for a whole answer of another one.
     n = 16
     fake_upstream.script(*(reply(f"late {i}", first_byte_delay=3.0) for i in range(n)))
-    server = ProxyServer(
-        Settings(database_url=db_dsn, config=config_path, watch_config=False)
-    ).start()
-    try:
+    server = start_proxy(config_path)
 
-        async def run() -> tuple[list[str], float]:
-            started = time.monotonic()
-            tasks = [asyncio.create_task(_ask(server, f"cap-{i}")) for i in range(n)]
-            # every request reaches the provider while the first ones are still waiting on it
-            await asyncio.to_thread(fake_upstream.wait_for_requests, n, 2.5)
-            reached = time.monotonic() - started
-            return await asyncio.gather(*tasks), reached
+    async def run() -> tuple[list[str], float]:
+        started = time.monotonic()
+        tasks = [asyncio.create_task(_ask(server, f"cap-{i}")) for i in range(n)]
+        # every request reaches the provider while the first ones are still waiting on it
+        await asyncio.to_thread(fake_upstream.wait_for_requests, n, 2.5)
+        reached = time.monotonic() - started
+        return await asyncio.gather(*tasks), reached
 
-        answers, reached = asyncio.run(run())
-    finally:
-        server.stop()
+    answers, reached = asyncio.run(run())
     assert reached < 2.5
     assert sorted(answers) == sorted(f"late {i}" for i in range(n))
 
 
 def test_a_slow_answer_holds_no_connection(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     """One connection, and a session whose provider takes 2 s: another session is served
     while it waits (its connection went back to the pool before the provider call)."""
     fake_upstream.script(reply("slow", first_byte_delay=2.0), reply("quick"))
-    settings = Settings(
-        database_url=db_dsn,
-        config=config_path,
-        watch_config=False,
-        pool_max_size=1,
-        pool_timeout_seconds=0.5,
-    )
-    server = ProxyServer(settings).start()
-    try:
+    server = start_proxy(config_path, pool_max_size=1, pool_timeout_seconds=0.5)
 
-        async def run() -> tuple[str, str, float]:
-            holder = asyncio.create_task(_ask(server, "holder"))
-            await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
-            started = time.monotonic()
-            other = await _ask(server, "other")
-            waited = time.monotonic() - started
-            return await holder, other, waited
+    async def run() -> tuple[str, str, float]:
+        holder = asyncio.create_task(_ask(server, "holder"))
+        await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
+        started = time.monotonic()
+        other = await _ask(server, "other")
+        waited = time.monotonic() - started
+        return await holder, other, waited
 
-        first, other, waited = asyncio.run(run())
-    finally:
-        server.stop()
+    first, other, waited = asyncio.run(run())
     assert (first, other) == ("slow", "quick")
     assert waited < 1.5  # not after the slow answer
 
 
 def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+    db_dsn: str,
+    start_proxy: StartProxy,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
 ) -> None:
     """The one connection is stuck in a statement (the test holds the session row the
     request's first statement waits for): another session waits for the pool, then is
     told to retry; nothing leaks once the row is free."""
     fake_upstream.script(reply("first"), reply("held"), reply("later"))
-    settings = Settings(
-        database_url=db_dsn,
-        config=config_path,
-        watch_config=False,
-        pool_max_size=1,
-        pool_timeout_seconds=0.3,
-    )
-    server = ProxyServer(settings).start()
-    try:
+    server = start_proxy(config_path, pool_max_size=1, pool_timeout_seconds=0.3)
 
-        async def run() -> tuple[str, openai.APIStatusError, float, str, str]:
-            assert await _ask(server, "holder") == "first"
-            admin = await asyncpg.connect(db_dsn)
-            try:
-                await _settled(admin, "holder")
-                tx = admin.transaction()
-                await tx.start()
-                await admin.execute("SELECT 1 FROM sessions WHERE id = 'holder' FOR UPDATE")
-                holder = asyncio.create_task(_ask(server, "holder"))
-                await _waiting_on_the_row(admin)
-                started = time.monotonic()
-                with pytest.raises(openai.APIStatusError) as busy:
-                    await _ask(server, "other")
-                waited = time.monotonic() - started
-                await tx.rollback()
-            finally:
-                await admin.close()
-            return await holder, busy.value, waited, "", await _ask(server, "other")
+    async def run() -> tuple[str, openai.APIStatusError, float, str, str]:
+        assert await _ask(server, "holder") == "first"
+        admin = await asyncpg.connect(db_dsn)
+        try:
+            await _settled(admin, "holder")
+            tx = admin.transaction()
+            await tx.start()
+            await admin.execute("SELECT 1 FROM sessions WHERE id = 'holder' FOR UPDATE")
+            holder = asyncio.create_task(_ask(server, "holder"))
+            await _waiting_on_the_row(admin)
+            started = time.monotonic()
+            with pytest.raises(openai.APIStatusError) as busy:
+                await _ask(server, "other")
+            waited = time.monotonic() - started
+            await tx.rollback()
+        finally:
+            await admin.close()
+        return await holder, busy.value, waited, "", await _ask(server, "other")
 
-        held, busy, waited, _, later = asyncio.run(run())
-    finally:
-        server.stop()
+    held, busy, waited, _, later = asyncio.run(run())
     assert held == "held"
     assert busy.status_code == 503
     assert busy.response.headers["retry-after"] == "1"
@@ -169,7 +146,7 @@ async def _waiting_on_the_row(admin: asyncpg.Connection) -> None:
 
 
 def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     # Four requests at once on one session, two connections: the three behind the first
     # used to take the second connection to wait on the session's lock, so another
@@ -179,35 +156,28 @@ def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
         reply("other"),
         *(reply("queued", first_byte_delay=0.2) for _ in range(3)),
     )
-    settings = Settings(
-        database_url=db_dsn,
-        config=config_path,
-        watch_config=False,
-        pool_max_size=2,
-        pool_timeout_seconds=0.5,
-    )
-    server = ProxyServer(settings).start()
-    try:
+    server = start_proxy(config_path, pool_max_size=2, pool_timeout_seconds=0.5)
 
-        async def run() -> tuple[list[str], str, float]:
-            busy = [asyncio.create_task(_ask(server, "busy"))]
-            await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
-            busy += [asyncio.create_task(_ask(server, "busy")) for _ in range(3)]
-            await asyncio.sleep(0.2)  # the three are queued behind the first
-            started = time.monotonic()
-            other = await _ask(server, "other")
-            waited = time.monotonic() - started
-            return await asyncio.gather(*busy), other, waited
+    async def run() -> tuple[list[str], str, float]:
+        busy = [asyncio.create_task(_ask(server, "busy"))]
+        await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
+        busy += [asyncio.create_task(_ask(server, "busy")) for _ in range(3)]
+        await asyncio.sleep(0.2)  # the three are queued behind the first
+        started = time.monotonic()
+        other = await _ask(server, "other")
+        waited = time.monotonic() - started
+        return await asyncio.gather(*busy), other, waited
 
-        busy, other, waited = asyncio.run(run())
-    finally:
-        server.stop()
+    busy, other, waited = asyncio.run(run())
     assert other == "other" and waited < 0.5  # a connection was free at once
     assert sorted(busy) == ["first", "queued", "queued", "queued"]  # one at a time, all served
 
 
 def test_thirty_slow_streams_on_three_connections(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+    db_dsn: str,
+    start_proxy: StartProxy,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
 ) -> None:
     """The bounded form of bench/capacity.py: 30 sessions stream a 1 s answer at once
     through a pool of 3; all are served, none is told the server is busy, and the replica
@@ -215,14 +185,7 @@ def test_thirty_slow_streams_on_three_connections(
     PostgreSQL itself counts them."""
     n, pool = 30, 3
     fake_upstream.script(*(reply(f"streamed {i}", chunks=5, chunk_delay=0.2) for i in range(n)))
-    settings = Settings(
-        database_url=db_dsn,
-        config=config_path,
-        watch_config=False,
-        pool_max_size=pool,
-        pool_timeout_seconds=5.0,
-    )
-    server = ProxyServer(settings).start()
+    server = start_proxy(config_path, pool_max_size=pool, pool_timeout_seconds=5.0)
 
     async def stream(session: str) -> str:
         async with _client(server, session) as client:
@@ -257,10 +220,7 @@ def test_thirty_slow_streams_on_three_connections(
             await admin.close()
         return answers, peak, elapsed
 
-    try:
-        answers, peak, elapsed = asyncio.run(run())
-    finally:
-        server.stop()
+    answers, peak, elapsed = asyncio.run(run())
     assert sorted(answers) == sorted(f"streamed {i}" for i in range(n))
     assert peak <= pool + 1, peak
     assert elapsed < 10  # concurrently, not ten rounds of three

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.settings import Settings
 from tests.fakes.upstream import CHAT, FakeUpstream, Reply, reply, tool_call
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 
 CLIENT_KEY = "sk-test-client"
 UPSTREAM_KEY_ENV = "CASCADE_TEST_UPSTREAM_KEY"
@@ -114,24 +112,6 @@ def _wait_for(predicate: Any, timeout: float = 3.0) -> Any:
         time.sleep(0.02)
 
 
-@pytest.fixture
-def custom_proxy(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
-    """Start proxies on custom configs; every one started is stopped after the test."""
-    started: list[ProxyServer] = []
-
-    def start(config: Path | None) -> ProxyServer:
-        settings = Settings(
-            database_url=db_dsn, config=config, keepalive_seconds=0.3, watch_config=False
-        )
-        server = ProxyServer(settings).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
-
-
 def test_nonstream_body_is_byte_for_byte_the_upstream_answer(
     client: openai.OpenAI, fake_upstream: FakeUpstream
 ) -> None:
@@ -219,12 +199,12 @@ def test_sdk_configured_by_openai_env_vars(
 
 
 def test_proxy_without_providers_block_uses_openai_env_upstream(
-    custom_proxy: Any, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The proxy's own default provider: OPENAI_BASE_URL + OPENAI_API_KEY from its environment.
     monkeypatch.setenv("OPENAI_BASE_URL", fake_upstream.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proxy-upstream")
-    server = custom_proxy(None)
+    server = start_proxy(None)
     client = openai.OpenAI(base_url=server.url, api_key=CLIENT_KEY, max_retries=0)
     fake_upstream.script(reply("default provider"))
 
@@ -242,7 +222,7 @@ def test_proxy_without_providers_block_uses_openai_env_upstream(
 )
 def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
     provider_key: str | None,
-    custom_proxy: Any,
+    start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -259,7 +239,7 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
         providers={"openai": {"baseUrl": fake_upstream.url, "apiKeyEnv": UPSTREAM_KEY_ENV}},
         auth={"keys": [{"keyEnv": "CASCADE_TEST_TEAM_A", "tenant": "team-a"}]},
     )
-    server = custom_proxy(config)
+    server = start_proxy(config)
     hi = [{"role": "user", "content": "hi"}]
 
     intruder = openai.OpenAI(base_url=server.url, api_key="sk-not-a-proxy-key", max_retries=0)
@@ -317,7 +297,7 @@ def test_proxy_keys_pick_the_tenant_and_never_reach_the_provider(
 def test_upstream_credentials(
     env_value: str | None,
     expected: str,
-    custom_proxy: Any,
+    start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -330,7 +310,7 @@ def test_upstream_credentials(
     config = write_config(
         tmp_path / "creds.json", fake_upstream.url, providers={"openai": provider}
     )
-    server = custom_proxy(config)
+    server = start_proxy(config)
     client = openai.OpenAI(base_url=server.url, api_key=CLIENT_KEY, max_retries=0)
 
     client.chat.completions.create(model="gpt-fake", messages=[{"role": "user", "content": "hi"}])

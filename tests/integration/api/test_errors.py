@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.settings import Settings
 from tests.fakes.upstream import MODELS, FakeUpstream, error, rate_limited, raw, reply
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 
 CLIENT_KEY = "sk-test-client"
 SID = "err-session"
@@ -31,24 +29,6 @@ TURN2 = [
     {"role": "assistant", "content": "first answer"},
     {"role": "user", "content": "next"},
 ]
-
-StartProxy = Callable[..., ProxyServer]
-
-
-@pytest.fixture
-def start_proxy(db_dsn: str) -> Iterator[StartProxy]:
-    """Start extra proxies (same database) on custom configs; all are stopped afterwards."""
-    started: list[ProxyServer] = []
-
-    def start(config: Path, **settings: Any) -> ProxyServer:
-        options = {"keepalive_seconds": 0.3, "watch_config": False, **settings}
-        server = ProxyServer(Settings(database_url=db_dsn, config=config, **options)).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 def _http(server: ProxyServer) -> httpx.Client:

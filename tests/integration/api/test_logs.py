@@ -23,46 +23,11 @@ import pytest
 from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, Records, write_config
 
 SECRET_KEY = "sk-SECRET-BEARER-7f3a9c"
 SECRET_TEXT = "SECRET-BODY-c41d2e"
 MESSAGES = [{"role": "user", "content": f"my password is {SECRET_TEXT}"}]
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def access(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
-        """The first ``n`` access lines' fields (written just after the response is sent)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            lines = [r.fields for r in self.records if r.name == "cascade.access"]  # type: ignore[attr-defined]
-            if len(lines) >= n or time.monotonic() > deadline:
-                assert len(lines) >= n, lines
-                return lines[:n]
-            time.sleep(0.01)
-
-    def errors(self) -> list[logging.LogRecord]:
-        """Lines other than access lines and the server's own start/stop lines."""
-        return [
-            r
-            for r in self.records
-            if r.name == "cascade" or r.levelno >= logging.WARNING and r.name != "cascade.tokens"
-        ]
-
-
-@pytest.fixture
-def records() -> Iterator[_Records]:
-    handler = _Records()
-    logging.getLogger().addHandler(handler)
-    yield handler
-    logging.getLogger().removeHandler(handler)
 
 
 def _post(http: httpx.Client, path: str = "/v1/chat/completions", **kwargs: Any) -> httpx.Response:
@@ -70,7 +35,7 @@ def _post(http: httpx.Client, path: str = "/v1/chat/completions", **kwargs: Any)
 
 
 def test_one_access_line_per_request_with_its_fields(
-    http: httpx.Client, fake_upstream: FakeUpstream, records: _Records
+    http: httpx.Client, fake_upstream: FakeUpstream, records: Records
 ) -> None:
     fake_upstream.script(
         reply("slow", first_byte_delay=0.1), reply("stream", chunks=3, chunk_delay=0.1)
@@ -112,7 +77,7 @@ def test_one_access_line_per_request_with_its_fields(
 
 
 def test_the_request_id_is_the_clients_when_sane_else_generated_and_echoed(
-    http: httpx.Client, records: _Records
+    http: httpx.Client, records: Records
 ) -> None:
     given = http.get("/healthz", headers={"x-request-id": "trace-42.a:b"})
     assert given.headers["x-request-id"] == "trace-42.a:b"
@@ -153,7 +118,7 @@ def _client(server: ProxyServer) -> httpx.Client:
 
 
 def test_each_error_is_logged_once_with_its_cause(
-    down: tuple[ProxyServer, int], records: _Records
+    down: tuple[ProxyServer, int], records: Records
 ) -> None:
     server, port = down
     with _client(server) as http:
@@ -178,7 +143,7 @@ def test_each_error_is_logged_once_with_its_cause(
 
 
 def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
-    settings: Settings, fake_upstream: FakeUpstream, tmp_path: Path, records: _Records
+    settings: Settings, fake_upstream: FakeUpstream, tmp_path: Path, records: Records
 ) -> None:
     # Past the 0.3 s keep-alive the 200 is committed: the error can only go in-band, and the
     # access line says 200, so the log must say what happened.

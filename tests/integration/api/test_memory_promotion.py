@@ -13,9 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, error, reply
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 from tests.integration.api.test_compaction import briefing
 from tests.integration.api.test_metrics import scrape
 from tests.integration.conftest import column
@@ -128,21 +127,14 @@ def test_a_failed_extraction_changes_nothing_else(
 
 
 def test_a_slow_extraction_holds_no_connection(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
+    db_dsn: str, start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     """One pooled connection and a fast model that takes 2 s to list the facts: another
     session is served meanwhile (the compaction gave its connection back before asking),
     and the suggestion is still stored afterwards with a connection borrowed again."""
     model = Model(reply(json.dumps({"facts": FACTS}), first_byte_delay=2.0))
     fake_upstream.default = model
-    settings = Settings(
-        database_url=db_dsn,
-        config=config_path,
-        watch_config=False,
-        pool_max_size=1,
-        pool_timeout_seconds=0.3,
-    )
-    server = ProxyServer(settings).start()
+    server = start_proxy(config_path, pool_max_size=1, pool_timeout_seconds=0.3)
     try:
         with (
             httpx.Client(
@@ -167,7 +159,7 @@ def test_a_slow_extraction_holds_no_connection(
             assert not compacted.done()  # still within the extraction
             compacted.result()
     finally:
-        server.stop()
+        server.stop()  # its background work done before the events are read
     assert r.status_code == 200, r.text  # not a 503 server_busy after the pool's wait
     assert waited < 1.5
     (event,) = _events(db_dsn, "promo-slow")

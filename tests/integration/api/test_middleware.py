@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from fastapi.routing import iter_route_contexts
 from starlette.responses import Response
 from starlette.routing import Route
@@ -21,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, Records
 
 ORIGIN = "https://app.example"
 CHAT_PATHS = {"/v1/chat/completions", "/s/{session_id}/v1/chat/completions"}
@@ -46,23 +44,6 @@ class Canary:
             await send(message)
 
         await self.app(scope, receive, mark)
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-def records() -> Iterator[_Records]:
-    handler = _Records()
-    logging.getLogger().addHandler(handler)
-    yield handler
-    logging.getLogger().removeHandler(handler)
 
 
 def _start(settings: Settings, **overrides: Any) -> tuple[ProxyServer, list[tuple[str, str]]]:
@@ -123,7 +104,7 @@ class _Broken(Response):
 
 
 def test_an_exception_while_sending_a_response_is_an_openai_500_logged_once(
-    settings: Settings, records: _Records
+    settings: Settings, records: Records
 ) -> None:
     server, seen = _start(settings, cors_origins=ORIGIN)
     server.app.router.routes.append(Route("/broken", lambda request: _Broken()))

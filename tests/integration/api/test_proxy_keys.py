@@ -9,7 +9,6 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,8 @@ import pytest
 from fastapi.routing import iter_route_contexts
 from starlette.routing import Mount
 
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import StartProxy, write_config
 
 KEY_A = "cascade-key-a-5e1f0b"
 KEY_B = "cascade-key-b-93d7aa"
@@ -29,22 +27,6 @@ UPSTREAM_SECRET = "sk-upstream-77c2e1"
 HI = [{"role": "user", "content": "hi"}]
 OPEN = {"/healthz"}
 AGENTS = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
-
-
-@pytest.fixture
-def start(db_dsn: str) -> Iterator[Any]:
-    started: list[ProxyServer] = []
-
-    def run(config: Path, **settings: Any) -> ProxyServer:
-        server = ProxyServer(
-            Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3, **settings)
-        ).start()
-        started.append(server)
-        return server
-
-    yield run
-    for server in started:
-        server.stop()
 
 
 @pytest.fixture
@@ -72,7 +54,7 @@ def _requests(app: Any) -> list[tuple[str, str]]:
 
 
 def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
-    start: Any,
+    start_proxy: StartProxy,
     keys: dict[str, Any],
     fake_upstream: FakeUpstream,
     tmp_path: Path,
@@ -80,7 +62,7 @@ def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
-    server = start(
+    server = start_proxy(
         write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=agents)
     )
     requests = _requests(server.app)
@@ -143,7 +125,7 @@ def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
 
 
 def test_a_key_limited_to_agents_gets_403_for_any_other(
-    start: Any,
+    start_proxy: StartProxy,
     keys: dict[str, Any],
     fake_upstream: FakeUpstream,
     tmp_path: Path,
@@ -153,7 +135,7 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
         "coder": {"provider": "openai"},
         "reviewer": {"provider": "openai"},
     }
-    server = start(
+    server = start_proxy(
         write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=agents)
     )
     limited = openai.OpenAI(base_url=server.url, api_key=KEY_A, max_retries=0)
@@ -197,14 +179,14 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
 
 
 def test_pass_through_refuses_no_bearer_when_the_provider_key_would_pay(
-    start: Any,
+    start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CASCADE_TEST_UPSTREAM", UPSTREAM_SECRET)
     provider = {"baseUrl": fake_upstream.url, "apiKeyEnv": "CASCADE_TEST_UPSTREAM"}
-    server = start(
+    server = start_proxy(
         write_config(tmp_path / "agents.json", fake_upstream.url, providers={"openai": provider})
     )
     chat = {"model": "m", "messages": HI}
@@ -235,13 +217,13 @@ def _until(check: Any, timeout: float = 10.0) -> None:
 
 
 def test_the_gate_follows_the_config_in_force(
-    start: Any,
+    start_proxy: StartProxy,
     keys: dict[str, Any],
     fake_upstream: FakeUpstream,
     tmp_path: Path,
 ) -> None:
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
-    server = start(config, watch_config=True)
+    server = start_proxy(config, watch_config=True)
     with httpx.Client(base_url=server.origin, timeout=10) as http:
         assert http.get("/v1/sessions").status_code == 200  # pass-through, nobody pays
         write_config(config, fake_upstream.url, auth=keys, agents=AGENTS)
@@ -251,13 +233,13 @@ def test_the_gate_follows_the_config_in_force(
 
 
 def test_on_a_non_loopback_address_a_reload_without_keys_closes_every_door(
-    start: Any,
+    start_proxy: StartProxy,
     keys: dict[str, Any],
     fake_upstream: FakeUpstream,
     tmp_path: Path,
 ) -> None:
     config = write_config(tmp_path / "agents.json", fake_upstream.url, auth=keys, agents=AGENTS)
-    server = start(config, watch_config=True, host="0.0.0.0")  # noqa: S104 (the rule under test)
+    server = start_proxy(config, watch_config=True, host="0.0.0.0")  # noqa: S104 (the rule under test)
     with httpx.Client(base_url=server.origin, timeout=10) as http:
         good = {"authorization": f"Bearer {KEY_B}"}
         assert http.get("/v1/sessions", headers=good).status_code == 200
@@ -269,7 +251,7 @@ def test_on_a_non_loopback_address_a_reload_without_keys_closes_every_door(
 
 
 def test_the_start_up_block_is_logged_once_without_a_secret(
-    start: Any,
+    start_proxy: StartProxy,
     keys: dict[str, Any],
     fake_upstream: FakeUpstream,
     tmp_path: Path,
@@ -279,7 +261,7 @@ def test_the_start_up_block_is_logged_once_without_a_secret(
     caplog.set_level(logging.INFO)
     monkeypatch.setenv("CASCADE_TEST_UPSTREAM", UPSTREAM_SECRET)
     provider = {"baseUrl": fake_upstream.url, "apiKeyEnv": "CASCADE_TEST_UPSTREAM"}
-    start(
+    start_proxy(
         write_config(
             tmp_path / "agents.json",
             fake_upstream.url,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,9 @@ import openai
 import pytest
 import trustme
 
-from proxy.settings import Settings
 from tests.fakes.egress_proxy import EgressProxy
 from tests.fakes.upstream import FakeUpstream, raw
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 
 HOST = "provider.cascade.test"  # resolved by the egress proxy alone
 _PROXY_VARS = (
@@ -64,35 +62,25 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def start(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
+def start(start_proxy: StartProxy, tmp_path: Path) -> Any:
     """Start a proxy on a config of ``providers`` (name -> block); one agent per provider,
     selected by a request's model naming it; no tiktoken (it would fetch through the egress
     proxy). Stopped afterwards."""
-    started: list[ProxyServer] = []
+    configs = 0
 
     def run(**providers: dict[str, Any]) -> ProxyServer:
+        nonlocal configs
+        configs += 1
         agents = {name: {"provider": name} for name in providers}
         config = write_config(
-            tmp_path / f"cfg{len(started)}.json",
+            tmp_path / f"cfg{configs}.json",
             "http://unused.invalid/v1",
             providers=providers,
             agents={"default": {"provider": next(iter(providers))}, **agents},
         )
-        server = ProxyServer(
-            Settings(
-                database_url=db_dsn,
-                config=config,
-                watch_config=False,
-                keepalive_seconds=0.3,
-                tokenizer="",
-            )
-        ).start()
-        started.append(server)
-        return server
+        return start_proxy(config, tokenizer="")
 
-    yield run
-    for server in started:
-        server.stop()
+    return run
 
 
 def _chat(server: ProxyServer, model: str = "gpt-fake") -> httpx.Response:
