@@ -8,13 +8,11 @@ tokens), so a pass fires about every fifth step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, count_prompt_tokens, reply, tool_call
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, blob, marker_args, read_all, sdk, wait_event
@@ -46,16 +44,9 @@ def write(path: Path, upstream: str, *, enabled: bool = True) -> Path:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """This module's config, under the name the shared ``settings``/``proxy`` fixtures read."""
     return write(tmp_path / "agents.json", fake_upstream.url)
-
-
-@pytest.fixture
-def proxy(db_dsn: str, config_file: Path) -> Iterator[ProxyServer]:
-    settings = Settings(database_url=db_dsn, config=config_file, keepalive_seconds=0.3)
-    server = ProxyServer(settings).start()
-    yield server
-    server.stop()
 
 
 class Agent:
@@ -192,7 +183,7 @@ def test_reclaimed_tokens_show_in_usage_events_and_the_session(
 
 
 def test_eviction_toggle_takes_effect_without_restart(
-    proxy: ProxyServer, fake_upstream: FakeUpstream, config_file: Path
+    proxy: ProxyServer, fake_upstream: FakeUpstream, config_path: Path
 ) -> None:
     agent = Agent(proxy, fake_upstream)
     agent.step("keep_me")
@@ -205,7 +196,7 @@ def test_eviction_toggle_takes_effect_without_restart(
         ):
             lines = r.iter_lines()
             next(line for line in lines if line.startswith("event:"))  # subscribed
-            write(config_file, fake_upstream.url, enabled=enabled)
+            write(config_path, fake_upstream.url, enabled=enabled)
             assert next(line for line in lines if "config." in line) == "event: config.reloaded"
 
     reload(False)

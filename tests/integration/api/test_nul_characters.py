@@ -10,14 +10,12 @@ internal tool and the tool-outputs API) pages back the original with the same of
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from proxy.settings import Settings
 from proxy.store.nul import decode, encode
 from tests.fakes.upstream import FakeUpstream, reply, tool_call
 from tests.integration.api.conftest import ProxyServer, write_config
@@ -49,7 +47,8 @@ def history() -> tuple[list[dict[str, Any]], dict[str, str]]:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """This module's config, under the name the shared ``settings``/``proxy`` fixtures read."""
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
@@ -59,14 +58,6 @@ def config_file(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
             "summarize": {"enabled": False},
         },
     )
-
-
-@pytest.fixture
-def proxy(db_dsn: str, config_file: Path) -> Iterator[ProxyServer]:
-    settings = Settings(database_url=db_dsn, config=config_file, keepalive_seconds=0.3)
-    server = ProxyServer(settings).start()
-    yield server
-    server.stop()
 
 
 def test_the_escape_round_trips_and_leaves_ordinary_text_alone() -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, raw, reply, tool_call
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, blob, marker_args, page_slice, sdk, wait_event
@@ -48,16 +47,9 @@ def context(persist_raw: bool = True) -> dict[str, Any]:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """This module's config, under the name the shared ``settings``/``proxy`` fixtures read."""
     return write_config(tmp_path / "agents.json", fake_upstream.url, context=context())
-
-
-@pytest.fixture
-def proxy(db_dsn: str, config_file: Path) -> Iterator[ProxyServer]:
-    settings = Settings(database_url=db_dsn, config=config_file, keepalive_seconds=0.3)
-    server = ProxyServer(settings).start()
-    yield server
-    server.stop()
 
 
 def chat(proxy: ProxyServer, sid: str, messages: list[Any], **kw: Any) -> Any:
@@ -215,7 +207,7 @@ def test_mixed_step_gives_the_client_only_its_own_call(
 
 
 def test_persist_raw_toggle_takes_effect_on_the_next_request(
-    proxy: ProxyServer, fake_upstream: FakeUpstream, config_file: Path
+    proxy: ProxyServer, fake_upstream: FakeUpstream, config_path: Path
 ) -> None:
     messages = history("call_1", blob(9000, "one"))
     chat(proxy, "s1", messages)
@@ -226,7 +218,7 @@ def test_persist_raw_toggle_takes_effect_on_the_next_request(
     with api(proxy) as http, http.stream("GET", "/v1/sessions/s1/events", headers=headers) as r:
         lines = r.iter_lines()
         next(line for line in lines if line.startswith("event:"))
-        write_config(config_file, fake_upstream.url, context=context(persist_raw=False))
+        write_config(config_path, fake_upstream.url, context=context(persist_raw=False))
         assert next(line for line in lines if "config." in line) == "event: config.reloaded"
 
     more = [*messages, *history("call_2", blob(9000, "two"), tag="other")]
