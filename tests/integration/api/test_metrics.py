@@ -209,18 +209,10 @@ def test_truncation_reports_the_tokens_it_reclaimed(
 def test_the_overflow_guard_reports_the_tokens_it_dropped(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    from tests.integration.api.test_compaction import Agent, Model, stack
-    from tests.integration.api.test_overflow_guard import LIMIT, RESERVED, rounds
+    from tests.integration.api.test_compaction import Agent
+    from tests.integration.api.test_overflow_guard import rounds, small_window
 
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        Model(),
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"enabled": False},
-    ) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream, summarize={"enabled": False}) as s:
         agent = Agent(s.client("trim-metrics"))
         agent.messages += rounds(8)
         agent.step()

@@ -9,6 +9,7 @@ with 400 ``context_length_exceeded`` and nothing goes upstream; and the provider
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.fakes.upstream import (
 from tests.integration.api.test_compaction import (
     Agent,
     Model,
+    Stack,
     assert_paired,
     canon,
     live_part,
@@ -38,6 +40,13 @@ from tests.integration.api.test_compaction import (
 
 LIMIT, RESERVED = 4000, 500
 ROOM = LIMIT - RESERVED
+
+
+def small_window(
+    tmp_path: Path, db_dsn: str, fake: FakeUpstream, model: Model | None = None, **kwargs: Any
+) -> AbstractContextManager[Stack]:
+    """The guard's stack: a ``LIMIT``-token window, ``RESERVED`` of it kept for the answer."""
+    return stack(tmp_path, db_dsn, fake, model or Model(), limit=LIMIT, reserved=RESERVED, **kwargs)
 
 
 def rounds(n: int, size: int = 400) -> list[dict[str, Any]]:
@@ -83,14 +92,8 @@ def test_the_tools_count_against_the_window(
         prompt = count_prompt_tokens(body["messages"]) + len(json.dumps(body["tools"])) // 4
         return reply("ok", usage=(prompt, 1))
 
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        Model(main=main),
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"enabled": False},
+    with small_window(
+        tmp_path, db_dsn, fake_upstream, Model(main=main), summarize={"enabled": False}
     ) as s:
         agent = Agent(s.client("tools"))
         agent.messages += rounds(4, 350)
@@ -115,15 +118,7 @@ def test_an_oversized_prompt_is_compacted_then_the_oldest_rounds_are_dropped(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
     model = Model()
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        model,
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"keepRecent": 15},
-    ) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream, model, summarize={"keepRecent": 15}) as s:
         agent = Agent(s.client("overflow"))
         agent.messages += rounds(8)  # ~6500 tokens in one request
         assert agent.step() == "ok"
@@ -151,15 +146,7 @@ def test_without_summarisation_the_guard_still_drops_whole_rounds(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
     model = Model()
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        model,
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"enabled": False},
-    ) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream, model, summarize={"enabled": False}) as s:
         agent = Agent(s.client("trim-only"))
         agent.messages += rounds(8)
         agent.step()
@@ -176,7 +163,7 @@ def test_without_summarisation_the_guard_still_drops_whole_rounds(
 def test_one_message_too_large_for_the_window_is_refused_and_nothing_is_sent(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, stream: bool
 ) -> None:
-    with stack(tmp_path, db_dsn, fake_upstream, Model(), limit=LIMIT, reserved=RESERVED) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream) as s:
         client = s.client("huge")
         messages = [
             {"role": "system", "content": "You are terse."},
@@ -201,15 +188,7 @@ def test_a_refused_first_request_still_stores_the_history_it_brought(
 ) -> None:
     """A new session's long first request is stored with its step (services.history: held
     back); when the guard refuses the step, what the client sent is stored all the same."""
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        Model(),
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"enabled": False},
-    ) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream, summarize={"enabled": False}) as s:
         messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
         for i in range(4):  # 10 messages in all: more than a session is guessed new with
             messages += [
@@ -228,15 +207,7 @@ def test_a_refused_first_request_still_stores_the_history_it_brought(
 def test_a_huge_message_after_some_history_is_refused_without_calling_the_model(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        Model(),
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"keepRecent": 2},
-    ) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream, summarize={"keepRecent": 2}) as s:
         agent = Agent(s.client("huge-late"))
         for i in range(3):
             agent.say(words(300, f"t{i}"))

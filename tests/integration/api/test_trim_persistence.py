@@ -12,13 +12,10 @@ from typing import Any
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.test_compaction import (
     Agent,
-    Model,
     assert_paired,
-    stack,
     tool_round,
 )
-
-LIMIT, RESERVED = 4000, 500
+from tests.integration.api.test_overflow_guard import small_window
 
 
 def _is_prefix(prev: list[Any], cur: list[Any]) -> bool:
@@ -28,15 +25,7 @@ def _is_prefix(prev: list[Any], cur: list[Any]) -> bool:
 def test_trimmed_rounds_stay_dropped_and_later_prompts_share_their_prefix(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    with stack(
-        tmp_path,
-        db_dsn,
-        fake_upstream,
-        Model(),
-        limit=LIMIT,
-        reserved=RESERVED,
-        summarize={"enabled": False},
-    ) as s:
+    with small_window(tmp_path, db_dsn, fake_upstream, summarize={"enabled": False}) as s:
         agent = Agent(s.client("trim-1"))
         agent.messages.append({"role": "user", "content": "Audit every module."})
         for n in range(24):
