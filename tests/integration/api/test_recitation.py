@@ -28,23 +28,27 @@ PLAN = "<plan>\n## Open Tasks\n- finish the fix\n\n## Next Step\nrun the tests\n
 HEADERS = {"authorization": "Bearer sk-test-client"}
 
 
-def _config(path: Path, url: str, *, recitation: bool | None) -> str:
-    ctx: dict[str, Any] = {"summarize": {"keepRecent": 2}, "eviction": {"enabled": False}}
-    if recitation is not None:
-        ctx["recitation"] = {"enabled": recitation}
+def plan_config(path: Path, url: str, **context: Any) -> str:
+    """The text of a config for the plan's tests (a compaction keeps the last two messages,
+    eviction is off, the fast model has its own window) with ``context``'s sections added;
+    written beside ``path``, so ``save`` can swap it in whole."""
     tmp = write_config(
         path.with_name("next.json"),
         url,
-        context=ctx,
+        context={"summarize": {"keepRecent": 2}, "eviction": {"enabled": False}, **context},
         models={"default": {"contextLimit": 128000}, FAST: {"contextLimit": 32000}},
     )
     return tmp.read_text()
 
 
+def _config(path: Path, url: str, *, recitation: bool) -> str:
+    return plan_config(path, url, recitation={"enabled": recitation})
+
+
 @pytest.fixture
 def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     path = tmp_path / "agents.json"
-    path.write_text(_config(path, fake_upstream.url, recitation=None))
+    path.write_text(plan_config(path, fake_upstream.url))  # recitation left to its default
     return path
 
 

@@ -25,32 +25,24 @@ from proxy.cascade.types import CONFIG_RELOADED, USAGE
 from proxy.settings import Settings
 from proxy.store import memory, messages as msgs
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_compaction import FAST, Model
 from tests.integration.api.test_config_reload import named, save
 from tests.integration.api.test_events import chat, open_events, user
+from tests.integration.api.test_recitation import HEADERS, PLAN, plan_config
 from tests.integration.api.test_reconcile import QueryLog, statements
 
-PLAN = "<plan>\n## Open Tasks\n- finish the fix\n\n## Next Step\nrun the tests\n</plan>"
 TAIL = "\n\n" + PLAN
-HEADERS = {"authorization": "Bearer sk-test-client"}
 STEPS = 10
 
 
 def _config(path: Path, url: str, *, recitation: bool = True, memory_on: bool = True) -> str:
-    ctx: dict[str, Any] = {
-        "summarize": {"keepRecent": 2},
-        "eviction": {"enabled": False},
-        "recitation": {"enabled": recitation},
-        "memoryPromotion": {"mode": "suggest" if memory_on else "off"},
-    }
-    tmp = write_config(
-        path.with_name("next.json"),
+    return plan_config(
+        path,
         url,
-        context=ctx,
-        models={"default": {"contextLimit": 128000}, FAST: {"contextLimit": 32000}},
+        recitation={"enabled": recitation},
+        memoryPromotion={"mode": "suggest" if memory_on else "off"},
     )
-    return tmp.read_text()
 
 
 @pytest.fixture
