@@ -34,27 +34,25 @@ def _filter_proxy_handlers(config: pytest.Config) -> None:
             handler.addFilter(_captured)
 
 
+def _phase(item: pytest.Item) -> Generator[None]:
+    try:
+        return (yield)
+    finally:
+        _filter_proxy_handlers(item.config)
+
+
 # trylast: inside pytest's capture of the phase, so the filter is on before the capture ends,
 # whatever the phase started (``create_app`` installs a new handler).
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None]:
-    try:
-        return (yield)
-    finally:
-        _filter_proxy_handlers(item.config)
+    return (yield from _phase(item))
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
-    try:
-        return (yield)
-    finally:
-        _filter_proxy_handlers(item.config)
+    return (yield from _phase(item))
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None]:
-    try:
-        return (yield)
-    finally:
-        _filter_proxy_handlers(item.config)
+    return (yield from _phase(item))

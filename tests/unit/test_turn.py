@@ -47,7 +47,8 @@ class _Pool:
         self.released.append(conn)
 
 
-async def _turn(pool: _Pool, locks: SessionLocks, leases: Leases) -> Turn:
+async def _turn(pool: _Pool, locks: SessionLocks, leases: Leases, *, connect: bool = True) -> Turn:
+    """A turn at the head of KEY's queue, connected unless ``connect`` is false."""
     await locks.acquire(KEY)
     turn = Turn(
         KEY,
@@ -58,7 +59,8 @@ async def _turn(pool: _Pool, locks: SessionLocks, leases: Leases) -> Turn:
         bus=None,  # type: ignore[arg-type]
         acquire_timeout=1.0,
     )
-    await turn.connect()
+    if connect:
+        await turn.connect()
     return turn
 
 
@@ -98,16 +100,7 @@ async def test_a_turn_that_never_had_a_connection_aborts_without_a_statement() -
     abort asks for no second connection (the 503 is not delayed by another wait)."""
     pool, locks = _Pool(), SessionLocks()
     leases = _leases(pool)
-    await locks.acquire(KEY)
-    turn = Turn(
-        KEY,
-        pool=pool,  # type: ignore[arg-type]
-        locks=locks,
-        leases=leases,
-        chains=ChainCache(),
-        bus=None,  # type: ignore[arg-type]
-        acquire_timeout=1.0,
-    )
+    turn = await _turn(pool, locks, leases, connect=False)
     await turn.abort()
     assert pool.lent == 0 and pool.conn.statements == []
     assert locks.waiting(KEY) == 0 and leases.holding() == []

@@ -12,11 +12,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from proxy.settings import Settings
 from proxy.store.db import Connection
 from proxy.store.messages import BEGIN_STEP
 from proxy.warmup import WARM_TENANT, warm_connection, warm_pool
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import StartProxy
 from tests.integration.conftest import pooler_everywhere
 
 PREPARED = "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1"
@@ -62,45 +61,37 @@ async def test_a_failing_warm_up_is_logged_and_the_pool_still_serves(
     assert await pool.fetchval("SELECT 1") == 1
 
 
-def test_the_replica_starts_with_its_pool_open_and_stores_nothing(
-    db_dsn: str, config_path: Path
-) -> None:
-    if pooler_everywhere():
-        pytest.skip("PgBouncer opens the server connections, not the replica")
+def _backends(dsn: str) -> tuple[list[int], int]:
+    """The proxy's pooled backends (its listening one left out), and the stored sessions."""
 
-    async def backends() -> tuple[int, int]:
-        conn = await asyncpg.connect(db_dsn)
+    async def read() -> tuple[list[int], int]:
+        conn = await asyncpg.connect(dsn)
         try:
-            opened = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-                " AND query NOT LIKE 'LISTEN%'"
+            pids = await conn.fetchval(
+                "SELECT array_agg(pid ORDER BY pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND backend_type = 'client backend'"
+                " AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%'"
             )
-            return opened, await conn.fetchval("SELECT count(*) FROM sessions")
+            return list(pids or []), await conn.fetchval("SELECT count(*) FROM sessions")
         finally:
             await conn.close()
 
-    settings = Settings(
-        database_url=db_dsn, config=config_path, watch_config=False, pool_max_size=3
-    )
-    server = ProxyServer(settings).start()
-    try:
-        opened, stored = asyncio.run(backends())
-    finally:
-        server.stop()
-    assert opened == 3  # without the warm-up, the pool's one connection (min_size)
+    return asyncio.run(read())
+
+
+def test_the_replica_starts_with_its_pool_open_and_stores_nothing(
+    db_dsn: str, start_proxy: StartProxy, config_path: Path
+) -> None:
+    if pooler_everywhere():
+        pytest.skip("PgBouncer opens the server connections, not the replica")
+    start_proxy(config_path, pool_max_size=3)
+    opened, stored = _backends(db_dsn)
+    assert len(opened) == 3  # without the warm-up, the pool's one connection (min_size)
     assert stored == 0
 
 
-BACKENDS = (
-    "SELECT array_agg(pid ORDER BY pid) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND backend_type = 'client backend'"
-    " AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%'"
-)
-
-
 def test_the_warmed_connections_stay_open_past_the_idle_lifetime(
-    db_dsn: str, config_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_dsn: str, start_proxy: StartProxy, config_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pool's floor is the warmed connections: idle past asyncpg's
     ``max_inactive_connection_lifetime`` (300 s, here 0.3 s), the same backends are open, so
@@ -113,23 +104,9 @@ def test_the_warmed_connections_stay_open_past_the_idle_lifetime(
         return create_pool(*args, **{**kwargs, "max_inactive_connection_lifetime": 0.3})
 
     monkeypatch.setattr(asyncpg, "create_pool", short_lived)
-
-    async def backends() -> list[int]:
-        conn = await asyncpg.connect(db_dsn)
-        try:
-            return list(await conn.fetchval(BACKENDS) or [])
-        finally:
-            await conn.close()
-
-    settings = Settings(
-        database_url=db_dsn, config=config_path, watch_config=False, pool_max_size=3
-    )
-    server = ProxyServer(settings).start()
-    try:
-        warmed = asyncio.run(backends())
-        time.sleep(1.5)  # five times the idle lifetime
-        idle = asyncio.run(backends())
-    finally:
-        server.stop()
+    start_proxy(config_path, pool_max_size=3)
+    warmed, _ = _backends(db_dsn)
+    time.sleep(1.5)  # five times the idle lifetime
+    idle, _ = _backends(db_dsn)
     assert len(warmed) == 3
     assert idle == warmed
