@@ -529,25 +529,8 @@ def test_background_compaction_is_deduplicated_per_session(
         ]
 
 
-def test_background_compaction_is_deduplicated_across_replicas(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
-) -> None:
-    model = Model(fast_delay=1.0)
-    with stack(
-        tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.95}
-    ) as s:
-        agent = Agent(s.client("replicas", 0))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
-        wait_until(lambda: model.fast_times, what="the first replica's compaction")
-        agent.client = s.client("replicas", 1)  # same session, the other replica
-        for i in range(2):
-            agent.say(words(450, f"r{i}"))
-        assert max(agent.latencies) < 0.5
-        wait_until(lambda: s.summaries("replicas"), 3.0, "the summary")
-        s.settle("replicas", 7)
-        assert len(model.fast_times) == 1, "the second replica started its own compaction"
-        assert len(s.summaries("replicas")) == 1
+# Across replicas: tests/integration/api/test_replicas.py
+# (test_a_compaction_runs_once_for_both_replicas_and_is_counted_once).
 
 
 def test_hard_threshold_waits_for_the_compaction_in_flight(
