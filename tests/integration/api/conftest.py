@@ -75,6 +75,17 @@ class ProxyServer:
         return f"{self.origin}/v1"
 
 
+def wait_for(predicate: Callable[[], Any], timeout: float = 3.0) -> Any:
+    """``predicate()``'s first truthy value, polled every 20 ms; its last value after
+    ``timeout`` (the caller's assertion says what was missing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
 def write_config(path: Path, upstream_url: str, **overrides: Any) -> Path:
     """An agents.json pointing the default provider at ``upstream_url``."""
     cfg: dict[str, Any] = {

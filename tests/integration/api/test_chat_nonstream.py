@@ -8,7 +8,6 @@ Replies carry fixed ids, so the fake's answer is a pure function of the request 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import CHAT, FakeUpstream, Reply, reply, tool_call
-from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy, wait_for, write_config
 
 CLIENT_KEY = "sk-test-client"
 UPSTREAM_KEY_ENV = "CASCADE_TEST_UPSTREAM_KEY"
@@ -103,15 +102,6 @@ def _direct(fake: FakeUpstream, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{fake.url}/chat/completions", json=body, headers=headers, timeout=10)
 
 
-def _wait_for(predicate: Any, timeout: float = 3.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
-
-
 def test_nonstream_body_is_byte_for_byte_the_upstream_answer(
     client: openai.OpenAI, fake_upstream: FakeUpstream
 ) -> None:
@@ -172,7 +162,7 @@ def test_reply_is_stored_in_the_session(
         data = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
         return data if len(data) == 2 else []
 
-    rows = _wait_for(stored)
+    rows = wait_for(stored)
     assert [r["role"] for r in rows] == ["user", "assistant"]
     assert rows[0]["message"] == body["messages"][0]
     calls = rows[1]["message"]["tool_calls"]

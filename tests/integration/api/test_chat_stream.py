@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, Reply, raw, reply, tool_call
+from tests.integration.api.conftest import wait_for
 
 CLIENT_KEY = "sk-test-client"
 KEEPALIVE = b": keep-alive"
@@ -126,15 +127,6 @@ def _timed_lines(http: httpx.Client, body: dict[str, Any]) -> tuple[float, list[
     return t_headers, out
 
 
-def _wait_for(predicate: Any, timeout: float = 3.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
-
-
 # --------------------------------------------------------------------------- byte for byte
 
 
@@ -236,7 +228,7 @@ def test_final_frame_with_finish_reason_and_usage_stays_one_frame(
 
     assert _data_frames(resp.content) == [w.encode().rstrip(b"\n") for w in wire]
     sid = resp.headers["x-session-id"]
-    shown = _wait_for(lambda: http.get(f"/v1/sessions/{sid}").json().get("last_prompt_tokens"))
+    shown = wait_for(lambda: http.get(f"/v1/sessions/{sid}").json().get("last_prompt_tokens"))
     assert shown == 321
 
 
@@ -256,7 +248,7 @@ def test_real_prompt_tokens_learned_from_stripped_usage_frame(
 
     assert not any(_is_usage_only(f) for f in _data_frames(resp.content))
     sid = resp.headers["x-session-id"]
-    shown = _wait_for(lambda: http.get(f"/v1/sessions/{sid}").json().get("last_prompt_tokens"))
+    shown = wait_for(lambda: http.get(f"/v1/sessions/{sid}").json().get("last_prompt_tokens"))
     assert shown == 1234
 
 
@@ -394,7 +386,7 @@ def test_client_disconnect_cancels_upstream_request(
                 break
     t_closed = time.monotonic()
 
-    assert _wait_for(lambda: fake_upstream.disconnects, timeout=2.0) == [0]
+    assert wait_for(lambda: fake_upstream.disconnects, timeout=2.0) == [0]
     assert time.monotonic() - t_closed < 2.0
     # The session is not left locked: the next turn on it goes through at once.
     fake_upstream.script(reply("again"))
@@ -414,7 +406,7 @@ def test_mid_stream_reset_ends_with_error_frame_then_done(
     http.post(
         "/v1/chat/completions", json={"model": "gpt-fake", "messages": turn1}, headers=headers
     )
-    before = _wait_for(lambda: _live_messages(http, "reset-me", 2))
+    before = wait_for(lambda: _live_messages(http, "reset-me", 2))
     turn2 = [*turn1, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "go"}]
 
     resp = http.post(
@@ -568,7 +560,7 @@ def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothin
         json={"model": "gpt-fake", "messages": turn, "stream": True},
     )
     assert b"whole" in again.content and _data_frames(again.content)[-1] == DONE
-    stored = _wait_for(lambda: _live_messages(http, sid, 2))
+    stored = wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": "whole"}]
 
 
@@ -603,7 +595,7 @@ def test_a_stream_with_done_or_a_finish_reason_is_complete_and_stored(
         json={"model": "gpt-fake", "messages": turn, "stream": True},
     )
     assert resp.content == "".join((*_START, *ending)).encode()  # relayed as it came
-    stored = _wait_for(lambda: _live_messages(http, sid, 2))
+    stored = wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": "partial"}]
 
 
