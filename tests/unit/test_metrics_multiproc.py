@@ -33,7 +33,9 @@ RENDER = (
 )
 
 
-def _run(code: str, *args: str, env: dict[str, str]) -> str:
+def run_python(code: str, *args: str, env: dict[str, str]) -> str:
+    """``python -c code args…`` in a fresh interpreter with ``env``; its stdout, once it
+    exited 0 (else its stderr is the failure's message)."""
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
         env=env,
@@ -57,9 +59,9 @@ def _value(text: str, name: str, **labels: str) -> float:
 
 def test_two_workers_report_their_sum_through_either(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    _run(WORKER, "3", "stops", env=env)  # a worker that shut down cleanly
-    _run(WORKER, "4", "runs", env=env)  # one still serving (its gauge file stays)
-    text = _run(RENDER, env=env)
+    run_python(WORKER, "3", "stops", env=env)  # a worker that shut down cleanly
+    run_python(WORKER, "4", "runs", env=env)  # one still serving (its gauge file stays)
+    text = run_python(RENDER, env=env)
     route = {"route": "/v1/chat/completions", "method": "POST", "status": "200"}
     assert _value(text, "cascade_requests_total", **route) == 7
     assert _value(text, "cascade_tokens_reclaimed_total", stage="eviction") == 20
@@ -74,6 +76,6 @@ def test_without_the_directory_a_process_reports_only_itself(tmp_path: Path) -> 
     code = WORKER.replace("assert m.multiprocess_dir is not None", "") + (
         "\nsys.stdout.write(m.render().decode())"
     )
-    text = _run(code, "5", "runs", env=env)
+    text = run_python(code, "5", "runs", env=env)
     assert _value(text, "cascade_requests_total") == 5
     assert list(tmp_path.iterdir()) == []

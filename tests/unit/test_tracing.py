@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -14,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from proxy.tracing import build_tracing, operation_for
+from tests.unit.test_metrics_multiproc import run_python
 
 UNROUTABLE = "http://127.0.0.1:9"  # nothing listens there; nothing must be sent either
 
@@ -79,12 +78,4 @@ def test_with_tracing_off_no_span_is_made_and_the_sdk_is_not_loaded() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')]\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CASCADE_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    run_python(code, env=env)
