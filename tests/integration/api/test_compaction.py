@@ -324,6 +324,12 @@ class Agent:
         )
         self.latencies: list[float] = []
 
+    def fill(self, turns: int = 5) -> None:
+        """``turns`` user turns of 450 words: on the 4000-token window most tests here use,
+        the fifth crosses ``softFraction`` (0.5 by default) and a compaction starts."""
+        for i in range(turns):
+            self.say(words(450, f"t{i}"))
+
     def say(self, text: str, **kwargs: Any) -> str:
         """Send a user turn; append and return the assistant's text."""
         self.messages.append({"role": "user", "content": text})
@@ -378,8 +384,7 @@ def test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_bounda
 ) -> None:
     with stack(tmp_path, db_dsn, fake_upstream, Model()) as s:
         agent = Agent(s.client("win"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         (row,) = wait_until(lambda: s.summaries("win"), what="a summary")
         agent.say("and now?")
         last = s.main_bodies()[-1]
@@ -517,8 +522,7 @@ def test_background_compaction_is_deduplicated_per_session(
     model = Model(fast_delay=1.0)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.95}) as s:
         agent = Agent(s.client("dedup"))
-        for i in range(7):  # the 5th crosses softFraction; 2 more while it is in flight
-            agent.say(words(450, f"t{i}"))
+        agent.fill(7)  # the 5th crosses softFraction; 2 more while it is in flight
         assert max(agent.latencies) < 0.5
         wait_until(lambda: s.summaries("dedup"), 3.0, "the summary")
         s.settle("dedup", 7)
@@ -539,8 +543,7 @@ def test_hard_threshold_waits_for_the_compaction_in_flight(
     model = Model(fast_delay=1.0)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.8}) as s:
         agent = Agent(s.client("hard"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         assert agent.latencies[-1] < 0.5
         agent.say(words(1000, "big"))  # over 0.8 of 4000 but under limit - reserved
         assert agent.latencies[-1] > 0.5, "the hard request did not wait for the summary"
@@ -589,8 +592,7 @@ def test_background_false_compacts_synchronously(
     model = Model(fast_delay=0.5)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"background": False}) as s:
         agent = Agent(s.client("sync"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         assert agent.latencies[-1] >= 0.5, "the crossing request did not wait"
         (row,) = s.summaries("sync")
         crossing = s.main_bodies()[-1]
@@ -676,8 +678,7 @@ def test_a_failing_fast_model_is_retried_then_reported_and_the_previous_summary_
     model = Model()
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"background": False}) as s:
         agent = Agent(s.client("fail"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         (v1,) = s.summaries("fail")
         for i in range(2):
             agent.say(words(450, f"u{i}"))
@@ -770,8 +771,7 @@ def test_a_reflect_pass_condenses_a_summary_over_reflect_tokens(
         summarize={"background": False, "reflectTokens": 300},
     ) as s:
         agent = Agent(s.client("reflect"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         first, second = s.fast_bodies()
         assert "grown too long" not in first["messages"][0]["content"]
         assert "grown too long" in second["messages"][0]["content"]
@@ -787,8 +787,7 @@ def test_a_history_diverging_before_the_boundary_invalidates_the_summary(
     model = Model(fast_delay=0.3)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.95}) as s:
         agent = Agent(s.client("diverge"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         (v1,) = wait_until(lambda: s.summaries("diverge"), 3.0, "the summary")
         agent.say("still fine")
         assert summary_of(s.main_bodies()[-1]) == v1["content"]
@@ -809,8 +808,7 @@ def test_a_history_diverging_after_the_boundary_keeps_the_summary(
 ) -> None:
     with stack(tmp_path, db_dsn, fake_upstream, Model(), summarize={"background": False}) as s:
         agent = Agent(s.client("regen"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         (v1,) = s.summaries("regen")
         agent.messages[-1] = {"role": "assistant", "content": "a regenerated answer"}
         agent.say("continue")
@@ -826,8 +824,7 @@ def test_a_summary_is_discarded_when_the_history_changes_while_it_is_written(
     model = Model(fast_delay=1.0)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.95}) as s:
         agent = Agent(s.client("race"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         wait_until(lambda: model.fast_times, what="the compaction to start")
         agent.messages[1] = {"role": "user", "content": "edited while summarising"}
         agent.say("go on")
@@ -893,8 +890,7 @@ def test_the_thresholds_count_the_summary_in_the_occupancy(
     model = Model(brief=lambda req: big)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"background": False}) as s:
         agent = Agent(s.client("occ"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         assert len(model.fast_times) == 1
         usage = s.events("occ", "context.usage")[-1]
         assert usage["prompt_tokens"] > 1000, "the summary is a large part of the prompt"

@@ -139,8 +139,7 @@ def test_a_compaction_outlives_its_connections_while_the_fast_model_thinks(
     model = Model(fast_delay=1.5)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.95}) as s:
         agent = Agent(s.client("kept"))
-        for i in range(5):  # the 5th crosses softFraction: a background compaction starts
-            agent.say(words(450, f"t{i}"))
+        agent.fill()  # the 5th turn crosses softFraction: a background compaction starts
         wait_until(lambda: model.fast_times, what="the compaction to call the fast model")
         assert s.query(KILL)[0]["count"] >= 1
         wait_until(lambda: s.summaries("kept"), 5.0, "the compaction's summary")

@@ -73,8 +73,7 @@ def test_a_compaction_runs_once_for_both_replicas_and_is_counted_once(
         tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.95}
     ) as s:
         agent = Agent(s.client("dedup", 0))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         wait_until(lambda: model.fast_times, what="the first replica's compaction")
         agent.client = s.client("dedup", 1)  # the same session, through the other replica
         for i in range(2):

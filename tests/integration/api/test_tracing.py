@@ -172,8 +172,7 @@ def test_a_failed_compaction_is_counted_by_its_reason(
         tmp_path, db_dsn, fake_upstream, summarize={"background": False, "maxAttempts": 1}
     ) as s:
         agent = Agent(s.client("failing"))
-        for i in range(5):
-            agent.say(words(450, f"t{i}"))
+        agent.fill()
         assert s.fast_bodies(), "no compaction ran"
         m = scrape(s.proxy.origin)
     assert m.value("cascade_compactions_total", result="summary_failed") >= 1
