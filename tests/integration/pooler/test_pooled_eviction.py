@@ -5,13 +5,11 @@ become placeholders, stored in place and resent the same way on every later step
 from __future__ import annotations
 
 from tests.integration.api.test_eviction import (
-    config_file,
-    proxy,
+    config_path,
     test_eviction_persists_and_consecutive_prompts_share_their_prefix,
 )
 
 __all__ = [
-    "config_file",
-    "proxy",
+    "config_path",
     "test_eviction_persists_and_consecutive_prompts_share_their_prefix",
 ]

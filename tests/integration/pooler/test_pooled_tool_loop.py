@@ -5,15 +5,13 @@ between two provider calls (tests/integration/api/test_read_tool_output.py's tes
 from __future__ import annotations
 
 from tests.integration.api.test_read_tool_output import (
-    config_file,
-    proxy,
+    config_path,
     test_a_model_that_keeps_reading_is_cut_off_without_leaking_the_call,
     test_internal_call_is_answered_from_the_store_and_hidden_from_the_client,
 )
 
 __all__ = [
-    "config_file",
-    "proxy",
+    "config_path",
     "test_a_model_that_keeps_reading_is_cut_off_without_leaking_the_call",
     "test_internal_call_is_answered_from_the_store_and_hidden_from_the_client",
 ]

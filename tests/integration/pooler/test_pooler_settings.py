@@ -22,9 +22,9 @@ from proxy.store.db import create_pool, pooler_kwargs
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_events import EventStream, Frame, open_events
-from tests.integration.api.test_eviction import Agent, config_file, proxy
+from tests.integration.api.test_eviction import Agent, config_path
 
-__all__ = ["config_file", "proxy"]  # test_eviction's proxy, behind the pooler (conftest)
+__all__ = ["config_path"]  # test_eviction's config; its proxy is the conftest's, pooled
 
 ROUNDS = 10
 
@@ -85,11 +85,11 @@ def test_a_transient_event_reaches_a_stream_through_the_listen_url(
 
 
 @pytest.fixture
-def listening_through_the_pooler(pooled_dsn: str, config_file: Path) -> Iterator[ProxyServer]:
+def listening_through_the_pooler(pooled_dsn: str, config_path: Path) -> Iterator[ProxyServer]:
     """A proxy behind the pooler without ``DATABASE_LISTEN_URL``: its bus LISTENs through
     PgBouncer (the proxy warns at start)."""
     settings = Settings(
-        database_url=pooled_dsn, db_pooler="transaction", config=config_file, watch_config=False
+        database_url=pooled_dsn, db_pooler="transaction", config=config_path, watch_config=False
     )
     assert settings.database_listen_url is None
     server = ProxyServer(settings).start()
