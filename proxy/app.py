@@ -52,7 +52,6 @@ from proxy.settings import Settings
 from proxy.store.db import (
     DatabaseUnavailable,
     PoolExhausted,
-    create_pool,
     pooler_kwargs,
     run_migrations,
 )
@@ -61,7 +60,7 @@ from proxy.tracing import build_tracing
 from proxy.transport import ProviderTransport, build_client
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
-from proxy.warmup import pool_floor, warm_pool, warm_process
+from proxy.warmup import open_pool, warm_pool, warm_process
 
 __all__ = ["create_app"]
 
@@ -133,12 +132,8 @@ def create_app(
             dsn, embedded = start_embedded(settings.data_dir)
             await tune_embedded(dsn)
         await run_migrations(dsn, **pooler_kwargs(settings.db_pooler))
-        floor = pool_floor(settings.pool_max_size)  # warmed at start and kept open
-        pool = await create_pool(
-            dsn,
-            min_size=floor,
-            max_size=settings.pool_max_size,
-            **pooler_kwargs(settings.db_pooler),
+        pool = await open_pool(
+            dsn, max_size=settings.pool_max_size, **pooler_kwargs(settings.db_pooler)
         )
         banner = startup_banner(
             settings,
@@ -165,7 +160,7 @@ def create_app(
         count, cost = build_counters(settings.tokenizer or None)
         # First-use costs paid before the replica is ready, not in its first requests.
         warm_process(holder.current, count, provider)
-        await warm_pool(pool, floor, timeout=settings.pool_timeout_seconds)
+        await warm_pool(pool, pool.get_min_size(), timeout=settings.pool_timeout_seconds)
         leases = Leases(
             pool, ttl=settings.lease_ttl_seconds, acquire_timeout=settings.pool_timeout_seconds
         )

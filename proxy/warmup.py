@@ -17,8 +17,10 @@ for every configured agent and provider. Both are best-effort: a failure is logg
 replica starts anyway, as it would have without them.
 
 The warmed connections stay open: the pool is created with :func:`pool_floor` as its
-``min_size``, and asyncpg (0.32 on) closes an idle connection after
-``max_inactive_connection_lifetime`` (300 s) only while the pool holds more than that floor.
+``min_size`` (:func:`open_pool`; with one, and a warning, when PostgreSQL refuses that many
+connections, so a tightly sized database still gets a replica), and asyncpg (0.32 on)
+closes an idle connection after ``max_inactive_connection_lifetime`` (300 s) only while the
+pool holds more than that floor.
 Without it, five idle minutes brought the pool down to one connection, and the next burst's
 new connections each paid a new backend's first-call costs again (10-20 ms of CPU each, on
 its first ``cascade_begin_step_v5``), inside its requests. The connections that outlast a
@@ -48,13 +50,14 @@ import asyncpg
 from proxy.cascade.pipeline import ingest
 from proxy.config import Config
 from proxy.store import messages as msgs
-from proxy.store.db import Connection, acquire
+from proxy.store.db import Connection, DatabaseUnavailable, acquire, create_pool
 from proxy.transport import ProviderTransport, TlsSettings
 
 __all__ = [
     "WARM_TENANT",
     "POOL_WARM_MAX",
     "pool_floor",
+    "open_pool",
     "warm_connection",
     "warm_pool",
     "warm_process",
@@ -74,6 +77,30 @@ def pool_floor(max_size: int) -> int:
     """The pool's ``min_size``, and how many connections the start warms: min(pool size,
     ``POOL_WARM_MAX``). They stay open while idle (module docstring)."""
     return min(max_size, POOL_WARM_MAX)
+
+
+TOO_MANY_CONNECTIONS = "53300"
+"""PostgreSQL's too_many_connections: the server's or the role's connection limit."""
+
+
+async def open_pool(dsn: str, *, max_size: int, **kwargs: Any) -> asyncpg.Pool:
+    """The replica's pool, holding :func:`pool_floor` connections open; with one, as before
+    the floor, when PostgreSQL refuses that many (``too many connections`` for the server or
+    the role): the warm-up is best-effort, so a database sized tightly still gets a replica
+    that starts, with a warning that says what was refused."""
+    floor = pool_floor(max_size)
+    try:
+        return await create_pool(dsn, min_size=floor, max_size=max_size, **kwargs)
+    except DatabaseUnavailable as exc:
+        if floor <= 1 or exc.sqlstate != TOO_MANY_CONNECTIONS:
+            raise
+        log.warning(
+            "PostgreSQL refused %d pooled connections at start (%s); the pool opens "
+            "with 1 and grows on demand, and idle connections close after 300 s",
+            floor,
+            exc.sqlstate,
+        )
+        return await create_pool(dsn, min_size=1, max_size=max_size, **kwargs)
 
 
 class _RollBack(Exception):

@@ -71,7 +71,11 @@ class MigrationError(RuntimeError):
 
 class DatabaseUnavailable(RuntimeError):
     """A connection could not be opened (the migrations' or the pool's): the message names
-    the server, never the password."""
+    the server, never the password; ``sqlstate`` is the server's refusal, when it sent one."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 # SQLSTATEs of a server that is going away or not yet back: admin_shutdown (what
@@ -250,7 +254,8 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {where} (DATABASE_URL): {reason}"
+            f"cannot connect to PostgreSQL at {where} (DATABASE_URL): {reason}",
+            getattr(exc, "sqlstate", None),
         ) from None
 
 

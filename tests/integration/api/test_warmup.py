@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 from proxy.store.db import Connection
 from proxy.store.messages import BEGIN_STEP
-from proxy.warmup import WARM_TENANT, warm_connection, warm_pool
+from proxy.warmup import WARM_TENANT, open_pool, warm_connection, warm_pool
 from tests.integration.api.conftest import StartProxy
 from tests.integration.conftest import pooler_everywhere
 
@@ -110,3 +112,32 @@ def test_the_warmed_connections_stay_open_past_the_idle_lifetime(
     idle, _ = _backends(db_dsn)
     assert len(warmed) == 3
     assert idle == warmed
+
+
+async def test_a_database_that_refuses_the_floor_still_gets_a_pool(
+    db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A role allowed fewer connections than the pool's floor: the pool opens with one and
+    grows on demand up to what PostgreSQL allows, and a warning names what was refused (the
+    floor is best-effort, like the warm-up; without the fallback the start fails)."""
+    if pooler_everywhere():
+        pytest.skip("PgBouncer opens the server connections, not the replica")
+    role = f"lim_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(db_dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'x' CONNECTION LIMIT 2")
+        parts = urlsplit(db_dsn)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        limited = urlunsplit(parts._replace(netloc=f"{role}:x@{host}"))
+        with caplog.at_level(logging.WARNING, logger="cascade"):
+            pool = await open_pool(limited, max_size=5)
+        try:
+            assert pool.get_min_size() == 1
+            assert await pool.fetchval("SELECT 1") == 1
+            assert any("refused 5 pooled connections" in r.getMessage() for r in caplog.records)
+        finally:
+            await pool.close()
+    finally:
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
