@@ -191,11 +191,15 @@ async def relay_round(
     tail = b""
     try:
         while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=keepalive)
-            except TimeoutError:
-                yield sse.KEEPALIVE
-                continue
+            if queue.empty():  # wait, under a timer (no task of its own, as wait_for's)
+                try:
+                    async with asyncio.timeout(keepalive):
+                        item = await queue.get()
+                except TimeoutError:
+                    yield sse.KEEPALIVE
+                    continue
+            else:
+                item = queue.get_nowait()
             if item is _EOF:
                 now, tail = _ending(
                     splitter.flush(),
