@@ -217,15 +217,17 @@ class StreamAccumulator:
         self.system_fingerprint: str | None = None
         self.usage: dict[str, Any] | None = None
         self._choices: dict[int, _Choice] = {}
-        self._head_open = True  # some of the first four fields not seen yet
+        self._missing: tuple[str, ...] = _HEAD  # the top-level fields not seen yet
 
     def add(self, chunk: Mapping[str, Any]) -> None:
         """Fold one parsed chunk in; top-level fields keep their first value, usage its last."""
-        if self._head_open:
-            for key in _HEAD:
-                if getattr(self, key) is None and chunk.get(key) is not None:
-                    setattr(self, key, chunk[key])
-            self._head_open = any(getattr(self, key) is None for key in _HEAD)
+        found = False
+        for key in self._missing:
+            if chunk.get(key) is not None:
+                setattr(self, key, chunk[key])
+                found = True
+        if found:
+            self._missing = tuple(k for k in self._missing if getattr(self, k) is None)
         if chunk.get("usage") is not None:
             usage = usage_of(chunk)
             if usage is not None:
@@ -235,8 +237,11 @@ class StreamAccumulator:
             return
         for pos, raw in enumerate(choices):
             if _is_map(raw):
-                index = raw.get("index")
-                self._add_choice(self._choices.setdefault(_int(index, pos), _Choice()), raw)
+                index = _int(raw.get("index"), pos)
+                choice = self._choices.get(index)
+                if choice is None:
+                    choice = self._choices[index] = _Choice()
+                self._add_choice(choice, raw)
 
     def _add_choice(self, choice: _Choice, raw: Mapping[str, Any]) -> None:
         if raw.get("finish_reason") is not None:
@@ -257,7 +262,10 @@ class StreamAccumulator:
             return
         for pos, raw_call in enumerate(calls):
             if _is_map(raw_call):
-                call = choice.tool_calls.setdefault(_int(raw_call.get("index"), pos), _ToolCall())
+                index = _int(raw_call.get("index"), pos)
+                call = choice.tool_calls.get(index)
+                if call is None:
+                    call = choice.tool_calls[index] = _ToolCall()
                 _add_tool_call(call, raw_call)
 
     @property
