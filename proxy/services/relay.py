@@ -1,6 +1,7 @@
 """Relay one upstream SSE stream to the client, event by event, never buffering a whole answer.
 
-Each upstream event is forwarded byte for byte the moment its blank line arrives, except:
+Each upstream event is forwarded byte for byte the moment its blank line arrives (the events
+one read of the provider's body completes go out together, in one write), except:
 - the usage-only frame the proxy asked for (``stream_options.include_usage``) when the client
   did not ask for it;
 - when the proxy offered ``read_tool_output``: the tool-call deltas of that internal tool are
@@ -215,7 +216,9 @@ async def relay_round(
             if isinstance(item, Exception):
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
                 break
-            for event in splitter.feed(item):
+            pieces = [
+                piece
+                for event in splitter.feed(item)
                 for piece in _handle(
                     event,
                     out,
@@ -223,8 +226,10 @@ async def relay_round(
                     intercept=intercept,
                     held=held,
                     client=client,
-                ):
-                    yield piece
+                )
+            ]
+            if pieces:  # what one read completed goes out in one write, as the floor's does
+                yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
                 yield piece

@@ -232,3 +232,10 @@ async def test_a_silent_provider_gets_keepalive_comments_and_the_stream_goes_on(
             body.go.set()
     assert got[0] == pieces[0] and got[1:3] == [sse.KEEPALIVE] * 2
     assert [p for p in got if p != sse.KEEPALIVE] == pieces
+
+
+async def test_the_events_of_one_read_go_out_as_one_piece() -> None:
+    events = [frame({"role": "assistant", "content": ""}), frame({"content": "a"})]
+    ending = [frame({}, "stop"), sse.DONE]
+    got, _ = await relay([b"".join(events), b"".join(ending)], ClientStream())
+    assert got == [b"".join(events), b"".join(ending)]  # one write each, bytes untouched
