@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +129,26 @@ def _empty(choice: Any) -> bool:
         and not choice.get("delta")
         and (choice.get("finish_reason") is None and choice.get("logprobs") is None)
     )
+
+
+def _has_tool_calls(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get("tool_calls")
+        for c in choices
+    )
+
+
+def _own_deltas(chunk: dict[str, Any]) -> dict[str, Any]:
+    """``chunk`` with choices, choice and delta objects of its own: what ``_rewrite`` changes
+    (it replaces a call it renumbers, never edits one), so the parsed chunk stays as parsed."""
+    choices = [
+        {**c, "delta": dict(c["delta"])}
+        if isinstance(c, dict) and isinstance(c.get("delta"), dict)
+        else c
+        for c in chunk["choices"]
+    ]
+    return {**chunk, "choices": choices}
 
 
 def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
@@ -325,8 +344,8 @@ def _handle(
             return []
         return [data]
     rewritten: dict[str, Any] | None = chunk
-    if intercept:
-        rewritten = _rewrite(json.loads(json.dumps(chunk)), out)
+    if intercept and _has_tool_calls(chunk):  # nothing else is rewritten: no copy for text
+        rewritten = _rewrite(_own_deltas(chunk), out)
     if rewritten is not None:
         rewritten = client.align(rewritten)
     if rewritten is None:
