@@ -5,6 +5,11 @@ relay can forward each event untouched while the helpers below read ``usage``, d
 ``[DONE]`` and accumulate the assistant message for storage. ``completion_to_chunks`` goes
 the other way, for answering a streaming client with a completion the proxy produced itself.
 Pure: no I/O, no clocks.
+
+The relay runs ``is_done``, ``parse_chunk`` and ``StreamAccumulator.add`` on every event of
+every stream, so each has a fast path for the one form providers send (a single ``data: ``
+line of JSON, parsed with orjson) and falls back to the general reading, with the stdlib's
+``json``, for anything else: the result is the same either way.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 __all__ = [
     "DONE",
@@ -57,6 +64,8 @@ class EventSplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add ``chunk``; return the events it completed, bytes exactly as received."""
         buf = self._buf
+        if not buf and _whole_events(chunk):  # the common read: whole "\n"-ended events
+            return [part + b"\n\n" for part in chunk[:-2].split(b"\n\n")]
         buf += chunk
         events: list[bytes] = []
         while (m := _EOL.search(buf, self._scan)) is not None:
@@ -80,6 +89,17 @@ class EventSplitter:
         return rest
 
 
+def _whole_events(chunk: bytes) -> bool:
+    """Whether ``chunk`` is whole events whose lines all end in ``\\n``, none of them an
+    empty line of its own: then every ``\\n\\n`` in it ends one event, and nothing else."""
+    return (
+        chunk.endswith(b"\n\n")
+        and not chunk.startswith(b"\n")
+        and b"\r" not in chunk
+        and b"\n\n\n" not in chunk
+    )
+
+
 def event_data(event: bytes) -> str | None:
     """The ``data:`` lines of an event joined with ``\\n``; ``None`` if it has none."""
     lines = _LINE.split(event.decode("utf-8", errors="replace"))
@@ -94,8 +114,31 @@ def event_data(event: bytes) -> str | None:
     return "\n".join(data) if data else None
 
 
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 19  # orjson reads an integer beyond 64 bits as a float; json exactly
+
+
+def _orjson_value(event: bytes) -> bytes | None:
+    """The value of an event that is one ``data: `` line ended by ``\\n\\n`` (what providers
+    send) and that orjson reads as json does; ``None`` for any other."""
+    if not event.startswith(b"data: ") or event.find(b"\n") != len(event) - 2:
+        return None
+    if event[-1] != 0x0A or b"\r" in event:  # "\r" ends a line too
+        return None
+    value = event[6:-2]
+    return None if _LONG_NUMBER in value.translate(_DIGITS) else value
+
+
 def parse_chunk(event: bytes) -> dict[str, Any] | None:
     """The JSON object carried by an event; ``None`` for ``[DONE]``, comments or non-JSON."""
+    value = _orjson_value(event)
+    if value is not None:
+        try:  # what orjson refuses (NaN, bad UTF-8, ...) json may take: read on below
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return obj if isinstance(obj, dict) else None
     data = event_data(event)
     if data is None or data.strip() == "[DONE]":
         return None
@@ -108,6 +151,8 @@ def parse_chunk(event: bytes) -> dict[str, Any] | None:
 
 def is_done(event: bytes) -> bool:
     """Whether the event is the ``data: [DONE]`` terminator."""
+    if b"[DONE]" not in event:  # no decoding of other bytes can produce it
+        return False
     data = event_data(event)
     return data is not None and data.strip() == "[DONE]"
 
@@ -115,7 +160,7 @@ def is_done(event: bytes) -> bool:
 def usage_of(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
     """The chunk's ``usage`` object, or ``None`` (OpenAI sends ``usage: null`` mid-stream)."""
     usage = chunk.get("usage")
-    return dict(usage) if isinstance(usage, Mapping) else None
+    return dict(usage) if usage is not None and _is_map(usage) else None
 
 
 def is_usage_only(chunk: Mapping[str, Any]) -> bool:
@@ -124,6 +169,11 @@ def is_usage_only(chunk: Mapping[str, Any]) -> bool:
     The relay drops it when the proxy asked for usage but the client did not.
     """
     return chunk.get("choices") == [] and usage_of(chunk) is not None
+
+
+def _is_map(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, without the ABC check for the dicts JSON gives."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def encode_event(payload: Mapping[str, Any]) -> bytes:
@@ -167,37 +217,55 @@ class StreamAccumulator:
         self.system_fingerprint: str | None = None
         self.usage: dict[str, Any] | None = None
         self._choices: dict[int, _Choice] = {}
+        self._missing: tuple[str, ...] = _HEAD  # the top-level fields not seen yet
 
     def add(self, chunk: Mapping[str, Any]) -> None:
         """Fold one parsed chunk in; top-level fields keep their first value, usage its last."""
-        for key in ("id", "model", "created", "system_fingerprint"):
-            if getattr(self, key) is None and chunk.get(key) is not None:
+        found = False
+        for key in self._missing:
+            if chunk.get(key) is not None:
                 setattr(self, key, chunk[key])
-        usage = usage_of(chunk)
-        if usage is not None:
-            self.usage = usage
+                found = True
+        if found:
+            self._missing = tuple(k for k in self._missing if getattr(self, k) is None)
+        if chunk.get("usage") is not None:
+            usage = usage_of(chunk)
+            if usage is not None:
+                self.usage = usage
         choices = chunk.get("choices")
-        for pos, raw in enumerate(choices if isinstance(choices, list) else []):
-            if isinstance(raw, Mapping):
-                index = raw.get("index")
-                self._add_choice(self._choices.setdefault(_int(index, pos), _Choice()), raw)
+        if not isinstance(choices, list):
+            return
+        for pos, raw in enumerate(choices):
+            if _is_map(raw):
+                index = _int(raw.get("index"), pos)
+                choice = self._choices.get(index)
+                if choice is None:
+                    choice = self._choices[index] = _Choice()
+                self._add_choice(choice, raw)
 
     def _add_choice(self, choice: _Choice, raw: Mapping[str, Any]) -> None:
         if raw.get("finish_reason") is not None:
             choice.finish_reason = raw["finish_reason"]
         delta = raw.get("delta")
-        if not isinstance(delta, Mapping):
+        if not delta or not _is_map(delta):
             return
         if delta.get("role") is not None:
             choice.role = delta["role"]
-        if isinstance(delta.get("content"), str):
-            choice.content.append(delta["content"])
-        if isinstance(delta.get("refusal"), str):
-            choice.refusal.append(delta["refusal"])
+        content = delta.get("content")
+        if isinstance(content, str):
+            choice.content.append(content)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str):
+            choice.refusal.append(refusal)
         calls = delta.get("tool_calls")
-        for pos, raw_call in enumerate(calls if isinstance(calls, list) else []):
-            if isinstance(raw_call, Mapping):
-                call = choice.tool_calls.setdefault(_int(raw_call.get("index"), pos), _ToolCall())
+        if not calls or not isinstance(calls, list):
+            return
+        for pos, raw_call in enumerate(calls):
+            if _is_map(raw_call):
+                index = _int(raw_call.get("index"), pos)
+                call = choice.tool_calls.get(index)
+                if call is None:
+                    call = choice.tool_calls[index] = _ToolCall()
                 _add_tool_call(call, raw_call)
 
     @property
@@ -248,6 +316,9 @@ class StreamAccumulator:
         if self.system_fingerprint is not None:
             out["system_fingerprint"] = self.system_fingerprint
         return out
+
+
+_HEAD = ("id", "model", "created", "system_fingerprint")
 
 
 def _int(value: Any, default: int) -> int:

@@ -1,6 +1,7 @@
 """Relay one upstream SSE stream to the client, event by event, never buffering a whole answer.
 
-Each upstream event is forwarded byte for byte the moment its blank line arrives, except:
+Each upstream event is forwarded byte for byte the moment its blank line arrives (the events
+one read of the provider's body completes go out together, in one write), except:
 - the usage-only frame the proxy asked for (``stream_options.include_usage``) when the client
   did not ask for it;
 - when the proxy offered ``read_tool_output``: the tool-call deltas of that internal tool are
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +131,26 @@ def _empty(choice: Any) -> bool:
     )
 
 
+def _has_tool_calls(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get("tool_calls")
+        for c in choices
+    )
+
+
+def _own_deltas(chunk: dict[str, Any]) -> dict[str, Any]:
+    """``chunk`` with choices, choice and delta objects of its own: what ``_rewrite`` changes
+    (it replaces a call it renumbers, never edits one), so the parsed chunk stays as parsed."""
+    choices = [
+        {**c, "delta": dict(c["delta"])}
+        if isinstance(c, dict) and isinstance(c.get("delta"), dict)
+        else c
+        for c in chunk["choices"]
+    ]
+    return {**chunk, "choices": choices}
+
+
 def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
     """Drop internal tool-call deltas and renumber client ones; None when nothing is left."""
     changed = False
@@ -191,11 +211,15 @@ async def relay_round(
     tail = b""
     try:
         while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=keepalive)
-            except TimeoutError:
-                yield sse.KEEPALIVE
-                continue
+            if queue.empty():  # wait, under a timer (no task of its own, as wait_for's)
+                try:
+                    async with asyncio.timeout(keepalive):
+                        item = await queue.get()
+                except TimeoutError:
+                    yield sse.KEEPALIVE
+                    continue
+            else:
+                item = queue.get_nowait()
             if item is _EOF:
                 now, tail = _ending(
                     splitter.flush(),
@@ -211,7 +235,9 @@ async def relay_round(
             if isinstance(item, Exception):
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
                 break
-            for event in splitter.feed(item):
+            pieces = [
+                piece
+                for event in splitter.feed(item)
                 for piece in _handle(
                     event,
                     out,
@@ -219,8 +245,10 @@ async def relay_round(
                     intercept=intercept,
                     held=held,
                     client=client,
-                ):
-                    yield piece
+                )
+            ]
+            if pieces:  # what one read completed goes out in one write, as the floor's does
+                yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
                 yield piece
@@ -316,8 +344,8 @@ def _handle(
             return []
         return [data]
     rewritten: dict[str, Any] | None = chunk
-    if intercept:
-        rewritten = _rewrite(json.loads(json.dumps(chunk)), out)
+    if intercept and _has_tool_calls(chunk):  # nothing else is rewritten: no copy for text
+        rewritten = _rewrite(_own_deltas(chunk), out)
     if rewritten is not None:
         rewritten = client.align(rewritten)
     if rewritten is None:

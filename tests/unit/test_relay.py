@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -199,3 +200,42 @@ async def test_an_unfinished_tail_is_not_relayed_before_the_error_frame() -> Non
     # An event cut off without its blank line would run into the error frame after it.
     got, out = await relay([frame({"content": "a"}), b'data: {"choi'], ClientStream())
     assert out.error is not None and got == [frame({"content": "a"})]
+
+
+class _Stalling(_Body):
+    """A body that stops after its first piece until ``go`` is set, then sends the rest."""
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        super().__init__(pieces)
+        self.go = asyncio.Event()
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        yield self.pieces[0]
+        await self.go.wait()
+        for piece in self.pieces[1:]:
+            yield piece
+
+
+async def test_a_silent_provider_gets_keepalive_comments_and_the_stream_goes_on() -> None:
+    pieces = [frame({"content": "a"}), frame({}, "stop"), sse.DONE]
+    body = _Stalling(pieces)
+    got: list[bytes] = []
+    async for p in relay_round(
+        body,  # type: ignore[arg-type]
+        RoundOutcome(),
+        strip_usage=False,
+        intercept=False,
+        keepalive=0.01,
+    ):
+        got.append(p)
+        if got.count(sse.KEEPALIVE) == 2:
+            body.go.set()
+    assert got[0] == pieces[0] and got[1:3] == [sse.KEEPALIVE] * 2
+    assert [p for p in got if p != sse.KEEPALIVE] == pieces
+
+
+async def test_the_events_of_one_read_go_out_as_one_piece() -> None:
+    events = [frame({"role": "assistant", "content": ""}), frame({"content": "a"})]
+    ending = [frame({}, "stop"), sse.DONE]
+    got, _ = await relay([b"".join(events), b"".join(ending)], ClientStream())
+    assert got == [b"".join(events), b"".join(ending)]  # one write each, bytes untouched

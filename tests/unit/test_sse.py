@@ -105,6 +105,19 @@ def test_splitter_is_independent_of_chunk_boundaries(data: bytes, cuts: list[int
     assert b"".join(events) + rest == data
 
 
+_lf_piece = st.sampled_from([b"data: ", b"{}", b"[DONE]", b":", b"x", b"\n", b"\n\n", b"\r"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_lf_piece, max_size=30).map(b"".join))
+def test_splitter_reads_whole_events_as_it_reads_them_byte_by_byte(data: bytes) -> None:
+    # A read of whole events takes a shortcut; one byte at a time never does.
+    s = EventSplitter()
+    events = s.feed(data)
+    rest = s.flush()
+    assert (events, rest) == split_all(data, list(range(1, len(data))))
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.binary(max_size=30), st.lists(st.integers(0, 30), max_size=5))
 def test_splitter_never_loses_bytes(data: bytes, cuts: list[int]) -> None:
@@ -133,9 +146,52 @@ def test_parse_chunk() -> None:
     assert parse_chunk(b"data: [1]\n\n") is None
 
 
+def _general_parse(event: bytes) -> Any:
+    """``parse_chunk`` as it reads every form: the data lines, then the stdlib's json."""
+    data = event_data(event)
+    if data is None or data.strip() == "[DONE]":
+        return None
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+_ODD = [  # what orjson refuses and json takes, or neither takes
+    b"NaN", b"-Infinity", b'{"a": NaN}', b'{"n": 123456789012345678901234567890}',
+    b'{"a": "\xff"}', b'{"s": "\\ud800"}', b"", b" ", b"[DONE]", b"{", b'{"a":1} x',
+    b'{"a":' * 300 + b"[1]" + b"}" * 300,
+    b'{"n": -9999999999999999999}', b'{"n": 18446744073709551615}', b'{"a": 1e400}',
+    b'{"id": "x\\n", "n": -9223372036854775808}', b'{"a": 0.12345678901234567890123}',
+]  # fmt: skip
+
+
+@given(st.one_of(_JSON.map(lambda v: json.dumps(v).encode()), st.sampled_from(_ODD)))
+@settings(max_examples=200)
+def test_parse_chunk_reads_one_data_line_as_the_general_path_does(value: bytes) -> None:
+    for event in (b"data: " + value + b"\n\n", b"data:" + value + b"\r\n\r\n"):
+        fast, general = parse_chunk(event), _general_parse(event)
+        assert fast == general or (fast != fast and general != general)  # NaN inside
+
+
+def test_parse_chunk_takes_what_only_json_takes() -> None:
+    assert parse_chunk(b'data: {"n": 123456789012345678901234567890}\n\n') == {
+        "n": 123456789012345678901234567890
+    }
+    assert parse_chunk(b'data: {"a": "\xff"}\n\n') == {"a": "\ufffd"}  # replaced, as before
+    assert parse_chunk(b'data: {\ndata: "a": 1}\n\n') == {"a": 1}  # two data lines
+
+
 def test_is_done() -> None:
     assert is_done(DONE) and is_done(b"data:[DONE]\r\n\r\n")
     assert not is_done(b'data: {"a":1}\n\n') and not is_done(KEEPALIVE)
+    assert not is_done(b'data: {"text": "[DONE]"}\n\n') and is_done(b"data:  [DONE] \n\n")
 
 
 def test_usage_of_and_usage_only() -> None:
