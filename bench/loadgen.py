@@ -231,7 +231,7 @@ class Workload:
         and no prefix. Costs tens of microseconds, once per session."""
         tag = base64.b32encode(hashlib.blake2b(session.encode(), digest_size=5).digest())
         tag = tag.decode().lower()
-        mark = f"[{tag}] "
+        mark = f"({tag}) "  # not "[" or "{": a result that starts so is tried as JSON
         base = []
         for msg in self.base:
             msg = dict(msg)
