@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -160,7 +161,7 @@ class EarlierLines:
         new result's few lines) and searched only for the lines it shares. A line stops being
         wanted once it has ``MAX_OCCURRENCES`` places, so earlier results are never walked
         line by line, and a line found everywhere stops the search for it early."""
-        want = {line for line in wanted if line.strip()}
+        want = set(filter(str.strip, wanted))  # the non-blank lines
         found: dict[str, list[tuple[int, int]]] = {}
         for k in range(len(self.lines) - 1, -1, -1):
             if not want:
@@ -254,12 +255,19 @@ def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[
     how many lines the pointers stand for. Runs are greedy, each the longest found from its
     first line among that line's places (``EarlierLines.places``, ``_longest_run``); one is
     replaced only from ``MIN_POINTER_LINES`` lines and ``MIN_POINTER_CHARS`` characters on."""
+    where = earlier.places(lines) if earlier else {}
+    if not where:  # no line of ``lines`` occurs earlier: the usual case for new output
+        return list(lines), 0
     out: list[str] = []
     pointed = 0
-    where = earlier.places(lines) if earlier else {}
     i = 0
     while i < len(lines):
-        k, j, n = _longest_run(lines, i, where.get(lines[i], ()), earlier)
+        places = where.get(lines[i])
+        if places is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        k, j, n = _longest_run(lines, i, places, earlier)
         if (
             n >= MIN_POINTER_LINES
             and sum(len(x) + 1 for x in lines[i : i + n]) >= MIN_POINTER_CHARS
@@ -276,6 +284,8 @@ def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[
 def collapse_repeats(lines: Sequence[str]) -> tuple[list[str], int]:
     """``lines`` with each run of at least three identical lines kept once, followed by
     ``[previous line repeated N more times]``; and how many lines were folded away."""
+    if not any(map(operator.eq, lines, lines[1:])):  # no line equals the next (tested in C)
+        return list(lines), 0
     out: list[str] = []
     folded = 0
     i = 0
@@ -328,7 +338,7 @@ def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted
         return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
     if minified is not None:
         return Compacted(minified, json_minified=True)
-    lines = text.splitlines()
+    lines = lines_of(text)  # memoised: the next result's ``EarlierLines`` splits it again
     pointed_lines, pointed = point_to_earlier(lines, earlier)
     collapsed_lines, collapsed = collapse_repeats(pointed_lines)
     if not pointed and not collapsed:
