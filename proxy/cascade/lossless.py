@@ -65,30 +65,32 @@ one pass over the result's lines."""
 _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
 
 
-def _same_json(a: str, b: str) -> bool:
-    """Whether two JSON texts hold the same values; numbers compared as written."""
-
-    def parse(s: str) -> object:
-        return json.loads(
-            s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list
-        )
-
-    try:
-        return parse(a) == parse(b)
-    except ValueError:
-        return False
+def _tokens(s: str) -> object:
+    """``s`` parsed with numbers kept as written and objects as lists of pairs."""
+    return json.loads(s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list)
 
 
 def minify_json(text: str) -> str | None:
     """``text`` without whitespace outside strings, when it is a JSON object or array that
-    re-parses to exactly the same tokens; None otherwise (not JSON, a scalar, nothing to do)."""
+    re-parses to exactly the same tokens; None otherwise (not JSON, a scalar, nothing to do).
+
+    ``text`` is parsed before it is minified: output that only opens like JSON (``[INFO]
+    ...``, ``[1/3] Building``) fails at its first token, without a regex pass over it all."""
     stripped = text.strip()
     if not stripped or stripped[0] not in "[{":
         return None
-    minified = _JSON_TOKENS.sub(lambda m: m.group(1) or "", stripped)
-    if minified == text or not _same_json(text, minified):
+    try:
+        tokens = _tokens(text)
+    except ValueError:
         return None
-    return minified
+    minified = _JSON_TOKENS.sub(lambda m: m.group(1) or "", stripped)
+    if minified == text:
+        return None
+    try:
+        same = _tokens(minified) == tokens
+    except ValueError:
+        return None
+    return minified if same else None
 
 
 _MEMO_CHARS = 32_000
