@@ -1,13 +1,25 @@
 """Closed-loop load generator for the overhead benchmark; runs in its own process.
 
 ``python -m bench.loadgen --url http://127.0.0.1:PORT --scenario tiny|stream|large
---concurrency N --duration S [--warmup S] [--max-requests N] [--session-prefix P]``
+--concurrency N --duration S [--warmup S] [--max-requests N] [--session-prefix P]
+[--conversations distinct|same]``
 
 prints one JSON object (see :func:`run`). Each worker is one agent: it holds one keep-alive
 connection, names its session with ``X-Session-Id``, and grows its conversation the way an agent
 does: it appends the assistant message it got back (a ``tool_calls`` message answered with a
 tool result in ``large``, a text answered by a short user turn otherwise) and rolls over to a
 fresh session after a few turns so request sizes stay put.
+
+By default every session is its own conversation (``distinct``): a digest of the session's id
+is written over the start of every message the generator sends (and into the ids of the
+opening tool calls), so no two sessions share a message body or a prefix of the
+conversation, while every request keeps its shape and, within a few bytes, its size. That is
+what a proxy serving many users sees, and what a per-process cache keyed by content (the
+ingest memo, a per-text line index) must be measured against: with one conversation in every
+session such a cache answers nearly every request, which no real traffic does.
+``--conversations same`` sends the one conversation in every session, as this generator did
+before; it measures the best case of those caches (a retried or forked conversation, many
+sessions opened by one prompt).
 
 The HTTP/1.1 client is a few dozen lines over ``asyncio`` streams (uvloop when installed):
 cheaper than any client library, so on a 2-core box the generator steals as little CPU as it
@@ -21,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import json
 import math
 import random
@@ -35,6 +49,7 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "SCENARIOS",
+    "CONVERSATIONS",
     "Workload",
     "percentile",
     "summarize",
@@ -47,6 +62,7 @@ __all__ = [
 ]
 
 SCENARIOS = ("tiny", "stream", "large")
+CONVERSATIONS = ("distinct", "same")
 MODEL = "bench-model"
 MAX_DURATION = 120.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -207,6 +223,41 @@ class Workload:
             ]
             return [reply, *results]
         return [reply, {"role": "user", "content": self.follow_up}]
+
+    def distinct(self, session: str) -> Workload:
+        """This workload as the conversation of ``session``: a short digest of the session's
+        name is written over the start of every message's text (each text keeps its length)
+        and appended to the opening tool calls' ids, so different sessions share no message
+        and no prefix. Costs tens of microseconds, once per session."""
+        tag = base64.b32encode(hashlib.blake2b(session.encode(), digest_size=5).digest())
+        tag = tag.decode().lower()
+        mark = f"({tag}) "  # not "[" or "{": a result that starts so is tried as JSON
+        base = []
+        for msg in self.base:
+            msg = dict(msg)
+            if msg.get("content"):
+                msg["content"] = _tagged(msg["content"], mark)
+            if msg.get("tool_calls"):
+                msg["tool_calls"] = [
+                    {**call, "id": f"{call['id']}_{tag}"} for call in msg["tool_calls"]
+                ]
+            if "tool_call_id" in msg:
+                msg["tool_call_id"] = f"{msg['tool_call_id']}_{tag}"
+            base.append(msg)
+        return Workload(
+            self.scenario,
+            base,
+            self.extra,
+            self.turns_per_session,
+            tool_result=_tagged(self.tool_result, mark) if self.tool_result else "",
+            follow_up=_tagged(self.follow_up, mark),
+            stream=self.stream,
+        )
+
+
+def _tagged(text: str, mark: str) -> str:
+    """``mark`` written over the start of ``text``, or before it when ``text`` is shorter."""
+    return mark + text[len(mark) :]
 
 
 def make_workload(scenario: str, seed: int = 7) -> Workload:
@@ -392,12 +443,24 @@ class _Shared:
 
 
 async def _worker(
-    wid: int, url: str, work: Workload, prefix: str, api_key: str, shared: _Shared
+    wid: int,
+    url: str,
+    template: Workload,
+    prefix: str,
+    api_key: str,
+    shared: _Shared,
+    distinct: bool = True,
 ) -> None:
     parts = urlsplit(url)
     conn = _Conn(parts.hostname or "127.0.0.1", parts.port or 80)
     path = (parts.path.rstrip("/") or "") + "/v1/chat/completions"
+
+    def start(session_no: int) -> tuple[str, Workload]:
+        session = f"{prefix}-w{wid}-s{session_no}"
+        return session, template.distinct(session) if distinct else template
+
     session_no = 0
+    session, work = start(session_no)
     messages = list(work.base)
     turn = 0
     while time.perf_counter() < shared.deadline and shared.budget > 0:
@@ -406,7 +469,7 @@ async def _worker(
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
             f"Content-Type: application/json\r\nAuthorization: Bearer {api_key}\r\n"
-            f"X-Session-Id: {prefix}-w{wid}-s{session_no}\r\n"
+            f"X-Session-Id: {session}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         try:
@@ -424,7 +487,9 @@ async def _worker(
             shared.errors[f"http_{sample.status}"] += 1
         turn += 1
         if reply is None or turn >= work.turns_per_session:
-            session_no, turn, messages = session_no + 1, 0, list(work.base)
+            session_no, turn = session_no + 1, 0
+            session, work = start(session_no)
+            messages = list(work.base)
         else:
             messages = messages + work.next_turn(reply)
     conn.drop()
@@ -441,6 +506,7 @@ async def run(
     session_prefix: str = "lg",
     api_key: str = "bench-key",
     on_phase: Callable[[str], None] | None = None,
+    conversations: str = "distinct",
 ) -> dict[str, Any]:
     """Drive ``concurrency`` agents at ``url`` for ``warmup + duration`` seconds and report the
     requests that finished inside the measured window: ``rps``, ``latency_ms`` (summary), and
@@ -448,7 +514,10 @@ async def run(
     ``span_ms`` (first to last data frame: near 0 means the stream was buffered and arrived in
     one piece). ``on_phase("start"|"end")`` is called as the window opens and closes so a
     caller can sample the target's CPU over exactly that window; ``cpu_s`` is the generator's
-    own CPU over the same window."""
+    own CPU over the same window. ``conversations`` is ``distinct`` (every session its own
+    conversation) or ``same`` (one conversation in every session); see the module docstring."""
+    if conversations not in CONVERSATIONS:
+        raise ValueError(f"conversations must be one of {', '.join(CONVERSATIONS)}")
     host = urlsplit(url).hostname
     if host not in _LOOPBACK:
         raise ValueError(f"loadgen only talks to loopback, not {host!r}")
@@ -467,11 +536,15 @@ async def run(
 
     await asyncio.gather(
         phases(),
-        *(_worker(i, url, work, session_prefix, api_key, shared) for i in range(concurrency)),
+        *(
+            _worker(i, url, work, session_prefix, api_key, shared, conversations == "distinct")
+            for i in range(concurrency)
+        ),
     )
     ok = [s for s in shared.samples if s.status == 200]
     result: dict[str, Any] = {
         "scenario": scenario,
+        "conversations": conversations,
         "concurrency": concurrency,
         "duration_s": duration,
         "requests": len(shared.samples),
@@ -502,6 +575,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--session-prefix", default=f"lg{random.randrange(16**6):06x}")
     parser.add_argument("--api-key", default="bench-key", help="sent as the bearer token")
     parser.add_argument(
+        "--conversations",
+        choices=CONVERSATIONS,
+        default="distinct",
+        help="distinct: every session its own conversation; same: one in every session",
+    )
+    parser.add_argument(
         "--phase-markers", action="store_true", help="print phase:start/phase:end to stderr"
     )
     args = parser.parse_args(argv)
@@ -527,6 +606,7 @@ def main(argv: list[str] | None = None) -> None:
             session_prefix=args.session_prefix,
             api_key=args.api_key,
             on_phase=mark if args.phase_markers else None,
+            conversations=args.conversations,
         )
     )
     json.dump(result, sys.stdout)

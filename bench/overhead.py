@@ -1,6 +1,7 @@
 """What a proxy costs: Cascade against a bare pass-through floor and LiteLLM, same run, same box.
 
-``python -m bench.overhead [--quick] [--out bench/out/overhead.json] [--targets a,b]``
+``python -m bench.overhead [--quick] [--out bench/out/overhead.json] [--targets a,b]
+[--scenarios large_c8,...] [--conversations distinct|same]``
 
 Starts the fake upstream (:mod:`bench.fake_upstream`), the floor pass-through in its client
 variants (:mod:`bench.floor`), Cascade (``cascade-proxy serve`` with a fresh embedded
@@ -14,6 +15,13 @@ Per window it records the load generator's numbers and the CPU seconds the targe
 rounds; added latency is a target's p50/p99 minus direct's in the same round and scenario.
 Writes ``overhead.json``, ``overhead.md`` and ``overhead_*.png`` next to ``--out``.
 Any target that cannot start is reported as unavailable with its reason, and the run goes on.
+
+Every session is its own conversation by default (``bench.loadgen``'s ``distinct``), in every
+scenario: a proxy serving real users never sees the same 36-message opening in every session,
+and with it a cache keyed by content (Cascade's ingest memo) answers nearly every request and
+hides what a new session and an extending step cost (docs/perf.md). ``--conversations same``
+sends one conversation in every session, as runs before 2026-12-02 did; its figures are
+comparable with those runs, not with distinct ones.
 """
 
 from __future__ import annotations
@@ -268,7 +276,7 @@ def _run_window(
     args = (
         f"--url {target.url} --scenario {scenario} --concurrency {concurrency} --duration "
         f"{cfg.window} --warmup {cfg.warmup} --session-prefix {target.name}-{run_no}-{key} "
-        f"--api-key {api_key} --phase-markers"
+        f"--api-key {api_key} --phase-markers --conversations {cfg.conversations}"
     )
     cmd = [PY, "-m", "bench.loadgen", *args.split()]
     procs: dict[str, list[psutil.Process]] = {"own": [], "db": [], "fake": []}
@@ -474,6 +482,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, help="unmeasured seconds before each window")
     parser.add_argument("--chunk-delay-ms", type=float, default=2.0)
     parser.add_argument(
+        "--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all)"
+    )
+    parser.add_argument(
+        "--conversations",
+        choices=("distinct", "same"),
+        default="distinct",
+        help="distinct: every session its own conversation; same: one in every session",
+    )
+    parser.add_argument(
         "--floor", default=FLOOR, help="which floor variant the targets compare against"
     )
     args = parser.parse_args(argv)
@@ -499,6 +516,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.floor not in chosen:
         chosen.insert(1, args.floor)
     args.target_names = chosen
+    args.scenario_keys = args.scenarios.split(",") if args.scenarios else list(SCENARIOS)
+    unknown = set(args.scenario_keys) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     return args
 
 
@@ -535,7 +556,7 @@ def _bench(
             targets.append(target)
     windows: list[dict[str, Any]] = []
     for run_no in range(args.rounds):
-        for key in SCENARIOS:
+        for key in args.scenario_keys:
             order = targets[run_no % len(targets) :] + targets[: run_no % len(targets)]
             for target in order:
                 if target.proc is not None and target.proc.poll() is not None:
@@ -566,11 +587,16 @@ def _bench(
             "warmup_s": args.warmup,
             "chunk_delay_ms": args.chunk_delay_ms,
             "floor": args.floor,
+            "conversations": args.conversations,
             "cascade_pool": CASCADE_POOL,
             "load_average_at_start": load_at_start,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
             "targets": [t.name for t in targets],
-            "scenarios": {k: {"scenario": s, "concurrency": c} for k, (s, c) in SCENARIOS.items()},
+            "scenarios": {
+                k: {"scenario": s, "concurrency": c}
+                for k, (s, c) in SCENARIOS.items()
+                if k in args.scenario_keys
+            },
         },
         "unavailable": unavailable,
         "targets": evaluate(rows, args.floor),

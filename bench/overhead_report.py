@@ -131,6 +131,13 @@ def render_markdown(result: dict[str, Any]) -> str:
             if meta.get("cascade_pool")
             else ""
         )
+        + (
+            "Every session is its own conversation. "
+            if meta.get("conversations") == "distinct"
+            else "Every session sends the same conversation. "
+            if meta.get("conversations") == "same"
+            else ""
+        )
         + "Load average "
         f"(1/5/15 min) before the run: {meta['load_average_at_start']} (above ~0.5 means "
         "something else was competing for the 2 cores), at the end: "

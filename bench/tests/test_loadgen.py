@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from bench.fake_upstream import _http, has_flag, stream_frames
 from bench.loadgen import make_workload, median, percentile, ratio, split_sse, summarize
-from bench.overhead import aggregate, evaluate, round_ratios
+from bench.overhead import _parse, aggregate, evaluate, round_ratios
 from bench.overhead_report import render_markdown
 
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
@@ -102,6 +102,78 @@ def test_large_workload_is_a_40_message_200kb_agent_request_on_average():
     assert sum(lengths) / len(lengths) == 40
     assert 180_000 < sum(sizes) / len(sizes) < 230_000
     assert messages[-1] == {"role": "tool", "tool_call_id": "c9", "content": work.tool_result}
+
+
+def _session_bodies(work, turns, call_ids):
+    """The bodies one session sends over ``turns`` turns, the provider answering each with a
+    tool call whose id comes from ``call_ids`` (the fake upstream numbers them)."""
+    messages, bodies = list(work.base), []
+    for _ in range(turns):
+        bodies.append(work.body(messages))
+        reply = {
+            "role": "assistant",
+            "content": None if work.scenario == "large" else "done",
+            "tool_calls": [
+                {
+                    "id": next(call_ids),
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": "{}"},
+                }
+            ]
+            if work.scenario == "large"
+            else None,
+        }
+        if reply["tool_calls"] is None:
+            del reply["tool_calls"]
+        messages += work.next_turn(reply)
+    return bodies, messages
+
+
+def _canonical(msg):
+    return json.dumps(msg, sort_keys=True)
+
+
+def test_distinct_sessions_share_no_message_and_keep_their_size():
+    """Every message one session's generator writes differs from every other session's (so no
+    chain hash or content-keyed cache recurs across sessions; the provider's text answers may
+    repeat, the fake's do), and the bodies' sizes stay
+    within 1% of the one-conversation workload's."""
+    for scenario in ("large", "tiny"):
+        template = make_workload(scenario)
+        ids = iter(f"call_{n:08d}" for n in range(10_000))
+        same_bodies, _ = _session_bodies(template, template.turns_per_session, ids)
+        seen: dict[str, str] = {}
+        replies = [{"role": "assistant", "content": "done"}]
+        for session in ("lgab12cd-w0-s0", "lgab12cd-w0-s1", "lgab12cd-w1-s0", "x-w10-s0"):
+            work = template.distinct(session)
+            bodies, messages = _session_bodies(work, work.turns_per_session, ids)
+            for msg in messages:
+                if msg in replies:
+                    continue  # the provider's answer: the fake sends the same text to all
+                key = _canonical(msg)
+                assert seen.setdefault(key, session) == session, (scenario, msg)
+            for got, same in zip(bodies, same_bodies, strict=True):
+                assert abs(len(got) - len(same)) / len(same) < 0.01
+            assert [m["role"] for m in messages] == [
+                m["role"] for m in _session_bodies(template, template.turns_per_session, ids)[1]
+            ]
+        # the template itself is left as it was: the same mode still sends one conversation
+        assert template.base == make_workload(scenario).base
+
+
+def test_distinct_session_keeps_tool_call_pairs_and_large_request_sizes():
+    work = make_workload("large").distinct("cascade-0-large_c8-w7-s12")
+    calls = [c["id"] for m in work.base for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in work.base if m["role"] == "tool"]
+    assert calls == answered and len(set(calls)) == 17
+    bodies, _ = _session_bodies(work, work.turns_per_session, iter(map(str, range(99))))
+    assert 180_000 < sum(map(len, bodies)) / len(bodies) < 230_000
+
+
+def test_overhead_passes_conversations_and_scenarios_through():
+    args = _parse(["--targets", "cascade", "--scenarios", "large_c8"])
+    assert args.conversations == "distinct" and args.scenario_keys == ["large_c8"]
+    assert _parse(["--conversations", "same"]).conversations == "same"
 
 
 def _window(target, key, rnd, rps, p50):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -64,30 +65,32 @@ one pass over the result's lines."""
 _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
 
 
-def _same_json(a: str, b: str) -> bool:
-    """Whether two JSON texts hold the same values; numbers compared as written."""
-
-    def parse(s: str) -> object:
-        return json.loads(
-            s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list
-        )
-
-    try:
-        return parse(a) == parse(b)
-    except ValueError:
-        return False
+def _tokens(s: str) -> object:
+    """``s`` parsed with numbers kept as written and objects as lists of pairs."""
+    return json.loads(s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list)
 
 
 def minify_json(text: str) -> str | None:
     """``text`` without whitespace outside strings, when it is a JSON object or array that
-    re-parses to exactly the same tokens; None otherwise (not JSON, a scalar, nothing to do)."""
+    re-parses to exactly the same tokens; None otherwise (not JSON, a scalar, nothing to do).
+
+    ``text`` is parsed before it is minified: output that only opens like JSON (``[INFO]
+    ...``, ``[1/3] Building``) fails at its first token, without a regex pass over it all."""
     stripped = text.strip()
     if not stripped or stripped[0] not in "[{":
         return None
-    minified = _JSON_TOKENS.sub(lambda m: m.group(1) or "", stripped)
-    if minified == text or not _same_json(text, minified):
+    try:
+        tokens = _tokens(text)
+    except ValueError:
         return None
-    return minified
+    minified = _JSON_TOKENS.sub(lambda m: m.group(1) or "", stripped)
+    if minified == text:
+        return None
+    try:
+        same = _tokens(minified) == tokens
+    except ValueError:
+        return None
+    return minified if same else None
 
 
 _MEMO_CHARS = 32_000
@@ -160,7 +163,7 @@ class EarlierLines:
         new result's few lines) and searched only for the lines it shares. A line stops being
         wanted once it has ``MAX_OCCURRENCES`` places, so earlier results are never walked
         line by line, and a line found everywhere stops the search for it early."""
-        want = {line for line in wanted if line.strip()}
+        want = set(filter(str.strip, wanted))  # the non-blank lines
         found: dict[str, list[tuple[int, int]]] = {}
         for k in range(len(self.lines) - 1, -1, -1):
             if not want:
@@ -254,12 +257,19 @@ def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[
     how many lines the pointers stand for. Runs are greedy, each the longest found from its
     first line among that line's places (``EarlierLines.places``, ``_longest_run``); one is
     replaced only from ``MIN_POINTER_LINES`` lines and ``MIN_POINTER_CHARS`` characters on."""
+    where = earlier.places(lines) if earlier else {}
+    if not where:  # no line of ``lines`` occurs earlier: the usual case for new output
+        return list(lines), 0
     out: list[str] = []
     pointed = 0
-    where = earlier.places(lines) if earlier else {}
     i = 0
     while i < len(lines):
-        k, j, n = _longest_run(lines, i, where.get(lines[i], ()), earlier)
+        places = where.get(lines[i])
+        if places is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        k, j, n = _longest_run(lines, i, places, earlier)
         if (
             n >= MIN_POINTER_LINES
             and sum(len(x) + 1 for x in lines[i : i + n]) >= MIN_POINTER_CHARS
@@ -276,6 +286,8 @@ def point_to_earlier(lines: Sequence[str], earlier: EarlierLines) -> tuple[list[
 def collapse_repeats(lines: Sequence[str]) -> tuple[list[str], int]:
     """``lines`` with each run of at least three identical lines kept once, followed by
     ``[previous line repeated N more times]``; and how many lines were folded away."""
+    if not any(map(operator.eq, lines, lines[1:])):  # no line equals the next (tested in C)
+        return list(lines), 0
     out: list[str] = []
     folded = 0
     i = 0
@@ -328,7 +340,7 @@ def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted
         return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
     if minified is not None:
         return Compacted(minified, json_minified=True)
-    lines = text.splitlines()
+    lines = lines_of(text)  # memoised: the next result's ``EarlierLines`` splits it again
     pointed_lines, pointed = point_to_earlier(lines, earlier)
     collapsed_lines, collapsed = collapse_repeats(pointed_lines)
     if not pointed and not collapsed:

@@ -57,6 +57,8 @@ def test_minify_refuses_non_json_scalars_and_already_minified() -> None:
     assert minify_json("  42 ") is None
     assert minify_json('{"a":1}') is None
     assert minify_json("{\n 'a': 1\n}") is None
+    assert minify_json("[INFO] step 1\n[INFO] step 2 {\n  a: 1\n}") is None  # opens like JSON
+    assert minify_json("[1, 2]\n[3, 4]") is None  # JSON, then more
 
 
 def test_collapse_folds_runs_of_three_or_more() -> None:
