@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "machine", "clean"]
+__all__ = ["free_port", "machine", "clean", "out_file"]
 
 
 def free_port() -> int:
@@ -48,3 +48,9 @@ def clean(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [clean(v) for v in value]
     return value
+
+
+def out_file(path: Path, default_name: str) -> Path:
+    """Where a benchmark writes its JSON: ``path``, or ``path / default_name`` when ``path``
+    is an existing directory (a run of many minutes must not end in IsADirectoryError)."""
+    return path / default_name if path.is_dir() else path

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
-from bench.common import clean, free_port, machine
+from bench.common import clean, free_port, machine, out_file
 from bench.loadgen import percentile, ratio
 
 __all__ = [
@@ -912,7 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve_upstream:
         _serve_upstream(args.serve_upstream)
         return 0
-    out: Path = args.out
+    out = out_file(args.out, "growth.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import litellm_env, procs
-from bench.common import clean, free_port, machine
+from bench.common import clean, free_port, machine, out_file
 from bench.loadgen import median, ratio
 from bench.overhead_report import Rows, metric, render_charts, render_markdown
 
@@ -613,7 +613,7 @@ def _bench(
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
-    out: Path = args.out
+    out = out_file(args.out, "overhead.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)

@@ -51,7 +51,7 @@ import httpx
 import openai
 
 from bench import headroom_env, trajectories
-from bench.common import free_port
+from bench.common import free_port, out_file
 from bench.cost import Metrics, RequestLog, Tokenizer, get_tokenizer, measure
 from bench.embedding_wait import EmbeddingWait
 from bench.policies import POLICIES, make_policy
@@ -553,6 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         policies = [p for p in policies if p not in (*CASCADE_POLICIES, HEADROOM)]
     tokenizer = get_tokenizer()
     rows = run(files, limits, policies, tokenizer)
+    args.out = out_file(args.out, "replay.json")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "tokenizer": tokenizer.name,

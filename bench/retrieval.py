@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import clean, free_port, machine
+from bench.common import clean, free_port, machine, out_file
 from bench.growth import (
     FAST_MODEL,
     PY,
@@ -388,7 +388,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
-    out: Path = args.out
+    out = out_file(args.out, "retrieval.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)
