@@ -30,11 +30,13 @@ the request that opened it, so it adds the probe's statements to that request ra
 taking the compile out of it; a timer re-warming idle connections holds connections a
 request may want. The cost is the floor's PostgreSQL backends held while the replica is
 idle, within the ``max_connections`` a deployment sizes for its pools (README, Capacity).
-Opening them is part of opening the pool, so unlike the warm-up it is not best-effort: a
-PostgreSQL that cannot take the floor's connections fails the start with its own error
-(``too many clients``), rather than leaving a replica that would fail under its first burst;
-a smaller ``CASCADE_POOL_MAX_SIZE`` makes the floor smaller. Behind a transaction pooler the
-floor is of connections to the pooler; its server connections follow its own settings.
+When PostgreSQL refuses the floor (its own or the role's connection limit), the
+replica starts with one connection and says so, rather than failing its start: during a
+rolling deploy the old replicas still hold their connections, which is when a limit is
+tight, and a replica with fewer warm connections serves where one that failed to start
+serves nothing. A smaller ``CASCADE_POOL_MAX_SIZE`` makes the floor smaller. Behind a
+transaction pooler the floor is of connections to the pooler; its server connections follow
+its own settings.
 """
 
 from __future__ import annotations
