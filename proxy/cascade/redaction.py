@@ -186,6 +186,14 @@ class _Scanner:
     ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the lowercased bytes of a text
     inner: tuple[tuple[tuple[int, str, bytes], ...], ...]  # per literal: (offset, other, bytes)
     anchored: bool  # every pattern has start literals: a text without any has no match
+    users: Mapping[str, tuple[int, ...]]  # each literal -> the patterns (indexes) it starts
+
+    def active(self, found: Mapping[str, object]) -> set[int]:
+        """The patterns one of whose literals ``found`` holds: the only ones worth trying."""
+        out: set[int] = set()
+        for literal in found:
+            out.update(self.users[literal])
+        return out
 
     def find(self, text: str) -> dict[str, list[int]]:
         """Ascending positions where each literal begins in ``_fold(text)``, overlaps too.
@@ -256,6 +264,7 @@ def _scanner(patterns: Sequence[re.Pattern[str]]) -> _Scanner:
         else None,
         _inner(literals),
         bool(literals) and all(plan.starts for plan in plans),
+        {lit: tuple(i for i, plan in enumerate(plans) if lit in plan.keys) for lit in literals},
     )
     if len(_SCANNERS) >= _MAX_SCANNERS:
         _SCANNERS.clear()
@@ -329,16 +338,19 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     scanner = _scanner(patterns)
     total = 0
     found: dict[str, list[int]] | None = None  # made once, and again only after a replacement
+    active: set[int] = set()  # the patterns one of whose literals ``found`` holds
     if scanner.anchored:
         found = scanner.find(text)
         if not found:  # no pattern's literal occurs: the common case, decided in one look
             return text, 0
-    for pattern, plan in zip(patterns, scanner.plans, strict=True):
+        active = scanner.active(found)
+    for index, (pattern, plan) in enumerate(zip(patterns, scanner.plans, strict=True)):
         hits: list[int] | None = None
         if plan.starts:
             if found is None:
                 found = scanner.find(text)
-            if not found:  # no pattern's literal occurs: the common case, decided in one look
+                active = scanner.active(found)
+            if index not in active:  # none of its literals occurs: most patterns, most texts
                 continue
             hits = _candidates(found, text, plan, len(text) // _DENSITY + 16)
             if hits == []:
