@@ -168,3 +168,11 @@ def _transcript_texts(number: int) -> list[str]:
 def test_recorded_transcripts_are_redacted_exactly_as_by_the_plain_loop(number: int) -> None:
     for text in _transcript_texts(number):
         assert redact(text, PATTERNS) == before(text, PATTERNS)
+
+
+def test_a_literal_that_an_earlier_replacement_creates_is_found() -> None:
+    # The second pattern's literal occurs only in the first one's replacement: the patterns
+    # worth trying are worked out again after every replacement, as the plain loop sees it.
+    pats = compile_patterns([r"secret\d", r"(?i)dacted\]"], use_defaults=False)
+    assert redact("a secret1 b", pats) == before("a secret1 b", pats)
+    assert redact("a secret1 b", pats) == (f"a [RE{REDACTED} b", 2)
