@@ -10,6 +10,14 @@ pretty-printed API JSON, and the tool results of the recorded transcripts when
 one call and the ratio. Each kind runs twice: as is (``clean``), and with a few secrets of
 different shapes spliced in (``secrets``, one per ~3 KB). Every pair of outputs is checked to
 be identical before it is timed.
+
+``python -m bench.redaction_speed --against main [--rounds 15]`` instead times this checkout's
+``redact`` against another revision's (its ``proxy/cascade/redaction.py``, read with ``git
+show``) on the texts the proxy really redacts: every message of recorded transcripts 1, 2, 4
+and 6 (when ``../shared/data/trajectories`` is there) and the agent workload of
+``bench.loadgen`` (``make_workload("large")``). Each round redacts each corpus once with each
+version, alternating which goes first; it prints the median and range of a pass, and refuses
+to time anything unless both versions return identical results on every text.
 """
 
 from __future__ import annotations
@@ -19,15 +27,17 @@ import json
 import random
 import re
 import statistics
+import subprocess
 import sys
 import sysconfig
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 
-__all__ = ["before", "corpora", "main"]
+__all__ = ["against", "before", "corpora", "main", "messages", "revision"]
 
 SIZES = (10_000, 100_000, 1_000_000)
 _STDLIB_FILES = (
@@ -192,11 +202,95 @@ def measure(text: str, rounds: int) -> tuple[float, float, int]:
     return statistics.median(old), statistics.median(new), expected[1]
 
 
+Redact = Callable[[str, Sequence[re.Pattern[str]]], tuple[str, int]]
+TRANSCRIPTS = (1, 2, 4, 6)
+
+
+def messages() -> dict[str, list[str]]:
+    """The texts of every message the proxy would redact, per source: each transcript's
+    messages (text parts included, each message once) and the agent workload's history."""
+    from bench import loadgen, trajectories
+
+    out: dict[str, list[str]] = {}
+    for number in TRANSCRIPTS:
+        source = trajectories.resolve(number)
+        if not source.path.exists():
+            continue
+        seen: dict[int, str] = {}
+        for step in trajectories.steps(source):
+            for msg in (*step.prompt, step.reply):
+                content = msg.get("content")
+                for part in content if isinstance(content, list) else [{"text": content}]:
+                    text = part.get("text") if isinstance(part, dict) else None
+                    if isinstance(text, str) and text:
+                        seen.setdefault(id(text), text)
+        out[f"transcript {number}"] = list(seen.values())
+    workload = loadgen.make_workload("large")
+    history = [m["content"] for m in workload.base if isinstance(m.get("content"), str)]
+    out["agent workload"] = [*history, workload.tool_result]
+    return out
+
+
+def revision(rev: str) -> Redact:
+    """``redact`` as of git revision ``rev``, loaded beside this checkout's."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:proxy/cascade/redaction.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    module = types.ModuleType(f"_redaction_{rev}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, f"{rev}:proxy/cascade/redaction.py", "exec"), module.__dict__)
+    fn: Redact = module.redact
+    return fn
+
+
+def against(rev: str, rounds: int) -> int:
+    """Time ``revision(rev)`` against this checkout's ``redact`` on :func:`messages`."""
+    patterns = compile_patterns(())
+    old = revision(rev)
+    print(f"python {sys.version.split()[0]}; {rev} against this checkout, {rounds} rounds")
+    print(f"{'corpus':<18}{'texts':>6}{'KB':>7}{'found':>6}{rev:>20}{'this':>20}{'x':>7}")
+    for name, texts in messages().items():
+        found = 0
+        for text in texts:
+            expected = old(text, patterns)
+            if redact(text, patterns) != expected:
+                raise SystemExit(f"{name}: the two versions differ: refusing to time them")
+            found += expected[1]
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for i in range(rounds):
+            order = (
+                (("old", old), ("new", redact)) if i % 2 == 0 else (("new", redact), ("old", old))
+            )
+            for key, fn in order:
+                start = time.perf_counter()
+                for text in texts:
+                    fn(text, patterns)
+                times[key].append(time.perf_counter() - start)
+        a, b = (statistics.median(times[k]) for k in ("old", "new"))
+        cells = [
+            f"{statistics.median(v) * 1e3:.2f} ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f})"
+            for v in times.values()
+        ]
+        size = sum(map(len, texts)) // 1000
+        print(
+            f"{name:<18}{len(texts):>6}{size:>7}{found:>6}"
+            f"{cells[0]:>20}{cells[1]:>20}{a / b:>6.2f}x"
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, sizes up to 100 KB")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--against", metavar="REV", help="time REV's redact against this one")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of --against")
     args = parser.parse_args(argv)
+    if args.against:
+        return against(args.against, args.rounds)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.quick:
         sizes = [s for s in sizes if s <= 100_000]

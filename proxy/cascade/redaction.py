@@ -11,12 +11,13 @@ Scanning every pattern over every tool result is the proxy's hottest loop, and a
 holds a secret, so each compiled pattern also gets a *plan*, read once from its parse tree: the
 literals one of which begins every match (``sk-``, ``AKIA``, ``bearer``, ``password`` …;
 lowercased when the pattern ignores case). :func:`redact` finds every pattern's literals in one
-pass of an Aho-Corasick automaton (``ahocorasick_rs``) over a lowercased copy of the text, keeps
+pass of an Aho-Corasick automaton (``ahocorasick_rs``) over the text's lowercased bytes, keeps
 the exact-case hits of case-sensitive literals, and tries each regex only where one of its
 literals begins. That is exactly what ``subn`` would have matched, since no match can begin
 anywhere else, so the result is identical (the unit tests prove it against the plain loop). A
 pattern with no such literal (a configured ``[0-9]{4}-[0-9]{4}``) runs as a plain ``subn``, and
 so does any pattern whose literals are so frequent in a text that one scan in C is cheaper.
+When every pattern has literals and none occurs (most texts), no regex runs at all.
 
 Why one automaton: a ``str.find`` pass per literal reads the text once per literal (there
 are a few dozen), and a combined ``re`` alternation is slower still; the automaton reads it
@@ -106,6 +107,10 @@ _MAX_SCANNERS = 1024
 # to it (U+0130 even lowers to two characters, which would shift every later position).
 _FOLD_FIRST = {0x130: "i", 0x131: "i", 0x17F: "s"}
 _FOLD_FIRST_CHARS = tuple(map(chr, _FOLD_FIRST))
+# Every non-ASCII character ``re`` matches to an ASCII letter ignoring case (the Kelvin sign
+# too, which ``str.lower`` lowers to "k"); ``bytes.lower`` leaves them, so a text holding
+# one is folded as a str.
+_TWINS = (*_FOLD_FIRST_CHARS, "\u212a")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +174,7 @@ class _Scanner:
     """One sequence of patterns: their plans, and one automaton over all their start literals
     (lowercased, so it runs over the folded text: a superset of every exact-case hit).
 
-    The automata report leftmost-first matches, which do not overlap: that search skips
+    The automaton reports leftmost-first matches, which do not overlap: that search skips
     ahead to the bytes a literal can begin with, which an overlapping search cannot, and so
     reads large texts about twice as fast. Every start it cannot report lies inside a
     reported match, so ``inner`` lists, per literal, each
@@ -178,26 +183,47 @@ class _Scanner:
 
     plans: tuple[_Plan, ...]
     literals: tuple[str, ...]
-    ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the ASCII bytes of a folded text
-    text: Any  # ahocorasick_rs.AhoCorasick, for any other text (character positions)
+    ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the lowercased bytes of a text
     inner: tuple[tuple[tuple[int, str, bytes], ...], ...]  # per literal: (offset, other, bytes)
+    anchored: bool  # every pattern has start literals: a text without any has no match
+    users: Mapping[str, tuple[int, ...]]  # each literal -> the patterns (indexes) it starts
+
+    def active(self, found: Mapping[str, object]) -> set[int]:
+        """The patterns one of whose literals ``found`` holds: the only ones worth trying."""
+        out: set[int] = set()
+        for literal in found:
+            out.update(self.users[literal])
+        return out
 
     def find(self, text: str) -> dict[str, list[int]]:
-        """Ascending positions where each literal begins in ``_fold(text)``, overlaps too."""
-        folded = _fold(text)
-        haystack: Any = folded
-        probe = 1  # which form of an ``inner`` literal to look for: 1 str, 2 its bytes
-        if folded.isascii():
-            haystack, probe = folded.encode("ascii"), 2
-            matches = self.ascii.find_matches_as_indexes(haystack)
+        """Ascending positions where each literal begins in ``_fold(text)``, overlaps too.
+
+        The automaton reads bytes lowercased by ``bytes.lower`` (ASCII letters only): the
+        text's ASCII encoding, or else its UTF-8 encoding, whose byte offsets are turned into
+        character positions at each hit (lone surrogates pass through). Either is a copy or
+        two in C, where ``str.lower`` of non-ASCII text costs several times as much. Only a
+        text holding one of the four characters ``re`` matches to an ASCII letter ignoring
+        case goes through ``_fold`` first.
+        """
+        if text.isascii():
+            data, wide = text.encode("ascii").lower(), False
         else:
-            matches = self.text.find_matches_as_indexes(folded)
+            if any(ch in text for ch in _TWINS):
+                text = _fold(text)
+            data, wide = text.encode("utf-8", "surrogatepass").lower(), True
+        matches = self.ascii.find_matches_as_indexes(data)
         found: dict[str, list[int]] = {}
+        byte = char = 0  # the last hit's byte offset and character position
         for index, start, _ in matches:
-            found.setdefault(self.literals[index], []).append(start)
-            for entry in self.inner[index]:
-                if haystack.startswith(entry[probe], start + entry[0]):
-                    found.setdefault(entry[1], []).append(start + entry[0])
+            if wide:  # a literal begins with an ASCII byte, so the slice is whole characters
+                char += len(data[byte:start].decode("utf-8", "surrogatepass"))
+                byte = start
+            else:
+                char = start
+            found.setdefault(self.literals[index], []).append(char)
+            for entry in self.inner[index]:  # ASCII literals: byte offsets are characters
+                if data.startswith(entry[2], start + entry[0]):
+                    found.setdefault(entry[1], []).append(char + entry[0])
         return found
 
 
@@ -236,8 +262,9 @@ def _scanner(patterns: Sequence[re.Pattern[str]]) -> _Scanner:
         ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals], matchkind=first)
         if literals
         else None,
-        ahocorasick_rs.AhoCorasick(literals, matchkind=first) if literals else None,
         _inner(literals),
+        bool(literals) and all(plan.starts for plan in plans),
+        {lit: tuple(i for i, plan in enumerate(plans) if lit in plan.keys) for lit in literals},
     )
     if len(_SCANNERS) >= _MAX_SCANNERS:
         _SCANNERS.clear()
@@ -311,12 +338,19 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     scanner = _scanner(patterns)
     total = 0
     found: dict[str, list[int]] | None = None  # made once, and again only after a replacement
-    for pattern, plan in zip(patterns, scanner.plans, strict=True):
+    active: set[int] = set()  # the patterns one of whose literals ``found`` holds
+    if scanner.anchored:
+        found = scanner.find(text)
+        if not found:  # no pattern's literal occurs: the common case, decided in one look
+            return text, 0
+        active = scanner.active(found)
+    for index, (pattern, plan) in enumerate(zip(patterns, scanner.plans, strict=True)):
         hits: list[int] | None = None
         if plan.starts:
             if found is None:
                 found = scanner.find(text)
-            if not found:  # no pattern's literal occurs: the common case, decided in one look
+                active = scanner.active(found)
+            if index not in active:  # none of its literals occurs: most patterns, most texts
                 continue
             hits = _candidates(found, text, plan, len(text) // _DENSITY + 16)
             if hits == []:
