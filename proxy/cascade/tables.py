@@ -19,10 +19,12 @@ and the text the model reads is exact about every value:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
-__all__ = ["MIN_ROWS", "ABSENT", "tabulate_json"]
+__all__ = ["MIN_ROWS", "ABSENT", "parse_json", "may_tabulate", "tabulate_value", "tabulate_json"]
 
 MIN_ROWS = 3
 """An array of fewer objects is left as it is: a header would not pay for itself."""
@@ -38,10 +40,24 @@ class _Obj(list[tuple[str, Any]]):
     """An object's (key, value) pairs, in order, duplicates kept."""
 
 
-def _parse(text: str) -> Any:
+def parse_json(text: str) -> Any:
+    """``text`` parsed with its objects as ordered pairs (duplicates kept) and its numbers and
+    constants as written; raises ``ValueError`` (not JSON) or ``RecursionError`` (too deep).
+    ``lossless.compact_text`` parses a result once with it, for both its checks and the
+    tables."""
     return json.loads(
         text, object_pairs_hook=_Obj, parse_float=_Raw, parse_int=_Raw, parse_constant=_Raw
     )
+
+
+_OBJECT_IN_ARRAY = re.compile(r"\[[ \t\n\r]*\{")
+
+
+def may_tabulate(text: str) -> bool:
+    """Whether the JSON ``text`` may hold an array of objects: an array opening on an object
+    (``[{``, whitespace between allowed) somewhere, perhaps inside a string. When not, no
+    table can be made and ``tabulate_value`` need not walk the value."""
+    return _OBJECT_IN_ARRAY.search(text) is not None
 
 
 def _columns(items: Sequence[Any]) -> list[str] | None:
@@ -59,8 +75,11 @@ def _columns(items: Sequence[Any]) -> list[str] | None:
     return list(order)
 
 
-def _key(key: str) -> str:
-    return json.dumps(key, ensure_ascii=False)
+_key = encode_basestring
+"""A string as JSON with non-ASCII kept (``json.dumps(s, ensure_ascii=False)``), called
+directly: ``dumps`` builds an encoder on each call with that option."""
+
+_CONSTANTS = {True: "true", False: "false", None: "null"}
 
 
 def _emit(value: Any, tables: list[int], *, flat: bool = False) -> str:
@@ -69,7 +88,7 @@ def _emit(value: Any, tables: list[int], *, flat: bool = False) -> str:
     if isinstance(value, str):
         return _key(value)
     if value is True or value is False or value is None:
-        return json.dumps(value)
+        return _CONSTANTS[value]
     if isinstance(value, _Obj):
         return "{" + ",".join(f"{_key(k)}:{_emit(v, tables, flat=flat)}" for k, v in value) + "}"
     columns = None if flat else _columns(value)
@@ -93,15 +112,21 @@ def tabulate_json(text: str) -> tuple[str, int] | None:
     if not stripped or stripped[0] not in "[{":
         return None
     try:
-        value = _parse(stripped)
+        value = parse_json(stripped)
     except (ValueError, RecursionError):
         return None
+    return tabulate_value(value, len(stripped))
+
+
+def tabulate_value(value: Any, length: int) -> tuple[str, int] | None:
+    """``tabulate_json`` of an already parsed value (``parse_json``) whose JSON text is
+    ``length`` characters long without its surrounding whitespace."""
     tables: list[int] = []
     try:
         out = _emit(value, tables)
         out.encode("utf-8")  # a lone surrogate in a string: leave the text as it is
     except (RecursionError, UnicodeEncodeError):
         return None
-    if not tables or len(out) >= len(stripped):
+    if not tables or len(out) >= length:
         return None
     return out, len(tables)
