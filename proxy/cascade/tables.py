@@ -60,10 +60,15 @@ def may_tabulate(text: str) -> bool:
     return _OBJECT_IN_ARRAY.search(text) is not None
 
 
-def _columns(items: Sequence[Any]) -> list[str] | None:
-    """The header for ``items`` when they can be a table, else None."""
-    if len(items) < MIN_ROWS or not all(isinstance(x, _Obj) and x for x in items):
+def _columns(items: Sequence[Any]) -> tuple[tuple[str, ...], bool] | None:
+    """The header for ``items`` when they can be a table, and whether every object has
+    exactly its keys (the usual case: then each row is the object's values in order); None
+    when they cannot be a table."""
+    if len(items) < MIN_ROWS or not all(type(x) is _Obj and x for x in items):
         return None
+    first = next(zip(*items[0], strict=True))
+    if all(next(zip(*obj, strict=True)) == first for obj in items):
+        return (first, True) if len(set(first)) == len(first) else None
     order: dict[str, int] = {}
     for obj in items:
         for key, _ in obj:
@@ -72,7 +77,7 @@ def _columns(items: Sequence[Any]) -> list[str] | None:
         at = [order[key] for key, _ in obj]
         if len(set(at)) != len(at) or at != sorted(at):
             return None
-    return list(order)
+    return tuple(order), False
 
 
 _key = encode_basestring
@@ -82,24 +87,47 @@ directly: ``dumps`` builds an encoder on each call with that option."""
 _CONSTANTS = {True: "true", False: "false", None: "null"}
 
 
-def _emit(value: Any, tables: list[int], *, flat: bool = False) -> str:
-    if isinstance(value, _Raw):
-        return str(value)
-    if isinstance(value, str):
-        return _key(value)
-    if value is True or value is False or value is None:
-        return _CONSTANTS[value]
-    if isinstance(value, _Obj):
-        return "{" + ",".join(f"{_key(k)}:{_emit(v, tables, flat=flat)}" for k, v in value) + "}"
-    columns = None if flat else _columns(value)
-    if columns is None:
-        return "[" + ",".join(_emit(v, tables, flat=flat) for v in value) + "]"
+def _cells(values: Sequence[Any], tables: list[int], flat: bool) -> list[str]:
+    """Each of ``values`` as JSON (``_emit``). The parser gives exact types (``_Raw``,
+    ``str``, ``_Obj``, ``list``, the constants), so each is told by ``type``, and a scalar
+    is written in place, without a call."""
+    out: list[str] = []
+    for v in values:
+        kind = type(v)
+        if kind is _Raw:
+            out.append(v)
+        elif kind is str:
+            out.append(_key(v))
+        elif kind is _Obj or kind is list:
+            out.append(_emit(v, tables, flat))
+        else:
+            out.append(_CONSTANTS[v])
+    return out
+
+
+def _emit(value: Any, tables: list[int], flat: bool = False) -> str:
+    """``value`` as minified JSON with its arrays of objects as tables (none when ``flat``:
+    a cell stays on its row's line)."""
+    kind = type(value)
+    if kind is _Obj:
+        keys, values = zip(*value, strict=True) if value else ((), ())
+        cells = _cells(values, tables, flat)
+        return "{" + ",".join([f"{_key(k)}:{c}" for k, c in zip(keys, cells, strict=True)]) + "}"
+    if kind is not list:
+        return _cells((value,), tables, flat)[0]
+    found = None if flat else _columns(value)
+    if found is None:
+        return "[" + ",".join(_cells(value, tables, flat)) + "]"
+    columns, exact = found
     tables.append(len(value))
-    header = "[" + ",".join(_key(c) for c in columns) + "]"
+    header = "[" + ",".join([_key(c) for c in columns]) + "]"
     lines = [f"[#table {header} (one row per object; {ABSENT} = key absent)"]
     for obj in value:
-        cells = dict(obj)
-        row = [_emit(cells[c], tables, flat=True) if c in cells else ABSENT for c in columns]
+        if exact:
+            row = _cells([v for _, v in obj], tables, True)
+        else:
+            by_key = dict(obj)
+            row = [_emit(by_key[c], tables, True) if c in by_key else ABSENT for c in columns]
         lines.append("[" + ",".join(row) + "]")
     lines.append("]")
     return "\n".join(lines)
