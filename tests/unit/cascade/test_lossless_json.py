@@ -1,52 +1,23 @@
-"""The JSON path of ``compact_text`` gives, byte for byte, what minifying and tabulating each
-parsed on their own gave: one parse shared, tables skipped without ``[{``, a join of tokens
-instead of a substitution with a call per token."""
+"""The JSON path of ``compact_text`` gives, byte for byte, what the implementation it replaced
+gave (``bench.json_speed.before``: three parses, a substitution with a call per token, the
+tables written with ``json.dumps``)."""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench.trajectories import load, resolve
-from proxy.cascade.lossless import Compacted, compact_text, minify_json
+from bench.json_speed import before, real_results, tabulate_before
+from proxy.cascade.lossless import compact_text, minify_json
 from proxy.cascade.tables import may_tabulate, tabulate_json
-
-_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
-
-
-def _same_json(a: str, b: str) -> bool:
-    def parse(s: str) -> object:
-        return json.loads(
-            s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list
-        )
-
-    try:
-        return parse(a) == parse(b)
-    except (ValueError, RecursionError):
-        return False
-
-
-def _reference(text: str) -> Compacted | None:
-    """The JSON result of ``compact_text`` as it was computed before: the minified text
-    checked by parsing the original and the minified, the tables by a parse of their own."""
-    stripped = text.strip()
-    minified = None
-    if stripped and stripped[0] in "[{":
-        candidate = _TOKENS.sub(lambda m: m.group(1) or "", stripped)
-        if candidate != text and _same_json(text, candidate):
-            minified = candidate
-    tabular = tabulate_json(text) if text.lstrip()[:1] in ("[", "{") else None
-    if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
-        return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
-    return Compacted(minified, json_minified=True) if minified is not None else None
 
 
 def _check(text: str) -> None:
-    want = _reference(text)
+    assert tabulate_json(text) == tabulate_before(text), text[:200]
+    want = before(text)
     got = compact_text(text)
     if want is None:
         assert got is None or not got.json_minified, text[:200]
@@ -59,6 +30,8 @@ FIXTURES = [
     json.dumps({"results": ROWS, "total": 6}, indent=2),
     json.dumps({"results": ROWS[:2], "total": 2}, indent=2),  # too few rows for a table
     json.dumps(ROWS, indent=4, ensure_ascii=False),
+    json.dumps([{"id": i, "sub": [{"k": j} for j in range(3)]} for i in range(4)], indent=2),
+    json.dumps([{"id": 1}, {"id": 2, "x": [{"k": 1}, {"k": 2}, {"k": 3}]}, {"x": 3}], indent=1),
     '{\n  "f": 1.0, "g": 1, "e": 1e5, "E": -2.5E-3, "big": 123456789012345678901234567890\n}',
     '[\n  {"x": NaN, "y": 1}, {"x": Infinity, "y": 2}, {"x": -Infinity, "y": 3}\n]',
     '{ "k": 1, "k": 2, "rows": [ {"a": 1, "a": 2}, {"a": 3}, {"a": 4} ] }',  # duplicates
@@ -83,18 +56,13 @@ def test_json_path_is_what_separate_parses_gave(text: str) -> None:
 
 
 def test_real_json_results_are_unchanged_byte_for_byte() -> None:
-    """Every tool result of transcripts 4 (OpenHands, browser JSON) and 8 (tau-bench, JSON
-    tool results), read from the shared data directory when it is there."""
-    texts = []
-    for number in (4, 8):
-        if not resolve(number).path.exists():
-            pytest.skip("the shared transcripts are not on this machine")
-        for conversation in load(resolve(number)):
-            for m in conversation.messages:
-                if m.get("role") == "tool" and isinstance(m.get("content"), str):
-                    texts.append(m["content"])
-    assert sum(1 for t in texts if t.lstrip()[:1] in ("[", "{")) > 100
-    for text in dict.fromkeys(texts):
+    """Every JSON tool result of transcripts 4 (OpenHands, browser JSON) and 8 (tau-bench),
+    read from the shared data directory when it is there."""
+    texts = real_results((4, 8))
+    if not texts:
+        pytest.skip("the shared transcripts are not on this machine")
+    assert len(texts) > 100
+    for text in texts:
         _check(text)
 
 
