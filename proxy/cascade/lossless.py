@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.cascade.tables import may_tabulate, parse_json, tabulate_json, tabulate_value
 
 __all__ = [
@@ -64,10 +66,11 @@ _SEARCH_UP_TO = 8
 """Up to this many shared lines are found in a result by linear searches in C each; more, by
 one pass over the result's lines."""
 
-_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^" \t\n\r]+', re.DOTALL)
-"""A JSON string, or a run of characters that are neither whitespace nor a quote. In a text
-that parses as JSON, what no match covers is exactly the whitespace outside strings, so
-joining the matches (in C, no call per token) minifies it."""
+_JSON_TOKENS = re.compile(r'[ \t\n\r]*("[^"\\]*(?:\\.[^"\\]*)*"|[^" \t\n\r]+)', re.DOTALL)
+"""Whitespace, then a JSON string or a run of characters that are neither whitespace nor a
+quote (the group). In a text that parses as JSON, the matches cover it all and the groups
+are exactly what is not whitespace outside strings, so joining them (in C, no call per token)
+minifies it; the whitespace is taken inside each match, not skipped one position at a time."""
 
 _JSON_SPACE = " \t\n\r"
 
@@ -79,6 +82,18 @@ def _parsed(text: str) -> tuple[bool, Any]:
         return True, parse_json(text)
     except (ValueError, RecursionError):
         return False, None
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` parses as JSON (``_parsed``), asked of orjson first: it parses in
+    native code, and what it accepts (RFC 8259 JSON) the Python parser accepts too; what it
+    refuses (``NaN``, ``Infinity``, lone surrogate escapes, nesting past 1024) goes to
+    ``_parsed``."""
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _parsed(text)[0]
+    return True
 
 
 def _minified(stripped: str, text: str) -> str | None:
@@ -94,7 +109,7 @@ def minify_json(text: str) -> str | None:
     re-parses to exactly the same tokens); None otherwise (not JSON, a scalar, nothing to
     do)."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in "[{" or not _parsed(text)[0]:
+    if not stripped or stripped[0] not in "[{" or not _is_json(text):
         return None
     return _minified(stripped, text)
 
@@ -339,15 +354,17 @@ def _compact_json(text: str, stripped: str) -> Compacted | None:
     """``compact_text`` of a text that opens like a JSON object or array: minified, or
     tabulated when that is shorter; None when neither applies.
 
-    ``text`` is parsed once; the value decides both transforms and is the tables' input. A
+    ``text`` is parsed once; the value decides both transforms and is the tables' input
+    (when no array opens on an object, only whether it parses is asked: ``_is_json``). A
     text that does not parse may still be tabulated when it is surrounded by whitespace JSON
     does not allow (``tabulate_json`` parses the stripped text), as before."""
-    ok, value = _parsed(text)
+    table = may_tabulate(stripped)
+    ok, value = _parsed(text) if table else (_is_json(text), None)
     tabular: tuple[str, int] | None = None
     minified: str | None = None
     if ok:
         minified = _minified(stripped, text)
-        if may_tabulate(stripped):
+        if table:
             tabular = tabulate_value(value, len(stripped))
     elif stripped != text.strip(_JSON_SPACE):
         tabular = tabulate_json(text)

@@ -41,6 +41,7 @@ FIXTURES = [
     '{\n  "lone": "\\ud800", "t": [{"x": 1}, {"x": 2}, {"x": 3}]\n}',  # table refused
     '\u00a0{\n  "t": [{"x": 1}, {"x": 2}, {"x": 3}, {"x": 4}]\n}\u00a0',  # not JSON whitespace
     '{\n  "raw tab": "a\tb"\n}',  # a raw control character: not JSON
+    '{\n  "x": NaN, "big": 1234567890123456789012345678901234567890, "s": "\\ud800"\n}',
     "[INFO] step 1\n[INFO] step 2 {\n  a: 1\n}",
     "[1, 2]\n[3, 4]",
     '{"already": "minified"}',
