@@ -72,8 +72,6 @@ quote (the group). In a text that parses as JSON, the matches cover it all and t
 are exactly what is not whitespace outside strings, so joining them (in C, no call per token)
 minifies it; the whitespace is taken inside each match, not skipped one position at a time."""
 
-_JSON_SPACE = " \t\n\r"
-
 
 def _parsed(text: str) -> tuple[bool, Any]:
     """(True, the value) when ``text`` parses as JSON (``tables.parse_json``), else
@@ -106,8 +104,7 @@ def _minified(stripped: str, text: str) -> str | None:
 
 def minify_json(text: str) -> str | None:
     """``text`` without whitespace outside strings, when it is a JSON object or array (so it
-    re-parses to exactly the same tokens); None otherwise (not JSON, a scalar, nothing to
-    do)."""
+    re-parses to the same tokens); None otherwise (not JSON, a scalar, nothing to do)."""
     stripped = text.strip()
     if not stripped or stripped[0] not in "[{" or not _is_json(text):
         return None
@@ -366,7 +363,7 @@ def _compact_json(text: str, stripped: str) -> Compacted | None:
         minified = _minified(stripped, text)
         if table:
             tabular = tabulate_value(value, len(stripped))
-    elif stripped != text.strip(_JSON_SPACE):
+    elif stripped != text.strip(" \t\n\r"):  # surrounded by whitespace JSON does not allow
         tabular = tabulate_json(text)
     if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
         return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
