@@ -146,9 +146,27 @@ def tabulate_json(text: str) -> tuple[str, int] | None:
     return tabulate_value(value, len(stripped))
 
 
+def _may_have_table(value: Any) -> bool:
+    """Whether some array in ``value`` has ``MIN_ROWS`` items and opens on an object: when
+    none does, ``_emit`` writes no table, and this walk of the containers is much cheaper
+    than writing the value (most arrays of objects in tool results are shorter)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is _Obj:
+            stack.extend([v for _, v in node if type(v) is _Obj or type(v) is list])
+        elif type(node) is list:
+            if len(node) >= MIN_ROWS and type(node[0]) is _Obj:
+                return True
+            stack.extend([v for v in node if type(v) is _Obj or type(v) is list])
+    return False
+
+
 def tabulate_value(value: Any, length: int) -> tuple[str, int] | None:
     """``tabulate_json`` of an already parsed value (``parse_json``) whose JSON text is
     ``length`` characters long without its surrounding whitespace."""
+    if not _may_have_table(value):
+        return None
     tables: list[int] = []
     try:
         out = _emit(value, tables)
