@@ -3,9 +3,9 @@ implementation it replaced.
 
 ``python -m bench.json_speed [--rounds 9]``
 
-``before`` is that implementation, kept here as the reference: the text minified by a
-substitution with a Python call per token, then checked by parsing both the original and the
-minified text, then parsed a third time for the tables, which were written with
+``before`` is that implementation (at branch ``distinct``), kept here as the reference: the
+text parsed, minified by a substitution with a Python call per token, the minified text
+parsed to compare, then the text parsed a third time for the tables, which were written with
 ``json.dumps`` per string. ``compact_text`` parses once and shares the value, skips the tables
 when no array opens on an object, joins tokens found in C, and writes the tables by type.
 
@@ -50,16 +50,8 @@ def _parse(text: str) -> Any:
     )
 
 
-def _same_json(a: str, b: str) -> bool:
-    def parse(s: str) -> object:
-        return json.loads(
-            s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list
-        )
-
-    try:
-        return parse(a) == parse(b)
-    except (ValueError, RecursionError):  # RecursionError used to escape: now not JSON
-        return False
+def _tokens(s: str) -> object:
+    return json.loads(s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list)
 
 
 def _columns(items: Sequence[Any]) -> list[str] | None:
@@ -129,9 +121,13 @@ def before(text: str) -> Compacted | None:
     stripped = text.strip()
     minified = None
     if stripped and stripped[0] in "[{":
-        candidate = _TOKENS.sub(lambda m: m.group(1) or "", stripped)
-        if candidate != text and _same_json(text, candidate):
-            minified = candidate
+        try:
+            tokens = _tokens(text)
+            candidate = _TOKENS.sub(lambda m: m.group(1) or "", stripped)
+            if candidate != text and _tokens(candidate) == tokens:
+                minified = candidate
+        except (ValueError, RecursionError):  # RecursionError used to escape: now not JSON
+            pass
     tabular = tabulate_before(text) if text.lstrip()[:1] in ("[", "{") else None
     if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
         return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])

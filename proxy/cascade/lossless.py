@@ -8,7 +8,8 @@ spills it, and the marker says so. The transforms:
 - ``minify_json``: whitespace outside strings removed from a text that parses as JSON.
   Number, string and key tokens are kept as written (no re-serialisation, so ``1.10``,
   ``1e400`` or a 30-digit integer stay what they were), and key order and duplicates too.
-  The text is parsed once (``tables.parse_json``), and that value serves the tables too.
+  The text is parsed once for its tokens (``tables.parse_json``), only when the tables may
+  apply, and that value is their input.
 - ``tables.tabulate_json``: arrays of objects written as a header plus a row per object,
   the rest minified; taken instead of ``minify_json`` when it is shorter.
 - ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
@@ -74,8 +75,7 @@ minifies it; the whitespace is taken inside each match, not skipped one position
 
 
 def _parsed(text: str) -> tuple[bool, Any]:
-    """(True, the value) when ``text`` parses as JSON (``tables.parse_json``), else
-    (False, None); too deep a text is not JSON here (it is left to the line transforms)."""
+    """(True, the value) when ``text`` parses (``tables.parse_json``), else (False, None)."""
     try:
         return True, parse_json(text)
     except (ValueError, RecursionError):
@@ -104,7 +104,8 @@ def _minified(stripped: str, text: str) -> str | None:
 
 def minify_json(text: str) -> str | None:
     """``text`` without whitespace outside strings, when it is a JSON object or array (so it
-    re-parses to the same tokens); None otherwise (not JSON, a scalar, nothing to do)."""
+    re-parses to the same tokens); None otherwise (not JSON, a scalar, nothing to do). It is
+    parsed first: what only opens like JSON fails at its first token."""
     stripped = text.strip()
     if not stripped or stripped[0] not in "[{" or not _is_json(text):
         return None
@@ -351,18 +352,18 @@ def _compact_json(text: str, stripped: str) -> Compacted | None:
     """``compact_text`` of a text that opens like a JSON object or array: minified, or
     tabulated when that is shorter; None when neither applies.
 
-    ``text`` is parsed once; the value decides both transforms and is the tables' input
-    (when no array opens on an object, only whether it parses is asked: ``_is_json``). A
-    text that does not parse may still be tabulated when it is surrounded by whitespace JSON
-    does not allow (``tabulate_json`` parses the stripped text), as before."""
-    table = may_tabulate(stripped)
-    ok, value = _parsed(text) if table else (_is_json(text), None)
+    Whether it parses is asked first (``_is_json``: output that only opens like JSON,
+    ``[INFO] ...``, fails at its first token, before any pass over it all). The Python parse
+    that keeps tokens as written runs once, only when the tables may apply, and its value is
+    their input. A text that does not parse may still be tabulated when it is surrounded by
+    whitespace JSON does not allow (``tabulate_json`` parses the stripped text), as before."""
     tabular: tuple[str, int] | None = None
     minified: str | None = None
-    if ok:
+    if _is_json(text):
         minified = _minified(stripped, text)
-        if table:
-            tabular = tabulate_value(value, len(stripped))
+        if may_tabulate(stripped):
+            ok, value = _parsed(text)
+            tabular = tabulate_value(value, len(stripped)) if ok else None
     elif stripped != text.strip(" \t\n\r"):  # surrounded by whitespace JSON does not allow
         tabular = tabulate_json(text)
     if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
