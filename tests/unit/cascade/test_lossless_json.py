@@ -104,3 +104,17 @@ def test_generated_json_is_unchanged(value: Any, indent: Any, ascii_only: bool, 
     _check(pad + text + pad)
     if not may_tabulate(text):
         assert tabulate_json(text) is None
+
+
+def test_text_that_only_opens_like_json_is_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log full of ``[`` fails the parse at its first token; the scan for ``[{`` (a pass
+    over all of it) runs only for text that parses."""
+
+    def scanned(text: str) -> bool:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr("proxy.cascade.lossless.may_tabulate", scanned)
+    log = "".join(f"[INFO] step {i} [{{x}}]\n" for i in range(50))
+    assert compact_text(log) is None
+    with pytest.raises(AssertionError, match="scanned"):
+        compact_text('[\n  {"a": 1}\n]')
