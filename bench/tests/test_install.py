@@ -24,6 +24,7 @@ IMPORTED_BY_TESTS = (
     "bench.cost",
     "bench.fake_upstream",
     "bench.growth",
+    "bench.json_speed",
     "bench.litellm_env",
     "bench.loadgen",
     "bench.overhead",

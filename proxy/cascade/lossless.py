@@ -8,6 +8,8 @@ spills it, and the marker says so. The transforms:
 - ``minify_json``: whitespace outside strings removed from a text that parses as JSON.
   Number, string and key tokens are kept as written (no re-serialisation, so ``1.10``,
   ``1e400`` or a 30-digit integer stay what they were), and key order and duplicates too.
+  The text is parsed once for its tokens (``tables.parse_json``), only when the tables may
+  apply, and that value is their input.
 - ``tables.tabulate_json``: arrays of objects written as a header plus a row per object,
   the rest minified; taken instead of ``minify_json`` when it is shorter.
 - ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
@@ -27,8 +29,11 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from proxy.cascade.tables import tabulate_json
+import orjson
+
+from proxy.cascade.tables import may_tabulate, parse_json, tabulate_json, tabulate_value
 
 __all__ = [
     "MAX_OCCURRENCES",
@@ -62,35 +67,49 @@ _SEARCH_UP_TO = 8
 """Up to this many shared lines are found in a result by linear searches in C each; more, by
 one pass over the result's lines."""
 
-_JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")|[ \t\n\r]+', re.DOTALL)
+_JSON_TOKENS = re.compile(r'[ \t\n\r]*("[^"\\]*(?:\\.[^"\\]*)*"|[^" \t\n\r]+)', re.DOTALL)
+"""Whitespace, then a JSON string or a run of characters that are neither whitespace nor a
+quote (the group). In a text that parses as JSON, the matches cover it all and the groups
+are exactly what is not whitespace outside strings, so joining them (in C, no call per token)
+minifies it; the whitespace is taken inside each match, not skipped one position at a time."""
 
 
-def _tokens(s: str) -> object:
-    """``s`` parsed with numbers kept as written and objects as lists of pairs."""
-    return json.loads(s, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=list)
+def _parsed(text: str) -> tuple[bool, Any]:
+    """(True, the value) when ``text`` parses (``tables.parse_json``), else (False, None)."""
+    try:
+        return True, parse_json(text)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` parses as JSON (``_parsed``), asked of orjson first: it parses in
+    native code, and what it accepts (RFC 8259 JSON) the Python parser accepts too; what it
+    refuses (``NaN``, ``Infinity``, lone surrogate escapes, nesting past 1024) goes to
+    ``_parsed``."""
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _parsed(text)[0]
+    return True
+
+
+def _minified(stripped: str, text: str) -> str | None:
+    """``stripped`` (``text`` stripped, and parsed as JSON) without whitespace outside
+    strings; None when that is ``text`` itself. Tokens are kept as written: the join only
+    drops whitespace between them, so the result parses to the same tokens."""
+    minified = "".join(_JSON_TOKENS.findall(stripped))
+    return None if minified == text else minified
 
 
 def minify_json(text: str) -> str | None:
-    """``text`` without whitespace outside strings, when it is a JSON object or array that
-    re-parses to exactly the same tokens; None otherwise (not JSON, a scalar, nothing to do).
-
-    ``text`` is parsed before it is minified: output that only opens like JSON (``[INFO]
-    ...``, ``[1/3] Building``) fails at its first token, without a regex pass over it all."""
+    """``text`` without whitespace outside strings, when it is a JSON object or array (so it
+    re-parses to the same tokens); None otherwise (not JSON, a scalar, nothing to do). It is
+    parsed first: what only opens like JSON fails at its first token."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in "[{":
+    if not stripped or stripped[0] not in "[{" or not _is_json(text):
         return None
-    try:
-        tokens = _tokens(text)
-    except ValueError:
-        return None
-    minified = _JSON_TOKENS.sub(lambda m: m.group(1) or "", stripped)
-    if minified == text:
-        return None
-    try:
-        same = _tokens(minified) == tokens
-    except ValueError:
-        return None
-    return minified if same else None
+    return _minified(stripped, text)
 
 
 _MEMO_CHARS = 32_000
@@ -329,17 +348,41 @@ class Compacted:
         return ", ".join(parts)
 
 
+def _compact_json(text: str, stripped: str) -> Compacted | None:
+    """``compact_text`` of a text that opens like a JSON object or array: minified, or
+    tabulated when that is shorter; None when neither applies.
+
+    Whether it parses is asked first (``_is_json``: output that only opens like JSON,
+    ``[INFO] ...``, fails at its first token, before any pass over it all). The Python parse
+    that keeps tokens as written runs once, only when the tables may apply, and its value is
+    their input. A text that does not parse may still be tabulated when it is surrounded by
+    whitespace JSON does not allow (``tabulate_json`` parses the stripped text), as before."""
+    tabular: tuple[str, int] | None = None
+    minified: str | None = None
+    if _is_json(text):
+        minified = _minified(stripped, text)
+        if may_tabulate(stripped):
+            ok, value = _parsed(text)
+            tabular = tabulate_value(value, len(stripped)) if ok else None
+    elif stripped != text.strip(" \t\n\r"):  # surrounded by whitespace JSON does not allow
+        tabular = tabulate_json(text)
+    if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
+        return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
+    if minified is not None:
+        return Compacted(minified, json_minified=True)
+    return None
+
+
 def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted | None:
     """The smallest lossless rewrite of ``text`` these transforms give, or None when none
     applies. JSON is minified, or tabulated when that is shorter (its lines repeat nothing
     worth a pointer); other text goes through the pointer pass first (it removes whole
     runs), then the collapse."""
-    minified = minify_json(text)
-    tabular = tabulate_json(text) if text.lstrip()[:1] in ("[", "{") else None
-    if tabular is not None and (minified is None or len(tabular[0]) < len(minified)):
-        return Compacted(tabular[0], json_minified=True, json_tables=tabular[1])
-    if minified is not None:
-        return Compacted(minified, json_minified=True)
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{"):
+        done = _compact_json(text, stripped)
+        if done is not None:
+            return done
     lines = lines_of(text)  # memoised: the next result's ``EarlierLines`` splits it again
     pointed_lines, pointed = point_to_earlier(lines, earlier)
     collapsed_lines, collapsed = collapse_repeats(pointed_lines)

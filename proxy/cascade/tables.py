@@ -19,10 +19,12 @@ and the text the model reads is exact about every value:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
-__all__ = ["MIN_ROWS", "ABSENT", "tabulate_json"]
+__all__ = ["MIN_ROWS", "ABSENT", "parse_json", "may_tabulate", "tabulate_value", "tabulate_json"]
 
 MIN_ROWS = 3
 """An array of fewer objects is left as it is: a header would not pay for itself."""
@@ -38,16 +40,35 @@ class _Obj(list[tuple[str, Any]]):
     """An object's (key, value) pairs, in order, duplicates kept."""
 
 
-def _parse(text: str) -> Any:
+def parse_json(text: str) -> Any:
+    """``text`` parsed with its objects as ordered pairs (duplicates kept) and its numbers and
+    constants as written; raises ``ValueError`` (not JSON) or ``RecursionError`` (too deep).
+    ``lossless.compact_text`` parses a result once with it, for both its checks and the
+    tables."""
     return json.loads(
         text, object_pairs_hook=_Obj, parse_float=_Raw, parse_int=_Raw, parse_constant=_Raw
     )
 
 
-def _columns(items: Sequence[Any]) -> list[str] | None:
-    """The header for ``items`` when they can be a table, else None."""
-    if len(items) < MIN_ROWS or not all(isinstance(x, _Obj) and x for x in items):
+_OBJECT_IN_ARRAY = re.compile(r"\[[ \t\n\r]*\{")
+
+
+def may_tabulate(text: str) -> bool:
+    """Whether the JSON ``text`` may hold an array of objects: an array opening on an object
+    (``[{``, whitespace between allowed) somewhere, perhaps inside a string. When not, no
+    table can be made and ``tabulate_value`` need not walk the value."""
+    return _OBJECT_IN_ARRAY.search(text) is not None
+
+
+def _columns(items: Sequence[Any]) -> tuple[tuple[str, ...], bool] | None:
+    """The header for ``items`` when they can be a table, and whether every object has
+    exactly its keys (the usual case: then each row is the object's values in order); None
+    when they cannot be a table."""
+    if len(items) < MIN_ROWS or not all(type(x) is _Obj and x for x in items):
         return None
+    first = next(zip(*items[0], strict=True))
+    if all(next(zip(*obj, strict=True)) == first for obj in items):
+        return (first, True) if len(set(first)) == len(first) else None
     order: dict[str, int] = {}
     for obj in items:
         for key, _ in obj:
@@ -56,31 +77,57 @@ def _columns(items: Sequence[Any]) -> list[str] | None:
         at = [order[key] for key, _ in obj]
         if len(set(at)) != len(at) or at != sorted(at):
             return None
-    return list(order)
+    return tuple(order), False
 
 
-def _key(key: str) -> str:
-    return json.dumps(key, ensure_ascii=False)
+_key = encode_basestring
+"""A string as JSON with non-ASCII kept (``json.dumps(s, ensure_ascii=False)``), called
+directly: ``dumps`` builds an encoder on each call with that option."""
+
+_CONSTANTS = {True: "true", False: "false", None: "null"}
 
 
-def _emit(value: Any, tables: list[int], *, flat: bool = False) -> str:
-    if isinstance(value, _Raw):
-        return str(value)
-    if isinstance(value, str):
-        return _key(value)
-    if value is True or value is False or value is None:
-        return json.dumps(value)
-    if isinstance(value, _Obj):
-        return "{" + ",".join(f"{_key(k)}:{_emit(v, tables, flat=flat)}" for k, v in value) + "}"
-    columns = None if flat else _columns(value)
-    if columns is None:
-        return "[" + ",".join(_emit(v, tables, flat=flat) for v in value) + "]"
+def _cells(values: Sequence[Any], tables: list[int], flat: bool) -> list[str]:
+    """Each of ``values`` as JSON (``_emit``). The parser gives exact types (``_Raw``,
+    ``str``, ``_Obj``, ``list``, the constants), so each is told by ``type``, and a scalar
+    is written in place, without a call."""
+    out: list[str] = []
+    for v in values:
+        kind = type(v)
+        if kind is _Raw:
+            out.append(v)
+        elif kind is str:
+            out.append(_key(v))
+        elif kind is _Obj or kind is list:
+            out.append(_emit(v, tables, flat))
+        else:
+            out.append(_CONSTANTS[v])
+    return out
+
+
+def _emit(value: Any, tables: list[int], flat: bool = False) -> str:
+    """``value`` as minified JSON with its arrays of objects as tables (none when ``flat``:
+    a cell stays on its row's line)."""
+    kind = type(value)
+    if kind is _Obj:
+        keys, values = zip(*value, strict=True) if value else ((), ())
+        cells = _cells(values, tables, flat)
+        return "{" + ",".join([f"{_key(k)}:{c}" for k, c in zip(keys, cells, strict=True)]) + "}"
+    if kind is not list:
+        return _cells((value,), tables, flat)[0]
+    found = None if flat else _columns(value)
+    if found is None:
+        return "[" + ",".join(_cells(value, tables, flat)) + "]"
+    columns, exact = found
     tables.append(len(value))
-    header = "[" + ",".join(_key(c) for c in columns) + "]"
+    header = "[" + ",".join([_key(c) for c in columns]) + "]"
     lines = [f"[#table {header} (one row per object; {ABSENT} = key absent)"]
     for obj in value:
-        cells = dict(obj)
-        row = [_emit(cells[c], tables, flat=True) if c in cells else ABSENT for c in columns]
+        if exact:
+            row = _cells([v for _, v in obj], tables, True)
+        else:
+            by_key = dict(obj)
+            row = [_emit(by_key[c], tables, True) if c in by_key else ABSENT for c in columns]
         lines.append("[" + ",".join(row) + "]")
     lines.append("]")
     return "\n".join(lines)
@@ -93,8 +140,32 @@ def tabulate_json(text: str) -> tuple[str, int] | None:
     if not stripped or stripped[0] not in "[{":
         return None
     try:
-        value = _parse(stripped)
+        value = parse_json(stripped)
     except (ValueError, RecursionError):
+        return None
+    return tabulate_value(value, len(stripped))
+
+
+def _may_have_table(value: Any) -> bool:
+    """Whether some array in ``value`` has ``MIN_ROWS`` items and opens on an object: when
+    none does, ``_emit`` writes no table, and this walk of the containers is much cheaper
+    than writing the value (most arrays of objects in tool results are shorter)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is _Obj:
+            stack.extend([v for _, v in node if type(v) is _Obj or type(v) is list])
+        elif type(node) is list:
+            if len(node) >= MIN_ROWS and type(node[0]) is _Obj:
+                return True
+            stack.extend([v for v in node if type(v) is _Obj or type(v) is list])
+    return False
+
+
+def tabulate_value(value: Any, length: int) -> tuple[str, int] | None:
+    """``tabulate_json`` of an already parsed value (``parse_json``) whose JSON text is
+    ``length`` characters long without its surrounding whitespace."""
+    if not _may_have_table(value):
         return None
     tables: list[int] = []
     try:
@@ -102,6 +173,6 @@ def tabulate_json(text: str) -> tuple[str, int] | None:
         out.encode("utf-8")  # a lone surrogate in a string: leave the text as it is
     except (RecursionError, UnicodeEncodeError):
         return None
-    if not tables or len(out) >= len(stripped):
+    if not tables or len(out) >= length:
         return None
     return out, len(tables)
