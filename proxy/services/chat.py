@@ -231,6 +231,10 @@ class ChatService:
             ttl=turn.ttl,
             memo=self.ingested,
         )
+        if not turn.holding:
+            # The rest is CPU (the assembly) and now and then a statement that connects again:
+            # meanwhile the connection serves other sessions' first statements (a burst's wait).
+            await turn.park()
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
@@ -240,7 +244,6 @@ class ChatService:
             state = await load_window(turn.conn, key, state, count)
         else:
             state = await self._maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
-        conn = turn.conn  # a compaction gave the connection back while the fast model ran
         turn_key = _turn_key(body["messages"], hashes, rt.ctx)
         inp = StepInput(
             window=state.window,
@@ -253,10 +256,14 @@ class ChatService:
             ratio=state.session["calibration"],
             kept=_kept(state.session, turn_key),
         )
-        answers = await fulfil(plan_step(inp), conn=conn, key=key)
+        needs = plan_step(inp)
+        answers: dict[str, Any] = {}
+        if needs:  # a stage's store reads (retrieval, read_tool_output pages)
+            await turn.connect()
+            answers = await fulfil(needs, conn=turn.conn, key=key)
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent
         assembled = assemble(replace(inp, answers=answers) if answers else inp)
-        if command is None and (nudge := await self._handoff(conn, rt, body, ctx, state, fixed)):
+        if command is None and (nudge := await self._handoff(turn, rt, body, ctx, state, fixed)):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)
         stream = bool(body.get("stream"))
@@ -337,7 +344,7 @@ class ChatService:
 
     async def _handoff(
         self,
-        conn: Any,
+        turn: Turn,
         rt: Route,
         body: Mapping[str, Any],
         ctx: ChatContext,
@@ -355,8 +362,9 @@ class ChatService:
             compacting=self.summarizer.running(ctx.tenant, ctx.session_id),
         )
         if out.above != above:
+            await turn.connect()
             await sessions.set_handoff_above(
-                conn, tenant=ctx.tenant, session_id=ctx.session_id, above=out.above
+                turn.conn, tenant=ctx.tenant, session_id=ctx.session_id, above=out.above
             )
         return out.event
 

@@ -164,10 +164,20 @@ class Turn:
         (``history.reconcile_and_load``'s ``hold``; module docstring)."""
         self._held = write
 
+    @property
+    def holding(self) -> bool:
+        """Whether a new session's messages are held back, to be stored with the step's marks."""
+        return self._held is not None
+
     async def write_step(self, marks: msgs.StepWrite) -> None:
         """The step's one write (``store.messages.write_step``): its ``marks``, and the
-        messages held back, which then go in already evicted and trimmed."""
+        messages held back, which then go in already evicted and trimmed. A step with
+        nothing to write takes no connection (the turn may have parked after its first
+        statement)."""
         w = marks if self._held is None else self._held.joined(marks)
+        if w.empty:
+            return
+        await self.connect()
         await self._write(self.conn, w, best_effort=False)
         self._held = None
 

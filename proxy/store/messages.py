@@ -368,6 +368,18 @@ class StepWrite:
     events: EventRows = ((), ())
     transient: Sequence[str] = ()
 
+    @property
+    def empty(self) -> bool:
+        """Whether ``write_step`` would send nothing for it (no rows and no marks)."""
+        return not (
+            self.rows
+            or self.evicted
+            or self.trimmed
+            or self.reclaimed
+            or self.events[0]
+            or self.transient
+        )
+
     def joined(self, marks: StepWrite) -> StepWrite:
         """These held-back rows with a step's ``marks``: one write, the rows' ingestion
         events before the step's."""

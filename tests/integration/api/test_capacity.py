@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import openai
@@ -224,3 +225,44 @@ def test_thirty_slow_streams_on_three_connections(
     assert sorted(answers) == sorted(f"streamed {i}" for i in range(n))
     assert peak <= pool + 1, peak
     assert elapsed < 10  # concurrently, not ten rounds of three
+
+
+def test_the_window_is_assembled_holding_no_connection(
+    start_proxy: StartProxy,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the statement that takes the lease and stores the new messages, the step's
+    CPU work (the window's assembly) runs with the connection back in the pool, so in a
+    burst other sessions' first statements are not queued behind it (issue 24)."""
+    import proxy.services.chat as chat
+    import proxy.warmup as warmup
+
+    pools: list[asyncpg.Pool] = []
+    in_use: list[int] = []
+    open_pool, assemble = warmup.open_pool, chat.assemble
+
+    async def recording_pool(*args: Any, **kwargs: Any) -> asyncpg.Pool:
+        pools.append(await open_pool(*args, **kwargs))
+        return pools[-1]
+
+    def counting_assemble(*args: Any, **kwargs: Any) -> Any:
+        pool = pools[-1]
+        in_use.append(pool.get_size() - pool.get_idle_size())
+        return assemble(*args, **kwargs)
+
+    monkeypatch.setattr("proxy.app.open_pool", recording_pool)
+    monkeypatch.setattr(chat, "assemble", counting_assemble)
+    fake_upstream.script(reply("one"), reply("two"))
+    server = start_proxy(config_path, pool_max_size=2)
+
+    async def run() -> None:
+        async with _client(server, "assembly") as client:
+            first = await client.chat.completions.create(model="gpt-fake", messages=HI)
+            turn = [*HI, {"role": "assistant", "content": "one"}, {"role": "user", "content": "go"}]
+            await client.chat.completions.create(model="gpt-fake", messages=turn)
+        assert first.choices[0].message.content == "one"
+
+    asyncio.run(run())
+    assert in_use == [0, 0]  # a new session's step and an extending one
