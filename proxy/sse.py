@@ -28,6 +28,7 @@ __all__ = [
     "EventSplitter",
     "event_data",
     "parse_chunk",
+    "parse_general",
     "is_done",
     "usage_of",
     "is_usage_only",
@@ -139,6 +140,12 @@ def parse_chunk(event: bytes) -> dict[str, Any] | None:
             pass
         else:
             return obj if isinstance(obj, dict) else None
+    return parse_general(event)
+
+
+def parse_general(event: bytes) -> dict[str, Any] | None:
+    """``parse_chunk`` without its shortcut: the event's data lines, read with the stdlib's
+    json; it reads every form an event may take (tests hold the shortcut to it)."""
     data = event_data(event)
     if data is None or data.strip() == "[DONE]":
         return None

@@ -18,6 +18,7 @@ from proxy.sse import (
     is_done,
     is_usage_only,
     parse_chunk,
+    parse_general,
     usage_of,
 )
 
@@ -146,18 +147,6 @@ def test_parse_chunk() -> None:
     assert parse_chunk(b"data: [1]\n\n") is None
 
 
-def _general_parse(event: bytes) -> Any:
-    """``parse_chunk`` as it reads every form: the data lines, then the stdlib's json."""
-    data = event_data(event)
-    if data is None or data.strip() == "[DONE]":
-        return None
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
@@ -176,7 +165,7 @@ _ODD = [  # what orjson refuses and json takes, or neither takes
 @settings(max_examples=200)
 def test_parse_chunk_reads_one_data_line_as_the_general_path_does(value: bytes) -> None:
     for event in (b"data: " + value + b"\n\n", b"data:" + value + b"\r\n\r\n"):
-        fast, general = parse_chunk(event), _general_parse(event)
+        fast, general = parse_chunk(event), parse_general(event)
         assert fast == general or (fast != fast and general != general)  # NaN inside
 
 

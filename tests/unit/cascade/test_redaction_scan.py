@@ -16,7 +16,8 @@ from hypothesis import given, settings, strategies as st
 
 from bench.loadgen import make_workload
 from bench.redaction_speed import before
-from proxy.cascade.redaction import REDACTED, _fold, _scanner, compile_patterns, redact
+from proxy.cascade.redaction import REDACTED, _scanner, compile_patterns, redact
+from tests.unit.cascade.test_redaction import _every_start
 
 PATTERNS = compile_patterns(())
 
@@ -24,16 +25,6 @@ PATTERNS = compile_patterns(())
 OPENAI = "sk-" + "A1b2C3d4" * 6
 GITHUB = "ghp_" + "a" * 36
 AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
-
-
-def _every_start(text: str) -> dict[str, list[int]]:
-    """What ``find`` must report: each literal at every position it begins in ``_fold``."""
-    folded = _fold(text)
-    out = {
-        literal: [i for i in range(len(folded)) if folded.startswith(literal, i)]
-        for literal in _scanner(PATTERNS).literals
-    }
-    return {literal: at for literal, at in out.items() if at}
 
 
 # Literals that begin inside others, their case variants, and characters of every UTF-8
@@ -70,7 +61,8 @@ _PIECES = st.sampled_from(
 @given(st.lists(_PIECES, max_size=30).map("".join))
 @settings(max_examples=400)
 def test_find_reports_every_start_in_text_of_any_width(text: str) -> None:
-    assert _scanner(PATTERNS).find(text) == _every_start(text)
+    scanner = _scanner(PATTERNS)
+    assert scanner.find(text) == _every_start(scanner, text)
 
 
 @given(st.lists(_PIECES | st.sampled_from([OPENAI, GITHUB, AWS_ID, "abc123"]), max_size=20))
