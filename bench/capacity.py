@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import clean, free_port, machine
+from bench.common import clean, emit, free_port, machine
 from bench.loadgen import _Conn, _request, percentile
 from bench.procs import FLOOR_UPSTREAM, cpu, spawn, stop, wait_ready
 from bench.profile import py_spy
@@ -374,11 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.profile is not None and args.workers > 1:
         parser.error("--profile samples one process: use it with --workers 1")
-    result = run(args)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    emit(run(args), args.out, "capacity.json")
 
 
 if __name__ == "__main__":

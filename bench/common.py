@@ -8,6 +8,7 @@ is imported where the machine line is built.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import platform
@@ -15,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "machine", "clean", "out_file"]
+__all__ = ["free_port", "machine", "clean", "out_file", "emit"]
 
 
 def free_port() -> int:
@@ -54,3 +55,12 @@ def out_file(path: Path, default_name: str) -> Path:
     """Where a benchmark writes its JSON: ``path``, or ``path / default_name`` when ``path``
     is an existing directory (a run of many minutes must not end in IsADirectoryError)."""
     return path / default_name if path.is_dir() else path
+
+
+def emit(result: Any, out: Path | None, default_name: str) -> None:
+    """Print a benchmark's JSON result, and write it to ``out`` (a file, or a directory to
+    write ``default_name`` into) when given."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out is not None:
+        out_file(out, default_name).write_text(text + "\n")

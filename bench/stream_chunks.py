@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import clean, free_port, machine
+from bench.common import clean, emit, free_port, machine
 from bench.loadgen import _Conn, _request
 from bench.procs import cpu, spawn, stop, wait_ready
 from bench.profile import PY_SPY, py_spy
@@ -227,11 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.base is not None and not (args.base / "proxy" / "__init__.py").exists():
         parser.error(f"--base {args.base}: not a checkout of this project (no proxy/)")
-    result = run(args)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    emit(run(args), args.out, "stream_chunks.json")
 
 
 if __name__ == "__main__":
