@@ -83,6 +83,10 @@ def pool_floor(max_size: int) -> int:
 
 TOO_MANY_CONNECTIONS = "53300"
 """PostgreSQL's too_many_connections: the server's or the role's connection limit."""
+FALLBACK_RETRIES = (0.0, 0.05, 0.2, 0.5, 1.0)
+"""Seconds before each try of the one-connection pool after the floor was refused: the
+refused attempt's backends still count against the limit until they have exited (CI saw the
+first try refused that way)."""
 
 
 async def open_pool(dsn: str, *, max_size: int, **kwargs: Any) -> asyncpg.Pool:
@@ -102,7 +106,16 @@ async def open_pool(dsn: str, *, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             floor,
             exc.sqlstate,
         )
-        return await create_pool(dsn, min_size=1, max_size=max_size, **kwargs)
+    for delay in FALLBACK_RETRIES:
+        # The refused attempt's connections were closed by asyncpg, but each backend
+        # leaves PostgreSQL's count only once it has exited, a moment later.
+        await asyncio.sleep(delay)
+        try:
+            return await create_pool(dsn, min_size=1, max_size=max_size, **kwargs)
+        except DatabaseUnavailable as exc:
+            if exc.sqlstate != TOO_MANY_CONNECTIONS or delay == FALLBACK_RETRIES[-1]:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class _RollBack(Exception):

@@ -129,14 +129,18 @@ async def test_a_database_that_refuses_the_floor_still_gets_a_pool(
         parts = urlsplit(db_dsn)
         host = parts.netloc.rsplit("@", 1)[-1]
         limited = urlunsplit(parts._replace(netloc=f"{role}:x@{host}"))
-        with caplog.at_level(logging.WARNING, logger="cascade"):
-            pool = await open_pool(limited, max_size=5)
-        try:
-            assert pool.get_min_size() == 1
-            assert await pool.fetchval("SELECT 1") == 1
-            assert any("refused 5 pooled connections" in r.getMessage() for r in caplog.records)
-        finally:
-            await pool.close()
+        # Five starts in a row: the refused attempt's backends linger a moment, and a
+        # fallback that tried once failed about one start in ten (CI saw it).
+        for _ in range(5):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="cascade"):
+                pool = await open_pool(limited, max_size=5)
+            try:
+                assert pool.get_min_size() == 1
+                assert await pool.fetchval("SELECT 1") == 1
+                assert any("refused 5 pooled connections" in r.getMessage() for r in caplog.records)
+            finally:
+                await pool.close()
     finally:
         await admin.execute(f"DROP OWNED BY {role}")
         await admin.execute(f"DROP ROLE {role}")
