@@ -14,7 +14,7 @@ import anyio
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from proxy import sse
+from proxy import chunks
 from proxy.cascade.commands import compact_reply_text
 from proxy.jsonio import dumps
 from proxy.services.turn import Turn
@@ -51,7 +51,7 @@ async def answer_command(turn: Turn) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            for frame in sse.completion_to_chunks(
+            for frame in chunks.completion_to_chunks(
                 completion, include_usage=step.client_wants_usage
             ):
                 yield frame

@@ -16,7 +16,7 @@ import anyio
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from proxy import sse
+from proxy import chunks, sse
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
@@ -48,7 +48,7 @@ def _client_reply(
 
 
 def _closing_frames(
-    client: ClientStream, acc: sse.StreamAccumulator, include_usage: bool
+    client: ClientStream, acc: chunks.StreamAccumulator, include_usage: bool
 ) -> list[bytes]:
     """A finish frame (``stop``) per choice, the usage frame if asked for, and ``[DONE]``: the
     ending of a stream whose last round only called read_tool_output, which the client must

@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from proxy import sse
+from proxy import chunks, sse
 from proxy.cascade.types import READ_TOOL_OUTPUT
 from proxy.upstream import StreamAnswer
 
@@ -85,7 +85,7 @@ class ClientStream:
 
 @dataclass(slots=True)
 class RoundOutcome:
-    acc: sse.StreamAccumulator = field(default_factory=sse.StreamAccumulator)
+    acc: chunks.StreamAccumulator = field(default_factory=chunks.StreamAccumulator)
     # (choice index, upstream tool index) -> internal? Each choice numbers its calls from 0.
     internal: dict[tuple[int, int], bool] = field(default_factory=dict)
     saw_done: bool = False

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy import sse
+from proxy.chunks import StreamAccumulator
 from proxy.services.forward import _closing_frames
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 
@@ -139,7 +140,7 @@ async def test_the_text_beside_an_internal_rounds_finish_still_reaches_the_clien
 
 def test_closing_frames_finish_every_choice_under_the_streams_identity() -> None:
     client = ClientStream(head={"id": "c-1", "created": 1, "model": "m"})
-    acc = sse.StreamAccumulator()
+    acc = StreamAccumulator()
     acc.add(
         {
             "id": "c-3",

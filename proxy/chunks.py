@@ -1,0 +1,245 @@
+"""Chat completion chunks and the message they build, both ways (STYLE §E2).
+
+``StreamAccumulator`` folds the parsed ``chat.completion.chunk`` deltas of a relayed stream
+into the assistant message(s) the proxy stores, while the relay forwards the bytes untouched
+(``proxy.sse`` splits and parses them). ``completion_to_chunks`` goes the other way: the SSE
+frames of a ``chat.completion`` the proxy produced itself (the answer to ``/compact``).
+Pure: no I/O, no clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.sse import DONE, encode_event, is_map, usage_of
+
+__all__ = ["StreamAccumulator", "completion_to_chunks"]
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    id: str | None = None
+    type: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, e.g. a signature
+
+
+@dataclass(slots=True)
+class _Choice:
+    role: str | None = None
+    content: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+
+class StreamAccumulator:
+    """Builds the final assistant message(s) from ``chat.completion.chunk`` deltas.
+
+    Mutable by design: the relay feeds it one chunk at a time while forwarding bytes.
+    """
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.model: str | None = None
+        self.created: int | None = None
+        self.system_fingerprint: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self._choices: dict[int, _Choice] = {}
+        self._missing: tuple[str, ...] = _HEAD  # the top-level fields not seen yet
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        """Fold one parsed chunk in; top-level fields keep their first value, usage its last."""
+        found = False
+        for key in self._missing:
+            if chunk.get(key) is not None:
+                setattr(self, key, chunk[key])
+                found = True
+        if found:
+            self._missing = tuple(k for k in self._missing if getattr(self, k) is None)
+        if chunk.get("usage") is not None:
+            usage = usage_of(chunk)
+            if usage is not None:
+                self.usage = usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return
+        for pos, raw in enumerate(choices):
+            if is_map(raw):
+                index = _int(raw.get("index"), pos)
+                choice = self._choices.get(index)
+                if choice is None:
+                    choice = self._choices[index] = _Choice()
+                self._add_choice(choice, raw)
+
+    def _add_choice(self, choice: _Choice, raw: Mapping[str, Any]) -> None:
+        if raw.get("finish_reason") is not None:
+            choice.finish_reason = raw["finish_reason"]
+        delta = raw.get("delta")
+        if not delta or not is_map(delta):
+            return
+        if delta.get("role") is not None:
+            choice.role = delta["role"]
+        content = delta.get("content")
+        if isinstance(content, str):
+            choice.content.append(content)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str):
+            choice.refusal.append(refusal)
+        calls = delta.get("tool_calls")
+        if not calls or not isinstance(calls, list):
+            return
+        for pos, raw_call in enumerate(calls):
+            if is_map(raw_call):
+                index = _int(raw_call.get("index"), pos)
+                call = choice.tool_calls.get(index)
+                if call is None:
+                    call = choice.tool_calls[index] = _ToolCall()
+                _add_tool_call(call, raw_call)
+
+    @property
+    def indices(self) -> list[int]:
+        """Choice indices seen so far, ascending."""
+        return sorted(self._choices)
+
+    def finish_reason(self, index: int = 0) -> str | None:
+        """The choice's finish reason, ``None`` if the stream ended without one."""
+        choice = self._choices.get(index)
+        return choice.finish_reason if choice else None
+
+    def message(self, index: int = 0) -> dict[str, Any]:
+        """The assistant message for choice ``index``, without ``None``/empty fields.
+
+        ``content`` is omitted when empty beside tool calls or a refusal, but kept as ``""``
+        otherwise so the message stays valid to send upstream again.
+        """
+        choice = self._choices.get(index) or _Choice()
+        msg: dict[str, Any] = {"role": choice.role or "assistant"}
+        content = "".join(choice.content)
+        refusal = "".join(choice.refusal)
+        if content or not (choice.tool_calls or refusal):
+            msg["content"] = content
+        if refusal:
+            msg["refusal"] = refusal
+        if choice.tool_calls:
+            msg["tool_calls"] = [
+                _tool_call_dict(choice.tool_calls[i]) for i in sorted(choice.tool_calls)
+            ]
+        return msg
+
+    def to_completion(self) -> dict[str, Any]:
+        """A non-streaming ``chat.completion`` object assembled from the stream."""
+        choices = []
+        for i in self.indices:
+            msg = {"role": "assistant", "content": None, **self.message(i)}
+            finish = self.finish_reason(i)
+            choices.append({"index": i, "message": msg, "finish_reason": finish, "logprobs": None})
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": self.usage,
+        }
+        if self.system_fingerprint is not None:
+            out["system_fingerprint"] = self.system_fingerprint
+        return out
+
+
+_HEAD = ("id", "model", "created", "system_fingerprint")
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
+    if call.id is None and raw.get("id"):
+        call.id = raw["id"]
+    if call.type is None and raw.get("type"):
+        call.type = raw["type"]
+    for key, value in raw.items():  # a provider's own fields go back to it, as sent
+        if key not in _TOOL_CALL_KEYS and value is not None:
+            call.extra.setdefault(key, value)
+    fn = raw.get("function")
+    if not isinstance(fn, Mapping):
+        return
+    name = fn.get("name")
+    if isinstance(name, str) and name != call.name:
+        call.name += name  # some servers repeat the full name on every delta
+    if isinstance(fn.get("arguments"), str):
+        call.arguments.append(fn["arguments"])
+
+
+_TOOL_CALL_KEYS = frozenset(("index", "id", "type", "function"))
+
+
+def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if call.id is not None:
+        out["id"] = call.id
+    out["type"] = call.type or "function"
+    out["function"] = {"name": call.name, "arguments": "".join(call.arguments)}
+    out.update(call.extra)
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def _choice_frames(index: int, message: Mapping[str, Any], finish: Any) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = [{"role": message.get("role") or "assistant", "content": ""}]
+    if text := _text(message.get("content")):
+        frames.append({"content": text})
+    if refusal := message.get("refusal"):
+        frames.append({"refusal": refusal})
+    for k, call in enumerate(message.get("tool_calls") or []):
+        fn = call.get("function") or {}
+        head = {"index": k, "id": call.get("id"), "type": call.get("type") or "function"}
+        frames.append({"tool_calls": [{**head, "function": {"name": fn.get("name", "")}}]})
+        if args := fn.get("arguments"):
+            frames.append({"tool_calls": [{"index": k, "function": {"arguments": args}}]})
+    choices = [{"index": index, "delta": d, "finish_reason": None} for d in frames]
+    choices.append({"index": index, "delta": {}, "finish_reason": finish})
+    return choices
+
+
+def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[bytes]:
+    """Encode a ``chat.completion`` as the SSE frames a streaming client expects, then DONE.
+
+    Per choice: a role frame, a content frame, a refusal frame, per tool call a frame with
+    index/id/name then one with its arguments, and a finish frame. With ``include_usage``,
+    every frame carries ``usage: null`` and a final usage-only frame follows, as OpenAI does.
+    Round-trips through ``StreamAccumulator.to_completion``.
+    """
+    base: dict[str, Any] = {
+        "id": completion.get("id"),
+        "object": "chat.completion.chunk",
+        "created": completion.get("created"),
+        "model": completion.get("model"),
+    }
+    if completion.get("system_fingerprint") is not None:
+        base["system_fingerprint"] = completion["system_fingerprint"]
+    frames: list[bytes] = []
+    for pos, choice in enumerate(completion.get("choices") or []):
+        index = _int(choice.get("index"), pos)
+        message = choice.get("message") or {}
+        for c in _choice_frames(index, message, choice.get("finish_reason")):
+            chunk = {**base, "choices": [c]}
+            if include_usage:
+                chunk["usage"] = None
+            frames.append(encode_event(chunk))
+    usage = completion.get("usage")
+    if include_usage and usage is not None:
+        frames.append(encode_event({**base, "choices": [], "usage": usage}))
+    frames.append(DONE)
+    return frames

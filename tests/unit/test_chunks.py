@@ -1,0 +1,231 @@
+"""``proxy.chunks``: the message a stream's chunks build, and the chunks of a completion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.chunks import StreamAccumulator, completion_to_chunks
+from proxy.sse import DONE, EventSplitter, is_usage_only, parse_chunk
+from tests.unit.test_sse import chunk, delta
+
+# StreamAccumulator
+
+
+def test_accumulator_builds_text_message() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="")))
+    acc.add(chunk(delta(content="Hel")))
+    acc.add(chunk(delta(content="lo")))
+    acc.add(chunk(delta(finish="stop")))
+    assert acc.message() == {"role": "assistant", "content": "Hello"}
+    assert acc.finish_reason() == "stop"
+    assert (acc.id, acc.model, acc.created) == ("c1", "m", 7)
+
+
+def test_accumulator_builds_tool_calls_by_index() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content=None)))
+    for i, (cid, name) in enumerate([("a", "grep"), ("b", "read")]):
+        first = {"index": i, "id": cid, "type": "function", "function": {"name": name}}
+        acc.add(chunk(delta(tool_calls=[{**first, "function": {**first["function"]}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 1, "function": {"arguments": '{"p":'}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 1, "function": {"arguments": "1}"}}])))
+    acc.add(chunk(delta(finish="tool_calls")))
+    assert acc.message() == {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "grep", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "read", "arguments": '{"p":1}'}},
+        ],
+    }
+    assert acc.finish_reason() == "tool_calls"
+
+
+def test_accumulator_keeps_a_tool_calls_unknown_fields() -> None:
+    # Gemini's OpenAI endpoint wants extra_content (a thought signature) back next turn
+    signature = {"google": {"thought_signature": "c2ln"}}
+    acc = StreamAccumulator()
+    head = {
+        "index": 0,
+        "id": "a",
+        "type": "function",
+        "function": {"name": "grep"},
+        "extra_content": signature,
+    }
+    acc.add(chunk(delta(tool_calls=[head])))
+    acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])))
+    assert acc.message()["tool_calls"] == [
+        {
+            "id": "a",
+            "type": "function",
+            "function": {"name": "grep", "arguments": "{}"},
+            "extra_content": signature,
+        }
+    ]
+
+
+def test_accumulator_tolerates_repeated_tool_name() -> None:
+    acc = StreamAccumulator()
+    for args in ("{", "}"):
+        call = {"index": 0, "id": "a", "function": {"name": "grep", "arguments": args}}
+        acc.add(chunk(delta(tool_calls=[call])))
+    assert acc.message()["tool_calls"][0]["function"] == {"name": "grep", "arguments": "{}"}
+
+
+def test_accumulator_refusal_and_multiple_choices() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(0, role="assistant", refusal="No"), delta(1, content="Yes")))
+    acc.add(chunk(delta(0, finish="stop"), delta(1, finish="length")))
+    assert acc.message(0) == {"role": "assistant", "refusal": "No"}
+    assert acc.message(1) == {"role": "assistant", "content": "Yes"}
+    assert (acc.finish_reason(0), acc.finish_reason(1), acc.finish_reason(2)) == (
+        "stop",
+        "length",
+        None,
+    )
+
+
+def test_accumulator_empty_reply_keeps_empty_content() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="", finish="stop")))
+    assert acc.message() == {"role": "assistant", "content": ""}
+
+
+def test_accumulator_keeps_last_usage() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(content="x"), usage=None))
+    acc.add(chunk(usage={"total_tokens": 1}))
+    acc.add(chunk(usage={"total_tokens": 2}))
+    assert acc.usage == {"total_tokens": 2}
+
+
+def test_accumulator_ignores_malformed_chunks() -> None:
+    acc = StreamAccumulator()
+    acc.add({"choices": "x"})
+    acc.add({"choices": [1, {"index": 0, "delta": "x"}]})
+    assert acc.message() == {"role": "assistant", "content": ""}
+
+
+def test_to_completion() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="hi"), system_fingerprint="fp"))
+    acc.add(chunk(delta(finish="stop")))
+    acc.add(chunk(usage={"total_tokens": 4}))
+    assert acc.to_completion() == {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 7,
+        "model": "m",
+        "system_fingerprint": "fp",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hi"},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"total_tokens": 4},
+    }
+
+
+def test_to_completion_tool_calls_have_null_content() -> None:
+    acc = StreamAccumulator()
+    call = {"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": ""}}
+    acc.add(chunk(delta(role="assistant", tool_calls=[call])))
+    assert acc.to_completion()["choices"][0]["message"]["content"] is None
+
+
+# completion_to_chunks
+
+
+def completion(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "c9",
+        "object": "chat.completion",
+        "created": 9,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+
+
+def replay(frames: list[bytes]) -> StreamAccumulator:
+    s = EventSplitter()
+    acc = StreamAccumulator()
+    for ev in s.feed(b"".join(frames)):
+        if (c := parse_chunk(ev)) is not None:
+            acc.add(c)
+    assert s.flush() == b""
+    return acc
+
+
+def test_completion_to_chunks_frame_sequence() -> None:
+    frames = completion_to_chunks(
+        completion({"role": "assistant", "content": "hi"}), include_usage=True
+    )
+    chunks = [parse_chunk(f) for f in frames[:-1]]
+    assert frames[-1] == DONE
+    assert all(c is not None and c["object"] == "chat.completion.chunk" for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c and c["choices"]]
+    assert deltas == [{"role": "assistant", "content": ""}, {"content": "hi"}, {}]
+    assert chunks[-2] is not None and chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1] is not None and is_usage_only(chunks[-1])
+    assert all(c is not None and c["usage"] is None for c in chunks[:-1])
+
+
+def test_completion_to_chunks_without_usage() -> None:
+    frames = completion_to_chunks(
+        completion({"role": "assistant", "content": "hi"}), include_usage=False
+    )
+    chunks = [parse_chunk(f) for f in frames[:-1]]
+    assert all(c is not None and "usage" not in c and c["choices"] for c in chunks)
+
+
+def test_completion_to_chunks_tool_call_frames_carry_index_id_name() -> None:
+    msg = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+        ],
+    }
+    frames = completion_to_chunks(completion(msg, "tool_calls"), include_usage=False)
+    calls = [
+        c["choices"][0]["delta"]["tool_calls"][0]
+        for f in frames
+        if (c := parse_chunk(f)) and "tool_calls" in c["choices"][0]["delta"]
+    ]
+    assert calls == [
+        {"index": 0, "id": "a", "type": "function", "function": {"name": "grep"}},
+        {"index": 0, "function": {"arguments": "{}"}},
+    ]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": "hello"},
+        {"role": "assistant", "content": None, "refusal": "no"},
+        {
+            "role": "assistant",
+            "content": "thinking",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}},
+                {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}},
+            ],
+        },
+    ],
+)
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_completion_round_trips_through_accumulator(
+    message: dict[str, Any], include_usage: bool
+) -> None:
+    original = completion(message, "tool_calls" if "tool_calls" in message else "stop")
+    rebuilt = replay(completion_to_chunks(original, include_usage=include_usage)).to_completion()
+    if not include_usage:
+        rebuilt["usage"] = original["usage"]
+    assert rebuilt == original
