@@ -16,8 +16,8 @@ so the window row keeps the client's text and only the prompt carries the block.
 
 from __future__ import annotations
 
+from proxy.cascade.briefing import section
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.summary import section
 from proxy.cascade.text import append_block
 from proxy.cascade.types import Message, StageResult
 

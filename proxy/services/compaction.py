@@ -34,6 +34,7 @@ from typing import Any
 import asyncpg
 
 from proxy.bus import EventBus
+from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.summary import (
@@ -41,7 +42,6 @@ from proxy.cascade.summary import (
     build_reflect_prompt,
     fold_summary,
     needs_reflect,
-    parse_briefing,
     plan_compaction,
 )
 from proxy.cascade.types import (

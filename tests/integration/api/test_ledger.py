@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from proxy.cascade.summary import section
+from proxy.cascade.briefing import section
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.test_compaction import (
     CLIENT_KEY,

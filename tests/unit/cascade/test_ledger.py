@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from proxy.cascade.briefing import parse_briefing, section
 from proxy.cascade.ledger import apply_ledger, extract_identifiers, message_identifiers
-from proxy.cascade.summary import parse_briefing, section
 
 BRIEF = parse_briefing(
     "## Objective\nFix the build\n## Decisions & Facts\nUse port 8443\n"

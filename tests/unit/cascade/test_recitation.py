@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.pipeline import assemble
 from proxy.cascade.recitation import plan_block, recite
 from proxy.cascade.step import StepInput
-from proxy.cascade.summary import parse_briefing
 from proxy.cascade.types import Budget
 from proxy.config import ContextConfig
 from tests.unit.cascade.summary_builders import (

@@ -5,16 +5,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from proxy.cascade.briefing import SECTIONS, parse_briefing, section
 from proxy.cascade.summary import (
     MIN_SPAN_RATIO,
-    SECTIONS,
     build_prompt,
     build_reflect_prompt,
     fold_summary,
     needs_reflect,
-    parse_briefing,
     plan_compaction,
-    section,
     system_prefix_count,
 )
 from proxy.cascade.types import CompactionPlan

@@ -1,0 +1,127 @@
+"""The summary's five sections: reading them out of whatever a fast model wrote.
+
+A compaction's briefing (``proxy.cascade.summary``) is stored as exactly :data:`SECTIONS`, in
+order. Models wrap their answers in code fences, add preambles and write near-miss headings,
+so :func:`parse_briefing` maps every recognisable form onto the canonical headings, keeping a
+previous briefing's text where the new one leaves a section out; :func:`section` reads one
+back (the recitation stage quotes the open tasks). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["SECTIONS", "parse_briefing", "section"]
+
+SECTIONS = ("## Objective", "## Decisions & Facts", "## Files & State", "## Open Tasks",
+            "## Next Step")  # fmt: skip
+_NONE = "(none)"
+
+_ALIASES: dict[str, int] = {
+    **dict.fromkeys(("objective", "objectives", "goal", "goals", "mainobjective"), 0),
+    **dict.fromkeys(("decisionsfacts", "factsdecisions", "decisions", "facts"), 1),
+    **dict.fromkeys(("keydecisionsfacts", "keyfacts", "keydecisions", "factsfindings"), 1),
+    **dict.fromkeys(("filesstate", "files", "state", "filescurrentstate", "currentstate"), 2),
+    **dict.fromkeys(("filesstatus", "stateoffiles", "fileschanged", "workspacestate"), 2),
+    **dict.fromkeys(("opentasks", "tasks", "todo", "todos", "remainingtasks", "pendingtasks"), 3),
+    **dict.fromkeys(("nextstep", "nextsteps", "immediatenextstep", "nextaction"), 4),
+}
+_NUMBER = r"^\s*(?:\d+[.)]\s*)?"
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?P<name>.*?)\s*#*\s*$")
+_BOLD_HEADING = re.compile(_NUMBER + r"(\*\*|__)(?P<name>[^*_]+?)(\*\*|__)\s*(?P<rest>.*)$")
+_PLAIN_HEADING = re.compile(_NUMBER + r"(?P<name>[A-Za-z][A-Za-z &/-]{1,40}?)\s*:\s*(?P<rest>.*)$")
+_UNKNOWN_MD = re.compile(r"^\s{0,3}#{1,6}\s+(?P<name>\S.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _key(name: str) -> int | None:
+    norm = re.sub(r"\band\b", "", name.lower().replace("&", " "))
+    return _ALIASES.get(re.sub(r"[^a-z]", "", norm))
+
+
+def _match_heading(line: str, blocked: set[int]) -> tuple[int | None, str, bool]:
+    """``(section, rest of line, is_markdown_heading)``; section is None for body text.
+
+    Bold and ``Name:`` forms only start a section in ``blocked``-free positions.
+    """
+    if md := _MD_HEADING.match(line):
+        name = md["name"].strip("*_ ")
+        idx = _key(name)
+        if idx is None and ":" in name:
+            head, _, rest = name.partition(":")
+            if (idx := _key(head)) is not None:
+                return idx, rest.strip(), True
+        return idx, "", True
+    for pattern in (_BOLD_HEADING, _PLAIN_HEADING):
+        m = pattern.match(line)
+        if m and (idx := _key(m["name"].rstrip(":"))) is not None and idx not in blocked:
+            return idx, m["rest"].lstrip(":*_ ").strip(), False
+    return None, "", False
+
+
+def _split_sections(text: str) -> dict[int, list[str]]:
+    lines = text.strip().splitlines()
+    if lines and _FENCE.match(lines[0]):
+        lines = lines[1:]
+    # a section that has a real markdown heading somewhere is never started by a bold or
+    # "Name:" line, so body text such as "Next step: ..." cannot hijack a stored briefing
+    md_keys = {
+        k
+        for ln in lines
+        if _MD_HEADING.match(ln) and (k := _match_heading(ln, set())[0]) is not None
+    }
+    found: dict[int, list[str]] = {}
+    current: int | None = None
+    in_fence = False
+    for line in lines:
+        idx, rest, is_md = _match_heading(line, set(found) | md_keys)
+        if in_fence and not (is_md and idx is not None):
+            idx, is_md = None, False  # inside a code block only a canonical heading counts
+        if _FENCE.match(line) and current is not None:
+            in_fence = not in_fence
+        if idx is not None:
+            current = idx
+            body = found.setdefault(idx, [])
+            if rest:
+                body.append(rest)
+        elif current is not None:
+            if is_md and (md := _UNKNOWN_MD.match(line)):  # demote so only five headings remain
+                line = f"**{md['name']}**"
+            found[current].append(line)
+    for body in found.values():
+        fences = [i for i, ln in enumerate(body) if _FENCE.match(ln)]
+        if len(fences) % 2 == 1 and not "".join(body[fences[-1] + 1 :]).strip():
+            del body[fences[-1]]  # the closing fence of a fenced answer
+    return found
+
+
+def _body(lines: list[str]) -> str:
+    return "\n".join(lines).strip()
+
+
+def parse_briefing(text: str, *, previous: str | None = None) -> str:
+    """Normalise the fast model's answer to exactly :data:`SECTIONS`, in order.
+
+    Models wrap answers in code fences, add preambles, and write near-miss headings
+    (``# Objective``, ``**Open Tasks**``, ``Decisions and Facts:``); all map onto the canonical
+    headings. A missing or empty section keeps ``previous``'s text when it has one, else
+    becomes ``(none)``. Raises ``ValueError`` only when no section is recognisable at all.
+    """
+    found = _split_sections(text)
+    if not found:
+        raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
+    old = _split_sections(previous) if previous else {}
+    out: list[str] = []
+    for idx, heading in enumerate(SECTIONS):
+        body = _body(found.get(idx, [])) or _body(old.get(idx, [])) or _NONE
+        out.append(f"{heading}\n{body}")
+    return "\n\n".join(out)
+
+
+def section(summary: str, name: str) -> str | None:
+    """Body of one section (``"## Open Tasks"`` or ``"Open Tasks"``), or None when absent."""
+    idx = _key(name.lstrip("# "))
+    if idx is None:
+        raise ValueError(f"unknown section {name!r}; expected one of {', '.join(SECTIONS)}")
+    body = _body(_split_sections(summary).get(idx, []))
+    return body or None
