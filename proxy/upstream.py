@@ -3,8 +3,7 @@
 Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
 as it arrives) and forwards its bytes. Only transport failures are translated, into 502
 (unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a provider's own
-4xx and 5xx answers pass through untouched. A 502's message names the provider (its name in
-config and its host, never credentials) and the cause, and chains the transport's exception.
+4xx and 5xx answers pass through untouched (``proxy.provider_errors`` words the 502s and 504s).
 
 Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.transport``).
 ``timeoutSeconds`` is httpx's read (and write) timeout, so it bounds each wait for bytes and
@@ -15,11 +14,8 @@ compresses its answer is decoded here (httpx), and the relayed headers never car
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -27,8 +23,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import UpstreamUnavailable
 from proxy.jsonio import loads
+from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_client
 
@@ -39,7 +36,6 @@ __all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "resp
 _FORWARD_REQUEST_HEADERS = ("openai-organization", "openai-project", "openai-beta", "user-agent")
 RELAY_RESPONSE_HEADERS = ("content-type", "retry-after", "x-request-id", "openai-processing-ms")
 _RELAY_PREFIXES = ("x-ratelimit-", "openai-")
-POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's capped connections
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +74,7 @@ class StreamAnswer:
             yield chunk
 
     async def aread(self) -> bytes:
-        with _mapped_errors(self._provider):  # a body that breaks off is a 502
+        with mapped_errors(self._provider):  # a body that breaks off is a 502
             return await self._resp.aread()
 
     async def aclose(self) -> None:
@@ -225,7 +221,7 @@ class Upstream:
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs)."""
-        with _mapped_errors(provider):
+        with mapped_errors(provider):
             request = self._request(
                 provider,
                 method,
@@ -239,7 +235,7 @@ class Upstream:
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
             await resp.aclose()
             raise UpstreamUnavailable(
-                f"{_name(provider)} answered {resp.status_code}, a redirect to "
+                f"{provider_name(provider)} answered {resp.status_code}, a redirect to "
                 f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
                 "baseUrl to the address it points to"
             )
@@ -272,7 +268,7 @@ class Upstream:
             )
             status = resp.status_code
             try:
-                with _mapped_errors(provider):
+                with mapped_errors(provider):
                     body = await resp.aread()
             finally:
                 await resp.aclose()
@@ -307,127 +303,3 @@ class Upstream:
             raise
         timer.first_byte()  # the wait for the provider, as the overhead counts it, ends here
         return StreamAnswer(resp, provider, timer)
-
-
-@contextlib.contextmanager
-def _mapped_errors(provider: ProviderConfig) -> Iterator[None]:
-    """Turn transport failures into 504 (timed out) or 502 (unreachable), naming the
-    provider and the cause, with the original exception chained."""
-    try:
-        yield
-    except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
-        raise _mapped(provider, exc) from exc
-
-
-def _mapped(provider: ProviderConfig, exc: Exception) -> UpstreamTimeout | UpstreamUnavailable:
-    name = type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
-        if _timed_out(exc):
-            return _timeout(provider, exc)
-        name = type(exc.__cause__).__name__
-    kind = _kind(exc)
-    hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
-    cause = _cause(exc)
-    if kind == "cafile":
-        cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
-    return UpstreamUnavailable(f"could not reach {_name(provider)}: {cause} ({name}); {hint}")
-
-
-def _timeout(provider: ProviderConfig, exc: httpx.TimeoutException) -> UpstreamTimeout:
-    if isinstance(exc, httpx.PoolTimeout):
-        return UpstreamTimeout(
-            f"every connection to {_name(provider)} stayed busy for {POOL_WAIT_SECONDS:g} s;"
-            " retry, or raise CASCADE_PROVIDER_MAX_CONNECTIONS"
-        )
-    if isinstance(exc, httpx.ConnectTimeout):
-        return UpstreamTimeout(
-            f"{_name(provider)} did not accept a connection in time (ConnectTimeout); retry, "
-            "or raise the provider's connectTimeoutSeconds in config"
-        )
-    return UpstreamTimeout(
-        f"{_name(provider)} did not answer in time ({type(exc).__name__}); retry, or raise "
-        "the provider's timeoutSeconds in config"
-    )
-
-
-def _timed_out(exc: httpx.TimeoutException) -> bool:
-    """False for the connection failures httpx-aiohttp reports as ``ConnectTimeout`` (it
-    maps every aiohttp connection error so: a refused connection, a provider that closes):
-    an aiohttp cause is a timeout only when a ``TimeoutError`` is among its causes."""
-    cause = exc.__cause__
-    if cause is None or not type(cause).__module__.startswith("aiohttp"):
-        return True
-    return any(isinstance(e, TimeoutError) for e in _chain(cause))
-
-
-_HINTS = {
-    "tls": "set the provider's caFile to the CA that signed its certificate (or verifyTls "
-    "false), or SSL_CERT_FILE for the whole process",
-    "cafile": "check the provider's caFile",
-    "proxy": "check HTTPS_PROXY / HTTP_PROXY / NO_PROXY",
-}
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and what caused it, depth first, through exception groups too."""
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        if isinstance(e, BaseExceptionGroup):
-            stack.extend(reversed(e.exceptions))
-        for nxt in (e.__context__, e.__cause__):
-            if nxt is not None:
-                stack.append(nxt)
-
-
-def _kind(exc: BaseException) -> str:
-    if not isinstance(exc, httpx.HTTPError):  # raised before sending: the caFile
-        return "cafile"
-    if isinstance(exc, httpx.ProxyError):
-        return "proxy"
-    if any(isinstance(e, ssl.SSLError) for e in _chain(exc)):
-        return "tls"
-    return "other"
-
-
-def _cause(exc: BaseException) -> str:
-    """Why, in a few words, from the most telling cause in the chain: never a URL, so never
-    a secret. (aiohttp's wrappers are OSErrors too, so the specific kinds are looked for
-    first, through the whole chain.)"""
-    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
-        return "the baseUrl is not a usable http(s) URL"
-    chain = list(_chain(exc))
-    for e in chain:
-        if isinstance(e, ssl.SSLCertVerificationError) and getattr(e, "verify_message", None):
-            return f"certificate verify failed: {e.verify_message}"
-    for e in chain:
-        if isinstance(e, socket.gaierror):
-            return f"name resolution failed ({e.strerror})"
-        if isinstance(e, ConnectionRefusedError):
-            return "connection refused"
-    for e in chain:
-        if isinstance(e, ssl.SSLError) and (e.reason or e.strerror):
-            return f"TLS failed: {e.reason or e.strerror}"
-    for e in chain:
-        if isinstance(e, OSError) and e.strerror:
-            return e.strerror
-    if isinstance(exc, httpx.ProxyError | httpx.RemoteProtocolError):
-        return str(exc).split("://")[0][:200]  # the proxy's or provider's words, not a URL
-    return "the connection failed"
-
-
-def _name(provider: ProviderConfig) -> str:
-    """``the provider 'openai' at https://host:port``: never its user:password, and never an
-    error of its own for a URL that does not parse (a bad port, a bracket)."""
-    label = f"the provider {provider.name!r}" if provider.name else "the provider"
-    try:
-        u = urlsplit(provider.base_url)
-        port = u.port
-    except ValueError:
-        return f"{label} (its baseUrl does not parse)"
-    return f"{label} at {u.scheme}://{u.hostname}" + (f":{port}" if port else "")

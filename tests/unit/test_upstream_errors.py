@@ -10,13 +10,14 @@ import pytest
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.provider_errors import mapped_errors
 from proxy.transport import Kind, build_client
-from proxy.upstream import Upstream, _mapped_errors
+from proxy.upstream import Upstream
 
 
 def _raised(url: str, exc: BaseException, name: str = "") -> Exception:
     provider = ProviderConfig(base_url=url, name=name)
-    with pytest.raises((UpstreamTimeout, UpstreamUnavailable)) as info, _mapped_errors(provider):
+    with pytest.raises((UpstreamTimeout, UpstreamUnavailable)) as info, mapped_errors(provider):
         raise exc
     assert info.value.__cause__ is exc  # chained, for the log
     return info.value
@@ -73,7 +74,7 @@ def test_a_timeout_is_a_504_naming_the_host() -> None:
 
 
 def test_other_errors_pass_through_untouched() -> None:
-    with pytest.raises(KeyError), _mapped_errors(ProviderConfig(base_url="http://127.0.0.1:9/")):
+    with pytest.raises(KeyError), mapped_errors(ProviderConfig(base_url="http://127.0.0.1:9/")):
         raise KeyError("not a transport failure")
 
 

@@ -1,0 +1,152 @@
+"""Transport failures of a provider call, as the 502 and 504 a client and an operator read.
+
+A failure to reach a provider is a 502 (``UpstreamUnavailable``) and a wait that ran out a
+504 (``UpstreamTimeout``); each message names the provider (its name in config and its host,
+never credentials), says why in a few words taken from the exception chain (a refused
+connection, a name that does not resolve, a certificate the provider's ``caFile`` does not
+sign), and says what to check. The transport's exception stays chained for the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+
+from proxy.config import ProviderConfig
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+
+__all__ = ["POOL_WAIT_SECONDS", "mapped_errors", "provider_name"]
+
+POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's capped connections
+
+
+@contextlib.contextmanager
+def mapped_errors(provider: ProviderConfig) -> Iterator[None]:
+    """Turn transport failures into 504 (timed out) or 502 (unreachable), naming the
+    provider and the cause, with the original exception chained."""
+    try:
+        yield
+    except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
+        raise _mapped(provider, exc) from exc
+
+
+def _mapped(provider: ProviderConfig, exc: Exception) -> UpstreamTimeout | UpstreamUnavailable:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        if _timed_out(exc):
+            return _timeout(provider, exc)
+        name = type(exc.__cause__).__name__
+    kind = _kind(exc)
+    hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
+    cause = _cause(exc)
+    if kind == "cafile":
+        cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
+    return UpstreamUnavailable(
+        f"could not reach {provider_name(provider)}: {cause} ({name}); {hint}"
+    )
+
+
+def _timeout(provider: ProviderConfig, exc: httpx.TimeoutException) -> UpstreamTimeout:
+    where = provider_name(provider)
+    if isinstance(exc, httpx.PoolTimeout):
+        return UpstreamTimeout(
+            f"every connection to {where} stayed busy for {POOL_WAIT_SECONDS:g} s;"
+            " retry, or raise CASCADE_PROVIDER_MAX_CONNECTIONS"
+        )
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamTimeout(
+            f"{where} did not accept a connection in time (ConnectTimeout); retry, "
+            "or raise the provider's connectTimeoutSeconds in config"
+        )
+    return UpstreamTimeout(
+        f"{where} did not answer in time ({type(exc).__name__}); retry, or raise "
+        "the provider's timeoutSeconds in config"
+    )
+
+
+def _timed_out(exc: httpx.TimeoutException) -> bool:
+    """False for the connection failures httpx-aiohttp reports as ``ConnectTimeout`` (it
+    maps every aiohttp connection error so: a refused connection, a provider that closes):
+    an aiohttp cause is a timeout only when a ``TimeoutError`` is among its causes."""
+    cause = exc.__cause__
+    if cause is None or not type(cause).__module__.startswith("aiohttp"):
+        return True
+    return any(isinstance(e, TimeoutError) for e in _chain(cause))
+
+
+_HINTS = {
+    "tls": "set the provider's caFile to the CA that signed its certificate (or verifyTls "
+    "false), or SSL_CERT_FILE for the whole process",
+    "cafile": "check the provider's caFile",
+    "proxy": "check HTTPS_PROXY / HTTP_PROXY / NO_PROXY",
+}
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it, depth first, through exception groups too."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(reversed(e.exceptions))
+        for nxt in (e.__context__, e.__cause__):
+            if nxt is not None:
+                stack.append(nxt)
+
+
+def _kind(exc: BaseException) -> str:
+    if not isinstance(exc, httpx.HTTPError):  # raised before sending: the caFile
+        return "cafile"
+    if isinstance(exc, httpx.ProxyError):
+        return "proxy"
+    if any(isinstance(e, ssl.SSLError) for e in _chain(exc)):
+        return "tls"
+    return "other"
+
+
+def _cause(exc: BaseException) -> str:
+    """Why, in a few words, from the most telling cause in the chain: never a URL, so never
+    a secret. (aiohttp's wrappers are OSErrors too, so the specific kinds are looked for
+    first, through the whole chain.)"""
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
+        return "the baseUrl is not a usable http(s) URL"
+    chain = list(_chain(exc))
+    for e in chain:
+        if isinstance(e, ssl.SSLCertVerificationError) and getattr(e, "verify_message", None):
+            return f"certificate verify failed: {e.verify_message}"
+    for e in chain:
+        if isinstance(e, socket.gaierror):
+            return f"name resolution failed ({e.strerror})"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+    for e in chain:
+        if isinstance(e, ssl.SSLError) and (e.reason or e.strerror):
+            return f"TLS failed: {e.reason or e.strerror}"
+    for e in chain:
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+    if isinstance(exc, httpx.ProxyError | httpx.RemoteProtocolError):
+        return str(exc).split("://")[0][:200]  # the proxy's or provider's words, not a URL
+    return "the connection failed"
+
+
+def provider_name(provider: ProviderConfig) -> str:
+    """``the provider 'openai' at https://host:port``: never its user:password, and never an
+    error of its own for a URL that does not parse (a bad port, a bracket)."""
+    label = f"the provider {provider.name!r}" if provider.name else "the provider"
+    try:
+        u = urlsplit(provider.base_url)
+        port = u.port
+    except ValueError:
+        return f"{label} (its baseUrl does not parse)"
+    return f"{label} at {u.scheme}://{u.hostname}" + (f":{port}" if port else "")
