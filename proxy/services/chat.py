@@ -2,9 +2,11 @@
 
 1. take the session's place in this replica's queue: a ``Turn`` (``turn.py``) that owns it,
    and the session's lease, until the reply is stored;
-2. reconcile the resent history, ingest new messages, load the window (``history.py``); its
-   first statement takes the lease, and while another replica's request (or a session API
-   operation) holds it the turn gives its connection back and tries again shortly;
+2. guess the stored head and ingest the new messages after it with no connection held
+   (``incoming.py``); then connect, reconcile the resent history, ingest what the guess
+   missed and load the window (``history.py``): its first statement takes the lease, and
+   while another replica's request (or a session API operation) holds it the turn gives
+   its connection back and tries again shortly;
 3. compact when the window is under pressure (``cascade.pressure`` decides);
 4. plan the stages' needs, fulfil them, and assemble the prompt (pure, ``cascade.pipeline``);
    persist its marks (placeholders, trims) and events;
@@ -44,7 +46,7 @@ from proxy.config import Config, ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
-from proxy.services import budget as budgets
+from proxy.services import budget as budgets, incoming
 from proxy.services.budget import FixedTokens, reserved_output
 from proxy.services.chaincache import ChainCache
 from proxy.services.command import answer_command
@@ -178,15 +180,16 @@ class ChatService:
         ctx: ChatContext,
         hashes: list[str],
     ) -> Step:
-        """Prepare the step, waiting for the session's lease while another holds it: the
-        connection goes back to the pool between tries (``leases.poll_delays``)."""
+        """Prepare the step, the history read before each try connects (issue 24), waiting
+        for the lease while another holds it, the connection back in the pool between tries."""
         delays = poll_delays()
+        count = MemoCounter(self.cost)
         while True:
+            guess = self.chains.head(turn.key)
+            got = incoming.read(body["messages"], hashes, rt.ctx, count, guess, self.ingested)
             await turn.connect()
             try:
-                return await self._prepare(
-                    turn, cfg, rt, body, ctx, hashes, self.chains.head(turn.key)
-                )
+                return await self._prepare(turn, cfg, rt, body, ctx, got, count)
             except SessionBusy:
                 self.chains.set_head(turn.key, None)  # another replica moves the head
                 await turn.park()
@@ -210,31 +213,27 @@ class ChatService:
         rt: Route,
         body: dict[str, Any],
         ctx: ChatContext,
-        hashes: list[str],
-        guess: tuple[int, str | None] | None,
+        got: incoming.Incoming,
+        count: MemoCounter,
     ) -> Step:
-        conn, key = turn.conn, turn.key
-        count = MemoCounter(self.cost)
+        key, hashes = turn.key, got.hashes
         state = await reconcile_and_load(
-            conn,
+            turn.conn,
             key,
+            got,
             agent=rt.agent,
             model=rt.model,
-            messages=body["messages"],
-            hashes=hashes,
             ctx=rt.ctx,
             count=count,
             stamp=lambda events: self.bus.split(ctx.tenant, ctx.session_id, events)[0],
-            guess=guess,
             hold=turn.hold,  # a new session's messages: stored by the turn (history.py)
+            # Else the rest is CPU (the window, the assembly) and now and then a statement that
+            # connects again: meanwhile the connection serves other sessions' statements.
+            park=turn.park,
             owner=turn.owner,
             ttl=turn.ttl,
             memo=self.ingested,
         )
-        if not turn.holding:
-            # The rest is CPU (the assembly) and now and then a statement that connects again:
-            # meanwhile the connection serves other sessions' first statements (a burst's wait).
-            await turn.park()
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None

@@ -2,11 +2,13 @@
 
 Runs on the request's connection and takes the session's lease in its first statement
 (``store.leases``; a lease another request holds raises ``SessionBusy`` having written
-nothing). The common case (this replica served the session's last request, and the client
-resent that history plus new messages) is that one statement: it also stores the new
-messages, their spilled raw outputs and events, moves the head, and reads the window's older
-rows. Otherwise the first statement only takes the lease and reads the session, and a
-second one appends (after a divergence lookup when the history was edited).
+nothing). What needs no store (the guess of the stored head, the ingest of the messages
+after it) was made before the connection was taken (``services/incoming.py``). The common
+case (this replica served the session's last request, and the client resent that history
+plus new messages) is that one statement: it also stores the new messages, their spilled
+raw outputs and events, moves the head, and reads the window's older rows. Otherwise the
+first statement only takes the lease and reads the session, and a second one appends (after
+a divergence lookup when the history was edited).
 
 A new session whose first request brings a long history (a resumed or forked conversation,
 a client that moved to the proxy mid-task) is the exception: nothing is stored for it yet,
@@ -25,20 +27,20 @@ alone. So what the client sent is stored either way, and no path has to remember
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.cascade.observations import is_observation, observation_id
-from proxy.cascade.pipeline import EarlierResults, drop_commands, ingest
-from proxy.cascade.summary import fold_summary, system_prefix_count
+from proxy.cascade.pipeline import drop_commands
+from proxy.cascade.summary import fold_summary
 from proxy.cascade.tokens import MemoCounter
-from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
+from proxy.cascade.types import Event, Message
 from proxy.config import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
+from proxy.services.incoming import Incoming, Pending
 from proxy.services.ingestmemo import IngestMemo
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs, nul, raw_outputs, summaries
+from proxy.store import messages as msgs, nul, summaries
 from proxy.store.events import EventRows
 
 __all__ = ["SessionState", "reconcile_and_load", "load_window"]
@@ -101,127 +103,46 @@ def _seeded(
     return out
 
 
-def _handle(messages: Sequence[Message], pos: int, stored: Message, ctx: ContextConfig) -> Any:
-    """The row's ``tool_call_id``: a tool result's, or an observation's handle
-    (``cascade.observations``), so that its body reads back once it is rewritten."""
-    if is_observation(messages, pos, ctx.observations.user_prefixes, latest_too=True):
-        return observation_id(stored)
-    return messages[pos].get("tool_call_id")
-
-
-@dataclass(slots=True)
-class _Ingested:
-    """The new messages, in stored form, with their spilled outputs and events."""
-
-    new: list[tuple[int, Message]]
-    rows: list[msgs.NewMessage]
-    raw: list[tuple[str, str, int, bool]]  # the spills as ``raw_outputs.raw_rows`` makes them
-    events: list[Event]
-
-
-def _ingest(
-    messages: Sequence[Message],
-    hashes: list[str],
-    start: int,
-    ctx: ContextConfig,
-    count: MemoCounter,
-    superseded: int = 0,
-    memo: IngestMemo | None = None,
-) -> _Ingested:
-    out = _Ingested([], [], [], [])
-    spills: list[Any] = []
-    earlier = EarlierResults(messages)
-    for pos in range(start, len(messages)):
-        got = memo.get(hashes[pos], messages[pos], ctx, count) if memo is not None else None
-        if got is None:
-            got = ingest(messages[pos], ctx, earlier.before(pos))
-            if memo is not None:
-                memo.put(hashes[pos], messages[pos], ctx, got, count)
-        out.new.append((pos, got.message))
-        out.rows.append(
-            msgs.NewMessage(
-                pos=pos,
-                hash=hashes[pos],
-                role=str(messages[pos].get("role")),
-                message=dict(got.message),
-                tool_call_id=_handle(messages, pos, got.message, ctx),
-                tokens=count.one(got.message),
-                redacted=got.redacted > 0,
-                verbatim=got.message is messages[pos],
-            )
-        )
-        out.events.extend(e for e in got.events if e.name == TRUNCATED)
-        if got.spill is not None:
-            spills.append(got.spill)
-    out.raw = raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes)
-    if out.rows:
-        out.events.append(
-            Event(
-                MESSAGE_APPENDED,
-                {
-                    "from_pos": start,
-                    "count": len(out.rows),
-                    "superseded": superseded,
-                },
-            )
-        )
-    return out
-
-
-GUESS_NEW_SESSION_MAX = 8
-"""A session this replica has not seen is guessed empty only when the client sends at most
-this many messages (a conversation that is probably new); a longer one would be ingested
-for nothing whenever the guess is wrong (a restart, another replica's session)."""
-
-
-def _plausible(
-    guess: tuple[int, str | None] | None, hashes: list[str]
-) -> tuple[int, str | None] | None:
-    """``guess`` when the incoming history extends that stored head (``plan_reconcile``)."""
-    if guess is None:
-        return (0, None) if len(hashes) <= GUESS_NEW_SESSION_MAX else None
-    length, head_hash = guess
-    if plan_reconcile(hashes, stored_len=length, stored_head_hash=head_hash) == Append(length):
-        return guess
-    return None
-
-
 async def reconcile_and_load(
     conn: Any,
     key: SessionKey,
+    incoming: Incoming,
     *,
     agent: str,
     model: str | None,
-    messages: Sequence[Message],
-    hashes: list[str],
     ctx: ContextConfig,
     count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
-    guess: tuple[int, str | None] | None = None,
     hold: Callable[[msgs.StepWrite], None] | None = None,
+    park: Callable[[], Awaitable[None]] | None = None,
     owner: uuid.UUID | None = None,
     ttl: float = msgs.LEASE_TTL,
     memo: IngestMemo | None = None,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
+    ``incoming`` is the request's history as ``services.incoming.read`` made it before the
+    connection was taken: its guess of the stored head (the head as this replica last left
+    it) and the new messages after it, already ingested. When the store still holds exactly
+    that head, the new messages are stored in the statement that takes ``owner``'s lease
+    (one round trip); otherwise the plan is made from what the store holds, and what it
+    needs ingested is ingested then (``memo`` answers for messages whose prefix was
+    ingested before: ``services.ingestmemo``).
+
     With ``hold``, a session with nothing stored hands its messages to ``hold`` as the write
     that stores them, instead of storing them (the module docstring says why and who owns
-    them then); the state's window holds them all the same.
+    them then); the state's window holds them all the same. Otherwise ``park`` (the turn's:
+    it gives the connection back) runs right after the last statement, before the window is
+    built from the rows read.
 
-    ``guess`` is the stored head (length, chain hash) as this replica last left it. When
-    the store still holds exactly that, the new messages are stored in the statement that
-    takes ``owner``'s lease (one round trip); otherwise the plan is made from what the store holds.
     The events this produces (``context.truncated`` per cut result, then one
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
-    statement as the messages. ``memo`` answers for messages whose prefix was ingested
-    before (``services.ingestmemo``).
+    statement as the messages.
     """
     tenant, session_id = key
-    system_count = system_prefix_count(messages)
-    head_hash = hashes[-1] if hashes else None
-    guessed = _plausible(guess, hashes)
-    pending = _ingest(messages, hashes, guessed[0], ctx, count, memo=memo) if guessed else None
+    messages, hashes = incoming.messages, incoming.hashes
+    system_count, head_hash = incoming.system_count, incoming.head_hash
+    guessed, pending = incoming.guessed, incoming.pending
     begun = await msgs.begin_step(
         conn,
         tenant=tenant,
@@ -246,13 +167,15 @@ async def reconcile_and_load(
         content if content is None else nul.decode(content),
     )
     if begun.window is not None and pending is not None:
+        if park is not None:
+            await park()
         return _loaded(
             row, summary, system_count, messages, head_hash, pending, begun.window, count
         )
     plan = await _plan(conn, key, hashes, row)
     if hold and plan == Append(0) and row["head_len"] == 0 and summary[0] is None:
         # Nothing is stored: the window is the new messages alone (module docstring).
-        pending = _ingest(messages, hashes, 0, ctx, count, memo=memo)
+        pending = incoming.ingested(0, ctx, count, memo=memo)
         if pending.rows:
             head = (len(messages), head_hash, system_count)
             hold(msgs.StepWrite(pending.rows, pending.raw, head, events=stamp(pending.events)))
@@ -274,7 +197,7 @@ async def reconcile_and_load(
         start = plan.from_pos
     else:
         start = plan.start
-    pending = _ingest(messages, hashes, start, ctx, count, superseded, memo)
+    pending = incoming.ingested(start, ctx, count, superseded, memo)
     old = await msgs.append_and_fetch_window(
         conn,
         tenant=tenant,
@@ -289,6 +212,8 @@ async def reconcile_and_load(
         move_head=bool(pending.rows) or superseded > 0,
         events=stamp(pending.events),
     )
+    if park is not None:
+        await park()
     return _loaded(row, summary, system_count, messages, head_hash, pending, old, count, superseded)
 
 
@@ -298,7 +223,7 @@ def _loaded(
     system_count: int,
     messages: Sequence[Message],
     head_hash: str | None,
-    pending: _Ingested,
+    pending: Pending,
     old: Sequence[Any],
     count: MemoCounter,
     superseded: int = 0,

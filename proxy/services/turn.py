@@ -3,10 +3,11 @@
 It owns, for that request, the session's place in this replica's queue (``SessionLocks``),
 the session's lease (``services/leases.py``: taken by the step's first statement, renewed by
 the replica while the turn lasts), the step prepared, and a pooled connection only while the
-step runs statements: ``connect`` before the step's first statement, ``park`` once the step
-is prepared, so that no connection is held while the provider answers; ``connection()`` lends
-one for a statement between (a ``read_tool_output`` page), and the last statement borrows
-one.
+step runs statements: ``connect`` before the step's first statement (its CPU work before
+it: ``services/incoming.py``), ``park`` right after it (``history.reconcile_and_load``), so
+that no connection is held while the window is assembled or the provider answers;
+``connection()`` lends one for a statement between (a ``read_tool_output`` page), and the
+last statement borrows one.
 
 It also owns a new session's held-back messages (``hold``; ``services/history.py`` says why
 they wait): the step's write takes them (``write_step``: they go in with the step's marks,

@@ -5,7 +5,7 @@ from typing import Any
 from proxy.cascade.tokens import MemoCounter, message_cost
 from proxy.config import ContextConfig
 from proxy.history import chain
-from proxy.services.history import _ingest
+from proxy.services.incoming import ingest_from
 from proxy.services.ingestmemo import IngestMemo
 
 LOG = "\n".join(f"{n:5d} INFO worker {n % 7} handled request {n}" for n in range(400))
@@ -40,7 +40,7 @@ def _history() -> list[dict[str, Any]]:
 
 def _rows(messages: list[dict[str, Any]], ctx: ContextConfig, memo: IngestMemo | None) -> Any:
     count = MemoCounter(message_cost())
-    return _ingest(messages, chain(messages), 0, ctx, count, memo=memo), count
+    return ingest_from(messages, chain(messages), 0, ctx, count, memo=memo), count
 
 
 def test_a_remembered_prefix_ingests_to_what_a_fresh_ingest_gives() -> None:

@@ -227,6 +227,46 @@ def test_thirty_slow_streams_on_three_connections(
     assert elapsed < 10  # concurrently, not ten rounds of three
 
 
+def _in_use_during(monkeypatch: pytest.MonkeyPatch, *calls: tuple[Any, str]) -> list[Any]:
+    """(name, the replica's pooled connections in use) at each call of each ``owner.name``
+    in ``calls``, appended to the list returned."""
+    import proxy.warmup as warmup
+
+    pools: list[asyncpg.Pool] = []
+    in_use: list[Any] = []
+    open_pool = warmup.open_pool
+
+    async def recording_pool(*args: Any, **kwargs: Any) -> asyncpg.Pool:
+        pools.append(await open_pool(*args, **kwargs))
+        return pools[-1]
+
+    def counting(name: str, wrapped: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            pool = pools[-1]
+            in_use.append((name, pool.get_size() - pool.get_idle_size()))
+            return wrapped(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr("proxy.app.open_pool", recording_pool)
+    for owner, name in calls:
+        monkeypatch.setattr(owner, name, counting(name, getattr(owner, name)))
+    return in_use
+
+
+def _new_then_extended(server: ProxyServer, session: str) -> None:
+    """A new session's first request, then one that extends it."""
+
+    async def run() -> None:
+        async with _client(server, session) as client:
+            first = await client.chat.completions.create(model="gpt-fake", messages=HI)
+            turn = [*HI, {"role": "assistant", "content": "one"}, {"role": "user", "content": "go"}]
+            await client.chat.completions.create(model="gpt-fake", messages=turn)
+        assert first.choices[0].message.content == "one"
+
+    asyncio.run(run())
+
+
 def test_the_window_is_assembled_holding_no_connection(
     start_proxy: StartProxy,
     config_path: Path,
@@ -237,32 +277,28 @@ def test_the_window_is_assembled_holding_no_connection(
     CPU work (the window's assembly) runs with the connection back in the pool, so in a
     burst other sessions' first statements are not queued behind it (issue 24)."""
     import proxy.services.chat as chat
-    import proxy.warmup as warmup
 
-    pools: list[asyncpg.Pool] = []
-    in_use: list[int] = []
-    open_pool, assemble = warmup.open_pool, chat.assemble
-
-    async def recording_pool(*args: Any, **kwargs: Any) -> asyncpg.Pool:
-        pools.append(await open_pool(*args, **kwargs))
-        return pools[-1]
-
-    def counting_assemble(*args: Any, **kwargs: Any) -> Any:
-        pool = pools[-1]
-        in_use.append(pool.get_size() - pool.get_idle_size())
-        return assemble(*args, **kwargs)
-
-    monkeypatch.setattr("proxy.app.open_pool", recording_pool)
-    monkeypatch.setattr(chat, "assemble", counting_assemble)
+    in_use = _in_use_during(monkeypatch, (chat, "assemble"))
     fake_upstream.script(reply("one"), reply("two"))
-    server = start_proxy(config_path, pool_max_size=2)
+    _new_then_extended(start_proxy(config_path, pool_max_size=2), "assembly")
+    assert in_use == [("assemble", 0)] * 2  # a new session's step and an extending one
 
-    async def run() -> None:
-        async with _client(server, "assembly") as client:
-            first = await client.chat.completions.create(model="gpt-fake", messages=HI)
-            turn = [*HI, {"role": "assistant", "content": "one"}, {"role": "user", "content": "go"}]
-            await client.chat.completions.create(model="gpt-fake", messages=turn)
-        assert first.choices[0].message.content == "one"
 
-    asyncio.run(run())
-    assert in_use == [0, 0]  # a new session's step and an extending one
+def test_a_connection_is_held_around_the_first_statement_only(
+    start_proxy: StartProxy,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ingest of the messages after the guessed stored head (redaction, compaction,
+    truncation; each message asks the ingest memo first) reads no store, so it runs before
+    the step takes a connection; and the window is built from the rows read once the
+    connection is back in the pool: the step holds it around its statement only (issue 24)."""
+    import proxy.services.history as history
+    from proxy.services.ingestmemo import IngestMemo
+
+    in_use = _in_use_during(monkeypatch, (IngestMemo, "get"), (history, "_loaded"))
+    fake_upstream.script(reply("one"), reply("two"))
+    _new_then_extended(start_proxy(config_path, pool_max_size=2), "ingest")
+    # a new session's one message, then the extending request's new one
+    assert in_use == [("get", 0), ("_loaded", 0)] * 2

@@ -367,7 +367,7 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
         held = statements(log)
         step = only(log, msgs.APPEND)
         pages = [client.get(f"/v1/sessions/held/tool-outputs/c{i}").json() for i in range(3)]
-        monkeypatch.setattr("proxy.services.history.GUESS_NEW_SESSION_MAX", 100)
+        monkeypatch.setattr("proxy.services.incoming.GUESS_NEW_SESSION_MAX", 100)
         log.queries.clear()
         post(client, "updated", messages)
         updated = statements(log)

@@ -19,6 +19,7 @@ import pytest
 from proxy.cascade.tokens import MemoCounter, message_cost
 from proxy.config import ContextConfig
 from proxy.history import chain
+from proxy.services import incoming
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, summaries
@@ -51,15 +52,15 @@ def counter() -> MemoCounter:
 
 
 async def store(conn: Any, messages: Sequence[dict[str, Any]], session: str = S) -> SessionState:
+    count = counter()
     return await reconcile_and_load(
         conn,
         SessionKey(T, session),
+        incoming.read(messages, chain(messages), CTX, count, None),
         agent="default",
         model="m",
-        messages=messages,
-        hashes=chain(messages),
         ctx=CTX,
-        count=counter(),
+        count=count,
         stamp=lambda evs: ([e.name for e in evs], [dict(e.data) for e in evs]),
         owner=OWNER,  # one replica's requests, one after the other
     )
