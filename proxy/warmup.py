@@ -23,7 +23,7 @@ closes an idle connection after ``max_inactive_connection_lifetime`` (300 s) onl
 pool holds more than that floor.
 Without it, five idle minutes brought the pool down to one connection, and the next burst's
 new connections each paid a new backend's first-call costs again (10-20 ms of CPU each, on
-its first ``cascade_begin_step_v5``), inside its requests. The connections that outlast a
+its first ``cascade_begin_step_v6``), inside its requests. The connections that outlast a
 burst are the ones used last, so they have run the step too. The other ways were declined:
 warming each connection as the pool opens it (asyncpg's ``init``/``setup`` hooks) runs on
 the request that opened it, so it adds the probe's statements to that request rather than
@@ -128,7 +128,7 @@ def _probe_row(pos: int, role: str) -> msgs.NewMessage:
 
 async def warm_connection(conn: Connection) -> None:
     """A new session's first step and its second, on ``conn``, rolled back: the backend
-    compiles ``cascade_begin_step_v5`` (and the ``cascade_append_v1`` it calls) and plans
+    compiles ``cascade_begin_step_v6`` (and the ``cascade_append_v2`` it calls) and plans
     what both paths run (creating the session, extending it, recording the reply), and
     asyncpg prepares and caches those statements."""
     owner = uuid.uuid4()

@@ -57,7 +57,7 @@ def event_columns(
 
 
 def event_objects(events: EventRows) -> list[dict[str, Any]] | None:
-    """``events`` as the json array of {name, data} objects ``cascade_append_v1`` expands;
+    """``events`` as the json array of {name, data} objects ``cascade_append_v2`` expands;
     NULL when there are none. The strings go through ``nul.encode_json``, as in
     ``event_columns``: each body becomes jsonb in the events table."""
     if not events[0]:

@@ -59,7 +59,7 @@ def _row_objects(
     evicted: Mapping[int, tuple[dict[str, Any], int]] | None = None,
     trimmed: Container[int] = (),
 ) -> list[dict[str, Any]]:
-    """New rows without their bodies, as the json objects ``cascade_append_v1`` expands; the
+    """New rows without their bodies, as the json objects ``cascade_append_v2`` expands; the
     text fields through ``nul.encode`` (a NUL in the client's role or tool_call_id is legal
     JSON, and a text column holds none). The bodies go beside them as a json[]
     (``[r.message for r in rows]``): PostgreSQL's json functions refuse a document with
@@ -108,7 +108,7 @@ WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL AND m.trim
 
 def _window(head_range: str, tail_range: str) -> str:
     """The leading system rows and the rows after the boundary, as two index range scans
-    (``cascade_append_v1`` reads the older rows of a step's window the same way).
+    (``cascade_append_v2`` reads the older rows of a step's window the same way).
 
     One ``pos < a OR pos >= b`` condition lets the planner scan the session's whole index
     range and filter, so every request would read the entire history.
@@ -144,7 +144,7 @@ async def append_and_fetch_window(
     move_head: bool = True,
     events: EventRows = ((), ()),
 ) -> list[asyncpg.Record]:
-    """One round trip for a request whose new messages ``cascade_begin_step_v5`` did not
+    """One round trip for a request whose new messages ``cascade_begin_step_v6`` did not
     store (no guess, a wrong one, a divergence): store them and their spilled raw outputs,
     move the head, and read the window's *older* rows (positions below ``old_len``; the
     live ones from ``from_pos`` on, and the leading system rows). It is ``append``, which
@@ -162,7 +162,10 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
-BEGIN_STEP = "SELECT * FROM cascade_begin_step_v5($1, $2, $3, $4, $5)"
+BEGIN_STEP = (
+    "SELECT * FROM cascade_begin_step_v6($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
+    " $14, $15)"
+)
 LEASE_TTL = 15.0
 """The lease's time to live when the caller names none (``Settings.lease_ttl_seconds``)."""
 
@@ -187,10 +190,10 @@ async def begin_step(
     """Take the session's lease for ``owner``, create or read the session (with its latest
     valid summary) and, when the stored head is exactly ``guess`` (length, chain hash),
     store ``rows`` with their ``raw`` outputs and ``events``, move the head and read the
-    window's older rows: the whole pre-answer work in one round trip (migration 0020's
-    ``cascade_begin_step_v5``: the session's scalars as one json object, rows, raw outputs
+    window's older rows: the whole pre-answer work in one round trip (migration 0021's
+    ``cascade_begin_step_v6``: the session's scalars as typed arguments, rows, raw outputs
     and events as json arrays of objects, the rows' bodies as a json[]; it stores them by
-    ``cascade_append_v1``, as ``append`` does, and moves the head in the same row update
+    ``cascade_append_v2``, as ``append`` does, and moves the head in the same row update
     that takes the lease: one new version of the sessions row per step).
 
     With ``guess`` None, or a wrong one, nothing is written but the session and its lease,
@@ -200,22 +203,19 @@ async def begin_step(
     having written nothing, when another owner holds it. ``owner`` None is a fresh one.
     """
     start, start_hash = guess if guess is not None else (None, None)
-    key = {
-        "tenant": tenant,
-        "id": session_id,
-        "agent": agent,
-        "model": None if model is None else encode(model),
-        "owner": str(owner or uuid.uuid4()),
-        "start": start,
-        "start_hash": start_hash,
-        "head_len": head_len,
-        "head_hash": head_hash,
-        "system_count": system_count,
-        "ttl": ttl,
-    }
     records = await conn.fetch(
         BEGIN_STEP,
-        key,
+        tenant,
+        session_id,
+        agent,
+        None if model is None else encode(model),
+        owner or uuid.uuid4(),
+        start,
+        start_hash,
+        head_len,
+        head_hash,
+        system_count,
+        ttl,
         _row_objects(rows),
         [r.message for r in rows],
         _raw_objects(raw),
@@ -398,7 +398,10 @@ class StepWrite:
         )
 
 
-APPEND = "SELECT * FROM cascade_append_v1($1, $2, $3, $4, $5, $6)"
+APPEND = (
+    "SELECT * FROM cascade_append_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
+    " $14, $15)"
+)
 
 
 async def append(
@@ -409,8 +412,8 @@ async def append(
     w: StepWrite,
     window: tuple[int, int, int] | None = None,
 ) -> list[asyncpg.Record]:
-    """Store ``w``'s new rows, in one round trip (``cascade_append_v1``, migration 0019: the
-    one statement text that inserts a client's messages, which ``cascade_begin_step_v5``
+    """Store ``w``'s new rows, in one round trip (``cascade_append_v2``, migration 0021: the
+    one statement text that inserts a client's messages, which ``cascade_begin_step_v6``
     calls too): each row ``w`` evicts goes in already evicted (its placeholder beside the
     body, the placeholder's tokens, not verbatim) and each it trims already trimmed, rather
     than inserted and then updated (a new row version and an entry in each index); with the
@@ -432,21 +435,18 @@ async def append(
     if window is not None:
         assert system_count in (None, window[0]), "the window's system rows are the head's"
         system_count = window[0]
-    step = {
-        "tenant": tenant,
-        "id": session_id,
-        "move_head": w.head is not None,
-        "head_len": head_len,
-        "head_hash": head_hash,
-        "system_count": system_count,
-        "reclaimed": w.reclaimed,
-        "start": None if window is None else window[2],
-        "from": None if window is None else window[1],
-        "notify": list(w.transient) or None,
-    }
     return await conn.fetch(
         APPEND,
-        step,
+        tenant,
+        session_id,
+        w.head is not None,
+        head_len,
+        head_hash,
+        system_count,
+        w.reclaimed,
+        None if window is None else window[2],
+        None if window is None else window[1],
+        list(w.transient) or None,
         _row_objects(w.rows, evicted, set(w.trimmed)),
         [r.message for r in w.rows],
         [evicted[r.pos][0] if r.pos in evicted else None for r in w.rows] if evicted else None,

@@ -120,9 +120,9 @@ async def test_the_steps_write_takes_the_held_messages() -> None:
     turn.hold(HELD)
     await turn.write_step(msgs.StepWrite(trimmed=[0], events=(["context.x"], [{}])))
     assert pool.conn.statements == [msgs.APPEND]
-    step, rows = pool.conn.args[:2]
-    assert rows[0]["trim"] and step["move_head"]
-    assert [e["name"] for e in pool.conn.args[5]] == ["session.message.appended", "context.x"]
+    move_head, rows = pool.conn.args[2], pool.conn.args[10]
+    assert rows[0]["trim"] and move_head
+    assert [e["name"] for e in pool.conn.args[14]] == ["session.message.appended", "context.x"]
     await turn.park()
     await turn.abort()
     assert len(pool.conn.statements) == 2  # then the lease's release only

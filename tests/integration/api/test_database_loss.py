@@ -5,7 +5,7 @@ served without restarting the proxy.
 The backends of the proxy's database are killed with ``pg_terminate_backend`` (what a
 server restart or an administrator does to them) while a request waits on a lock the test
 holds, so the kill lands inside a known statement: the step's first
-(``cascade_begin_step_v5``, waiting for the session's row, which the test holds locked) or a
+(``cascade_begin_step_v6``, waiting for the session's row, which the test holds locked) or a
 later one (a new session's append, waiting for a table lock).
 """
 
@@ -102,7 +102,7 @@ async def test_killed_in_the_first_statement(
     assert post(proxy, "s1", stream=stream).status_code == 200
     # its reply is stored just after it is sent, freeing the lease: wait for that first
     assert await stored_soon(admin, "s1", 2) == 2
-    # The next request's cascade_begin_step_v5 waits for the session row the test locks.
+    # The next request's cascade_begin_step_v6 waits for the session row the test locks.
     again = ("hi", "again")
     tx = admin.transaction()
     await tx.start()

@@ -212,8 +212,8 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         # only the new user message is stored with the history, then the reply; no lookup
         # of a divergence point
         begin = only(log, msgs.BEGIN_STEP)
-        key, rows, _, _, events = begin.args
-        assert (key["start"], [r["pos"] for r in rows]) == (n + 1, [n + 1])  # guessed head, new pos
+        start, rows, events = begin.args[5], begin.args[11], begin.args[14]
+        assert (start, [r["pos"] for r in rows]) == (n + 1, [n + 1])  # guessed head, new pos
         assert only(log, msgs.RECORD_STEP).args[2] == n + 2
         # the request's events ride in those two statements, in order
         published = [[e["name"] for e in events], only(log, msgs.RECORD_STEP).args[9]]
@@ -373,8 +373,8 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
         updated = statements(log)
     assert held == [msgs.BEGIN_STEP, msgs.APPEND, msgs.RECORD_STEP]
     assert updated == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
-    assert "UPDATE messages" not in function_source(db_dsn, "cascade_append_v1")
-    placeholders = step.args[3] or []  # NULL: nothing evicted
+    assert "UPDATE messages" not in function_source(db_dsn, "cascade_append_v2")
+    placeholders = step.args[12] or []  # NULL: nothing evicted
     evicted = [i for i, p in enumerate(placeholders) if p is not None]
     assert [messages[i]["role"] for i in evicted] == ["tool"] * len(evicted)
     sent = fake_upstream.bodies()
@@ -388,7 +388,7 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
     assert (rows, session, names) == stored(db_dsn, "updated")
     assert [r[10] for r in rows].count(True) == len(evicted)
     trimmed = [r[0] for r in rows if r[11]]
-    assert trimmed == [r["pos"] for r in step.args[1] if r.get("trim")]
+    assert trimmed == [r["pos"] for r in step.args[10] if r.get("trim")]
     assert bool(trimmed) == overflowing and (overflowing or (evicted and session[3] > 0))
     # ingestion, [the guard's cut], the reply, usage
     assert names == [
@@ -534,11 +534,11 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
         msgs.APPEND,
         msgs.RECORD_STEP,
     ]
-    assert [r["pos"] for r in only(log, msgs.APPEND).args[1]] == list(range(10, 30))
+    assert [r["pos"] for r in only(log, msgs.APPEND).args[10]] == list(range(10, 30))
     assert only(log, msgs.RECORD_STEP).args[2] == 30
     first = only(log, msgs.APPEND)
-    assert [e["name"] for e in first.args[5]] == [MESSAGE_APPENDED]
-    data = first.args[5][0]["data"]
+    assert [e["name"] for e in first.args[14]] == [MESSAGE_APPENDED]
+    data = first.args[14][0]["data"]
     assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)
     view = session_view(app_client, "edited")
     assert (view["message_count"], view["superseded_count"]) == (31, 21)

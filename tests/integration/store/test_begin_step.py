@@ -1,6 +1,8 @@
-"""``cascade_begin_step_v5`` (migration 0020): on a hit, the lease and the head move are one
-update of the sessions row, the caller still sees the head as it was before the request, and
-a row another transaction replaces while the step waits on its lock is tested afresh."""
+"""``cascade_begin_step_v6`` (migrations 0020 and 0021): on a hit, the lease and the head move
+are one update of the sessions row, the caller still sees the head as it was before the
+request, and a row another transaction replaces while the step waits on its lock is tested
+afresh. Its scalars, and ``cascade_append_v2``'s, are typed arguments; the previous versions,
+which take them as json, stay callable for a replica still on the previous code."""
 
 from __future__ import annotations
 
@@ -124,4 +126,58 @@ async def test_a_row_replaced_while_the_step_waits_is_read_afresh(
     assert begun.window is not None
     assert begun.session["head_len"] == 5
     assert await stored_head(conn) == (7, HASHES[-1], 2)
+    assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 7
+
+
+async def test_the_step_functions_take_typed_scalars(conn: Any) -> None:
+    """Migration 0021: the statements the store sends name the typed versions, which parse no
+    json key (each ``json_to_record`` was a statement and a JSON parse per request)."""
+    assert "cascade_begin_step_v6(" in msgs.BEGIN_STEP
+    assert "cascade_append_v2(" in msgs.APPEND
+    for name in ("cascade_begin_step_v6", "cascade_append_v2"):
+        source = await conn.fetchval("SELECT pg_get_functiondef($1::regproc)", name)
+        assert "json_to_record(" not in source and "cascade_append_v1" not in source
+
+
+async def test_the_previous_versions_still_store_a_step(conn: Any) -> None:
+    """A replica still on the previous code during a rolling deploy calls v5 (which calls
+    ``cascade_append_v1``) and ``cascade_append_v1`` with their json keys: both still work."""
+    await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=HASHES[4], system_count=1)
+    key = {
+        "tenant": T,
+        "id": S,
+        "agent": "default",
+        "model": "m",
+        "owner": str(OWNER),
+        "start": 5,
+        "start_hash": HASHES[4],
+        "head_len": 6,
+        "head_hash": HASHES[5],
+        "system_count": 1,
+        "ttl": 15.0,
+    }
+    rows = rows_for(HISTORY_7[:6], start=5)
+    records = await conn.fetch(
+        "SELECT * FROM cascade_begin_step_v5($1, $2, $3, $4, $5)",
+        key,
+        msgs._row_objects(rows),
+        [r.message for r in rows],
+        None,
+        None,
+    )
+    assert records[0]["session"]["appended"] and [r["pos"] for r in records[1:]] == [0, 1, 2, 3, 4]
+    assert await stored_head(conn) == (6, HASHES[5], 1)
+    step = dict(tenant=T, id=S, move_head=True, head_len=7, head_hash=HASHES[6], system_count=1)
+    step.update({"reclaimed": 0, "start": None, "from": None, "notify": None})
+    rows = rows_for(HISTORY_7, start=6)
+    await conn.fetch(
+        "SELECT * FROM cascade_append_v1($1, $2, $3, $4, $5, $6)",
+        step,
+        msgs._row_objects(rows),
+        [r.message for r in rows],
+        None,
+        None,
+        None,
+    )
+    assert await stored_head(conn) == (7, HASHES[6], 1)
     assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 7

@@ -58,7 +58,7 @@ async def test_a_model_name_with_nul_round_trips(conn: Any) -> None:
 
 
 async def test_a_step_with_nul_reaches_every_table_as_sent(conn: Any) -> None:
-    """``cascade_begin_step_v5`` takes its rows, raw outputs and events inside json
+    """``cascade_begin_step_v6`` takes its rows, raw outputs and events inside json
     documents: a body keeps its bytes (key order, ``\\u0000``) and the escaped texts and event
     strings come back as they were."""
     message = {"role": "tool", "z": "a\x00b", "content": "\uffffx \u2028", "a": [1, {"y": 0}]}
@@ -107,7 +107,7 @@ async def test_a_step_with_nul_reaches_every_table_as_sent(conn: Any) -> None:
 
 
 async def test_a_new_sessions_step_with_nul_reaches_every_table_as_sent(conn: Any) -> None:
-    """``cascade_append_v1`` with everything a new session's first step stores: a row goes in
+    """``cascade_append_v2`` with everything a new session's first step stores: a row goes in
     already evicted, its placeholder beside the body in a json[] like the bodies, so both keep
     their ``\\u0000``; the transient payload (JSON text, its NUL an escape) reaches listeners
     as sent (the persisted event is announced only to a replica watching the session)."""

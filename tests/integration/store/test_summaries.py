@@ -347,7 +347,7 @@ async def _reads(conn: Any) -> dict[str, tuple[int, int, int]]:
 async def test_the_append_statement_touches_only_window_rows_in_the_database(
     conn: Any,
 ) -> None:
-    """The statement every request that was not guessed runs (``cascade_append_v1``): its
+    """The statement every request that was not guessed runs (``cascade_append_v2``): its
     read is O(window) too, with the function's first plans and with the generic plan
     PL/pgSQL may switch to after five calls on a connection."""
     hist = await _two_long_sessions(conn)
