@@ -48,7 +48,7 @@ class EmbeddingWait:
         found = self.loop.run_until_complete(self.conn.fetchval(PENDING, session_id, self.model))
         return int(found)
 
-    def wait(self, session_id: str, timeout: float = 120.0, poll: float = 0.1) -> None:
+    def wait(self, session_id: str, timeout: float = 120.0, poll: float = 0.02) -> None:
         """Return once no live message of ``session_id`` waits for its vector."""
         start = time.monotonic()
         while (left := self.pending(session_id)) > 0:

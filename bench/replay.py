@@ -197,6 +197,10 @@ class ProxyProcess:
             OPENAI_BASE_URL=self.upstream_url,
             OPENAI_API_KEY="x",
             CASCADE_DATA_DIR=str(self.workdir / "data"),
+            # The per-turn policies wait before each turn until the worker has embedded the
+            # session (``EmbeddingWait``): at the default 1 s poll that wait is most of file
+            # 8's replay (hundreds of turns); a replay has nobody else's statements to spare.
+            CASCADE_EMBEDDING_POLL_SECONDS="0.05",
         )
         # Run the proxy package of the repo this bench lives in (a worktree, say), not whatever
         # copy is installed in the virtualenv: cwd and PYTHONPATH both point at REPO.

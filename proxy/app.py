@@ -189,6 +189,7 @@ def create_app(
             pool,
             lambda: holder.current,
             embedders,
+            idle_seconds=settings.embedding_poll_seconds,
             on_failure=observer.metrics.embedding_failures.inc,
         )
         embedding.start()  # idle while no agent has retrieval on

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
       pooler that hands each transaction a server connection of its own (PgBouncer's
       ``pool_mode = transaction``, RDS Proxy, Supabase's pooler), so nothing may outlive a
       transaction: asyncpg's prepared-statement cache is off (``proxy.store.db``).
+    - ``embedding_poll_seconds`` (``CASCADE_EMBEDDING_POLL_SECONDS``): how often the
+      background embedder looks for messages to embed while it has nothing to do (retrieval
+      on); new messages are searchable that much later at most. Shorter means fresher
+      retrieval and one more small statement per interval from every replica.
     - ``database_listen_url`` (``DATABASE_LISTEN_URL``): where the event bus opens its one
       LISTEN connection (``proxy.bus``), a URL that reaches PostgreSQL directly, since a
       transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
@@ -82,6 +86,7 @@ class Settings(BaseSettings):
     tracing: Literal["", "console", "otlp", "off"] = ""
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
+    embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
 
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""

@@ -293,3 +293,24 @@ def test_turning_retrieval_on_backfills_a_session_stored_without_it(
         assert "port 8443" in _text(fake_upstream)[-1]["content"]
     finally:
         proxy.stop()
+
+
+def test_the_embedder_polls_as_often_as_configured(
+    start_proxy: Any, config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CASCADE_EMBEDDING_POLL_SECONDS`` reaches the replica's background embedder (the
+    replay bench shortens it; without the setting the worker always polls every second)."""
+    import proxy.app
+    from proxy.services.retrieval import EmbeddingWorker
+
+    polls: list[float] = []
+
+    class Recorded(EmbeddingWorker):
+        def start(self) -> None:
+            polls.append(self.idle_seconds)
+            super().start()
+
+    monkeypatch.setattr(proxy.app, "EmbeddingWorker", Recorded)
+    monkeypatch.setenv("CASCADE_EMBEDDING_POLL_SECONDS", "0.05")
+    start_proxy(config_path, embedding_poll_seconds=Settings().embedding_poll_seconds)
+    assert polls == [0.05]
