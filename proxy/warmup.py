@@ -106,16 +106,18 @@ async def open_pool(dsn: str, *, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             floor,
             exc.sqlstate,
         )
-    for delay in FALLBACK_RETRIES:
-        # The refused attempt's connections were closed by asyncpg, but each backend
-        # leaves PostgreSQL's count only once it has exited, a moment later.
+    # The refused attempt's connections were closed by asyncpg, but each backend leaves
+    # PostgreSQL's count only once it has exited, a moment later.
+    *retries, last = FALLBACK_RETRIES
+    for delay in retries:
         await asyncio.sleep(delay)
         try:
             return await create_pool(dsn, min_size=1, max_size=max_size, **kwargs)
         except DatabaseUnavailable as exc:
-            if exc.sqlstate != TOO_MANY_CONNECTIONS or delay == FALLBACK_RETRIES[-1]:
+            if exc.sqlstate != TOO_MANY_CONNECTIONS:
                 raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    await asyncio.sleep(last)
+    return await create_pool(dsn, min_size=1, max_size=max_size, **kwargs)
 
 
 class _RollBack(Exception):
