@@ -304,6 +304,17 @@ SELECT pg_notify($10, x) FROM unnest($11::text[]) AS x
 )
 
 
+def _marks_nothing(
+    evicted: Sequence[Any],
+    trimmed: Sequence[int],
+    reclaimed: int,
+    events: EventRows,
+    transient: Sequence[str],
+) -> bool:
+    """Whether a step's marks are none at all: ``persist_step`` then sends no statement."""
+    return not (evicted or trimmed or reclaimed or events[0] or transient)
+
+
 async def persist_step(
     conn: Executor,
     *,
@@ -330,7 +341,7 @@ async def persist_step(
     one change when a statement updates a row twice). Spilled outputs go in with the
     messages they belong to (``begin_step``, ``append_and_fetch_window``).
     """
-    if not (evicted or trimmed or reclaimed or events[0] or transient):
+    if _marks_nothing(evicted, trimmed, reclaimed, events, transient):
         return
     rows: dict[int, list[Any]] = {pos: [msg, tokens, False] for pos, msg, tokens in evicted}
     for pos in trimmed:
@@ -371,13 +382,8 @@ class StepWrite:
     @property
     def empty(self) -> bool:
         """Whether ``write_step`` would send nothing for it (no rows and no marks)."""
-        return not (
-            self.rows
-            or self.evicted
-            or self.trimmed
-            or self.reclaimed
-            or self.events[0]
-            or self.transient
+        return not self.rows and _marks_nothing(
+            self.evicted, self.trimmed, self.reclaimed, self.events, self.transient
         )
 
     def joined(self, marks: StepWrite) -> StepWrite:
