@@ -21,8 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy import app as app_module
 from proxy.cascade.retrieval import RELATED_OPEN
 from proxy.cascade.types import CONFIG_RELOADED, RETRIEVAL, USAGE
+from proxy.services.retrieval import EmbeddingWorker
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply, tool_call
 from tests.integration.api.conftest import ProxyServer, write_config
@@ -300,9 +302,6 @@ def test_the_embedder_polls_as_often_as_configured(
 ) -> None:
     """``CASCADE_EMBEDDING_POLL_SECONDS`` reaches the replica's background embedder (the
     replay bench shortens it; without the setting the worker always polls every second)."""
-    import proxy.app
-    from proxy.services.retrieval import EmbeddingWorker
-
     polls: list[float] = []
 
     class Recorded(EmbeddingWorker):
@@ -310,7 +309,7 @@ def test_the_embedder_polls_as_often_as_configured(
             polls.append(self.idle_seconds)
             super().start()
 
-    monkeypatch.setattr(proxy.app, "EmbeddingWorker", Recorded)
+    monkeypatch.setattr(app_module, "EmbeddingWorker", Recorded)
     monkeypatch.setenv("CASCADE_EMBEDDING_POLL_SECONDS", "0.05")
-    start_proxy(config_path, embedding_poll_seconds=Settings().embedding_poll_seconds)
+    start_proxy(config_path)  # Settings reads the environment
     assert polls == [0.05]
