@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import clean, emit, free_port, machine
-from bench.loadgen import _Conn, _request, percentile
+from bench.common import clean, emit, free_port, machine, percentile
+from bench.loadgen_client import Conn, request
 from bench.procs import FLOOR_UPSTREAM, cpu, spawn, stop, wait_ready
 from bench.profile import py_spy
 
@@ -78,7 +78,7 @@ async def _one(
     share): its status, TTFC (ms, to the first SSE data frame) and the answer."""
     await asyncio.sleep(delay)
     parts = urlsplit(base)
-    conn = _Conn(parts.hostname or "127.0.0.1", parts.port or 80)
+    conn = Conn(parts.hostname or "127.0.0.1", parts.port or 80)
     body = json.dumps({"model": "bench-model", "stream": True, "messages": messages}).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
@@ -86,7 +86,7 @@ async def _one(
         f"X-Session-Id: {session}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     try:
-        sample, reply = await _request(conn, head, body, True)
+        sample, reply = await request(conn, head, body, True)
     except (OSError, asyncio.IncompleteReadError, ValueError, LookupError) as exc:
         return {"ok": False, "code": type(exc).__name__}
     finally:

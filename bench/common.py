@@ -1,4 +1,5 @@
-"""Small helpers every benchmark shares: a free loopback port, the machine line, strict JSON.
+"""Small helpers every benchmark shares: a free loopback port, the machine line, strict JSON,
+and the sample statistics every report takes (percentiles, NaN-safe medians and ratios).
 
 Importing this module needs nothing beyond what serving installs, so the test suite (and
 tests that only want :func:`free_port`) can import it without the bench extra; ``psutil``
@@ -13,10 +14,21 @@ import math
 import os
 import platform
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "machine", "clean", "out_file", "emit"]
+__all__ = [
+    "free_port",
+    "machine",
+    "clean",
+    "out_file",
+    "emit",
+    "percentile",
+    "median",
+    "summarize",
+    "ratio",
+]
 
 
 def free_port() -> int:
@@ -64,3 +76,46 @@ def emit(result: Any, out: Path | None, default_name: str) -> None:
     print(text)
     if out is not None:
         out_file(out, default_name).write_text(text + "\n")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0–100) with linear interpolation between closest ranks (numpy's
+    default), so p50 of an even-sized sample is the mean of the middle two. NaN when empty."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be in [0, 100], got {q}")
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def median(values: Sequence[float]) -> float:
+    """Median ignoring NaNs (a round that produced no sample must not poison the others)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return percentile(kept, 50) if kept else math.nan
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """n, mean, p50, p90, p99 and max of a sample; NaN statistics for an empty one."""
+    if not values:
+        nan = math.nan
+        return {"n": 0, "mean": nan, "p50": nan, "p90": nan, "p99": nan, "max": nan}
+    return {
+        "n": len(values),
+        "mean": sum(values) / len(values),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": max(values),
+    }
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN when either is missing or the denominator is not positive,
+    so a target that could not be measured reads as unknown rather than as met or failed."""
+    if math.isnan(numerator) or math.isnan(denominator) or denominator <= 0:
+        return math.nan
+    return numerator / denominator

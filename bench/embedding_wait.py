@@ -40,9 +40,10 @@ class EmbeddingWait:
 
     @classmethod
     def for_data_dir(cls, data_dir: Path, model: str) -> EmbeddingWait:
-        from bench.growth import _dsn  # the embedded server's URI, from its postmaster.pid
+        # the embedded server's URI, from its postmaster.pid
+        from bench.growth_setup import embedded_dsn
 
-        return cls(_dsn(data_dir / "pgdata"), model)
+        return cls(embedded_dsn(data_dir / "pgdata"), model)
 
     def pending(self, session_id: str) -> int:
         found = self.loop.run_until_complete(self.conn.fetchval(PENDING, session_id, self.model))

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import ratio
+from bench.common import ratio
 
 __all__ = [
     "Rows",

@@ -14,10 +14,10 @@ be identical before it is timed.
 ``python -m bench.redaction_speed --against main [--rounds 15]`` instead times this checkout's
 ``redact`` against another revision's (its ``proxy/cascade/redaction.py``, read with ``git
 show``) on the texts the proxy really redacts: every message of recorded transcripts 1, 2, 4
-and 6 (when ``../shared/data/trajectories`` is there) and the agent workload of
-``bench.loadgen`` (``make_workload("large")``). Each round redacts each corpus once with each
-version, alternating which goes first; it prints the median and range of a pass, and refuses
-to time anything unless both versions return identical results on every text.
+and 6 (when ``../shared/data/trajectories`` is there) and the load generator's agent workload
+(``bench.loadgen_workload.make_workload("large")``). Each round redacts each corpus once with
+each version, alternating which goes first; it prints the median and range of a pass, and
+refuses to time anything unless both versions return identical results on every text.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ TRANSCRIPTS = (1, 2, 4, 6)
 def messages() -> dict[str, list[str]]:
     """The texts of every message the proxy would redact, per source: each transcript's
     messages (text parts included, each message once) and the agent workload's history."""
-    from bench import loadgen, trajectories
+    from bench import loadgen_workload, trajectories
 
     out: dict[str, list[str]] = {}
     for number in TRANSCRIPTS:
@@ -225,7 +225,7 @@ def messages() -> dict[str, list[str]]:
                     if isinstance(text, str) and text:
                         seen.setdefault(id(text), text)
         out[f"transcript {number}"] = list(seen.values())
-    workload = loadgen.make_workload("large")
+    workload = loadgen_workload.make_workload("large")
     history = [m["content"] for m in workload.base if isinstance(m.get("content"), str)]
     out["agent workload"] = [*history, workload.tool_result]
     return out

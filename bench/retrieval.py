@@ -45,16 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import clean, free_port, machine, out_file
-from bench.growth import (
-    FAST_MODEL,
-    PY,
-    ROOT,
-    _dsn,
-    _Proc,
-    _stop_postmaster,
-    build_history,
-    user_turn,
-)
+from bench.growth_scenario import FAST_MODEL, build_history, user_turn
+from bench.growth_setup import PY, ROOT, Proc, embedded_dsn, stop_postmaster
 
 __all__ = ["run", "render_markdown", "evaluate", "main"]
 
@@ -221,9 +213,9 @@ def evaluate(result: Mapping[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]) -> dict[str, Any]:
+def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[Proc]) -> dict[str, Any]:
     fake_port, port = free_port(), free_port()
-    fake = _Proc(
+    fake = Proc(
         "fake upstream",
         [PY, "-m", "bench.growth", "--serve-upstream", str(fake_port)],
         logs / "retrieval-fake.log",
@@ -246,7 +238,7 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]) -
     }
     env.pop("DATABASE_URL", None)
     cmd = [PY, "-m", "proxy", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    proxy = _Proc("cascade", [*cmd, "--config", str(config)], logs / "retrieval-cascade.log", env)
+    proxy = Proc("cascade", [*cmd, "--config", str(config)], logs / "retrieval-cascade.log", env)
     proxy.start()
     started.append(proxy)
     base = f"http://127.0.0.1:{port}"
@@ -256,7 +248,7 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]) -
     os.sched_setaffinity(proxy.proc.pid, {cpu})  # (b) is "on one core"
     for task in Path(f"/proc/{proxy.proc.pid}/task").iterdir():
         os.sched_setaffinity(int(task.name), {cpu})
-    dsn = _dsn(data / "pgdata")
+    dsn = embedded_dsn(data / "pgdata")
     db = _Db(dsn)
     client = _Client(base)
     tag = f"{random.randrange(16**6):06x}"
@@ -297,7 +289,7 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[_Proc]) -
         db.close()
         client.close()
         proxy.stop()
-        _stop_postmaster(data / "pgdata")
+        stop_postmaster(data / "pgdata")
     on, off = statistics.median(samples[ON]), statistics.median(samples[OFF])
     datas = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in events]
     return {
@@ -392,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)
-    started: list[_Proc] = []
+    started: list[Proc] = []
     with tempfile.TemporaryDirectory(prefix="cascade-retrieval-", ignore_cleanup_errors=True) as d:
         try:
             result = run(args, Path(d), logs, started)

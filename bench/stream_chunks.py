@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import clean, emit, free_port, machine
-from bench.loadgen import _Conn, _request
+from bench.loadgen_client import Conn, request
 from bench.procs import cpu, spawn, stop, wait_ready
 from bench.profile import PY_SPY, py_spy
 
@@ -55,7 +55,7 @@ CASCADE_BIN = Path(PY).with_name("cascade-proxy")
 async def _one(base: str, session: str) -> tuple[int, int]:
     """One streamed request on its own connection: (HTTP status, data frames received)."""
     parts = urlsplit(base)
-    conn = _Conn(parts.hostname or "127.0.0.1", parts.port or 80)
+    conn = Conn(parts.hostname or "127.0.0.1", parts.port or 80)
     messages = [{"role": "user", "content": f"stream {session}"}]
     body = json.dumps({"model": "bench-model", "stream": True, "messages": messages}).encode()
     head = (
@@ -64,7 +64,7 @@ async def _one(base: str, session: str) -> tuple[int, int]:
         f"X-Session-Id: {session}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     try:
-        sample, _ = await _request(conn, head, body, True)
+        sample, _ = await request(conn, head, body, True)
     finally:
         conn.drop()
     return sample.status, sample.frames

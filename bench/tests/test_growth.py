@@ -7,7 +7,8 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench.growth import aggregate, build_history, evaluate, render_markdown, rows_read
+from bench.growth_report import aggregate, evaluate, render_markdown, rows_read
+from bench.growth_scenario import build_history
 from bench.run import (
     part_commands,
     render_results,

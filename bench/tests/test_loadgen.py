@@ -7,10 +7,13 @@ import math
 
 from hypothesis import given, settings, strategies as st
 
+from bench.common import median, percentile, ratio, summarize
 from bench.fake_upstream import _http, has_flag, stream_frames
-from bench.loadgen import make_workload, median, percentile, ratio, split_sse, summarize
-from bench.overhead import _parse, aggregate, evaluate, round_ratios
+from bench.loadgen_client import split_sse
+from bench.loadgen_workload import make_workload
+from bench.overhead import _parse
 from bench.overhead_report import render_markdown
+from bench.overhead_rounds import aggregate, evaluate, round_ratios
 
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench.loadgen import make_workload
+from bench.loadgen_workload import make_workload
 from bench.redaction_speed import before
 from proxy.cascade.redaction import REDACTED, _scanner, compile_patterns, redact
 from tests.unit.cascade.test_redaction import _every_start
