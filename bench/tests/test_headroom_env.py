@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import headroom_env, replay
+from bench import headroom_env, replay_policies
 
 
 def test_the_pin_is_the_version_the_issue_measured() -> None:
@@ -17,5 +17,5 @@ def test_without_installing_a_missing_venv_is_reported_not_raised(tmp_path: Path
 
 
 def test_headroom_runs_only_when_named() -> None:
-    assert replay.HEADROOM in replay.ALL_POLICIES
-    assert replay.HEADROOM not in replay.DEFAULT_POLICIES
+    assert replay_policies.HEADROOM in replay_policies.ALL_POLICIES
+    assert replay_policies.HEADROOM not in replay_policies.DEFAULT_POLICIES

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from starlette.testclient import TestClient
 
-from bench import cost as C, policies as P, replay as R, trajectories as T
+from bench import (
+    cost as C,
+    policies as P,
+    replay_driver as RD,
+    replay_policies as RP,
+    replay_tables as RT,
+    trajectories as T,
+)
 from bench.replay_upstream import BRIEFING_SECTIONS, ReplayUpstream, build_briefing
 
 
@@ -237,27 +244,27 @@ def test_pass_through_replay_reproduces_the_offline_raw_metrics() -> None:
     tok = chars4()
     convs = [T.Conversation("a", tuple(agent_loop(5))), T.Conversation("b", tuple(agent_loop(3)))]
     with ReplayUpstream(tokenizer=tok) as up:
-        errors = R.send_steps(convs, base_url=up.url, upstream=up, session_id=str)
+        errors = RD.send_steps(convs, base_url=up.url, upstream=up, session_id=str)
         received = up.drain()
     assert errors == 0
     online = C.measure(
         [C.RequestLog(r.session, r.messages) for r in received], limit=500, tokenizer=tok
     )
-    offline = C.measure(R.offline_logs(convs, "raw", 500, count), limit=500, tokenizer=tok)
+    offline = C.measure(RP.offline_logs(convs, "raw", 500, count), limit=500, tokenizer=tok)
     assert online == offline
     assert online.requests == 8
 
 
-def _report_rows() -> list[R.Row]:
+def _report_rows() -> list[RP.Row]:
     tok = chars4()
     conv = [T.Conversation("a", tuple(agent_loop(6)))]
     return [
-        R.Row(
+        RP.Row(
             1,
             "f.json",
             pol,
             limit,
-            C.measure(R.offline_logs(conv, pol, limit, count), limit=limit, tokenizer=tok),
+            C.measure(RP.offline_logs(conv, pol, limit, count), limit=limit, tokenizer=tok),
         )
         for limit in (1000, 4000)
         for pol in P.POLICIES
@@ -265,20 +272,20 @@ def _report_rows() -> list[R.Row]:
 
 
 def test_reports_render_a_table() -> None:
-    md = R.render_markdown(_report_rows())
+    md = RT.render_markdown(_report_rows())
     assert md.count("| clearing |") == 2
     assert "### File 1: `f.json`" in md
 
 
 def test_reports_render_a_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="charts need the bench extra (make bench-test)")
-    png = R.render_chart(_report_rows(), tmp_path / "c.png")
+    png = RT.render_chart(_report_rows(), tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_proxy_config_sets_limit_fast_model_and_summary_switch() -> None:
-    cfg = R.proxy_config(32_000, "cascade-nosummary", "http://127.0.0.1:1/v1")
+    cfg = RP.proxy_config(32_000, "cascade-nosummary", "http://127.0.0.1:1/v1")
     assert cfg["models"]["default"]["contextLimit"] == 32_000
-    assert cfg["agents"]["default"]["fastModel"] == R.FAST_MODEL
+    assert cfg["agents"]["default"]["fastModel"] == RP.FAST_MODEL
     assert cfg["context"]["summarize"]["enabled"] is False
-    assert "summarize" not in R.proxy_config(128_000, "cascade-default", "u")["context"]
+    assert "summarize" not in RP.proxy_config(128_000, "cascade-default", "u")["context"]

@@ -9,20 +9,20 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-from bench import replay, trajectories  # noqa: E402
+from bench import replay_driver, replay_policies, trajectories  # noqa: E402
 from bench.replay_upstream import ReplayUpstream, build_facts  # noqa: E402
 from proxy.cascade.memory import MEMORY_FACTS_FORMAT, extraction_prompt  # noqa: E402
 from proxy.config import parse_config  # noqa: E402
 
 
 def test_the_per_turn_variant_is_the_defaults_plus_the_per_turn_stages() -> None:
-    default = replay.proxy_config(32_000, "cascade-default", "http://127.0.0.1:1/v1")
-    perturn = replay.proxy_config(32_000, "cascade-perturn", "http://127.0.0.1:1/v1")
+    default = replay_policies.proxy_config(32_000, "cascade-default", "http://127.0.0.1:1/v1")
+    perturn = replay_policies.proxy_config(32_000, "cascade-perturn", "http://127.0.0.1:1/v1")
     assert default["context"] == {}
-    assert perturn["context"] == replay.PER_TURN_CONTEXT
+    assert perturn["context"] == replay_policies.PER_TURN_CONTEXT
     ctx = parse_config(perturn, {}).context_for("default")
     assert ctx.recitation.enabled and ctx.memory_promotion.mode == "suggest"
-    auto = replay.proxy_config(32_000, "cascade-perturn-auto", "http://127.0.0.1:1/v1")
+    auto = replay_policies.proxy_config(32_000, "cascade-perturn-auto", "http://127.0.0.1:1/v1")
     ctx = parse_config(auto, {}).context_for("default")
     assert ctx.recitation.enabled and ctx.memory_promotion.mode == "auto"
 
@@ -49,7 +49,7 @@ def test_the_extraction_request_gets_the_spans_file_paths_as_facts() -> None:
 
 
 def test_the_per_turn_variant_has_retrieval_on_with_a_wait_no_load_can_time_out() -> None:
-    perturn = replay.proxy_config(32_000, "cascade-perturn", "http://127.0.0.1:1/v1")
+    perturn = replay_policies.proxy_config(32_000, "cascade-perturn", "http://127.0.0.1:1/v1")
     ctx = parse_config(perturn, {}).context_for("default")
     assert ctx.retrieval.enabled and ctx.retrieval.timeout_ms >= 10_000
 
@@ -70,7 +70,7 @@ def test_the_replay_waits_before_each_step_that_may_start_a_turn() -> None:
     )
     waited: list[tuple[str, int]] = []
     with ReplayUpstream() as up:
-        errors = replay.send_steps(
+        errors = replay_driver.send_steps(
             [conv],
             base_url=up.url,  # straight to the upstream: the hook is the replay's own
             upstream=up,
