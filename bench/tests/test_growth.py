@@ -9,13 +9,9 @@ from hypothesis import given, settings, strategies as st
 
 from bench.growth_report import aggregate, evaluate, render_markdown, rows_read
 from bench.growth_scenario import build_history
-from bench.run import (
-    part_commands,
-    render_results,
-    replay_checks,
-    replay_summary,
-    retrieval_checks,
-)
+from bench.run import part_commands
+from bench.run_checks import replay_checks, replay_summary, retrieval_checks
+from bench.run_report import render_results
 
 
 @settings(max_examples=60, deadline=None)
@@ -218,7 +214,7 @@ def test_results_report_the_retrieval_bars_as_targets():
 
 
 def test_issue_targets_judge_cascade_per_file_against_the_right_baseline() -> None:
-    from bench.run import issue_targets
+    from bench.run_checks import issue_targets
 
     def row(file: int, limit: int, policy: str, cost: float, over: int = 0) -> dict:
         return {

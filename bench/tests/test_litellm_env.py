@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench import litellm_env
 from bench.overhead_report import render_markdown, versions_line
-from bench.run import render_results
+from bench.run_report import render_results
 
 # A venv stand-in: `python -m pip install X` records X and installs the pinned version;
 # any other call is the version probe and prints what is installed (fails when nothing is).
