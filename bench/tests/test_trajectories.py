@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import trajectories as T
+from bench import trajectories as T, trajectory_formats
 from bench.cost import broken_pairings
 
 
@@ -228,7 +228,7 @@ def test_claude_code_merges_blocks_by_message_id_and_skips_compaction(tmp_path: 
 
 
 def test_claude_code_can_restart_at_the_real_compaction(tmp_path: Path) -> None:
-    [conv] = T._load_claude_code(_claude_file(tmp_path), restart_at_compaction=True)
+    [conv] = trajectory_formats.load_claude_code(_claude_file(tmp_path), restart_at_compaction=True)
     assert [m["content"] for m in conv.messages] == ["Summary of before", "continue", "Resuming"]
 
 
