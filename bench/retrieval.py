@@ -31,7 +31,6 @@ Writes ``retrieval.json`` and ``retrieval.md`` next to ``--out``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -47,6 +46,14 @@ from typing import Any
 from bench.common import clean, free_port, machine, out_file
 from bench.growth_scenario import FAST_MODEL, build_history, user_turn
 from bench.growth_setup import PY, ROOT, Proc, embedded_dsn, stop_postmaster
+from bench.retrieval_probes import (
+    EMBED_MODEL,
+    Client,
+    Db,
+    embedder_rate,
+    explain_search,
+    wait_embedded,
+)
 
 __all__ = ["run", "render_markdown", "evaluate", "main"]
 
@@ -54,7 +61,6 @@ MODEL = "bench-model"
 ON, OFF = "retrieval-on", "retrieval-off"
 ADDED_MS_BAR = 15.0
 RATE_BAR = 300.0
-EMBED_MODEL = "wordllama-l2-256"
 
 
 def _log(msg: str) -> None:
@@ -74,133 +80,6 @@ def _config(upstream: str, *, on: bool = True) -> dict[str, Any]:
         "embedding": {"provider": "builtin", "model": EMBED_MODEL, "dimensions": 256},
         "context": {"summarize": {"keepRecent": 4}},
     }
-
-
-class _Client:
-    def __init__(self, base: str) -> None:
-        import httpx
-
-        self.base = base
-        self.http = httpx.Client(timeout=600, headers={"authorization": "Bearer sk-bench"})
-
-    def chat(self, sid: str, agent: str, history: list[dict[str, Any]]) -> tuple[float, float]:
-        """The request's wall time and the proxy's own share of it (its overhead header),
-        in ms."""
-        body = json.dumps({"model": agent, "messages": history}).encode()
-        t0 = time.perf_counter()
-        resp = self.http.post(
-            f"{self.base}/v1/chat/completions",
-            content=body,
-            headers={"x-session-id": sid, "content-type": "application/json"},
-        )
-        ms = 1000 * (time.perf_counter() - t0)
-        if resp.status_code != 200:
-            raise RuntimeError(f"{sid}: HTTP {resp.status_code}: {resp.text[:300]}")
-        reply = resp.json()["choices"][0]["message"]
-        history.append({k: v for k, v in reply.items() if v is not None})
-        return ms, float(resp.headers.get("x-cascade-overhead-ms") or "nan")
-
-    def compact(self, sid: str) -> None:
-        resp = self.http.post(f"{self.base}/v1/sessions/{sid}/compact")
-        if resp.status_code != 200 or not resp.json().get("compacted"):
-            raise RuntimeError(f"{sid}: compact failed: {resp.status_code} {resp.text[:300]}")
-
-    def close(self) -> None:
-        self.http.close()
-
-
-class _Db:
-    """One connection of the benchmark's own, for polls and reads between requests."""
-
-    def __init__(self, dsn: str) -> None:
-        import asyncpg
-
-        self.loop = asyncio.new_event_loop()
-        self.conn = self.loop.run_until_complete(asyncpg.connect(dsn))
-
-    def fetch(self, sql: str, *args: Any) -> list[Any]:
-        return list(self.loop.run_until_complete(self.conn.fetch(sql, *args)))
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.conn.close())
-        self.loop.close()
-
-
-def _embedded(db: _Db, sid: str) -> int:
-    sql = (
-        "SELECT count(*) FROM message_embeddings WHERE session_id = $1 AND model = $2 "
-        "AND claimed_at IS NULL"
-    )
-    return int(db.fetch(sql, sid, EMBED_MODEL)[0][0])
-
-
-def _explain(dsn: str, sid: str) -> list[str]:
-    """The plan of one search as the proxy runs it: ``cascade_related``'s statement (read
-    from the function, at 256 dimensions), under the setting the function makes, with a
-    stored vector as the query."""
-    row_sql = "SELECT tenant, embedding FROM message_embeddings WHERE session_id = $1 LIMIT 1"
-    src_sql = "SELECT prosrc FROM pg_proc WHERE proname = 'cascade_related'"
-
-    async def go() -> list[str]:
-        import asyncpg
-        from pgvector.asyncpg import register_vector
-
-        conn = await asyncpg.connect(dsn)
-        try:
-            await register_vector(conn)
-            row = await conn.fetchrow(row_sql, sid)
-            src = str(await conn.fetchval(src_sql))
-            inner = src.split("$q$")[1].replace("%1$s", "256").replace("$5", "$5::float8")
-            args = (row["tenant"], sid, EMBED_MODEL, row["embedding"], 0.35, 4)
-            async with conn.transaction():
-                await conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-                rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + inner, *args)
-            return [r[0] for r in rows]
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
-
-
-def _embedder_rate(history: Sequence[Mapping[str, Any]], batch: int) -> float:
-    """Messages a second of the builtin embedder alone, on this process's one core."""
-    from proxy.embeddings import BuiltinEmbedder, embedding_text
-
-    texts = [t for t in (embedding_text(m) for m in history if m.get("role") != "system") if t]
-    emb = BuiltinEmbedder(EMBED_MODEL, 256)
-    emb.embed_now(texts[:8])  # load the model outside the timing
-    cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {max(cpus)})
-    try:
-        t0 = time.perf_counter()
-        for i in range(0, len(texts), batch):
-            emb.embed_now(texts[i : i + batch])
-        return len(texts) / (time.perf_counter() - t0)
-    finally:
-        os.sched_setaffinity(0, cpus)
-
-
-def _wait_embedded(db: _Db, sid: str, want: int, timeout: float) -> dict[str, float]:
-    """Poll until ``want`` messages of ``sid`` are embedded; the rate between the first
-    poll that saw progress and the last. When the first poll that sees any already sees them
-    all (a small session: one or two batches), the rate counts from this call's start
-    instead, which includes the hot reload's delay: an underestimate, never a zero."""
-    t_start = time.monotonic()
-    t_first = n_first = None
-    deadline = t_start + timeout
-    while time.monotonic() < deadline:
-        n = _embedded(db, sid)
-        now = time.monotonic()
-        if n > 0 and t_first is None:
-            t_first, n_first = now, n
-        if n >= want:
-            assert t_first is not None and n_first is not None
-            if n_first >= n:
-                t_first, n_first = t_start, 0
-            span = max(now - t_first, 1e-3)
-            return {"messages": n, "seconds": round(span, 2), "rate": (n - n_first) / span}
-        time.sleep(0.05)
-    raise RuntimeError(f"{sid}: only {_embedded(db, sid)} of {want} embedded in {timeout} s")
 
 
 def evaluate(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -249,8 +128,8 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[Proc]) ->
     for task in Path(f"/proc/{proxy.proc.pid}/task").iterdir():
         os.sched_setaffinity(int(task.name), {cpu})
     dsn = embedded_dsn(data / "pgdata")
-    db = _Db(dsn)
-    client = _Client(base)
+    db = Db(dsn)
+    client = Client(base)
     tag = f"{random.randrange(16**6):06x}"
     sids = {ON: f"ret-on-{tag}", OFF: f"ret-off-{tag}"}
     histories = {agent: build_history(args.size - 1, seed=7) for agent in (ON, OFF)}
@@ -264,10 +143,10 @@ def run(args: argparse.Namespace, tmp: Path, logs: Path, started: list[Proc]) ->
         tmp_config.write_text(json.dumps(_config(f"{fake_url}/v1")))
         os.replace(tmp_config, config)
         _log("retrieval on (hot reload); waiting for the background embedding")
-        emb = _wait_embedded(db, sids[ON], args.size - 1, timeout=args.size / 20 + 60)
-        baseline = _embedder_rate(histories[ON], batch=64)
+        emb = wait_embedded(db, sids[ON], args.size - 1, timeout=args.size / 20 + 60)
+        baseline = embedder_rate(histories[ON], batch=64)
         db.fetch("ANALYZE")  # as autovacuum would after the backfill: the plans see the rows
-        plan = _explain(dsn, sids[ON])
+        plan = explain_search(dsn, sids[ON])
         rngs = {agent: random.Random(11) for agent in (ON, OFF)}
         samples: dict[str, list[float]] = {ON: [], OFF: []}
         overhead: dict[str, list[float]] = {ON: [], OFF: []}
