@@ -37,9 +37,15 @@ IMPORTED_BY_TESTS = (
     "bench.policies",
     "bench.redaction_speed",
     "bench.replay",
+    "bench.replay_driver",
+    "bench.replay_policies",
+    "bench.replay_tables",
     "bench.replay_upstream",
     "bench.run",
+    "bench.run_checks",
+    "bench.run_report",
     "bench.trajectories",
+    "bench.trajectory_formats",
 )
 _IMPORT_WITHOUT = """
 import importlib, importlib.abc, sys
