@@ -34,6 +34,9 @@ class _Session:
 
 
 class Driver:
+    """The client: seeds, compacts and steps sessions through the proxy, one keep-alive
+    connection, ``gap_s`` between requests."""
+
     def __init__(self, base_url: str, *, gap_s: float) -> None:
         import httpx
 

@@ -156,6 +156,8 @@ def log(msg: str) -> None:
 
 @dataclass(slots=True)
 class Proc:
+    """One server the benchmark starts in its own session (process group), logging to ``log``."""
+
     name: str
     cmd: list[str]
     log: Path

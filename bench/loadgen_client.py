@@ -39,6 +39,8 @@ class Closed(Exception):
 
 @dataclass(slots=True)
 class Sample:
+    """One request's timings (``perf_counter`` seconds) and status; stream timings NaN when none."""
+
     start: float
     end: float
     status: int
@@ -50,6 +52,8 @@ class Sample:
 
 @dataclass(slots=True)
 class Conn:
+    """A keep-alive connection, opened on first use and again after the server closes it."""
+
     host: str
     port: int
     reader: asyncio.StreamReader | None = None

@@ -20,6 +20,8 @@ EMBED_MODEL = "wordllama-l2-256"
 
 
 class Client:
+    """The benchmark's HTTP client: chat turns (timed) and compactions through the proxy."""
+
     def __init__(self, base: str) -> None:
         import httpx
 
