@@ -17,26 +17,20 @@ for every configured agent and provider. Both are best-effort: a failure is logg
 replica starts anyway, as it would have without them.
 
 The warmed connections stay open: the pool is created with :func:`pool_floor` as its
-``min_size`` (:func:`open_pool`; with one, and a warning, when PostgreSQL refuses that many
-connections, so a tightly sized database still gets a replica), and asyncpg (0.32 on)
-closes an idle connection after ``max_inactive_connection_lifetime`` (300 s) only while the
-pool holds more than that floor.
-Without it, five idle minutes brought the pool down to one connection, and the next burst's
-new connections each paid a new backend's first-call costs again (10-20 ms of CPU each, on
-its first ``cascade_begin_step_v6``), inside its requests. The connections that outlast a
-burst are the ones used last, so they have run the step too. The other ways were declined:
-warming each connection as the pool opens it (asyncpg's ``init``/``setup`` hooks) runs on
-the request that opened it, so it adds the probe's statements to that request rather than
-taking the compile out of it; a timer re-warming idle connections holds connections a
-request may want. The cost is the floor's PostgreSQL backends held while the replica is
-idle, within the ``max_connections`` a deployment sizes for its pools (README, Capacity).
-When PostgreSQL refuses the floor (its own or the role's connection limit), the
-replica starts with one connection and says so, rather than failing its start: during a
-rolling deploy the old replicas still hold their connections, which is when a limit is
-tight, and a replica with fewer warm connections serves where one that failed to start
-serves nothing. A smaller ``CASCADE_POOL_MAX_SIZE`` makes the floor smaller. Behind a
-transaction pooler the floor is of connections to the pooler; its server connections follow
-its own settings.
+``min_size`` (:func:`open_pool`), and asyncpg (0.32 on) closes an idle connection after
+``max_inactive_connection_lifetime`` (300 s) only while the pool holds more than that floor, so
+a burst after a quiet spell finds warm backends rather than paying each one's first call inside
+its requests. The connections that outlast a burst are the ones used last, so they have run the
+step too. Warming each connection as the pool opens it (asyncpg's ``init``/``setup`` hooks) is
+not done: it runs on the request that opened the connection, adding the probe's statements to
+that request instead of taking the compile out of it. The cost is the floor's backends held
+while idle, within the ``max_connections`` a deployment sizes for its pools (README, Capacity).
+
+When PostgreSQL refuses the floor (its own or the role's connection limit), the replica starts
+with one connection and says so rather than failing: during a rolling deploy the old replicas
+still hold theirs, which is when a limit is tight, and a replica with fewer warm connections
+serves where one that failed to start serves nothing. Behind a transaction pooler the floor is
+of connections to the pooler; its server connections follow its own settings.
 """
 
 from __future__ import annotations
