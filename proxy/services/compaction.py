@@ -57,7 +57,7 @@ from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.services.promotion import promote
-from proxy.store import leases as claims, messages as msgs, sessions, summaries
+from proxy.store import leases as claims, messages as msgs, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -144,7 +144,7 @@ class DurableSummarizer:
         leases: Leases | None = None,
     ) -> None:
         self.pool = pool
-        self.leases = leases or Leases(pool, ttl=msgs.LEASE_TTL, acquire_timeout=acquire_timeout)
+        self.leases = leases or Leases(pool, ttl=steps.LEASE_TTL, acquire_timeout=acquire_timeout)
         self.acquire_timeout = acquire_timeout
         self.upstream = upstream
         self.bus = bus
