@@ -50,7 +50,8 @@ from proxy.services import budget as budgets, incoming
 from proxy.services.budget import FixedTokens, reserved_output
 from proxy.services.chaincache import ChainCache
 from proxy.services.command import answer_command
-from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
+from proxy.services.compaction import CompactionResult, DurableSummarizer
+from proxy.services.compaction_job import job_for
 from proxy.services.forward import Forwarder
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.ingestmemo import IngestMemo
