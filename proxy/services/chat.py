@@ -42,7 +42,8 @@ from proxy.cascade.pipeline import (
 from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event, Message
-from proxy.config import Config, ContextConfig
+from proxy.config import Config
+from proxy.config_context import ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session

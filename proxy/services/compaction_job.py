@@ -23,7 +23,8 @@ from typing import Any
 from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
 from proxy.cascade.types import CompactionPlan, TokenCounter
-from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
+from proxy.config import Config, ModelConfig, ProviderConfig
+from proxy.config_context import SummarizeConfig
 from proxy.services.fastmodel import ask_fast_model
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import Upstream

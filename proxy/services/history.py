@@ -35,7 +35,7 @@ from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.summary import fold_summary
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event, Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
 from proxy.services.incoming import Incoming, Pending
 from proxy.services.ingestmemo import IngestMemo

@@ -45,7 +45,8 @@ from proxy.bus import EventBus
 from proxy.cascade.pipeline import Assembled
 from proxy.cascade.tokens import MemoCounter, calibrate
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE, Event
-from proxy.config import ContextConfig, ModelConfig, ProviderConfig
+from proxy.config import ModelConfig, ProviderConfig
+from proxy.config_context import ContextConfig
 from proxy.history import chain_hash
 from proxy.observe import note_occupancy
 from proxy.services.chaincache import ChainCache

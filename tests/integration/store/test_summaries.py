@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from proxy.cascade.tokens import MemoCounter, message_cost
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.history import chain
 from proxy.services import incoming
 from proxy.services.history import SessionState, load_window, reconcile_and_load
