@@ -2,9 +2,10 @@
 rows marked, as the pure side decided (``StepWrite``), in one statement or none.
 
 ``append`` stores new rows (already evicted and trimmed where the step says so) with their
-spilled raw outputs and the head move; ``persist_step`` marks stored rows evicted or trimmed;
-``write_step`` picks between the two. ``append_and_fetch_window`` is ``append`` for the rows
-``steps.begin_step`` did not store, reading the window's older rows in the same round trip.
+spilled raw outputs and the head move; ``persist_step`` marks stored rows evicted or trimmed
+(both also carry the step's events); ``write_step`` picks between the two.
+``append_and_fetch_window`` is ``append`` for the rows ``steps.begin_step`` did not store,
+reading the window's older rows in the same round trip.
 """
 
 from __future__ import annotations
