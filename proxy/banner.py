@@ -16,7 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from proxy import __version__
 from proxy.auth import is_loopback, provider_pays
-from proxy.config import Config, ContextConfig
+from proxy.config import Config
+from proxy.config_context import ContextConfig
 from proxy.settings import Settings
 from proxy.store.db import redact_dsn
 

@@ -1,5 +1,9 @@
 """config/agents.json: the pydantic schema, defaults, and a pure loader.
 
+The ``context`` section's blocks, which the cascade reads, are in ``config_context.py``;
+here are the rest of the file (providers, models, agents, embedding, auth), ``Config`` and
+the loader, which merges each agent's ``context`` over the top-level one.
+
 Keys are camelCase in the file and snake_case in Python. Every key is optional. Secrets are
 never read from the file: a provider names the environment variable that holds its key
 (``apiKeyEnv``), and auth keys name theirs (``keyEnv``).
@@ -18,10 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationError, model_validator
+
+from proxy.cascade.redaction import compile_patterns
+from proxy.config_context import Block, ContextConfig
 
 __all__ = [
     "Config",
@@ -32,15 +38,6 @@ __all__ = [
     "EmbeddingConfig",
     "AuthConfig",
     "AuthKeyConfig",
-    "ContextConfig",
-    "ToolOutputConfig",
-    "RedactionConfig",
-    "EvictionConfig",
-    "SummarizeConfig",
-    "RecitationConfig",
-    "RetrievalConfig",
-    "MemoryPromotionConfig",
-    "HandoffConfig",
     "load_config",
     "parse_config",
     "config_warnings",
@@ -54,13 +51,7 @@ class ConfigError(Exception):
     """The config file is missing, not JSON, or does not match the schema."""
 
 
-class _Block(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class ProviderConfig(_Block):
+class ProviderConfig(Block):
     """A provider. ``caFile`` is a PEM bundle trusted for this provider instead of the default
     CAs; ``verifyTls`` false skips certificate checks for it. ``name`` is its key under
     ``providers`` (set by ``parse_config``, not a file key), for messages that name it."""
@@ -74,12 +65,12 @@ class ProviderConfig(_Block):
     name: str = Field(default="", exclude=True)
 
 
-class ModelConfig(_Block):
+class ModelConfig(Block):
     context_limit: int = Field(default=128_000, gt=0)
     reserved_output: int = Field(default=4096, ge=0)
 
 
-class AgentConfig(_Block):
+class AgentConfig(Block):
     provider: str = "openai"
     model: str | None = None
     fast_model: str | None = None
@@ -90,7 +81,7 @@ BUILTIN_DIMENSIONS = (64, 128, 256)
 """What the builtin wordllama-l2 model's 256-dimension weights can be cut to (matryoshka)."""
 
 
-class EmbeddingConfig(_Block):
+class EmbeddingConfig(Block):
     """The embedder of the retrieval stage (``proxy/embeddings.py``). ``provider``:
     ``"builtin"`` (wordllama, offline; ``model`` and ``dimensions`` name its size) or the name
     of a provider under ``providers``, called at its OpenAI-compatible ``/embeddings``.
@@ -103,7 +94,7 @@ class EmbeddingConfig(_Block):
     batch_size: int = Field(default=128, gt=0, le=2048)
 
 
-class AuthKeyConfig(_Block):
+class AuthKeyConfig(Block):
     """A proxy key: the variable holding it, the tenant it acts as, and, when ``agents`` is
     given, the only agents it may run (chat, models, embeddings, compaction); see
     ``proxy.auth``."""
@@ -113,7 +104,7 @@ class AuthKeyConfig(_Block):
     agents: tuple[str, ...] | None = Field(default=None, min_length=1)
 
 
-class AuthConfig(_Block):
+class AuthConfig(Block):
     """``keys``: proxy keys; with any, every route but ``/healthz`` and the ``/ui`` shell needs
     one. ``metricsKeyEnv``: a variable holding a key that opens ``/metrics`` only (for a
     scraper), in either mode."""
@@ -122,120 +113,7 @@ class AuthConfig(_Block):
     metrics_key_env: str | None = None
 
 
-class ToolOutputConfig(_Block):
-    max_chars: int = Field(default=24_000, ge=200)
-    persist_raw: bool = True
-    raw_cap_bytes: int = Field(default=8_388_608, gt=0)
-    compact: bool = True
-    compact_min_saving: float = Field(default=0.2, ge=0, le=1)
-    """The lossless ingest stage rewrites a result only when that saves at least this share
-    of its characters, marker included: a smaller saving does not pay for a text the model
-    must read in an unfamiliar form (pretty-printed JSON saves 25-50%, so it passes)."""
-
-
-class ObservationsConfig(_Block):
-    """Tool observations that text-action agents send as user messages (``observations.py``):
-    a user message after an assistant message that starts with one of these is managed like
-    a tool result once it is no longer the latest message. Empty turns it off."""
-
-    user_prefixes: tuple[str, ...] = ("Observation:",)
-
-
-class RedactionConfig(_Block):
-    enabled: bool = True
-    patterns: tuple[str, ...] = ()
-    default_patterns: bool = True
-
-
-class EvictionConfig(_Block):
-    """Defaults tuned on the replay bench (``python -m bench.replay``, cache-weighted cost;
-    the figures are in docs/perf.md).
-
-    Every prompt token costs 0.1 while it stays in the cached prefix and 1.0 once something
-    before it changes, so the per-step bill is ~0.1 x the prompt plus the misses. Evicting
-    early keeps the prompt small, and one pass costs little as long as it reclaims more than
-    it re-bills (the pure ``evict`` refuses passes that reclaim less than the suffix they
-    turn into misses), so the trigger is low: ``atFraction`` 0.25. Two protected rounds keep
-    the result the model is acting on plus one before it; a third keeps several thousand
-    tokens more on every step. ``clearAtLeast`` 2000 batches small passes; larger values
-    leave big results in the prompt for longer.
-    """
-
-    enabled: bool = True
-    at_fraction: float = Field(default=0.25, gt=0, le=1)
-    keep_recent_rounds: int = Field(default=2, ge=0)
-    clear_at_least: int = Field(default=2000, ge=0)
-    min_result_tokens: int = Field(default=200, ge=0)
-    exclude_tools: tuple[str, ...] = ()
-
-
-class SummarizeConfig(_Block):
-    """Defaults tuned on the replay bench together with :class:`EvictionConfig`.
-
-    A compaction re-bills the whole prompt after the first user message, so it should be rare
-    and leave little behind. ``keepRecent`` 4 (two tool rounds) matches the two rounds that
-    eviction protects: keeping more lets eviction clear the oldest kept rounds on the very
-    next step, a second full miss. ``softFraction`` 0.6 starts the fold early enough in long
-    text-heavy sessions whose results are too small to evict; the pure ``plan_compaction``
-    refuses spans smaller than half the kept tail, which stops the fold-one-round-per-step
-    loop a low soft threshold would otherwise cause.
-    """
-
-    enabled: bool = True
-    background: bool = True
-    soft_fraction: float = Field(default=0.6, gt=0, le=1)
-    hard_fraction: float = Field(default=0.9, gt=0, le=1)
-    keep_recent: int = Field(default=4, ge=0)
-    reflect_tokens: int = Field(default=4000, gt=0)
-    max_attempts: int = Field(default=3, ge=1, le=3)
-    ledger_cap: int = Field(default=64, ge=0)
-    """At most this many identifiers of a folded span (newest first) are appended under
-    ``## Files & State`` when the model's summary left them out (``cascade/ledger.py``)."""
-
-    @model_validator(mode="after")
-    def _soft_below_hard(self) -> SummarizeConfig:
-        if self.soft_fraction > self.hard_fraction:
-            raise ValueError("summarize.softFraction must not exceed summarize.hardFraction")
-        return self
-
-
-class RecitationConfig(_Block):
-    enabled: bool = False
-
-
-class RetrievalConfig(_Block):
-    """``timeoutMs`` bounds the wait for the new turn's query embedding: past it the turn goes
-    out without the block (a silent no-op, reported in ``context.retrieval``)."""
-
-    enabled: bool = False
-    min_score: float = Field(default=0.35, ge=-1, le=1)
-    max_results: int = Field(default=4, ge=0, le=50)
-    snippet_chars: int = Field(default=1200, gt=0)
-    timeout_ms: int = Field(default=300, gt=0, le=60_000)
-
-
-class MemoryPromotionConfig(_Block):
-    mode: Literal["off", "suggest", "auto"] = "off"
-
-
-class HandoffConfig(_Block):
-    enabled: bool = False
-    at_fraction: float = Field(default=0.9, gt=0, le=1)
-
-
-class ContextConfig(_Block):
-    tool_output: ToolOutputConfig = ToolOutputConfig()
-    redaction: RedactionConfig = RedactionConfig()
-    observations: ObservationsConfig = ObservationsConfig()
-    eviction: EvictionConfig = EvictionConfig()
-    summarize: SummarizeConfig = SummarizeConfig()
-    recitation: RecitationConfig = RecitationConfig()
-    retrieval: RetrievalConfig = RetrievalConfig()
-    memory_promotion: MemoryPromotionConfig = MemoryPromotionConfig()
-    handoff: HandoffConfig = HandoffConfig()
-
-
-class Config(_Block):
+class Config(Block):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
@@ -341,8 +219,6 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 raise ConfigError(f"agents.{name}.context: {exc}") from exc
     except ValidationError as exc:
         raise ConfigError(str(exc)) from exc
-    from proxy.cascade.redaction import compile_patterns  # the core imports this module
-
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
         try:
             compile_patterns(ctx.redaction.patterns, use_defaults=False)

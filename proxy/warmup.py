@@ -45,7 +45,7 @@ import asyncpg
 
 from proxy.cascade.pipeline import ingest
 from proxy.config import Config
-from proxy.store import messages as msgs
+from proxy.store import messages as msgs, steps
 from proxy.store.db import Connection, DatabaseUnavailable, acquire, create_pool
 from proxy.transport import ProviderTransport, TlsSettings
 
@@ -133,7 +133,7 @@ async def warm_connection(conn: Connection) -> None:
         async with conn.transaction():
             for step in range(2):
                 pos = 2 * step
-                await msgs.begin_step(
+                await steps.begin_step(
                     conn,
                     tenant=WARM_TENANT,
                     session_id=session_id,
@@ -145,7 +145,7 @@ async def warm_connection(conn: Connection) -> None:
                     head_hash=f"warm-{pos}",
                     owner=owner,
                 )
-                await msgs.record_step(
+                await steps.record_step(
                     conn,
                     tenant=WARM_TENANT,
                     session_id=session_id,

@@ -33,7 +33,7 @@ from proxy.cascade.types import (
     StageResult,
     TokenCounter,
 )
-from proxy.config import EvictionConfig
+from proxy.config_context import EvictionConfig
 
 __all__ = [
     "EVICTION",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from proxy.cascade.pressure import Pressure
 from proxy.cascade.types import HANDOFF_SUGGESTED, Event
-from proxy.config import HandoffConfig
+from proxy.config_context import HandoffConfig
 
 __all__ = ["HandoffStep", "handoff_step"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block
 from proxy.cascade.types import Marks, Message, StageResult
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 
 __all__ = ["MEMORY_MAX_TOKENS", "MemoryNeed", "render_memory", "add_memory", "MEMORY"]
 

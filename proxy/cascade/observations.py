@@ -31,7 +31,7 @@ from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import truncate_tool_result
 from proxy.cascade.types import Event, Marks, Message, StageResult
-from proxy.config import RedactionConfig
+from proxy.config_context import RedactionConfig
 
 __all__ = [
     "OBSERVATIONS",

@@ -51,7 +51,7 @@ from proxy.cascade.summary import SUMMARY
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import Ingested, truncate_tool_result
 from proxy.cascade.types import READ_TOOL_OUTPUT, Event, Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 
 __all__ = [
     "STAGES",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.config import SummarizeConfig
+from proxy.config_context import SummarizeConfig
 
 __all__ = ["Pressure", "CompactionNeed", "compaction_need"]
 

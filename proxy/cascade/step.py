@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.cascade.types import Budget, Message, StageResult, TokenCounter
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 
 __all__ = ["StepInput", "Stage", "StageFn", "Planner", "always"]
 

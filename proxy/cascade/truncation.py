@@ -19,7 +19,7 @@ from proxy.cascade.lossless import EarlierLines, compact_text, compacted_marker
 from proxy.cascade.redaction import compile_patterns, redact_message
 from proxy.cascade.text import content_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
-from proxy.config import RedactionConfig, ToolOutputConfig
+from proxy.config_context import RedactionConfig, ToolOutputConfig
 
 __all__ = [
     "HEAD_SHARE",

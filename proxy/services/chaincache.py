@@ -14,7 +14,7 @@ results hold hundreds of megabytes.
 
 It also remembers each session's stored head (length, chain hash) as this replica last left
 it: the guess that lets a request store its new messages in the statement that takes the
-session's lease (``store.messages.begin_step``). A wrong guess costs a second statement.
+session's lease (``store.steps.begin_step``). A wrong guess costs a second statement.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ from proxy.cascade.pipeline import (
 from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event, Message
-from proxy.config import Config, ContextConfig
+from proxy.config import Config
+from proxy.config_context import ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
@@ -50,7 +51,8 @@ from proxy.services import budget as budgets, incoming
 from proxy.services.budget import FixedTokens, reserved_output
 from proxy.services.chaincache import ChainCache
 from proxy.services.command import answer_command
-from proxy.services.compaction import CompactionResult, DurableSummarizer, job_for
+from proxy.services.compaction import CompactionResult, DurableSummarizer
+from proxy.services.compaction_job import job_for
 from proxy.services.forward import Forwarder
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.ingestmemo import IngestMemo
@@ -61,7 +63,7 @@ from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import ChatContext, Route, Step, Turn
 from proxy.session_id import SessionKey
 from proxy.settings import Settings
-from proxy.store import messages as msgs, sessions
+from proxy.store import sessions, writes
 from proxy.store.db import unavailable_when_lost
 from proxy.store.leases import SessionBusy, poll_delays
 from proxy.upstream import Upstream
@@ -379,7 +381,7 @@ class ChatService:
         the messages) as one value in one round trip; returns the tokens eviction reclaimed.
 
         An evicted result needs no spill: its row keeps its body beside the placeholder
-        (``store.messages.persist_step``), and read_tool_output pages it from there. A new
+        (``store.writes.persist_step``), and read_tool_output pages it from there. A new
         session's held-back messages go in with all of it (``Turn.write_step``).
         """
         evicted = [
@@ -388,7 +390,7 @@ class ChatService:
         reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
         note_step_events((*state.events, *asm.events))  # tokens reclaimed, by stage
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
-        marks = msgs.StepWrite(
+        marks = writes.StepWrite(
             evicted=evicted,
             trimmed=[state.positions[i] for i in asm.trimmed],
             reclaimed=reclaimed,

@@ -8,9 +8,10 @@
 - The claim is taken and released by short statements and renewed by the replica
   (``services/leases.py``) while the fast model answers; a connection is borrowed only for
   the statements before the call and after it, none is held while the fast model thinks.
-- The fast model is called through the same provider machinery; its input is pre-truncated to
-  its own window; failures are retried (at most ``summarize.maxAttempts`` ≤ 3) and then
-  reported as ``context.compaction.failed`` with the previous state left intact.
+- The fast model is called through the same provider machinery (``compaction_job.summarise``);
+  its input is pre-truncated to its own window; failures are retried (at most
+  ``summarize.maxAttempts`` ≤ 3) and then reported as ``context.compaction.failed`` with the
+  previous state left intact.
 - A summary is written only if the message at its boundary is still the live one (the history
   may have diverged while the fast model was thinking).
 - A compaction whose process died between its ``context.compaction.started`` and its partner
@@ -24,40 +25,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 
 from proxy.bus import EventBus
-from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.pipeline import drop_commands
-from proxy.cascade.summary import (
-    build_prompt,
-    build_reflect_prompt,
-    fold_summary,
-    needs_reflect,
-    plan_compaction,
-)
+from proxy.cascade.summary import fold_summary, plan_compaction
 from proxy.cascade.types import (
     COMPACTION_COMPLETED,
     COMPACTION_FAILED,
     COMPACTION_STARTED,
+    CompactionPlan,
+    Message,
     TokenCounter,
 )
-from proxy.config import Config, ModelConfig, ProviderConfig, SummarizeConfig
 from proxy.observe import note_compaction_event
-from proxy.services.fastmodel import ask_fast_model
+from proxy.services.compaction_job import CompactionJob, SummaryCallError, summarise
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
-from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.services.promotion import promote
-from proxy.store import leases as claims, messages as msgs, sessions, summaries
+from proxy.store import leases as claims, messages as msgs, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -68,25 +61,9 @@ from proxy.store.db import (
 )
 from proxy.upstream import Upstream
 
-__all__ = ["DurableSummarizer", "CompactionJob", "CompactionResult"]
+__all__ = ["DurableSummarizer", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
-_SUMMARY_OUTPUT_TOKENS = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionJob:
-    tenant: str
-    session_id: str
-    provider: ProviderConfig
-    fast_model: str
-    fast_limits: ModelConfig
-    cfg: SummarizeConfig
-    headers: Mapping[str, str]
-    trigger: str
-    promotion: str = "off"  # context.memoryPromotion.mode (services/promotion.py)
-    memory_scope: str = "global"
-    memory_patterns: tuple[re.Pattern[str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,36 +77,40 @@ class CompactionResult:
     failed: bool = False  # the fast model could not give a summary (not: nothing to fold)
 
 
-def job_for(
-    cfg: Config,
-    *,
-    tenant: str,
-    session_id: str,
-    agent: str,
-    model: str,
-    headers: Mapping[str, str],
-    trigger: str,
-) -> CompactionJob:
-    agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
-    fast = agent_cfg.fast_model or model
-    scope = scope_of_agent(cfg, agent)
-    return CompactionJob(
-        tenant=tenant,
-        session_id=session_id,
-        provider=cfg.providers[agent_cfg.provider],
-        fast_model=fast,
-        fast_limits=cfg.model_limits(fast),
-        cfg=cfg.context_for(agent).summarize,
-        headers={k: v for k, v in headers.items() if k.lower() == "authorization"},
-        trigger=trigger,
-        promotion=cfg.context_for(agent).memory_promotion.mode,
-        memory_scope=scope,
-        memory_patterns=tuple(patterns_for(cfg, scope)),
-    )
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """What a compaction read and planned before it asks the fast model: the session's
+    latest summary (``latest``, None before the first) and its ``boundary``, the leading
+    system messages, the live rows from the boundary on, the plan over those rows (in index
+    space: trimmed messages leave gaps in positions) and the prompt's size before the fold."""
+
+    latest: dict[str, Any] | None
+    boundary: int
+    head: list[Message]
+    tail: list[asyncpg.Record]
+    plan: CompactionPlan
+    before: int
+
+    @property
+    def version(self) -> int | None:
+        return self.latest["version"] if self.latest else None
+
+    @property
+    def from_pos(self) -> int:
+        return int(self.tail[self.plan.start]["pos"])
+
+    @property
+    def end_pos(self) -> int:
+        """The position after the folded span: the summary's new boundary."""
+        plan, tail = self.plan, self.tail
+        return int(tail[plan.end]["pos"] if plan.end < len(tail) else tail[plan.end - 1]["pos"] + 1)
+
+    def unchanged(self, reason: str, *, failed: bool = False) -> CompactionResult:
+        return CompactionResult(None, self.boundary, 0, self.before, self.before, reason, failed)
 
 
-class SummaryCallError(RuntimeError):
-    """The fast model could not produce a usable briefing."""
+def _ms_since(t0: float) -> int:
+    return round((time.monotonic() - t0) * 1000)
 
 
 class DurableSummarizer:
@@ -144,7 +125,7 @@ class DurableSummarizer:
         leases: Leases | None = None,
     ) -> None:
         self.pool = pool
-        self.leases = leases or Leases(pool, ttl=msgs.LEASE_TTL, acquire_timeout=acquire_timeout)
+        self.leases = leases or Leases(pool, ttl=steps.LEASE_TTL, acquire_timeout=acquire_timeout)
         self.acquire_timeout = acquire_timeout
         self.upstream = upstream
         self.bus = bus
@@ -278,22 +259,47 @@ class DurableSummarizer:
                 return await self._fold(lent, job)
 
     async def _fold(self, lent: Lent, job: CompactionJob) -> CompactionResult | None:
+        """Read and plan (``_read``), report the start, ask the fast model with no connection
+        held, then write and report the summary (``_store``) or the failure (``_failed``)."""
         conn = await lent.take()
-        row = await sessions.fetchrow_session(conn, tenant=job.tenant, session_id=job.session_id)
+        span = await self._read(conn, job)
+        if not isinstance(span, _Span):
+            return span  # no session, or nothing to fold
+        t0 = time.monotonic()
+        started = {
+            "from_pos": span.from_pos,
+            "to_pos": span.end_pos,
+            "tokens_before": span.before,
+            "summary_version": span.version,
+        }
+        await self._publish(conn, job, COMPACTION_STARTED, started)
+        await lent.give_back()  # none held while the fast model answers
+        try:
+            content = await summarise(self.upstream, job, span.plan, count=self.count)
+        except SummaryCallError as exc:
+            conn = await lent.take()
+            await self._failed(
+                conn, job, span, t0, "summary_failed", str(exc), job.cfg.max_attempts
+            )
+            return span.unchanged(str(exc), failed=True)
+        return await self._store(lent, job, span, content, t0)
+
+    async def _read(self, conn: Connection, job: CompactionJob) -> _Span | CompactionResult | None:
+        """The session's latest summary and the window after it, planned; None when the
+        session is gone, an unchanged result when there is nothing to fold."""
+        key = {"tenant": job.tenant, "session_id": job.session_id}
+        row = await sessions.fetchrow_session(conn, **key)
         if row is None:
             return None
         await self._closer.close_session(conn, job.tenant, job.session_id)
-        latest = await summaries.fetchrow_latest(conn, tenant=job.tenant, session_id=job.session_id)
+        latest = await summaries.fetchrow_latest(conn, **key)
         boundary = latest["boundary"] if latest else 0
         previous = latest["content"] if latest else None
         sc = row["system_count"]
         start = max(boundary, sc)
-        rows = await msgs.fetch_window(
-            conn, tenant=job.tenant, session_id=job.session_id, system_count=sc, from_pos=start
-        )
+        rows = await msgs.fetch_window(conn, **key, system_count=sc, from_pos=start)
         head = [r["message"] for r in rows if r["pos"] < sc]
         tail = [r for r in rows if r["pos"] >= start]
-        # Plan in index space: trimmed messages leave gaps in positions.
         plan = plan_compaction(
             [r["message"] for r in tail],
             offset=0,
@@ -311,127 +317,69 @@ class DurableSummarizer:
             return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
         # /compact exchanges were answered by the proxy: the fast model never sees them.
         plan = replace(plan, span=drop_commands(plan.span))
-        t0 = time.monotonic()
-        first, last = tail[plan.start], tail[plan.end - 1]
-        end_pos = tail[plan.end]["pos"] if plan.end < len(tail) else last["pos"] + 1
-        folded = plan.end - plan.start
-        await self._publish(
-            conn,
-            job,
-            COMPACTION_STARTED,
-            {
-                "from_pos": first["pos"],
-                "to_pos": end_pos,
-                "tokens_before": before,
-                "summary_version": latest["version"] if latest else None,
-            },
-        )
-        await lent.give_back()  # none held while the fast model answers
-        try:
-            content = await self._summarise(job, plan)
-        except SummaryCallError as exc:
-            conn = await lent.take()
-            await self._publish(
-                conn,
-                job,
-                COMPACTION_FAILED,
-                {
-                    "reason": "summary_failed",
-                    "error": str(exc),
-                    "attempts": job.cfg.max_attempts,
-                    "duration_ms": round((time.monotonic() - t0) * 1000),
-                    "tokens_before": before,
-                    "tokens_after": before,
-                    "summary_version": latest["version"] if latest else None,
-                },
-            )
-            return CompactionResult(None, boundary, 0, before, before, str(exc), failed=True)
+        return _Span(latest, boundary, head, tail, plan, before)
+
+    async def _store(
+        self, lent: Lent, job: CompactionJob, span: _Span, content: str, t0: float
+    ) -> CompactionResult:
+        """Write the summary unless the history changed meanwhile, report it, and promote
+        the span's facts to memory when the agent asks for it."""
         conn = await lent.take()
-        ledger = apply_ledger(content, plan.span, cap=job.cfg.ledger_cap)
+        ledger = apply_ledger(content, span.plan.span, cap=job.cfg.ledger_cap)
         content = ledger.summary
         version = await summaries.insert_summary(
             conn,
             tenant=job.tenant,
             session_id=job.session_id,
-            boundary=end_pos,
-            boundary_hash=last["hash"],
+            boundary=span.end_pos,
+            boundary_hash=span.tail[span.plan.end - 1]["hash"],
             content=content,
             tokens=self.count([{"role": "user", "content": content}]),
             model=job.fast_model,
         )
         if version is None:
             reason = "the history changed while summarising; the summary was discarded"
-            await self._publish(
-                conn,
-                job,
-                COMPACTION_FAILED,
-                {
-                    "reason": "history_changed",
-                    "error": reason,
-                    "attempts": 1,
-                    "duration_ms": round((time.monotonic() - t0) * 1000),
-                    "tokens_before": before,
-                    "tokens_after": before,
-                    "summary_version": latest["version"] if latest else None,
-                },
-            )
-            return CompactionResult(None, boundary, 0, before, before, reason)
-        kept = [r["message"] for r in tail[plan.end :]]
+            await self._failed(conn, job, span, t0, "history_changed", reason, 1)
+            return span.unchanged(reason)
+        head = span.head
+        kept = [r["message"] for r in span.tail[span.plan.end :]]
         after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
-        await self._publish(
-            conn,
-            job,
-            COMPACTION_COMPLETED,
-            {
-                "summary_version": version,
-                "from_pos": first["pos"],
-                "to_pos": end_pos,
-                "folded_messages": folded,
-                "tokens_before": before,
-                "tokens_after": after,
-                "duration_ms": round((time.monotonic() - t0) * 1000),
-                "identifiers_kept": ledger.kept,
-                "identifiers_added": ledger.added,
-                "identifiers_dropped": ledger.dropped,
-            },
-        )
+        folded = span.plan.end - span.plan.start
+        completed = {
+            "summary_version": version,
+            "from_pos": span.from_pos,
+            "to_pos": span.end_pos,
+            "folded_messages": folded,
+            "tokens_before": span.before,
+            "tokens_after": after,
+            "duration_ms": _ms_since(t0),
+            "identifiers_kept": ledger.kept,
+            "identifiers_added": ledger.added,
+            "identifiers_dropped": ledger.dropped,
+        }
+        await self._publish(conn, job, COMPACTION_COMPLETED, completed)
         if job.promotion != "off":
-            await promote(self.upstream, self.bus, lent, job, plan.span)
-        return CompactionResult(version, end_pos, folded, before, after)
+            await promote(self.upstream, self.bus, lent, job, span.plan.span)
+        return CompactionResult(version, span.end_pos, folded, span.before, after)
 
-    async def _summarise(self, job: CompactionJob, plan: Any) -> str:
-        budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
-        prompt = build_prompt(plan, max_input_tokens=budget, count=self.count)
-        text = await self._call(job, prompt)
-        content = parse_briefing(text, previous=plan.previous)
-        if needs_reflect(content, count=self.count, reflect_tokens=job.cfg.reflect_tokens):
-            reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
-            with contextlib.suppress(SummaryCallError, ValueError):
-                content = parse_briefing(await self._call(job, reflect), previous=content)
-        return content
-
-    async def _call(self, job: CompactionJob, prompt: list[Any]) -> str:
-        """One fast-model call with bounded retries; returns text with the five sections."""
-        last = "no attempt made"
-        for attempt in range(job.cfg.max_attempts):
-            body = {
-                "model": job.fast_model,
-                "messages": prompt,
-                "max_tokens": _SUMMARY_OUTPUT_TOKENS,
-                "temperature": 0,
-            }
-            try:
-                status, text = await ask_fast_model(self.upstream, job, body)
-                if status >= 400:
-                    last = f"fast model answered {status}: {text}"
-                else:
-                    parse_briefing(text)  # raises ValueError when no section is recognisable
-                    return text
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                last = f"unusable summary ({type(exc).__name__}: {exc})"
-            except Exception as exc:  # transport errors (ProxyError) included
-                last = f"{type(exc).__name__}: {exc}"
-            log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1, last)
-            if attempt + 1 < job.cfg.max_attempts:  # no pause after the last attempt
-                await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
-        raise SummaryCallError(last)
+    async def _failed(
+        self,
+        conn: Connection,
+        job: CompactionJob,
+        span: _Span,
+        t0: float,
+        reason: str,
+        error: str,
+        attempts: int,
+    ) -> None:
+        """Report a compaction that left the previous state as it was."""
+        data = {
+            "reason": reason,
+            "error": error,
+            "attempts": attempts,
+            "duration_ms": _ms_since(t0),
+            "tokens_before": span.before,
+            "tokens_after": span.before,
+            "summary_version": span.version,
+        }
+        await self._publish(conn, job, COMPACTION_FAILED, data)

@@ -14,7 +14,7 @@ A new session whose first request brings a long history (a resumed or forked con
 a client that moved to the proxy mid-task) is the exception: nothing is stored for it yet,
 so its messages are held back until the first prompt has been assembled, and then go in
 with that prompt's evictions already applied, in the statement that would otherwise only
-have recorded them (``store.messages.append``). Each evicted result is then one INSERT, not
+have recorded them (``store.writes.append``). Each evicted result is then one INSERT, not
 an INSERT and then an UPDATE (a new row version and an entry in each index).
 ``reconcile_and_load`` hands such messages to ``hold``, the request's ``Turn``
 (``services/turn.py``), which owns them from then on: the step's write takes them
@@ -35,12 +35,12 @@ from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.summary import fold_summary
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event, Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
 from proxy.services.incoming import Incoming, Pending
 from proxy.services.ingestmemo import IngestMemo
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs, nul, summaries
+from proxy.store import messages as msgs, nul, steps, summaries, writes
 from proxy.store.events import EventRows
 
 __all__ = ["SessionState", "reconcile_and_load", "load_window"]
@@ -113,10 +113,10 @@ async def reconcile_and_load(
     ctx: ContextConfig,
     count: MemoCounter,
     stamp: Callable[[Sequence[Event]], EventRows],
-    hold: Callable[[msgs.StepWrite], None] | None = None,
+    hold: Callable[[writes.StepWrite], None] | None = None,
     park: Callable[[], Awaitable[None]] | None = None,
     owner: uuid.UUID | None = None,
-    ttl: float = msgs.LEASE_TTL,
+    ttl: float = steps.LEASE_TTL,
     memo: IngestMemo | None = None,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
@@ -143,7 +143,7 @@ async def reconcile_and_load(
     messages, hashes = incoming.messages, incoming.hashes
     system_count, head_hash = incoming.system_count, incoming.head_hash
     guessed, pending = incoming.guessed, incoming.pending
-    begun = await msgs.begin_step(
+    begun = await steps.begin_step(
         conn,
         tenant=tenant,
         session_id=session_id,
@@ -178,7 +178,7 @@ async def reconcile_and_load(
         pending = incoming.ingested(0, ctx, count, memo=memo)
         if pending.rows:
             head = (len(messages), head_hash, system_count)
-            hold(msgs.StepWrite(pending.rows, pending.raw, head, events=stamp(pending.events)))
+            hold(writes.StepWrite(pending.rows, pending.raw, head, events=stamp(pending.events)))
             return _loaded(row, summary, system_count, messages, head_hash, pending, (), count)
     superseded = 0
     if isinstance(plan, Supersede):
@@ -198,7 +198,7 @@ async def reconcile_and_load(
     else:
         start = plan.start
     pending = incoming.ingested(start, ctx, count, superseded, memo)
-    old = await msgs.append_and_fetch_window(
+    old = await writes.append_and_fetch_window(
         conn,
         tenant=tenant,
         session_id=session_id,

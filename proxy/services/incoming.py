@@ -26,7 +26,7 @@ from proxy.cascade.pipeline import EarlierResults, ingest
 from proxy.cascade.summary import system_prefix_count
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import MESSAGE_APPENDED, TRUNCATED, Event, Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.history import Append, plan_reconcile
 from proxy.services.ingestmemo import IngestMemo
 from proxy.store import messages as msgs, raw_outputs

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.truncation import Ingested
 from proxy.cascade.types import Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 
 __all__ = ["IngestMemo"]
 

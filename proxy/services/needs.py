@@ -5,7 +5,7 @@ name); ``fulfil`` runs the fulfiller registered for that need's type on the requ
 connection and returns the answers, which ``pipeline.assemble`` hands back to the stages in
 ``StepInput.answers``. A stage that needs I/O adds one entry to ``FULFILLERS``. A per-turn
 stage's need is planned only at its turn's first step; its answer is then kept with the
-turn (``Assembled.kept``, stored by ``store.messages.record_step``) and reused.
+turn (``Assembled.kept``, stored by ``store.steps.record_step``) and reused.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import asyncpg
 
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
-from proxy.services.compaction import DurableSummarizer, job_for
+from proxy.services.compaction import DurableSummarizer
+from proxy.services.compaction_job import job_for
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage

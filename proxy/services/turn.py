@@ -45,7 +45,8 @@ from proxy.bus import EventBus
 from proxy.cascade.pipeline import Assembled
 from proxy.cascade.tokens import MemoCounter, calibrate
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE, Event
-from proxy.config import ContextConfig, ModelConfig, ProviderConfig
+from proxy.config import ModelConfig, ProviderConfig
+from proxy.config_context import ContextConfig
 from proxy.history import chain_hash
 from proxy.observe import note_occupancy
 from proxy.services.chaincache import ChainCache
@@ -54,7 +55,7 @@ from proxy.services.history import SessionState
 from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import SessionKey
-from proxy.store import leases as lease_rows, messages as msgs
+from proxy.store import leases as lease_rows, messages as msgs, steps, writes
 from proxy.store.db import Connection, acquire
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class Turn:
         self._timeout = acquire_timeout
         self._done = False
         self._began = False  # a statement ran that may have taken the lease
-        self._held: msgs.StepWrite | None = None  # a new session's messages, not yet stored
+        self._held: writes.StepWrite | None = None  # a new session's messages, not yet stored
         leases.hold(key)
 
     @property
@@ -160,7 +161,7 @@ class Turn:
             self._conn = await acquire(self._pool, self._timeout)
             self._began = True
 
-    def hold(self, write: msgs.StepWrite) -> None:
+    def hold(self, write: writes.StepWrite) -> None:
         """Own a new session's messages, not yet stored, as the write that stores them
         (``history.reconcile_and_load``'s ``hold``; module docstring)."""
         self._held = write
@@ -170,8 +171,8 @@ class Turn:
         """Whether a new session's messages are held back, to be stored with the step's marks."""
         return self._held is not None
 
-    async def write_step(self, marks: msgs.StepWrite) -> None:
-        """The step's one write (``store.messages.write_step``): its ``marks``, and the
+    async def write_step(self, marks: writes.StepWrite) -> None:
+        """The step's one write (``store.writes.write_step``): its ``marks``, and the
         messages held back, which then go in already evicted and trimmed. A step with
         nothing to write takes no connection (the turn may have parked after its first
         statement)."""
@@ -186,7 +187,7 @@ class Turn:
         """Store the messages held back, alone, on the turn's connection: before anything
         else may read the session's store (a background compaction)."""
         if self._held is not None:
-            await self.write_step(msgs.StepWrite())
+            await self.write_step(writes.StepWrite())
 
     async def park(self) -> None:
         """Give the connection back, having stored what is held back (``flush``): the
@@ -234,13 +235,15 @@ class Turn:
         finally:
             await self._release()
 
-    async def _write(self, conn: Connection, w: msgs.StepWrite, *, best_effort: bool) -> None:
-        """Run ``store.messages.write_step`` for this turn's session: the one path the step's
+    async def _write(self, conn: Connection, w: writes.StepWrite, *, best_effort: bool) -> None:
+        """Run ``store.writes.write_step`` for this turn's session: the one path the step's
         write, ``flush`` and ``abort`` share. ``best_effort`` (``abort``) logs a failure and
         goes on, so the lease is freed all the same (the client resends the messages); else
         it raises to the step's caller."""
         try:
-            await msgs.write_step(conn, tenant=self.key.tenant, session_id=self.key.session_id, w=w)
+            await writes.write_step(
+                conn, tenant=self.key.tenant, session_id=self.key.session_id, w=w
+            )
         except Exception as exc:
             if not best_effort:
                 raise
@@ -337,7 +340,7 @@ class Turn:
             # Before the statement, not after it: the client may send its next request the
             # moment it has this reply, and that request reads the guess at once.
             self._chains.set_head(self.key, (stored.pos + 1, stored.hash))
-        return await msgs.record_step(
+        return await steps.record_step(
             conn,
             tenant=tenant,
             session_id=session_id,

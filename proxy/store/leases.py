@@ -2,8 +2,8 @@
 
 A lease is two columns on the session row, an owner and an expiry on the database's clock,
 taken and released by short statements, so holding one holds no connection. A chat request's
-lease is taken in its first statement (``messages.begin_step``) and released in its last
-(``messages.record_step``); the statements here are the rest: the renewal of the leases a
+lease is taken in its first statement (``steps.begin_step``) and released in its last
+(``steps.record_step``); the statements here are the rest: the renewal of the leases a
 replica holds, the release of a request that stores nothing, the compaction claim, and the
 row lock the session API's operations take once the session is free.
 

@@ -14,12 +14,12 @@ from proxy.config import (
     AgentConfig,
     Config,
     ConfigError,
-    ContextConfig,
     ModelConfig,
     config_warnings,
     load_config,
     parse_config,
 )
+from proxy.config_context import ContextConfig
 from proxy.config_watch import ConfigHolder
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "agents.json"

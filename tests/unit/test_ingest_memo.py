@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.cascade.tokens import MemoCounter, message_cost
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.history import chain
 from proxy.services.incoming import ingest_from
 from proxy.services.ingestmemo import IngestMemo

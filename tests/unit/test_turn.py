@@ -14,7 +14,7 @@ from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs
+from proxy.store import messages as msgs, writes
 
 KEY = SessionKey("t", "s")
 
@@ -106,7 +106,7 @@ async def test_a_turn_that_never_had_a_connection_aborts_without_a_statement() -
     assert locks.waiting(KEY) == 0 and leases.holding() == []
 
 
-HELD = msgs.StepWrite(
+HELD = writes.StepWrite(
     rows=[msgs.NewMessage(0, "h0", "user", {"role": "user", "content": "q"})],
     head=(1, "h0", 0),
     events=(["session.message.appended"], [{"count": 1}]),
@@ -118,8 +118,8 @@ async def test_the_steps_write_takes_the_held_messages() -> None:
     pool, locks = _Pool(), SessionLocks()
     turn = await _turn(pool, locks, _leases(pool))
     turn.hold(HELD)
-    await turn.write_step(msgs.StepWrite(trimmed=[0], events=(["context.x"], [{}])))
-    assert pool.conn.statements == [msgs.APPEND]
+    await turn.write_step(writes.StepWrite(trimmed=[0], events=(["context.x"], [{}])))
+    assert pool.conn.statements == [writes.APPEND]
     move_head, rows = pool.conn.args[2], pool.conn.args[10]
     assert rows[0]["trim"] and move_head
     assert [e["name"] for e in pool.conn.args[14]] == ["session.message.appended", "context.x"]
@@ -135,11 +135,11 @@ async def test_park_stores_the_held_messages_before_the_connection_goes_back() -
     turn = await _turn(pool, locks, _leases(pool))
     turn.hold(HELD)
     await turn.park()
-    assert pool.conn.statements == [msgs.APPEND] and pool.released == [pool.conn]
+    assert pool.conn.statements == [writes.APPEND] and pool.released == [pool.conn]
     await turn.connect()
-    await turn.write_step(msgs.StepWrite())  # the step's marks alone: nothing to send
+    await turn.write_step(writes.StepWrite())  # the step's marks alone: nothing to send
     await turn.park()
-    assert pool.conn.statements == [msgs.APPEND]
+    assert pool.conn.statements == [writes.APPEND]
 
 
 async def test_abort_stores_the_held_messages_then_frees_the_lease() -> None:
@@ -149,7 +149,7 @@ async def test_abort_stores_the_held_messages_then_frees_the_lease() -> None:
     turn = await _turn(pool, locks, leases)
     turn.hold(HELD)
     await turn.abort()
-    assert pool.conn.statements[0] == msgs.APPEND
+    assert pool.conn.statements[0] == writes.APPEND
     assert "lease_owner = NULL" in pool.conn.statements[1] and len(pool.conn.statements) == 2
     assert locks.waiting(KEY) == 0 and leases.holding() == []
 
@@ -181,7 +181,7 @@ async def test_a_failed_step_write_reaches_its_caller() -> None:
     turn = await _turn(pool, locks, _leases(pool))
     turn.hold(HELD)
     with pytest.raises(RuntimeError):
-        await turn.write_step(msgs.StepWrite())
+        await turn.write_step(writes.StepWrite())
     with pytest.raises(RuntimeError):
         await turn.flush()  # still held: the failed write did not take them
     await turn.abort()

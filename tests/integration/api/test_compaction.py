@@ -24,7 +24,8 @@ import openai
 import pytest
 
 from proxy.history import canonical_message
-from proxy.services.compaction import CompactionJob, DurableSummarizer
+from proxy.services.compaction import DurableSummarizer
+from proxy.services.compaction_job import CompactionJob
 from proxy.settings import Settings
 from tests.fakes.upstream import (
     FakeUpstream,

@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from proxy.store import leases, messages as msgs, summaries
+from proxy.store import leases, messages as msgs, steps, summaries, writes
 from tests.fakes.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -186,12 +186,12 @@ def only(log: QueryLog, query: str) -> Any:
 # lease + session (+ latest summary) + append + window + events, [upstream], reply + head +
 # usage + events + the lease's release; releasing the connection costs no statement.
 COMMON = [
-    msgs.BEGIN_STEP,  # this replica's guess of the stored head was right: appends too
-    msgs.RECORD_STEP,  # + the reply's and usage events, and the lease's release
+    steps.BEGIN_STEP,  # this replica's guess of the stored head was right: appends too
+    steps.RECORD_STEP,  # + the reply's and usage events, and the lease's release
 ]
 # without a (right) guess the append is a statement of its own; for a session with nothing
 # stored it goes in with the step's decisions (services.history: held back)
-UNGUESSED = [msgs.BEGIN_STEP, msgs.APPEND, msgs.RECORD_STEP]
+UNGUESSED = [steps.BEGIN_STEP, writes.APPEND, steps.RECORD_STEP]
 
 
 def test_extending_history_costs_constant_statements(app_client: TestClient, db_dsn: str) -> None:
@@ -211,14 +211,14 @@ def test_extending_history_costs_constant_statements(app_client: TestClient, db_
         per_size[n] = statements(log)
         # only the new user message is stored with the history, then the reply; no lookup
         # of a divergence point
-        begin = only(log, msgs.BEGIN_STEP)
+        begin = only(log, steps.BEGIN_STEP)
         start, rows, events = begin.args[5], begin.args[11], begin.args[14]
         assert (start, [r["pos"] for r in rows]) == (n + 1, [n + 1])  # guessed head, new pos
-        assert only(log, msgs.RECORD_STEP).args[2] == n + 2
+        assert only(log, steps.RECORD_STEP).args[2] == n + 2
         # the request's events ride in those two statements, in order
-        published = [[e["name"] for e in events], only(log, msgs.RECORD_STEP).args[9]]
+        published = [[e["name"] for e in events], only(log, steps.RECORD_STEP).args[9]]
         assert published == [[MESSAGE_APPENDED], [MESSAGE_APPENDED, USAGE]]
-        assert not any(q.query == msgs.PERSIST_STEP for q in log.queries)
+        assert not any(q.query == writes.PERSIST_STEP for q in log.queries)
         assert msgs.FETCH_MATCHED_LEN not in per_size[n]
         assert msgs.SUPERSEDE_FROM not in per_size[n]
         view = session_view(app_client, sid)
@@ -280,16 +280,16 @@ def test_an_eviction_step_stores_its_decisions_in_one_more_statement(
         log = QueryLog(client.app_state["chat"].pool)
         client.app_state["chat"].pool = log
         post(client, "evicts", messages)
-        persisted = only(log, msgs.PERSIST_STEP)
+        persisted = only(log, writes.PERSIST_STEP)
         pages = [client.get(f"/v1/sessions/evicts/tool-outputs/c{i}").json() for i in (0, 1)]
     sent = fake_upstream.bodies()[-1]["messages"]
     cleared = [m["tool_call_id"] for m in sent if str(m.get("content")).startswith("[context")]
     assert cleared == ["c0", "c1"]
-    assert statements(log) == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
+    assert statements(log) == [steps.BEGIN_STEP, writes.PERSIST_STEP, steps.RECORD_STEP]
     # evicted positions, the reclaimed tokens and the (transient) event, in that statement;
     # no copy of the evicted text (the statement stores none: the rows keep it), yet every
     # byte of it comes back
-    assert persisted.args[2] == [2, 4] and "tool_raw_outputs" not in msgs.PERSIST_STEP
+    assert persisted.args[2] == [2, 4] and "tool_raw_outputs" not in writes.PERSIST_STEP
     assert [p["page"].split("\n", 1)[1] for p in pages] == [f"{i} " * 600 for i in (0, 1)]
     assert [p["total_chars"] for p in pages] == [1200, 1200]
     assert persisted.args[6] > 0 and persisted.args[7] is None  # no persisted event
@@ -365,14 +365,14 @@ def test_a_new_long_sessions_evictions_go_in_with_its_messages(
         client.app_state["chat"].pool = log
         post(client, "held", messages)
         held = statements(log)
-        step = only(log, msgs.APPEND)
+        step = only(log, writes.APPEND)
         pages = [client.get(f"/v1/sessions/held/tool-outputs/c{i}").json() for i in range(3)]
         monkeypatch.setattr("proxy.services.incoming.GUESS_NEW_SESSION_MAX", 100)
         log.queries.clear()
         post(client, "updated", messages)
         updated = statements(log)
-    assert held == [msgs.BEGIN_STEP, msgs.APPEND, msgs.RECORD_STEP]
-    assert updated == [msgs.BEGIN_STEP, msgs.PERSIST_STEP, msgs.RECORD_STEP]
+    assert held == [steps.BEGIN_STEP, writes.APPEND, steps.RECORD_STEP]
+    assert updated == [steps.BEGIN_STEP, writes.PERSIST_STEP, steps.RECORD_STEP]
     assert "UPDATE messages" not in function_source(db_dsn, "cascade_append_v2")
     placeholders = step.args[12] or []  # NULL: nothing evicted
     evicted = [i for i, p in enumerate(placeholders) if p is not None]
@@ -508,7 +508,7 @@ def test_a_request_that_never_stores_a_reply_frees_its_lease(
     )
     assert resp.status_code == 500
     # a one-message history is guessed new: the append rides in the first statement
-    assert statements(log) == [msgs.BEGIN_STEP, leases.RELEASE_LEASE]
+    assert statements(log) == [steps.BEGIN_STEP, leases.RELEASE_LEASE]
     assert advisory_locks(db_dsn) == 0 and held_leases(db_dsn) == 0
     log.queries.clear()
     post(app_client, "failing", [user("q")])  # the next request on it is not blocked
@@ -526,17 +526,17 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     # the common statements plus: divergence lookup, supersede, summary invalidation and
     # refetch (the upsert's summary may have been invalidated by the edit)
     assert statements(log) == [
-        msgs.BEGIN_STEP,  # the stored head is not a prefix of the edit: no guess
+        steps.BEGIN_STEP,  # the stored head is not a prefix of the edit: no guess
         msgs.FETCH_MATCHED_LEN,
         msgs.SUPERSEDE_FROM,
         summaries.INVALIDATE_AFTER,
         summaries.FETCHROW_LATEST,
-        msgs.APPEND,
-        msgs.RECORD_STEP,
+        writes.APPEND,
+        steps.RECORD_STEP,
     ]
-    assert [r["pos"] for r in only(log, msgs.APPEND).args[10]] == list(range(10, 30))
-    assert only(log, msgs.RECORD_STEP).args[2] == 30
-    first = only(log, msgs.APPEND)
+    assert [r["pos"] for r in only(log, writes.APPEND).args[10]] == list(range(10, 30))
+    assert only(log, steps.RECORD_STEP).args[2] == 30
+    first = only(log, writes.APPEND)
     assert [e["name"] for e in first.args[14]] == [MESSAGE_APPENDED]
     data = first.args[14][0]["data"]
     assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)

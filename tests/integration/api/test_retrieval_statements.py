@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import RETRIEVAL
 from proxy.settings import Settings
-from proxy.store import embeddings, messages as msgs
+from proxy.store import embeddings, steps, writes
 from tests.fakes.upstream import FakeUpstream, reply, tool_call
 from tests.integration.api.conftest import write_config
 from tests.integration.api.test_events import user
@@ -60,14 +60,14 @@ def test_a_new_turn_costs_the_search_and_its_event_rides_with_the_reply(
     fake_upstream.default = reply(None, tool_calls=[tool_call("sh", {}, id="t1")])
     history.append(_post(app_client, "st", history))
     assert statements(log) == [
-        msgs.BEGIN_STEP,
+        steps.BEGIN_STEP,
         embeddings.SEARCH,
-        msgs.PERSIST_STEP,  # the event alone: nothing evicted or trimmed on this step
-        msgs.RECORD_STEP,
+        writes.PERSIST_STEP,  # the event alone: nothing evicted or trimmed on this step
+        steps.RECORD_STEP,
     ]
-    persist = [q for q in log.queries if q.query == msgs.PERSIST_STEP][0]
+    persist = [q for q in log.queries if q.query == writes.PERSIST_STEP][0]
     assert RETRIEVAL in persist.args[7]  # the events' names
-    record = [q for q in log.queries if q.query == msgs.RECORD_STEP][0]
+    record = [q for q in log.queries if q.query == steps.RECORD_STEP][0]
     assert "retrieval" in json.loads(record.args[13])  # the kept answer goes with the reply
     events = column(
         db_dsn, "SELECT count(*) FROM events WHERE session_id = 'st' AND name = $1", RETRIEVAL
@@ -78,4 +78,4 @@ def test_a_new_turn_costs_the_search_and_its_event_rides_with_the_reply(
     history.append({"role": "tool", "tool_call_id": "t1", "content": "ok"})
     fake_upstream.default = reply("done")
     _post(app_client, "st", history)
-    assert statements(log) == [msgs.BEGIN_STEP, msgs.RECORD_STEP]
+    assert statements(log) == [steps.BEGIN_STEP, steps.RECORD_STEP]

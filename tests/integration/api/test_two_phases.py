@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.cascade.types import CONFIG_RELOADED, USAGE
 from proxy.settings import Settings
-from proxy.store import memory, messages as msgs
+from proxy.store import memory, steps
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_compaction import FAST, Model
@@ -179,8 +179,8 @@ def test_the_turns_blocks_ride_in_the_steps_own_statements(
     history: list[Any] = [{"role": "system", "content": "S"}, user("start")]
     answer = _post(app_client, "stmts", history)
     # the turn's first step reads the facts once; its values go with the reply
-    assert statements(log) == [msgs.BEGIN_STEP, memory.SESSION_FACTS, msgs.RECORD_STEP]
-    record = [q for q in log.queries if q.query == msgs.RECORD_STEP][0]
+    assert statements(log) == [steps.BEGIN_STEP, memory.SESSION_FACTS, steps.RECORD_STEP]
+    record = [q for q in log.queries if q.query == steps.RECORD_STEP][0]
     assert json.loads(record.args[13]) == {"memory": None, "recitation": None}
     for _ in range(3):
         call = answer["tool_calls"][0]["id"]
@@ -188,8 +188,8 @@ def test_the_turns_blocks_ride_in_the_steps_own_statements(
         log.queries.clear()
         answer = _post(app_client, "stmts", history)
         # every step of the loop: the usual two statements, the kept values left alone
-        assert statements(log) == [msgs.BEGIN_STEP, msgs.RECORD_STEP]
-        record = [q for q in log.queries if q.query == msgs.RECORD_STEP][0]
+        assert statements(log) == [steps.BEGIN_STEP, steps.RECORD_STEP]
+        record = [q for q in log.queries if q.query == steps.RECORD_STEP][0]
         assert record.args[12:14] == (None, None)
 
 

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from proxy.store.db import Connection
-from proxy.store.messages import BEGIN_STEP
+from proxy.store.steps import BEGIN_STEP
 from proxy.warmup import WARM_TENANT, open_pool, warm_connection, warm_pool
 from tests.integration.api.conftest import StartProxy
 from tests.integration.conftest import pooler_everywhere

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from proxy.history import chain
-from proxy.store import messages as msgs, sessions
+from proxy.store import messages as msgs, sessions, steps, writes
 from tests.integration.store.helpers import create_session, insert_messages, set_head
 from tests.integration.store.test_messages import HISTORY, rows_for, user
 
@@ -63,7 +63,7 @@ async def test_an_extending_step_updates_the_sessions_row_once(conn: Any) -> Non
     before = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
     async with conn.transaction():
         updated = await conn.fetchval(XACT_WRITES)
-        begun = await msgs.begin_step(conn, guess=(5, HASHES[4]), **step())
+        begun = await steps.begin_step(conn, guess=(5, HASHES[4]), **step())
         assert await conn.fetchval(XACT_WRITES) - updated == 1
     assert begun.window is not None
     row = begun.session  # its head from before this request, the rest as the step leaves it
@@ -77,7 +77,7 @@ async def test_an_extending_step_updates_the_sessions_row_once(conn: Any) -> Non
 
 async def test_a_new_model_is_recorded_with_the_head_move(conn: Any) -> None:
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=HASHES[4], system_count=1)
-    begun = await msgs.begin_step(conn, guess=(5, HASHES[4]), **step(model="m2"))
+    begun = await steps.begin_step(conn, guess=(5, HASHES[4]), **step(model="m2"))
     assert begun.window is not None and begun.session["model"] == "m2"
     assert begun.session["head_len"] == 5
     row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
@@ -88,7 +88,7 @@ async def test_a_stale_guess_takes_the_lease_and_leaves_the_head(conn: Any) -> N
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=HASHES[4], system_count=1)
     async with conn.transaction():
         updated = await conn.fetchval(XACT_WRITES)
-        begun = await msgs.begin_step(conn, guess=(4, HASHES[3]), **step())
+        begun = await steps.begin_step(conn, guess=(4, HASHES[3]), **step())
         assert await conn.fetchval(XACT_WRITES) - updated == 1
     assert begun.window is None and begun.session["head_len"] == 5
     assert await stored_head(conn) == (5, HASHES[4], 1)
@@ -112,7 +112,7 @@ async def test_a_row_replaced_while_the_step_waits_is_read_afresh(
             HASHES[4],
         )
         pid = conn.get_server_pid()
-        task = asyncio.create_task(msgs.begin_step(conn, guess=(5, HASHES[4]), **step()))
+        task = asyncio.create_task(steps.begin_step(conn, guess=(5, HASHES[4]), **step()))
         for _ in range(500):
             waiting = await other.fetchval(
                 "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
@@ -132,8 +132,8 @@ async def test_a_row_replaced_while_the_step_waits_is_read_afresh(
 async def test_the_step_functions_take_typed_scalars(conn: Any) -> None:
     """Migration 0021: the statements the store sends name the typed versions, which parse no
     json key (each ``json_to_record`` was a statement and a JSON parse per request)."""
-    assert "cascade_begin_step_v6(" in msgs.BEGIN_STEP
-    assert "cascade_append_v2(" in msgs.APPEND
+    assert "cascade_begin_step_v6(" in steps.BEGIN_STEP
+    assert "cascade_append_v2(" in writes.APPEND
     for name in ("cascade_begin_step_v6", "cascade_append_v2"):
         source = await conn.fetchval("SELECT pg_get_functiondef($1::regproc)", name)
         assert "json_to_record(" not in source and "cascade_append_v1" not in source
@@ -160,7 +160,7 @@ async def test_the_previous_versions_still_store_a_step(conn: Any) -> None:
     records = await conn.fetch(
         "SELECT * FROM cascade_begin_step_v5($1, $2, $3, $4, $5)",
         key,
-        msgs._row_objects(rows),
+        msgs.row_objects(rows),
         [r.message for r in rows],
         None,
         None,
@@ -173,7 +173,7 @@ async def test_the_previous_versions_still_store_a_step(conn: Any) -> None:
     await conn.fetch(
         "SELECT * FROM cascade_append_v1($1, $2, $3, $4, $5, $6)",
         step,
-        msgs._row_objects(rows),
+        msgs.row_objects(rows),
         [r.message for r in rows],
         None,
         None,

@@ -1,4 +1,4 @@
-"""proxy/store/messages.py against a real, migrated PostgreSQL."""
+"""proxy/store/messages.py, steps.py and writes.py against a real, migrated PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from asyncpg import introspection
 
 from proxy.history import chain
-from proxy.store import messages as msgs, raw_outputs, sessions
+from proxy.store import messages as msgs, raw_outputs, sessions, steps, writes
 from tests.integration.store.helpers import create_session, insert_messages, set_head
 
 T, S = "t-a", "s1"
@@ -142,8 +142,8 @@ async def test_fetch_messages_pages(conn: Any) -> None:
 async def test_persist_step_rewrites_evicted_prompt_forms_and_marks_rows(conn: Any) -> None:
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 7)])
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 7)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[])
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     assert rows[2]["message"] == placeholder and rows[2]["evicted_at"] is not None
     assert [r["pos"] for r in rows if r["evicted_at"] is not None] == [2]
@@ -159,7 +159,7 @@ async def test_persist_step_leaves_superseded_rows_alone(conn: Any) -> None:
     fresh = [*HISTORY[:2], {"role": "assistant", "content": "TWO"}]
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(fresh, start=2))
     placeholder = {"role": "assistant", "content": "[context-cleared] TWO"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S, include_superseded=True)
     at_two = [
         (r["message"], r["superseded_at"] is None, r["evicted_at"] is None)
@@ -206,7 +206,7 @@ async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: A
     hashes = chain(history)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history[:5]))
     seen = logged(conn)
-    old = await msgs.append_and_fetch_window(
+    old = await writes.append_and_fetch_window(
         conn,
         tenant=T,
         session_id=S,
@@ -219,7 +219,7 @@ async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: A
         from_pos=3,
     )
     await asyncio.sleep(0)  # loggers run via call_soon
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND]
+    assert [q for q in seen if not asyncpg_internal(q)] == [writes.APPEND]
     # the read sees the window's older rows only: system prefix + positions 3..4
     assert [r["pos"] for r in old] == [0, 3, 4]
     assert [r["message"] for r in old] == [HISTORY[0], *HISTORY[3:]]
@@ -231,7 +231,7 @@ async def test_append_and_fetch_window_stores_and_reads_in_one_statement(conn: A
     assert raw is not None and raw["content"] == "the whole output"
     # the next request's read: the older rows, which the raw output stored beside one of
     # them does not change
-    again = await msgs.append_and_fetch_window(
+    again = await writes.append_and_fetch_window(
         conn,
         tenant=T,
         session_id=S,
@@ -260,7 +260,7 @@ async def test_append_and_fetch_window_serves_the_newest_raw_output_keeps_the_ol
     conn: Any,
 ) -> None:
     first = [("c1", "first", 5, False)]
-    await msgs.append_and_fetch_window(
+    await writes.append_and_fetch_window(
         conn,
         tenant=T,
         session_id=S,
@@ -272,7 +272,7 @@ async def test_append_and_fetch_window_serves_the_newest_raw_output_keeps_the_ol
         old_len=0,
         from_pos=0,
     )
-    await msgs.append_and_fetch_window(
+    await writes.append_and_fetch_window(
         conn,
         tenant=T,
         session_id=S,
@@ -299,7 +299,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
     hashes = chain(HISTORY)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY[:4]))
     await set_head(conn, tenant=T, session_id=S, head_len=4, head_hash=hashes[3], system_count=1)
-    await msgs.persist_step(conn, tenant=T, session_id=S, reclaimed=12)
+    await writes.persist_step(conn, tenant=T, session_id=S, reclaimed=12)
     reply = msgs.NewMessage(
         pos=4, hash=hashes[4], role="assistant", message=HISTORY[4], tokens=9, source="upstream"
     )
@@ -312,7 +312,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
         owner,
     )
     seen = logged(conn)
-    stored = await msgs.record_step(
+    stored = await steps.record_step(
         conn,
         tenant=T,
         session_id=S,
@@ -323,7 +323,7 @@ async def test_record_step_stores_reply_head_and_usage_in_one_statement(conn: An
         owner=owner,
     )
     await asyncio.sleep(0)
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.RECORD_STEP]
+    assert [q for q in seen if not asyncpg_internal(q)] == [steps.RECORD_STEP]
     assert stored is True
     lease = "SELECT lease_owner, lease_expires FROM sessions WHERE tenant = $1 AND id = $2"
     assert tuple(await conn.fetchrow(lease, T, S)) == (None, None)
@@ -338,7 +338,7 @@ async def test_record_step_without_a_reply_records_usage_only(conn: Any) -> None
     hashes = chain(HISTORY)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[-1], system_count=1)
-    stored = await msgs.record_step(
+    stored = await steps.record_step(
         conn,
         tenant=T,
         session_id=S,
@@ -373,7 +373,7 @@ async def test_only_the_last_statement_of_a_request_waits_for_the_wal_flush(conn
     await conn.execute("SET synchronous_commit = on")  # the test server runs with it off
 
     async def append() -> None:
-        await msgs.append_and_fetch_window(
+        await writes.append_and_fetch_window(
             conn,
             tenant=T,
             session_id=S,
@@ -387,12 +387,12 @@ async def test_only_the_last_statement_of_a_request_waits_for_the_wal_flush(conn
         )
 
     async def record() -> None:
-        await msgs.record_step(
+        await steps.record_step(
             conn, tenant=T, session_id=S, reply=None, prompt_tokens=1, estimate=1, calibration=1.0
         )
 
     async def begin() -> None:  # the same append, in the statement that takes the lock
-        begun = await msgs.begin_step(
+        begun = await steps.begin_step(
             conn,
             tenant=T,
             session_id=S,
@@ -439,15 +439,15 @@ async def test_begin_step_appends_only_on_the_stored_head_it_was_told(conn: Any)
     }
     events_before = await conn.fetchval("SELECT count(*) FROM events")
 
-    stale = await msgs.begin_step(conn, guess=(4, hashes[3]), **step)
+    stale = await steps.begin_step(conn, guess=(4, hashes[3]), **step)
     assert stale.window is None and stale.session["head_len"] == 5
     assert len(await msgs.fetch_messages(conn, tenant=T, session_id=S)) == 5
     assert await conn.fetchval("SELECT count(*) FROM events") == events_before
 
     seen = logged(conn)
-    begun = await msgs.begin_step(conn, guess=(5, hashes[4]), **step)
+    begun = await steps.begin_step(conn, guess=(5, hashes[4]), **step)
     await asyncio.sleep(0)
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.BEGIN_STEP]
+    assert [q for q in seen if not asyncpg_internal(q)] == [steps.BEGIN_STEP]
     assert begun.session["head_len"] == 5  # the row as it was before this request
     assert begun.window is not None
     assert [(r["pos"], r["message"]) for r in begun.window] == [
@@ -474,7 +474,7 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
     await insert_messages(conn, tenant=T, session_id=S, rows=rows)
     await set_head(conn, tenant=T, session_id=S, head_len=5, head_hash=hashes[4], system_count=1)
     placeholder = {"role": "user", "content": "[context-cleared] four"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(4, placeholder, 3)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(4, placeholder, 3)])
     step = {
         "owner": OWNER,
         "tenant": T,
@@ -486,7 +486,9 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
         "system_count": 1,
     }
 
-    begun = await msgs.begin_step(conn, guess=(5, hashes[4]), rows=rows_for(history[:6], 5), **step)
+    begun = await steps.begin_step(
+        conn, guess=(5, hashes[4]), rows=rows_for(history[:6], 5), **step
+    )
     assert begun.window is not None
     read = [(r["pos"], r["message"], r["verbatim"]) for r in begun.window]
     assert read == [
@@ -497,7 +499,7 @@ async def test_window_reads_leave_out_the_bodies_of_verbatim_rows(conn: Any) -> 
         (4, placeholder, False),
     ]
 
-    appended = await msgs.append_and_fetch_window(
+    appended = await writes.append_and_fetch_window(
         conn,
         tenant=T,
         session_id=S,
@@ -564,7 +566,7 @@ async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any)
 
     await conn.add_listener("cascade_events", heard)
     seen = logged(conn)
-    await msgs.persist_step(
+    await writes.persist_step(
         conn,
         tenant=T,
         session_id=S,
@@ -575,7 +577,7 @@ async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any)
         transient=['{"x": 1}'],
     )
     await asyncio.sleep(0)  # loggers run via call_soon
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.PERSIST_STEP]
+    assert [q for q in seen if not asyncpg_internal(q)] == [writes.PERSIST_STEP]
     rows = await msgs.fetch_messages(conn, tenant=T, session_id=S)
     marks = [(r["pos"], r["evicted_at"] is not None, r["trimmed_at"] is not None) for r in rows]
     # position 2 was both evicted and trimmed: both changes land, not one of them
@@ -606,7 +608,7 @@ async def test_persist_step_stores_a_steps_decisions_in_one_statement(conn: Any)
 
 async def test_persist_step_with_nothing_to_store_sends_nothing(conn: Any) -> None:
     seen = logged(conn)
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[], trimmed=[], reclaimed=0)
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[], trimmed=[], reclaimed=0)
     await conn.execute("SELECT 1")
     await asyncio.sleep(0)
     assert [q for q in seen if not asyncpg_internal(q)] == ["SELECT 1"]
@@ -633,7 +635,7 @@ TOOL_HISTORY = [
 async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn: Any) -> None:
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     stored = await conn.fetchrow(
         "SELECT message, placeholder FROM messages WHERE tenant = $1 AND session_id = $2"
         " AND pos = 2",
@@ -666,7 +668,7 @@ async def test_an_evicted_row_keeps_its_body_and_read_tool_output_pages_it(conn:
 async def test_a_branch_keeps_evicted_bodies_and_placeholders(conn: Any) -> None:
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(TOOL_HISTORY))
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     await sessions.copy_session(conn, tenant=T, source=S, target="copy")
     window = await msgs.fetch_window(conn, tenant=T, session_id="copy", system_count=0, from_pos=0)
     assert window[2]["message"] == placeholder
@@ -683,12 +685,12 @@ async def test_a_spilled_output_wins_and_a_redacted_evicted_row_is_never_paged(
     rows[2] = replace(rows[2], redacted=True)
     await insert_messages(conn, tenant=T, session_id=S, rows=rows)
     placeholder = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] f"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     assert (
         await raw_outputs.fetchrow_raw_output(conn, tenant=T, session_id=S, tool_call_id="c1")
         is None
     )
-    await msgs.append_and_fetch_window(
+    await writes.append_and_fetch_window(
         conn,
         tenant=T,
         session_id=S,
@@ -713,7 +715,7 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
     is the newer), and a spill written after it wins again."""
 
     async def spill(text: str) -> None:
-        await msgs.append_and_fetch_window(
+        await writes.append_and_fetch_window(
             conn,
             tenant=T,
             session_id=S,
@@ -741,7 +743,7 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
     assert await served() == "turn one, whole"  # turn five's row is live: nothing to serve
     placeholder = {"role": "tool", "tool_call_id": "c0", "content": "[context-cleared]"}
-    await msgs.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
+    await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     assert await served() == "turn five"
     await spill("turn seven, whole")
     assert await served() == "turn seven, whole"
@@ -755,16 +757,16 @@ async def test_write_step_is_one_statement_with_or_without_new_rows(conn: Any) -
     placeholder = {"role": "assistant", "content": "[context-cleared] two"}
     rows = rows_for(HISTORY)
     head = (len(HISTORY), rows[-1].hash, 1)
-    await msgs.write_step(
+    await writes.write_step(
         conn,
         tenant=T,
         session_id=S,
-        w=msgs.StepWrite(rows=rows, head=head, evicted=[(2, placeholder, 3)], reclaimed=5),
+        w=writes.StepWrite(rows=rows, head=head, evicted=[(2, placeholder, 3)], reclaimed=5),
     )
-    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite(trimmed=[1]))
-    await msgs.write_step(conn, tenant=T, session_id=S, w=msgs.StepWrite())
+    await writes.write_step(conn, tenant=T, session_id=S, w=writes.StepWrite(trimmed=[1]))
+    await writes.write_step(conn, tenant=T, session_id=S, w=writes.StepWrite())
     await asyncio.sleep(0)  # loggers run via call_soon
-    assert [q for q in seen if not asyncpg_internal(q)] == [msgs.APPEND, msgs.PERSIST_STEP]
+    assert [q for q in seen if not asyncpg_internal(q)] == [writes.APPEND, writes.PERSIST_STEP]
     stored = await conn.fetch(
         "SELECT pos, placeholder::text, trimmed_at IS NOT NULL AS trimmed FROM messages"
         " WHERE session_id = $1 ORDER BY pos",

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from proxy.jsonio import dumps
-from proxy.store import events, messages as msgs, nul, sessions, summaries
+from proxy.store import events, messages as msgs, nul, sessions, steps, summaries, writes
 from tests.integration.store.test_summaries import S, T, store, summarise
 
 OWNER = uuid.UUID(int=1)
@@ -21,7 +21,7 @@ OWNER = uuid.UUID(int=1)
 @pytest.fixture
 async def conn(pool: asyncpg.Pool) -> Any:
     async with pool.acquire() as c:
-        await msgs.begin_step(c, tenant=T, session_id=S, agent="default", model="m", owner=OWNER)
+        await steps.begin_step(c, tenant=T, session_id=S, agent="default", model="m", owner=OWNER)
         yield c
 
 
@@ -48,7 +48,7 @@ async def test_an_event_with_nul_strings_round_trips(conn: Any) -> None:
 
 
 async def test_a_model_name_with_nul_round_trips(conn: Any) -> None:
-    await msgs.begin_step(
+    await steps.begin_step(
         conn, tenant=T, session_id=S, agent="default", model="m\x00odel", owner=OWNER
     )
     row = await sessions.fetchrow_session(conn, tenant=T, session_id=S)
@@ -63,7 +63,7 @@ async def test_a_step_with_nul_reaches_every_table_as_sent(conn: Any) -> None:
     strings come back as they were."""
     message = {"role": "tool", "z": "a\x00b", "content": "\uffffx \u2028", "a": [1, {"y": 0}]}
     event = {"tool_call_id": "c\x00", "k\x00": ["v\x00"]}
-    begun = await msgs.begin_step(
+    begun = await steps.begin_step(
         conn,
         tenant=T,
         session_id=S,
@@ -124,11 +124,11 @@ async def test_a_new_sessions_step_with_nul_reaches_every_table_as_sent(conn: An
         msgs.NewMessage(0, "h0", "user", {"role": "user", "content": "q\x00"}, verbatim=True),
         msgs.NewMessage(1, "h1", "tool", message, tool_call_id="c\x00", tokens=9, verbatim=True),
     ]
-    await msgs.write_step(
+    await writes.write_step(
         conn,
         tenant=T,
         session_id=S,
-        w=msgs.StepWrite(
+        w=writes.StepWrite(
             rows=rows,
             raw=[(nul.encode("c\x00"), nul.encode("out\x00put"), 7, False)],
             head=(2, "h1", 0),

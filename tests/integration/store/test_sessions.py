@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from proxy.cascade.types import Spill
-from proxy.store import leases, messages as msgs, raw_outputs, sessions, summaries
+from proxy.store import leases, messages as msgs, raw_outputs, sessions, steps, summaries, writes
 from proxy.store.leases import SessionBusy
 from tests.integration.store.helpers import create_session, insert_messages, set_head
 
@@ -35,7 +35,7 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         system_count=0,
     )
     spill = Spill(tool_call_id="call_1", text="raw text")
-    await msgs.append_and_fetch_window(
+    await writes.append_and_fetch_window(
         conn,
         tenant=tenant,
         session_id=session_id,
@@ -58,7 +58,7 @@ async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 
         tokens=1,
         model="fast",
     )
-    await msgs.persist_step(
+    await writes.persist_step(
         conn, tenant=tenant, session_id=session_id, events=(["context.usage"], [{"x": 1}])
     )
 
@@ -76,10 +76,10 @@ async def test_begin_step_creates_then_touches(pool: asyncpg.Pool) -> None:
     model without touching its head."""
     async with pool.acquire() as conn:
         begin = {"tenant": T, "session_id": "s", "owner": A}
-        first = (await msgs.begin_step(conn, agent="a", model="m1", **begin)).session
+        first = (await steps.begin_step(conn, agent="a", model="m1", **begin)).session
         assert (first["head_len"], first["head_hash"], first["calibration"]) == (0, None, 1.0)
         await set_head(conn, tenant=T, session_id="s", head_len=4, head_hash="x", system_count=1)
-        again = (await msgs.begin_step(conn, agent="b", model="m2", **begin)).session
+        again = (await steps.begin_step(conn, agent="b", model="m2", **begin)).session
         assert (again["head_len"], again["head_hash"], again["system_count"]) == (4, "x", 1)
         assert (again["agent"], again["model"]) == ("b", "m2")
         when = datetime.fromisoformat
@@ -113,7 +113,7 @@ async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> Non
 
 async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     await create_session(pool, tenant=T, session_id="s", agent="a", model="m")
-    await msgs.record_step(
+    await steps.record_step(
         pool,
         tenant=T,
         session_id="s",
@@ -123,14 +123,14 @@ async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
         calibration=0.9,
     )
     for tokens, total in ((50, 50), (25, 75), (0, 75)):
-        await msgs.persist_step(pool, tenant=T, session_id="s", reclaimed=tokens)
+        await writes.persist_step(pool, tenant=T, session_id="s", reclaimed=tokens)
         row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
         assert row is not None and row["reclaimed_tokens"] == total
     row = await sessions.fetchrow_session(pool, tenant=T, session_id="s")
     assert row is not None
     assert (row["last_prompt_tokens"], row["last_estimate"], row["calibration"]) == (900, 1000, 0.9)
     assert row["reclaimed_tokens"] == 75
-    await msgs.record_step(
+    await steps.record_step(
         pool,
         tenant=T,
         session_id="s",
@@ -144,7 +144,7 @@ async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
 
 
 async def test_reclaimed_tokens_of_a_missing_session_create_nothing(pool: asyncpg.Pool) -> None:
-    await msgs.persist_step(pool, tenant=T, session_id="ghost", reclaimed=5)
+    await writes.persist_step(pool, tenant=T, session_id="ghost", reclaimed=5)
     assert await sessions.fetchrow_session(pool, tenant=T, session_id="ghost") is None
 
 
@@ -168,7 +168,7 @@ async def test_delete_cascades_to_everything_the_session_owns(pool: asyncpg.Pool
 
 async def test_reset_forgets_history_but_keeps_session_and_events(pool: asyncpg.Pool) -> None:
     await make_session(pool, "s")
-    await msgs.record_step(
+    await steps.record_step(
         pool,
         tenant=T,
         session_id="s",
@@ -237,14 +237,14 @@ async def test_begin_step_takes_the_lease_and_a_held_one_is_busy(pool: asyncpg.P
     says busy, holding nothing; once the holder's last statement released it, the next
     begin takes it and reads what that statement committed (a fresh snapshot per statement,
     migration 0015)."""
-    first = await msgs.begin_step(pool, tenant=T, session_id="s", agent="a", model="m", owner=A)
+    first = await steps.begin_step(pool, tenant=T, session_id="s", agent="a", model="m", owner=A)
     assert first.session["summary_version"] is None and first.session["head_len"] == 0
     assert tuple(await pool.fetchrow(LEASE, "s")) == (A, True)
     # another session (or tenant) is free
     for tenant, sid in ((T, "other"), ("t-b", "s")):
-        await msgs.begin_step(pool, tenant=tenant, session_id=sid, agent="a", model="m", owner=B)
+        await steps.begin_step(pool, tenant=tenant, session_id=sid, agent="a", model="m", owner=B)
     with pytest.raises(SessionBusy):
-        await msgs.begin_step(
+        await steps.begin_step(
             pool, tenant=T, session_id="s", agent="a", model="m2", owner=B, guess=(0, None),
             rows=[msgs.NewMessage(pos=0, hash="h0", role="user", message={"role": "user"})],
             head_len=1, head_hash="h0",
@@ -252,7 +252,7 @@ async def test_begin_step_takes_the_lease_and_a_held_one_is_busy(pool: asyncpg.P
     assert (await sessions.fetchrow_session(pool, tenant=T, session_id="s") or {})["model"] == "m"
     assert await pool.fetchval("SELECT count(*) FROM messages WHERE session_id = 's'") == 0
     # the holder's own replica takes it back at once (its queue lets one request through)
-    await msgs.begin_step(pool, tenant=T, session_id="s", agent="a", model="m", owner=A)
+    await steps.begin_step(pool, tenant=T, session_id="s", agent="a", model="m", owner=A)
     await summaries.insert_summary(
         pool,
         tenant=T,
@@ -263,7 +263,7 @@ async def test_begin_step_takes_the_lease_and_a_held_one_is_busy(pool: asyncpg.P
         tokens=1,
         model="m",
     )
-    assert await msgs.record_step(
+    assert await steps.record_step(
         pool,
         tenant=T,
         session_id="s",
@@ -275,7 +275,7 @@ async def test_begin_step_takes_the_lease_and_a_held_one_is_busy(pool: asyncpg.P
     )
     assert tuple(await pool.fetchrow(LEASE, "s")) == (None, None)
     row = (
-        await msgs.begin_step(pool, tenant=T, session_id="s", agent="a", model="m2", owner=B)
+        await steps.begin_step(pool, tenant=T, session_id="s", agent="a", model="m2", owner=B)
     ).session
     assert (row["summary_version"], row["summary_content"]) == (1, "folded")
     assert (row["last_prompt_tokens"], row["model"]) == (7, "m2")
@@ -286,21 +286,21 @@ async def test_an_expired_lease_is_taken_and_its_late_holder_stores_nothing(
 ) -> None:
     """A holder that stopped renewing (its replica died) loses the session once the lease
     expires; should it come back, its last statement stores neither reply nor head."""
-    await msgs.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=A, ttl=0.3)
+    await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=A, ttl=0.3)
     with pytest.raises(SessionBusy):
-        await msgs.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
+        await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
     await asyncio.sleep(0.4)
-    await msgs.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
+    await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
     reply = msgs.NewMessage(pos=0, hash="h0", role="assistant", message={"role": "assistant"})
     late = {"reply": reply, "prompt_tokens": 1, "estimate": 1, "calibration": 1.0}
-    assert not await msgs.record_step(pool, tenant=T, session_id="x", owner=A, **late)
+    assert not await steps.record_step(pool, tenant=T, session_id="x", owner=A, **late)
     assert await pool.fetchval("SELECT count(*) FROM messages WHERE session_id = 'x'") == 0
     assert tuple(await pool.fetchrow(LEASE, "x")) == (B, True)
 
 
 async def test_renewal_pushes_only_the_owners_leases(pool: asyncpg.Pool) -> None:
     for sid, owner in (("r1", A), ("r2", B)):
-        await msgs.begin_step(pool, tenant=T, session_id=sid, agent="a", model="m", owner=owner)
+        await steps.begin_step(pool, tenant=T, session_id=sid, agent="a", model="m", owner=owner)
     expiry = "SELECT lease_expires FROM sessions WHERE id = $1"
     before = {sid: await pool.fetchval(expiry, sid) for sid in ("r1", "r2")}
     await leases.renew_leases(pool, keys=[(T, "r1"), (T, "r2")], owner=A, ttl=60)
@@ -331,7 +331,7 @@ async def test_reset_waits_for_the_lease_then_holds_the_row(pool: asyncpg.Pool) 
     """The session API's operations wait while a request holds the lease, holding no
     connection, and a request's first statement waits for theirs."""
     await make_session(pool, "busy")
-    await msgs.begin_step(pool, tenant=T, session_id="busy", agent="a", model="m", owner=A)
+    await steps.begin_step(pool, tenant=T, session_id="busy", agent="a", model="m", owner=A)
     reset = asyncio.ensure_future(sessions.reset_session(pool, tenant=T, session_id="busy"))
     await asyncio.sleep(0.3)
     assert not reset.done()
@@ -354,7 +354,7 @@ async def test_begin_step_writes_the_lease_without_waiting_for_a_flush(
             await tx.start()
             try:
                 row = (
-                    await msgs.begin_step(
+                    await steps.begin_step(
                         c, tenant=T, session_id="w", agent="a", model=model, owner=A
                     )
                 ).session
@@ -378,10 +378,10 @@ async def test_record_step_hands_the_lease_on_only_at_commit(pool: asyncpg.Pool)
     the step that released it, or it would plan its append on a stale head: its first
     statement waits for the row."""
     async with pool.acquire() as a, pool.acquire() as b:
-        await msgs.begin_step(a, tenant=T, session_id="h", agent="a", model="m", owner=A)
+        await steps.begin_step(a, tenant=T, session_id="h", agent="a", model="m", owner=A)
         tx = a.transaction()
         await tx.start()
-        assert await msgs.record_step(
+        assert await steps.record_step(
             a,
             tenant=T,
             session_id="h",
@@ -392,7 +392,7 @@ async def test_record_step_hands_the_lease_on_only_at_commit(pool: asyncpg.Pool)
             owner=A,
         )
         waiter = asyncio.ensure_future(
-            msgs.begin_step(b, tenant=T, session_id="h", agent="a", model="m", owner=B)
+            steps.begin_step(b, tenant=T, session_id="h", agent="a", model="m", owner=B)
         )
         await asyncio.sleep(0.2)
         assert not waiter.done()  # released, but not yet committed

@@ -17,12 +17,12 @@ import asyncpg
 import pytest
 
 from proxy.cascade.tokens import MemoCounter, message_cost
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.history import chain
 from proxy.services import incoming
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs, summaries
+from proxy.store import messages as msgs, steps, summaries, writes
 from tests.integration.store.helpers import create_session, insert_messages
 from tests.integration.store.test_messages import OWNER, asyncpg_internal
 
@@ -219,7 +219,7 @@ async def test_a_request_after_a_compaction_reads_only_the_window(conn: Any) -> 
     # the same statements, whatever the length of the history: the upsert brings the
     # latest valid summary, one more stores the new message and reads the window …
     assert long.statements == short.statements
-    assert short.statements == [msgs.BEGIN_STEP, msgs.APPEND]
+    assert short.statements == [steps.BEGIN_STEP, writes.APPEND]
     # … and the rows they return are the window, not the history
     assert long.rows == short.rows
     assert long.rows < 40
@@ -359,7 +359,7 @@ async def test_the_append_statement_touches_only_window_rows_in_the_database(
         await tx.start()
         try:  # undo the writes: each call appends the same message
             before = await _reads(conn)
-            got = await msgs.append_and_fetch_window(
+            got = await writes.append_and_fetch_window(
                 conn,
                 tenant=T,
                 session_id=S,

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from proxy.cascade.eviction import MISS_RATIO, PLACEHOLDER_PREFIX, evict
 from proxy.cascade.rounds import protected_from
 from proxy.cascade.types import EVICTED, READ_TOOL_OUTPUT, Budget, StageResult
-from proxy.config import EvictionConfig
+from proxy.config_context import EvictionConfig
 from tests.unit.cascade.builders import assistant_calls, conversation, count, tool, user
 
 HOT = Budget(limit=10_000, reserved_output=0, occupancy=6_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from proxy.cascade.handoff import handoff_step
 from proxy.cascade.pressure import Pressure
 from proxy.cascade.types import HANDOFF_SUGGESTED
-from proxy.config import HandoffConfig
+from proxy.config_context import HandoffConfig
 
 ON = HandoffConfig(enabled=True, at_fraction=0.8)
 

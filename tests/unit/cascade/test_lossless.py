@@ -19,7 +19,7 @@ from proxy.cascade.lossless import (
 from proxy.cascade.pipeline import EARLIER_RESULTS, EarlierResults, earlier_results, ingest
 from proxy.cascade.truncation import truncate_tool_result
 from proxy.cascade.types import TRUNCATED
-from proxy.config import ContextConfig, RedactionConfig, ToolOutputConfig
+from proxy.config_context import ContextConfig, RedactionConfig, ToolOutputConfig
 from tests.unit.cascade.builders import tool
 
 CFG = ToolOutputConfig(max_chars=24_000)

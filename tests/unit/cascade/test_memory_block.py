@@ -7,7 +7,7 @@ from dataclasses import replace
 from proxy.cascade.memory_block import MEMORY_MAX_TOKENS, MemoryNeed, render_memory
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.types import Budget, Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import count, system, user
 
 

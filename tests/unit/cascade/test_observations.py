@@ -14,7 +14,7 @@ from proxy.cascade.pipeline import assemble
 from proxy.cascade.rounds import group_rounds
 from proxy.cascade.step import StepInput
 from proxy.cascade.types import Budget
-from proxy.config import ContextConfig, EvictionConfig
+from proxy.config_context import ContextConfig, EvictionConfig
 from tests.unit.cascade.builders import assistant, count, system, user
 
 PREFIXES = ("Observation:",)

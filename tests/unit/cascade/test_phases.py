@@ -12,7 +12,7 @@ from proxy.cascade.phases import as_kept, turn_start
 from proxy.cascade.pipeline import STAGES, assemble, plan_step
 from proxy.cascade.step import Stage, StageFn, StepInput
 from proxy.cascade.types import Budget, Message, StageResult
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import (
     assistant,
     assistant_calls,

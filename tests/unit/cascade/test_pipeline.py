@@ -14,7 +14,7 @@ from proxy.cascade.pipeline import (
 )
 from proxy.cascade.tokens import effective_input_tokens
 from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded, StageResult
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import (
     assistant,
     assistant_calls,

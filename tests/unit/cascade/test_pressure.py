@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.cascade.pressure import CompactionNeed, Pressure, compaction_need
-from proxy.config import SummarizeConfig
+from proxy.config_context import SummarizeConfig
 
 CFG = SummarizeConfig()  # soft 0.6, hard 0.9
 

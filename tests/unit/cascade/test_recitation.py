@@ -9,7 +9,7 @@ from proxy.cascade.pipeline import assemble
 from proxy.cascade.recitation import plan_block, recite
 from proxy.cascade.step import StepInput
 from proxy.cascade.types import Budget
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import (
     assistant,
     assistant_calls,

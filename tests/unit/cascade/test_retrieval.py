@@ -18,7 +18,7 @@ from proxy.cascade.retrieval import (
     splice_related_context,
 )
 from proxy.cascade.types import RETRIEVAL, Budget, Message
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import count, system, user
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}

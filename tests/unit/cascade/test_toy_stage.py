@@ -21,7 +21,7 @@ from proxy.cascade.pipeline import STAGES, StepInput, assemble, plan_step
 from proxy.cascade.step import Stage
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Budget, Event, Marks, Message, StageResult
-from proxy.config import ContextConfig
+from proxy.config_context import ContextConfig
 from proxy.services.needs import FULFILLERS, fulfil
 from proxy.session_id import SessionKey
 from tests.unit.cascade.summary_builders import count, system, user

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from proxy.cascade.truncation import cap_utf8, page_raw_output, truncate_tool_result
 from proxy.cascade.types import TRUNCATED
-from proxy.config import RedactionConfig, ToolOutputConfig
+from proxy.config_context import RedactionConfig, ToolOutputConfig
 from tests.unit.cascade.builders import tool, user
 
 CFG = ToolOutputConfig(max_chars=1000)

@@ -1,0 +1,150 @@
+"""config/agents.json, its ``context`` section: the blocks that steer the cascade's stages.
+
+The section is the file's top-level ``context`` and each agent's ``agents.<name>.context``
+(merged over it key by key, ``config.parse_config``). Its blocks are all the pure core
+reads of the config, so the core imports this module and never the loader in ``config.py``.
+The defaults carry the reasons they were chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "Block",
+    "ContextConfig",
+    "ToolOutputConfig",
+    "ObservationsConfig",
+    "RedactionConfig",
+    "EvictionConfig",
+    "SummarizeConfig",
+    "RecitationConfig",
+    "RetrievalConfig",
+    "MemoryPromotionConfig",
+    "HandoffConfig",
+]
+
+
+class Block(BaseModel):
+    """A block of agents.json: camelCase keys in the file, snake_case in Python; unknown keys
+    rejected, so a typo shows up as ``config.rejected`` instead of silently doing nothing."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ToolOutputConfig(Block):
+    max_chars: int = Field(default=24_000, ge=200)
+    persist_raw: bool = True
+    raw_cap_bytes: int = Field(default=8_388_608, gt=0)
+    compact: bool = True
+    compact_min_saving: float = Field(default=0.2, ge=0, le=1)
+    """The lossless ingest stage rewrites a result only when that saves at least this share
+    of its characters, marker included: a smaller saving does not pay for a text the model
+    must read in an unfamiliar form (pretty-printed JSON saves 25-50%, so it passes)."""
+
+
+class ObservationsConfig(Block):
+    """Tool observations that text-action agents send as user messages (``observations.py``):
+    a user message after an assistant message that starts with one of these is managed like
+    a tool result once it is no longer the latest message. Empty turns it off."""
+
+    user_prefixes: tuple[str, ...] = ("Observation:",)
+
+
+class RedactionConfig(Block):
+    enabled: bool = True
+    patterns: tuple[str, ...] = ()
+    default_patterns: bool = True
+
+
+class EvictionConfig(Block):
+    """Defaults tuned on the replay bench (``python -m bench.replay``, cache-weighted cost;
+    the figures are in docs/perf.md).
+
+    Every prompt token costs 0.1 while it stays in the cached prefix and 1.0 once something
+    before it changes, so the per-step bill is ~0.1 x the prompt plus the misses. Evicting
+    early keeps the prompt small, and one pass costs little as long as it reclaims more than
+    it re-bills (the pure ``evict`` refuses passes that reclaim less than the suffix they
+    turn into misses), so the trigger is low: ``atFraction`` 0.25. Two protected rounds keep
+    the result the model is acting on plus one before it; a third keeps several thousand
+    tokens more on every step. ``clearAtLeast`` 2000 batches small passes; larger values
+    leave big results in the prompt for longer.
+    """
+
+    enabled: bool = True
+    at_fraction: float = Field(default=0.25, gt=0, le=1)
+    keep_recent_rounds: int = Field(default=2, ge=0)
+    clear_at_least: int = Field(default=2000, ge=0)
+    min_result_tokens: int = Field(default=200, ge=0)
+    exclude_tools: tuple[str, ...] = ()
+
+
+class SummarizeConfig(Block):
+    """Defaults tuned on the replay bench together with :class:`EvictionConfig`.
+
+    A compaction re-bills the whole prompt after the first user message, so it should be rare
+    and leave little behind. ``keepRecent`` 4 (two tool rounds) matches the two rounds that
+    eviction protects: keeping more lets eviction clear the oldest kept rounds on the very
+    next step, a second full miss. ``softFraction`` 0.6 starts the fold early enough in long
+    text-heavy sessions whose results are too small to evict; the pure ``plan_compaction``
+    refuses spans smaller than half the kept tail, which stops the fold-one-round-per-step
+    loop a low soft threshold would otherwise cause.
+    """
+
+    enabled: bool = True
+    background: bool = True
+    soft_fraction: float = Field(default=0.6, gt=0, le=1)
+    hard_fraction: float = Field(default=0.9, gt=0, le=1)
+    keep_recent: int = Field(default=4, ge=0)
+    reflect_tokens: int = Field(default=4000, gt=0)
+    max_attempts: int = Field(default=3, ge=1, le=3)
+    ledger_cap: int = Field(default=64, ge=0)
+    """At most this many identifiers of a folded span (newest first) are appended under
+    ``## Files & State`` when the model's summary left them out (``cascade/ledger.py``)."""
+
+    @model_validator(mode="after")
+    def _soft_below_hard(self) -> SummarizeConfig:
+        if self.soft_fraction > self.hard_fraction:
+            raise ValueError("summarize.softFraction must not exceed summarize.hardFraction")
+        return self
+
+
+class RecitationConfig(Block):
+    enabled: bool = False
+
+
+class RetrievalConfig(Block):
+    """``timeoutMs`` bounds the wait for the new turn's query embedding: past it the turn goes
+    out without the block (a silent no-op, reported in ``context.retrieval``)."""
+
+    enabled: bool = False
+    min_score: float = Field(default=0.35, ge=-1, le=1)
+    max_results: int = Field(default=4, ge=0, le=50)
+    snippet_chars: int = Field(default=1200, gt=0)
+    timeout_ms: int = Field(default=300, gt=0, le=60_000)
+
+
+class MemoryPromotionConfig(Block):
+    mode: Literal["off", "suggest", "auto"] = "off"
+
+
+class HandoffConfig(Block):
+    enabled: bool = False
+    at_fraction: float = Field(default=0.9, gt=0, le=1)
+
+
+class ContextConfig(Block):
+    tool_output: ToolOutputConfig = ToolOutputConfig()
+    redaction: RedactionConfig = RedactionConfig()
+    observations: ObservationsConfig = ObservationsConfig()
+    eviction: EvictionConfig = EvictionConfig()
+    summarize: SummarizeConfig = SummarizeConfig()
+    recitation: RecitationConfig = RecitationConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    memory_promotion: MemoryPromotionConfig = MemoryPromotionConfig()
+    handoff: HandoffConfig = HandoffConfig()

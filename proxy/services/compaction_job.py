@@ -1,0 +1,125 @@
+"""A compaction's job, and the summary call it makes to the agent's fast model.
+
+``job_for`` resolves, once per compaction, what the work needs from the config: the provider
+and fast model to ask, the fast model's window, the ``summarize`` block, the client's
+authorization header (the only one forwarded), and the memory promotion settings.
+
+``summarise`` asks the fast model for the briefing of a planned span: the prompt is cut to
+the fast model's own window, an unusable answer is retried (at most ``summarize.maxAttempts``
+calls, ≤ 3) and then reported as :class:`SummaryCallError`, and a briefing grown past
+``reflectTokens`` gets one reflection pass, kept only if it parses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.cascade.briefing import parse_briefing
+from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
+from proxy.cascade.types import CompactionPlan, TokenCounter
+from proxy.config import Config, ModelConfig, ProviderConfig
+from proxy.config_context import SummarizeConfig
+from proxy.services.fastmodel import ask_fast_model
+from proxy.services.memory import patterns_for, scope_of_agent
+from proxy.upstream import Upstream
+
+__all__ = ["CompactionJob", "job_for", "SummaryCallError", "summarise"]
+
+log = logging.getLogger("cascade.compaction")
+_SUMMARY_OUTPUT_TOKENS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionJob:
+    tenant: str
+    session_id: str
+    provider: ProviderConfig
+    fast_model: str
+    fast_limits: ModelConfig
+    cfg: SummarizeConfig
+    headers: Mapping[str, str]
+    trigger: str
+    promotion: str = "off"  # context.memoryPromotion.mode (services/promotion.py)
+    memory_scope: str = "global"
+    memory_patterns: tuple[re.Pattern[str], ...] = ()
+
+
+def job_for(
+    cfg: Config,
+    *,
+    tenant: str,
+    session_id: str,
+    agent: str,
+    model: str,
+    headers: Mapping[str, str],
+    trigger: str,
+) -> CompactionJob:
+    agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
+    fast = agent_cfg.fast_model or model
+    scope = scope_of_agent(cfg, agent)
+    return CompactionJob(
+        tenant=tenant,
+        session_id=session_id,
+        provider=cfg.providers[agent_cfg.provider],
+        fast_model=fast,
+        fast_limits=cfg.model_limits(fast),
+        cfg=cfg.context_for(agent).summarize,
+        headers={k: v for k, v in headers.items() if k.lower() == "authorization"},
+        trigger=trigger,
+        promotion=cfg.context_for(agent).memory_promotion.mode,
+        memory_scope=scope,
+        memory_patterns=tuple(patterns_for(cfg, scope)),
+    )
+
+
+class SummaryCallError(RuntimeError):
+    """The fast model could not produce a usable briefing."""
+
+
+async def summarise(
+    upstream: Upstream, job: CompactionJob, plan: CompactionPlan, *, count: TokenCounter
+) -> str:
+    """The briefing of ``plan``'s span, folded onto its previous summary; raises
+    :class:`SummaryCallError` when every attempt failed."""
+    budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
+    prompt = build_prompt(plan, max_input_tokens=budget, count=count)
+    text = await _call(upstream, job, prompt)
+    content = parse_briefing(text, previous=plan.previous)
+    if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
+        reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
+        with contextlib.suppress(SummaryCallError, ValueError):
+            content = parse_briefing(await _call(upstream, job, reflect), previous=content)
+    return content
+
+
+async def _call(upstream: Upstream, job: CompactionJob, prompt: list[Any]) -> str:
+    """One fast-model call with bounded retries; returns text with the five sections."""
+    last = "no attempt made"
+    for attempt in range(job.cfg.max_attempts):
+        body = {
+            "model": job.fast_model,
+            "messages": prompt,
+            "max_tokens": _SUMMARY_OUTPUT_TOKENS,
+            "temperature": 0,
+        }
+        try:
+            status, text = await ask_fast_model(upstream, job, body)
+            if status >= 400:
+                last = f"fast model answered {status}: {text}"
+            else:
+                parse_briefing(text)  # raises ValueError when no section is recognisable
+                return text
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            last = f"unusable summary ({type(exc).__name__}: {exc})"
+        except Exception as exc:  # transport errors (ProxyError) included
+            last = f"{type(exc).__name__}: {exc}"
+        log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1, last)
+        if attempt + 1 < job.cfg.max_attempts:  # no pause after the last attempt
+            await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
+    raise SummaryCallError(last)
