@@ -19,7 +19,6 @@ Budget accounting is ``budget.py``; the ``/compact`` command's answer is ``comma
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -206,7 +205,7 @@ class ChatService:
         if lane == key:
             return key, ctx
         note_session(lane.session_id)
-        return lane, dataclasses.replace(ctx, session_id=lane.session_id)
+        return lane, replace(ctx, session_id=lane.session_id)
 
     async def _prepare(
         self,
