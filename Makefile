@@ -37,8 +37,8 @@ run: $(VENV)/.installed-run
 	$(BIN)/cascade-proxy serve
 
 test: $(VENV)/.installed-test
-	$(BIN)/ruff check proxy tests bench
-	$(BIN)/ruff format --check proxy tests bench
+	$(BIN)/ruff check proxy tests bench scripts
+	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy proxy
 	$(BIN)/pytest

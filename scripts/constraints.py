@@ -80,7 +80,9 @@ def python_version(python: str) -> str | None:
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except OSError:
         return None
@@ -118,8 +120,12 @@ def main() -> int:
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
         subprocess.run([*pip, "install", "--quiet", *deps], check=True)
-        frozen = subprocess.run([*pip, "freeze", "--all", "--exclude", "pip"], check=True,
-                                capture_output=True, text=True).stdout
+        frozen = subprocess.run(
+            [*pip, "freeze", "--all", "--exclude", "pip"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     pins = [line for line in frozen.splitlines() if line.strip()]  # pip sorts them by name
     header = HEADER.format(version=version, extras=", ".join(extras) or "none")
     args.output.write_text(header + "\n".join(pins) + "\n")
