@@ -1,5 +1,6 @@
 """Small helpers every benchmark shares: a free loopback port, the machine line, strict JSON,
-and the sample statistics every report takes (percentiles, NaN-safe medians and ratios).
+the sample statistics every report takes (percentiles, NaN-safe medians and ratios), and
+the filler text the synthetic conversations are made of.
 
 Importing this module needs nothing beyond what serving installs, so the test suite (and
 tests that only want :func:`free_port`) can import it without the bench extra; ``psutil``
@@ -13,6 +14,7 @@ import json
 import math
 import os
 import platform
+import random
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +30,7 @@ __all__ = [
     "median",
     "summarize",
     "ratio",
+    "words_text",
 ]
 
 
@@ -119,3 +122,15 @@ def ratio(numerator: float, denominator: float) -> float:
     if math.isnan(numerator) or math.isnan(denominator) or denominator <= 0:
         return math.nan
     return numerator / denominator
+
+
+def words_text(rng: random.Random, words: Sequence[str], chars: int) -> str:
+    """``chars`` characters of ``words`` drawn by ``rng``, space-separated: text a BPE
+    tokenizer sees as prose, reproducible from the generator's seed."""
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(words)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)[:chars]

@@ -11,6 +11,8 @@ import json
 import random
 from typing import Any
 
+from bench.common import words_text
+
 __all__ = [
     "SIZES",
     "MODES",
@@ -49,13 +51,7 @@ _WORDS = tuple(_VOCABULARY.split())
 
 
 def _text(rng: random.Random, chars: int) -> str:
-    out: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(_WORDS)
-        out.append(word)
-        size += len(word) + 1
-    return " ".join(out)[:chars]
+    return words_text(rng, _WORDS, chars)
 
 
 def user_turn(rng: random.Random, index: int, chars: int = 200) -> dict[str, Any]:

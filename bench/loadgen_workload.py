@@ -15,6 +15,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from bench.common import words_text
+
 __all__ = ["SCENARIOS", "MODEL", "Workload", "make_workload"]
 
 SCENARIOS = ("tiny", "stream", "large")
@@ -28,32 +30,28 @@ except ImportError:  # pragma: no cover - the bench installs it with Cascade
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+_PROSE_WORDS = (
+    "the",
+    "request",
+    "handler",
+    "returns",
+    "session",
+    "value",
+    "error",
+    "config",
+    "token",
+    "window",
+    "cache",
+    "retry",
+    "upstream",
+    "stream",
+    "message",
+    "result",
+)
+
+
 def _prose(rng: random.Random, chars: int) -> str:
-    words = (
-        "the",
-        "request",
-        "handler",
-        "returns",
-        "session",
-        "value",
-        "error",
-        "config",
-        "token",
-        "window",
-        "cache",
-        "retry",
-        "upstream",
-        "stream",
-        "message",
-        "result",
-    )
-    out: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(words)
-        out.append(word)
-        size += len(word) + 1
-    return " ".join(out)[:chars]
+    return words_text(rng, _PROSE_WORDS, chars)
 
 
 def _code(rng: random.Random, chars: int) -> str:
