@@ -113,8 +113,11 @@ def free_port() -> int:
 class ProxyProcess:
     """``cascade-proxy serve`` in a subprocess on loopback, so it can be SIGKILLed."""
 
-    def __init__(self, config: Path, database_url: str, log: Path) -> None:
+    def __init__(
+        self, config: Path, database_url: str, log: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.config, self.database_url, self.log = config, database_url, log
+        self.env = env or {}
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -129,7 +132,7 @@ class ProxyProcess:
 
     def start(self, timeout: float = 30.0) -> ProxyProcess:
         cli = Path(sys.executable).with_name("cascade-proxy")
-        env = {**os.environ, "CASCADE_KEEPALIVE_SECONDS": "0.3"}
+        env = {**os.environ, "CASCADE_KEEPALIVE_SECONDS": "0.3", **self.env}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
@@ -198,11 +201,12 @@ class ProxyProcess:
 
 @pytest.fixture
 def proxy_process(tmp_path: Path, db_dsn: str) -> Iterator[Any]:  # noqa: F811
-    """A factory: ``proxy_process(config_path)`` starts one; all are stopped afterwards."""
+    """A factory: ``proxy_process(config_path, **env)`` starts one with ``env`` added to its
+    environment; all are stopped afterwards."""
     started: list[ProxyProcess] = []
 
-    def start(config: Path) -> ProxyProcess:
-        p = ProxyProcess(config, db_dsn, tmp_path / "proxy.log").start()
+    def start(config: Path, **env: str) -> ProxyProcess:
+        p = ProxyProcess(config, db_dsn, tmp_path / "proxy.log", env).start()
         started.append(p)
         return p
 

@@ -18,6 +18,11 @@ from tests.reliability.conftest import Figures, ProxyProcess, write_config
 
 KILLS = 3
 AUTH = {"authorization": "Bearer sk-test-client"}
+# A killed process's lease and compaction claim stay until they expire, so each restart here
+# waits one time to live: a short one keeps the test short. test_lease_expiry.py proves the
+# default's bound.
+TTL = 3.0
+SHORT_LEASE = {"CASCADE_LEASE_TTL_SECONDS": str(TTL)}
 
 
 def _post(p: ProxyProcess, sid: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -59,7 +64,7 @@ def test_sigkill_during_a_stream_leaves_a_consistent_session(
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
     history: list[dict[str, Any]] = []
     for k in range(KILLS):
-        p = proxy_process(config)
+        p = proxy_process(config, **SHORT_LEASE)
         fake_upstream.default = reply(f"answer {k}")
         history += [{"role": "user", "content": f"question {k}"}]
         history.append(_post(p, "killed", history))
@@ -73,7 +78,7 @@ def test_sigkill_during_a_stream_leaves_a_consistent_session(
         rows = _consistent(db_dsn, "killed")
         assert not [c for _, role, c in rows if role == "assistant" and "never" in (c or "")]
         history.pop()  # the client gives up on the killed turn
-    p = proxy_process(config)
+    p = proxy_process(config, **SHORT_LEASE)
     fake_upstream.default = reply("after the kills")
     history.append({"role": "user", "content": "and now?"})
     history.append(_post(p, "killed", history))
@@ -105,7 +110,7 @@ def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
             "eviction": {"enabled": False},
         },
     )
-    p = proxy_process(config)
+    p = proxy_process(config, **SHORT_LEASE)
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     for i in range(5):  # the 5th crosses softFraction: a background compaction starts
         history.append({"role": "user", "content": words(450, f"t{i}")})
@@ -122,9 +127,9 @@ def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
     p.kill()
     rows_before = _consistent(db_dsn, "compacting")
     killed = time.monotonic()
-    p = proxy_process(config)  # start-up closes what no process runs any more: once the
-    # killed process's compaction claim has expired (the lease's time to live, 15 s)
-    deadline = killed + 15 + 5 + 5  # the claim, a third of it between tries, start-up
+    p = proxy_process(config, **SHORT_LEASE)  # start-up closes what no process runs any more:
+    # once the killed process's compaction claim has expired (the lease's time to live)
+    deadline = killed + TTL + TTL / 3 + 10  # the claim, a third of it between tries, start-up
     while len(column(db_dsn, names)) < 2:
         assert time.monotonic() < deadline, "the interrupted compaction was never closed"
         time.sleep(0.2)
