@@ -28,14 +28,13 @@ from tests.fakes.upstream import (
     reply,
     tool_call,
 )
-from tests.integration.api.test_compaction import (
+from tests.integration.api.compaction_prompts import assert_paired, summary_of
+from tests.integration.api.compaction_stack import (
     SECTIONS,
     Agent,
     Model,
-    assert_paired,
     compaction_events,
     stack,
-    summary_of,
     wait_until,
 )
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from tests.fakes.upstream import FakeUpstream, reply
-from tests.integration.api.test_compaction import FAST, Model, words
+from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyProcess, write_config
 

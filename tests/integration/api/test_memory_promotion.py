@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, error, reply
+from tests.integration.api.compaction_stack import briefing
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
-from tests.integration.api.test_compaction import briefing
 from tests.integration.api.test_metrics import scrape
 from tests.integration.conftest import column
 

@@ -25,18 +25,14 @@ from tests.fakes.upstream import (
     count_prompt_tokens,
     reply,
 )
-from tests.integration.api.test_compaction import (
-    Agent,
-    Model,
-    Stack,
+from tests.integration.api.compaction_prompts import (
     assert_paired,
     canon,
     live_part,
-    stack,
     summary_of,
     tool_round,
-    words,
 )
+from tests.integration.api.compaction_stack import Agent, Model, Stack, stack, words
 
 LIMIT, RESERVED = 4000, 500
 ROOM = LIMIT - RESERVED

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply
-from tests.integration.api.test_compaction import (
+from tests.integration.api.compaction_stack import (
     Agent,
     Model,
     compaction_events,

@@ -18,8 +18,8 @@ from opentelemetry.trace import SpanKind
 
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, reply
+from tests.integration.api.compaction_stack import FAST, Agent, Model, Stack, words
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_compaction import FAST, Agent, Model, Stack, words
 from tests.integration.api.test_metrics import post_chat, scrape
 
 CHAT = "/v1/chat/completions"
