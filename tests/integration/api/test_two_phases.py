@@ -27,10 +27,10 @@ from proxy.store import memory, steps
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
 from tests.integration.api.compaction_stack import FAST, Model
 from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.reconcile_helpers import QueryLog, statements
 from tests.integration.api.test_config_reload import named, save
 from tests.integration.api.test_events import chat, open_events, user
 from tests.integration.api.test_recitation import HEADERS, PLAN, plan_config
-from tests.integration.api.test_reconcile import QueryLog, statements
 
 TAIL = "\n\n" + PLAN
 STEPS = 10
