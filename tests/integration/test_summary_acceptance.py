@@ -21,13 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy.tokenizers import build_counter
-from tests.fakes.upstream import (
-    FakeUpstream,
-    RecordedRequest,
-    count_prompt_tokens,
-    reply,
-    tool_call,
-)
+from tests.fakes.rendering import count_prompt_tokens
+from tests.fakes.replies import RecordedRequest, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import assert_paired, summary_of
 from tests.integration.api.compaction_stack import (
     SECTIONS,

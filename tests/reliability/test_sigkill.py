@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyProcess, write_config

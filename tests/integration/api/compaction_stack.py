@@ -22,7 +22,8 @@ import asyncpg
 import openai
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, error, reply
+from tests.fakes.replies import RecordedRequest, Reply, error, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import run_sync
 

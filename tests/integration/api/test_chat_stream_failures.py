@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, Reply, raw, reply
+from tests.fakes.replies import Reply, raw, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import wait_for
 from tests.integration.api.sse_frames import DONE, _data_frames, _payload
 

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import openai
 
-from tests.fakes.upstream import FakeUpstream, Reply, raw, reply, tool_call
+from tests.fakes.replies import Reply, raw, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import wait_for
 from tests.integration.api.sse_frames import DONE, _data_frames, _payload
 

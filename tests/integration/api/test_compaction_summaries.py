@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, RecordedRequest
+from tests.fakes.replies import RecordedRequest
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import (
     SUMMARY_OPEN,
     assert_paired,

@@ -20,7 +20,8 @@ import pytest
 
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import CompactionJob
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply
+from tests.fakes.replies import RecordedRequest, Reply, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import (
     _text,
     canon,

@@ -17,7 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 
 __all__ = ["Samples", "scrape"]

@@ -17,14 +17,9 @@ import openai
 import pytest
 
 from proxy.tokenizers import build_counter
-from tests.fakes.upstream import (
-    FakeUpstream,
-    RecordedRequest,
-    Reply,
-    context_length_exceeded,
-    count_prompt_tokens,
-    reply,
-)
+from tests.fakes.rendering import count_prompt_tokens
+from tests.fakes.replies import RecordedRequest, Reply, context_length_exceeded, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import (
     assert_paired,
     canon,

@@ -13,12 +13,8 @@ from typing import Any
 import httpx
 
 from proxy.settings import Settings
-from tests.fakes.upstream import (
-    FakeUpstream,
-    RecordedRequest,
-    Reply,
-    reply,
-)
+from tests.fakes.replies import RecordedRequest, Reply, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.reconcile_helpers import (
     MODEL,

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.fakes.upstream import (
-    FakeUpstream,
-    error,
-    reply,
-)
+from tests.fakes.replies import error, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.reconcile_helpers import (
     MODEL,
     all_messages,

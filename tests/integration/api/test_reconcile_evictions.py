@@ -19,9 +19,7 @@ from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
 from proxy.store import steps, writes
-from tests.fakes.upstream import (
-    FakeUpstream,
-)
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
 from tests.integration.api.reconcile_helpers import (
     QueryLog,

@@ -21,11 +21,8 @@ from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
 from proxy.store import leases, messages as msgs, steps, summaries, writes
-from tests.fakes.upstream import (
-    FakeUpstream,
-    error,
-    reply,
-)
+from tests.fakes.replies import error, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.reconcile_helpers import (
     MODEL,
     QueryLog,

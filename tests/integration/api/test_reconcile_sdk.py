@@ -12,11 +12,8 @@ from typing import Any
 import httpx
 import openai
 
-from tests.fakes.upstream import (
-    FakeUpstream,
-    reply,
-    tool_call,
-)
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.reconcile_helpers import (
     MODEL,
     settled,

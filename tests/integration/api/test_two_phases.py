@@ -24,7 +24,8 @@ from proxy.app import create_app
 from proxy.cascade.types import CONFIG_RELOADED, USAGE
 from proxy.settings import Settings
 from proxy.store import memory, steps
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
+from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Model
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.reconcile_helpers import QueryLog, statements

@@ -20,7 +20,8 @@ import pytest
 
 from proxy.store.db import create_pool
 from proxy.store.events import insert_event
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Model, briefing
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
