@@ -69,7 +69,7 @@ class StreamAnswer:
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """Each piece as soon as it is received (decoded when compressed); a broken
         connection raises only after every byte that arrived before the break was yielded
-        (test_chat_stream.py's mid-stream reset test guards this)."""
+        (test_chat_stream_failures.py's mid-stream reset test guards this)."""
         async for chunk in self._resp.aiter_bytes():
             yield chunk
 

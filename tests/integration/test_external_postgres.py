@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import column
 from tests.integration.external_pg import external_postgres

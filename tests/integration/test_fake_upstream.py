@@ -9,19 +9,9 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.upstream import (
-    EMBEDDINGS,
-    MODELS,
-    FakeUpstream,
-    context_length_exceeded,
-    count_prompt_tokens,
-    error,
-    fake_embedding,
-    rate_limited,
-    raw,
-    reply,
-    tool_call,
-)
+from tests.fakes.rendering import count_prompt_tokens, fake_embedding
+from tests.fakes.replies import context_length_exceeded, error, rate_limited, raw, reply, tool_call
+from tests.fakes.upstream import EMBEDDINGS, MODELS, FakeUpstream
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},

@@ -33,7 +33,8 @@ import openai
 import pytest
 
 from bench.common import free_port
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration import dockerfile
 from tests.integration.conftest import column
 from tests.integration.external_pg import external_postgres

@@ -28,7 +28,9 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, count_prompt_tokens, reply, tool_call
+from tests.fakes.rendering import count_prompt_tokens
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import run_sync
 from tests.integration.transcripts import (

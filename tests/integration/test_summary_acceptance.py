@@ -21,21 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from proxy.tokenizers import build_counter
-from tests.fakes.upstream import (
-    FakeUpstream,
-    RecordedRequest,
-    count_prompt_tokens,
-    reply,
-    tool_call,
-)
-from tests.integration.api.test_compaction import (
+from tests.fakes.rendering import count_prompt_tokens
+from tests.fakes.replies import RecordedRequest, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_prompts import assert_paired, summary_of
+from tests.integration.api.compaction_stack import (
     SECTIONS,
     Agent,
     Model,
-    assert_paired,
     compaction_events,
     stack,
-    summary_of,
     wait_until,
 )
 

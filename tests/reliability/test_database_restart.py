@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, reply
+from tests.fakes.replies import RecordedRequest, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import _admin, dsn_with_db, run_sync
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 

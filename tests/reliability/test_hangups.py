@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer
 

@@ -12,7 +12,8 @@ import httpx
 
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.reliability.conftest import Figures, write_config
 
 AUTH = {"authorization": "Bearer sk-test-client", "x-session-id": "held"}

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, reply, tool_call
+from tests.fakes.replies import RecordedRequest, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 

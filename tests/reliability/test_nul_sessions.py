@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, reply, tool_call
+from tests.fakes.replies import RecordedRequest, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.test_nul_characters import binary_output
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer, write_config

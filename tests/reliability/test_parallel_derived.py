@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer
 

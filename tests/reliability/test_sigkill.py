@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.upstream import FakeUpstream, reply
-from tests.integration.api.test_compaction import FAST, Model, words
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyProcess, write_config
 

@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.reliability.conftest import Figures, ProxyProcess, write_config
 
 WORKERS = 4

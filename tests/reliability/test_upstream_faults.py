@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, Responder, error, raw, reply
+from tests.fakes.replies import Responder, error, raw, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.test_errors import _assert_error_shape, _closed_port
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 

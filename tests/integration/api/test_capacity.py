@@ -19,7 +19,8 @@ import asyncpg
 import openai
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy
 
 CLIENT_KEY = "sk-test-client"

@@ -15,7 +15,8 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.upstream import CHAT, FakeUpstream, Reply, reply, tool_call
+from tests.fakes.replies import Reply, reply, tool_call
+from tests.fakes.upstream import CHAT, FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, wait_for, write_config
 
 CLIENT_KEY = "sk-test-client"

@@ -16,16 +16,14 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.test_compaction import (
+from tests.integration.api.compaction_prompts import canon, live_part, summary_of
+from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     FAST,
     Agent,
     Model,
     Stack,
-    canon,
-    live_part,
     stack,
-    summary_of,
     words,
 )
 

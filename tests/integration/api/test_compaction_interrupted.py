@@ -16,8 +16,7 @@ import httpx
 from proxy.session_id import tenant_from_bearer
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
-from tests.integration.api.test_compaction import (
+from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
     Model,
@@ -26,6 +25,7 @@ from tests.integration.api.test_compaction import (
     wait_until,
     words,
 )
+from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, replay_events
 
 TENANT = tenant_from_bearer(f"Bearer {CLIENT_KEY}")

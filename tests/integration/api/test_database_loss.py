@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from proxy.store.db import connection_lost
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 
 KILL = """

@@ -18,7 +18,8 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.upstream import MODELS, FakeUpstream, error, rate_limited, raw, reply
+from tests.fakes.replies import error, rate_limited, raw, reply
+from tests.fakes.upstream import MODELS, FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 
 CLIENT_KEY = "sk-test-client"

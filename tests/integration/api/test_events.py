@@ -17,7 +17,8 @@ import httpx
 
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, count_prompt_tokens, reply, tool_call
+from tests.fakes.rendering import count_prompt_tokens
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, blob, marker_args, read_all, sdk, wait_event
 

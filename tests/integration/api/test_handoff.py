@@ -16,8 +16,8 @@ import pytest
 from proxy.cascade.types import HANDOFF_SUGGESTED, USAGE
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.api.conftest import ProxyServer, write_config
-from tests.integration.api.test_compaction import FAST, Model, words
 from tests.integration.api.test_config_reload import named
 from tests.integration.api.test_events import EventStream, chat, open_events, user
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply
+from tests.fakes.replies import RecordedRequest, Reply, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 
 AUTH = {"authorization": "Bearer sk-test-client", "x-session-id": "long"}

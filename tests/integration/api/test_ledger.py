@@ -13,14 +13,7 @@ import httpx
 
 from proxy.cascade.briefing import section
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.test_compaction import (
-    CLIENT_KEY,
-    Agent,
-    Model,
-    briefing,
-    stack,
-    words,
-)
+from tests.integration.api.compaction_stack import CLIENT_KEY, Agent, Model, briefing, stack, words
 
 TURNS = [
     ("src/parser/lexer.py", "https://docs.example.com/grammar.html", "`parse_expr`"),

@@ -22,7 +22,8 @@ import pytest
 
 from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, write_config
 
 SECRET_KEY = "sk-SECRET-BEARER-7f3a9c"

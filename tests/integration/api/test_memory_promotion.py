@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, error, reply
+from tests.fakes.replies import RecordedRequest, error, reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import briefing
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
-from tests.integration.api.test_compaction import briefing
 from tests.integration.api.test_metrics import scrape
 from tests.integration.conftest import column
 

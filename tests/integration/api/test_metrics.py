@@ -17,7 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 
 __all__ = ["Samples", "scrape"]
@@ -209,7 +210,7 @@ def test_truncation_reports_the_tokens_it_reclaimed(
 def test_the_overflow_guard_reports_the_tokens_it_dropped(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    from tests.integration.api.test_compaction import Agent
+    from tests.integration.api.compaction_stack import Agent
     from tests.integration.api.test_overflow_guard import rounds, small_window
 
     with small_window(tmp_path, db_dsn, fake_upstream, summarize={"enabled": False}) as s:

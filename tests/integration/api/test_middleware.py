@@ -18,7 +18,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records
 
 ORIGIN = "https://app.example"

@@ -17,7 +17,8 @@ from urllib.parse import quote
 import pytest
 
 from proxy.store.nul import decode, encode
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import column
 from tests.integration.transcripts import api, blob, page_slice, read_all, replay_events, sdk

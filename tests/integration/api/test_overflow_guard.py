@@ -17,26 +17,17 @@ import openai
 import pytest
 
 from proxy.tokenizers import build_counter
-from tests.fakes.upstream import (
-    FakeUpstream,
-    RecordedRequest,
-    Reply,
-    context_length_exceeded,
-    count_prompt_tokens,
-    reply,
-)
-from tests.integration.api.test_compaction import (
-    Agent,
-    Model,
-    Stack,
+from tests.fakes.rendering import count_prompt_tokens
+from tests.fakes.replies import RecordedRequest, Reply, context_length_exceeded, reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_prompts import (
     assert_paired,
     canon,
     live_part,
-    stack,
     summary_of,
     tool_round,
-    words,
 )
+from tests.integration.api.compaction_stack import Agent, Model, Stack, stack, words
 
 LIMIT, RESERVED = 4000, 500
 ROOM = LIMIT - RESERVED

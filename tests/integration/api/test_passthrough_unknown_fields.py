@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import openai
 
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 
 TOOLS = [
     {

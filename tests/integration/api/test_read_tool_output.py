@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.upstream import FakeUpstream, raw, reply, tool_call
+from tests.fakes.replies import raw, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import api, blob, marker_args, page_slice, sdk, wait_event
 

@@ -18,9 +18,10 @@ import pytest
 
 from proxy.cascade.recitation import PLAN_OPEN
 from proxy.cascade.types import CONFIG_RELOADED, USAGE
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Model
 from tests.integration.api.conftest import ProxyServer, write_config
-from tests.integration.api.test_compaction import FAST, Model
 from tests.integration.api.test_config_reload import named, save
 from tests.integration.api.test_events import chat, open_events, user
 

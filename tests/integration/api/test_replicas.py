@@ -14,8 +14,9 @@ from pathlib import Path
 
 import openai
 
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply
-from tests.integration.api.test_compaction import (
+from tests.fakes.replies import RecordedRequest, Reply, reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import (
     Agent,
     Model,
     compaction_events,

@@ -26,9 +26,10 @@ from proxy.cascade.retrieval import RELATED_OPEN
 from proxy.cascade.types import CONFIG_RELOADED, RETRIEVAL, USAGE
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Model, wait_until
 from tests.integration.api.conftest import ProxyServer, write_config
-from tests.integration.api.test_compaction import FAST, Model, wait_until
 from tests.integration.api.test_config_reload import named, save
 from tests.integration.api.test_events import chat, open_events, user
 from tests.integration.api.test_metrics import scrape

@@ -19,10 +19,11 @@ from proxy.app import create_app
 from proxy.cascade.types import RETRIEVAL
 from proxy.settings import Settings
 from proxy.store import embeddings, steps, writes
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
+from tests.integration.api.reconcile_helpers import QueryLog, statements
 from tests.integration.api.test_events import user
-from tests.integration.api.test_reconcile import QueryLog, statements
 from tests.integration.conftest import column
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import Agent, Model, stack
 from tests.integration.api.test_compact_command import SUMMARIZE, history, http as compact_http
-from tests.integration.api.test_compaction import Agent, Model, stack
 from tests.integration.api.test_sessions import (
     BIG_OUTPUT,
     LIMIT,

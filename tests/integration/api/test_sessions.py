@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from proxy import cli
-from tests.fakes.upstream import FakeUpstream, raw, reply
+from tests.fakes.replies import raw, reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.conftest import column, run_sync
 

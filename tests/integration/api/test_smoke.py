@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import openai
 
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 
 
 def test_nonstream_roundtrip(client: openai.OpenAI, fake_upstream: FakeUpstream) -> None:

@@ -17,9 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Agent, Model, Stack, words
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_compaction import FAST, Agent, Model, Stack, words
 from tests.integration.api.test_metrics import post_chat, scrape
 
 CHAT = "/v1/chat/completions"
@@ -115,7 +116,7 @@ def test_a_stream_gets_its_usage_on_its_call_span(
 def test_a_request_the_provider_refuses_still_has_its_spans(
     traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> None:
-    from tests.fakes.upstream import rate_limited
+    from tests.fakes.replies import rate_limited
 
     fake_upstream.script(rate_limited())
     assert post_chat(traced.origin, CHAT, "refused").status_code == 429

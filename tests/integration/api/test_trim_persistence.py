@@ -10,11 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.test_compaction import (
-    Agent,
-    assert_paired,
-    tool_round,
-)
+from tests.integration.api.compaction_prompts import assert_paired, tool_round
+from tests.integration.api.compaction_stack import Agent
 from tests.integration.api.test_overflow_guard import small_window
 
 

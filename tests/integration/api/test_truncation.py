@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.upstream import FakeUpstream, reply, tool_call
+from tests.fakes.replies import reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import (
     api,

@@ -24,13 +24,14 @@ from proxy.app import create_app
 from proxy.cascade.types import CONFIG_RELOADED, USAGE
 from proxy.settings import Settings
 from proxy.store import memory, steps
-from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, reply, tool_call
+from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Model
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_compaction import FAST, Model
+from tests.integration.api.reconcile_helpers import QueryLog, statements
 from tests.integration.api.test_config_reload import named, save
 from tests.integration.api.test_events import chat, open_events, user
 from tests.integration.api.test_recitation import HEADERS, PLAN, plan_config
-from tests.integration.api.test_reconcile import QueryLog, statements
 
 TAIL = "\n\n" + PLAN
 STEPS = 10

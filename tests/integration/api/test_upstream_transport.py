@@ -14,7 +14,8 @@ import pytest
 import trustme
 
 from tests.fakes.egress_proxy import EgressProxy
-from tests.fakes.upstream import FakeUpstream, raw
+from tests.fakes.replies import raw
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 
 HOST = "provider.cascade.test"  # resolved by the egress proxy alone

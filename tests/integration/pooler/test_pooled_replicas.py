@@ -4,11 +4,11 @@ Two replicas, both behind the pooler: two concurrent requests on one session are
 serialised (the second reaches the provider only after the first is stored), a compaction
 runs once, and an event made on one replica reaches a stream open on the other, whose bus
 LISTENs on ``DATABASE_LISTEN_URL`` (tests/integration/api/test_replicas.py and
-test_compaction.py's tests)."""
+test_compaction_summaries.py's tests)."""
 
 from __future__ import annotations
 
-from tests.integration.api.test_compaction import (
+from tests.integration.api.test_compaction_summaries import (
     test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_boundary,
 )
 from tests.integration.api.test_replicas import (

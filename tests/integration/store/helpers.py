@@ -1,12 +1,65 @@
-"""Test-only setup for store tests (the proxy moves the head inside larger statements)."""
+"""Test-only setup and readers for the store tests.
+
+Rows are stored as they are (the proxy moves the head inside larger statements); a short
+history and the rows for it; the session's head, and the statements a connection runs, less
+asyncpg's own type lookups.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from asyncpg import introspection
+
+from proxy.history import chain
+from proxy.store import messages as msgs, sessions
 from proxy.store.messages import NewMessage
 from proxy.store.nul import encode
+
+T, S = "t-a", "s1"
+_INTROSPECTION = {
+    introspection.INTRO_LOOKUP_TYPES,
+    introspection.INTRO_LOOKUP_TYPES_13,
+    introspection.TYPE_BY_NAME,
+}
+
+OWNER = uuid.UUID(int=1)  # one request's lease owner, so a test may begin twice
+
+
+def asyncpg_internal(query: str) -> bool:
+    """asyncpg's own type lookups (and jit toggles) on first use of a type on a connection."""
+    return query in _INTROSPECTION or "set_config('jit'" in query
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def rows_for(history: list[dict[str, Any]], start: int = 0) -> list[msgs.NewMessage]:
+    hashes = chain(history)
+    return [
+        msgs.NewMessage(
+            pos=i,
+            hash=hashes[i],
+            role=history[i]["role"],
+            message=history[i],
+            tool_call_id=history[i].get("tool_call_id"),
+            tokens=len(str(history[i].get("content") or "")) // 4,
+        )
+        for i in range(start, len(history))
+    ]
+
+
+HISTORY = [
+    {"role": "system", "content": "sys"},
+    user("one"),
+    {"role": "assistant", "content": "two"},
+    user("three"),
+    {"role": "assistant", "content": "four"},
+]
+
 
 INSERT_MESSAGES = """
 INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
@@ -72,3 +125,14 @@ async def create_session(
         agent,
         model,
     )
+
+
+async def head(conn: Any, session: str = S) -> tuple[int, str | None, int]:
+    row = await sessions.fetchrow_session(conn, tenant=T, session_id=session)
+    return row["head_len"], row["head_hash"], row["system_count"]
+
+
+def logged(conn: Any) -> list[str]:
+    seen: list[str] = []
+    conn.add_query_logger(lambda q: seen.append(q.query))
+    return seen

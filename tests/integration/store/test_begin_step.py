@@ -15,8 +15,14 @@ import pytest
 
 from proxy.history import chain
 from proxy.store import messages as msgs, sessions, steps, writes
-from tests.integration.store.helpers import create_session, insert_messages, set_head
-from tests.integration.store.test_messages import HISTORY, rows_for, user
+from tests.integration.store.helpers import (
+    HISTORY,
+    create_session,
+    insert_messages,
+    rows_for,
+    set_head,
+    user,
+)
 
 T, S = "t-a", "s1"
 OWNER = uuid.UUID(int=1)

@@ -23,8 +23,7 @@ from proxy.services import incoming
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, steps, summaries, writes
-from tests.integration.store.helpers import create_session, insert_messages
-from tests.integration.store.test_messages import OWNER, asyncpg_internal
+from tests.integration.store.helpers import OWNER, asyncpg_internal, create_session, insert_messages
 
 T, S = "t-a", "s1"
 CTX = ContextConfig()

@@ -20,9 +20,10 @@ import pytest
 
 from proxy.store.db import create_pool
 from proxy.store.events import insert_event
-from tests.fakes.upstream import FakeUpstream, reply
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import Model, briefing
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_compaction import Model, briefing
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import KEY, MAX_CHARS, TENANT, Page
 

@@ -4,7 +4,7 @@ Issue #2 items 2 and 3. Byte-for-byte means: the ``data:`` frames the client get
 proxy equal the frames the upstream sends for the same request fetched directly with httpx
 (with ``stream_options.include_usage``, which the proxy always asks for), minus the usage-only
 frame when the client did not ask for usage. Keep-alive comments (``: keep-alive``) may be
-interleaved; they are not data frames.
+interleaved; they are not data frames. The official SDK reassembles what the proxy relays.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 
-from tests.fakes.upstream import FakeUpstream, Reply, raw, reply, tool_call
+from tests.fakes.replies import Reply, raw, reply, tool_call
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import wait_for
+from tests.integration.api.sse_frames import DONE, _data_frames, _payload
 
 CLIENT_KEY = "sk-test-client"
 KEEPALIVE = b": keep-alive"
-DONE = b"data: [DONE]"
 
 TOOLS = [
     {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
@@ -76,19 +76,6 @@ CASES: dict[str, tuple[dict[str, Any], Reply]] = {
         reply("Seven, I think.", id="chatcmpl-s-n2", chunks=3),
     ),
 }
-
-
-def _events(data: bytes) -> list[bytes]:
-    """SSE events (without their blank line) in order, comments included."""
-    return [e for e in data.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
-
-
-def _data_frames(data: bytes) -> list[bytes]:
-    return [e for e in _events(data) if e.startswith(b"data:")]
-
-
-def _payload(frame: bytes) -> Any:
-    return json.loads(frame[len(b"data:") :])
 
 
 def _is_usage_only(frame: bytes) -> bool:
@@ -359,253 +346,3 @@ def test_keepalive_comments_while_upstream_headers_are_delayed(
     assert all(line == KEEPALIVE.decode() for _, line in lines[:first_data])
     data = [line.encode() for _, line in lines if line.startswith("data:")]
     assert data == expected
-
-
-# --------------------------------------------------------------------------- failures
-
-
-@pytest.mark.parametrize(
-    ("slow", "hang_up_after"),
-    [
-        (reply("x" * 40, chunks=20, chunk_delay=0.2), "data:"),
-        (reply("late", first_token_delay=5.0), ": keep-alive"),
-        (reply("late", first_byte_delay=5.0), ": keep-alive"),
-    ],
-    ids=["mid_stream", "waiting_for_first_token", "waiting_for_headers"],
-)
-def test_client_disconnect_cancels_upstream_request(
-    slow: Reply, hang_up_after: str, http: httpx.Client, fake_upstream: FakeUpstream
-) -> None:
-    fake_upstream.script(slow)
-    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "long"}], "stream": True}
-    headers = {"x-session-id": "disconnect-me"}
-
-    with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp:
-        for line in resp.iter_lines():
-            if line.startswith(hang_up_after):
-                break
-    t_closed = time.monotonic()
-
-    assert wait_for(lambda: fake_upstream.disconnects, timeout=2.0) == [0]
-    assert time.monotonic() - t_closed < 2.0
-    # The session is not left locked: the next turn on it goes through at once.
-    fake_upstream.script(reply("again"))
-    again = http.post(
-        "/v1/chat/completions", json={**body, "stream": False}, headers=headers, timeout=3
-    )
-    assert again.status_code == 200
-    assert again.json()["choices"][0]["message"]["content"] == "again"
-
-
-def test_mid_stream_reset_ends_with_error_frame_then_done(
-    http: httpx.Client, fake_upstream: FakeUpstream
-) -> None:
-    headers = {"x-session-id": "reset-me"}
-    turn1 = [{"role": "user", "content": "hello"}]
-    fake_upstream.script(reply("hi"), reply("partial answer here", chunks=3, reset_after=2))
-    http.post(
-        "/v1/chat/completions", json={"model": "gpt-fake", "messages": turn1}, headers=headers
-    )
-    before = wait_for(lambda: _live_messages(http, "reset-me", 2))
-    turn2 = [*turn1, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "go"}]
-
-    resp = http.post(
-        "/v1/chat/completions",
-        json={"model": "gpt-fake", "messages": turn2, "stream": True},
-        headers=headers,
-    )
-
-    assert resp.status_code == 200
-    frames = _data_frames(resp.content)
-    assert frames[-1] == DONE
-    # The frames the upstream did send are relayed, then the error.
-    relayed = [_payload(f)["choices"][0]["delta"] for f in frames[:-2]]
-    assert relayed == [{"role": "assistant", "content": ""}, {"content": "partial"}]
-    err = _payload(frames[-2])["error"]
-    assert set(err) == {"message", "type", "param", "code"}
-    assert "provider" in err["message"] and "broke off" in err["message"]
-    # Nothing stored before the broken turn is lost.
-    assert _live_messages(http, "reset-me", 0)[:2] == before
-
-
-def test_a_provider_error_frame_mid_stream_is_relayed_and_no_reply_is_stored(
-    http: httpx.Client, fake_upstream: FakeUpstream
-) -> None:
-    # As on a reset: the answer failed, so it is not stored as if it were whole.
-    chunk = {
-        "id": "c1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}],
-    }
-    failure = {"error": {"message": "overloaded", "type": "server_error", "code": None}}
-    fake_upstream.script(
-        raw(
-            f"data: {json.dumps(chunk)}\n\n", f"data: {json.dumps(failure)}\n\n", "data: [DONE]\n\n"
-        ),
-        reply("later"),
-    )
-    turn = [{"role": "user", "content": "go"}]
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": "err-frame"},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
-    assert resp.status_code == 200
-    frames = _data_frames(resp.content)
-    assert _payload(frames[-2]) == failure and frames[-1] == DONE
-    # the step ended with the body (the stream's last act), and stored no partial reply
-    assert _live_messages(http, "err-frame", 0) == turn
-    again = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": "err-frame"},
-        json={"model": "gpt-fake", "messages": turn},
-    )
-    assert again.json()["choices"][0]["message"]["content"] == "later"
-
-
-def test_a_whole_json_answer_to_a_stream_is_relayed_and_stores_no_empty_reply(
-    http: httpx.Client, fake_upstream: FakeUpstream
-) -> None:
-    # A provider that ignores "stream": its bytes go through, but they hold no chunk, and
-    # an empty assistant message was stored as if the model had answered "".
-    completion = {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "stop",
-                "message": {"role": "assistant", "content": "whole"},
-            }
-        ],
-    }
-    fake_upstream.script(raw(json.dumps(completion), headers={"content-type": "application/json"}))
-    turn = [{"role": "user", "content": "go"}]
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": "json-stream"},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
-    assert resp.status_code == 200 and json.loads(resp.content) == completion
-    assert _live_messages(http, "json-stream", 0) == turn
-
-
-def _live_messages(http: httpx.Client, sid: str, at_least: int) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
-    live = [r["message"] for r in rows if not r["superseded"]]
-    return live if len(live) >= at_least else []
-
-
-def test_mid_stream_reset_raises_api_error_in_sdk(
-    client: openai.OpenAI, fake_upstream: FakeUpstream
-) -> None:
-    fake_upstream.script(reply("partial answer here", chunks=3, reset_after=2))
-
-    stream = client.chat.completions.create(
-        model="gpt-fake", messages=[{"role": "user", "content": "go"}], stream=True
-    )
-    with pytest.raises(openai.APIError, match="provider"):
-        for _ in stream:
-            pass
-
-
-# --------------------------------------------------------------------------- ended early
-
-_HEAD = {"id": "c-early", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-
-
-def _frame(delta: dict[str, Any], finish: str | None = None) -> str:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return f"data: {json.dumps({**_HEAD, 'choices': [choice]})}\n\n"
-
-
-_START = (_frame({"role": "assistant", "content": ""}), _frame({"content": "partial"}))
-
-
-@pytest.mark.parametrize(
-    "ending",
-    [(), (": keep-alive\n\n",), ('data: {"id": "c-early", "choices": [{"ind',)],
-    ids=["closed", "after-a-comment", "mid-event"],
-)
-def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothing(
-    http: httpx.Client, fake_upstream: FakeUpstream, ending: tuple[str, ...]
-) -> None:
-    # Issue 21 item 2: the connection closes normally, but the answer never said it was done.
-    sid = "ended-early"
-    turn = [{"role": "user", "content": "go"}]
-    fake_upstream.script(raw(*_START, *ending), reply("whole", chunks=1))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
-    assert resp.status_code == 200
-    frames = _data_frames(resp.content)
-    assert [_payload(f)["choices"][0]["delta"] for f in frames[:2]] == [
-        {"role": "assistant", "content": ""},
-        {"content": "partial"},
-    ]
-    err = _payload(frames[2])["error"]
-    assert set(err) == {"message", "type", "param", "code"} and "provider" in err["message"]
-    assert frames[3:] == [DONE]
-    assert _live_messages(http, sid, 0) == turn  # no assistant row for the step
-
-    again = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
-    assert b"whole" in again.content and _data_frames(again.content)[-1] == DONE
-    stored = wait_for(lambda: _live_messages(http, sid, 2))
-    assert stored == [*turn, {"role": "assistant", "content": "whole"}]
-
-
-def test_a_stream_of_nothing_but_comments_is_an_error(
-    http: httpx.Client, fake_upstream: FakeUpstream
-) -> None:
-    fake_upstream.script(raw(": hello\n\n"))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": "only-comments"},
-        json={"model": "gpt-fake", "messages": [{"role": "user", "content": "go"}], "stream": True},
-    )
-    frames = _data_frames(resp.content)
-    assert "error" in _payload(frames[0]) and frames[1:] == [DONE]
-
-
-@pytest.mark.parametrize(
-    "ending",
-    [("data: [DONE]\n\n",), ("data: [DONE]",), (_frame({}, "stop"),)],
-    ids=["done-without-finish", "done-without-blank-line", "finish-without-done"],
-)
-def test_a_stream_with_done_or_a_finish_reason_is_complete_and_stored(
-    http: httpx.Client, fake_upstream: FakeUpstream, ending: tuple[str, ...]
-) -> None:
-    # Either signal says the answer ended: [DONE], or a finish reason on every choice.
-    sid = "complete-" + str(abs(hash(ending)))
-    turn = [{"role": "user", "content": "go"}]
-    fake_upstream.script(raw(*_START, *ending))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
-    assert resp.content == "".join((*_START, *ending)).encode()  # relayed as it came
-    stored = wait_for(lambda: _live_messages(http, sid, 2))
-    assert stored == [*turn, {"role": "assistant", "content": "partial"}]
-
-
-def test_a_stream_that_ends_early_raises_api_error_in_sdk(
-    client: openai.OpenAI, fake_upstream: FakeUpstream
-) -> None:
-    fake_upstream.script(raw(*_START))
-    stream = client.chat.completions.create(
-        model="gpt-fake", messages=[{"role": "user", "content": "go"}], stream=True
-    )
-    with pytest.raises(openai.APIError, match="provider"):
-        for _ in stream:
-            pass
