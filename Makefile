@@ -41,7 +41,8 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy proxy
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 -m 'not heavy'
+	$(BIN)/pytest -m heavy
 
 # The figures are what the suite measured; RELIABILITY.md is generated, never edited.
 reliability: $(VENV)/.installed-test

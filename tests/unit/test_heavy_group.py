@@ -1,5 +1,5 @@
-"""The heavy group (tests/conftest.py) names test modules that exist: a renamed or moved file
-would otherwise leave the group unnoticed and overlap the others under ``make test``."""
+"""The heavy tests (tests/conftest.py) are named by test modules that exist: a renamed or moved
+file would otherwise lose its mark unnoticed and run beside the others under ``make test``."""
 
 from __future__ import annotations
 
