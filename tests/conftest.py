@@ -10,13 +10,6 @@ is the terminal again, and such a line landed between the dots. So every such ha
 record when stderr is not captured: no line a failing test's report holds is lost (the report
 is made of what was caught during its phases), and the run's output is pytest's own. With
 ``-s`` (no capture) nothing is filtered: every line goes to the terminal.
-
-Heavy tests alone: ``make test`` runs the suite in two processes (``pytest -n 2 -m "not
-heavy"``), then the tests in ``HEAVY`` in one (``pytest -m heavy``). Each of those loads both
-cores for seconds or times the proxy against a bar (a request that must not wait for a summary,
-``/healthz`` p99 under a soak), so each gets the machine to itself, as in a serial run: beside
-another test process their timed bounds failed under contention. A lone ``pytest`` runs
-everything in order.
 """
 
 from __future__ import annotations
@@ -24,28 +17,8 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Generator
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-HEAVY = (
-    "bench/tests/test_capacity.py",
-    "bench/tests/test_stream_chunks.py",
-    "tests/integration/api/test_capacity.py",
-    "tests/integration/test_summary_acceptance.py",
-    "tests/reliability/test_bad_input.py",
-    "tests/reliability/test_hangups.py",
-    "tests/reliability/test_load.py",
-    "tests/reliability/test_soak.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    heavy = {ROOT / path for path in HEAVY}
-    for item in items:
-        if item.path in heavy:
-            item.add_marker(pytest.mark.heavy)
 
 
 def _captured(record: logging.LogRecord) -> bool:

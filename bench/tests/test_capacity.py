@@ -12,6 +12,9 @@ import pytest
 from bench.capacity import _cascade_cmd, _floor_cmd, main
 from bench.procs import FLOOR_UPSTREAM, floor_app
 
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
+
 
 def _args(pool: int, workers: int) -> argparse.Namespace:
     return argparse.Namespace(pool=pool, workers=workers)

@@ -9,6 +9,9 @@ import pytest
 
 from bench.stream_chunks import main
 
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
+
 pytest.importorskip("psutil", reason="the bench extra measures process CPU with psutil")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from proxy.tokenizers import build_counter
 from tests.fakes.rendering import count_prompt_tokens
 from tests.fakes.replies import RecordedRequest, reply, tool_call
@@ -33,6 +35,9 @@ from tests.integration.api.compaction_stack import (
     stack,
     wait_until,
 )
+
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
 
 STEPS = 200
 LIMIT, RESERVED = 8000, 500

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.errors import Unsatisfiable
@@ -15,6 +16,9 @@ from schemathesis import GenerationMode
 
 from tests.fakes.upstream import FakeUpstream
 from tests.reliability.conftest import Figures, ProxyServer
+
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 EXAMPLES = 120  # the property-based bodies

@@ -19,6 +19,9 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer
 
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
+
 HANGUPS = 200
 SESSIONS = 10
 CONNECTIONS = (

@@ -24,6 +24,9 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
+
 RESULT_CHARS = 6000  # over toolOutput.maxChars: truncated on the way in
 
 

@@ -23,6 +23,9 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.reliability.conftest import Figures, ProxyProcess, write_config
 
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
+
 WORKERS = 4
 TURNS = 10
 RSS_GROWTH_MIB = 24

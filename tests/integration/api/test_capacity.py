@@ -23,6 +23,9 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy
 
+# Loads both cores or times the proxy: make test runs it alone, after the rest.
+pytestmark = pytest.mark.heavy
+
 CLIENT_KEY = "sk-test-client"
 HI = [{"role": "user", "content": "hi"}]
 
