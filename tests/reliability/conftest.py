@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.common import free_port
 from tests.integration.api.conftest import (  # noqa: F401  (fixtures)
     ProxyServer,
     client,
@@ -102,12 +102,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 # -- the proxy as its own process ------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ProxyProcess:

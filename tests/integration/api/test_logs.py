@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.common import free_port
 from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
 from tests.fakes.replies import reply
@@ -211,12 +212,6 @@ def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
     assert lines and all(isinstance(json.loads(line), dict) for line in lines)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 Command = Callable[[int], list[str]]
 
 
@@ -246,7 +241,7 @@ def test_json_format_makes_every_line_the_process_writes_json(
     fake_upstream: FakeUpstream,
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": db_dsn,
