@@ -70,14 +70,17 @@ class EvictionConfig(Block):
     before it changes, so the per-step bill is ~0.1 x the prompt plus the misses. Evicting
     early keeps the prompt small, and one pass costs little as long as it reclaims more than
     it re-bills (the pure ``evict`` refuses passes that reclaim less than the suffix they
-    turn into misses), so the trigger is low: ``atFraction`` 0.25. Two protected rounds keep
-    the result the model is acting on plus one before it; a third keeps several thousand
-    tokens more on every step. ``clearAtLeast`` 2000 batches small passes; larger values
-    leave big results in the prompt for longer.
+    turn into misses), so the trigger is low: ``atFraction`` 0.125. What an old result costs
+    on each later step does not depend on the window's size, so the trigger is as low as the
+    replay allows: 0.125 is the lowest at which a short session (one that peaks just past
+    the trigger and ends) does not pay for a pass it does not live to earn back. Two
+    protected rounds keep the result the model is acting on plus one before it; a third
+    keeps several thousand tokens more on every step. ``clearAtLeast`` 2000 batches small
+    passes; larger values leave big results in the prompt for longer.
     """
 
     enabled: bool = True
-    at_fraction: float = Field(default=0.25, gt=0, le=1)
+    at_fraction: float = Field(default=0.125, gt=0, le=1)
     keep_recent_rounds: int = Field(default=2, ge=0)
     clear_at_least: int = Field(default=2000, ge=0)
     min_result_tokens: int = Field(default=200, ge=0)

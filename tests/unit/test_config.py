@@ -41,7 +41,7 @@ def test_empty_file_gives_design_defaults() -> None:
     assert ctx.tool_output.raw_cap_bytes == 8_388_608
     assert ctx.redaction.enabled and ctx.redaction.patterns == ()
     ev = ctx.eviction
-    assert (ev.enabled, ev.at_fraction, ev.keep_recent_rounds) == (True, 0.25, 2)
+    assert (ev.enabled, ev.at_fraction, ev.keep_recent_rounds) == (True, 0.125, 2)
     assert (ev.clear_at_least, ev.min_result_tokens, ev.exclude_tools) == (2000, 200, ())
     sm = ctx.summarize
     assert (sm.enabled, sm.background, sm.soft_fraction, sm.hard_fraction) == (True, True, 0.6, 0.9)
