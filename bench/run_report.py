@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.overhead_report import round_ratios_line, versions_line
-from bench.run_checks import issue_targets, replay_checks, replay_summary, retrieval_checks
+from bench.run_checks import (
+    ingest_targets,
+    issue_targets,
+    replay_checks,
+    replay_summary,
+    retrieval_checks,
+)
 
 __all__ = ["PARTS", "render_results"]
 
@@ -151,7 +157,11 @@ def render_results(
         data = part.get("data") or {}
         if name == "replay" and data:
             rows = data.get("rows", [])
-            checks[name] = [*issue_targets(rows), *replay_checks(replay_summary(rows))]
+            checks[name] = [
+                *issue_targets(rows),
+                *ingest_targets(rows),
+                *replay_checks(replay_summary(rows)),
+            ]
         elif name == "retrieval" and data:
             checks[name] = retrieval_checks(data)
         elif data:

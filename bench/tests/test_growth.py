@@ -248,6 +248,30 @@ def test_issue_targets_judge_cascade_per_file_against_the_right_baseline() -> No
     assert ratios["file 2 128k: cost ratio"] == (1.04, True)  # raw fits: within 5% of raw
 
 
+def test_ingest_targets_hold_the_long_files_to_issue_23s_bars() -> None:
+    from bench.run_checks import ingest_targets
+
+    def row(file: int, limit: int, cost: float, policy: str = "cascade-default") -> dict:
+        return {"file": file, "limit": limit, "policy": policy, "cache_weighted": cost,
+                "cache_weighted_fast": 50_000.0}  # fmt: skip
+
+    rows = [
+        row(2, 128000, 249_000.0),
+        row(4, 128000, 225_000.0),
+        row(1, 32000, 209_500.0),
+        row(6, 32000, 300_000.0),
+        row(2, 128000, 1.0, policy="cascade-nosummary"),
+        row(3, 128000, 1.0),
+    ]
+    judged = {c["target"].split(":")[0]: (c["met"], c["limit"]) for c in ingest_targets(rows)}
+    assert judged == {
+        "file 2 128k": (True, 0.95 * 262_385),  # 249,266: the main model's cost only
+        "file 4 128k": (False, 0.95 * 236_319),
+        "file 1 32k": (False, 209_000),
+        "file 6 32k": (True, 350_000),
+    }
+
+
 def test_results_give_the_overhead_ratios_round_by_round():
     meta = {"command": "python -m bench.run", "when": "today", "machine": "box", "nproc": 2,
             "load_start": [1.0], "load_end": [2.0], "commit": "abc", "python": "3.11",
