@@ -72,7 +72,7 @@ class EvictionConfig(Block):
     it re-bills (the pure ``evict`` refuses passes that reclaim less than the suffix they
     turn into misses), so the trigger is low: ``atFraction`` 0.125. What an old result costs
     on each later step does not depend on the window's size, so the trigger is as low as the
-    replay allows: 0.125 is the lowest at which a short session (one that peaks just past
+    replay allows: 0.125 is the lowest tried at which a short session (one that peaks just past
     the trigger and ends) does not pay for a pass it does not live to earn back. Two
     protected rounds keep the result the model is acting on plus one before it; a third
     keeps several thousand tokens more on every step. ``clearAtLeast`` 2000 batches small
