@@ -35,8 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench import headroom_env, trajectories
 from bench.common import out_file
@@ -71,7 +72,21 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--policies", nargs="+", default=None, choices=ALL_POLICIES)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-cascade", action="store_true", help="offline policies only")
+    parser.add_argument(
+        "--context",
+        type=_context,
+        default=None,
+        help="JSON object of context blocks merged over the Cascade policies' config, "
+        'e.g. \'{"eviction": {"atFraction": 0.1}}\'',
+    )
     return parser.parse_args(argv)
+
+
+def _context(text: str) -> dict[str, dict[str, Any]]:
+    value = json.loads(text)
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise argparse.ArgumentTypeError("--context must be a JSON object of objects")
+    return value
 
 
 def run(
@@ -79,6 +94,7 @@ def run(
     limits: Sequence[int],
     policies: Sequence[str],
     tokenizer: Tokenizer,
+    overrides: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     rows: list[Row] = []
     for limit in limits:
@@ -88,7 +104,7 @@ def run(
                 progress(rows[-1])
         for pol in (p for p in policies if p in CASCADE_POLICIES):
             upstream = ReplayUpstream(fast_model=FAST_MODEL, tokenizer=tokenizer)
-            with upstream, cascade_proxy(limit, pol, upstream) as proxy:
+            with upstream, cascade_proxy(limit, pol, upstream, overrides) as proxy:
                 embedded = None
                 if pol.startswith("cascade-perturn") and "retrieval" in PER_TURN_CONTEXT:
                     embedded = EmbeddingWait.for_data_dir(proxy.workdir / "data", EMBED_MODEL)
@@ -139,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("cascade-proxy is not runnable yet: skipping Cascade policies", file=sys.stderr)
         policies = [p for p in policies if p not in (*CASCADE_POLICIES, HEADROOM)]
     tokenizer = get_tokenizer()
-    rows = run(files, limits, policies, tokenizer)
+    rows = run(files, limits, policies, tokenizer, args.context)
     args.out = out_file(args.out, "replay.json")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {

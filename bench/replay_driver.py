@@ -115,9 +115,15 @@ class ProxyProcess:
 
 
 @contextmanager
-def cascade_proxy(limit: int, policy: str, upstream: ReplayUpstream) -> Iterator[ProxyProcess]:
+def cascade_proxy(
+    limit: int,
+    policy: str,
+    upstream: ReplayUpstream,
+    overrides: Mapping[str, Any] | None = None,
+) -> Iterator[ProxyProcess]:
+    config = proxy_config(limit, policy, upstream.url, overrides)
     with tempfile.TemporaryDirectory(prefix="cascade-replay-") as tmp:
-        proxy = ProxyProcess(proxy_config(limit, policy, upstream.url), upstream.url, Path(tmp))
+        proxy = ProxyProcess(config, upstream.url, Path(tmp))
         try:
             proxy.start()
             yield proxy

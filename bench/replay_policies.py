@@ -114,8 +114,14 @@ def replay_offline(
     return Row(tf.number, tf.name, policy, limit, metrics, 0, time.monotonic() - start)
 
 
-def proxy_config(limit: int, policy: str, upstream_url: str) -> dict[str, Any]:
-    """The agents.json for one Cascade run: the limit, the fast model, summaries on or off."""
+def proxy_config(
+    limit: int, policy: str, upstream_url: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The agents.json for one Cascade run: the limit, the fast model, summaries on or off.
+
+    ``overrides`` (``python -m bench.replay --context``) are ``context`` blocks merged over the
+    policy's, key by key, as a sweep of one setting needs (``{"eviction": {"atFraction": 0.1}}``).
+    """
     context: dict[str, Any] = {}
     if policy == "cascade-nosummary":
         context["summarize"] = {"enabled": False}
@@ -123,6 +129,8 @@ def proxy_config(limit: int, policy: str, upstream_url: str) -> dict[str, Any]:
         context.update(PER_TURN_CONTEXT)
     if policy == "cascade-perturn-auto":
         context["memoryPromotion"] = {"mode": "auto"}
+    for block, keys in (overrides or {}).items():
+        context[block] = {**context.get(block, {}), **keys}
     return {
         "providers": {"openai": {"baseUrl": upstream_url, "apiKeyEnv": "OPENAI_API_KEY"}},
         "models": {"default": {"contextLimit": limit}},

@@ -289,3 +289,25 @@ def test_proxy_config_sets_limit_fast_model_and_summary_switch() -> None:
     assert cfg["agents"]["default"]["fastModel"] == RP.FAST_MODEL
     assert cfg["context"]["summarize"]["enabled"] is False
     assert "summarize" not in RP.proxy_config(128_000, "cascade-default", "u")["context"]
+
+
+def test_proxy_config_merges_context_overrides_block_by_block() -> None:
+    cfg = RP.proxy_config(
+        32_000,
+        "cascade-nosummary",
+        "u",
+        {"eviction": {"atFraction": 0.1}, "summarize": {"softFraction": 0.5}},
+    )
+    assert cfg["context"]["eviction"] == {"atFraction": 0.1}
+    assert cfg["context"]["summarize"] == {"enabled": False, "softFraction": 0.5}
+
+
+def test_replay_context_option_takes_a_json_object_of_objects() -> None:
+    from bench.replay import _parse
+
+    args = _parse(["--context", '{"eviction": {"atFraction": 0.1}}'])
+    assert args.context == {"eviction": {"atFraction": 0.1}}
+    assert _parse([]).context is None
+    for bad in ('{"eviction": 0.1}', "[1]"):
+        with pytest.raises(SystemExit):
+            _parse(["--context", bad])
