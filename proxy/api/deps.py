@@ -22,6 +22,7 @@ from proxy.errors import ClientRequestError, PayloadTooLarge, Unauthorized
 from proxy.jsonio import loads
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
+from proxy.services.session_locks import SessionLocks
 from proxy.session_id import bearer_token, tenant_from_bearer, validate_session_id
 from proxy.upstream import Upstream
 
@@ -36,6 +37,7 @@ __all__ = [
     "session_path_id",
     "Unauthorized",
     "SummarizerDep",
+    "LocksDep",
     "tenant_of",
 ]
 
@@ -105,9 +107,16 @@ async def get_summarizer(request: Request) -> DurableSummarizer:
     return _state(request, "summarizer")  # type: ignore[no-any-return]
 
 
+async def get_locks(request: Request) -> SessionLocks:
+    """This replica's queue per session (the chat service's), which the session API's
+    reset, delete and branch join."""
+    return _state(request, "chat").locks  # type: ignore[no-any-return]
+
+
 BusDep = Annotated[EventBus, Depends(get_bus)]
 UpstreamDep = Annotated[Upstream, Depends(get_upstream)]
 SummarizerDep = Annotated[DurableSummarizer, Depends(get_summarizer)]
+LocksDep = Annotated[SessionLocks, Depends(get_locks)]
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from proxy.api.deps import (
     BIGINT_MAX,
     ConfigDep,
+    LocksDep,
     PoolDep,
     SummarizerDep,
     TenantDep,
@@ -71,13 +72,15 @@ async def list_messages(
 
 @router.post("/{session_id}/branch")
 async def branch_session(
-    session_id: str, request: Request, pool: PoolDep, tenant: TenantDep
+    session_id: str, request: Request, pool: PoolDep, locks: LocksDep, tenant: TenantDep
 ) -> dict[str, Any]:
     body = await read_json_body(request, 65536) if await request.body() else {}
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")
-    return await svc.branch_session(pool, tenant=tenant, session_id=_sid(session_id), new_id=new_id)
+    return await svc.branch_session(
+        pool, locks, tenant=tenant, session_id=_sid(session_id), new_id=new_id
+    )
 
 
 @router.post("/{session_id}/compact")
@@ -101,13 +104,17 @@ async def compact_session(
 
 
 @router.post("/{session_id}/reset")
-async def reset_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> dict[str, Any]:
-    return await svc.reset_session(pool, tenant=tenant, session_id=_sid(session_id))
+async def reset_session(
+    session_id: str, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+) -> dict[str, Any]:
+    return await svc.reset_session(pool, locks, tenant=tenant, session_id=_sid(session_id))
 
 
 @router.delete("/{session_id}")
-async def delete_session(session_id: str, pool: PoolDep, tenant: TenantDep) -> dict[str, Any]:
-    return await svc.delete_session(pool, tenant=tenant, session_id=_sid(session_id))
+async def delete_session(
+    session_id: str, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+) -> dict[str, Any]:
+    return await svc.delete_session(pool, locks, tenant=tenant, session_id=_sid(session_id))
 
 
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")

@@ -9,6 +9,11 @@ client that sends 20 requests on one session at once would have 20 requests poll
 lease in no order (DESIGN §4: different sessions never wait on each other). The lease
 serialises a session across replicas and against the session API's operations.
 
+The session API's reset, delete and branch take their place in the same queue (``turn``)
+before they wait for the lease, so a request that arrives here while one of them waits goes
+after it. Polling the lease alone, an operation waited until the session fell idle: a busy
+agent's next request takes the lease back the moment the last one frees it.
+
 A derived session (``auto-…``, no id from the client) is a guess, and a guess never makes a
 request wait: ``lane`` sends a request whose derived session is busy here to a sibling
 session (``auto-….2``, ``auto-….3``, …) that no request holds (README, Decisions).
@@ -17,7 +22,8 @@ session (``auto-….2``, ``auto-….3``, …) that no request holds (README, Dec
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 
 __all__ = ["SessionLocks", "lane_id"]
 
@@ -43,6 +49,16 @@ class SessionLocks:
         except BaseException:  # cancelled while waiting: leave the queue
             self._leave(key)
             raise
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: Key) -> AsyncIterator[None]:
+        """Hold ``key``'s place at the head of its queue for the block (a session API
+        operation: the requests before it go first, those after it wait for it)."""
+        await self.acquire(key)
+        try:
+            yield
+        finally:
+            self.release(key)
 
     def release(self, key: Key) -> None:
         self._locks[key][0].release()

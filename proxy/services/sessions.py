@@ -16,6 +16,7 @@ from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
+from proxy.services.session_locks import SessionLocks
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
@@ -190,9 +191,12 @@ async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> 
 
 
 async def branch_session(
-    conn: Any, *, tenant: str, session_id: str, new_id: str | None
+    conn: Any, locks: SessionLocks, *, tenant: str, session_id: str, new_id: str | None
 ) -> dict[str, Any]:
-    """Copy the live history, raw outputs and summaries into an independent new session."""
+    """Copy the live history, raw outputs and summaries into an independent new session.
+
+    Reset, delete and branch take their turn in this replica's queue for the session
+    (``locks``), then wait for a request in flight on another replica (``store.sessions``)."""
     await _require(conn, tenant, session_id)
     target = (
         validate_session_id(new_id, source="body 'id'")
@@ -203,20 +207,28 @@ async def branch_session(
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
-        await sessions.copy_session(conn, tenant=tenant, source=session_id, target=target)
+        async with locks.turn((tenant, session_id)):
+            await sessions.copy_session(conn, tenant=tenant, source=session_id, target=target)
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
     return {"id": target, "object": "session", "parent_id": session_id}
 
 
-async def reset_session(conn: Any, *, tenant: str, session_id: str) -> dict[str, Any]:
+async def reset_session(
+    conn: Any, locks: SessionLocks, *, tenant: str, session_id: str
+) -> dict[str, Any]:
     await _require(conn, tenant, session_id)
-    await sessions.reset_session(conn, tenant=tenant, session_id=session_id)
+    async with locks.turn((tenant, session_id)):
+        await sessions.reset_session(conn, tenant=tenant, session_id=session_id)
     return {"id": session_id, "object": "session", "reset": True}
 
 
-async def delete_session(conn: Any, *, tenant: str, session_id: str) -> dict[str, Any]:
-    if not await sessions.delete_session(conn, tenant=tenant, session_id=session_id):
+async def delete_session(
+    conn: Any, locks: SessionLocks, *, tenant: str, session_id: str
+) -> dict[str, Any]:
+    async with locks.turn((tenant, session_id)):
+        deleted = await sessions.delete_session(conn, tenant=tenant, session_id=session_id)
+    if not deleted:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     return {"id": session_id, "object": "session", "deleted": True}
 
