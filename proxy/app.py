@@ -156,7 +156,7 @@ def create_app(
         client = build_client(transport=http_transport or provider)
         bus = EventBus(pool, listen_dsn(settings, dsn))
         await bus.start()
-        upstream = Upstream(client)
+        upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)
         count, cost = build_counters(settings.tokenizer or None)
         # First-use costs paid before the replica is ready, not in its first requests.
         warm_process(holder.current, count, provider)

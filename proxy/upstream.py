@@ -15,7 +15,7 @@ compresses its answer is decoded here (httpx), and the relayed headers never car
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -134,10 +134,16 @@ class Upstream:
     """``call`` for whole answers, ``open_stream`` for streams, over one pooled client."""
 
     def __init__(
-        self, client: httpx.AsyncClient | None = None, env: Mapping[str, str] | None = None
+        self,
+        client: httpx.AsyncClient | None = None,
+        env: Mapping[str, str] | None = None,
+        proxy_for: Callable[[httpx.URL], str | None] | None = None,
     ) -> None:
+        """``proxy_for`` is the transport's choice of egress proxy for a URL
+        (``ProviderTransport.proxy_for``), so that a 502 says which proxy failed."""
         self.client = client if client is not None else build_client()
         self._env = env if env is not None else os.environ
+        self._proxy_for = proxy_for
         self._targets: dict[str, _Target] = {}
         self._urls: dict[tuple[str, str], httpx.URL] = {}
         self._timeouts: dict[tuple[float, float], httpx.Timeout] = {}
@@ -156,6 +162,10 @@ class Upstream:
             if value := client_headers.get(name):
                 headers[name] = value
         return headers
+
+    def _proxy_of(self, base_url: str) -> str | None:
+        assert self._proxy_for is not None
+        return self._proxy_for(httpx.URL(base_url))
 
     def _url(self, base_url: str, target: _Target, path: str, *, cache: bool) -> httpx.URL:
         """The parsed URL of ``path`` at a provider, kept for the proxy's own calls (their
@@ -221,7 +231,8 @@ class Upstream:
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs)."""
-        with mapped_errors(provider):
+        proxy_of = self._proxy_of if self._proxy_for is not None else None
+        with mapped_errors(provider, proxy_of):
             request = self._request(
                 provider,
                 method,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,31 @@ def test_an_https_provider_is_tunnelled_through_https_proxy(
         resp = _chat(proxy)
     assert resp.status_code == 200, resp.text
     assert egress.seen == [f"{HOST}:{upstream.port}"]  # a CONNECT tunnel, TLS inside it
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+def test_an_egress_proxy_that_refuses_is_named_in_the_502(
+    kind: str, start_proxy: StartProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The provider is fine as far as anyone knows: the proxy in front of it is what refused,
+    # and the message says so (without the proxy's password) instead of blaming the provider.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://user:pw-SECRET@127.0.0.1:{closed}")
+    config = write_config(
+        tmp_path / "cfg.json",
+        "http://unused.invalid/v1",
+        providers={"openai": _provider(f"http://{HOST}:9/v1")},
+    )
+    resp = _chat(start_proxy(config, tokenizer="", http_transport=kind))
+    assert resp.status_code == 502, resp.text
+    message = resp.json()["error"]["message"]
+    assert (
+        f"the provider 'openai' at http://{HOST}:9 through the egress proxy"
+        f" http://127.0.0.1:{closed}: connection refused" in message
+    ), message
+    assert "HTTP_PROXY" in message and "pw-SECRET" not in message
 
 
 # --------------------------------------------------------------------------- private CAs
