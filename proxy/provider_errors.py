@@ -11,6 +11,7 @@ transport's exception stays chained for the log.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -21,7 +22,9 @@ import httpx
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["POOL_WAIT_SECONDS", "mapped_errors", "provider_name"]
+__all__ = ["POOL_WAIT_SECONDS", "log_relayed", "mapped_errors", "provider_name"]
+
+log = logging.getLogger("cascade")
 
 POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's capped connections
 
@@ -175,3 +178,11 @@ def provider_name(provider: ProviderConfig) -> str:
     except ValueError:
         return f"{label} (its baseUrl does not parse)"
     return f"{label} at {u.scheme}://{u.hostname}" + (f":{port}" if port else "")
+
+
+def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to the client") -> None:
+    """One line for a provider's own error answer, which the proxy relays as it came: who
+    answered and with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own
+    errors). Never its body, which may quote the request."""
+    level = logging.WARNING if status >= 500 else logging.INFO
+    log.log(level, "%s answered %d; %s", provider_name(provider), status, how)

@@ -23,7 +23,7 @@ import pytest
 from bench.common import free_port
 from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
-from tests.fakes.replies import reply
+from tests.fakes.replies import error, rate_limited, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, write_config
 
@@ -167,6 +167,27 @@ def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
     assert len(lines) == 2, lines
     assert lines[0].startswith("504 in a stream") and "(cause: " in lines[0]
     assert lines[1].startswith("a stream ended with an error event: the provider's stream")
+
+
+def test_a_provider_error_the_proxy_relays_is_logged_once_naming_the_provider(
+    http: httpx.Client, fake_upstream: FakeUpstream, records: Records
+) -> None:
+    # The client gets the provider's own answer; the operator gets who answered what (the
+    # access line alone says 429 or 503 with nothing to tell a provider's from the proxy's).
+    fake_upstream.script(rate_limited(7), error(503))
+    fake_upstream.script(error(500), endpoint="/v1/models")
+    body = {"model": "gpt-fake", "messages": MESSAGES}
+    whole = _post(http, json=body, headers={"x-session-id": "relayed"})
+    streamed = _post(http, json={**body, "stream": True}, headers={"x-session-id": "relayed"})
+    models = http.get("/v1/models")
+    assert (whole.status_code, streamed.status_code, models.status_code) == (429, 503, 500)
+    records.access(3)
+    where = f"the provider 'openai' at http://127.0.0.1:{fake_upstream.port}"
+    assert [(r.levelno, r.getMessage()) for r in records.errors()] == [
+        (logging.INFO, f"{where} answered 429; relayed to the client"),
+        (logging.WARNING, f"{where} answered 503; relayed to the client"),
+        (logging.WARNING, f"{where} answered 500; relayed to the client"),
+    ]
 
 
 def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
