@@ -234,6 +234,7 @@ def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
 
 
 Command = Callable[[int], list[str]]
+LOG_CONFIG = Path(__file__).resolve().parents[3] / "config" / "logging-json.json"
 
 
 @pytest.mark.parametrize(
@@ -253,6 +254,21 @@ Command = Callable[[int], list[str]]
             id="uvicorn",
         ),
         pytest.param(lambda port: ["-m", "proxy", "serve", "--port", str(port)], id="serve"),
+        pytest.param(  # uvicorn's supervisor logs before any app exists: the file covers it
+            lambda port: [
+                "-m",
+                "uvicorn",
+                "proxy.app:create_app",
+                "--factory",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+                "--log-config",
+                str(LOG_CONFIG),
+            ],
+            id="uvicorn-workers",
+        ),
     ],
 )
 def test_json_format_makes_every_line_the_process_writes_json(
@@ -303,5 +319,7 @@ def test_json_format_makes_every_line_the_process_writes_json(
     loggers = {line["logger"] for line in lines}
     assert {"uvicorn.error", "cascade.access", "cascade"} <= loggers, loggers
     assert "uvicorn.access" not in loggers
+    if "--workers" in command(port):  # the supervisor's own lines are there, as JSON
+        assert any(line["message"].startswith("Started parent process") for line in lines)
     access = [line for line in lines if line["logger"] == "cascade.access"]
     assert [a["status"] for a in access if a["path"] != "/healthz"] == [200, 400, 404]
