@@ -320,8 +320,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         _log_error(request, status, exc, body["error"]["message"])
         return JSONResponse(body, status)
 
-    async def invalid_id(request: Request, exc: Exception) -> JSONResponse:
-        _log_error(request, 400, exc, str(exc))
+    async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
+        _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
         return JSONResponse(
             error_body(str(exc), type="invalid_request_error", code="invalid_session_id"), 400
         )

@@ -190,6 +190,23 @@ def test_a_provider_error_the_proxy_relays_is_logged_once_naming_the_provider(
     ]
 
 
+def test_an_invalid_session_id_is_logged_without_its_value(
+    http: httpx.Client, records: Records
+) -> None:
+    # The value came from a header or a body: the client is told it, the log is not.
+    sent = f"not an id {SECRET_TEXT}"
+    body = {"model": "gpt-fake", "messages": MESSAGES}
+    in_header = _post(http, json=body, headers={"x-session-id": sent})
+    in_metadata = _post(http, json={**body, "metadata": {"session_id": sent}})
+    assert in_header.status_code == in_metadata.status_code == 400
+    assert SECRET_TEXT in in_header.json()["error"]["message"]  # the client sees what it sent
+    records.access(2)
+    assert [r.getMessage() for r in records.errors()] == [
+        "400 POST /v1/chat/completions: Invalid session id from the X-Session-Id header",
+        "400 POST /v1/chat/completions: Invalid session id from metadata.session_id",
+    ]
+
+
 def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
     text, js = io.StringIO(), io.StringIO()
     as_text, as_json = logging.StreamHandler(text), logging.StreamHandler(js)
