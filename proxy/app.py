@@ -317,7 +317,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def domain(request: Request, exc: Exception) -> JSONResponse:
         status, body = exception_body(exc)
-        _log_error(request, status, exc, body["error"]["message"])
+        logged = getattr(exc, "log_message", None) or body["error"]["message"]
+        _log_error(request, status, exc, logged)
         return JSONResponse(body, status)
 
     async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
