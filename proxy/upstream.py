@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
+from httpx._decoders import SUPPORTED_DECODERS
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamUnavailable
@@ -128,6 +129,12 @@ def _target(base_url: str) -> _Target:
     basic = httpx.BasicAuth(unquote(u.username or ""), unquote(u.password or ""))
     request = next(basic.auth_flow(httpx.Request("GET", "http://x/")))
     return _Target(clean, request.headers["authorization"])
+
+
+def _decodable(encoding: str) -> bool:
+    """Whether httpx decodes every coding in a ``content-encoding`` value."""
+    codings = (c.strip().lower() for c in encoding.split(","))
+    return all(c in SUPPORTED_DECODERS for c in codings if c)
 
 
 class Upstream:
@@ -249,6 +256,15 @@ class Upstream:
                 f"{provider_name(provider)} answered {resp.status_code}, a redirect to "
                 f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
                 "baseUrl to the address it points to"
+            )
+        if (encoding := resp.headers.get("content-encoding")) and not _decodable(encoding):
+            # httpx passes an encoding it has no decoder for through as it is, and the relay
+            # drops the header: the client would get bytes it cannot read.
+            await resp.aclose()
+            raise UpstreamUnavailable(
+                f"{provider_name(provider)} answered {resp.status_code} compressed as "
+                f"{encoding[:40]!r}, which the proxy cannot decode (it asks for identity); "
+                "have the provider send identity, gzip or deflate"
             )
         return resp
 

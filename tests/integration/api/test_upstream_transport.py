@@ -297,3 +297,30 @@ def test_a_compressed_stream_is_relayed_decoded(
     assert resp.status_code == 200 and resp.content.endswith(b"data: [DONE]\n\n")
     assert "content-encoding" not in resp.headers
     assert b"squeezed " in resp.content
+
+
+def test_an_answer_compressed_in_a_way_httpx_cannot_decode_is_a_clear_502(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Relayed, its bytes would reach the client without the header that says what they are
+    # (and crash an SDK reading the stream): the 502 says which encoding instead.
+    headers = {"content-type": "text/event-stream", "content-encoding": "br"}
+    fake_upstream.script(
+        raw(b"\x1b\x00\xf8\xa5", headers=headers), raw(b"\x1b\x00", headers=headers)
+    )
+    whole = _chat(proxy)
+    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
+        streamed = http.post(
+            "/v1/chat/completions",
+            headers={"x-session-id": "br-stream"},
+            json={
+                "model": "gpt-fake",
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
+    for resp in (whole, streamed):
+        assert resp.status_code == 502, resp.text
+        assert (
+            "compressed as 'br', which the proxy cannot decode" in resp.json()["error"]["message"]
+        )
