@@ -57,7 +57,7 @@ from proxy.store.db import (
 )
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
-from proxy.transport import ProviderTransport, build_client
+from proxy.transport import ProviderTransport, build_client, check_proxies
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
 from proxy.warmup import open_pool, warm_pool, warm_process
@@ -121,6 +121,7 @@ def create_app(
     )
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
+    check_proxies(settings.http_transport)  # a proxy the transport cannot use fails here
     tracing = build_tracing(settings.tracing, provider=tracer_provider)
     observer = Observer(Metrics.from_env(), tracing)
 
