@@ -57,7 +57,7 @@ from proxy.store.db import (
 )
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
-from proxy.transport import ProviderTransport, build_client
+from proxy.transport import ProviderTransport, build_client, check_proxies
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
 from proxy.warmup import open_pool, warm_pool, warm_process
@@ -121,6 +121,7 @@ def create_app(
     )
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
+    check_proxies(settings.http_transport)  # a proxy the transport cannot use fails here
     tracing = build_tracing(settings.tracing, provider=tracer_provider)
     observer = Observer(Metrics.from_env(), tracing)
 
@@ -156,7 +157,7 @@ def create_app(
         client = build_client(transport=http_transport or provider)
         bus = EventBus(pool, listen_dsn(settings, dsn))
         await bus.start()
-        upstream = Upstream(client)
+        upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)
         count, cost = build_counters(settings.tokenizer or None)
         # First-use costs paid before the replica is ready, not in its first requests.
         warm_process(holder.current, count, provider)
@@ -317,11 +318,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def domain(request: Request, exc: Exception) -> JSONResponse:
         status, body = exception_body(exc)
-        _log_error(request, status, exc, body["error"]["message"])
+        logged = getattr(exc, "log_message", None) or body["error"]["message"]
+        _log_error(request, status, exc, logged)
         return JSONResponse(body, status)
 
-    async def invalid_id(request: Request, exc: Exception) -> JSONResponse:
-        _log_error(request, 400, exc, str(exc))
+    async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
+        _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
         return JSONResponse(
             error_body(str(exc), type="invalid_request_error", code="invalid_session_id"), 400
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from proxy.banner import client_origin
 from proxy.cli_memory import add_memory_parser, run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
+from proxy.logs import configure_logging
 from proxy.pgembed import start_embedded
 from proxy.settings import DEFAULT_CONFIG, Settings
 from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
@@ -226,5 +228,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         InsecureListen,
     ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
-        print(f"cascade-proxy {args.command}: {exc}", file=sys.stderr)
+        _refuse(f"cascade-proxy {args.command}: {exc}")
         return 2
+
+
+def _refuse(message: str) -> None:
+    """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
+    one JSON log line like every other the process writes (read from the environment, since
+    the settings themselves may be what is wrong)."""
+    if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() == "json":
+        configure_logging("info", "json")
+        logging.getLogger("cascade").error("%s", message)
+    else:
+        print(message, file=sys.stderr)

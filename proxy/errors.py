@@ -41,10 +41,15 @@ class ProxyError(Exception):
     type = "server_error"
     code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, log_message: str | None = None
+    ) -> None:
+        """``log_message`` replaces ``message`` in the log when the message quotes what the
+        client sent (the log never holds a body)."""
         super().__init__(message)
         self.message = message
         self.param = param
+        self.log_message = log_message
 
 
 class ClientRequestError(ProxyError):

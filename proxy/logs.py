@@ -18,7 +18,9 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
+from types import TracebackType
 from typing import Any, Literal
 
 from proxy import requestlog
@@ -111,6 +113,7 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
     root.handlers[:] = [h for h in root.handlers if not getattr(h, "cascade", False)]
     root.addHandler(handler)
     logging.captureWarnings(True)  # warnings become log lines too, in the same format
+    _route_uncaught(fmt)
     for name in ("cascade", *_UVICORN):
         logger = logging.getLogger(name)
         logger.handlers.clear()
@@ -122,6 +125,30 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
     access.disabled = True
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _route_uncaught(fmt: LogFormat) -> None:
+    """With ``json``, an exception nothing caught (a config error raised out of
+    ``create_app`` under ``uvicorn --factory``, a crash in a thread) is one JSON line with
+    its traceback in ``exc``, not Python's multi-line print; ``text`` keeps Python's print."""
+    ours = sys.excepthook is _uncaught
+    if fmt == "json":
+        sys.excepthook = _uncaught
+        threading.excepthook = _uncaught_in_thread
+    elif ours:
+        sys.excepthook = sys.__excepthook__
+        threading.excepthook = threading.__excepthook__
+
+
+def _uncaught(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    logging.getLogger("cascade").critical(
+        "uncaught %s: %s", kind.__name__, value, exc_info=(kind, value, tb)
+    )
+
+
+def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is not None and args.exc_type is not SystemExit:  # as Python's hook
+        _uncaught(args.exc_type, args.exc_value, args.exc_traceback)
 
 
 _USERINFO = re.compile(r"//[^/@\s]*@")

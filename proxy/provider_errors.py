@@ -2,17 +2,19 @@
 
 A failure to reach a provider is a 502 (``UpstreamUnavailable``) and a wait that ran out a
 504 (``UpstreamTimeout``); each message names the provider (its name in config and its host,
-never credentials), says why in a few words taken from the exception chain (a refused
-connection, a name that does not resolve, a certificate the provider's ``caFile`` does not
-sign), and says what to check. The transport's exception stays chained for the log.
+never credentials) and the egress proxy the call went through, if any; says why in a few
+words taken from the exception chain (a refused connection, a name that does not resolve, a
+certificate the provider's ``caFile`` does not sign); and says what to check. The
+transport's exception stays chained for the log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -20,39 +22,64 @@ import httpx
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["POOL_WAIT_SECONDS", "mapped_errors", "provider_name"]
+__all__ = ["POOL_WAIT_SECONDS", "log_relayed", "mapped_errors", "provider_name"]
+
+log = logging.getLogger("cascade")
 
 POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's capped connections
 
 
 @contextlib.contextmanager
-def mapped_errors(provider: ProviderConfig) -> Iterator[None]:
+def mapped_errors(
+    provider: ProviderConfig, proxy_for: Callable[[str], str | None] | None = None
+) -> Iterator[None]:
     """Turn transport failures into 504 (timed out) or 502 (unreachable), naming the
-    provider and the cause, with the original exception chained."""
+    provider and the cause, with the original exception chained. ``proxy_for`` names the
+    egress proxy a provider's base URL goes through (asked only on a failure): a connection
+    that failed there is the proxy's, and the message says so."""
     try:
         yield
     except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
-        raise _mapped(provider, exc) from exc
+        via = _proxy(proxy_for, provider.base_url)
+        raise _mapped(provider, exc, via) from exc
 
 
-def _mapped(provider: ProviderConfig, exc: Exception) -> UpstreamTimeout | UpstreamUnavailable:
+def _proxy(proxy_for: Callable[[str], str | None] | None, base_url: str) -> str | None:
+    """The egress proxy's ``scheme://host:port`` (never its user:password), or None."""
+    if proxy_for is None:
+        return None
+    try:
+        u = urlsplit(proxy_for(base_url) or "")
+        port = u.port
+    except (ValueError, httpx.InvalidURL):
+        return None
+    if not u.hostname:
+        return None
+    return f"{u.scheme}://{u.hostname}" + (f":{port}" if port else "")
+
+
+def _mapped(
+    provider: ProviderConfig, exc: Exception, via: str | None = None
+) -> UpstreamTimeout | UpstreamUnavailable:
+    where = provider_name(provider)
+    if via is not None:
+        where = f"{where} through the egress proxy {via}"
     name = type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
         if _timed_out(exc):
-            return _timeout(provider, exc)
+            return _timeout(where, exc)
         name = type(exc.__cause__).__name__
     kind = _kind(exc)
+    if via is not None and kind == "other":
+        kind = "proxy"  # refused, unresolved, closed: the proxy or what it was asked to reach
     hint = _HINTS.get(kind, "check the provider's baseUrl and that it is running")
     cause = _cause(exc)
     if kind == "cafile":
         cause = f"its caFile {provider.ca_file} cannot be loaded ({cause})"
-    return UpstreamUnavailable(
-        f"could not reach {provider_name(provider)}: {cause} ({name}); {hint}"
-    )
+    return UpstreamUnavailable(f"could not reach {where}: {cause} ({name}); {hint}")
 
 
-def _timeout(provider: ProviderConfig, exc: httpx.TimeoutException) -> UpstreamTimeout:
-    where = provider_name(provider)
+def _timeout(where: str, exc: httpx.TimeoutException) -> UpstreamTimeout:
     if isinstance(exc, httpx.PoolTimeout):
         return UpstreamTimeout(
             f"every connection to {where} stayed busy for {POOL_WAIT_SECONDS:g} s;"
@@ -83,7 +110,8 @@ _HINTS = {
     "tls": "set the provider's caFile to the CA that signed its certificate (or verifyTls "
     "false), or SSL_CERT_FILE for the whole process",
     "cafile": "check the provider's caFile",
-    "proxy": "check HTTPS_PROXY / HTTP_PROXY / NO_PROXY",
+    "proxy": "check HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY, and that the proxy is"
+    " running and can reach the provider",
 }
 
 
@@ -150,3 +178,11 @@ def provider_name(provider: ProviderConfig) -> str:
     except ValueError:
         return f"{label} (its baseUrl does not parse)"
     return f"{label} at {u.scheme}://{u.hostname}" + (f":{port}" if port else "")
+
+
+def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to the client") -> None:
+    """One line for a provider's own error answer, which the proxy relays as it came: who
+    answered and with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own
+    errors). Never its body, which may quote the request."""
+    level = logging.WARNING if status >= 500 else logging.INFO
+    log.log(level, "%s answered %d; %s", provider_name(provider), status, how)

@@ -52,6 +52,11 @@ class InvalidSessionId(ValueError):
         self.value = value
         self.source = source
 
+    def for_log(self) -> str:
+        """The message without the value, which came from a header or a body and may be
+        anything a client put there, a secret included."""
+        return f"Invalid session id from {self.source}"
+
 
 def validate_session_id(value: str, *, source: str = "request") -> str:
     """Return ``value`` unchanged if it is a valid session id, else raise ``InvalidSessionId``."""

@@ -83,6 +83,10 @@ class Tracing:
                 shutdown()
 
 
+def _one_line(span: Any) -> str:
+    return str(span.to_json(indent=None)) + "\n"
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
@@ -113,8 +117,11 @@ def build_tracing(
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "cascade-proxy"})
     sdk = SdkProvider(resource=resource)
     if mode == "console":
-        # sys.stdout as it is now, not as it was when OpenTelemetry was first imported
-        sdk.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
+        # sys.stdout as it is now, not as it was when OpenTelemetry was first imported; one
+        # span a line (the exporter's default is indented JSON over many lines), so a log
+        # collector reading CASCADE_LOG_FORMAT=json output gets one JSON object per line
+        exporter = ConsoleSpanExporter(out=sys.stdout, formatter=_one_line)
+        sdk.add_span_processor(SimpleSpanProcessor(exporter))
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

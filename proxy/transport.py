@@ -41,6 +41,7 @@ http_transport=...)``); everything else about the client stays the same.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 import ssl
 from collections import deque
@@ -52,7 +53,10 @@ from typing import Any, Literal
 import httpx
 from httpx._utils import URLPattern, get_environment_proxies
 
+from proxy.config import ConfigError
+
 __all__ = [
+    "check_proxies",
     "ProviderTransport",
     "TlsSettings",
     "TLS_EXTENSION",
@@ -198,6 +202,28 @@ def _read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
             return response
 
     return ReadAheadTransport
+
+
+def check_proxies(kind: Kind) -> None:
+    """Refuse at start an egress proxy ``kind`` cannot speak to, instead of failing every
+    call through it: aiohttp speaks to http:// and https:// proxies only (it would send a
+    SOCKS proxy plain HTTP), httpx to SOCKS too once ``socksio`` is installed."""
+    usable = {"http", "https"}
+    if kind == "httpx" and importlib.util.find_spec("socksio") is not None:
+        usable |= {"socks5", "socks5h"}
+    for proxy in get_environment_proxies().values():
+        scheme, _, rest = (proxy or "").partition("://")
+        if proxy and scheme.lower() not in usable:
+            shown = f"{scheme}://{rest.rpartition('@')[2]}"  # never its user:password
+            hint = {
+                "aiohttp": "; for SOCKS set CASCADE_HTTP_TRANSPORT=httpx and install socksio",
+                "httpx": "" if "socks5" in usable else "; for a SOCKS proxy install socksio",
+            }[kind]
+            raise ConfigError(
+                f"the egress proxy {shown} (HTTP_PROXY / HTTPS_PROXY / ALL_PROXY) is not one"
+                f" CASCADE_HTTP_TRANSPORT={kind} can use: it takes"
+                f" {', '.join(sorted(s + '://' for s in usable))} proxies{hint}"
+            )
 
 
 class ProviderTransport(httpx.AsyncBaseTransport):

@@ -15,12 +15,13 @@ compresses its answer is decoded here (httpx), and the relayed headers never car
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
+from httpx._decoders import SUPPORTED_DECODERS
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamUnavailable
@@ -130,14 +131,26 @@ def _target(base_url: str) -> _Target:
     return _Target(clean, request.headers["authorization"])
 
 
+def _decodable(encoding: str) -> bool:
+    """Whether httpx decodes every coding in a ``content-encoding`` value."""
+    codings = (c.strip().lower() for c in encoding.split(","))
+    return all(c in SUPPORTED_DECODERS for c in codings if c)
+
+
 class Upstream:
     """``call`` for whole answers, ``open_stream`` for streams, over one pooled client."""
 
     def __init__(
-        self, client: httpx.AsyncClient | None = None, env: Mapping[str, str] | None = None
+        self,
+        client: httpx.AsyncClient | None = None,
+        env: Mapping[str, str] | None = None,
+        proxy_for: Callable[[httpx.URL], str | None] | None = None,
     ) -> None:
+        """``proxy_for`` is the transport's choice of egress proxy for a URL
+        (``ProviderTransport.proxy_for``), so that a 502 says which proxy failed."""
         self.client = client if client is not None else build_client()
         self._env = env if env is not None else os.environ
+        self._proxy_for = proxy_for
         self._targets: dict[str, _Target] = {}
         self._urls: dict[tuple[str, str], httpx.URL] = {}
         self._timeouts: dict[tuple[float, float], httpx.Timeout] = {}
@@ -156,6 +169,10 @@ class Upstream:
             if value := client_headers.get(name):
                 headers[name] = value
         return headers
+
+    def _proxy_of(self, base_url: str) -> str | None:
+        assert self._proxy_for is not None
+        return self._proxy_for(httpx.URL(base_url))
 
     def _url(self, base_url: str, target: _Target, path: str, *, cache: bool) -> httpx.URL:
         """The parsed URL of ``path`` at a provider, kept for the proxy's own calls (their
@@ -221,7 +238,8 @@ class Upstream:
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs)."""
-        with mapped_errors(provider):
+        proxy_of = self._proxy_of if self._proxy_for is not None else None
+        with mapped_errors(provider, proxy_of):
             request = self._request(
                 provider,
                 method,
@@ -238,6 +256,15 @@ class Upstream:
                 f"{provider_name(provider)} answered {resp.status_code}, a redirect to "
                 f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
                 "baseUrl to the address it points to"
+            )
+        if (encoding := resp.headers.get("content-encoding")) and not _decodable(encoding):
+            # httpx passes an encoding it has no decoder for through as it is, and the relay
+            # drops the header: the client would get bytes it cannot read.
+            await resp.aclose()
+            raise UpstreamUnavailable(
+                f"{provider_name(provider)} answered {resp.status_code} compressed as "
+                f"{encoding[:40]!r}, which the proxy cannot decode (it asks for identity); "
+                "have the provider send identity, gzip or deflate"
             )
         return resp
 

@@ -214,7 +214,19 @@ def warm_process(
         count(list(_PROBES))
         if transport is not None:
             transport.context_for(TlsSettings())
-            for provider in cfg.providers.values():
-                transport.context_for(TlsSettings(provider.ca_file, provider.verify_tls))
-    except Exception as exc:  # an unreadable caFile: its requests say so, as without this
+    except Exception as exc:
         log.warning("warming the process's caches: %s: %s", type(exc).__name__, exc)
+    if transport is None:
+        return
+    for name, provider in sorted(cfg.providers.items()):
+        try:
+            transport.context_for(TlsSettings(provider.ca_file, provider.verify_tls))
+        except Exception as exc:  # an unreadable caFile: its requests say so too, as 502s
+            log.warning(
+                "provider %r: its caFile %s cannot be loaded (%s: %s); its requests will"
+                " answer 502 until it can",
+                name,
+                provider.ca_file,
+                type(exc).__name__,
+                exc,
+            )

@@ -27,6 +27,7 @@ from proxy.api.deps import (
 )
 from proxy.auth import check_agent
 from proxy.errors import ClientRequestError
+from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
 from proxy.session_id import derive_session_id, named_session_id
@@ -203,6 +204,8 @@ async def _passthrough(
         content=content,
         params=list(request.query_params.multi_items()),
     )
+    if resp.status_code >= 400:
+        log_relayed(provider, resp.status_code)
     return Response(resp.content, resp.status_code, response_headers(resp))
 
 

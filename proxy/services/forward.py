@@ -23,6 +23,7 @@ from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
+from proxy.provider_errors import log_relayed
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.services.turn import ChatContext, Route, Step, Turn
@@ -138,6 +139,7 @@ class Forwarder:
                     model=step.route.model,
                 )
                 if resp.status_code >= 400:
+                    log_relayed(step.route.provider, resp.status_code)
                     await turn.abort()
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = _completion(resp)
@@ -184,6 +186,7 @@ class Forwarder:
                         body = await resp.aread()
                     finally:
                         await resp.aclose()
+                    log_relayed(step.route.provider, resp.status_code)
                     refused = Response(body, resp.status_code, response_headers(resp))
                 headers = response_headers(resp)
             else:
@@ -309,9 +312,7 @@ class Forwarder:
                 return resp, sse.error_event(str(exc), code=str(exc.status_code))
             finally:
                 await resp.aclose()
-            log.info(
-                "the provider answered %d in a stream; relayed as an error event", resp.status_code
-            )  # its body may quote the request: not logged
+            log_relayed(step.route.provider, resp.status_code, "relayed as an error event")
             return resp, sse.error_event(
                 f"the provider answered {resp.status_code}: {body[:2000]}",
                 code=str(resp.status_code),

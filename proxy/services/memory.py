@@ -181,7 +181,9 @@ async def accept_suggestion(
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:
         raise ClientRequestError(
-            f"facts not in suggestion {suggestion_id!r}: {unknown!r}", param="facts"
+            f"facts not in suggestion {suggestion_id!r}: {unknown!r}",
+            param="facts",
+            log_message=f"{len(unknown)} of the facts sent are not in suggestion {suggestion_id!r}",
         )
     scope = found["scope"] if isinstance(found["scope"], str) else None
     scope = parse_scope(scope) if scope else scope_of_agent(cfg, found["agent"])

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,3 +120,27 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for action in ("ls", "show", "messages", "compact", "branch", "reset", "rm"):
         assert re.search(rf"^\s+{action}\s+\S", out, re.M), action  # each with its help
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["-m", "proxy", "serve"], id="serve"),
+        pytest.param(
+            ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"], id="uvicorn"
+        ),
+    ],
+)
+def test_with_json_logs_a_refusal_to_start_is_json_too(command: list[str], tmp_path: Path) -> None:
+    # serve says why it cannot start itself; under uvicorn the config error is raised out of
+    # the factory, uncaught: either way each line on stderr is one JSON object.
+    bad = tmp_path / "agents.json"
+    bad.write_text('{"providers": {"x": {"baseUrl": 3}}}')
+    env = {**os.environ, "CASCADE_LOG_FORMAT": "json", "CASCADE_CONFIG": str(bad)}
+    done = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert lines and all({"ts", "level", "logger", "message"} <= set(line) for line in lines)
+    assert any("providers.x.baseUrl" in line["message"] for line in lines)

@@ -46,7 +46,7 @@ def test_console_tracing_prints_each_span(capsys: pytest.CaptureFixture[str]) ->
     request.end()
     tracing.shutdown()
     out = capsys.readouterr().out
-    spans = json.loads("[" + out.replace("}\n{", "},{") + "]")
+    spans = [json.loads(line) for line in out.splitlines()]  # one span a line, like the logs
     assert [s["name"] for s in spans] == ["chat gpt-4o", "POST"]
     assert spans[0]["parent_id"] == spans[1]["context"]["span_id"]
     assert spans[0]["attributes"]["gen_ai.operation.name"] == "chat"

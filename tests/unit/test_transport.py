@@ -13,6 +13,9 @@ import pytest
 import trustme
 import uvicorn
 
+from proxy.app import create_app
+from proxy.config import ConfigError
+from proxy.settings import Settings
 from proxy.transport import (
     KEEPALIVE_SECONDS,
     RECEIVE_BUFFER_BYTES,
@@ -51,6 +54,24 @@ def test_proxies_follow_the_environment_as_httpx_reads_it(
 
 def test_without_proxy_variables_everything_goes_direct() -> None:
     assert ProviderTransport(max_connections=4).proxy_for(httpx.URL("https://a.example")) is None
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+def test_a_proxy_the_transport_cannot_speak_to_stops_the_start(
+    kind: Kind, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # aiohttp sent a SOCKS proxy plain HTTP (the request, headers and all); httpx without
+    # socksio raised ImportError on every call, a 500. Either way: refused at start.
+    monkeypatch.setenv("ALL_PROXY", "socks5://user:pw-SECRET@127.0.0.1:1080")
+    monkeypatch.setenv("HTTPS_PROXY", "http://egress:3128")  # an http:// one is fine
+    config = tmp_path / "agents.json"
+    config.write_text("{}")
+    settings = Settings(config=config, database_url="postgresql://unused/x", http_transport=kind)
+    with pytest.raises(ConfigError, match="egress proxy socks5://127.0.0.1:1080") as refused:
+        create_app(settings)
+    assert "pw-SECRET" not in str(refused.value)
+    monkeypatch.delenv("ALL_PROXY")
+    create_app(settings)  # http:// proxies only: starts
 
 
 def test_each_tls_setting_gets_its_own_context(tmp_path: Path) -> None:

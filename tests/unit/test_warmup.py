@@ -63,14 +63,20 @@ def test_each_agents_redaction_scanner_is_built_at_start() -> None:
 def test_an_unreadable_ca_file_does_not_stop_the_start(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    missing = tmp_path / "no.pem"
     raw = {
         "providers": {
-            "private": {"baseUrl": "https://llm.internal/v1", "caFile": str(tmp_path / "no.pem")}
+            "private": {"baseUrl": "https://llm.internal/v1", "caFile": str(missing)},
+            "unchecked": {"baseUrl": "https://llm.other/v1", "verifyTls": False},
         },
         "agents": {"default": {"provider": "private"}},
     }
     cfg = parse_config(raw, env={})
     count, _ = build_counters(None)
+    transport = ProviderTransport(max_connections=4)
     with caplog.at_level(logging.WARNING, logger="cascade"):
-        warm_process(cfg, count, ProviderTransport(max_connections=4))
-    assert "warming the process's caches" in caplog.text
+        warm_process(cfg, count, transport)
+    # which provider and which file, not a bare "No such file or directory"
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"provider 'private': its caFile {missing} cannot be loaded")
+    assert TlsSettings(None, False) in transport._contexts  # the next provider still warmed

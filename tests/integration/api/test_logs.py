@@ -23,7 +23,7 @@ import pytest
 from bench.common import free_port
 from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
-from tests.fakes.replies import reply
+from tests.fakes.replies import error, rate_limited, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, write_config
 
@@ -169,6 +169,44 @@ def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
     assert lines[1].startswith("a stream ended with an error event: the provider's stream")
 
 
+def test_a_provider_error_the_proxy_relays_is_logged_once_naming_the_provider(
+    http: httpx.Client, fake_upstream: FakeUpstream, records: Records
+) -> None:
+    # The client gets the provider's own answer; the operator gets who answered what (the
+    # access line alone says 429 or 503 with nothing to tell a provider's from the proxy's).
+    fake_upstream.script(rate_limited(7), error(503))
+    fake_upstream.script(error(500), endpoint="/v1/models")
+    body = {"model": "gpt-fake", "messages": MESSAGES}
+    whole = _post(http, json=body, headers={"x-session-id": "relayed"})
+    streamed = _post(http, json={**body, "stream": True}, headers={"x-session-id": "relayed"})
+    models = http.get("/v1/models")
+    assert (whole.status_code, streamed.status_code, models.status_code) == (429, 503, 500)
+    records.access(3)
+    where = f"the provider 'openai' at http://127.0.0.1:{fake_upstream.port}"
+    assert [(r.levelno, r.getMessage()) for r in records.errors()] == [
+        (logging.INFO, f"{where} answered 429; relayed to the client"),
+        (logging.WARNING, f"{where} answered 503; relayed to the client"),
+        (logging.WARNING, f"{where} answered 500; relayed to the client"),
+    ]
+
+
+def test_an_invalid_session_id_is_logged_without_its_value(
+    http: httpx.Client, records: Records
+) -> None:
+    # The value came from a header or a body: the client is told it, the log is not.
+    sent = f"not an id {SECRET_TEXT}"
+    body = {"model": "gpt-fake", "messages": MESSAGES}
+    in_header = _post(http, json=body, headers={"x-session-id": sent})
+    in_metadata = _post(http, json={**body, "metadata": {"session_id": sent}})
+    assert in_header.status_code == in_metadata.status_code == 400
+    assert SECRET_TEXT in in_header.json()["error"]["message"]  # the client sees what it sent
+    records.access(2)
+    assert [r.getMessage() for r in records.errors()] == [
+        "400 POST /v1/chat/completions: Invalid session id from the X-Session-Id header",
+        "400 POST /v1/chat/completions: Invalid session id from metadata.session_id",
+    ]
+
+
 def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
     text, js = io.StringIO(), io.StringIO()
     as_text, as_json = logging.StreamHandler(text), logging.StreamHandler(js)
@@ -213,6 +251,7 @@ def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
 
 
 Command = Callable[[int], list[str]]
+LOG_CONFIG = Path(__file__).resolve().parents[3] / "config" / "logging-json.json"
 
 
 @pytest.mark.parametrize(
@@ -232,6 +271,21 @@ Command = Callable[[int], list[str]]
             id="uvicorn",
         ),
         pytest.param(lambda port: ["-m", "proxy", "serve", "--port", str(port)], id="serve"),
+        pytest.param(  # uvicorn's supervisor logs before any app exists: the file covers it
+            lambda port: [
+                "-m",
+                "uvicorn",
+                "proxy.app:create_app",
+                "--factory",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+                "--log-config",
+                str(LOG_CONFIG),
+            ],
+            id="uvicorn-workers",
+        ),
     ],
 )
 def test_json_format_makes_every_line_the_process_writes_json(
@@ -282,5 +336,7 @@ def test_json_format_makes_every_line_the_process_writes_json(
     loggers = {line["logger"] for line in lines}
     assert {"uvicorn.error", "cascade.access", "cascade"} <= loggers, loggers
     assert "uvicorn.access" not in loggers
+    if "--workers" in command(port):  # the supervisor's own lines are there, as JSON
+        assert any(line["message"].startswith("Started parent process") for line in lines)
     access = [line for line in lines if line["logger"] == "cascade.access"]
     assert [a["status"] for a in access if a["path"] != "/healthz"] == [200, 400, 404]

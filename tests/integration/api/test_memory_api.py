@@ -14,7 +14,7 @@ from proxy.session_id import tenant_from_bearer
 from proxy.store.db import create_pool
 from proxy.store.events import insert_event
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, Records, write_config
 from tests.integration.conftest import run_sync
 
 TENANT = tenant_from_bearer("Bearer sk-test-client")
@@ -178,10 +178,19 @@ def test_accepting_goes_through_sanitize_fact(http: httpx.Client, db_dsn: str) -
     assert texts(http) == ["A is 1", "D is 4"]
 
 
-def test_a_fact_not_in_the_suggestion_is_a_400(http: httpx.Client, db_dsn: str) -> None:
+def test_a_fact_not_in_the_suggestion_is_a_400(
+    http: httpx.Client, db_dsn: str, records: Records
+) -> None:
     suggest(db_dsn, "s1", "sug-5", ["A is 1"])
     r = http.post("/v1/memory/suggestions/sug-5/accept", json={"facts": ["Z is 26"]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "facts"
+    assert "Z is 26" in r.json()["error"]["message"]  # the client is told which
+    records.access(1)
+    logged = [rec.getMessage() for rec in records.errors()]
+    assert logged == [  # the log is not: a fact is the client's text
+        "400 POST /v1/memory/suggestions/sug-5/accept:"
+        " 1 of the facts sent are not in suggestion 'sug-5'"
+    ]
     assert texts(http) == []
     assert (
         http.post("/v1/memory/suggestions/sug-5/accept", json={"facts": "A is 1"}).status_code

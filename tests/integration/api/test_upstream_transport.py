@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,31 @@ def test_an_https_provider_is_tunnelled_through_https_proxy(
     assert egress.seen == [f"{HOST}:{upstream.port}"]  # a CONNECT tunnel, TLS inside it
 
 
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+def test_an_egress_proxy_that_refuses_is_named_in_the_502(
+    kind: str, start_proxy: StartProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The provider is fine as far as anyone knows: the proxy in front of it is what refused,
+    # and the message says so (without the proxy's password) instead of blaming the provider.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://user:pw-SECRET@127.0.0.1:{closed}")
+    config = write_config(
+        tmp_path / "cfg.json",
+        "http://unused.invalid/v1",
+        providers={"openai": _provider(f"http://{HOST}:9/v1")},
+    )
+    resp = _chat(start_proxy(config, tokenizer="", http_transport=kind))
+    assert resp.status_code == 502, resp.text
+    message = resp.json()["error"]["message"]
+    assert (
+        f"the provider 'openai' at http://{HOST}:9 through the egress proxy"
+        f" http://127.0.0.1:{closed}: connection refused" in message
+    ), message
+    assert "HTTP_PROXY" in message and "pw-SECRET" not in message
+
+
 # --------------------------------------------------------------------------- private CAs
 
 
@@ -271,3 +297,30 @@ def test_a_compressed_stream_is_relayed_decoded(
     assert resp.status_code == 200 and resp.content.endswith(b"data: [DONE]\n\n")
     assert "content-encoding" not in resp.headers
     assert b"squeezed " in resp.content
+
+
+def test_an_answer_compressed_in_a_way_httpx_cannot_decode_is_a_clear_502(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Relayed, its bytes would reach the client without the header that says what they are
+    # (and crash an SDK reading the stream): the 502 says which encoding instead.
+    headers = {"content-type": "text/event-stream", "content-encoding": "br"}
+    fake_upstream.script(
+        raw(b"\x1b\x00\xf8\xa5", headers=headers), raw(b"\x1b\x00", headers=headers)
+    )
+    whole = _chat(proxy)
+    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
+        streamed = http.post(
+            "/v1/chat/completions",
+            headers={"x-session-id": "br-stream"},
+            json={
+                "model": "gpt-fake",
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
+    for resp in (whole, streamed):
+        assert resp.status_code == 502, resp.text
+        assert (
+            "compressed as 'br', which the proxy cannot decode" in resp.json()["error"]["message"]
+        )
