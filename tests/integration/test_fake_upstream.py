@@ -213,7 +213,9 @@ def test_first_token_delay_sends_headers_first(fake_upstream: FakeUpstream) -> N
         next(resp.iter_lines())
         first_frame_at = time.monotonic() - start
 
-    assert headers_at < 0.2
+    # The headers come a delay's length before the first frame, however late a loaded
+    # machine lets both arrive: held back with the token, the two would come together.
+    assert first_frame_at - headers_at >= 0.25
     assert first_frame_at >= 0.3
 
 
