@@ -43,6 +43,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
+from proxy.refusals import refuse_in_one_line
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
@@ -231,6 +232,7 @@ def create_app(
             observer.close()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
+    refuse_in_one_line(app.router)  # a wrong setting found at start: its message, no traceback
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
