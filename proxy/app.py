@@ -32,7 +32,7 @@ from proxy import __version__
 from proxy.api import chat, events, health, memory, sessions
 from proxy.auth import ProxyAuth, listen_policy
 from proxy.banner import startup_banner, startup_log
-from proxy.bus import EventBus
+from proxy.bus import EventBus, listen_url
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
@@ -43,6 +43,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
+from proxy.refusals import refuse_in_one_line
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
@@ -85,23 +86,6 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 100)
-
-
-def listen_dsn(settings: Settings, dsn: str) -> str:
-    """Where the event bus LISTENs (``proxy.bus``): ``DATABASE_LISTEN_URL`` when it is set
-    beside a ``DATABASE_URL``, else ``dsn``, the pool's own database. Behind a transaction
-    pooler without it a LISTEN reaches no client: persisted events then come only through
-    the streams' catch-up reads (``api/events.py``) and transient ones not at all, which
-    start-up says."""
-    if settings.database_url and settings.database_listen_url:
-        return settings.database_listen_url
-    if settings.db_pooler == "transaction":
-        log.warning(
-            "CASCADE_DB_POOLER=transaction without DATABASE_LISTEN_URL: the event bus LISTENs"
-            " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
-            " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
-        )
-    return dsn
 
 
 def create_app(
@@ -155,8 +139,8 @@ def create_app(
                 max_connections=settings.provider_max_connections, kind=settings.http_transport
             )
         client = build_client(transport=http_transport or provider)
-        bus = EventBus(pool, listen_dsn(settings, dsn))
-        await bus.start()
+        bus = EventBus(pool, *listen_url(settings, dsn))
+        await bus.start()  # a listener that cannot connect is a refusal naming its URL
         upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)
         count, cost = build_counters(settings.tokenizer or None)
         # First-use costs paid before the replica is ready, not in its first requests.
@@ -231,6 +215,7 @@ def create_app(
             observer.close()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
+    refuse_in_one_line(app.router)  # a wrong setting found at start: its message, no traceback
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False

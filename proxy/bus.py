@@ -42,14 +42,35 @@ import anyio
 import asyncpg
 
 from proxy.cascade.types import TRANSIENT_EVENTS, Event
+from proxy.settings import Settings
 from proxy.store import events as store
+from proxy.store.db import DatabaseUnavailable, redact_dsn
 
-__all__ = ["EventBus", "BusEvent"]
+__all__ = ["EventBus", "BusEvent", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
 _MAX_PAYLOAD = 7800
 WATCH_TTL = 30.0
 """Seconds an ``event_watchers`` row stays current; the keeper refreshes at a third of it."""
+START_TIMEOUT = 30.0
+"""Seconds the start waits for the listener's first connection (a database still starting)."""
+
+
+def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
+    """Where the bus LISTENs, and the setting that says so: ``DATABASE_LISTEN_URL`` when it
+    is set beside a ``DATABASE_URL``, else ``dsn``, the pool's own database. Behind a
+    transaction pooler without it a LISTEN reaches no client: persisted events then come
+    only through the streams' catch-up reads (``api/events.py``) and transient ones not at
+    all, which start-up says."""
+    if settings.database_url and settings.database_listen_url:
+        return settings.database_listen_url, "DATABASE_LISTEN_URL"
+    if settings.db_pooler == "transaction":
+        log.warning(
+            "CASCADE_DB_POOLER=transaction without DATABASE_LISTEN_URL: the event bus LISTENs"
+            " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
+            " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
+        )
+    return dsn, "DATABASE_URL" if settings.database_url else "the embedded server"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +85,15 @@ def _now() -> str:
 
 
 class EventBus:
-    def __init__(self, pool: asyncpg.Pool, listen_dsn: str) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, listen_dsn: str, listen_setting: str = "DATABASE_URL"
+    ) -> None:
+        """``listen_setting`` names where ``listen_dsn`` comes from, for the messages that
+        say it cannot be reached (the password masked)."""
         self._pool = pool
         self._dsn = listen_dsn
+        self._where = f"{redact_dsn(listen_dsn)} ({listen_setting})"
+        self._failure = "no connection yet"  # why the listener last failed
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -76,10 +103,22 @@ class EventBus:
         self._ready = asyncio.Event()
         self.replica = uuid.uuid4()
 
-    async def start(self) -> None:
+    async def start(self, timeout: float | None = None) -> None:
+        """Listen; a listener still not connected after ``timeout`` seconds (default
+        :data:`START_TIMEOUT`) is a :class:`DatabaseUnavailable` naming its URL's setting and
+        the last reason."""
+        timeout = START_TIMEOUT if timeout is None else timeout
         self._task = asyncio.create_task(self._supervise(), name="cascade-bus")
         self._keeper = asyncio.create_task(self._keep_watching(), name="cascade-bus-watch")
-        await asyncio.wait_for(self._ready.wait(), timeout=30)
+        try:
+            async with asyncio.timeout(timeout):
+                await self._ready.wait()
+        except TimeoutError:
+            await self.stop()
+            raise DatabaseUnavailable(
+                f"the event bus cannot LISTEN at {self._where}: no connection within "
+                f"{timeout:g} s, the last attempt failed with {self._failure}"
+            ) from None
 
     async def stop(self) -> None:
         for task in (self._task, self._keeper):
@@ -118,11 +157,14 @@ class EventBus:
                 self._ready.set()
                 while not self._listener.is_closed():
                     await asyncio.sleep(1.0)
-                log.warning("event listener connection closed; reconnecting")
+                log.warning("event listener connection at %s closed; reconnecting", self._where)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep the bus alive across database restarts
-                log.warning("event listener failed (%s); retrying in 1s", exc)
+                self._failure = redact_dsn(f"{type(exc).__name__}: {exc}")
+                log.warning(
+                    "event listener at %s failed (%s); retrying in 1s", self._where, self._failure
+                )
                 await asyncio.sleep(1.0)
 
     async def publish(

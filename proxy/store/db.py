@@ -10,12 +10,13 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
+from proxy.store.pooler import Pooler, pooler_kwargs, unnamed_pooler
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -26,6 +27,7 @@ __all__ = [
     "run_migrations",
     "MigrationError",
     "DatabaseUnavailable",
+    "PoolerMismatch",
     "connect",
     "redact_dsn",
     "PoolExhausted",
@@ -76,6 +78,19 @@ class DatabaseUnavailable(RuntimeError):
     def __init__(self, message: str, sqlstate: str | None = None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+class PoolerMismatch(DatabaseUnavailable):
+    """``DATABASE_URL`` leads to a transaction-mode pooler that ``CASCADE_DB_POOLER`` does not
+    name: asyncpg's cached statements met a server connection other than the one that
+    prepared them. The message says what to set (:func:`~proxy.store.pooler.unnamed_pooler`);
+    at start it is the refusal, under a request a 503 whose log line says it."""
+
+    @classmethod
+    def raise_from(cls, exc: BaseException) -> None:
+        """Raise one for ``exc`` when ``exc`` is such a lost statement; else return."""
+        if (message := unnamed_pooler(exc)) is not None:
+            raise cls(message, getattr(exc, "sqlstate", None)) from exc
 
 
 # SQLSTATEs of a server that is going away or not yet back: admin_shutdown (what
@@ -130,6 +145,7 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
         except Exception as exc:
             if connection_lost(exc, self):
                 raise _unavailable(exc) from exc
+            PoolerMismatch.raise_from(exc)
             raise
 
     return guarded
@@ -259,26 +275,6 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
         ) from None
 
 
-Pooler: TypeAlias = Literal["none", "transaction"]
-"""What stands between the proxy and PostgreSQL (``CASCADE_DB_POOLER``)."""
-
-
-def pooler_kwargs(pooler: Pooler) -> dict[str, Any]:
-    """The ``asyncpg.connect`` arguments a connection through ``pooler`` needs.
-
-    Behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``, RDS Proxy,
-    Supabase's pooler) consecutive transactions of one client connection run on whichever
-    server connection is free. asyncpg's statement cache prepares named statements on the
-    server and reuses them on later statements: the next server either lacks the statement
-    or already holds one of that name from another client. With the cache off asyncpg
-    prepares each statement unnamed, within the statement's own exchange. The rest of what
-    Cascade keeps per connection stays on the client: the JSON and vector codecs
-    (``_init_connection``) look their types up once per connection, and every server has the
-    same ones; its ``set_config`` calls are transaction-local.
-    """
-    return {"statement_cache_size": 0} if pooler == "transaction" else {}
-
-
 def _files(directory: Path) -> list[tuple[int, str, str]]:
     out = []
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
@@ -328,6 +324,9 @@ async def run_migrations(
                     checksum,
                 )
             applied.append(name)
+    except asyncpg.PostgresError as exc:
+        PoolerMismatch.raise_from(exc)  # the first place a replica behind one fails
+        raise
     finally:
         await conn.close()
     return applied
@@ -348,7 +347,11 @@ def _decode_jsonb(data: bytes) -> Any:
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    await register_vector(conn)
+    try:
+        await register_vector(conn)  # its type lookups are asyncpg's cached statements
+    except asyncpg.PostgresError as exc:
+        PoolerMismatch.raise_from(exc)
+        raise
     await conn.set_type_codec(
         "json", encoder=dumps, decoder=loads, schema="pg_catalog", format="binary"
     )

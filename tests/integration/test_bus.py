@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import asyncpg
+import pytest
 
+from proxy import bus as bus_module
+from proxy.app import create_app
 from proxy.bus import EventBus
 from proxy.cascade.types import EVICTED, USAGE
+from proxy.settings import Settings
 from proxy.store import events as store
+from proxy.store.db import DatabaseUnavailable
 from tests.integration.store.helpers import create_session
 
 
@@ -137,3 +143,33 @@ async def test_events_are_announced_only_while_a_replica_watches(
     finally:
         await bus.stop()
         await listener.close()
+
+
+async def test_a_listen_url_that_cannot_connect_refuses_the_start_naming_it(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool's database is fine, ``DATABASE_LISTEN_URL`` is not: the start ends with one
+    line naming the setting (proxy/refusals.py), not a bare TimeoutError's traceback."""
+    monkeypatch.setattr(bus_module, "START_TIMEOUT", 1.5)
+    settings = Settings(
+        database_url=db_dsn,
+        database_listen_url="postgresql://cascade:hunter2@127.0.0.1:1/cascade",
+        watch_config=False,
+    )
+    app = create_app(settings)
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, str]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    with caplog.at_level(logging.WARNING), pytest.raises(DatabaseUnavailable):
+        await app(scope, receive, send)
+    assert sent == [{"type": "lifespan.startup.failed", "message": ""}]
+    [refusal] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    where = "postgresql://cascade:***@127.0.0.1:1/cascade (DATABASE_LISTEN_URL)"
+    assert refusal.startswith(f"cannot start: the event bus cannot LISTEN at {where}")
+    assert "hunter2" not in caplog.text

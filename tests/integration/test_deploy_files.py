@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,75 @@ def test_env_example_is_key_value_lines_and_comments() -> None:
     # docker compose reads it as .env: anything else is a parse error at `docker compose up`
     for line in (ROOT / ".env.example").read_text().splitlines():
         assert not line or line.startswith("#") or _ASSIGNED.match(line), line
+
+
+_MENTIONED = re.compile(r"^(?:#\s*)?([A-Z_][A-Z0-9_]*)=", re.MULTILINE)  # set or offered
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """Compose's substitution of ``env`` into ``text``, in the forms docker-compose.yml uses:
+    ``$$``, ``${VAR}``, ``${VAR:-default}`` and ``${VAR-default}``, defaults nested."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("${", i):
+            depth, j = 1, i + 2
+            while depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            found = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(:-|-)?(.*)", text[i + 2 : j - 1], re.S)
+            assert found, text
+            name, sep, default = found.groups()
+            value = env.get(name)
+            if value is None or (sep == ":-" and not value):
+                value = interpolate(default, env) if sep else ""
+            out.append(value)
+            i = j
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def proxy_environment(compose: str, dotenv: Mapping[str, str]) -> dict[str, str]:
+    """What the proxy's container gets with ``dotenv`` as .env: every variable of it (the
+    service's ``env_file``), then its ``environment:`` substituted, which wins over it."""
+    import yaml
+
+    service = yaml.safe_load(compose)["services"]["cascade"]
+    assert [e["path"] for e in service["env_file"]] == [".env"]
+    given = {k: interpolate(str(v), dotenv) for k, v in service["environment"].items()}
+    return {**dotenv, **given}
+
+
+def test_a_setting_in_env_reaches_the_proxy_as_env_says() -> None:
+    """What .env.example sets or offers (a commented line), set in .env, is what the proxy
+    gets: ``environment:`` must not replace it, as it did DATABASE_URL, which a deployment
+    behind a pooler sets to the pooler's URL."""
+    compose = (ROOT / "docker-compose.yml").read_text()
+    offered = set(_MENTIONED.findall((ROOT / ".env.example").read_text()))
+    assert {"DATABASE_URL", "CASCADE_DB_POOLER", "DATABASE_LISTEN_URL"} <= offered
+    dotenv = {name: f"value-of-{name}" for name in offered}
+    got = proxy_environment(compose, dotenv)
+    assert {name: got[name] for name in offered} == dotenv
+
+
+def test_without_env_the_proxy_uses_the_compose_postgres() -> None:
+    compose = (ROOT / "docker-compose.yml").read_text()
+    for dotenv in ({}, {"DATABASE_URL": ""}):  # no .env; .env.example copied as it is
+        got = proxy_environment(compose, dotenv)
+        assert got["DATABASE_URL"] == "postgresql://cascade:cascade@postgres:5432/cascade"
+        assert "CASCADE_DB_POOLER" not in got and "DATABASE_LISTEN_URL" not in got
+    got = proxy_environment(compose, {"CASCADE_DB_PASSWORD": "s3cret"})
+    assert got["DATABASE_URL"] == "postgresql://cascade:s3cret@postgres:5432/cascade"
+
+
+def test_the_substitution_is_compose_s() -> None:
+    env = {"A": "a", "EMPTY": ""}
+    assert interpolate("${A}-${A:-x}-${EMPTY:-d}-${EMPTY-d}-${NONE}-$${A}", env) == "a-a-d---${A}"
+    assert interpolate("u:${NONE:-p${A:-z}q}@h", env) == "u:paq@h"
 
 
 def test_the_compose_proxy_writes_only_to_tmp_and_its_data_volume() -> None:

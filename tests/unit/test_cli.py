@@ -144,3 +144,32 @@ def test_with_json_logs_a_refusal_to_start_is_json_too(command: list[str], tmp_p
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert lines and all({"ts", "level", "logger", "message"} <= set(line) for line in lines)
     assert any("providers.x.baseUrl" in line["message"] for line in lines)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_database_refusal_at_start_is_one_line_not_a_traceback(fmt: str, tmp_path: Path) -> None:
+    """What only the lifespan finds (here no server at ``DATABASE_URL``) ends the start with
+    its message on one line (proxy/refusals.py), in the log's format, the password masked."""
+    env = {
+        **os.environ,
+        "CASCADE_LOG_FORMAT": fmt,
+        "DATABASE_URL": "postgresql://cascade:hunter2@127.0.0.1:1/cascade",
+    }
+    env.pop("CASCADE_CONFIG", None)  # built-in defaults (no config/ in tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--port", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3  # uvicorn's start-up failure
+    assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
+    refusal = "cannot start: cannot connect to PostgreSQL at postgresql://cascade:***@127.0.0.1:1"
+    if fmt == "json":
+        lines = [json.loads(line) for line in done.stderr.splitlines()]
+        [line] = [line for line in lines if line["message"].startswith(refusal)]
+        assert line["level"] == "ERROR" and "(DATABASE_URL)" in line["message"]
+    else:
+        assert len([line for line in done.stderr.splitlines() if refusal in line]) == 1

@@ -3,13 +3,15 @@ event bus's listener are opened with (tests/integration/pooler runs them through
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any, cast
 
 import pytest
 
-from proxy.app import listen_dsn
+from proxy.bus import EventBus, listen_url
 from proxy.settings import Settings
-from proxy.store.db import pooler_kwargs
+from proxy.store.db import DatabaseUnavailable, pooler_kwargs
 
 POOLED = "postgresql://cascade@pgbouncer:6432/cascade"
 DIRECT = "postgresql://cascade@db:5432/cascade"
@@ -22,20 +24,45 @@ def test_a_transaction_pooler_turns_the_statement_cache_off() -> None:
 
 def test_the_bus_listens_on_the_listen_url_when_one_is_set() -> None:
     settings = Settings(database_url=POOLED, database_listen_url=DIRECT, db_pooler="transaction")
-    assert listen_dsn(settings, POOLED) == DIRECT
+    assert listen_url(settings, POOLED) == (DIRECT, "DATABASE_LISTEN_URL")
 
 
 def test_without_one_it_listens_on_the_database_url(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="cascade"):
-        assert listen_dsn(Settings(database_url=DIRECT, database_listen_url=None), DIRECT) == DIRECT
+        direct = Settings(database_url=DIRECT, database_listen_url=None)
+        assert listen_url(direct, DIRECT) == (DIRECT, "DATABASE_URL")
     assert not caplog.records
     with caplog.at_level(logging.WARNING, logger="cascade"):
         pooled = Settings(database_url=POOLED, database_listen_url=None, db_pooler="transaction")
-        assert listen_dsn(pooled, POOLED) == POOLED
+        assert listen_url(pooled, POOLED) == (POOLED, "DATABASE_URL")
     assert "without DATABASE_LISTEN_URL" in caplog.text
 
 
 def test_the_embedded_database_ignores_a_listen_url() -> None:
     """The embedded server is started here, so a listen URL can only name another one."""
     settings = Settings(database_url=None, database_listen_url=DIRECT)
-    assert listen_dsn(settings, "postgresql://postgres:@/postgres?host=/tmp/x") != DIRECT
+    embedded = "postgresql://postgres:@/postgres?host=/tmp/x"
+    assert listen_url(settings, embedded) == (embedded, "the embedded server")
+
+
+async def test_a_listener_that_cannot_connect_names_its_setting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each retry says which URL the bus LISTENs at and which setting gave it, the password
+    masked; after the start's wait, one error that says the same (a refusal to start,
+    proxy/refusals.py), with the bus's tasks stopped."""
+    url = "postgresql://cascade:hunter2@127.0.0.1:1/cascade"  # nothing listens on port 1
+    bus = EventBus(cast(Any, None), url, "DATABASE_LISTEN_URL")
+    where = "postgresql://cascade:***@127.0.0.1:1/cascade (DATABASE_LISTEN_URL)"
+    with (
+        caplog.at_level(logging.WARNING, logger="cascade.bus"),
+        pytest.raises(DatabaseUnavailable) as refused,
+    ):
+        await bus.start(timeout=1.5)
+    message = str(refused.value)
+    assert message.startswith(f"the event bus cannot LISTEN at {where}: no connection within")
+    assert "ConnectionRefusedError" in message and "\n" not in message
+    retries = [r.getMessage() for r in caplog.records if r.name == "cascade.bus"]
+    assert retries and all(f"event listener at {where} failed" in m for m in retries)
+    assert "hunter2" not in caplog.text + message
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("cascade-bus")]

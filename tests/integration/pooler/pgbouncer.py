@@ -97,9 +97,14 @@ def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> None
 
 
 @contextlib.contextmanager
-def start_pgbouncer(binary: str, direct_dsn: str, *, pool_size: int = 20) -> Iterator[PgBouncer]:
+def start_pgbouncer(
+    binary: str, direct_dsn: str, *, pool_size: int = 20, round_robin: bool = False
+) -> Iterator[PgBouncer]:
     """Start PgBouncer (``pool_mode = transaction``) in front of ``direct_dsn``'s server, with
-    at most ``pool_size`` server connections per database; stop it at the end."""
+    at most ``pool_size`` server connections per database; stop it at the end. With
+    ``round_robin`` it lends its idle server connections in turn rather than the most recently
+    used first, so a client's consecutive transactions run on different ones whenever the
+    database's pool holds two or more."""
     host, server_port, user, password = _server(direct_dsn)
     root = Path(tempfile.mkdtemp(prefix="cascade-pgbouncer-"))
     port = free_port()
@@ -117,6 +122,7 @@ def start_pgbouncer(binary: str, direct_dsn: str, *, pool_size: int = 20) -> Ite
         "pidfile": "",
         # A dropped t_<uuid> database's pool goes soon rather than after an hour.
         "autodb_idle_timeout": "10",
+        "server_round_robin": "1" if round_robin else "0",
     }
     if _version(binary) >= (1, 21):  # unknown to older versions, which refuse the file
         settings["max_prepared_statements"] = "0"

@@ -18,7 +18,7 @@ import pytest
 
 from proxy.cascade.types import EVICTED
 from proxy.settings import Settings
-from proxy.store.db import create_pool, pooler_kwargs
+from proxy.store.db import PoolerMismatch, create_pool, pooler_kwargs
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_events import EventStream, Frame, open_events
@@ -44,7 +44,8 @@ async def statements_lost(pool: asyncpg.Pool) -> list[str]:
                 await b.fetchval("SELECT $1::int", n)
                 try:
                     assert await a.fetchval(sql, 2) == n + 2
-                except asyncpg.PostgresError as exc:
+                except PoolerMismatch as exc:  # asyncpg's error, saying what to set
+                    assert exc.sqlstate is not None
                     lost.append(exc.sqlstate)
     return lost
 
