@@ -24,6 +24,7 @@ from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
 from proxy.provider_errors import log_relayed
+from proxy.services.client_watch import ANSWERING, WAITING, watching
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.services.turn import ChatContext, Route, Step, Turn
@@ -120,7 +121,9 @@ class Forwarder:
 
         The response is the provider's bytes untouched unless internal rounds happened: then
         the client gets the last round's completion with the earlier rounds' text in front and
-        no read_tool_output call in it.
+        no read_tool_output call in it. A client that hangs up during a call cancels it
+        (``client_watch.py``) and the turn aborts: the session is free at once, not after an
+        answer nobody reads (a stream's response watches its client itself).
         """
         step = turn.prepared
         offer = step.assembled.offer_read_tool
@@ -128,16 +131,19 @@ class Forwarder:
         rewritten = False
         prompt_tokens = None
         try:
+            if step.ctx.client is not None:  # seen to leave while the request waited
+                step.ctx.client.check(WAITING)
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
-                resp = await self.upstream.call(
-                    step.route.provider,
-                    "POST",
-                    "/chat/completions",
-                    client_headers=step.ctx.headers,
-                    content=self._upstream_body(step, messages),
-                    model=step.route.model,
-                )
+                with watching(step.ctx.client, ANSWERING):  # a client that leaves cancels it
+                    resp = await self.upstream.call(
+                        step.route.provider,
+                        "POST",
+                        "/chat/completions",
+                        client_headers=step.ctx.headers,
+                        content=self._upstream_body(step, messages),
+                        model=step.route.model,
+                    )
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort()
@@ -177,6 +183,8 @@ class Forwarder:
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
         try:
+            if step.ctx.client is not None:  # seen to leave while the request waited
+                step.ctx.client.check(WAITING)
             send = self._open(step, list(step.assembled.messages))
             done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
             if done:
