@@ -5,10 +5,14 @@ Once a request's body is read, the server's ``receive`` has one message left for
 Starlette's ``StreamingResponse`` listens for it that way (``listen_for_disconnect``), and
 ``Request.is_disconnected`` peeks at it. A chat request that waits before its response
 starts, for its session (this replica's queue, ``SessionLocks``; or the lease another
-replica holds, polled) or for a provider's whole answer (not streamed), would otherwise go
-on after its client left: the provider called for nobody and billed (a client that retries
-on a timeout piles such calls up on a busy session), or the session held for an answer
-nobody reads.
+replica holds, polled), would otherwise go on after its client left: the provider called
+for nobody and billed (a client that retries on a timeout piles such calls up on a busy
+session).
+
+A non-streamed provider call is not watched: the listener costs every such request tens of
+microseconds of the server's ``receive`` path (docs/perf.md, "Smaller items"), on the path
+whose overhead bars are closest. A client that hangs up during one leaves the session busy
+until the answer ends, and the reply is stored; a stream's response listens itself.
 
 ``ClientWatch`` listens with one task, started at the request's first such wait and kept
 until the response is about to go out (``close``, by the route), so a request costs at most
@@ -30,10 +34,9 @@ from starlette.types import Receive
 
 from proxy.errors import ClientDisconnected
 
-__all__ = ["ClientWatch", "pause", "watching", "WAITING", "ANSWERING"]
+__all__ = ["ClientWatch", "pause", "watching", "WAITING"]
 
 WAITING = "while its request waited for the session; the provider was not called"
-ANSWERING = "while the provider answered; the call was cancelled and no reply was stored"
 
 
 async def _listen(receive: Receive) -> bool:

@@ -24,7 +24,7 @@ from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
 from proxy.provider_errors import log_relayed
-from proxy.services.client_watch import ANSWERING, WAITING, watching
+from proxy.services.client_watch import WAITING
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.services.turn import ChatContext, Route, Step, Turn
@@ -121,9 +121,7 @@ class Forwarder:
 
         The response is the provider's bytes untouched unless internal rounds happened: then
         the client gets the last round's completion with the earlier rounds' text in front and
-        no read_tool_output call in it. A client that hangs up during a call cancels it
-        (``client_watch.py``) and the turn aborts: the session is free at once, not after an
-        answer nobody reads (a stream's response watches its client itself).
+        no read_tool_output call in it.
         """
         step = turn.prepared
         offer = step.assembled.offer_read_tool
@@ -135,15 +133,14 @@ class Forwarder:
                 step.ctx.client.check(WAITING)
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
-                with watching(step.ctx.client, ANSWERING):  # a client that leaves cancels it
-                    resp = await self.upstream.call(
-                        step.route.provider,
-                        "POST",
-                        "/chat/completions",
-                        client_headers=step.ctx.headers,
-                        content=self._upstream_body(step, messages),
-                        model=step.route.model,
-                    )
+                resp = await self.upstream.call(
+                    step.route.provider,
+                    "POST",
+                    "/chat/completions",
+                    client_headers=step.ctx.headers,
+                    content=self._upstream_body(step, messages),
+                    model=step.route.model,
+                )
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort()
