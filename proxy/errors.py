@@ -11,6 +11,7 @@
       ├ NotFound (404, incl. another tenant's session)
       ├ UpstreamUnavailable (502: provider unreachable)
       ├ UpstreamTimeout (504)
+      ├ ClientDisconnected (499: the client went away before its answer; only logged)
       └ ConfigError (config.py; never reaches a client)
 
 Upstream non-2xx responses are *not* wrapped: they are relayed byte for byte.
@@ -31,6 +32,7 @@ __all__ = [
     "PermissionDenied",
     "UpstreamUnavailable",
     "UpstreamTimeout",
+    "ClientDisconnected",
     "ContextLengthExceeded",
     "error_body",
 ]
@@ -93,6 +95,16 @@ class UpstreamTimeout(ProxyError):
     status_code = 504
     type = "upstream_error"
     code = "upstream_timeout"
+
+
+class ClientDisconnected(ProxyError):
+    """The client closed its connection before its answer (``services/client_watch.py``).
+    Nobody reads the response: the status, nginx's "client closed request", is for the
+    access line and the metrics, and the message for the log line that says why."""
+
+    status_code = 499
+    type = "invalid_request_error"
+    code = "client_disconnected"
 
 
 def error_body(

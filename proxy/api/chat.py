@@ -30,6 +30,7 @@ from proxy.errors import ClientRequestError
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
+from proxy.services.client_watch import ClientWatch
 from proxy.session_id import derive_session_id, named_session_id
 from proxy.upstream import response_headers
 
@@ -100,13 +101,16 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     named_id = named_session_id(path_id=path_id, header_id=header_id, body=body)
     session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
-    ctx = ChatContext(
-        tenant=tenant,
-        session_id=session_id,
-        headers=upstream_headers(request, cfg),
-        derived=named_id is None,
-    )
-    response: Response = await state.chat.complete(cfg, rt, body, ctx)
+    # Watched only while the request waits (client_watch.py), never once the response runs.
+    with ClientWatch(request.receive) as client:
+        ctx = ChatContext(
+            tenant=tenant,
+            session_id=session_id,
+            headers=upstream_headers(request, cfg),
+            derived=named_id is None,
+            client=client,
+        )
+        response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response
 
 

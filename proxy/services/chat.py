@@ -2,11 +2,11 @@
 
 1. take the session's place in this replica's queue: a ``Turn`` (``turn.py``) that owns it,
    and the session's lease, until the reply is stored;
-2. guess the stored head and ingest the new messages after it with no connection held
-   (``incoming.py``); then connect, reconcile the resent history, ingest what the guess
-   missed and load the window (``history.py``): its first statement takes the lease, and
-   while another replica's request (or a session API operation) holds it the turn gives
-   its connection back and tries again shortly;
+2. guess the stored head and ingest the new messages after it, no connection held
+   (``incoming.py``); connect, reconcile the resent history, ingest what the guess missed
+   and load the window (``history.py``): its first statement takes the lease; while another
+   replica's request (or a session API operation) holds it, the turn parks and tries again
+   shortly. A client that leaves while its request waits ends it (``client_watch.py``);
 3. compact when the window is under pressure (``cascade.pressure`` decides);
 4. plan the stages' needs, fulfil them, and assemble the prompt (pure, ``cascade.pipeline``);
    persist its marks (placeholders, trims) and events;
@@ -18,7 +18,6 @@ Budget accounting is ``budget.py``; the ``/compact`` command's answer is ``comma
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from proxy.requestlog import note_session
 from proxy.services import budget as budgets, incoming
 from proxy.services.budget import FixedTokens, reserved_output
 from proxy.services.chaincache import ChainCache
+from proxy.services.client_watch import pause
 from proxy.services.command import answer_command
 from proxy.services.compaction import CompactionResult, DurableSummarizer
 from proxy.services.compaction_job import job_for
@@ -147,7 +147,7 @@ class ChatService:
         hashes = self.chains.chain(key, body["messages"])
         if ctx.derived:  # a guessed session never queues: a busy one sends it to a lane
             key, ctx = self._lane(key, ctx, hashes)
-        await self.locks.acquire(key)  # this session's earlier requests go first
+        await self.locks.acquire(key, ctx.client)  # this session's earlier requests go first
         turn = Turn(
             key,
             pool=self.pool,
@@ -194,7 +194,7 @@ class ChatService:
             except SessionBusy:
                 self.chains.set_head(turn.key, None)  # another replica moves the head
                 await turn.park()
-                await asyncio.sleep(next(delays))
+                await pause(ctx.client, next(delays))  # a client that leaves ends the wait
 
     def _lane(
         self, key: SessionKey, ctx: ChatContext, hashes: list[str]

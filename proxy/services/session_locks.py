@@ -9,6 +9,10 @@ client that sends 20 requests on one session at once would have 20 requests poll
 lease in no order (DESIGN §4: different sessions never wait on each other). The lease
 serialises a session across replicas and against the session API's operations.
 
+A request whose client disconnects while it waits here leaves the queue and is never sent
+(``acquire``; ``client_watch.py``): a client that retries on a timeout would otherwise pile
+up provider calls, each billed, behind a busy session.
+
 The session API's reset, delete and branch take their place in the same queue (``turn``)
 before they wait for the lease, so a request that arrives here while one of them waits goes
 after it. Polling the lease alone, an operation waited until the session fell idle: a busy
@@ -24,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
+
+from proxy.services.client_watch import WAITING, ClientWatch
 
 __all__ = ["SessionLocks", "lane_id"]
 
@@ -41,12 +47,19 @@ class SessionLocks:
     def __init__(self) -> None:
         self._locks: dict[Key, tuple[asyncio.Lock, int]] = {}  # lock, requests holding or waiting
 
-    async def acquire(self, key: Key) -> None:
+    async def acquire(self, key: Key, client: ClientWatch | None = None) -> None:
+        """Take ``key``'s place at the end of its queue and wait for its turn; a request
+        whose ``client`` leaves meanwhile leaves the queue (``ClientDisconnected``). A free
+        session is taken at once, its client unwatched (``client_watch.py``)."""
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
-            await lock.acquire()
-        except BaseException:  # cancelled while waiting: leave the queue
+            if users and client is not None:
+                with client.guard(WAITING):
+                    await lock.acquire()
+            else:
+                await lock.acquire()
+        except BaseException:  # cancelled or left while waiting: leave the queue
             self._leave(key)
             raise
 

@@ -50,6 +50,7 @@ from proxy.config_context import ContextConfig
 from proxy.history import chain_hash
 from proxy.observe import note_occupancy
 from proxy.services.chaincache import ChainCache
+from proxy.services.client_watch import ClientWatch
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
 from proxy.services.leases import Leases
@@ -72,6 +73,7 @@ class ChatContext:
     session_id: str
     headers: Mapping[str, str]
     derived: bool = False  # the id is derived, not the client's: it may move to a lane
+    client: ClientWatch | None = None  # whether the client is still there (client_watch.py)
 
     @property
     def key(self) -> SessionKey:

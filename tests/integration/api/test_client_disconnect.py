@@ -1,0 +1,99 @@
+"""A request whose client disconnects before its answer starts stops (audit 24).
+
+A request that waits for its session (queued on this replica behind another request, or
+polling the lease another replica holds) and whose client gives up never reaches the
+provider. It says so in one log line, beside its access line's 499.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy
+
+HEADERS = {"authorization": "Bearer sk-test-client"}
+SLOW = 1.5  # the holder's provider answer, in seconds
+
+
+def _user(*texts: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": t} for t in texts]
+
+
+def _post(
+    origin: str, sid: str, messages: list[dict[str, Any]], *, stream: bool = False, **kw: Any
+) -> httpx.Response:
+    with httpx.Client(base_url=origin, headers=HEADERS, timeout=kw.pop("timeout", 10)) as c:
+        body = {"model": "gpt-fake", "messages": messages, "stream": stream}
+        return c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid})
+
+
+def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any]]:
+    """A first request on ``sid`` whose provider takes ``SLOW`` s: it holds the session."""
+    fake.script(reply("slow answer", first_byte_delay=SLOW))
+    out: list[Any] = []
+    holder = threading.Thread(target=lambda: out.append(_post(origin, sid, _user("first"))))
+    holder.start()
+    fake.wait_for_requests(len(fake.requests) + 1)  # at the provider: the session is held
+    return holder, out
+
+
+def _give_up(origin: str, sid: str, messages: list[dict[str, Any]], *, stream: bool) -> None:
+    with pytest.raises(httpx.ReadTimeout):  # the client's timeout: it closes the connection
+        _post(origin, sid, messages, stream=stream, timeout=0.4)
+
+
+def _asked(fake: FakeUpstream) -> list[str]:
+    return [b["messages"][-1]["content"] for b in fake.bodies()]
+
+
+def _went_away(records: Records, why: str) -> None:
+    """One line says the client went away, and the request's access line has 499."""
+    lines = [r.getMessage() for r in records.records if "client went away" in r.getMessage()]
+    assert len(lines) == 1 and why in lines[0], lines
+    statuses = [a["status"] for a in records.access(2)]
+    assert 499 in statuses, statuses
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_request_whose_client_gives_up_in_the_queue_never_reaches_the_provider(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records, stream: bool
+) -> None:
+    holder, out = _hold(proxy.origin, "queued", fake_upstream)
+    _give_up(proxy.origin, "queued", _user("first", "second"), stream=stream)
+    holder.join()
+    assert out[0].status_code == 200
+    time.sleep(0.5)  # without the watch, the queued request goes upstream as the first ends
+    assert _asked(fake_upstream) == ["first"]
+    _went_away(records, "waited for the session; the provider was not called")
+    # it left the queue: the session's next request goes at once
+    fake_upstream.script(reply("third answer"))
+    t0 = time.monotonic()
+    again = _post(proxy.origin, "queued", _user("first", "third"))
+    assert again.json()["choices"][0]["message"]["content"] == "third answer"
+    assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_request_whose_client_gives_up_polling_another_replicas_lease_never_reaches_it(
+    start_proxy: StartProxy,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    records: Records,
+    stream: bool,
+) -> None:
+    a, b = start_proxy(config_path), start_proxy(config_path)
+    holder, out = _hold(a.origin, "polled", fake_upstream)
+    _give_up(b.origin, "polled", _user("first", "second"), stream=stream)
+    holder.join()
+    assert out[0].status_code == 200
+    time.sleep(1.0)  # a poll lands at most 0.5 s after the lease is freed
+    assert _asked(fake_upstream) == ["first"]
+    _went_away(records, "waited for the session; the provider was not called")
