@@ -261,6 +261,20 @@ def test_a_compressed_answer_is_relayed_decoded(
     assert fake_upstream.requests[0].headers["accept-encoding"] == "identity"  # asked not to
 
 
+def _stream_whole(proxy: ProxyServer, session_id: str) -> httpx.Response:
+    """A streamed chat request read whole by plain httpx: the bytes as relayed."""
+    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
+        return http.post(
+            "/v1/chat/completions",
+            headers={"x-session-id": session_id},
+            json={
+                "model": "gpt-fake",
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
+
+
 def test_a_compressed_stream_is_relayed_decoded(
     client: openai.OpenAI,
     proxy: ProxyServer,
@@ -282,16 +296,7 @@ def test_a_compressed_stream_is_relayed_decoded(
         model="gpt-fake", messages=[{"role": "user", "content": "hi"}], stream=True
     )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
-        resp = http.post(
-            "/v1/chat/completions",
-            headers={"x-session-id": "other"},
-            json={
-                "model": "gpt-fake",
-                "stream": True,
-                "messages": [{"role": "user", "content": "hi"}],
-            },
-        )
+    resp = _stream_whole(proxy, "other")
 
     assert text == "squeezed stream"
     assert resp.status_code == 200 and resp.content.endswith(b"data: [DONE]\n\n")
@@ -309,16 +314,7 @@ def test_an_answer_compressed_in_a_way_httpx_cannot_decode_is_a_clear_502(
         raw(b"\x1b\x00\xf8\xa5", headers=headers), raw(b"\x1b\x00", headers=headers)
     )
     whole = _chat(proxy)
-    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
-        streamed = http.post(
-            "/v1/chat/completions",
-            headers={"x-session-id": "br-stream"},
-            json={
-                "model": "gpt-fake",
-                "stream": True,
-                "messages": [{"role": "user", "content": "hi"}],
-            },
-        )
+    streamed = _stream_whole(proxy, "br-stream")
     for resp in (whole, streamed):
         assert resp.status_code == 502, resp.text
         assert (
