@@ -49,13 +49,10 @@ def _proxy(proxy_for: Callable[[str], str | None] | None, base_url: str) -> str 
     if proxy_for is None:
         return None
     try:
-        u = urlsplit(proxy_for(base_url) or "")
-        port = u.port
+        url = proxy_for(base_url) or ""
+        return _origin(url) if urlsplit(url).hostname else None
     except (ValueError, httpx.InvalidURL):
         return None
-    if not u.hostname:
-        return None
-    return f"{u.scheme}://{u.hostname}" + (f":{port}" if port else "")
 
 
 def _mapped(
@@ -173,11 +170,17 @@ def provider_name(provider: ProviderConfig) -> str:
     error of its own for a URL that does not parse (a bad port, a bracket)."""
     label = f"the provider {provider.name!r}" if provider.name else "the provider"
     try:
-        u = urlsplit(provider.base_url)
-        port = u.port
+        return f"{label} at {_origin(provider.base_url)}"
     except ValueError:
         return f"{label} (its baseUrl does not parse)"
-    return f"{label} at {u.scheme}://{u.hostname}" + (f":{port}" if port else "")
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, without its user:password or path; ValueError
+    when it does not parse (a bad port, a bracket)."""
+    u = urlsplit(url)
+    port = u.port
+    return f"{u.scheme}://{u.hostname}" + (f":{port}" if port else "")
 
 
 def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to the client") -> None:
