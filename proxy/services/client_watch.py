@@ -15,7 +15,7 @@ whose overhead bars are closest. A client that hangs up during one leaves the se
 until the answer ends, and the reply is stored; a stream's response listens itself.
 
 ``ClientWatch`` listens with one task, started at the request's first such wait and kept
-until the response is about to go out (``close``, by the route), so a request costs at most
+until the response is about to go out (the route's ``with`` ends it), so a request costs at most
 one awaitable, and none when it never waits (a stream on a free session, whose response
 listens itself). ``guard`` wraps one wait: when the client leaves during it, the task
 running it is cancelled and the wait raises ``ClientDisconnected``, the shape of
@@ -34,7 +34,7 @@ from starlette.types import Receive
 
 from proxy.errors import ClientDisconnected
 
-__all__ = ["ClientWatch", "pause", "watching", "WAITING"]
+__all__ = ["ClientWatch", "pause", "WAITING"]
 
 WAITING = "while its request waited for the session; the provider was not called"
 
@@ -63,6 +63,7 @@ class ClientWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop listening (a pending ``receive`` is cancelled; nothing is lost by it)."""
         if self._listener is not None and not self._listener.done():
             self._listener.cancel()
 
@@ -83,11 +84,6 @@ class ClientWatch:
         if self._listener is None:
             self._listener = asyncio.get_running_loop().create_task(_listen(self._receive))
         return _Guard(self, self._listener, why)
-
-    def close(self) -> None:
-        """Stop listening (a pending ``receive`` is cancelled; nothing is lost by it)."""
-        if self._listener is not None and not self._listener.done():
-            self._listener.cancel()
 
 
 class _Guard:
@@ -129,13 +125,8 @@ class _Guard:
             raise ClientDisconnected(f"the client went away {self._why}") from None
 
 
-def watching(client: ClientWatch | None, why: str) -> contextlib.AbstractContextManager[None]:
-    """``client.guard(why)``, or nothing to guard when there is no client to watch."""
-    return client.guard(why) if client is not None else contextlib.nullcontext()
-
-
 async def pause(client: ClientWatch | None, seconds: float) -> None:
     """``asyncio.sleep(seconds)`` between two polls of a held lease, cut short by
     ``ClientDisconnected`` when the client leaves."""
-    with watching(client, WAITING):
+    with client.guard(WAITING) if client is not None else contextlib.nullcontext():
         await asyncio.sleep(seconds)
