@@ -256,7 +256,12 @@ def _install_middleware(
     401s are counted too), and the access line outside them all (its record is what
     ``Observe`` extends)."""
     app.add_middleware(ServerErrors)
-    app.add_middleware(ProxyAuth, holder=holder, require_keys=require_keys)
+    app.add_middleware(
+        ProxyAuth,
+        holder=holder,
+        require_keys=require_keys,
+        allow_unauthenticated=settings.allow_unauthenticated,
+    )
     if origins := settings.cors_origin_list():
         app.add_middleware(
             CORSMiddleware,

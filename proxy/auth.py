@@ -18,6 +18,11 @@ applies to the next request.
   allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
   any bearer would open anyway.
 - A key limited to some agents (``agents``) gets a 403 for any other agent.
+- Listening beyond loopback without keys is refused at start (``listen_policy``) for the
+  address the proxy is told (``CASCADE_HOST``). A server started on another address than it
+  says (``uvicorn ... --host 0.0.0.0`` without ``CASCADE_HOST``) is caught per request: with
+  no keys, a request that arrived on a non-loopback local address (the ASGI ``server`` IP) is
+  refused with a 401, unless unauthenticated listening was allowed.
 
 Keys are compared in constant time (``hmac.compare_digest`` over SHA-256 digests, so neither
 the matching prefix nor the length shows in the timing) and never logged or echoed.
@@ -140,7 +145,9 @@ def _token(header: bytes | None) -> bytes:
 class ProxyAuth:
     """The gate (see the module's docstring). ``require_keys``: the server listens on a
     non-loopback address and was not told to allow that unauthenticated, so a config reloaded
-    without keys closes every gated route instead of opening them."""
+    without keys closes every gated route instead of opening them. ``allow_unauthenticated``:
+    without keys, requests are served on whatever local address they arrive; otherwise only
+    on a loopback one (or a socket with no IP address, such as a Unix socket)."""
 
     def __init__(
         self,
@@ -148,12 +155,15 @@ class ProxyAuth:
         holder: ConfigHolder,
         *,
         require_keys: bool = False,
+        allow_unauthenticated: bool = False,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
         self.holder = holder
         self.require_keys = require_keys
+        self.allow_unauthenticated = allow_unauthenticated
         self.env = env if env is not None else os.environ
+        self._exposed: dict[str, bool] = {}  # local address -> a non-loopback IP
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -198,12 +208,52 @@ class ProxyAuth:
                 "this proxy listens on a non-loopback address and its config has no "
                 "proxy keys (auth.keys): every request is refused"
             )
+        if not self.allow_unauthenticated and self._arrived_exposed(scope):
+            return (
+                "this proxy has no proxy keys (auth.keys) and the request arrived on a "
+                "non-loopback address: refused"
+            )
         if not token and path not in OPERATIONAL_PATHS and provider_pays(cfg, self.env):
             return (
                 "missing API key: send 'Authorization: Bearer <key>'; without one the "
                 "proxy's own provider key would pay for anyone who can reach it"
             )
         return None
+
+
+    def _arrived_exposed(self, scope: Scope) -> bool:
+        """Whether the request's local address is an IP that is not loopback. A server gives
+        its IP; a name (an in-process test transport's) or no address is not judged."""
+        server = scope.get("server")
+        if not server:
+            return False
+        host = server[0]
+        exposed = self._exposed.get(host)
+        if exposed is None:
+            exposed = _non_loopback_ip(host)
+            if len(self._exposed) < 64:  # a server has few local addresses; bound it anyway
+                self._exposed[host] = exposed
+            if exposed:
+                log.warning(
+                    "a request arrived on %s, a non-loopback address, and the config has no "
+                    "proxy keys: such requests are refused (401). Configure auth.keys, or set "
+                    "CASCADE_HOST to the address the server binds and "
+                    "CASCADE_ALLOW_UNAUTHENTICATED=1 to serve them unauthenticated",
+                    host,
+                )
+        return exposed
+
+
+def _non_loopback_ip(host: str) -> bool:
+    """An IP that is not loopback; an IPv4 address mapped into IPv6 (a dual-stack socket's
+    ``::ffff:127.0.0.1``) is judged as the IPv4 one."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return not ip.ipv4_mapped.is_loopback
+    return not ip.is_loopback
 
 
 def is_loopback(host: str) -> bool:

@@ -104,3 +104,36 @@ def test_a_websocket_is_closed_without_a_key() -> None:
     assert closed.value.code == 1008
     with client.websocket_connect("/ws", headers={"authorization": "Bearer proxy-secret"}) as ws:
         assert ws.receive_text() == "open"
+
+
+async def _get_on(gate: ProxyAuth, local: str, token: str | None = None) -> int:
+    """GET /v1/things as if it arrived on the local address ``local`` (ASGI ``server``)."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(gate), base_url=f"http://{local}:8080"
+    ) as http:
+        return (await http.get("/v1/things", headers=headers)).status_code
+
+
+async def test_without_keys_a_request_on_a_non_loopback_address_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``uvicorn --host 0.0.0.0`` without ``CASCADE_HOST``: the start-up rule saw loopback,
+    so the gate judges the address each request arrived on."""
+    gate, holder = _gate({})
+    for local in ("127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "proxy"):
+        assert await _get_on(gate, local) == 200, local
+    with caplog.at_level("WARNING", logger="cascade"):
+        assert await _get_on(gate, "10.1.2.3", "any-client-key") == 401
+        assert await _get_on(gate, "10.1.2.3") == 401
+        assert await _get_on(gate, "[2001:db8::1]") == 401
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and "10.1.2.3" in warned[0] and "CASCADE_HOST" in warned[0]
+    # keys in force: the key decides, wherever the request arrived
+    holder.current = parse_config({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}]}})
+    assert await _get_on(gate, "10.1.2.3", "proxy-secret") == 200
+    assert await _get_on(gate, "10.1.2.3") == 401
+    # told to allow it: served
+    app = gate.app
+    allowed = ProxyAuth(app, ConfigHolder(parse_config({}), None), allow_unauthenticated=True)
+    assert await _get_on(allowed, "10.1.2.3") == 200
