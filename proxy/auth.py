@@ -220,7 +220,6 @@ class ProxyAuth:
             )
         return None
 
-
     def _arrived_exposed(self, scope: Scope) -> bool:
         """Whether the request's local address is an IP that is not loopback. A server gives
         its IP; a name (an in-process test transport's) or no address is not judged."""
