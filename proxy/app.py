@@ -43,7 +43,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
-from proxy.refusals import refuse_in_one_line
+from proxy.refusals import StartupRefusals
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
@@ -215,7 +215,6 @@ def create_app(
             observer.close()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
-    refuse_in_one_line(app.router)  # a wrong setting found at start: its message, no traceback
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
@@ -250,11 +249,13 @@ def _install_middleware(
     require_keys: bool,
     observer: Observer,
 ) -> None:
-    """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
+    """Ours, innermost first (``add_middleware`` wraps what is there): start-up refusals as one
+    line (``proxy.refusals``, the lifespan scope only), the 500 of last resort,
     the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a
     preflight needs no key; a 401 carries CORS headers), metrics and spans (``Observe``, so
     401s are counted too), and the access line outside them all (its record is what
     ``Observe`` extends)."""
+    app.add_middleware(StartupRefusals)
     app.add_middleware(ServerErrors)
     app.add_middleware(
         ProxyAuth,
