@@ -43,7 +43,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
-from proxy.refusals import refuse_in_one_line
+from proxy.refusals import StartupRefusals
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
@@ -88,6 +88,18 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 100)
 
 
+async def _stop_watcher(watcher: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """End the config watcher; its failure is logged, so the rest of the shutdown runs."""
+    stop.set()
+    watcher.cancel()
+    try:
+        await watcher
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("the config watcher had failed")
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -111,79 +123,91 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
-        embedded = None
-        dsn = settings.database_url
-        if not dsn:
-            dsn, embedded = start_embedded(settings.data_dir)
-            await tune_embedded(dsn)
-        await run_migrations(dsn, **pooler_kwargs(settings.db_pooler))
-        pool = await open_pool(
-            dsn, max_size=settings.pool_max_size, **pooler_kwargs(settings.db_pooler)
-        )
-        banner = startup_banner(
-            settings,
-            holder.current,
-            os.environ,
-            database=dsn,
-            embedded_at=None
-            if embedded is None
-            else (settings.data_dir or default_data_dir()) / "pgdata",
-            paths=[r.path or "" for r in iter_route_contexts(app.routes)],
-        )
-        # One record per line: the text format escapes a line break inside a record.
-        for line in banner.splitlines():
-            startup_log.info("%s", line)
-        provider = None
-        if http_transport is None:
-            provider = ProviderTransport(
-                max_connections=settings.provider_max_connections, kind=settings.http_transport
+        # Each resource's close is pushed as soon as it is open, so a start that fails half
+        # way (a migration, the bus's listener, the warm-up) closes what it had opened, and a
+        # stop closes everything in the reverse order of opening.
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(observer.close)
+            dsn = settings.database_url
+            embedded_at = None
+            if not dsn:
+                dsn, embedded = start_embedded(settings.data_dir)
+                stack.callback(embedded.cleanup)
+                embedded_at = (settings.data_dir or default_data_dir()) / "pgdata"
+                await tune_embedded(dsn)
+            await run_migrations(dsn, **pooler_kwargs(settings.db_pooler))
+            pool = await open_pool(
+                dsn, max_size=settings.pool_max_size, **pooler_kwargs(settings.db_pooler)
             )
-        client = build_client(transport=http_transport or provider)
-        bus = EventBus(pool, *listen_url(settings, dsn))
-        await bus.start()  # a listener that cannot connect is a refusal naming its URL
-        upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)
-        count, cost = build_counters(settings.tokenizer or None)
-        # First-use costs paid before the replica is ready, not in its first requests.
-        warm_process(holder.current, count, provider)
-        await warm_pool(pool, pool.get_min_size(), timeout=settings.pool_timeout_seconds)
-        leases = Leases(
-            pool, ttl=settings.lease_ttl_seconds, acquire_timeout=settings.pool_timeout_seconds
-        )
-        leases.start()
-        summarizer = DurableSummarizer(
-            pool=pool,
-            upstream=upstream,
-            bus=bus,
-            count=count,
-            acquire_timeout=settings.pool_timeout_seconds,
-            leases=leases,
-        )
-        await summarizer.close_interrupted()  # compactions a stop cut short
-        chat_service = ChatService(
-            pool=pool,
-            upstream=upstream,
-            bus=bus,
-            cost=cost,
-            settings=settings,
-            summarizer=summarizer,
-            leases=leases,
-        )
-        embedders = Embedders(lambda: holder.current, upstream)
-        bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
-        embedding = EmbeddingWorker(
-            pool,
-            lambda: holder.current,
-            embedders,
-            idle_seconds=settings.embedding_poll_seconds,
-            on_failure=observer.metrics.embedding_failures.inc,
-        )
-        embedding.start()  # idle while no agent has retrieval on
-        stop = asyncio.Event()
-        watcher = None
-        if settings.watch_config and settings.config is not None:
-            watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
-        _tune_gc()
-        try:
+            stack.push_async_callback(pool.close)
+            banner = startup_banner(
+                settings,
+                holder.current,
+                os.environ,
+                database=dsn,
+                embedded_at=embedded_at,
+                paths=[r.path or "" for r in iter_route_contexts(app.routes)],
+            )
+            # One record per line: the text format escapes a line break inside a record.
+            for line in banner.splitlines():
+                startup_log.info("%s", line)
+            provider = None
+            if http_transport is None:
+                provider = ProviderTransport(
+                    max_connections=settings.provider_max_connections,
+                    kind=settings.http_transport,
+                )
+            client = build_client(transport=http_transport or provider)
+            stack.push_async_callback(client.aclose)
+            bus = EventBus(pool, *listen_url(settings, dsn))
+            stack.push_async_callback(bus.stop)
+            await bus.start()  # a listener that cannot connect is a refusal naming its URL
+            upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)
+            count, cost = build_counters(settings.tokenizer or None)
+            # First-use costs paid before the replica is ready, not in its first requests.
+            warm_process(holder.current, count, provider)
+            await warm_pool(pool, pool.get_min_size(), timeout=settings.pool_timeout_seconds)
+            leases = Leases(
+                pool, ttl=settings.lease_ttl_seconds, acquire_timeout=settings.pool_timeout_seconds
+            )
+            leases.start()
+            stack.push_async_callback(leases.aclose)
+            summarizer = DurableSummarizer(
+                pool=pool,
+                upstream=upstream,
+                bus=bus,
+                count=count,
+                acquire_timeout=settings.pool_timeout_seconds,
+                leases=leases,
+            )
+            stack.push_async_callback(summarizer.aclose)
+            await summarizer.close_interrupted()  # compactions a stop cut short
+            chat_service = ChatService(
+                pool=pool,
+                upstream=upstream,
+                bus=bus,
+                cost=cost,
+                settings=settings,
+                summarizer=summarizer,
+                leases=leases,
+            )
+            embedders = Embedders(lambda: holder.current, upstream)
+            bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
+            stack.callback(bind_embedders, None)
+            embedding = EmbeddingWorker(
+                pool,
+                lambda: holder.current,
+                embedders,
+                idle_seconds=settings.embedding_poll_seconds,
+                on_failure=observer.metrics.embedding_failures.inc,
+            )
+            embedding.start()  # idle while no agent has retrieval on
+            stack.push_async_callback(embedding.aclose)
+            if settings.watch_config and settings.config is not None:
+                stop = asyncio.Event()
+                watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
+                stack.push_async_callback(_stop_watcher, watcher, stop)
+            _tune_gc()
             yield State(
                 pool=pool,
                 config=holder,
@@ -193,29 +217,8 @@ def create_app(
                 settings=settings,
                 summarizer=summarizer,
             )
-        finally:
-            stop.set()
-            if watcher is not None:
-                watcher.cancel()
-                try:
-                    await watcher
-                except asyncio.CancelledError:
-                    pass
-                except Exception:  # the rest of the shutdown must still run
-                    log.exception("the config watcher had failed")
-            await embedding.aclose()
-            bind_embedders(None)
-            await summarizer.aclose()
-            await leases.aclose()
-            await bus.stop()
-            await client.aclose()
-            await pool.close()
-            if embedded is not None:
-                embedded.cleanup()
-            observer.close()
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)
-    refuse_in_one_line(app.router)  # a wrong setting found at start: its message, no traceback
     # No 307 to the slash-less path: it is built from the client's Host header, and clients
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
@@ -250,11 +253,13 @@ def _install_middleware(
     require_keys: bool,
     observer: Observer,
 ) -> None:
-    """Ours, innermost first (``add_middleware`` wraps what is there): the 500 of last resort,
+    """Ours, innermost first (``add_middleware`` wraps what is there): start-up refusals as one
+    line (``proxy.refusals``, the lifespan scope only), the 500 of last resort,
     the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a
     preflight needs no key; a 401 carries CORS headers), metrics and spans (``Observe``, so
     401s are counted too), and the access line outside them all (its record is what
     ``Observe`` extends)."""
+    app.add_middleware(StartupRefusals)
     app.add_middleware(ServerErrors)
     app.add_middleware(
         ProxyAuth,

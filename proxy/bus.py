@@ -54,6 +54,12 @@ WATCH_TTL = 30.0
 """Seconds an ``event_watchers`` row stays current; the keeper refreshes at a third of it."""
 START_TIMEOUT = 30.0
 """Seconds the start waits for the listener's first connection (a database still starting)."""
+NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
+"""SQLSTATEs that no retry can change: a wrong password (invalid_password), an unknown role or
+one refused by pg_hba.conf (invalid_authorization_specification), an unknown database
+(invalid_catalog_name), no CONNECT privilege (insufficient_privilege). A start that meets one
+refuses at once; anything else (a refused port, a timeout, ``too many connections``, a server
+still starting) is retried until :data:`START_TIMEOUT`."""
 
 
 def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
@@ -100,19 +106,23 @@ class EventBus:
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
         self.replica = uuid.uuid4()
 
     async def start(self, timeout: float | None = None) -> None:
         """Listen; a listener still not connected after ``timeout`` seconds (default
-        :data:`START_TIMEOUT`) is a :class:`DatabaseUnavailable` naming its URL's setting and
-        the last reason."""
+        :data:`START_TIMEOUT`), or refused for a reason in :data:`NEVER_HEALS`, is a
+        :class:`DatabaseUnavailable` naming its URL's setting and the reason."""
         timeout = START_TIMEOUT if timeout is None else timeout
-        self._task = asyncio.create_task(self._supervise(), name="cascade-bus")
+        # the first connection: None, or the refusal of a URL that cannot work
+        connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._supervise(connected), name="cascade-bus")
         self._keeper = asyncio.create_task(self._keep_watching(), name="cascade-bus-watch")
         try:
             async with asyncio.timeout(timeout):
-                await self._ready.wait()
+                await connected
+        except DatabaseUnavailable:
+            await self.stop()
+            raise
         except TimeoutError:
             await self.stop()
             raise DatabaseUnavailable(
@@ -149,12 +159,13 @@ class EventBus:
             if self._subs:
                 await self._watch(list(self._subs))
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, connected: asyncio.Future[None]) -> None:
         while True:
             try:
                 self._listener = await asyncpg.connect(self._dsn)
                 await self._listener.add_listener(store.NOTIFY_CHANNEL, self._on_notify)
-                self._ready.set()
+                if not connected.done():
+                    connected.set_result(None)
                 while not self._listener.is_closed():
                     await asyncio.sleep(1.0)
                 log.warning("event listener connection at %s closed; reconnecting", self._where)
@@ -162,6 +173,15 @@ class EventBus:
                 raise
             except Exception as exc:  # keep the bus alive across database restarts
                 self._failure = redact_dsn(f"{type(exc).__name__}: {exc}")
+                sqlstate = getattr(exc, "sqlstate", None)
+                if sqlstate in NEVER_HEALS and not connected.done():  # the start refuses
+                    connected.set_exception(
+                        DatabaseUnavailable(
+                            f"the event bus cannot LISTEN at {self._where}: {self._failure}",
+                            sqlstate,
+                        )
+                    )
+                    return
                 log.warning(
                     "event listener at %s failed (%s); retrying in 1s", self._where, self._failure
                 )

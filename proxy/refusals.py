@@ -7,20 +7,22 @@ the traceback of a failed start as its reason. For the errors that mean a settin
 the database is out of reach (:data:`REFUSALS`) the reason is their message instead, logged
 once as one line (one JSON object with ``CASCADE_LOG_FORMAT=json``), followed by uvicorn's
 ``Application startup failed. Exiting.``
+
+:class:`StartupRefusals` does it as ASGI middleware, installed with ``add_middleware`` like
+the others, so ``cascade-proxy serve`` and ``uvicorn proxy.app:create_app --factory`` run it
+alike and starlette's router is used as it comes.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 
-from starlette.routing import Router
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.config import ConfigError
 from proxy.store.db import DatabaseUnavailable, MigrationError
 
-__all__ = ["REFUSALS", "refuse_in_one_line"]
+__all__ = ["REFUSALS", "StartupRefusals"]
 
 log = logging.getLogger("cascade")
 
@@ -28,23 +30,39 @@ REFUSALS = (ConfigError, DatabaseUnavailable, MigrationError)
 """What a failed start reports by its message alone (``cascade-proxy`` catches the same)."""
 
 
-def refuse_in_one_line(router: Router) -> None:
-    """Make ``router``'s lifespan report a start-up refusal as its message alone.
+class StartupRefusals:
+    """Reports a start-up refusal as its message alone, instead of the traceback that
+    starlette puts in ``lifespan.startup.failed``.
 
-    Starlette sends ``lifespan.startup.failed`` with the formatted traceback while it handles
-    the exception, so the exception is still the one being handled when the message passes
-    here; a refusal's is logged as one line and the message left empty, which uvicorn does
-    not log."""
-    lifespan = router.lifespan
+    The app sends that message and then raises; the message is held until the exception
+    arrives. For a refusal, its message is logged as one line and the server told of the
+    failure with an empty reason, which uvicorn does not log; any other failure goes on
+    with its traceback. Other scopes pass through untouched.
+    """
 
-    async def refusing(scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_failure_briefly(message: Message) -> None:
-            exc = sys.exception()
-            if message["type"] == "lifespan.startup.failed" and isinstance(exc, REFUSALS):
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        failed: Message | None = None
+
+        async def hold_failure(message: Message) -> None:
+            nonlocal failed
+            if message["type"] == "lifespan.startup.failed":
+                failed = message  # sent below, once the exception is known
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, hold_failure)
+        except REFUSALS as exc:
+            if failed is not None:
                 log.error("cannot start: %s", exc)
-                message = {**message, "message": ""}
-            await send(message)
-
-        await lifespan(scope, receive, send_failure_briefly)
-
-    router.lifespan = refusing  # type: ignore[method-assign]
+                failed = {**failed, "message": ""}
+            raise
+        finally:
+            if failed is not None:
+                await send(failed)
