@@ -305,7 +305,8 @@ def build_client(
 
     ``accept-encoding: identity`` asks providers for the bytes as they are: a compressed
     stream can hold events back in the provider's compressor. A provider that compresses
-    anyway is decoded by httpx.
+    anyway is decoded by httpx (``proxy.upstream.DECODED_ENCODINGS``), over aiohttp too:
+    httpx-aiohttp turns aiohttp's own decompression off and hands httpx the bytes as sent.
 
     No cookie a provider sets is kept: the client serves every tenant, so a cookie one
     request was given would go out with everyone's later requests to that provider.

@@ -8,8 +8,9 @@ as it arrives) and forwards its bytes. Only transport failures are translated, i
 Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.transport``).
 ``timeoutSeconds`` is httpx's read (and write) timeout, so it bounds each wait for bytes and
 never the whole answer; ``connectTimeoutSeconds`` is its connect timeout. A provider that
-compresses its answer is decoded here (httpx), and the relayed headers never carry
-``content-encoding`` or ``content-length`` (``response_headers`` names what is relayed).
+compresses its answer (``DECODED_ENCODINGS``) is decoded here, by httpx, over either
+transport, and the relayed headers never carry ``content-encoding`` or ``content-length``
+(``response_headers`` names what is relayed); any other encoding is a 502 naming it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
-from httpx._decoders import SUPPORTED_DECODERS
 
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamUnavailable
@@ -30,13 +30,26 @@ from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_nam
 from proxy.requestlog import UpstreamTimer
 from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_client
 
-__all__ = ["Upstream", "Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
+__all__ = [
+    "Upstream",
+    "Answer",
+    "StreamAnswer",
+    "DECODED_ENCODINGS",
+    "RELAY_RESPONSE_HEADERS",
+    "response_headers",
+]
 
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-organization", "openai-project", "openai-beta", "user-agent")
 RELAY_RESPONSE_HEADERS = ("content-type", "retry-after", "x-request-id", "openai-processing-ms")
 _RELAY_PREFIXES = ("x-ratelimit-", "openai-")
+DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
+"""The content codings httpx decodes: gzip and deflate with zlib, ``br`` and ``zstd`` with the
+decoders its extras install (pyproject). httpx passes any other coding through undecoded and
+keeps its own list private, so this one is the project's; tests/unit/test_content_encodings.py
+checks that the two agree."""
+_DECODED_NAMES = ", ".join(sorted(DECODED_ENCODINGS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +147,7 @@ def _target(base_url: str) -> _Target:
 def _decodable(encoding: str) -> bool:
     """Whether httpx decodes every coding in a ``content-encoding`` value."""
     codings = (c.strip().lower() for c in encoding.split(","))
-    return all(c in SUPPORTED_DECODERS for c in codings if c)
+    return all(c in DECODED_ENCODINGS for c in codings if c)
 
 
 class Upstream:
@@ -264,7 +277,7 @@ class Upstream:
             raise UpstreamUnavailable(
                 f"{provider_name(provider)} answered {resp.status_code} compressed as "
                 f"{encoding[:40]!r}, which the proxy cannot decode (it asks for identity); "
-                "have the provider send identity, gzip or deflate"
+                f"have the provider send one of {_DECODED_NAMES}"
             )
         return resp
 

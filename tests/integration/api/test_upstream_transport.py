@@ -1,21 +1,18 @@
-"""How the proxy reaches providers: egress proxies from the environment, private CAs, and
-answers compressed by the provider. Every provider here is a real server on loopback."""
+"""How the proxy reaches providers: egress proxies from the environment and private CAs
+(answers the provider compresses: test_upstream_compression.py). Every provider here is a
+real server on loopback."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 import trustme
 
 from tests.fakes.egress_proxy import EgressProxy
-from tests.fakes.replies import raw
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 
@@ -28,31 +25,6 @@ _PROXY_VARS = (
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
 )
-_COMPLETION = {
-    "id": "chatcmpl-z",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "gpt-fake",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "squeezed answer"},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-}
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-    body = {
-        "id": "chatcmpl-z",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "gpt-fake",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(body)}\n\n"
 
 
 @pytest.fixture(autouse=True)
@@ -235,88 +207,3 @@ def test_ssl_cert_file_is_honoured(
     with _https_upstream(ca, tmp_path) as upstream:
         resp = _chat(start(openai=_provider(upstream.url)))
     assert resp.status_code == 200, resp.text
-
-
-# --------------------------------------------------------------------------- compression
-
-
-def test_a_compressed_answer_is_relayed_decoded(
-    client: openai.OpenAI,
-    proxy: ProxyServer,
-    fake_upstream: FakeUpstream,
-) -> None:
-    squeezed = gzip.compress(json.dumps(_COMPLETION).encode())
-    headers = {"content-type": "application/json", "content-encoding": "gzip"}
-    fake_upstream.script(raw(squeezed, headers=headers), raw(squeezed, headers=headers))
-
-    completion = client.chat.completions.create(
-        model="gpt-fake", messages=[{"role": "user", "content": "hi"}]
-    )
-    resp = _chat(proxy)
-
-    assert completion.choices[0].message.content == "squeezed answer"
-    assert resp.json()["choices"][0]["message"]["content"] == "squeezed answer"
-    assert "content-encoding" not in resp.headers
-    assert int(resp.headers["content-length"]) == len(resp.content)
-    assert fake_upstream.requests[0].headers["accept-encoding"] == "identity"  # asked not to
-
-
-def _stream_whole(proxy: ProxyServer, session_id: str) -> httpx.Response:
-    """A streamed chat request read whole by plain httpx: the bytes as relayed."""
-    with httpx.Client(base_url=proxy.origin, trust_env=False, timeout=20) as http:
-        return http.post(
-            "/v1/chat/completions",
-            headers={"x-session-id": session_id},
-            json={
-                "model": "gpt-fake",
-                "stream": True,
-                "messages": [{"role": "user", "content": "hi"}],
-            },
-        )
-
-
-def test_a_compressed_stream_is_relayed_decoded(
-    client: openai.OpenAI,
-    proxy: ProxyServer,
-    fake_upstream: FakeUpstream,
-) -> None:
-    events = (
-        _chunk({"role": "assistant", "content": ""})
-        + _chunk({"content": "squeezed "})
-        + _chunk({"content": "stream"})
-        + _chunk({}, "stop")
-        + "data: [DONE]\n\n"
-    )
-    squeezed = gzip.compress(events.encode())
-    pieces = [squeezed[i : i + 40] for i in range(0, len(squeezed), 40)]  # split mid-member
-    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
-    fake_upstream.script(raw(*pieces, headers=headers), raw(*pieces, headers=headers))
-
-    stream = client.chat.completions.create(
-        model="gpt-fake", messages=[{"role": "user", "content": "hi"}], stream=True
-    )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-    resp = _stream_whole(proxy, "other")
-
-    assert text == "squeezed stream"
-    assert resp.status_code == 200 and resp.content.endswith(b"data: [DONE]\n\n")
-    assert "content-encoding" not in resp.headers
-    assert b"squeezed " in resp.content
-
-
-def test_an_answer_compressed_in_a_way_httpx_cannot_decode_is_a_clear_502(
-    proxy: ProxyServer, fake_upstream: FakeUpstream
-) -> None:
-    # Relayed, its bytes would reach the client without the header that says what they are
-    # (and crash an SDK reading the stream): the 502 says which encoding instead.
-    headers = {"content-type": "text/event-stream", "content-encoding": "br"}
-    fake_upstream.script(
-        raw(b"\x1b\x00\xf8\xa5", headers=headers), raw(b"\x1b\x00", headers=headers)
-    )
-    whole = _chat(proxy)
-    streamed = _stream_whole(proxy, "br-stream")
-    for resp in (whole, streamed):
-        assert resp.status_code == 502, resp.text
-        assert (
-            "compressed as 'br', which the proxy cannot decode" in resp.json()["error"]["message"]
-        )
