@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 from bench.loadgen_workload import make_workload
 from bench.redaction_speed import before
 from proxy.cascade.redaction import REDACTED, _scanner, compile_patterns, redact
-from tests.unit.cascade.test_redaction import _every_start
+from tests.unit.cascade.test_redaction_literals import _every_start
 
 PATTERNS = compile_patterns(())
 
