@@ -17,7 +17,7 @@ import pytest
 from proxy.settings import Settings
 from tests.fakes.replies import Responder, error, raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.test_errors import _assert_error_shape, _closed_port
+from tests.integration.api.errors_helpers import _assert_error_shape, _closed_port
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 
 SID = "faults"
