@@ -18,7 +18,7 @@ import pytest
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_sessions import chat, settled, user
+from tests.integration.api.sessions_helpers import chat, settled, user
 
 
 @pytest.mark.parametrize("action", ["reset", "delete", "branch"])

@@ -9,8 +9,7 @@ import httpx
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Agent, Model, stack
-from tests.integration.api.test_compact_command import SUMMARIZE, history, http as compact_http
-from tests.integration.api.test_sessions import (
+from tests.integration.api.sessions_helpers import (
     BIG_OUTPUT,
     LIMIT,
     MAX_CHARS,
@@ -21,6 +20,7 @@ from tests.integration.api.test_sessions import (
     tool_history,
     user,
 )
+from tests.integration.api.test_compact_command import SUMMARIZE, history, http as compact_http
 
 
 def test_usage_is_split_by_part_and_truncation_shows_as_reclaimed(http: httpx.Client) -> None:

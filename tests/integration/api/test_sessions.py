@@ -1,13 +1,11 @@
-"""Sessions and tenants (DESIGN §4) and the session API (DESIGN §3), over real HTTP."""
+"""The session API (DESIGN §3), over real HTTP: list, show, messages, branch, reset and delete,
+their 404s, and the ``sessions`` command that reads them."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -16,90 +14,20 @@ import pytest
 from proxy import cli
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.sessions_helpers import (
+    BIG_OUTPUT,
+    LIMIT,
+    MODEL,
+    assert_openai_404,
+    chat,
+    config_path,  # noqa: F401  (the module's config: a small maxChars)
+    messages_of,
+    settled,
+    tool_history,
+    user,
+)
 from tests.integration.conftest import column, run_sync
-
-MODEL = "gpt-4o-mini"  # longest prefix "gpt-4o" in the config below
-LIMIT = 50_000
-MAX_CHARS = 200
-BIG_OUTPUT = "".join(f"line {i:04d} of the listing\n" for i in range(200))
-
-
-@pytest.fixture
-def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    return write_config(
-        tmp_path / "agents.json",
-        fake_upstream.url,
-        models={"gpt-4o": {"contextLimit": LIMIT}, "default": {"contextLimit": 128_000}},
-        context={"toolOutput": {"maxChars": MAX_CHARS}},
-    )
-
-
-@pytest.fixture
-def other(proxy: ProxyServer) -> Iterator[httpx.Client]:
-    """A client with a different bearer token: another pass-through tenant."""
-    headers = {"authorization": "Bearer sk-someone-else"}
-    with httpx.Client(base_url=proxy.origin, headers=headers, timeout=10) as c:
-        yield c
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def chat(
-    http: httpx.Client,
-    messages: list[dict[str, Any]],
-    *,
-    sid: str | None = None,
-    url: str = "/v1/chat/completions",
-    headers: dict[str, str] | None = None,
-    **body: Any,
-) -> httpx.Response:
-    hdrs = dict(headers or {})
-    if sid is not None:
-        hdrs["x-session-id"] = sid
-    resp = http.post(url, json={"model": MODEL, "messages": messages, **body}, headers=hdrs)
-    assert resp.status_code == 200, resp.text
-    return resp
-
-
-def settled(
-    http: httpx.Client, sid: str, count: int, until: Callable[[dict[str, Any]], bool] | None = None
-) -> dict[str, Any]:
-    """The session once ``count`` messages are stored (and ``until`` holds): a non-streamed
-    reply, its usage and events are stored just after the response is sent."""
-    deadline = time.monotonic() + 5
-    while True:
-        resp = http.get(f"/v1/sessions/{sid}")
-        view = resp.json() if resp.status_code == 200 else {}
-        if view.get("message_count") == count and (until is None or until(view)):
-            return view
-        if time.monotonic() > deadline:
-            raise AssertionError(f"session {sid} never reached {count} messages: {resp.text}")
-        time.sleep(0.02)
-
-
-def messages_of(http: httpx.Client, sid: str, **params: Any) -> list[dict[str, Any]]:
-    resp = http.get(f"/v1/sessions/{sid}/messages", params=params)
-    assert resp.status_code == 200, resp.text
-    return resp.json()["data"]
-
-
-def assert_openai_404(resp: httpx.Response) -> None:
-    assert resp.status_code == 404, resp.text
-    err = resp.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
-    assert err["message"]
-
-
-def tool_history() -> list[dict[str, Any]]:
-    call = {"id": "call_ls", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
-    return [
-        user("list the files"),
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "call_ls", "content": BIG_OUTPUT},
-    ]
 
 
 def table_counts(dsn: str, sid: str) -> dict[str, int]:
@@ -116,108 +44,6 @@ def table_counts(dsn: str, sid: str) -> dict[str, int]:
             await conn.close()
 
     return run_sync(go())
-
-
-# --------------------------------------------------------------------------- session ids
-
-
-def test_derived_id_is_stable_across_turns(http: httpx.Client) -> None:
-    history = [{"role": "system", "content": "be brief"}, user("first question")]
-    first = chat(http, history)
-    sid = first.headers["x-session-id"]
-    assert sid.startswith("auto-")
-    settled(http, sid, 3)
-    answer = first.json()["choices"][0]["message"]
-    second = chat(http, [*history, answer, user("follow-up")])
-    assert second.headers["x-session-id"] == sid
-    assert settled(http, sid, 5)["superseded_count"] == 0
-    # a conversation with another opening lands elsewhere
-    third = chat(http, [{"role": "system", "content": "be brief"}, user("other question")])
-    assert third.headers["x-session-id"] not in (sid, "")
-    assert third.headers["x-session-id"].startswith("auto-")
-
-
-def test_first_match_wins_path_then_header_then_metadata(
-    http: httpx.Client, fake_upstream: FakeUpstream
-) -> None:
-    meta = {"metadata": {"session_id": "m-id", "keep": "me"}}
-    resp = chat(http, [user("a")], url="/s/p-id/v1/chat/completions", sid="h-id", **meta)
-    assert resp.headers["x-session-id"] == "p-id"
-    resp = chat(http, [user("b")], sid="h-id", **meta)
-    assert resp.headers["x-session-id"] == "h-id"
-    resp = chat(http, [user("c")], **meta)
-    assert resp.headers["x-session-id"] == "m-id"
-    for sid, text in (("p-id", "a"), ("h-id", "b"), ("m-id", "c")):
-        settled(http, sid, 2)
-        assert messages_of(http, sid)[0]["message"]["content"] == text
-    # metadata.session_id is the proxy's; the rest of metadata goes upstream untouched
-    assert [b["metadata"] for b in fake_upstream.bodies()] == [{"keep": "me"}] * 3
-
-
-def test_streamed_response_carries_session_id(http: httpx.Client) -> None:
-    body = {"model": MODEL, "messages": [user("hi")], "stream": True}
-    with http.stream(
-        "POST", "/v1/chat/completions", json=body, headers={"x-session-id": "streamed"}
-    ) as resp:
-        assert resp.status_code == 200
-        assert resp.headers["x-session-id"] == "streamed"
-        text = resp.read().decode()
-    assert text.rstrip().endswith("data: [DONE]")
-    assert http.get("/v1/sessions/streamed").json()["message_count"] == 2
-
-
-def test_invalid_session_id_is_400(http: httpx.Client, fake_upstream: FakeUpstream) -> None:
-    body = {"model": MODEL, "messages": [user("hi")]}
-    for bad in ("has space", "x" * 129, "semi;colon"):
-        resp = http.post("/v1/chat/completions", json=body, headers={"x-session-id": bad})
-        assert resp.status_code == 400
-        assert resp.json()["error"]["code"] == "invalid_session_id"
-    meta = {**body, "metadata": {"session_id": "bad id"}}
-    assert http.post("/v1/chat/completions", json=meta).status_code == 400
-    assert http.post("/s/bad%20id/v1/chat/completions", json=body).status_code == 400
-    assert fake_upstream.bodies() == []
-
-
-# --------------------------------------------------------------------------- tenants
-
-
-def test_same_session_id_is_separate_per_tenant(http: httpx.Client, other: httpx.Client) -> None:
-    chat(http, [user("mine")], sid="shared")
-    chat(other, [user("theirs"), {"role": "assistant", "content": "x"}, user("more")], sid="shared")
-    assert settled(http, "shared", 2)["superseded_count"] == 0
-    assert settled(other, "shared", 4)["superseded_count"] == 0
-    assert messages_of(http, "shared")[0]["message"]["content"] == "mine"
-    assert messages_of(other, "shared")[0]["message"]["content"] == "theirs"
-
-
-def test_other_tenant_gets_404_everywhere(
-    proxy: ProxyServer, http: httpx.Client, other: httpx.Client
-) -> None:
-    chat(http, [*tool_history()], sid="private")
-    settled(http, "private", 4)
-    assert [s["id"] for s in other.get("/v1/sessions").json()["data"]] == []
-    base = "/v1/sessions/private"
-    for method, path in [
-        ("GET", base),
-        ("GET", f"{base}/messages"),
-        ("GET", f"{base}/events"),
-        ("GET", f"{base}/tool-outputs/call_ls"),
-        ("POST", f"{base}/branch"),
-        ("POST", f"{base}/reset"),
-        ("DELETE", base),
-    ]:
-        assert_openai_404(other.request(method, path))
-    # nothing the other tenant tried changed the session
-    mine = http.get(base).json()
-    assert mine["message_count"] == 4
-    assert http.get(f"{base}/tool-outputs/call_ls").status_code == 200
-    assert [s["id"] for s in http.get("/v1/sessions").json()["data"]] == ["private"]
-    # a request without a bearer token is a tenant of its own, too
-    with httpx.Client(base_url=proxy.origin, timeout=10) as anon:
-        assert_openai_404(anon.get(base))
-
-
-# --------------------------------------------------------------------------- session API
 
 
 def test_list_sessions(http: httpx.Client) -> None:
