@@ -1,0 +1,162 @@
+"""proxy/config.py's pure loader: the errors a file gives, the shipped config/agents.json, and
+the warnings a valid config gets for what will not happen."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.config import (
+    DEFAULT_OPENAI_BASE_URL,
+    ConfigError,
+    config_warnings,
+    load_config,
+    parse_config,
+)
+from proxy.config_watch import ConfigHolder
+
+SHIPPED = Path(__file__).resolve().parents[2] / "config" / "agents.json"
+
+
+def write(tmp_path: Path, raw: Any) -> Path:
+    path = tmp_path / "agents.json"
+    path.write_text(raw if isinstance(raw, str) else json.dumps(raw))
+    return path
+
+
+# loading files
+
+
+def test_load_config_reports_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.json", env={})
+
+
+def test_load_config_reports_bad_json(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(write(tmp_path, "{ not json"), env={})
+
+
+def test_load_config_reports_a_file_it_cannot_read(tmp_path: Path) -> None:
+    # a directory in its place, bytes that are not UTF-8: the reason, naming the file
+    with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}"):
+        load_config(tmp_path, env={})
+    binary = tmp_path / "agents.json"
+    binary.write_bytes(b'{"models": {"\xff": {}}}')
+    with pytest.raises(ConfigError, match=f"{binary} is not UTF-8 text"):
+        load_config(binary, env={})
+
+
+def test_load_config_requires_an_object(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="JSON object at the top level"):
+        load_config(write(tmp_path, "[1, 2]"), env={})
+
+
+def test_load_config_reads_a_valid_file(tmp_path: Path) -> None:
+    path = write(tmp_path, {"models": {"default": {"contextLimit": 777}}})
+    assert load_config(path, env={}).model_limits("m").context_limit == 777
+
+
+# the shipped file
+
+
+def test_shipped_config_validates() -> None:
+    cfg = load_config(SHIPPED, env={})
+    assert cfg.providers["openai"].base_url == DEFAULT_OPENAI_BASE_URL
+    assert cfg.providers["openai"].api_key_env == "OPENAI_API_KEY"
+    assert cfg.agents["default"].fast_model == "gpt-4o-mini"
+    assert cfg.model_limits("gpt-4o-2024-08-06").context_limit == 128000
+    # the shipped file is pass-through: no proxy keys
+    assert cfg.auth.keys == ()
+    assert cfg.context.eviction.enabled and cfg.context.summarize.enabled
+    assert not cfg.context.retrieval.enabled
+
+
+def test_shipped_config_takes_the_provider_from_the_environment() -> None:
+    """README and docker-compose.yml point the default provider elsewhere with
+    OPENAI_BASE_URL; the shipped file must not pin it."""
+    cfg = load_config(SHIPPED, env={"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+    assert cfg.providers["openai"].base_url == "http://127.0.0.1:11434/v1"
+    assert cfg.providers["openai"].api_key_env == "OPENAI_API_KEY"
+
+
+def test_shipped_config_holds_no_secrets() -> None:
+    text = SHIPPED.read_text()
+    assert "sk-" not in text
+    raw = json.loads(text)
+    assert "auth" not in raw
+    for provider in raw.get("providers", {}).values():
+        assert set(provider) <= {"baseUrl", "apiKeyEnv", "timeoutSeconds", "connectTimeoutSeconds"}
+
+
+# what a valid config asks for that will not happen
+
+
+def test_no_warnings_for_the_defaults_or_the_shipped_file() -> None:
+    assert config_warnings(parse_config({}, env={}), env={}) == []
+    assert config_warnings(load_config(SHIPPED, env={}), env={}) == []
+
+
+def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() -> None:
+    raw = {
+        "providers": {
+            "local": {"baseUrl": "http://127.0.0.1:9/v1"},
+            "paid": {"baseUrl": "http://127.0.0.1:8/v1", "apiKeyEnv": "PAID_KEY"},
+        },
+        "agents": {
+            "default": {"provider": "paid"},
+            "coder": {"provider": "local", "context": {"retrieval": {"enabled": True}}},
+        },
+        "context": {"memoryPromotion": {"mode": "suggest"}},
+        "auth": {
+            "keys": [
+                {"keyEnv": "TEAM_A_KEY", "tenant": "a"},
+                {"keyEnv": "TEAM_B_KEY", "tenant": "b"},
+            ]
+        },
+    }
+    env = {"TEAM_A_KEY": "k"}
+    assert config_warnings(parse_config(raw, env), env) == [
+        "auth key of tenant 'b': $TEAM_B_KEY is unset, no request can use it",
+        "provider 'local' will be called without credentials (proxy keys are never "
+        "forwarded): give it an apiKeyEnv",
+        "provider 'paid' will be called without credentials (proxy keys are never "
+        "forwarded): set $PAID_KEY",
+    ]
+    # pass-through mode forwards the client's own token: no credentials warning
+    passthrough = {k: v for k, v in raw.items() if k not in ("auth", "context")}
+    passthrough["agents"] = {"default": {"provider": "paid"}}
+    assert config_warnings(parse_config(passthrough, env), env) == []
+    metrics = {"auth": {"metricsKeyEnv": "SCRAPE_KEY"}}
+    assert config_warnings(parse_config(metrics, env), env) == [
+        "auth.metricsKeyEnv: $SCRAPE_KEY is unset, so /metrics answers without a key"
+    ]
+    assert config_warnings(parse_config(metrics, env), {"SCRAPE_KEY": "k"}) == []
+
+
+def test_the_holder_logs_the_warnings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEAM_A_KEY", raising=False)
+    path = write(tmp_path, {"auth": {"keys": [{"keyEnv": "TEAM_A_KEY", "tenant": "a"}]}})
+    with caplog.at_level(logging.WARNING, logger="cascade.config"):
+        ConfigHolder(load_config(path, env={}), path)
+    assert "$TEAM_A_KEY is unset" in caplog.text
+
+
+def test_built_stages_are_not_warned_about() -> None:
+    raw = {
+        "context": {
+            "recitation": {"enabled": True},
+            "handoff": {"enabled": True},
+            "summarize": {"ledgerCap": 10},
+        }
+    }
+    cfg = parse_config(raw, {})
+    assert config_warnings(cfg, {}) == []
+    assert cfg.context.summarize.ledger_cap == 10
+    assert cfg.context_for("default").handoff.at_fraction == 0.9
