@@ -2,8 +2,8 @@
 
 The image installs exactly what this file pins before it copies the code, so a code change
 reuses that layer and a build months later installs what was tested. Regenerate it whenever
-``[project] dependencies`` in pyproject.toml change (tests/integration/test_deploy_files.py
-fails until then).
+``[project] dependencies`` in pyproject.toml change
+(tests/integration/test_deploy_constraints.py fails until then).
 
 What it does: a fresh venv made with the image's Python (the version in the Dockerfile's
 ``FROM python:X.Y``: wheels and environment markers depend on it), ``pip install`` of

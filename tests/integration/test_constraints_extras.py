@@ -1,6 +1,6 @@
 """constraints.txt pins what a serving dependency's extras pull in (``httpx[brotli,zstd]``:
 brotli and zstandard), not only the dependency itself: an extra added to a dependency whose
-pin still fits would otherwise pass test_deploy_files.py's check, and the image would install
+pin still fits would otherwise pass test_deploy_constraints.py's check, and the image would install
 the extra's packages unpinned, after the pinned layer."""
 
 from __future__ import annotations
@@ -12,7 +12,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tests.integration.test_deploy_files import _project, image_extras, image_requirements, pins
+from tests.integration.test_deploy_constraints import (
+    _project,
+    image_extras,
+    image_requirements,
+    pins,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
