@@ -1,8 +1,8 @@
 """Test-only setup and readers for the store tests.
 
 Rows are stored as they are (the proxy moves the head inside larger statements); a short
-history and the rows for it; the session's head, and the statements a connection runs, less
-asyncpg's own type lookups.
+history and the rows for it; a session that owns a row of every kind, and its row counts; the
+session's head, and the statements a connection runs, less asyncpg's own type lookups.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 
 from asyncpg import introspection
 
+from proxy.cascade.types import Spill
 from proxy.history import chain
-from proxy.store import messages as msgs, sessions
+from proxy.store import messages as msgs, raw_outputs, sessions, summaries, writes
 from proxy.store.messages import NewMessage
 from proxy.store.nul import encode
 
@@ -26,6 +27,7 @@ _INTROSPECTION = {
 }
 
 OWNER = uuid.UUID(int=1)  # one request's lease owner, so a test may begin twice
+A, B = uuid.UUID(int=1), uuid.UUID(int=2)  # two requests' lease owners (two replicas)
 
 
 def asyncpg_internal(query: str) -> bool:
@@ -125,6 +127,59 @@ async def create_session(
         agent,
         model,
     )
+
+
+async def make_session(conn: Any, session_id: str, *, tenant: str = T, n: int = 3) -> None:
+    """A session with ``n`` messages, a raw output, a summary and an event."""
+    await create_session(conn, tenant=tenant, session_id=session_id, agent="a", model="m")
+    rows = [
+        msgs.NewMessage(pos=i, hash=f"h{i}", role="user", message={"role": "user", "content": i})
+        for i in range(n)
+    ]
+    await insert_messages(conn, tenant=tenant, session_id=session_id, rows=rows)
+    await set_head(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        head_len=n,
+        head_hash=f"h{n - 1}",
+        system_count=0,
+    )
+    spill = Spill(tool_call_id="call_1", text="raw text")
+    await writes.append_and_fetch_window(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        rows=[],
+        raw=raw_outputs.raw_rows([spill], 1000),
+        head_len=n,
+        head_hash=f"h{n - 1}",
+        system_count=0,
+        old_len=n,
+        from_pos=n,
+        move_head=False,
+    )
+    await summaries.insert_summary(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        boundary=1,
+        boundary_hash="h0",
+        content="brief",
+        tokens=1,
+        model="fast",
+    )
+    await writes.persist_step(
+        conn, tenant=tenant, session_id=session_id, events=(["context.usage"], [{"x": 1}])
+    )
+
+
+async def counts(conn: Any, session_id: str, tenant: str = T) -> dict[str, int]:
+    out = {}
+    for table in ("messages", "tool_raw_outputs", "summaries", "events"):
+        sql = f"SELECT count(*) FROM {table} WHERE tenant = $1 AND session_id = $2"
+        out[table] = await conn.fetchval(sql, tenant, session_id)
+    return out
 
 
 async def head(conn: Any, session: str = S) -> tuple[int, str | None, int]:
