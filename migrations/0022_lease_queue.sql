@@ -27,7 +27,10 @@
 -- require an empty queue, and the locked path it falls back to asks cascade_lease_queue_v1.
 -- cascade_lease_for_update_v1 is the session operations' try (store/leases.py
 -- free_for_update) with the same rule. A waiter's try writes the session row (its place in
--- the queue) where it only read it before: no extra statement, one row version per try.
+-- the queue) where it only read it before: no extra statement, one row version per try. A
+-- replica still on the previous code during a rolling deploy calls this v6 too, so its
+-- requests keep to the queue; its session operations' try, like cascade_begin_step_v5, does
+-- not (it neither waits behind the queue nor joins it), as before this migration.
 ALTER TABLE sessions ADD COLUMN lease_queue uuid[], ADD COLUMN lease_queue_expires timestamptz[];
 
 -- Whether p_owner may take a lease (p_lease_owner, p_lease_expires) with this queue now
@@ -104,12 +107,12 @@ END
 $$;
 
 -- cascade_begin_step_v6 as migration 0021 defined it, but for the queue.
-CREATE OR REPLACE FUNCTION cascade_begin_step_v6(p_tenant text, p_id text, p_agent text, p_model text,
-                                      p_owner uuid, p_start integer, p_start_hash text,
-                                      p_head_len integer, p_head_hash text,
-                                      p_system_count integer, p_ttl double precision,
-                                      p_rows json, p_bodies json[], p_spills json,
-                                      p_events json)
+CREATE OR REPLACE FUNCTION cascade_begin_step_v6(p_tenant text, p_id text, p_agent text,
+                                                 p_model text, p_owner uuid, p_start integer,
+                                                 p_start_hash text, p_head_len integer,
+                                                 p_head_hash text, p_system_count integer,
+                                                 p_ttl double precision, p_rows json,
+                                                 p_bodies json[], p_spills json, p_events json)
 RETURNS TABLE (session json, pos integer, hash text, role text, message json,
                tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -128,8 +131,8 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF p_start IS NOT NULL AND json_array_length(p_rows) > 0 THEN
         -- The common case, an extending request on the guessed head with a free lease (or
-        -- this replica's own): take the lease, record the agent and model and move the
-        -- head in one row update.
+        -- this replica's own) and nobody waiting for it: take the lease, record the agent
+        -- and model and move the head in one row update.
         UPDATE sessions x SET lease_owner = p_owner,
             lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
             agent = p_agent, model = p_model, head_len = p_head_len, head_hash = p_head_hash,
@@ -146,7 +149,8 @@ BEGIN
         s.head_len := p_start;
         s.head_hash := p_start_hash;
     ELSE
-        -- Take the lease, and record a new agent or model, in one row update.
+        -- Take the lease, and record a new agent or model, in one row update (nobody
+        -- waiting; else the locked path below decides).
         UPDATE sessions x SET lease_owner = p_owner,
             lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
             agent = p_agent, model = p_model,

@@ -254,8 +254,8 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF p_start IS NOT NULL AND json_array_length(p_rows) > 0 THEN
         -- The common case, an extending request on the guessed head with a free lease (or
-        -- this replica's own): take the lease, record the agent and model and move the
-        -- head in one row update.
+        -- this replica's own) and nobody waiting for it: take the lease, record the agent
+        -- and model and move the head in one row update.
         UPDATE sessions x SET lease_owner = p_owner,
             lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
             agent = p_agent, model = p_model, head_len = p_head_len, head_hash = p_head_hash,
@@ -272,7 +272,8 @@ BEGIN
         s.head_len := p_start;
         s.head_hash := p_start_hash;
     ELSE
-        -- Take the lease, and record a new agent or model, in one row update.
+        -- Take the lease, and record a new agent or model, in one row update (nobody
+        -- waiting; else the locked path below decides).
         UPDATE sessions x SET lease_owner = p_owner,
             lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
             agent = p_agent, model = p_model,

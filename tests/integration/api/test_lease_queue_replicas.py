@@ -26,9 +26,11 @@ from tests.integration.api.conftest import ProxyServer, write_config
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 SID = "busy"
+TRIES = 10
 # What B may wait: A's step in flight (an answer of at most 0.1 s, and its statements), one
-# pause between B's tries, and room for a loaded test machine.
-BOUND = 0.1 + POLL_MAX_SECONDS + 1.5
+# pause between B's tries, and room for a loaded test machine. Without the queue, a try
+# now and then waited several seconds here (docs/perf.md, "a waiter on another replica").
+BOUND = 0.1 + POLL_MAX_SECONDS + 1.0
 
 
 def user(text: str) -> dict[str, str]:
@@ -103,14 +105,15 @@ def test_a_waiter_on_another_replica_is_next_after_the_step_in_flight(
         while len(agent.steps) < 3:  # the agent is under way
             time.sleep(0.01)
         with httpx.Client(base_url=b, headers=AUTH, timeout=60) as c:
-            for i in range(3):
+            for i in range(TRIES):
                 started = time.monotonic()
                 r = act(c, action, i)
                 assert r.status_code == 200, r.text
-                waits.append(time.monotonic() - started)
-                time.sleep(0.2)  # the agent takes the session back meanwhile
-        during = len(agent.steps)
+                waits.append(round(time.monotonic() - started, 3))
+                assert waits[-1] < BOUND, f"replica B's {action} waited {waits} s"
+                steps = len(agent.steps)
+                while len(agent.steps) == steps:  # the agent takes the session back
+                    time.sleep(0.01)
+                    assert time.monotonic() - started < 10, "the agent never got back in"
     finally:
         agent.stop()
-    assert during >= 6, "the agent was not busy on replica A"
-    assert max(waits) < BOUND, f"replica B's {action} waited {waits} s"
