@@ -246,6 +246,7 @@ DECLARE
     hit boolean;
     moved boolean := false;
     busy boolean := false;
+    q record;
 BEGIN
     -- Every write below is the client's to resend, or a lease that is free again once it
     -- expires: none waits for a WAL flush (the request's last statement commits
@@ -253,8 +254,8 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF p_start IS NOT NULL AND json_array_length(p_rows) > 0 THEN
         -- The common case, an extending request on the guessed head with a free lease (or
-        -- this replica's own): take the lease, record the agent and model and move the
-        -- head in one row update.
+        -- this replica's own) and nobody waiting for it: take the lease, record the agent
+        -- and model and move the head in one row update.
         UPDATE sessions x SET lease_owner = p_owner,
             lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
             agent = p_agent, model = p_model, head_len = p_head_len, head_hash = p_head_hash,
@@ -262,6 +263,7 @@ BEGIN
         WHERE x.tenant = p_tenant AND x.id = p_id
           AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
                OR x.lease_expires < clock_timestamp())
+          AND x.lease_queue IS NULL
           AND x.head_len = p_start AND x.head_hash IS NOT DISTINCT FROM p_start_hash
         RETURNING * INTO s;
         moved := FOUND;
@@ -270,7 +272,8 @@ BEGIN
         s.head_len := p_start;
         s.head_hash := p_start_hash;
     ELSE
-        -- Take the lease, and record a new agent or model, in one row update.
+        -- Take the lease, and record a new agent or model, in one row update (nobody
+        -- waiting; else the locked path below decides).
         UPDATE sessions x SET lease_owner = p_owner,
             lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
             agent = p_agent, model = p_model,
@@ -279,6 +282,7 @@ BEGIN
         WHERE x.tenant = p_tenant AND x.id = p_id
           AND (x.lease_owner IS NULL OR x.lease_owner = p_owner
                OR x.lease_expires < clock_timestamp())
+          AND x.lease_queue IS NULL
         RETURNING * INTO s;
         IF NOT FOUND THEN
             -- Held as this statement's snapshot saw it, or missing. Lock the row: if the
@@ -286,12 +290,19 @@ BEGIN
             -- commits (free, the step stored) instead of answering busy.
             SELECT * INTO s FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
             IF FOUND THEN
-                IF s.lease_owner IS NOT NULL AND s.lease_owner <> p_owner
-                   AND s.lease_expires >= clock_timestamp() THEN
+                -- Held by another owner, or free but another replica's waiter is ahead:
+                -- busy, and this owner's place in the queue is kept (migration 0022).
+                q := cascade_lease_queue_v1(p_owner, s.lease_owner, s.lease_expires,
+                                            s.lease_queue, s.lease_queue_expires);
+                IF NOT q.take THEN
                     busy := true;
+                    UPDATE sessions x SET lease_queue = q.queue,
+                        lease_queue_expires = q.expires
+                    WHERE x.tenant = p_tenant AND x.id = p_id;
                 ELSE
                     UPDATE sessions x SET lease_owner = p_owner,
                         lease_expires = clock_timestamp() + make_interval(secs => p_ttl),
+                        lease_queue = q.queue, lease_queue_expires = q.expires,
                         agent = p_agent, model = p_model,
                         updated_at = CASE WHEN x.agent = p_agent
                                           AND x.model IS NOT DISTINCT FROM p_model
@@ -357,6 +368,69 @@ BEGIN
     SELECT tenant, session_id, tool_call_id, content, original_bytes, capped, created_at
     FROM replaced;
     RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.cascade_lease_for_update_v1(p_tenant text, p_id text, p_owner uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    s record;
+    q record;
+BEGIN
+    SELECT x.lease_owner, x.lease_expires, x.lease_queue, x.lease_queue_expires INTO s
+    FROM sessions x WHERE x.tenant = p_tenant AND x.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN true;
+    END IF;
+    IF s.lease_queue IS NULL AND (s.lease_owner IS NULL OR s.lease_expires < clock_timestamp())
+    THEN
+        RETURN true;
+    END IF;
+    q := cascade_lease_queue_v1(p_owner, s.lease_owner, s.lease_expires, s.lease_queue,
+                                s.lease_queue_expires);
+    IF NOT q.take THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    UPDATE sessions x SET lease_queue = q.queue, lease_queue_expires = q.expires
+    WHERE x.tenant = p_tenant AND x.id = p_id;
+    RETURN q.take;
+END
+$$;
+
+CREATE FUNCTION public.cascade_lease_queue_v1(p_owner uuid, p_lease_owner uuid, p_lease_expires timestamp with time zone, p_queue uuid[], p_expires timestamp with time zone[], OUT take boolean, OUT queue uuid[], OUT expires timestamp with time zone[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    now_ timestamptz := clock_timestamp();
+    mine integer;
+BEGIN
+    SELECT coalesce(array_agg(t.w ORDER BY t.o), '{}'),
+           coalesce(array_agg(t.e ORDER BY t.o), '{}')
+    INTO queue, expires
+    FROM unnest(p_queue, p_expires) WITH ORDINALITY AS t(w, e, o) WHERE t.e >= now_;
+    mine := array_position(queue, p_owner);
+    IF p_lease_owner = p_owner AND p_lease_expires >= now_ THEN
+        take := true;
+    ELSE
+        take := (p_lease_owner IS NULL OR p_lease_expires < now_) IS TRUE
+                AND (cardinality(queue) = 0 OR mine IS NOT DISTINCT FROM 1);
+    END IF;
+    IF take THEN
+        IF mine IS NOT NULL THEN
+            queue := queue[:mine - 1] || queue[mine + 1:];
+            expires := expires[:mine - 1] || expires[mine + 1:];
+        END IF;
+    ELSIF mine IS NULL THEN
+        queue := queue || p_owner;
+        expires := expires || (now_ + interval '1 second');
+    ELSE
+        expires[mine] := now_ + interval '1 second';
+    END IF;
+    IF cardinality(queue) = 0 THEN
+        queue := NULL;
+        expires := NULL;
+    END IF;
 END
 $$;
 
@@ -560,7 +634,9 @@ CREATE TABLE public.sessions (
     lease_owner uuid,
     lease_expires timestamp with time zone,
     compaction_owner uuid,
-    compaction_expires timestamp with time zone
+    compaction_expires timestamp with time zone,
+    lease_queue uuid[],
+    lease_queue_expires timestamp with time zone[]
 );
 
 CREATE TABLE public.summaries (

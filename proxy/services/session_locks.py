@@ -7,7 +7,9 @@ one session wait here, first come first served, holding nothing, and only the re
 the head of each session's queue goes to the database for the lease: without the queue, a
 client that sends 20 requests on one session at once would have 20 requests polling one
 lease in no order (DESIGN §4: different sessions never wait on each other). The lease
-serialises a session across replicas and against the session API's operations.
+serialises a session across replicas and against the session API's operations, and the
+queue of waiters on the session row (migration 0022) orders the heads of several replicas'
+queues, so this replica's back-to-back requests do not starve a waiter on another.
 
 A request whose client disconnects while it waits here leaves the queue and is never sent
 (``acquire``; ``client_watch.py``): a client that retries on a timeout would otherwise pile

@@ -43,7 +43,8 @@ __all__ = [
 
 POLL_MAX_SECONDS = 0.5
 """The longest pause between two tries at a held lease: a lease freed by its holder is taken
-at most this late, one freed by expiry at most this long after it expired."""
+at most this late, one freed by expiry at most this long after it expired. A waiter's place
+in the session's queue (migration 0022) lasts twice this from its last try."""
 
 
 def poll_delays(first: float = 0.01) -> Iterator[float]:
@@ -133,14 +134,17 @@ async def release_compaction(
     await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner)
 
 
-LEASE_FOR_UPDATE = """
-SELECT lease_owner IS NOT NULL AND lease_expires >= clock_timestamp() AS held
-FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE
-"""
+LEASE_FOR_UPDATE = "SELECT cascade_lease_for_update_v1($1, $2, $3)"
 
 
-async def free_for_update(conn: Executor, *, tenant: str, session_id: str) -> bool:
-    """Inside a transaction: lock the session's row and say whether no live lease is held
-    on it (True also when there is no row). Holding the row lock to the transaction's end,
-    a request's first statement, which takes the lease by updating the row, waits for it."""
-    return not await conn.fetchval(LEASE_FOR_UPDATE, tenant, session_id)
+async def free_for_update(
+    conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID
+) -> bool:
+    """Inside a transaction: lock the session's row and say whether ``owner`` (one session
+    API operation, the same on each of its tries) may work on it now: no live lease is held
+    and no waiter from another replica is ahead of it (True also when there is no row).
+    When not, ``owner`` keeps its place in the session's queue of waiters (migration 0022)
+    for a second, so a try at least every :data:`POLL_MAX_SECONDS` keeps it. Holding the
+    row lock to the transaction's end, a request's first statement, which takes the lease
+    by updating the row, waits for it."""
+    return bool(await conn.fetchval(LEASE_FOR_UPDATE, tenant, session_id, owner))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +88,10 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
     wait for a request in flight on the session (it holds the lease until its reply is
     stored), so they never cut its step, and the next request's first statement, which
     takes the lease by updating the row, waits for them. While the lease is held the
-    connection goes back to the pool between tries (``leases.poll_delays``)."""
-    delays = poll_delays()
+    connection goes back to the pool between tries (``leases.poll_delays``), the operation
+    keeping its place in the session's queue of waiters under one owner id, so requests that
+    follow one another on another replica do not keep it waiting (migration 0022)."""
+    delays, owner = poll_delays(), uuid.uuid4()
     while True:
         async with contextlib.AsyncExitStack() as stack:
             lent: Connection
@@ -98,7 +101,7 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
                 lent = conn
             stack.enter_context(unavailable_when_lost())
             await stack.enter_async_context(lent.transaction())
-            if await free_for_update(lent, tenant=tenant, session_id=session_id):
+            if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
                 yield lent
                 return
         await asyncio.sleep(next(delays))
