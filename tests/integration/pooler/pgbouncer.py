@@ -42,10 +42,11 @@ def find_pgbouncer() -> str | None:
 class PgBouncer:
     """A running PgBouncer; ``port`` is where clients connect on 127.0.0.1."""
 
-    def __init__(self, port: int, user: str, log: Path) -> None:
+    def __init__(self, port: int, user: str, log: Path, server: tuple[str, int]) -> None:
         self.port = port
         self.user = user
         self.log = log
+        self.server = server  # the PostgreSQL it pools: host (or socket dir) and port
 
     def pooled(self, direct_dsn: str) -> str:
         """``direct_dsn``'s database and user, through this PgBouncer."""
@@ -122,6 +123,9 @@ def start_pgbouncer(
         "pidfile": "",
         # A dropped t_<uuid> database's pool goes soon rather than after an hour.
         "autodb_idle_timeout": "10",
+        # After a refused server login (a test takes its database away and back), clients
+        # are refused for this long: 15 s by default, longer than a test waits.
+        "server_login_retry": "1",
         "server_round_robin": "1" if round_robin else "0",
     }
     if _version(binary) >= (1, 21):  # unknown to older versions, which refuse the file
@@ -140,7 +144,7 @@ def start_pgbouncer(
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_listening(proc, port, log)
-        yield PgBouncer(port, user, log)
+        yield PgBouncer(port, user, log, (host, server_port))
     finally:
         proc.terminate()
         try:
@@ -155,6 +159,8 @@ def _route(bouncer: PgBouncer) -> Callable[[Settings], Settings]:
     def route(settings: Settings) -> Settings:
         if not settings.database_url or settings.db_pooler == "transaction":
             return settings  # embedded, or already behind a pooler
+        if _server(settings.database_url)[:2] != bouncer.server:
+            return settings  # another PostgreSQL than the one this PgBouncer pools
         return settings.model_copy(
             update={
                 "database_url": bouncer.pooled(settings.database_url),

@@ -117,11 +117,14 @@ async def test_a_row_replaced_while_the_step_waits_is_read_afresh(
             S,
             HASHES[4],
         )
-        pid = conn.get_server_pid()
         task = asyncio.create_task(steps.begin_step(conn, guess=(5, HASHES[4]), **step()))
         for _ in range(500):
-            waiting = await other.fetchval(
-                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+            # Any backend of this test's database waiting on a lock: the step's (behind a
+            # pooler, the client's backend pid is not the one that runs the statement). Read
+            # outside ``other``'s transaction, which would keep its first snapshot of it.
+            waiting = await pool.fetchval(
+                "SELECT count(*) > 0 FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
             if waiting:
                 break
