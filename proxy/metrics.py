@@ -82,6 +82,14 @@ class Metrics:
             buckets=_OVERHEAD,
             registry=r,
         )
+        self.session_wait = Histogram(
+            "cascade_session_wait_seconds",
+            "Time a request (a chat request, a reset, delete or branch) waited for its "
+            "session: behind the replica's earlier requests on it, or for a lease another "
+            "holds; part of cascade_overhead_seconds.",
+            buckets=_DURATION,
+            registry=r,
+        )
         self.inflight = Gauge(
             "cascade_inflight_requests",
             "HTTP requests being answered now.",

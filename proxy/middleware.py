@@ -96,6 +96,8 @@ class AccessLog:
                 "session_id": record.session_id,
                 "request_id": record.request_id,
             }
+            if record.session_waited:  # only on the lines of requests that waited
+                fields["session_wait_ms"] = round(record.session_waited * 1000, 2)
             access_log.info(
                 "%s %s %d %.2fms",
                 fields["method"],

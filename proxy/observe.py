@@ -318,6 +318,8 @@ class Observe:
             metrics.request_duration.labels(route).observe(time.perf_counter() - start)
             if overhead is not None and obs.calls:
                 metrics.overhead.observe(overhead)
+            if record is not None and record.session_waited is not None:
+                metrics.session_wait.observe(record.session_waited)
 
         async def send_observed(message: Message) -> None:
             nonlocal status, overhead, route

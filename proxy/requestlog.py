@@ -25,6 +25,7 @@ __all__ = [
     "current",
     "end",
     "note_session",
+    "note_session_wait",
     "note_upstream",
 ]
 
@@ -36,6 +37,7 @@ class RequestRecord:
     upstream_seconds: float = 0.0
     upstream_waited: float = 0.0  # provider time up to each answer's first byte (streams)
     waits: list[float] = field(default_factory=list)  # calls not at their first byte yet
+    session_waited: float | None = None  # time waiting for the session; None: never asked
     obs: Any = None  # proxy.observe.RequestObs when the app observes requests
 
 
@@ -59,6 +61,14 @@ def note_session(session_id: str) -> None:
     """The session this request is about: logged, and named in the response's X-Session-Id."""
     if (record := _current.get()) is not None:
         record.session_id = session_id
+
+
+def note_session_wait(seconds: float) -> None:
+    """Add time the current request spent waiting for its session (behind this replica's
+    earlier requests on it, or for another's lease), 0 for a turn taken at once: logged
+    and measured apart from the proxy's own time, which otherwise seems to hold it."""
+    if (record := _current.get()) is not None:
+        record.session_waited = (record.session_waited or 0.0) + seconds
 
 
 def note_upstream(seconds: float) -> None:

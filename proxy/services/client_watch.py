@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from types import TracebackType
 
 from starlette.types import Receive
 
 from proxy.errors import ClientDisconnected
+from proxy.requestlog import note_session_wait
 
 __all__ = ["ClientWatch", "pause", "WAITING"]
 
@@ -127,6 +129,11 @@ class _Guard:
 
 async def pause(client: ClientWatch | None, seconds: float) -> None:
     """``asyncio.sleep(seconds)`` between two polls of a held lease, cut short by
-    ``ClientDisconnected`` when the client leaves."""
-    with client.guard(WAITING) if client is not None else contextlib.nullcontext():
-        await asyncio.sleep(seconds)
+    ``ClientDisconnected`` when the client leaves; noted as time the request waited for its
+    session (``requestlog.note_session_wait``)."""
+    start = time.perf_counter()
+    try:
+        with client.guard(WAITING) if client is not None else contextlib.nullcontext():
+            await asyncio.sleep(seconds)
+    finally:
+        note_session_wait(time.perf_counter() - start)

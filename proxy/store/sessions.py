@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from proxy.requestlog import note_session_wait
 from proxy.store.db import unavailable_when_lost
 from proxy.store.leases import free_for_update, poll_delays
 from proxy.store.nul import decode
@@ -90,7 +92,8 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
     takes the lease by updating the row, waits for them. While the lease is held the
     connection goes back to the pool between tries (``leases.poll_delays``), the operation
     keeping its place in the session's queue of waiters under one owner id, so requests that
-    follow one another on another replica do not keep it waiting (migration 0022)."""
+    follow one another on another replica do not keep it waiting (migration 0022). The
+    pauses are noted as the request's wait for its session (``requestlog``)."""
     delays, owner = poll_delays(), uuid.uuid4()
     while True:
         async with contextlib.AsyncExitStack() as stack:
@@ -104,7 +107,11 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
                 yield lent
                 return
-        await asyncio.sleep(next(delays))
+        start = time.perf_counter()
+        try:
+            await asyncio.sleep(next(delays))
+        finally:
+            note_session_wait(time.perf_counter() - start)
 
 
 RESET_SESSION = [

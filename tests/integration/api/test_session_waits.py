@@ -1,0 +1,104 @@
+"""Time spent waiting for a session is shown apart from the proxy's own time.
+
+A request that waits for its session (behind this replica's earlier request on it, or for a
+lease another replica holds) used to show the wait only inside ``X-Cascade-Overhead-Ms`` and
+``cascade_overhead_seconds``: with three replicas looping on one session an operator read
+1.5 s of "overhead" per request and nothing said it was the session. The access line now
+carries ``session_wait_ms`` and ``/metrics`` a ``cascade_session_wait_seconds`` histogram.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy, write_config
+from tests.integration.api.test_metrics import scrape
+
+AUTH = {"authorization": "Bearer sk-test-client"}
+SLOW = 1.0  # the first request's answer: what the second one waits for
+WAIT = "cascade_session_wait_seconds"
+
+
+def chat(origin: str, sid: str, text: str) -> httpx.Response:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
+    headers = AUTH | {"x-session-id": sid}
+    return httpx.post(f"{origin}/v1/chat/completions", json=body, headers=headers, timeout=20)
+
+
+def behind_a_slow_request(first: str, second: Any, sid: str) -> tuple[str, httpx.Response]:
+    """Send a slow request to ``first``; once it runs, call ``second()``. Returns the slow
+    request's id and what ``second`` answered."""
+    out: dict[str, httpx.Response] = {}
+    slow = threading.Thread(target=lambda: out.setdefault("slow", chat(first, sid, "slow")))
+    slow.start()
+    time.sleep(0.2)  # the slow request holds the session now
+    waited = second()
+    slow.join(20)
+    assert out["slow"].status_code == 200, out["slow"].text
+    return out["slow"].headers["x-request-id"], waited
+
+
+def access_line(records: Records, request_id: str) -> dict[str, Any]:
+    """The access line of ``request_id`` (written just after its response is sent)."""
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [r.fields for r in records.records if r.name == "cascade.access"]  # type: ignore[attr-defined]
+        found = [line for line in lines if line["request_id"] == request_id]
+        if found or time.monotonic() > deadline:
+            assert found, lines
+            return dict(found[0])
+        time.sleep(0.01)
+
+
+def test_a_request_behind_another_on_its_replica_logs_and_measures_its_wait(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records
+) -> None:
+    fake_upstream.script(reply("slow", first_byte_delay=SLOW))
+    slow_id, waited = behind_a_slow_request(
+        proxy.origin, lambda: chat(proxy.origin, "waits", "next"), "waits"
+    )
+    assert waited.status_code == 200, waited.text
+    first = access_line(records, slow_id)
+    second = access_line(records, waited.headers["x-request-id"])
+    assert first.get("session_wait_ms", 0) < 100  # none, or a few ms
+    assert second["session_wait_ms"] >= (SLOW - 0.2) * 1000 * 0.5
+    samples = scrape(proxy.origin)
+    assert samples.value(f"{WAIT}_count") == 2
+    assert samples.value(f"{WAIT}_sum") >= (SLOW - 0.2) * 0.5
+    health = httpx.get(f"{proxy.origin}/healthz")
+    line = access_line(records, health.headers["x-request-id"])
+    assert "session_wait_ms" not in line  # no session, no wait
+
+
+@pytest.mark.parametrize("action", ["chat", "reset"])
+def test_a_wait_for_another_replicas_lease_is_logged_and_measured(
+    action: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    start_proxy: StartProxy,
+    records: Records,
+) -> None:
+    config = write_config(tmp_path / "agents.json", fake_upstream.url)
+    a, b = start_proxy(config), start_proxy(config)
+    sid = f"lease-{action}"
+    assert chat(a.origin, sid, "hello").status_code == 200  # the session exists
+    fake_upstream.script(reply("slow", first_byte_delay=SLOW))
+
+    def on_b() -> httpx.Response:
+        if action == "chat":
+            return chat(b.origin, sid, "from b")
+        return httpx.post(f"{b.origin}/v1/sessions/{sid}/reset", headers=AUTH, timeout=20)
+
+    _, waited = behind_a_slow_request(a.origin, on_b, sid)
+    assert waited.status_code == 200, waited.text
+    line = access_line(records, waited.headers["x-request-id"])
+    assert line["session_wait_ms"] >= (SLOW - 0.2) * 1000 * 0.5
+    assert scrape(b.origin).value(f"{WAIT}_sum") >= (SLOW - 0.2) * 0.5
