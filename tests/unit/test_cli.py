@@ -147,9 +147,20 @@ def test_with_json_logs_a_refusal_to_start_is_json_too(command: list[str], tmp_p
 
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
-def test_a_database_refusal_at_start_is_one_line_not_a_traceback(fmt: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "proxy", "serve", "--port", "1"],
+        ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"],
+    ],
+    ids=["serve", "uvicorn"],
+)
+def test_a_database_refusal_at_start_is_one_line_not_a_traceback(
+    fmt: str, command: list[str], tmp_path: Path
+) -> None:
     """What only the lifespan finds (here no server at ``DATABASE_URL``) ends the start with
-    its message on one line (proxy/refusals.py), in the log's format, the password masked."""
+    its message on one line (proxy/refusals.py), in the log's format, the password masked,
+    under ``cascade-proxy serve`` and ``uvicorn proxy.app:create_app --factory`` alike."""
     env = {
         **os.environ,
         "CASCADE_LOG_FORMAT": fmt,
@@ -157,7 +168,7 @@ def test_a_database_refusal_at_start_is_one_line_not_a_traceback(fmt: str, tmp_p
     }
     env.pop("CASCADE_CONFIG", None)  # built-in defaults (no config/ in tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "serve", "--port", "1"],
+        [sys.executable, *command],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -171,5 +182,6 @@ def test_a_database_refusal_at_start_is_one_line_not_a_traceback(fmt: str, tmp_p
         lines = [json.loads(line) for line in done.stderr.splitlines()]
         [line] = [line for line in lines if line["message"].startswith(refusal)]
         assert line["level"] == "ERROR" and "(DATABASE_URL)" in line["message"]
+        assert any(line["message"] == "Application startup failed. Exiting." for line in lines)
     else:
         assert len([line for line in done.stderr.splitlines() if refusal in line]) == 1

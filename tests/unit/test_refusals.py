@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
@@ -73,34 +68,3 @@ async def test_any_other_failure_keeps_its_traceback(caplog: pytest.LogCaptureFi
     assert failed["type"] == "lifespan.startup.failed"
     assert "Traceback" in failed["message"] and "RuntimeError: a bug" in failed["message"]
     assert not caplog.records
-
-
-@pytest.mark.parametrize("fmt", ["json", "text"])
-def test_under_uvicorn_factory_a_database_refusal_is_one_line(fmt: str, tmp_path: Path) -> None:
-    """``uvicorn proxy.app:create_app --factory`` reports it as ``cascade-proxy serve`` does
-    (tests/unit/test_cli.py): the message once, no traceback, the password masked."""
-    env = {
-        **os.environ,
-        "CASCADE_LOG_FORMAT": fmt,
-        "DATABASE_URL": "postgresql://cascade:hunter2@127.0.0.1:1/cascade",
-    }
-    env.pop("CASCADE_CONFIG", None)  # built-in defaults (no config/ in tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 3  # uvicorn's start-up failure
-    assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
-    refusal = "cannot start: cannot connect to PostgreSQL at postgresql://cascade:***@127.0.0.1:1"
-    if fmt == "json":
-        lines = [json.loads(line) for line in done.stderr.splitlines()]
-        [line] = [line for line in lines if line["message"].startswith(refusal)]
-        assert line["level"] == "ERROR" and "(DATABASE_URL)" in line["message"]
-        assert any(line["message"] == "Application startup failed. Exiting." for line in lines)
-    else:
-        assert len([line for line in done.stderr.splitlines() if refusal in line]) == 1
-        assert "Application startup failed. Exiting." in done.stderr
