@@ -29,7 +29,9 @@ def test_a_request_arriving_while_an_operation_waits_goes_after_it(
     settled(http, "queued", 2)
     fake_upstream.script(
         reply("first answer", chunks=6, chunk_delay=0.15),
-        reply("second answer", chunks=2, chunk_delay=0.05),
+        # The second answer takes 0.3 s once sent: its client's end comes that long after the
+        # operation's reply, a margin a busy machine's thread scheduling does not close.
+        reply("second answer", chunks=2, chunk_delay=0.3),
     )
     first = [user("one"), {"role": "assistant", "content": "ok"}, user("two")]
     second = [user("three")]
