@@ -13,7 +13,9 @@ and the request's span need from code that is not handed the request.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,7 @@ __all__ = [
     "end",
     "note_session",
     "note_session_wait",
+    "session_wait",
     "note_upstream",
 ]
 
@@ -69,6 +72,17 @@ def note_session_wait(seconds: float) -> None:
     and measured apart from the proxy's own time, which otherwise seems to hold it."""
     if (record := _current.get()) is not None:
         record.session_waited = (record.session_waited or 0.0) + seconds
+
+
+@contextlib.contextmanager
+def session_wait() -> Iterator[None]:
+    """Time the block, however it ends, as a wait of the current request for its session
+    (``note_session_wait``): one shape for the replica's queue and the lease's polls."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        note_session_wait(time.perf_counter() - start)
 
 
 def note_upstream(seconds: float) -> None:

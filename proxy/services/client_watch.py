@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from types import TracebackType
 
 from starlette.types import Receive
 
 from proxy.errors import ClientDisconnected
-from proxy.requestlog import note_session_wait
+from proxy.requestlog import session_wait
 
 __all__ = ["ClientWatch", "pause", "WAITING"]
 
@@ -49,6 +48,10 @@ async def _listen(receive: Receive) -> bool:
     except Exception:
         return False
     return True
+
+
+def _disconnected(why: str) -> ClientDisconnected:
+    return ClientDisconnected(f"the client went away {why}")
 
 
 class ClientWatch:
@@ -78,7 +81,7 @@ class ClientWatch:
     def check(self, why: str) -> None:
         """Raise ``ClientDisconnected`` if the client has been seen to leave."""
         if self.gone:
-            raise ClientDisconnected(f"the client went away {why}")
+            raise _disconnected(why)
 
     def guard(self, why: str) -> _Guard:
         """A ``with`` block around one wait that ``ClientDisconnected`` (naming ``why``)
@@ -124,16 +127,12 @@ class _Guard:
             return
         # The cancellation was the guard's own unless another one is still pending.
         if self._task.uncancel() <= self._cancelling and typ is asyncio.CancelledError:
-            raise ClientDisconnected(f"the client went away {self._why}") from None
+            raise _disconnected(self._why) from None
 
 
 async def pause(client: ClientWatch | None, seconds: float) -> None:
     """``asyncio.sleep(seconds)`` between two polls of a held lease, cut short by
     ``ClientDisconnected`` when the client leaves; noted as time the request waited for its
-    session (``requestlog.note_session_wait``)."""
-    start = time.perf_counter()
-    try:
-        with client.guard(WAITING) if client is not None else contextlib.nullcontext():
-            await asyncio.sleep(seconds)
-    finally:
-        note_session_wait(time.perf_counter() - start)
+    session (``requestlog.session_wait``)."""
+    with session_wait(), client.guard(WAITING) if client is not None else contextlib.nullcontext():
+        await asyncio.sleep(seconds)

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from proxy.requestlog import note_session_wait
+from proxy.requestlog import note_session_wait, session_wait
 from proxy.services.client_watch import WAITING, ClientWatch
 
 __all__ = ["SessionLocks", "lane_id"]
@@ -55,21 +54,21 @@ class SessionLocks:
         """Take ``key``'s place at the end of its queue and wait for its turn; a request
         whose ``client`` leaves meanwhile leaves the queue (``ClientDisconnected``). A free
         session is taken at once, its client unwatched (``client_watch.py``). The wait is
-        noted on the request's record (``requestlog.note_session_wait``)."""
+        noted on the request's record (``requestlog.session_wait``; 0 for a free session)."""
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
-        start = time.perf_counter()
         try:
-            if users and client is not None:
-                with client.guard(WAITING):
-                    await lock.acquire()
-            else:
+            if not users:  # free: taken at once, its client unwatched
                 await lock.acquire()
+            else:
+                watch = client.guard(WAITING) if client is not None else contextlib.nullcontext()
+                with session_wait(), watch:
+                    await lock.acquire()
         except BaseException:  # cancelled or left while waiting: leave the queue
             self._leave(key)
-            note_session_wait(time.perf_counter() - start)
             raise
-        note_session_wait(time.perf_counter() - start if users else 0.0)
+        if not users:
+            note_session_wait(0.0)
 
     @contextlib.asynccontextmanager
     async def turn(self, key: Key) -> AsyncIterator[None]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from proxy.requestlog import note_session_wait
+from proxy.requestlog import session_wait
 from proxy.store.db import unavailable_when_lost
 from proxy.store.leases import free_for_update, poll_delays
 from proxy.store.nul import decode
@@ -107,11 +106,8 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
                 yield lent
                 return
-        start = time.perf_counter()
-        try:
+        with session_wait():
             await asyncio.sleep(next(delays))
-        finally:
-            note_session_wait(time.perf_counter() - start)
 
 
 RESET_SESSION = [
