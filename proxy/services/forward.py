@@ -24,7 +24,6 @@ from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
 from proxy.provider_errors import log_relayed
-from proxy.services.client_watch import WAITING
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.services.turn import ChatContext, Route, Step, Turn
@@ -129,8 +128,7 @@ class Forwarder:
         rewritten = False
         prompt_tokens = None
         try:
-            if step.ctx.client is not None:  # seen to leave while the request waited
-                step.ctx.client.check(WAITING)
+            step.ctx.check_client()
             messages = list(step.assembled.messages)
             for round_no in range(self.settings.max_internal_rounds + 1):
                 resp = await self.upstream.call(
@@ -180,8 +178,7 @@ class Forwarder:
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
         try:
-            if step.ctx.client is not None:  # seen to leave while the request waited
-                step.ctx.client.check(WAITING)
+            step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
             done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
             if done:

@@ -50,7 +50,7 @@ from proxy.config_context import ContextConfig
 from proxy.history import chain_hash
 from proxy.observe import note_occupancy
 from proxy.services.chaincache import ChainCache
-from proxy.services.client_watch import ClientWatch
+from proxy.services.client_watch import WAITING, ClientWatch
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
 from proxy.services.leases import Leases
@@ -78,6 +78,12 @@ class ChatContext:
     @property
     def key(self) -> SessionKey:
         return SessionKey(self.tenant, self.session_id)
+
+    def check_client(self) -> None:
+        """``ClientDisconnected`` when the client was seen to leave while the request waited
+        for its session: the provider is not called for nobody."""
+        if self.client is not None:
+            self.client.check(WAITING)
 
 
 @dataclass(frozen=True, slots=True)
