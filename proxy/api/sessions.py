@@ -20,6 +20,7 @@ from proxy.api.deps import (
 from proxy.auth import check_agent
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
+from proxy.services.client_watch import ClientWatch
 from proxy.session_id import validate_session_id
 
 __all__ = ["router"]
@@ -78,9 +79,11 @@ async def branch_session(
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")
-    return await svc.branch_session(
-        pool, locks, tenant=tenant, session_id=_sid(session_id), new_id=new_id
-    )
+    sid = _sid(session_id)
+    with ClientWatch(request.receive) as client:  # watched only while it waits
+        return await svc.branch_session(
+            pool, locks, tenant=tenant, session_id=sid, new_id=new_id, client=client
+        )
 
 
 @router.post("/{session_id}/compact")
@@ -105,16 +108,20 @@ async def compact_session(
 
 @router.post("/{session_id}/reset")
 async def reset_session(
-    session_id: str, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+    session_id: str, request: Request, pool: PoolDep, locks: LocksDep, tenant: TenantDep
 ) -> dict[str, Any]:
-    return await svc.reset_session(pool, locks, tenant=tenant, session_id=_sid(session_id))
+    sid = _sid(session_id)
+    with ClientWatch(request.receive) as client:  # watched only while it waits
+        return await svc.reset_session(pool, locks, tenant=tenant, session_id=sid, client=client)
 
 
 @router.delete("/{session_id}")
 async def delete_session(
-    session_id: str, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+    session_id: str, request: Request, pool: PoolDep, locks: LocksDep, tenant: TenantDep
 ) -> dict[str, Any]:
-    return await svc.delete_session(pool, locks, tenant=tenant, session_id=_sid(session_id))
+    sid = _sid(session_id)
+    with ClientWatch(request.receive) as client:  # watched only while it waits
+        return await svc.delete_session(pool, locks, tenant=tenant, session_id=sid, client=client)
 
 
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")

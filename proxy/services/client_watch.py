@@ -7,7 +7,10 @@ Starlette's ``StreamingResponse`` listens for it that way (``listen_for_disconne
 starts, for its session (this replica's queue, ``SessionLocks``; or the lease another
 replica holds, polled), would otherwise go on after its client left: the provider called
 for nobody and billed (a client that retries on a timeout piles such calls up on a busy
-session).
+session). The session API's reset, delete and branch wait the same two ways and are watched
+the same way (``OPERATION_WAITING``): run after their client left, a retried branch found
+its target made by the abandoned one (409), and a reset or delete ran that nobody still
+asked for.
 
 A non-streamed provider call is not watched: the listener costs every such request tens of
 microseconds of the server's ``receive`` path (docs/perf.md, "Smaller items"), on the path
@@ -35,9 +38,10 @@ from starlette.types import Receive
 from proxy.errors import ClientDisconnected
 from proxy.requestlog import session_wait
 
-__all__ = ["ClientWatch", "pause", "WAITING"]
+__all__ = ["ClientWatch", "pause", "WAITING", "OPERATION_WAITING"]
 
 WAITING = "while its request waited for the session; the provider was not called"
+OPERATION_WAITING = "while its session operation waited for the session; nothing was changed"
 
 
 async def _listen(receive: Receive) -> bool:
@@ -130,9 +134,9 @@ class _Guard:
             raise _disconnected(self._why) from None
 
 
-async def pause(client: ClientWatch | None, seconds: float) -> None:
+async def pause(client: ClientWatch | None, seconds: float, why: str = WAITING) -> None:
     """``asyncio.sleep(seconds)`` between two polls of a held lease, cut short by
-    ``ClientDisconnected`` when the client leaves; noted as time the request waited for its
-    session (``requestlog.session_wait``)."""
-    with session_wait(), client.guard(WAITING) if client is not None else contextlib.nullcontext():
+    ``ClientDisconnected`` (naming ``why``) when the client leaves; noted as time the request
+    waited for its session (``requestlog.session_wait``)."""
+    with session_wait(), client.guard(why) if client is not None else contextlib.nullcontext():
         await asyncio.sleep(seconds)

@@ -13,7 +13,8 @@ queues, so this replica's back-to-back requests do not starve a waiter on anothe
 
 A request whose client disconnects while it waits here leaves the queue and is never sent
 (``acquire``; ``client_watch.py``): a client that retries on a timeout would otherwise pile
-up provider calls, each billed, behind a busy session.
+up provider calls, each billed, behind a busy session. A session operation whose client
+leaves does the same and changes nothing (``turn``).
 
 The session API's reset, delete and branch take their place in the same queue (``turn``)
 before they wait for the lease, so a request that arrives here while one of them waits goes
@@ -50,18 +51,21 @@ class SessionLocks:
     def __init__(self) -> None:
         self._locks: dict[Key, tuple[asyncio.Lock, int]] = {}  # lock, requests holding or waiting
 
-    async def acquire(self, key: Key, client: ClientWatch | None = None) -> None:
+    async def acquire(
+        self, key: Key, client: ClientWatch | None = None, why: str = WAITING
+    ) -> None:
         """Take ``key``'s place at the end of its queue and wait for its turn; a request
-        whose ``client`` leaves meanwhile leaves the queue (``ClientDisconnected``). A free
-        session is taken at once, its client unwatched (``client_watch.py``). The wait is
-        noted on the request's record (``requestlog.session_wait``; 0 for a free session)."""
+        whose ``client`` leaves meanwhile leaves the queue (``ClientDisconnected`` naming
+        ``why``). A free session is taken at once, its client unwatched
+        (``client_watch.py``). The wait is noted on the request's record
+        (``requestlog.session_wait``; 0 for a free session)."""
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
             if not users:  # free: taken at once, its client unwatched
                 await lock.acquire()
             else:
-                watch = client.guard(WAITING) if client is not None else contextlib.nullcontext()
+                watch = client.guard(why) if client is not None else contextlib.nullcontext()
                 with session_wait(), watch:
                     await lock.acquire()
         except BaseException:  # cancelled or left while waiting: leave the queue
@@ -71,10 +75,13 @@ class SessionLocks:
             note_session_wait(0.0)
 
     @contextlib.asynccontextmanager
-    async def turn(self, key: Key) -> AsyncIterator[None]:
+    async def turn(
+        self, key: Key, client: ClientWatch | None = None, why: str = WAITING
+    ) -> AsyncIterator[None]:
         """Hold ``key``'s place at the head of its queue for the block (a session API
-        operation: the requests before it go first, those after it wait for it)."""
-        await self.acquire(key)
+        operation: the requests before it go first, those after it wait for it); one whose
+        ``client`` leaves while it waits leaves the queue (``acquire``; ``why`` names it)."""
+        await self.acquire(key, client, why)
         try:
             yield
         finally:

@@ -6,6 +6,7 @@ missing one (404), so ids leak nothing across tenants.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,6 +15,7 @@ import asyncpg
 
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
+from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
 from proxy.services.session_locks import SessionLocks
@@ -190,13 +192,27 @@ async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> 
     ]
 
 
+def _pause(client: ClientWatch | None) -> sessions.Pause | None:
+    """The pause between two tries at a lease another replica holds: one that ends the
+    operation when its client leaves (None: the store's plain sleep)."""
+    return None if client is None else functools.partial(pause, client, why=OPERATION_WAITING)
+
+
 async def branch_session(
-    conn: Any, locks: SessionLocks, *, tenant: str, session_id: str, new_id: str | None
+    conn: Any,
+    locks: SessionLocks,
+    *,
+    tenant: str,
+    session_id: str,
+    new_id: str | None,
+    client: ClientWatch | None = None,
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session.
 
     Reset, delete and branch take their turn in this replica's queue for the session
-    (``locks``), then wait for a request in flight on another replica (``store.sessions``)."""
+    (``locks``), then wait for a request in flight on another replica (``store.sessions``).
+    One whose ``client`` leaves during either wait ends there (``ClientDisconnected``),
+    nothing changed: run later, a branch its client retried would find its target taken."""
     await _require(conn, tenant, session_id)
     target = (
         validate_session_id(new_id, source="body 'id'")
@@ -207,27 +223,43 @@ async def branch_session(
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
-        async with locks.turn((tenant, session_id)):
-            await sessions.copy_session(conn, tenant=tenant, source=session_id, target=target)
+        async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
+            await sessions.copy_session(
+                conn, tenant=tenant, source=session_id, target=target, pause=_pause(client)
+            )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
     return {"id": target, "object": "session", "parent_id": session_id}
 
 
 async def reset_session(
-    conn: Any, locks: SessionLocks, *, tenant: str, session_id: str
+    conn: Any,
+    locks: SessionLocks,
+    *,
+    tenant: str,
+    session_id: str,
+    client: ClientWatch | None = None,
 ) -> dict[str, Any]:
     await _require(conn, tenant, session_id)
-    async with locks.turn((tenant, session_id)):
-        await sessions.reset_session(conn, tenant=tenant, session_id=session_id)
+    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
+        await sessions.reset_session(
+            conn, tenant=tenant, session_id=session_id, pause=_pause(client)
+        )
     return {"id": session_id, "object": "session", "reset": True}
 
 
 async def delete_session(
-    conn: Any, locks: SessionLocks, *, tenant: str, session_id: str
+    conn: Any,
+    locks: SessionLocks,
+    *,
+    tenant: str,
+    session_id: str,
+    client: ClientWatch | None = None,
 ) -> dict[str, Any]:
-    async with locks.turn((tenant, session_id)):
-        deleted = await sessions.delete_session(conn, tenant=tenant, session_id=session_id)
+    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
+        deleted = await sessions.delete_session(
+            conn, tenant=tenant, session_id=session_id, pause=_pause(client)
+        )
     if not deleted:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     return {"id": session_id, "object": "session", "deleted": True}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
 
 __all__ = [
+    "Pause",
     "fetchrow_session",
     "fetch_sessions",
     "delete_session",
@@ -72,18 +73,34 @@ async def set_handoff_above(conn: Executor, *, tenant: str, session_id: str, abo
     await conn.execute(SET_HANDOFF_ABOVE, tenant, session_id, above)
 
 
+Pause = Callable[[float], Awaitable[None]]
+"""What a session operation does between two tries at a held lease, given the pause's
+length: by default sleep, noted as the request's wait for its session (``requestlog``);
+from the session API, a sleep that ends the operation when its client leaves
+(``services/client_watch.pause``). A pause that raises ends the operation, nothing written."""
+
+
+async def _sleep(seconds: float) -> None:
+    with session_wait():
+        await asyncio.sleep(seconds)
+
+
 DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
 
 
-async def delete_session(conn: Executor, *, tenant: str, session_id: str) -> bool:
+async def delete_session(
+    conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
+) -> bool:
     """Delete a session and, by ON DELETE CASCADE, everything it owns."""
-    async with _locked(conn, tenant, session_id) as tx:
+    async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
         status = await tx.execute(DELETE_SESSION, tenant, session_id)
     return bool(status.endswith(" 1"))
 
 
 @contextlib.asynccontextmanager
-async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator[Connection]:
+async def _locked(
+    conn: Executor, tenant: str, session_id: str, pause: Pause
+) -> AsyncIterator[Connection]:
     """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
     holding the session's row lock once no request holds its lease: reset, delete and branch
     wait for a request in flight on the session (it holds the lease until its reply is
@@ -91,8 +108,10 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
     takes the lease by updating the row, waits for them. While the lease is held the
     connection goes back to the pool between tries (``leases.poll_delays``), the operation
     keeping its place in the session's queue of waiters under one owner id, so requests that
-    follow one another on another replica do not keep it waiting (migration 0022). The
-    pauses are noted as the request's wait for its session (``requestlog``)."""
+    follow one another on another replica do not keep it waiting (migration 0022). Between
+    tries it awaits ``pause(seconds)`` (``Pause``), the transaction ended and the connection
+    back in the pool: one that raises (the client left) ends the operation there, its place
+    in the queue left to lapse like any waiter's that stops trying."""
     delays, owner = poll_delays(), uuid.uuid4()
     while True:
         async with contextlib.AsyncExitStack() as stack:
@@ -106,8 +125,7 @@ async def _locked(conn: Executor, tenant: str, session_id: str) -> AsyncIterator
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
                 yield lent
                 return
-        with session_wait():
-            await asyncio.sleep(next(delays))
+        await pause(next(delays))
 
 
 RESET_SESSION = [
@@ -123,9 +141,11 @@ RESET_SESSION = [
 ]
 
 
-async def reset_session(conn: Executor, *, tenant: str, session_id: str) -> None:
+async def reset_session(
+    conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
+) -> None:
     """Forget the history (messages, raw outputs, summaries); the session and events stay."""
-    async with _locked(conn, tenant, session_id) as tx:
+    async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
         for sql in RESET_SESSION:
             await tx.execute(sql, tenant, session_id)
 
@@ -152,8 +172,10 @@ COPY_SESSION = [
 ]
 
 
-async def copy_session(conn: Executor, *, tenant: str, source: str, target: str) -> None:
+async def copy_session(
+    conn: Executor, *, tenant: str, source: str, target: str, pause: Pause | None = None
+) -> None:
     """Branch: independent copies of the live history, raw outputs and valid summaries."""
-    async with _locked(conn, tenant, source) as tx:
+    async with _locked(conn, tenant, source, pause or _sleep) as tx:
         for sql in COPY_SESSION:
             await tx.execute(sql, tenant, source, target)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.errors import ClientDisconnected
-from proxy.services.client_watch import WAITING, ClientWatch, pause
+from proxy.services.client_watch import OPERATION_WAITING, WAITING, ClientWatch, pause
 from proxy.services.session_locks import SessionLocks
 
 KEY = ("tenant", "s1")
@@ -135,5 +135,40 @@ def test_a_queued_request_whose_client_leaves_leaves_the_queue() -> None:
         locks.release(KEY)
         assert locks.waiting(KEY) == 0
         await asyncio.wait_for(locks.acquire(KEY), 0.1)  # free again
+
+    asyncio.run(asyncio.wait_for(run(), 2))
+
+
+def test_an_operation_whose_client_leaves_in_the_queue_ends_before_its_block_and_says_so() -> None:
+    async def run() -> None:
+        locks, channel = SessionLocks(), Channel()
+        await locks.acquire(KEY)  # a request holds the session
+        ran = False
+
+        async def operate() -> None:
+            nonlocal ran
+            async with locks.turn(KEY, ClientWatch(channel), OPERATION_WAITING):
+                ran = True
+
+        queued = asyncio.create_task(operate())
+        await asyncio.sleep(0.01)
+        assert locks.waiting(KEY) == 2
+        channel.leave()
+        with pytest.raises(ClientDisconnected, match="session operation waited"):
+            await queued
+        assert locks.waiting(KEY) == 1  # it left the queue
+        locks.release(KEY)
+        assert not ran
+
+    asyncio.run(asyncio.wait_for(run(), 2))
+
+
+def test_a_pause_names_what_was_not_done() -> None:
+    async def run() -> None:
+        channel = Channel()
+        watch = ClientWatch(channel)
+        asyncio.get_running_loop().call_later(0.02, channel.leave)
+        with pytest.raises(ClientDisconnected, match="nothing was changed"):
+            await pause(watch, 5, OPERATION_WAITING)
 
     asyncio.run(asyncio.wait_for(run(), 2))

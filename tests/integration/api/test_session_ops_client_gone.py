@@ -1,0 +1,128 @@
+"""A session operation whose client gives up while it waits changes nothing (issue 24).
+
+Reset, delete and branch wait for the request in flight on their session: queued behind it
+on their replica, or polling the lease it holds on another. A client that times out during
+that wait has gone; run once the session is free, the operation would do what nobody asks
+for any more, and a branch the client retried would find its target made by the abandoned
+one. The operation ends instead, nothing changed, with one log line beside its access
+line's 499, and the retried branch is made.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy
+
+HEADERS = {"authorization": "Bearer sk-test-client"}
+SLOW = 1.5  # the holder's provider answer, in seconds
+GONE = "while its session operation waited for the session; nothing was changed"
+ACTIONS = ["reset", "delete", "branch"]
+
+
+def _client(origin: str, timeout: float = 10) -> httpx.Client:
+    return httpx.Client(base_url=origin, headers=HEADERS, timeout=timeout)
+
+
+def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any]]:
+    """A first request on ``sid`` whose provider takes ``SLOW`` s: it makes the session and
+    holds it until its answer (user and assistant message) is stored."""
+    fake.script(reply("slow answer", first_byte_delay=SLOW))
+    out: list[Any] = []
+
+    def post() -> None:
+        with _client(origin) as c:
+            body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "first"}]}
+            out.append(c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid}))
+
+    holder = threading.Thread(target=post)
+    holder.start()
+    fake.wait_for_requests(len(fake.requests) + 1)  # at the provider: the session is held
+    return holder, out
+
+
+def _operate(origin: str, action: str, sid: str, *, timeout: float = 10) -> httpx.Response:
+    with _client(origin, timeout) as c:
+        if action == "reset":
+            return c.post(f"/v1/sessions/{sid}/reset")
+        if action == "delete":
+            return c.delete(f"/v1/sessions/{sid}")
+        return c.post(f"/v1/sessions/{sid}/branch", json={"id": f"{sid}-copy"})
+
+
+def _give_up(origin: str, action: str, sid: str) -> None:
+    with pytest.raises(httpx.ReadTimeout):  # the client's timeout: it closes the connection
+        _operate(origin, action, sid, timeout=0.4)
+
+
+def _unchanged(origin: str, action: str, sid: str) -> None:
+    """The session as the holder left it: its two messages, and no branch of it."""
+    with _client(origin) as c:
+        view = c.get(f"/v1/sessions/{sid}")
+        assert view.status_code == 200, view.text  # not deleted
+        assert view.json()["message_count"] == 2, view.json()  # not reset
+        copy = c.get(f"/v1/sessions/{sid}-copy")
+        assert copy.status_code == 404, copy.text  # not branched
+
+
+def _went_away(records: Records) -> None:
+    """One line says the operation's client went away, and its access line has 499."""
+    lines = [r.getMessage() for r in records.records if "client went away" in r.getMessage()]
+    assert len(lines) == 1 and GONE in lines[0], lines
+    statuses = [a["status"] for a in records.access(2)]
+    assert 499 in statuses, statuses
+
+
+def _retried(origin: str, action: str, sid: str) -> None:
+    """The client's retry of the operation it gave up on does it now."""
+    again = _operate(origin, action, sid)
+    assert again.status_code == 200, again.text
+    if action == "branch":
+        with _client(origin) as c:
+            assert c.get(f"/v1/sessions/{sid}-copy").json()["message_count"] == 2
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_an_operation_whose_client_gives_up_in_the_queue_changes_nothing(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records, action: str
+) -> None:
+    sid = f"queued-{action}"
+    holder, out = _hold(proxy.origin, sid, fake_upstream)
+    _give_up(proxy.origin, action, sid)
+    holder.join()
+    assert out[0].status_code == 200
+    time.sleep(0.5)  # without the watch, the queued operation runs as the request ends
+    _unchanged(proxy.origin, action, sid)
+    _went_away(records)
+    # it left the queue: the session's next operation goes at once
+    t0 = time.monotonic()
+    _retried(proxy.origin, action, sid)
+    assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_an_operation_whose_client_gives_up_polling_another_replicas_lease_changes_nothing(
+    start_proxy: StartProxy,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    records: Records,
+    action: str,
+) -> None:
+    a, b = start_proxy(config_path), start_proxy(config_path)
+    sid = f"polled-{action}"
+    holder, out = _hold(a.origin, sid, fake_upstream)
+    _give_up(b.origin, action, sid)
+    holder.join()
+    assert out[0].status_code == 200
+    time.sleep(1.0)  # a poll lands at most 0.5 s after the lease is freed
+    _unchanged(b.origin, action, sid)
+    _went_away(records)
+    _retried(b.origin, action, sid)
