@@ -39,7 +39,7 @@ from proxy.cascade.commands import (
     drop_commands,
     is_compact_command,
 )
-from proxy.cascade.eviction import EVICTION
+from proxy.cascade.eviction import EVICTION, is_placeholder
 from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
@@ -126,6 +126,13 @@ class Assembled:
     tokens: int
     injected: tuple[int, ...] = ()  # prompt indices of blocks that are no window row
     kept: Mapping[str, Any] | None = None  # the turn's per-turn values, if this step added one
+
+    @property
+    def cleared(self) -> tuple[int, ...]:
+        """The ``evicted`` indices eviction cleared (a placeholder now): the others are
+        observations the observations stage cut, stored beside the row like an eviction but
+        reclaimed as truncation (their ``context.truncated`` event), not counted twice."""
+        return tuple(i for i in self.evicted if is_placeholder(self.window[i]))
 
 
 EARLIER_RESULTS = 64

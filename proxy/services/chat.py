@@ -386,7 +386,7 @@ class ChatService:
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i])) for i in asm.evicted
         ]
-        reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
+        reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.cleared)
         note_step_events((*state.events, *asm.events))  # tokens reclaimed, by stage
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         marks = writes.StepWrite(
