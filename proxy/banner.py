@@ -51,19 +51,24 @@ def _public_url(url: str) -> str:
         return "(a baseUrl that does not parse)"
 
 
+def _percent(fraction: float) -> str:
+    """A fraction as the percentage the file means: 0.125 is 12.5%, not a rounded 12%."""
+    return f"{fraction * 100:.3g}%"
+
+
 def _stages(ctx: ContextConfig) -> str:
     on = [f"toolOutput (results over {ctx.tool_output.max_chars} chars are cut)"]
     if ctx.redaction.enabled:
         on.append("redaction")
     if ctx.eviction.enabled:
-        on.append(f"eviction (from {ctx.eviction.at_fraction:.0%} of the window)")
+        on.append(f"eviction (from {_percent(ctx.eviction.at_fraction)} of the window)")
     if ctx.summarize.enabled:
         mode = "in the background" if ctx.summarize.background else "inline"
-        on.append(f"summarize ({mode}, from {ctx.summarize.soft_fraction:.0%})")
+        on.append(f"summarize ({mode}, from {_percent(ctx.summarize.soft_fraction)})")
     if ctx.recitation.enabled:
         on.append("recitation")
     if ctx.handoff.enabled:
-        on.append(f"handoff (nudge at {ctx.handoff.at_fraction:.0%})")
+        on.append(f"handoff (nudge at {_percent(ctx.handoff.at_fraction)})")
     return ", ".join(on)
 
 

@@ -211,6 +211,20 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
     return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
 
 
+def _client_command(args: argparse.Namespace, settings: Settings) -> int:
+    """``sessions`` or ``memory``, whose output is often piped into ``head`` or ``less``: a
+    reader that stops early closes the pipe, which ends the command quietly (a shell's
+    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr."""
+    try:
+        status = _sessions(args, settings)
+        sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that write succeeds.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -219,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(settings)
         if args.command == "migrate":
             return _migrate(settings)
-        return _sessions(args, settings)
+        return _client_command(args, settings)
     except (
         ConfigError,
         ValidationError,

@@ -89,6 +89,11 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     tenant = tenant_of(request, cfg)
     header_id = request.headers.get("x-session-id")
     named = path_id or header_id
+    # A session named in the path or the header is known before the body is read: an error
+    # answer to the body (malformed, too large, a wrong field) names it in X-Session-Id too.
+    early_id = named_session_id(path_id=path_id, header_id=header_id, body=None)
+    if early_id is not None:
+        note_session(early_id)
     body = await read_json_body(
         request,
         state.settings.max_body_bytes,
@@ -98,7 +103,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     _check_body(body)
     rt = route(cfg, body)
     check_agent(request.scope, rt.agent)
-    named_id = named_session_id(path_id=path_id, header_id=header_id, body=body)
+    named_id = early_id or named_session_id(path_id=None, header_id=None, body=body)
     session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
     # Watched only while the request waits (client_watch.py), never once the response runs.

@@ -26,6 +26,7 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,7 +39,7 @@ from proxy.cascade.commands import (
     drop_commands,
     is_compact_command,
 )
-from proxy.cascade.eviction import EVICTION
+from proxy.cascade.eviction import EVICTION, is_placeholder
 from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS, is_observation
@@ -126,6 +127,13 @@ class Assembled:
     injected: tuple[int, ...] = ()  # prompt indices of blocks that are no window row
     kept: Mapping[str, Any] | None = None  # the turn's per-turn values, if this step added one
 
+    @property
+    def cleared(self) -> tuple[int, ...]:
+        """The ``evicted`` indices eviction cleared (a placeholder now): the others are
+        observations the observations stage cut, stored beside the row like an eviction but
+        reclaimed as truncation (their ``context.truncated`` event), not counted twice."""
+        return tuple(i for i in self.evicted if is_placeholder(self.window[i]))
+
 
 EARLIER_RESULTS = 64
 """How many of the latest earlier tool results a new one's lines are compared with: bounds
@@ -154,27 +162,18 @@ class EarlierResults:
     """``earlier_results`` for each new message of one request, positions in increasing order.
 
     A long first request brings many tool results at once; splitting the whole history again
-    for each of them is quadratic in the history's size. Here each result is split once, into
-    one growing list (while the history holds at most ``EARLIER_RESULTS`` of them; past that
-    each ``EarlierLines`` is built over the latest ones, as ``earlier_results`` builds it).
+    for each of them is quadratic in the history's size, and so is indexing the latest
+    ``EARLIER_RESULTS`` again for each new one once the history holds more. Here the latest
+    ``EARLIER_RESULTS`` results slide along as the positions grow, and each is split at most
+    once (when a build first needs it; one that slides out unneeded never is), so a request
+    costs one split per result whatever its size. Each build equals ``earlier_results``'s.
     """
 
     def __init__(self, messages: Sequence[Message]) -> None:
         self._messages = messages
         self._scanned = 0
-        self._found: list[tuple[str, str]] = []
-        self._ids: list[str] = []
-        self._lines: list[tuple[str, ...]] = []
-        self._sets: list[frozenset[str]] = []
-        self._indexed = 0
-
-    def _index_more(self) -> None:
-        for tool_call_id, text in self._found[self._indexed :]:
-            if tool_call_id and text:
-                self._ids.append(tool_call_id)
-                self._lines.append(lines_of(text))
-                self._sets.append(line_set_of(text))
-        self._indexed = len(self._found)
+        # The latest results: [tool_call_id, text, (lines, line set) once indexed, or None].
+        self._window: deque[list[Any]] = deque(maxlen=EARLIER_RESULTS)
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
         """The tool results before ``pos``, as ``EarlierLines`` on demand."""
@@ -182,14 +181,18 @@ class EarlierResults:
         def build() -> EarlierLines:
             for m in self._messages[self._scanned : pos]:
                 if m.get("role") == "tool":
-                    self._found.append(
-                        (str(m.get("tool_call_id") or ""), content_text(m.get("content")))
-                    )
+                    text = content_text(m.get("content"))
+                    self._window.append([str(m.get("tool_call_id") or ""), text, None])
             self._scanned = max(self._scanned, pos)
-            if len(self._found) > EARLIER_RESULTS:
-                return EarlierLines.build(self._found[-EARLIER_RESULTS:])
-            self._index_more()
-            return EarlierLines(tuple(self._ids), tuple(self._lines), tuple(self._sets))
+            kept = [entry for entry in self._window if entry[0] and entry[1]]
+            for entry in kept:
+                if entry[2] is None:
+                    entry[2] = (lines_of(entry[1]), line_set_of(entry[1]))
+            return EarlierLines(
+                tuple(entry[0] for entry in kept),
+                tuple(entry[2][0] for entry in kept),
+                tuple(entry[2][1] for entry in kept),
+            )
 
         return build
 

@@ -45,7 +45,7 @@ from proxy.config_context import ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
-from proxy.services import budget as budgets, incoming
+from proxy.services import budget as budgets, incoming, toolloop
 from proxy.services.budget import FixedTokens, reserved_output
 from proxy.services.chaincache import ChainCache
 from proxy.services.client_watch import pause
@@ -262,7 +262,7 @@ class ChatService:
             await turn.connect()
             answers = await fulfil(needs, conn=turn.conn, key=key)
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent
-        assembled = assemble(replace(inp, answers=answers) if answers else inp)
+        assembled = toolloop.keep_client_tool(assemble(inp, answers=answers or None), body)
         if command is None and (nudge := await self._handoff(turn, rt, body, ctx, state, fixed)):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)
@@ -386,7 +386,7 @@ class ChatService:
         evicted = [
             (state.positions[i], dict(asm.window[i]), count.one(asm.window[i])) for i in asm.evicted
         ]
-        reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.evicted)
+        reclaimed = sum(count.one(state.window[i]) - count.one(asm.window[i]) for i in asm.cleared)
         note_step_events((*state.events, *asm.events))  # tokens reclaimed, by stage
         persisted, transient = self.bus.split(ctx.tenant, ctx.session_id, asm.events)
         marks = writes.StepWrite(

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -325,7 +325,10 @@ class DurableSummarizer:
         """Write the summary unless the history changed meanwhile, report it, and promote
         the span's facts to memory when the agent asks for it."""
         conn = await lent.take()
-        ledger = apply_ledger(content, span.plan.span, cap=job.cfg.ledger_cap)
+        # The previous summary is folded too: its identifiers (its own ledger's among them)
+        # are the oldest the model was given, so one it drops comes back, within the cap.
+        given = [*([] if span.latest is None else [_as_text(span.latest)]), *span.plan.span]
+        ledger = apply_ledger(content, given, cap=job.cfg.ledger_cap)
         content = ledger.summary
         version = await summaries.insert_summary(
             conn,
@@ -383,3 +386,8 @@ class DurableSummarizer:
             "summary_version": span.version,
         }
         await self._publish(conn, job, COMPACTION_FAILED, data)
+
+
+def _as_text(summary: Mapping[str, Any]) -> Message:
+    """A summary row as a message of the span the ledger reads (its text is all it reads)."""
+    return {"role": "user", "content": summary["content"]}

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy.cascade.eviction import is_placeholder
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
@@ -144,6 +145,7 @@ async def list_messages(
         limit=limit,
         offset=offset,
     )
+    cut = [_cut_observation(r) for r in rows]  # the prompt form says which
     if sent_form:
         rows = await _as_sent(conn, tenant, session_id, rows)
     call_ids = [nul.decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
@@ -160,19 +162,31 @@ async def list_messages(
                 "tool_call_id": None
                 if r["tool_call_id"] is None
                 else nul.decode(r["tool_call_id"]),
-                "truncated": r["tool_call_id"] is not None
-                and nul.decode(r["tool_call_id"]) in spilled,
+                "truncated": is_cut
+                or (r["tool_call_id"] is not None and nul.decode(r["tool_call_id"]) in spilled),
                 "tokens": r["tokens"],
                 "source": r["source"],
                 "redacted": r["redacted"],
-                "evicted": r["evicted_at"] is not None,
+                "evicted": r["evicted_at"] is not None and not is_cut,
                 "trimmed": r["trimmed_at"] is not None,
                 "superseded": r["superseded_at"] is not None,
                 "created_at": _iso(r["created_at"]),
             }
-            for r in rows
+            for r, is_cut in zip(rows, cut, strict=True)
         ],
     }
+
+
+def _cut_observation(row: Any) -> bool:
+    """An observation the observations stage cut or compacted: its rewrite is stored beside
+    the row as an eviction's placeholder is, but it is a cut (``truncated``), not a clearing
+    (``evicted``); its spill is its row's body, so no raw output marks it."""
+    return (
+        row["evicted_at"] is not None
+        and row["tool_call_id"] is not None
+        and nul.decode(row["role"]) == "user"
+        and not is_placeholder(row["message"])
+    )
 
 
 async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> list[Any]:

@@ -10,17 +10,38 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from proxy.cascade.pipeline import Assembled
 from proxy.cascade.truncation import page_raw_output
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.store import raw_outputs
 
-__all__ = ["is_internal_call", "answer_call", "read_page", "split_calls"]
+__all__ = ["is_internal_call", "answer_call", "keep_client_tool", "read_page", "split_calls"]
 
 
 def is_internal_call(call: Mapping[str, Any]) -> bool:
     return (call.get("function") or {}).get("name") == READ_TOOL_OUTPUT
+
+
+def keep_client_tool(assembled: Assembled, body: Mapping[str, Any]) -> Assembled:
+    """``assembled`` without the offer of ``read_tool_output`` when the client's own ``tools``
+    define a function of that name: the name is then the client's, so its calls go to the
+    client as any other call, and no second tool of the same name goes upstream (which a
+    provider refuses, or resolves to either). The markers still name the proxy's tool; the
+    pages stay readable through the session API."""
+    if not assembled.offer_read_tool:
+        return assembled
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(
+        isinstance(t, Mapping)
+        and isinstance(t.get("function"), Mapping)
+        and t["function"].get("name") == READ_TOOL_OUTPUT
+        for t in tools
+    ):
+        return replace(assembled, offer_read_tool=False)
+    return assembled
 
 
 def split_calls(message: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
