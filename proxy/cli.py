@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from proxy.config import ConfigError
 from proxy.logs import configure_logging
 from proxy.pgembed import start_embedded
 from proxy.settings import DEFAULT_CONFIG, Settings
-from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
+from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
 __all__ = ["main"]
 
@@ -186,14 +187,24 @@ def _serve(settings: Settings) -> int:
 
 
 def _migrate(settings: Settings) -> int:
+    """Apply the migrations; the embedded server this started is stopped whatever happens
+    (a failed migration, SIGTERM from a supervisor or ``timeout``), not left running."""
+    previous = signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the finally runs
     dsn, server = (settings.database_url, None)
-    if not dsn:
-        dsn, server = start_embedded(settings.data_dir)
-    applied = asyncio.run(run_migrations(dsn))
+    try:
+        if not dsn:
+            dsn, server = start_embedded(settings.data_dir)
+        applied = asyncio.run(run_migrations(dsn, **pooler_kwargs(settings.db_pooler)))
+    finally:
+        if server is not None:
+            server.cleanup()
+        signal.signal(signal.SIGTERM, previous)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
-    if server is not None:
-        server.cleanup()
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _sessions(args: argparse.Namespace, settings: Settings) -> int:

@@ -68,7 +68,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations(
 
 
 class MigrationError(RuntimeError):
-    """The migrations cannot be applied: none were found, or an applied file changed."""
+    """The migrations cannot be applied: none were found, an applied file changed, or a
+    migration's SQL failed (its transaction rolled back; the message names the file)."""
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -316,7 +317,13 @@ async def run_migrations(
                             "add a new migration instead of editing an old one"
                         )
                     continue
-                await conn.execute(text)
+                try:
+                    await conn.execute(text)
+                except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
+                    PoolerMismatch.raise_from(exc)
+                    raise MigrationError(
+                        f"migration {name} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
                 await conn.execute(
                     "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
                     version,
