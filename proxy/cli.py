@@ -29,7 +29,7 @@ from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging
 from proxy.pgembed import start_embedded
-from proxy.settings import DEFAULT_CONFIG, Settings
+from proxy.settings import DEFAULT_CONFIG, Settings, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
 __all__ = ["main"]
@@ -231,13 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             return _migrate(settings)
         return _sessions(args, settings)
-    except (
-        ConfigError,
-        ValidationError,
-        DatabaseUnavailable,
-        MigrationError,
-        InsecureListen,
-    ) as exc:
+    except ValidationError as exc:  # a setting from the environment: named, not echoed
+        _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
+        return 2
+    except (ConfigError, DatabaseUnavailable, MigrationError, InsecureListen) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
         _refuse(f"cascade-proxy {args.command}: {exc}")
         return 2

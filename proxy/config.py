@@ -28,6 +28,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from proxy.cascade.redaction import compile_patterns
 from proxy.config_context import Block, ContextConfig
+from proxy.settings import describe_errors
 
 __all__ = [
     "Config",
@@ -181,7 +182,8 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 
 def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
-    """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reason."""
+    """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reasons on one
+    line, never the values they refused (``settings.describe_errors``)."""
     env = env or {}
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
@@ -216,9 +218,9 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             try:
                 resolved[name] = ContextConfig.model_validate(_deep_merge(base, agent.context))
             except ValidationError as exc:
-                raise ConfigError(f"agents.{name}.context: {exc}") from exc
+                raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(describe_errors(exc)) from exc
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
         try:
             compile_patterns(ctx.redaction.patterns, use_defaults=False)
