@@ -27,7 +27,7 @@ from proxy.banner import client_origin
 from proxy.cli_memory import add_memory_parser, run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
-from proxy.logs import configure_logging
+from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.settings import DEFAULT_CONFIG, Settings, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
@@ -244,7 +244,7 @@ def _refuse(message: str) -> None:
     """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
     one JSON log line like every other the process writes (read from the environment, since
     the settings themselves may be what is wrong)."""
-    if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() == "json":
+    if format_from_env() == "json":
         configure_logging("info", "json")
         logging.getLogger("cascade").error("%s", message)
     else:

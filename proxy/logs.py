@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -25,7 +26,14 @@ from typing import Any, Literal
 
 from proxy import requestlog
 
-__all__ = ["configure_logging", "causes", "JsonFormatter", "TextFormatter", "LogFormat"]
+__all__ = [
+    "configure_logging",
+    "causes",
+    "format_from_env",
+    "JsonFormatter",
+    "TextFormatter",
+    "LogFormat",
+]
 
 LogFormat = Literal["text", "json"]
 
@@ -125,6 +133,12 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
     access.disabled = True
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def format_from_env() -> LogFormat:
+    """``CASCADE_LOG_FORMAT`` read directly, for a refusal written before the settings exist
+    (they may be what is wrong)."""
+    return "json" if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() == "json" else "text"
 
 
 def _route_uncaught(fmt: LogFormat) -> None:

@@ -9,7 +9,15 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "DEFAULT_CONFIG", "LogLevel", "describe_errors", "settings_error"]
+__all__ = [
+    "Settings",
+    "SettingsError",
+    "DEFAULT_CONFIG",
+    "LogLevel",
+    "describe_errors",
+    "load_settings",
+    "settings_error",
+]
 
 DEFAULT_CONFIG = "config/agents.json"
 
@@ -133,3 +141,17 @@ def settings_error(exc: ValidationError) -> str:
         return f"CASCADE_{loc.upper()}" if loc in fields else loc
 
     return describe_errors(exc, variable)
+
+
+class SettingsError(ValueError):
+    """A setting from the environment is refused; the message is one line naming it."""
+
+
+def load_settings() -> Settings:
+    """The settings from the environment, with the default config file (what
+    ``uvicorn proxy.app:create_app --factory`` runs with); a refused one is a
+    :class:`SettingsError`, not pydantic's multi-line error quoting the value."""
+    try:
+        return Settings().with_default_config()
+    except ValidationError as exc:
+        raise SettingsError(settings_error(exc)) from None

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,3 +88,35 @@ def test_a_bad_setting_is_one_line_naming_its_variable(
 def test_the_log_level_is_read_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASCADE_LOG_LEVEL", "WARNING")
     assert Settings().log_level == "warning"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["-m", "proxy", "serve"], id="serve"),
+        pytest.param(
+            ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"], id="uvicorn"
+        ),
+    ],
+)
+def test_with_json_logs_a_refused_setting_is_json_too(command: list[str], tmp_path: Path) -> None:
+    """Under uvicorn the settings are read in the factory, before logging is set up: the
+    refusal was pydantic's multi-line traceback, quoting the value, in a JSON log."""
+    env = {**os.environ, "CASCADE_LOG_FORMAT": "json", "CASCADE_POOL_MAX_SIZE": SECRET}
+    env.pop("CASCADE_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert lines and all({"ts", "level", "logger", "message"} <= set(line) for line in lines)
+    assert any(
+        "CASCADE_POOL_MAX_SIZE: Input should be a valid integer" in line["message"]
+        for line in lines
+    )
+    assert SECRET not in done.stderr
