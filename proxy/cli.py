@@ -29,7 +29,7 @@ from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
-from proxy.settings import DEFAULT_CONFIG, Settings, settings_error
+from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
 __all__ = ["main"]
@@ -234,7 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:  # a setting from the environment: named, not echoed
         _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
         return 2
-    except (ConfigError, DatabaseUnavailable, MigrationError, InsecureListen) as exc:
+    except (
+        ConfigError,
+        SettingsError,
+        DatabaseUnavailable,
+        MigrationError,
+        InsecureListen,
+    ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
         _refuse(f"cascade-proxy {args.command}: {exc}")
         return 2

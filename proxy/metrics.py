@@ -32,6 +32,8 @@ from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.settings import SettingsError
+
 __all__ = ["Metrics", "MULTIPROC_ENV", "STAGES"]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -130,10 +132,19 @@ class Metrics:
     @classmethod
     def from_env(cls) -> Metrics:
         """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (made when
-        missing: prometheus-client writes there from the first metric on)."""
+        missing: prometheus-client writes there from the first metric on); one it cannot use
+        is a :class:`SettingsError`."""
         path = os.environ.get(MULTIPROC_ENV) or None
         if path is not None:
-            os.makedirs(path, exist_ok=True)
+            try:  # a file there, or no permission: one line at start, not a traceback
+                os.makedirs(path, exist_ok=True)
+                if not os.access(path, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "Permission denied")
+            except OSError as exc:
+                raise SettingsError(
+                    f"{MULTIPROC_ENV}: {path} is not a directory this process can write"
+                    f" ({exc.strerror or exc})"
+                ) from None
         return cls(multiprocess_dir=path)
 
     def render(self) -> bytes:

@@ -75,7 +75,7 @@ def test_a_bad_setting_is_one_line_naming_its_variable(
     line: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    saved_logging: object,
+    saved_logging: None,
 ) -> None:
     monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
     monkeypatch.setenv(variable, value)
@@ -120,3 +120,21 @@ def test_with_json_logs_a_refused_setting_is_json_too(command: list[str], tmp_pa
         for line in lines
     )
     assert SECRET not in done.stderr
+
+
+def test_a_multiprocess_dir_that_is_a_file_is_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    saved_logging: None,
+) -> None:
+    taken = tmp_path / "not-a-dir"
+    taken.write_text("")
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(taken))
+    assert main(["serve"]) == 2  # was FileExistsError's traceback out of os.makedirs
+    [printed] = capsys.readouterr().err.splitlines()
+    assert printed == (
+        f"cascade-proxy serve: PROMETHEUS_MULTIPROC_DIR: {taken} is not a directory this"
+        " process can write (File exists)"
+    )
