@@ -165,7 +165,7 @@ def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
         _uncaught(args.exc_type, args.exc_value, args.exc_traceback)
 
 
-_USERINFO = re.compile(r"//[^/@\s]*@")
+_USERINFO = re.compile(r"//[^/\s]*@")  # to the last "@": a password may hold an unencoded one
 
 
 def causes(exc: BaseException, depth: int = 3) -> str:

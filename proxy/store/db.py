@@ -247,11 +247,16 @@ class Lent:
         await self.give_back()
 
 
-_DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")
+# The authority's password runs to the last "@" of the word (an unencoded "@" or "/" in it
+# is a common mistake, and what follows the first one is not the host); "password=" is a
+# query parameter or a libpq "key=value" DSN's word, quoted or not.
+_DSN_SECRETS = re.compile(
+    r"(://[^:/@?#\s]*:)\S*(@)|((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
+)
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the authority or as ``password=``) replaced by ***."""
+    """``dsn`` with its password (in the authority, or as ``password=``) replaced by ***."""
     return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
