@@ -34,11 +34,15 @@ from starlette.responses import Response
 
 from proxy.settings import SettingsError
 
-__all__ = ["Metrics", "MULTIPROC_ENV", "STAGES"]
+__all__ = ["Metrics", "MULTIPROC_ENV", "RESULTS", "STAGES"]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STAGES = ("truncation", "eviction", "compaction", "overflow")
 """The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
+
+RESULTS = ("completed", "summary_failed", "history_changed")
+"""The ``result`` values of ``cascade_compactions_total`` a process can count (README:
+Metrics; ``interrupted`` is closed at start-up for an earlier process and not counted)."""
 
 _DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -128,6 +132,8 @@ class Metrics:
         )
         for stage in STAGES:  # exported at 0 before the first event
             self.reclaimed.labels(stage)
+        for result in RESULTS:  # so is each result: a rate() over them needs the series
+            self.compactions.labels(result)
 
     @classmethod
     def from_env(cls) -> Metrics:
