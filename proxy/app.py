@@ -38,7 +38,7 @@ from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.embeddings import Embedders, bind_embedders
 from proxy.errors import ProxyError, error_body, exception_body
-from proxy.logs import causes, configure_logging
+from proxy.logs import causes, configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors, request_path
 from proxy.observe import Observe, Observer
@@ -49,7 +49,7 @@ from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
-from proxy.settings import Settings
+from proxy.settings import Settings, SettingsError, load_settings
 from proxy.store.db import (
     DatabaseUnavailable,
     PoolExhausted,
@@ -108,7 +108,12 @@ def create_app(
 ) -> FastAPI:
     """The app; ``http_transport`` replaces the provider transport (tests' MockTransport),
     ``tracer_provider`` (an OpenTelemetry one) turns tracing on with it (proxy/tracing.py)."""
-    settings = settings or Settings().with_default_config()
+    if settings is None:
+        try:
+            settings = load_settings()
+        except SettingsError:  # before logging is set up: make the refusal a line like others
+            configure_logging("info", format_from_env())
+            raise
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)

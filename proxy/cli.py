@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,10 +27,10 @@ from proxy.banner import client_origin
 from proxy.cli_memory import add_memory_parser, run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
-from proxy.logs import configure_logging
+from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
-from proxy.settings import DEFAULT_CONFIG, Settings
-from proxy.store.db import DatabaseUnavailable, MigrationError, run_migrations
+from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
+from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
 __all__ = ["main"]
 
@@ -186,14 +187,24 @@ def _serve(settings: Settings) -> int:
 
 
 def _migrate(settings: Settings) -> int:
+    """Apply the migrations; the embedded server this started is stopped whatever happens
+    (a failed migration, SIGTERM from a supervisor or ``timeout``), not left running."""
+    previous = signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the finally runs
     dsn, server = (settings.database_url, None)
-    if not dsn:
-        dsn, server = start_embedded(settings.data_dir)
-    applied = asyncio.run(run_migrations(dsn))
+    try:
+        if not dsn:
+            dsn, server = start_embedded(settings.data_dir)
+        applied = asyncio.run(run_migrations(dsn, **pooler_kwargs(settings.db_pooler)))
+    finally:
+        if server is not None:
+            server.cleanup()
+        signal.signal(signal.SIGTERM, previous)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
-    if server is not None:
-        server.cleanup()
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _sessions(args: argparse.Namespace, settings: Settings) -> int:
@@ -234,9 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             return _migrate(settings)
         return _client_command(args, settings)
+    except ValidationError as exc:  # a setting from the environment: named, not echoed
+        _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
+        return 2
     except (
         ConfigError,
-        ValidationError,
+        SettingsError,
         DatabaseUnavailable,
         MigrationError,
         InsecureListen,
@@ -250,7 +264,7 @@ def _refuse(message: str) -> None:
     """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
     one JSON log line like every other the process writes (read from the environment, since
     the settings themselves may be what is wrong)."""
-    if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() == "json":
+    if format_from_env() == "json":
         configure_logging("info", "json")
         logging.getLogger("cascade").error("%s", message)
     else:

@@ -122,7 +122,8 @@ def _show(body: dict[str, Any]) -> str:
 def _messages(body: dict[str, Any]) -> str:
     rows = []
     for m in body.get("data", []):
-        flags = [f for f in ("redacted", "evicted", "trimmed", "superseded") if m.get(f)]
+        marks = ("truncated", "redacted", "evicted", "trimmed", "superseded")  # as /messages says
+        flags = [f for f in marks if m.get(f)]
         rows.append(
             (
                 m["pos"],

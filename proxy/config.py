@@ -23,11 +23,13 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
 
 from proxy.cascade.redaction import compile_patterns
 from proxy.config_context import Block, ContextConfig
+from proxy.settings import describe_errors
 
 __all__ = [
     "Config",
@@ -181,7 +183,8 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 
 def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
-    """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reason."""
+    """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reasons on one
+    line, never the values they refused (``settings.describe_errors``)."""
     env = env or {}
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
@@ -216,9 +219,10 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             try:
                 resolved[name] = ContextConfig.model_validate(_deep_merge(base, agent.context))
             except ValidationError as exc:
-                raise ConfigError(f"agents.{name}.context: {exc}") from exc
+                raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(describe_errors(exc)) from exc
+    _check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
         try:
             compile_patterns(ctx.redaction.patterns, use_defaults=False)
@@ -226,6 +230,22 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             where = "context" if name == "default" else f"agents.{name}.context"
             raise ConfigError(f"{where}.redaction.patterns: {exc}") from exc
     return cfg.model_copy(update={"resolved": resolved})
+
+
+def _check_urls(cfg: Config, *, from_env: bool) -> None:
+    """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535:
+    else every request to it would be a 502. ``from_env``: the ``openai`` provider's came
+    from ``OPENAI_BASE_URL``, which the message then names."""
+    for name, provider in cfg.providers.items():
+        try:
+            u = urlsplit(provider.base_url)
+            usable = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
+        except ValueError:  # a port that is no number or out of range, a stray bracket
+            usable = False
+        if not usable:
+            env = name == "openai" and from_env
+            where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
+            raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
 
 
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -25,7 +26,14 @@ from typing import Any, Literal
 
 from proxy import requestlog
 
-__all__ = ["configure_logging", "causes", "JsonFormatter", "TextFormatter", "LogFormat"]
+__all__ = [
+    "configure_logging",
+    "causes",
+    "format_from_env",
+    "JsonFormatter",
+    "TextFormatter",
+    "LogFormat",
+]
 
 LogFormat = Literal["text", "json"]
 
@@ -127,6 +135,12 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def format_from_env() -> LogFormat:
+    """``CASCADE_LOG_FORMAT`` read directly, for a refusal written before the settings exist
+    (they may be what is wrong)."""
+    return "json" if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() == "json" else "text"
+
+
 def _route_uncaught(fmt: LogFormat) -> None:
     """With ``json``, an exception nothing caught (a config error raised out of
     ``create_app`` under ``uvicorn --factory``, a crash in a thread) is one JSON line with
@@ -151,7 +165,7 @@ def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
         _uncaught(args.exc_type, args.exc_value, args.exc_traceback)
 
 
-_USERINFO = re.compile(r"//[^/@\s]*@")
+_USERINFO = re.compile(r"//[^/\s]*@")  # to the last "@": a password may hold an unencoded one
 
 
 def causes(exc: BaseException, depth: int = 3) -> str:

@@ -32,11 +32,17 @@ from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 
-__all__ = ["Metrics", "MULTIPROC_ENV", "STAGES"]
+from proxy.settings import SettingsError
+
+__all__ = ["Metrics", "MULTIPROC_ENV", "RESULTS", "STAGES"]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STAGES = ("truncation", "eviction", "compaction", "overflow")
 """The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
+
+RESULTS = ("completed", "summary_failed", "history_changed")
+"""The ``result`` values of ``cascade_compactions_total`` a process can count (README:
+Metrics; ``interrupted`` is closed at start-up for an earlier process and not counted)."""
 
 _DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -126,14 +132,25 @@ class Metrics:
         )
         for stage in STAGES:  # exported at 0 before the first event
             self.reclaimed.labels(stage)
+        for result in RESULTS:  # so is each result: a rate() over them needs the series
+            self.compactions.labels(result)
 
     @classmethod
     def from_env(cls) -> Metrics:
         """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (made when
-        missing: prometheus-client writes there from the first metric on)."""
+        missing: prometheus-client writes there from the first metric on); one it cannot use
+        is a :class:`SettingsError`."""
         path = os.environ.get(MULTIPROC_ENV) or None
         if path is not None:
-            os.makedirs(path, exist_ok=True)
+            try:  # a file there, or no permission: one line at start, not a traceback
+                os.makedirs(path, exist_ok=True)
+                if not os.access(path, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "Permission denied")
+            except OSError as exc:
+                raise SettingsError(
+                    f"{MULTIPROC_ENV}: {path} is not a directory this process can write"
+                    f" ({exc.strerror or exc})"
+                ) from None
         return cls(multiprocess_dir=path)
 
     def render(self) -> bytes:

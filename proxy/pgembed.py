@@ -66,8 +66,7 @@ def start_embedded(data_dir: Path | None) -> tuple[str, PostgresServer]:
     """Start (or attach to) the embedded server; return (dsn, server handle)."""
     require_embedded()  # before any directory is made for it
     if "XDG_RUNTIME_DIR" not in os.environ:  # platformdirs wants a private (0700) one
-        run = (data_dir or default_data_dir()) / "run"
-        run.mkdir(parents=True, exist_ok=True)
+        run = _make_dir((data_dir or default_data_dir()) / "run")
         run.chmod(0o700)
         os.environ["XDG_RUNTIME_DIR"] = str(run)
     # Imported here, not at the top: the package is an optional extra, it warns at import
@@ -77,10 +76,22 @@ def start_embedded(data_dir: Path | None) -> tuple[str, PostgresServer]:
     except ImportError:
         raise EmbeddedUnavailable from None
 
-    pgdata = (data_dir or default_data_dir()) / "pgdata"
-    pgdata.mkdir(parents=True, exist_ok=True)
+    pgdata = _make_dir((data_dir or default_data_dir()) / "pgdata")
     server = get_server(pgdata, cleanup_mode="stop")
     return server.get_uri(), server
+
+
+def _make_dir(path: Path) -> Path:
+    """``path``, made if missing; one that cannot be (no permission, a file in the way) is a
+    :class:`DatabaseUnavailable` naming the setting, not a traceback out of the start."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(
+            f"cannot make the embedded PostgreSQL's directory {path} (CASCADE_DATA_DIR): "
+            f"{exc.strerror or exc}"
+        ) from None
+    return path
 
 
 EMBEDDED_SETTINGS: dict[str, str] = {

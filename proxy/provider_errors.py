@@ -107,6 +107,7 @@ _HINTS = {
     "tls": "set the provider's caFile to the CA that signed its certificate (or verifyTls "
     "false), or SSL_CERT_FILE for the whole process",
     "cafile": "check the provider's caFile",
+    "url": "fix the provider's baseUrl in config",
     "proxy": "check HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY, and that the proxy is"
     " running and can reach the provider",
 }
@@ -130,6 +131,8 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _kind(exc: BaseException) -> str:
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
+        return "url"
     if not isinstance(exc, httpx.HTTPError):  # raised before sending: the caFile
         return "cafile"
     if isinstance(exc, httpx.ProxyError):

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "DEFAULT_CONFIG"]
+__all__ = [
+    "Settings",
+    "SettingsError",
+    "DEFAULT_CONFIG",
+    "LogLevel",
+    "describe_errors",
+    "load_settings",
+    "settings_error",
+]
 
 DEFAULT_CONFIG = "config/agents.json"
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+"""The logging levels uvicorn and the stdlib share; ``CASCADE_LOG_LEVEL`` is read in any case."""
 
 
 class Settings(BaseSettings):
@@ -78,7 +90,7 @@ class Settings(BaseSettings):
     provider_max_connections: int = Field(default=256, ge=1)
     http_transport: Literal["httpx", "aiohttp"] = "aiohttp"
     max_internal_rounds: int = Field(default=4, ge=0)
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     log_format: Literal["text", "json"] = "text"
     cors_origins: str = ""
     allow_unauthenticated: bool = False
@@ -87,6 +99,12 @@ class Settings(BaseSettings):
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
     embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        """``INFO`` as well as ``info``; an unknown name is refused at start, not by logging."""
+        return value.strip().lower() if isinstance(value, str) else value
 
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list; empty when CORS is off."""
@@ -100,3 +118,40 @@ class Settings(BaseSettings):
         if self.config is None and default.exists():
             return self.model_copy(update={"config": default})
         return self
+
+
+def describe_errors(exc: ValidationError, name: Callable[[str], str] = str) -> str:
+    """Pydantic's errors on one line, ``where: what; …``, without the values that failed:
+    a refusal is logged and shown to every open event stream, and the value may be a
+    secret put in the wrong place. ``name`` turns the first part of each location into
+    what the user wrote."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = [str(p) for p in error["loc"]]
+        where = ".".join([name(loc[0]), *loc[1:]]) if loc else "value"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def settings_error(exc: ValidationError) -> str:
+    """A refused setting, named by its environment variable (``CASCADE_PORT``, not ``port``)."""
+    fields = Settings.model_fields
+
+    def variable(loc: str) -> str:
+        return f"CASCADE_{loc.upper()}" if loc in fields else loc
+
+    return describe_errors(exc, variable)
+
+
+class SettingsError(ValueError):
+    """A setting from the environment is refused; the message is one line naming it."""
+
+
+def load_settings() -> Settings:
+    """The settings from the environment, with the default config file (what
+    ``uvicorn proxy.app:create_app --factory`` runs with); a refused one is a
+    :class:`SettingsError`, not pydantic's multi-line error quoting the value."""
+    try:
+        return Settings().with_default_config()
+    except ValidationError as exc:
+        raise SettingsError(settings_error(exc)) from None

@@ -68,7 +68,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations(
 
 
 class MigrationError(RuntimeError):
-    """The migrations cannot be applied: none were found, or an applied file changed."""
+    """The migrations cannot be applied: none were found, an applied file changed, or a
+    migration's SQL failed (its transaction rolled back; the message names the file)."""
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -246,11 +247,16 @@ class Lent:
         await self.give_back()
 
 
-_DSN_SECRETS = re.compile(r"(://[^:/@?#]*:)[^@/?#]*(@)|((?:^|[?&])password=)[^&#]*")
+# The authority's password runs to the last "@" of the word (an unencoded "@" or "/" in it
+# is a common mistake, and what follows the first one is not the host); "password=" is a
+# query parameter or a libpq "key=value" DSN's word, quoted or not.
+_DSN_SECRETS = re.compile(
+    r"(://[^:/@?#\s]*:)\S*(@)|((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
+)
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the authority or as ``password=``) replaced by ***."""
+    """``dsn`` with its password (in the authority, or as ``password=``) replaced by ***."""
     return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
@@ -316,7 +322,13 @@ async def run_migrations(
                             "add a new migration instead of editing an old one"
                         )
                     continue
-                await conn.execute(text)
+                try:
+                    await conn.execute(text)
+                except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
+                    PoolerMismatch.raise_from(exc)
+                    raise MigrationError(
+                        f"migration {name} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
                 await conn.execute(
                     "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
                     version,

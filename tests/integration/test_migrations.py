@@ -180,8 +180,10 @@ async def test_failed_migration_rolls_back_and_is_not_recorded(
 ) -> None:
     (tmp_path / "0001_a.sql").write_text("CREATE TABLE a (x int);")
     (tmp_path / "0002_bad.sql").write_text("CREATE TABLE b (y int); SELECT no_such_fn();")
-    with pytest.raises(asyncpg.UndefinedFunctionError):
+    # one line naming the file and the server's error, for the CLI and the start to print
+    with pytest.raises(MigrationError, match=r"^migration 0002_bad.sql failed: Undefined") as e:
         await run_migrations(empty_db_dsn, tmp_path)
+    assert isinstance(e.value.__cause__, asyncpg.UndefinedFunctionError)
 
     conn = await asyncpg.connect(empty_db_dsn)
     try:

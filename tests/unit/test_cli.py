@@ -42,7 +42,7 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
     assert "missing.json does not exist" in err
     assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
     assert "port" in err and "Traceback" not in err
-    assert "max_body_bytes" in err and "99999 is not a TCP port" in err
+    assert "CASCADE_MAX_BODY_BYTES" in err and "99999 is not a TCP port" in err
 
 
 def _parsers(

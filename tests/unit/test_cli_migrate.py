@@ -1,0 +1,109 @@
+"""``cascade-proxy migrate`` stops the embedded server it started, however the run ends: a
+failed migration (one line, exit 2) and a SIGTERM from a supervisor alike."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy import cli
+from proxy.store.db import MigrationError
+
+
+class _Embedded:
+    def __init__(self) -> None:
+        self.stopped = 0
+
+    def cleanup(self) -> None:
+        self.stopped += 1
+
+
+def test_a_failed_migration_stops_the_embedded_server_and_says_why_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = _Embedded()
+
+    async def refused(dsn: str, **kwargs: Any) -> list[str]:
+        raise MigrationError("migration 0022_lease_queue.sql failed: DuplicateFunctionError: …")
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setattr(cli, "start_embedded", lambda data_dir: ("postgresql:///x", server))
+    monkeypatch.setattr(cli, "run_migrations", refused)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["migrate"]) == 2
+    assert server.stopped == 1  # not left running until (unless) the interpreter exits
+    assert signal.getsignal(signal.SIGTERM) == before
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "cascade-proxy migrate: migration 0022_lease_queue.sql failed: DuplicateFunctionError: …"
+    ]
+
+
+def test_a_successful_migration_stops_the_embedded_server(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = _Embedded()
+
+    async def applied(dsn: str, **kwargs: Any) -> list[str]:
+        return ["0001_init.sql"]
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setattr(cli, "start_embedded", lambda data_dir: ("postgresql:///x", server))
+    monkeypatch.setattr(cli, "run_migrations", applied)
+    assert cli.main(["migrate"]) == 0
+    assert server.stopped == 1
+    assert "applied 1 migration(s): 0001_init.sql" in capsys.readouterr().out
+
+
+_SIGTERMED = """
+import asyncio, sys
+from pathlib import Path
+from proxy import cli
+
+stopped = Path(sys.argv[1])
+
+class Embedded:
+    def cleanup(self):
+        stopped.write_text("stopped")
+
+async def slow(dsn, **kwargs):
+    Path(sys.argv[2]).write_text("migrating")
+    await asyncio.sleep(60)
+    return []
+
+cli.start_embedded = lambda data_dir: ("postgresql:///x", Embedded())
+cli.run_migrations = slow
+raise SystemExit(cli.main(["migrate"]))
+"""
+
+
+def test_sigterm_during_a_migration_stops_the_embedded_server(tmp_path: Path) -> None:
+    stopped, started = tmp_path / "stopped", tmp_path / "started"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERMED, str(stopped), str(started)],
+        env=env,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert child.poll() is None, "the migrate process ended before migrating"
+            assert time.monotonic() < deadline, "the migration never started"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=20) == 128 + signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    # Python's default SIGTERM ends the process without atexit: the server stayed up
+    assert stopped.read_text() == "stopped"

@@ -1,0 +1,47 @@
+"""A database URL's password never reaches a log line or a refusal, in the forms an operator
+writes by mistake too: an unencoded "@" or "/" in the password, or libpq's key=value DSN
+(which asyncpg refuses, quoting it whole)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.logs import causes
+from proxy.store.db import redact_dsn
+
+SECRET = "TOPSECRET"
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        (  # the host asyncpg then looks up is "SECRET@127.0.0.1": half the password was shown
+            "postgresql://cascade:TOP@SECRET@127.0.0.1:5432/postgres",
+            "postgresql://cascade:***@127.0.0.1:5432/postgres",
+        ),
+        ("postgresql://u:TOP/SECRET@h/db", "postgresql://u:***@h/db"),
+        (
+            "host=127.0.0.1 port=5432 user=cascade password=TOPSECRET dbname=postgres",
+            "host=127.0.0.1 port=5432 user=cascade password=*** dbname=postgres",
+        ),
+        ("host=h password = 'TOP SECRET' dbname=x", "host=h password = *** dbname=x"),
+        ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgres://u@h/db?password=TOPSECRET", "postgres://u@h/db?password=***"),
+        ("postgres://u@h/db", "postgres://u@h/db"),
+    ],
+)
+def test_the_password_is_masked_in_every_form(dsn: str, shown: str) -> None:
+    assert redact_dsn(dsn) == shown
+    assert "SECRET" not in redact_dsn(dsn)
+
+
+def test_a_cause_naming_a_url_loses_its_whole_user_and_password() -> None:
+    try:
+        try:
+            raise OSError("cannot reach https://u:TOP@SECRET@provider.example/v1")
+        except OSError as inner:
+            raise RuntimeError("provider failed") from inner
+    except RuntimeError as exc:
+        said = causes(exc)
+    assert "SECRET" not in said
+    assert "https://provider.example/v1" in said
