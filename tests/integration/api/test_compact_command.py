@@ -24,6 +24,7 @@ from tests.integration.api.compaction_stack import (
     Model,
     Stack,
     stack,
+    wait_until,
     words,
 )
 
@@ -251,8 +252,16 @@ def test_slash_compact_as_a_new_sessions_first_request_folds_its_history(
             ]
         answer = _command_round(s, agent, stream=False)
         _check_chat_command(s, agent, answer, "resumed")
-        stored = s.query(
-            "SELECT pos FROM messages WHERE session_id = $1 AND superseded_at IS NULL ORDER BY pos",
-            "resumed",
-        )
-        assert [r["pos"] for r in stored] == list(range(len(agent.messages)))
+        expected = list(range(len(agent.messages)))
+
+        def stored() -> list[int]:
+            rows = s.query(
+                "SELECT pos FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
+                " ORDER BY pos",
+                "resumed",
+            )
+            return [r["pos"] for r in rows]
+
+        # A non-streamed reply is stored once its response is sent (a background task).
+        wait_until(lambda: stored() == expected, what="the last reply stored")
+        assert stored() == expected
