@@ -194,7 +194,7 @@ class ChatService:
                 except SessionBusy:
                     self.chains.set_head(turn.key, None)  # another replica moves the head
                     await turn.park()
-                    await pause(ctx.client, next(delays), wake)  # a client that leaves ends it
+                    await pause(ctx.client, next(delays), wake=wake)  # a client that leaves ends it
 
     def _lane(
         self, key: SessionKey, ctx: ChatContext, hashes: list[str]

@@ -136,7 +136,7 @@ class _Guard:
 
 
 async def pause(
-    client: ClientWatch | None, seconds: float, wake: Wake | None = None, why: str = WAITING
+    client: ClientWatch | None, seconds: float, why: str = WAITING, wake: Wake | None = None
 ) -> None:
     """``asyncio.sleep(seconds)`` between two polls of a held lease, cut short by
     ``ClientDisconnected`` (naming ``why``) when the client leaves, and ended early when

@@ -83,10 +83,10 @@ def test_pause_ends_at_the_notification_and_still_at_the_clients_leaving() -> No
         with ClientWatch(channel) as watch, wakeups.watch("t", "s1") as wake:
             asyncio.get_running_loop().call_later(0.02, wakeups.notified, MINE)
             started = time.monotonic()
-            await pause(watch, 5, wake)
+            await pause(watch, 5, wake=wake)
             assert time.monotonic() - started < 1
             asyncio.get_running_loop().call_later(0.02, channel.leave)
             with pytest.raises(ClientDisconnected):
-                await pause(watch, 5, wake)
+                await pause(watch, 5, wake=wake)
 
     asyncio.run(asyncio.wait_for(run(), 2))

@@ -1,10 +1,10 @@
 """A session freed on one replica is taken at once by its waiter on another (migration 0023).
 
-Replica A answers a long step; replica B gets a request on the same session meanwhile and
-waits, its polls backed off to ``POLL_MAX_SECONDS`` apart by the time A's step ends. Before
-the ``cascade_lease`` notification, B took the session only at its next poll, up to that long
-after A freed it; now B's bus hears the release and B tries at once. Requests that wait for
-nobody send no notification at all.
+Replica A answers a long step; replica B gets a request (or a reset, branch or delete) on
+the same session meanwhile and waits, its polls backed off to ``POLL_MAX_SECONDS`` apart by
+the time A's step ends. Before the ``cascade_lease`` notification, B took the session only
+at its next poll, up to that long after A freed it; now B's bus hears the release and B
+tries at once. Requests that wait for nobody send no notification at all.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -106,9 +106,15 @@ def replicas(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterat
             s.stop()
 
 
-def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
-    replicas: list[str], arrivals: list[tuple[str, float]], db_dsn: str
-) -> None:
+def handoffs(
+    replicas: list[str],
+    arrivals: list[tuple[str, float]],
+    db_dsn: str,
+    on_b: Callable[[httpx.Client, int], float],
+    n: int = HANDOFFS,
+) -> list[float]:
+    """``n`` times: a step on replica A, and once A holds the session, ``on_b`` on replica B
+    (it returns when B had the session); how long after A's step ended each B had it."""
     a, b = replicas
     lags: list[float] = []
     with (
@@ -117,7 +123,7 @@ def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
         ThreadPoolExecutor(1) as pool,
         Listener(db_dsn) as heard,
     ):
-        for i in range(HANDOFFS):
+        for i in range(n):
             a_done: list[float] = []
 
             def step_on_a(i: int = i, done: list[float] = a_done) -> httpx.Response:
@@ -130,15 +136,46 @@ def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
                 time.sleep(0.005)
                 assert not first.done(), first.result().text
             asked = time.monotonic()
-            r = chat(cb, f"B {i}")
-            assert r.status_code == 200, r.text
+            b_had_it = on_b(cb, i)
             assert first.result().status_code == 200
-            b_at = next(t for text, t in arrivals if text == f"B {i}")
-            assert b_at - asked > STEP - 0.5  # B waited for A's step, its polls backed off
-            lags.append(round(b_at - a_done[0], 3))
+            assert b_had_it - asked > STEP - 0.5  # B waited for A's step, its polls backed off
+            lags.append(round(b_had_it - a_done[0], 3))
+    assert heard.count >= n  # each release with B queued said so
+    assert POLL_MAX_SECONDS > 3 * PROMPT  # else polling alone could pass these tests
+    return lags
+
+
+def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
+    replicas: list[str], arrivals: list[tuple[str, float]], db_dsn: str
+) -> None:
+    def on_b(cb: httpx.Client, i: int) -> float:
+        r = chat(cb, f"B {i}")
+        assert r.status_code == 200, r.text
+        return next(t for text, t in arrivals if text == f"B {i}")  # its provider call
+
+    lags = handoffs(replicas, arrivals, db_dsn, on_b)
     assert max(lags) < PROMPT, f"B took the session {lags} s after A freed it"
-    assert heard.count >= HANDOFFS  # each release with B queued said so
-    assert POLL_MAX_SECONDS > 3 * PROMPT  # else polling alone could pass this test
+
+
+def test_a_session_operation_on_another_replica_runs_as_soon_as_it_is_freed(
+    replicas: list[str], arrivals: list[tuple[str, float]], db_dsn: str
+) -> None:
+    """Reset, branch and delete in turn: the session API's pause between tries is woken
+    the same way (services/sessions.py)."""
+
+    def on_b(cb: httpx.Client, i: int) -> float:
+        action = ("reset", "branch", "delete")[i % 3]
+        if action == "reset":
+            r = cb.post(f"/v1/sessions/{SID}/reset")
+        elif action == "branch":
+            r = cb.post(f"/v1/sessions/{SID}/branch", json={"id": f"{SID}-copy-{i}"})
+        else:
+            r = cb.delete(f"/v1/sessions/{SID}")
+        assert r.status_code == 200, r.text
+        return time.monotonic()  # its reply: the operation ran
+
+    lags = handoffs(replicas, arrivals, db_dsn, on_b, n=9)
+    assert max(lags) < PROMPT, f"B's operations ran {lags} s after A freed the session"
 
 
 def test_requests_nobody_waits_for_send_no_notification(
