@@ -394,7 +394,23 @@ BEGIN
     END IF;
     UPDATE sessions x SET lease_queue = q.queue, lease_queue_expires = q.expires
     WHERE x.tenant = p_tenant AND x.id = p_id;
+    IF q.take AND q.queue IS NOT NULL THEN  -- its turn, and someone is behind it
+        PERFORM cascade_lease_freed_v1(p_tenant, p_id, q.expires);
+    END IF;
     RETURN q.take;
+END
+$$;
+
+CREATE FUNCTION public.cascade_lease_freed_v1(p_tenant text, p_id text, p_expires timestamp with time zone[]) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT FROM unnest(p_expires) AS e WHERE e >= clock_timestamp()) THEN
+        PERFORM pg_notify('cascade_lease', encode(sha256(convert_to(p_tenant, 'UTF8')
+            || '\x00'::bytea || convert_to(p_id, 'UTF8')), 'hex'));
+        RETURN true;
+    END IF;
+    RETURN false;
 END
 $$;
 

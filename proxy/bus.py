@@ -15,6 +15,10 @@ sessions nobody streams (nearly all of them) then send no NOTIFY at all. Streams
 up from the table now and then (api/events.py), which covers an event whose trigger ran just
 before the registration committed, and notifications missed while the listener reconnected.
 
+The same connection LISTENs on ``cascade_lease`` (migration 0023), whose notifications say a
+session's lease was freed while someone waited for it; ``wakeups`` wakes this replica's
+waiters on it (``services/lease_wakeups.py``).
+
 ``config.*`` events concern every session: each replica watches its own config file and
 broadcasts them to its own open streams (they are not session history, so not replayed).
 
@@ -42,6 +46,7 @@ import anyio
 import asyncpg
 
 from proxy.cascade.types import TRANSIENT_EVENTS, Event
+from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
 from proxy.settings import Settings
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable, redact_dsn
@@ -107,6 +112,7 @@ class EventBus:
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self.replica = uuid.uuid4()
+        self.wakeups = LeaseWakeups()  # the waiters for sessions' leases (``cascade_lease``)
 
     async def start(self, timeout: float | None = None) -> None:
         """Listen; a listener still not connected after ``timeout`` seconds (default
@@ -164,6 +170,7 @@ class EventBus:
             try:
                 self._listener = await asyncpg.connect(self._dsn)
                 await self._listener.add_listener(store.NOTIFY_CHANNEL, self._on_notify)
+                await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
                 if not connected.done():
                     connected.set_result(None)
                 while not self._listener.is_closed():
@@ -230,6 +237,9 @@ class EventBus:
             small = {"session_id": session_id, "ts": body["ts"], "truncated": True}
             payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": small})
         return payload
+
+    def _on_lease(self, conn: Any, pid: int, channel: str, payload: object) -> None:
+        self.wakeups.notified(cast(str, payload))
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         msg = json.loads(cast(str, payload))  # asyncpg hands a NOTIFY payload over as text

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 
 from proxy.api.deps import (
     BIGINT_MAX,
+    BusDep,
     ConfigDep,
     LocksDep,
     PoolDep,
@@ -73,7 +74,12 @@ async def list_messages(
 
 @router.post("/{session_id}/branch")
 async def branch_session(
-    session_id: str, request: Request, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+    session_id: str,
+    request: Request,
+    pool: PoolDep,
+    locks: LocksDep,
+    bus: BusDep,
+    tenant: TenantDep,
 ) -> dict[str, Any]:
     body = await read_json_body(request, 65536) if await request.body() else {}
     new_id = body.get("id")
@@ -82,7 +88,13 @@ async def branch_session(
     sid = _sid(session_id)
     with ClientWatch(request.receive) as client:  # watched only while it waits
         return await svc.branch_session(
-            pool, locks, tenant=tenant, session_id=sid, new_id=new_id, client=client
+            pool,
+            locks,
+            tenant=tenant,
+            session_id=sid,
+            new_id=new_id,
+            client=client,
+            wakeups=bus.wakeups,
         )
 
 
@@ -108,20 +120,34 @@ async def compact_session(
 
 @router.post("/{session_id}/reset")
 async def reset_session(
-    session_id: str, request: Request, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+    session_id: str,
+    request: Request,
+    pool: PoolDep,
+    locks: LocksDep,
+    bus: BusDep,
+    tenant: TenantDep,
 ) -> dict[str, Any]:
     sid = _sid(session_id)
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        return await svc.reset_session(pool, locks, tenant=tenant, session_id=sid, client=client)
+        return await svc.reset_session(
+            pool, locks, tenant=tenant, session_id=sid, client=client, wakeups=bus.wakeups
+        )
 
 
 @router.delete("/{session_id}")
 async def delete_session(
-    session_id: str, request: Request, pool: PoolDep, locks: LocksDep, tenant: TenantDep
+    session_id: str,
+    request: Request,
+    pool: PoolDep,
+    locks: LocksDep,
+    bus: BusDep,
+    tenant: TenantDep,
 ) -> dict[str, Any]:
     sid = _sid(session_id)
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        return await svc.delete_session(pool, locks, tenant=tenant, session_id=sid, client=client)
+        return await svc.delete_session(
+            pool, locks, tenant=tenant, session_id=sid, client=client, wakeups=bus.wakeups
+        )
 
 
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")

@@ -181,20 +181,20 @@ class ChatService:
         ctx: ChatContext,
         hashes: list[str],
     ) -> Step:
-        """Prepare the step, the history read before each try connects (issue 24), waiting
-        for the lease while another holds it, the connection back in the pool between tries."""
-        delays = poll_delays()
-        count = MemoCounter(self.cost)
-        while True:
-            guess = self.chains.head(turn.key)
-            got = incoming.read(body["messages"], hashes, rt.ctx, count, guess, self.ingested)
-            await turn.connect()
-            try:
-                return await self._prepare(turn, cfg, rt, body, ctx, got, count)
-            except SessionBusy:
-                self.chains.set_head(turn.key, None)  # another replica moves the head
-                await turn.park()
-                await pause(ctx.client, next(delays))  # a client that leaves ends the wait
+        """Prepare the step, the history read before each try connects (issue 24); between
+        tries at a held lease, connection pooled, wait for its release or the next poll."""
+        delays, count = poll_delays(), MemoCounter(self.cost)
+        with self.bus.wakeups.watch(*turn.key) as wake:
+            while True:
+                guess = self.chains.head(turn.key)
+                got = incoming.read(body["messages"], hashes, rt.ctx, count, guess, self.ingested)
+                await turn.connect()
+                try:
+                    return await self._prepare(turn, cfg, rt, body, ctx, got, count)
+                except SessionBusy:
+                    self.chains.set_head(turn.key, None)  # another replica moves the head
+                    await turn.park()
+                    await pause(ctx.client, next(delays), wake=wake)  # a client that leaves ends it
 
     def _lane(
         self, key: SessionKey, ctx: ChatContext, hashes: list[str]

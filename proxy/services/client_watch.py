@@ -37,6 +37,7 @@ from starlette.types import Receive
 
 from proxy.errors import ClientDisconnected
 from proxy.requestlog import session_wait
+from proxy.services.lease_wakeups import Wake
 
 __all__ = ["ClientWatch", "pause", "WAITING", "OPERATION_WAITING"]
 
@@ -134,9 +135,15 @@ class _Guard:
             raise _disconnected(self._why) from None
 
 
-async def pause(client: ClientWatch | None, seconds: float, why: str = WAITING) -> None:
+async def pause(
+    client: ClientWatch | None, seconds: float, why: str = WAITING, wake: Wake | None = None
+) -> None:
     """``asyncio.sleep(seconds)`` between two polls of a held lease, cut short by
-    ``ClientDisconnected`` (naming ``why``) when the client leaves; noted as time the request
-    waited for its session (``requestlog.session_wait``)."""
+    ``ClientDisconnected`` (naming ``why``) when the client leaves, and ended early when
+    ``wake`` (the waiter's registration, ``lease_wakeups``) hears that the session was freed;
+    noted as time the request waited for its session (``requestlog.session_wait``)."""
     with session_wait(), client.guard(why) if client is not None else contextlib.nullcontext():
-        await asyncio.sleep(seconds)
+        if wake is None:
+            await asyncio.sleep(seconds)
+        else:
+            await wake.wait(seconds)

@@ -6,9 +6,10 @@ missing one (404), so ids leak nothing across tenants.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import asyncpg
@@ -19,6 +20,7 @@ from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
+from proxy.services.lease_wakeups import LeaseWakeups
 from proxy.services.session_locks import SessionLocks
 from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
@@ -206,10 +208,18 @@ async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> 
     ]
 
 
-def _pause(client: ClientWatch | None) -> sessions.Pause | None:
+@contextlib.contextmanager
+def _pauses(
+    client: ClientWatch | None, wakeups: LeaseWakeups | None, tenant: str, session_id: str
+) -> Iterator[sessions.Pause | None]:
     """The pause between two tries at a lease another replica holds: one that ends the
-    operation when its client leaves (None: the store's plain sleep)."""
-    return None if client is None else functools.partial(pause, client, why=OPERATION_WAITING)
+    operation when its client leaves, and ends early when that replica frees the session
+    (``wakeups``, registered from the first pause only). None: the store's plain sleep."""
+    if client is None and wakeups is None:
+        yield None
+        return
+    with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
+        yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
 
 
 async def branch_session(
@@ -220,13 +230,15 @@ async def branch_session(
     session_id: str,
     new_id: str | None,
     client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session.
 
     Reset, delete and branch take their turn in this replica's queue for the session
     (``locks``), then wait for a request in flight on another replica (``store.sessions``).
     One whose ``client`` leaves during either wait ends there (``ClientDisconnected``),
-    nothing changed: run later, a branch its client retried would find its target taken."""
+    nothing changed: run later, a branch its client retried would find its target taken.
+    ``wakeups`` ends a pause between tries when the other replica frees the session."""
     await _require(conn, tenant, session_id)
     target = (
         validate_session_id(new_id, source="body 'id'")
@@ -238,9 +250,10 @@ async def branch_session(
         raise taken
     try:
         async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-            await sessions.copy_session(
-                conn, tenant=tenant, source=session_id, target=target, pause=_pause(client)
-            )
+            with _pauses(client, wakeups, tenant, session_id) as between:
+                await sessions.copy_session(
+                    conn, tenant=tenant, source=session_id, target=target, pause=between
+                )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
     return {"id": target, "object": "session", "parent_id": session_id}
@@ -253,12 +266,12 @@ async def reset_session(
     tenant: str,
     session_id: str,
     client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
 ) -> dict[str, Any]:
     await _require(conn, tenant, session_id)
     async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-        await sessions.reset_session(
-            conn, tenant=tenant, session_id=session_id, pause=_pause(client)
-        )
+        with _pauses(client, wakeups, tenant, session_id) as between:
+            await sessions.reset_session(conn, tenant=tenant, session_id=session_id, pause=between)
     return {"id": session_id, "object": "session", "reset": True}
 
 
@@ -269,11 +282,13 @@ async def delete_session(
     tenant: str,
     session_id: str,
     client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
 ) -> dict[str, Any]:
     async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-        deleted = await sessions.delete_session(
-            conn, tenant=tenant, session_id=session_id, pause=_pause(client)
-        )
+        with _pauses(client, wakeups, tenant, session_id) as between:
+            deleted = await sessions.delete_session(
+                conn, tenant=tenant, session_id=session_id, pause=between
+            )
     if not deleted:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     return {"id": session_id, "object": "session", "deleted": True}

@@ -81,11 +81,14 @@ async def renew_leases(
 RELEASE_LEASE = """
 UPDATE sessions SET lease_owner = NULL, lease_expires = NULL
 WHERE tenant = $1 AND id = $2 AND lease_owner = $3
+RETURNING CASE WHEN lease_queue IS NOT NULL
+    THEN cascade_lease_freed_v1(tenant, id, lease_queue_expires) END
 """
 
 
 async def release_lease(conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID) -> None:
-    """Free the session's lease if ``owner`` still holds it (a request that stores nothing)."""
+    """Free the session's lease if ``owner`` still holds it (a request that stores nothing),
+    telling a waiter queued for it on another replica (migration 0023)."""
     await conn.execute(RELEASE_LEASE, tenant, session_id, owner)
 
 

@@ -76,8 +76,9 @@ async def set_handoff_above(conn: Executor, *, tenant: str, session_id: str, abo
 Pause = Callable[[float], Awaitable[None]]
 """What a session operation does between two tries at a held lease, given the pause's
 length: by default sleep, noted as the request's wait for its session (``requestlog``);
-from the session API, a sleep that ends the operation when its client leaves
-(``services/client_watch.pause``). A pause that raises ends the operation, nothing written."""
+from the session API, a sleep that ends the operation when its client leaves and ends early
+when the holder frees the session (``services/client_watch.pause``, ``lease_wakeups``). A
+pause that raises ends the operation, nothing written."""
 
 
 async def _sleep(seconds: float) -> None:

@@ -126,7 +126,8 @@ UPDATE sessions SET
     lease_owner = CASE WHEN $12::uuid IS NULL THEN lease_owner END,
     lease_expires = CASE WHEN $12::uuid IS NULL THEN lease_expires END
 WHERE tenant = $1 AND id = $2 AND ($12::uuid IS NULL OR lease_owner = $12::uuid)
-RETURNING reclaimed_tokens
+RETURNING reclaimed_tokens, CASE WHEN $12::uuid IS NOT NULL AND lease_queue IS NOT NULL
+    THEN cascade_lease_freed_v1(tenant, id, lease_queue_expires) END AS announced
 """
 )
 
@@ -150,7 +151,9 @@ async def record_step(
     ``owner``'s lease on the session; one round trip. Returns whether the step was stored.
 
     The lease is freed in the transaction that stores the step, so the next request on the
-    session, whose first statement waits for this row, reads the committed step. With
+    session, whose first statement waits for this row, reads the committed step; a waiter
+    queued for it on another replica is told at the commit (``cascade_lease_freed_v1``,
+    migration 0023; a NULL queue, the common case, skips the call). With
     ``owner`` named, a lease it no longer holds (it expired and another request took it)
     stores neither reply nor head: the step is not written under another's lease.
     """

@@ -2,14 +2,20 @@
 
 Two replicas, both behind the pooler: two concurrent requests on one session are
 serialised (the second reaches the provider only after the first is stored), a compaction
-runs once, and an event made on one replica reaches a stream open on the other, whose bus
-LISTENs on ``DATABASE_LISTEN_URL`` (tests/integration/api/test_replicas.py and
-test_compaction_summaries.py's tests)."""
+runs once, an event made on one replica reaches a stream open on the other, whose bus
+LISTENs on ``DATABASE_LISTEN_URL``, and so does the news that a session one replica waits
+for was freed by the other (tests/integration/api/test_replicas.py,
+test_compaction_summaries.py's and test_lease_handoff.py's tests)."""
 
 from __future__ import annotations
 
 from tests.integration.api.test_compaction_summaries import (
     test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_boundary,
+)
+from tests.integration.api.test_lease_handoff import (
+    arrivals,
+    replicas,
+    test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed,
 )
 from tests.integration.api.test_replicas import (
     test_a_compaction_runs_once_for_both_replicas_and_is_counted_once,
@@ -18,6 +24,9 @@ from tests.integration.api.test_replicas import (
 )
 
 __all__ = [
+    "arrivals",
+    "replicas",
+    "test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed",
     "test_a_compaction_runs_once_for_both_replicas_and_is_counted_once",
     "test_a_sessions_requests_are_serialised_across_replicas",
     "test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_boundary",
