@@ -11,7 +11,10 @@ row back; a transient one is cut to its name and counts.
 A persisted event is announced only while some replica watches its session (migration
 0004): ``subscribe`` registers the session in ``event_watchers`` before the caller replays,
 and a keeper task refreshes this replica's rows while its streams are open. Requests on
-sessions nobody streams (nearly all of them) then send no NOTIFY at all. Streams also catch
+sessions nobody streams (nearly all of them) then send no NOTIFY at all. The keeper also
+reads the sessions other replicas watch, so ``watched`` answers from memory whether a
+transient event would reach anyone (``services/deltas.py`` asks it while a reply streams):
+this replica's own streams count at once, another replica's within one refresh. Streams also catch
 up from the table now and then (api/events.py), which covers an event whose trigger ran just
 before the registration committed, and notifications missed while the listener reconnected.
 
@@ -108,6 +111,7 @@ class EventBus:
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._remote: frozenset[tuple[str, str]] = frozenset()  # other replicas' (keeper)
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -161,9 +165,22 @@ class EventBus:
 
     async def _keep_watching(self) -> None:
         while True:
+            await self.refresh_watched()
             await asyncio.sleep(WATCH_TTL / 3)
             if self._subs:
                 await self._watch(list(self._subs))
+
+    async def refresh_watched(self) -> None:
+        """Read which sessions other replicas stream (one small SELECT per keeper round)."""
+        try:
+            self._remote = frozenset(await store.fetch_watched(self._pool, replica=self.replica))
+        except Exception as exc:  # the last set stays; the next round tries again
+            log.warning("could not read the sessions other replicas watch: %s", exc)
+
+    def watched(self, key: tuple[str, str]) -> bool:
+        """Whether some stream, here or (as of the keeper's last read) on another replica,
+        watches the session ``key`` (tenant, session id): no statement."""
+        return key in self._subs or key in self._remote
 
     async def _supervise(self, connected: asyncio.Future[None]) -> None:
         while True:
@@ -229,6 +246,27 @@ class EventBus:
                 names.append(event.name)
                 bodies.append(body)
         return (names, bodies), transient
+
+    def pieces(
+        self, tenant: str, session_id: str, name: str, data: Mapping[str, Any], text_key: str
+    ) -> list[str]:
+        """NOTIFY payloads of a transient event whose string ``data[text_key]`` may be too
+        long for one: the text is cut into consecutive pieces that fit, one event each, with
+        ``part`` and ``parts`` (which also keep equal pieces apart: NOTIFY drops a payload
+        equal to one already sent in the same transaction)."""
+        body = {**data, "session_id": session_id, "ts": _now()}
+        text = body.pop(text_key)
+        envelope = len(self._transient(tenant, session_id, name, body))
+        room = _MAX_PAYLOAD - envelope - len(text_key) - 8  # `, "key": ""`
+        if len(json.dumps(text)) - 2 <= room:
+            return [self._transient(tenant, session_id, name, {**body, text_key: text})]
+        parts = _cut(text, room - 40)  # `, "part": n, "parts": n`
+        return [
+            self._transient(
+                tenant, session_id, name, {**body, text_key: t, "part": i, "parts": len(parts)}
+            )
+            for i, t in enumerate(parts)
+        ]
 
     @staticmethod
     def _transient(tenant: str, session_id: str, name: str, body: Mapping[str, Any]) -> str:
@@ -305,3 +343,15 @@ class EventBus:
                 del self._subs[key]
                 with anyio.CancelScope(shield=True):
                     await self._unwatch(tenant, session_id)
+
+
+def _cut(text: str, room: int) -> list[str]:
+    """``text`` in consecutive parts whose JSON string form (escapes and all) fits ``room``."""
+    parts = []
+    while text:
+        size = min(len(text), room)
+        while (escaped := len(json.dumps(text[:size])) - 2) > room:
+            size = max(1, min(size - 1, size * room // escaped))
+        parts.append(text[:size])
+        text = text[size:]
+    return parts

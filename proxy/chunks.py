@@ -100,6 +100,17 @@ class StreamAccumulator:
                     call = choice.tool_calls[index] = _ToolCall()
                 _add_tool_call(call, raw_call)
 
+    def text_since(self, marks: dict[int, int]) -> dict[int, str]:
+        """Each choice's content that came after ``marks`` (choice: pieces already taken), which
+        it moves to the end: the text a live view has not shown yet (``services/deltas.py``)."""
+        out = {}
+        for index, choice in self._choices.items():
+            taken = marks.get(index, 0)
+            if len(choice.content) > taken:
+                out[index] = "".join(choice.content[taken:])
+                marks[index] = len(choice.content)
+        return out
+
     @property
     def indices(self) -> list[int]:
         """Choice indices seen so far, ascending."""

@@ -133,7 +133,7 @@ class ChatService:
         self.ingested = IngestMemo()
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
-        self.forward = Forwarder(upstream=upstream, settings=settings)
+        self.forward = Forwarder(upstream=upstream, settings=settings, bus=bus, pool=pool)
 
     async def complete(
         self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext

@@ -17,6 +17,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from proxy import chunks, sse
+from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
@@ -24,11 +25,13 @@ from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
 from proxy.provider_errors import log_relayed
+from proxy.services import deltas
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.toolloop import answer_call, split_calls
 from proxy.services.turn import ChatContext, Route, Step, Turn
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
+from proxy.store.db import Executor
 from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
@@ -65,11 +68,22 @@ def _closing_frames(
 
 class Forwarder:
     """Calls upstream for a turn's step and relays the answer; the turn ends with it
-    (``Turn.finish`` with the reply, ``Turn.abort`` when there is none to store)."""
+    (``Turn.finish`` with the reply, ``Turn.abort`` when there is none to store). With a
+    ``bus`` (and the ``pool`` its NOTIFYs run on), a stream's text also goes out as delta
+    events while its session is watched (``deltas.py``)."""
 
-    def __init__(self, *, upstream: Upstream, settings: Settings) -> None:
+    def __init__(
+        self,
+        *,
+        upstream: Upstream,
+        settings: Settings,
+        bus: EventBus | None = None,
+        pool: Executor | None = None,
+    ) -> None:
         self.upstream = upstream
         self.settings = settings
+        self.bus = bus
+        self.pool = pool
 
     def _upstream_body(self, step: Step, messages: list[Message]) -> bytes:
         body = strip_proxy_fields(step.body)
@@ -215,6 +229,7 @@ class Forwarder:
         step = turn.prepared
         reply: dict[str, Any] | None = None
         prompt_tokens = None
+        tap = deltas.tap(self.bus, self.pool, step)
         try:
             messages = list(step.assembled.messages)
             texts: list[str] = []
@@ -230,6 +245,7 @@ class Forwarder:
                     yield sse.DONE
                     return
                 out = RoundOutcome()
+                tap.round(out.acc)
                 try:
                     async for piece in relay_round(
                         resp,
@@ -239,6 +255,7 @@ class Forwarder:
                         keepalive=self.settings.keepalive_seconds,
                         client=client,
                     ):
+                        tap.poll()
                         yield piece
                 finally:
                     await resp.aclose()
@@ -268,6 +285,7 @@ class Forwarder:
         finally:
             with anyio.CancelScope(shield=True):
                 await _drop(send)
+                await tap.close()  # the last delta, before the stored reply's event
                 await turn.finish(reply, prompt_tokens)
 
     async def _keepalive_until(

@@ -22,6 +22,8 @@ __all__ = [
     "fetch_events_after",
     "NOTIFY_CHANNEL",
     "notify",
+    "notify_all",
+    "fetch_watched",
     "watch",
     "unwatch",
     "fetch_unpaired_compactions",
@@ -102,6 +104,23 @@ async def fetch_events_after(
 
 async def notify(conn: Executor, *, payload: str) -> None:
     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, payload)
+
+
+async def notify_all(conn: Executor, *, payloads: Sequence[str]) -> None:
+    """NOTIFY several payloads in one statement, in order (one round trip)."""
+    await conn.execute(
+        "SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x", NOTIFY_CHANNEL, payloads
+    )
+
+
+FETCH_WATCHED = """
+SELECT DISTINCT tenant, session_id FROM event_watchers WHERE replica <> $1 AND expires_at > now()
+"""
+
+
+async def fetch_watched(conn: Executor, *, replica: uuid.UUID) -> set[tuple[str, str]]:
+    """The sessions other replicas stream now (their current ``event_watchers`` rows)."""
+    return {(r["tenant"], r["session_id"]) for r in await conn.fetch(FETCH_WATCHED, replica)}
 
 
 WATCH = """
