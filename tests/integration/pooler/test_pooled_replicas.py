@@ -4,13 +4,18 @@ Two replicas, both behind the pooler: two concurrent requests on one session are
 serialised (the second reaches the provider only after the first is stored), a compaction
 runs once, an event made on one replica reaches a stream open on the other, whose bus
 LISTENs on ``DATABASE_LISTEN_URL``, and so does the news that a session one replica waits
-for was freed by the other (tests/integration/api/test_replicas.py,
-test_compaction_summaries.py's and test_lease_handoff.py's tests)."""
+for was freed by the other, as do a streamed reply's delta events (tests/integration/api/
+test_replicas.py, test_compaction_summaries.py's, test_lease_handoff.py's and
+test_deltas.py's tests)."""
 
 from __future__ import annotations
 
 from tests.integration.api.test_compaction_summaries import (
     test_after_a_compaction_the_prompt_is_summary_plus_messages_since_the_boundary,
+)
+from tests.integration.api.test_deltas import (
+    quick_keeper,
+    test_another_replicas_watcher_gets_the_deltas,
 )
 from tests.integration.api.test_lease_handoff import (
     arrivals,
@@ -24,6 +29,8 @@ from tests.integration.api.test_replicas import (
 )
 
 __all__ = [
+    "quick_keeper",
+    "test_another_replicas_watcher_gets_the_deltas",
     "arrivals",
     "replicas",
     "test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed",
