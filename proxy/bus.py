@@ -165,10 +165,10 @@ class EventBus:
 
     async def _keep_watching(self) -> None:
         while True:
-            await self.refresh_watched()
             await asyncio.sleep(WATCH_TTL / 3)
             if self._subs:
                 await self._watch(list(self._subs))
+            await self.refresh_watched()
 
     async def refresh_watched(self) -> None:
         """Read which sessions other replicas stream (one small SELECT per keeper round)."""
