@@ -70,6 +70,7 @@ export const api = {
   reset: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/reset`),
   compact: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/compact`),
   remove: (id) => call("DELETE", `/v1/sessions/${encodeURIComponent(id)}`),
+  pendingMemory: () => call("GET", "/v1/memory/suggestions?limit=1000"),
   acceptMemory: (sid) =>
     call("POST", `/v1/memory/suggestions/${encodeURIComponent(sid)}/accept`),
   rejectMemory: (sid) =>

@@ -1,0 +1,59 @@
+"""The console as an operator uses it, past the happy path: memory suggestions replayed when
+a session opens, a session not started yet, ids the proxy cannot take, a narrow window.
+
+Each test fails on the console before its fix; the ``console`` fixture checks that the page
+raised no error and asked no host but the proxy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import api, inject, sign_in
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def started(proxy: ProxyServer, session_id: str) -> None:
+    with api(proxy) as h:
+        resp = h.post(
+            f"/s/{session_id}/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert resp.status_code == 200, resp.text
+
+
+def spills_over(page: Any) -> bool:
+    return bool(
+        page.evaluate("document.documentElement.scrollWidth > document.documentElement.clientWidth")
+    )
+
+
+def test_answered_suggestions_are_not_asked_again_and_waiting_ones_come_in_turn(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    started(console_proxy, "recall")
+    inject(db_dsn, "recall", "memory.suggestion", {"suggestion_id": "s-old", "facts": ["A"]})
+    inject(db_dsn, "recall", "memory.suggestion", {"suggestion_id": "s-new", "facts": ["B"]})
+    page = sign_in(console, "#/s/recall")
+    prompt = page.get_by_test_id("memory-prompt")
+    # both replayed when the stream opens: the oldest is asked first, and says one more waits
+    prompt.filter(has_text="1 of 2 waiting").wait_for()
+    assert "A" in prompt.locator("li").all_inner_texts()
+    page.get_by_test_id("memory-dismiss").click()
+    prompt.locator("li", has_text="B").wait_for()  # the other one, not nothing
+    page.get_by_test_id("memory-save").click()
+    prompt.wait_for(state="hidden")
+    with api(console_proxy) as h:
+        assert h.get("/v1/memory/suggestions").json()["data"] == []
+        assert [f["text"] for f in h.get("/v1/memory").json()["data"]] == ["B"]
+    # reopened: the stream replays both events, but both are answered, so nothing is asked
+    page.reload()
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    page.wait_for_timeout(1500)
+    assert prompt.is_hidden()
+    assert page.get_by_test_id("toast").count() == 0
