@@ -57,3 +57,12 @@ def test_answered_suggestions_are_not_asked_again_and_waiting_ones_come_in_turn(
     page.wait_for_timeout(1500)
     assert prompt.is_hidden()
     assert page.get_by_test_id("toast").count() == 0
+
+
+def test_a_session_not_started_shows_no_usage_rather_than_a_limit_of_one(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    page = sign_in(console, "#/s/not-yet")
+    text = page.get_by_test_id("usage-text")
+    text.filter(has_text="No usage yet").wait_for()
+    assert "/ 1 tokens" not in text.inner_text()
