@@ -66,3 +66,21 @@ def test_a_session_not_started_shows_no_usage_rather_than_a_limit_of_one(
     text = page.get_by_test_id("usage-text")
     text.filter(has_text="No usage yet").wait_for()
     assert "/ 1 tokens" not in text.inner_text()
+
+
+def test_nothing_spills_out_of_its_column_or_the_window(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    started(console_proxy, "a-session-with-a-rather-long-id-for-a-narrow-window")
+    page = sign_in(console, "#/s/a-session-with-a-rather-long-id-for-a-narrow-window")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    model = page.get_by_test_id("composer-model").bounding_box()
+    column = page.locator(".col-main").bounding_box()
+    assert model and column
+    assert model["x"] + model["width"] <= column["x"] + column["width"] + 1  # not under the panel
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.wait_for_timeout(200)
+    assert not spills_over(page)
+    page.goto(f"{console.origin}/ui#/")
+    page.get_by_test_id("session-row").first.wait_for()
+    assert not spills_over(page)  # the table scrolls inside its box, not the page
