@@ -90,13 +90,30 @@ async function openList() {
   }
 }
 
+// What the proxy takes as a session id; another (a "/" in it, a space) would reach no route
+// or a 400, so the page says so instead of showing it as a new session.
+const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+function badId(id) {
+  if (SESSION_ID.test(id)) return false;
+  toast(`${JSON.stringify(id.slice(0, 140))} is not a session id: 1 to 128 letters, digits ` +
+    "and . _ : -", "error");
+  return true;
+}
+
+function sessionIn(hash) {
+  const m = hash.match(/^#\/s\/(.+)$/);
+  if (!m) return null;
+  try { return decodeURIComponent(m[1]); } catch (_) { return m[1]; } // a stray "%"
+}
+
 function route() {
   if (storedKey() === null) { showLogin(); return; }
-  const m = location.hash.match(/^#\/s\/(.+)$/);
+  const id = sessionIn(location.hash);
   if (current) { current.close(); current = null; }
-  if (m) {
+  if (id !== null && !badId(id)) {
     show("session-view");
-    current = new SessionView(decodeURIComponent(m[1]), { toast, confirmAction, handleError });
+    current = new SessionView(id, { toast, confirmAction, handleError });
     current.open();
   } else {
     openList();
@@ -116,7 +133,7 @@ function boot() {
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();
-    if (id) location.hash = `#/s/${encodeURIComponent(id)}`;
+    if (id && !badId(id)) location.hash = `#/s/${encodeURIComponent(id)}`;
   });
   window.addEventListener("hashchange", route);
   route();

@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, inject, sign_in
+from tests.integration.ui.test_console import api, inject, sign_in, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,3 +84,22 @@ def test_nothing_spills_out_of_its_column_or_the_window(
     page.goto(f"{console.origin}/ui#/")
     page.get_by_test_id("session-row").first.wait_for()
     assert not spills_over(page)  # the table scrolls inside its box, not the page
+
+
+def test_an_id_the_proxy_cannot_take_is_said_not_shown_as_a_new_session(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    session_calls: list[str] = []
+    page.on("request", lambda r: session_calls.append(r.url) if "/v1/sessions/" in r.url else None)
+    page.goto(f"{console.origin}/ui#/s/bad%20id%2Fx")
+    toast = page.get_by_test_id("toast").filter(has_text="is not a session id")
+    toast.wait_for()
+    assert page.get_by_test_id("session-filter").is_visible()  # back on the list
+    page.get_by_test_id("new-session-id").fill("a/b")
+    page.get_by_test_id("new-session-open").click()
+    wait_for(lambda: toast.count() == 2, page)
+    page.goto(f"{console.origin}/ui#/s/100%")  # a stray "%" is no URI escape: no page error
+    wait_for(lambda: toast.count() == 3, page)
+    assert session_calls == []
