@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.api.conftest import ProxyServer
@@ -103,3 +104,41 @@ def test_an_id_the_proxy_cannot_take_is_said_not_shown_as_a_new_session(
     page.goto(f"{console.origin}/ui#/s/100%")  # a stray "%" is no URI escape: no page error
     wait_for(lambda: toast.count() == 3, page)
     assert session_calls == []
+
+
+def test_long_lists_are_read_page_by_page_not_cut_at_one_answer(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A session's messages past one answer's cap (10000) and sessions past 1000: the page
+    reads on, so the composer resends the whole history and the list shows every session.
+    The proxy's answers are stood in for here, as storing 10001 messages would take long."""
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    asked: list[str] = []
+
+    def paged(total: int, row: Any) -> Any:
+        def fulfil(route: Any) -> None:
+            url = httpx.URL(route.request.url)
+            asked.append(f"{url.path}?{url.query.decode()}")
+            offset, limit = int(url.params.get("offset", 0)), int(url.params["limit"])
+            data = [row(i) for i in range(offset, min(total, offset + limit))]
+            route.fulfill(json={"object": "list", "data": data})
+
+        return fulfil
+
+    message = lambda i: {"pos": i, "role": "user", "message": {"role": "user", "content": "x"}}  # noqa: E731
+    page.route("**/v1/sessions/long/messages?*", paged(10_005, message))
+    count = page.evaluate(
+        "import('/ui/static/api.js').then((m) => m.api.messages('long', 'sent'))"
+        ".then((out) => out.data.length)"
+    )
+    assert count == 10_005
+    assert asked == [
+        "/v1/sessions/long/messages?form=sent&limit=10000&offset=0",
+        "/v1/sessions/long/messages?form=sent&limit=10000&offset=10000",
+    ]
+    session = lambda i: {"id": f"s{i:04d}", "agent": "default", "message_count": 1}  # noqa: E731
+    page.route("**/v1/sessions?*", paged(1_001, session))
+    page.reload()
+    rows = page.get_by_test_id("session-row")
+    wait_for(lambda: rows.count() == 1_001, page)
