@@ -76,7 +76,10 @@ function renderList() {
       ? `${num(s.last_prompt_tokens)} / ${num(s.context_limit)}`
       : num(s.last_prompt_tokens) })),
   el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }))));
-  $("list-empty").hidden = sessions.length > 0;
+  // Empty says why: no session at all for this key, or none the filter matches.
+  $("list-empty").textContent = sessions.length
+    ? `No session matches "${$("filter").value.trim()}".` : "No sessions yet for this key.";
+  $("list-empty").hidden = rows.length > 0;
 }
 
 async function openList() {

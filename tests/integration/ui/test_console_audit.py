@@ -142,3 +142,16 @@ def test_long_lists_are_read_page_by_page_not_cut_at_one_answer(
     page.reload()
     rows = page.get_by_test_id("session-row")
     wait_for(lambda: rows.count() == 1_001, page)
+
+
+def test_an_empty_list_says_why(console: Page, console_proxy: ProxyServer) -> None:
+    page = sign_in(console)
+    empty = page.locator("#list-empty")
+    empty.filter(has_text="No sessions yet").wait_for()
+    started(console_proxy, "only-one")
+    page.reload()
+    page.get_by_test_id("session-row").first.wait_for()
+    assert empty.is_hidden()
+    page.get_by_test_id("session-filter").fill("zzz")  # a filter that matches nothing
+    empty.filter(has_text='No session matches "zzz"').wait_for()
+    assert page.get_by_test_id("session-row").count() == 0
