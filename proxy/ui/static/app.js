@@ -30,14 +30,14 @@ export function confirmAction(text) {
   });
 }
 
-// A 401 anywhere: the key is wrong or missing; ask again.
+// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast.
 export function handleError(err, what) {
   if (err instanceof ApiError && err.status === 401) {
     forgetKey();
     showLogin(err.message);
-    return;
+    return null;
   }
-  toast(`${what}: ${err.message}`, "error");
+  return toast(`${what}: ${err.message}`, "error");
 }
 
 function show(id) {

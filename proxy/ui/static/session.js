@@ -44,14 +44,20 @@ export class SessionView {
     $("status-line").textContent = "";
     $("composer-model").value = "";
     this.refresh();
-    // A lost stream is said once, not on every retry; it reconnects by itself.
-    let said = false;
+    // A lost stream is said once, not on every retry; it reconnects by itself, and when it
+    // is back the warning goes (it would still say "reconnecting") and the view catches up.
+    let lost = null;
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
-        if (state === "live") said = false;
-        if (state === "reconnecting" && err && !said) {
-          said = true;
-          this.ui.handleError(err, "The live updates stopped; reconnecting");
+        if (state === "live" && lost) {
+          lost.remove();
+          lost = null;
+          this.ui.toast("Live updates are back.", "info", 4000);
+          this.refresh();
+        }
+        if (state === "reconnecting" && err && !lost) {
+          lost = this.ui.handleError(err, "The live updates stopped; reconnecting") ||
+            document.createElement("div"); // a 401 signed out instead: nothing to remove
         }
       });
   }

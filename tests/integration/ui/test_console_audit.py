@@ -155,3 +155,25 @@ def test_an_empty_list_says_why(console: Page, console_proxy: ProxyServer) -> No
     page.get_by_test_id("session-filter").fill("zzz")  # a filter that matches nothing
     empty.filter(has_text='No session matches "zzz"').wait_for()
     assert page.get_by_test_id("session-row").count() == 0
+
+
+def test_a_lost_event_stream_warns_once_and_the_warning_goes_when_it_is_back(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    started(console_proxy, "flaky")
+    tries = {"n": 0}
+
+    def events(route: Any) -> None:  # the first stream ends at once, the next fails
+        tries["n"] += 1
+        if tries["n"] == 1:
+            route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body="")
+        else:
+            route.abort()
+
+    console.page.route("**/v1/sessions/flaky/events", events)
+    page = sign_in(console, "#/s/flaky")
+    lost = page.get_by_test_id("toast").filter(has_text="live updates stopped")
+    lost.wait_for()
+    page.unroute("**/v1/sessions/flaky/events")  # the proxy is back
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
+    assert lost.count() == 0  # no longer says it is reconnecting
