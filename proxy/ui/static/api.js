@@ -55,12 +55,25 @@ export async function call(method, path, body, { signal } = {}) {
   return resp.json();
 }
 
+// Every row of a list endpoint, a page at a time until a short one: one answer holds at most
+// `page` rows (the endpoint's cap), and a list cut there would hide sessions, or resend a
+// long history shorter than it is, which the proxy would take for an edit of its tail.
+export async function everything(path, page) {
+  const rows = [];
+  const sep = path.includes("?") ? "&" : "?";
+  for (;;) {
+    const out = await call("GET", `${path}${sep}limit=${page}&offset=${rows.length}`);
+    for (const row of out.data) rows.push(row);
+    if (out.data.length < page) return { ...out, data: rows };
+  }
+}
+
 export const api = {
-  sessions: () => call("GET", "/v1/sessions?limit=1000"),
+  sessions: () => everything("/v1/sessions", 1000),
   models: () => call("GET", "/v1/models"),
   session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
-  messages: (id, form = "prompt") => call(
-    "GET", `/v1/sessions/${encodeURIComponent(id)}/messages?limit=10000&form=${form}`),
+  messages: (id, form = "prompt") => everything(
+    `/v1/sessions/${encodeURIComponent(id)}/messages?form=${form}`, 10000),
   toolOutput: (id, callId, offset, limit) => call(
     "GET",
     `/v1/sessions/${encodeURIComponent(id)}/tool-outputs/${encodeURIComponent(callId)}` +
@@ -70,6 +83,7 @@ export const api = {
   reset: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/reset`),
   compact: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/compact`),
   remove: (id) => call("DELETE", `/v1/sessions/${encodeURIComponent(id)}`),
+  pendingMemory: () => call("GET", "/v1/memory/suggestions?limit=1000"),
   acceptMemory: (sid) =>
     call("POST", `/v1/memory/suggestions/${encodeURIComponent(sid)}/accept`),
   rejectMemory: (sid) =>

@@ -30,14 +30,14 @@ export function confirmAction(text) {
   });
 }
 
-// A 401 anywhere: the key is wrong or missing; ask again.
+// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast.
 export function handleError(err, what) {
   if (err instanceof ApiError && err.status === 401) {
     forgetKey();
     showLogin(err.message);
-    return;
+    return null;
   }
-  toast(`${what}: ${err.message}`, "error");
+  return toast(`${what}: ${err.message}`, "error");
 }
 
 function show(id) {
@@ -76,7 +76,10 @@ function renderList() {
       ? `${num(s.last_prompt_tokens)} / ${num(s.context_limit)}`
       : num(s.last_prompt_tokens) })),
   el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }))));
-  $("list-empty").hidden = sessions.length > 0;
+  // Empty says why: no session at all for this key, or none the filter matches.
+  $("list-empty").textContent = sessions.length
+    ? `No session matches "${$("filter").value.trim()}".` : "No sessions yet for this key.";
+  $("list-empty").hidden = rows.length > 0;
 }
 
 async function openList() {
@@ -90,13 +93,30 @@ async function openList() {
   }
 }
 
+// What the proxy takes as a session id; another (a "/" in it, a space) would reach no route
+// or a 400, so the page says so instead of showing it as a new session.
+const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+function badId(id) {
+  if (SESSION_ID.test(id)) return false;
+  toast(`${JSON.stringify(id.slice(0, 140))} is not a session id: 1 to 128 letters, digits ` +
+    "and . _ : -", "error");
+  return true;
+}
+
+function sessionIn(hash) {
+  const m = hash.match(/^#\/s\/(.+)$/);
+  if (!m) return null;
+  try { return decodeURIComponent(m[1]); } catch (_) { return m[1]; } // a stray "%"
+}
+
 function route() {
   if (storedKey() === null) { showLogin(); return; }
-  const m = location.hash.match(/^#\/s\/(.+)$/);
+  const id = sessionIn(location.hash);
   if (current) { current.close(); current = null; }
-  if (m) {
+  if (id !== null && !badId(id)) {
     show("session-view");
-    current = new SessionView(decodeURIComponent(m[1]), { toast, confirmAction, handleError });
+    current = new SessionView(id, { toast, confirmAction, handleError });
     current.open();
   } else {
     openList();
@@ -116,7 +136,7 @@ function boot() {
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();
-    if (id) location.hash = `#/s/${encodeURIComponent(id)}`;
+    if (id && !badId(id)) location.hash = `#/s/${encodeURIComponent(id)}`;
   });
   window.addEventListener("hashchange", route);
   route();

@@ -39,7 +39,18 @@ export const PARTS = [
 // The usage panel: the bar's segments (each part against the limit), its legend, the text
 // line, and the reclaimed line, shown only when some stage reclaimed anything.
 export function renderUsage(session, { bar, legend, text, reclaimed }) {
-  const limit = session.context_limit || 1;
+  if (!session.context_limit) { // a session not started yet: no limit, nothing counted
+    text.textContent = "No usage yet: the first message starts the session.";
+    bar.removeAttribute("aria-valuemax");
+    bar.setAttribute("aria-valuenow", "0");
+    bar.dataset.occupancy = "0";
+    bar.replaceChildren();
+    legend.replaceChildren();
+    reclaimed.hidden = true;
+    reclaimed.textContent = "";
+    return;
+  }
+  const limit = session.context_limit;
   const occupancy = session.occupancy || 0;
   const usage = session.usage || {};
   text.textContent = `${num(occupancy)} / ${num(limit)} tokens ` +

@@ -17,6 +17,8 @@ export class SessionView {
     this.refreshing = null;
     this.again = false;
     this.suggestion = null;
+    this.asking = null; // the lookup of the suggestions waiting (askMemory)
+    this.askAgain = false;
     this.raw = new Map(); // tool_call_id -> what was paged back
     this.wire();
   }
@@ -42,14 +44,20 @@ export class SessionView {
     $("status-line").textContent = "";
     $("composer-model").value = "";
     this.refresh();
-    // A lost stream is said once, not on every retry; it reconnects by itself.
-    let said = false;
+    // A lost stream is said once, not on every retry; it reconnects by itself, and when it
+    // is back the warning goes (it would still say "reconnecting") and the view catches up.
+    let lost = null;
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
-        if (state === "live") said = false;
-        if (state === "reconnecting" && err && !said) {
-          said = true;
-          this.ui.handleError(err, "The live updates stopped; reconnecting");
+        if (state === "live" && lost) {
+          lost.remove();
+          lost = null;
+          this.ui.toast("Live updates are back.", "info", 4000);
+          this.refresh();
+        }
+        if (state === "reconnecting" && err && !lost) {
+          lost = this.ui.handleError(err, "The live updates stopped; reconnecting") ||
+            document.createElement("div"); // a 401 signed out instead: nothing to remove
         }
       });
   }
@@ -259,19 +267,45 @@ export class SessionView {
         this.ui.toast(handoffText(data), "handoff", 0);
         break;
       case "memory.suggestion":
-        this.showMemory(data);
+        this.askMemory();
         break;
       default:
         break;
     }
   }
 
-  showMemory(data) {
-    const facts = (data.facts || data.suggestions || data.items || []).map((f) =>
+  // A memory.suggestion event (live, or replayed from the start when the stream opens) is
+  // a cue to ask the proxy which of this session's suggestions nobody has answered yet: a
+  // replayed one may have been answered since, and several may be waiting. They are asked
+  // one at a time, oldest first; one lookup at a time, a cue during it runs one more after.
+  askMemory() {
+    if (this.asking) { this.askAgain = true; return this.asking; }
+    this.asking = this.nextMemory().finally(() => {
+      this.asking = null;
+      if (this.askAgain) { this.askAgain = false; this.askMemory(); }
+    });
+    return this.asking;
+  }
+
+  async nextMemory() {
+    try {
+      const pending = ((await api.pendingMemory()).data || [])
+        .filter((s) => s.session_id === this.id);
+      if (this.abort.signal.aborted) return;
+      if (pending.length) this.showMemory(pending[0], pending.length);
+      else { this.suggestion = null; $("memory-prompt").hidden = true; }
+    } catch (err) {
+      if (!this.abort.signal.aborted) this.ui.handleError(err, "Could not list the suggestions");
+    }
+  }
+
+  showMemory(data, waiting = 1) {
+    const facts = (data.facts || []).map((f) =>
       (typeof f === "string" ? f : f.text || f.fact || f.content || JSON.stringify(f)));
     this.suggestion = { id: data.suggestion_id || data.id, facts };
     $("memory-title").textContent =
-      `Remember ${facts.length === 1 ? "this thing" : `these ${facts.length} things`}?`;
+      `Remember ${facts.length === 1 ? "this thing" : `these ${facts.length} things`}?` +
+      (waiting > 1 ? ` (1 of ${waiting} waiting)` : "");
     $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f })));
     $("memory-prompt").hidden = false;
   }
@@ -287,6 +321,7 @@ export class SessionView {
     } catch (err) {
       this.ui.handleError(err, save ? "Could not save to memory" : "Could not dismiss");
     }
+    this.askMemory(); // the next one waiting, or none (this one answered elsewhere meanwhile)
   }
 }
 

@@ -182,7 +182,12 @@ def test_a_memory_suggestion_asks_and_its_buttons_call_the_memory_api(
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
     calls: list[str] = []
     page.on(
-        "request", lambda r: calls.append(f"{r.method} {r.url}") if "/v1/memory/" in r.url else None
+        "request",
+        lambda r: (
+            calls.append(f"{r.method} {r.url}")
+            if r.method == "POST" and "/v1/memory/" in r.url
+            else None
+        ),
     )
     inject(
         db_dsn,
