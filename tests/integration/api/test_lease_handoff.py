@@ -145,6 +145,14 @@ def handoffs(
     return lags
 
 
+def prompt(lags: list[float]) -> bool:
+    """All handoffs but at most one within PROMPT (one may meet a stall of the loaded machine),
+    and none later than a poll would have been. Polling alone (a lag about uniform up to
+    POLL_MAX_SECONDS) passes this for 8 handoffs about once in 800 runs, for 9 once in 2,000."""
+    ordered = sorted(lags)
+    return ordered[-2] < PROMPT and ordered[-1] < POLL_MAX_SECONDS
+
+
 def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
     replicas: list[str], arrivals: list[tuple[str, float]], db_dsn: str
 ) -> None:
@@ -154,7 +162,7 @@ def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
         return next(t for text, t in arrivals if text == f"B {i}")  # its provider call
 
     lags = handoffs(replicas, arrivals, db_dsn, on_b)
-    assert max(lags) < PROMPT, f"B took the session {lags} s after A freed it"
+    assert prompt(lags), f"B took the session {lags} s after A freed it"
 
 
 def test_a_session_operation_on_another_replica_runs_as_soon_as_it_is_freed(
@@ -175,7 +183,7 @@ def test_a_session_operation_on_another_replica_runs_as_soon_as_it_is_freed(
         return time.monotonic()  # its reply: the operation ran
 
     lags = handoffs(replicas, arrivals, db_dsn, on_b, n=9)
-    assert max(lags) < PROMPT, f"B's operations ran {lags} s after A freed the session"
+    assert prompt(lags), f"B's operations ran {lags} s after A freed the session"
 
 
 def test_requests_nobody_waits_for_send_no_notification(

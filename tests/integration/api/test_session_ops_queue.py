@@ -64,7 +64,10 @@ def test_a_request_arriving_while_an_operation_waits_goes_after_it(
     for w in workers:
         w.join(15)
     assert set(done) == {"first", "operation", "second"}
-    assert done["first"] < done["operation"] < done["second"]
+    # The operation ran after the first request's step was stored: the session (or the copy)
+    # shows it below. Its client's end is no witness: a stream's body ends after its step is
+    # stored, so the operation's reply may reach its own client first.
+    assert done["operation"] < done["second"]
     # The second request ran after the operation: its history is what the session holds.
     view = settled(http, "queued", 2)
     assert view["message_count"] == 2
