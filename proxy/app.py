@@ -271,6 +271,7 @@ def _install_middleware(
         holder=holder,
         require_keys=require_keys,
         allow_unauthenticated=settings.allow_unauthenticated,
+        cors_origins=settings.cors_origin_list(),
     )
     if origins := settings.cors_origin_list():
         app.add_middleware(

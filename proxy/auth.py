@@ -18,6 +18,12 @@ applies to the next request.
   allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
   any bearer would open anyway.
 - A key limited to some agents (``agents``) gets a 403 for any other agent.
+- Without keys, loopback is the only protection, and a web page the user has open can reach
+  loopback too: a request that arrived on a loopback IP but names another host (``Host``:
+  what a page whose domain was rebound to 127.0.0.1 sends, with any bearer it likes) is
+  refused, and so is one with no bearer from a page of another origin (``Origin`` neither
+  the proxy's own nor in ``CASCADE_CORS_ORIGINS``: a form or ``no-cors`` fetch, which
+  cannot carry a bearer). Unauthenticated listening, when allowed, allows these too.
 - Listening beyond loopback without keys is refused at start (``listen_policy``) for the
   address the proxy is told (``CASCADE_HOST``). A server started on another address than it
   says (``uvicorn ... --host 0.0.0.0`` without ``CASCADE_HOST``) is caught per request: with
@@ -35,7 +41,7 @@ import hmac
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -157,11 +163,13 @@ class ProxyAuth:
         require_keys: bool = False,
         allow_unauthenticated: bool = False,
         env: Mapping[str, str] | None = None,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.holder = holder
         self.require_keys = require_keys
         self.allow_unauthenticated = allow_unauthenticated
+        self.cors_origins = frozenset(o.lower() for o in cors_origins)
         self.env = env if env is not None else os.environ
         self._exposed: dict[str, bool] = {}  # local address -> a non-loopback IP
 
@@ -208,17 +216,42 @@ class ProxyAuth:
                 "this proxy listens on a non-loopback address and its config has no "
                 "proxy keys (auth.keys): every request is refused"
             )
-        if not self.allow_unauthenticated and self._arrived_exposed(scope):
-            return (
-                "this proxy has no proxy keys (auth.keys) and the request arrived on a "
-                "non-loopback address: refused"
-            )
+        if not self.allow_unauthenticated:
+            if self._arrived_exposed(scope):
+                return (
+                    "this proxy has no proxy keys (auth.keys) and the request arrived on a "
+                    "non-loopback address: refused"
+                )
+            if refusal := self._cross_site(scope, token):
+                return refusal
         if not token and path not in OPERATIONAL_PATHS and provider_pays(cfg, self.env):
             return (
                 "missing API key: send 'Authorization: Bearer <key>'; without one the "
                 "proxy's own provider key would pay for anyone who can reach it"
             )
         return None
+
+    def _cross_site(self, scope: Scope, token: bytes) -> str | None:
+        """Why a keyless request looks sent by a web page rather than a local client."""
+        host = _header(scope, b"host")
+        server = scope.get("server")
+        if host and server and _loopback_ip(server[0]) and not _local_name(host):
+            return (
+                "this proxy has no proxy keys (auth.keys) and the request names another host "
+                "than this loopback address (Host), as a web page whose domain points here "
+                "does: refused. Call it as 127.0.0.1 or localhost, or configure auth.keys"
+            )
+        origin = _header(scope, b"origin")
+        if token or origin is None:
+            return None
+        allowed = "*" in self.cors_origins or origin.lower() in self.cors_origins
+        if allowed or origin.lower().partition("://")[2] == (host or "").lower():
+            return None
+        return (
+            "a request with no bearer token from a web page of another origin (Origin): "
+            "refused; send 'Authorization: Bearer <key>', or list the origin in "
+            "CASCADE_CORS_ORIGINS"
+        )
 
     def _arrived_exposed(self, scope: Scope) -> bool:
         """Whether the request's local address is an IP that is not loopback. A server gives
@@ -241,6 +274,32 @@ class ProxyAuth:
                     host,
                 )
         return exposed
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _loopback_ip(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _local_name(host: str) -> bool:
+    """A ``Host`` value naming this machine: ``localhost`` (or a name under it) or a loopback
+    IP, with or without a port."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.rstrip(".")
+    return name == "localhost" or name.endswith(".localhost") or _loopback_ip(name)
 
 
 def _non_loopback_ip(host: str) -> bool:

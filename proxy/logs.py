@@ -74,18 +74,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+# Control characters (C0 but the tab, DEL, C1) and Unicode's line and paragraph separators,
+# each as an escape: a line break is not the only way to end a line (NEL, U+2028 to a
+# viewer that splits as str.splitlines does), and ESC sequences drive the terminal a log is
+# tailed in.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+_ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def _escaped(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
     """``<ts> <LEVEL> <logger>: <message> key=value…``, one line per record plus a traceback.
 
-    Line breaks inside the message are escaped, so a value that reached a message cannot
-    forge a line of its own.
+    Control characters in the message and the fields (line breaks, NEL, U+2028, ESC …) are
+    escaped, so a value that reached a line (a request's path, a client's string quoted in
+    an error) can neither forge a line of its own nor send the terminal escape sequences.
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage().replace("\r", "\\r").replace("\n", "\\n")
+        message = _escaped(record.getMessage())
         shown = getattr(record, "in_text", ())  # fields the message already says
         extra = " ".join(
-            f"{k}={v}" for k, v in _fields(record).items() if v is not None and k not in shown
+            f"{k}={_escaped(str(v))}"
+            for k, v in _fields(record).items()
+            if v is not None and k not in shown
         )
         text = f"{_timestamp(record)} {record.levelname} {record.name}: {message}"
         if extra:

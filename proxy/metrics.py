@@ -10,12 +10,17 @@ sum over all of them (``MultiProcessCollector``); a worker that stops removes it
 No label carries a session id or a tenant: ``route`` is the route's template
 (``/s/{session_id}/v1/chat/completions``), never the path, and a request no route takes is
 ``route="none"``. ``gen_ai_client_token_usage`` follows OpenTelemetry's GenAI semantic
-conventions (``gen_ai.client.token.usage``), its attribute names in Prometheus form.
+conventions (``gen_ai.client.token.usage``), its attribute names in Prometheus form. Its
+``gen_ai_request_model`` is the client's ``model``, so it is bounded: the first
+``MODEL_LABELS`` distinct names a process sees that are short printable tokens, then
+``other`` (a client sending a fresh name on every request would otherwise add series
+without end, each one kept for the life of the process).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from prometheus_client import (
@@ -34,7 +39,7 @@ from starlette.responses import Response
 
 from proxy.settings import SettingsError
 
-__all__ = ["Metrics", "MULTIPROC_ENV", "RESULTS", "STAGES"]
+__all__ = ["Metrics", "MODEL_LABELS", "MULTIPROC_ENV", "OTHER_MODEL", "RESULTS", "STAGES"]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STAGES = ("truncation", "eviction", "compaction", "overflow")
@@ -43,6 +48,15 @@ STAGES = ("truncation", "eviction", "compaction", "overflow")
 RESULTS = ("completed", "summary_failed", "history_changed")
 """The ``result`` values of ``cascade_compactions_total`` a process can count (README:
 Metrics; ``interrupted`` is closed at start-up for an earlier process and not counted)."""
+
+MODEL_LABELS = 64
+"""The most distinct ``gen_ai_request_model`` values one process exports."""
+
+OTHER_MODEL = "other"
+"""The ``gen_ai_request_model`` of every model past ``MODEL_LABELS``, and of any name that is
+not a short printable token."""
+
+_MODEL_NAME = re.compile(r"[!-~]{1,128}")
 
 _DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -130,6 +144,7 @@ class Metrics:
             buckets=_TOKENS,
             registry=r,
         )
+        self._models: set[str] = set()
         for stage in STAGES:  # exported at 0 before the first event
             self.reclaimed.labels(stage)
         for result in RESULTS:  # so is each result: a rate() over them needs the series
@@ -185,7 +200,19 @@ class Metrics:
         self.compactions.labels(result).inc()
 
     def note_usage(self, operation: str, model: str, usage: dict[str, Any]) -> None:
+        label: str | None = None
         for kind, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
             value = usage.get(key)
             if isinstance(value, int) and value >= 0:
-                self.token_usage.labels(operation, kind, model).observe(value)
+                label = label or self.model_label(model)
+                self.token_usage.labels(operation, kind, label).observe(value)
+
+    def model_label(self, model: str) -> str:
+        """``model`` as a label value while fewer than ``MODEL_LABELS`` names have been seen
+        (a short printable token only), else ``other``: the client chooses it."""
+        if model in self._models:
+            return model
+        if len(self._models) < MODEL_LABELS and _MODEL_NAME.fullmatch(model):
+            self._models.add(model)
+            return model
+        return OTHER_MODEL

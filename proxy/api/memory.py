@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -26,6 +27,15 @@ def _scope(request: Request, scope: Any) -> str:
     if parsed != svc.GLOBAL:
         check_agent(request.scope, parsed.removeprefix("agent:"))
     return parsed
+
+
+def _checker(request: Request) -> Callable[[str], None]:
+    """What a service calls with a suggestion's scope before answering it: the same check."""
+
+    def check(scope: str) -> None:
+        _scope(request, scope)
+
+    return check
 
 
 @router.get("")
@@ -73,15 +83,30 @@ async def accept_suggestion(
             "'facts' must be a list of strings: the facts to keep", param="facts"
         )
     return await svc.accept_suggestion(
-        pool, cfg, tenant=tenant, suggestion_id=suggestion_id, facts=facts
+        pool,
+        cfg,
+        tenant=tenant,
+        suggestion_id=suggestion_id,
+        facts=facts,
+        check=_checker(request),
     )
 
 
 @router.post("/suggestions/{suggestion_id}/reject")
 async def reject_suggestion(
-    pool: PoolDep, tenant: TenantDep, suggestion_id: str = Path(max_length=200)
+    request: Request,
+    pool: PoolDep,
+    cfg: ConfigDep,
+    tenant: TenantDep,
+    suggestion_id: str = Path(max_length=200),
 ) -> dict[str, Any]:
-    return await svc.reject_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id)
+    return await svc.reject_suggestion(
+        pool,
+        cfg,
+        tenant=tenant,
+        suggestion_id=suggestion_id,
+        check=_checker(request),
+    )
 
 
 @router.delete("/{fact_id}")

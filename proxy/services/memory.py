@@ -170,13 +170,30 @@ async def _pending(pool: Any, tenant: str, suggestion_id: str) -> dict[str, Any]
     return found
 
 
+def _scope_of(cfg: Config, found: dict[str, Any]) -> str:
+    """The scope a suggestion's facts go to: the one its event names, else its session's."""
+    scope = found["scope"] if isinstance(found["scope"], str) else None
+    return parse_scope(scope) if scope else scope_of_agent(cfg, found["agent"])
+
+
 async def accept_suggestion(
-    pool: Any, cfg: Config, *, tenant: str, suggestion_id: str, facts: Sequence[str] | None
+    pool: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    suggestion_id: str,
+    facts: Sequence[str] | None,
+    check: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
     manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
-    are left out, and the answer lists the stored ones."""
+    are left out, and the answer lists the stored ones. ``check`` sees the scope first and
+    raises when the key may not write there (a key limited to other agents), as a manual
+    add's does: accepting is adding."""
     found = await _pending(pool, tenant, suggestion_id)
+    scope = _scope_of(cfg, found)
+    if check is not None:
+        check(scope)
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:
@@ -185,8 +202,6 @@ async def accept_suggestion(
             param="facts",
             log_message=f"{len(unknown)} of the facts sent are not in suggestion {suggestion_id!r}",
         )
-    scope = found["scope"] if isinstance(found["scope"], str) else None
-    scope = parse_scope(scope) if scope else scope_of_agent(cfg, found["agent"])
     if not await store.answer_suggestion(
         pool, tenant=tenant, suggestion_id=suggestion_id, answer="accepted", facts=chosen
     ):
@@ -203,8 +218,18 @@ async def accept_suggestion(
     }
 
 
-async def reject_suggestion(pool: Any, *, tenant: str, suggestion_id: str) -> dict[str, Any]:
-    await _pending(pool, tenant, suggestion_id)
+async def reject_suggestion(
+    pool: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    suggestion_id: str,
+    check: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Dismiss a suggestion; ``check`` sees its scope first, as ``accept_suggestion``'s."""
+    found = await _pending(pool, tenant, suggestion_id)
+    if check is not None:
+        check(_scope_of(cfg, found))
     if not await store.answer_suggestion(
         pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
     ):

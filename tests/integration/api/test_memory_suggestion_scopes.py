@@ -1,0 +1,105 @@
+"""Regression: a proxy key limited to some agents could not add a fact to another agent's
+scope (403), yet accepting a pending suggestion bound for that scope stored the facts there
+(and answered with them), and rejecting one dismissed it. Answering a suggestion now needs
+the same reach as adding to its scope."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.store.db import create_pool
+from proxy.store.events import insert_event
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import StartProxy, write_config
+from tests.integration.conftest import run_sync
+
+LIMITED = "cascade-key-reviewer-4b0c1e"
+FULL = "cascade-key-full-77a9d2"
+TENANT = "team"
+
+
+@pytest.fixture
+def server_origin(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
+    monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
+    monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
+    auth = {
+        "keys": [
+            {"keyEnv": "CASCADE_TEST_KEY_LIMITED", "tenant": TENANT, "agents": ["reviewer"]},
+            {"keyEnv": "CASCADE_TEST_KEY_FULL", "tenant": TENANT},
+        ]
+    }
+    agents = {
+        "default": {"provider": "openai"},
+        "coder": {"provider": "openai"},
+        "reviewer": {"provider": "openai"},
+    }
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth, agents=agents)
+    return start_proxy(path).origin
+
+
+def _suggest(dsn: str, session_id: str, agent: str, sid: str, **extra: Any) -> None:
+    async def go() -> None:
+        pool = await create_pool(dsn, min_size=1, max_size=1)
+        try:
+            await pool.execute(
+                "INSERT INTO sessions (tenant, id, agent) VALUES ($1, $2, $3)"
+                " ON CONFLICT DO NOTHING",
+                TENANT,
+                session_id,
+                agent,
+            )
+            await insert_event(
+                pool,
+                tenant=TENANT,
+                session_id=session_id,
+                name="memory.suggestion",
+                data={"session_id": session_id, "suggestion_id": sid, "facts": [sid], **extra},
+            )
+        finally:
+            await pool.close()
+
+    run_sync(go())
+
+
+def _client(origin: str, key: str) -> httpx.Client:
+    return httpx.Client(base_url=origin, timeout=10, headers={"authorization": f"Bearer {key}"})
+
+
+@pytest.mark.parametrize("answer", ["accept", "reject"])
+def test_a_limited_key_cannot_answer_a_suggestion_for_another_agents_scope(
+    server_origin: str, db_dsn: str, answer: str
+) -> None:
+    _suggest(db_dsn, "coder-run", "coder", "The coder deploys to build-7.")
+    _suggest(db_dsn, "any-run", "reviewer", "The API port is 8443.", scope="agent:coder")
+    with _client(server_origin, LIMITED) as limited, _client(server_origin, FULL) as full:
+        for sid in ("The coder deploys to build-7.", "The API port is 8443."):
+            refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"]["code"] == "agent_not_allowed"
+        assert full.get("/v1/memory", params={"scope": "agent:coder"}).json()["data"] == []
+        pending = {s["id"] for s in full.get("/v1/memory/suggestions").json()["data"]}
+        assert pending == {"The coder deploys to build-7.", "The API port is 8443."}
+        # the key with every agent still answers them
+        assert full.post(f"/v1/memory/suggestions/The API port is 8443./{answer}").is_success
+
+
+def test_a_limited_key_answers_suggestions_for_its_agent_and_global(
+    server_origin: str, db_dsn: str
+) -> None:
+    _suggest(db_dsn, "reviewer-run", "reviewer", "Reviews need two approvals.")
+    _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
+    with _client(server_origin, LIMITED) as limited:
+        ok = limited.post("/v1/memory/suggestions/Reviews need two approvals./accept")
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["scope"] == "agent:reviewer"
+        ok = limited.post("/v1/memory/suggestions/The repo uses uv./reject")
+        assert ok.status_code == 200, ok.text

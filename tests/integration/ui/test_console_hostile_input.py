@@ -1,0 +1,49 @@
+"""The console against text a client chose: markup stored in a message, a tool call (its id,
+name and arguments) and a role is shown as text, never run. The page builds its DOM with
+``textContent`` only, and its CSP allows no inline script; this keeps it so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import api, sign_in
+
+pytestmark = pytest.mark.timeout(60)
+
+MARKUP = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+def _chat(proxy: ProxyServer, sid: str, messages: list[dict[str, Any]]) -> None:
+    with api(proxy) as h:
+        resp = h.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": messages},
+            headers={"x-session-id": sid},
+        )
+        assert resp.status_code == 200, resp.text
+
+
+def test_stored_markup_is_shown_as_text(console: Page, console_proxy: ProxyServer) -> None:
+    call = {"id": MARKUP, "type": "function", "function": {"name": MARKUP, "arguments": MARKUP}}
+    _chat(
+        console_proxy,
+        "markup",
+        [
+            {"role": "user", "content": MARKUP},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": MARKUP, "content": MARKUP},
+            {"role": 'user" onmouseover="window.__pwned=3', "content": MARKUP},
+        ],
+    )
+    page = sign_in(console, "#/s/markup")
+    page.get_by_test_id("message").nth(3).wait_for()
+    bodies = page.locator(".msg .body").all_inner_texts()
+    assert bodies.count(MARKUP) >= 3
+    page.get_by_test_id("message").nth(3).hover()
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator(".msg img, .msg script").count() == 0
