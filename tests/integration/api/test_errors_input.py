@@ -71,10 +71,17 @@ BAD_MESSAGES = {
         "must be a string",
     ),
     "model": ({"model": ["a"], "messages": TURN1}, "model", "must be a string"),
+    "stream": ({"model": "gpt-fake", "messages": TURN1, "stream": "yes"}, "stream", "boolean"),
+    "stream_number": ({"model": "gpt-fake", "messages": TURN1, "stream": 1}, "stream", "boolean"),
     "stream_options": (
         {"model": "gpt-fake", "messages": TURN1, "stream": True, "stream_options": "x"},
         "stream_options",
         "must be an object",
+    ),
+    "include_usage": (
+        {"model": "gpt-fake", "messages": TURN1, "stream_options": {"include_usage": "no"}},
+        "stream_options.include_usage",
+        "must be a boolean",
     ),
     "tools": ({"model": "gpt-fake", "messages": TURN1, "tools": 5}, "tools", "must be an array"),
 }
