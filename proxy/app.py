@@ -49,7 +49,7 @@ from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
-from proxy.settings import Settings, SettingsError, load_settings
+from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
 from proxy.store.db import (
     DatabaseUnavailable,
     PoolExhausted,
@@ -117,6 +117,8 @@ def create_app(
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
     holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
+    if unknown := unknown_variables(os.environ, holder.current.variables()):
+        log.warning("%s", unknown)  # a misspelt setting is otherwise silently its default
     require_keys = listen_policy(
         settings.host, holder.current, allow_unauthenticated=settings.allow_unauthenticated
     )

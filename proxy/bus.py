@@ -108,6 +108,7 @@ class EventBus:
         self._dsn = listen_dsn
         self._where = f"{redact_dsn(listen_dsn)} ({listen_setting})"
         self._failure = "no connection yet"  # why the listener last failed
+        self._retrying = False  # a try failed since the listener last connected
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -190,6 +191,9 @@ class EventBus:
                 await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
                 if not connected.done():
                     connected.set_result(None)
+                elif self._retrying:
+                    log.warning("event listener at %s is listening again", self._where)
+                self._retrying = False
                 while not self._listener.is_closed():
                     await asyncio.sleep(1.0)
                 log.warning("event listener connection at %s closed; reconnecting", self._where)
@@ -206,9 +210,16 @@ class EventBus:
                         )
                     )
                     return
-                log.warning(
-                    "event listener at %s failed (%s); retrying in 1s", self._where, self._failure
+                # At start each try is said (the start waits on them); once running, the first
+                # of an outage: the pool says the database is gone and back (store.outage).
+                level = logging.DEBUG if connected.done() and self._retrying else logging.WARNING
+                log.log(
+                    level,
+                    "event listener at %s failed (%s); retrying in 1s",
+                    self._where,
+                    self._failure,
                 )
+                self._retrying = True
                 await asyncio.sleep(1.0)
 
     async def publish(

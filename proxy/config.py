@@ -159,6 +159,12 @@ class Config(Block):
     def context_for(self, agent: str) -> ContextConfig:
         return self.resolved.get(agent, self.context)
 
+    def variables(self) -> set[str]:
+        """The environment variables the file names (``apiKeyEnv``, ``keyEnv``,
+        ``metricsKeyEnv``): read, though not settings."""
+        names = {p.api_key_env for p in self.providers.values()} | {self.auth.metrics_key_env}
+        return {n for n in names if n} | {k.key_env for k in self.auth.keys}
+
     def model_limits(self, model: str) -> ModelConfig:
         """Longest matching prefix in ``models``, then ``default``, then the built-in default."""
         best = None

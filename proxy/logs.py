@@ -148,6 +148,14 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
     access.disabled = True
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("asyncpg.pool").addFilter(_floor_retries)  # once: the same function
+
+
+def _floor_retries(record: logging.LogRecord) -> bool:
+    """asyncpg's pool logs every failed try to restore its connection floor, at WARNING with
+    a traceback, every second or two while PostgreSQL is down. The pool's connect in
+    ``proxy.store.db`` says once that it is gone, with the cause, and once that it is back."""
+    return not record.getMessage().startswith("Failed to restore the pool connection floor")
 
 
 def format_from_env() -> LogFormat:

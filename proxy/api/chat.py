@@ -43,6 +43,7 @@ router = APIRouter()
 # (400 naming it), never a 500, and is caught before the session is locked.
 _TYPED = (
     ("model", str, "a string"),
+    ("stream", bool, "a boolean"),
     ("stream_options", dict, "an object"),
     ("tools", list, "an array"),
 )
@@ -53,6 +54,12 @@ def _check_body(body: dict[str, Any]) -> None:
         value = body.get(name)
         if value is not None and not isinstance(value, kind):
             raise ClientRequestError(f"'{name}' must be {what}", param=name)
+    # The proxy sets include_usage itself upstream, so a wrong one would never be refused there.
+    usage = (body.get("stream_options") or {}).get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise ClientRequestError(
+            "'stream_options.include_usage' must be a boolean", param="stream_options.include_usage"
+        )
     _check_messages(body)
 
 
@@ -149,7 +156,10 @@ def _chat_operation(session: bool) -> dict[str, Any]:
             "stream": {"type": "boolean"},
             "messages": {"type": "array", "minItems": 1, "items": message},
             "tools": {"type": "array", "items": {"type": "object"}},
-            "stream_options": {"type": "object"},
+            "stream_options": {
+                "type": "object",
+                "properties": {"include_usage": {"type": "boolean"}},
+            },
         },
     }
     error = {"type": "object", "properties": {"error": {"type": "object"}}}

@@ -119,12 +119,26 @@ async def session_events(
     session_id = validate_session_id(session_id, source="URL path")
     if await sessions.fetchrow_session(pool, tenant=tenant, session_id=session_id) is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
-    header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    after = int(header) if header and header.isascii() and header.isdigit() else 0
-    if header and after > BIGINT_MAX:  # ``after`` is 0 without a header
-        raise ClientRequestError(
-            f"Last-Event-ID {header[:30]} is past any event id", param="Last-Event-ID"
-        )
     return EventSourceResponse(
-        _stream(request, pool, bus, tenant, session_id, after), sep="\n", ping=15
+        _stream(request, pool, bus, tenant, session_id, _after(request)), sep="\n", ping=15
     )
+
+
+def _after(request: Request) -> int:
+    """The id of the last event the client has (``Last-Event-ID``, else ``?last_event_id=``);
+    0, every event, when it sends none or an empty one. Anything but a plain decimal event id
+    is refused: replaying every event would answer a mangled id with a duplicate history."""
+    param, value = "Last-Event-ID", request.headers.get("last-event-id")
+    if not value:
+        param, value = "last_event_id", request.query_params.get("last_event_id")
+    if not value:
+        return 0
+    if not (value.isascii() and value.isdigit()):
+        raise ClientRequestError(
+            f"{param} {value[:30]!r} is not an event id: send the id of the last event "
+            "received (a number), or none to receive every event",
+            param=param,
+        )
+    if int(value) > BIGINT_MAX:
+        raise ClientRequestError(f"{param} {value[:30]} is past any event id", param=param)
+    return int(value)

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.eviction import is_placeholder
+from proxy.cascade.truncation import page_raw_output
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
@@ -22,7 +23,6 @@ from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
 from proxy.services.lease_wakeups import LeaseWakeups
 from proxy.services.session_locks import SessionLocks
-from proxy.services.toolloop import read_page
 from proxy.session_id import validate_session_id
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
@@ -305,24 +305,25 @@ async def tool_output(
     limit: int | None,
     grep: str | None,
 ) -> dict[str, Any]:
-    """The same pages the model gets from read_tool_output (the session agent's page cap)."""
+    """The same pages the model gets from read_tool_output (the session agent's page cap),
+    of a spilled or evicted result; of a result never cut, of its stored message, which is
+    the whole of it. A result cut with no copy kept (redacted, or ``persistRaw`` off) has
+    none: its message holds only what the model was sent."""
     session = await _require(conn, tenant, session_id)
     max_chars = cfg.context_for(session["agent"]).tool_output.max_chars
-    row = await raw_outputs.fetchrow_raw_output(
-        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    key = {"tenant": tenant, "session_id": session_id, "tool_call_id": tool_call_id}
+    row = await raw_outputs.fetchrow_raw_output(conn, **key)
+    if row is None:
+        row = await raw_outputs.fetchrow_tool_message(conn, **key)
+    if row is None:
+        raise NotFound(
+            f"no stored output for tool call {tool_call_id!r} in this session (none is kept"
+            " for a result cut or cleared with no copy, e.g. redacted; what the session"
+            f" holds is at GET /v1/sessions/{session_id}/messages)"
+        )
+    page = page_raw_output(
+        row["content"], id=tool_call_id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
     )
-    page = await read_page(
-        conn,
-        tenant=tenant,
-        session_id=session_id,
-        tool_call_id=tool_call_id,
-        offset=offset,
-        limit=limit,
-        grep=grep,
-        max_chars=max_chars,
-    )
-    if row is None or page is None:
-        raise NotFound(f"no stored output for tool call {tool_call_id!r} in this session")
     return {
         "id": tool_call_id,
         "object": "tool_output",

@@ -16,6 +16,7 @@ import asyncpg
 from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
+from proxy.store.outage import Outage
 from proxy.store.pooler import Pooler, pooler_kwargs, unnamed_pooler
 
 if TYPE_CHECKING:
@@ -388,9 +389,12 @@ async def _reset(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
-    """Open the pool with pgvector and JSON codecs registered on every connection."""
+    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once."""
     kwargs.setdefault("min_size", 1)
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("connection_class", GuardedConnection)
-    return await asyncpg.create_pool(dsn, init=_init_connection, connect=connect, **kwargs)
+    outage = Outage(connect)
+    pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=outage.connect, **kwargs)
+    outage.arm()
+    return pool

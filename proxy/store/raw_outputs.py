@@ -18,7 +18,7 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["raw_rows", "fetchrow_raw_output"]
+__all__ = ["raw_rows", "fetchrow_raw_output", "fetchrow_tool_message"]
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:
@@ -67,5 +67,33 @@ async def fetchrow_raw_output(
             "original_bytes": row["original_bytes"],
             "capped": row["capped"],
         }
+    text = content_text(row["message"].get("content"))
+    return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
+
+
+FETCHROW_TOOL_MESSAGE = """
+SELECT m.message FROM messages m
+WHERE m.tenant = $1 AND m.session_id = $2 AND m.tool_call_id = $3
+  AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL AND NOT m.redacted
+  AND NOT EXISTS (
+    SELECT 1 FROM events e
+    WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
+      AND e.data ->> 'tool_call_id' = $3
+  )
+ORDER BY m.id DESC
+LIMIT 1
+"""
+
+
+async def fetchrow_tool_message(
+    conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
+) -> dict[str, Any] | None:
+    """A tool result that was never cut, as its newest stored message holds it (the whole
+    of it), in :func:`fetchrow_raw_output`'s shape; None when there is none, or when the
+    result was cut, cleared or redacted (then its message holds less than the result). Not
+    what ``read_tool_output`` reads: the model has such a result in its prompt already."""
+    row = await conn.fetchrow(FETCHROW_TOOL_MESSAGE, tenant, session_id, encode(tool_call_id))
+    if row is None:
+        return None
     text = content_text(row["message"].get("content"))
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}

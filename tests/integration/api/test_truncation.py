@@ -117,8 +117,13 @@ def test_result_under_max_chars_is_forwarded_untouched_and_not_spilled(
     body = fake_upstream.bodies()[-1]
     assert body["messages"][2]["content"] == original
     assert "tools" not in body
-    with api(proxy) as http:
-        assert http.get("/v1/sessions/s1/tool-outputs/call_small").status_code == 404
+    with api(proxy) as http:  # never cut: the tool-outputs API serves its stored message
+        assert read_all(http, "s1", "call_small") == original
+        found = http.get("/v1/sessions/s1/tool-outputs/call_small", params={"grep": "small"})
+        assert found.status_code == 200 and found.json()["total_chars"] == len(original)
+        assert "small" in found.json()["page"]
+        missing = http.get("/v1/sessions/s1/tool-outputs/call_never")
+        assert missing.status_code == 404 and "/v1/sessions/s1/messages" in missing.text
 
 
 def test_streaming_request_is_truncated_the_same_way(

@@ -1,0 +1,45 @@
+"""One log line when PostgreSQL goes away under a running pool, and one when it is back."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["Outage"]
+
+log = logging.getLogger("cascade")
+
+
+class Outage:
+    """Wraps the pool's connect: says once that PostgreSQL cannot be reached, with the cause
+    (the connect's message: the server, never the password), and once that it can again.
+
+    asyncpg's own line for each failed try to restore the pool's floor, a traceback every
+    second or two while the server is down, is dropped by ``proxy.logs``; /readyz answers 503
+    meanwhile. A refusal while the pool opens is the start's to report, so the watch begins
+    when :meth:`arm` is called, once the pool is open.
+    """
+
+    def __init__(self, connect: Callable[..., Awaitable[Any]]) -> None:
+        self._connect = connect
+        self._armed = False
+        self._since: float | None = None
+
+    def arm(self) -> None:
+        self._armed = True
+
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            conn = await self._connect(*args, **kwargs)
+        except Exception as exc:
+            if self._armed and self._since is None:
+                self._since = time.monotonic()
+                log.warning("PostgreSQL is unreachable, the pool retries: %s", exc)
+            raise
+        if self._since is not None:
+            down = time.monotonic() - self._since
+            self._since = None
+            log.warning("PostgreSQL is reachable again, after %.0f s", down)
+        return conn
