@@ -261,11 +261,10 @@ def _install_middleware(
     observer: Observer,
 ) -> None:
     """Ours, innermost first (``add_middleware`` wraps what is there): start-up refusals as one
-    line (``proxy.refusals``, the lifespan scope only), the 500 of last resort,
-    the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a
-    preflight needs no key; a 401 carries CORS headers), metrics and spans (``Observe``, so
-    401s are counted too), and the access line outside them all (its record is what
-    ``Observe`` extends)."""
+    line (``proxy.refusals``, the lifespan scope only), the 500 of last resort, the proxy-key
+    gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a preflight needs
+    no key; a 401 carries CORS headers), metrics and spans (``Observe``, so 401s are counted
+    too), and the access line outside them all (its record is what ``Observe`` extends)."""
     app.add_middleware(StartupRefusals)
     app.add_middleware(ServerErrors)
     app.add_middleware(

@@ -113,6 +113,7 @@ class EventBus:
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._remote: frozenset[tuple[str, str]] = frozenset()  # other replicas' (keeper)
+        self._watched_failing = False  # the last read of them failed: said once
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -176,7 +177,11 @@ class EventBus:
         try:
             self._remote = frozenset(await store.fetch_watched(self._pool, replica=self.replica))
         except Exception as exc:  # the last set stays; the next round tries again
-            log.warning("could not read the sessions other replicas watch: %s", exc)
+            if not self._watched_failing:  # once per outage, not every round of it
+                log.warning("could not read the sessions other replicas watch: %s", exc)
+            self._watched_failing = True
+        else:
+            self._watched_failing = False
 
     def watched(self, key: tuple[str, str]) -> bool:
         """Whether some stream, here or (as of the keeper's last read) on another replica,
