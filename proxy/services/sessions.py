@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -208,18 +208,25 @@ async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> 
     ]
 
 
-@contextlib.contextmanager
-def _pauses(
-    client: ClientWatch | None, wakeups: LeaseWakeups | None, tenant: str, session_id: str
-) -> Iterator[sessions.Pause | None]:
-    """The pause between two tries at a lease another replica holds: one that ends the
-    operation when its client leaves, and ends early when that replica frees the session
-    (``wakeups``, registered from the first pause only). None: the store's plain sleep."""
-    if client is None and wakeups is None:
-        yield None
-        return
-    with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
-        yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
+@contextlib.asynccontextmanager
+async def _turn(
+    locks: SessionLocks,
+    client: ClientWatch | None,
+    wakeups: LeaseWakeups | None,
+    tenant: str,
+    session_id: str,
+) -> AsyncIterator[sessions.Pause | None]:
+    """An operation's turn on a session: its place in this replica's queue (``locks``),
+    then the pause between two tries at a lease another replica holds, which the store's
+    ``_locked`` calls. The pause ends the operation when its client leaves and ends early
+    when that replica frees the session (``wakeups``, registered from the first pause only);
+    None without either: the store's plain sleep."""
+    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
+        if client is None and wakeups is None:
+            yield None
+            return
+        with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
+            yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
 
 
 async def branch_session(
@@ -249,11 +256,10 @@ async def branch_session(
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
-        async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-            with _pauses(client, wakeups, tenant, session_id) as between:
-                await sessions.copy_session(
-                    conn, tenant=tenant, source=session_id, target=target, pause=between
-                )
+        async with _turn(locks, client, wakeups, tenant, session_id) as between:
+            await sessions.copy_session(
+                conn, tenant=tenant, source=session_id, target=target, pause=between
+            )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
     return {"id": target, "object": "session", "parent_id": session_id}
@@ -269,9 +275,8 @@ async def reset_session(
     wakeups: LeaseWakeups | None = None,
 ) -> dict[str, Any]:
     await _require(conn, tenant, session_id)
-    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-        with _pauses(client, wakeups, tenant, session_id) as between:
-            await sessions.reset_session(conn, tenant=tenant, session_id=session_id, pause=between)
+    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        await sessions.reset_session(conn, tenant=tenant, session_id=session_id, pause=between)
     return {"id": session_id, "object": "session", "reset": True}
 
 
@@ -284,11 +289,10 @@ async def delete_session(
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
 ) -> dict[str, Any]:
-    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-        with _pauses(client, wakeups, tenant, session_id) as between:
-            deleted = await sessions.delete_session(
-                conn, tenant=tenant, session_id=session_id, pause=between
-            )
+    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        deleted = await sessions.delete_session(
+            conn, tenant=tenant, session_id=session_id, pause=between
+        )
     if not deleted:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     return {"id": session_id, "object": "session", "deleted": True}
