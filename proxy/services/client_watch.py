@@ -9,7 +9,7 @@ replica holds, polled), would otherwise go on after its client left: the provide
 for nobody and billed (a client that retries on a timeout piles such calls up on a busy
 session). The session API's reset, delete and branch wait the same two ways and are watched
 the same way (``OPERATION_WAITING``): run after their client left, a retried branch found
-its target made by the abandoned one (409), and a reset or delete ran that nobody still
+its target made by the abandoned one (a 400), and a reset or delete ran that nobody still
 asked for.
 
 A non-streamed provider call is not watched: the listener costs every such request tens of
