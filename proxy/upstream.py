@@ -334,6 +334,7 @@ class Upstream:
         client_headers: Mapping[str, str],
         content: bytes,
         model: str | None = None,
+        params: Any = None,
     ) -> StreamAnswer:
         """POST and return once the headers are in; the body is the caller's to read."""
         # Stopped by StreamAnswer.aclose, when the stream is done.
@@ -345,7 +346,7 @@ class Upstream:
                 path,
                 client_headers=client_headers,
                 content=content,
-                params=None,
+                params=params,
                 stream=True,
             )
         except BaseException:

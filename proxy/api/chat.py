@@ -123,6 +123,10 @@ async def _chat(request: Request, path_id: str | None) -> Response:
             headers=upstream_headers(request, cfg),
             derived=named_id is None,
             client=client,
+            # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
+            query=tuple(request.query_params.multi_items())
+            if request.scope["query_string"]
+            else (),
         )
         response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response
