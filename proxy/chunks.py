@@ -33,6 +33,7 @@ class _Choice:
     content: list[str] = field(default_factory=list)
     refusal: list[str] = field(default_factory=list)
     tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
+    function_call: _ToolCall | None = None  # the legacy ``functions`` API's one call
     finish_reason: str | None = None
 
 
@@ -89,6 +90,11 @@ class StreamAccumulator:
         refusal = delta.get("refusal")
         if isinstance(refusal, str):
             choice.refusal.append(refusal)
+        legacy = delta.get("function_call")
+        if is_map(legacy):
+            if choice.function_call is None:
+                choice.function_call = _ToolCall()
+            _add_tool_call(choice.function_call, {"function": legacy})
         calls = delta.get("tool_calls")
         if not calls or not isinstance(calls, list):
             return
@@ -124,17 +130,21 @@ class StreamAccumulator:
     def message(self, index: int = 0) -> dict[str, Any]:
         """The assistant message for choice ``index``, without ``None``/empty fields.
 
-        ``content`` is omitted when empty beside tool calls or a refusal, but kept as ``""``
-        otherwise so the message stays valid to send upstream again.
+        ``content`` is omitted when empty beside tool calls, a legacy ``function_call`` or a
+        refusal, but kept as ``""`` otherwise so the message stays valid to send upstream
+        again.
         """
         choice = self._choices.get(index) or _Choice()
         msg: dict[str, Any] = {"role": choice.role or "assistant"}
         content = "".join(choice.content)
         refusal = "".join(choice.refusal)
-        if content or not (choice.tool_calls or refusal):
+        legacy = choice.function_call
+        if content or not (choice.tool_calls or refusal or legacy):
             msg["content"] = content
         if refusal:
             msg["refusal"] = refusal
+        if legacy is not None:
+            msg["function_call"] = {"name": legacy.name, "arguments": "".join(legacy.arguments)}
         if choice.tool_calls:
             msg["tool_calls"] = [
                 _tool_call_dict(choice.tool_calls[i]) for i in sorted(choice.tool_calls)

@@ -42,7 +42,17 @@ __all__ = [
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-organization", "openai-project", "openai-beta", "user-agent")
-RELAY_RESPONSE_HEADERS = ("content-type", "retry-after", "x-request-id", "openai-processing-ms")
+# ``retry-after-ms`` and ``x-should-retry`` are what OpenAI's SDKs read first to decide when,
+# and whether, to retry an error: without them a client retries on the coarser ``retry-after``
+# alone, or retries an error the provider said not to.
+RELAY_RESPONSE_HEADERS = (
+    "content-type",
+    "retry-after",
+    "retry-after-ms",
+    "x-should-retry",
+    "x-request-id",
+    "openai-processing-ms",
+)
 _RELAY_PREFIXES = ("x-ratelimit-", "openai-")
 DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
 """The content codings httpx decodes: gzip and deflate with zlib, ``br`` and ``zstd`` with the
@@ -324,6 +334,7 @@ class Upstream:
         client_headers: Mapping[str, str],
         content: bytes,
         model: str | None = None,
+        params: Any = None,
     ) -> StreamAnswer:
         """POST and return once the headers are in; the body is the caller's to read."""
         # Stopped by StreamAnswer.aclose, when the stream is done.
@@ -335,7 +346,7 @@ class Upstream:
                 path,
                 client_headers=client_headers,
                 content=content,
-                params=None,
+                params=params,
                 stream=True,
             )
         except BaseException:

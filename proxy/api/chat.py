@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions (also under /s/{session_id}/v1/…), models and embeddings.
+"""POST /v1/chat/completions (also under /s/{session_id}/v1/…), models (the list and one
+model) and embeddings.
 
 The two chat routes are plain Starlette endpoints (``routes``), not FastAPI path operations:
 they take the request and nothing else, so FastAPI's per-request dependency solving is
@@ -10,6 +11,7 @@ path operations only.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -121,6 +123,10 @@ async def _chat(request: Request, path_id: str | None) -> Response:
             headers=upstream_headers(request, cfg),
             derived=named_id is None,
             client=client,
+            # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
+            query=tuple(request.query_params.multi_items())
+            if request.scope["query_string"]
+            else (),
         )
         response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response
@@ -238,6 +244,27 @@ async def session_models(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
     return await _passthrough(request, upstream, cfg, "/models", session_id)
+
+
+@router.get("/v1/models/{model:path}")
+async def model(
+    model: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
+    """One model (the SDKs' ``models.retrieve``); ``path``: some ids hold a ``/``."""
+    return await _passthrough(request, upstream, cfg, "/models/" + quote(model, safe="/:@"))
+
+
+@router.get("/s/{session_id}/v1/models/{model:path}")
+async def session_model(
+    session_id: str,
+    model: str,
+    request: Request,
+    upstream: UpstreamDep,
+    cfg: ConfigDep,
+    _: TenantDep,
+) -> Response:
+    path = "/models/" + quote(model, safe="/:@")
+    return await _passthrough(request, upstream, cfg, path, session_id)
 
 
 @router.post("/v1/embeddings")

@@ -145,9 +145,9 @@ class ChatService:
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = ctx.key
         hashes = self.chains.chain(key, body["messages"])
-        if ctx.derived:  # a guessed session never queues: a busy one sends it to a lane
+        if ctx.derived:  # a guess queues only behind its own conversation, else takes a lane
             key, ctx = self._lane(key, ctx, hashes)
-        await self.locks.acquire(key, ctx.client)  # this session's earlier requests go first
+        await self.locks.acquire(key, ctx.client, sent=(len(hashes), hashes[-1]))
         turn = Turn(
             key,
             pool=self.pool,

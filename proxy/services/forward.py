@@ -106,6 +106,7 @@ class Forwarder:
                 client_headers=step.ctx.headers,
                 content=self._upstream_body(step, messages),
                 model=step.route.model,
+                params=step.ctx.query or None,
             )
         )
 
@@ -152,6 +153,7 @@ class Forwarder:
                     client_headers=step.ctx.headers,
                     content=self._upstream_body(step, messages),
                     model=step.route.model,
+                    params=step.ctx.query or None,
                 )
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)

@@ -22,8 +22,11 @@ after it. Polling the lease alone, an operation waited until the session fell id
 agent's next request takes the lease back the moment the last one frees it.
 
 A derived session (``auto-…``, no id from the client) is a guess, and a guess never makes a
-request wait: ``lane`` sends a request whose derived session is busy here to a sibling
-session (``auto-….2``, ``auto-….3``, …) that no request holds (README, Decisions).
+request wait for another conversation: ``lane`` sends a request whose derived session is
+busy here to a sibling session (``auto-….2``, ``auto-….3``, …) that no request holds
+(README, Decisions). It waits only behind its own conversation's previous request: one
+whose history goes past what that request sent (its next turn, which a client sends the
+moment the previous answer arrives, while that turn still stores the reply).
 """
 
 from __future__ import annotations
@@ -50,15 +53,22 @@ def lane_id(session_id: str, lane: int) -> str:
 class SessionLocks:
     def __init__(self) -> None:
         self._locks: dict[Key, tuple[asyncio.Lock, int]] = {}  # lock, requests holding or waiting
+        self._sent: dict[Key, Head] = {}  # the history its holder sent, while a key is held
 
     async def acquire(
-        self, key: Key, client: ClientWatch | None = None, why: str = WAITING
+        self,
+        key: Key,
+        client: ClientWatch | None = None,
+        why: str = WAITING,
+        sent: Head | None = None,
     ) -> None:
         """Take ``key``'s place at the end of its queue and wait for its turn; a request
         whose ``client`` leaves meanwhile leaves the queue (``ClientDisconnected`` naming
         ``why``). A free session is taken at once, its client unwatched
         (``client_watch.py``). The wait is noted on the request's record
-        (``requestlog.session_wait``; 0 for a free session)."""
+        (``requestlog.session_wait``; 0 for a free session). ``sent``: the length and last
+        chain hash of the history the request sent, which ``lane`` reads while it holds
+        the session."""
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
@@ -71,6 +81,10 @@ class SessionLocks:
         except BaseException:  # cancelled or left while waiting: leave the queue
             self._leave(key)
             raise
+        if sent is not None:
+            self._sent[key] = sent
+        else:
+            self._sent.pop(key, None)
         if not users:
             note_session_wait(0.0)
 
@@ -97,25 +111,35 @@ class SessionLocks:
         return entry[1] if entry else 0
 
     def lane(self, key: Key, hashes: Sequence[str], head: Callable[[Key], Head | None]) -> Key:
-        """Where a request on the derived session ``key`` goes without waiting: the first
-        lane (``key`` itself, then ``lane_id(.., 2)``, …) that no request holds or waits
-        for and whose stored head, as ``head`` remembers it, is a prefix of this request's
-        history (``hashes``, its chain), so a conversation keeps to the lane it started in;
-        else the first free lane. The scan stops at the first lane this replica knows
-        nothing of. Acquire the result before the next ``await``: until then no other
-        request can take it.
+        """Where a request on the derived session ``key`` goes: the first lane (``key``
+        itself, then ``lane_id(.., 2)``, …) that no request holds or waits for and whose
+        stored head, as ``head`` remembers it, is a prefix of this request's history
+        (``hashes``, its chain), so a conversation keeps to the lane it started in; else
+        the first free lane. The scan stops at the first lane this replica knows nothing
+        of. Acquire the result before the next ``await``: until then no other request can
+        take it.
+
+        A busy lane is the answer, to wait for, when this history goes past the one its
+        holder sent (``acquire``'s ``sent``): that is the same conversation's next turn,
+        sent once the holder's answer arrived and while its turn still stores the reply (a
+        non-streamed reply is stored after the response is sent, a stream's after its last
+        chunk). Another lane would split the conversation over two sessions; the wait is
+        the store's. A request that repeats a busy lane's history (a batch, a retry), or
+        shares only part of it, never waits.
         """
         tenant, base = key
         first_free: Key | None = None
         for n in range(1, _MAX_LANES + 1):
             candidate = (tenant, lane_id(base, n))
-            known = head(candidate)
             if self.waiting(candidate):
+                sent = self._sent.get(candidate)
+                if sent is not None and sent[0] < len(hashes) and _begins(hashes, sent):
+                    return candidate
                 continue
+            known = head(candidate)
             if known is None:
                 return first_free or candidate
-            length, digest = known
-            if length <= len(hashes) and (length == 0 or hashes[length - 1] == digest):
+            if _begins(hashes, known):
                 return candidate
             first_free = first_free or candidate
         return first_free or key
@@ -126,3 +150,10 @@ class SessionLocks:
             self._locks[key] = (lock, users - 1)
         else:
             del self._locks[key]
+            self._sent.pop(key, None)
+
+
+def _begins(hashes: Sequence[str], head: Head) -> bool:
+    """Whether a history (its chain ``hashes``) begins with the one ``head`` names."""
+    length, digest = head
+    return length <= len(hashes) and (length == 0 or hashes[length - 1] == digest)

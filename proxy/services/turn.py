@@ -74,6 +74,7 @@ class ChatContext:
     headers: Mapping[str, str]
     derived: bool = False  # the id is derived, not the client's: it may move to a lane
     client: ClientWatch | None = None  # whether the client is still there (client_watch.py)
+    query: tuple[tuple[str, str], ...] = ()  # the client's query string, for the provider too
 
     @property
     def key(self) -> SessionKey:

@@ -42,12 +42,13 @@ def test_the_document_validates_and_lists_every_route_with_its_path_parameters(
         r.path for r in routes
     }
     for route in routes:
-        operations = doc["paths"].get(route.path)
-        assert operations is not None, f"{route.path} is not in /openapi.json"
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)  # as documented: no converter
+        operations = doc["paths"].get(path)
+        assert operations is not None, f"{path} is not in /openapi.json"
         for method in route.methods - {"HEAD"}:
             operation = operations[method.lower()]
             declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
-            assert declared == set(re.findall(r"\{([^}]+)\}", route.path)), (method, route.path)
+            assert declared == set(re.findall(r"\{([^}]+)\}", path)), (method, path)
 
 
 def test_the_chat_operation_describes_its_json_body(tmp_path: Path) -> None:

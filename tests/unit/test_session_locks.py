@@ -89,3 +89,19 @@ def test_a_conversation_returns_to_the_lane_whose_head_its_history_continues() -
     assert locks.lane(BASE, ["c1"], heads.get) == _lane(1)
     # a head longer than the history is no prefix of it
     assert locks.lane(BASE, ["b1"], {_lane(1): (2, "b2")}.get) == _lane(1)
+
+
+def test_a_conversations_next_turn_waits_for_its_busy_lane_and_nothing_else_does() -> None:
+    async def run() -> None:
+        locks = SessionLocks()
+        await locks.acquire(_lane(1), sent=(2, "a2"))  # still storing the reply to a1, a2
+        # its next turn (a1, a2, the reply, a question) waits behind it, in its lane
+        assert locks.lane(BASE, ["a1", "a2", "r3", "a4"], lambda key: None) == _lane(1)
+        # the same history again (a batch, a retry) and another conversation never wait
+        assert locks.lane(BASE, ["a1", "a2"], lambda key: None) == _lane(2)
+        assert locks.lane(BASE, ["a1", "b2", "b3"], lambda key: None) == _lane(2)
+        locks.release(_lane(1))
+        await locks.acquire(_lane(1))  # held by a session operation: no history of its own
+        assert locks.lane(BASE, ["a1", "a2", "r3", "a4"], lambda key: None) == _lane(2)
+
+    asyncio.run(run())

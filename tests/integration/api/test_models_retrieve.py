@@ -1,0 +1,55 @@
+"""``client.models.retrieve(id)`` (``GET /v1/models/{id}``) goes to the provider as
+``GET /v1/models`` does: frameworks call it to check a model before they start."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.fakes.replies import error, raw
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
+
+
+def _model(model_id: str) -> dict:
+    return {"id": model_id, "object": "model", "created": 1, "owned_by": "fake"}
+
+
+@pytest.mark.parametrize("base", ["/v1", "/s/run-1/v1"], ids=["plain", "session-path"])
+@pytest.mark.parametrize("model_id", ["gpt-fake", "org/model-7b"], ids=["name", "with-slash"])
+def test_one_model_is_the_providers_answer(
+    base: str, model_id: str, proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    body = json.dumps(_model(model_id))
+    fake_upstream.script(
+        raw(body, headers={"content-type": "application/json"}), endpoint="/v1/models/" + model_id
+    )
+    client = openai.OpenAI(base_url=proxy.origin + base, api_key="sk-test-client", max_retries=0)
+
+    model = client.models.retrieve(model_id)
+
+    assert model.id == model_id
+    (seen,) = fake_upstream.requests
+    assert (seen.method, seen.path) == ("GET", "/v1/models/" + model_id)
+    assert seen.headers["authorization"] == "Bearer sk-test-client"
+
+
+def test_an_unknown_model_is_the_providers_404(
+    client: openai.OpenAI, fake_upstream: FakeUpstream
+) -> None:
+    body = {
+        "error": {
+            "message": "no such model",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+    fake_upstream.script(error(404, body), endpoint="/v1/models/gpt-nope")
+
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("gpt-nope")
+
+    assert caught.value.code == "model_not_found"
