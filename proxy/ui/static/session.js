@@ -264,7 +264,7 @@ export class SessionView {
         status.textContent = `Compaction failed${data.reason ? `: ${data.reason}` : ""}.`;
         break;
       case "context.handoff_suggested":
-        this.ui.toast(handoffText(data), "handoff", 0);
+        this.ui.toast(handoffText(data), "handoff", 0, `handoff:${this.id}`);
         break;
       case "memory.suggestion":
         this.askMemory();
