@@ -20,6 +20,8 @@ export class SessionView {
     this.asking = null; // the lookup of the suggestions waiting (askMemory)
     this.askAgain = false;
     this.raw = new Map(); // tool_call_id -> what was paged back
+    this.following = false; // the event stream is open or reconnecting
+    this.missing = false; // the last load found no such session
     this.wire();
   }
 
@@ -44,11 +46,25 @@ export class SessionView {
     $("status-line").textContent = "";
     $("composer-model").value = "";
     this.refresh();
-    // A lost stream is said once, not on every retry; it reconnects by itself, and when it
-    // is back the warning goes (it would still say "reconnecting") and the view catches up.
+    this.follow();
+  }
+
+  // The event stream, while the session exists. A lost stream is said once, not on every
+  // retry; it reconnects by itself, and when it is back the warning goes (it would still say
+  // "reconnecting") and the view catches up. A 404 ends the stream: the view shows the
+  // session as not found, and follows again once a load finds it (the composer's first
+  // message started it).
+  follow() {
+    if (this.following) return;
+    this.following = true;
     let lost = null;
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
+        if (state === "gone") {
+          this.following = false;
+          if (lost) { lost.remove(); lost = null; }
+          this.refresh();
+        }
         if (state === "live" && lost) {
           lost.remove();
           lost = null;
@@ -83,9 +99,16 @@ export class SessionView {
       if (this.abort.signal.aborted) return;
       this.session = session;
       this.rows = messages.data;
+      if (this.missing) { this.missing = false; this.follow(); }
       this.render();
     } catch (err) {
-      if (err.status === 404) { this.session = null; this.rows = []; this.render(); return; }
+      if (err.status === 404) {
+        this.session = null;
+        this.rows = [];
+        this.missing = true;
+        this.render();
+        return;
+      }
       this.ui.handleError(err, "Could not load the session");
     }
   }
@@ -95,7 +118,7 @@ export class SessionView {
     $("session-meta").textContent = s
       ? `agent ${s.agent} · model ${s.model || "?"} · ${num(s.message_count)} messages` +
         (s.parent_id ? ` · branched from ${s.parent_id}` : "")
-      : "new session: send a message to start it";
+      : "no session with this id (not started yet, or deleted): send a message to start it";
     renderUsage(s || { context_limit: 0, occupancy: 0, usage: {}, reclaimed: {} }, {
       bar: $("usage-bar"), legend: $("usage-legend"), text: $("usage-text"),
       reclaimed: $("usage-reclaimed"),
