@@ -2,6 +2,7 @@
 // actions, the composer, and the live event stream.
 
 import { api, chatStream, followEvents } from "./api.js";
+import { LiveView } from "./live.js";
 import { el, num, renderMessage, renderSummary, renderUsage } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -20,6 +21,7 @@ export class SessionView {
     this.asking = null; // the lookup of the suggestions waiting (askMemory)
     this.askAgain = false;
     this.raw = new Map(); // tool_call_id -> what was paged back
+    this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.following = false; // the event stream is open or reconnecting
     this.missing = false; // the last load found no such session
     this.wire();
@@ -51,13 +53,15 @@ export class SessionView {
 
   // The event stream, while the session exists. A lost stream is said once, not on every
   // retry; it reconnects by itself, and when it is back the warning goes (it would still say
-  // "reconnecting") and the view catches up. A 404 ends the stream: the view shows the
-  // session as not found, and follows again once a load finds it (the composer's first
-  // message started it).
+  // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
+  // lost deltas meanwhile, so it ends, and the stored messages show what was stored. A 404
+  // ends the stream: the view shows the session as not found, and follows again once a load
+  // finds it (the composer's first message started it).
   follow() {
     if (this.following) return;
     this.following = true;
     let lost = null;
+    let again = false; // the stream was open before: this is a reconnection
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
         if (state === "gone") {
@@ -65,11 +69,15 @@ export class SessionView {
           if (lost) { lost.remove(); lost = null; }
           this.refresh();
         }
-        if (state === "live" && lost) {
-          lost.remove();
-          lost = null;
-          this.ui.toast("Live updates are back.", "info", 4000);
-          this.refresh();
+        if (state === "live") {
+          if (again) this.live.end();
+          if (again || lost) this.refresh();
+          if (lost) {
+            lost.remove();
+            lost = null;
+            this.ui.toast("Live updates are back.", "info", 4000);
+          }
+          again = true;
         }
         if (state === "reconnecting" && err && !lost) {
           lost = this.ui.handleError(err, "The live updates stopped; reconnecting") ||
@@ -80,6 +88,7 @@ export class SessionView {
 
   close() {
     this.abort.abort();
+    this.live.drop();
     $("memory-prompt").hidden = true;
   }
 
@@ -93,12 +102,15 @@ export class SessionView {
     return this.refreshing;
   }
 
+  // A reply that ended before this load began is in what it loads: the load drops it.
   async load() {
+    const ended = this.live.ended();
     try {
       const [session, messages] = await Promise.all([api.session(this.id), api.messages(this.id)]);
       if (this.abort.signal.aborted) return;
       this.session = session;
       this.rows = messages.data;
+      this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
     } catch (err) {
@@ -106,6 +118,7 @@ export class SessionView {
         this.session = null;
         this.rows = [];
         this.missing = true;
+        this.live.drop();
         this.render();
         return;
       }
@@ -135,6 +148,7 @@ export class SessionView {
       }
       return li;
     }));
+    this.live.show();
   }
 
   // The model to send with: the session's, else one the provider lists (a new session).
@@ -268,8 +282,14 @@ export class SessionView {
   onEvent(name, data) {
     const status = $("status-line");
     switch (name) {
-      case "context.usage":
+      case "session.message.delta.appended":
+        this.live.add(data);
+        break;
+      case "context.usage": // a turn's last event, whether or not it stored a reply
       case "session.message.appended":
+        this.live.end();
+        this.refresh();
+        break;
       case "context.truncated":
       case "context.trimmed":
       case "context.evicted": // not toasted: routine, and the panel shows it
