@@ -148,18 +148,26 @@ export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
   return text;
 }
 
-// The session's event stream, reconnecting with Last-Event-ID until signal aborts.
+// The session's event stream, reconnecting with Last-Event-ID until signal aborts. A 404
+// (a deleted session, or one not started yet) ends it: onState("gone"), and no more requests
+// until the caller follows again. A failure (a 5xx, the network, a stream cut) reconnects
+// after a pause that doubles from RETRY_MS up to RETRY_MAX_MS; one that went live resets it.
+export const RETRY_MS = 1000;
+export const RETRY_MAX_MS = 30000;
+
 export async function followEvents(sessionId, onEvent, signal, onState = () => {}) {
   let lastId = null;
+  let wait = RETRY_MS;
   while (!signal.aborted) {
     try {
       const h = headers({ Accept: "text/event-stream" });
       if (lastId) h["Last-Event-ID"] = lastId;
       const resp = await fetch(`/v1/sessions/${encodeURIComponent(sessionId)}/events`,
         { headers: h, signal });
-      if (resp.status === 404) { onState("waiting"); await pause(2000, signal); continue; }
+      if (resp.status === 404) { onState("gone"); return; }
       if (!resp.ok) throw await failure(resp);
       onState("live");
+      wait = RETRY_MS;
       for await (const frame of sseFrames(resp)) {
         if (frame.id) lastId = frame.id;
         let data = {};
@@ -170,7 +178,8 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
       if (signal.aborted) return;
       onState("reconnecting", err);
     }
-    await pause(1000, signal);
+    await pause(wait, signal);
+    wait = Math.min(2 * wait, RETRY_MAX_MS);
   }
 }
 

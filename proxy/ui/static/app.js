@@ -9,14 +9,24 @@ const $ = (id) => document.getElementById(id);
 let current = null; // the open SessionView
 let sessions = [];
 
-export function toast(text, kind = "info", ms = 12000) {
+// A toast; one with a `key` replaces the text of the one already shown under that key (a
+// session's repeated handoff nudge updates its toast, it does not stack another).
+export function toast(text, kind = "info", ms = 12000, key = null) {
+  const shown = key === null ? null
+    : [...$("toasts").children].find((node) => node.dataset.key === key);
+  if (shown) {
+    shown.querySelector("span").textContent = text;
+    clearTimeout(shown.timer);
+    if (ms) shown.timer = setTimeout(() => shown.remove(), ms);
+    return shown;
+  }
   const node = el("div", { class: `toast toast-${kind}`, "data-testid": "toast",
-    "data-kind": kind, role: kind === "error" ? "alert" : "status" },
+    "data-kind": kind, "data-key": key, role: kind === "error" ? "alert" : "status" },
   el("span", { text }),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
   $("toasts").append(node);
-  if (ms) setTimeout(() => node.remove(), ms);
+  if (ms) node.timer = setTimeout(() => node.remove(), ms);
   return node;
 }
 

@@ -149,3 +149,16 @@ export function renderMessage(row, onPage, folded = false) {
   }
   return li;
 }
+
+// A reply still streaming (one per choice): its text so far, marked, replaced by the stored
+// message when the turn ends. The text is set as text, never parsed as markup.
+export function renderStreaming(choice, text, several) {
+  return el("li", {
+    class: "msg role-assistant streaming", "data-testid": "message-streaming",
+    "data-role": "assistant", "data-choice": choice, "aria-busy": "true",
+  },
+  el("div", { class: "msg-head" }, el("span", { class: "role", text: "assistant" }),
+    several ? el("code", { class: "hint", text: `choice ${choice}` }) : null,
+    el("span", { class: "mark", "data-mark": "streaming", text: "streaming…" })),
+  el("pre", { class: "body", text }));
+}

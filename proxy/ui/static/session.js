@@ -2,6 +2,7 @@
 // actions, the composer, and the live event stream.
 
 import { api, chatStream, followEvents } from "./api.js";
+import { LiveView } from "./live.js";
 import { el, num, renderMessage, renderSummary, renderUsage } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -20,6 +21,9 @@ export class SessionView {
     this.asking = null; // the lookup of the suggestions waiting (askMemory)
     this.askAgain = false;
     this.raw = new Map(); // tool_call_id -> what was paged back
+    this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
+    this.following = false; // the event stream is open or reconnecting
+    this.missing = false; // the last load found no such session
     this.wire();
   }
 
@@ -44,16 +48,36 @@ export class SessionView {
     $("status-line").textContent = "";
     $("composer-model").value = "";
     this.refresh();
-    // A lost stream is said once, not on every retry; it reconnects by itself, and when it
-    // is back the warning goes (it would still say "reconnecting") and the view catches up.
+    this.follow();
+  }
+
+  // The event stream, while the session exists. A lost stream is said once, not on every
+  // retry; it reconnects by itself, and when it is back the warning goes (it would still say
+  // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
+  // lost deltas meanwhile, so it ends, and the stored messages show what was stored. A 404
+  // ends the stream: the view shows the session as not found, and follows again once a load
+  // finds it (the composer's first message started it).
+  follow() {
+    if (this.following) return;
+    this.following = true;
     let lost = null;
+    let again = false; // the stream was open before: this is a reconnection
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
-        if (state === "live" && lost) {
-          lost.remove();
-          lost = null;
-          this.ui.toast("Live updates are back.", "info", 4000);
+        if (state === "gone") {
+          this.following = false;
+          if (lost) { lost.remove(); lost = null; }
           this.refresh();
+        }
+        if (state === "live") {
+          if (again) this.live.end();
+          if (again || lost) this.refresh();
+          if (lost) {
+            lost.remove();
+            lost = null;
+            this.ui.toast("Live updates are back.", "info", 4000);
+          }
+          again = true;
         }
         if (state === "reconnecting" && err && !lost) {
           lost = this.ui.handleError(err, "The live updates stopped; reconnecting") ||
@@ -64,6 +88,7 @@ export class SessionView {
 
   close() {
     this.abort.abort();
+    this.live.drop();
     $("memory-prompt").hidden = true;
   }
 
@@ -77,15 +102,26 @@ export class SessionView {
     return this.refreshing;
   }
 
+  // A reply that ended before this load began is in what it loads: the load drops it.
   async load() {
+    const ended = this.live.ended();
     try {
       const [session, messages] = await Promise.all([api.session(this.id), api.messages(this.id)]);
       if (this.abort.signal.aborted) return;
       this.session = session;
       this.rows = messages.data;
+      this.live.drop(ended);
+      if (this.missing) { this.missing = false; this.follow(); }
       this.render();
     } catch (err) {
-      if (err.status === 404) { this.session = null; this.rows = []; this.render(); return; }
+      if (err.status === 404) {
+        this.session = null;
+        this.rows = [];
+        this.missing = true;
+        this.live.drop();
+        this.render();
+        return;
+      }
       this.ui.handleError(err, "Could not load the session");
     }
   }
@@ -95,7 +131,7 @@ export class SessionView {
     $("session-meta").textContent = s
       ? `agent ${s.agent} · model ${s.model || "?"} · ${num(s.message_count)} messages` +
         (s.parent_id ? ` · branched from ${s.parent_id}` : "")
-      : "new session: send a message to start it";
+      : "no session with this id (not started yet, or deleted): send a message to start it";
     renderUsage(s || { context_limit: 0, occupancy: 0, usage: {}, reclaimed: {} }, {
       bar: $("usage-bar"), legend: $("usage-legend"), text: $("usage-text"),
       reclaimed: $("usage-reclaimed"),
@@ -112,6 +148,7 @@ export class SessionView {
       }
       return li;
     }));
+    this.live.show();
   }
 
   // The model to send with: the session's, else one the provider lists (a new session).
@@ -245,8 +282,14 @@ export class SessionView {
   onEvent(name, data) {
     const status = $("status-line");
     switch (name) {
-      case "context.usage":
+      case "session.message.delta.appended":
+        this.live.add(data);
+        break;
+      case "context.usage": // a turn's last event, whether or not it stored a reply
       case "session.message.appended":
+        this.live.end();
+        this.refresh();
+        break;
       case "context.truncated":
       case "context.trimmed":
       case "context.evicted": // not toasted: routine, and the panel shows it
@@ -264,7 +307,7 @@ export class SessionView {
         status.textContent = `Compaction failed${data.reason ? `: ${data.reason}` : ""}.`;
         break;
       case "context.handoff_suggested":
-        this.ui.toast(handoffText(data), "handoff", 0);
+        this.ui.toast(handoffText(data), "handoff", 0, `handoff:${this.id}`);
         break;
       case "memory.suggestion":
         this.askMemory();

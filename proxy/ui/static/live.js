@@ -1,0 +1,105 @@
+// A reply as it streams, from the session's `session.message.delta.appended` events: the
+// text of each choice so far (LiveReply, pure), shown at the end of the message list
+// (LiveView) until the stored messages have it.
+//
+// A delta carries the text since the previous one for its `choice`; one too long for a single
+// notification comes as consecutive events with `part` and `parts` (0-based), which are held
+// until all of them are in and then joined in `part` order, so a piece is never shown out of
+// place. The reply ends with the turn (`end`): the view keeps showing it until the stored
+// messages, reloaded, have it instead.
+
+import { renderStreaming } from "./render.js";
+
+// A streaming reply with no delta for this long is dropped: its stream ended with no event
+// at all (say, the database was down when the reply was to be stored).
+export const STALE_MS = 60000;
+
+export class LiveReply {
+  constructor() {
+    this.text = new Map(); // choice -> text so far
+    this.pending = new Map(); // choice -> {parts, pieces: Map(part -> text)}
+    this.ended = false;
+  }
+
+  // Take one event's data; true when some choice's text grew.
+  add(data) {
+    const choice = Number.isInteger(data.choice) ? data.choice : 0;
+    if (typeof data.delta !== "string") return false; // cut to a marker: nothing to show
+    const parts = data.parts;
+    if (!Number.isInteger(parts) || parts <= 1 || !Number.isInteger(data.part)) {
+      this.flush(choice);
+      return this.append(choice, data.delta);
+    }
+    let held = this.pending.get(choice);
+    if (!held || held.parts !== parts || held.pieces.has(data.part)) {
+      this.flush(choice); // a new delta's pieces: whatever came of an earlier one goes first
+      held = { parts, pieces: new Map() };
+      this.pending.set(choice, held);
+    }
+    held.pieces.set(data.part, data.delta);
+    if (held.pieces.size < parts) return false;
+    return this.flush(choice);
+  }
+
+  // Whatever pieces of a delta are in, in part order.
+  flush(choice) {
+    const held = this.pending.get(choice);
+    if (!held) return false;
+    this.pending.delete(choice);
+    const order = [...held.pieces.keys()].sort((a, b) => a - b);
+    return this.append(choice, order.map((k) => held.pieces.get(k)).join(""));
+  }
+
+  append(choice, text) {
+    if (!text) return false;
+    this.text.set(choice, (this.text.get(choice) || "") + text);
+    return true;
+  }
+
+  // [choice, text] pairs, by choice.
+  choices() {
+    return [...this.text.entries()].sort((a, b) => a[0] - b[0]);
+  }
+}
+
+// The streaming reply of one session view: one item per choice after the stored messages.
+export class LiveView {
+  constructor(list) {
+    this.list = list;
+    this.reply = null;
+    this.timer = null;
+  }
+
+  // A delta: a new reply when none streams (or the last one ended), its text grows.
+  add(data) {
+    if (!this.reply || this.reply.ended) this.reply = new LiveReply();
+    if (!this.reply.add(data)) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => { this.drop(); this.show(); }, STALE_MS);
+    this.show();
+  }
+
+  // The turn ended (its reply stored, or none): a load begun after this drops the reply.
+  end() {
+    if (this.reply) this.reply.ended = true;
+  }
+
+  ended() {
+    return this.reply && this.reply.ended ? this.reply : null;
+  }
+
+  // Drop the reply (only `which`, when given: a newer one keeps streaming).
+  drop(which) {
+    if (which === null || (which !== undefined && which !== this.reply)) return;
+    this.reply = null;
+    clearTimeout(this.timer);
+  }
+
+  show() {
+    for (const li of this.list.querySelectorAll("[data-testid=message-streaming]")) li.remove();
+    if (!this.reply) return;
+    const choices = this.reply.choices();
+    this.list.append(...choices.map(([choice, text]) =>
+      renderStreaming(choice, text, choices.length > 1)));
+  }
+}

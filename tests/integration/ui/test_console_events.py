@@ -1,0 +1,86 @@
+"""The console's event stream past the happy path: a repeated handoff nudge updates its toast
+instead of stacking another, a session that answers 404 is not polled forever, and a stream
+that fails reconnects with a growing pause."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import api, inject, sign_in, wait_for
+from tests.integration.ui.test_console_audit import started
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def events_requests(console: Page, sid: str) -> list[str]:
+    return [u for u in console.urls if u.endswith(f"/v1/sessions/{sid}/events")]
+
+
+def test_a_repeated_handoff_suggestion_updates_its_toast(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    started(console_proxy, "nudged")
+    page = sign_in(console, "#/s/nudged")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    toasts = page.locator("[data-testid=toast][data-kind=handoff]")
+    inject(db_dsn, "nudged", "context.handoff_suggested", {"fraction": 0.91})
+    toasts.filter(has_text="91%").wait_for()
+    inject(db_dsn, "nudged", "context.handoff_suggested", {"fraction": 0.95})
+    toasts.filter(has_text="95%").wait_for()
+    assert toasts.count() == 1
+    page.reload()  # the stream replays both: still one toast, saying the latest
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    toasts.filter(has_text="95%").wait_for()
+    page.wait_for_timeout(300)
+    assert toasts.count() == 1
+
+
+def test_a_deleted_session_is_not_polled_and_is_followed_once_started_again(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    started(console_proxy, "gone")
+    with api(console_proxy) as h:
+        assert h.delete("/v1/sessions/gone").status_code in (200, 204)
+    page = sign_in(console, "#/s/gone")
+    wait_for(lambda: len(events_requests(console, "gone")) == 1, page)
+    page.wait_for_timeout(2600)  # it asked every 2 s, for as long as the page stayed open
+    assert len(events_requests(console, "gone")) == 1
+    meta = page.get_by_text("no session with this id")
+    meta.wait_for()
+    assert page.get_by_test_id("toast").count() == 0  # not found is no error
+    # the composer's first message starts it again: the page follows its events again
+    with page.expect_response(
+        lambda r: r.url.endswith("/v1/sessions/gone/events") and r.status == 200
+    ):
+        page.get_by_test_id("composer-input").fill("Hello again")
+        page.get_by_test_id("composer-send").click()
+    meta.wait_for(state="detached")
+
+
+def test_a_failing_stream_reconnects_with_a_growing_pause(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    started(console_proxy, "flaky")
+    calls: list[float] = []
+
+    def events(route: Any) -> None:
+        calls.append(time.monotonic())
+        if len(calls) <= 2:
+            route.fulfill(status=503, json={"error": {"message": "down for a moment"}})
+        else:
+            route.continue_()
+
+    console.page.route("**/v1/sessions/flaky/events", events)
+    page = sign_in(console, "#/s/flaky")
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
+    assert len(calls) == 3
+    first, second = calls[1] - calls[0], calls[2] - calls[1]
+    assert first >= 0.9 and second >= 1.9, (first, second)  # 1 s, then 2 s
+    errors = page.locator("[data-testid=toast][data-kind=error]")
+    assert errors.count() == 0  # said once, and gone when the stream came back
+    assert page.get_by_test_id("toast").count() == 1
