@@ -220,6 +220,10 @@ export class SessionView {
     const text = input.value.trim();
     if (!text || this.sending) return;
     this.sending = true;
+    // This page's own turn: its reply streams in the answer box, so the turn's deltas (the
+    // last may come after the stream's end) are not shown again in the list, until the
+    // turn's last event.
+    this.own = { ended: false };
     $("composer-send").disabled = true;
     const answer = $("assistant-message");
     answer.textContent = "";
@@ -235,9 +239,11 @@ export class SessionView {
       answer.dataset.state = "done";
     } catch (err) {
       answer.dataset.state = "failed";
+      this.own = null; // a turn that failed may send no last event
       if (!this.abort.signal.aborted) this.ui.handleError(err, "The message was not answered");
     } finally {
       this.sending = false;
+      if (this.own && this.own.ended) this.own = null;
       $("composer-send").disabled = false;
       if (!this.abort.signal.aborted) this.refresh();
     }
@@ -283,10 +289,14 @@ export class SessionView {
     const status = $("status-line");
     switch (name) {
       case "session.message.delta.appended":
-        this.live.add(data);
+        if (!this.own) this.live.add(data);
         break;
       case "context.usage": // a turn's last event, whether or not it stored a reply
       case "session.message.appended":
+        if (name === "context.usage" && this.own) {
+          if (this.sending) this.own.ended = true;
+          else this.own = null;
+        }
         this.live.end();
         this.refresh();
         break;

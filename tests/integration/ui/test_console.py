@@ -131,6 +131,19 @@ def test_a_message_from_the_composer_streams_in_and_the_usage_bar_moves(
     answer.filter(has_text="Hello from the fake model, streamed in pieces.").wait_for()
     wait_for(lambda: occupancy(page) == 1200, page)
     page.get_by_test_id("message-list").get_by_text("Hello?").wait_for()
+    # the page now follows the session's events: its own reply's deltas are not shown a
+    # second time, as a streaming item in the list beside the answer box
+    page.evaluate(
+        """() => {
+          window.streamingItems = 0;
+          new MutationObserver((records) => {
+            for (const r of records) for (const n of r.addedNodes)
+              if (n.nodeType === 1 && (n.matches('[data-testid="message-streaming"]')
+                  || n.querySelector('[data-testid="message-streaming"]')))
+                window.streamingItems += 1;
+          }).observe(document.body, { childList: true, subtree: true });
+        }"""
+    )
     page.get_by_test_id("composer-input").fill("And again")
     page.get_by_test_id("composer-send").click()
     answer.filter(has_text="A second answer.").wait_for()
@@ -139,6 +152,7 @@ def test_a_message_from_the_composer_streams_in_and_the_usage_bar_moves(
     last = fake_upstream.bodies()[-1]["messages"]
     assert [m["role"] for m in last] == ["user", "assistant", "user"]
     assert last[1]["content"] == "Hello from the fake model, streamed in pieces."
+    assert page.evaluate("window.streamingItems") == 0
     # the key was asked once: a reload keeps it, and the list shows the session
     page.goto(f"{console.origin}/ui#/")
     assert page.get_by_test_id("login-key").is_hidden()
