@@ -12,6 +12,7 @@ import asyncpg
 
 from proxy.requestlog import session_wait
 from proxy.store.db import unavailable_when_lost
+from proxy.store.events import NOTIFY_CHANNEL
 from proxy.store.leases import free_for_update, poll_delays
 from proxy.store.nul import decode
 
@@ -86,15 +87,20 @@ async def _sleep(seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
-DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
+DELETE_SESSION = """
+WITH gone AS (DELETE FROM sessions WHERE tenant = $1 AND id = $2 RETURNING tenant, id)
+SELECT pg_notify($3, json_build_object('t', tenant, 's', id, 'gone', true)::text) FROM gone
+"""
 
 
 async def delete_session(
     conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
 ) -> bool:
-    """Delete a session and, by ON DELETE CASCADE, everything it owns."""
+    """Delete a session and, by ON DELETE CASCADE, everything it owns. The same statement
+    tells every replica's event bus, at commit, that the session is gone, so the event
+    streams open on it end (``bus.SESSION_GONE``)."""
     async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
-        status = await tx.execute(DELETE_SESSION, tenant, session_id)
+        status = await tx.execute(DELETE_SESSION, tenant, session_id, NOTIFY_CHANNEL)
     return bool(status.endswith(" 1"))
 
 
