@@ -13,7 +13,7 @@ import asyncpg
 from proxy.requestlog import session_wait
 from proxy.store.db import unavailable_when_lost
 from proxy.store.events import NOTIFY_CHANNEL
-from proxy.store.leases import free_for_update, poll_delays
+from proxy.store.leases import free_for_update, leave_queue, poll_delays
 from proxy.store.nul import decode
 
 if TYPE_CHECKING:
@@ -117,8 +117,9 @@ async def _locked(
     keeping its place in the session's queue of waiters under one owner id, so requests that
     follow one another on another replica do not keep it waiting (migration 0022). Between
     tries it awaits ``pause(seconds)`` (``Pause``), the transaction ended and the connection
-    back in the pool: one that raises (the client left) ends the operation there, its place
-    in the queue left to lapse like any waiter's that stops trying."""
+    back in the pool: one that raises (the client left) ends the operation there, and its
+    place in the queue with it (``leave_queue``), so the waiter behind it goes once the
+    session is free, not once the place lapsed."""
     delays, owner = poll_delays(), uuid.uuid4()
     while True:
         async with contextlib.AsyncExitStack() as stack:
@@ -132,7 +133,12 @@ async def _locked(
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
                 yield lent
                 return
-        await pause(next(delays))
+        try:
+            await pause(next(delays))
+        except Exception:
+            with contextlib.suppress(Exception):  # else the place lapses, as it used to
+                await leave_queue(conn, tenant=tenant, session_id=session_id, owner=owner)
+            raise
 
 
 RESET_SESSION = [
