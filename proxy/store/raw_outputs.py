@@ -35,7 +35,8 @@ def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, in
 FETCHROW_RAW_OUTPUT = """
 SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
        m.message, m.created_at, m.redacted, m.placeholder IS NOT NULL AS evicted,
-       m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL
+       (r.created_at IS NULL OR r.created_at < m.created_at)
+           AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL
            AND NOT m.redacted AND NOT EXISTS (
                SELECT 1 FROM events e
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
