@@ -58,6 +58,7 @@ __all__ = [
     "InsecureListen",
     "match_key",
     "check_agent",
+    "may_use_agent",
     "is_loopback",
     "listen_policy",
     "provider_pays",
@@ -114,6 +115,12 @@ def match_key(token: bytes, cfg: Config, env: Mapping[str, str]) -> AuthKeyConfi
         if _same(digest, env.get(key.key_env)) and found is None:
             found = key
     return found
+
+
+def may_use_agent(scope: Mapping[str, Any], agent: str) -> bool:
+    """Whether the request's proxy key (none: pass-through) may use ``agent``."""
+    key: AuthKeyConfig | None = scope.get(PROXY_KEY)
+    return key is None or key.agents is None or agent in key.agents
 
 
 def check_agent(scope: Mapping[str, Any], agent: str) -> None:

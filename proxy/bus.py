@@ -22,6 +22,11 @@ The same connection LISTENs on ``cascade_lease`` (migration 0023), whose notific
 session's lease was freed while someone waited for it; ``wakeups`` wakes this replica's
 waiters on it (``services/lease_wakeups.py``).
 
+Deleting a session NOTIFYs on the same channel, in the statement that deletes it
+(``store.sessions.delete_session``), a payload that names the session and no event
+(``"gone": true``); each replica hands its streams on that session :data:`SESSION_GONE`,
+after the events before it, and they end.
+
 ``config.*`` events concern every session: each replica watches its own config file and
 broadcasts them to its own open streams (they are not session history, so not replayed).
 
@@ -54,7 +59,7 @@ from proxy.settings import Settings
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable, redact_dsn
 
-__all__ = ["EventBus", "BusEvent", "listen_url"]
+__all__ = ["EventBus", "BusEvent", "SESSION_GONE", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
 _MAX_PAYLOAD = 7800
@@ -92,6 +97,11 @@ class BusEvent:
     name: str
     data: Mapping[str, Any]
     id: int | None = None
+
+
+SESSION_GONE = BusEvent("", {})
+"""Handed to a session's subscribers, by identity, when the session was deleted: no event,
+the end of their stream."""
 
 
 def _now() -> str:
@@ -301,7 +311,10 @@ class EventBus:
         if key not in self._subs:
             return
         before = self._behind.get(key)
-        if msg["d"] is None or before is not None:
+        if msg.get("gone") and before is None:
+            self._deliver(key, SESSION_GONE)
+            return
+        if msg.get("d") is None or before is not None:
             # A notification too big to carry its data is read back from the table; the
             # session's later ones wait for it, so a stream gets its events in order.
             task = asyncio.get_running_loop().create_task(self._deliver_after(before, key, msg))
@@ -317,6 +330,9 @@ class EventBus:
     ) -> None:
         if before is not None:
             await asyncio.wait({before})  # it never raises: see below
+        if msg.get("gone"):
+            self._deliver(key, SESSION_GONE)
+            return
         if msg["d"] is not None:
             self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
             return

@@ -17,7 +17,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import uvicorn
 from pydantic import ValidationError
 
 from proxy import __version__
@@ -29,6 +28,7 @@ from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
+from proxy.server import serve
 from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
@@ -175,7 +175,7 @@ def _port(text: str) -> int:
 
 def _serve(settings: Settings) -> int:
     app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
-    uvicorn.run(
+    return serve(
         app,
         host=settings.host,
         port=settings.port,
@@ -183,7 +183,6 @@ def _serve(settings: Settings) -> int:
         log_config=None,
         access_log=False,
     )
-    return 0
 
 
 def _migrate(settings: Settings) -> int:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, TenantDep
-from proxy.bus import BusEvent, EventBus
+from proxy.bus import SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.session_id import validate_session_id
 from proxy.store import events as store, nul, sessions
@@ -43,11 +43,12 @@ drop id n when n committed a moment later. Every event is written by one short s
 
 class _Cursor:
     """What one stream has sent: every event up to ``mark`` (or it never will exist), and
-    the ids above it in ``sent``."""
+    the ids above it in ``sent``; ``gone`` once a read found the session deleted."""
 
     def __init__(self, after: int) -> None:
         self.mark = after
         self.sent: set[int] = set()
+        self.gone = False
 
     def take(self, event_id: int) -> bool:
         """True the first time ``event_id`` comes (send it), False after."""
@@ -62,13 +63,16 @@ class _Cursor:
         """Read the table past ``mark``; move ``mark`` over settled rows only."""
         after_id, settled = self.mark, True
         while True:
-            rows = await store.fetch_events_after(
+            rows = await store.fetch_session_events_after(
                 pool,
                 tenant=tenant,
                 session_id=session_id,
                 after_id=after_id,
                 settle_seconds=SETTLE_SECONDS,
             )
+            if rows is None:
+                self.gone = True
+                return
             for r in rows:
                 after_id = r["id"]
                 fresh = self.take(r["id"])
@@ -93,6 +97,11 @@ async def _stream(
     listener was reconnecting) still arrives, a little later. The mark only moves over
     settled rows (``SETTLE_SECONDS``), so an id that commits after a higher one is still
     sent, live or by the next catch-up.
+
+    The stream ends, the server closing it, once its session is deleted: at once when the
+    bus says so (``SESSION_GONE``, from any replica), else at the next catch-up, which
+    finds no session. A client that reconnects (an ``EventSource`` does) gets the 404 of a
+    missing session. No frame says why: the 404 does.
     """
     async with bus.subscribe(tenant, session_id) as queue:
         cursor = _Cursor(after)
@@ -100,7 +109,7 @@ async def _stream(
             yield frame
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
-        while not await request.is_disconnected():
+        while not cursor.gone and not await request.is_disconnected():
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
             except TimeoutError:
@@ -108,6 +117,8 @@ async def _stream(
                     yield frame
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
+            if event is SESSION_GONE:
+                return
             if event.id is None or cursor.take(event.id):
                 yield _frame(event)
 

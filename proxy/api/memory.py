@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
-from proxy.auth import check_agent
+from proxy.auth import check_agent, may_use_agent
 from proxy.errors import ClientRequestError
 from proxy.services import memory as svc
 
@@ -59,11 +59,26 @@ async def add_fact(
     return JSONResponse(fact, status_code=201)
 
 
+def _reaches(request: Request) -> Callable[[str], bool]:
+    """Whether the key reaches a scope (``_scope``'s rule, as a yes or no)."""
+
+    def reaches(scope: str) -> bool:
+        return scope == svc.GLOBAL or may_use_agent(request.scope, scope.removeprefix("agent:"))
+
+    return reaches
+
+
 @router.get("/suggestions")
 async def list_suggestions(
-    pool: PoolDep, tenant: TenantDep, limit: int = Query(100, ge=1, le=1000)
+    request: Request,
+    pool: PoolDep,
+    cfg: ConfigDep,
+    tenant: TenantDep,
+    limit: int = Query(100, ge=1, le=1000),
 ) -> dict[str, Any]:
-    return await svc.list_suggestions(pool, tenant=tenant, limit=limit)
+    return await svc.list_suggestions(
+        pool, cfg, tenant=tenant, limit=limit, may_see=_reaches(request)
+    )
 
 
 @router.post("/suggestions/{suggestion_id}/accept")

@@ -142,21 +142,51 @@ async def delete_fact(
     return {"id": fact_id, "object": "memory.fact.deleted", "deleted": True}
 
 
-def _suggestion(s: dict[str, Any]) -> dict[str, Any]:
+def _suggestion(s: dict[str, Any], scope: str | None) -> dict[str, Any]:
     return {
         "object": "memory.suggestion",
         "id": s["suggestion_id"],
         "suggestion_id": s["suggestion_id"],
         "session_id": s["session_id"],
+        "scope": scope,
         "facts": s["facts"],
         "created_at": _iso(s["created_at"]),
     }
 
 
-async def list_suggestions(pool: Any, *, tenant: str, limit: int) -> dict[str, Any]:
-    """Suggestions nobody has accepted or rejected yet, oldest first."""
-    rows = await store.fetch_pending_suggestions(pool, tenant=tenant, limit=limit)
-    return {"object": "list", "data": [_suggestion(s) for s in rows]}
+async def list_suggestions(
+    pool: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    limit: int,
+    may_see: Callable[[str], bool] | None = None,
+) -> dict[str, Any]:
+    """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
+    accepting it writes to. ``may_see(scope)`` leaves out those the caller may not answer
+    (a key limited to other agents), page by page, so ``limit`` counts the ones it sees."""
+    data: list[dict[str, Any]] = []
+    after = 0
+    while len(data) < limit:
+        rows = await store.fetch_pending_suggestions(
+            pool, tenant=tenant, limit=limit, after_event=after
+        )
+        for row in rows:
+            scope = _listed_scope(cfg, row)
+            if may_see is None or (scope is not None and may_see(scope)):
+                data.append(_suggestion(row, scope))
+        if len(rows) < limit:
+            break
+        after = rows[-1]["event_id"]
+    return {"object": "list", "data": data[:limit]}
+
+
+def _listed_scope(cfg: Config, found: dict[str, Any]) -> str | None:
+    """:func:`_scope_of`, or None for a scope no key can answer (not a valid scope)."""
+    try:
+        return _scope_of(cfg, found)
+    except ClientRequestError:
+        return None
 
 
 async def _pending(pool: Any, tenant: str, suggestion_id: str) -> dict[str, Any]:

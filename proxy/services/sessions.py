@@ -309,16 +309,15 @@ async def tool_output(
     limit: int | None,
     grep: str | None,
 ) -> dict[str, Any]:
-    """The same pages the model gets from read_tool_output (the session agent's page cap),
-    of a spilled or evicted result; of a result never cut, of its stored message, which is
-    the whole of it. A result cut with no copy kept (redacted, or ``persistRaw`` off) has
-    none: its message holds only what the model was sent."""
+    """The same pages the model gets from read_tool_output (the session agent's page cap)
+    of the newest result under the id: a spilled or evicted one; one never cut, from its
+    stored message, which is the whole of it. A result cut with no copy kept (redacted, or
+    ``persistRaw`` off) has none: its message holds only what the model was sent."""
     session = await _require(conn, tenant, session_id)
     max_chars = cfg.context_for(session["agent"]).tool_output.max_chars
-    key = {"tenant": tenant, "session_id": session_id, "tool_call_id": tool_call_id}
-    row = await raw_outputs.fetchrow_raw_output(conn, **key)
-    if row is None:
-        row = await raw_outputs.fetchrow_tool_message(conn, **key)
+    row = await raw_outputs.fetchrow_raw_output(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    )
     if row is None:
         raise NotFound(
             f"no stored output for tool call {tool_call_id!r} in this session (none is kept"

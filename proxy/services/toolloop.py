@@ -71,7 +71,8 @@ async def read_page(
     grep: str | None = None,
     max_chars: int,
 ) -> str | None:
-    """One page of a stored raw output, re-truncated at ``max_chars``; None when not found."""
+    """One page of the id's newest result (``raw_outputs.fetchrow_raw_output``, as the
+    tool-outputs API reads it), re-truncated at ``max_chars``; None when not found."""
     row = await raw_outputs.fetchrow_raw_output(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
     )

@@ -20,6 +20,7 @@ __all__ = [
     "event_objects",
     "insert_event",
     "fetch_events_after",
+    "fetch_session_events_after",
     "NOTIFY_CHANNEL",
     "notify",
     "notify_all",
@@ -100,6 +101,37 @@ async def fetch_events_after(
     ``settle_seconds`` by the database's clock (see ``api.events``). ``data`` is as stored:
     ``nul.decode_json`` gives back the body that was published."""
     return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds)
+
+
+FETCH_SESSION_EVENTS_AFTER = """
+SELECT e.id, e.name, e.data, e.created_at < now() - make_interval(secs => $5) AS settled
+FROM sessions s LEFT JOIN LATERAL (
+    SELECT id, name, data, created_at FROM events
+    WHERE tenant = $1 AND session_id = $2 AND id > $3 ORDER BY id LIMIT $4
+) e ON true
+WHERE s.tenant = $1 AND s.id = $2
+ORDER BY e.id
+"""
+
+
+async def fetch_session_events_after(
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    after_id: int,
+    limit: int = 1000,
+    settle_seconds: float = 10.0,
+) -> list[asyncpg.Record] | None:
+    """:func:`fetch_events_after`, or None when the session no longer exists: an open
+    stream's periodic read also learns that its session was deleted, in the same statement,
+    should the bus's word of it not reach it (``api.events``)."""
+    rows = await conn.fetch(
+        FETCH_SESSION_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds
+    )
+    if not rows:
+        return None
+    return [r for r in rows if r["id"] is not None]
 
 
 async def notify(conn: Executor, *, payload: str) -> None:

@@ -83,8 +83,9 @@ async def delete_fact(
 
 
 FETCH_PENDING = """
-SELECT e.id AS event_id, e.session_id, e.data, e.created_at FROM events e
-WHERE e.tenant = $1 AND e.name = $2 AND NOT EXISTS (
+SELECT e.id AS event_id, e.session_id, e.data, e.created_at, s.agent FROM events e
+LEFT JOIN sessions s ON s.tenant = e.tenant AND s.id = e.session_id
+WHERE e.tenant = $1 AND e.name = $2 AND e.id > $4 AND NOT EXISTS (
     SELECT 1 FROM memory_suggestion_answers a
     WHERE a.tenant = e.tenant AND a.suggestion_id = e.data->>'suggestion_id')
 ORDER BY e.id LIMIT $3
@@ -103,11 +104,13 @@ def _suggestion(row: Any) -> dict[str, Any]:
 
 
 async def fetch_pending_suggestions(
-    conn: Executor, *, tenant: str, limit: int = 100
+    conn: Executor, *, tenant: str, limit: int = 100, after_event: int = 0
 ) -> list[dict[str, Any]]:
-    """Suggestions without an answer, oldest first."""
-    rows = await conn.fetch(FETCH_PENDING, tenant, MEMORY_SUGGESTION, limit)
-    return [_suggestion(row) for row in rows]
+    """Suggestions without an answer, oldest first, from the event after ``after_event``
+    on, each with its ``event_id`` (where the next page starts) and the ``agent`` of its
+    session."""
+    rows = await conn.fetch(FETCH_PENDING, tenant, MEMORY_SUGGESTION, limit, after_event)
+    return [_suggestion(row) | {"event_id": row["event_id"], "agent": row["agent"]} for row in rows]
 
 
 FETCH_SUGGESTION = """

@@ -2,7 +2,7 @@
 
 A result cut at ingestion is spilled here. An evicted result needs no copy: its row keeps
 the body beside the placeholder (migration 0008), and :func:`fetchrow_raw_output` reads it
-from there when no spilled row exists.
+from there, as it reads a result never cut from its message, when no spilled row is as new.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["raw_rows", "fetchrow_raw_output", "fetchrow_tool_message"]
+__all__ = ["raw_rows", "fetchrow_raw_output"]
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:
@@ -33,67 +33,49 @@ def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, in
 
 
 FETCHROW_RAW_OUTPUT = """
-SELECT content, original_bytes, capped, message FROM (
-    SELECT content, original_bytes, capped, NULL::json AS message, created_at, 0 AS kind
-    FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
-    UNION ALL (
-        SELECT NULL, NULL, false, message, created_at, 1 FROM messages
-        WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3 AND placeholder IS NOT NULL
-          AND NOT redacted
-        ORDER BY id DESC LIMIT 1
-    )
-) AS found
-ORDER BY created_at DESC, kind
-LIMIT 1
+SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
+       m.message, m.created_at, m.redacted, m.placeholder IS NOT NULL AS evicted,
+       (r.created_at IS NULL OR r.created_at < m.created_at)
+           AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL
+           AND NOT m.redacted AND NOT EXISTS (
+               SELECT 1 FROM events e
+               WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
+                 AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
+           ) AS whole
+FROM (SELECT) AS one
+LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
+LEFT JOIN LATERAL (
+    SELECT message, created_at, redacted, placeholder, evicted_at, trimmed_at FROM messages
+    WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
+    ORDER BY id DESC LIMIT 1
+) AS m ON true
 """
 
 
 async def fetchrow_raw_output(
     conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
 ) -> dict[str, Any] | None:
-    """The full text of a tool call's result: its spilled row or the body of its evicted
-    row (the latest, superseded or not; never a redacted one, which eviction gives no
-    handle), whichever was written later: an id can come back (servers that number their
-    calls ``call_0`` each turn), and the live placeholder names the newest result. A tie is
-    a message cut and spilled in one statement, whose spill is the whole text.
-    ``{"content", "original_bytes", "capped"}``, or None; the text the client sent, NULs
-    included (``nul``)."""
+    """The full text of a tool call's newest result (the newest message under the id,
+    superseded or not): an id can come back (servers that number their calls ``call_0``
+    each turn), and the model saw the newest result last, whose marker the live prompt
+    holds. Its spilled row when that was written with or after the message (a result cut
+    and spilled in one statement: the spill is the whole text); else the body of the
+    message, evicted (kept beside its placeholder) or never cut (the whole of it). None
+    when there is none, or when that result was cut or cleared with no copy kept
+    (redacted, or cut with ``persistRaw`` off; its message holds less than the result): an
+    older result under the id is not it. ``{"content", "original_bytes", "capped"}``; the
+    text the client sent, NULs included (``nul``)."""
     row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, encode(tool_call_id))
-    if row is None:
+    if row is None:  # no row at all only without a session: the query always has one
         return None
-    if row["message"] is None:
+    message_at = row["created_at"]
+    if row["spilled_at"] is not None and (message_at is None or row["spilled_at"] >= message_at):
         return {
             "content": decode(row["content"]),
             "original_bytes": row["original_bytes"],
             "capped": row["capped"],
         }
-    text = content_text(row["message"].get("content"))
-    return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
-
-
-FETCHROW_TOOL_MESSAGE = """
-SELECT m.message FROM messages m
-WHERE m.tenant = $1 AND m.session_id = $2 AND m.tool_call_id = $3
-  AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL AND NOT m.redacted
-  AND NOT EXISTS (
-    SELECT 1 FROM events e
-    WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
-      AND e.data ->> 'tool_call_id' = $3
-  )
-ORDER BY m.id DESC
-LIMIT 1
-"""
-
-
-async def fetchrow_tool_message(
-    conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
-) -> dict[str, Any] | None:
-    """A tool result that was never cut, as its newest stored message holds it (the whole
-    of it), in :func:`fetchrow_raw_output`'s shape; None when there is none, or when the
-    result was cut, cleared or redacted (then its message holds less than the result). Not
-    what ``read_tool_output`` reads: the model has such a result in its prompt already."""
-    row = await conn.fetchrow(FETCHROW_TOOL_MESSAGE, tenant, session_id, encode(tool_call_id))
-    if row is None:
+    if message_at is None or not (row["whole"] or (row["evicted"] and not row["redacted"])):
         return None
     text = content_text(row["message"].get("content"))
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}

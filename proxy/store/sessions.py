@@ -12,7 +12,8 @@ import asyncpg
 
 from proxy.requestlog import session_wait
 from proxy.store.db import unavailable_when_lost
-from proxy.store.leases import free_for_update, poll_delays
+from proxy.store.events import NOTIFY_CHANNEL
+from proxy.store.leases import free_for_update, leave_queue, poll_delays
 from proxy.store.nul import decode
 
 if TYPE_CHECKING:
@@ -86,15 +87,20 @@ async def _sleep(seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
-DELETE_SESSION = "DELETE FROM sessions WHERE tenant = $1 AND id = $2"
+DELETE_SESSION = """
+WITH gone AS (DELETE FROM sessions WHERE tenant = $1 AND id = $2 RETURNING tenant, id)
+SELECT pg_notify($3, json_build_object('t', tenant, 's', id, 'gone', true)::text) FROM gone
+"""
 
 
 async def delete_session(
     conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
 ) -> bool:
-    """Delete a session and, by ON DELETE CASCADE, everything it owns."""
+    """Delete a session and, by ON DELETE CASCADE, everything it owns. The same statement
+    tells every replica's event bus, at commit, that the session is gone, so the event
+    streams open on it end (``bus.SESSION_GONE``)."""
     async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
-        status = await tx.execute(DELETE_SESSION, tenant, session_id)
+        status = await tx.execute(DELETE_SESSION, tenant, session_id, NOTIFY_CHANNEL)
     return bool(status.endswith(" 1"))
 
 
@@ -111,8 +117,9 @@ async def _locked(
     keeping its place in the session's queue of waiters under one owner id, so requests that
     follow one another on another replica do not keep it waiting (migration 0022). Between
     tries it awaits ``pause(seconds)`` (``Pause``), the transaction ended and the connection
-    back in the pool: one that raises (the client left) ends the operation there, its place
-    in the queue left to lapse like any waiter's that stops trying."""
+    back in the pool: one that raises (the client left) ends the operation there, and its
+    place in the queue with it (``leave_queue``), so the waiter behind it goes once the
+    session is free, not once the place lapsed."""
     delays, owner = poll_delays(), uuid.uuid4()
     while True:
         async with contextlib.AsyncExitStack() as stack:
@@ -126,7 +133,12 @@ async def _locked(
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
                 yield lent
                 return
-        await pause(next(delays))
+        try:
+            await pause(next(delays))
+        except Exception:
+            with contextlib.suppress(Exception):  # else the place lapses, as it used to
+                await leave_queue(conn, tenant=tenant, session_id=session_id, owner=owner)
+            raise
 
 
 RESET_SESSION = [

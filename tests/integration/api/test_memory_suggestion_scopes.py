@@ -103,3 +103,25 @@ def test_a_limited_key_answers_suggestions_for_its_agent_and_global(
         assert ok.json()["scope"] == "agent:reviewer"
         ok = limited.post("/v1/memory/suggestions/The repo uses uv./reject")
         assert ok.status_code == 200, ok.text
+
+
+def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
+    server_origin: str, db_dsn: str
+) -> None:
+    """Regression: the list showed a key limited to some agents every pending suggestion of
+    the tenant, those for other agents' scopes too (their facts included), though answering
+    them is a 403. ``limit`` counts the suggestions the key sees."""
+    for i in range(3):
+        _suggest(db_dsn, "coder-run", "coder", f"The coder deploys to build-{i}.")
+    _suggest(db_dsn, "any-run", "reviewer", "The API port is 8443.", scope="agent:coder")
+    _suggest(db_dsn, "reviewer-run", "reviewer", "Reviews need two approvals.")
+    _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
+    with _client(server_origin, LIMITED) as limited, _client(server_origin, FULL) as full:
+        seen = limited.get("/v1/memory/suggestions").json()["data"]
+        assert [s["id"] for s in seen] == ["Reviews need two approvals.", "The repo uses uv."]
+        assert [s["scope"] for s in seen] == ["agent:reviewer", "global"]
+        first = limited.get("/v1/memory/suggestions", params={"limit": 1}).json()["data"]
+        assert [s["id"] for s in first] == ["Reviews need two approvals."]
+        everything = full.get("/v1/memory/suggestions").json()["data"]
+        assert len(everything) == 6
+        assert sum(s["scope"] == "agent:coder" for s in everything) == 4

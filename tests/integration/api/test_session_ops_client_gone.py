@@ -12,20 +12,29 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
+from proxy.session_id import tenant_from_bearer
+from proxy.settings import Settings
+from proxy.store.leases import RELEASE_LEASE
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, StartProxy
+from tests.integration.conftest import run_sync
 
 HEADERS = {"authorization": "Bearer sk-test-client"}
 SLOW = 1.5  # the holder's provider answer, in seconds
 GONE = "while its session operation waited for the session; nothing was changed"
 ACTIONS = ["reset", "delete", "branch"]
+TENANT = tenant_from_bearer(HEADERS["authorization"])
+HOLD = """UPDATE sessions SET lease_owner = $3,
+    lease_expires = clock_timestamp() + interval '30 seconds' WHERE tenant = $1 AND id = $2"""
 
 
 def _client(origin: str, timeout: float = 10) -> httpx.Client:
@@ -126,3 +135,46 @@ def test_an_operation_whose_client_gives_up_polling_another_replicas_lease_chang
     _unchanged(b.origin, action, sid)
     _went_away(records)
     _retried(b.origin, action, sid)
+
+
+def test_an_operation_whose_client_leaves_gives_up_its_place_in_the_sessions_queue_at_once(
+    proxy: ProxyServer, settings: Settings
+) -> None:
+    """Regression: a reset queued for a lease held elsewhere, whose client left, kept its
+    place at the head of the session's queue (migration 0022) until it lapsed, up to a
+    second after its last try, and the operation queued behind it waited that long after
+    the session was freed. It now leaves the queue as its client leaves."""
+    dsn = settings.database_url
+    assert dsn is not None
+    sid, holder = "handed-on", uuid.uuid4()
+    with _client(proxy.origin) as c:  # the session, free again once answered
+        body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "first"}]}
+        assert c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid}).is_success
+
+    async def lease(sql: str) -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(sql, TENANT, sid, holder)
+        finally:
+            await conn.close()
+
+    # another replica's request holds the session (its lease, as begin_step takes it)
+    run_sync(lease(HOLD))
+    done: list[float] = []
+
+    def next_in_line() -> None:
+        assert _operate(proxy.origin, "reset", sid).status_code == 200
+        done.append(time.monotonic())
+
+    leaving = threading.Thread(target=_give_up, args=(proxy.origin, "reset", sid))
+    leaving.start()
+    time.sleep(0.15)  # the first reset polls the lease, in the session's queue
+    waiting = threading.Thread(target=next_in_line)
+    waiting.start()
+    leaving.join()
+    time.sleep(0.15)  # the second reset, its turn on this replica come, polls the lease
+    freed = time.monotonic()
+    run_sync(lease(RELEASE_LEASE))
+    waiting.join(5)
+    assert done, "the second reset did not end"
+    assert done[0] - freed < 0.25, "the second reset waited for the first one's place to lapse"

@@ -179,3 +179,21 @@ async def test_requests_that_do_not_wait_write_no_queue(pool: asyncpg.Pool) -> N
         await begin(pool, owner, "quiet")
         await release(pool, owner, "quiet")
     assert await pool.fetchval(QUEUE, "quiet") is None
+
+
+async def test_a_waiter_that_leaves_the_queue_gives_its_place_up_at_once(
+    pool: asyncpg.Pool,
+) -> None:
+    """``leave_queue`` (a session operation whose client left): the waiter behind it takes
+    the free lease now, not once the leaver's place lapsed; the others keep their order."""
+    await begin(pool, A)
+    ops = [uuid.uuid4() for _ in range(3)]
+    for op in ops:
+        assert not await op_may_run(pool, op)  # each queued in turn
+    await leases.leave_queue(pool, tenant=T, session_id="s", owner=ops[1])
+    assert await pool.fetchval(QUEUE, "s") == [ops[0], ops[2]]
+    await leases.leave_queue(pool, tenant=T, session_id="s", owner=ops[0])
+    await release(pool, A)
+    assert await op_may_run(pool, ops[2])  # the first one left: no wait for its place
+    await leases.leave_queue(pool, tenant=T, session_id="s", owner=ops[2])  # not queued
+    assert await pool.fetchval(QUEUE, "s") is None

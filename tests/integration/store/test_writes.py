@@ -308,7 +308,7 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
 ) -> None:
     """A server that numbers its calls ``call_0`` afresh each turn: turn 1's output was cut
     and spilled; turn 5's was whole, and later evicted. The id serves turn 5's text (its row
-    is the newer), and a spill written after it wins again."""
+    is the newer), whole or evicted, and a spill written after it wins again."""
 
     async def spill(text: str) -> None:
         await writes.append_and_fetch_window(
@@ -337,7 +337,7 @@ async def test_a_reused_tool_call_id_serves_its_newest_result_spilled_or_evicted
         {"role": "tool", "tool_call_id": "c0", "content": "turn five"},
     ]
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(history))
-    assert await served() == "turn one, whole"  # turn five's row is live: nothing to serve
+    assert await served() == "turn five"  # whole in its message: the newest result
     placeholder = {"role": "tool", "tool_call_id": "c0", "content": "[context-cleared]"}
     await writes.persist_step(conn, tenant=T, session_id=S, evicted=[(2, placeholder, 3)])
     assert await served() == "turn five"

@@ -1,0 +1,70 @@
+"""Regression: a tool call id reused within a session served its older spill. Some agents
+number their calls afresh each turn (``call_0`` every time); when turn 1's ``call_0`` was cut
+and spilled and turn 2's was short enough to keep whole, both
+``GET /v1/sessions/{id}/tool-outputs/call_0`` and the model's ``read_tool_output`` served
+turn 1's text. Both now serve the newest result under the id (the one the model saw last,
+as DESIGN keys raw outputs by session and id), and a newest result with no copy kept is not
+found rather than answered with an older one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import chat, context, history, read_call
+from tests.integration.transcripts import api, blob
+
+SECRET = "ACME-12345678"
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    ctx = context() | {"redaction": {"enabled": True, "patterns": ["ACME-[0-9]{8}"]}}
+    return write_config(tmp_path / "agents.json", fake_upstream.url, context=ctx)
+
+
+def _two_turns(
+    proxy: ProxyServer, fake: FakeUpstream, sid: str, first: str, second: str
+) -> tuple[str, Any]:
+    """Turn 1's ``call_0`` result is ``first``, turn 2's is ``second``; in turn 2 the model
+    reads ``call_0``. What read_tool_output answered it, and what the API answers."""
+    turn1 = history("call_0", first, tag="a")
+    chat(proxy, sid, turn1)
+    turn2 = [*turn1, {"role": "assistant", "content": "ok"}, *history("call_0", second, tag="b")]
+    fake.script(reply(None, tool_calls=[read_call(id="call_0", limit=100)]), reply("done"))
+    chat(proxy, sid, turn2)
+    answered = fake.bodies()[-1]["messages"][-1]
+    assert answered["role"] == "tool" and answered["tool_call_id"] == "int_1"
+    with api(proxy) as http:
+        served = http.get(f"/v1/sessions/{sid}/tool-outputs/call_0", params={"limit": 100})
+    return str(answered["content"]), served
+
+
+@pytest.mark.parametrize(
+    ("second", "head"),
+    [("turn two's short output", "turn two's short output"), (blob(9000, "new"), "new:00000")],
+    ids=["kept-whole", "spilled"],
+)
+def test_a_reused_id_serves_its_newest_result(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, second: str, head: str
+) -> None:
+    tool, served = _two_turns(proxy, fake_upstream, "reused", blob(9000, "old"), second)
+    assert served.status_code == 200, served.text
+    page = served.json()["page"]
+    assert head in page and "old:" not in page
+    assert served.json()["total_chars"] == len(second)
+    assert tool == page  # the model's read and the API agree
+
+
+def test_a_reused_id_whose_newest_result_was_redacted_serves_no_older_one(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    second = f"token {SECRET} then more"
+    tool, served = _two_turns(proxy, fake_upstream, "redacted", blob(9000, "old"), second)
+    assert served.status_code == 404, served.text
+    assert "no stored output" in tool and "old:" not in tool
