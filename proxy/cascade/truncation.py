@@ -10,6 +10,7 @@ never stored and its marker advertises no handle.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ __all__ = [
     "Ingested",
     "truncate_tool_result",
     "cap_utf8",
+    "is_cut_from",
     "page_raw_output",
 ]
 
@@ -69,6 +71,32 @@ def _marker(omitted: int, *, tool_call_id: str, offset: int, handle: bool, secre
         return f"\n[... truncated {omitted} chars; re-run the tool if you need the rest ...]\n"
     args = json.dumps({"id": tool_call_id, "offset": offset, "limit": omitted})
     return f"\n[... truncated {omitted} chars; read the rest with read_tool_output({args}) ...]\n"
+
+
+_HANDLE_MARKER = re.compile(
+    r"\n\[\.\.\. truncated (\d+) chars; "
+    r"read the rest with read_tool_output\((\{[^\n]*?\})\) \.\.\.\]\n"
+)
+
+
+def is_cut_from(text: str, raw: str) -> bool:
+    """Whether ``text`` is ``raw`` cut by :func:`truncate_tool_result` with a handle: the
+    head of ``raw``, the marker, the tail of ``raw``, where the marker's offset and limit
+    say. It links a cut result to its own spill when the hash chain cannot (a result sent
+    as a list of content parts, whose spill is only its text)."""
+    for m in _HANDLE_MARKER.finditer(text):
+        try:
+            args = json.loads(m[2])
+        except ValueError:
+            continue
+        offset, limit = args.get("offset"), args.get("limit")
+        if not (isinstance(offset, int) and isinstance(limit, int)) or limit != int(m[1]):
+            continue
+        if 0 <= offset <= offset + limit <= len(raw) and (
+            text == raw[:offset] + m[0] + raw[offset + limit :]
+        ):
+            return True
+    return False
 
 
 def _compact(

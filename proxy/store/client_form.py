@@ -4,6 +4,17 @@ The store keeps each message in its prompt form (a result cut at ingestion, an e
 result's placeholder), while the hash chain is over what the client sent. The console's
 composer resends the history the way any client does, so it needs the sent form back or the
 proxy would take the rewritten rows for an edited history and supersede them.
+
+A tool call id can come back within a session (agents that number their calls ``call_0``
+each turn): ``tool_raw_outputs`` holds the newest spill under the id and
+``tool_raw_output_versions`` the ones it replaced (migration 0010), and no column says which
+message a spill was cut from. The stored hash chain does: a row's hash is
+``chain_hash(previous row's hash, the message as sent)``, so of the spills under its id the
+one that belongs to a row is the one that rebuilds a message hashing to the row's hash. A
+result sent as a list of content parts hashes as parts, and only its text is spilled: its
+spill is the one its stored cut was made from (head, marker, tail where the marker says), and
+its sent form is that text. A row neither links gets no sent form rather than another
+result's text.
 """
 
 from __future__ import annotations
@@ -11,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from proxy.cascade.truncation import is_cut_from
+from proxy.history import chain_hash
 from proxy.store.nul import decode
 
 if TYPE_CHECKING:
@@ -19,31 +32,58 @@ if TYPE_CHECKING:
 __all__ = ["fetch_sent_forms"]
 
 # An evicted row keeps its body beside the placeholder (migration 0008): ``message``. A cut
-# result's whole text is its spilled raw output, unless the spill itself was capped.
+# result's whole text is one of the spills under its id (the newest, or a version it
+# replaced), unless that spill itself was capped. ``prev`` is the live row before it, whose
+# hash the row's hash continues.
 FETCH_SENT_FORMS = """
-SELECT m.pos, m.message, r.content AS raw, coalesce(r.capped, false) AS capped
+SELECT m.pos, m.message, m.hash, coalesce(p.hash, '') AS prev,
+       array(SELECT s.content FROM (
+                 SELECT r.content, 0 AS age FROM tool_raw_outputs r
+                 WHERE r.tenant = m.tenant AND r.session_id = m.session_id
+                   AND r.tool_call_id = m.tool_call_id AND NOT r.capped
+                 UNION ALL
+                 SELECT v.content, 1 FROM tool_raw_output_versions v
+                 WHERE v.tenant = m.tenant AND v.session_id = m.session_id
+                   AND v.tool_call_id = m.tool_call_id AND NOT v.capped
+             ) AS s ORDER BY s.age) AS raws
 FROM messages m
-LEFT JOIN tool_raw_outputs r ON r.tenant = m.tenant AND r.session_id = m.session_id
-     AND r.tool_call_id = m.tool_call_id
+LEFT JOIN messages p ON p.tenant = m.tenant AND p.session_id = m.session_id
+     AND p.pos = m.pos - 1 AND p.superseded_at IS NULL
 WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
   AND m.pos = ANY($3::int[])
 """
 
 
+def _as_sent(message: dict[str, Any], prev: str, stored_hash: str, raws: Sequence[str]) -> Any:
+    """The message as sent: as stored (never cut, or an evicted row's body), or with the
+    content of the spill that rebuilds it, whichever hashes to the row's hash; else with the
+    text of the spill its cut was made from (sent as parts); else None."""
+    if chain_hash(prev, message) == stored_hash:
+        return message
+    texts = [decode(raw) for raw in raws]
+    for text in texts:
+        candidate = message | {"content": text}
+        if chain_hash(prev, candidate) == stored_hash:
+            return candidate
+    cut = message.get("content")
+    for text in texts:
+        if isinstance(cut, str) and is_cut_from(cut, text):
+            return message | {"content": text}
+    return None
+
+
 async def fetch_sent_forms(
     conn: Executor, *, tenant: str, session_id: str, positions: Sequence[int]
 ) -> dict[int, dict[str, Any]]:
-    """pos -> the message as it was sent, for those of ``positions`` it can be rebuilt for
-    (an evicted row; a cut result whose whole text was kept). A redacted secret is never
-    stored, so a redacted row has no sent form."""
+    """pos -> the message as it was sent, for those of ``positions`` whose sent form the
+    store holds and can tie to the row (an evicted row; a cut result whose whole text
+    was kept). A redacted secret is never stored, so a redacted row has none; nor has a
+    result cut with no uncapped spill of its own."""
     if not positions:
         return {}
     out: dict[int, dict[str, Any]] = {}
     for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, list(positions)):
-        message = dict(r["message"])
-        if r["raw"] is not None:
-            if r["capped"]:
-                continue
-            message["content"] = decode(r["raw"])
-        out[r["pos"]] = message
+        message = _as_sent(dict(r["message"]), r["prev"], r["hash"], r["raws"])
+        if message is not None:
+            out[r["pos"]] = message
     return out

@@ -8,7 +8,12 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
-from proxy.cascade.truncation import cap_utf8, page_raw_output, truncate_tool_result
+from proxy.cascade.truncation import (
+    cap_utf8,
+    is_cut_from,
+    page_raw_output,
+    truncate_tool_result,
+)
 from proxy.cascade.types import TRUNCATED
 from proxy.config_context import RedactionConfig, ToolOutputConfig
 from tests.unit.cascade.builders import tool, user
@@ -259,3 +264,17 @@ def test_grep_long_line_shows_window_at_absolute_offset() -> None:
     start = int(row.split(":", 1)[0])
     assert len(row) < 500 and "NEEDLE" in row
     assert row.split(": ", 1)[1].strip("…") == text[start : start + len(row.split(": ", 1)[1]) - 2]
+
+
+@given(st.text(min_size=1001, max_size=3000), st.characters())
+@settings(max_examples=50, deadline=None)
+def test_a_cut_links_to_the_spill_it_was_made_from(text: str, extra: str) -> None:
+    """The link the ``?form=sent`` messages use for a result sent as content parts: a cut
+    is the head, marker and tail of its own spill, where its marker says; a text with
+    another head, tail or length is not its spill."""
+    out = truncate_tool_result(tool("call_0", text), cfg=CFG, redaction=RED)
+    assert out.spill is not None
+    cut = out.message["content"]
+    assert is_cut_from(cut, text)
+    assert not any(is_cut_from(cut, t) for t in (extra + text, text + extra, text[1:]))
+    assert not is_cut_from(text, text)
