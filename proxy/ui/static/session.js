@@ -115,6 +115,11 @@ export class SessionView {
       this.render();
     } catch (err) {
       if (err.status === 404) {
+        if (this.session) { // deleted while shown: what the page showed of it goes too
+          if (!this.sending) $("assistant-message").textContent = "";
+          $("status-line").textContent = "";
+          this.suggestion = null; $("memory-prompt").hidden = true;
+        }
         this.session = null;
         this.rows = [];
         this.missing = true;

@@ -62,6 +62,43 @@ def test_a_deleted_session_is_not_polled_and_is_followed_once_started_again(
     meta.wait_for(state="detached")
 
 
+def test_a_session_deleted_elsewhere_shows_as_not_found_with_none_of_its_data(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """Its stream ends, and the page looks as it does for an id never started: no rows,
+    usage or summary, and none of what the page showed of it (its own last answer, the
+    status line, a memory prompt about it)."""
+    started(console_proxy, "doomed")
+    page = sign_in(console, "#/s/doomed")
+    rows = page.get_by_test_id("message-list").locator("li")
+    rows.get_by_text("hi").wait_for()
+    answer = page.get_by_test_id("assistant-message")
+    page.get_by_test_id("composer-input").fill("Hello")
+    page.get_by_test_id("composer-send").click()
+    page.locator("[data-testid=assistant-message][data-state=done]").wait_for()
+    assert answer.inner_text() != ""
+    status = page.get_by_test_id("status-line")
+    inject(
+        db_dsn, "doomed", "context.compaction.completed", {"tokens_before": 9, "tokens_after": 3}
+    )
+    status.filter(has_text="Compacted").wait_for()
+    prompt = page.get_by_test_id("memory-prompt")
+    inject(db_dsn, "doomed", "memory.suggestion", {"suggestion_id": "s-1", "facts": ["x is y"]})
+    prompt.filter(has_text="x is y").wait_for()
+    usage = page.get_by_test_id("usage-text")
+    assert "tokens" in usage.inner_text()
+
+    with api(console_proxy) as h:  # another client deletes it while the page shows it
+        assert h.delete("/v1/sessions/doomed").status_code in (200, 204)
+    page.get_by_text("no session with this id").wait_for()
+    wait_for(lambda: rows.count() == 0, page)
+    assert usage.inner_text() == "No usage yet: the first message starts the session."
+    assert page.get_by_test_id("summary").inner_text().strip() == "No summary yet."
+    assert (answer.inner_text(), status.inner_text()) == ("", "")
+    assert prompt.is_hidden()
+    assert page.get_by_test_id("toast").count() == 0  # not found is no error
+
+
 def test_a_failing_stream_reconnects_with_a_growing_pause(
     console: Page, console_proxy: ProxyServer
 ) -> None:
