@@ -178,6 +178,10 @@ COPY_SESSION = [
            capped)
        SELECT tenant, $3, tool_call_id, content, original_bytes, capped
        FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2""",
+    """INSERT INTO tool_raw_output_versions (tenant, session_id, tool_call_id, content,
+           original_bytes, capped, created_at, replaced_at)
+       SELECT tenant, $3, tool_call_id, content, original_bytes, capped, created_at, replaced_at
+       FROM tool_raw_output_versions WHERE tenant = $1 AND session_id = $2""",
     """INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, content,
            tokens, model)
        SELECT tenant, $3, version, boundary, boundary_hash, content, tokens, model
@@ -188,7 +192,8 @@ COPY_SESSION = [
 async def copy_session(
     conn: Executor, *, tenant: str, source: str, target: str, pause: Pause | None = None
 ) -> None:
-    """Branch: independent copies of the live history, raw outputs and valid summaries."""
+    """Branch: independent copies of the live history, raw outputs (the ones a reused tool
+    call id replaced too: an older result's sent form is one) and valid summaries."""
     async with _locked(conn, tenant, source, pause or _sleep) as tx:
         for sql in COPY_SESSION:
             await tx.execute(sql, tenant, source, target)

@@ -2,7 +2,8 @@
 ``?form=sent`` messages gave an older cut result the newer result's text, since only the
 newest spill under an id is in ``tool_raw_outputs``. The console resends that form as the
 history, so it read as an edited history and superseded the stored tail. Each cut result
-now comes back with its own text (the older one from ``tool_raw_output_versions``)."""
+now comes back with its own text (the older one from ``tool_raw_output_versions``), in a
+branch of the session too."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def test_each_result_under_a_reused_id_comes_back_with_its_own_text(
     assert [len(prompt[p]["message"]["content"]) <= MAX_CHARS for p in (2, 6)] == [True, True]
     sent = [r["message"] for r in messages_of(http, "reused", form="sent")]
     assert sent[2]["content"] == FIRST and sent[6]["content"] == SECOND
+    # a branch keeps the replaced spill too, so its rows come back the same
+    branch = http.post("/v1/sessions/reused/branch").json()["id"]
+    assert [r["message"] for r in messages_of(http, branch, form="sent")] == sent
     if parts:
         return  # its sent form is its text, which the proxy takes for an edit (README)
     # resent in that form, the history extends the stored one: nothing is superseded
