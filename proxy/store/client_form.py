@@ -20,6 +20,7 @@ result's text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.truncation import is_cut_from
@@ -31,21 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = ["fetch_sent_forms"]
 
-# An evicted row keeps its body beside the placeholder (migration 0008): ``message``. A cut
-# result's whole text is one of the spills under its id (the newest, or a version it
-# replaced), unless that spill itself was capped. ``prev`` is the live row before it, whose
-# hash the row's hash continues.
+# An evicted row keeps its body beside the placeholder (migration 0008): ``message``.
+# ``prev`` is the live row before it, whose hash the row's hash continues.
 FETCH_SENT_FORMS = """
-SELECT m.pos, m.message, m.hash, coalesce(p.hash, '') AS prev,
-       array(SELECT s.content FROM (
-                 SELECT r.content, 0 AS age FROM tool_raw_outputs r
-                 WHERE r.tenant = m.tenant AND r.session_id = m.session_id
-                   AND r.tool_call_id = m.tool_call_id AND NOT r.capped
-                 UNION ALL
-                 SELECT v.content, 1 FROM tool_raw_output_versions v
-                 WHERE v.tenant = m.tenant AND v.session_id = m.session_id
-                   AND v.tool_call_id = m.tool_call_id AND NOT v.capped
-             ) AS s ORDER BY s.age) AS raws
+SELECT m.pos, m.message, m.hash, coalesce(p.hash, '') AS prev, m.tool_call_id, m.created_at
 FROM messages m
 LEFT JOIN messages p ON p.tenant = m.tenant AND p.session_id = m.session_id
      AND p.pos = m.pos - 1 AND p.superseded_at IS NULL
@@ -53,17 +43,27 @@ WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
   AND m.pos = ANY($3::int[])
 """
 
+# A cut result's whole text is one of the spills under its id (the newest, or one it
+# replaced), unless that spill itself was capped. Each is read once, however many rows
+# share its id.
+FETCH_SPILLS = """
+SELECT tool_call_id, content, created_at FROM tool_raw_outputs
+WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[]) AND NOT capped
+UNION ALL
+SELECT tool_call_id, content, created_at FROM tool_raw_output_versions
+WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[]) AND NOT capped
+"""
 
-def _as_sent(message: dict[str, Any], prev: str, stored_hash: str, raws: Sequence[str]) -> Any:
-    """The message as sent: as stored (never cut, or an evicted row's body), or with the
-    content of the spill that rebuilds it, whichever hashes to the row's hash; else with the
-    text of the spill its cut was made from (sent as parts); else None."""
-    if chain_hash(prev, message) == stored_hash:
-        return message
-    texts = [decode(raw) for raw in raws]
+
+def _rebuilt(row: Any, spills: Sequence[tuple[datetime, str]]) -> Any:
+    """The cut row as sent: with the content of the spill that rebuilds a message hashing
+    to the row's hash; else with the text of the spill its cut was made from (sent as
+    parts); else None. The spill written with the row (one statement) is tried first."""
+    message, at = dict(row["message"]), row["created_at"]
+    texts = [decode(raw) for _, raw in sorted(spills, key=lambda s: abs(s[0] - at))]
     for text in texts:
         candidate = message | {"content": text}
-        if chain_hash(prev, candidate) == stored_hash:
+        if chain_hash(row["prev"], candidate) == row["hash"]:
             return candidate
     cut = message.get("content")
     for text in texts:
@@ -76,14 +76,28 @@ async def fetch_sent_forms(
     conn: Executor, *, tenant: str, session_id: str, positions: Sequence[int]
 ) -> dict[int, dict[str, Any]]:
     """pos -> the message as it was sent, for those of ``positions`` whose sent form the
-    store holds and can tie to the row (an evicted row; a cut result whose whole text
-    was kept). A redacted secret is never stored, so a redacted row has none; nor has a
-    result cut with no uncapped spill of its own."""
+    store holds and can tie to the row: as stored (never cut, or an evicted row's body)
+    when that hashes to the row's hash, else rebuilt from its own spill. A redacted secret
+    is never stored, so a redacted row has none; nor has a result cut with no uncapped
+    spill of its own."""
     if not positions:
         return {}
     out: dict[int, dict[str, Any]] = {}
+    cut = []
     for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, list(positions)):
-        message = _as_sent(dict(r["message"]), r["prev"], r["hash"], r["raws"])
+        message = dict(r["message"])
+        if chain_hash(r["prev"], message) == r["hash"]:
+            out[r["pos"]] = message
+        elif r["tool_call_id"] is not None:
+            cut.append(r)
+    if not cut:
+        return out
+    ids = sorted({r["tool_call_id"] for r in cut})
+    spills: dict[str, list[tuple[datetime, str]]] = {}
+    for s in await conn.fetch(FETCH_SPILLS, tenant, session_id, ids):
+        spills.setdefault(s["tool_call_id"], []).append((s["created_at"], s["content"]))
+    for r in cut:
+        message = _rebuilt(r, spills.get(r["tool_call_id"], []))
         if message is not None:
             out[r["pos"]] = message
     return out
