@@ -36,7 +36,7 @@ __all__ = ["main"]
 
 _DATABASE_URL = (
     "PostgreSQL URL (env DATABASE_URL; default: an embedded PostgreSQL in "
-    "$CASCADE_DATA_DIR, else ~/.local/share/cascade)"
+    "$CASCADE_DATA_DIR, else $XDG_DATA_HOME/cascade, else ~/.local/share/cascade)"
 )
 
 

@@ -149,7 +149,12 @@ def _after(request: Request) -> int:
             f"{param} {value[:30]!r} is not an event id: send the id of the last event "
             "received (a number), or none to receive every event",
             param=param,
+            log_message=f"{param} is not an event id",  # a header's or a query's value
         )
     if int(value) > BIGINT_MAX:
-        raise ClientRequestError(f"{param} {value[:30]} is past any event id", param=param)
+        raise ClientRequestError(
+            f"{param} {value[:30]} is past any event id",
+            param=param,
+            log_message=f"{param} is past any event id",
+        )
     return int(value)

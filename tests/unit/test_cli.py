@@ -16,6 +16,7 @@ import pytest
 
 from proxy import __version__
 from proxy.cli import _parser, _settings, main
+from proxy.pgembed import default_data_dir
 
 
 def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
@@ -79,6 +80,23 @@ def test_every_flag_says_its_variable_and_default() -> None:
             if flag in _ENV:
                 assert f"env {_ENV[flag]}" in text, f"{where} {flag}: {text!r}"
     assert set(_ENV) <= seen
+
+
+def test_the_embedded_data_dir_the_help_names_is_the_one_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    help_text = next(
+        a.help or ""
+        for _, parser in _parsers(_parser())
+        for a in parser._actions
+        if "--database-url" in a.option_strings
+    )
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_data_dir() == tmp_path / "cascade"
+    assert "$XDG_DATA_HOME/cascade" in help_text
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert default_data_dir() == Path.home() / ".local" / "share" / "cascade"
+    assert "~/.local/share/cascade" in help_text
 
 
 def test_the_variables_the_serve_help_names_are_the_ones_read(

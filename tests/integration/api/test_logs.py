@@ -207,6 +207,27 @@ def test_an_invalid_session_id_is_logged_without_its_value(
     ]
 
 
+def test_a_refused_last_event_id_is_logged_without_its_value(
+    http: httpx.Client, fake_upstream: FakeUpstream, records: Records
+) -> None:
+    # The header's (or the query's) value is the client's: quoted to it, never logged.
+    fake_upstream.script(reply("ok"))
+    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+    assert _post(http, json=body, headers={"x-session-id": "ev-log"}).status_code == 200
+    sent = f"x{SECRET_TEXT}"
+    in_header = http.get("/v1/sessions/ev-log/events", headers={"last-event-id": sent})
+    in_query = http.get("/v1/sessions/ev-log/events", params={"last_event_id": sent})
+    past = http.get("/v1/sessions/ev-log/events", headers={"last-event-id": "9" * 25})
+    assert in_header.status_code == in_query.status_code == past.status_code == 400
+    assert SECRET_TEXT in in_header.json()["error"]["message"]  # the client sees what it sent
+    records.access(4)
+    assert [r.getMessage() for r in records.errors()] == [
+        "400 GET /v1/sessions/ev-log/events: Last-Event-ID is not an event id",
+        "400 GET /v1/sessions/ev-log/events: last_event_id is not an event id",
+        "400 GET /v1/sessions/ev-log/events: Last-Event-ID is past any event id",
+    ]
+
+
 def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
     text, js = io.StringIO(), io.StringIO()
     as_text, as_json = logging.StreamHandler(text), logging.StreamHandler(js)
