@@ -41,14 +41,19 @@ def _session(tmp_path: Path, *options: str) -> str:
     shutil.copy(Path(__file__).parents[1] / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "late_line.py").write_text(LATE)
     (tmp_path / "test_inner.py").write_text(TESTS)
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
-    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "late_line"]
         + [*options, "test_inner.py"],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTEST_ADDOPTS": ""},
+        # pytest and that conftest alone: the installed plugins (schemathesis's imports take
+        # seconds) have no part in what is checked here.
+        env={
+            **os.environ,
+            "PYTHONPATH": str(tmp_path),
+            "PYTEST_ADDOPTS": "",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        },
         capture_output=True,
         text=True,
         timeout=60,
