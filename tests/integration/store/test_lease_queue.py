@@ -10,46 +10,16 @@ import uuid
 
 import asyncpg
 
-from proxy.store import leases, steps
-from proxy.store.leases import POLL_MAX_SECONDS, SessionBusy
+from proxy.store import leases
+from proxy.store.leases import POLL_MAX_SECONDS
+from tests.integration.store.lease_turns import LeaseTurns
 
 T = "t-a"
 A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))  # three replicas' lease owners
 PLACE = 2 * POLL_MAX_SECONDS  # how long a waiter's place lasts after its last try
 QUEUE = "SELECT lease_queue FROM sessions WHERE tenant = 't-a' AND id = $1"
-
-
-async def begin(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> None:
-    await steps.begin_step(pool, tenant=T, session_id=sid, agent="a", model="m", owner=owner)
-
-
-async def busy(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> bool:
-    """Whether ``owner``'s try is refused (it then holds its place in the queue)."""
-    try:
-        await begin(pool, owner, sid)
-    except SessionBusy:
-        return True
-    return False
-
-
-async def release(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> None:
-    stored = await steps.record_step(
-        pool,
-        tenant=T,
-        session_id=sid,
-        reply=None,
-        prompt_tokens=1,
-        estimate=1,
-        calibration=1.0,
-        owner=owner,
-    )
-    assert stored
-
-
-async def op_may_run(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> bool:
-    """One try of a session operation (reset, delete, branch), committed."""
-    async with pool.acquire() as conn, conn.transaction():
-        return await leases.free_for_update(conn, tenant=T, session_id=sid, owner=owner)
+LEASE = LeaseTurns(T)
+begin, busy, release, op_may_run = LEASE.begin, LEASE.busy, LEASE.release, LEASE.op_may_run
 
 
 async def test_a_free_lease_goes_to_the_waiter_not_to_the_holders_next_request(

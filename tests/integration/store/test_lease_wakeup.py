@@ -13,8 +13,9 @@ import asyncpg
 import pytest
 
 from proxy.services.lease_wakeups import LEASE_CHANNEL, session_hash
-from proxy.store import leases, steps
-from proxy.store.leases import POLL_MAX_SECONDS, SessionBusy
+from proxy.store import leases
+from proxy.store.leases import POLL_MAX_SECONDS
+from tests.integration.store.lease_turns import LeaseTurns
 
 T = "t-ä"  # a tenant's name may be any text: the payload hashes its UTF-8
 A, B = uuid.UUID(int=1), uuid.UUID(int=2)  # two replicas' lease owners
@@ -62,34 +63,8 @@ async def heard(db_dsn: str) -> AsyncIterator[Heard]:
         await conn.close()
 
 
-async def begin(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> None:
-    await steps.begin_step(pool, tenant=T, session_id=sid, agent="a", model="m", owner=owner)
-
-
-async def busy(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> bool:
-    try:
-        await begin(pool, owner, sid)
-    except SessionBusy:
-        return True
-    return False
-
-
-async def release(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> None:
-    assert await steps.record_step(
-        pool,
-        tenant=T,
-        session_id=sid,
-        reply=None,
-        prompt_tokens=1,
-        estimate=1,
-        calibration=1.0,
-        owner=owner,
-    )
-
-
-async def op_may_run(pool: asyncpg.Pool, owner: uuid.UUID, sid: str = "s") -> bool:
-    async with pool.acquire() as conn, conn.transaction():
-        return await leases.free_for_update(conn, tenant=T, session_id=sid, owner=owner)
+LEASE = LeaseTurns(T)
+begin, busy, release, op_may_run = LEASE.begin, LEASE.busy, LEASE.release, LEASE.op_may_run
 
 
 async def test_a_stored_step_with_a_waiter_announces_the_session(
