@@ -180,6 +180,19 @@ def start_proxy(db_dsn: str) -> Iterator[StartProxy]:
 
 
 @pytest.fixture
+def replicas(db_dsn: str, config_path: Path) -> Iterator[list[str]]:
+    """Two proxies on the test's database and ``config_path`` (no config watcher), two
+    replicas of one deployment: their origins."""
+    settings = Settings(database_url=db_dsn, config=config_path, watch_config=False)
+    servers = [ProxyServer(settings).start() for _ in range(2)]
+    try:
+        yield [s.origin for s in servers]
+    finally:
+        for s in servers:
+            s.stop()
+
+
+@pytest.fixture
 def client(proxy: ProxyServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
 

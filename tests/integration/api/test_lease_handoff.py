@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -22,11 +21,9 @@ import httpx
 import pytest
 
 from proxy.services.lease_wakeups import LEASE_CHANNEL
-from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
 from tests.fakes.replies import RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 SID = "handoff"
@@ -92,18 +89,6 @@ def arrivals(fake_upstream: FakeUpstream) -> list[tuple[str, float]]:
 
     fake_upstream.default = answer
     return seen
-
-
-@pytest.fixture
-def replicas(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterator[list[str]]:
-    config = write_config(tmp_path / "agents.json", fake_upstream.url)
-    settings = Settings(database_url=db_dsn, config=config, watch_config=False)
-    servers = [ProxyServer(settings).start() for _ in range(2)]
-    try:
-        yield [s.origin for s in servers]
-    finally:
-        for s in servers:
-            s.stop()
 
 
 def handoffs(

@@ -11,18 +11,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
 from tests.fakes.replies import RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 SID = "busy"
@@ -68,20 +64,14 @@ class BusyAgent(threading.Thread):
         assert self.errors == []
 
 
-@pytest.fixture
-def replicas(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterator[list[str]]:
+@pytest.fixture(autouse=True)
+def quick_answers(fake_upstream: FakeUpstream) -> None:
+    """Every answer within 0.1 s, so that A's agent keeps the session busy."""
+
     def answer(req: RecordedRequest) -> Reply:
         return reply("ok", first_byte_delay=random.uniform(0.05, 0.1))
 
     fake_upstream.default = answer
-    config = write_config(tmp_path / "agents.json", fake_upstream.url)
-    settings = Settings(database_url=db_dsn, config=config, watch_config=False)
-    servers = [ProxyServer(settings).start() for _ in range(2)]
-    try:
-        yield [s.origin for s in servers]
-    finally:
-        for s in servers:
-            s.stop()
 
 
 def act(c: httpx.Client, action: str, i: int) -> httpx.Response:

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.api.conftest import client, config_path, http, proxy, settings
+from tests.integration.api.conftest import client, config_path, http, proxy, replicas, settings
 from tests.integration.pooler.pgbouncer import PgBouncer, routed_through
 
-__all__ = ["client", "config_path", "http", "proxy", "settings"]  # the api tests' fixtures
+# the api tests' fixtures
+__all__ = ["client", "config_path", "http", "proxy", "replicas", "settings"]
 
 
 @pytest.fixture
