@@ -10,14 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.session_id import tenant_from_bearer
-from proxy.store.db import create_pool
-from proxy.store.events import insert_event
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, write_config
-from tests.integration.conftest import run_sync
-
-TENANT = tenant_from_bearer("Bearer sk-test-client")
+from tests.integration.api.memory_suggestions import suggest
 
 
 @pytest.fixture
@@ -38,32 +33,6 @@ def other(proxy: ProxyServer) -> Iterator[httpx.Client]:
     headers = {"authorization": "Bearer sk-someone-else"}
     with httpx.Client(base_url=proxy.origin, headers=headers, timeout=10) as c:
         yield c
-
-
-def suggest(
-    dsn: str, session_id: str, sid: str, facts: list[Any], agent: str = "default", **extra: Any
-) -> None:
-    async def go() -> None:
-        pool = await create_pool(dsn, min_size=1, max_size=1)
-        try:  # an event belongs to a session
-            await pool.execute(
-                "INSERT INTO sessions (tenant, id, agent) VALUES ($1, $2, $3)"
-                " ON CONFLICT DO NOTHING",
-                TENANT,
-                session_id,
-                agent,
-            )
-            await insert_event(
-                pool,
-                tenant=TENANT,
-                session_id=session_id,
-                name="memory.suggestion",
-                data={"session_id": session_id, "suggestion_id": sid, "facts": facts, **extra},
-            )
-        finally:
-            await pool.close()
-
-    run_sync(go())
 
 
 def texts(http: httpx.Client, scope: str = "global") -> list[str]:

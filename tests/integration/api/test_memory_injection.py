@@ -11,6 +11,7 @@ import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
+from tests.integration.api.memory_suggestions import suggest
 
 
 @pytest.fixture
@@ -113,8 +114,6 @@ def test_an_agent_scope_reaches_only_its_agent(
 def test_an_accepted_suggestion_is_in_the_next_prompts_block(
     http: httpx.Client, fake_upstream: FakeUpstream, db_dsn: str
 ) -> None:
-    from tests.integration.api.test_memory_api import suggest
-
     _chat(http, "mem-5", [{"role": "user", "content": "hi"}])
     suggest(db_dsn, "mem-5", "sug-x", ["The deploy target is eu-west-1"])
     assert http.post("/v1/memory/suggestions/sug-x/accept").status_code == 200

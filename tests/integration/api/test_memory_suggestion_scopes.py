@@ -11,11 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.store.db import create_pool
-from proxy.store.events import insert_event
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import StartProxy, write_config
-from tests.integration.conftest import run_sync
+from tests.integration.api.memory_suggestions import suggest
 
 LIMITED = "cascade-key-reviewer-4b0c1e"
 FULL = "cascade-key-full-77a9d2"
@@ -46,28 +44,9 @@ def server_origin(
     return start_proxy(path).origin
 
 
-def _suggest(dsn: str, session_id: str, agent: str, sid: str, **extra: Any) -> None:
-    async def go() -> None:
-        pool = await create_pool(dsn, min_size=1, max_size=1)
-        try:
-            await pool.execute(
-                "INSERT INTO sessions (tenant, id, agent) VALUES ($1, $2, $3)"
-                " ON CONFLICT DO NOTHING",
-                TENANT,
-                session_id,
-                agent,
-            )
-            await insert_event(
-                pool,
-                tenant=TENANT,
-                session_id=session_id,
-                name="memory.suggestion",
-                data={"session_id": session_id, "suggestion_id": sid, "facts": [sid], **extra},
-            )
-        finally:
-            await pool.close()
-
-    run_sync(go())
+def _suggest(dsn: str, session_id: str, agent: str, fact: str, **extra: Any) -> None:
+    """A pending suggestion of one fact, named by the fact."""
+    suggest(dsn, session_id, fact, [fact], agent=agent, tenant=TENANT, **extra)
 
 
 def _client(origin: str, key: str) -> httpx.Client:
