@@ -7,8 +7,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from proxy import __version__
 from proxy.cli import _parser, _settings, main
 from proxy.pgembed import default_data_dir
+from tests.unit.starts import START_COMMANDS, run_start
 
 
 def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
@@ -140,24 +139,14 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert re.search(rf"^\s+{action}\s+\S", out, re.M), action  # each with its help
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(["-m", "proxy", "serve"], id="serve"),
-        pytest.param(
-            ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"], id="uvicorn"
-        ),
-    ],
-)
+@pytest.mark.parametrize("command", START_COMMANDS)
 def test_with_json_logs_a_refusal_to_start_is_json_too(command: list[str], tmp_path: Path) -> None:
     # serve says why it cannot start itself; under uvicorn the config error is raised out of
     # the factory, uncaught: either way each line on stderr is one JSON object.
     bad = tmp_path / "agents.json"
     bad.write_text('{"providers": {"x": {"baseUrl": 3}}}')
     env = {**os.environ, "CASCADE_LOG_FORMAT": "json", "CASCADE_CONFIG": str(bad)}
-    done = subprocess.run(
-        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_start(command, env)
     assert done.returncode != 0
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert lines and all({"ts", "level", "logger", "message"} <= set(line) for line in lines)
@@ -165,14 +154,7 @@ def test_with_json_logs_a_refusal_to_start_is_json_too(command: list[str], tmp_p
 
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["-m", "proxy", "serve", "--port", "1"],
-        ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"],
-    ],
-    ids=["serve", "uvicorn"],
-)
+@pytest.mark.parametrize("command", START_COMMANDS)
 def test_a_database_refusal_at_start_is_one_line_not_a_traceback(
     fmt: str, command: list[str], tmp_path: Path
 ) -> None:
@@ -185,14 +167,7 @@ def test_a_database_refusal_at_start_is_one_line_not_a_traceback(
         "DATABASE_URL": "postgresql://cascade:hunter2@127.0.0.1:1/cascade",
     }
     env.pop("CASCADE_CONFIG", None)  # built-in defaults (no config/ in tmp_path)
-    done = subprocess.run(
-        [sys.executable, *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_start(command, env, cwd=tmp_path)
     assert done.returncode == 3  # uvicorn's start-up failure
     assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
     refusal = "cannot start: cannot connect to PostgreSQL at postgresql://cascade:***@127.0.0.1:1"

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from proxy.cli import main
 from proxy.config import ConfigError, load_config
 from proxy.config_watch import ConfigHolder
 from proxy.settings import Settings
+from tests.unit.starts import START_COMMANDS, run_start
 
 SECRET = "sk-in-the-wrong-place-0123456789"
 
@@ -90,28 +89,13 @@ def test_the_log_level_is_read_in_any_case(monkeypatch: pytest.MonkeyPatch) -> N
     assert Settings().log_level == "warning"
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(["-m", "proxy", "serve"], id="serve"),
-        pytest.param(
-            ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"], id="uvicorn"
-        ),
-    ],
-)
+@pytest.mark.parametrize("command", START_COMMANDS)
 def test_with_json_logs_a_refused_setting_is_json_too(command: list[str], tmp_path: Path) -> None:
     """Under uvicorn the settings are read in the factory, before logging is set up: the
     refusal was pydantic's multi-line traceback, quoting the value, in a JSON log."""
     env = {**os.environ, "CASCADE_LOG_FORMAT": "json", "CASCADE_POOL_MAX_SIZE": SECRET}
     env.pop("CASCADE_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_start(command, env, cwd=tmp_path)
     assert done.returncode != 0
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert lines and all({"ts", "level", "logger", "message"} <= set(line) for line in lines)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from proxy.settings import DEFAULT_CONFIG, Settings, unknown_variables
+from tests.unit.starts import START_COMMANDS, run_start
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,14 +87,7 @@ def test_no_variable_the_project_documents_is_taken_for_a_typo() -> None:
     assert unknown_variables(dict.fromkeys(documented, "x"), referenced) is None
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["-m", "proxy", "serve", "--port", "1"],
-        ["-m", "uvicorn", "proxy.app:create_app", "--factory", "--port", "1"],
-    ],
-    ids=["serve", "uvicorn"],
-)
+@pytest.mark.parametrize("command", START_COMMANDS)
 def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
     command: list[str], tmp_path: Path
 ) -> None:
@@ -104,14 +96,7 @@ def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
         "CASCADE_PORTT": "s3cret-value",
         "DATABASE_URL": "postgresql://cascade@127.0.0.1:1/cascade",  # the start stops there
     }
-    done = subprocess.run(
-        [sys.executable, *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_start(command, env, cwd=tmp_path)
     warned = [line for line in done.stderr.splitlines() if "CASCADE_PORTT" in line]
     assert len(warned) == 1, done.stderr
     assert "WARNING" in warned[0] and "did you mean CASCADE_PORT?" in warned[0]
