@@ -41,7 +41,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check proxy tests bench scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy proxy
-	$(BIN)/pytest -n 2 --dist loadgroup -m 'not heavy'
+	$(BIN)/pytest -n 2 -m 'not heavy'
 	$(BIN)/pytest -m heavy
 
 # The figures are what the suite measured; RELIABILITY.md is generated, never edited.

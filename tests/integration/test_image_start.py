@@ -39,9 +39,7 @@ from tests.integration import dockerfile
 from tests.integration.conftest import column
 from tests.integration.external_pg import external_postgres
 
-# One group: under ``make test``'s ``--dist loadgroup`` one worker builds the image once for
-# the three tests, and starts it first, since groups go before single tests.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("image")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
