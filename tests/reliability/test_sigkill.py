@@ -20,8 +20,8 @@ from tests.reliability.conftest import Figures, ProxyProcess, write_config
 KILLS = 3
 AUTH = {"authorization": "Bearer sk-test-client"}
 # A killed process's lease and compaction claim stay until they expire, so each restart here
-# waits one time to live: a short one keeps the test short. test_lease_expiry.py proves that
-# a killed process's lease lasts the time to live it was given, and no longer.
+# waits one time to live: a short one keeps the test short. test_lease_expiry.py proves the
+# default's bound.
 TTL = 3.0
 SHORT_LEASE = {"CASCADE_LEASE_TTL_SECONDS": str(TTL)}
 
