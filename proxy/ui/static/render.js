@@ -122,6 +122,14 @@ export function contentText(content) {
   return JSON.stringify(content);
 }
 
+// The handoff nudge's toast text.
+export function handoffText(data) {
+  const pct = typeof data.fraction === "number" ? ` (${Math.round(100 * data.fraction)}% full)`
+    : "";
+  const why = data.message || data.reason || "even after compaction the context stays high";
+  return `Consider handing off to a new session${pct}: ${why}.`;
+}
+
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion or evicted).
 export function renderMessage(row, onPage, folded = false) {

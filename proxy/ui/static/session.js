@@ -3,7 +3,7 @@
 
 import { api, chatStream, followEvents } from "./api.js";
 import { LiveView } from "./live.js";
-import { el, num, renderMessage, renderSummary, renderUsage } from "./render.js";
+import { el, handoffText, num, renderMessage, renderSummary, renderUsage } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 const PAGE_CHARS = 4000;
@@ -21,6 +21,7 @@ export class SessionView {
     this.asking = null; // the lookup of the suggestions waiting (askMemory)
     this.askAgain = false;
     this.raw = new Map(); // tool_call_id -> what was paged back
+    this.handoff = null; // the toast of this session's handoff nudge
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.following = false; // the event stream is open or reconnecting
     this.missing = false; // the last load found no such session
@@ -90,6 +91,7 @@ export class SessionView {
     this.abort.abort();
     this.live.drop();
     $("memory-prompt").hidden = true;
+    if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
   }
 
   // One refresh at a time; a request for another while one runs runs once after it.
@@ -102,7 +104,8 @@ export class SessionView {
     return this.refreshing;
   }
 
-  // A reply that ended before this load began is in what it loads: the load drops it.
+  // A reply that ended before this load began is in what it loads: the load drops it. A 404
+  // forgets the raw outputs paged back: a session started again under this id has its own.
   async load() {
     const ended = this.live.ended();
     try {
@@ -119,9 +122,11 @@ export class SessionView {
           if (!this.sending) $("assistant-message").textContent = "";
           $("status-line").textContent = "";
           this.suggestion = null; $("memory-prompt").hidden = true;
+          if (this.handoff) this.handoff.remove();
         }
         this.session = null;
         this.rows = [];
+        this.raw.clear();
         this.missing = true;
         this.live.drop();
         this.render();
@@ -270,6 +275,7 @@ export class SessionView {
         location.hash = `#/s/${encodeURIComponent(out.id)}`;
       } else if (action === "reset") {
         await api.reset(this.id);
+        this.raw.clear(); // forgotten with it: the new rows may reuse a tool_call_id
         status.textContent = "Session reset.";
         this.refresh();
       } else if (action === "compact") {
@@ -322,7 +328,7 @@ export class SessionView {
         status.textContent = `Compaction failed${data.reason ? `: ${data.reason}` : ""}.`;
         break;
       case "context.handoff_suggested":
-        this.ui.toast(handoffText(data), "handoff", 0, `handoff:${this.id}`);
+        this.handoff = this.ui.toast(handoffText(data), "handoff", 0, `handoff:${this.id}`);
         break;
       case "memory.suggestion":
         this.askMemory();
@@ -381,13 +387,6 @@ export class SessionView {
     }
     this.askMemory(); // the next one waiting, or none (this one answered elsewhere meanwhile)
   }
-}
-
-function handoffText(data) {
-  const pct = typeof data.fraction === "number" ? ` (${Math.round(100 * data.fraction)}% full)`
-    : "";
-  const why = data.message || data.reason || "even after compaction the context stays high";
-  return `Consider handing off to a new session${pct}: ${why}.`;
 }
 
 // A page as the tool-outputs endpoint gives it: a header naming its characters, the text,

@@ -67,7 +67,7 @@ def test_a_session_deleted_elsewhere_shows_as_not_found_with_none_of_its_data(
 ) -> None:
     """Its stream ends, and the page looks as it does for an id never started: no rows,
     usage or summary, and none of what the page showed of it (its own last answer, the
-    status line, a memory prompt about it)."""
+    status line, a memory prompt or a handoff toast about it)."""
     started(console_proxy, "doomed")
     page = sign_in(console, "#/s/doomed")
     rows = page.get_by_test_id("message-list").locator("li")
@@ -85,6 +85,8 @@ def test_a_session_deleted_elsewhere_shows_as_not_found_with_none_of_its_data(
     prompt = page.get_by_test_id("memory-prompt")
     inject(db_dsn, "doomed", "memory.suggestion", {"suggestion_id": "s-1", "facts": ["x is y"]})
     prompt.filter(has_text="x is y").wait_for()
+    inject(db_dsn, "doomed", "context.handoff_suggested", {"fraction": 0.93})
+    page.get_by_test_id("toast").filter(has_text="93%").wait_for()
     usage = page.get_by_test_id("usage-text")
     assert "tokens" in usage.inner_text()
 

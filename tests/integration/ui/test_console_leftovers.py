@@ -1,0 +1,98 @@
+"""What a session view leaves behind: the raw outputs it paged back are forgotten when its
+session is gone (deleted elsewhere, or reset from the page), so a session started again under
+the same id never shows the old one's output; the handoff toast goes with the view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round
+from tests.integration.ui.test_console_audit import started
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _post(proxy: ProxyServer, session_id: str, messages: list[dict[str, Any]]) -> None:
+    with api(proxy) as h:
+        resp = h.post(
+            f"/s/{session_id}/v1/chat/completions", json={"model": "m", "messages": messages}
+        )
+        assert resp.status_code == 200, resp.text
+
+
+def _other_output(round_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same tool round (its tool_call_id too) with another output."""
+    user, call, result = round_
+    return [user, call, {**result, "content": result["content"].replace("file 1", "file 9")}]
+
+
+def _page_back_first_page(page: Any, text: str) -> Any:
+    cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
+    cut.locator("[data-mark=truncated]").wait_for()
+    cut.get_by_test_id("raw-page").click()
+    cut.get_by_test_id("raw-output").filter(has_text=text).wait_for()
+    return cut
+
+
+def test_a_session_started_again_after_a_delete_shows_only_its_own_raw_output(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    old = tool_round(1, 5000)  # past MAX_CHARS: cut, its raw output pages back
+    _post(console_proxy, "reborn", old)
+    page = sign_in(console, "#/s/reborn")
+    cut = _page_back_first_page(page, "file 1 line 0000")
+
+    with api(console_proxy) as h:  # another client deletes it, then starts it again
+        assert h.delete("/v1/sessions/reborn").status_code in (200, 204)
+    page.get_by_text("no session with this id").wait_for()
+    _post(console_proxy, "reborn", _other_output(old))
+    page.get_by_test_id("composer-input").fill("What next?")  # the page loads it again
+    page.get_by_test_id("composer-send").click()
+    cut.locator("[data-mark=truncated]").wait_for()
+    assert cut.get_by_test_id("raw-output").count() == 0  # nothing paged back of this one yet
+    cut.get_by_test_id("raw-page").click()
+    raw = cut.get_by_test_id("raw-output")
+    raw.filter(has_text="file 9 line 0000").wait_for()
+    assert "file 1" not in raw.inner_text()
+
+
+def test_a_reset_forgets_the_raw_outputs_paged_back(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    old = tool_round(1, 5000)
+    _post(console_proxy, "redone", old)
+    page = sign_in(console, "#/s/redone")
+    cut = _page_back_first_page(page, "file 1 line 0000")
+
+    page.get_by_test_id("action-reset").click()
+    page.get_by_test_id("confirm-ok").click()
+    page.get_by_test_id("status-line").filter(has_text="reset").wait_for()
+    cut.wait_for(state="detached")
+    _post(console_proxy, "redone", _other_output(old))  # its events reload the page
+    cut.locator("[data-mark=truncated]").wait_for()
+    assert cut.get_by_test_id("raw-output").count() == 0
+    cut.get_by_test_id("raw-page").click()
+    raw = cut.get_by_test_id("raw-output")
+    raw.filter(has_text="file 9 line 0000").wait_for()
+    assert "file 1" not in raw.inner_text()
+
+
+@pytest.mark.parametrize("leave_for", ["#/s/elsewhere", "#/"])
+def test_the_handoff_toast_goes_with_its_session_view(
+    leave_for: str, console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    started(console_proxy, "nudged")
+    started(console_proxy, "elsewhere")
+    page = sign_in(console, "#/s/nudged")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    toasts = page.locator("[data-testid=toast][data-kind=handoff]")
+    inject(db_dsn, "nudged", "context.handoff_suggested", {"fraction": 0.91})
+    toasts.filter(has_text="91%").wait_for()
+    page.evaluate("(hash) => { location.hash = hash; }", leave_for)
+    toasts.first.wait_for(state="detached")
+    page.wait_for_timeout(300)  # and it does not come back
+    assert toasts.count() == 0
