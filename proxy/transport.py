@@ -12,7 +12,9 @@ setting, made on first use, so that:
 A client given a transport ignores the proxy variables (httpx mounts them only on a client
 built without one), so ``ProviderTransport`` applies them itself, with httpx's own reading of
 ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` and its own pattern matching:
-each origin goes through the proxy httpx would pick for it, or direct. ``SSL_CERT_FILE`` and
+each origin goes through the proxy httpx would pick for it, or direct. A CIDR in ``NO_PROXY``
+(``10.0.0.0/8``, ``fd00::/8``) sends every IP address in it direct, as curl (7.86 on) and Go
+do; httpx reads one as a single host (``_no_proxy_networks``). ``SSL_CERT_FILE`` and
 ``SSL_CERT_DIR`` choose the trusted CAs as in httpx (``create_ssl_context``); a provider's
 ``caFile`` replaces them for that provider.
 
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import ipaddress
 import socket
 import ssl
 from collections import deque
@@ -49,6 +52,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Literal
+from urllib.request import getproxies
 
 import httpx
 from httpx._utils import URLPattern, get_environment_proxies
@@ -204,6 +208,23 @@ def _read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
     return ReadAheadTransport
 
 
+def _no_proxy_networks() -> dict[str, ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """``NO_PROXY``'s CIDR entries, each under the key httpx's ``get_environment_proxies``
+    makes of it. httpx matches such a key as the one host it names (the network's first
+    address) and cannot parse an IPv6 one at all, so ``ProviderTransport`` leaves these keys
+    out and matches the networks itself. As in curl and Go, only a provider named by an IP
+    address is in one: no name is resolved to decide."""
+    networks: dict[str, ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
+    for entry in (e.strip() for e in getproxies().get("no", "").split(",")):
+        try:
+            network = ipaddress.ip_network(entry, strict=False) if "/" in entry else None
+        except ValueError:
+            network = None  # not a CIDR: httpx's reading of it stands
+        if network is not None:
+            networks[f"all://[{entry}]" if network.version == 6 else f"all://{entry}"] = network
+    return networks
+
+
 def check_proxies(kind: Kind) -> None:
     """Refuse at start an egress proxy ``kind`` cannot speak to, instead of failing every
     call through it: aiohttp speaks to http:// and https:// proxies only (it would send a
@@ -239,13 +260,27 @@ class ProviderTransport(httpx.AsyncBaseTransport):
             max_keepalive_connections=max_connections,
             keepalive_expiry=KEEPALIVE_SECONDS,
         )
-        patterns = {URLPattern(key): url for key, url in get_environment_proxies().items()}
+        networks = _no_proxy_networks()
+        self._direct = tuple(networks.values())
+        patterns = {
+            URLPattern(key): url
+            for key, url in get_environment_proxies().items()
+            if key not in networks
+        }
         self._proxies = sorted(patterns.items())  # most specific first, as httpx orders them
         self._contexts: dict[TlsSettings, ssl.SSLContext] = {}
         self._pools: dict[tuple[object, ...], httpx.AsyncBaseTransport] = {}
 
     def proxy_for(self, url: httpx.URL) -> str | None:
-        """The proxy httpx's environment rules pick for ``url``; None to go direct."""
+        """The proxy httpx's environment rules pick for ``url`` (an IP address in a ``NO_PROXY``
+        network goes direct, see ``_no_proxy_networks``); None to go direct."""
+        if self._direct:
+            try:
+                address = ipaddress.ip_address(url.host)
+            except ValueError:
+                address = None  # a name
+            if address is not None and any(address in net for net in self._direct):
+                return None
         for pattern, proxy in self._proxies:
             if pattern.matches(url):
                 return proxy

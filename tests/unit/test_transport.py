@@ -52,6 +52,25 @@ def test_proxies_follow_the_environment_as_httpx_reads_it(
     assert transport.proxy_for(httpx.URL("http://10.0.0.7:8000/v1")) is None
 
 
+def test_a_cidr_in_no_proxy_sends_every_address_in_it_direct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As curl (7.86 on) and Go read it: an IP address in the network goes direct, IPv6 too;
+    a name goes through the proxy even when it resolves into the network."""
+    monkeypatch.setenv("HTTP_PROXY", "http://egress:3128")
+    monkeypatch.setenv("NO_PROXY", "10.0.0.0/8, 192.168.0.0/16,fd00::/8,internal.example")
+    transport = ProviderTransport(max_connections=4)  # httpx cannot parse fd00::/8 as a key
+    direct = [
+        "http://10.1.2.3:8000/v1",
+        "http://192.168.7.9/v1",
+        "http://[fd00::1]:8000/v1",
+        "http://llm.internal.example/v1",
+    ]
+    proxied = ["http://11.0.0.1/v1", "http://[fe80::1]/v1", "http://localhost:8000/v1"]
+    assert [transport.proxy_for(httpx.URL(u)) for u in direct] == [None] * len(direct)
+    assert {transport.proxy_for(httpx.URL(u)) for u in proxied} == {"http://egress:3128"}
+
+
 def test_without_proxy_variables_everything_goes_direct() -> None:
     assert ProviderTransport(max_connections=4).proxy_for(httpx.URL("https://a.example")) is None
 

@@ -114,6 +114,25 @@ def test_no_proxy_sends_a_host_direct(
     assert "name resolution failed" in message
 
 
+def test_a_provider_in_a_no_proxy_cidr_is_reached_direct(
+    start: Any,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``NO_PROXY=127.0.0.0/8`` as curl and Go read it: the provider at 127.0.0.1 goes
+    direct, the one named by a host name through the egress proxy."""
+    with EgressProxy({HOST: "127.0.0.1"}) as egress:
+        monkeypatch.setenv("HTTP_PROXY", egress.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.0/8")
+        proxy = start(
+            local=_provider(fake_upstream.url),
+            named=_provider(f"http://{HOST}:{fake_upstream.port}/v1"),
+        )
+        local, named = _chat(proxy, "local"), _chat(proxy, "named")
+    assert (local.status_code, named.status_code) == (200, 200), (local.text, named.text)
+    assert egress.seen == [f"http://{HOST}:{fake_upstream.port}/v1/chat/completions"]
+
+
 def test_an_https_provider_is_tunnelled_through_https_proxy(
     start: Any,
     tmp_path: Path,
