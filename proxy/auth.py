@@ -11,8 +11,10 @@ applies to the next request.
   which holds no data; every call it makes needs a key). A missing or unknown key is an
   OpenAI-shaped 401. The matched key is left in the scope (``PROXY_KEY``) for ``tenant_of``
   and ``check_agent``.
-- ``auth.metricsKeyEnv``: a key that opens ``/metrics`` and nothing else, for a scraper; when
-  it is set in pass-through mode, ``/metrics`` needs it.
+- ``auth.metricsKeyEnv``: a key that opens ``/metrics`` and nothing else, for a scraper;
+  once its variable is set, ``/metrics`` takes that key only, in either mode: the metrics
+  count every tenant's traffic (and name the models clients send), which a tenant's key
+  must not read. Without it, any proxy key opens ``/metrics``.
 - Pass-through mode (no keys): a request with no bearer token is refused (401) when a
   provider's own key (its ``apiKeyEnv`` set) would pay for it, on every route but the
   allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
@@ -220,8 +222,10 @@ class ProxyAuth:
         if path == "/metrics" and metrics_secret and metrics_secret.strip():
             if token and _same(_digest(token), metrics_secret):
                 return None
-            if not cfg.auth.keys:
-                return "missing or unknown metrics key: send 'Authorization: Bearer <key>'"
+            return (
+                "missing or unknown metrics key: /metrics takes only the scraper's key "
+                "(auth.metricsKeyEnv); send 'Authorization: Bearer <metrics key>'"
+            )
         if cfg.auth.keys:
             key = match_key(token, cfg, self.env)
             if key is None:

@@ -109,7 +109,7 @@ class AuthKeyConfig(Block):
 class AuthConfig(Block):
     """``keys``: proxy keys; with any, every route but ``/healthz`` and the ``/ui`` shell needs
     one. ``metricsKeyEnv``: a variable holding a key that opens ``/metrics`` only (for a
-    scraper), in either mode."""
+    scraper), and the only key ``/metrics`` then takes, in either mode."""
 
     keys: tuple[AuthKeyConfig, ...] = ()
     metrics_key_env: str | None = None
