@@ -7,15 +7,17 @@ and every per-session route answers 403 ``agent_not_allowed`` on another agent's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi.routing import iter_route_contexts
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import StartProxy, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 from tests.integration.api.sessions_helpers import MAX_CHARS, settled, tool_history
 
 LIMITED = "cascade-key-reviewer-0c51d2"
@@ -28,12 +30,12 @@ AGENTS = {
 
 
 @pytest.fixture
-def origin(
+def server(
     start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> str:
+) -> ProxyServer:
     monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
     monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
     auth = {
@@ -49,7 +51,12 @@ def origin(
         agents=AGENTS,
         context={"toolOutput": {"maxChars": MAX_CHARS}},
     )
-    return start_proxy(config).origin
+    return start_proxy(config)
+
+
+@pytest.fixture
+def origin(server: ProxyServer) -> str:
+    return server.origin
 
 
 def _client(origin: str, key: str) -> httpx.Client:
@@ -120,6 +127,28 @@ def test_a_limited_key_reaches_only_its_agents_sessions(
     assert (view["agent"], view["message_count"]) == ("coder", 4)
     listed = full.get("/v1/sessions").json()["data"]
     assert not any(s["parent_id"] == "coder-run" for s in listed)  # no branch of it
+
+
+def test_every_route_naming_a_session_refuses_another_agents(
+    server: ProxyServer, limited: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """Read from the app's routes, so a session route added later is covered; the models
+    and embeddings under ``/s/{id}/`` only name the session (they follow the key's agents
+    as their plain routes do)."""
+    checked = set()
+    sent = len(fake_upstream.requests)
+    for context in iter_route_contexts(server.app.routes):
+        if "{session_id}" not in context.path or "/models" in context.path:
+            continue
+        if context.path.endswith("/embeddings"):
+            continue
+        path = re.sub(r"\{[^}]+\}", "x1", context.path.replace("{session_id}", "coder-run"))
+        for method in sorted(set(context.methods or ()) - {"HEAD"}):
+            body = {"model": "reviewer", "messages": [{"role": "user", "content": "hi"}]}
+            _assert_agent_not_allowed(limited.request(method, path, json=body))
+            checked.add((method, context.path))
+    assert len(checked) == 9, checked  # the session API's 8, and the session's chat
+    assert len(fake_upstream.requests) == sent
 
 
 def test_a_limited_key_gets_no_event_stream_of_another_agents_session(
