@@ -11,13 +11,16 @@ applies to the next request.
   which holds no data; every call it makes needs a key). A missing or unknown key is an
   OpenAI-shaped 401. The matched key is left in the scope (``PROXY_KEY``) for ``tenant_of``
   and ``check_agent``.
-- ``auth.metricsKeyEnv``: a key that opens ``/metrics`` and nothing else, for a scraper; when
-  it is set in pass-through mode, ``/metrics`` needs it.
+- ``auth.metricsKeyEnv``: a key that opens ``/metrics`` and nothing else, for a scraper;
+  once its variable is set, ``/metrics`` takes that key only, in either mode: the metrics
+  count every tenant's traffic (and name the models clients send), which a tenant's key
+  must not read. Without it, any proxy key opens ``/metrics``.
 - Pass-through mode (no keys): a request with no bearer token is refused (401) when a
   provider's own key (its ``apiKeyEnv`` set) would pay for it, on every route but the
   allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
   any bearer would open anyway.
-- A key limited to some agents (``agents``) gets a 403 for any other agent.
+- A key limited to some agents (``agents``) gets a 403 for any other agent, and for a
+  session another agent ran (``proxy.api.deps.reach_session``).
 - Without keys, loopback is the only protection, and a web page the user has open can reach
   loopback too: a request that arrived on a loopback IP but names another host (``Host``:
   what a page whose domain was rebound to 127.0.0.1 sends, with any bearer it likes) is
@@ -58,6 +61,7 @@ __all__ = [
     "InsecureListen",
     "match_key",
     "check_agent",
+    "key_agents",
     "may_use_agent",
     "is_loopback",
     "listen_policy",
@@ -117,19 +121,27 @@ def match_key(token: bytes, cfg: Config, env: Mapping[str, str]) -> AuthKeyConfi
     return found
 
 
+def key_agents(scope: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The agents the request's proxy key is limited to; None for every agent (a key with
+    no ``agents``, or pass-through mode)."""
+    key: AuthKeyConfig | None = scope.get(PROXY_KEY)
+    return None if key is None else key.agents
+
+
 def may_use_agent(scope: Mapping[str, Any], agent: str) -> bool:
     """Whether the request's proxy key (none: pass-through) may use ``agent``."""
-    key: AuthKeyConfig | None = scope.get(PROXY_KEY)
-    return key is None or key.agents is None or agent in key.agents
+    agents = key_agents(scope)
+    return agents is None or agent in agents
 
 
-def check_agent(scope: Mapping[str, Any], agent: str) -> None:
-    """403 when the request's proxy key is limited to agents other than ``agent``."""
-    key: AuthKeyConfig | None = scope.get(PROXY_KEY)
-    if key is not None and key.agents is not None and agent not in key.agents:
-        raise PermissionDenied(
-            f"this API key may not use agent {agent!r}; it may use {', '.join(key.agents)}"
-        )
+def check_agent(scope: Mapping[str, Any], agent: str, *, session_id: str | None = None) -> None:
+    """403 when the request's proxy key is limited to agents other than ``agent``; with
+    ``session_id``, ``agent`` is that session's, and the message says so."""
+    agents = key_agents(scope)
+    if agents is None or agent in agents:
+        return
+    what = f"agent {agent!r}" if session_id is None else f"session {session_id!r} (agent {agent!r})"
+    raise PermissionDenied(f"this API key may not use {what}; it may use {', '.join(agents)}")
 
 
 def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:
@@ -210,8 +222,10 @@ class ProxyAuth:
         if path == "/metrics" and metrics_secret and metrics_secret.strip():
             if token and _same(_digest(token), metrics_secret):
                 return None
-            if not cfg.auth.keys:
-                return "missing or unknown metrics key: send 'Authorization: Bearer <key>'"
+            return (
+                "missing or unknown metrics key: /metrics takes only the scraper's key "
+                "(auth.metricsKeyEnv); send 'Authorization: Bearer <metrics key>'"
+            )
         if cfg.auth.keys:
             key = match_key(token, cfg, self.env)
             if key is None:

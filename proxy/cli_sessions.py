@@ -160,8 +160,8 @@ _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any], Any]:
     method, path = _ROUTES[args.action]
-    # Escaped whole, dots too: ".." is a valid session id, and a client would resolve it
-    # as a path step ("show .." asked GET /v1).
+    # Escaped whole, dots too: a client would resolve "." or ".." as a path step ("show .."
+    # asked GET /v1); escaped, they reach the proxy, whose 400 says they are no session ids.
     path = path.format(id=quote(getattr(args, "id", ""), safe="").replace(".", "%2E"))
     params: dict[str, Any] = {}
     if args.action in ("ls", "messages"):

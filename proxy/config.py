@@ -98,8 +98,8 @@ class EmbeddingConfig(Block):
 
 class AuthKeyConfig(Block):
     """A proxy key: the variable holding it, the tenant it acts as, and, when ``agents`` is
-    given, the only agents it may run (chat, models, embeddings, compaction); see
-    ``proxy.auth``."""
+    given, the only agents it may run (chat, models, embeddings, compaction) and whose
+    sessions it reaches; see ``proxy.auth``."""
 
     key_env: str = Field(min_length=1)
     tenant: str = Field(min_length=1)
@@ -109,7 +109,7 @@ class AuthKeyConfig(Block):
 class AuthConfig(Block):
     """``keys``: proxy keys; with any, every route but ``/healthz`` and the ``/ui`` shell needs
     one. ``metricsKeyEnv``: a variable holding a key that opens ``/metrics`` only (for a
-    scraper), in either mode."""
+    scraper), and the only key ``/metrics`` then takes, in either mode."""
 
     keys: tuple[AuthKeyConfig, ...] = ()
     metrics_key_env: str | None = None

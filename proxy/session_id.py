@@ -26,8 +26,10 @@ __all__ = [
     "bearer_token",
 ]
 
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""Allowed session ids; always used with ``fullmatch``."""
+SESSION_ID_RE = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._:-]{1,128}")
+"""Allowed session ids; always used with ``fullmatch``. ``.`` and ``..`` are not: clients
+resolve them out of a URL path (``/v1/sessions/..`` is ``/v1/``), so the session API could
+never reach such a session."""
 
 
 class SessionKey(NamedTuple):
@@ -40,7 +42,7 @@ class SessionKey(NamedTuple):
     session_id: str
 
 
-_ALLOWED = "1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+_ALLOWED = "1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-', other than '.' and '..'"
 
 
 class InvalidSessionId(ValueError):

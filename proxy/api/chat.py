@@ -21,6 +21,7 @@ from proxy.api.deps import (
     ConfigDep,
     TenantDep,
     UpstreamDep,
+    reach_session,
     read_body,
     read_json_body,
     session_path_id,
@@ -115,6 +116,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     named_id = early_id or named_session_id(path_id=None, header_id=None, body=body)
     session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
+    await reach_session(request, state.pool, tenant, session_id)
     # Watched only while the request waits (client_watch.py), never once the response runs.
     with ClientWatch(request.receive) as client:
         ctx = ChatContext(

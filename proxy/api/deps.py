@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from proxy.auth import PROXY_KEY, match_key
+from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
@@ -24,6 +24,7 @@ from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import bearer_token, tenant_from_bearer, validate_session_id
+from proxy.store import sessions
 from proxy.upstream import Upstream
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
     "read_body",
     "read_json_body",
     "session_path_id",
+    "reach_session",
+    "SessionIdDep",
+    "KeyAgentsDep",
     "Unauthorized",
     "SummarizerDep",
     "LocksDep",
@@ -159,3 +163,34 @@ async def read_json_body(
 
 def session_path_id(session_id: str) -> str:
     return validate_session_id(session_id, source="URL path")
+
+
+async def reach_session(request: Request, pool: Any, tenant: str, session_id: str) -> None:
+    """A proxy key limited to some agents reaches only the sessions they ran: on another
+    agent's session every route that names it (the session API, its events, a chat) is a
+    403 ``agent_not_allowed``. A missing session passes, to be answered as for any key (a
+    404, or a chat makes it, for the agent it routes to). Only a limited key costs a read:
+    the session's agent, which is the agent of its last request, read as the request
+    starts."""
+    if key_agents(request.scope) is None:
+        return
+    agent = await sessions.fetchval_agent(pool, tenant=tenant, session_id=session_id)
+    if agent is not None:
+        check_agent(request.scope, agent, session_id=session_id)
+
+
+async def get_session_id(
+    request: Request, session_id: str, pool: PoolDep, tenant: TenantDep
+) -> str:
+    """The path's session id: valid (else 400) and one the key reaches (``reach_session``)."""
+    sid = session_path_id(session_id)
+    await reach_session(request, pool, tenant, sid)
+    return sid
+
+
+async def get_key_agents(request: Request) -> tuple[str, ...] | None:
+    return key_agents(request.scope)
+
+
+SessionIdDep = Annotated[str, Depends(get_session_id)]
+KeyAgentsDep = Annotated[tuple[str, ...] | None, Depends(get_key_agents)]

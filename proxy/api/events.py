@@ -10,10 +10,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
-from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, TenantDep
+from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.bus import SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
-from proxy.session_id import validate_session_id
 from proxy.store import events as store, nul, sessions
 
 __all__ = ["router"]
@@ -125,9 +124,8 @@ async def _stream(
 
 @router.get("/v1/sessions/{session_id}/events")
 async def session_events(
-    session_id: str, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
+    session_id: SessionIdDep, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
 ) -> EventSourceResponse:
-    session_id = validate_session_id(session_id, source="URL path")
     if await sessions.fetchrow_session(pool, tenant=tenant, session_id=session_id) is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     return EventSourceResponse(

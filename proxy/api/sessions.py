@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -11,26 +10,22 @@ from proxy.api.deps import (
     BIGINT_MAX,
     BusDep,
     ConfigDep,
+    KeyAgentsDep,
     LocksDep,
     PoolDep,
+    SessionIdDep,
     SummarizerDep,
     TenantDep,
     read_json_body,
     upstream_headers,
 )
-from proxy.auth import check_agent
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
 from proxy.services.client_watch import ClientWatch
-from proxy.session_id import validate_session_id
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
-
-
-def _sid(session_id: str) -> str:
-    return validate_session_id(session_id, source="URL path")
 
 
 @router.get("")
@@ -38,22 +33,25 @@ async def list_sessions(
     pool: PoolDep,
     tenant: TenantDep,
     cfg: ConfigDep,
+    agents: KeyAgentsDep,
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=BIGINT_MAX),
 ) -> dict[str, Any]:
-    return await svc.list_sessions(pool, cfg, tenant=tenant, limit=limit, offset=offset)
+    return await svc.list_sessions(
+        pool, cfg, tenant=tenant, limit=limit, offset=offset, agents=agents
+    )
 
 
 @router.get("/{session_id}")
 async def show_session(
-    session_id: str, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep
+    session_id: SessionIdDep, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep
 ) -> dict[str, Any]:
-    return await svc.show_session(pool, cfg, tenant=tenant, session_id=_sid(session_id))
+    return await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id)
 
 
 @router.get("/{session_id}/messages")
 async def list_messages(
-    session_id: str,
+    session_id: SessionIdDep,
     pool: PoolDep,
     tenant: TenantDep,
     include_superseded: bool = False,
@@ -64,7 +62,7 @@ async def list_messages(
     return await svc.list_messages(
         pool,
         tenant=tenant,
-        session_id=_sid(session_id),
+        session_id=session_id,
         include_superseded=include_superseded,
         limit=limit,
         offset=offset,
@@ -74,7 +72,7 @@ async def list_messages(
 
 @router.post("/{session_id}/branch")
 async def branch_session(
-    session_id: str,
+    session_id: SessionIdDep,
     request: Request,
     pool: PoolDep,
     locks: LocksDep,
@@ -85,13 +83,12 @@ async def branch_session(
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")
-    sid = _sid(session_id)
     with ClientWatch(request.receive) as client:  # watched only while it waits
         return await svc.branch_session(
             pool,
             locks,
             tenant=tenant,
-            session_id=sid,
+            session_id=session_id,
             new_id=new_id,
             client=client,
             wakeups=bus.wakeups,
@@ -100,7 +97,7 @@ async def branch_session(
 
 @router.post("/{session_id}/compact")
 async def compact_session(
-    session_id: str,
+    session_id: SessionIdDep,
     request: Request,
     pool: PoolDep,
     cfg: ConfigDep,
@@ -112,47 +109,44 @@ async def compact_session(
         summarizer,
         cfg,
         tenant=tenant,
-        session_id=_sid(session_id),
+        session_id=session_id,
         headers=upstream_headers(request, cfg),
-        may_run=functools.partial(check_agent, request.scope),
     )
 
 
 @router.post("/{session_id}/reset")
 async def reset_session(
-    session_id: str,
+    session_id: SessionIdDep,
     request: Request,
     pool: PoolDep,
     locks: LocksDep,
     bus: BusDep,
     tenant: TenantDep,
 ) -> dict[str, Any]:
-    sid = _sid(session_id)
     with ClientWatch(request.receive) as client:  # watched only while it waits
         return await svc.reset_session(
-            pool, locks, tenant=tenant, session_id=sid, client=client, wakeups=bus.wakeups
+            pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
         )
 
 
 @router.delete("/{session_id}")
 async def delete_session(
-    session_id: str,
+    session_id: SessionIdDep,
     request: Request,
     pool: PoolDep,
     locks: LocksDep,
     bus: BusDep,
     tenant: TenantDep,
 ) -> dict[str, Any]:
-    sid = _sid(session_id)
     with ClientWatch(request.receive) as client:  # watched only while it waits
         return await svc.delete_session(
-            pool, locks, tenant=tenant, session_id=sid, client=client, wakeups=bus.wakeups
+            pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
         )
 
 
 @router.get("/{session_id}/tool-outputs/{tool_call_id}")
 async def tool_output(
-    session_id: str,
+    session_id: SessionIdDep,
     tool_call_id: str,
     pool: PoolDep,
     tenant: TenantDep,
@@ -165,7 +159,7 @@ async def tool_output(
         pool,
         cfg,
         tenant=tenant,
-        session_id=_sid(session_id),
+        session_id=session_id,
         tool_call_id=tool_call_id,
         offset=offset,
         limit=limit,

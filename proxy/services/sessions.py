@@ -1,7 +1,8 @@
 """The session API's use cases: list, show, messages, branch, reset, delete, tool outputs.
 
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
-missing one (404), so ids leak nothing across tenants.
+missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
+is held to their sessions before any of these runs (``api.deps.reach_session``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -50,11 +51,19 @@ async def _require(conn: Any, tenant: str, session_id: str) -> Any:
 
 
 async def list_sessions(
-    conn: Any, cfg: Config, *, tenant: str, limit: int, offset: int
+    conn: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    limit: int,
+    offset: int,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The tenant's sessions, latest activity first, each with its model's context limit
-    (what the console's occupancy bar is drawn against)."""
-    rows = await sessions.fetch_sessions(conn, tenant=tenant, limit=limit, offset=offset)
+    """The tenant's sessions (with ``agents``, only theirs), latest activity first, each with
+    its model's context limit (what the console's occupancy bar is drawn against)."""
+    rows = await sessions.fetch_sessions(
+        conn, tenant=tenant, limit=limit, offset=offset, agents=agents
+    )
     return {
         "object": "list",
         "data": [
@@ -345,14 +354,11 @@ async def compact_session(
     tenant: str,
     session_id: str,
     headers: Mapping[str, str],
-    may_run: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Force a compaction now, regardless of thresholds (waits for one already running).
-    ``may_run(agent)`` raises when the caller may not run the session's agent (a proxy key
-    limited to other agents: the compaction calls that agent's provider)."""
+    """Force a compaction now, regardless of thresholds (waits for one already running),
+    with the session's agent's fast model (a key limited to other agents never gets here:
+    ``api.deps.reach_session``)."""
     row = await _require(conn, tenant, session_id)
-    if may_run is not None:
-        may_run(row["agent"])
     job = job_for(
         cfg,
         tenant=tenant,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Pause",
     "fetchrow_session",
+    "fetchval_agent",
     "fetch_sessions",
     "delete_session",
     "reset_session",
@@ -52,17 +53,38 @@ async def fetchrow_session(
     return None if row is None else _decoded(row)
 
 
+FETCHVAL_AGENT = "SELECT agent FROM sessions WHERE tenant = $1 AND id = $2"
+
+
+async def fetchval_agent(conn: Executor, *, tenant: str, session_id: str) -> str | None:
+    """The agent of the session's last request (None: no such session): the one row field
+    a proxy key limited to some agents is checked against (``api.deps.reach_session``)."""
+    agent: str | None = await conn.fetchval(FETCHVAL_AGENT, tenant, session_id)
+    return agent
+
+
 FETCH_SESSIONS = """
 SELECT id, agent, model, parent_id, created_at, updated_at, head_len, last_prompt_tokens,
        reclaimed_tokens
-FROM sessions WHERE tenant = $1 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
+FROM sessions WHERE tenant = $1 AND ($4::text[] IS NULL OR agent = any($4::text[]))
+ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 """
 
 
 async def fetch_sessions(
-    conn: Executor, *, tenant: str, limit: int = 100, offset: int = 0
+    conn: Executor,
+    *,
+    tenant: str,
+    limit: int = 100,
+    offset: int = 0,
+    agents: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    return [_decoded(r) for r in await conn.fetch(FETCH_SESSIONS, tenant, limit, offset)]
+    """A page of the tenant's sessions, latest activity first; with ``agents``, only theirs
+    (filtered before the page is cut, so ``limit`` counts the sessions returned)."""
+    rows = await conn.fetch(
+        FETCH_SESSIONS, tenant, limit, offset, None if agents is None else list(agents)
+    )
+    return [_decoded(r) for r in rows]
 
 
 SET_HANDOFF_ABOVE = "UPDATE sessions SET handoff_above = $3 WHERE tenant = $1 AND id = $2"

@@ -56,7 +56,9 @@ async def test_the_metrics_key_opens_metrics_only() -> None:
         {"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}], "metricsKeyEnv": "METRICS_KEY"}}
     )
     assert await _get(keyed, "/metrics", "metrics-secret") == 200
-    assert await _get(keyed, "/metrics", "proxy-secret") == 200
+    # the metrics count every tenant's traffic: once the scraper has its key, a tenant's
+    # proxy key no longer opens them
+    assert await _get(keyed, "/metrics", "proxy-secret") == 401
     assert await _get(keyed, "/metrics") == 401
     assert await _get(keyed, "/v1/things", "metrics-secret") == 401
     assert await _get(keyed, "/v1/things", "proxy-secret") == 200
@@ -68,6 +70,10 @@ async def test_the_metrics_key_opens_metrics_only() -> None:
     assert await _get(open_, "/v1/things") == 200  # no provider key pays here
     unset, _ = _gate({"auth": {"metricsKeyEnv": "NOT_SET"}})
     assert await _get(unset, "/metrics") == 200
+    # with keys and no metrics key, any proxy key opens /metrics (the only way to scrape)
+    keys_only, _ = _gate({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}]}})
+    assert await _get(keys_only, "/metrics", "proxy-secret") == 200
+    assert await _get(keys_only, "/metrics") == 401
 
 
 async def test_the_gate_reads_the_config_in_force() -> None:

@@ -37,12 +37,12 @@ USR = {"role": "user", "content": "hello"}
 # validation
 
 
-@pytest.mark.parametrize("value", ["a", "A.b_c:d-9", "x" * 128, "auto-0123"])
+@pytest.mark.parametrize("value", ["a", "A.b_c:d-9", "x" * 128, "auto-0123", "...", ".a", "a.."])
 def test_validate_accepts_allowed_ids(value: str) -> None:
     assert validate_session_id(value) == value
 
 
-@pytest.mark.parametrize("value", ["", "x" * 129, "a b", "a/b", "é", "a\n"])
+@pytest.mark.parametrize("value", ["", "x" * 129, "a b", "a/b", "é", "a\n", ".", ".."])
 def test_validate_rejects_other_ids(value: str) -> None:
     with pytest.raises(InvalidSessionId, match="1 to 128 characters"):
         validate_session_id(value)

@@ -103,14 +103,15 @@ async function openList() {
   }
 }
 
-// What the proxy takes as a session id; another (a "/" in it, a space) would reach no route
-// or a 400, so the page says so instead of showing it as a new session.
-const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+// What the proxy takes as a session id; another (a "/" in it, a space, "." or "..", which
+// a URL path resolves away) would reach no route or a 400, so the page says so instead of
+// showing it as a new session.
+const SESSION_ID = /^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$/;
 
 function badId(id) {
   if (SESSION_ID.test(id)) return false;
   toast(`${JSON.stringify(id.slice(0, 140))} is not a session id: 1 to 128 letters, digits ` +
-    "and . _ : -", "error");
+    "and . _ : -, not . or ..", "error");
   return true;
 }
 

@@ -155,11 +155,11 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
     assert sent == 1
     full.chat.completions.create(model="reviewer", messages=HI, extra_headers={"X-Session-Id": "r"})
     full.models.list()
-    # the session API is the tenant's; running an agent (a compaction) is checked
+    # the session API reaches the key's agents' sessions only (test_agent_keys_sessions.py)
     with httpx.Client(
         base_url=server.origin, timeout=30, headers={"authorization": f"Bearer {KEY_A}"}
     ) as http:
-        assert {s["id"] for s in http.get("/v1/sessions").json()["data"]} == {"c", "r"}
+        assert {s["id"] for s in http.get("/v1/sessions").json()["data"]} == {"c"}
         refused = http.post("/v1/sessions/r/compact")
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["type"] == "request_forbidden"
@@ -176,6 +176,30 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
             ).json()["id"]
         assert http.delete(f"/v1/memory/{theirs}").status_code == 403
         assert http.get("/v1/memory", params={"scope": "agent:reviewer"}).status_code == 403
+
+
+def test_once_the_scraper_has_its_key_no_tenant_key_opens_metrics(
+    start_proxy: StartProxy,
+    keys: dict[str, Any],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The metrics count every tenant's requests and name the models their clients send."""
+    monkeypatch.setenv("CASCADE_TEST_METRICS_KEY", "cascade-metrics-key-1f04")
+    auth = keys | {"metricsKeyEnv": "CASCADE_TEST_METRICS_KEY"}
+    server = start_proxy(
+        write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth, agents=AGENTS)
+    )
+    with httpx.Client(base_url=server.origin, timeout=10) as http:
+        for key in (KEY_A, KEY_B):
+            refused = http.get("/metrics", headers={"authorization": f"Bearer {key}"})
+            assert refused.status_code == 401, refused.text
+            assert "metricsKeyEnv" in refused.json()["error"]["message"]
+        scraped = http.get("/metrics", headers={"authorization": "Bearer cascade-metrics-key-1f04"})
+        assert scraped.status_code == 200 and "cascade_requests_total" in scraped.text
+        sessions = http.get("/v1/sessions", headers={"authorization": f"Bearer {KEY_B}"})
+        assert sessions.status_code == 200
 
 
 def test_pass_through_refuses_no_bearer_when_the_provider_key_would_pay(

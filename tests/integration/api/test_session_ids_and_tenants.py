@@ -88,6 +88,29 @@ def test_invalid_session_id_is_400(http: httpx.Client, fake_upstream: FakeUpstre
     assert fake_upstream.bodies() == []
 
 
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_dot_segment_ids_are_400(
+    http: httpx.Client, fake_upstream: FakeUpstream, dots: str
+) -> None:
+    """Regression: ``.`` and ``..`` matched the id pattern, so a chat or a branch made such a
+    session, but clients (httpx, curl, browsers) resolve them out of a URL path
+    (``/v1/sessions/..`` is ``/v1/``), so the session API could not reach it."""
+    body = {"model": MODEL, "messages": [user("hi")]}
+    for resp in (
+        http.post("/v1/chat/completions", json=body, headers={"x-session-id": dots}),
+        http.post("/v1/chat/completions", json={**body, "metadata": {"session_id": dots}}),
+        http.post(f"/s/{dots.replace('.', '%2E')}/v1/chat/completions", json=body),
+        http.get(f"/v1/sessions/{dots.replace('.', '%2e')}"),
+    ):
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["code"] == "invalid_session_id"
+    assert fake_upstream.bodies() == []
+    chat(http, [user("hi")], sid="dots-source")
+    branched = http.post("/v1/sessions/dots-source/branch", json={"id": dots})
+    assert branched.status_code == 400, branched.text
+    assert [s["id"] for s in http.get("/v1/sessions").json()["data"]] == ["dots-source"]
+
+
 # --------------------------------------------------------------------------- tenants
 
 

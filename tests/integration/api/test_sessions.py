@@ -294,17 +294,20 @@ def test_a_trailing_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str)
 def test_the_sessions_command_lists_and_shows_any_valid_id(
     http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # ".." is a valid id; unescaped, "show .." asked GET /v1
-    for sid in ("..", "a.b:c"):
+    for sid in ("...", "a.b:c"):
         chat(http, [user("hi")], sid=sid)
     key = ["--url", proxy.origin, "--api-key", "sk-test-client", "--json"]
     assert cli.main(["sessions", *key, "ls"]) == 0
     listed = {s["id"] for s in json.loads(capsys.readouterr().out)["data"]}
-    assert {"..", "a.b:c"} <= listed
-    for sid in ("..", "a.b:c"):
+    assert {"...", "a.b:c"} <= listed
+    for sid in ("...", "a.b:c"):
         assert cli.main(["sessions", *key, "show", sid]) == 0
         assert json.loads(capsys.readouterr().out)["id"] == sid
     assert cli.main(["sessions", *key, "show", "nope"]) == 1
+    capsys.readouterr()
+    # ".." is no id; unescaped, "show .." asked GET /v1 (a 404 of no session route)
+    assert cli.main(["sessions", *key, "show", ".."]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "invalid_session_id"
 
 
 def test_the_sessions_command_says_when_the_url_is_no_cascade_proxy(

@@ -52,6 +52,18 @@ async def test_fetch_sessions_newest_first_per_tenant(pool: asyncpg.Pool) -> Non
     assert [r["id"] for r in await sessions.fetch_sessions(pool, tenant="t-b")] == ["theirs"]
 
 
+async def test_fetch_sessions_of_some_agents_and_one_sessions_agent(pool: asyncpg.Pool) -> None:
+    for sid, agent in (("a-old", "a"), ("b-mid", "b"), ("a-new", "a")):
+        await create_session(pool, tenant=T, session_id=sid, agent=agent, model="m")
+    rows = await sessions.fetch_sessions(pool, tenant=T, agents=["a", "c"])
+    assert [r["id"] for r in rows] == ["a-new", "a-old"]
+    page = await sessions.fetch_sessions(pool, tenant=T, agents=["a"], limit=1, offset=1)
+    assert [r["id"] for r in page] == ["a-old"]  # the page is cut from the agents' sessions
+    assert await sessions.fetch_sessions(pool, tenant=T, agents=["c"]) == []
+    assert await sessions.fetchval_agent(pool, tenant=T, session_id="b-mid") == "b"
+    assert await sessions.fetchval_agent(pool, tenant="t-b", session_id="b-mid") is None
+
+
 async def test_update_usage_and_reclaimed(pool: asyncpg.Pool) -> None:
     await create_session(pool, tenant=T, session_id="s", agent="a", model="m")
     await steps.record_step(
