@@ -28,6 +28,7 @@ __all__ = [
     "truncate_tool_result",
     "cap_utf8",
     "is_cut_from",
+    "drop_cut_handle",
     "page_raw_output",
 ]
 
@@ -77,6 +78,23 @@ _HANDLE_MARKER = re.compile(
     r"\n\[\.\.\. truncated (\d+) chars; "
     r"read the rest with read_tool_output\((\{[^\n]*?\})\) \.\.\.\]\n"
 )
+
+
+def drop_cut_handle(text: str, own: str) -> str:
+    """``text`` with each marker that names ``read_tool_output`` for the handle ``own``
+    worded as a marker without a handle (the same count of omitted characters), for a
+    prompt that goes without the tool (``handles.py``)."""
+
+    def reword(m: re.Match[str]) -> str:
+        try:
+            args = json.loads(m[2])
+        except ValueError:
+            return m[0]
+        if not isinstance(args, dict) or args.get("id") != own:
+            return m[0]
+        return _marker(int(m[1]), tool_call_id=own, offset=0, handle=False, secret=False)
+
+    return _HANDLE_MARKER.sub(reword, text)
 
 
 def is_cut_from(text: str, raw: str) -> bool:
