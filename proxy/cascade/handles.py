@@ -80,11 +80,14 @@ def drop_handles(messages: tuple[Message, ...], prefixes: Sequence[str]) -> tupl
     out: list[Message] | None = None
     for i, msg in enumerate(messages):
         content = msg.get("content")
-        if msg.get("role") not in ("tool", "user") or not isinstance(content, str):
+        if not isinstance(content, str):
             continue
-        if HANDLE not in content or not _may_name(messages, i, prefixes):
+        if msg.get("role") == "tool":  # its one scan is the cut marker's (``drop_cut_handle``)
+            own = str(msg.get("tool_call_id") or "")
+        elif HANDLE in content and _may_name(messages, i, prefixes):
+            own = observation_id(msg)
+        else:
             continue
-        own = str(msg.get("tool_call_id") or "") if msg["role"] == "tool" else observation_id(msg)
         text = drop_cut_handle(content, own)
         text = _drop_compacted_handle(drop_placeholder_handle(text, own), own)
         if text != content:

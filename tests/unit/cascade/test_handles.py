@@ -120,3 +120,13 @@ def test_the_same_prompt_gives_the_same_bytes_and_rewording_twice_changes_nothin
     assert json.dumps(once) == json.dumps(drop_handles(msgs, PREFIXES))
     assert drop_handles(once, PREFIXES) is once
     assert msgs[3]["content"] == cut("call_1")  # the input is never changed
+
+
+def test_only_the_results_own_marker_is_reworded() -> None:
+    # Another result's cut text (its marker quoted) ahead of this result's own marker.
+    own = cut("call_other") + cut("call_me")
+    (*_, out, _) = drop_handles(rounds(tool("call_me", own)), PREFIXES)
+    assert 'read_tool_output({"id": "call_other"' in out["content"]
+    assert '"id": "call_me"' not in out["content"]
+    phrase = " chars; read the rest with read_tool_output( no marker"
+    assert drop_handles(rounds(tool("c", phrase * 3)), PREFIXES)[3]["content"] == phrase * 3
