@@ -39,6 +39,7 @@ __all__ = [
     "EVICTION",
     "MISS_RATIO",
     "PLACEHOLDER_PREFIX",
+    "drop_placeholder_handle",
     "evict",
     "is_placeholder",
     "placeholder_text",
@@ -67,12 +68,25 @@ def is_placeholder(msg: Message) -> bool:
     return content_text(msg.get("content")).startswith(PLACEHOLDER_PREFIX)
 
 
+def _recovery(tool_call_id: str, *, handle: bool) -> str:
+    if handle:
+        return f". Recover it with {READ_TOOL_OUTPUT}({json.dumps({'id': tool_call_id})})"
+    return "; re-run the tool if you need it."
+
+
 def placeholder_text(tool_name: str, tool_call_id: str, chars: int, *, handle: bool) -> str:
     """The placeholder for an evicted result; names ``read_tool_output`` only with a handle."""
     head = f"{PLACEHOLDER_PREFIX} Result of {tool_name} ({chars} chars) was cleared to save context"
-    if handle:
-        return f"{head}. Recover it with {READ_TOOL_OUTPUT}({json.dumps({'id': tool_call_id})})"
-    return f"{head}; re-run the tool if you need it."
+    return head + _recovery(tool_call_id, handle=handle)
+
+
+def drop_placeholder_handle(text: str, own: str) -> str:
+    """A placeholder naming the handle ``own`` worded as one without a handle, for a prompt
+    that goes without the tool (``handles.py``); any other text unchanged."""
+    handled = _recovery(own, handle=True)
+    if text.startswith(PLACEHOLDER_PREFIX) and text.endswith(handled):
+        return text[: -len(handled)] + _recovery(own, handle=False)
+    return text
 
 
 def _candidate(

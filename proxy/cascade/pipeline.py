@@ -40,9 +40,10 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION, is_placeholder
+from proxy.cascade.handles import holds_handle
 from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
-from proxy.cascade.observations import OBSERVATIONS, is_observation
+from proxy.cascade.observations import OBSERVATIONS
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.phases import turn_answers, turn_start
 from proxy.cascade.recitation import RECITATION
@@ -85,8 +86,6 @@ STAGES: tuple[Stage, ...] = (
     OVERFLOW,
 )
 """The stages, in the order they run (per-turn ones are flagged on their entry)."""
-
-_HANDLE = READ_TOOL_OUTPUT + '({"id"'
 
 READ_TOOL_SCHEMA = {
     "type": "function",
@@ -221,14 +220,6 @@ def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str
     return needs
 
 
-def _holds_handle(messages: Sequence[Message], prefixes: Sequence[str]) -> bool:
-    return any(
-        (m.get("role") == "tool" or is_observation(messages, i, prefixes, latest_too=True))
-        and _HANDLE in str(m.get("content") or "")
-        for i, m in enumerate(messages)
-    )
-
-
 def assemble(
     inp: StepInput, stages: Sequence[Stage] | None = None, *, answers: dict[str, Any] | None = None
 ) -> Assembled:
@@ -267,7 +258,7 @@ def assemble(
         if source is not None:
             origin = tuple(None if s is None else origin[s] for s in source)
         messages = result.messages
-    offer = inp.ctx.tool_output.persist_raw and _holds_handle(
+    offer = inp.ctx.tool_output.persist_raw and holds_handle(
         messages, inp.ctx.observations.user_prefixes
     )
     return Assembled(

@@ -28,6 +28,7 @@ __all__ = [
     "truncate_tool_result",
     "cap_utf8",
     "is_cut_from",
+    "drop_cut_handle",
     "page_raw_output",
 ]
 
@@ -73,10 +74,41 @@ def _marker(omitted: int, *, tool_call_id: str, offset: int, handle: bool, secre
     return f"\n[... truncated {omitted} chars; read the rest with read_tool_output({args}) ...]\n"
 
 
+_CUT_OPEN = "\n[... truncated "
+_CUT_PHRASE = " chars; read the rest with read_tool_output("
 _HANDLE_MARKER = re.compile(
     r"\n\[\.\.\. truncated (\d+) chars; "
     r"read the rest with read_tool_output\((\{[^\n]*?\})\) \.\.\.\]\n"
 )
+
+
+def drop_cut_handle(text: str, own: str) -> str:
+    """``text`` with each marker that names ``read_tool_output`` for the handle ``own``
+    worded as a marker without a handle (the same count of omitted characters), for a
+    prompt that goes without the tool (``handles.py``). Each marker is found from its
+    handle's phrase, in one pass over the text: it runs on every such request."""
+    out: list[str] = []
+    done = 0
+    at = text.find(_CUT_PHRASE)
+    while at >= 0:
+        start = text.rfind(_CUT_OPEN, max(done, at - len(_CUT_OPEN) - 20), at)  # digits
+        m = _HANDLE_MARKER.match(text, start) if start >= 0 else None
+        if m is not None and _names(m[2], own):
+            out += (
+                text[done:start],
+                _marker(int(m[1]), tool_call_id=own, offset=0, handle=False, secret=False),
+            )
+            done = m.end()
+        at = text.find(_CUT_PHRASE, max(at + 1, done))
+    return "".join((*out, text[done:])) if out else text
+
+
+def _names(args_json: str, own: str) -> bool:
+    try:
+        args = json.loads(args_json)
+    except ValueError:
+        return False
+    return isinstance(args, dict) and args.get("id") == own
 
 
 def is_cut_from(text: str, raw: str) -> bool:

@@ -1,7 +1,8 @@
 """Budget accounting for a step: what the prompt may hold, and how full the window is.
 
 A provider counts more than the messages against the window: the request's ``tools`` array
-and, when the proxy may offer it, ``read_tool_output``'s schema. Those ``fixed`` tokens are
+and, when the proxy may offer it (``persistRaw``, and a request that can carry it:
+``toolloop.carries_tools``), ``read_tool_output``'s schema. Those ``fixed`` tokens are
 set aside beside the reserved output, and counted into the occupancy the cascade reacts to.
 """
 
@@ -16,6 +17,7 @@ from proxy.cascade.tokens import effective_input_tokens
 from proxy.cascade.types import Budget, Message
 from proxy.config import ModelConfig
 from proxy.jsonio import dumps
+from proxy.services.toolloop import carries_tools
 
 if TYPE_CHECKING:
     from proxy.services.history import SessionState
@@ -59,7 +61,7 @@ class FixedTokens:
                 if len(self._tools) >= _TOOLS_CACHE_MAX:
                     self._tools.clear()
                 cost = self._tools[key] = self._json_tokens(key)
-        return cost, self.schema if rt.ctx.tool_output.persist_raw else 0
+        return cost, self.schema if rt.ctx.tool_output.persist_raw and carries_tools(body) else 0
 
 
 def occupancy(state: SessionState, fixed: int) -> int:

@@ -262,7 +262,7 @@ class ChatService:
             await turn.connect()
             answers = await fulfil(needs, conn=turn.conn, key=key)
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent
-        assembled = toolloop.keep_client_tool(assemble(inp, answers=answers or None), body)
+        assembled = toolloop.fit_offer(assemble(inp, answers=answers or None), body, rt.ctx)
         if command is None and (nudge := await self._handoff(turn, rt, body, ctx, state, fixed)):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)

@@ -13,35 +13,73 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from proxy.cascade.handles import drop_handles
 from proxy.cascade.pipeline import Assembled
 from proxy.cascade.truncation import page_raw_output
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
+from proxy.config_context import ContextConfig
 from proxy.store import raw_outputs
 
-__all__ = ["is_internal_call", "answer_call", "keep_client_tool", "read_page", "split_calls"]
+__all__ = [
+    "is_internal_call",
+    "answer_call",
+    "carries_tools",
+    "fit_offer",
+    "read_page",
+    "split_calls",
+]
 
 
 def is_internal_call(call: Mapping[str, Any]) -> bool:
     return (call.get("function") or {}).get("name") == READ_TOOL_OUTPUT
 
 
-def keep_client_tool(assembled: Assembled, body: Mapping[str, Any]) -> Assembled:
-    """``assembled`` without the offer of ``read_tool_output`` when the client's own ``tools``
-    define a function of that name: the name is then the client's, so its calls go to the
-    client as any other call, and no second tool of the same name goes upstream (which a
-    provider refuses, or resolves to either). The markers still name the proxy's tool; the
-    pages stay readable through the session API."""
-    if not assembled.offer_read_tool:
-        return assembled
-    tools = body.get("tools")
-    if isinstance(tools, list) and any(
+def _defines_own(tools: Any) -> bool:
+    return isinstance(tools, list) and any(
         isinstance(t, Mapping)
         and isinstance(t.get("function"), Mapping)
         and t["function"].get("name") == READ_TOOL_OUTPUT
         for t in tools
-    ):
-        return replace(assembled, offer_read_tool=False)
-    return assembled
+    )
+
+
+def carries_tools(body: Mapping[str, Any]) -> bool:
+    """Whether the request can take ``read_tool_output`` beside its own tools: it sends a
+    non-empty ``tools`` list and no legacy ``functions``.
+
+    A request without ``tools`` may go to a model or server with no tool support at all
+    (Ollama models without tools, llama.cpp without ``--jinja``), which fails on the array;
+    one with ``functions`` must not get ``tools`` too (OpenAI refuses the mix, and the
+    answers of the legacy form, ``function_call``, are not read here). ``tool_choice``
+    does not matter: under ``"none"`` or a named function the schema cannot be called, and
+    leaving it out would change the tools the provider caches the prompt behind.
+    """
+    tools = body.get("tools")
+    return isinstance(tools, list) and bool(tools) and not body.get("functions")
+
+
+def fit_offer(assembled: Assembled, body: Mapping[str, Any], ctx: ContextConfig) -> Assembled:
+    """``assembled`` with the offer of ``read_tool_output`` fitted to the client's request.
+
+    When the client's own ``tools`` define a function of that name, the name is the
+    client's: no offer, so its calls go to the client as any other call, and no second tool
+    of the same name goes upstream (which a provider refuses, or resolves to either); the
+    markers still name the proxy's tool, and the pages stay readable through the session
+    API. When the request cannot carry the tool (``carries_tools``), or the tool is not
+    offered at all (``persistRaw`` off), the prompt's handles are worded as handles no tool
+    reads (``cascade.handles``), so the model is never told to call a tool it lacks.
+    """
+    if _defines_own(body.get("tools")):
+        return replace(assembled, offer_read_tool=False) if assembled.offer_read_tool else assembled
+    if assembled.offer_read_tool:
+        if carries_tools(body):
+            return assembled
+    elif ctx.tool_output.persist_raw:
+        return assembled  # ``assemble`` found no handle in the prompt
+    messages = drop_handles(assembled.messages, ctx.observations.user_prefixes)
+    if messages is assembled.messages and not assembled.offer_read_tool:
+        return assembled
+    return replace(assembled, messages=messages, offer_read_tool=False)
 
 
 def split_calls(message: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:

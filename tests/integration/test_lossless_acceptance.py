@@ -32,6 +32,7 @@ from tests.fakes.rendering import count_prompt_tokens
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.conftest import run_sync
 from tests.integration.transcripts import (
     api,
@@ -103,7 +104,7 @@ def replay(proxy: ProxyServer, fake: FakeUpstream, transcript: Messages) -> Mess
             history.append(msg)
             continue
         fake.script(reply(msg.get("content"), tool_calls=msg.get("tool_calls")))
-        out = client.chat.completions.create(model="gpt-4o", messages=history)
+        out = client.chat.completions.create(model="gpt-4o", messages=history, tools=CLIENT_TOOLS)
         history.append(out.choices[0].message.model_dump(exclude_none=True))
     return history
 
@@ -230,7 +231,9 @@ def check_internal_reads(
     ]
     fake.script(reply(None, tool_calls=calls), reply("done"))
     n = len(fake.bodies())
-    out = sdk(proxy, SID).chat.completions.create(model="gpt-4o", messages=history)
+    out = sdk(proxy, SID).chat.completions.create(
+        model="gpt-4o", messages=history, tools=CLIENT_TOOLS
+    )
     assert out.choices[0].message.content == "done" and not out.choices[0].message.tool_calls
     assert len(fake.bodies()) == n + 2
     pages = fake.bodies()[-1]["messages"][-2:]

@@ -43,7 +43,12 @@ def context(persist_raw: bool = True) -> dict[str, Any]:
 
 
 def chat(proxy: ProxyServer, sid: str, messages: list[Any], **kw: Any) -> Any:
+    """One request through the SDK, with the client's ``tools`` (``CLIENT_TOOLS`` unless
+    given; None sends none): ``read_tool_output`` is offered only beside a client's own."""
     key = kw.pop("key", "sk-test-client")
+    tools = kw.pop("tools", CLIENT_TOOLS)
+    if tools is not None:
+        kw["tools"] = tools
     return sdk(proxy, sid, key).chat.completions.create(model="gpt-4o", messages=messages, **kw)
 
 

@@ -24,6 +24,7 @@ from proxy.store.db import connection_lost
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 
 KILL = """
 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -225,7 +226,9 @@ async def test_killed_while_the_request_waits_for_the_provider(
         ) as http,
     ):
         future = pool.submit(
-            http.post, "/s/s1/v1/chat/completions", json={"model": "gpt-4o", "messages": messages}
+            http.post,
+            "/s/s1/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": messages, "tools": CLIENT_TOOLS},
         )
         fake_upstream.wait_for_requests(1)
         assert await admin.fetchval(KILL) >= 1

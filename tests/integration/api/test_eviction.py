@@ -17,6 +17,7 @@ from tests.fakes.rendering import count_prompt_tokens
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.transcripts import api, blob, marker_args, read_all, sdk, wait_event
 
 LIMIT = 8000
@@ -69,7 +70,9 @@ class Agent:
         n = len(self.outputs)
         cid = f"call_{n:02d}"
         self.fake.script(reply(None, tool_calls=[tool_call(tool, {"n": n}, id=cid)]))
-        out = self.client.chat.completions.create(model="gpt-4o", messages=self.messages)
+        out = self.client.chat.completions.create(
+            model="gpt-4o", messages=self.messages, tools=CLIENT_TOOLS
+        )
         self.prompts.append(self.fake.bodies()[-1]["messages"])
         self.messages.append(out.choices[0].message.model_dump(exclude_none=True))
         self.outputs[cid] = blob(RESULT_CHARS, f"{tool}-{n}")

@@ -16,6 +16,7 @@ from proxy.settings import Settings
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.transcripts import api, page_slice, read_all, sdk
 
 JSON_RESULT = json.dumps(
@@ -79,7 +80,7 @@ def test_upstream_gets_compacted_results_and_originals_read_back_exactly(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
     client = sdk(proxy, "ing1")
-    client.chat.completions.create(model="gpt-4o", messages=history())
+    client.chat.completions.create(model="gpt-4o", messages=history(), tools=CLIENT_TOOLS)
     sent = sent_results(fake_upstream.bodies()[-1])
     js, log = sent["call_json"], sent["call_log"]
     assert js.startswith("[compacted losslessly from")
@@ -111,7 +112,7 @@ def test_upstream_gets_compacted_results_and_originals_read_back_exactly(
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": "again"},
     ]
-    out = client.chat.completions.create(model="gpt-4o", messages=messages)
+    out = client.chat.completions.create(model="gpt-4o", messages=messages, tools=CLIENT_TOOLS)
     assert out.choices[0].message.content == "done"
     page = fake_upstream.bodies()[-1]["messages"][-1]["content"]
     assert page_slice(page)[3] == LOG[:200]
@@ -129,14 +130,14 @@ def test_repeated_lines_of_an_earlier_result_become_a_pointer(
         {"role": "tool", "tool_call_id": "call_a", "content": listing},
     ]
     client = sdk(proxy, "ing2")
-    client.chat.completions.create(model="gpt-4o", messages=first)
+    client.chat.completions.create(model="gpt-4o", messages=first, tools=CLIENT_TOOLS)
     again = "total 80\n" + listing
     second = [
         *first,
         {"role": "assistant", "content": None, "tool_calls": [tool_call("ls", {}, id="call_b")]},
         {"role": "tool", "tool_call_id": "call_b", "content": again},
     ]
-    client.chat.completions.create(model="gpt-4o", messages=second)
+    client.chat.completions.create(model="gpt-4o", messages=second, tools=CLIENT_TOOLS)
     sent = sent_results(fake_upstream.bodies()[-1])
     assert sent["call_a"] == listing
     assert re.search(r"\[80 lines: same as lines 1-80 of tool result call_a\]", sent["call_b"])
@@ -149,7 +150,9 @@ def test_compact_false_sends_results_unchanged(
 ) -> None:
     server = make_proxy(db_dsn, tmp_path, fake_upstream, compact=False)
     try:
-        sdk(server, "ing3").chat.completions.create(model="gpt-4o", messages=history())
+        sdk(server, "ing3").chat.completions.create(
+            model="gpt-4o", messages=history(), tools=CLIENT_TOOLS
+        )
     finally:
         server.stop()
     sent = sent_results(fake_upstream.bodies()[-1])

@@ -20,6 +20,7 @@ from proxy.store.nul import decode, encode
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.conftest import column
 from tests.integration.transcripts import api, blob, page_slice, read_all, replay_events, sdk
 
@@ -93,7 +94,9 @@ def test_nul_in_tool_results_and_ids_over_several_turns(
     )
     client = sdk(proxy, "nul")
     for turn, answer in enumerate(["lookingfirst", "second", "third"]):
-        out = client.chat.completions.create(model="gpt-4o", messages=messages, stream=stream)
+        out = client.chat.completions.create(
+            model="gpt-4o", messages=messages, tools=CLIENT_TOOLS, stream=stream
+        )
         text = (
             "".join(c.choices[0].delta.content or "" for c in out if c.choices)
             if stream

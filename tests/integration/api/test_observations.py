@@ -31,6 +31,16 @@ BIG = "Observation:\n" + "".join(
 LOG = "Observation:\n" + "pip: Requirement already satisfied\n" * 400 + "Successfully built\n"
 
 
+# ToolCallingAgent sends its tools with every request (CodeAgent sends none:
+# test_smolagents.py, test_read_tool_output_toolless.py).
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "read_log", "parameters": {"type": "object", "properties": {}}},
+    }
+]
+
+
 def action(i: int, tool: str) -> dict[str, Any]:
     call = {"name": tool, "arguments": {"i": i}}
     return {"role": "assistant", "content": f"Calling tools:\n[{json.dumps(call)}]"}
@@ -69,12 +79,12 @@ def test_observations_are_cut_compacted_and_read_back(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
     client = sdk(proxy, "smol")
-    client.chat.completions.create(model="gpt-4o", messages=transcript([BIG]))
+    client.chat.completions.create(model="gpt-4o", messages=transcript([BIG]), tools=TOOLS)
     first = fake_upstream.bodies()[-1]["messages"]
     assert first[3]["content"] == BIG  # the latest observation goes as sent
     steps = [BIG, LOG, "Observation:\n3 failed"]
     for n in (2, 3):
-        client.chat.completions.create(model="gpt-4o", messages=transcript(steps[:n]))
+        client.chat.completions.create(model="gpt-4o", messages=transcript(steps[:n]), tools=TOOLS)
     bodies = fake_upstream.bodies()
     sent = bodies[-1]["messages"]
     cut, compacted = sent[3]["content"], sent[5]["content"]
@@ -112,12 +122,15 @@ def test_old_observation_rounds_are_evicted(
             for t in "abc"
         ]
         sdk(server, "smol2").chat.completions.create(
-            model="gpt-4o", messages=transcript([*dumps, "Observation:\nok"])
+            model="gpt-4o", messages=transcript([*dumps, "Observation:\nok"]), tools=TOOLS
         )
-        sent = fake_upstream.bodies()[-1]["messages"]
+        body = fake_upstream.bodies()[-1]
+        sent = body["messages"]
         cleared = [m for m in sent if m["content"].startswith("[context-cleared]")]
         assert len(cleared) == 3 and all(m["role"] == "user" for m in cleared)
         assert sent[-1]["content"] == "Observation:\nok"
+        # The placeholders are the prompt's only handles: the tool they name goes with them.
+        assert [t["function"]["name"] for t in body["tools"]] == ["read_log", "read_tool_output"]
         with api(server) as http:
             for m, original in zip(cleared, dumps, strict=True):
                 assert read_all(http, "smol2", handle(m["content"])["id"]) == original

@@ -49,8 +49,8 @@ def test_offered_only_when_the_prompt_holds_a_handle(
     assert tool_names(fake_upstream.bodies()[-1]) == ["run_tests"]
     chat(proxy, "big", history("call_b", blob(9000, "b")), tools=CLIENT_TOOLS)
     assert tool_names(fake_upstream.bodies()[-1]) == ["run_tests", "read_tool_output"]
-    chat(proxy, "big-no-tools", history("call_b", blob(9000, "c")))
-    assert tool_names(fake_upstream.bodies()[-1]) == ["read_tool_output"]
+    chat(proxy, "big-no-tools", history("call_b", blob(9000, "c")), tools=None)
+    assert "tools" not in fake_upstream.bodies()[-1]  # test_read_tool_output_toolless.py
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -171,7 +171,7 @@ def test_persist_raw_toggle_takes_effect_on_the_next_request(
 ) -> None:
     messages = history("call_1", blob(9000, "one"))
     chat(proxy, "s1", messages)
-    assert tool_names(fake_upstream.bodies()[-1]) == ["read_tool_output"]
+    assert tool_names(fake_upstream.bodies()[-1]) == ["run_tests", "read_tool_output"]
 
     # Subscribe (the replayed first event proves it), then rewrite the file.
     headers = {"Last-Event-ID": "0"}
@@ -184,7 +184,7 @@ def test_persist_raw_toggle_takes_effect_on_the_next_request(
     more = [*messages, *history("call_2", blob(9000, "two"), tag="other")]
     chat(proxy, "s1", [*more[:3], {"role": "assistant", "content": "ok"}, *more[3:]])
     body = fake_upstream.bodies()[-1]
-    assert "tools" not in body
+    assert tool_names(body) == ["run_tests"]
     new_marker = body["messages"][-1]["content"]
     assert marker_args(new_marker) is None and "re-run the tool" in new_marker
     with api(proxy) as http:

@@ -90,7 +90,12 @@ def test_a_stream_keeps_the_client_connection_alive_while_a_later_round_waits(
         reply("let me look", tool_calls=[read_call(id="call_slow", offset=0, limit=500)]),
         reply("found it", first_byte_delay=1.2),
     )
-    body = {"model": "gpt-4o", "stream": True, "messages": history("call_slow", blob(9000, "slow"))}
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "tools": CLIENT_TOOLS,
+        "messages": history("call_slow", blob(9000, "slow")),
+    }
     lines: list[tuple[float, str]] = []
     with (
         api(proxy) as http,
@@ -218,7 +223,9 @@ def test_internal_rounds_make_one_stream_for_the_sdk_stream_helper(
     _three_rounds(fake_upstream)
     messages = history("call_big", blob(9000, "big"))
     client = sdk(proxy, "one-stream")
-    with client.chat.completions.stream(model="gpt-4o", messages=messages) as stream:
+    with client.chat.completions.stream(
+        model="gpt-4o", messages=messages, tools=CLIENT_TOOLS
+    ) as stream:
         final = stream.get_final_completion()
     assert len(fake_upstream.bodies()) == 3
     message = final.choices[0].message
@@ -249,7 +256,12 @@ def test_internal_rounds_send_one_id_one_role_and_one_identity_on_the_wire(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
     _three_rounds(fake_upstream)
-    body = {"model": "gpt-4o", "stream": True, "messages": history("call_big", blob(9000, "big"))}
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "tools": CLIENT_TOOLS,
+        "messages": history("call_big", blob(9000, "big")),
+    }
     with api(proxy) as http:
         resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "wire"})
     frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
@@ -281,7 +293,7 @@ def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
         reply("whole"),
     )
     messages = history("call_big", blob(9000, "big"))
-    body = {"model": "gpt-4o", "stream": True, "messages": messages}
+    body = {"model": "gpt-4o", "stream": True, "tools": CLIENT_TOOLS, "messages": messages}
     with api(proxy) as http:
         resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "early"})
         frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]

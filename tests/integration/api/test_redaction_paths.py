@@ -17,6 +17,7 @@ from proxy.settings import Settings
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.transcripts import api, blob, marker_args, replay_events, sdk, wait_event
 
 MAX_CHARS = 2000
@@ -54,8 +55,11 @@ def rounds(outputs: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def chat(proxy: ProxyServer, messages: list[dict[str, Any]], **kw: Any) -> Any:
+    """One request with the agent's tools (``read_tool_output`` goes only beside them)."""
     client = sdk(proxy, "s1")
-    return client.chat.completions.create(model="gpt-4o", messages=messages, **kw)
+    return client.chat.completions.create(
+        model="gpt-4o", messages=messages, tools=CLIENT_TOOLS, **kw
+    )
 
 
 def splice(text: str, at: int, secret: str) -> str:
@@ -85,7 +89,7 @@ def test_secret_deep_inside_a_huge_output_is_redacted_and_never_spilled(
     assert len(content) <= MAX_CHARS
     assert content[:301] == output[:301] and content[301:312] == "[REDACTED] "
     assert marker_args(content) is None and "contained secrets" in content
-    assert "tools" not in body
+    assert [t["function"]["name"] for t in body["tools"]] == ["run_tests"]  # no handle: no tool
     with api(proxy) as http:
         assert http.get("/v1/sessions/s1/tool-outputs/call_big").status_code == 404
         row = http.get("/v1/sessions/s1/messages").json()["data"][-2]

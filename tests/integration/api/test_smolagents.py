@@ -81,7 +81,9 @@ def handle(content: str) -> str:
 
 def check_managed(proxy: ProxyServer, fake_upstream: FakeUpstream, sid: str, sent: str) -> None:
     """Step 2 sends the observation as smolagents wrote it (it is the latest message); step 3
-    sends it cut, with a handle that reads back exactly what smolagents sent."""
+    sends it cut, stored with a handle that reads back exactly what smolagents sent. The
+    handle goes upstream only beside the agent's own tools (ToolCallingAgent's); CodeAgent
+    sends none, and its cut observation says to re-run the action instead."""
     bodies = fake_upstream.bodies()
     assert len(bodies) == 3
     (role2, obs2), *_ = observations(bodies[1])
@@ -91,7 +93,19 @@ def check_managed(proxy: ProxyServer, fake_upstream: FakeUpstream, sid: str, sen
     assert len(obs3) <= 24_000 < len(sent) and "[... truncated" in obs3
     assert not any(m["role"] == "tool" for m in bodies[2]["messages"])
     with api(proxy) as http:
-        assert read_all(http, sid, handle(obs3)) == sent
+        rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
+        (stored,) = [
+            r["message"]["content"]
+            for r in rows
+            if "[... truncated" in text(r["message"].get("content"))
+        ]
+        assert read_all(http, sid, handle(stored)) == sent
+    if bodies[2].get("tools"):
+        assert obs3 == stored and "read_tool_output" in [
+            t["function"]["name"] for t in bodies[2]["tools"]
+        ]
+    else:
+        assert "read_tool_output" not in obs3 and "re-run the tool" in obs3
 
 
 def test_tool_calling_agent_big_observation_is_cut_and_read_back(
@@ -107,6 +121,7 @@ def test_tool_calling_agent_big_observation_is_cut_and_read_back(
     )
     assert agent.run("How many requests failed?") == "3"
     check_managed(proxy, fake_upstream, "smol-tc", f"Observation:\n{LOG}")
+    assert fake_upstream.bodies()[2]["tools"]  # the agent's own, so the handle went along
 
 
 def test_code_agent_text_action_observation_is_cut_and_read_back(
@@ -125,3 +140,4 @@ def test_code_agent_text_action_observation_is_cut_and_read_back(
     (_, sent), *_ = observations(bodies[1])
     assert sent.startswith("Observation:\nExecution logs:\n2026-11-30T12:00:00Z worker-0000 ")
     check_managed(proxy, fake_upstream, "smol-code", sent)
+    assert "tools" not in fake_upstream.bodies()[2]

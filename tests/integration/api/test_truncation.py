@@ -15,6 +15,7 @@ from proxy.settings import Settings
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.transcripts import (
     api,
     blob,
@@ -61,8 +62,9 @@ def boot(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterator[B
 
 
 def send(proxy: ProxyServer, sid: str, messages: list[dict[str, Any]], **kw: Any) -> Any:
+    """One request with the agent's tools (``read_tool_output`` goes only beside them)."""
     return sdk(proxy, sid, kw.pop("key", "sk-test-client")).chat.completions.create(
-        model="gpt-4o", messages=messages, **kw
+        model="gpt-4o", messages=messages, tools=CLIENT_TOOLS, **kw
     )
 
 
@@ -116,7 +118,7 @@ def test_result_under_max_chars_is_forwarded_untouched_and_not_spilled(
     send(proxy, "s1", history("call_small", original))
     body = fake_upstream.bodies()[-1]
     assert body["messages"][2]["content"] == original
-    assert "tools" not in body
+    assert upstream_tools(body) == ["run_tests"]
     with api(proxy) as http:  # never cut: the tool-outputs API serves its stored message
         assert read_all(http, "s1", "call_small") == original
         found = http.get("/v1/sessions/s1/tool-outputs/call_small", params={"grep": "small"})
@@ -149,7 +151,7 @@ def test_persist_raw_off_marker_advertises_no_handle_and_nothing_is_stored(
     content = body["messages"][2]["content"]
     assert len(content) <= MAX_CHARS
     assert "read_tool_output" not in content and "re-run the tool" in content
-    assert "tools" not in body
+    assert upstream_tools(body) == ["run_tests"]
     with api(proxy) as http:
         assert http.get("/v1/sessions/s1/tool-outputs/call_big").status_code == 404
         assert wait_event(http, "s1", "context.truncated")["spilled"] is False

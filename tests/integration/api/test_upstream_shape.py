@@ -8,6 +8,7 @@ import gzip
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -116,3 +117,40 @@ def test_a_redirect_is_a_502_naming_the_provider_not_its_secret(
     message = resp.json()["error"]["message"]
     assert message.startswith("the provider 'openai' at http://provider.mock answered 307")
     assert "http://elsewhere.mock/v1/models" in message and "s3cret" not in message
+
+
+LOG = "".join(f"log line {i}\n" for i in range(4000))
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [{}, {"functions": [{"name": "run", "parameters": {"type": "object"}}]}],
+    ids=["no-tools", "functions"],
+)
+def test_a_cut_result_adds_no_tool_to_a_request_that_sends_none(
+    proxy: Callable[[Handler], TestClient], shape: dict[str, Any]
+) -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=COMPLETION)
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": LOG},
+    ]
+    resp = proxy(handler).post(
+        "/v1/chat/completions",
+        headers={"authorization": "Bearer sk-client", "x-session-id": "cut-no-tools"},
+        json={"model": "gpt-fake", "messages": messages, **shape},
+    )
+
+    assert resp.status_code == 200
+    (body,) = bodies
+    assert set(body) == {"model", "messages", *shape}  # the client's shape, nothing added
+    assert body.get("functions") == shape.get("functions")
+    cut = body["messages"][2]["content"]
+    assert "[... truncated " in cut and "read_tool_output" not in cut
