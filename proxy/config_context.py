@@ -46,6 +46,11 @@ class ToolOutputConfig(Block):
     """The lossless ingest stage rewrites a result only when that saves at least this share
     of its characters, marker included: a smaller saving does not pay for a text the model
     must read in an unfamiliar form (pretty-printed JSON saves 25-50%, so it passes)."""
+    offer_without_tools: bool = False
+    """Offer ``read_tool_output`` also to a request that sends no ``tools`` of its own (a
+    text-action agent, such as smolagents' ``CodeAgent``, on a provider with tool support).
+    Off by default: such a request may go to a model or server with no tool support, which
+    fails on the array (``toolloop.carries_tools``)."""
 
 
 class ObservationsConfig(Block):

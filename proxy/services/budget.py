@@ -61,7 +61,9 @@ class FixedTokens:
                 if len(self._tools) >= _TOOLS_CACHE_MAX:
                     self._tools.clear()
                 cost = self._tools[key] = self._json_tokens(key)
-        return cost, self.schema if rt.ctx.tool_output.persist_raw and carries_tools(body) else 0
+        return cost, self.schema if rt.ctx.tool_output.persist_raw and carries_tools(
+            body, rt.ctx
+        ) else 0
 
 
 def occupancy(state: SessionState, fixed: int) -> int:

@@ -43,9 +43,10 @@ def _defines_own(tools: Any) -> bool:
     )
 
 
-def carries_tools(body: Mapping[str, Any]) -> bool:
+def carries_tools(body: Mapping[str, Any], ctx: ContextConfig) -> bool:
     """Whether the request can take ``read_tool_output`` beside its own tools: it sends a
-    non-empty ``tools`` list and no legacy ``functions``.
+    non-empty ``tools`` list (or none at all, with ``toolOutput.offerWithoutTools``) and no
+    legacy ``functions``.
 
     A request without ``tools`` may go to a model or server with no tool support at all
     (Ollama models without tools, llama.cpp without ``--jinja``), which fails on the array;
@@ -54,8 +55,12 @@ def carries_tools(body: Mapping[str, Any]) -> bool:
     does not matter: under ``"none"`` or a named function the schema cannot be called, and
     leaving it out would change the tools the provider caches the prompt behind.
     """
+    if body.get("functions"):
+        return False
     tools = body.get("tools")
-    return isinstance(tools, list) and bool(tools) and not body.get("functions")
+    if isinstance(tools, list) and tools:
+        return True
+    return ctx.tool_output.offer_without_tools and not tools
 
 
 def fit_offer(assembled: Assembled, body: Mapping[str, Any], ctx: ContextConfig) -> Assembled:
@@ -72,7 +77,7 @@ def fit_offer(assembled: Assembled, body: Mapping[str, Any], ctx: ContextConfig)
     if _defines_own(body.get("tools")):
         return replace(assembled, offer_read_tool=False) if assembled.offer_read_tool else assembled
     if assembled.offer_read_tool:
-        if carries_tools(body):
+        if carries_tools(body, ctx):
             return assembled
     elif ctx.tool_output.persist_raw:
         return assembled  # ``assemble`` found no handle in the prompt

@@ -58,7 +58,7 @@ def handles(a: Assembled) -> bool:
     ],
 )
 def test_offered_only_beside_the_clients_own_tools(body: dict[str, Any], offered: bool) -> None:
-    assert carries_tools(body) is offered
+    assert carries_tools(body, CTX) is offered
     before = assembled()
     after = fit_offer(before, body, CTX)
     assert after.offer_read_tool is offered
@@ -80,3 +80,14 @@ def test_a_handle_the_config_no_longer_offers_is_reworded_too() -> None:
 def test_the_clients_own_read_tool_output_keeps_the_markers() -> None:
     after = fit_offer(assembled(), {"tools": [*TOOLS, *OWN]}, CTX)
     assert not after.offer_read_tool and handles(after)
+
+
+def test_offer_without_tools_opts_a_toolless_request_in_but_never_functions() -> None:
+    opted = ContextConfig.model_validate({"toolOutput": {"offerWithoutTools": True}})
+    for body in ({}, {"tools": []}, {"tools": None}, {"tools": TOOLS}):
+        assert carries_tools(body, opted), body
+        after = fit_offer(assembled(), body, opted)
+        assert after.offer_read_tool and handles(after)
+    for body in ({"functions": FUNCTIONS}, {"tools": TOOLS, "functions": FUNCTIONS}):
+        assert not carries_tools(body, opted), body
+        assert not fit_offer(assembled(), body, opted).offer_read_tool
