@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -81,13 +82,24 @@ def dsn_with_db(dsn: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + quote(dbname, safe="")))
 
 
-def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on a private loop without touching the thread's current event loop."""
+def _run_on_new_loop(coro: Coroutine[Any, Any, Any]) -> Any:
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(coro)
     finally:
         loop.close()
+
+
+def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on a private loop without touching the thread's current event loop; on a
+    thread of its own when a loop runs on this one (sync Playwright's, between its calls: the
+    console tests), as a second loop cannot run on a thread while another does."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_on_new_loop(coro)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(_run_on_new_loop, coro).result()
 
 
 async def _execute(dsn: str, *statements: str) -> None:
