@@ -5,7 +5,11 @@
 Migrations run once into ``parent_<uuid>``; each test that asks for ``db_dsn`` gets
 ``CREATE DATABASE t_<uuid> TEMPLATE parent_<uuid>`` (tens of ms) and a ``DROP ... WITH (FORCE)``
 afterwards (PgQueuer's pattern). A fresh database beats a rolled-back transaction here because
-the proxy itself uses advisory locks, LISTEN/NOTIFY and its own transactions.
+the proxy itself uses advisory locks, LISTEN/NOTIFY and its own transactions. On the embedded
+server the copy is ``STRATEGY FILE_COPY``: the default (``WAL_LOG``) writes every page of the
+template through the WAL, which for a database this small costs more than copying its files
+and the two checkpoints ``FILE_COPY`` asks for, cheap with fsync off. A ``TEST_DATABASE_URL``
+server keeps its default, as it may sync to disk.
 
 Session-scoped setup is synchronous (its own short-lived event loop) so no fixture needs a
 session-scoped loop; ``pool`` is the only async fixture and lives in the test's loop.
@@ -20,6 +24,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -77,13 +82,24 @@ def dsn_with_db(dsn: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + quote(dbname, safe="")))
 
 
-def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on a private loop without touching the thread's current event loop."""
+def _run_on_new_loop(coro: Coroutine[Any, Any, Any]) -> Any:
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(coro)
     finally:
         loop.close()
+
+
+def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on a private loop without touching the thread's current event loop; on a
+    thread of its own when a loop runs on this one (sync Playwright's, between its calls: the
+    console tests), as a second loop cannot run on a thread while another does."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_on_new_loop(coro)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(_run_on_new_loop, coro).result()
 
 
 async def _execute(dsn: str, *statements: str) -> None:
@@ -152,7 +168,8 @@ def template_db(pg_dsn: str) -> Iterator[str]:
 
 def _scratch_db(pg_dsn: str, prefix: str, template: str) -> Iterator[str]:
     name = f"{prefix}_{uuid.uuid4().hex}"
-    _admin(pg_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    strategy = "" if os.environ.get("TEST_DATABASE_URL") else " STRATEGY FILE_COPY"
+    _admin(pg_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
     try:
         yield dsn_with_db(pg_dsn, name)
     finally:

@@ -102,26 +102,38 @@ class Page:
         return [u for u in self.urls if not u.startswith((self.origin + "/", "data:"))]
 
 
-@pytest.fixture
-def console(console_proxy: ProxyServer) -> Iterator[Page]:
-    """A fresh chromium per test, started after the database and the proxy: sync Playwright
-    keeps an event loop running on this thread, so fixtures that run their own loop (the
-    per-test database) must be set up before it and torn down after it."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One chromium for a test module: its start (Playwright's driver, then the browser) costs
+    several times what a fresh context does. Each test gets a context of its own (``console``),
+    so no cookie, storage, route or clock carries over from one test to the next.
+
+    Sync Playwright marks its event loop as running on this thread for as long as it is
+    started; the fixtures that run a loop of their own meanwhile (the per-test database) run
+    it on another thread (``run_sync``)."""
     if reason := _chromium_missing():
         pytest.skip(reason)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
+        launched = pw.chromium.launch(
             executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True, timeout=20_000
         )
-        context = browser.new_context(viewport={"width": 1280, "height": 860})
-        context.set_default_timeout(10_000)
-        page = Page(context.new_page(), console_proxy.origin)
         try:
-            yield page
+            yield launched
         finally:
-            context.close()
-            browser.close()
+            launched.close()
+
+
+@pytest.fixture
+def console(console_proxy: ProxyServer, browser: Any) -> Iterator[Page]:
+    """A fresh browser context and page on the console, for this test alone."""
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(10_000)
+    page = Page(context.new_page(), console_proxy.origin)
+    try:
+        yield page
+    finally:
+        context.close()
     assert page.foreign() == [], "the console requested another host"
     assert [e for e in page.errors if e.startswith("page error")] == []
