@@ -17,16 +17,9 @@ import pytest
 from fastapi.routing import iter_route_contexts
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
+from tests.integration.api.conftest import ProxyServer, StartProxy
+from tests.integration.api.limited_keys import FULL, LIMITED, client, start_with_limited_key
 from tests.integration.api.sessions_helpers import MAX_CHARS, settled, tool_history
-
-LIMITED = "cascade-key-reviewer-0c51d2"
-FULL = "cascade-key-full-e84b17"
-AGENTS = {
-    "default": {"provider": "openai"},
-    "coder": {"provider": "openai"},
-    "reviewer": {"provider": "openai"},
-}
 
 
 @pytest.fixture
@@ -36,22 +29,13 @@ def server(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> ProxyServer:
-    monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
-    monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
-    auth = {
-        "keys": [
-            {"keyEnv": "CASCADE_TEST_KEY_LIMITED", "tenant": "team", "agents": ["reviewer"]},
-            {"keyEnv": "CASCADE_TEST_KEY_FULL", "tenant": "team"},
-        ]
-    }
-    config = write_config(
-        tmp_path / "agents.json",
-        fake_upstream.url,
-        auth=auth,
-        agents=AGENTS,
+    return start_with_limited_key(
+        start_proxy,
+        fake_upstream,
+        tmp_path,
+        monkeypatch,
         context={"toolOutput": {"maxChars": MAX_CHARS}},
     )
-    return start_proxy(config)
 
 
 @pytest.fixture
@@ -59,15 +43,11 @@ def origin(server: ProxyServer) -> str:
     return server.origin
 
 
-def _client(origin: str, key: str) -> httpx.Client:
-    return httpx.Client(base_url=origin, timeout=10, headers={"authorization": f"Bearer {key}"})
-
-
 @pytest.fixture
 def full(origin: str) -> Iterator[httpx.Client]:
     """The unlimited key's client, with two sessions made: ``reviewer-run`` first, then
     ``coder-run`` (the later, listed first), each with a spilled tool output ``call_ls``."""
-    with _client(origin, FULL) as http:
+    with client(origin, FULL) as http:
         for agent in ("reviewer", "coder"):
             body = {"model": agent, "messages": tool_history()}
             sent = http.post(
@@ -80,7 +60,7 @@ def full(origin: str) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def limited(origin: str, full: httpx.Client) -> Iterator[httpx.Client]:
-    with _client(origin, LIMITED) as http:
+    with client(origin, LIMITED) as http:
         yield http
 
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import StartProxy, write_config
+from tests.integration.api.conftest import StartProxy
+from tests.integration.api.limited_keys import (
+    FULL,
+    LIMITED,
+    TENANT,
+    client,
+    start_with_limited_key,
+)
 from tests.integration.api.memory_suggestions import suggest
-
-LIMITED = "cascade-key-reviewer-4b0c1e"
-FULL = "cascade-key-full-77a9d2"
-TENANT = "team"
 
 
 @pytest.fixture
@@ -27,30 +29,12 @@ def server_origin(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> str:
-    monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
-    monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
-    auth = {
-        "keys": [
-            {"keyEnv": "CASCADE_TEST_KEY_LIMITED", "tenant": TENANT, "agents": ["reviewer"]},
-            {"keyEnv": "CASCADE_TEST_KEY_FULL", "tenant": TENANT},
-        ]
-    }
-    agents = {
-        "default": {"provider": "openai"},
-        "coder": {"provider": "openai"},
-        "reviewer": {"provider": "openai"},
-    }
-    path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth, agents=agents)
-    return start_proxy(path).origin
+    return start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch).origin
 
 
 def _suggest(dsn: str, session_id: str, agent: str, fact: str, **extra: Any) -> None:
     """A pending suggestion of one fact, named by the fact."""
     suggest(dsn, session_id, fact, [fact], agent=agent, tenant=TENANT, **extra)
-
-
-def _client(origin: str, key: str) -> httpx.Client:
-    return httpx.Client(base_url=origin, timeout=10, headers={"authorization": f"Bearer {key}"})
 
 
 @pytest.mark.parametrize("answer", ["accept", "reject"])
@@ -59,7 +43,7 @@ def test_a_limited_key_cannot_answer_a_suggestion_for_another_agents_scope(
 ) -> None:
     _suggest(db_dsn, "coder-run", "coder", "The coder deploys to build-7.")
     _suggest(db_dsn, "any-run", "reviewer", "The API port is 8443.", scope="agent:coder")
-    with _client(server_origin, LIMITED) as limited, _client(server_origin, FULL) as full:
+    with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
         for sid in ("The coder deploys to build-7.", "The API port is 8443."):
             refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
             assert refused.status_code == 403, refused.text
@@ -76,7 +60,7 @@ def test_a_limited_key_answers_suggestions_for_its_agent_and_global(
 ) -> None:
     _suggest(db_dsn, "reviewer-run", "reviewer", "Reviews need two approvals.")
     _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
-    with _client(server_origin, LIMITED) as limited:
+    with client(server_origin, LIMITED) as limited:
         ok = limited.post("/v1/memory/suggestions/Reviews need two approvals./accept")
         assert ok.status_code == 200, ok.text
         assert ok.json()["scope"] == "agent:reviewer"
@@ -95,7 +79,7 @@ def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
     _suggest(db_dsn, "any-run", "reviewer", "The API port is 8443.", scope="agent:coder")
     _suggest(db_dsn, "reviewer-run", "reviewer", "Reviews need two approvals.")
     _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
-    with _client(server_origin, LIMITED) as limited, _client(server_origin, FULL) as full:
+    with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
         seen = limited.get("/v1/memory/suggestions").json()["data"]
         assert [s["id"] for s in seen] == ["Reviews need two approvals.", "The repo uses uv."]
         assert [s["scope"] for s in seen] == ["agent:reviewer", "global"]
