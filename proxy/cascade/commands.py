@@ -18,6 +18,7 @@ __all__ = [
     "COMMAND_REPLY_PREFIX",
     "COMMANDS",
     "is_compact_command",
+    "is_command_exchange",
     "compact_reply_text",
     "drop_commands",
 ]
@@ -44,6 +45,18 @@ def compact_reply_text(
     return (
         f"{COMMAND_REPLY_PREFIX}Compacted {folded} messages into summary v{version}: "
         f"the prompt went from about {tokens_before} to {tokens_after} tokens."
+    )
+
+
+def is_command_exchange(msg: Message) -> bool:
+    """``msg`` on its own reads as half of a ``/compact`` exchange: the command, or a reply
+    with the proxy's prefix. Retrieval leaves such messages unembedded, as every prompt
+    leaves the exchange out; judged without its neighbour, a model's own reply that opens
+    with the prefix would be left unsearched too, a loss no prompt notices."""
+    if _is_command(msg):
+        return True
+    return msg.get("role") == "assistant" and content_text(msg.get("content")).startswith(
+        COMMAND_REPLY_PREFIX
     )
 
 

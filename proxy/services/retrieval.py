@@ -28,6 +28,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy.cascade.commands import is_command_exchange
 from proxy.cascade.retrieval import Hit, RetrievalNeed, retrieved
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
@@ -87,6 +88,7 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
             f.tool_call_id,
         )
         for f in found
+        if not (isinstance(f.message, dict) and is_command_exchange(f.message))
     )
     took = (time.perf_counter() - started) * 1000
     return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
@@ -97,6 +99,14 @@ def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], boo
     config names, and whether the default context (an agent it does not name) has it on."""
     on = tuple(sorted(name for name, ctx in cfg.resolved.items() if ctx.retrieval.enabled))
     return on, tuple(sorted(cfg.resolved)), cfg.context.retrieval.enabled
+
+
+def _text(message: Any) -> str:
+    """What the worker embeds of a stored message: nothing of a ``/compact`` exchange,
+    which no prompt carries, so no search brings it back."""
+    if not isinstance(message, dict) or is_command_exchange(message):
+        return ""
+    return embedding_text(message)
 
 
 class EmbeddingWorker:
@@ -188,7 +198,7 @@ class EmbeddingWorker:
         return True
 
     async def _embed(self, claimed: list[store.Claimed], embedder: Any, start: int) -> None:
-        texts = [embedding_text(c.message) if isinstance(c.message, dict) else "" for c in claimed]
+        texts = [_text(c.message) for c in claimed]
         todo = [i for i, t in enumerate(texts) if t]
         vectors: list[Any] = [None] * len(claimed)
         try:
