@@ -67,6 +67,14 @@ def _stages(ctx: ContextConfig) -> str:
         on.append(f"summarize ({mode}, from {_percent(ctx.summarize.soft_fraction)})")
     if ctx.recitation.enabled:
         on.append("recitation")
+    if ctx.retrieval.enabled:
+        on.append(
+            f"retrieval (up to {ctx.retrieval.max_results} hits scoring "
+            f"{ctx.retrieval.min_score:g} or more)"
+        )
+    if ctx.memory_promotion.mode != "off":
+        what = "suggested" if ctx.memory_promotion.mode == "suggest" else "stored"
+        on.append(f"memory ({ctx.memory_promotion.mode}: facts of each compaction {what})")
     if ctx.handoff.enabled:
         on.append(f"handoff (nudge at {_percent(ctx.handoff.at_fraction)})")
     return ", ".join(on)

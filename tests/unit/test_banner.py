@@ -123,3 +123,22 @@ def test_a_pooled_database_names_the_pooler_and_the_listen_url() -> None:
         " postgresql://cascade:***@db.internal:5432/cascade"
     ) in text
     assert "listen-pass-31" not in text and "db-pass-8812" not in text
+
+
+def test_the_stages_line_names_retrieval_and_memory_when_they_are_on() -> None:
+    """The opt-in stages a file turns on are listed like the others: a line without them
+    reads as if retrieval and memory were off."""
+    cfg = _config(
+        context={
+            "retrieval": {"enabled": True, "maxResults": 3},
+            "memoryPromotion": {"mode": "suggest"},
+        }
+    )
+    settings = Settings(config=Path("config/agents.json"))
+    text = startup_banner(settings, cfg, SECRETS, database=DSN, embedded_at=None, paths=[])
+    lines = text.splitlines()
+    default = next(line for line in lines if "stages for agent default" in line)
+    assert "retrieval (up to 3 hits" in default
+    assert "memory (suggest" in default
+    off = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None, paths=[])
+    assert "retrieval" not in off and "memory" not in off
