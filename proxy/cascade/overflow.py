@@ -74,8 +74,34 @@ def _largest(messages: Sequence[Message], count: TokenCounter) -> tuple[int, int
     return index, sizes[index]
 
 
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _which(messages: Sequence[Message], index: int, head: int) -> str:
+    """Message ``index`` of the prompt as the client can find it in the list it sent. The
+    prompt is not that list (a summary stands for the folded messages, trimmed rounds are
+    gone, a ``<memory>`` system message may lead), so its index would name another
+    message; past the protected head both lists end alike, so it is counted from the end."""
+    role = messages[index].get("role")
+    if index >= head:
+        back = len(messages) - index
+        where = "the last message" if back == 1 else f"the {_ordinal(back)} message from the end"
+        return f"{where}, role {role}"
+    if role == "system":
+        return "a system message"
+    return "the first user message, which carries the conversation summary"
+
+
 def _refuse(
-    messages: Sequence[Message], *, count: TokenCounter, needed: int, limit: int, reserved: int
+    messages: Sequence[Message],
+    *,
+    count: TokenCounter,
+    needed: int,
+    limit: int,
+    reserved: int,
+    head: int,
 ) -> ContextLengthExceeded:
     budget = limit - reserved
     text = (
@@ -84,9 +110,8 @@ def _refuse(
     )
     if messages:
         index, size = _largest(messages, count)
-        role = messages[index].get("role")
         text += (
-            f" The largest message (index {index}, role {role}) alone is {size} tokens; "
+            f" The largest message ({_which(messages, index, head)}) alone is {size} tokens; "
             "shorten it, or start a new session / raise the model's contextLimit"
             " (or lower the reserved output, e.g. max_tokens)."
         )
@@ -139,7 +164,14 @@ def guard(
 
     floor = count(assemble(len(units))) if units else before
     if not units or floor > budget:
-        raise _refuse(messages, count=count, needed=before, limit=limit, reserved=reserved_output)
+        raise _refuse(
+            messages,
+            count=count,
+            needed=before,
+            limit=limit,
+            reserved=reserved_output,
+            head=head_end,
+        )
     goal = target if target is not None and floor <= target < budget else budget
     lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
     while lo < hi:

@@ -228,3 +228,25 @@ def test_an_upstream_context_length_exceeded_surfaces_in_the_same_shape(
         assert err.status_code == 400 and err.code == "context_length_exceeded"
         assert err.body == upstream_error.body["error"]
         assert len(s.main_bodies()) == 1
+
+
+def test_the_refusal_names_the_large_message_as_the_client_counts_it(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The prompt the guard measures is not the client's list (a summary stands for the
+    folded messages, a trimmed round is gone), so its index would point the client at
+    another message: the refusal counts from the end, which both lists share."""
+    with small_window(tmp_path, db_dsn, fake_upstream, summarize={"keepRecent": 6}) as s:
+        agent = Agent(s.client("named"))
+        for i in range(4):
+            agent.say(words(300, f"t{i}"))
+        assert agent.say("/compact").startswith("[cascade] Compacted")
+        agent.say("one more question")
+        # a turn whose user message is too large on its own, kept whole with its round
+        agent.messages.append({"role": "user", "content": words(5000, "huge")})
+        agent.messages += tool_round(0, 20)
+        with pytest.raises(openai.BadRequestError) as info:
+            agent.step()
+        body = info.value.body
+        assert isinstance(body, dict)
+        assert "(the 4th message from the end, role user)" in body["message"], body["message"]

@@ -67,14 +67,25 @@ def test_guard_keeps_the_current_turn_even_if_that_means_refusing() -> None:
     text = str(err.value)  # all droppable history gone would still leave 70 > 60
     assert "needs about 225 tokens but 60 are available" in text
     assert "limit 100, reserved for output 40" in text
-    assert "index 3, role tool" in text and "100 tokens" in text
+    assert "(the 7th message from the end, role tool)" in text and "100 tokens" in text
     assert "contextLimit" in text
 
 
 def test_guard_refuses_when_a_single_message_is_too_large() -> None:
     msgs = [system("s"), user(_words(5_000))]
-    with pytest.raises(ContextLengthExceeded, match="index 1, role user"):
+    with pytest.raises(ContextLengthExceeded, match=r"\(the last message, role user\)"):
         guard(msgs, count=count, limit=4_000, reserved_output=500, protected_head=1)
+
+
+def test_a_refused_head_message_is_named_by_what_it_is() -> None:
+    """The protected head is no run of the client's list: a system message, or the first
+    user message with the summary folded in."""
+    for big, named in ((0, "(a system message)"), (1, "(the first user message, which carries")):
+        msgs = _prompt()
+        msgs[big] = {**msgs[big], "content": _words(500)}
+        with pytest.raises(ContextLengthExceeded) as err:
+            guard(msgs, count=count, limit=300, reserved_output=40, protected_head=2)
+        assert named in str(err.value)
 
 
 def test_guard_never_orphans_results_of_a_call_in_the_protected_head() -> None:
