@@ -242,13 +242,18 @@ class DurableSummarizer:
     async def _publish(
         self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
     ) -> None:
-        await self.bus.publish(
-            conn,
-            tenant=job.tenant,
-            session_id=job.session_id,
-            name=name,
-            data={"trigger": job.trigger, **data},
-        )
+        """Report ``name``; a session deleted meanwhile has no stream to report to (an
+        event belongs to its session), so the event is dropped, not raised."""
+        try:
+            await self.bus.publish(
+                conn,
+                tenant=job.tenant,
+                session_id=job.session_id,
+                name=name,
+                data={"trigger": job.trigger, **data},
+            )
+        except asyncpg.ForeignKeyViolationError:
+            log.info("compaction of %s: the session was deleted; %s dropped", job.session_id, name)
         note_compaction_event(name, data)  # the metrics' count of its result
 
     async def _compact(self, job: CompactionJob) -> CompactionResult | None:
