@@ -7,7 +7,8 @@ authorization header (the only one forwarded), and the memory promotion settings
 ``summarise`` asks the fast model for the briefing of a planned span: the prompt is cut to
 the fast model's own window, an unusable answer is retried (at most ``summarize.maxAttempts``
 calls, ≤ 3) and then reported as :class:`SummaryCallError`, and a briefing grown past
-``reflectTokens`` gets one reflection pass, kept only if it parses.
+``reflectTokens`` gets one reflection pass, kept only if it parses. An answer far longer than
+the ``max_tokens`` it was given is unusable too (``_OVERRUN``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ __all__ = ["CompactionJob", "job_for", "SummaryCallError", "summarise"]
 
 log = logging.getLogger("cascade.compaction")
 _SUMMARY_OUTPUT_TOKENS = 2000
+_OVERRUN = 1.5
+"""An answer longer than the ``max_tokens`` it was given, by this factor of the proxy's own
+estimate (which may count a little high), came from a provider that ignored the bound: it is
+unusable, since a briefing past every window would be refused in every later prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +94,30 @@ async def summarise(
     :class:`SummaryCallError` when every attempt failed."""
     budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
     prompt = build_prompt(plan, max_input_tokens=budget, count=count)
-    text = await _call(upstream, job, prompt)
+    text = await _call(upstream, job, prompt, count)
     content = parse_briefing(text, previous=plan.previous)
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
         reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
         with contextlib.suppress(SummaryCallError, ValueError):
-            content = parse_briefing(await _call(upstream, job, reflect), previous=content)
+            content = parse_briefing(await _call(upstream, job, reflect, count), previous=content)
     return content
 
 
-async def _call(upstream: Upstream, job: CompactionJob, prompt: list[Any]) -> str:
-    """One fast-model call with bounded retries; returns text with the five sections."""
+def _check_length(text: str, count: TokenCounter) -> None:
+    """Raise ValueError for an answer past its ``max_tokens`` (``_OVERRUN``)."""
+    tokens = count([{"role": "assistant", "content": text}])
+    if tokens > _SUMMARY_OUTPUT_TOKENS * _OVERRUN:
+        raise ValueError(
+            f"about {tokens} tokens, where max_tokens was {_SUMMARY_OUTPUT_TOKENS}: "
+            "the provider ignored the bound"
+        )
+
+
+async def _call(
+    upstream: Upstream, job: CompactionJob, prompt: list[Any], count: TokenCounter
+) -> str:
+    """One fast-model call with bounded retries; returns text with the five sections,
+    within the length asked for."""
     last = "no attempt made"
     for attempt in range(job.cfg.max_attempts):
         body = {
@@ -114,6 +132,7 @@ async def _call(upstream: Upstream, job: CompactionJob, prompt: list[Any]) -> st
                 last = f"fast model answered {status}: {text}"
             else:
                 parse_briefing(text)  # raises ValueError when no section is recognisable
+                _check_length(text, count)
                 return text
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             last = f"unusable summary ({type(exc).__name__}: {exc})"
