@@ -64,6 +64,9 @@ class Embedder(Protocol):
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
+    async def warm(self) -> None:
+        """Get ready to answer a query within a turn's ``timeoutMs`` (load a model)."""
+
 
 def embedding_text(message: Mapping[str, Any]) -> str:
     """What a stored message is embedded from (pure): its text, then each tool call's name
@@ -99,6 +102,12 @@ class BuiltinEmbedder:
                 except Exception as exc:  # a broken install: retrieval is off, not the proxy
                     raise EmbeddingError(f"the builtin model does not load: {exc}") from exc
             return self._wl
+
+    async def warm(self) -> None:
+        """Load the weights on a worker thread unless they are in: a load takes far longer
+        than a turn waits for its query, so the background worker does it, not a turn."""
+        if self._wl is None:
+            await asyncio.to_thread(self.load)
 
     def embed_now(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit vectors of ``texts``, computed on the calling thread."""
@@ -136,6 +145,9 @@ class ApiEmbedder:
         self._upstream = upstream
         self._provider = provider
         self._dimensions = dimensions
+
+    async def warm(self) -> None:
+        """Nothing to load: the provider holds the model."""
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:

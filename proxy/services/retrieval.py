@@ -11,10 +11,12 @@ without the block, and its ``context.retrieval`` event says why.
 retrieval on, it claims batches of the unembedded messages of those agents' sessions, embeds
 them off the request path (the builtin model on a worker thread) and stores the vectors, each
 step a short statement of its own; a batch is stored while the next one is embedded, so the
-database's index work and the model's overlap. Its cursor moves through ``messages`` by id, so new
-messages are embedded within a poll; a change of model or of the agents that have retrieval
-on restarts it from the first message (the backfill), and so does every ``rescan`` interval,
-which picks up what a failed batch or a dead replica's claim left behind.
+database's index work and the model's overlap. It loads the builtin model's weights as soon
+as an agent has retrieval on, so no turn waits for them. Its cursor moves through
+``messages`` by id, so new messages are embedded within a poll; a change of model or of the
+agents that have retrieval on restarts it from the first message (the backfill), and so
+does every ``rescan`` interval, which picks up what a failed batch or a dead replica's claim
+left behind.
 """
 
 from __future__ import annotations
@@ -170,6 +172,7 @@ class EmbeddingWorker:
         if not on and not default_on:
             return False
         embedder = self.embedders.current()
+        await embedder.warm()  # before any turn asks, not only when there is work
         scope = (embedder.model, cfg.embedding, on, configured, default_on)
         if scope != self._scope:  # a new model, or new sessions to cover: from the start
             self._scope, self._cursor = scope, 0
