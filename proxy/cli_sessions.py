@@ -201,6 +201,13 @@ def call_api(
         resp = httpx.request(
             method, url + path, headers=headers, params=params, json=body, timeout=600
         )
+    except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
+        print(
+            f"cannot reach the proxy at {url}: not a URL ({exc}); give one as "
+            "http://host:port with --url or CASCADE_URL",
+            file=sys.stderr,
+        )
+        return 2
     except httpx.TransportError as exc:
         print(f"cannot reach the proxy at {url}: {exc}", file=sys.stderr)
         return 2
