@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-__all__ = ["run_sessions", "call_api", "table", "ACTIONS"]
+__all__ = ["run_sessions", "call_api", "table", "printable", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -31,9 +31,21 @@ _ROUTES: dict[str, tuple[str, str]] = {
 ACTIONS = tuple(_ROUTES)
 
 
+# C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
+# a model name another client sent) printed raw would drive the operator's terminal (ESC
+# and OSC sequences recolour, retitle, rewrite it).
+_TERMINAL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+del _TERMINAL_ESCAPES[0x09], _TERMINAL_ESCAPES[0x0A]
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the tab and line break as an escape."""
+    return text.translate(_TERMINAL_ESCAPES)
+
+
 def _cell(value: Any, width: int = 0) -> str:
     text = "-" if value is None or value == "" else str(value)
-    text = " ".join(text.split())  # newlines and tabs would break the row
+    text = printable(" ".join(text.split()))  # newlines and tabs would break the row
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
@@ -214,7 +226,8 @@ def call_api(
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        print(f"{url} answered {resp.status_code} with no JSON: {resp.text[:500]}", file=sys.stderr)
+        said = printable(resp.text[:500])
+        print(f"{url} answered {resp.status_code} with no JSON: {said}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(answer, indent=2))
@@ -225,9 +238,9 @@ def call_api(
         )
         print(
             f"cascade-proxy {command} {args.action}: {resp.status_code} "
-            f"{error.get('message') or resp.reason_phrase}{hint}",
+            f"{printable(str(error.get('message') or resp.reason_phrase))}{hint}",
             file=sys.stderr,
         )
     else:
-        print(render(answer))
+        print(printable(render(answer)))
     return 0 if resp.is_success else 1
