@@ -190,9 +190,29 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
     """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
     no proxy to ask."""
     method, path, params, body = _request(args)
+    note = _next_page(args.limit, args.offset) if args.action in ("ls", "messages") else None
     return call_api(
-        args, url, key, (method, path, params, body), _RENDER[args.action], command="sessions"
+        args,
+        url,
+        key,
+        (method, path, params, body),
+        _RENDER[args.action],
+        command="sessions",
+        note=note,
     )
+
+
+def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
+    """When the page is full, where the next one starts: the API says nothing of what is
+    left, and a full page looked like the whole list."""
+
+    def note(body: dict[str, Any]) -> str | None:
+        shown = len(body.get("data", []))
+        if shown and shown >= limit:
+            return f"(a full page of {shown}; more may follow: --offset {offset + shown})"
+        return None
+
+    return note
 
 
 def call_api(
@@ -203,10 +223,11 @@ def call_api(
     render: Callable[[dict[str, Any]], str],
     *,
     command: str,
+    note: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
-    ``--json``, else ``render``'s text or the error; 0 on success, 1 for an error answer, 2
-    when there is no proxy to ask."""
+    ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
+    1 for an error answer, 2 when there is no proxy to ask."""
     method, path, params, body = request
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
@@ -243,4 +264,8 @@ def call_api(
         )
     else:
         print(printable(render(answer)))
+        more = note(answer) if note else None
+        if more:  # on stderr once the answer is out: a reader that left sees none
+            sys.stdout.flush()
+            print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
