@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         a = ssub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         _client_options(a)
         if action != "ls":
-            a.add_argument("id", help="the session id")
+            a.add_argument("id", type=_session_id, help="the session id")
         if action in ("ls", "messages"):
             a.add_argument(
                 "--limit",
@@ -120,7 +120,9 @@ def _parser() -> argparse.ArgumentParser:
                 "messages, replaced by a divergent resend (default: live only)",
             )
         if action == "branch":
-            a.add_argument("--new-id", help="the new session's id (default: ID-branch-<hex>)")
+            a.add_argument(
+                "--new-id", type=_session_id, help="the new session's id (default: ID-branch-<hex>)"
+            )
     add_memory_parser(sub, _client_options)
     return p
 
@@ -167,10 +169,21 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _port(text: str) -> int:
-    port = int(text)
+    try:
+        port = int(text)
+    except ValueError:  # argparse would say "invalid _port value"
+        port = 0
     if not 1 <= port <= 65535:  # uvicorn would take 99999 and listen somewhere else
         raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
     return port
+
+
+def _session_id(text: str) -> str:
+    """A session id as given; the proxy checks the rest. An empty one would name no session
+    in the URL (``GET /v1/sessions/``) or, for ``--new-id``, be dropped for a generated id."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty session id")
+    return text
 
 
 def _serve(settings: Settings) -> int:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-__all__ = ["run_sessions", "call_api", "table", "ACTIONS"]
+__all__ = ["run_sessions", "call_api", "table", "printable", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -31,9 +31,21 @@ _ROUTES: dict[str, tuple[str, str]] = {
 ACTIONS = tuple(_ROUTES)
 
 
+# C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
+# a model name another client sent) printed raw would drive the operator's terminal (ESC
+# and OSC sequences recolour, retitle, rewrite it).
+_TERMINAL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+del _TERMINAL_ESCAPES[0x09], _TERMINAL_ESCAPES[0x0A]
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the tab and line break as an escape."""
+    return text.translate(_TERMINAL_ESCAPES)
+
+
 def _cell(value: Any, width: int = 0) -> str:
     text = "-" if value is None or value == "" else str(value)
-    text = " ".join(text.split())  # newlines and tabs would break the row
+    text = printable(" ".join(text.split()))  # newlines and tabs would break the row
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
@@ -178,9 +190,29 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
     """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
     no proxy to ask."""
     method, path, params, body = _request(args)
+    note = _next_page(args.limit, args.offset) if args.action in ("ls", "messages") else None
     return call_api(
-        args, url, key, (method, path, params, body), _RENDER[args.action], command="sessions"
+        args,
+        url,
+        key,
+        (method, path, params, body),
+        _RENDER[args.action],
+        command="sessions",
+        note=note,
     )
+
+
+def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
+    """When the page is full, where the next one starts: the API says nothing of what is
+    left, and a full page looked like the whole list."""
+
+    def note(body: dict[str, Any]) -> str | None:
+        shown = len(body.get("data", []))
+        if shown and shown >= limit:
+            return f"(a full page of {shown}; more may follow: --offset {offset + shown})"
+        return None
+
+    return note
 
 
 def call_api(
@@ -191,23 +223,32 @@ def call_api(
     render: Callable[[dict[str, Any]], str],
     *,
     command: str,
+    note: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
-    ``--json``, else ``render``'s text or the error; 0 on success, 1 for an error answer, 2
-    when there is no proxy to ask."""
+    ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
+    1 for an error answer, 2 when there is no proxy to ask."""
     method, path, params, body = request
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         resp = httpx.request(
             method, url + path, headers=headers, params=params, json=body, timeout=600
         )
+    except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
+        print(
+            f"cannot reach the proxy at {url}: not a URL ({exc}); give one as "
+            "http://host:port with --url or CASCADE_URL",
+            file=sys.stderr,
+        )
+        return 2
     except httpx.TransportError as exc:
         print(f"cannot reach the proxy at {url}: {exc}", file=sys.stderr)
         return 2
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        print(f"{url} answered {resp.status_code} with no JSON: {resp.text[:500]}", file=sys.stderr)
+        said = printable(resp.text[:500])
+        print(f"{url} answered {resp.status_code} with no JSON: {said}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(answer, indent=2))
@@ -218,9 +259,13 @@ def call_api(
         )
         print(
             f"cascade-proxy {command} {args.action}: {resp.status_code} "
-            f"{error.get('message') or resp.reason_phrase}{hint}",
+            f"{printable(str(error.get('message') or resp.reason_phrase))}{hint}",
             file=sys.stderr,
         )
     else:
-        print(render(answer))
+        print(printable(render(answer)))
+        more = note(answer) if note else None
+        if more:  # on stderr once the answer is out: a reader that left sees none
+            sys.stdout.flush()
+            print(more, file=sys.stderr)
     return 0 if resp.is_success else 1

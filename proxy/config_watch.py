@@ -69,7 +69,7 @@ async def watch_config(
         path.parent, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
     ):
         now = _read(path)
-        if now == last and now is not None:
+        if now == last:  # unchanged, or still missing: said once already
             continue
         last = now
         try:

@@ -127,12 +127,16 @@ def describe_errors(exc: ValidationError, name: Callable[[str], str] = str) -> s
     """Pydantic's errors on one line, ``where: what; …``, without the values that failed:
     a refusal is logged and shown to every open event stream, and the value may be a
     secret put in the wrong place. ``name`` turns the first part of each location into
-    what the user wrote."""
+    what the user wrote. A check of our own (a validator's ``ValueError``) is its own
+    sentence: pydantic's "Value error, " prefix goes, and so does the place of one across
+    the whole file, which pydantic has none for."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in error["loc"]]
-        where = ".".join([name(loc[0]), *loc[1:]]) if loc else "value"
-        parts.append(f"{where}: {error['msg']}")
+        msg = error["msg"]
+        if error["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        parts.append(f"{'.'.join([name(loc[0]), *loc[1:]])}: {msg}" if loc else msg)
     return "; ".join(parts)
 
 

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.api.deps import (
+    MAX_BODY_BYTES,
     ConfigDep,
     TenantDep,
     UpstreamDep,
@@ -109,6 +110,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         state.settings.max_body_bytes,
         resent=state.chat.bodies,
         key=(tenant, named) if named else None,
+        setting=MAX_BODY_BYTES,
     )
     _check_body(body)
     rt = route(cfg, body)
@@ -219,7 +221,7 @@ async def _passthrough(
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
     content = (
-        await read_body(request, request.state.settings.max_body_bytes)
+        await read_body(request, request.state.settings.max_body_bytes, setting=MAX_BODY_BYTES)
         if request.method == "POST"
         else None
     )

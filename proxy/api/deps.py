@@ -34,6 +34,7 @@ __all__ = [
     "BusDep",
     "UpstreamDep",
     "read_body",
+    "MAX_BODY_BYTES",
     "read_json_body",
     "session_path_id",
     "reach_session",
@@ -123,33 +124,46 @@ SummarizerDep = Annotated[DurableSummarizer, Depends(get_summarizer)]
 LocksDep = Annotated[SessionLocks, Depends(get_locks)]
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, or 413 past ``limit`` bytes (declared or streamed)."""
+MAX_BODY_BYTES = "CASCADE_MAX_BODY_BYTES"
+"""The setting that bounds the chat and embeddings bodies; the other routes' limits are fixed."""
+
+
+async def read_body(request: Request, limit: int, *, setting: str | None = None) -> bytes:
+    """The request body, or 413 past ``limit`` bytes (declared or streamed), cut off there:
+    a longer body is never read whole. The 413 names ``setting`` when one sets the limit."""
+    where = f" ({setting})" if setting else ""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
-            f"request body is {declared} bytes; the limit is {limit} bytes (CASCADE_MAX_BODY_BYTES)"
+            f"request body is {declared} bytes; the limit is {limit} bytes{where}"
         )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(
-                f"request body exceeds the limit of {limit} bytes (CASCADE_MAX_BODY_BYTES)"
-            )
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes{where}")
         chunks.append(chunk)
     return b"".join(chunks)
 
 
 async def read_json_body(
-    request: Request, limit: int, *, resent: ResentBodies | None = None, key: Any = None
+    request: Request,
+    limit: int,
+    *,
+    resent: ResentBodies | None = None,
+    key: Any = None,
+    setting: str | None = None,
+    optional: bool = False,
 ) -> dict[str, Any]:
     """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on.
 
     With ``resent``, a body that extends the one last read under ``key`` is parsed
-    incrementally (``services.resent``); the result is the same either way.
+    incrementally (``services.resent``); the result is the same either way. With
+    ``optional``, no body at all is ``{}``.
     """
-    raw = await read_body(request, limit)
+    raw = await read_body(request, limit, setting=setting)
+    if optional and not raw:
+        return {}
     try:
         body = loads(raw) if resent is None else resent.parse(key, raw)
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError

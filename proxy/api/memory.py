@@ -89,7 +89,7 @@ async def accept_suggestion(
     tenant: TenantDep,
     suggestion_id: str = Path(max_length=200),
 ) -> dict[str, Any]:
-    body = await read_json_body(request, _BODY_LIMIT) if await request.body() else {}
+    body = await read_json_body(request, _BODY_LIMIT, optional=True)
     facts = body.get("facts")
     if facts is not None and (
         not isinstance(facts, list) or not all(isinstance(f, str) for f in facts)

@@ -79,7 +79,7 @@ async def branch_session(
     bus: BusDep,
     tenant: TenantDep,
 ) -> dict[str, Any]:
-    body = await read_json_body(request, 65536) if await request.body() else {}
+    body = await read_json_body(request, 65536, optional=True)
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")

@@ -303,13 +303,23 @@ def grep_matcher(pattern: str) -> Matcher:
     return first
 
 
+_GREP_PATTERN_SHOWN = 200
+"""The most of a grep's text its page quotes: the page stays within the cap however long."""
+
+
 def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: int) -> str:
+    """The matching lines of ``text[start:end]`` within ``max_chars``; when some do not fit,
+    a note names the offset where the first of them starts, so a caller pages on from there
+    and sees each line once."""
     match = grep_matcher(pattern)
     shown: list[str] = []
     used = 0
     matched = 0
-    full = False
-    budget = max(0, max_chars - 200 - len(id) - len(pattern))
+    next_at: int | None = None
+    quoted = repr(
+        pattern if len(pattern) <= _GREP_PATTERN_SHOWN else pattern[:_GREP_PATTERN_SHOWN] + "…"
+    )
+    budget = max(0, max_chars - 300 - len(id) - len(quoted))
     pos = start
     for line in text[start:end].splitlines(keepends=True):
         body = line.rstrip("\r\n")
@@ -317,20 +327,20 @@ def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: 
         if hit is not None:
             matched += 1
             row = _grep_line(body, pos, hit)
-            if full or used + len(row) + 1 > budget:
-                full = True
-            else:
+            if next_at is None and used + len(row) + 1 > budget:
+                next_at = pos
+            if next_at is None:
                 shown.append(row)
                 used += len(row) + 1
         pos += len(line)
     head = (
-        f"[read_tool_output id={id} grep={pattern!r} chars {start}-{end} of {len(text)}: "
+        f"[read_tool_output id={id} grep={quoted} chars {start}-{end} of {len(text)}: "
         f"{matched} matching lines]\n"
     )
     out = head + "\n".join(shown)
-    if len(shown) < matched:
+    if next_at is not None:
         out += (
-            f"\n[... {matched - len(shown)} more matching lines not shown; "
-            "narrow the pattern or page with offset/limit ...]"
+            f"\n[... {matched - len(shown)} more matching lines not shown, the next from "
+            f"offset {next_at}: narrow the pattern, or call again with offset {next_at} ...]"
         )
     return out

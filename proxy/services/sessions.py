@@ -266,11 +266,13 @@ async def branch_session(
         raise taken
     try:
         async with _turn(locks, client, wakeups, tenant, session_id) as between:
-            await sessions.copy_session(
+            copied = await sessions.copy_session(
                 conn, tenant=tenant, source=session_id, target=target, pause=between
             )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
+    if not copied:  # deleted while this waited its turn
+        raise NotFound(f"no session {session_id!r} (for this API key)")
     return {"id": target, "object": "session", "parent_id": session_id}
 
 
@@ -285,7 +287,11 @@ async def reset_session(
 ) -> dict[str, Any]:
     await _require(conn, tenant, session_id)
     async with _turn(locks, client, wakeups, tenant, session_id) as between:
-        await sessions.reset_session(conn, tenant=tenant, session_id=session_id, pause=between)
+        found = await sessions.reset_session(
+            conn, tenant=tenant, session_id=session_id, pause=between
+        )
+    if not found:  # deleted while this waited its turn
+        raise NotFound(f"no session {session_id!r} (for this API key)")
     return {"id": session_id, "object": "session", "reset": True}
 
 

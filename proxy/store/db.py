@@ -248,11 +248,12 @@ class Lent:
         await self.give_back()
 
 
-# The authority's password runs to the last "@" of the word (an unencoded "@" or "/" in it
-# is a common mistake, and what follows the first one is not the host); "password=" is a
-# query parameter or a libpq "key=value" DSN's word, quoted or not.
+# The authority's password runs to the last "@" of the URL (an unencoded "@", "/" or space
+# in it is a common mistake, asyncpg connects with a space in it, and what follows the first
+# one is not the host); "password=" is a query parameter or a libpq "key=value" DSN's word,
+# quoted or not.
 _DSN_SECRETS = re.compile(
-    r"(://[^:/@?#\s]*:)\S*(@)|((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
+    r"(://[^:/@?#\s]*:).*(@)|((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
 )
 
 

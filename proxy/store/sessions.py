@@ -178,11 +178,13 @@ RESET_SESSION = [
 
 async def reset_session(
     conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
-) -> None:
-    """Forget the history (messages, raw outputs, summaries); the session and events stay."""
+) -> bool:
+    """Forget the history (messages, raw outputs, summaries); the session and events stay.
+    False when there is no session: a delete that went first while this waited."""
     async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
         for sql in RESET_SESSION:
-            await tx.execute(sql, tenant, session_id)
+            status = await tx.execute(sql, tenant, session_id)
+    return bool(status.endswith(" 1"))  # the last statement updates the session's row
 
 
 COPY_SESSION = [
@@ -213,9 +215,14 @@ COPY_SESSION = [
 
 async def copy_session(
     conn: Executor, *, tenant: str, source: str, target: str, pause: Pause | None = None
-) -> None:
+) -> bool:
     """Branch: independent copies of the live history, raw outputs (the ones a reused tool
-    call id replaced too: an older result's sent form is one) and valid summaries."""
+    call id replaced too: an older result's sent form is one) and valid summaries. False,
+    nothing made, when there is no source: a delete that went first while this waited."""
     async with _locked(conn, tenant, source, pause or _sleep) as tx:
-        for sql in COPY_SESSION:
+        first, *rest = COPY_SESSION
+        if not (await tx.execute(first, tenant, source, target)).endswith(" 1"):
+            return False
+        for sql in rest:
             await tx.execute(sql, tenant, source, target)
+    return True

@@ -178,3 +178,22 @@ def test_a_database_refusal_at_start_is_one_line_not_a_traceback(
         assert any(line["message"] == "Application startup failed. Exiting." for line in lines)
     else:
         assert len([line for line in done.stderr.splitlines() if refusal in line]) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["serve", "--port", "abc"], "argument --port: abc is not a TCP port (1-65535)"),
+        (["sessions", "show", ""], "argument id: an empty session id"),
+        (["sessions", "branch", "s1", "--new-id", ""], "argument --new-id: an empty session id"),
+    ],
+)
+def test_a_bad_argument_is_named_in_the_users_words(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse names a type function that raises ValueError ("invalid _port value"); an
+    # empty id asked GET /v1/sessions/ and printed "no route"
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    assert usage.value.code == 2
+    assert said in capsys.readouterr().err

@@ -83,6 +83,24 @@ def test_agent_naming_unknown_provider_is_rejected() -> None:
         parse_config({"agents": {"x": {"provider": "vllm"}}}, env={})
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ({"agents": {"x": {"provider": "vllm"}}}, "agents.x.provider 'vllm' is not in providers"),
+        (
+            {"context": {"summarize": {"softFraction": 0.95, "hardFraction": 0.9}}},
+            "context.summarize: summarize.softFraction must not exceed summarize.hardFraction",
+        ),
+    ],
+)
+def test_a_check_across_keys_reads_as_its_own_sentence(raw: dict[str, Any], reason: str) -> None:
+    # pydantic words a validator's ValueError "Value error, ..." and a whole-file one's place
+    # as "value": what the operator reads at start and in config.rejected
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value) == reason
+
+
 # camelCase keys, unknown keys
 
 

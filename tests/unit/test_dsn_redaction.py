@@ -20,6 +20,9 @@ SECRET = "TOPSECRET"
             "postgresql://cascade:***@127.0.0.1:5432/postgres",
         ),
         ("postgresql://u:TOP/SECRET@h/db", "postgresql://u:***@h/db"),
+        # asyncpg connects with a space in the password; the mask stopped at it
+        ("postgresql://u:TOP SECRET@127.0.0.1:1/db", "postgresql://u:***@127.0.0.1:1/db"),
+        ("postgresql://u:TOP\tSE CRET@h/db", "postgresql://u:***@h/db"),
         (
             "host=127.0.0.1 port=5432 user=cascade password=TOPSECRET dbname=postgres",
             "host=127.0.0.1 port=5432 user=cascade password=*** dbname=postgres",

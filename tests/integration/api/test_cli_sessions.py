@@ -86,3 +86,39 @@ def test_every_sessions_action_prints_a_table_or_json(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-someone-else")
     code, out, _ = _run(capsys, *url, "ls")
     assert (code, out.strip()) == (0, "no sessions (for this API key)")
+
+
+def test_stored_text_never_reaches_the_terminal_as_control_characters(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a tool result, a reply or another client of the tenant can store any text; printed
+    # raw, ESC, OSC and C1 sequences recolour, retitle or rewrite the operator's terminal
+    hostile = "\x1b[31mRED\x1b[0m \x1b]0;title\x07 \rover \b\x9b31m"
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"X-Session-Id": "cli-esc"},
+        json={"model": "m\x1b[2J", "messages": [{"role": "user", "content": hostile}]},
+    )
+    assert resp.status_code == 200, resp.text
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    for action in (["ls"], ["show", "cli-esc"], ["messages", "cli-esc"]):
+        code, out, err = _run(capsys, *url, *action)
+        assert code == 0, err
+        assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in out), out
+    assert "\\x1b[31mRED" in out
+
+
+def test_a_full_page_says_where_the_next_one_starts(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the default pages (100 sessions, 1000 messages) ended with no sign that more exist
+    for sid in ("p1", "p2", "p3"):
+        _chat(http, sid, "hi")
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2")
+    assert code == 0 and len(out.splitlines()) == 3
+    assert "more may follow: --offset 2" in err
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
+    assert code == 0 and len(out.splitlines()) == 2 and "more may follow" not in err
+    code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
+    assert "more may follow: --offset 1" in err

@@ -215,6 +215,33 @@ async def test_a_config_mounted_as_a_kubernetes_configmap_reloads_on_every_updat
     assert seen == [CONFIG_RELOADED, CONFIG_RELOADED]
 
 
+async def test_a_deleted_config_is_rejected_once_until_it_is_back(tmp_path: Path) -> None:
+    """Moving the file away is one rejection; other files changing in its directory while
+    it is missing are not more (each was a config.rejected on every open stream)."""
+    path = write_config(tmp_path / "agents.json", "http://127.0.0.1:9/v1")
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    seen: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    os.replace(path, tmp_path / "agents.json.bak")
+    for _ in range(50):
+        if seen:
+            break
+        await asyncio.sleep(0.1)
+    for i in range(3):
+        (tmp_path / "notes.txt").write_text(str(i))
+        await asyncio.sleep(0.4)  # past the debounce: each write is a change of its own
+    os.replace(tmp_path / "agents.json.bak", path)
+    for _ in range(50):
+        if len(seen) > 1:
+            break
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
+
+
 async def test_an_unexpected_reload_error_does_not_stop_the_watcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

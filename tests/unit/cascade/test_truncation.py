@@ -257,6 +257,30 @@ def test_grep_output_is_capped() -> None:
     assert "more matching lines not shown" in page
 
 
+def test_grep_pages_by_the_offset_its_note_names_without_skipping_or_repeating() -> None:
+    # the note said only "page with offset/limit"; the offset just past the last line shown
+    # starts inside that line, whose rest is listed again when it still matches
+    text = "".join(f"hit {i} of the log\n" for i in range(500))
+    seen: list[str] = []
+    offset = 0
+    for _ in range(50):
+        page = page_raw_output(text, id="c1", grep="hit", offset=offset, max_chars=1000)
+        assert len(page) <= 1000
+        seen += [row.split(": ", 1)[1] for row in page.splitlines()[1:] if ": hit " in row]
+        named = re.search(r"offset (\d+)", page.splitlines()[-1])
+        if named is None:
+            break
+        offset = int(named[1])
+    assert seen == [f"hit {i} of the log" for i in range(500)]
+
+
+def test_grep_with_a_long_pattern_stays_within_the_cap() -> None:
+    # the header quoted the whole pattern: a 30,000-character grep gave a page past the cap
+    page = page_raw_output("hit\n" * 10, id="c1", grep="x" * 30_000 + "|hit", max_chars=1000)
+    assert len(page) <= 1000
+    assert "10 matching lines" in page
+
+
 def test_grep_long_line_shows_window_at_absolute_offset() -> None:
     text = "z" * 10_000 + "NEEDLE" + "z" * 10_000
     page = page_raw_output(text, grep="NEEDLE", max_chars=2000)

@@ -1,0 +1,41 @@
+"""``cascade-proxy sessions`` and ``memory`` with a proxy URL they cannot use: one line on
+stderr and exit status 2 (README, CLI), never a traceback."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from proxy.cli import main
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "127.0.0.1:8080"])
+def test_a_malformed_url_is_one_line_and_exit_2(
+    command: list[str], url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert url in err and "Traceback" not in err
+
+
+def test_a_malformed_cascade_url_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CASCADE_URL", "http://[::1")
+    assert main(["sessions", "show", "s1"]) == 2
+    err = capsys.readouterr().err
+    assert "CASCADE_URL" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_no_proxy_listening_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "ls", "--url", f"http://127.0.0.1:{_closed_port()}"]) == 2
+    assert "cannot reach the proxy" in capsys.readouterr().err
