@@ -10,12 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyProcess, write_config
+
+# Each test starts the proxy as a process several times and waits out a lease each time: a
+# fixed amount of work that a loaded machine took past the suite's 60 s timeout (a guard
+# against hangs, not a bar).
+pytestmark = pytest.mark.timeout(180)
 
 KILLS = 3
 AUTH = {"authorization": "Bearer sk-test-client"}
