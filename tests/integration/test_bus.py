@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import asyncpg
 import pytest
@@ -16,6 +17,8 @@ from proxy.settings import Settings
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable
 from tests.integration.store.helpers import create_session
+
+SENTINEL = "cascade_test_sentinel"  # a channel of the test's own, to order notifications by
 
 
 async def _bus(pool: asyncpg.Pool, dsn: str) -> EventBus:
@@ -106,15 +109,22 @@ async def _notifications(dsn: str) -> tuple[asyncpg.Connection, list[str]]:
     got: list[str] = []
     conn = await asyncpg.connect(dsn)
     await conn.add_listener(store.NOTIFY_CHANNEL, lambda *args: got.append(args[-1]))
+    await conn.add_listener(SENTINEL, lambda *args: got.append(SENTINEL))
     return conn, got
 
 
 async def _announced(pool: asyncpg.Pool, got: list[str], tenant: str = "t") -> bool:
-    """Insert one event on (tenant, s) and say whether a NOTIFY went out for it."""
+    """Insert one event on (tenant, s) and say whether a NOTIFY went out for it. PostgreSQL
+    delivers notifications in the order their transactions committed, so once a sentinel
+    sent after the insert arrives, any the insert made is in: no fixed wait to guess."""
     got.clear()
     await store.insert_event(pool, tenant=tenant, session_id="s", name=USAGE, data={})
-    await asyncio.sleep(0.3)
-    return len(got) == 1
+    await pool.execute("SELECT pg_notify($1, '')", SENTINEL)
+    deadline = time.monotonic() + 10
+    while SENTINEL not in got:
+        assert time.monotonic() < deadline, "the sentinel notification never arrived"
+        await asyncio.sleep(0.01)
+    return got.index(SENTINEL) == 1
 
 
 async def test_events_are_announced_only_while_a_replica_watches(

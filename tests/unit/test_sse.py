@@ -160,7 +160,7 @@ _ODD = [  # what orjson refuses and json takes, or neither takes
 
 
 @given(st.one_of(_JSON.map(lambda v: json.dumps(v).encode()), st.sampled_from(_ODD)))
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 def test_parse_chunk_reads_one_data_line_as_the_general_path_does(value: bytes) -> None:
     for event in (b"data: " + value + b"\n\n", b"data:" + value + b"\r\n\r\n"):
         fast, general = parse_chunk(event), parse_general(event)

@@ -65,6 +65,11 @@ class ProxyServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
+    def queued(self, tenant: str, session_id: str) -> int:
+        """Requests and session operations holding or waiting for the session on this
+        replica (its ``SessionLocks``): what a test waits for to order the next one."""
+        return int(self._server.lifespan.state["chat"].locks.waiting((tenant, session_id)))
+
     @property
     def origin(self) -> str:
         port = self._server.servers[0].sockets[0].getsockname()[1]

@@ -55,6 +55,8 @@ def test_the_sdk_waits_the_providers_retry_after_ms(
     started = time.monotonic()
     answer = client.chat.completions.create(model="gpt-fake", messages=MESSAGES)
 
-    assert time.monotonic() - started < 2
+    # Retry-after's wait alone would be 3 s: anything under it is retry-after-ms's, however
+    # slowly the two requests go through on a loaded machine.
+    assert time.monotonic() - started < 3
     assert answer.choices[0].message.content == "ok"
     assert len(fake_upstream.bodies()) == 2

@@ -15,9 +15,10 @@ import time
 import httpx
 import pytest
 
+from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.sessions_helpers import chat, settled, user
 
 
@@ -58,7 +59,9 @@ def test_a_request_arriving_while_an_operation_waits_goes_after_it(
     fake_upstream.wait_for_requests(2)  # the first request is under way upstream
     workers.append(threading.Thread(target=operate))
     workers[1].start()
-    time.sleep(0.2)  # the operation waits for the first request
+    # the operation waits for the first request, in the session's queue
+    tenant = tenant_from_bearer(http.headers["authorization"])
+    assert wait_for(lambda: proxy.queued(tenant, "queued") == 2, timeout=20)
     workers.append(threading.Thread(target=stream, args=("second", second)))
     workers[2].start()
     for w in workers:

@@ -5,6 +5,8 @@ compaction claim, and the session API's wait for a held lease."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -18,6 +20,18 @@ LEASE = (
     "SELECT lease_owner, lease_expires > clock_timestamp() FROM sessions"
     " WHERE tenant = 't-a' AND id = $1"
 )
+TTL = 1.0  # seconds: a lease or claim its dead replica no longer renews; long enough that the
+# next statement finds it still held on a slow machine, short enough to wait out
+TAKEN = 10.0  # seconds past TTL by which another owner's tries have taken the expired one
+
+
+async def _taken_after_expiry(take: Callable[[], Awaitable[bool]]) -> None:
+    """Try ``take`` until it succeeds, as a waiting replica does: the expiry ends the wait,
+    however slowly the machine gets there."""
+    deadline = time.monotonic() + TTL + TAKEN
+    while not await take():
+        assert time.monotonic() < deadline, "the expired lease or claim was never taken"
+        await asyncio.sleep(0.02)
 
 
 async def test_begin_step_takes_the_lease_and_a_held_one_is_busy(pool: asyncpg.Pool) -> None:
@@ -74,11 +88,18 @@ async def test_an_expired_lease_is_taken_and_its_late_holder_stores_nothing(
 ) -> None:
     """A holder that stopped renewing (its replica died) loses the session once the lease
     expires; should it come back, its last statement stores neither reply nor head."""
-    await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=A, ttl=0.3)
+    await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=A, ttl=TTL)
     with pytest.raises(SessionBusy):
         await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
-    await asyncio.sleep(0.4)
-    await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
+
+    async def b_begins() -> bool:
+        try:
+            await steps.begin_step(pool, tenant=T, session_id="x", agent="a", model="m", owner=B)
+        except SessionBusy:
+            return False
+        return True
+
+    await _taken_after_expiry(b_begins)
     reply = msgs.NewMessage(pos=0, hash="h0", role="assistant", message={"role": "assistant"})
     late = {"reply": reply, "prompt_tokens": 1, "estimate": 1, "calibration": 1.0}
     assert not await steps.record_step(pool, tenant=T, session_id="x", owner=A, **late)
@@ -102,12 +123,13 @@ async def test_renewal_pushes_only_the_owners_leases(pool: asyncpg.Pool) -> None
 
 async def test_the_compaction_claim_is_one_per_session(pool: asyncpg.Pool) -> None:
     await make_session(pool, "c")
-    claim = {"tenant": T, "session_id": "c", "ttl": 0.3}
+    claim = {"tenant": T, "session_id": "c", "ttl": TTL}
     assert await leases.claim_compaction(pool, owner=A, **claim)
     assert not await leases.claim_compaction(pool, owner=B, **claim)
-    await leases.renew_claims(pool, claims=[(T, "c", A)], ttl=0.3)
-    await asyncio.sleep(0.4)  # A's replica died: its claim expires
-    assert await leases.claim_compaction(pool, owner=B, **claim)
+    await leases.renew_claims(pool, claims=[(T, "c", A)], ttl=TTL)
+    # A's replica died: its claim expires; B's, a live replica's, outlasts the test
+    held = {**claim, "ttl": 60}
+    await _taken_after_expiry(lambda: leases.claim_compaction(pool, owner=B, **held))
     await leases.release_compaction(pool, tenant=T, session_id="c", owner=A)  # not A's any more
     assert not await leases.claim_compaction(pool, owner=A, **claim)
     await leases.release_compaction(pool, tenant=T, session_id="c", owner=B)
@@ -132,7 +154,7 @@ async def test_reset_waits_for_the_lease_then_holds_the_row(pool: asyncpg.Pool) 
     assert not reset.done()
     assert in_use.count(0) > len(in_use) // 2, in_use
     await leases.release_lease(pool, tenant=T, session_id="busy", owner=A)
-    await asyncio.wait_for(reset, 2)
+    await asyncio.wait_for(reset, 10)  # bounds a slow machine, not the wait (the poll does)
     assert (await counts(pool, "busy"))["messages"] == 0
 
 
@@ -192,5 +214,5 @@ async def test_record_step_hands_the_lease_on_only_at_commit(pool: asyncpg.Pool)
         await asyncio.sleep(0.2)
         assert not waiter.done()  # released, but not yet committed
         await tx.commit()
-        row = (await asyncio.wait_for(waiter, 2)).session
+        row = (await asyncio.wait_for(waiter, 10)).session  # a bound, not a speed
         assert row["last_prompt_tokens"] == 42

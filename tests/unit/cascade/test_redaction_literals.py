@@ -140,7 +140,7 @@ _OVERLAPPING = st.sampled_from(
 
 
 @given(st.lists(_OVERLAPPING, max_size=30).map("".join))
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_find_reports_every_start_even_inside_another_match(text: str) -> None:
     # The automaton reports leftmost-first matches, which never overlap; the starts it skips
     # inside a match are checked separately, so nothing is lost.
@@ -157,6 +157,7 @@ def test_find_reports_literals_that_begin_where_another_one_does() -> None:
 
 
 @given(st.text(alphabet="ab1é", max_size=40))
+@settings(deadline=None)
 def test_find_reports_a_literal_overlapping_itself(text: str) -> None:
     pats = compile_patterns([r"aa\d", r"(?i)aba"], use_defaults=False)
     scanner = _scanner(pats)

@@ -243,9 +243,14 @@ def test_grep_time_does_not_grow_with_the_alternatives() -> None:
         + "\nthe Needle line\n"
     )
     words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(7)) for _ in range(300)]
-    started = time.perf_counter()
-    page = page_raw_output(text, grep="|".join([*words, "NEEDLE"]), max_chars=10_000)
-    assert time.perf_counter() - started < 1.0
+    # The best of three runs: a loaded machine's preemption lengthens a run, never shortens
+    # one, and the regex took seconds every time.
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        page = page_raw_output(text, grep="|".join([*words, "NEEDLE"]), max_chars=10_000)
+        took.append(time.perf_counter() - started)
+    assert min(took) < 1.0, took
     assert page.splitlines()[-1] == f"{len(text) - 16}: the Needle line"
 
 
