@@ -5,14 +5,14 @@ branch naming a new session that was never made."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import httpx
 
+from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 
 HEADERS = {"authorization": "Bearer sk-test-client"}
 
@@ -35,7 +35,9 @@ def test_reset_and_branch_queued_behind_a_delete_find_no_session(
         )
         fake_upstream.wait_for_requests(1)  # the session exists and is held by its request
         deleting, deleted = _in_thread(lambda: c.delete("/v1/sessions/s"))
-        time.sleep(0.3)  # the delete waits first in the session's queue
+        # the delete waits first in the session's queue, behind the request
+        tenant = tenant_from_bearer(HEADERS["authorization"])
+        assert wait_for(lambda: proxy.queued(tenant, "s") == 2, timeout=20)
         resetting, reset = _in_thread(lambda: c.post("/v1/sessions/s/reset"))
         branching, branched = _in_thread(
             lambda: c.post("/v1/sessions/s/branch", json={"id": "s-copy"})
