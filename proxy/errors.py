@@ -10,6 +10,7 @@
       ├ PermissionDenied (403: a proxy key limited to other agents)
       ├ NotFound (404, incl. another tenant's session)
       ├ UpstreamUnavailable (502: provider unreachable)
+      │   └ CompactionFailed (502: a forced compaction got no usable briefing)
       ├ UpstreamTimeout (504)
       ├ ClientDisconnected (499: the client went away before its answer; only logged)
       └ ConfigError (config.py; never reaches a client)
@@ -31,6 +32,7 @@ __all__ = [
     "Unauthorized",
     "PermissionDenied",
     "UpstreamUnavailable",
+    "CompactionFailed",
     "UpstreamTimeout",
     "ClientDisconnected",
     "ContextLengthExceeded",
@@ -89,6 +91,14 @@ class UpstreamUnavailable(ProxyError):
     status_code = 502
     type = "upstream_error"
     code = "upstream_unreachable"
+
+
+class CompactionFailed(UpstreamUnavailable):
+    """A forced compaction whose fast model gave no usable briefing: unreachable, failing, or
+    answering what is no briefing. Its code is the ``context.compaction.failed`` event's
+    reason, since the provider may well have answered."""
+
+    code = "summary_failed"
 
 
 class UpstreamTimeout(ProxyError):

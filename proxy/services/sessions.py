@@ -18,7 +18,7 @@ import asyncpg
 from proxy.cascade.eviction import is_placeholder
 from proxy.cascade.truncation import page_raw_output
 from proxy.config import Config
-from proxy.errors import ClientRequestError, NotFound, UpstreamUnavailable
+from proxy.errors import ClientRequestError, CompactionFailed, NotFound
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
@@ -378,7 +378,7 @@ async def compact_session(
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     if result.failed:  # a failure is not a success with compacted: false
-        raise UpstreamUnavailable(f"the compaction failed: {result.reason}")
+        raise CompactionFailed(f"the compaction failed: {result.reason}")
     return {
         "id": session_id,
         "object": "session.compaction",

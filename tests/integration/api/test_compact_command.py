@@ -235,7 +235,25 @@ def test_the_endpoint_answers_502_when_the_fast_model_fails(
         err = resp.json()["error"]
         assert set(err) == {"message", "type", "param", "code"}
         assert "compaction failed" in err["message"] and "500" in err["message"]
+        assert err["code"] == "summary_failed"
         assert s.summaries("down") == []
+
+
+def test_the_endpoint_answers_502_summary_failed_when_the_fast_model_answers_no_briefing(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The provider answered, so "unreachable" would send the operator to the network: the
+    code is the compaction event's reason, and the message says what was wrong."""
+    model = Model(brief=lambda req: "Sure! Here is a summary: it went fine.")
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        history(Agent(s.client("chatty")))
+        with http(s) as h:
+            resp = h.post("/v1/sessions/chatty/compact")
+        assert resp.status_code == 502, resp.text
+        err = resp.json()["error"]
+        assert (err["type"], err["code"]) == ("upstream_error", "summary_failed")
+        assert "unusable summary" in err["message"], err
+        assert s.summaries("chatty") == []
 
 
 def test_slash_compact_as_a_new_sessions_first_request_folds_its_history(
