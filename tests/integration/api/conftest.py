@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -21,8 +23,34 @@ from tests.fakes.upstream import FakeUpstream
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server, run on a thread: no signal handlers, and :meth:`wake` ends its main
+    loop's wait at once, where uvicorn polls ``should_exit`` every 0.1 s (a stop per test)."""
+
+    tick = 0.1
+    """Seconds between the main loop's looks at ``should_exit`` without a :meth:`wake`."""
+    _woken: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
     def install_signal_handlers(self) -> None:  # running in a thread
         pass
+
+    async def main_loop(self) -> None:
+        """uvicorn's ``main_loop`` (a tick every 0.1 s: its Date header, ``should_exit``),
+        each wait cut short by :meth:`wake`."""
+        self._loop = asyncio.get_running_loop()
+        self._woken = woken = asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), self.tick)
+
+    def wake(self) -> None:
+        """From another thread: make the main loop look at ``should_exit`` now."""
+        loop, woken = self._loop, self._woken
+        if loop is not None and woken is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: it has exited
+                loop.call_soon_threadsafe(woken.set)
 
 
 ROUTES: list[Callable[[Settings], Settings]] = []
@@ -62,8 +90,13 @@ class ProxyServer:
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        self.stopping()
         self._thread.join(timeout=10)
+
+    def stopping(self) -> None:
+        """Start the stop without waiting for it (:func:`stop_all` stops several at once)."""
+        self._server.should_exit = True
+        self._server.wake()
 
     @property
     def origin(self) -> str:
@@ -73,6 +106,15 @@ class ProxyServer:
     @property
     def url(self) -> str:
         return f"{self.origin}/v1"
+
+
+def stop_all(servers: list[ProxyServer]) -> None:
+    """Stop every server in ``servers``, all at once: a stop mostly waits (uvicorn gives open
+    connections 0.1 s to close), and these waits overlap."""
+    for server in servers:
+        server.stopping()
+    for server in servers:
+        server.stop()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 3.0) -> Any:
@@ -175,8 +217,7 @@ def start_proxy(db_dsn: str) -> Iterator[StartProxy]:
         return server
 
     yield start
-    for server in started:
-        server.stop()
+    stop_all(started)
 
 
 @pytest.fixture
@@ -188,8 +229,7 @@ def replicas(db_dsn: str, config_path: Path) -> Iterator[list[str]]:
     try:
         yield [s.origin for s in servers]
     finally:
-        for s in servers:
-            s.stop()
+        stop_all(servers)
 
 
 @pytest.fixture
