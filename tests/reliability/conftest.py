@@ -39,6 +39,7 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures and hooks)
     pool,
     pytest_configure,
     pytest_unconfigure,
+    spare_databases,
     template_db,
 )
 from tests.reliability import report

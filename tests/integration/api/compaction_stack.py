@@ -24,7 +24,7 @@ import openai
 from proxy.settings import Settings
 from tests.fakes.replies import RecordedRequest, Reply, error, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, stop_all, write_config
 from tests.integration.conftest import run_sync
 
 __all__ = [
@@ -161,14 +161,12 @@ class Stack:
             for server in self.servers:
                 started.append(server.start())
         except BaseException:
-            for server in started:
-                server.stop()
+            stop_all(started)
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for server in self.servers:
-            server.stop()
+        stop_all(self.servers)
 
     @property
     def proxy(self) -> ProxyServer:
