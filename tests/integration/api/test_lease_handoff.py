@@ -146,6 +146,7 @@ def prompt(lags: list[float]) -> bool:
     return ordered[-2] < PROMPT and ordered[-1] < POLL_MAX_SECONDS
 
 
+@pytest.mark.heavy  # times handoffs against PROMPT: run alone, not beside another test
 def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
     replicas: list[str], arrivals: list[tuple[str, float]], db_dsn: str
 ) -> None:
@@ -158,6 +159,7 @@ def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
     assert prompt(lags), f"B took the session {lags} s after A freed it"
 
 
+@pytest.mark.heavy  # times handoffs against PROMPT: run alone, not beside another test
 def test_a_session_operation_on_another_replica_runs_as_soon_as_it_is_freed(
     replicas: list[str], arrivals: list[tuple[str, float]], db_dsn: str
 ) -> None:
