@@ -14,7 +14,9 @@ Decisions where DESIGN.md is silent:
 - Without a ``providers`` block the default provider ``openai`` reads ``OPENAI_BASE_URL``
   (default ``https://api.openai.com/v1``) and ``OPENAI_API_KEY`` from the environment.
 - ``models.<prefix>.reservedOutput`` (default 4096) is the output budget the overflow guard keeps
-  free when a request sets no ``max_tokens``/``max_completion_tokens``.
+  free when a request sets no ``max_tokens``/``max_completion_tokens``. An entry's own
+  ``reservedOutput`` (or the default) must be less than its own ``contextLimit``: an entry
+  inherits nothing from ``default``, and one that leaves no room is refused at load.
 """
 
 from __future__ import annotations
@@ -134,6 +136,14 @@ class Config(Block):
             unknown = sorted(set(key.agents or ()) - set(self.agents) - {"default"})
             if unknown:
                 raise ValueError(f"auth.keys[{i}].agents: {', '.join(unknown)} not in agents")
+        for name, limits in self.models.items():  # else every request without max_tokens is a 400
+            if limits.reserved_output >= limits.context_limit:
+                given = "reserved_output" in limits.model_fields_set
+                reserved = f"{limits.reserved_output}{'' if given else ', the default'}"
+                raise ValueError(
+                    f"models.{name}.reservedOutput ({reserved}) must be less than its "
+                    f"contextLimit ({limits.context_limit})"
+                )
         e = self.embedding
         if e.provider == "builtin":
             if not e.model.startswith("wordllama") or e.dimensions not in BUILTIN_DIMENSIONS:
