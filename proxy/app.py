@@ -313,6 +313,9 @@ def _methods_for(request: Request) -> list[str]:
     ]
 
 
+_HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     """One place that turns every error into OpenAI's ``{"error": {...}}`` shape, and logs it
     once: a client's mistake at INFO with its message, a provider or database failure at
@@ -332,19 +335,16 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http(request: Request, exc: Any) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        headers = getattr(exc, "headers", None)
-        if exc.status_code == 404:
-            message = f"no route {request.method} {request_path(request.scope)}"
+        headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
+        if exc.status_code == 404:  # OpenAI's words for a path it has no route for
+            message = f"Invalid URL ({request.method} {request_path(request.scope)})"
         elif exc.status_code == 405:  # Starlette's Allow names the first route's methods only
             allow = ", ".join(_methods_for(request))
             headers = {**(headers or {}), "Allow": allow}
             message = f"{request.url.path} does not take {request.method}; use {allow}"
         _log_error(request, exc.status_code, exc, message)
-        return JSONResponse(
-            error_body(message, type="invalid_request_error", code=str(exc.status_code)),
-            exc.status_code,
-            headers,
-        )
+        body = error_body(message, type="invalid_request_error", code=code)
+        return JSONResponse(body, exc.status_code, headers)
 
     async def validation(request: Request, exc: Any) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}

@@ -24,7 +24,7 @@ from proxy.app import create_app
 from proxy.auth import InsecureListen
 from proxy.banner import client_origin
 from proxy.cli_memory import add_memory_parser, run_memory
-from proxy.cli_sessions import run_sessions
+from proxy.cli_sessions import origin_of, run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
@@ -135,8 +135,9 @@ def _client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--url",
         default=default,
-        help="the proxy (env CASCADE_URL; default "
-        "http://$CASCADE_HOST:$CASCADE_PORT, i.e. http://127.0.0.1:8080)",
+        help="the proxy's origin (env CASCADE_URL; default "
+        "http://$CASCADE_HOST:$CASCADE_PORT, i.e. http://127.0.0.1:8080); the client "
+        "base URL, http://host:port/v1, is taken as its origin",
     )
     p.add_argument(
         "--api-key",
@@ -221,11 +222,11 @@ def _terminated(signum: int, frame: object) -> None:
 
 def _sessions(args: argparse.Namespace, settings: Settings) -> int:
     args.json = getattr(args, "json", False)
-    url = (
+    url = origin_of(
         getattr(args, "url", None)
         or os.environ.get("CASCADE_URL")
         or client_origin(settings.host, settings.port)
-    ).rstrip("/")
+    )
     key = (
         getattr(args, "api_key", None)
         or os.environ.get("CASCADE_API_KEY")

@@ -13,11 +13,11 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-__all__ = ["run_sessions", "call_api", "table", "printable", "ACTIONS"]
+__all__ = ["run_sessions", "call_api", "table", "printable", "origin_of", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -29,6 +29,20 @@ _ROUTES: dict[str, tuple[str, str]] = {
     "rm": ("DELETE", "/v1/sessions/{id}"),
 }
 ACTIONS = tuple(_ROUTES)
+
+
+def origin_of(url: str) -> str:
+    """The proxy's origin from ``--url``/``CASCADE_URL``, without a trailing slash. The
+    client base URL the start-up banner prints (``http://host:port/v1``) is taken as its
+    origin, since the routes here start with ``/v1``; any other path is kept, for a proxy
+    mounted under a prefix."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "http://[::1": call_api reports it as not a URL
+        return url.rstrip("/")
+    if parts.path in ("/v1", "/v1/"):
+        return urlunsplit(parts._replace(path=""))
+    return url.rstrip("/")
 
 
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,

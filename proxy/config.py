@@ -14,7 +14,10 @@ Decisions where DESIGN.md is silent:
 - Without a ``providers`` block the default provider ``openai`` reads ``OPENAI_BASE_URL``
   (default ``https://api.openai.com/v1``) and ``OPENAI_API_KEY`` from the environment.
 - ``models.<prefix>.reservedOutput`` (default 4096) is the output budget the overflow guard keeps
-  free when a request sets no ``max_tokens``/``max_completion_tokens``.
+  free when a request sets no ``max_tokens``/``max_completion_tokens``. A ``reservedOutput``
+  an entry sets must be less than its own ``contextLimit``, else the file is refused. The
+  default is not checked: a small window kept for clients that always send ``max_tokens``
+  (a fast model that only writes summaries) stays valid.
 """
 
 from __future__ import annotations
@@ -134,6 +137,13 @@ class Config(Block):
             unknown = sorted(set(key.agents or ()) - set(self.agents) - {"default"})
             if unknown:
                 raise ValueError(f"auth.keys[{i}].agents: {', '.join(unknown)} not in agents")
+        for name, limits in self.models.items():  # else every request without max_tokens is a 400
+            given = "reserved_output" in limits.model_fields_set
+            if given and limits.reserved_output >= limits.context_limit:
+                raise ValueError(
+                    f"models.{name}.reservedOutput ({limits.reserved_output}) must be less than "
+                    f"its contextLimit ({limits.context_limit})"
+                )
         e = self.embedding
         if e.provider == "builtin":
             if not e.model.startswith("wordllama") or e.dimensions not in BUILTIN_DIMENSIONS:

@@ -4,7 +4,8 @@ durable facts (from its original text, not the summary), and each passes ``sanit
 ``suggest`` persists a ``memory.suggestion`` event ``{suggestion_id, facts, scope}`` for a
 person to accept or reject through the memory API; ``auto`` stores the facts in the
 session's scope (its agent's, else global). Nothing here may affect the turn: every failure
-is logged and swallowed.
+is logged and swallowed, as a WARNING, except a session deleted while the fast model
+answered: that is no fault, and is an INFO line, as it is for the compaction.
 
 It runs inside the compaction that folded the span, which lends it its connection
 (``Lent``): the connection goes back to the pool before the fast model is asked and is
@@ -17,6 +18,8 @@ import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any
+
+import asyncpg
 
 from proxy.cascade.memory import (
     MEMORY_FACTS_FORMAT,
@@ -43,6 +46,8 @@ async def promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[
     model answers); never raises."""
     try:
         await _promote(upstream, bus, lent, job, span)
+    except asyncpg.ForeignKeyViolationError:  # no session left to record a suggestion in
+        log.info("memory promotion for %s: the session was deleted", job.session_id)
     except Exception as exc:  # a failed extraction never fails the compaction or the turn
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
 

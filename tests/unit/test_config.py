@@ -91,6 +91,11 @@ def test_agent_naming_unknown_provider_is_rejected() -> None:
             {"context": {"summarize": {"softFraction": 0.95, "hardFraction": 0.9}}},
             "context.summarize: summarize.softFraction must not exceed summarize.hardFraction",
         ),
+        # each used to be accepted, then every request without max_tokens was a 400
+        (
+            {"models": {"gpt-x": {"contextLimit": 128000, "reservedOutput": 130000}}},
+            "models.gpt-x.reservedOutput (130000) must be less than its contextLimit (128000)",
+        ),
     ],
 )
 def test_a_check_across_keys_reads_as_its_own_sentence(raw: dict[str, Any], reason: str) -> None:
@@ -251,9 +256,15 @@ def test_model_limits_longest_prefix_then_default() -> None:
     assert cfg.model_limits("").context_limit == 32000
 
 
+def test_a_small_window_with_the_default_reserved_output_still_loads() -> None:
+    """A fast model's small window, for summaries that always send max_tokens."""
+    cfg = parse_config({"models": {"tiny": {"contextLimit": 4096}}}, env={})
+    assert cfg.model_limits("tiny").context_limit == 4096
+
+
 def test_model_limits_without_default_entry_uses_builtin() -> None:
-    cfg = parse_config({"models": {"small": {"contextLimit": 100}}}, env={})
-    assert cfg.model_limits("small-1").context_limit == 100
+    cfg = parse_config({"models": {"small": {"contextLimit": 5000}}}, env={})
+    assert cfg.model_limits("small-1").context_limit == 5000
     assert cfg.model_limits("big").context_limit == 128_000
     assert cfg.model_limits("big").reserved_output == 4096
 

@@ -57,8 +57,8 @@ def test_load_config_requires_an_object(tmp_path: Path) -> None:
 
 
 def test_load_config_reads_a_valid_file(tmp_path: Path) -> None:
-    path = write(tmp_path, {"models": {"default": {"contextLimit": 777}}})
-    assert load_config(path, env={}).model_limits("m").context_limit == 777
+    path = write(tmp_path, {"models": {"default": {"contextLimit": 7777}}})
+    assert load_config(path, env={}).model_limits("m").context_limit == 7777
 
 
 # the shipped file

@@ -111,6 +111,7 @@ class Stack:
 
     The agent's models get ``limit``/``reserved``; the fast model its own, larger window so
     the summariser sees whole spans. Eviction is off: only summarisation relieves pressure.
+    ``context``: further top-level ``context`` blocks (e.g. ``memoryPromotion``).
     """
 
     def __init__(
@@ -125,6 +126,7 @@ class Stack:
         replicas: int = 1,
         fast_limit: int = 32000,
         settings: Mapping[str, Any] | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> None:
         self.fake = fake
         self.db_dsn = db_dsn
@@ -136,6 +138,7 @@ class Stack:
                 **(summarize or {}),
             },
             "eviction": {"enabled": False},
+            **(context or {}),
         }
         path = write_config(
             tmp_path / "agents.json",

@@ -122,3 +122,23 @@ def test_a_full_page_says_where_the_next_one_starts(
     assert code == 0 and len(out.splitlines()) == 2 and "more may follow" not in err
     code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
     assert "more may follow: --offset 1" in err
+
+
+def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(
+    http: httpx.Client,
+    proxy: ProxyServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # http://host:port/v1, what a client is given, answered "404 no route GET /v1/v1/sessions"
+    _chat(http, "cli-base", "hi")
+    for given in (proxy.url, f"{proxy.url}/"):
+        code, out, err = _run(capsys, "--url", given, "--api-key", KEY, "ls")
+        assert code == 0, err
+        assert out.splitlines()[1].split()[0] == "cli-base"
+    monkeypatch.setenv("CASCADE_URL", proxy.url)
+    code, out, err = _run(capsys, "--api-key", KEY, "show", "cli-base")
+    assert code == 0 and out.splitlines()[0].split() == ["id", "cli-base"], err
+    # any other path is kept: a proxy mounted under a prefix is reached there
+    code, _, err = _run(capsys, "--url", f"{proxy.url}/v1", "--api-key", KEY, "ls")
+    assert code == 1 and "/v1/v1/v1/sessions" in err

@@ -114,6 +114,10 @@ INVALID: list[tuple[str | bytes, str]] = [
     ('{"contxt": {}}', "contxt"),
     ('{"context": {"eviction": {"atFraction": 7}}}', "atFraction"),
     ('{"agents": {"default": {"provider": "nowhere"}}}', "nowhere"),
+    (
+        '{"models": {"gpt-x": {"contextLimit": 8000, "reservedOutput": 8000}}}',
+        "models.gpt-x.reservedOutput (8000) must be less than its contextLimit (8000)",
+    ),
 ]
 
 

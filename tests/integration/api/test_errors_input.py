@@ -138,7 +138,8 @@ def test_paths_that_only_look_like_chat_are_404(
     http: httpx.Client, fake_upstream: FakeUpstream
 ) -> None:
     """The chat fast path takes exactly the two chat routes; anything else ending the same
-    way goes to the router, which answers an OpenAI-shaped 404."""
+    way goes to the router, which answers a 404 as OpenAI does, with a code to tell it
+    from a missing session (the code was the status as a string, "404")."""
     for path in (
         "/s/a/b/v1/chat/completions",
         "/s//v1/chat/completions",
@@ -146,13 +147,21 @@ def test_paths_that_only_look_like_chat_are_404(
         "/v2/v1/chat/completions",
     ):
         resp = http.post(path, json={"model": "gpt-fake", "messages": TURN2})
-        err = _assert_error_shape(resp, 404, "404")
-        assert path in err["message"]
+        err = _assert_error_shape(resp, 404, "unknown_url")
+        assert err == {
+            "message": f"Invalid URL (POST {path})",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "unknown_url",
+        }
+    resp = http.get("/v1/nope")
+    assert _assert_error_shape(resp, 404)["message"] == "Invalid URL (GET /v1/nope)"
     resp = http.get("/v1/chat/completions")  # the route, another method: the router's 405
-    err = _assert_error_shape(resp, 405, "405")
+    err = _assert_error_shape(resp, 405, "method_not_allowed")
     assert resp.headers["allow"] == "POST" and "use POST" in err["message"]
+    assert err["type"] == "invalid_request_error" and err["param"] is None
     resp = http.put("/v1/sessions/s1")  # two routes take this path: GET and DELETE
-    err = _assert_error_shape(resp, 405, "405")
+    err = _assert_error_shape(resp, 405, "method_not_allowed")
     assert resp.headers["allow"] == "DELETE, GET" and "use DELETE, GET" in err["message"]
     assert fake_upstream.requests == []
 
