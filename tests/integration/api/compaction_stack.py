@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import openai
 
 from proxy.settings import Settings
@@ -183,6 +184,15 @@ class Stack:
             default_headers={"X-Session-Id": session},
             timeout=20,
         )
+
+    def delete(self, session: str) -> None:
+        """``DELETE /v1/sessions/{session}`` as the client's tenant; it must answer 200."""
+        resp = httpx.delete(
+            f"{self.proxy.origin}/v1/sessions/{session}",
+            headers={"authorization": f"Bearer {CLIENT_KEY}"},
+            timeout=10,
+        )
+        assert resp.status_code == 200, resp.text
 
     # -- what the upstream saw
 

@@ -11,9 +11,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import canon, live_part, summary_of
@@ -223,37 +225,29 @@ def test_a_message_merely_mentioning_slash_compact_goes_to_the_model(
         assert not model.fast_times
 
 
-def test_the_endpoint_answers_502_when_the_fast_model_fails(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        (lambda: Model(fast_failures=100), "500"),  # the fast model fails every try
+        (lambda: Model(brief=lambda req: "Sure! Here is a summary: it went fine."), "unusable"),
+    ],
+    ids=["failing", "no-briefing"],
+)
+def test_the_endpoint_answers_502_summary_failed_when_no_briefing_comes_back(
+    model: Callable[[], Model], why: str, tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    model = Model(fast_failures=100)
-    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+    """The provider may well have answered, so "unreachable" would send the operator to the
+    network: the code is the compaction event's reason, and the message says what was wrong."""
+    with stack(tmp_path, db_dsn, fake_upstream, model(), summarize=SUMMARIZE) as s:
         history(Agent(s.client("down")))
         with http(s) as h:
             resp = h.post("/v1/sessions/down/compact")
         assert resp.status_code == 502, resp.text
         err = resp.json()["error"]
         assert set(err) == {"message", "type", "param", "code"}
-        assert "compaction failed" in err["message"] and "500" in err["message"]
-        assert err["code"] == "summary_failed"
-        assert s.summaries("down") == []
-
-
-def test_the_endpoint_answers_502_summary_failed_when_the_fast_model_answers_no_briefing(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
-) -> None:
-    """The provider answered, so "unreachable" would send the operator to the network: the
-    code is the compaction event's reason, and the message says what was wrong."""
-    model = Model(brief=lambda req: "Sure! Here is a summary: it went fine.")
-    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
-        history(Agent(s.client("chatty")))
-        with http(s) as h:
-            resp = h.post("/v1/sessions/chatty/compact")
-        assert resp.status_code == 502, resp.text
-        err = resp.json()["error"]
         assert (err["type"], err["code"]) == ("upstream_error", "summary_failed")
-        assert "unusable summary" in err["message"], err
-        assert s.summaries("chatty") == []
+        assert "compaction failed" in err["message"] and why in err["message"], err
+        assert s.summaries("down") == []
 
 
 def test_slash_compact_as_a_new_sessions_first_request_folds_its_history(

@@ -12,10 +12,8 @@ import logging
 import time
 from pathlib import Path
 
-import httpx
-
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import CLIENT_KEY, Agent, Model, stack, wait_until
+from tests.integration.api.compaction_stack import Agent, Model, stack, wait_until
 from tests.integration.api.conftest import Records
 
 
@@ -27,12 +25,7 @@ def test_deleting_a_session_mid_compaction_logs_no_error(
         agent = Agent(s.client("doomed"))
         agent.fill()
         wait_until(lambda: model.fast_times, what="the fast model's call")
-        resp = httpx.delete(
-            f"{s.proxy.origin}/v1/sessions/doomed",
-            headers={"authorization": f"Bearer {CLIENT_KEY}"},
-            timeout=10,
-        )
-        assert resp.status_code == 200, resp.text
+        s.delete("doomed")
         time.sleep(1.5)  # the briefing comes back and the compaction ends
         gc.collect()  # a task that ended with an unretrieved exception is logged here
         errors = [r.getMessage() for r in records.records if r.levelno >= logging.ERROR]

@@ -13,11 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from tests.fakes.replies import RecordedRequest, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import CLIENT_KEY, Agent, Model, stack, wait_until
+from tests.integration.api.compaction_stack import Agent, Model, stack, wait_until
 from tests.integration.api.conftest import Records
 
 
@@ -44,12 +42,7 @@ def test_deleting_a_session_mid_promotion_logs_info_not_a_warning(
         agent = Agent(s.client("doomed"))
         agent.fill()
         wait_until(lambda: model.extractions, what="the extraction call")
-        resp = httpx.delete(
-            f"{s.proxy.origin}/v1/sessions/doomed",
-            headers={"authorization": f"Bearer {CLIENT_KEY}"},
-            timeout=10,
-        )
-        assert resp.status_code == 200, resp.text
+        s.delete("doomed")
 
         def memory() -> list[logging.LogRecord]:
             return [r for r in records.records if r.name == "cascade.memory"]
