@@ -48,16 +48,19 @@ def compact_reply_text(
     )
 
 
+def _is_reply(msg: Message) -> bool:
+    """An assistant message with the proxy's prefix: the answer to a ``/compact`` before it."""
+    return msg.get("role") == "assistant" and content_text(msg.get("content")).startswith(
+        COMMAND_REPLY_PREFIX
+    )
+
+
 def is_command_exchange(msg: Message) -> bool:
     """``msg`` on its own reads as half of a ``/compact`` exchange: the command, or a reply
     with the proxy's prefix. Retrieval leaves such messages unembedded, as every prompt
     leaves the exchange out; judged without its neighbour, a model's own reply that opens
     with the prefix would be left unsearched too, a loss no prompt notices."""
-    if _is_command(msg):
-        return True
-    return msg.get("role") == "assistant" and content_text(msg.get("content")).startswith(
-        COMMAND_REPLY_PREFIX
-    )
+    return _is_command(msg) or _is_reply(msg)
 
 
 def _kept(messages: Sequence[Message]) -> list[int] | None:
@@ -70,11 +73,7 @@ def _kept(messages: Sequence[Message]) -> list[int] | None:
         if _is_command(m):
             skip_reply = True
             continue
-        if (
-            skip_reply
-            and m.get("role") == "assistant"
-            and content_text(m.get("content")).startswith(COMMAND_REPLY_PREFIX)
-        ):
+        if skip_reply and _is_reply(m):
             skip_reply = False
             continue
         skip_reply = False
