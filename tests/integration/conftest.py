@@ -27,7 +27,6 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -206,7 +205,7 @@ class SpareDatabases:
         self._template = template
         self._prefix = prefix
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="spare-databases")
-        self._ready: deque[Future[str]] = deque([self._make()])
+        self._next: Future[str] | None = self._make()  # None after a quiet take or a failure
         self._drops: list[Future[None]] = []
 
     def _make(self) -> Future[str]:
@@ -215,13 +214,12 @@ class SpareDatabases:
     def take(self, *, quiet: bool = False) -> str:
         """A fresh copy's name; the next copy is started unless ``quiet``, which also waits
         until the thread has nothing else to do."""
-        if not self._ready:  # the last copy failed (that test's error), or a quiet take
-            self._ready.append(self._make())
-        name = self._ready.popleft().result()
+        made, self._next = self._next or self._make(), None
+        name = made.result()  # a failed copy is this test's error; the next take makes one
         if quiet:
             self._thread.submit(lambda: None).result()
         else:
-            self._ready.append(self._make())
+            self._next = self._make()
         return name
 
     def give_back(self, name: str, *, quiet: bool = False) -> None:
@@ -229,16 +227,16 @@ class SpareDatabases:
         dropped = self._thread.submit(_drop, self._pg_dsn, name)
         self._drops.append(dropped)
         if quiet:
-            self._ready.append(self._make())
+            self._next = self._make()
             dropped.result()
-            self._ready[-1].result()
+            self._next.result()
 
     def close(self) -> None:
-        """Drop the copies no test took, once the queued work is done; a drop that failed
+        """Drop the copy no test took, once the queued work is done; a drop that failed
         fails the session's teardown here (no test waited for it)."""
-        for made in self._ready:
+        if self._next is not None:
             with contextlib.suppress(Exception):  # its failure was a test's error already
-                _drop(self._pg_dsn, made.result())
+                _drop(self._pg_dsn, self._next.result())
         self._thread.shutdown(wait=True)
         for dropped in self._drops:
             dropped.result()
