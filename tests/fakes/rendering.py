@@ -22,7 +22,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes.replies import _JSON, _SSE, Error, Raw, RecordedRequest, Reply, Responder, raw
+from tests.fakes.replies import (
+    _JSON,
+    _SSE,
+    Error,
+    Pacer,
+    Raw,
+    RecordedRequest,
+    Reply,
+    Responder,
+    raw,
+)
 
 __all__ = [
     "CREATED",
@@ -41,7 +51,8 @@ DEFAULT_MODELS = ("gpt-fake", "gpt-fake-mini")
 class Rendered:
     """What goes on the wire: status, headers, body frames and the timing around them.
 
-    ``reset_after=N`` sends N frames, then closes the connection without finishing the body.
+    ``reset_after=N`` sends N frames, then closes the connection without finishing the body;
+    a ``pacer`` sends each frame after the first only when the test allows it.
     """
 
     status: int
@@ -51,6 +62,7 @@ class Rendered:
     first_token_delay: float = 0.0
     chunk_delay: float = 0.0
     reset_after: int | None = None
+    pacer: Pacer | None = None
 
     @property
     def body(self) -> bytes:
@@ -235,6 +247,7 @@ def _render_reply(r: Reply, request: RecordedRequest, seq: int) -> Rendered:
         r.first_token_delay,
         r.chunk_delay,
         r.reset_after,
+        r.pacer,
     )
 
 
@@ -255,6 +268,7 @@ def render(response: Responder, request: RecordedRequest, seq: int = 0) -> Rende
             0.0,
             response.chunk_delay,
             response.reset_after,
+            response.pacer,
         )
     return _render_reply(response, request, seq)
 

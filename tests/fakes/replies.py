@@ -9,12 +9,14 @@ a callable responder is given.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 __all__ = [
     "Error",
+    "Pacer",
     "Raw",
     "RecordedRequest",
     "Reply",
@@ -29,6 +31,32 @@ __all__ = [
 
 _SSE = "text/event-stream; charset=utf-8"
 _JSON = "application/json"
+
+
+class Pacer:
+    """Lets a stream's body frames out only as the test allows, so that a test proves a frame
+    reached the client before the provider sent the next one without timing anything.
+
+    The first frame goes at once; frame ``i`` waits until :meth:`allow` has been called ``i``
+    times. A frame not allowed within ``patience`` seconds ends the body there, without the
+    rest (:attr:`expired` is then set): a proxy that held the stream back gets only part of
+    it, and the test reading it fails on what it got, not by hanging.
+    """
+
+    def __init__(self, patience: float = 20.0) -> None:
+        self.patience = patience
+        self.expired = False
+        self._allowed = 0
+        self._lock = threading.Lock()
+
+    def allow(self, frames: int = 1) -> None:
+        """Let the next ``frames`` frames out."""
+        with self._lock:
+            self._allowed += frames
+
+    def allows(self, frame: int) -> bool:
+        with self._lock:
+            return frame <= self._allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +86,7 @@ class Reply:
     chunk_delay: float = 0.0
     reset_after: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    pacer: Pacer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +109,7 @@ class Raw:
     first_byte_delay: float = 0.0
     chunk_delay: float = 0.0
     reset_after: int | None = None
+    pacer: Pacer | None = None
 
 
 Responder: TypeAlias = "Reply | Error | Raw | Callable[[RecordedRequest], Reply | Error | Raw]"
@@ -110,12 +140,14 @@ def reply(
     chunk_delay: float = 0.0,
     reset_after: int | None = None,
     headers: Mapping[str, str] | None = None,
+    pacer: Pacer | None = None,
 ) -> Reply:
     """Build a chat completion reply.
 
     ``tool_calls`` items are OpenAI-shaped (see :func:`tool_call`) or ``{"name", "arguments",
     "id"?}``. ``usage=(prompt, completion)`` overrides the computed usage. ``finish_reason``
-    defaults to ``"tool_calls"`` when there are tool calls, else ``"stop"``.
+    defaults to ``"tool_calls"`` when there are tool calls, else ``"stop"``. A ``pacer``
+    releases the body's frames one by one (:class:`Pacer`).
     """
     return Reply(
         content=content,
@@ -129,6 +161,7 @@ def reply(
         chunk_delay=chunk_delay,
         reset_after=reset_after,
         headers=dict(headers or {}),
+        pacer=pacer,
     )
 
 
@@ -165,11 +198,13 @@ def raw(
     first_byte_delay: float = 0.0,
     chunk_delay: float = 0.0,
     reset_after: int | None = None,
+    pacer: Pacer | None = None,
 ) -> Raw:
-    """Send ``chunks`` verbatim (``str`` is UTF-8 encoded); content-type defaults to SSE."""
+    """Send ``chunks`` verbatim (``str`` is UTF-8 encoded); content-type defaults to SSE. A
+    ``pacer`` releases them one by one (:class:`Pacer`)."""
     data = tuple(c.encode() if isinstance(c, str) else c for c in chunks)
     hdrs = dict(headers) if headers is not None else {"content-type": _SSE}
-    return Raw(data, status, hdrs, first_byte_delay, chunk_delay, reset_after)
+    return Raw(data, status, hdrs, first_byte_delay, chunk_delay, reset_after, pacer)
 
 
 def _error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict:

@@ -29,7 +29,7 @@ from tests.fakes.rendering import (
     _models_json,
     render,
 )
-from tests.fakes.replies import RecordedRequest, Reply, Responder, _error_body, error
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, Responder, _error_body, error
 
 __all__ = [
     "CHAT",
@@ -307,6 +307,12 @@ class FakeUpstream:
                 return True
             if i and r.chunk_delay and await _client_left(watcher, r.chunk_delay):
                 return False
+            if i and r.pacer is not None:
+                allowed = await _paced(r.pacer, i, watcher)
+                if allowed is None:
+                    return False
+                if not allowed:
+                    break
             if watcher.done():
                 return False
             await send({"type": "http.response.body", "body": frame, "more_body": True})
@@ -323,6 +329,19 @@ class FakeUpstream:
                 await asyncio.wait({watcher}, timeout=1.0)
                 return
         raise _ResetError("connection to reset not found")
+
+
+async def _paced(pacer: Pacer, frame: int, watcher: asyncio.Future[None]) -> bool | None:
+    """Wait until ``pacer`` allows ``frame``: True when it does, False when its patience ran
+    out first (marked expired), None when the client disconnected meanwhile."""
+    deadline = time.monotonic() + pacer.patience
+    while not pacer.allows(frame):
+        if time.monotonic() > deadline:
+            pacer.expired = True
+            return False
+        if await _client_left(watcher, 0.01):
+            return None
+    return True
 
 
 async def _client_left(watcher: asyncio.Future[None], delay: float) -> bool:

@@ -10,7 +10,15 @@ import openai
 import pytest
 
 from tests.fakes.rendering import count_prompt_tokens, fake_embedding
-from tests.fakes.replies import context_length_exceeded, error, rate_limited, raw, reply, tool_call
+from tests.fakes.replies import (
+    Pacer,
+    context_length_exceeded,
+    error,
+    rate_limited,
+    raw,
+    reply,
+    tool_call,
+)
 from tests.fakes.upstream import EMBEDDINGS, MODELS, FakeUpstream
 
 MESSAGES = [
@@ -237,6 +245,28 @@ def test_raw_frames_are_sent_verbatim(fake_upstream: FakeUpstream) -> None:
     resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={"stream": True})
 
     assert resp.text == "".join(frames)
+
+
+def test_a_pacer_sends_each_frame_only_when_allowed(fake_upstream: FakeUpstream) -> None:
+    pacer = Pacer()
+    fake_upstream.script(raw("data: 1\n\n", "data: 2\n\n", "data: 3\n\n", pacer=pacer))
+    with httpx.stream("POST", f"{fake_upstream.url}/chat/completions", json={}) as resp:
+        lines = (line for line in resp.iter_lines() if line)
+        assert next(lines) == "data: 1"  # the first frame goes at once
+        pacer.allow()
+        assert next(lines) == "data: 2"
+        pacer.allow()
+        assert list(lines) == ["data: 3"]
+    assert not pacer.expired
+
+
+def test_a_frame_never_allowed_ends_the_body_there(fake_upstream: FakeUpstream) -> None:
+    pacer = Pacer(patience=0.2)
+    fake_upstream.script(raw("data: 1\n\n", "data: 2\n\n", pacer=pacer))
+    resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={}, timeout=10)
+
+    assert resp.text == "data: 1\n\n"
+    assert pacer.expired
 
 
 def test_models_and_embeddings(fake_upstream: FakeUpstream) -> None:

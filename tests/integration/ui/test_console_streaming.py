@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.replies import raw, reply
+from tests.fakes.replies import Pacer, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
@@ -93,14 +93,17 @@ def test_a_streamed_reply_grows_in_the_list_then_is_the_stored_message(
 ) -> None:
     started(console_proxy, "streamed")
     page = open_watching(console, "streamed")
-    fake_upstream.script(reply(TEXT, chunks=8, chunk_delay=0.2))
+    pacer = Pacer()  # the rest of the reply waits until the page has shown its start
+    fake_upstream.script(reply(TEXT, chunks=8, pacer=pacer))
     client = thread.submit(stream_chat, console_proxy.origin, "streamed")
+    pacer.allow(2)  # the role frame went at once; then two pieces of the text
     live = page.get_by_test_id("message-streaming")
     live.wait_for()
     partial = live.locator("pre.body").inner_text()
     assert not client.done()  # shown while the reply still streams, not after
     assert partial and TEXT.startswith(partial) and len(partial) < len(TEXT), partial
     assert live.locator("[data-mark=streaming]").is_visible()
+    pacer.allow(20)
     assert client.result(timeout=10) == TEXT
     live.wait_for(state="detached")  # the stored message took its place
     stored = page.get_by_test_id("message").last
