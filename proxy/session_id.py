@@ -18,6 +18,7 @@ __all__ = [
     "SESSION_ID_RE",
     "InvalidSessionId",
     "validate_session_id",
+    "header_value",
     "resolve_session_id",
     "named_session_id",
     "derive_session_id",
@@ -42,6 +43,7 @@ class SessionKey(NamedTuple):
     session_id: str
 
 
+_HEADER = "the X-Session-Id header"
 _ALLOWED = "1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-', other than '.' and '..'"
 
 
@@ -50,6 +52,8 @@ class InvalidSessionId(ValueError):
 
     def __init__(self, value: object, source: str = "request") -> None:
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        if isinstance(value, bytes):  # a header's bytes that are no UTF-8 text
+            shown += " (not UTF-8)"
         super().__init__(f"Invalid session id {shown} from {source}: use {_ALLOWED}.")
         self.value = value
         self.source = source
@@ -58,6 +62,20 @@ class InvalidSessionId(ValueError):
         """The message without the value, which came from a header or a body and may be
         anything a client put there, a secret included."""
         return f"Invalid session id from {self.source}"
+
+
+def header_value(value: str) -> str | bytes:
+    """A header value as the client wrote it: ASGI hands header bytes over as Latin-1, so a
+    UTF-8 id would show as mojibake ('Ã©' for 'é'). The UTF-8 text, else the bytes; a
+    value beyond Latin-1 was never bytes and is returned as it is."""
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def validate_session_id(value: str, *, source: str = "request") -> str:
@@ -126,7 +144,10 @@ def named_session_id(
     if path_id is not None:
         return validate_session_id(path_id, source="the URL path")
     if header_id is not None:
-        return validate_session_id(header_id, source="the X-Session-Id header")
+        try:
+            return validate_session_id(header_id, source=_HEADER)
+        except InvalidSessionId:
+            raise InvalidSessionId(header_value(header_id), _HEADER) from None
     metadata = body.get("metadata") if body is not None else None
     if isinstance(metadata, Mapping):
         value = metadata.get("session_id")

@@ -10,6 +10,7 @@ from proxy.session_id import (
     SESSION_ID_RE,
     InvalidSessionId,
     derive_session_id,
+    header_value,
     named_session_id,
     resolve_session_id,
     strip_proxy_fields,
@@ -189,3 +190,13 @@ def test_named_session_id_is_none_only_when_the_client_names_none() -> None:
         == "m"
     )
     assert named_session_id(path_id="p", header_id="h", body=plain) == "p"
+
+
+@pytest.mark.parametrize(
+    ("asgi", "written"),
+    [("sess-Ã©", "sess-é"), ("plain", "plain"), ("bad-ÿ", b"bad-\xff"), ("€", "€")],
+)
+def test_header_value_is_what_the_client_wrote(asgi: str, written: str | bytes) -> None:
+    """ASGI's Latin-1 reading of a header undone: UTF-8 text, else bytes; a str beyond
+    Latin-1 (never from a header's bytes) unchanged."""
+    assert header_value(asgi) == written

@@ -148,3 +148,25 @@ def test_other_tenant_gets_404_everywhere(
     # a request without a bearer token is a tenant of its own, too
     with httpx.Client(base_url=proxy.origin, timeout=10) as anon:
         assert_openai_404(anon.get(base))
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("sess-é-ü".encode(), "'sess-é-ü'"),  # UTF-8 reads as UTF-8, not as Latin-1 'Ã©'
+        ("a\u202eb".encode(), "'a\\u202eb'"),  # a control (bidi override) is escaped
+        (b"a\tb", "'a\\tb'"),
+        (b"bad-\xff", "b'bad-\\xff' (not UTF-8)"),  # no text: the bytes, escaped
+    ],
+)
+def test_an_invalid_header_id_is_shown_readably(
+    http: httpx.Client, fake_upstream: FakeUpstream, raw: bytes, shown: str
+) -> None:
+    """Regression: the 400 showed a UTF-8 header as Latin-1 mojibake ('sess-Ã©-Ã¼'), as
+    ASGI hands header values over."""
+    body = {"model": MODEL, "messages": [user("hi")]}
+    resp = http.post("/v1/chat/completions", json=body, headers={"x-session-id": raw})
+    assert resp.status_code == 400, resp.text
+    message = resp.json()["error"]["message"]
+    assert message.startswith(f"Invalid session id {shown} from the X-Session-Id header"), message
+    assert fake_upstream.bodies() == []
