@@ -9,12 +9,19 @@ not one: the user asked to abandon that work. So after a second Ctrl-C the serve
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+
+uvicorn binds its address only after the lifespan has started, so on a port another process
+holds the start-up block ("listening on ...") came first and the bind error after it. The
+address is bound here before uvicorn runs, and handed to it: a port taken is one error line
+and a failed start before anything else starts, and the block, logged by the lifespan, comes
+once the address is bound.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import socket
 from types import FrameType
 from typing import Any
 
@@ -47,15 +54,44 @@ class _Server(uvicorn.Server):
             )
 
 
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host``:``port``, one per address ``host`` resolves to, as asyncio's
+    ``create_server`` (uvicorn's) binds them: ``SO_REUSEADDR``, IPv6 ones IPv6-only. Not yet
+    listening: the server listens once its lifespan has started. ``OSError`` if any fails."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 def serve(app: Any, **config: Any) -> int:
     """Run ``app`` under uvicorn (``config``: ``uvicorn.Config``'s arguments) until it stops;
     the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`."""
     server = _Server(uvicorn.Config(app, **config))
+    host, port = server.config.host, server.config.port
     try:
-        server.run()
+        sockets = bind(host, port)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+        return STARTUP_FAILURE
+    try:
+        server.run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn raises the captured Ctrl-C again once it stopped
         pass
     finally:
+        for sock in sockets:  # uvicorn closes them on a shutdown, not on a failed start
+            sock.close()
         if server.forced:
             logging.getLogger("uvicorn.error").removeFilter(_no_errors)
     if server.forced:
