@@ -2,7 +2,8 @@
 
 ``cascade-proxy serve`` and ``uvicorn proxy.app:create_app --factory`` must refuse alike: the
 tests that check a refusal's lines run both (``START_COMMANDS``) through :func:`run_start`.
-Port 1 is never reached: each start they run stops before it binds.
+Port 1 is never listened on: each start they run stops before (``serve`` binds its
+address first; where it may not bind port 1, it stops there, after the factory's lines).
 """
 
 from __future__ import annotations
