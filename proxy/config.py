@@ -133,10 +133,16 @@ class Config(Block):
         for name, agent in self.agents.items():
             if agent.provider not in self.providers:
                 raise ValueError(f"agents.{name}.provider {agent.provider!r} is not in providers")
+        first: dict[str, int] = {}
         for i, key in enumerate(self.auth.keys):
             unknown = sorted(set(key.agents or ()) - set(self.agents) - {"default"})
             if unknown:
                 raise ValueError(f"auth.keys[{i}].agents: {', '.join(unknown)} not in agents")
+            if (j := first.setdefault(key.key_env, i)) != i:  # the gate takes the first match
+                raise ValueError(
+                    f"auth.keys[{i}].keyEnv: ${key.key_env} is auth.keys[{j}]'s too; a key is "
+                    "one entry (one tenant, one agents list), and only the first would match"
+                )
         for name, limits in self.models.items():  # else every request without max_tokens is a 400
             given = "reserved_output" in limits.model_fields_set
             if given and limits.reserved_output >= limits.context_limit:
@@ -239,6 +245,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from exc
     _check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
+    _check_key_values(cfg, env)
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
         try:
             compile_patterns(ctx.redaction.patterns, use_defaults=False)
@@ -262,6 +269,20 @@ def _check_urls(cfg: Config, *, from_env: bool) -> None:
             env = name == "openai" and from_env
             where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
             raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+
+
+def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
+    """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
+    request with it would only ever be the first entry's. Unset ones match no request."""
+    first: dict[str, int] = {}
+    for i, key in enumerate(cfg.auth.keys):
+        value = (env.get(key.key_env) or "").strip()
+        if value and (j := first.setdefault(value, i)) != i:
+            other = cfg.auth.keys[j].key_env
+            raise ConfigError(
+                f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
+                "holds; give each entry a key of its own"
+            )
 
 
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:

@@ -297,3 +297,38 @@ def test_other_models_go_to_default_agent(model: str | None) -> None:
 
 def test_agent_for_on_a_config_without_agents() -> None:
     assert Config().agent_for("x") == ("default", AgentConfig())
+
+
+# proxy keys: one entry per key
+
+
+def _keys(*entries: tuple[str, str]) -> dict[str, Any]:
+    return {"auth": {"keys": [{"keyEnv": env, "tenant": tenant} for env, tenant in entries]}}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _keys(("K_A", "team-a"), ("K_A", "team-b")),  # one key, two tenants
+        _keys(("K_A", "team-a"), ("K_B", "team-b"), ("K_A", "team-a")),  # listed twice
+    ],
+)
+def test_a_key_variable_listed_twice_is_refused_naming_both(raw: dict[str, Any]) -> None:
+    """Regression: accepted, and a request with that key was only ever the first entry's
+    (its tenant, its agents): the later entry did nothing."""
+    last = len(raw["auth"]["keys"]) - 1
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value).startswith(f"auth.keys[{last}].keyEnv: $K_A is auth.keys[0]'s")
+
+
+def test_two_key_variables_holding_one_key_are_refused_without_the_key() -> None:
+    raw = _keys(("K_A", "team-a"), ("K_B", "team-b"))
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={"K_A": "sk-same", "K_B": " sk-same\n"})  # as the gate strips
+    reason = str(refused.value)
+    assert reason.startswith("auth.keys[1].keyEnv: $K_B holds the key $K_A (auth.keys[0])")
+    assert "sk-same" not in reason
+    # different keys, or variables unset (no request can use those), are valid
+    assert parse_config(raw, env={"K_A": "sk-1", "K_B": "sk-2"}).auth.keys
+    assert parse_config(raw, env={"K_A": "", "K_B": " "}).auth.keys

@@ -118,6 +118,10 @@ INVALID: list[tuple[str | bytes, str]] = [
         '{"models": {"gpt-x": {"contextLimit": 8000, "reservedOutput": 8000}}}',
         "models.gpt-x.reservedOutput (8000) must be less than its contextLimit (8000)",
     ),
+    (  # accepted, and the key was only ever the first entry's: tenant a, never b
+        '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}, {"keyEnv": "K_A", "tenant": "b"}]}}',
+        "auth.keys[1].keyEnv: $K_A is auth.keys[0]'s too",
+    ),
 ]
 
 
