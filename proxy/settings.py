@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -109,9 +110,24 @@ class Settings(BaseSettings):
         """``INFO`` as well as ``info``; an unknown name is refused at start, not by logging."""
         return value.strip().lower() if isinstance(value, str) else value
 
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        """Each entry an origin as a browser's ``Origin`` header spells it, else it matches
+        no request and CORS is silently off for that site. The entry is named by its place,
+        not quoted (as every refused setting)."""
+        for i, entry in enumerate((o.strip() for o in value.split(",") if o.strip()), 1):
+            if problem := _origin_problem(entry):
+                raise ValueError(
+                    f"entry {i} {problem}; an origin is scheme://host[:port] "
+                    "(https://app.example.com) with no path, not even a trailing '/'"
+                )
+        return value
+
     def cors_origin_list(self) -> list[str]:
-        """``cors_origins`` as a list; empty when CORS is off."""
-        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+        """``cors_origins`` as a list, in lower case as browsers send an origin (CORS
+        compares it exactly); empty when CORS is off."""
+        return [o.strip().lower() for o in self.cors_origins.split(",") if o.strip()]
 
     def with_default_config(self) -> Settings:
         """These settings, reading ``config/agents.json`` from the working directory when no
@@ -121,6 +137,28 @@ class Settings(BaseSettings):
         if self.config is None and default.exists():
             return self.model_copy(update={"config": default})
         return self
+
+
+def _origin_problem(entry: str) -> str | None:
+    """What keeps ``entry`` from being an origin (``*`` and ``null`` are), or None."""
+    if entry in ("*", "null"):
+        return None
+    u = urlsplit(entry)
+    if "://" not in entry or not u.scheme:
+        return "has no scheme"
+    try:
+        port = u.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        return "has a port that is no number 1-65535"
+    if "@" in u.netloc:
+        return "has a user"
+    if not u.hostname:
+        return "has no host"
+    if entry.lower() != f"{u.scheme}://{u.netloc}".lower():
+        return "has a path"
+    return None
 
 
 def describe_errors(exc: ValidationError, name: Callable[[str], str] = str) -> str:

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.settings import DEFAULT_CONFIG, Settings, unknown_variables
+from proxy.settings import (
+    DEFAULT_CONFIG,
+    Settings,
+    SettingsError,
+    load_settings,
+    unknown_variables,
+)
 from tests.unit.starts import START_COMMANDS, run_start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,3 +107,62 @@ def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
     assert len(warned) == 1, done.stderr
     assert "WARNING" in warned[0] and "did you mean CASCADE_PORT?" in warned[0]
     assert "s3cret-value" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "origins",
+    [
+        "",
+        "*",
+        "https://app.example",
+        "http://localhost:3000, https://b.example",
+        "HTTPS://App.Example",  # scheme and host are case-insensitive
+        "http://[::1]:8080",
+        "chrome-extension://abcdefghijklmnop",  # any scheme a browser serializes
+        "null",  # the Origin of a sandboxed frame or a file:// page
+    ],
+)
+def test_cors_origins_that_are_origins_are_taken(origins: str) -> None:
+    assert Settings(cors_origins=origins).cors_origins == origins
+
+
+@pytest.mark.parametrize(
+    ("origins", "problem"),
+    [
+        ("example.com", "entry 1 has no scheme"),
+        ("localhost:3000", "entry 1 has no scheme"),
+        ("https://a.example, https://b.example/", "entry 2 has a path"),
+        ("https://a.example/app", "entry 1 has a path"),
+        ("https://a.example?x=1", "entry 1 has a path"),
+        ("https://user@a.example", "entry 1 has a user"),
+        ("https://a.example:99999", "entry 1 has a port that is no number 1-65535"),
+        ("https://", "entry 1 has no host"),
+    ],
+)
+def test_cors_origins_that_are_not_origins_are_refused_at_start(
+    origins: str, problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: taken, and the entry matched no browser's ``Origin`` (the scheme, no path,
+    no trailing '/'), so CORS was silently off for that site."""
+    monkeypatch.setenv("CASCADE_CORS_ORIGINS", origins)
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    reason = str(refused.value)
+    assert reason.startswith(f"CASCADE_CORS_ORIGINS: {problem}; an origin is "), reason
+    assert "example" not in reason.removeprefix("CASCADE_CORS_ORIGINS: ").split(";")[0]
+
+
+@pytest.mark.parametrize("command", START_COMMANDS)
+def test_a_cors_origin_with_a_path_refuses_the_start_naming_the_variable(
+    command: list[str], tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "CASCADE_CORS_ORIGINS": "https://app.example/",
+        "DATABASE_URL": "postgresql://cascade@127.0.0.1:1/cascade",  # taken, it stops there
+    }
+    env.pop("CASCADE_CONFIG", None)
+    done = run_start(command, env, cwd=tmp_path)
+    assert done.returncode != 0
+    refusals = [line for line in done.stderr.splitlines() if "CASCADE_CORS_ORIGINS" in line]
+    assert len(refusals) == 1 and "entry 1 has a path" in refusals[0], done.stderr

@@ -156,7 +156,9 @@ def test_cors_is_off_by_default(http: httpx.Client, fake_upstream: FakeUpstream)
 def test_cors_origins_setting_covers_the_chat_post_streamed_and_not(
     settings: Settings, fake_upstream: FakeUpstream
 ) -> None:
-    server = ProxyServer(settings.model_copy(update={"cors_origins": f"{ORIGIN}, https://b.x"}))
+    # in upper case: an origin is case-insensitive, and a browser sends it in lower case
+    origins = f"{ORIGIN.upper()}, https://b.x"
+    server = ProxyServer(settings.model_copy(update={"cors_origins": origins}))
     server.start()
     fake_upstream.script(reply("cors", chunks=1), reply("cors", chunks=1))
     try:
