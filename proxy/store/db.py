@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import asyncpg
 from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
+from proxy.store.dsn import redact_dsn
 from proxy.store.outage import Outage
 from proxy.store.pooler import Pooler, pooler_kwargs, unnamed_pooler
 
@@ -246,20 +246,6 @@ class Lent:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.give_back()
-
-
-# The authority's password runs to the last "@" of the URL (an unencoded "@", "/" or space
-# in it is a common mistake, asyncpg connects with a space in it, and what follows the first
-# one is not the host); "password=" is a query parameter or a libpq "key=value" DSN's word,
-# quoted or not.
-_DSN_SECRETS = re.compile(
-    r"(://[^:/@?#\s]*:).*(@)|((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
-)
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the authority, or as ``password=``) replaced by ***."""
-    return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
 async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.Connection:

@@ -38,6 +38,55 @@ def test_the_password_is_masked_in_every_form(dsn: str, shown: str) -> None:
     assert "SECRET" not in redact_dsn(dsn)
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # Regression: the mask ran from "://user:" to the last "@" of the whole text.
+        (
+            "cannot connect to postgresql://u:TOPSECRET@h:5432/db; mail dba@example.com",
+            "cannot connect to postgresql://u:***@h:5432/db; mail dba@example.com",
+        ),
+        (
+            "postgresql://u:TOPSECRET@h1/a (DATABASE_URL), postgresql://v:TOPSECRET2@h2/b",
+            "postgresql://u:***@h1/a (DATABASE_URL), postgresql://v:***@h2/b",
+        ),
+        # no password at all: a port, then a path or the end of the URL
+        (
+            "postgresql://localhost:5432/cascade is down, ask dba@example.com",
+            "postgresql://localhost:5432/cascade is down, ask dba@example.com",
+        ),
+        (
+            "postgresql://localhost:5432 is down, ask dba@example.com",
+            "postgresql://localhost:5432 is down, ask dba@example.com",
+        ),
+        (
+            "postgresql://[::1]:5432/db for dba@example.com",
+            "postgresql://[::1]:5432/db for dba@example.com",
+        ),
+        # the forms the password takes stay masked with text after them
+        (
+            "at postgresql://u:TOP SECRET@127.0.0.1:1/db for dba@example.com",
+            "at postgresql://u:***@127.0.0.1:1/db for dba@example.com",
+        ),
+        (
+            "at postgresql://u:TOP@SECRET@h/db for dba@example.com",
+            "at postgresql://u:***@h/db for dba@example.com",
+        ),
+        (
+            "at postgresql://u:TOP/SECRET@h/db for dba@example.com",
+            "at postgresql://u:***@h/db for dba@example.com",
+        ),
+        (
+            "line postgresql://u:TOPSECRET@h/db\nand dba@example.com",
+            "line postgresql://u:***@h/db\nand dba@example.com",
+        ),
+    ],
+)
+def test_only_each_urls_password_is_masked(text: str, shown: str) -> None:
+    assert redact_dsn(text) == shown
+    assert "SECRET" not in redact_dsn(text)
+
+
 def test_a_cause_naming_a_url_loses_its_whole_user_and_password() -> None:
     try:
         try:
