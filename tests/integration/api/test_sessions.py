@@ -279,9 +279,18 @@ def test_concurrent_branches_to_one_new_id_give_one_session_and_400s(
 
 
 @pytest.mark.parametrize(
-    "path", ["/v1/sessions/", "/v1/chat/completions/", "/v1/sessions/src-0/events/"]
+    "path",
+    [
+        "/v1/sessions/",
+        "/v1/chat/completions/",
+        "/v1/sessions/src-0/events/",
+        # an encoded "/" is one in the path routes match: no session route takes it
+        "/v1/sessions/a%2Fb",
+        "/v1/sessions/a%2Fb/messages",
+        "/s/a%2Fb/v1/chat/completions",
+    ],
 )
-def test_a_trailing_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str) -> None:
+def test_a_trailing_or_encoded_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str) -> None:
     # a redirect would be built from Host; a foreign one is refused before routing (a
     # keyless proxy on loopback, test_auth_cross_site.py), so name this machine otherwise
     resp = http.request(
@@ -289,6 +298,7 @@ def test_a_trailing_slash_is_a_404_not_a_redirect(http: httpx.Client, path: str)
     )
     assert resp.status_code == 404 and "location" not in resp.headers
     assert_openai_404(resp)
+    assert resp.json()["error"]["code"] == "unknown_url"
 
 
 def test_the_sessions_command_lists_and_shows_any_valid_id(
