@@ -12,9 +12,12 @@ lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL 
 
 uvicorn binds its address only after the lifespan has started, so on a port another process
 holds the start-up block ("listening on ...") came first and the bind error after it. The
-address is bound here before uvicorn runs, and handed to it: a port taken is one error line
-and a failed start before anything else starts, and the block, logged by the lifespan, comes
-once the address is bound.
+address is bound and listened on here before uvicorn runs, and handed to it: a port taken is
+one error line and a failed start before anything else starts, and the block, logged by the
+lifespan, comes once the address is the server's. Listened on at once, not when the
+lifespan is done: another server bound to it too (two starts at once: binding alone does not
+exclude one another) would fail only as it listens, inside uvicorn's start. A connection
+made during the start waits in the backlog for it.
 """
 
 from __future__ import annotations
@@ -54,10 +57,10 @@ class _Server(uvicorn.Server):
             )
 
 
-def bind(host: str, port: int) -> list[socket.socket]:
-    """Sockets bound to ``host``:``port``, one per address ``host`` resolves to, as asyncio's
-    ``create_server`` (uvicorn's) binds them: ``SO_REUSEADDR``, IPv6 ones IPv6-only. Not yet
-    listening: the server listens once its lifespan has started. ``OSError`` if any fails."""
+def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets on ``host``:``port``, one per address ``host`` resolves to, as
+    asyncio's ``create_server`` (uvicorn's) opens them: ``SO_REUSEADDR``, IPv6 ones
+    IPv6-only. ``OSError`` if any fails."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     try:
@@ -68,6 +71,7 @@ def bind(host: str, port: int) -> list[socket.socket]:
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
+            sock.listen(backlog)
     except OSError:
         for sock in sockets:
             sock.close()
@@ -81,7 +85,7 @@ def serve(app: Any, **config: Any) -> int:
     server = _Server(uvicorn.Config(app, **config))
     host, port = server.config.host, server.config.port
     try:
-        sockets = bind(host, port)
+        sockets = bind(host, port, server.config.backlog)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
         return STARTUP_FAILURE
