@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["append_block", "content_text", "part_text"]
+__all__ = ["append_block", "content_text", "part_text", "with_text"]
 
 
 def part_text(part: Any, *, media: bool = False) -> str:
@@ -39,6 +39,31 @@ def content_text(content: Any, *, media: bool = False) -> str:
     if media:
         return json.dumps(content, ensure_ascii=False, default=str)
     return str(content)
+
+
+def _has_text(part: Any) -> bool:
+    return isinstance(part, str) or (
+        isinstance(part, Mapping) and any(isinstance(part.get(k), str) for k in ("text", "refusal"))
+    )
+
+
+def with_text(content: Any, text: str) -> Any:
+    """``content`` with its text rewritten as ``text`` (a stage that cuts or compacts it):
+    ``text`` itself, unless ``content`` is a list of parts that holds a part without text
+    (an image, audio, a file). Then ``text`` is one text part in the place of the first text
+    part, the other text parts go, and every other part stays where it was: only the text
+    is rewritten, and a part without text could not be read back."""
+    if not isinstance(content, list) or all(_has_text(p) for p in content):
+        return text
+    out: list[Any] = []
+    placed = False
+    for part in content:
+        if not _has_text(part):
+            out.append(part)
+        elif not placed:
+            out.append({"type": "text", "text": text})
+            placed = True
+    return out if placed else [{"type": "text", "text": text}, *out]
 
 
 def append_block(msg: Mapping[str, Any], block: str) -> dict[str, Any]:
