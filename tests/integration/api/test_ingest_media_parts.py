@@ -81,3 +81,21 @@ def test_the_image_part_of_a_rewritten_observation_goes_upstream(
     assert handle is not None
     with api(proxy) as http:
         assert read_all(http, "media-obs", handle[1]) == text
+
+
+@pytest.mark.parametrize("case", list(TEXTS))
+def test_a_rewritten_text_part_keeps_its_other_fields(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, case: str
+) -> None:
+    # A prompt-cache breakpoint (``cache_control``, which OpenRouter and LiteLLM pass on to
+    # Anthropic) on a result's text part went with the part when the text was rewritten.
+    text = TEXTS[case]
+    messages = history("call_page", text)
+    cache = {"type": "ephemeral"}
+    messages[-1]["content"] = [{"type": "text", "text": text, "cache_control": cache}]
+    chat(proxy, f"fields-{case}", messages)
+    sent = tool_content(fake_upstream.bodies()[-1])
+    assert isinstance(sent, list) and len(sent) == 1, sent
+    assert sent[0]["cache_control"] == cache and MARKS[case] in sent[0]["text"]
+    with api(proxy) as http:
+        assert read_all(http, f"fields-{case}", "call_page") == text
