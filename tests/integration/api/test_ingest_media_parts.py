@@ -17,6 +17,7 @@ import pytest
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.read_tool_output_helpers import chat, history
+from tests.integration.api.sessions_helpers import messages_of, settled
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
 )
@@ -99,3 +100,19 @@ def test_a_rewritten_text_part_keeps_its_other_fields(
     assert sent[0]["cache_control"] == cache and MARKS[case] in sent[0]["text"]
     with api(proxy) as http:
         assert read_all(http, f"fields-{case}", "call_page") == text
+
+
+@pytest.mark.parametrize("case", list(TEXTS))
+def test_the_sent_form_of_a_rewritten_result_of_parts_is_its_parts(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, case: str
+) -> None:
+    # ``?form=sent`` (what the console resends) rebuilt such a result as its text alone, or
+    # not at all, so a resent history read as an edited one.
+    sid = f"sent-{case}"
+    messages = history("call_page", TEXTS[case])
+    messages[-1]["content"] = [{"type": "text", "text": TEXTS[case]}, IMAGE]
+    chat(proxy, sid, messages)
+    with api(proxy) as http:
+        settled(http, sid, 4)
+        sent = [r["message"] for r in messages_of(http, sid, form="sent")]
+    assert sent[2]["content"] == messages[2]["content"]
