@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from proxy.cascade.eviction import drop_placeholder_handle, is_placeholder
 from proxy.cascade.observations import is_observation, observation_id
@@ -80,17 +81,36 @@ def drop_handles(messages: tuple[Message, ...], prefixes: Sequence[str]) -> tupl
     out: list[Message] | None = None
     for i, msg in enumerate(messages):
         content = msg.get("content")
-        if not isinstance(content, str):
+        parts: list[Any] | None = None  # a rewritten result sent as parts (``text.with_text``)
+        if isinstance(content, list):
+            parts = content
+            at = next((j for j, p in enumerate(parts) if _text_part(p)), -1)
+            if at < 0:
+                continue
+            text = parts[at]["text"]
+        elif isinstance(content, str):
+            text = content
+        else:
             continue
         if msg.get("role") == "tool":  # its one scan is the cut marker's (``drop_cut_handle``)
             own = str(msg.get("tool_call_id") or "")
-        elif HANDLE in content and _may_name(messages, i, prefixes):
+        elif HANDLE in text and _may_name(messages, i, prefixes):
             own = observation_id(msg)
         else:
             continue
-        text = drop_cut_handle(content, own)
-        text = _drop_compacted_handle(drop_placeholder_handle(text, own), own)
-        if text != content:
+        new = drop_cut_handle(text, own)
+        new = _drop_compacted_handle(drop_placeholder_handle(new, own), own)
+        if new != text:
             out = list(messages) if out is None else out
-            out[i] = {**msg, "content": text}
+            if parts is not None:
+                out[i] = {
+                    **msg,
+                    "content": [*parts[:at], {**parts[at], "text": new}, *parts[at + 1 :]],
+                }
+            else:
+                out[i] = {**msg, "content": new}
     return messages if out is None else tuple(out)
+
+
+def _text_part(part: object) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("text"), str)

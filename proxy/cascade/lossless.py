@@ -17,8 +17,8 @@ spills it, and the marker says so. The transforms:
   consecutively, becomes a pointer naming that result's ``tool_call_id`` and line range. The
   longest such run is taken among the last ``MAX_OCCURRENCES`` places each line occurs.
 
-The line transforms work on lines without their ending; the rewritten text joins them with
-``\\n`` (the original's endings are in the spill).
+The line transforms split lines at ``\\n`` or ``\\r\\n`` only (a form feed or U+2028 stays in its
+line, as a reader counts); the rewritten text joins them with ``\\n`` (endings: in the spill).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ _MEMO_CHARS = 32_000
 
 
 def lines_of(text: str) -> tuple[str, ...]:
-    """``text``'s lines without their endings.
+    """``text``'s lines without their endings (``\\n`` or ``\\r\\n``: module docstring).
 
     An agent resends its whole history, so each request compares a new result with the same
     earlier results as the last one did; their lines are memoised (the latest few hundred
@@ -131,14 +131,14 @@ def line_set_of(text: str) -> frozenset[str]:
 
 
 def _split(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
-    if len(text) > _MEMO_CHARS:
-        return _split_now(text)
-    return _memo_split(text)
+    return _split_now(text) if len(text) > _MEMO_CHARS else _memo_split(text)
 
 
 def _split_now(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
-    lines = tuple(text.splitlines())
-    return lines, frozenset(lines)
+    lines = text.replace("\r\n", "\n").split("\n")
+    if not text or text.endswith("\n"):
+        lines.pop()  # as ``splitlines``: no empty line after the last ending
+    return tuple(lines), frozenset(lines)
 
 
 _memo_split = functools.lru_cache(maxsize=256)(_split_now)

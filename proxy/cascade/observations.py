@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import content_text
+from proxy.cascade.text import content_text, with_text
 from proxy.cascade.truncation import truncate_tool_result
 from proxy.cascade.types import Event, Marks, Message, StageResult
 from proxy.config_context import RedactionConfig
@@ -108,7 +108,7 @@ def manage_observations(messages: tuple[Message, ...], step: StepInput) -> Stage
         if not new.lstrip().startswith(tuple(prefixes)):
             head = next(p for p in prefixes if p and text.lstrip().startswith(p))
             new = f"{head}\n{new}"
-        out[i] = {**msg, "content": new}
+        out[i] = {**msg, "content": with_text(msg.get("content"), new)}
         changed.append(i)
         events.extend(got.events)
     if not changed:

@@ -26,7 +26,7 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -144,7 +144,9 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
 
     The client resends the whole history, so the originals are at hand without a fetch; a
     pointer names only an id and line numbers, so a redacted earlier result leaks nothing
-    (the new result itself is never compacted when redacted)."""
+    (the new result itself is never compacted when redacted). A result whose id is not its
+    own alone (``_ambiguous``) is left out: ``read_tool_output`` reads an id's newest result,
+    so a pointer to it would send the model to other text."""
 
     def build() -> EarlierLines:
         found = [
@@ -152,9 +154,21 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
             for m in messages[:pos]
             if m.get("role") == "tool"
         ]
-        return EarlierLines.build(found[-EARLIER_RESULTS:])
+        taken = _ambiguous(Counter(cid for cid, _ in found), messages, pos)
+        return EarlierLines.build(r for r in found[-EARLIER_RESULTS:] if r[0] not in taken)
 
     return build
+
+
+def _ambiguous(seen: Counter[str], messages: Sequence[Message], pos: int) -> set[str]:
+    """The ids of ``seen`` (the tool results' before ``pos``, counted) that name more than
+    one result, or the new message's own: a client that numbers its calls afresh each turn
+    (``call_0``) reuses them."""
+    taken = {cid for cid, n in seen.items() if n > 1}
+    own = messages[pos].get("tool_call_id") if pos < len(messages) else None
+    if own:
+        taken.add(str(own))
+    return taken
 
 
 class EarlierResults:
@@ -173,6 +187,7 @@ class EarlierResults:
         self._scanned = 0
         # The latest results: [tool_call_id, text, (lines, line set) once indexed, or None].
         self._window: deque[list[Any]] = deque(maxlen=EARLIER_RESULTS)
+        self._seen: Counter[str] = Counter()  # every result's id so far
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
         """The tool results before ``pos``, as ``EarlierLines`` on demand."""
@@ -182,8 +197,10 @@ class EarlierResults:
                 if m.get("role") == "tool":
                     text = content_text(m.get("content"))
                     self._window.append([str(m.get("tool_call_id") or ""), text, None])
+                    self._seen[self._window[-1][0]] += 1
             self._scanned = max(self._scanned, pos)
-            kept = [entry for entry in self._window if entry[0] and entry[1]]
+            taken = _ambiguous(self._seen, self._messages, pos)
+            kept = [e for e in self._window if e[0] and e[1] and e[0] not in taken]
             for entry in kept:
                 if entry[2] is None:
                     entry[2] = (lines_of(entry[1]), line_set_of(entry[1]))

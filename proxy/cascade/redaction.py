@@ -49,10 +49,18 @@ _KEYWORD = (
     r"|auth[_-]?key|credentials?)"
 )
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
-# nulls, and values already redacted.
+# nulls, and values already redacted; and source code that names a token or password, which
+# a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
+# ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``), a comment
+# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``).
+_VALUE_CHAR = r"[^\s\"',;{}\[\]()<>]"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}(?:[\s,;}\])]|$))"
     r"(?!(?:true|false|null|none|nil|undefined)(?:[\s,;}\])]|$))"
+    r"(?!" + _VALUE_CHAR + r"{1,500}[(\[])"
+    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|$))"
+    r"(?!(?<=[ \t])#)"
+    r"(?!%[a-z](?![a-z0-9_]))"
 )
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
@@ -94,7 +102,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + r"(?![\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
     + _NOT_A_VALUE
-    + r"(?P<secret3>[^\s\"',;{}\[\]()<>]{1,500}))",
+    + r"(?P<secret3>"
+    + _VALUE_CHAR
+    + r"{1,500}))",
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["append_block", "content_text", "part_text"]
+__all__ = ["append_block", "content_text", "part_text", "with_text"]
 
 
 def part_text(part: Any, *, media: bool = False) -> str:
@@ -39,6 +39,44 @@ def content_text(content: Any, *, media: bool = False) -> str:
     if media:
         return json.dumps(content, ensure_ascii=False, default=str)
     return str(content)
+
+
+def _has_text(part: Any) -> bool:
+    return isinstance(part, str) or (
+        isinstance(part, Mapping) and any(isinstance(part.get(k), str) for k in ("text", "refusal"))
+    )
+
+
+_PLAIN = frozenset({"type", "text"})
+
+
+def with_text(content: Any, text: str) -> Any:
+    """``content`` with its text rewritten as ``text`` (a stage that cuts or compacts it):
+    ``text`` itself, unless ``content`` is a list of parts that holds more than text: a part
+    without text (an image, audio, a file), or a text part with other fields (a
+    ``cache_control`` breakpoint). Then ``text`` is one text part, with the text parts'
+    other fields, in the place of the first text part; the other text parts go, and every
+    other part stays where it was: only the text is rewritten, and a part without text
+    could not be read back."""
+    if not isinstance(content, list) or all(
+        isinstance(p, str) or (_has_text(p) and p.keys() <= _PLAIN) for p in content
+    ):
+        return text
+    fields: dict[str, Any] = {}
+    for part in content:
+        if isinstance(part, Mapping) and _has_text(part):
+            fields.update(part)
+    fields.pop("refusal", None)
+    merged = {**fields, "type": "text", "text": text}
+    out: list[Any] = []
+    placed = False
+    for part in content:
+        if not _has_text(part):
+            out.append(part)
+        elif not placed:
+            out.append(merged)
+            placed = True
+    return out if placed else [merged, *out]
 
 
 def append_block(msg: Mapping[str, Any], block: str) -> dict[str, Any]:

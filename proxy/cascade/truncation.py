@@ -18,7 +18,7 @@ import ahocorasick_rs
 
 from proxy.cascade.lossless import EarlierLines, compact_text, compacted_marker
 from proxy.cascade.redaction import compile_patterns, redact_message
-from proxy.cascade.text import content_text
+from proxy.cascade.text import content_text, with_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
 from proxy.config_context import RedactionConfig, ToolOutputConfig
 
@@ -158,7 +158,8 @@ def _compact(
             "compacted": done.how,
         },
     )
-    return Ingested({**msg, "content": new_text}, (event,), Spill(tool_call_id, text))
+    content = with_text(msg.get("content"), new_text)
+    return Ingested({**msg, "content": content}, (event,), Spill(tool_call_id, text))
 
 
 def truncate_tool_result(
@@ -218,7 +219,8 @@ def truncate_tool_result(
             "spilled": spill is not None,
         },
     )
-    return Ingested({**msg, "content": new_text}, (event,), spill, redacted)
+    content = with_text(msg.get("content"), new_text)
+    return Ingested({**msg, "content": content}, (event,), spill, redacted)
 
 
 def _header(id: str, start: int, end: int, total: int) -> str:

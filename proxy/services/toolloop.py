@@ -8,6 +8,7 @@ a bounded number of internal rounds. The client never sees these calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -93,14 +94,37 @@ def split_calls(message: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     return [c for c in calls if is_internal_call(c)], [c for c in calls if not is_internal_call(c)]
 
 
-def _int_arg(args: Mapping[str, Any], key: str) -> int | None:
+def _int_arg(args: Mapping[str, Any], key: str, least: int) -> int | None:
+    """``args[key]`` as an integer of at least ``least`` (one written as a JSON string or
+    as ``100.0`` too, forms models write), None when absent; raises ``ValueError`` naming
+    the argument otherwise, so the model is told rather than served another page."""
     value = args.get(key)
     if value is None:
         return None
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return None
+    n: int | None = None
+    if isinstance(value, float) and value.is_integer():
+        n = int(value)
+    elif isinstance(value, int | str) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            n = int(value)
+    if n is None or n < least:
+        raise ValueError(f"{key} must be an integer of at least {least}, not {json.dumps(value)}")
+    return n
+
+
+def _arguments(call: Mapping[str, Any]) -> tuple[str, int, int | None, str | None]:
+    """(id, offset, limit, grep) of a ``read_tool_output`` call; ``ValueError`` saying
+    which argument is unusable (the tool-outputs API answers the same values with a 400)."""
+    args = json.loads((call.get("function") or {}).get("arguments") or "{}")
+    if not isinstance(args, dict):
+        raise ValueError("arguments must be a JSON object")
+    target = args.get("id")
+    if not isinstance(target, str) or not target:
+        raise ValueError("id must be the tool_call_id a marker names")
+    grep = args.get("grep")
+    if grep is not None and not isinstance(grep, str):
+        raise ValueError(f"grep must be a string, not {json.dumps(grep)}")
+    return target, _int_arg(args, "offset", 0) or 0, _int_arg(args, "limit", 1), grep
 
 
 async def read_page(
@@ -136,21 +160,18 @@ async def answer_call(
 ) -> Message:
     """Execute one read_tool_output call; always returns a tool message (errors included)."""
     try:
-        args = json.loads((call.get("function") or {}).get("arguments") or "{}")
-        if not isinstance(args, dict):
-            raise ValueError("arguments must be a JSON object")
+        target, offset, limit, grep = _arguments(call)
     except ValueError as exc:
         text = f'read_tool_output: invalid arguments ({exc}); pass {{"id": "<tool_call_id>"}}'
     else:
-        target = str(args.get("id") or "")
         page = await read_page(
             conn,
             tenant=tenant,
             session_id=session_id,
             tool_call_id=target,
-            offset=_int_arg(args, "offset") or 0,
-            limit=_int_arg(args, "limit"),
-            grep=args.get("grep") if isinstance(args.get("grep"), str) else None,
+            offset=offset,
+            limit=limit,
+            grep=grep,
             max_chars=max_chars,
         )
         text = (

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from proxy.cascade.text import with_text
 from proxy.cascade.truncation import is_cut_from
 from proxy.history import chain_hash
 from proxy.store.nul import decode
@@ -61,10 +62,13 @@ def _rebuilt(row: Any, spills: Sequence[tuple[datetime, str]]) -> Any:
     parts); else None. The spill written with the row (one statement) is tried first."""
     message, at = dict(row["message"]), row["created_at"]
     texts = [decode(raw) for _, raw in sorted(spills, key=lambda s: abs(s[0] - at))]
+    parts = message.get("content") if isinstance(message.get("content"), list) else None
     for text in texts:
-        candidate = message | {"content": text}
-        if chain_hash(row["prev"], candidate) == row["hash"]:
-            return candidate
+        # sent as a string; or as parts the rewrite kept (``with_text``: an image beside)
+        for content in (text,) if parts is None else (text, with_text(parts, text)):
+            candidate = message | {"content": content}
+            if chain_hash(row["prev"], candidate) == row["hash"]:
+                return candidate
     cut = message.get("content")
     for text in texts:
         if isinstance(cut, str) and is_cut_from(cut, text):

@@ -157,3 +157,34 @@ def test_compact_false_sends_results_unchanged(
         server.stop()
     sent = sent_results(fake_upstream.bodies()[-1])
     assert sent == {"call_json": JSON_RESULT, "call_log": LOG}
+
+
+@pytest.mark.parametrize("separator", ["\f", "\x1e", "\x85", "\u2028"], ids=repr)
+def test_a_pointer_counts_lines_by_newlines_and_the_rest_is_sent_as_written(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, separator: str
+) -> None:
+    # Python's str.splitlines also breaks at a form feed (a page break in C and Python
+    # sources), \x1c-\x1e, NEL and U+2028/9: the pointer's line numbers were off by one per
+    # such character from the lines a reader counts, and the compacted text the model read
+    # had a newline where the tool wrote it.
+    listing = "".join(f"src/pkg/module_{i:03d}.py  {i * 97} bytes\n" for i in range(40))
+    first = f"page one\n{separator}\n{listing}"
+    messages = [
+        {"role": "user", "content": "list"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("ls", {}, id="call_a")]},
+        {"role": "tool", "tool_call_id": "call_a", "content": first},
+    ]
+    client = sdk(proxy, f"lines-{ord(separator)}")
+    client.chat.completions.create(model="gpt-4o", messages=messages, tools=CLIENT_TOOLS)
+    again = f"total 40 {separator} files\n{listing}"
+    messages += [
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("ls", {}, id="call_b")]},
+        {"role": "tool", "tool_call_id": "call_b", "content": again},
+    ]
+    client.chat.completions.create(model="gpt-4o", messages=messages, tools=CLIENT_TOOLS)
+    sent = sent_results(fake_upstream.bodies()[-1])["call_b"]
+    pointer = re.search(r"\[40 lines: same as lines (\d+)-(\d+) of tool result call_a\]", sent)
+    assert pointer is not None, sent
+    a, b = int(pointer[1]), int(pointer[2])
+    assert "\n".join(first.split("\n")[a - 1 : b]) == listing.rstrip("\n")
+    assert f"\ntotal 40 {separator} files\n" in sent

@@ -68,3 +68,24 @@ def test_a_reused_id_whose_newest_result_was_redacted_serves_no_older_one(
     tool, served = _two_turns(proxy, fake_upstream, "redacted", blob(9000, "old"), second)
     assert served.status_code == 404, served.text
     assert "no stored output" in tool and "old:" not in tool
+
+
+LISTING = "".join(f"src/pkg/module_{i:03d}.py  {i * 97} bytes\n" for i in range(50))
+
+
+@pytest.mark.parametrize("third_id", ["call_1", "call_0"], ids=["another-id", "its-own-id"])
+def test_a_pointer_never_names_an_id_that_reads_back_another_result(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, third_id: str
+) -> None:
+    # Turn 1's call_0 lists the files, turn 2's call_0 says something else; turn 3 lists
+    # them again. "same as lines 1-50 of tool result call_0" would send the model to turn
+    # 2's text (the newest under the id), or name the result itself: an ambiguous id is
+    # never a pointer's target, and the lines stay (compacted no other way here).
+    messages = history("call_0", LISTING, tag="a")
+    chat(proxy, "pointer", messages)
+    messages += [{"role": "assistant", "content": "ok"}, *history("call_0", "nothing", tag="b")]
+    chat(proxy, "pointer", messages)
+    again = "total 50\n" + LISTING
+    messages += [{"role": "assistant", "content": "ok"}, *history(third_id, again, tag="c")]
+    chat(proxy, "pointer", messages)
+    assert fake_upstream.bodies()[-1]["messages"][-1]["content"] == again

@@ -77,6 +77,9 @@ def test_unterminated_pem_block_is_redacted() -> None:
             f"curl -H 'authorization: bearer {REDACTED}'",
         ),
         ("Authorization: Basic dXNlcjpwYXNz", f"Authorization: Basic {REDACTED}"),
+        ("PASSWORD=#n0t-a-comment", f"PASSWORD={REDACTED}"),
+        ("password: strong-one", f"password: {REDACTED}"),
+        ("token: %sx9", f"token: {REDACTED}"),
     ],
 )
 def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str) -> None:
@@ -93,6 +96,13 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "the task-force ran a risk-assessment-framework-document-v2",
         "token_count: 12.5",
         "ordinary prose about passwords and tokens",
+        # source code that names a token or password (a coding agent reads and edits it)
+        "token = cast(MetaSegment, token)",
+        "def f(tokens: Sequence[BaseSegment]) -> None:",
+        "csrfToken = document.querySelector('meta')",
+        "def login(user: str, password: str) -> None:",
+        "if not tokens:  # pragma: no cover",
+        'log.info("Lexed tokens: %s", tokens)',
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:
