@@ -250,15 +250,16 @@ class Lent:
 
 # The authority's password runs to the last "@" of the URL (an unencoded "@", "/" or space
 # in it is a common mistake, asyncpg connects with a space in it, and what follows the first
-# one is not the host); "password=" is a query parameter or a libpq "key=value" DSN's word,
-# quoted or not.
+# one is not the host); "password=" and "sslpassword=" (the client key's passphrase) are
+# query parameters or a libpq "key=value" DSN's words, quoted or not.
 _DSN_SECRETS = re.compile(
-    r"(://[^:/@?#\s]*:).*(@)|((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
+    r"(://[^:/@?#\s]*:).*(@)|((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)"
 )
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the authority, or as ``password=``) replaced by ***."""
+    """``dsn`` with its password (in the authority, or as ``password=``) and its client key's
+    passphrase (``sslpassword=``) replaced by ***."""
     return _DSN_SECRETS.sub(lambda m: f"{m[1]}***{m[2]}" if m[1] else f"{m[3]}***", dsn)
 
 
