@@ -248,7 +248,10 @@ class Upstream:
         return self.client.build_request(
             method,
             self._url(provider.base_url, target, path, cache=params is None),
-            headers=headers,
+            # a client's header as the bytes it sent, which the ASGI server decoded as
+            # Latin-1: httpx encodes text as ASCII unless told otherwise, and raises on a
+            # visible octet HTTP allows (a "café" in a User-Agent)
+            headers=httpx.Headers(headers, encoding="latin-1"),
             content=content,
             params=params,
             timeout=timeout,
