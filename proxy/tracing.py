@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -87,6 +88,19 @@ def _one_line(span: Any) -> str:
     return str(span.to_json(indent=None)) + "\n"
 
 
+def _service_name(env: Mapping[str, str]) -> str:
+    """OpenTelemetry's order: ``OTEL_SERVICE_NAME``, else the ``service.name`` of
+    ``OTEL_RESOURCE_ATTRIBUTES`` (the SDK reads that variable too, but a name given to
+    ``Resource.create`` wins over it), else ``cascade-proxy``."""
+    if name := env.get("OTEL_SERVICE_NAME"):
+        return name
+    for pair in (env.get("OTEL_RESOURCE_ATTRIBUTES") or "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == "service.name" and value.strip():
+            return unquote(value.strip())
+    return "cascade-proxy"
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
@@ -114,7 +128,7 @@ def build_tracing(
             "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT or CASCADE_TRACING) but OpenTelemetry "
             "is not installed: pip install 'cascade-proxy[tracing]'"
         ) from exc
-    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "cascade-proxy"})
+    resource = Resource.create({"service.name": _service_name(env)})
     sdk = SdkProvider(resource=resource)
     if mode == "console":
         # sys.stdout as it is now, not as it was when OpenTelemetry was first imported; one
