@@ -44,7 +44,7 @@ class Tracing:
     """The app's tracer, and whether it owns (and so shuts down) its provider."""
 
     def __init__(self, provider: TracerProvider, *, owned: bool) -> None:
-        from opentelemetry.trace import SpanKind, set_span_in_context
+        from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         self.provider = provider
         self.owned = owned
@@ -52,6 +52,9 @@ class Tracing:
         self._server = SpanKind.SERVER
         self._client = SpanKind.CLIENT
         self._in = set_span_in_context
+        # no description: the status says that it failed, ``error.type`` how; a message
+        # could quote what the proxy must not export
+        self.failed = Status(StatusCode.ERROR)
 
     def start_request(self, method: str) -> Span:
         """The request's span; named ``METHOD route`` once the route is known."""
