@@ -101,3 +101,11 @@ def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
     assert len(warned) == 1, done.stderr
     assert "WARNING" in warned[0] and "did you mean CASCADE_PORT?" in warned[0]
     assert "s3cret-value" not in done.stderr
+
+
+@pytest.mark.parametrize("value", ["JSON", "Json", " json "])
+def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the refusal written before the settings exist reads it (``format_from_env``), and
+    as ``CASCADE_LOG_LEVEL`` is read: ``JSON`` was refused, in a JSON line."""
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", value)
+    assert Settings().log_format == "json"
