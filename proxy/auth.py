@@ -47,6 +47,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from starlette._utils import get_route_path
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -210,8 +211,11 @@ class ProxyAuth:
             )(scope, receive, send)
 
     def _refusal(self, scope: Scope, cfg: Config) -> str | None:
-        """Why the request may not pass, or None (with ``PROXY_KEY`` set when a key let it)."""
-        path: str = scope["path"]
+        """Why the request may not pass, or None (with ``PROXY_KEY`` set when a key let it).
+        The path judged is the one the router routes: under a ``root_path`` (uvicorn's
+        ``--root-path``) the server puts the prefix in front of ``path``, and the router
+        takes it off (Starlette's own helper, which FastAPI's router uses too)."""
+        path = get_route_path(scope)
         if path in OPEN_PATHS or (
             scope.get("method") in ("GET", "HEAD")
             and (path == UI_PREFIX or path.startswith(UI_PREFIX + "/"))

@@ -45,6 +45,18 @@ def origin_of(url: str) -> str:
     return url.rstrip("/")
 
 
+def _shown(url: str) -> str:
+    """``url`` as an error names it: without the user and password a reverse proxy's basic
+    auth puts in it (stderr ends up in CI logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
 # a model name another client sent) printed raw would drive the operator's terminal (ESC
 # and OSC sequences recolour, retitle, rewrite it).
@@ -250,19 +262,19 @@ def call_api(
         )
     except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
         print(
-            f"cannot reach the proxy at {url}: not a URL ({exc}); give one as "
+            f"cannot reach the proxy at {_shown(url)}: not a URL ({exc}); give one as "
             "http://host:port with --url or CASCADE_URL",
             file=sys.stderr,
         )
         return 2
     except httpx.TransportError as exc:
-        print(f"cannot reach the proxy at {url}: {exc}", file=sys.stderr)
+        print(f"cannot reach the proxy at {_shown(url)}: {exc}", file=sys.stderr)
         return 2
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
         said = printable(resp.text[:500])
-        print(f"{url} answered {resp.status_code} with no JSON: {said}", file=sys.stderr)
+        print(f"{_shown(url)} answered {resp.status_code} with no JSON: {said}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(answer, indent=2))

@@ -11,7 +11,8 @@ No label carries a session id or a tenant: ``route`` is the route's template
 (``/s/{session_id}/v1/chat/completions``), never the path, and a request no route takes is
 ``route="none"``. ``gen_ai_client_token_usage`` follows OpenTelemetry's GenAI semantic
 conventions (``gen_ai.client.token.usage``), its attribute names in Prometheus form. Its
-``gen_ai_request_model`` is the client's ``model``, so it is bounded: the first
+``gen_ai_request_model`` is the model sent upstream, the client's own ``model`` unless the
+agent names one, so it is bounded: the first
 ``MODEL_LABELS`` distinct names a process sees that are short printable tokens, then
 ``other`` (a client sending a fresh name on every request would otherwise add series
 without end, each one kept for the life of the process).

@@ -114,8 +114,9 @@ class RequestObs:
             return
         if status is not None:
             span.set_attribute("http.response.status_code", status)
-        if status is None or status >= 400:
+        if status is None or status >= 400:  # a client span's 4xx is an error too (OTel HTTP)
             span.set_attribute("error.type", str(status or "unreachable"))
+            self._failed(span)
         end = time.time_ns()
         if self.done:  # a background call outliving its request: nothing more will come
             span.end(end_time=end)
@@ -131,6 +132,11 @@ class RequestObs:
         if usage:
             _set_usage(span, usage)
         span.end(end_time=end)
+
+    def _failed(self, span: Any) -> None:
+        """Mark ``span`` failed (its status; ``error.type`` says how)."""
+        if (tracing := self.observer.tracing) is not None:
+            span.set_status(tracing.failed)
 
     def finish_span(self, method: str, route: str, status: int) -> None:
         self.done = True
@@ -152,8 +158,9 @@ class RequestObs:
             attributes["cascade.compaction"] = self.compaction
         if self.occupancy is not None:
             attributes["cascade.session.occupancy"] = self.occupancy
-        if status >= 500:
+        if status >= 500:  # a server span's 4xx is the client's error, not the span's
             attributes["error.type"] = str(status)
+            self._failed(span)
         span.set_attributes(attributes)
         span.end()
 

@@ -104,10 +104,11 @@ class Settings(BaseSettings):
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
     embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower_level(cls, value: object) -> object:
-        """``INFO`` as well as ``info``; an unknown name is refused at start, not by logging."""
+        """``INFO`` as well as ``info``, ``JSON`` as well as ``json`` (as ``format_from_env``
+        reads it); an unknown name is refused at start, not by logging."""
         return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("cors_origins")

@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -43,7 +44,7 @@ class Tracing:
     """The app's tracer, and whether it owns (and so shuts down) its provider."""
 
     def __init__(self, provider: TracerProvider, *, owned: bool) -> None:
-        from opentelemetry.trace import SpanKind, set_span_in_context
+        from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         self.provider = provider
         self.owned = owned
@@ -51,6 +52,9 @@ class Tracing:
         self._server = SpanKind.SERVER
         self._client = SpanKind.CLIENT
         self._in = set_span_in_context
+        # no description: the status says that it failed, ``error.type`` how; a message
+        # could quote what the proxy must not export
+        self.failed = Status(StatusCode.ERROR)
 
     def start_request(self, method: str) -> Span:
         """The request's span; named ``METHOD route`` once the route is known."""
@@ -87,6 +91,19 @@ def _one_line(span: Any) -> str:
     return str(span.to_json(indent=None)) + "\n"
 
 
+def _service_name(env: Mapping[str, str]) -> str:
+    """OpenTelemetry's order: ``OTEL_SERVICE_NAME``, else the ``service.name`` of
+    ``OTEL_RESOURCE_ATTRIBUTES`` (the SDK reads that variable too, but a name given to
+    ``Resource.create`` wins over it), else ``cascade-proxy``."""
+    if name := env.get("OTEL_SERVICE_NAME"):
+        return name
+    for pair in (env.get("OTEL_RESOURCE_ATTRIBUTES") or "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == "service.name" and value.strip():
+            return unquote(value.strip())
+    return "cascade-proxy"
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
@@ -114,7 +131,7 @@ def build_tracing(
             "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT or CASCADE_TRACING) but OpenTelemetry "
             "is not installed: pip install 'cascade-proxy[tracing]'"
         ) from exc
-    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "cascade-proxy"})
+    resource = Resource.create({"service.name": _service_name(env)})
     sdk = SdkProvider(resource=resource)
     if mode == "console":
         # sys.stdout as it is now, not as it was when OpenTelemetry was first imported; one

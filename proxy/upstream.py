@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.errors import UpstreamUnavailable
+from proxy.errors import ProxyError, UpstreamUnavailable
 from proxy.jsonio import loads
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
@@ -185,6 +185,13 @@ class Upstream:
         key = self._env.get(provider.api_key_env) if provider.api_key_env else None
         key = key.strip() if key else key  # a secret written with a trailing newline
         if key:
+            if not (key.isascii() and key.isprintable()):
+                # refused here: the transport's own error would quote the header, key and all
+                raise ProxyError(
+                    f"{provider_name(provider)}'s key in ${provider.api_key_env} holds a "
+                    "character no HTTP header can carry (a line break, a control or non-ASCII "
+                    "character); correct the variable and restart the proxy"
+                )
             headers["authorization"] = f"Bearer {key}"
         elif auth := client_headers.get("authorization"):
             headers["authorization"] = auth
@@ -241,7 +248,10 @@ class Upstream:
         return self.client.build_request(
             method,
             self._url(provider.base_url, target, path, cache=params is None),
-            headers=headers,
+            # a client's header as the bytes it sent, which the ASGI server decoded as
+            # Latin-1: httpx encodes text as ASCII unless told otherwise, and raises on a
+            # visible octet HTTP allows (a "café" in a User-Agent)
+            headers=httpx.Headers(headers, encoding="latin-1"),
             content=content,
             params=params,
             timeout=timeout,

@@ -20,6 +20,7 @@ from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, Unauthorized
 from proxy.jsonio import loads
+from proxy.requestlog import note_session
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
@@ -196,8 +197,10 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
 async def get_session_id(
     request: Request, session_id: str, pool: PoolDep, tenant: TenantDep
 ) -> str:
-    """The path's session id: valid (else 400) and one the key reaches (``reach_session``)."""
+    """The path's session id: valid (else 400) and one the key reaches (``reach_session``);
+    named on the access line and in ``X-Session-Id``, as a chat's session is."""
     sid = session_path_id(session_id)
+    note_session(sid)
     await reach_session(request, pool, tenant, sid)
     return sid
 

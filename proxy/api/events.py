@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
+from proxy.auth import PROXY_KEY
 from proxy.bus import SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.store import events as store, nul, sessions
@@ -85,6 +86,22 @@ class _Cursor:
         self.sent = {i for i in self.sent if i > self.mark}
 
 
+async def _lost(request: Request, pool: Any, tenant: str, session_id: str) -> bool:
+    """Whether the stream's proxy key no longer reaches its session: the key is gone from
+    the config in force (revoked, or its ``agents`` changed), or, for a key limited to some
+    agents, the session now runs another (a request of another key moved it). The gate
+    judged the key when the stream opened; a stream can outlive that judgement by days."""
+    key = request.scope.get(PROXY_KEY)
+    if key is None:  # pass-through: the bearer is the tenant, nothing to revoke
+        return False
+    if key not in request.state.config.current.auth.keys:
+        return True
+    if key.agents is None:
+        return False
+    agent = await sessions.fetchval_agent(pool, tenant=tenant, session_id=session_id)
+    return agent is not None and agent not in key.agents
+
+
 async def _stream(
     request: Request, pool: Any, bus: EventBus, tenant: str, session_id: str, after: int
 ) -> AsyncIterator[dict[str, Any]]:
@@ -100,7 +117,9 @@ async def _stream(
     The stream ends, the server closing it, once its session is deleted: at once when the
     bus says so (``SESSION_GONE``, from any replica), else at the next catch-up, which
     finds no session. A client that reconnects (an ``EventSource`` does) gets the 404 of a
-    missing session. No frame says why: the 404 does.
+    missing session. No frame says why: the 404 does. It ends the same way, before its next
+    frame or catch-up, once its key no longer reaches the session (``_lost``): the
+    reconnect is then a 401 or a 403.
     """
     async with bus.subscribe(tenant, session_id) as queue:
         cursor = _Cursor(after)
@@ -112,6 +131,8 @@ async def _stream(
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
             except TimeoutError:
+                if await _lost(request, pool, tenant, session_id):
+                    return
                 async for frame in cursor.catch_up(pool, tenant, session_id):
                     yield frame
                 due = loop.time() + CATCH_UP_SECONDS
@@ -119,6 +140,8 @@ async def _stream(
             if event is SESSION_GONE:
                 return
             if event.id is None or cursor.take(event.id):
+                if await _lost(request, pool, tenant, session_id):
+                    return
                 yield _frame(event)
 
 

@@ -18,11 +18,12 @@ __all__ = ["redact_dsn"]
 # "@" in that first run: it runs on to the next "@" on the line, unless a "/", "?" or "#"
 # comes first (a path: "host:5432/db", so no password) or the run is a port ("host:5432").
 _URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)(?:[^@\s]*@(?:[^@\s/?#]*@)*|(?!\d+\b)[^@/?#\n]*@)")
-# "password=": a query parameter, or a word of libpq's "key=value" DSN, quoted or not.
-_PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)")
+# "password=" and "sslpassword=" (the client key's passphrase): a query parameter, or a word
+# of libpq's "key=value" DSN, quoted or not.
+_PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)")
 
 
 def redact_dsn(text: str) -> str:
-    """``text`` with each URL's password (in the authority, or as ``password=``) replaced
-    by ***."""
+    """``text`` with each URL's password (in the authority, or as ``password=``) and its
+    client key's passphrase (``sslpassword=``) replaced by ***."""
     return _PARAM_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))

@@ -39,3 +39,15 @@ def test_a_malformed_cascade_url_is_one_line_and_exit_2(
 def test_no_proxy_listening_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sessions", "ls", "--url", f"http://127.0.0.1:{_closed_port()}"]) == 2
     assert "cannot reach the proxy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
+def test_a_password_in_the_url_is_not_printed(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A proxy behind a reverse proxy's basic auth is reached as http://user:password@host;
+    the error names the host, not the password (stderr ends up in CI logs)."""
+    port = _closed_port()
+    assert main([*command, "--url", f"http://ops:TOPSECRET@127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"http://127.0.0.1:{port}" in err and "TOPSECRET" not in err, err

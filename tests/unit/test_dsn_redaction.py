@@ -31,6 +31,12 @@ SECRET = "TOPSECRET"
         ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:***@h:5432/db"),
         ("postgres://u@h/db?password=TOPSECRET", "postgres://u@h/db?password=***"),
         ("postgres://u@h/db", "postgres://u@h/db"),
+        # the client key's passphrase, which asyncpg reads from the URL as libpq does
+        (
+            "postgresql://u:TOPSECRET@h/db?sslmode=verify-full&sslpassword=TOPSECRET",
+            "postgresql://u:***@h/db?sslmode=verify-full&sslpassword=***",
+        ),
+        ("host=h sslpassword=TOPSECRET dbname=x", "host=h sslpassword=*** dbname=x"),
     ],
 )
 def test_the_password_is_masked_in_every_form(dsn: str, shown: str) -> None:

@@ -166,3 +166,11 @@ def test_a_cors_origin_with_a_path_refuses_the_start_naming_the_variable(
     assert done.returncode != 0
     refusals = [line for line in done.stderr.splitlines() if "CASCADE_CORS_ORIGINS" in line]
     assert len(refusals) == 1 and "entry 1 has a path" in refusals[0], done.stderr
+
+
+@pytest.mark.parametrize("value", ["JSON", "Json", " json "])
+def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the refusal written before the settings exist reads it (``format_from_env``), and
+    as ``CASCADE_LOG_LEVEL`` is read: ``JSON`` was refused, in a JSON line."""
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", value)
+    assert Settings().log_format == "json"

@@ -79,3 +79,19 @@ def test_with_tracing_off_no_span_is_made_and_the_sdk_is_not_loaded() -> None:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CASCADE_"))}
     run_python(code, env=env)
+
+
+def test_a_service_name_in_the_resource_attributes_is_kept() -> None:
+    """OpenTelemetry's own rule: ``OTEL_SERVICE_NAME``, else the ``service.name`` of
+    ``OTEL_RESOURCE_ATTRIBUTES``; the proxy's default only when neither names one."""
+    attributes = "deployment.environment=prod,service.name=billing%20proxy"
+    named = {"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE, "OTEL_RESOURCE_ATTRIBUTES": attributes}
+    for env, expected in [
+        (named, "billing proxy"),
+        ({**named, "OTEL_SERVICE_NAME": "cascade-test"}, "cascade-test"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}, "cascade-proxy"),
+    ]:
+        tracing = build_tracing("", env=env)
+        assert tracing is not None
+        assert tracing.provider.resource.attributes["service.name"] == expected  # type: ignore[attr-defined]
+        tracing.shutdown()

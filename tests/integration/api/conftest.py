@@ -33,9 +33,9 @@ here run through it unchanged."""
 
 class ProxyServer:
     """Runs ``create_app(settings, **app_kwargs)`` under uvicorn in a thread; ``.url`` ends
-    in ``/v1``."""
+    in ``/v1``. ``root_path``: uvicorn's ``--root-path`` (a proxy mounted under a prefix)."""
 
-    def __init__(self, settings: Settings, **app_kwargs: Any) -> None:
+    def __init__(self, settings: Settings, *, root_path: str = "", **app_kwargs: Any) -> None:
         for route in ROUTES:
             settings = route(settings)
         self.settings = settings
@@ -48,6 +48,7 @@ class ProxyServer:
             access_log=False,
             lifespan="on",
             ws="none",
+            root_path=root_path,
         )
         self._server = _Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)

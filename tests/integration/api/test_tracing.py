@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.settings import Settings
 from tests.fakes.replies import reply
@@ -125,6 +125,27 @@ def test_a_request_the_provider_refuses_still_has_its_spans(
     (request,) = by_kind(spans, SpanKind.SERVER)
     assert attrs(attempt)["error.type"] == "429"
     assert attrs(request)["http.response.status_code"] == 429
+    # OpenTelemetry's HTTP conventions: a client span's 4xx is an error, a server span's is not
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert request.status.status_code is StatusCode.UNSET
+
+
+def test_a_provider_failure_marks_both_spans_failed(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """Trace viewers find failures by the span's status: an ``error.type`` alone leaves a
+    failed call and its request shown as succeeded."""
+    from tests.fakes.replies import error
+
+    fake_upstream.script(error(500))
+    assert post_chat(traced.origin, CHAT, "failed").status_code == 500
+    spans = finished(exporter)
+    (attempt,) = by_kind(spans, SpanKind.CLIENT)
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    assert attrs(request)["error.type"] == "500"
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert request.status.status_code is StatusCode.ERROR
+    assert not attempt.status.description and not request.status.description  # no message
 
 
 def test_no_span_without_a_provider(
