@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -279,6 +280,29 @@ def test_a_frame_never_allowed_ends_the_body_there(fake_upstream: FakeUpstream) 
     resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={}, timeout=10)
 
     assert resp.text == "data: 1\n\n"
+    assert pacer.expired
+
+
+def test_a_pacer_for_the_first_frame_holds_a_whole_answer_until_allowed(
+    fake_upstream: FakeUpstream,
+) -> None:
+    pacer = Pacer(first=True)
+    fake_upstream.script(reply("held", pacer=pacer))
+    with ThreadPoolExecutor(1) as pool:
+        url = f"{fake_upstream.url}/chat/completions"
+        answer = pool.submit(httpx.post, url, json={}, timeout=10)
+        fake_upstream.wait_for_requests(1)
+        pacer.allow(10)  # the headers and the body
+        assert answer.result(10).json()["choices"][0]["message"]["content"] == "held"
+    assert not pacer.expired
+
+
+def test_a_whole_answer_never_allowed_is_a_504(fake_upstream: FakeUpstream) -> None:
+    pacer = Pacer(patience=0.2, first=True)
+    fake_upstream.script(reply("never", pacer=pacer))
+    resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={}, timeout=10)
+
+    assert (resp.status_code, resp.text) == (504, "")
     assert pacer.expired
 
 
