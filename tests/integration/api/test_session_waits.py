@@ -33,7 +33,9 @@ from tests.integration.conftest import column
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 TENANT = tenant_from_bearer(AUTH["authorization"])
-LEAST = 0.25  # how long the first request holds the session once the second one waits
+HOLD = 1.0  # how long the first request holds the session once the second one waits
+LEAST = HOLD / 4  # of which the wait measured holds at least this much: a lease's wait is
+# its pauses between tries, and a loaded machine's tries take some of the time
 WAIT = "cascade_session_wait_seconds"
 
 
@@ -48,7 +50,7 @@ def behind_a_slow_request(
 ) -> tuple[str, httpx.Response]:
     """Send a streamed request to ``first`` whose answer the provider holds back; once it
     runs, call ``second()``, and once ``waiting()`` says that one waits for the session, let
-    the answer end ``LEAST`` seconds later. Returns the slow request's id and what
+    the answer end ``HOLD`` seconds later. Returns the slow request's id and what
     ``second`` answered."""
     pacer = Pacer()
     fake.script(reply("slow", chunks=2, pacer=pacer))
@@ -65,7 +67,7 @@ def behind_a_slow_request(
     waiter = run("second", second)
     try:
         assert wait_for(waiting, timeout=10), "the second request never waited"
-        time.sleep(LEAST)  # the wait it measures is at least this long
+        time.sleep(HOLD)
     finally:
         pacer.allow(10)
         slow.join(20)
