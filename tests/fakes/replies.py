@@ -41,10 +41,16 @@ class Pacer:
     times. A frame not allowed within ``patience`` seconds ends the body there, without the
     rest (:attr:`expired` is then set): a proxy that held the stream back gets only part of
     it, and the test reading it fails on what it got, not by hanging.
+
+    With ``first=True`` the response's headers and first frame wait too, for one more
+    :meth:`allow` (frame ``i`` for ``i + 1``): a whole answer the provider holds until the
+    test lets it come (``allow`` enough for all of it), like a ``first_byte_delay`` of
+    however long the test needs. Run out of patience there, it is a 504 with no body.
     """
 
-    def __init__(self, patience: float = 20.0) -> None:
+    def __init__(self, patience: float = 20.0, *, first: bool = False) -> None:
         self.patience = patience
+        self.first = first
         self.expired = False
         self._allowed = 0
         self._lock = threading.Lock()
@@ -56,7 +62,7 @@ class Pacer:
 
     def allows(self, frame: int) -> bool:
         with self._lock:
-            return frame <= self._allowed
+            return frame + int(self.first) <= self._allowed
 
 
 @dataclass(frozen=True, slots=True)

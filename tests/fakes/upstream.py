@@ -294,6 +294,14 @@ class FakeUpstream:
         """Send ``r``; False when the client disconnected first."""
         if r.first_byte_delay and await _client_left(watcher, r.first_byte_delay):
             return False
+        if r.pacer is not None and r.pacer.first:
+            allowed = await _paced(r.pacer, 0, watcher)
+            if allowed is None:
+                return False
+            if not allowed:
+                await send({"type": "http.response.start", "status": 504, "headers": []})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return True
         headers = dict(r.headers)
         if "event-stream" not in headers.get("content-type", "") and r.reset_after is None:
             headers.setdefault("content-length", str(len(r.body)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -217,26 +218,39 @@ def test_first_token_delay_sends_headers_first(fake_upstream: FakeUpstream) -> N
     body = {"messages": [], "stream": True}
     start = time.monotonic()
     with httpx.stream("POST", f"{fake_upstream.url}/chat/completions", json=body) as resp:
-        headers_at = time.monotonic() - start
         next(resp.iter_lines())
-        first_frame_at = time.monotonic() - start
+        assert time.monotonic() - start >= 0.3  # the first frame waited
 
-    # The headers come a delay's length before the first frame, however late a loaded
-    # machine lets both arrive: held back with the token, the two would come together.
-    assert first_frame_at - headers_at >= 0.25
-    assert first_frame_at >= 0.3
+
+def test_first_token_delay_does_not_hold_back_the_headers(fake_upstream: FakeUpstream) -> None:
+    # The headers come while the first token is still held back: held with it, they would
+    # take the whole delay, far past the client's timeout.
+    fake_upstream.script(reply("x", first_token_delay=60))
+    body = {"messages": [], "stream": True}
+    with httpx.stream(
+        "POST", f"{fake_upstream.url}/chat/completions", json=body, timeout=10
+    ) as resp:
+        assert resp.status_code == 200
+    assert _disconnects(fake_upstream) == [0]  # it left while the token waited
 
 
 def test_client_disconnect_is_recorded(fake_upstream: FakeUpstream) -> None:
-    fake_upstream.script(reply("a b c d e f", chunks=6, chunk_delay=0.05))
+    # The rest of the answer waits for the test, which never lets it go: the client leaves
+    # while the fake still has frames to send.
+    fake_upstream.script(reply("a b c d e f", chunks=6, pacer=Pacer()))
     body = {"messages": [], "stream": True}
     with httpx.stream("POST", f"{fake_upstream.url}/chat/completions", json=body) as resp:
         next(resp.iter_lines())
-    deadline = time.monotonic() + 2
-    while not fake_upstream.disconnects and time.monotonic() < deadline:
-        time.sleep(0.01)
 
-    assert fake_upstream.disconnects == [0]
+    assert _disconnects(fake_upstream) == [0]
+
+
+def _disconnects(fake: FakeUpstream) -> list[int]:
+    """The fake's disconnects once it saw one (within 5 s): it notices a little later."""
+    deadline = time.monotonic() + 5
+    while not fake.disconnects and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return fake.disconnects
 
 
 def test_raw_frames_are_sent_verbatim(fake_upstream: FakeUpstream) -> None:
@@ -266,6 +280,29 @@ def test_a_frame_never_allowed_ends_the_body_there(fake_upstream: FakeUpstream) 
     resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={}, timeout=10)
 
     assert resp.text == "data: 1\n\n"
+    assert pacer.expired
+
+
+def test_a_pacer_for_the_first_frame_holds_a_whole_answer_until_allowed(
+    fake_upstream: FakeUpstream,
+) -> None:
+    pacer = Pacer(first=True)
+    fake_upstream.script(reply("held", pacer=pacer))
+    with ThreadPoolExecutor(1) as pool:
+        url = f"{fake_upstream.url}/chat/completions"
+        answer = pool.submit(httpx.post, url, json={}, timeout=10)
+        fake_upstream.wait_for_requests(1)
+        pacer.allow(10)  # the headers and the body
+        assert answer.result(10).json()["choices"][0]["message"]["content"] == "held"
+    assert not pacer.expired
+
+
+def test_a_whole_answer_never_allowed_is_a_504(fake_upstream: FakeUpstream) -> None:
+    pacer = Pacer(patience=0.2, first=True)
+    fake_upstream.script(reply("never", pacer=pacer))
+    resp = httpx.post(f"{fake_upstream.url}/chat/completions", json={}, timeout=10)
+
+    assert (resp.status_code, resp.text) == (504, "")
     assert pacer.expired
 
 

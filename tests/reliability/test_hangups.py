@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, ProxyServer
@@ -96,7 +96,9 @@ def test_two_hundred_hang_ups_cancel_upstream_and_leak_nothing(
 ) -> None:
     """Client hang-ups mid-stream: upstream cancelled, no growth in tasks, fds, connections."""
     proxy = counted
-    fake_upstream.default = reply("word " * 200, chunks=100, chunk_delay=0.03)
+    # Every answer stops after its first frame until its client hung up (its Pacer never
+    # lets the rest go): the hang-up always lands while the provider is still sending.
+    fake_upstream.default = lambda _: reply("word " * 200, chunks=100, pacer=Pacer())
     sids = [f"hang-{k}" for k in range(SESSIONS)]
 
     def run(n: int, offset: int) -> None:

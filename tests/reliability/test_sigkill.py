@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.conftest import column
@@ -76,7 +76,11 @@ def test_sigkill_during_a_stream_leaves_a_consistent_session(
         history += [{"role": "user", "content": f"question {k}"}]
         history.append(_post(p, "killed", history))
         history.append({"role": "user", "content": f"the turn killed {k}"})
-        fake_upstream.default = reply("never stored " * 50, chunks=50, chunk_delay=0.05)
+        # The answer stops after its first words (its Pacer lets no more go): the kill
+        # always lands mid-answer.
+        pacer = Pacer()
+        pacer.allow(1)
+        fake_upstream.default = reply("never stored " * 50, chunks=50, pacer=pacer)
         p.kill_mid_stream(
             {"model": "gpt-4o", "messages": history},
             {**AUTH, "x-session-id": "killed"},

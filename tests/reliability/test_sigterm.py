@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, write_config
@@ -24,7 +24,9 @@ def test_sigterm_during_a_stream_finishes_it_and_keeps_the_reply(
     """SIGTERM during a stream: the stream ends with [DONE], its reply is stored, then exit."""
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
     p = proxy_process(config)
-    fake_upstream.default = reply("drained " * 30, chunks=30, chunk_delay=0.05)
+    pacer = Pacer()  # the provider sends the rest of the answer only after the SIGTERM
+    fake_upstream.default = reply("drained " * 30, chunks=30, pacer=pacer)
+    pacer.allow(2)  # the role frame and two pieces, then nothing until the signal
     body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "go"}]}
     lines: list[str] = []
     stopped: float | None = None
@@ -37,6 +39,8 @@ def test_sigterm_during_a_stream_finishes_it_and_keeps_the_reply(
             if len(lines) == 5:  # mid-answer
                 p.proc.send_signal(signal.SIGTERM)
                 stopped = time.monotonic()
+                pacer.allow(100)
+    assert not pacer.expired
     lines = [line for line in lines if line]
     assert lines[-1] == "data: [DONE]"
     assert sum("drained" in line for line in lines) == 30

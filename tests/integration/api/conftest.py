@@ -71,6 +71,11 @@ class ProxyServer:
         replica (its ``SessionLocks``): what a test waits for to order the next one."""
         return int(self._server.lifespan.state["chat"].locks.waiting((tenant, session_id)))
 
+    def watched(self, tenant: str, session_id: str) -> bool:
+        """Whether this replica knows someone watches the session, here or (as of its
+        keeper's last read) on another replica (``EventBus.watched``)."""
+        return bool(self._server.lifespan.state["bus"].watched((tenant, session_id)))
+
     def stopping(self) -> None:
         """Start the stop without waiting for it (:func:`stop_all` stops several at once)."""
         self._server.should_exit = True

@@ -19,7 +19,8 @@ import asyncpg
 import openai
 import pytest
 
-from tests.fakes.replies import reply
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy
 
@@ -50,10 +51,12 @@ def test_more_sessions_than_ten_reach_a_slow_provider_at_once_by_default(
     start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
     # The pool used to hold 10: the 11th session waited for a whole answer of another one.
-    # So every request reaches the provider before any answer comes back (each takes 3 s),
-    # however long the replica takes to send them there; the wait for them is only bounded.
+    # So every request reaches the provider before any answer comes back: the provider holds
+    # them all (a Pacer) until the last one arrived, however long the replica takes to send
+    # them there; the wait for them is only bounded.
     n = 16
-    fake_upstream.script(*(reply(f"late {i}", first_byte_delay=3.0) for i in range(n)))
+    pacer = Pacer(first=True)
+    fake_upstream.script(*(reply(f"late {i}", pacer=pacer) for i in range(n)))
     server = start_proxy(config_path)
     answered: list[float] = []
 
@@ -64,34 +67,39 @@ def test_more_sessions_than_ten_reach_a_slow_provider_at_once_by_default(
 
     async def run() -> tuple[list[str], float]:
         tasks = [asyncio.create_task(ask(f"cap-{i}")) for i in range(n)]
-        await asyncio.to_thread(fake_upstream.wait_for_requests, n, 30)
-        reached = time.monotonic()  # at or after the last request's arrival
+        try:
+            await asyncio.to_thread(fake_upstream.wait_for_requests, n, 30)
+            reached = time.monotonic()  # at or after the last request's arrival
+        finally:
+            pacer.allow(10)
         return await asyncio.gather(*tasks), reached
 
     answers, reached = asyncio.run(run())
-    assert reached < min(answered)
+    assert reached < min(answered) and not pacer.expired
     assert sorted(answers) == sorted(f"late {i}" for i in range(n))
 
 
 def test_a_slow_answer_holds_no_connection(
     start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    """One connection, and a session whose provider takes 2 s: another session is served
-    while it waits (its connection went back to the pool before the provider call)."""
-    fake_upstream.script(reply("slow", first_byte_delay=2.0), reply("quick"))
+    """One connection, and a session whose provider holds its answer until the test lets
+    it come: another session is served while it waits (its connection went back to the
+    pool before the provider call; else the other request is told the server is busy)."""
+    pacer = Pacer(first=True)
+    fake_upstream.script(reply("slow", pacer=pacer), reply("quick"))
     server = start_proxy(config_path, pool_max_size=1, pool_timeout_seconds=0.5)
 
-    async def run() -> tuple[str, str, float]:
+    async def run() -> tuple[str, str]:
         holder = asyncio.create_task(_ask(server, "holder"))
         await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
-        started = time.monotonic()
-        other = await _ask(server, "other")
-        waited = time.monotonic() - started
-        return await holder, other, waited
+        try:
+            other = await _ask(server, "other")  # the slow answer is still held back
+        finally:
+            pacer.allow(10)
+        return await holder, other
 
-    first, other, waited = asyncio.run(run())
-    assert (first, other) == ("slow", "quick")
-    assert waited < 1.5  # not after the slow answer
+    assert asyncio.run(run()) == ("slow", "quick")
+    assert not pacer.expired
 
 
 def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
@@ -162,21 +170,29 @@ def test_requests_queued_on_one_session_hold_no_connection_other_sessions_need(
     # Four requests at once on one session, two connections: the three behind the first
     # used to take the second connection to wait on the session's lock, so another
     # session found the pool empty.
+    pacer = Pacer(first=True)  # the first answer waits until the other session was served
     fake_upstream.script(
-        reply("first", first_byte_delay=1.0),
+        reply("first", pacer=pacer),
         reply("other"),
         *(reply("queued", first_byte_delay=0.2) for _ in range(3)),
     )
     server = start_proxy(config_path, pool_max_size=2, pool_timeout_seconds=0.5)
+    tenant = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
 
     async def run() -> tuple[list[str], str, float]:
         busy = [asyncio.create_task(_ask(server, "busy"))]
-        await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
-        busy += [asyncio.create_task(_ask(server, "busy")) for _ in range(3)]
-        await asyncio.sleep(0.2)  # the three are queued behind the first
-        started = time.monotonic()
-        other = await _ask(server, "other")
-        waited = time.monotonic() - started
+        try:
+            await asyncio.to_thread(fake_upstream.wait_for_requests, 1)
+            busy += [asyncio.create_task(_ask(server, "busy")) for _ in range(3)]
+            deadline = time.monotonic() + 10
+            while server.queued(tenant, "busy") < 4:  # the three are queued behind the first
+                assert time.monotonic() < deadline, server.queued(tenant, "busy")
+                await asyncio.sleep(0.02)
+            started = time.monotonic()
+            other = await _ask(server, "other")
+            waited = time.monotonic() - started
+        finally:
+            pacer.allow(10)
         return await asyncio.gather(*busy), other, waited
 
     busy, other, waited = asyncio.run(run())

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.replies import Reply, raw, reply
+from tests.fakes.replies import Pacer, Reply, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import wait_for
 from tests.integration.api.sse_frames import DONE, _data_frames, _payload
@@ -26,7 +26,8 @@ from tests.integration.api.sse_frames import DONE, _data_frames, _payload
 @pytest.mark.parametrize(
     ("slow", "hang_up_after"),
     [
-        (reply("x" * 40, chunks=20, chunk_delay=0.2), "data:"),
+        # the rest of the answer waits for the test, which never lets it go
+        (reply("x" * 40, chunks=20, pacer=Pacer()), "data:"),
         (reply("late", first_token_delay=5.0), ": keep-alive"),
         (reply("late", first_byte_delay=5.0), ": keep-alive"),
     ],

@@ -15,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.replies import reply
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records, StartProxy
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy, wait_for
 
 HEADERS = {"authorization": "Bearer sk-test-client"}
-SLOW = 1.5  # the holder's provider answer, in seconds
+TENANT = tenant_from_bearer(HEADERS["authorization"])
 
 
 def _user(*texts: str) -> list[dict[str, Any]]:
@@ -35,14 +36,20 @@ def _post(
         return c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid})
 
 
-def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any]]:
-    """A first request on ``sid`` whose provider takes ``SLOW`` s: it holds the session."""
-    fake.script(reply("slow answer", first_byte_delay=SLOW))
+def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any], Pacer]:
+    """A first request on ``sid``, streamed, whose provider's answer waits for the test
+    (``pacer.allow``): it holds the session until then."""
+    pacer = Pacer()  # the answer stops after its first frame until the test lets it end
+    fake.script(reply("slow answer", chunks=2, pacer=pacer))
     out: list[Any] = []
-    holder = threading.Thread(target=lambda: out.append(_post(origin, sid, _user("first"))))
+
+    def post() -> None:
+        out.append(_post(origin, sid, _user("first"), stream=True))
+
+    holder = threading.Thread(target=post)
     holder.start()
     fake.wait_for_requests(len(fake.requests) + 1)  # at the provider: the session is held
-    return holder, out
+    return holder, out, pacer
 
 
 def _give_up(origin: str, sid: str, messages: list[dict[str, Any]], *, stream: bool) -> None:
@@ -62,23 +69,35 @@ def _went_away(records: Records, why: str) -> None:
     assert 499 in statuses, statuses
 
 
+def _noticed(records: Records) -> None:
+    """Until the proxy logged that the waiting client went away: only then may the holder
+    end, or the waiter, not told yet, could take the session it is leaving."""
+
+    def went() -> bool:
+        return any("client went away" in r.getMessage() for r in records.records)
+
+    assert wait_for(went, timeout=10), "the proxy never noticed the client went away"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_a_request_whose_client_gives_up_in_the_queue_never_reaches_the_provider(
     proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records, stream: bool
 ) -> None:
-    holder, out = _hold(proxy.origin, "queued", fake_upstream)
+    holder, out, pacer = _hold(proxy.origin, "queued", fake_upstream)
     _give_up(proxy.origin, "queued", _user("first", "second"), stream=stream)
+    _noticed(records)
+    # it left the queue: only the holder is in it
+    assert wait_for(lambda: proxy.queued(TENANT, "queued") == 1), proxy.queued(TENANT, "queued")
+    pacer.allow(10)
     holder.join()
     assert out[0].status_code == 200
     time.sleep(0.5)  # without the watch, the queued request goes upstream as the first ends
     assert _asked(fake_upstream) == ["first"]
     _went_away(records, "waited for the session; the provider was not called")
-    # it left the queue: the session's next request goes at once
+    # the session's next request goes through
     fake_upstream.script(reply("third answer"))
-    t0 = time.monotonic()
     again = _post(proxy.origin, "queued", _user("first", "third"))
     assert again.json()["choices"][0]["message"]["content"] == "third answer"
-    assert time.monotonic() - t0 < 1.0
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -90,8 +109,10 @@ def test_a_request_whose_client_gives_up_polling_another_replicas_lease_never_re
     stream: bool,
 ) -> None:
     a, b = start_proxy(config_path), start_proxy(config_path)
-    holder, out = _hold(a.origin, "polled", fake_upstream)
+    holder, out, pacer = _hold(a.origin, "polled", fake_upstream)
     _give_up(b.origin, "polled", _user("first", "second"), stream=stream)
+    _noticed(records)
+    pacer.allow(10)
     holder.join()
     assert out[0].status_code == 200
     time.sleep(1.0)  # a poll lands at most 0.5 s after the lease is freed

@@ -20,7 +20,7 @@ import pytest
 
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import CompactionJob
-from tests.fakes.replies import RecordedRequest, Reply, reply
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import (
     _text,
@@ -107,11 +107,22 @@ def test_a_new_sessions_first_request_over_the_soft_threshold_compacts_what_it_b
 def test_a_background_compaction_runs_while_the_crossing_answer_is_slow(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    # One connection, and the request that crossed the soft threshold waits 1.5 s for its
-    # answer: it holds no connection meanwhile (issue 24), so its compaction runs at once.
+    # One connection, and the request that crossed the soft threshold waits for its answer,
+    # which the provider holds until the compaction's call came: the request holds no
+    # connection meanwhile (issue 24), so its compaction runs while it waits.
+    held = Pacer(first=True)
+    compacting: list[bool] = []
+
     def main(req: RecordedRequest) -> Reply:
         slow = "cross" in _text(req.json["messages"][-1].get("content"))
-        return reply("ok", first_byte_delay=1.5 if slow else 0.0)
+        return reply("ok", pacer=held) if slow else reply("ok")
+
+    def release_once_compacting(before: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(model.fast_times) == before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        compacting.append(len(model.fast_times) > before)
+        held.allow(10)
 
     model = Model(main=main)
     with stack(
@@ -124,9 +135,11 @@ def test_a_background_compaction_runs_while_the_crossing_answer_is_slow(
         agent = Agent(s.client("starved"))
         for i in range(4):
             agent.say(words(450, f"t{i}"))
-        started = time.monotonic()
-        agent.say(words(450, "cross"))  # over softFraction; answered after 1.5 s
-        assert model.fast_times and model.fast_times[0] - started < 1.0
+        releaser = threading.Thread(target=release_once_compacting, args=(len(model.fast_times),))
+        releaser.start()
+        agent.say(words(450, "cross"))  # over softFraction; answered once compacting
+        releaser.join()
+        assert compacting == [True] and not held.expired
         wait_until(lambda: s.summaries("starved"), 5.0, "the summary")
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import asyncpg
@@ -15,20 +16,22 @@ import pytest
 
 from proxy.cascade.types import MESSAGE_APPENDED, MESSAGE_DELTA_APPENDED
 from proxy.services.deltas import FLUSH_INTERVAL
+from proxy.session_id import tenant_from_bearer
 from proxy.settings import Settings
 from proxy.store.events import NOTIFY_CHANNEL
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.test_events import Frame, chat, is_usage, open_events, user
 
 TEXT = "".join(f"word{i} " for i in range(24))
 CHUNKS = 24
 CHUNK_DELAY = 0.05  # about 1.2 s of streaming, several flush intervals
+TENANT = tenant_from_bearer("Bearer sk-test-client")
 
 
-def _slow_reply() -> Any:
-    return reply(TEXT, chunks=CHUNKS, chunk_delay=CHUNK_DELAY)
+def _slow_reply(pacer: Pacer | None = None) -> Any:
+    return reply(TEXT, chunks=CHUNKS, chunk_delay=CHUNK_DELAY, pacer=pacer)
 
 
 def _stream(base_url: str, sid: str, messages: list[Any]) -> tuple[str, float]:
@@ -67,15 +70,24 @@ def test_a_watched_stream_sends_its_text_as_coalesced_deltas(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
     answer = chat(proxy.origin, "live", [user("u1")])
-    with open_events(proxy.origin, "live") as events:
+    pacer = Pacer()  # the second half of the text waits until a delta event came
+    with open_events(proxy.origin, "live") as events, ThreadPoolExecutor(1) as client:
         events.until(is_usage)  # replayed: the subscription is in place
-        fake_upstream.script(_slow_reply())
-        got, took = _stream(proxy.origin, "live", [user("u1"), answer, user("u2")])
-        deltas = _deltas_then_stored(events.until(_stored_reply))
+        fake_upstream.script(_slow_reply(pacer))
+        pacer.allow(CHUNKS // 2)  # after the role frame, which goes at once
+        streamed = client.submit(_stream, proxy.origin, "live", [user("u1"), answer, user("u2")])
+        first = events.until(lambda f: f.event == MESSAGE_DELTA_APPENDED)[-1]
+        pacer.allow(CHUNKS)
+        deltas = [first, *_deltas_then_stored(events.until(_stored_reply))]
+        got, took = streamed.result(timeout=10)
+    assert not pacer.expired
     assert got == TEXT
+    # sent while the reply streamed (the rest of the text was held back until it came) ...
+    assert first.data["delta"] and TEXT.startswith(first.data["delta"]), first.data
+    assert len(deltas) >= 2
     assert "".join(f.data["delta"] for f in deltas) == TEXT
+    # ... and coalesced: at most one event per interval, not one per chunk (CHUNK_DELAY apart)
     assert len(deltas) <= took / FLUSH_INTERVAL + 1, (len(deltas), took)
-    assert len(deltas) >= 2  # streamed over several intervals, not one event at the end
     for frame in deltas:
         assert frame.id is None  # transient: not stored, not replayed
         assert frame.data["session_id"] == "live" and frame.data["choice"] == 0
@@ -137,7 +149,8 @@ def test_another_replicas_watcher_gets_the_deltas(
         answer = chat(here.origin, "far", [user("u1")])
         with open_events(there.origin, "far") as events:
             events.until(is_usage)
-            time.sleep(2 * quick_keeper)  # the bound: one refresh of ``here``'s keeper
+            # within a refresh of ``here``'s keeper, it knows the session is watched there
+            assert wait_for(lambda: here.watched(TENANT, "far"), timeout=10 * quick_keeper)
             fake_upstream.script(_slow_reply())
             got, _ = _stream(here.origin, "far", [user("u1"), answer, user("u2")])
             deltas = _deltas_then_stored(events.until(_stored_reply))

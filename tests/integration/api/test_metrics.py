@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.settings import Settings
-from tests.fakes.replies import reply, tool_call
+from tests.fakes.replies import Pacer, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 
@@ -122,12 +122,15 @@ def test_the_overhead_header_leaves_out_the_wait_for_the_provider(
     took = time.monotonic() - t0
     assert resp.status_code == 200
     assert took >= 1.0
-    assert 0 < _overhead_ms(resp) < 400, "the provider's second is not the proxy's overhead"
     m = scrape(proxy.origin)
+    waited = m.value("cascade_upstream_duration_seconds_sum", provider="openai")
+    assert waited >= 1.0
+    # The provider's second is not the proxy's overhead: the two fit in the time the call
+    # took, however long a loaded machine made the proxy's own part.
+    assert 0 < _overhead_ms(resp) / 1000 <= took - waited, (_overhead_ms(resp), took, waited)
     assert m.value("cascade_overhead_seconds_sum") == pytest.approx(
         _overhead_ms(resp) / 1000, abs=0.001
     )
-    assert m.value("cascade_upstream_duration_seconds_sum", provider="openai") >= 1.0
 
 
 def test_an_error_answer_on_a_chat_route_carries_the_header_too(proxy: ProxyServer) -> None:
@@ -158,7 +161,9 @@ def test_a_stream_counts_the_overhead_until_the_providers_first_byte(
     resp = post_chat(origin, CHAT_ROUTE, "stream-overhead", stream=True)
     assert resp.status_code == 200 and "[DONE]" in resp.text
     assert time.monotonic() - t0 >= 1.5
-    assert 0 < _overhead_ms(resp) < 400
+    # The response started with the first keep-alive, 0.8 s in, the provider silent: had
+    # the wait counted, it would be all of that (and the stream after it more).
+    assert 0 < _overhead_ms(resp) < 800
     m = scrape(origin)
     assert m.value("cascade_overhead_seconds_count") == 1
     usage = {"gen_ai_request_model": MODEL, "gen_ai_token_type": "output"}
@@ -168,8 +173,11 @@ def test_a_stream_counts_the_overhead_until_the_providers_first_byte(
 def test_requests_in_flight_are_counted_while_they_run(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
-    fake_upstream.script(reply("slow", first_byte_delay=1.5))
-    worker = threading.Thread(target=post_chat, args=(proxy.origin, CHAT_ROUTE, "inflight"))
+    pacer = Pacer()  # the streamed answer stays unfinished until the scrape saw it
+    fake_upstream.script(reply("slow", chunks=3, pacer=pacer))
+    worker = threading.Thread(
+        target=post_chat, args=(proxy.origin, CHAT_ROUTE, "inflight"), kwargs={"stream": True}
+    )
     worker.start()
     try:
         deadline = time.monotonic() + 5
@@ -177,7 +185,9 @@ def test_requests_in_flight_are_counted_while_they_run(
             assert time.monotonic() < deadline, "the slow request was never counted in flight"
             time.sleep(0.05)
     finally:
+        pacer.allow(10)
         worker.join()
+    assert not pacer.expired
     assert scrape(proxy.origin).value("cascade_inflight_requests") == 1
 
 

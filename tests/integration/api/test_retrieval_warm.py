@@ -8,9 +8,13 @@ soon as an agent has retrieval on, whether or not it has messages to embed.
 
 from __future__ import annotations
 
-import time
+import threading
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from proxy.embeddings import BuiltinEmbedder
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import wait_until
@@ -28,7 +32,7 @@ from tests.integration.conftest import column
 
 
 def test_the_first_question_after_a_start_finds_what_was_embedded_before(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "agents.json"
     path.write_text(_config_text(path, fake_upstream.url, retrieval={"timeoutMs": 100}))
@@ -40,9 +44,19 @@ def test_the_first_question_after_a_start_finds_what_was_embedded_before(
         wait_until(lambda: _embedded(db_dsn, "warm") >= stored - 1, timeout=20, what="vectors")
     finally:
         first.stop()
+    loaded = threading.Event()
+    load = BuiltinEmbedder.load
+
+    def load_and_tell(self: BuiltinEmbedder) -> Any:
+        weights = load(self)
+        loaded.set()
+        return weights
+
+    monkeypatch.setattr(BuiltinEmbedder, "load", load_and_tell)
     second = ProxyServer(settings).start()  # a restart: nothing left to embed
     try:
-        time.sleep(5)  # an idle replica, some time after its start
+        # an idle replica loads the weights with no question asked (however long that takes)
+        assert loaded.wait(30), "the replica did not load the builtin model before a question"
         history.append(user("which port does the API server listen on?"))
         chat(second.origin, "warm", history)
         event = _events(db_dsn, "warm")[-1]

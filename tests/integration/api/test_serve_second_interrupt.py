@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from bench.common import free_port
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 
-CHUNKS, CHUNK_DELAY = 20, 0.1  # a 2 s answer, still streaming when Ctrl-C comes
+CHUNKS = 20
 
 
 def _serve(db_dsn: str, config: Path, cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -32,7 +32,7 @@ def _serve(db_dsn: str, config: Path, cwd: Path) -> tuple[subprocess.Popen[bytes
     proc = subprocess.Popen(
         [*argv, "--database-url", db_dsn],
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=cwd,
     )
@@ -45,7 +45,8 @@ def _serve(db_dsn: str, config: Path, cwd: Path) -> tuple[subprocess.Popen[bytes
         except httpx.TransportError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise AssertionError(proc.communicate()[1].decode()[-2000:]) from None
+                assert proc.stderr is not None
+                raise AssertionError(proc.stderr.read().decode()[-2000:]) from None
             time.sleep(0.1)
 
 
@@ -53,10 +54,22 @@ def _serve(db_dsn: str, config: Path, cwd: Path) -> tuple[subprocess.Popen[bytes
 def test_ctrl_c_during_a_stream(
     db_dsn: str, config_path: Path, fake_upstream: FakeUpstream, tmp_path: Path, interrupts: int
 ) -> None:
-    fake_upstream.script(reply("word " * CHUNKS, chunks=CHUNKS, chunk_delay=CHUNK_DELAY))
+    # The answer stops after its role frame and two words until the test lets it go on:
+    # still streaming when each Ctrl-C comes.
+    pacer = Pacer()
+    pacer.allow(2)
+    fake_upstream.script(reply("word " * CHUNKS, chunks=CHUNKS, pacer=pacer))
     proc, origin = _serve(db_dsn, config_path, tmp_path)
     lines: list[str] = []
     ended = threading.Event()
+    err: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        err.extend(line.decode() for line in proc.stderr)
+
+    def said(text: str) -> bool:
+        return any(text in line for line in list(err))
 
     def stream() -> None:
         body = {
@@ -75,27 +88,36 @@ def test_ctrl_c_during_a_stream(
         ended.set()
 
     client = threading.Thread(target=stream)
+    reader = threading.Thread(target=read_stderr)
     try:
         client.start()
+        reader.start()
         deadline = time.monotonic() + 10
         while len(lines) < 3 and time.monotonic() < deadline:  # the stream is under way
             time.sleep(0.02)
-        for _ in range(interrupts):
-            time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        # the first Ctrl-C is handled (a second one sent before might be taken for it)
+        while not said("Shutting down") and time.monotonic() < deadline + 10:
+            time.sleep(0.02)
+        assert said("Shutting down"), err
+        if interrupts == 2:
             proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        else:
+            pacer.allow(CHUNKS + 10)  # the rest of the answer, after the Ctrl-C
+        proc.wait(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
         client.join(10)
-    stderr = err.decode()
+        reader.join(10)
+    stderr = "".join(err)
     assert "Traceback" not in stderr, stderr[-3000:]
     if interrupts == 1:
         assert proc.returncode == 0, stderr[-2000:]
         assert "data: [DONE]" in lines  # the stream ran to its end
     else:
         assert proc.returncode == 130, stderr[-2000:]
-        said = [line for line in stderr.splitlines() if "interrupted again" in line]
-        assert len(said) == 1, stderr[-2000:]
-        assert "cutting 1 open connection(s)" in said[0]
+        again = [line for line in stderr.splitlines() if "interrupted again" in line]
+        assert len(again) == 1, stderr[-2000:]
+        assert "cutting 1 open connection(s)" in again[0]
         assert "data: [DONE]" not in lines

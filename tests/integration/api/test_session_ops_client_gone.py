@@ -23,13 +23,12 @@ import pytest
 from proxy.session_id import tenant_from_bearer
 from proxy.settings import Settings
 from proxy.store.leases import RELEASE_LEASE
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records, StartProxy
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy, wait_for
 from tests.integration.conftest import run_sync
 
 HEADERS = {"authorization": "Bearer sk-test-client"}
-SLOW = 1.5  # the holder's provider answer, in seconds
 GONE = "while its session operation waited for the session; nothing was changed"
 ACTIONS = ["reset", "delete", "branch"]
 TENANT = tenant_from_bearer(HEADERS["authorization"])
@@ -41,21 +40,27 @@ def _client(origin: str, timeout: float = 10) -> httpx.Client:
     return httpx.Client(base_url=origin, headers=HEADERS, timeout=timeout)
 
 
-def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any]]:
-    """A first request on ``sid`` whose provider takes ``SLOW`` s: it makes the session and
-    holds it until its answer (user and assistant message) is stored."""
-    fake.script(reply("slow answer", first_byte_delay=SLOW))
+def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any], Pacer]:
+    """A first request on ``sid``, streamed, whose provider's answer waits for the test
+    (``pacer.allow``): it makes the session and holds it until its answer (user and
+    assistant message) is stored."""
+    pacer = Pacer()  # the answer stops after its first frame until the test lets it end
+    fake.script(reply("slow answer", chunks=2, pacer=pacer))
     out: list[Any] = []
 
     def post() -> None:
         with _client(origin) as c:
-            body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "first"}]}
+            body = {
+                "model": "gpt-fake",
+                "messages": [{"role": "user", "content": "first"}],
+                "stream": True,
+            }
             out.append(c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid}))
 
     holder = threading.Thread(target=post)
     holder.start()
     fake.wait_for_requests(len(fake.requests) + 1)  # at the provider: the session is held
-    return holder, out
+    return holder, out, pacer
 
 
 def _operate(origin: str, action: str, sid: str, *, timeout: float = 10) -> httpx.Response:
@@ -90,6 +95,16 @@ def _went_away(records: Records) -> None:
     assert 499 in statuses, statuses
 
 
+def _noticed(records: Records) -> None:
+    """Until the proxy logged that the waiting client went away: only then may the holder
+    end, or the waiter, not told yet, could take the session it is leaving."""
+
+    def went() -> bool:
+        return any("client went away" in r.getMessage() for r in records.records)
+
+    assert wait_for(went, timeout=10), "the proxy never noticed the client went away"
+
+
 def _retried(origin: str, action: str, sid: str) -> None:
     """The client's retry of the operation it gave up on does it now."""
     again = _operate(origin, action, sid)
@@ -104,17 +119,18 @@ def test_an_operation_whose_client_gives_up_in_the_queue_changes_nothing(
     proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records, action: str
 ) -> None:
     sid = f"queued-{action}"
-    holder, out = _hold(proxy.origin, sid, fake_upstream)
+    holder, out, pacer = _hold(proxy.origin, sid, fake_upstream)
     _give_up(proxy.origin, action, sid)
+    _noticed(records)
+    # it left the queue: only the holder is in it
+    assert wait_for(lambda: proxy.queued(TENANT, sid) == 1), proxy.queued(TENANT, sid)
+    pacer.allow(10)
     holder.join()
     assert out[0].status_code == 200
     time.sleep(0.5)  # without the watch, the queued operation runs as the request ends
     _unchanged(proxy.origin, action, sid)
     _went_away(records)
-    # it left the queue: the session's next operation goes at once
-    t0 = time.monotonic()
     _retried(proxy.origin, action, sid)
-    assert time.monotonic() - t0 < 1.0
 
 
 @pytest.mark.parametrize("action", ACTIONS)
@@ -127,8 +143,10 @@ def test_an_operation_whose_client_gives_up_polling_another_replicas_lease_chang
 ) -> None:
     a, b = start_proxy(config_path), start_proxy(config_path)
     sid = f"polled-{action}"
-    holder, out = _hold(a.origin, sid, fake_upstream)
+    holder, out, pacer = _hold(a.origin, sid, fake_upstream)
     _give_up(b.origin, action, sid)
+    _noticed(records)
+    pacer.allow(10)
     holder.join()
     assert out[0].status_code == 200
     time.sleep(1.0)  # a poll lands at most 0.5 s after the lease is freed

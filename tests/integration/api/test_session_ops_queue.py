@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from proxy.session_id import tenant_from_bearer
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.sessions_helpers import chat, settled, user
@@ -28,11 +28,13 @@ def test_a_request_arriving_while_an_operation_waits_goes_after_it(
 ) -> None:
     chat(http, [user("one")], sid="queued")
     settled(http, "queued", 2)
+    # Each answer's frames after the first wait for the test: the first request stays in
+    # flight until the operation and the second request are seen queued behind it, and the
+    # second request's answer ends only once the operation's client has its reply.
+    first_pacer, second_pacer = Pacer(), Pacer()
     fake_upstream.script(
-        reply("first answer", chunks=6, chunk_delay=0.15),
-        # The second answer takes 0.3 s once sent: its client's end comes that long after the
-        # operation's reply, a margin a busy machine's thread scheduling does not close.
-        reply("second answer", chunks=2, chunk_delay=0.3),
+        reply("first answer", chunks=6, pacer=first_pacer),
+        reply("second answer", chunks=2, pacer=second_pacer),
     )
     first = [user("one"), {"role": "assistant", "content": "ok"}, user("two")]
     second = [user("three")]
@@ -61,11 +63,19 @@ def test_a_request_arriving_while_an_operation_waits_goes_after_it(
     workers[1].start()
     # the operation waits for the first request, in the session's queue
     tenant = tenant_from_bearer(http.headers["authorization"])
-    assert wait_for(lambda: proxy.queued(tenant, "queued") == 2, timeout=20)
+    assert wait_for(lambda: proxy.queued(tenant, "queued") == 2, timeout=10)
     workers.append(threading.Thread(target=stream, args=("second", second)))
     workers[2].start()
+    assert wait_for(lambda: proxy.queued(tenant, "queued") == 3, timeout=10)
+    assert not done  # all three still wait on the first answer
+    first_pacer.allow(20)
+    # The second request waits for the operation: were it let through first, the operation
+    # would wait for its answer, held here, and its reply would never come.
+    assert wait_for(lambda: "operation" in done, timeout=10), done
+    second_pacer.allow(20)
     for w in workers:
         w.join(15)
+    assert not first_pacer.expired and not second_pacer.expired
     assert set(done) == {"first", "operation", "second"}
     # The operation ran after the first request's step was stored: the session (or the copy)
     # shows it below. Its client's end is no witness: a stream's body ends after its step is

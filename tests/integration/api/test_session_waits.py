@@ -11,44 +11,70 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fakes.replies import reply
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records, StartProxy, write_config
+from tests.integration.api.conftest import (
+    ProxyServer,
+    Records,
+    StartProxy,
+    wait_for,
+    write_config,
+)
 from tests.integration.api.test_metrics import scrape
+from tests.integration.conftest import column
 
 AUTH = {"authorization": "Bearer sk-test-client"}
-SLOW = 1.0  # the first request's answer: what the second one waits for
-LEAST = SLOW / 4  # of which the wait measured holds at least this much: the second request's
-# own way to the session, slow on a loaded machine, comes off it
+TENANT = tenant_from_bearer(AUTH["authorization"])
+HOLD = 1.0  # how long the first request holds the session once the second one waits
+LEAST = HOLD / 4  # of which the wait measured holds at least this much: a lease's wait is
+# its pauses between tries, and a loaded machine's tries take some of the time
 WAIT = "cascade_session_wait_seconds"
 
 
-def chat(origin: str, sid: str, text: str) -> httpx.Response:
-    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
+def chat(origin: str, sid: str, text: str, *, stream: bool = False) -> httpx.Response:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": text}], "stream": stream}
     headers = AUTH | {"x-session-id": sid}
     return httpx.post(f"{origin}/v1/chat/completions", json=body, headers=headers, timeout=20)
 
 
 def behind_a_slow_request(
-    first: str, second: Any, sid: str, fake: FakeUpstream
+    first: str, second: Any, sid: str, fake: FakeUpstream, waiting: Callable[[], bool]
 ) -> tuple[str, httpx.Response]:
-    """Send a slow request to ``first``; once it runs, call ``second()``. Returns the slow
-    request's id and what ``second`` answered."""
+    """Send a streamed request to ``first`` whose answer the provider holds back; once it
+    runs, call ``second()``, and once ``waiting()`` says that one waits for the session, let
+    the answer end ``HOLD`` seconds later. Returns the slow request's id and what
+    ``second`` answered."""
+    pacer = Pacer()
+    fake.script(reply("slow", chunks=2, pacer=pacer))
     out: dict[str, httpx.Response] = {}
     asked = len(fake.requests)
-    slow = threading.Thread(target=lambda: out.setdefault("slow", chat(first, sid, "slow")))
-    slow.start()
+
+    def run(name: str, call: Callable[[], httpx.Response]) -> threading.Thread:
+        thread = threading.Thread(target=lambda: out.setdefault(name, call()))
+        thread.start()
+        return thread
+
+    slow = run("slow", lambda: chat(first, sid, "slow", stream=True))
     fake.wait_for_requests(asked + 1, 20)  # at the provider: the slow request holds the session
-    waited = second()
-    slow.join(20)
+    waiter = run("second", second)
+    try:
+        assert wait_for(waiting, timeout=10), "the second request never waited"
+        time.sleep(HOLD)
+    finally:
+        pacer.allow(10)
+        slow.join(20)
+        waiter.join(20)
+    assert not pacer.expired
     assert out["slow"].status_code == 200, out["slow"].text
-    return out["slow"].headers["x-request-id"], waited
+    return out["slow"].headers["x-request-id"], out["second"]
 
 
 def access_line(records: Records, request_id: str) -> dict[str, Any]:
@@ -66,9 +92,12 @@ def access_line(records: Records, request_id: str) -> dict[str, Any]:
 def test_a_request_behind_another_on_its_replica_logs_and_measures_its_wait(
     proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records
 ) -> None:
-    fake_upstream.script(reply("slow", first_byte_delay=SLOW))
     slow_id, waited = behind_a_slow_request(
-        proxy.origin, lambda: chat(proxy.origin, "waits", "next"), "waits", fake_upstream
+        proxy.origin,
+        lambda: chat(proxy.origin, "waits", "next"),
+        "waits",
+        fake_upstream,
+        lambda: proxy.queued(TENANT, "waits") == 2,
     )
     assert waited.status_code == 200, waited.text
     first = access_line(records, slow_id)
@@ -90,19 +119,22 @@ def test_a_wait_for_another_replicas_lease_is_logged_and_measured(
     fake_upstream: FakeUpstream,
     start_proxy: StartProxy,
     records: Records,
+    db_dsn: str,
 ) -> None:
     config = write_config(tmp_path / "agents.json", fake_upstream.url)
     a, b = start_proxy(config), start_proxy(config)
     sid = f"lease-{action}"
     assert chat(a.origin, sid, "hello").status_code == 200  # the session exists
-    fake_upstream.script(reply("slow", first_byte_delay=SLOW))
+
+    def queued_on_the_lease() -> bool:  # b found the lease held (migration 0022)
+        return any(column(db_dsn, "SELECT lease_queue FROM sessions WHERE id = $1", sid))
 
     def on_b() -> httpx.Response:
         if action == "chat":
             return chat(b.origin, sid, "from b")
         return httpx.post(f"{b.origin}/v1/sessions/{sid}/reset", headers=AUTH, timeout=20)
 
-    _, waited = behind_a_slow_request(a.origin, on_b, sid, fake_upstream)
+    _, waited = behind_a_slow_request(a.origin, on_b, sid, fake_upstream, queued_on_the_lease)
     assert waited.status_code == 200, waited.text
     line = access_line(records, waited.headers["x-request-id"])
     assert line["session_wait_ms"] >= LEAST * 1000

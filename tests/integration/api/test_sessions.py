@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import asyncpg
 import httpx
 import pytest
 
 from proxy import cli
-from tests.fakes.replies import raw, reply
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer, raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.sessions_helpers import (
     BIG_OUTPUT,
     LIMIT,
@@ -191,26 +191,34 @@ def test_reset_and_delete_wait_for_the_request_in_flight(
 ) -> None:
     chat(http, [user("one")], sid="busy")
     settled(http, "busy", 2)
-    fake_upstream.script(reply("slow answer", chunks=6, chunk_delay=0.15))
+    pacer = Pacer()  # the stream stays under way until the operation is seen waiting
+    fake_upstream.script(reply("slow answer", chunks=6, pacer=pacer))
     history = [user("one"), {"role": "assistant", "content": "ok"}, user("two")]
-    ended: list[float] = []
+    ended: list[bool] = []
+    answered: list[httpx.Response] = []
 
     def stream() -> None:
         with httpx.Client(base_url=proxy.origin, headers=http.headers, timeout=10) as c:
             chat(c, history, sid="busy", stream=True)
-        ended.append(time.monotonic())
+        ended.append(True)
 
-    worker = threading.Thread(target=stream)
-    worker.start()
+    def operate() -> None:
+        with httpx.Client(base_url=proxy.origin, headers=http.headers, timeout=10) as c:
+            path = "/v1/sessions/busy"
+            answered.append(c.post(f"{path}/reset") if action == "reset" else c.delete(path))
+
+    workers = [threading.Thread(target=stream), threading.Thread(target=operate)]
+    workers[0].start()
     fake_upstream.wait_for_requests(2)  # the stream is under way upstream
-    assert not ended
-    resp = (
-        http.post("/v1/sessions/busy/reset")
-        if action == "reset"
-        else http.delete("/v1/sessions/busy")
-    )
-    worker.join(10)
-    assert resp.status_code == 200 and ended
+    workers[1].start()
+    tenant = tenant_from_bearer(http.headers["authorization"])
+    waiting = wait_for(lambda: proxy.queued(tenant, "busy") == 2, timeout=10)
+    assert waiting and not answered and not ended  # the operation waits for the stream
+    pacer.allow(20)
+    for w in workers:
+        w.join(10)
+    assert not pacer.expired
+    assert ended and answered and answered[0].status_code == 200, answered
     assert "could not record the reply" not in caplog.text  # its step was not cut in two
     if action == "reset":  # the step was stored whole, then forgotten whole
         assert http.get("/v1/sessions/busy").json()["message_count"] == 0

@@ -3,15 +3,16 @@ an in-progress message grows at the end of the list, then the stored message tak
 or, when the turn stored none (the client left), it goes.
 
 The reply is a real stream through the proxy, sent from a thread while the page watches: the
-fake upstream spreads its chunks over a second or two.
+fake upstream sends its pieces as the test lets them go (``Pacer``), once the page has
+shown what it is to show before the next one.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import time
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -42,10 +43,10 @@ def thread() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
         yield pool
 
 
-def stream_chat(origin: str, sid: str, *, leave_after: float | None = None) -> str:
-    """Stream a chat completion as a client; with ``leave_after``, close the connection once
-    that many seconds passed with some text in. The text the client got."""
-    t0, text = time.monotonic(), []
+def stream_chat(origin: str, sid: str, *, leave: threading.Event | None = None) -> str:
+    """Stream a chat completion as a client; with ``leave``, close the connection at the
+    first frame that comes once it is set. The text the client got."""
+    text = []
     with (
         httpx.Client(base_url=origin, headers={"authorization": f"Bearer {KEY}"}, timeout=10) as c,
         c.stream(
@@ -62,7 +63,7 @@ def stream_chat(origin: str, sid: str, *, leave_after: float | None = None) -> s
             for choice in json.loads(data).get("choices") or []:
                 if choice.get("index", 0) == 0:
                     text.append((choice.get("delta") or {}).get("content") or "")
-            if leave_after is not None and text and time.monotonic() - t0 > leave_after:
+            if leave is not None and leave.is_set():
                 break
     return "".join(text)
 
@@ -131,6 +132,7 @@ def test_choices_and_the_parts_of_a_long_delta_join_in_order(
 
     started(console_proxy, "two")
     page = open_watching(console, "two")
+    pacer = Pacer()
     fake_upstream.script(
         raw(
             frame((0, {"role": "assistant", "content": "zero:"}, None)),
@@ -138,16 +140,27 @@ def test_choices_and_the_parts_of_a_long_delta_join_in_order(
             frame((0, {"content": long}, None)),
             frame((1, {"content": "-tail"}, None)),
             frame((0, {}, "stop"), (1, {}, "stop")) + "data: [DONE]\n\n",
-            chunk_delay=0.4,
+            pacer=pacer,
         )
     )
     whole = {0: "zero:" + long, 1: "one:-tail"}
+    # The provider sends the long piece once the page shows both choices, and the rest once
+    # it shows the long piece whole; the page is read all along.
+    shown: list[Callable[[dict[int, str]], bool]] = [
+        lambda texts: len(texts) == 2,
+        lambda texts: texts.get(0) == whole[0],
+    ]
+    pacer.allow()
     client = thread.submit(stream_chat, console_proxy.origin, "two")
     seen: list[dict[int, str]] = []
     while not client.done():
         seen.append(streaming_texts(page))
+        if shown and shown[0](seen[-1]):
+            shown.pop(0)
+            pacer.allow(1 if shown else 10)
         page.wait_for_timeout(40)
     assert client.result() == whole[0]
+    assert not shown and not pacer.expired, seen[-1]
     for texts in seen:  # every text shown was the start of its choice's reply, never garbled
         assert all(whole[c].startswith(t) for c, t in texts.items()), texts
     assert any(texts.get(0) == whole[0] for texts in seen)  # the long delta, whole and in place
@@ -166,10 +179,15 @@ def test_a_reply_whose_client_left_does_not_stay_in_progress(
     ends the in-progress message (not the 60 s a stream silent with no event waits)."""
     started(console_proxy, "left")
     page = open_watching(console, "left")
-    fake_upstream.script(reply(TEXT, chunks=16, chunk_delay=0.25))
-    client = thread.submit(stream_chat, console_proxy.origin, "left", leave_after=1.5)
+    pacer = Pacer()  # the reply goes no further than the test lets it
+    fake_upstream.script(reply(TEXT, chunks=16, pacer=pacer))
+    pacer.allow(2)
+    leave = threading.Event()
+    client = thread.submit(stream_chat, console_proxy.origin, "left", leave=leave)
     live = page.get_by_test_id("message-streaming")
     live.wait_for()
+    leave.set()
+    pacer.allow()  # the client leaves at this piece
     got = client.result(timeout=10)
     assert got and len(got) < len(TEXT)  # the client left mid-reply
     live.wait_for(state="detached", timeout=5000)
