@@ -23,7 +23,7 @@ import httpx
 import openai
 
 from proxy.settings import Settings
-from tests.fakes.replies import RecordedRequest, Reply, error, reply
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, error, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, stop_all, write_config
 from tests.integration.conftest import run_sync
@@ -75,7 +75,8 @@ class Model:
     """A callable responder for the fake: the fast model gets briefings, the agent's model
     gets ``main(request)`` (default ``"ok"``).
 
-    ``fast_delay`` delays the briefing's first byte; ``fast_failures`` answers the next N
+    ``fast_delay`` delays the briefing's first byte; ``fast_pacer`` holds it as the test
+    allows (:class:`~tests.fakes.replies.Pacer`); ``fast_failures`` answers the next N
     fast-model calls with a 500; ``brief(request)`` builds the briefing text. Every fast call
     is timestamped on arrival (the fake calls the responder when the request comes in).
     """
@@ -86,10 +87,12 @@ class Model:
         brief: Callable[[RecordedRequest], str] | None = None,
         fast_delay: float = 0.0,
         fast_failures: int = 0,
+        fast_pacer: Pacer | None = None,
         main: Callable[[RecordedRequest], Reply] | None = None,
     ) -> None:
         self.brief = brief or (lambda req: briefing())
         self.fast_delay = fast_delay
+        self.fast_pacer = fast_pacer
         self.fast_failures = fast_failures
         self.main = main or (lambda req: reply("ok"))
         self.fast_times: list[float] = []
@@ -104,7 +107,7 @@ class Model:
             self.fast_failures -= 1 if fail else 0
         if fail:
             return error(500)
-        return reply(self.brief(req), first_byte_delay=self.fast_delay)
+        return reply(self.brief(req), first_byte_delay=self.fast_delay, pacer=self.fast_pacer)
 
 
 class Stack:

@@ -71,6 +71,11 @@ class ProxyServer:
         replica (its ``SessionLocks``): what a test waits for to order the next one."""
         return int(self._server.lifespan.state["chat"].locks.waiting((tenant, session_id)))
 
+    def compacting(self, tenant: str, session_id: str) -> bool:
+        """Whether a compaction of the session runs on this replica
+        (``DurableSummarizer.running``): what a test waits out to see how one ended."""
+        return bool(self._server.lifespan.state["summarizer"].running(tenant, session_id))
+
     def watched(self, tenant: str, session_id: str) -> bool:
         """Whether this replica knows someone watches the session, here or (as of its
         keeper's last read) on another replica (``EventBus.watched``)."""
