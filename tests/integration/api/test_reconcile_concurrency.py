@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
 from proxy.settings import Settings
-from tests.fakes.replies import RecordedRequest, Reply, reply
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.reconcile_helpers import (
@@ -29,13 +30,17 @@ DELAY = 0.6
 
 
 class Arrivals:
-    """A responder that notes when each upstream call arrived, then answers after DELAY."""
+    """A responder that notes when each upstream call arrived, then answers after DELAY, or
+    once ``held`` allows it."""
 
-    def __init__(self) -> None:
+    def __init__(self, held: Pacer | None = None) -> None:
         self.times: list[float] = []
+        self.held = held
 
     def __call__(self, request: RecordedRequest) -> Reply:
         self.times.append(time.monotonic())
+        if self.held is not None:
+            return reply("slow answer", pacer=self.held)
         return reply("slow answer", first_byte_delay=DELAY)
 
 
@@ -79,12 +84,19 @@ def test_one_session_is_serialised_different_sessions_overlap(
     assert second - first >= DELAY - 0.01
     assert done[1] - t0 >= 2 * DELAY - 0.01
 
-    apart = Arrivals()
+    # Both answers are held: the second upstream call starts while the first still waits.
+    held = Pacer(first=True)
+    apart = Arrivals(held)
     fake_upstream.script(apart, apart)
-    _run_parallel(proxy.url, ["left", "right"])
-    first, second = sorted(apart.times)
-    # the second upstream call starts while the first is still waiting for its answer
-    assert second - first < DELAY
+    with ThreadPoolExecutor(1) as pool:
+        ran = pool.submit(_run_parallel, proxy.url, ["left", "right"])
+        deadline = time.monotonic() + 8
+        while len(apart.times) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        both_waiting = len(apart.times) == 2
+        held.allow(10)
+        ran.result(15)
+    assert both_waiting and not held.expired
 
 
 def test_replicas_taking_turns_keep_one_history(
