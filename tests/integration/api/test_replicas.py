@@ -14,9 +14,11 @@ from pathlib import Path
 
 import openai
 
-from tests.fakes.replies import RecordedRequest, Reply, reply
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import (
+    CLIENT_KEY,
     Agent,
     Model,
     compaction_events,
@@ -69,18 +71,22 @@ def test_a_sessions_requests_are_serialised_across_replicas(
 def test_a_compaction_runs_once_for_both_replicas_and_is_counted_once(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    model = Model(fast_delay=1.0)
+    held = Pacer(first=True)  # the briefing, until the other replica served two requests
+    model = Model(fast_pacer=held)
     with stack(
         tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.95}
     ) as s:
         agent = Agent(s.client("dedup", 0))
         agent.fill()
-        wait_until(lambda: model.fast_times, what="the first replica's compaction")
+        wait_until(lambda: model.fast_times, 20, "the first replica's compaction")
         agent.client = s.client("dedup", 1)  # the same session, through the other replica
         for i in range(2):
             agent.say(words(450, f"r{i}"))
-        assert max(agent.latencies) < 0.5  # none waited for the compaction in flight
-        wait_until(lambda: s.summaries("dedup"), 3.0, "the summary")
+        # none waited for the compaction in flight: it is still held
+        assert s.proxy.compacting(tenant_from_bearer(f"Bearer {CLIENT_KEY}"), "dedup")
+        held.allow(10)
+        wait_until(lambda: s.summaries("dedup"), 20, "the summary")
+        assert not held.expired
         s.settle("dedup", 7)
         done = [scrape(server.origin) for server in s.servers]
         names = [e["name"] for e in compaction_events(s, "dedup")]
