@@ -43,6 +43,7 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures and hooks)
     template_db,
 )
 from tests.reliability import report
+from tests.reliability.control_server import wait_healthy
 
 _HERE = Path(__file__).resolve().parent
 _FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
@@ -146,16 +147,8 @@ class ProxyProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            try:
-                if httpx.get(f"{self.origin}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the proxy did not start"
-            time.sleep(0.1)
+        wait_healthy(self.proc, self.origin, timeout, lambda: self.log.read_text()[-2000:])
+        return self
 
     def kill(self) -> None:
         assert self.proc is not None

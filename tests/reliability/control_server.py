@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,23 @@ from bench.common import free_port
 SLICE = 0.001
 _BODY = b'{"status":"ok"}'
 _ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_healthy(
+    proc: subprocess.Popen[Any], origin: str, timeout: float, exited: Callable[[], str]
+) -> None:
+    """Wait until ``origin``'s ``/healthz`` answers 200; fail with ``exited()`` if ``proc``
+    ends first, or once ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, exited()
+        try:
+            if httpx.get(f"{origin}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{origin} did not start within {timeout} s"
+        time.sleep(0.1)
 
 
 async def _busy() -> None:
@@ -81,16 +98,8 @@ class ControlServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc.poll() is None, "the control server exited"
-            try:
-                if httpx.get(f"{self.origin}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the control server did not start"
-            time.sleep(0.1)
+        wait_healthy(self.proc, self.origin, timeout, lambda: "the control server exited")
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
