@@ -43,7 +43,7 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures and hooks)
     template_db,
 )
 from tests.reliability import report
-from tests.reliability.control_server import wait_healthy
+from tests.reliability.control_server import terminate, wait_healthy
 
 _HERE = Path(__file__).resolve().parent
 _FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
@@ -173,12 +173,8 @@ class ProxyProcess:
         raise AssertionError(f"the stream ended before its line {nth} holding {at!r}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc is not None:
+            terminate(self.proc)
 
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

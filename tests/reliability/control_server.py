@@ -49,6 +49,17 @@ def wait_healthy(
         time.sleep(0.1)
 
 
+def terminate(proc: subprocess.Popen[Any]) -> None:
+    """Stop ``proc`` if it still runs: SIGTERM, then SIGKILL after 10 s without an exit."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 async def _busy() -> None:
     while True:
         end = time.perf_counter() + SLICE
@@ -102,13 +113,8 @@ class ControlServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            terminate(self.proc)
 
 
 if __name__ == "__main__":
