@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from proxy import requestlog
+from proxy.store.dsn import redact_dsn
 
 __all__ = [
     "configure_logging",
@@ -194,11 +195,12 @@ _USERINFO = re.compile(r"//[^/\s]*@")  # to the last "@": a password may hold an
 def causes(exc: BaseException, depth: int = 3) -> str:
     """`` (cause: Type: message <- Type: message)``, what a traceback would show as the causes
     of ``exc`` (``raise … from``, else the exception being handled), or ``""``. A URL's
-    ``user:password@`` is cut out."""
+    ``user:password@`` is cut out, and the password of one written without its ``//``
+    masked (``redact_dsn``)."""
     found: list[str] = []
     cause = _cause(exc)
     while cause is not None and len(found) < depth:
-        found.append(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}"))
+        found.append(redact_dsn(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}")))
         cause = _cause(cause)
     return f" (cause: {' <- '.join(found)})" if found else ""
 

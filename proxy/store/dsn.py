@@ -21,9 +21,24 @@ _URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)(?:[^@\s]*@(?:[^@\s/?#]*@)*|(?!\d+
 # "password=" and "sslpassword=" (the client key's passphrase): a query parameter, or a word
 # of libpq's "key=value" DSN, quoted or not.
 _PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)")
+# What looks like "user:password@" without a "://" before it: a URL written wrong
+# ("postgresql:/u:pw@h", "u:pw@host/db"), which asyncpg then quotes whole in its error. The
+# password runs to the last "@" of the run, as in a URL; one that starts with "/" is a
+# URL's "//" (its own user is matched after it), and a blank ends the run. The user starts
+# where the run or a "/", ":", "@" does. It is looked for only in a run's text up to its
+# last "@" (_TO_LAST_AT, which starts only where a run does), where each try finds its "@":
+# a long run is read a bounded number of times, not once from each of its characters.
+_BARE_USERINFO = re.compile(r"((?<![^:/@?#\s])[^:/@?#\s]+:)(?!/)[^@\s]*@(?:[^@\s/?#]*@)*")
+_TO_LAST_AT = re.compile(r"(?<!\S)\S*@")
+
+
+def _bare_masked(run: re.Match[str]) -> str:
+    return _BARE_USERINFO.sub(r"\1***@", run.group())
 
 
 def redact_dsn(text: str) -> str:
     """``text`` with each URL's password (in the authority, or as ``password=``) and its
-    client key's passphrase (``sslpassword=``) replaced by ***."""
-    return _PARAM_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+    client key's passphrase (``sslpassword=``) replaced by ***, and so the password of what
+    looks like ``user:password@`` in a malformed URL."""
+    masked = _URL_PASSWORD.sub(r"\1***@", text)
+    return _PARAM_PASSWORD.sub(r"\1***", _TO_LAST_AT.sub(_bare_masked, masked))

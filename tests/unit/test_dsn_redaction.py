@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.logs import causes
-from proxy.store.db import redact_dsn
+from proxy.store.db import DatabaseUnavailable, connect, redact_dsn
 
 SECRET = "TOPSECRET"
 
@@ -37,6 +37,13 @@ SECRET = "TOPSECRET"
             "postgresql://u:***@h/db?sslmode=verify-full&sslpassword=***",
         ),
         ("host=h sslpassword=TOPSECRET dbname=x", "host=h sslpassword=*** dbname=x"),
+        # malformed URLs, which asyncpg quotes whole in its error: no "://" before the user
+        ("postgresql:/u:TOPSECRET@h", "postgresql:/u:***@h"),
+        ("u:TOPSECRET@host/db", "u:***@host/db"),
+        ("u:TOP@SECRET@host/db", "u:***@host/db"),
+        ("u:TOP/SECRET@host/db", "u:***@host/db"),
+        ("postgresql:///u:TOPSECRET@h", "postgresql:///u:***@h"),
+        ("postgresql:u:TOPSECRET@h/db", "postgresql:***@h/db"),  # the user goes with it
     ],
 )
 def test_the_password_is_masked_in_every_form(dsn: str, shown: str) -> None:
@@ -91,6 +98,42 @@ def test_the_password_is_masked_in_every_form(dsn: str, shown: str) -> None:
 def test_only_each_urls_password_is_masked(text: str, shown: str) -> None:
     assert redact_dsn(text) == shown
     assert "SECRET" not in redact_dsn(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgresql://localhost:5432/db for dba@example.com",
+        "at 12:30:01 mail dba@example.com",
+        "host:5432 dba@example.com",
+        "postgresql://u:***@h/db",  # masked already: masked again, it is the same
+    ],
+)
+def test_text_without_a_password_is_kept(text: str) -> None:
+    assert redact_dsn(text) == text
+
+
+async def test_a_malformed_database_url_is_refused_without_its_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGHOST", "127.0.0.1")  # where a URL without a host leads: refused
+    monkeypatch.setenv("PGPORT", "1")
+    for dsn in ("postgresql:/u:TOPSECRET@h", "u:TOPSECRET@host/db"):
+        with pytest.raises(DatabaseUnavailable) as info:
+            await connect(dsn, timeout=5)
+        assert "SECRET" not in str(info.value) and "u:***@h" in str(info.value)
+
+
+def test_a_cause_naming_a_malformed_url_loses_its_password() -> None:
+    try:
+        try:
+            raise OSError("cannot reach u:TOP@SECRET@provider.example/v1")
+        except OSError as inner:
+            raise RuntimeError("provider failed") from inner
+    except RuntimeError as exc:
+        said = causes(exc)
+    assert "SECRET" not in said
+    assert "provider.example/v1" in said
 
 
 def test_a_cause_naming_a_url_loses_its_whole_user_and_password() -> None:
