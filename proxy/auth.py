@@ -1,13 +1,14 @@
 """Proxy keys: the gate in front of every route, and the listen-address rule.
 
 ``ProxyAuth`` is a pure ASGI middleware, so it covers every route the app has or gains
-(chat, models, embeddings, sessions, SSE events, ``/readyz``, ``/metrics``, ``/openapi.json``,
+(chat, models, embeddings, sessions, SSE events, ``/metrics``, ``/openapi.json``,
 ``/docs``) without each handler having to remember a dependency. It reads the config in force
 (``ConfigHolder.current``) on every request, so a reload that adds, removes or rotates a key
 applies to the next request.
 
 - With ``auth.keys``: every request needs ``Authorization: Bearer <proxy key>``, except
-  ``/healthz`` (a liveness probe) and GET/HEAD under ``/ui`` (the console's static shell,
+  the probes ``/healthz`` and ``/readyz`` (status only, for a load balancer that cannot send
+  a header) and GET/HEAD under ``/ui`` (the console's static shell,
   which holds no data; every call it makes needs a key). A missing or unknown key is an
   OpenAI-shaped 401. The matched key is left in the scope (``PROXY_KEY``) for ``tenant_of``
   and ``check_agent``.
@@ -17,7 +18,7 @@ applies to the next request.
   must not read. Without it, any proxy key opens ``/metrics``.
 - Pass-through mode (no keys): a request with no bearer token is refused (401) when a
   provider's own key (its ``apiKeyEnv`` set) would pay for it, on every route but the
-  allow-list and the operational ones (``/readyz``, ``/metrics``, the API document), which
+  allow-list and the operational ones (``/metrics``, the API document), which
   any bearer would open anyway.
 - A key limited to some agents (``agents``) gets a 403 for any other agent, and for a
   session another agent ran (``proxy.api.deps.reach_session``).
@@ -76,15 +77,15 @@ log = logging.getLogger("cascade")
 PROXY_KEY = "cascade.proxy_key"
 """The scope entry holding the ``AuthKeyConfig`` a request was let in with."""
 
-OPEN_PATHS = frozenset({"/healthz"})
-"""Answered without a key, in every mode."""
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""Answered without a key, in every mode: the probes, which say a status and nothing else, for
+a load balancer or uptime checker that cannot send a header."""
 
 UI_PREFIX = "/ui"
 """GET/HEAD at or under it load without a key: the console's static shell."""
 
 OPERATIONAL_PATHS = frozenset(
     {
-        "/readyz",
         "/metrics",
         "/openapi.json",
         "/docs",

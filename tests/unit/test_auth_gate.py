@@ -94,10 +94,20 @@ async def test_no_bearer_is_refused_when_a_provider_key_pays_except_for_probes()
     assert await _get(in_url, "/v1/things") == 200
 
 
-async def test_required_keys_with_none_configured_close_everything() -> None:
+async def test_required_keys_with_none_configured_close_everything_but_the_probes() -> None:
     gate, _ = _gate({}, require_keys=True)
-    for path in ("/v1/things", "/readyz", "/metrics"):
+    for path in ("/v1/things", "/metrics"):
         assert await _get(gate, path, "anything") == 401
+    assert await _get(gate, "/readyz") == 200
+
+
+async def test_readyz_answers_without_a_key_for_a_load_balancer_that_sends_no_header() -> None:
+    keyed, _ = _gate(
+        {"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}], "metricsKeyEnv": "METRICS_KEY"}}
+    )
+    assert await _get(keyed, "/readyz") == 200
+    assert await _get(keyed, "/readyz", "wrong") == 200
+    assert await _get(keyed, "/v1/things") == 401
 
 
 def test_a_websocket_is_closed_without_a_key() -> None:

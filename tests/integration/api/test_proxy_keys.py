@@ -25,7 +25,7 @@ KEY_A = "cascade-key-a-5e1f0b"
 KEY_B = "cascade-key-b-93d7aa"
 UPSTREAM_SECRET = "sk-upstream-77c2e1"
 HI = [{"role": "user", "content": "hi"}]
-OPEN = {"/healthz"}
+OPEN = {"/healthz", "/readyz"}  # the probes: status only, for a load balancer
 AGENTS = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
 
 
@@ -53,7 +53,7 @@ def _requests(app: Any) -> list[tuple[str, str]]:
     return out
 
 
-def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
+def test_every_route_but_the_probes_and_the_ui_shell_needs_a_proxy_key(
     start_proxy: StartProxy,
     keys: dict[str, Any],
     fake_upstream: FakeUpstream,
@@ -110,6 +110,7 @@ def test_every_route_but_healthz_and_the_ui_shell_needs_a_proxy_key(
         assert http.get("/ui/static/app.js").status_code == 200
         assert http.get("/ui/app.js").status_code == 404
         assert http.post("/ui/static/app.js").status_code == 401
+        assert http.get("/readyz").json() == {"status": "ok", "database": "ok"}
         good = {"authorization": f"Bearer {KEY_B}"}
         for path in ("/readyz", "/openapi.json", "/docs", "/v1/sessions", "/v1/models"):
             assert http.get(path, headers=good).status_code == 200, path
@@ -269,9 +270,10 @@ def test_on_a_non_loopback_address_a_reload_without_keys_closes_every_door(
         assert http.get("/v1/sessions", headers=good).status_code == 200
         config.write_text(json.dumps({"providers": {"openai": {"baseUrl": fake_upstream.url}}}))
         _until(lambda: http.get("/v1/sessions", headers=good).status_code == 401)
-        refused = http.get("/readyz", headers=good).json()["error"]["message"]
+        refused = http.get("/openapi.json", headers=good).json()["error"]["message"]
         assert "non-loopback" in refused
         assert http.get("/healthz").status_code == 200
+        assert http.get("/readyz").status_code == 200
 
 
 def test_the_start_up_block_is_logged_once_without_a_secret(
