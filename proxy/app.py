@@ -40,7 +40,7 @@ from proxy.embeddings import Embedders, bind_embedders
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging, format_from_env
 from proxy.metrics import Metrics
-from proxy.middleware import AccessLog, ServerErrors, request_path
+from proxy.middleware import AccessLog, HeadAsGet, ServerErrors, request_path
 from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.refusals import StartupRefusals
@@ -50,12 +50,7 @@ from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
-from proxy.store.db import (
-    DatabaseUnavailable,
-    PoolExhausted,
-    pooler_kwargs,
-    run_migrations,
-)
+from proxy.store.db import DatabaseUnavailable, PoolExhausted, pooler_kwargs, run_migrations
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
 from proxy.transport import ProviderTransport, build_client, check_proxies
@@ -261,11 +256,13 @@ def _install_middleware(
     observer: Observer,
 ) -> None:
     """Ours, innermost first (``add_middleware`` wraps what is there): start-up refusals as one
-    line (``proxy.refusals``, the lifespan scope only), the 500 of last resort, the proxy-key
-    gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names origins (a preflight needs
-    no key; a 401 carries CORS headers), metrics and spans (``Observe``, so 401s are counted
-    too), and the access line outside them all (its record is what ``Observe`` extends)."""
+    line (``proxy.refusals``, the lifespan scope only), HEAD as a bodiless GET, the 500 of last
+    resort, the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names
+    origins (a preflight needs no key; a 401 carries CORS headers), metrics and spans
+    (``Observe``, so 401s are counted too), and the access line outside them all (its record
+    is what ``Observe`` extends)."""
     app.add_middleware(StartupRefusals)
+    app.add_middleware(HeadAsGet)
     app.add_middleware(ServerErrors)
     app.add_middleware(
         ProxyAuth,

@@ -1,12 +1,14 @@
-"""The proxy's own ASGI middleware: ``AccessLog`` (outermost of ours) and ``ServerErrors``.
+"""The proxy's own ASGI middleware: ``AccessLog`` (outermost of ours), ``ServerErrors`` and
+``HeadAsGet`` (innermost).
 
 ``create_app`` installs them with ``add_middleware``, CORS (when configured) between them,
 so every route, the chat routes included, passes through the same stack as any middleware
 a deployment adds::
 
-    AccessLog -> CORSMiddleware -> ProxyAuth -> ServerErrors -> exception handlers -> routes
+    AccessLog -> CORSMiddleware -> ProxyAuth -> ServerErrors -> HeadAsGet
+        -> exception handlers -> routes
 
-Both are pure ASGI (they wrap ``send``; nothing is buffered), so a stream goes out piece by
+All are pure ASGI (they wrap ``send``; nothing is buffered), so a stream goes out piece by
 piece as before.
 """
 
@@ -23,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import requestlog
 from proxy.errors import exception_body
 
-__all__ = ["AccessLog", "ServerErrors", "request_path"]
+__all__ = ["AccessLog", "HeadAsGet", "ServerErrors", "request_path"]
 
 access_log = logging.getLogger("cascade.access")
 log = logging.getLogger("cascade")
@@ -158,3 +160,35 @@ class ServerErrors:
             log.exception("500: unhandled error on %s %s", scope["method"], request_path(scope))
             status, body = exception_body(exc)
             await JSONResponse(body, status)(scope, receive, send)
+
+
+class HeadAsGet:
+    """HEAD answered as GET would be, with its status and headers and no body.
+
+    FastAPI's ``@router.get`` routes take GET only (a Starlette ``Route`` adds HEAD itself),
+    so a load balancer or uptime checker sending HEAD got a 405. The routes see GET, and this
+    completes the response as soon as its headers are out: the body is dropped, a stream (an
+    event stream) included, whose route then sees the client gone. The server, told HEAD,
+    sends no body either. A path with no GET route answers as its GET does: 404, or 405
+    with its ``Allow``. Every route, declared either way or added later, is covered.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        done = False
+
+        async def headers_only(message: Message) -> None:
+            nonlocal done
+            if done:
+                return  # the rest of a body nobody reads
+            if message["type"] == "http.response.start":
+                await send(message)
+                done = True
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
