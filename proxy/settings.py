@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     - ``http_transport``: what carries provider calls under the httpx client, ``aiohttp``
       (httpx-aiohttp, the default) or ``httpx`` (httpx's own); see ``proxy/transport.py``.
     - ``tracing`` (``CASCADE_TRACING``): ``console`` prints spans, ``otlp`` exports them
-      (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; see proxy/tracing.py.
+      (as does setting ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``off`` never; ``OTEL_SDK_DISABLED``
+      and ``OTEL_TRACES_EXPORTER`` apply too; see proxy/tracing.py.
     - ``db_pooler`` (``CASCADE_DB_POOLER``): what stands between the proxy and PostgreSQL.
       ``none`` (the default): ``DATABASE_URL`` is the server itself. ``transaction``: a
       pooler that hands each transaction a server connection of its own (PgBouncer's

@@ -3,7 +3,11 @@
 On when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set,
 exporting over OTLP/HTTP with the exporter's own ``OTEL_*`` settings, or when
 ``CASCADE_TRACING=console`` (spans printed to stdout); ``CASCADE_TRACING=off`` keeps it off
-whatever the environment says. Tests hand ``create_app`` a tracer provider of their own.
+whatever the environment says. OpenTelemetry's own switches apply as its specification has
+them: ``OTEL_SDK_DISABLED=true`` turns it off whatever else asks for it, and
+``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``, a comma-separated list of them, or
+``none``) names the exporters when ``CASCADE_TRACING`` does not, ``none`` alone turning it
+off. Tests hand ``create_app`` a tracer provider of their own.
 
 OpenTelemetry is imported only when tracing is on, and with it off no span object is made:
 the middleware and the provider calls test one attribute for ``None``. The packages are the
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["Tracing", "build_tracing", "operation_for"]
 
 _OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_EXPORTERS = ("otlp", "console")  # OTEL_TRACES_EXPORTER's values this proxy has
 _OPERATIONS = {"/chat/completions": "chat", "/embeddings": "embeddings"}
 
 
@@ -104,19 +109,36 @@ def _service_name(env: Mapping[str, str]) -> str:
     return "cascade-proxy"
 
 
+def _exporters(mode: str, env: Mapping[str, str]) -> list[str]:
+    """The exporters tracing is on with, none when it is off: ``OTEL_SDK_DISABLED=true`` (the
+    specification's boolean: ``true`` in any case, anything else false) and
+    ``CASCADE_TRACING=off`` first, then the exporter ``CASCADE_TRACING`` names, then those of
+    ``OTEL_TRACES_EXPORTER`` (``none`` is no exporter), then OTLP when an endpoint is set."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true" or mode == "off":
+        return []
+    if mode in _EXPORTERS:
+        return [mode]
+    if named := env.get("OTEL_TRACES_EXPORTER", "").strip().lower():
+        names = [n for n in (part.strip() for part in named.split(",")) if n and n != "none"]
+        if unknown := [n for n in names if n not in _EXPORTERS]:
+            raise RuntimeError(
+                f"OTEL_TRACES_EXPORTER names {', '.join(map(repr, unknown))}, which this "
+                "proxy does not have: otlp (OTLP/HTTP), console, or none"
+            )
+        return list(dict.fromkeys(names))
+    return ["otlp"] if any(env.get(name) for name in _OTLP_ENV) else []
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
     """The app's tracing: ``provider`` when given (tests), else what ``mode``
-    (``CASCADE_TRACING``) and the OTLP environment ask for, else None (off)."""
+    (``CASCADE_TRACING``) and the OpenTelemetry environment ask for, else None (off)."""
     if provider is not None:
         return Tracing(provider, owned=False)
     env = os.environ if env is None else env
-    mode = mode.strip().lower()
-    if mode == "off":
-        return None
-    otlp = mode == "otlp" or any(env.get(name) for name in _OTLP_ENV)
-    if mode != "console" and not otlp:
+    exporters = _exporters(mode.strip().lower(), env)
+    if not exporters:
         return None
     try:
         from opentelemetry.sdk.resources import Resource
@@ -128,19 +150,21 @@ def build_tracing(
         )
     except ImportError as exc:
         raise RuntimeError(
-            "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT or CASCADE_TRACING) but OpenTelemetry "
-            "is not installed: pip install 'cascade-proxy[tracing]'"
+            "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or "
+            "CASCADE_TRACING) but OpenTelemetry is not installed: "
+            "pip install 'cascade-proxy[tracing]'"
         ) from exc
     resource = Resource.create({"service.name": _service_name(env)})
     sdk = SdkProvider(resource=resource)
-    if mode == "console":
-        # sys.stdout as it is now, not as it was when OpenTelemetry was first imported; one
-        # span a line (the exporter's default is indented JSON over many lines), so a log
-        # collector reading CASCADE_LOG_FORMAT=json output gets one JSON object per line
-        exporter = ConsoleSpanExporter(out=sys.stdout, formatter=_one_line)
-        sdk.add_span_processor(SimpleSpanProcessor(exporter))
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    for name in exporters:
+        if name == "console":
+            # sys.stdout as it is now, not as it was when OpenTelemetry was first imported;
+            # one span a line (the exporter's default is indented JSON over many lines), so a
+            # log collector reading CASCADE_LOG_FORMAT=json output gets one JSON object a line
+            exporter = ConsoleSpanExporter(out=sys.stdout, formatter=_one_line)
+            sdk.add_span_processor(SimpleSpanProcessor(exporter))
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return Tracing(sdk, owned=True)

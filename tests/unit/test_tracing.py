@@ -95,3 +95,65 @@ def test_a_service_name_in_the_resource_attributes_is_kept() -> None:
         assert tracing is not None
         assert tracing.provider.resource.attributes["service.name"] == expected  # type: ignore[attr-defined]
         tracing.shutdown()
+
+
+def _exporters(tracing: object) -> list[str]:
+    """The exporters' class names, in the order their processors were added."""
+    processors = tracing.provider._active_span_processor._span_processors  # type: ignore[attr-defined]
+    return [
+        type(getattr(p, "span_exporter", None) or p._batch_processor._exporter).__name__
+        for p in processors
+    ]
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", " True "])
+def test_a_disabled_sdk_turns_tracing_off_whatever_else_asks_for_it(value: str) -> None:
+    env = {"OTEL_SDK_DISABLED": value, "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}
+    for mode in ("", "console", "otlp"):
+        assert build_tracing(mode, env=env) is None, mode
+    assert build_tracing("", env={**env, "OTEL_TRACES_EXPORTER": "console"}) is None
+
+
+def test_only_true_disables_the_sdk() -> None:
+    env = {"OTEL_SDK_DISABLED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}
+    tracing = build_tracing("", env=env)  # the specification's boolean: "true" or false
+    assert tracing is not None
+    tracing.shutdown()
+
+
+@pytest.mark.parametrize("value", ["none", "NONE", "none,"])
+def test_the_none_exporter_turns_tracing_off(value: str) -> None:
+    env = {"OTEL_TRACES_EXPORTER": value, "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}
+    assert build_tracing("", env=env) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "exporters"),
+    [
+        ("otlp", ["OTLPSpanExporter"]),  # without an endpoint: OTLP's default one
+        ("console", ["ConsoleSpanExporter"]),
+        ("otlp, console", ["OTLPSpanExporter", "ConsoleSpanExporter"]),
+        ("none,console", ["ConsoleSpanExporter"]),
+    ],
+)
+def test_the_named_exporters_are_the_ones_made(value: str, exporters: list[str]) -> None:
+    tracing = build_tracing("", env={"OTEL_TRACES_EXPORTER": value})
+    assert tracing is not None
+    assert _exporters(tracing) == exporters
+    tracing.shutdown()  # no span was made: nothing is sent
+    # with an endpoint set, the console alone is still what was asked for
+    with_endpoint = {"OTEL_TRACES_EXPORTER": value, "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE}
+    tracing = build_tracing("", env=with_endpoint)
+    assert tracing is not None and _exporters(tracing) == exporters
+    tracing.shutdown()
+
+
+def test_cascade_tracing_names_the_exporter_over_otel_traces_exporter() -> None:
+    tracing = build_tracing("console", env={"OTEL_TRACES_EXPORTER": "none"})
+    assert tracing is not None and _exporters(tracing) == ["ConsoleSpanExporter"]
+    assert build_tracing("off", env={"OTEL_TRACES_EXPORTER": "otlp"}) is None
+
+
+def test_an_exporter_the_proxy_does_not_have_is_refused_by_name() -> None:
+    with pytest.raises(RuntimeError, match="OTEL_TRACES_EXPORTER.*'zipkin'"):
+        build_tracing("", env={"OTEL_TRACES_EXPORTER": "otlp,zipkin"})
