@@ -46,9 +46,10 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STAGES = ("truncation", "eviction", "compaction", "overflow")
 """The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
 
-RESULTS = ("completed", "summary_failed", "history_changed")
-"""The ``result`` values of ``cascade_compactions_total`` a process can count (README:
-Metrics; ``interrupted`` is closed at start-up for an earlier process and not counted)."""
+RESULTS = ("completed", "summary_failed", "history_changed", "interrupted")
+"""The ``result`` values of ``cascade_compactions_total`` (README: Metrics). ``interrupted``
+is counted when the session's next compaction closes one an earlier process left running;
+the pass at start-up that closes them is not in a request, and counts none."""
 
 MODEL_LABELS = 64
 """The most distinct ``gen_ai_request_model`` values one process exports."""

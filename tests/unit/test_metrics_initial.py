@@ -3,6 +3,9 @@ dashboard's rate() or an alert on it has a series before the first event."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from proxy.metrics import RESULTS, STAGES, Metrics
 
 
@@ -12,3 +15,21 @@ def test_compaction_results_and_reclaimed_stages_are_exported_at_zero() -> None:
         assert f'cascade_compactions_total{{result="{result}"}} 0.0' in text
     for stage in STAGES:
         assert f'cascade_tokens_reclaimed_total{{stage="{stage}"}} 0.0' in text
+
+
+def _documented(metric: str) -> list[str]:
+    """The label values README's Metrics bullet for ``metric`` names, in backticks."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    bullet = re.search(rf"^- `{metric}\{{\w+\}}`:(.*?)(?=^- |\n\n)", readme, re.M | re.S)
+    assert bullet is not None, metric
+    return re.findall(r"`(\w+)`", bullet.group(1))
+
+
+def test_every_documented_label_value_is_exported_at_zero() -> None:
+    text = Metrics().render().decode()
+    results = _documented("cascade_compactions_total")
+    assert {"completed", "summary_failed", "history_changed", "interrupted"} <= set(results)
+    for result in results:  # a compaction closed as interrupted mid-run is counted too
+        assert f'cascade_compactions_total{{result="{result}"}} 0.0' in text, result
+    for stage in _documented("cascade_tokens_reclaimed_total"):
+        assert f'cascade_tokens_reclaimed_total{{stage="{stage}"}} 0.0' in text, stage

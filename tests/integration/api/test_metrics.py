@@ -81,6 +81,8 @@ def test_every_metric_is_exported_before_any_traffic(proxy: ProxyServer) -> None
     assert m.value("cascade_embedding_failures_total") == 0
     for stage in ("truncation", "eviction", "compaction", "overflow"):
         assert m.value("cascade_tokens_reclaimed_total", stage=stage) == 0
+    for result in ("completed", "summary_failed", "history_changed", "interrupted"):
+        assert m.value("cascade_compactions_total", result=result) == 0
     assert m.value("cascade_inflight_requests") == 1  # this scrape
 
 
