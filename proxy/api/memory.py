@@ -29,11 +29,14 @@ def _scope(request: Request, scope: Any) -> str:
     return parsed
 
 
-def _checker(request: Request) -> Callable[[str], None]:
-    """What a service calls with a suggestion's scope before answering it: the same check."""
+def _checker(request: Request) -> svc.SuggestionCheck:
+    """What the service calls before answering a suggestion: its scope is checked as an
+    add's, and its session's agent as the session's (a suggestion's facts are read from it,
+    so a key limited to other agents may not answer one from a ``default`` session either)."""
 
-    def check(scope: str) -> None:
+    def check(scope: str, agent: str, session_id: str) -> None:
         _scope(request, scope)
+        check_agent(request.scope, agent, session_id=session_id)
 
     return check
 
@@ -59,11 +62,13 @@ async def add_fact(
     return JSONResponse(fact, status_code=201)
 
 
-def _reaches(request: Request) -> Callable[[str], bool]:
-    """Whether the key reaches a scope (``_scope``'s rule, as a yes or no)."""
+def _reaches(request: Request) -> Callable[[str, str], bool]:
+    """Whether the key may answer a suggestion (``_checker``'s rule, as a yes or no)."""
 
-    def reaches(scope: str) -> bool:
-        return scope == svc.GLOBAL or may_use_agent(request.scope, scope.removeprefix("agent:"))
+    def reaches(scope: str, agent: str) -> bool:
+        return may_use_agent(request.scope, agent) and (
+            scope == svc.GLOBAL or may_use_agent(request.scope, scope.removeprefix("agent:"))
+        )
 
     return reaches
 

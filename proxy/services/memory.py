@@ -35,6 +35,10 @@ __all__ = [
 ]
 
 GLOBAL = "global"
+
+SuggestionCheck = Callable[[str, str, str], None]
+"""Called with a suggestion's scope, its session's agent and its session's id before the
+suggestion is answered; raises when the caller may not answer it."""
 _AGENT = re.compile(r"agent:[A-Za-z0-9._-]{1,128}")
 
 
@@ -160,11 +164,12 @@ async def list_suggestions(
     *,
     tenant: str,
     limit: int,
-    may_see: Callable[[str], bool] | None = None,
+    may_see: Callable[[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
-    accepting it writes to. ``may_see(scope)`` leaves out those the caller may not answer
-    (a key limited to other agents), page by page, so ``limit`` counts the ones it sees."""
+    accepting it writes to. ``may_see(scope, agent)``, with the agent of the suggestion's
+    session, leaves out those the caller may not answer (a key limited to other agents),
+    page by page, so ``limit`` counts the ones it sees."""
     data: list[dict[str, Any]] = []
     after = 0
     while len(data) < limit:
@@ -173,7 +178,7 @@ async def list_suggestions(
         )
         for row in rows:
             scope = _listed_scope(cfg, row)
-            if may_see is None or (scope is not None and may_see(scope)):
+            if may_see is None or (scope is not None and may_see(scope, _agent_of(row))):
                 data.append(_suggestion(row, scope))
         if len(rows) < limit:
             break
@@ -200,6 +205,17 @@ async def _pending(pool: Any, tenant: str, suggestion_id: str) -> dict[str, Any]
     return found
 
 
+def _agent_of(found: dict[str, Any]) -> str:
+    """The agent of the suggestion's session: its facts are read from that session, so a
+    key that may not use the agent (the ``default`` one included) may not see them."""
+    return str(found["agent"] or "default")
+
+
+def _check(check: SuggestionCheck | None, scope: str, found: dict[str, Any]) -> None:
+    if check is not None:
+        check(scope, _agent_of(found), found["session_id"])
+
+
 def _scope_of(cfg: Config, found: dict[str, Any]) -> str:
     """The scope a suggestion's facts go to: the one its event names, else its session's."""
     scope = found["scope"] if isinstance(found["scope"], str) else None
@@ -213,17 +229,17 @@ async def accept_suggestion(
     tenant: str,
     suggestion_id: str,
     facts: Sequence[str] | None,
-    check: Callable[[str], None] | None = None,
+    check: SuggestionCheck | None = None,
 ) -> dict[str, Any]:
     """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
     manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
-    are left out, and the answer lists the stored ones. ``check`` sees the scope first and
-    raises when the key may not write there (a key limited to other agents), as a manual
-    add's does: accepting is adding."""
+    are left out, and the answer lists the stored ones. ``check`` sees the scope, the agent
+    of the suggestion's session and its id first, and raises when the key may not write
+    there (a key limited to other agents), as a manual add's does (accepting is adding), or
+    may not use that agent (the facts were read from its session)."""
     found = await _pending(pool, tenant, suggestion_id)
     scope = _scope_of(cfg, found)
-    if check is not None:
-        check(scope)
+    _check(check, scope, found)
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:
@@ -254,12 +270,11 @@ async def reject_suggestion(
     *,
     tenant: str,
     suggestion_id: str,
-    check: Callable[[str], None] | None = None,
+    check: SuggestionCheck | None = None,
 ) -> dict[str, Any]:
-    """Dismiss a suggestion; ``check`` sees its scope first, as ``accept_suggestion``'s."""
+    """Dismiss a suggestion; ``check`` sees what ``accept_suggestion``'s does, first."""
     found = await _pending(pool, tenant, suggestion_id)
-    if check is not None:
-        check(_scope_of(cfg, found))
+    _check(check, _scope_of(cfg, found), found)
     if not await store.answer_suggestion(
         pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
     ):

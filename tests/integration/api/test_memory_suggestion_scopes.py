@@ -1,7 +1,8 @@
 """Regression: a proxy key limited to some agents could not add a fact to another agent's
 scope (403), yet accepting a pending suggestion bound for that scope stored the facts there
 (and answered with them), and rejecting one dismissed it. Answering a suggestion now needs
-the same reach as adding to its scope."""
+the same reach as adding to its scope, and the use of its session's agent: its facts are
+read from that session, the ``default`` agent's included, whose facts go to ``global``."""
 
 from __future__ import annotations
 
@@ -55,17 +56,40 @@ def test_a_limited_key_cannot_answer_a_suggestion_for_another_agents_scope(
         assert full.post(f"/v1/memory/suggestions/The API port is 8443./{answer}").is_success
 
 
-def test_a_limited_key_answers_suggestions_for_its_agent_and_global(
+def test_a_limited_key_answers_suggestions_of_its_agents_sessions_for_it_and_global(
     server_origin: str, db_dsn: str
 ) -> None:
     _suggest(db_dsn, "reviewer-run", "reviewer", "Reviews need two approvals.")
-    _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
+    _suggest(db_dsn, "reviewer-run", "reviewer", "The repo uses uv.", scope="global")
     with client(server_origin, LIMITED) as limited:
         ok = limited.post("/v1/memory/suggestions/Reviews need two approvals./accept")
         assert ok.status_code == 200, ok.text
         assert ok.json()["scope"] == "agent:reviewer"
         ok = limited.post("/v1/memory/suggestions/The repo uses uv./reject")
         assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("answer", ["accept", "reject"])
+def test_a_limited_key_cannot_answer_a_suggestion_of_the_default_agents_session(
+    server_origin: str, db_dsn: str, answer: str
+) -> None:
+    """Regression: a ``default`` session's suggestion is bound for ``global``, which the key
+    reaches, so a key limited to ``reviewer`` answered it, and saw its facts listed."""
+    _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
+    _suggest(db_dsn, "coder-run", "coder", "Deploys go through CI.", scope="agent:reviewer")
+    with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
+        for sid in ("The repo uses uv.", "Deploys go through CI."):
+            refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"]["code"] == "agent_not_allowed"
+            assert "-run" in refused.json()["error"]["message"]  # names the session
+        assert limited.get("/v1/memory/suggestions").json()["data"] == []
+        assert limited.get("/v1/memory").json()["data"] == []  # nothing reached global
+        for scope in ("agent:default", "agent:coder"):  # nor another agent's own scope
+            refused = limited.get("/v1/memory", params={"scope": scope})
+            assert refused.status_code == 403, (scope, refused.text)
+        assert len(full.get("/v1/memory/suggestions").json()["data"]) == 2
+        assert full.post(f"/v1/memory/suggestions/The repo uses uv./{answer}").is_success
 
 
 def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
@@ -79,12 +103,13 @@ def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
     _suggest(db_dsn, "any-run", "reviewer", "The API port is 8443.", scope="agent:coder")
     _suggest(db_dsn, "reviewer-run", "reviewer", "Reviews need two approvals.")
     _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
+    _suggest(db_dsn, "reviewer-run", "reviewer", "The CI runs on push.", scope="global")
     with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
         seen = limited.get("/v1/memory/suggestions").json()["data"]
-        assert [s["id"] for s in seen] == ["Reviews need two approvals.", "The repo uses uv."]
+        assert [s["id"] for s in seen] == ["Reviews need two approvals.", "The CI runs on push."]
         assert [s["scope"] for s in seen] == ["agent:reviewer", "global"]
         first = limited.get("/v1/memory/suggestions", params={"limit": 1}).json()["data"]
         assert [s["id"] for s in first] == ["Reviews need two approvals."]
         everything = full.get("/v1/memory/suggestions").json()["data"]
-        assert len(everything) == 6
+        assert len(everything) == 7
         assert sum(s["scope"] == "agent:coder" for s in everything) == 4
