@@ -143,6 +143,11 @@ class Config(Block):
                     f"auth.keys[{i}].keyEnv: ${key.key_env} is auth.keys[{j}]'s too; a key is "
                     "one entry (one tenant, one agents list), and only the first would match"
                 )
+        if (metrics := self.auth.metrics_key_env) in first:  # it would open /metrics
+            raise ValueError(
+                f"auth.metricsKeyEnv: ${metrics} is auth.keys[{first[metrics]}]'s keyEnv too; "
+                "the metrics key opens /metrics only, so it must be a key of its own"
+            )
         for name, limits in self.models.items():  # else every request without max_tokens is a 400
             given = "reserved_output" in limits.model_fields_set
             if given and limits.reserved_output >= limits.context_limit:
@@ -273,7 +278,9 @@ def _check_urls(cfg: Config, *, from_env: bool) -> None:
 
 def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Unset ones match no request."""
+    request with it would only ever be the first entry's. Nor does the metrics key's: that
+    proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
+    match no request."""
     first: dict[str, int] = {}
     for i, key in enumerate(cfg.auth.keys):
         value = (env.get(key.key_env) or "").strip()
@@ -283,6 +290,12 @@ def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
                 f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
                 "holds; give each entry a key of its own"
             )
+    metrics = cfg.auth.metrics_key_env
+    if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:
+        raise ConfigError(
+            f"auth.metricsKeyEnv: ${metrics} holds the key ${cfg.auth.keys[j].key_env} "
+            f"(auth.keys[{j}]) holds; give the scraper a key of its own"
+        )
 
 
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:

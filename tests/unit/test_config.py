@@ -332,3 +332,26 @@ def test_two_key_variables_holding_one_key_are_refused_without_the_key() -> None
     # different keys, or variables unset (no request can use those), are valid
     assert parse_config(raw, env={"K_A": "sk-1", "K_B": "sk-2"}).auth.keys
     assert parse_config(raw, env={"K_A": "", "K_B": " "}).auth.keys
+
+
+def test_a_metrics_key_variable_that_is_a_proxy_keys_is_refused_naming_both() -> None:
+    """Regression: accepted, and that proxy key (its tenant's every client) opened /metrics,
+    which counts every tenant's traffic and which the metrics key is meant to keep to the
+    scraper."""
+    raw = _keys(("K_A", "team-a"), ("K_B", "team-b"))
+    raw["auth"]["metricsKeyEnv"] = "K_B"
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value).startswith("auth.metricsKeyEnv: $K_B is auth.keys[1]'s keyEnv")
+
+
+def test_a_metrics_key_holding_a_proxy_key_is_refused_without_the_key() -> None:
+    raw = _keys(("K_A", "team-a"))
+    raw["auth"]["metricsKeyEnv"] = "K_METRICS"
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={"K_A": "sk-same", "K_METRICS": " sk-same\n"})
+    reason = str(refused.value)
+    assert reason.startswith("auth.metricsKeyEnv: $K_METRICS holds the key $K_A (auth.keys[0])")
+    assert "sk-same" not in reason
+    assert parse_config(raw, env={"K_A": "sk-1", "K_METRICS": "sk-2"}).auth.metrics_key_env
+    assert parse_config(raw, env={"K_A": "", "K_METRICS": ""}).auth.metrics_key_env

@@ -122,6 +122,10 @@ INVALID: list[tuple[str | bytes, str]] = [
         '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}, {"keyEnv": "K_A", "tenant": "b"}]}}',
         "auth.keys[1].keyEnv: $K_A is auth.keys[0]'s too",
     ),
+    (  # accepted, and that proxy key opened /metrics, which counts every tenant's traffic
+        '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}], "metricsKeyEnv": "K_A"}}',
+        "auth.metricsKeyEnv: $K_A is auth.keys[0]'s keyEnv",
+    ),
 ]
 
 
