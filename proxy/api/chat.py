@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -250,12 +251,20 @@ async def session_models(
     return await _passthrough(request, upstream, cfg, "/models", session_id)
 
 
+def _model_path(model: str) -> str:
+    """The provider's path of one model. No id (``/v1/models/``, a trailing slash) is the 404
+    of a path with no route, as OpenAI answers it with an error rather than the list."""
+    if not model:
+        raise HTTPException(404)
+    return "/models/" + quote(model, safe="/:@")
+
+
 @router.get("/v1/models/{model:path}")
 async def model(
     model: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
     """One model (the SDKs' ``models.retrieve``); ``path``: some ids hold a ``/``."""
-    return await _passthrough(request, upstream, cfg, "/models/" + quote(model, safe="/:@"))
+    return await _passthrough(request, upstream, cfg, _model_path(model))
 
 
 @router.get("/s/{session_id}/v1/models/{model:path}")
@@ -267,8 +276,7 @@ async def session_model(
     cfg: ConfigDep,
     _: TenantDep,
 ) -> Response:
-    path = "/models/" + quote(model, safe="/:@")
-    return await _passthrough(request, upstream, cfg, path, session_id)
+    return await _passthrough(request, upstream, cfg, _model_path(model), session_id)
 
 
 @router.post("/v1/embeddings")

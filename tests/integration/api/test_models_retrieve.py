@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -53,3 +54,23 @@ def test_an_unknown_model_is_the_providers_404(
         client.models.retrieve("gpt-nope")
 
     assert caught.value.code == "model_not_found"
+
+
+@pytest.mark.parametrize("path", ["/v1/models/", "/s/run-1/v1/models/"])
+def test_an_empty_model_id_is_an_unknown_url_not_a_provider_call(
+    path: str, proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Regression: ``/v1/models/`` (a trailing slash, no id) went to the provider as
+    ``/models/``. OpenAI answers it with an error, not the list: an OpenAI-shaped 404, as for
+    any path the proxy has no route for."""
+    resp = httpx.get(
+        proxy.origin + path, headers={"authorization": "Bearer sk-test-client"}, timeout=10
+    )
+    assert resp.status_code == 404, resp.text
+    assert resp.json()["error"] == {
+        "message": f"Invalid URL (GET {path})",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "unknown_url",
+    }
+    assert fake_upstream.requests == []
