@@ -34,6 +34,7 @@ log = logging.getLogger("cascade")
 # (too long, spaces, control characters) is replaced, so it cannot distort a log line.
 _CLIENT_ID = re.compile(rb"[!-~]{1,128}")
 _SHOWN = ("method", "path", "status", "duration_ms")  # in the access line's text already
+_ROUTED = ("route", "endpoint", "path_params")  # what routing adds to a request's scope
 
 
 def request_path(scope: Scope) -> str:
@@ -170,7 +171,9 @@ class HeadAsGet:
     completes the response as soon as its headers are out: the body is dropped, a stream (an
     event stream) included, whose route then sees the client gone. The server, told HEAD,
     sends no body either. A path with no GET route answers as its GET does: 404, or 405
-    with its ``Allow``. Every route, declared either way or added later, is covered.
+    with its ``Allow``. Every route, declared either way or added later, is covered. What
+    the router leaves in the scope (the route that took the request) is copied back to the
+    HEAD's own scope, for the metrics' route label outside.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -181,14 +184,16 @@ class HeadAsGet:
             await self.app(scope, receive, send)
             return
         done = False
+        inner = {**scope, "method": "GET"}
 
         async def headers_only(message: Message) -> None:
             nonlocal done
             if done:
                 return  # the rest of a body nobody reads
             if message["type"] == "http.response.start":
+                scope.update({k: inner[k] for k in _ROUTED if k in inner})
                 await send(message)
                 done = True
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-        await self.app({**scope, "method": "GET"}, receive, headers_only)
+        await self.app(inner, receive, headers_only)

@@ -62,3 +62,12 @@ def test_head_on_every_get_route_has_the_gets_status_and_headers_and_no_body(
 def test_head_on_a_route_without_get_still_answers_as_its_get(http: httpx.Client) -> None:
     assert http.head("/v1/chat/completions").status_code == 405
     assert http.head("/no/such/route").status_code == 404
+
+
+def test_a_head_is_counted_under_its_routes_template(http: httpx.Client) -> None:
+    assert http.head("/v1/sessions/some-session").status_code == 404
+    assert http.head("/healthz").status_code == 200
+    text = http.get("/metrics").text
+    assert 'cascade_requests_total{method="HEAD",route="/healthz",status="200"} 1.0' in text
+    routed = 'method="HEAD",route="/v1/sessions/{session_id}",status="404"} 1.0'
+    assert routed in text
