@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy import __version__
-from proxy.auth import is_loopback, provider_pays
+from proxy.auth import OPEN_PATHS, is_loopback, provider_pays
 from proxy.config import Config
 from proxy.config_context import ContextConfig
 from proxy.settings import Settings
@@ -104,7 +104,8 @@ def _auth(cfg: Config, env: Mapping[str, str], host: str) -> str:
         tenants = ", ".join(sorted({k.tenant for k in cfg.auth.keys}))
         return (
             f"  proxy keys: {len(cfg.auth.keys)} ({ready} with their variable set), "
-            f"tenants {tenants}; every route but /healthz and /ui needs one"
+            f"tenants {tenants}; every route but {', '.join(sorted(OPEN_PATHS))} and /ui "
+            "needs one"
         )
     paying = provider_pays(cfg, env)
     where = "" if is_loopback(host) else " ON A NON-LOOPBACK ADDRESS"

@@ -110,9 +110,10 @@ class AuthKeyConfig(Block):
 
 
 class AuthConfig(Block):
-    """``keys``: proxy keys; with any, every route but ``/healthz`` and the ``/ui`` shell needs
-    one. ``metricsKeyEnv``: a variable holding a key that opens ``/metrics`` only (for a
-    scraper), and the only key ``/metrics`` then takes, in either mode."""
+    """``keys``: proxy keys; with any, every route but the probes (``/healthz``, ``/readyz``)
+    and the ``/ui`` shell needs one. ``metricsKeyEnv``: a variable holding a key that opens
+    ``/metrics`` only (for a scraper), and the only key ``/metrics`` then takes, in either
+    mode."""
 
     keys: tuple[AuthKeyConfig, ...] = ()
     metrics_key_env: str | None = None

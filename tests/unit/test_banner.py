@@ -93,6 +93,8 @@ def test_embedded_database_and_proxy_keys() -> None:
     assert "console: http://127.0.0.1:8080/ui" in text
     assert "metrics: not served by this build (/metrics)" in text
     assert SECRETS["TEAM_KEY"] not in text
+    # the routes that answer without a key, the probes among them, as the gate has them
+    assert "every route but /healthz, /readyz and /ui needs one" in text
 
 
 def test_client_origin() -> None:
