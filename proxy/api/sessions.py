@@ -144,7 +144,8 @@ async def delete_session(
         )
 
 
-@router.get("/{session_id}/tool-outputs/{tool_call_id}")
+# ``:path``: an id can hold ``/``, and the server decodes ``%2F`` before routing.
+@router.get("/{session_id}/tool-outputs/{tool_call_id:path}")
 async def tool_output(
     session_id: SessionIdDep,
     tool_call_id: str,

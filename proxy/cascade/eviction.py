@@ -16,13 +16,16 @@ minimum needed.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.cascade.observations import observation_ids
 from proxy.cascade.rounds import protected_from, tool_names
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import content_text
+from proxy.cascade.text import content_text, has_text
 from proxy.cascade.types import (
     EVICTED,
     READ_TOOL_OUTPUT,
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 PLACEHOLDER_PREFIX = "[context-cleared]"
+_WORD = re.compile(r"[A-Za-z0-9_]{1,32}")
 MISS_RATIO = 0.5
 """A pass must reclaim at least this many times the tokens it turns into cache misses.
 
@@ -74,9 +78,35 @@ def _recovery(tool_call_id: str, *, handle: bool) -> str:
     return "; re-run the tool if you need it."
 
 
-def placeholder_text(tool_name: str, tool_call_id: str, chars: int, *, handle: bool) -> str:
-    """The placeholder for an evicted result; names ``read_tool_output`` only with a handle."""
-    head = f"{PLACEHOLDER_PREFIX} Result of {tool_name} ({chars} chars) was cleared to save context"
+def _kind(part: Any) -> str:
+    """A part's ``type`` when it is a plain word (it is the client's text), else ``part``."""
+    kind = part.get("type") if isinstance(part, Mapping) else None
+    return kind if isinstance(kind, str) and _WORD.fullmatch(kind) else "part"
+
+
+def _media_note(content: Any) -> str:
+    """``, and N <type> parts that only re-running the tool brings back`` for the parts of a
+    result sent as a list that hold no text (images, audio), else ``""``: the placeholder
+    drops them with the text, the stored row keeps them, and ``read_tool_output`` pages
+    only text, so the model is told what it cannot read back."""
+    if not isinstance(content, list):
+        return ""
+    kinds = Counter(_kind(p) for p in content if not has_text(p))
+    if not kinds:
+        return ""
+    named = " and ".join(f"{n} {kind} part{'s' if n > 1 else ''}" for kind, n in kinds.items())
+    return f", and {named} that only re-running the tool brings back"
+
+
+def placeholder_text(
+    tool_name: str, tool_call_id: str, chars: int, *, handle: bool, media: str = ""
+) -> str:
+    """The placeholder for an evicted result; names ``read_tool_output`` only with a handle.
+    ``media`` (``_media_note``) names the parts without text the result had."""
+    head = (
+        f"{PLACEHOLDER_PREFIX} Result of {tool_name} ({chars} chars{media})"
+        " was cleared to save context"
+    )
     return head + _recovery(tool_call_id, handle=handle)
 
 
@@ -100,9 +130,14 @@ def _candidate(
     unspillable: frozenset[str],
     cid: str,
 ) -> _Candidate | None:
-    text = content_text(msg.get("content"))
+    content = msg.get("content")
+    text = content_text(content)
     handle = persist_raw and bool(cid) and cid not in unspillable
-    replacement = {**msg, "content": placeholder_text(name, cid, len(text), handle=handle)}
+    media = _media_note(content)
+    replacement = {
+        **msg,
+        "content": placeholder_text(name, cid, len(text), handle=handle, media=media),
+    }
     reclaimed = tokens - count([replacement])
     if reclaimed <= 0:
         return None
@@ -130,6 +165,10 @@ def evict(
     the tokens from the first replaced result to the end (the suffix the pass turns into cache
     misses; a big protected round right after a lone old result is not worth re-billing), they
     are all replaced.
+
+    A result sent as a list of parts is cleared whole, its images too (freeing the window
+    is the point); its stored row keeps every part, and the placeholder names the parts
+    without text, which ``read_tool_output`` (text only) does not page back.
 
     A placeholder with a handle needs no copy of the result: the shell keeps the result's
     text in its stored row beside the placeholder, and ``read_tool_output`` pages it from

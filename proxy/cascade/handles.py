@@ -13,11 +13,19 @@ chain is over what the client sent; and a later request that carries tools gets 
 back. A marker is reworded only in the message it names (its own ``tool_call_id``, or an
 observation's own handle), so a tool's output that quotes another result's marker goes as
 the tool wrote it.
+
+A lossless-compaction pointer names an *earlier* result, and is frozen with the result that
+holds it; the earlier result's id can come back later (clients that number their calls
+``call_0`` each turn), and ``read_tool_output`` reads an id's newest result. So a pointer names
+its target with ``pin``: ``<tool_call_id>@<position>``, the target's position in the session's
+history, which no later message changes (a divergence before it supersedes the pointer too).
+``unpin`` reads one back; the store resolves it to that row's own result.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,10 +34,24 @@ from proxy.cascade.observations import is_observation, observation_id
 from proxy.cascade.truncation import drop_cut_handle
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 
-__all__ = ["HANDLE", "drop_handles", "holds_handle"]
+__all__ = ["HANDLE", "drop_handles", "holds_handle", "pin", "unpin"]
 
 HANDLE = READ_TOOL_OUTPUT + '({"id"'
 """What every marker with a handle holds, and a message without one does not."""
+
+_PINNED = re.compile(r"(.+)@(0|[1-9][0-9]{0,9})", re.DOTALL)
+
+
+def pin(tool_call_id: str, pos: int) -> str:
+    """The handle of the result at history position ``pos`` alone (module docstring)."""
+    return f"{tool_call_id}@{pos}"
+
+
+def unpin(handle: str) -> tuple[str, int] | None:
+    """(tool_call_id, position) of a ``pin`` handle; None for any other id."""
+    m = _PINNED.fullmatch(handle)
+    return (m[1], int(m[2])) if m else None
+
 
 _COMPACTED = "[compacted losslessly from "
 _COMPACTED_WITHIN = 400  # an observation's prefix line comes before it

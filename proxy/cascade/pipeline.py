@@ -26,7 +26,7 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,7 +40,7 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION, is_placeholder
-from proxy.cascade.handles import holds_handle
+from proxy.cascade.handles import holds_handle, pin
 from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS
@@ -143,32 +143,27 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
     """The tool results before ``pos`` in the client's history, as ``EarlierLines`` on demand.
 
     The client resends the whole history, so the originals are at hand without a fetch; a
-    pointer names only an id and line numbers, so a redacted earlier result leaks nothing
-    (the new result itself is never compacted when redacted). A result whose id is not its
-    own alone (``_ambiguous``) is left out: ``read_tool_output`` reads an id's newest result,
-    so a pointer to it would send the model to other text."""
+    pointer names only a handle and line numbers, so a redacted earlier result leaks nothing
+    (the new result itself is never compacted when redacted). Each result is named by
+    ``handles.pin`` (its id and position), not its id alone: an id can name more than one
+    result (``call_0`` every turn), now or once the pointer is frozen, and
+    ``read_tool_output`` reads an id's newest result."""
 
     def build() -> EarlierLines:
         found = [
-            (str(m.get("tool_call_id") or ""), content_text(m.get("content")))
-            for m in messages[:pos]
+            (_pinned(m, i), content_text(m.get("content")))
+            for i, m in enumerate(messages[:pos])
             if m.get("role") == "tool"
         ]
-        taken = _ambiguous(Counter(cid for cid, _ in found), messages, pos)
-        return EarlierLines.build(r for r in found[-EARLIER_RESULTS:] if r[0] not in taken)
+        return EarlierLines.build(found[-EARLIER_RESULTS:])
 
     return build
 
 
-def _ambiguous(seen: Counter[str], messages: Sequence[Message], pos: int) -> set[str]:
-    """The ids of ``seen`` (the tool results' before ``pos``, counted) that name more than
-    one result, or the new message's own: a client that numbers its calls afresh each turn
-    (``call_0``) reuses them."""
-    taken = {cid for cid, n in seen.items() if n > 1}
-    own = messages[pos].get("tool_call_id") if pos < len(messages) else None
-    if own:
-        taken.add(str(own))
-    return taken
+def _pinned(msg: Message, pos: int) -> str:
+    """The pointer handle of the tool result ``msg`` at ``pos`` ("" without an id)."""
+    cid = str(msg.get("tool_call_id") or "")
+    return pin(cid, pos) if cid else ""
 
 
 class EarlierResults:
@@ -185,22 +180,20 @@ class EarlierResults:
     def __init__(self, messages: Sequence[Message]) -> None:
         self._messages = messages
         self._scanned = 0
-        # The latest results: [tool_call_id, text, (lines, line set) once indexed, or None].
+        # The latest results: [pinned handle, text, (lines, line set) once indexed, or None].
         self._window: deque[list[Any]] = deque(maxlen=EARLIER_RESULTS)
-        self._seen: Counter[str] = Counter()  # every result's id so far
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
         """The tool results before ``pos``, as ``EarlierLines`` on demand."""
 
         def build() -> EarlierLines:
-            for m in self._messages[self._scanned : pos]:
+            for i in range(self._scanned, pos):
+                m = self._messages[i]
                 if m.get("role") == "tool":
                     text = content_text(m.get("content"))
-                    self._window.append([str(m.get("tool_call_id") or ""), text, None])
-                    self._seen[self._window[-1][0]] += 1
+                    self._window.append([_pinned(m, i), text, None])
             self._scanned = max(self._scanned, pos)
-            taken = _ambiguous(self._seen, self._messages, pos)
-            kept = [e for e in self._window if e[0] and e[1] and e[0] not in taken]
+            kept = [e for e in self._window if e[0] and e[1]]
             for entry in kept:
                 if entry[2] is None:
                     entry[2] = (lines_of(entry[1]), line_set_of(entry[1]))

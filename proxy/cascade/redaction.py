@@ -52,8 +52,17 @@ _KEYWORD = (
 # nulls, and values already redacted; and source code that names a token or password, which
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``), a comment
-# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``).
+# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
+# a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
+# of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
+# (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
 _VALUE_CHAR = r"[^\s\"',;{}\[\]()<>]"
+_IDENTIFIER = (
+    r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
+    r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
+    r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
+    r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
+)
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}(?:[\s,;}\])]|$))"
     r"(?!(?:true|false|null|none|nil|undefined)(?:[\s,;}\])]|$))"
@@ -61,6 +70,7 @@ _NOT_A_VALUE = (
     r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
+    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE_CHAR + r"))"
 )
 
 DEFAULT_PATTERNS: tuple[str, ...] = (

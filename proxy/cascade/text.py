@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["append_block", "content_text", "part_text", "with_text"]
+__all__ = ["append_block", "content_text", "has_text", "part_text", "with_text"]
 
 
 def part_text(part: Any, *, media: bool = False) -> str:
@@ -41,7 +41,8 @@ def content_text(content: Any, *, media: bool = False) -> str:
     return str(content)
 
 
-def _has_text(part: Any) -> bool:
+def has_text(part: Any) -> bool:
+    """Whether a content part is text (a string, or a part with a ``text`` or ``refusal``)."""
     return isinstance(part, str) or (
         isinstance(part, Mapping) and any(isinstance(part.get(k), str) for k in ("text", "refusal"))
     )
@@ -59,19 +60,19 @@ def with_text(content: Any, text: str) -> Any:
     other part stays where it was: only the text is rewritten, and a part without text
     could not be read back."""
     if not isinstance(content, list) or all(
-        isinstance(p, str) or (_has_text(p) and p.keys() <= _PLAIN) for p in content
+        isinstance(p, str) or (has_text(p) and p.keys() <= _PLAIN) for p in content
     ):
         return text
     fields: dict[str, Any] = {}
     for part in content:
-        if isinstance(part, Mapping) and _has_text(part):
+        if isinstance(part, Mapping) and has_text(part):
             fields.update(part)
     fields.pop("refusal", None)
     merged = {**fields, "type": "text", "text": text}
     out: list[Any] = []
     placed = False
     for part in content:
-        if not _has_text(part):
+        if not has_text(part):
             out.append(part)
         elif not placed:
             out.append(merged)

@@ -3,6 +3,8 @@
 A result cut at ingestion is spilled here. An evicted result needs no copy: its row keeps
 the body beside the placeholder (migration 0008), and :func:`fetchrow_raw_output` reads it
 from there, as it reads a result never cut from its message, when no spilled row is as new.
+A pointer's handle (``cascade.handles.pin``: id and position) reads that row's own result
+instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from proxy.cascade.handles import unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8
 from proxy.cascade.types import Spill
+from proxy.store import client_form
 from proxy.store.nul import decode, encode
 
 if TYPE_CHECKING:
@@ -63,8 +67,15 @@ async def fetchrow_raw_output(
     message, evicted (kept beside its placeholder) or never cut (the whole of it). None
     when there is none, or when that result was cut or cleared with no copy kept
     (redacted, or cut with ``persistRaw`` off; its message holds less than the result): an
-    older result under the id is not it. ``{"content", "original_bytes", "capped"}``; the
+    older result under the id is not it. A pointer's handle (``handles.pin``,
+    ``<id>@<position>``) reads the result at that position instead (``_fetch_pinned``),
+    whatever came under the id since. ``{"content", "original_bytes", "capped"}``; the
     text the client sent, NULs included (``nul``)."""
+    pinned = unpin(tool_call_id)
+    if pinned is not None:
+        found = await _fetch_pinned(conn, tenant, session_id, *pinned)
+        if found is not None:
+            return found
     row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, encode(tool_call_id))
     if row is None:  # no row at all only without a session: the query always has one
         return None
@@ -78,4 +89,20 @@ async def fetchrow_raw_output(
     if message_at is None or not (row["whole"] or (row["evicted"] and not row["redacted"])):
         return None
     text = content_text(row["message"].get("content"))
+    return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
+
+
+async def _fetch_pinned(
+    conn: Executor, tenant: str, session_id: str, tool_call_id: str, pos: int
+) -> dict[str, Any] | None:
+    """The whole text of the live tool result at ``pos`` when its id is ``tool_call_id``,
+    as sent (``client_form``: never cut, evicted, or rebuilt from its own spill); None when
+    there is no such row or its text is not kept (redacted, or its spill capped)."""
+    sent = await client_form.fetch_sent_forms(
+        conn, tenant=tenant, session_id=session_id, positions=[pos]
+    )
+    msg = sent.get(pos)
+    if msg is None or msg.get("role") != "tool" or msg.get("tool_call_id") != tool_call_id:
+        return None
+    text = content_text(msg.get("content"))
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}

@@ -18,6 +18,7 @@ from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
+from tests.integration.api.sessions_helpers import messages_of
 from tests.integration.transcripts import api, blob, marker_args, read_all, sdk, wait_event
 
 LIMIT = 8000
@@ -65,6 +66,7 @@ class Agent:
         self.outputs: dict[str, str] = {}
         self.names: dict[str, str] = {}
         self.prompts: list[list[dict[str, Any]]] = []
+        self.image: dict[str, Any] | None = None  # sent beside each result's text, if any
 
     def step(self, tool: str = "read_file") -> list[dict[str, Any]]:
         n = len(self.outputs)
@@ -77,7 +79,10 @@ class Agent:
         self.messages.append(out.choices[0].message.model_dump(exclude_none=True))
         self.outputs[cid] = blob(RESULT_CHARS, f"{tool}-{n}")
         self.names[cid] = tool
-        self.messages.append({"role": "tool", "tool_call_id": cid, "content": self.outputs[cid]})
+        content: Any = self.outputs[cid]
+        if self.image is not None:
+            content = [{"type": "text", "text": content}, self.image]
+        self.messages.append({"role": "tool", "tool_call_id": cid, "content": content})
         return self.prompts[-1]
 
     def run_until_evicted(self, passes: int = 1, max_steps: int = 30) -> None:
@@ -144,6 +149,37 @@ def test_old_results_become_placeholders_once_over_at_fraction(
         assert evicted == cleared(prompt)
         for cid in cleared(prompt):  # spilled at eviction: every byte comes back
             assert read_all(http, "agent", cid, limit=900) == agent.outputs[cid]
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_an_evicted_result_of_text_and_image_parts_is_stored_with_its_parts(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # A browser tool's page text and screenshot: the placeholder frees the window of both,
+    # says the image is not read back, and the stored row keeps every part the client sent.
+    agent = Agent(proxy, fake_upstream, sid="shots")
+    agent.image = IMAGE
+    agent.run_until_evicted()
+    prompt = agent.prompts[-1]
+    ids = cleared(prompt)
+    assert ids
+    for m in prompt:
+        if m["role"] == "tool" and m["tool_call_id"] in ids:
+            assert isinstance(m["content"], str), m
+            assert "and 1 image_url part that only re-running the tool brings back" in m["content"]
+            assert marker_args(m["content"]) == {"id": m["tool_call_id"]}
+    with api(proxy) as http:
+        rows = messages_of(http, "shots", form="sent")
+        sent = {r["message"].get("tool_call_id"): r for r in rows}
+        for cid in ids:
+            assert sent[cid]["evicted"]
+            assert sent[cid]["message"]["content"] == [
+                {"type": "text", "text": agent.outputs[cid]},
+                IMAGE,
+            ]
+            assert read_all(http, "shots", cid, limit=900) == agent.outputs[cid]
 
 
 def test_eviction_persists_and_consecutive_prompts_share_their_prefix(

@@ -140,7 +140,7 @@ def test_repeated_lines_of_an_earlier_result_become_a_pointer(
     client.chat.completions.create(model="gpt-4o", messages=second, tools=CLIENT_TOOLS)
     sent = sent_results(fake_upstream.bodies()[-1])
     assert sent["call_a"] == listing
-    assert re.search(r"\[80 lines: same as lines 1-80 of tool result call_a\]", sent["call_b"])
+    assert re.search(r"\[80 lines: same as lines 1-80 of tool result call_a@2\]", sent["call_b"])
     with api(proxy) as http:
         assert read_all(http, "ing2", "call_b") == again
 
@@ -183,7 +183,7 @@ def test_a_pointer_counts_lines_by_newlines_and_the_rest_is_sent_as_written(
     ]
     client.chat.completions.create(model="gpt-4o", messages=messages, tools=CLIENT_TOOLS)
     sent = sent_results(fake_upstream.bodies()[-1])["call_b"]
-    pointer = re.search(r"\[40 lines: same as lines (\d+)-(\d+) of tool result call_a\]", sent)
+    pointer = re.search(r"\[40 lines: same as lines (\d+)-(\d+) of tool result call_a@2\]", sent)
     assert pointer is not None, sent
     a, b = int(pointer[1]), int(pointer[2])
     assert "\n".join(first.split("\n")[a - 1 : b]) == listing.rstrip("\n")

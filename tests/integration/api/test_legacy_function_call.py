@@ -68,3 +68,39 @@ def test_a_streamed_function_call_is_stored_as_the_client_got_it(
         ("assistant", False),
     ]
     assert rows["data"][1]["message"]["function_call"] == {"name": "lookup", "arguments": '{"x":1}'}
+
+
+def _legacy_round(i: int, text: str) -> list[dict[str, Any]]:
+    call = {"name": "lookup", "arguments": json.dumps({"x": i})}
+    return [
+        {"role": "user", "content": f"look up {i}"},
+        {"role": "assistant", "content": None, "function_call": call},
+        {"role": "function", "name": "lookup", "content": text},
+    ]
+
+
+def test_legacy_function_results_go_upstream_and_are_stored_as_sent(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # role "function" results are no tool results to the cascade: over maxChars (24000),
+    # of repeated lines that lossless compaction would fold, and together past eviction's
+    # 12.5% of the window, each goes upstream and into the store byte for byte (redacted
+    # like any message the client sends); nothing is cut, folded, cleared or lost.
+    sid = "legacy-results"
+    texts = ["".join(f"row {i}: the same line again\n" for _ in range(1200)) for i in range(4)]
+    secret = "password=hunter22"
+    texts[0] += secret
+    history: list[Any] = [m for i, t in enumerate(texts) for m in _legacy_round(i, t)]
+    expected = [texts[0].replace(secret, "password=[REDACTED]"), *texts[1:]]
+    for step in range(2):
+        body = {"model": "gpt-fake", "messages": history, "functions": FUNCTIONS}
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": sid})
+        assert resp.status_code == 200, resp.text
+        sent = fake_upstream.bodies()[-1]["messages"]
+        assert [m["content"] for m in sent if m["role"] == "function"] == expected, step
+        assert all(len(t) > 24000 for t in texts)
+        history += [resp.json()["choices"][0]["message"], {"role": "user", "content": "more"}]
+    rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
+    stored = [r for r in rows if r["role"] == "function"]
+    assert [r["message"]["content"] for r in stored] == expected
+    assert not any(r["evicted"] or r["truncated"] for r in stored)

@@ -4,10 +4,13 @@ and spilled and turn 2's was short enough to keep whole, both
 ``GET /v1/sessions/{id}/tool-outputs/call_0`` and the model's ``read_tool_output`` served
 turn 1's text. Both now serve the newest result under the id (the one the model saw last,
 as DESIGN keys raw outputs by session and id), and a newest result with no copy kept is not
-found rather than answered with an older one."""
+found rather than answered with an older one. A lossless-compaction pointer names an
+earlier result by id and position (``call_0@2``), so it reads back the result it meant even
+once the id comes back after the pointer was frozen."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,9 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.read_tool_output_helpers import chat, context, history, read_call
-from tests.integration.transcripts import api, blob
+from tests.integration.transcripts import api, blob, read_all
+
+USER = {"role": "user", "content": "read the listing again"}
 
 SECRET = "ACME-12345678"
 
@@ -74,13 +79,13 @@ LISTING = "".join(f"src/pkg/module_{i:03d}.py  {i * 97} bytes\n" for i in range(
 
 
 @pytest.mark.parametrize("third_id", ["call_1", "call_0"], ids=["another-id", "its-own-id"])
-def test_a_pointer_never_names_an_id_that_reads_back_another_result(
+def test_a_pointer_to_a_reused_id_reads_back_the_result_it_names(
     proxy: ProxyServer, fake_upstream: FakeUpstream, third_id: str
 ) -> None:
     # Turn 1's call_0 lists the files, turn 2's call_0 says something else; turn 3 lists
     # them again. "same as lines 1-50 of tool result call_0" would send the model to turn
-    # 2's text (the newest under the id), or name the result itself: an ambiguous id is
-    # never a pointer's target, and the lines stay (compacted no other way here).
+    # 2's text (the newest under the id), or name the result itself: the pointer names turn
+    # 1's result by its position too, and that reads back turn 1's text.
     messages = history("call_0", LISTING, tag="a")
     chat(proxy, "pointer", messages)
     messages += [{"role": "assistant", "content": "ok"}, *history("call_0", "nothing", tag="b")]
@@ -88,4 +93,42 @@ def test_a_pointer_never_names_an_id_that_reads_back_another_result(
     again = "total 50\n" + LISTING
     messages += [{"role": "assistant", "content": "ok"}, *history(third_id, again, tag="c")]
     chat(proxy, "pointer", messages)
-    assert fake_upstream.bodies()[-1]["messages"][-1]["content"] == again
+    sent = fake_upstream.bodies()[-1]["messages"][-1]["content"]
+    assert "\n[50 lines: same as lines 1-50 of tool result call_0@2]" in sent, sent
+    with api(proxy) as http:
+        assert read_all(http, "pointer", "call_0@2") == LISTING
+        assert read_all(http, "pointer", "call_0") == (again if third_id == "call_0" else "nothing")
+
+
+POINTER = re.compile(r"\[50 lines: same as lines 1-50 of tool result (\S+)\]")
+
+
+@pytest.mark.parametrize(
+    ("first", "third"),
+    [(LISTING, "nothing"), (LISTING + blob(6000, "old"), blob(6000, "new"))],
+    ids=["kept-whole", "both-spilled"],
+)
+def test_a_frozen_pointer_still_reaches_its_result_once_the_id_comes_back(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, first: str, third: str
+) -> None:
+    # Turn 2's result points at turn 1's call_0 (unique then) and is frozen; turn 3 reuses
+    # call_0. read_tool_output("call_0") now serves turn 3's result (the newest), so the
+    # pointer names a handle of turn 1's result alone, and it still reads that back (cut,
+    # its spill is then one turn 3's replaced).
+    messages = history("call_0", first, tag="a")
+    chat(proxy, "frozen", messages)
+    messages += [{"role": "assistant", "content": "ok"}, *history("call_1", "total 50\n" + LISTING)]
+    chat(proxy, "frozen", messages)
+    messages += [{"role": "assistant", "content": "ok"}, *history("call_0", third, tag="c")]
+    chat(proxy, "frozen", messages)
+    pointed = fake_upstream.bodies()[-1]["messages"][6]["content"]
+    found = POINTER.search(pointed)
+    assert found is not None, pointed
+    handle = found[1]
+    fake_upstream.script(reply(None, tool_calls=[read_call(id=handle, limit=5000)]), reply("done"))
+    chat(proxy, "frozen", [*messages, {"role": "assistant", "content": "ok"}, USER])
+    answered = fake_upstream.bodies()[-1]["messages"][-1]
+    assert answered["tool_call_id"] == "int_1" and "module_049.py" in answered["content"]
+    with api(proxy) as http:
+        assert read_all(http, "frozen", handle) == first
+        assert read_all(http, "frozen", "call_0") == third  # the id alone: the newest

@@ -47,3 +47,27 @@ def test_stored_markup_is_shown_as_text(console: Page, console_proxy: ProxyServe
     page.wait_for_timeout(300)
     assert page.evaluate("window.__pwned") is None
     assert page.locator(".msg img, .msg script").count() == 0
+
+
+def test_a_cut_result_whose_id_holds_a_slash_pages_back(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    # The console quotes the id (encodeURIComponent: %2F); the server decodes it to a slash
+    # before routing, so the route has to take an id of several segments.
+    cid = "functions/read_file/0"
+    call = {"id": cid, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    body = "".join(f"slash line {n:04d}\n" for n in range(400))
+    _chat(
+        console_proxy,
+        "slashed",
+        [
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": cid, "content": body},
+        ],
+    )
+    page = sign_in(console, "#/s/slashed")
+    cut = page.get_by_test_id("message-list").locator(f'[data-tool-call-id="{cid}"]')
+    cut.locator("[data-mark=truncated]").wait_for()
+    cut.get_by_test_id("raw-page").click()
+    cut.get_by_test_id("raw-output").filter(has_text="slash line 0000").wait_for()

@@ -130,6 +130,24 @@ def test_placeholder_keeps_other_keys() -> None:
     assert set(out[1]) == set(msgs[1])
 
 
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_a_placeholder_says_which_parts_of_the_result_only_a_re_run_brings_back() -> None:
+    # A result of text and image parts is cleared whole (freeing the window is the point);
+    # its text pages back through read_tool_output, its images do not.
+    msgs = conversation([4000, 4000, 4000])
+    msgs[3] = {**msgs[3], "content": [{"type": "text", "text": "x" * 4000}, IMAGE, IMAGE]}
+    msgs[5] = {**msgs[5], "content": [{"type": "text", "text": "x" * 4000}]}
+    out = _evict(msgs).messages
+    assert out[3]["content"] == (
+        f"{PLACEHOLDER_PREFIX} Result of read_file (4000 chars, and 2 image_url parts that "
+        "only re-running the tool brings back) was cleared to save context. "
+        'Recover it with read_tool_output({"id": "c0"})'
+    )
+    assert out[5]["content"].startswith(f"{PLACEHOLDER_PREFIX} Result of read_file (4000 chars)")
+
+
 def test_placeholders_are_never_re_evicted() -> None:
     msgs = conversation([4000, 4000, 4000])
     once = _evict(msgs)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from proxy.cascade.eviction import evict, placeholder_text
-from proxy.cascade.handles import drop_handles, holds_handle
+from proxy.cascade.handles import drop_handles, holds_handle, pin, unpin
 from proxy.cascade.lossless import compacted_marker
 from proxy.cascade.observations import observation_ids
 from proxy.cascade.pipeline import assemble
@@ -130,3 +130,11 @@ def test_only_the_results_own_marker_is_reworded() -> None:
     assert '"id": "call_me"' not in out["content"]
     phrase = " chars; read the rest with read_tool_output( no marker"
     assert drop_handles(rounds(tool("c", phrase * 3)), PREFIXES)[3]["content"] == phrase * 3
+
+
+def test_a_pinned_handle_reads_back_its_id_and_position_and_no_other_id_does() -> None:
+    assert pin("call_0", 12) == "call_0@12"
+    assert unpin(pin("call_0", 12)) == ("call_0", 12)
+    assert unpin(pin("a@b", 0)) == ("a@b", 0)  # the last @ splits
+    for other in ("call_0", "call_0@", "@3", "call_0@01", "call_0@3x", "call_0@ 3"):
+        assert unpin(other) is None, other

@@ -131,7 +131,7 @@ def test_ingest_points_to_earlier_results_in_the_history() -> None:
     history = [tool("call_a", log), tool("call_b", "header\n" + log + "\nfooter")]
     out = ingest(history[1], ContextConfig(), earlier_results(history, 1))
     content = out.message["content"]
-    assert "[40 lines: same as lines 1-40 of tool result call_a]" in content
+    assert "[40 lines: same as lines 1-40 of tool result call_a@0]" in content
     assert out.spill is not None and out.spill.text == history[1]["content"]
 
 
@@ -168,7 +168,7 @@ def test_compaction_is_recoverable(text: str, earlier: str) -> None:
     content = out.message["content"]
     assert _handle(content) == {"id": "c9"}
     assert len(content) < len(text)
-    done = compact_text(text, EarlierLines.build([("c0", earlier)]))
+    done = compact_text(text, EarlierLines.build([("c0@0", earlier)]))  # c0 at position 0
     assert done is not None and content.endswith(done.text)
     if done.json_minified and not done.json_tables:
         assert json.loads(done.text) == json.loads(text)

@@ -80,6 +80,12 @@ def test_unterminated_pem_block_is_redacted() -> None:
         ("PASSWORD=#n0t-a-comment", f"PASSWORD={REDACTED}"),
         ("password: strong-one", f"password: {REDACTED}"),
         ("token: %sx9", f"token: {REDACTED}"),
+        # a plain word, or a word with digits, is a password, not a variable's name
+        ("Password: theagentcompany", f"Password: {REDACTED}"),
+        ("Old token: token1", f"Old token: {REDACTED}"),
+        ("password=Hunter2Go", f"password={REDACTED}"),
+        ("secret: xK9mQ2vLp", f"secret: {REDACTED}"),
+        ("api_key=abc_123_def", f"api_key={REDACTED}"),
     ],
 )
 def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str) -> None:
@@ -103,6 +109,13 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "def login(user: str, password: str) -> None:",
         "if not tokens:  # pragma: no cover",
         'log.info("Lexed tokens: %s", tokens)',
+        # a variable's name as the value: camelCase, snake_case, CONSTANT_CASE, attribute
+        "params: { _csrf_token: csrfToken },",
+        "const token = accessToken;",
+        "password = user_password",
+        "api_key: OPENAI_API_KEY",
+        "self.password = self.password",
+        "password = this._password",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:
