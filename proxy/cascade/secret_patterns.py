@@ -1,0 +1,89 @@
+"""The built-in secret patterns that :mod:`proxy.cascade.redaction` applies.
+
+Each starts with a literal or a short keyword and bounds every quantifier, so the scanner
+can find where a match may begin and no input backtracks catastrophically. The generic
+assignment pattern (``password=…``) keeps the key and redacts the value, and leaves values
+that are plainly not secrets.
+"""
+
+from __future__ import annotations
+
+__all__ = ["REDACTED", "DEFAULT_PATTERNS"]
+
+REDACTED = "[REDACTED]"
+
+_NOT_REDACTED = r"(?!\[REDACTED\])"
+_KEYWORD = (
+    r"(?:passw(?:or)?d|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|auth[_-]?key|credentials?)"
+)
+# Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
+# nulls, and values already redacted; and source code that names a token or password, which
+# a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
+# ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``), a comment
+# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
+# a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
+# of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
+# (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
+_VALUE_CHAR = r"[^\s\"',;{}\[\]()<>]"
+_IDENTIFIER = (
+    r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
+    r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
+    r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
+    r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
+)
+_NOT_A_VALUE = (
+    r"(?![0-9.]{1,40}(?:[\s,;}\])]|$))"
+    r"(?!(?:true|false|null|none|nil|undefined)(?:[\s,;}\])]|$))"
+    r"(?!" + _VALUE_CHAR + r"{1,500}[(\[])"
+    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|$))"
+    r"(?!(?<=[ \t])#)"
+    r"(?!%[a-z](?![a-z0-9_]))"
+    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE_CHAR + r"))"
+)
+
+DEFAULT_PATTERNS: tuple[str, ...] = (
+    # PEM private key blocks, whole, across lines.
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----[\s\S]{0,20000}?"
+    r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
+    # ... and one whose END line is missing (output cut short).
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----[\sA-Za-z0-9+/=:,\-]{0,20000}",
+    # Anthropic (before OpenAI: both start with ``sk-``).
+    r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_\-]{20,300}",
+    # OpenAI: legacy sk-…, project sk-proj-…, service-account, admin keys.
+    r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}",
+    # Stripe secret and restricted keys.
+    r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
+    # AWS access key ids (long-term and temporary).
+    r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+    # AWS secret access key assignments (40 base64 chars), keeping the key name.
+    r"(?i)aws_?secret_?access_?key[\"']?[ \t]{0,5}(?:=|:|=>)[ \t]{0,5}[\"']?"
+    r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+    # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
+    r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
+    r"github_pat_(?<![\w-]github_pat_)[A-Za-z0-9_]{30,255}",
+    # Slack tokens.
+    r"xox(?<![\w-]xox)[baprs]-[A-Za-z0-9\-]{10,250}",
+    # Google API keys.
+    r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
+    # JSON Web Tokens (header.payload.signature, base64url).
+    r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
+    # Authorization headers: keep the scheme word, redact the credential.
+    r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
+    r"(?i)authorization[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?(?:basic|token)[ \t]{1,5}"
+    + _NOT_REDACTED
+    + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
+    # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
+    # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
+    r"(?i)"
+    + _KEYWORD
+    + r"(?:[_.\-]?[a-z0-9]){0,24}[\"']?[ \t]{0,3}(?:=|:|=>)[ \t]{0,3}"
+    + r"(?![\"']?\[REDACTED\])"
+    + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
+    + _NOT_A_VALUE
+    + r"(?P<secret3>"
+    + _VALUE_CHAR
+    + r"{1,500}))",
+)
+"""Built-in secret patterns, applied before any configured ones (order matters: specific
+shapes first, the generic assignment last)."""
