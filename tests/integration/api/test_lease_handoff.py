@@ -203,7 +203,6 @@ def woken(last: list[Pause]) -> bool:
     return sum(bool(p.woken) for p in last) > len(last) // 2
 
 
-@pytest.mark.heavy  # a loaded machine slows the handoffs: run alone, not beside another test
 def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
     replicas: list[str], held: dict[str, Pacer], pauses: list[Pause], db_dsn: str
 ) -> None:
@@ -215,7 +214,6 @@ def test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed(
     assert woken(last), f"B's last pauses (seconds, woken): {last}"
 
 
-@pytest.mark.heavy  # a loaded machine slows the handoffs: run alone, not beside another test
 def test_a_session_operation_on_another_replica_runs_as_soon_as_it_is_freed(
     replicas: list[str], held: dict[str, Pacer], pauses: list[Pause], db_dsn: str
 ) -> None:
