@@ -8,7 +8,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,10 @@ from tests.reliability.conftest import Figures, ProxyServer, write_config
 from proxy.store.db import run_migrations  # isort: skip
 
 CLIENTS = 6
-BEFORE, DOWN, AFTER = 1.5, 2.0, 2.5  # seconds of load before, during and after the outage
+# Each client's answered turns before the outage, refusals during it and answered turns after
+# it: the test moves on once every client has had them, however long a loaded machine takes.
+TURNS = 2
+PATIENCE = 30.0
 
 
 class Restartable:
@@ -107,6 +110,28 @@ class Client(threading.Thread):
                     i += 1
 
 
+def wait_until(what: str, clients: list[Client], done: Callable[[], bool]) -> None:
+    """Wait for ``done()``; fail at once on an answer other than a 200 or a documented 503,
+    and once ``PATIENCE`` has passed."""
+    deadline = time.monotonic() + PATIENCE
+    while not done():
+        assert not [b for c in clients for b in c.bad]  # only 200s and documented 503s
+        assert time.monotonic() < deadline, f"not within {PATIENCE} s: {what}"
+        time.sleep(0.02)
+
+
+def stored_once(http: httpx.Client, sid: str, sent: list[tuple[str, Any]]) -> list[Any]:
+    """The session's stored (role, content) pairs, once they are ``sent`` or ``PATIENCE``
+    has passed."""
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
+        stored = [(r["message"]["role"], r["message"].get("content")) for r in rows]
+        if stored == sent or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.05)
+
+
 def test_a_database_restart_under_load_answers_503_and_loses_nothing(
     restartable: Restartable, fake_upstream: FakeUpstream, tmp_path: Path, figures: Figures
 ) -> None:
@@ -130,13 +155,26 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
     try:
         for c in clients:
             c.start()
-        time.sleep(BEFORE)
+        wait_until(
+            "every client answered", clients, lambda: all(c.statuses[200] >= TURNS for c in clients)
+        )
         restartable.stop()
         down_at = time.monotonic()
-        time.sleep(DOWN)
+        refused = [c.statuses[503] for c in clients]
+        wait_until(
+            "every client refused while the database is down",
+            clients,
+            lambda: all(
+                c.statuses[503] >= r + TURNS for c, r in zip(clients, refused, strict=True)
+            ),
+        )
         restartable.start()
         up_at = time.monotonic()
-        time.sleep(AFTER)
+        wait_until(
+            "every client answered again, the proxy not restarted",
+            clients,
+            lambda: all(sum(t > up_at for t in c.ok_times) >= TURNS for c in clients),
+        )
         stop.set()
         for c in clients:
             c.join(30)
@@ -145,14 +183,15 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
             base_url=proxy.origin, timeout=10, headers={"authorization": "Bearer sk-test-client"}
         ) as http:
             for c in clients:
-                while not c.turn(http, f"{c.sid} last", {"x-session-id": c.sid}):
-                    pass
-            time.sleep(0.5)
+                wait_until(
+                    f"{c.sid}'s last turn answered",
+                    clients,
+                    lambda c=c: c.turn(http, f"{c.sid} last", {"x-session-id": c.sid}),
+                )
             lost = 0
             for c in clients:
-                rows = http.get(f"/v1/sessions/{c.sid}/messages").json()["data"]
-                stored = [(r["message"]["role"], r["message"].get("content")) for r in rows]
                 sent = [(m["role"], m.get("content")) for m in c.history]
+                stored = stored_once(http, c.sid, sent)  # a reply is stored after it is sent
                 lost += len(set(sent) - set(stored))
                 assert stored == sent, c.sid
     finally:

@@ -1,6 +1,11 @@
 """Upstream faults, each many times on one session, interleaved with good turns: every
 fault answers as documented (README: Errors, Stored reply, A finished stream) and the
-session stores exactly the good turns, never a partial or failed reply."""
+session stores exactly the good turns, never a partial or failed reply.
+
+A provider slower than its ``timeoutSeconds`` is one the test holds (``Pacer(first=True)``,
+never let go) behind an agent of its own, ``SLOW``, whose provider's timeout is short; the
+good turns and the other faults go to the default agent, whose provider's timeout a loaded
+machine does not reach, so a turn meant to be answered is never cut by one."""
 
 from __future__ import annotations
 
@@ -15,13 +20,15 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.replies import Responder, error, raw, reply
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, Responder, error, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.errors_helpers import _assert_error_shape, _closed_port
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 
 SID = "faults"
 ROUNDS = 3
+SLOW = "slow"  # the agent (and the model that picks it) of the faults the provider holds
+PATIENCE = 20.0
 _JSON = {"content-type": "application/json"}
 _HTML = {"content-type": "text/html; charset=utf-8"}
 _SSE = {"content-type": "text/event-stream"}
@@ -73,7 +80,15 @@ _CHUNK = (
     ' "finish_reason": null}]}\n\n'
 )
 
-# name: (what the provider does, stream?, what the client must get)
+
+def held(_req: RecordedRequest) -> Reply:
+    """An answer the provider never sends: the proxy's timeout ends the call (the fake then
+    sees its client leave)."""
+    return reply("late", pacer=Pacer(PATIENCE, first=True))
+
+
+# name: (what the provider does, stream?, what the client must get); a name that starts
+# with "slow" is sent to the SLOW agent
 FAULTS: dict[str, tuple[Responder, bool, Check]] = {
     "429 + Retry-After": (error(429, headers={"retry-after": "7"}), False, passes(429, "7")),
     "429 + Retry-After, streamed": (
@@ -87,12 +102,8 @@ FAULTS: dict[str, tuple[Responder, bool, Check]] = {
         True,
         passes(503, "5"),
     ),
-    "slow first byte": (
-        reply("late", first_byte_delay=1.2),
-        False,
-        proxy_error(504, "upstream_timeout"),
-    ),
-    "slow first byte, streamed": (reply("late", first_byte_delay=1.2), True, error_frame("504")),
+    "slow first byte": (held, False, proxy_error(504, "upstream_timeout")),
+    "slow first byte, streamed": (held, True, error_frame("504")),
     "stream cut mid-way": (
         reply("a long partial answer", chunks=6, reset_after=3),
         True,
@@ -139,9 +150,21 @@ FAULTS: dict[str, tuple[Responder, bool, Check]] = {
 
 @pytest.fixture
 def faulty_proxy(db_dsn: str, fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[ProxyServer]:
-    provider = {"baseUrl": fake_upstream.url, "timeoutSeconds": 0.6, "connectTimeoutSeconds": 1}
+    def provider(timeout: float) -> dict[str, Any]:
+        return {
+            "baseUrl": fake_upstream.url,
+            "timeoutSeconds": timeout,
+            "connectTimeoutSeconds": 10,
+        }
+
     config = write_config(
-        tmp_path / "agents.json", fake_upstream.url, providers={"openai": provider}
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        providers={"openai": provider(30), SLOW: provider(0.3)},
+        agents={
+            "default": {"provider": "openai", "fastModel": "fast-model"},
+            SLOW: {"provider": SLOW},
+        },
     )
     server = ProxyServer(
         Settings(database_url=db_dsn, config=config, keepalive_seconds=0.3, watch_config=False)
@@ -174,9 +197,10 @@ def test_upstream_faults_answer_as_documented_and_store_only_good_turns(
             for name, (responder, stream, check) in FAULTS.items():
                 turn = [*history, {"role": "user", "content": f"q {r} {name}"}]
                 fake_upstream.script(responder)
+                model = SLOW if name.startswith("slow") else "gpt-4o"
                 resp = http.post(
                     "/v1/chat/completions",
-                    json={"model": "gpt-4o", "messages": turn, "stream": stream},
+                    json={"model": model, "messages": turn, "stream": stream},
                 )
                 check(resp)
                 seen[name] += 1
@@ -189,7 +213,7 @@ def test_upstream_faults_answer_as_documented_and_store_only_good_turns(
                 assert good.status_code == 200, (name, good.text)
                 assert b"[DONE]" in good.content if stream else good.json()["choices"]
                 history = [*turn, {"role": "assistant", "content": f"a {r} {name}"}]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + PATIENCE  # a reply is stored after it is sent
         while len(_assistants(http)) < len(history) // 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         stored = _assistants(http)

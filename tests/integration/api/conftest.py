@@ -81,6 +81,13 @@ class ProxyServer:
         keeper's last read) on another replica (``EventBus.watched``)."""
         return bool(self._server.lifespan.state["bus"].watched((tenant, session_id)))
 
+    def pooled_pids(self) -> set[int]:
+        """The backend pids of the pool's connections this replica takes for open: a killed
+        backend's stays until the replica's loop has read the close, and a statement handed
+        that connection fails (what a test that killed backends waits out)."""
+        pool = self._server.lifespan.state["pool"]
+        return {h._con.get_server_pid() for h in pool._holders if h.is_connected()}
+
     def stopping(self) -> None:
         """Start the stop without waiting for it (:func:`stop_all` stops several at once)."""
         self._server.should_exit = True

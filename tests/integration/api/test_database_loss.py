@@ -21,13 +21,18 @@ import httpx
 import pytest
 
 from proxy.store.db import connection_lost
-from tests.fakes.replies import reply, tool_call
+from tests.fakes.replies import Pacer, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 
 KILL = """
 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+PATIENCE = 20.0  # for what must happen, however slowly a loaded machine gets there
+KILLED = """
+SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
 """
 WAITING = """
@@ -52,8 +57,8 @@ def post(proxy: ProxyServer, sid: str, *texts: str, stream: bool = False) -> htt
 
 
 async def stored_soon(admin: asyncpg.Connection, session_id: str, expected: int) -> int:
-    """The session's live message count once it reaches ``expected``, or after 5 s."""
-    deadline = time.monotonic() + 5
+    """The session's live message count once it reaches ``expected``, or after ``PATIENCE``."""
+    deadline = time.monotonic() + PATIENCE
     while True:
         count = int(
             await admin.fetchval(
@@ -88,13 +93,13 @@ async def kill_while_waiting(
     holds), terminate every other backend of the database; the request's response."""
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(request)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while await admin.fetchval(WAITING, wait_event) == 0:
             assert time.monotonic() < deadline, "the request never waited on the lock"
             assert not future.done(), future.result().text
             time.sleep(0.01)
         assert await admin.fetchval(KILL) >= 1
-        return future.result(timeout=20)
+        return future.result(timeout=PATIENCE)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -124,7 +129,7 @@ async def test_killed_in_the_first_statement(
 
 async def test_killed_in_a_later_statement(proxy: ProxyServer, admin: asyncpg.Connection) -> None:
     assert post(proxy, "warm").status_code == 200
-    deadline = time.monotonic() + 5  # its reply is stored after it is sent: not under the lock
+    deadline = time.monotonic() + PATIENCE  # its reply is stored after it is sent
     while await admin.fetchval("SELECT count(*) FROM messages WHERE session_id = 'warm'") < 2:
         assert time.monotonic() < deadline
         time.sleep(0.02)
@@ -202,20 +207,22 @@ def test_which_errors_mean_the_connection_was_lost(exc: Exception, lost: bool) -
 async def test_killed_while_the_request_waits_for_the_provider(
     proxy: ProxyServer, admin: asyncpg.Connection, fake_upstream: FakeUpstream
 ) -> None:
-    """Every backend dies while the provider thinks: the request holds no connection then
-    (issue 24), so its next statement (here read_tool_output's, between two internal
-    rounds) borrows a fresh one and the request is served, its reply stored."""
+    """Every backend dies while the provider thinks (its answer held until the kill is
+    done): the request holds no connection then (issue 24), so its next statement (here
+    read_tool_output's, between two internal rounds) borrows a fresh one and the request is
+    served, its reply stored."""
     output = "x" * 60000  # cut at ingestion: read_tool_output is offered
     messages = [
         {"role": "user", "content": "read it"},
         {"role": "assistant", "content": None, "tool_calls": [tool_call("cat", {}, id="call_big")]},
         {"role": "tool", "tool_call_id": "call_big", "content": output},
     ]
+    thinking = Pacer(PATIENCE, first=True)
     fake_upstream.script(
         reply(
             None,
             tool_calls=[tool_call("read_tool_output", {"id": "call_big"}, id="int_1")],
-            first_byte_delay=1.0,
+            pacer=thinking,
         ),
         reply("done"),
     )
@@ -230,9 +237,16 @@ async def test_killed_while_the_request_waits_for_the_provider(
             "/s/s1/v1/chat/completions",
             json={"model": "gpt-4o", "messages": messages, "tools": CLIENT_TOOLS},
         )
-        fake_upstream.wait_for_requests(1)
-        assert await admin.fetchval(KILL) >= 1
-        r = future.result(timeout=20)
+        fake_upstream.wait_for_requests(1, timeout=PATIENCE)
+        try:
+            killed = {row["pid"] for row in await admin.fetch(KILLED)}
+            assert killed
+            # the answer comes once the proxy saw the kill: a request that kept a connection
+            # through the provider's wait would then find it dead
+            assert wait_for(lambda: not proxy.pooled_pids() & killed, PATIENCE)
+        finally:
+            thinking.allow(100)
+        r = future.result(timeout=PATIENCE)
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"] == "done"
     assert await stored_soon(admin, "s1", 4) == 4

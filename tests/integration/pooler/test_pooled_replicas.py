@@ -18,7 +18,8 @@ from tests.integration.api.test_deltas import (
     test_another_replicas_watcher_gets_the_deltas,
 )
 from tests.integration.api.test_lease_handoff import (
-    arrivals,
+    held,
+    pauses,
     test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed,
 )
 from tests.integration.api.test_replicas import (
@@ -30,7 +31,8 @@ from tests.integration.api.test_replicas import (
 __all__ = [
     "quick_keeper",
     "test_another_replicas_watcher_gets_the_deltas",
-    "arrivals",
+    "held",
+    "pauses",
     "test_a_waiter_on_another_replica_takes_the_session_as_soon_as_it_is_freed",
     "test_a_compaction_runs_once_for_both_replicas_and_is_counted_once",
     "test_a_sessions_requests_are_serialised_across_replicas",
