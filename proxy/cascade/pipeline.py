@@ -26,8 +26,8 @@ message (``ingest``), not per step.
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -145,8 +145,8 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
     The client resends the whole history, so the originals are at hand without a fetch; a
     pointer names only an id and line numbers, so a redacted earlier result leaks nothing
     (the new result itself is never compacted when redacted). A result whose id is not its
-    own alone (``_ambiguous``) is left out: ``read_tool_output`` reads an id's newest result,
-    so a pointer to it would send the model to other text."""
+    own alone (``_reused``, ``_own_id``) is left out: ``read_tool_output`` reads an id's
+    newest result, so a pointer to it would send the model to other text."""
 
     def build() -> EarlierLines:
         found = [
@@ -154,21 +154,29 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
             for m in messages[:pos]
             if m.get("role") == "tool"
         ]
-        taken = _ambiguous(Counter(cid for cid, _ in found), messages, pos)
-        return EarlierLines.build(r for r in found[-EARLIER_RESULTS:] if r[0] not in taken)
+        reused, own = _reused(cid for cid, _ in found), _own_id(messages, pos)
+        return EarlierLines.build(
+            r for r in found[-EARLIER_RESULTS:] if r[0] not in reused and r[0] != own
+        )
 
     return build
 
 
-def _ambiguous(seen: Counter[str], messages: Sequence[Message], pos: int) -> set[str]:
-    """The ids of ``seen`` (the tool results' before ``pos``, counted) that name more than
-    one result, or the new message's own: a client that numbers its calls afresh each turn
-    (``call_0``) reuses them."""
-    taken = {cid for cid, n in seen.items() if n > 1}
+def _reused(ids: Iterable[str]) -> set[str]:
+    """The ids that name more than one result: a client that numbers its calls afresh each
+    turn (``call_0``) reuses them."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for cid in ids:
+        (twice if cid in seen else seen).add(cid)
+    return twice
+
+
+def _own_id(messages: Sequence[Message], pos: int) -> str:
+    """The new message's own ``tool_call_id`` ("" when none): an earlier result under it is
+    not its own alone either."""
     own = messages[pos].get("tool_call_id") if pos < len(messages) else None
-    if own:
-        taken.add(str(own))
-    return taken
+    return str(own) if own else ""
 
 
 class EarlierResults:
@@ -187,7 +195,10 @@ class EarlierResults:
         self._scanned = 0
         # The latest results: [tool_call_id, text, (lines, line set) once indexed, or None].
         self._window: deque[list[Any]] = deque(maxlen=EARLIER_RESULTS)
-        self._seen: Counter[str] = Counter()  # every result's id so far
+        # every result's id so far, and those of them seen twice or more (``_reused``'s
+        # sets, grown here: a ``Counter``'s increment runs Python code for each new id)
+        self._seen: set[str] = set()
+        self._twice: set[str] = set()
 
     def before(self, pos: int) -> Callable[[], EarlierLines]:
         """The tool results before ``pos``, as ``EarlierLines`` on demand."""
@@ -195,12 +206,12 @@ class EarlierResults:
         def build() -> EarlierLines:
             for m in self._messages[self._scanned : pos]:
                 if m.get("role") == "tool":
-                    text = content_text(m.get("content"))
-                    self._window.append([str(m.get("tool_call_id") or ""), text, None])
-                    self._seen[self._window[-1][0]] += 1
+                    cid = str(m.get("tool_call_id") or "")
+                    (self._twice if cid in self._seen else self._seen).add(cid)
+                    self._window.append([cid, content_text(m.get("content")), None])
             self._scanned = max(self._scanned, pos)
-            taken = _ambiguous(self._seen, self._messages, pos)
-            kept = [e for e in self._window if e[0] and e[1] and e[0] not in taken]
+            own, twice = _own_id(self._messages, pos), self._twice
+            kept = [e for e in self._window if e[0] and e[1] and e[0] not in twice and e[0] != own]
             for entry in kept:
                 if entry[2] is None:
                     entry[2] = (lines_of(entry[1]), line_set_of(entry[1]))
