@@ -135,7 +135,7 @@ def _split(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
 
 
 def _split_now(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
-    lines = text.replace("\r\n", "\n").split("\n")
+    lines = (text.replace("\r\n", "\n") if "\r" in text else text).split("\n")  # no "\r": no copy
     if not text or text.endswith("\n"):
         lines.pop()  # as ``splitlines``: no empty line after the last ending
     return tuple(lines), frozenset(lines)
