@@ -78,7 +78,38 @@ def start_embedded(data_dir: Path | None) -> tuple[str, PostgresServer]:
 
     pgdata = _make_dir((data_dir or default_data_dir()) / "pgdata")
     server = get_server(pgdata, cleanup_mode="stop")
+    forget_dead_handles(server)
     return server.get_uri(), server
+
+
+def forget_dead_handles(server: PostgresServer) -> None:
+    """Drop the pids of processes no longer running from the server's list of holders.
+
+    pgserver stops the server when the last process holding it lets go, counting holders
+    as pids in a file in the data directory. A holder killed outright (SIGKILL, a crash, an
+    OOM kill) never takes its pid out, so every later clean exit would find it there and
+    leave the server running for good. Called at each start, so the first start after such
+    a kill counts only live holders again. The list is read and written under pgserver's own
+    inter-process lock, as it does. A recycled pid reads as alive: the server then stays
+    up, as it did before this.
+    """
+    holders = server.global_process_id_list
+    with server._lock:
+        pids = holders._get()
+        live = [pid for pid in pids if _alive(pid)]
+        if live != pids:
+            holders.put(live)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _make_dir(path: Path) -> Path:
