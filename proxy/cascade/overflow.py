@@ -48,21 +48,26 @@ def _last_user(messages: Sequence[Message]) -> int | None:
     return None
 
 
+_RESULT_ROLES = frozenset({"tool", "function"})
+"""Roles of call results: ``tool``, and ``function`` answering a legacy ``function_call``."""
+
+
 def _units(messages: Sequence[Message], start: int, stop: int) -> list[tuple[int, int]]:
     """Droppable ``(begin, end)`` units of ``messages[start:stop]``, oldest first.
 
-    A unit is one message, or an assistant message with ``tool_calls`` plus the tool results
-    that follow it (a round, dropped whole). Tool results at ``start`` whose call sits before
-    it cannot be dropped without orphaning that call, so they are never a unit.
+    A unit is one message, or an assistant message with ``tool_calls`` (or a legacy
+    ``function_call``) plus the results that follow it (a round, dropped whole). Results at
+    ``start`` whose call sits before it cannot be dropped without orphaning that call, so
+    they are never a unit.
     """
     i = start
-    while i < stop and messages[i].get("role") == "tool":
+    while i < stop and messages[i].get("role") in _RESULT_ROLES:
         i += 1
     units: list[tuple[int, int]] = []
     while i < stop:
         begin = i
         i += 1
-        while i < stop and messages[i].get("role") == "tool":
+        while i < stop and messages[i].get("role") in _RESULT_ROLES:
             i += 1
         units.append((begin, i))
     return units
@@ -132,10 +137,11 @@ def guard(
 ) -> GuardResult:
     """Make the prompt fit ``limit - reserved_output`` or refuse it.
 
-    Drops the oldest whole units (single messages, or a tool round with all its results) after
-    the first ``protected_head`` messages — the system messages and the user message carrying
-    the summary — and never the last user message or anything after it (the current turn).
-    A round is never split and the kept sequence never starts a unit with a tool result.
+    Drops the oldest whole units (single messages, a tool round with all its results, or a
+    legacy ``function_call`` with its ``function`` result) after the first ``protected_head``
+    messages — the system messages and the user message carrying the summary — and never the
+    last user message or anything after it (the current turn).
+    A round is never split and the kept sequence never starts a unit with a result.
     With ``trim_current_turn`` (an agent loop where one user message starts hundreds of
     rounds), older whole rounds of the current turn go too, after all earlier history; the
     newest round and the last user message always stay.

@@ -15,6 +15,8 @@ __all__ = [
     "assistant_calls",
     "conversations",
     "count",
+    "legacy_call",
+    "legacy_result",
     "system",
     "tool",
     "user",
@@ -66,3 +68,17 @@ def conversations(draw: st.DrawFn, *, max_turns: int = 8) -> list[dict[str, Any]
         if draw(st.booleans()):
             msgs.append(assistant("a" * draw(st.integers(0, 80))))
     return msgs
+
+
+def legacy_call(name: str, args: dict[str, Any], text: str = "") -> dict[str, Any]:
+    """An assistant message of OpenAI's deprecated function calling: one ``function_call``."""
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "function_call": {"name": name, "arguments": json.dumps(args)},
+    }
+
+
+def legacy_result(name: str, text: str) -> dict[str, Any]:
+    """The ``role: "function"`` message answering a ``legacy_call`` (it carries no id)."""
+    return {"role": "function", "name": name, "content": text}

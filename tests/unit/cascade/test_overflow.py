@@ -12,6 +12,8 @@ from tests.unit.cascade.summary_builders import (
     assistant_calls,
     conversations,
     count,
+    legacy_call,
+    legacy_result,
     system,
     tool,
     user,
@@ -93,6 +95,33 @@ def test_guard_never_orphans_results_of_a_call_in_the_protected_head() -> None:
         system(),
         assistant_calls(("c1", "ls", {})),
         tool("c1", _words(5)),
+        assistant(_words(50)),
+        user(_words(5)),
+    ]
+    out = guard(msgs, count=count, limit=40, reserved_output=0, protected_head=2)
+    assert out.messages == (msgs[0], msgs[1], msgs[2], msgs[4])
+
+
+def test_guard_drops_a_legacy_function_call_with_its_result() -> None:
+    # dropping the call alone would fit; a function result without its call is no valid prompt
+    msgs = [
+        system(_words(10)),
+        user(_words(10)),
+        legacy_call("lookup", {"x": 1}, text=_words(50)),
+        legacy_result("lookup", _words(50)),
+        assistant(_words(20)),
+        user(_words(10)),
+    ]
+    out = guard(msgs, count=count, limit=300, reserved_output=180, protected_head=2)
+    assert out.messages == (msgs[0], msgs[1], msgs[4], msgs[5])
+    assert out.gone == (2, 3)
+
+
+def test_guard_never_orphans_a_legacy_function_call_in_the_protected_head() -> None:
+    msgs = [
+        system(),
+        legacy_call("lookup", {}),
+        legacy_result("lookup", _words(5)),
         assistant(_words(50)),
         user(_words(5)),
     ]
