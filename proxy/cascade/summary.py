@@ -49,20 +49,23 @@ def system_prefix_count(messages: Sequence[Message]) -> int:
 
 
 def _unsafe_cuts(window: Sequence[Message]) -> list[bool]:
-    """``unsafe[j]``: cutting before ``window[j]`` would split a tool round (j in 0..len)."""
+    """``unsafe[j]``: cutting before ``window[j]`` would split a tool round or a legacy
+    ``function_call`` and its ``function`` result (j in 0..len)."""
     n = len(window)
     unsafe = [False] * (n + 1)
     diff = [0] * (n + 2)
     issued: dict[str, int] = {}
     for i, m in enumerate(window):
         role = m.get("role")
-        if role == "tool":
+        if role == "function":  # a legacy result: its ``function_call`` sits right before it
+            unsafe[i] = True
+        elif role == "tool":
             unsafe[i] = True
             a = issued.get(str(m.get("tool_call_id")))
             if a is not None:  # cuts a+1..i separate the call from this result
                 diff[a + 1] += 1
                 diff[i + 1] -= 1
-        elif role == "assistant" and m.get("tool_calls"):
+        elif role == "assistant" and (m.get("tool_calls") or m.get("function_call")):
             unsafe[i + 1] = True  # results (maybe still pending) must follow directly
             for call in m.get("tool_calls") or ():
                 issued[str(call.get("id"))] = i
@@ -99,8 +102,9 @@ def plan_compaction(
 
     ``messages`` is a contiguous window whose first element sits at absolute position
     ``offset``. The end moves *earlier* until the cut splits no tool round: the kept tail never
-    starts with a tool result, and no assistant ``tool_calls`` message is folded while its
-    results (even pending ones, when it is last) stay behind. ``None`` when nothing can be
+    starts with a tool (or legacy ``function``) result, and no assistant ``tool_calls`` (or
+    ``function_call``) message is folded while its results (even pending ones, when it is
+    last) stay behind. ``None`` when nothing can be
     folded, or when the span is smaller (in characters) than ``min_span_ratio`` times the kept
     tail: a new summary rewrites the first user message, so every compaction re-bills the
     whole prompt after it as a cache miss, and folding one small round while a large tail stays

@@ -21,6 +21,8 @@ from tests.unit.cascade.summary_builders import (
     assistant_calls,
     conversations,
     count,
+    legacy_call,
+    legacy_result,
     system,
     tool,
     user,
@@ -64,6 +66,23 @@ def test_plan_end_moves_earlier_instead_of_splitting_a_round() -> None:
 def test_plan_never_folds_a_trailing_call_whose_results_are_pending() -> None:
     msgs = [system(), user("a"), assistant("b"), user("c"), assistant_calls(("c9", "ls", {}))]
     plan = plan_compaction(msgs, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
+    assert plan is not None and plan.end == 4
+
+
+@pytest.mark.parametrize(
+    ("tail", "keep"),
+    [
+        ([legacy_call("lookup", {}), legacy_result("lookup", "x"), assistant("d")], 2),
+        ([legacy_call("lookup", {})], 0),  # its result still pending
+    ],
+)
+def test_plan_never_folds_a_legacy_function_call_apart_from_its_result(
+    tail: list[dict[str, Any]], keep: int
+) -> None:
+    msgs = [system(), user("a"), assistant("b"), user("c"), *tail]
+    plan = plan_compaction(
+        msgs, offset=0, boundary=1, keep_recent=keep, previous=None, system_count=1
+    )
     assert plan is not None and plan.end == 4
 
 
