@@ -8,6 +8,8 @@ which resends the call, superseded it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +17,7 @@ import openai
 
 from tests.fakes.replies import raw
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import Agent, stack, words
 
 SID = "legacy-functions"
 FUNCTIONS: list[Any] = [
@@ -104,3 +107,40 @@ def test_legacy_function_results_go_upstream_and_are_stored_as_sent(
     stored = [r for r in rows if r["role"] == "function"]
     assert [r["message"]["content"] for r in stored] == expected
     assert not any(r["evicted"] or r["truncated"] for r in stored)
+
+
+def _assert_legacy_paired(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Every ``function`` result directly follows the ``function_call`` it answers, and every
+    such call is answered by the next message."""
+    for i, m in enumerate(messages):
+        call = m.get("function_call")
+        if m.get("role") == "function":
+            before = messages[i - 1].get("function_call") if i else None
+            assert before and before["name"] == m["name"], f"orphan function result at {i}"
+        if call:
+            after = messages[i + 1] if i + 1 < len(messages) else {}
+            assert after.get("role") == "function", f"unanswered function_call at {i}"
+
+
+def test_the_overflow_guard_drops_a_function_call_with_its_result(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    # large calls, small results: the guard's cheapest cut lands right after a call, and it
+    # used to drop that call and send its result with nothing before it
+    with stack(tmp_path, db_dsn, fake_upstream, summarize={"enabled": False}) as s:
+        agent = Agent(s.client("legacy-trim"))
+        agent.messages.append({"role": "user", "content": "Look everything up."})
+        for i in range(10):
+            call = {"name": "lookup", "arguments": json.dumps({"x": i, "why": words(400, f"a{i}")})}
+            agent.messages += [
+                {"role": "assistant", "content": None, "function_call": call},
+                {"role": "function", "name": "lookup", "content": str(i)},
+            ]
+        agent.step(functions=FUNCTIONS)
+        (main,) = s.main_bodies()
+        sent = main["messages"]
+        assert sent[:2] == agent.messages[:2], "system and task are kept"
+        assert len(sent) < len(agent.messages) - 1
+        _assert_legacy_paired(sent)
+        (trimmed,) = s.events("legacy-trim", "context.trimmed")
+        assert trimmed["dropped_messages"] % 2 == 0 and trimmed["dropped_messages"] > 0
