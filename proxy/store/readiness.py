@@ -70,6 +70,9 @@ async def database_failure(pool: Any, on_lost: Callable[[Any], None]) -> str | N
 
 
 def database_readiness(pool: Any) -> SharedCheck[str | None]:
-    """The replica's readiness: :func:`database_failure` on ``pool``, shared."""
-    shared: SharedCheck[str | None] = SharedCheck(lambda: database_failure(pool, shared.forget))
+    """The replica's readiness: :func:`database_failure` on ``pool``, shared, each answer
+    standing for :data:`REUSE_SECONDS` unless a connection it used closes first."""
+    shared: SharedCheck[str | None] = SharedCheck(
+        lambda: database_failure(pool, shared.forget), reuse_seconds=REUSE_SECONDS
+    )
     return shared
