@@ -51,6 +51,7 @@ from proxy.services.retrieval import EmbeddingWorker
 from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, pooler_kwargs, run_migrations
+from proxy.store.readiness import SharedCheck, database_readiness
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
 from proxy.transport import ProviderTransport, build_client, check_proxies
@@ -65,6 +66,7 @@ log = logging.getLogger("cascade")
 
 class State(TypedDict):
     pool: asyncpg.Pool
+    readiness: SharedCheck[str | None]
     config: ConfigHolder
     bus: EventBus
     upstream: Upstream
@@ -212,6 +214,7 @@ def create_app(
             _tune_gc()
             yield State(
                 pool=pool,
+                readiness=database_readiness(pool),
                 config=holder,
                 bus=bus,
                 upstream=upstream,

@@ -26,10 +26,12 @@ from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import bearer_token, tenant_from_bearer, validate_session_id
 from proxy.store import sessions
+from proxy.store.readiness import SharedCheck
 from proxy.upstream import Upstream
 
 __all__ = [
     "PoolDep",
+    "ReadinessDep",
     "ConfigDep",
     "TenantDep",
     "BusDep",
@@ -96,7 +98,12 @@ def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
     return {k: v for k, v in request.headers.items() if k != "authorization"}
 
 
+async def get_readiness(request: Request) -> SharedCheck[str | None]:
+    return _state(request, "readiness")  # type: ignore[no-any-return]
+
+
 PoolDep = Annotated[Any, Depends(get_pool)]
+ReadinessDep = Annotated[SharedCheck[str | None], Depends(get_readiness)]
 ConfigDep = Annotated[Config, Depends(get_config)]
 TenantDep = Annotated[str, Depends(get_tenant)]
 

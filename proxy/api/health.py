@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import JSONResponse
 
-from proxy.api.deps import PoolDep
+from proxy.api.deps import ReadinessDep
 
 __all__ = ["router"]
 
@@ -18,13 +18,13 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(pool: PoolDep) -> JSONResponse:
+async def readyz(readiness: ReadinessDep) -> JSONResponse:
     """Ready when the database answers; 503 otherwise, so a load balancer stops routing here.
     Answered without a proxy key (``proxy.auth.OPEN_PATHS``), so the body says a status and
-    the failure's class name, never its text (which names the database's host)."""
-    try:  # a pool with no connection free for 2 s cannot serve either
-        async with pool.acquire(timeout=2) as conn:
-            await conn.fetchval("SELECT 1", timeout=2)
-    except Exception as exc:
-        return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
+    the failure's class name, never its text (which names the database's host). The check
+    is shared and its answer reused for a second (``proxy.store.readiness``), so callers at
+    any rate hold at most one pooled connection."""
+    failure = await readiness.result()
+    if failure is not None:
+        return JSONResponse({"status": "unavailable", "database": failure}, 503)
     return JSONResponse({"status": "ok", "database": "ok"})

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import pytest
 
 from proxy.settings import Settings
-from proxy.store.db import MIGRATIONS_DIR
+from proxy.store import readiness
+from proxy.store.db import MIGRATIONS_DIR, GuardedConnection
+from proxy.store.readiness import REUSE_SECONDS
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
-from tests.integration.conftest import run_sync
+from tests.integration.api.conftest import ProxyServer, StartProxy, wait_for
+from tests.integration.conftest import pooler_everywhere, run_sync
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -34,6 +37,18 @@ def sql(dsn: str, *statements: str) -> list[object]:
     return run_sync(_execute(dsn, *statements))
 
 
+def _closing_the_database(pg_dsn: str, db_dsn: str) -> tuple[str, str, str]:
+    """The database's name, and the statements that stop it taking connections and end
+    every one it has (the test's own aside), and that let it take them again."""
+    (name,) = sql(db_dsn, "SELECT current_database()")
+    quoted = '"' + str(name).replace('"', '""') + '"'
+    terminate = (
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    )
+    return str(name), terminate, quoted
+
+
 def test_healthz_and_readyz_follow_the_process_and_database(
     http: httpx.Client, pg_dsn: str, db_dsn: str
 ) -> None:
@@ -44,15 +59,14 @@ def test_healthz_and_readyz_follow_the_process_and_database(
     assert ready.status_code == 200
     assert ready.json() == {"status": "ok", "database": "ok"}
 
-    (name,) = sql(db_dsn, "SELECT current_database()")
-    quoted = '"' + str(name).replace('"', '""') + '"'
-    terminate = (
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-        f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-    )
+    name, terminate, quoted = _closing_the_database(pg_dsn, db_dsn)
     sql(pg_dsn, f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS false", terminate)
     try:
-        down = http.get("/readyz")
+        # within the second an answer is reused for (the next test: at once, directly)
+        deadline = time.monotonic() + REUSE_SECONDS + 2
+        while (down := http.get("/readyz")).status_code == 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         assert down.status_code == 503, down.text
         assert down.json()["status"] == "unavailable"
         # answered without a key: a status and the failure's class, not its text
@@ -78,6 +92,57 @@ def test_healthz_and_readyz_follow_the_process_and_database(
         assert time.monotonic() < deadline, again.text
         time.sleep(0.05)
     assert again.json()["database"] == "ok"
+
+
+@pytest.mark.skipif(pooler_everywhere(), reason="PgBouncer keeps the proxy's connections open")
+def test_readyz_drops_its_reused_answer_once_the_database_closes_a_connection(
+    start_proxy: StartProxy,
+    config_path: Path,
+    pg_dsn: str,
+    db_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An answer that would stand for a minute: only a closed connection ends it early.
+    monkeypatch.setattr(readiness, "REUSE_SECONDS", 60.0)
+    proxy = start_proxy(config_path)
+    _, terminate, quoted = _closing_the_database(pg_dsn, db_dsn)
+    with httpx.Client(base_url=proxy.origin, timeout=10) as http:
+        assert http.get("/readyz").status_code == 200
+        pooled = proxy.pooled_pids()
+        sql(pg_dsn, f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS false", terminate)
+        try:
+            # pg_terminate_backend returns before the backends exit: the proxy learns of it
+            # when it reads their connections close
+            assert wait_for(lambda: not proxy.pooled_pids() & pooled)
+            down = http.get("/readyz")
+        finally:
+            sql(pg_dsn, f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS true")
+    assert down.status_code == 503, down.text
+    assert down.json()["status"] == "unavailable"
+
+
+def test_concurrent_readyz_calls_share_one_database_round_trip(
+    proxy: ProxyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Anonymous callers at any rate cost at most one SELECT 1 a second, not one each.
+    checks: list[str] = []
+    fetchval = GuardedConnection.fetchval
+
+    async def counted(self: GuardedConnection, query: str, *args: object, **kw: object) -> object:
+        if query == "SELECT 1":
+            checks.append(query)
+        return await fetchval(self, query, *args, **kw)
+
+    monkeypatch.setattr(GuardedConnection, "fetchval", counted)
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=proxy.origin, timeout=10) as http:
+            return await asyncio.gather(*(http.get("/readyz") for _ in range(50)))
+
+    answers = asyncio.run(burst())
+    assert [r.status_code for r in answers] == [200] * 50
+    assert {r.json()["database"] for r in answers} == {"ok"}
+    assert 1 <= len(checks) <= 2, len(checks)  # 2: the burst straddled a window's end
 
 
 def migrate(dsn: str) -> subprocess.CompletedProcess[str]:
