@@ -213,7 +213,14 @@ class Turn:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[PoolConnectionProxy]:
-        """The turn's connection if it holds one, else one borrowed for the block."""
+        """The turn's connection if it holds one, else one borrowed for the block. A held
+        connection that died (asyncpg lets go of a pooled connection lost while held) is
+        given back and another borrowed, so the turn's last statement still runs, and frees
+        the lease at once, when only that connection went (a backend terminated, a pooler
+        restarted) and the database is still there."""
+        if self._conn is not None and _lost(self._conn):
+            lost, self._conn = self._conn, None
+            await self._pool.release(lost)
         if self._conn is not None:
             yield self._conn
             return
@@ -369,3 +376,12 @@ class Turn:
         finally:
             self._leases.drop(self.key)
             self._locks.release(self.key)
+
+
+def _lost(conn: PoolConnectionProxy) -> bool:
+    """Whether ``conn`` is closed, or already let go by asyncpg's pool (whose proxy then
+    refuses every call)."""
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:
+        return True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 import pytest
 
 from proxy.services.chaincache import ChainCache
@@ -23,7 +24,18 @@ class _Conn:
     def __init__(self) -> None:
         self.statements: list[str] = []
 
+    lost = False  # let go of by asyncpg's pool (it died while held): every call refused
+
+    def _check(self) -> None:
+        if self.lost:
+            raise asyncpg.InterfaceError("connection has been released back to the pool")
+
+    def is_closed(self) -> bool:
+        self._check()
+        return False
+
     async def execute(self, sql: str, *args: Any) -> str:
+        self._check()
         self.statements.append(sql)
         return "UPDATE 1"
 
@@ -103,6 +115,23 @@ async def test_a_turn_that_never_had_a_connection_aborts_without_a_statement() -
     turn = await _turn(pool, locks, leases, connect=False)
     await turn.abort()
     assert pool.lent == 0 and pool.conn.statements == []
+    assert locks.waiting(KEY) == 0 and leases.holding() == []
+
+
+async def test_abort_on_a_lost_connection_frees_the_lease_on_another() -> None:
+    """The turn's connection died while it held it (a backend terminated, a pooler
+    restarted): the abort gives it back and frees the lease on a fresh one, at once,
+    instead of leaving the session locked until the lease expires."""
+    pool, locks = _Pool(), SessionLocks()
+    leases = _leases(pool)
+    turn = await _turn(pool, locks, leases)
+    held, pool.conn = pool.conn, _Conn()
+    held.lost = True
+    await turn.abort()
+    assert pool.lent == 2 and pool.released == [held, pool.conn]
+    assert held.statements == []
+    assert [s.split()[0] for s in pool.conn.statements] == ["UPDATE"]
+    assert "lease_owner = NULL" in pool.conn.statements[0]
     assert locks.waiting(KEY) == 0 and leases.holding() == []
 
 
