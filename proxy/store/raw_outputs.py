@@ -88,7 +88,12 @@ async def fetchrow_raw_output(
         }
     if message_at is None or not (row["whole"] or (row["evicted"] and not row["redacted"])):
         return None
-    text = content_text(row["message"].get("content"))
+    return _whole(row["message"])
+
+
+def _whole(message: Any) -> dict[str, Any]:
+    """A stored message's own text as the whole result: nothing of it was cut."""
+    text = content_text(message.get("content"))
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
 
 
@@ -104,5 +109,4 @@ async def _fetch_pinned(
     msg = sent.get(pos)
     if msg is None or msg.get("role") != "tool" or msg.get("tool_call_id") != tool_call_id:
         return None
-    text = content_text(msg.get("content"))
-    return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
+    return _whole(msg)
