@@ -301,13 +301,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def _methods_for(request: Request) -> list[str]:
-    """Every method some route takes on this path (a 405's Allow), by asking each route,
-    included routers too, whether it would take the request with that method."""
+    """A 405's Allow: each method some route (an included router's too) takes on this path,
+    HEAD asked as GET, which is what ``HeadAsGet`` hands the router for it."""
     return [
-        method
-        for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+        name
+        for name in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
         if any(
-            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            route.matches({**request.scope, "method": name.replace("HEAD", "GET")})[0] is Match.FULL
             for route in request.app.router.routes
         )
     ]
