@@ -251,8 +251,11 @@ def call_api(
             method, url + path, headers=headers, params=params, json=body, timeout=600
         )
     except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
+        shown = without_credentials(url)
+        # httpx's reason quotes a piece of the URL, which may be a password's first part
+        why = f" ({exc})" if shown == url else ""
         print(
-            f"cannot reach the proxy at {without_credentials(url)}: not a URL ({exc}); give one as "
+            f"cannot reach the proxy at {shown}: not a URL{why}; give one as "
             "http://host:port with --url or CASCADE_URL",
             file=sys.stderr,
         )
