@@ -338,8 +338,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
             message = f"Invalid URL ({request.method} {request_path(request.scope)})"
-        elif exc.status_code == 405:  # Starlette's Allow names the first route's methods only
-            allow = ", ".join(_methods_for(request))
+        elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
+            allow = ", ".join(_methods_for(request)) or (headers or {}).get("Allow", "")
             headers = {**(headers or {}), "Allow": allow}
             message = f"{request.url.path} does not take {request.method}; use {allow}"
         _log_error(request, exc.status_code, exc, message)

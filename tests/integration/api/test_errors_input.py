@@ -166,6 +166,9 @@ def test_paths_that_only_look_like_chat_are_404(
     assert resp.headers["allow"] == allow and f"use {allow}" in err["message"]
     resp = http.delete("/healthz")  # a GET-only route
     assert resp.status_code == 405 and resp.headers["allow"] == "GET, HEAD"
+    resp = http.post("/ui/static/app.js")  # a mounted app's 405: its routes are not the app's
+    err = _assert_error_shape(resp, 405, "method_not_allowed")
+    assert resp.headers["allow"] == "GET, HEAD" and err["message"].endswith("use GET, HEAD")
     assert fake_upstream.requests == []
 
 
