@@ -149,3 +149,22 @@ def test_an_evicted_results_placeholder_reads_that_result_once_its_id_comes_back
     with api(proxy) as http:
         for handle, original in handles:
             assert read_all(http, branched, handle) == original, handle
+
+
+def test_a_pinned_read_of_a_redacted_result_finds_nothing_as_the_bare_read_does(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Turn 1's call_0 held a secret (never stored, no handle); turn 2's call_0 is cut and
+    # spilled. Turn 1's position must not read turn 2's spill, nor the redacted text.
+    secret = "sk-" + "Z9" * 20
+    messages = history("call_0", f"token {secret} then more", tag="a")
+    chat(proxy, "redacted", messages)
+    second = blob(9000, "new")
+    messages += [{"role": "assistant", "content": "ok"}, *history("call_0", second, tag="b")]
+    chat(proxy, "redacted", messages)
+    with api(proxy) as http:
+        gone = http.get("/v1/sessions/redacted/tool-outputs/call_0@2")
+        assert gone.status_code == 404, gone.text
+        assert (
+            read_all(http, "redacted", "call_0@6") == second == read_all(http, "redacted", "call_0")
+        )
