@@ -96,6 +96,9 @@ def test_a_cut_results_marker_reads_that_result_once_its_id_comes_back(
     branched = _branch(proxy, "cut")
     with api(proxy) as http:
         assert read_all(http, branched, handle) == kept
+        # a branch keeps when each row and spill was written, which tells the bare id's reads
+        # whether its newest result is the spill or the row
+        assert read_all(http, branched, "call_0") == second
 
 
 class Agent:
