@@ -207,3 +207,64 @@ async def test_failed_migration_rolls_back_and_is_not_recorded(
 )
 def test_dsn_with_db_rewrites_only_the_database(dsn: str, expected: str) -> None:
     assert dsn_with_db(dsn, "t_1") == expected
+
+
+# A database migrated by an older Cascade from main starts with today's migrations. Three
+# files were edited after a commit on main had shipped them (0009's comment, 0016's
+# cascade_begin_step_v2 body, 0019 before cascade_window_v1 was split out of
+# cascade_append_v1), so a database that ran one of those commits holds a checksum no file has
+# now. Each test builds such a database as that commit left it: every migration applied, then
+# the ledger (and for 0019 the functions) set back to what the earlier text made. The sha256
+# of each earlier text is ``git show <commit>:migrations/<file> | sha256sum``.
+EARLIER_0009 = "302941aa9264e086c38d607238c0073d4da8801bd1d6493f82b7cf624329689b"  # 6d97d99
+EARLIER_0016 = "9f61e34592c9a4a8745ef235bd4ef59ec7261feb36e085209d1f62b566549f03"  # 59d8647
+EARLIER_0019 = "adad83656ac6e1912e7f560650907d218ecad8f4ff3b8e61b07cc9dcc968328b"  # 3dd961e
+
+
+async def _execute(dsn: str, *statements: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        for sql in statements:
+            await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def test_an_edit_after_main_shipped_the_file_still_counts_as_applied(
+    empty_db_dsn: str,
+) -> None:
+    # 0009's edit is a comment; 0016's is a body 0018 drops: the schema is today's either way
+    await run_migrations(empty_db_dsn)
+    await _execute(
+        empty_db_dsn,
+        f"UPDATE schema_migrations SET checksum = '{EARLIER_0009}' WHERE version = 9",
+        f"UPDATE schema_migrations SET checksum = '{EARLIER_0016}' WHERE version = 16",
+    )
+
+    assert await run_migrations(empty_db_dsn) == []
+
+
+async def test_the_first_0019_gets_the_window_function_the_later_steps_call(
+    empty_db_dsn: str, pg_dump: str
+) -> None:
+    await run_migrations(empty_db_dsn)
+    await _execute(
+        empty_db_dsn,
+        "DROP FUNCTION cascade_window_v1(text, text, integer, integer, integer)",
+        f"UPDATE schema_migrations SET checksum = '{EARLIER_0019}' WHERE version = 19",
+        "DELETE FROM schema_migrations WHERE version > 23",
+    )
+
+    applied = await run_migrations(empty_db_dsn)
+
+    assert applied == ["0024_window_function.sql"]
+    assert HEADER + dump_schema(pg_dump, empty_db_dsn) == SNAPSHOT.read_text(encoding="utf-8")
+
+
+async def test_a_checksum_main_never_shipped_is_still_refused(empty_db_dsn: str) -> None:
+    await run_migrations(empty_db_dsn)
+    await _execute(
+        empty_db_dsn, "UPDATE schema_migrations SET checksum = 'edited' WHERE version = 16"
+    )
+    with pytest.raises(MigrationError, match="0016_session_lease.sql was changed"):
+        await run_migrations(empty_db_dsn)
