@@ -10,9 +10,11 @@ upstream, and the page its tool-outputs API answered for each id.
 
 The rows were recorded by running the commit's ``git archive`` against the fake upstream
 (tool results cut at 1500 characters, eviction and a ``/compact``, a branch; the agents.json
-below). The test loads them into a database migrated to the same point, runs today's
-migrations over it, and serves it: what a user upgrading in place gets. Rows, not the commit,
-so the test needs no git history and no old code.
+below) with ``python -m tests.integration.api.upgrade_record <commit>`` (``--unique-ids`` for
+0cf4969, whose one spill per id would otherwise keep only the first ``call_0``). The test
+loads them into a database migrated to the same point, runs today's migrations over it, and
+serves it: what a user upgrading in place gets. Rows, not the commit, so the test needs no git
+history and no old code.
 """
 
 from __future__ import annotations
