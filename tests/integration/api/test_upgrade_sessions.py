@@ -3,8 +3,9 @@
 Each ``upgrade/<commit>.json`` holds every row an older commit on main wrote for one agent
 session (and a branch of it, made by that commit), as the migration it had reached left the
 tables: ``0cf4969`` (through 0007: evicted results with the placeholder in ``message``, one
-spill per tool call id) and ``3e418ab`` (through 0011: ``call_0`` reused every round, its
-earlier spills in ``tool_raw_output_versions``). Both wrote handles by bare tool call id. The
+spill per tool call id), ``3e418ab`` (through 0011: ``call_0`` reused every round, its
+earlier spills in ``tool_raw_output_versions``) and ``a8d2428`` (through 0021: the lease and
+the per-turn columns, as 3e418ab otherwise). Each wrote handles by bare tool call id. The
 file also holds the history the client sent, the handles of the last prompt that commit sent
 upstream, and the page its tool-outputs API answered for each id.
 
@@ -92,7 +93,7 @@ async def _count(dsn: str, sql: str, *args: Any) -> Any:
         await conn.close()
 
 
-@pytest.fixture(params=["0cf4969", "3e418ab"])
+@pytest.fixture(params=["0cf4969", "3e418ab", "a8d2428"])
 def old(request: pytest.FixtureRequest) -> dict[str, Any]:
     return dict(json.loads((DATA / f"{request.param}.json").read_text()))
 
