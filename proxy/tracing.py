@@ -7,7 +7,10 @@ whatever the environment says. OpenTelemetry's own switches apply as its specifi
 them: ``OTEL_SDK_DISABLED=true`` turns it off whatever else asks for it, and
 ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``, a comma-separated list of them, or
 ``none``) names the exporters when ``CASCADE_TRACING`` does not, ``none`` alone turning it
-off. Tests hand ``create_app`` a tracer provider of their own.
+off. A switch the proxy cannot follow (another exporter, OpenTelemetry not installed) is a
+:class:`~proxy.settings.SettingsError`: ``cascade-proxy serve`` refuses to start with one line
+naming it, as it does a wrong ``CASCADE_*`` setting. Tests hand ``create_app`` a tracer
+provider of their own.
 
 OpenTelemetry is imported only when tracing is on, and with it off no span object is made:
 the middleware and the provider calls test one attribute for ``None``. The packages are the
@@ -26,6 +29,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
+
+from proxy.settings import SettingsError
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -121,7 +126,7 @@ def _exporters(mode: str, env: Mapping[str, str]) -> list[str]:
     if named := env.get("OTEL_TRACES_EXPORTER", "").strip().lower():
         names = [n for n in (part.strip() for part in named.split(",")) if n and n != "none"]
         if unknown := [n for n in names if n not in _EXPORTERS]:
-            raise RuntimeError(
+            raise SettingsError(
                 f"OTEL_TRACES_EXPORTER names {', '.join(map(repr, unknown))}, which this "
                 "proxy does not have: otlp (OTLP/HTTP), console, or none"
             )
@@ -149,7 +154,7 @@ def build_tracing(
             SimpleSpanProcessor,
         )
     except ImportError as exc:
-        raise RuntimeError(
+        raise SettingsError(
             "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or "
             "CASCADE_TRACING) but OpenTelemetry is not installed: "
             "pip install 'cascade-proxy[tracing]'"

@@ -33,6 +33,10 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
         monkeypatch.delenv("CASCADE_PORT")
         monkeypatch.setenv("CASCADE_MAX_BODY_BYTES", "-5")  # every request would be a 413
         assert main(["serve"]) == 2
+        monkeypatch.delenv("CASCADE_MAX_BODY_BYTES")
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")  # an exporter it does not have
+        assert main(["serve"]) == 2
+        monkeypatch.delenv("OTEL_TRACES_EXPORTER")
         with pytest.raises(SystemExit) as usage:  # uvicorn took it and listened elsewhere
             main(["serve", "--port", "99999"])
         assert usage.value.code == 2
@@ -43,6 +47,7 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
     assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
     assert "port" in err and "Traceback" not in err
     assert "CASCADE_MAX_BODY_BYTES" in err and "99999 is not a TCP port" in err
+    assert "OTEL_TRACES_EXPORTER names 'zipkin'" in err
 
 
 def _parsers(

@@ -11,6 +11,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from proxy.settings import SettingsError
 from proxy.tracing import build_tracing, operation_for
 from tests.unit.test_metrics_multiproc import run_python
 
@@ -155,5 +156,5 @@ def test_cascade_tracing_names_the_exporter_over_otel_traces_exporter() -> None:
 
 
 def test_an_exporter_the_proxy_does_not_have_is_refused_by_name() -> None:
-    with pytest.raises(RuntimeError, match="OTEL_TRACES_EXPORTER.*'zipkin'"):
+    with pytest.raises(SettingsError, match="OTEL_TRACES_EXPORTER.*'zipkin'"):
         build_tracing("", env={"OTEL_TRACES_EXPORTER": "otlp,zipkin"})
