@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -158,3 +159,12 @@ def test_cascade_tracing_names_the_exporter_over_otel_traces_exporter() -> None:
 def test_an_exporter_the_proxy_does_not_have_is_refused_by_name() -> None:
     with pytest.raises(SettingsError, match="OTEL_TRACES_EXPORTER.*'zipkin'"):
         build_tracing("", env={"OTEL_TRACES_EXPORTER": "otlp,zipkin"})
+
+
+def test_tracing_asked_for_without_opentelemetry_is_a_refused_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refused setting, which ``cascade-proxy serve`` prints as one line, not a traceback."""
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.resources", None)  # import fails
+    with pytest.raises(SettingsError, match=r"pip install 'cascade-proxy\[tracing\]'"):
+        build_tracing("console", env={})
