@@ -4,8 +4,10 @@ silently wrong."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +18,11 @@ from proxy.cascade.memory_block import MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
-from proxy.config_context import SummarizeConfig
+from proxy.config import EmbeddingConfig
+from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.settings import Settings
 
+LINES = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8").splitlines()
 README = " ".join((Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8").split())
 """README with every run of whitespace one blank, so a phrase may wrap anywhere."""
 
@@ -67,3 +71,38 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
     assert phrase in README
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+def _stated_defaults() -> list[tuple[str, str, Any, Any]]:
+    """(row, key, README's default, the model's) for each ```key` value`` pair in the default
+    column of the configuration table's ``context.<block>`` and ``embedding`` rows."""
+    found = []
+    for line in LINES:
+        row = re.match(r"\| `(context\.(\w+)|embedding)` \| ([^|]+) \|", line)
+        if row is None:
+            continue
+        model = EmbeddingConfig() if row[2] is None else getattr(ContextConfig(), _snake(row[2]))
+        for key, value in re.findall(r"`(\w+)` (`[^`]+`|[^,;( ]+)", row[3]):
+            if value == "8":  # rawCapBytes: "8 MiB"
+                stated: Any = 8 * 1024 * 1024
+            elif value.startswith("`"):
+                stated = value.strip("`")
+            else:
+                stated = json.loads(value)
+            actual = getattr(model, _snake(key))
+            found.append(
+                (row[1], key, stated, list(actual) if isinstance(actual, tuple) else actual)
+            )
+    return found
+
+
+def test_the_configuration_table_states_the_code_defaults() -> None:
+    stated = _stated_defaults()
+    assert {"maxChars", "atFraction", "ledgerCap", "timeoutMs", "batchSize"} <= {
+        k for _, k, *_ in stated
+    }
+    assert [s for s in stated if s[2] != s[3]] == []
