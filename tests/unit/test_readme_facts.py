@@ -106,3 +106,24 @@ def test_the_configuration_table_states_the_code_defaults() -> None:
         k for _, k, *_ in stated
     }
     assert [s for s in stated if s[2] != s[3]] == []
+
+
+def test_the_environment_table_states_the_settings_defaults() -> None:
+    """Each row of one ``CASCADE_*`` variable whose default is a plain value (a number, or one
+    word in backticks) states the setting's default."""
+    checked = {}
+    for line in LINES:
+        row = re.match(r"\| `CASCADE_(\w+)` \| (`\w+`|[\d.]+) \|", line)
+        if row is None:
+            continue
+        field = Settings.model_fields[row[1].lower()]
+        stated = row[2].strip("`")
+        default = field.default
+        if isinstance(default, bool):
+            assert stated == str(default).lower(), row[1]
+        elif isinstance(default, int | float):
+            assert float(stated) == default, row[1]
+        else:
+            assert stated == default, row[1]
+        checked[row[1]] = stated
+    assert {"MAX_BODY_BYTES", "POOL_MAX_SIZE", "LEASE_TTL_SECONDS", "LOG_LEVEL"} <= set(checked)
