@@ -22,8 +22,9 @@ from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.settings import Settings
 
-LINES = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8").splitlines()
-README = " ".join((Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8").split())
+TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+LINES = TEXT.splitlines()
+README = " ".join(TEXT.split())
 """README with every run of whitespace one blank, so a phrase may wrap anywhere."""
 
 EVENTS = sorted(
@@ -39,11 +40,7 @@ def test_every_event_the_proxy_sends_is_named_in_readme() -> None:
 
 
 def test_every_setting_is_a_row_of_the_environment_table() -> None:
-    rows = "\n".join(
-        line
-        for line in (Path(__file__).parents[2] / "README.md").read_text().splitlines()
-        if line.startswith("| `")
-    )
+    rows = "\n".join(line for line in LINES if line.startswith("| `"))
     missing = []
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias
@@ -86,9 +83,9 @@ def _stated_defaults() -> list[tuple[str, str, Any, Any]]:
         if row is None:
             continue
         model = EmbeddingConfig() if row[2] is None else getattr(ContextConfig(), _snake(row[2]))
-        for key, value in re.findall(r"`(\w+)` (`[^`]+`|[^,;( ]+)", row[3]):
-            if value == "8":  # rawCapBytes: "8 MiB"
-                stated: Any = 8 * 1024 * 1024
+        for key, value in re.findall(r"`(\w+)` (`[^`]+`|\d+ MiB|[^,;( ]+)", row[3]):
+            if value.endswith(" MiB"):  # rawCapBytes
+                stated: Any = int(value.split()[0]) * 1024 * 1024
             elif value.startswith("`"):
                 stated = value.strip("`")
             else:
