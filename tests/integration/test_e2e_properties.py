@@ -236,7 +236,7 @@ class Replay:
             where = f"step {step} call {k}"
             prompt = body["messages"]
             self.prompts.append(prompt)
-            check_fits(where, prompt, self.limit - RESERVED if k == 0 else self.limit)
+            check_fits(where, prompt, self.limit - RESERVED)  # internal rounds too
             check_paired(where, prompt)
             self.handles.check(where, prompt, history)
             self.hits += check_related(where, prompt, history)
