@@ -301,13 +301,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def _methods_for(request: Request) -> list[str]:
-    """Every method some route takes on this path (a 405's Allow), by asking each route,
-    included routers too, whether it would take the request with that method."""
+    """A 405's Allow: each method some route (an included router's too) takes on this path,
+    HEAD asked as GET, which is what ``HeadAsGet`` hands the router for it."""
     return [
-        method
-        for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+        name
+        for name in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
         if any(
-            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            route.matches({**request.scope, "method": name.replace("HEAD", "GET")})[0] is Match.FULL
             for route in request.app.router.routes
         )
     ]
@@ -338,8 +338,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
             message = f"Invalid URL ({request.method} {request_path(request.scope)})"
-        elif exc.status_code == 405:  # Starlette's Allow names the first route's methods only
-            allow = ", ".join(_methods_for(request))
+        elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
+            allow = ", ".join(_methods_for(request)) or (headers or {}).get("Allow", "")
             headers = {**(headers or {}), "Allow": allow}
             message = f"{request.url.path} does not take {request.method}; use {allow}"
         _log_error(request, exc.status_code, exc, message)

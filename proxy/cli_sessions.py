@@ -17,6 +17,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from proxy.logs import without_credentials
+
 __all__ = ["run_sessions", "call_api", "table", "printable", "origin_of", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
@@ -43,18 +45,6 @@ def origin_of(url: str) -> str:
     if parts.path in ("/v1", "/v1/"):
         return urlunsplit(parts._replace(path=""))
     return url.rstrip("/")
-
-
-def _shown(url: str) -> str:
-    """``url`` as an error names it: without the user and password a reverse proxy's basic
-    auth puts in it (stderr ends up in CI logs)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
@@ -261,20 +251,26 @@ def call_api(
             method, url + path, headers=headers, params=params, json=body, timeout=600
         )
     except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
+        shown = without_credentials(url)
+        # httpx's reason quotes a piece of the URL, which may be a password's first part
+        why = f" ({exc})" if shown == url else ""
         print(
-            f"cannot reach the proxy at {_shown(url)}: not a URL ({exc}); give one as "
+            f"cannot reach the proxy at {shown}: not a URL{why}; give one as "
             "http://host:port with --url or CASCADE_URL",
             file=sys.stderr,
         )
         return 2
     except httpx.TransportError as exc:
-        print(f"cannot reach the proxy at {_shown(url)}: {exc}", file=sys.stderr)
+        print(f"cannot reach the proxy at {without_credentials(url)}: {exc}", file=sys.stderr)
         return 2
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
         said = printable(resp.text[:500])
-        print(f"{_shown(url)} answered {resp.status_code} with no JSON: {said}", file=sys.stderr)
+        print(
+            f"{without_credentials(url)} answered {resp.status_code} with no JSON: {said}",
+            file=sys.stderr,
+        )
         return 2
     if args.json:
         print(json.dumps(answer, indent=2))

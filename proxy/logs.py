@@ -31,6 +31,7 @@ __all__ = [
     "configure_logging",
     "causes",
     "format_from_env",
+    "without_credentials",
     "JsonFormatter",
     "TextFormatter",
     "LogFormat",
@@ -192,15 +193,21 @@ def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
 _USERINFO = re.compile(r"//[^/\s]*@")  # to the last "@": a password may hold an unencoded one
 
 
+def without_credentials(text: str) -> str:
+    """``text`` with each URL's ``user:password@`` cut out (an HTTP URL's user alone may be a
+    token), and the password masked where that cannot be told apart (``redact_dsn``): one
+    with a blank or an unencoded "/", or a URL written without its ``//``."""
+    return redact_dsn(_USERINFO.sub("//", text))
+
+
 def causes(exc: BaseException, depth: int = 3) -> str:
     """`` (cause: Type: message <- Type: message)``, what a traceback would show as the causes
-    of ``exc`` (``raise … from``, else the exception being handled), or ``""``. A URL's
-    ``user:password@`` is cut out, and the password of one written without its ``//``
-    masked (``redact_dsn``)."""
+    of ``exc`` (``raise … from``, else the exception being handled), or ``""``, each
+    ``without_credentials``."""
     found: list[str] = []
     cause = _cause(exc)
     while cause is not None and len(found) < depth:
-        found.append(redact_dsn(_USERINFO.sub("//", f"{type(cause).__name__}: {cause}")))
+        found.append(without_credentials(f"{type(cause).__name__}: {cause}"))
         cause = _cause(cause)
     return f" (cause: {' <- '.join(found)})" if found else ""
 

@@ -101,6 +101,14 @@ def test_serving_and_the_test_extra_leave_the_bench_dependencies_out() -> None:
     assert "litellm" not in _names(extras["bench"])  # its own venv, bench/litellm_env.py
 
 
+def test_the_bench_extra_pins_py_spy() -> None:
+    """bench/profile.py runs the py-spy beside the venv's Python, which only an install
+    brings: `make bench` installs it with the bench extra, at one version."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    bench = extras["optional-dependencies"]["bench"]
+    assert any(r.replace(" ", "").startswith("py-spy==") for r in bench), bench
+
+
 def _make_n(venv: Path, target: str) -> str:
     done = subprocess.run(
         ["make", "-n", "-C", str(ROOT), f"VENV={venv}", target],

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.cascade.observations import observation_ids
+from proxy.cascade.pins import names, pin
 from proxy.cascade.rounds import call_name, protected_from, tool_names
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text, has_text
@@ -110,13 +111,25 @@ def placeholder_text(
     return head + _recovery(tool_call_id, handle=handle)
 
 
+_RECOVER = f". Recover it with {READ_TOOL_OUTPUT}("
+
+
 def drop_placeholder_handle(text: str, own: str) -> str:
-    """A placeholder naming the handle ``own`` worded as one without a handle, for a prompt
-    that goes without the tool (``handles.py``); any other text unchanged."""
-    handled = _recovery(own, handle=True)
-    if text.startswith(PLACEHOLDER_PREFIX) and text.endswith(handled):
-        return text[: -len(handled)] + _recovery(own, handle=False)
-    return text
+    """A placeholder naming a handle of ``own`` (bare or pinned: ``pins.names``) worded as
+    one without a handle, for a prompt that goes without the tool (``handles.py``); any
+    other text unchanged."""
+    if not (text.startswith(PLACEHOLDER_PREFIX) and text.endswith(")")):
+        return text
+    at = text.rfind(_RECOVER)
+    if at < 0:
+        return text
+    try:
+        args = json.loads(text[at + len(_RECOVER) : -1])
+    except ValueError:
+        return text
+    if not (isinstance(args, dict) and list(args) == ["id"] and names(args["id"], own)):
+        return text
+    return text[:at] + _recovery(own, handle=False)
 
 
 def _candidate(
@@ -129,6 +142,7 @@ def _candidate(
     persist_raw: bool,
     unspillable: frozenset[str],
     cid: str,
+    named: str,
 ) -> _Candidate | None:
     content = msg.get("content")
     text = content_text(content)
@@ -136,7 +150,7 @@ def _candidate(
     media = _media_note(content)
     replacement = {
         **msg,
-        "content": placeholder_text(name, cid, len(text), handle=handle, media=media),
+        "content": placeholder_text(name, named, len(text), handle=handle, media=media),
     }
     reclaimed = tokens - count([replacement])
     if reclaimed <= 0:
@@ -153,6 +167,7 @@ def evict(
     persist_raw: bool,
     unspillable: frozenset[str] = frozenset(),
     prefixes: Sequence[str] = (),
+    positions: Sequence[int] = (),
 ) -> StageResult:
     """Replace old, large tool results with placeholders, all in one pass, or change nothing.
 
@@ -173,7 +188,11 @@ def evict(
     A placeholder with a handle needs no copy of the result: the shell keeps the result's
     text in its stored row beside the placeholder, and ``read_tool_output`` pages it from
     there, so eviction asks for no spill. ``unspillable`` holds ids that must never get a
-    handle (their output contained secrets). Invariants: message order, count, roles and ids
+    handle (their output contained secrets). ``positions`` gives each message's position in
+    the session's history: a tool result's placeholder names its ``pins.pin`` handle, which
+    reads back that result even once its id comes back (``pins.py``); an observation's
+    names its own handle (a hash of its text). Without positions (of another length than
+    ``messages``) a placeholder names the bare id. Invariants: message order, count, roles and ids
     never change; a placeholder is never evicted again, so ``evict`` is idempotent.
     """
     unchanged = StageResult(tuple(messages))
@@ -181,6 +200,7 @@ def evict(
         return unchanged
     protected = protected_from(messages, cfg.keep_recent_rounds, prefixes)
     observed = observation_ids(messages, prefixes)
+    placed = len(positions) == len(messages)
     names = tool_names(messages)
     excluded = frozenset(cfg.exclude_tools) | {READ_TOOL_OUTPUT}
     chosen: list[_Candidate] = []
@@ -204,6 +224,7 @@ def evict(
             persist_raw=persist_raw,
             unspillable=unspillable,
             cid=cid,
+            named=pin(cid, positions[i]) if placed and cid and i not in observed else cid,
         )
         if cand is not None:
             chosen.append(cand)
@@ -236,6 +257,7 @@ def evict_stage(messages: tuple[Message, ...], step: StepInput) -> StageResult:
         persist_raw=step.ctx.tool_output.persist_raw,
         unspillable=step.unspillable,
         prefixes=step.ctx.observations.user_prefixes,
+        positions=step.positions,
     )
 
 

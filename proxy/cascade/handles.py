@@ -14,23 +14,22 @@ back. A marker is reworded only in the message it names (its own ``tool_call_id`
 observation's own handle), so a tool's output that quotes another result's marker goes as
 the tool wrote it.
 
-A lossless-compaction pointer names an *earlier* result, and is frozen with the result that
-holds it; the earlier result's id can come back later (clients that number their calls
-``call_0`` each turn), and ``read_tool_output`` reads an id's newest result. So a pointer names
-its target with ``pin``: ``<tool_call_id>@<position>``, the target's position in the session's
-history, which no later message changes (a divergence before it supersedes the pointer too).
-``unpin`` reads one back; the store resolves it to that row's own result.
+Every handle written for a tool result names it by ``pins.pin`` (``<tool_call_id>@<position>``):
+an id can name more than one result (``call_0`` every turn), now or once the handle is frozen,
+and a bare id reads the newest one (``pins.py`` says why a handle is always pinned). A
+marker is reworded in its own message when it names that message's id, bare or pinned
+(``pins.names``); ``pin`` and ``unpin`` are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from proxy.cascade.eviction import drop_placeholder_handle, is_placeholder
 from proxy.cascade.observations import is_observation, observation_id
+from proxy.cascade.pins import names, pin, unpin
 from proxy.cascade.truncation import drop_cut_handle
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 
@@ -39,36 +38,32 @@ __all__ = ["HANDLE", "drop_handles", "holds_handle", "pin", "unpin"]
 HANDLE = READ_TOOL_OUTPUT + '({"id"'
 """What every marker with a handle holds, and a message without one does not."""
 
-_PINNED = re.compile(r"(.+)@(0|[1-9][0-9]{0,9})", re.DOTALL)
-
-
-def pin(tool_call_id: str, pos: int) -> str:
-    """The handle of the result at history position ``pos`` alone (module docstring)."""
-    return f"{tool_call_id}@{pos}"
-
-
-def unpin(handle: str) -> tuple[str, int] | None:
-    """(tool_call_id, position) of a ``pin`` handle; None for any other id."""
-    m = _PINNED.fullmatch(handle)
-    return (m[1], int(m[2])) if m else None
-
-
 _COMPACTED = "[compacted losslessly from "
 _COMPACTED_WITHIN = 400  # an observation's prefix line comes before it
 
 
+_EXACT = f"; the exact original: {READ_TOOL_OUTPUT}("
+
+
 def _drop_compacted_handle(text: str, own: str) -> str:
-    """``lossless.compacted_marker``'s first line for ``own`` without its last clause."""
+    """``lossless.compacted_marker``'s first line for a handle of ``own`` without its last
+    clause."""
     start = text.find(_COMPACTED, 0, _COMPACTED_WITHIN)
     if start < 0:
         return text
     end = text.find("\n", start) + 1
     if end <= 0:
         return text
-    handled = f"; the exact original: {READ_TOOL_OUTPUT}({json.dumps({'id': own})})]\n"
-    if not text[start:end].endswith(handled):
+    at = text.rfind(_EXACT, start, end)
+    if at < 0 or not text.endswith(")]\n", 0, end):
         return text
-    return text[: end - len(handled)] + "]\n" + text[end:]
+    try:
+        args = json.loads(text[at + len(_EXACT) : end - 3])
+    except ValueError:
+        return text
+    if not (isinstance(args, dict) and list(args) == ["id"] and names(args["id"], own)):
+        return text
+    return text[:at] + "]\n" + text[end:]
 
 
 def _may_name(messages: Sequence[Message], i: int, prefixes: Sequence[str]) -> bool:

@@ -207,10 +207,16 @@ class EarlierResults:
 
 
 def ingest(
-    msg: Message, ctx: ContextConfig, earlier: Callable[[], EarlierLines] = EarlierLines
+    msg: Message,
+    ctx: ContextConfig,
+    earlier: Callable[[], EarlierLines] = EarlierLines,
+    pos: int | None = None,
 ) -> Ingested:
-    """Redact, compact losslessly and truncate one newly arrived message (tool results only)."""
-    return truncate_tool_result(msg, cfg=ctx.tool_output, redaction=ctx.redaction, earlier=earlier)
+    """Redact, compact losslessly and truncate one newly arrived message (tool results only);
+    ``pos``, its position in the history, pins the handle its marker names (``pins.py``)."""
+    return truncate_tool_result(
+        msg, cfg=ctx.tool_output, redaction=ctx.redaction, earlier=earlier, pos=pos
+    )
 
 
 def stages_for(ctx: ContextConfig, stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:

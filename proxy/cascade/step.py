@@ -40,7 +40,9 @@ class StepInput:
 
     ``answers`` holds what the shell fetched for the stages' plans, keyed by stage name;
     ``kept`` the values of the per-turn stages kept for this step's turn (empty at a new
-    turn: the per-turn stages then run and their values are kept).
+    turn: the per-turn stages then run and their values are kept). ``positions`` holds each
+    window message's position in the session's history, for the handles that name one
+    result alone (``pins.py``); empty when unknown.
     """
 
     window: tuple[Message, ...]
@@ -53,6 +55,7 @@ class StepInput:
     ratio: float = 1.0
     answers: Mapping[str, Any] = field(default_factory=dict)
     kept: Mapping[str, Any] = field(default_factory=dict)
+    positions: tuple[int, ...] = ()
 
 
 class StageFn(Protocol):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import ahocorasick_rs
 
 from proxy.cascade.lossless import EarlierLines, compact_text, compacted_marker
+from proxy.cascade.pins import names, pin
 from proxy.cascade.redaction import compile_patterns, redact_message
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
@@ -28,6 +29,7 @@ __all__ = [
     "truncate_tool_result",
     "cap_utf8",
     "is_cut_from",
+    "is_cut_from_capped",
     "drop_cut_handle",
     "page_raw_output",
 ]
@@ -85,7 +87,8 @@ _HANDLE_MARKER = re.compile(
 def drop_cut_handle(text: str, own: str) -> str:
     """``text`` with each marker that names ``read_tool_output`` for the handle ``own``
     worded as a marker without a handle (the same count of omitted characters), for a
-    prompt that goes without the tool (``handles.py``). Each marker is found from its
+    prompt that goes without the tool (``handles.py``), bare or pinned (``pins.names``).
+    Each marker is found from its
     handle's phrase, in one pass over the text: it runs on every such request."""
     out: list[str] = []
     done = 0
@@ -108,7 +111,7 @@ def _names(args_json: str, own: str) -> bool:
         args = json.loads(args_json)
     except ValueError:
         return False
-    return isinstance(args, dict) and args.get("id") == own
+    return isinstance(args, dict) and names(args.get("id"), own)
 
 
 def is_cut_from(text: str, raw: str) -> bool:
@@ -131,20 +134,47 @@ def is_cut_from(text: str, raw: str) -> bool:
     return False
 
 
+def is_cut_from_capped(text: str, capped: str) -> bool:
+    """Whether ``text`` can be a cut (:func:`is_cut_from`) of a result whose spill was capped
+    to ``capped``, a prefix of it (``cap_utf8``): the head the marker's offset says agrees
+    with ``capped``, and so does the tail where ``capped`` reaches past the omitted part.
+    It links a cut result to its own capped spill, which the hash chain cannot."""
+    for m in _HANDLE_MARKER.finditer(text):
+        try:
+            args = json.loads(m[2])
+        except ValueError:
+            continue
+        offset, limit = args.get("offset"), args.get("limit")
+        if not (isinstance(offset, int) and isinstance(limit, int)) or limit != int(m[1]):
+            continue
+        head, tail, rest = text[: m.start()], text[m.end() :], capped[offset + limit :]
+        if (
+            len(head) == offset
+            and capped[:offset] == head[: len(capped)]
+            and (tail.startswith(rest))
+        ):
+            return True
+    return False
+
+
 def _compact(
-    msg: Message, text: str, cfg: ToolOutputConfig, earlier: Callable[[], EarlierLines]
+    msg: Message,
+    text: str,
+    cfg: ToolOutputConfig,
+    earlier: Callable[[], EarlierLines],
+    handle: str,
 ) -> Ingested | None:
     """The lossless ingest stage (``lossless.py``): the compacted result with its original
     spilled, or None when nothing applies, the saving is under ``compact_min_saving`` of the
     original, or the compacted text would still be truncated (its offsets would then not be
-    positions in the spill)."""
+    positions in the spill). Its marker names ``handle`` (``_handle``)."""
     tool_call_id = str(msg.get("tool_call_id") or "")
     if not text or not tool_call_id:
         return None
     done = compact_text(text, earlier() if "\n" in text else EarlierLines())
     if done is None:
         return None
-    new_text = compacted_marker(tool_call_id, len(text), done.how) + done.text
+    new_text = compacted_marker(handle, len(text), done.how) + done.text
     saving = len(text) - len(new_text)
     if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(text):
         return None
@@ -162,12 +192,19 @@ def _compact(
     return Ingested({**msg, "content": content}, (event,), Spill(tool_call_id, text))
 
 
+def _handle(tool_call_id: str, pos: int | None) -> str:
+    """The handle a marker names: the result's ``pins.pin`` when its history position is
+    known (``pins.py``: a bare id reads whatever result came under it last), else the id."""
+    return tool_call_id if pos is None or not tool_call_id else pin(tool_call_id, pos)
+
+
 def truncate_tool_result(
     msg: Message,
     *,
     cfg: ToolOutputConfig,
     redaction: RedactionConfig,
     earlier: Callable[[], EarlierLines] = EarlierLines,
+    pos: int | None = None,
 ) -> Ingested:
     """Redact, then cut an over-long tool result to head + marker + tail.
 
@@ -180,6 +217,11 @@ def truncate_tool_result(
     Before any cut, a result that is spillable (nothing redacted, ``persist_raw``) is
     compacted losslessly when ``cfg.compact`` (``_compact``); ``earlier`` gives the
     session's earlier tool results for pointers, and is only called when needed.
+
+    ``pos`` is the result's position in the session's history: the marker's handle (cut or
+    compacted) then names this result alone (``pins.pin``). Without it (an observation,
+    whose handle is a hash of its text) the marker names the bare id. The spill and the
+    event are keyed by the bare id either way.
     """
     redacted = 0
     if redaction.enabled:
@@ -189,24 +231,25 @@ def truncate_tool_result(
         return Ingested(msg, redacted=redacted)
     text = content_text(msg.get("content"))
     if cfg.compact and cfg.persist_raw and redacted == 0:
-        compacted = _compact(msg, text, cfg, earlier)
+        compacted = _compact(
+            msg, text, cfg, earlier, _handle(str(msg.get("tool_call_id") or ""), pos)
+        )
         if compacted is not None:
             return compacted
     if len(text) <= cfg.max_chars:
         return Ingested(msg, redacted=redacted)
 
     tool_call_id = str(msg.get("tool_call_id") or "")
+    named = _handle(tool_call_id, pos)
     secret = redacted > 0
     handle = cfg.persist_raw and not secret and bool(tool_call_id)
     total = len(text)
-    worst = _marker(total, tool_call_id=tool_call_id, offset=total, handle=handle, secret=secret)
+    worst = _marker(total, tool_call_id=named, offset=total, handle=handle, secret=secret)
     keep = max(0, cfg.max_chars - len(worst))
     head_len = int(keep * HEAD_SHARE)
     tail_len = keep - head_len
     omitted = total - head_len - tail_len
-    marker = _marker(
-        omitted, tool_call_id=tool_call_id, offset=head_len, handle=handle, secret=secret
-    )
+    marker = _marker(omitted, tool_call_id=named, offset=head_len, handle=handle, secret=secret)
     new_text = text[:head_len] + marker + text[total - tail_len :]
     # The full text: the store caps it at raw_cap_bytes and records the original size.
     spill = Spill(tool_call_id, text) if handle else None

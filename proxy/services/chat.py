@@ -255,6 +255,7 @@ class ChatService:
             unspillable=state.redacted_ids,
             ratio=state.session["calibration"],
             kept=_kept(state.session, turn_key),
+            positions=state.positions,
         )
         needs = plan_step(inp)
         answers: dict[str, Any] = {}
@@ -266,7 +267,6 @@ class ChatService:
         if command is None and (nudge := await self._handoff(turn, rt, body, ctx, state, fixed)):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)
-        stream = bool(body.get("stream"))
         so = body.get("stream_options")
         wants_usage = isinstance(so, dict) and bool(so.get("include_usage"))
         return Step(
@@ -275,7 +275,7 @@ class ChatService:
             state,
             assembled,
             body,
-            stream,
+            bool(body.get("stream")),
             wants_usage,
             count,
             command,

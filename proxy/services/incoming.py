@@ -68,7 +68,7 @@ def ingest_from(
     for pos in range(start, len(messages)):
         got = memo.get(hashes[pos], messages[pos], ctx, count) if memo is not None else None
         if got is None:
-            got = ingest(messages[pos], ctx, earlier.before(pos))
+            got = ingest(messages[pos], ctx, earlier.before(pos), pos)
             if memo is not None:
                 memo.put(hashes[pos], messages[pos], ctx, got, count)
         out.new.append((pos, got.message))

@@ -4,8 +4,9 @@ Ingesting a new message (``cascade.pipeline.ingest``: redaction, the lossless co
 against the earlier tool results, truncation) and pricing the result depend on the message
 itself, on the tool results before it, and on the config. A message's chain hash
 (``history.chain``) identifies the canonical prefix it ends, which fixes the earlier results
-(role, ``tool_call_id`` and content survive canonicalisation), so a later ingest of the same
-prefix can take the earlier answer: a conversation resumed or forked under a new session id
+(role, ``tool_call_id`` and content survive canonicalisation) and the message's position (the
+handle its marker names: ``cascade.pins``), so a later ingest of the same prefix can take the
+earlier answer: a conversation resumed or forked under a new session id
 on this replica, and a request whose guess of the stored head missed (its new messages are
 ingested for the guess, then again for the plan).
 

@@ -14,10 +14,15 @@ __all__ = ["redact_dsn"]
 # A URL's password, after "scheme://user:", ends at the authority's "@". Within the URL's
 # first run of non-blank characters that is the last "@" before the host's "/", "?" or "#"
 # (a password with an unencoded "@" or "/" is a common mistake, and what follows its first
-# "@" is not the host). A password with a blank in it, which asyncpg connects with, has no
-# "@" in that first run: it runs on to the next "@" on the line, unless a "/", "?" or "#"
-# comes first (a path: "host:5432/db", so no password) or the run is a port ("host:5432").
-_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)(?:[^@\s]*@(?:[^@\s/?#]*@)*|(?!\d+\b)[^@/?#\n]*@)")
+# "@" is not the host): _URL_PASSWORD, looked for only in a run's text up to its last "@"
+# (_TO_LAST_AT), where each try finds its "@". A password with a blank in it, which asyncpg
+# connects with, has no "@" in that first run: it runs on to the next "@" on the line,
+# unless a "/", "?" or "#" comes first (a path: "host:5432/db", so no password) or the run
+# is a port ("host:5432"): _SPACED_PASSWORD, looked for afterwards in the whole text, where
+# it stops at the next URL's "/". Neither reads on past the next URL when it finds no "@",
+# so text with many "://" is read a bounded number of times, not once from each of them.
+_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@\s]*@(?:[^@\s/?#]*@)*")
+_SPACED_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)(?!\d+\b)[^@/?#\n]*@")
 # "password=" and "sslpassword=" (the client key's passphrase): a query parameter, or a word
 # of libpq's "key=value" DSN, quoted or not.
 _PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)")
@@ -32,6 +37,10 @@ _BARE_USERINFO = re.compile(r"((?<![^:/@?#\s])[^:/@?#\s]+:)(?!/)[^@\s]*@(?:[^@\s
 _TO_LAST_AT = re.compile(r"(?<!\S)\S*@")
 
 
+def _url_masked(run: re.Match[str]) -> str:
+    return _URL_PASSWORD.sub(r"\1***@", run.group())
+
+
 def _bare_masked(run: re.Match[str]) -> str:
     return _BARE_USERINFO.sub(r"\1***@", run.group())
 
@@ -40,5 +49,5 @@ def redact_dsn(text: str) -> str:
     """``text`` with each URL's password (in the authority, or as ``password=``) and its
     client key's passphrase (``sslpassword=``) replaced by ***, and so the password of what
     looks like ``user:password@`` in a malformed URL."""
-    masked = _URL_PASSWORD.sub(r"\1***@", text)
+    masked = _SPACED_PASSWORD.sub(r"\1***@", _TO_LAST_AT.sub(_url_masked, text))
     return _PARAM_PASSWORD.sub(r"\1***", _TO_LAST_AT.sub(_bare_masked, masked))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.handles import unpin
 from proxy.cascade.text import content_text
-from proxy.cascade.truncation import cap_utf8
+from proxy.cascade.truncation import cap_utf8, is_cut_from_capped
 from proxy.cascade.types import Spill
 from proxy.store import client_form
 from proxy.store.nul import decode, encode
@@ -97,16 +97,44 @@ def _whole(message: Any) -> dict[str, Any]:
     return {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
 
 
+# The live row at a position, and the capped spills under its id (the newest, and the
+# ones it replaced): a cut result whose spill was capped has no sent form to rebuild.
+FETCH_CAPPED = """
+SELECT m.message, s.content, s.original_bytes
+FROM messages m
+JOIN (
+    SELECT content, original_bytes, created_at FROM tool_raw_outputs
+    WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3 AND capped
+    UNION ALL
+    SELECT content, original_bytes, created_at FROM tool_raw_output_versions
+    WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3 AND capped
+) AS s ON true
+WHERE m.tenant = $1 AND m.session_id = $2 AND m.pos = $4 AND m.superseded_at IS NULL
+  AND m.tool_call_id = $3 AND NOT m.redacted
+ORDER BY abs(extract(epoch FROM s.created_at - m.created_at))
+"""
+
+
 async def _fetch_pinned(
     conn: Executor, tenant: str, session_id: str, tool_call_id: str, pos: int
 ) -> dict[str, Any] | None:
-    """The whole text of the live tool result at ``pos`` when its id is ``tool_call_id``,
-    as sent (``client_form``: never cut, evicted, or rebuilt from its own spill); None when
-    there is no such row or its text is not kept (redacted, or its spill capped)."""
+    """What the bare read gives for the live tool result at ``pos`` when its id is
+    ``tool_call_id``, whatever came under the id since: its whole text as sent
+    (``client_form``: never cut, evicted, or rebuilt from its own spill); else, cut with its
+    spill capped, that spill as stored (``capped``), the one its cut agrees with
+    (``truncation.is_cut_from_capped``), the spill written with it tried first. None when
+    there is no such row or its text is not kept (redacted, or cut with no spill)."""
     sent = await client_form.fetch_sent_forms(
         conn, tenant=tenant, session_id=session_id, positions=[pos]
     )
     msg = sent.get(pos)
-    if msg is None or msg.get("role") != "tool" or msg.get("tool_call_id") != tool_call_id:
-        return None
-    return _whole(msg)
+    if msg is not None:
+        if msg.get("role") != "tool" or msg.get("tool_call_id") != tool_call_id:
+            return None
+        return _whole(msg)
+    rows = await conn.fetch(FETCH_CAPPED, tenant, session_id, encode(tool_call_id), pos)
+    for row in rows:
+        cut, capped = content_text((row["message"] or {}).get("content")), decode(row["content"])
+        if is_cut_from_capped(cut, capped):
+            return {"content": capped, "original_bytes": row["original_bytes"], "capped": True}
+    return None

@@ -194,13 +194,13 @@ COPY_SESSION = [
            last_prompt_tokens, last_estimate, calibration, reclaimed_tokens
        FROM sessions WHERE tenant = $1 AND id = $2""",
     """INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
-           redacted, evicted_at, trimmed_at, source, verbatim, placeholder)
+           redacted, evicted_at, trimmed_at, source, verbatim, placeholder, created_at)
        SELECT tenant, $3, pos, hash, role, message, tool_call_id, tokens, redacted, evicted_at,
-           trimmed_at, source, verbatim, placeholder
+           trimmed_at, source, verbatim, placeholder, created_at
        FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL""",
     """INSERT INTO tool_raw_outputs (tenant, session_id, tool_call_id, content, original_bytes,
-           capped)
-       SELECT tenant, $3, tool_call_id, content, original_bytes, capped
+           capped, created_at)
+       SELECT tenant, $3, tool_call_id, content, original_bytes, capped, created_at
        FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2""",
     """INSERT INTO tool_raw_output_versions (tenant, session_id, tool_call_id, content,
            original_bytes, capped, created_at, replaced_at)
@@ -218,7 +218,9 @@ async def copy_session(
 ) -> bool:
     """Branch: independent copies of the live history, raw outputs (the ones a reused tool
     call id replaced too: an older result's sent form is one) and valid summaries. False,
-    nothing made, when there is no source: a delete that went first while this waited."""
+    nothing made, when there is no source: a delete that went first while this waited.
+    Rows and spills keep when they were written: a read by bare tool call id tells by it
+    whether the id's newest result is its spill or its row (``raw_outputs``)."""
     async with _locked(conn, tenant, source, pause or _sleep) as tx:
         first, *rest = COPY_SESSION
         if not (await tx.execute(first, tenant, source, target)).endswith(" 1"):

@@ -139,8 +139,9 @@ def rounds_of(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
-def check_arrives_intact(m: dict[str, Any], original: str) -> None:
-    """A result as ingested: verbatim, or cut to head + marker + tail, or redacted."""
+def check_arrives_intact(m: dict[str, Any], original: str, pos: int) -> None:
+    """A result as ingested: verbatim, or cut to head + marker + tail (its handle pinned to
+    its position ``pos``), or redacted."""
     content = m["content"]
     assert not is_placeholder(m), m["tool_call_id"]
     if SECRET in original:  # mid-dump secrets fall in the cut; a short result shows the mask
@@ -150,7 +151,7 @@ def check_arrives_intact(m: dict[str, Any], original: str) -> None:
         assert content == original
     else:
         args = marker_args(content)
-        assert args is not None and args["id"] == m["tool_call_id"]
+        assert args is not None and args["id"] == f"{m['tool_call_id']}@{pos}"
         head, tail = content[: args["offset"]], original[args["offset"] + args["limit"] :]
         assert original.startswith(head) and content.endswith(tail)
 
@@ -176,7 +177,7 @@ def check_pass(i: int, prev: Messages, prompt: Messages, originals: dict[str, st
         assert prev[j]["tool_call_id"] == prompt[j]["tool_call_id"]
         cid = prompt[j]["tool_call_id"]
         args = marker_args(prompt[j]["content"])
-        assert args == (None if SECRET in originals[cid] else {"id": cid}), (i, cid)
+        assert args == (None if SECRET in originals[cid] else {"id": f"{cid}@{j}"}), (i, cid)
     return bool(changed)
 
 
@@ -186,9 +187,10 @@ def check_prompts(prompts: list[Messages], history: Messages, originals: dict[st
     for i, prompt in enumerate(prompts):
         assert_paired(prompt)
         assert shape(prompt) == shape(history[: len(prompt)]), f"step {i} lost messages"
+        at = {id(m): j for j, m in enumerate(prompt)}
         for r in rounds_of(prompt)[-KEEP_ROUNDS:]:
             for m in r:
-                check_arrives_intact(m, originals[m["tool_call_id"]])
+                check_arrives_intact(m, originals[m["tool_call_id"]], at[id(m)])
         assert count_prompt_tokens(prompt) < THRESHOLD + 2 * MAX_CHARS // 4
         if i:
             passes += check_pass(i, prompts[i - 1], prompt, originals)

@@ -113,6 +113,23 @@ def test_text_without_a_password_is_kept(text: str) -> None:
     assert redact_dsn(text) == text
 
 
+@pytest.mark.parametrize(
+    "filler",
+    [
+        "://" * 350_000,  # about 1 MB of "://" and no "@"
+        "://u:" * 200_000,  # each a URL's "user:" with no "@" to end its password
+        "postgresql://u:" + "x://" * 250_000,
+    ],
+)
+def test_a_long_text_of_urls_without_an_at_is_read_in_one_pass(filler: str) -> None:
+    """The password was looked for from each "://" on to the end of its run, so a text of
+    many "://" and no "@" was read once for each of them: about a megabyte took minutes
+    (over the suite's timeout), where one pass takes milliseconds."""
+    text = f"{filler} then postgresql://u:TOPSECRET@h/db and postgresql://v:TOP SECRET@h/db"
+    tail = " then postgresql://u:***@h/db and postgresql://v:***@h/db"
+    assert redact_dsn(text) == filler + tail
+
+
 async def test_a_malformed_database_url_is_refused_without_its_password(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -130,6 +130,13 @@ export function handoffText(data) {
   return `Consider handing off to a new session${pct}: ${why}.`;
 }
 
+// The handle a row's raw output is read by: a tool result's id pinned to its position, as
+// its marker names it (an id can come back, `call_0` every turn, and alone it reads the
+// newest result); an observation's own handle (a hash of its text: one handle, one text).
+export function rawHandle(row) {
+  return row.role === "tool" ? `${row.tool_call_id}@${row.pos}` : row.tool_call_id;
+}
+
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion or evicted).
 export function renderMessage(row, onPage, folded = false) {

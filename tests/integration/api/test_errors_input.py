@@ -160,9 +160,15 @@ def test_paths_that_only_look_like_chat_are_404(
     err = _assert_error_shape(resp, 405, "method_not_allowed")
     assert resp.headers["allow"] == "POST" and "use POST" in err["message"]
     assert err["type"] == "invalid_request_error" and err["param"] is None
-    resp = http.put("/v1/sessions/s1")  # two routes take this path: GET and DELETE
+    resp = http.put("/v1/sessions/s1")  # two routes take this path: GET (so HEAD) and DELETE
     err = _assert_error_shape(resp, 405, "method_not_allowed")
-    assert resp.headers["allow"] == "DELETE, GET" and "use DELETE, GET" in err["message"]
+    allow = "DELETE, GET, HEAD"  # HeadAsGet answers HEAD wherever GET is taken
+    assert resp.headers["allow"] == allow and f"use {allow}" in err["message"]
+    resp = http.delete("/healthz")  # a GET-only route
+    assert resp.status_code == 405 and resp.headers["allow"] == "GET, HEAD"
+    resp = http.post("/ui/static/app.js")  # a mounted app's 405: its routes are not the app's
+    err = _assert_error_shape(resp, 405, "method_not_allowed")
+    assert resp.headers["allow"] == "GET, HEAD" and err["message"].endswith("use GET, HEAD")
     assert fake_upstream.requests == []
 
 

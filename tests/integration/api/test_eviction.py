@@ -136,7 +136,7 @@ def test_old_results_become_placeholders_once_over_at_fraction(
             assert m["content"] == original, cid
         else:
             assert m["content"].startswith(PLACEHOLDER), cid
-            assert marker_args(m["content"]) == {"id": cid}
+            assert marker_args(m["content"]) == {"id": f"{cid}@{prompt.index(m)}"}
     assert len(cleared(prompt)) == len(results) - KEEP_ROUNDS - 1  # everything eligible, at once
     assert "read_tool_output" in [
         t["function"]["name"] for t in fake_upstream.bodies()[-1].get("tools", [])
@@ -169,7 +169,7 @@ def test_an_evicted_result_of_text_and_image_parts_is_stored_with_its_parts(
         if m["role"] == "tool" and m["tool_call_id"] in ids:
             assert isinstance(m["content"], str), m
             assert "and 1 image_url part that only re-running the tool brings back" in m["content"]
-            assert marker_args(m["content"]) == {"id": m["tool_call_id"]}
+            assert marker_args(m["content"]) == {"id": f"{m['tool_call_id']}@{prompt.index(m)}"}
     with api(proxy) as http:
         rows = messages_of(http, "shots", form="sent")
         sent = {r["message"].get("tool_call_id"): r for r in rows}

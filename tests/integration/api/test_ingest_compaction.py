@@ -84,7 +84,7 @@ def test_upstream_gets_compacted_results_and_originals_read_back_exactly(
     sent = sent_results(fake_upstream.bodies()[-1])
     js, log = sent["call_json"], sent["call_log"]
     assert js.startswith("[compacted losslessly from")
-    assert 'read_tool_output({"id": "call_json"})' in js
+    assert 'read_tool_output({"id": "call_json@2"})' in js
     body = js.split("\n", 1)[1]  # the records as a table: keys once, a row per item
     assert body.startswith('{"items":[#table ["id","price","big","tags"] (one row per object')
     assert '\n[0,1.1,10000000000000000000000000,["a  b","c"]]\n' in body

@@ -48,7 +48,7 @@ def test_the_image_part_of_a_rewritten_result_goes_upstream(
     sent = tool_content(fake_upstream.bodies()[-1])
     assert isinstance(sent, list) and sent[1:] == [IMAGE], sent
     assert sent[0]["type"] == "text" and MARKS[case] in sent[0]["text"]
-    assert ('read_tool_output({"id": "call_page"' in sent[0]["text"]) is tools
+    assert ('read_tool_output({"id": "call_page@2"' in sent[0]["text"]) is tools
     assert len(sent[0]["text"]) < len(text)
     with api(proxy) as http:
         assert read_all(http, sid, "call_page") == text

@@ -39,7 +39,7 @@ def test_a_toolless_request_gets_the_tool_and_its_call_is_answered(
     first, second = fake_upstream.bodies()
     assert [t["function"]["name"] for t in first["tools"]] == ["read_tool_output"]
     args = marker_args(first["messages"][2]["content"])
-    assert args is not None and args["id"] == "call_big"
+    assert args is not None and args["id"] == "call_big@2"
     assert second["messages"][-1]["role"] == "tool"  # the page the proxy read for the model
 
 

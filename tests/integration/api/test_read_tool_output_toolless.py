@@ -65,7 +65,7 @@ def test_what_goes_upstream_after_a_cut_result(
         assert "[... truncated " in cut and "re-run the tool if you need the rest" in cut
     else:
         assert [t["function"]["name"] for t in body["tools"]] == tools
-        assert marker_args(cut) is not None and marker_args(cut)["id"] == "call_big"
+        assert marker_args(cut) is not None and marker_args(cut)["id"] == "call_big@2"
     assert body.get("functions") == kw.get("functions")
     assert body.get("tool_choice") == kw.get("tool_choice")
 

@@ -142,9 +142,10 @@ def test_redacted_result_is_evicted_without_a_handle_and_never_spilled(
 
     first, second = fake_upstream.bodies()
     tools = {m["tool_call_id"]: m["content"] for m in first["messages"] if m["role"] == "tool"}
+    index = {m.get("tool_call_id"): i for i, m in enumerate(first["messages"])}
     assert tools["call_3"].startswith("[context-cleared]")
     assert marker_args(tools["call_3"]) is None and "re-run the tool" in tools["call_3"]
-    assert marker_args(tools["call_2"]) == {"id": "call_2"}
+    assert marker_args(tools["call_2"]) == {"id": f"call_2@{index['call_2']}"}
     assert tools["call_9"] == outputs["call_9"]  # the protected last round
     answer = second["messages"][-1]
     assert (

@@ -55,6 +55,6 @@ def test_a_cut_source_file_naming_tokens_is_spilled_and_reads_back_exactly(
     output = CODE + blob(6000, "rest")
     chat(proxy, "code-cut", history("call_view", output))
     sent = next(m["content"] for m in fake_upstream.bodies()[-1]["messages"] if m["role"] == "tool")
-    assert 'read the rest with read_tool_output({"id": "call_view"' in sent
+    assert 'read the rest with read_tool_output({"id": "call_view@2"' in sent
     with api(proxy) as http:
         assert read_all(http, "code-cut", "call_view") == output

@@ -30,9 +30,10 @@ def test_an_id_with_a_slash_pages_back(
     output = blob(9000, "slash")
     chat(proxy, f"slash-{quoted}", history(CID, output))
     sent = next(m["content"] for m in fake_upstream.bodies()[-1]["messages"] if m["role"] == "tool")
-    assert (marker_args(sent) or {}).get("id") == CID
-    path_id = quote(CID, safe="") if quoted else CID
+    assert (marker_args(sent) or {}).get("id") == f"{CID}@2"
     with api(proxy) as http:
-        assert read_all(http, f"slash-{quoted}", path_id) == output
+        for handle in (CID, f"{CID}@2"):  # the bare id and the marker's pinned handle
+            path_id = quote(handle, safe="") if quoted else handle
+            assert read_all(http, f"slash-{quoted}", path_id) == output
         other = http.get(f"/v1/sessions/slash-{quoted}/tool-outputs/functions/read_file")
         assert other.status_code == 404, other.text  # a prefix of the id is another id

@@ -89,7 +89,7 @@ def test_large_result_keeps_head_and_tail_with_a_paging_marker(
     args = marker_args(content)
     assert args is not None
     head, omitted = args["offset"], args["limit"]
-    assert args["id"] == "call_big"
+    assert args["id"] == "call_big@2"  # the result at position 2 alone (``cascade.pins``)
     tail = len(original) - head - omitted
     assert content.startswith(original[:head])
     assert content.endswith(original[head + omitted :])

@@ -339,3 +339,29 @@ def test_cut_and_evicted_outputs_page_back(
         assert h.get("/v1/sessions/paged").json()["superseded_count"] == 0
     sent = fake_upstream.bodies()[-1]["messages"]
     assert all(m.get("content") != history[-1]["content"] for m in sent)  # cut again
+
+
+def test_an_older_result_under_a_reused_id_pages_back_its_own_output(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # A client that numbers its calls call_0 every turn: the id alone reads the newest
+    # result, so each row pages back by its handle pinned to its position.
+    history = [*tool_round(1, 5000), *tool_round(2, 5000)]
+    for m in history:
+        for call in m.get("tool_calls") or []:
+            call["id"] = "call_0"
+        if m["role"] == "tool":
+            m["tool_call_id"] = "call_0"
+    fake_upstream.script(reply("Read both.", usage=(1900, 4)))
+    with api(console_proxy) as h:
+        resp = h.post("/s/reused/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/reused")
+    listing = page.get_by_test_id("message-list")
+    for pos, tag in ((2, "file 1"), (5, "file 2")):
+        row = listing.locator(f"[data-pos='{pos}']")
+        row.locator("[data-mark=truncated]").wait_for()
+        row.get_by_test_id("raw-page").click()
+        row.get_by_test_id("raw-output").filter(has_text=f"{tag} line 0000").wait_for()
+    older = listing.locator("[data-pos='2']").get_by_test_id("raw-output").inner_text()
+    assert "file 2" not in older
