@@ -38,6 +38,7 @@ __all__ = [
     "check_paired",
     "check_prefix",
     "check_related",
+    "names_own",
     "summary_of",
     "check_read_answer",
     "redacted",
@@ -172,6 +173,12 @@ def _without_plan(text: str) -> str:
     return text[:cut] if cut >= 0 else text
 
 
+def names_own(handle: str, msg: Message) -> bool:
+    """Whether ``handle`` (a bare id or ``id@position``) is the message's own result's."""
+    pinned = unpin(handle)
+    return (pinned[0] if pinned else handle) == msg.get("tool_call_id")
+
+
 def _results(cid: str, history: Sequence[Message]) -> int:
     return sum(m.get("role") == "tool" and m.get("tool_call_id") == cid for m in history)
 
@@ -246,7 +253,7 @@ class Handles:
                 want = self.expected(handle, history)
                 if unpin(handle) is None and _results(handle, history) > 1:
                     self.ambiguous.add(handle)  # a bare id reads its newest result
-                if "offset" in args and "limit" in args and m.get("tool_call_id") == handle:
+                if "offset" in args and "limit" in args and names_own(handle, m):
                     off, lim = args["offset"], args["limit"]
                     assert text.startswith(want[:off]), f"{where}: {handle} head differs"
                     assert text.endswith(want[off + lim :]), f"{where}: {handle} tail differs"

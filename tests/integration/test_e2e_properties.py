@@ -44,6 +44,7 @@ from tests.integration.e2e_checks import (
     check_prefix,
     check_read_answer,
     check_related,
+    names_own,
     summary_of,
 )
 from tests.integration.e2e_model import (
@@ -258,7 +259,7 @@ class Replay:
                 text, own = text_of(m.get("content")), m.get("tool_call_id")
                 if text.startswith(PLACEHOLDER_PREFIX):
                     cleared.add(own)
-                elif own and any(h["id"] == own for h in handles_in(text)):
+                elif own and any(names_own(h["id"], m) for h in handles_in(text)):
                     cut.add(own)
                 if text.startswith("<conversation_summary>"):
                     summaries.add(text[: text.find("</conversation_summary>")])
