@@ -4,6 +4,7 @@
 # test_e2e_properties.py at every step; the suite runs only a slice of each.
 #   scripts/e2e_props.sh                   # 16k and 32k windows, both passes
 #   LIMITS=9000,16000 scripts/e2e_props.sh -k spotter
+#   CASCADE_TEST_E2E_RESTART=30 scripts/e2e_props.sh   # a new proxy takes over after step 30
 # Each replay prints its tally (steps, handles read back, reads, cuts, evictions ...).
 set -eu
 cd "$(dirname "$0")/.."

@@ -24,7 +24,8 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,8 @@ from tests.integration.transcripts import TRAJECTORIES, api, sdk
 STEPS = int(os.environ.get("CASCADE_TEST_E2E_STEPS", "45"))
 LIMITS = [int(n) for n in os.environ.get("CASCADE_TEST_E2E_LIMITS", "16000,32000").split(",")]
 RESERVED = 1000
+RESTART = int(os.environ.get("CASCADE_TEST_E2E_RESTART", "0"))
+"""The step after which the proxy is replaced by another on the same database (0: never)."""
 READ_EVERY = 5
 TRANSCRIPTS = {
     "mini-swe": "SWE-agent__mini-swe-agent__django__django-11910.traj.json",
@@ -152,8 +155,18 @@ class Replay:
         self.stable = 0
         self.shrunk = 0
         self.hits = 0
+        self.carried: list[dict[str, Any]] = []  # transient events a restart's listener missed
+        self.restarts = 0
 
-    def run(self, messages: Messages, steps: int) -> Messages:
+    def run(
+        self,
+        messages: Messages,
+        steps: int,
+        restart: Callable[[], ProxyServer] | None = None,
+        restart_at: int = 0,
+    ) -> Messages:
+        """Replay ``steps`` steps (0: all); with ``restart``, the proxy is stopped after
+        step ``restart_at`` and another started on the same database takes over."""
         client = sdk(self.proxy, self.sid)
         tools = tools_of(messages)
         ids = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
@@ -176,6 +189,16 @@ class Replay:
             history.append(got)
             sent = list(history)
             self.model.step += 1
+            if restart is not None and self.model.step == restart_at and listener is not None:
+                self.settle(listener)  # the step's events are out before the proxy goes
+                self.carried += listener.named("context.evicted")  # never stored: not replayed
+                listener.__exit__()
+                self.http.close()
+                self.proxy = restart()
+                self.restarts += 1
+                client = sdk(self.proxy, self.sid)
+                self.http = self.handles.http = api(self.proxy)
+                listener = None
             if listener is None:
                 listener = Listener(self.proxy.origin, self.sid).__enter__()
         try:
@@ -251,6 +274,14 @@ class Replay:
         want = [(c["id"], c["function"]) for c in recorded.get("tool_calls") or []]
         assert [(c["id"], c["function"]) for c in calls] == want, step
 
+    def settle(self, listener: Listener) -> None:
+        """Wait (5 s at most) for every step's ``context.usage``, the last event of a step."""
+        deadline = time.monotonic() + 5
+        while len(listener.named("context.usage")) < self.model.step:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
     def check_events(self, listener: Listener) -> None:
         """A ``context.*`` event for each action the prompts show."""
         cut, cleared, summaries = set(), set(), set()
@@ -265,15 +296,12 @@ class Replay:
                     summaries.add(text[: text.find("</conversation_summary>")])
         if dump := os.environ.get("CASCADE_TEST_E2E_DUMP"):  # the prompts, to look at
             Path(f"{dump}{self.sid}-{self.limit}.json").write_text(json.dumps(self.prompts))
-        wait = threading.Event()
-        for _ in range(50):
-            if len(listener.named("context.usage")) >= self.model.step:
-                break
-            wait.wait(0.1)
+        self.settle(listener)
         usage = listener.named("context.usage")
         assert len(usage) == self.model.step, f"{len(usage)} context.usage for {self.model.step}"
         truncated = [e["tool_call_id"] for e in listener.named("context.truncated")]
-        evicted = [c for e in listener.named("context.evicted") for c in e["tool_call_ids"]]
+        evictions = [*self.carried, *listener.named("context.evicted")]
+        evicted = [c for e in evictions for c in e["tool_call_ids"]]
         if self.unique_ids:  # else one id names several results
             assert len(truncated) == len(set(truncated)), "a result was reported cut twice"
             assert len(evicted) == len(set(evicted)), "a result was reported cleared twice"
@@ -289,7 +317,8 @@ class Replay:
         if self.extras:
             assert len(listener.named("context.retrieval")) == self.turns, self.turns
         print(  # the replay's tally, shown with -s (scripts/e2e_props.sh)
-            f"{self.sid} limit {self.limit}: {self.model.step} steps, {len(self.prompts)}"
+            f"{self.sid} limit {self.limit}: {self.model.step} steps ({self.restarts} restarts),"
+            f" {len(self.prompts)}"
             f" prompts ({self.stable} extend the last), {self.handles.count} handles read back,"
             f" {self.handles.pointers} pointers, {len(self.handles.ambiguous)} bare ids reused,"
             f" {len(self.model.reads)} reads,"
@@ -299,9 +328,9 @@ class Replay:
         )
 
 
-def _proxy(
+def _settings(
     tmp_path: Path, db_dsn: str, fake: FakeUpstream, limit: int, extras: bool
-) -> ProxyServer:
+) -> Settings:
     models = {
         "default": {"contextLimit": limit, "reservedOutput": RESERVED},
         FAST: {"contextLimit": 128000},
@@ -316,23 +345,41 @@ def _proxy(
         context=context_config(limit, extras=extras),
         **extra,
     )
-    settings = Settings(
+    return Settings(
         database_url=db_dsn, config=path, keepalive_seconds=0.3, embedding_poll_seconds=0.1
     )
-    return ProxyServer(settings).start()
+
+
+class Proxies:
+    """The test's proxies, one at a time, on one database; each stopped once replaced and
+    the last after the test."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.current: ProxyServer | None = None
+
+    def start(self) -> ProxyServer:
+        self.stop()
+        self.current = ProxyServer(self.settings).start()
+        return self.current
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
 
 
 @pytest.fixture
 def started(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterator[Any]:
-    servers: list[ProxyServer] = []
+    made: list[Proxies] = []
 
-    def start(limit: int, extras: bool) -> ProxyServer:
-        servers.append(_proxy(tmp_path, db_dsn, fake_upstream, limit, extras))
-        return servers[-1]
+    def start(limit: int, extras: bool) -> Proxies:
+        made.append(Proxies(_settings(tmp_path, db_dsn, fake_upstream, limit, extras)))
+        return made[-1]
 
     yield start
-    for s in servers:
-        s.stop()
+    for proxies in made:
+        proxies.stop()
 
 
 @pytest.mark.parametrize("limit", LIMITS)
@@ -342,13 +389,14 @@ def test_transcript_replay_keeps_every_property(
     name: str, limit: int, extras: bool, started: Any, fake_upstream: FakeUpstream
 ) -> None:
     messages = transcript(name)
-    proxy = started(limit, extras)
+    proxies = started(limit, extras)
+    proxy = proxies.start()
     if extras:
         with api(proxy) as http:
             r = http.post("/v1/memory", json={"scope": "global", "text": FACT})
             assert r.status_code == 201, r.text
     replay = Replay(proxy, fake_upstream, f"e2e-{name}", limit, extras=extras)
-    replay.run(messages, STEPS)
+    replay.run(messages, STEPS, proxies.start if RESTART else None, RESTART)
     assert replay.prompts
     if extras:
         assert all(FACT in text_of(p[0].get("content")) for p in replay.prompts)
