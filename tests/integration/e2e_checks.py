@@ -10,14 +10,18 @@ prompt the fake upstream received, and on the session the proxy kept.
   ``GET /v1/sessions/{id}/tool-outputs/{handle}`` as the exact (redacted) result it stands for;
 - :func:`check_read_answer`: the proxy's answer to the model's own ``read_tool_output`` call
   is the right slice of that result;
-- :func:`check_history`: the session's stored messages are what the client sent.
+- :func:`check_history`: the session's stored messages are what the client sent;
+- :class:`Listener`: the session's live event stream, transient events included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import socket
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +37,7 @@ from tests.integration.transcripts import page_slice
 
 __all__ = [
     "Handles",
+    "Listener",
     "check_fits",
     "check_history",
     "check_paired",
@@ -296,3 +301,49 @@ def check_history(http: httpx.Client, sid: str, sent: Sequence[Message]) -> None
     )
     for i, (a, b) in enumerate(zip(stored, want, strict=True)):
         assert a == b, f"message {i} stored as {str(a)[:300]} but sent as {str(b)[:300]}"
+
+
+class Listener:
+    """The session's live event stream, read on a thread: transient events (an eviction's)
+    are never stored, so only a watcher sees them. HTTP/1.0 on a plain socket, so the body is
+    the SSE text as sent and a shutdown of the socket ends the read at once."""
+
+    def __init__(self, origin: str, sid: str) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        host, port = origin.removeprefix("http://").split(":")
+        self._sock = socket.create_connection((host, int(port)), timeout=10)
+        self._sock.sendall(
+            f"GET /v1/sessions/{sid}/events HTTP/1.0\r\nHost: {host}\r\n"
+            "Authorization: Bearer sk-test-client\r\nLast-Event-ID: 0\r\n\r\n".encode()
+        )
+        self._sock.settimeout(None)
+        self._file = self._sock.makefile("rb")
+        status = self._file.readline()
+        assert b" 200 " in status, status
+        while self._file.readline().strip():
+            pass
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Listener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(10)
+        self._file.close()
+        self._sock.close()
+
+    def _run(self) -> None:
+        name = ""
+        with contextlib.suppress(OSError, ValueError):
+            for raw in self._file:
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith("event:"):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("data:"):
+                    self.events.append((name, json.loads(line.split(":", 1)[1])))
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [data for n, data in self.events if n == name]

@@ -19,11 +19,8 @@ whole (``CASCADE_TEST_E2E_STEPS=0``; ``CASCADE_TEST_E2E_LIMITS`` picks the windo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +36,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.e2e_checks import (
     Handles,
+    Listener,
     check_fits,
     check_history,
     check_paired,
@@ -88,52 +86,6 @@ def tools_of(messages: Messages) -> list[dict[str, Any]]:
     ) or ["noop"]
     schema = {"type": "object", "properties": {}}
     return [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
-
-
-class Listener:
-    """The session's live event stream, read on a thread: transient events (an eviction's)
-    are never stored, so only a watcher sees them. HTTP/1.0 on a plain socket, so the body is
-    the SSE text as sent and a shutdown of the socket ends the read at once."""
-
-    def __init__(self, origin: str, sid: str) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        host, port = origin.removeprefix("http://").split(":")
-        self._sock = socket.create_connection((host, int(port)), timeout=10)
-        self._sock.sendall(
-            f"GET /v1/sessions/{sid}/events HTTP/1.0\r\nHost: {host}\r\n"
-            "Authorization: Bearer sk-test-client\r\nLast-Event-ID: 0\r\n\r\n".encode()
-        )
-        self._sock.settimeout(None)
-        self._file = self._sock.makefile("rb")
-        status = self._file.readline()
-        assert b" 200 " in status, status
-        while self._file.readline().strip():
-            pass
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Listener:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._thread.join(10)
-        self._file.close()
-        self._sock.close()
-
-    def _run(self) -> None:
-        name = ""
-        with contextlib.suppress(OSError, ValueError):
-            for raw in self._file:
-                line = raw.decode().rstrip("\r\n")
-                if line.startswith("event:"):
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("data:"):
-                    self.events.append((name, json.loads(line.split(":", 1)[1])))
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        return [data for n, data in self.events if n == name]
 
 
 class Replay:
