@@ -5,6 +5,7 @@
 #   scripts/e2e_props.sh                   # 16k and 32k windows, both passes
 #   LIMITS=9000,16000 scripts/e2e_props.sh -k spotter
 #   CASCADE_TEST_E2E_RESTART=30 scripts/e2e_props.sh   # a new proxy takes over after step 30
+#   CASCADE_TEST_E2E_REUSE_IDS=1 scripts/e2e_props.sh  # call ids renumbered call_0.. each step
 # Each replay prints its tally (steps, handles read back, reads, cuts, evictions ...).
 set -eu
 cd "$(dirname "$0")/.."

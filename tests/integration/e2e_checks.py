@@ -220,18 +220,18 @@ class Handles:
     def check_pointer(
         self,
         where: str,
-        msg: Message,
+        own: str,
         pointer: tuple[int, int, int, str],
         history: Sequence[Message],
     ) -> None:
         """A lossless pointer's lines are the lines it names of the result it names, which
-        reads back; and the pointing result's own text holds them."""
+        reads back; and the pointing result's own text (``own``, its handle) holds them."""
         n, a, b, target = pointer
         want = self.expected(target, history)
         lines = re.split(r"\r?\n", want)[a - 1 : b]
         assert len(lines) == n == b - a + 1, f"{where}: pointer to {target} {a}-{b} of {n}"
-        own = self.expected(str(msg.get("tool_call_id")), history)
-        assert "\n".join(lines) in own.replace("\r\n", "\n"), f"{where}: pointer to {target}"
+        text = self.expected(own, history).replace("\r\n", "\n")
+        assert "\n".join(lines) in text, f"{where}: pointer to {target} in {own}"
         self.verify(where, target, want)
         self.pointers += 1
 
@@ -251,9 +251,12 @@ class Handles:
             if str(m.get("tool_call_id") or "").startswith(READ_PREFIX):
                 continue  # a page the proxy answered: it quotes the next page's handle
             text = _without_plan(text_of(m.get("content")))
+            handles = handles_in(text)
+            # the compacted result's own handle: pinned, it names the position of a reused id
+            own = next((h["id"] for h in handles if names_own(h["id"], m)), m.get("tool_call_id"))
             for n, a, b, target in _POINTER.findall(text):
-                self.check_pointer(where, m, (int(n), int(a), int(b), target), history)
-            for args in handles_in(text):
+                self.check_pointer(where, str(own), (int(n), int(a), int(b), target), history)
+            for args in handles:
                 handle = args["id"]
                 want = self.expected(handle, history)
                 if unpin(handle) is None and _results(handle, history) > 1:

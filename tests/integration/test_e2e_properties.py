@@ -60,6 +60,8 @@ from tests.integration.transcripts import TRAJECTORIES, api, sdk
 STEPS = int(os.environ.get("CASCADE_TEST_E2E_STEPS", "45"))
 LIMITS = [int(n) for n in os.environ.get("CASCADE_TEST_E2E_LIMITS", "16000,32000").split(",")]
 RESERVED = 1000
+REUSE_IDS = os.environ.get("CASCADE_TEST_E2E_REUSE_IDS") == "1"
+"""Replay each transcript with its call ids renumbered per step (``renumbered``)."""
 RESTART = int(os.environ.get("CASCADE_TEST_E2E_RESTART", "0"))
 """The step after which the proxy is replaced by another on the same database (0: never)."""
 READ_EVERY = 5
@@ -77,7 +79,24 @@ def transcript(name: str) -> Messages:
     path = TRAJECTORIES / TRANSCRIPTS[name]
     if not path.is_file():
         pytest.skip(f"real agent transcript not found at {path}")
-    return [dict(m) for m in load(path)[0].messages]
+    messages = [dict(m) for m in load(path)[0].messages]
+    return renumbered(messages) if REUSE_IDS else messages
+
+
+def renumbered(messages: Messages) -> Messages:
+    """The transcript as a client that numbers its calls ``call_0``, ``call_1`` … afresh in
+    every assistant message sends it: ids come back, and each names several results."""
+    out: Messages = []
+    ids: dict[str, str] = {}
+    for m in messages:
+        calls = m.get("tool_calls") or []
+        if calls:
+            ids = {c["id"]: f"call_{k}" for k, c in enumerate(calls)}
+            m = {**m, "tool_calls": [{**c, "id": ids[c["id"]]} for c in calls]}
+        elif m.get("role") == "tool":
+            m = {**m, "tool_call_id": ids.get(m["tool_call_id"], m["tool_call_id"])}
+        out.append(m)
+    return out
 
 
 def tools_of(messages: Messages) -> list[dict[str, Any]]:
