@@ -128,6 +128,7 @@ class Replay:
         self.hits = 0
         self.carried: list[dict[str, Any]] = []  # transient events a restart's listener missed
         self.restarts = 0
+        self.listener: Listener | None = None
 
     def run(
         self,
@@ -138,13 +139,30 @@ class Replay:
     ) -> Messages:
         """Replay ``steps`` steps (0: all); with ``restart``, the proxy is stopped after
         step ``restart_at`` and another started on the same database takes over."""
-        client = sdk(self.proxy, self.sid)
-        tools = tools_of(messages)
         ids = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
         self.unique_ids = len(ids) == len(set(ids))
+        try:
+            sent = self.steps(messages, steps, restart, restart_at)
+            assert self.listener is not None
+            self.check_events(self.listener)  # waits for the last step's reply to be stored
+            check_history(self.http, self.sid, sent)
+        finally:  # an open event stream would hold the proxy's stop
+            if self.listener is not None:
+                self.listener.__exit__()
+            self.http.close()
+        return sent
+
+    def steps(
+        self,
+        messages: Messages,
+        steps: int,
+        restart: Callable[[], ProxyServer] | None,
+        restart_at: int,
+    ) -> Messages:
+        client = sdk(self.proxy, self.sid)
+        tools = tools_of(messages)
         history: Messages = []
         sent: Messages = []
-        listener: Listener | None = None
         for msg in messages:
             if msg["role"] != "assistant" or not history or history[-1]["role"] == "assistant":
                 history.append(msg)
@@ -160,26 +178,18 @@ class Replay:
             history.append(got)
             sent = list(history)
             self.model.step += 1
-            if restart is not None and self.model.step == restart_at and listener is not None:
-                self.settle(listener)  # the step's events are out before the proxy goes
-                self.carried += listener.named("context.evicted")  # never stored: not replayed
-                listener.__exit__()
+            if restart is not None and self.model.step == restart_at and self.listener:
+                self.settle(self.listener)  # the step's events are out before the proxy goes
+                self.carried += self.listener.named("context.evicted")  # not stored, not replayed
+                self.listener.__exit__()
+                self.listener = None
                 self.http.close()
                 self.proxy = restart()
                 self.restarts += 1
                 client = sdk(self.proxy, self.sid)
                 self.http = self.handles.http = api(self.proxy)
-                listener = None
-            if listener is None:
-                listener = Listener(self.proxy.origin, self.sid).__enter__()
-        try:
-            assert listener is not None
-            self.check_events(listener)  # waits for the last step's reply to be stored
-            check_history(self.http, self.sid, sent)
-        finally:
-            if listener is not None:
-                listener.__exit__()
-            self.http.close()
+            if self.listener is None:
+                self.listener = Listener(self.proxy.origin, self.sid).__enter__()
         return sent
 
     def ask(self, client: openai.OpenAI, history: Messages, tools: Messages) -> dict[str, Any]:
@@ -242,8 +252,8 @@ class Replay:
         calls = got.get("tool_calls") or []
         assert not [c for c in calls if c["id"].startswith(READ_PREFIX)], step
         assert text_of(got.get("content")) == text_of(recorded.get("content")), step
-        want = [(c["id"], c["function"]) for c in recorded.get("tool_calls") or []]
-        assert [(c["id"], c["function"]) for c in calls] == want, step
+        made = [(c["id"], c["function"]) for c in recorded.get("tool_calls") or []]
+        assert [(c["id"], c["function"]) for c in calls] == made, step
 
     def settle(self, listener: Listener) -> None:
         """Wait (5 s at most) for every step's ``context.usage``, the last event of a step."""
