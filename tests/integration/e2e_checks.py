@@ -43,6 +43,7 @@ __all__ = [
     "check_paired",
     "check_prefix",
     "check_related",
+    "check_suffix",
     "names_own",
     "summary_of",
     "check_read_answer",
@@ -147,6 +148,27 @@ def check_related(where: str, prompt: Sequence[Message], history: Sequence[Messa
             )
             hits += 1
     return hits
+
+
+def _shape(messages: Sequence[Message]) -> list[tuple[Any, Any]]:
+    return [(m.get("role"), m.get("tool_call_id")) for m in messages]
+
+
+def check_suffix(where: str, prompt: Sequence[Message], history: Sequence[Message]) -> None:
+    """Nothing goes missing: after the system messages and the first user message (which
+    carries the summary once there is one), the prompt is the client's history from some
+    point on, in order; all of it while no summary or trim took the front."""
+    head = 0
+    while head < len(prompt) and prompt[head].get("role") == "system":
+        head += 1
+    summarised = summary_of(prompt) is not None
+    if summarised:
+        assert prompt[head].get("role") == "user", f"{where}: no first user message"
+        head += 1
+    tail = _shape(prompt[head:])
+    assert tail == _shape(history)[len(history) - len(tail) :], f"{where}: the live part lost"
+    if not summarised and len(prompt) == len(history):
+        assert _shape(prompt) == _shape(history), f"{where}: the prompt is not the history"
 
 
 def _read_all(http: httpx.Client, sid: str, handle: str) -> str | None:

@@ -43,6 +43,7 @@ from tests.integration.e2e_checks import (
     check_prefix,
     check_read_answer,
     check_related,
+    check_suffix,
     names_own,
     summary_of,
 )
@@ -245,6 +246,8 @@ class Replay:
             check_paired(where, prompt)
             self.handles.check(where, prompt, history)
             self.hits += check_related(where, prompt, history)
+            if k == 0:  # a later call adds the model's read and its page
+                check_suffix(where, prompt, history)
             if k:
                 read = reads[k - 1]
                 want = self.handles.expected(read["args"]["id"], history)
