@@ -127,6 +127,7 @@ class Replay:
         self.stable = 0
         self.shrunk = 0
         self.hits = 0
+        self.stale: list[str] = []  # e2e_checks.STALE_SUMMARY
         self.carried: list[dict[str, Any]] = []  # transient events a restart's listener missed
         self.restarts = 0
         self.listener: Listener | None = None
@@ -245,9 +246,10 @@ class Replay:
             check_fits(where, prompt, self.limit - RESERVED)  # internal rounds too
             check_paired(where, prompt)
             self.handles.check(where, prompt, history)
-            self.hits += check_related(where, prompt, history)
             if k == 0:  # a later call adds the model's read and its page
-                check_suffix(where, prompt, history)
+                live = check_suffix(where, prompt, history)
+            shown = prompt[: len(bodies[0]["messages"])]
+            self.hits += check_related(where, shown, history, live, self.stale)
             if k:
                 read = reads[k - 1]
                 want = self.handles.expected(read["args"]["id"], history)
@@ -308,7 +310,8 @@ class Replay:
             f" {len(self.model.reads)} reads,"
             f" {len(cut)} cut, {len(cleared)} cleared, {len(summaries)} summaries,"
             f" {len(trimmed)} trims ({self.shrunk} seen),"
-            f" {len(listener.named('context.retrieval'))} retrievals ({self.hits} hits shown)"
+            f" {len(listener.named('context.retrieval'))} retrievals ({self.hits} hits shown,"
+            f" {len(self.stale)} on messages still in the prompt: {self.stale[:3]})"
         )
 
 
