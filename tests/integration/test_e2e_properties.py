@@ -127,7 +127,6 @@ class Replay:
         self.stable = 0
         self.shrunk = 0
         self.hits = 0
-        self.stale: list[str] = []  # e2e_checks.STALE_SUMMARY
         self.carried: list[dict[str, Any]] = []  # transient events a restart's listener missed
         self.restarts = 0
         self.listener: Listener | None = None
@@ -249,7 +248,7 @@ class Replay:
             if k == 0:  # a later call adds the model's read and its page
                 live = check_suffix(where, prompt, history)
             shown = prompt[: len(bodies[0]["messages"])]
-            self.hits += check_related(where, shown, history, live, self.stale)
+            self.hits += check_related(where, shown, history, live)
             if k:
                 read = reads[k - 1]
                 want = self.handles.expected(read["args"]["id"], history)
@@ -310,8 +309,7 @@ class Replay:
             f" {len(self.model.reads)} reads,"
             f" {len(cut)} cut, {len(cleared)} cleared, {len(summaries)} summaries,"
             f" {len(trimmed)} trims ({self.shrunk} seen),"
-            f" {len(listener.named('context.retrieval'))} retrievals ({self.hits} hits shown,"
-            f" {len(self.stale)} on messages still in the prompt: {self.stale[:3]})"
+            f" {len(listener.named('context.retrieval'))} retrievals ({self.hits} hits shown)"
         )
 
 
