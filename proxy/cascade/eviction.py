@@ -24,7 +24,7 @@ from typing import Any
 
 from proxy.cascade.observations import observation_ids
 from proxy.cascade.pins import names, pin
-from proxy.cascade.rounds import protected_from, tool_names
+from proxy.cascade.rounds import call_name, protected_from, tool_names
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text, has_text
 from proxy.cascade.types import (
@@ -209,7 +209,7 @@ def evict(
         if (msg.get("role") != "tool" and i not in observed) or is_placeholder(msg):
             continue
         cid = observed.get(i) or str(msg.get("tool_call_id") or "")
-        name = names.get(cid) or str(msg.get("name") or "tool")
+        name = call_name(messages, i) or names.get(cid) or str(msg.get("name") or "tool")
         if name in excluded:
             continue
         tokens = count([msg])

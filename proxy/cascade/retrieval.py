@@ -78,6 +78,11 @@ class RetrievalNeed:
     max_results: int
     timeout_ms: int
     snippet_chars: int = 1200
+    carried: frozenset[int] = frozenset()
+    """The history positions of the step's window, which its prompt carries. The search
+    reads the latest summary's boundary when it runs; a compaction that landed after the
+    step read its window folded some of these, and a hit on one is no message outside
+    this prompt."""
 
 
 def retrieved(
@@ -130,7 +135,14 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
     cfg = step.ctx.retrieval
     if query is None or cfg.max_results <= 0:
         return None
-    return RetrievalNeed(query, cfg.min_score, cfg.max_results, cfg.timeout_ms, cfg.snippet_chars)
+    return RetrievalNeed(
+        query,
+        cfg.min_score,
+        cfg.max_results,
+        cfg.timeout_ms,
+        cfg.snippet_chars,
+        frozenset(step.positions),
+    )
 
 
 def _where(hit: Hit) -> str:

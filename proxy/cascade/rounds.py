@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message
 
-__all__ = ["Round", "group_rounds", "protected_from", "tool_names", "call_ids"]
+__all__ = ["Round", "call_ids", "call_name", "group_rounds", "protected_from", "tool_names"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +136,26 @@ def tool_names(messages: Sequence[Message]) -> dict[str, str]:
                 if isinstance(fname, str) and fname:
                     names[cid] = fname
     return names
+
+
+def call_name(messages: Sequence[Message], index: int) -> str | None:
+    """The function name of the call that ``messages[index]``, a tool result, answers: the
+    call with its id in the assistant message its round starts with; None when there is
+    none. A client that reuses ids (``call_0`` every turn) sends several results under one
+    id, each made by its own round's call, which ``tool_names`` (one name per id) cannot
+    tell apart."""
+    cid = messages[index].get("tool_call_id")
+    i = index - 1
+    while i >= 0 and messages[i].get("role") == "tool":
+        i -= 1
+    if i < 0 or messages[i].get("role") != "assistant":
+        return None
+    calls = messages[i].get("tool_calls")
+    if not isinstance(calls, Sequence):
+        return None
+    for call in calls:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping) and call.get("id") == cid:
+            name = fn.get("name")
+            return name if isinstance(name, str) and name else None
+    return None

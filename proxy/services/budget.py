@@ -8,9 +8,11 @@ set aside beside the reserved output, and counted into the occupancy the cascade
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from proxy.cascade.overflow import GUARD_MARGIN
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.pressure import Pressure
 from proxy.cascade.tokens import effective_input_tokens
@@ -21,9 +23,9 @@ from proxy.services.toolloop import carries_tools
 
 if TYPE_CHECKING:
     from proxy.services.history import SessionState
-    from proxy.services.turn import Route
+    from proxy.services.turn import Route, Step
 
-__all__ = ["FixedTokens", "reserved_output", "occupancy", "pressure", "budget"]
+__all__ = ["FixedTokens", "reserved_output", "occupancy", "pressure", "budget", "page_room"]
 
 _TOOLS_CACHE_MAX = 256
 
@@ -102,3 +104,19 @@ def budget(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) 
         reserved_output=reserved_output(body, rt.limits) + fixed,
         occupancy=occupancy(state, fixed),
     )
+
+
+def page_room(step: Step, messages: Sequence[Message]) -> tuple[int, Callable[[Message], int]]:
+    """The tokens an internal round may add to ``messages`` (the step's prompt and the
+    model's ``read_tool_output`` call), and the cost of a message added, both counted as
+    the overflow guard counts (``GUARD_MARGIN`` over the session's calibration): the
+    step's prompt was fitted to the window less the reserved output and the tools, and the
+    round's prompt is sent to the same window."""
+    factor = max(float(step.state.session["calibration"]), 0.5) * GUARD_MARGIN
+
+    def cost(msgs: Sequence[Message]) -> int:
+        return math.ceil(step.count(msgs) * factor)
+
+    limits = step.route.limits
+    window = limits.context_limit - reserved_output(step.body, limits) - step.overhead
+    return window - cost(messages), lambda msg: cost([msg])

@@ -26,8 +26,9 @@ from proxy.logs import causes
 from proxy.observe import note_answer
 from proxy.provider_errors import log_relayed
 from proxy.services import deltas
+from proxy.services.budget import page_room
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
-from proxy.services.toolloop import answer_call, split_calls
+from proxy.services.toolloop import answer_in_room, split_calls
 from proxy.services.turn import ChatContext, Route, Step, Turn
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
@@ -115,18 +116,24 @@ class Forwarder:
     ) -> list[Message]:
         step = turn.prepared
         internal, _ = split_calls(reply)
+        asked = [*messages, dict(reply)]
+        room, cost = page_room(step, asked)  # each page fits what the window has left
+        answers: list[Message] = []
         async with turn.connection() as conn:  # for these reads only, not the next call
-            answers = [
-                await answer_call(
-                    conn,
-                    tenant=step.ctx.tenant,
-                    session_id=step.ctx.session_id,
-                    call=c,
-                    max_chars=step.route.ctx.tool_output.max_chars,
+            for c in internal:
+                answers.append(
+                    await answer_in_room(
+                        conn,
+                        tenant=step.ctx.tenant,
+                        session_id=step.ctx.session_id,
+                        call=c,
+                        max_chars=step.route.ctx.tool_output.max_chars,
+                        room=room,
+                        cost=cost,
+                    )
                 )
-                for c in internal
-            ]
-        return [*messages, dict(reply), *answers]
+                room -= cost(answers[-1])
+        return [*asked, *answers]
 
     # -- non-streaming -------------------------------------------------------------------
 

@@ -91,6 +91,7 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
         )
         for f in found
         if not (isinstance(f.message, dict) and is_command_exchange(f.message))
+        and not (f.origin == "summarised" and f.pos in need.carried)  # RetrievalNeed.carried
     )
     took = (time.perf_counter() - started) * 1000
     return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,8 +22,10 @@ from proxy.config_context import ContextConfig
 from proxy.store import raw_outputs
 
 __all__ = [
+    "MIN_PAGE_CHARS",
     "is_internal_call",
     "answer_call",
+    "answer_in_room",
     "carries_tools",
     "fit_offer",
     "read_page",
@@ -180,3 +182,34 @@ async def answer_call(
             else (f"read_tool_output: no stored output with id {target!r} in this session")
         )
     return {"role": "tool", "tool_call_id": call.get("id"), "content": text}
+
+
+MIN_PAGE_CHARS = 200
+"""The least a page is cut to for the window: its header, some text and the note naming
+where the next page starts."""
+
+
+async def answer_in_room(
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    call: Mapping[str, Any],
+    max_chars: int,
+    room: int,
+    cost: Callable[[Message], int],
+) -> Message:
+    """``answer_call`` with its page cut until the answer costs at most ``room`` tokens
+    (``cost``): the internal round sends the step's prompt again with the page, and a page
+    past the window it was fitted to makes the provider refuse the whole round, an error
+    for a request that fit. A cut page still names where the next one starts; one of
+    ``MIN_PAGE_CHARS`` is not cut further."""
+    answer = await answer_call(
+        conn, tenant=tenant, session_id=session_id, call=call, max_chars=max_chars
+    )
+    while (tokens := cost(answer)) > room and max_chars > MIN_PAGE_CHARS:
+        max_chars = max(MIN_PAGE_CHARS, int(max_chars * max(room, 0) / tokens * 0.95))
+        answer = await answer_call(
+            conn, tenant=tenant, session_id=session_id, call=call, max_chars=max_chars
+        )
+    return answer

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from proxy.cascade.rounds import Round, group_rounds, protected_from, tool_names
+from proxy.cascade.rounds import Round, call_name, group_rounds, protected_from, tool_names
 from tests.unit.cascade.builders import assistant, assistant_calls, conversation, tool, user
 
 
@@ -54,6 +54,19 @@ def test_protected_from() -> None:
 def test_tool_names_from_calls_with_tool_name_fallback() -> None:
     msgs = [assistant_calls(("a", "grep", {})), tool("a", "1"), tool("legacy", "x", name="ls")]
     assert tool_names(msgs) == {"a": "grep", "legacy": "ls"}
+
+
+def test_call_name_is_the_call_of_the_results_own_round() -> None:
+    msgs = [
+        tool("orphan", "0"),
+        assistant_calls(("call_0", "keep_me", {}), ("call_1", "ls", {})),
+        tool("call_0", "1"),
+        tool("call_1", "2"),
+        assistant_calls(("call_0", "grep", {})),
+        tool("call_0", "3"),
+    ]
+    assert [call_name(msgs, i) for i in (0, 2, 3, 5)] == [None, "keep_me", "ls", "grep"]
+    assert tool_names(msgs)["call_0"] == "grep"
 
 
 _steps = st.lists(
