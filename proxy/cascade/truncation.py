@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import ahocorasick_rs
@@ -114,19 +114,25 @@ def _names(args_json: str, own: str) -> bool:
     return isinstance(args, dict) and names(args.get("id"), own)
 
 
-def is_cut_from(text: str, raw: str) -> bool:
-    """Whether ``text`` is ``raw`` cut by :func:`truncate_tool_result` with a handle: the
-    head of ``raw``, the marker, the tail of ``raw``, where the marker's offset and limit
-    say. It links a cut result to its own spill when the hash chain cannot (a result sent
-    as a list of content parts, whose spill is only its text)."""
+def _cut_markers(text: str) -> Iterator[tuple[re.Match[str], int, int]]:
+    """Each handle marker in ``text`` whose arguments hold an int offset and the limit its
+    "truncated N chars" says: (the match, offset, limit)."""
     for m in _HANDLE_MARKER.finditer(text):
         try:
             args = json.loads(m[2])
         except ValueError:
             continue
         offset, limit = args.get("offset"), args.get("limit")
-        if not (isinstance(offset, int) and isinstance(limit, int)) or limit != int(m[1]):
-            continue
+        if isinstance(offset, int) and isinstance(limit, int) and limit == int(m[1]):
+            yield m, offset, limit
+
+
+def is_cut_from(text: str, raw: str) -> bool:
+    """Whether ``text`` is ``raw`` cut by :func:`truncate_tool_result` with a handle: the
+    head of ``raw``, the marker, the tail of ``raw``, where the marker's offset and limit
+    say. It links a cut result to its own spill when the hash chain cannot (a result sent
+    as a list of content parts, whose spill is only its text)."""
+    for m, offset, limit in _cut_markers(text):
         if 0 <= offset <= offset + limit <= len(raw) and (
             text == raw[:offset] + m[0] + raw[offset + limit :]
         ):
@@ -139,14 +145,7 @@ def is_cut_from_capped(text: str, capped: str) -> bool:
     to ``capped``, a prefix of it (``cap_utf8``): the head the marker's offset says agrees
     with ``capped``, and so does the tail where ``capped`` reaches past the omitted part.
     It links a cut result to its own capped spill, which the hash chain cannot."""
-    for m in _HANDLE_MARKER.finditer(text):
-        try:
-            args = json.loads(m[2])
-        except ValueError:
-            continue
-        offset, limit = args.get("offset"), args.get("limit")
-        if not (isinstance(offset, int) and isinstance(limit, int)) or limit != int(m[1]):
-            continue
+    for m, offset, limit in _cut_markers(text):
         head, tail, rest = text[: m.start()], text[m.end() :], capped[offset + limit :]
         if (
             len(head) == offset

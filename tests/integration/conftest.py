@@ -106,7 +106,8 @@ def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
         return thread.submit(_run_on_new_loop, coro).result()
 
 
-async def _execute(dsn: str, *statements: str) -> None:
+async def execute(dsn: str, *statements: str) -> None:
+    """Run ``statements`` in order on one connection of their own (autocommit)."""
     conn = await asyncpg.connect(dsn)
     try:
         for sql in statements:
@@ -116,7 +117,7 @@ async def _execute(dsn: str, *statements: str) -> None:
 
 
 def _admin(dsn: str, *statements: str) -> None:
-    run_sync(_execute(dsn, *statements))
+    run_sync(execute(dsn, *statements))
 
 
 def column(dsn: str, query: str, *args: Any) -> list[Any]:

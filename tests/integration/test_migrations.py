@@ -24,7 +24,7 @@ from proxy.store.db import (
     redact_dsn,
     run_migrations,
 )
-from tests.integration.conftest import dsn_with_db
+from tests.integration.conftest import dsn_with_db, execute
 
 SNAPSHOT = Path(__file__).parents[2] / "migrations" / "schema.sql"
 HEADER = """\
@@ -221,21 +221,12 @@ EARLIER_0016 = "9f61e34592c9a4a8745ef235bd4ef59ec7261feb36e085209d1f62b566549f03
 EARLIER_0019 = "adad83656ac6e1912e7f560650907d218ecad8f4ff3b8e61b07cc9dcc968328b"  # 3dd961e
 
 
-async def _execute(dsn: str, *statements: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        for sql in statements:
-            await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 async def test_an_edit_after_main_shipped_the_file_still_counts_as_applied(
     empty_db_dsn: str,
 ) -> None:
     # 0009's edit is a comment; 0016's is a body 0018 drops: the schema is today's either way
     await run_migrations(empty_db_dsn)
-    await _execute(
+    await execute(
         empty_db_dsn,
         f"UPDATE schema_migrations SET checksum = '{EARLIER_0009}' WHERE version = 9",
         f"UPDATE schema_migrations SET checksum = '{EARLIER_0016}' WHERE version = 16",
@@ -248,7 +239,7 @@ async def test_the_first_0019_gets_the_window_function_the_later_steps_call(
     empty_db_dsn: str, pg_dump: str
 ) -> None:
     await run_migrations(empty_db_dsn)
-    await _execute(
+    await execute(
         empty_db_dsn,
         "DROP FUNCTION cascade_window_v1(text, text, integer, integer, integer)",
         f"UPDATE schema_migrations SET checksum = '{EARLIER_0019}' WHERE version = 19",
@@ -263,7 +254,7 @@ async def test_the_first_0019_gets_the_window_function_the_later_steps_call(
 
 async def test_a_checksum_main_never_shipped_is_still_refused(empty_db_dsn: str) -> None:
     await run_migrations(empty_db_dsn)
-    await _execute(
+    await execute(
         empty_db_dsn, "UPDATE schema_migrations SET checksum = 'edited' WHERE version = 16"
     )
     with pytest.raises(MigrationError, match="0016_session_lease.sql was changed"):

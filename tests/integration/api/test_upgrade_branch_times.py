@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from proxy.store.db import MIGRATIONS_DIR
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.read_tool_output_helpers import chat, history
-from tests.integration.conftest import run_sync
+from tests.integration.conftest import execute, run_sync
 from tests.integration.transcripts import api, blob, read_all
 
 OLD_COPY = [
@@ -37,15 +36,6 @@ def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     return write_config(tmp_path / "agents.json", fake_upstream.url, models=models, context=context)
 
 
-async def _execute(dsn: str, *statements: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        for sql in statements:
-            await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 def test_an_old_branch_reads_its_reused_ids_newest_result(proxy: ProxyServer, db_dsn: str) -> None:
     first, second = blob(9000, "old"), "turn two's short output"
     messages = history("call_0", first, tag="a")  # cut and spilled
@@ -54,10 +44,10 @@ def test_an_old_branch_reads_its_reused_ids_newest_result(proxy: ProxyServer, db
     chat(proxy, "cut", messages)  # kept whole: the row is the newest result
     with api(proxy) as http:
         assert http.post("/v1/sessions/cut/branch", json={"id": "cut-branch"}).status_code == 200
-    run_sync(_execute(db_dsn, *OLD_COPY))
+    run_sync(execute(db_dsn, *OLD_COPY))
 
     (repair,) = MIGRATIONS_DIR.glob("0026_*.sql")
-    run_sync(_execute(db_dsn, repair.read_text(encoding="utf-8")))
+    run_sync(execute(db_dsn, repair.read_text(encoding="utf-8")))
 
     with api(proxy) as http:
         assert read_all(http, "cut-branch", "call_0") == second
