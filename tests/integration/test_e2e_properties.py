@@ -19,8 +19,10 @@ whole (``CASCADE_TEST_E2E_STEPS=0``; ``CASCADE_TEST_E2E_LIMITS`` picks the windo
 to each in turn (``CASCADE_TEST_E2E_PICK=random:<seed>``: to one drawn with that seed), as a
 load balancer without session affinity does (e2e_proxies.py); ``CASCADE_TEST_POOLER=
 transaction`` puts every replica behind PgBouncer in transaction mode, ``DATABASE_LISTEN_URL``
-direct (tests/integration/pooler). The suite runs a slice of each (the last test here, and
-tests/integration/pooler/test_pooled_e2e.py).
+direct (tests/integration/pooler). ``CASCADE_TEST_E2E_DERIVED=1`` sends no session id: every
+step must land in the session the proxy derives (and names in ``X-Session-Id``) at the first,
+whichever replica serves it. The suite runs a slice across two replicas (the last test
+here), and the same behind PgBouncer (tests/integration/pooler/test_pooled_e2e.py).
 """
 
 from __future__ import annotations
@@ -53,7 +55,16 @@ from tests.integration.e2e_checks import (
     names_own,
     summary_of,
 )
-from tests.integration.e2e_model import FAST, MAIN, READ_PREFIX, ReplayModel, handles_in, text_of
+from tests.integration.e2e_model import (
+    FAST,
+    MAIN,
+    READ_PREFIX,
+    ReplayModel,
+    handles_in,
+    renumbered,
+    text_of,
+    tools_of,
+)
 from tests.integration.e2e_proxies import PICK, REPLICAS, RESERVED, Proxies, replay_settings
 from tests.integration.transcripts import TRAJECTORIES, api, sdk
 
@@ -61,6 +72,8 @@ STEPS = int(os.environ.get("CASCADE_TEST_E2E_STEPS", "45"))
 LIMITS = [int(n) for n in os.environ.get("CASCADE_TEST_E2E_LIMITS", "16000,32000").split(",")]
 REUSE_IDS = os.environ.get("CASCADE_TEST_E2E_REUSE_IDS") == "1"
 """Replay each transcript with its call ids renumbered per step (``renumbered``)."""
+DERIVED = os.environ.get("CASCADE_TEST_E2E_DERIVED") == "1"
+"""Send no session id: each step lands in the session the proxy derives from the opening."""
 RESTART = int(os.environ.get("CASCADE_TEST_E2E_RESTART", "0"))
 """The step after which the replica that served it is replaced by another process on the
 same database (0: never)."""
@@ -81,30 +94,6 @@ def transcript(name: str) -> Messages:
         pytest.skip(f"real agent transcript not found at {path}")
     messages = [dict(m) for m in load(path)[0].messages]
     return renumbered(messages) if REUSE_IDS else messages
-
-
-def renumbered(messages: Messages) -> Messages:
-    """The transcript as a client that numbers its calls ``call_0``, ``call_1`` … afresh in
-    every assistant message sends it: ids come back, and each names several results."""
-    out: Messages = []
-    ids: dict[str, str] = {}
-    for m in messages:
-        calls = m.get("tool_calls") or []
-        if calls:
-            ids = {c["id"]: f"call_{k}" for k, c in enumerate(calls)}
-            m = {**m, "tool_calls": [{**c, "id": ids[c["id"]]} for c in calls]}
-        elif m.get("role") == "tool":
-            m = {**m, "tool_call_id": ids.get(m["tool_call_id"], m["tool_call_id"])}
-        out.append(m)
-    return out
-
-
-def tools_of(messages: Messages) -> list[dict[str, Any]]:
-    names = sorted(
-        {c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
-    ) or ["noop"]
-    schema = {"type": "object", "properties": {}}
-    return [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
 
 
 class Replay:
@@ -137,7 +126,8 @@ class Replay:
     def client(self, proxy: ProxyServer) -> tuple[openai.OpenAI, httpx.Client]:
         """The SDK and the API client on ``proxy``, made once per process."""
         if proxy.origin not in self.clients:
-            self.clients[proxy.origin] = (sdk(proxy, self.sid), api(proxy))
+            plain = openai.OpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
+            self.clients[proxy.origin] = (plain if DERIVED else sdk(proxy, self.sid), api(proxy))
         return self.clients[proxy.origin]
 
     def run(self, messages: Messages, steps: int, restart_at: int = 0) -> Messages:
@@ -202,15 +192,15 @@ class Replay:
 
     def ask(self, client: openai.OpenAI, history: Messages, tools: Messages) -> dict[str, Any]:
         """One step through the SDK: the assistant message the client gets, streamed or not."""
+        raw = client.chat.completions.with_raw_response.create(
+            model=MAIN, messages=history, tools=tools, stream=self.stream
+        )
+        self.served_as(raw.headers.get("x-session-id"))
         if not self.stream:
-            out = client.chat.completions.create(model=MAIN, messages=history, tools=tools)
-            return out.choices[0].message.model_dump(exclude_none=True)
+            return raw.parse().choices[0].message.model_dump(exclude_none=True)
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        chunks = client.chat.completions.create(
-            model=MAIN, messages=history, tools=tools, stream=True
-        )
-        for chunk in chunks:
+        for chunk in raw.parse():
             if not chunk.choices:
                 continue
             delta = chunk.choices[0].delta
@@ -226,6 +216,13 @@ class Replay:
         if calls:
             got["tool_calls"] = [calls[k] for k in sorted(calls)]
         return got
+
+    def served_as(self, named: str | None) -> None:
+        """Every step lands in one session: the replay's, or with ``DERIVED`` the one the
+        first step's response named (``auto-…``), which no replica leaves for a lane."""
+        if DERIVED and self.model.step == 0 and named is not None:
+            self.sid = self.handles.sid = named
+        assert named == self.sid, f"step {self.model.step}: session {named}, not {self.sid}"
 
     def check_step(
         self, history: Messages, seen: int, recorded: dict[str, Any], got: Any, new_turn: bool
