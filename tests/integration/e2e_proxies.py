@@ -7,17 +7,20 @@ session's consecutive requests meet caches another replica left behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, stop_all, write_config
+from tests.integration.e2e_checks import Listener
 from tests.integration.e2e_model import FAST, context_config
 
-__all__ = ["PICK", "REPLICAS", "RESERVED", "Proxies", "replay_settings"]
+__all__ = ["PICK", "REPLICAS", "RESERVED", "Proxies", "check_same_events", "replay_settings"]
 
 RESERVED = 1000
 REPLICAS = int(os.environ.get("CASCADE_TEST_E2E_REPLICAS", "1"))
@@ -89,3 +92,20 @@ class Proxies:
     def stop(self) -> None:
         stop_all(self.servers)
         self.servers = []
+
+
+def check_same_events(first: Listener, last: Listener) -> None:
+    """Two replicas' streams of one session, opened together, carry the same events (5 s
+    for the later to catch up): each replica's bus delivers what the other one made, the
+    transient events included, which no replay of the stored ones would bring back."""
+
+    def seen(listener: Listener) -> list[str]:
+        return sorted(f"{n} {json.dumps(d, sort_keys=True)}" for n, d in listener.events)
+
+    deadline = time.monotonic() + 5
+    while seen(first) != seen(last) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    a, b = seen(first), seen(last)
+    assert a == b, f"only on the first replica: {sorted(set(a) - set(b))[:3]}, on the last:" + (
+        f" {sorted(set(b) - set(a))[:3]}"
+    )

@@ -65,7 +65,14 @@ from tests.integration.e2e_model import (
     text_of,
     tools_of,
 )
-from tests.integration.e2e_proxies import PICK, REPLICAS, RESERVED, Proxies, replay_settings
+from tests.integration.e2e_proxies import (
+    PICK,
+    REPLICAS,
+    RESERVED,
+    Proxies,
+    check_same_events,
+    replay_settings,
+)
 from tests.integration.transcripts import TRAJECTORIES, api, sdk
 
 STEPS = int(os.environ.get("CASCADE_TEST_E2E_STEPS", "45"))
@@ -100,7 +107,8 @@ class Replay:
     """One transcript through the test's proxies: drives the steps, each through the replica
     :meth:`Proxies.pick` names, and checks each prompt. The handles a step's prompts name
     are read back through another replica than the one that made them, and the events are
-    watched on the first replica, so that with several each crosses from one to the other."""
+    checked on the first replica's stream, which with several must match the last one's
+    (``check_same_events``): each crosses from one replica to the other."""
 
     def __init__(
         self, proxies: Proxies, fake: FakeUpstream, sid: str, limit: int, *, extras: bool
@@ -122,6 +130,8 @@ class Replay:
         self.restarts = 0
         self.served = [0] * len(proxies.servers)  # steps each replica served
         self.listener: Listener | None = None
+        self.echo: Listener | None = None  # the last replica's stream, with several
+        self.echoes = len(proxies.servers) > 1  # until a restart ends one of the two streams
 
     def client(self, proxy: ProxyServer) -> tuple[openai.OpenAI, httpx.Client]:
         """The SDK and the API client on ``proxy``, made once per process."""
@@ -139,17 +149,21 @@ class Replay:
             sent = self.steps(messages, steps, restart_at)
             assert self.listener is not None
             self.check_events(self.listener)  # waits for the last step's reply to be stored
+            if self.echo is not None and self.echoes:
+                check_same_events(self.listener, self.echo)
             for proxy in self.proxies.servers:  # each replica reads the same history
                 check_history(self.client(proxy)[1], self.sid, sent)
         finally:  # an open event stream would hold the proxy's stop
-            if self.listener is not None:
-                self.listener.__exit__()
+            for listener in (self.listener, self.echo):
+                if listener is not None:
+                    listener.__exit__()
             for _, http in self.clients.values():
                 http.close()
         return sent
 
     def restart(self, k: int) -> None:
         """Replace replica ``k``; the event stream, when it was open there, is reopened."""
+        self.echoes = self.echoes and k not in (0, len(self.proxies.servers) - 1)
         if k == 0 and self.listener is not None:
             self.settle(self.listener)  # the step's events are out before the proxy goes
             self.carried += self.listener.named("context.evicted")  # not stored, not replayed
@@ -188,6 +202,8 @@ class Replay:
                 self.restart(k)
             if self.listener is None:
                 self.listener = Listener(servers[0].origin, self.sid).__enter__()
+            if self.echo is None and self.echoes:
+                self.echo = Listener(servers[-1].origin, self.sid).__enter__()
         return sent
 
     def ask(self, client: openai.OpenAI, history: Messages, tools: Messages) -> dict[str, Any]:
