@@ -6,6 +6,10 @@
 #   LIMITS=9000,16000 scripts/e2e_props.sh -k spotter
 #   CASCADE_TEST_E2E_RESTART=30 scripts/e2e_props.sh   # a new proxy takes over after step 30
 #   CASCADE_TEST_E2E_REUSE_IDS=1 scripts/e2e_props.sh  # call ids renumbered call_0.. each step
+#   CASCADE_TEST_E2E_REPLICAS=2 scripts/e2e_props.sh  # two replicas, steps sent in turn
+#   CASCADE_TEST_E2E_REPLICAS=2 CASCADE_TEST_E2E_PICK=random:7 scripts/e2e_props.sh  # seeded
+#   CASCADE_TEST_POOLER=transaction scripts/e2e_props.sh  # behind PgBouncer (transaction mode)
+#   CASCADE_TEST_E2E_DERIVED=1 scripts/e2e_props.sh   # no session id: the derived one, kept
 # Each replay prints its tally (steps, handles read back, reads, cuts, evictions ...).
 set -eu
 cd "$(dirname "$0")/.."

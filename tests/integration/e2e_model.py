@@ -20,6 +20,8 @@ from proxy.cascade.tokens import make_counter
 from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
 
 __all__ = [
+    "renumbered",
+    "tools_of",
     "COUNT",
     "FAST",
     "HANDLE",
@@ -158,3 +160,27 @@ def context_config(limit: int, *, extras: bool) -> dict[str, Any]:
         ctx["retrieval"] = {"enabled": True, "minScore": -1.0, "maxResults": 2}
         ctx["memoryPromotion"] = {"mode": "auto"}
     return ctx
+
+
+def renumbered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript as a client that numbers its calls ``call_0``, ``call_1`` … afresh in
+    every assistant message sends it: ids come back, and each names several results."""
+    out: list[dict[str, Any]] = []
+    ids: dict[str, str] = {}
+    for m in messages:
+        calls = m.get("tool_calls") or []
+        if calls:
+            ids = {c["id"]: f"call_{k}" for k, c in enumerate(calls)}
+            m = {**m, "tool_calls": [{**c, "id": ids[c["id"]]} for c in calls]}
+        elif m.get("role") == "tool":
+            m = {**m, "tool_call_id": ids.get(m["tool_call_id"], m["tool_call_id"])}
+        out.append(m)
+    return out
+
+
+def tools_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = sorted(
+        {c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
+    ) or ["noop"]
+    schema = {"type": "object", "properties": {}}
+    return [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]

@@ -15,6 +15,14 @@ the prompts show. The second pass (``extras``) turns on recitation, retrieval an
 
 The suite runs a slice of each transcript (``STEPS``); ``scripts/e2e_props.sh`` replays them
 whole (``CASCADE_TEST_E2E_STEPS=0``; ``CASCADE_TEST_E2E_LIMITS`` picks the windows).
+``CASCADE_TEST_E2E_REPLICAS=2`` runs two replicas on the database and sends consecutive steps
+to each in turn (``CASCADE_TEST_E2E_PICK=random:<seed>``: to one drawn with that seed), as a
+load balancer without session affinity does (e2e_proxies.py); ``CASCADE_TEST_POOLER=
+transaction`` puts every replica behind PgBouncer in transaction mode, ``DATABASE_LISTEN_URL``
+direct (tests/integration/pooler). ``CASCADE_TEST_E2E_DERIVED=1`` sends no session id: every
+step must land in the session the proxy derives (and names in ``X-Session-Id``) at the first,
+whichever replica serves it. The suite runs a slice across two replicas (the last test
+here), and the same behind PgBouncer (tests/integration/pooler/test_pooled_e2e.py).
 """
 
 from __future__ import annotations
@@ -22,18 +30,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from bench.trajectories import load
 from proxy.cascade.eviction import PLACEHOLDER_PREFIX
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.e2e_checks import (
     Handles,
     Listener,
@@ -52,19 +60,30 @@ from tests.integration.e2e_model import (
     MAIN,
     READ_PREFIX,
     ReplayModel,
-    context_config,
     handles_in,
+    renumbered,
     text_of,
+    tools_of,
+)
+from tests.integration.e2e_proxies import (
+    PICK,
+    REPLICAS,
+    RESERVED,
+    Proxies,
+    check_same_events,
+    replay_settings,
 )
 from tests.integration.transcripts import TRAJECTORIES, api, sdk
 
 STEPS = int(os.environ.get("CASCADE_TEST_E2E_STEPS", "45"))
 LIMITS = [int(n) for n in os.environ.get("CASCADE_TEST_E2E_LIMITS", "16000,32000").split(",")]
-RESERVED = 1000
 REUSE_IDS = os.environ.get("CASCADE_TEST_E2E_REUSE_IDS") == "1"
 """Replay each transcript with its call ids renumbered per step (``renumbered``)."""
+DERIVED = os.environ.get("CASCADE_TEST_E2E_DERIVED") == "1"
+"""Send no session id: each step lands in the session the proxy derives from the opening."""
 RESTART = int(os.environ.get("CASCADE_TEST_E2E_RESTART", "0"))
-"""The step after which the proxy is replaced by another on the same database (0: never)."""
+"""The step after which the replica that served it is replaced by another process on the
+same database (0: never)."""
 READ_EVERY = 5
 TRANSCRIPTS = {
     "mini-swe": "SWE-agent__mini-swe-agent__django__django-11910.traj.json",
@@ -84,43 +103,23 @@ def transcript(name: str) -> Messages:
     return renumbered(messages) if REUSE_IDS else messages
 
 
-def renumbered(messages: Messages) -> Messages:
-    """The transcript as a client that numbers its calls ``call_0``, ``call_1`` … afresh in
-    every assistant message sends it: ids come back, and each names several results."""
-    out: Messages = []
-    ids: dict[str, str] = {}
-    for m in messages:
-        calls = m.get("tool_calls") or []
-        if calls:
-            ids = {c["id"]: f"call_{k}" for k, c in enumerate(calls)}
-            m = {**m, "tool_calls": [{**c, "id": ids[c["id"]]} for c in calls]}
-        elif m.get("role") == "tool":
-            m = {**m, "tool_call_id": ids.get(m["tool_call_id"], m["tool_call_id"])}
-        out.append(m)
-    return out
-
-
-def tools_of(messages: Messages) -> list[dict[str, Any]]:
-    names = sorted(
-        {c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
-    ) or ["noop"]
-    schema = {"type": "object", "properties": {}}
-    return [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
-
-
 class Replay:
-    """One transcript through one proxy: drives the steps and checks each prompt."""
+    """One transcript through the test's proxies: drives the steps, each through the replica
+    :meth:`Proxies.pick` names, and checks each prompt. The handles a step's prompts name
+    are read back through another replica than the one that made them, and the events are
+    checked on the first replica's stream, which with several must match the last one's
+    (``check_same_events``): each crosses from one replica to the other."""
 
     def __init__(
-        self, proxy: ProxyServer, fake: FakeUpstream, sid: str, limit: int, *, extras: bool
+        self, proxies: Proxies, fake: FakeUpstream, sid: str, limit: int, *, extras: bool
     ) -> None:
-        self.proxy, self.fake, self.sid, self.limit = proxy, fake, sid, limit
+        self.proxies, self.fake, self.sid, self.limit = proxies, fake, sid, limit
         self.extras = self.stream = extras  # the second pass also streams every answer
         self.unique_ids = True
         self.model = ReplayModel(READ_EVERY)
         fake.default = self.model
-        self.http = api(proxy)
-        self.handles = Handles(self.http, sid)
+        self.clients: dict[str, tuple[openai.OpenAI, httpx.Client]] = {}
+        self.handles = Handles(self.client(proxies.servers[0])[1], sid)
         self.prompts: list[Messages] = []
         self.turns = 0
         self.last: Messages | None = None
@@ -129,39 +128,55 @@ class Replay:
         self.hits = 0
         self.carried: list[dict[str, Any]] = []  # transient events a restart's listener missed
         self.restarts = 0
+        self.served = [0] * len(proxies.servers)  # steps each replica served
         self.listener: Listener | None = None
+        self.echo: Listener | None = None  # the last replica's stream, with several
+        self.echoes = len(proxies.servers) > 1  # until a restart ends one of the two streams
 
-    def run(
-        self,
-        messages: Messages,
-        steps: int,
-        restart: Callable[[], ProxyServer] | None = None,
-        restart_at: int = 0,
-    ) -> Messages:
-        """Replay ``steps`` steps (0: all); with ``restart``, the proxy is stopped after
-        step ``restart_at`` and another started on the same database takes over."""
+    def client(self, proxy: ProxyServer) -> tuple[openai.OpenAI, httpx.Client]:
+        """The SDK and the API client on ``proxy``, made once per process."""
+        if proxy.origin not in self.clients:
+            plain = openai.OpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
+            self.clients[proxy.origin] = (plain if DERIVED else sdk(proxy, self.sid), api(proxy))
+        return self.clients[proxy.origin]
+
+    def run(self, messages: Messages, steps: int, restart_at: int = 0) -> Messages:
+        """Replay ``steps`` steps (0: all); with ``restart_at``, the replica that served that
+        step is stopped after it and another started on the same database takes its place."""
         ids = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
         self.unique_ids = len(ids) == len(set(ids))
         try:
-            sent = self.steps(messages, steps, restart, restart_at)
+            sent = self.steps(messages, steps, restart_at)
             assert self.listener is not None
             self.check_events(self.listener)  # waits for the last step's reply to be stored
-            check_history(self.http, self.sid, sent)
+            if self.echo is not None and self.echoes:
+                check_same_events(self.listener, self.echo)
+            for proxy in self.proxies.servers:  # each replica reads the same history
+                check_history(self.client(proxy)[1], self.sid, sent)
         finally:  # an open event stream would hold the proxy's stop
-            if self.listener is not None:
-                self.listener.__exit__()
-            self.http.close()
+            for listener in (self.listener, self.echo):
+                if listener is not None:
+                    listener.__exit__()
+            for _, http in self.clients.values():
+                http.close()
         return sent
 
-    def steps(
-        self,
-        messages: Messages,
-        steps: int,
-        restart: Callable[[], ProxyServer] | None,
-        restart_at: int,
-    ) -> Messages:
-        client = sdk(self.proxy, self.sid)
+    def restart(self, k: int) -> None:
+        """Replace replica ``k``; the event stream, when it was open there, is reopened."""
+        self.echoes = self.echoes and k not in (0, len(self.proxies.servers) - 1)
+        if k == 0 and self.listener is not None:
+            self.settle(self.listener)  # the step's events are out before the proxy goes
+            self.carried += self.listener.named("context.evicted")  # not stored, not replayed
+            self.listener.__exit__()
+            self.listener = None
+        old = self.proxies.servers[k].origin
+        self.proxies.restart(k)
+        self.clients.pop(old)[1].close()
+        self.restarts += 1
+
+    def steps(self, messages: Messages, steps: int, restart_at: int) -> Messages:
         tools = tools_of(messages)
+        servers = self.proxies.servers
         history: Messages = []
         sent: Messages = []
         for msg in messages:
@@ -174,36 +189,34 @@ class Replay:
             new_turn = history[-1]["role"] == "user"
             self.turns += new_turn
             seen = len(self.fake.requests)
-            got = self.ask(client, history, tools)
+            k = self.proxies.pick()
+            self.served[k] += 1
+            # a step's handles read back through the next replica, not the one that made them
+            self.handles.http = self.client(servers[(k + 1) % len(servers)])[1]
+            got = self.ask(self.client(servers[k])[0], history, tools)
             self.check_step(history, seen, msg, got, new_turn)
             history.append(got)
             sent = list(history)
             self.model.step += 1
-            if restart is not None and self.model.step == restart_at and self.listener:
-                self.settle(self.listener)  # the step's events are out before the proxy goes
-                self.carried += self.listener.named("context.evicted")  # not stored, not replayed
-                self.listener.__exit__()
-                self.listener = None
-                self.http.close()
-                self.proxy = restart()
-                self.restarts += 1
-                client = sdk(self.proxy, self.sid)
-                self.http = self.handles.http = api(self.proxy)
+            if self.model.step == restart_at and self.listener:
+                self.restart(k)
             if self.listener is None:
-                self.listener = Listener(self.proxy.origin, self.sid).__enter__()
+                self.listener = Listener(servers[0].origin, self.sid).__enter__()
+            if self.echo is None and self.echoes:
+                self.echo = Listener(servers[-1].origin, self.sid).__enter__()
         return sent
 
     def ask(self, client: openai.OpenAI, history: Messages, tools: Messages) -> dict[str, Any]:
         """One step through the SDK: the assistant message the client gets, streamed or not."""
+        raw = client.chat.completions.with_raw_response.create(
+            model=MAIN, messages=history, tools=tools, stream=self.stream
+        )
+        self.served_as(raw.headers.get("x-session-id"))
         if not self.stream:
-            out = client.chat.completions.create(model=MAIN, messages=history, tools=tools)
-            return out.choices[0].message.model_dump(exclude_none=True)
+            return raw.parse().choices[0].message.model_dump(exclude_none=True)
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        chunks = client.chat.completions.create(
-            model=MAIN, messages=history, tools=tools, stream=True
-        )
-        for chunk in chunks:
+        for chunk in raw.parse():
             if not chunk.choices:
                 continue
             delta = chunk.choices[0].delta
@@ -219,6 +232,13 @@ class Replay:
         if calls:
             got["tool_calls"] = [calls[k] for k in sorted(calls)]
         return got
+
+    def served_as(self, named: str | None) -> None:
+        """Every step lands in one session: the replay's, or with ``DERIVED`` the one the
+        first step's response named (``auto-…``), which no replica leaves for a lane."""
+        if DERIVED and self.model.step == 0 and named is not None:
+            self.sid = self.handles.sid = named
+        assert named == self.sid, f"step {self.model.step}: session {named}, not {self.sid}"
 
     def check_step(
         self, history: Messages, seen: int, recorded: dict[str, Any], got: Any, new_turn: bool
@@ -302,7 +322,8 @@ class Replay:
         if self.extras:
             assert len(listener.named("context.retrieval")) == self.turns, self.turns
         print(  # the replay's tally, shown with -s (scripts/e2e_props.sh)
-            f"{self.sid} limit {self.limit}: {self.model.step} steps ({self.restarts} restarts),"
+            f"{self.sid} limit {self.limit}: {self.model.step} steps ({self.restarts} restarts,"
+            f" replicas served {self.served}, pooler {self.proxies.settings_used().db_pooler}),"
             f" {len(self.prompts)}"
             f" prompts ({self.stable} extend the last), {self.handles.count} handles read back,"
             f" {self.handles.pointers} pointers, {len(self.handles.ambiguous)} bare ids reused,"
@@ -313,58 +334,34 @@ class Replay:
         )
 
 
-def _settings(
-    tmp_path: Path, db_dsn: str, fake: FakeUpstream, limit: int, extras: bool
-) -> Settings:
-    models = {
-        "default": {"contextLimit": limit, "reservedOutput": RESERVED},
-        FAST: {"contextLimit": 128000},
-    }
-    extra: dict[str, Any] = {}
-    if extras:
-        extra["embedding"] = {"provider": "openai", "model": "text-embedding-fake"}
-    path = write_config(
-        tmp_path / "agents.json",
-        fake.url,
-        models=models,
-        context=context_config(limit, extras=extras),
-        **extra,
-    )
-    return Settings(
-        database_url=db_dsn, config=path, keepalive_seconds=0.3, embedding_poll_seconds=0.1
-    )
-
-
-class Proxies:
-    """The test's proxies, one at a time, on one database; each stopped once replaced and
-    the last after the test."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.current: ProxyServer | None = None
-
-    def start(self) -> ProxyServer:
-        self.stop()
-        self.current = ProxyServer(self.settings).start()
-        return self.current
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-            self.current = None
-
-
 @pytest.fixture
 def started(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterator[Any]:
     made: list[Proxies] = []
 
-    def start(limit: int, extras: bool) -> Proxies:
-        made.append(Proxies(_settings(tmp_path, db_dsn, fake_upstream, limit, extras)))
+    def start(limit: int, extras: bool, replicas: int = REPLICAS, pick: str = PICK) -> Proxies:
+        settings = replay_settings(tmp_path, db_dsn, fake_upstream, limit, extras)
+        made.append(Proxies(settings, replicas, pick))
         return made[-1]
 
     yield start
     for proxies in made:
         proxies.stop()
+
+
+def replayed(name: str, limit: int, extras: bool, proxies: Proxies, fake: FakeUpstream) -> Replay:
+    """Replay transcript ``name`` (``STEPS`` steps) through ``proxies``, checking each prompt."""
+    messages = transcript(name)
+    proxy = proxies.start()
+    if extras:
+        with api(proxy) as http:
+            r = http.post("/v1/memory", json={"scope": "global", "text": FACT})
+            assert r.status_code == 201, r.text
+    replay = Replay(proxies, fake, f"e2e-{name}", limit, extras=extras)
+    replay.run(messages, STEPS, RESTART)
+    assert replay.prompts
+    if extras:
+        assert all(FACT in text_of(p[0].get("content")) for p in replay.prompts)
+    return replay
 
 
 @pytest.mark.parametrize("limit", LIMITS)
@@ -373,15 +370,18 @@ def started(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream) -> Iterato
 def test_transcript_replay_keeps_every_property(
     name: str, limit: int, extras: bool, started: Any, fake_upstream: FakeUpstream
 ) -> None:
-    messages = transcript(name)
-    proxies = started(limit, extras)
-    proxy = proxies.start()
-    if extras:
-        with api(proxy) as http:
-            r = http.post("/v1/memory", json={"scope": "global", "text": FACT})
-            assert r.status_code == 201, r.text
-    replay = Replay(proxy, fake_upstream, f"e2e-{name}", limit, extras=extras)
-    replay.run(messages, STEPS, proxies.start if RESTART else None, RESTART)
-    assert replay.prompts
-    if extras:
-        assert all(FACT in text_of(p[0].get("content")) for p in replay.prompts)
+    replayed(name, limit, extras, started(limit, extras), fake_upstream)
+
+
+def test_a_replay_across_two_replicas_keeps_every_property(
+    started: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A slice of one transcript, each step sent to one of two replicas on one database
+    drawn with a fixed seed, as a load balancer without session affinity does: each replica
+    meets a history its caches last saw steps ago, the handles read back through the other
+    one and the events are watched across them. ``scripts/e2e_props.sh`` replays every
+    transcript whole this way with ``CASCADE_TEST_E2E_REPLICAS=2`` (the suite's slice is
+    short: a whole replay takes longer than the suite allows one test)."""
+    proxies = started(LIMITS[0], True, replicas=2, pick="random:3")
+    replay = replayed("spotter", LIMITS[0], True, proxies, fake_upstream)
+    assert min(replay.served) > 1, replay.served  # each replica took steps after the other's
