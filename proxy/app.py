@@ -26,7 +26,6 @@ from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Match
 
 from proxy import __version__
 from proxy.api import chat, events, health, memory, sessions
@@ -40,7 +39,14 @@ from proxy.embeddings import Embedders, bind_embedders
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes, configure_logging, format_from_env
 from proxy.metrics import Metrics
-from proxy.middleware import AccessLog, HeadAsGet, ServerErrors, request_path
+from proxy.middleware import (
+    AccessLog,
+    HeadAsGet,
+    ServerErrors,
+    allowed_methods,
+    client_method,
+    request_path,
+)
 from proxy.observe import Observe, Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
 from proxy.refusals import StartupRefusals
@@ -300,19 +306,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def _methods_for(request: Request) -> list[str]:
-    """A 405's Allow: each method some route (an included router's too) takes on this path,
-    HEAD asked as GET, which is what ``HeadAsGet`` hands the router for it."""
-    return [
-        name
-        for name in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
-        if any(
-            route.matches({**request.scope, "method": name.replace("HEAD", "GET")})[0] is Match.FULL
-            for route in request.app.router.routes
-        )
-    ]
-
-
 _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
 
 
@@ -337,11 +330,13 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
-            message = f"Invalid URL ({request.method} {request_path(request.scope)})"
+            message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
         elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
-            allow = ", ".join(_methods_for(request)) or (headers or {}).get("Allow", "")
+            allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")
             headers = {**(headers or {}), "Allow": allow}
-            message = f"{request.url.path} does not take {request.method}; use {allow}"
+            message = (
+                f"{request.url.path} does not take {client_method(request.scope)}; use {allow}"
+            )
         _log_error(request, exc.status_code, exc, message)
         body = error_body(message, type="invalid_request_error", code=code)
         return JSONResponse(body, exc.status_code, headers)
@@ -393,7 +388,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:
     """``<status> <method> <path>: <message>``; for a 5xx, the chain of causes behind it (a
     502 names the provider in its message, and the cause says why: refused, DNS, TLS...)."""
-    where = f"{request.method} {request_path(request.scope)}"
+    where = f"{client_method(request.scope)} {request_path(request.scope)}"
     if status < 500:
         log.info("%d %s: %s", status, where, message)
     else:

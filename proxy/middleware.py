@@ -19,13 +19,22 @@ import re
 import time
 import uuid
 
+from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
 from proxy.errors import exception_body
 
-__all__ = ["AccessLog", "HeadAsGet", "ServerErrors", "request_path"]
+__all__ = [
+    "AccessLog",
+    "HeadAsGet",
+    "ServerErrors",
+    "allowed_methods",
+    "client_method",
+    "request_path",
+]
 
 access_log = logging.getLogger("cascade.access")
 log = logging.getLogger("cascade")
@@ -35,6 +44,26 @@ log = logging.getLogger("cascade")
 _CLIENT_ID = re.compile(rb"[!-~]{1,128}")
 _SHOWN = ("method", "path", "status", "duration_ms")  # in the access line's text already
 _ROUTED = ("route", "endpoint", "path_params")  # what routing adds to a request's scope
+_HEAD = "cascade.head"  # set in the GET scope ``HeadAsGet`` hands the routes for a HEAD
+
+
+def client_method(scope: Scope) -> str:
+    """The method the client sent: HEAD for a request ``HeadAsGet`` hands on as GET, so a
+    log line or an error message names what was asked."""
+    return "HEAD" if scope.get(_HEAD) else str(scope["method"])
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """A 405's Allow: each method some route (an included router's too) takes on this path,
+    HEAD asked as GET, which is what ``HeadAsGet`` hands the router for it."""
+    return [
+        name
+        for name in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+        if any(
+            route.matches({**request.scope, "method": name.replace("HEAD", "GET")})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
 
 
 def request_path(scope: Scope) -> str:
@@ -184,7 +213,7 @@ class HeadAsGet:
             await self.app(scope, receive, send)
             return
         done = False
-        inner = {**scope, "method": "GET"}
+        inner = {**scope, "method": "GET", _HEAD: True}
 
         async def headers_only(message: Message) -> None:
             nonlocal done

@@ -4,10 +4,12 @@ is covered without touching this file."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
 import httpx
+import pytest
 from fastapi.routing import iter_route_contexts
 from starlette.routing import Mount
 
@@ -59,9 +61,18 @@ def test_head_on_every_get_route_has_the_gets_status_and_headers_and_no_body(
     assert http.get("/healthz").json() == {"status": "ok"}
 
 
-def test_head_on_a_route_without_get_still_answers_as_its_get(http: httpx.Client) -> None:
+def test_head_on_a_route_without_get_still_answers_as_its_get(
+    http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cascade")
     assert http.head("/v1/chat/completions").status_code == 405
     assert http.head("/no/such/route").status_code == 404
+    # the error lines name the method the client sent, not the GET the routes were handed
+    lines = [r.getMessage() for r in caplog.records if r.name == "cascade"]
+    assert (
+        "405 HEAD /v1/chat/completions: /v1/chat/completions does not take HEAD; use POST" in lines
+    )
+    assert "404 HEAD /no/such/route: Invalid URL (HEAD /no/such/route)" in lines
 
 
 def test_a_head_is_counted_under_its_routes_template(http: httpx.Client) -> None:
