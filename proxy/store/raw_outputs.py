@@ -16,6 +16,7 @@ from proxy.cascade.handles import unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8, is_cut_from_capped
 from proxy.cascade.types import Spill
+from proxy.history import chain_hash
 from proxy.store import client_form
 from proxy.store.nul import decode, encode
 
@@ -46,13 +47,17 @@ SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
                  AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
            ) AS whole
+       , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
 LEFT JOIN LATERAL (
-    SELECT message, created_at, redacted, placeholder, evicted_at, trimmed_at FROM messages
+    SELECT message, created_at, redacted, placeholder, evicted_at, trimmed_at, pos, hash,
+           superseded_at FROM messages
     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
     ORDER BY id DESC LIMIT 1
 ) AS m ON true
+LEFT JOIN messages p ON p.tenant = $1 AND p.session_id = $2 AND p.pos = m.pos - 1
+     AND p.superseded_at IS NULL
 """
 
 
@@ -86,9 +91,19 @@ async def fetchrow_raw_output(
             "original_bytes": row["original_bytes"],
             "capped": row["capped"],
         }
-    if message_at is None or not (row["whole"] or (row["evicted"] and not row["redacted"])):
+    if message_at is None or not (_sent(row) or (row["evicted"] and not row["redacted"])):
         return None
     return _whole(row["message"])
+
+
+def _sent(row: Any) -> bool:
+    """Whether the row's stored body is the whole result: nothing cut it (``whole``), and a
+    live row's body is the message the client sent (its chain hash). A branch copies rows
+    but not the ``context.truncated`` events ``whole`` asks, so there a result cut with no
+    copy kept (``persistRaw`` off) would pass for whole; its hash tells it."""
+    if not row["whole"]:
+        return False
+    return not row["live"] or chain_hash(row["prev"], row["message"]) == row["hash"]
 
 
 def _whole(message: Any) -> dict[str, Any]:
