@@ -28,7 +28,7 @@ from proxy.cli_sessions import origin_of, run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
-from proxy.server import serve
+from proxy.server import INTERRUPTED, serve
 from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
@@ -271,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a mistake in the config file or the environment: say which, without a traceback
         _refuse(f"cascade-proxy {args.command}: {exc}")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C during migrate or a client command: asked for, no crash
+        return INTERRUPTED
 
 
 def _refuse(message: str) -> None:
