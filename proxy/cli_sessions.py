@@ -266,28 +266,39 @@ def call_api(
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        said = printable(resp.text[:500])
-        print(
-            f"{without_credentials(url)} answered {resp.status_code} with no JSON: {said}",
-            file=sys.stderr,
-        )
-        return 2
+        return _not_cascade(url, resp, "no JSON")
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
-        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        error = answer.get("error") if isinstance(answer, dict) else None
+        said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
         hint = (
             " (give the key with --api-key or CASCADE_API_KEY)" if resp.status_code == 401 else ""
         )
         print(
             f"cascade-proxy {command} {args.action}: {resp.status_code} "
-            f"{printable(str(error.get('message') or resp.reason_phrase))}{hint}",
+            f"{printable(str(said or resp.reason_phrase))}{hint}",
             file=sys.stderr,
         )
     else:
-        print(printable(render(answer)))
+        try:
+            shown = render(answer)
+        except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+            return _not_cascade(url, resp, "JSON Cascade's API does not give")
+        print(printable(shown))
         more = note(answer) if note else None
         if more:  # on stderr once the answer is out: a reader that left sees none
             sys.stdout.flush()
             print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
+
+
+def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
+    """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
+    front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
+    said = printable(resp.text[:500])
+    print(
+        f"{without_credentials(url)} answered {resp.status_code} with {what}: {said}",
+        file=sys.stderr,
+    )
+    return 2

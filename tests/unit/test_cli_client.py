@@ -3,7 +3,12 @@ stderr and exit status 2 (README, CLI), never a traceback."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -67,3 +72,57 @@ def test_a_password_with_a_slash_or_a_hash_in_the_url_is_not_printed(
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "not a URL" in err, err
     assert "SECRET" not in err and "MORE" not in err, err
+
+
+class _NotCascade(BaseHTTPRequestHandler):
+    """Another JSON service at --url (the upstream itself, a gateway in front): answers of
+    shapes the session API never gives."""
+
+    answers: ClassVar[dict[str, tuple[int, object]]] = {
+        "/v1/sessions": (200, []),
+        "/v1/sessions/x": (404, {"error": "no route"}),
+        "/v1/sessions/x/branch": (200, {"ok": True}),
+    }
+
+    def _answer(self) -> None:
+        status, answer = self.answers[self.path.split("?")[0]]
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotCascade)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("action", [["ls"], ["branch", "x"]])
+def test_json_not_from_a_cascade_proxy_is_one_line_and_exit_2(
+    other_url: str, action: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 200 whose JSON the table cannot read names the URL, as a non-JSON answer does,
+    instead of an AttributeError or KeyError traceback."""
+    assert main(["sessions", "--url", other_url, *action]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and other_url in err, err
+
+
+def test_an_error_that_is_a_string_is_printed_as_the_message(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "--url", other_url, "show", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "cascade-proxy sessions show: 404 no route", err
