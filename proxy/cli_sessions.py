@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +32,10 @@ _ROUTES: dict[str, tuple[str, str]] = {
     "rm": ("DELETE", "/v1/sessions/{id}"),
 }
 ACTIONS = tuple(_ROUTES)
+
+
+# What a bearer token in a header may hold: visible ASCII, no space.
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
 def origin_of(url: str) -> str:
@@ -245,6 +250,14 @@ def call_api(
     ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
     1 for an error answer, 2 when there is no proxy to ask."""
     method, path, params, body = request
+    if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
+        print(
+            f"cascade-proxy {command} {args.action}: the API key (--api-key, CASCADE_API_KEY "
+            "or OPENAI_API_KEY) has a space, a line break or a non-ASCII character, which "
+            "no header carries",
+            file=sys.stderr,
+        )
+        return 2
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         resp = httpx.request(

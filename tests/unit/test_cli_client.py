@@ -126,3 +126,16 @@ def test_an_error_that_is_a_string_is_printed_as_the_message(
     assert main(["sessions", "--url", other_url, "show", "x"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "cascade-proxy sessions show: 404 no route", err
+
+
+@pytest.mark.parametrize("key", ["sk-SECRET-ü", "sk-SECRET\n", "sk-SECRET "])
+def test_a_key_no_header_can_carry_is_one_line_without_the_key(
+    other_url: str, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key read from a file with its line break, or pasted with a space or a non-ASCII
+    character: httpx's "Illegal header value" error quoted it (a secret, on stderr, in CI
+    logs) as a proxy that cannot be reached, and a non-ASCII one was a traceback."""
+    assert main(["sessions", "--url", other_url, "--api-key", key, "ls"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "API key" in err, err
+    assert "SECRET" not in err, err
