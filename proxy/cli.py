@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import os
 import signal
@@ -238,7 +239,10 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
 def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     """``sessions`` or ``memory``, whose output is often piped into ``head`` or ``less``: a
     reader that stops early closes the pipe, which ends the command quietly (a shell's
-    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr."""
+    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
+    output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         status = _sessions(args, settings)
         sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too

@@ -4,7 +4,10 @@ stderr and exit status 2 (README, CLI), never a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -82,6 +85,7 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions": (200, []),
         "/v1/sessions/x": (404, {"error": "no route"}),
         "/v1/sessions/x/branch": (200, {"ok": True}),
+        "/v1/sessions/uni": (200, {"id": "uni", "model": "模型 → …"}),
     }
 
     def _answer(self) -> None:
@@ -139,3 +143,16 @@ def test_a_key_no_header_can_carry_is_one_line_without_the_key(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "API key" in err, err
     assert "SECRET" not in err, err
+
+
+def test_text_the_terminal_cannot_encode_is_escaped_not_a_traceback(other_url: str) -> None:
+    """On a terminal whose encoding is not UTF-8 (a latin-1 locale, PYTHONIOENCODING), a
+    stored CJK model name or the table's own "…" and "→" are written as escapes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "sessions", "--url", other_url, "show", "uni"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"\\u6a21\\u578b \\u2192 \\u2026" in done.stdout, done.stdout
