@@ -18,6 +18,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from proxy.auth import is_loopback
 from proxy.logs import without_credentials
 
 __all__ = ["run_sessions", "call_api", "table", "printable", "origin_of", "ACTIONS"]
@@ -261,7 +262,13 @@ def call_api(
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         resp = httpx.request(
-            method, url + path, headers=headers, params=params, json=body, timeout=600
+            method,
+            url + path,
+            headers=headers,
+            params=params,
+            json=body,
+            timeout=600,
+            trust_env=not _on_loopback(url),
         )
     except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
         shown = without_credentials(url)
@@ -315,3 +322,13 @@ def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
         file=sys.stderr,
     )
     return 2
+
+
+def _on_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine: called direct, as Go clients do, not through the
+    ``HTTP_PROXY``/``ALL_PROXY`` egress proxy the environment may set for provider calls,
+    which would see the proxy key or refuse a loopback address."""
+    try:
+        return is_loopback(urlsplit(url).hostname or "")
+    except ValueError:  # "http://[::1": httpx says it is not a URL
+        return False

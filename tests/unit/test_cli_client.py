@@ -156,3 +156,18 @@ def test_text_the_terminal_cannot_encode_is_escaped_not_a_traceback(other_url: s
     )
     assert done.returncode == 0, done.stderr.decode()
     assert b"\\u6a21\\u578b \\u2192 \\u2026" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
+def test_a_proxy_on_loopback_is_called_direct_whatever_the_egress_proxy(
+    other_url: str,
+    variable: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The environment that sets an egress proxy for the proxy's provider calls (README)
+    is the CLI's too: a call to the proxy on this machine went to that egress proxy, the
+    proxy key in its header, or failed as "cannot reach the proxy" when it refused."""
+    monkeypatch.setenv(variable, f"http://127.0.0.1:{_closed_port()}")
+    assert main(["sessions", "--url", other_url, "--api-key", "sk-test", "show", "uni"]) == 0
+    assert "uni" in capsys.readouterr().out
