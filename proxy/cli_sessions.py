@@ -283,6 +283,12 @@ def call_api(
     except httpx.TransportError as exc:
         print(f"cannot reach the proxy at {without_credentials(url)}: {exc}", file=sys.stderr)
         return 2
+    except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
+        print(
+            f"{without_credentials(url)} answered a body that does not decode: {exc}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed

@@ -86,6 +86,7 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions/x": (404, {"error": "no route"}),
         "/v1/sessions/x/branch": (200, {"ok": True}),
         "/v1/sessions/uni": (200, {"id": "uni", "model": "模型 → …"}),
+        "/v1/sessions/gz": (200, {"id": "gz"}),
     }
 
     def _answer(self) -> None:
@@ -93,6 +94,8 @@ class _NotCascade(BaseHTTPRequestHandler):
         body = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
+        if self.path.startswith("/v1/sessions/gz"):  # a gateway that says gzip and is not
+            self.send_header("content-encoding", "gzip")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -171,3 +174,13 @@ def test_a_proxy_on_loopback_is_called_direct_whatever_the_egress_proxy(
     monkeypatch.setenv(variable, f"http://127.0.0.1:{_closed_port()}")
     assert main(["sessions", "--url", other_url, "--api-key", "sk-test", "show", "uni"]) == 0
     assert "uni" in capsys.readouterr().out
+
+
+def test_a_body_that_does_not_decode_is_one_line_and_exit_2(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A body whose content-encoding lies (a gateway in front): httpx's DecodingError is
+    no TransportError, and was a traceback."""
+    assert main(["sessions", "--url", other_url, "show", "gz"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and other_url in err, err
