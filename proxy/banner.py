@@ -30,10 +30,14 @@ request lines."""
 
 def client_origin(host: str, port: int) -> str:
     """``http://HOST:PORT`` as a client on this machine reaches it: a wildcard address
-    (``0.0.0.0``, ``::``, empty) becomes loopback, an IPv6 address gets brackets."""
+    becomes loopback of its family (``::`` is listened on IPv6 only, as asyncio and
+    ``server.bind`` do, so ``127.0.0.1`` would be refused there), an IPv6 address gets
+    brackets."""
     shown = host.strip() or "127.0.0.1"
-    if shown in ("0.0.0.0", "::", "[::]"):
+    if shown == "0.0.0.0":
         shown = "127.0.0.1"
+    elif shown in ("::", "[::]"):
+        shown = "::1"
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"
     return f"http://{shown}:{port}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import os
 import signal
@@ -28,7 +29,7 @@ from proxy.cli_sessions import origin_of, run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
-from proxy.server import serve
+from proxy.server import INTERRUPTED, serve
 from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
@@ -238,7 +239,10 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
 def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     """``sessions`` or ``memory``, whose output is often piped into ``head`` or ``less``: a
     reader that stops early closes the pipe, which ends the command quietly (a shell's
-    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr."""
+    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
+    output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         status = _sessions(args, settings)
         sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
@@ -271,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a mistake in the config file or the environment: say which, without a traceback
         _refuse(f"cascade-proxy {args.command}: {exc}")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C during migrate or a client command: asked for, no crash
+        return INTERRUPTED
 
 
 def _refuse(message: str) -> None:

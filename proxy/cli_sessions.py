@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from proxy.auth import is_loopback
 from proxy.logs import without_credentials
 
 __all__ = ["run_sessions", "call_api", "table", "printable", "origin_of", "ACTIONS"]
@@ -31,6 +33,10 @@ _ROUTES: dict[str, tuple[str, str]] = {
     "rm": ("DELETE", "/v1/sessions/{id}"),
 }
 ACTIONS = tuple(_ROUTES)
+
+
+# What a bearer token in a header may hold: visible ASCII, no space.
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
 def origin_of(url: str) -> str:
@@ -245,10 +251,24 @@ def call_api(
     ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
     1 for an error answer, 2 when there is no proxy to ask."""
     method, path, params, body = request
+    if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
+        print(
+            f"cascade-proxy {command} {args.action}: the API key (--api-key, CASCADE_API_KEY "
+            "or OPENAI_API_KEY) has a space, a line break or a non-ASCII character, which "
+            "no header carries",
+            file=sys.stderr,
+        )
+        return 2
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         resp = httpx.request(
-            method, url + path, headers=headers, params=params, json=body, timeout=600
+            method,
+            url + path,
+            headers=headers,
+            params=params,
+            json=body,
+            timeout=600,
+            trust_env=not _on_loopback(url),
         )
     except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
         shown = without_credentials(url)
@@ -263,31 +283,58 @@ def call_api(
     except httpx.TransportError as exc:
         print(f"cannot reach the proxy at {without_credentials(url)}: {exc}", file=sys.stderr)
         return 2
-    try:
-        answer = resp.json()
-    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        said = printable(resp.text[:500])
+    except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
         print(
-            f"{without_credentials(url)} answered {resp.status_code} with no JSON: {said}",
+            f"{without_credentials(url)} answered a body that does not decode: {exc}",
             file=sys.stderr,
         )
         return 2
+    try:
+        answer = resp.json()
+    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
+        return _not_cascade(url, resp, "no JSON")
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
-        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        error = answer.get("error") if isinstance(answer, dict) else None
+        said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
         hint = (
             " (give the key with --api-key or CASCADE_API_KEY)" if resp.status_code == 401 else ""
         )
         print(
             f"cascade-proxy {command} {args.action}: {resp.status_code} "
-            f"{printable(str(error.get('message') or resp.reason_phrase))}{hint}",
+            f"{printable(str(said or resp.reason_phrase))}{hint}",
             file=sys.stderr,
         )
     else:
-        print(printable(render(answer)))
+        try:
+            shown = render(answer)
+        except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+            return _not_cascade(url, resp, "JSON Cascade's API does not give")
+        print(printable(shown))
         more = note(answer) if note else None
         if more:  # on stderr once the answer is out: a reader that left sees none
             sys.stdout.flush()
             print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
+
+
+def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
+    """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
+    front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
+    said = printable(resp.text[:500])
+    print(
+        f"{without_credentials(url)} answered {resp.status_code} with {what}: {said}",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _on_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine: called direct, as Go clients do, not through the
+    ``HTTP_PROXY``/``ALL_PROXY`` egress proxy the environment may set for provider calls,
+    which would see the proxy key or refuse a loopback address."""
+    try:
+        return is_loopback(urlsplit(url).hostname or "")
+    except ValueError:  # "http://[::1": httpx says it is not a URL
+        return False

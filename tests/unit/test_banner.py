@@ -3,10 +3,15 @@ and never shows a secret."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
 
 from proxy.banner import client_origin, startup_banner
 from proxy.config import Config, parse_config
+from proxy.server import bind
 from proxy.settings import Settings
 
 SECRETS = {"PAID_KEY": "sk-paid-3c9e11", "TEAM_KEY": "cascade-team-0af4d2"}
@@ -99,9 +104,28 @@ def test_embedded_database_and_proxy_keys() -> None:
 
 def test_client_origin() -> None:
     assert client_origin("0.0.0.0", 80) == "http://127.0.0.1:80"
-    assert client_origin("::", 80) == "http://127.0.0.1:80"
+    # "::" is listened on IPv6 only (server.bind, as asyncio does): 127.0.0.1 is refused
+    assert client_origin("::", 80) == "http://[::1]:80"
+    assert client_origin("[::]", 80) == "http://[::1]:80"
     assert client_origin("::1", 80) == "http://[::1]:80"
     assert client_origin("proxy.lan", 8080) == "http://proxy.lan:8080"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", ""])
+def test_client_origin_reaches_a_wildcard_address_as_serve_listens_on_it(host: str) -> None:
+    """The banner's base URL and the CLI's default ``--url`` connect to what ``serve`` bound."""
+    try:
+        sockets = bind(host, 0, 8)
+    except OSError:
+        pytest.skip(f"cannot listen on {host!r} here")
+    try:
+        port = sockets[0].getsockname()[1]
+        url = urlsplit(client_origin(host, port))
+        with socket.create_connection((url.hostname, url.port), timeout=5):
+            pass
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def test_a_pooled_database_names_the_pooler_and_the_listen_url() -> None:

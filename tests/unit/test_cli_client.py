@@ -3,7 +3,15 @@ stderr and exit status 2 (README, CLI), never a traceback."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -67,3 +75,112 @@ def test_a_password_with_a_slash_or_a_hash_in_the_url_is_not_printed(
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "not a URL" in err, err
     assert "SECRET" not in err and "MORE" not in err, err
+
+
+class _NotCascade(BaseHTTPRequestHandler):
+    """Another JSON service at --url (the upstream itself, a gateway in front): answers of
+    shapes the session API never gives."""
+
+    answers: ClassVar[dict[str, tuple[int, object]]] = {
+        "/v1/sessions": (200, []),
+        "/v1/sessions/x": (404, {"error": "no route"}),
+        "/v1/sessions/x/branch": (200, {"ok": True}),
+        "/v1/sessions/uni": (200, {"id": "uni", "model": "模型 → …"}),
+        "/v1/sessions/gz": (200, {"id": "gz"}),
+    }
+
+    def _answer(self) -> None:
+        status, answer = self.answers[self.path.split("?")[0]]
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        if self.path.startswith("/v1/sessions/gz"):  # a gateway that says gzip and is not
+            self.send_header("content-encoding", "gzip")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotCascade)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("action", [["ls"], ["branch", "x"]])
+def test_json_not_from_a_cascade_proxy_is_one_line_and_exit_2(
+    other_url: str, action: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 200 whose JSON the table cannot read names the URL, as a non-JSON answer does,
+    instead of an AttributeError or KeyError traceback."""
+    assert main(["sessions", "--url", other_url, *action]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and other_url in err, err
+
+
+def test_an_error_that_is_a_string_is_printed_as_the_message(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "--url", other_url, "show", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "cascade-proxy sessions show: 404 no route", err
+
+
+@pytest.mark.parametrize("key", ["sk-SECRET-ü", "sk-SECRET\n", "sk-SECRET "])
+def test_a_key_no_header_can_carry_is_one_line_without_the_key(
+    other_url: str, key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key read from a file with its line break, or pasted with a space or a non-ASCII
+    character: httpx's "Illegal header value" error quoted it (a secret, on stderr, in CI
+    logs) as a proxy that cannot be reached, and a non-ASCII one was a traceback."""
+    assert main(["sessions", "--url", other_url, "--api-key", key, "ls"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "API key" in err, err
+    assert "SECRET" not in err, err
+
+
+def test_text_the_terminal_cannot_encode_is_escaped_not_a_traceback(other_url: str) -> None:
+    """On a terminal whose encoding is not UTF-8 (a latin-1 locale, PYTHONIOENCODING), a
+    stored CJK model name or the table's own "…" and "→" are written as escapes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "sessions", "--url", other_url, "show", "uni"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"\\u6a21\\u578b \\u2192 \\u2026" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
+def test_a_proxy_on_loopback_is_called_direct_whatever_the_egress_proxy(
+    other_url: str,
+    variable: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The environment that sets an egress proxy for the proxy's provider calls (README)
+    is the CLI's too: a call to the proxy on this machine went to that egress proxy, the
+    proxy key in its header, or failed as "cannot reach the proxy" when it refused."""
+    monkeypatch.setenv(variable, f"http://127.0.0.1:{_closed_port()}")
+    assert main(["sessions", "--url", other_url, "--api-key", "sk-test", "show", "uni"]) == 0
+    assert "uni" in capsys.readouterr().out
+
+
+def test_a_body_that_does_not_decode_is_one_line_and_exit_2(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A body whose content-encoding lies (a gateway in front): httpx's DecodingError is
+    no TransportError, and was a traceback."""
+    assert main(["sessions", "--url", other_url, "show", "gz"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and other_url in err, err
