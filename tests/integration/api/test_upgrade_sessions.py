@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,19 @@ async def _count(dsn: str, sql: str, *args: Any) -> Any:
         return await conn.fetchval(sql, *args)
     finally:
         await conn.close()
+
+
+def _rows_once_stored(dsn: str, want: int) -> tuple[int, int]:
+    """(live rows, all rows) of the session once ``want`` live rows are stored, or as they
+    are after 5 s: a non-streamed reply is stored just after its response goes out."""
+    live = "SELECT count(*) FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
+    total = "SELECT count(*) FROM messages WHERE session_id = $1"
+    deadline = time.monotonic() + 5
+    while True:
+        got = (run_sync(_count(dsn, live, SID)), run_sync(_count(dsn, total, SID)))
+        if got[0] >= want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
 
 
 @pytest.fixture(params=["0cf4969", "3e418ab", "a8d2428"])
@@ -174,9 +188,7 @@ def test_an_old_session_reads_and_continues_as_it_was(
     calls = {c["id"] for m in sent for c in m.get("tool_calls") or ()}
     assert calls == {m["tool_call_id"] for m in sent if m["role"] == "tool"}
     assert any("## Objective" in str(m.get("content")) for m in sent)  # the old summary
-    live = "SELECT count(*) FROM messages WHERE session_id = $1 AND superseded_at IS NULL"
-    total = "SELECT count(*) FROM messages WHERE session_id = $1"
-    assert run_sync(_count(dsn, live, SID)) == run_sync(_count(dsn, total, SID)) == stored + 2
+    assert _rows_once_stored(dsn, stored + 2) == (stored + 2, stored + 2)  # (live, all)
 
     # the model reads an old bare handle back through read_tool_output: the same page
     handle = old["handles"][0]
