@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.cascade.observations import observation_ids
-from proxy.cascade.pins import names, pin
+from proxy.cascade.pins import id_args_name, pin
 from proxy.cascade.rounds import call_name, protected_from, tool_names
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text, has_text
@@ -123,11 +123,7 @@ def drop_placeholder_handle(text: str, own: str) -> str:
     at = text.rfind(_RECOVER)
     if at < 0:
         return text
-    try:
-        args = json.loads(text[at + len(_RECOVER) : -1])
-    except ValueError:
-        return text
-    if not (isinstance(args, dict) and list(args) == ["id"] and names(args["id"], own)):
+    if not id_args_name(text[at + len(_RECOVER) : -1], own):
         return text
     return text[:at] + _recovery(own, handle=False)
 

@@ -23,13 +23,12 @@ marker is reworded in its own message when it names that message's id, bare or p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from proxy.cascade.eviction import drop_placeholder_handle, is_placeholder
 from proxy.cascade.observations import is_observation, observation_id
-from proxy.cascade.pins import names, pin, unpin
+from proxy.cascade.pins import id_args_name, pin, unpin
 from proxy.cascade.truncation import drop_cut_handle
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 
@@ -57,11 +56,7 @@ def _drop_compacted_handle(text: str, own: str) -> str:
     at = text.rfind(_EXACT, start, end)
     if at < 0 or not text.endswith(")]\n", 0, end):
         return text
-    try:
-        args = json.loads(text[at + len(_EXACT) : end - 3])
-    except ValueError:
-        return text
-    if not (isinstance(args, dict) and list(args) == ["id"] and names(args["id"], own)):
+    if not id_args_name(text[at + len(_EXACT) : end - 3], own):
         return text
     return text[:at] + "]\n" + text[end:]
 

@@ -20,9 +20,10 @@ The store resolves a pinned handle to the result at that position
 
 from __future__ import annotations
 
+import json
 import re
 
-__all__ = ["names", "pin", "unpin"]
+__all__ = ["id_args_name", "names", "pin", "unpin"]
 
 _PINNED = re.compile(r"(.+)@(0|[1-9][0-9]{0,9})", re.DOTALL)
 
@@ -48,3 +49,14 @@ def names(handle: object, own: str) -> bool:
         return True
     pinned = unpin(handle)
     return pinned is not None and pinned[0] == own
+
+
+def id_args_name(args_json: str, own: str) -> bool:
+    """Whether ``args_json`` is ``read_tool_output``'s arguments ``{"id": …}`` alone, naming a
+    handle of ``own`` (``names``): the form an eviction placeholder and a compacted result's
+    first line write."""
+    try:
+        args = json.loads(args_json)
+    except ValueError:
+        return False
+    return isinstance(args, dict) and list(args) == ["id"] and names(args["id"], own)
