@@ -57,7 +57,12 @@ def test_evicts_all_eligible_outside_protected_rounds_in_one_pass() -> None:
     (event,) = result.events
     assert event.name == EVICTED
     reclaimed = 2 * (1000 - len(out[3]["content"]) // 4)
-    assert event.data == {"count": 2, "tokens_reclaimed": reclaimed, "tool_call_ids": ["c0", "c1"]}
+    assert event.data == {
+        "count": 2,
+        "tokens_reclaimed": reclaimed,
+        "tool_call_ids": ["c0", "c1"],
+        "handles": ["c0", "c1"],  # no positions: the placeholders name the bare ids
+    }
 
 
 def test_too_little_to_reclaim_changes_nothing() -> None:
