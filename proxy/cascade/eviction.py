@@ -170,7 +170,9 @@ def evict(
 
     Fires when ``cfg.enabled`` and ``budget.occupancy >= cfg.at_fraction * budget.limit``.
     Eligible: tool messages (and observations in user messages, ``observations.py``, by
-    their handle; ``prefixes``) before the last ``cfg.keep_recent_rounds`` rounds, not already a
+    their handle; ``prefixes``) before the last ``cfg.keep_recent_rounds`` rounds
+    (``rounds.group_rounds``: a legacy ``function_call`` with its ``function`` result, which
+    has no id for a handle, is neither a round nor eligible), not already a
     placeholder, whose tool is neither excluded nor ``read_tool_output``, of at least
     ``cfg.min_result_tokens`` tokens (``count([msg])``), and that a placeholder would shrink.
     If their reclaimable tokens sum to ``>= cfg.clear_at_least`` and to ``>= MISS_RATIO`` times

@@ -91,7 +91,10 @@ def group_rounds(messages: Sequence[Message], prefixes: Sequence[str] = ()) -> t
     into one, so rounds are always disjoint ranges and removing or keeping a round whole never
     separates a call from its result. Tool messages answering no known call belong to no round.
     With ``prefixes``, an assistant message without calls and the observation after it (a
-    user message starting with one of them) are a round too.
+    user message starting with one of them) are a round too. A legacy ``function_call`` and
+    its ``function`` result are none: eviction, which counts these rounds, never clears such
+    a result (it has no id for a handle), and the overflow guard and the summary keep the
+    pair together on their own.
     """
     starts: list[int] = []
     ends: list[int] = []
