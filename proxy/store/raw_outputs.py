@@ -42,11 +42,11 @@ SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
        m.message, m.created_at, m.redacted, m.placeholder IS NOT NULL AS evicted,
        (r.created_at IS NULL OR r.created_at < m.created_at)
            AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL
-           AND NOT m.redacted AND NOT EXISTS (
+           AND NOT m.redacted AND (m.superseded_at IS NULL OR NOT EXISTS (
                SELECT 1 FROM events e
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
                  AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
-           ) AS whole
+           )) AS whole
        , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
@@ -97,10 +97,12 @@ async def fetchrow_raw_output(
 
 
 def _sent(row: Any) -> bool:
-    """Whether the row's stored body is the whole result: nothing cut it (``whole``), and a
-    live row's body is the message the client sent (its chain hash). A branch copies rows
-    but not the ``context.truncated`` events ``whole`` asks, so there a result cut with no
-    copy kept (``persistRaw`` off) would pass for whole; its hash tells it."""
+    """Whether the row's stored body is the whole result: nothing took its place (``whole``:
+    no spill as new as it, no placeholder, trim or redaction), and nothing cut it. A live
+    row's chain hash tells the last alone: it is over the message the client sent, and a
+    cut row holds the cut form (``client_form``), in a branch too, which copies rows but
+    not events. A superseded row's previous live row may not be the one its hash continues,
+    so for it ``whole`` asks the ``context.truncated`` events instead."""
     if not row["whole"]:
         return False
     return not row["live"] or chain_hash(row["prev"], row["message"]) == row["hash"]
