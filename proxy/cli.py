@@ -30,7 +30,7 @@ from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.server import INTERRUPTED, serve
-from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
+from proxy.settings import DEFAULT_CONFIG, Listen, Settings, SettingsError, settings_error
 from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
 
 __all__ = ["main"]
@@ -221,13 +221,15 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _sessions(args: argparse.Namespace, settings: Settings) -> int:
+def _sessions(args: argparse.Namespace) -> int:
+    """Of the server's settings only ``CASCADE_HOST`` and ``CASCADE_PORT`` are read, and only
+    for the default URL: one this command never uses (``CASCADE_LOG_LEVEL``) cannot stop it."""
     args.json = getattr(args, "json", False)
-    url = origin_of(
-        getattr(args, "url", None)
-        or os.environ.get("CASCADE_URL")
-        or client_origin(settings.host, settings.port)
-    )
+    given = getattr(args, "url", None) or os.environ.get("CASCADE_URL")
+    if not given:
+        listen = Listen()
+        given = client_origin(listen.host, listen.port)
+    url = origin_of(given)
     key = (
         getattr(args, "api_key", None)
         or os.environ.get("CASCADE_API_KEY")
@@ -236,7 +238,7 @@ def _sessions(args: argparse.Namespace, settings: Settings) -> int:
     return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
 
 
-def _client_command(args: argparse.Namespace, settings: Settings) -> int:
+def _client_command(args: argparse.Namespace) -> int:
     """``sessions`` or ``memory``, whose output is often piped into ``head`` or ``less``: a
     reader that stops early closes the pipe, which ends the command quietly (a shell's
     SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
@@ -244,7 +246,7 @@ def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        status = _sessions(args, settings)
+        status = _sessions(args)
         sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
     except BrokenPipeError:
         # Python flushes stdout again at exit: point it at /dev/null so that write succeeds.
@@ -256,12 +258,12 @@ def _client_command(args: argparse.Namespace, settings: Settings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command not in ("serve", "migrate"):
+            return _client_command(args)
         settings = _settings(args)
         if args.command == "serve":
             return _serve(settings)
-        if args.command == "migrate":
-            return _migrate(settings)
-        return _client_command(args, settings)
+        return _migrate(settings)
     except ValidationError as exc:  # a setting from the environment: named, not echoed
         _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
         return 2

