@@ -25,7 +25,7 @@ from proxy.app import create_app
 from proxy.auth import InsecureListen
 from proxy.banner import client_origin
 from proxy.cli_memory import add_memory_parser, run_memory
-from proxy.cli_sessions import origin_of, run_sessions
+from proxy.cli_sessions import has_credentials, origin_of, run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
@@ -223,19 +223,39 @@ def _terminated(signum: int, frame: object) -> None:
 
 def _sessions(args: argparse.Namespace) -> int:
     """Of the server's settings only ``CASCADE_HOST`` and ``CASCADE_PORT`` are read, and only
-    for the default URL: one this command never uses (``CASCADE_LOG_LEVEL``) cannot stop it."""
+    for the default URL: one this command never uses (``CASCADE_LOG_LEVEL``) cannot stop it.
+
+    A user or password in the URL (Basic auth, for a reverse proxy in front) and an API key
+    are refused together: a request has one Authorization header, and httpx filled it with
+    the Basic auth, dropping the key without a word. Each is named by where it came from,
+    neither is quoted."""
     args.json = getattr(args, "json", False)
-    given = getattr(args, "url", None) or os.environ.get("CASCADE_URL")
+    given, url_from = _given(args, "url", "--url", "CASCADE_URL")
     if not given:
         listen = Listen()
-        given = client_origin(listen.host, listen.port)
+        given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
     url = origin_of(given)
-    key = (
-        getattr(args, "api_key", None)
-        or os.environ.get("CASCADE_API_KEY")
-        or os.environ.get("OPENAI_API_KEY")
-    )
+    key, key_from = _given(args, "api_key", "--api-key", "CASCADE_API_KEY", "OPENAI_API_KEY")
+    if key and has_credentials(url):
+        print(
+            f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a user or "
+            f"password, sent as Basic auth, and an API key is given ({key_from}): a request "
+            "has one Authorization header, so one of them would be dropped; give only one",
+            file=sys.stderr,
+        )
+        return 2
     return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
+
+
+def _given(args: argparse.Namespace, name: str, flag: str, *variables: str) -> tuple[str, str]:
+    """The value of the flag ``name``, else of the first of ``variables`` set, and which
+    it was; ``("", "")`` when none is."""
+    if value := getattr(args, name, None):
+        return value, flag
+    for variable in variables:
+        if value := os.environ.get(variable):
+            return value, variable
+    return "", ""
 
 
 def _client_command(args: argparse.Namespace) -> int:

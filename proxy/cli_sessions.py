@@ -21,7 +21,15 @@ import httpx
 from proxy.auth import is_loopback
 from proxy.logs import without_credentials
 
-__all__ = ["run_sessions", "call_api", "table", "printable", "origin_of", "ACTIONS"]
+__all__ = [
+    "run_sessions",
+    "call_api",
+    "table",
+    "printable",
+    "origin_of",
+    "has_credentials",
+    "ACTIONS",
+]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -51,6 +59,16 @@ def origin_of(url: str) -> str:
     if parts.path in ("/v1", "/v1/"):
         return urlunsplit(parts._replace(path=""))
     return url.rstrip("/")
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a user or a password, which httpx sends as Basic auth in the
+    Authorization header (for a reverse proxy in front of the proxy), as it decides."""
+    try:
+        parts = urlsplit(url)
+        return bool(parts.username or parts.password)
+    except ValueError:  # "http://[::1": call_api reports it as not a URL
+        return False
 
 
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,

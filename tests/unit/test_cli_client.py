@@ -18,6 +18,14 @@ import pytest
 from proxy.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _no_key_or_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gives its URL and key itself: one from the shell running the tests would
+    change what the command does (a key beside a URL's password is refused)."""
+    for name in ("CASCADE_URL", "CASCADE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,7 +98,10 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/memory": (200, {"data": []}),
     }
 
+    authorization: ClassVar[str | None] = None  # what the last request carried
+
     def _answer(self) -> None:
+        type(self).authorization = self.headers.get("authorization")
         status, answer = self.answers[self.path.split("?")[0]]
         body = json.dumps(answer).encode()
         self.send_response(status)
@@ -217,3 +228,47 @@ def test_a_server_setting_the_client_does_not_read_does_not_stop_it(
     monkeypatch.setenv("CASCADE_PORT", "abc")
     assert main(command) == 2
     assert capsys.readouterr().err.startswith(f"cascade-proxy {command[0]}: CASCADE_PORT: ")
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "sources"),
+    [
+        (["--url", "{url}", "--api-key", "sk-SECRETKEY"], {}, ("(--url)", "(--api-key)")),
+        (
+            [],
+            {"CASCADE_URL": "{url}", "OPENAI_API_KEY": "sk-SECRETKEY"},
+            ("(CASCADE_URL)", "(OPENAI_API_KEY)"),
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
+def test_a_key_beside_a_password_in_the_url_is_refused_naming_both(
+    other_url: str,
+    command: list[str],
+    flags: list[str],
+    env: dict[str, str],
+    sources: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """httpx sends a URL's user and password as Basic auth in the one Authorization header,
+    and the bearer key was dropped without a word: both given is one line and exit 2, naming
+    where each came from and quoting neither."""
+    url = other_url.replace("http://", "http://ops:TOPSECRET@")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(url=url))
+    assert main([*command, *(f.format(url=url) for f in flags)]) == 2
+    out, err = capsys.readouterr()
+    assert not out and len(err.strip().splitlines()) == 1, err
+    assert "Authorization header" in err and all(s in err for s in sources), err
+    assert "SECRET" not in err, err
+
+
+def test_a_password_in_the_url_alone_is_sent_as_basic_auth(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a key, a reverse proxy's Basic auth in the URL still reaches it."""
+    url = other_url.replace("http://", "http://ops:pw@")
+    assert main(["sessions", "--url", url, "show", "uni"]) == 0
+    assert _NotCascade.authorization == "Basic b3BzOnB3"  # ops:pw
+    assert "uni" in capsys.readouterr().out
