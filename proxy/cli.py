@@ -162,12 +162,14 @@ def _settings(args: argparse.Namespace) -> Settings:
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
             "config": getattr(args, "config", None),
-            "database_url": getattr(args, "database_url", None),
             "allow_unauthenticated": getattr(args, "allow_unauthenticated", None),
         }.items()
         if v is not None
     }
-    return Settings().model_copy(update=overrides).with_default_config()
+    settings = Settings().model_copy(update=overrides).with_default_config()
+    if url := getattr(args, "database_url", None):
+        settings = settings.with_database_url(url, "--database-url")
+    return settings
 
 
 def _port(text: str) -> int:
@@ -208,7 +210,8 @@ def _migrate(settings: Settings) -> int:
     try:
         if not dsn:
             dsn, server = start_embedded(settings.data_dir)
-        applied = asyncio.run(run_migrations(dsn, **pooler_kwargs(settings.db_pooler)))
+        pooler = pooler_kwargs(settings.db_pooler)
+        applied = asyncio.run(run_migrations(dsn, setting=settings.database_source(), **pooler))
     finally:
         if server is not None:
             server.cleanup()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -112,6 +112,18 @@ class Settings(Listen):
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
     embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    _database_url_from: str = PrivateAttr(default="DATABASE_URL")
+
+    def with_database_url(self, url: str, source: str) -> Settings:
+        """These settings with ``database_url`` given by ``source`` (``--database-url``)."""
+        given = self.model_copy(update={"database_url": url})
+        given._database_url_from = source
+        return given
+
+    def database_source(self) -> str:
+        """Where the database comes from, for a message that cannot reach it: the flag or
+        variable that gave ``database_url``, else the embedded server."""
+        return self._database_url_from if self.database_url else "the embedded server"
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

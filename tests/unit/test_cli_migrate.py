@@ -115,3 +115,25 @@ def test_sigterm_or_ctrl_c_during_a_migration_stops_the_embedded_server(
             child.wait()
     # Python's default SIGTERM ends the process without atexit: the server stayed up
     assert stopped.read_text() == "stopped"
+
+
+def test_a_database_it_cannot_reach_is_named_by_where_its_url_came_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal said "(DATABASE_URL)" whatever gave the URL: the flag, which wins over
+    the variable, or the embedded server this command started."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://env:TOPSECRET@127.0.0.1:1/env")
+    assert cli.main(["migrate", "--database-url", "postgresql://flag:TOPSECRET@127.0.0.1:1/f"]) == 2
+    err = capsys.readouterr().err
+    assert "at postgresql://flag:***@127.0.0.1:1/f (--database-url): " in err, err
+    assert "DATABASE_URL" not in err and "TOPSECRET" not in err, err
+    assert cli.main(["migrate"]) == 2
+    assert "at postgresql://env:***@127.0.0.1:1/env (DATABASE_URL): " in capsys.readouterr().err
+    monkeypatch.delenv("DATABASE_URL")
+    server = _Embedded()
+    monkeypatch.setattr(cli, "start_embedded", lambda data_dir: ("postgresql:///x?port=1", server))
+    assert cli.main(["migrate"]) == 2
+    assert server.stopped == 1
+    err = capsys.readouterr().err
+    assert " (the embedded server): " in err and "DATABASE_URL" not in err, err
