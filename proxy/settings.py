@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from proxy import DEFAULT_CONFIG
+
 __all__ = [
     "Listen",
     "Settings",
@@ -23,8 +25,6 @@ __all__ = [
     "OTHER_VARIABLES",
     "unknown_variables",
 ]
-
-DEFAULT_CONFIG = "config/agents.json"
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 """The logging levels uvicorn and the stdlib share; ``CASCADE_LOG_LEVEL`` is read in any case."""

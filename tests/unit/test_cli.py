@@ -14,7 +14,8 @@ import pytest
 
 from proxy import __version__
 from proxy.bus import listen_url
-from proxy.cli import _parser, _settings, main
+from proxy.cli import _parser, main
+from proxy.cli_run import _settings
 from proxy.pgembed import default_data_dir
 from tests.unit.starts import SERVE, START_COMMANDS, run_start
 
