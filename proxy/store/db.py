@@ -380,13 +380,14 @@ async def _reset(conn: asyncpg.Connection) -> None:
     """
 
 
-async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
-    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once."""
+async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any) -> asyncpg.Pool:
+    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once,
+    naming ``setting``, where ``dsn`` came from."""
     kwargs.setdefault("min_size", 1)
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("connection_class", GuardedConnection)
-    outage = Outage(connect)
+    outage = Outage(functools.partial(connect, setting=setting))
     pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=outage.connect, **kwargs)
     outage.arm()
     return pool
