@@ -33,8 +33,9 @@ _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def run_memory(args: argparse.Namespace, url: str, key: str | None) -> int:
-    """Call the memory API for ``args.action`` and print the answer (``call_api``)."""
+def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: str = "") -> int:
+    """Call the memory API for ``args.action`` and print the answer (``call_api``);
+    ``key_from`` names where ``key`` came from."""
     request: tuple[str, str, dict[str, Any], Any]
     if args.action == "ls":
         request = ("GET", "/v1/memory", {"scope": args.scope}, None)
@@ -42,4 +43,6 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None) -> int:
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
     else:
         request = ("DELETE", f"/v1/memory/{args.id}", {}, None)
-    return call_api(args, url, key, request, _RENDER[args.action], command="memory")
+    return call_api(
+        args, url, key, request, _RENDER[args.action], command="memory", key_from=key_from
+    )

@@ -132,7 +132,7 @@ def _sessions(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
+    return (run_memory if args.command == "memory" else run_sessions)(args, url, key, key_from)
 
 
 def _given(args: argparse.Namespace, name: str, flag: str, *variables: str) -> tuple[str, str]:

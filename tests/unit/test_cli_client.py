@@ -96,6 +96,7 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions/uni": (200, {"id": "uni", "model": "模型 → …"}),
         "/v1/sessions/gz": (200, {"id": "gz"}),
         "/v1/memory": (200, {"data": []}),
+        "/v1/sessions/locked": (401, {"error": {"message": "invalid proxy key"}}),
     }
 
     authorization: ClassVar[str | None] = None  # what the last request carried
@@ -156,7 +157,7 @@ def test_a_key_no_header_can_carry_is_one_line_without_the_key(
     logs) as a proxy that cannot be reached, and a non-ASCII one was a traceback."""
     assert main(["sessions", "--url", other_url, "--api-key", key, "ls"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "API key" in err, err
+    assert len(err.strip().splitlines()) == 1 and "the API key (--api-key) has" in err, err
     assert "SECRET" not in err, err
 
 
@@ -272,3 +273,28 @@ def test_a_password_in_the_url_alone_is_sent_as_basic_auth(
     assert main(["sessions", "--url", url, "show", "uni"]) == 0
     assert _NotCascade.authorization == "Basic b3BzOnB3"  # ops:pw
     assert "uni" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "hint"),
+    [
+        ([], {}, "(give the key with --api-key or CASCADE_API_KEY)"),
+        (["--api-key", "sk-SECRET"], {}, "(the key sent came from --api-key)"),
+        ([], {"OPENAI_API_KEY": "sk-SECRET"}, "(the key sent came from OPENAI_API_KEY)"),
+    ],
+)
+def test_a_refused_key_is_named_by_where_it_came_from(
+    other_url: str,
+    flags: list[str],
+    env: dict[str, str],
+    hint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 401 told the user to give the key with --api-key even when one was given there, or
+    when the agent's own OPENAI_API_KEY from the shell was the one sent."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["sessions", "--url", other_url, *flags, "show", "locked"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"cascade-proxy sessions show: 401 invalid proxy key {hint}", err
