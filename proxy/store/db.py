@@ -249,10 +249,13 @@ class Lent:
         await self.give_back()
 
 
-async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.Connection:
-    """asyncpg.connect; a failure is a DatabaseUnavailable. The pool opens its connections
-    through it too, so a request that finds the database gone can be told so (a 503).
-    ``dsn`` may be None, as the pool's connect callback allows: libpq's PG* defaults apply."""
+async def connect(
+    dsn: str | None = None, *args: Any, setting: str = "DATABASE_URL", **kwargs: Any
+) -> asyncpg.Connection:
+    """asyncpg.connect; a failure is a DatabaseUnavailable, whose message names ``setting``,
+    where ``dsn`` came from. The pool opens its connections through it too, so a request
+    that finds the database gone can be told so (a 503). ``dsn`` may be None, as the pool's
+    connect callback allows: libpq's PG* defaults apply."""
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
     except (
@@ -265,7 +268,7 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {where} (DATABASE_URL): {reason}",
+            f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
             getattr(exc, "sqlstate", None),
         ) from None
 
@@ -281,7 +284,7 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
 
 
 async def run_migrations(
-    dsn: str, directory: Path | None = None, **connect_kwargs: Any
+    dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
 ) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
@@ -290,8 +293,9 @@ async def run_migrations(
     transaction-scoped advisory lock, so concurrent replicas serialise, and reads the ledger
     after it: a replica that waited finds the migration applied and skips it. Nothing
     outlives a transaction, so this works through a transaction-mode pooler too.
+    ``setting`` names where ``dsn`` came from, for the refusal when it cannot be reached.
     """
-    conn = await connect(dsn, **connect_kwargs)  # pooler_kwargs: behind a pooler too
+    conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
     applied: list[str] = []
     try:
         async with conn.transaction():
@@ -376,13 +380,14 @@ async def _reset(conn: asyncpg.Connection) -> None:
     """
 
 
-async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
-    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once."""
+async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any) -> asyncpg.Pool:
+    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once,
+    naming ``setting``, where ``dsn`` came from."""
     kwargs.setdefault("min_size", 1)
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("connection_class", GuardedConnection)
-    outage = Outage(connect)
+    outage = Outage(functools.partial(connect, setting=setting))
     pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=outage.connect, **kwargs)
     outage.arm()
     return pool

@@ -54,7 +54,7 @@ async def turning_dsn(round_robin: PgBouncer, db_dsn: str) -> str:
 
 
 async def test_the_migrations_name_the_setting(turning_dsn: str) -> None:
-    """``cascade-proxy migrate`` prints a DatabaseUnavailable as one line (proxy/cli.py)."""
+    """``cascade-proxy migrate`` prints a DatabaseUnavailable as one line (proxy/cli_run.py)."""
     with pytest.raises(PoolerMismatch, match=SETTING) as caught:
         await run_migrations(turning_dsn)
     assert "transaction-mode pooler" in str(caught.value)
