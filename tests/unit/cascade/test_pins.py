@@ -49,10 +49,12 @@ def test_a_cut_marker_names_the_result_at_its_position() -> None:
     assert _handle(text) == "call_0@4"
     assert got.spill is not None and got.spill.tool_call_id == "call_0"  # keyed by the id
     assert got.events[0].data["tool_call_id"] == "call_0"
+    assert got.events[0].data["handle"] == "call_0@4"  # as the marker names it
     assert len(text) <= CUT.max_chars and is_cut_from(text, TEXT)
     # Without a position (an observation: its handle is a hash of its text) the id alone.
     bare = truncate_tool_result(tool("obs_1", TEXT), cfg=CUT, redaction=NO_REDACTION)
     assert _handle(str(bare.message["content"])) == "obs_1"
+    assert bare.events[0].data["handle"] == "obs_1"
 
 
 def test_a_compacted_results_own_handle_is_pinned_too() -> None:
@@ -63,6 +65,21 @@ def test_a_compacted_results_own_handle_is_pinned_too() -> None:
     text = str(got.message["content"])
     assert text.startswith("[compacted losslessly from ") and _handle(text) == "call_0@9"
     assert got.spill is not None and got.spill.tool_call_id == "call_0"
+    assert got.events[0].data["tool_call_id"] == "call_0"
+    assert got.events[0].data["handle"] == "call_0@9"
+
+
+def test_truncation_events_name_each_result_under_a_reused_id_apart() -> None:
+    # A client that numbers its call call_0 every turn: two cut results, one id.
+    cuts = [
+        truncate_tool_result(tool("call_0", TEXT), cfg=CUT, redaction=NO_REDACTION, pos=pos)
+        for pos in (3, 7)
+    ]
+    assert [c.events[0].data["tool_call_id"] for c in cuts] == ["call_0", "call_0"]
+    assert [c.events[0].data["handle"] for c in cuts] == ["call_0@3", "call_0@7"]
+    assert [c.events[0].data["handle"] for c in cuts] == [
+        _handle(str(c.message["content"])) for c in cuts
+    ]
 
 
 def test_an_evicted_results_placeholder_names_it_at_its_position() -> None:
