@@ -181,6 +181,9 @@ def _render(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
         caps = [c for c in (tool_cap, cap) if c is not None]
         clipped = _clip(body, min(caps) if caps else None)
         return f"[tool result{name} id={m.get('tool_call_id')}]\n{clipped}"
+    if role == "function":  # a legacy result: its function's name, as a tool result's tool
+        name = f" {m['name']}" if m.get("name") else ""
+        return f"[function result{name}]\n{_clip(body, cap)}"
     lines = [f"[{role}]"]
     if body:
         lines.append(_clip(body, cap))

@@ -196,6 +196,8 @@ def test_build_prompt_renders_a_legacy_function_call_as_a_tool_call() -> None:
     span = [user("look"), legacy_call("grep", {"q": "needle"}), legacy_result("grep", "hit")]
     body = build_prompt(_plan(span), max_input_tokens=10_000, count=count)[1]["content"]
     assert '[assistant]\n-> function call grep({"q": "needle"})\n' in body
+    # Its result names its function, as a tool result names its tool.
+    assert "[function result grep]\nhit" in body
 
 
 def test_build_prompt_without_previous_says_none() -> None:
