@@ -41,7 +41,7 @@ FETCHROW_RAW_OUTPUT = """
 SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
        m.message, m.created_at, m.redacted, m.placeholder IS NOT NULL AS evicted,
        (r.created_at IS NULL OR r.created_at < m.created_at)
-           AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL
+           AND m.placeholder IS NULL AND m.evicted_at IS NULL
            AND NOT m.redacted AND (m.superseded_at IS NULL OR NOT EXISTS (
                SELECT 1 FROM events e
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
@@ -51,7 +51,7 @@ SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
 LEFT JOIN LATERAL (
-    SELECT message, created_at, redacted, placeholder, evicted_at, trimmed_at, pos, hash,
+    SELECT message, created_at, redacted, placeholder, evicted_at, pos, hash,
            superseded_at FROM messages
     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
     ORDER BY id DESC LIMIT 1
@@ -98,7 +98,10 @@ async def fetchrow_raw_output(
 
 def _sent(row: Any) -> bool:
     """Whether the row's stored body is the whole result: nothing took its place (``whole``:
-    no spill as new as it, no placeholder, trim or redaction), and nothing cut it. A live
+    no spill as new as it, no placeholder or redaction), and nothing cut it. A row the
+    overflow guard trimmed qualifies: the trim only keeps it out of later prompts and leaves
+    its body as stored, and a ``<related_context>`` snippet of it names its id for
+    ``read_tool_output`` to page (``cascade.retrieval``). A live
     row's chain hash tells the last alone: it is over the message the client sent, and a
     cut row holds the cut form (``client_form``), in a branch too, which copies rows but
     not events. A superseded row's previous live row may not be the one its hash continues,

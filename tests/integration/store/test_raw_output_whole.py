@@ -58,3 +58,19 @@ async def test_a_superseded_row_is_judged_by_the_truncation_events(conn: Any) ->
     assert await _read(conn) == WHOLE
     await _truncated_event(conn)
     assert await _read(conn) is None
+
+
+async def test_a_trimmed_row_still_holds_the_whole_result(conn: Any) -> None:
+    # The overflow guard's trim only marks the row out of later prompts: its body stays as
+    # sent, and a retrieval snippet of it names the bare id for read_tool_output to page.
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(HISTORY))
+    await conn.execute(
+        "UPDATE messages SET trimmed_at = now() WHERE tenant = $1 AND session_id = $2 AND pos = 2",
+        T,
+        S,
+    )
+    assert await _read(conn) == WHOLE
+    pinned = await raw_outputs.fetchrow_raw_output(
+        conn, tenant=T, session_id=S, tool_call_id="c1@2"
+    )
+    assert pinned == WHOLE  # as the pinned handle reads it
