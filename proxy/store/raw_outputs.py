@@ -3,7 +3,7 @@
 A result cut at ingestion is spilled here. An evicted result needs no copy: its row keeps
 the body beside the placeholder (migration 0008), and :func:`fetchrow_raw_output` reads it
 from there, as it reads a result never cut from its message, when no spilled row is as new.
-A pointer's handle (``cascade.handles.pin``: id and position) reads that row's own result
+A pointer's handle (``cascade.pins.pin``: id and position) reads that row's own result
 instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.handles import unpin
+from proxy.cascade.pins import unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8, is_cut_from_capped
 from proxy.cascade.types import Spill
@@ -72,7 +72,7 @@ async def fetchrow_raw_output(
     message, evicted (kept beside its placeholder) or never cut (the whole of it). None
     when there is none, or when that result was cut or cleared with no copy kept
     (redacted, or cut with ``persistRaw`` off; its message holds less than the result): an
-    older result under the id is not it. A pointer's handle (``handles.pin``,
+    older result under the id is not it. A pointer's handle (``pins.pin``,
     ``<id>@<position>``) reads the result at that position instead (``_fetch_pinned``),
     whatever came under the id since. ``{"content", "original_bytes", "capped"}``; the
     text the client sent, NULs included (``nul``)."""

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from proxy.cascade.eviction import PLACEHOLDER_PREFIX
-from proxy.cascade.handles import unpin
+from proxy.cascade.pins import unpin
 from proxy.cascade.redaction import compile_patterns, redact, redact_message
 from proxy.embeddings import embedding_text
 from proxy.history import canonical_message

@@ -3,7 +3,7 @@ client reused its tool call ids. Some clients number their calls ``call_0`` ever
 truncation marker and the eviction placeholder named the bare id, and ``read_tool_output``
 (and the tool-outputs API) read that id's newest result: an older result's marker, frozen
 when it was written, then read back a newer result's text, silently. Each now names its
-result's pinned handle (``handles.pin``: ``call_0@<position>``), which reads that result's own
+result's pinned handle (``pins.pin``: ``call_0@<position>``), which reads that result's own
 bytes: cut (its spill, capped or not), evicted (its body), in a branch too; the bare id still
 reads the newest result."""
 

@@ -9,9 +9,9 @@ import re
 from typing import Any
 
 from proxy.cascade.eviction import PLACEHOLDER_PREFIX, drop_placeholder_handle, evict
-from proxy.cascade.handles import drop_handles, pin
+from proxy.cascade.handles import drop_handles
 from proxy.cascade.observations import observation_id
-from proxy.cascade.pins import names
+from proxy.cascade.pins import names, pin
 from proxy.cascade.truncation import (
     cap_utf8,
     drop_cut_handle,
