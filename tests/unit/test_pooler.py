@@ -7,11 +7,13 @@ import asyncio
 import logging
 from typing import Any, cast
 
+import asyncpg
 import pytest
 
 from proxy.bus import EventBus, listen_url
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, create_pool, pooler_kwargs
+from proxy.store.pooler import unnamed_pooler
 
 POOLED = "postgresql://cascade@pgbouncer:6432/cascade"
 DIRECT = "postgresql://cascade@db:5432/cascade"
@@ -78,3 +80,16 @@ async def test_the_pools_connections_name_where_the_url_came_from(setting: str) 
     said = str(refused.value)
     assert f"postgresql://u:***@127.0.0.1:1/x ({setting}): " in said, said
     assert "DATABASE_URL" not in said
+
+
+def test_the_pooler_message_names_where_the_url_came_from() -> None:
+    lost = asyncpg.exceptions.InvalidSQLStatementNameError('prepared statement "s" does not exist')
+    flag = unnamed_pooler(lost, "--database-url")
+    assert flag is not None and flag.startswith("--database-url looks like a transaction-mode")
+    assert "DATABASE_URL" not in flag  # DATABASE_LISTEN_URL, the advice, is another name
+    env = unnamed_pooler(lost, "DATABASE_URL")
+    assert env is not None and env.startswith("DATABASE_URL looks like a transaction-mode")
+    # A request's statement, whose connection does not know where its URL came from.
+    served = unnamed_pooler(lost)
+    assert served is not None and served.startswith("The database URL looks like a transaction")
+    assert unnamed_pooler(asyncpg.exceptions.UniqueViolationError("dup"), "DATABASE_URL") is None
