@@ -138,7 +138,8 @@ def check_related(
             assert pos < len(history), f"{where}: hit on message {pos} of {len(history)}"
             target = history[pos]
             if who.startswith("tool result of "):
-                assert target.get("tool_call_id") == who.removeprefix("tool result of "), where
+                handle = f"{target.get('tool_call_id')}@{pos}"
+                assert who.removeprefix("tool result of ") == handle, where
             else:
                 assert target.get("role") == who, f"{where}: hit {pos} is {target.get('role')}"
             body = embedding_text(redact_message(target, _PATTERNS)[0])
