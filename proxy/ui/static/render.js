@@ -138,7 +138,8 @@ export function rawHandle(row) {
 }
 
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
-// back (cut at ingestion or evicted).
+// back (cut at ingestion or evicted). A redacted one cannot: its secret is never stored, so
+// no copy of it is kept and the tool-outputs endpoint answers 404 for it.
 export function renderMessage(row, onPage, folded = false) {
   const m = row.message || {};
   const marks = [];
@@ -158,7 +159,7 @@ export function renderMessage(row, onPage, folded = false) {
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
   el("pre", { class: "body", text: contentText(m.content) }), ...calls);
-  if ((row.truncated || row.evicted) && row.tool_call_id) {
+  if ((row.truncated || row.evicted) && row.tool_call_id && !row.redacted) {
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
       text: "Show the raw output", onclick: () => onPage(row, li) }));
   }
