@@ -156,13 +156,12 @@ async def list_messages(
         limit=limit,
         offset=offset,
     )
+    spilled = await client_form.fetch_spilled_cuts(
+        conn, tenant=tenant, session_id=session_id, rows=rows
+    )
     cut = [_cut_observation(r) for r in rows]  # the prompt form says which
     if sent_form:
         rows = await _as_sent(conn, tenant, session_id, rows)
-    call_ids = [nul.decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
-    spilled = await usage.fetch_spilled_ids(
-        conn, tenant=tenant, session_id=session_id, tool_call_ids=call_ids
-    )
     return {
         "object": "list",
         "data": [
@@ -173,8 +172,7 @@ async def list_messages(
                 "tool_call_id": None
                 if r["tool_call_id"] is None
                 else nul.decode(r["tool_call_id"]),
-                "truncated": is_cut
-                or (r["tool_call_id"] is not None and nul.decode(r["tool_call_id"]) in spilled),
+                "truncated": is_cut or was_spilled,
                 "tokens": r["tokens"],
                 "source": r["source"],
                 "redacted": r["redacted"],
@@ -183,7 +181,7 @@ async def list_messages(
                 "superseded": r["superseded_at"] is not None,
                 "created_at": _iso(r["created_at"]),
             }
-            for r, is_cut in zip(rows, cut, strict=True)
+            for r, is_cut, was_spilled in zip(rows, cut, spilled, strict=True)
         ],
     }
 
