@@ -150,7 +150,8 @@ export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
 
 // The session's event stream, reconnecting with Last-Event-ID until signal aborts. A 404
 // (a deleted session, or one not started yet) ends it: onState("gone"), and no more requests
-// until the caller follows again. A failure (a 5xx, the network, a stream cut) reconnects
+// until the caller follows again. So does a 403 (the key may not use the session's agent,
+// which no retry changes): onState("forbidden", err). A failure (a 5xx, the network, a stream cut) reconnects
 // after a pause that doubles from RETRY_MS up to RETRY_MAX_MS; one that went live resets it.
 export const RETRY_MS = 1000;
 export const RETRY_MAX_MS = 30000;
@@ -165,6 +166,7 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
       const resp = await fetch(`/v1/sessions/${encodeURIComponent(sessionId)}/events`,
         { headers: h, signal });
       if (resp.status === 404) { onState("gone"); return; }
+      if (resp.status === 403) { onState("forbidden", await failure(resp)); return; }
       if (!resp.ok) throw await failure(resp);
       onState("live");
       wait = RETRY_MS;

@@ -59,7 +59,7 @@ export class SessionView {
   // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
   // lost deltas meanwhile, so it ends, and the stored messages show what was stored. A 404
   // ends the stream: the view shows the session as not found, and follows again once a load
-  // finds it (the composer's first message started it).
+  // finds it (the composer's first message started it). A 403 (this key may not) ends it.
   follow() {
     if (this.following) return;
     this.following = true;
@@ -67,10 +67,10 @@ export class SessionView {
     let again = false; // the stream was open before: this is a reconnection
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
-        if (state === "gone") {
+        if (state === "gone" || state === "forbidden") {
           this.following = false;
           if (lost) { lost.remove(); lost = null; }
-          this.refresh();
+          if (state === "gone") this.refresh();
         }
         if (state === "live") {
           if (again) this.live.end();
