@@ -60,7 +60,8 @@ async def list_sessions(
     agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The tenant's sessions (with ``agents``, only theirs), latest activity first, each with
-    its model's context limit (what the console's occupancy bar is drawn against)."""
+    its occupancy as ``show_session`` gives it and its model's context limit (what the
+    console's occupancy bar is drawn against)."""
     rows = await sessions.fetch_sessions(
         conn, tenant=tenant, limit=limit, offset=offset, agents=agents
     )
@@ -70,6 +71,7 @@ async def list_sessions(
             {k: _iso(v) for k, v in dict(r).items()}
             | {
                 "message_count": r["head_len"],
+                "occupancy": _occupancy(r),
                 "context_limit": cfg.model_limits(r["model"] or "").context_limit,
             }
             for r in rows
@@ -81,9 +83,7 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
     """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
     row = await _require(conn, tenant, session_id)
     limits = cfg.model_limits(row["model"] or "")
-    occupancy = row["last_prompt_tokens"]
-    if occupancy is None and row["last_estimate"] is not None:
-        occupancy = round(row["last_estimate"] * row["calibration"])
+    occupancy = _occupancy(row)
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     split = await usage.fetch_usage_split(
         conn,
@@ -121,6 +121,15 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
             "created_at": _iso(summary["created_at"]),
         },
     }
+
+
+def _occupancy(row: Mapping[str, Any]) -> int | None:
+    """The provider's count of the last prompt; without one (a provider that reports no
+    usage), the proxy's estimate of it, calibrated."""
+    tokens: int | None = row["last_prompt_tokens"]
+    if tokens is None and row["last_estimate"] is not None:
+        tokens = round(row["last_estimate"] * row["calibration"])
+    return tokens
 
 
 def _usage(split: Mapping[str, int], summary_tokens: int, calibration: float) -> dict[str, int]:
