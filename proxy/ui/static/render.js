@@ -137,6 +137,18 @@ export function rawHandle(row) {
   return row.role === "tool" ? `${row.tool_call_id}@${row.pos}` : row.tool_call_id;
 }
 
+// What the raw-output button says of what was paged back ({text, next, total, capped,
+// original}): the next page to read, or that all is shown; when the proxy's copy was capped
+// (`rawCapBytes`), that it holds only the first bytes of the result, not all of it.
+export function rawStatus(shown) {
+  if (shown.next < shown.total) {
+    return `Next page (${num(shown.next)} of ${num(shown.total)} characters shown)`;
+  }
+  if (!shown.capped) return "All shown";
+  const kept = new TextEncoder().encode(shown.text).length;
+  return `All the proxy kept is shown: the first ${num(kept)} of ${num(shown.original)} bytes`;
+}
+
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion or evicted). A redacted one cannot: its secret is never stored, so
 // no copy of it is kept and the tool-outputs endpoint answers 404 for it.

@@ -4,7 +4,7 @@
 import { api, chatStream, followEvents } from "./api.js";
 import { LiveView } from "./live.js";
 import {
-  el, handoffText, num, rawHandle, renderMessage, renderSummary, renderUsage,
+  el, handoffText, num, rawHandle, rawStatus, renderMessage, renderSummary, renderUsage,
 } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -190,7 +190,8 @@ export class SessionView {
     try {
       const out = await api.toolOutput(this.id, id, shown.next, PAGE_CHARS);
       const { text, end } = unwrapPage(out.page, shown.next);
-      this.raw.set(id, { text: shown.text + text, next: end, total: out.total_chars });
+      this.raw.set(id, { text: shown.text + text, next: end, total: out.total_chars,
+        capped: out.capped, original: out.original_bytes });
       const current = $("message-list").querySelector(`[data-pos="${row.pos}"]`) || li;
       this.showRaw(current, id);
     } catch (err) {
@@ -208,10 +209,8 @@ export class SessionView {
     }
     pre.textContent = shown.text;
     const button = li.querySelector("[data-testid=raw-page]");
-    const more = shown.next < shown.total;
-    button.textContent = more
-      ? `Next page (${num(shown.next)} of ${num(shown.total)} characters shown)` : "All shown";
-    button.disabled = !more;
+    button.textContent = rawStatus(shown);
+    button.disabled = shown.next >= shown.total;
   }
 
   // The history to resend, as the client sent it (a cut or evicted result in full): the
