@@ -45,10 +45,10 @@ export class SessionView {
 
   open() {
     $("session-title").textContent = this.id;
-    $("session-meta").textContent = "";
-    $("message-list").replaceChildren();
-    $("assistant-message").textContent = "";
-    $("status-line").textContent = "";
+    // nothing of the session shown before stays, whatever this one's load answers
+    for (const id of ["session-meta", "message-list", "assistant-message", "status-line",
+      "usage-text", "usage-bar", "usage-legend", "summary"]) $(id).replaceChildren();
+    $("usage-reclaimed").hidden = true;
     $("composer-model").value = "";
     this.refresh();
     this.follow();

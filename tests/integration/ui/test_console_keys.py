@@ -1,6 +1,7 @@
 """The console with a proxy key limited to some agents: it lists only their sessions, and a
 session of another agent (a link, a typed id) is refused once, said once, and not asked
-again: its event stream answers 403 to every try, which no reconnect changes.
+again: its event stream answers 403 to every try, which no reconnect changes. Nothing of the
+session viewed before stays on the page under the refused one's title.
 
 The ``console`` fixture checks that the page raised no error and asked no host but the proxy.
 """
@@ -68,8 +69,14 @@ def test_a_limited_key_is_refused_another_agents_session_once(
     assert [
         r.get_attribute("data-session-id") for r in page.get_by_test_id("session-row").all()
     ] == ["ours"]
+    page.get_by_test_id("session-row").first.click()
+    page.get_by_test_id("usage-text").filter(has_text="/ 8,000 tokens").wait_for()
     page.goto(f"{console.origin}/ui#/s/theirs")
     page.get_by_test_id("toast").filter(has_text="may not use session 'theirs'").first.wait_for()
+    # nothing of the session shown before stays under this one's title
+    assert page.get_by_test_id("usage-text").inner_text() == ""
+    assert page.get_by_test_id("usage-bar").locator(".seg").count() == 0
+    assert page.get_by_test_id("summary").inner_text() == ""
     page.wait_for_timeout(3500)  # a retry would have come after 1 s, then 2
     events = [u for u in console.urls if u.endswith("/v1/sessions/theirs/events")]
     assert len(events) == 1, events
