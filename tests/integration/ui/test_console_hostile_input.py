@@ -1,6 +1,7 @@
 """The console against text a client chose: markup stored in a message, a tool call (its id,
 name and arguments) and a role is shown as text, never run. The page builds its DOM with
-``textContent`` only, and its CSP allows no inline script; this keeps it so."""
+``textContent`` only, and its CSP allows no inline script; this keeps it so. Text with no
+place to break wraps inside its column instead of widening the page."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
 from tests.integration.ui.test_console import api, sign_in
+from tests.integration.ui.test_console_audit import spills_over
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,3 +73,34 @@ def test_a_cut_result_whose_id_holds_a_slash_pages_back(
     cut.locator("[data-mark=truncated]").wait_for()
     cut.get_by_test_id("raw-page").click()
     cut.get_by_test_id("raw-output").filter(has_text="slash line 0000").wait_for()
+
+
+def test_long_unbroken_text_wraps_in_its_column(console: Page, console_proxy: ProxyServer) -> None:
+    # a client's text with no place to break: a tool call's arguments, its id, the model name
+    blob, call_id, model = "A" * 3000, "c" * 300, "m" * 300
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "apply", "arguments": f'{{"patch":"{blob}"}}'},
+    }
+    with api(console_proxy) as h:
+        resp = h.post(
+            "/s/wide/v1/chat/completions",
+            json={
+                "model": model,
+                "messages": [
+                    {"role": "user", "content": "go"},
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+                ],
+            },
+        )
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/wide")
+    page.locator("[data-testid=message]").nth(3).wait_for()
+    assert not spills_over(page)
+    column = page.locator(".col-main").bounding_box()
+    assert column
+    for node in page.locator(".msg").all():
+        box = node.bounding_box()
+        assert box and box["x"] + box["width"] <= column["x"] + column["width"] + 1
