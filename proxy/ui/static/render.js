@@ -149,6 +149,13 @@ export function rawStatus(shown) {
   return `All the proxy kept is shown: the first ${num(kept)} of ${num(shown.original)} bytes`;
 }
 
+// What a row's paged-back output is kept under: its handle, and the row's creation time,
+// since a result that replaces it at its position (the client sent the history again with
+// another result there, under the same id) has the same handle and text of its own.
+export function rawKey(row) {
+  return `${rawHandle(row)} ${row.created_at}`;
+}
+
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion or evicted). A redacted one cannot: its secret is never stored, so
 // no copy of it is kept and the tool-outputs endpoint answers 404 for it.

@@ -4,7 +4,7 @@
 import { api, chatStream, followEvents } from "./api.js";
 import { LiveView } from "./live.js";
 import {
-  el, handoffText, num, rawHandle, rawStatus, renderMessage, renderSummary, renderUsage,
+  el, handoffText, num, rawHandle, rawKey, rawStatus, renderMessage, renderSummary, renderUsage,
 } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -22,7 +22,7 @@ export class SessionView {
     this.suggestion = null;
     this.asking = null; // the lookup of the suggestions waiting (askMemory)
     this.askAgain = false;
-    this.raw = new Map(); // a row's rawHandle -> what was paged back
+    this.raw = new Map(); // a row's rawKey -> what was paged back
     this.handoff = null; // the toast of this session's handoff nudge
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.following = false; // the event stream is open or reconnecting
@@ -156,7 +156,7 @@ export class SessionView {
       const folded = row.pos < boundary && row.role !== "system" && row.role !== "developer";
       const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
       if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
-        this.showRaw(li, rawHandle(row));
+        this.showRaw(li, rawKey(row));
       }
       return li;
     }));
@@ -185,22 +185,22 @@ export class SessionView {
   // the agent's maxChars; its header says which characters it holds). What was paged back
   // is kept here, so a refresh of the list does not lose it.
   async pageBack(row, li) {
-    const id = rawHandle(row);
-    const shown = this.raw.get(id) || { text: "", next: 0, total: 0 };
+    const key = rawKey(row);
+    const shown = this.raw.get(key) || { text: "", next: 0, total: 0 };
     try {
-      const out = await api.toolOutput(this.id, id, shown.next, PAGE_CHARS);
+      const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PAGE_CHARS);
       const { text, end } = unwrapPage(out.page, shown.next);
-      this.raw.set(id, { text: shown.text + text, next: end, total: out.total_chars,
+      this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
         capped: out.capped, original: out.original_bytes });
       const current = $("message-list").querySelector(`[data-pos="${row.pos}"]`) || li;
-      this.showRaw(current, id);
+      this.showRaw(current, key);
     } catch (err) {
       this.ui.handleError(err, "Could not page the output back");
     }
   }
 
-  showRaw(li, id) {
-    const shown = this.raw.get(id);
+  showRaw(li, key) {
+    const shown = this.raw.get(key);
     if (!shown) return;
     let pre = li.querySelector("[data-testid=raw-output]");
     if (!pre) {
