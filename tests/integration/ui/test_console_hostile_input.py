@@ -108,3 +108,17 @@ def test_long_unbroken_text_wraps_in_its_column(console: Page, console_proxy: Pr
         }"""
     )
     assert wider == 0
+
+
+def test_a_toast_with_long_unbroken_text_stays_on_screen_and_closes(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    page.goto(f"{console.origin}/ui#/s/{'x' * 200}%2Fy")  # not an id: a toast quotes it
+    toast = page.get_by_test_id("toast").filter(has_text="is not a session id")
+    toast.wait_for()
+    box = toast.bounding_box()
+    assert box and box["x"] + box["width"] <= page.viewport_size["width"]
+    toast.get_by_role("button", name="Close").click()  # within reach
+    toast.wait_for(state="detached")
