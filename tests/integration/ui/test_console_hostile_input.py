@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import Model, briefing
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, sign_in
+from tests.integration.ui.test_console import api, inject, sign_in
 from tests.integration.ui.test_console_audit import spills_over
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,3 +124,30 @@ def test_a_toast_with_long_unbroken_text_stays_on_screen_and_closes(
     assert box and box["x"] + box["width"] <= page.viewport_size["width"]
     toast.get_by_role("button", name="Close").click()  # within reach
     toast.wait_for(state="detached")
+
+
+def test_long_unbroken_text_wraps_in_the_summary_and_the_memory_prompt(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    chatter = [
+        m
+        for i in range(6)
+        for m in (
+            {"role": "user", "content": f"Question {i} " * 25},
+            {"role": "assistant", "content": f"Answer {i} " * 25},
+        )
+    ]
+    fake_upstream.default = Model(brief=lambda _: briefing(f"- /src/{'p' * 400}.py"))
+    _chat(console_proxy, "side", [*chatter, {"role": "user", "content": "go"}])
+    with api(console_proxy) as h:
+        assert h.post("/v1/sessions/side/compact").json()["compacted"]
+    fact = f"https://example.com/{'q' * 300}"
+    inject(db_dsn, "side", "memory.suggestion", {"suggestion_id": "s-long", "facts": [fact]})
+    page = sign_in(console, "#/s/side")
+    page.get_by_test_id("summary").locator("h3").first.wait_for()
+    page.get_by_test_id("memory-prompt").wait_for()
+    assert not spills_over(page)
+    assert page.evaluate(
+        """() => [...document.querySelectorAll("#summary, #memory-prompt")]
+                   .every((n) => n.scrollWidth <= n.clientWidth)"""
+    )
