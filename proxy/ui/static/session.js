@@ -311,6 +311,7 @@ export class SessionView {
         this.live.end();
         this.refresh();
         break;
+      case "session.reset": this.raw.clear(); // its raw outputs went with it; reload it too
       case "context.truncated":
       case "context.trimmed":
       case "context.evicted": // not toasted: routine, and the panel shows it
