@@ -19,6 +19,7 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
+from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
 from proxy.services.client_watch import ClientWatch
@@ -124,9 +125,12 @@ async def reset_session(
     tenant: TenantDep,
 ) -> dict[str, Any]:
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        return await svc.reset_session(
+        out = await svc.reset_session(
             pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
         )
+    # the session's open streams (a console showing the history just forgotten) are told
+    await bus.publish(pool, tenant=tenant, session_id=session_id, name=SESSION_RESET, data={})
+    return out
 
 
 @router.delete("/{session_id}")
