@@ -137,7 +137,7 @@ def _ls(body: dict[str, Any]) -> str:
             s.get("agent"),
             s.get("model"),
             s.get("message_count"),
-            s.get("last_prompt_tokens"),
+            s.get("occupancy"),
             s.get("reclaimed_tokens"),
             s.get("updated_at"),
         )
@@ -145,7 +145,7 @@ def _ls(body: dict[str, Any]) -> str:
     ]
     if not rows:
         return "no sessions (for this API key)"
-    return table(("ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED", "UPDATED"), rows)
+    return table(("ID", "AGENT", "MODEL", "MESSAGES", "OCCUPANCY", "RECLAIMED", "UPDATED"), rows)
 
 
 def _show(body: dict[str, Any]) -> str:
