@@ -124,3 +124,15 @@ def test_the_environment_table_states_the_settings_defaults() -> None:
             assert stated == default, row[1]
         checked[row[1]] = stated
     assert {"MAX_BODY_BYTES", "POOL_MAX_SIZE", "LEASE_TTL_SECONDS", "LOG_LEVEL"} <= set(checked)
+
+
+def test_the_transient_events_readme_names_are_the_transient_ones() -> None:
+    """The event stream's paragraph names every transient event; the Decisions' bullet on
+    replay names those without a bullet of their own (the delta's follows it)."""
+    stream = README.split(" are transient (no `id:`")[0].rsplit(". ", 1)[1]
+    assert set(re.findall(r"`([\w.]+)`", stream)) == types.TRANSIENT_EVENTS
+    replay = re.search(r"Nor are the transient (.*?) \(DESIGN §6\)", README)
+    assert replay is not None
+    named = set(re.findall(r"`([\w.]+)`", replay[1]))
+    assert named == types.TRANSIENT_EVENTS - {types.MESSAGE_DELTA_APPENDED}
+    assert f"**`{types.MESSAGE_DELTA_APPENDED}`** (transient" in README
