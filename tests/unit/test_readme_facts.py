@@ -20,6 +20,7 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
+from proxy.services.incoming import GUESS_NEW_SESSION_MAX
 from proxy.settings import Settings
 
 TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
@@ -60,6 +61,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"real/estimated ratio plus {round((GUARD_MARGIN - 1) * 100)}%",
         f"over {MAX_FACT_CHARS} characters",
         f"cut at about {MEMORY_MAX_TOKENS} tokens",
+        f"when the client sends at most {GUESS_NEW_SESSION_MAX} messages",
         f"at most `summarize.ledgerCap` ({SummarizeConfig().ledger_cap})",
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default
@@ -136,3 +138,12 @@ def test_the_transient_events_readme_names_are_the_transient_ones() -> None:
     named = set(re.findall(r"`([\w.]+)`", replay[1]))
     assert named == types.TRANSIENT_EVENTS - {types.MESSAGE_DELTA_APPENDED}
     assert f"**`{types.MESSAGE_DELTA_APPENDED}`** (transient" in README
+
+
+def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
+    perf = (Path(__file__).parents[2] / "docs" / "perf.md").read_text(encoding="utf-8")
+    headings = [line.lstrip("#").strip() for line in perf.splitlines() if line.startswith("#")]
+    cited = re.findall(r'docs/perf\.md[,:;]? ((?:"[^"]+"(?:,| and| or)? ?)+)', README)
+    quoted = [q for group in cited for q in re.findall(r'"([^"]+)"', group)]
+    assert "a freed session wakes its waiter" in quoted
+    assert [q for q in quoted if not any(q in h for h in headings)] == []
