@@ -4,6 +4,7 @@ silently wrong."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
+from proxy.bus import WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.lossless import MAX_OCCURRENCES
 from proxy.cascade.memory import MAX_FACT_CHARS
@@ -20,8 +23,21 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
+from proxy.services.chaincache import ChainCache
+from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
+from proxy.services.ingestmemo import IngestMemo
+from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
+from proxy.store.leases import POLL_MAX_SECONDS
+
+
+def _default(cls: type, name: str) -> int:
+    """The default of keyword ``name`` of ``cls``'s constructor."""
+    default = inspect.signature(cls).parameters[name].default
+    assert isinstance(default, int)
+    return default
+
 
 TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 LINES = TEXT.splitlines()
@@ -62,6 +78,15 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"over {MAX_FACT_CHARS} characters",
         f"cut at about {MEMORY_MAX_TOKENS} tokens",
         f"when the client sends at most {GUESS_NEW_SESSION_MAX} messages",
+        f"refreshed every {WATCH_TTL / 3:g} s; a dead replica's rows expire after {WATCH_TTL:g} s",
+        f"re-read the events table every {CATCH_UP_SECONDS:g} s",
+        f"as final only {SETTLE_SECONDS:g} s after it was written",
+        f"at most one per {FLUSH_INTERVAL * 1000:g} ms",
+        f"is waited for (at most {FINAL_WAIT:g} s)",
+        f"the bound stays {POLL_MAX_SECONDS:g} s (the longest pause between tries)",
+        f"up to {_default(ResentBodies, 'max_bytes') >> 20} MB of bodies in all",
+        f"holds up to {_default(ChainCache, 'max_chars') // 10**6} million characters",
+        f"up to {_default(IngestMemo, 'max_chars') // 10**6} million characters per replica",
         f"at most `summarize.ledgerCap` ({SummarizeConfig().ledger_cap})",
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default
