@@ -1,4 +1,4 @@
-"""A session's leases: who runs a request on it, or compacts it, and until when (migration 0015).
+"""A session's leases: who runs a request on it, or compacts it, and until when (migration 0016).
 
 A lease is two columns on the session row, an owner and an expiry on the database's clock,
 taken and released by short statements, so holding one holds no connection. A chat request's
