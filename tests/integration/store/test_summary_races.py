@@ -6,6 +6,10 @@ which commits after the invalidation read the table would leave a valid summary 
 superseded span. The insert in flight is held open in a transaction (its check done, its
 row written, not committed), which is that statement's window made wide; every wait is on
 the database's own lock view, never a sleep of a guessed length.
+
+The session's positions 19 and 20 are trimmed, as the overflow guard leaves the oldest
+rounds after a boundary: a summary up to 21 then has its last folded message at 18, and an
+edit there, between that message and the boundary, must count as one the summary folded.
 """
 
 from __future__ import annotations
@@ -152,3 +156,30 @@ async def test_an_insert_during_an_edit_writes_nothing(
         await waiting_or_done(watcher, landed)
     assert await landed is None
     assert await summaries.fetch_summaries(a, tenant=T, session_id=S) == []
+
+
+async def test_an_edit_among_the_trimmed_rows_before_the_boundary_discards_the_summary(
+    conns: Any,
+) -> None:
+    """An edit while the fast model works, at a trimmed position between the last folded
+    message and the boundary: the last folded message is untouched, so its hash alone
+    passes, but the edit's own messages there would lie behind the summary, in no prompt."""
+    a, b, _ = conns
+    await chat(b, history(30, edited=20))
+    assert await insert(a, 18) is None
+    assert await summaries.fetch_summaries(a, tenant=T, session_id=S) == []
+
+
+async def test_a_last_folded_message_trimmed_meanwhile_still_takes_the_summary(
+    conns: Any,
+) -> None:
+    """The guard trims the oldest rounds of the window, the ones a compaction folds: one
+    trimmed while the fast model works is still the same message, the span intact."""
+    a, _, _ = conns
+    await a.execute(
+        "UPDATE messages SET trimmed_at = now() WHERE tenant = $1 AND session_id = $2 AND pos = 18",
+        T,
+        S,
+    )
+    assert await insert(a, 18) == 1
+    assert await valid_over_superseded(a) == []
