@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -43,10 +44,12 @@ drop id n when n committed a moment later. Every event is written by one short s
 
 class _Cursor:
     """What one stream has sent: every event up to ``mark`` (or it never will exist), and
-    the ids above it in ``sent``; ``gone`` once a read found the session deleted."""
+    the ids above it in ``sent``; ``gone`` once a read found the session deleted, or
+    another made under its id (``created_at``, the one the stream was opened on)."""
 
-    def __init__(self, after: int) -> None:
+    def __init__(self, after: int, created_at: datetime) -> None:
         self.mark = after
+        self.created_at = created_at
         self.sent: set[int] = set()
         self.gone = False
 
@@ -68,6 +71,7 @@ class _Cursor:
                 tenant=tenant,
                 session_id=session_id,
                 after_id=after_id,
+                created_at=self.created_at,
                 settle_seconds=SETTLE_SECONDS,
             )
             if rows is None:
@@ -103,7 +107,7 @@ async def _lost(request: Request, pool: Any, tenant: str, session_id: str) -> bo
 
 
 async def _stream(
-    request: Request, pool: Any, bus: EventBus, tenant: str, session_id: str, after: int
+    request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribe first, then replay, so nothing published in between is missed or doubled.
 
@@ -116,13 +120,16 @@ async def _stream(
 
     The stream ends, the server closing it, once its session is deleted: at once when the
     bus says so (``SESSION_GONE``, from any replica), else at the next catch-up, which
-    finds no session. A client that reconnects (an ``EventSource`` does) gets the 404 of a
-    missing session. No frame says why: the 404 does. It ends the same way, before its next
+    finds no session, or one made again under the id since (``session``: tenant, id and
+    the ``created_at`` of the session the stream was opened on). A client that reconnects
+    (an ``EventSource`` does) gets the 404 of a missing session (or a stream of the new
+    one). No frame says why: the reconnect does. It ends the same way, before its next
     frame or catch-up, once its key no longer reaches the session (``_lost``): the
     reconnect is then a 401 or a 403.
     """
+    tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
-        cursor = _Cursor(after)
+        cursor = _Cursor(after, created_at)
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
         loop = asyncio.get_running_loop()
@@ -149,10 +156,12 @@ async def _stream(
 async def session_events(
     session_id: SessionIdDep, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
 ) -> EventSourceResponse:
-    if await sessions.fetchrow_session(pool, tenant=tenant, session_id=session_id) is None:
+    row = await sessions.fetchrow_session(pool, tenant=tenant, session_id=session_id)
+    if row is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
+    session = (tenant, session_id, row["created_at"])
     return EventSourceResponse(
-        _stream(request, pool, bus, tenant, session_id, _after(request)), sep="\n", ping=15
+        _stream(request, pool, bus, session, _after(request)), sep="\n", ping=15
     )
 
 

@@ -11,6 +11,8 @@ import asyncpg
 from proxy.store.nul import encode_json
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from proxy.store.db import Executor
 
 __all__ = [
@@ -109,7 +111,7 @@ FROM sessions s LEFT JOIN LATERAL (
     SELECT id, name, data, created_at FROM events
     WHERE tenant = $1 AND session_id = $2 AND id > $3 ORDER BY id LIMIT $4
 ) e ON true
-WHERE s.tenant = $1 AND s.id = $2
+WHERE s.tenant = $1 AND s.id = $2 AND s.created_at = $6
 ORDER BY e.id
 """
 
@@ -120,14 +122,21 @@ async def fetch_session_events_after(
     tenant: str,
     session_id: str,
     after_id: int,
+    created_at: datetime,
     limit: int = 1000,
     settle_seconds: float = 10.0,
 ) -> list[asyncpg.Record] | None:
     """:func:`fetch_events_after`, or None when the session no longer exists: an open
     stream's periodic read also learns that its session was deleted, in the same statement,
-    should the bus's word of it not reach it (``api.events``)."""
+    should the bus's word of it not reach it (``api.events``).
+
+    ``created_at`` is the session's as the stream found it when it opened: a session made
+    again under the same id since (the delete unheard, the id reused before this read) has
+    another, and counts as gone too, so the stream does not carry on into its events. The
+    column is ``now()`` when the row is made (never updated): a session made again under
+    the id is made after the old one was, so it has a later one."""
     rows = await conn.fetch(
-        FETCH_SESSION_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds
+        FETCH_SESSION_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds, created_at
     )
     if not rows:
         return None

@@ -39,9 +39,14 @@ INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, con
                        model)
 SELECT $1, $2, coalesce((SELECT max(version) FROM summaries
                          WHERE tenant = $1 AND session_id = $2), 0) + 1, $3, $4, $5, $6, $7
-WHERE ($4::text IS NULL OR $4 = (
-    SELECT hash FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
-      AND pos < $3 AND hash = $4 ORDER BY pos DESC LIMIT 1))
+WHERE ($4::text IS NULL OR ((
+    SELECT pos FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
+      AND pos < $3 AND hash = $4 ORDER BY pos DESC LIMIT 1) >= coalesce((
+    SELECT max(pos) FROM messages WHERE tenant = $1 AND session_id = $2
+      AND superseded_at IS NULL AND trimmed_at IS NULL AND pos < $3), -1)
+  AND EXISTS (
+    SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
+      AND pos = $3 - 1 FOR SHARE)))
   AND ($8::uuid IS NULL OR EXISTS (
     SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $8))
 RETURNING version
@@ -67,10 +72,22 @@ async def insert_summary(
     whole prefix before it, so one live row with that hash proves the folded span is intact.
     That row sits just below ``boundary`` (only trimmed rows can lie between), so the check
     reads positions downwards from there (no index on ``messages`` leads with the hash).
+    The rows between must still be trimmed ones (no live untrimmed row lies past it): an
+    untrimmed one there is a message an edit stored since, which the summary's boundary
+    would hide from every prompt. Both reads go downwards from ``boundary`` too.
 
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.
     ``content`` and ``model`` are stored through ``nul.encode`` (a model can echo a NUL).
+
+    The live row just below ``boundary`` is locked (``FOR SHARE``) for the statement: a
+    divergence that the summary must not survive (``boundary > from_pos``) supersedes that
+    row, and the supersede and ``invalidate_after`` are separate statements. Without the
+    lock an insert whose snapshot predates the supersede could commit after the
+    invalidation read the table, leaving a valid summary over superseded rows. With it
+    the two serialise: a supersede already under way makes the insert wait and then find
+    the row superseded (None); an insert under way makes the supersede wait, and the
+    invalidation that follows sees the summary. The row is a ``messages_live_pos`` lookup.
 
     The claim check keeps a compaction of a session deleted meanwhile out of a new session
     made under the same id: a client resending the same history makes the hash check pass

@@ -95,3 +95,37 @@ def test_a_stream_whose_session_vanished_unannounced_ends_at_its_next_read(
         events.until(is_usage)
         run_sync(delete_by_hand())
         assert _ends(events) < 2.0
+
+
+def test_a_stream_whose_session_was_remade_unannounced_ends_at_its_next_read(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete the bus did not hear of, the id made again at once by a new session with an
+    event of its own that no one announced either (no watchers: the listener reconnecting):
+    the stream's next read finds a session under its id, but not the one it was opened on,
+    and ends there instead of carrying on into the new session's events."""
+    monkeypatch.setattr("proxy.api.events.CATCH_UP_SECONDS", 0.3)
+
+    async def remake_by_hand() -> None:  # one transaction: no read can fall between
+        conn = await asyncpg.connect(settings.database_url)
+        try:
+            async with conn.transaction():
+                await conn.execute("DELETE FROM event_watchers")
+                await conn.execute(
+                    "WITH gone AS (DELETE FROM sessions WHERE id = 'reused'"
+                    " RETURNING tenant, id, agent)"
+                    " INSERT INTO sessions (tenant, id, agent) SELECT tenant, id, agent FROM gone"
+                )
+                await conn.execute(
+                    "INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id,"
+                    " 'test.reused', jsonb_build_object('session_id', id) FROM sessions"
+                    " WHERE id = 'reused'"
+                )
+        finally:
+            await conn.close()
+
+    chat(proxy.origin, "reused", [user("u1")])
+    with open_events(proxy.origin, "reused") as events:
+        events.until(is_usage)
+        run_sync(remake_by_hand())
+        assert _ends(events) < 2.0
