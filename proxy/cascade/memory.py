@@ -61,7 +61,10 @@ INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"\byou\s+(?:must|should|shall|will|need\s+to|have\s+to|are\s+(?:now|required\s+to))\b",
         r"\b(?:from\s+now\s+on|new\s+instructions?)\b",
         r"\b(?:act|behave|respond|pretend)\s+as\b",
-        r"</?\s*(?:system|memory|instructions?|assistant)\s*>",
+        # a block tag however spaced: any closing one, an opening one with or without
+        # attributes; "<memory_limit>" or "queue < system limit" is no tag of these
+        r"<\s*/\s*(?:system|memory|instructions?|assistant)(?![\w-])",
+        r"<\s*(?:system|memory|instructions?|assistant)\s*(?:/?>|\s[\w-]+\s*=)",
         r"\bdo\s+not\s+(?:tell|reveal|mention)\s+the\s+user\b",
     )
 )
