@@ -23,11 +23,22 @@ from proxy.cascade.text import append_block
 from proxy.cascade.types import Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
-__all__ = ["MEMORY_MAX_TOKENS", "MemoryNeed", "render_memory", "add_memory", "MEMORY"]
+__all__ = [
+    "MEMORY_MAX_TOKENS",
+    "MEMORY_BUDGET_SHARE",
+    "MemoryNeed",
+    "render_memory",
+    "add_memory",
+    "MEMORY",
+]
 
 MEMORY_MAX_TOKENS = 1000
 """The block's cap, in tokens estimated at four characters each: facts past it (the newest,
 since facts are kept in the order they were stored) are left out."""
+MEMORY_BUDGET_SHARE = 0.25
+"""A small model's cap: this share of its prompt budget (limit minus reserved output) when
+that is less than :data:`MEMORY_MAX_TOKENS`, so a full memory, which the overflow guard
+cannot trim (it is part of the system message), never leaves a short request no room."""
 
 _HEAD = (
     "<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
@@ -59,7 +70,8 @@ def render_memory(facts: Sequence[str], *, max_tokens: int = MEMORY_MAX_TOKENS) 
 
 
 def plan_memory(step: StepInput) -> MemoryNeed:
-    return MemoryNeed()
+    budget = step.budget.limit - step.budget.reserved_output
+    return MemoryNeed(min(MEMORY_MAX_TOKENS, max(int(budget * MEMORY_BUDGET_SHARE), 0)))
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:

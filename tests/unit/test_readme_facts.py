@@ -14,7 +14,7 @@ import pytest
 from proxy.cascade import types
 from proxy.cascade.lossless import MAX_OCCURRENCES
 from proxy.cascade.memory import MAX_FACT_CHARS
-from proxy.cascade.memory_block import MEMORY_MAX_TOKENS
+from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
@@ -60,6 +60,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"real/estimated ratio plus {round((GUARD_MARGIN - 1) * 100)}%",
         f"over {MAX_FACT_CHARS} characters",
         f"cut at about {MEMORY_MAX_TOKENS} tokens",
+        f"or at {round(MEMORY_BUDGET_SHARE * 100)}% of the prompt budget",
         f"at most `summarize.ledgerCap` ({SummarizeConfig().ledger_cap})",
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default
