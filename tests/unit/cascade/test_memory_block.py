@@ -11,6 +11,7 @@ from proxy.cascade.memory_block import (
     render_memory,
 )
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
+from proxy.cascade.tokens import make_counter
 from proxy.cascade.types import Budget, Message
 from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import count, system, user
@@ -91,3 +92,16 @@ def test_a_small_models_block_is_cut_to_a_share_of_its_prompt_budget() -> None:
     assert "fact number 000" in out.messages[0]["content"]
     assert count(out.messages) <= (1100 - 256) * MEMORY_BUDGET_SHARE + count(step.window)
     assert plan_step(_step(system("S"), user("hi")))["memory"].max_tokens == MEMORY_MAX_TOKENS
+
+
+def test_the_cap_counts_tokens_with_the_sessions_tokenizer() -> None:
+    """Text a tokenizer counts densely (one token a character here, as CJK text comes close
+    to) is cut at the cap in that tokenizer's tokens, not four times past it."""
+    per_char = make_counter(len)
+    step = replace(_step(system("S"), user("hi")), count=per_char)
+    need = plan_step(step)["memory"]
+    facts = [f"事実{i:02d} " + "倉庫は九時に開く" * 40 for i in range(30)]
+    block = render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens)
+    assert block is not None and "事実00" in block
+    assert per_char([system(block)]) - per_char([system("")]) <= MEMORY_MAX_TOKENS
+    assert len(block) > MEMORY_MAX_TOKENS * 3 // 4  # still about the cap, not far under it
