@@ -6,13 +6,17 @@ or from the fast model (memory promotion), it goes through the same checks, in t
 and a rejection carries a reason a person can act on:
 
 1. control characters are stripped (newlines and tabs become spaces; runs of whitespace
-   collapse), so a fact is one line of plain text;
+   collapse), so a fact is one line of plain text, stored in composed form (NFC);
 2. an empty fact, or one longer than :data:`MAX_FACT_CHARS`, is rejected;
 3. a fact holding a secret (any redaction pattern matches) is rejected, never stored
    redacted: ``[REDACTED]`` is not a fact worth remembering;
 4. a fact that reads as an instruction to the model is rejected (:data:`INSTRUCTION_PATTERNS`);
 5. a duplicate of a stored fact of the scope, compared case- and space-insensitively
    (:func:`fact_key`), is rejected.
+
+Checks 3 to 5 read the fact's compatibility form (NFKC) too: a model reads fullwidth
+``ｉｇｎｏｒｅ`` or ``＜/memory＞`` as the plain letters, so they must not slip past a
+pattern written with those, and two spellings of one fact are one fact.
 
 The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
 injections are made of ("ignore previous instructions", "you must", "system prompt", a
@@ -57,7 +61,10 @@ INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"\byou\s+(?:must|should|shall|will|need\s+to|have\s+to|are\s+(?:now|required\s+to))\b",
         r"\b(?:from\s+now\s+on|new\s+instructions?)\b",
         r"\b(?:act|behave|respond|pretend)\s+as\b",
-        r"</?\s*(?:system|memory|instructions?|assistant)\s*>",
+        # a block tag however spaced: any closing one, an opening one with or without
+        # attributes; "<memory_limit>" or "queue < system limit" is no tag of these
+        r"<\s*/\s*(?:system|memory|instructions?|assistant)(?![\w-])",
+        r"<\s*(?:system|memory|instructions?|assistant)\s*(?:/?>|\s[\w-]+\s*=)",
         r"\bdo\s+not\s+(?:tell|reveal|mention)\s+the\s+user\b",
     )
 )
@@ -81,12 +88,19 @@ class FactVerdict:
 def _clean(text: str) -> str:
     chars = (" " if ch in "\n\r\t" else ch for ch in text)
     kept = "".join(ch for ch in chars if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
-    return _SPACE.sub(" ", kept).strip()
+    return unicodedata.normalize("NFC", _SPACE.sub(" ", kept).strip())
+
+
+def _compat(fact: str) -> str:
+    """``fact`` as a reader sees it: compatibility forms (fullwidth letters, ligatures) as
+    their plain characters, whitespace collapsed again (NFKC makes spaces of some)."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", fact)).strip()
 
 
 def fact_key(text: str) -> str:
-    """The form two facts are compared in: cleaned, case-folded, whitespace collapsed."""
-    return _clean(text).casefold()
+    """The form two facts are compared in: cleaned, in compatibility form, case-folded,
+    whitespace collapsed."""
+    return _compat(_clean(text)).casefold()
 
 
 def sanitize_fact(
@@ -107,21 +121,22 @@ def sanitize_fact(
             f"the fact is {len(fact)} characters long; the limit is "
             f"{max_chars}: state it in a sentence",
         )
-    if patterns and redact(fact, patterns)[1]:
+    forms = (fact, _compat(fact))
+    if patterns and any(redact(form, patterns)[1] for form in forms):
         return FactVerdict(
             None,
             "the fact contains what looks like a secret (it matches a "
             "redaction pattern); secrets are never stored in memory",
         )
     for pattern in INSTRUCTION_PATTERNS:
-        hit = pattern.search(fact)
+        hit = next((h for h in map(pattern.search, forms) if h), None)
         if hit:
             return FactVerdict(
                 None,
                 f"the fact reads as an instruction to the model "
                 f"({hit.group(0)!r}); state it as a fact instead",
             )
-    key = fact.casefold()
+    key = forms[1].casefold()
     if any(fact_key(other) == key for other in existing):
         return FactVerdict(None, "the same fact is already stored in this scope")
     return FactVerdict(fact)

@@ -15,19 +15,32 @@ client sent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block
 from proxy.cascade.types import Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
-__all__ = ["MEMORY_MAX_TOKENS", "MemoryNeed", "render_memory", "add_memory", "MEMORY"]
+__all__ = [
+    "MEMORY_MAX_TOKENS",
+    "MEMORY_BUDGET_SHARE",
+    "MemoryNeed",
+    "render_memory",
+    "add_memory",
+    "MEMORY",
+]
 
 MEMORY_MAX_TOKENS = 1000
-"""The block's cap, in tokens estimated at four characters each: facts past it (the newest,
-since facts are kept in the order they were stored) are left out."""
+"""The block's cap, in tokens of the session's tokenizer (four characters each without one):
+facts past it (the newest, since facts are kept in the order they were stored) are left
+out."""
+MEMORY_BUDGET_SHARE = 0.25
+"""A small model's cap: this share of its prompt budget (limit minus reserved output) when
+that is less than :data:`MEMORY_MAX_TOKENS`, so a full memory, which the overflow guard
+cannot trim (it is part of the system message), never leaves a short request no room."""
 
 _HEAD = (
     "<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
@@ -36,30 +49,48 @@ _HEAD = (
 _TAIL = "</memory>"
 
 
+def _quarter_chars(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryNeed:
-    """The rendered block of the session's facts, at most ``max_tokens`` (``None``: no
-    facts); asked for at a turn's first step only."""
+    """The rendered block of the session's facts, at most ``max_tokens`` as ``tokens``
+    counts a text (``None``: no facts); asked for at a turn's first step only."""
 
     max_tokens: int = MEMORY_MAX_TOKENS
+    tokens: Callable[[str], int] | None = field(default=None, compare=False)
 
 
-def render_memory(facts: Sequence[str], *, max_tokens: int = MEMORY_MAX_TOKENS) -> str | None:
-    """The block for ``facts`` in their stored order, cut at ``max_tokens``; ``None`` when
-    no fact fits."""
-    budget = max_tokens * 4 - len(_HEAD) - len(_TAIL)
+def render_memory(
+    facts: Sequence[str],
+    *,
+    max_tokens: int = MEMORY_MAX_TOKENS,
+    tokens: Callable[[str], int] | None = None,
+) -> str | None:
+    """The block for ``facts`` in their stored order, cut at ``max_tokens`` as ``tokens``
+    counts each line (four characters a token when ``None``); ``None`` when no fact fits."""
+    cost = tokens or _quarter_chars
+    budget = max_tokens - cost(_HEAD) - cost(_TAIL)
     lines = []
     for fact in facts:
         line = f"- {fact}\n"
-        if len(line) > budget:
+        size = cost(line)
+        if size > budget:
             break
-        budget -= len(line)
+        budget -= size
         lines.append(line)
     return _HEAD + "".join(lines) + _TAIL if lines else None
 
 
 def plan_memory(step: StepInput) -> MemoryNeed:
-    return MemoryNeed()
+    budget = step.budget.limit - step.budget.reserved_output
+    framing = step.count([{"role": "system", "content": ""}])
+
+    def tokens(text: str) -> int:
+        return step.count([{"role": "system", "content": text}]) - framing
+
+    return MemoryNeed(min(MEMORY_MAX_TOKENS, max(int(budget * MEMORY_BUDGET_SHARE), 0)), tokens)
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:

@@ -236,7 +236,8 @@ async def accept_suggestion(
     are left out, and the answer lists the stored ones. ``check`` sees the scope, the agent
     of the suggestion's session and its id first, and raises when the key may not write
     there (a key limited to other agents), as a manual add's does (accepting is adding), or
-    may not use that agent (the facts were read from its session)."""
+    may not use that agent (the facts were read from its session). The answer and the facts
+    are written in one transaction, so an accept that fails midway can be given again."""
     found = await _pending(pool, tenant, suggestion_id)
     scope = _scope_of(cfg, found)
     _check(check, scope, found)
@@ -248,13 +249,19 @@ async def accept_suggestion(
             param="facts",
             log_message=f"{len(unknown)} of the facts sent are not in suggestion {suggestion_id!r}",
         )
-    if not await store.answer_suggestion(
-        pool, tenant=tenant, suggestion_id=suggestion_id, answer="accepted", facts=chosen
-    ):
-        raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
-    stored = await store_facts(
-        pool, cfg, tenant=tenant, scope=scope, texts=chosen, source_session=found["session_id"]
-    )
+    async with pool.acquire() as conn, conn.transaction():  # answered only with its facts
+        if not await store.answer_suggestion(
+            conn, tenant=tenant, suggestion_id=suggestion_id, answer="accepted", facts=chosen
+        ):
+            raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
+        rows = await store.add_facts(
+            conn,
+            tenant=tenant,
+            scope=scope,
+            vet=_vet(cfg, scope, chosen, strict=False),
+            source_session=found["session_id"],
+        )
+    stored = [_fact(r) for r in rows]
     return {
         "object": "memory.suggestion",
         "id": suggestion_id,

@@ -30,7 +30,7 @@ async def memory_block(need: MemoryNeed, conn: Any, key: SessionKey) -> str | No
     """The ``<memory>`` block of the session's facts (asked for at a turn's first step; the
     turn keeps it, ``cascade.phases``)."""
     facts = await memory.session_facts(conn, tenant=key.tenant, session_id=key.session_id)
-    return render_memory(facts, max_tokens=need.max_tokens)
+    return render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens)
 
 
 FULFILLERS: Mapping[type, Fulfiller] = MappingProxyType(

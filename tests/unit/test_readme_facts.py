@@ -17,7 +17,7 @@ from proxy.bus import WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.lossless import MAX_OCCURRENCES
 from proxy.cascade.memory import MAX_FACT_CHARS
-from proxy.cascade.memory_block import MEMORY_MAX_TOKENS
+from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
@@ -87,6 +87,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"up to {_default(ResentBodies, 'max_bytes') >> 20} MB of bodies in all",
         f"holds up to {_default(ChainCache, 'max_chars') // 10**6} million characters",
         f"up to {_default(IngestMemo, 'max_chars') // 10**6} million characters per replica",
+        f"or at {round(MEMORY_BUDGET_SHARE * 100)}% of the prompt budget",
         f"at most `summarize.ledgerCap` ({SummarizeConfig().ledger_cap})",
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
+from proxy.store import memory as memory_store
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, write_config
 from tests.integration.api.memory_suggestions import suggest
@@ -130,6 +132,27 @@ def test_a_suggestion_is_listed_until_it_is_accepted(http: httpx.Client, db_dsn:
     assert [s["id"] for s in http.get("/v1/memory/suggestions").json()["data"]] == ["sug-2"]
     again = http.post("/v1/memory/suggestions/sug-1/accept")
     assert again.status_code == 400 and "already" in again.json()["error"]["message"]
+
+
+def test_an_accept_whose_facts_were_not_stored_can_be_given_again(
+    http: httpx.Client, db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer and the facts are one transaction: a write that fails between them (the
+    database lost mid-accept) leaves the suggestion pending, not accepted with nothing
+    stored and a 400 "accepted already" for every retry."""
+    suggest(db_dsn, "s1", "sug-lost", ["The build uses uv"])
+    real = memory_store.add_facts
+
+    async def lost(*args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
+
+    monkeypatch.setattr(memory_store, "add_facts", lost)
+    assert http.post("/v1/memory/suggestions/sug-lost/accept").status_code >= 500
+    monkeypatch.setattr(memory_store, "add_facts", real)
+    assert [s["id"] for s in http.get("/v1/memory/suggestions").json()["data"]] == ["sug-lost"]
+    r = http.post("/v1/memory/suggestions/sug-lost/accept")
+    assert r.status_code == 200, r.text
+    assert texts(http) == ["The build uses uv"]
 
 
 def test_accepting_some_facts_keeps_only_those(http: httpx.Client, db_dsn: str) -> None:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from proxy.cascade.memory_block import MEMORY_MAX_TOKENS, MemoryNeed, render_memory
+from proxy.cascade.memory_block import (
+    MEMORY_BUDGET_SHARE,
+    MEMORY_MAX_TOKENS,
+    MemoryNeed,
+    render_memory,
+)
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
+from proxy.cascade.tokens import make_counter
 from proxy.cascade.types import Budget, Message
 from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import count, system, user
@@ -71,3 +77,31 @@ def test_without_a_system_message_the_block_becomes_one() -> None:
 def test_no_block_no_change() -> None:
     step = _step(system("S"), user("hi"))
     assert assemble(step, answers={"memory": None}).messages == step.window
+
+
+def test_a_small_models_block_is_cut_to_a_share_of_its_prompt_budget() -> None:
+    """A full memory in a small window still leaves room for the conversation: the block
+    that fits a large model would alone take a 1,100-token model's whole prompt budget."""
+    step = replace(
+        _step(system("S"), user("hi")), budget=Budget(limit=1100, reserved_output=256, occupancy=0)
+    )
+    need = plan_step(step)["memory"]
+    assert need.max_tokens == int((1100 - 256) * MEMORY_BUDGET_SHARE) < MEMORY_MAX_TOKENS
+    facts = [f"fact number {i:03d} " + "x" * 380 for i in range(12)]
+    out = assemble(step, answers={"memory": render_memory(facts, max_tokens=need.max_tokens)})
+    assert "fact number 000" in out.messages[0]["content"]
+    assert count(out.messages) <= (1100 - 256) * MEMORY_BUDGET_SHARE + count(step.window)
+    assert plan_step(_step(system("S"), user("hi")))["memory"].max_tokens == MEMORY_MAX_TOKENS
+
+
+def test_the_cap_counts_tokens_with_the_sessions_tokenizer() -> None:
+    """Text a tokenizer counts densely (one token a character here, as CJK text comes close
+    to) is cut at the cap in that tokenizer's tokens, not four times past it."""
+    per_char = make_counter(len)
+    step = replace(_step(system("S"), user("hi")), count=per_char)
+    need = plan_step(step)["memory"]
+    facts = [f"事実{i:02d} " + "倉庫は九時に開く" * 40 for i in range(30)]
+    block = render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens)
+    assert block is not None and "事実00" in block
+    assert per_char([system(block)]) - per_char([system("")]) <= MEMORY_MAX_TOKENS
+    assert len(block) > MEMORY_MAX_TOKENS * 3 // 4  # still about the cap, not far under it
