@@ -1,0 +1,156 @@
+"""Never send a request that must fail, against a provider that counts as OpenAI does.
+
+:class:`~tests.integration.api.strict_provider.StrictProvider` counts each prompt with a real
+BPE, the tools, a response schema, images and the reserved output included, and refuses one
+over the window with 400 ``context_length_exceeded``. Every request here must either reach it
+and fit, or be refused by the proxy itself; with the real tokenizer loaded and with the
+calibrated estimate (``CASCADE_TOKENIZER=``) before any calibration.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import bpe_openai
+import pytest
+import tiktoken.registry
+
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import Agent, Model, stack, words
+from tests.integration.api.strict_provider import StrictProvider
+
+LIMIT, RESERVED = 4000, 500
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+@pytest.fixture(params=["bpe", "estimate"])
+def tokenizer(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """``o200k_base`` loaded offline from bpe-openai's copy, or none (the estimate). The
+    encoding tiktoken keeps per process is let go after the test, so that other tests see
+    the machine's own (none, offline)."""
+    if request.param == "estimate":
+        yield ""
+        return
+    cache = tmp_path / "tiktoken"
+    cache.mkdir()
+    source = Path(bpe_openai.__file__).parent / "data" / "o200k_base.tiktoken.gz"
+    name = hashlib.sha1(O200K_URL.encode()).hexdigest()
+    (cache / name).write_bytes(gzip.decompress(source.read_bytes()))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    yield "o200k_base"
+    with tiktoken.registry._lock:
+        tiktoken.registry.ENCODINGS.pop("o200k_base", None)
+
+
+def strict(
+    tmp_path: Path, db_dsn: str, fake: FakeUpstream, tokenizer: str, **kwargs: Any
+) -> tuple[StrictProvider, Any]:
+    provider = StrictProvider(LIMIT)
+    ctx = stack(
+        tmp_path,
+        db_dsn,
+        fake,
+        Model(main=provider),
+        limit=LIMIT,
+        reserved=RESERVED,
+        settings={"tokenizer": tokenizer},
+        **kwargs,
+    )
+    return provider, ctx
+
+
+def _tools(n: int, words_each: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": words(words_each, f"d{i}"),
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "The file to act on."},
+                        "mode": {"type": "string", "enum": ["read", "write", "append"]},
+                    },
+                    "required": ["path"],
+                },
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def _english(turns: int, size: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for t in range(turns):
+        out.append({"role": "user", "content": words(size, f"t{t}")})
+        out.append({"role": "assistant", "content": f"noted {t}"})
+    out.append({"role": "user", "content": "Go on."})
+    return out
+
+
+def test_a_large_tools_array(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str
+) -> None:
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client("tools"), system=None)
+        agent.messages = _english(6, 300)
+        for _ in range(2):
+            agent.step(tools=_tools(15, 60))
+            agent.messages.append({"role": "user", "content": words(200, "more")})
+        assert provider.refused == [], provider.refused
+
+
+def test_a_large_legacy_functions_array(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str
+) -> None:
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client("functions"), system=None)
+        agent.messages = _english(6, 300)
+        agent.step(functions=[t["function"] for t in _tools(15, 60)])
+        assert provider.refused == [], provider.refused
+
+
+def test_a_response_format_schema(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str
+) -> None:
+    props = {f"field_{i}": {"type": "string", "description": words(30, f"f{i}")} for i in range(30)}
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "report",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": props,
+                "required": sorted(props),
+                "additionalProperties": False,
+            },
+        },
+    }
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client("schema"), system=None)
+        agent.messages = _english(6, 400)
+        agent.step(response_format=fmt)
+        assert provider.refused == [], provider.refused
+
+
+@pytest.mark.parametrize("key", ["max_completion_tokens", "max_tokens"])
+def test_a_large_reserved_output(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str, key: str
+) -> None:
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client(f"out-{key}"), system=None)
+        agent.messages = _english(6, 300)
+        agent.step(**{key: 2500}, n=2)
+        assert provider.refused == [], provider.refused
