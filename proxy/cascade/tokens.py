@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from proxy.cascade.images import MAX_IMAGE_TOKENS, image_tokens
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message, TokenCounter
 
@@ -34,8 +35,8 @@ TOKENS_PER_MESSAGE = 4
 """Framing every message costs (role, separators), as in OpenAI's cookbook formula."""
 REPLY_PRIMING_TOKENS = 3
 """Every reply is primed with ``<|start|>assistant<|message|>``; counted once per prompt."""
-IMAGE_TOKENS = 765
-"""Flat cost of an image part (a 'high detail' 512px tile layout); exact cost needs its size."""
+IMAGE_TOKENS = MAX_IMAGE_TOKENS
+"""What an image part of unknown size costs: the most any image can (``images.py``)."""
 MIN_RATIO = 0.5
 MAX_RATIO = 2.0
 
@@ -58,7 +59,7 @@ def message_text(msg: Message) -> str:
 
     Tool calls contribute their function name and raw argument string; the legacy
     ``function_call`` field is treated the same way. Image parts contribute no text (they are
-    counted flat by the estimators).
+    priced by ``images.image_tokens``).
     """
     pieces: list[str] = []
     name = msg.get("name")
@@ -81,11 +82,16 @@ def message_text(msg: Message) -> str:
     return "\n".join(pieces)
 
 
-def _image_count(msg: Message) -> int:
+def _images(msg: Message) -> int:
+    """The tokens of a message's image parts: OpenAI's tile rule where the size is known."""
     content = msg.get("content")
     if isinstance(content, str) or not isinstance(content, Sequence):
         return 0
-    return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in _IMAGE_PART_TYPES)
+    return sum(
+        image_tokens(p)
+        for p in content
+        if isinstance(p, Mapping) and p.get("type") in _IMAGE_PART_TYPES
+    )
 
 
 def _count(messages: Sequence[Message], text_tokens: Callable[[str], int]) -> int:
@@ -94,14 +100,14 @@ def _count(messages: Sequence[Message], text_tokens: Callable[[str], int]) -> in
     total = REPLY_PRIMING_TOKENS
     for msg in messages:
         total += TOKENS_PER_MESSAGE + text_tokens(message_text(msg))
-        total += IMAGE_TOKENS * _image_count(msg)
+        total += _images(msg)
     return total
 
 
 def estimate_tokens(messages: Sequence[Message], chars_per_token: float = 4.0) -> int:
     """Estimate prompt tokens as ceil(chars / chars_per_token) per message plus framing.
 
-    Each message adds :data:`TOKENS_PER_MESSAGE`, each image part :data:`IMAGE_TOKENS`, and a
+    Each message adds :data:`TOKENS_PER_MESSAGE`, each image part its tiles' tokens, and a
     non-empty prompt adds :data:`REPLY_PRIMING_TOKENS` once. An empty list costs 0. The
     estimate is monotone: adding text or messages never lowers it.
     """
@@ -140,7 +146,7 @@ def message_cost(text_tokens: Callable[[str], int] | None = None) -> Callable[[M
     fn = text_tokens or (lambda s: math.ceil(len(s) / 4.0))
 
     def cost(msg: Message) -> int:
-        return TOKENS_PER_MESSAGE + fn(message_text(msg)) + IMAGE_TOKENS * _image_count(msg)
+        return TOKENS_PER_MESSAGE + fn(message_text(msg)) + _images(msg)
 
     return cost
 

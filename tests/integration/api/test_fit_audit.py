@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import bpe_openai
+import openai
 import pytest
 import tiktoken.registry
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Agent, Model, stack, words
-from tests.integration.api.strict_provider import StrictProvider
+from tests.integration.api.strict_provider import StrictProvider, png_data_url
 
 LIMIT, RESERVED = 4000, 500
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
@@ -141,6 +142,32 @@ def test_a_response_format_schema(
         agent = Agent(s.client("schema"), system=None)
         agent.messages = _english(6, 400)
         agent.step(response_format=fmt)
+        assert provider.refused == [], provider.refused
+
+
+def test_many_high_detail_images(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str
+) -> None:
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client("images"), system=None)
+        agent.messages = _english(3, 300)
+        for k in range(2):
+            agent.messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": f"screenshot {k}"},
+                        {"type": "image_url", "image_url": {"url": png_data_url(768, 2048)}},
+                    ],
+                }
+            )
+            agent.messages.append({"role": "assistant", "content": "seen"})
+        agent.messages.append({"role": "user", "content": "Compare them."})
+        try:
+            agent.step()
+        except openai.BadRequestError as exc:
+            assert exc.code == "context_length_exceeded"
         assert provider.refused == [], provider.refused
 
 
