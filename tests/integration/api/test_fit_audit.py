@@ -9,8 +9,11 @@ calibrated estimate (``CASCADE_TOKENIZER=``) before any calibration.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,46 @@ def strict(
         **kwargs,
     )
     return provider, ctx
+
+
+def _dense(kind: str, chars: int, seed: int) -> str:
+    rnd = random.Random(seed)
+    if kind == "cjk":
+        return "".join(chr(rnd.randrange(0x4E00, 0x9FA5)) for _ in range(chars))
+    if kind == "emoji":
+        return "".join(rnd.choice("🎉😀🚀👍🏽❤️🔥🦀🐍") for _ in range(chars // 2))
+    if kind == "base64":
+        return base64.b64encode(rnd.randbytes(chars * 3 // 4)).decode()
+    if kind == "digits":
+        return "".join(rnd.choice("0123456789") for _ in range(chars))
+    if kind == "json":
+        rows = [{"id": i, "v": rnd.random(), "ok": i % 2 == 0} for i in range(chars // 30)]
+        return json.dumps(rows, separators=(",", ":"))[:chars]
+    raise AssertionError(kind)
+
+
+def _history(kind: str, turns: int, chars: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for t in range(turns):
+        out.append({"role": "user", "content": _dense(kind, chars, t)})
+        out.append({"role": "assistant", "content": f"noted {t}"})
+    out.append({"role": "user", "content": "Summarise what you saw."})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["cjk", "emoji", "base64", "digits"])
+def test_dense_text_on_the_first_request(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str, kind: str
+) -> None:
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client(f"dense-{kind}"), system=None)
+        agent.messages = _history(kind, 6, 1600)  # chars/4: ~2400 of the 3500 the prompt may hold
+        try:
+            agent.step()
+        except openai.BadRequestError as exc:
+            assert exc.code == "context_length_exceeded"
+        assert provider.refused == [], provider.refused
 
 
 def _tools(n: int, words_each: int) -> list[dict[str, Any]]:
@@ -181,3 +224,17 @@ def test_a_large_reserved_output(
         agent.messages = _english(6, 300)
         agent.step(**{key: 2500}, n=2)
         assert provider.refused == [], provider.refused
+
+
+def test_one_message_too_large_is_refused_by_the_proxy(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str
+) -> None:
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
+    with ctx as s:
+        agent = Agent(s.client("huge"), system=None)
+        agent.messages = [{"role": "user", "content": _dense("cjk", 4000, 1)}]
+        with pytest.raises(openai.BadRequestError) as info:
+            agent.step()
+        assert info.value.code == "context_length_exceeded"
+        assert s.main_bodies() == []
+        assert provider.refused == []
