@@ -94,7 +94,7 @@ def _history(kind: str, turns: int, chars: int) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["cjk", "emoji", "base64", "digits"])
+@pytest.mark.parametrize("kind", ["cjk", "emoji", "base64", "digits", "json"])
 def test_dense_text_on_the_first_request(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str, kind: str
 ) -> None:
@@ -103,7 +103,7 @@ def test_dense_text_on_the_first_request(
         agent = Agent(s.client(f"dense-{kind}"), system=None)
         agent.messages = _history(kind, 6, 1600)  # chars/4: ~2400 of the 3500 the prompt may hold
         try:
-            agent.step()
+            agent.step(max_tokens=RESERVED)
         except openai.BadRequestError as exc:
             assert exc.code == "context_length_exceeded"
         assert provider.refused == [], provider.refused
