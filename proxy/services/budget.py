@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.overflow import GUARD_MARGIN
+from proxy.cascade.overflow import guard_factor
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.pressure import Pressure
 from proxy.cascade.tokens import effective_input_tokens
@@ -118,10 +118,10 @@ def budget(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) 
 def page_room(step: Step, messages: Sequence[Message]) -> tuple[int, Callable[[Message], int]]:
     """The tokens an internal round may add to ``messages`` (the step's prompt and the
     model's ``read_tool_output`` call), and the cost of a message added, both counted as
-    the overflow guard counts (``GUARD_MARGIN`` over the session's calibration): the
+    the overflow guard counts (``guard_factor`` of the session's calibration): the
     step's prompt was fitted to the window less the reserved output and the tools, and the
     round's prompt is sent to the same window."""
-    factor = max(float(step.state.session["calibration"]), 0.5) * GUARD_MARGIN
+    factor = guard_factor(float(step.state.session["calibration"]))
 
     def cost(msgs: Sequence[Message]) -> int:
         return math.ceil(step.count(msgs) * factor)
