@@ -81,8 +81,8 @@ class CompactionResult:
 class _Span:
     """What a compaction read and planned before it asks the fast model: the session's
     latest summary (``latest``, None before the first) and its ``boundary``, the leading
-    system messages, the live rows from the boundary on, the plan over those rows (in index
-    space: trimmed messages leave gaps in positions) and the prompt's size before the fold."""
+    system messages, the live rows from the boundary on, the plan over those rows (index
+    space: trimmed messages leave gaps), the size before the fold, the session's ``ratio``."""
 
     latest: dict[str, Any] | None
     boundary: int
@@ -90,6 +90,7 @@ class _Span:
     tail: list[asyncpg.Record]
     plan: CompactionPlan
     before: int
+    ratio: float = 1.0
 
     @property
     def version(self) -> int | None:
@@ -280,7 +281,8 @@ class DurableSummarizer:
         await self._publish(conn, job, COMPACTION_STARTED, started)
         await lent.give_back()  # none held while the fast model answers
         try:
-            content = await summarise(self.upstream, job, span.plan, count=self.count)
+            plan, ratio = span.plan, span.ratio
+            content = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
         except SummaryCallError as exc:
             conn = await lent.take()
             await self._failed(
@@ -322,7 +324,7 @@ class DurableSummarizer:
             return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
         # /compact exchanges were answered by the proxy: the fast model never sees them.
         plan = replace(plan, span=drop_commands(plan.span))
-        return _Span(latest, boundary, head, tail, plan, before)
+        return _Span(latest, boundary, head, tail, plan, before, float(row["calibration"]))
 
     async def _store(
         self, lent: Lent, job: CompactionJob, span: _Span, content: str, t0: float

@@ -23,8 +23,9 @@ import openai
 import pytest
 import tiktoken.registry
 
+from tests.fakes.replies import Error, RecordedRequest, Reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import Agent, Model, stack, words
+from tests.integration.api.compaction_stack import FAST, Agent, Model, stack, words
 from tests.integration.api.strict_provider import StrictProvider, png_data_url
 
 LIMIT, RESERVED = 4000, 500
@@ -260,3 +261,36 @@ def test_one_message_too_large_is_refused_by_the_proxy(
         assert info.value.code == "context_length_exceeded"
         assert s.main_bodies() == []
         assert provider.refused == []
+
+
+def test_the_summary_prompt_fits_the_fast_model(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    # The span folded is the session's own JSON, which the estimate counts low; the fast
+    # model's prompt is fitted to its window as the guard counts, with the session's ratio.
+    main, fast = StrictProvider(80_000), StrictProvider(12_000)
+    model = Model(main=main)
+
+    def responder(req: RecordedRequest) -> Reply | Error:
+        if req.json.get("model") == FAST and (refused := fast(req)) and fast.refused:
+            return refused
+        return model(req)
+
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        limit=80_000,
+        reserved=RESERVED,
+        fast_limit=12_000,
+        settings={"tokenizer": ""},
+        summarize={"background": False},
+    ) as s:
+        fake_upstream.default = responder
+        agent = Agent(s.client("fold-json"))
+        rnd = random.Random(3)
+        for _ in range(40):
+            rows = [{"id": i, "v": rnd.random(), "ok": i % 2 == 0} for i in range(60)]
+            agent.say(json.dumps(rows, separators=(",", ":")))
+        assert s.summaries("fold-json"), "a compaction ran"
+        assert fast.refused == [] and main.refused == []
