@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import bpe_openai
+import httpx
 import openai
 import pytest
 import tiktoken.registry
 
+from proxy.settings import Settings
 from tests.fakes.replies import Error, RecordedRequest, Reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Agent, Model, stack, words
+from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.strict_provider import StrictProvider, png_data_url
 
 LIMIT, RESERVED = 4000, 500
@@ -261,6 +264,9 @@ def test_one_message_too_large_is_refused_by_the_proxy(
         assert info.value.code == "context_length_exceeded"
         assert s.main_bodies() == []
         assert provider.refused == []
+        # what the client sent is kept: a retry after shortening it finds its history
+        (stored,) = s.query("SELECT message FROM messages WHERE session_id = $1", "huge")
+        assert json.loads(stored["message"]) == agent.messages[0]
 
 
 def test_the_summary_prompt_fits_the_fast_model(
@@ -294,3 +300,44 @@ def test_the_summary_prompt_fits_the_fast_model(
             agent.say(json.dumps(rows, separators=(",", ":")))
         assert s.summaries("fold-json"), "a compaction ran"
         assert fast.refused == [] and main.refused == []
+
+
+@pytest.mark.parametrize(
+    ("model", "limit"),
+    [("small-2024-08-06", LIMIT), ("small-mini-1", LIMIT // 2), ("unknown-model", LIMIT * 2)],
+    ids=["prefix", "longest-prefix", "default"],
+)
+def test_the_window_is_the_models_by_longest_prefix(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, model: str, limit: int
+) -> None:
+    provider = StrictProvider(limit)
+    fake_upstream.default = provider
+    models = {
+        "default": {"contextLimit": LIMIT * 2, "reservedOutput": RESERVED},
+        "small": {"contextLimit": LIMIT, "reservedOutput": RESERVED},
+        "small-mini": {"contextLimit": LIMIT // 2, "reservedOutput": RESERVED},
+    }
+    context = {"summarize": {"enabled": False}, "eviction": {"enabled": False}}
+    cfg = write_config(tmp_path / "agents.json", fake_upstream.url, models=models, context=context)
+    server = ProxyServer(
+        Settings(database_url=db_dsn, config=cfg, watch_config=False, tokenizer="")
+    ).start()
+    try:
+        client = openai.OpenAI(
+            base_url=server.url,
+            api_key="sk-test-client",
+            max_retries=0,
+            default_headers={"X-Session-Id": f"window-{model}"},
+        )
+        agent = Agent(client, model=model)
+        agent.messages += _english(8, 500)[1:]  # over the two smaller windows, under the default
+        agent.step(max_tokens=RESERVED)
+        assert provider.refused == [], provider.refused
+        resp = httpx.get(
+            f"{server.origin}/v1/sessions/window-{model}",
+            headers={"authorization": "Bearer sk-test-client"},
+            timeout=10,
+        )
+        assert resp.json()["context_limit"] == limit
+    finally:
+        server.stop()
