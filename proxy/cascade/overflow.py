@@ -32,12 +32,9 @@ calibrated on whole prompts, and one step's new text can tokenise denser than th
 
 
 def guard_factor(ratio: float) -> float:
-    """What the guard multiplies the estimate by: the session's real/estimated ratio plus
-    :data:`GUARD_MARGIN`, never less than the estimate itself. A ratio under 1 says the
-    prompts so far were counted high (text the estimate overcounts: CJK, whitespace runs),
-    not that new text will be: discounting a new block of prose by it sends a prompt over
-    the limit."""
-    return max(ratio, 1.0) * GUARD_MARGIN
+    """What the guard multiplies the estimate by: the session's real/estimated ratio (at
+    least 0.5, as calibration clamps it) plus :data:`GUARD_MARGIN`."""
+    return max(ratio, 0.5) * GUARD_MARGIN
 
 
 TRIM_TARGET = 0.6
