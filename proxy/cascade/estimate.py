@@ -12,7 +12,9 @@ above the real count, while ASCII prose and code count about as before:
 - ASCII: 1/4; digits 1/3; JSON punctuation (``"{}[]:``) 1/2;
 - 2-byte characters (Latin with accents, Greek, Cyrillic, Hebrew, Arabic): 1/4;
 - 3-byte characters below U+3000 (Indic scripts, Thai, typographic punctuation): 1/2;
-  from U+3000 (CJK, kana, Hangul, full-width forms): 1;
+  from U+3000 (CJK, kana, Hangul, full-width forms): 0.7, near a BPE's count of common text
+  (an overcount would calibrate the session's ratio under 1, and the guard would then count
+  a later block of prose low);
 - 4-byte characters (emoji, rare CJK): 2;
 - a run of 16 or more id characters (letters, digits, ``+/=_-``) whose letters and digits
   alternate often (at least :data:`DENSE_SWITCHES` changes per character): 1 per
@@ -74,6 +76,6 @@ def text_tokens(text: str) -> int:
     total += _count(text, _DIGITS) / 12 + _count(text, _JSON_PUNCT) / 4
     if not text.isascii():
         leads = text.encode("utf-8", "surrogatepass").translate(_LEADS)
-        total += leads.count(b"m") / 4 + leads.count(b"h") * 3 / 4 + leads.count(b"a") * 7 / 4
+        total += leads.count(b"m") / 4 + leads.count(b"h") * 0.45 + leads.count(b"a") * 7 / 4
     total += _dense_extra(text)
     return math.ceil(total)

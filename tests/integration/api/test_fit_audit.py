@@ -113,6 +113,28 @@ def test_dense_text_on_the_first_request(
         assert provider.refused == [], provider.refused
 
 
+CHINESE = "这是一个测试文本，用于检查分词器的行为。我们需要更多的中文字符来进行测试。"
+
+
+def test_prose_after_a_session_the_estimate_overcounted(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, tokenizer: str
+) -> None:
+    # Common Chinese is counted high without a BPE encoder, so the session's ratio falls
+    # well under 1; a block of English the estimate does not overcount must still fit.
+    provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer, summarize={"enabled": False})
+    with ctx as s:
+        agent = Agent(s.client("mixed"), system=None)
+        for t in range(4):
+            agent.say(f"{t} " + CHINESE * 6, max_tokens=RESERVED)
+        agent.messages.append({"role": "user", "content": words(3800, "eng")})
+        try:
+            agent.step(max_tokens=RESERVED)
+        except openai.BadRequestError as exc:
+            assert exc.code == "context_length_exceeded"
+        assert len(provider.counts) >= 4
+        assert provider.refused == [], provider.refused
+
+
 def _tools(n: int, words_each: int) -> list[dict[str, Any]]:
     return [
         {
@@ -236,7 +258,7 @@ def test_one_message_too_large_is_refused_by_the_proxy(
     provider, ctx = strict(tmp_path, db_dsn, fake_upstream, tokenizer)
     with ctx as s:
         agent = Agent(s.client("huge"), system=None)
-        agent.messages = [{"role": "user", "content": _dense("cjk", 4000, 1)}]
+        agent.messages = [{"role": "user", "content": CHINESE * 200}]  # over 4000 tokens
         with pytest.raises(openai.BadRequestError) as info:
             agent.step()
         assert info.value.code == "context_length_exceeded"
