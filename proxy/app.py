@@ -145,9 +145,10 @@ def create_app(
                 stack.callback(embedded.cleanup)
                 embedded_at = (settings.data_dir or default_data_dir()) / "pgdata"
                 await tune_embedded(dsn)
-            await run_migrations(dsn, **pooler_kwargs(settings.db_pooler))
+            pooler = pooler_kwargs(settings.db_pooler)
+            await run_migrations(dsn, setting=settings.database_source(), **pooler)
             pool = await open_pool(
-                dsn, max_size=settings.pool_max_size, **pooler_kwargs(settings.db_pooler)
+                dsn, max_size=settings.pool_max_size, setting=settings.database_source(), **pooler
             )
             stack.push_async_callback(pool.close)
             banner = startup_banner(

@@ -89,7 +89,7 @@ def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
             " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
             " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
         )
-    return dsn, "DATABASE_URL" if settings.database_url else "the embedded server"
+    return dsn, settings.database_source()
 
 
 @dataclass(frozen=True, slots=True)

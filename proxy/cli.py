@@ -3,37 +3,38 @@
 Every flag's help names the environment variable it overrides and its default; settings
 not given as flags are read from the environment (``proxy.settings``). ``sessions …`` talks
 to a running proxy over HTTP (``proxy.cli_sessions``), and so does ``memory …``
-(``proxy.cli_memory``).
+(``proxy.cli_memory``); ``proxy.cli_run`` runs each command.
+
+This is the console script's module, so it imports the standard library alone: the rest
+(pydantic, the app, httpx, asyncpg) takes a moment to load, and is imported inside the
+guard that makes Ctrl-C, at any point of the start too, exit 130 without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import io
-import logging
-import os
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from pydantic import ValidationError
-
-from proxy import __version__
-from proxy.app import create_app
-from proxy.auth import InsecureListen
-from proxy.banner import client_origin
-from proxy.cli_memory import add_memory_parser, run_memory
-from proxy.cli_sessions import origin_of, run_sessions
-from proxy.config import ConfigError
-from proxy.logs import configure_logging, format_from_env
-from proxy.pgembed import start_embedded
-from proxy.server import INTERRUPTED, serve
-from proxy.settings import DEFAULT_CONFIG, Settings, SettingsError, settings_error
-from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
+from proxy import DEFAULT_CONFIG, __version__
 
 __all__ = ["main"]
+
+INTERRUPTED = 128 + signal.SIGINT
+"""The exit status of a command ended by Ctrl-C, as a shell reports one."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        from proxy.cli_run import run  # the heavy imports, under this guard
+
+        return run(args)
+    except KeyboardInterrupt:  # Ctrl-C, while starting or running: asked for, no crash
+        return INTERRUPTED
+
 
 _DATABASE_URL = (
     "PostgreSQL URL (env DATABASE_URL; default: an embedded PostgreSQL in "
@@ -124,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
             a.add_argument(
                 "--new-id", type=_session_id, help="the new session's id (default: ID-branch-<hex>)"
             )
-    add_memory_parser(sub, _client_options)
+    _memory_parser(sub)
     return p
 
 
@@ -155,19 +156,34 @@ def _client_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {
-        k: v
-        for k, v in {
-            "host": getattr(args, "host", None),
-            "port": getattr(args, "port", None),
-            "config": getattr(args, "config", None),
-            "database_url": getattr(args, "database_url", None),
-            "allow_unauthenticated": getattr(args, "allow_unauthenticated", None),
-        }.items()
-        if v is not None
-    }
-    return Settings().model_copy(update=overrides).with_default_config()
+_MEMORY_HELPS = {
+    "ls": "list the facts of a scope",
+    "add": "remember a fact (it is checked: no secrets, instructions or duplicates)",
+    "rm": "forget a fact, by its id",
+}
+
+
+def _memory_parser(sub: Any) -> None:
+    """The ``memory`` command and its actions (``proxy.cli_memory`` runs them)."""
+    mem = sub.add_parser(
+        "memory",
+        help="list, add and remove the long-term facts of a running proxy",
+        description="List, add and remove the long-term facts injected into prompts as "
+        "<memory>, as the tenant of the API key given.",
+    )
+    _client_options(mem)
+    msub = mem.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in _MEMORY_HELPS.items():
+        a = msub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        _client_options(a)
+        if action in ("ls", "add"):
+            a.add_argument(
+                "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
+            )
+        if action == "add":
+            a.add_argument("text", help="the fact, one sentence")
+        if action == "rm":
+            a.add_argument("id", type=int, help="the fact's id (see 'memory ls')")
 
 
 def _port(text: str) -> int:
@@ -186,105 +202,3 @@ def _session_id(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty session id")
     return text
-
-
-def _serve(settings: Settings) -> int:
-    app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
-    return serve(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        access_log=False,
-    )
-
-
-def _migrate(settings: Settings) -> int:
-    """Apply the migrations; the embedded server this started is stopped whatever happens
-    (a failed migration, SIGTERM from a supervisor or ``timeout``), not left running."""
-    previous = signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the finally runs
-    dsn, server = (settings.database_url, None)
-    try:
-        if not dsn:
-            dsn, server = start_embedded(settings.data_dir)
-        applied = asyncio.run(run_migrations(dsn, **pooler_kwargs(settings.db_pooler)))
-    finally:
-        if server is not None:
-            server.cleanup()
-        signal.signal(signal.SIGTERM, previous)
-    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
-    return 0
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _sessions(args: argparse.Namespace, settings: Settings) -> int:
-    args.json = getattr(args, "json", False)
-    url = origin_of(
-        getattr(args, "url", None)
-        or os.environ.get("CASCADE_URL")
-        or client_origin(settings.host, settings.port)
-    )
-    key = (
-        getattr(args, "api_key", None)
-        or os.environ.get("CASCADE_API_KEY")
-        or os.environ.get("OPENAI_API_KEY")
-    )
-    return (run_memory if args.command == "memory" else run_sessions)(args, url, key)
-
-
-def _client_command(args: argparse.Namespace, settings: Settings) -> int:
-    """``sessions`` or ``memory``, whose output is often piped into ``head`` or ``less``: a
-    reader that stops early closes the pipe, which ends the command quietly (a shell's
-    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
-    output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
-    if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
-        sys.stdout.reconfigure(errors="backslashreplace")
-    try:
-        status = _sessions(args, settings)
-        sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
-    except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that write succeeds.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    return status
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        settings = _settings(args)
-        if args.command == "serve":
-            return _serve(settings)
-        if args.command == "migrate":
-            return _migrate(settings)
-        return _client_command(args, settings)
-    except ValidationError as exc:  # a setting from the environment: named, not echoed
-        _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
-        return 2
-    except (
-        ConfigError,
-        SettingsError,
-        DatabaseUnavailable,
-        MigrationError,
-        InsecureListen,
-    ) as exc:
-        # a mistake in the config file or the environment: say which, without a traceback
-        _refuse(f"cascade-proxy {args.command}: {exc}")
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C during migrate or a client command: asked for, no crash
-        return INTERRUPTED
-
-
-def _refuse(message: str) -> None:
-    """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
-    one JSON log line like every other the process writes (read from the environment, since
-    the settings themselves may be what is wrong)."""
-    if format_from_env() == "json":
-        configure_logging("info", "json")
-        logging.getLogger("cascade").error("%s", message)
-    else:
-        print(message, file=sys.stderr)

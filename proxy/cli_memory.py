@@ -3,6 +3,7 @@
 Talks HTTP to the memory API (``GET /v1/memory?scope=…``, ``POST /v1/memory``, ``DELETE
 /v1/memory/{id}``) as the tenant of the key given, like ``cascade-proxy sessions``. A fact
 ``sanitize_fact`` refuses is printed with the reason the API gives, and the exit code is 1.
+Its arguments are read by ``proxy.cli``.
 """
 
 from __future__ import annotations
@@ -13,36 +14,7 @@ from typing import Any
 
 from proxy.cli_sessions import call_api, table
 
-__all__ = ["add_memory_parser", "run_memory"]
-
-_HELPS = {
-    "ls": "list the facts of a scope",
-    "add": "remember a fact (it is checked: no secrets, instructions or duplicates)",
-    "rm": "forget a fact, by its id",
-}
-
-
-def add_memory_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The ``memory`` command and its actions, on the CLI's subparsers."""
-    mem = sub.add_parser(
-        "memory",
-        help="list, add and remove the long-term facts of a running proxy",
-        description="List, add and remove the long-term facts injected into prompts as "
-        "<memory>, as the tenant of the API key given.",
-    )
-    client_options(mem)
-    msub = mem.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for action, text in _HELPS.items():
-        a = msub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
-        client_options(a)
-        if action in ("ls", "add"):
-            a.add_argument(
-                "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
-            )
-        if action == "add":
-            a.add_argument("text", help="the fact, one sentence")
-        if action == "rm":
-            a.add_argument("id", type=int, help="the fact's id (see 'memory ls')")
+__all__ = ["run_memory"]
 
 
 def _ls(body: dict[str, Any]) -> str:
@@ -61,8 +33,9 @@ _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def run_memory(args: argparse.Namespace, url: str, key: str | None) -> int:
-    """Call the memory API for ``args.action`` and print the answer (``call_api``)."""
+def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: str = "") -> int:
+    """Call the memory API for ``args.action`` and print the answer (``call_api``);
+    ``key_from`` names where ``key`` came from."""
     request: tuple[str, str, dict[str, Any], Any]
     if args.action == "ls":
         request = ("GET", "/v1/memory", {"scope": args.scope}, None)
@@ -70,4 +43,6 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None) -> int:
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
     else:
         request = ("DELETE", f"/v1/memory/{args.id}", {}, None)
-    return call_api(args, url, key, request, _RENDER[args.action], command="memory")
+    return call_api(
+        args, url, key, request, _RENDER[args.action], command="memory", key_from=key_from
+    )

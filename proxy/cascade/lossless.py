@@ -14,7 +14,7 @@ spills it, and the marker says so. The transforms:
   the rest minified; taken instead of ``minify_json`` when it is shorter.
 - ``collapse_repeats``: a run of identical consecutive lines becomes the line plus a count.
 - ``point_to_earlier``: a run of lines that an earlier tool result of the session also holds,
-  consecutively, becomes a pointer naming that result (``handles.pin``) and line range. The
+  consecutively, becomes a pointer naming that result (``pins.pin``) and line range. The
   longest such run is taken among the last ``MAX_OCCURRENCES`` places each line occurs.
 
 The line transforms split lines at ``\\n`` or ``\\r\\n`` only (a form feed or U+2028 stays in its
@@ -154,7 +154,7 @@ class EarlierLines:
     are never indexed line by line in Python.
     """
 
-    ids: tuple[str, ...] = ()  # the names pointers give the results (``handles.pin``)
+    ids: tuple[str, ...] = ()  # the names pointers give the results (``pins.pin``)
     lines: tuple[tuple[str, ...], ...] = ()
     sets: tuple[frozenset[str], ...] = ()  # each result's lines as a set
 

@@ -40,12 +40,13 @@ from proxy.cascade.commands import (
     is_compact_command,
 )
 from proxy.cascade.eviction import EVICTION, is_placeholder
-from proxy.cascade.handles import holds_handle, pin
+from proxy.cascade.handles import holds_handle
 from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.phases import turn_answers, turn_start
+from proxy.cascade.pins import pin
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
 from proxy.cascade.step import Stage, StepInput
@@ -145,7 +146,7 @@ def earlier_results(messages: Sequence[Message], pos: int) -> Callable[[], Earli
     The client resends the whole history, so the originals are at hand without a fetch; a
     pointer names only a handle and line numbers, so a redacted earlier result leaks nothing
     (the new result itself is never compacted when redacted). Each result is named by
-    ``handles.pin`` (its id and position), not its id alone: an id can name more than one
+    ``pins.pin`` (its id and position), not its id alone: an id can name more than one
     result (``call_0`` every turn), now or once the pointer is frozen, and
     ``read_tool_output`` reads an id's newest result."""
 

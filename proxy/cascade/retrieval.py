@@ -14,8 +14,9 @@ an answer with an error and no block: the turn goes out without one. Being JSON,
 can be kept with the turn and spliced again, byte for byte, on the turn's later steps.
 
 Each snippet is cut to ``snippetChars`` and headed with where it came from: its role, its
-position in the session, the tool call it answered, and whether it was summarised, evicted
-or trimmed. The window is never touched: the block is never stored as a client's message.
+position in the session, the handle of the tool result it is (pinned, ``call_0@12``, as every
+handle is: a bare id reads its newest result), and whether it was summarised, evicted or
+trimmed. The window is never touched: the block is never stored as a client's message.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.cascade.observations import is_observation
+from proxy.cascade.pins import pin
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, content_text
 from proxy.cascade.types import RETRIEVAL, Event, Message, StageResult
@@ -147,7 +149,7 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
 
 def _where(hit: Hit) -> str:
     who = (
-        f"tool result of {hit.tool_call_id}"
+        f"tool result of {pin(hit.tool_call_id, hit.pos)}"
         if hit.role == "tool" and hit.tool_call_id
         else hit.role
     )

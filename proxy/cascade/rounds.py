@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message
 
-__all__ = ["Round", "call_ids", "call_name", "group_rounds", "protected_from", "tool_names"]
+__all__ = [
+    "Round",
+    "call_functions",
+    "call_ids",
+    "call_name",
+    "group_rounds",
+    "protected_from",
+    "tool_names",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +50,23 @@ def call_ids(msg: Message) -> tuple[str, ...]:
     return tuple(ids)
 
 
+def call_functions(msg: Message) -> list[Mapping[str, Any]]:
+    """The ``function`` objects (``name``, ``arguments``) a message calls, in order: each
+    tool call's, then a legacy ``function_call`` (the deprecated ``functions`` API's one
+    call), so what reads a call's arguments reads both forms alike."""
+    out: list[Mapping[str, Any]] = []
+    calls = msg.get("tool_calls")
+    if isinstance(calls, Sequence) and not isinstance(calls, str):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping):
+                out.append(fn)
+    legacy = msg.get("function_call")
+    if isinstance(legacy, Mapping):
+        out.append(legacy)
+    return out
+
+
 def _has_calls(msg: Message) -> bool:
     calls = msg.get("tool_calls")
     return msg.get("role") == "assistant" and bool(calls) and not isinstance(calls, str)
@@ -65,7 +91,10 @@ def group_rounds(messages: Sequence[Message], prefixes: Sequence[str] = ()) -> t
     into one, so rounds are always disjoint ranges and removing or keeping a round whole never
     separates a call from its result. Tool messages answering no known call belong to no round.
     With ``prefixes``, an assistant message without calls and the observation after it (a
-    user message starting with one of them) are a round too.
+    user message starting with one of them) are a round too. A legacy ``function_call`` and
+    its ``function`` result are none: eviction, which counts these rounds, never clears such
+    a result (it has no id for a handle), and the overflow guard and the summary keep the
+    pair together on their own.
     """
     starts: list[int] = []
     ends: list[int] = []

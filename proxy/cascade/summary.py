@@ -11,9 +11,10 @@ with :func:`fold_summary`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from proxy.cascade.briefing import SECTIONS
+from proxy.cascade.rounds import call_functions
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text
 from proxy.cascade.types import CompactionPlan, Marks, Message, StageResult, TokenCounter
@@ -77,13 +78,11 @@ def _unsafe_cuts(window: Sequence[Message]) -> list[bool]:
 
 
 def _size(m: Message) -> int:
-    """Characters a message puts in a prompt: content plus tool-call names and arguments."""
-    calls = m.get("tool_calls") or ()
+    """Characters a message puts in a prompt: content plus its calls' names and arguments
+    (tool calls and a legacy ``function_call``)."""
     args = sum(
-        len(str((c.get("function") or {}).get("name") or ""))
-        + len(str((c.get("function") or {}).get("arguments") or ""))
-        for c in calls
-        if isinstance(c, dict)
+        len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
+        for fn in call_functions(m)
     )
     return len(content_text(m.get("content"), media=True)) + args
 
@@ -182,6 +181,9 @@ def _render(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
         caps = [c for c in (tool_cap, cap) if c is not None]
         clipped = _clip(body, min(caps) if caps else None)
         return f"[tool result{name} id={m.get('tool_call_id')}]\n{clipped}"
+    if role == "function":  # a legacy result: its function's name, as a tool result's tool
+        name = f" {m['name']}" if m.get("name") else ""
+        return f"[function result{name}]\n{_clip(body, cap)}"
     lines = [f"[{role}]"]
     if body:
         lines.append(_clip(body, cap))
@@ -189,6 +191,10 @@ def _render(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
         fn = call.get("function") or {}
         args = _clip(str(fn.get("arguments") or ""), cap)
         lines.append(f"-> tool call {fn.get('name')}({args}) id={call.get('id')}")
+    legacy = m.get("function_call")
+    if isinstance(legacy, Mapping):  # the deprecated ``functions`` API's one call, no id
+        args = _clip(str(legacy.get("arguments") or ""), cap)
+        lines.append(f"-> function call {legacy.get('name')}({args})")
     return "\n".join(lines)
 
 

@@ -181,6 +181,7 @@ def _compact(
         TRUNCATED,
         {
             "tool_call_id": tool_call_id,
+            "handle": handle,
             "original_chars": len(text),
             "kept_chars": len(new_text),
             "spilled": True,
@@ -219,8 +220,10 @@ def truncate_tool_result(
 
     ``pos`` is the result's position in the session's history: the marker's handle (cut or
     compacted) then names this result alone (``pins.pin``). Without it (an observation,
-    whose handle is a hash of its text) the marker names the bare id. The spill and the
-    event are keyed by the bare id either way.
+    whose handle is a hash of its text) the marker names the bare id. The spill is keyed by
+    the bare id either way; the ``context.truncated`` event has both, ``tool_call_id`` and
+    the ``handle`` the marker names (as ``context.evicted``'s ``handles``), since an id a
+    client reuses (``call_0`` every turn) does not tell its results apart.
     """
     redacted = 0
     if redaction.enabled:
@@ -256,6 +259,7 @@ def truncate_tool_result(
         TRUNCATED,
         {
             "tool_call_id": tool_call_id,
+            "handle": named,
             "original_chars": total,
             "kept_chars": head_len + tail_len,
             "spilled": spill is not None,

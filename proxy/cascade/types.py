@@ -31,6 +31,7 @@ __all__ = [
     "MESSAGE_DELTA_APPENDED",
     "CONFIG_RELOADED",
     "CONFIG_REJECTED",
+    "SESSION_RESET",
     "TRANSIENT_EVENTS",
     "READ_TOOL_OUTPUT",
 ]
@@ -135,8 +136,9 @@ RETRIEVAL = "context.retrieval"
 MEMORY_SUGGESTION = "memory.suggestion"
 MESSAGE_APPENDED = "session.message.appended"
 MESSAGE_DELTA_APPENDED = "session.message.delta.appended"
+SESSION_RESET = "session.reset"
 CONFIG_RELOADED = "config.reloaded"
 CONFIG_REJECTED = "config.rejected"
 
-TRANSIENT_EVENTS = frozenset({EVICTED, HANDOFF_SUGGESTED, MESSAGE_DELTA_APPENDED})
+TRANSIENT_EVENTS = frozenset({EVICTED, HANDOFF_SUGGESTED, MESSAGE_DELTA_APPENDED, SESSION_RESET})
 """Events that are delivered live but never persisted (no ``id:``, no replay)."""

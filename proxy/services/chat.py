@@ -259,7 +259,7 @@ class ChatService:
         )
         needs = plan_step(inp)
         answers: dict[str, Any] = {}
-        if needs:  # a stage's store reads (retrieval, read_tool_output pages)
+        if needs:  # a stage's store reads (the memory facts, retrieval's search)
             await turn.connect()
             answers = await fulfil(needs, conn=turn.conn, key=key)
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent

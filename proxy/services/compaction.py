@@ -13,7 +13,9 @@
   ``summarize.maxAttempts`` ≤ 3) and then reported as ``context.compaction.failed`` with the
   previous state left intact.
 - A summary is written only if the message at its boundary is still the live one (the history
-  may have diverged while the fast model was thinking).
+  may have diverged while the fast model was thinking) and the compaction still holds its
+  claim (the session may have been deleted, and made again under its id, meanwhile); one
+  that lost its claim reports nothing more.
 - A compaction whose process died between its ``context.compaction.started`` and its partner
   gets a ``context.compaction.failed`` with reason ``interrupted``: at start-up
   (``close_interrupted``), and when the session's next compaction starts; a console waiting
@@ -28,7 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -41,12 +43,12 @@ from proxy.cascade.types import (
     COMPACTION_COMPLETED,
     COMPACTION_FAILED,
     COMPACTION_STARTED,
-    CompactionPlan,
     Message,
     TokenCounter,
 )
 from proxy.observe import note_compaction_event
 from proxy.services.compaction_job import CompactionJob, SummaryCallError, summarise
+from proxy.services.compaction_span import CompactionResult, Span
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
@@ -64,50 +66,6 @@ from proxy.upstream import Upstream
 __all__ = ["DurableSummarizer", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionResult:
-    version: int | None
-    boundary: int | None
-    folded: int
-    tokens_before: int
-    tokens_after: int
-    reason: str = ""
-    failed: bool = False  # the fast model could not give a summary (not: nothing to fold)
-
-
-@dataclass(frozen=True, slots=True)
-class _Span:
-    """What a compaction read and planned before it asks the fast model: the session's
-    latest summary (``latest``, None before the first) and its ``boundary``, the leading
-    system messages, the live rows from the boundary on, the plan over those rows (index
-    space: trimmed messages leave gaps), the size before the fold, the session's ``ratio``."""
-
-    latest: dict[str, Any] | None
-    boundary: int
-    head: list[Message]
-    tail: list[asyncpg.Record]
-    plan: CompactionPlan
-    before: int
-    ratio: float = 1.0
-
-    @property
-    def version(self) -> int | None:
-        return self.latest["version"] if self.latest else None
-
-    @property
-    def from_pos(self) -> int:
-        return int(self.tail[self.plan.start]["pos"])
-
-    @property
-    def end_pos(self) -> int:
-        """The position after the folded span: the summary's new boundary."""
-        plan, tail = self.plan, self.tail
-        return int(tail[plan.end]["pos"] if plan.end < len(tail) else tail[plan.end - 1]["pos"] + 1)
-
-    def unchanged(self, reason: str, *, failed: bool = False) -> CompactionResult:
-        return CompactionResult(None, self.boundary, 0, self.before, self.before, reason, failed)
 
 
 def _ms_since(t0: float) -> int:
@@ -231,7 +189,7 @@ class DurableSummarizer:
             await asyncio.sleep(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)
         try:
-            return await self._compact(job)
+            return await self._compact(job, owner)
         finally:
             self.leases.unclaim(job.tenant, job.session_id, owner)
             with contextlib.suppress(DatabaseUnavailable, PoolExhausted):  # it expires
@@ -257,19 +215,21 @@ class DurableSummarizer:
             log.info("compaction of %s: the session was deleted; %s dropped", job.session_id, name)
         note_compaction_event(name, data)  # the metrics' count of its result
 
-    async def _compact(self, job: CompactionJob) -> CompactionResult | None:
+    async def _compact(self, job: CompactionJob, owner: uuid.UUID) -> CompactionResult | None:
         """Read and plan, call the fast model, write: a connection borrowed for the first
         and the last part only."""
         with unavailable_when_lost():
             async with Lent(self.pool, self.acquire_timeout) as lent:
-                return await self._fold(lent, job)
+                return await self._fold(lent, job, owner)
 
-    async def _fold(self, lent: Lent, job: CompactionJob) -> CompactionResult | None:
+    async def _fold(
+        self, lent: Lent, job: CompactionJob, owner: uuid.UUID
+    ) -> CompactionResult | None:
         """Read and plan (``_read``), report the start, ask the fast model with no connection
         held, then write and report the summary (``_store``) or the failure (``_failed``)."""
         conn = await lent.take()
-        span = await self._read(conn, job)
-        if not isinstance(span, _Span):
+        span = await self._read(conn, job, owner)
+        if not isinstance(span, Span):
             return span  # no session, or nothing to fold
         t0 = time.monotonic()
         started = {
@@ -291,12 +251,15 @@ class DurableSummarizer:
             return span.unchanged(str(exc), failed=True)
         return await self._store(lent, job, span, content, t0)
 
-    async def _read(self, conn: Connection, job: CompactionJob) -> _Span | CompactionResult | None:
+    async def _read(
+        self, conn: Connection, job: CompactionJob, owner: uuid.UUID
+    ) -> Span | CompactionResult | None:
         """The session's latest summary and the window after it, planned; None when the
-        session is gone, an unchanged result when there is nothing to fold."""
+        session is gone (or made again since ``owner`` claimed it), an unchanged result when
+        there is nothing to fold."""
         key = {"tenant": job.tenant, "session_id": job.session_id}
         row = await sessions.fetchrow_session(conn, **key)
-        if row is None:
+        if row is None or row["compaction_owner"] != owner:
             return None
         await self._closer.close_session(conn, job.tenant, job.session_id)
         latest = await summaries.fetchrow_latest(conn, **key)
@@ -324,10 +287,10 @@ class DurableSummarizer:
             return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
         # /compact exchanges were answered by the proxy: the fast model never sees them.
         plan = replace(plan, span=drop_commands(plan.span))
-        return _Span(latest, boundary, head, tail, plan, before, float(row["calibration"]))
+        return Span(owner, latest, boundary, head, tail, plan, before, float(row["calibration"]))
 
     async def _store(
-        self, lent: Lent, job: CompactionJob, span: _Span, content: str, t0: float
+        self, lent: Lent, job: CompactionJob, span: Span, content: str, t0: float
     ) -> CompactionResult:
         """Write the summary unless the history changed meanwhile, report it, and promote
         the span's facts to memory when the agent asks for it."""
@@ -346,6 +309,7 @@ class DurableSummarizer:
             content=content,
             tokens=self.count([{"role": "user", "content": content}]),
             model=job.fast_model,
+            owner=span.owner,
         )
         if version is None:
             reason = "the history changed while summarising; the summary was discarded"
@@ -376,13 +340,20 @@ class DurableSummarizer:
         self,
         conn: Connection,
         job: CompactionJob,
-        span: _Span,
+        span: Span,
         t0: float,
         reason: str,
         error: str,
         attempts: int,
     ) -> None:
-        """Report a compaction that left the previous state as it was."""
+        """Report a compaction that left the previous state as it was, unless it lost its
+        claim: its session was deleted (and perhaps made again, under the same id, by a
+        request: not the session it started in), or the compaction that took the lapsed claim
+        closed its start as interrupted already."""
+        key = {"tenant": job.tenant, "session_id": job.session_id}
+        if not await claims.holds_compaction(conn, **key, owner=span.owner):
+            log.info("compaction of %s lost its claim; %s dropped", job.session_id, reason)
+            return
         data = {
             "reason": reason,
             "error": error,

@@ -1,6 +1,6 @@
 """This replica's session leases: its owner id, their time to live, and their renewal.
 
-A chat request holds its session's lease (migration 0015) from its first statement to its
+A chat request holds its session's lease (migration 0016) from its first statement to its
 last, and no connection in between: the provider's answer may take minutes, and a held
 connection would cap a replica's requests in flight at its pool size (README, Capacity).
 Every lease this replica's requests take names one owner, ``Leases.owner``, drawn when the

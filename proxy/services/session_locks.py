@@ -1,6 +1,6 @@
 """One replica's queue per session, in front of the session's lease.
 
-A session's requests are serialised by a lease on its row (migration 0015; the step's first
+A session's requests are serialised by a lease on its row (migration 0016; the step's first
 statement, ``cascade_begin_step_v6``, takes it, ``record_step`` releases it), which every
 replica names by its own owner id (``services/leases.py``). Within a replica the requests on
 one session wait here, first come first served, holding nothing, and only the request at

@@ -60,7 +60,8 @@ async def list_sessions(
     agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The tenant's sessions (with ``agents``, only theirs), latest activity first, each with
-    its model's context limit (what the console's occupancy bar is drawn against)."""
+    its occupancy as ``show_session`` gives it and its model's context limit (what the
+    console's occupancy bar is drawn against)."""
     rows = await sessions.fetch_sessions(
         conn, tenant=tenant, limit=limit, offset=offset, agents=agents
     )
@@ -70,6 +71,7 @@ async def list_sessions(
             {k: _iso(v) for k, v in dict(r).items()}
             | {
                 "message_count": r["head_len"],
+                "occupancy": _occupancy(r),
                 "context_limit": cfg.model_limits(r["model"] or "").context_limit,
             }
             for r in rows
@@ -81,9 +83,7 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
     """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
     row = await _require(conn, tenant, session_id)
     limits = cfg.model_limits(row["model"] or "")
-    occupancy = row["last_prompt_tokens"]
-    if occupancy is None and row["last_estimate"] is not None:
-        occupancy = round(row["last_estimate"] * row["calibration"])
+    occupancy = _occupancy(row)
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     split = await usage.fetch_usage_split(
         conn,
@@ -123,6 +123,15 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
     }
 
 
+def _occupancy(row: Mapping[str, Any]) -> int | None:
+    """The provider's count of the last prompt; without one (a provider that reports no
+    usage), the proxy's estimate of it, calibrated."""
+    tokens: int | None = row["last_prompt_tokens"]
+    if tokens is None and row["last_estimate"] is not None:
+        tokens = round(row["last_estimate"] * row["calibration"])
+    return tokens
+
+
 def _usage(split: Mapping[str, int], summary_tokens: int, calibration: float) -> dict[str, int]:
     """The window's estimated tokens by part (system, summary, messages, tool results),
     scaled by the session's calibration, as its occupancy is."""
@@ -156,13 +165,12 @@ async def list_messages(
         limit=limit,
         offset=offset,
     )
+    spilled = await client_form.fetch_spilled_cuts(
+        conn, tenant=tenant, session_id=session_id, rows=rows
+    )
     cut = [_cut_observation(r) for r in rows]  # the prompt form says which
     if sent_form:
         rows = await _as_sent(conn, tenant, session_id, rows)
-    call_ids = [nul.decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
-    spilled = await usage.fetch_spilled_ids(
-        conn, tenant=tenant, session_id=session_id, tool_call_ids=call_ids
-    )
     return {
         "object": "list",
         "data": [
@@ -173,8 +181,7 @@ async def list_messages(
                 "tool_call_id": None
                 if r["tool_call_id"] is None
                 else nul.decode(r["tool_call_id"]),
-                "truncated": is_cut
-                or (r["tool_call_id"] is not None and nul.decode(r["tool_call_id"]) in spilled),
+                "truncated": is_cut or was_spilled,
                 "tokens": r["tokens"],
                 "source": r["source"],
                 "redacted": r["redacted"],
@@ -183,7 +190,7 @@ async def list_messages(
                 "superseded": r["superseded_at"] is not None,
                 "created_at": _iso(r["created_at"]),
             }
-            for r, is_cut in zip(rows, cut, strict=True)
+            for r, is_cut, was_spilled in zip(rows, cut, spilled, strict=True)
         ],
     }
 

@@ -27,11 +27,12 @@ from proxy.cascade.text import with_text
 from proxy.cascade.truncation import is_cut_from
 from proxy.history import chain_hash
 from proxy.store.nul import decode
+from proxy.store.usage import fetch_spilled_ids
 
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["fetch_sent_forms"]
+__all__ = ["fetch_sent_forms", "fetch_spilled_cuts"]
 
 # An evicted row keeps its body beside the placeholder (migration 0008): ``message``.
 # ``prev`` is the live row before it, whose hash the row's hash continues.
@@ -105,3 +106,30 @@ async def fetch_sent_forms(
         if message is not None:
             out[r["pos"]] = message
     return out
+
+
+async def fetch_spilled_cuts(
+    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[Any]
+) -> list[bool]:
+    """For each of ``rows`` (``messages.fetch_messages``'): whether it is a result cut at
+    ingestion with its text spilled, a spill kept under its id and its stored body not the
+    message sent (its hash says so). The id alone would mark every result under an id a
+    client reuses (``call_0`` every turn) once one of them was cut; a redacted result keeps
+    no spill of its own, whatever its id holds. A superseded row is judged by its id alone:
+    its chain is no longer the live one."""
+    ids = [decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
+    spilled = await fetch_spilled_ids(conn, tenant=tenant, session_id=session_id, tool_call_ids=ids)
+    candidate = [
+        r["tool_call_id"] is not None and not r["redacted"] and decode(r["tool_call_id"]) in spilled
+        for r in rows
+    ]
+    live = [r["pos"] for r, c in zip(rows, candidate, strict=True) if c and not r["superseded_at"]]
+    rewritten = set()
+    if live:
+        for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, live):
+            if chain_hash(r["prev"], dict(r["message"])) != r["hash"]:
+                rewritten.add(r["pos"])
+    return [
+        c and (r["superseded_at"] is not None or r["pos"] in rewritten)
+        for r, c in zip(rows, candidate, strict=True)
+    ]

@@ -84,15 +84,16 @@ class DatabaseUnavailable(RuntimeError):
 
 
 class PoolerMismatch(DatabaseUnavailable):
-    """``DATABASE_URL`` leads to a transaction-mode pooler that ``CASCADE_DB_POOLER`` does not
+    """The database URL leads to a transaction-mode pooler that ``CASCADE_DB_POOLER`` does not
     name: asyncpg's cached statements met a server connection other than the one that
     prepared them. The message says what to set (:func:`~proxy.store.pooler.unnamed_pooler`);
-    at start it is the refusal, under a request a 503 whose log line says it."""
+    at start it is the refusal, naming where the URL came from, under a request a 503 whose
+    log line says it (a pooled connection's statement does not know where its URL came from)."""
 
     @classmethod
-    def raise_from(cls, exc: BaseException) -> None:
-        """Raise one for ``exc`` when ``exc`` is such a lost statement; else return."""
-        if (message := unnamed_pooler(exc)) is not None:
+    def raise_from(cls, exc: BaseException, setting: str | None = None) -> None:
+        """Raise one for ``exc``, naming ``setting``, when ``exc`` is such a lost statement."""
+        if (message := unnamed_pooler(exc, setting)) is not None:
             raise cls(message, getattr(exc, "sqlstate", None)) from exc
 
 
@@ -249,10 +250,13 @@ class Lent:
         await self.give_back()
 
 
-async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.Connection:
-    """asyncpg.connect; a failure is a DatabaseUnavailable. The pool opens its connections
-    through it too, so a request that finds the database gone can be told so (a 503).
-    ``dsn`` may be None, as the pool's connect callback allows: libpq's PG* defaults apply."""
+async def connect(
+    dsn: str | None = None, *args: Any, setting: str = "DATABASE_URL", **kwargs: Any
+) -> asyncpg.Connection:
+    """asyncpg.connect; a failure is a DatabaseUnavailable, whose message names ``setting``,
+    where ``dsn`` came from. The pool opens its connections through it too, so a request
+    that finds the database gone can be told so (a 503). ``dsn`` may be None, as the pool's
+    connect callback allows: libpq's PG* defaults apply."""
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
     except (
@@ -265,7 +269,7 @@ async def connect(dsn: str | None = None, *args: Any, **kwargs: Any) -> asyncpg.
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {where} (DATABASE_URL): {reason}",
+            f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
             getattr(exc, "sqlstate", None),
         ) from None
 
@@ -281,7 +285,7 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
 
 
 async def run_migrations(
-    dsn: str, directory: Path | None = None, **connect_kwargs: Any
+    dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
 ) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
@@ -290,8 +294,9 @@ async def run_migrations(
     transaction-scoped advisory lock, so concurrent replicas serialise, and reads the ledger
     after it: a replica that waited finds the migration applied and skips it. Nothing
     outlives a transaction, so this works through a transaction-mode pooler too.
+    ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
     """
-    conn = await connect(dsn, **connect_kwargs)  # pooler_kwargs: behind a pooler too
+    conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
     applied: list[str] = []
     try:
         async with conn.transaction():
@@ -314,7 +319,7 @@ async def run_migrations(
                 try:
                     await conn.execute(text)
                 except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
-                    PoolerMismatch.raise_from(exc)
+                    PoolerMismatch.raise_from(exc, setting)
                     raise MigrationError(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"
                     ) from exc
@@ -326,7 +331,7 @@ async def run_migrations(
                 )
             applied.append(name)
     except asyncpg.PostgresError as exc:
-        PoolerMismatch.raise_from(exc)  # the first place a replica behind one fails
+        PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
         raise
     finally:
         await conn.close()
@@ -347,11 +352,11 @@ def _decode_jsonb(data: bytes) -> Any:
     return loads(memoryview(data)[1:])
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+async def _init_connection(conn: asyncpg.Connection, setting: str | None = None) -> None:
     try:
         await register_vector(conn)  # its type lookups are asyncpg's cached statements
     except asyncpg.PostgresError as exc:
-        PoolerMismatch.raise_from(exc)
+        PoolerMismatch.raise_from(exc, setting)
         raise
     await conn.set_type_codec(
         "json", encoder=dumps, decoder=loads, schema="pg_catalog", format="binary"
@@ -376,13 +381,15 @@ async def _reset(conn: asyncpg.Connection) -> None:
     """
 
 
-async def create_pool(dsn: str, **kwargs: Any) -> asyncpg.Pool:
-    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once."""
+async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any) -> asyncpg.Pool:
+    """Open the pool: pgvector and JSON codecs on every connection, an outage logged once;
+    the refusals (unreachable, or a pooler) name ``setting``, where ``dsn`` came from."""
     kwargs.setdefault("min_size", 1)
     kwargs.setdefault("max_size", 64)
     kwargs.setdefault("reset", _reset)
     kwargs.setdefault("connection_class", GuardedConnection)
-    outage = Outage(connect)
-    pool = await asyncpg.create_pool(dsn, init=_init_connection, connect=outage.connect, **kwargs)
+    outage = Outage(functools.partial(connect, setting=setting))
+    init = functools.partial(_init_connection, setting=setting)
+    pool = await asyncpg.create_pool(dsn, init=init, connect=outage.connect, **kwargs)
     outage.arm()
     return pool

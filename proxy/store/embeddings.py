@@ -1,4 +1,4 @@
-"""The ``message_embeddings`` table (migration 0015): claim, fill, search.
+"""The ``message_embeddings`` table (migration 0017): claim, fill, search.
 
 Every statement here is one short transaction of its own: a claim is a row inserted with no
 vector (``ON CONFLICT DO NOTHING``: a message another replica claimed is skipped), so no lock
@@ -148,7 +148,7 @@ async def update_embeddings(
 
 
 SEARCH = "SELECT * FROM cascade_related($1, $2, $3, $4, $5, $6)"
-"""The search is a function (migration 0015): it writes the query's dimension into its
+"""The search is a function (migration 0017): it writes the query's dimension into its
 statement, for the HNSW index of that dimension, and turns pgvector's iterative scan on for
 its own duration only."""
 

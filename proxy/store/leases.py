@@ -1,4 +1,4 @@
-"""A session's leases: who runs a request on it, or compacts it, and until when (migration 0015).
+"""A session's leases: who runs a request on it, or compacts it, and until when (migration 0016).
 
 A lease is two columns on the session row, an owner and an expiry on the database's clock,
 taken and released by short statements, so holding one holds no connection. A chat request's
@@ -36,6 +36,7 @@ __all__ = [
     "renew_claims",
     "RELEASE_COMPACTION",
     "release_compaction",
+    "holds_compaction",
     "LEASE_FOR_UPDATE",
     "free_for_update",
     "LEAVE_QUEUE",
@@ -137,6 +138,20 @@ async def release_compaction(
     conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID
 ) -> None:
     await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner)
+
+
+HOLDS_COMPACTION = """
+SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $3)
+"""
+
+
+async def holds_compaction(
+    conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID
+) -> bool:
+    """Whether ``owner`` still holds the session's compaction claim: not once the session
+    was deleted (a new one under the same id included) or another compaction took the
+    claim after it lapsed."""
+    return bool(await conn.fetchval(HOLDS_COMPACTION, tenant, session_id, owner))
 
 
 LEASE_FOR_UPDATE = "SELECT cascade_lease_for_update_v1($1, $2, $3)"

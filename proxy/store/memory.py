@@ -1,7 +1,7 @@
 """The ``memory`` table (long-term facts per tenant and scope) and memory suggestions.
 
 A suggestion is a persisted ``memory.suggestion`` event; the answer a person gives it is a row
-of ``memory_suggestion_answers`` (migration 0013), so a suggestion is pending while it has no
+of ``memory_suggestion_answers`` (migration 0014), so a suggestion is pending while it has no
 answer. Facts reach :func:`add_facts` only after ``cascade.memory.sanitize_fact``.
 """
 

@@ -35,16 +35,19 @@ def pooler_kwargs(pooler: Pooler) -> dict[str, Any]:
 _NAMED_STATEMENT_STATES = frozenset({"26000", "42P05"})
 
 
-def unnamed_pooler(exc: BaseException) -> str | None:
+def unnamed_pooler(exc: BaseException, setting: str | None = None) -> str | None:
     """When ``exc`` says a named prepared statement was missing from the server connection,
     or already there, what to set instead; else None. asyncpg's own hint names its
-    ``statement_cache_size``, which a deployment sets through ``CASCADE_DB_POOLER``."""
+    ``statement_cache_size``, which a deployment sets through ``CASCADE_DB_POOLER``.
+    ``setting`` names where the URL came from (``DATABASE_URL``, ``--database-url``), which
+    start-up knows; without it (a request's statement, on a connection that does not know)
+    the message says the database URL."""
     if not isinstance(exc, asyncpg.PostgresError) or exc.sqlstate not in _NAMED_STATEMENT_STATES:
         return None
     return (
-        "DATABASE_URL looks like a transaction-mode pooler (PgBouncer's pool_mode = "
-        "transaction, RDS Proxy, Supabase's pooler): a prepared statement did not outlive "
-        f"its transaction ({type(exc).__name__}: {exc.args[0] if exc.args else exc}); set "
+        f"{setting or 'The database URL'} looks like a transaction-mode pooler (PgBouncer's "
+        "pool_mode = transaction, RDS Proxy, Supabase's pooler): a prepared statement did not "
+        f"outlive its transaction ({type(exc).__name__}: {exc.args[0] if exc.args else exc}); set "
         "CASCADE_DB_POOLER=transaction, and DATABASE_LISTEN_URL to a URL that reaches "
         "PostgreSQL directly (README, Behind a connection pooler)"
     )

@@ -3,7 +3,7 @@
 A result cut at ingestion is spilled here. An evicted result needs no copy: its row keeps
 the body beside the placeholder (migration 0008), and :func:`fetchrow_raw_output` reads it
 from there, as it reads a result never cut from its message, when no spilled row is as new.
-A pointer's handle (``cascade.handles.pin``: id and position) reads that row's own result
+A pointer's handle (``cascade.pins.pin``: id and position) reads that row's own result
 instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.handles import unpin
+from proxy.cascade.pins import unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8, is_cut_from_capped
 from proxy.cascade.types import Spill
@@ -41,17 +41,17 @@ FETCHROW_RAW_OUTPUT = """
 SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
        m.message, m.created_at, m.redacted, m.placeholder IS NOT NULL AS evicted,
        (r.created_at IS NULL OR r.created_at < m.created_at)
-           AND m.placeholder IS NULL AND m.evicted_at IS NULL AND m.trimmed_at IS NULL
-           AND NOT m.redacted AND NOT EXISTS (
+           AND m.placeholder IS NULL AND m.evicted_at IS NULL
+           AND NOT m.redacted AND (m.superseded_at IS NULL OR NOT EXISTS (
                SELECT 1 FROM events e
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
                  AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
-           ) AS whole
+           )) AS whole
        , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
 LEFT JOIN LATERAL (
-    SELECT message, created_at, redacted, placeholder, evicted_at, trimmed_at, pos, hash,
+    SELECT message, created_at, redacted, placeholder, evicted_at, pos, hash,
            superseded_at FROM messages
     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = $3
     ORDER BY id DESC LIMIT 1
@@ -72,7 +72,7 @@ async def fetchrow_raw_output(
     message, evicted (kept beside its placeholder) or never cut (the whole of it). None
     when there is none, or when that result was cut or cleared with no copy kept
     (redacted, or cut with ``persistRaw`` off; its message holds less than the result): an
-    older result under the id is not it. A pointer's handle (``handles.pin``,
+    older result under the id is not it. A pointer's handle (``pins.pin``,
     ``<id>@<position>``) reads the result at that position instead (``_fetch_pinned``),
     whatever came under the id since. ``{"content", "original_bytes", "capped"}``; the
     text the client sent, NULs included (``nul``)."""
@@ -97,10 +97,15 @@ async def fetchrow_raw_output(
 
 
 def _sent(row: Any) -> bool:
-    """Whether the row's stored body is the whole result: nothing cut it (``whole``), and a
-    live row's body is the message the client sent (its chain hash). A branch copies rows
-    but not the ``context.truncated`` events ``whole`` asks, so there a result cut with no
-    copy kept (``persistRaw`` off) would pass for whole; its hash tells it."""
+    """Whether the row's stored body is the whole result: nothing took its place (``whole``:
+    no spill as new as it, no placeholder or redaction), and nothing cut it. A row the
+    overflow guard trimmed qualifies: the trim only keeps it out of later prompts and leaves
+    its body as stored, and a ``<related_context>`` snippet of it names its id for
+    ``read_tool_output`` to page (``cascade.retrieval``). A live
+    row's chain hash tells the last alone: it is over the message the client sent, and a
+    cut row holds the cut form (``client_form``), in a branch too, which copies rows but
+    not events. A superseded row's previous live row may not be the one its hash continues,
+    so for it ``whole`` asks the ``context.truncated`` events instead."""
     if not row["whole"]:
         return False
     return not row["live"] or chain_hash(row["prev"], row["message"]) == row["hash"]

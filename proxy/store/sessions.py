@@ -65,7 +65,7 @@ async def fetchval_agent(conn: Executor, *, tenant: str, session_id: str) -> str
 
 FETCH_SESSIONS = """
 SELECT id, agent, model, parent_id, created_at, updated_at, head_len, last_prompt_tokens,
-       reclaimed_tokens
+       last_estimate, calibration, reclaimed_tokens
 FROM sessions WHERE tenant = $1 AND ($4::text[] IS NULL OR agent = any($4::text[]))
 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from proxy.store.nul import decode, encode
@@ -38,9 +39,11 @@ INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, con
                        model)
 SELECT $1, $2, coalesce((SELECT max(version) FROM summaries
                          WHERE tenant = $1 AND session_id = $2), 0) + 1, $3, $4, $5, $6, $7
-WHERE $4::text IS NULL OR $4 = (
+WHERE ($4::text IS NULL OR $4 = (
     SELECT hash FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
-      AND pos < $3 AND hash = $4 ORDER BY pos DESC LIMIT 1)
+      AND pos < $3 AND hash = $4 ORDER BY pos DESC LIMIT 1))
+  AND ($8::uuid IS NULL OR EXISTS (
+    SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $8))
 RETURNING version
 """
 
@@ -55,8 +58,10 @@ async def insert_summary(
     content: str,
     tokens: int,
     model: str | None,
+    owner: uuid.UUID | None = None,
 ) -> int | None:
-    """Insert the next version; None when the last folded message is no longer live.
+    """Insert the next version; None when the last folded message is no longer live, or
+    when ``owner`` (a compaction) no longer holds the session's compaction claim.
 
     ``boundary_hash`` is the chain hash of the last folded message; a chain hash covers the
     whole prefix before it, so one live row with that hash proves the folded span is intact.
@@ -66,6 +71,10 @@ async def insert_summary(
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.
     ``content`` and ``model`` are stored through ``nul.encode`` (a model can echo a NUL).
+
+    The claim check keeps a compaction of a session deleted meanwhile out of a new session
+    made under the same id: a client resending the same history makes the hash check pass
+    there, and the deleted session's summary would outlive its delete.
     """
     version = await conn.fetchval(
         INSERT_SUMMARY,
@@ -76,6 +85,7 @@ async def insert_summary(
         encode(content),
         tokens,
         None if model is None else encode(model),
+        owner,
     )
     return None if version is None else int(version)
 

@@ -9,10 +9,12 @@ session storage, sent in the Authorization header, never in a URL).
 
 from __future__ import annotations
 
+import functools
+import html
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -36,8 +38,17 @@ _HEADERS = {
 
 async def index(request: Request) -> Response:
     """The one page; the views (list, session) are the fragment's, so any path under it
-    serves the same shell."""
-    return FileResponse(STATIC_DIR / "index.html", headers=_HEADERS)
+    serves the same shell. Behind a prefix (uvicorn's ``--root-path``, a front server that
+    strips it) its stylesheet and modules are named under the prefix, where the browser
+    finds them; the modules call the API under the path they were loaded from."""
+    root = html.escape(request.scope.get("root_path", "").rstrip("/"), quote=True)
+    page = _shell().replace('"/ui/static/', f'"{root}/ui/static/')
+    return HTMLResponse(page, headers=_HEADERS)
+
+
+@functools.cache
+def _shell() -> str:
+    return (STATIC_DIR / "index.html").read_text(encoding="utf-8")
 
 
 class _Static(StaticFiles):

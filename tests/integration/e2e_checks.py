@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from proxy.cascade.eviction import PLACEHOLDER_PREFIX
-from proxy.cascade.handles import unpin
+from proxy.cascade.pins import unpin
 from proxy.cascade.redaction import compile_patterns, redact, redact_message
 from proxy.embeddings import embedding_text
 from proxy.history import canonical_message
@@ -138,7 +138,8 @@ def check_related(
             assert pos < len(history), f"{where}: hit on message {pos} of {len(history)}"
             target = history[pos]
             if who.startswith("tool result of "):
-                assert target.get("tool_call_id") == who.removeprefix("tool result of "), where
+                handle = f"{target.get('tool_call_id')}@{pos}"
+                assert who.removeprefix("tool result of ") == handle, where
             else:
                 assert target.get("role") == who, f"{where}: hit {pos} is {target.get('role')}"
             body = embedding_text(redact_message(target, _PATTERNS)[0])

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from proxy import __version__
-from proxy.cli import _parser, _settings, main
+from proxy.bus import listen_url
+from proxy.cli import _parser, main
+from proxy.cli_run import _settings
 from proxy.pgembed import default_data_dir
-from tests.unit.starts import START_COMMANDS, run_start
+from tests.unit.starts import FREE_PORT, SERVE, START_COMMANDS, run_start
 
 
 def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
@@ -183,6 +185,51 @@ def test_a_database_refusal_at_start_is_one_line_not_a_traceback(
         assert any(line["message"] == "Application startup failed. Exiting." for line in lines)
     else:
         assert len([line for line in done.stderr.splitlines() if refusal in line]) == 1
+
+
+def test_serve_names_the_flag_that_gave_a_database_it_cannot_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's refusal and the event bus's LISTEN name where the URL came from: they
+    said DATABASE_URL when ``--database-url`` gave it, and that flag wins over the variable."""
+    env = {**os.environ, "DATABASE_URL": "postgresql://env@127.0.0.1:1/env"}
+    env.pop("CASCADE_CONFIG", None)  # built-in defaults (no config/ in tmp_path)
+    env.pop("CASCADE_LOG_FORMAT", None)
+    url = "postgresql://flag:hunter2@127.0.0.1:1/flag"
+    done = run_start([*SERVE, "--database-url", url], env, cwd=tmp_path)
+    assert done.returncode == 3  # uvicorn's start-up failure
+    refusal = "cannot connect to PostgreSQL at postgresql://flag:***@127.0.0.1:1/flag"
+    assert f"{refusal} (--database-url): " in done.stderr, done.stderr
+    assert "DATABASE_URL" not in done.stderr and "hunter2" not in done.stderr
+    settings = _settings(_parser().parse_args(["serve", "--database-url", url]))
+    assert listen_url(settings, url) == (url, "--database-url")
+    monkeypatch.setenv("DATABASE_URL", env["DATABASE_URL"])
+    env_only = _settings(_parser().parse_args(["serve"]))
+    assert listen_url(env_only, env["DATABASE_URL"]) == (env["DATABASE_URL"], "DATABASE_URL")
+
+
+_POOL_REFUSED = """
+import sys
+from proxy import app, cli
+
+async def migrated(dsn, **kwargs):
+    return []
+
+app.run_migrations = migrated  # the pool is the first to connect
+raise SystemExit(cli.main(["serve", "--port", sys.argv[1], "--database-url", sys.argv[2]]))
+"""
+
+
+def test_the_pool_names_the_flag_that_gave_its_database(tmp_path: Path) -> None:
+    """The pool's connections (an outage's log line under a running proxy) name where the
+    URL came from too, as the start's first connection does."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CASCADE_CONFIG", "DATABASE_URL")}
+    env.pop("CASCADE_LOG_FORMAT", None)
+    url = "postgresql://flag:hunter2@127.0.0.1:1/flag"
+    done = run_start(["-c", _POOL_REFUSED, FREE_PORT, url], env, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr  # uvicorn's start-up failure
+    assert "postgresql://flag:***@127.0.0.1:1/flag (--database-url): " in done.stderr
+    assert "DATABASE_URL" not in done.stderr and "hunter2" not in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,14 @@ import pytest
 from proxy.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _no_key_or_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gives its URL and key itself: one from the shell running the tests would
+    change what the command does (a key beside a URL's password is refused)."""
+    for name in ("CASCADE_URL", "CASCADE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,9 +95,14 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions/x/branch": (200, {"ok": True}),
         "/v1/sessions/uni": (200, {"id": "uni", "model": "模型 → …"}),
         "/v1/sessions/gz": (200, {"id": "gz"}),
+        "/v1/memory": (200, {"data": []}),
+        "/v1/sessions/locked": (401, {"error": {"message": "invalid proxy key"}}),
     }
 
+    authorization: ClassVar[str | None] = None  # what the last request carried
+
     def _answer(self) -> None:
+        type(self).authorization = self.headers.get("authorization")
         status, answer = self.answers[self.path.split("?")[0]]
         body = json.dumps(answer).encode()
         self.send_response(status)
@@ -144,7 +157,7 @@ def test_a_key_no_header_can_carry_is_one_line_without_the_key(
     logs) as a proxy that cannot be reached, and a non-ASCII one was a traceback."""
     assert main(["sessions", "--url", other_url, "--api-key", key, "ls"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "API key" in err, err
+    assert len(err.strip().splitlines()) == 1 and "the API key (--api-key) has" in err, err
     assert "SECRET" not in err, err
 
 
@@ -184,3 +197,104 @@ def test_a_body_that_does_not_decode_is_one_line_and_exit_2(
     assert main(["sessions", "--url", other_url, "show", "gz"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and other_url in err, err
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [(["sessions", "show", "uni"], "uni"), (["memory", "ls"], "no facts in this scope")],
+)
+def test_a_server_setting_the_client_does_not_read_does_not_stop_it(
+    other_url: str,
+    command: list[str],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The client commands share the server's environment; a setting of the server alone
+    that it refuses stopped them with exit 2. Of the server's settings they read only
+    CASCADE_HOST and CASCADE_PORT, for the default URL, and still refuse a bad port."""
+    for name, value in {
+        "CASCADE_LOG_LEVEL": "bogus",
+        "CASCADE_MAX_BODY_BYTES": "-5",
+        "CASCADE_DB_POOLER": "session",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main([command[0], "--url", other_url, *command[1:]]) == 0
+    assert said in capsys.readouterr().out
+    monkeypatch.delenv("CASCADE_URL", raising=False)
+    monkeypatch.setenv("CASCADE_HOST", "127.0.0.1")
+    monkeypatch.setenv("CASCADE_PORT", other_url.rsplit(":", 1)[1])
+    assert main(command) == 0
+    assert said in capsys.readouterr().out
+    monkeypatch.setenv("CASCADE_PORT", "abc")
+    assert main(command) == 2
+    assert capsys.readouterr().err.startswith(f"cascade-proxy {command[0]}: CASCADE_PORT: ")
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "sources"),
+    [
+        (["--url", "{url}", "--api-key", "sk-SECRETKEY"], {}, ("(--url)", "(--api-key)")),
+        (
+            [],
+            {"CASCADE_URL": "{url}", "OPENAI_API_KEY": "sk-SECRETKEY"},
+            ("(CASCADE_URL)", "(OPENAI_API_KEY)"),
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
+def test_a_key_beside_a_password_in_the_url_is_refused_naming_both(
+    other_url: str,
+    command: list[str],
+    flags: list[str],
+    env: dict[str, str],
+    sources: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """httpx sends a URL's user and password as Basic auth in the one Authorization header,
+    and the bearer key was dropped without a word: both given is one line and exit 2, naming
+    where each came from and quoting neither."""
+    url = other_url.replace("http://", "http://ops:TOPSECRET@")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(url=url))
+    assert main([*command, *(f.format(url=url) for f in flags)]) == 2
+    out, err = capsys.readouterr()
+    assert not out and len(err.strip().splitlines()) == 1, err
+    assert "Authorization header" in err and all(s in err for s in sources), err
+    assert "SECRET" not in err, err
+
+
+def test_a_password_in_the_url_alone_is_sent_as_basic_auth(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a key, a reverse proxy's Basic auth in the URL still reaches it."""
+    url = other_url.replace("http://", "http://ops:pw@")
+    assert main(["sessions", "--url", url, "show", "uni"]) == 0
+    assert _NotCascade.authorization == "Basic b3BzOnB3"  # ops:pw
+    assert "uni" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "hint"),
+    [
+        ([], {}, "(give the key with --api-key or CASCADE_API_KEY)"),
+        (["--api-key", "sk-SECRET"], {}, "(the key sent came from --api-key)"),
+        ([], {"OPENAI_API_KEY": "sk-SECRET"}, "(the key sent came from OPENAI_API_KEY)"),
+    ],
+)
+def test_a_refused_key_is_named_by_where_it_came_from(
+    other_url: str,
+    flags: list[str],
+    env: dict[str, str],
+    hint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 401 told the user to give the key with --api-key even when one was given there, or
+    when the agent's own OPENAI_API_KEY from the shell was the one sent."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["sessions", "--url", other_url, *flags, "show", "locked"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"cascade-proxy sessions show: 401 invalid proxy key {hint}", err

@@ -1,5 +1,6 @@
 """Ctrl-C during ``cascade-proxy sessions`` or ``memory`` (a slow proxy, an answer not yet
-in) ends the command as an interrupted one, exit status 130, without a traceback."""
+in), or while any command's imports load, ends the command as an interrupted one, exit
+status 130, without a traceback."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from proxy.cli import main
 
 _asked = threading.Event()
 _release = threading.Event()
@@ -60,3 +63,73 @@ def test_ctrl_c_while_waiting_for_the_proxy_is_exit_130_without_a_traceback(
             child.wait()
     assert "Traceback" not in err.decode(), err.decode()
     assert child.returncode == 128 + signal.SIGINT
+
+
+class _InterruptOn:
+    """An import finder that raises KeyboardInterrupt when ``name`` is imported, as Ctrl-C
+    does while the command's imports load (the first part of a second)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == self.name:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("module", ["proxy.cli_run", "proxy.app"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "--url", "http://127.0.0.1:1", "ls"],
+        ["memory", "--url", "http://127.0.0.1:1", "ls"],
+        ["migrate", "--database-url", "postgresql://127.0.0.1:1/x"],
+        ["serve", "--database-url", "postgresql://127.0.0.1:1/x"],
+    ],
+)
+def test_ctrl_c_while_the_imports_load_is_exit_130(
+    module: str, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for loaded in ("proxy.cli_run", module):  # imported again, so the finder is asked
+        monkeypatch.delitem(sys.modules, loaded, raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_InterruptOn(module), *sys.meta_path])
+    assert main(argv) == 128 + signal.SIGINT
+
+
+_INTERRUPTED_START = """
+import os, signal, sys
+
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "proxy.app":  # the signal arrives as the heaviest import begins
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+from proxy.cli import main
+raise SystemExit(main(["sessions", "--url", "http://127.0.0.1:1", "ls"]))
+"""
+
+
+def test_a_real_ctrl_c_while_the_imports_load_is_exit_130_without_a_traceback() -> None:
+    """A SIGINT delivered during the imports, at a point the child chooses rather than after
+    a guessed delay: Python's handler raises KeyboardInterrupt inside the import."""
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_START], capture_output=True, text=True, timeout=60
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 128 + signal.SIGINT
+
+
+def test_the_console_scripts_module_imports_nothing_slow() -> None:
+    """``proxy.cli`` is imported before its Ctrl-C guard runs, so it stays on the standard
+    library: what it imports itself is the only window where Ctrl-C is a traceback."""
+    probe = (
+        "import sys, proxy.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith(('proxy.', 'pydantic', 'httpx', "
+        "'fastapi', 'asyncpg', 'uvicorn')) and m != 'proxy.cli'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

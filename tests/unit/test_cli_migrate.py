@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy import cli
+from proxy import cli, cli_run
 from proxy.store.db import MigrationError
 
 
@@ -35,8 +35,8 @@ def test_a_failed_migration_stops_the_embedded_server_and_says_why_in_one_line(
 
     monkeypatch.delenv("DATABASE_URL", raising=False)
     monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    monkeypatch.setattr(cli, "start_embedded", lambda data_dir: ("postgresql:///x", server))
-    monkeypatch.setattr(cli, "run_migrations", refused)
+    monkeypatch.setattr(cli_run, "start_embedded", lambda data_dir: ("postgresql:///x", server))
+    monkeypatch.setattr(cli_run, "run_migrations", refused)
     before = signal.getsignal(signal.SIGTERM)
     assert cli.main(["migrate"]) == 2
     assert server.stopped == 1  # not left running until (unless) the interpreter exits
@@ -56,8 +56,8 @@ def test_a_successful_migration_stops_the_embedded_server(
         return ["0001_init.sql"]
 
     monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.setattr(cli, "start_embedded", lambda data_dir: ("postgresql:///x", server))
-    monkeypatch.setattr(cli, "run_migrations", applied)
+    monkeypatch.setattr(cli_run, "start_embedded", lambda data_dir: ("postgresql:///x", server))
+    monkeypatch.setattr(cli_run, "run_migrations", applied)
     assert cli.main(["migrate"]) == 0
     assert server.stopped == 1
     assert "applied 1 migration(s): 0001_init.sql" in capsys.readouterr().out
@@ -66,7 +66,7 @@ def test_a_successful_migration_stops_the_embedded_server(
 _SIGTERMED = """
 import asyncio, sys
 from pathlib import Path
-from proxy import cli
+from proxy import cli, cli_run
 
 stopped = Path(sys.argv[1])
 
@@ -79,8 +79,8 @@ async def slow(dsn, **kwargs):
     await asyncio.sleep(60)
     return []
 
-cli.start_embedded = lambda data_dir: ("postgresql:///x", Embedded())
-cli.run_migrations = slow
+cli_run.start_embedded = lambda data_dir: ("postgresql:///x", Embedded())
+cli_run.run_migrations = slow
 raise SystemExit(cli.main(["migrate"]))
 """
 
@@ -115,3 +115,27 @@ def test_sigterm_or_ctrl_c_during_a_migration_stops_the_embedded_server(
             child.wait()
     # Python's default SIGTERM ends the process without atexit: the server stayed up
     assert stopped.read_text() == "stopped"
+
+
+def test_a_database_it_cannot_reach_is_named_by_where_its_url_came_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal said "(DATABASE_URL)" whatever gave the URL: the flag, which wins over
+    the variable, or the embedded server this command started."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://env:TOPSECRET@127.0.0.1:1/env")
+    assert cli.main(["migrate", "--database-url", "postgresql://flag:TOPSECRET@127.0.0.1:1/f"]) == 2
+    err = capsys.readouterr().err
+    assert "at postgresql://flag:***@127.0.0.1:1/f (--database-url): " in err, err
+    assert "DATABASE_URL" not in err and "TOPSECRET" not in err, err
+    assert cli.main(["migrate"]) == 2
+    assert "at postgresql://env:***@127.0.0.1:1/env (DATABASE_URL): " in capsys.readouterr().err
+    monkeypatch.delenv("DATABASE_URL")
+    server = _Embedded()
+    monkeypatch.setattr(
+        cli_run, "start_embedded", lambda data_dir: ("postgresql:///x?port=1", server)
+    )
+    assert cli.main(["migrate"]) == 2
+    assert server.stopped == 1
+    err = capsys.readouterr().err
+    assert " (the embedded server): " in err and "DATABASE_URL" not in err, err

@@ -7,11 +7,13 @@ import asyncio
 import logging
 from typing import Any, cast
 
+import asyncpg
 import pytest
 
 from proxy.bus import EventBus, listen_url
 from proxy.settings import Settings
-from proxy.store.db import DatabaseUnavailable, pooler_kwargs
+from proxy.store.db import DatabaseUnavailable, create_pool, pooler_kwargs
+from proxy.store.pooler import unnamed_pooler
 
 POOLED = "postgresql://cascade@pgbouncer:6432/cascade"
 DIRECT = "postgresql://cascade@db:5432/cascade"
@@ -66,3 +68,28 @@ async def test_a_listener_that_cannot_connect_names_its_setting(
     assert retries and all(f"event listener at {where} failed" in m for m in retries)
     assert "hunter2" not in caplog.text + message
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("cascade-bus")]
+
+
+@pytest.mark.parametrize("setting", ["--database-url", "the embedded server"])
+async def test_the_pools_connections_name_where_the_url_came_from(setting: str) -> None:
+    """The pool opens its connections through ``connect``, whose refusal (an outage's log
+    line under a running proxy) said DATABASE_URL when the flag or the embedded server gave
+    the URL."""
+    with pytest.raises(DatabaseUnavailable) as refused:
+        await create_pool("postgresql://u:hunter2@127.0.0.1:1/x", setting=setting)
+    said = str(refused.value)
+    assert f"postgresql://u:***@127.0.0.1:1/x ({setting}): " in said, said
+    assert "DATABASE_URL" not in said
+
+
+def test_the_pooler_message_names_where_the_url_came_from() -> None:
+    lost = asyncpg.exceptions.InvalidSQLStatementNameError('prepared statement "s" does not exist')
+    flag = unnamed_pooler(lost, "--database-url")
+    assert flag is not None and flag.startswith("--database-url looks like a transaction-mode")
+    assert "DATABASE_URL" not in flag  # DATABASE_LISTEN_URL, the advice, is another name
+    env = unnamed_pooler(lost, "DATABASE_URL")
+    assert env is not None and env.startswith("DATABASE_URL looks like a transaction-mode")
+    # A request's statement, whose connection does not know where its URL came from.
+    served = unnamed_pooler(lost)
+    assert served is not None and served.startswith("The database URL looks like a transaction")
+    assert unnamed_pooler(asyncpg.exceptions.UniqueViolationError("dup"), "DATABASE_URL") is None

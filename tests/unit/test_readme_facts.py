@@ -4,6 +4,7 @@ silently wrong."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
+from proxy.bus import WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.lossless import MAX_OCCURRENCES
 from proxy.cascade.memory import MAX_FACT_CHARS
@@ -20,7 +23,21 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
+from proxy.services.chaincache import ChainCache
+from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
+from proxy.services.incoming import GUESS_NEW_SESSION_MAX
+from proxy.services.ingestmemo import IngestMemo
+from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
+from proxy.store.leases import POLL_MAX_SECONDS
+
+
+def _default(cls: type, name: str) -> int:
+    """The default of keyword ``name`` of ``cls``'s constructor."""
+    default = inspect.signature(cls).parameters[name].default
+    assert isinstance(default, int)
+    return default
+
 
 TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 LINES = TEXT.splitlines()
@@ -60,6 +77,16 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"real/estimated ratio plus {round((GUARD_MARGIN - 1) * 100)}%",
         f"over {MAX_FACT_CHARS} characters",
         f"cut at about {MEMORY_MAX_TOKENS} tokens",
+        f"when the client sends at most {GUESS_NEW_SESSION_MAX} messages",
+        f"refreshed every {WATCH_TTL / 3:g} s; a dead replica's rows expire after {WATCH_TTL:g} s",
+        f"re-read the events table every {CATCH_UP_SECONDS:g} s",
+        f"as final only {SETTLE_SECONDS:g} s after it was written",
+        f"at most one per {FLUSH_INTERVAL * 1000:g} ms",
+        f"is waited for (at most {FINAL_WAIT:g} s)",
+        f"the bound stays {POLL_MAX_SECONDS:g} s (the longest pause between tries)",
+        f"up to {_default(ResentBodies, 'max_bytes') >> 20} MB of bodies in all",
+        f"holds up to {_default(ChainCache, 'max_chars') // 10**6} million characters",
+        f"up to {_default(IngestMemo, 'max_chars') // 10**6} million characters per replica",
         f"at most `summarize.ledgerCap` ({SummarizeConfig().ledger_cap})",
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default
@@ -124,3 +151,24 @@ def test_the_environment_table_states_the_settings_defaults() -> None:
             assert stated == default, row[1]
         checked[row[1]] = stated
     assert {"MAX_BODY_BYTES", "POOL_MAX_SIZE", "LEASE_TTL_SECONDS", "LOG_LEVEL"} <= set(checked)
+
+
+def test_the_transient_events_readme_names_are_the_transient_ones() -> None:
+    """The event stream's paragraph names every transient event; the Decisions' bullet on
+    replay names those without a bullet of their own (the delta's follows it)."""
+    stream = README.split(" are transient (no `id:`")[0].rsplit(". ", 1)[1]
+    assert set(re.findall(r"`([\w.]+)`", stream)) == types.TRANSIENT_EVENTS
+    replay = re.search(r"Nor are the transient (.*?) \(DESIGN §6\)", README)
+    assert replay is not None
+    named = set(re.findall(r"`([\w.]+)`", replay[1]))
+    assert named == types.TRANSIENT_EVENTS - {types.MESSAGE_DELTA_APPENDED}
+    assert f"**`{types.MESSAGE_DELTA_APPENDED}`** (transient" in README
+
+
+def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
+    perf = (Path(__file__).parents[2] / "docs" / "perf.md").read_text(encoding="utf-8")
+    headings = [line.lstrip("#").strip() for line in perf.splitlines() if line.startswith("#")]
+    cited = re.findall(r'docs/perf\.md[,:;]? ((?:"[^"]+"(?:,| and| or)? ?)+)', README)
+    quoted = [q for group in cited for q in re.findall(r'"([^"]+)"', group)]
+    assert "a freed session wakes its waiter" in quoted
+    assert [q for q in quoted if not any(q in h for h in headings)] == []

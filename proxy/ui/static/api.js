@@ -4,6 +4,10 @@
 
 const KEY = "cascade.console.key";
 
+// The proxy's root: "" at the host's root, "/prefix" behind a front server that maps a prefix
+// to it. This module is loaded from <root>/ui/static/api.js, so the API is under the same root.
+export const ROOT = new URL("../..", import.meta.url).pathname.replace(/\/$/, "");
+
 export function storedKey() {
   return sessionStorage.getItem(KEY);
 }
@@ -50,7 +54,7 @@ export async function call(method, path, body, { signal } = {}) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(path, init);
+  const resp = await fetch(ROOT + path, init);
   if (!resp.ok) throw await failure(resp);
   return resp.json();
 }
@@ -124,7 +128,7 @@ export async function* sseFrames(resp) {
 // Send the history plus one message to the session's chat endpoint, streaming; onDelta gets
 // each piece of the answer's text. Resolves to the whole answer.
 export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
-  const resp = await fetch(`/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
+  const resp = await fetch(`${ROOT}/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
     method: "POST",
     headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
     body: JSON.stringify({ ...body, stream: true }),
@@ -150,7 +154,8 @@ export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
 
 // The session's event stream, reconnecting with Last-Event-ID until signal aborts. A 404
 // (a deleted session, or one not started yet) ends it: onState("gone"), and no more requests
-// until the caller follows again. A failure (a 5xx, the network, a stream cut) reconnects
+// until the caller follows again. So does a 403 (the key may not use the session's agent,
+// which no retry changes): onState("forbidden", err). A failure (a 5xx, the network, a stream cut) reconnects
 // after a pause that doubles from RETRY_MS up to RETRY_MAX_MS; one that went live resets it.
 export const RETRY_MS = 1000;
 export const RETRY_MAX_MS = 30000;
@@ -162,9 +167,10 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
     try {
       const h = headers({ Accept: "text/event-stream" });
       if (lastId) h["Last-Event-ID"] = lastId;
-      const resp = await fetch(`/v1/sessions/${encodeURIComponent(sessionId)}/events`,
+      const resp = await fetch(`${ROOT}/v1/sessions/${encodeURIComponent(sessionId)}/events`,
         { headers: h, signal });
       if (resp.status === 404) { onState("gone"); return; }
+      if (resp.status === 403) { onState("forbidden", await failure(resp)); return; }
       if (!resp.ok) throw await failure(resp);
       onState("live");
       wait = RETRY_MS;

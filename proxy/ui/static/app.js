@@ -64,7 +64,7 @@ function showLogin(reason) {
 function occupancyBar(s, limit) {
   const bar = el("div", { class: "bar small" });
   const seg = el("span", { class: "seg seg-messages" });
-  seg.style.width = `${Math.min(100, 100 * (s.last_prompt_tokens || 0) / (limit || 1))}%`;
+  seg.style.width = `${Math.min(100, 100 * (s.occupancy || 0) / (limit || 1))}%`;
   bar.append(seg);
   return bar;
 }
@@ -83,8 +83,8 @@ function renderList() {
   el("td", { text: num(s.message_count) }),
   el("td", {}, occupancyBar(s, s.context_limit),
     el("span", { class: "hint", text: s.context_limit
-      ? `${num(s.last_prompt_tokens)} / ${num(s.context_limit)}`
-      : num(s.last_prompt_tokens) })),
+      ? `${num(s.occupancy)} / ${num(s.context_limit)}`
+      : num(s.occupancy) })),
   el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }))));
   // Empty says why: no session at all for this key, or none the filter matches.
   $("list-empty").textContent = sessions.length

@@ -137,8 +137,28 @@ export function rawHandle(row) {
   return row.role === "tool" ? `${row.tool_call_id}@${row.pos}` : row.tool_call_id;
 }
 
+// What the raw-output button says of what was paged back ({text, next, total, capped,
+// original}): the next page to read, or that all is shown; when the proxy's copy was capped
+// (`rawCapBytes`), that it holds only the first bytes of the result, not all of it.
+export function rawStatus(shown) {
+  if (shown.next < shown.total) {
+    return `Next page (${num(shown.next)} of ${num(shown.total)} characters shown)`;
+  }
+  if (!shown.capped) return "All shown";
+  const kept = new TextEncoder().encode(shown.text).length;
+  return `All the proxy kept is shown: the first ${num(kept)} of ${num(shown.original)} bytes`;
+}
+
+// What a row's paged-back output is kept under: its handle, and the row's creation time,
+// since a result that replaces it at its position (the client sent the history again with
+// another result there, under the same id) has the same handle and text of its own.
+export function rawKey(row) {
+  return `${rawHandle(row)} ${row.created_at}`;
+}
+
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
-// back (cut at ingestion or evicted).
+// back (cut at ingestion or evicted). A redacted one cannot: its secret is never stored, so
+// no copy of it is kept and the tool-outputs endpoint answers 404 for it.
 export function renderMessage(row, onPage, folded = false) {
   const m = row.message || {};
   const marks = [];
@@ -158,7 +178,7 @@ export function renderMessage(row, onPage, folded = false) {
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
   el("pre", { class: "body", text: contentText(m.content) }), ...calls);
-  if ((row.truncated || row.evicted) && row.tool_call_id) {
+  if ((row.truncated || row.evicted) && row.tool_call_id && !row.redacted) {
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
       text: "Show the raw output", onclick: () => onPage(row, li) }));
   }

@@ -4,7 +4,7 @@
 import { api, chatStream, followEvents } from "./api.js";
 import { LiveView } from "./live.js";
 import {
-  el, handoffText, num, rawHandle, renderMessage, renderSummary, renderUsage,
+  el, handoffText, num, rawHandle, rawKey, rawStatus, renderMessage, renderSummary, renderUsage,
 } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -22,7 +22,7 @@ export class SessionView {
     this.suggestion = null;
     this.asking = null; // the lookup of the suggestions waiting (askMemory)
     this.askAgain = false;
-    this.raw = new Map(); // a row's rawHandle -> what was paged back
+    this.raw = new Map(); // a row's rawKey -> what was paged back
     this.handoff = null; // the toast of this session's handoff nudge
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.following = false; // the event stream is open or reconnecting
@@ -45,10 +45,10 @@ export class SessionView {
 
   open() {
     $("session-title").textContent = this.id;
-    $("session-meta").textContent = "";
-    $("message-list").replaceChildren();
-    $("assistant-message").textContent = "";
-    $("status-line").textContent = "";
+    // nothing of the session shown before stays, whatever this one's load answers
+    for (const id of ["session-meta", "message-list", "assistant-message", "status-line",
+      "usage-text", "usage-bar", "usage-legend", "summary"]) $(id).replaceChildren();
+    $("usage-reclaimed").hidden = true;
     $("composer-model").value = "";
     this.refresh();
     this.follow();
@@ -59,7 +59,7 @@ export class SessionView {
   // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
   // lost deltas meanwhile, so it ends, and the stored messages show what was stored. A 404
   // ends the stream: the view shows the session as not found, and follows again once a load
-  // finds it (the composer's first message started it).
+  // finds it (the composer's first message started it). A 403 (this key may not) ends it.
   follow() {
     if (this.following) return;
     this.following = true;
@@ -67,10 +67,10 @@ export class SessionView {
     let again = false; // the stream was open before: this is a reconnection
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
-        if (state === "gone") {
+        if (state === "gone" || state === "forbidden") {
           this.following = false;
           if (lost) { lost.remove(); lost = null; }
-          this.refresh();
+          if (state === "gone") this.refresh();
         }
         if (state === "live") {
           if (again) this.live.end();
@@ -156,7 +156,7 @@ export class SessionView {
       const folded = row.pos < boundary && row.role !== "system" && row.role !== "developer";
       const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
       if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
-        this.showRaw(li, rawHandle(row));
+        this.showRaw(li, rawKey(row));
       }
       return li;
     }));
@@ -185,21 +185,22 @@ export class SessionView {
   // the agent's maxChars; its header says which characters it holds). What was paged back
   // is kept here, so a refresh of the list does not lose it.
   async pageBack(row, li) {
-    const id = rawHandle(row);
-    const shown = this.raw.get(id) || { text: "", next: 0, total: 0 };
+    const key = rawKey(row);
+    const shown = this.raw.get(key) || { text: "", next: 0, total: 0 };
     try {
-      const out = await api.toolOutput(this.id, id, shown.next, PAGE_CHARS);
+      const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PAGE_CHARS);
       const { text, end } = unwrapPage(out.page, shown.next);
-      this.raw.set(id, { text: shown.text + text, next: end, total: out.total_chars });
+      this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
+        capped: out.capped, original: out.original_bytes });
       const current = $("message-list").querySelector(`[data-pos="${row.pos}"]`) || li;
-      this.showRaw(current, id);
+      this.showRaw(current, key);
     } catch (err) {
       this.ui.handleError(err, "Could not page the output back");
     }
   }
 
-  showRaw(li, id) {
-    const shown = this.raw.get(id);
+  showRaw(li, key) {
+    const shown = this.raw.get(key);
     if (!shown) return;
     let pre = li.querySelector("[data-testid=raw-output]");
     if (!pre) {
@@ -208,10 +209,8 @@ export class SessionView {
     }
     pre.textContent = shown.text;
     const button = li.querySelector("[data-testid=raw-page]");
-    const more = shown.next < shown.total;
-    button.textContent = more
-      ? `Next page (${num(shown.next)} of ${num(shown.total)} characters shown)` : "All shown";
-    button.disabled = !more;
+    button.textContent = rawStatus(shown);
+    button.disabled = shown.next >= shown.total;
   }
 
   // The history to resend, as the client sent it (a cut or evicted result in full): the
@@ -312,6 +311,7 @@ export class SessionView {
         this.live.end();
         this.refresh();
         break;
+      case "session.reset": this.raw.clear(); // its raw outputs went with it; reload it too
       case "context.truncated":
       case "context.trimmed":
       case "context.evicted": // not toasted: routine, and the panel shows it

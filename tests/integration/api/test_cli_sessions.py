@@ -42,8 +42,14 @@ def test_every_sessions_action_prints_a_table_or_json(
     code, out, _ = _run(capsys, *url, "ls")
     assert code == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["ID", "AGENT", "MODEL", "MESSAGES", "PROMPT", "RECLAIMED", "UPDATED"]
+    assert header.split() == [
+        *("ID", "AGENT", "MODEL", "MESSAGES", "OCCUPANCY", "RECLAIMED", "UPDATED")
+    ]
     assert {r.split()[0] for r in rows} == {"cli-one", "cli-two"}
+    # occupancy as the session view gives it (the estimate when the provider gave no usage)
+    shown = {r.split()[0]: r.split()[4] for r in rows}
+    occupancy = http.get("/v1/sessions/cli-one").json()["occupancy"]
+    assert occupancy and shown["cli-one"] == str(occupancy)
     code, out, _ = _run(capsys, "ls", "--json", *url)  # options after the action too
     assert {s["id"] for s in json.loads(out)["data"]} == {"cli-one", "cli-two"}
     code, out, _ = _run(capsys, *url, "ls", "--limit", "1")

@@ -3,12 +3,13 @@ client reused its tool call ids. Some clients number their calls ``call_0`` ever
 truncation marker and the eviction placeholder named the bare id, and ``read_tool_output``
 (and the tool-outputs API) read that id's newest result: an older result's marker, frozen
 when it was written, then read back a newer result's text, silently. Each now names its
-result's pinned handle (``handles.pin``: ``call_0@<position>``), which reads that result's own
+result's pinned handle (``pins.pin``: ``call_0@<position>``), which reads that result's own
 bytes: cut (its spill, capped or not), evicted (its body), in a branch too; the bare id still
 reads the newest result."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.read_tool_output_helpers import chat, history, read_call
+from tests.integration.e2e_checks import Listener
 from tests.integration.transcripts import api, blob, marker_args, page_slice, read_all
 
 MAX_CHARS = 2000
@@ -123,22 +125,40 @@ class Agent:
         return prompt
 
 
+def _evicted_events(listener: Listener, results: int) -> list[dict[str, Any]]:
+    """The ``context.evicted`` events the listener got, once they name ``results`` results
+    (a transient event is NOTIFYed: it reaches the stream just after the reply)."""
+    deadline = time.monotonic() + 10
+    while True:
+        events = listener.named("context.evicted")
+        if sum(e["count"] for e in events) >= results or time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)
+
+
 def test_an_evicted_results_placeholder_reads_that_result_once_its_id_comes_back(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
     agent = Agent(proxy, fake_upstream, "evict")
-    for _ in range(30):
-        prompt = agent.step()
-        cleared = [i for i, m in enumerate(prompt) if str(m["content"]).startswith(PLACEHOLDER)]
-        if len(cleared) >= 2:
-            break
-    else:
-        pytest.fail("no eviction pass cleared two results")
+    agent.step()  # the session exists: its event stream can be watched
+    with Listener(proxy.origin, "evict") as listener:
+        for _ in range(30):
+            prompt = agent.step()
+            cleared = [i for i, m in enumerate(prompt) if str(m["content"]).startswith(PLACEHOLDER)]
+            if len(cleared) >= 2:
+                break
+        else:
+            pytest.fail("no eviction pass cleared two results")
+        evicted = _evicted_events(listener, len(cleared))
     handles = []
     for i in cleared:
         args = marker_args(prompt[i]["content"])
         assert args is not None, prompt[i]
         handles.append((args["id"], agent.messages[i]["content"]))  # the prompt keeps positions
+    # The context.evicted events name each cleared result apart, as its placeholder does,
+    # though every result came under call_0.
+    assert [c for e in evicted for c in e["tool_call_ids"]] == ["call_0"] * len(cleared)
+    assert [h for e in evicted for h in e["handles"]] == [h for h, _ in handles]
 
     oldest, want = handles[0]
     page = _model_reads(proxy, fake_upstream, "evict", agent.messages, oldest)

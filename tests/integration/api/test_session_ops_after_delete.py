@@ -4,11 +4,15 @@ branch naming a new session that was never made."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import httpx
+import pytest
 
+from proxy.bus import EventBus
+from proxy.cascade.types import SESSION_RESET
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
@@ -50,3 +54,31 @@ def test_reset_and_branch_queued_behind_a_delete_find_no_session(
         assert reset[0].json()["error"]["code"] == "not_found"
         assert c.get("/v1/sessions/s-copy").status_code == 404
         assert c.get("/v1/sessions/s").status_code == 404
+
+
+def test_a_reset_whose_notice_to_open_streams_fails_still_answers_that_it_reset(
+    http: httpx.Client,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The reset is done before its ``session.reset`` notice goes out; a notice that fails
+    (the database gone between the two) is logged, and the answer stays the reset's."""
+    fake_upstream.script(reply("hello"))
+    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "first"}]}
+    sid = {"x-session-id": "told"}
+    assert http.post("/v1/chat/completions", json=body, headers=sid).status_code == 200
+    publish = EventBus.publish
+
+    async def failing(self: EventBus, conn: Any, **kw: Any) -> int | None:
+        if kw["name"] == SESSION_RESET:
+            raise ConnectionResetError("the database went away")
+        return await publish(self, conn, **kw)
+
+    monkeypatch.setattr(EventBus, "publish", failing)
+    caplog.set_level(logging.WARNING, logger="cascade.sessions")
+    reset = http.post("/v1/sessions/told/reset")
+    assert reset.status_code == 200, reset.text
+    assert reset.json() == {"id": "told", "object": "session", "reset": True}
+    assert http.get("/v1/sessions/told/messages").json()["data"] == []
+    assert any("told was reset" in r.getMessage() for r in caplog.records)

@@ -92,3 +92,26 @@ def test_the_sent_form_gives_a_cut_result_back_whole(http: httpx.Client) -> None
     view = settled(http, "sent", 6)
     assert view["superseded_count"] == 0
     assert http.get("/v1/sessions/sent/messages", params={"form": "raw"}).status_code == 400
+
+
+def test_under_a_reused_id_only_the_result_that_was_cut_is_marked_truncated(
+    http: httpx.Client,
+) -> None:
+    # call_ls every turn: the short results are whole, whatever the long one between them
+    # went through, and the mark says which one pages back from a spill
+    short = "three lines\nof a short\nlisting\n"
+    history = [*tool_history(), user("again")]
+    for content in (short, BIG_OUTPUT, short):
+        _user, call, result = tool_history()
+        history += [call, {**result, "content": content}]
+    chat(http, history, sid="reused")
+    settled(http, "reused", len(history) + 1)
+    rows = messages_of(http, "reused")
+    marks = [(r["pos"], r["truncated"]) for r in rows if r["role"] == "tool"]
+    assert marks == [(2, True), (5, False), (7, True), (9, False)]
+    assert [r["truncated"] for r in messages_of(http, "reused", form="sent")] == [
+        r["truncated"] for r in rows
+    ]
+    for pos in (5, 9):
+        page = http.get(f"/v1/sessions/reused/tool-outputs/call_ls@{pos}").json()
+        assert page["total_chars"] == len(short)

@@ -11,8 +11,9 @@ from typing import Any
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import assert_paired, tool_round
-from tests.integration.api.compaction_stack import Agent
+from tests.integration.api.compaction_stack import CLIENT_KEY, Agent
 from tests.integration.api.test_overflow_guard import small_window
+from tests.integration.transcripts import api, read_all
 
 
 def _is_prefix(prev: list[Any], cur: list[Any]) -> bool:
@@ -45,3 +46,12 @@ def test_trimmed_rounds_stay_dropped_and_later_prompts_share_their_prefix(
         assert trimmed > 0
         dropped = sum(t["dropped_messages"] for t in trims)
         assert trimmed == dropped  # each trimmed message was dropped exactly once
+        # A trim only keeps a row out of later prompts: a result never cut pages back whole
+        # from its row (a related_context snippet names its id for read_tool_output too).
+        cid = s.query(
+            "SELECT tool_call_id FROM messages WHERE session_id = 'trim-1'"
+            " AND trimmed_at IS NOT NULL AND role = 'tool' ORDER BY pos LIMIT 1"
+        )[0]["tool_call_id"]
+        sent = next(m for m in agent.messages if m.get("tool_call_id") == cid)
+        with api(s.proxy, CLIENT_KEY) as http:
+            assert read_all(http, "trim-1", cid) == sent["content"]

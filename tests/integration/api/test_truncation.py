@@ -105,6 +105,7 @@ def test_large_result_keeps_head_and_tail_with_a_paging_marker(
         assert (meta["total_chars"], meta["capped"]) == (10_000, False)
         event = wait_event(http, "s1", "context.truncated")
     assert event["tool_call_id"] == "call_big"
+    assert event["handle"] == "call_big@2"  # as its marker names it
     assert event["original_chars"] == 10_000
     assert event["kept_chars"] == head + tail
     assert event["spilled"] is True

@@ -54,16 +54,27 @@ async def turning_dsn(round_robin: PgBouncer, db_dsn: str) -> str:
 
 
 async def test_the_migrations_name_the_setting(turning_dsn: str) -> None:
-    """``cascade-proxy migrate`` prints a DatabaseUnavailable as one line (proxy/cli.py)."""
+    """``cascade-proxy migrate`` prints a DatabaseUnavailable as one line (proxy/cli_run.py)."""
     with pytest.raises(PoolerMismatch, match=SETTING) as caught:
         await run_migrations(turning_dsn)
-    assert "transaction-mode pooler" in str(caught.value)
+    assert str(caught.value).startswith("DATABASE_URL looks like a transaction-mode pooler")
     assert caught.value.sqlstate in {"26000", "42P05"}
 
 
-async def test_the_pool_names_the_setting(turning_dsn: str) -> None:
-    with pytest.raises(PoolerMismatch, match=SETTING):
-        await create_pool(turning_dsn, min_size=1, max_size=1)
+async def test_the_migrations_name_where_the_url_came_from(turning_dsn: str) -> None:
+    """``cascade-proxy migrate --database-url``: the flag, not DATABASE_URL, gave the URL."""
+    with pytest.raises(PoolerMismatch, match=SETTING) as caught:
+        await run_migrations(turning_dsn, setting="--database-url")
+    said = str(caught.value)
+    assert said.startswith("--database-url looks like a transaction-mode pooler"), said
+    assert "DATABASE_URL" not in said
+
+
+@pytest.mark.parametrize("setting", ["DATABASE_URL", "--database-url"])
+async def test_the_pool_names_the_setting(turning_dsn: str, setting: str) -> None:
+    with pytest.raises(PoolerMismatch, match=SETTING) as caught:
+        await create_pool(turning_dsn, min_size=1, max_size=1, setting=setting)
+    assert str(caught.value).startswith(f"{setting} looks like a transaction-mode pooler")
 
 
 async def test_a_request_statement_names_the_setting(turning_dsn: str) -> None:
@@ -102,3 +113,15 @@ async def test_a_replica_without_the_setting_refuses_to_start_naming_it(
     [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert line.startswith("cannot start: DATABASE_URL looks like a transaction-mode pooler")
     assert SETTING in line and "\n" not in line
+
+
+async def test_a_replica_given_the_url_by_the_flag_names_the_flag(
+    turning_dsn: str, config_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(database_url=None, config=config_path, watch_config=False)
+    app = create_app(settings.with_database_url(turning_dsn, "--database-url"))
+    with caplog.at_level(logging.ERROR):
+        await start(app)
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert line.startswith("cannot start: --database-url looks like a transaction-mode pooler")
+    assert SETTING in line and "DATABASE_URL" not in line

@@ -1,6 +1,6 @@
 """The console's event stream past the happy path: a repeated handoff nudge updates its toast
-instead of stacking another, a session that answers 404 is not polled forever, and a stream
-that fails reconnects with a growing pause."""
+instead of stacking another, a session that answers 404 is not polled forever, a stream
+that fails reconnects with a growing pause, and a reset by another client shows at once."""
 
 from __future__ import annotations
 
@@ -123,3 +123,14 @@ def test_a_failing_stream_reconnects_with_a_growing_pause(
     errors = page.locator("[data-testid=toast][data-kind=error]")
     assert errors.count() == 0  # said once, and gone when the stream came back
     assert page.get_by_test_id("toast").count() == 1
+
+
+def test_a_reset_elsewhere_empties_the_open_view(console: Page, console_proxy: ProxyServer) -> None:
+    started(console_proxy, "wiped")
+    page = sign_in(console, "#/s/wiped")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    with api(console_proxy) as h:  # another client (the CLI, a script) resets it
+        assert h.post("/v1/sessions/wiped/reset").status_code == 200
+    page.locator("#session-meta").filter(has_text="0 messages").wait_for()
+    assert page.locator("[data-testid=message]").count() == 0
+    assert page.get_by_test_id("toast").count() == 0

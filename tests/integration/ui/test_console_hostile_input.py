@@ -1,6 +1,7 @@
 """The console against text a client chose: markup stored in a message, a tool call (its id,
 name and arguments) and a role is shown as text, never run. The page builds its DOM with
-``textContent`` only, and its CSP allows no inline script; this keeps it so."""
+``textContent`` only, and its CSP allows no inline script; this keeps it so. Text with no
+place to break wraps inside its column instead of widening the page."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import Model, briefing
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, sign_in
+from tests.integration.ui.test_console import api, inject, sign_in
+from tests.integration.ui.test_console_audit import spills_over
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,3 +75,79 @@ def test_a_cut_result_whose_id_holds_a_slash_pages_back(
     cut.locator("[data-mark=truncated]").wait_for()
     cut.get_by_test_id("raw-page").click()
     cut.get_by_test_id("raw-output").filter(has_text="slash line 0000").wait_for()
+
+
+def test_long_unbroken_text_wraps_in_its_column(console: Page, console_proxy: ProxyServer) -> None:
+    # a client's text with no place to break: a tool call's arguments, its id, the model name
+    blob, call_id, model = "A" * 3000, "c" * 300, "m" * 300
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "apply", "arguments": f'{{"patch":"{blob}"}}'},
+    }
+    with api(console_proxy) as h:
+        resp = h.post(
+            "/s/wide/v1/chat/completions",
+            json={
+                "model": model,
+                "messages": [
+                    {"role": "user", "content": "go"},
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+                ],
+            },
+        )
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/wide")
+    page.locator("[data-testid=message]").nth(3).wait_for()
+    assert not spills_over(page)
+    # in one go: a refresh (the turn's events) may replace the list between two looks
+    wider = page.evaluate(
+        """() => {
+          const column = document.querySelector(".col-main").getBoundingClientRect();
+          return [...document.querySelectorAll(".msg")]
+            .filter((n) => n.getBoundingClientRect().right > column.right + 1).length;
+        }"""
+    )
+    assert wider == 0
+
+
+def test_a_toast_with_long_unbroken_text_stays_on_screen_and_closes(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    page.goto(f"{console.origin}/ui#/s/{'x' * 200}%2Fy")  # not an id: a toast quotes it
+    toast = page.get_by_test_id("toast").filter(has_text="is not a session id")
+    toast.wait_for()
+    box = toast.bounding_box()
+    assert box and box["x"] + box["width"] <= page.viewport_size["width"]
+    toast.get_by_role("button", name="Close").click()  # within reach
+    toast.wait_for(state="detached")
+
+
+def test_long_unbroken_text_wraps_in_the_summary_and_the_memory_prompt(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    chatter = [
+        m
+        for i in range(6)
+        for m in (
+            {"role": "user", "content": f"Question {i} " * 25},
+            {"role": "assistant", "content": f"Answer {i} " * 25},
+        )
+    ]
+    fake_upstream.default = Model(brief=lambda _: briefing(f"- /src/{'p' * 400}.py"))
+    _chat(console_proxy, "side", [*chatter, {"role": "user", "content": "go"}])
+    with api(console_proxy) as h:
+        assert h.post("/v1/sessions/side/compact").json()["compacted"]
+    fact = f"https://example.com/{'q' * 300}"
+    inject(db_dsn, "side", "memory.suggestion", {"suggestion_id": "s-long", "facts": [fact]})
+    page = sign_in(console, "#/s/side")
+    page.get_by_test_id("summary").locator("h3").first.wait_for()
+    page.get_by_test_id("memory-prompt").wait_for()
+    assert not spills_over(page)
+    assert page.evaluate(
+        """() => [...document.querySelectorAll("#summary, #memory-prompt")]
+                   .every((n) => n.scrollWidth <= n.clientWidth)"""
+    )

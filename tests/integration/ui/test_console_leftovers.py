@@ -1,6 +1,7 @@
 """What a session view leaves behind: the raw outputs it paged back are forgotten when its
 session is gone (deleted elsewhere, or reset from the page), so a session started again under
-the same id never shows the old one's output; the handoff toast goes with the view."""
+the same id never shows the old one's output, nor does a result that replaced the one paged
+back at its position; the handoff toast goes with the view."""
 
 from __future__ import annotations
 
@@ -74,6 +75,24 @@ def test_a_reset_forgets_the_raw_outputs_paged_back(
     cut.wait_for(state="detached")
     _post(console_proxy, "redone", _other_output(old))  # its events reload the page
     cut.locator("[data-mark=truncated]").wait_for()
+    assert cut.get_by_test_id("raw-output").count() == 0
+    cut.get_by_test_id("raw-page").click()
+    raw = cut.get_by_test_id("raw-output")
+    raw.filter(has_text="file 9 line 0000").wait_for()
+    assert "file 1" not in raw.inner_text()
+
+
+def test_a_result_that_replaced_one_paged_back_shows_only_its_own_raw_output(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    old = tool_round(1, 5000)
+    _post(console_proxy, "edited", old)
+    page = sign_in(console, "#/s/edited")
+    cut = _page_back_first_page(page, "file 1 line 0000")
+    # the client sends the history again with another result at that position, under the
+    # same id (a retried call): the old one is superseded, the handle names the new one
+    _post(console_proxy, "edited", _other_output(old))
+    cut.locator("pre.body").filter(has_text="file 9 line 0000").wait_for()
     assert cut.get_by_test_id("raw-output").count() == 0
     cut.get_by_test_id("raw-page").click()
     raw = cut.get_by_test_id("raw-output")

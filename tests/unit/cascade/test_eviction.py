@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings, strategies as st
@@ -57,7 +58,12 @@ def test_evicts_all_eligible_outside_protected_rounds_in_one_pass() -> None:
     (event,) = result.events
     assert event.name == EVICTED
     reclaimed = 2 * (1000 - len(out[3]["content"]) // 4)
-    assert event.data == {"count": 2, "tokens_reclaimed": reclaimed, "tool_call_ids": ["c0", "c1"]}
+    assert event.data == {
+        "count": 2,
+        "tokens_reclaimed": reclaimed,
+        "tool_call_ids": ["c0", "c1"],
+        "handles": ["c0", "c1"],  # no positions: the placeholders name the bare ids
+    }
 
 
 def test_too_little_to_reclaim_changes_nothing() -> None:
@@ -146,6 +152,36 @@ def test_a_placeholder_says_which_parts_of_the_result_only_a_re_run_brings_back(
         'Recover it with read_tool_output({"id": "c0"})'
     )
     assert out[5]["content"].startswith(f"{PLACEHOLDER_PREFIX} Result of read_file (4000 chars)")
+
+
+def test_legacy_function_pairs_are_neither_cleared_nor_counted_as_rounds() -> None:
+    # A history mixing tool rounds with legacy pairs (assistant function_call, then a
+    # role "function" result): a legacy result has no id for a handle and is never cleared,
+    # so its pair is no round keepRecentRounds counts either; the last N tool rounds stay
+    # whole wherever the legacy pairs sit.
+    def legacy(i: int) -> list[dict[str, Any]]:
+        call = {"name": "ls", "arguments": json.dumps({"i": i})}
+        return [
+            {"role": "assistant", "content": None, "function_call": call},
+            {"role": "function", "name": "ls", "content": "y" * 800},  # over minResultTokens
+        ]
+
+    msgs = conversation([4000, 400])  # system, user, c0 at 2-3, c1 at 4-5, user
+    msgs[4:4] = legacy(0)  # between the tool rounds
+    msgs[-1:-1] = legacy(1)  # the newest pair
+    tool_round, legacy_results = [3], [5, 9]
+    assert [msgs[i]["role"] for i in tool_round + legacy_results] == [
+        "tool",
+        "function",
+        "function",
+    ]
+    one = _evict(msgs)
+    cleared = [i for i, m in enumerate(one.messages) if m is not msgs[i]]
+    assert cleared == tool_round and one.events[0].data["tool_call_ids"] == ["c0"]
+    # Two rounds are c0's and c1's: the legacy pairs after each do not push c0 out.
+    two = _evict(msgs, cfg=CFG.model_copy(update={"keep_recent_rounds": 2}))
+    assert two.messages == tuple(msgs) and two.events == ()
+    assert protected_from(msgs, 2) == 2 and protected_from(msgs, 1) == 6
 
 
 def test_placeholders_are_never_re_evicted() -> None:

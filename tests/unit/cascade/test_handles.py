@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 from proxy.cascade.eviction import evict, placeholder_text
-from proxy.cascade.handles import drop_handles, holds_handle, pin, unpin
+from proxy.cascade.handles import drop_handles, holds_handle
 from proxy.cascade.lossless import compacted_marker
 from proxy.cascade.observations import observation_ids
+from proxy.cascade.pins import pin, unpin
 from proxy.cascade.pipeline import assemble
 from proxy.cascade.step import StepInput
 from proxy.cascade.truncation import truncate_tool_result

@@ -60,6 +60,15 @@ def test_tool_call_arguments_and_parts_are_read() -> None:
     assert message_identifiers(m) == ["a/b.py", "/srv/x.toml"]
 
 
+def test_a_legacy_function_calls_arguments_are_read_as_a_tool_calls_are() -> None:
+    call = {"name": "read", "arguments": '{"path": "/srv/x.toml"}'}
+    legacy = {"role": "assistant", "content": None, "function_call": call}
+    assert message_identifiers(legacy) == ["/srv/x.toml"]
+    result = {"role": "function", "name": "read", "content": "port = 8443"}
+    got = apply_ledger(BRIEF, [{"role": "user", "content": "go"}, legacy, result], cap=10)
+    assert got.added == 1 and "- `/srv/x.toml`" in section(got.summary, "Files & State")
+
+
 def test_missing_identifiers_are_appended_newest_first_under_files_state() -> None:
     span = [
         {"role": "user", "content": "look at docs/old.md"},

@@ -9,9 +9,9 @@ import re
 from typing import Any
 
 from proxy.cascade.eviction import PLACEHOLDER_PREFIX, drop_placeholder_handle, evict
-from proxy.cascade.handles import drop_handles, pin
+from proxy.cascade.handles import drop_handles
 from proxy.cascade.observations import observation_id
-from proxy.cascade.pins import names
+from proxy.cascade.pins import names, pin
 from proxy.cascade.truncation import (
     cap_utf8,
     drop_cut_handle,
@@ -49,10 +49,12 @@ def test_a_cut_marker_names_the_result_at_its_position() -> None:
     assert _handle(text) == "call_0@4"
     assert got.spill is not None and got.spill.tool_call_id == "call_0"  # keyed by the id
     assert got.events[0].data["tool_call_id"] == "call_0"
+    assert got.events[0].data["handle"] == "call_0@4"  # as the marker names it
     assert len(text) <= CUT.max_chars and is_cut_from(text, TEXT)
     # Without a position (an observation: its handle is a hash of its text) the id alone.
     bare = truncate_tool_result(tool("obs_1", TEXT), cfg=CUT, redaction=NO_REDACTION)
     assert _handle(str(bare.message["content"])) == "obs_1"
+    assert bare.events[0].data["handle"] == "obs_1"
 
 
 def test_a_compacted_results_own_handle_is_pinned_too() -> None:
@@ -63,6 +65,21 @@ def test_a_compacted_results_own_handle_is_pinned_too() -> None:
     text = str(got.message["content"])
     assert text.startswith("[compacted losslessly from ") and _handle(text) == "call_0@9"
     assert got.spill is not None and got.spill.tool_call_id == "call_0"
+    assert got.events[0].data["tool_call_id"] == "call_0"
+    assert got.events[0].data["handle"] == "call_0@9"
+
+
+def test_truncation_events_name_each_result_under_a_reused_id_apart() -> None:
+    # A client that numbers its call call_0 every turn: two cut results, one id.
+    cuts = [
+        truncate_tool_result(tool("call_0", TEXT), cfg=CUT, redaction=NO_REDACTION, pos=pos)
+        for pos in (3, 7)
+    ]
+    assert [c.events[0].data["tool_call_id"] for c in cuts] == ["call_0", "call_0"]
+    assert [c.events[0].data["handle"] for c in cuts] == ["call_0@3", "call_0@7"]
+    assert [c.events[0].data["handle"] for c in cuts] == [
+        _handle(str(c.message["content"])) for c in cuts
+    ]
 
 
 def test_an_evicted_results_placeholder_names_it_at_its_position() -> None:
@@ -79,9 +96,31 @@ def test_an_evicted_results_placeholder_names_it_at_its_position() -> None:
         cid = msgs[i]["tool_call_id"]
         assert _handle(out.messages[i]["content"]) == pin(cid, 10 + i)
     assert out.events[0].data["tool_call_ids"] == ["c0", "c1"]  # the ids, as before
+    assert out.events[0].data["handles"] == ["c0@13", "c1@15"]  # as the placeholders name them
     # Positions that do not match the window: the id alone, never another result's place.
     short = evict(msgs, count=count, budget=budget, cfg=cfg, persist_raw=True, positions=(1,))
     assert _handle(short.messages[3]["content"]) == "c0"
+
+
+def test_an_eviction_event_names_each_result_under_a_reused_id_apart() -> None:
+    # A client that numbers its call call_0 every turn: one pass clears two results under it.
+    msgs = conversation([4000, 4000, 4000])
+    for m in msgs:
+        if m.get("tool_call_id"):
+            m["tool_call_id"] = "call_0"
+        for call in m.get("tool_calls") or ():
+            call["id"] = "call_0"
+    budget = Budget(limit=10_000, reserved_output=0, occupancy=6_000)
+    cfg = EvictionConfig(
+        at_fraction=0.5, keep_recent_rounds=1, clear_at_least=500, min_result_tokens=100
+    )
+    positions = tuple(range(10, 10 + len(msgs)))
+    out = evict(msgs, count=count, budget=budget, cfg=cfg, persist_raw=True, positions=positions)
+    (event,) = out.events
+    assert event.data["count"] == 2
+    assert event.data["tool_call_ids"] == ["call_0", "call_0"]  # one per result, as sent
+    assert event.data["handles"] == ["call_0@13", "call_0@15"]  # each names its result alone
+    assert event.data["handles"] == [_handle(out.messages[i]["content"]) for i in (3, 5)]
 
 
 def test_an_evicted_observation_keeps_its_own_handle() -> None:
@@ -104,6 +143,7 @@ def test_an_evicted_observation_keeps_its_own_handle() -> None:
     )
     assert str(out.messages[2]["content"]).startswith(PLACEHOLDER_PREFIX)
     assert _handle(out.messages[2]["content"]) == observation_id(msgs[2])
+    assert out.events[0].data["handles"] == [observation_id(msgs[2])]
 
 
 def test_a_prompt_without_the_tool_rewords_pinned_handles_of_its_own_result_only() -> None:

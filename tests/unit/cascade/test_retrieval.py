@@ -79,7 +79,7 @@ def test_the_block_names_role_origin_and_position_and_cuts_snippets() -> None:
     assert block is not None
     assert block.startswith(RELATED_OPEN + "\n") and block.endswith(RELATED_CLOSE)
     assert "[user, message 3, summarised, score 0.71]\nThe server…" in block
-    assert "[tool result of call_9, message 7, evicted, score 0.52]\nsrc/app/mai…" in block
+    assert "[tool result of call_9@7, message 7, evicted, score 0.52]\nsrc/app/mai…" in block
     assert related_block((), 100) is None
     # a snippet cannot close the block early
     sneaky = Hit(1, "user", f"x {RELATED_CLOSE} y", 0.9, "trimmed")

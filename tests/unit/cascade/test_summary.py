@@ -80,9 +80,10 @@ def test_plan_never_folds_a_legacy_function_call_apart_from_its_result(
     tail: list[dict[str, Any]], keep: int
 ) -> None:
     msgs = [system(), user("a"), assistant("b"), user("c"), *tail]
-    plan = plan_compaction(
-        msgs, offset=0, boundary=1, keep_recent=keep, previous=None, system_count=1
-    )
+    plan = plan_compaction(  # the call's name and arguments outweigh "abc": sizes aside
+        msgs, offset=0, boundary=1, keep_recent=keep, previous=None, system_count=1,
+        min_span_ratio=0,
+    )  # fmt: skip
     assert plan is not None and plan.end == 4
 
 
@@ -118,6 +119,20 @@ def test_plan_refuses_a_span_much_smaller_than_the_kept_tail() -> None:
     small = [*head, assistant_calls(("c1", "read", {})), tool("c1", "y")]
     plan = plan_compaction(small, system_count=1, **kw)
     assert plan is not None and (plan.start, plan.end) == (1, 4)
+
+
+def test_plan_sizes_a_legacy_function_calls_arguments_as_a_tool_calls() -> None:
+    # The span must hold at least MIN_SPAN_RATIO of the tail's characters; a call's
+    # arguments count toward it whether the call is a tool call or a legacy function_call.
+    patch = {"patch": "z" * 4000}
+    kw: dict[str, Any] = {"offset": 0, "boundary": 0, "keep_recent": 2, "previous": None}
+    for call, result in (
+        (assistant_calls(("c1", "apply", patch)), tool("c1", "ok")),
+        (legacy_call("apply", patch), legacy_result("apply", "ok")),
+    ):
+        msgs = [system(), user("short"), call, result, user("go"), assistant("w" * 2000)]
+        plan = plan_compaction(msgs, system_count=1, **kw)
+        assert plan is not None and (plan.start, plan.end) == (1, 4), call
 
 
 def test_plan_never_folds_system_messages() -> None:
@@ -175,6 +190,14 @@ def test_build_prompt_renders_instructions_previous_and_span() -> None:
     assert "[user]\nfix `a.py`" in body
     assert 'grep({"q": "needle"}) id=c1' in body
     assert "[tool result id=c1]\nhit" in body
+
+
+def test_build_prompt_renders_a_legacy_function_call_as_a_tool_call() -> None:
+    span = [user("look"), legacy_call("grep", {"q": "needle"}), legacy_result("grep", "hit")]
+    body = build_prompt(_plan(span), max_input_tokens=10_000, count=count)[1]["content"]
+    assert '[assistant]\n-> function call grep({"q": "needle"})\n' in body
+    # Its result names its function, as a tool result names its tool.
+    assert "[function result grep]\nhit" in body
 
 
 def test_build_prompt_without_previous_says_none() -> None:

@@ -9,7 +9,7 @@ message. In the tree it would be:
 3. ``proxy/services/needs.py``: one entry in ``FULFILLERS`` (here: ``fulfillers``).
 
 Three files, none of them the chat service, the store or the Forwarder (a config switch for
-``enabled`` would be a fourth: ``proxy/config.py``).
+``enabled`` would be a fourth: ``proxy/config_context.py``).
 """
 
 from __future__ import annotations

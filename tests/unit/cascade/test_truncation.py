@@ -58,6 +58,7 @@ def test_long_result_keeps_head_and_tail_with_marker_and_spills() -> None:
     assert event.name == TRUNCATED
     assert event.data == {
         "tool_call_id": "c1",
+        "handle": "c1",  # no position: the marker names the bare id
         "original_chars": 5000,
         "kept_chars": head_len + tail_len,
         "spilled": True,

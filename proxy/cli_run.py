@@ -1,0 +1,174 @@
+"""What ``cascade-proxy`` runs once its arguments are read (``proxy.cli``): serve, migrate,
+and the session and memory clients, each mistake in the settings one line, never a traceback.
+
+The heavy imports (pydantic, the app, httpx, asyncpg) live here, not in ``proxy.cli``, the
+console script's module: ``proxy.cli`` imports this only inside its Ctrl-C guard, so an
+interrupt while they load ends the command as one, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import logging
+import os
+import signal
+import sys
+
+from pydantic import ValidationError
+
+from proxy.app import create_app
+from proxy.auth import InsecureListen
+from proxy.banner import client_origin
+from proxy.cli_memory import run_memory
+from proxy.cli_sessions import has_credentials, origin_of, run_sessions
+from proxy.config import ConfigError
+from proxy.logs import configure_logging, format_from_env
+from proxy.pgembed import start_embedded
+from proxy.server import serve
+from proxy.settings import Listen, Settings, SettingsError, settings_error
+from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` names; its exit status. A refused setting, config file or
+    database is one line (``_refuse``) and exit status 2."""
+    try:
+        if args.command not in ("serve", "migrate"):
+            return _client_command(args)
+        settings = _settings(args)
+        if args.command == "serve":
+            return _serve(settings)
+        return _migrate(settings)
+    except ValidationError as exc:  # a setting from the environment: named, not echoed
+        _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
+        return 2
+    except (
+        ConfigError,
+        SettingsError,
+        DatabaseUnavailable,
+        MigrationError,
+        InsecureListen,
+    ) as exc:
+        # a mistake in the config file or the environment: say which, without a traceback
+        _refuse(f"cascade-proxy {args.command}: {exc}")
+        return 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        k: v
+        for k, v in {
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+            "config": getattr(args, "config", None),
+            "allow_unauthenticated": getattr(args, "allow_unauthenticated", None),
+        }.items()
+        if v is not None
+    }
+    settings = Settings().model_copy(update=overrides).with_default_config()
+    if url := getattr(args, "database_url", None):
+        settings = settings.with_database_url(url, "--database-url")
+    return settings
+
+
+def _serve(settings: Settings) -> int:
+    app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
+    return serve(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
+    )
+
+
+def _migrate(settings: Settings) -> int:
+    """Apply the migrations; the embedded server this started is stopped whatever happens
+    (a failed migration, SIGTERM from a supervisor or ``timeout``), not left running."""
+    previous = signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the finally runs
+    dsn, server = (settings.database_url, None)
+    try:
+        if not dsn:
+            dsn, server = start_embedded(settings.data_dir)
+        pooler = pooler_kwargs(settings.db_pooler)
+        applied = asyncio.run(run_migrations(dsn, setting=settings.database_source(), **pooler))
+    finally:
+        if server is not None:
+            server.cleanup()
+        signal.signal(signal.SIGTERM, previous)
+    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+    return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    """Of the server's settings only ``CASCADE_HOST`` and ``CASCADE_PORT`` are read, and only
+    for the default URL: one this command never uses (``CASCADE_LOG_LEVEL``) cannot stop it.
+
+    A user or password in the URL (Basic auth, for a reverse proxy in front) and an API key
+    are refused together: a request has one Authorization header, and httpx filled it with
+    the Basic auth, dropping the key without a word. Each is named by where it came from,
+    neither is quoted."""
+    args.json = getattr(args, "json", False)
+    given, url_from = _given(args, "url", "--url", "CASCADE_URL")
+    if not given:
+        listen = Listen()
+        given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
+    url = origin_of(given)
+    key, key_from = _given(args, "api_key", "--api-key", "CASCADE_API_KEY", "OPENAI_API_KEY")
+    if key and has_credentials(url):
+        print(
+            f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a user or "
+            f"password, sent as Basic auth, and an API key is given ({key_from}): a request "
+            "has one Authorization header, so one of them would be dropped; give only one",
+            file=sys.stderr,
+        )
+        return 2
+    return (run_memory if args.command == "memory" else run_sessions)(args, url, key, key_from)
+
+
+def _given(args: argparse.Namespace, name: str, flag: str, *variables: str) -> tuple[str, str]:
+    """The value of the flag ``name``, else of the first of ``variables`` set, and which
+    it was; ``("", "")`` when none is."""
+    if value := getattr(args, name, None):
+        return value, flag
+    for variable in variables:
+        if value := os.environ.get(variable):
+            return value, variable
+    return "", ""
+
+
+def _client_command(args: argparse.Namespace) -> int:
+    """``sessions`` or ``memory``, whose output is often piped into ``head`` or ``less``: a
+    reader that stops early closes the pipe, which ends the command quietly (a shell's
+    SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
+    output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
+        sys.stdout.reconfigure(errors="backslashreplace")
+    try:
+        status = _sessions(args)
+        sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that write succeeds.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return status
+
+
+def _refuse(message: str) -> None:
+    """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
+    one JSON log line like every other the process writes (read from the environment, since
+    the settings themselves may be what is wrong)."""
+    if format_from_env() == "json":
+        configure_logging("info", "json")
+        logging.getLogger("cascade").error("%s", message)
+    else:
+        print(message, file=sys.stderr)
