@@ -24,11 +24,19 @@ from proxy.cascade.types import (
     TokenCounter,
 )
 
-__all__ = ["GUARD_MARGIN", "OVERFLOW", "TRIM_TARGET", "GuardResult", "fit", "guard"]
+__all__ = ["GUARD_MARGIN", "OVERFLOW", "TRIM_TARGET", "GuardResult", "fit", "guard", "guard_factor"]
 
 GUARD_MARGIN = 1.03
 """The guard counts with the session's real/estimated ratio plus this margin: the estimate is
 calibrated on whole prompts, and one step's new text can tokenise denser than the average."""
+
+
+def guard_factor(ratio: float) -> float:
+    """What the guard multiplies the estimate by: the session's real/estimated ratio (at
+    least 0.5, as calibration clamps it) plus :data:`GUARD_MARGIN`."""
+    return max(ratio, 0.5) * GUARD_MARGIN
+
+
 TRIM_TARGET = 0.6
 """Once the guard must trim, it trims down to this fraction of the prompt budget."""
 
@@ -197,7 +205,7 @@ def guard(
 
 
 def _calibrated(count: TokenCounter, ratio: float) -> TokenCounter:
-    factor = max(ratio, 0.5) * GUARD_MARGIN
+    factor = guard_factor(ratio)
 
     def calibrated(messages: Sequence[Message], /) -> int:
         return math.ceil(count(messages) * factor)

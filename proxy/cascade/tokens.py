@@ -1,7 +1,8 @@
 """Token estimates, the counter the stages use, and the real/estimated calibration math.
 
 The core never imports a tokenizer: the shell builds a BPE encoder once at startup and passes
-a per-text function to :func:`make_counter`. Without one, text is counted as characters / 4.
+a per-text function to :func:`make_counter`. Without one, text is counted by
+``estimate.text_tokens`` (characters / 4 for prose and code, more for text a BPE splits finer).
 Both follow OpenAI's cookbook shape: every message costs a few tokens of framing on top of its
 text, and the reply is primed with a few more.
 """
@@ -12,6 +13,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from proxy.cascade.estimate import text_tokens as estimate_text
+from proxy.cascade.images import MAX_IMAGE_TOKENS, image_tokens
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message, TokenCounter
 
@@ -34,8 +37,8 @@ TOKENS_PER_MESSAGE = 4
 """Framing every message costs (role, separators), as in OpenAI's cookbook formula."""
 REPLY_PRIMING_TOKENS = 3
 """Every reply is primed with ``<|start|>assistant<|message|>``; counted once per prompt."""
-IMAGE_TOKENS = 765
-"""Flat cost of an image part (a 'high detail' 512px tile layout); exact cost needs its size."""
+IMAGE_TOKENS = MAX_IMAGE_TOKENS
+"""What an image part of unknown size costs: the most any image can (``images.py``)."""
 MIN_RATIO = 0.5
 MAX_RATIO = 2.0
 
@@ -58,7 +61,7 @@ def message_text(msg: Message) -> str:
 
     Tool calls contribute their function name and raw argument string; the legacy
     ``function_call`` field is treated the same way. Image parts contribute no text (they are
-    counted flat by the estimators).
+    priced by ``images.image_tokens``).
     """
     pieces: list[str] = []
     name = msg.get("name")
@@ -81,11 +84,16 @@ def message_text(msg: Message) -> str:
     return "\n".join(pieces)
 
 
-def _image_count(msg: Message) -> int:
+def _images(msg: Message) -> int:
+    """The tokens of a message's image parts: OpenAI's tile rule where the size is known."""
     content = msg.get("content")
     if isinstance(content, str) or not isinstance(content, Sequence):
         return 0
-    return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in _IMAGE_PART_TYPES)
+    return sum(
+        image_tokens(p)
+        for p in content
+        if isinstance(p, Mapping) and p.get("type") in _IMAGE_PART_TYPES
+    )
 
 
 def _count(messages: Sequence[Message], text_tokens: Callable[[str], int]) -> int:
@@ -94,24 +102,28 @@ def _count(messages: Sequence[Message], text_tokens: Callable[[str], int]) -> in
     total = REPLY_PRIMING_TOKENS
     for msg in messages:
         total += TOKENS_PER_MESSAGE + text_tokens(message_text(msg))
-        total += IMAGE_TOKENS * _image_count(msg)
+        total += _images(msg)
     return total
 
 
-def estimate_tokens(messages: Sequence[Message], chars_per_token: float = 4.0) -> int:
-    """Estimate prompt tokens as ceil(chars / chars_per_token) per message plus framing.
+def estimate_tokens(messages: Sequence[Message], chars_per_token: float | None = None) -> int:
+    """Estimate prompt tokens as ``estimate.text_tokens`` of each message's text (or
+    ceil(chars / chars_per_token) when given) plus framing.
 
-    Each message adds :data:`TOKENS_PER_MESSAGE`, each image part :data:`IMAGE_TOKENS`, and a
+    Each message adds :data:`TOKENS_PER_MESSAGE`, each image part its tiles' tokens, and a
     non-empty prompt adds :data:`REPLY_PRIMING_TOKENS` once. An empty list costs 0. The
     estimate is monotone: adding text or messages never lowers it.
     """
+    if chars_per_token is None:
+        return _count(messages, estimate_text)
     if chars_per_token <= 0:
         raise ValueError("chars_per_token must be positive")
-    return _count(messages, lambda s: math.ceil(len(s) / chars_per_token))
+    per = chars_per_token
+    return _count(messages, lambda s: math.ceil(len(s) / per))
 
 
 def make_counter(text_tokens: Callable[[str], int] | None = None) -> TokenCounter:
-    """Build a :class:`TokenCounter` from a per-text token function (chars/4 when ``None``).
+    """Build a :class:`TokenCounter` from a per-text token function (the estimate when ``None``).
 
     The shell passes ``lambda s: len(enc.encode(s))`` for a BPE encoder it built at startup;
     the framing rules are the same as :func:`estimate_tokens`, so switching between the two
@@ -137,10 +149,10 @@ def message_cost(text_tokens: Callable[[str], int] | None = None) -> Callable[[M
     ``make_counter(f)(msgs) == REPLY_PRIMING_TOKENS + sum(message_cost(f)(m) for m in msgs)``
     for any non-empty ``msgs``: counts are additive, which is what lets them be memoised.
     """
-    fn = text_tokens or (lambda s: math.ceil(len(s) / 4.0))
+    fn = text_tokens or estimate_text
 
     def cost(msg: Message) -> int:
-        return TOKENS_PER_MESSAGE + fn(message_text(msg)) + IMAGE_TOKENS * _image_count(msg)
+        return TOKENS_PER_MESSAGE + fn(message_text(msg)) + _images(msg)
 
     return cost
 

@@ -1,7 +1,8 @@
 """Budget accounting for a step: what the prompt may hold, and how full the window is.
 
 A provider counts more than the messages against the window: the request's ``tools`` array
-and, when the proxy may offer it (``persistRaw``, and a request that can carry it:
+(or legacy ``functions``), a ``response_format`` JSON schema (the model is shown it) and,
+when the proxy may offer it (``persistRaw``, and a request that can carry it:
 ``toolloop.carries_tools``), ``read_tool_output``'s schema. Those ``fixed`` tokens are
 set aside beside the reserved output, and counted into the occupancy the cascade reacts to.
 """
@@ -12,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.overflow import GUARD_MARGIN
+from proxy.cascade.overflow import guard_factor
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.pressure import Pressure
 from proxy.cascade.tokens import effective_input_tokens
@@ -42,7 +43,7 @@ def reserved_output(body: Mapping[str, Any], limits: ModelConfig) -> int:
 
 class FixedTokens:
     """Tokens a prompt carries besides its messages. Agents send the same ``tools`` array
-    every turn, so its count is cached by its JSON."""
+    (and response schema) every turn, so each one's count is cached by its JSON."""
 
     def __init__(self, cost: Callable[[Message], int]) -> None:
         self.cost = cost
@@ -52,17 +53,25 @@ class FixedTokens:
     def _json_tokens(self, tools_json: bytes) -> int:
         return self.cost({"role": "system", "content": tools_json.decode()})
 
+    def _cached(self, value: Any) -> int:
+        key = dumps(value)
+        cost = self._tools.get(key, -1)
+        if cost < 0:
+            if len(self._tools) >= _TOOLS_CACHE_MAX:
+                self._tools.clear()
+            cost = self._tools[key] = self._json_tokens(key)
+        return cost
+
     def of(self, rt: Route, body: Mapping[str, Any]) -> tuple[int, int]:
-        """(the request's tools, read_tool_output's schema when the proxy may offer it)."""
-        tools = body.get("tools")
-        cost = 0
-        if isinstance(tools, list) and tools:
-            key = dumps(tools)
-            cost = self._tools.get(key, -1)
-            if cost < 0:
-                if len(self._tools) >= _TOOLS_CACHE_MAX:
-                    self._tools.clear()
-                cost = self._tools[key] = self._json_tokens(key)
+        """(the request's tools, legacy functions and response schema; read_tool_output's
+        schema when the proxy may offer it)."""
+        fmt = body.get("response_format")
+        declared = (
+            body.get("tools"),
+            body.get("functions"),
+            fmt.get("json_schema") if isinstance(fmt, Mapping) else None,
+        )
+        cost = sum(self._cached(v) for v in declared if isinstance(v, list | dict) and v)
         return cost, self.schema if rt.ctx.tool_output.persist_raw and carries_tools(
             body, rt.ctx
         ) else 0
@@ -109,10 +118,10 @@ def budget(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) 
 def page_room(step: Step, messages: Sequence[Message]) -> tuple[int, Callable[[Message], int]]:
     """The tokens an internal round may add to ``messages`` (the step's prompt and the
     model's ``read_tool_output`` call), and the cost of a message added, both counted as
-    the overflow guard counts (``GUARD_MARGIN`` over the session's calibration): the
+    the overflow guard counts (``guard_factor`` of the session's calibration): the
     step's prompt was fitted to the window less the reserved output and the tools, and the
     round's prompt is sent to the same window."""
-    factor = max(float(step.state.session["calibration"]), 0.5) * GUARD_MARGIN
+    factor = guard_factor(float(step.state.session["calibration"]))
 
     def cost(msgs: Sequence[Message]) -> int:
         return math.ceil(step.count(msgs) * factor)

@@ -241,7 +241,8 @@ class DurableSummarizer:
         await self._publish(conn, job, COMPACTION_STARTED, started)
         await lent.give_back()  # none held while the fast model answers
         try:
-            content = await summarise(self.upstream, job, span.plan, count=self.count)
+            plan, ratio = span.plan, span.ratio
+            content = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
         except SummaryCallError as exc:
             conn = await lent.take()
             await self._failed(
@@ -286,7 +287,7 @@ class DurableSummarizer:
             return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
         # /compact exchanges were answered by the proxy: the fast model never sees them.
         plan = replace(plan, span=drop_commands(plan.span))
-        return Span(owner, latest, boundary, head, tail, plan, before)
+        return Span(owner, latest, boundary, head, tail, plan, before, float(row["calibration"]))
 
     async def _store(
         self, lent: Lent, job: CompactionJob, span: Span, content: str, t0: float

@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.cascade.briefing import parse_briefing
+from proxy.cascade.overflow import guard_factor
 from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
-from proxy.cascade.types import CompactionPlan, TokenCounter
+from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
 from proxy.services.fastmodel import ask_fast_model
@@ -88,12 +90,26 @@ class SummaryCallError(RuntimeError):
 
 
 async def summarise(
-    upstream: Upstream, job: CompactionJob, plan: CompactionPlan, *, count: TokenCounter
+    upstream: Upstream,
+    job: CompactionJob,
+    plan: CompactionPlan,
+    *,
+    count: TokenCounter,
+    ratio: float = 1.0,
 ) -> str:
     """The briefing of ``plan``'s span, folded onto its previous summary; raises
-    :class:`SummaryCallError` when every attempt failed."""
+    :class:`SummaryCallError` when every attempt failed.
+
+    The prompt is fitted to the fast model's window as the overflow guard counts
+    (``guard_factor`` of the session's real/estimated ``ratio``): it is the session's own
+    text, which the estimate may count low by as much as the session's prompts were."""
     budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
-    prompt = build_prompt(plan, max_input_tokens=budget, count=count)
+    factor = guard_factor(ratio)
+
+    def calibrated(messages: Sequence[Message], /) -> int:
+        return math.ceil(count(messages) * factor)
+
+    prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
     text = await _call(upstream, job, prompt, count)
     content = parse_briefing(text, previous=plan.previous)
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):

@@ -29,8 +29,9 @@ class Span:
     """What a compaction read and planned before it asks the fast model: the session's
     latest summary (``latest``, None before the first) and its ``boundary``, the leading
     system messages, the live rows from the boundary on, the plan over those rows (in index
-    space: trimmed messages leave gaps in positions), the prompt's size before the fold and
-    the compaction's claim (``owner``): what it writes and reports needs it still held."""
+    space: trimmed messages leave gaps in positions), the prompt's size before the fold, the
+    compaction's claim (``owner``): what it writes and reports needs it still held, and the
+    session's real/estimated ``ratio``, which the fast model's prompt is fitted with."""
 
     owner: uuid.UUID
     latest: dict[str, Any] | None
@@ -39,6 +40,7 @@ class Span:
     tail: list[asyncpg.Record]
     plan: CompactionPlan
     before: int
+    ratio: float = 1.0
 
     @property
     def version(self) -> int | None:

@@ -110,7 +110,7 @@ class Step:
     count: MemoCounter
     command: CompactionResult | None = None
     reclaimed: int = 0  # tokens this step's eviction reclaimed
-    overhead: int = 0  # estimated tokens of the tools sent beside the messages
+    overhead: int = 0  # estimated tokens of the tools and schemas sent beside the messages
     turn: tuple[str, str] | None = None  # the turn's key and per-turn values to keep (JSON)
 
 

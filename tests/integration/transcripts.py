@@ -63,11 +63,18 @@ def load_transcript(steps: int, name: str = ACCEPTANCE_FILE) -> list[dict[str, A
     return messages[: turns[steps]]
 
 
+_HEX_AS_LETTERS = str.maketrans("0123456789abcdef", "ghijklmnopqrstuv")
+
+
 def blob(n: int, tag: str) -> str:
-    """``n`` chars of distinct, greppable lines, so no two offsets look alike."""
+    """``n`` chars of distinct, greppable lines, so no two offsets look alike. Each line's
+    digest is spelled in letters: a hex one is a random-looking id the proxy's estimate
+    counts at a token per 1.4 characters (``cascade/estimate.py``), and these tests' fake
+    provider counts characters / 4."""
     lines, size, i = [], 0, 0
     while size < n:
-        line = f"{tag}:{i:05d} {hashlib.sha256(f'{tag}{i}'.encode()).hexdigest()}\n"
+        digest = hashlib.sha256(f"{tag}{i}".encode()).hexdigest().translate(_HEX_AS_LETTERS)
+        line = f"{tag}:{i:05d} {digest}\n"
         lines.append(line)
         size += len(line)
         i += 1

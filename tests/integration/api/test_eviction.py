@@ -151,7 +151,10 @@ def test_old_results_become_placeholders_once_over_at_fraction(
             assert read_all(http, "agent", cid, limit=900) == agent.outputs[cid]
 
 
-IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+IMAGE = {  # low detail: 85 tokens, which this module's fake provider (chars / 4) never counts
+    "type": "image_url",
+    "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+}
 
 
 def test_an_evicted_result_of_text_and_image_parts_is_stored_with_its_parts(
