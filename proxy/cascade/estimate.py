@@ -24,7 +24,6 @@ above the real count, while ASCII prose and code count about as before:
 from __future__ import annotations
 
 import math
-import re
 
 __all__ = ["DENSE_CHARS_PER_TOKEN", "DENSE_SWITCHES", "text_tokens"]
 
@@ -33,49 +32,70 @@ DENSE_SWITCHES = 0.15
 """Changes between a letter and a digit per character that mark a random-looking id: hashes,
 UUIDs and base64 have far more than words, paths and identifiers (CamelCase ones too)."""
 
-_DIGITS = "0123456789"
-_JSON_PUNCT = '"{}[]:'
-_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{16,}")
-_SWITCH = re.compile(r"(?=[A-Za-z][0-9]|[0-9][A-Za-z])")
+_IDS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-"
 
 
-def _lead_classes() -> bytes:
-    table = bytearray(256)
+def _class_table() -> bytes:
+    """Each UTF-8 byte's class: ``L`` letter, ``D`` digit, ``O`` another id character
+    (``+/=_-``), ``J`` JSON punctuation, lead bytes ``m`` (below U+3000), ``h`` (up to
+    U+FFFF) and ``a`` (beyond); a space for the rest (2-byte leads and continuation bytes
+    weigh no more than ASCII)."""
+    table = bytearray(b" " * 256)
+    for byte in _IDS:
+        table[byte] = (
+            ord("D") if chr(byte).isdigit() else ord("L") if chr(byte).isalpha() else ord("O")
+        )
+    for byte in b'"{}[]:':
+        table[byte] = ord("J")
     table[0xE0:0xE3] = b"m" * 3
     table[0xE3:0xF0] = b"h" * 13
     table[0xF0:] = b"a" * 16
     return bytes(table)
 
 
-_LEADS = _lead_classes()
-"""UTF-8 lead bytes by the character they start: ``m`` below U+3000, ``h`` up to U+FFFF,
-``a`` beyond; 2-byte leads and continuation bytes weigh no more than ASCII."""
+_CLASSES = _class_table()
+_IDS_ONLY = bytes.maketrans(b"Jmha", b"    ")
+"""Turns the classes that end an id run into spaces, leaving ``L``, ``D``, ``O`` and spaces."""
 
 
-def _count(text: str, chars: str) -> int:
-    return sum(text.count(c) for c in chars)
+def _dense_extra(classes: bytes) -> float:
+    """What the random-looking id runs add over their per-character weights.
 
-
-def _dense_extra(text: str) -> float:
-    """What the random-looking id runs of ``text`` add over their per-character weights."""
+    A run is a maximal stretch of id characters; only one holding a letter-digit switch can
+    be dense, so the runs are found from their switches (``LD``/``DL``), which most text has
+    few of, with ``find`` rather than a scan of every position."""
+    ids = classes.translate(_IDS_ONLY)
     extra = 0.0
-    for match in _RUN.finditer(text):
-        run = match.group()
-        switches = sum(1 for _ in _SWITCH.finditer(run))
-        if switches >= DENSE_SWITCHES * len(run):
-            extra += len(run) / DENSE_CHARS_PER_TOKEN - len(run) / 4 - _count(run, _DIGITS) / 12
+    ld, dl = ids.find(b"LD"), ids.find(b"DL")
+    while ld >= 0 or dl >= 0:
+        at = ld if dl < 0 or 0 <= ld < dl else dl
+        start = ids.rfind(b" ", 0, at) + 1
+        end = ids.find(b" ", at)
+        end = len(ids) if end < 0 else end
+        n = end - start
+        if n >= 16:
+            run = ids[start:end]
+            if run.count(b"LD") + run.count(b"DL") >= DENSE_SWITCHES * n:
+                extra += n / DENSE_CHARS_PER_TOKEN - n / 4 - run.count(b"D") / 12
+        if 0 <= ld < end:
+            ld = ids.find(b"LD", end)
+        if 0 <= dl < end:
+            dl = ids.find(b"DL", end)
     return extra
 
 
 def text_tokens(text: str) -> int:
     """The estimated tokens of ``text`` (module docstring): ``ceil(len / 4)`` for ASCII prose
-    and code, more for dense text."""
+    and code, more for dense text. One translation of its UTF-8 bytes into classes gives
+    every count."""
     if not text:
         return 0
-    total = len(text) / 4
-    total += _count(text, _DIGITS) / 12 + _count(text, _JSON_PUNCT) / 4
+    classes = text.encode("utf-8", "surrogatepass").translate(_CLASSES)
+    digits = classes.count(b"D")
+    total = len(text) / 4 + digits / 12 + classes.count(b"J") / 4
     if not text.isascii():
-        leads = text.encode("utf-8", "surrogatepass").translate(_LEADS)
-        total += leads.count(b"m") / 4 + leads.count(b"h") * 0.45 + leads.count(b"a") * 7 / 4
-    total += _dense_extra(text)
+        total += classes.count(b"m") / 4 + classes.count(b"h") * 0.45
+        total += classes.count(b"a") * 7 / 4
+    if digits and (classes.count(b"LD") or classes.count(b"DL")):  # a switch needs a digit
+        total += _dense_extra(classes)
     return math.ceil(total)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
+import re
 import uuid
 from pathlib import Path
 
 import bpe_openai
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from proxy.cascade import overflow
+from proxy.cascade import estimate, overflow
 from proxy.cascade.estimate import text_tokens
 
 _ENC = bpe_openai.get_encoding("o200k_base")
@@ -75,3 +78,40 @@ def test_prose_and_identifiers_count_as_chars_over_four() -> None:
 def test_nothing_is_nothing() -> None:
     assert text_tokens("") == 0
     assert text_tokens("a") == 1
+
+
+_ID_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{16,}")
+_SWITCH = re.compile(r"(?=[A-Za-z][0-9]|[0-9][A-Za-z])")
+
+
+def _reference(text: str) -> int:
+    """The estimate as its module docstring states it, each character classed on its own and
+    each id run found by a regex: what the one-pass byte-class counting must equal (summed
+    in the same order, so that float rounding agrees too)."""
+    digits = sum(c in "0123456789" for c in text)
+    punct = sum(c in '"{}[]:' for c in text)
+    below = sum(0x800 <= ord(c) < 0x3000 for c in text)  # 3-byte, below U+3000
+    upper = sum(0x3000 <= ord(c) <= 0xFFFF for c in text)  # 3-byte, from U+3000
+    astral = sum(ord(c) > 0xFFFF for c in text)  # 4-byte
+    total = len(text) / 4 + digits / 12 + punct / 4
+    if below or upper or astral:
+        total += below / 4 + upper * 0.45
+        total += astral * 7 / 4
+    extra = 0.0
+    for run in (m.group() for m in _ID_RUN.finditer(text)):
+        switches = len(_SWITCH.findall(run))
+        if switches >= estimate.DENSE_SWITCHES * len(run):
+            run_digits = sum(c.isdigit() for c in run)
+            extra += len(run) / estimate.DENSE_CHARS_PER_TOKEN - len(run) / 4 - run_digits / 12
+    return math.ceil(total + extra) if text else 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet='abXY0189+/=_- \n"{}[]:é中😀\ud800', max_size=120),
+        st.text(alphabet="ab01-", min_size=12, max_size=24),  # runs near the 16 of a dense id
+    )
+)
+def test_the_byte_class_counting_equals_the_stated_weights(text: str) -> None:
+    assert text_tokens(text) == _reference(text)
