@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from proxy.cascade.memory import fact_key
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block
 from proxy.cascade.types import Marks, Message, StageResult
@@ -69,11 +70,20 @@ def render_memory(
     tokens: Callable[[str], int] | None = None,
 ) -> str | None:
     """The block for ``facts`` in their stored order, cut at ``max_tokens`` as ``tokens``
-    counts each line (four characters a token when ``None``); ``None`` when no fact fits."""
+    counts each line (four characters a token when ``None``); ``None`` when no fact fits.
+
+    A fact stored in both ``global`` and the agent's scope (each scope checks duplicates
+    only within itself) is listed once, where it first comes, compared as the per-scope
+    check compares (:func:`~proxy.cascade.memory.fact_key`)."""
     cost = tokens or _quarter_chars
     budget = max_tokens - cost(_HEAD) - cost(_TAIL)
     lines = []
+    seen: set[str] = set()
     for fact in facts:
+        key = fact_key(fact)
+        if key in seen:
+            continue
+        seen.add(key)
         line = f"- {fact}\n"
         size = cost(line)
         if size > budget:

@@ -36,6 +36,14 @@ def test_render_lists_the_facts_in_order_inside_the_tags() -> None:
     assert render_memory([]) is None
 
 
+def test_a_fact_in_both_scopes_is_listed_once() -> None:
+    """``global`` and the agent's scope each refuse their own duplicates only, so a session
+    reads one fact from both; the block lists it once, compared as the per-scope check."""
+    block = render_memory(["Port is 8443", "Uses uv", "port  IS 8443", "ＵＳＥＳ uv"])
+    assert block == render_memory(["Port is 8443", "Uses uv"])
+    assert block is not None and block.count("8443") == 1
+
+
 def test_render_stops_at_the_token_cap() -> None:
     facts = [f"fact number {i:03d} " + "x" * 80 for i in range(200)]
     block = render_memory(facts)
