@@ -66,6 +66,19 @@ def test_the_stage_plans_a_need_and_appends_the_block_to_the_first_system_messag
     assert out.window == step.window and not out.injected and not out.evicted
 
 
+def test_a_leading_developer_message_takes_the_block_as_a_system_message_does() -> None:
+    """``developer`` is the newer name of ``system``: the block joins it, not a system
+    message of its own ahead of it."""
+    developer: Message = {"role": "developer", "content": "You are terse."}
+    step = _step(developer, user("hi"))
+    out = assemble(step, answers={"memory": "<memory>x</memory>"})
+    assert out.messages == (
+        {"role": "developer", "content": "You are terse.\n\n<memory>x</memory>"},
+        user("hi"),
+    )
+    assert not out.injected and out.window == step.window
+
+
 def test_a_system_message_of_parts_gets_a_text_part() -> None:
     sys_parts: Message = {"role": "system", "content": [{"type": "text", "text": "S"}]}
     out = assemble(_step(sys_parts, user("hi")), answers={"memory": "<memory>x</memory>"})
