@@ -40,6 +40,7 @@ __all__ = [
     "MAX_FACT_CHARS",
     "INSTRUCTION_PATTERNS",
     "FactVerdict",
+    "FactsAnswerError",
     "fact_key",
     "sanitize_fact",
     "sanitize_facts",
@@ -190,13 +191,25 @@ def extraction_prompt(span_text: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": _EXTRACT}, {"role": "user", "content": span_text}]
 
 
+class FactsAnswerError(ValueError):
+    """The fast model's answer is not ``{"facts": [...]}``; the message says which way it
+    is not, and never quotes the answer (it may hold the conversation's text)."""
+
+
 def parse_facts(answer: str) -> list[str]:
-    """The ``facts`` of the model's JSON answer; ``ValueError`` when it is not that shape."""
-    data = json.loads(answer)
-    facts = data.get("facts") if isinstance(data, dict) else None
-    if not isinstance(facts, list):
-        raise ValueError("the answer has no 'facts' list")
-    return [f for f in facts if isinstance(f, str)]
+    """The ``facts`` of the model's JSON answer; :class:`FactsAnswerError` when it is not
+    that shape."""
+    if not answer.strip():
+        raise FactsAnswerError("the answer is empty")
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        raise FactsAnswerError("the answer is not JSON") from None
+    if not isinstance(data, dict):
+        raise FactsAnswerError("the answer is JSON but not an object")
+    if not isinstance(data.get("facts"), list):
+        raise FactsAnswerError("the answer has no 'facts' list")
+    return [f for f in data["facts"] if isinstance(f, str)]
 
 
 def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = 60_000) -> str:

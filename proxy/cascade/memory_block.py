@@ -1,4 +1,4 @@
-"""The ``memory`` stage: stored facts as a ``<memory>`` block in the first system message.
+"""The ``memory`` stage: stored facts as a ``<memory>`` block in the leading system message.
 
 The facts of the session's agent scope and of ``global`` are rendered by the shell's
 fulfiller (``services/needs.memory_block``). It is a per-turn stage (``phases.py``): the
@@ -7,10 +7,10 @@ every later step of the turn sends the same bytes without reading the facts. So 
 changes only at a turn boundary, and only when the facts did: the prompt prefix a provider
 caches stays put through an agent's tool loop.
 
-This stage only places the text: appended to the first system message (a new text part
-when its content is a list of parts), or, when the prompt has none, as a system message of
-its own at the top. The window is not touched, so the block is never stored as a message a
-client sent.
+This stage only places the text: appended to the first message when it is a system or
+developer message (a new text part when its content is a list of parts), or, when the
+prompt starts with neither, as a system message of its own at the top. The window is not
+touched, so the block is never stored as a message a client sent.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from proxy.cascade.memory import fact_key
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block
 from proxy.cascade.types import Marks, Message, StageResult
@@ -49,6 +50,12 @@ _HEAD = (
 _TAIL = "</memory>"
 
 
+_LEADING_ROLES = frozenset({"system", "developer"})
+"""The roles of the prompt's leading instructions (``developer`` is OpenAI's newer name for
+``system``), kept verbatim ahead of a summary as ``summary.system_prefix_count`` counts them:
+the block joins the first of them rather than standing ahead of it."""
+
+
 def _quarter_chars(text: str) -> int:
     return math.ceil(len(text) / 4)
 
@@ -69,11 +76,20 @@ def render_memory(
     tokens: Callable[[str], int] | None = None,
 ) -> str | None:
     """The block for ``facts`` in their stored order, cut at ``max_tokens`` as ``tokens``
-    counts each line (four characters a token when ``None``); ``None`` when no fact fits."""
+    counts each line (four characters a token when ``None``); ``None`` when no fact fits.
+
+    A fact stored in both ``global`` and the agent's scope (each scope checks duplicates
+    only within itself) is listed once, where it first comes, compared as the per-scope
+    check compares (:func:`~proxy.cascade.memory.fact_key`)."""
     cost = tokens or _quarter_chars
     budget = max_tokens - cost(_HEAD) - cost(_TAIL)
     lines = []
+    seen: set[str] = set()
     for fact in facts:
+        key = fact_key(fact)
+        if key in seen:
+            continue
+        seen.add(key)
         line = f"- {fact}\n"
         size = cost(line)
         if size > budget:
@@ -97,7 +113,7 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
     if not isinstance(block, str) or not block:
         return StageResult(messages)
-    if messages and messages[0].get("role") == "system":
+    if messages and messages[0].get("role") in _LEADING_ROLES:
         return StageResult((append_block(messages[0], block), *messages[1:]))
     source = (None, *range(len(messages)))
     return StageResult(

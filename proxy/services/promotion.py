@@ -4,7 +4,8 @@ durable facts (from its original text, not the summary), and each passes ``sanit
 ``suggest`` persists a ``memory.suggestion`` event ``{suggestion_id, facts, scope}`` for a
 person to accept or reject through the memory API; ``auto`` stores the facts in the
 session's scope (its agent's, else global). Nothing here may affect the turn: every failure
-is logged and swallowed, as a WARNING, except a session deleted while the fast model
+is logged and swallowed, as a WARNING (for an answer that is not the facts' JSON, saying why
+without quoting it: logs hold no content), except a session deleted while the fast model
 answered: that is no fault, and is an INFO line, as it is for the compaction.
 
 It runs inside the compaction that folded the span, which lends it its connection
@@ -23,6 +24,7 @@ import asyncpg
 
 from proxy.cascade.memory import (
     MEMORY_FACTS_FORMAT,
+    FactsAnswerError,
     extraction_prompt,
     parse_facts,
     sanitize_facts,
@@ -48,6 +50,10 @@ async def promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[
         await _promote(upstream, bus, lent, job, span)
     except asyncpg.ForeignKeyViolationError:  # no session left to record a suggestion in
         log.info("memory promotion for %s: the session was deleted", job.session_id)
+    except FactsAnswerError as exc:  # says why without quoting the answer
+        log.warning(
+            "memory promotion for %s: the fast model's answer was refused: %s", job.session_id, exc
+        )
     except Exception as exc:  # a failed extraction never fails the compaction or the turn
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
 
@@ -64,7 +70,12 @@ async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence
         "max_tokens": _OUTPUT_TOKENS,
         "temperature": 0,
     }
-    status, answer = await ask_fast_model(upstream, job, body)
+    try:
+        status, answer = await ask_fast_model(upstream, job, body)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:  # ask_fast_model's
+        raise FactsAnswerError(
+            f"the reply is not a chat completion ({type(exc).__name__})"
+        ) from exc
     if status >= 400:
         log.warning("memory promotion for %s: the fast model answered %d", job.session_id, status)
         return

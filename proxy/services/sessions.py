@@ -133,8 +133,8 @@ def _occupancy(row: Mapping[str, Any]) -> int | None:
 
 
 def _usage(split: Mapping[str, int], summary_tokens: int, calibration: float) -> dict[str, int]:
-    """The window's estimated tokens by part (system, summary, messages, tool results),
-    scaled by the session's calibration, as its occupancy is."""
+    """The stored window's estimated tokens by part, calibrated as occupancy is; what the
+    proxy adds unstored (``<memory>``, tools ...) is in occupancy only (README)."""
     parts = {
         "system": split["system"],
         "summary": summary_tokens,

@@ -110,7 +110,11 @@ async def _sleep(seconds: float) -> None:
 
 
 DELETE_SESSION = """
-WITH gone AS (DELETE FROM sessions WHERE tenant = $1 AND id = $2 RETURNING tenant, id)
+WITH answers AS (
+    DELETE FROM memory_suggestion_answers a USING events e
+    WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'memory.suggestion'
+      AND a.tenant = e.tenant AND a.suggestion_id = e.data->>'suggestion_id'
+), gone AS (DELETE FROM sessions WHERE tenant = $1 AND id = $2 RETURNING tenant, id)
 SELECT pg_notify($3, json_build_object('t', tenant, 's', id, 'gone', true)::text) FROM gone
 """
 
@@ -118,7 +122,9 @@ SELECT pg_notify($3, json_build_object('t', tenant, 's', id, 'gone', true)::text
 async def delete_session(
     conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
 ) -> bool:
-    """Delete a session and, by ON DELETE CASCADE, everything it owns. The same statement
+    """Delete a session and, by ON DELETE CASCADE, everything it owns; the answers to its
+    memory suggestions too, which name a suggestion (its ``memory.suggestion`` event, read
+    before the cascade takes the events), not the session. The same statement
     tells every replica's event bus, at commit, that the session is gone, so the event
     streams open on it end (``bus.SESSION_GONE``)."""
     async with _locked(conn, tenant, session_id, pause or _sleep) as tx:

@@ -8,7 +8,8 @@ from datetime import datetime
 import asyncpg
 import pytest
 
-from proxy.store import messages as msgs, sessions, steps, writes
+from proxy.cascade.types import MEMORY_SUGGESTION
+from proxy.store import memory, messages as msgs, sessions, steps, writes
 from tests.integration.store.helpers import A, T, counts, create_session, make_session, set_head
 
 
@@ -117,6 +118,33 @@ async def test_delete_cascades_to_everything_the_session_owns(pool: asyncpg.Pool
         "events": 1,
     }
     assert (await counts(pool, "doomed", tenant="t-b"))["messages"] == 3
+
+
+async def test_delete_takes_the_answers_to_the_sessions_memory_suggestions(
+    pool: asyncpg.Pool,
+) -> None:
+    """An answer names its suggestion, not the session, so no cascade reaches it: the delete
+    takes the answers to the session's suggestions, and no one else's."""
+    for tenant, session_id, suggestion_id in (
+        (T, "doomed", "sug-doomed"),
+        (T, "kept", "sug-kept"),
+        ("t-b", "doomed", "sug-doomed"),
+    ):
+        await create_session(pool, tenant=tenant, session_id=session_id, agent="a", model="m")
+        data = {"suggestion_id": suggestion_id, "facts": ["Uses uv"]}
+        await pool.execute(
+            "INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4)",
+            tenant,
+            session_id,
+            MEMORY_SUGGESTION,
+            data,
+        )
+        await memory.answer_suggestion(
+            pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
+        )
+    assert await sessions.delete_session(pool, tenant=T, session_id="doomed") is True
+    rows = await pool.fetch("SELECT tenant, suggestion_id FROM memory_suggestion_answers")
+    assert sorted(map(tuple, rows)) == [(T, "sug-kept"), ("t-b", "sug-doomed")]
 
 
 async def test_reset_forgets_history_but_keeps_session_and_events(pool: asyncpg.Pool) -> None:

@@ -36,6 +36,14 @@ def test_render_lists_the_facts_in_order_inside_the_tags() -> None:
     assert render_memory([]) is None
 
 
+def test_a_fact_in_both_scopes_is_listed_once() -> None:
+    """``global`` and the agent's scope each refuse their own duplicates only, so a session
+    reads one fact from both; the block lists it once, compared as the per-scope check."""
+    block = render_memory(["Port is 8443", "Uses uv", "port  IS 8443", "ＵＳＥＳ uv"])
+    assert block == render_memory(["Port is 8443", "Uses uv"])
+    assert block is not None and block.count("8443") == 1
+
+
 def test_render_stops_at_the_token_cap() -> None:
     facts = [f"fact number {i:03d} " + "x" * 80 for i in range(200)]
     block = render_memory(facts)
@@ -56,6 +64,19 @@ def test_the_stage_plans_a_need_and_appends_the_block_to_the_first_system_messag
     }
     assert out.messages[1:] == step.window[1:]
     assert out.window == step.window and not out.injected and not out.evicted
+
+
+def test_a_leading_developer_message_takes_the_block_as_a_system_message_does() -> None:
+    """``developer`` is the newer name of ``system``: the block joins it, not a system
+    message of its own ahead of it."""
+    developer: Message = {"role": "developer", "content": "You are terse."}
+    step = _step(developer, user("hi"))
+    out = assemble(step, answers={"memory": "<memory>x</memory>"})
+    assert out.messages == (
+        {"role": "developer", "content": "You are terse.\n\n<memory>x</memory>"},
+        user("hi"),
+    )
+    assert not out.injected and out.window == step.window
 
 
 def test_a_system_message_of_parts_gets_a_text_part() -> None:
