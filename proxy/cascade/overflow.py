@@ -102,8 +102,8 @@ def _which(messages: Sequence[Message], index: int, head: int) -> str:
         back = len(messages) - index
         where = "the last message" if back == 1 else f"the {_ordinal(back)} message from the end"
         return f"{where}, role {role}"
-    if role == "system":
-        return "a system message"
+    if role in ("system", "developer"):  # the leading instructions, kept verbatim
+        return f"a {role} message"
     return "the first user message, which carries the conversation summary"
 
 
