@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from proxy.cascade.memory import fact_key
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block
-from proxy.cascade.types import Marks, Message, StageResult
+from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
 __all__ = [
@@ -48,12 +48,6 @@ _HEAD = (
     "use them where they apply:\n"
 )
 _TAIL = "</memory>"
-
-
-_LEADING_ROLES = frozenset({"system", "developer"})
-"""The roles of the prompt's leading instructions (``developer`` is OpenAI's newer name for
-``system``), kept verbatim ahead of a summary as ``summary.system_prefix_count`` counts them:
-the block joins the first of them rather than standing ahead of it."""
 
 
 def _quarter_chars(text: str) -> int:
@@ -113,7 +107,7 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
     if not isinstance(block, str) or not block:
         return StageResult(messages)
-    if messages and messages[0].get("role") in _LEADING_ROLES:
+    if messages and messages[0].get("role") in LEADING_ROLES:
         return StageResult((append_block(messages[0], block), *messages[1:]))
     source = (None, *range(len(messages)))
     return StageResult(
