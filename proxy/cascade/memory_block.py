@@ -44,9 +44,12 @@ that is less than :data:`MEMORY_MAX_TOKENS`, so a full memory, which the overflo
 cannot trim (it is part of the system message), never leaves a short request no room."""
 
 _HEAD = (
-    "<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
+    "<memory>\nRemembered facts (added by a user or drawn from earlier conversations); "
     "use them where they apply:\n"
 )
+"""One header for every block, true of a fact a person added or accepted and of one ``auto``
+promotion stored unseen (a fact's stored ``source_session`` does not tell them apart: an
+accepted suggestion has one too)."""
 _TAIL = "</memory>"
 
 
