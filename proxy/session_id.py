@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
+
+from proxy.cascade.types import LEADING_ROLES
 
 __all__ = [
     "SessionKey",
@@ -93,7 +95,7 @@ def _content_key(content: Any) -> str:
     return json.dumps(content, sort_keys=True)
 
 
-def _first_content(messages: list[Any], roles: tuple[str, ...]) -> str:
+def _first_content(messages: list[Any], roles: Collection[str]) -> str:
     for msg in messages:
         if isinstance(msg, Mapping) and msg.get("role") in roles:
             return _content_key(msg.get("content"))
@@ -112,7 +114,7 @@ def derive_session_id(*, body: Mapping[str, Any] | None, tenant: str, agent: str
     parts = (
         tenant,
         agent,
-        _first_content(messages, ("system", "developer")),
+        _first_content(messages, LEADING_ROLES),
         _first_content(messages, ("user",)),
     )
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from proxy.cascade.memory import fact_key
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block
-from proxy.cascade.types import Marks, Message, StageResult
+from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
 __all__ = [
@@ -44,16 +44,13 @@ that is less than :data:`MEMORY_MAX_TOKENS`, so a full memory, which the overflo
 cannot trim (it is part of the system message), never leaves a short request no room."""
 
 _HEAD = (
-    "<memory>\nFacts remembered from earlier sessions (added or confirmed by the user); "
+    "<memory>\nRemembered facts (added by a user or drawn from earlier conversations); "
     "use them where they apply:\n"
 )
+"""One header for every block, true of a fact a person added or accepted and of one ``auto``
+promotion stored unseen (a fact's stored ``source_session`` does not tell them apart: an
+accepted suggestion has one too)."""
 _TAIL = "</memory>"
-
-
-_LEADING_ROLES = frozenset({"system", "developer"})
-"""The roles of the prompt's leading instructions (``developer`` is OpenAI's newer name for
-``system``), kept verbatim ahead of a summary as ``summary.system_prefix_count`` counts them:
-the block joins the first of them rather than standing ahead of it."""
 
 
 def _quarter_chars(text: str) -> int:
@@ -113,7 +110,7 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
     if not isinstance(block, str) or not block:
         return StageResult(messages)
-    if messages and messages[0].get("role") in _LEADING_ROLES:
+    if messages and messages[0].get("role") in LEADING_ROLES:
         return StageResult((append_block(messages[0], block), *messages[1:]))
     source = (None, *range(len(messages)))
     return StageResult(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import system_prefix_count
 from proxy.cascade.types import (
+    LEADING_ROLES,
     TRIMMED,
     ContextLengthExceeded,
     Event,
@@ -102,8 +103,8 @@ def _which(messages: Sequence[Message], index: int, head: int) -> str:
         back = len(messages) - index
         where = "the last message" if back == 1 else f"the {_ordinal(back)} message from the end"
         return f"{where}, role {role}"
-    if role == "system":
-        return "a system message"
+    if role in LEADING_ROLES:
+        return f"a {role} message"
     return "the first user message, which carries the conversation summary"
 
 

@@ -17,7 +17,14 @@ from proxy.cascade.briefing import SECTIONS
 from proxy.cascade.rounds import call_functions
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text
-from proxy.cascade.types import CompactionPlan, Marks, Message, StageResult, TokenCounter
+from proxy.cascade.types import (
+    LEADING_ROLES,
+    CompactionPlan,
+    Marks,
+    Message,
+    StageResult,
+    TokenCounter,
+)
 
 __all__ = [
     "MIN_SPAN_RATIO",
@@ -30,7 +37,6 @@ __all__ = [
 ]
 
 _NONE = "(none)"
-_SYSTEM_ROLES = frozenset({"system", "developer"})
 _TOOL_CAPS = (8000, 4000, 2000, 1000)
 _ALL_CAP = 1500
 _PREVIOUS_CAPS = (8000, 2000, 500)
@@ -41,7 +47,7 @@ MIN_SPAN_RATIO = 0.5
 def system_prefix_count(messages: Sequence[Message]) -> int:
     """Number of leading system/developer messages: the part of a prompt always kept verbatim."""
     n = 0
-    while n < len(messages) and messages[n].get("role") in _SYSTEM_ROLES:
+    while n < len(messages) and messages[n].get("role") in LEADING_ROLES:
         n += 1
     return n
 

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "Message",
+    "LEADING_ROLES",
     "TokenCounter",
     "Budget",
     "Event",
@@ -38,6 +39,11 @@ __all__ = [
 
 Message = Mapping[str, Any]
 """An OpenAI chat message dict. Stages never mutate one; they build new dicts."""
+
+LEADING_ROLES = frozenset({"system", "developer"})
+"""The roles of a prompt's leading instructions (``developer`` is OpenAI's newer name for
+``system``): kept verbatim ahead of a summary, joined by the ``<memory>`` block, named as
+such by the overflow guard, and part of an automatic session id."""
 
 
 class TokenCounter(Protocol):

@@ -13,15 +13,12 @@ from typing import Any
 
 from proxy.observe import note_usage
 
-__all__ = ["ask_fast_model"]
+__all__ = ["ask_fast_model", "post_fast_model", "read_fast_answer"]
 
 
-async def ask_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> tuple[int, str]:
-    """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``). Returns the status
-    and, for a success, the answer's text (its usage noted), or for an error the head of the
-    provider's body. A success that is not a chat completion raises (ValueError for a body
-    that is not JSON; KeyError, IndexError, TypeError or AttributeError for another shape)."""
-    resp = await upstream.call(
+async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
+    """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``); the raw reply."""
+    return await upstream.call(
         job.provider,
         "POST",
         "/chat/completions",
@@ -29,8 +26,21 @@ async def ask_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> tuple
         content=json.dumps(body).encode(),
         model=job.fast_model,
     )
+
+
+def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
+    """The status of ``resp`` and, for a success, the answer's text (its usage noted), or for
+    an error the head of the provider's body. A success that is not a chat completion raises
+    (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
+    AttributeError for another shape)."""
     if resp.status_code >= 400:
         return resp.status_code, resp.text[:300]
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, str(data["choices"][0]["message"].get("content") or "")
+
+
+async def ask_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> tuple[int, str]:
+    """:func:`post_fast_model` then :func:`read_fast_answer`: the status and the answer's text
+    (or the head of an error body); raises as either does."""
+    return read_fast_answer(job, await post_fast_model(upstream, job, body))

@@ -31,7 +31,7 @@ from proxy.cascade.memory import (
     span_text,
 )
 from proxy.cascade.types import MEMORY_SUGGESTION, Message
-from proxy.services.fastmodel import ask_fast_model
+from proxy.services.fastmodel import post_fast_model, read_fast_answer
 from proxy.store import memory as store
 from proxy.store.db import Lent
 
@@ -70,9 +70,10 @@ async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence
         "max_tokens": _OUTPUT_TOKENS,
         "temperature": 0,
     }
+    resp = await post_fast_model(upstream, job, body)  # its errors are no reply's fault
     try:
-        status, answer = await ask_fast_model(upstream, job, body)
-    except (ValueError, LookupError, TypeError, AttributeError) as exc:  # ask_fast_model's
+        status, answer = read_fast_answer(job, resp)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:  # read_fast_answer's
         raise FactsAnswerError(
             f"the reply is not a chat completion ({type(exc).__name__})"
         ) from exc

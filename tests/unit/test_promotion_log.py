@@ -78,3 +78,26 @@ async def test_the_log_line_says_why_without_the_answer(
         f"memory promotion for s-1: the fast model's answer was refused: {why}"
     )
     assert "vault" not in caplog.text and "zeta" not in caplog.text
+
+
+class _Broken:
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    async def call(self, *args: Any, **kwargs: Any) -> _Reply:
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [LookupError("no provider p"), TypeError("bad argument")])
+async def test_a_failed_call_is_not_called_a_bad_reply(
+    exc: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error the call itself raises, before any reply, is a failed promotion named by its
+    type; only the reply's parsing is "not a chat completion"."""
+    span = [{"role": "user", "content": "we keep the deploy key in vault"}]
+    with caplog.at_level(logging.INFO, logger="cascade.memory"):
+        await promote(_Broken(exc), None, _Lent(), _JOB, span)  # type: ignore[arg-type]
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == f"memory promotion for s-1 failed: {type(exc).__name__}"
+    assert "vault" not in caplog.text

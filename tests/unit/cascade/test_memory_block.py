@@ -36,6 +36,16 @@ def test_render_lists_the_facts_in_order_inside_the_tags() -> None:
     assert render_memory([]) is None
 
 
+def test_the_header_claims_no_user_confirmation() -> None:
+    """``auto`` promotion stores facts no person saw, so the one header for every block says
+    where facts come from without claiming each was added or confirmed by the user."""
+    block = render_memory(["Port is 8443"])
+    assert block == (
+        "<memory>\nRemembered facts (added by a user or drawn from earlier conversations); "
+        "use them where they apply:\n- Port is 8443\n</memory>"
+    )
+
+
 def test_a_fact_in_both_scopes_is_listed_once() -> None:
     """``global`` and the agent's scope each refuse their own duplicates only, so a session
     reads one fact from both; the block lists it once, compared as the per-scope check."""

@@ -90,6 +90,16 @@ def test_a_refused_head_message_is_named_by_what_it_is() -> None:
         assert named in str(err.value)
 
 
+def test_a_refused_developer_message_is_named_as_one() -> None:
+    """A leading ``developer`` message (OpenAI's newer name for ``system``) is an instruction
+    of the head like a system message, not the user message that carries the summary."""
+    msgs = _prompt()
+    msgs[0] = {"role": "developer", "content": _words(500)}
+    with pytest.raises(ContextLengthExceeded) as err:
+        guard(msgs, count=count, limit=300, reserved_output=40, protected_head=2)
+    assert "(a developer message)" in str(err.value)
+
+
 def test_guard_never_orphans_results_of_a_call_in_the_protected_head() -> None:
     msgs = [
         system(),
