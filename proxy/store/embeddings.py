@@ -56,14 +56,16 @@ class Found:
     score: float
 
 
-# The candidates: live, non-system messages of sessions whose agent has retrieval on (an
-# agent the config does not name runs the default context: $5), past the scan cursor, with
-# no row for this model yet. Ordered by id, so the cursor moves through the table once.
+# The candidates: live messages other than instructions (system, developer) of sessions
+# whose agent has retrieval on (an agent the config does not name runs the default context:
+# $5), past the scan cursor, with no row for this model yet. Ordered by id, so the cursor
+# moves through the table once.
 CLAIM = """
 WITH cand AS (
     SELECT m.id, m.tenant, m.session_id, m.pos, m.message
     FROM messages m JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
-    WHERE m.id > $1 AND m.superseded_at IS NULL AND m.role <> 'system'
+    WHERE m.id > $1 AND m.superseded_at IS NULL
+      AND m.role NOT IN ('system', 'developer')
       AND (s.agent = ANY($3::text[]) OR ($5 AND NOT s.agent = ANY($4::text[])))
       AND NOT EXISTS (SELECT 1 FROM message_embeddings e
                       WHERE e.message_id = m.id AND e.model = $2)

@@ -40,6 +40,22 @@ async def _claim(pool: asyncpg.Pool, limit: int = 10) -> list[store.Claimed]:
     return claimed
 
 
+async def test_instructions_are_not_claimed(pool: asyncpg.Pool) -> None:
+    """A system or developer message is the client's instructions, which every prompt
+    carries: neither is embedded for retrieval, whatever its position."""
+    await _session(pool, "t", "s", ["a question"])
+    async with pool.acquire() as conn:
+        for pos, role in ((1, "system"), (2, "developer")):
+            await conn.execute(
+                "INSERT INTO messages (tenant, session_id, pos, hash, role, message)"
+                " VALUES ('t', 's', $1, 'h', $2, $3)",
+                pos,
+                role,
+                {"role": role, "content": "Be brief."},
+            )
+    assert [c.message["role"] for c in await _claim(pool)] == ["user"]
+
+
 async def test_a_claimed_message_is_not_claimed_again_until_released(
     pool: asyncpg.Pool,
 ) -> None:
