@@ -41,7 +41,7 @@ out."""
 MEMORY_BUDGET_SHARE = 0.25
 """A small model's cap: this share of its prompt budget (limit minus reserved output) when
 that is less than :data:`MEMORY_MAX_TOKENS`, so a full memory, which the overflow guard
-cannot trim (it is part of the system message), never leaves a short request no room."""
+leaves out only as a last resort (it heads the prompt), leaves a short request room."""
 
 _HEAD = (
     "<memory>\nRemembered facts (added by a user or drawn from earlier conversations); "

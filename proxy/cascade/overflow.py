@@ -3,17 +3,20 @@
 It runs last, on the assembled prompt, after the shell has already compacted synchronously.
 If the prompt still exceeds the model's limit minus the reserved output, the oldest whole
 messages/rounds after the protected head are dropped; if even that cannot make it fit, the
-request is refused with an actionable ``ContextLengthExceeded`` instead of a provider 400.
+optional blocks of the per-turn stages go (``OPTIONAL_BLOCKS``), and only a prompt too large
+without them is refused with an actionable ``ContextLengthExceeded`` instead of a provider 400.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import system_prefix_count
+from proxy.cascade.text import remove_block
 from proxy.cascade.types import (
     LEADING_ROLES,
     TRIMMED,
@@ -25,7 +28,16 @@ from proxy.cascade.types import (
     TokenCounter,
 )
 
-__all__ = ["GUARD_MARGIN", "OVERFLOW", "TRIM_TARGET", "GuardResult", "fit", "guard", "guard_factor"]
+__all__ = [
+    "GUARD_MARGIN",
+    "OPTIONAL_BLOCKS",
+    "OVERFLOW",
+    "TRIM_TARGET",
+    "GuardResult",
+    "fit",
+    "guard",
+    "guard_factor",
+]
 
 GUARD_MARGIN = 1.03
 """The guard counts with the session's real/estimated ratio plus this margin: the estimate is
@@ -214,14 +226,72 @@ def _calibrated(count: TokenCounter, ratio: float) -> TokenCounter:
     return calibrated
 
 
+OPTIONAL_BLOCKS = ("retrieval", "recitation", "memory")
+"""The per-turn stages whose block the guard leaves out, in this order, before it refuses a
+prompt that cannot fit with them: each is an aid (the plan restates the summary, retrieval
+and memory are recalled text), never what the client sent."""
+
+
+def _block(step: StepInput, name: str) -> str | None:
+    answer = step.answers.get(name)
+    block = answer.get("block") if isinstance(answer, Mapping) else answer
+    return block if isinstance(block, str) and block else None
+
+
+def _without(
+    messages: tuple[Message, ...], source: tuple[int, ...], block: str
+) -> tuple[tuple[Message, ...], tuple[int, ...]] | None:
+    """``messages`` with ``block`` taken out of the last message holding it (a message that
+    is the block alone, as memory's own system message, goes), and each one's input index."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("content") == block and messages[i].get("role") == "system":
+            return messages[:i] + messages[i + 1 :], source[:i] + source[i + 1 :]
+        if (stripped := remove_block(messages[i], block)) is not None:
+            return (*messages[:i], stripped, *messages[i + 1 :]), source
+    return None
+
+
 def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: ``guard`` with the calibrated count, the system messages and the folded
     summary protected, the current turn's older rounds trimmable, and a low watermark of
-    ``TRIM_TARGET``. What it drops is marked trimmed: the shell keeps it out for good."""
+    ``TRIM_TARGET``. What it drops is marked trimmed: the shell keeps it out for good.
+
+    A prompt that cannot fit even so goes again without the optional blocks
+    (``OPTIONAL_BLOCKS``, one more each time) before it is refused; the blocks left out are
+    named in the ``context.trimmed`` event and marked, so the turn leaves them out after."""
+    count = _calibrated(step.count, step.ratio)
+    current, source = messages, tuple(range(len(messages)))
+    dropped: tuple[str, ...] = ()
+    try:
+        return _fit(current, source, step, count)
+    except ContextLengthExceeded as refused:
+        before = count(messages)
+        for name in OPTIONAL_BLOCKS:
+            block = _block(step, name)
+            less = _without(current, source, block) if block is not None else None
+            if less is None:
+                continue
+            (current, source), dropped = less, (*dropped, name)
+            with contextlib.suppress(ContextLengthExceeded):
+                return _fit(current, source, step, count, dropped, before)
+        raise refused from None
+
+
+def _fit(
+    messages: tuple[Message, ...],
+    source: tuple[int, ...],
+    step: StepInput,
+    count: TokenCounter,
+    dropped: tuple[str, ...] = (),
+    before: int = 0,
+) -> StageResult:
+    """``guard`` on ``messages``, whose input index each ``source`` names, with the marks in
+    input indices; ``dropped``: the blocks already left out, named in the event, which
+    counts from the prompt as assembled (``before`` tokens)."""
     budget = step.budget
     guarded = guard(
         messages,
-        count=_calibrated(step.count, step.ratio),
+        count=count,
         limit=budget.limit,
         reserved_output=budget.reserved_output,
         # the memory stage may have put a system message of its own on top
@@ -230,11 +300,22 @@ def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
         trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
     )
-    if not guarded.gone:
+    if not dropped and not guarded.gone:
         return StageResult(guarded.messages, guarded.events)
+    events = guarded.events
+    if dropped:
+        data = {
+            "dropped_messages": guarded.dropped,
+            "tokens_before": before,
+            "tokens_after": count(guarded.messages),
+            "dropped_blocks": list(dropped),
+        }
+        events = (Event(TRIMMED, data),)
     gone = set(guarded.gone)
-    kept = tuple(i for i in range(len(messages)) if i not in gone)
-    return StageResult(guarded.messages, guarded.events, Marks(trimmed=guarded.gone, source=kept))
+    kept = tuple(s for i, s in enumerate(source) if i not in gone)
+    trimmed = tuple(source[i] for i in guarded.gone)
+    marks = Marks(trimmed=trimmed, source=kept, dropped_blocks=dropped)
+    return StageResult(guarded.messages, events, marks)
 
 
 OVERFLOW = Stage("overflow", fit)

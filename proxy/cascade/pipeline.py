@@ -11,11 +11,13 @@
 5. retrieval: earlier messages outside the prompt that bear on a new turn, as a
    ``<related_context>`` block on its user message (opt-in, per turn);
 6. recitation: the summary's plan appended to the last message (opt-in, per turn);
-7. the overflow guard: drop the oldest whole rounds after the summary, or refuse.
+7. the overflow guard: drop the oldest whole rounds after the summary, then the optional
+   blocks (retrieval, plan, memory), or refuse.
 
 A per-turn stage (``Stage.per_turn``) computes its value on a turn's first step and reuses it
 on the turn's later steps (``phases.py``): ``plan_step`` plans nothing for it then, and
-``assemble`` hands it the kept value and returns what the turn must keep (``Assembled.kept``).
+``assemble`` hands it the kept value and returns what the turn must keep (``Assembled.kept``):
+a block the overflow guard left out is kept as none, so the turn's prompt stays put.
 
 Each stage reports what the shell must persist in its own input's indices (``Marks``);
 ``assemble`` carries every message's window index through the stages, so the shell gets
@@ -272,6 +274,8 @@ def assemble(
                 evicted.append(w)
                 window[w] = result.messages[i if out_of is None else out_of[i]]
         trimmed.extend(w for i in marks.trimmed if (w := origin[i]) is not None)
+        if marks.dropped_blocks:  # the turn's later steps leave them out too
+            kept = {**(inp.kept if kept is None else kept), **dict.fromkeys(marks.dropped_blocks)}
         if source is not None:
             origin = tuple(None if s is None else origin[s] for s in source)
         messages = result.messages

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["append_block", "content_text", "has_text", "part_text", "with_text"]
+__all__ = ["append_block", "content_text", "has_text", "part_text", "remove_block", "with_text"]
 
 
 def part_text(part: Any, *, media: bool = False) -> str:
@@ -91,3 +91,23 @@ def append_block(msg: Mapping[str, Any], block: str) -> dict[str, Any]:
         return {**msg, "content": [*content, {"type": "text", "text": block}]}
     text = "" if content is None else str(content)
     return {**msg, "content": f"{text}\n\n{block}" if text else block}
+
+
+def remove_block(msg: Mapping[str, Any], block: str) -> dict[str, Any] | None:
+    """``msg`` without the ``block`` :func:`append_block` put in it (the last place it
+    stands, even with another block appended after it); None when it holds no such block."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        for i in range(len(content) - 1, -1, -1):
+            if content[i] == {"type": "text", "text": block}:
+                return {**msg, "content": [*content[:i], *content[i + 1 :]]}
+        return None
+    if not isinstance(content, str):
+        return None
+    at = content.rfind(f"\n\n{block}")
+    if at >= 0:
+        return {**msg, "content": content[:at] + content[at + len(block) + 2 :]}
+    if content.startswith(block):
+        rest = content[len(block) :]
+        return {**msg, "content": rest[2:] if rest.startswith("\n\n") else rest}
+    return None

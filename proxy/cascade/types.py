@@ -87,7 +87,9 @@ class Marks:
       placeholder beside the row, so every later prompt sends the same prefix;
     - ``trimmed``: messages left out of this and every later prompt (the rows stay);
     - ``source``: for each output message, the input index it came from, or None for a block
-      the stage injected. None (the default) means "one for one": same length, same order.
+      the stage injected. None (the default) means "one for one": same length, same order;
+    - ``dropped_blocks``: the per-turn stages whose block the overflow guard left out; the
+      turn keeps them out on its later steps too, so its prompt stays byte-stable.
 
     A stage that leaves messages out without marking them trimmed (``/compact`` exchanges)
     only changes ``source``: nothing is persisted for them.
@@ -96,6 +98,7 @@ class Marks:
     evicted: tuple[int, ...] = ()
     trimmed: tuple[int, ...] = ()
     source: tuple[int | None, ...] | None = None
+    dropped_blocks: tuple[str, ...] = ()
 
 
 NO_MARKS = Marks()

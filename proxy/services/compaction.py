@@ -245,9 +245,7 @@ class DurableSummarizer:
             content = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
         except SummaryCallError as exc:
             conn = await lent.take()
-            await self._failed(
-                conn, job, span, t0, "summary_failed", str(exc), job.cfg.max_attempts
-            )
+            await self._failed(conn, job, span, t0, "summary_failed", str(exc), exc.attempts)
             return span.unchanged(str(exc), failed=True)
         return await self._store(lent, job, span, content, t0)
 

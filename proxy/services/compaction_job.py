@@ -6,9 +6,11 @@ authorization header (the only one forwarded), and the memory promotion settings
 
 ``summarise`` asks the fast model for the briefing of a planned span: the prompt is cut to
 the fast model's own window, an unusable answer is retried (at most ``summarize.maxAttempts``
-calls, ≤ 3) and then reported as :class:`SummaryCallError`, and a briefing grown past
-``reflectTokens`` gets one reflection pass, kept only if it parses. An answer far longer than
-the ``max_tokens`` it was given is unusable too (``_OVERRUN``).
+calls, ≤ 3) and then reported as :class:`SummaryCallError`, a prompt the fast model refuses
+as too long is cut to half its size before the next call (the same prompt would be refused
+again), and a briefing grown past ``reflectTokens`` gets one reflection pass, kept only if it
+parses. An answer far longer than the ``max_tokens`` it was given is unusable too
+(``_OVERRUN``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
-from proxy.services.fastmodel import ask_fast_model
+from proxy.services.fastmodel import TOO_LONG, ask_fast_model
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import Upstream
 
@@ -86,7 +88,15 @@ def job_for(
 
 
 class SummaryCallError(RuntimeError):
-    """The fast model could not produce a usable briefing."""
+    """The fast model could not produce a usable briefing, after ``attempts`` calls."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class _TooLong(SummaryCallError):
+    """The fast model refused the prompt as longer than its window."""
 
 
 async def summarise(
@@ -110,7 +120,17 @@ async def summarise(
         return math.ceil(count(messages) * factor)
 
     prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
-    text = await _call(upstream, job, prompt, count)
+    used = 0
+    while True:
+        try:
+            text = await _call(upstream, job, prompt, count, job.cfg.max_attempts - used)
+            break
+        except _TooLong as exc:
+            used += exc.attempts
+            smaller = build_prompt(plan, max_input_tokens=calibrated(prompt) // 2, count=calibrated)
+            if used >= job.cfg.max_attempts or smaller == prompt:
+                raise SummaryCallError(str(exc), used) from None
+            prompt = smaller
     content = parse_briefing(text, previous=plan.previous)
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
         reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
@@ -130,22 +150,30 @@ def _check_length(text: str, count: TokenCounter) -> None:
 
 
 async def _call(
-    upstream: Upstream, job: CompactionJob, prompt: list[Any], count: TokenCounter
+    upstream: Upstream,
+    job: CompactionJob,
+    prompt: list[Any],
+    count: TokenCounter,
+    attempts: int | None = None,
 ) -> str:
-    """One fast-model call with bounded retries; returns text with the five sections,
-    within the length asked for."""
+    """One fast-model call with at most ``attempts`` tries (``summarize.maxAttempts``);
+    returns text with the five sections, within the length asked for. A refusal as too long
+    raises :class:`_TooLong` at once: this prompt cannot succeed."""
     last = "no attempt made"
-    for attempt in range(job.cfg.max_attempts):
+    attempts = job.cfg.max_attempts if attempts is None else attempts
+    for attempt in range(attempts):
         body = {
             "model": job.fast_model,
             "messages": prompt,
             "max_tokens": _SUMMARY_OUTPUT_TOKENS,
             "temperature": 0,
         }
+        too_long = False
         try:
             status, text = await ask_fast_model(upstream, job, body)
             if status >= 400:
                 last = f"fast model answered {status}: {text}"
+                too_long = status == 400 and TOO_LONG in text
             else:
                 parse_briefing(text)  # raises ValueError when no section is recognisable
                 _check_length(text, count)
@@ -155,6 +183,8 @@ async def _call(
         except Exception as exc:  # transport errors (ProxyError) included
             last = f"{type(exc).__name__}: {exc}"
         log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1, last)
-        if attempt + 1 < job.cfg.max_attempts:  # no pause after the last attempt
+        if too_long:
+            raise _TooLong(last, attempt + 1)
+        if attempt + 1 < attempts:  # no pause after the last attempt
             await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
-    raise SummaryCallError(last)
+    raise SummaryCallError(last, attempts)

@@ -13,7 +13,22 @@ from typing import Any
 
 from proxy.observe import note_usage
 
-__all__ = ["ask_fast_model", "post_fast_model", "read_fast_answer"]
+__all__ = ["TOO_LONG", "ask_fast_model", "post_fast_model", "read_fast_answer"]
+
+TOO_LONG = "context_length_exceeded"
+"""The error code of a provider that refuses a prompt past its window (OpenAI's)."""
+
+
+def _error_head(text: str) -> str:
+    """The head of an error body, led by ``TOO_LONG`` when that is its code, so a caller
+    sees it however long the provider's message before it is."""
+    head = text[:300]
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return head
+    code = error.get("code") if isinstance(error, dict) else None
+    return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head
 
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
@@ -34,7 +49,7 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
     AttributeError for another shape)."""
     if resp.status_code >= 400:
-        return resp.status_code, resp.text[:300]
+        return resp.status_code, _error_head(resp.text)
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, str(data["choices"][0]["message"].get("content") or "")

@@ -1,0 +1,123 @@
+"""The overflow guard leaves out the optional per-turn blocks before it refuses a prompt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.cascade.memory_block import MEMORY
+from proxy.cascade.overflow import OVERFLOW
+from proxy.cascade.pipeline import StepInput, assemble
+from proxy.cascade.recitation import RECITATION
+from proxy.cascade.retrieval import RETRIEVAL_STAGE
+from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded
+from proxy.config_context import ContextConfig
+from tests.unit.cascade.summary_builders import assistant, count, system, user
+
+CTX = ContextConfig.model_validate(
+    {
+        "eviction": {"enabled": False},
+        "retrieval": {"enabled": True},
+        "recitation": {"enabled": True},
+        "memoryPromotion": {"mode": "suggest"},
+    }
+)
+STAGES = (MEMORY, RETRIEVAL_STAGE, RECITATION, OVERFLOW)
+RELATED = "<related_context>\n" + "r" * 1600 + "\n</related_context>"  # ~400 tokens
+PLAN = "<plan>\n## Next Step\n" + "p" * 400 + "\n</plan>"  # ~100 tokens
+MEMORY_BLOCK = "<memory>\n" + "m" * 400 + "\n</memory>"  # ~100 tokens
+KEPT = {"retrieval": {"block": RELATED, "hits": 1}, "recitation": PLAN, "memory": MEMORY_BLOCK}
+
+
+def _window(current: int = 1200) -> tuple[dict[str, Any], ...]:
+    return (system("s" * 40), user("u" * 160), assistant("a" * 40), user("c" * current))
+
+
+def _step(window: tuple[dict[str, Any], ...], limit: int, kept: Any = None) -> StepInput:
+    return StepInput(
+        window=window,
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=Budget(limit=limit, reserved_output=0, occupancy=count(window)),
+        ctx=CTX,
+        kept=KEPT if kept is None else kept,
+    )
+
+
+def _text(messages: Any) -> str:
+    return "".join(str(m.get("content")) for m in messages)
+
+
+def _trimmed(out: Any) -> dict[str, Any]:
+    (event,) = [e for e in out.events if e.name == TRIMMED]
+    return dict(event.data)
+
+
+def test_blocks_that_fit_stay_and_older_history_goes_first() -> None:
+    # 10 + 40 + 10 + 300 tokens of window, 600 of blocks: the old rounds make room
+    out = assemble(_step(_window(), 1000), STAGES)
+    assert all(block in _text(out.messages) for block in (RELATED, PLAN, MEMORY_BLOCK))
+    assert out.trimmed == (1,)
+    assert "dropped_blocks" not in _trimmed(out)
+    assert out.kept is None  # the turn keeps its blocks
+
+
+def test_the_retrieval_block_goes_before_the_request_is_refused() -> None:
+    # with every block the floor is ~920 tokens; without the retrieval block ~520
+    out = assemble(_step(_window(), 560), STAGES)
+    text = _text(out.messages)
+    assert RELATED not in text and PLAN in text and MEMORY_BLOCK in text
+    assert out.messages[-1]["content"] == "c" * 1200 + "\n\n" + PLAN
+    assert _trimmed(out)["dropped_blocks"] == ["retrieval"]
+    assert out.kept is not None and out.kept["retrieval"] is None
+    assert out.kept["recitation"] == PLAN and out.kept["memory"] == MEMORY_BLOCK
+
+
+def test_the_turn_leaves_a_dropped_block_out_on_its_later_steps() -> None:
+    first = assemble(_step(_window(), 560), STAGES)
+    assert first.kept is not None
+    later = (*_window(), assistant("a" * 40), user("next " * 4))
+    out = assemble(_step(later, 100_000, kept=first.kept), STAGES)  # it would fit now
+    assert RELATED not in _text(out.messages) and PLAN in _text(out.messages)
+
+
+def test_plan_then_memory_go_only_when_still_needed() -> None:
+    out = assemble(_step(_window(), 340), STAGES)
+    assert _trimmed(out)["dropped_blocks"] == ["retrieval", "recitation", "memory"]
+    w = _window()
+    assert out.messages == (w[0], w[2], w[3])  # the client's text, byte for byte
+    out = assemble(_step(_window(), 440), STAGES)
+    assert _trimmed(out)["dropped_blocks"] == ["retrieval", "recitation"]
+    assert MEMORY_BLOCK in _text(out.messages)
+
+
+def test_memory_as_its_own_system_message_goes_whole() -> None:
+    window = _window()[1:]
+    step = StepInput(
+        window=window,
+        system_count=0,
+        summary=None,
+        count=count,
+        budget=Budget(limit=340, reserved_output=0, occupancy=count(window)),
+        ctx=CTX,
+        kept=KEPT,
+    )
+    out = assemble(step, STAGES)
+    assert out.messages == window[1:]
+    assert out.trimmed == (0,)
+    assert _trimmed(out)["dropped_blocks"] == ["retrieval", "recitation", "memory"]
+
+
+def test_a_prompt_too_large_without_its_blocks_is_still_refused() -> None:
+    with pytest.raises(ContextLengthExceeded):
+        assemble(_step(_window(), 300), STAGES)
+
+
+def test_a_block_in_a_list_of_parts_goes_and_the_clients_parts_stay() -> None:
+    parts = [{"type": "text", "text": "c" * 1200}, {"type": "image_url", "image_url": {"url": "x"}}]
+    window = (*_window()[:3], user(parts))  # type: ignore[arg-type]
+    out = assemble(_step(window, 600), STAGES)  # the count here reads a list's repr
+    assert out.messages[-1]["content"] == [*parts, {"type": "text", "text": PLAN}]
+    assert _trimmed(out)["dropped_blocks"] == ["retrieval"]
