@@ -30,7 +30,7 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
-from proxy.services.fastmodel import TOO_LONG, ask_fast_model
+from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import Upstream
 
@@ -170,18 +170,21 @@ async def _call(
         }
         too_long = False
         try:
-            status, text = await ask_fast_model(upstream, job, body)
-            if status >= 400:
-                last = f"fast model answered {status}: {text}"
-                too_long = status == 400 and TOO_LONG in text
-            else:
-                parse_briefing(text)  # raises ValueError when no section is recognisable
-                _check_length(text, count)
-                return text
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            last = f"unusable summary ({type(exc).__name__}: {exc})"
-        except Exception as exc:  # transport errors (ProxyError) included
+            resp = await post_fast_model(upstream, job, body)
+        except Exception as exc:  # transport errors (ProxyError) included: no answer's fault
             last = f"{type(exc).__name__}: {exc}"
+        else:
+            try:
+                status, text = read_fast_answer(job, resp)
+                if status >= 400:
+                    last = f"fast model answered {status}: {text}"
+                    too_long = status == 400 and TOO_LONG in text
+                else:
+                    parse_briefing(text)  # raises ValueError when no section is recognisable
+                    _check_length(text, count)
+                    return text
+            except (ValueError, LookupError, TypeError, AttributeError) as exc:
+                last = f"unusable summary ({type(exc).__name__}: {exc})"
         log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1, last)
         if too_long:
             raise _TooLong(last, attempt + 1)

@@ -13,7 +13,7 @@ from typing import Any
 
 from proxy.observe import note_usage
 
-__all__ = ["TOO_LONG", "ask_fast_model", "post_fast_model", "read_fast_answer"]
+__all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer"]
 
 TOO_LONG = "context_length_exceeded"
 """The error code of a provider that refuses a prompt past its window (OpenAI's)."""
@@ -53,9 +53,3 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, str(data["choices"][0]["message"].get("content") or "")
-
-
-async def ask_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> tuple[int, str]:
-    """:func:`post_fast_model` then :func:`read_fast_answer`: the status and the answer's text
-    (or the head of an error body); raises as either does."""
-    return read_fast_answer(job, await post_fast_model(upstream, job, body))
