@@ -1,0 +1,58 @@
+"""A compaction's failed fast-model call is reported by its cause: an answer that is no
+usable summary as "unusable summary", an error of the call itself (the transport, or a bug
+beside it) by its own name, which ``context.compaction.failed`` carries to the client."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.config_context import SummarizeConfig
+from proxy.services.compaction_job import SummaryCallError, _call
+
+
+class _Reply:
+    def __init__(self, body: str) -> None:
+        self.status_code, self.text = 200, body
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+class _Upstream:
+    def __init__(self, body: str | None = None, raises: Exception | None = None) -> None:
+        self.body, self.raises = body, raises
+
+    async def call(self, *args: Any, **kwargs: Any) -> _Reply:
+        if self.raises is not None:
+            raise self.raises
+        assert self.body is not None
+        return _Reply(self.body)
+
+
+_JOB = SimpleNamespace(
+    session_id="s-1",
+    provider="p",
+    headers={},
+    fast_model="fast",
+    cfg=SummarizeConfig(maxAttempts=1),
+)
+
+
+async def _reason(upstream: _Upstream) -> str:
+    with pytest.raises(SummaryCallError) as failed:
+        await _call(upstream, _JOB, [{"role": "user", "content": "x"}], len)  # type: ignore[arg-type]
+    return str(failed.value)
+
+
+async def test_an_error_of_the_call_itself_is_named_by_its_cause() -> None:
+    reason = await _reason(_Upstream(raises=TypeError("bad header value")))
+    assert reason == "TypeError: bad header value"
+
+
+async def test_a_reply_that_is_no_chat_completion_is_an_unusable_summary() -> None:
+    reason = await _reason(_Upstream(json.dumps({"error": "nope"})))
+    assert reason.startswith("unusable summary (KeyError")
