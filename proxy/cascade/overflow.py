@@ -33,6 +33,7 @@ __all__ = [
     "OPTIONAL_BLOCKS",
     "OVERFLOW",
     "TRIM_TARGET",
+    "calibrated_count",
     "GuardResult",
     "fit",
     "guard",
@@ -217,7 +218,10 @@ def guard(
     return GuardResult(kept, (event,), dropped, gone)
 
 
-def _calibrated(count: TokenCounter, ratio: float) -> TokenCounter:
+def calibrated_count(count: TokenCounter, ratio: float) -> TokenCounter:
+    """``count`` as the guard counts: times :func:`guard_factor` of ``ratio``, rounded up.
+    Whatever must fit the window the guard fits to counts this way too (an internal
+    round's page, the fast model's summary prompt)."""
     factor = guard_factor(ratio)
 
     def calibrated(messages: Sequence[Message], /) -> int:
@@ -259,7 +263,7 @@ def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     A prompt that cannot fit even so goes again without the optional blocks
     (``OPTIONAL_BLOCKS``, one more each time) before it is refused; the blocks left out are
     named in the ``context.trimmed`` event and marked, so the turn leaves them out after."""
-    count = _calibrated(step.count, step.ratio)
+    count = calibrated_count(step.count, step.ratio)
     current, source = messages, tuple(range(len(messages)))
     dropped: tuple[str, ...] = ()
     try:

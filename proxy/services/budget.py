@@ -9,11 +9,10 @@ set aside beside the reserved output, and counted into the occupancy the cascade
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.overflow import guard_factor
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.pressure import Pressure
 from proxy.cascade.tokens import effective_input_tokens
@@ -118,14 +117,10 @@ def budget(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) 
 def page_room(step: Step, messages: Sequence[Message]) -> tuple[int, Callable[[Message], int]]:
     """The tokens an internal round may add to ``messages`` (the step's prompt and the
     model's ``read_tool_output`` call), and the cost of a message added, both counted as
-    the overflow guard counts (``guard_factor`` of the session's calibration): the
+    the overflow guard counts (``calibrated_count`` with the session's calibration): the
     step's prompt was fitted to the window less the reserved output and the tools, and the
     round's prompt is sent to the same window."""
-    factor = guard_factor(float(step.state.session["calibration"]))
-
-    def cost(msgs: Sequence[Message]) -> int:
-        return math.ceil(step.count(msgs) * factor)
-
+    cost = calibrated_count(step.count, float(step.state.session["calibration"]))
     limits = step.route.limits
     window = limits.context_limit - reserved_output(step.body, limits) - step.overhead
     return window - cost(messages), lambda msg: cost([msg])

@@ -18,16 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.cascade.briefing import parse_briefing
-from proxy.cascade.overflow import guard_factor
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
-from proxy.cascade.types import CompactionPlan, Message, TokenCounter
+from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
 from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer
@@ -111,14 +110,10 @@ async def summarise(
     :class:`SummaryCallError` when every attempt failed.
 
     The prompt is fitted to the fast model's window as the overflow guard counts
-    (``guard_factor`` of the session's real/estimated ``ratio``): it is the session's own
+    (``calibrated_count`` with the session's real/estimated ``ratio``): it is the session's own
     text, which the estimate may count low by as much as the session's prompts were."""
     budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
-    factor = guard_factor(ratio)
-
-    def calibrated(messages: Sequence[Message], /) -> int:
-        return math.ceil(count(messages) * factor)
-
+    calibrated = calibrated_count(count, ratio)
     prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
     used = 0
     while True:
