@@ -15,6 +15,7 @@ from typing import Any
 
 from proxy.cascade.estimate import text_tokens as estimate_text
 from proxy.cascade.images import MAX_IMAGE_TOKENS, image_tokens
+from proxy.cascade.rounds import call_functions
 from proxy.cascade.text import content_text
 from proxy.cascade.types import Message, TokenCounter
 
@@ -45,12 +46,7 @@ MAX_RATIO = 2.0
 _IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
 
 
-def _call_text(call: Any) -> str:
-    if not isinstance(call, Mapping):
-        return ""
-    fn = call.get("function")
-    if not isinstance(fn, Mapping):
-        return ""
+def _call_text(fn: Mapping[str, Any]) -> str:
     name = fn.get("name") or ""
     args = fn.get("arguments") or ""
     return f"{name}\n{args if isinstance(args, str) else str(args)}"
@@ -73,14 +69,7 @@ def message_text(msg: Message) -> str:
     refusal = msg.get("refusal")
     if isinstance(refusal, str) and refusal:
         pieces.append(refusal)
-    calls = msg.get("tool_calls")
-    if isinstance(calls, Sequence) and not isinstance(calls, str):
-        pieces.extend(t for t in (_call_text(c) for c in calls) if t)
-    legacy = msg.get("function_call")
-    if legacy is not None:
-        text = _call_text({"function": legacy})
-        if text:
-            pieces.append(text)
+    pieces.extend(_call_text(fn) for fn in call_functions(msg))
     return "\n".join(pieces)
 
 
