@@ -16,7 +16,13 @@ and a rejection carries a reason a person can act on:
 
 Checks 3 to 5 read the fact's compatibility form (NFKC) too: a model reads fullwidth
 ``ｉｇｎｏｒｅ`` or ``＜/memory＞`` as the plain letters, so they must not slip past a
-pattern written with those, and two spellings of one fact are one fact.
+pattern written with those, and two spellings of one fact are one fact. The instruction
+check also reads the fact with Cyrillic and Greek letters that look like Latin ones folded
+to those (:data:`LOOKALIKES`): ``іgnore`` with a Cyrillic ``і`` reads as "ignore".
+
+The zero-width joiner and non-joiner (U+200D, U+200C) are the one kind of format character
+kept: Persian, the Indic scripts and emoji sequences need them to spell a word. The checks
+read the fact without them, so one inside a word hides nothing.
 
 The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
 injections are made of ("ignore previous instructions", "you must", "system prompt", a
@@ -39,6 +45,7 @@ from proxy.cascade.text import content_text
 __all__ = [
     "MAX_FACT_CHARS",
     "INSTRUCTION_PATTERNS",
+    "LOOKALIKES",
     "FactVerdict",
     "FactsAnswerError",
     "fact_key",
@@ -73,6 +80,18 @@ INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 
 _SPACE = re.compile(r"\s+")
 
+_JOINERS = "\u200c\u200d"
+
+LOOKALIKES = str.maketrans(
+    "\u0430\u0432\u0435\u0455\u0456\u0458\u043e\u0440\u0441\u0443\u0445\u04bb\u04cf\u0501\u051b\u051d"
+    "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0405\u0406\u0408"
+    "\u03b1\u03b9\u03ba\u03bd\u03bf\u03c1\u03c5"
+    "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7",
+    "aBesijopcyxhldqwABEKMHOPCTXSIJaikvopuABEZHIKMNOPTYX",
+)
+"""Cyrillic and Greek letters drawn like a Latin one, mapped to it: the instruction check
+reads a fact through this table, so a mixed-script phrase cannot pass for another."""
+
 
 @dataclass(frozen=True, slots=True)
 class FactVerdict:
@@ -88,14 +107,21 @@ class FactVerdict:
 
 def _clean(text: str) -> str:
     chars = (" " if ch in "\n\r\t" else ch for ch in text)
-    kept = "".join(ch for ch in chars if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    kept = "".join(
+        ch for ch in chars if ch in _JOINERS or unicodedata.category(ch) not in ("Cc", "Cf", "Cs")
+    )
     return unicodedata.normalize("NFC", _SPACE.sub(" ", kept).strip())
+
+
+def _unjoined(fact: str) -> str:
+    return fact.replace("\u200c", "").replace("\u200d", "")
 
 
 def _compat(fact: str) -> str:
     """``fact`` as a reader sees it: compatibility forms (fullwidth letters, ligatures) as
-    their plain characters, whitespace collapsed again (NFKC makes spaces of some)."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", fact)).strip()
+    their plain characters, without joiners, whitespace collapsed again (NFKC makes spaces
+    of some)."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _unjoined(fact))).strip()
 
 
 def fact_key(text: str) -> str:
@@ -122,15 +148,16 @@ def sanitize_fact(
             f"the fact is {len(fact)} characters long; the limit is "
             f"{max_chars}: state it in a sentence",
         )
-    forms = (fact, _compat(fact))
+    forms = (_unjoined(fact), _compat(fact))
     if patterns and any(redact(form, patterns)[1] for form in forms):
         return FactVerdict(
             None,
             "the fact contains what looks like a secret (it matches a "
             "redaction pattern); secrets are never stored in memory",
         )
+    read = (*forms, forms[1].translate(LOOKALIKES))
     for pattern in INSTRUCTION_PATTERNS:
-        hit = next((h for h in map(pattern.search, forms) if h), None)
+        hit = next((h for h in map(pattern.search, read) if h), None)
         if hit:
             return FactVerdict(
                 None,
