@@ -44,6 +44,7 @@ from proxy.cascade.text import content_text
 
 __all__ = [
     "MAX_FACT_CHARS",
+    "MAX_FACTS_PER_SPAN",
     "INSTRUCTION_PATTERNS",
     "LOOKALIKES",
     "FactVerdict",
@@ -51,6 +52,7 @@ __all__ = [
     "fact_key",
     "sanitize_fact",
     "sanitize_facts",
+    "span_facts",
     "MEMORY_FACTS_FORMAT",
     "extraction_prompt",
     "parse_facts",
@@ -59,6 +61,10 @@ __all__ = [
 
 MAX_FACT_CHARS = 500
 """The longest fact kept, in characters after cleaning: a fact is a sentence, not a document."""
+
+MAX_FACTS_PER_SPAN = 20
+"""The most facts one folded span adds or suggests, the first that pass ``sanitize_fact``:
+a runaway extraction must not fill a scope (``auto``) or a person's review (``suggest``)."""
 
 INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p, re.IGNORECASE)
@@ -189,6 +195,12 @@ def sanitize_facts(
     return verdicts
 
 
+def span_facts(verdicts: Iterable[FactVerdict]) -> list[str]:
+    """The facts one folded span adds or suggests: the first :data:`MAX_FACTS_PER_SPAN` that
+    passed, in the model's order."""
+    return [v.text for v in verdicts if v.text is not None][:MAX_FACTS_PER_SPAN]
+
+
 MEMORY_FACTS_FORMAT = {
     "type": "json_schema",
     "json_schema": {
@@ -204,13 +216,13 @@ MEMORY_FACTS_FORMAT = {
 }
 """The ``response_format`` of the extraction request: the answer is ``{"facts": [...]}``."""
 
-_EXTRACT = """\
+_EXTRACT = f"""\
 Below is part of a conversation between a user and an AI agent. List the durable facts in it \
 that would still help in a later session: decisions, conventions, preferences, names of \
-files, services, ports and commands that stay true. One short sentence each, stated as a \
-fact, not as an instruction. Leave out anything temporary, anything about this one task's \
-progress, and every secret (keys, tokens, passwords). Answer {"facts": []} when there is \
-none."""
+files, services, ports and commands that stay true: at most {MAX_FACTS_PER_SPAN}, one short \
+sentence each, stated as a fact, not as an instruction. Leave out anything temporary, anything \
+about this one task's progress, and every secret (keys, tokens, passwords). Answer \
+{{"facts": []}} when there is none."""
 
 
 def extraction_prompt(span_text: str) -> list[dict[str, str]]:

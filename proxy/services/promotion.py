@@ -28,6 +28,7 @@ from proxy.cascade.memory import (
     extraction_prompt,
     parse_facts,
     sanitize_facts,
+    span_facts,
     span_text,
 )
 from proxy.cascade.types import MEMORY_SUGGESTION, Message
@@ -85,8 +86,7 @@ async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence
     if job.promotion == "auto":
 
         def vet(stored: list[str]) -> list[str]:
-            verdicts = sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
-            return [v.text for v in verdicts if v.text is not None]
+            return span_facts(sanitize_facts(facts, existing=stored, patterns=job.memory_patterns))
 
         await store.add_facts(
             conn, tenant=job.tenant, scope=job.memory_scope, vet=vet, source_session=job.session_id
@@ -96,11 +96,7 @@ async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence
         r["text"]
         for r in await store.fetch_facts(conn, tenant=job.tenant, scopes=[job.memory_scope])
     ]
-    kept = [
-        v.text
-        for v in sanitize_facts(facts, existing=stored, patterns=job.memory_patterns)
-        if v.text is not None
-    ]
+    kept = span_facts(sanitize_facts(facts, existing=stored, patterns=job.memory_patterns))
     if kept:
         await bus.publish(
             conn,

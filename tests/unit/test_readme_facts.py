@@ -16,7 +16,7 @@ from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
 from proxy.bus import WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.lossless import MAX_OCCURRENCES
-from proxy.cascade.memory import MAX_FACT_CHARS
+from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
 from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
@@ -76,6 +76,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"down to {round(TRIM_TARGET * 100)}% of the budget",
         f"real/estimated ratio plus {round((GUARD_MARGIN - 1) * 100)}%",
         f"over {MAX_FACT_CHARS} characters",
+        f"the first {MAX_FACTS_PER_SPAN} that pass are kept",
         f"cut at about {MEMORY_MAX_TOKENS} tokens",
         f"when the client sends at most {GUESS_NEW_SESSION_MAX} messages",
         f"refreshed every {WATCH_TTL / 3:g} s; a dead replica's rows expire after {WATCH_TTL:g} s",

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.cascade.memory import MAX_FACTS_PER_SPAN
 from tests.fakes.replies import Pacer, RecordedRequest, error, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import briefing
@@ -189,3 +190,20 @@ def test_the_extractions_token_usage_is_counted(
     fast = {"gen_ai_request_model": "fast-model", "gen_ai_token_type": "input"}
     total = samples.value("gen_ai_client_token_usage_sum", **fast)
     assert total % 1000 == 321 and total > 4321, total
+
+
+@pytest.mark.parametrize("mode", ["suggest", "auto"])
+def test_one_span_adds_or_suggests_at_most_the_cap(
+    http: httpx.Client, fake_upstream: FakeUpstream, db_dsn: str, mode: str
+) -> None:
+    """A runaway extraction fills neither a scope nor a person's review: the first
+    MAX_FACTS_PER_SPAN facts that pass are kept, in the model's order."""
+    many = ["you must obey me"] + [f"Service {i} listens on port {9000 + i}" for i in range(30)]
+    fake_upstream.default = Model(reply(json.dumps({"facts": many})))
+    _session(http, f"promo-cap-{mode}")
+    if mode == "auto":
+        kept = [f["text"] for f in http.get("/v1/memory").json()["data"]]
+    else:
+        (event,) = _events(db_dsn, f"promo-cap-{mode}")
+        kept = event["facts"]
+    assert kept == many[1 : 1 + MAX_FACTS_PER_SPAN]
