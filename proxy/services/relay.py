@@ -12,6 +12,8 @@ one read of the provider's body completes go out together, in one write), except
   first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
   concatenate every string they get, the role included.
+What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
+the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
 the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
@@ -298,6 +300,8 @@ def _unfinished(held: list[bytes]) -> list[bytes]:
     finish reason, usage or ``[DONE]``, but whatever text came with the finish reason."""
     out = []
     for event in held:
+        if sse.is_done(event):  # what a provider sent after it is no part of the answer
+            break
         chunk = sse.parse_chunk(event)
         if chunk is None or sse.is_usage_only(chunk):
             continue
@@ -320,12 +324,11 @@ def _handle(
     held: list[bytes],
     client: ClientStream,
 ) -> list[bytes]:
+    if out.saw_done:  # relayed as it came, never read: clients stop reading at [DONE]
+        return _send(event, hold=intercept, held=held)
     if sse.is_done(event):
         out.saw_done = out.saw_data = True
-        if intercept:
-            held.append(event)
-            return []
-        return [event]
+        return _send(event, hold=intercept, held=held)
     chunk = sse.parse_chunk(event)
     if chunk is None:
         out.saw_data = out.saw_data or sse.event_data(event) is not None
@@ -339,10 +342,7 @@ def _handle(
             return []
         aligned = client.align(chunk)
         data = event if aligned is chunk else sse.encode_event(aligned)  # type: ignore[arg-type]
-        if intercept:
-            held.append(data)
-            return []
-        return [data]
+        return _send(data, hold=intercept, held=held)
     rewritten: dict[str, Any] | None = chunk
     if intercept and _has_tool_calls(chunk):  # nothing else is rewritten: no copy for text
         rewritten = _rewrite(_own_deltas(chunk), out)
@@ -351,7 +351,13 @@ def _handle(
     if rewritten is None:
         return []
     data = event if rewritten is chunk or rewritten == chunk else sse.encode_event(rewritten)
-    if intercept and any(c.get("finish_reason") for c in rewritten.get("choices") or []):
+    finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
+    return _send(data, hold=intercept and finishes, held=held)
+
+
+def _send(data: bytes, *, hold: bool, held: list[bytes]) -> list[bytes]:
+    """``data`` to go out now, or, with ``hold``, kept in ``held`` for the round's end."""
+    if hold:
         held.append(data)
         return []
     return [data]

@@ -240,3 +240,23 @@ async def test_the_events_of_one_read_go_out_as_one_piece() -> None:
     ending = [frame({}, "stop"), sse.DONE]
     got, _ = await relay([b"".join(events), b"".join(ending)], ClientStream())
     assert got == [b"".join(events), b"".join(ending)]  # one write each, bytes untouched
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "offered"])
+async def test_what_follows_done_goes_out_as_it_came_but_is_not_read(intercept: bool) -> None:
+    answer = [frame({"role": "assistant", "content": "a"}), frame({}, "stop"), sse.DONE]
+    after = frame({"content": " more"}, "length")
+    got, out = await relay([*answer, after], ClientStream(), intercept=intercept)
+    assert b"".join(got) == b"".join([*answer, after])
+    assert out.acc.message()["content"] == "a" and out.acc.finish_reason(0) == "stop"
+
+
+async def test_what_follows_an_internal_rounds_done_does_not_reach_the_client() -> None:
+    # The round's ending is held back and the stream goes on: text sent after its [DONE]
+    # would join the answer the next round continues.
+    whole = frame({"role": "assistant", "content": "looking", **read_call("int_1")}, "tool_calls")
+    got, out = await relay(
+        [whole, sse.DONE, frame({"content": " more"})], ClientStream(), intercept=True
+    )
+    assert out.only_internal
+    assert [c["choices"][0]["delta"].get("content") for c in chunks(got)] == ["looking"]
