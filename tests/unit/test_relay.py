@@ -260,3 +260,19 @@ async def test_what_follows_an_internal_rounds_done_does_not_reach_the_client() 
     )
     assert out.only_internal
     assert [c["choices"][0]["delta"].get("content") for c in chunks(got)] == ["looking"]
+
+
+async def test_a_one_round_stream_keeps_its_first_chunks_created_and_one_role() -> None:
+    # Ollama stamps each chunk with the second it was made and repeats the role in each.
+    def stamped(content: str, created: int, finish: str | None = None) -> bytes:
+        head = {"id": "c-1", "created": created, "model": "m"}
+        return frame({"role": "assistant", "content": content}, finish, head=head)
+
+    pieces = [stamped("a", 100), stamped("b", 101), stamped("", 101, "stop"), sse.DONE]
+    got, _ = await relay(pieces, ClientStream())
+    assert got[0] == pieces[0]
+    assert [(c["created"], c["choices"][0]["delta"]) for c in chunks(got)] == [
+        (100, {"role": "assistant", "content": "a"}),
+        (100, {"content": "b"}),
+        (100, {"content": ""}),
+    ]
