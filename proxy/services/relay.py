@@ -54,14 +54,7 @@ class ClientStream:
         """``chunk`` as part of the one stream: itself when nothing differs (so its bytes go
         out untouched), else a copy with the head's identity and without a repeated role;
         ``None`` when only a repeated role was in it."""
-        fix = {}
-        for key in _IDENTITY:
-            if key not in chunk:
-                continue
-            if key not in self.head:
-                self.head[key] = chunk[key]
-            elif chunk[key] != self.head[key]:
-                fix[key] = self.head[key]
+        fix = self._identity(chunk)
         choices = chunk.get("choices")
         repeated = []
         for pos, choice in enumerate(choices if isinstance(choices, list) else []):
@@ -83,6 +76,22 @@ class ClientStream:
                 return None
             aligned["choices"] = kept
         return aligned
+
+    def _identity(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """The head's values where ``chunk``'s differ; the head takes each field's first. A
+        chunk of no choices before any with some (Azure's ``prompt_filter_results`` one, whose
+        id and model are empty) sets none: the completion's own come with its choices."""
+        if not self.head and not chunk.get("choices"):
+            return {}
+        fix = {}
+        for key in _IDENTITY:
+            if key not in chunk:
+                continue
+            if key not in self.head:
+                self.head[key] = chunk[key]
+            elif chunk[key] != self.head[key]:
+                fix[key] = self.head[key]
+        return fix
 
 
 @dataclass(slots=True)

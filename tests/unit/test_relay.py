@@ -276,3 +276,14 @@ async def test_a_one_round_stream_keeps_its_first_chunks_created_and_one_role() 
         (100, {"content": "b"}),
         (100, {"content": ""}),
     ]
+
+
+async def test_azures_prompt_filter_chunk_lends_the_stream_no_identity() -> None:
+    # Azure OpenAI opens a stream with a chunk of no choices and an empty id, model and
+    # created; the chunks after it carry the completion's own, and go out as they came.
+    prefilter = {"choices": [], "created": 0, "id": "", "model": "", "object": ""}
+    results = [{"prompt_index": 0, "content_filter_results": {}}]
+    opening = sse.encode_event({**prefilter, "prompt_filter_results": results})
+    answer = [frame({"role": "assistant", "content": "a"}), frame({}, "stop"), sse.DONE]
+    got, _ = await relay([opening, *answer], ClientStream())
+    assert b"".join(got) == b"".join([opening, *answer])
