@@ -162,6 +162,13 @@ def _own_deltas(chunk: dict[str, Any]) -> dict[str, Any]:
     return {**chunk, "choices": choices}
 
 
+def _place(call: dict[str, Any], place: int) -> int:
+    """A call delta's index, else its place in the delta, as ``StreamAccumulator`` numbers it
+    (a provider that sends whole calls may leave the index out)."""
+    index = call.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else place
+
+
 def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
     """Drop internal tool-call deltas and renumber client ones; None when nothing is left."""
     changed = False
@@ -172,8 +179,8 @@ def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
             continue
         which = choice.get("index", pos)
         kept = []
-        for call in calls:
-            idx = call.get("index", 0)
+        for place, call in enumerate(calls):
+            idx = _place(call, place)
             name = (call.get("function") or {}).get("name")
             if (which, idx) not in out.internal and name:
                 out.internal[which, idx] = name == READ_TOOL_OUTPUT

@@ -287,3 +287,18 @@ async def test_azures_prompt_filter_chunk_lends_the_stream_no_identity() -> None
     answer = [frame({"role": "assistant", "content": "a"}), frame({}, "stop"), sse.DONE]
     got, _ = await relay([opening, *answer], ClientStream())
     assert b"".join(got) == b"".join([opening, *answer])
+
+
+async def test_calls_without_an_index_are_told_apart_by_their_place() -> None:
+    # Some providers send parallel calls whole, in one delta, with no index: the stored reply
+    # (StreamAccumulator) numbers them by place, and so must the relay, or the client's own
+    # call, taken for the read_tool_output before it, never reaches the client.
+    calls = [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+        for cid, name in (("int_1", "read_tool_output"), ("call_c", "run_tests"))
+    ]
+    whole = frame({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls")
+    got, out = await relay([whole, sse.DONE], ClientStream(), intercept=True)
+    assert not out.only_internal
+    [chunk] = chunks(got)
+    assert chunk["choices"][0]["delta"]["tool_calls"] == [{**calls[1], "index": 0}]
