@@ -12,6 +12,8 @@ one read of the provider's body completes go out together, in one write), except
   first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
   concatenate every string they get, the role included.
+What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
+the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
 the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
@@ -52,14 +54,7 @@ class ClientStream:
         """``chunk`` as part of the one stream: itself when nothing differs (so its bytes go
         out untouched), else a copy with the head's identity and without a repeated role;
         ``None`` when only a repeated role was in it."""
-        fix = {}
-        for key in _IDENTITY:
-            if key not in chunk:
-                continue
-            if key not in self.head:
-                self.head[key] = chunk[key]
-            elif chunk[key] != self.head[key]:
-                fix[key] = self.head[key]
+        fix = self._identity(chunk)
         choices = chunk.get("choices")
         repeated = []
         for pos, choice in enumerate(choices if isinstance(choices, list) else []):
@@ -81,6 +76,22 @@ class ClientStream:
                 return None
             aligned["choices"] = kept
         return aligned
+
+    def _identity(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """The head's values where ``chunk``'s differ; the head takes each field's first. A
+        chunk of no choices before any with some (Azure's ``prompt_filter_results`` one, whose
+        id and model are empty) sets none: the completion's own come with its choices."""
+        if not self.head and not chunk.get("choices"):
+            return {}
+        fix = {}
+        for key in _IDENTITY:
+            if key not in chunk:
+                continue
+            if key not in self.head:
+                self.head[key] = chunk[key]
+            elif chunk[key] != self.head[key]:
+                fix[key] = self.head[key]
+        return fix
 
 
 @dataclass(slots=True)
@@ -151,6 +162,13 @@ def _own_deltas(chunk: dict[str, Any]) -> dict[str, Any]:
     return {**chunk, "choices": choices}
 
 
+def _place(call: dict[str, Any], place: int) -> int:
+    """A call delta's index, else its place in the delta, as ``StreamAccumulator`` numbers it
+    (a provider that sends whole calls may leave the index out)."""
+    index = call.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else place
+
+
 def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
     """Drop internal tool-call deltas and renumber client ones; None when nothing is left."""
     changed = False
@@ -161,8 +179,8 @@ def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
             continue
         which = choice.get("index", pos)
         kept = []
-        for call in calls:
-            idx = call.get("index", 0)
+        for place, call in enumerate(calls):
+            idx = _place(call, place)
             name = (call.get("function") or {}).get("name")
             if (which, idx) not in out.internal and name:
                 out.internal[which, idx] = name == READ_TOOL_OUTPUT
@@ -298,6 +316,8 @@ def _unfinished(held: list[bytes]) -> list[bytes]:
     finish reason, usage or ``[DONE]``, but whatever text came with the finish reason."""
     out = []
     for event in held:
+        if sse.is_done(event):  # what a provider sent after it is no part of the answer
+            break
         chunk = sse.parse_chunk(event)
         if chunk is None or sse.is_usage_only(chunk):
             continue
@@ -320,12 +340,11 @@ def _handle(
     held: list[bytes],
     client: ClientStream,
 ) -> list[bytes]:
+    if out.saw_done:  # relayed as it came, never read: clients stop reading at [DONE]
+        return _send(event, hold=intercept, held=held)
     if sse.is_done(event):
         out.saw_done = out.saw_data = True
-        if intercept:
-            held.append(event)
-            return []
-        return [event]
+        return _send(event, hold=intercept, held=held)
     chunk = sse.parse_chunk(event)
     if chunk is None:
         out.saw_data = out.saw_data or sse.event_data(event) is not None
@@ -339,10 +358,7 @@ def _handle(
             return []
         aligned = client.align(chunk)
         data = event if aligned is chunk else sse.encode_event(aligned)  # type: ignore[arg-type]
-        if intercept:
-            held.append(data)
-            return []
-        return [data]
+        return _send(data, hold=intercept, held=held)
     rewritten: dict[str, Any] | None = chunk
     if intercept and _has_tool_calls(chunk):  # nothing else is rewritten: no copy for text
         rewritten = _rewrite(_own_deltas(chunk), out)
@@ -351,7 +367,13 @@ def _handle(
     if rewritten is None:
         return []
     data = event if rewritten is chunk or rewritten == chunk else sse.encode_event(rewritten)
-    if intercept and any(c.get("finish_reason") for c in rewritten.get("choices") or []):
+    finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
+    return _send(data, hold=intercept and finishes, held=held)
+
+
+def _send(data: bytes, *, hold: bool, held: list[bytes]) -> list[bytes]:
+    """``data`` to go out now, or, with ``hold``, kept in ``held`` for the round's end."""
+    if hold:
         held.append(data)
         return []
     return [data]

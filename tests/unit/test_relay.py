@@ -240,3 +240,65 @@ async def test_the_events_of_one_read_go_out_as_one_piece() -> None:
     ending = [frame({}, "stop"), sse.DONE]
     got, _ = await relay([b"".join(events), b"".join(ending)], ClientStream())
     assert got == [b"".join(events), b"".join(ending)]  # one write each, bytes untouched
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "offered"])
+async def test_what_follows_done_goes_out_as_it_came_but_is_not_read(intercept: bool) -> None:
+    answer = [frame({"role": "assistant", "content": "a"}), frame({}, "stop"), sse.DONE]
+    after = frame({"content": " more"}, "length")
+    got, out = await relay([*answer, after], ClientStream(), intercept=intercept)
+    assert b"".join(got) == b"".join([*answer, after])
+    assert out.acc.message()["content"] == "a" and out.acc.finish_reason(0) == "stop"
+
+
+async def test_what_follows_an_internal_rounds_done_does_not_reach_the_client() -> None:
+    # The round's ending is held back and the stream goes on: text sent after its [DONE]
+    # would join the answer the next round continues.
+    whole = frame({"role": "assistant", "content": "looking", **read_call("int_1")}, "tool_calls")
+    got, out = await relay(
+        [whole, sse.DONE, frame({"content": " more"})], ClientStream(), intercept=True
+    )
+    assert out.only_internal
+    assert [c["choices"][0]["delta"].get("content") for c in chunks(got)] == ["looking"]
+
+
+async def test_a_one_round_stream_keeps_its_first_chunks_created_and_one_role() -> None:
+    # Ollama stamps each chunk with the second it was made and repeats the role in each.
+    def stamped(content: str, created: int, finish: str | None = None) -> bytes:
+        head = {"id": "c-1", "created": created, "model": "m"}
+        return frame({"role": "assistant", "content": content}, finish, head=head)
+
+    pieces = [stamped("a", 100), stamped("b", 101), stamped("", 101, "stop"), sse.DONE]
+    got, _ = await relay(pieces, ClientStream())
+    assert got[0] == pieces[0]
+    assert [(c["created"], c["choices"][0]["delta"]) for c in chunks(got)] == [
+        (100, {"role": "assistant", "content": "a"}),
+        (100, {"content": "b"}),
+        (100, {"content": ""}),
+    ]
+
+
+async def test_azures_prompt_filter_chunk_lends_the_stream_no_identity() -> None:
+    # Azure OpenAI opens a stream with a chunk of no choices and an empty id, model and
+    # created; the chunks after it carry the completion's own, and go out as they came.
+    prefilter = {"choices": [], "created": 0, "id": "", "model": "", "object": ""}
+    results = [{"prompt_index": 0, "content_filter_results": {}}]
+    opening = sse.encode_event({**prefilter, "prompt_filter_results": results})
+    answer = [frame({"role": "assistant", "content": "a"}), frame({}, "stop"), sse.DONE]
+    got, _ = await relay([opening, *answer], ClientStream())
+    assert b"".join(got) == b"".join([opening, *answer])
+
+
+async def test_calls_without_an_index_are_told_apart_by_their_place() -> None:
+    # Some providers send parallel calls whole, in one delta, with no index: the stored reply
+    # (StreamAccumulator) numbers them by place, and so must the relay, or the client's own
+    # call, taken for the read_tool_output before it, never reaches the client.
+    calls = [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+        for cid, name in (("int_1", "read_tool_output"), ("call_c", "run_tests"))
+    ]
+    whole = frame({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls")
+    got, out = await relay([whole, sse.DONE], ClientStream(), intercept=True)
+    assert not out.only_internal
+    [chunk] = chunks(got)
+    assert chunk["choices"][0]["delta"]["tool_calls"] == [{**calls[1], "index": 0}]

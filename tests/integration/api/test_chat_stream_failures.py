@@ -269,3 +269,28 @@ def test_a_stream_that_ends_early_raises_api_error_in_sdk(
     with pytest.raises(openai.APIError, match="provider"):
         for _ in stream:
             pass
+
+
+def test_what_follows_done_is_relayed_but_not_stored(
+    client: openai.OpenAI, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # The official SDK stops reading at [DONE]: the stored reply is the text before it, the
+    # one the client carries on with, not that text with what a provider sent after it.
+    sid = "after-done"
+    turn = [{"role": "user", "content": "go"}]
+    sent = (*_START, _frame({}, "stop"), "data: [DONE]\n\n", _frame({"content": " and more"}))
+    fake_upstream.script(raw(*sent))
+    resp = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": sid},
+        json={"model": "gpt-fake", "messages": turn, "stream": True},
+    )
+    assert resp.content == "".join(sent).encode()  # relayed as it came
+    fake_upstream.script(raw(*sent))
+    stream = client.chat.completions.create(
+        model="gpt-fake", messages=turn, stream=True, extra_headers={"x-session-id": sid}
+    )
+    kept = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert kept == "partial"
+    stored = wait_for(lambda: _live_messages(http, sid, 2))
+    assert stored == [*turn, {"role": "assistant", "content": kept}]
