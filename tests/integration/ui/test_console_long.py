@@ -202,6 +202,8 @@ def test_live_events_on_a_long_session_fetch_only_what_changed(
     wait_for(lambda: rows.count() == shown + 6, page)
     page.wait_for_timeout(500)  # whatever the burst still queued
     assert loads.full(start) == 0, "a live event reloaded the whole history"
+    # some forty events: a burst loads while one load runs and once after it, not once each
+    assert len(loads.responses) - start <= 20, len(loads.responses) - start
     assert loads.bytes(start) < first / 20, (loads.bytes(start), first)
     assert rows.count() == shown + 6
     assert rows.last.inner_text().count("turn 3 answered") == 1
@@ -217,3 +219,31 @@ def test_live_events_on_a_long_session_fetch_only_what_changed(
     page.wait_for_timeout(300)
     assert loads.full(mark) == 1
     assert rows.count() == shown + 6
+
+
+def test_an_edited_history_replaces_the_rows_it_superseded(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A client that sends the history again with its tail changed supersedes the stored
+    tail: the rows after the last one shown are then not what changed, and the list shows
+    the new tail, not the old one beside it."""
+    asked = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+
+    def chat(question: str, answer: str) -> None:
+        fake_upstream.script(reply(answer))
+        with api(console_proxy) as h:
+            resp = h.post(
+                "/s/edited/v1/chat/completions",
+                json={"model": "m", "messages": [*asked, {"role": "user", "content": question}]},
+            )
+            assert resp.status_code == 200, resp.text
+
+    chat("question A", "answer A")
+    page = sign_in(console, "#/s/edited")
+    listed = page.get_by_test_id("message-list")
+    listed.get_by_text("answer A").wait_for()
+    chat("question B", "answer B")  # the same length of history, its last message edited
+    listed.get_by_text("answer B").wait_for()
+    listed.get_by_text("question A").wait_for(state="detached")
+    bodies = page.locator("[data-testid=message] .body").all_inner_texts()
+    assert bodies == ["hi", "ok", "question B", "answer B"]
