@@ -8,7 +8,9 @@
 // unchanged and the new ones are appended, to the data and to the page. When it does not (a
 // reset, an edited history superseding the tail, the row itself changed), or when the caller
 // says earlier rows changed in place (an eviction, a trim, a compaction), the whole history
-// is loaded and the list rebuilt.
+// is loaded and the list rebuilt. So it is when a `context.truncated` named a row held uncut:
+// a tool's output sent as a user message (an observation) is cut in place on the step after
+// the one it came in, with only that event, the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
 import { el, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
@@ -24,11 +26,30 @@ export class MessageRows {
     this.shown = 0; // how many of the rows the list shows
     this.boundary = 0; // the summary's boundary the list was folded at
     this.raw = new Map(); // a row's rawKey -> what was paged back
+    this.cut = new Set(); // the handles context.truncated named since the last fetch began
   }
 
-  // The rows to take: with `whole` or no row yet, the whole history; else the rows after
-  // the last one held, or the whole history when that one is no longer as it was.
+  // A context.truncated event's result, by the handle its marker names (rawHandle).
+  named(handle) {
+    if (typeof handle === "string") this.cut.add(handle);
+  }
+
+  // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
+  // named since (rewritten in place), the whole history; else the rows after the last one
+  // held, or the whole history when that one is no longer as it was.
   async fetch(whole) {
+    const cut = this.cut;
+    this.cut = new Set();
+    try {
+      return await this.since(whole || this.rows.some((row) =>
+        row.tool_call_id && !row.truncated && cut.has(rawHandle(row))));
+    } catch (err) {
+      for (const handle of cut) this.cut.add(handle); // still to check on the next fetch
+      throw err;
+    }
+  }
+
+  async since(whole) {
     const have = this.rows.length;
     if (!whole && have) {
       const out = (await api.messages(this.id, "prompt", have - 1)).data;

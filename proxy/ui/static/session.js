@@ -213,7 +213,8 @@ export class SessionView {
         this.live.end();
         this.refresh();
         break;
-      case "context.truncated":
+      case "context.truncated": // a result cut as it came in, or an observation after it
+        this.messages.named(data.handle);
         this.refresh();
         break;
       case "session.reset": this.messages.raw.clear(); // its raw outputs went with it

@@ -260,3 +260,36 @@ def test_an_edited_history_replaces_the_rows_it_superseded(
     listed.get_by_text("question A").wait_for(state="detached")
     bodies = page.locator("[data-testid=message] .body").all_inner_texts()
     assert bodies == ["hi", "ok", "question B", "answer B"]
+
+
+def test_an_observation_rewritten_under_its_reply_shows_rewritten(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A text-action agent sends a tool's output as a user message; the step after the one
+    it came in, under the reply to it, cuts it in place (its only event a
+    ``context.truncated``), and the list shows it cut."""
+    output = "".join(f"Observation: line {n:05d} of the listing\n" for n in range(1500))
+    sent = [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": "Action: ls"},
+        {"role": "user", "content": output},
+    ]
+
+    def step(answer: str) -> None:
+        fake_upstream.script(reply(answer))
+        with api(console_proxy) as h:
+            resp = h.post("/s/observed/v1/chat/completions", json={"model": "m", "messages": sent})
+            assert resp.status_code == 200, resp.text
+        sent.append({"role": "assistant", "content": answer})
+
+    step("Action: cat f.txt")
+    page = sign_in(console, "#/s/observed")
+    rows = page.get_by_test_id("message")
+    page.get_by_test_id("message-list").get_by_text("Action: cat f.txt").wait_for()
+    observation = page.locator("[data-testid=message][data-pos='2']")
+    assert observation.locator("[data-mark=truncated]").count() == 0
+    sent.append({"role": "user", "content": "Observation: hello"})
+    step("Action: done")
+    page.get_by_test_id("message-list").get_by_text("Action: done").wait_for()
+    observation.locator("[data-mark=truncated]").wait_for()
+    assert rows.count() == 6
