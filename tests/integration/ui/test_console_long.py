@@ -148,9 +148,13 @@ def burst(db_dsn: str, names: list[str]) -> None:
 
 
 def evict(db_dsn: str, pos: int) -> None:
-    """An earlier row cleared in place, as eviction clears one, and its event."""
+    """An earlier row cleared in place, as eviction clears one, and its event, right after
+    an event that starts a load of the new rows: the reload it asks for waits behind that."""
 
     async def work(pool: asyncpg.Pool) -> None:
+        await insert_event(
+            pool, tenant=TENANT, session_id=SID, name="session.message.appended", data={}
+        )
         await pool.execute(
             "UPDATE messages SET evicted_at = now() WHERE tenant = $1 AND session_id = $2"
             " AND pos = $3 AND superseded_at IS NULL",
