@@ -37,20 +37,15 @@ export class MessageRows {
   // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
   // named since (rewritten in place), the whole history; else the rows after the last one
   // held, or the whole history when that one is no longer as it was.
+  // A fetch that fails leaves the next one to the caller: a whole one (SessionView.load).
   async fetch(whole) {
     const cut = this.cut;
     this.cut = new Set();
-    try {
-      return await this.since(whole || this.rows.some((row) =>
-        row.tool_call_id && !row.truncated && cut.has(rawHandle(row))));
-    } catch (err) {
-      for (const handle of cut) this.cut.add(handle); // still to check on the next fetch
-      throw err;
-    }
-  }
-
-  async since(whole) {
     const have = this.rows.length;
+    if (cut.size &&
+      this.rows.some((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))) {
+      whole = true;
+    }
     if (!whole && have) {
       const out = (await api.messages(this.id, "prompt", have - 1)).data;
       if (out.length && same(out[0], this.rows[have - 1])) return { whole: false, rows: out.slice(1) };

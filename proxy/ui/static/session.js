@@ -126,7 +126,7 @@ export class SessionView {
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
     } catch (err) {
-      if (whole) this.whole = true; // still to do: the rows shown may be out of date
+      this.whole = true; // what this load was to bring (a row rewritten ...) is not known
       if (err.status === 404) {
         if (this.session) { // deleted while shown: what the page showed of it goes too
           if (!this.composer.sending) $("assistant-message").textContent = "";

@@ -26,7 +26,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
-from tests.integration.ui.test_console import api, sign_in, wait_for
+from tests.integration.ui.test_console import api, inject, sign_in, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -266,12 +266,14 @@ def test_an_edited_history_replaces_the_rows_it_superseded(
     assert bodies == ["hi", "ok", "question B", "answer B"]
 
 
+@pytest.mark.parametrize("failing", [False, True], ids=["live", "after-failed-loads"])
 def test_an_observation_rewritten_under_its_reply_shows_rewritten(
-    console: Page, console_proxy: Any, fake_upstream: FakeUpstream
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str, failing: bool
 ) -> None:
     """A text-action agent sends a tool's output as a user message; the step after the one
     it came in, under the reply to it, cuts it in place (its only event a
-    ``context.truncated``), and the list shows it cut."""
+    ``context.truncated``), and the list shows it cut: at once, or, when the loads its
+    events made failed, at the first load that succeeds after them."""
     output = "".join(f"Observation: line {n:05d} of the listing\n" for n in range(1500))
     sent = [
         {"role": "user", "content": "list the files"},
@@ -289,11 +291,21 @@ def test_an_observation_rewritten_under_its_reply_shows_rewritten(
     step("Action: cat f.txt")
     page = sign_in(console, "#/s/observed")
     rows = page.get_by_test_id("message")
-    page.get_by_test_id("message-list").get_by_text("Action: cat f.txt").wait_for()
+    listed = page.get_by_test_id("message-list")
+    listed.get_by_text("Action: cat f.txt").wait_for()
     observation = page.locator("[data-testid=message][data-pos='2']")
     assert observation.locator("[data-mark=truncated]").count() == 0
+    messages = "**/v1/sessions/observed/messages?*"
+    if failing:
+        page.route(messages, lambda route: route.fulfill(status=503, json={"error": {}}))
     sent.append({"role": "user", "content": "Observation: hello"})
     step("Action: done")
-    page.get_by_test_id("message-list").get_by_text("Action: done").wait_for()
+    if failing:
+        page.get_by_test_id("toast").filter(has_text="Could not load the session").first.wait_for()
+        page.wait_for_timeout(500)  # every load the step's events made has failed
+        page.unroute(messages)
+        assert listed.get_by_text("Action: done").count() == 0
+        inject(db_dsn, "observed", "context.usage", {})
+    listed.get_by_text("Action: done").wait_for()
     observation.locator("[data-mark=truncated]").wait_for()
     assert rows.count() == 6
