@@ -1,11 +1,11 @@
 """The console on a long agent session: live events fetch what changed, not the history.
 
 The session holds about 2000 messages, a real agent's transcripts (the shared mini-swe-agent
-trajectories, read where they are, never copied into the repo) resent end to end as one
-client's history. While the page shows it, agent turns append rows and a burst of events
-arrives; the page loads the whole history once, fetches only the rows after the ones it has
-for the rest, and reloads it whole again only when earlier rows change in place (an eviction).
-"""
+trajectories, read where they are, never copied into the repo; where they are not, tool
+rounds made up here) resent end to end as one client's history. While the page shows it,
+agent turns append rows and a burst of events arrives; the page loads the whole history once,
+fetches only the rows after the ones it has for the rest, and reloads it whole again only
+when earlier rows change in place (an eviction)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
-from tests.integration.ui.test_console import api, inject, sign_in, wait_for
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,12 +65,11 @@ def _clean(msg: dict[str, Any], lap: int) -> dict[str, Any]:
 def long_history() -> list[dict[str, Any]]:
     """About TARGET messages: the transcripts' system message once, then their turns again
     and again, each lap starting at a user message and ending on a tool result."""
-    laps = []
-    for name in SOURCES:
-        path = TRAJECTORIES / name
-        if not path.exists():
-            pytest.skip(f"no shared transcript at {path}")
-        laps.append(json.loads(path.read_text(encoding="utf-8"))["messages"])
+    paths = [TRAJECTORIES / name for name in SOURCES]
+    if not all(path.exists() for path in paths):
+        rounds = [m for i in range(TARGET // 3) for m in tool_round(i, 800)]
+        return [{"role": "system", "content": "You are a coding agent."}, *rounds]
+    laps = [json.loads(path.read_text(encoding="utf-8"))["messages"] for path in paths]
     history = [_clean(laps[0][0], 0)]
     lap = 0
     while len(history) < TARGET:
