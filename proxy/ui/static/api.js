@@ -59,14 +59,15 @@ export async function call(method, path, body, { signal } = {}) {
   return resp.json();
 }
 
-// Every row of a list endpoint, a page at a time until a short one: one answer holds at most
-// `page` rows (the endpoint's cap), and a list cut there would hide sessions, or resend a
-// long history shorter than it is, which the proxy would take for an edit of its tail.
-export async function everything(path, page) {
+// Every row of a list endpoint from the `from`th on, a page at a time until a short one: one
+// answer holds at most `page` rows (the endpoint's cap), and a list cut there would hide
+// sessions, or resend a long history shorter than it is, which the proxy would take for an
+// edit of its tail.
+export async function everything(path, page, from = 0) {
   const rows = [];
   const sep = path.includes("?") ? "&" : "?";
   for (;;) {
-    const out = await call("GET", `${path}${sep}limit=${page}&offset=${rows.length}`);
+    const out = await call("GET", `${path}${sep}limit=${page}&offset=${from + rows.length}`);
     for (const row of out.data) rows.push(row);
     if (out.data.length < page) return { ...out, data: rows };
   }
@@ -76,8 +77,9 @@ export const api = {
   sessions: () => everything("/v1/sessions", 1000),
   models: () => call("GET", "/v1/models"),
   session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
-  messages: (id, form = "prompt") => everything(
-    `/v1/sessions/${encodeURIComponent(id)}/messages?form=${form}`, 10000),
+  // the history from its `from`th row on (`offset` counts the rows in position order)
+  messages: (id, form = "prompt", from = 0) => everything(
+    `/v1/sessions/${encodeURIComponent(id)}/messages?form=${form}`, 10000, from),
   toolOutput: (id, callId, offset, limit) => call(
     "GET",
     `/v1/sessions/${encodeURIComponent(id)}/tool-outputs/${encodeURIComponent(callId)}` +

@@ -158,7 +158,9 @@ export function rawKey(row) {
 
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion or evicted). A redacted one cannot: its secret is never stored, so
-// no copy of it is kept and the tool-outputs endpoint answers 404 for it.
+// no copy of it is kept and the tool-outputs endpoint answers 404 for it. Its text takes the
+// direction of its own first strong letter (dir="auto"): a right-to-left message reads so on
+// this left-to-right page.
 export function renderMessage(row, onPage, folded = false) {
   const m = row.message || {};
   const marks = [];
@@ -177,7 +179,7 @@ export function renderMessage(row, onPage, folded = false) {
   el("div", { class: "msg-head" }, el("span", { class: "role", text: row.role }),
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
-  el("pre", { class: "body", text: contentText(m.content) }), ...calls);
+  el("pre", { class: "body", dir: "auto", text: contentText(m.content) }), ...calls);
   if ((row.truncated || row.evicted) && row.tool_call_id && !row.redacted) {
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
       text: "Show the raw output", onclick: () => onPage(row, li) }));
@@ -195,5 +197,5 @@ export function renderStreaming(choice, text, several) {
   el("div", { class: "msg-head" }, el("span", { class: "role", text: "assistant" }),
     several ? el("code", { class: "hint", text: `choice ${choice}` }) : null,
     el("span", { class: "mark", "data-mark": "streaming", text: "streaming…" })),
-  el("pre", { class: "body", text }));
+  el("pre", { class: "body", dir: "auto", text }));
 }

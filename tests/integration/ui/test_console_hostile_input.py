@@ -1,7 +1,8 @@
 """The console against text a client chose: markup stored in a message, a tool call (its id,
 name and arguments) and a role is shown as text, never run. The page builds its DOM with
 ``textContent`` only, and its CSP allows no inline script; this keeps it so. Text with no
-place to break wraps inside its column instead of widening the page."""
+place to break wraps inside its column instead of widening the page, and right-to-left text
+reads right to left."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Model, briefing
 from tests.integration.api.conftest import ProxyServer
@@ -151,3 +153,41 @@ def test_long_unbroken_text_wraps_in_the_summary_and_the_memory_prompt(
         """() => [...document.querySelectorAll("#summary, #memory-prompt")]
                    .every((n) => n.scrollWidth <= n.clientWidth)"""
     )
+
+
+HEBREW = "שלום, מה שלומך היום?"
+ARABIC = "مرحبا، كيف يمكنني المساعدة؟"
+
+
+def _direction(locator: Any) -> str:
+    return str(locator.evaluate("(node) => getComputedStyle(node).direction"))
+
+
+def test_right_to_left_text_reads_right_to_left(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """Each text takes the direction of its own first strong letter (``dir="auto"``): a
+    Hebrew or Arabic message, reply, streaming reply or answer reads right to left on the
+    left-to-right page, an English one beside it left to right."""
+    fake_upstream.script(reply(ARABIC))
+    _chat(console_proxy, "rtl", [{"role": "user", "content": HEBREW}])
+    page = sign_in(console, "#/s/rtl")
+    rows = page.get_by_test_id("message")
+    rows.nth(1).wait_for()
+    assert [_direction(rows.nth(i).locator(".body")) for i in (0, 1)] == ["rtl", "rtl"]
+    inject(db_dsn, "rtl", "session.message.delta.appended", {"choice": 0, "delta": ARABIC})
+    streaming = page.get_by_test_id("message-streaming").locator(".body")
+    streaming.wait_for()
+    assert _direction(streaming) == "rtl"
+    fake_upstream.script(reply(ARABIC, chunks=3), reply("Fine, thanks."))
+    page.get_by_test_id("composer-input").fill(HEBREW)
+    assert _direction(page.get_by_test_id("composer-input")) == "rtl"
+    page.get_by_test_id("composer-send").click()
+    answer = page.locator("[data-testid=assistant-message][data-state=done]")
+    answer.wait_for()
+    assert _direction(answer) == "rtl"
+    page.get_by_test_id("composer-input").fill("And in English?")
+    page.get_by_test_id("composer-send").click()
+    page.get_by_test_id("message-list").get_by_text("Fine, thanks.").wait_for()
+    assert _direction(answer) == "ltr"
+    assert _direction(rows.last.locator(".body")) == "ltr"

@@ -1,0 +1,72 @@
+// The session view's "Remember these N things?" prompt: the session's memory suggestions
+// nobody has answered yet, asked one at a time, oldest first.
+
+import { api } from "./api.js";
+import { el } from "./render.js";
+
+const $ = (id) => document.getElementById(id);
+
+export class MemoryPrompt {
+  constructor(id, ui, signal) {
+    this.id = id;
+    this.ui = ui; // {toast, handleError}
+    this.signal = signal; // aborted when the view closes
+    this.suggestion = null;
+    this.asking = null; // the lookup of the suggestions waiting (ask)
+    this.askAgain = false;
+  }
+
+  // A memory.suggestion event (live, or replayed from the start when the stream opens) is
+  // a cue to ask the proxy which of this session's suggestions nobody has answered yet: a
+  // replayed one may have been answered since, and several may be waiting. One lookup at
+  // a time; a cue during it runs one more after.
+  ask() {
+    if (this.asking) { this.askAgain = true; return this.asking; }
+    this.asking = this.next().finally(() => {
+      this.asking = null;
+      if (this.askAgain) { this.askAgain = false; this.ask(); }
+    });
+    return this.asking;
+  }
+
+  async next() {
+    try {
+      const pending = ((await api.pendingMemory()).data || [])
+        .filter((s) => s.session_id === this.id);
+      if (this.signal.aborted) return;
+      if (pending.length) this.show(pending[0], pending.length);
+      else this.hide();
+    } catch (err) {
+      if (!this.signal.aborted) this.ui.handleError(err, "Could not list the suggestions");
+    }
+  }
+
+  show(data, waiting = 1) {
+    const facts = (data.facts || []).map((f) =>
+      (typeof f === "string" ? f : f.text || f.fact || f.content || JSON.stringify(f)));
+    this.suggestion = { id: data.suggestion_id || data.id, facts };
+    $("memory-title").textContent =
+      `Remember ${facts.length === 1 ? "this thing" : `these ${facts.length} things`}?` +
+      (waiting > 1 ? ` (1 of ${waiting} waiting)` : "");
+    $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f })));
+    $("memory-prompt").hidden = false;
+  }
+
+  hide() {
+    this.suggestion = null;
+    $("memory-prompt").hidden = true;
+  }
+
+  async answer(save) {
+    const s = this.suggestion;
+    if (!s) return;
+    try {
+      await (save ? api.acceptMemory(s.id) : api.rejectMemory(s.id));
+      this.hide();
+      if (save) this.ui.toast(`Saved ${s.facts.length === 1 ? "it" : `${s.facts.length} facts`}.`);
+    } catch (err) {
+      this.ui.handleError(err, save ? "Could not save to memory" : "Could not dismiss");
+    }
+    this.ask(); // the next one waiting, or none (this one answered elsewhere meanwhile)
+  }
+}

@@ -1,0 +1,138 @@
+// The session view's message list: the stored rows, brought up to date with only what
+// changed, and the raw outputs of cut and evicted results paged back.
+//
+// A long agent session holds thousands of rows and its event stream tells of several changes
+// per tool round, so a live event fetches only the rows after the last one shown (`offset`
+// counts the rows in position order: stable while the session only grows), with that last
+// row again as an overlap: when it comes back as shown, the rows before it are taken as
+// unchanged and the new ones are appended, to the data and to the page. When it does not (a
+// reset, an edited history superseding the tail, the row itself changed), or when the caller
+// says earlier rows changed in place (an eviction, a trim, a compaction), the whole history
+// is loaded and the list rebuilt. So it is when a `context.truncated` named a row held uncut:
+// a tool's output sent as a user message (an observation) is cut in place on the step after
+// the one it came in, with only that event, the one a result cut as it comes in sends too.
+
+import { api } from "./api.js";
+import { el, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
+
+const PAGE_CHARS = 4000;
+
+export class MessageRows {
+  constructor(id, list, onError) {
+    this.id = id;
+    this.list = list; // the <ol> the rows are shown in
+    this.onError = onError; // (err, what)
+    this.rows = [];
+    this.shown = 0; // how many of the rows the list shows
+    this.boundary = 0; // the summary's boundary the list was folded at
+    this.raw = new Map(); // a row's rawKey -> what was paged back
+    this.cut = new Set(); // the handles context.truncated named since the last fetch began
+  }
+
+  // A context.truncated event's result, by the handle its marker names (rawHandle).
+  named(handle) {
+    if (typeof handle === "string") this.cut.add(handle);
+  }
+
+  // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
+  // named since (rewritten in place), the whole history; else the rows after the last one
+  // held, or the whole history when that one is no longer as it was.
+  // A fetch that fails leaves the next one to the caller: a whole one (SessionView.load).
+  async fetch(whole) {
+    const cut = this.cut;
+    this.cut = new Set();
+    const have = this.rows.length;
+    if (cut.size &&
+      this.rows.some((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))) {
+      whole = true;
+    }
+    if (!whole && have) {
+      const out = (await api.messages(this.id, "prompt", have - 1)).data;
+      if (out.length && same(out[0], this.rows[have - 1])) return { whole: false, rows: out.slice(1) };
+    }
+    return { whole: true, rows: (await api.messages(this.id)).data };
+  }
+
+  // What fetch answered, into the data; render shows it.
+  take({ whole, rows }) {
+    if (whole) {
+      this.rows = rows;
+      this.shown = 0;
+    } else {
+      for (const row of rows) this.rows.push(row);
+    }
+  }
+
+  clear() {
+    this.rows = [];
+    this.shown = 0;
+    this.raw.clear();
+  }
+
+  // Rows before the summary's boundary (the leading system rows aside) are folded into it:
+  // a new boundary refolds the list, else only the rows not shown yet are added. Whatever
+  // streams after the rows (the live reply) is the caller's to show again after.
+  render(boundary) {
+    if (boundary !== this.boundary) this.shown = 0;
+    this.boundary = boundary;
+    const fresh = this.rows.slice(this.shown).map((row) => this.item(row));
+    if (this.shown === 0) this.list.replaceChildren(...fresh);
+    else this.list.append(...fresh);
+    this.shown = this.rows.length;
+  }
+
+  item(row) {
+    const folded = row.pos < this.boundary && row.role !== "system" && row.role !== "developer";
+    const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
+    if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
+      this.showRaw(li, rawKey(row));
+    }
+    return li;
+  }
+
+  // The raw output of a cut or evicted result, a page at a time (the proxy caps a page at
+  // the agent's maxChars; its header says which characters it holds). What was paged back
+  // is kept here, so a reload of the list does not lose it.
+  async pageBack(row, li) {
+    const key = rawKey(row);
+    const shown = this.raw.get(key) || { text: "", next: 0, total: 0 };
+    try {
+      const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PAGE_CHARS);
+      const { text, end } = unwrapPage(out.page, shown.next);
+      this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
+        capped: out.capped, original: out.original_bytes });
+      const current = this.list.querySelector(`[data-pos="${row.pos}"]`) || li;
+      this.showRaw(current, key);
+    } catch (err) {
+      this.onError(err, "Could not page the output back");
+    }
+  }
+
+  showRaw(li, key) {
+    const shown = this.raw.get(key);
+    if (!shown) return;
+    let pre = li.querySelector("[data-testid=raw-output]");
+    if (!pre) {
+      pre = el("pre", { class: "raw", "data-testid": "raw-output" });
+      li.append(pre);
+    }
+    pre.textContent = shown.text;
+    const button = li.querySelector("[data-testid=raw-page]");
+    button.textContent = rawStatus(shown);
+    button.disabled = shown.next >= shown.total;
+  }
+}
+
+// One row as the API gave it both times: the same position, creation, text and marks.
+function same(a, b) {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+// A page as the tool-outputs endpoint gives it: a header naming its characters, the text,
+// and a note naming the next offset when there is more.
+export function unwrapPage(page, offset) {
+  const head = page.match(/^\[read_tool_output id=.* chars (\d+)-(\d+) of (\d+)\]\n/);
+  if (!head) return { text: page, end: offset + page.length };
+  const text = page.slice(head[0].length).replace(/\n\[\.\.\. more: read_tool_output\(.*\) \.\.\.\]$/, "");
+  return { text, end: Number(head[2]) };
+}

@@ -1,0 +1,310 @@
+"""The console on a long agent session: live events fetch what changed, not the history.
+
+The session holds about 2000 messages, a real agent's transcripts (the shared mini-swe-agent
+trajectories, read where they are, never copied into the repo; where they are not, tool
+rounds made up here) resent end to end as one client's history. While the page shows it,
+agent turns append rows and a burst of events arrives; the page loads the whole history once,
+fetches only the rows after the ones it has for the rest, and reloads it whole again only
+when earlier rows change in place (an eviction)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.store.db import create_pool
+from proxy.store.events import insert_event
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import write_config
+from tests.integration.conftest import run_sync
+from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+TRAJECTORIES = Path(
+    os.environ.get("CASCADE_TRAJECTORIES", "/work/shared/data/trajectories")
+).resolve()
+SOURCES = (
+    "SWE-agent__mini-swe-agent__django__django-11910.traj.json",
+    "SWE-agent__mini-swe-agent__sqlfluff__sqlfluff-1763.traj.json",
+)
+TARGET = 2000
+SID = "long-agent"
+
+
+def _clean(msg: dict[str, Any], lap: int) -> dict[str, Any]:
+    """An OpenAI message of the transcript's (its tool-call ids made unique per lap)."""
+    out: dict[str, Any] = {"role": msg["role"], "content": msg.get("content") or ""}
+    if msg.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                "id": f"{c['id']}-{lap}",
+                "type": "function",
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                },
+            }
+            for c in msg["tool_calls"]
+        ]
+        out["content"] = msg.get("content") or None
+    if msg["role"] == "tool":
+        out["tool_call_id"] = f"{msg['tool_call_id']}-{lap}"
+    return out
+
+
+def long_history() -> list[dict[str, Any]]:
+    """About TARGET messages: the transcripts' system message once, then their turns again
+    and again, each lap starting at a user message and ending on a tool result."""
+    paths = [TRAJECTORIES / name for name in SOURCES]
+    if not all(path.exists() for path in paths):
+        rounds = [m for i in range(TARGET // 3) for m in tool_round(i, 800)]
+        return [{"role": "system", "content": "You are a coding agent."}, *rounds]
+    laps = [json.loads(path.read_text(encoding="utf-8"))["messages"] for path in paths]
+    history = [_clean(laps[0][0], 0)]
+    lap = 0
+    while len(history) < TARGET:
+        body = laps[lap % len(laps)][1:]
+        while body and body[-1]["role"] != "tool":
+            body = body[:-1]  # the next lap's user message follows a tool result
+        history.extend(_clean(m, lap) for m in body[: TARGET - len(history)])
+        lap += 1
+    while history[-1]["role"] == "assistant" and history[-1].get("tool_calls"):
+        history.pop()  # a call with no result would be a history no provider takes
+    return history
+
+
+@pytest.fixture
+def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """A window the whole transcript fits in, and no eviction: only the test changes rows."""
+    return write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        models={"default": {"contextLimit": 1_000_000, "reservedOutput": 500}},
+        auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
+    )
+
+
+class Loads:
+    """The page's requests for the session's messages, and the bytes each answer held."""
+
+    def __init__(self, console: Page) -> None:
+        self.responses: list[Any] = []
+        console.page.on("response", self._seen)
+        self.cdp = console.page.context.new_cdp_session(console.page)
+        self.cdp.send("Performance.enable")
+
+    def _seen(self, response: Any) -> None:
+        if f"/v1/sessions/{SID}/messages?" in response.url and "form=sent" not in response.url:
+            self.responses.append(response)
+
+    def busy(self) -> float:
+        """The main thread's time on tasks so far (script, layout, style), in ms."""
+        metrics = self.cdp.send("Performance.getMetrics")["metrics"]
+        return 1000 * next(m["value"] for m in metrics if m["name"] == "TaskDuration")
+
+    def mark(self) -> int:
+        return len(self.responses)
+
+    def full(self, since: int = 0) -> int:
+        """Loads of the whole history: its first page."""
+        return sum("offset=0" in r.url for r in self.responses[since:])
+
+    def bytes(self, since: int = 0) -> int:
+        return sum(len(r.body()) for r in self.responses[since:])
+
+
+def _on_db(db_dsn: str, work: Any) -> None:
+    async def go() -> None:
+        pool = await create_pool(db_dsn, min_size=1, max_size=1)  # the proxy's JSON codecs
+        try:
+            await work(pool)
+        finally:
+            await pool.close()
+
+    # on its own thread: sync Playwright keeps an event loop running on this one
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        thread.submit(run_sync, go()).result(timeout=30)
+
+
+def burst(db_dsn: str, names: list[str]) -> None:
+    async def work(pool: asyncpg.Pool) -> None:
+        for name in names:
+            await insert_event(
+                pool, tenant=TENANT, session_id=SID, name=name, data={"session_id": SID}
+            )
+
+    _on_db(db_dsn, work)
+
+
+def evict(db_dsn: str, pos: int) -> None:
+    """An earlier row cleared in place, as eviction clears one, and its event, right after
+    an event that starts a load of the new rows: the reload it asks for waits behind that."""
+
+    async def work(pool: asyncpg.Pool) -> None:
+        await insert_event(
+            pool, tenant=TENANT, session_id=SID, name="session.message.appended", data={}
+        )
+        await pool.execute(
+            "UPDATE messages SET evicted_at = now() WHERE tenant = $1 AND session_id = $2"
+            " AND pos = $3 AND superseded_at IS NULL",
+            TENANT,
+            SID,
+            pos,
+        )
+        await insert_event(
+            pool, tenant=TENANT, session_id=SID, name="context.evicted", data={"count": 1}
+        )
+
+    _on_db(db_dsn, work)
+
+
+@pytest.fixture
+def session(console_proxy: Any, fake_upstream: FakeUpstream) -> Iterator[list[dict[str, Any]]]:
+    """The long session, started with its whole history; what a client sent, to extend."""
+    history = long_history()
+    fake_upstream.script(reply("turn 0 answered"))
+    with api(console_proxy) as h:
+        resp = h.post(f"/s/{SID}/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    history.append({"role": "assistant", "content": "turn 0 answered"})
+    yield history
+
+
+def test_live_events_on_a_long_session_fetch_only_what_changed(
+    console: Page,
+    console_proxy: Any,
+    fake_upstream: FakeUpstream,
+    db_dsn: str,
+    session: list[dict[str, Any]],
+) -> None:
+    history = session
+    loads = Loads(console)
+    page = sign_in(console, f"#/s/{SID}")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    page.get_by_test_id("message-list").get_by_text("turn 0 answered").wait_for(timeout=30_000)
+    page.wait_for_timeout(500)  # the events the stream replays as it opens
+    start = loads.mark()
+    opening = (start, loads.full(), loads.bytes())
+    busy = loads.busy()
+    shown = rows.count()
+
+    # agent turns, each one tool round, and a burst of the events a busy session streams
+    with api(console_proxy) as h:
+        for turn in range(1, 4):
+            fake_upstream.script(reply(f"turn {turn} answered"))
+            history.append({"role": "user", "content": f"go on with step {turn}"})
+            resp = h.post(f"/s/{SID}/v1/chat/completions", json={"model": "m", "messages": history})
+            assert resp.status_code == 200, resp.text
+            history.append({"role": "assistant", "content": f"turn {turn} answered"})
+            burst(db_dsn, ["context.usage", "session.message.appended"] * 5)
+    page.get_by_test_id("message-list").get_by_text("turn 3 answered").wait_for()
+    wait_for(lambda: rows.count() == shown + 6, page)
+    page.wait_for_timeout(500)  # whatever the burst still queued
+    during = (len(loads.responses) - start, loads.full(start), loads.bytes(start))
+    print(
+        f"\nmessage loads (requests, whole, bytes): opening {opening}, burst {during};"
+        f" main thread busy (ms): opening {busy:.0f}, burst {loads.busy() - busy:.0f}"
+    )
+    assert shown >= TARGET
+    assert opening[1] == 1, "the events replayed as the stream opened reloaded it whole"
+    assert loads.full(start) == 0, "a live event reloaded the whole history"
+    # some forty events: a burst loads while one load runs and once after it, not once each
+    assert len(loads.responses) - start <= 20, len(loads.responses) - start
+    assert loads.bytes(start) < opening[2] / 20, (during, opening)
+    assert rows.count() == shown + 6
+    assert rows.last.inner_text().count("turn 3 answered") == 1
+
+    # an earlier row cleared in place: the one load that shows it is a whole one
+    tool = rows.locator("xpath=self::*[@data-role='tool']").first
+    pos = int(tool.get_attribute("data-pos") or 0)
+    evicted = page.locator(f"[data-testid=message][data-pos='{pos}'] [data-mark=evicted]")
+    assert evicted.count() == 0
+    mark = loads.mark()
+    evict(db_dsn, pos)
+    evicted.wait_for()
+    page.wait_for_timeout(300)
+    assert loads.full(mark) == 1
+    assert rows.count() == shown + 6
+
+
+def test_an_edited_history_replaces_the_rows_it_superseded(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A client that sends the history again with its tail changed supersedes the stored
+    tail: the rows after the last one shown are then not what changed, and the list shows
+    the new tail, not the old one beside it."""
+    asked = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+
+    def chat(question: str, answer: str) -> None:
+        fake_upstream.script(reply(answer))
+        with api(console_proxy) as h:
+            resp = h.post(
+                "/s/edited/v1/chat/completions",
+                json={"model": "m", "messages": [*asked, {"role": "user", "content": question}]},
+            )
+            assert resp.status_code == 200, resp.text
+
+    chat("question A", "answer A")
+    page = sign_in(console, "#/s/edited")
+    listed = page.get_by_test_id("message-list")
+    listed.get_by_text("answer A").wait_for()
+    chat("question B", "answer B")  # the same length of history, its last message edited
+    listed.get_by_text("answer B").wait_for()
+    listed.get_by_text("question A").wait_for(state="detached")
+    bodies = page.locator("[data-testid=message] .body").all_inner_texts()
+    assert bodies == ["hi", "ok", "question B", "answer B"]
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["live", "after-failed-loads"])
+def test_an_observation_rewritten_under_its_reply_shows_rewritten(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str, failing: bool
+) -> None:
+    """A text-action agent sends a tool's output as a user message; the step after the one
+    it came in, under the reply to it, cuts it in place (its only event a
+    ``context.truncated``), and the list shows it cut: at once, or, when the loads its
+    events made failed, at the first load that succeeds after them."""
+    output = "".join(f"Observation: line {n:05d} of the listing\n" for n in range(1500))
+    sent = [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": "Action: ls"},
+        {"role": "user", "content": output},
+    ]
+
+    def step(answer: str) -> None:
+        fake_upstream.script(reply(answer))
+        with api(console_proxy) as h:
+            resp = h.post("/s/observed/v1/chat/completions", json={"model": "m", "messages": sent})
+            assert resp.status_code == 200, resp.text
+        sent.append({"role": "assistant", "content": answer})
+
+    step("Action: cat f.txt")
+    page = sign_in(console, "#/s/observed")
+    rows = page.get_by_test_id("message")
+    listed = page.get_by_test_id("message-list")
+    listed.get_by_text("Action: cat f.txt").wait_for()
+    observation = page.locator("[data-testid=message][data-pos='2']")
+    assert observation.locator("[data-mark=truncated]").count() == 0
+    messages = "**/v1/sessions/observed/messages?*"
+    if failing:
+        page.route(messages, lambda route: route.fulfill(status=503, json={"error": {}}))
+    sent.append({"role": "user", "content": "Observation: hello"})
+    step("Action: done")
+    if failing:
+        page.get_by_test_id("toast").filter(has_text="Could not load the session").first.wait_for()
+        page.wait_for_timeout(500)  # every load the step's events made has failed
+        page.unroute(messages)
+        assert listed.get_by_text("Action: done").count() == 0
+        inject(db_dsn, "observed", "context.usage", {})
+    listed.get_by_text("Action: done").wait_for()
+    observation.locator("[data-mark=truncated]").wait_for()
+    assert rows.count() == 6
