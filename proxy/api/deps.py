@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 
 from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
@@ -201,11 +201,28 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
         check_agent(request.scope, agent, session_id=session_id)
 
 
+_SESSIONS_PREFIX = b"/v1/sessions/"
+
+
+def _encoded_slash(request: Request) -> bool:
+    """Whether the session id's segment of the path as sent holds an encoded ``/``: the
+    server decodes ``%2F`` before routing, so ``/v1/sessions/s%2Freset`` matched the reset
+    route of session ``s``. An id that holds ``/`` is no session's."""
+    raw: bytes | None = request.scope.get("raw_path")
+    at = raw.find(_SESSIONS_PREFIX) if raw else -1
+    if raw is None or at < 0:
+        return False
+    return b"%2f" in raw[at + len(_SESSIONS_PREFIX) :].split(b"/", 1)[0].lower()
+
+
 async def get_session_id(
     request: Request, session_id: str, pool: PoolDep, tenant: TenantDep
 ) -> str:
     """The path's session id: valid (else 400) and one the key reaches (``reach_session``);
-    named on the access line and in ``X-Session-Id``, as a chat's session is."""
+    named on the access line and in ``X-Session-Id``, as a chat's session is. An id sent
+    with an encoded ``/`` is the 404 of a path no route takes (``_encoded_slash``)."""
+    if _encoded_slash(request):
+        raise HTTPException(404)
     sid = session_path_id(session_id)
     note_session(sid)
     await reach_session(request, pool, tenant, sid)

@@ -1,0 +1,54 @@
+"""A session id percent-encoded with a ``/`` in it names no session route.
+
+The server decodes ``%2F`` before routing, so ``/v1/sessions/s%2Freset`` reached the reset
+route of session ``s``: a client that quotes an id (``quote(id, safe="")``, the console's
+``encodeURIComponent``) and holds a bad one, ``s/reset``, reset, branched or read another
+session. An id that holds ``/`` is no session's, so the path is the 404 ``unknown_url``
+that ``/v1/sessions/a%2Fb`` already was.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.integration.api.sessions_helpers import (
+    assert_openai_404,
+    chat,
+    config_path,  # noqa: F401  (the module's config)
+    settled,
+    user,
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/sessions/s%2Fmessages"),
+        ("GET", "/v1/sessions/s%2fevents"),
+        ("POST", "/v1/sessions/s%2Freset"),
+        ("POST", "/v1/sessions/s%2Fbranch"),
+        ("POST", "/v1/sessions/s%2Fcompact"),
+        ("GET", "/v1/sessions/s%2Ftool-outputs/call_0"),
+    ],
+)
+def test_an_encoded_slash_in_the_id_reaches_no_other_session(
+    http: httpx.Client, method: str, path: str
+) -> None:
+    chat(http, [user("hello")], sid="s")
+    settled(http, "s", 2)
+    resp = http.request(method, path)
+    assert_openai_404(resp)
+    assert resp.json()["error"]["code"] == "unknown_url"
+    assert http.get("/v1/sessions/s").json()["message_count"] == 2  # not reset
+    assert [s["id"] for s in http.get("/v1/sessions").json()["data"]] == ["s"]  # no branch
+
+
+def test_an_encoded_slash_in_a_tool_call_id_still_pages_from_its_session(
+    http: httpx.Client,
+) -> None:
+    chat(http, [user("hello")], sid="s")
+    settled(http, "s", 2)
+    resp = http.get("/v1/sessions/s/tool-outputs/functions%2Fread%2F0")
+    assert_openai_404(resp)  # no such result, in the session that exists
+    assert resp.json()["error"]["code"] == "not_found"
