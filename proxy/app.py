@@ -28,7 +28,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
 
 from proxy import __version__
-from proxy.api import chat, events, health, memory, sessions
+from proxy.api import chat, events, health, memory, openapi, sessions
 from proxy.auth import ProxyAuth, listen_policy
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
@@ -299,11 +299,12 @@ def _install_middleware(
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, plus the chat routes (plain Starlette routes it does not see)."""
+    """FastAPI's document, plus the chat routes (plain Starlette routes it does not see),
+    its 422s the 400s the proxy answers (``proxy.api.openapi``)."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         schema["paths"].update(chat.OPENAPI_PATHS)
-        app.openapi_schema = schema
+        app.openapi_schema = openapi.amend(schema)
     return app.openapi_schema
 
 

@@ -57,3 +57,25 @@ def test_the_chat_operation_describes_its_json_body(tmp_path: Path) -> None:
     assert body["required"] is True
     schema = body["content"]["application/json"]["schema"]
     assert schema["required"] == ["messages"] and schema["additionalProperties"] is True
+
+
+def _operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (path, method, op)
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if isinstance(op, dict) and "responses" in op
+    ]
+
+
+def test_a_malformed_request_is_documented_as_the_400_it_answers(tmp_path: Path) -> None:
+    """The validation handler answers a bad query or path parameter with an OpenAI-shaped
+    400; FastAPI's 422 ``HTTPValidationError`` is never sent, so it is not documented."""
+    doc = _app(tmp_path).openapi()
+    assert "HTTPValidationError" not in doc.get("components", {}).get("schemas", {})
+    for path, method, op in _operations(doc):
+        assert "422" not in op["responses"], (method, path)
+        if op.get("parameters") and "default" not in op["responses"]:  # the chat's: any error
+            error = op["responses"]["400"]["content"]["application/json"]["schema"]
+            assert error["required"] == ["error"], (method, path)
+    validate(doc)

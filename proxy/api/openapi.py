@@ -1,0 +1,58 @@
+"""What ``/openapi.json`` says that FastAPI cannot read from the routes themselves.
+
+FastAPI documents a 422 ``HTTPValidationError`` for every route with parameters, but the
+validation handler (``proxy.app``) answers a malformed request with OpenAI's error shape and
+a 400; the document says so instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ERROR_SCHEMA", "error_response", "amend"]
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+"""OpenAI's error body, which every error of the proxy has."""
+
+
+def error_response(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+_MALFORMED = error_response(
+    "A malformed request: a parameter of the wrong type or out of range (`param` names it), "
+    "a body that is no JSON object, or an invalid session id (`code` `invalid_session_id`)."
+)
+
+
+def amend(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each documented 422 replaced by the 400 the proxy answers."""
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            responses = operation.get("responses") if isinstance(operation, dict) else None
+            if responses is not None and responses.pop("422", None) is not None:
+                responses.setdefault("400", _MALFORMED)
+    components = schema.get("components", {})
+    schemas = components.get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    if "schemas" in components and not schemas:
+        del components["schemas"]
+    if "components" in schema and not components:
+        del schema["components"]
+    return schema
