@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ERROR_SCHEMA", "error_response", "amend"]
+__all__ = ["ERROR_SCHEMA", "SESSION_ID_PATTERN", "error_response", "amend"]
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -41,12 +41,16 @@ _MALFORMED = error_response(
 
 
 def amend(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with each documented 422 replaced by the 400 the proxy answers."""
+    """``schema`` with each documented 422 replaced by the 400 the proxy answers, and the
+    session id of a path with its pattern (and, in the session API, its 404 and 403)."""
     for operations in schema["paths"].values():
         for operation in operations.values():
             responses = operation.get("responses") if isinstance(operation, dict) else None
             if responses is not None and responses.pop("422", None) is not None:
                 responses.setdefault("400", _MALFORMED)
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            _session_id(path, operation)
     components = schema.get("components", {})
     schemas = components.get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
@@ -56,3 +60,20 @@ def amend(schema: dict[str, Any]) -> dict[str, Any]:
     if "components" in schema and not components:
         del schema["components"]
     return schema
+
+
+SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
+"""``proxy.session_id.SESSION_ID_RE`` as an ECMA regex, the dialect OpenAPI's patterns use."""
+_NO_SESSION = error_response("No such session for this key (`code` `not_found`).")
+_OTHER_AGENT = error_response(
+    "The session runs an agent this proxy key may not use (`code` `agent_not_allowed`)."
+)
+
+
+def _session_id(path: str, operation: dict[str, Any]) -> None:
+    for param in operation.get("parameters", []):
+        if param.get("in") == "path" and param["name"] == "session_id":
+            param["schema"] = {**param["schema"], "pattern": SESSION_ID_PATTERN}
+            if path.startswith("/v1/sessions/"):
+                operation["responses"].setdefault("403", _OTHER_AGENT)
+                operation["responses"].setdefault("404", _NO_SESSION)

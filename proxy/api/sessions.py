@@ -74,7 +74,25 @@ async def list_messages(
     )
 
 
-@router.post("/{session_id}/branch")
+_BRANCH_BODY = {
+    "required": False,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "id": {
+                        "type": "string",
+                        "description": "The new session's id; without it, one is made.",
+                    }
+                },
+            }
+        }
+    },
+}
+
+
+@router.post("/{session_id}/branch", openapi_extra={"requestBody": _BRANCH_BODY})
 async def branch_session(
     session_id: SessionIdDep,
     request: Request,

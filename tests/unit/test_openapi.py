@@ -79,3 +79,25 @@ def test_a_malformed_request_is_documented_as_the_400_it_answers(tmp_path: Path)
             error = op["responses"]["400"]["content"]["application/json"]["schema"]
             assert error["required"] == ["error"], (method, path)
     validate(doc)
+
+
+_IDS = ["a.b:c-d_E", "...", "..", "a/b", "a" * 129]
+
+
+def test_the_session_routes_describe_what_they_take_and_give(tmp_path: Path) -> None:
+    doc = _app(tmp_path).openapi()
+    branch = doc["paths"]["/v1/sessions/{session_id}/branch"]["post"]
+    assert branch["requestBody"]["required"] is False
+    schema = branch["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["id"]["type"] == "string"
+    events = doc["paths"]["/v1/sessions/{session_id}/events"]["get"]
+    assert set(events["responses"]["200"]["content"]) == {"text/event-stream"}
+    headers = [p["name"] for p in events["parameters"] if p["in"] == "header"]
+    assert headers == ["Last-Event-ID"]
+    for path, _, op in _operations(doc):
+        for param in op.get("parameters", []):
+            if param["name"] == "session_id" and path.startswith("/v1/sessions/"):
+                pattern = re.compile(param["schema"]["pattern"])  # ECMA's syntax here too
+                assert [bool(pattern.search(s)) for s in _IDS] == [True, True, False, False, False]
+                assert "404" in op["responses"], path
+    validate(doc)
