@@ -7,6 +7,7 @@ a 400; the document says so instead.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 __all__ = ["ERROR_SCHEMA", "SESSION_ID_PATTERN", "error_response", "amend"]
@@ -43,13 +44,14 @@ _MALFORMED = error_response(
 def amend(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with each documented 422 replaced by the 400 the proxy answers, and the
     session id of a path with its pattern (and, in the session API, its 404 and 403)."""
-    for operations in schema["paths"].values():
-        for operation in operations.values():
-            responses = operation.get("responses") if isinstance(operation, dict) else None
-            if responses is not None and responses.pop("422", None) is not None:
-                responses.setdefault("400", _MALFORMED)
+    schema = copy.deepcopy(schema)  # its chat entries are module constants
     for path, operations in schema["paths"].items():
         for operation in operations.values():
+            responses = operation.get("responses") if isinstance(operation, dict) else None
+            if responses is None:
+                continue
+            if responses.pop("422", None) is not None:
+                responses.setdefault("400", _MALFORMED)
             _session_id(path, operation)
     components = schema.get("components", {})
     schemas = components.get("schemas", {})
