@@ -4,7 +4,7 @@ The server decodes ``%2F`` before routing, so ``/v1/sessions/s%2Freset`` reached
 route of session ``s``: a client that quotes an id (``quote(id, safe="")``, the console's
 ``encodeURIComponent``) and holds a bad one, ``s/reset``, reset, branched or read another
 session. An id that holds ``/`` is no session's, so the path is the 404 ``unknown_url``
-that ``/v1/sessions/a%2Fb`` already was.
+that ``/v1/sessions/a%2Fb`` already was; so is the same under ``/s/{id}/v1/``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.sessions_helpers import (
+    MODEL,
     assert_openai_404,
     chat,
     config_path,  # noqa: F401  (the module's config)
@@ -52,3 +54,27 @@ def test_an_encoded_slash_in_a_tool_call_id_still_pages_from_its_session(
     resp = http.get("/v1/sessions/s/tool-outputs/functions%2Fread%2F0")
     assert_openai_404(resp)  # no such result, in the session that exists
     assert resp.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/s/s%2Fv1/chat/completions"),
+        ("GET", "/s/s%2Fv1/models"),
+        ("POST", "/s/s%2Fv1/embeddings"),
+    ],
+)
+def test_an_encoded_slash_in_a_base_url_id_names_no_session(
+    http: httpx.Client, fake_upstream: FakeUpstream, method: str, path: str
+) -> None:
+    """``/s/s%2Fv1/chat/completions`` (the id ``s/v1`` quoted into a base URL without its
+    ``/v1``) was a chat on session ``s``."""
+    chat(http, [user("hello")], sid="s")
+    settled(http, "s", 2)
+    sent = len(fake_upstream.requests)
+    resp = http.request(method, path, json={"model": MODEL, "messages": [user("hi")]})
+    assert_openai_404(resp)
+    assert resp.json()["error"]["code"] == "unknown_url"
+    assert "x-session-id" not in resp.headers
+    assert len(fake_upstream.requests) == sent
+    assert http.get("/v1/sessions/s").json()["message_count"] == 2
