@@ -43,7 +43,8 @@ _MALFORMED = error_response(
 
 def amend(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with each documented 422 replaced by the 400 the proxy answers, and the
-    session id of a path with its pattern (and, in the session API, its 404 and 403)."""
+    session id of a path with its pattern (and, in the session API, its 403, 404 and the
+    rest of its errors)."""
     schema = copy.deepcopy(schema)  # its chat entries are module constants
     for path, operations in schema["paths"].items():
         for operation in operations.values():
@@ -66,6 +67,10 @@ def amend(schema: dict[str, Any]) -> dict[str, Any]:
 
 SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
 """``proxy.session_id.SESSION_ID_RE`` as an ECMA regex, the dialect OpenAPI's patterns use."""
+_ANY_OTHER = error_response(
+    "Any other error, in the same shape: 401 without a valid proxy key, 502 when a "
+    "compaction's fast model fails, 503 while the database is away."
+)
 _NO_SESSION = error_response("No such session for this key (`code` `not_found`).")
 _OTHER_AGENT = error_response(
     "The session runs an agent this proxy key may not use (`code` `agent_not_allowed`)."
@@ -79,3 +84,4 @@ def _session_id(path: str, operation: dict[str, Any]) -> None:
             if path.startswith("/v1/sessions/"):
                 operation["responses"].setdefault("403", _OTHER_AGENT)
                 operation["responses"].setdefault("404", _NO_SESSION)
+                operation["responses"].setdefault("default", _ANY_OTHER)

@@ -100,4 +100,5 @@ def test_the_session_routes_describe_what_they_take_and_give(tmp_path: Path) -> 
                 pattern = re.compile(param["schema"]["pattern"])  # ECMA's syntax here too
                 assert [bool(pattern.search(s)) for s in _IDS] == [True, True, False, False, False]
                 assert "404" in op["responses"], path
+                assert "default" in op["responses"], path  # a 401, a 502, a 503...
     validate(doc)
