@@ -345,10 +345,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def validation(request: Request, exc: Any) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        message = f"{loc}: {first.get('msg', 'invalid')}"
-        _log_error(request, 400, exc, message)
-        return JSONResponse(error_body(message, type="invalid_request_error", param=loc), 400)
+        loc = [str(p) for p in first.get("loc", ())]
+        message = f"{'.'.join(loc)}: {first.get('msg', 'invalid')}"
+        param = ".".join(loc[1:] if loc[:1] in (["query"], ["path"], ["header"]) else loc)
+        _log_error(request, 400, exc, message)  # param: the name the client sent, as OpenAI's
+        return JSONResponse(error_body(message, type="invalid_request_error", param=param), 400)
 
     async def no_database(request: Request, exc: Exception) -> JSONResponse:
         _log_error(request, 503, exc, str(exc))
