@@ -28,7 +28,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
 
 from proxy import __version__
-from proxy.api import chat, events, health, memory, openapi, sessions
+from proxy.api import chat, deps, events, health, memory, openapi, sessions
 from proxy.auth import ProxyAuth, listen_policy
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
@@ -329,6 +329,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
     async def http(request: Request, exc: Any) -> JSONResponse:
+        if exc.status_code == 405 and deps.encoded_slash(request):  # an id with "/": no route
+            exc = HTTPException(404)
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "read_json_body",
     "session_path_id",
+    "encoded_slash",
     "reach_session",
     "SessionIdDep",
     "KeyAgentsDep",
@@ -186,7 +187,7 @@ async def read_json_body(
 _ID_SEGMENT_AFTER = (b"/v1/sessions/", b"/s/")  # the routes' paths up to a session id
 
 
-def _encoded_slash(request: Request) -> bool:
+def encoded_slash(request: Request) -> bool:
     """Whether the session id's segment of the path as sent holds an encoded ``/``: the
     server decodes ``%2F`` before routing, so ``/v1/sessions/s%2Freset`` matched the reset
     route of session ``s``, and ``/s/s%2Fv1/chat/completions`` a chat on it. An id that
@@ -203,8 +204,8 @@ def _encoded_slash(request: Request) -> bool:
 
 def session_path_id(request: Request) -> str:
     """The session id the path names: valid (else 400); one sent with an encoded ``/`` is
-    the 404 of a path no route takes (``_encoded_slash``)."""
-    if _encoded_slash(request):
+    the 404 of a path no route takes (``encoded_slash``)."""
+    if encoded_slash(request):
         raise HTTPException(404)
     return validate_session_id(request.path_params["session_id"], source="URL path")
 

@@ -78,3 +78,17 @@ def test_an_encoded_slash_in_a_base_url_id_names_no_session(
     assert "x-session-id" not in resp.headers
     assert len(fake_upstream.requests) == sent
     assert http.get("/v1/sessions/s").json()["message_count"] == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/sessions/s%2Freset"), ("DELETE", "/v1/sessions/s%2Fmessages")],
+)
+def test_an_encoded_slash_is_no_other_routes_405(
+    http: httpx.Client, method: str, path: str
+) -> None:
+    """The decoded path is another route's (reset takes POST): its 405 named the methods of
+    a route the id never named."""
+    resp = http.request(method, path)
+    assert_openai_404(resp)
+    assert resp.json()["error"]["code"] == "unknown_url" and "allow" not in resp.headers
