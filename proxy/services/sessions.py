@@ -39,6 +39,12 @@ __all__ = [
 ]
 
 
+def _quoted(value: str) -> str:
+    """``value`` quoted for a message, its start only when long: an id comes from a URL."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
 def _iso(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
@@ -337,7 +343,7 @@ async def tool_output(
     )
     if row is None:
         raise NotFound(
-            f"no stored output for tool call {tool_call_id!r} in this session (none is kept"
+            f"no stored output for tool call {_quoted(tool_call_id)} in this session (none is kept"
             " for a result cut or cleared with no copy, e.g. redacted; what the session"
             f" holds is at GET /v1/sessions/{session_id}/messages)"
         )
