@@ -28,7 +28,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
 
 from proxy import __version__
-from proxy.api import chat, events, health, memory, sessions
+from proxy.api import chat, deps, events, health, memory, openapi, sessions
 from proxy.auth import ProxyAuth, listen_policy
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
@@ -299,11 +299,12 @@ def _install_middleware(
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, plus the chat routes (plain Starlette routes it does not see)."""
+    """FastAPI's document, plus the chat routes (plain Starlette routes it does not see),
+    its 422s the 400s the proxy answers (``proxy.api.openapi``)."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         schema["paths"].update(chat.OPENAPI_PATHS)
-        app.openapi_schema = schema
+        app.openapi_schema = openapi.amend(schema)
     return app.openapi_schema
 
 
@@ -328,6 +329,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
     async def http(request: Request, exc: Any) -> JSONResponse:
+        if exc.status_code == 405 and deps.encoded_slash(request):  # an id with "/": no route
+            exc = HTTPException(404)
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
@@ -344,10 +347,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def validation(request: Request, exc: Any) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        message = f"{loc}: {first.get('msg', 'invalid')}"
-        _log_error(request, 400, exc, message)
-        return JSONResponse(error_body(message, type="invalid_request_error", param=loc), 400)
+        loc = [str(p) for p in first.get("loc", ())]
+        message = f"{'.'.join(loc)}: {first.get('msg', 'invalid')}"
+        param = ".".join(loc[1:] if loc[:1] in (["query"], ["path"], ["header"]) else loc)
+        _log_error(request, 400, exc, message)  # param: the name the client sent, as OpenAI's
+        return JSONResponse(error_body(message, type="invalid_request_error", param=param), 400)
 
     async def no_database(request: Request, exc: Exception) -> JSONResponse:
         _log_error(request, 503, exc, str(exc))

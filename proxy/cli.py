@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         a = ssub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         _client_options(a)
         if action != "ls":
-            a.add_argument("id", type=_session_id, help="the session id")
+            a.add_argument("id", type=_path_session_id, help="the session id")
         if action in ("ls", "messages"):
             a.add_argument(
                 "--limit",
@@ -201,4 +201,12 @@ def _session_id(text: str) -> str:
     in the URL (``GET /v1/sessions/``) or, for ``--new-id``, be dropped for a generated id."""
     if not text:
         raise argparse.ArgumentTypeError("an empty session id")
+    return text
+
+
+def _path_session_id(text: str) -> str:
+    """A session id for the URL's path: no ``/`` either, which, encoded or not, makes a
+    path no session route takes (the proxy's 404 ``unknown_url``, worded for a wrong URL)."""
+    if "/" in _session_id(text):
+        raise argparse.ArgumentTypeError("a session id holds no '/'")
     return text

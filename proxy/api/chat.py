@@ -142,7 +142,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def session_chat_completions(request: Request) -> Response:
-    return await _chat(request, session_path_id(request.path_params["session_id"]))
+    return await _chat(request, session_path_id(request))
 
 
 routes = [
@@ -214,10 +214,10 @@ async def _passthrough(
     upstream: UpstreamDep,
     cfg: ConfigDep,
     path: str,
-    session_id: str | None = None,
+    named: bool = False,
 ) -> Response:
-    if session_id is not None:
-        note_session(session_path_id(session_id))  # 400 when invalid
+    if named:  # under /s/{session_id}/
+        note_session(session_path_id(request))  # 400 when invalid
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
@@ -248,7 +248,7 @@ async def models(request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: Ten
 async def session_models(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/models", session_id)
+    return await _passthrough(request, upstream, cfg, "/models", named=True)
 
 
 def _model_path(model: str) -> str:
@@ -276,7 +276,7 @@ async def session_model(
     cfg: ConfigDep,
     _: TenantDep,
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, _model_path(model), session_id)
+    return await _passthrough(request, upstream, cfg, _model_path(model), named=True)
 
 
 @router.post("/v1/embeddings")
@@ -290,4 +290,4 @@ async def embeddings(
 async def session_embeddings(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/embeddings", session_id)
+    return await _passthrough(request, upstream, cfg, "/embeddings", named=True)

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 
 from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
@@ -40,6 +40,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "read_json_body",
     "session_path_id",
+    "encoded_slash",
     "reach_session",
     "SessionIdDep",
     "KeyAgentsDep",
@@ -183,8 +184,30 @@ async def read_json_body(
     return body
 
 
-def session_path_id(session_id: str) -> str:
-    return validate_session_id(session_id, source="URL path")
+_ID_SEGMENT_AFTER = (b"/v1/sessions/", b"/s/")  # the routes' paths up to a session id
+
+
+def encoded_slash(request: Request) -> bool:
+    """Whether the session id's segment of the path as sent holds an encoded ``/``: the
+    server decodes ``%2F`` before routing, so ``/v1/sessions/s%2Freset`` matched the reset
+    route of session ``s``, and ``/s/s%2Fv1/chat/completions`` a chat on it. An id that
+    holds ``/`` is no session's."""
+    raw: bytes = request.scope.get("raw_path") or b""
+    root = str(request.scope.get("root_path", "")).encode("latin-1", "replace")
+    if root and raw.startswith(root + b"/"):
+        raw = raw[len(root) :]
+    for prefix in _ID_SEGMENT_AFTER:
+        if raw.startswith(prefix):
+            return b"%2f" in raw[len(prefix) :].split(b"/", 1)[0].lower()
+    return False
+
+
+def session_path_id(request: Request) -> str:
+    """The session id the path names: valid (else 400); one sent with an encoded ``/`` is
+    the 404 of a path no route takes (``encoded_slash``)."""
+    if encoded_slash(request):
+        raise HTTPException(404)
+    return validate_session_id(request.path_params["session_id"], source="URL path")
 
 
 async def reach_session(request: Request, pool: Any, tenant: str, session_id: str) -> None:
@@ -204,9 +227,9 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
 async def get_session_id(
     request: Request, session_id: str, pool: PoolDep, tenant: TenantDep
 ) -> str:
-    """The path's session id: valid (else 400) and one the key reaches (``reach_session``);
+    """The path's session id (``session_path_id``), one the key reaches (``reach_session``);
     named on the access line and in ``X-Session-Id``, as a chat's session is."""
-    sid = session_path_id(session_id)
+    sid = session_path_id(request)
     note_session(sid)
     await reach_session(request, pool, tenant, sid)
     return sid

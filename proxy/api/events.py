@@ -152,7 +152,30 @@ async def _stream(
                 yield _frame(event)
 
 
-@router.get("/v1/sessions/{session_id}/events")
+_LAST_EVENT_ID = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "required": False,
+    "description": "The id of the last event received: the stream starts after it.",
+    "schema": {"type": "string", "pattern": "^[0-9]*$"},
+}
+_LAST_EVENT_ID_QUERY = {**_LAST_EVENT_ID, "in": "query", "name": "last_event_id"} | {
+    "description": "Last-Event-ID for a client that cannot send the header (the header wins)."
+}
+
+
+@router.get(
+    "/v1/sessions/{session_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "The session's events as server-sent events, replayed from the "
+            "one after Last-Event-ID, then live.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
+    openapi_extra={"parameters": [_LAST_EVENT_ID, _LAST_EVENT_ID_QUERY]},
+)
 async def session_events(
     session_id: SessionIdDep, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
 ) -> EventSourceResponse:

@@ -20,6 +20,7 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
+from proxy.api.session_schemas import ok
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError
 from proxy.services import sessions as svc
@@ -32,7 +33,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/sessions")
 
 
-@router.get("")
+@router.get("", response_model=None, responses=ok("list"))
 async def list_sessions(
     pool: PoolDep,
     tenant: TenantDep,
@@ -46,14 +47,14 @@ async def list_sessions(
     )
 
 
-@router.get("/{session_id}")
+@router.get("/{session_id}", response_model=None, responses=ok("show"))
 async def show_session(
     session_id: SessionIdDep, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep
 ) -> dict[str, Any]:
     return await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id)
 
 
-@router.get("/{session_id}/messages")
+@router.get("/{session_id}/messages", response_model=None, responses=ok("messages"))
 async def list_messages(
     session_id: SessionIdDep,
     pool: PoolDep,
@@ -74,7 +75,30 @@ async def list_messages(
     )
 
 
-@router.post("/{session_id}/branch")
+_BRANCH_BODY = {
+    "required": False,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "id": {
+                        "type": "string",
+                        "description": "The new session's id; without it, one is made.",
+                    }
+                },
+            }
+        }
+    },
+}
+
+
+@router.post(
+    "/{session_id}/branch",
+    response_model=None,
+    responses=ok("branch"),
+    openapi_extra={"requestBody": _BRANCH_BODY},
+)
 async def branch_session(
     session_id: SessionIdDep,
     request: Request,
@@ -99,7 +123,7 @@ async def branch_session(
         )
 
 
-@router.post("/{session_id}/compact")
+@router.post("/{session_id}/compact", response_model=None, responses=ok("compact"))
 async def compact_session(
     session_id: SessionIdDep,
     request: Request,
@@ -118,7 +142,7 @@ async def compact_session(
     )
 
 
-@router.post("/{session_id}/reset")
+@router.post("/{session_id}/reset", response_model=None, responses=ok("reset"))
 async def reset_session(
     session_id: SessionIdDep,
     request: Request,
@@ -144,7 +168,7 @@ async def reset_session(
     return out
 
 
-@router.delete("/{session_id}")
+@router.delete("/{session_id}", response_model=None, responses=ok("delete"))
 async def delete_session(
     session_id: SessionIdDep,
     request: Request,
@@ -160,7 +184,11 @@ async def delete_session(
 
 
 # ``:path``: an id can hold ``/``, and the server decodes ``%2F`` before routing.
-@router.get("/{session_id}/tool-outputs/{tool_call_id:path}")
+@router.get(
+    "/{session_id}/tool-outputs/{tool_call_id:path}",
+    response_model=None,
+    responses=ok("tool_output"),
+)
 async def tool_output(
     session_id: SessionIdDep,
     tool_call_id: str,

@@ -39,6 +39,12 @@ __all__ = [
 ]
 
 
+def _quoted(value: str) -> str:
+    """``value`` quoted for a message, its start only when long: an id comes from a URL."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
 def _iso(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
@@ -61,37 +67,15 @@ async def list_sessions(
 ) -> dict[str, Any]:
     """The tenant's sessions (with ``agents``, only theirs), latest activity first, each with
     its occupancy as ``show_session`` gives it and its model's context limit (what the
-    console's occupancy bar is drawn against)."""
+    console's occupancy bar is drawn against): fields of ``show_session``'s view, under its
+    names and with its values."""
     rows = await sessions.fetch_sessions(
         conn, tenant=tenant, limit=limit, offset=offset, agents=agents
     )
-    return {
-        "object": "list",
-        "data": [
-            {k: _iso(v) for k, v in dict(r).items()}
-            | {
-                "message_count": r["head_len"],
-                "occupancy": _occupancy(r),
-                "context_limit": cfg.model_limits(r["model"] or "").context_limit,
-            }
-            for r in rows
-        ],
-    }
+    return {"object": "list", "data": [_listed(cfg, r) for r in rows]}
 
 
-async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) -> dict[str, Any]:
-    """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
-    row = await _require(conn, tenant, session_id)
-    limits = cfg.model_limits(row["model"] or "")
-    occupancy = _occupancy(row)
-    summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
-    split = await usage.fetch_usage_split(
-        conn,
-        tenant=tenant,
-        session_id=session_id,
-        boundary=0 if summary is None else summary["boundary"],
-    )
-    reclaimed = await usage.fetch_reclaimed_by_stage(conn, tenant=tenant, session_id=session_id)
+def _listed(cfg: Config, row: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": row["id"],
         "object": "session",
@@ -101,14 +85,31 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
         "created_at": _iso(row["created_at"]),
         "updated_at": _iso(row["updated_at"]),
         "message_count": row["head_len"],
-        "superseded_count": row["superseded_count"],
-        "occupancy": occupancy,
-        "context_limit": limits.context_limit,
-        "fraction": round(occupancy / limits.context_limit, 4) if occupancy else 0.0,
+        "occupancy": _occupancy(row),
+        "context_limit": cfg.model_limits(row["model"] or "").context_limit,
         "last_prompt_tokens": row["last_prompt_tokens"],
         "last_estimated_tokens": row["last_estimate"],
         "calibration": row["calibration"],
         "reclaimed_tokens": row["reclaimed_tokens"],
+    }
+
+
+async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) -> dict[str, Any]:
+    """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
+    row = await _require(conn, tenant, session_id)
+    summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
+    split = await usage.fetch_usage_split(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        boundary=0 if summary is None else summary["boundary"],
+    )
+    reclaimed = await usage.fetch_reclaimed_by_stage(conn, tenant=tenant, session_id=session_id)
+    view = _listed(cfg, row)
+    occupancy, limit = view["occupancy"], view["context_limit"]
+    return view | {
+        "superseded_count": row["superseded_count"],
+        "fraction": round(occupancy / limit, 4) if occupancy else 0.0,
         "usage": _usage(split, 0 if summary is None else summary["tokens"], row["calibration"]),
         "reclaimed": {"eviction": row["reclaimed_tokens"], **reclaimed},
         "summary": None
@@ -342,7 +343,7 @@ async def tool_output(
     )
     if row is None:
         raise NotFound(
-            f"no stored output for tool call {tool_call_id!r} in this session (none is kept"
+            f"no stored output for tool call {_quoted(tool_call_id)} in this session (none is kept"
             " for a result cut or cleared with no copy, e.g. redacted; what the session"
             f" holds is at GET /v1/sessions/{session_id}/messages)"
         )

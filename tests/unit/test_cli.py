@@ -238,13 +238,16 @@ def test_the_pool_names_the_flag_that_gave_its_database(tmp_path: Path) -> None:
         (["serve", "--port", "abc"], "argument --port: abc is not a TCP port (1-65535)"),
         (["sessions", "show", ""], "argument id: an empty session id"),
         (["sessions", "branch", "s1", "--new-id", ""], "argument --new-id: an empty session id"),
+        (["sessions", "show", "s1/messages"], "argument id: a session id holds no '/'"),
+        (["sessions", "rm", "a/b"], "argument id: a session id holds no '/'"),
     ],
 )
 def test_a_bad_argument_is_named_in_the_users_words(
     argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # argparse names a type function that raises ValueError ("invalid _port value"); an
-    # empty id asked GET /v1/sessions/ and printed "no route"
+    # empty id asked GET /v1/sessions/ and printed "no route", and one with a "/" printed
+    # the 404 of a wrong URL ("Invalid URL (GET /v1/sessions/s1%2Fmessages)")
     with pytest.raises(SystemExit) as usage:
         main(argv)
     assert usage.value.code == 2

@@ -57,3 +57,48 @@ def test_the_chat_operation_describes_its_json_body(tmp_path: Path) -> None:
     assert body["required"] is True
     schema = body["content"]["application/json"]["schema"]
     assert schema["required"] == ["messages"] and schema["additionalProperties"] is True
+
+
+def _operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (path, method, op)
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if isinstance(op, dict) and "responses" in op
+    ]
+
+
+def test_a_malformed_request_is_documented_as_the_400_it_answers(tmp_path: Path) -> None:
+    """The validation handler answers a bad query or path parameter with an OpenAI-shaped
+    400; FastAPI's 422 ``HTTPValidationError`` is never sent, so it is not documented."""
+    doc = _app(tmp_path).openapi()
+    assert "HTTPValidationError" not in doc.get("components", {}).get("schemas", {})
+    for path, method, op in _operations(doc):
+        assert "422" not in op["responses"], (method, path)
+        if op.get("parameters") and not path.endswith("/chat/completions"):  # its: "default"
+            error = op["responses"]["400"]["content"]["application/json"]["schema"]
+            assert error["required"] == ["error"], (method, path)
+    validate(doc)
+
+
+_IDS = ["a.b:c-d_E", "...", "..", "a/b", "a" * 129]
+
+
+def test_the_session_routes_describe_what_they_take_and_give(tmp_path: Path) -> None:
+    doc = _app(tmp_path).openapi()
+    branch = doc["paths"]["/v1/sessions/{session_id}/branch"]["post"]
+    assert branch["requestBody"]["required"] is False
+    schema = branch["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["id"]["type"] == "string"
+    events = doc["paths"]["/v1/sessions/{session_id}/events"]["get"]
+    assert set(events["responses"]["200"]["content"]) == {"text/event-stream"}
+    headers = [p["name"] for p in events["parameters"] if p["in"] == "header"]
+    assert headers == ["Last-Event-ID"]
+    for path, _, op in _operations(doc):
+        for param in op.get("parameters", []):
+            if param["name"] == "session_id" and path.startswith("/v1/sessions/"):
+                pattern = re.compile(param["schema"]["pattern"])  # ECMA's syntax here too
+                assert [bool(pattern.search(s)) for s in _IDS] == [True, True, False, False, False]
+                assert "404" in op["responses"], path
+                assert "default" in op["responses"], path  # a 401, a 502, a 503...
+    validate(doc)

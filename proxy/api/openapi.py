@@ -1,0 +1,87 @@
+"""What ``/openapi.json`` says that FastAPI cannot read from the routes themselves.
+
+FastAPI documents a 422 ``HTTPValidationError`` for every route with parameters, but the
+validation handler (``proxy.app``) answers a malformed request with OpenAI's error shape and
+a 400; the document says so instead.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["ERROR_SCHEMA", "SESSION_ID_PATTERN", "error_response", "amend"]
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+"""OpenAI's error body, which every error of the proxy has."""
+
+
+def error_response(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+_MALFORMED = error_response(
+    "A malformed request: a parameter of the wrong type or out of range (`param` names it), "
+    "a body that is no JSON object, or an invalid session id (`code` `invalid_session_id`)."
+)
+
+
+def amend(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each documented 422 replaced by the 400 the proxy answers, and the
+    session id of a path with its pattern (and, in the session API, its 403, 404 and the
+    rest of its errors)."""
+    schema = copy.deepcopy(schema)  # its chat entries are module constants
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            responses = operation.get("responses") if isinstance(operation, dict) else None
+            if responses is None:
+                continue
+            if responses.pop("422", None) is not None:
+                responses.setdefault("400", _MALFORMED)
+            _session_id(path, operation)
+    components = schema.get("components", {})
+    schemas = components.get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    if "schemas" in components and not schemas:
+        del components["schemas"]
+    if "components" in schema and not components:
+        del schema["components"]
+    return schema
+
+
+SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
+"""``proxy.session_id.SESSION_ID_RE`` as an ECMA regex, the dialect OpenAPI's patterns use."""
+_ANY_OTHER = error_response(
+    "Any other error, in the same shape: 401 without a valid proxy key, 502 when a "
+    "compaction's fast model fails, 503 while the database is away."
+)
+_NO_SESSION = error_response("No such session for this key (`code` `not_found`).")
+_OTHER_AGENT = error_response(
+    "The session runs an agent this proxy key may not use (`code` `agent_not_allowed`)."
+)
+
+
+def _session_id(path: str, operation: dict[str, Any]) -> None:
+    for param in operation.get("parameters", []):
+        if param.get("in") == "path" and param["name"] == "session_id":
+            param["schema"] = {**param["schema"], "pattern": SESSION_ID_PATTERN}
+            if path.startswith("/v1/sessions/"):
+                operation["responses"].setdefault("403", _OTHER_AGENT)
+                operation["responses"].setdefault("404", _NO_SESSION)
+                operation["responses"].setdefault("default", _ANY_OTHER)

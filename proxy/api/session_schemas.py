@@ -1,0 +1,105 @@
+"""The session API's answers as ``/openapi.json`` describes them (``responses`` of each route
+in ``proxy.api.sessions``): every field each one carries, and its type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ok"]
+
+
+def _obj(description: str, **fields: Any) -> dict[str, Any]:
+    """An object with exactly ``fields``, each a JSON type name or a schema."""
+    props = {k: {"type": v} if isinstance(v, str | list) else v for k, v in fields.items()}
+    return {
+        "type": "object",
+        "description": description,
+        "required": list(props),
+        "properties": props,
+    }
+
+
+_INT_OR_NULL = ["integer", "null"]
+_LISTED = {
+    "id": "string",
+    "object": "string",
+    "agent": "string",
+    "model": ["string", "null"],
+    "parent_id": ["string", "null"],
+    "created_at": "string",
+    "updated_at": "string",
+    "message_count": "integer",
+    "occupancy": _INT_OR_NULL,
+    "context_limit": "integer",
+    "last_prompt_tokens": _INT_OR_NULL,
+    "last_estimated_tokens": _INT_OR_NULL,
+    "calibration": "number",
+    "reclaimed_tokens": "integer",
+}
+_SESSION = _obj("A session as listed: fields of its view.", **_LISTED)
+_INTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+_VIEW = _obj(
+    "A session's view: occupancy, limit, the window's split, what each stage reclaimed.",
+    **_LISTED,
+    superseded_count="integer",
+    fraction="number",
+    usage=_INTS,
+    reclaimed=_INTS,
+    summary={"type": ["object", "null"]},
+)
+_MESSAGE = _obj(
+    "A stored message and what the stages did to it.",
+    pos="integer",
+    role="string",
+    message="object",
+    tool_call_id=["string", "null"],
+    truncated="boolean",
+    tokens="integer",
+    source="string",
+    redacted="boolean",
+    evicted="boolean",
+    trimmed="boolean",
+    superseded="boolean",
+    created_at="string",
+)
+
+
+def _list(item: dict[str, Any]) -> dict[str, Any]:
+    return _obj("A page.", object="string", data={"type": "array", "items": item})
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "list": _list(_SESSION),
+    "show": _VIEW,
+    "messages": _list(_MESSAGE),
+    "branch": _obj("The new session.", id="string", object="string", parent_id="string"),
+    "reset": _obj("The session, reset.", id="string", object="string", reset="boolean"),
+    "delete": _obj("The session, deleted.", id="string", object="string", deleted="boolean"),
+    "compact": _obj(
+        "What the compaction did; compacted false (and reason) when nothing was folded.",
+        id="string",
+        object="string",
+        version=_INT_OR_NULL,
+        boundary="integer",
+        folded="integer",
+        tokens_before="integer",
+        tokens_after="integer",
+        compacted="boolean",
+        reason=["string", "null"],
+    ),
+    "tool_output": _obj(
+        "A page of a tool result's stored text.",
+        id="string",
+        object="string",
+        total_chars="integer",
+        original_bytes="integer",
+        capped="boolean",
+        page="string",
+    ),
+}
+
+
+def ok(name: str) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses``: its 200 with the schema ``SCHEMAS[name]``."""
+    content = {"application/json": {"schema": SCHEMAS[name]}}
+    return {200: {"description": SCHEMAS[name]["description"], "content": content}}
