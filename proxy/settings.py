@@ -132,6 +132,23 @@ class Settings(Listen):
         reads it); an unknown name is refused at start, not by logging."""
         return value.strip().lower() if isinstance(value, str) else value
 
+    @field_validator("tokenizer")
+    @classmethod
+    def _encoding(cls, value: str) -> str:
+        """An encoding tiktoken does not have is a typo, refused at start: loading it would
+        only warn, as offline does, and every token be counted by the estimate. Empty is the
+        estimate by choice; without tiktoken installed no name is judged."""
+        try:
+            from tiktoken import list_encoding_names  # the shell's, never the core's
+        except ImportError:
+            return value
+        if value and value not in (names := list_encoding_names()):
+            raise ValueError(
+                f"not a tiktoken encoding: one of {', '.join(sorted(names))}, or empty for"
+                " the estimate"
+            )
+        return value
+
     @field_validator("cors_origins")
     @classmethod
     def _origins(cls, value: str) -> str:

@@ -174,3 +174,20 @@ def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.Monk
     as ``CASCADE_LOG_LEVEL`` is read: ``JSON`` was refused, in a JSON line."""
     monkeypatch.setenv("CASCADE_LOG_FORMAT", value)
     assert Settings().log_format == "json"
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", ""])
+def test_a_tiktoken_encoding_or_none_is_taken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADE_TOKENIZER", name)
+    assert load_settings().tokenizer == name
+
+
+def test_a_misspelt_tokenizer_refuses_the_start_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: an encoding tiktoken does not have started the proxy with one warning,
+    # the same as offline, and every token was counted by the estimate for good.
+    monkeypatch.setenv("CASCADE_TOKENIZER", "o200k_bsae")
+    with pytest.raises(SettingsError, match=r"CASCADE_TOKENIZER: .*o200k_base") as refused:
+        load_settings()
+    assert "o200k_bsae" not in str(refused.value)  # a value is never quoted
