@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
+from tests.unit.starts import SERVE, run_start
 
 
 def _default(cls: type, name: str) -> int:
@@ -173,3 +175,15 @@ def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
     quoted = [q for group in cited for q in re.findall(r'"([^"]+)"', group)]
     assert "a freed session wakes its waiter" in quoted
     assert [q for q in quoted if not any(q in h for h in headings)] == []
+
+
+def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states() -> None:
+    section = README.split("### Start-up")[1].split("### ")[0]
+    assert "or the tracing exporter refused, with exit status 2, before anything starts" in section
+    assert "cannot connect to or migrate" in section and "masked), with exit status 3" in section
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
+    refused = run_start(SERVE, {**base, "CASCADE_LOG_LEVEL": "loud"})
+    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
+    unreachable = run_start(SERVE, {**base, "DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/x"})
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert "cannot start: cannot connect to PostgreSQL at postgresql://u:***@" in unreachable.stderr
