@@ -125,6 +125,13 @@ class Settings(Listen):
         variable that gave ``database_url``, else the embedded server."""
         return self._database_url_from if self.database_url else "the embedded server"
 
+    @field_validator("config", mode="before")
+    @classmethod
+    def _blank_config(cls, value: object) -> object:
+        """``CASCADE_CONFIG=`` is the default (``config/agents.json`` when present), as an
+        empty ``DATABASE_URL`` is: read as a path it was ``.``, a directory."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower_level(cls, value: object) -> object:

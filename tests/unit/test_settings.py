@@ -191,3 +191,16 @@ def test_a_misspelt_tokenizer_refuses_the_start_naming_the_variable(
     with pytest.raises(SettingsError, match=r"CASCADE_TOKENIZER: .*o200k_base") as refused:
         load_settings()
     assert "o200k_bsae" not in str(refused.value)  # a value is never quoted
+
+
+def test_an_empty_config_variable_is_the_default_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: CASCADE_CONFIG= (a blank line in an env file) read as the path ".", and the
+    # start was refused with "cannot read config file .: Is a directory", naming no setting.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CASCADE_CONFIG", "")
+    assert load_settings().config is None
+    (tmp_path / DEFAULT_CONFIG).parent.mkdir()
+    (tmp_path / DEFAULT_CONFIG).write_text("{}")
+    assert load_settings().config == Path(DEFAULT_CONFIG)
