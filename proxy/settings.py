@@ -40,6 +40,15 @@ class Listen(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
 
+    @field_validator("host")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        """An empty host (``CASCADE_HOST=``, a blank line in an env file) would bind every
+        interface, and read as no address in every message: refused, naming the setting."""
+        if not value.strip():
+            raise ValueError("empty; give an address: 127.0.0.1 (the default), 0.0.0.0 for all")
+        return value
+
 
 class Settings(Listen):
     """``CASCADE_HOST``, ``CASCADE_PORT``, ``CASCADE_CONFIG``, ``DATABASE_URL`` and friends.

@@ -204,3 +204,14 @@ def test_an_empty_config_variable_is_the_default_config(
     (tmp_path / DEFAULT_CONFIG).parent.mkdir()
     (tmp_path / DEFAULT_CONFIG).write_text("{}")
     assert load_settings().config == Path(DEFAULT_CONFIG)
+
+
+def test_an_empty_host_refuses_the_start_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: CASCADE_HOST= listened on every interface (an empty host binds them all),
+    # and the banner said "listening on :8080"; without keys the refusal read "refusing to
+    # listen on  without proxy keys".
+    monkeypatch.setenv("CASCADE_HOST", "")
+    with pytest.raises(SettingsError, match=r"^CASCADE_HOST: empty; give an address"):
+        load_settings()
