@@ -134,11 +134,12 @@ class Settings(Listen):
         variable that gave ``database_url``, else the embedded server."""
         return self._database_url_from if self.database_url else "the embedded server"
 
-    @field_validator("config", mode="before")
+    @field_validator("config", "data_dir", mode="before")
     @classmethod
-    def _blank_config(cls, value: object) -> object:
-        """``CASCADE_CONFIG=`` is the default (``config/agents.json`` when present), as an
-        empty ``DATABASE_URL`` is: read as a path it was ``.``, a directory."""
+    def _blank_path(cls, value: object) -> object:
+        """``CASCADE_CONFIG=`` is the default (``config/agents.json`` when present), and
+        ``CASCADE_DATA_DIR=`` the user data directory, as an empty ``DATABASE_URL`` is the
+        default database: read as a path each was ``.``, the working directory."""
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("log_level", "log_format", mode="before")

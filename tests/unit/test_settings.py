@@ -215,3 +215,10 @@ def test_an_empty_host_refuses_the_start_naming_the_variable(
     monkeypatch.setenv("CASCADE_HOST", "")
     with pytest.raises(SettingsError, match=r"^CASCADE_HOST: empty; give an address"):
         load_settings()
+
+
+def test_an_empty_data_dir_is_the_default_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: CASCADE_DATA_DIR= read as the path ".", so the embedded PostgreSQL made its
+    # pgdata/ and run/ in whatever directory the proxy was started from.
+    monkeypatch.setenv("CASCADE_DATA_DIR", " ")
+    assert load_settings().data_dir is None
