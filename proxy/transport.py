@@ -254,6 +254,8 @@ def check_trust() -> None:
     naming it: every provider without a ``caFile`` trusts it, and every pool is built with
     that context, plain-http ones too, so each call would otherwise fail as a 502."""
     name = "SSL_CERT_FILE" if os.environ.get("SSL_CERT_FILE") else "SSL_CERT_DIR"
+    if not os.environ.get(name):  # certifi's bundle, which ships with httpx
+        return
     try:
         httpx.create_ssl_context(trust_env=True)
     except (OSError, ssl.SSLError) as exc:
