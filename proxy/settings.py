@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,13 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 """The logging levels uvicorn and the stdlib share; ``CASCADE_LOG_LEVEL`` is read in any case."""
 
 
+_SERVICE_LINK_URL = re.compile(r"(?i)(tcp|udp|sctp)://")
+_SERVICE_LINK = re.compile(
+    r"CASCADE_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)"
+)
+"""The variables Kubernetes sets for a Service named ``cascade`` (service links)."""
+
+
 class Listen(BaseSettings):
     """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
     settings, all that the client commands (``cascade-proxy sessions``, ``memory``) read, for
@@ -39,6 +47,18 @@ class Listen(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _not_a_service_link(cls, value: object) -> object:
+        """A Kubernetes Service named ``cascade`` sets ``CASCADE_PORT=tcp://IP:PORT`` in every
+        pod of its namespace (a service link): named as such, not as "not an integer"."""
+        if isinstance(value, str) and _SERVICE_LINK_URL.match(value.strip()):
+            raise ValueError(
+                "holds a Kubernetes service link (a Service named cascade sets it): set the"
+                " pod's enableServiceLinks to false, or CASCADE_PORT to the port to listen on"
+            )
+        return value
 
     @field_validator("host")
     @classmethod
@@ -299,7 +319,7 @@ def unknown_variables(environ: Mapping[str, str], referenced: Iterable[str] = ()
         upper = name.upper()  # pydantic-settings reads cascade_port as CASCADE_PORT
         if not upper.startswith(prefix) or upper.startswith(prefix + "TEST_"):
             continue
-        if upper in read or name in referenced:
+        if upper in read or name in referenced or _SERVICE_LINK.fullmatch(upper):
             continue
         close = difflib.get_close_matches(upper.removeprefix(prefix), known, n=1, cutoff=0.75)
         found.append(f"{name} (did you mean {known[close[0]]}?)" if close else name)

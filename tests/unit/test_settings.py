@@ -222,3 +222,29 @@ def test_an_empty_data_dir_is_the_default_one(monkeypatch: pytest.MonkeyPatch) -
     # pgdata/ and run/ in whatever directory the proxy was started from.
     monkeypatch.setenv("CASCADE_DATA_DIR", " ")
     assert load_settings().data_dir is None
+
+
+def test_a_kubernetes_service_link_in_cascade_port_is_named_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: a Kubernetes Service named "cascade" sets CASCADE_PORT=tcp://10.0.0.7:8080
+    # in every pod of its namespace (service links), and the start read "CASCADE_PORT: Input
+    # should be a valid integer", which does not say where the value came from.
+    monkeypatch.setenv("CASCADE_PORT", "tcp://10.0.0.7:8080")
+    with pytest.raises(SettingsError, match=r"^CASCADE_PORT: .*enableServiceLinks") as refused:
+        load_settings()
+    assert "10.0.0.7" not in str(refused.value)
+
+
+def test_kubernetes_service_link_variables_are_not_taken_for_typos() -> None:
+    links = {
+        "CASCADE_SERVICE_HOST": "10.0.0.7",
+        "CASCADE_SERVICE_PORT": "8080",
+        "CASCADE_SERVICE_PORT_HTTP": "8080",
+        "CASCADE_PORT_8080_TCP": "tcp://10.0.0.7:8080",
+        "CASCADE_PORT_8080_TCP_ADDR": "10.0.0.7",
+        "CASCADE_PORT_8080_TCP_PORT": "8080",
+        "CASCADE_PORT_8080_TCP_PROTO": "tcp",
+    }
+    assert unknown_variables(links) is None
+    assert unknown_variables({"CASCADE_PORT_HTTP": "1"}) is not None  # not a link's name
