@@ -24,6 +24,7 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
+from proxy.metrics import Metrics
 from proxy.services.chaincache import ChainCache
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
@@ -187,3 +188,15 @@ def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states() -> No
     unreachable = run_start(SERVE, {**base, "DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/x"})
     assert unreachable.returncode == 3, unreachable.stderr
     assert "cannot start: cannot connect to PostgreSQL at postgresql://u:***@" in unreachable.stderr
+
+
+def test_the_metrics_readme_lists_are_the_ones_exported() -> None:
+    """Each metric README's Metrics names is exported, and each the proxy exports (but the
+    client library's process_* and python_info) is named there."""
+    section = TEXT.split("### Metrics")[1].split("\n### ")[0]
+    named = set(re.findall(r"`((?:cascade|gen_ai)_[a-z_]+)", section))
+    exported = set()
+    for family in Metrics().registry.collect():
+        if family.name.startswith(("cascade_", "gen_ai_")):
+            exported.add(family.name + ("_total" if family.type == "counter" else ""))
+    assert named == exported
