@@ -57,7 +57,7 @@ from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import SessionKey
 from proxy.store import leases as lease_rows, messages as msgs, steps, writes
-from proxy.store.db import Connection, DatabaseUnavailable, acquire
+from proxy.store.db import Connection, DatabaseUnavailable, PoolExhausted, acquire
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -290,7 +290,7 @@ class Turn:
                         "not stored",
                         self.key.session_id,
                     )
-        except DatabaseUnavailable as exc:  # an outage: its cause, no traceback (README, Logs)
+        except (DatabaseUnavailable, PoolExhausted) as exc:  # its cause, no traceback
             self._chains.set_head(self.key, None)
             log.warning("could not record the reply of session %s: %s", self.key.session_id, exc)
         except Exception:

@@ -16,7 +16,7 @@ from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, writes
-from proxy.store.db import DatabaseUnavailable
+from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
 KEY = SessionKey("t", "s")
 
@@ -217,15 +217,17 @@ async def test_a_failed_step_write_reaches_its_caller() -> None:
     await turn.abort()
 
 
+@pytest.mark.parametrize("error", [DatabaseUnavailable, PoolExhausted])
 async def test_a_reply_the_database_outage_keeps_from_storing_is_one_warning(
-    caplog: pytest.LogCaptureFixture,
+    error: type[Exception], caplog: pytest.LogCaptureFixture
 ) -> None:
     # Regression: logged at ERROR with asyncpg's traceback through the pool, where README
-    # has the database going away said in one line with its cause, no traceback.
+    # has the database going away said in one line with its cause, no traceback; a pool
+    # whose every connection stays busy is the 503 server_busy's WARNING elsewhere.
     pool, locks = _Pool(), SessionLocks()
 
     async def unreachable() -> Any:
-        raise DatabaseUnavailable("cannot connect to PostgreSQL at postgresql://u:***@h/db")
+        raise error("cannot connect to PostgreSQL at postgresql://u:***@h/db")
 
     pool.acquire = unreachable  # type: ignore[method-assign]
     turn = await _turn(pool, locks, _leases(pool), connect=False)
