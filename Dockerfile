@@ -41,10 +41,12 @@ USER 10001:10001
 WORKDIR /app
 
 EXPOSE 8080
-# /healthz, not /readyz: with proxy keys configured /readyz needs one, and a container that
-# is up has finished its migrations (the server listens only after them; hence the start
-# period). CASCADE_PORT, not 8080: a deployment may move the port. No HTTP(S)_PROXY: the
-# check must not go out through the provider's egress proxy.
+# /healthz, not /readyz: liveness, so a database outage (which /readyz reports, for a load
+# balancer) does not mark the container unhealthy and get it restarted. Neither needs a
+# proxy key. /healthz answers once the start is done, migrations included (a connection
+# made before waits for it; hence the start period). CASCADE_PORT, not 8080: a deployment
+# may move the port. No HTTP(S)_PROXY: the check must not go out through the provider's
+# egress proxy.
 HEALTHCHECK --interval=10s --timeout=3s --retries=3 --start-period=120s \
   CMD python -c "import os,urllib.request as u; u.build_opener(u.ProxyHandler({})).open('http://127.0.0.1:%s/healthz' % os.environ.get('CASCADE_PORT', '8080'), timeout=2)" || exit 1
 CMD ["cascade-proxy", "serve"]

@@ -60,7 +60,7 @@ from proxy.store.db import DatabaseUnavailable, PoolExhausted, pooler_kwargs, ru
 from proxy.store.readiness import SharedCheck, database_readiness
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
-from proxy.transport import ProviderTransport, build_client, check_proxies
+from proxy.transport import ProviderTransport, build_client, check_proxies, check_trust
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
 from proxy.warmup import open_pool, warm_pool, warm_process
@@ -128,6 +128,7 @@ def create_app(
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
     check_proxies(settings.http_transport)  # a proxy the transport cannot use fails here
+    check_trust()  # so does an SSL_CERT_FILE that cannot be loaded
     tracing = build_tracing(settings.tracing, provider=tracer_provider)
     observer = Observer(Metrics.from_env(), tracing)
 

@@ -43,6 +43,11 @@ def client_origin(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def _bracketed(host: str) -> str:
+    """An IPv6 address in brackets, as in a URL: ``::1:8080`` reads as one address."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _public_url(url: str) -> str:
     """``url`` without a user or password in it."""
     try:
@@ -149,7 +154,7 @@ def startup_banner(
         else str(settings.config or "none: all defaults")
     )
     lines = [
-        f"Cascade {__version__} listening on {settings.host}:{settings.port}",
+        f"Cascade {__version__} listening on {_bracketed(settings.host)}:{settings.port}",
         f"  base URL for clients: {origin}/v1",
         f"  config: {config}",
         *_providers(cfg, env),

@@ -72,7 +72,8 @@ NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
 one refused by pg_hba.conf (invalid_authorization_specification), an unknown database
 (invalid_catalog_name), no CONNECT privilege (insufficient_privilege). A start that meets one
 refuses at once; anything else (a refused port, a timeout, ``too many connections``, a server
-still starting) is retried until :data:`START_TIMEOUT`."""
+still starting) is retried until :data:`START_TIMEOUT`. A URL asyncpg cannot read (a
+``ValueError``, its ``ClientConfigurationError`` among them) refuses at once too."""
 
 
 def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
@@ -217,7 +218,8 @@ class EventBus:
             except Exception as exc:  # keep the bus alive across database restarts
                 self._failure = redact_dsn(f"{type(exc).__name__}: {exc}")
                 sqlstate = getattr(exc, "sqlstate", None)
-                if sqlstate in NEVER_HEALS and not connected.done():  # the start refuses
+                unreadable = isinstance(exc, ValueError)  # asyncpg cannot parse the URL
+                if (sqlstate in NEVER_HEALS or unreadable) and not connected.done():
                     connected.set_exception(
                         DatabaseUnavailable(
                             f"the event bus cannot LISTEN at {self._where}: {self._failure}",

@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the proxy", description="Run the proxy.")
     serve.add_argument(
         "--host",
+        type=_host,
         help="address to listen on (env CASCADE_HOST; default "
         "127.0.0.1); a non-loopback one needs proxy keys (auth.keys) or "
         "--allow-unauthenticated",
@@ -194,6 +195,14 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:  # uvicorn would take 99999 and listen somewhere else
         raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
     return port
+
+
+def _host(text: str) -> str:
+    """An address as given; an empty one would bind every interface (``CASCADE_HOST`` is
+    refused alike, ``proxy.settings``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty address: give one, 127.0.0.1 by default")
+    return text
 
 
 def _session_id(text: str) -> str:

@@ -262,19 +262,26 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
 
 
 def _check_urls(cfg: Config, *, from_env: bool) -> None:
-    """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535:
-    else every request to it would be a 502. ``from_env``: the ``openai`` provider's came
-    from ``OPENAI_BASE_URL``, which the message then names."""
+    """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535,
+    and no query or fragment: else every request to it would be a 502 (or go elsewhere).
+    ``from_env``: the ``openai`` provider's came from ``OPENAI_BASE_URL``, which the message
+    then names."""
     for name, provider in cfg.providers.items():
         try:
             u = urlsplit(provider.base_url)
             usable = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
         except ValueError:  # a port that is no number or out of range, a stray bracket
             usable = False
+        env = name == "openai" and from_env
+        where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
         if not usable:
-            env = name == "openai" and from_env
-            where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
             raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+        if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
+            # the request's path (/chat/completions) is appended: it would land in them
+            raise ConfigError(
+                f"{where}: has a query string or fragment, which the request paths would"
+                " follow; give the URL up to its path, and a key by apiKeyEnv"
+            )
 
 
 def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:

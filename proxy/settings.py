@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,13 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 """The logging levels uvicorn and the stdlib share; ``CASCADE_LOG_LEVEL`` is read in any case."""
 
 
+_SERVICE_LINK_URL = re.compile(r"(?i)(tcp|udp|sctp)://")
+_SERVICE_LINK = re.compile(
+    r"CASCADE_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)"
+)
+"""The variables Kubernetes sets for a Service named ``cascade`` (service links)."""
+
+
 class Listen(BaseSettings):
     """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
     settings, all that the client commands (``cascade-proxy sessions``, ``memory``) read, for
@@ -39,6 +47,27 @@ class Listen(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _not_a_service_link(cls, value: object) -> object:
+        """A Kubernetes Service named ``cascade`` sets ``CASCADE_PORT=tcp://IP:PORT`` in every
+        pod of its namespace (a service link): named as such, not as "not an integer"."""
+        if isinstance(value, str) and _SERVICE_LINK_URL.match(value.strip()):
+            raise ValueError(
+                "holds a Kubernetes service link (a Service named cascade sets it): set the"
+                " pod's enableServiceLinks to false, or CASCADE_PORT to the port to listen on"
+            )
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        """An empty host (``CASCADE_HOST=``, a blank line in an env file) would bind every
+        interface, and read as no address in every message: refused, naming the setting."""
+        if not value.strip():
+            raise ValueError("empty; give an address: 127.0.0.1 (the default), 0.0.0.0 for all")
+        return value
 
 
 class Settings(Listen):
@@ -125,12 +154,37 @@ class Settings(Listen):
         variable that gave ``database_url``, else the embedded server."""
         return self._database_url_from if self.database_url else "the embedded server"
 
+    @field_validator("config", "data_dir", mode="before")
+    @classmethod
+    def _blank_path(cls, value: object) -> object:
+        """``CASCADE_CONFIG=`` is the default (``config/agents.json`` when present), and
+        ``CASCADE_DATA_DIR=`` the user data directory, as an empty ``DATABASE_URL`` is the
+        default database: read as a path each was ``.``, the working directory."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower_level(cls, value: object) -> object:
         """``INFO`` as well as ``info``, ``JSON`` as well as ``json`` (as ``format_from_env``
         reads it); an unknown name is refused at start, not by logging."""
         return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _encoding(cls, value: str) -> str:
+        """An encoding tiktoken does not have is a typo, refused at start: loading it would
+        only warn, as offline does, and every token be counted by the estimate. Empty is the
+        estimate by choice; without tiktoken installed no name is judged."""
+        try:
+            from tiktoken import list_encoding_names  # the shell's, never the core's
+        except ImportError:
+            return value
+        if value and value not in (names := list_encoding_names()):
+            raise ValueError(
+                f"not a tiktoken encoding: one of {', '.join(sorted(names))}, or empty for"
+                " the estimate"
+            )
+        return value
 
     @field_validator("cors_origins")
     @classmethod
@@ -265,7 +319,7 @@ def unknown_variables(environ: Mapping[str, str], referenced: Iterable[str] = ()
         upper = name.upper()  # pydantic-settings reads cascade_port as CASCADE_PORT
         if not upper.startswith(prefix) or upper.startswith(prefix + "TEST_"):
             continue
-        if upper in read or name in referenced:
+        if upper in read or name in referenced or _SERVICE_LINK.fullmatch(upper):
             continue
         close = difflib.get_close_matches(upper.removeprefix(prefix), known, n=1, cutoff=0.75)
         found.append(f"{name} (did you mean {known[close[0]]}?)" if close else name)

@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from proxy.settings import SettingsError
 
@@ -134,6 +134,24 @@ def _exporters(mode: str, env: Mapping[str, str]) -> list[str]:
     return ["otlp"] if any(env.get(name) for name in _OTLP_ENV) else []
 
 
+def _check_endpoints(env: Mapping[str, str]) -> None:
+    """An OTLP endpoint set that is no http(s) URL with a host is refused, naming the
+    variable and not its value (it may carry a user and password): the exporter would take
+    it and fail each batch of spans, one ERROR line a batch, exporting none."""
+    for name in _OTLP_ENV:
+        if value := env.get(name, "").strip():
+            try:
+                u = urlsplit(value)
+                usable = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
+            except ValueError:
+                usable = False
+            if not usable:
+                raise SettingsError(
+                    f"{name}: not an http(s) URL with a host (OTLP/HTTP, as"
+                    " http://otel-collector:4318)"
+                )
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
@@ -145,6 +163,8 @@ def build_tracing(
     exporters = _exporters(mode.strip().lower(), env)
     if not exporters:
         return None
+    if "otlp" in exporters:
+        _check_endpoints(env)
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkProvider

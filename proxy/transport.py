@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import ipaddress
+import os
 import socket
 import ssl
 from collections import deque
@@ -61,6 +62,7 @@ from proxy.config import ConfigError
 
 __all__ = [
     "check_proxies",
+    "check_trust",
     "ProviderTransport",
     "TlsSettings",
     "TLS_EXTENSION",
@@ -245,6 +247,23 @@ def check_proxies(kind: Kind) -> None:
                 f" CASCADE_HTTP_TRANSPORT={kind} can use: it takes"
                 f" {', '.join(sorted(s + '://' for s in usable))} proxies{hint}"
             )
+
+
+def check_trust() -> None:
+    """Refuse at start an ``SSL_CERT_FILE`` (or ``SSL_CERT_DIR``) that cannot be loaded,
+    naming it: every provider without a ``caFile`` trusts it, and every pool is built with
+    that context, plain-http ones too, so each call would otherwise fail as a 502."""
+    name = "SSL_CERT_FILE" if os.environ.get("SSL_CERT_FILE") else "SSL_CERT_DIR"
+    if not os.environ.get(name):  # certifi's bundle, which ships with httpx
+        return
+    try:
+        httpx.create_ssl_context(trust_env=True)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise ConfigError(
+            f"{name} {os.environ.get(name)} cannot be loaded ({type(exc).__name__}: {reason});"
+            " it names the CAs every provider without a caFile trusts: fix or unset it"
+        ) from None
 
 
 class ProviderTransport(httpx.AsyncBaseTransport):

@@ -16,6 +16,7 @@ from proxy.auth import PROXY_KEY
 from proxy.bus import SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.store import events as store, nul, sessions
+from proxy.store.db import DatabaseUnavailable
 
 __all__ = ["router"]
 
@@ -138,10 +139,13 @@ async def _stream(
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
             except TimeoutError:
-                if await _lost(request, pool, tenant, session_id):
-                    return
-                async for frame in cursor.catch_up(pool, tenant, session_id):
-                    yield frame
+                try:
+                    if await _lost(request, pool, tenant, session_id):
+                        return
+                    async for frame in cursor.catch_up(pool, tenant, session_id):
+                        yield frame
+                except DatabaseUnavailable:  # an outage, which the pool says once: kept
+                    pass  # open, the stream reads what it missed once the database is back
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
             if event is SESSION_GONE:

@@ -57,7 +57,7 @@ from proxy.services.leases import Leases
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import SessionKey
 from proxy.store import leases as lease_rows, messages as msgs, steps, writes
-from proxy.store.db import Connection, acquire
+from proxy.store.db import Connection, DatabaseUnavailable, PoolExhausted, acquire
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -290,6 +290,9 @@ class Turn:
                         "not stored",
                         self.key.session_id,
                     )
+        except (DatabaseUnavailable, PoolExhausted) as exc:  # its cause, no traceback
+            self._chains.set_head(self.key, None)
+            log.warning("could not record the reply of session %s: %s", self.key.session_id, exc)
         except Exception:
             self._chains.set_head(self.key, None)
             log.exception("could not record the reply of session %s", self.key.session_id)

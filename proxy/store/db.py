@@ -332,7 +332,10 @@ async def run_migrations(
             applied.append(name)
     except asyncpg.PostgresError as exc:
         PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
-        raise
+        raise MigrationError(  # a role that may not create tables: one line, no traceback
+            f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
+            f" {setting} names: {type(exc).__name__}: {exc}"
+        ) from exc
     finally:
         await conn.close()
     return applied

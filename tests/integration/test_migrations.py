@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -259,3 +260,22 @@ async def test_a_checksum_main_never_shipped_is_still_refused(empty_db_dsn: str)
     )
     with pytest.raises(MigrationError, match="0016_session_lease.sql was changed"):
         await run_migrations(empty_db_dsn)
+
+
+async def test_a_role_that_cannot_make_the_ledger_is_one_line(empty_db_dsn: str) -> None:
+    # Regression: the ledger's CREATE TABLE raised InsufficientPrivilegeError out of
+    # run_migrations: `migrate` printed its traceback with exit 1, `serve` logged it whole.
+    role = f"cascade_no_create_{os.getpid()}"
+    admin = await asyncpg.connect(empty_db_dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        await admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        parts = urlsplit(empty_db_dsn)
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        password = userinfo.partition(":")[1:]
+        as_role = urlunsplit(parts._replace(netloc=f"{role}{''.join(password)}@{hostport}"))
+        with pytest.raises(MigrationError, match=r"^the migrations' ledger .*Insufficient"):
+            await run_migrations(as_role, setting="DATABASE_URL")
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.close()

@@ -168,3 +168,10 @@ def test_the_stages_line_names_retrieval_and_memory_when_they_are_on() -> None:
     assert "memory (suggest" in default
     off = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None, paths=[])
     assert "retrieval" not in off and "memory" not in off
+
+
+def test_an_ipv6_address_is_named_in_brackets() -> None:
+    # Regression: "listening on ::1:8080", which reads as the address ::1:8080 on no port.
+    settings = Settings(host="::1", port=8080)
+    text = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None, paths=[])
+    assert text.splitlines()[0] == "Cascade 0.1.0 listening on [::1]:8080"

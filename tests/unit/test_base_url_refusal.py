@@ -45,3 +45,21 @@ async def test_a_502_for_a_bad_base_url_blames_the_base_url_not_the_ca_file() ->
     said = str(info.value)
     assert "caFile" not in said  # was "its caFile None cannot be loaded (the baseUrl is …)"
     assert said.endswith("fix the provider's baseUrl in config")
+
+
+@pytest.mark.parametrize(
+    ("raw", "env", "where"),
+    [
+        ({"providers": {"p": {"baseUrl": "https://h/v1?key=QSECRET"}}}, {}, "providers.p.baseUrl"),
+        ({"providers": {"p": {"baseUrl": "https://h/v1#QSECRET"}}}, {}, "providers.p.baseUrl"),
+        ({}, {"OPENAI_BASE_URL": "https://h/v1?api-version=QSECRET"}, "OPENAI_BASE_URL"),
+    ],
+)
+def test_a_base_url_with_a_query_or_fragment_is_refused_at_load(
+    raw: dict[str, object], env: dict[str, str], where: str
+) -> None:
+    # Regression: loaded, and each call went to https://h/v1?key=…/chat/completions (the
+    # request path appended to the query), the start-up block printing the query whole.
+    with pytest.raises(ConfigError, match=f"^{where}: has a query string or fragment") as refused:
+        parse_config(raw, env)
+    assert "QSECRET" not in str(refused.value)

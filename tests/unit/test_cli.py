@@ -236,6 +236,7 @@ def test_the_pool_names_the_flag_that_gave_its_database(tmp_path: Path) -> None:
     ("argv", "said"),
     [
         (["serve", "--port", "abc"], "argument --port: abc is not a TCP port (1-65535)"),
+        (["serve", "--host", " "], "argument --host: an empty address"),
         (["sessions", "show", ""], "argument id: an empty session id"),
         (["sessions", "branch", "s1", "--new-id", ""], "argument --new-id: an empty session id"),
         (["sessions", "show", "s1/messages"], "argument id: a session id holds no '/'"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
+from proxy.metrics import Metrics
 from proxy.services.chaincache import ChainCache
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
@@ -30,6 +32,7 @@ from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
+from tests.unit.starts import SERVE, run_start
 
 
 def _default(cls: type, name: str) -> int:
@@ -174,3 +177,27 @@ def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
     quoted = [q for group in cited for q in re.findall(r'"([^"]+)"', group)]
     assert "a freed session wakes its waiter" in quoted
     assert [q for q in quoted if not any(q in h for h in headings)] == []
+
+
+def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states() -> None:
+    section = README.split("### Start-up")[1].split("### ")[0]
+    assert "or the tracing exporter refused, with exit status 2, before anything starts" in section
+    assert "cannot connect to or migrate" in section and "masked), with exit status 3" in section
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
+    refused = run_start(SERVE, {**base, "CASCADE_LOG_LEVEL": "loud"})
+    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
+    unreachable = run_start(SERVE, {**base, "DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/x"})
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert "cannot start: cannot connect to PostgreSQL at postgresql://u:***@" in unreachable.stderr
+
+
+def test_the_metrics_readme_lists_are_the_ones_exported() -> None:
+    """Each metric README's Metrics names is exported, and each the proxy exports (but the
+    client library's process_* and python_info) is named there."""
+    section = TEXT.split("### Metrics")[1].split("\n### ")[0]
+    named = set(re.findall(r"`((?:cascade|gen_ai)_[a-z_]+)", section))
+    exported = set()
+    for family in Metrics().registry.collect():
+        if family.name.startswith(("cascade_", "gen_ai_")):
+            exported.add(family.name + ("_total" if family.type == "counter" else ""))
+    assert named == exported

@@ -174,3 +174,77 @@ def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.Monk
     as ``CASCADE_LOG_LEVEL`` is read: ``JSON`` was refused, in a JSON line."""
     monkeypatch.setenv("CASCADE_LOG_FORMAT", value)
     assert Settings().log_format == "json"
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", ""])
+def test_a_tiktoken_encoding_or_none_is_taken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADE_TOKENIZER", name)
+    assert load_settings().tokenizer == name
+
+
+def test_a_misspelt_tokenizer_refuses_the_start_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: an encoding tiktoken does not have started the proxy with one warning,
+    # the same as offline, and every token was counted by the estimate for good.
+    monkeypatch.setenv("CASCADE_TOKENIZER", "o200k_bsae")
+    with pytest.raises(SettingsError, match=r"CASCADE_TOKENIZER: .*o200k_base") as refused:
+        load_settings()
+    assert "o200k_bsae" not in str(refused.value)  # a value is never quoted
+
+
+def test_an_empty_config_variable_is_the_default_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: CASCADE_CONFIG= (a blank line in an env file) read as the path ".", and the
+    # start was refused with "cannot read config file .: Is a directory", naming no setting.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CASCADE_CONFIG", "")
+    assert load_settings().config is None
+    (tmp_path / DEFAULT_CONFIG).parent.mkdir()
+    (tmp_path / DEFAULT_CONFIG).write_text("{}")
+    assert load_settings().config == Path(DEFAULT_CONFIG)
+
+
+def test_an_empty_host_refuses_the_start_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: CASCADE_HOST= listened on every interface (an empty host binds them all),
+    # and the banner said "listening on :8080"; without keys the refusal read "refusing to
+    # listen on  without proxy keys".
+    monkeypatch.setenv("CASCADE_HOST", "")
+    with pytest.raises(SettingsError, match=r"^CASCADE_HOST: empty; give an address"):
+        load_settings()
+
+
+def test_an_empty_data_dir_is_the_default_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: CASCADE_DATA_DIR= read as the path ".", so the embedded PostgreSQL made its
+    # pgdata/ and run/ in whatever directory the proxy was started from.
+    monkeypatch.setenv("CASCADE_DATA_DIR", " ")
+    assert load_settings().data_dir is None
+
+
+def test_a_kubernetes_service_link_in_cascade_port_is_named_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: a Kubernetes Service named "cascade" sets CASCADE_PORT=tcp://10.0.0.7:8080
+    # in every pod of its namespace (service links), and the start read "CASCADE_PORT: Input
+    # should be a valid integer", which does not say where the value came from.
+    monkeypatch.setenv("CASCADE_PORT", "tcp://10.0.0.7:8080")
+    with pytest.raises(SettingsError, match=r"^CASCADE_PORT: .*enableServiceLinks") as refused:
+        load_settings()
+    assert "10.0.0.7" not in str(refused.value)
+
+
+def test_kubernetes_service_link_variables_are_not_taken_for_typos() -> None:
+    links = {
+        "CASCADE_SERVICE_HOST": "10.0.0.7",
+        "CASCADE_SERVICE_PORT": "8080",
+        "CASCADE_SERVICE_PORT_HTTP": "8080",
+        "CASCADE_PORT_8080_TCP": "tcp://10.0.0.7:8080",
+        "CASCADE_PORT_8080_TCP_ADDR": "10.0.0.7",
+        "CASCADE_PORT_8080_TCP_PORT": "8080",
+        "CASCADE_PORT_8080_TCP_PROTO": "tcp",
+    }
+    assert unknown_variables(links) is None
+    assert unknown_variables({"CASCADE_PORT_HTTP": "1"}) is not None  # not a link's name

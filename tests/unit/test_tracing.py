@@ -168,3 +168,16 @@ def test_tracing_asked_for_without_opentelemetry_is_a_refused_setting(
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.resources", None)  # import fails
     with pytest.raises(SettingsError, match=r"pip install 'cascade-proxy\[tracing\]'"):
         build_tracing("console", env={})
+
+
+@pytest.mark.parametrize(
+    "name", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+)
+@pytest.mark.parametrize("value", ["otel-collector:4318", "grpc://u:SECRET@h:4317", "http://"])
+def test_an_otlp_endpoint_that_is_no_http_url_is_refused_by_name(name: str, value: str) -> None:
+    # Regression: the start went on, and each batch of spans was one ERROR line, "Invalid URL
+    # 'notaurl/v1/traces': No scheme supplied", so no span was ever exported.
+    with pytest.raises(SettingsError, match=f"^{name}: not an http") as refused:
+        build_tracing("", env={name: value})
+    assert "SECRET" not in str(refused.value)
+    assert build_tracing("console", env={name: value}) is not None  # not exported to: not read

@@ -152,3 +152,23 @@ def test_idle_provider_connections_close_before_uvicorn_closes_them() -> None:
     on one at that moment is reset. The proxy gives idle connections up first."""
     default = inspect.signature(uvicorn.Config).parameters["timeout_keep_alive"].default
     assert default > KEEPALIVE_SECONDS
+
+
+@pytest.mark.parametrize("content", [None, "not a certificate\n"])
+def test_an_unloadable_ssl_cert_file_stops_the_start(
+    content: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Regression: the proxy started, warned "its caFile None cannot be loaded", and answered
+    # every request 502 with the same words, plain-http providers too (every pool is built
+    # with the default context): the variable at fault was never named.
+    bundle = tmp_path / "ca.pem"
+    if content is not None:
+        bundle.write_text(content)
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    config = tmp_path / "agents.json"
+    config.write_text("{}")
+    settings = Settings(config=config, database_url="postgresql://unused/x")
+    with pytest.raises(ConfigError, match=f"SSL_CERT_FILE {bundle} cannot be loaded"):
+        create_app(settings)
+    bundle.write_bytes(trustme.CA().cert_pem.bytes())
+    create_app(settings)  # a readable bundle: starts

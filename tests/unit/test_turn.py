@@ -16,6 +16,7 @@ from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
 from proxy.store import messages as msgs, writes
+from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
 KEY = SessionKey("t", "s")
 
@@ -214,3 +215,29 @@ async def test_a_failed_step_write_reaches_its_caller() -> None:
     with pytest.raises(RuntimeError):
         await turn.flush()  # still held: the failed write did not take them
     await turn.abort()
+
+
+@pytest.mark.parametrize("error", [DatabaseUnavailable, PoolExhausted])
+async def test_a_reply_the_database_outage_keeps_from_storing_is_one_warning(
+    error: type[Exception], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Regression: logged at ERROR with asyncpg's traceback through the pool, where README
+    # has the database going away said in one line with its cause, no traceback; a pool
+    # whose every connection stays busy is the 503 server_busy's WARNING elsewhere.
+    pool, locks = _Pool(), SessionLocks()
+
+    async def unreachable() -> Any:
+        raise error("cannot connect to PostgreSQL at postgresql://u:***@h/db")
+
+    pool.acquire = unreachable  # type: ignore[method-assign]
+    turn = await _turn(pool, locks, _leases(pool), connect=False)
+    turn.step = object()  # type: ignore[assignment]  # a prepared step: its reply to store
+    with caplog.at_level("WARNING", logger="cascade.chat"):
+        await turn.finish({"role": "assistant", "content": "x"}, 10)
+    [record] = caplog.records
+    assert (record.levelname, record.exc_info) == ("WARNING", None)
+    assert record.getMessage() == (
+        "could not record the reply of session s: cannot connect to PostgreSQL at"
+        " postgresql://u:***@h/db"
+    )
+    assert locks.waiting(KEY) == 0  # the session still goes to the next request
