@@ -306,6 +306,19 @@ def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
         )
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object of the config file names one key twice (``args[0]``)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate the config file; a missing path means all defaults."""
     if path is None:
@@ -320,9 +333,14 @@ def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p} is not valid JSON: {exc}") from exc
+    except _DuplicateKey as exc:
+        raise ConfigError(
+            f"{p}: the key {exc.args[0]!r} appears twice in one object; JSON keeps only the "
+            "last, so one of them would be silently ignored"
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{p} must hold a JSON object at the top level")
     return parse_config(raw, env)

@@ -41,6 +41,22 @@ def test_load_config_reports_bad_json(tmp_path: Path) -> None:
         load_config(write(tmp_path, "{ not json"), env={})
 
 
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            '{"context": {"eviction": {"atFraction": 0.5}, "eviction": {"enabled": false}}}',
+            "eviction",
+        ),
+        ('{"providers": {"p": {"baseUrl": "http://a/v1", "baseUrl": "http://b/v1"}}}', "baseUrl"),
+    ],
+)
+def test_load_config_refuses_a_key_written_twice(tmp_path: Path, text: str, key: str) -> None:
+    """JSON keeps the last of two equal keys, so the first would be ignored without a word."""
+    with pytest.raises(ConfigError, match=f"the key '{key}' appears twice"):
+        load_config(write(tmp_path, text), env={})
+
+
 def test_load_config_reports_a_file_it_cannot_read(tmp_path: Path) -> None:
     # a directory in its place, bytes that are not UTF-8: the reason, naming the file
     with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}"):
