@@ -10,7 +10,8 @@
 -- statement that persists such an event counts it and none sends a statement more. Only
 -- those two events fire it. Truncation counts the characters a cut left out at four to a
 -- token, each event rounded down, as the view summed them; a compaction what its completed
--- event says the prompt lost.
+-- event says the prompt lost, when the session still holds its summary (a reset between the
+-- summary's write and the event's took it, and with it what it reclaimed).
 --
 -- It can run again over its own effects (tests/integration/test_migrations.py re-applies
 -- the migrations after 0023): the totals are added, and filled, only where they are missing.
@@ -25,7 +26,10 @@ BEGIN
         UPDATE sessions SET reclaimed_summarisation = reclaimed_summarisation
             + greatest(coalesce((NEW.data->>'tokens_before')::bigint, 0)
                        - coalesce((NEW.data->>'tokens_after')::bigint, 0), 0)
-        WHERE tenant = NEW.tenant AND id = NEW.session_id;
+        WHERE tenant = NEW.tenant AND id = NEW.session_id
+          AND EXISTS (SELECT FROM summaries m WHERE m.tenant = NEW.tenant
+                      AND m.session_id = NEW.session_id
+                      AND m.version = (NEW.data->>'summary_version')::integer);
     END IF;
     RETURN NULL;
 END

@@ -360,7 +360,10 @@ BEGIN
         UPDATE sessions SET reclaimed_summarisation = reclaimed_summarisation
             + greatest(coalesce((NEW.data->>'tokens_before')::bigint, 0)
                        - coalesce((NEW.data->>'tokens_after')::bigint, 0), 0)
-        WHERE tenant = NEW.tenant AND id = NEW.session_id;
+        WHERE tenant = NEW.tenant AND id = NEW.session_id
+          AND EXISTS (SELECT FROM summaries m WHERE m.tenant = NEW.tenant
+                      AND m.session_id = NEW.session_id
+                      AND m.version = (NEW.data->>'summary_version')::integer);
     END IF;
     RETURN NULL;
 END

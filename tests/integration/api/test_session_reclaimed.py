@@ -63,6 +63,20 @@ def test_a_reset_zeroes_every_stage_and_later_cuts_count_afresh(http: httpx.Clie
     assert settled(http, "r", 6)["reclaimed"] == {**ZERO, "truncation": cut}
 
 
+def test_a_compaction_whose_summary_a_reset_took_reclaims_nothing(
+    http: httpx.Client, db_dsn: str
+) -> None:
+    chat(http, [user("hello")], sid="late")
+    settled(http, "late", 2)
+    # the compaction wrote summary 1 and the reset deleted it before its event went in
+    late = """INSERT INTO events (tenant, session_id, name, data)
+        SELECT tenant, id, 'context.compaction.completed',
+               '{"summary_version": 1, "tokens_before": 900, "tokens_after": 100}'::jsonb
+        FROM sessions WHERE id = 'late'"""
+    run_sync(execute(db_dsn, late))
+    assert reclaimed(http, "late") == ZERO
+
+
 class ToolLoop:
     """An agent whose model calls a tool every step: each result is cut at ingestion and,
     once the window passes eviction's threshold, older ones are evicted."""
