@@ -347,6 +347,28 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.cascade_count_reclaimed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.name = 'context.truncated' THEN
+        UPDATE sessions SET reclaimed_truncation = reclaimed_truncation
+            + greatest(coalesce((NEW.data->>'original_chars')::bigint, 0)
+                       - coalesce((NEW.data->>'kept_chars')::bigint, 0), 0) / 4
+        WHERE tenant = NEW.tenant AND id = NEW.session_id;
+    ELSE
+        UPDATE sessions SET reclaimed_summarisation = reclaimed_summarisation
+            + greatest(coalesce((NEW.data->>'tokens_before')::bigint, 0)
+                       - coalesce((NEW.data->>'tokens_after')::bigint, 0), 0)
+        WHERE tenant = NEW.tenant AND id = NEW.session_id
+          AND EXISTS (SELECT FROM summaries m WHERE m.tenant = NEW.tenant
+                      AND m.session_id = NEW.session_id
+                      AND m.version = (NEW.data->>'summary_version')::integer);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION public.cascade_keep_raw_output_version() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -652,7 +674,9 @@ CREATE TABLE public.sessions (
     compaction_owner uuid,
     compaction_expires timestamp with time zone,
     lease_queue uuid[],
-    lease_queue_expires timestamp with time zone[]
+    lease_queue_expires timestamp with time zone[],
+    reclaimed_truncation bigint DEFAULT 0 NOT NULL,
+    reclaimed_summarisation bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE public.summaries (
@@ -763,6 +787,8 @@ CREATE INDEX messages_session_pos ON public.messages USING btree (tenant, sessio
 CREATE INDEX tool_raw_output_versions_call ON public.tool_raw_output_versions USING btree (tenant, session_id, tool_call_id);
 
 CREATE TRIGGER events_notify AFTER INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.cascade_notify_event();
+
+CREATE TRIGGER events_reclaimed AFTER INSERT ON public.events FOR EACH ROW WHEN ((new.name = ANY (ARRAY['context.truncated'::text, 'context.compaction.completed'::text]))) EXECUTE FUNCTION public.cascade_count_reclaimed();
 
 CREATE TRIGGER raw_output_versions BEFORE INSERT ON public.tool_raw_outputs FOR EACH ROW EXECUTE FUNCTION public.cascade_keep_raw_output_version();
 

@@ -104,14 +104,13 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
         session_id=session_id,
         boundary=0 if summary is None else summary["boundary"],
     )
-    reclaimed = await usage.fetch_reclaimed_by_stage(conn, tenant=tenant, session_id=session_id)
     view = _listed(cfg, row)
     occupancy, limit = view["occupancy"], view["context_limit"]
     return view | {
         "superseded_count": row["superseded_count"],
         "fraction": round(occupancy / limit, 4) if occupancy else 0.0,
         "usage": _usage(split, 0 if summary is None else summary["tokens"], row["calibration"]),
-        "reclaimed": {"eviction": row["reclaimed_tokens"], **reclaimed},
+        "reclaimed": usage.reclaimed_by_stage(row),
         "summary": None
         if summary is None
         else {

@@ -176,8 +176,8 @@ RESET_SESSION = [
     "DELETE FROM summaries WHERE tenant = $1 AND session_id = $2",
     """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
        last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,
-       reclaimed_tokens = 0, handoff_above = false, turn_key = NULL, turn_blocks = NULL,
-       updated_at = now()
+       reclaimed_tokens = 0, reclaimed_truncation = 0, reclaimed_summarisation = 0,
+       handoff_above = false, turn_key = NULL, turn_blocks = NULL, updated_at = now()
        WHERE tenant = $1 AND id = $2""",
 ]
 
@@ -185,8 +185,9 @@ RESET_SESSION = [
 async def reset_session(
     conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
 ) -> bool:
-    """Forget the history (messages, raw outputs, summaries); the session and events stay.
-    False when there is no session: a delete that went first while this waited."""
+    """Forget the history (messages, raw outputs, summaries) and what each stage reclaimed
+    from it; the session and events stay. False when there is no session: a delete that
+    went first while this waited."""
     async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
         for sql in RESET_SESSION:
             status = await tx.execute(sql, tenant, session_id)
@@ -195,9 +196,11 @@ async def reset_session(
 
 COPY_SESSION = [
     """INSERT INTO sessions (tenant, id, agent, model, parent_id, head_len, head_hash,
-           system_count, last_prompt_tokens, last_estimate, calibration, reclaimed_tokens)
+           system_count, last_prompt_tokens, last_estimate, calibration, reclaimed_tokens,
+           reclaimed_truncation, reclaimed_summarisation)
        SELECT tenant, $3, agent, model, id, head_len, head_hash, system_count,
-           last_prompt_tokens, last_estimate, calibration, reclaimed_tokens
+           last_prompt_tokens, last_estimate, calibration, reclaimed_tokens,
+           reclaimed_truncation, reclaimed_summarisation
        FROM sessions WHERE tenant = $1 AND id = $2""",
     """INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id, tokens,
            redacted, evicted_at, trimmed_at, source, verbatim, placeholder, created_at)
@@ -223,7 +226,8 @@ async def copy_session(
     conn: Executor, *, tenant: str, source: str, target: str, pause: Pause | None = None
 ) -> bool:
     """Branch: independent copies of the live history, raw outputs (the ones a reused tool
-    call id replaced too: an older result's sent form is one) and valid summaries. False,
+    call id replaced too: an older result's sent form is one) and valid summaries, with
+    what each stage reclaimed from the rows it copies (the events stay the source's). False,
     nothing made, when there is no source: a delete that went first while this waited.
     Rows and spills keep when they were written: a read by bare tool call id tells by it
     whether the id's newest result is its spill or its row (``raw_outputs``)."""

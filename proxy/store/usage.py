@@ -6,7 +6,7 @@ here is on the chat path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from proxy.store.nul import decode, encode
@@ -14,7 +14,7 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["fetch_usage_split", "fetch_reclaimed_by_stage", "fetch_spilled_ids"]
+__all__ = ["fetch_usage_split", "RECLAIMED_COLUMNS", "reclaimed_by_stage", "fetch_spilled_ids"]
 
 # The live window as the prompt holds it: the leading system rows, then every row from the
 # summary's boundary on (the summary stands for the ones before it); trimmed rows are gone.
@@ -43,32 +43,21 @@ async def fetch_usage_split(
     return {k: int(row[k]) for k in ("system", "messages", "tool_results")}
 
 
-# Truncation's characters count as tokens at four to one, as ``observe.note_step_events``
-# counts them (the whole output is never tokenised); a compaction reclaims what its
-# completed event says the prompt lost. Eviction's count is the session row's own.
-FETCH_RECLAIMED = """
-SELECT
-  coalesce(sum(greatest(coalesce((data->>'original_chars')::bigint, 0)
-                        - coalesce((data->>'kept_chars')::bigint, 0), 0) / 4)
-           FILTER (WHERE name = 'context.truncated'), 0) AS truncation,
-  coalesce(sum(greatest(coalesce((data->>'tokens_before')::bigint, 0)
-                        - coalesce((data->>'tokens_after')::bigint, 0), 0))
-           FILTER (WHERE name = 'context.compaction.completed'), 0) AS summarisation
-FROM events
-WHERE tenant = $1 AND session_id = $2
-  AND name IN ('context.truncated', 'context.compaction.completed')
-"""
+RECLAIMED_COLUMNS = {
+    "eviction": "reclaimed_tokens",
+    "truncation": "reclaimed_truncation",
+    "summarisation": "reclaimed_summarisation",
+}
+"""Each stage's total on the sessions row: what it took out of the session's current history
+(a reset zeroes them, a branch copies them). Eviction adds its count in the step's write;
+truncation and summarisation theirs as their event is stored (migration 0027's trigger:
+truncation's characters at four to a token, as ``observe.note_step_events`` counts them; a
+compaction what its completed event says the prompt lost)."""
 
 
-async def fetch_reclaimed_by_stage(
-    conn: Executor, *, tenant: str, session_id: str
-) -> dict[str, int]:
-    """Tokens truncation and summarisation reclaimed over the session's life, from its
-    persisted events (eviction's events are transient: its total is on the session row)."""
-    row = await conn.fetchrow(FETCH_RECLAIMED, tenant, session_id)
-    if row is None:  # an aggregate always has its row
-        return {"truncation": 0, "summarisation": 0}
-    return {"truncation": int(row["truncation"]), "summarisation": int(row["summarisation"])}
+def reclaimed_by_stage(session: Mapping[str, Any]) -> dict[str, int]:
+    """Tokens each stage took out of the session's current history, from its row."""
+    return {stage: int(session[column]) for stage, column in RECLAIMED_COLUMNS.items()}
 
 
 FETCH_SPILLED_IDS = """
