@@ -15,7 +15,9 @@ one read of the provider's body completes go out together, in one write), except
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
-the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off.
+the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, and a
+chunk whose choices or tool calls are malformed (``chunks.malformed``), which ends the round
+before it: the relay, the stored reply and the client would each read it differently.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -267,6 +269,8 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if out.error:  # a malformed chunk: the round ends before it, as a cut one does
+                break
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
                 yield piece
@@ -340,6 +344,8 @@ def _handle(
     held: list[bytes],
     client: ClientStream,
 ) -> list[bytes]:
+    if out.error:  # a malformed chunk ended the round: what follows it is not read
+        return []
     if out.saw_done:  # relayed as it came, never read: clients stop reading at [DONE]
         return _send(event, hold=intercept, held=held)
     if sse.is_done(event):
@@ -350,6 +356,9 @@ def _handle(
         out.saw_data = out.saw_data or sse.event_data(event) is not None
         return [event]
     out.saw_data = True
+    if (why := chunks.malformed(chunk)) is not None:
+        out.error = f"the provider sent a malformed chunk ({why})"
+        return []
     if "error" in chunk and not chunk.get("choices"):
         out.provider_error = True
     out.acc.add(chunk)

@@ -302,3 +302,52 @@ async def test_calls_without_an_index_are_told_apart_by_their_place() -> None:
     assert not out.only_internal
     [chunk] = chunks(got)
     assert chunk["choices"][0]["delta"]["tool_calls"] == [{**calls[1], "index": 0}]
+
+
+_CALL = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+MALFORMED = {
+    "tool-calls-string": {"tool_calls": "x"},
+    "call-not-object": {"tool_calls": [1]},
+    "function-not-object": {"tool_calls": [{**_CALL, "function": "f"}]},
+    "name-not-string": {"tool_calls": [{**_CALL, "function": {"name": ["f"]}}]},
+    "arguments-not-string": {"tool_calls": [{**_CALL, "function": {"arguments": {"a": 1}}}]},
+    "index-not-int": {"tool_calls": [{**_CALL, "index": "0"}]},
+}
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "offered"])
+@pytest.mark.parametrize("delta", list(MALFORMED.values()), ids=list(MALFORMED))
+async def test_a_malformed_tool_call_ends_the_round_before_it_as_an_error(
+    delta: dict[str, Any], intercept: bool
+) -> None:
+    opening = frame({"role": "assistant", "content": "a"})
+    rest = [frame(delta), frame({"content": "b"}), frame({}, "tool_calls"), sse.DONE]
+    got, out = await relay([opening, b"".join(rest)], ClientStream(), intercept=intercept)
+    assert got == [opening] and "malformed" in (out.error or "")
+    assert out.acc.message() == {"role": "assistant", "content": "a"}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [b'data: {"choices": ["x"]}\n\n', b'data: {"choices": "x"}\n\n'],
+    ids=["choice-not-object", "choices-not-list"],
+)
+async def test_malformed_choices_end_the_round_as_an_error(event: bytes) -> None:
+    got, out = await relay([event, sse.DONE], ClientStream(), intercept=True)
+    assert got == [] and "malformed" in (out.error or "")
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "offered"])
+async def test_null_and_missing_tool_call_fields_are_relayed_as_they_came(intercept: bool) -> None:
+    bare = {"id": "c1", "function": {"name": "f", "arguments": None}}
+    pieces = [
+        frame({"role": "assistant", "content": None, "tool_calls": None}),
+        frame({"tool_calls": []}),
+        frame({"tool_calls": [bare]}),
+        frame({"tool_calls": [{"index": 0, "function": {"name": None, "arguments": "{}"}}]}),
+        frame({}, "tool_calls"),
+        sse.DONE,
+    ]
+    got, out = await relay(pieces, ClientStream(), intercept=intercept)
+    assert got == pieces and out.error is None
+    assert out.acc.message()["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
