@@ -221,7 +221,7 @@ class Forwarder:
                 return StreamingResponse(
                     self._stream_body(turn, send),
                     status_code=200,
-                    headers=headers,
+                    headers={**headers, **sse.STREAM_HEADERS},
                     media_type="text/event-stream",
                 )
         except BaseException:  # until the body takes the turn over, ending it is ours
