@@ -307,3 +307,37 @@ def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
         assert [r["message"]["role"] for r in rows] == ["user", "assistant", "tool"]
     out = chat(proxy, "early", messages)
     assert out.choices[0].message.content == "whole"
+
+
+def test_an_internal_call_sent_id_first_never_reaches_the_sdk(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Some providers send a call's id and type in a fragment before its name: the relay holds
+    # that fragment until the name says the call is read_tool_output, then drops it.
+    call = read_call("int_1", id="call_big", offset=0)
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
+    deltas: list[tuple[dict[str, Any], str | None]] = [
+        ({"role": "assistant", "content": None}, None),
+        ({"tool_calls": [{"index": 0, "id": call["id"], "type": "function"}]}, None),
+        ({"tool_calls": [{"index": 0, "function": {"name": "read_tool_output"}}]}, None),
+        (
+            {
+                "tool_calls": [
+                    {"index": 0, "function": {"arguments": call["function"]["arguments"]}}
+                ]
+            },
+            None,
+        ),
+        ({}, "tool_calls"),
+    ]
+    choices = [[{"index": 0, "delta": d, "finish_reason": f}] for d, f in deltas]
+    first = [f"data: {json.dumps({**head, 'choices': c})}\n\n" for c in choices]
+    fake_upstream.script(raw(*first, "data: [DONE]\n\n"), reply("the answer"))
+    client = sdk(proxy, "id-first")
+    with client.chat.completions.stream(
+        model="gpt-4o", messages=history("call_big", blob(9000, "big")), tools=CLIENT_TOOLS
+    ) as stream:
+        final = stream.get_final_completion()
+    assert len(fake_upstream.bodies()) == 2
+    message = final.choices[0].message
+    assert message.content == "the answer" and message.tool_calls is None
