@@ -341,3 +341,31 @@ def test_an_internal_call_sent_id_first_never_reaches_the_sdk(
     assert len(fake_upstream.bodies()) == 2
     message = final.choices[0].message
     assert message.content == "the answer" and message.tool_calls is None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_malformed_tool_calls_with_read_tool_output_offered_are_a_provider_error(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    # Where the proxy reads the calls to find its own: a 502, or an error frame, never a 500.
+    message = {"role": "assistant", "content": None, "tool_calls": "read_tool_output"}
+    if stream:
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        choice = {"index": 0, "delta": message, "finish_reason": "tool_calls"}
+        answer = raw(f"data: {json.dumps({**chunk, 'choices': [choice]})}\n\n", "data: [DONE]\n\n")
+    else:
+        whole = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m"}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        body = json.dumps({**whole, "choices": [choice]})
+        answer = raw(body, headers={"content-type": "application/json"})
+    fake_upstream.script(answer)
+    body = {"model": "gpt-4o", "stream": stream, "tools": CLIENT_TOOLS}
+    body["messages"] = history("call_big", blob(9000, "big"))
+    with api(proxy) as http:
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "bad"})
+    if stream:
+        frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+        assert frames[-1] == "[DONE]" and "malformed" in json.loads(frames[-2])["error"]["message"]
+    else:
+        assert resp.status_code == 502 and "malformed" in resp.json()["error"]["message"]
+    assert len(fake_upstream.bodies()) == 1
