@@ -210,7 +210,13 @@ def malformed(obj: Mapping[str, Any], part: str = "delta") -> str | None:
     if not isinstance(choices, list):
         return f"choices is {_kind(choices)}, not a list"
     for pos, choice in enumerate(choices):
-        if not is_map(choice):
+        if type(choice) is dict:  # the common choice, a text delta, read without a call
+            body = choice.get(part)
+            if type(choice.get("index")) is int and (
+                body is None or type(body) is dict and body.get("tool_calls") is None
+            ):
+                continue
+        elif not is_map(choice):
             return f"choice {pos} is {_kind(choice)}, not an object"
         why = _not_int(choice.get("index")) or _part_fault(choice.get(part), part)
         if why:
