@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
-__all__ = ["StreamAccumulator", "completion_to_chunks"]
+__all__ = ["StreamAccumulator", "completion_to_chunks", "malformed"]
 
 
 @dataclass(slots=True)
@@ -197,6 +197,73 @@ def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
 
 
 _TOOL_CALL_KEYS = frozenset(("index", "id", "type", "function"))
+
+
+def malformed(obj: Mapping[str, Any], part: str = "delta") -> str | None:
+    """Why a parsed chunk (``part`` ``"delta"``) or completion (``"message"``) cannot be read
+    as one, in a few words that quote none of its content; ``None`` when it can. Missing and
+    ``null`` fields are read as absent; wrong types in the choices or their tool calls are
+    not: the relay, the stored reply and a client's SDK would each read them differently."""
+    choices = obj.get("choices")
+    if choices is None:
+        return None
+    if not isinstance(choices, list):
+        return f"choices is {_kind(choices)}, not a list"
+    for pos, choice in enumerate(choices):
+        if type(choice) is dict:  # the common choice, a text delta, read without a call
+            body = choice.get(part)
+            if type(choice.get("index")) is int and (
+                body is None or type(body) is dict and body.get("tool_calls") is None
+            ):
+                continue
+        elif not is_map(choice):
+            return f"choice {pos} is {_kind(choice)}, not an object"
+        why = _not_int(choice.get("index")) or _part_fault(choice.get(part), part)
+        if why:
+            return f"choice {pos}'s {why}"
+    return None
+
+
+def _part_fault(body: Any, part: str) -> str | None:
+    if body is None:
+        return None
+    if not is_map(body):
+        return f"{part} is {_kind(body)}, not an object"
+    calls = body.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return f"tool_calls is {_kind(calls)}, not a list"
+    for k, call in enumerate(calls):
+        if not is_map(call):
+            return f"tool call {k} is {_kind(call)}, not an object"
+        fn = call.get("function")
+        why = _not_int(call.get("index"))
+        if not why and fn is not None and not is_map(fn):
+            why = f"function is {_kind(fn)}, not an object"
+        for key in ("name", "arguments") if not why and fn is not None else ():
+            if fn.get(key) is not None and not isinstance(fn[key], str):
+                why = f"function {key} is {_kind(fn[key])}, not a string"
+        if why:
+            return f"tool call {k}'s {why}"
+    return None
+
+
+def _not_int(index: Any) -> str | None:
+    if index is None or (isinstance(index, int) and not isinstance(index, bool)):
+        return None
+    return f"index is {_kind(index)}, not an integer"
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of ``value``, with its article: what an error names instead of it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import orjson
 __all__ = [
     "DONE",
     "KEEPALIVE",
+    "STREAM_HEADERS",
     "EventSplitter",
     "event_data",
     "parse_chunk",
@@ -37,6 +38,10 @@ __all__ = [
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"
+STREAM_HEADERS: Mapping[str, str] = {"cache-control": "no-store", "x-accel-buffering": "no"}
+"""What every event stream the proxy answers carries (a chat stream, the session events): no
+cache keeps its private content, and nginx (or another buffering reverse proxy) in front passes
+each event on as it comes instead of buffering the answer. sse-starlette sends the same."""
 
 _EOL = re.compile(rb"\r\n?|\n")
 _LINE = re.compile(r"\r\n|\r|\n")

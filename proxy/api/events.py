@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
+from proxy import sse
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.auth import PROXY_KEY
 from proxy.bus import SESSION_GONE, BusEvent, EventBus
@@ -188,7 +189,10 @@ async def session_events(
         raise NotFound(f"no session {session_id!r} (for this API key)")
     session = (tenant, session_id, row["created_at"])
     return EventSourceResponse(
-        _stream(request, pool, bus, session, _after(request)), sep="\n", ping=15
+        _stream(request, pool, bus, session, _after(request)),
+        sep="\n",
+        ping=15,
+        headers=sse.STREAM_HEADERS,  # what it sends by default, said here as the chat stream's
     )
 
 

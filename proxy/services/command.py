@@ -14,7 +14,7 @@ import anyio
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from proxy import chunks
+from proxy import chunks, sse
 from proxy.cascade.commands import compact_reply_text
 from proxy.jsonio import dumps
 from proxy.services.turn import Turn
@@ -59,4 +59,4 @@ async def answer_command(turn: Turn) -> Response:
             with anyio.CancelScope(shield=True):
                 await turn.finish(reply, None)
 
-    return StreamingResponse(body(), media_type="text/event-stream")
+    return StreamingResponse(body(), headers=sse.STREAM_HEADERS, media_type="text/event-stream")

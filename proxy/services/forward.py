@@ -20,11 +20,12 @@ from proxy import chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
+from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
-from proxy.provider_errors import log_relayed
+from proxy.provider_errors import log_relayed, provider_name
 from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
@@ -166,7 +167,7 @@ class Forwarder:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort()
                     return Response(resp.content, resp.status_code, response_headers(resp))
-                data = _completion(resp)
+                data = _completion(resp, step.route.provider)
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
@@ -220,7 +221,7 @@ class Forwarder:
                 return StreamingResponse(
                     self._stream_body(turn, send),
                     status_code=200,
-                    headers=headers,
+                    headers={**headers, **sse.STREAM_HEADERS},
                     media_type="text/event-stream",
                 )
         except BaseException:  # until the body takes the turn over, ending it is ours
@@ -274,7 +275,8 @@ class Forwarder:
                 message = out.acc.message()
                 texts.append(str(message.get("content") or ""))
                 if out.error:
-                    log.warning("a stream ended with an error event: %s", out.error)
+                    where = provider_name(step.route.provider)
+                    log.warning("a stream from %s ended with an error event: %s", where, out.error)
                     yield sse.error_event(out.error)
                     yield sse.DONE
                     return
@@ -349,8 +351,10 @@ class Forwarder:
         return resp, None
 
 
-def _completion(resp: Answer) -> dict[str, Any]:
-    """A 2xx answer's chat completion; anything else the provider sent is a 502."""
+def _completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
+    """A 2xx answer's chat completion; anything else the provider sent is a 502, one whose
+    choices or tool calls are malformed too (the 502's message, logged, names the provider
+    and what was wrong, never the content)."""
     try:
         data = resp.json()
     except ValueError:
@@ -360,6 +364,10 @@ def _completion(resp: Answer) -> dict[str, Any]:
         raise UpstreamUnavailable(
             f"the provider answered {resp.status_code} with a body that is not a JSON chat "
             f"completion ({kind}); check the provider's baseUrl"
+        )
+    if (why := chunks.malformed(data, "message")) is not None:
+        raise UpstreamUnavailable(
+            f"{provider_name(provider)} answered a malformed chat completion ({why})"
         )
     return data
 

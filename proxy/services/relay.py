@@ -5,7 +5,8 @@ one read of the provider's body completes go out together, in one write), except
 - the usage-only frame the proxy asked for (``stream_options.include_usage``) when the client
   did not ask for it;
 - when the proxy offered ``read_tool_output``: the tool-call deltas of that internal tool are
-  removed (client tool calls are renumbered from 0), and a round that called only internal
+  removed (client tool calls are renumbered from 0; a call's fragments are held until its
+  name comes, ``relay_calls.py``), and a round that called only internal
   tools ends silently (its finish reasons, usage and ``[DONE]`` are held back) so the next
   internal round continues the same client stream;
 - frames that would break that one stream (``ClientStream``): a later round's frames take the
@@ -15,7 +16,9 @@ one read of the provider's body completes go out together, in one write), except
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
-the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off.
+the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, and a
+chunk whose choices or tool calls are malformed (``chunks.malformed``), which ends the round
+before it: the relay, the stored reply and the client would each read it differently.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -30,7 +33,7 @@ from typing import Any
 import anyio
 
 from proxy import chunks, sse
-from proxy.cascade.types import READ_TOOL_OUTPUT
+from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
 from proxy.upstream import StreamAnswer
 
 __all__ = ["ClientStream", "RoundOutcome", "relay_round", "pump"]
@@ -97,8 +100,7 @@ class ClientStream:
 @dataclass(slots=True)
 class RoundOutcome:
     acc: chunks.StreamAccumulator = field(default_factory=chunks.StreamAccumulator)
-    # (choice index, upstream tool index) -> internal? Each choice numbers its calls from 0.
-    internal: dict[tuple[int, int], bool] = field(default_factory=dict)
+    calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
     saw_done: bool = False
     error: str | None = None  # the stream broke off or stopped short: the relay reports it
     provider_error: bool = False  # the provider sent an error frame: relayed as it came
@@ -106,7 +108,7 @@ class RoundOutcome:
 
     @property
     def only_internal(self) -> bool:
-        return bool(self.internal) and all(self.internal.values())
+        return self.calls.only_internal
 
     @property
     def complete(self) -> bool:
@@ -140,70 +142,6 @@ def _empty(choice: Any) -> bool:
         and not choice.get("delta")
         and (choice.get("finish_reason") is None and choice.get("logprobs") is None)
     )
-
-
-def _has_tool_calls(chunk: dict[str, Any]) -> bool:
-    choices = chunk.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get("tool_calls")
-        for c in choices
-    )
-
-
-def _own_deltas(chunk: dict[str, Any]) -> dict[str, Any]:
-    """``chunk`` with choices, choice and delta objects of its own: what ``_rewrite`` changes
-    (it replaces a call it renumbers, never edits one), so the parsed chunk stays as parsed."""
-    choices = [
-        {**c, "delta": dict(c["delta"])}
-        if isinstance(c, dict) and isinstance(c.get("delta"), dict)
-        else c
-        for c in chunk["choices"]
-    ]
-    return {**chunk, "choices": choices}
-
-
-def _place(call: dict[str, Any], place: int) -> int:
-    """A call delta's index, else its place in the delta, as ``StreamAccumulator`` numbers it
-    (a provider that sends whole calls may leave the index out)."""
-    index = call.get("index")
-    return index if isinstance(index, int) and not isinstance(index, bool) else place
-
-
-def _rewrite(chunk: dict[str, Any], out: RoundOutcome) -> dict[str, Any] | None:
-    """Drop internal tool-call deltas and renumber client ones; None when nothing is left."""
-    changed = False
-    for pos, choice in enumerate(chunk.get("choices") or []):
-        delta = choice.get("delta") or {}
-        calls = delta.get("tool_calls")
-        if not calls:
-            continue
-        which = choice.get("index", pos)
-        kept = []
-        for place, call in enumerate(calls):
-            idx = _place(call, place)
-            name = (call.get("function") or {}).get("name")
-            if (which, idx) not in out.internal and name:
-                out.internal[which, idx] = name == READ_TOOL_OUTPUT
-            if out.internal.get((which, idx)):
-                changed = True
-                continue
-            client_idx = sum(
-                1 for (c, i), v in out.internal.items() if c == which and i < idx and not v
-            )
-            if client_idx != idx:
-                call = {**call, "index": client_idx}
-                changed = True
-            kept.append(call)
-        delta["tool_calls"] = kept
-        if not kept:
-            del delta["tool_calls"]
-    if not changed:
-        return chunk
-    empty = all(
-        not (c.get("delta") or {}) and c.get("finish_reason") is None
-        for c in chunk.get("choices") or []
-    )
-    return None if empty and chunk.get("choices") else chunk
 
 
 async def relay_round(
@@ -267,6 +205,8 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if out.error:  # a malformed chunk: the round ends before it, as a cut one does
+                break
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
                 yield piece
@@ -340,16 +280,20 @@ def _handle(
     held: list[bytes],
     client: ClientStream,
 ) -> list[bytes]:
+    if out.error:  # a malformed chunk ended the round: what follows it is not read
+        return []
     if out.saw_done:  # relayed as it came, never read: clients stop reading at [DONE]
         return _send(event, hold=intercept, held=held)
     if sse.is_done(event):
-        out.saw_done = out.saw_data = True
-        return _send(event, hold=intercept, held=held)
+        return _done(event, out, hold=intercept, held=held, client=client)
     chunk = sse.parse_chunk(event)
     if chunk is None:
         out.saw_data = out.saw_data or sse.event_data(event) is not None
         return [event]
     out.saw_data = True
+    if (why := chunks.malformed(chunk)) is not None:
+        out.error = f"the provider sent a malformed chunk ({why})"
+        return []
     if "error" in chunk and not chunk.get("choices"):
         out.provider_error = True
     out.acc.add(chunk)
@@ -360,8 +304,8 @@ def _handle(
         data = event if aligned is chunk else sse.encode_event(aligned)  # type: ignore[arg-type]
         return _send(data, hold=intercept, held=held)
     rewritten: dict[str, Any] | None = chunk
-    if intercept and _has_tool_calls(chunk):  # nothing else is rewritten: no copy for text
-        rewritten = _rewrite(_own_deltas(chunk), out)
+    if intercept and (has_tool_calls(chunk) or out.calls.pending and chunk.get("choices")):
+        rewritten = rewrite(chunk, out.calls)  # nothing else is: no copy for text
     if rewritten is not None:
         rewritten = client.align(rewritten)
     if rewritten is None:
@@ -369,6 +313,20 @@ def _handle(
     data = event if rewritten is chunk or rewritten == chunk else sse.encode_event(rewritten)
     finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
     return _send(data, hold=intercept and finishes, held=held)
+
+
+def _done(
+    event: bytes, out: RoundOutcome, *, hold: bool, held: list[bytes], client: ClientStream
+) -> list[bytes]:
+    """``[DONE]``; the held fragments of calls that never got a name go out before it (held
+    too), in a chunk of the stream's identity, as the client's calls."""
+    out.saw_done = out.saw_data = True
+    if out.calls.pending:
+        which = sorted({c for c, _ in out.calls.pending})
+        choices = [{"index": c, "delta": {"tool_calls": out.calls.flush(c)}} for c in which]
+        chunk = {"object": "chat.completion.chunk", **client.head, "choices": choices}
+        held.append(sse.encode_event(chunk))
+    return _send(event, hold=hold, held=held)
 
 
 def _send(data: bytes, *, hold: bool, held: list[bytes]) -> list[bytes]:

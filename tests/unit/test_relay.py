@@ -302,3 +302,117 @@ async def test_calls_without_an_index_are_told_apart_by_their_place() -> None:
     assert not out.only_internal
     [chunk] = chunks(got)
     assert chunk["choices"][0]["delta"]["tool_calls"] == [{**calls[1], "index": 0}]
+
+
+_CALL = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+MALFORMED = {
+    "tool-calls-string": {"tool_calls": "x"},
+    "call-not-object": {"tool_calls": [1]},
+    "function-not-object": {"tool_calls": [{**_CALL, "function": "f"}]},
+    "name-not-string": {"tool_calls": [{**_CALL, "function": {"name": ["f"]}}]},
+    "arguments-not-string": {"tool_calls": [{**_CALL, "function": {"arguments": {"a": 1}}}]},
+    "index-not-int": {"tool_calls": [{**_CALL, "index": "0"}]},
+}
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "offered"])
+@pytest.mark.parametrize("delta", list(MALFORMED.values()), ids=list(MALFORMED))
+async def test_a_malformed_tool_call_ends_the_round_before_it_as_an_error(
+    delta: dict[str, Any], intercept: bool
+) -> None:
+    opening = frame({"role": "assistant", "content": "a"})
+    rest = [frame(delta), frame({"content": "b"}), frame({}, "tool_calls"), sse.DONE]
+    got, out = await relay([opening, b"".join(rest)], ClientStream(), intercept=intercept)
+    assert got == [opening] and "malformed" in (out.error or "")
+    assert out.acc.message() == {"role": "assistant", "content": "a"}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [b'data: {"choices": ["x"]}\n\n', b'data: {"choices": "x"}\n\n'],
+    ids=["choice-not-object", "choices-not-list"],
+)
+async def test_malformed_choices_end_the_round_as_an_error(event: bytes) -> None:
+    got, out = await relay([event, sse.DONE], ClientStream(), intercept=True)
+    assert got == [] and "malformed" in (out.error or "")
+
+
+@pytest.mark.parametrize("intercept", [False, True], ids=["plain", "offered"])
+async def test_null_and_missing_tool_call_fields_are_relayed_as_they_came(intercept: bool) -> None:
+    bare = {"id": "c1", "function": {"name": "f", "arguments": None}}
+    pieces = [
+        frame({"role": "assistant", "content": None, "tool_calls": None}),
+        frame({"tool_calls": []}),
+        frame({"tool_calls": [bare]}),
+        frame({"tool_calls": [{"index": 0, "function": {"name": None, "arguments": "{}"}}]}),
+        frame({}, "tool_calls"),
+        sse.DONE,
+    ]
+    got, out = await relay(pieces, ClientStream(), intercept=intercept)
+    assert got == pieces and out.error is None
+    assert out.acc.message()["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
+
+
+def _id_first(index: int, cid: str, name: str, args: str = "{}") -> list[bytes]:
+    """A call as some providers send it: its id and type, then its name, then arguments."""
+    return [
+        frame({"tool_calls": [{"index": index, "id": cid, "type": "function"}]}),
+        frame({"tool_calls": [{"index": index, "function": {"name": name, "arguments": ""}}]}),
+        frame({"tool_calls": [{"index": index, "function": {"arguments": args}}]}),
+    ]
+
+
+def _client_view(got: Sequence[bytes]) -> dict[str, Any]:
+    acc = StreamAccumulator()
+    for chunk in chunks(got):
+        acc.add(chunk)
+    return acc.message()
+
+
+async def test_an_internal_call_whose_id_comes_before_its_name_never_reaches_the_client() -> None:
+    opening = frame({"role": "assistant", "content": None})
+    pieces = [opening, *_id_first(0, "int_1", "read_tool_output"), frame({}, "tool_calls")]
+    got, out = await relay([*pieces, sse.DONE], ClientStream(), intercept=True)
+    assert out.only_internal and got == [opening]
+
+
+async def test_a_client_call_after_an_internal_one_both_id_first_reaches_the_client_whole() -> None:
+    pieces = [
+        frame({"role": "assistant", "content": None}),
+        *_id_first(0, "int_1", "read_tool_output"),
+        *_id_first(1, "call_c", "run_tests", '{"a": 1}'),
+        frame({}, "tool_calls"),
+        sse.DONE,
+    ]
+    got, out = await relay(pieces, ClientStream(), intercept=True)
+    assert not out.only_internal
+    calls = [c["choices"][0]["delta"].get("tool_calls") for c in chunks(got)]
+    assert all(call["index"] == 0 for fragments in calls if fragments for call in fragments)
+    assert _client_view(got)["tool_calls"] == [
+        {
+            "id": "call_c",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": '{"a": 1}'},
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "ending", [[frame({}, "tool_calls"), sse.DONE], [sse.DONE]], ids=["finish", "done"]
+)
+async def test_a_call_that_never_gets_a_name_goes_out_as_the_clients(ending: list[bytes]) -> None:
+    unnamed = frame({"tool_calls": [{"index": 0, "id": "call_x", "type": "function"}]})
+    got, out = await relay([unnamed, *ending], ClientStream(), intercept=True)
+    assert not out.only_internal and out.error is None
+    assert got[-1] == sse.DONE
+    assert _client_view(got)["tool_calls"] == [
+        {"id": "call_x", "type": "function", "function": {"name": "", "arguments": ""}}
+    ]
+
+
+async def test_a_held_call_goes_out_when_the_next_call_begins() -> None:
+    unnamed = frame({"tool_calls": [{"index": 0, "id": "call_x", "type": "function"}]})
+    got, _ = await relay(
+        [unnamed, *_id_first(1, "call_y", "run_tests")], ClientStream(), intercept=True
+    )
+    assert [c["id"] for c in _client_view(got)["tool_calls"]] == ["call_x", "call_y"]

@@ -166,7 +166,8 @@ def test_an_error_sent_in_band_in_a_stream_is_logged_once_too(
     lines = [r.getMessage() for r in records.errors()]
     assert len(lines) == 2, lines
     assert lines[0].startswith("504 in a stream") and "(cause: " in lines[0]
-    assert lines[1].startswith("a stream ended with an error event: the provider's stream")
+    assert lines[1].startswith("a stream from the provider 'openai' at http://127.0.0.1:")
+    assert "ended with an error event: the provider's stream" in lines[1]
 
 
 def test_a_provider_error_the_proxy_relays_is_logged_once_naming_the_provider(

@@ -307,3 +307,65 @@ def test_a_later_round_that_ends_early_is_an_error_and_stores_nothing(
         assert [r["message"]["role"] for r in rows] == ["user", "assistant", "tool"]
     out = chat(proxy, "early", messages)
     assert out.choices[0].message.content == "whole"
+
+
+def test_an_internal_call_sent_id_first_never_reaches_the_sdk(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Some providers send a call's id and type in a fragment before its name: the relay holds
+    # that fragment until the name says the call is read_tool_output, then drops it.
+    call = read_call("int_1", id="call_big", offset=0)
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
+    deltas: list[tuple[dict[str, Any], str | None]] = [
+        ({"role": "assistant", "content": None}, None),
+        ({"tool_calls": [{"index": 0, "id": call["id"], "type": "function"}]}, None),
+        ({"tool_calls": [{"index": 0, "function": {"name": "read_tool_output"}}]}, None),
+        (
+            {
+                "tool_calls": [
+                    {"index": 0, "function": {"arguments": call["function"]["arguments"]}}
+                ]
+            },
+            None,
+        ),
+        ({}, "tool_calls"),
+    ]
+    choices = [[{"index": 0, "delta": d, "finish_reason": f}] for d, f in deltas]
+    first = [f"data: {json.dumps({**head, 'choices': c})}\n\n" for c in choices]
+    fake_upstream.script(raw(*first, "data: [DONE]\n\n"), reply("the answer"))
+    client = sdk(proxy, "id-first")
+    with client.chat.completions.stream(
+        model="gpt-4o", messages=history("call_big", blob(9000, "big")), tools=CLIENT_TOOLS
+    ) as stream:
+        final = stream.get_final_completion()
+    assert len(fake_upstream.bodies()) == 2
+    message = final.choices[0].message
+    assert message.content == "the answer" and message.tool_calls is None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_malformed_tool_calls_with_read_tool_output_offered_are_a_provider_error(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    # Where the proxy reads the calls to find its own: a 502, or an error frame, never a 500.
+    message = {"role": "assistant", "content": None, "tool_calls": "read_tool_output"}
+    if stream:
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        choice = {"index": 0, "delta": message, "finish_reason": "tool_calls"}
+        answer = raw(f"data: {json.dumps({**chunk, 'choices': [choice]})}\n\n", "data: [DONE]\n\n")
+    else:
+        whole = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m"}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        body = json.dumps({**whole, "choices": [choice]})
+        answer = raw(body, headers={"content-type": "application/json"})
+    fake_upstream.script(answer)
+    body = {"model": "gpt-4o", "stream": stream, "tools": CLIENT_TOOLS}
+    body["messages"] = history("call_big", blob(9000, "big"))
+    with api(proxy) as http:
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "bad"})
+    if stream:
+        frames = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+        assert frames[-1] == "[DONE]" and "malformed" in json.loads(frames[-2])["error"]["message"]
+    else:
+        assert resp.status_code == 502 and "malformed" in resp.json()["error"]["message"]
+    assert len(fake_upstream.bodies()) == 1
