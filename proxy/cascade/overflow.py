@@ -66,12 +66,13 @@ class GuardResult:
 
 def _last_user(messages: Sequence[Message], prefixes: Sequence[str] = ()) -> int | None:
     """The current turn's user message: the latest that is not a tool observation (a
-    text-action agent's, ``observations``), else the latest user message."""
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    for i in reversed(users):
-        if not is_observation(messages, i, prefixes, latest_too=True):
+    text-action agent's, ``observations``); None when there is none (a text agent's task
+    folded into the summary: its latest step, thought and observation, is what stays)."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.get("role") == "user" and not is_observation(messages, i, prefixes, latest_too=True):
             return i
-    return users[-1] if users else None
+    return None
 
 
 _RESULT_ROLES = frozenset({"tool", "function"})

@@ -217,6 +217,8 @@ def test_a_text_agents_task_stays_and_its_steps_go_whole() -> None:
     trimming the turn's older steps instead, each thought with its observation (a round),
     so no observation is left after another user message. It took the latest observation
     for the last user message, so the task was the first thing dropped, for good."""
+    from dataclasses import replace
+
     from proxy.cascade.overflow import OVERFLOW
     from proxy.cascade.pipeline import StepInput, assemble
     from proxy.cascade.types import Budget
@@ -240,3 +242,8 @@ def test_a_text_agents_task_stays_and_its_steps_go_whole() -> None:
         for before, msg in zip(out.messages, out.messages[1:], strict=False):
             if str(msg["content"]).startswith("Observation:"):
                 assert before["role"] == "assistant", (limit, out.messages)
+        # the task folded away (only steps after the system message): the latest step stays
+        rest = (window[0], *window[2:])
+        smaller = replace(step.budget, limit=limit - 20)
+        out = assemble(replace(step, window=rest, budget=smaller), (OVERFLOW,))
+        assert out.messages[-2:] == rest[-2:], (limit, out.messages)
