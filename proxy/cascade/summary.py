@@ -115,9 +115,8 @@ def plan_compaction(
     ``offset``. The end moves *earlier* until the cut splits no tool round: the kept tail never
     starts with a tool (or legacy ``function``) result or a tool observation (a user message
     starting with one of ``observation_prefixes`` after an assistant message), and no
-    assistant ``tool_calls`` (or
-    ``function_call``) message is folded while its results (even pending ones, when it is
-    last) stay behind. ``None`` when nothing can be
+    assistant ``tool_calls`` (or ``function_call``) message is folded while its results
+    (even pending ones, when it is last) stay behind. ``None`` when nothing can be
     folded, or when the span is smaller (in characters) than ``min_span_ratio`` times the kept
     tail: a new summary rewrites the first user message, so every compaction re-bills the
     whole prompt after it as a cache miss, and folding one small round while a large tail stays
