@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import system_prefix_count
 from proxy.cascade.text import remove_block
@@ -63,9 +64,13 @@ class GuardResult:
     gone: tuple[int, ...] = ()  # the input indices dropped, ascending
 
 
-def _last_user(messages: Sequence[Message]) -> int | None:
+def _last_user(messages: Sequence[Message], prefixes: Sequence[str] = ()) -> int | None:
+    """The current turn's user message: the latest that is not a tool observation (a
+    text-action agent's, ``observations``); None when there is none (a text agent's task
+    folded into the summary: its latest step, thought and observation, is what stays)."""
     for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
+        m = messages[i]
+        if m.get("role") == "user" and not is_observation(messages, i, prefixes, latest_too=True):
             return i
     return None
 
@@ -74,11 +79,14 @@ _RESULT_ROLES = frozenset({"tool", "function"})
 """Roles of call results: ``tool``, and ``function`` answering a legacy ``function_call``."""
 
 
-def _units(messages: Sequence[Message], start: int, stop: int) -> list[tuple[int, int]]:
+def _units(
+    messages: Sequence[Message], start: int, stop: int, prefixes: Sequence[str] = ()
+) -> list[tuple[int, int]]:
     """Droppable ``(begin, end)`` units of ``messages[start:stop]``, oldest first.
 
     A unit is one message, or an assistant message with ``tool_calls`` (or a legacy
-    ``function_call``) plus the results that follow it (a round, dropped whole). Results at
+    ``function_call``) plus the results that follow it (a round, dropped whole), or with
+    the tool observation a text-action agent answers it with (``prefixes``). Results at
     ``start`` whose call sits before it cannot be dropped without orphaning that call, so
     they are never a unit.
     """
@@ -90,6 +98,8 @@ def _units(messages: Sequence[Message], start: int, stop: int) -> list[tuple[int
         begin = i
         i += 1
         while i < stop and messages[i].get("role") in _RESULT_ROLES:
+            i += 1
+        if i == begin + 1 and i < stop and is_observation(messages, i, prefixes, latest_too=True):
             i += 1
         units.append((begin, i))
     return units
@@ -156,13 +166,16 @@ def guard(
     protected_head: int,
     trim_current_turn: bool = False,
     target: int | None = None,
+    observation_prefixes: Sequence[str] = (),
 ) -> GuardResult:
     """Make the prompt fit ``limit - reserved_output`` or refuse it.
 
     Drops the oldest whole units (single messages, a tool round with all its results, or a
     legacy ``function_call`` with its ``function`` result) after the first ``protected_head``
     messages — the system messages and the user message carrying the summary — and never the
-    last user message or anything after it (the current turn).
+    last user message or anything after it (the current turn). A user message that is a
+    tool observation (``observation_prefixes``) belongs to its turn's rounds: the turn's
+    user message is the latest one that is not.
     A round is never split and the kept sequence never starts a unit with a result.
     With ``trim_current_turn`` (an agent loop where one user message starts hundreds of
     rounds), older whole rounds of the current turn go too, after all earlier history; the
@@ -179,12 +192,12 @@ def guard(
     if before <= budget:
         return GuardResult(tuple(messages), (), 0)
     head_end = min(max(protected_head, 0), len(messages))
-    last_user = _last_user(messages)
+    last_user = _last_user(messages, observation_prefixes)
     stop = last_user if last_user is not None and last_user > head_end else head_end
-    units = _units(messages, head_end, stop)
+    units = _units(messages, head_end, stop, observation_prefixes)
     if trim_current_turn:
         turn = max(head_end, last_user + 1 if last_user is not None else 0)
-        units += _units(messages, max(stop, turn), len(messages))[:-1]
+        units += _units(messages, max(stop, turn), len(messages), observation_prefixes)[:-1]
 
     def assemble(k: int) -> tuple[Message, ...]:
         gone = {i for begin, end in units[:k] for i in range(begin, end)}
@@ -303,6 +316,7 @@ def _fit(
         + (1 if step.summary else 0),
         trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
+        observation_prefixes=step.ctx.observations.user_prefixes,
     )
     if not dropped and not guarded.gone:
         return StageResult(guarded.messages, guarded.events)

@@ -26,7 +26,14 @@ __all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
 PLAN_OPEN, PLAN_CLOSE = "<plan>", "</plan>"
 _RECITED = ("## Open Tasks", "## Next Step")
 _TARGET_ROLES = frozenset({"user", "tool"})
-_EMPTY = frozenset({"", "(none)"})
+_EMPTY = frozenset({"", "none", "n/a", "nothing"})
+"""What a section with nothing to say reads as, once its list marker, brackets and closing
+full stop are gone: the fast model is asked for "(none)" and also writes "- None" or "N/A"."""
+
+
+def _says_nothing(body: str) -> bool:
+    text = body.strip().lower().lstrip("-*• ").strip().rstrip(".").strip()
+    return text.removeprefix("(").removesuffix(")").strip() in _EMPTY
 
 
 def plan_block(summary: str | None) -> str | None:
@@ -36,7 +43,7 @@ def plan_block(summary: str | None) -> str | None:
     parts = []
     for heading in _RECITED:
         body = section(summary, heading)
-        if body is not None and body.strip() not in _EMPTY:
+        if body is not None and not _says_nothing(body):
             parts.append(f"{heading}\n{body.strip()}")
     if not parts:
         return None

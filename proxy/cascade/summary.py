@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from proxy.cascade.briefing import SECTIONS
+from proxy.cascade.observations import is_observation
 from proxy.cascade.rounds import call_functions
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import content_text
@@ -55,16 +56,20 @@ def system_prefix_count(messages: Sequence[Message]) -> int:
 # --- planning -------------------------------------------------------------------------------
 
 
-def _unsafe_cuts(window: Sequence[Message]) -> list[bool]:
-    """``unsafe[j]``: cutting before ``window[j]`` would split a tool round or a legacy
-    ``function_call`` and its ``function`` result (j in 0..len)."""
+def _unsafe_cuts(window: Sequence[Message], prefixes: Sequence[str] = ()) -> list[bool]:
+    """``unsafe[j]``: cutting before ``window[j]`` would split a tool round, a legacy
+    ``function_call`` and its ``function`` result, or a text-action agent's thought and the
+    observation answering it (``prefixes``, ``observations``) (j in 0..len)."""
     n = len(window)
     unsafe = [False] * (n + 1)
     diff = [0] * (n + 2)
     issued: dict[str, int] = {}
     for i, m in enumerate(window):
         role = m.get("role")
-        if role == "function":  # a legacy result: its ``function_call`` sits right before it
+        # a legacy result, or an observation: its call or thought sits right before it
+        if role == "function" or (
+            role == "user" and is_observation(window, i, prefixes, latest_too=True)
+        ):
             unsafe[i] = True
         elif role == "tool":
             unsafe[i] = True
@@ -102,14 +107,16 @@ def plan_compaction(
     previous: str | None,
     system_count: int,
     min_span_ratio: float = MIN_SPAN_RATIO,
+    observation_prefixes: Sequence[str] = (),
 ) -> CompactionPlan | None:
     """Choose the span to fold: from the boundary up to the last ``keep_recent`` messages.
 
     ``messages`` is a contiguous window whose first element sits at absolute position
     ``offset``. The end moves *earlier* until the cut splits no tool round: the kept tail never
-    starts with a tool (or legacy ``function``) result, and no assistant ``tool_calls`` (or
-    ``function_call``) message is folded while its results (even pending ones, when it is
-    last) stay behind. ``None`` when nothing can be
+    starts with a tool (or legacy ``function``) result or a tool observation (a user message
+    starting with one of ``observation_prefixes`` after an assistant message), and no
+    assistant ``tool_calls`` (or ``function_call``) message is folded while its results
+    (even pending ones, when it is last) stay behind. ``None`` when nothing can be
     folded, or when the span is smaller (in characters) than ``min_span_ratio`` times the kept
     tail: a new summary rewrites the first user message, so every compaction re-bills the
     whole prompt after it as a cache miss, and folding one small round while a large tail stays
@@ -124,7 +131,7 @@ def plan_compaction(
     if start < offset:
         raise ValueError(f"window starts at {offset} but the span to fold starts at {start}")
     end = total - max(keep_recent, 0)
-    unsafe = _unsafe_cuts(messages)
+    unsafe = _unsafe_cuts(messages, observation_prefixes)
     while end > start and unsafe[end - offset]:
         end -= 1
     if end <= start:

@@ -257,7 +257,7 @@ class ChatService:
             kept=_kept(state.session, turn_key),
             positions=state.positions,
         )
-        needs = plan_step(inp)
+        needs = plan_step(inp) if command is None else {}  # a command's prompt reaches no model
         answers: dict[str, Any] = {}
         if needs:  # a stage's store reads (the memory facts, retrieval's search)
             await turn.connect()

@@ -275,6 +275,7 @@ class DurableSummarizer:
             keep_recent=job.cfg.keep_recent,
             previous=previous,
             system_count=0,
+            observation_prefixes=job.observation_prefixes,
         )
         before = self.count(
             fold_summary(

@@ -56,6 +56,7 @@ class CompactionJob:
     promotion: str = "off"  # context.memoryPromotion.mode (services/promotion.py)
     memory_scope: str = "global"
     memory_patterns: tuple[re.Pattern[str], ...] = ()
+    observation_prefixes: tuple[str, ...] = ()  # a text agent's steps are rounds too
 
 
 def job_for(
@@ -83,6 +84,7 @@ def job_for(
         promotion=cfg.context_for(agent).memory_promotion.mode,
         memory_scope=scope,
         memory_patterns=tuple(patterns_for(cfg, scope)),
+        observation_prefixes=cfg.context_for(agent).observations.user_prefixes,
     )
 
 

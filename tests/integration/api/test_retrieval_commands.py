@@ -18,6 +18,7 @@ import pytest
 
 from proxy.cascade.commands import COMMAND_REPLY_PREFIX, COMPACT_COMMAND
 from proxy.cascade.retrieval import RELATED_OPEN
+from proxy.cascade.types import RETRIEVAL
 from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Model, wait_until
@@ -86,3 +87,20 @@ def test_a_folded_compact_exchange_is_never_quoted_by_retrieval(
     assert RELATED_OPEN in block, "the folded messages are found"
     assert "deploy.sh" in block
     assert COMPACT_COMMAND not in block and COMMAND_REPLY_PREFIX not in block, block
+
+
+def test_a_compact_command_searches_nothing_and_reports_no_retrieval(
+    proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """``/compact`` is answered by the proxy and no model reads its prompt: embedding the
+    command and searching would cost the turn's wait and put a ``context.retrieval`` event
+    for a question nobody asked on the session's stream."""
+    fake_upstream.default = Model()
+    sid = "cmd-search"
+    history: list[Any] = [{"role": "system", "content": "S"}, user("the script is deploy.sh")]
+    history.append(chat(proxy.origin, sid, history))
+    searches = f"SELECT count(*) FROM events WHERE session_id = '{sid}' AND name = $1"
+    assert column(db_dsn, searches, RETRIEVAL) == [1]  # the user's turn searched
+    history.append(user(COMPACT_COMMAND))
+    assert chat(proxy.origin, sid, history)["content"].startswith(COMMAND_REPLY_PREFIX)
+    assert column(db_dsn, searches, RETRIEVAL) == [1]

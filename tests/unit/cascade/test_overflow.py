@@ -209,3 +209,41 @@ def test_guard_target_is_ignored_when_nothing_needs_trimming() -> None:
     msgs = _prompt()
     out = guard(msgs, count=count, limit=300, reserved_output=75, protected_head=2, target=10)
     assert out.dropped == 0 and out.messages == tuple(msgs)
+
+
+def test_a_text_agents_task_stays_and_its_steps_go_whole() -> None:
+    """A text-action agent (smolagents) sends its tool observations as user messages; the
+    turn's own user message is its task, and the guard keeps it as it keeps a tool agent's,
+    trimming the turn's older steps instead, each thought with its observation (a round),
+    so no observation is left after another user message. It took the latest observation
+    for the last user message, so the task was the first thing dropped, for good."""
+    from dataclasses import replace
+
+    from proxy.cascade.overflow import OVERFLOW
+    from proxy.cascade.pipeline import StepInput, assemble
+    from proxy.cascade.types import Budget
+    from proxy.config_context import ContextConfig
+
+    window = [system(_words(10)), user("New task: " + _words(10))]
+    for i in range(6):
+        window += [assistant(f"Thought {i}: " + _words(5 + i)), user("Observation: " + _words(60))]
+    for limit in range(130, 400, 9):
+        step = StepInput(
+            window=tuple(window),
+            system_count=1,
+            summary=None,
+            count=count,
+            budget=Budget(limit=limit, reserved_output=0, occupancy=count(window)),
+            ctx=ContextConfig(),
+        )
+        out = assemble(step, (OVERFLOW,))
+        assert out.trimmed, "the prompt had to be trimmed"
+        assert out.messages[:2] == tuple(window[:2]) and out.messages[-1] == window[-1]
+        for before, msg in zip(out.messages, out.messages[1:], strict=False):
+            if str(msg["content"]).startswith("Observation:"):
+                assert before["role"] == "assistant", (limit, out.messages)
+        # the task folded away (only steps after the system message): the latest step stays
+        rest = (window[0], *window[2:])
+        smaller = replace(step.budget, limit=limit - 20)
+        out = assemble(replace(step, window=rest, budget=smaller), (OVERFLOW,))
+        assert out.messages[-2:] == rest[-2:], (limit, out.messages)

@@ -53,6 +53,18 @@ def test_no_block_without_summary_or_with_both_sections_empty() -> None:
     assert plan_block(parse_briefing("## Objective\nx\n## Open Tasks\n(none)")) is None
 
 
+def test_a_section_that_says_none_in_other_words_is_empty() -> None:
+    """The fast model is asked for "(none)" and often writes "- None" or "N/A": a plan of
+    such sections tells the model nothing at the tail of every step."""
+    for empty in ("None", "- None", "none.", "- (none)", "N/A", "* n/a", "Nothing."):
+        both = parse_briefing(f"## Objective\nx\n## Open Tasks\n{empty}\n## Next Step\n{empty}")
+        assert plan_block(both) is None, empty
+        tasks = parse_briefing(f"## Objective\nx\n## Open Tasks\n{empty}\n## Next Step\nrun it")
+        assert plan_block(tasks) == "<plan>\n## Next Step\nrun it\n</plan>", empty
+    kept = parse_briefing("## Objective\nx\n## Open Tasks\n- None of the tests pass yet")
+    assert plan_block(kept) == "<plan>\n## Open Tasks\n- None of the tests pass yet\n</plan>"
+
+
 def test_the_block_is_appended_to_a_final_user_message() -> None:
     window = (system("s"), user("start"), assistant("ok"), user("go on"))
     out = assemble(_step(window))

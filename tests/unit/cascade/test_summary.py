@@ -63,6 +63,21 @@ def test_plan_end_moves_earlier_instead_of_splitting_a_round() -> None:
     assert msgs[plan.end]["role"] == "assistant"
 
 
+def test_plan_never_folds_a_text_agents_thought_apart_from_its_observation() -> None:
+    """A text-action agent's step is a thought and the ``Observation:`` user message that
+    answers it, a round as a tool call and its result are: a cut between them left the
+    observation to open the kept tail, where the summary was folded into it and it read as
+    the turn's own user message."""
+    msgs = [system(), user("New task: fix it")]
+    for i in range(4):
+        msgs += [assistant(f"Thought {i}"), user(f"Observation: out {i} " + "o" * 200)]
+    at = {"offset": 0, "boundary": 1, "keep_recent": 3, "previous": None, "system_count": 1}
+    plan = plan_compaction(msgs, **at, observation_prefixes=("Observation:",))
+    assert plan is not None and msgs[plan.end]["content"].startswith("Thought")
+    plain = plan_compaction(msgs, **at)  # prefixes off: an observation is a user message
+    assert plain is not None and plain.end == len(msgs) - 3
+
+
 def test_plan_never_folds_a_trailing_call_whose_results_are_pending() -> None:
     msgs = [system(), user("a"), assistant("b"), user("c"), assistant_calls(("c9", "ls", {}))]
     plan = plan_compaction(msgs, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
