@@ -23,7 +23,7 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 
-__all__ = ["ConfigHolder", "watch_config"]
+__all__ = ["ConfigHolder", "watch_config", "for_streams"]
 
 log = logging.getLogger("cascade.config")
 
@@ -77,7 +77,15 @@ async def watch_config(
         except Exception:  # a bug here must not end hot reload for the life of the process
             log.exception("config %s: reload failed, keeping the previous one", path)
             continue
-        emit(*event)
+        emit(*for_streams(holder.current, *event))
+
+
+def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The event as every open session stream gets it. With proxy keys those streams are
+    tenants', not the operator's: the file's path and a refusal's reason (which names the
+    entries of every tenant's keys and agents) stay in the log, and the frame says only what
+    happened. Without keys (one user, on loopback) it says why."""
+    return (name, {}) if cfg.auth.keys else (name, data)
 
 
 def _read(path: Path) -> bytes | None:

@@ -94,13 +94,14 @@ class _Cursor:
 
 async def _lost(request: Request, pool: Any, tenant: str, session_id: str) -> bool:
     """Whether the stream's proxy key no longer reaches its session: the key is gone from
-    the config in force (revoked, or its ``agents`` changed), or, for a key limited to some
+    the config in force (revoked, or its ``agents`` changed; a stream opened without one,
+    in pass-through mode, once the config has keys), or, for a key limited to some
     agents, the session now runs another (a request of another key moved it). The gate
     judged the key when the stream opened; a stream can outlive that judgement by days."""
-    key = request.scope.get(PROXY_KEY)
-    if key is None:  # pass-through: the bearer is the tenant, nothing to revoke
-        return False
-    if key not in request.state.config.current.auth.keys:
+    key, keys = request.scope.get(PROXY_KEY), request.state.config.current.auth.keys
+    if key is None:  # pass-through: the bearer is the tenant, until keys close the gate to it
+        return bool(keys)
+    if key not in keys:
         return True
     if key.agents is None:
         return False

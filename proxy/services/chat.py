@@ -41,7 +41,6 @@ from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event, Message
 from proxy.config import Config
-from proxy.config_context import ContextConfig
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
@@ -84,11 +83,11 @@ def route(cfg: Config, body: Mapping[str, Any]) -> Route:
     )
 
 
-def _turn_key(messages: Sequence[Message], hashes: Sequence[str], ctx: ContextConfig) -> str:
-    """The name of the request's turn (``cascade.phases``): the chain hash of the message
-    that began it, which covers the history before it; "" before any user message."""
-    start = turn_start(messages, ctx.observations.user_prefixes)
-    return "" if start is None else hashes[start]
+def _turn_key(messages: Sequence[Message], hashes: Sequence[str], rt: Route) -> str:
+    """The name of the request's turn (``cascade.phases``): its agent's, then the chain hash of
+    the message that began it ("" before any user message); a turn's values are its agent's."""
+    start = turn_start(messages, rt.ctx.observations.user_prefixes)
+    return f"{rt.agent}:" + ("" if start is None else hashes[start])
 
 
 def _kept(session: Mapping[str, Any], turn_key: str) -> Mapping[str, Any]:
@@ -244,7 +243,7 @@ class ChatService:
             state = await load_window(turn.conn, key, state, count)
         else:
             state = await self._maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
-        turn_key = _turn_key(body["messages"], hashes, rt.ctx)
+        turn_key = _turn_key(body["messages"], hashes, rt)
         inp = StepInput(
             window=state.window,
             system_count=state.system_count,

@@ -8,11 +8,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from proxy.api import events
+from proxy.config import Config
 from proxy.store.db import DatabaseUnavailable
 
 
@@ -24,6 +26,7 @@ class _Bus:
 
 class _Request:
     scope: dict[str, Any] = {}  # pass-through: no key to revoke
+    state = SimpleNamespace(config=SimpleNamespace(current=Config()))  # nor keys to close it
 
     def __init__(self) -> None:
         self.gone = False

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
+from proxy.session_id import tenant_from_bearer
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 from tests.integration.api.test_events import EventStream, open_events
@@ -103,3 +104,32 @@ def test_a_stream_ends_once_its_session_runs_an_agent_the_key_may_not_use(
     )
     assert again.status_code == 403
     assert json.loads(again.text)["error"]["code"] == "agent_not_allowed"
+
+
+def test_a_pass_through_stream_ends_once_the_config_has_proxy_keys(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream opened on a bearer token alone (pass-through) is held to the gate in force
+    too: once keys are configured, that token opens nothing, though its tenant may live on
+    as a key's (a key whose ``tenant`` is the token's keeps its sessions)."""
+    monkeypatch.setenv("CASCADE_TEST_FULL_KEY", FULL)
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, agents=AGENTS)
+    server = start_proxy(path, watch_config=True)
+    _chat(server, "sk-before-keys", "default")
+    with open_events(server.origin, "watched", token="sk-before-keys") as stream:
+        stream.until(lambda f: f.event == USAGE)
+        kept = {
+            "keyEnv": "CASCADE_TEST_FULL_KEY",
+            "tenant": tenant_from_bearer("Bearer sk-before-keys"),
+        }
+        _config(path, fake_upstream.url, [kept])
+        _ends(stream)
+    again = httpx.get(
+        f"{server.origin}/v1/sessions/watched/events",
+        headers={"authorization": "Bearer sk-before-keys"},
+        timeout=5,
+    )
+    assert again.status_code == 401
