@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from proxy.cascade.handles import HANDLE
 from proxy.cascade.pins import unpin
 from proxy.cascade.text import content_text
-from proxy.cascade.truncation import cap_utf8, is_cut_from_capped
+from proxy.cascade.truncation import cap_utf8, is_cut_from, is_cut_from_capped
 from proxy.cascade.types import Spill
 from proxy.history import chain_hash
 from proxy.store import client_form
@@ -143,7 +144,13 @@ async def _fetch_pinned(
     (``client_form``: never cut, evicted, or rebuilt from its own spill); else, cut with its
     spill capped, that spill as stored (``capped``), the one its cut agrees with
     (``truncation.is_cut_from_capped``), the spill written with it tried first. None when
-    there is no such row or its text is not kept (redacted, or cut with no spill)."""
+    there is no such row or its text is not kept (redacted, or cut with no spill).
+
+    A client that resends the history as stored (``GET …/messages``, not ``?form=sent``)
+    sends a cut result back as the proxy cut it: its row then holds that cut text as sent,
+    and its marker names this very handle. The handle still reads the result the cut was
+    made from (the spill under the id that the text is a cut of), not the cut text, whose
+    marker would send the model to the same offsets again."""
     sent = await client_form.fetch_sent_forms(
         conn, tenant=tenant, session_id=session_id, positions=[pos]
     )
@@ -151,10 +158,28 @@ async def _fetch_pinned(
     if msg is not None:
         if msg.get("role") != "tool" or msg.get("tool_call_id") != tool_call_id:
             return None
-        return _whole(msg)
+        whole = _whole(msg)
+        if HANDLE in whole["content"]:
+            return await _resent_cut(conn, tenant, session_id, tool_call_id, whole)
+        return whole
     rows = await conn.fetch(FETCH_CAPPED, tenant, session_id, encode(tool_call_id), pos)
     for row in rows:
         cut, capped = content_text((row["message"] or {}).get("content")), decode(row["content"])
         if is_cut_from_capped(cut, capped):
             return {"content": capped, "original_bytes": row["original_bytes"], "capped": True}
     return None
+
+
+async def _resent_cut(
+    conn: Executor, tenant: str, session_id: str, tool_call_id: str, whole: dict[str, Any]
+) -> dict[str, Any]:
+    """``whole`` (a live result as sent, holding a handle), or the uncapped spill under its
+    id that its text is a cut of (``truncation.is_cut_from``): a cut the client resent."""
+    text = whole["content"]
+    for spill in await conn.fetch(
+        client_form.FETCH_SPILLS, tenant, session_id, [encode(tool_call_id)]
+    ):
+        raw = decode(spill["content"])
+        if is_cut_from(text, raw):
+            return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
+    return whole
