@@ -9,11 +9,13 @@ instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.handles import HANDLE
-from proxy.cascade.pins import unpin
+from proxy.cascade.lossless import compact_text, compacted_marker
+from proxy.cascade.pins import pin, unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8, is_cut_from, is_cut_from_capped
 from proxy.cascade.types import Spill
@@ -160,7 +162,7 @@ async def _fetch_pinned(
             return None
         whole = _whole(msg)
         if HANDLE in whole["content"]:
-            return await _resent_cut(conn, tenant, session_id, tool_call_id, whole)
+            return await _resent_cut(conn, tenant, session_id, tool_call_id, pos, whole)
         return whole
     rows = await conn.fetch(FETCH_CAPPED, tenant, session_id, encode(tool_call_id), pos)
     for row in rows:
@@ -171,15 +173,38 @@ async def _fetch_pinned(
 
 
 async def _resent_cut(
-    conn: Executor, tenant: str, session_id: str, tool_call_id: str, whole: dict[str, Any]
+    conn: Executor, tenant: str, session_id: str, tool_call_id: str, pos: int, whole: dict[str, Any]
 ) -> dict[str, Any]:
     """``whole`` (a live result as sent, holding a handle), or the uncapped spill under its
-    id that its text is a cut of (``truncation.is_cut_from``): a cut the client resent."""
+    id that its text was made from: cut from it (``truncation.is_cut_from``) or compacted
+    from it under this very handle (``_compacted_from``). The client resent the proxy's text."""
     text = whole["content"]
-    for spill in await conn.fetch(
-        client_form.FETCH_SPILLS, tenant, session_id, [encode(tool_call_id)]
-    ):
+    spills = await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, [encode(tool_call_id)])
+    for spill in spills:
         raw = decode(spill["content"])
-        if is_cut_from(text, raw):
+        if is_cut_from(text, raw) or _compacted_from(text, raw, pin(tool_call_id, pos)):
             return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
     return whole
+
+
+_COMPACTED = re.compile(r"\[compacted losslessly from (\d+) chars \((.*)\); the exact original: ")
+
+
+def _compacted_from(text: str, raw: str, handle: str) -> bool:
+    """Whether ``text`` is ``raw`` compacted at ingestion under ``handle``: its first line
+    is the marker ``lossless.compacted_marker`` writes for ``raw``, and the rest is what
+    ``compact_text`` makes of ``raw``. A pointer names lines of the results before it,
+    which are not at hand here: with pointers the marker alone (handle, length, what was
+    done) ties the text to ``raw``."""
+    first, newline, rest = text.partition("\n")
+    found = _COMPACTED.match(first)
+    if (
+        not newline
+        or found is None
+        or first + newline != compacted_marker(handle, len(raw), found[2])
+    ):
+        return False
+    if "pointed to earlier results" in found[2]:
+        return True
+    done = compact_text(raw)
+    return done is not None and done.text == rest

@@ -1,8 +1,8 @@
 """A client that continues from the stored history (``GET …/messages``, not ``?form=sent``)
-resends a cut tool result as the proxy cut it, marker and all. That text is what the client
-sent now, so it supersedes the row and is stored as sent; the handle its marker names
-(``<id>@<position>``) still reads back the result the cut was made from, never the cut text
-itself (whose marker would send the model to the same offsets again)."""
+resends a cut or compacted tool result as the proxy rewrote it, marker and all. That text is
+what the client sent now, so it supersedes the row and is stored as sent; the handle its
+marker names (``<id>@<position>``) still reads back the result the text was made from, never
+the text itself (a cut one's marker would send the model to the same offsets again)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
@@ -18,10 +19,12 @@ from tests.integration.api.reconcile_helpers import post, settled, user
 from tests.integration.transcripts import read_all
 
 BIG = "".join(f"line {i} of the file with text\n" for i in range(1500))
+RECORDS = json.dumps([{"name": f"item{i}", "value": i} for i in range(300)], indent=2)
 
 
+@pytest.mark.parametrize(("kind", "result"), [("cut", BIG), ("compacted", RECORDS)])
 def test_a_resent_cut_result_keeps_its_handle_on_the_original(
-    http: httpx.Client, fake_upstream: FakeUpstream
+    http: httpx.Client, fake_upstream: FakeUpstream, kind: str, result: str
 ) -> None:
     fake_upstream.script(
         reply(None, tool_calls=[tool_call("cat", {"f": "x"}, id="c1")]), reply("done"), reply("ok")
@@ -30,16 +33,16 @@ def test_a_resent_cut_result_keeps_its_handle_on_the_original(
     first = post(http, "resent", messages)
     messages += [
         first["choices"][0]["message"],
-        {"role": "tool", "tool_call_id": "c1", "content": BIG},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
     ]
     post(http, "resent", messages)
     rows = [r["message"] for r in http.get("/v1/sessions/resent/messages").json()["data"]]
     cut = rows[2]["content"]
-    assert len(cut) < len(BIG)
+    assert len(cut) < len(result) and (kind == "compacted") == cut.startswith("[compacted")
     found = re.search(r"read_tool_output\((\{.*?\})\)", cut)
     assert found is not None
     handle = json.loads(found[1])["id"]
-    assert read_all(http, "resent", handle) == BIG
+    assert read_all(http, "resent", handle) == result
     post(http, "resent", [*rows, user("and now?")])  # the stored form, resent
     assert settled(http, "resent", 6)["superseded_count"] == 2  # the cut result and the reply
-    assert read_all(http, "resent", handle) == BIG
+    assert read_all(http, "resent", handle) == result
