@@ -172,15 +172,32 @@ async def _fetch_pinned(
     return None
 
 
+# The bodies of the superseded results at a position that were evicted: a client that resent
+# the history as stored resent the placeholder, which then names a body kept here.
+FETCH_EVICTED_AT = """
+SELECT message, placeholder FROM messages
+WHERE tenant = $1 AND session_id = $2 AND pos = $3 AND tool_call_id = $4
+  AND superseded_at IS NOT NULL AND placeholder IS NOT NULL AND NOT redacted
+ORDER BY id DESC
+"""
+
+
 async def _resent_cut(
     conn: Executor, tenant: str, session_id: str, tool_call_id: str, pos: int, whole: dict[str, Any]
 ) -> dict[str, Any]:
-    """``whole`` (a live result as sent, holding a handle), or the uncapped spill under its
-    id that its text was made from: cut from it (``truncation.is_cut_from``) or compacted
-    from it under this very handle (``_compacted_from``). The client resent the proxy's text."""
+    """``whole`` (a live result as sent, holding a handle), or the result the proxy's text in
+    it was made from when the client resent that text: an evicted body the placeholder
+    stood for (a superseded row at the position, its placeholder this text), or the
+    uncapped spill under the id the text was cut from (``truncation.is_cut_from``) or
+    compacted from under this very handle (``_compacted_from``)."""
     text = whole["content"]
-    spills = await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, [encode(tool_call_id)])
-    for spill in spills:
+    ids = [encode(tool_call_id)]
+    for row in await conn.fetch(FETCH_EVICTED_AT, tenant, session_id, pos, ids[0]):
+        if content_text((row["placeholder"] or {}).get("content")) == text:
+            text = content_text((row["message"] or {}).get("content"))
+            whole = {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
+            break
+    for spill in await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, ids):
         raw = decode(spill["content"])
         if is_cut_from(text, raw) or _compacted_from(text, raw, pin(tool_call_id, pos)):
             return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}

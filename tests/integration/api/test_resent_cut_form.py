@@ -1,13 +1,15 @@
 """A client that continues from the stored history (``GET …/messages``, not ``?form=sent``)
-resends a cut or compacted tool result as the proxy rewrote it, marker and all. That text is
-what the client sent now, so it supersedes the row and is stored as sent; the handle its
-marker names (``<id>@<position>``) still reads back the result the text was made from, never
-the text itself (a cut one's marker would send the model to the same offsets again)."""
+resends a cut, compacted or evicted tool result as the proxy rewrote it, marker and all.
+That text is what the client sent now, so it supersedes the row and is stored as sent; the
+handle its marker names (``<id>@<position>``) still reads back the result the text was made
+from, never the text itself (a cut one's marker would send the model to the same offsets
+again), and an evicted one's placeholder reads back the body kept in the superseded row."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,10 +17,13 @@ import pytest
 
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.reconcile_helpers import post, settled, user
-from tests.integration.transcripts import read_all
+from tests.integration.api.test_reconcile_evictions import evicting_settings, tool_rounds
+from tests.integration.transcripts import api, read_all
 
 BIG = "".join(f"line {i} of the file with text\n" for i in range(1500))
+TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
 RECORDS = json.dumps([{"name": f"item{i}", "value": i} for i in range(300)], indent=2)
 
 
@@ -46,3 +51,25 @@ def test_a_resent_cut_result_keeps_its_handle_on_the_original(
     post(http, "resent", [*rows, user("and now?")])  # the stored form, resent
     assert settled(http, "resent", 6)["superseded_count"] == 2  # the cut result and the reply
     assert read_all(http, "resent", handle) == result
+
+
+def test_a_resent_placeholder_keeps_its_handle_on_the_evicted_body(
+    db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    server = ProxyServer(evicting_settings(db_dsn, tmp_path, fake_upstream)).start()
+    try:
+        with api(server) as http:
+            post(http, "evicted", tool_rounds(3), tools=TOOLS)
+            rows = [r["message"] for r in http.get("/v1/sessions/evicted/messages").json()["data"]]
+            cleared = rows[2]["content"]
+            assert cleared.startswith("[context-cleared]")
+            found = re.search(r"read_tool_output\((\{.*?\})\)", cleared)
+            assert found is not None
+            handle = json.loads(found[1])["id"]
+            body = tool_rounds(3)[2]["content"]
+            assert read_all(http, "evicted", handle) == body
+            post(http, "evicted", [*rows, user("and now?")], tools=TOOLS)  # as stored
+            assert settled(http, "evicted", 10)["superseded_count"] > 0
+            assert read_all(http, "evicted", handle) == body
+    finally:
+        server.stop()
