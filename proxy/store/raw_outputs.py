@@ -50,7 +50,7 @@ SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
                  AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
            )) AS whole
-       , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live
+       , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live, m.pos
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
 LEFT JOIN LATERAL (
@@ -77,8 +77,10 @@ async def fetchrow_raw_output(
     (redacted, or cut with ``persistRaw`` off; its message holds less than the result): an
     older result under the id is not it. A pointer's handle (``pins.pin``,
     ``<id>@<position>``) reads the result at that position instead (``_fetch_pinned``),
-    whatever came under the id since. ``{"content", "original_bytes", "capped"}``; the
-    text the client sent, NULs included (``nul``)."""
+    whatever came under the id since. A live result whose text is the proxy's own rewrite
+    the client resent (an observation's, named by its handle) reads as the result that was
+    rewritten (``_resent_cut``). ``{"content", "original_bytes", "capped"}``; the text the
+    client sent, NULs included (``nul``)."""
     pinned = unpin(tool_call_id)
     if pinned is not None:
         found = await _fetch_pinned(conn, tenant, session_id, *pinned)
@@ -96,7 +98,10 @@ async def fetchrow_raw_output(
         }
     if message_at is None or not (_sent(row) or (row["evicted"] and not row["redacted"])):
         return None
-    return _whole(row["message"])
+    whole = _whole(row["message"])
+    if row["live"] and not row["evicted"] and HANDLE in whole["content"]:
+        return await _resent_cut(conn, tenant, session_id, tool_call_id, row["pos"], whole)
+    return whole
 
 
 def _sent(row: Any) -> bool:

@@ -41,6 +41,7 @@ def test_a_resent_cut_result_keeps_its_handle_on_the_original(
         {"role": "tool", "tool_call_id": "c1", "content": result},
     ]
     post(http, "resent", messages)
+    settled(http, "resent", 4)  # the reply is stored after the response went out
     rows = [r["message"] for r in http.get("/v1/sessions/resent/messages").json()["data"]]
     cut = rows[2]["content"]
     assert len(cut) < len(result) and (kind == "compacted") == cut.startswith("[compacted")
@@ -60,6 +61,7 @@ def test_a_resent_placeholder_keeps_its_handle_on_the_evicted_body(
     try:
         with api(server) as http:
             post(http, "evicted", tool_rounds(3), tools=TOOLS)
+            settled(http, "evicted", 8)
             rows = [r["message"] for r in http.get("/v1/sessions/evicted/messages").json()["data"]]
             cleared = rows[2]["content"]
             assert cleared.startswith("[context-cleared]")
@@ -73,3 +75,25 @@ def test_a_resent_placeholder_keeps_its_handle_on_the_evicted_body(
             assert read_all(http, "evicted", handle) == body
     finally:
         server.stop()
+
+
+def test_a_resent_cut_observation_keeps_its_handle_on_the_original(http: httpx.Client) -> None:
+    observation = "Observation:\n" + BIG
+    messages: list[Any] = [
+        user("count the lines"),
+        {"role": "assistant", "content": "Action: cat x"},
+        user(observation),
+        {"role": "assistant", "content": "Action: cat y"},
+        user("Observation:\nsmall"),
+    ]
+    post(http, "observed", messages, tools=TOOLS)
+    settled(http, "observed", 6)
+    rows = [r["message"] for r in http.get("/v1/sessions/observed/messages").json()["data"]]
+    cut = rows[2]["content"]
+    found = re.search(r"read_tool_output\((\{.*?\})\)", cut)
+    assert found is not None and len(cut) < len(observation)
+    handle = json.loads(found[1])["id"]
+    assert handle.startswith("obs_") and read_all(http, "observed", handle) == observation
+    post(http, "observed", [*rows, user("Observation:\nmore")], tools=TOOLS)  # as stored
+    assert settled(http, "observed", 8)["superseded_count"] > 0
+    assert read_all(http, "observed", handle) == observation
