@@ -52,6 +52,8 @@ def test_a_resent_cut_result_keeps_its_handle_on_the_original(
     post(http, "resent", [*rows, user("and now?")])  # the stored form, resent
     assert settled(http, "resent", 6)["superseded_count"] == 2  # the cut result and the reply
     assert read_all(http, "resent", handle) == result
+    before, after = (body["messages"][:3] for body in fake_upstream.bodies()[1:])
+    assert after == before  # the provider is sent the same prefix as before the resend
 
 
 def test_a_resent_placeholder_keeps_its_handle_on_the_evicted_body(
