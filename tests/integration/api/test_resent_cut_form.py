@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.settings import Settings
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
@@ -56,15 +57,28 @@ def test_a_resent_cut_result_keeps_its_handle_on_the_original(
     assert after == before  # the provider is sent the same prefix as before the resend
 
 
+def cutting_first(db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream) -> Settings:
+    """``evicting_settings`` with results over 1000 characters cut at ingestion too."""
+    config = json.loads(evicting_settings(db_dsn, tmp_path, fake_upstream).config.read_text())
+    config["context"]["toolOutput"] = {"maxChars": 1000}
+    path = tmp_path / "cut-then-evict.json"
+    path.write_text(json.dumps(config))
+    return Settings(database_url=db_dsn, config=path, watch_config=False)
+
+
+@pytest.mark.parametrize("cut_first", [False, True])
 def test_a_resent_placeholder_keeps_its_handle_on_the_evicted_body(
-    db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
+    db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream, cut_first: bool
 ) -> None:
-    server = ProxyServer(evicting_settings(db_dsn, tmp_path, fake_upstream)).start()
+    make = cutting_first if cut_first else evicting_settings
+    server = ProxyServer(make(db_dsn, tmp_path, fake_upstream)).start()
     try:
         with api(server) as http:
             post(http, "evicted", tool_rounds(3), tools=TOOLS)
             settled(http, "evicted", 8)
-            rows = [r["message"] for r in http.get("/v1/sessions/evicted/messages").json()["data"]]
+            data = http.get("/v1/sessions/evicted/messages").json()["data"]
+            assert data[2]["evicted"] and data[2]["truncated"] is cut_first
+            rows = [r["message"] for r in data]
             cleared = rows[2]["content"]
             assert cleared.startswith("[context-cleared]")
             found = re.search(r"read_tool_output\((\{.*?\})\)", cleared)
