@@ -28,7 +28,7 @@ import json
 import operator
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -112,8 +112,7 @@ def minify_json(text: str) -> str | None:
     return _minified(stripped, text)
 
 
-_MEMO_CHARS = 32_000
-"""Texts up to this long have their lines memoised (``lines_of``): a bound on the memory."""
+_MEMO_CHARS = 32_000  # ``lines_of`` memoises texts up to this long (a memory bound)
 
 
 def lines_of(text: str) -> tuple[str, ...]:
@@ -375,14 +374,15 @@ def _compact_json(text: str, stripped: str) -> Compacted | None:
 
 def compact_text(text: str, earlier: EarlierLines = EarlierLines()) -> Compacted | None:
     """The smallest lossless rewrite of ``text`` these transforms give, or None when none
-    applies. JSON is minified, or tabulated when that is shorter (its lines repeat nothing
-    worth a pointer); other text goes through the pointer pass first (it removes whole
-    runs), then the collapse."""
-    stripped = text.strip()
+    applies. JSON (after a byte order mark, kept: a parser refuses it, a reader does not) is
+    minified, or tabulated when shorter (its lines repeat nothing worth a pointer); other
+    text goes through the pointer pass first (it removes whole runs), then the collapse."""
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    stripped = text[len(bom) :].strip()
     if stripped[:1] in ("[", "{"):
-        done = _compact_json(text, stripped)
+        done = _compact_json(text[len(bom) :], stripped)
         if done is not None:
-            return done
+            return replace(done, text=bom + done.text) if bom else done
     lines = lines_of(text)  # memoised: the next result's ``EarlierLines`` splits it again
     pointed_lines, pointed = point_to_earlier(lines, earlier)
     collapsed_lines, collapsed = collapse_repeats(pointed_lines)

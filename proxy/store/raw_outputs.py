@@ -9,12 +9,15 @@ instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.pins import unpin
+from proxy.cascade.handles import HANDLE
+from proxy.cascade.lossless import compact_text, compacted_marker
+from proxy.cascade.pins import pin, unpin
 from proxy.cascade.text import content_text
-from proxy.cascade.truncation import cap_utf8, is_cut_from_capped
+from proxy.cascade.truncation import cap_utf8, is_cut_from, is_cut_from_capped
 from proxy.cascade.types import Spill
 from proxy.history import chain_hash
 from proxy.store import client_form
@@ -47,7 +50,7 @@ SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
                WHERE e.tenant = $1 AND e.session_id = $2 AND e.name = 'context.truncated'
                  AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
            )) AS whole
-       , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live
+       , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live, m.pos
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
 LEFT JOIN LATERAL (
@@ -74,8 +77,10 @@ async def fetchrow_raw_output(
     (redacted, or cut with ``persistRaw`` off; its message holds less than the result): an
     older result under the id is not it. A pointer's handle (``pins.pin``,
     ``<id>@<position>``) reads the result at that position instead (``_fetch_pinned``),
-    whatever came under the id since. ``{"content", "original_bytes", "capped"}``; the
-    text the client sent, NULs included (``nul``)."""
+    whatever came under the id since. A live result whose text is the proxy's own rewrite
+    the client resent (an observation's, named by its handle) reads as the result that was
+    rewritten (``_resent_cut``). ``{"content", "original_bytes", "capped"}``; the text the
+    client sent, NULs included (``nul``)."""
     pinned = unpin(tool_call_id)
     if pinned is not None:
         found = await _fetch_pinned(conn, tenant, session_id, *pinned)
@@ -93,7 +98,10 @@ async def fetchrow_raw_output(
         }
     if message_at is None or not (_sent(row) or (row["evicted"] and not row["redacted"])):
         return None
-    return _whole(row["message"])
+    whole = _whole(row["message"])
+    if row["live"] and not row["evicted"] and HANDLE in whole["content"]:
+        return await _resent_cut(conn, tenant, session_id, tool_call_id, row["pos"], whole)
+    return whole
 
 
 def _sent(row: Any) -> bool:
@@ -143,7 +151,13 @@ async def _fetch_pinned(
     (``client_form``: never cut, evicted, or rebuilt from its own spill); else, cut with its
     spill capped, that spill as stored (``capped``), the one its cut agrees with
     (``truncation.is_cut_from_capped``), the spill written with it tried first. None when
-    there is no such row or its text is not kept (redacted, or cut with no spill)."""
+    there is no such row or its text is not kept (redacted, or cut with no spill).
+
+    A client that resends the history as stored (``GET …/messages``, not ``?form=sent``)
+    sends a cut result back as the proxy cut it: its row then holds that cut text as sent,
+    and its marker names this very handle. The handle still reads the result the cut was
+    made from (the spill under the id that the text is a cut of), not the cut text, whose
+    marker would send the model to the same offsets again."""
     sent = await client_form.fetch_sent_forms(
         conn, tenant=tenant, session_id=session_id, positions=[pos]
     )
@@ -151,10 +165,68 @@ async def _fetch_pinned(
     if msg is not None:
         if msg.get("role") != "tool" or msg.get("tool_call_id") != tool_call_id:
             return None
-        return _whole(msg)
+        whole = _whole(msg)
+        if HANDLE in whole["content"]:
+            return await _resent_cut(conn, tenant, session_id, tool_call_id, pos, whole)
+        return whole
     rows = await conn.fetch(FETCH_CAPPED, tenant, session_id, encode(tool_call_id), pos)
     for row in rows:
         cut, capped = content_text((row["message"] or {}).get("content")), decode(row["content"])
         if is_cut_from_capped(cut, capped):
             return {"content": capped, "original_bytes": row["original_bytes"], "capped": True}
     return None
+
+
+# The bodies of the superseded results at a position that were evicted: a client that resent
+# the history as stored resent the placeholder, which then names a body kept here.
+FETCH_EVICTED_AT = """
+SELECT message, placeholder FROM messages
+WHERE tenant = $1 AND session_id = $2 AND pos = $3 AND tool_call_id = $4
+  AND superseded_at IS NOT NULL AND placeholder IS NOT NULL AND NOT redacted
+ORDER BY id DESC
+"""
+
+
+async def _resent_cut(
+    conn: Executor, tenant: str, session_id: str, tool_call_id: str, pos: int, whole: dict[str, Any]
+) -> dict[str, Any]:
+    """``whole`` (a live result as sent, holding a handle), or the result the proxy's text in
+    it was made from when the client resent that text: an evicted body the placeholder
+    stood for (a superseded row at the position, its placeholder this text), or the
+    uncapped spill under the id the text was cut from (``truncation.is_cut_from``) or
+    compacted from under this very handle (``_compacted_from``)."""
+    text = whole["content"]
+    ids = [encode(tool_call_id)]
+    for row in await conn.fetch(FETCH_EVICTED_AT, tenant, session_id, pos, ids[0]):
+        if content_text((row["placeholder"] or {}).get("content")) == text:
+            text = content_text((row["message"] or {}).get("content"))
+            whole = {"content": text, "original_bytes": len(text.encode("utf-8")), "capped": False}
+            break
+    for spill in await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, ids):
+        raw = decode(spill["content"])
+        if is_cut_from(text, raw) or _compacted_from(text, raw, pin(tool_call_id, pos)):
+            return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
+    return whole
+
+
+_COMPACTED = re.compile(r"\[compacted losslessly from (\d+) chars \((.*)\); the exact original: ")
+
+
+def _compacted_from(text: str, raw: str, handle: str) -> bool:
+    """Whether ``text`` is ``raw`` compacted at ingestion under ``handle``: its first line
+    is the marker ``lossless.compacted_marker`` writes for ``raw``, and the rest is what
+    ``compact_text`` makes of ``raw``. A pointer names lines of the results before it,
+    which are not at hand here: with pointers the marker alone (handle, length, what was
+    done) ties the text to ``raw``."""
+    first, newline, rest = text.partition("\n")
+    found = _COMPACTED.match(first)
+    if (
+        not newline
+        or found is None
+        or first + newline != compacted_marker(handle, len(raw), found[2])
+    ):
+        return False
+    if "pointed to earlier results" in found[2]:
+        return True
+    done = compact_text(raw)
+    return done is not None and done.text == rest

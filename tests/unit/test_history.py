@@ -113,6 +113,20 @@ def test_canonical_assistant_empty_content_equals_missing() -> None:
     assert canonical_message({**with_calls, "content": None}) == canonical_message(with_calls)
 
 
+def test_what_a_client_rewrote_in_a_reply_hashes_as_another_message() -> None:
+    """README, Decisions, "Stored reply": the text as one text part, the arguments written
+    again with other whitespace, a provider's extra field left out are each another
+    message than the stored reply (it is superseded), not normalised away: the provider is
+    sent the stored form of a row whose hash matches, and those forms differ to it."""
+    reply = assistant("hello")
+    as_parts = {**reply, "content": [{"type": "text", "text": "hello"}]}
+    assert chain([as_parts]) != chain([reply])
+    spaced, tight = calls(("c1", "grep", '{"q": "x"}')), calls(("c1", "grep", '{"q":"x"}'))
+    assert chain([spaced]) != chain([tight])
+    reasoned = {**reply, "reasoning_content": "thinking"}
+    assert chain([reasoned]) != chain([reply])
+
+
 def test_canonical_user_empty_content_is_kept() -> None:
     assert canonical_message(user("")) == user("")
 

@@ -118,3 +118,14 @@ def test_text_that_only_opens_like_json_is_not_scanned(monkeypatch: pytest.Monke
     assert compact_text(log) is None
     with pytest.raises(AssertionError, match="scanned"):
         compact_text('[\n  {"a": 1}\n]')
+
+
+def test_json_after_a_byte_order_mark_is_compacted_and_keeps_the_mark() -> None:
+    records = [{"name": f"item{i}", "value": i} for i in range(8)]
+    for value in (records, {"a": [1, 2], "b": {"c": None}}):
+        text = json.dumps(value, indent=2)
+        plain = compact_text(text)
+        assert plain is not None
+        done = compact_text("\ufeff" + text)
+        assert done is not None and done.text == "\ufeff" + plain.text
+        assert done.how == plain.how
