@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
-from proxy.cascade.lossless import EarlierLines, compact_text, compacted_marker
+from proxy.cascade.lossless import compact_text, compacted_marker
 from proxy.cascade.pins import names, pin
+from proxy.cascade.pointers import EarlierLines
 from proxy.cascade.redaction import compile_patterns, redact_message
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
