@@ -41,7 +41,8 @@ from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
-from proxy.store.db import pooler_kwargs, run_migrations
+from proxy.store.db import pooler_kwargs
+from proxy.store.migrations import run_migrations
 from proxy.store.readiness import SharedCheck, database_readiness
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
