@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.cascade.eviction import is_placeholder
-from proxy.cascade.truncation import page_raw_output
+from proxy.cascade.paging import page_raw_output
 from proxy.config import Config
 from proxy.errors import NotFound
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
