@@ -55,7 +55,7 @@ from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
-from proxy.services.pressure import Pressure, compaction_job
+from proxy.services.pressure import PressureRelief, compaction_job
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import ChatContext, Route, Step, Turn
@@ -132,7 +132,7 @@ class ChatService:
         self.ingested = IngestMemo()
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
-        self.pressure = Pressure(summarizer)
+        self.relief = PressureRelief(summarizer)
         self.forward = Forwarder(upstream=upstream, settings=settings, bus=bus, pool=pool)
 
     async def complete(
@@ -239,11 +239,11 @@ class ChatService:
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
-            command = await self.pressure.compact_now(turn, compaction_job(cfg, rt, ctx, "command"))
+            command = await self.relief.compact_now(turn, compaction_job(cfg, rt, ctx, "command"))
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(turn.conn, key, state, count)
         else:
-            state = await self.pressure.maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
+            state = await self.relief.maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
         turn_key = _turn_key(body["messages"], hashes, rt.ctx)
         inp = StepInput(
             window=state.window,
@@ -265,7 +265,7 @@ class ChatService:
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent
         assembled = toolloop.fit_offer(assemble(inp, answers=answers or None), body, rt.ctx)
         if command is None and (
-            nudge := await self.pressure.handoff(turn, rt, body, ctx, state, fixed)
+            nudge := await self.relief.handoff(turn, rt, body, ctx, state, fixed)
         ):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)

@@ -26,7 +26,7 @@ from proxy.services.history import SessionState, load_window
 from proxy.services.turn import ChatContext, Route, Turn
 from proxy.store import sessions
 
-__all__ = ["Pressure", "compaction_job"]
+__all__ = ["PressureRelief", "compaction_job"]
 
 
 def compaction_job(cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
@@ -42,7 +42,7 @@ def compaction_job(cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> An
     )
 
 
-class Pressure:
+class PressureRelief:
     """Compaction and the handoff nudge of one step, through the replica's summarizer."""
 
     def __init__(self, summarizer: DurableSummarizer) -> None:
