@@ -56,9 +56,10 @@ from proxy.services.ingestmemo import IngestMemo
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
 from proxy.services.pressure import PressureRelief, compaction_job
+from proxy.services.request import ChatContext, Route, Step
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
-from proxy.services.turn import ChatContext, Route, Step, Turn
+from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
 from proxy.settings import Settings
 from proxy.store import writes

@@ -23,7 +23,8 @@ from proxy.services import budget as budgets
 from proxy.services.compaction import CompactionResult, DurableSummarizer
 from proxy.services.compaction_job import job_for
 from proxy.services.history import SessionState, load_window
-from proxy.services.turn import ChatContext, Route, Turn
+from proxy.services.request import ChatContext, Route
+from proxy.services.turn import Turn
 from proxy.store import sessions
 
 __all__ = ["PressureRelief", "compaction_job"]
