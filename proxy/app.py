@@ -19,44 +19,30 @@ from typing import Any, TypedDict
 
 import asyncpg
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import iter_route_contexts
-from starlette.exceptions import HTTPException
-from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from proxy import __version__
-from proxy.api import chat, deps, events, health, memory, openapi, sessions
-from proxy.auth import ProxyAuth, listen_policy
+from proxy.api import chat, events, health, memory, openapi, sessions
+from proxy.auth import listen_policy
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
-from proxy.cascade.types import ContextLengthExceeded
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.embeddings import Embedders, bind_embedders
-from proxy.errors import ProxyError, error_body, exception_body
-from proxy.logs import causes, configure_logging, format_from_env
+from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
-from proxy.middleware import (
-    AccessLog,
-    HeadAsGet,
-    ServerErrors,
-    allowed_methods,
-    client_method,
-    request_path,
-)
-from proxy.observe import Observe, Observer
+from proxy.observe import Observer
 from proxy.pgembed import default_data_dir, require_embedded, start_embedded, tune_embedded
-from proxy.refusals import StartupRefusals
 from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
-from proxy.session_id import InvalidSessionId
 from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
-from proxy.store.db import DatabaseUnavailable, PoolExhausted, pooler_kwargs, run_migrations
+from proxy.store.db import pooler_kwargs
+from proxy.store.migrations import run_migrations
 from proxy.store.readiness import SharedCheck, database_readiness
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
@@ -64,6 +50,7 @@ from proxy.transport import ProviderTransport, build_client, check_proxies, chec
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
 from proxy.warmup import open_pool, warm_pool, warm_process
+from proxy.wiring import install_error_handlers, install_middleware
 
 __all__ = ["create_app"]
 
@@ -253,50 +240,10 @@ def create_app(
     )
     for module in (chat, sessions, events, health, memory):
         app.include_router(module.router)
-    _install_error_handlers(app)
-    _install_middleware(app, settings, holder, require_keys, observer)
+    install_error_handlers(app)
+    install_middleware(app, settings, holder, require_keys, observer)
     app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     return app
-
-
-def _install_middleware(
-    app: FastAPI,
-    settings: Settings,
-    holder: ConfigHolder,
-    require_keys: bool,
-    observer: Observer,
-) -> None:
-    """Ours, innermost first (``add_middleware`` wraps what is there): start-up refusals as one
-    line (``proxy.refusals``, the lifespan scope only), HEAD as a bodiless GET, the 500 of last
-    resort, the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names
-    origins (a preflight needs no key; a 401 carries CORS headers), metrics and spans
-    (``Observe``, so 401s are counted too), and the access line outside them all (its record
-    is what ``Observe`` extends)."""
-    app.add_middleware(StartupRefusals)
-    app.add_middleware(HeadAsGet)
-    app.add_middleware(ServerErrors)
-    app.add_middleware(
-        ProxyAuth,
-        holder=holder,
-        require_keys=require_keys,
-        allow_unauthenticated=settings.allow_unauthenticated,
-        cors_origins=settings.cors_origin_list(),
-    )
-    if origins := settings.cors_origin_list():
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=origins,
-            allow_methods=["*"],
-            allow_headers=["*"],
-            expose_headers=[
-                "X-Session-Id",
-                "X-Request-Id",
-                "X-Upstream-Request-Id",
-                "X-Cascade-Overhead-Ms",
-            ],
-        )
-    app.add_middleware(Observe, observer=observer)
-    app.add_middleware(AccessLog)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -307,95 +254,3 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema["paths"].update(chat.OPENAPI_PATHS)
         app.openapi_schema = openapi.amend(schema)
     return app.openapi_schema
-
-
-_HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    """One place that turns every error into OpenAI's ``{"error": {...}}`` shape, and logs it
-    once: a client's mistake at INFO with its message, a provider or database failure at
-    WARNING with its cause. An exception none of these takes is ``ServerErrors``'s 500."""
-
-    async def domain(request: Request, exc: Exception) -> JSONResponse:
-        status, body = exception_body(exc)
-        logged = getattr(exc, "log_message", None) or body["error"]["message"]
-        _log_error(request, status, exc, logged)
-        return JSONResponse(body, status)
-
-    async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
-        _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
-        return JSONResponse(
-            error_body(str(exc), type="invalid_request_error", code="invalid_session_id"), 400
-        )
-
-    async def http(request: Request, exc: Any) -> JSONResponse:
-        if exc.status_code == 405 and deps.encoded_slash(request):  # an id with "/": no route
-            exc = HTTPException(404)
-        message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
-        if exc.status_code == 404:  # OpenAI's words for a path it has no route for
-            message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
-        elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
-            allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")
-            headers = {**(headers or {}), "Allow": allow}
-            message = (
-                f"{request.url.path} does not take {client_method(request.scope)}; use {allow}"
-            )
-        _log_error(request, exc.status_code, exc, message)
-        body = error_body(message, type="invalid_request_error", code=code)
-        return JSONResponse(body, exc.status_code, headers)
-
-    async def validation(request: Request, exc: Any) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ())]
-        message = f"{'.'.join(loc)}: {first.get('msg', 'invalid')}"
-        param = ".".join(loc[1:] if loc[:1] in (["query"], ["path"], ["header"]) else loc)
-        _log_error(request, 400, exc, message)  # param: the name the client sent, as OpenAI's
-        return JSONResponse(error_body(message, type="invalid_request_error", param=param), 400)
-
-    async def no_database(request: Request, exc: Exception) -> JSONResponse:
-        _log_error(request, 503, exc, str(exc))
-        return JSONResponse(
-            error_body(
-                "the proxy's database is unavailable; retry shortly",
-                type="server_error",
-                code="database_unavailable",
-            ),
-            503,
-            {"Retry-After": "5"},
-        )
-
-    async def busy(request: Request, exc: Exception) -> JSONResponse:
-        _log_error(request, 503, exc, str(exc))
-        return JSONResponse(
-            error_body(str(exc), type="server_error", code="server_busy"), 503, {"Retry-After": "1"}
-        )
-
-    async def last_resort(request: Request, exc: Exception) -> JSONResponse:
-        """Starlette's outermost handler, for a failure in a middleware itself: the body in
-        our shape; Starlette re-raises, and uvicorn logs the traceback."""
-        return JSONResponse(*reversed(exception_body(exc)))
-
-    handlers: dict[type[Exception], Any] = {
-        ProxyError: domain,
-        ContextLengthExceeded: domain,
-        InvalidSessionId: invalid_id,
-        HTTPException: http,
-        RequestValidationError: validation,
-        DatabaseUnavailable: no_database,
-        PoolExhausted: busy,
-        Exception: last_resort,
-    }
-    for cls, handler in handlers.items():
-        app.add_exception_handler(cls, handler)
-
-
-def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:
-    """``<status> <method> <path>: <message>``; for a 5xx, the chain of causes behind it (a
-    502 names the provider in its message, and the cause says why: refused, DNS, TLS...)."""
-    where = f"{client_method(request.scope)} {request_path(request.scope)}"
-    if status < 500:
-        log.info("%d %s: %s", status, where, message)
-    else:
-        log.warning("%d %s: %s%s", status, where, message, causes(exc))

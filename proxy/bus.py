@@ -47,13 +47,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
 import anyio
 import asyncpg
 
-from proxy.cascade.types import TRANSIENT_EVENTS, Event
+from proxy import bus_payloads
+from proxy.bus_payloads import stamp_now, transient_payload
+from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
 from proxy.settings import Settings
 from proxy.store import events as store
@@ -62,7 +63,6 @@ from proxy.store.db import DatabaseUnavailable, redact_dsn
 __all__ = ["EventBus", "BusEvent", "SESSION_GONE", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
-_MAX_PAYLOAD = 7800
 WATCH_TTL = 30.0
 """Seconds an ``event_watchers`` row stays current; the keeper refreshes at a third of it."""
 START_TIMEOUT = 30.0
@@ -103,10 +103,6 @@ class BusEvent:
 SESSION_GONE = BusEvent("", {})
 """Handed to a session's subscribers, by identity, when the session was deleted: no event,
 the end of their stream."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 class EventBus:
@@ -244,65 +240,16 @@ class EventBus:
     ) -> int | None:
         """Persist a non-transient event (the table's trigger NOTIFYs), or NOTIFY a transient
         one; returns the event id (None if transient)."""
-        body = {**data, "session_id": session_id, "ts": _now()}
+        body = {**data, "session_id": session_id, "ts": stamp_now()}
         if name not in TRANSIENT_EVENTS:
             return await store.insert_event(
                 conn, tenant=tenant, session_id=session_id, name=name, data=body
             )
-        await store.notify(conn, payload=self._transient(tenant, session_id, name, body))
+        await store.notify(conn, payload=transient_payload(tenant, session_id, name, body))
         return None
 
-    def split(
-        self, tenant: str, session_id: str, events: Sequence[Event]
-    ) -> tuple[store.EventRows, list[str]]:
-        """(names, bodies) to persist, in order, and ready NOTIFY payloads of transient ones.
-
-        Callers embed the persisted rows in a statement they run anyway
-        (``store.events_cte``); stamping ``session_id`` and ``ts`` happens here.
-        """
-        if not events:  # most steps: no clock read, no lists
-            return ((), ()), []
-        ts = _now()
-        names: list[str] = []
-        bodies: list[Mapping[str, Any]] = []
-        transient: list[str] = []
-        for event in events:
-            body = {**event.data, "session_id": session_id, "ts": ts}
-            if event.name in TRANSIENT_EVENTS:
-                transient.append(self._transient(tenant, session_id, event.name, body))
-            else:
-                names.append(event.name)
-                bodies.append(body)
-        return (names, bodies), transient
-
-    def pieces(
-        self, tenant: str, session_id: str, name: str, data: Mapping[str, Any], text_key: str
-    ) -> list[str]:
-        """NOTIFY payloads of a transient event whose string ``data[text_key]`` may be too
-        long for one: the text is cut into consecutive pieces that fit, one event each, with
-        ``part`` and ``parts`` (which also keep equal pieces apart: NOTIFY drops a payload
-        equal to one already sent in the same transaction)."""
-        body = {**data, "session_id": session_id, "ts": _now()}
-        text = body.pop(text_key)
-        envelope = len(self._transient(tenant, session_id, name, body))
-        room = _MAX_PAYLOAD - envelope - len(text_key) - 8  # `, "key": ""`
-        if len(json.dumps(text)) - 2 <= room:
-            return [self._transient(tenant, session_id, name, {**body, text_key: text})]
-        parts = _cut(text, room - 40)  # `, "part": n, "parts": n`
-        return [
-            self._transient(
-                tenant, session_id, name, {**body, text_key: t, "part": i, "parts": len(parts)}
-            )
-            for i, t in enumerate(parts)
-        ]
-
-    @staticmethod
-    def _transient(tenant: str, session_id: str, name: str, body: Mapping[str, Any]) -> str:
-        payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": body})
-        if len(payload.encode()) > _MAX_PAYLOAD:
-            small = {"session_id": session_id, "ts": body["ts"], "truncated": True}
-            payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": small})
-        return payload
+    split = staticmethod(bus_payloads.split)
+    pieces = staticmethod(bus_payloads.pieces)
 
     def _on_lease(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         self.wakeups.notified(cast(str, payload))
@@ -355,7 +302,7 @@ class EventBus:
     def broadcast_local(self, name: str, data: Mapping[str, Any]) -> None:
         """Deliver to every open stream on this replica (config.* events)."""
         for (_, session_id), queues in list(self._subs.items()):
-            event = BusEvent(name, {**data, "session_id": session_id, "ts": _now()})
+            event = BusEvent(name, {**data, "session_id": session_id, "ts": stamp_now()})
             for queue in list(queues):
                 queue.put_nowait(event)
 
@@ -377,15 +324,3 @@ class EventBus:
                 del self._subs[key]
                 with anyio.CancelScope(shield=True):
                     await self._unwatch(tenant, session_id)
-
-
-def _cut(text: str, room: int) -> list[str]:
-    """``text`` in consecutive parts whose JSON string form (escapes and all) fits ``room``."""
-    parts = []
-    while text:
-        size = min(len(text), room)
-        while (escaped := len(json.dumps(text[:size])) - 2) > room:
-            size = max(1, min(size - 1, size * room // escaped))
-        parts.append(text[:size])
-        text = text[size:]
-    return parts

@@ -28,7 +28,8 @@ from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error
-from proxy.store.db import DatabaseUnavailable, MigrationError, pooler_kwargs, run_migrations
+from proxy.store.db import DatabaseUnavailable, pooler_kwargs
+from proxy.store.migrations import MigrationError, run_migrations
 
 __all__ = ["run"]
 

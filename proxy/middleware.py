@@ -1,9 +1,9 @@
 """The proxy's own ASGI middleware: ``AccessLog`` (outermost of ours), ``ServerErrors`` and
 ``HeadAsGet`` (innermost).
 
-``create_app`` installs them with ``add_middleware``, CORS (when configured) between them,
-so every route, the chat routes included, passes through the same stack as any middleware
-a deployment adds::
+``create_app`` installs them with ``add_middleware`` (``wiring.install_middleware``), CORS
+(when configured) between them, so every route, the chat routes included, passes through
+the same stack as any middleware a deployment adds::
 
     AccessLog -> CORSMiddleware -> ProxyAuth -> ServerErrors -> HeadAsGet
         -> exception handlers -> routes

@@ -20,7 +20,8 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.config import ConfigError
-from proxy.store.db import DatabaseUnavailable, MigrationError
+from proxy.store.db import DatabaseUnavailable
+from proxy.store.migrations import MigrationError
 
 __all__ = ["REFUSALS", "StartupRefusals"]
 

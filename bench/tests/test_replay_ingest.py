@@ -9,8 +9,8 @@ import pytest
 
 from bench.replay_ingest import page_back, transforms_of
 from proxy.cascade.lossless import compacted_marker
+from proxy.cascade.paging import page_raw_output
 from proxy.cascade.tables import tabulate_json
-from proxy.cascade.truncation import page_raw_output
 
 MARK = compacted_marker("c1", 999, "x")
 

@@ -1,7 +1,7 @@
 """What ``/openapi.json`` says that FastAPI cannot read from the routes themselves.
 
 FastAPI documents a 422 ``HTTPValidationError`` for every route with parameters, but the
-validation handler (``proxy.app``) answers a malformed request with OpenAI's error shape and
+validation handler (``proxy.wiring``) answers a malformed request with OpenAI's error shape and
 a 400; the document says so instead.
 """
 

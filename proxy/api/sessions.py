@@ -23,7 +23,7 @@ from proxy.api.deps import (
 from proxy.api.session_schemas import ok
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError
-from proxy.services import sessions as svc
+from proxy.services import session_changes, sessions as svc
 from proxy.services.client_watch import ClientWatch
 
 log = logging.getLogger("cascade.sessions")
@@ -112,7 +112,7 @@ async def branch_session(
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        return await svc.branch_session(
+        return await session_changes.branch_session(
             pool,
             locks,
             tenant=tenant,
@@ -132,7 +132,7 @@ async def compact_session(
     tenant: TenantDep,
     summarizer: SummarizerDep,
 ) -> dict[str, Any]:
-    return await svc.compact_session(
+    return await session_changes.compact_session(
         pool,
         summarizer,
         cfg,
@@ -152,7 +152,7 @@ async def reset_session(
     tenant: TenantDep,
 ) -> dict[str, Any]:
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        out = await svc.reset_session(
+        out = await session_changes.reset_session(
             pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
         )
     # the session's open streams (a console showing the history just forgotten) are told;
@@ -178,7 +178,7 @@ async def delete_session(
     tenant: TenantDep,
 ) -> dict[str, Any]:
     with ClientWatch(request.receive) as client:  # watched only while it waits
-        return await svc.delete_session(
+        return await session_changes.delete_session(
             pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
         )
 

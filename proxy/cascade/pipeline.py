@@ -43,12 +43,12 @@ from proxy.cascade.commands import (
 )
 from proxy.cascade.eviction import EVICTION, is_placeholder
 from proxy.cascade.handles import holds_handle
-from proxy.cascade.lossless import EarlierLines, line_set_of, lines_of
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.observations import OBSERVATIONS
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.phases import turn_answers, turn_start
 from proxy.cascade.pins import pin
+from proxy.cascade.pointers import EarlierLines, line_set_of, lines_of
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
 from proxy.cascade.step import Stage, StepInput

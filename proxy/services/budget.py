@@ -23,7 +23,7 @@ from proxy.services.toolloop import carries_tools
 
 if TYPE_CHECKING:
     from proxy.services.history import SessionState
-    from proxy.services.turn import Route, Step
+    from proxy.services.request import Route, Step
 
 __all__ = ["FixedTokens", "reserved_output", "occupancy", "pressure", "budget", "page_room"]
 

@@ -7,7 +7,8 @@
    and load the window (``history.py``): its first statement takes the lease; while another
    replica's request (or a session API operation) holds it, the turn parks and tries again
    shortly. A client that leaves while its request waits ends it (``client_watch.py``);
-3. compact when the window is under pressure (``cascade.pressure`` decides);
+3. compact when the window is under pressure (``cascade.pressure`` decides, ``pressure.py``
+   acts);
 4. plan the stages' needs, fulfil them, and assemble the prompt (pure, ``cascade.pipeline``);
    persist its marks (placeholders, trims) and events;
 5. give the connection back, call upstream and relay the answer (``forward.py``), which
@@ -28,7 +29,6 @@ import asyncpg
 from starlette.responses import Response
 
 from proxy.bus import EventBus
-from proxy.cascade.handoff import handoff_step
 from proxy.cascade.pipeline import (
     Assembled,
     StepInput,
@@ -37,9 +37,8 @@ from proxy.cascade.pipeline import (
     plan_step,
     turn_start,
 )
-from proxy.cascade.pressure import compaction_need
 from proxy.cascade.tokens import MemoCounter
-from proxy.cascade.types import Event, Message
+from proxy.cascade.types import Message
 from proxy.config import Config
 from proxy.errors import ClientRequestError
 from proxy.observe import note_step_events
@@ -50,18 +49,19 @@ from proxy.services.chaincache import ChainCache
 from proxy.services.client_watch import pause
 from proxy.services.command import answer_command
 from proxy.services.compaction import CompactionResult, DurableSummarizer
-from proxy.services.compaction_job import job_for
 from proxy.services.forward import Forwarder
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
+from proxy.services.pressure import PressureRelief, compaction_job
+from proxy.services.request import ChatContext, Route, Step
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
-from proxy.services.turn import ChatContext, Route, Step, Turn
+from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
 from proxy.settings import Settings
-from proxy.store import sessions, writes
+from proxy.store import writes
 from proxy.store.db import unavailable_when_lost
 from proxy.store.leases import SessionBusy, poll_delays
 from proxy.upstream import Upstream
@@ -132,6 +132,7 @@ class ChatService:
         self.ingested = IngestMemo()
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
+        self.relief = PressureRelief(summarizer)
         self.forward = Forwarder(upstream=upstream, settings=settings, bus=bus, pool=pool)
 
     async def complete(
@@ -238,11 +239,11 @@ class ChatService:
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
-            command = await self._compact_now(turn, self._job(cfg, rt, ctx, "command"))
+            command = await self.relief.compact_now(turn, compaction_job(cfg, rt, ctx, "command"))
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(turn.conn, key, state, count)
         else:
-            state = await self._maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
+            state = await self.relief.maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
         turn_key = _turn_key(body["messages"], hashes, rt)
         inp = StepInput(
             window=state.window,
@@ -263,7 +264,9 @@ class ChatService:
             answers = await fulfil(needs, conn=turn.conn, key=key)
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent
         assembled = toolloop.fit_offer(assemble(inp, answers=answers or None), body, rt.ctx)
-        if command is None and (nudge := await self._handoff(turn, rt, body, ctx, state, fixed)):
+        if command is None and (
+            nudge := await self.relief.handoff(turn, rt, body, ctx, state, fixed)
+        ):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)
         so = body.get("stream_options")
@@ -282,90 +285,6 @@ class ChatService:
             overhead=tools + (schema if assembled.offer_read_tool else 0),
             turn=None if assembled.kept is None else (turn_key, _kept_text(assembled.kept)),
         )
-
-    def _job(self, cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
-        return job_for(
-            cfg,
-            tenant=ctx.tenant,
-            session_id=ctx.session_id,
-            agent=rt.agent,
-            model=rt.model,
-            headers=ctx.headers,
-            trigger=trigger,
-        )
-
-    async def _compact_now(self, turn: Turn, job: Any) -> CompactionResult | None:
-        """``compact_now`` holding no connection while it waits and the fast model answers;
-        the session stays the turn's by its lease."""
-        await turn.park()
-        try:
-            return await self.summarizer.compact_now(job)
-        finally:
-            await turn.connect()
-
-    async def _maybe_compact(
-        self,
-        turn: Turn,
-        cfg: Config,
-        rt: Route,
-        body: Mapping[str, Any],
-        ctx: ChatContext,
-        state: SessionState,
-        count: MemoCounter,
-        fixed: int,
-    ) -> SessionState:
-        """Do what ``cascade.pressure.compaction_need`` decides: start a background
-        compaction (soft), or wait for the one in flight, measure again and compact now
-        (hard, overflow)."""
-        s = rt.ctx.summarize
-        need = compaction_need(budgets.pressure(state, rt, body, fixed), s)
-        if need is None:
-            return state
-        key = ctx.key
-        if need.wait_first:
-            await turn.park()
-            try:
-                await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
-            finally:
-                await turn.connect()
-            state = await load_window(turn.conn, key, state, count)
-            need = compaction_need(budgets.pressure(state, rt, body, fixed), s, waited=True)
-            if need is not None:
-                await self._compact_now(turn, self._job(cfg, rt, ctx, need.trigger))
-                state = await load_window(turn.conn, key, state, count)
-        elif s.background:
-            await turn.flush()  # the compaction reads the store (turn.py)
-            self.summarizer.start_background(self._job(cfg, rt, ctx, need.trigger))
-        else:
-            await self._compact_now(turn, self._job(cfg, rt, ctx, need.trigger))
-            state = await load_window(turn.conn, key, state, count)
-        return state
-
-    async def _handoff(
-        self,
-        turn: Turn,
-        rt: Route,
-        body: Mapping[str, Any],
-        ctx: ChatContext,
-        state: SessionState,
-        fixed: int,
-    ) -> Event | None:
-        """The handoff nudge of this step (``cascade.handoff``), measured after any
-        compaction the step ran; the session row's crossing flag is written when it flips."""
-        above = bool(state.session.get("handoff_above"))
-        out = handoff_step(
-            budgets.pressure(state, rt, body, fixed),
-            rt.ctx.handoff,
-            above=above,
-            summarized=state.summary is not None,
-            compacting=self.summarizer.running(ctx.tenant, ctx.session_id),
-        )
-        if out.above != above:
-            await turn.connect()
-            await sessions.set_handoff_above(
-                turn.conn, tenant=ctx.tenant, session_id=ctx.session_id, above=out.above
-            )
-        return out.event
 
     async def _persist_step(
         self,

@@ -32,7 +32,7 @@ from proxy.chunks import StreamAccumulator
 from proxy.store import events as store
 
 if TYPE_CHECKING:
-    from proxy.services.turn import Step
+    from proxy.services.request import Step
     from proxy.store.db import Executor
 
 __all__ = ["FLUSH_INTERVAL", "DeltaTap", "tap"]

@@ -29,8 +29,9 @@ from proxy.provider_errors import log_relayed, provider_name
 from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
+from proxy.services.request import ChatContext, Route, Step
 from proxy.services.toolloop import answer_in_room, split_calls
-from proxy.services.turn import ChatContext, Route, Step, Turn
+from proxy.services.turn import Turn
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor

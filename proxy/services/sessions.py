@@ -1,4 +1,5 @@
-"""The session API's use cases: list, show, messages, branch, reset, delete, tool outputs.
+"""The session API's reads: list, show, messages and tool outputs; what changes a session
+(branch, reset, delete, compact) is ``session_changes.py``.
 
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
 missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
@@ -7,34 +8,20 @@ is held to their sessions before any of these runs (``api.deps.reach_session``).
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import asyncpg
-
 from proxy.cascade.eviction import is_placeholder
-from proxy.cascade.truncation import page_raw_output
+from proxy.cascade.paging import page_raw_output
 from proxy.config import Config
-from proxy.errors import ClientRequestError, CompactionFailed, NotFound
-from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
-from proxy.services.compaction import DurableSummarizer
-from proxy.services.compaction_job import job_for
-from proxy.services.lease_wakeups import LeaseWakeups
-from proxy.services.session_locks import SessionLocks
-from proxy.session_id import validate_session_id
+from proxy.errors import NotFound
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
-    "compact_session",
     "list_sessions",
     "show_session",
     "list_messages",
-    "branch_session",
-    "reset_session",
-    "delete_session",
+    "require_session",
     "tool_output",
 ]
 
@@ -49,7 +36,9 @@ def _iso(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
 
-async def _require(conn: Any, tenant: str, session_id: str) -> Any:
+async def require_session(conn: Any, tenant: str, session_id: str) -> Any:
+    """The session's row; NotFound when the tenant has none by that id (another tenant's
+    session is missing too, so an id leaks nothing)."""
     row = await sessions.fetchrow_session(conn, tenant=tenant, session_id=session_id)
     if row is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
@@ -96,7 +85,7 @@ def _listed(cfg: Config, row: Mapping[str, Any]) -> dict[str, Any]:
 
 async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) -> dict[str, Any]:
     """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
-    row = await _require(conn, tenant, session_id)
+    row = await require_session(conn, tenant, session_id)
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     split = await usage.fetch_usage_split(
         conn,
@@ -156,7 +145,7 @@ async def list_messages(
 ) -> dict[str, Any]:
     """The history in its prompt form, or with ``sent_form`` each cut or evicted result as
     the client sent it (what a client resending the history must send back)."""
-    await _require(conn, tenant, session_id)
+    await require_session(conn, tenant, session_id)
     rows = await msgs.fetch_messages(
         conn,
         tenant=tenant,
@@ -224,102 +213,6 @@ async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> 
     ]
 
 
-@contextlib.asynccontextmanager
-async def _turn(
-    locks: SessionLocks,
-    client: ClientWatch | None,
-    wakeups: LeaseWakeups | None,
-    tenant: str,
-    session_id: str,
-) -> AsyncIterator[sessions.Pause | None]:
-    """An operation's turn on a session: its place in this replica's queue (``locks``),
-    then the pause between two tries at a lease another replica holds, which the store's
-    ``_locked`` calls. The pause ends the operation when its client leaves and ends early
-    when that replica frees the session (``wakeups``, registered from the first pause only);
-    None without either: the store's plain sleep."""
-    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-        if client is None and wakeups is None:
-            yield None
-            return
-        with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
-            yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
-
-
-async def branch_session(
-    conn: Any,
-    locks: SessionLocks,
-    *,
-    tenant: str,
-    session_id: str,
-    new_id: str | None,
-    client: ClientWatch | None = None,
-    wakeups: LeaseWakeups | None = None,
-) -> dict[str, Any]:
-    """Copy the live history, raw outputs and summaries into an independent new session.
-
-    Reset, delete and branch take their turn in this replica's queue for the session
-    (``locks``), then wait for a request in flight on another replica (``store.sessions``).
-    One whose ``client`` leaves during either wait ends there (``ClientDisconnected``),
-    nothing changed: run later, a branch its client retried would find its target taken.
-    ``wakeups`` ends a pause between tries when the other replica frees the session."""
-    await _require(conn, tenant, session_id)
-    target = (
-        validate_session_id(new_id, source="body 'id'")
-        if new_id is not None
-        else (f"{session_id[:100]}-branch-{secrets.token_hex(4)}")
-    )
-    taken = ClientRequestError(f"session {target!r} already exists; pick another id", param="id")
-    if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
-        raise taken
-    try:
-        async with _turn(locks, client, wakeups, tenant, session_id) as between:
-            copied = await sessions.copy_session(
-                conn, tenant=tenant, source=session_id, target=target, pause=between
-            )
-    except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
-        raise taken from None
-    if not copied:  # deleted while this waited its turn
-        raise NotFound(f"no session {session_id!r} (for this API key)")
-    return {"id": target, "object": "session", "parent_id": session_id}
-
-
-async def reset_session(
-    conn: Any,
-    locks: SessionLocks,
-    *,
-    tenant: str,
-    session_id: str,
-    client: ClientWatch | None = None,
-    wakeups: LeaseWakeups | None = None,
-) -> dict[str, Any]:
-    await _require(conn, tenant, session_id)
-    async with _turn(locks, client, wakeups, tenant, session_id) as between:
-        found = await sessions.reset_session(
-            conn, tenant=tenant, session_id=session_id, pause=between
-        )
-    if not found:  # deleted while this waited its turn
-        raise NotFound(f"no session {session_id!r} (for this API key)")
-    return {"id": session_id, "object": "session", "reset": True}
-
-
-async def delete_session(
-    conn: Any,
-    locks: SessionLocks,
-    *,
-    tenant: str,
-    session_id: str,
-    client: ClientWatch | None = None,
-    wakeups: LeaseWakeups | None = None,
-) -> dict[str, Any]:
-    async with _turn(locks, client, wakeups, tenant, session_id) as between:
-        deleted = await sessions.delete_session(
-            conn, tenant=tenant, session_id=session_id, pause=between
-        )
-    if not deleted:
-        raise NotFound(f"no session {session_id!r} (for this API key)")
-    return {"id": session_id, "object": "session", "deleted": True}
-
-
 async def tool_output(
     conn: Any,
     cfg: Config,
@@ -335,7 +228,7 @@ async def tool_output(
     of the newest result under the id: a spilled or evicted one; one never cut, from its
     stored message, which is the whole of it. A result cut with no copy kept (redacted, or
     ``persistRaw`` off) has none: its message holds only what the model was sent."""
-    session = await _require(conn, tenant, session_id)
+    session = await require_session(conn, tenant, session_id)
     max_chars = cfg.context_for(session["agent"]).tool_output.max_chars
     row = await raw_outputs.fetchrow_raw_output(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
@@ -356,44 +249,4 @@ async def tool_output(
         "original_bytes": row["original_bytes"],
         "capped": row["capped"],
         "page": page,
-    }
-
-
-async def compact_session(
-    conn: Any,
-    summarizer: DurableSummarizer,
-    cfg: Config,
-    *,
-    tenant: str,
-    session_id: str,
-    headers: Mapping[str, str],
-) -> dict[str, Any]:
-    """Force a compaction now, regardless of thresholds (waits for one already running),
-    with the session's agent's fast model (a key limited to other agents never gets here:
-    ``api.deps.reach_session``)."""
-    row = await _require(conn, tenant, session_id)
-    job = job_for(
-        cfg,
-        tenant=tenant,
-        session_id=session_id,
-        agent=row["agent"],
-        model=row["model"] or "",
-        headers=headers,
-        trigger="api",
-    )
-    result = await summarizer.compact_now(job)
-    if result is None:
-        raise NotFound(f"no session {session_id!r} (for this API key)")
-    if result.failed:  # a failure is not a success with compacted: false
-        raise CompactionFailed(f"the compaction failed: {result.reason}")
-    return {
-        "id": session_id,
-        "object": "session.compaction",
-        "version": result.version,
-        "boundary": result.boundary,
-        "folded": result.folded,
-        "tokens_before": result.tokens_before,
-        "tokens_after": result.tokens_after,
-        "compacted": result.version is not None,
-        "reason": result.reason or None,
     }

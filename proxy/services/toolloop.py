@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.cascade.handles import drop_handles
+from proxy.cascade.paging import page_raw_output
 from proxy.cascade.pipeline import Assembled
-from proxy.cascade.truncation import page_raw_output
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
 from proxy.store import raw_outputs

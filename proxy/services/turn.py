@@ -36,24 +36,18 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from proxy.bus import EventBus
-from proxy.cascade.pipeline import Assembled
-from proxy.cascade.tokens import MemoCounter, calibrate
+from proxy.cascade.tokens import calibrate
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE, Event
-from proxy.config import ModelConfig, ProviderConfig
-from proxy.config_context import ContextConfig
 from proxy.history import chain_hash
 from proxy.observe import note_occupancy
 from proxy.services.chaincache import ChainCache
-from proxy.services.client_watch import WAITING, ClientWatch
-from proxy.services.compaction import CompactionResult
-from proxy.services.history import SessionState
 from proxy.services.leases import Leases
+from proxy.services.request import Step
 from proxy.services.session_locks import SessionLocks
 from proxy.session_id import SessionKey
 from proxy.store import leases as lease_rows, messages as msgs, steps, writes
@@ -62,56 +56,9 @@ from proxy.store.db import Connection, DatabaseUnavailable, PoolExhausted, acqui
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["ChatContext", "Route", "Step", "Turn"]
+__all__ = ["Turn"]
 
 log = logging.getLogger("cascade.chat")
-
-
-@dataclass(frozen=True, slots=True)
-class ChatContext:
-    tenant: str
-    session_id: str
-    headers: Mapping[str, str]
-    derived: bool = False  # the id is derived, not the client's: it may move to a lane
-    client: ClientWatch | None = None  # whether the client is still there (client_watch.py)
-    query: tuple[tuple[str, str], ...] = ()  # the client's query string, for the provider too
-
-    @property
-    def key(self) -> SessionKey:
-        return SessionKey(self.tenant, self.session_id)
-
-    def check_client(self) -> None:
-        """``ClientDisconnected`` when the client was seen to leave while the request waited
-        for its session: the provider is not called for nobody."""
-        if self.client is not None:
-            self.client.check(WAITING)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    agent: str
-    provider: ProviderConfig
-    model: str
-    limits: ModelConfig
-    ctx: ContextConfig
-
-
-@dataclass(slots=True)
-class Step:
-    """What was prepared for the provider call: the state it read and the prompt it built."""
-
-    ctx: ChatContext
-    route: Route
-    state: SessionState
-    assembled: Assembled
-    body: dict[str, Any]
-    stream: bool
-    client_wants_usage: bool
-    count: MemoCounter
-    command: CompactionResult | None = None
-    reclaimed: int = 0  # tokens this step's eviction reclaimed
-    overhead: int = 0  # estimated tokens of the tools and schemas sent beside the messages
-    turn: tuple[str, str] | None = None  # the turn's key and per-turn values to keep (JSON)
 
 
 class Turn:

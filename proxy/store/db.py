@@ -1,14 +1,12 @@
-"""Pool creation and the forward-only migration runner."""
+"""Connections and the pool: opening them, the codecs, and telling a lost database apart
+(a 503) from a failed statement; the migration runner is ``migrations.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
-import hashlib
-import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -18,16 +16,12 @@ from proxy.jsonio import dumps, loads
 from proxy.store.dsn import redact_dsn
 from proxy.store.outage import Outage
 from proxy.store.pooler import Pooler, pooler_kwargs, unnamed_pooler
-from proxy.store.shipped import shipped_earlier
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
 __all__ = [
-    "MIGRATIONS_DIR",
     "create_pool",
-    "run_migrations",
-    "MigrationError",
     "DatabaseUnavailable",
     "PoolerMismatch",
     "connect",
@@ -49,29 +43,6 @@ Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
 """One connection: a bare one, or one the pool lends (what :func:`acquire` returns)."""
 Executor: TypeAlias = "asyncpg.Pool | Connection"
 """What runs a statement: the pool (which lends a connection for it) or one connection."""
-
-
-def find_migrations(source: Path, prefix: Path) -> Path:
-    """The migrations directory: the source tree's ``migrations/`` in a checkout or an
-    editable install, else the copy a wheel installs under ``<prefix>/share/cascade-proxy/``
-    (pyproject's data-files; ``pip install .`` in the Docker image)."""
-    tree = source / "migrations"
-    return tree if tree.is_dir() else prefix / "share" / "cascade-proxy" / "migrations"
-
-
-MIGRATIONS_DIR = find_migrations(Path(__file__).resolve().parents[2], Path(sys.prefix))
-_LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
-
-CREATE_LEDGER = """
-CREATE TABLE IF NOT EXISTS schema_migrations(
-    version int PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now())
-"""
-
-
-class MigrationError(RuntimeError):
-    """The migrations cannot be applied: none were found, an applied file changed, or a
-    migration's SQL failed (its transaction rolled back; the message names the file)."""
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -272,73 +243,6 @@ async def connect(
             f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
             getattr(exc, "sqlstate", None),
         ) from None
-
-
-def _files(directory: Path) -> list[tuple[int, str, str]]:
-    out = []
-    for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
-        text = path.read_text(encoding="utf-8")
-        out.append((int(path.name[:4]), path.name, text))
-    if not out:  # never report "nothing pending" against a schema that was never created
-        raise MigrationError(f"no migrations found in {directory}")
-    return out
-
-
-async def run_migrations(
-    dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
-) -> list[str]:
-    """Apply pending migrations in order, each in its own transaction; return their names.
-
-    Runs on a bare connection (before the codec-registering pool exists, because the vector
-    type only exists after 0001). Each migration's transaction first takes a
-    transaction-scoped advisory lock, so concurrent replicas serialise, and reads the ledger
-    after it: a replica that waited finds the migration applied and skips it. Nothing
-    outlives a transaction, so this works through a transaction-mode pooler too.
-    ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
-    """
-    conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
-    applied: list[str] = []
-    try:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-            await conn.execute(CREATE_LEDGER)
-        for version, name, text in _files(directory or MIGRATIONS_DIR):
-            checksum = hashlib.sha256(text.encode()).hexdigest()
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-                done = await conn.fetchval(
-                    "SELECT checksum FROM schema_migrations WHERE version = $1", version
-                )
-                if done is not None:
-                    if done != checksum and not shipped_earlier(version, done):
-                        raise MigrationError(
-                            f"migration {name} was changed after it was applied; "
-                            "add a new migration instead of editing an old one"
-                        )
-                    continue
-                try:
-                    await conn.execute(text)
-                except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
-                    PoolerMismatch.raise_from(exc, setting)
-                    raise MigrationError(
-                        f"migration {name} failed: {type(exc).__name__}: {exc}"
-                    ) from exc
-                await conn.execute(
-                    "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
-                    version,
-                    name,
-                    checksum,
-                )
-            applied.append(name)
-    except asyncpg.PostgresError as exc:
-        PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
-        raise MigrationError(  # a role that may not create tables: one line, no traceback
-            f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
-            f" {setting} names: {type(exc).__name__}: {exc}"
-        ) from exc
-    finally:
-        await conn.close()
-    return applied
 
 
 # json and jsonb travel in PostgreSQL's binary format: a json value is its UTF-8 text, a

@@ -36,7 +36,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from proxy.store.db import create_pool, pooler_kwargs, run_migrations
+from proxy.store.db import create_pool, pooler_kwargs
+from proxy.store.migrations import run_migrations
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.pooler.pgbouncer import (
     PgBouncer,

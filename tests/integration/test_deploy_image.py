@@ -43,7 +43,8 @@ def test_a_wheel_install_finds_its_migrations(tmp_path: Path) -> None:
     deps = next(p for p in sys.path if p.endswith("site-packages"))
     probe = (
         f"import sys; sys.path.append({deps!r}); import proxy; "
-        "from proxy.store.db import MIGRATIONS_DIR; print(proxy.__file__); print(MIGRATIONS_DIR)"
+        "from proxy.store.migrations import MIGRATIONS_DIR; "
+        "print(proxy.__file__); print(MIGRATIONS_DIR)"
     )
     out = subprocess.run(
         [str(env / "bin" / "python"), "-c", probe],

@@ -15,7 +15,8 @@ from proxy import app as app_module, bus as bus_module
 from proxy.app import create_app
 from proxy.services.compaction import DurableSummarizer
 from proxy.settings import Settings
-from proxy.store.db import DatabaseUnavailable, MigrationError
+from proxy.store.db import DatabaseUnavailable
+from proxy.store.migrations import MigrationError
 from tests.integration.conftest import dsn_with_db
 
 OUR_TASKS = ("cascade-bus", "lease-renewal", "cascade-embedding-worker")

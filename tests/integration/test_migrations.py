@@ -18,13 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from proxy.store.db import (
-    DatabaseUnavailable,
-    MigrationError,
-    find_migrations,
-    redact_dsn,
-    run_migrations,
-)
+from proxy.store.db import DatabaseUnavailable, redact_dsn
+from proxy.store.migrations import MigrationError, find_migrations, run_migrations
 from tests.integration.conftest import dsn_with_db, execute
 
 SNAPSHOT = Path(__file__).parents[2] / "migrations" / "schema.sql"

@@ -21,7 +21,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import _admin, dsn_with_db, run_sync
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 
-from proxy.store.db import run_migrations  # isort: skip
+from proxy.store.migrations import run_migrations  # isort: skip
 
 CLIENTS = 6
 # Each client's answered turns before the outage, refusals during it and answered turns after

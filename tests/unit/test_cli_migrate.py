@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from proxy import cli, cli_run
-from proxy.store.db import MigrationError
+from proxy.store.migrations import MigrationError
 
 
 class _Embedded:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from proxy.bus import _MAX_PAYLOAD, EventBus
+from proxy.bus import EventBus
+from proxy.bus_payloads import MAX_PAYLOAD
 from proxy.cascade.types import MESSAGE_DELTA_APPENDED
 from proxy.chunks import StreamAccumulator
 
@@ -12,7 +13,7 @@ from proxy.chunks import StreamAccumulator
 def _pieces(text: str) -> list[dict]:
     bus = EventBus(None, "postgresql://127.0.0.1/x")  # type: ignore[arg-type]
     payloads = bus.pieces("t", "s1", MESSAGE_DELTA_APPENDED, {"choice": 0, "delta": text}, "delta")
-    assert all(len(p.encode()) <= _MAX_PAYLOAD for p in payloads)
+    assert all(len(p.encode()) <= MAX_PAYLOAD for p in payloads)
     return [json.loads(p)["d"] for p in payloads]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from proxy.store.db import MIGRATIONS_DIR
+from proxy.store.migrations import MIGRATIONS_DIR
 
 SHIPPED = {  # version: sha256 of the file, as store.db computes it
     1: "47cbfb5d22c57d900907ec86bf5a1d4594a553dbc378e411c212f7f743b06b32",

@@ -16,11 +16,11 @@ import pytest
 from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
 from proxy.bus import WATCH_TTL
 from proxy.cascade import types
-from proxy.cascade.lossless import MAX_OCCURRENCES
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
 from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
+from proxy.cascade.pointers import MAX_OCCURRENCES
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import EmbeddingConfig
 from proxy.config_context import ContextConfig, SummarizeConfig

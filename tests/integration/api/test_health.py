@@ -16,7 +16,8 @@ import pytest
 
 from proxy.settings import Settings
 from proxy.store import readiness
-from proxy.store.db import MIGRATIONS_DIR, GuardedConnection
+from proxy.store.db import GuardedConnection
+from proxy.store.migrations import MIGRATIONS_DIR
 from proxy.store.readiness import REUSE_SECONDS
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, wait_for

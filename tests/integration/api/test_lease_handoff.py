@@ -218,7 +218,7 @@ def test_a_session_operation_on_another_replica_runs_as_soon_as_it_is_freed(
     replicas: list[str], held: dict[str, Pacer], pauses: list[Pause], db_dsn: str
 ) -> None:
     """Reset, branch and delete in turn: the session API's pause between tries is woken
-    the same way (services/sessions.py)."""
+    the same way (services/session_changes.py)."""
 
     def on_b(cb: httpx.Client, i: int) -> None:
         action = ("reset", "branch", "delete")[i % 3]

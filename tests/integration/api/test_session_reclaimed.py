@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from proxy.store.db import MIGRATIONS_DIR
+from proxy.store.migrations import MIGRATIONS_DIR
 from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import MAIN, Model, Stack, stack

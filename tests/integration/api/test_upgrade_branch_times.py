@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.store.db import MIGRATIONS_DIR
+from proxy.store.migrations import MIGRATIONS_DIR
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.read_tool_output_helpers import chat, history

@@ -33,7 +33,7 @@ import openai
 import pytest
 
 from proxy.settings import Settings
-from proxy.store.db import MIGRATIONS_DIR, run_migrations
+from proxy.store.migrations import MIGRATIONS_DIR, run_migrations
 from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config

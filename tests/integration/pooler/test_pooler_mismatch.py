@@ -21,7 +21,8 @@ from starlette.types import Message
 
 from proxy.app import create_app
 from proxy.settings import Settings
-from proxy.store.db import GuardedConnection, PoolerMismatch, create_pool, run_migrations
+from proxy.store.db import GuardedConnection, PoolerMismatch, create_pool
+from proxy.store.migrations import run_migrations
 from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
 
 SETTING = "set CASCADE_DB_POOLER=transaction, and DATABASE_LISTEN_URL"

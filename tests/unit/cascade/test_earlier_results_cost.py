@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import proxy.cascade.lossless as lossless
 import proxy.cascade.pipeline as pipeline
+import proxy.cascade.pointers as pointers
 from proxy.cascade.pipeline import EARLIER_RESULTS, EarlierResults, earlier_results
 
 
@@ -41,7 +41,7 @@ def test_each_result_is_split_at_most_once(monkeypatch: pytest.MonkeyPatch) -> N
         return real(text)
 
     monkeypatch.setattr(pipeline, "lines_of", counting)
-    monkeypatch.setattr(lossless, "lines_of", counting)  # EarlierLines.build splits there
+    monkeypatch.setattr(pointers, "lines_of", counting)  # EarlierLines.build splits there
     grown = EarlierResults(history)
     for pos in range(len(history)):
         if history[pos]["role"] == "tool":

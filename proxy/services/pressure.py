@@ -1,0 +1,123 @@
+"""What a step does about context pressure: the shell side of ``cascade.pressure`` and
+``cascade.handoff``.
+
+The core decides (``compaction_need``: none, soft or hard; ``handoff_step``: whether the step
+carries a nudge); this runs what it decided. A soft need starts a background compaction; a
+hard one waits for the compaction in flight, measures again and compacts now. While it waits
+for another compaction or for the fast model the turn holds no pooled connection: the
+session's lease keeps it the turn's. ``ChatService`` calls these between loading the window
+and assembling the prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.cascade.handoff import handoff_step
+from proxy.cascade.pressure import compaction_need
+from proxy.cascade.tokens import MemoCounter
+from proxy.cascade.types import Event
+from proxy.config import Config
+from proxy.services import budget as budgets
+from proxy.services.compaction import CompactionResult, DurableSummarizer
+from proxy.services.compaction_job import job_for
+from proxy.services.history import SessionState, load_window
+from proxy.services.request import ChatContext, Route
+from proxy.services.turn import Turn
+from proxy.store import sessions
+
+__all__ = ["PressureRelief", "compaction_job"]
+
+
+def compaction_job(cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
+    """The compaction job for the request's session, named by what triggered it."""
+    return job_for(
+        cfg,
+        tenant=ctx.tenant,
+        session_id=ctx.session_id,
+        agent=rt.agent,
+        model=rt.model,
+        headers=ctx.headers,
+        trigger=trigger,
+    )
+
+
+class PressureRelief:
+    """Compaction and the handoff nudge of one step, through the replica's summarizer."""
+
+    def __init__(self, summarizer: DurableSummarizer) -> None:
+        self.summarizer = summarizer
+
+    async def compact_now(self, turn: Turn, job: Any) -> CompactionResult | None:
+        """``compact_now`` holding no connection while it waits and the fast model answers;
+        the session stays the turn's by its lease."""
+        await turn.park()
+        try:
+            return await self.summarizer.compact_now(job)
+        finally:
+            await turn.connect()
+
+    async def maybe_compact(
+        self,
+        turn: Turn,
+        cfg: Config,
+        rt: Route,
+        body: Mapping[str, Any],
+        ctx: ChatContext,
+        state: SessionState,
+        count: MemoCounter,
+        fixed: int,
+    ) -> SessionState:
+        """Do what ``cascade.pressure.compaction_need`` decides: start a background
+        compaction (soft), or wait for the one in flight, measure again and compact now
+        (hard, overflow)."""
+        s = rt.ctx.summarize
+        need = compaction_need(budgets.pressure(state, rt, body, fixed), s)
+        if need is None:
+            return state
+        key = ctx.key
+        if need.wait_first:
+            await turn.park()
+            try:
+                await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
+            finally:
+                await turn.connect()
+            state = await load_window(turn.conn, key, state, count)
+            need = compaction_need(budgets.pressure(state, rt, body, fixed), s, waited=True)
+            if need is not None:
+                await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger))
+                state = await load_window(turn.conn, key, state, count)
+        elif s.background:
+            await turn.flush()  # the compaction reads the store (turn.py)
+            self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger))
+        else:
+            await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger))
+            state = await load_window(turn.conn, key, state, count)
+        return state
+
+    async def handoff(
+        self,
+        turn: Turn,
+        rt: Route,
+        body: Mapping[str, Any],
+        ctx: ChatContext,
+        state: SessionState,
+        fixed: int,
+    ) -> Event | None:
+        """The handoff nudge of this step (``cascade.handoff``), measured after any
+        compaction the step ran; the session row's crossing flag is written when it flips."""
+        above = bool(state.session.get("handoff_above"))
+        out = handoff_step(
+            budgets.pressure(state, rt, body, fixed),
+            rt.ctx.handoff,
+            above=above,
+            summarized=state.summary is not None,
+            compacting=self.summarizer.running(ctx.tenant, ctx.session_id),
+        )
+        if out.above != above:
+            await turn.connect()
+            await sessions.set_handoff_above(
+                turn.conn, tenant=ctx.tenant, session_id=ctx.session_id, above=out.above
+            )
+        return out.event

@@ -1,0 +1,73 @@
+"""A chat request's values in the shell: who sent it and for which session
+(``ChatContext``), where it goes (``Route``), and what its step prepared for the provider
+call (``Step``).
+
+``ChatService`` makes them (``chat.route`` the route); the ``Turn`` that holds the session
+keeps the step, and the Forwarder, the ``/compact`` answer and the budget read them. They
+live apart from ``turn.py`` so that what only reads a request need not import the ``Turn``
+that holds its session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.cascade.pipeline import Assembled
+from proxy.cascade.tokens import MemoCounter
+from proxy.config import ModelConfig, ProviderConfig
+from proxy.config_context import ContextConfig
+from proxy.services.client_watch import WAITING, ClientWatch
+from proxy.services.compaction import CompactionResult
+from proxy.services.history import SessionState
+from proxy.session_id import SessionKey
+
+__all__ = ["ChatContext", "Route", "Step"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatContext:
+    tenant: str
+    session_id: str
+    headers: Mapping[str, str]
+    derived: bool = False  # the id is derived, not the client's: it may move to a lane
+    client: ClientWatch | None = None  # whether the client is still there (client_watch.py)
+    query: tuple[tuple[str, str], ...] = ()  # the client's query string, for the provider too
+
+    @property
+    def key(self) -> SessionKey:
+        return SessionKey(self.tenant, self.session_id)
+
+    def check_client(self) -> None:
+        """``ClientDisconnected`` when the client was seen to leave while the request waited
+        for its session: the provider is not called for nobody."""
+        if self.client is not None:
+            self.client.check(WAITING)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    agent: str
+    provider: ProviderConfig
+    model: str
+    limits: ModelConfig
+    ctx: ContextConfig
+
+
+@dataclass(slots=True)
+class Step:
+    """What was prepared for the provider call: the state it read and the prompt it built."""
+
+    ctx: ChatContext
+    route: Route
+    state: SessionState
+    assembled: Assembled
+    body: dict[str, Any]
+    stream: bool
+    client_wants_usage: bool
+    count: MemoCounter
+    command: CompactionResult | None = None
+    reclaimed: int = 0  # tokens this step's eviction reclaimed
+    overhead: int = 0  # estimated tokens of the tools and schemas sent beside the messages
+    turn: tuple[str, str] | None = None  # the turn's key and per-turn values to keep (JSON)

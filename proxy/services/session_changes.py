@@ -1,0 +1,167 @@
+"""The session API's use cases that change a session: branch, reset, delete and compact.
+
+Branch, reset and delete take their turn on the session first: its place in this replica's
+queue, then the session's lease, which a request in flight on another replica may hold. A
+client that leaves while its operation waits ends it, nothing changed. Compact runs through
+the replica's summarizer, which waits for a compaction already running. Each one is scoped
+by tenant, as the reads are (``sessions.py``): another tenant's session is a 404.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import asyncpg
+
+from proxy.config import Config
+from proxy.errors import ClientRequestError, CompactionFailed, NotFound
+from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
+from proxy.services.compaction import DurableSummarizer
+from proxy.services.compaction_job import job_for
+from proxy.services.lease_wakeups import LeaseWakeups
+from proxy.services.session_locks import SessionLocks
+from proxy.services.sessions import require_session
+from proxy.session_id import validate_session_id
+from proxy.store import sessions
+
+__all__ = ["branch_session", "compact_session", "delete_session", "reset_session"]
+
+
+@contextlib.asynccontextmanager
+async def _turn(
+    locks: SessionLocks,
+    client: ClientWatch | None,
+    wakeups: LeaseWakeups | None,
+    tenant: str,
+    session_id: str,
+) -> AsyncIterator[sessions.Pause | None]:
+    """An operation's turn on a session: its place in this replica's queue (``locks``),
+    then the pause between two tries at a lease another replica holds, which the store's
+    ``_locked`` calls. The pause ends the operation when its client leaves and ends early
+    when that replica frees the session (``wakeups``, registered from the first pause only);
+    None without either: the store's plain sleep."""
+    async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
+        if client is None and wakeups is None:
+            yield None
+            return
+        with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
+            yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
+
+
+async def branch_session(
+    conn: Any,
+    locks: SessionLocks,
+    *,
+    tenant: str,
+    session_id: str,
+    new_id: str | None,
+    client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
+) -> dict[str, Any]:
+    """Copy the live history, raw outputs and summaries into an independent new session.
+
+    Reset, delete and branch take their turn in this replica's queue for the session
+    (``locks``), then wait for a request in flight on another replica (``store.sessions``).
+    One whose ``client`` leaves during either wait ends there (``ClientDisconnected``),
+    nothing changed: run later, a branch its client retried would find its target taken.
+    ``wakeups`` ends a pause between tries when the other replica frees the session."""
+    await require_session(conn, tenant, session_id)
+    target = (
+        validate_session_id(new_id, source="body 'id'")
+        if new_id is not None
+        else (f"{session_id[:100]}-branch-{secrets.token_hex(4)}")
+    )
+    taken = ClientRequestError(f"session {target!r} already exists; pick another id", param="id")
+    if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
+        raise taken
+    try:
+        async with _turn(locks, client, wakeups, tenant, session_id) as between:
+            copied = await sessions.copy_session(
+                conn, tenant=tenant, source=session_id, target=target, pause=between
+            )
+    except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
+        raise taken from None
+    if not copied:  # deleted while this waited its turn
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    return {"id": target, "object": "session", "parent_id": session_id}
+
+
+async def reset_session(
+    conn: Any,
+    locks: SessionLocks,
+    *,
+    tenant: str,
+    session_id: str,
+    client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
+) -> dict[str, Any]:
+    await require_session(conn, tenant, session_id)
+    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        found = await sessions.reset_session(
+            conn, tenant=tenant, session_id=session_id, pause=between
+        )
+    if not found:  # deleted while this waited its turn
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    return {"id": session_id, "object": "session", "reset": True}
+
+
+async def delete_session(
+    conn: Any,
+    locks: SessionLocks,
+    *,
+    tenant: str,
+    session_id: str,
+    client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
+) -> dict[str, Any]:
+    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        deleted = await sessions.delete_session(
+            conn, tenant=tenant, session_id=session_id, pause=between
+        )
+    if not deleted:
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    return {"id": session_id, "object": "session", "deleted": True}
+
+
+async def compact_session(
+    conn: Any,
+    summarizer: DurableSummarizer,
+    cfg: Config,
+    *,
+    tenant: str,
+    session_id: str,
+    headers: Mapping[str, str],
+) -> dict[str, Any]:
+    """Force a compaction now, regardless of thresholds (waits for one already running),
+    with the session's agent's fast model (a key limited to other agents never gets here:
+    ``api.deps.reach_session``)."""
+    row = await require_session(conn, tenant, session_id)
+    job = job_for(
+        cfg,
+        tenant=tenant,
+        session_id=session_id,
+        agent=row["agent"],
+        model=row["model"] or "",
+        headers=headers,
+        trigger="api",
+    )
+    result = await summarizer.compact_now(job)
+    if result is None:
+        raise NotFound(f"no session {session_id!r} (for this API key)")
+    if result.failed:  # a failure is not a success with compacted: false
+        raise CompactionFailed(f"the compaction failed: {result.reason}")
+    return {
+        "id": session_id,
+        "object": "session.compaction",
+        "version": result.version,
+        "boundary": result.boundary,
+        "folded": result.folded,
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "compacted": result.version is not None,
+        "reason": result.reason or None,
+    }

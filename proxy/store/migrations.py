@@ -1,0 +1,113 @@
+"""The forward-only migration runner: ``migrations/NNNN_name.sql`` applied in order, each in
+its own transaction, recorded with its checksum in ``schema_migrations``.
+
+``cascade-proxy migrate`` runs it, and ``serve`` before it opens the pool: the pool's
+connections register the pgvector codec, and the vector type exists only after 0001. A
+transaction-scoped advisory lock serialises replicas that start together, and an applied
+file whose checksum changed refuses the start (``shipped.py`` lists the earlier texts still
+accepted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from proxy.store.db import PoolerMismatch, connect
+from proxy.store.shipped import shipped_earlier
+
+__all__ = ["MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
+
+
+def find_migrations(source: Path, prefix: Path) -> Path:
+    """The migrations directory: the source tree's ``migrations/`` in a checkout or an
+    editable install, else the copy a wheel installs under ``<prefix>/share/cascade-proxy/``
+    (pyproject's data-files; ``pip install .`` in the Docker image)."""
+    tree = source / "migrations"
+    return tree if tree.is_dir() else prefix / "share" / "cascade-proxy" / "migrations"
+
+
+MIGRATIONS_DIR = find_migrations(Path(__file__).resolve().parents[2], Path(sys.prefix))
+_LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
+
+CREATE_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations(
+    version int PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+
+
+class MigrationError(RuntimeError):
+    """The migrations cannot be applied: none were found, an applied file changed, or a
+    migration's SQL failed (its transaction rolled back; the message names the file)."""
+
+
+def _files(directory: Path) -> list[tuple[int, str, str]]:
+    out = []
+    for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+        text = path.read_text(encoding="utf-8")
+        out.append((int(path.name[:4]), path.name, text))
+    if not out:  # never report "nothing pending" against a schema that was never created
+        raise MigrationError(f"no migrations found in {directory}")
+    return out
+
+
+async def run_migrations(
+    dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
+) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; return their names.
+
+    Runs on a bare connection (before the codec-registering pool exists, because the vector
+    type only exists after 0001). Each migration's transaction first takes a
+    transaction-scoped advisory lock, so concurrent replicas serialise, and reads the ledger
+    after it: a replica that waited finds the migration applied and skips it. Nothing
+    outlives a transaction, so this works through a transaction-mode pooler too.
+    ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
+    """
+    conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
+    applied: list[str] = []
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+            await conn.execute(CREATE_LEDGER)
+        for version, name, text in _files(directory or MIGRATIONS_DIR):
+            checksum = hashlib.sha256(text.encode()).hexdigest()
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+                done = await conn.fetchval(
+                    "SELECT checksum FROM schema_migrations WHERE version = $1", version
+                )
+                if done is not None:
+                    if done != checksum and not shipped_earlier(version, done):
+                        raise MigrationError(
+                            f"migration {name} was changed after it was applied; "
+                            "add a new migration instead of editing an old one"
+                        )
+                    continue
+                try:
+                    await conn.execute(text)
+                except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
+                    PoolerMismatch.raise_from(exc, setting)
+                    raise MigrationError(
+                        f"migration {name} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+                await conn.execute(
+                    "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
+                    version,
+                    name,
+                    checksum,
+                )
+            applied.append(name)
+    except asyncpg.PostgresError as exc:
+        PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
+        raise MigrationError(  # a role that may not create tables: one line, no traceback
+            f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
+            f" {setting} names: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        await conn.close()
+    return applied

@@ -1,0 +1,174 @@
+"""The stack every route passes through: our middleware, and the exception handlers that give
+every error OpenAI's ``{"error": {...}}`` shape.
+
+``create_app`` (``proxy.app``) builds the route table and the lifespan, then hands the app to
+these two; keeping them apart from it means the order of the middleware and the mapping of each
+exception to its status and body are read, and changed, in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse
+
+from proxy.api import deps
+from proxy.auth import ProxyAuth
+from proxy.cascade.types import ContextLengthExceeded
+from proxy.config_watch import ConfigHolder
+from proxy.errors import ProxyError, error_body, exception_body
+from proxy.logs import causes
+from proxy.middleware import (
+    AccessLog,
+    HeadAsGet,
+    ServerErrors,
+    allowed_methods,
+    client_method,
+    request_path,
+)
+from proxy.observe import Observe, Observer
+from proxy.refusals import StartupRefusals
+from proxy.session_id import InvalidSessionId
+from proxy.settings import Settings
+from proxy.store.db import DatabaseUnavailable, PoolExhausted
+
+__all__ = ["install_error_handlers", "install_middleware"]
+
+log = logging.getLogger("cascade")
+
+
+def install_middleware(
+    app: FastAPI,
+    settings: Settings,
+    holder: ConfigHolder,
+    require_keys: bool,
+    observer: Observer,
+) -> None:
+    """Ours, innermost first (``add_middleware`` wraps what is there): start-up refusals as one
+    line (``proxy.refusals``, the lifespan scope only), HEAD as a bodiless GET, the 500 of last
+    resort, the proxy-key gate (``proxy.auth``), CORS when ``CASCADE_CORS_ORIGINS`` names
+    origins (a preflight needs no key; a 401 carries CORS headers), metrics and spans
+    (``Observe``, so 401s are counted too), and the access line outside them all (its record
+    is what ``Observe`` extends)."""
+    app.add_middleware(StartupRefusals)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(ServerErrors)
+    app.add_middleware(
+        ProxyAuth,
+        holder=holder,
+        require_keys=require_keys,
+        allow_unauthenticated=settings.allow_unauthenticated,
+        cors_origins=settings.cors_origin_list(),
+    )
+    if origins := settings.cors_origin_list():
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=[
+                "X-Session-Id",
+                "X-Request-Id",
+                "X-Upstream-Request-Id",
+                "X-Cascade-Overhead-Ms",
+            ],
+        )
+    app.add_middleware(Observe, observer=observer)
+    app.add_middleware(AccessLog)
+
+
+_HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """One place that turns every error into OpenAI's ``{"error": {...}}`` shape, and logs it
+    once: a client's mistake at INFO with its message, a provider or database failure at
+    WARNING with its cause. An exception none of these takes is ``ServerErrors``'s 500."""
+
+    async def domain(request: Request, exc: Exception) -> JSONResponse:
+        status, body = exception_body(exc)
+        logged = getattr(exc, "log_message", None) or body["error"]["message"]
+        _log_error(request, status, exc, logged)
+        return JSONResponse(body, status)
+
+    async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
+        _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
+        return JSONResponse(
+            error_body(str(exc), type="invalid_request_error", code="invalid_session_id"), 400
+        )
+
+    async def http(request: Request, exc: Any) -> JSONResponse:
+        if exc.status_code == 405 and deps.encoded_slash(request):  # an id with "/": no route
+            exc = HTTPException(404)
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
+        if exc.status_code == 404:  # OpenAI's words for a path it has no route for
+            message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
+        elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
+            allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")
+            headers = {**(headers or {}), "Allow": allow}
+            message = (
+                f"{request.url.path} does not take {client_method(request.scope)}; use {allow}"
+            )
+        _log_error(request, exc.status_code, exc, message)
+        body = error_body(message, type="invalid_request_error", code=code)
+        return JSONResponse(body, exc.status_code, headers)
+
+    async def validation(request: Request, exc: Any) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ())]
+        message = f"{'.'.join(loc)}: {first.get('msg', 'invalid')}"
+        param = ".".join(loc[1:] if loc[:1] in (["query"], ["path"], ["header"]) else loc)
+        _log_error(request, 400, exc, message)  # param: the name the client sent, as OpenAI's
+        return JSONResponse(error_body(message, type="invalid_request_error", param=param), 400)
+
+    async def no_database(request: Request, exc: Exception) -> JSONResponse:
+        _log_error(request, 503, exc, str(exc))
+        return JSONResponse(
+            error_body(
+                "the proxy's database is unavailable; retry shortly",
+                type="server_error",
+                code="database_unavailable",
+            ),
+            503,
+            {"Retry-After": "5"},
+        )
+
+    async def busy(request: Request, exc: Exception) -> JSONResponse:
+        _log_error(request, 503, exc, str(exc))
+        return JSONResponse(
+            error_body(str(exc), type="server_error", code="server_busy"), 503, {"Retry-After": "1"}
+        )
+
+    async def last_resort(request: Request, exc: Exception) -> JSONResponse:
+        """Starlette's outermost handler, for a failure in a middleware itself: the body in
+        our shape; Starlette re-raises, and uvicorn logs the traceback."""
+        return JSONResponse(*reversed(exception_body(exc)))
+
+    handlers: dict[type[Exception], Any] = {
+        ProxyError: domain,
+        ContextLengthExceeded: domain,
+        InvalidSessionId: invalid_id,
+        HTTPException: http,
+        RequestValidationError: validation,
+        DatabaseUnavailable: no_database,
+        PoolExhausted: busy,
+        Exception: last_resort,
+    }
+    for cls, handler in handlers.items():
+        app.add_exception_handler(cls, handler)
+
+
+def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:
+    """``<status> <method> <path>: <message>``; for a 5xx, the chain of causes behind it (a
+    502 names the provider in its message, and the cause says why: refused, DNS, TLS...)."""
+    where = f"{client_method(request.scope)} {request_path(request.scope)}"
+    if status < 500:
+        log.info("%d %s: %s", status, where, message)
+    else:
+        log.warning("%d %s: %s%s", status, where, message, causes(exc))
