@@ -31,6 +31,7 @@ from tests.integration.api.limited_keys import (
 from tests.integration.conftest import column
 
 SID = "raced"
+QUEUE = "SELECT lease_queue FROM sessions WHERE id = $1"
 
 
 def _on_thread(call: Callable[[], httpx.Response]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -50,14 +51,25 @@ def _chat(origin: str, key: str, agent: str, text: str, **body: Any) -> httpx.Re
         )
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
 def test_a_limited_request_waiting_behind_an_agent_change_is_refused_writing_nothing(
+    replicas: int,
     start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     db_dsn: str,
 ) -> None:
+    """One replica: B and L wait in its queue, B first. Two: B waits on the other replica,
+    queued for the lease in the database (migration 0022), before L waits behind A on A's
+    replica; once A ends, L's first try finds B ahead and queues too, and its next try finds
+    the session B moved."""
     proxy = start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
+    other = (
+        proxy
+        if replicas == 1
+        else start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
+    )
     origin = proxy.origin
     made = _chat(origin, FULL, "reviewer", "hello")  # the reviewer's session
     assert made.status_code == 200, made.text
@@ -70,10 +82,14 @@ def test_a_limited_request_waiting_behind_an_agent_change_is_refused_writing_not
     fake_upstream.wait_for_requests(asked + 1, 20)
     # B (unlimited, coder) waits for it first, then L (limited to reviewer), whose check
     # as it arrives sees the reviewer's session and passes.
-    b, b_out = _on_thread(lambda: _chat(origin, FULL, "coder", "to the coder"))
-    assert wait_for(lambda: proxy.queued(TENANT, SID) == 2, timeout=10), "B never waited"
+    b, b_out = _on_thread(lambda: _chat(other.origin, FULL, "coder", "to the coder"))
+    if replicas == 1:
+        assert wait_for(lambda: proxy.queued(TENANT, SID) == 2, timeout=10), "B never waited"
+    else:
+        assert wait_for(lambda: any(column(db_dsn, QUEUE, SID)), timeout=10), "B never queued"
     lim, l_out = _on_thread(lambda: _chat(origin, LIMITED, "reviewer", "take it over"))
-    assert wait_for(lambda: proxy.queued(TENANT, SID) == 3, timeout=10), "L never waited"
+    behind = 3 if replicas == 1 else 2
+    assert wait_for(lambda: proxy.queued(TENANT, SID) == behind, timeout=10), "L never waited"
     # A ends; B moves the session to the coder; then L's step starts.
     pacer.allow(10)
     for thread in (a, b, lim):
@@ -90,6 +106,7 @@ def test_a_limited_request_waiting_behind_an_agent_change_is_refused_writing_not
     assert SID in error["message"] and "'coder'" in error["message"]
     assert column(db_dsn, "SELECT agent FROM sessions WHERE id = $1", SID) == ["coder"]
     assert column(db_dsn, "SELECT lease_owner FROM sessions WHERE id = $1", SID) == [None]
+    assert column(db_dsn, QUEUE, SID) == [None]  # nobody waits: L gave up its place
     stored = column(db_dsn, "SELECT message::text FROM messages WHERE session_id = $1", SID)
     assert stored and not [m for m in stored if "take it over" in m]
     assert not [r for r in fake_upstream.requests if "take it over" in str(r.json)]
