@@ -2,7 +2,7 @@
 
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
 missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
-is held to their sessions before any of these runs (``api.deps.reach_session``).
+is held to their sessions as it arrives (``api.deps.reach_session``), under a lock too (``agents``).
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ __all__ = [
 
 def _quoted(value: str) -> str:
     """``value`` quoted for a message, its start only when long: an id comes from a URL."""
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
 
 
-def _iso(value: Any) -> Any:
+def _iso(value: Any) -> Any:  # a timestamp's ISO form
     return value.isoformat() if hasattr(value, "isoformat") else value
 
 
@@ -254,6 +253,7 @@ async def branch_session(
     new_id: str | None,
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session.
 
@@ -274,7 +274,7 @@ async def branch_session(
     try:
         async with _turn(locks, client, wakeups, tenant, session_id) as between:
             copied = await sessions.copy_session(
-                conn, tenant=tenant, source=session_id, target=target, pause=between
+                conn, tenant=tenant, source=session_id, target=target, pause=between, agents=agents
             )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
@@ -291,11 +291,12 @@ async def reset_session(
     session_id: str,
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     await _require(conn, tenant, session_id)
     async with _turn(locks, client, wakeups, tenant, session_id) as between:
         found = await sessions.reset_session(
-            conn, tenant=tenant, session_id=session_id, pause=between
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
     if not found:  # deleted while this waited its turn
         raise NotFound(f"no session {session_id!r} (for this API key)")
@@ -310,10 +311,11 @@ async def delete_session(
     session_id: str,
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     async with _turn(locks, client, wakeups, tenant, session_id) as between:
         deleted = await sessions.delete_session(
-            conn, tenant=tenant, session_id=session_id, pause=between
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
     if not deleted:
         raise NotFound(f"no session {session_id!r} (for this API key)")
@@ -369,8 +371,7 @@ async def compact_session(
     headers: Mapping[str, str],
 ) -> dict[str, Any]:
     """Force a compaction now, regardless of thresholds (waits for one already running),
-    with the session's agent's fast model (a key limited to other agents never gets here:
-    ``api.deps.reach_session``)."""
+    with the session's agent's fast model."""
     row = await _require(conn, tenant, session_id)
     job = job_for(
         cfg,

@@ -6,7 +6,8 @@ took the session over: its agent overwritten back to the key's, whose reads (the
 API, ``include_superseded``) then showed the other agent's messages. The statement that
 takes the lease (``cascade_begin_step_v7``, migration 0028) now refuses it: a 403
 ``agent_not_allowed`` as the first check gives, with nothing of it stored and the agent left
-as the other request set it."""
+as the other request set it. A reset, delete or branch of the limited key had the same gap
+and now looks again under the session's row lock (``store.sessions``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import StartProxy, wait_for
+from tests.integration.api.conftest import ProxyServer, StartProxy, wait_for
 from tests.integration.api.limited_keys import (
     FULL,
     LIMITED,
@@ -51,46 +52,34 @@ def _chat(origin: str, key: str, agent: str, text: str, **body: Any) -> httpx.Re
         )
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_a_limited_request_waiting_behind_an_agent_change_is_refused_writing_nothing(
-    replicas: int,
-    start_proxy: StartProxy,
-    fake_upstream: FakeUpstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+def _race(
+    proxy: ProxyServer,
+    other: ProxyServer,
+    fake: FakeUpstream,
     db_dsn: str,
-) -> None:
-    """One replica: B and L wait in its queue, B first. Two: B waits on the other replica,
-    queued for the lease in the database (migration 0022), before L waits behind A on A's
-    replica; once A ends, L's first try finds B ahead and queues too, and its next try finds
-    the session B moved."""
-    proxy = start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
-    other = (
-        proxy
-        if replicas == 1
-        else start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
-    )
-    origin = proxy.origin
-    made = _chat(origin, FULL, "reviewer", "hello")  # the reviewer's session
+    limited: Callable[[], httpx.Response],
+) -> httpx.Response:
+    """A (unlimited, reviewer) holds the reviewer's session mid-stream on ``proxy``; B
+    (unlimited, coder) waits for it on ``other``, then ``limited`` (the limited key's
+    request, reviewer only) waits on ``proxy``, its check as it arrives passing on the
+    reviewer's session. A ends, B moves the session to the coder, then ``limited`` goes:
+    what it answered. On one replica B and L wait in its queue, B first; on two, B waits
+    queued for the lease in the database (migration 0022) before L waits behind A."""
+    made = _chat(proxy.origin, FULL, "reviewer", "hello")  # the reviewer's session
     assert made.status_code == 200, made.text
-
-    # A (unlimited, reviewer) holds the session mid-stream.
     pacer = Pacer()
-    fake_upstream.script(reply("slow", chunks=2, pacer=pacer))
-    asked = len(fake_upstream.requests)
-    a, a_out = _on_thread(lambda: _chat(origin, FULL, "reviewer", "slow", stream=True))
-    fake_upstream.wait_for_requests(asked + 1, 20)
-    # B (unlimited, coder) waits for it first, then L (limited to reviewer), whose check
-    # as it arrives sees the reviewer's session and passes.
+    fake.script(reply("slow", chunks=2, pacer=pacer))
+    asked = len(fake.requests)
+    a, a_out = _on_thread(lambda: _chat(proxy.origin, FULL, "reviewer", "slow", stream=True))
+    fake.wait_for_requests(asked + 1, 20)
     b, b_out = _on_thread(lambda: _chat(other.origin, FULL, "coder", "to the coder"))
-    if replicas == 1:
+    if other is proxy:
         assert wait_for(lambda: proxy.queued(TENANT, SID) == 2, timeout=10), "B never waited"
     else:
         assert wait_for(lambda: any(column(db_dsn, QUEUE, SID)), timeout=10), "B never queued"
-    lim, l_out = _on_thread(lambda: _chat(origin, LIMITED, "reviewer", "take it over"))
-    behind = 3 if replicas == 1 else 2
+    lim, l_out = _on_thread(limited)
+    behind = 3 if other is proxy else 2
     assert wait_for(lambda: proxy.queued(TENANT, SID) == behind, timeout=10), "L never waited"
-    # A ends; B moves the session to the coder; then L's step starts.
     pacer.allow(10)
     for thread in (a, b, lim):
         thread.join(20)
@@ -98,18 +87,74 @@ def test_a_limited_request_waiting_behind_an_agent_change_is_refused_writing_not
     assert not pacer.expired
     assert a_out["resp"].status_code == 200, a_out["resp"].text
     assert b_out["resp"].status_code == 200, b_out["resp"].text
-
-    refused = l_out["resp"]
+    refused: httpx.Response = l_out["resp"]
     assert refused.status_code == 403, refused.text
     error = refused.json()["error"]
     assert (error["type"], error["code"]) == ("request_forbidden", "agent_not_allowed")
     assert SID in error["message"] and "'coder'" in error["message"]
     assert column(db_dsn, "SELECT agent FROM sessions WHERE id = $1", SID) == ["coder"]
-    assert column(db_dsn, "SELECT lease_owner FROM sessions WHERE id = $1", SID) == [None]
     assert column(db_dsn, QUEUE, SID) == [None]  # nobody waits: L gave up its place
-    stored = column(db_dsn, "SELECT message::text FROM messages WHERE session_id = $1", SID)
+    # B's step ends (its lease freed as it stores the answer it already sent); L took none.
+    free = "SELECT lease_owner IS NULL FROM sessions WHERE id = $1"
+    assert wait_for(lambda: column(db_dsn, free, SID) == [True], timeout=10)
+    return refused
+
+
+def _stored(db_dsn: str) -> list[str]:
+    return column(db_dsn, "SELECT message::text FROM messages WHERE session_id = $1", SID)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_limited_chat_waiting_behind_an_agent_change_is_refused_writing_nothing(
+    replicas: int,
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    db_dsn: str,
+) -> None:
+    proxy = start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
+    other = (
+        proxy
+        if replicas == 1
+        else start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
+    )
+    _race(
+        proxy,
+        other,
+        fake_upstream,
+        db_dsn,
+        lambda: _chat(proxy.origin, LIMITED, "reviewer", "take it over"),
+    )
+    stored = _stored(db_dsn)
     assert stored and not [m for m in stored if "take it over" in m]
     assert not [r for r in fake_upstream.requests if "take it over" in str(r.json)]
     # The session answers its next request, the coder's, and still refuses the limited key.
-    assert _chat(origin, FULL, "coder", "next").status_code == 200
-    assert _chat(origin, LIMITED, "reviewer", "again").status_code == 403
+    assert _chat(proxy.origin, FULL, "coder", "next").status_code == 200
+    assert _chat(proxy.origin, LIMITED, "reviewer", "again").status_code == 403
+
+
+@pytest.mark.parametrize("op", ["reset", "delete", "branch"])
+def test_a_limited_operation_waiting_behind_an_agent_change_is_refused_doing_nothing(
+    op: str,
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    db_dsn: str,
+) -> None:
+    """Reset, delete and branch check the key as they arrive too, then wait their turn on
+    the session: the one that found it moved to another agent meanwhile forgot, deleted or
+    copied that agent's history. They look again under the row lock."""
+    proxy = start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
+
+    def operate() -> httpx.Response:
+        with client(proxy.origin, LIMITED) as http:
+            if op == "delete":
+                return http.delete(f"/v1/sessions/{SID}", timeout=20)
+            body = {"id": "copied"} if op == "branch" else None
+            return http.post(f"/v1/sessions/{SID}/{op}", json=body, timeout=20)
+
+    _race(proxy, proxy, fake_upstream, db_dsn, operate)
+    assert len(_stored(db_dsn)) == 6  # hello, slow, to the coder and their answers
+    assert column(db_dsn, "SELECT id FROM sessions ORDER BY id") == [SID]
