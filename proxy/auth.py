@@ -142,8 +142,7 @@ def check_agent(scope: Mapping[str, Any], agent: str, *, session_id: str | None 
     agents = key_agents(scope)
     if agents is None or agent in agents:
         return
-    what = f"agent {agent!r}" if session_id is None else f"session {session_id!r} (agent {agent!r})"
-    raise PermissionDenied(f"this API key may not use {what}; it may use {', '.join(agents)}")
+    raise PermissionDenied.agent(agents, agent, session_id=session_id)
 
 
 def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:

@@ -20,6 +20,7 @@ Upstream non-2xx responses are *not* wrapped: they are relayed byte for byte.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from proxy.cascade.types import ContextLengthExceeded
@@ -79,6 +80,19 @@ class PermissionDenied(ProxyError):
     status_code = 403
     type = "request_forbidden"
     code = "agent_not_allowed"
+
+    @classmethod
+    def agent(
+        cls, agents: Sequence[str], agent: str, *, session_id: str | None = None
+    ) -> PermissionDenied:
+        """The 403 of a key limited to ``agents`` asked for ``agent``; with ``session_id``,
+        ``agent`` is that session's, and the message says so."""
+        what = (
+            f"agent {agent!r}"
+            if session_id is None
+            else f"session {session_id!r} (agent {agent!r})"
+        )
+        return cls(f"this API key may not use {what}; it may use {', '.join(agents)}")
 
 
 class NotFound(ProxyError):

@@ -124,7 +124,7 @@ def _probe_row(pos: int, role: str) -> msgs.NewMessage:
 
 async def warm_connection(conn: Connection) -> None:
     """A new session's first step and its second, on ``conn``, rolled back: the backend
-    compiles ``cascade_begin_step_v6`` (and the ``cascade_append_v2`` it calls) and plans
+    compiles ``cascade_begin_step_v7`` (and the ``cascade_append_v2`` it calls) and plans
     what both paths run (creating the session, extending it, recording the reply), and
     asyncpg prepares and caches those statements."""
     owner = uuid.uuid4()

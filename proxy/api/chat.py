@@ -30,7 +30,7 @@ from proxy.api.deps import (
     tenant_of,
     upstream_headers,
 )
-from proxy.auth import check_agent
+from proxy.auth import check_agent, key_agents
 from proxy.errors import ClientRequestError
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
@@ -132,6 +132,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
             query=tuple(request.query_params.multi_items())
             if request.scope["query_string"]
             else (),
+            agents=key_agents(request.scope),
         )
         response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response

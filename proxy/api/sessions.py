@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -22,15 +24,27 @@ from proxy.api.deps import (
 )
 from proxy.api.session_schemas import ok
 from proxy.cascade.types import SESSION_RESET
-from proxy.errors import ClientRequestError
+from proxy.errors import ClientRequestError, PermissionDenied
 from proxy.services import session_changes, sessions as svc
 from proxy.services.client_watch import ClientWatch
+from proxy.store.steps import AgentRefused
 
 log = logging.getLogger("cascade.sessions")
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
+
+
+@contextlib.contextmanager
+def _held_to(agents: tuple[str, ...] | None, session_id: str) -> Iterator[None]:
+    """A branch, reset or delete of a key limited to ``agents`` that found the session moved
+    to another agent while it waited for it (``store.sessions``): the 403 the key's check as
+    the request arrived gives (``api.deps.reach_session``), nothing done."""
+    try:
+        yield
+    except AgentRefused as refused:
+        raise PermissionDenied.agent(agents or (), refused.agent, session_id=session_id) from None
 
 
 @router.get("", response_model=None, responses=ok("list"))
@@ -106,12 +120,14 @@ async def branch_session(
     locks: LocksDep,
     bus: BusDep,
     tenant: TenantDep,
+    agents: KeyAgentsDep,
 ) -> dict[str, Any]:
     body = await read_json_body(request, 65536, optional=True)
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")
-    with ClientWatch(request.receive) as client:  # watched only while it waits
+    # the client is watched only while it waits
+    with ClientWatch(request.receive) as client, _held_to(agents, session_id):
         return await session_changes.branch_session(
             pool,
             locks,
@@ -120,6 +136,7 @@ async def branch_session(
             new_id=new_id,
             client=client,
             wakeups=bus.wakeups,
+            agents=agents,
         )
 
 
@@ -150,10 +167,18 @@ async def reset_session(
     locks: LocksDep,
     bus: BusDep,
     tenant: TenantDep,
+    agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    with ClientWatch(request.receive) as client:  # watched only while it waits
+    # the client is watched only while it waits
+    with ClientWatch(request.receive) as client, _held_to(agents, session_id):
         out = await session_changes.reset_session(
-            pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
+            pool,
+            locks,
+            tenant=tenant,
+            session_id=session_id,
+            client=client,
+            wakeups=bus.wakeups,
+            agents=agents,
         )
     # the session's open streams (a console showing the history just forgotten) are told;
     # the reset is done either way, so a failed notice is logged, not answered as a failure
@@ -176,10 +201,18 @@ async def delete_session(
     locks: LocksDep,
     bus: BusDep,
     tenant: TenantDep,
+    agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    with ClientWatch(request.receive) as client:  # watched only while it waits
+    # the client is watched only while it waits
+    with ClientWatch(request.receive) as client, _held_to(agents, session_id):
         return await session_changes.delete_session(
-            pool, locks, tenant=tenant, session_id=session_id, client=client, wakeups=bus.wakeups
+            pool,
+            locks,
+            tenant=tenant,
+            session_id=session_id,
+            client=client,
+            wakeups=bus.wakeups,
+            agents=agents,
         )
 
 

@@ -234,6 +234,7 @@ class ChatService:
             owner=turn.owner,
             ttl=turn.ttl,
             memo=self.ingested,
+            agents=ctx.agents,  # checked again where the lease is taken (history.py)
         )
         tools, schema = self.fixed.of(rt, body)
         fixed = tools + schema  # what the budget must leave for, whether offered or not

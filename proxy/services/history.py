@@ -36,6 +36,7 @@ from proxy.cascade.summary import fold_summary
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event, Message
 from proxy.config_context import ContextConfig
+from proxy.errors import PermissionDenied
 from proxy.history import Append, Supersede, plan_divergence, plan_reconcile
 from proxy.services.incoming import Incoming, Pending
 from proxy.services.ingestmemo import IngestMemo
@@ -118,6 +119,7 @@ async def reconcile_and_load(
     owner: uuid.UUID | None = None,
     ttl: float = steps.LEASE_TTL,
     memo: IngestMemo | None = None,
+    agents: Sequence[str] | None = None,
 ) -> SessionState:
     """Store what is new, supersede what diverged, and return the prompt-form window.
 
@@ -138,27 +140,36 @@ async def reconcile_and_load(
     The events this produces (``context.truncated`` per cut result, then one
     ``session.message.appended``) are stamped by ``stamp`` and persisted in the same
     statement as the messages.
+
+    ``agents``, the agents the request's proxy key may use (None: any), are checked against
+    the session's agent by the statement that takes the lease: a session that moved to
+    another agent while the request waited is the 403 the request's first check gives, with
+    nothing written (``steps.AgentRefused``).
     """
     tenant, session_id = key
     messages, hashes = incoming.messages, incoming.hashes
     system_count, head_hash = incoming.system_count, incoming.head_hash
     guessed, pending = incoming.guessed, incoming.pending
-    begun = await steps.begin_step(
-        conn,
-        tenant=tenant,
-        session_id=session_id,
-        agent=agent,
-        model=model,
-        guess=guessed,
-        rows=pending.rows if pending else (),
-        head_len=len(messages),
-        head_hash=head_hash,
-        raw=pending.raw if pending else (),
-        system_count=system_count,
-        events=stamp(pending.events) if pending else ((), ()),
-        owner=owner,
-        ttl=ttl,
-    )
+    try:
+        begun = await steps.begin_step(
+            conn,
+            tenant=tenant,
+            session_id=session_id,
+            agent=agent,
+            model=model,
+            guess=guessed,
+            rows=pending.rows if pending else (),
+            head_len=len(messages),
+            head_hash=head_hash,
+            raw=pending.raw if pending else (),
+            system_count=system_count,
+            events=stamp(pending.events) if pending else ((), ()),
+            owner=owner,
+            ttl=ttl,
+            agents=agents,
+        )
+    except steps.AgentRefused as refused:
+        raise PermissionDenied.agent(agents or (), refused.agent, session_id=session_id) from None
     row = begun.session
     content = row["summary_content"]
     summary = (

@@ -34,6 +34,7 @@ class ChatContext:
     derived: bool = False  # the id is derived, not the client's: it may move to a lane
     client: ClientWatch | None = None  # whether the client is still there (client_watch.py)
     query: tuple[tuple[str, str], ...] = ()  # the client's query string, for the provider too
+    agents: tuple[str, ...] | None = None  # the agents the proxy key may use (None: any)
 
     @property
     def key(self) -> SessionKey:

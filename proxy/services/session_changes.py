@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -61,6 +61,7 @@ async def branch_session(
     new_id: str | None,
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session.
 
@@ -81,7 +82,7 @@ async def branch_session(
     try:
         async with _turn(locks, client, wakeups, tenant, session_id) as between:
             copied = await sessions.copy_session(
-                conn, tenant=tenant, source=session_id, target=target, pause=between
+                conn, tenant=tenant, source=session_id, target=target, pause=between, agents=agents
             )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
@@ -98,11 +99,12 @@ async def reset_session(
     session_id: str,
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     await require_session(conn, tenant, session_id)
     async with _turn(locks, client, wakeups, tenant, session_id) as between:
         found = await sessions.reset_session(
-            conn, tenant=tenant, session_id=session_id, pause=between
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
     if not found:  # deleted while this waited its turn
         raise NotFound(f"no session {session_id!r} (for this API key)")
@@ -117,10 +119,11 @@ async def delete_session(
     session_id: str,
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     async with _turn(locks, client, wakeups, tenant, session_id) as between:
         deleted = await sessions.delete_session(
-            conn, tenant=tenant, session_id=session_id, pause=between
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
     if not deleted:
         raise NotFound(f"no session {session_id!r} (for this API key)")
@@ -137,8 +140,8 @@ async def compact_session(
     headers: Mapping[str, str],
 ) -> dict[str, Any]:
     """Force a compaction now, regardless of thresholds (waits for one already running),
-    with the session's agent's fast model (a key limited to other agents never gets here:
-    ``api.deps.reach_session``)."""
+    with the session's agent's fast model (a key limited to other agents is held to them as
+    it arrives, ``api.deps.reach_session``, not again while it waits)."""
     row = await require_session(conn, tenant, session_id)
     job = job_for(
         cfg,

@@ -3,7 +3,8 @@
 
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
 missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
-is held to their sessions before any of these runs (``api.deps.reach_session``).
+is held to their sessions as it arrives (``api.deps.reach_session``), and again under the
+session's lock by the changes that wait their turn (``session_changes``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from proxy.store.db import unavailable_when_lost
 from proxy.store.events import NOTIFY_CHANNEL
 from proxy.store.leases import free_for_update, leave_queue, poll_delays
 from proxy.store.nul import decode
+from proxy.store.steps import AgentRefused
 
 if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
@@ -120,21 +121,33 @@ SELECT pg_notify($3, json_build_object('t', tenant, 's', id, 'gone', true)::text
 
 
 async def delete_session(
-    conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    pause: Pause | None = None,
+    agents: Sequence[str] | None = None,
 ) -> bool:
     """Delete a session and, by ON DELETE CASCADE, everything it owns; the answers to its
     memory suggestions too, which name a suggestion (its ``memory.suggestion`` event, read
     before the cascade takes the events), not the session. The same statement
     tells every replica's event bus, at commit, that the session is gone, so the event
     streams open on it end (``bus.SESSION_GONE``)."""
-    async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
+    async with _locked(conn, tenant, session_id, pause or _sleep, agents) as tx:
         status = await tx.execute(DELETE_SESSION, tenant, session_id, NOTIFY_CHANNEL)
     return bool(status.endswith(" 1"))
 
 
+LOCKED_AGENT = "SELECT agent FROM sessions WHERE tenant = $1 AND id = $2"
+
+
 @contextlib.asynccontextmanager
 async def _locked(
-    conn: Executor, tenant: str, session_id: str, pause: Pause
+    conn: Executor,
+    tenant: str,
+    session_id: str,
+    pause: Pause,
+    agents: Sequence[str] | None = None,
 ) -> AsyncIterator[Connection]:
     """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
     holding the session's row lock once no request holds its lease: reset, delete and branch
@@ -147,8 +160,13 @@ async def _locked(
     tries it awaits ``pause(seconds)`` (``Pause``), the transaction ended and the connection
     back in the pool: one that raises (the client left) ends the operation there, and its
     place in the queue with it (``leave_queue``), so the waiter behind it goes once the
-    session is free, not once the place lapsed."""
-    delays, owner = poll_delays(), uuid.uuid4()
+    session is free, not once the place lapsed.
+
+    With ``agents`` (a proxy key's, None: any), a session whose agent, read under the row
+    lock, is not among them raises ``AgentRefused``, nothing done: the key's check as the
+    request arrived saw the session before it waited, and a request of another key may
+    have moved it to another agent since. Its turn is given up as a finished operation's."""
+    delays, owner, refused = poll_delays(), uuid.uuid4(), None
     while True:
         async with contextlib.AsyncExitStack() as stack:
             lent: Connection
@@ -159,8 +177,17 @@ async def _locked(
             stack.enter_context(unavailable_when_lost())
             await stack.enter_async_context(lent.transaction())
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):
-                yield lent
-                return
+                agent = (
+                    None
+                    if agents is None
+                    else await lent.fetchval(LOCKED_AGENT, tenant, session_id)
+                )
+                if agent is None or agent in (agents or ()):
+                    yield lent
+                    return
+                refused = agent
+        if refused is not None:  # after the commit: the turn taken is given up
+            raise AgentRefused(refused)
         try:
             await pause(next(delays))
         except Exception:
@@ -183,12 +210,17 @@ RESET_SESSION = [
 
 
 async def reset_session(
-    conn: Executor, *, tenant: str, session_id: str, pause: Pause | None = None
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    pause: Pause | None = None,
+    agents: Sequence[str] | None = None,
 ) -> bool:
     """Forget the history (messages, raw outputs, summaries) and what each stage reclaimed
     from it; the session and events stay. False when there is no session: a delete that
     went first while this waited."""
-    async with _locked(conn, tenant, session_id, pause or _sleep) as tx:
+    async with _locked(conn, tenant, session_id, pause or _sleep, agents) as tx:
         for sql in RESET_SESSION:
             status = await tx.execute(sql, tenant, session_id)
     return bool(status.endswith(" 1"))  # the last statement updates the session's row
@@ -223,7 +255,13 @@ COPY_SESSION = [
 
 
 async def copy_session(
-    conn: Executor, *, tenant: str, source: str, target: str, pause: Pause | None = None
+    conn: Executor,
+    *,
+    tenant: str,
+    source: str,
+    target: str,
+    pause: Pause | None = None,
+    agents: Sequence[str] | None = None,
 ) -> bool:
     """Branch: independent copies of the live history, raw outputs (the ones a reused tool
     call id replaced too: an older result's sent form is one) and valid summaries, with
@@ -231,7 +269,7 @@ async def copy_session(
     nothing made, when there is no source: a delete that went first while this waited.
     Rows and spills keep when they were written: a read by bare tool call id tells by it
     whether the id's newest result is its spill or its row (``raw_outputs``)."""
-    async with _locked(conn, tenant, source, pause or _sleep) as tx:
+    async with _locked(conn, tenant, source, pause or _sleep, agents) as tx:
         first, *rest = COPY_SESSION
         if not (await tx.execute(first, tenant, source, target)).endswith(" 1"):
             return False

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from proxy.store.db import Executor
 
 __all__ = [
+    "AgentRefused",
     "Begun",
     "BEGIN_STEP",
     "LEASE_TTL",
@@ -40,9 +41,18 @@ class Begun:
     window: list[asyncpg.Record] | None  # the window's older rows if the new rows were stored
 
 
+class AgentRefused(Exception):
+    """The session runs ``agent``, which the request's proxy key may not use: it moved to
+    that agent while the request waited for the lease. Nothing was written."""
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(agent)
+        self.agent = agent
+
+
 BEGIN_STEP = (
-    "SELECT * FROM cascade_begin_step_v6($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-    " $14, $15)"
+    "SELECT * FROM cascade_begin_step_v7($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
+    " $14, $15, $16)"
 )
 LEASE_TTL = 15.0
 """The lease's time to live when the caller names none (``Settings.lease_ttl_seconds``)."""
@@ -64,21 +74,28 @@ async def begin_step(
     events: EventRows = ((), ()),
     owner: uuid.UUID | None = None,
     ttl: float = LEASE_TTL,
+    agents: Sequence[str] | None = None,
 ) -> Begun:
     """Take the session's lease for ``owner``, create or read the session (with its latest
     valid summary) and, when the stored head is exactly ``guess`` (length, chain hash),
     store ``rows`` with their ``raw`` outputs and ``events``, move the head and read the
-    window's older rows: the whole pre-answer work in one round trip (migration 0021's
-    ``cascade_begin_step_v6``: the session's scalars as typed arguments, rows, raw outputs
-    and events as json arrays of objects, the rows' bodies as a json[]; it stores them by
-    ``cascade_append_v2``, as ``writes.append`` does, and moves the head in the same row update
-    that takes the lease: one new version of the sessions row per step).
+    window's older rows: the whole pre-answer work in one round trip (migration 0028's
+    ``cascade_begin_step_v7``, 0021's v6 with the key's agents: the session's scalars as
+    typed arguments, rows, raw outputs and events as json arrays of objects, the rows'
+    bodies as a json[]; it stores them by ``cascade_append_v2``, as ``writes.append`` does,
+    and moves the head in the same row update that takes the lease: one new version of the
+    sessions row per step).
 
     With ``guess`` None, or a wrong one, nothing is written but the session and its lease,
     ``window`` is None, and the caller appends with ``writes.append_and_fetch_window``. The lease
     stays held for ``ttl`` seconds after this returns (the replica renews it), until
     ``record_step`` or ``leases.release_lease`` frees it. Raises :class:`SessionBusy`,
     having written nothing, when another owner holds it. ``owner`` None is a fresh one.
+
+    ``agents`` are the agents the request's proxy key may use (None: any). A stored session
+    of another agent raises :class:`AgentRefused`, having written nothing: the statement
+    decides on the row it locks, so a session moved to another agent while this request
+    waited for its lease is not taken over (its agent overwritten) by a limited key.
     """
     start, start_hash = guess if guess is not None else (None, None)
     records = await conn.fetch(
@@ -98,8 +115,11 @@ async def begin_step(
         [r.message for r in rows],
         raw_objects(raw),
         event_objects(events),
+        None if agents is None else list(agents),
     )
     session = records[0]["session"]
+    if session.get("refused") is not None:
+        raise AgentRefused(session["refused"])
     if session["busy"]:
         raise SessionBusy(f"session {session_id} is held by another request")
     return Begun(session, records[1:] if session["appended"] else None)

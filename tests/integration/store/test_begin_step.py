@@ -1,8 +1,9 @@
-"""``cascade_begin_step_v6`` (migrations 0020 and 0021): on a hit, the lease and the head move
-are one update of the sessions row, the caller still sees the head as it was before the
-request, and a row another transaction replaces while the step waits on its lock is tested
-afresh. Its scalars, and ``cascade_append_v2``'s, are typed arguments; the previous versions,
-which take them as json, stay callable for a replica still on the previous code."""
+"""``cascade_begin_step_v7`` (migrations 0020, 0021 and 0028): on a hit, the lease and the
+head move are one update of the sessions row, the caller still sees the head as it was
+before the request, and a row another transaction replaces while the step waits on its lock
+is tested afresh. Its scalars, and ``cascade_append_v2``'s, are typed arguments; the
+previous versions, which take them as json, stay callable for a replica still on the
+previous code."""
 
 from __future__ import annotations
 
@@ -141,9 +142,9 @@ async def test_a_row_replaced_while_the_step_waits_is_read_afresh(
 async def test_the_step_functions_take_typed_scalars(conn: Any) -> None:
     """Migration 0021: the statements the store sends name the typed versions, which parse no
     json key (each ``json_to_record`` was a statement and a JSON parse per request)."""
-    assert "cascade_begin_step_v6(" in steps.BEGIN_STEP
+    assert "cascade_begin_step_v7(" in steps.BEGIN_STEP
     assert "cascade_append_v2(" in writes.APPEND
-    for name in ("cascade_begin_step_v6", "cascade_append_v2"):
+    for name in ("cascade_begin_step_v7", "cascade_begin_step_v6", "cascade_append_v2"):
         source = await conn.fetchval("SELECT pg_get_functiondef($1::regproc)", name)
         assert "json_to_record(" not in source and "cascade_append_v1" not in source
 
