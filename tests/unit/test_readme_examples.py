@@ -1,0 +1,61 @@
+"""README's examples as a user copies them: each JSON snippet is a valid part of
+``config/agents.json``, so an example that drifts from the code fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.config import ConfigError, parse_config
+
+ROOT = Path(__file__).parents[2]
+TEXT = (ROOT / "README.md").read_text(encoding="utf-8")
+README = " ".join(TEXT.split())
+"""README with every run of whitespace one blank, so a phrase may wrap anywhere."""
+
+SNIPPETS = re.findall(r"```json\n(.*?)```", TEXT, re.S)
+
+
+def _with_snippet(snippet: str) -> dict[str, Any]:
+    """The shipped config with the snippet's top-level keys put in (a fragment such as
+    ``"auth": {...}`` is read as the members of an object), plus every agent the snippet's
+    keys name, as README's sentence after it asks."""
+    raw = json.loads((ROOT / "config" / "agents.json").read_text(encoding="utf-8"))
+    raw.update(json.loads("{" + snippet + "}"))
+    for key in raw.get("auth", {}).get("keys", []):
+        for agent in key.get("agents", []):
+            raw["agents"].setdefault(agent, {})
+    return raw
+
+
+def _env(raw: dict[str, Any]) -> dict[str, str]:
+    """A distinct value for each key variable the config names."""
+    auth = raw.get("auth", {})
+    names = [k["keyEnv"] for k in auth.get("keys", [])] + [auth.get("metricsKeyEnv")]
+    return {name: f"key-{i}" for i, name in enumerate(names) if name}
+
+
+def test_readme_has_the_proxy_keys_snippet() -> None:
+    assert len(SNIPPETS) >= 1 and '"auth"' in SNIPPETS[0]
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS)
+def test_each_json_snippet_loads_into_the_shipped_config(snippet: str) -> None:
+    raw = _with_snippet(snippet)
+    parse_config(raw, env=_env(raw))
+
+
+def test_a_key_limited_to_an_agent_the_file_lacks_is_refused_as_readme_says() -> None:
+    """README tells a user pasting the snippet to define the agents it names: the file is
+    refused otherwise."""
+    raw = json.loads("{" + SNIPPETS[0] + "}")
+    named = sorted({a for k in raw["auth"]["keys"] for a in k.get("agents", [])})
+    assert named == ["reviewer"]
+    assert "each agent a key's `agents` lists must be an agent of the file" in README
+    raw["agents"] = {"default": {}}
+    with pytest.raises(ConfigError, match="reviewer not in agents"):
+        parse_config(raw, env=_env(raw))
