@@ -1,5 +1,6 @@
 """README's examples as a user copies them: each JSON snippet is a valid part of
-``config/agents.json``, so an example that drifts from the code fails here."""
+``config/agents.json``, and the fields README says an answer has (or lacks) are the ones the API
+describes, so an example that drifts from the code fails here."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from proxy.api.session_schemas import SCHEMAS
 from proxy.config import ConfigError, parse_config
 
 ROOT = Path(__file__).parents[2]
@@ -18,6 +20,13 @@ README = " ".join(TEXT.split())
 """README with every run of whitespace one blank, so a phrase may wrap anywhere."""
 
 SNIPPETS = re.findall(r"```json\n(.*?)```", TEXT, re.S)
+
+
+def _fields(name: str) -> set[str]:
+    schema: dict[str, Any] = SCHEMAS[name]
+    if name == "list":
+        schema = schema["properties"]["data"]["items"]
+    return set(schema["properties"])
 
 
 def _with_snippet(snippet: str) -> dict[str, Any]:
@@ -59,3 +68,10 @@ def test_a_key_limited_to_an_agent_the_file_lacks_is_refused_as_readme_says() ->
     raw["agents"] = {"default": {}}
     with pytest.raises(ConfigError, match="reviewer not in agents"):
         parse_config(raw, env=_env(raw))
+
+
+def test_the_session_list_fields_readme_leaves_out_are_the_views_own() -> None:
+    stated = re.search(r"`calibration`; not ((?:`\w+`(?:, | or )?)+)", README)
+    assert stated is not None
+    left_out = set(re.findall(r"`(\w+)`", stated[1]))
+    assert left_out == _fields("show") - _fields("list")
