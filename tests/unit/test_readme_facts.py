@@ -22,7 +22,7 @@ from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.truncation import HEAD_SHARE
-from proxy.config import EmbeddingConfig
+from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.metrics import Metrics
 from proxy.services.chaincache import ChainCache
@@ -201,3 +201,48 @@ def test_the_metrics_readme_lists_are_the_ones_exported() -> None:
         if family.name.startswith(("cascade_", "gen_ai_")):
             exported.add(family.name + ("_total" if family.type == "counter" else ""))
     assert named == exported
+
+
+def _plain(value: str) -> Any:
+    """A default as the table writes it: unset, a backticked JSON value or word, or a number."""
+    value = value.strip()
+    if value == "unset":
+        return None
+    if value.startswith("`"):
+        value = value.strip("`")
+        return value if value.isidentifier() else json.loads(value)
+    return json.loads(value)
+
+
+def test_the_per_name_and_one_key_rows_state_the_code_defaults() -> None:
+    """Rows the block-wise check above cannot read: ``providers``, ``agents`` and ``models``
+    entries (``| `a.<name>.k1` / `k2` | d1 / d2 |``) and single keys of a ``context`` block."""
+    models = {"providers": ProviderConfig, "agents": AgentConfig, "models": ModelConfig}
+    checked = []
+    for line in LINES:
+        named = re.match(
+            r"\| `(providers|agents|models)\.<name>\.(\w+)`((?: / `\w+`)*) \| ([^|]+) \|", line
+        )
+        one = re.match(r"\| `context\.(\w+)\.(\w+)` \| ([^|]+) \|", line)
+        if named is not None:
+            model: Any = models[named[1]]()
+            keys = [named[2], *re.findall(r"`(\w+)`", named[3])]
+            values = named[4].split(" / ")
+        elif one is not None:
+            model = getattr(ContextConfig(), _snake(one[1]))
+            keys, values = [one[2]], [one[3]]
+        else:
+            continue
+        assert len(keys) == len(values), line
+        for key, value in zip(keys, values, strict=True):
+            if key == "baseUrl":
+                assert value == "OpenAI's URL" and model.base_url == "https://api.openai.com/v1"
+                continue
+            actual = getattr(model, _snake(key))
+            stated = _plain(value)
+            assert (list(actual) if isinstance(actual, tuple) else actual) == stated, (line, key)
+            checked.append(key)
+    assert {"timeoutSeconds", "verifyTls", "provider", "reservedOutput", "userPrefixes"} <= set(
+        checked
+    )
+    assert {"enabled", "mode", "context"} <= set(checked)
