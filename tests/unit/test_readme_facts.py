@@ -25,6 +25,7 @@ from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.metrics import Metrics
+from proxy.provider_errors import POOL_WAIT_SECONDS
 from proxy.services.chaincache import ChainCache
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
@@ -32,7 +33,15 @@ from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
+from proxy.warmup import POOL_WARM_MAX
 from tests.unit.starts import SERVE, run_start
+
+
+def _ceiling(setting: str) -> float:
+    """The upper bound (``le``) a setting of ``Settings`` validates against."""
+    bounds = [m.le for m in Settings.model_fields[setting].metadata if hasattr(m, "le")]
+    assert len(bounds) == 1
+    return float(bounds[0])
 
 
 def _default(cls: type, name: str) -> int:
@@ -96,6 +105,11 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default
         ),
+        f"past it a request waits (up to {POOL_WAIT_SECONDS:g} s, then 504)",
+        f"opens min(pool size, {POOL_WARM_MAX}) connections",
+        f"at most {_ceiling('lease_ttl_seconds'):g} (see Capacity)",
+        f"the setting's ceiling is {_ceiling('lease_ttl_seconds'):g}",
+        f"per interval per replica; at most {_ceiling('embedding_poll_seconds'):g} |",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
