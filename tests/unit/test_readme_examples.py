@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from proxy.api.session_schemas import SCHEMAS
-from proxy.config import ConfigError, parse_config
+from proxy.banner import startup_banner
+from proxy.config import ConfigError, load_config, parse_config
+from proxy.settings import Settings
 
 ROOT = Path(__file__).parents[2]
 TEXT = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -75,3 +77,20 @@ def test_the_session_list_fields_readme_leaves_out_are_the_views_own() -> None:
     assert stated is not None
     left_out = set(re.findall(r"`(\w+)`", stated[1]))
     assert left_out == _fields("show") - _fields("list")
+
+
+def test_the_start_up_block_readme_shows_is_the_one_the_shipped_config_gives() -> None:
+    """README's example block, for ``make run`` with the shipped config and ``OPENAI_API_KEY``
+    set, is what ``startup_banner`` writes for them."""
+    shown = TEXT.split("### Start-up")[1].split("```\n")[1].split("```")[0]
+    settings = Settings(host="127.0.0.1", port=8080, config=Path("config/agents.json"))
+    cfg = load_config(ROOT / "config" / "agents.json", env={"OPENAI_API_KEY": "sk-x"})
+    block = startup_banner(
+        settings,
+        cfg,
+        {"OPENAI_API_KEY": "sk-x"},
+        database="",
+        embedded_at=Path("/home/me/.local/share/cascade/pgdata"),
+        paths=["/ui", "/metrics"],
+    )
+    assert shown.rstrip("\n") == block
