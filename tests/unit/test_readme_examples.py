@@ -13,6 +13,7 @@ import pytest
 
 from proxy.api.session_schemas import SCHEMAS
 from proxy.banner import startup_banner
+from proxy.cli_sessions import _ls
 from proxy.config import ConfigError, load_config, parse_config
 from proxy.settings import Settings
 
@@ -94,3 +95,17 @@ def test_the_start_up_block_readme_shows_is_the_one_the_shipped_config_gives() -
         paths=["/ui", "/metrics"],
     )
     assert shown.rstrip("\n") == block
+
+
+def test_the_sessions_ls_readme_shows_is_the_table_the_cli_prints() -> None:
+    shown = TEXT.split("$ cascade-proxy sessions ls\n")[1].split("```")[0]
+    session = {
+        "id": "my-run-1",
+        "agent": "default",
+        "model": "gpt-4o",
+        "message_count": 42,
+        "occupancy": 18211,
+        "reclaimed_tokens": 9120,
+        "updated_at": "2026-12-01T21:36:20.991000+00:00",
+    }
+    assert shown.rstrip("\n") == _ls({"data": [session]})
