@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
-from proxy.bus import WATCH_TTL
+from proxy.bus import START_TIMEOUT, WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.lossless import MAX_OCCURRENCES
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
@@ -106,6 +106,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
             Settings.model_fields["max_internal_rounds"].default
         ),
         f"past it a request waits (up to {POOL_WAIT_SECONDS:g} s, then 504)",
+        f"(DATABASE_LISTEN_URL): no connection within {START_TIMEOUT:g} s",
         f"opens min(pool size, {POOL_WARM_MAX}) connections",
         f"at most {_ceiling('lease_ttl_seconds'):g} (see Capacity)",
         f"the setting's ceiling is {_ceiling('lease_ttl_seconds'):g}",
