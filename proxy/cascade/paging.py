@@ -109,7 +109,8 @@ _GREP_PATTERN_SHOWN = 200
 def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: int) -> str:
     """The matching lines of ``text[start:end]`` within ``max_chars``; when some do not fit,
     a note names the offset where the first of them starts, so a caller pages on from there
-    and sees each line once."""
+    and sees each line once. The first is always shown (a window around its match when its
+    row does not fit), so that offset is past it."""
     match = grep_matcher(pattern)
     shown: list[str] = []
     used = 0
@@ -126,8 +127,12 @@ def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: 
         if hit is not None:
             matched += 1
             row = _grep_line(body, pos, hit)
-            if next_at is None and used + len(row) + 1 > budget:
+            if next_at is None and used + len(row) + 1 > budget and shown:
                 next_at = pos
+            elif next_at is None and used + len(row) + 1 > budget:  # the first hit: a window
+                half = (max(budget, 60) - len(f"{pos + len(body)}: ……") - hit[1] + hit[0]) // 2
+                a, b = max(0, hit[0] - max(0, half)), min(len(body), hit[1] + max(0, half))
+                row = f"{pos + a}: {'…' * (a > 0)}{body[a:b]}{'…' * (b < len(body))}"
             if next_at is None:
                 shown.append(row)
                 used += len(row) + 1

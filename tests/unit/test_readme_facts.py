@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
-from proxy.bus import WATCH_TTL
+from proxy.bus import START_TIMEOUT, WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
 from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
@@ -22,9 +22,10 @@ from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
 from proxy.cascade.truncation import HEAD_SHARE
-from proxy.config import EmbeddingConfig
+from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.metrics import Metrics
+from proxy.provider_errors import POOL_WAIT_SECONDS
 from proxy.services.chaincache import ChainCache
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
@@ -32,7 +33,15 @@ from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
+from proxy.warmup import POOL_WARM_MAX
 from tests.unit.starts import SERVE, run_start
+
+
+def _ceiling(setting: str) -> float:
+    """The upper bound (``le``) a setting of ``Settings`` validates against."""
+    bounds = [m.le for m in Settings.model_fields[setting].metadata if hasattr(m, "le")]
+    assert len(bounds) == 1
+    return float(bounds[0])
 
 
 def _default(cls: type, name: str) -> int:
@@ -96,6 +105,12 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default
         ),
+        f"past it a request waits (up to {POOL_WAIT_SECONDS:g} s, then 504)",
+        f"(DATABASE_LISTEN_URL): no connection within {START_TIMEOUT:g} s",
+        f"opens min(pool size, {POOL_WARM_MAX}) connections",
+        f"at most {_ceiling('lease_ttl_seconds'):g} (see Capacity)",
+        f"the setting's ceiling is {_ceiling('lease_ttl_seconds'):g}",
+        f"per interval per replica; at most {_ceiling('embedding_poll_seconds'):g} |",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
@@ -201,3 +216,48 @@ def test_the_metrics_readme_lists_are_the_ones_exported() -> None:
         if family.name.startswith(("cascade_", "gen_ai_")):
             exported.add(family.name + ("_total" if family.type == "counter" else ""))
     assert named == exported
+
+
+def _plain(value: str) -> Any:
+    """A default as the table writes it: unset, a backticked JSON value or word, or a number."""
+    value = value.strip()
+    if value == "unset":
+        return None
+    if value.startswith("`"):
+        value = value.strip("`")
+        return value if value.isidentifier() else json.loads(value)
+    return json.loads(value)
+
+
+def test_the_per_name_and_one_key_rows_state_the_code_defaults() -> None:
+    """Rows the block-wise check above cannot read: ``providers``, ``agents`` and ``models``
+    entries (``| `a.<name>.k1` / `k2` | d1 / d2 |``) and single keys of a ``context`` block."""
+    models = {"providers": ProviderConfig, "agents": AgentConfig, "models": ModelConfig}
+    checked = []
+    for line in LINES:
+        named = re.match(
+            r"\| `(providers|agents|models)\.<name>\.(\w+)`((?: / `\w+`)*) \| ([^|]+) \|", line
+        )
+        one = re.match(r"\| `context\.(\w+)\.(\w+)` \| ([^|]+) \|", line)
+        if named is not None:
+            model: Any = models[named[1]]()
+            keys = [named[2], *re.findall(r"`(\w+)`", named[3])]
+            values = named[4].split(" / ")
+        elif one is not None:
+            model = getattr(ContextConfig(), _snake(one[1]))
+            keys, values = [one[2]], [one[3]]
+        else:
+            continue
+        assert len(keys) == len(values), line
+        for key, value in zip(keys, values, strict=True):
+            if key == "baseUrl":
+                assert value == "OpenAI's URL" and model.base_url == "https://api.openai.com/v1"
+                continue
+            actual = getattr(model, _snake(key))
+            stated = _plain(value)
+            assert (list(actual) if isinstance(actual, tuple) else actual) == stated, (line, key)
+            checked.append(key)
+    assert {"timeoutSeconds", "verifyTls", "provider", "reservedOutput", "userPrefixes"} <= set(
+        checked
+    )
+    assert {"enabled", "mode", "context"} <= set(checked)

@@ -141,6 +141,22 @@ def test_grep_pages_by_the_offset_its_note_names_without_skipping_or_repeating()
     assert seen == [f"hit {i} of the log" for i in range(500)]
 
 
+def test_grep_with_no_room_for_a_whole_hit_still_shows_one_and_moves_on() -> None:
+    # a page whose room (the window's, or a small maxChars) was less than its first matching
+    # row listed none and named that row's own offset: the caller was sent back to it forever
+    short = "".join(f"hit {i} of the log\n" for i in range(50))
+    long = "z" * 1000 + " hit " + "z" * 1000 + "\nhit again\n"
+    for text, max_chars in ((short, 300), (short, 320), (long, 420), (long, 600)):
+        page = page_raw_output(text, id="c1", grep="hit", max_chars=max_chars)
+        first = page.splitlines()[1]
+        at, shown = first.split(": ", 1)
+        assert "hit" in shown, (max_chars, page)
+        assert shown.strip("…") == text[int(at) : int(at) + len(shown.strip("…"))]
+        named = re.search(r"offset (\d+)", page.splitlines()[-1])
+        assert named is not None and int(named[1]) > text.index("hit"), page
+        assert max_chars < 400 or len(page) <= max_chars, page
+
+
 def test_grep_with_a_long_pattern_stays_within_the_cap() -> None:
     # the header quoted the whole pattern: a 30,000-character grep gave a page past the cap
     page = page_raw_output("hit\n" * 10, id="c1", grep="x" * 30_000 + "|hit", max_chars=1000)

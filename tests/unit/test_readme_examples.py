@@ -1,0 +1,111 @@
+"""README's examples as a user copies them: each JSON snippet is a valid part of
+``config/agents.json``, and the fields README says an answer has (or lacks) are the ones the API
+describes, so an example that drifts from the code fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.api.session_schemas import SCHEMAS
+from proxy.banner import startup_banner
+from proxy.cli_sessions import _ls
+from proxy.config import ConfigError, load_config, parse_config
+from proxy.settings import Settings
+
+ROOT = Path(__file__).parents[2]
+TEXT = (ROOT / "README.md").read_text(encoding="utf-8")
+README = " ".join(TEXT.split())
+"""README with every run of whitespace one blank, so a phrase may wrap anywhere."""
+
+SNIPPETS = re.findall(r"```json\n(.*?)```", TEXT, re.S)
+
+
+def _fields(name: str) -> set[str]:
+    schema: dict[str, Any] = SCHEMAS[name]
+    if name == "list":
+        schema = schema["properties"]["data"]["items"]
+    return set(schema["properties"])
+
+
+def _with_snippet(snippet: str) -> dict[str, Any]:
+    """The shipped config with the snippet's top-level keys put in (a fragment such as
+    ``"auth": {...}`` is read as the members of an object), plus every agent the snippet's
+    keys name, as README's sentence after it asks."""
+    raw = json.loads((ROOT / "config" / "agents.json").read_text(encoding="utf-8"))
+    raw.update(json.loads("{" + snippet + "}"))
+    for key in raw.get("auth", {}).get("keys", []):
+        for agent in key.get("agents", []):
+            raw["agents"].setdefault(agent, {})
+    return raw
+
+
+def _env(raw: dict[str, Any]) -> dict[str, str]:
+    """A distinct value for each key variable the config names."""
+    auth = raw.get("auth", {})
+    names = [k["keyEnv"] for k in auth.get("keys", [])] + [auth.get("metricsKeyEnv")]
+    return {name: f"key-{i}" for i, name in enumerate(names) if name}
+
+
+def test_readme_has_the_proxy_keys_snippet() -> None:
+    assert len(SNIPPETS) >= 1 and '"auth"' in SNIPPETS[0]
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS)
+def test_each_json_snippet_loads_into_the_shipped_config(snippet: str) -> None:
+    raw = _with_snippet(snippet)
+    parse_config(raw, env=_env(raw))
+
+
+def test_a_key_limited_to_an_agent_the_file_lacks_is_refused_as_readme_says() -> None:
+    """README tells a user pasting the snippet to define the agents it names: the file is
+    refused otherwise."""
+    raw = json.loads("{" + SNIPPETS[0] + "}")
+    named = sorted({a for k in raw["auth"]["keys"] for a in k.get("agents", [])})
+    assert named == ["reviewer"]
+    assert "each agent a key's `agents` lists must be an agent of the file" in README
+    raw["agents"] = {"default": {}}
+    with pytest.raises(ConfigError, match="reviewer not in agents"):
+        parse_config(raw, env=_env(raw))
+
+
+def test_the_session_list_fields_readme_leaves_out_are_the_views_own() -> None:
+    stated = re.search(r"`calibration`; not ((?:`\w+`(?:, | or )?)+)", README)
+    assert stated is not None
+    left_out = set(re.findall(r"`(\w+)`", stated[1]))
+    assert left_out == _fields("show") - _fields("list")
+
+
+def test_the_start_up_block_readme_shows_is_the_one_the_shipped_config_gives() -> None:
+    """README's example block, for ``make run`` with the shipped config and ``OPENAI_API_KEY``
+    set, is what ``startup_banner`` writes for them."""
+    shown = TEXT.split("### Start-up")[1].split("```\n")[1].split("```")[0]
+    settings = Settings(host="127.0.0.1", port=8080, config=Path("config/agents.json"))
+    cfg = load_config(ROOT / "config" / "agents.json", env={"OPENAI_API_KEY": "sk-x"})
+    block = startup_banner(
+        settings,
+        cfg,
+        {"OPENAI_API_KEY": "sk-x"},
+        database="",
+        embedded_at=Path("/home/me/.local/share/cascade/pgdata"),
+        paths=["/ui", "/metrics"],
+    )
+    assert shown.rstrip("\n") == block
+
+
+def test_the_sessions_ls_readme_shows_is_the_table_the_cli_prints() -> None:
+    shown = TEXT.split("$ cascade-proxy sessions ls\n")[1].split("```")[0]
+    session = {
+        "id": "my-run-1",
+        "agent": "default",
+        "model": "gpt-4o",
+        "message_count": 42,
+        "occupancy": 18211,
+        "reclaimed_tokens": 9120,
+        "updated_at": "2026-12-01T21:36:20.991000+00:00",
+    }
+    assert shown.rstrip("\n") == _ls({"data": [session]})
