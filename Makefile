@@ -15,7 +15,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench bench-test constraints reliability soak clean
+.PHONY: run test bench bench-test constraints reliability soak clean
 
 $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
