@@ -147,7 +147,8 @@ async def _stream(
     frame or catch-up, once its key no longer reaches the session (``_reaches``): the
     reconnect is then a 401 or a 403. A key limited to some agents is held to the
     session's agent that each catch-up reads in its one statement (the replay as the
-    stream opens among them), and that a live frame reads before it goes (``_lost``).
+    stream opens among them), and that a live frame reads before it goes (``_lost``): one
+    read for it and the frames queued behind it as it starts, all published before it.
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
@@ -156,6 +157,7 @@ async def _stream(
             yield frame
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
+        judged = 0  # live events queued before the last read of the agent (``_lost``)
         while not cursor.gone and not await request.is_disconnected():
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
@@ -171,9 +173,15 @@ async def _stream(
                 continue
             if event is SESSION_GONE:
                 return
+            judged, queued = max(0, judged - 1), judged > 0
             if event.id is None or cursor.take(event.id):
-                if await _lost(request, pool, tenant, session_id):
-                    return
+                if queued:  # published before the agent read after it: judged already
+                    if not _reaches(request, None):
+                        return
+                else:
+                    judged = queue.qsize()  # as are the ones behind it, by the read now
+                    if await _lost(request, pool, tenant, session_id):
+                        return
                 yield _frame(event)
 
 

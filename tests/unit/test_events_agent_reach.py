@@ -18,6 +18,7 @@ import pytest
 
 from proxy.api import events
 from proxy.auth import PROXY_KEY
+from proxy.bus import BusEvent
 from proxy.config import AuthKeyConfig
 
 LIMITED = AuthKeyConfig(key_env="CASCADE_TEST_LIMITED", tenant="t", agents=("reviewer",))
@@ -26,9 +27,17 @@ USAGE = {"name": "context.usage", "data": {}, "settled": True}
 
 
 class _Bus:
+    """Hands the stream a queue holding ``live``: events published before it read them."""
+
+    def __init__(self, live: tuple[BusEvent, ...] = ()) -> None:
+        self.live = live
+
     @contextlib.asynccontextmanager
     async def subscribe(self, tenant: str, session_id: str) -> AsyncIterator[asyncio.Queue[Any]]:
-        yield asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        for event in self.live:
+            queue.put_nowait(event)
+        yield queue
 
 
 class _Request:
@@ -83,3 +92,37 @@ async def test_the_replay_as_the_stream_opens_is_judged_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert await _frames(monkeypatch, [("coder", [{**USAGE, "id": 7}])]) == []
+
+
+async def test_live_frames_queued_together_are_judged_by_one_read_of_the_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live frame waits for a read of the session's agent (it may be the first of another
+    agent's step); the frames queued behind it as that read starts were published before
+    it, so the one read judges them too, rather than one statement per frame."""
+    agents = ["reviewer"]
+    reads: list[str] = []
+
+    async def agent(*args: Any, **kwargs: Any) -> str:
+        reads.append(agents[0])
+        return agents[0]
+
+    async def fetch(pool: Any, **kwargs: Any) -> Any:
+        return ("reviewer", [])
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
+    monkeypatch.setattr(events.sessions, "fetchval_agent", agent)
+    live = tuple(BusEvent("session.message.delta.appended", {"delta": d}) for d in "abc")
+    request = _Request()
+    stream = events._stream(request, None, _Bus(live), ("t", "s", datetime.now(UTC)), 0)  # type: ignore[arg-type]
+    frames = []
+    async for frame in stream:
+        frames.append(frame)
+        request.gone = len(frames) == 3
+    assert [f["data"] for f in frames] == ['{"delta": "a"}', '{"delta": "b"}', '{"delta": "c"}']
+    assert reads == ["reviewer"]
+    agents[0] = "coder"  # the session moved: the next stream's first live frame ends it
+    request = _Request()
+    stream = events._stream(request, None, _Bus(live), ("t", "s", datetime.now(UTC)), 0)  # type: ignore[arg-type]
+    assert [frame async for frame in stream] == []
+    assert reads == ["reviewer", "coder"]
