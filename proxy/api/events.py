@@ -126,6 +126,41 @@ async def _lost(request: Request, pool: Any, tenant: str, session_id: str) -> bo
     return not _reaches(request, agent)
 
 
+class _Live:
+    """Judges a stream's live frames for its key (``_lost``), counting the events that were
+    queued before the last read of the session's agent began (``judged``): published
+    before it, they are judged by it, so the frames a burst queued cost one statement."""
+
+    def __init__(
+        self,
+        request: Request,
+        pool: Any,
+        session: tuple[str, str, datetime],
+        queue: asyncio.Queue[BusEvent],
+    ) -> None:
+        self.request, self.pool, self.queue = request, pool, queue
+        self.tenant, self.session_id = session[0], session[1]
+        self.judged = 0
+
+    def dequeued(self) -> bool:
+        """One event taken off the queue: whether the last read judged it already."""
+        queued, self.judged = self.judged > 0, max(0, self.judged - 1)
+        return queued
+
+    async def judge(self, queued: bool) -> bool | None:
+        """True to send the frame, False to end the stream, None to hold the frame back:
+        its read of the agent met an outage, which, as a catch-up's, keeps the stream
+        open."""
+        if queued:
+            return _reaches(self.request, None)
+        self.judged = self.queue.qsize()  # the ones behind it, by the read now
+        try:
+            return not await _lost(self.request, self.pool, self.tenant, self.session_id)
+        except DatabaseUnavailable:
+            self.judged = 0
+            return None
+
+
 async def _stream(
     request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
@@ -147,7 +182,7 @@ async def _stream(
     frame or catch-up, once its key no longer reaches the session (``_reaches``): the
     reconnect is then a 401 or a 403. A key limited to some agents is held to the
     session's agent that each catch-up reads in its one statement (the replay as the
-    stream opens among them), and that a live frame reads before it goes (``_lost``): one
+    stream opens among them), and that a live frame reads before it goes (``_Live``): one
     read for it and the frames queued behind it as it starts, all published before it.
     """
     tenant, session_id, created_at = session
@@ -157,7 +192,7 @@ async def _stream(
             yield frame
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
-        judged = 0  # live events queued before the last read of the agent (``_lost``)
+        live = _Live(request, pool, session, queue)
         while not cursor.gone and not await request.is_disconnected():
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
@@ -173,15 +208,14 @@ async def _stream(
                 continue
             if event is SESSION_GONE:
                 return
-            judged, queued = max(0, judged - 1), judged > 0
+            queued = live.dequeued()
             if event.id is None or cursor.take(event.id):
-                if queued:  # published before the agent read after it: judged already
-                    if not _reaches(request, None):
-                        return
-                else:
-                    judged = queue.qsize()  # as are the ones behind it, by the read now
-                    if await _lost(request, pool, tenant, session_id):
-                        return
+                verdict = await live.judge(queued)
+                if verdict is None:  # not judged, so not sent: a persisted event comes
+                    cursor.sent.discard(event.id or 0)  # with the catch-up once back
+                    continue
+                if not verdict:
+                    return
                 yield _frame(event)
 
 

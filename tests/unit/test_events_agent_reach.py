@@ -20,6 +20,7 @@ from proxy.api import events
 from proxy.auth import PROXY_KEY
 from proxy.bus import BusEvent
 from proxy.config import AuthKeyConfig
+from proxy.store.db import DatabaseUnavailable
 
 LIMITED = AuthKeyConfig(key_env="CASCADE_TEST_LIMITED", tenant="t", agents=("reviewer",))
 AUTH = SimpleNamespace(keys=(LIMITED,))  # the config in force: the key, kept
@@ -126,3 +127,31 @@ async def test_live_frames_queued_together_are_judged_by_one_read_of_the_agent(
     stream = events._stream(request, None, _Bus(live), ("t", "s", datetime.now(UTC)), 0)  # type: ignore[arg-type]
     assert [frame async for frame in stream] == []
     assert reads == ["reviewer", "coder"]
+
+
+async def test_a_live_frame_whose_agent_read_meets_an_outage_waits_for_the_catch_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool's connections lost while the bus's listener is not (a pooler restarted):
+    the read a live frame waits for raises ``DatabaseUnavailable``, which ended the
+    response with "Exception in ASGI application". The frame, not judged, is not sent; the
+    stream stays open, and the catch-up sends it once the database answers."""
+    catch_ups = iter([("reviewer", []), ("reviewer", [{**USAGE, "id": 7}])])
+
+    async def fetch(pool: Any, **kwargs: Any) -> Any:
+        return next(catch_ups)
+
+    async def agent(*args: Any, **kwargs: Any) -> str:
+        raise DatabaseUnavailable("the database connection was lost under a request")
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
+    monkeypatch.setattr(events.sessions, "fetchval_agent", agent)
+    monkeypatch.setattr(events, "CATCH_UP_SECONDS", 0.01)
+    live = (BusEvent("context.usage", {}, 7), BusEvent("session.message.delta.appended", {}))
+    request = _Request()
+    stream = events._stream(request, None, _Bus(live), ("t", "s", datetime.now(UTC)), 0)  # type: ignore[arg-type]
+    frames = []
+    async for frame in stream:
+        frames.append(frame)
+        request.gone = True
+    assert frames == [{"event": "context.usage", "data": "{}", "id": "7"}]
