@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
@@ -46,12 +46,16 @@ drop id n when n committed a moment later. Every event is written by one short s
 
 class _Cursor:
     """What one stream has sent: every event up to ``mark`` (or it never will exist), and
-    the ids above it in ``sent``; ``gone`` once a read found the session deleted, or
-    another made under its id (``created_at``, the one the stream was opened on)."""
+    the ids above it in ``sent``; ``gone`` once a read found the session deleted, another
+    made under its id (``created_at``, the one the stream was opened on), or the session
+    run by an agent ``reaches`` (the stream's key) refuses."""
 
-    def __init__(self, after: int, created_at: datetime) -> None:
+    def __init__(
+        self, after: int, created_at: datetime, reaches: Callable[[str | None], bool]
+    ) -> None:
         self.mark = after
         self.created_at = created_at
+        self.reaches = reaches
         self.sent: set[int] = set()
         self.gone = False
 
@@ -65,10 +69,11 @@ class _Cursor:
     async def catch_up(
         self, pool: Any, tenant: str, session_id: str
     ) -> AsyncIterator[dict[str, Any]]:
-        """Read the table past ``mark``; move ``mark`` over settled rows only."""
+        """Read the table past ``mark``; move ``mark`` over settled rows only. The same
+        statement reads the session's agent, judged before any of its rows is sent."""
         after_id, settled = self.mark, True
         while True:
-            rows = await store.fetch_session_events_after(
+            read = await store.fetch_session_events_after(
                 pool,
                 tenant=tenant,
                 session_id=session_id,
@@ -76,9 +81,10 @@ class _Cursor:
                 created_at=self.created_at,
                 settle_seconds=SETTLE_SECONDS,
             )
-            if rows is None:
+            if read is None or not self.reaches(read[0]):
                 self.gone = True
                 return
+            rows = read[1]
             for r in rows:
                 after_id = r["id"]
                 fresh = self.take(r["id"])
@@ -92,21 +98,67 @@ class _Cursor:
         self.sent = {i for i in self.sent if i > self.mark}
 
 
-async def _lost(request: Request, pool: Any, tenant: str, session_id: str) -> bool:
-    """Whether the stream's proxy key no longer reaches its session: the key is gone from
-    the config in force (revoked, or its ``agents`` changed; a stream opened without one,
-    in pass-through mode, once the config has keys), or, for a key limited to some
-    agents, the session now runs another (a request of another key moved it). The gate
-    judged the key when the stream opened; a stream can outlive that judgement by days."""
+def _reaches(request: Request, agent: str | None) -> bool:
+    """Whether the stream's proxy key still reaches its session, run by ``agent`` (None:
+    not known, or not yet run): the key is in the config in force (not revoked, its
+    ``agents`` unchanged; a stream opened without one, in pass-through mode, until the
+    config has keys) and, limited to some agents, ``agent`` is one of them (a request of
+    another key may have moved the session). The gate judged the key when the stream
+    opened; a stream can outlive that judgement by days."""
     key, keys = request.scope.get(PROXY_KEY), request.state.config.current.auth.keys
     if key is None:  # pass-through: the bearer is the tenant, until keys close the gate to it
-        return bool(keys)
+        return not keys
     if key not in keys:
+        return False
+    return key.agents is None or agent is None or agent in key.agents
+
+
+async def _lost(request: Request, pool: Any, tenant: str, session_id: str) -> bool:
+    """Whether the stream's key no longer reaches its session (``_reaches``), asked before a
+    live frame: a key limited to some agents reads the session's agent for it, since the
+    frame may be the first of another agent's step."""
+    key = request.scope.get(PROXY_KEY)
+    if not _reaches(request, None):
         return True
-    if key.agents is None:
+    if key is None or key.agents is None:
         return False
     agent = await sessions.fetchval_agent(pool, tenant=tenant, session_id=session_id)
-    return agent is not None and agent not in key.agents
+    return not _reaches(request, agent)
+
+
+class _Live:
+    """Judges a stream's live frames for its key (``_lost``), counting the events that were
+    queued before the last read of the session's agent began (``judged``): published
+    before it, they are judged by it, so the frames a burst queued cost one statement."""
+
+    def __init__(
+        self,
+        request: Request,
+        pool: Any,
+        session: tuple[str, str, datetime],
+        queue: asyncio.Queue[BusEvent],
+    ) -> None:
+        self.request, self.pool, self.queue = request, pool, queue
+        self.tenant, self.session_id = session[0], session[1]
+        self.judged = 0
+
+    def dequeued(self) -> bool:
+        """One event taken off the queue: whether the last read judged it already."""
+        queued, self.judged = self.judged > 0, max(0, self.judged - 1)
+        return queued
+
+    async def judge(self, queued: bool) -> bool | None:
+        """True to send the frame, False to end the stream, None to hold the frame back:
+        its read of the agent met an outage, which, as a catch-up's, keeps the stream
+        open."""
+        if queued:
+            return _reaches(self.request, None)
+        self.judged = self.queue.qsize()  # the ones behind it, by the read now
+        try:
+            return not await _lost(self.request, self.pool, self.tenant, self.session_id)
+        except DatabaseUnavailable:
+            self.judged = 0
+            return None
 
 
 async def _stream(
@@ -127,23 +179,27 @@ async def _stream(
     the ``created_at`` of the session the stream was opened on). A client that reconnects
     (an ``EventSource`` does) gets the 404 of a missing session (or a stream of the new
     one). No frame says why: the reconnect does. It ends the same way, before its next
-    frame or catch-up, once its key no longer reaches the session (``_lost``): the
-    reconnect is then a 401 or a 403.
+    frame or catch-up, once its key no longer reaches the session (``_reaches``): the
+    reconnect is then a 401 or a 403. A key limited to some agents is held to the
+    session's agent that each catch-up reads in its one statement (the replay as the
+    stream opens among them), and that a live frame reads before it goes (``_Live``): one
+    read for it and the frames queued behind it as it starts, all published before it.
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
-        cursor = _Cursor(after, created_at)
+        cursor = _Cursor(after, created_at, lambda agent: _reaches(request, agent))
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
+        live = _Live(request, pool, session, queue)
         while not cursor.gone and not await request.is_disconnected():
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
             except TimeoutError:
-                try:
-                    if await _lost(request, pool, tenant, session_id):
-                        return
+                if not _reaches(request, None):  # revoked: ended without the database
+                    return
+                try:  # which also reads the session's agent (``_Cursor.reaches``)
                     async for frame in cursor.catch_up(pool, tenant, session_id):
                         yield frame
                 except DatabaseUnavailable:  # an outage, which the pool says once: kept
@@ -152,8 +208,13 @@ async def _stream(
                 continue
             if event is SESSION_GONE:
                 return
+            queued = live.dequeued()
             if event.id is None or cursor.take(event.id):
-                if await _lost(request, pool, tenant, session_id):
+                verdict = await live.judge(queued)
+                if verdict is None:  # not judged, so not sent: a persisted event comes
+                    cursor.sent.discard(event.id or 0)  # with the catch-up once back
+                    continue
+                if not verdict:
                     return
                 yield _frame(event)
 

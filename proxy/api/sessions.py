@@ -38,9 +38,10 @@ router = APIRouter(prefix="/v1/sessions")
 
 @contextlib.contextmanager
 def _held_to(agents: tuple[str, ...] | None, session_id: str) -> Iterator[None]:
-    """A branch, reset or delete of a key limited to ``agents`` that found the session moved
-    to another agent while it waited for it (``store.sessions``): the 403 the key's check as
-    the request arrived gives (``api.deps.reach_session``), nothing done."""
+    """A branch, reset, delete or compact of a key limited to ``agents`` that found the
+    session moved to another agent while it waited for it (``store.sessions``, the
+    compaction's claim): the 403 the key's check as the request arrived gives
+    (``api.deps.reach_session``), nothing done."""
     try:
         yield
     except AgentRefused as refused:
@@ -148,15 +149,18 @@ async def compact_session(
     cfg: ConfigDep,
     tenant: TenantDep,
     summarizer: SummarizerDep,
+    agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    return await session_changes.compact_session(
-        pool,
-        summarizer,
-        cfg,
-        tenant=tenant,
-        session_id=session_id,
-        headers=upstream_headers(request, cfg),
-    )
+    with _held_to(agents, session_id):
+        return await session_changes.compact_session(
+            pool,
+            summarizer,
+            cfg,
+            tenant=tenant,
+            session_id=session_id,
+            headers=upstream_headers(request, cfg),
+            agents=agents,
+        )
 
 
 @router.post("/{session_id}/reset", response_model=None, responses=ok("reset"))

@@ -254,11 +254,15 @@ class DurableSummarizer:
     ) -> Span | CompactionResult | None:
         """The session's latest summary and the window after it, planned; None when the
         session is gone (or made again since ``owner`` claimed it), an unchanged result when
-        there is nothing to fold."""
+        there is nothing to fold. A session now run by an agent outside ``job.agents`` raises
+        ``AgentRefused``, nothing read or reported: the key's check as it arrived saw the
+        session before the compaction waited for its claim."""
         key = {"tenant": job.tenant, "session_id": job.session_id}
         row = await sessions.fetchrow_session(conn, **key)
         if row is None or row["compaction_owner"] != owner:
             return None
+        if job.agents is not None and row["agent"] not in (*job.agents, None):
+            raise steps.AgentRefused(row["agent"])
         await self._closer.close_session(conn, job.tenant, job.session_id)
         latest = await summaries.fetchrow_latest(conn, **key)
         boundary = latest["boundary"] if latest else 0

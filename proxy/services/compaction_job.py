@@ -57,6 +57,9 @@ class CompactionJob:
     memory_scope: str = "global"
     memory_patterns: tuple[re.Pattern[str], ...] = ()
     observation_prefixes: tuple[str, ...] = ()  # a text agent's steps are rounds too
+    agents: tuple[str, ...] | None = None
+    """The agents of the proxy key that asked (None: any): the compaction, once it holds its
+    claim, refuses a session another key's request moved to an agent outside them."""
 
 
 def job_for(
@@ -68,6 +71,7 @@ def job_for(
     model: str,
     headers: Mapping[str, str],
     trigger: str,
+    agents: tuple[str, ...] | None = None,
 ) -> CompactionJob:
     agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
     fast = agent_cfg.fast_model or model
@@ -85,6 +89,7 @@ def job_for(
         memory_scope=scope,
         memory_patterns=tuple(patterns_for(cfg, scope)),
         observation_prefixes=cfg.context_for(agent).observations.user_prefixes,
+        agents=agents,
     )
 
 

@@ -138,10 +138,13 @@ async def compact_session(
     tenant: str,
     session_id: str,
     headers: Mapping[str, str],
+    agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Force a compaction now, regardless of thresholds (waits for one already running),
-    with the session's agent's fast model (a key limited to other agents is held to them as
-    it arrives, ``api.deps.reach_session``, not again while it waits)."""
+    with the session's agent's fast model. A key limited to ``agents`` is held to them as it
+    arrives (``api.deps.reach_session``) and again once the compaction holds its claim:
+    one that waited while another key's request moved the session to another agent raises
+    ``AgentRefused``, nothing compacted, as reset, delete and branch do."""
     row = await require_session(conn, tenant, session_id)
     job = job_for(
         cfg,
@@ -151,6 +154,7 @@ async def compact_session(
         model=row["model"] or "",
         headers=headers,
         trigger="api",
+        agents=None if agents is None else tuple(agents),
     )
     result = await summarizer.compact_now(job)
     if result is None:

@@ -106,7 +106,8 @@ async def fetch_events_after(
 
 
 FETCH_SESSION_EVENTS_AFTER = """
-SELECT e.id, e.name, e.data, e.created_at < now() - make_interval(secs => $5) AS settled
+SELECT s.agent, e.id, e.name, e.data,
+       e.created_at < now() - make_interval(secs => $5) AS settled
 FROM sessions s LEFT JOIN LATERAL (
     SELECT id, name, data, created_at FROM events
     WHERE tenant = $1 AND session_id = $2 AND id > $3 ORDER BY id LIMIT $4
@@ -125,10 +126,11 @@ async def fetch_session_events_after(
     created_at: datetime,
     limit: int = 1000,
     settle_seconds: float = 10.0,
-) -> list[asyncpg.Record] | None:
-    """:func:`fetch_events_after`, or None when the session no longer exists: an open
-    stream's periodic read also learns that its session was deleted, in the same statement,
-    should the bus's word of it not reach it (``api.events``).
+) -> tuple[str | None, list[asyncpg.Record]] | None:
+    """The session's agent and :func:`fetch_events_after`, or None when the session no
+    longer exists: an open stream's periodic read also learns that its session was deleted,
+    should the bus's word of it not reach it, and which agent runs it, which a proxy key
+    limited to some agents is held to (``api.events``), in the same statement.
 
     ``created_at`` is the session's as the stream found it when it opened: a session made
     again under the same id since (the delete unheard, the id reused before this read) has
@@ -140,7 +142,7 @@ async def fetch_session_events_after(
     )
     if not rows:
         return None
-    return [r for r in rows if r["id"] is not None]
+    return rows[0]["agent"], [r for r in rows if r["id"] is not None]
 
 
 async def notify(conn: Executor, *, payload: str) -> None:

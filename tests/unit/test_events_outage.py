@@ -43,9 +43,9 @@ async def test_a_catch_up_during_an_outage_is_skipped_and_the_next_one_sends(
     # met the outage's 503, which an EventSource does not retry.
     reads = iter(
         [
-            [],  # the replay as the stream opens
+            ("default", []),  # the replay as the stream opens
             DatabaseUnavailable("cannot connect to PostgreSQL"),
-            [{"id": 7, "name": "context.usage", "data": {}, "settled": True}],
+            ("default", [{"id": 7, "name": "context.usage", "data": {}, "settled": True}]),
         ]
     )
 

@@ -71,6 +71,11 @@ class ProxyServer:
         replica (its ``SessionLocks``): what a test waits for to order the next one."""
         return int(self._server.lifespan.state["chat"].locks.waiting((tenant, session_id)))
 
+    def state(self, name: str) -> Any:
+        """What the replica's lifespan made under ``name`` (``summarizer``, ``bus`` …): for a
+        test that orders its steps by what the replica does inside."""
+        return self._server.lifespan.state[name]
+
     def compacting(self, tenant: str, session_id: str) -> bool:
         """Whether a compaction of the session runs on this replica
         (``DurableSummarizer.running``): what a test waits out to see how one ended."""

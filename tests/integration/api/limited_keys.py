@@ -32,7 +32,8 @@ def start_with_limited_key(
     monkeypatch: pytest.MonkeyPatch,
     **config: Any,
 ) -> ProxyServer:
-    """The proxy, its config given ``config`` besides the keys and agents."""
+    """The proxy, its config given ``config`` besides the keys (``agents`` replaces the
+    three agents)."""
     monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
     monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
     auth = {
@@ -41,9 +42,8 @@ def start_with_limited_key(
             {"keyEnv": "CASCADE_TEST_KEY_FULL", "tenant": TENANT},
         ]
     }
-    path = write_config(
-        tmp_path / "agents.json", fake_upstream.url, auth=auth, agents=AGENTS, **config
-    )
+    config.setdefault("agents", AGENTS)
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth, **config)
     return start_proxy(path)
 
 
