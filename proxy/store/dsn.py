@@ -12,16 +12,17 @@ import re
 __all__ = ["redact_dsn"]
 
 # A URL's password, after "scheme://user:", ends at the authority's "@". Within the URL's
-# first run of non-blank characters that is the last "@" before the host's "/", "?" or "#"
-# (a password with an unencoded "@" or "/" is a common mistake, and what follows its first
-# "@" is not the host): _URL_PASSWORD, looked for only in a run's text up to its last "@"
+# first run of non-blank characters it is masked up to the run's last "@" (a password with
+# an unencoded "@", "/", "?" or "#" is a common mistake, and what follows its first "@" is
+# not the host; a later "@" in a path or query then hides a little more than the password,
+# never less): _URL_PASSWORD, looked for only in a run's text up to its last "@"
 # (_TO_LAST_AT), where each try finds its "@". A password with a blank in it, which asyncpg
 # connects with, has no "@" in that first run: it runs on to the next "@" on the line,
 # unless a "/", "?" or "#" comes first (a path: "host:5432/db", so no password) or the run
 # is a port ("host:5432"): _SPACED_PASSWORD, looked for afterwards in the whole text, where
 # it stops at the next URL's "/". Neither reads on past the next URL when it finds no "@",
 # so text with many "://" is read a bounded number of times, not once from each of them.
-_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@\s]*@(?:[^@\s/?#]*@)*")
+_URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@\s]*@(?:[^@\s]*@)*")
 _SPACED_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)(?!\d+\b)[^@/?#\n]*@")
 # "password=" and "sslpassword=" (the client key's passphrase): a query parameter, or a word
 # of libpq's "key=value" DSN, quoted or not.
@@ -33,7 +34,7 @@ _PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|
 # where the run or a "/", ":", "@" does. It is looked for only in a run's text up to its
 # last "@" (_TO_LAST_AT, which starts only where a run does), where each try finds its "@":
 # a long run is read a bounded number of times, not once from each of its characters.
-_BARE_USERINFO = re.compile(r"((?<![^:/@?#\s])[^:/@?#\s]+:)(?!/)[^@\s]*@(?:[^@\s/?#]*@)*")
+_BARE_USERINFO = re.compile(r"((?<![^:/@?#\s])[^:/@?#\s]+:)(?!/)[^@\s]*@(?:[^@\s]*@)*")
 _TO_LAST_AT = re.compile(r"(?<!\S)\S*@")
 
 

@@ -20,6 +20,11 @@ SECRET = "TOPSECRET"
             "postgresql://cascade:***@127.0.0.1:5432/postgres",
         ),
         ("postgresql://u:TOP/SECRET@h/db", "postgresql://u:***@h/db"),
+        # an unencoded "@" and then "/", "?" or "#": the mask stopped at the first "@"
+        ("postgresql://u:TOP@SEC/RET@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:TOP@SEC#RET@h:1/db", "postgresql://u:***@h:1/db"),
+        ("postgresql://u:TOP@SEC?RET@h/db?x=1", "postgresql://u:***@h/db?x=1"),
+        ("u:TOP@SEC/RET@host/db", "u:***@host/db"),
         # asyncpg connects with a space in the password; the mask stopped at it
         ("postgresql://u:TOP SECRET@127.0.0.1:1/db", "postgresql://u:***@127.0.0.1:1/db"),
         ("postgresql://u:TOP\tSE CRET@h/db", "postgresql://u:***@h/db"),
