@@ -298,6 +298,16 @@ def test_parse_raises_when_no_section_is_recognisable() -> None:
         parse_briefing("I could not summarise this conversation.")
 
 
+def test_parse_raises_when_every_section_is_empty() -> None:
+    """Headings with nothing under them carry none of the span: storing them would fold the
+    span away into a summary that says nothing of it (or only what the previous one said)."""
+    empty = "\n\n".join(SECTIONS)
+    for previous in (None, BRIEF):
+        with pytest.raises(ValueError, match="every section is empty"):
+            parse_briefing(empty, previous=previous)
+    assert "## Next Step\n(none)" in parse_briefing("## Objective\ngoal\n## Next Step\n")
+
+
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
     assert section("## Objective\nx", "Next Step") is None
     with pytest.raises(ValueError, match="unknown section"):
