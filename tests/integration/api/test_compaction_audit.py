@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_prompts import summary_of
 from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
@@ -24,6 +25,7 @@ from tests.integration.api.compaction_stack import (
     wait_until,
     words,
 )
+from tests.integration.api.conftest import ProxyServer
 
 SECRET = "sk-proj-" + "Zq7" * 12
 
@@ -62,3 +64,38 @@ def test_a_briefing_longer_than_what_it_replaces_is_not_stored(
         )
         assert forced.status_code == 200, forced.text
         assert len(s.summaries("long")) == 1
+
+
+def test_the_fast_model_gets_the_previous_summary_but_no_block_the_proxy_adds(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The ``<plan>`` recited at the tail, the ``<memory>`` block and the folded summary are the
+    proxy's, not the conversation's: the summariser is given the previous summary once, as
+    such, and none of them as a message; a restarted replica and a second one send the stored
+    summary."""
+    context = {"recitation": {"enabled": True}, "memoryPromotion": {"mode": "suggest"}}
+    with stack(tmp_path, db_dsn, fake_upstream, replicas=2, context=context) as s:
+        http = httpx.Client(
+            base_url=s.proxy.origin, headers={"authorization": f"Bearer {CLIENT_KEY}"}
+        )
+        assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
+        agent = Agent(s.client("blocks"))
+        agent.fill()
+        wait_until(lambda: s.summaries("blocks"), what="the first summary")
+        agent.fill(4)
+        wait_until(lambda: len(s.summaries("blocks")) >= 2, what="the second summary")
+        main = s.main_bodies()
+        assert any("<plan>" in str(b) for b in main) and any("<memory>" in str(b) for b in main)
+        briefs = [b for b in s.fast_bodies() if "<previous_summary>" in str(b)]
+        for body in briefs:
+            text = str(body["messages"][-1]["content"])
+            assert "<plan>" not in text and "<memory>" not in text
+            assert "<conversation_summary>" not in text
+        assert "## Objective\nFix the parser" in str(briefs[-1]["messages"][-1]["content"])
+        latest = s.summaries("blocks")[-1]["content"]
+        s.proxy.stop()
+        s.servers[0] = ProxyServer(s.proxy.settings).start()
+        for replica in (0, 1):
+            agent.client = s.client("blocks", replica)
+            agent.say("where were we?")
+            assert summary_of(s.main_bodies()[-1]) == latest
