@@ -84,6 +84,19 @@ def test_plan_never_folds_a_trailing_call_whose_results_are_pending() -> None:
     assert plan is not None and plan.end == 4
 
 
+@pytest.mark.parametrize("last", [user("c " * 50), tool("c9", "out " * 50)])
+def test_plan_never_folds_the_message_awaiting_its_answer(last: dict[str, Any]) -> None:
+    """With ``keep_recent`` 0 a compaction inside a request (hard threshold, overflow) folded
+    the request's own message: the model got the summary and no question to answer."""
+    msgs = [system(), user("a " * 50), assistant("b " * 50), assistant_calls(("c9", "ls", {}))]
+    msgs = [*msgs[:3], last] if last["role"] == "user" else [*msgs, last]
+    plan = plan_compaction(msgs, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
+    assert plan is not None and plan.end < len(msgs) and msgs[-1] not in plan.span
+    done = [*msgs, assistant("d")]  # answered: a forced compaction between requests folds all
+    plan = plan_compaction(done, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
+    assert plan is not None and plan.end == len(done)
+
+
 @pytest.mark.parametrize(
     ("tail", "keep"),
     [
