@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.fakes.replies import RecordedRequest
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_prompts import summary_of
 from tests.integration.api.compaction_stack import (
@@ -99,3 +100,23 @@ def test_the_fast_model_gets_the_previous_summary_but_no_block_the_proxy_adds(
             agent.client = s.client("blocks", replica)
             agent.say("where were we?")
             assert summary_of(s.main_bodies()[-1]) == latest
+
+
+def test_a_reflect_pass_that_comes_back_longer_is_not_kept(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The reflect pass asks for a shorter briefing; an answer that is not shorter would only
+    cost more in every later prompt, so the briefing it was asked to condense stays."""
+    files = "\n".join(f"- `src/pkg/module_{i:03d}.py` is done" for i in range(120))
+    longer = "\n".join(f"- `src/pkg/module_{i:03d}.py` is done, tests pass" for i in range(130))
+
+    def brief(req: RecordedRequest) -> str:
+        system = req.json["messages"][0]["content"]
+        return briefing(longer) if "grown too long" in system else briefing(files)
+
+    summarize = {"background": False, "reflectTokens": 300}
+    with stack(tmp_path, db_dsn, fake_upstream, Model(brief=brief), summarize=summarize) as s:
+        Agent(s.client("reflect-long")).fill()
+        assert len(s.fast_bodies()) == 2  # the briefing, then the reflect pass
+        (row,) = s.summaries("reflect-long")
+        assert row["content"] == briefing(files)
