@@ -120,3 +120,20 @@ def test_a_reflect_pass_that_comes_back_longer_is_not_kept(
         assert len(s.fast_bodies()) == 2  # the briefing, then the reflect pass
         (row,) = s.summaries("reflect-long")
         assert row["content"] == briefing(files)
+
+
+def test_with_keep_recent_0_a_compaction_inside_a_request_keeps_its_message(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The request that crosses the threshold is answered after the compaction it waits for:
+    its own message must be in what the model gets, not only in the summary."""
+    summarize = {"keepRecent": 0, "background": False}
+    with stack(tmp_path, db_dsn, fake_upstream, summarize=summarize) as s:
+        agent = Agent(s.client("keep0"))
+        agent.fill(4)
+        agent.say(words(450, "latest"))
+        assert s.summaries("keep0")
+        last = s.main_bodies()[-1]
+        assert summary_of(last) is not None
+        # the first user message after the boundary, it carries the summary, then itself
+        assert str(last["messages"][-1]["content"]).endswith(agent.messages[-2]["content"])
