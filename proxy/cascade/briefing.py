@@ -105,11 +105,14 @@ def parse_briefing(text: str, *, previous: str | None = None) -> str:
     Models wrap answers in code fences, add preambles, and write near-miss headings
     (``# Objective``, ``**Open Tasks**``, ``Decisions and Facts:``); all map onto the canonical
     headings. A missing or empty section keeps ``previous``'s text when it has one, else
-    becomes ``(none)``. Raises ``ValueError`` only when no section is recognisable at all.
+    becomes ``(none)``. Raises ``ValueError`` when no section is recognisable at all, or when
+    every one it has is empty: such an answer says nothing of the span it would fold away.
     """
     found = _split_sections(text)
     if not found:
         raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
+    if not any(_body(lines) for lines in found.values()):
+        raise ValueError("every section is empty")
     old = _split_sections(previous) if previous else {}
     out: list[str] = []
     for idx, heading in enumerate(SECTIONS):

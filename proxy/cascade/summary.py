@@ -59,7 +59,8 @@ def system_prefix_count(messages: Sequence[Message]) -> int:
 def _unsafe_cuts(window: Sequence[Message], prefixes: Sequence[str] = ()) -> list[bool]:
     """``unsafe[j]``: cutting before ``window[j]`` would split a tool round, a legacy
     ``function_call`` and its ``function`` result, or a text-action agent's thought and the
-    observation answering it (``prefixes``, ``observations``) (j in 0..len)."""
+    observation answering it (``prefixes``, ``observations``), or fold a last message that is
+    not an answer: the request's own, which the model is about to answer (j in 0..len)."""
     n = len(window)
     unsafe = [False] * (n + 1)
     diff = [0] * (n + 2)
@@ -81,6 +82,8 @@ def _unsafe_cuts(window: Sequence[Message], prefixes: Sequence[str] = ()) -> lis
             unsafe[i + 1] = True  # results (maybe still pending) must follow directly
             for call in m.get("tool_calls") or ():
                 issued[str(call.get("id"))] = i
+    if n and window[-1].get("role") != "assistant":
+        unsafe[n] = True  # the last message awaits its answer: the model must see it
     running = 0
     for j in range(n + 1):
         running += diff[j]
@@ -116,13 +119,15 @@ def plan_compaction(
     starts with a tool (or legacy ``function``) result or a tool observation (a user message
     starting with one of ``observation_prefixes`` after an assistant message), and no
     assistant ``tool_calls`` (or ``function_call``) message is folded while its results
-    (even pending ones, when it is last) stay behind. ``None`` when nothing can be
-    folded, or when the span is smaller (in characters) than ``min_span_ratio`` times the kept
-    tail: a new summary rewrites the first user message, so every compaction re-bills the
-    whole prompt after it as a cache miss, and folding one small round while a large tail stays
-    behind pays that miss for almost no room (and, once the tail alone sits above the soft
-    threshold, would repeat on every step). Raises ``ValueError`` if the window starts after the
-    fold start, because folding from there would silently lose the messages in between.
+    (even pending ones, when it is last) stay behind, and a last message that is not the
+    assistant's (it awaits its answer) is kept even with ``keep_recent`` 0. ``None`` when
+    nothing can be folded, or when the span is smaller (in characters) than
+    ``min_span_ratio`` times the kept tail: a new summary rewrites the first user message, so
+    every compaction re-bills the whole prompt after it as a cache miss, and folding one small
+    round while a large tail stays behind pays that miss for almost no room (and, once the
+    tail alone sits above the soft threshold, would repeat on every step). Raises
+    ``ValueError`` if the window starts after the fold start, because folding from there
+    would silently lose the messages in between.
     """
     start = max(boundary, system_count)
     total = offset + len(messages)

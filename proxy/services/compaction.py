@@ -66,6 +66,10 @@ from proxy.upstream import Upstream
 __all__ = ["DurableSummarizer", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
+_FORCED = frozenset({"api", "command"})
+"""Triggers of a compaction someone asked for (the endpoint, the CLI, ``/compact``): it is
+stored even when it frees no room, since the summary itself (its plan, its ledger) was asked
+for; one the pressure started is not worth a larger prompt."""
 
 
 def _ms_since(t0: float) -> int:
@@ -295,14 +299,25 @@ class DurableSummarizer:
     async def _store(
         self, lent: Lent, job: CompactionJob, span: Span, content: str, t0: float
     ) -> CompactionResult:
-        """Write the summary unless the history changed meanwhile, report it, and promote
-        the span's facts to memory when the agent asks for it."""
+        """Write the summary unless the history changed meanwhile or, for a compaction the
+        pressure started, the prompt with it would be no smaller than before (a failure:
+        folding it would only grow every later prompt), report it, and promote the span's
+        facts to memory when the agent asks for it."""
         conn = await lent.take()
         # The previous summary is folded too: its identifiers (its own ledger's among them)
         # are the oldest the model was given, so one it drops comes back, within the cap.
         given = [*([] if span.latest is None else [_as_text(span.latest)]), *span.plan.span]
         ledger = apply_ledger(content, given, cap=job.cfg.ledger_cap)
         content = ledger.summary
+        head = span.head
+        kept = [r["message"] for r in span.tail[span.plan.end :]]
+        after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
+        if after >= span.before and job.trigger not in _FORCED:  # every later prompt larger
+            reason = (
+                f"the briefing leaves the prompt no smaller ({after} tokens, {span.before} before)"
+            )
+            await self._failed(conn, job, span, t0, "summary_failed", reason, 1)
+            return span.unchanged(reason, failed=True)
         version = await summaries.insert_summary(
             conn,
             tenant=job.tenant,
@@ -318,9 +333,6 @@ class DurableSummarizer:
             reason = "the history changed while summarising; the summary was discarded"
             await self._failed(conn, job, span, t0, "history_changed", reason, 1)
             return span.unchanged(reason)
-        head = span.head
-        kept = [r["message"] for r in span.tail[span.plan.end :]]
-        after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
         folded = span.plan.end - span.plan.start
         completed = {
             "summary_version": version,

@@ -9,7 +9,7 @@ the fast model's own window, an unusable answer is retried (at most ``summarize.
 calls, ≤ 3) and then reported as :class:`SummaryCallError`, a prompt the fast model refuses
 as too long is cut to half its size before the next call (the same prompt would be refused
 again), and a briefing grown past ``reflectTokens`` gets one reflection pass, kept only if it
-parses. An answer far longer than the ``max_tokens`` it was given is unusable too
+parses and is shorter. An answer far longer than the ``max_tokens`` it was given is unusable too
 (``_OVERRUN``).
 """
 
@@ -137,8 +137,14 @@ async def summarise(
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
         reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
         with contextlib.suppress(SummaryCallError, ValueError):
-            content = parse_briefing(await _call(upstream, job, reflect, count), previous=content)
+            shorter = parse_briefing(await _call(upstream, job, reflect, count), previous=content)
+            if _tokens(shorter, count) < _tokens(content, count):  # else it only costs more
+                content = shorter
     return content
+
+
+def _tokens(text: str, count: TokenCounter) -> int:
+    return count([{"role": "user", "content": text}])
 
 
 def _check_length(text: str, count: TokenCounter) -> None:

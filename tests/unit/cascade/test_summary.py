@@ -84,6 +84,19 @@ def test_plan_never_folds_a_trailing_call_whose_results_are_pending() -> None:
     assert plan is not None and plan.end == 4
 
 
+@pytest.mark.parametrize("last", [user("c " * 50), tool("c9", "out " * 50)])
+def test_plan_never_folds_the_message_awaiting_its_answer(last: dict[str, Any]) -> None:
+    """With ``keep_recent`` 0 a compaction inside a request (hard threshold, overflow) folded
+    the request's own message: the model got the summary and no question to answer."""
+    msgs = [system(), user("a " * 50), assistant("b " * 50), assistant_calls(("c9", "ls", {}))]
+    msgs = [*msgs[:3], last] if last["role"] == "user" else [*msgs, last]
+    plan = plan_compaction(msgs, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
+    assert plan is not None and plan.end < len(msgs) and msgs[-1] not in plan.span
+    done = [*msgs, assistant("d")]  # answered: a forced compaction between requests folds all
+    plan = plan_compaction(done, offset=0, boundary=1, keep_recent=0, previous=None, system_count=1)
+    assert plan is not None and plan.end == len(done)
+
+
 @pytest.mark.parametrize(
     ("tail", "keep"),
     [
@@ -296,6 +309,16 @@ def test_parse_demotes_unknown_headings_and_keeps_code_blocks() -> None:
 def test_parse_raises_when_no_section_is_recognisable() -> None:
     with pytest.raises(ValueError, match="none of the sections"):
         parse_briefing("I could not summarise this conversation.")
+
+
+def test_parse_raises_when_every_section_is_empty() -> None:
+    """Headings with nothing under them carry none of the span: storing them would fold the
+    span away into a summary that says nothing of it (or only what the previous one said)."""
+    empty = "\n\n".join(SECTIONS)
+    for previous in (None, BRIEF):
+        with pytest.raises(ValueError, match="every section is empty"):
+            parse_briefing(empty, previous=previous)
+    assert "## Next Step\n(none)" in parse_briefing("## Objective\ngoal\n## Next Step\n")
 
 
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
