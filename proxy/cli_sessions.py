@@ -163,7 +163,11 @@ def _show(body: dict[str, Any]) -> str:
         "fraction",
         "reclaimed_tokens",
     )
-    out = _pairs([(k, body.get(k)) for k in keys])
+    by_stage = body.get("reclaimed")
+    shown = (
+        ", ".join(f"{k} {v}" for k, v in by_stage.items()) if isinstance(by_stage, dict) else None
+    )
+    out = _pairs([*((k, body.get(k)) for k in keys), ("reclaimed", shown)])
     summary = body.get("summary")
     if summary:
         out += (

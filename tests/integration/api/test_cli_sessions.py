@@ -58,6 +58,9 @@ def test_every_sessions_action_prints_a_table_or_json(
     code, out, _ = _run(capsys, *url, "show", "cli-one")
     assert code == 0 and "message_count" in out and "context_limit" in out
     assert out.splitlines()[0].split() == ["id", "cli-one"]
+    # what each stage took out of the current history, as the view's `reclaimed` says
+    (line,) = [x for x in out.splitlines() if x.split()[0] == "reclaimed"]
+    assert line.split(None, 1)[1] == "eviction 0, truncation 0, summarisation 0"
     code, out, _ = _run(capsys, *url, "--json", "show", "cli-one")
     assert json.loads(out)["id"] == "cli-one"
 
