@@ -41,6 +41,7 @@ __all__ = [
     "collapse_repeats",
     "compact_text",
     "compacted_marker",
+    "is_compacted_from",
 ]
 
 _MIN_REPEAT = 3
@@ -188,3 +189,29 @@ def compacted_marker(tool_call_id: str, original_chars: int, how: str) -> str:
         f"[compacted losslessly from {original_chars} chars ({how}); the exact original: "
         f"read_tool_output({args})]\n"
     )
+
+
+_COMPACTED_MARKER = re.compile(
+    r"\[compacted losslessly from (\d+) chars \((.*)\); the exact original: "
+)
+"""The start of :func:`compacted_marker`'s line; its group 2 is what was done (``how``)."""
+
+
+def is_compacted_from(text: str, raw: str, handle: str) -> bool:
+    """Whether ``text`` is ``raw`` compacted at ingestion under ``handle``: its first line
+    is the marker :func:`compacted_marker` writes for ``raw``, and the rest is what
+    ``compact_text`` makes of ``raw``. A pointer names lines of the results before it,
+    which are not at hand here: with pointers the marker alone (handle, length, what was
+    done) ties the text to ``raw``."""
+    first, newline, rest = text.partition("\n")
+    found = _COMPACTED_MARKER.match(first)
+    if (
+        not newline
+        or found is None
+        or first + newline != compacted_marker(handle, len(raw), found[2])
+    ):
+        return False
+    if "pointed to earlier results" in found[2]:
+        return True
+    done = compact_text(raw)
+    return done is not None and done.text == rest

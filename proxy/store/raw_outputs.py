@@ -9,12 +9,11 @@ instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.handles import HANDLE
-from proxy.cascade.lossless import compact_text, compacted_marker
+from proxy.cascade.lossless import is_compacted_from
 from proxy.cascade.pins import pin, unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8, is_cut_from, is_cut_from_capped
@@ -194,7 +193,7 @@ async def _resent_cut(
     it was made from when the client resent that text: an evicted body the placeholder
     stood for (a superseded row at the position, its placeholder this text), or the
     uncapped spill under the id the text was cut from (``truncation.is_cut_from``) or
-    compacted from under this very handle (``_compacted_from``)."""
+    compacted from under this very handle (``lossless.is_compacted_from``)."""
     text = whole["content"]
     ids = [encode(tool_call_id)]
     for row in await conn.fetch(FETCH_EVICTED_AT, tenant, session_id, pos, ids[0]):
@@ -204,29 +203,6 @@ async def _resent_cut(
             break
     for spill in await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, ids):
         raw = decode(spill["content"])
-        if is_cut_from(text, raw) or _compacted_from(text, raw, pin(tool_call_id, pos)):
+        if is_cut_from(text, raw) or is_compacted_from(text, raw, pin(tool_call_id, pos)):
             return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
     return whole
-
-
-_COMPACTED = re.compile(r"\[compacted losslessly from (\d+) chars \((.*)\); the exact original: ")
-
-
-def _compacted_from(text: str, raw: str, handle: str) -> bool:
-    """Whether ``text`` is ``raw`` compacted at ingestion under ``handle``: its first line
-    is the marker ``lossless.compacted_marker`` writes for ``raw``, and the rest is what
-    ``compact_text`` makes of ``raw``. A pointer names lines of the results before it,
-    which are not at hand here: with pointers the marker alone (handle, length, what was
-    done) ties the text to ``raw``."""
-    first, newline, rest = text.partition("\n")
-    found = _COMPACTED.match(first)
-    if (
-        not newline
-        or found is None
-        or first + newline != compacted_marker(handle, len(raw), found[2])
-    ):
-        return False
-    if "pointed to earlier results" in found[2]:
-        return True
-    done = compact_text(raw)
-    return done is not None and done.text == rest
