@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
-__all__ = ["StreamAccumulator", "completion_to_chunks", "malformed"]
+__all__ = ["StreamAccumulator", "completion_to_chunks", "index_of", "malformed"]
 
 
 @dataclass(slots=True)
@@ -70,7 +70,7 @@ class StreamAccumulator:
             return
         for pos, raw in enumerate(choices):
             if is_map(raw):
-                index = _int(raw.get("index"), pos)
+                index = index_of(raw, pos)
                 choice = self._choices.get(index)
                 if choice is None:
                     choice = self._choices[index] = _Choice()
@@ -100,7 +100,7 @@ class StreamAccumulator:
             return
         for pos, raw_call in enumerate(calls):
             if is_map(raw_call):
-                index = _int(raw_call.get("index"), pos)
+                index = index_of(raw_call, pos)
                 call = choice.tool_calls.get(index)
                 if call is None:
                     call = choice.tool_calls[index] = _ToolCall()
@@ -174,8 +174,12 @@ class StreamAccumulator:
 _HEAD = ("id", "model", "created", "system_fingerprint")
 
 
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+def index_of(part: Mapping[str, Any], place: int) -> int:
+    """A choice's or a tool-call delta's ``index``, else its place in its list: a provider
+    that sends whole calls may leave the index out. The accumulator numbers them so, and so
+    does the relay (``relay_calls``), so both name a call alike."""
+    index = part.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else place
 
 
 def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
@@ -319,7 +323,7 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
         base["system_fingerprint"] = completion["system_fingerprint"]
     frames: list[bytes] = []
     for pos, choice in enumerate(completion.get("choices") or []):
-        index = _int(choice.get("index"), pos)
+        index = index_of(choice, pos)
         message = choice.get("message") or {}
         for c in _choice_frames(index, message, choice.get("finish_reason")):
             chunk = {**base, "choices": [c]}

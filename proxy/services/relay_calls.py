@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.cascade.types import READ_TOOL_OUTPUT
+from proxy.chunks import index_of
 
 __all__ = ["Calls", "has_tool_calls", "rewrite"]
 
@@ -77,13 +78,6 @@ def has_tool_calls(chunk: dict[str, Any]) -> bool:
     )
 
 
-def _place(call: dict[str, Any], place: int) -> int:
-    """A call delta's index, else its place in the delta, as ``StreamAccumulator`` numbers it
-    (a provider that sends whole calls may leave the index out)."""
-    index = call.get("index")
-    return index if isinstance(index, int) and not isinstance(index, bool) else place
-
-
 def rewrite(chunk: dict[str, Any], calls: Calls) -> dict[str, Any] | None:
     """``chunk`` as the client gets it: itself when no call in it changes, else a copy (the
     parsed chunk stays as parsed); None when nothing is left of it."""
@@ -93,7 +87,9 @@ def rewrite(chunk: dict[str, Any], calls: Calls) -> dict[str, Any] | None:
         delta = choice.get("delta") or {}
         sent = delta.get("tool_calls") or []
         which = choice.get("index", pos)
-        kept = [c for k, call in enumerate(sent) for c in calls.route(which, _place(call, k), call)]
+        kept = [
+            c for k, call in enumerate(sent) for c in calls.route(which, index_of(call, k), call)
+        ]
         if choice.get("finish_reason") is not None:
             kept += calls.flush(which)
         if kept != sent:
