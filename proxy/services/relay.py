@@ -63,7 +63,7 @@ class ClientStream:
         for pos, choice in enumerate(choices if isinstance(choices, list) else []):
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict) and delta.get("role") is not None:
-                index = choice.get("index", pos)
+                index = chunks.index_of(choice, pos)
                 if index in self.roles:
                     repeated.append(pos)
                 self.roles.add(index)

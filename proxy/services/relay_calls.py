@@ -2,10 +2,13 @@
 
 The calls of that internal tool are removed and the client's renumbered from 0 (``relay.py``).
 A call is told by its name, and some providers send a call's ``id`` (and ``type``) in a
-fragment before the one with its name: such fragments are held until the name comes, and
-dropped with the call if it is internal. Only fragments without arguments are held; a call
-that gets arguments, a next call, a finish reason or ``[DONE]`` before any name is the
-client's, as every call without a name was, and what was held of it goes out then.
+fragment before the one with its name, some even every parallel call's id before any name:
+each call's fragments are held until its name comes, and dropped with the call if it is
+internal. Only fragments without arguments are held for the call's own sake; a call that gets
+arguments, a finish reason or ``[DONE]`` before any name is the client's, as every call
+without a name was, and what was held of it goes out then. A client call also waits behind an
+earlier call of its choice whose name has not come: its number among the client's calls
+depends on whether that one is the client's.
 Pure: no I/O.
 """
 
@@ -36,30 +39,36 @@ class Calls:
 
     def route(self, which: int, idx: int, call: dict[str, Any]) -> list[dict[str, Any]]:
         """The fragments to send for ``call``: none while its name is unknown or when it is
-        internal, else what was held of it and itself, renumbered; a held call before it
-        goes out first (a next call began)."""
+        internal, else what was held of it and itself, renumbered, with the held calls after
+        it that it no longer keeps waiting."""
         key = (which, idx)
         fn = call.get("function") or {}
-        out = self.flush(which, but=key)
         if key not in self.internal:
             if fn.get("name"):
                 self.internal[key] = fn["name"] == READ_TOOL_OUTPUT
-            elif not fn.get("arguments"):
-                self.pending.setdefault(key, []).append(call)
-                return out
-            else:
+            elif fn.get("arguments"):
                 self.internal[key] = False
-        held = self.pending.pop(key, [])
-        if self.internal[key]:
-            return out
-        return [*out, *(self._renumbered(key, c) for c in [*held, call])]
+        self.pending.setdefault(key, []).append(call)
+        return self._release(which)
 
-    def flush(self, which: int, *, but: Key | None = None) -> list[dict[str, Any]]:
-        """What is held of choice ``which``'s calls (but ``but``), as client calls' fragments."""
+    def flush(self, which: int) -> list[dict[str, Any]]:
+        """What is held of choice ``which``'s calls, the nameless ones as the client's: its
+        calls end (a finish reason, ``[DONE]``)."""
+        for key in self.pending:
+            if key[0] == which:
+                self.internal.setdefault(key, False)
+        return self._release(which)
+
+    def _release(self, which: int) -> list[dict[str, Any]]:
+        """The held fragments of choice ``which``'s calls that may go now: in call order, up
+        to the first call whose name has not come; an internal call's are dropped."""
         out: list[dict[str, Any]] = []
-        for key in [k for k in self.pending if k[0] == which and k != but]:
-            self.internal[key] = False
-            out += [self._renumbered(key, c) for c in self.pending.pop(key)]
+        for key in sorted(k for k in self.pending if k[0] == which):
+            if key not in self.internal:
+                break
+            held = self.pending.pop(key)
+            if not self.internal[key]:
+                out += [self._renumbered(key, c) for c in held]
         return out
 
     def _renumbered(self, key: Key, call: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +95,7 @@ def rewrite(chunk: dict[str, Any], calls: Calls) -> dict[str, Any] | None:
     for pos, choice in enumerate(choices):
         delta = choice.get("delta") or {}
         sent = delta.get("tool_calls") or []
-        which = choice.get("index", pos)
+        which = index_of(choice, pos)
         kept = [
             c for k, call in enumerate(sent) for c in calls.route(which, index_of(call, k), call)
         ]

@@ -410,9 +410,12 @@ async def test_a_call_that_never_gets_a_name_goes_out_as_the_clients(ending: lis
     ]
 
 
-async def test_a_held_call_goes_out_when_the_next_call_begins() -> None:
+async def test_a_held_call_goes_out_at_the_finish_before_the_named_call_after_it() -> None:
+    # The next call's start does not settle a nameless call (parallel calls may come id
+    # first, every id before any name); the finish does, and the calls keep their order.
     unnamed = frame({"tool_calls": [{"index": 0, "id": "call_x", "type": "function"}]})
-    got, _ = await relay(
-        [unnamed, *_id_first(1, "call_y", "run_tests")], ClientStream(), intercept=True
-    )
+    pieces = [unnamed, *_id_first(1, "call_y", "run_tests")]
+    got, _ = await relay(pieces, ClientStream(), intercept=True)
+    assert chunks(got) == []
+    got, _ = await relay([*pieces, frame({}, "tool_calls")], ClientStream(), intercept=True)
     assert [c["id"] for c in _client_view(got)["tool_calls"]] == ["call_x", "call_y"]

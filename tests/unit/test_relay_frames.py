@@ -1,0 +1,118 @@
+"""The relay against the frames providers actually send: an explicit ``"index": null``,
+parallel calls sent every id first, ``\\r``-ended lines, comments and fields between events,
+``data:`` without its space, events split at any byte, and n>1 choices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy import sse
+from proxy.chunks import StreamAccumulator
+from proxy.services.relay import ClientStream
+from tests.unit.test_relay import chunks, frame, relay
+
+
+def _client_view(got: list[bytes], index: int = 0) -> dict[str, Any]:
+    acc = StreamAccumulator()
+    for chunk in chunks(got):
+        acc.add(chunk)
+    return acc.message(index)
+
+
+def _call(index: int, **fields: Any) -> bytes:
+    return frame({"tool_calls": [{"index": index, **fields}]})
+
+
+def _name(index: int, name: str) -> bytes:
+    return _call(index, function={"name": name, "arguments": ""})
+
+
+def _args(index: int, args: str) -> bytes:
+    return _call(index, function={"arguments": args})
+
+
+# "index": null is the same as a missing index: the choice's (or the call's) place
+
+
+async def test_a_choice_with_an_explicit_null_index_is_the_choice_at_its_place() -> None:
+    # The id fragment of an internal call, in a choice whose index is null: held under the
+    # same choice as the name after it, so it goes with the call, not to the client.
+    opening = frame({"role": "assistant", "content": None})
+    head = {"id": "c-1", "created": 1, "model": "m"}
+    choice = {"index": None, "delta": {"tool_calls": [{"index": 0, "id": "int_1"}]}}
+    id_first = sse.encode_event({**head, "choices": [choice]})
+    pieces = [opening, id_first, _name(0, "read_tool_output"), _args(0, "{}")]
+    got, out = await relay(
+        [*pieces, frame({}, "tool_calls"), sse.DONE], ClientStream(), intercept=True
+    )
+    assert out.only_internal and got == [opening]
+
+
+async def test_a_later_rounds_role_under_a_null_index_is_not_sent_again() -> None:
+    client = ClientStream()
+    await relay([frame({"role": "assistant", "content": "a"})], client)
+    head = {"id": "c-2", "created": 2, "model": "m"}
+    choice = {"index": None, "delta": {"role": "assistant", "content": "b"}}
+    got, _ = await relay([sse.encode_event({**head, "choices": [choice]})], client)
+    [chunk] = chunks(got)
+    assert chunk["choices"][0]["delta"] == {"content": "b"}
+
+
+# parallel calls sent every id first, then the names, then the arguments
+
+
+def _interleaved(names: tuple[str, str]) -> list[bytes]:
+    return [
+        frame({"role": "assistant", "content": None}),
+        _call(0, id="call_0", type="function"),
+        _call(1, id="call_1", type="function"),
+        _name(0, names[0]),
+        _name(1, names[1]),
+        _args(0, '{"a": 0}'),
+        _args(1, '{"a": 1}'),
+        frame({}, "tool_calls"),
+        sse.DONE,
+    ]
+
+
+async def test_an_internal_call_among_calls_sent_id_first_leaks_nothing() -> None:
+    got, out = await relay(
+        _interleaved(("read_tool_output", "run_tests")), ClientStream(), intercept=True
+    )
+    assert not out.only_internal
+    sent = [
+        c
+        for chunk in chunks(got)
+        for ch in chunk["choices"]
+        for c in ch["delta"].get("tool_calls") or []
+    ]
+    assert all(c["index"] == 0 for c in sent) and b"call_0" not in b"".join(got)
+    assert _client_view(got)["tool_calls"] == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": '{"a": 1}'},
+        }
+    ]
+
+
+async def test_a_client_call_before_an_internal_one_sent_id_first_reaches_the_client() -> None:
+    got, _ = await relay(
+        _interleaved(("run_tests", "read_tool_output")), ClientStream(), intercept=True
+    )
+    assert b"call_1" not in b"".join(got)
+    assert _client_view(got)["tool_calls"] == [
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": '{"a": 0}'},
+        }
+    ]
+
+
+async def test_calls_sent_id_first_without_read_tool_output_go_out_as_they_came() -> None:
+    pieces = _interleaved(("run_tests", "lint"))
+    got, _ = await relay(pieces, ClientStream(), intercept=True)
+    assert [c["function"]["name"] for c in _client_view(got)["tool_calls"]] == ["run_tests", "lint"]
+    got, _ = await relay(pieces, ClientStream(), intercept=False)
+    assert got == pieces
