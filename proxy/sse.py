@@ -51,34 +51,46 @@ class EventSplitter:
     """Incremental splitter of an SSE byte stream into events.
 
     Invariant: for any split of the input into chunks, the concatenation of every ``feed``
-    result followed by ``flush()`` is exactly the input, and the list of events does not
-    depend on where the chunks were split. An event is every line up to and including the
-    first empty line; ``\\n``, ``\\r\\n`` and ``\\r`` all end a line. A trailing ``\\r`` is held
+    result followed by ``flush()`` is exactly the input. An event is every line up to and
+    including the first empty line; ``\\n``, ``\\r\\n`` and ``\\r`` all end a line. An event
+    goes out the moment its empty line ends, even when that line ends in a ``\\r`` that is
+    the last byte read: a stream of ``\\r``-ended lines is no event behind. Should the next
+    read begin with the ``\\n`` of that ``\\r\\n``, that ``\\n`` comes as an event of its own
+    (no line, no data), so the events' lines do not depend on where the chunks were split,
+    and their bytes differ only there. A ``\\r`` that ends a line inside an event is held
     back until the next byte shows whether it is part of ``\\r\\n``.
     """
 
-    __slots__ = ("_buf", "_line_start", "_scan")
+    __slots__ = ("_buf", "_cr", "_line_start", "_scan")
 
     def __init__(self) -> None:
         self._buf = bytearray()
         self._line_start = 0
         self._scan = 0
+        self._cr = False  # the last event ended in a "\r" that was the last byte read
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add ``chunk``; return the events it completed, bytes exactly as received."""
+        events: list[bytes] = []
+        if self._cr and chunk:
+            self._cr = False
+            if chunk[0] == 0x0A:  # the "\n" of the "\r\n" that ended the last event
+                events.append(b"\n")
+                chunk = chunk[1:]
         buf = self._buf
         if not buf and _whole_events(chunk):  # the common read: whole "\n"-ended events
-            return [part + b"\n\n" for part in chunk[:-2].split(b"\n\n")]
+            return [*events, *(part + b"\n\n" for part in chunk[:-2].split(b"\n\n"))]
         buf += chunk
-        events: list[bytes] = []
         while (m := _EOL.search(buf, self._scan)) is not None:
-            if m.end() == len(buf) and m.group() == b"\r":
-                self._scan = m.start()  # lone "\r" at the end: maybe "\r\n" next
+            empty = m.start() == self._line_start
+            if m.end() == len(buf) and m.group() == b"\r" and not empty:
+                self._scan = m.start()  # lone "\r" at the end of a line: maybe "\r\n" next
                 return events
-            if m.start() == self._line_start:  # empty line: the event ends here
+            if empty:  # empty line: the event ends here
                 events.append(bytes(buf[: m.end()]))
                 del buf[: m.end()]
                 self._line_start = self._scan = 0
+                self._cr = not buf and m.group() == b"\r"
             else:
                 self._line_start = self._scan = m.end()
         self._scan = len(buf)
@@ -89,6 +101,7 @@ class EventSplitter:
         rest = bytes(self._buf)
         self._buf.clear()
         self._line_start = self._scan = 0
+        self._cr = False
         return rest
 
 

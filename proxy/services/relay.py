@@ -287,9 +287,9 @@ def _handle(
     if sse.is_done(event):
         return _done(event, out, hold=intercept, held=held, client=client)
     chunk = sse.parse_chunk(event)
-    if chunk is None:
+    if chunk is None:  # a comment, a field, or the "\n" of a "\r\n" cut between reads
         out.saw_data = out.saw_data or sse.event_data(event) is not None
-        return [event]
+        return _send(event, hold=bool(held), held=held)  # after what is held, in order
     out.saw_data = True
     if (why := chunks.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"

@@ -4,11 +4,13 @@ parallel calls sent every id first, ``\\r``-ended lines, comments and fields bet
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from proxy import sse
 from proxy.chunks import StreamAccumulator
-from proxy.services.relay import ClientStream
+from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from tests.unit.test_relay import chunks, frame, relay
 
 
@@ -116,3 +118,49 @@ async def test_calls_sent_id_first_without_read_tool_output_go_out_as_they_came(
     assert [c["function"]["name"] for c in _client_view(got)["tool_calls"]] == ["run_tests", "lint"]
     got, _ = await relay(pieces, ClientStream(), intercept=False)
     assert got == pieces
+
+
+# an event goes out when its blank line arrives, whatever ends its lines
+
+
+class _Gated:
+    """A body whose pieces come one at a time, each when the test lets it."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+        self.gate = asyncio.Semaphore(1)
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            await self.gate.acquire()
+            yield piece
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _cr(event: bytes, ending: bytes = b"\r") -> bytes:
+    return event.replace(b"\n", ending)
+
+
+async def test_a_cr_ended_event_goes_out_before_the_next_one_arrives() -> None:
+    events = [frame({"role": "assistant", "content": "a"}), frame({}, "stop"), sse.DONE]
+    body = _Gated([_cr(e) for e in events])
+    out = RoundOutcome()
+    stream = relay_round(body, out, strip_usage=False, intercept=False, keepalive=5)  # type: ignore[arg-type]
+    got = []
+    for event in events:
+        got.append(await asyncio.wait_for(anext(stream), 1))
+        assert sse.parse_chunk(got[-1]) == sse.parse_chunk(event)
+        body.gate.release()
+    assert [p async for p in stream] == []
+    assert got == [_cr(e) for e in events] and out.error is None and out.saw_done
+
+
+async def test_a_crlf_read_cut_between_its_cr_and_lf_loses_no_byte() -> None:
+    events = [_cr(frame({"content": "a"}), b"\r\n"), _cr(frame({}, "stop"), b"\r\n")]
+    whole = b"".join([*events, _cr(sse.DONE, b"\r\n")])
+    for cut in range(1, len(whole)):
+        got, out = await relay([whole[:cut], whole[cut:]], ClientStream(), intercept=True)
+        assert b"".join(got) == whole and out.error is None, cut
+        assert out.acc.message() == {"role": "assistant", "content": "a"}

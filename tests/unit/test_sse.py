@@ -36,6 +36,18 @@ def delta(index: int = 0, finish: str | None = None, **d: Any) -> dict[str, Any]
     return {"index": index, "delta": d, "finish_reason": finish}
 
 
+def joined(events: list[bytes]) -> list[bytes]:
+    """``events`` with a lone ``\\n`` put back on the ``\\r``-ended event before it: the one
+    place a split of the input shows in the events' bytes."""
+    out: list[bytes] = []
+    for event in events:
+        if event == b"\n" and out and out[-1].endswith(b"\r"):
+            out[-1] += event
+        else:
+            out.append(event)
+    return out
+
+
 def split_all(data: bytes, cuts: list[int]) -> tuple[list[bytes], bytes]:
     s = EventSplitter()
     events: list[bytes] = []
@@ -71,12 +83,22 @@ def test_splitter_handles_every_line_ending(stream: bytes) -> None:
     assert b"".join(events) == stream
 
 
-def test_splitter_holds_trailing_cr_until_next_byte() -> None:
-    assert split_all(b"data: a\r\r", []) == ([], b"data: a\r\r")
+def test_splitter_releases_an_event_whose_blank_line_ends_in_the_last_cr_read() -> None:
+    # "\r" alone ends a line (a CR-only stream): the event is whole, whatever comes next.
+    assert split_all(b"data: a\r\r", []) == ([b"data: a\r\r"], b"")
     s = EventSplitter()
-    assert s.feed(b"data: a\r\r") == []
-    assert s.feed(b"\ndata: b") == [b"data: a\r\r\n"]
-    assert s.flush() == b"data: b"
+    assert s.feed(b"data: a\r\r") == [b"data: a\r\r"]
+    assert s.feed(b"data: b\r\r") == [b"data: b\r\r"]
+    assert s.feed(b"\ndata: c") == [b"\n"]  # the rest of a "\r\n": no line, no data
+    assert s.flush() == b"data: c"
+
+
+def test_splitter_holds_a_cr_that_ends_a_line_inside_an_event() -> None:
+    s = EventSplitter()
+    assert s.feed(b"data: a\r") == []
+    assert s.feed(b"\n\r\n") == [b"data: a\r\n\r\n"]
+    assert s.feed(b"data: b\r") == []
+    assert s.feed(b"\r") == [b"data: b\r\r"]
 
 
 def test_splitter_flush_returns_unterminated_tail_and_resets() -> None:
@@ -100,7 +122,7 @@ _piece = st.sampled_from(
 def test_splitter_is_independent_of_chunk_boundaries(data: bytes, cuts: list[int]) -> None:
     whole, whole_rest = split_all(data, [])
     events, rest = split_all(data, [c for c in cuts if c <= len(data)])
-    assert (events, rest) == (whole, whole_rest)
+    assert (joined(events), rest) == (whole, whole_rest)
     assert b"".join(events) + rest == data
 
 
@@ -114,7 +136,8 @@ def test_splitter_reads_whole_events_as_it_reads_them_byte_by_byte(data: bytes) 
     s = EventSplitter()
     events = s.feed(data)
     rest = s.flush()
-    assert (events, rest) == split_all(data, list(range(1, len(data))))
+    one_by_one, one_rest = split_all(data, list(range(1, len(data))))
+    assert (events, rest) == (joined(one_by_one), one_rest)
 
 
 @settings(max_examples=50, deadline=None)
@@ -122,7 +145,7 @@ def test_splitter_reads_whole_events_as_it_reads_them_byte_by_byte(data: bytes) 
 def test_splitter_never_loses_bytes(data: bytes, cuts: list[int]) -> None:
     events, rest = split_all(data, [c for c in cuts if c <= len(data)])
     assert b"".join(events) + rest == data
-    assert events == split_all(data, [])[0]
+    assert joined(events) == split_all(data, [])[0]
 
 
 # frame helpers
