@@ -48,8 +48,8 @@ def _defines_own(tools: Any) -> bool:
 
 def carries_tools(body: Mapping[str, Any], ctx: ContextConfig) -> bool:
     """Whether the request can take ``read_tool_output`` beside its own tools: it sends a
-    non-empty ``tools`` list (or none at all, with ``toolOutput.offerWithoutTools``) and no
-    legacy ``functions``.
+    non-empty ``tools`` list (or none at all, with ``toolOutput.offerWithoutTools``), no
+    legacy ``functions``, and asks for one choice.
 
     A request without ``tools`` may go to a model or server with no tool support at all
     (Ollama models without tools, llama.cpp without ``--jinja``), which fails on the array;
@@ -57,13 +57,20 @@ def carries_tools(body: Mapping[str, Any], ctx: ContextConfig) -> bool:
     answers of the legacy form, ``function_call``, are not read here). ``tool_choice``
     does not matter: under ``"none"`` or a named function the schema cannot be called, and
     leaving it out would change the tools the provider caches the prompt behind.
+    The proxy answers the tool for one reply, choice 0's, and goes on with one stream: with
+    ``n`` above 1, a call in another choice would end the round for all of them, and each
+    choice would need rounds of its own.
     """
-    if body.get("functions"):
+    if body.get("functions") or _several_choices(body.get("n")):
         return False
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
         return True
     return ctx.tool_output.offer_without_tools and not tools
+
+
+def _several_choices(n: Any) -> bool:
+    return isinstance(n, int | float) and not isinstance(n, bool) and n > 1
 
 
 def fit_offer(assembled: Assembled, body: Mapping[str, Any], ctx: ContextConfig) -> Assembled:

@@ -1,5 +1,6 @@
 """``fit_offer``: ``read_tool_output`` goes only beside a client's own non-empty ``tools``
-(never with legacy ``functions``), and a prompt without it names no handle."""
+(never with legacy ``functions``, nor for several choices), and a prompt without it names no
+handle."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def handles(a: Assembled) -> bool:
         ({"tools": TOOLS}, True),
         ({"tools": TOOLS, "tool_choice": "none"}, True),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "run"}}}, True),
+        ({"tools": TOOLS, "n": 1}, True),
+        ({"tools": TOOLS, "n": 2}, False),
     ],
     ids=[
         "no-tools",
@@ -55,6 +58,8 @@ def handles(a: Assembled) -> bool:
         "tools",
         "tool-choice-none",
         "tool-choice-named",
+        "one-choice",
+        "several-choices",
     ],
 )
 def test_offered_only_beside_the_clients_own_tools(body: dict[str, Any], offered: bool) -> None:

@@ -99,3 +99,35 @@ def test_a_cr_only_stream_reaches_the_sdk_event_by_event(
                 break
             time.sleep(0.02)
     assert rows[-1]["message"] == {"role": "assistant", "content": "one two three"}
+
+
+def test_a_request_for_several_choices_gets_no_read_tool_output(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # The proxy answers read_tool_output for one reply (choice 0's) and continues one stream;
+    # with n=2, a call in choice 1 ended the round silently and sent choice 0 upstream again
+    # as if it had called the tool: its text reached the client twice, in two rounds.
+    def choice(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"index": index, "delta": delta, "finish_reason": finish}
+
+    args = json.dumps({"id": "call_big", "offset": 0})
+    call = {"index": 0, "id": "int_1", "type": "function"}
+    call["function"] = {"name": "read_tool_output", "arguments": args}
+    deltas = [
+        [choice(0, {"role": "assistant", "content": "all "}), choice(1, {"role": "assistant"})],
+        [choice(0, {"content": "done"}), choice(1, {"tool_calls": [call]})],
+        [choice(0, {}, "stop"), choice(1, {}, "tool_calls")],
+    ]
+    frames = [f"data: {json.dumps({**HEAD, 'choices': c})}\n\n" for c in deltas]
+    fake_upstream.script(raw(*frames, "data: [DONE]\n\n"), reply("again"))
+    client = sdk(proxy, "two-choices")
+    messages = history("call_big", blob(9000, "big"))
+    with client.chat.completions.stream(
+        model="gpt-4o", messages=messages, tools=CLIENT_TOOLS, n=2
+    ) as stream:
+        final = stream.get_final_completion()
+    [sent] = fake_upstream.bodies()
+    assert [t["function"]["name"] for t in sent["tools"]] == ["run_tests"]
+    assert "read_tool_output" not in json.dumps(sent["messages"])  # no handle named either
+    assert final.choices[0].message.content == "all done"
+    assert [c.finish_reason for c in final.choices] == ["stop", "tool_calls"]
