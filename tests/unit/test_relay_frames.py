@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from hypothesis import given, settings, strategies as st
+
 from proxy import sse
 from proxy.chunks import StreamAccumulator
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
@@ -15,8 +17,9 @@ from tests.unit.test_relay import chunks, frame, relay
 
 
 def _client_view(got: list[bytes], index: int = 0) -> dict[str, Any]:
+    """The message a client builds from what it got (a piece may hold several events)."""
     acc = StreamAccumulator()
-    for chunk in chunks(got):
+    for chunk in chunks(sse.EventSplitter().feed(b"".join(got))):
         acc.add(chunk)
     return acc.message(index)
 
@@ -164,3 +167,70 @@ async def test_a_crlf_read_cut_between_its_cr_and_lf_loses_no_byte() -> None:
         got, out = await relay([whole[:cut], whole[cut:]], ClientStream(), intercept=True)
         assert b"".join(got) == whole and out.error is None, cut
         assert out.acc.message() == {"role": "assistant", "content": "a"}
+
+
+# any framing SSE allows, cut at any byte: the same answer, the same bytes
+
+
+_EOLS = (b"\n", b"\r\n", b"\r")
+
+
+def _render(chunk: bytes, extras: list[int], eols: list[int], spaced: bool) -> bytes:
+    """One event: optional comment and ``retry:`` lines, then its data line, each line and
+    the blank one ended as ``eols`` pick (a ``\\n`` never right after a ``\\r``: that would
+    be one ``\\r\\n``)."""
+    lines = [b": ping", b"retry: 1500", b"id: 7"][: extras[0]]
+    lines.append((b"data: " if spaced else b"data:") + chunk)
+    out, last = b"", b""
+    for line, pick in zip([*lines, b""], eols, strict=False):
+        eol = _EOLS[pick]
+        if last == b"\r" and eol == b"\n":
+            eol = b"\r"
+        out += line + eol
+        last = eol
+    return out
+
+
+_CHUNKS = [
+    b'{"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+    b'{"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"a\\nb"}}]}',
+    b'{"id":"c","created":1,"model":"m","choices":[{"index":null,"delta":{"content":" c"}}]}',
+    b'{"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+]
+
+_event = st.tuples(
+    st.lists(st.integers(0, 3), min_size=1, max_size=1),
+    st.lists(st.sampled_from(range(3)), min_size=5, max_size=5),
+    st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_event, min_size=5, max_size=5),
+    st.sampled_from([b"\n\n", b"\r\r", b"\r\n\r\n", b"\n", b""]),
+    st.lists(st.integers(1, 2000), max_size=6),
+    st.booleans(),
+)
+def test_any_framing_cut_anywhere_is_relayed_as_it_came(
+    events: list[Any], done_end: bytes, cuts: list[int], intercept: bool
+) -> None:
+    body = [_render(c, *e) for c, e in zip([*_CHUNKS, b"[DONE]"], events, strict=False)]
+    stream = b"".join(body[:-1]) + body[-1].split(b"[DONE]")[0] + b"[DONE]" + done_end
+    marks = sorted({c % len(stream) for c in cuts} - {0})
+    pieces = [stream[a:b] for a, b in zip([0, *marks], [*marks, len(stream)], strict=False)]
+    got, out = asyncio.run(relay(pieces, ClientStream(), intercept=intercept))
+    assert b"".join(got) == stream
+    assert out.error is None and out.saw_done
+    assert out.acc.message() == {"role": "assistant", "content": "a\nb c"}
+    assert _client_view(got) == out.acc.message()
+
+
+async def test_every_cut_of_an_id_first_internal_call_leaves_the_client_the_same() -> None:
+    pieces = _interleaved(("read_tool_output", "run_tests"))
+    whole, _ = await relay(pieces, ClientStream(), intercept=True)
+    stream = b"".join(_cr(p, b"\r\n") for p in pieces)
+    for cut in range(1, len(stream)):
+        got, out = await relay([stream[:cut], stream[cut:]], ClientStream(), intercept=True)
+        assert out.error is None and b"call_0" not in b"".join(got), cut
+        assert _client_view(got) == _client_view(whole), cut
