@@ -33,6 +33,7 @@ __all__ = [
     "is_usage_only",
     "is_map",
     "encode_event",
+    "reframe",
     "error_event",
 ]
 
@@ -201,6 +202,20 @@ def is_map(value: Any) -> bool:
 def encode_event(payload: Mapping[str, Any]) -> bytes:
     """One ``data: {json}\\n\\n`` frame, the framing OpenAI uses."""
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+def reframe(event: bytes, payload: Mapping[str, Any]) -> bytes:
+    """``payload`` as the data of ``event``, whose other lines (comments, ``id:``, ``retry:``,
+    ``event:``) go along in their order, each ended by ``\\n``: an event the relay rewrites
+    tells an SSE client all the provider's did but its data."""
+    if event.startswith(b"data") and event.count(b"\n") == 2 and b"\r" not in event:
+        return encode_event(payload)  # one data line, what providers send
+    kept = [line + b"\n" for line in _EOL.split(event) if line and not _is_data(line)]
+    return b"".join(kept) + encode_event(payload)
+
+
+def _is_data(line: bytes) -> bool:
+    return line.partition(b":")[0] == b"data"
 
 
 def error_event(message: str, *, type: str = "upstream_error", code: str | None = None) -> bytes:

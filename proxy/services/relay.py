@@ -267,7 +267,7 @@ def _unfinished(held: list[bytes]) -> list[bytes]:
             chunk = {**chunk, "choices": choices}
             if chunk.get("usage") is not None:
                 chunk["usage"] = None
-            out.append(sse.encode_event(chunk))
+            out.append(sse.reframe(event, chunk))
     return out
 
 
@@ -301,7 +301,7 @@ def _handle(
         if strip_usage:
             return []
         aligned = client.align(chunk)
-        data = event if aligned is chunk else sse.encode_event(aligned)  # type: ignore[arg-type]
+        data = event if aligned is chunk else sse.reframe(event, aligned)  # type: ignore[arg-type]
         return _send(data, hold=intercept, held=held)
     rewritten: dict[str, Any] | None = chunk
     if intercept and (has_tool_calls(chunk) or out.calls.pending and chunk.get("choices")):
@@ -310,7 +310,7 @@ def _handle(
         rewritten = client.align(rewritten)
     if rewritten is None:
         return []
-    data = event if rewritten is chunk or rewritten == chunk else sse.encode_event(rewritten)
+    data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
     finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
     return _send(data, hold=intercept and finishes, held=held)
 

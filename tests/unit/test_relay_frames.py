@@ -5,6 +5,7 @@ parallel calls sent every id first, ``\\r``-ended lines, comments and fields bet
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -234,3 +235,30 @@ async def test_every_cut_of_an_id_first_internal_call_leaves_the_client_the_same
         got, out = await relay([stream[:cut], stream[cut:]], ClientStream(), intercept=True)
         assert out.error is None and b"call_0" not in b"".join(got), cut
         assert _client_view(got) == _client_view(whole), cut
+
+
+# an event the relay rewrites keeps its other lines
+
+
+async def test_a_rewritten_event_keeps_its_id_retry_and_comment_lines() -> None:
+    # Only the data changes: a client's Last-Event-ID and reconnection time stay the provider's.
+    head = {"id": "c-1", "created": 1, "model": "m"}
+    call = {"index": 0, "id": "int_1", "type": "function"}
+    call["function"] = {"name": "read_tool_output", "arguments": "{}"}
+    choice = {"index": 0, "delta": {"content": "a", "tool_calls": [call]}}
+    data = json.dumps({**head, "choices": [choice]}).encode()
+    event = b": ping\r\nid: 7\r\nretry: 1500\r\ndata: " + data + b"\r\n\r\n"
+    got, _ = await relay([event, frame({}, "stop"), sse.DONE], ClientStream(), intercept=True)
+    first = got[0]
+    assert first.startswith(b": ping\nid: 7\nretry: 1500\ndata: ")
+    assert b"int_1" not in first
+    assert sse.parse_chunk(first)["choices"][0]["delta"] == {"content": "a"}  # type: ignore[index]
+
+
+async def test_a_later_rounds_event_keeps_its_fields_under_the_first_rounds_identity() -> None:
+    client = ClientStream()
+    await relay([frame({"role": "assistant", "content": "a"})], client)
+    later = frame({"content": "b"}, head={"id": "c-2", "created": 2, "model": "m"})
+    got, _ = await relay([b"event: message\nid: 9\n" + later], client)
+    assert got[0].startswith(b"event: message\nid: 9\ndata: ")
+    assert sse.parse_chunk(got[0])["id"] == "c-1"  # type: ignore[index]
