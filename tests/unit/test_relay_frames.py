@@ -262,3 +262,33 @@ async def test_a_later_rounds_event_keeps_its_fields_under_the_first_rounds_iden
     got, _ = await relay([b"event: message\nid: 9\n" + later], client)
     assert got[0].startswith(b"event: message\nid: 9\ndata: ")
     assert sse.parse_chunk(got[0])["id"] == "c-1"  # type: ignore[index]
+
+
+# n > 1: each choice numbers its calls from 0
+
+
+async def test_an_internal_call_in_one_choice_hides_no_call_of_another() -> None:
+    # The proxy offers read_tool_output only to a request for one choice (carries_tools), but
+    # the relay still keys calls by choice: choice 0's internal call hides not choice 1's.
+    def call(cid: str, name: str) -> dict[str, Any]:
+        fn = {"name": name, "arguments": "{}"}
+        return {"index": 0, "id": cid, "type": "function", "function": fn}
+
+    opening = {"id": "c", "created": 1, "model": "m"}
+    opening["choices"] = [
+        {
+            "index": 0,
+            "delta": {"role": "assistant", "tool_calls": [call("int_1", "read_tool_output")]},
+        },
+        {"index": 1, "delta": {"role": "assistant", "tool_calls": [call("call_w", "run_tests")]}},
+    ]
+    ends = [{"index": i, "delta": {}, "finish_reason": "tool_calls"} for i in (0, 1)]
+    pieces = [sse.encode_event(opening), sse.encode_event({**opening, "choices": ends}), sse.DONE]
+    got, out = await relay(pieces, ClientStream(), intercept=True)
+    assert not out.only_internal and b"int_1" not in b"".join(got)
+    assert _client_view(got, 0).get("tool_calls") is None
+    assert _client_view(got, 1)["tool_calls"] == [
+        {"id": "call_w", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}
+    ]
+    finishes = [(c["index"], c.get("finish_reason")) for ch in chunks(got) for c in ch["choices"]]
+    assert [f for f in finishes if f[1]] == [(0, "tool_calls"), (1, "tool_calls")]
