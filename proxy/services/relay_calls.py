@@ -20,7 +20,7 @@ from typing import Any
 from proxy.cascade.types import READ_TOOL_OUTPUT
 from proxy.chunks import index_of
 
-__all__ = ["Calls", "has_tool_calls", "rewrite"]
+__all__ = ["Calls", "has_tool_calls", "merged", "rewrite"]
 
 Key = tuple[int, int]  # (choice index, upstream tool index): each choice numbers its calls
 
@@ -68,7 +68,7 @@ class Calls:
                 break
             held = self.pending.pop(key)
             if not self.internal[key]:
-                out += [self._renumbered(key, c) for c in held]
+                out.append(self._renumbered(key, merged(held)))
         return out
 
     def _renumbered(self, key: Key, call: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +77,31 @@ class Calls:
             1 for (c, i), v in self.internal.items() if c == which and i < idx and not v
         )
         return call if client_idx == idx else {**call, "index": client_idx}
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One call's held fragments as one, read as ``chunks.StreamAccumulator`` reads them: the
+    first of each field, the name put together as it does, the arguments joined. A fragment
+    with no ``function`` (an id sent alone) is one the openai SDK's stream helper fails on;
+    merged with the name after it, the client gets the header OpenAI itself sends."""
+    if len(parts) == 1:
+        return parts[0]
+    out: dict[str, Any] = {}
+    name, arguments, fn = "", [], None
+    for part in parts:
+        for key, value in part.items():
+            if key != "function":
+                if out.get(key) is None:
+                    out[key] = value
+            elif isinstance(value, dict):
+                fn = {**value, **(fn or {})}
+                if isinstance(value.get("name"), str) and value["name"] != name:
+                    name += value["name"]
+                if isinstance(value.get("arguments"), str):
+                    arguments.append(value["arguments"])
+    if fn is not None:
+        out["function"] = {**fn, "name": name, "arguments": "".join(arguments)}
+    return out
 
 
 def has_tool_calls(chunk: dict[str, Any]) -> bool:

@@ -116,6 +116,22 @@ async def test_a_client_call_before_an_internal_one_sent_id_first_reaches_the_cl
     ]
 
 
+async def test_a_held_call_goes_out_as_one_fragment_with_its_function() -> None:
+    # An id alone (no "function") is a fragment the openai SDK's stream helper fails on.
+    pieces = [_call(0, id="call_0", type="function"), _name(0, "run_tests"), _args(0, "{}")]
+    got, _ = await relay(pieces, ClientStream(), intercept=True)
+    sent = [c for chunk in chunks(got) for c in chunk["choices"][0]["delta"]["tool_calls"]]
+    assert sent == [
+        {
+            "index": 0,
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": ""},
+        },
+        {"index": 0, "function": {"arguments": "{}"}},
+    ]
+
+
 async def test_calls_sent_id_first_without_read_tool_output_go_out_as_they_came() -> None:
     pieces = _interleaved(("run_tests", "lint"))
     got, _ = await relay(pieces, ClientStream(), intercept=True)

@@ -34,12 +34,13 @@ def test_parallel_calls_sent_id_first_keep_the_internal_ones_id_from_the_sdk(
 ) -> None:
     # Every call's id, then every name, then the arguments: call 0's id used to go out as a
     # client call's the moment call 1's id came, before its name said it was the proxy's.
-    # (The SDK's helper needs a "function" in every call fragment, so the ids carry one.)
+    # The SDK's helper fails on a call fragment with no "function" (an id alone): the relay,
+    # which holds such a fragment anyway, sends it merged with the name after it.
     args = json.dumps({"handle": "call_big", "offset": 0})
     frames = [
         frame({"role": "assistant", "content": None}),
-        _call(0, id="int_1", type="function", function={"arguments": ""}),
-        _call(1, id="call_c", type="function", function={"arguments": ""}),
+        _call(0, id="int_1", type="function"),
+        _call(1, id="call_c", type="function"),
         _call(0, function={"name": "read_tool_output", "arguments": ""}),
         _call(1, function={"name": "run_tests", "arguments": ""}),
         _call(0, function={"arguments": args}),
