@@ -4,11 +4,11 @@ The calls of that internal tool are removed and the client's renumbered from 0 (
 A call is told by its name, and some providers send a call's ``id`` (and ``type``) in a
 fragment before the one with its name, some even every parallel call's id before any name:
 each call's fragments are held until its name comes, dropped with the call if it is
-internal, else sent as one fragment. Only fragments without arguments are held for the call's own sake; a call that gets
-arguments, a finish reason or ``[DONE]`` before any name is the client's, as every call
-without a name was, and what was held of it goes out then. A client call also waits behind an
-earlier call of its choice whose name has not come: its number among the client's calls
-depends on whether that one is the client's.
+internal, else sent as one fragment. Only fragments without arguments are held for the
+call's own sake; a call that gets arguments, a finish reason or ``[DONE]`` before any name is
+the client's, as every call without a name was, and what was held of it goes out then. A
+client call also waits behind an earlier call of its choice whose name has not come: its
+number among the client's calls depends on whether that one is the client's.
 Pure: no I/O.
 """
 
