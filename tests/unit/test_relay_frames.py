@@ -243,6 +243,17 @@ def test_any_framing_cut_anywhere_is_relayed_as_it_came(
     assert _client_view(got) == out.acc.message()
 
 
+async def test_every_cut_of_a_stream_of_every_framing_relays_it_as_it_came() -> None:
+    picks = [([1], [2, 2, 2], False), ([2], [1, 0, 2, 1], True), ([3], [2, 1, 0, 2, 0], False)]
+    picks += [([0], [0, 2], True), ([1], [0, 1, 2], False)]
+    body = [_render(c, *e) for c, e in zip([*_CHUNKS, b"[DONE]"], picks, strict=True)]
+    stream = b"".join(body)
+    for cut in range(1, len(stream)):
+        got, out = await relay([stream[:cut], stream[cut:]], ClientStream(), intercept=True)
+        assert b"".join(got) == stream and out.saw_done and out.error is None, cut
+        assert _client_view(got) == out.acc.message() == {"role": "assistant", "content": "a\nb c"}
+
+
 async def test_every_cut_of_an_id_first_internal_call_leaves_the_client_the_same() -> None:
     pieces = _interleaved(("read_tool_output", "run_tests"))
     whole, _ = await relay(pieces, ClientStream(), intercept=True)
