@@ -35,11 +35,17 @@ from proxy.settings import SettingsError
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["Tracing", "build_tracing", "operation_for"]
+__all__ = ["Tracing", "build_tracing", "operation_for", "path_template"]
 
 _OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _EXPORTERS = ("otlp", "console")  # OTEL_TRACES_EXPORTER's values this proxy has
 _OPERATIONS = {"/chat/completions": "chat", "/embeddings": "embeddings"}
+
+
+def path_template(path: str) -> str:
+    """A provider path with the id it names replaced: ``/models/{model}`` for one model's
+    (whose id may hold slashes), the path itself for the others, which name none."""
+    return "/models/{model}" if path.startswith("/models/") else path
 
 
 def operation_for(path: str) -> str | None:
@@ -73,18 +79,34 @@ class Tracing:
         )
 
     def start_attempt(
-        self, parent: Span | None, provider: str, path: str, model: str | None
+        self,
+        parent: Span | None,
+        provider: str,
+        path: str,
+        model: str | None,
+        method: str = "POST",
     ) -> Span:
         """One provider call's span, a child of the request's."""
         operation = operation_for(path)
-        attributes: dict[str, Any] = {"cascade.provider": provider, "url.path": path}
+        template = path_template(path)
+        attributes: dict[str, Any] = {
+            "cascade.provider": provider,
+            "url.path": path,
+            "url.template": template,
+            "http.request.method": method,
+        }
         if operation is not None:
             attributes["gen_ai.operation.name"] = operation
         if model:
             attributes["gen_ai.request.model"] = model
         context = self._in(parent) if parent is not None else None
-        # GenAI's "{operation} {model}"; another call (the models list) is named by its path
-        name = " ".join(part for part in (operation, model) if part) if operation else path
+        # GenAI's "{operation} {model}"; another call (a models call) is HTTP's
+        # "{method} {url.template}": a name is a group, and a model id in it would make one a model
+        name = (
+            " ".join(part for part in (operation, model) if part)
+            if operation
+            else f"{method} {template}"
+        )
         return self.tracer.start_span(
             name, context=context, kind=self._client, attributes=attributes
         )

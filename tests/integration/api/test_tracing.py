@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.settings import Settings
-from tests.fakes.replies import reply
+from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Agent, Model, Stack, words
 from tests.integration.api.conftest import ProxyServer
@@ -208,3 +208,25 @@ def test_metrics_scrapes_are_spans_too_but_name_no_model(
     (request,) = finished(exporter)
     assert request.name == "GET /metrics"
     assert "gen_ai.request.model" not in attrs(request)
+
+
+@pytest.mark.parametrize("model_id", ["gpt-fake", "org/model-7b"])
+def test_a_models_call_is_named_by_its_template_not_its_path(
+    model_id: str,
+    traced: ProxyServer,
+    fake_upstream: FakeUpstream,
+    exporter: InMemorySpanExporter,
+) -> None:
+    """A span name is a low-cardinality group (OpenTelemetry's naming rule): the model a
+    client asks about goes in ``url.path``, not in the name of its call's span."""
+    models_json = raw("{}", headers={"content-type": "application/json"})
+    fake_upstream.script(models_json, endpoint=f"/v1/models/{model_id}")
+    assert httpx.get(f"{traced.origin}/v1/models/{model_id}", timeout=5).status_code == 200
+    (call,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert call.name == "GET /models/{model}"
+    assert attrs(call)["url.path"] == f"/models/{model_id}"
+    assert attrs(call)["url.template"] == "/models/{model}"
+    fake_upstream.script(models_json, endpoint="/v1/models")
+    assert httpx.get(f"{traced.origin}/v1/models", timeout=5).status_code == 200
+    listed = [s for s in by_kind(finished(exporter, 2), SpanKind.CLIENT) if s is not call]
+    assert [s.name for s in listed] == ["GET /models"]
