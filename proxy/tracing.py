@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from proxy.settings import SettingsError
 
@@ -57,13 +57,21 @@ def operation_for(path: str) -> str | None:
 
 
 class Tracing:
-    """The app's tracer, and whether it owns (and so shuts down) its provider."""
+    """The app's tracer, whether it owns (and so shuts down) its provider, and where its
+    spans go (``where``, for the start-up block: no user, password, query or header)."""
 
-    def __init__(self, provider: TracerProvider, *, owned: bool) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider,
+        *,
+        owned: bool,
+        where: str = "the tracer provider handed to create_app",
+    ) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         self.provider = provider
         self.owned = owned
+        self.where = where
         self.tracer: Tracer = provider.get_tracer("cascade-proxy")
         self._server = SpanKind.SERVER
         self._client = SpanKind.CLIENT
@@ -156,6 +164,29 @@ def _exporters(mode: str, env: Mapping[str, str]) -> list[str]:
     return ["otlp"] if any(env.get(name) for name in _OTLP_ENV) else []
 
 
+def _otlp_target(env: Mapping[str, str]) -> str:
+    """Where the OTLP/HTTP exporter sends spans, as it resolves it (the traces' own endpoint
+    as given, else the general one with ``/v1/traces`` added, else its default), without
+    the URL's user, password, query or fragment: only the place, which is no secret."""
+    own = env.get(_OTLP_ENV[1], "").strip()
+    base = env.get(_OTLP_ENV[0], "").strip()
+    parts = urlsplit(own or base or "http://localhost:4318/v1/traces")
+    path = parts.path
+    if base and not own:
+        path += "v1/traces" if path.endswith("/") else "/v1/traces"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, path, "", ""))
+
+
+def _where(exporters: list[str], env: Mapping[str, str], service: str) -> str:
+    """The start-up block's account of where spans go."""
+    named = [
+        "console (stdout)" if name == "console" else f"OTLP/HTTP to {_otlp_target(env)}"
+        for name in exporters
+    ]
+    return f"{' and '.join(named)}, service {service}"
+
+
 def _check_endpoints(env: Mapping[str, str]) -> None:
     """An OTLP endpoint set that is no http(s) URL with a host is refused, naming the
     variable and not its value (it may carry a user and password): the exporter would take
@@ -201,7 +232,8 @@ def build_tracing(
             "CASCADE_TRACING) but OpenTelemetry is not installed: "
             "pip install 'cascade-proxy[tracing]'"
         ) from exc
-    resource = Resource.create({"service.name": _service_name(env)})
+    service = _service_name(env)
+    resource = Resource.create({"service.name": service})
     sdk = SdkProvider(resource=resource)
     for name in exporters:
         if name == "console":
@@ -214,4 +246,4 @@ def build_tracing(
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return Tracing(sdk, owned=True)
+    return Tracing(sdk, owned=True, where=_where(exporters, env, service))
