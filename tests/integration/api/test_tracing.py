@@ -230,3 +230,37 @@ def test_a_models_call_is_named_by_its_template_not_its_path(
     assert httpx.get(f"{traced.origin}/v1/models", timeout=5).status_code == 200
     listed = [s for s in by_kind(finished(exporter, 2), SpanKind.CLIENT) if s is not call]
     assert [s.name for s in listed] == ["GET /models"]
+
+
+def test_no_span_of_the_session_api_or_a_passthrough_names_a_key_body_or_session(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """Past the chat route: embeddings, the session API and its 404 carry the route's
+    template and the status, never what the client sent (README: Tracing)."""
+    key, sid, words = "sk-span-key-4471", "span-sess-9c2", "plum-orchard-text"
+    headers = {"authorization": f"Bearer {key}", "x-session-id": sid}
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": words}]}
+    assert httpx.post(f"{traced.origin}{CHAT}", json=body, headers=headers).status_code == 200
+    embed = {"model": "emb-1", "input": words}
+    posted = httpx.post(f"{traced.origin}/v1/embeddings", json=embed, headers=headers)
+    assert posted.status_code == 200
+    with httpx.Client(base_url=traced.origin, headers=headers, timeout=10) as api:
+        assert api.get(f"/v1/sessions/{sid}").status_code == 200
+        assert api.post(f"/v1/sessions/{sid}/branch", json={"id": sid + "-b"}).status_code == 200
+        assert api.post(f"/v1/sessions/{sid}-b/reset").status_code == 200
+        assert api.delete(f"/v1/sessions/{sid}-b").status_code == 200
+        assert api.get(f"/v1/sessions/{sid}-b").status_code == 404
+    spans = finished(exporter, 7)
+    names = sorted(s.name for s in by_kind(spans, SpanKind.SERVER))
+    assert names == [
+        "DELETE /v1/sessions/{session_id}",
+        "GET /v1/sessions/{session_id}",
+        "GET /v1/sessions/{session_id}",
+        "POST /v1/chat/completions",
+        "POST /v1/embeddings",
+        "POST /v1/sessions/{session_id}/branch",
+        "POST /v1/sessions/{session_id}/reset",
+    ]
+    seen = str([(s.name, attrs(s)) for s in spans])
+    for secret in (key, sid, words):
+        assert secret not in seen
