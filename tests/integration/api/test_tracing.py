@@ -264,3 +264,23 @@ def test_no_span_of_the_session_api_or_a_passthrough_names_a_key_body_or_session
     seen = str([(s.name, attrs(s)) for s in spans])
     for secret in (key, sid, words):
         assert secret not in seen
+
+
+def test_a_passed_through_embeddings_call_is_named_by_its_model(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """``POST /v1/embeddings`` goes to the provider untouched, and its call's span is the
+    GenAI ``{operation} {model}`` with ``gen_ai.request.model``, as the retrieval stage's
+    own embedding calls are; a body that is no JSON object still goes, with no model."""
+    body = {"model": "emb-1", "input": "some text"}
+    assert httpx.post(f"{traced.origin}/v1/embeddings", json=body).status_code == 200
+    (call,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert call.name == "embeddings emb-1"
+    assert attrs(call)["gen_ai.request.model"] == "emb-1"
+    fake_upstream.script(
+        raw("{}", headers={"content-type": "application/json"}), endpoint="/v1/embeddings"
+    )
+    sent = httpx.post(f"{traced.origin}/v1/embeddings", content=b"[1, 2]")
+    assert sent.status_code == 200
+    calls = by_kind(finished(exporter, 2), SpanKind.CLIENT)
+    assert [c.name for c in calls if c is not call] == ["embeddings"]
