@@ -187,6 +187,20 @@ def _where(exporters: list[str], env: Mapping[str, str], service: str) -> str:
     return f"{' and '.join(named)}, service {service}"
 
 
+def _check_protocol(env: Mapping[str, str]) -> None:
+    """The exporter speaks OTLP/HTTP with protobuf: a protocol variable naming another
+    (``grpc``, ``http/json``) is refused, the traces' own first as OpenTelemetry reads them;
+    followed, the exporter would send protobuf over HTTP to a gRPC port and fail every batch."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        if value := env.get(name, "").strip():
+            if value.lower() != "http/protobuf":
+                raise SettingsError(
+                    f"{name} is {value!r}: this proxy exports OTLP over HTTP only"
+                    " (http/protobuf, to a collector's 4318)"
+                )
+            return
+
+
 def _check_endpoints(env: Mapping[str, str]) -> None:
     """An OTLP endpoint set that is no http(s) URL with a host is refused, naming the
     variable and not its value (it may carry a user and password): the exporter would take
@@ -217,6 +231,7 @@ def build_tracing(
     if not exporters:
         return None
     if "otlp" in exporters:
+        _check_protocol(env)
         _check_endpoints(env)
     try:
         from opentelemetry.sdk.resources import Resource

@@ -219,3 +219,18 @@ def test_where_spans_go_is_said_without_credentials(env: dict[str, str], where: 
         assert tracing.where == where
     finally:
         tracing.shutdown()
+
+
+@pytest.mark.parametrize(
+    "name", ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]
+)
+def test_an_otlp_protocol_other_than_http_protobuf_is_refused(name: str) -> None:
+    """The exporter is OTLP/HTTP with protobuf: asked for gRPC (a collector's 4317) it would
+    send HTTP there and fail every batch, one ERROR line each, exporting nothing."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", name: "grpc"}
+    with pytest.raises(SettingsError, match=f"^{name} is 'grpc'.*http/protobuf"):
+        build_tracing("", env=env)
+    ok = build_tracing("", env={**env, name: "http/protobuf"})
+    assert ok is not None
+    ok.shutdown()
+    assert build_tracing("console", env=env) is not None  # no OTLP exporter: nothing to send
