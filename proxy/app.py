@@ -146,6 +146,7 @@ def create_app(
                 database=dsn,
                 embedded_at=embedded_at,
                 paths=[r.path or "" for r in iter_route_contexts(app.routes)],
+                tracing=tracing.where if tracing is not None else "off",
             )
             # One record per line: the text format escapes a line break inside a record.
             for line in banner.splitlines():

@@ -137,9 +137,11 @@ def startup_banner(
     database: str,
     embedded_at: Path | None,
     paths: Collection[str],
+    tracing: str = "off",
 ) -> str:
     """The block to log; ``paths`` are the app's route paths (to say whether ``/ui`` and
-    ``/metrics`` are served by this build)."""
+    ``/metrics`` are served by this build), ``tracing`` where spans go (``Tracing.where``),
+    ``off`` when no span is made."""
     origin = client_origin(settings.host, settings.port)
     db = (
         f"embedded PostgreSQL at {embedded_at}" if embedded_at is not None else redact_dsn(database)
@@ -170,4 +172,5 @@ def startup_banner(
             if served
             else f"  {name}: not served by this build ({path})"
         )
+    lines.append(f"  tracing: {tracing}")
     return "\n".join(lines)

@@ -5,7 +5,8 @@ test's two replicas) report separately. Under several uvicorn workers, set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the server starts: prometheus-client
 then keeps every value in per-process files there, and ``/metrics`` on any worker reports the
 sum over all of them (``MultiProcessCollector``); a worker that stops removes its live gauges
-(``close``).
+(``close``). What an earlier process left there is dealt with at start
+(:func:`drop_leftovers`): its live gauges go, its counts stay and are named in one warning.
 
 No label carries a session id or a tenant: ``route`` is the route's template
 (``/s/{session_id}/v1/chat/completions``), never the path, and a request no route takes is
@@ -20,8 +21,10 @@ without end, each one kept for the life of the process).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -40,7 +43,17 @@ from starlette.responses import Response
 
 from proxy.settings import SettingsError
 
-__all__ = ["Metrics", "MODEL_LABELS", "MULTIPROC_ENV", "OTHER_MODEL", "RESULTS", "STAGES"]
+__all__ = [
+    "Metrics",
+    "MODEL_LABELS",
+    "MULTIPROC_ENV",
+    "OTHER_MODEL",
+    "RESULTS",
+    "STAGES",
+    "drop_leftovers",
+]
+
+log = logging.getLogger("cascade.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STAGES = ("truncation", "eviction", "compaction", "overflow")
@@ -59,6 +72,62 @@ OTHER_MODEL = "other"
 not a short printable token."""
 
 _MODEL_NAME = re.compile(r"[!-~]{1,128}")
+# prometheus-client's per-process file: "{type}[_{mode}]_{pid}.db"
+_PROCESS_FILE = re.compile(r"(?P<kind>.+)_(?P<pid>\d+)\.db")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's, or no pid at all: leave it
+        return True
+    return True
+
+
+def drop_leftovers(directory: str) -> None:
+    """Before this process makes a metric, clear what earlier processes left in
+    ``directory`` that would be wrong, and say what stays.
+
+    - A file bearing this process's pid is an earlier process's (a restarted container's
+      worker gets the pid the last run's had): prometheus-client would open it and go on from
+      its values, so it is removed.
+    - A live gauge (``cascade_inflight_requests``) of a pid no process has is a worker that
+      ended without ``close`` (killed), or a previous run's: it would count its requests in
+      flight for ever, so it is removed, as ``close`` would have.
+    - Counters and histograms of pids no process has stay: a worker that died during this
+      run still counted them. They may as well be a previous run's, added to this one's
+      totals, which no file tells apart: one warning says how many processes' figures are
+      summed in, and README says to empty the directory before each start.
+
+    Workers start together, so a file may go while another reads the directory: what is
+    already gone is passed over.
+    """
+    me = os.getpid()
+    gone: set[int] = set()
+    for path in Path(directory).iterdir():
+        found = _PROCESS_FILE.fullmatch(path.name)
+        if found is None:
+            continue
+        pid = int(found["pid"])
+        if pid != me and _running(pid):
+            continue
+        if pid == me or found["kind"].startswith("gauge_live"):
+            path.unlink(missing_ok=True)
+        else:
+            gone.add(pid)
+    if gone:
+        log.warning(
+            "%s: %s holds the figures of %d process%s no longer running (an earlier run's, or "
+            "workers that died): /metrics adds their counts to this run's; empty it before "
+            "each start",
+            MULTIPROC_ENV,
+            directory,
+            len(gone),
+            "" if len(gone) == 1 else "es",
+        )
+
 
 _DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -168,6 +237,7 @@ class Metrics:
                     f"{MULTIPROC_ENV}: {path} is not a directory this process can write"
                     f" ({exc.strerror or exc})"
                 ) from None
+            drop_leftovers(path)
         return cls(multiprocess_dir=path)
 
     def render(self) -> bytes:

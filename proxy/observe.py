@@ -98,14 +98,16 @@ class RequestObs:
         self.occupancy: int | None = None
         self.calls = 0
 
-    def attempt_started(self, provider: str, path: str, model: str | None) -> tuple[str, Any]:
+    def attempt_started(
+        self, provider: str, path: str, model: str | None, method: str = "POST"
+    ) -> tuple[str, Any]:
         """A provider call begins (``requestlog.UpstreamTimer``): its span, when tracing."""
         self.calls += 1
         tracing = self.observer.tracing
         if tracing is None:
             return provider, None
         self.end_pending()
-        return provider, tracing.start_attempt(self.span, provider, path, model)
+        return provider, tracing.start_attempt(self.span, provider, path, model, method)
 
     def attempt_done(self, attempt: tuple[str, Any], seconds: float, status: int | None) -> None:
         provider, span = attempt

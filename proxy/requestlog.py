@@ -98,12 +98,14 @@ class UpstreamTimer:
     stream's body, closed by whichever task finishes it) and still count for the request.
     ``first_byte`` marks the answer's headers: a stream's wait for the provider ends there,
     for the overhead (``upstream_waited``); a whole answer's wait ends at ``stop``.
-    ``provider``, ``path`` and ``model`` name the call for the metrics and its span.
+    ``provider``, ``path``, ``model`` and ``method`` name the call for the metrics and its span.
     """
 
     __slots__ = ("_record", "_start", "_waiting", "_attempt")
 
-    def __init__(self, provider: str = "", path: str = "", model: str | None = None) -> None:
+    def __init__(
+        self, provider: str = "", path: str = "", model: str | None = None, method: str = "POST"
+    ) -> None:
         self._record = record = _current.get()
         self._start: float | None = time.perf_counter()
         self._waiting = record is not None
@@ -111,7 +113,7 @@ class UpstreamTimer:
         if record is not None:
             record.waits.append(self._start)
             if record.obs is not None:
-                self._attempt = record.obs.attempt_started(provider, path, model)
+                self._attempt = record.obs.attempt_started(provider, path, model, method)
 
     def first_byte(self) -> None:
         record = self._record

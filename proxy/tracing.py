@@ -28,18 +28,24 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from proxy.settings import SettingsError
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["Tracing", "build_tracing", "operation_for"]
+__all__ = ["Tracing", "build_tracing", "operation_for", "path_template"]
 
 _OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _EXPORTERS = ("otlp", "console")  # OTEL_TRACES_EXPORTER's values this proxy has
 _OPERATIONS = {"/chat/completions": "chat", "/embeddings": "embeddings"}
+
+
+def path_template(path: str) -> str:
+    """A provider path with the id it names replaced: ``/models/{model}`` for one model's
+    (whose id may hold slashes), the path itself for the others, which name none."""
+    return "/models/{model}" if path.startswith("/models/") else path
 
 
 def operation_for(path: str) -> str | None:
@@ -51,13 +57,21 @@ def operation_for(path: str) -> str | None:
 
 
 class Tracing:
-    """The app's tracer, and whether it owns (and so shuts down) its provider."""
+    """The app's tracer, whether it owns (and so shuts down) its provider, and where its
+    spans go (``where``, for the start-up block: no user, password, query or header)."""
 
-    def __init__(self, provider: TracerProvider, *, owned: bool) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider,
+        *,
+        owned: bool,
+        where: str = "the tracer provider handed to create_app",
+    ) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         self.provider = provider
         self.owned = owned
+        self.where = where
         self.tracer: Tracer = provider.get_tracer("cascade-proxy")
         self._server = SpanKind.SERVER
         self._client = SpanKind.CLIENT
@@ -73,18 +87,34 @@ class Tracing:
         )
 
     def start_attempt(
-        self, parent: Span | None, provider: str, path: str, model: str | None
+        self,
+        parent: Span | None,
+        provider: str,
+        path: str,
+        model: str | None,
+        method: str = "POST",
     ) -> Span:
         """One provider call's span, a child of the request's."""
         operation = operation_for(path)
-        attributes: dict[str, Any] = {"cascade.provider": provider, "url.path": path}
+        template = path_template(path)
+        attributes: dict[str, Any] = {
+            "cascade.provider": provider,
+            "url.path": path,
+            "url.template": template,
+            "http.request.method": method,
+        }
         if operation is not None:
             attributes["gen_ai.operation.name"] = operation
         if model:
             attributes["gen_ai.request.model"] = model
         context = self._in(parent) if parent is not None else None
-        # GenAI's "{operation} {model}"; another call (the models list) is named by its path
-        name = " ".join(part for part in (operation, model) if part) if operation else path
+        # GenAI's "{operation} {model}"; another call (a models call) is HTTP's
+        # "{method} {url.template}": a name is a group, and a model id in it would make one a model
+        name = (
+            " ".join(part for part in (operation, model) if part)
+            if operation
+            else f"{method} {template}"
+        )
         return self.tracer.start_span(
             name, context=context, kind=self._client, attributes=attributes
         )
@@ -134,6 +164,43 @@ def _exporters(mode: str, env: Mapping[str, str]) -> list[str]:
     return ["otlp"] if any(env.get(name) for name in _OTLP_ENV) else []
 
 
+def _otlp_target(env: Mapping[str, str]) -> str:
+    """Where the OTLP/HTTP exporter sends spans, as it resolves it (the traces' own endpoint
+    as given, else the general one with ``/v1/traces`` added, else its default), without
+    the URL's user, password, query or fragment: only the place, which is no secret."""
+    own = env.get(_OTLP_ENV[1], "").strip()
+    base = env.get(_OTLP_ENV[0], "").strip()
+    parts = urlsplit(own or base or "http://localhost:4318/v1/traces")
+    path = parts.path
+    if base and not own:
+        path += "v1/traces" if path.endswith("/") else "/v1/traces"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, path, "", ""))
+
+
+def _where(exporters: list[str], env: Mapping[str, str], service: str) -> str:
+    """The start-up block's account of where spans go."""
+    named = [
+        "console (stdout)" if name == "console" else f"OTLP/HTTP to {_otlp_target(env)}"
+        for name in exporters
+    ]
+    return f"{' and '.join(named)}, service {service}"
+
+
+def _check_protocol(env: Mapping[str, str]) -> None:
+    """The exporter speaks OTLP/HTTP with protobuf: a protocol variable naming another
+    (``grpc``, ``http/json``) is refused, the traces' own first as OpenTelemetry reads them;
+    followed, the exporter would send protobuf over HTTP to a gRPC port and fail every batch."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        if value := env.get(name, "").strip():
+            if value.lower() != "http/protobuf":
+                raise SettingsError(
+                    f"{name} is {value!r}: this proxy exports OTLP over HTTP only"
+                    " (http/protobuf, to a collector's 4318)"
+                )
+            return
+
+
 def _check_endpoints(env: Mapping[str, str]) -> None:
     """An OTLP endpoint set that is no http(s) URL with a host is refused, naming the
     variable and not its value (it may carry a user and password): the exporter would take
@@ -164,6 +231,7 @@ def build_tracing(
     if not exporters:
         return None
     if "otlp" in exporters:
+        _check_protocol(env)
         _check_endpoints(env)
     try:
         from opentelemetry.sdk.resources import Resource
@@ -179,7 +247,8 @@ def build_tracing(
             "CASCADE_TRACING) but OpenTelemetry is not installed: "
             "pip install 'cascade-proxy[tracing]'"
         ) from exc
-    resource = Resource.create({"service.name": _service_name(env)})
+    service = _service_name(env)
+    resource = Resource.create({"service.name": service})
     sdk = SdkProvider(resource=resource)
     for name in exporters:
         if name == "console":
@@ -192,4 +261,4 @@ def build_tracing(
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return Tracing(sdk, owned=True)
+    return Tracing(sdk, owned=True, where=_where(exporters, env, service))

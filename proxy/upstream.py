@@ -315,7 +315,7 @@ class Upstream:
         """One whole answer; transport failures become 502/504. ``model`` names the call
         in its metrics and span only."""
         # The request's upstream time: send to the answer's last byte.
-        timer = UpstreamTimer(provider.name, path, model)
+        timer = UpstreamTimer(provider.name, path, model, method)
         status = None
         try:
             resp = await self._send(

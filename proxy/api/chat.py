@@ -32,6 +32,7 @@ from proxy.api.deps import (
 )
 from proxy.auth import check_agent, key_agents
 from proxy.errors import ClientRequestError
+from proxy.jsonio import loads
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
@@ -210,12 +211,24 @@ OPENAPI_PATHS: dict[str, Any] = {
 """The chat routes' entries in ``/openapi.json`` (``routes`` are invisible to FastAPI)."""
 
 
+def _body_model(content: bytes | None) -> str | None:
+    """The ``model`` of a JSON object body, to name the provider call's span and metrics;
+    None for any other body, which still goes to the provider as it came."""
+    try:
+        model = loads(content).get("model") if content else None
+    except (ValueError, AttributeError):
+        return None
+    return model if isinstance(model, str) and model else None
+
+
 async def _passthrough(
     request: Request,
     upstream: UpstreamDep,
     cfg: ConfigDep,
     path: str,
     named: bool = False,
+    *,
+    model_in_body: bool = False,
 ) -> Response:
     if named:  # under /s/{session_id}/
         note_session(session_path_id(request))  # 400 when invalid
@@ -234,6 +247,7 @@ async def _passthrough(
         client_headers=upstream_headers(request, cfg),
         content=content,
         params=list(request.query_params.multi_items()),
+        model=_body_model(content) if model_in_body else None,
     )
     if resp.status_code >= 400:
         log_relayed(provider, resp.status_code)
@@ -284,11 +298,11 @@ async def session_model(
 async def embeddings(
     request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/embeddings")
+    return await _passthrough(request, upstream, cfg, "/embeddings", model_in_body=True)
 
 
 @router.post("/s/{session_id}/v1/embeddings")
 async def session_embeddings(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/embeddings", named=True)
+    return await _passthrough(request, upstream, cfg, "/embeddings", named=True, model_in_body=True)

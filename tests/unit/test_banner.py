@@ -70,6 +70,7 @@ def test_the_block_names_the_address_providers_database_stages_and_pages() -> No
     assert "handoff (nudge at 90%)" in quiet and "handoff" not in default
     assert "metrics: http://127.0.0.1:9000/metrics" in text
     assert "console: not served by this build (/ui)" in text
+    assert lines[-1] == "  tracing: off"
     for secret in (*SECRETS.values(), "db-pass-8812", "url-pass-55", "bob"):
         assert secret not in text
 
@@ -175,3 +176,12 @@ def test_an_ipv6_address_is_named_in_brackets() -> None:
     settings = Settings(host="::1", port=8080)
     text = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None, paths=[])
     assert text.splitlines()[0] == "Cascade 0.1.0 listening on [::1]:8080"
+
+
+def test_the_block_says_where_spans_go() -> None:
+    """An operator reading the block learns whether spans are exported, and where to."""
+    where = "OTLP/HTTP to http://collector.lan:4318/v1/traces, service cascade-proxy"
+    text = startup_banner(
+        Settings(), _config(), SECRETS, database=DSN, embedded_at=None, paths=[], tracing=where
+    )
+    assert f"  tracing: {where}" in text.splitlines()

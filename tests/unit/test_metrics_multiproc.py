@@ -8,9 +8,11 @@ play a worker itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -57,11 +59,31 @@ def _value(text: str, name: str, **labels: str) -> float:
     )
 
 
+@contextlib.contextmanager
+def serving(env: dict[str, str], requests: str) -> Iterator[None]:
+    """A worker that counted ``requests`` and is still serving one, until the block ends."""
+    code = WORKER + "\nprint('ready', flush=True)\nsys.stdin.read()\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, requests, "runs"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
 def test_two_workers_report_their_sum_through_either(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     run_python(WORKER, "3", "stops", env=env)  # a worker that shut down cleanly
-    run_python(WORKER, "4", "runs", env=env)  # one still serving (its gauge file stays)
-    text = run_python(RENDER, env=env)
+    with serving(env, "4"):  # one still serving (its gauge file stays)
+        text = run_python(RENDER, env=env)
     route = {"route": "/v1/chat/completions", "method": "POST", "status": "200"}
     assert _value(text, "cascade_requests_total", **route) == 7
     assert _value(text, "cascade_tokens_reclaimed_total", stage="eviction") == 20
@@ -79,3 +101,52 @@ def test_without_the_directory_a_process_reports_only_itself(tmp_path: Path) -> 
     text = run_python(code, "5", "runs", env=env)
     assert _value(text, "cascade_requests_total") == 5
     assert list(tmp_path.iterdir()) == []
+
+
+def _start(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_dead_processs_requests_in_flight_leave_the_sum_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """A worker killed while serving (no ``close``) leaves its live gauge behind, as does a
+    previous run's: the next process to start drops it, since no process has that pid, and
+    says that the directory holds an earlier process's counts, which are summed in."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    run_python(WORKER, "4", "killed", env=env)  # exits without close: its files stay
+    done = _start("import logging, sys; logging.basicConfig(stream=sys.stderr)\n" + RENDER, env)
+    assert done.returncode == 0, done.stderr
+    assert _value(done.stdout, "cascade_inflight_requests") == 0
+    # counters stay: a deployment that empties the directory gets none, one that does not
+    # is told, once
+    assert _value(done.stdout, "cascade_requests_total") == 4
+    (warning,) = [line for line in done.stderr.splitlines() if "PROMETHEUS_MULTIPROC_DIR" in line]
+    assert f"{tmp_path} holds the figures of 1 process no longer running" in warning
+
+
+def test_a_reused_pid_does_not_take_over_an_earlier_processs_figures(tmp_path: Path) -> None:
+    """A container's restart gives its worker the pid the last run's had: prometheus-client
+    would open that process's files and go on from its values (a gauge of requests in
+    flight that never goes back to 0). The file bearing this process's pid when it starts
+    is an earlier process's, and is dropped before any metric is made."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    run_python(WORKER, "4", "killed", env=env)
+    code = (
+        "import os, pathlib, sys\n"
+        f"d = pathlib.Path({str(tmp_path)!r})\n"
+        "for f in list(d.iterdir()):\n"
+        "    kind = f.name.rsplit('_', 1)[0]\n"
+        "    f.rename(d / f'{kind}_{os.getpid()}.db')\n"
+        "from proxy.metrics import Metrics\n"
+        "m = Metrics.from_env()\n"
+        "m.requests.labels('/healthz', 'GET', '200').inc()\n"
+        "sys.stdout.write(m.render().decode())\n"
+    )
+    text = run_python(code, env=env)
+    assert _value(text, "cascade_inflight_requests") == 0
+    route = {"route": "/v1/chat/completions", "method": "POST", "status": "200"}
+    assert _value(text, "cascade_requests_total", **route) == 0
+    assert _value(text, "cascade_requests_total", route="/healthz") == 1

@@ -40,6 +40,36 @@ def test_without_one_it_listens_on_the_database_url(caplog: pytest.LogCaptureFix
     assert "without DATABASE_LISTEN_URL" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "listen",
+    [
+        POOLED,
+        "postgresql://cascade:pw-31@pgbouncer:6432/other",  # same pooler, another database
+        "postgresql://cascade@PgBouncer:6432/cascade?sslmode=require",
+    ],
+)
+def test_a_listen_url_through_the_same_pooler_is_warned_of(
+    listen: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listen URL copied from ``DATABASE_URL`` LISTENs through the pooler, where no
+    notification reaches it: the start warns as it does without one, rather than the streams
+    going without live events unsaid."""
+    settings = Settings(database_url=POOLED, database_listen_url=listen, db_pooler="transaction")
+    with caplog.at_level(logging.WARNING, logger="cascade"):
+        assert listen_url(settings, POOLED) == (listen, "DATABASE_LISTEN_URL")
+    (record,) = caplog.records
+    assert "DATABASE_LISTEN_URL reaches PostgreSQL through the pooler" in record.getMessage()
+    assert "pw-31" not in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cascade"):  # another host, another port
+        for other in (DIRECT, "postgresql://cascade@pgbouncer:5432/cascade"):
+            direct = Settings(
+                database_url=POOLED, database_listen_url=other, db_pooler="transaction"
+            )
+            listen_url(direct, POOLED)
+    assert not caplog.records
+
+
 def test_the_embedded_database_ignores_a_listen_url() -> None:
     """The embedded server is started here, so a listen URL can only name another one."""
     settings = Settings(database_url=None, database_listen_url=DIRECT)

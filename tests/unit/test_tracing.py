@@ -181,3 +181,56 @@ def test_an_otlp_endpoint_that_is_no_http_url_is_refused_by_name(name: str, valu
         build_tracing("", env={name: value})
     assert "SECRET" not in str(refused.value)
     assert build_tracing("console", env={name: value}) is not None  # not exported to: not read
+
+
+@pytest.mark.parametrize(
+    ("env", "where"),
+    [
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://ops:pw-77@collector.lan:4318/?token=tk-9"},
+            "OTLP/HTTP to https://collector.lan:4318/v1/traces, service cascade-proxy",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.lan:4318/otlp"},
+            "OTLP/HTTP to http://collector.lan:4318/otlp/v1/traces, service cascade-proxy",
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://ignored:4318",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces.lan:4318/in",
+                "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer hdr-secret-5",
+                "OTEL_SERVICE_NAME": "edge",
+            },
+            "OTLP/HTTP to http://traces.lan:4318/in, service edge",
+        ),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp,console"},
+            "OTLP/HTTP to http://localhost:4318/v1/traces and console (stdout), service"
+            " cascade-proxy",
+        ),
+    ],
+)
+def test_where_spans_go_is_said_without_credentials(env: dict[str, str], where: str) -> None:
+    """The start-up block's tracing line (``Tracing.where``): the place the exporter sends
+    to, as it resolves the variables, and never a password, query or header of them."""
+    tracing = build_tracing("", env=env)
+    assert tracing is not None
+    try:
+        assert tracing.where == where
+    finally:
+        tracing.shutdown()
+
+
+@pytest.mark.parametrize(
+    "name", ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]
+)
+def test_an_otlp_protocol_other_than_http_protobuf_is_refused(name: str) -> None:
+    """The exporter is OTLP/HTTP with protobuf: asked for gRPC (a collector's 4317) it would
+    send HTTP there and fail every batch, one ERROR line each, exporting nothing."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", name: "grpc"}
+    with pytest.raises(SettingsError, match=f"^{name} is 'grpc'.*http/protobuf"):
+        build_tracing("", env=env)
+    ok = build_tracing("", env={**env, name: "http/protobuf"})
+    assert ok is not None
+    ok.shutdown()
+    assert build_tracing("console", env=env) is not None  # no OTLP exporter: nothing to send

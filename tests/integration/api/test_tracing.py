@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.settings import Settings
-from tests.fakes.replies import reply
+from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import FAST, Agent, Model, Stack, words
 from tests.integration.api.conftest import ProxyServer
@@ -208,3 +208,79 @@ def test_metrics_scrapes_are_spans_too_but_name_no_model(
     (request,) = finished(exporter)
     assert request.name == "GET /metrics"
     assert "gen_ai.request.model" not in attrs(request)
+
+
+@pytest.mark.parametrize("model_id", ["gpt-fake", "org/model-7b"])
+def test_a_models_call_is_named_by_its_template_not_its_path(
+    model_id: str,
+    traced: ProxyServer,
+    fake_upstream: FakeUpstream,
+    exporter: InMemorySpanExporter,
+) -> None:
+    """A span name is a low-cardinality group (OpenTelemetry's naming rule): the model a
+    client asks about goes in ``url.path``, not in the name of its call's span."""
+    models_json = raw("{}", headers={"content-type": "application/json"})
+    fake_upstream.script(models_json, endpoint=f"/v1/models/{model_id}")
+    assert httpx.get(f"{traced.origin}/v1/models/{model_id}", timeout=5).status_code == 200
+    (call,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert call.name == "GET /models/{model}"
+    assert attrs(call)["url.path"] == f"/models/{model_id}"
+    assert attrs(call)["url.template"] == "/models/{model}"
+    fake_upstream.script(models_json, endpoint="/v1/models")
+    assert httpx.get(f"{traced.origin}/v1/models", timeout=5).status_code == 200
+    listed = [s for s in by_kind(finished(exporter, 2), SpanKind.CLIENT) if s is not call]
+    assert [s.name for s in listed] == ["GET /models"]
+
+
+def test_no_span_of_the_session_api_or_a_passthrough_names_a_key_body_or_session(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """Past the chat route: embeddings, the session API and its 404 carry the route's
+    template and the status, never what the client sent (README: Tracing)."""
+    key, sid, words = "sk-span-key-4471", "span-sess-9c2", "plum-orchard-text"
+    headers = {"authorization": f"Bearer {key}", "x-session-id": sid}
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": words}]}
+    assert httpx.post(f"{traced.origin}{CHAT}", json=body, headers=headers).status_code == 200
+    embed = {"model": "emb-1", "input": words}
+    posted = httpx.post(f"{traced.origin}/v1/embeddings", json=embed, headers=headers)
+    assert posted.status_code == 200
+    with httpx.Client(base_url=traced.origin, headers=headers, timeout=10) as api:
+        assert api.get(f"/v1/sessions/{sid}").status_code == 200
+        assert api.post(f"/v1/sessions/{sid}/branch", json={"id": sid + "-b"}).status_code == 200
+        assert api.post(f"/v1/sessions/{sid}-b/reset").status_code == 200
+        assert api.delete(f"/v1/sessions/{sid}-b").status_code == 200
+        assert api.get(f"/v1/sessions/{sid}-b").status_code == 404
+    spans = finished(exporter, 7)
+    names = sorted(s.name for s in by_kind(spans, SpanKind.SERVER))
+    assert names == [
+        "DELETE /v1/sessions/{session_id}",
+        "GET /v1/sessions/{session_id}",
+        "GET /v1/sessions/{session_id}",
+        "POST /v1/chat/completions",
+        "POST /v1/embeddings",
+        "POST /v1/sessions/{session_id}/branch",
+        "POST /v1/sessions/{session_id}/reset",
+    ]
+    seen = str([(s.name, attrs(s)) for s in spans])
+    for secret in (key, sid, words):
+        assert secret not in seen
+
+
+def test_a_passed_through_embeddings_call_is_named_by_its_model(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """``POST /v1/embeddings`` goes to the provider untouched, and its call's span is the
+    GenAI ``{operation} {model}`` with ``gen_ai.request.model``, as the retrieval stage's
+    own embedding calls are; a body that is no JSON object still goes, with no model."""
+    body = {"model": "emb-1", "input": "some text"}
+    assert httpx.post(f"{traced.origin}/v1/embeddings", json=body).status_code == 200
+    (call,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert call.name == "embeddings emb-1"
+    assert attrs(call)["gen_ai.request.model"] == "emb-1"
+    fake_upstream.script(
+        raw("{}", headers={"content-type": "application/json"}), endpoint="/v1/embeddings"
+    )
+    sent = httpx.post(f"{traced.origin}/v1/embeddings", content=b"[1, 2]")
+    assert sent.status_code == 200
+    calls = by_kind(finished(exporter, 2), SpanKind.CLIENT)
+    assert [c.name for c in calls if c is not call] == ["embeddings"]

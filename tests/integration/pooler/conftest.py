@@ -6,6 +6,11 @@ pooler) says to run it. The proxies are the integration tests' own (``ProxyServe
 :func:`~tests.integration.pooler.pgbouncer.routed_through` reroutes), so a test of
 tests/integration/api imported into a module of this directory runs through the pooler as
 it is. ``CASCADE_TEST_POOLER=transaction`` does the same for every integration test.
+
+The PgBouncer here lends its idle server connections in turn (``server_round_robin``):
+a client's consecutive transactions then run on different server connections whenever the
+database has two, so what leans on one server's session (a prepared statement, a ``SET``,
+a session-level advisory lock, a temporary table) fails here rather than passing by luck.
 """
 
 from __future__ import annotations
@@ -15,10 +20,25 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.api.conftest import client, config_path, http, proxy, replicas, settings
-from tests.integration.pooler.pgbouncer import PgBouncer, routed_through
+from tests.integration.pooler.pgbouncer import (
+    PgBouncer,
+    find_pgbouncer,
+    routed_through,
+    start_pgbouncer,
+)
 
 # the api tests' fixtures
 __all__ = ["client", "config_path", "http", "proxy", "replicas", "settings"]
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_dsn: str) -> Iterator[PgBouncer]:
+    """This directory's PgBouncer: transaction mode, server connections lent in turn."""
+    binary = find_pgbouncer()
+    if binary is None:
+        pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run does)")
+    with start_pgbouncer(binary, pg_dsn, round_robin=True) as bouncer:
+        yield bouncer
 
 
 @pytest.fixture
