@@ -112,13 +112,14 @@ class PressureRelief:
         body: Mapping[str, Any],
         ctx: ChatContext,
         state: SessionState,
-        fixed: int,
+        sent: int,
     ) -> Event | None:
-        """The handoff nudge of this step (``cascade.handoff``), measured after any
-        compaction the step ran; the session row's crossing flag is written when it flips."""
+        """The handoff nudge of this step (``cascade.handoff``), measured on the prompt the
+        step sends (``sent``: its estimate with the tools it carries), after any compaction,
+        eviction and trimming; the session row's crossing flag is written when it flips."""
         above = bool(state.session.get("handoff_above"))
         out = handoff_step(
-            budgets.pressure(state, rt, body, fixed),
+            budgets.sent_pressure(state, rt, body, sent),
             rt.ctx.handoff,
             above=above,
             summarized=state.summary is not None,
