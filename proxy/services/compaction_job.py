@@ -206,16 +206,17 @@ async def _call(
     job: CompactionJob,
     prompt: list[Any],
     count: TokenCounter,
-    tally: _Tally,
+    tally: _Tally | None = None,
     limit: int | None = None,
 ) -> str:
-    """One fast-model call, tried until ``tally`` counts ``limit`` calls (None: one more
-    try of ``summarize.maxAttempts``); returns text with the five sections, within the
-    length asked for. A refusal as too long raises :class:`_TooLong` at once: this prompt
-    cannot succeed. An error's ``Retry-After`` is waited for before the next try when it is
-    at most ``_RETRY_AFTER_WAIT``; a longer one ends the tries (the next would be refused
-    too) and is carried by the error, for the session's backoff."""
+    """One fast-model call, tried until ``tally`` (the calls of the whole summary) counts
+    ``limit`` calls (None: ``summarize.maxAttempts`` more tries); returns text with the five
+    sections, within the length asked for. A refusal as too long raises :class:`_TooLong` at
+    once: this prompt cannot succeed. An error's ``Retry-After`` is waited for before the
+    next try when it is at most ``_RETRY_AFTER_WAIT``; a longer one ends the tries (the next
+    would be refused too) and is carried by the error, for the session's backoff."""
     last = "no attempt made"
+    tally = _Tally() if tally is None else tally
     end = tally.calls + job.cfg.max_attempts if limit is None else limit
     while tally.calls < end:
         tally.calls += 1
