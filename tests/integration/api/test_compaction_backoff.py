@@ -165,3 +165,21 @@ def test_the_whole_summary_call_is_bounded_by_timeout_seconds(
         assert "timeoutSeconds" in failed["error"] and failed["attempts"] == 1
         assert failed["duration_ms"] < 2500
         assert time.monotonic() - t0 < 10
+
+
+def test_another_replica_honours_the_backoff(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The backoff is on the session row: a replica that never saw the failure keeps it."""
+    model = Model(brief=lambda req: LONG)
+    with stack(tmp_path, db_dsn, fake_upstream, model, replicas=2) as s:
+        agent = Agent(s.client("two-replicas"))
+        agent.fill()
+        wait_until(lambda: _failed(s, "two-replicas"), what="the failure")
+        calls = len(model.fast_times)
+        agent.client = s.client("two-replicas", replica=1)
+        for i in range(3):
+            agent.say(f"elsewhere {i}")
+        time.sleep(0.3)
+        assert len(model.fast_times) == calls
+        assert len(_failed(s, "two-replicas")) == 1
