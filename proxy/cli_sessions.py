@@ -180,7 +180,7 @@ def _show(body: dict[str, Any]) -> str:
 def _messages(body: dict[str, Any]) -> str:
     rows = []
     for m in body.get("data", []):
-        marks = ("truncated", "redacted", "evicted", "trimmed", "superseded")  # as /messages says
+        marks = ("summarised", "truncated", "redacted", "evicted", "trimmed", "superseded")
         flags = [f for f in marks if m.get(f)]
         rows.append(
             (

@@ -114,6 +114,11 @@ class SummarizeConfig(Block):
     ledger_cap: int = Field(default=64, ge=0)
     """At most this many identifiers of a folded span (newest first) are appended under
     ``## Files & State`` when the model's summary left them out (``cascade/ledger.py``)."""
+    timeout_seconds: float = Field(default=180, gt=0, le=3600)
+    """The whole summary call's bound, its retries and reflection pass included: the
+    provider's ``timeoutSeconds`` bounds each read only, and a request at ``hardFraction``
+    waits on the call. Room for a slow fast model's 2,000-token answer, well under the
+    provider's 600 s per read times ``maxAttempts``."""
 
     @model_validator(mode="after")
     def _soft_below_hard(self) -> SummarizeConfig:

@@ -57,6 +57,7 @@ _MESSAGE = _obj(
     tokens="integer",
     source="string",
     redacted="boolean",
+    summarised="boolean",
     evicted="boolean",
     trimmed="boolean",
     superseded="boolean",

@@ -14,7 +14,9 @@ and the transient event itself is never stored, so it could not be derived from 
 
 "Even after a compaction" means: the window already carries a summary, and no compaction of
 the session is running (one in flight may still make room; the step that sees its result
-decides). A step that cannot decide leaves the flag as it is. Pure: no I/O.
+decides). A step that cannot decide leaves the flag as it is. A step with the nudge switched
+off clears it: switched on again later, a session already high gets the nudge of a fresh
+crossing, not the silence of one it was given long ago. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def handoff_step(
 ) -> HandoffStep:
     """Decide this step's nudge; ``above`` is the session's flag before the step."""
     if not cfg.enabled:
-        return HandoffStep(above)
+        return HandoffStep(False)
     if p.fraction < cfg.at_fraction:
         return HandoffStep(False)
     if above or not summarized or compacting:

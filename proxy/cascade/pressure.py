@@ -4,15 +4,28 @@ The shell measures; this decides. At ``softFraction`` a compaction starts in the
 (or, with ``background`` off, runs now); at ``hardFraction``, or when the prompt would not
 fit at all, the request first waits for the compaction already in flight, measures again,
 and compacts now only if that one did not bring it under (``waited=True``).
+
+After a failed compaction the session backs off (``compaction_backoff``): the soft threshold
+starts no compaction until the backoff has passed (``backing_off``), while the hard
+threshold, the overflow guard and a forced ``/compact`` still try.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from proxy.config_context import SummarizeConfig
 
-__all__ = ["Pressure", "CompactionNeed", "compaction_need"]
+__all__ = [
+    "Pressure",
+    "CompactionNeed",
+    "compaction_need",
+    "compaction_backoff",
+    "backing_off",
+    "BACKOFF_FIRST_SECONDS",
+    "BACKOFF_MAX_SECONDS",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +74,27 @@ def compaction_need(
     if not waited and p.fraction >= cfg.soft_fraction:
         return CompactionNeed("soft")
     return None
+
+
+BACKOFF_FIRST_SECONDS = 30.0
+BACKOFF_MAX_SECONDS = 600.0
+
+
+def compaction_backoff(failures: int, retry_after: float | None = None) -> float:
+    """Seconds the session's background compaction waits after its ``failures``-th failed
+    compaction in a row: 30 s, doubled with each further failure up to 10 minutes, and no
+    less than the fast model's own ``Retry-After`` (within the same cap). A failure that
+    keeps failing (a briefing no smaller than what it replaces, a fast model that is down)
+    would otherwise cost one summary call on every request over ``softFraction``."""
+    base = BACKOFF_FIRST_SECONDS * float(2 ** min(max(failures - 1, 0), 10))
+    return min(max(base, retry_after or 0.0), BACKOFF_MAX_SECONDS)
+
+
+def backing_off(owner: object, expires: object, now: datetime) -> bool:
+    """Whether a session row (its ``compaction_owner`` and ``compaction_expires``, a
+    ``datetime`` or its ISO text as the row's JSON carries it) is in a failed compaction's
+    backoff at ``now``: no owner, and an expiry still ahead."""
+    if owner is not None or expires is None:
+        return False
+    when = expires if isinstance(expires, datetime) else datetime.fromisoformat(str(expires))
+    return when > now

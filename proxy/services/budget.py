@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from proxy.services.history import SessionState
     from proxy.services.request import Route, Step
 
-__all__ = ["FixedTokens", "reserved_output", "occupancy", "pressure", "budget", "page_room"]
+__all__ = [
+    "FixedTokens",
+    "reserved_output",
+    "occupancy",
+    "pressure",
+    "sent_pressure",
+    "budget",
+    "page_room",
+]
 
 _TOOLS_CACHE_MAX = 256
 
@@ -84,9 +92,15 @@ def occupancy(state: SessionState, fixed: int) -> int:
     must too, or every step after a compaction under-reports occupancy by the summary's
     size, and the tools would count only through the calibration ratio (capped at 2).
     """
+    return _calibrated(state, state.estimate + fixed)
+
+
+def _calibrated(state: SessionState, estimate: int) -> int:
+    """Occupancy of a prompt estimated at ``estimate`` (its tools included), moved from the
+    provider's real count of the session's previous prompt (``effective_input_tokens``)."""
     row = state.session
     return effective_input_tokens(
-        state.estimate + fixed,
+        estimate,
         ratio=row["calibration"],
         last_real=row["last_prompt_tokens"],
         last_estimate=row["last_estimate"],
@@ -101,6 +115,19 @@ def pressure(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int
         estimate=state.estimate,
         limit=limit,
         room=limit - reserved_output(body, rt.limits) - fixed,
+    )
+
+
+def sent_pressure(state: SessionState, rt: Route, body: Mapping[str, Any], sent: int) -> Pressure:
+    """The measure of the prompt the step sends: ``sent`` is its estimate with the tools it
+    carries (the assembled prompt's, as the step stores it in ``last_estimate``), so this
+    window's evictions, trims and compaction are counted out; the handoff nudge reads it."""
+    limit = rt.limits.context_limit
+    return Pressure(
+        occupancy=_calibrated(state, sent),
+        estimate=sent,
+        limit=limit,
+        room=limit - reserved_output(body, rt.limits),
     )
 
 

@@ -265,8 +265,10 @@ class ChatService:
             answers = await fulfil(needs, conn=turn.conn, key=key)
         # refused (ContextLengthExceeded): the turn's abort stores what the client sent
         assembled = toolloop.fit_offer(assemble(inp, answers=answers or None), body, rt.ctx)
+        overhead = tools + (schema if assembled.offer_read_tool else 0)
+        sent = assembled.tokens + overhead  # the prompt as sent: what the nudge measures
         if command is None and (
-            nudge := await self.relief.handoff(turn, rt, body, ctx, state, fixed)
+            nudge := await self.relief.handoff(turn, rt, body, ctx, state, sent)
         ):
             assembled = replace(assembled, events=(*assembled.events, nudge))
         reclaimed = await self._persist_step(turn, ctx, state, assembled, count)
@@ -283,7 +285,7 @@ class ChatService:
             count,
             command,
             reclaimed=reclaimed,
-            overhead=tools + (schema if assembled.offer_read_tool else 0),
+            overhead=overhead,
             turn=None if assembled.kept is None else (turn_key, _kept_text(assembled.kept)),
         )
 

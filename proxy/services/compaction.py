@@ -20,6 +20,9 @@
   gets a ``context.compaction.failed`` with reason ``interrupted``: at start-up
   (``close_interrupted``), and when the session's next compaction starts; a console waiting
   for the pair never waits forever.
+- A failed one (``summary_failed``) leaves a backoff (``cascade.pressure.compaction_backoff``)
+  on the session row, the claim's expiry with no owner: no replica's background compaction
+  claims the session before it ends; the hard threshold, the guard and a forced one do.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -38,21 +41,21 @@ import asyncpg
 from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.pipeline import drop_commands
+from proxy.cascade.pressure import compaction_backoff
 from proxy.cascade.summary import fold_summary, plan_compaction
 from proxy.cascade.types import (
     COMPACTION_COMPLETED,
     COMPACTION_FAILED,
     COMPACTION_STARTED,
-    Message,
     TokenCounter,
 )
 from proxy.observe import note_compaction_event
-from proxy.services.compaction_job import CompactionJob, SummaryCallError, summarise
-from proxy.services.compaction_span import CompactionResult, Span
+from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
+from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_since
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
-from proxy.store import leases as claims, messages as msgs, sessions, steps, summaries
+from proxy.store import events, leases as claims, messages as msgs, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -70,10 +73,6 @@ _FORCED = frozenset({"api", "command"})
 """Triggers of a compaction someone asked for (the endpoint, the CLI, ``/compact``): it is
 stored even when it frees no room, since the summary itself (its plan, its ledger) was asked
 for; one the pressure started is not worth a larger prompt."""
-
-
-def _ms_since(t0: float) -> int:
-    return round((time.monotonic() - t0) * 1000)
 
 
 class DurableSummarizer:
@@ -135,11 +134,6 @@ class DurableSummarizer:
         (``interrupted.Closer.at_start``); returns how many closed now."""
         return await self._closer.at_start()
 
-    async def _claim(self, conn: Any, tenant: str, session_id: str, owner: uuid.UUID) -> bool:
-        return await claims.claim_compaction(
-            conn, tenant=tenant, session_id=session_id, owner=owner, ttl=self.leases.ttl
-        )
-
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[Connection]:
         async with borrowed(self.pool, self.acquire_timeout) as conn:
@@ -179,7 +173,15 @@ class DurableSummarizer:
         delays = claims.poll_delays()
         while True:
             async with self._conn() as conn:
-                if await self._claim(conn, job.tenant, job.session_id, owner):
+                # a background compaction does not claim a session in a failure's backoff
+                if await claims.claim_compaction(
+                    conn,
+                    tenant=job.tenant,
+                    session_id=job.session_id,
+                    owner=owner,
+                    ttl=self.leases.ttl,
+                    background=not wait,
+                ):
                     break
                 if not wait:
                     return None  # another replica is on it
@@ -192,14 +194,20 @@ class DurableSummarizer:
                     return None
             await asyncio.sleep(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)
+        result = None
         try:
-            return await self._compact(job, owner)
+            result = await self._compact(job, owner)
+            return result
         finally:
             self.leases.unclaim(job.tenant, job.session_id, owner)
             with contextlib.suppress(DatabaseUnavailable, PoolExhausted):  # it expires
                 async with self._conn() as conn:
                     await claims.release_compaction(
-                        conn, tenant=job.tenant, session_id=job.session_id, owner=owner
+                        conn,
+                        tenant=job.tenant,
+                        session_id=job.session_id,
+                        owner=owner,
+                        backoff=result.backoff if result else None,
                     )
 
     async def _publish(
@@ -246,12 +254,13 @@ class DurableSummarizer:
         await lent.give_back()  # none held while the fast model answers
         try:
             plan, ratio = span.plan, span.ratio
-            content = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
+            brief = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
         except SummaryCallError as exc:
             conn = await lent.take()
-            await self._failed(conn, job, span, t0, "summary_failed", str(exc), exc.attempts)
-            return span.unchanged(str(exc), failed=True)
-        return await self._store(lent, job, span, content, t0)
+            error, calls = str(exc), exc.attempts
+            wait = await self._failed(conn, job, span, t0, "summary_failed", error, calls, exc)
+            return span.unchanged(str(exc), failed=True, backoff=wait)
+        return await self._store(lent, job, span, brief, t0)
 
     async def _read(
         self, conn: Connection, job: CompactionJob, owner: uuid.UUID
@@ -297,7 +306,7 @@ class DurableSummarizer:
         return Span(owner, latest, boundary, head, tail, plan, before, float(row["calibration"]))
 
     async def _store(
-        self, lent: Lent, job: CompactionJob, span: Span, content: str, t0: float
+        self, lent: Lent, job: CompactionJob, span: Span, brief: Briefing, t0: float
     ) -> CompactionResult:
         """Write the summary unless the history changed meanwhile or, for a compaction the
         pressure started, the prompt with it would be no smaller than before (a failure:
@@ -306,8 +315,8 @@ class DurableSummarizer:
         conn = await lent.take()
         # The previous summary is folded too: its identifiers (its own ledger's among them)
         # are the oldest the model was given, so one it drops comes back, within the cap.
-        given = [*([] if span.latest is None else [_as_text(span.latest)]), *span.plan.span]
-        ledger = apply_ledger(content, given, cap=job.cfg.ledger_cap)
+        given = [*([] if span.latest is None else [as_text(span.latest)]), *span.plan.span]
+        ledger = apply_ledger(brief.content, given, cap=job.cfg.ledger_cap)
         content = ledger.summary
         head = span.head
         kept = [r["message"] for r in span.tail[span.plan.end :]]
@@ -316,8 +325,8 @@ class DurableSummarizer:
             reason = (
                 f"the briefing leaves the prompt no smaller ({after} tokens, {span.before} before)"
             )
-            await self._failed(conn, job, span, t0, "summary_failed", reason, 1)
-            return span.unchanged(reason, failed=True)
+            wait = await self._failed(conn, job, span, t0, "summary_failed", reason, brief.calls)
+            return span.unchanged(reason, failed=True, backoff=wait)
         version = await summaries.insert_summary(
             conn,
             tenant=job.tenant,
@@ -331,7 +340,7 @@ class DurableSummarizer:
         )
         if version is None:
             reason = "the history changed while summarising; the summary was discarded"
-            await self._failed(conn, job, span, t0, "history_changed", reason, 1)
+            await self._failed(conn, job, span, t0, "history_changed", reason, brief.calls)
             return span.unchanged(reason)
         folded = span.plan.end - span.plan.start
         completed = {
@@ -341,7 +350,7 @@ class DurableSummarizer:
             "folded_messages": folded,
             "tokens_before": span.before,
             "tokens_after": after,
-            "duration_ms": _ms_since(t0),
+            "duration_ms": ms_since(t0),
             "identifiers_kept": ledger.kept,
             "identifiers_added": ledger.added,
             "identifiers_dropped": ledger.dropped,
@@ -360,27 +369,30 @@ class DurableSummarizer:
         reason: str,
         error: str,
         attempts: int,
-    ) -> None:
+        exc: SummaryCallError | None = None,
+    ) -> float | None:
         """Report a compaction that left the previous state as it was, unless it lost its
         claim: its session was deleted (and perhaps made again, under the same id, by a
         request: not the session it started in), or the compaction that took the lapsed claim
-        closed its start as interrupted already."""
+        closed its start as interrupted already. Returns the session's backoff, in seconds,
+        after a ``summary_failed`` one (None after another reason, or a lost claim)."""
         key = {"tenant": job.tenant, "session_id": job.session_id}
         if not await claims.holds_compaction(conn, **key, owner=span.owner):
             log.info("compaction of %s lost its claim; %s dropped", job.session_id, reason)
-            return
+            return None
         data = {
             "reason": reason,
             "error": error,
             "attempts": attempts,
-            "duration_ms": _ms_since(t0),
+            "duration_ms": ms_since(t0),
             "tokens_before": span.before,
             "tokens_after": span.before,
             "summary_version": span.version,
         }
+        backoff = None
+        if reason == "summary_failed":
+            run = await events.count_failed_run(conn, tenant=job.tenant, session_id=job.session_id)
+            backoff = compaction_backoff(run + 1, exc.retry_after if exc else None)
+            data["retry_in_seconds"] = backoff
         await self._publish(conn, job, COMPACTION_FAILED, data)
-
-
-def _as_text(summary: Mapping[str, Any]) -> Message:
-    """A summary row as a message of the span the ledger reads (its text is all it reads)."""
-    return {"role": "user", "content": summary["content"]}
+        return backoff

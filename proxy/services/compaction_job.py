@@ -10,7 +10,9 @@ calls, ≤ 3) and then reported as :class:`SummaryCallError`, a prompt the fast 
 as too long is cut to half its size before the next call (the same prompt would be refused
 again), and a briefing grown past ``reflectTokens`` gets one reflection pass, kept only if it
 parses and is shorter. An answer far longer than the ``max_tokens`` it was given is unusable too
-(``_OVERRUN``).
+(``_OVERRUN``). An error's ``Retry-After`` up to ``_RETRY_AFTER_WAIT`` is waited for before the
+next try; a longer one ends the tries and sets the session's backoff instead. The whole call,
+retries included, is bounded by ``summarize.timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -29,14 +31,17 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
-from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer
+from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer, retry_after
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import Upstream
 
-__all__ = ["CompactionJob", "job_for", "SummaryCallError", "summarise"]
+__all__ = ["Briefing", "CompactionJob", "job_for", "SummaryCallError", "summarise"]
 
 log = logging.getLogger("cascade.compaction")
 _SUMMARY_OUTPUT_TOKENS = 2000
+_RETRY_AFTER_WAIT = 2.0
+"""The longest ``Retry-After`` of the fast model a summary call waits for before trying
+again: a request at ``hardFraction`` waits on the call."""
 _OVERRUN = 1.5
 """An answer longer than the ``max_tokens`` it was given, by this factor of the proxy's own
 estimate (which may count a little high), came from a provider that ignored the bound: it is
@@ -94,15 +99,31 @@ def job_for(
 
 
 class SummaryCallError(RuntimeError):
-    """The fast model could not produce a usable briefing, after ``attempts`` calls."""
+    """The fast model could not produce a usable briefing, after ``attempts`` calls;
+    ``retry_after``: the wait its last answer asked for, when that ended the attempts."""
 
-    def __init__(self, message: str, attempts: int) -> None:
+    def __init__(self, message: str, attempts: int, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.attempts = attempts
+        self.retry_after = retry_after
 
 
 class _TooLong(SummaryCallError):
     """The fast model refused the prompt as longer than its window."""
+
+
+@dataclass(frozen=True, slots=True)
+class Briefing:
+    """A usable briefing, and the calls to the fast model it took (its reflection's
+    included): what a compaction's event reports as its ``attempts``."""
+
+    content: str
+    calls: int
+
+
+@dataclass(slots=True)
+class _Tally:
+    calls: int = 0
 
 
 async def summarise(
@@ -112,35 +133,58 @@ async def summarise(
     *,
     count: TokenCounter,
     ratio: float = 1.0,
-) -> str:
+) -> Briefing:
     """The briefing of ``plan``'s span, folded onto its previous summary; raises
-    :class:`SummaryCallError` when every attempt failed.
+    :class:`SummaryCallError` when every attempt failed, or when no usable briefing came
+    within ``summarize.timeoutSeconds`` (the whole call, retries included; a reflection pass
+    still running then is dropped and the briefing kept).
 
     The prompt is fitted to the fast model's window as the overflow guard counts
     (``calibrated_count`` with the session's real/estimated ``ratio``): it is the session's own
     text, which the estimate may count low by as much as the session's prompts were."""
-    budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
-    calibrated = calibrated_count(count, ratio)
-    prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
-    used = 0
-    while True:
-        try:
-            text = await _call(upstream, job, prompt, count, job.cfg.max_attempts - used)
-            break
-        except _TooLong as exc:
-            used += exc.attempts
-            smaller = build_prompt(plan, max_input_tokens=calibrated(prompt) // 2, count=calibrated)
-            if used >= job.cfg.max_attempts or smaller == prompt:
-                raise SummaryCallError(str(exc), used) from None
-            prompt = smaller
+    tally = _Tally()
+    deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
+    try:
+        async with asyncio.timeout_at(deadline):
+            text = await _briefing_text(upstream, job, plan, count, ratio, tally)
+    except TimeoutError:
+        raise SummaryCallError(
+            f"no usable briefing within summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)",
+            tally.calls,
+        ) from None
     content = parse_briefing(text, previous=plan.previous)
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
         reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
-        with contextlib.suppress(SummaryCallError, ValueError):
-            shorter = parse_briefing(await _call(upstream, job, reflect, count), previous=content)
+        with contextlib.suppress(SummaryCallError, ValueError, TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                answer = await _call(upstream, job, reflect, count, tally)
+            shorter = parse_briefing(answer, previous=content)
             if _tokens(shorter, count) < _tokens(content, count):  # else it only costs more
                 content = shorter
-    return content
+    return Briefing(content, tally.calls)
+
+
+async def _briefing_text(
+    upstream: Upstream,
+    job: CompactionJob,
+    plan: CompactionPlan,
+    count: TokenCounter,
+    ratio: float,
+    tally: _Tally,
+) -> str:
+    """The fast model's usable answer to ``plan``'s prompt, the prompt halved after each
+    refusal as too long, within ``summarize.maxAttempts`` calls in all."""
+    budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
+    calibrated = calibrated_count(count, ratio)
+    prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
+    while True:
+        try:
+            return await _call(upstream, job, prompt, count, tally, job.cfg.max_attempts)
+        except _TooLong as exc:
+            smaller = build_prompt(plan, max_input_tokens=calibrated(prompt) // 2, count=calibrated)
+            if tally.calls >= job.cfg.max_attempts or smaller == prompt:
+                raise SummaryCallError(str(exc), tally.calls) from None
+            prompt = smaller
 
 
 def _tokens(text: str, count: TokenCounter) -> int:
@@ -162,21 +206,28 @@ async def _call(
     job: CompactionJob,
     prompt: list[Any],
     count: TokenCounter,
-    attempts: int | None = None,
+    tally: _Tally | None = None,
+    limit: int | None = None,
 ) -> str:
-    """One fast-model call with at most ``attempts`` tries (``summarize.maxAttempts``);
-    returns text with the five sections, within the length asked for. A refusal as too long
-    raises :class:`_TooLong` at once: this prompt cannot succeed."""
+    """One fast-model call, tried until ``tally`` (the calls of the whole summary) counts
+    ``limit`` calls (None: ``summarize.maxAttempts`` more tries); returns text with the five
+    sections, within the length asked for. A refusal as too long raises :class:`_TooLong` at
+    once: this prompt cannot succeed. An error's ``Retry-After`` is waited for before the
+    next try when it is at most ``_RETRY_AFTER_WAIT``; a longer one ends the tries (the next
+    would be refused too) and is carried by the error, for the session's backoff."""
     last = "no attempt made"
-    attempts = job.cfg.max_attempts if attempts is None else attempts
-    for attempt in range(attempts):
+    tally = _Tally() if tally is None else tally
+    end = tally.calls + job.cfg.max_attempts if limit is None else limit
+    while tally.calls < end:
+        tally.calls += 1
+        attempt = tally.calls
         body = {
             "model": job.fast_model,
             "messages": prompt,
             "max_tokens": _SUMMARY_OUTPUT_TOKENS,
             "temperature": 0,
         }
-        too_long = False
+        too_long, wait = False, None
         try:
             resp = await post_fast_model(upstream, job, body)
         except Exception as exc:  # transport errors (ProxyError) included: no answer's fault
@@ -187,15 +238,19 @@ async def _call(
                 if status >= 400:
                     last = f"fast model answered {status}: {text}"
                     too_long = status == 400 and TOO_LONG in text
+                    wait = retry_after(resp)
                 else:
                     parse_briefing(text)  # raises ValueError when no section is recognisable
                     _check_length(text, count)
                     return text
             except (ValueError, LookupError, TypeError, AttributeError) as exc:
                 last = f"unusable summary ({type(exc).__name__}: {exc})"
-        log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt + 1, last)
+        log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt, last)
         if too_long:
-            raise _TooLong(last, attempt + 1)
-        if attempt + 1 < attempts:  # no pause after the last attempt
-            await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
-    raise SummaryCallError(last, attempts)
+            raise _TooLong(last, attempt)
+        if wait is not None and wait > _RETRY_AFTER_WAIT:
+            raise SummaryCallError(f"{last} (Retry-After {wait:g} s)", attempt, wait)
+        if tally.calls < end:  # no pause after the last attempt
+            pause = min(0.2 * (2 ** (attempt - 1)), 2.0)
+            await asyncio.sleep(max(pause, wait or 0.0))
+    raise SummaryCallError(last, tally.calls)

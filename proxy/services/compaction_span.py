@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +12,7 @@ import asyncpg
 
 from proxy.cascade.types import CompactionPlan, Message
 
-__all__ = ["CompactionResult", "Span"]
+__all__ = ["CompactionResult", "Span", "as_text", "ms_since"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,7 @@ class CompactionResult:
     tokens_after: int
     reason: str = ""
     failed: bool = False  # the fast model could not give a summary (not: nothing to fold)
+    backoff: float | None = None  # seconds the session's background compaction now waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,5 +59,19 @@ class Span:
         plan, tail = self.plan, self.tail
         return int(tail[plan.end]["pos"] if plan.end < len(tail) else tail[plan.end - 1]["pos"] + 1)
 
-    def unchanged(self, reason: str, *, failed: bool = False) -> CompactionResult:
-        return CompactionResult(None, self.boundary, 0, self.before, self.before, reason, failed)
+    def unchanged(
+        self, reason: str, *, failed: bool = False, backoff: float | None = None
+    ) -> CompactionResult:
+        return CompactionResult(
+            None, self.boundary, 0, self.before, self.before, reason, failed, backoff
+        )
+
+
+def ms_since(t0: float) -> int:
+    """Milliseconds since the ``time.monotonic()`` reading ``t0``."""
+    return round((time.monotonic() - t0) * 1000)
+
+
+def as_text(summary: Mapping[str, Any]) -> Message:
+    """A summary row as a message of the span the ledger reads (its text is all it reads)."""
+    return {"role": "user", "content": summary["content"]}

@@ -9,11 +9,14 @@ does, so the fast model's spend shows in the metrics whichever stage asked.
 from __future__ import annotations
 
 import json
+import math
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from proxy.observe import note_usage
 
-__all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer"]
+__all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer", "retry_after"]
 
 TOO_LONG = "context_length_exceeded"
 """The error code of a provider that refuses a prompt past its window (OpenAI's)."""
@@ -53,3 +56,32 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, str(data["choices"][0]["message"].get("content") or "")
+
+
+def retry_after(resp: Any) -> float | None:
+    """The seconds an error answer asks the caller to wait before calling again: its
+    ``retry-after-ms`` (OpenAI's), else its ``retry-after`` in seconds or as an HTTP date;
+    None when it says nothing usable."""
+    headers = resp.headers
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if not value:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            seconds = _seconds_until(value) if scale == 1.0 else math.nan
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
+    return None
+
+
+def _seconds_until(http_date: str) -> float:
+    """Seconds from now to ``http_date`` (NaN when it does not parse)."""
+    try:
+        when = parsedate_to_datetime(http_date)
+    except (TypeError, ValueError, IndexError):
+        return math.nan
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()

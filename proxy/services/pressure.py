@@ -12,10 +12,11 @@ and assembling the prompt.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from proxy.cascade.handoff import handoff_step
-from proxy.cascade.pressure import compaction_need
+from proxy.cascade.pressure import backing_off, compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event
 from proxy.config import Config
@@ -71,10 +72,18 @@ class PressureRelief:
     ) -> SessionState:
         """Do what ``cascade.pressure.compaction_need`` decides: start a background
         compaction (soft), or wait for the one in flight, measure again and compact now
-        (hard, overflow)."""
+        (hard, overflow). A soft need starts nothing while the session backs off after a
+        failed compaction (``cascade.pressure.backing_off``, as the row read at the start of
+        the request says; the claim checks it again on the database's clock)."""
         s = rt.ctx.summarize
         need = compaction_need(budgets.pressure(state, rt, body, fixed), s)
         if need is None:
+            return state
+        row = state.session
+        now = datetime.now(UTC)
+        if need.trigger == "soft" and backing_off(
+            row.get("compaction_owner"), row.get("compaction_expires"), now
+        ):
             return state
         key = ctx.key
         if need.wait_first:
@@ -103,13 +112,14 @@ class PressureRelief:
         body: Mapping[str, Any],
         ctx: ChatContext,
         state: SessionState,
-        fixed: int,
+        sent: int,
     ) -> Event | None:
-        """The handoff nudge of this step (``cascade.handoff``), measured after any
-        compaction the step ran; the session row's crossing flag is written when it flips."""
+        """The handoff nudge of this step (``cascade.handoff``), measured on the prompt the
+        step sends (``sent``: its estimate with the tools it carries), after any compaction,
+        eviction and trimming; the session row's crossing flag is written when it flips."""
         above = bool(state.session.get("handoff_above"))
         out = handoff_step(
-            budgets.pressure(state, rt, body, fixed),
+            budgets.sent_pressure(state, rt, body, sent),
             rt.ctx.handoff,
             above=above,
             summarized=state.summary is not None,

@@ -3,9 +3,10 @@ the background worker that embeds stored messages.
 
 ``related_messages`` answers ``cascade.retrieval.RetrievalNeed`` on the request's connection:
 it embeds the query, waiting at most ``timeoutMs``, then runs one search statement
-(``store.embeddings.search_outside_prompt``). A missing, slow or failing embedder, or a
-search the database refuses, is an answer with an error and no hits: the turn goes out
-without the block, and its ``context.retrieval`` event says why.
+(``store.embeddings.search_outside_prompt``), or a second, wider one (``RACE_SLACK``) when a
+compaction that landed meanwhile left the first short of ``maxResults``. A missing, slow or
+failing embedder, or a search the database refuses, is an answer with an error and no hits:
+the turn goes out without the block, and its ``context.retrieval`` event says why.
 
 ``EmbeddingWorker`` runs one task per replica for the app's life. While some agent has
 retrieval on, it claims batches of the unembedded messages of those agents' sessions, embeds
@@ -67,20 +68,42 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
         note_embedding_failure()
         log.warning("retrieval skipped for a turn: the embedding failed: %s", exc)
         return failed(f"embedding failed: {exc}")
+    limit = need.max_results
     try:
-        found = await store.search_outside_prompt(
-            conn,
-            tenant=key.tenant,
-            session_id=key.session_id,
-            model=embedder.model,
-            vector=vectors[0],
-            min_score=need.min_score,
-            limit=need.max_results,
-        )
+        while True:
+            found = await store.search_outside_prompt(
+                conn,
+                tenant=key.tenant,
+                session_id=key.session_id,
+                model=embedder.model,
+                vector=vectors[0],
+                min_score=need.min_score,
+                limit=limit,
+            )
+            hits = _hits(found, need)
+            wider = need.max_results + min(len(need.carried), RACE_SLACK)
+            if len(hits) >= need.max_results or len(found) < limit or limit >= wider:
+                break
+            limit = wider  # the filter dropped some: once more, with room for them
     except asyncpg.PostgresError as exc:  # a refused statement leaves the connection usable
         log.warning("retrieval skipped for a turn: the search failed: %s", exc)
         return failed(f"search failed: {exc}")
-    hits = tuple(
+    hits = hits[: need.max_results]
+    took = (time.perf_counter() - started) * 1000
+    return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
+
+
+RACE_SLACK = 32
+"""The most candidates a search fetches beyond ``maxResults`` when the first fetch came back
+short after the filter (``_hits``): a compaction that landed meanwhile folded messages the
+prompt still carries, and a hit on one is dropped; the second fetch makes room for as many as
+the prompt carries, within this."""
+
+
+def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
+    """The search's rows as hits, but for a ``/compact`` exchange and a message the prompt
+    still carries that a compaction folded after the window was read (``need.carried``)."""
+    return tuple(
         Hit(
             f.pos,
             f.role,
@@ -91,10 +114,8 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
         )
         for f in found
         if not (isinstance(f.message, dict) and is_command_exchange(f.message))
-        and not (f.origin == "summarised" and f.pos in need.carried)  # RetrievalNeed.carried
+        and not (f.origin == "summarised" and f.pos in need.carried)
     )
-    took = (time.perf_counter() - started) * 1000
-    return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

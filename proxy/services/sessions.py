@@ -145,8 +145,14 @@ async def list_messages(
     sent_form: bool = False,
 ) -> dict[str, Any]:
     """The history in its prompt form, or with ``sent_form`` each cut or evicted result as
-    the client sent it (what a client resending the history must send back)."""
-    await require_session(conn, tenant, session_id)
+    the client sent it (what a client resending the history must send back).
+
+    A live row folded into the current summary is ``summarised``, whatever happened to it
+    before: an evicted result folded since is no longer ``evicted`` (its placeholder is in no
+    prompt either), as the console and ``sessions show`` label it."""
+    session = await require_session(conn, tenant, session_id)
+    latest = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
+    boundary = 0 if latest is None else latest["boundary"]
     rows = await msgs.fetch_messages(
         conn,
         tenant=tenant,
@@ -175,14 +181,22 @@ async def list_messages(
                 "tokens": r["tokens"],
                 "source": r["source"],
                 "redacted": r["redacted"],
-                "evicted": r["evicted_at"] is not None and not is_cut,
+                "summarised": folded,
+                "evicted": r["evicted_at"] is not None and not is_cut and not folded,
                 "trimmed": r["trimmed_at"] is not None,
                 "superseded": r["superseded_at"] is not None,
                 "created_at": _iso(r["created_at"]),
             }
             for r, is_cut, was_spilled in zip(rows, cut, spilled, strict=True)
+            for folded in (_folded(r, session["system_count"], boundary),)
         ],
     }
+
+
+def _folded(row: Any, system_count: int, boundary: int) -> bool:
+    """Whether a stored row is folded into the summary whose ``boundary`` is given: a live
+    row between the leading system messages and the boundary."""
+    return row["superseded_at"] is None and system_count <= row["pos"] < boundary
 
 
 def _cut_observation(row: Any) -> bool:

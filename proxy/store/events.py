@@ -31,6 +31,7 @@ __all__ = [
     "unwatch",
     "fetch_unpaired_compactions",
     "fetch_sessions_with_unpaired_compactions",
+    "count_failed_run",
 ]
 
 NOTIFY_CHANNEL = "cascade_events"
@@ -232,3 +233,19 @@ async def fetch_sessions_with_unpaired_compactions(conn: Executor) -> list[tuple
     """(tenant, session_id) of every session with an unpaired started event."""
     rows = await conn.fetch(FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS)
     return [(r["tenant"], r["session_id"]) for r in rows]
+
+
+FETCH_RECENT_OUTCOMES = """
+SELECT name = 'context.compaction.failed' FROM events
+WHERE tenant = $1 AND session_id = $2
+  AND name IN ('context.compaction.completed', 'context.compaction.failed')
+  AND (name = 'context.compaction.completed' OR data->>'reason' = 'summary_failed')
+ORDER BY id DESC LIMIT $3
+"""
+
+
+async def count_failed_run(conn: Executor, *, tenant: str, session_id: str, limit: int = 8) -> int:
+    """How many of the session's latest compactions failed as ``summary_failed`` in a row
+    (since its last completed one), counting at most ``limit``: the backoff grows with it."""
+    failed = [r[0] for r in await conn.fetch(FETCH_RECENT_OUTCOMES, tenant, session_id, limit)]
+    return next((i for i, f in enumerate(failed) if not f), len(failed))

@@ -100,16 +100,25 @@ UPDATE sessions SET compaction_owner = $3,
     compaction_expires = clock_timestamp() + make_interval(secs => $4)
 WHERE tenant = $1 AND id = $2
   AND (compaction_owner IS NULL OR compaction_expires < clock_timestamp())
+  AND NOT ($5 AND compaction_owner IS NULL
+           AND coalesce(compaction_expires > clock_timestamp(), false))
 RETURNING true
 """
 
 
 async def claim_compaction(
-    conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID, ttl: float
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    owner: uuid.UUID,
+    ttl: float,
+    background: bool = False,
 ) -> bool:
     """Claim the session's compaction for ``owner``: False when another compaction holds
-    the claim (on any replica), or the session does not exist."""
-    return bool(await conn.fetchval(CLAIM_COMPACTION, tenant, session_id, owner, ttl))
+    the claim (on any replica), or the session does not exist; with ``background``, also
+    while the session backs off after a failed compaction (``release_compaction``)."""
+    return bool(await conn.fetchval(CLAIM_COMPACTION, tenant, session_id, owner, ttl, background))
 
 
 RENEW_CLAIMS = """
@@ -129,15 +138,24 @@ async def renew_claims(
 
 
 RELEASE_COMPACTION = """
-UPDATE sessions SET compaction_owner = NULL, compaction_expires = NULL
+UPDATE sessions SET compaction_owner = NULL,
+    compaction_expires = clock_timestamp() + make_interval(secs => $4::float8)
 WHERE tenant = $1 AND id = $2 AND compaction_owner = $3
 """
 
 
 async def release_compaction(
-    conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    owner: uuid.UUID,
+    backoff: float | None = None,
 ) -> None:
-    await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner)
+    """Free the claim. ``backoff`` (seconds, after a failed compaction) leaves the expiry
+    behind with no owner: until then a background compaction does not claim the session
+    (``claim_compaction``), while a forced or hard one does; None clears it."""
+    await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner, backoff)
 
 
 HOLDS_COMPACTION = """

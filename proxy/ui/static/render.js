@@ -157,7 +157,7 @@ export function rawKey(row) {
 }
 
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
-// back (cut at ingestion or evicted). A redacted one cannot: its secret is never stored, so
+// back (cut at ingestion, or evicted, folded into the summary since or not). A redacted one cannot: its secret is never stored, so
 // no copy of it is kept and the tool-outputs endpoint answers 404 for it. Its text takes the
 // direction of its own first strong letter (dir="auto"): a right-to-left message reads so on
 // this left-to-right page.
@@ -180,7 +180,10 @@ export function renderMessage(row, onPage, folded = false) {
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
   el("pre", { class: "body", dir: "auto", text: contentText(m.content) }), ...calls);
-  if ((row.truncated || row.evicted) && row.tool_call_id && !row.redacted) {
+  // An evicted result folded since is summarised, not evicted (the API says so), and its
+  // placeholder still names the raw output it pages back.
+  const cleared = folded && contentText(m.content).startsWith("[context-cleared]");
+  if ((row.truncated || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
       text: "Show the raw output", onclick: () => onPage(row, li) }));
   }

@@ -113,7 +113,10 @@ def test_a_failing_fast_model_is_retried_then_reported_and_the_previous_summary_
         failed = compaction_events(s, "fail")[-1]
         assert failed["name"] == "context.compaction.failed"
         assert failed["attempts"] == 3 and "500" in failed["error"]
-        agent.say("next")  # the fast model works again: the next step compacts
+        agent.say("next")  # inside the failure's backoff: no summary call
+        assert len(model.fast_times) == 4
+        s.query("UPDATE sessions SET compaction_expires = now() WHERE id = $1", "fail")
+        agent.say("next")  # the backoff over, the fast model works again: the step compacts
         assert [r["version"] for r in s.summaries("fail")] == [1, 2]
 
 

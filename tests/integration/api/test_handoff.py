@@ -119,3 +119,63 @@ def test_off_by_default(tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
     finally:
         proxy.stop()
     assert [name for name, frames in steps if frames] == []
+
+
+def _tool_round(i: int, tokens: int) -> list[dict[str, Any]]:
+    call = {"id": f"call_{i}", "type": "function",
+            "function": {"name": "read_file", "arguments": f'{{"path": "f{i}.py"}}'}}  # fmt: skip
+    return [
+        user(f"read f{i}.py"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": words(tokens, f"file{i}")},
+    ]
+
+
+@pytest.mark.parametrize("evict", [True, False], ids=["evicting", "not-evicting"])
+def test_the_nudge_measures_the_prompt_sent_after_the_steps_own_eviction(
+    evict: bool, tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A compacted session's second big tool round takes the window over ``atFraction``; the
+    step's eviction clears the first round, and the prompt sent is under it: no nudge. Without
+    eviction the same step is over it, and nudged (the control)."""
+    fake_upstream.default = Model()
+    ctx = {
+        "summarize": {"softFraction": 0.7, "hardFraction": 0.95, "keepRecent": 2,
+                      "background": False},
+        "eviction": {"enabled": evict, "atFraction": 0.3, "keepRecentRounds": 1,
+                     "clearAtLeast": 300, "minResultTokens": 100},
+        "handoff": {"enabled": True, "atFraction": 0.45},
+    }  # fmt: skip
+    path = write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        context=ctx,
+        models={
+            "default": {"contextLimit": LIMIT, "reservedOutput": 300},
+            FAST: {"contextLimit": 32000},
+        },
+    )
+    proxy = ProxyServer(
+        Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3, watch_config=False)
+    ).start()
+    steps: list[tuple[str, list[Any]]] = []
+    try:
+        history: list[Any] = []
+        with open_events_later(proxy, "sent") as opener:
+            stream: EventStream | None = None
+            script = [("t", [user(words(450, f"t{i}"))]) for i in range(7)]
+            script += [(f"r{i}", _tool_round(i, 900)) for i in (1, 2)]
+            for name, messages in script:
+                history += messages
+                history.append(chat(proxy.origin, "sent", history))
+                stream = stream or opener()
+                frames = stream.until(named(USAGE))
+                steps.append((name, [f.data for f in frames if f.event == HANDOFF_SUGGESTED]))
+        last = fake_upstream.bodies()[-1]
+    finally:
+        proxy.stop()
+    assert any("## Objective" in str(m.get("content")) for m in last["messages"]), "compacted"
+    cleared = any("[context-cleared]" in str(m.get("content")) for m in last["messages"])
+    assert cleared is evict
+    nudged = [name for name, frames in steps if frames]
+    assert nudged == ([] if evict else ["r2"]), steps

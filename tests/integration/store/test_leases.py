@@ -137,6 +137,22 @@ async def test_the_compaction_claim_is_one_per_session(pool: asyncpg.Pool) -> No
     assert not await leases.claim_compaction(pool, owner=A, tenant=T, session_id="none", ttl=1)
 
 
+async def test_a_failed_compactions_backoff_holds_off_only_background_claims(
+    pool: asyncpg.Pool,
+) -> None:
+    await make_session(pool, "b")
+    claim = {"tenant": T, "session_id": "b", "ttl": TTL}
+    assert await leases.claim_compaction(pool, owner=A, **claim, background=True)
+    await leases.release_compaction(pool, tenant=T, session_id="b", owner=A, backoff=60)
+    assert not await leases.claim_compaction(pool, owner=B, **claim, background=True)
+    assert await leases.claim_compaction(pool, owner=B, **claim)  # hard, overflow, forced
+    await leases.release_compaction(pool, tenant=T, session_id="b", owner=B)  # a success
+    assert await leases.claim_compaction(pool, owner=A, **claim, background=True)
+    await leases.release_compaction(pool, tenant=T, session_id="b", owner=A, backoff=0.05)
+    await asyncio.sleep(0.1)
+    assert await leases.claim_compaction(pool, owner=B, **claim, background=True)
+
+
 async def test_reset_waits_for_the_lease_then_holds_the_row(pool: asyncpg.Pool) -> None:
     """The session API's operations wait while a request holds the lease, holding no
     connection, and a request's first statement waits for theirs."""

@@ -323,6 +323,10 @@ def test_cut_and_evicted_outputs_page_back(
     assert "parser.py: the fix" in summary.locator("section", has_text="Files & State").inner_text()
     reclaimed.filter(has_text="summarisation").wait_for()
     assert listing.locator("[data-mark=summarised]").count() > 0  # what the summary folded
+    # the evicted result, folded since: summarised, not evicted, and it still pages back
+    evicted.locator("[data-mark=summarised]").wait_for()
+    assert evicted.locator("[data-mark=evicted]").count() == 0
+    assert evicted.get_by_test_id("raw-page").count() == 1
     cut.get_by_test_id("raw-output").wait_for()  # kept through the refreshes
     target = os.environ.get("CASCADE_CONSOLE_SCREENSHOT")
     if os.environ.get("CASCADE_UPDATE_SCREENSHOT"):

@@ -46,3 +46,10 @@ def test_off_by_default_leaves_the_flag() -> None:
     assert HandoffConfig().enabled is False
     out = handoff_step(_p(990), HandoffConfig(), above=False, summarized=True, compacting=False)
     assert out.above is False and out.event is None
+
+
+def test_switched_off_the_flag_clears_and_switched_on_again_a_high_session_is_nudged() -> None:
+    off = handoff_step(_p(990), HandoffConfig(), above=True, summarized=True, compacting=False)
+    assert off.above is False and off.event is None
+    again = handoff_step(_p(990), ON, above=off.above, summarized=True, compacting=False)
+    assert again.above is True and again.event is not None
