@@ -217,8 +217,14 @@ async def _passthrough(
     path: str,
     named: bool = False,
 ) -> Response:
-    if named:  # under /s/{session_id}/
-        note_session(session_path_id(request))  # 400 when invalid
+    # The path's id (under /s/{session_id}/), else X-Session-Id, read as a chat reads them:
+    # a malformed one is the 400, before any provider call; a valid one is named back.
+    path_id = session_path_id(request) if named else None
+    named_id = named_session_id(
+        path_id=path_id, header_id=request.headers.get("x-session-id"), body=None
+    )
+    if named_id is not None:
+        note_session(named_id)
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
