@@ -23,6 +23,7 @@ from proxy.api.deps import (
     ConfigDep,
     TenantDep,
     UpstreamDep,
+    json_object,
     reach_session,
     read_body,
     read_json_body,
@@ -228,11 +229,13 @@ async def _passthrough(
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
-    content = (
-        await read_body(request, request.state.settings.max_body_bytes, setting=MAX_BODY_BYTES)
-        if request.method == "POST"
-        else None
-    )
+    content = None
+    if request.method == "POST":
+        limit = request.state.settings.max_body_bytes
+        content = await read_body(request, limit, setting=MAX_BODY_BYTES)
+        # Checked here, sent as it came: a provider that cannot parse a body answers what it
+        # likes (an HTML page, a 500), not an error the client can read as its own.
+        json_object(content)
     resp = await upstream.call(
         provider,
         request.method,
