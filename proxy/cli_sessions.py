@@ -254,7 +254,8 @@ def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None
     left, and a full page looked like the whole list."""
 
     def note(body: dict[str, Any]) -> str | None:
-        shown = len(body.get("data", []))
+        data = body.get("data")
+        shown = len(data) if isinstance(data, list) else 0
         if shown and shown >= limit:
             return f"(a full page of {shown}; more may follow: --offset {offset + shown})"
         return None
@@ -274,9 +275,9 @@ def call_api(
     key_from: str = "",
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
-    ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
-    1 for an error answer, 2 when there is no proxy to ask. A refused key is named by
-    ``key_from``, where it came from, never quoted."""
+    ``--json``, else ``render``'s text, then (either way) ``note``'s on stderr, or the error;
+    0 on success, 1 for an error answer, 2 when there is no proxy to ask. A refused key is
+    named by ``key_from``, where it came from, never quoted."""
     method, path, params, body = request
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
@@ -340,10 +341,12 @@ def call_api(
         except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
             return _not_cascade(url, resp, "JSON Cascade's API does not give")
         print(printable(shown))
-        more = note(answer) if note else None
-        if more:  # on stderr once the answer is out: a reader that left sees none
-            sys.stdout.flush()
-            print(more, file=sys.stderr)
+    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
+    # a reader that left sees none
+    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
+    if more:
+        sys.stdout.flush()
+        print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
 
 

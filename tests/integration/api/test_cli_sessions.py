@@ -133,6 +133,24 @@ def test_a_full_page_says_where_the_next_one_starts(
     assert "more may follow: --offset 1" in err
 
 
+def test_a_full_page_says_where_the_next_one_starts_with_json_too(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # with --json the note was left out: a script paging with it got no word of more, and
+    # stdout, which it parses, stays the API's JSON alone since the note goes to stderr
+    for sid in ("p1", "p2", "p3"):
+        _chat(http, sid, "hi")
+    url = ["--url", proxy.origin, "--api-key", KEY, "--json"]
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2")
+    assert code == 0 and len(json.loads(out)["data"]) == 2
+    assert "more may follow: --offset 2" in err
+    code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
+    assert code == 0 and len(json.loads(out)["data"]) == 1
+    assert "more may follow: --offset 1" in err
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
+    assert code == 0 and "more may follow" not in err
+
+
 def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(
     http: httpx.Client,
     proxy: ProxyServer,
