@@ -298,7 +298,10 @@ def call_api(
             timeout=600,
             trust_env=not _on_loopback(url),
         )
-    except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
+    # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
+    # one, but means no http:// or https:// (the "host:port" of the banner's address), not
+    # a proxy that does not answer
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         shown = without_credentials(url)
         # httpx's reason quotes a piece of the URL, which may be a password's first part
         why = f" ({exc})" if shown == url else ""
