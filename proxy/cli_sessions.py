@@ -329,6 +329,8 @@ def call_api(
     elif not resp.is_success:
         error = answer.get("error") if isinstance(answer, dict) else None
         said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
+        if isinstance(error, dict) and isinstance(said, str):
+            said = _as_option(said, error.get("param"), params)
         hint = ""
         if resp.status_code == 401:  # no key, or one the proxy does not know: say which
             sent = f"the key sent came from {key_from or _KEY_SOURCES}"
@@ -351,6 +353,18 @@ def call_api(
         sys.stdout.flush()
         print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
+
+
+_OPTIONS = ("limit", "offset")  # query parameters sent as the --option of the same name
+
+
+def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
+    """The API's 400 for a query parameter (``query.limit: …``) as the option the user gave
+    (``--limit: …``): the API's bounds are its own, and the user typed no ``query.limit``."""
+    prefix = f"query.{param}: "
+    if param in _OPTIONS and param in params and message.startswith(prefix):
+        return f"--{param}: " + message.removeprefix(prefix)
+    return message
 
 
 def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:

@@ -169,3 +169,20 @@ def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(
     # any other path is kept: a proxy mounted under a prefix is reached there
     code, _, err = _run(capsys, "--url", f"{proxy.url}/v1", "--api-key", KEY, "ls")
     assert code == 1 and "/v1/v1/v1/sessions" in err
+
+
+def test_a_limit_the_api_refuses_is_named_as_the_option(
+    proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the API's upper bounds are its own (1000 sessions, 10000 messages a page); its 400
+    # named "query.limit", a parameter the user never typed
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, _, err = _run(capsys, *url, "ls", "--limit", "5000")
+    assert code == 1
+    assert "400 --limit: Input should be less than or equal to 1000" in err, err
+    code, _, err = _run(capsys, *url, "messages", "s1", "--offset", str(2**63))
+    assert code == 1
+    said = [line for line in err.splitlines() if line.startswith("cascade-proxy sessions")]
+    assert said and said[0].startswith("cascade-proxy sessions messages: 400 --offset: "), err
+    code, out, _ = _run(capsys, *url, "--json", "ls", "--limit", "5000")
+    assert code == 1 and json.loads(out)["error"]["message"].startswith("query.limit: ")
