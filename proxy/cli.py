@@ -207,7 +207,8 @@ def _count(least: int) -> Any:
         except ValueError:  # argparse would say "invalid count value"
             value = least - 1
         if value < least:
-            raise argparse.ArgumentTypeError(f"{text} is not a count of {least} or more")
+            shown = text if text.strip() else repr(text)  # "--offset ''" said " is not …"
+            raise argparse.ArgumentTypeError(f"{shown} is not a count of {least} or more")
         return value
 
     return count

@@ -15,6 +15,7 @@ CASES = [
     (["sessions", "messages", "s1", "--offset=-2"], "argument --offset: -2 is not a count"),
     (["sessions", "ls", "--limit", "abc"], "argument --limit: abc is not a count of 1 or more"),
     (["memory", "rm", "0"], "argument id: 0 is not a count of 1 or more"),
+    (["sessions", "ls", "--offset", ""], "argument --offset: '' is not a count of 0 or more"),
 ]
 
 
