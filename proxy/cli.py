@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +197,7 @@ def _port(text: str) -> int:
     return port
 
 
-def _count(least: int) -> Any:
+def _count(least: int) -> Callable[[str], int]:
     """An integer option of ``least`` or more: one the API can never take is the option's
     usage error, not a request whose 400 names the API's ``query.limit``."""
 
