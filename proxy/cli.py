@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         if action in ("ls", "messages"):
             a.add_argument(
                 "--limit",
-                type=int,
+                type=_count(1),
                 default=100 if action == "ls" else 1000,
                 help="how many to list (default %(default)s)",
             )
             a.add_argument(
-                "--offset", type=int, default=0, help="how many to skip first (default 0)"
+                "--offset", type=_count(0), default=0, help="how many to skip first (default 0)"
             )
         if action == "messages":
             a.add_argument(
@@ -184,7 +184,7 @@ def _memory_parser(sub: Any) -> None:
         if action == "add":
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":
-            a.add_argument("id", type=int, help="the fact's id (see 'memory ls')")
+            a.add_argument("id", type=_count(1), help="the fact's id (see 'memory ls')")
 
 
 def _port(text: str) -> int:
@@ -195,6 +195,23 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:  # uvicorn would take 99999 and listen somewhere else
         raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
     return port
+
+
+def _count(least: int) -> Callable[[str], int]:
+    """An integer option of ``least`` or more: one the API can never take is the option's
+    usage error, not a request whose 400 names the API's ``query.limit``."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # argparse would say "invalid count value"
+            value = least - 1
+        if value < least:
+            shown = text if text.strip() else repr(text)  # "--offset ''" said " is not …"
+            raise argparse.ArgumentTypeError(f"{shown} is not a count of {least} or more")
+        return value
+
+    return count
 
 
 def _host(text: str) -> str:

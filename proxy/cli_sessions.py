@@ -254,7 +254,8 @@ def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None
     left, and a full page looked like the whole list."""
 
     def note(body: dict[str, Any]) -> str | None:
-        shown = len(body.get("data", []))
+        data = body.get("data")
+        shown = len(data) if isinstance(data, list) else 0
         if shown and shown >= limit:
             return f"(a full page of {shown}; more may follow: --offset {offset + shown})"
         return None
@@ -274,9 +275,9 @@ def call_api(
     key_from: str = "",
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
-    ``--json``, else ``render``'s text, then ``note``'s on stderr, or the error; 0 on success,
-    1 for an error answer, 2 when there is no proxy to ask. A refused key is named by
-    ``key_from``, where it came from, never quoted."""
+    ``--json``, else ``render``'s text, then (either way) ``note``'s on stderr, or the error;
+    0 on success, 1 for an error answer, 2 when there is no proxy to ask. A refused key is
+    named by ``key_from``, where it came from, never quoted."""
     method, path, params, body = request
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
@@ -297,7 +298,10 @@ def call_api(
             timeout=600,
             trust_env=not _on_loopback(url),
         )
-    except httpx.InvalidURL as exc:  # raised apart from TransportError: "http://[::1"
+    # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
+    # one, but means no http:// or https:// (the "host:port" of the banner's address), not
+    # a proxy that does not answer
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         shown = without_credentials(url)
         # httpx's reason quotes a piece of the URL, which may be a password's first part
         why = f" ({exc})" if shown == url else ""
@@ -325,6 +329,8 @@ def call_api(
     elif not resp.is_success:
         error = answer.get("error") if isinstance(answer, dict) else None
         said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
+        if isinstance(error, dict) and isinstance(said, str):
+            said = _as_option(said, error.get("param"), params)
         hint = ""
         if resp.status_code == 401:  # no key, or one the proxy does not know: say which
             sent = f"the key sent came from {key_from or _KEY_SOURCES}"
@@ -340,11 +346,25 @@ def call_api(
         except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
             return _not_cascade(url, resp, "JSON Cascade's API does not give")
         print(printable(shown))
-        more = note(answer) if note else None
-        if more:  # on stderr once the answer is out: a reader that left sees none
-            sys.stdout.flush()
-            print(more, file=sys.stderr)
+    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
+    # a reader that left sees none
+    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
+    if more:
+        sys.stdout.flush()
+        print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
+
+
+_OPTIONS = ("limit", "offset")  # query parameters sent as the --option of the same name
+
+
+def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
+    """The API's 400 for a query parameter (``query.limit: …``) as the option the user gave
+    (``--limit: …``): the API's bounds are its own, and the user typed no ``query.limit``."""
+    prefix = f"query.{param}: "
+    if param in _OPTIONS and param in params and message.startswith(prefix):
+        return f"--{param}: " + message.removeprefix(prefix)
+    return message
 
 
 def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:

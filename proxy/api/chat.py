@@ -23,6 +23,7 @@ from proxy.api.deps import (
     ConfigDep,
     TenantDep,
     UpstreamDep,
+    json_object,
     reach_session,
     read_body,
     read_json_body,
@@ -230,16 +231,24 @@ async def _passthrough(
     *,
     model_in_body: bool = False,
 ) -> Response:
-    if named:  # under /s/{session_id}/
-        note_session(session_path_id(request))  # 400 when invalid
+    # The path's id (under /s/{session_id}/), else X-Session-Id, read as a chat reads them:
+    # a malformed one is the 400, before any provider call; a valid one is named back.
+    path_id = session_path_id(request) if named else None
+    named_id = named_session_id(
+        path_id=path_id, header_id=request.headers.get("x-session-id"), body=None
+    )
+    if named_id is not None:
+        note_session(named_id)
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
-    content = (
-        await read_body(request, request.state.settings.max_body_bytes, setting=MAX_BODY_BYTES)
-        if request.method == "POST"
-        else None
-    )
+    content = None
+    if request.method == "POST":
+        limit = request.state.settings.max_body_bytes
+        content = await read_body(request, limit, setting=MAX_BODY_BYTES)
+        # Checked here, sent as it came: a provider that cannot parse a body answers what it
+        # likes (an HTML page, a 500), not an error the client can read as its own.
+        json_object(content)
     resp = await upstream.call(
         provider,
         request.method,

@@ -39,6 +39,7 @@ __all__ = [
     "read_body",
     "MAX_BODY_BYTES",
     "read_json_body",
+    "json_object",
     "session_path_id",
     "encoded_slash",
     "reach_session",
@@ -173,6 +174,13 @@ async def read_json_body(
     raw = await read_body(request, limit, setting=setting)
     if optional and not raw:
         return {}
+    return json_object(raw, resent=resent, key=key)
+
+
+def json_object(
+    raw: bytes, *, resent: ResentBodies | None = None, key: Any = None
+) -> dict[str, Any]:
+    """``raw`` parsed, when it is a JSON object; else the 400 saying what to send."""
     try:
         body = loads(raw) if resent is None else resent.parse(key, raw)
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
+from proxy.api.query import BLANK_IS_UNSET
 from proxy.auth import check_agent, may_use_agent
 from proxy.errors import ClientRequestError
 from proxy.services import memory as svc
@@ -43,7 +44,10 @@ def _checker(request: Request) -> svc.SuggestionCheck:
 
 @router.get("")
 async def list_facts(
-    request: Request, pool: PoolDep, tenant: TenantDep, scope: str = "global"
+    request: Request,
+    pool: PoolDep,
+    tenant: TenantDep,
+    scope: Annotated[str, BLANK_IS_UNSET] = "global",
 ) -> dict[str, Any]:
     return await svc.list_facts(pool, tenant=tenant, scope=_scope(request, scope))
 
@@ -79,7 +83,7 @@ async def list_suggestions(
     pool: PoolDep,
     cfg: ConfigDep,
     tenant: TenantDep,
-    limit: int = Query(100, ge=1, le=1000),
+    limit: Annotated[int, Query(ge=1, le=1000), BLANK_IS_UNSET] = 100,
 ) -> dict[str, Any]:
     return await svc.list_suggestions(
         pool, cfg, tenant=tenant, limit=limit, may_see=_reaches(request)

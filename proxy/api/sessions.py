@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
@@ -22,6 +22,7 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
+from proxy.api.query import BLANK_IS_UNSET
 from proxy.api.session_schemas import ok
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError, PermissionDenied
@@ -54,8 +55,8 @@ async def list_sessions(
     tenant: TenantDep,
     cfg: ConfigDep,
     agents: KeyAgentsDep,
-    limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0, le=BIGINT_MAX),
+    limit: Annotated[int, Query(ge=1, le=1000), BLANK_IS_UNSET] = 100,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
 ) -> dict[str, Any]:
     return await svc.list_sessions(
         pool, cfg, tenant=tenant, limit=limit, offset=offset, agents=agents
@@ -74,10 +75,10 @@ async def list_messages(
     session_id: SessionIdDep,
     pool: PoolDep,
     tenant: TenantDep,
-    include_superseded: bool = False,
-    limit: int = Query(1000, ge=1, le=10000),
-    offset: int = Query(0, ge=0, le=BIGINT_MAX),
-    form: Literal["prompt", "sent"] = "prompt",
+    include_superseded: Annotated[bool, BLANK_IS_UNSET] = False,
+    limit: Annotated[int, Query(ge=1, le=10000), BLANK_IS_UNSET] = 1000,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
+    form: Annotated[Literal["prompt", "sent"], BLANK_IS_UNSET] = "prompt",
 ) -> dict[str, Any]:
     return await svc.list_messages(
         pool,
@@ -232,8 +233,8 @@ async def tool_output(
     pool: PoolDep,
     tenant: TenantDep,
     cfg: ConfigDep,
-    offset: int = Query(0, ge=0, le=BIGINT_MAX),
-    limit: int | None = Query(None, ge=1),
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
+    limit: Annotated[int | None, Query(ge=1), BLANK_IS_UNSET] = None,
     grep: str | None = None,
 ) -> dict[str, Any]:
     return await svc.tool_output(

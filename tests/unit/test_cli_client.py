@@ -43,6 +43,18 @@ def test_a_malformed_url_is_one_line_and_exit_2(
     assert url in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("url", ["127.0.0.1:8080", "localhost:8080/v1", "ftp://127.0.0.1:8080"])
+def test_a_url_without_an_http_scheme_says_how_to_write_one(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the host:port a user types from the banner's address was "cannot reach the proxy"
+    # with httpx's words alone, as if nothing listened there
+    assert main(["sessions", "ls", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "not a URL" in err and "http://host:port" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_a_malformed_cascade_url_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

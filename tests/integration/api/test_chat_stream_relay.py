@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from tests.fakes.replies import Pacer, Reply, raw, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
@@ -296,7 +297,12 @@ def test_sdk_stream_with_usage_n_and_logprobs(
 # --------------------------------------------------------------------------- timing
 
 
-def test_frames_are_relayed_as_they_arrive(http: httpx.Client, fake_upstream: FakeUpstream) -> None:
+@pytest.mark.parametrize(
+    "path", ["/v1/chat/completions", "/s/run-1/v1/chat/completions"], ids=["plain", "session-path"]
+)
+def test_frames_are_relayed_as_they_arrive(
+    http: httpx.Client, fake_upstream: FakeUpstream, path: str
+) -> None:
     # role, 4 content pieces, finish, usage, [DONE]; the provider sends each of the first five
     # only after the client has had the one before, so a relay that held frames back stalls.
     pacer = Pacer()
@@ -304,7 +310,7 @@ def test_frames_are_relayed_as_they_arrive(http: httpx.Client, fake_upstream: Fa
     body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "count"}], "stream": True}
 
     data = []
-    with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+    with http.stream("POST", path, json=body) as resp:
         for line in resp.iter_lines():
             if line.startswith("data:"):
                 data.append(line)

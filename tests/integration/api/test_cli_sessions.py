@@ -133,6 +133,24 @@ def test_a_full_page_says_where_the_next_one_starts(
     assert "more may follow: --offset 1" in err
 
 
+def test_a_full_page_says_where_the_next_one_starts_with_json_too(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # with --json the note was left out: a script paging with it got no word of more, and
+    # stdout, which it parses, stays the API's JSON alone since the note goes to stderr
+    for sid in ("p1", "p2", "p3"):
+        _chat(http, sid, "hi")
+    url = ["--url", proxy.origin, "--api-key", KEY, "--json"]
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2")
+    assert code == 0 and len(json.loads(out)["data"]) == 2
+    assert "more may follow: --offset 2" in err
+    code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
+    assert code == 0 and len(json.loads(out)["data"]) == 1
+    assert "more may follow: --offset 1" in err
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
+    assert code == 0 and "more may follow" not in err
+
+
 def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(
     http: httpx.Client,
     proxy: ProxyServer,
@@ -151,3 +169,20 @@ def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(
     # any other path is kept: a proxy mounted under a prefix is reached there
     code, _, err = _run(capsys, "--url", f"{proxy.url}/v1", "--api-key", KEY, "ls")
     assert code == 1 and "/v1/v1/v1/sessions" in err
+
+
+def test_a_limit_the_api_refuses_is_named_as_the_option(
+    proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the API's upper bounds are its own (1000 sessions, 10000 messages a page); its 400
+    # named "query.limit", a parameter the user never typed
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, _, err = _run(capsys, *url, "ls", "--limit", "5000")
+    assert code == 1
+    assert "400 --limit: Input should be less than or equal to 1000" in err, err
+    code, _, err = _run(capsys, *url, "messages", "s1", "--offset", str(2**63))
+    assert code == 1
+    said = [line for line in err.splitlines() if line.startswith("cascade-proxy sessions")]
+    assert said and said[0].startswith("cascade-proxy sessions messages: 400 --offset: "), err
+    code, out, _ = _run(capsys, *url, "--json", "ls", "--limit", "5000")
+    assert code == 1 and json.loads(out)["error"]["message"].startswith("query.limit: ")

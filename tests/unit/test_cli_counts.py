@@ -1,0 +1,38 @@
+"""A ``--limit``, ``--offset`` or fact id the API can never take is a usage error (exit 2,
+naming the option), as ``--limit abc`` is, not a request whose 400 exits 1 naming the API's
+``query.limit``: the user typed an option, and it is the option that was wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cli import main
+
+CASES = [
+    (["sessions", "ls", "--limit", "0"], "argument --limit: 0 is not a count of 1 or more"),
+    (["sessions", "ls", "--offset", "-1"], "argument --offset: -1 is not a count of 0 or more"),
+    (["sessions", "messages", "s1", "--limit", "-3"], "argument --limit: -3 is not a count"),
+    (["sessions", "messages", "s1", "--offset=-2"], "argument --offset: -2 is not a count"),
+    (["sessions", "ls", "--limit", "abc"], "argument --limit: abc is not a count of 1 or more"),
+    (["memory", "rm", "0"], "argument id: 0 is not a count of 1 or more"),
+    (["sessions", "ls", "--offset", ""], "argument --offset: '' is not a count of 0 or more"),
+]
+
+
+@pytest.mark.parametrize(("argv", "said"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_a_count_out_of_range_is_a_usage_error(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--url", "http://127.0.0.1:1"]  # nothing listens: a request would say so instead
+    with pytest.raises(SystemExit) as usage:
+        main([*argv, *url])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert "cannot reach" not in err
+
+
+def test_the_smallest_counts_still_go_to_the_proxy(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sessions", "ls", "--limit", "1", "--offset", "0", "--url", "http://127.0.0.1:1"])
+    assert code == 2
+    assert "cannot reach" in capsys.readouterr().err
