@@ -33,7 +33,6 @@ from proxy.api.deps import (
 )
 from proxy.auth import check_agent, key_agents
 from proxy.errors import ClientRequestError
-from proxy.jsonio import loads
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
@@ -212,13 +211,10 @@ OPENAPI_PATHS: dict[str, Any] = {
 """The chat routes' entries in ``/openapi.json`` (``routes`` are invisible to FastAPI)."""
 
 
-def _body_model(content: bytes | None) -> str | None:
-    """The ``model`` of a JSON object body, to name the provider call's span and metrics;
-    None for any other body, which still goes to the provider as it came."""
-    try:
-        model = loads(content).get("model") if content else None
-    except (ValueError, AttributeError):
-        return None
+def _body_model(body: dict[str, Any]) -> str | None:
+    """The body's ``model``, to name the provider call's span and metrics; None when it
+    names none (the body still goes to the provider as it came)."""
+    model = body.get("model")
     return model if isinstance(model, str) and model else None
 
 
@@ -243,12 +239,14 @@ async def _passthrough(
     check_agent(request.scope, agent_name)
     provider = cfg.providers[agent.provider]
     content = None
+    model = None
     if request.method == "POST":
         limit = request.state.settings.max_body_bytes
         content = await read_body(request, limit, setting=MAX_BODY_BYTES)
         # Checked here, sent as it came: a provider that cannot parse a body answers what it
         # likes (an HTML page, a 500), not an error the client can read as its own.
-        json_object(content)
+        body = json_object(content)
+        model = _body_model(body) if model_in_body else None
     resp = await upstream.call(
         provider,
         request.method,
@@ -256,7 +254,7 @@ async def _passthrough(
         client_headers=upstream_headers(request, cfg),
         content=content,
         params=list(request.query_params.multi_items()),
-        model=_body_model(content) if model_in_body else None,
+        model=model,
     )
     if resp.status_code >= 400:
         log_relayed(provider, resp.status_code)
