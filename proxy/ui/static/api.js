@@ -80,6 +80,9 @@ export const api = {
   // the history from its `from`th row on (`offset` counts the rows in position order)
   messages: (id, form = "prompt", from = 0) => everything(
     `/v1/sessions/${encodeURIComponent(id)}/messages?form=${form}`, 10000, from),
+  // `n` rows of the history in its prompt form from its `from`th on (n within one page)
+  messageRange: (id, from, n) => call(
+    "GET", `/v1/sessions/${encodeURIComponent(id)}/messages?form=prompt&limit=${n}&offset=${from}`),
   toolOutput: (id, callId, offset, limit) => call(
     "GET",
     `/v1/sessions/${encodeURIComponent(id)}/tool-outputs/${encodeURIComponent(callId)}` +
