@@ -141,7 +141,7 @@ export class MessageRows {
     if (!shown) return;
     let pre = li.querySelector("[data-testid=raw-output]");
     if (!pre) {
-      pre = el("pre", { class: "raw", "data-testid": "raw-output" });
+      pre = el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" });
       li.append(pre);
     }
     pre.textContent = shown.text;
