@@ -10,6 +10,12 @@ import { MessageRows, WINDOW } from "./rows.js";
 
 const $ = (id) => document.getElementById(id);
 
+// The page is scrolled to (about) its end.
+function atEnd() {
+  const page = document.scrollingElement;
+  return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
+}
+
 export class SessionView {
   constructor(id, ui) {
     this.id = id;
@@ -116,7 +122,9 @@ export class SessionView {
     return this.refreshing;
   }
 
-  // A reply that ended before this load began is in what it loads: the load drops it. A 404
+  // A reply that ended before this load began is in what it loads: the load drops it. The
+  // view opens on its newest rows, by the composer, and stays there as rows come in while
+  // the page is scrolled to its end; scrolled up (reading earlier rows) it stays put. A 404
   // forgets the raw outputs paged back: a session started again under this id has its own.
   async load(whole) {
     const ended = this.live.ended();
@@ -125,11 +133,13 @@ export class SessionView {
       const [session, rows] = await Promise.all([
         asked, this.messages.fetch(whole, async () => (await asked).message_count || 0)]);
       if (this.abort.signal.aborted) return;
+      const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
       this.messages.take(rows);
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
+      if (stick && this.messages.rows.length) $("composer").scrollIntoView({ block: "end" });
     } catch (err) {
       this.whole = true; // what this load was to bring (a row rewritten ...) is not known
       if (err.status === 404) {

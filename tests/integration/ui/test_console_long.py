@@ -329,12 +329,22 @@ def _medium(console_proxy: Any, fake_upstream: FakeUpstream, sid: str, rounds: i
         assert resp.status_code == 200, resp.text
 
 
+def _in_view(locator: Any) -> bool:
+    return bool(
+        locator.evaluate(
+            "(n) => { const r = n.getBoundingClientRect();"
+            " return r.top >= 0 && r.bottom <= window.innerHeight; }"
+        )
+    )
+
+
 def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_keyboard(
     console: Page, console_proxy: Any, fake_upstream: FakeUpstream
 ) -> None:
-    """The first load asks for and shows the last WINDOW rows; "load earlier" (Enter on it,
-    the focus staying on it) adds the WINDOW before them, in order, then the rest, and goes
-    when none is left; a turn after that still fetches only the rows after the last one."""
+    """The first load asks for and shows the last WINDOW rows, scrolled to the newest, by the
+    composer, and a turn fetches only the rows after the last one, the page following them
+    down; "load earlier" (Enter on it, the focus staying on it) adds the WINDOW rows before
+    them, in order, then the rest, and goes when none is left."""
     sid = "medium"
     _medium(console_proxy, fake_upstream, sid, 150)  # 452 rows
     asked: list[str] = []
@@ -346,21 +356,11 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
     rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
     page.get_by_test_id("message-list").get_by_text("the last reply").wait_for()
     earlier = page.get_by_test_id("load-earlier")
-    earlier.filter(has_text="252 not shown").wait_for()
+    earlier.filter(has_text="(252 not shown)").wait_for()
     assert rows.count() == WINDOW
     assert "offset=252" in asked[0], asked  # the window only, then the rows after it
     assert all(int(re.findall(r"offset=(\d+)", u)[0]) >= 252 for u in asked), asked
-
-    earlier.focus()
-    page.keyboard.press("Enter")
-    earlier.filter(has_text="(52 not shown)").wait_for()
-    assert rows.count() == 2 * WINDOW
-    assert page.evaluate("document.activeElement.dataset.testid") == "load-earlier"
-    page.keyboard.press("Enter")
-    earlier.wait_for(state="hidden")
-    positions = [int(p) for p in rows.evaluate_all("(ns) => ns.map((n) => n.dataset.pos)")]
-    assert positions == list(range(452))
-    assert [u for u in asked if "limit=200&offset=52" in u or "limit=52&offset=0" in u]
+    assert _in_view(rows.last) and _in_view(page.get_by_test_id("composer-input"))
 
     mark = len(asked)
     fake_upstream.script(reply("one more"))
@@ -370,9 +370,22 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
         resp = h.post(f"/s/{sid}/v1/chat/completions", json={"model": "m", "messages": history})
         assert resp.status_code == 200, resp.text
     page.get_by_test_id("message-list").get_by_text("one more").wait_for()
-    assert rows.count() == 454
+    assert rows.count() == WINDOW + 2
     assert "offset=451" in asked[mark], asked[mark:]  # the rows after the last one held
     assert all(int(re.findall(r"offset=(\d+)", u)[0]) >= 451 for u in asked[mark:]), asked
+    wait_for(lambda: _in_view(rows.last), page)
+
+    earlier.focus()
+    page.keyboard.press("Enter")
+    earlier.filter(has_text="(52 not shown)").wait_for()
+    assert rows.count() == 2 * WINDOW + 2
+    assert page.evaluate("document.activeElement.dataset.testid") == "load-earlier"
+    page.keyboard.press("Enter")
+    earlier.wait_for(state="hidden")
+    positions = [int(p) for p in rows.evaluate_all("(ns) => ns.map((n) => n.dataset.pos)")]
+    assert positions == list(range(454))
+    assert [u for u in asked if "limit=200&offset=52" in u]
+    assert [u for u in asked if "limit=52&offset=0" in u]
 
 
 def test_rows_evicted_while_the_stream_was_down_show_once_it_reconnects(
