@@ -342,7 +342,7 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
     console: Page, console_proxy: Any, fake_upstream: FakeUpstream
 ) -> None:
     """The first load asks for and shows the last WINDOW rows, scrolled to the newest, by the
-    composer, and a turn fetches only the rows after the last one, the page following them
+    composer, the usage panel still in sight, and a turn fetches only the rows after the last one, the page following them
     down; "load earlier" (Enter on it, the focus staying on it) adds the WINDOW rows before
     them, in order, then the rest, and goes when none is left."""
     sid = "medium"
@@ -361,6 +361,7 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
     assert "offset=252" in asked[0], asked  # the window only, then the rows after it
     assert all(int(re.findall(r"offset=(\d+)", u)[0]) >= 252 for u in asked), asked
     assert _in_view(rows.last) and _in_view(page.get_by_test_id("composer-input"))
+    assert _in_view(page.get_by_test_id("usage-text")), "the usage panel stays in sight"
 
     mark = len(asked)
     fake_upstream.script(reply("one more"))
