@@ -178,13 +178,21 @@ export class SessionView {
   }
 
   // The rows before the window, WINDOW at a time; rows that no longer fit before it (the
-  // history changed meanwhile) reload the window instead. The button is not disabled while it
-  // loads: a disabled button loses the keyboard's focus.
+  // history changed meanwhile) reload the window instead. It takes its turn with the loads
+  // (`refreshing`): a reload of the window begun before it would otherwise end after it and
+  // drop the rows it added, and one asked for meanwhile waits for it. The button is not
+  // disabled while it loads: a disabled button loses the keyboard's focus.
   async earlier() {
     if (this.loadingEarlier) return;
     this.loadingEarlier = true;
     try {
-      if (!(await this.messages.earlier(this.abort.signal))) this.refresh(true);
+      while (this.refreshing) await this.refreshing;
+      const step = this.messages.earlier(this.abort.signal);
+      this.refreshing = step.catch(() => {}).finally(() => {
+        this.refreshing = null;
+        if (this.again) { this.again = false; this.refresh(); }
+      });
+      if (!(await step)) this.refresh(true);
     } catch (err) {
       if (!this.abort.signal.aborted) this.ui.handleError(err, "Could not load the earlier messages");
     } finally {

@@ -342,9 +342,9 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
     console: Page, console_proxy: Any, fake_upstream: FakeUpstream
 ) -> None:
     """The first load asks for and shows the last WINDOW rows, scrolled to the newest, by the
-    composer, the usage panel still in sight, and a turn fetches only the rows after the last one, the page following them
-    down; "load earlier" (Enter on it, the focus staying on it) adds the WINDOW rows before
-    them, in order, then the rest, and goes when none is left."""
+    composer, the usage panel still in sight; a turn fetches only the rows after the last one,
+    the page following them down; "load earlier" (Enter on it, the focus staying on it) adds
+    the WINDOW rows before them, in order, then the rest, and goes when none is left."""
     sid = "medium"
     _medium(console_proxy, fake_upstream, sid, 150)  # 452 rows
     asked: list[str] = []
@@ -428,3 +428,35 @@ def test_rows_evicted_while_the_stream_was_down_show_once_it_reconnects(
     down["on"] = False
     page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
     row.locator("[data-mark=evicted]").wait_for()
+
+
+def test_earlier_rows_are_not_dropped_by_a_reload_that_was_under_way(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """ "Load earlier" pressed while the window is being read again (an eviction's reload,
+    held here at its first request) waits for that reload: run beside it, its rows were
+    added, then replaced by the smaller window the reload had set out to read."""
+    sid = "medium"
+    _medium(console_proxy, fake_upstream, sid, 150)  # 452 rows
+    page = sign_in(console, f"#/s/{sid}")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    earlier = page.get_by_test_id("load-earlier")
+    earlier.filter(has_text="(252 not shown)").wait_for()
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:  # the first one only
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(f"**/v1/sessions/{sid}", hold)
+    inject(db_dsn, sid, "context.evicted", {"count": 1})
+    wait_for(lambda: len(held) == 1, page)
+    earlier.click()
+    page.wait_for_timeout(300)
+    held[0].continue_()
+    earlier.filter(has_text="(52 not shown)").wait_for()
+    page.wait_for_timeout(300)
+    assert rows.count() == 2 * WINDOW
+    assert earlier.inner_text().endswith("(52 not shown)")
