@@ -47,6 +47,7 @@ export class SessionView {
       on(button, "click", () => this.act(button.dataset.action));
     }
     on($("load-earlier"), "click", () => this.earlier());
+    on($("skip-to-composer"), "click", () => $("composer-input").focus());
     on($("memory-save"), "click", () => this.memory.answer(true));
     on($("memory-dismiss"), "click", () => this.memory.answer(false));
   }
