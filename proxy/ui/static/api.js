@@ -80,6 +80,9 @@ export const api = {
   // the history from its `from`th row on (`offset` counts the rows in position order)
   messages: (id, form = "prompt", from = 0) => everything(
     `/v1/sessions/${encodeURIComponent(id)}/messages?form=${form}`, 10000, from),
+  // `n` rows of the history in its prompt form from its `from`th on (n within one page)
+  messageRange: (id, from, n) => call(
+    "GET", `/v1/sessions/${encodeURIComponent(id)}/messages?form=prompt&limit=${n}&offset=${from}`),
   toolOutput: (id, callId, offset, limit) => call(
     "GET",
     `/v1/sessions/${encodeURIComponent(id)}/tool-outputs/${encodeURIComponent(callId)}` +
@@ -96,14 +99,16 @@ export const api = {
     call("POST", `/v1/memory/suggestions/${encodeURIComponent(sid)}/reject`),
 };
 
-// Server-sent events from a fetch body: yields {event, data, id} per frame.
-export async function* sseFrames(resp) {
+// Server-sent events from a fetch body: yields {event, data, id} per frame; `heard` is told
+// of every piece read, a comment (a ping) too.
+export async function* sseFrames(resp, heard = () => {}) {
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let frame = { event: "message", data: [], id: null };
   for (;;) {
     const { value, done } = await reader.read();
     if (done) return;
+    heard();
     buffer += value;
     let nl;
     while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
@@ -159,24 +164,39 @@ export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
 // until the caller follows again. So does a 403 (the key may not use the session's agent,
 // which no retry changes): onState("forbidden", err). A failure (a 5xx, the network, a stream cut) reconnects
 // after a pause that doubles from RETRY_MS up to RETRY_MAX_MS; one that went live resets it.
+// So does a stream that says nothing for STALL_MS: the proxy pings every 15 s, so a silence
+// that long is a connection gone without a word (a laptop that slept, a network that
+// changed), which would otherwise hang until the system gave up on it, the events meanwhile
+// (a transient context.evicted among them) unseen.
 export const RETRY_MS = 1000;
 export const RETRY_MAX_MS = 30000;
+export const STALL_MS = 45000;
 
 export async function followEvents(sessionId, onEvent, signal, onState = () => {}) {
   let lastId = null;
   let wait = RETRY_MS;
   while (!signal.aborted) {
+    const attempt = new AbortController();
+    const stop = () => attempt.abort();
+    signal.addEventListener("abort", stop, { once: true });
+    let timer = null;
+    const heard = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => attempt.abort(new Error(
+        `no word from the proxy for ${STALL_MS / 1000} s`)), STALL_MS);
+    };
     try {
       const h = headers({ Accept: "text/event-stream" });
       if (lastId) h["Last-Event-ID"] = lastId;
+      heard();
       const resp = await fetch(`${ROOT}/v1/sessions/${encodeURIComponent(sessionId)}/events`,
-        { headers: h, signal });
+        { headers: h, signal: attempt.signal });
       if (resp.status === 404) { onState("gone"); return; }
       if (resp.status === 403) { onState("forbidden", await failure(resp)); return; }
       if (!resp.ok) throw await failure(resp);
       onState("live");
       wait = RETRY_MS;
-      for await (const frame of sseFrames(resp)) {
+      for await (const frame of sseFrames(resp, heard)) {
         if (frame.id) lastId = frame.id;
         let data = {};
         try { data = JSON.parse(frame.data); } catch (_) { /* keep {} */ }
@@ -185,6 +205,9 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
     } catch (err) {
       if (signal.aborted) return;
       onState("reconnecting", err);
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", stop);
     }
     await pause(wait, signal);
     wait = Math.min(2 * wait, RETRY_MAX_MS);

@@ -48,7 +48,7 @@ export class MemoryPrompt {
     $("memory-title").textContent =
       `Remember ${facts.length === 1 ? "this thing" : `these ${facts.length} things`}?` +
       (waiting > 1 ? ` (1 of ${waiting} waiting)` : "");
-    $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f })));
+    $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f, dir: "auto" })));
     $("memory-prompt").hidden = false;
   }
 

@@ -87,7 +87,8 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
     : "";
 }
 
-// The summary, one block per "## " section (the summariser's headings).
+// The summary, one block per "## " section (the summariser's headings); each line in the
+// direction of its own first strong letter, as a message's text is.
 export function renderSummary(summary, into) {
   into.replaceChildren();
   if (!summary) {
@@ -103,11 +104,11 @@ export function renderSummary(summary, into) {
   for (const line of text.split("\n")) {
     const heading = line.match(/^#{1,3}\s+(.*)$/);
     if (heading) {
-      section = el("section", {}, el("h3", { text: heading[1] }));
+      section = el("section", {}, el("h3", { text: heading[1], dir: "auto" }));
       into.append(section);
     } else if (line.trim()) {
       if (!section) { section = el("section"); into.append(section); }
-      section.append(el("p", { text: line.replace(/^\s*[-*]\s+/, "• ") }));
+      section.append(el("p", { text: line.replace(/^\s*[-*]\s+/, "• "), dir: "auto" }));
     }
   }
 }

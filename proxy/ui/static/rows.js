@@ -1,21 +1,26 @@
 // The session view's message list: the stored rows, brought up to date with only what
 // changed, and the raw outputs of cut and evicted results paged back.
 //
-// A long agent session holds thousands of rows and its event stream tells of several changes
-// per tool round, so a live event fetches only the rows after the last one shown (`offset`
-// counts the rows in position order: stable while the session only grows), with that last
-// row again as an overlap: when it comes back as shown, the rows before it are taken as
-// unchanged and the new ones are appended, to the data and to the page. When it does not (a
-// reset, an edited history superseding the tail, the row itself changed), or when the caller
-// says earlier rows changed in place (an eviction, a trim, a compaction), the whole history
-// is loaded and the list rebuilt. So it is when a `context.truncated` named a row held uncut:
-// a tool's output sent as a user message (an observation) is cut in place on the step after
-// the one it came in, with only that event, the one a result cut as it comes in sends too.
+// A long agent session holds thousands of rows, and showing them all makes the first load
+// slow: the list holds a window, the last WINDOW rows at first (from `start`, the offset of
+// the first one held), and "load earlier" (data-testid load-earlier) adds WINDOW rows before
+// it at a time. Its event stream tells of several changes per tool round, so a live event
+// fetches only the rows after the last one held (`offset` counts the rows in position order:
+// stable while the session only grows), with that last row again as an overlap: when it comes
+// back as held, the rows before it are taken as unchanged and the new ones are appended, to
+// the data and to the page. When it does not (a reset, an edited history superseding the
+// tail, the row itself changed), or when the caller says earlier rows changed in place (an
+// eviction, a trim, a compaction, a reconnected stream that may have missed those), the
+// window is read again (as many rows as it held, ending at the session's last) and the list
+// rebuilt. So it is when a `context.truncated` named a row held uncut: a tool's output sent as
+// a user message (an observation) is cut in place on the step after the one it came in, with
+// only that event, the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
 import { el, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
 
 const PAGE_CHARS = 4000;
+export const WINDOW = 200; // the rows a first load shows, and "load earlier" adds
 
 export class MessageRows {
   constructor(id, list, onError) {
@@ -23,6 +28,7 @@ export class MessageRows {
     this.list = list; // the <ol> the rows are shown in
     this.onError = onError; // (err, what)
     this.rows = [];
+    this.start = 0; // the offset of the first row held: those before it are not loaded
     this.shown = 0; // how many of the rows the list shows
     this.boundary = 0; // the summary's boundary the list was folded at
     this.raw = new Map(); // a row's rawKey -> what was paged back
@@ -35,10 +41,11 @@ export class MessageRows {
   }
 
   // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
-  // named since (rewritten in place), the whole history; else the rows after the last one
-  // held, or the whole history when that one is no longer as it was.
+  // named since (rewritten in place), the window again; else the rows after the last one
+  // held, or the window again when that one is no longer as it was. `count` resolves to the
+  // session's length (its message_count), which places the window at the end.
   // A fetch that fails leaves the next one to the caller: a whole one (SessionView.load).
-  async fetch(whole) {
+  async fetch(whole, count) {
     const cut = this.cut;
     this.cut = new Set();
     const have = this.rows.length;
@@ -47,16 +54,36 @@ export class MessageRows {
       whole = true;
     }
     if (!whole && have) {
-      const out = (await api.messages(this.id, "prompt", have - 1)).data;
+      const out = (await api.messages(this.id, "prompt", this.start + have - 1)).data;
       if (out.length && same(out[0], this.rows[have - 1])) return { whole: false, rows: out.slice(1) };
     }
-    return { whole: true, rows: (await api.messages(this.id)).data };
+    const start = Math.max(0, (await count()) - Math.max(WINDOW, have));
+    return { whole: true, start, rows: (await api.messages(this.id, "prompt", start)).data };
+  }
+
+  // The WINDOW rows (or fewer) before the first one held, added to the data and the page;
+  // nothing when a load rebuilt the window meanwhile. Rows that do not end before the first
+  // held (the history changed under them) are not taken: the caller reloads the window.
+  async earlier(signal) {
+    const start = this.start;
+    const from = Math.max(0, start - WINDOW);
+    if (start === 0) return true;
+    const out = (await api.messageRange(this.id, from, start - from)).data;
+    if (this.start !== start || signal.aborted) return true;
+    const first = this.rows[0];
+    if (first && (out.length !== start - from || out[out.length - 1].pos >= first.pos)) return false;
+    this.rows = [...out, ...this.rows];
+    this.start = from;
+    this.shown += out.length;
+    this.list.prepend(...out.map((row) => this.item(row)));
+    return true;
   }
 
   // What fetch answered, into the data; render shows it.
-  take({ whole, rows }) {
+  take({ whole, start, rows }) {
     if (whole) {
       this.rows = rows;
+      this.start = start;
       this.shown = 0;
     } else {
       for (const row of rows) this.rows.push(row);
@@ -65,6 +92,7 @@ export class MessageRows {
 
   clear() {
     this.rows = [];
+    this.start = 0;
     this.shown = 0;
     this.raw.clear();
   }
@@ -113,7 +141,7 @@ export class MessageRows {
     if (!shown) return;
     let pre = li.querySelector("[data-testid=raw-output]");
     if (!pre) {
-      pre = el("pre", { class: "raw", "data-testid": "raw-output" });
+      pre = el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" });
       li.append(pre);
     }
     pre.textContent = shown.text;

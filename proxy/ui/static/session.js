@@ -6,9 +6,15 @@ import { Composer } from "./composer.js";
 import { LiveView } from "./live.js";
 import { MemoryPrompt } from "./memory.js";
 import { handoffText, num, renderSummary, renderUsage } from "./render.js";
-import { MessageRows } from "./rows.js";
+import { MessageRows, WINDOW } from "./rows.js";
 
 const $ = (id) => document.getElementById(id);
+
+// The page is scrolled to (about) its end.
+function atEnd() {
+  const page = document.scrollingElement;
+  return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
+}
 
 export class SessionView {
   constructor(id, ui) {
@@ -26,6 +32,7 @@ export class SessionView {
     this.memory = new MemoryPrompt(id, ui, this.abort.signal);
     this.following = false; // the event stream is open or reconnecting
     this.missing = false; // the last load found no such session
+    this.loadingEarlier = false; // a "load earlier" is under way
     this.wire();
   }
 
@@ -39,6 +46,8 @@ export class SessionView {
     for (const button of document.querySelectorAll("[data-action]")) {
       on(button, "click", () => this.act(button.dataset.action));
     }
+    on($("load-earlier"), "click", () => this.earlier());
+    on($("skip-to-composer"), "click", () => $("composer-input").focus());
     on($("memory-save"), "click", () => this.memory.answer(true));
     on($("memory-dismiss"), "click", () => this.memory.answer(false));
   }
@@ -49,6 +58,7 @@ export class SessionView {
     for (const id of ["session-meta", "message-list", "assistant-message", "status-line",
       "usage-text", "usage-bar", "usage-legend", "summary"]) $(id).replaceChildren();
     $("usage-reclaimed").hidden = true;
+    $("load-earlier").hidden = true;
     $("composer-model").value = "";
     this.refresh(true);
     this.follow();
@@ -57,8 +67,9 @@ export class SessionView {
   // The event stream, while the session exists. A lost stream is said once, not on every
   // retry; it reconnects by itself, and when it is back the warning goes (it would still say
   // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
-  // lost deltas meanwhile, so it ends, and the whole history is reloaded (an event that
-  // changed earlier rows may be among those missed). A 404 ends the stream: the view shows
+  // lost deltas meanwhile, so it ends, and the rows shown are read again (an event that
+  // changed them in place, such as the transient context.evicted, which no Last-Event-ID
+  // replays, may be among those missed). A 404 ends the stream: the view shows
   // the session as not found, and follows again once a load finds it (the composer's first
   // message started it). A 403 (this key may not) ends it.
   follow() {
@@ -112,19 +123,24 @@ export class SessionView {
     return this.refreshing;
   }
 
-  // A reply that ended before this load began is in what it loads: the load drops it. A 404
+  // A reply that ended before this load began is in what it loads: the load drops it. The
+  // view opens on its newest rows, by the composer, and stays there as rows come in while
+  // the page is scrolled to its end; scrolled up (reading earlier rows) it stays put. A 404
   // forgets the raw outputs paged back: a session started again under this id has its own.
   async load(whole) {
     const ended = this.live.ended();
     try {
+      const asked = api.session(this.id);
       const [session, rows] = await Promise.all([
-        api.session(this.id), this.messages.fetch(whole)]);
+        asked, this.messages.fetch(whole, async () => (await asked).message_count || 0)]);
       if (this.abort.signal.aborted) return;
+      const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
       this.messages.take(rows);
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
+      if (stick && this.messages.rows.length) $("composer").scrollIntoView({ block: "end" });
     } catch (err) {
       this.whole = true; // what this load was to bring (a row rewritten ...) is not known
       if (err.status === 404) {
@@ -159,6 +175,39 @@ export class SessionView {
     this.composer.fillModel();
     this.messages.render(s && s.summary ? s.summary.boundary : 0);
     this.live.show();
+    this.showEarlier();
+  }
+
+  // The rows before the window, WINDOW at a time; rows that no longer fit before it (the
+  // history changed meanwhile) reload the window instead. It takes its turn with the loads
+  // (`refreshing`): a reload of the window begun before it would otherwise end after it and
+  // drop the rows it added, and one asked for meanwhile waits for it. The button is not
+  // disabled while it loads: a disabled button loses the keyboard's focus.
+  async earlier() {
+    if (this.loadingEarlier) return;
+    this.loadingEarlier = true;
+    try {
+      while (this.refreshing) await this.refreshing;
+      const step = this.messages.earlier(this.abort.signal);
+      this.refreshing = step.catch(() => {}).finally(() => {
+        this.refreshing = null;
+        if (this.again) { this.again = false; this.refresh(); }
+      });
+      if (!(await step)) this.refresh(true);
+    } catch (err) {
+      if (!this.abort.signal.aborted) this.ui.handleError(err, "Could not load the earlier messages");
+    } finally {
+      this.loadingEarlier = false;
+      if (!this.abort.signal.aborted) this.showEarlier();
+    }
+  }
+
+  showEarlier() {
+    const button = $("load-earlier");
+    const before = this.session ? this.messages.start : 0;
+    button.hidden = before === 0;
+    button.textContent = `Show ${num(Math.min(WINDOW, before))} earlier messages ` +
+      `(${num(before)} not shown)`;
   }
 
   async act(action) {

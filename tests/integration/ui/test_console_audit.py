@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, inject, sign_in, wait_for
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -177,3 +177,32 @@ def test_a_lost_event_stream_warns_once_and_the_warning_goes_when_it_is_back(
     page.unroute("**/v1/sessions/flaky/events")  # the proxy is back
     page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
     assert lost.count() == 0  # no longer says it is reconnecting
+
+
+def test_the_keyboard_reaches_the_composer_past_a_long_list(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """Every long result's text is a scrollable box the keyboard stops at, so the composer
+    after the list is hundreds of Tab presses away: the first stops of the session view
+    offer a way there, out of sight until it has the focus."""
+    history = [m for i in range(12) for m in tool_round(i, 1400)]
+    with api(console_proxy) as h:
+        resp = h.post("/s/keyed/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/keyed")
+    page.locator("[data-testid=message][data-role=tool]").first.wait_for()
+    page.reload()  # the page opened afresh (signed in): the keyboard starts at its top
+    page.locator("[data-testid=message][data-role=tool]").first.wait_for()
+    skip = page.get_by_test_id("skip-to-composer")
+    assert not skip.is_visible() or skip.bounding_box()["x"] < 0  # type: ignore[index]
+    focused = lambda: page.evaluate("document.activeElement.dataset.testid || ''")  # noqa: E731
+    for _ in range(6):
+        page.keyboard.press("Tab")
+        if focused() == "skip-to-composer":
+            break
+    assert focused() == "skip-to-composer"
+    assert skip.bounding_box()["x"] >= 0  # type: ignore[index]
+    page.keyboard.press("Enter")
+    assert focused() == "composer-input"
+    page.keyboard.type("typed without the mouse")
+    assert page.get_by_test_id("composer-input").input_value() == "typed without the mouse"

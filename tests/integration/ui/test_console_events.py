@@ -4,17 +4,41 @@ that fails reconnects with a growing pause, and a reset by another client shows 
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Any
 
+import asyncpg
 import pytest
 
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, inject, sign_in, wait_for
+from tests.integration.conftest import run_sync
+from tests.integration.ui.conftest import TENANT, Page
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def evict_row(db_dsn: str, sid: str, pos: int) -> None:
+    """A result cleared in place, as eviction clears one, and no event for it."""
+
+    async def go() -> None:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            await conn.execute(
+                "UPDATE messages SET evicted_at = now() WHERE tenant = $1 AND session_id = $2"
+                " AND pos = $3 AND superseded_at IS NULL",
+                TENANT,
+                sid,
+                pos,
+            )
+        finally:
+            await conn.close()
+
+    # on its own thread: sync Playwright keeps an event loop running on this one
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(run_sync, go()).result(timeout=10)
 
 
 def events_requests(console: Page, sid: str) -> list[str]:
@@ -134,3 +158,30 @@ def test_a_reset_elsewhere_empties_the_open_view(console: Page, console_proxy: P
     page.locator("#session-meta").filter(has_text="0 messages").wait_for()
     assert page.locator("[data-testid=message]").count() == 0
     assert page.get_by_test_id("toast").count() == 0
+
+
+def test_a_silent_stream_is_given_up_and_what_changed_meanwhile_shows(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The proxy pings the stream every 15 s; one that says nothing for 45 s (a connection
+    gone without a word: a laptop that slept) is dropped and opened again, and the rows are
+    read again then: a result evicted meanwhile, whose transient event no replay brings,
+    shows evicted. The page's clock is run forward: the proxy's pings keep real time."""
+    history = [m for i in range(2) for m in tool_round(i, 400)]
+    with api(console_proxy) as h:
+        resp = h.post("/s/asleep/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    console.page.clock.install()
+    page = sign_in(console, "#/s/asleep")
+    row = page.locator("[data-testid=message][data-pos='2']")  # the first round's result
+    row.wait_for()
+    assert row.locator("[data-mark=evicted]").count() == 0
+    wait_for(lambda: len(events_requests(console, "asleep")) == 1, page)
+    evict_row(db_dsn, "asleep", 2)
+    page.clock.run_for(30_000)
+    page.wait_for_timeout(200)
+    assert len(events_requests(console, "asleep")) == 1  # not yet: a ping may still come
+    page.clock.run_for(16_000)  # 46 s of silence, then the 1 s pause before the next try
+    wait_for(lambda: len(events_requests(console, "asleep")) == 2, page)
+    row.locator("[data-mark=evicted]").wait_for()
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()

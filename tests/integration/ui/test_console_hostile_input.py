@@ -191,3 +191,47 @@ def test_right_to_left_text_reads_right_to_left(
     page.get_by_test_id("message-list").get_by_text("Fine, thanks.").wait_for()
     assert _direction(answer) == "ltr"
     assert _direction(rows.last.locator(".body")) == "ltr"
+
+
+def test_right_to_left_text_reads_right_to_left_in_raw_outputs_the_summary_and_memory(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """The texts beside the messages take their own direction too: a cut result's raw output
+    paged back, the summary's lines, a memory suggestion's facts."""
+    call = {"id": "call_ar", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
+    chatter = [
+        m
+        for i in range(6)
+        for m in (
+            {"role": "user", "content": f"Question {i} " * 25},
+            {"role": "assistant", "content": f"Answer {i} " * 25},
+        )
+    ]
+    history = [
+        *chatter,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_ar", "content": f"{ARABIC}\n" * 100},
+    ]
+    fake_upstream.default = Model(brief=lambda _: briefing(f"- {ARABIC}", objective=ARABIC))
+    _chat(console_proxy, "rtl-side", history)
+    with api(console_proxy) as h:
+        assert h.post("/v1/sessions/rtl-side/compact").json()["compacted"]
+    inject(db_dsn, "rtl-side", "memory.suggestion", {"suggestion_id": "s-rtl", "facts": [HEBREW]})
+    page = sign_in(console, "#/s/rtl-side")
+    summary = page.get_by_test_id("summary")
+    summary.locator("h3").first.wait_for()
+    summary.get_by_text(ARABIC).first.wait_for()
+    # in one evaluation: a load redraws the summary, so a node found earlier may be gone
+    directions = page.evaluate(
+        """() => [...document.querySelectorAll("#summary h3, #summary section p")]
+                   .map((n) => [n.textContent, getComputedStyle(n).direction])"""
+    )
+    assert directions[:2] == [["Objective", "ltr"], [ARABIC, "rtl"]], directions
+    fact = page.get_by_test_id("memory-prompt").locator("li").first
+    fact.wait_for()
+    assert _direction(fact) == "rtl"
+    cut = page.locator("[data-testid=message][data-tool-call-id=call_ar]")
+    cut.get_by_test_id("raw-page").click()
+    raw = cut.get_by_test_id("raw-output")
+    raw.filter(has_text=ARABIC).wait_for()
+    assert _direction(raw) == "rtl"

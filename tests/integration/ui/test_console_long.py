@@ -3,15 +3,16 @@
 The session holds about 2000 messages, a real agent's transcripts (the shared mini-swe-agent
 trajectories, read where they are, never copied into the repo; where they are not, tool
 rounds made up here) resent end to end as one client's history. While the page shows it,
-agent turns append rows and a burst of events arrives; the page loads the whole history once,
-fetches only the rows after the ones it has for the rest, and reloads it whole again only
-when earlier rows change in place (an eviction)."""
+agent turns append rows and a burst of events arrives; the page loads its last rows once (a
+window: the rest is "load earlier"'s), fetches only the rows after the ones it has for the
+rest, and reads the window again only when earlier rows change in place (an eviction)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ SOURCES = (
 )
 TARGET = 2000
 SID = "long-agent"
+WINDOW = 200  # rows.js: the rows a first load shows, and each "load earlier" adds
 
 
 def _clean(msg: dict[str, Any], lap: int) -> dict[str, Any]:
@@ -115,9 +117,15 @@ class Loads:
     def mark(self) -> int:
         return len(self.responses)
 
+    def offset(self, response: Any) -> int:
+        found = re.search(r"[?&]offset=(\d+)", response.url)
+        return int(found.group(1)) if found else 0
+
     def full(self, since: int = 0) -> int:
-        """Loads of the whole history: its first page."""
-        return sum("offset=0" in r.url for r in self.responses[since:])
+        """Loads of the whole window: from the first load's offset (or before), where the
+        rows after the last one held start further on."""
+        first = self.offset(self.responses[0])
+        return sum(self.offset(r) <= first for r in self.responses[since:])
 
     def bytes(self, since: int = 0) -> int:
         return sum(len(r.body()) for r in self.responses[since:])
@@ -215,16 +223,17 @@ def test_live_events_on_a_long_session_fetch_only_what_changed(
         f"\nmessage loads (requests, whole, bytes): opening {opening}, burst {during};"
         f" main thread busy (ms): opening {busy:.0f}, burst {loads.busy() - busy:.0f}"
     )
-    assert shown >= TARGET
+    assert shown == WINDOW, "the first load shows the last rows only"
+    assert int(rows.first.get_attribute("data-pos") or 0) >= TARGET - WINDOW
     assert opening[1] == 1, "the events replayed as the stream opened reloaded it whole"
-    assert loads.full(start) == 0, "a live event reloaded the whole history"
+    assert loads.full(start) == 0, "a live event read the whole window again"
     # some forty events: a burst loads while one load runs and once after it, not once each
     assert len(loads.responses) - start <= 20, len(loads.responses) - start
     assert loads.bytes(start) < opening[2] / 20, (during, opening)
     assert rows.count() == shown + 6
     assert rows.last.inner_text().count("turn 3 answered") == 1
 
-    # an earlier row cleared in place: the one load that shows it is a whole one
+    # an earlier row cleared in place: the one load that shows it reads the window again
     tool = rows.locator("xpath=self::*[@data-role='tool']").first
     pos = int(tool.get_attribute("data-pos") or 0)
     evicted = page.locator(f"[data-testid=message][data-pos='{pos}'] [data-mark=evicted]")
@@ -308,3 +317,146 @@ def test_an_observation_rewritten_under_its_reply_shows_rewritten(
     listed.get_by_text("Action: done").wait_for()
     observation.locator("[data-mark=truncated]").wait_for()
     assert rows.count() == 6
+
+
+def _medium(console_proxy: Any, fake_upstream: FakeUpstream, sid: str, rounds: int) -> None:
+    """A session of ``3 * rounds + 2`` rows: a system message, tool rounds and a reply."""
+    history = [{"role": "system", "content": "You are a coding agent."}]
+    history += [m for i in range(rounds) for m in tool_round(i, 200)]
+    fake_upstream.script(reply("the last reply"))
+    with api(console_proxy) as h:
+        resp = h.post(f"/s/{sid}/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+
+
+def _in_view(locator: Any) -> bool:
+    return bool(
+        locator.evaluate(
+            "(n) => { const r = n.getBoundingClientRect();"
+            " return r.top >= 0 && r.bottom <= window.innerHeight; }"
+        )
+    )
+
+
+def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_keyboard(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """The first load asks for and shows the last WINDOW rows, scrolled to the newest, by the
+    composer, the usage panel still in sight; a turn fetches only the rows after the last one,
+    the page following them down; "load earlier" (Enter on it, the focus staying on it) adds
+    the WINDOW rows before them, in order, then the rest, and goes when none is left."""
+    sid = "medium"
+    _medium(console_proxy, fake_upstream, sid, 150)  # 452 rows
+    asked: list[str] = []
+    console.page.on(
+        "request",
+        lambda r: asked.append(r.url) if f"/v1/sessions/{sid}/messages?" in r.url else None,
+    )
+    page = sign_in(console, f"#/s/{sid}")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    page.get_by_test_id("message-list").get_by_text("the last reply").wait_for()
+    earlier = page.get_by_test_id("load-earlier")
+    earlier.filter(has_text="(252 not shown)").wait_for()
+    assert rows.count() == WINDOW
+    assert "offset=252" in asked[0], asked  # the window only, then the rows after it
+    assert all(int(re.findall(r"offset=(\d+)", u)[0]) >= 252 for u in asked), asked
+    assert _in_view(rows.last) and _in_view(page.get_by_test_id("composer-input"))
+    assert _in_view(page.get_by_test_id("usage-text")), "the usage panel stays in sight"
+
+    mark = len(asked)
+    fake_upstream.script(reply("one more"))
+    with api(console_proxy) as h:
+        sent = h.get(f"/v1/sessions/{sid}/messages?form=sent&limit=1000").json()["data"]
+        history = [r["message"] for r in sent] + [{"role": "user", "content": "and then?"}]
+        resp = h.post(f"/s/{sid}/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    page.get_by_test_id("message-list").get_by_text("one more").wait_for()
+    assert rows.count() == WINDOW + 2
+    assert "offset=451" in asked[mark], asked[mark:]  # the rows after the last one held
+    assert all(int(re.findall(r"offset=(\d+)", u)[0]) >= 451 for u in asked[mark:]), asked
+    wait_for(lambda: _in_view(rows.last), page)
+
+    earlier.focus()
+    page.keyboard.press("Enter")
+    earlier.filter(has_text="(52 not shown)").wait_for()
+    assert rows.count() == 2 * WINDOW + 2
+    assert page.evaluate("document.activeElement.dataset.testid") == "load-earlier"
+    page.keyboard.press("Enter")
+    earlier.wait_for(state="hidden")
+    positions = [int(p) for p in rows.evaluate_all("(ns) => ns.map((n) => n.dataset.pos)")]
+    assert positions == list(range(454))
+    assert [u for u in asked if "limit=200&offset=52" in u]
+    assert [u for u in asked if "limit=52&offset=0" in u]
+
+
+def test_rows_evicted_while_the_stream_was_down_show_once_it_reconnects(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """``context.evicted`` is transient: a stream reconnecting with Last-Event-ID is not sent
+    one it missed. Reconnected, the page reads the rows it shows again, and a result cleared
+    while it was away shows cleared."""
+    sid = "medium"
+    _medium(console_proxy, fake_upstream, sid, 80)  # 242 rows: the window is the last 200
+    down = {"on": False}
+
+    def events(route: Any) -> None:
+        if down["on"]:
+            route.abort()
+        else:
+            route.continue_()
+
+    page = sign_in(console, f"#/s/{sid}")
+    page.get_by_test_id("message-list").get_by_text("the last reply").wait_for()
+    page.route(f"**/v1/sessions/{sid}/events", events)
+    pos = 201  # a tool result (the 67th round's) in the window
+    row = page.locator(f"[data-testid=message][data-pos='{pos}']")
+    assert row.get_attribute("data-role") == "tool"
+    down["on"] = True
+    page.evaluate("window.stop()")  # the open stream is cut; the next tries fail
+    page.get_by_test_id("toast").filter(has_text="live updates stopped").wait_for()
+
+    async def work(pool: asyncpg.Pool) -> None:
+        await pool.execute(
+            "UPDATE messages SET evicted_at = now() WHERE tenant = $1 AND session_id = $2"
+            " AND pos = $3 AND superseded_at IS NULL",
+            TENANT,
+            sid,
+            pos,
+        )
+
+    _on_db(db_dsn, work)
+    down["on"] = False
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
+    row.locator("[data-mark=evicted]").wait_for()
+
+
+def test_earlier_rows_are_not_dropped_by_a_reload_that_was_under_way(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """ "Load earlier" pressed while the window is being read again (an eviction's reload,
+    held here at its first request) waits for that reload: run beside it, its rows were
+    added, then replaced by the smaller window the reload had set out to read."""
+    sid = "medium"
+    _medium(console_proxy, fake_upstream, sid, 150)  # 452 rows
+    page = sign_in(console, f"#/s/{sid}")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    earlier = page.get_by_test_id("load-earlier")
+    earlier.filter(has_text="(252 not shown)").wait_for()
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:  # the first one only
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(f"**/v1/sessions/{sid}", hold)
+    inject(db_dsn, sid, "context.evicted", {"count": 1})
+    wait_for(lambda: len(held) == 1, page)
+    earlier.click()
+    page.wait_for_timeout(300)
+    held[0].continue_()
+    earlier.filter(has_text="(52 not shown)").wait_for()
+    page.wait_for_timeout(300)
+    assert rows.count() == 2 * WINDOW
+    assert earlier.inner_text().endswith("(52 not shown)")
