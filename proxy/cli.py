@@ -3,7 +3,7 @@
 Every flag's help names the environment variable it overrides and its default; settings
 not given as flags are read from the environment (``proxy.settings``). ``sessions …`` talks
 to a running proxy over HTTP (``proxy.cli_sessions``), and so does ``memory …``
-(``proxy.cli_memory``); ``proxy.cli_run`` runs each command.
+(``proxy.cli_memory``), both through ``proxy.cli_api``; ``proxy.cli_run`` runs each command.
 
 This is the console script's module, so it imports the standard library alone: the rest
 (pydantic, the app, httpx, asyncpg) takes a moment to load, and is imported inside the

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from proxy.cli_sessions import call_api, table
+from proxy.cli_api import call_api, table
 
 __all__ = ["run_memory"]
 

@@ -21,8 +21,9 @@ from pydantic import ValidationError
 from proxy.app import create_app
 from proxy.auth import InsecureListen
 from proxy.banner import client_origin
+from proxy.cli_api import has_credentials, origin_of
 from proxy.cli_memory import run_memory
-from proxy.cli_sessions import has_credentials, origin_of, run_sessions
+from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded

@@ -1,0 +1,217 @@
+"""The HTTP client the ``cascade-proxy sessions`` and ``memory`` commands share: one call to a
+running proxy's API with the bearer token an agent would use, its answer printed as JSON
+(``--json``) or as the text a command renders, and every way of failing (no proxy, not a
+URL, a key no header carries, an answer that is not Cascade's) as one line on stderr.
+Stored text reaches the terminal only through ``printable``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from proxy.auth import is_loopback
+from proxy.logs import without_credentials
+
+__all__ = ["call_api", "table", "printable", "origin_of", "has_credentials", "cell"]
+
+
+_KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
+
+# What a bearer token in a header may hold: visible ASCII, no space.
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
+
+
+def origin_of(url: str) -> str:
+    """The proxy's origin from ``--url``/``CASCADE_URL``, without a trailing slash. The
+    client base URL the start-up banner prints (``http://host:port/v1``) is taken as its
+    origin, since the routes here start with ``/v1``; any other path is kept, for a proxy
+    mounted under a prefix."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "http://[::1": call_api reports it as not a URL
+        return url.rstrip("/")
+    if parts.path in ("/v1", "/v1/"):
+        return urlunsplit(parts._replace(path=""))
+    return url.rstrip("/")
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a user or a password, which httpx sends as Basic auth in the
+    Authorization header (for a reverse proxy in front of the proxy), as it decides."""
+    try:
+        parts = urlsplit(url)
+        return bool(parts.username or parts.password)
+    except ValueError:  # "http://[::1": call_api reports it as not a URL
+        return False
+
+
+# C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
+# a model name another client sent) printed raw would drive the operator's terminal (ESC
+# and OSC sequences recolour, retitle, rewrite it).
+_TERMINAL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+del _TERMINAL_ESCAPES[0x09], _TERMINAL_ESCAPES[0x0A]
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the tab and line break as an escape."""
+    return text.translate(_TERMINAL_ESCAPES)
+
+
+def cell(value: Any, width: int = 0) -> str:
+    """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``."""
+    text = "-" if value is None or value == "" else str(value)
+    text = printable(" ".join(text.split()))  # newlines and tabs would break the row
+    return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns two spaces apart, numbers right-aligned; the last column is
+    never padded."""
+    cells = [[cell(v, 72) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    numeric = [
+        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
+        for i in range(len(header))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        out = [
+            v.rjust(w) if numeric[i] else v.ljust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(list(header)), *(line(r) for r in cells)])
+
+
+def call_api(
+    args: argparse.Namespace,
+    url: str,
+    key: str | None,
+    request: tuple[str, str, dict[str, Any], Any],
+    render: Callable[[dict[str, Any]], str],
+    *,
+    command: str,
+    note: Callable[[dict[str, Any]], str | None] | None = None,
+    key_from: str = "",
+) -> int:
+    """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
+    ``--json``, else ``render``'s text, then (either way) ``note``'s on stderr, or the error;
+    0 on success, 1 for an error answer, 2 when there is no proxy to ask. A refused key is
+    named by ``key_from``, where it came from, never quoted."""
+    method, path, params, body = request
+    if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
+        print(
+            f"cascade-proxy {command} {args.action}: the API key ({key_from or _KEY_SOURCES}) "
+            "has a space, a line break or a non-ASCII character, which "
+            "no header carries",
+            file=sys.stderr,
+        )
+        return 2
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    try:
+        resp = httpx.request(
+            method,
+            url + path,
+            headers=headers,
+            params=params,
+            json=body,
+            timeout=600,
+            trust_env=not _on_loopback(url),
+        )
+    # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
+    # one, but means no http:// or https:// (the "host:port" of the banner's address), not
+    # a proxy that does not answer
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        shown = without_credentials(url)
+        # httpx's reason quotes a piece of the URL, which may be a password's first part
+        why = f" ({exc})" if shown == url else ""
+        print(
+            f"cannot reach the proxy at {shown}: not a URL{why}; give one as "
+            "http://host:port with --url or CASCADE_URL",
+            file=sys.stderr,
+        )
+        return 2
+    except httpx.TransportError as exc:
+        print(f"cannot reach the proxy at {without_credentials(url)}: {exc}", file=sys.stderr)
+        return 2
+    except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
+        print(
+            f"{without_credentials(url)} answered a body that does not decode: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        answer = resp.json()
+    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
+        return _not_cascade(url, resp, "no JSON")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif not resp.is_success:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
+        if isinstance(error, dict) and isinstance(said, str):
+            said = _as_option(said, error.get("param"), params)
+        hint = ""
+        if resp.status_code == 401:  # no key, or one the proxy does not know: say which
+            sent = f"the key sent came from {key_from or _KEY_SOURCES}"
+            hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
+        print(
+            f"cascade-proxy {command} {args.action}: {resp.status_code} "
+            f"{printable(str(said or resp.reason_phrase))}{hint}",
+            file=sys.stderr,
+        )
+    else:
+        try:
+            shown = render(answer)
+        except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+            return _not_cascade(url, resp, "JSON Cascade's API does not give")
+        print(printable(shown))
+    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
+    # a reader that left sees none
+    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
+    if more:
+        sys.stdout.flush()
+        print(more, file=sys.stderr)
+    return 0 if resp.is_success else 1
+
+
+_OPTIONS = ("limit", "offset")  # query parameters sent as the --option of the same name
+
+
+def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
+    """The API's 400 for a query parameter (``query.limit: …``) as the option the user gave
+    (``--limit: …``): the API's bounds are its own, and the user typed no ``query.limit``."""
+    prefix = f"query.{param}: "
+    if param in _OPTIONS and param in params and message.startswith(prefix):
+        return f"--{param}: " + message.removeprefix(prefix)
+    return message
+
+
+def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
+    """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
+    front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
+    said = printable(resp.text[:500])
+    print(
+        f"{without_credentials(url)} answered {resp.status_code} with {what}: {said}",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _on_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine: called direct, as Go clients do, not through the
+    ``HTTP_PROXY``/``ALL_PROXY`` egress proxy the environment may set for provider calls,
+    which would see the proxy key or refuse a loopback address."""
+    try:
+        return is_loopback(urlsplit(url).hostname or "")
+    except ValueError:  # "http://[::1": httpx says it is not a URL
+        return False
