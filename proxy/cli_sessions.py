@@ -155,17 +155,38 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: 
     """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
     no proxy to ask. ``key_from`` names where ``key`` came from (``--api-key``)."""
     method, path, params, body = _request(args)
-    note = _next_page(args.limit, args.offset) if args.action in ("ls", "messages") else None
+    render = _RENDER[args.action]
+    note = None
+    if args.action in ("ls", "messages"):
+        note = _next_page(args.limit, args.offset)
+        if args.offset:
+            render = _past_the_end(render, args)
     return call_api(
         args,
         url,
         key,
         (method, path, params, body),
-        _RENDER[args.action],
+        render,
         command="sessions",
         note=note,
         key_from=key_from,
     )
+
+
+def _past_the_end(
+    render: Callable[[dict[str, Any]], str], args: argparse.Namespace
+) -> Callable[[dict[str, Any]], str]:
+    """``render``, but an empty page at ``--offset`` N says that nothing is at N or past it:
+    "no sessions" read as if the key had none. The API gives no count, so all that is known
+    is that there are at most N."""
+    what, whose = ("sessions", "this API key") if args.action == "ls" else ("messages", args.id)
+
+    def shown(body: dict[str, Any]) -> str:
+        if body.get("data"):
+            return render(body)
+        return f"no {what} at --offset {args.offset} or past it ({whose} has at most {args.offset})"
+
+    return shown
 
 
 def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:

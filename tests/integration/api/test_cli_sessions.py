@@ -133,6 +133,30 @@ def test_a_full_page_says_where_the_next_one_starts(
     assert "more may follow: --offset 1" in err
 
 
+def test_a_page_past_the_end_says_so_rather_than_that_there_are_none(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "ls --offset 50" with three sessions printed "no sessions (for this API key)", as if the
+    # key had none; an empty page past an offset says only that there are no more than it
+    for sid in ("e1", "e2", "e3"):
+        _chat(http, sid, "hi")
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, out, _ = _run(capsys, *url, "ls", "--offset", "50")
+    assert (code, out.strip()) == (
+        0,
+        "no sessions at --offset 50 or past it (this API key has at most 50)",
+    )
+    code, out, _ = _run(capsys, *url, "messages", "e1", "--offset", "7")
+    assert (code, out.strip()) == (
+        0,
+        "no messages at --offset 7 or past it (e1 has at most 7)",
+    )
+    code, out, _ = _run(capsys, *url, "ls", "--offset", "3")
+    assert out.strip().startswith("no sessions at --offset 3 or past it")
+    code, out, _ = _run(capsys, *url, "ls", "--offset", "2")
+    assert out.splitlines()[0].split()[0] == "ID"
+
+
 def test_a_full_page_says_where_the_next_one_starts_with_json_too(
     http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
