@@ -41,6 +41,9 @@ export class SessionView {
     const send = () => this.composer.send();
     on($("composer"), "submit", (e) => { e.preventDefault(); send(); });
     on($("composer-input"), "keydown", (e) => {
+      // while an input method composes, Ctrl+Enter is its key (it confirms the candidate);
+      // keyCode 229 is how engines and input methods without isComposing mark it
+      if (e.isComposing || e.keyCode === 229) return;
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); send(); }
     });
     for (const button of document.querySelectorAll("[data-action]")) {
