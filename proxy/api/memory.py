@@ -133,7 +133,27 @@ async def reject_suggestion(
     )
 
 
-@router.delete("/{fact_id}")
+_DELETED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The fact, deleted: its id and object type, as OpenAI's deletes answer.",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["id", "object", "deleted"],
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "object": {"type": "string", "enum": ["memory.fact"]},
+                        "deleted": {"type": "boolean"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.delete("/{fact_id}", responses=_DELETED)
 async def delete_fact(
     request: Request, pool: PoolDep, tenant: TenantDep, fact_id: int = Path(ge=1, le=BIGINT_MAX)
 ) -> dict[str, Any]:

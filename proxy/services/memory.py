@@ -138,12 +138,13 @@ async def add_fact(pool: Any, cfg: Config, *, tenant: str, scope: str, text: str
 async def delete_fact(
     pool: Any, *, tenant: str, fact_id: int, check: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Delete one fact; ``check`` sees its scope first and raises when the key may not."""
+    """Delete one fact; ``check`` sees its scope first and raises when the key may not. The
+    answer keeps the fact's object type, as a session's delete and OpenAI's deletes do."""
     async with pool.acquire() as conn:
         found = await store.delete_fact(conn, tenant=tenant, fact_id=fact_id, check=check)
     if not found:
         raise NotFound(f"no memory fact {fact_id} (for this API key)")
-    return {"id": fact_id, "object": "memory.fact.deleted", "deleted": True}
+    return {"id": fact_id, "object": "memory.fact", "deleted": True}
 
 
 def _suggestion(s: dict[str, Any], scope: str | None) -> dict[str, Any]:

@@ -102,3 +102,13 @@ def test_the_session_routes_describe_what_they_take_and_give(tmp_path: Path) -> 
                 assert "404" in op["responses"], path
                 assert "default" in op["responses"], path  # a 401, a 502, a 503...
     validate(doc)
+
+
+def test_a_fact_delete_is_documented_as_the_fact_deleted(tmp_path: Path) -> None:
+    # as a session's delete, and OpenAI's: the deleted resource's object type, its id, deleted
+    doc = _app(tmp_path).openapi()
+    answer = doc["paths"]["/v1/memory/{fact_id}"]["delete"]["responses"]["200"]
+    schema = answer["content"]["application/json"]["schema"]
+    assert schema["required"] == ["id", "object", "deleted"]
+    assert schema["properties"]["object"] == {"type": "string", "enum": ["memory.fact"]}
+    assert schema["properties"]["id"]["type"] == "integer"

@@ -52,7 +52,10 @@ def test_add_list_and_delete_a_fact(http: httpx.Client) -> None:
     assert texts(http) == ["The build uses uv"]
     assert texts(http, "agent:coder") == []
     r = http.delete(f"/v1/memory/{fact['id']}")
-    assert r.status_code == 200 and r.json()["deleted"] is True
+    # the resource's own object type, as a session's delete and OpenAI's (a model's, a
+    # file's) answer: it was "memory.fact.deleted"
+    assert r.status_code == 200
+    assert r.json() == {"id": fact["id"], "object": "memory.fact", "deleted": True}
     assert texts(http) == []
     assert http.delete(f"/v1/memory/{fact['id']}").json()["error"]["code"] == "not_found"
 
