@@ -18,6 +18,7 @@ request ends. Outside a request they do nothing.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -148,8 +149,9 @@ class RequestObs:
         attributes: dict[str, Any] = {
             "http.route": route,
             "http.response.status_code": status,
-            "cascade.tokens_reclaimed": self.reclaimed,
         }
+        if route.endswith(_CHAT):  # the cascade runs on chat requests alone
+            attributes["cascade.tokens_reclaimed"] = self.reclaimed
         if operation := operation_for(route):
             attributes["gen_ai.operation.name"] = operation
         if self.model is not None:
@@ -275,7 +277,7 @@ def route_template(scope: Scope, templates: dict[Any, str]) -> str:
     """
     path = getattr(scope.get("route"), "path", None)
     if isinstance(path, str) and path:
-        return path
+        return _as_written(path)
     endpoint = scope.get("endpoint")
     if endpoint is None:
         return "none"
@@ -285,9 +287,19 @@ def route_template(scope: Scope, templates: dict[Any, str]) -> str:
         for route in getattr(getattr(app, "router", None), "routes", ()):
             target = getattr(route, "endpoint", None) or getattr(route, "app", None)
             if target is not None and isinstance(getattr(route, "path", None), str):
-                templates.setdefault(target, route.path or "/")
+                templates.setdefault(target, _as_written(route.path or "/"))
         found = templates.setdefault(endpoint, "none")
     return found
+
+
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")
+
+
+def _as_written(path: str) -> str:
+    """A route's template as its parameters are named (``/v1/models/{model}``), without
+    Starlette's converter (``{model:path}``), which is how the route is declared, not what a
+    dashboard or a trace viewer should show."""
+    return _CONVERTER.sub(r"{\1}", path) if ":" in path else path
 
 
 class Observe:

@@ -18,8 +18,9 @@ the middleware and the provider calls test one attribute for ``None``. The packa
 
 Spans carry the GenAI semantic conventions' attributes (``gen_ai.operation.name``,
 ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``) and
-the cascade's own (``cascade.session.occupancy``, ``cascade.tokens_reclaimed``,
-``cascade.compaction``). No span carries a body, a key, a session id or a tenant.
+the cascade's own on a chat request's span (``cascade.session.occupancy``,
+``cascade.tokens_reclaimed``, ``cascade.compaction``). No span carries a body, a key, a
+session id or a tenant.
 """
 
 from __future__ import annotations

@@ -208,6 +208,12 @@ def test_metrics_scrapes_are_spans_too_but_name_no_model(
     (request,) = finished(exporter)
     assert request.name == "GET /metrics"
     assert "gen_ai.request.model" not in attrs(request)
+    # what the cascade reclaimed is a chat request's figure: a probe's or a scrape's span had
+    # cascade.tokens_reclaimed=0, as if the cascade had run on it and found nothing
+    assert "cascade.tokens_reclaimed" not in attrs(request)
+    assert httpx.get(f"{traced.origin}/readyz", timeout=5).status_code == 200
+    (probe,) = [s for s in by_kind(finished(exporter, 2), SpanKind.SERVER) if s is not request]
+    assert probe.name == "GET /readyz" and "cascade.tokens_reclaimed" not in attrs(probe)
 
 
 @pytest.mark.parametrize("model_id", ["gpt-fake", "org/model-7b"])
@@ -222,8 +228,16 @@ def test_a_models_call_is_named_by_its_template_not_its_path(
     models_json = raw("{}", headers={"content-type": "application/json"})
     fake_upstream.script(models_json, endpoint=f"/v1/models/{model_id}")
     assert httpx.get(f"{traced.origin}/v1/models/{model_id}", timeout=5).status_code == 200
-    (call,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    spans = finished(exporter)
+    (call,) = by_kind(spans, SpanKind.CLIENT)
     assert call.name == "GET /models/{model}"
+    # the proxy's route as it is written, not in Starlette's converter syntax ({model:path})
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    assert request.name == "GET /v1/models/{model}"
+    assert attrs(request)["http.route"] == "/v1/models/{model}"
+    assert "cascade.tokens_reclaimed" not in attrs(request)
+    label = {"route": "/v1/models/{model}", "method": "GET", "status": "200"}
+    assert scrape(traced.origin).value("cascade_requests_total", **label) >= 1
     assert attrs(call)["url.path"] == f"/models/{model_id}"
     assert attrs(call)["url.template"] == "/models/{model}"
     fake_upstream.script(models_json, endpoint="/v1/models")
@@ -274,8 +288,11 @@ def test_a_passed_through_embeddings_call_is_named_by_its_model(
     own embedding calls are; a body that names no model still goes, its span unnamed by one."""
     body = {"model": "emb-1", "input": "some text"}
     assert httpx.post(f"{traced.origin}/v1/embeddings", json=body).status_code == 200
-    (call,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    spans = finished(exporter)
+    (call,) = by_kind(spans, SpanKind.CLIENT)
     assert call.name == "embeddings emb-1"
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    assert "cascade.tokens_reclaimed" not in attrs(request)  # the cascade runs on chat alone
     assert attrs(call)["gen_ai.request.model"] == "emb-1"
     fake_upstream.script(
         raw("{}", headers={"content-type": "application/json"}), endpoint="/v1/embeddings"
