@@ -191,7 +191,11 @@ def create_app(
                 summarizer=summarizer,
                 leases=leases,
             )
-            embedders = Embedders(lambda: holder.current, upstream)
+            embedders = Embedders(
+                lambda: holder.current,
+                upstream,
+                on_usage=functools.partial(observer.note_usage, "embeddings"),
+            )
             bind_embedders(embedders)  # the retrieval fulfiller's (proxy/embeddings.py)
             stack.callback(bind_embedders, None)
             embedding = EmbeddingWorker(

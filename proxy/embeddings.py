@@ -10,7 +10,9 @@ It is loaded from the installed package folder with downloads disabled: nothing 
 
 Any other ``embedding.provider`` names a provider of the config; its ``/embeddings`` is
 called through the proxy's one HTTP client (``upstream.Upstream``) with the provider's own
-credentials only (embedding runs in the background, where no client's token exists).
+credentials only (embedding runs in the background, where no client's token exists). The
+tokens its answers report go to ``on_usage``, the app's token metrics; the builtin makes
+no provider call and reports none.
 
 Every vector is stored with the model's name and the dimension it has (``Embedding.model``,
 ``len(vector)``); retrieval reads only vectors of the configured model and dimension, so a
@@ -41,6 +43,7 @@ __all__ = [
     "BuiltinEmbedder",
     "ApiEmbedder",
     "Embedders",
+    "UsageSink",
     "embedding_text",
     "embedders_here",
     "bind_embedders",
@@ -53,6 +56,11 @@ assistant's tool calls their names and arguments): enough for what a snippet can
 
 INLINE_CHARS = 4000
 """The longest single text the builtin embeds on the event loop (a retrieval query's cap)."""
+
+
+UsageSink = Callable[[str, Any], None]
+"""Where a provider embedder reports each answer's ``usage`` (the model sent, the usage as
+the provider gave it, None when it gave none): the app's token metrics."""
 
 
 class EmbeddingError(Exception):
@@ -139,12 +147,14 @@ class ApiEmbedder:
         dimensions: int | None,
         *,
         name: str | None = None,
+        on_usage: UsageSink | None = None,
     ) -> None:
         self.model = name or model  # the name vectors are stored under
         self._model = model
         self._upstream = upstream
         self._provider = provider
         self._dimensions = dimensions
+        self._on_usage = on_usage
 
     async def warm(self) -> None:
         """Nothing to load: the provider holds the model."""
@@ -171,12 +181,15 @@ class ApiEmbedder:
                 f"embedding provider {self._provider.name!r} answered {answer.status_code}"
             )
         try:
-            data = sorted(answer.json()["data"], key=lambda d: d.get("index", 0))
+            parsed = answer.json()
+            data = sorted(parsed["data"], key=lambda d: d.get("index", 0))
             vectors = [[float(x) for x in d["embedding"]] for d in data]
         except Exception as exc:
             raise EmbeddingError(
                 f"embedding provider {self._provider.name!r} sent no embeddings"
             ) from exc
+        if self._on_usage is not None:  # a provider's tokens, counted as it reports them
+            self._on_usage(self._model, parsed.get("usage"))
         if len(vectors) != len(texts) or len({len(v) for v in vectors}) != 1:
             raise EmbeddingError(f"embedding provider {self._provider.name!r}: wrong shape")
         return vectors
@@ -192,9 +205,15 @@ class Embedders:
     """The embedder of the current config, rebuilt only when its config changes (a hot
     reload that changes the model starts a new set of vectors; the old ones stay unread)."""
 
-    def __init__(self, config: Callable[[], Config], upstream: Upstream) -> None:
+    def __init__(
+        self,
+        config: Callable[[], Config],
+        upstream: Upstream,
+        on_usage: UsageSink | None = None,
+    ) -> None:
         self._config = config
         self._upstream = upstream
+        self._on_usage = on_usage
         self._key: _Key | None = None
         self._embedder: Embedder | None = None
 
@@ -217,7 +236,9 @@ class Embedders:
             return BuiltinEmbedder(name, e.dimensions)
         explicit = e.dimensions if "dimensions" in e.model_fields_set else None
         name = e.model if explicit is None else f"{e.model}:{explicit}"
-        return ApiEmbedder(self._upstream, key.provider, e.model, explicit, name=name)
+        return ApiEmbedder(
+            self._upstream, key.provider, e.model, explicit, name=name, on_usage=self._on_usage
+        )
 
 
 _Loop = asyncio.AbstractEventLoop

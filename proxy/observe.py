@@ -63,6 +63,13 @@ class Observer:
     metrics: Metrics
     tracing: Tracing | None = None
 
+    def note_usage(self, operation: str, model: str, usage: Any) -> None:
+        """A provider call's ``usage`` from code that runs in a request or outside any
+        (retrieval's embedder: a new turn's query, the background batches): in one, as
+        ``note_usage`` counts it, its call's span too; outside, in the metrics alone."""
+        if not note_usage(model, usage, operation) and isinstance(usage, dict):
+            self.metrics.note_usage(operation, model, usage)
+
     def close(self) -> None:
         self.metrics.close()
         if self.tracing is not None:
@@ -232,14 +239,16 @@ def note_embedding_failure() -> None:
         obs.observer.metrics.embedding_failures.inc()
 
 
-def note_usage(model: str, usage: Any, operation: str = "chat") -> None:
-    """A provider's answer's ``usage``: the token histogram, and the call's span."""
+def note_usage(model: str, usage: Any, operation: str = "chat") -> bool:
+    """A provider's answer's ``usage``: the token histogram, and the call's span. False
+    outside a request, where nothing is noted."""
     obs = _obs()
     if obs is None:
-        return
+        return False
     usage = usage if isinstance(usage, dict) else {}
     obs.observer.metrics.note_usage(operation, model, usage)
     obs.end_pending(usage)
+    return True
 
 
 def note_answer(model: str, usage: Any) -> None:

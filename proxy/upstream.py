@@ -15,6 +15,7 @@ transport, and the relayed headers never carry ``content-encoding`` or ``content
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ checks that the two agree."""
 _DECODED_NAMES = ", ".join(sorted(DECODED_ENCODINGS))
 
 
+_DECODER = json.JSONDecoder()
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A provider's whole (non-streamed) answer: status, headers and the decoded body."""
@@ -72,6 +76,19 @@ class Answer:
 
     def json(self) -> Any:
         return loads(self.content)
+
+    def usage(self) -> Any:
+        """The answer's ``usage`` value (None when it has none), read from its last
+        ``"usage"`` key on without parsing what comes before: an embeddings answer relayed
+        as it came is mostly ``data``, megabytes of numbers, and its usage comes last."""
+        at = self.content.rfind(b'"usage"')
+        tail = self.content[at + 7 :].decode("utf-8", "replace").lstrip() if at >= 0 else ""
+        if not tail.startswith(":"):
+            return None
+        try:
+            return _DECODER.raw_decode(tail[1:].lstrip())[0]
+        except ValueError:
+            return None
 
     @property
     def text(self) -> str:

@@ -33,6 +33,7 @@ from proxy.api.deps import (
 )
 from proxy.auth import check_agent, key_agents
 from proxy.errors import ClientRequestError
+from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
@@ -258,6 +259,8 @@ async def _passthrough(
     )
     if resp.status_code >= 400:
         log_relayed(provider, resp.status_code)
+    elif model_in_body:  # an embeddings call: its tokens, as the provider reports them
+        note_usage(model or "", resp.usage(), "embeddings")
     return Response(resp.content, resp.status_code, response_headers(resp))
 
 

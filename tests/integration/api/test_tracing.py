@@ -294,6 +294,7 @@ def test_a_passed_through_embeddings_call_is_named_by_its_model(
     (request,) = by_kind(spans, SpanKind.SERVER)
     assert "cascade.tokens_reclaimed" not in attrs(request)  # the cascade runs on chat alone
     assert attrs(call)["gen_ai.request.model"] == "emb-1"
+    assert attrs(call)["gen_ai.usage.input_tokens"] == len("some text") // 4  # as reported
     fake_upstream.script(
         raw("{}", headers={"content-type": "application/json"}), endpoint="/v1/embeddings"
     )
