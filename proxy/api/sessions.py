@@ -66,9 +66,14 @@ async def list_sessions(
 
 @router.get("/{session_id}", response_model=None, responses=ok("show"))
 async def show_session(
-    session_id: SessionIdDep, request: Request, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep
+    session_id: SessionIdDep,
+    request: Request,
+    pool: PoolDep,
+    tenant: TenantDep,
+    cfg: ConfigDep,
+    agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    view = await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id)
+    view = await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id, agents=agents)
     await reached_still(request, pool, tenant, session_id)
     return view
 
