@@ -232,6 +232,16 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
         check_agent(request.scope, agent, session_id=session_id)
 
 
+async def reached_still(request: Request, pool: Any, tenant: str, session_id: str) -> None:
+    """``reach_session`` again, after a read of the session: a request of another key that
+    moved the session to another agent (or made it, for one) between the arrival check and
+    the read is the same 403, nothing of what was read sent. A move writes the agent with
+    its first messages, so a read that saw them is followed by this one seeing the agent.
+    Only a limited key costs the read; a session deleted meanwhile passes (what was read is
+    what the key could read before the delete)."""
+    await reach_session(request, pool, tenant, session_id)
+
+
 async def get_session_id(
     request: Request, session_id: str, pool: PoolDep, tenant: TenantDep
 ) -> str:

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
 from proxy.api.query import BLANK_IS_UNSET
-from proxy.auth import check_agent, may_use_agent
+from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError
 from proxy.services import memory as svc
 
@@ -49,7 +49,18 @@ async def list_facts(
     tenant: TenantDep,
     scope: Annotated[str, BLANK_IS_UNSET] = "global",
 ) -> dict[str, Any]:
-    return await svc.list_facts(pool, tenant=tenant, scope=_scope(request, scope))
+    return await svc.list_facts(
+        pool,
+        tenant=tenant,
+        scope=_scope(request, scope),
+        may_use=None if key_agents(request.scope) is None else _uses(request),
+    )
+
+
+def _uses(request: Request) -> Callable[[str], bool]:
+    """Whether the key may use an agent: a fact's source session is named to a key limited
+    to some agents only when that session runs one of them (``svc.list_facts``)."""
+    return lambda agent: may_use_agent(request.scope, agent)
 
 
 @router.post("", status_code=201)

@@ -19,6 +19,7 @@ from proxy.api.deps import (
     SessionIdDep,
     SummarizerDep,
     TenantDep,
+    reached_still,
     read_json_body,
     upstream_headers,
 )
@@ -65,14 +66,22 @@ async def list_sessions(
 
 @router.get("/{session_id}", response_model=None, responses=ok("show"))
 async def show_session(
-    session_id: SessionIdDep, pool: PoolDep, tenant: TenantDep, cfg: ConfigDep
+    session_id: SessionIdDep,
+    request: Request,
+    pool: PoolDep,
+    tenant: TenantDep,
+    cfg: ConfigDep,
+    agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    return await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id)
+    view = await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id, agents=agents)
+    await reached_still(request, pool, tenant, session_id)
+    return view
 
 
 @router.get("/{session_id}/messages", response_model=None, responses=ok("messages"))
 async def list_messages(
     session_id: SessionIdDep,
+    request: Request,
     pool: PoolDep,
     tenant: TenantDep,
     include_superseded: Annotated[bool, BLANK_IS_UNSET] = False,
@@ -80,7 +89,7 @@ async def list_messages(
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
     form: Annotated[Literal["prompt", "sent"], BLANK_IS_UNSET] = "prompt",
 ) -> dict[str, Any]:
-    return await svc.list_messages(
+    page = await svc.list_messages(
         pool,
         tenant=tenant,
         session_id=session_id,
@@ -89,6 +98,8 @@ async def list_messages(
         offset=offset,
         sent_form=form == "sent",
     )
+    await reached_still(request, pool, tenant, session_id)
+    return page
 
 
 _BRANCH_BODY = {
@@ -229,6 +240,7 @@ async def delete_session(
 )
 async def tool_output(
     session_id: SessionIdDep,
+    request: Request,
     tool_call_id: str,
     pool: PoolDep,
     tenant: TenantDep,
@@ -237,7 +249,7 @@ async def tool_output(
     limit: Annotated[int | None, Query(ge=1), BLANK_IS_UNSET] = None,
     grep: str | None = None,
 ) -> dict[str, Any]:
-    return await svc.tool_output(
+    page = await svc.tool_output(
         pool,
         cfg,
         tenant=tenant,
@@ -247,3 +259,5 @@ async def tool_output(
         limit=limit,
         grep=grep,
     )
+    await reached_still(request, pool, tenant, session_id)
+    return page

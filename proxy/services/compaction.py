@@ -16,6 +16,11 @@
   may have diverged while the fast model was thinking) and the compaction still holds its
   claim (the session may have been deleted, and made again under its id, meanwhile); one
   that lost its claim reports nothing more.
+- A job is built with the settings of the session's agent (its fast model and provider,
+  ``summarize``, the memory scope it promotes to). A session that runs another agent once
+  the claim is held is not read; one moved while the fast model answered gets no summary
+  (the insert checks the agent in its own statement): ``context.compaction.failed`` with
+  reason ``agent_changed``, no backoff, so the new agent's own compaction may run at once.
 - A compaction whose process died between its ``context.compaction.started`` and its partner
   gets a ``context.compaction.failed`` with reason ``interrupted``: at start-up
   (``close_interrupted``), and when the session's next compaction starts; a console waiting
@@ -41,21 +46,20 @@ import asyncpg
 from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.pipeline import drop_commands
-from proxy.cascade.pressure import compaction_backoff
 from proxy.cascade.summary import fold_summary, plan_compaction
 from proxy.cascade.types import (
     COMPACTION_COMPLETED,
-    COMPACTION_FAILED,
     COMPACTION_STARTED,
     TokenCounter,
 )
 from proxy.observe import note_compaction_event
+from proxy.services.compaction_failed import discarded, report_failed
 from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
 from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_since
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
-from proxy.store import events, leases as claims, messages as msgs, sessions, steps, summaries
+from proxy.store import leases as claims, messages as msgs, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -238,7 +242,7 @@ class DurableSummarizer:
         self, lent: Lent, job: CompactionJob, owner: uuid.UUID
     ) -> CompactionResult | None:
         """Read and plan (``_read``), report the start, ask the fast model with no connection
-        held, then write and report the summary (``_store``) or the failure (``_failed``)."""
+        held, then write and report the summary (``_store``) or the failure (``report_failed``)."""
         conn = await lent.take()
         span = await self._read(conn, job, owner)
         if not isinstance(span, Span):
@@ -258,7 +262,9 @@ class DurableSummarizer:
         except SummaryCallError as exc:
             conn = await lent.take()
             error, calls = str(exc), exc.attempts
-            wait = await self._failed(conn, job, span, t0, "summary_failed", error, calls, exc)
+            wait = await report_failed(
+                conn, self._publish, job, span, t0, "summary_failed", error, calls, exc
+            )
             return span.unchanged(str(exc), failed=True, backoff=wait)
         return await self._store(lent, job, span, brief, t0)
 
@@ -267,15 +273,20 @@ class DurableSummarizer:
     ) -> Span | CompactionResult | None:
         """The session's latest summary and the window after it, planned; None when the
         session is gone (or made again since ``owner`` claimed it), an unchanged result when
-        there is nothing to fold. A session now run by an agent outside ``job.agents`` raises
-        ``AgentRefused``, nothing read or reported: the key's check as it arrived saw the
-        session before the compaction waited for its claim."""
+        there is nothing to fold or, naming the agent in ``moved_to``, when the session now
+        runs another agent than the one the job was built for (nothing read: its history is
+        not the old agent's fast model's to see). A session now run by an agent outside
+        ``job.agents`` raises ``AgentRefused``, nothing read or reported: the key's check as
+        it arrived saw the session before the compaction waited for its claim."""
         key = {"tenant": job.tenant, "session_id": job.session_id}
         row = await sessions.fetchrow_session(conn, **key)
         if row is None or row["compaction_owner"] != owner:
             return None
         if job.agents is not None and row["agent"] not in (*job.agents, None):
             raise steps.AgentRefused(row["agent"])
+        if row["agent"] != job.agent:  # built with another agent's fast model and settings
+            moved = f"the session moved to agent {row['agent']!r}; nothing was folded"
+            return CompactionResult(None, None, 0, 0, 0, moved, moved_to=row["agent"])
         await self._closer.close_session(conn, job.tenant, job.session_id)
         latest = await summaries.fetchrow_latest(conn, **key)
         boundary = latest["boundary"] if latest else 0
@@ -325,7 +336,9 @@ class DurableSummarizer:
             reason = (
                 f"the briefing leaves the prompt no smaller ({after} tokens, {span.before} before)"
             )
-            wait = await self._failed(conn, job, span, t0, "summary_failed", reason, brief.calls)
+            wait = await report_failed(
+                conn, self._publish, job, span, t0, "summary_failed", reason, brief.calls
+            )
             return span.unchanged(reason, failed=True, backoff=wait)
         version = await summaries.insert_summary(
             conn,
@@ -337,10 +350,11 @@ class DurableSummarizer:
             tokens=self.count([{"role": "user", "content": content}]),
             model=job.fast_model,
             owner=span.owner,
+            agent=job.agent,
         )
-        if version is None:
-            reason = "the history changed while summarising; the summary was discarded"
-            await self._failed(conn, job, span, t0, "history_changed", reason, brief.calls)
+        if version is None:  # the history changed, or the session's agent
+            why, reason = await discarded(conn, job)
+            await report_failed(conn, self._publish, job, span, t0, why, reason, brief.calls)
             return span.unchanged(reason)
         folded = span.plan.end - span.plan.start
         completed = {
@@ -359,40 +373,3 @@ class DurableSummarizer:
         if job.promotion != "off":
             await promote(self.upstream, self.bus, lent, job, span.plan.span)
         return CompactionResult(version, span.end_pos, folded, span.before, after)
-
-    async def _failed(
-        self,
-        conn: Connection,
-        job: CompactionJob,
-        span: Span,
-        t0: float,
-        reason: str,
-        error: str,
-        attempts: int,
-        exc: SummaryCallError | None = None,
-    ) -> float | None:
-        """Report a compaction that left the previous state as it was, unless it lost its
-        claim: its session was deleted (and perhaps made again, under the same id, by a
-        request: not the session it started in), or the compaction that took the lapsed claim
-        closed its start as interrupted already. Returns the session's backoff, in seconds,
-        after a ``summary_failed`` one (None after another reason, or a lost claim)."""
-        key = {"tenant": job.tenant, "session_id": job.session_id}
-        if not await claims.holds_compaction(conn, **key, owner=span.owner):
-            log.info("compaction of %s lost its claim; %s dropped", job.session_id, reason)
-            return None
-        data = {
-            "reason": reason,
-            "error": error,
-            "attempts": attempts,
-            "duration_ms": ms_since(t0),
-            "tokens_before": span.before,
-            "tokens_after": span.before,
-            "summary_version": span.version,
-        }
-        backoff = None
-        if reason == "summary_failed":
-            run = await events.count_failed_run(conn, tenant=job.tenant, session_id=job.session_id)
-            backoff = compaction_backoff(run + 1, exc.retry_after if exc else None)
-            data["retry_in_seconds"] = backoff
-        await self._publish(conn, job, COMPACTION_FAILED, data)
-        return backoff

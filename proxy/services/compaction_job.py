@@ -65,6 +65,9 @@ class CompactionJob:
     agents: tuple[str, ...] | None = None
     """The agents of the proxy key that asked (None: any): the compaction, once it holds its
     claim, refuses a session another key's request moved to an agent outside them."""
+    agent: str = "default"
+    """The session's agent the job was built for: its settings are that agent's, so the
+    compaction folds and stores nothing once the session runs another."""
 
 
 def job_for(
@@ -95,6 +98,7 @@ def job_for(
         memory_patterns=tuple(patterns_for(cfg, scope)),
         observation_prefixes=cfg.context_for(agent).observations.user_prefixes,
         agents=agents,
+        agent=agent,
     )
 
 

@@ -25,6 +25,7 @@ class CompactionResult:
     reason: str = ""
     failed: bool = False  # the fast model could not give a summary (not: nothing to fold)
     backoff: float | None = None  # seconds the session's background compaction now waits
+    moved_to: str | None = None  # the session's agent, when not the one the job was built for
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,9 +83,22 @@ def _fact(row: Any) -> dict[str, Any]:
     return {"object": "memory.fact"} | {k: _iso(v) for k, v in dict(row).items()}
 
 
-async def list_facts(pool: Any, *, tenant: str, scope: str) -> dict[str, Any]:
-    rows = await store.fetch_facts(pool, tenant=tenant, scopes=[scope])
-    return {"object": "list", "data": [_fact(r) for r in rows]}
+async def list_facts(
+    pool: Any, *, tenant: str, scope: str, may_use: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
+    """The scope's facts, oldest first. ``may_use(agent)`` (a key limited to some agents)
+    keeps a fact's ``source_session`` only when that session runs an agent the key may use,
+    else it is None: a ``global`` fact, which every key reads, would name sessions of other
+    agents, which the key may not list or open (a deleted session's agent is unknown)."""
+    rows = await store.fetch_listed_facts(pool, tenant=tenant, scopes=[scope])
+    data = []
+    for row in rows:
+        fact = dict(row)
+        agent = fact.pop("source_agent")
+        if may_use is not None and (agent is None or not may_use(agent)):
+            fact["source_session"] = None
+        data.append(_fact(fact))
+    return {"object": "list", "data": data}
 
 
 def _vet(

@@ -30,6 +30,10 @@ from proxy.store import sessions
 
 __all__ = ["branch_session", "compact_session", "delete_session", "reset_session"]
 
+_REBUILDS = 3
+"""How many times a forced compaction is built again for a session that keeps moving to
+another agent before it held the claim; past that it answers ``compacted: false``."""
+
 
 @contextlib.asynccontextmanager
 async def _turn(
@@ -144,19 +148,24 @@ async def compact_session(
     with the session's agent's fast model. A key limited to ``agents`` is held to them as it
     arrives (``api.deps.reach_session``) and again once the compaction holds its claim:
     one that waited while another key's request moved the session to another agent raises
-    ``AgentRefused``, nothing compacted, as reset, delete and branch do."""
-    row = await require_session(conn, tenant, session_id)
-    job = job_for(
-        cfg,
-        tenant=tenant,
-        session_id=session_id,
-        agent=row["agent"],
-        model=row["model"] or "",
-        headers=headers,
-        trigger="api",
-        agents=None if agents is None else tuple(agents),
-    )
-    result = await summarizer.compact_now(job)
+    ``AgentRefused``, nothing compacted, as reset, delete and branch do. One that another
+    request moved to an agent the key may use, before it held the claim, is built again for
+    that agent (its fast model, its settings), nothing sent to the old agent's."""
+    for _ in range(_REBUILDS):
+        row = await require_session(conn, tenant, session_id)
+        job = job_for(
+            cfg,
+            tenant=tenant,
+            session_id=session_id,
+            agent=row["agent"],
+            model=row["model"] or "",
+            headers=headers,
+            trigger="api",
+            agents=None if agents is None else tuple(agents),
+        )
+        result = await summarizer.compact_now(job)
+        if result is None or result.moved_to is None:
+            break
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     if result.failed:  # a failure is not a success with compacted: false

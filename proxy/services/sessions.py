@@ -3,8 +3,10 @@
 
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
 missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
-is held to their sessions as it arrives (``api.deps.reach_session``), and again under the
-session's lock by the changes that wait their turn (``session_changes``).
+is held to their sessions as it arrives (``api.deps.reach_session``), again after the reads
+here (``api.deps.reached_still``), and again under the session's lock by the changes that
+wait their turn (``session_changes``); ids of other agents' sessions (a parent) it does not
+see.
 """
 
 from __future__ import annotations
@@ -62,7 +64,18 @@ async def list_sessions(
     rows = await sessions.fetch_sessions(
         conn, tenant=tenant, limit=limit, offset=offset, agents=agents
     )
-    return {"object": "list", "data": [_listed(cfg, r) for r in rows]}
+    data = [_listed(cfg, r) for r in rows]
+    if agents is not None:
+        for view, row in zip(data, rows, strict=True):
+            view["parent_id"] = _parent(row["parent_id"], row["parent_agent"], agents)
+    return {"object": "list", "data": data}
+
+
+def _parent(parent_id: str | None, agent: str | None, agents: Sequence[str]) -> str | None:
+    """The ``parent_id`` a key limited to ``agents`` sees: the parent only when it runs one
+    of them (``agent``, None when it is gone), else None, as a memory fact's source
+    session: it may not list or open the parent, and the branch's history is not its id."""
+    return parent_id if agent is not None and agent in agents else None
 
 
 def _listed(cfg: Config, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,9 +97,21 @@ def _listed(cfg: Config, row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) -> dict[str, Any]:
-    """Occupancy, context limit, reclaimed tokens, the current summary and message counts."""
+async def show_session(
+    conn: Any,
+    cfg: Config,
+    *,
+    tenant: str,
+    session_id: str,
+    agents: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Occupancy, context limit, reclaimed tokens, the current summary and message counts;
+    for a key limited to ``agents``, ``parent_id`` as ``_parent`` shows it."""
     row = await require_session(conn, tenant, session_id)
+    parent = row["parent_id"]
+    if agents is not None and parent is not None:
+        agent = await sessions.fetchval_agent(conn, tenant=tenant, session_id=parent)
+        parent = _parent(parent, agent, agents)
     summary = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     split = await usage.fetch_usage_split(
         conn,
@@ -94,7 +119,7 @@ async def show_session(conn: Any, cfg: Config, *, tenant: str, session_id: str) 
         session_id=session_id,
         boundary=0 if summary is None else summary["boundary"],
     )
-    view = _listed(cfg, row)
+    view = _listed(cfg, row) | {"parent_id": parent}
     occupancy, limit = view["occupancy"], view["context_limit"]
     return view | {
         "superseded_count": row["superseded_count"],

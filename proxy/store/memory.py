@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "fetch_facts",
+    "fetch_listed_facts",
     "add_facts",
     "delete_fact",
     "fetch_pending_suggestions",
@@ -36,6 +37,20 @@ SELECT {FACT_COLUMNS} FROM memory WHERE tenant = $1 AND scope = ANY($2::text[]) 
 async def fetch_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> list[Any]:
     """The facts of ``scopes``, oldest first."""
     return list(await conn.fetch(FETCH_FACTS, tenant, list(scopes)))
+
+
+FETCH_LISTED = """
+SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
+FROM memory m LEFT JOIN sessions s ON s.tenant = m.tenant AND s.id = m.source_session
+WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) ORDER BY m.id
+"""
+
+
+async def fetch_listed_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> list[Any]:
+    """:func:`fetch_facts`, each with the agent its source session runs now
+    (``source_agent``: None when the fact has no source session or it was deleted), which
+    decides whether a key limited to some agents may see that session's id."""
+    return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes)))
 
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"

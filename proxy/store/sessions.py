@@ -66,8 +66,11 @@ async def fetchval_agent(conn: Executor, *, tenant: str, session_id: str) -> str
 
 FETCH_SESSIONS = """
 SELECT id, agent, model, parent_id, created_at, updated_at, head_len, last_prompt_tokens,
-       last_estimate, calibration, reclaimed_tokens
-FROM sessions WHERE tenant = $1 AND ($4::text[] IS NULL OR agent = any($4::text[]))
+       last_estimate, calibration, reclaimed_tokens,
+       CASE WHEN $4::text[] IS NOT NULL AND parent_id IS NOT NULL THEN (
+           SELECT p.agent FROM sessions p WHERE p.tenant = s.tenant AND p.id = s.parent_id
+       ) END AS parent_agent
+FROM sessions s WHERE tenant = $1 AND ($4::text[] IS NULL OR agent = any($4::text[]))
 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 """
 
@@ -81,7 +84,9 @@ async def fetch_sessions(
     agents: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """A page of the tenant's sessions, latest activity first; with ``agents``, only theirs
-    (filtered before the page is cut, so ``limit`` counts the sessions returned)."""
+    (filtered before the page is cut, so ``limit`` counts the sessions returned), each with
+    the agent its parent runs now (``parent_agent``: None without ``agents``, a parent, or
+    a parent still there)."""
     rows = await conn.fetch(
         FETCH_SESSIONS, tenant, limit, offset, None if agents is None else list(agents)
     )

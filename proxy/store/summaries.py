@@ -48,7 +48,8 @@ WHERE ($4::text IS NULL OR ((
     SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
       AND pos = $3 - 1 FOR SHARE)))
   AND ($8::uuid IS NULL OR EXISTS (
-    SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $8))
+    SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $8
+      AND ($9::text IS NULL OR agent = $9)))
 RETURNING version
 """
 
@@ -64,9 +65,11 @@ async def insert_summary(
     tokens: int,
     model: str | None,
     owner: uuid.UUID | None = None,
+    agent: str | None = None,
 ) -> int | None:
     """Insert the next version; None when the last folded message is no longer live, or
-    when ``owner`` (a compaction) no longer holds the session's compaction claim.
+    when ``owner`` (a compaction) no longer holds the session's compaction claim, or the
+    session no longer runs ``agent`` (with ``owner``: the agent the summary was made for).
 
     ``boundary_hash`` is the chain hash of the last folded message; a chain hash covers the
     whole prefix before it, so one live row with that hash proves the folded span is intact.
@@ -92,6 +95,11 @@ async def insert_summary(
     The claim check keeps a compaction of a session deleted meanwhile out of a new session
     made under the same id: a client resending the same history makes the hash check pass
     there, and the deleted session's summary would outlive its delete.
+
+    The agent check reads the row in the statement's snapshot, unlocked (locking it after
+    the message row would order the locks against a step's, which takes the session row
+    first): a move that commits while the statement runs orders after the summary, as one
+    made just after it would, which the new agent's prompts then carry.
     """
     version = await conn.fetchval(
         INSERT_SUMMARY,
@@ -103,6 +111,7 @@ async def insert_summary(
         tokens,
         None if model is None else encode(model),
         owner,
+        agent,
     )
     return None if version is None else int(version)
 

@@ -77,7 +77,8 @@ class Model:
 
     ``fast_delay`` delays the briefing's first byte; ``fast_pacer`` holds it as the test
     allows (:class:`~tests.fakes.replies.Pacer`); ``fast_failures`` answers the next N
-    fast-model calls with a 500; ``brief(request)`` builds the briefing text. Every fast call
+    fast-model calls with a 500; ``brief(request)`` builds the briefing text; ``fast`` names
+    the fast models (agents with fast models of their own). Every fast call
     is timestamped on arrival (the fake calls the responder when the request comes in).
     """
 
@@ -89,7 +90,9 @@ class Model:
         fast_failures: int = 0,
         fast_pacer: Pacer | None = None,
         main: Callable[[RecordedRequest], Reply] | None = None,
+        fast: tuple[str, ...] = (FAST,),
     ) -> None:
+        self.fast = fast
         self.brief = brief or (lambda req: briefing())
         self.fast_delay = fast_delay
         self.fast_pacer = fast_pacer
@@ -99,7 +102,7 @@ class Model:
         self._lock = threading.Lock()
 
     def __call__(self, req: RecordedRequest) -> Any:
-        if req.json.get("model") != FAST:
+        if req.json.get("model") not in self.fast:
             return self.main(req)
         with self._lock:
             self.fast_times.append(time.monotonic())

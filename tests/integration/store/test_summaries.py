@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from proxy.history import chain
 from proxy.services import incoming
 from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs, steps, summaries, writes
+from proxy.store import leases, messages as msgs, steps, summaries, writes
 from tests.integration.store.helpers import OWNER, asyncpg_internal, create_session, insert_messages
 
 T, S = "t-a", "s1"
@@ -381,3 +382,23 @@ async def test_the_append_statement_touches_only_window_rows_in_the_database(
         # index scans and their heap visit: the window only, and no probe of the raw
         # outputs per tool result, which decided nothing (migration 0011)
         assert fetched[0] <= 2 * window and fetched[1] == 0, (before, after)
+
+
+async def test_a_summary_made_for_another_agent_than_the_sessions_is_not_written(
+    conn: Any,
+) -> None:
+    """The agent check reads the session row in the insert's own statement: a session moved
+    to another agent while the fast model answered gets no summary made for the old one."""
+    await store(conn, history(20))
+    owner = uuid.uuid4()
+    claimed = await leases.claim_compaction(conn, tenant=T, session_id=S, owner=owner, ttl=30)
+    assert claimed
+    await conn.execute("UPDATE sessions SET agent = 'coder' WHERE tenant = $1 AND id = $2", T, S)
+    row = await conn.fetchrow(
+        "SELECT hash FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = 9", T, S
+    )
+    common = {"tenant": T, "session_id": S, "boundary": 10, "boundary_hash": row["hash"]}
+    made = {"content": "brief", "tokens": 1, "model": "fast-model", "owner": owner}
+    assert await summaries.insert_summary(conn, **common, **made, agent="default") is None
+    assert await summaries.fetch_summaries(conn, tenant=T, session_id=S) == []
+    assert await summaries.insert_summary(conn, **common, **made, agent="coder") == 1

@@ -1,0 +1,92 @@
+"""Regression: the session API's reads (the view, ``messages``, ``tool-outputs``) checked a
+limited key's reach as the request arrived, in a statement of its own, and then read the
+session in later ones. A request of another key that moved the session to another agent
+between the two (its agent and its first messages are one statement) was read by the
+limited key: that agent's new messages, its view, a session another agent made under an id
+that was free when checked. The reads now check the agent again once they have read, and
+answer the arrival check's 403 when it changed, nothing of what they read sent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.api import sessions as api
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, StartProxy
+from tests.integration.api.limited_keys import FULL, LIMITED, client, start_with_limited_key
+from tests.integration.api.sessions_helpers import MAX_CHARS, settled, tool_history
+
+SID = "raced"
+MOVE = """
+INSERT INTO sessions (tenant, id, agent) VALUES ('team', $1, 'coder')
+ON CONFLICT (tenant, id) DO UPDATE SET agent = 'coder'
+"""
+
+
+@pytest.fixture
+def server(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> ProxyServer:
+    return start_with_limited_key(
+        start_proxy,
+        fake_upstream,
+        tmp_path,
+        monkeypatch,
+        context={"toolOutput": {"maxChars": MAX_CHARS}},
+    )
+
+
+def _moved_first(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The service's read ``name`` runs after the session is moved to the coder: the move
+    lands between the key's check and the read."""
+    read: Callable[..., Any] = getattr(api.svc, name)
+
+    async def moved(pool: Any, *args: Any, **kwargs: Any) -> Any:
+        await pool.execute(MOVE, kwargs["session_id"])
+        return await read(pool, *args, **kwargs)
+
+    monkeypatch.setattr(api.svc, name, moved)
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("show_session", f"/v1/sessions/{SID}"),
+        ("list_messages", f"/v1/sessions/{SID}/messages"),
+        ("tool_output", f"/v1/sessions/{SID}/tool-outputs/call_ls"),
+    ],
+)
+def test_a_read_that_raced_a_move_to_another_agent_is_refused(
+    server: ProxyServer, monkeypatch: pytest.MonkeyPatch, name: str, path: str
+) -> None:
+    with client(server.origin, FULL) as full:
+        body = {"model": "reviewer", "messages": tool_history()}
+        sent = full.post("/v1/chat/completions", json=body, headers={"x-session-id": SID})
+        assert sent.status_code == 200, sent.text
+        settled(full, SID, 4)
+    with client(server.origin, LIMITED) as limited:
+        assert limited.get(path).status_code == 200  # the reviewer's session: the key's
+        _moved_first(monkeypatch, name)
+        raced = limited.get(path)
+    assert raced.status_code == 403, raced.text
+    error = raced.json()["error"]
+    assert (error["type"], error["code"]) == ("request_forbidden", "agent_not_allowed")
+    assert "'coder'" in error["message"]
+
+
+def test_a_session_made_for_another_agent_after_the_check_is_refused(
+    server: ProxyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing session passes the check (a 404 for every key); one another agent's
+    request makes before the read is that agent's."""
+    _moved_first(monkeypatch, "show_session")
+    with client(server.origin, LIMITED) as limited:
+        raced = limited.get("/v1/sessions/made-meanwhile")
+    assert raced.status_code == 403, raced.text
