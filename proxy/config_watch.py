@@ -5,13 +5,16 @@ config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is re
 we watch the directory the path names and reload when the file's bytes changed. Only the
 directory itself is watched, not what is below it: with a data directory kept beside the
 config, a recursive watch would wake on every PostgreSQL write and stat each changed file.
-Requests read
-``holder.current`` once and use that snapshot for the whole request.
+Editors that save in place (truncate, then write) and saves that delete the file first pass
+through states that are no config at all; a file that does not parse is judged once it
+stops changing (``SETTLE_SECONDS``). Requests read ``holder.current`` once and use that
+snapshot for the whole request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -68,8 +71,8 @@ async def watch_config(
     async for _ in awatch(
         path.parent, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
     ):
-        now = _read(path)
-        if now == last:  # unchanged, or still missing: said once already
+        now = await _settled(path, _read(path), stop)
+        if now == last or stop.is_set():  # unchanged, or still missing: said once already
             continue
         last = now
         try:
@@ -86,6 +89,40 @@ def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict
     entries of every tenant's keys and agents) stay in the log, and the frame says only what
     happened. Without keys (one user, on loopback) it says why."""
     return (name, {}) if cfg.auth.keys else (name, data)
+
+
+SETTLE_SECONDS = 1.0
+"""How long a file that does not parse (missing, empty, cut off) must stay unchanged before
+it is judged. An editor that saves in place truncates the file, then writes it, and a save
+may delete the file before writing it anew: the states between are not the user's config,
+and refusing each was a ``config.rejected`` on every open stream for a save that was fine."""
+
+SETTLE_LIMIT_SECONDS = 10.0
+"""A file still changing after this long is judged as it then is."""
+
+
+async def _settled(path: Path, now: bytes | None, stop: asyncio.Event) -> bytes | None:
+    """``now``, or, while it does not parse as JSON, the bytes once they stop changing."""
+    waited = 0.0
+    while not _parses(now) and waited < SETTLE_LIMIT_SECONDS:
+        try:
+            await asyncio.wait_for(stop.wait(), SETTLE_SECONDS)
+            return now  # stopping: the caller judges nothing more
+        except TimeoutError:
+            waited += SETTLE_SECONDS
+        again = _read(path)
+        if again == now:
+            break
+        now = again
+    return now
+
+
+def _parses(data: bytes | None) -> bool:
+    try:
+        json.loads(data or b"")
+    except ValueError:  # not JSON, cut off, empty, or not UTF-8
+        return False
+    return True
 
 
 def _read(path: Path) -> bytes | None:

@@ -1,0 +1,94 @@
+"""How editors and deployers save config/agents.json, as the hot reload sees it: each save is
+one ``config.reloaded`` (or one ``config.rejected`` for a file that stays broken), never a
+refusal of a state the file only passed through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
+from proxy.config import load_config
+from proxy.config_watch import ConfigHolder, watch_config
+
+
+def text(limit: int) -> str:
+    return json.dumps({"models": {"default": {"contextLimit": limit}}}, indent=2)
+
+
+def limit(holder: ConfigHolder) -> int:
+    return holder.current.model_limits("m").context_limit
+
+
+async def until(done: Callable[[], bool], seconds: float = 5) -> None:
+    for _ in range(int(seconds * 20)):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def watching(path: Path, seen: list[str]) -> AsyncIterator[ConfigHolder]:
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    try:
+        yield holder
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_a_truncate_then_write_save_is_one_reload(tmp_path: Path) -> None:
+    """An editor that saves in place (truncate, then write) passes through an empty and a
+    cut-off file; with pauses between the writes each was a ``config.rejected`` on every
+    open stream and a warning in the log, for a save that was fine."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        new = text(2000)
+        with path.open("w") as f:  # truncated
+            f.flush()
+            await asyncio.sleep(0.4)  # past the debounce: a change of its own
+            f.write(new[:20])
+            f.flush()
+            await asyncio.sleep(0.4)
+            f.write(new[20:])
+        await until(lambda: bool(seen))
+        await asyncio.sleep(1.5)  # nothing more comes
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
+
+
+async def test_a_deleted_then_recreated_config_is_one_reload(tmp_path: Path) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        path.unlink()
+        await asyncio.sleep(0.4)
+        path.write_text(text(2000))
+        await until(lambda: bool(seen))
+        await asyncio.sleep(1.5)
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
+
+
+async def test_a_file_that_stays_broken_is_still_rejected_once(tmp_path: Path) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        path.write_text("")
+        await until(lambda: bool(seen))
+        path.write_text(text(1000)[:20])
+        await until(lambda: len(seen) > 1)
+        await asyncio.sleep(1.5)
+    assert seen == [CONFIG_REJECTED, CONFIG_REJECTED]
+    assert limit(holder) == 1000
