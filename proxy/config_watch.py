@@ -2,9 +2,11 @@
 
 Editors often save by writing a new file and renaming it over the old one, and a symlinked
 config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is replaced, so
-we watch the directory the path names and reload when the file's bytes changed. Only the
-directory itself is watched, not what is below it: with a data directory kept beside the
-config, a recursive watch would wake on every PostgreSQL write and stat each changed file.
+we watch the directory the path names and reload when the file's bytes changed; a link to a
+file in another directory is edited where that file lives, so its directory is watched too.
+Only the directories themselves are watched, not what is below them: with a data directory
+kept beside the config, a recursive watch would wake on every PostgreSQL write and stat each
+changed file.
 Editors that save in place (truncate, then write) and saves that delete the file first pass
 through states that are no config at all; a file that does not parse is judged once it
 stops changing (``SETTLE_SECONDS``). Requests read ``holder.current`` once and use that
@@ -18,6 +20,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -65,22 +68,54 @@ async def watch_config(
     # The path as given, not resolved: a config that is a symlink is updated by replacing
     # the link, or (Kubernetes ConfigMaps) a ``..data`` link beside it, and the directory a
     # resolved path pointed into can be deleted. So any change in the config's own
-    # directory is a candidate, and the file's bytes decide whether it changed.
+    # directory is a candidate, and the file's bytes decide whether it changed. A link to a
+    # file elsewhere (``/etc/cascade/agents.json``, a dotfiles checkout) is edited where the
+    # file lives, so that directory is watched too, and the watch moves when the link does.
     path = holder.path.absolute()
     last = _read(path)
-    async for _ in awatch(
-        path.parent, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
-    ):
-        now = await _settled(path, _read(path), stop)
-        if now == last or stop.is_set():  # unchanged, or still missing: said once already
-            continue
-        last = now
-        try:
-            event = holder.reload()
-        except Exception:  # a bug here must not end hot reload for the life of the process
-            log.exception("config %s: reload failed, keeping the previous one", path)
-            continue
-        emit(*for_streams(holder.current, *event))
+    while not stop.is_set():
+        dirs = _directories(path)
+        async with aclosing(
+            awatch(
+                *dirs, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
+            )
+        ) as changes:
+            last = await _check(holder, path, last, emit, stop)  # a change while re-arming
+            async for _ in changes:
+                last = await _check(holder, path, last, emit, stop)
+                if _directories(path) != dirs:
+                    break  # the link points into another directory now: watch that one
+
+
+async def _check(
+    holder: ConfigHolder,
+    path: Path,
+    last: bytes | None,
+    emit: Callable[[str, dict[str, Any]], None],
+    stop: asyncio.Event,
+) -> bytes | None:
+    """Reload when the file's bytes differ from ``last``; return the bytes judged."""
+    now = await _settled(path, _read(path), stop)
+    if now == last or stop.is_set():  # unchanged, or still missing: said once already
+        return last
+    try:
+        event = holder.reload()
+    except Exception:  # a bug here must not end hot reload for the life of the process
+        log.exception("config %s: reload failed, keeping the previous one", path)
+        return now
+    emit(*for_streams(holder.current, *event))
+    return now
+
+
+def _directories(path: Path) -> tuple[Path, ...]:
+    """The config's own directory, and the directory of the file it links to, if another."""
+    try:
+        target = path.resolve(strict=True).parent
+        if target != path.parent.resolve(strict=True):
+            return path.parent, target
+    except (OSError, RuntimeError):  # missing, or a link loop: the own directory only
+        pass
+    return (path.parent,)
 
 
 def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -92,3 +92,34 @@ async def test_a_file_that_stays_broken_is_still_rejected_once(tmp_path: Path) -
         await asyncio.sleep(1.5)
     assert seen == [CONFIG_REJECTED, CONFIG_REJECTED]
     assert limit(holder) == 1000
+
+
+async def test_a_config_linked_from_another_directory_reloads_when_its_target_changes(
+    tmp_path: Path,
+) -> None:
+    """``config/agents.json -> /etc/cascade/agents.json`` (or a dotfiles checkout): the
+    file is edited where it lives, which the link's directory never hears of; and once the
+    link is pointed at another file, that file's edits count."""
+    here, there, elsewhere = (tmp_path / name for name in ("config", "etc", "other"))
+    for directory in (here, there, elsewhere):
+        directory.mkdir()
+    (there / "agents.json").write_text(text(1000))
+    path = here / "agents.json"
+    path.symlink_to(there / "agents.json")
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        (there / "agents.json").write_text(text(2000))  # in place
+        await until(lambda: limit(holder) == 2000)
+        assert limit(holder) == 2000
+        (there / "next.json").write_text(text(3000))  # renamed over it
+        os.replace(there / "next.json", there / "agents.json")
+        await until(lambda: limit(holder) == 3000)
+        assert limit(holder) == 3000
+        (elsewhere / "agents.json").write_text(text(4000))
+        (here / "link.tmp").symlink_to(elsewhere / "agents.json")
+        os.replace(here / "link.tmp", path)  # the link now points elsewhere
+        await until(lambda: limit(holder) == 4000)
+        (elsewhere / "agents.json").write_text(text(5000))
+        await until(lambda: limit(holder) == 5000)
+        assert limit(holder) == 5000
+    assert seen == [CONFIG_RELOADED] * 4
