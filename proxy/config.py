@@ -233,7 +233,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         if isinstance(provider, Mapping) and "name" in provider:
             raise ConfigError(f"providers.{name}.name: not a key; the provider's name is {name}")
     try:
-        cfg = Config.model_validate(data)
+        cfg = Config.model_validate_json(_as_json(data), strict=True)
         cfg = cfg.model_copy(
             update={
                 "providers": {
@@ -245,7 +245,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         resolved = {}
         for name, agent in cfg.agents.items():
             try:
-                resolved[name] = ContextConfig.model_validate(_deep_merge(base, agent.context))
+                merged = _as_json(_deep_merge(base, agent.context))
+                resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
                 raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
@@ -259,6 +260,14 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             where = "context" if name == "default" else f"agents.{name}.context"
             raise ConfigError(f"{where}.redaction.patterns: {exc}") from exc
     return cfg.model_copy(update={"resolved": resolved})
+
+
+def _as_json(data: Mapping[str, Any]) -> str:
+    """``data`` as the file's JSON, for pydantic's strict JSON mode: a value must be of its
+    key's JSON type. Lax mode would read ``true`` as the number 1 (a ``contextLimit`` of one
+    token) and ``"no"`` or ``0`` as false; a whole number still counts for a fraction or a
+    time."""
+    return json.dumps(data, allow_nan=True)
 
 
 def _check_urls(cfg: Config, *, from_env: bool) -> None:

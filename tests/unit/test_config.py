@@ -168,6 +168,37 @@ def test_out_of_range_values_are_rejected(raw: dict[str, Any]) -> None:
         parse_config(raw, env={})
 
 
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        # each was read as a number: a window of 1 token (every request a 400), one kept
+        # message, a 1 s timeout
+        ({"models": {"gpt-4o": {"contextLimit": True}}}, r"models\.gpt-4o\.contextLimit"),
+        ({"context": {"summarize": {"keepRecent": True}}}, r"summarize\.keepRecent"),
+        ({"providers": {"openai": {"timeoutSeconds": True}}}, r"openai\.timeoutSeconds"),
+        ({"agents": {"a": {"context": {"eviction": {"keepRecentRounds": False}}}}}, r"agents\.a"),
+        # each was read as what the text might mean
+        ({"providers": {"openai": {"verifyTls": "no"}}}, r"openai\.verifyTls"),
+        ({"context": {"retrieval": {"enabled": 1}}}, r"retrieval\.enabled"),
+        ({"context": {"toolOutput": {"maxChars": "24000"}}}, r"toolOutput\.maxChars"),
+        ({"agents": {"a": {"context": {"handoff": {"enabled": "off"}}}}}, r"agents\.a"),
+    ],
+)
+def test_a_value_of_another_json_type_is_rejected(raw: dict[str, Any], where: str) -> None:
+    with pytest.raises(ConfigError, match=where):
+        parse_config(raw, env={})
+
+
+def test_a_whole_number_may_be_written_for_a_fraction_or_a_timeout() -> None:
+    raw = {
+        "providers": {"openai": {"timeoutSeconds": 30}},
+        "context": {"handoff": {"atFraction": 1}},
+    }
+    cfg = parse_config(raw, env={})
+    assert cfg.providers["openai"].timeout_seconds == 30.0
+    assert cfg.context.handoff.at_fraction == 1.0
+
+
 def test_unknown_key_in_agent_context_override_is_rejected() -> None:
     raw = {"agents": {"a": {"context": {"eviction": {"typo": 1}}}}}
     with pytest.raises(ConfigError, match=r"agents\.a\.context: (.|\n)*typo"):
