@@ -23,6 +23,7 @@ Decisions where DESIGN.md is silent:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -254,12 +255,24 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     _check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     _check_key_values(cfg, env)
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
-        try:
-            compile_patterns(ctx.redaction.patterns, use_defaults=False)
-        except ValueError as exc:
-            where = "context" if name == "default" else f"agents.{name}.context"
-            raise ConfigError(f"{where}.redaction.patterns: {exc}") from exc
+        where = "context" if name == "default" else f"agents.{name}.context"
+        _check_patterns(ctx.redaction.patterns, f"{where}.redaction.patterns")
     return cfg.model_copy(update={"resolved": resolved})
+
+
+def _check_patterns(patterns: tuple[str, ...], where: str) -> None:
+    """Each redaction pattern compiles. A refused one is named by its place, never its text:
+    a pattern may spell the secret it scrubs, and the reason reaches the log and, without
+    proxy keys, every open event stream."""
+    try:
+        compile_patterns(patterns, use_defaults=False)
+    except ValueError:
+        for i, source in enumerate(patterns):
+            try:
+                re.compile(source)
+            except re.error as exc:  # its message gives the position, not the text
+                raise ConfigError(f"{where}[{i}]: not a regular expression ({exc})") from None
+        raise
 
 
 def _as_json(data: Mapping[str, Any]) -> str:

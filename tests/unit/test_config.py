@@ -210,12 +210,12 @@ def test_unknown_key_in_agent_context_override_is_rejected() -> None:
     [
         # each used to be accepted, then failed every chat request with a 500
         (
-            {"context": {"redaction": {"patterns": ["(unclosed"]}}},
-            r"context\.redaction\.patterns: invalid redaction pattern '\(unclosed'",
+            {"context": {"redaction": {"patterns": ["x", "(unclosed"]}}},
+            r"context\.redaction\.patterns\[1\]: not a regular expression \(missing \)",
         ),
         (
             {"agents": {"a": {"context": {"redaction": {"patterns": ["[a"]}}}}},
-            r"agents\.a\.context\.redaction\.patterns",
+            r"agents\.a\.context\.redaction\.patterns\[0\]",
         ),
         # each used to escape as a TypeError or ValueError: a traceback, no config.rejected
         ({"agents": ["x"]}, "agents: must be an object"),
@@ -227,6 +227,17 @@ def test_a_config_that_cannot_work_is_rejected_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match=names):
         parse_config(raw, env={})
+
+
+def test_a_refused_redaction_pattern_is_named_by_its_place_not_its_text() -> None:
+    """A pattern may spell the very secret it scrubs (an internal token, a password), and
+    the reason goes to the log and, without proxy keys, to every open event stream."""
+    secret = "sk-live-7Hq2x9PzR4"
+    raw = {"agents": {"a": {"context": {"redaction": {"patterns": [f"({secret}"]}}}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw, env={})
+    assert "7Hq2x9PzR4" not in str(caught.value)
+    assert "agents.a.context.redaction.patterns[0]" in str(caught.value)
 
 
 # per-agent context overrides
