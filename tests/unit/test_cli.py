@@ -46,7 +46,7 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
         logger.handlers[:], logger.level, logger.propagate = saved
     err = capsys.readouterr().err
     assert "missing.json does not exist" in err
-    assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
+    assert "redaction.patterns[0]: not a regular expression (missing )" in err
     assert "port" in err and "Traceback" not in err
     assert "CASCADE_MAX_BODY_BYTES" in err and "99999 is not a TCP port" in err
     assert "OTEL_TRACES_EXPORTER names 'zipkin'" in err
