@@ -23,15 +23,13 @@ Decisions where DESIGN.md is silent:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
 
-from proxy.cascade.redaction import compile_patterns
+from proxy.config_checks import ConfigError, check_key_values, check_patterns, check_urls
 from proxy.config_context import Block, ContextConfig
 from proxy.settings import describe_errors
 
@@ -51,10 +49,6 @@ __all__ = [
 ]
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
-
-
-class ConfigError(Exception):
-    """The config file is missing, not JSON, or does not match the schema."""
 
 
 class ProviderConfig(Block):
@@ -252,27 +246,12 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from exc
-    _check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
-    _check_key_values(cfg, env)
+    check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
+    check_key_values(cfg, env)
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
         where = "context" if name == "default" else f"agents.{name}.context"
-        _check_patterns(ctx.redaction.patterns, f"{where}.redaction.patterns")
+        check_patterns(ctx.redaction.patterns, f"{where}.redaction.patterns")
     return cfg.model_copy(update={"resolved": resolved})
-
-
-def _check_patterns(patterns: tuple[str, ...], where: str) -> None:
-    """Each redaction pattern compiles. A refused one is named by its place, never its text:
-    a pattern may spell the secret it scrubs, and the reason reaches the log and, without
-    proxy keys, every open event stream."""
-    try:
-        compile_patterns(patterns, use_defaults=False)
-    except ValueError:
-        for i, source in enumerate(patterns):
-            try:
-                re.compile(source)
-            except re.error as exc:  # its message gives the position, not the text
-                raise ConfigError(f"{where}[{i}]: not a regular expression ({exc})") from None
-        raise
 
 
 def _as_json(data: Mapping[str, Any]) -> str:
@@ -281,51 +260,6 @@ def _as_json(data: Mapping[str, Any]) -> str:
     token) and ``"no"`` or ``0`` as false; a whole number still counts for a fraction or a
     time."""
     return json.dumps(data, allow_nan=True)
-
-
-def _check_urls(cfg: Config, *, from_env: bool) -> None:
-    """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535,
-    and no query or fragment: else every request to it would be a 502 (or go elsewhere).
-    ``from_env``: the ``openai`` provider's came from ``OPENAI_BASE_URL``, which the message
-    then names."""
-    for name, provider in cfg.providers.items():
-        try:
-            u = urlsplit(provider.base_url)
-            usable = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
-        except ValueError:  # a port that is no number or out of range, a stray bracket
-            usable = False
-        env = name == "openai" and from_env
-        where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
-        if not usable:
-            raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
-        if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
-            # the request's path (/chat/completions) is appended: it would land in them
-            raise ConfigError(
-                f"{where}: has a query string or fragment, which the request paths would"
-                " follow; give the URL up to its path, and a key by apiKeyEnv"
-            )
-
-
-def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
-    """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Nor does the metrics key's: that
-    proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
-    match no request."""
-    first: dict[str, int] = {}
-    for i, key in enumerate(cfg.auth.keys):
-        value = (env.get(key.key_env) or "").strip()
-        if value and (j := first.setdefault(value, i)) != i:
-            other = cfg.auth.keys[j].key_env
-            raise ConfigError(
-                f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
-                "holds; give each entry a key of its own"
-            )
-    metrics = cfg.auth.metrics_key_env
-    if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:
-        raise ConfigError(
-            f"auth.metricsKeyEnv: ${metrics} holds the key ${cfg.auth.keys[j].key_env} "
-            f"(auth.keys[{j}]) holds; give the scraper a key of its own"
-        )
 
 
 class _DuplicateKey(ValueError):

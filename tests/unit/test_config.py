@@ -240,6 +240,15 @@ def test_a_refused_redaction_pattern_is_named_by_its_place_not_its_text() -> Non
     assert "agents.a.context.redaction.patterns[0]" in str(caught.value)
 
 
+@pytest.mark.parametrize("pattern", ["", "x*", "token|", r"\b", "(?=sk-)", "^"])
+def test_a_redaction_pattern_that_can_match_nothing_is_refused(pattern: str) -> None:
+    """A match of no characters is replaced too: such a pattern wrote [REDACTED] between
+    every character (or before each word) of every message sent and stored."""
+    raw = {"agents": {"a": {"context": {"redaction": {"patterns": ["sk-[a-z]+", pattern]}}}}}
+    with pytest.raises(ConfigError, match=r"agents\.a\.context\.redaction\.patterns\[1\]: "):
+        parse_config(raw, env={})
+
+
 # per-agent context overrides
 
 
