@@ -9,7 +9,8 @@ kept beside the config, a recursive watch would wake on every PostgreSQL write a
 changed file.
 Editors that save in place (truncate, then write) and saves that delete the file first pass
 through states that are no config at all; a file that does not parse is judged once it
-stops changing (``SETTLE_SECONDS``). Requests read ``holder.current`` once and use that
+stops changing (``SETTLE_SECONDS``), and the bytes are compared every ``RECHECK_SECONDS``
+even when no change was announced. Requests read ``holder.current`` once and use that
 snapshot for the whole request.
 """
 
@@ -77,7 +78,14 @@ async def watch_config(
         dirs = _directories(path)
         async with aclosing(
             awatch(
-                *dirs, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
+                *dirs,
+                watch_filter=None,
+                recursive=False,
+                stop_event=stop,
+                debounce=200,
+                step=50,
+                rust_timeout=int(RECHECK_SECONDS * 1000),
+                yield_on_timeout=True,  # an empty batch: compare the bytes anyway
             )
         ) as changes:
             last = await _check(holder, path, last, emit, stop)  # a change while re-arming
@@ -95,8 +103,11 @@ async def _check(
     stop: asyncio.Event,
 ) -> bytes | None:
     """Reload when the file's bytes differ from ``last``; return the bytes judged."""
-    now = await _settled(path, _read(path), stop)
-    if now == last or stop.is_set():  # unchanged, or still missing: said once already
+    now = _read(path)
+    if now == last:  # unchanged, or still missing: said once already
+        return last
+    now = await _settled(path, now, stop)
+    if now == last or stop.is_set():
         return last
     try:
         event = holder.reload()
@@ -125,6 +136,13 @@ def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict
     happened. Without keys (one user, on loopback) it says why."""
     return (name, {}) if cfg.auth.keys else (name, data)
 
+
+RECHECK_SECONDS = 5.0
+"""How often the file's bytes are compared though no change was announced: some file
+systems tell the watcher nothing (network shares, Docker Desktop's shared folders) or not
+every change (WSL2, where watchfiles polls file times in whole seconds, so a save within
+the second of the one before it goes unseen). Reading a small file this often costs
+nothing, and such a save is applied within this long instead of never."""
 
 SETTLE_SECONDS = 1.0
 """How long a file that does not parse (missing, empty, cut off) must stay unchanged before

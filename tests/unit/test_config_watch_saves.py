@@ -11,6 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
+from proxy import config_watch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
@@ -123,3 +126,25 @@ async def test_a_config_linked_from_another_directory_reloads_when_its_target_ch
         await until(lambda: limit(holder) == 5000)
         assert limit(holder) == 5000
     assert seen == [CONFIG_RELOADED] * 4
+
+
+async def test_a_change_no_event_announced_is_found_by_the_recheck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some file systems tell the watcher nothing, or not every change: a network share,
+    Docker Desktop's shared folders, WSL2 (where watchfiles polls, and a second save within
+    the same second as the one before it goes unseen). Here the file is rewritten through a
+    hard link in another directory, of which the config's directory hears nothing."""
+    monkeypatch.setattr(config_watch, "RECHECK_SECONDS", 0.5)
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    hidden = tmp_path / "elsewhere"
+    hidden.mkdir()
+    os.link(path, hidden / "agents.json")
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        with (hidden / "agents.json").open("r+") as f:  # the same file, written in place
+            f.write(text(2000))
+        await until(lambda: bool(seen))
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
