@@ -275,13 +275,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
-    """Read and validate the config file; a missing path means all defaults."""
+def load_config(
+    path: str | Path | None, env: Mapping[str, str] | None = None, data: bytes | None = None
+) -> Config:
+    """Read and validate the config file; a missing path means all defaults. ``data``: the
+    file's bytes as the caller read them (the watcher judged those complete), so that what
+    is loaded is what was judged, not the file again, which an editor may be writing."""
     if path is None:
         return parse_config({}, env)
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = (p.read_bytes() if data is None else data).decode("utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except OSError as exc:  # a directory, no permission: rejected like bad JSON

@@ -47,11 +47,14 @@ class ConfigHolder:
         for warning in config_warnings(self.current, env):
             log.warning("config %s: %s", self.path, warning)
 
-    def reload(self, env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
-        """Try the file on disk; return the event to emit (reloaded or rejected)."""
+    def reload(
+        self, env: Mapping[str, str] | None = None, data: bytes | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Try the file (``data``: its bytes as read, else the file on disk); return the
+        event to emit (reloaded or rejected)."""
         env = env if env is not None else os.environ
         try:
-            self.current = load_config(self.path, env)
+            self.current = load_config(self.path, env, data)
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
@@ -110,7 +113,7 @@ async def _check(
     if now == last or stop.is_set():
         return last
     try:
-        event = holder.reload()
+        event = holder.reload(data=now)
     except Exception:  # a bug here must not end hot reload for the life of the process
         log.exception("config %s: reload failed, keeping the previous one", path)
         return now

@@ -10,6 +10,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,34 @@ async def test_a_change_no_event_announced_is_found_by_the_recheck(
         await until(lambda: bool(seen))
     assert seen == [CONFIG_RELOADED]
     assert limit(holder) == 2000
+
+
+async def test_the_bytes_judged_complete_are_the_bytes_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor may begin its next save between the watcher judging the file complete and
+    the load: the load read the file again, and refused the cut-off state it found."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    real = config_watch._settled
+    calls: list[int] = []
+
+    async def then_the_next_save_begins(at: Path, now: bytes | None, stop: Any) -> Any:
+        judged = await real(at, now, stop)
+        if not calls:
+            calls.append(1)
+            at.write_text(text(3000)[:10])
+        return judged
+
+    monkeypatch.setattr(config_watch, "_settled", then_the_next_save_begins)
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        (tmp_path / "next.json").write_text(text(2000))
+        os.replace(tmp_path / "next.json", path)
+        await until(lambda: bool(seen))
+        assert seen == [CONFIG_RELOADED]
+        assert limit(holder) == 2000
+        path.write_text(text(3000))  # the next save completes
+        await until(lambda: len(seen) > 1)
+    assert seen == [CONFIG_RELOADED, CONFIG_RELOADED]
+    assert limit(holder) == 3000
