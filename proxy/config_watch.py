@@ -78,24 +78,43 @@ async def watch_config(
     path = holder.path.absolute()
     last = _read(path)
     while not stop.is_set():
-        dirs = _directories(path)
-        async with aclosing(
-            awatch(
-                *dirs,
-                watch_filter=None,
-                recursive=False,
-                stop_event=stop,
-                debounce=200,
-                step=50,
-                rust_timeout=int(RECHECK_SECONDS * 1000),
-                yield_on_timeout=True,  # an empty batch: compare the bytes anyway
-            )
-        ) as changes:
-            last = await _check(holder, path, last, emit, stop)  # a change while re-arming
+        last = await _watch(holder, path, _directories(path), last, emit, stop)
+
+
+async def _watch(
+    holder: ConfigHolder,
+    path: Path,
+    dirs: tuple[Path, ...],
+    last: bytes | None,
+    emit: Callable[[str, dict[str, Any]], None],
+    stop: asyncio.Event,
+) -> bytes | None:
+    """Watch ``dirs`` until ``stop``, or until the link points into others; the bytes last
+    judged."""
+    async with aclosing(
+        awatch(
+            *dirs,
+            watch_filter=None,
+            recursive=False,
+            stop_event=stop,
+            debounce=200,
+            step=50,
+            rust_timeout=int(RECHECK_SECONDS * 1000),
+            yield_on_timeout=True,  # an empty batch: compare the bytes anyway
+        )
+    ) as changes:
+        last = await _check(holder, path, last, emit, stop)  # a change while re-arming
+        try:
             async for _ in changes:
                 last = await _check(holder, path, last, emit, stop)
                 if _directories(path) != dirs:
                     break  # the link points into another directory now: watch that one
+        except FileNotFoundError:
+            if len(dirs) == 1:  # the config's own directory is gone: nothing left to watch
+                raise
+            # the link's target directory went away as its watch began (a ConfigMap updated
+            # again at once): the caller watches where the link points now
+    return last
 
 
 async def _check(

@@ -180,3 +180,28 @@ async def test_the_bytes_judged_complete_are_the_bytes_loaded(
         await until(lambda: len(seen) > 1)
     assert seen == [CONFIG_RELOADED, CONFIG_RELOADED]
     assert limit(holder) == 3000
+
+
+async def test_a_link_target_gone_as_the_watch_begins_does_not_end_hot_reload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ConfigMap updated twice in quick succession deletes the directory the link pointed
+    into just as the watch on it begins: watchfiles raises, which ended the watcher, and
+    with it hot reload for the life of the process."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    real = config_watch._directories
+    calls: list[int] = []
+
+    def first_one_gone(at: Path) -> tuple[Path, ...]:
+        calls.append(1)
+        return (at.parent, tmp_path / "..2026_gone") if len(calls) == 1 else real(at)
+
+    monkeypatch.setattr(config_watch, "_directories", first_one_gone)
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        (tmp_path / "next.json").write_text(text(2000))
+        os.replace(tmp_path / "next.json", path)
+        await until(lambda: bool(seen))
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
