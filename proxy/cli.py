@@ -1,4 +1,4 @@
-"""``cascade-proxy``: serve, migrate, and a small session client. No logic lives here.
+"""``cascade-proxy``: serve, migrate, config check, and a small session client. No logic here.
 
 Every flag's help names the environment variable it overrides and its default; settings
 not given as flags are read from the environment (``proxy.settings``). ``sessions …`` talks
@@ -76,6 +76,22 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="listen on a non-loopback address without proxy keys, with a "
         "warning (env CASCADE_ALLOW_UNAUTHENTICATED=1; default: refuse)",
+    )
+    config = sub.add_parser(
+        "config",
+        help="check a config file without starting the proxy",
+        description="Check a config file without starting the proxy.",
+    )
+    check = config.add_subparsers(dest="action", required=True, metavar="ACTION").add_parser(
+        "check",
+        help="validate it as a start or a reload does, and print what the proxy would warn of",
+        description="Validate the config file as a start or a reload does (exit 2 and the "
+        "reason when it is refused), and print what the proxy would warn of.",
+    )
+    check.add_argument(
+        "--config",
+        type=Path,
+        help=f"agents.json to check (env CASCADE_CONFIG; default {DEFAULT_CONFIG})",
     )
     migrate = sub.add_parser(
         "migrate",

@@ -15,16 +15,18 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
+from proxy import DEFAULT_CONFIG
 from proxy.app import create_app
 from proxy.auth import InsecureListen
 from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
-from proxy.config import ConfigError
+from proxy.config import ConfigError, config_warnings, load_config
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.server import serve
@@ -39,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the command ``args`` names; its exit status. A refused setting, config file or
     database is one line (``_refuse``) and exit status 2."""
     try:
-        if args.command not in ("serve", "migrate"):
+        if args.command not in ("serve", "migrate", "config"):
             return _client_command(args)
         settings = _settings(args)
+        if args.command == "config":
+            return _check_config(settings.config)
         if args.command == "serve":
             return _serve(settings)
         return _migrate(settings)
@@ -56,8 +60,22 @@ def run(args: argparse.Namespace) -> int:
         InsecureListen,
     ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
-        _refuse(f"cascade-proxy {args.command}: {exc}")
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        _refuse(f"cascade-proxy {command}: {exc}")
         return 2
+
+
+def _check_config(path: Path | None) -> int:
+    """``config check``: the file loaded as a start or a reload loads it (a refusal raises
+    ``ConfigError``), then the warnings the proxy would log for it, one a line."""
+    if path is None:
+        print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
+        return 0
+    cfg = load_config(path, os.environ)
+    print(f"{path}: valid")
+    for warning in config_warnings(cfg, os.environ):
+        print(f"warning: {warning}")
+    return 0
 
 
 def _settings(args: argparse.Namespace) -> Settings:

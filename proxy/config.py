@@ -26,11 +26,10 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
 
-from proxy.cascade.redaction import compile_patterns
+from proxy.config_checks import ConfigError, check_key_values, check_patterns, check_urls
 from proxy.config_context import Block, ContextConfig
 from proxy.settings import describe_errors
 
@@ -50,10 +49,6 @@ __all__ = [
 ]
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
-
-
-class ConfigError(Exception):
-    """The config file is missing, not JSON, or does not match the schema."""
 
 
 class ProviderConfig(Block):
@@ -233,7 +228,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         if isinstance(provider, Mapping) and "name" in provider:
             raise ConfigError(f"providers.{name}.name: not a key; the provider's name is {name}")
     try:
-        cfg = Config.model_validate(data)
+        cfg = Config.model_validate_json(_as_json(data), strict=True)
         cfg = cfg.model_copy(
             update={
                 "providers": {
@@ -245,65 +240,26 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         resolved = {}
         for name, agent in cfg.agents.items():
             try:
-                resolved[name] = ContextConfig.model_validate(_deep_merge(base, agent.context))
+                merged = _as_json(_deep_merge(base, agent.context))
+                resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
                 raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from exc
-    _check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
-    _check_key_values(cfg, env)
+    check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
+    check_key_values(cfg, env)
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
-        try:
-            compile_patterns(ctx.redaction.patterns, use_defaults=False)
-        except ValueError as exc:
-            where = "context" if name == "default" else f"agents.{name}.context"
-            raise ConfigError(f"{where}.redaction.patterns: {exc}") from exc
+        where = "context" if name == "default" else f"agents.{name}.context"
+        check_patterns(ctx.redaction.patterns, f"{where}.redaction.patterns")
     return cfg.model_copy(update={"resolved": resolved})
 
 
-def _check_urls(cfg: Config, *, from_env: bool) -> None:
-    """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535,
-    and no query or fragment: else every request to it would be a 502 (or go elsewhere).
-    ``from_env``: the ``openai`` provider's came from ``OPENAI_BASE_URL``, which the message
-    then names."""
-    for name, provider in cfg.providers.items():
-        try:
-            u = urlsplit(provider.base_url)
-            usable = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
-        except ValueError:  # a port that is no number or out of range, a stray bracket
-            usable = False
-        env = name == "openai" and from_env
-        where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
-        if not usable:
-            raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
-        if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
-            # the request's path (/chat/completions) is appended: it would land in them
-            raise ConfigError(
-                f"{where}: has a query string or fragment, which the request paths would"
-                " follow; give the URL up to its path, and a key by apiKeyEnv"
-            )
-
-
-def _check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
-    """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Nor does the metrics key's: that
-    proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
-    match no request."""
-    first: dict[str, int] = {}
-    for i, key in enumerate(cfg.auth.keys):
-        value = (env.get(key.key_env) or "").strip()
-        if value and (j := first.setdefault(value, i)) != i:
-            other = cfg.auth.keys[j].key_env
-            raise ConfigError(
-                f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
-                "holds; give each entry a key of its own"
-            )
-    metrics = cfg.auth.metrics_key_env
-    if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:
-        raise ConfigError(
-            f"auth.metricsKeyEnv: ${metrics} holds the key ${cfg.auth.keys[j].key_env} "
-            f"(auth.keys[{j}]) holds; give the scraper a key of its own"
-        )
+def _as_json(data: Mapping[str, Any]) -> str:
+    """``data`` as the file's JSON, for pydantic's strict JSON mode: a value must be of its
+    key's JSON type. Lax mode would read ``true`` as the number 1 (a ``contextLimit`` of one
+    token) and ``"no"`` or ``0`` as false; a whole number still counts for a fraction or a
+    time."""
+    return json.dumps(data, allow_nan=True)
 
 
 class _DuplicateKey(ValueError):
@@ -319,13 +275,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
-    """Read and validate the config file; a missing path means all defaults."""
+def load_config(
+    path: str | Path | None, env: Mapping[str, str] | None = None, data: bytes | None = None
+) -> Config:
+    """Read and validate the config file; a missing path means all defaults. ``data``: the
+    file's bytes as the caller read them (the watcher judged those complete), so that what
+    is loaded is what was judged, not the file again, which an editor may be writing."""
     if path is None:
         return parse_config({}, env)
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = (p.read_bytes() if data is None else data).decode("utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except OSError as exc:  # a directory, no permission: rejected like bad JSON

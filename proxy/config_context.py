@@ -30,10 +30,16 @@ __all__ = [
 
 class Block(BaseModel):
     """A block of agents.json: camelCase keys in the file, snake_case in Python; unknown keys
-    rejected, so a typo shows up as ``config.rejected`` instead of silently doing nothing."""
+    rejected, so a typo shows up as ``config.rejected`` instead of silently doing nothing.
+    A number must be finite: Python's JSON reader takes ``Infinity`` and reads ``1e999`` as
+    infinity, which no setting means (a timeout is a number of seconds)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
     )
 
 

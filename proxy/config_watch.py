@@ -2,19 +2,26 @@
 
 Editors often save by writing a new file and renaming it over the old one, and a symlinked
 config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is replaced, so
-we watch the directory the path names and reload when the file's bytes changed. Only the
-directory itself is watched, not what is below it: with a data directory kept beside the
-config, a recursive watch would wake on every PostgreSQL write and stat each changed file.
-Requests read
-``holder.current`` once and use that snapshot for the whole request.
+we watch the directory the path names and reload when the file's bytes changed; a link to a
+file in another directory is edited where that file lives, so its directory is watched too.
+Only the directories themselves are watched, not what is below them: with a data directory
+kept beside the config, a recursive watch would wake on every PostgreSQL write and stat each
+changed file.
+Editors that save in place (truncate, then write) and saves that delete the file first pass
+through states that are no config at all; a file that does not parse is judged once it
+stops changing (``SETTLE_SECONDS``), and the bytes are compared every ``RECHECK_SECONDS``
+even when no change was announced. Requests read ``holder.current`` once and use that
+snapshot for the whole request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +47,14 @@ class ConfigHolder:
         for warning in config_warnings(self.current, env):
             log.warning("config %s: %s", self.path, warning)
 
-    def reload(self, env: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
-        """Try the file on disk; return the event to emit (reloaded or rejected)."""
+    def reload(
+        self, env: Mapping[str, str] | None = None, data: bytes | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Try the file (``data``: its bytes as read, else the file on disk); return the
+        event to emit (reloaded or rejected)."""
         env = env if env is not None else os.environ
         try:
-            self.current = load_config(self.path, env)
+            self.current = load_config(self.path, env, data)
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
@@ -62,22 +72,83 @@ async def watch_config(
     # The path as given, not resolved: a config that is a symlink is updated by replacing
     # the link, or (Kubernetes ConfigMaps) a ``..data`` link beside it, and the directory a
     # resolved path pointed into can be deleted. So any change in the config's own
-    # directory is a candidate, and the file's bytes decide whether it changed.
+    # directory is a candidate, and the file's bytes decide whether it changed. A link to a
+    # file elsewhere (``/etc/cascade/agents.json``, a dotfiles checkout) is edited where the
+    # file lives, so that directory is watched too, and the watch moves when the link does.
     path = holder.path.absolute()
     last = _read(path)
-    async for _ in awatch(
-        path.parent, watch_filter=None, recursive=False, stop_event=stop, debounce=200, step=50
-    ):
-        now = _read(path)
-        if now == last:  # unchanged, or still missing: said once already
-            continue
-        last = now
+    while not stop.is_set():
+        last = await _watch(holder, path, _directories(path), last, emit, stop)
+
+
+async def _watch(
+    holder: ConfigHolder,
+    path: Path,
+    dirs: tuple[Path, ...],
+    last: bytes | None,
+    emit: Callable[[str, dict[str, Any]], None],
+    stop: asyncio.Event,
+) -> bytes | None:
+    """Watch ``dirs`` until ``stop``, or until the link points into others; the bytes last
+    judged."""
+    async with aclosing(
+        awatch(
+            *dirs,
+            watch_filter=None,
+            recursive=False,
+            stop_event=stop,
+            debounce=200,
+            step=50,
+            rust_timeout=int(RECHECK_SECONDS * 1000),
+            yield_on_timeout=True,  # an empty batch: compare the bytes anyway
+        )
+    ) as changes:
+        last = await _check(holder, path, last, emit, stop)  # a change while re-arming
         try:
-            event = holder.reload()
-        except Exception:  # a bug here must not end hot reload for the life of the process
-            log.exception("config %s: reload failed, keeping the previous one", path)
-            continue
-        emit(*for_streams(holder.current, *event))
+            async for _ in changes:
+                last = await _check(holder, path, last, emit, stop)
+                if _directories(path) != dirs:
+                    break  # the link points into another directory now: watch that one
+        except FileNotFoundError:
+            if len(dirs) == 1:  # the config's own directory is gone: nothing left to watch
+                raise
+            # the link's target directory went away as its watch began (a ConfigMap updated
+            # again at once): the caller watches where the link points now
+    return last
+
+
+async def _check(
+    holder: ConfigHolder,
+    path: Path,
+    last: bytes | None,
+    emit: Callable[[str, dict[str, Any]], None],
+    stop: asyncio.Event,
+) -> bytes | None:
+    """Reload when the file's bytes differ from ``last``; return the bytes judged."""
+    now = _read(path)
+    if now == last:  # unchanged, or still missing: said once already
+        return last
+    now = await _settled(path, now, stop)
+    if now == last or stop.is_set():
+        return last
+    try:
+        event = holder.reload(data=now)
+    except Exception:  # a bug here must not end hot reload for the life of the process
+        log.exception("config %s: reload failed, keeping the previous one", path)
+        return now
+    emit(*for_streams(holder.current, *event))
+    return now
+
+
+def _directories(path: Path) -> tuple[Path, ...]:
+    """The config's own directory, and the directory of the file it links to, if another."""
+    try:
+        target = path.resolve(strict=True).parent
+        if target != path.parent.resolve(strict=True):
+            return path.parent, target
+    except (OSError, RuntimeError):  # missing, or a link loop: the own directory only
+        pass
+    return (path.parent,)
 
 
 def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -86,6 +157,47 @@ def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict
     entries of every tenant's keys and agents) stay in the log, and the frame says only what
     happened. Without keys (one user, on loopback) it says why."""
     return (name, {}) if cfg.auth.keys else (name, data)
+
+
+RECHECK_SECONDS = 5.0
+"""How often the file's bytes are compared though no change was announced: some file
+systems tell the watcher nothing (network shares, Docker Desktop's shared folders) or not
+every change (WSL2, where watchfiles polls file times in whole seconds, so a save within
+the second of the one before it goes unseen). Reading a small file this often costs
+nothing, and such a save is applied within this long instead of never."""
+
+SETTLE_SECONDS = 1.0
+"""How long a file that does not parse (missing, empty, cut off) must stay unchanged before
+it is judged. An editor that saves in place truncates the file, then writes it, and a save
+may delete the file before writing it anew: the states between are not the user's config,
+and refusing each was a ``config.rejected`` on every open stream for a save that was fine."""
+
+SETTLE_LIMIT_SECONDS = 10.0
+"""A file still changing after this long is judged as it then is."""
+
+
+async def _settled(path: Path, now: bytes | None, stop: asyncio.Event) -> bytes | None:
+    """``now``, or, while it does not parse as JSON, the bytes once they stop changing."""
+    waited = 0.0
+    while not _parses(now) and waited < SETTLE_LIMIT_SECONDS:
+        try:
+            await asyncio.wait_for(stop.wait(), SETTLE_SECONDS)
+            return now  # stopping: the caller judges nothing more
+        except TimeoutError:
+            waited += SETTLE_SECONDS
+        again = _read(path)
+        if again == now:
+            break
+        now = again
+    return now
+
+
+def _parses(data: bytes | None) -> bool:
+    try:
+        json.loads(data or b"")
+    except ValueError:  # not JSON, cut off, empty, or not UTF-8
+        return False
+    return True
 
 
 def _read(path: Path) -> bytes | None:

@@ -287,7 +287,7 @@ class ProviderTransport(httpx.AsyncBaseTransport):
             if key not in networks
         }
         self._proxies = sorted(patterns.items())  # most specific first, as httpx orders them
-        self._contexts: dict[TlsSettings, ssl.SSLContext] = {}
+        self._contexts: dict[TlsSettings, tuple[object, ssl.SSLContext]] = {}
         self._pools: dict[tuple[object, ...], httpx.AsyncBaseTransport] = {}
 
     def proxy_for(self, url: httpx.URL) -> str | None:
@@ -306,19 +306,31 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         return None
 
     def context_for(self, tls: TlsSettings) -> ssl.SSLContext:
-        """The ``SSLContext`` for a provider's TLS settings (made once per setting).
+        """The ``SSLContext`` for a provider's TLS settings: made once per setting, and again
+        once its ``caFile`` is replaced or rewritten, so a private CA rotated where it lives
+        is trusted from the next call, with no restart and no change to the config. While
+        the file is missing, or holds no bundle that loads (one being written), the last
+        context that loaded stays.
 
-        An unreadable ``caFile`` raises ``OSError`` or ``ssl.SSLError``; the caller maps it.
+        An unreadable ``caFile`` with no context before it raises ``OSError`` or
+        ``ssl.SSLError``; the caller maps it.
         """
-        ctx = self._contexts.get(tls)
-        if ctx is None:
+        stamp = _file_stamp(tls.ca_file) if tls.verify and tls.ca_file else None
+        held = self._contexts.get(tls)
+        if held is not None and stamp in (held[0], None):
+            return held[1]
+        try:
             if not tls.verify:
                 ctx = httpx.create_ssl_context(verify=False)
             elif tls.ca_file:
                 ctx = ssl.create_default_context(cafile=tls.ca_file)
             else:
                 ctx = httpx.create_ssl_context(trust_env=True)  # SSL_CERT_FILE / _DIR
-            self._contexts[tls] = ctx
+        except (OSError, ssl.SSLError):
+            if held is None:
+                raise
+            ctx = held[1]  # tried once per change of the file, not on every call
+        self._contexts[tls] = (stamp, ctx)
         return ctx
 
     def _pool(self, request: httpx.Request) -> httpx.AsyncBaseTransport:
@@ -327,11 +339,12 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         if url.scheme != "https":
             tls = _DEFAULT_TLS  # plain http: no certificate to check
         proxy = self.proxy_for(url)
-        key = (url.scheme, url.host, url.port, proxy, tls)
+        ctx = self.context_for(tls)  # a new one for a rotated caFile: a pool of its own
+        key = (url.scheme, url.host, url.port, proxy, tls, id(ctx))  # old pools keep theirs
         pool = self._pools.get(key)
         if pool is None:
             pool = self._make(  # type: ignore[call-arg]
-                verify=self.context_for(tls),
+                verify=ctx,
                 limits=self._limits,
                 proxy=httpx.Proxy(proxy) if proxy else None,
                 trust_env=False,
@@ -346,6 +359,15 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.aclose()
+
+
+def _file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What changes when a file is replaced or rewritten; None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def build_client(

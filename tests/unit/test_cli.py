@@ -46,7 +46,7 @@ def test_a_bad_config_or_setting_is_one_line_and_exit_2_not_a_traceback(
         logger.handlers[:], logger.level, logger.propagate = saved
     err = capsys.readouterr().err
     assert "missing.json does not exist" in err
-    assert "redaction.patterns: invalid redaction pattern '(unclosed'" in err
+    assert "redaction.patterns[0]: not a regular expression (missing )" in err
     assert "port" in err and "Traceback" not in err
     assert "CASCADE_MAX_BODY_BYTES" in err and "99999 is not a TCP port" in err
     assert "OTEL_TRACES_EXPORTER names 'zipkin'" in err
@@ -253,3 +253,25 @@ def test_a_bad_argument_is_named_in_the_users_words(
         main(argv)
     assert usage.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_config_check_validates_a_file_as_a_reload_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before saving over the config a proxy watches: exit 2 and the reason a reload would
+    give, or exit 0 and the warnings the proxy would log."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"models": {"gpt-4o": {"contextLimit": true}}}')
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy config check: models.gpt-4o.contextLimit: " + (
+        "Input should be a valid integer\n"
+    )
+    good = tmp_path / "good.json"
+    good.write_text('{"auth": {"keys": [{"keyEnv": "CHECK_KEY_A", "tenant": "a"}]}}')
+    monkeypatch.delenv("CHECK_KEY_A", raising=False)
+    monkeypatch.setenv("CASCADE_CONFIG", str(good))
+    assert main(["config", "check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{good}: valid"
+    assert "warning: auth key of tenant 'a': $CHECK_KEY_A is unset" in out[1]

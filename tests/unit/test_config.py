@@ -168,6 +168,37 @@ def test_out_of_range_values_are_rejected(raw: dict[str, Any]) -> None:
         parse_config(raw, env={})
 
 
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        # each was read as a number: a window of 1 token (every request a 400), one kept
+        # message, a 1 s timeout
+        ({"models": {"gpt-4o": {"contextLimit": True}}}, r"models\.gpt-4o\.contextLimit"),
+        ({"context": {"summarize": {"keepRecent": True}}}, r"summarize\.keepRecent"),
+        ({"providers": {"openai": {"timeoutSeconds": True}}}, r"openai\.timeoutSeconds"),
+        ({"agents": {"a": {"context": {"eviction": {"keepRecentRounds": False}}}}}, r"agents\.a"),
+        # each was read as what the text might mean
+        ({"providers": {"openai": {"verifyTls": "no"}}}, r"openai\.verifyTls"),
+        ({"context": {"retrieval": {"enabled": 1}}}, r"retrieval\.enabled"),
+        ({"context": {"toolOutput": {"maxChars": "24000"}}}, r"toolOutput\.maxChars"),
+        ({"agents": {"a": {"context": {"handoff": {"enabled": "off"}}}}}, r"agents\.a"),
+    ],
+)
+def test_a_value_of_another_json_type_is_rejected(raw: dict[str, Any], where: str) -> None:
+    with pytest.raises(ConfigError, match=where):
+        parse_config(raw, env={})
+
+
+def test_a_whole_number_may_be_written_for_a_fraction_or_a_timeout() -> None:
+    raw = {
+        "providers": {"openai": {"timeoutSeconds": 30}},
+        "context": {"handoff": {"atFraction": 1}},
+    }
+    cfg = parse_config(raw, env={})
+    assert cfg.providers["openai"].timeout_seconds == 30.0
+    assert cfg.context.handoff.at_fraction == 1.0
+
+
 def test_unknown_key_in_agent_context_override_is_rejected() -> None:
     raw = {"agents": {"a": {"context": {"eviction": {"typo": 1}}}}}
     with pytest.raises(ConfigError, match=r"agents\.a\.context: (.|\n)*typo"):
@@ -179,12 +210,12 @@ def test_unknown_key_in_agent_context_override_is_rejected() -> None:
     [
         # each used to be accepted, then failed every chat request with a 500
         (
-            {"context": {"redaction": {"patterns": ["(unclosed"]}}},
-            r"context\.redaction\.patterns: invalid redaction pattern '\(unclosed'",
+            {"context": {"redaction": {"patterns": ["x", "(unclosed"]}}},
+            r"context\.redaction\.patterns\[1\]: not a regular expression \(missing \)",
         ),
         (
             {"agents": {"a": {"context": {"redaction": {"patterns": ["[a"]}}}}},
-            r"agents\.a\.context\.redaction\.patterns",
+            r"agents\.a\.context\.redaction\.patterns\[0\]",
         ),
         # each used to escape as a TypeError or ValueError: a traceback, no config.rejected
         ({"agents": ["x"]}, "agents: must be an object"),
@@ -195,6 +226,26 @@ def test_a_config_that_cannot_work_is_rejected_naming_the_key(
     raw: dict[str, Any], names: str
 ) -> None:
     with pytest.raises(ConfigError, match=names):
+        parse_config(raw, env={})
+
+
+def test_a_refused_redaction_pattern_is_named_by_its_place_not_its_text() -> None:
+    """A pattern may spell the very secret it scrubs (an internal token, a password), and
+    the reason goes to the log and, without proxy keys, to every open event stream."""
+    secret = "sk-live-7Hq2x9PzR4"
+    raw = {"agents": {"a": {"context": {"redaction": {"patterns": [f"({secret}"]}}}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw, env={})
+    assert "7Hq2x9PzR4" not in str(caught.value)
+    assert "agents.a.context.redaction.patterns[0]" in str(caught.value)
+
+
+@pytest.mark.parametrize("pattern", ["", "x*", "token|", r"\b", "(?=sk-)", "^"])
+def test_a_redaction_pattern_that_can_match_nothing_is_refused(pattern: str) -> None:
+    """A match of no characters is replaced too: such a pattern wrote [REDACTED] between
+    every character (or before each word) of every message sent and stored."""
+    raw = {"agents": {"a": {"context": {"redaction": {"patterns": ["sk-[a-z]+", pattern]}}}}}
+    with pytest.raises(ConfigError, match=r"agents\.a\.context\.redaction\.patterns\[1\]: "):
         parse_config(raw, env={})
 
 

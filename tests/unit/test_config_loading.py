@@ -57,6 +57,24 @@ def test_load_config_refuses_a_key_written_twice(tmp_path: Path, text: str, key:
         load_config(write(tmp_path, text), env={})
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"providers": {"openai": {"timeoutSeconds": Infinity}}}', r"openai\.timeoutSeconds"),
+        ('{"providers": {"openai": {"connectTimeoutSeconds": 1e999}}}', "connectTimeoutSeconds"),
+        ('{"context": {"retrieval": {"minScore": NaN}}}', r"retrieval\.minScore"),
+        ('{"context": {"toolOutput": {"compactMinSaving": NaN}}}', "compactMinSaving"),
+    ],
+)
+def test_load_config_refuses_a_number_that_is_not_finite(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    """Python's JSON reader takes ``Infinity`` and ``NaN`` (no JSON) and reads ``1e999`` as
+    infinity: each was accepted, a provider wait without end or a comparison always false."""
+    with pytest.raises(ConfigError, match=where):
+        load_config(write(tmp_path, text), env={})
+
+
 def test_load_config_reports_a_file_it_cannot_read(tmp_path: Path) -> None:
     # a directory in its place, bytes that are not UTF-8: the reason, naming the file
     with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import socket
 import ssl
 from pathlib import Path
@@ -106,6 +107,33 @@ def test_each_tls_setting_gets_its_own_context(tmp_path: Path) -> None:
     assert transport.context_for(TlsSettings()) is default  # made once per setting
     with pytest.raises(OSError):
         transport.context_for(TlsSettings(ca_file=str(tmp_path / "missing.pem")))
+
+
+async def test_a_ca_file_replaced_on_disk_is_trusted_from_the_next_call(tmp_path: Path) -> None:
+    """A private CA is rotated where it lives (cert-manager, a mounted Secret, an operator's
+    copy): the caFile's path stays, so the config does not change, and the context made from
+    the old bundle would reject the provider's new certificate until a restart."""
+    bundle = tmp_path / "ca.pem"
+    old, new = trustme.CA(), trustme.CA()
+    old.cert_pem.write_to_path(str(bundle))
+    transport = ProviderTransport(max_connections=4)
+    tls = TlsSettings(ca_file=str(bundle))
+    request = httpx.Request(
+        "GET", "https://llm.internal/v1/models", extensions={TLS_EXTENSION: tls}
+    )
+    first, first_pool = transport.context_for(tls), transport._pool(request)
+    assert transport.context_for(tls) is first and transport._pool(request) is first_pool
+    new.cert_pem.write_to_path(str(tmp_path / "next.pem"))
+    os.replace(tmp_path / "next.pem", bundle)
+    rotated = transport.context_for(tls)
+    assert rotated is not first
+    assert rotated.get_ca_certs() != first.get_ca_certs()
+    assert transport._pool(request) is not first_pool
+    bundle.unlink()  # mid-rotation, or a bundle being written: the last one that loaded
+    assert transport.context_for(tls) is rotated
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert transport.context_for(tls) is rotated
+    await transport.aclose()
 
 
 @pytest.mark.parametrize("kind", ["httpx", "aiohttp"])

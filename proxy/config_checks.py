@@ -1,0 +1,98 @@
+"""The checks of a parsed config/agents.json that its pydantic schema cannot express, and
+the error every refusal of the file raises (``proxy.config`` loads the file and runs them).
+
+Each names the key at fault and never quotes a value: a refusal goes to the log and,
+without proxy keys, to every open event stream as ``config.rejected``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from proxy.cascade.redaction import compile_patterns
+
+if TYPE_CHECKING:
+    from proxy.config import Config
+
+__all__ = ["ConfigError", "check_key_values", "check_patterns", "check_urls"]
+
+
+class ConfigError(Exception):
+    """The config file is missing, not JSON, or does not match the schema."""
+
+
+def check_patterns(patterns: tuple[str, ...], where: str) -> None:
+    """Each redaction pattern compiles. A refused one is named by its place, never its text:
+    a pattern may spell the secret it scrubs, and the reason reaches the log and, without
+    proxy keys, every open event stream."""
+    try:
+        compile_patterns(patterns, use_defaults=False)
+    except ValueError:
+        for i, source in enumerate(patterns):
+            try:
+                re.compile(source)
+            except re.error as exc:  # its message gives the position, not the text
+                raise ConfigError(f"{where}[{i}]: not a regular expression ({exc})") from None
+        raise
+    for i, source in enumerate(patterns):
+        if _shortest_match(source) == 0:
+            raise ConfigError(
+                f"{where}[{i}]: can match no characters at all (an empty match is replaced "
+                "too: [REDACTED] between every character, or before each word); make it "
+                "match at least one character"
+            )
+
+
+def _shortest_match(source: str) -> int:
+    """The fewest characters a match of the regular expression ``source`` spans."""
+    parser: Any = importlib.import_module("re._parser")  # the parser ``re`` compiles with
+    return int(parser.parse(source).getwidth()[0])
+
+
+def check_urls(cfg: Config, *, from_env: bool) -> None:
+    """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535,
+    and no query or fragment: else every request to it would be a 502 (or go elsewhere).
+    ``from_env``: the ``openai`` provider's came from ``OPENAI_BASE_URL``, which the message
+    then names."""
+    for name, provider in cfg.providers.items():
+        try:
+            u = urlsplit(provider.base_url)
+            usable = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
+        except ValueError:  # a port that is no number or out of range, a stray bracket
+            usable = False
+        env = name == "openai" and from_env
+        where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
+        if not usable:
+            raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+        if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
+            # the request's path (/chat/completions) is appended: it would land in them
+            raise ConfigError(
+                f"{where}: has a query string or fragment, which the request paths would"
+                " follow; give the URL up to its path, and a key by apiKeyEnv"
+            )
+
+
+def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
+    """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
+    request with it would only ever be the first entry's. Nor does the metrics key's: that
+    proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
+    match no request."""
+    first: dict[str, int] = {}
+    for i, key in enumerate(cfg.auth.keys):
+        value = (env.get(key.key_env) or "").strip()
+        if value and (j := first.setdefault(value, i)) != i:
+            other = cfg.auth.keys[j].key_env
+            raise ConfigError(
+                f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
+                "holds; give each entry a key of its own"
+            )
+    metrics = cfg.auth.metrics_key_env
+    if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:
+        raise ConfigError(
+            f"auth.metricsKeyEnv: ${metrics} holds the key ${cfg.auth.keys[j].key_env} "
+            f"(auth.keys[{j}]) holds; give the scraper a key of its own"
+        )

@@ -1,0 +1,207 @@
+"""How editors and deployers save config/agents.json, as the hot reload sees it: each save is
+one ``config.reloaded`` (or one ``config.rejected`` for a file that stays broken), never a
+refusal of a state the file only passed through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy import config_watch
+from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
+from proxy.config import load_config
+from proxy.config_watch import ConfigHolder, watch_config
+
+
+def text(limit: int) -> str:
+    return json.dumps({"models": {"default": {"contextLimit": limit}}}, indent=2)
+
+
+def limit(holder: ConfigHolder) -> int:
+    return holder.current.model_limits("m").context_limit
+
+
+async def until(done: Callable[[], bool], seconds: float = 5) -> None:
+    for _ in range(int(seconds * 20)):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def watching(path: Path, seen: list[str]) -> AsyncIterator[ConfigHolder]:
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    try:
+        yield holder
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_a_truncate_then_write_save_is_one_reload(tmp_path: Path) -> None:
+    """An editor that saves in place (truncate, then write) passes through an empty and a
+    cut-off file; with pauses between the writes each was a ``config.rejected`` on every
+    open stream and a warning in the log, for a save that was fine."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        new = text(2000)
+        with path.open("w") as f:  # truncated
+            f.flush()
+            await asyncio.sleep(0.4)  # past the debounce: a change of its own
+            f.write(new[:20])
+            f.flush()
+            await asyncio.sleep(0.4)
+            f.write(new[20:])
+        await until(lambda: bool(seen))
+        await asyncio.sleep(1.5)  # nothing more comes
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
+
+
+async def test_a_deleted_then_recreated_config_is_one_reload(tmp_path: Path) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        path.unlink()
+        await asyncio.sleep(0.4)
+        path.write_text(text(2000))
+        await until(lambda: bool(seen))
+        await asyncio.sleep(1.5)
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
+
+
+async def test_a_file_that_stays_broken_is_still_rejected_once(tmp_path: Path) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        path.write_text("")
+        await until(lambda: bool(seen))
+        path.write_text(text(1000)[:20])
+        await until(lambda: len(seen) > 1)
+        await asyncio.sleep(1.5)
+    assert seen == [CONFIG_REJECTED, CONFIG_REJECTED]
+    assert limit(holder) == 1000
+
+
+async def test_a_config_linked_from_another_directory_reloads_when_its_target_changes(
+    tmp_path: Path,
+) -> None:
+    """``config/agents.json -> /etc/cascade/agents.json`` (or a dotfiles checkout): the
+    file is edited where it lives, which the link's directory never hears of; and once the
+    link is pointed at another file, that file's edits count."""
+    here, there, elsewhere = (tmp_path / name for name in ("config", "etc", "other"))
+    for directory in (here, there, elsewhere):
+        directory.mkdir()
+    (there / "agents.json").write_text(text(1000))
+    path = here / "agents.json"
+    path.symlink_to(there / "agents.json")
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        (there / "agents.json").write_text(text(2000))  # in place
+        await until(lambda: limit(holder) == 2000)
+        assert limit(holder) == 2000
+        (there / "next.json").write_text(text(3000))  # renamed over it
+        os.replace(there / "next.json", there / "agents.json")
+        await until(lambda: limit(holder) == 3000)
+        assert limit(holder) == 3000
+        (elsewhere / "agents.json").write_text(text(4000))
+        (here / "link.tmp").symlink_to(elsewhere / "agents.json")
+        os.replace(here / "link.tmp", path)  # the link now points elsewhere
+        await until(lambda: limit(holder) == 4000)
+        (elsewhere / "agents.json").write_text(text(5000))
+        await until(lambda: limit(holder) == 5000)
+        assert limit(holder) == 5000
+    assert seen == [CONFIG_RELOADED] * 4
+
+
+async def test_a_change_no_event_announced_is_found_by_the_recheck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some file systems tell the watcher nothing, or not every change: a network share,
+    Docker Desktop's shared folders, WSL2 (where watchfiles polls, and a second save within
+    the same second as the one before it goes unseen). Here the file is rewritten through a
+    hard link in another directory, of which the config's directory hears nothing."""
+    monkeypatch.setattr(config_watch, "RECHECK_SECONDS", 0.5)
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    hidden = tmp_path / "elsewhere"
+    hidden.mkdir()
+    os.link(path, hidden / "agents.json")
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        with (hidden / "agents.json").open("r+") as f:  # the same file, written in place
+            f.write(text(2000))
+        await until(lambda: bool(seen))
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
+
+
+async def test_the_bytes_judged_complete_are_the_bytes_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor may begin its next save between the watcher judging the file complete and
+    the load: the load read the file again, and refused the cut-off state it found."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    real = config_watch._settled
+    calls: list[int] = []
+
+    async def then_the_next_save_begins(at: Path, now: bytes | None, stop: Any) -> Any:
+        judged = await real(at, now, stop)
+        if not calls:
+            calls.append(1)
+            at.write_text(text(3000)[:10])
+        return judged
+
+    monkeypatch.setattr(config_watch, "_settled", then_the_next_save_begins)
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        (tmp_path / "next.json").write_text(text(2000))
+        os.replace(tmp_path / "next.json", path)
+        await until(lambda: bool(seen))
+        assert seen == [CONFIG_RELOADED]
+        assert limit(holder) == 2000
+        path.write_text(text(3000))  # the next save completes
+        await until(lambda: len(seen) > 1)
+    assert seen == [CONFIG_RELOADED, CONFIG_RELOADED]
+    assert limit(holder) == 3000
+
+
+async def test_a_link_target_gone_as_the_watch_begins_does_not_end_hot_reload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ConfigMap updated twice in quick succession deletes the directory the link pointed
+    into just as the watch on it begins: watchfiles raises, which ended the watcher, and
+    with it hot reload for the life of the process."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    real = config_watch._directories
+    calls: list[int] = []
+
+    def first_one_gone(at: Path) -> tuple[Path, ...]:
+        calls.append(1)
+        return (at.parent, tmp_path / "..2026_gone") if len(calls) == 1 else real(at)
+
+    monkeypatch.setattr(config_watch, "_directories", first_one_gone)
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        (tmp_path / "next.json").write_text(text(2000))
+        os.replace(tmp_path / "next.json", path)
+        await until(lambda: bool(seen))
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000
