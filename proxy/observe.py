@@ -306,7 +306,7 @@ _CONVERTER = re.compile(r"\{(\w+):\w+\}")
 
 def _as_written(path: str) -> str:
     """A route's template as its parameters are named (``/v1/models/{model}``), without
-    Starlette's converter (``{model:path}``), which is how the route is declared, not what a
+    Starlette's converter (``{model:model_id}``), which is how the route is declared, not what a
     dashboard or a trace viewer should show."""
     return _CONVERTER.sub(r"{\1}", path) if ":" in path else path
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from starlette.exceptions import HTTPException
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -276,15 +276,24 @@ async def session_models(
     return await _passthrough(request, upstream, cfg, "/models", named=True)
 
 
+class _ModelId(PathConvertor):
+    """A model id: a path of at least one character (some ids hold a ``/``). Starlette's
+    ``path`` also matches nothing, which made ``/v1/models/`` (a trailing slash, no id) this
+    route's; it is no route, as OpenAI answers it with an error rather than the list: the 404
+    of an unknown path, counted and traced under no route's template."""
+
+    regex = ".+"
+
+
+register_url_convertor("model_id", _ModelId())
+
+
 def _model_path(model: str) -> str:
-    """The provider's path of one model. No id (``/v1/models/``, a trailing slash) is the 404
-    of a path with no route, as OpenAI answers it with an error rather than the list."""
-    if not model:
-        raise HTTPException(404)
+    """The provider's path of one model."""
     return "/models/" + quote(model, safe="/:@")
 
 
-@router.get("/v1/models/{model:path}")
+@router.get("/v1/models/{model:model_id}")
 async def model(
     model: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
@@ -292,7 +301,7 @@ async def model(
     return await _passthrough(request, upstream, cfg, _model_path(model))
 
 
-@router.get("/s/{session_id}/v1/models/{model:path}")
+@router.get("/s/{session_id}/v1/models/{model:model_id}")
 async def session_model(
     session_id: str,
     model: str,

@@ -21,25 +21,28 @@ from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
+from proxy.cascade.pressure import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.metrics import Metrics
 from proxy.provider_errors import POOL_WAIT_SECONDS
 from proxy.services.chaincache import ChainCache
+from proxy.services.compaction_job import _RETRY_AFTER_WAIT
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
+from proxy.services.retrieval import RACE_SLACK
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
 from proxy.warmup import POOL_WARM_MAX
 from tests.unit.starts import SERVE, run_start
 
 
-def _ceiling(setting: str) -> float:
-    """The upper bound (``le``) a setting of ``Settings`` validates against."""
-    bounds = [m.le for m in Settings.model_fields[setting].metadata if hasattr(m, "le")]
+def _ceiling(setting: str, model: Any = Settings) -> float:
+    """The upper bound (``le``) a field of ``model`` (``Settings``) validates against."""
+    bounds = [m.le for m in model.model_fields[setting].metadata if hasattr(m, "le")]
     assert len(bounds) == 1
     return float(bounds[0])
 
@@ -111,6 +114,13 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"at most {_ceiling('lease_ttl_seconds'):g} (see Capacity)",
         f"the setting's ceiling is {_ceiling('lease_ttl_seconds'):g}",
         f"per interval per replica; at most {_ceiling('embedding_poll_seconds'):g} |",
+        f"backoff: {BACKOFF_FIRST_SECONDS:g} s after the first failure in a row",
+        f"up to {BACKOFF_MAX_SECONDS / 60:g} minutes, and no shorter than a `Retry-After`",
+        f"when that is longer and at most {_RETRY_AFTER_WAIT:g} s",
+        f"as many more as the prompt carries, at most {RACE_SLACK}, so",
+        f"`maxAttempts` {SummarizeConfig().max_attempts} "
+        f"(at most {_ceiling('max_attempts', SummarizeConfig):g})",
+        f"retries included (at most {_ceiling('timeout_seconds', SummarizeConfig):g})",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:

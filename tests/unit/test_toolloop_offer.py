@@ -87,12 +87,13 @@ def test_the_clients_own_read_tool_output_keeps_the_markers() -> None:
     assert not after.offer_read_tool and handles(after)
 
 
-def test_offer_without_tools_opts_a_toolless_request_in_but_never_functions() -> None:
+def test_offer_without_tools_opts_a_toolless_request_in_but_never_functions_nor_n() -> None:
     opted = ContextConfig.model_validate({"toolOutput": {"offerWithoutTools": True}})
     for body in ({}, {"tools": []}, {"tools": None}, {"tools": TOOLS}):
         assert carries_tools(body, opted), body
         after = fit_offer(assembled(), body, opted)
         assert after.offer_read_tool and handles(after)
-    for body in ({"functions": FUNCTIONS}, {"tools": TOOLS, "functions": FUNCTIONS}):
+    several = ({"n": 2}, {"tools": TOOLS, "n": 3})  # README: nor for ``n`` above 1
+    for body in ({"functions": FUNCTIONS}, {"tools": TOOLS, "functions": FUNCTIONS}, *several):
         assert not carries_tools(body, opted), body
         assert not fit_offer(assembled(), body, opted).offer_read_tool
