@@ -255,7 +255,7 @@ class Forwarder:
                     yield error
                     yield sse.DONE
                     return
-                out = RoundOutcome()
+                out, failed = RoundOutcome(), False
                 tap.round(out.acc)
                 try:
                     async for piece in relay_round(
@@ -267,6 +267,8 @@ class Forwarder:
                         client=client,
                     ):
                         tap.poll()
+                        if out.provider_error and not failed:  # before the client can leave
+                            failed = _log_failure(step, resp, out.provider_error)
                         yield piece
                 finally:
                     await resp.aclose()
@@ -360,6 +362,12 @@ def _completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         data = resp.json()
     except ValueError:
         data = None
+    if (failure := chunks.error_answer(data)) is not None:
+        err, label = failure
+        said = (
+            f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
+        )
+        raise UpstreamUnavailable(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
     if not isinstance(data, dict):
         kind = resp.headers.get("content-type") or "no content type"
         raise UpstreamUnavailable(
@@ -371,6 +379,13 @@ def _completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
             f"{provider_name(provider)} answered a malformed chat completion ({why})"
         )
     return data
+
+
+def _log_failure(step: Step, resp: StreamAnswer, label: str) -> bool:
+    """One line for a provider's error in a stream, naming its type and code, not its text."""
+    where = provider_name(step.route.provider)
+    log.warning("%s answered %d with an error in its stream (%s)", where, resp.status_code, label)
+    return True
 
 
 async def _drop(send: asyncio.Future[StreamAnswer]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,7 +104,7 @@ class RoundOutcome:
     calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
     saw_done: bool = False
     error: str | None = None  # the stream broke off or stopped short: the relay reports it
-    provider_error: bool = False  # the provider sent an error frame: relayed as it came
+    provider_error: str | None = None  # its error's type and code: relayed as it came
     saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
 
     @property
@@ -239,6 +240,10 @@ def _ending(
     ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
+    if not out.acc.indices and not out.provider_error and (failure := _error_body(tail)):
+        # an error object instead of a stream: the SDKs read it only as an error frame
+        out.provider_error = failure[1]
+        return [sse.encode_event({"error": failure[0]}), sse.DONE], b""
     if tail.strip() and sse.is_done(tail):
         now = _handle(
             tail, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
@@ -249,6 +254,16 @@ def _ending(
         out.error = "the provider's stream ended before its answer was complete"
         tail = b""
     return now, tail
+
+
+def _error_body(tail: bytes) -> tuple[dict[str, Any], str] | None:
+    """The provider's error, when the body's unterminated rest is a JSON error object."""
+    if not tail.lstrip().startswith(b"{"):
+        return None
+    try:
+        return chunks.error_answer(json.loads(tail))
+    except ValueError:
+        return None
 
 
 def _unfinished(held: list[bytes]) -> list[bytes]:
@@ -294,8 +309,8 @@ def _handle(
     if (why := chunks.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
-    if "error" in chunk and not chunk.get("choices"):
-        out.provider_error = True
+    if (failure := chunks.error_answer(chunk)) is not None:
+        out.provider_error = failure[1]
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
         if strip_usage:
