@@ -12,7 +12,8 @@ one read of the provider's body completes go out together, in one write), except
 - frames that would break that one stream (``ClientStream``): a later round's frames take the
   first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
-  concatenate every string they get, the role included.
+  concatenate every string they get, the role included;
+- an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
@@ -256,6 +257,18 @@ def _ending(
     return now, tail
 
 
+def _utf8(event: bytes) -> bytes:
+    """``event`` with each sequence that is not UTF-8 replaced by U+FFFD, as its parse reads
+    it (and the stored reply keeps it): the SDKs decode a stream as UTF-8 and raise on one."""
+    if event.isascii():  # what almost every event is: no decoding
+        return event
+    try:
+        event.decode()
+    except UnicodeDecodeError:
+        return event.decode(errors="replace").encode()
+    return event
+
+
 def _error_body(tail: bytes) -> tuple[dict[str, Any], str] | None:
     """The provider's error, when the body's unterminated rest is a JSON error object."""
     if not tail.lstrip().startswith(b"{"):
@@ -297,6 +310,7 @@ def _handle(
 ) -> list[bytes]:
     if out.error:  # a malformed chunk ended the round: what follows it is not read
         return []
+    event = _utf8(event)
     if out.saw_done:  # relayed as it came, never read: clients stop reading at [DONE]
         return _send(event, hold=intercept, held=held)
     if sse.is_done(event):
