@@ -31,15 +31,28 @@ POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's cap
 
 @contextlib.contextmanager
 def mapped_errors(
-    provider: ProviderConfig, proxy_for: Callable[[str], str | None] | None = None
+    provider: ProviderConfig,
+    proxy_for: Callable[[str], str | None] | None = None,
+    *,
+    answered: int | None = None,
 ) -> Iterator[None]:
     """Turn transport failures into 504 (timed out) or 502 (unreachable), naming the
     provider and the cause, with the original exception chained. ``proxy_for`` names the
     egress proxy a provider's base URL goes through (asked only on a failure): a connection
-    that failed there is the proxy's, and the message says so."""
+    that failed there is the proxy's, and the message says so. ``answered``, the status of
+    an answer whose body is being read, makes a failure one of that body, which broke off:
+    the provider was reached, and its baseUrl is not what to check."""
     try:
         yield
     except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
+        if answered is not None and not (
+            isinstance(exc, httpx.TimeoutException) and _timed_out(exc)
+        ):
+            where, name = provider_name(provider), type(exc).__name__
+            raise UpstreamUnavailable(
+                f"{where} answered {answered}, then its body broke off ({name}: "
+                f"{_cause(exc)}); retry the request"
+            ) from exc
         via = _proxy(proxy_for, provider.base_url)
         raise _mapped(provider, exc, via) from exc
 
