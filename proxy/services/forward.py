@@ -28,6 +28,7 @@ from proxy.observe import note_answer
 from proxy.provider_errors import log_relayed, provider_name
 from proxy.services import deltas
 from proxy.services.budget import page_room
+from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.toolloop import answer_in_room, split_calls
@@ -205,7 +206,8 @@ class Forwarder:
         try:
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
-            done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+            with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
+                done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
             if done:
                 resp = send.result()
                 if resp.status_code >= 400:
