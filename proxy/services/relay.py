@@ -17,9 +17,11 @@ one read of the provider's body completes go out together, in one write), except
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
-the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, and a
-chunk whose choices or tool calls are malformed (``chunks.malformed``), which ends the round
-before it: the relay, the stored reply and the client would each read it differently.
+the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, a body
+that holds no chat chunk (but a whole JSON answer, relayed as it came; an error object goes
+out as an error frame), and a chunk whose choices or tool calls are malformed
+(``chunks.malformed``) or a data event that is no JSON object, which ends the round before it:
+the relay, the stored reply and the client would each read it differently.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -125,6 +127,7 @@ class RoundOutcome:
         return all(acc.finish_reason(i) is not None for i in acc.indices)
 
 
+NO_CHAT = "the provider's answer is no chat stream"
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
 
 
@@ -251,6 +254,11 @@ def _ending(
         )
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
+    if out.saw_data and not (
+        out.acc.indices or out.saw_done or out.provider_error or _whole_answer(tail)
+    ):  # a login page, a wrong baseUrl's answer: the SDKs read it as an empty stream
+        out.error = f"{NO_CHAT} (it holds no chat chunk); check the provider's baseUrl"
+        return now, b""
     if not out.complete:
         out.error = "the provider's stream ended before its answer was complete"
         tail = b""
@@ -267,6 +275,17 @@ def _utf8(event: bytes) -> bytes:
     except UnicodeDecodeError:
         return event.decode(errors="replace").encode()
     return event
+
+
+def _whole_answer(tail: bytes) -> bool:
+    """Whether the body's unterminated rest is a whole JSON completion: a provider that
+    ignored ``stream``, whose answer is relayed as it came."""
+    if not tail.lstrip().startswith(b"{"):
+        return False
+    try:
+        return isinstance(json.loads(tail), dict)
+    except ValueError:
+        return False
 
 
 def _error_body(tail: bytes) -> tuple[dict[str, Any], str] | None:
@@ -316,9 +335,8 @@ def _handle(
     if sse.is_done(event):
         return _done(event, out, hold=intercept, held=held, client=client)
     chunk = sse.parse_chunk(event)
-    if chunk is None:  # a comment, a field, or the "\n" of a "\r\n" cut between reads
-        out.saw_data = out.saw_data or sse.event_data(event) is not None
-        return _send(event, hold=bool(held), held=held)  # after what is held, in order
+    if chunk is None:
+        return _no_chunk(event, out, held)
     out.saw_data = True
     if (why := chunks.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
@@ -342,6 +360,15 @@ def _handle(
     data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
     finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
     return _send(data, hold=intercept and finishes, held=held)
+
+
+def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
+    """A comment, a field, or the "\\n" of a "\\r\\n" cut between reads, sent after what is
+    held, in order; data that is no JSON object ends the round before it (SDKs raise on it)."""
+    if sse.event_data(event) is not None:
+        out.error = f"{NO_CHAT} (a data event is not a JSON object)"
+        return []
+    return _send(event, hold=bool(held), held=held)
 
 
 def _done(

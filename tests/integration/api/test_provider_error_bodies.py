@@ -69,3 +69,30 @@ def test_a_200_error_object_is_an_openai_error_and_stores_nothing(
     fake_upstream.script(reply("after"))
     again = client.chat.completions.create(model="m", messages=_SECOND)
     assert again.choices[0].message.content == "after"
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<html><body>Sign in</body></html>", "hello\nworld\n", 'data: {"id": "x", "choi\n\n'],
+    ids=["html", "text", "cut-json"],
+)
+def test_a_stream_answered_with_no_chat_chunk_is_an_error_frame(
+    body: str,
+    proxy: ProxyServer,
+    http: httpx.Client,
+    fake_upstream: FakeUpstream,
+    records: Records,
+) -> None:
+    # A login page or a wrong baseUrl's answer: relayed as it came, the SDK read it as an
+    # empty, successful stream (or failed parsing it), and nothing was logged.
+    sid = "no-chat-chunk"
+    client = _sdk(proxy, sid)
+    fake_upstream.script(raw(body, headers={"content-type": "text/html"}))
+
+    with pytest.raises(openai.APIError, match="is no chat stream"):
+        for _ in client.chat.completions.create(model="m", messages=_FIRST, stream=True):
+            pass
+
+    lines = [r.getMessage() for r in records.errors() if "is no chat stream" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in records.errors()]
+    assert _live(http, sid) == _FIRST
