@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records
+from tests.integration.api.conftest import ProxyServer, Records, wait_for
 
 _FAILURE = {"error": {"message": "model overloaded", "type": "server_error", "code": "busy"}}
 _FIRST = [{"role": "user", "content": "hi"}]
@@ -52,6 +52,8 @@ def test_a_200_error_object_is_an_openai_error_and_stores_nothing(
     client = _sdk(proxy, sid)
     fake_upstream.script(reply("first"))
     client.chat.completions.create(model="m", messages=_FIRST)
+    # a whole reply is stored just after its response went out
+    assert wait_for(lambda: len(_live(http, sid)) == 2)
     before = _live(http, sid)
     fake_upstream.script(raw(json.dumps(_FAILURE), headers={"content-type": content_type}))
 

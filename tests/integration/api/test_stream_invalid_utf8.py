@@ -14,7 +14,7 @@ import openai
 
 from tests.fakes.replies import raw
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 
 
 def _frame(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -53,9 +53,13 @@ def test_bytes_that_are_not_utf8_reach_the_sdk_as_the_stored_replacement_charact
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     assert text == "caf\u00e9 \ufffd"
-    rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
-    assert rows[-1]["message"]["content"] == text
+
+    def rows() -> list[dict[str, Any]]:
+        return http.get(f"/v1/sessions/{sid}/messages").json()["data"]
+
+    assert wait_for(lambda: len(rows()) == 2)  # stored just after the stream's last chunk
+    assert rows()[-1]["message"]["content"] == text
     again = [*turn, {"role": "assistant", "content": text}, {"role": "user", "content": "go"}]
     client.chat.completions.create(model="m", messages=again)
-    rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
-    assert [r["superseded"] for r in rows] == [False] * 4
+    assert wait_for(lambda: len(rows()) == 4)
+    assert [r["superseded"] for r in rows()] == [False] * 4
