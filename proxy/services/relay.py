@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,7 @@ class RoundOutcome:
 
 
 NO_CHAT = "the provider's answer is no chat stream"
+_EVENT_FIELD = re.compile(rb"(?:^|[\r\n])event:")
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
 
 
@@ -364,8 +366,9 @@ def _handle(
 
 def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
     """A comment, a field, or the "\\n" of a "\\r\\n" cut between reads, sent after what is
-    held, in order; data that is no JSON object ends the round before it (SDKs raise on it)."""
-    if sse.event_data(event) is not None:
+    held, in order; data that is no JSON object ends the round before it (the SDKs raise on
+    it), unless an ``event:`` line names the event (the SDKs skip a named one's data)."""
+    if sse.event_data(event) is not None and not _EVENT_FIELD.search(event):
         out.error = f"{NO_CHAT} (a data event is not a JSON object)"
         return []
     return _send(event, hold=bool(held), held=held)
