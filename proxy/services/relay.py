@@ -246,7 +246,9 @@ def _ending(
     ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
-    if not out.acc.indices and not out.provider_error and (failure := _error_body(tail)):
+    if not (out.acc.indices or out.saw_done or out.provider_error) and (
+        failure := _error_body(tail)
+    ):
         # an error object instead of a stream: the SDKs read it only as an error frame
         out.provider_error = failure[1]
         return [sse.encode_event({"error": failure[0]}), sse.DONE], b""

@@ -212,6 +212,15 @@ async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_na
     assert "no chat stream" in (out.error or "") and got == [frame({"content": "a"})]
 
 
+async def test_an_error_object_instead_of_a_stream_is_an_error_frame_unless_after_done() -> None:
+    failure = b'{"error": {"message": "overloaded", "type": "server_error"}}'
+    got, out = await relay([failure], ClientStream())
+    assert got == [b"data: " + failure + b"\n\n", b"data: [DONE]\n\n"]
+    assert out.provider_error == "type 'server_error'" and out.error is None
+    got, out = await relay([b"data: [DONE]\n\n", failure], ClientStream())
+    assert got == [b"data: [DONE]\n\n", failure] and out.provider_error is None
+
+
 class _Stalling(_Body):
     """A body that stops after its first piece until ``go`` is set, then sends the rest."""
 
