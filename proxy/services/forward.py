@@ -20,12 +20,11 @@ from proxy import chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
-from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
-from proxy.provider_errors import log_relayed, provider_name
+from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
 from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.client_watch import HEADERS_WAITING, watching
@@ -36,7 +35,7 @@ from proxy.services.turn import Turn
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor
-from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
+from proxy.upstream import StreamAnswer, Upstream, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
@@ -169,7 +168,7 @@ class Forwarder:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort()
                     return Response(resp.content, resp.status_code, response_headers(resp))
-                data = _completion(resp, step.route.provider)
+                data = completion(resp, step.route.provider)
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
@@ -270,7 +269,9 @@ class Forwarder:
                     ):
                         tap.poll()
                         if out.provider_error and not failed:  # before the client can leave
-                            failed = _log_failure(step, resp, out.provider_error)
+                            failed = log_stream_error(
+                                step.route.provider, resp.status_code, out.provider_error
+                            )
                         yield piece
                 finally:
                     await resp.aclose()
@@ -354,40 +355,6 @@ class Forwarder:
                 code=str(resp.status_code),
             )
         return resp, None
-
-
-def _completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
-    """A 2xx answer's chat completion; anything else the provider sent is a 502, one whose
-    choices or tool calls are malformed too (the 502's message, logged, names the provider
-    and what was wrong, never the content)."""
-    try:
-        data = resp.json()
-    except ValueError:
-        data = None
-    if (failure := chunks.error_answer(data)) is not None:
-        err, label = failure
-        said = (
-            f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
-        )
-        raise UpstreamUnavailable(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
-    if not isinstance(data, dict):
-        kind = resp.headers.get("content-type") or "no content type"
-        raise UpstreamUnavailable(
-            f"the provider answered {resp.status_code} with a body that is not a JSON chat "
-            f"completion ({kind}); check the provider's baseUrl"
-        )
-    if (why := chunks.malformed(data, "message")) is not None:
-        raise UpstreamUnavailable(
-            f"{provider_name(provider)} answered a malformed chat completion ({why})"
-        )
-    return data
-
-
-def _log_failure(step: Step, resp: StreamAnswer, label: str) -> bool:
-    """One line for a provider's error in a stream, naming its type and code, not its text."""
-    where = provider_name(step.route.provider)
-    log.warning("%s answered %d with an error in its stream (%s)", where, resp.status_code, label)
-    return True
 
 
 async def _drop(send: asyncio.Future[StreamAnswer]) -> None:
