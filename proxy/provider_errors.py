@@ -236,9 +236,9 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
     and what was wrong, never the content), and an error object sent as a success, whose
     502 quotes its message while the log line names only its type and code."""
     try:
-        data = resp.json()
+        data, parsed = resp.json(), True
     except ValueError:
-        data = None
+        data, parsed = None, False
     if (failure := chunks.error_answer(data)) is not None:
         err, label = failure
         said = (
@@ -247,9 +247,12 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         raise UpstreamUnavailable(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
     if not isinstance(data, dict):
         kind = resp.headers.get("content-type") or "no content type"
+        hint = "check the provider's baseUrl"
+        if "json" in kind and not parsed:  # the right provider, a broken answer
+            hint = "its JSON does not parse (cut short, or not UTF-8); retry the request"
         raise UpstreamUnavailable(
             f"the provider answered {resp.status_code} with a body that is not a JSON chat "
-            f"completion ({kind}); check the provider's baseUrl"
+            f"completion ({kind}); {hint}"
         )
     if (why := chunks.malformed(data, "message")) is not None:
         raise UpstreamUnavailable(

@@ -63,3 +63,22 @@ def test_a_whole_answer_cut_off_mid_body_is_a_502_saying_so(
         client.chat.completions.create(model="m", messages=turn).choices[0].message.content
         == "after"
     )
+
+
+def test_a_json_answer_that_does_not_parse_is_a_502_that_does_not_blame_the_base_url(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # A byte that is not UTF-8 in a whole answer: the provider is the right one, its JSON
+    # is not (a stream gets U+FFFD instead: test_stream_invalid_utf8.py).
+    body = (
+        b'{"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [{"index"'
+        b': 0, "message": {"role": "assistant", "content": "caf\xe9"}, "finish_reason": "stop"}]}'
+    )
+    fake_upstream.script(raw(body, headers={"content-type": "application/json"}))
+    client = openai.OpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
+
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+
+    message = caught.value.message
+    assert "does not parse" in message and "baseUrl" not in message, message
