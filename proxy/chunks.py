@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
-__all__ = ["StreamAccumulator", "completion_to_chunks", "index_of", "malformed"]
+__all__ = ["StreamAccumulator", "completion_to_chunks", "error_answer", "index_of", "malformed"]
 
 
 @dataclass(slots=True)
@@ -257,6 +257,20 @@ def _not_int(index: Any) -> str | None:
     if index is None or (isinstance(index, int) and not isinstance(index, bool)):
         return None
     return f"index is {_kind(index)}, not an integer"
+
+
+def error_answer(obj: Any) -> tuple[dict[str, Any], str] | None:
+    """An OpenAI error object sent where a completion or a chunk belongs (``{"error": …}``
+    without ``choices``): the error as an object (a bare string becomes its ``message``) and
+    a label naming only its ``type`` and ``code``, for a log line (the message may quote the
+    request); None for anything else."""
+    if not is_map(obj) or obj.get("choices") or obj.get("error") is None:
+        return None
+    err = obj["error"]
+    if not is_map(err):
+        err = {"message": str(err), "type": "upstream_error", "param": None, "code": None}
+    named = [f"{k} {str(err[k])[:80]!r}" for k in ("type", "code") if err.get(k) is not None]
+    return dict(err), ", ".join(named) or "no type or code"
 
 
 def _kind(value: Any) -> str:

@@ -5,7 +5,9 @@ A failure to reach a provider is a 502 (``UpstreamUnavailable``) and a wait that
 never credentials) and the egress proxy the call went through, if any; says why in a few
 words taken from the exception chain (a refused connection, a name that does not resolve, a
 certificate the provider's ``caFile`` does not sign); and says what to check. The
-transport's exception stays chained for the log.
+transport's exception stays chained for the log. A whole answer that is no chat completion
+is a 502 too (``completion``), and a provider's error in a stream gets one log line
+(``log_stream_error``), as its own error answers do (``log_relayed``).
 """
 
 from __future__ import annotations
@@ -15,14 +17,26 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from proxy import chunks
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["POOL_WAIT_SECONDS", "log_relayed", "mapped_errors", "provider_name"]
+if TYPE_CHECKING:
+    from proxy.upstream import Answer
+
+__all__ = [
+    "POOL_WAIT_SECONDS",
+    "completion",
+    "log_relayed",
+    "log_stream_error",
+    "mapped_errors",
+    "provider_name",
+]
 
 log = logging.getLogger("cascade")
 
@@ -31,15 +45,28 @@ POOL_WAIT_SECONDS = 30.0  # how long a request waits for one of a provider's cap
 
 @contextlib.contextmanager
 def mapped_errors(
-    provider: ProviderConfig, proxy_for: Callable[[str], str | None] | None = None
+    provider: ProviderConfig,
+    proxy_for: Callable[[str], str | None] | None = None,
+    *,
+    answered: int | None = None,
 ) -> Iterator[None]:
     """Turn transport failures into 504 (timed out) or 502 (unreachable), naming the
     provider and the cause, with the original exception chained. ``proxy_for`` names the
     egress proxy a provider's base URL goes through (asked only on a failure): a connection
-    that failed there is the proxy's, and the message says so."""
+    that failed there is the proxy's, and the message says so. ``answered``, the status of
+    an answer whose body is being read, makes a failure one of that body, which broke off:
+    the provider was reached, and its baseUrl is not what to check."""
     try:
         yield
     except (httpx.RequestError, httpx.InvalidURL, OSError, ssl.SSLError) as exc:
+        if answered is not None and not (
+            isinstance(exc, httpx.TimeoutException) and _timed_out(exc)
+        ):
+            where, name = provider_name(provider), type(exc).__name__
+            raise UpstreamUnavailable(
+                f"{where} answered {answered}, then its body broke off ({name}: "
+                f"{_cause(exc)}); retry the request"
+            ) from exc
         via = _proxy(proxy_for, provider.base_url)
         raise _mapped(provider, exc, via) from exc
 
@@ -192,3 +219,43 @@ def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to th
     errors). Never its body, which may quote the request."""
     level = logging.WARNING if status >= 500 else logging.INFO
     log.log(level, "%s answered %d; %s", provider_name(provider), status, how)
+
+
+def log_stream_error(provider: ProviderConfig, status: int, label: str) -> bool:
+    """One line for a provider's error in a stream, naming its type and code (``label``), not
+    its text; True, for the caller that logs it once."""
+    log.warning(
+        "%s answered %d with an error in its stream (%s)", provider_name(provider), status, label
+    )
+    return True
+
+
+def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
+    """A 2xx answer's chat completion; anything else the provider sent is a 502, one whose
+    choices or tool calls are malformed too (the 502's message, logged, names the provider
+    and what was wrong, never the content), and an error object sent as a success, whose
+    502 quotes its message while the log line names only its type and code."""
+    try:
+        data, parsed = resp.json(), True
+    except ValueError:
+        data, parsed = None, False
+    if (failure := chunks.error_answer(data)) is not None:
+        err, label = failure
+        said = (
+            f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
+        )
+        raise UpstreamUnavailable(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
+    if not isinstance(data, dict):
+        kind = resp.headers.get("content-type") or "no content type"
+        hint = "check the provider's baseUrl"
+        if "json" in kind and not parsed:  # the right provider, a broken answer
+            hint = "its JSON does not parse (cut short, or not UTF-8); retry the request"
+        raise UpstreamUnavailable(
+            f"the provider answered {resp.status_code} with a body that is not a JSON chat "
+            f"completion ({kind}); {hint}"
+        )
+    if (why := chunks.malformed(data, "message")) is not None:
+        raise UpstreamUnavailable(
+            f"{provider_name(provider)} answered a malformed chat completion ({why})"
+        )
+    return data

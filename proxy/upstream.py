@@ -115,7 +115,7 @@ class StreamAnswer:
             yield chunk
 
     async def aread(self) -> bytes:
-        with mapped_errors(self._provider):  # a body that breaks off is a 502
+        with mapped_errors(self._provider, answered=self.status_code):  # broken off: a 502
             return await self._resp.aread()
 
     async def aclose(self) -> None:
@@ -345,7 +345,7 @@ class Upstream:
             )
             status = resp.status_code
             try:
-                with mapped_errors(provider):
+                with mapped_errors(provider, answered=status):
                     body = await resp.aread()
             finally:
                 await resp.aclose()

@@ -12,6 +12,10 @@ the same way (``OPERATION_WAITING``): run after their client left, a retried bra
 its target made by the abandoned one (a 400), and a reset or delete ran that nobody still
 asked for.
 
+A streamed request is watched while it waits for the provider's headers, up to a keep-alive
+interval before its response begins (``Forwarder.stream``): a client gone then would
+otherwise keep the provider answering nobody, and its session held, for that interval; the
+listener is one task, against a wait for a provider's first byte.
 A non-streamed provider call is not watched: the listener costs every such request tens of
 microseconds of the server's ``receive`` path (docs/perf.md, "Smaller items"), on the path
 whose overhead bars are closest. A client that hangs up during one leaves the session busy
@@ -39,10 +43,16 @@ from proxy.errors import ClientDisconnected
 from proxy.requestlog import session_wait
 from proxy.services.lease_wakeups import Wake
 
-__all__ = ["ClientWatch", "pause", "WAITING", "OPERATION_WAITING"]
+__all__ = ["ClientWatch", "pause", "watching", "WAITING", "OPERATION_WAITING", "HEADERS_WAITING"]
 
 WAITING = "while its request waited for the session; the provider was not called"
 OPERATION_WAITING = "while its session operation waited for the session; nothing was changed"
+HEADERS_WAITING = "before its stream began; the provider's call was cancelled"
+
+
+def watching(client: ClientWatch | None, why: str) -> contextlib.AbstractContextManager[None]:
+    """``client.guard(why)``, or nothing to watch with when there is no client watch."""
+    return client.guard(why) if client is not None else contextlib.nullcontext()
 
 
 async def _listen(receive: Receive) -> bool:

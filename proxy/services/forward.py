@@ -20,14 +20,14 @@ from proxy import chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
-from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
 from proxy.logs import causes
 from proxy.observe import note_answer
-from proxy.provider_errors import log_relayed, provider_name
+from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
 from proxy.services import deltas
 from proxy.services.budget import page_room
+from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.toolloop import answer_in_room, split_calls
@@ -35,7 +35,7 @@ from proxy.services.turn import Turn
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor
-from proxy.upstream import Answer, StreamAnswer, Upstream, response_headers
+from proxy.upstream import StreamAnswer, Upstream, response_headers
 
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
@@ -168,7 +168,7 @@ class Forwarder:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort()
                     return Response(resp.content, resp.status_code, response_headers(resp))
-                data = _completion(resp, step.route.provider)
+                data = completion(resp, step.route.provider)
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
@@ -205,7 +205,8 @@ class Forwarder:
         try:
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
-            done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+            with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
+                done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
             if done:
                 resp = send.result()
                 if resp.status_code >= 400:
@@ -255,7 +256,7 @@ class Forwarder:
                     yield error
                     yield sse.DONE
                     return
-                out = RoundOutcome()
+                out, failed = RoundOutcome(), False
                 tap.round(out.acc)
                 try:
                     async for piece in relay_round(
@@ -267,6 +268,10 @@ class Forwarder:
                         client=client,
                     ):
                         tap.poll()
+                        if out.provider_error and not failed:  # before the client can leave
+                            failed = log_stream_error(
+                                step.route.provider, resp.status_code, out.provider_error
+                            )
                         yield piece
                 finally:
                     await resp.aclose()
@@ -350,27 +355,6 @@ class Forwarder:
                 code=str(resp.status_code),
             )
         return resp, None
-
-
-def _completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
-    """A 2xx answer's chat completion; anything else the provider sent is a 502, one whose
-    choices or tool calls are malformed too (the 502's message, logged, names the provider
-    and what was wrong, never the content)."""
-    try:
-        data = resp.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        kind = resp.headers.get("content-type") or "no content type"
-        raise UpstreamUnavailable(
-            f"the provider answered {resp.status_code} with a body that is not a JSON chat "
-            f"completion ({kind}); check the provider's baseUrl"
-        )
-    if (why := chunks.malformed(data, "message")) is not None:
-        raise UpstreamUnavailable(
-            f"{provider_name(provider)} answered a malformed chat completion ({why})"
-        )
-    return data
 
 
 async def _drop(send: asyncio.Future[StreamAnswer]) -> None:

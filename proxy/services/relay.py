@@ -12,13 +12,16 @@ one read of the provider's body completes go out together, in one write), except
 - frames that would break that one stream (``ClientStream``): a later round's frames take the
   first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
-  concatenate every string they get, the role included.
+  concatenate every string they get, the role included;
+- an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
-the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, and a
-chunk whose choices or tool calls are malformed (``chunks.malformed``), which ends the round
-before it: the relay, the stored reply and the client would each read it differently.
+the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, a body
+that holds no chat chunk (but a whole JSON answer, relayed as it came; an error object goes
+out as an error frame), and a chunk whose choices or tool calls are malformed
+(``chunks.malformed``) or a data event that is no JSON object, which ends the round before it:
+the relay, the stored reply and the client would each read it differently.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,7 +108,7 @@ class RoundOutcome:
     calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
     saw_done: bool = False
     error: str | None = None  # the stream broke off or stopped short: the relay reports it
-    provider_error: bool = False  # the provider sent an error frame: relayed as it came
+    provider_error: str | None = None  # its error's type and code: relayed as it came
     saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
 
     @property
@@ -123,6 +128,8 @@ class RoundOutcome:
         return all(acc.finish_reason(i) is not None for i in acc.indices)
 
 
+NO_CHAT = "the provider's answer is no chat stream"
+_EVENT_FIELD = re.compile(rb"(?:^|[\r\n])event:")
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
 
 
@@ -239,16 +246,60 @@ def _ending(
     ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
+    if not (out.acc.indices or out.saw_done or out.provider_error) and (
+        failure := _error_body(tail)
+    ):
+        # an error object instead of a stream: the SDKs read it only as an error frame
+        out.provider_error = failure[1]
+        return [sse.encode_event({"error": failure[0]}), sse.DONE], b""
     if tail.strip() and sse.is_done(tail):
         now = _handle(
             tail, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
         )
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
+    if out.saw_data and not (
+        out.acc.indices or out.saw_done or out.provider_error or _whole_answer(tail)
+    ):  # a login page, a wrong baseUrl's answer: the SDKs read it as an empty stream
+        out.error = f"{NO_CHAT} (it holds no chat chunk); check the provider's baseUrl"
+        return now, b""
     if not out.complete:
         out.error = "the provider's stream ended before its answer was complete"
         tail = b""
     return now, tail
+
+
+def _utf8(event: bytes) -> bytes:
+    """``event`` with each sequence that is not UTF-8 replaced by U+FFFD, as its parse reads
+    it (and the stored reply keeps it): the SDKs decode a stream as UTF-8 and raise on one."""
+    if event.isascii():  # what almost every event is: no decoding
+        return event
+    try:
+        event.decode()
+    except UnicodeDecodeError:
+        return event.decode(errors="replace").encode()
+    return event
+
+
+def _whole_answer(tail: bytes) -> bool:
+    """Whether the body's unterminated rest is a whole JSON completion: a provider that
+    ignored ``stream``, whose answer is relayed as it came."""
+    if not tail.lstrip().startswith(b"{"):
+        return False
+    try:
+        return isinstance(json.loads(tail), dict)
+    except ValueError:
+        return False
+
+
+def _error_body(tail: bytes) -> tuple[dict[str, Any], str] | None:
+    """The provider's error, when the body's unterminated rest is a JSON error object."""
+    if not tail.lstrip().startswith(b"{"):
+        return None
+    try:
+        return chunks.error_answer(json.loads(tail))
+    except ValueError:
+        return None
 
 
 def _unfinished(held: list[bytes]) -> list[bytes]:
@@ -282,20 +333,20 @@ def _handle(
 ) -> list[bytes]:
     if out.error:  # a malformed chunk ended the round: what follows it is not read
         return []
+    event = _utf8(event)
     if out.saw_done:  # relayed as it came, never read: clients stop reading at [DONE]
         return _send(event, hold=intercept, held=held)
     if sse.is_done(event):
         return _done(event, out, hold=intercept, held=held, client=client)
     chunk = sse.parse_chunk(event)
-    if chunk is None:  # a comment, a field, or the "\n" of a "\r\n" cut between reads
-        out.saw_data = out.saw_data or sse.event_data(event) is not None
-        return _send(event, hold=bool(held), held=held)  # after what is held, in order
+    if chunk is None:
+        return _no_chunk(event, out, held)
     out.saw_data = True
     if (why := chunks.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
-    if "error" in chunk and not chunk.get("choices"):
-        out.provider_error = True
+    if (failure := chunks.error_answer(chunk)) is not None:
+        out.provider_error = failure[1]
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
         if strip_usage:
@@ -313,6 +364,16 @@ def _handle(
     data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
     finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
     return _send(data, hold=intercept and finishes, held=held)
+
+
+def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
+    """A comment, a field, or the "\\n" of a "\\r\\n" cut between reads, sent after what is
+    held, in order; data that is no JSON object ends the round before it (the SDKs raise on
+    it), unless an ``event:`` line names the event (the SDKs skip a named one's data)."""
+    if sse.event_data(event) is not None and not _EVENT_FIELD.search(event):
+        out.error = f"{NO_CHAT} (a data event is not a JSON object)"
+        return []
+    return _send(event, hold=bool(held), held=held)
 
 
 def _done(

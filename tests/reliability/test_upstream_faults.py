@@ -80,6 +80,12 @@ _CHUNK = (
     ' "finish_reason": null}]}\n\n'
 )
 
+_COMPLETION = (
+    '{"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices":'
+    ' [{"index": 0, "message": {"role": "assistant", "content": "whole"},'
+    ' "finish_reason": "stop"}]}'
+)
+
 
 def held(_req: RecordedRequest) -> Reply:
     """An answer the provider never sends: the proxy's timeout ends the call (the fake then
@@ -119,15 +125,16 @@ FAULTS: dict[str, tuple[Responder, bool, Check]] = {
         True,
         error_frame(),
     ),
-    "malformed SSE only (no chat chunk: relayed as it came)": (
+    "malformed SSE only (no chat chunk)": (
         raw('data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE),
         True,
-        relayed(b'data: {"id": "x", "choi\n\ndata: {nope}\n\n'),
+        error_frame(),
     ),
-    "not SSE at all (relayed as it came)": (
-        raw("hello\nworld\n", headers=_SSE),
+    "not SSE at all": (raw("hello\nworld\n", headers=_SSE), True, error_frame()),
+    "a whole completion to a stream (relayed as it came)": (
+        raw(_COMPLETION, headers=_JSON),
         True,
-        relayed(b"hello\nworld\n"),
+        relayed(_COMPLETION.encode()),
     ),
     "non-JSON 200 body": (raw("this is not json", headers=_JSON), False, proxy_error(502)),
     "HTML 200 body": (

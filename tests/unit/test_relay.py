@@ -203,6 +203,24 @@ async def test_an_unfinished_tail_is_not_relayed_before_the_error_frame() -> Non
     assert out.error is not None and got == [frame({"content": "a"})]
 
 
+async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_named() -> None:
+    # The openai SDK raises on an unnamed event's data that is no JSON, and skips a named one's.
+    named = b"event: ping\ndata: ping\n\n"
+    got, out = await relay([frame({"content": "a"}), named, frame({}, "stop")], ClientStream())
+    assert out.error is None and got == [frame({"content": "a"}), named, frame({}, "stop")]
+    got, out = await relay([frame({"content": "a"}), b"data: ping\n\n"], ClientStream())
+    assert "no chat stream" in (out.error or "") and got == [frame({"content": "a"})]
+
+
+async def test_an_error_object_instead_of_a_stream_is_an_error_frame_unless_after_done() -> None:
+    failure = b'{"error": {"message": "overloaded", "type": "server_error"}}'
+    got, out = await relay([failure], ClientStream())
+    assert got == [b"data: " + failure + b"\n\n", b"data: [DONE]\n\n"]
+    assert out.provider_error == "type 'server_error'" and out.error is None
+    got, out = await relay([b"data: [DONE]\n\n", failure], ClientStream())
+    assert got == [b"data: [DONE]\n\n", failure] and out.provider_error is None
+
+
 class _Stalling(_Body):
     """A body that stops after its first piece until ``go`` is set, then sends the rest."""
 

@@ -88,7 +88,7 @@ NOT_RELAYED = {
             headers={"content-type": "application/json"},
             reset_after=1,
         ),
-        "could not reach the provider",
+        "answered 500, then its body broke off",
     ),
 }
 
