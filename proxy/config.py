@@ -29,7 +29,13 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from proxy.config_checks import ConfigError, check_key_values, check_patterns, check_urls
+from proxy.config_checks import (
+    ConfigError,
+    camel_keys,
+    check_key_values,
+    check_patterns,
+    check_urls,
+)
 from proxy.config_context import Block, ContextConfig
 from proxy.settings import describe_errors
 
@@ -222,6 +228,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             "apiKeyEnv": "OPENAI_API_KEY",
         }
     data["providers"] = providers
+    if "context" in data:
+        data["context"] = camel_keys(ContextConfig, data["context"], "context")
     if "default" not in (data.get("agents") or {}):
         data["agents"] = {**(data.get("agents") or {}), "default": {}}
     for name, provider in providers.items():
@@ -240,7 +248,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         resolved = {}
         for name, agent in cfg.agents.items():
             try:
-                merged = _as_json(_deep_merge(base, agent.context))
+                over = camel_keys(ContextConfig, agent.context, f"agents.{name}.context")
+                merged = _as_json(_deep_merge(base, over))
                 resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
                 raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc

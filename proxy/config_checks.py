@@ -13,16 +13,57 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel
+
 from proxy.cascade.redaction import compile_patterns
 
 if TYPE_CHECKING:
     from proxy.config import Config
 
-__all__ = ["ConfigError", "check_key_values", "check_patterns", "check_urls"]
+__all__ = ["ConfigError", "camel_keys", "check_key_values", "check_patterns", "check_urls"]
 
 
 class ConfigError(Exception):
     """The config file is missing, not JSON, or does not match the schema."""
+
+
+def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
+    """``data``, a block of ``model`` as the file gives it, with each key the snake_case
+    spelling of one of the block's keys renamed to its camelCase one, nested blocks too.
+
+    The schema reads either spelling (``populate_by_name``), but an agent's ``context`` is
+    merged key by key over the top-level one before it is read: a ``tool_output`` there
+    would sit beside the top-level ``toolOutput`` and be refused as unknown, so both are
+    given their one spelling first. A key given in both spellings in one object is refused:
+    JSON keeps both, and which would be read is nowhere written. Unknown keys are left for
+    the schema to refuse."""
+    if not isinstance(data, Mapping):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _alias(model, key)
+        if name in out:
+            other = next(k for k in data if k != key and _alias(model, k) == name)
+            first, second = sorted((key, other), key=lambda k: k != name)
+            raise ConfigError(f"{where}.{name}: given twice, as {first} and {second}; keep one")
+        sub = model.model_fields.get(_field_name(model, name))
+        kind = sub.annotation if sub is not None else None
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            value = camel_keys(kind, value, f"{where}.{name}")
+        out[name] = value
+    return out
+
+
+def _alias(model: type[BaseModel], key: str) -> str:
+    field = model.model_fields.get(key)
+    return field.alias if field is not None and field.alias else key
+
+
+def _field_name(model: type[BaseModel], alias: str) -> str:
+    for name, field in model.model_fields.items():
+        if field.alias == alias:
+            return name
+    return alias
 
 
 def check_patterns(patterns: tuple[str, ...], where: str) -> None:
