@@ -32,6 +32,7 @@ from pydantic import Field, ValidationError, model_validator
 from proxy.config_checks import (
     ConfigError,
     camel_keys,
+    check_blanks,
     check_key_values,
     check_patterns,
     check_urls,
@@ -255,6 +256,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from exc
+    check_blanks(cfg)
     check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     check_key_values(cfg, env)
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here

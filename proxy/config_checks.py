@@ -20,7 +20,14 @@ from proxy.cascade.redaction import compile_patterns
 if TYPE_CHECKING:
     from proxy.config import Config
 
-__all__ = ["ConfigError", "camel_keys", "check_key_values", "check_patterns", "check_urls"]
+__all__ = [
+    "ConfigError",
+    "camel_keys",
+    "check_blanks",
+    "check_key_values",
+    "check_patterns",
+    "check_urls",
+]
 
 
 class ConfigError(Exception):
@@ -115,6 +122,50 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
                 f"{where}: has a query string or fragment, which the request paths would"
                 " follow; give the URL up to its path, and a key by apiKeyEnv"
             )
+
+
+def check_blanks(cfg: Config) -> None:
+    """No name the file gives is empty (or only spaces) where empty means nothing: each was
+    read as if the key were left out (``caFile: ""`` trusted the default CAs, a ``model``
+    of ``""`` sent the request's), a value written but ignored without a word, as a
+    template filled from an unset variable writes it. The reason says what leaving the key
+    out does. An empty ``baseUrl``, ``provider``, ``keyEnv`` or ``tenant`` is refused by
+    the checks of those keys."""
+    given: list[tuple[str | None, str, str, str]] = []
+    for name, p in cfg.providers.items():
+        given += [
+            (p.ca_file, f"providers.{name}.caFile", "a PEM bundle", "for the default CAs"),
+            (
+                p.api_key_env,
+                f"providers.{name}.apiKeyEnv",
+                "the variable holding the provider's key",
+                "to forward the client's token",
+            ),
+        ]
+    for name, a in cfg.agents.items():
+        given += [
+            (a.model, f"agents.{name}.model", "the model sent upstream", "to send the request's"),
+            (
+                a.fast_model,
+                f"agents.{name}.fastModel",
+                "the model that writes summaries",
+                "to use the request's",
+            ),
+        ]
+    given.append(
+        (
+            cfg.auth.metrics_key_env,
+            "auth.metricsKeyEnv",
+            "the variable holding the scraper's key",
+            "",
+        )
+    )
+    for value, where, what, unset in given:
+        if value is not None and not value.strip():
+            out = f"leave the key out (or null) {unset}".rstrip()
+            raise ConfigError(f"{where}: empty; name {what}, or {out}")
+    if not cfg.embedding.model.strip():
+        raise ConfigError("embedding.model: empty; name the provider's embedding model")
 
 
 def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
