@@ -4,9 +4,10 @@ The ``context`` section's blocks, which the cascade reads, are in ``config_conte
 here are the rest of the file (providers, models, agents, embedding, auth), ``Config`` and
 the loader, which merges each agent's ``context`` over the top-level one.
 
-Keys are camelCase in the file and snake_case in Python. Every key is optional. Secrets are
-never read from the file: a provider names the environment variable that holds its key
-(``apiKeyEnv``), and auth keys name theirs (``keyEnv``).
+Keys are camelCase in the file and snake_case in Python; the file's snake_case spelling of
+a key is read as its camelCase one, in an agent's ``context`` too (``camel_keys``). Every key
+is optional. Secrets are never read from the file: a provider names the environment
+variable that holds its key (``apiKeyEnv``), and auth keys name theirs (``keyEnv``).
 
 Decisions where DESIGN.md is silent:
 - Unknown keys are rejected (``extra="forbid"``) so a typo shows up as ``config.rejected``
