@@ -38,8 +38,10 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the command ``args`` names; its exit status. A refused setting, config file or
-    database is one line (``_refuse``) and exit status 2."""
+    """Run the command ``args`` names; its exit status. A refused setting or config file is
+    one line (``_refuse``) and exit status 2, as is a database ``migrate`` cannot reach or
+    migrate. ``serve`` refuses a database in its start, once it listens: that is one line
+    and uvicorn's failed-start status, 3 (``proxy.server.serve``), as is a port held."""
     try:
         if args.command not in ("serve", "migrate", "config"):
             return _client_command(args)

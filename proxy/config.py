@@ -4,9 +4,10 @@ The ``context`` section's blocks, which the cascade reads, are in ``config_conte
 here are the rest of the file (providers, models, agents, embedding, auth), ``Config`` and
 the loader, which merges each agent's ``context`` over the top-level one.
 
-Keys are camelCase in the file and snake_case in Python. Every key is optional. Secrets are
-never read from the file: a provider names the environment variable that holds its key
-(``apiKeyEnv``), and auth keys name theirs (``keyEnv``).
+Keys are camelCase in the file and snake_case in Python; the file's snake_case spelling of
+a key is read as its camelCase one, in an agent's ``context`` too (``camel_keys``). Every key
+is optional. Secrets are never read from the file: a provider names the environment
+variable that holds its key (``apiKeyEnv``), and auth keys name theirs (``keyEnv``).
 
 Decisions where DESIGN.md is silent:
 - Unknown keys are rejected (``extra="forbid"``) so a typo shows up as ``config.rejected``
@@ -29,7 +30,14 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from proxy.config_checks import ConfigError, check_key_values, check_patterns, check_urls
+from proxy.config_checks import (
+    ConfigError,
+    camel_keys,
+    check_blanks,
+    check_key_values,
+    check_patterns,
+    check_urls,
+)
 from proxy.config_context import Block, ContextConfig
 from proxy.settings import describe_errors
 
@@ -222,6 +230,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             "apiKeyEnv": "OPENAI_API_KEY",
         }
     data["providers"] = providers
+    if "context" in data:
+        data["context"] = camel_keys(ContextConfig, data["context"], "context")
     if "default" not in (data.get("agents") or {}):
         data["agents"] = {**(data.get("agents") or {}), "default": {}}
     for name, provider in providers.items():
@@ -240,12 +250,14 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         resolved = {}
         for name, agent in cfg.agents.items():
             try:
-                merged = _as_json(_deep_merge(base, agent.context))
+                over = camel_keys(ContextConfig, agent.context, f"agents.{name}.context")
+                merged = _as_json(_deep_merge(base, over))
                 resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
                 raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from exc
+    check_blanks(cfg)
     check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     check_key_values(cfg, env)
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here

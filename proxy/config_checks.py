@@ -13,16 +13,64 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel
+
 from proxy.cascade.redaction import compile_patterns
 
 if TYPE_CHECKING:
     from proxy.config import Config
 
-__all__ = ["ConfigError", "check_key_values", "check_patterns", "check_urls"]
+__all__ = [
+    "ConfigError",
+    "camel_keys",
+    "check_blanks",
+    "check_key_values",
+    "check_patterns",
+    "check_urls",
+]
 
 
 class ConfigError(Exception):
     """The config file is missing, not JSON, or does not match the schema."""
+
+
+def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
+    """``data``, a block of ``model`` as the file gives it, with each key the snake_case
+    spelling of one of the block's keys renamed to its camelCase one, nested blocks too.
+
+    The schema reads either spelling (``populate_by_name``), but an agent's ``context`` is
+    merged key by key over the top-level one before it is read: a ``tool_output`` there
+    would sit beside the top-level ``toolOutput`` and be refused as unknown, so both are
+    given their one spelling first. A key given in both spellings in one object is refused:
+    JSON keeps both, and which would be read is nowhere written. Unknown keys are left for
+    the schema to refuse."""
+    if not isinstance(data, Mapping):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _alias(model, key)
+        if name in out:
+            other = next(k for k in data if k != key and _alias(model, k) == name)
+            first, second = sorted((key, other), key=lambda k: k != name)
+            raise ConfigError(f"{where}.{name}: given twice, as {first} and {second}; keep one")
+        sub = model.model_fields.get(_field_name(model, name))
+        kind = sub.annotation if sub is not None else None
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            value = camel_keys(kind, value, f"{where}.{name}")
+        out[name] = value
+    return out
+
+
+def _alias(model: type[BaseModel], key: str) -> str:
+    field = model.model_fields.get(key)
+    return field.alias if field is not None and field.alias else key
+
+
+def _field_name(model: type[BaseModel], alias: str) -> str:
+    for name, field in model.model_fields.items():
+        if field.alias == alias:
+            return name
+    return alias
 
 
 def check_patterns(patterns: tuple[str, ...], where: str) -> None:
@@ -74,6 +122,50 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
                 f"{where}: has a query string or fragment, which the request paths would"
                 " follow; give the URL up to its path, and a key by apiKeyEnv"
             )
+
+
+def check_blanks(cfg: Config) -> None:
+    """No name the file gives is empty (or only spaces) where empty means nothing: each was
+    read as if the key were left out (``caFile: ""`` trusted the default CAs, a ``model``
+    of ``""`` sent the request's), a value written but ignored without a word, as a
+    template filled from an unset variable writes it. The reason says what leaving the key
+    out does. An empty ``baseUrl``, ``provider``, ``keyEnv`` or ``tenant`` is refused by
+    the checks of those keys."""
+    given: list[tuple[str | None, str, str, str]] = []
+    for name, p in cfg.providers.items():
+        given += [
+            (p.ca_file, f"providers.{name}.caFile", "a PEM bundle", "for the default CAs"),
+            (
+                p.api_key_env,
+                f"providers.{name}.apiKeyEnv",
+                "the variable holding the provider's key",
+                "to forward the client's token",
+            ),
+        ]
+    for name, a in cfg.agents.items():
+        given += [
+            (a.model, f"agents.{name}.model", "the model sent upstream", "to send the request's"),
+            (
+                a.fast_model,
+                f"agents.{name}.fastModel",
+                "the model that writes summaries",
+                "to use the request's",
+            ),
+        ]
+    given.append(
+        (
+            cfg.auth.metrics_key_env,
+            "auth.metricsKeyEnv",
+            "the variable holding the scraper's key",
+            "",
+        )
+    )
+    for value, where, what, unset in given:
+        if value is not None and not value.strip():
+            out = f"leave the key out (or null) {unset}".rstrip()
+            raise ConfigError(f"{where}: empty; name {what}, or {out}")
+    if not cfg.embedding.model.strip():
+        raise ConfigError("embedding.model: empty; name the provider's embedding model")
 
 
 def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:

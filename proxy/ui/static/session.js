@@ -209,7 +209,8 @@ export class SessionView {
     const button = $("load-earlier");
     const before = this.session ? this.messages.start : 0;
     button.hidden = before === 0;
-    button.textContent = `Show ${num(Math.min(WINDOW, before))} earlier messages ` +
+    const adds = Math.min(WINDOW, before); // what a press adds: fewer than WINDOW at the start
+    button.textContent = `Show ${num(adds)} earlier message${adds === 1 ? "" : "s"} ` +
       `(${num(before)} not shown)`;
   }
 

@@ -1,7 +1,8 @@
 """What a session view leaves behind: the raw outputs it paged back are forgotten when its
 session is gone (deleted elsewhere, or reset from the page), so a session started again under
 the same id never shows the old one's output, nor does a result that replaced the one paged
-back at its position; the handoff toast goes with the view."""
+back at its position; the handoff toast goes with the view; "load earlier" names the rows a
+press adds."""
 
 from __future__ import annotations
 
@@ -115,3 +116,28 @@ def test_the_handoff_toast_goes_with_its_session_view(
     toasts.first.wait_for(state="detached")
     page.wait_for_timeout(300)  # and it does not come back
     assert toasts.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("rounds", "after", "text"),
+    [
+        (70, [], "Show 12 earlier messages (12 not shown)"),
+        (66, [{"role": "user", "content": "go on"}], "Show 1 earlier message (1 not shown)"),
+    ],
+)
+def test_load_earlier_names_the_rows_it_will_add_when_fewer_than_a_window_are_left(
+    rounds: int, after: list[dict[str, Any]], text: str, console: Page, console_proxy: ProxyServer
+) -> None:
+    """The button says how many rows a press adds: the rows left when fewer than a window
+    (WINDOW, 200) are, not 200; one row is one message."""
+    history = [{"role": "system", "content": "You are a coding agent."}]
+    history += [m for i in range(rounds) for m in tool_round(i, 40)] + after
+    _post(console_proxy, "longish", history)  # and the reply: len(history) + 1 rows
+    page = sign_in(console, "#/s/longish")
+    earlier = page.get_by_test_id("load-earlier")
+    earlier.filter(has_text="not shown").wait_for()
+    assert earlier.inner_text() == text
+    earlier.click()
+    earlier.wait_for(state="hidden")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    assert rows.count() == len(history) + 1

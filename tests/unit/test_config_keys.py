@@ -1,0 +1,121 @@
+"""config/agents.json's keys: camelCase is the documented spelling, and the snake_case of
+the same key is read the same way wherever a key is read, an agent's ``context`` too; a name
+given as an empty string, where empty means nothing, is refused with what leaving it out
+does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import ConfigError, parse_config
+
+
+def test_an_agents_context_reads_snake_case_keys_as_the_top_level_does() -> None:
+    """The top level took ``tool_output`` while ``agents.<name>.context`` refused it; and a
+    snake_case key there merges key by key over the top-level block, as its camelCase does."""
+    raw = {
+        "context": {"tool_output": {"compact": False}, "eviction": {"atFraction": 0.4}},
+        "agents": {
+            "a": {"context": {"tool_output": {"max_chars": 900}}},
+            "b": {"context": {"eviction": {"keep_recent_rounds": 1}}},
+        },
+    }
+    cfg = parse_config(raw, env={})
+    a, b = cfg.context_for("a"), cfg.context_for("b")
+    assert (a.tool_output.max_chars, a.tool_output.compact) == (900, False)
+    assert (b.eviction.keep_recent_rounds, b.eviction.at_fraction) == (1, 0.4)
+    assert not b.tool_output.compact
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            {"context": {"toolOutput": {"maxChars": 300, "max_chars": 500}}},
+            "context.toolOutput.maxChars: given twice, as maxChars and max_chars; keep one",
+        ),
+        (
+            {"context": {"toolOutput": {}, "tool_output": {}}},
+            "context.toolOutput: given twice, as toolOutput and tool_output; keep one",
+        ),
+        (
+            {"agents": {"a": {"context": {"tool_output": {"maxChars": 1, "max_chars": 2}}}}},
+            "agents.a.context.toolOutput.maxChars: given twice, as maxChars and max_chars; "
+            "keep one",
+        ),
+    ],
+)
+def test_one_key_in_both_spellings_is_refused_naming_both(raw: dict[str, Any], reason: str) -> None:
+    """JSON keeps both, and which would win is nowhere written: refused, the same way in
+    each ``context``."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value) == reason
+
+
+# empty strings where empty means nothing
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            {"providers": {"p": {"baseUrl": "http://h/v1", "caFile": ""}}},
+            "providers.p.caFile: empty; name a PEM bundle, or leave the key out (or null) "
+            "for the default CAs",
+        ),
+        (
+            {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": " "}}},
+            "providers.p.apiKeyEnv: empty; name the variable holding the provider's key, or "
+            "leave the key out (or null) to forward the client's token",
+        ),
+        (
+            {"agents": {"a": {"model": ""}}},
+            "agents.a.model: empty; name the model sent upstream, or leave the key out (or "
+            "null) to send the request's",
+        ),
+        (
+            {"agents": {"a": {"fastModel": ""}}},
+            "agents.a.fastModel: empty; name the model that writes summaries, or leave the key "
+            "out (or null) to use the request's",
+        ),
+        (
+            {
+                "providers": {"e": {"baseUrl": "http://h/v1"}},
+                "embedding": {"provider": "e", "model": ""},
+            },
+            "embedding.model: empty; name the provider's embedding model",
+        ),
+        (
+            {"auth": {"metricsKeyEnv": ""}},
+            "auth.metricsKeyEnv: empty; name the variable holding the scraper's key, or leave "
+            "the key out (or null)",
+        ),
+    ],
+)
+def test_an_empty_string_where_empty_means_nothing_is_refused(
+    raw: dict[str, Any], reason: str
+) -> None:
+    """Each was read as if the key were left out (``caFile: ""`` trusted the default CAs, a
+    ``model`` of ``""`` sent the request's): a value written but ignored, without a word."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value) == reason
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ({"providers": {"p": {"baseUrl": ""}}}, "providers.p.baseUrl: not an http(s) URL"),
+        ({"agents": {"a": {"provider": ""}}}, "agents.a.provider '' is not in providers"),
+        ({"embedding": {"provider": ""}}, "embedding.provider '' is neither 'builtin'"),
+        ({"auth": {"keys": [{"keyEnv": "", "tenant": "t"}]}}, r"auth.keys.0.keyEnv: String"),
+        ({"auth": {"keys": [{"keyEnv": "K", "tenant": ""}]}}, r"auth.keys.0.tenant: String"),
+    ],
+)
+def test_the_other_empty_names_were_refused_already(raw: dict[str, Any], reason: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value).startswith(reason), refused.value
