@@ -1,0 +1,88 @@
+"""The OpenAI Agents SDK (openai-agents) through the proxy on chat completions
+(``OpenAIChatCompletionsModel``, not the Responses API), with a function tool, run with
+``Runner.run`` and ``Runner.run_streamed``; the script is tests/integration/api/frameworks.py's.
+The SDK resends the run's items as chat messages each step and ``to_input_list()`` carries
+them into the next run, without a session id.
+
+Streamed, the SDK asks for usage only from api.openai.com: anywhere else it sends no
+``stream_options`` and reports 0 tokens unless ``ModelSettings(include_usage=True)`` (README,
+Clients), which these runs set."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.frameworks import (
+    PART2,
+    STEP2,
+    SYSTEM,
+    check_provider_side,
+    no_internal_call,
+    proxy,
+    read_log_text,
+    script,
+)
+
+agents = pytest.importorskip("agents")
+
+__all__ = ["proxy"]
+
+
+@agents.function_tool
+def read_log(part: int) -> str:
+    """Reads one part of the service log.
+
+    Args:
+        part: which part of the log to read
+    """
+    return read_log_text(part)
+
+
+async def run(agent: Any, given: Any, *, stream: bool) -> Any:
+    if not stream:
+        return await agents.Runner.run(agent, given)
+    result = agents.Runner.run_streamed(agent, given)
+    async for _ in result.stream_events():
+        pass
+    return result
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
+def test_agent_run_with_a_cut_output_read_back(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    agents.set_tracing_disabled(True)
+    script(fake_upstream)
+    client = agents.AsyncOpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
+    agent = agents.Agent(
+        name="logs",
+        instructions=SYSTEM,
+        model=agents.OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client),
+        model_settings=agents.ModelSettings(include_usage=True, parallel_tool_calls=True),
+        tools=[read_log],
+    )
+
+    async def both() -> tuple[Any, Any]:
+        first = await run(agent, "How many requests failed?", stream=stream)
+        more = [*first.to_input_list(), {"role": "user", "content": "and again?"}]
+        return first, await run(agent, more, stream=stream)
+
+    first, second = asyncio.run(both())
+    assert (first.final_output, second.final_output) == ("3 failed", "still 3")
+    calls = [i.raw_item for i in first.new_items if i.type == "tool_call_item"]
+    no_internal_call([c.name for c in calls])
+    assert [(c.call_id, c.arguments) for c in calls] == [
+        ("call_1", '{"part": 1}'),
+        ("call_2", '{"part": 2}'),
+    ]
+    outputs = [i.output for i in first.new_items if i.type == "tool_call_output_item"]
+    assert outputs[1] == PART2
+    usage = [(r.usage.input_tokens, r.usage.output_tokens) for r in first.raw_responses]
+    assert usage[1:] == [STEP2, (50, 5)]
+    check_provider_side(proxy, fake_upstream)
+    assert all(b.get("parallel_tool_calls") is True for b in fake_upstream.bodies())
