@@ -1,10 +1,12 @@
-"""LangChain's ChatOpenAI (langchain-openai) through the proxy: ``bind_tools``, ``invoke`` and
-``stream`` with ``stream_usage``, a tool loop whose first output the proxy cuts and whose
-model reads it back in a step that also calls the client's tool (tests/integration/api/
-frameworks.py). LangChain resends the whole history each step, without a session id."""
+"""LangChain's ChatOpenAI (langchain-openai) through the proxy: ``bind_tools``, ``invoke``,
+``stream`` and ``astream`` with ``stream_usage``, a tool loop whose first output the proxy cuts
+and whose model reads it back in a step that also calls the client's tool
+(tests/integration/api/frameworks.py). LangChain resends the whole history each step, without
+a session id."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -35,10 +37,13 @@ def read_log(part: int) -> str:
     return read_log_text(part)
 
 
-def step(llm: Any, messages: list[Any], *, stream: bool) -> Any:
-    if not stream:
+async def step(llm: Any, messages: list[Any], *, how: str) -> Any:
+    if how == "invoke":
         return llm.invoke(messages)
-    chunks = list(llm.stream(messages))
+    if how == "stream":
+        chunks = list(llm.stream(messages))
+    else:
+        chunks = [chunk async for chunk in llm.astream(messages)]
     assert len({c.id for c in chunks}) == 1, "one message per step, across the proxy's rounds"
     message = chunks[0]
     for chunk in chunks[1:]:
@@ -46,21 +51,24 @@ def step(llm: Any, messages: list[Any], *, stream: bool) -> Any:
     return message
 
 
-def run(llm: Any, messages: list[Any], *, stream: bool) -> list[Any]:
-    """The agent loop: step until the model answers without a tool call."""
+async def run(llm: Any, messages: list[Any], *, how: str) -> list[Any]:
+    """The agent loop: step until the model answers without a tool call, then a next turn."""
     replies = []
     while True:
-        ai = step(llm, messages, stream=stream)
+        ai = await step(llm, messages, how=how)
         replies.append(ai)
         messages.append(ai)
         if not ai.tool_calls:
-            return replies
+            break
         messages.extend(read_log.invoke(call) for call in ai.tool_calls)
+    messages.append(lc_messages.HumanMessage("and again?"))
+    replies.append(await step(llm, messages, how=how))
+    return replies
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "stream"])
+@pytest.mark.parametrize("how", ["invoke", "stream", "astream"])
 def test_tool_loop_with_a_cut_output_read_back(
-    proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool
+    proxy: ProxyServer, fake_upstream: FakeUpstream, how: str
 ) -> None:
     script(fake_upstream)
     llm = lc_openai.ChatOpenAI(
@@ -70,7 +78,7 @@ def test_tool_loop_with_a_cut_output_read_back(
         lc_messages.SystemMessage(SYSTEM),
         lc_messages.HumanMessage("How many requests failed?"),
     ]
-    replies = run(llm, messages, stream=stream)
+    *replies, second = asyncio.run(run(llm, messages, how=how))
 
     calls = [c for r in replies for c in r.tool_calls]
     no_internal_call([c["name"] for c in calls])
@@ -82,9 +90,7 @@ def test_tool_loop_with_a_cut_output_read_back(
     assert messages[5].content == PART2 and replies[-1].content == "3 failed"
     usage = [r.usage_metadata for r in replies]
     assert [(u["input_tokens"], u["output_tokens"]) for u in usage[1:]] == [STEP2, (50, 5)]
-
-    messages.append(lc_messages.HumanMessage("and again?"))
-    assert step(llm, messages, stream=stream).content == "still 3"
+    assert second.content == "still 3"
     check_provider_side(proxy, fake_upstream)
-    if stream:
+    if how != "invoke":
         assert fake_upstream.bodies()[0]["stream_options"] == {"include_usage": True}
