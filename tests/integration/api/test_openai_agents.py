@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.frameworks import (
@@ -27,6 +28,7 @@ from tests.integration.api.frameworks import (
     read_log_text,
     script,
 )
+from tests.integration.transcripts import api
 
 agents = pytest.importorskip("agents")
 
@@ -86,3 +88,45 @@ def test_agent_run_with_a_cut_output_read_back(
     assert usage[1:] == [STEP2, (50, 5)]
     check_provider_side(proxy, fake_upstream)
     assert all(b.get("parallel_tool_calls") is True for b in fake_upstream.bodies())
+
+
+def test_a_handoff_gives_each_agent_its_own_derived_session(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """After a handoff the SDK sends the whole history under the new agent's instructions:
+    the derived id hashes the system message, so each agent's requests reconcile into a
+    session of its own, each only ever appended to. One id named for the whole run would
+    have every switch supersede the other agent's history (README, Agent frameworks)."""
+    agents.set_tracing_disabled(True)
+    fake_upstream.script(
+        reply(None, tool_calls=[tool_call("transfer_to_logs", "{}", id="call_h")]),
+        reply(None, tool_calls=[tool_call("read_log", '{"part": 1}', id="call_1")]),
+        reply("3 failed"),
+        reply("triaged"),
+    )
+    client = agents.AsyncOpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=0)
+    model = agents.OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client)
+    logs = agents.Agent(name="logs", instructions=SYSTEM, model=model, tools=[read_log])
+    triage = agents.Agent(name="triage", instructions="You triage.", model=model, handoffs=[logs])
+
+    async def both() -> tuple[Any, Any]:
+        first = await agents.Runner.run(triage, "How many requests failed?")
+        more = [*first.to_input_list(), {"role": "user", "content": "and now?"}]
+        return first, await agents.Runner.run(triage, more)
+
+    first, second = asyncio.run(both())
+    assert (first.last_agent.name, first.final_output, second.final_output) == (
+        "logs",
+        "3 failed",
+        "triaged",
+    )
+    systems = [b["messages"][0]["content"] for b in fake_upstream.bodies()]
+    assert systems == ["You triage.", SYSTEM, SYSTEM, "You triage."]
+    with api(proxy) as http:
+        views = [
+            http.get(f"/v1/sessions/{s['id']}").json()
+            for s in http.get("/v1/sessions").json()["data"]
+        ]
+    assert len(views) == 2 and all(v["id"].startswith("auto-") for v in views)
+    assert [v["superseded_count"] for v in views] == [0, 0]
+    assert sorted(v["message_count"] for v in views) == [7, 9]
