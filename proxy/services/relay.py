@@ -47,11 +47,32 @@ class ClientStream:
     """What the client has seen of its one stream, which may span several upstream rounds.
 
     ``head`` keeps the first value of each identity field (the first round's chunk id, …);
-    ``roles`` the choice indices whose ``role`` already went out.
+    ``roles`` the choice indices whose ``role`` already went out. With ``read_tool_output``
+    offered, a frame that says nothing but the role waits in ``bare`` for the first that says
+    more: a round that calls only the proxy's tool then sends nothing, and a later round's
+    provider error can still be the response's status (``Forwarder.stream``).
     """
 
     head: dict[str, Any] = field(default_factory=dict)
     roles: set[int] = field(default_factory=set)
+    opened: bool = False  # a byte went out: the status is committed
+    bare: list[bytes] = field(default_factory=list)  # role-only frames held until then
+
+    def hold_bare(self, chunk: dict[str, Any], data: bytes) -> bool:
+        """Hold ``data`` (``chunk``'s frame) if it is bare and nothing else was decided yet
+        (so it stays ahead of every frame); else the stream is as good as open."""
+        if not self.opened and _bare(chunk):
+            self.bare.append(data)
+            return True
+        self.opened = True
+        return False
+
+    def emit(self, data: bytes) -> bytes:
+        """``data`` as it goes out, after the bare frames held before it."""
+        self.opened = True
+        if self.bare:
+            data, self.bare = b"".join((*self.bare, data)), []
+        return data
 
     def align(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
         """``chunk`` as part of the one stream: itself when nothing differs (so its bytes go
@@ -172,7 +193,7 @@ async def relay_round(
                     async with asyncio.timeout(keepalive):
                         item = await queue.get()
                 except TimeoutError:
-                    yield sse.KEEPALIVE
+                    yield client.emit(sse.KEEPALIVE)
                     continue
             else:
                 item = queue.get_nowait()
@@ -186,7 +207,7 @@ async def relay_round(
                     client=client,
                 )
                 for piece in now:
-                    yield piece
+                    yield client.emit(piece)
                 break
             if isinstance(item, Exception):
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
@@ -204,14 +225,14 @@ async def relay_round(
                 )
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
-                yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
             if out.error:  # a malformed chunk: the round ends before it, as a cut one does
                 break
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
-                yield piece
+                yield client.emit(piece)
         if tail.strip():
-            yield tail
+            yield client.emit(tail)
     finally:
         # Shielded (and bounded): when the client hangs up, Starlette cancels this generator's
         # scope, and an unshielded await would re-cancel the reader mid-cleanup; the caller
@@ -311,8 +332,33 @@ def _handle(
     if rewritten is None:
         return []
     data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
-    finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
+    return _out(data, rewritten, intercept=intercept, held=held, client=client)
+
+
+def _out(
+    data: bytes, chunk: dict[str, Any], *, intercept: bool, held: list[bytes], client: ClientStream
+) -> list[bytes]:
+    """A chat chunk's frame: held with the round's ending when it finishes a choice and the
+    round may be internal, held as bare (``ClientStream.hold_bare``), or sent now."""
+    finishes = any(c.get("finish_reason") for c in chunk.get("choices") or [])
+    if intercept and not (finishes or held) and client.hold_bare(chunk, data):
+        return []
     return _send(data, hold=intercept and finishes, held=held)
+
+
+def _bare(chunk: dict[str, Any]) -> bool:
+    """Whether ``chunk`` says nothing but a role: choices whose deltas' other fields are
+    empty, with no finish reason or logprobs, and no usage."""
+    choices = chunk.get("choices")
+    if not choices or not isinstance(choices, list) or chunk.get("usage") is not None:
+        return False
+    for choice in choices:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict) or not _empty({**choice, "delta": {}}):
+            return False
+        if any(v not in (None, "") for k, v in delta.items() if k != "role"):
+            return False
+    return True
 
 
 def _done(

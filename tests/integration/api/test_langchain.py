@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import openai
 import pytest
 
+from tests.fakes.replies import context_length_exceeded, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.frameworks import (
@@ -94,3 +96,24 @@ def test_tool_loop_with_a_cut_output_read_back(
     check_provider_side(proxy, fake_upstream)
     if how != "invoke":
         assert fake_upstream.bodies()[0]["stream_options"] == {"include_usage": True}
+
+
+def test_a_context_overflow_in_the_proxys_round_is_the_providers_400(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The provider refuses the prompt with the page read back: nothing had reached LangChain,
+    so it raises the 400's class with the provider's ``code``, as for any request, rather
+    than a bare ``APIError`` from inside the stream."""
+    fake_upstream.script(
+        reply(None, tool_calls=[tool_call("read_log", '{"part": 1}', id="call_1")]),
+        reply(None, tool_calls=[tool_call("read_tool_output", {"id": "call_1"}, id="int_1")]),
+        context_length_exceeded(),
+    )
+    llm = lc_openai.ChatOpenAI(model="gpt-4o", base_url=proxy.url, api_key="sk-test-client")
+    llm = llm.bind_tools([read_log])
+    messages: list[Any] = [lc_messages.HumanMessage("How many requests failed?")]
+    ai = llm.invoke(messages)
+    messages += [ai, *(read_log.invoke(call) for call in ai.tool_calls)]
+    with pytest.raises(openai.BadRequestError) as info:
+        list(llm.stream(messages))
+    assert info.value.status_code == 400 and info.value.code == "context_length_exceeded"
