@@ -12,7 +12,9 @@ one read of the provider's body completes go out together, in one write), except
 - frames that would break that one stream (``ClientStream``): a later round's frames take the
   first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
-  concatenate every string they get, the role included.
+  concatenate every string they get, the role included;
+- with ``read_tool_output`` offered, a first frame that says nothing but the role: it waits
+  for the first frame that says more, so a round that calls only that tool sends no byte.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:

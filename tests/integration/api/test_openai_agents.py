@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.replies import reply, tool_call
+from tests.fakes.replies import rate_limited, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.frameworks import (
@@ -130,3 +130,34 @@ def test_a_handoff_gives_each_agent_its_own_derived_session(
     assert len(views) == 2 and all(v["id"].startswith("auto-") for v in views)
     assert [v["superseded_count"] for v in views] == [0, 0]
     assert sorted(v["message_count"] for v in views) == [7, 9]
+
+
+def test_a_streamed_run_retries_a_429_in_the_proxys_round(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The provider limits the round the proxy makes to answer ``read_tool_output``: nothing
+    had reached the SDK, so it gets the 429 and its client retries the step, which goes on
+    as if nothing happened (an in-band error ended the run)."""
+    agents.set_tracing_disabled(True)
+    read = tool_call("read_tool_output", {"id": "call_1", "limit": 100}, id="int_1")
+    fake_upstream.script(
+        reply(None, tool_calls=[tool_call("read_log", '{"part": 1}', id="call_1")]),
+        reply(None, tool_calls=[read]),
+        rate_limited(0),
+        reply(None, tool_calls=[read]),
+        reply("3 failed"),
+    )
+    client = agents.AsyncOpenAI(base_url=proxy.url, api_key="sk-test-client", max_retries=1)
+    agent = agents.Agent(
+        name="logs",
+        instructions=SYSTEM,
+        model=agents.OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client),
+        tools=[read_log],
+    )
+    result = asyncio.run(run(agent, "How many requests failed?", stream=True))
+    assert result.final_output == "3 failed"
+    assert len(fake_upstream.bodies()) == 5
+    with api(proxy) as http:
+        (session,) = http.get("/v1/sessions").json()["data"]
+        view = http.get(f"/v1/sessions/{session['id']}").json()
+    assert view["superseded_count"] == 0
