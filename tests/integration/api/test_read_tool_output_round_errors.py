@@ -6,13 +6,20 @@ the error reaches it as a non-streamed request's does, with the provider's statu
 
 from __future__ import annotations
 
+import time
+
 import openai
 import pytest
 
 from tests.fakes.replies import context_length_exceeded, rate_limited, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.read_tool_output_helpers import chat, history, read_call
+from tests.integration.api.conftest import ProxyServer, wait_for
+from tests.integration.api.read_tool_output_helpers import (
+    CLIENT_TOOLS,
+    chat,
+    history,
+    read_call,
+)
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
 )
@@ -74,3 +81,28 @@ def test_a_later_rounds_error_after_a_frame_went_out_is_in_band(
     assert not isinstance(info.value, openai.APIStatusError)
     assert "answered 429" in info.value.message and info.value.code == "429"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "let me look"
+
+
+def test_a_client_that_hangs_up_after_the_read_ahead_ends_the_turn(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The body read ahead still ends as any other: the client leaves mid-answer, the
+    provider's stream is closed and the session is free for its next request at once."""
+    fake_upstream.script(
+        reply(None, tool_calls=[read_call(id="call_big", offset=0)]),
+        reply("a long answer " * 40, chunks=40, chunk_delay=0.1),
+        reply("next"),
+    )
+    messages = history("call_big", blob(9000, "big"))
+    body = {"model": "gpt-4o", "stream": True, "tools": CLIENT_TOOLS, "messages": messages}
+    headers = {"X-Session-Id": "gone"}
+    with (
+        api(proxy) as http,
+        http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp,
+    ):
+        assert resp.status_code == 200
+        next(line for line in resp.iter_lines() if '"content": "a long' in line)
+    assert wait_for(lambda: fake_upstream.disconnects == [1])
+    started = time.monotonic()
+    assert chat(proxy, "gone", messages).choices[0].message.content == "next"
+    assert time.monotonic() - started < 2
