@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -28,6 +28,7 @@ from proxy.provider_errors import completion, log_relayed, log_stream_error, pro
 from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.client_watch import HEADERS_WAITING, watching
+from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.toolloop import answer_in_room, split_calls
@@ -220,8 +221,14 @@ class Forwarder:
             else:
                 headers = {"content-type": "text/event-stream"}
             if refused is None:
+                answer = self._stream_body(turn, send)
+                if step.assembled.offer_read_tool:  # a later round may refuse it yet
+                    try:
+                        answer = after_first(await anext(answer, b""), answer)
+                    except Refused as exc:  # nothing was sent; the body ended the turn
+                        return exc.response
                 return StreamingResponse(
-                    self._stream_body(turn, send),
+                    answer,
                     status_code=200,
                     headers={**headers, **sse.STREAM_HEADERS},
                     media_type="text/event-stream",
@@ -237,7 +244,7 @@ class Forwarder:
 
     async def _stream_body(
         self, turn: Turn, send: asyncio.Future[StreamAnswer]
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         step = turn.prepared
         reply: dict[str, Any] | None = None
         prompt_tokens = None
@@ -250,31 +257,18 @@ class Forwarder:
                 # Round 0's provider, when still silent here, has been for one keep-alive
                 # interval (``stream`` waited that long): its first comment goes out at once.
                 async for comment in self._keepalive_until(send, at_once=round_no == 0):
-                    yield comment
-                resp, error = await self._round_response(send, round_no, step, messages)
+                    yield client.emit(comment)
+                resp, error, refusal = await self._round_response(send)
+                if refusal is not None:
+                    refuse(step.route.provider, refusal, opened=client.opened)
                 if error is not None:
-                    yield error
+                    yield client.emit(error)
                     yield sse.DONE
                     return
-                out, failed = RoundOutcome(), False
+                out = RoundOutcome()
                 tap.round(out.acc)
-                try:
-                    async for piece in relay_round(
-                        resp,
-                        out,
-                        strip_usage=not step.client_wants_usage,
-                        intercept=step.assembled.offer_read_tool,
-                        keepalive=self.settings.keepalive_seconds,
-                        client=client,
-                    ):
-                        tap.poll()
-                        if out.provider_error and not failed:  # before the client can leave
-                            failed = log_stream_error(
-                                step.route.provider, resp.status_code, out.provider_error
-                            )
-                        yield piece
-                finally:
-                    await resp.aclose()
+                async for piece in self._relay(step, resp, out, client, tap.poll):
+                    yield piece
                 note_answer(step.route.model, out.acc.usage)
                 if round_no == 0:  # the prompt the step assembled, as in ``nonstream``
                     prompt_tokens = (out.acc.usage or {}).get("prompt_tokens")
@@ -283,7 +277,7 @@ class Forwarder:
                 if out.error:
                     where = provider_name(step.route.provider)
                     log.warning("a stream from %s ended with an error event: %s", where, out.error)
-                    yield sse.error_event(out.error)
+                    yield client.emit(sse.error_event(out.error))
                     yield sse.DONE
                     return
                 if out.provider_error or not out.acc.indices:
@@ -295,7 +289,7 @@ class Forwarder:
                     reply = _client_reply(message, texts, internal, client_calls)
                     if out.only_internal:  # budget spent: the relay held back the ending
                         for frame in _closing_frames(client, out.acc, step.client_wants_usage):
-                            yield frame
+                            yield client.emit(frame)
                     break
                 messages = await self._internal_round(turn, messages, message)
                 send = self._open(step, messages)
@@ -304,6 +298,36 @@ class Forwarder:
                 await _drop(send)
                 await tap.close()  # the last delta, before the stored reply's event
                 await turn.finish(reply, prompt_tokens)
+
+    async def _relay(
+        self,
+        step: Step,
+        resp: StreamAnswer,
+        out: RoundOutcome,
+        client: ClientStream,
+        poll: Callable[[], None],
+    ) -> AsyncIterator[bytes]:
+        """One round's answer relayed (``relay_round``), ``poll`` (the delta tap) called after
+        each piece and a provider's error in it logged once, before the client can leave; the
+        answer is closed at the end."""
+        failed = False
+        try:
+            async for piece in relay_round(
+                resp,
+                out,
+                strip_usage=not step.client_wants_usage,
+                intercept=step.assembled.offer_read_tool,
+                keepalive=self.settings.keepalive_seconds,
+                client=client,
+            ):
+                poll()
+                if out.provider_error and not failed:
+                    failed = log_stream_error(
+                        step.route.provider, resp.status_code, out.provider_error
+                    )
+                yield piece
+        finally:
+            await resp.aclose()
 
     async def _keepalive_until(
         self, send: asyncio.Future[StreamAnswer], *, at_once: bool
@@ -318,12 +342,10 @@ class Forwarder:
                 yield sse.KEEPALIVE
 
     async def _round_response(
-        self,
-        send: asyncio.Future[StreamAnswer],
-        round_no: int,
-        step: Step,
-        messages: list[Message],
-    ) -> tuple[StreamAnswer, bytes | None]:
+        self, send: asyncio.Future[StreamAnswer]
+    ) -> tuple[StreamAnswer, bytes | None, Response | None]:
+        """The round's answer, or the error frame for it (with a provider's error status,
+        also its response, for a stream that has sent nothing yet)."""
         try:
             resp = await send
         except Exception as exc:
@@ -335,10 +357,10 @@ class Forwarder:
                 causes(exc),
                 exc_info=not isinstance(exc, ProxyError),
             )
-            return None, sse.error_event(msg, code=str(status))  # type: ignore[return-value]
+            return None, sse.error_event(msg, code=str(status)), None  # type: ignore[return-value]
         if resp.status_code >= 400:
             try:
-                body = (await resp.aread()).decode("utf-8", "replace")
+                raw = await resp.aread()
             except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
                 log.warning(
                     "%d in a stream, sent as an error event: %s%s",
@@ -346,15 +368,14 @@ class Forwarder:
                     exc,
                     causes(exc),
                 )
-                return resp, sse.error_event(str(exc), code=str(exc.status_code))
+                return resp, sse.error_event(str(exc), code=str(exc.status_code)), None
             finally:
                 await resp.aclose()
-            log_relayed(step.route.provider, resp.status_code, "relayed as an error event")
-            return resp, sse.error_event(
-                f"the provider answered {resp.status_code}: {body[:2000]}",
-                code=str(resp.status_code),
-            )
-        return resp, None
+            body = raw.decode("utf-8", "replace")[:2000]
+            text = f"the provider answered {resp.status_code}: {body}"
+            event = sse.error_event(text, code=str(resp.status_code))
+            return resp, event, Response(raw, resp.status_code, response_headers(resp))
+        return resp, None, None
 
 
 async def _drop(send: asyncio.Future[StreamAnswer]) -> None:

@@ -14,6 +14,8 @@ one read of the provider's body completes go out together, in one write), except
   ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
   concatenate every string they get, the role included;
 - an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
+- with ``read_tool_output`` offered, a first frame that says nothing but the role: it waits
+  for the first frame that says more, so a round that calls only that tool sends no byte.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
@@ -38,68 +40,13 @@ from typing import Any
 import anyio
 
 from proxy import chunks, sse
+from proxy.services.client_stream import ClientStream, empty_choice
 from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
 from proxy.upstream import StreamAnswer
 
 __all__ = ["ClientStream", "RoundOutcome", "relay_round", "pump"]
 
 _EOF = object()
-_IDENTITY = ("id", "created", "model", "system_fingerprint")
-
-
-@dataclass(slots=True)
-class ClientStream:
-    """What the client has seen of its one stream, which may span several upstream rounds.
-
-    ``head`` keeps the first value of each identity field (the first round's chunk id, …);
-    ``roles`` the choice indices whose ``role`` already went out.
-    """
-
-    head: dict[str, Any] = field(default_factory=dict)
-    roles: set[int] = field(default_factory=set)
-
-    def align(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
-        """``chunk`` as part of the one stream: itself when nothing differs (so its bytes go
-        out untouched), else a copy with the head's identity and without a repeated role;
-        ``None`` when only a repeated role was in it."""
-        fix = self._identity(chunk)
-        choices = chunk.get("choices")
-        repeated = []
-        for pos, choice in enumerate(choices if isinstance(choices, list) else []):
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            if isinstance(delta, dict) and delta.get("role") is not None:
-                index = chunks.index_of(choice, pos)
-                if index in self.roles:
-                    repeated.append(pos)
-                self.roles.add(index)
-        if not fix and not repeated:
-            return chunk
-        aligned = {**chunk, **fix}
-        if repeated:
-            kept = list(choices)  # type: ignore[arg-type]
-            for pos in repeated:
-                delta = {k: v for k, v in kept[pos]["delta"].items() if k != "role"}
-                kept[pos] = {**kept[pos], "delta": delta}
-            if all(_empty(c) for c in kept) and aligned.get("usage") is None:
-                return None
-            aligned["choices"] = kept
-        return aligned
-
-    def _identity(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        """The head's values where ``chunk``'s differ; the head takes each field's first. A
-        chunk of no choices before any with some (Azure's ``prompt_filter_results`` one, whose
-        id and model are empty) sets none: the completion's own come with its choices."""
-        if not self.head and not chunk.get("choices"):
-            return {}
-        fix = {}
-        for key in _IDENTITY:
-            if key not in chunk:
-                continue
-            if key not in self.head:
-                self.head[key] = chunk[key]
-            elif chunk[key] != self.head[key]:
-                fix[key] = self.head[key]
-        return fix
 
 
 @dataclass(slots=True)
@@ -143,14 +90,6 @@ async def pump(resp: StreamAnswer, queue: asyncio.Queue[Any]) -> None:
         await queue.put(exc)
 
 
-def _empty(choice: Any) -> bool:
-    return (
-        isinstance(choice, dict)
-        and not choice.get("delta")
-        and (choice.get("finish_reason") is None and choice.get("logprobs") is None)
-    )
-
-
 async def relay_round(
     resp: StreamAnswer,
     out: RoundOutcome,
@@ -179,7 +118,7 @@ async def relay_round(
                     async with asyncio.timeout(keepalive):
                         item = await queue.get()
                 except TimeoutError:
-                    yield sse.KEEPALIVE
+                    yield client.emit(sse.KEEPALIVE)
                     continue
             else:
                 item = queue.get_nowait()
@@ -193,7 +132,7 @@ async def relay_round(
                     client=client,
                 )
                 for piece in now:
-                    yield piece
+                    yield client.emit(piece)
                 break
             if isinstance(item, Exception):
                 out.error = f"the provider's stream broke off ({type(item).__name__})"
@@ -211,14 +150,14 @@ async def relay_round(
                 )
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
-                yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
             if out.error:  # a malformed chunk: the round ends before it, as a cut one does
                 break
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
-                yield piece
+                yield client.emit(piece)
         if tail.strip():
-            yield tail
+            yield client.emit(tail)
     finally:
         # Shielded (and bounded): when the client hangs up, Starlette cancels this generator's
         # scope, and an unshielded await would re-cancel the reader mid-cleanup; the caller
@@ -313,7 +252,7 @@ def _unfinished(held: list[bytes]) -> list[bytes]:
         if chunk is None or sse.is_usage_only(chunk):
             continue
         choices = [{**c, "finish_reason": None} for c in chunk.get("choices") or []]
-        choices = [c for c in choices if not _empty(c)]
+        choices = [c for c in choices if not empty_choice(c)]
         if choices:
             chunk = {**chunk, "choices": choices}
             if chunk.get("usage") is not None:
@@ -362,7 +301,17 @@ def _handle(
     if rewritten is None:
         return []
     data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
-    finishes = any(c.get("finish_reason") for c in rewritten.get("choices") or [])
+    return _out(data, rewritten, intercept=intercept, held=held, client=client)
+
+
+def _out(
+    data: bytes, chunk: dict[str, Any], *, intercept: bool, held: list[bytes], client: ClientStream
+) -> list[bytes]:
+    """A chat chunk's frame: held with the round's ending when it finishes a choice and the
+    round may be internal, held as bare (``ClientStream.hold_bare``), or sent now."""
+    finishes = any(c.get("finish_reason") for c in chunk.get("choices") or [])
+    if intercept and not (finishes or held) and client.hold_bare(chunk, data):
+        return []
     return _send(data, hold=intercept and finishes, held=held)
 
 

@@ -48,10 +48,22 @@ async def test_a_choice_with_an_explicit_null_index_is_the_choice_at_its_place()
     choice = {"index": None, "delta": {"tool_calls": [{"index": 0, "id": "int_1"}]}}
     id_first = sse.encode_event({**head, "choices": [choice]})
     pieces = [opening, id_first, _name(0, "read_tool_output"), _args(0, "{}")]
-    got, out = await relay(
-        [*pieces, frame({}, "tool_calls"), sse.DONE], ClientStream(), intercept=True
-    )
-    assert out.only_internal and got == [opening]
+    client = ClientStream()
+    got, out = await relay([*pieces, frame({}, "tool_calls"), sse.DONE], client, intercept=True)
+    # Nothing goes out: the bare role frame waits for the next round's first frame.
+    assert out.only_internal and got == [] and client.bare == [opening]
+
+
+async def test_a_bare_role_frame_waits_for_the_first_frame_that_says_more() -> None:
+    # With read_tool_output offered, a stream sends nothing until a frame says more than the
+    # role, so a round that calls only the proxy's tool leaves the status uncommitted.
+    opening = frame({"role": "assistant", "content": ""})
+    text = frame({"content": "hi"})
+    client = ClientStream()
+    got, _ = await relay([opening, text, frame({}, "stop"), sse.DONE], client, intercept=True)
+    assert got[0] == opening + text and client.opened and client.bare == []
+    got, _ = await relay([opening], ClientStream())  # nothing offered: nothing waits
+    assert got == [opening]
 
 
 async def test_a_later_rounds_role_under_a_null_index_is_not_sent_again() -> None:
