@@ -1,8 +1,11 @@
 """Forward a prepared step to the provider and relay its answer to the client.
 
-Non-streaming answers are relayed byte for byte; streams event by event (``relay.py``).
-``read_tool_output`` calls are answered here, from the store, and the provider is called
-again, up to ``max_internal_rounds`` times; the client never sees those calls.
+Non-streaming answers are relayed byte for byte; streams event by event (``relay.py``), each
+round's request sent and awaited as ``round_answer.py`` says. ``read_tool_output`` calls are
+answered here, from the store, and the provider is called again, up to
+``max_internal_rounds`` times; the client never sees those calls. A provider's error answer
+is relayed with its status, a later round's too while a stream has sent nothing
+(``read_ahead.py``); after that, it goes out as an error event.
 """
 
 from __future__ import annotations
@@ -20,9 +23,7 @@ from proxy import chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
-from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import dumps
-from proxy.logs import causes
 from proxy.observe import note_answer
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
 from proxy.services import deltas
@@ -31,6 +32,7 @@ from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.request import ChatContext, Route, Step
+from proxy.services.round_answer import drop, keepalive_until, read_refusal, round_response
 from proxy.services.toolloop import answer_in_room, split_calls
 from proxy.services.turn import Turn
 from proxy.session_id import strip_proxy_fields
@@ -200,6 +202,9 @@ class Forwarder:
     # -- streaming -----------------------------------------------------------------------
 
     async def stream(self, turn: Turn) -> Response:
+        """Start the streamed call and answer with its stream (``_stream_body``), or with the
+        provider's error answer when its headers, awaited for one keep-alive interval, say
+        so; with ``read_tool_output`` offered, the body's first piece is read first."""
         step = turn.prepared
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
@@ -211,12 +216,8 @@ class Forwarder:
             if done:
                 resp = send.result()
                 if resp.status_code >= 400:
-                    try:
-                        body = await resp.aread()
-                    finally:
-                        await resp.aclose()
+                    refused = await read_refusal(resp)
                     log_relayed(step.route.provider, resp.status_code)
-                    refused = Response(body, resp.status_code, response_headers(resp))
                 headers = response_headers(resp)
             else:
                 headers = {"content-type": "text/event-stream"}
@@ -235,7 +236,7 @@ class Forwarder:
                 )
         except BaseException:  # until the body takes the turn over, ending it is ours
             if send is not None:
-                await _drop(send)
+                await drop(send)
             await turn.abort()
             raise
         assert refused is not None
@@ -253,12 +254,13 @@ class Forwarder:
             messages = list(step.assembled.messages)
             texts: list[str] = []
             client = ClientStream()  # the one stream the client sees, however many rounds
+            keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
                 # Round 0's provider, when still silent here, has been for one keep-alive
                 # interval (``stream`` waited that long): its first comment goes out at once.
-                async for comment in self._keepalive_until(send, at_once=round_no == 0):
+                async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
                     yield client.emit(comment)
-                resp, error, refusal = await self._round_response(send)
+                resp, error, refusal = await round_response(send)
                 if refusal is not None:
                     refuse(step.route.provider, refusal, opened=client.opened)
                 if error is not None:
@@ -295,7 +297,7 @@ class Forwarder:
                 send = self._open(step, messages)
         finally:
             with anyio.CancelScope(shield=True):
-                await _drop(send)
+                await drop(send)
                 await tap.close()  # the last delta, before the stored reply's event
                 await turn.finish(reply, prompt_tokens)
 
@@ -328,61 +330,3 @@ class Forwarder:
                 yield piece
         finally:
             await resp.aclose()
-
-    async def _keepalive_until(
-        self, send: asyncio.Future[StreamAnswer], *, at_once: bool
-    ) -> AsyncIterator[bytes]:
-        """An SSE comment every keep-alive interval until the provider's headers arrive
-        (``send`` done), so clients and middleboxes keep an idle connection open."""
-        if at_once and not send.done():
-            yield sse.KEEPALIVE
-        while not send.done():
-            await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
-            if not send.done():
-                yield sse.KEEPALIVE
-
-    async def _round_response(
-        self, send: asyncio.Future[StreamAnswer]
-    ) -> tuple[StreamAnswer, bytes | None, Response | None]:
-        """The round's answer, or the error frame for it (with a provider's error status,
-        also its response, for a stream that has sent nothing yet)."""
-        try:
-            resp = await send
-        except Exception as exc:
-            status, msg = getattr(exc, "status_code", 502), str(exc)
-            log.warning(
-                "%d in a stream, sent as an error event: %s%s",
-                status,
-                msg,
-                causes(exc),
-                exc_info=not isinstance(exc, ProxyError),
-            )
-            return None, sse.error_event(msg, code=str(status)), None  # type: ignore[return-value]
-        if resp.status_code >= 400:
-            try:
-                raw = await resp.aread()
-            except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
-                log.warning(
-                    "%d in a stream, sent as an error event: %s%s",
-                    exc.status_code,
-                    exc,
-                    causes(exc),
-                )
-                return resp, sse.error_event(str(exc), code=str(exc.status_code)), None
-            finally:
-                await resp.aclose()
-            body = raw.decode("utf-8", "replace")[:2000]
-            text = f"the provider answered {resp.status_code}: {body}"
-            event = sse.error_event(text, code=str(resp.status_code))
-            return resp, event, Response(raw, resp.status_code, response_headers(resp))
-        return resp, None, None
-
-
-async def _drop(send: asyncio.Future[StreamAnswer]) -> None:
-    """Cancel a round's request still in flight, or close its answer if it came: the client
-    may leave before that answer is read, and its connection must not linger (a second close
-    of an answer already read does nothing)."""
-    if not send.done():
-        send.cancel()
-    elif not send.cancelled() and send.exception() is None:
-        await send.result().aclose()

@@ -185,8 +185,9 @@ def _ending(
     ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
+    whole = _json_object(tail)
     if not (out.acc.indices or out.saw_done or out.provider_error) and (
-        failure := _error_body(tail)
+        failure := chunks.error_answer(whole)
     ):
         # an error object instead of a stream: the SDKs read it only as an error frame
         out.provider_error = failure[1]
@@ -198,7 +199,7 @@ def _ending(
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
     if out.saw_data and not (
-        out.acc.indices or out.saw_done or out.provider_error or _whole_answer(tail)
+        out.acc.indices or out.saw_done or out.provider_error or whole is not None
     ):  # a login page, a wrong baseUrl's answer: the SDKs read it as an empty stream
         out.error = f"{NO_CHAT} (it holds no chat chunk); check the provider's baseUrl"
         return now, b""
@@ -220,25 +221,16 @@ def _utf8(event: bytes) -> bytes:
     return event
 
 
-def _whole_answer(tail: bytes) -> bool:
-    """Whether the body's unterminated rest is a whole JSON completion: a provider that
-    ignored ``stream``, whose answer is relayed as it came."""
-    if not tail.lstrip().startswith(b"{"):
-        return False
-    try:
-        return isinstance(json.loads(tail), dict)
-    except ValueError:
-        return False
-
-
-def _error_body(tail: bytes) -> tuple[dict[str, Any], str] | None:
-    """The provider's error, when the body's unterminated rest is a JSON error object."""
+def _json_object(tail: bytes) -> dict[str, Any] | None:
+    """The body's unterminated rest as a JSON object, or ``None``: a provider that ignored
+    ``stream`` sent a whole completion (relayed as it came) or an error object there."""
     if not tail.lstrip().startswith(b"{"):
         return None
     try:
-        return chunks.error_answer(json.loads(tail))
+        obj = json.loads(tail)
     except ValueError:
         return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _unfinished(held: list[bytes]) -> list[bytes]:

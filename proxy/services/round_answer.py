@@ -1,0 +1,93 @@
+"""A streamed round's answer, from the request sent to the response the relay reads.
+
+``Forwarder.stream`` sends each round's request as a future (``send``) and relays its body;
+until the provider's headers arrive it sends keep-alive comments (``keepalive_until``). A
+round whose request failed, or whose provider answered with an error status, becomes an error
+frame (``round_response``); the provider's error answer is also kept as a response
+(``read_refusal``), so a stream that has sent nothing yet can answer with it. A client that
+leaves before a round's answer is read does not leave the request behind (``drop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.responses import Response
+
+from proxy import sse
+from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
+from proxy.logs import causes
+from proxy.upstream import StreamAnswer, response_headers
+
+__all__ = ["drop", "keepalive_until", "read_refusal", "round_response"]
+
+log = logging.getLogger("cascade.forward")
+
+
+async def keepalive_until(
+    send: asyncio.Future[StreamAnswer], keepalive: float, *, at_once: bool
+) -> AsyncIterator[bytes]:
+    """An SSE comment every ``keepalive`` seconds until the provider's headers arrive
+    (``send`` done), so clients and middleboxes keep an idle connection open; with
+    ``at_once``, the first goes out now."""
+    if at_once and not send.done():
+        yield sse.KEEPALIVE
+    while not send.done():
+        await asyncio.wait({send}, timeout=keepalive)
+        if not send.done():
+            yield sse.KEEPALIVE
+
+
+async def read_refusal(resp: StreamAnswer) -> Response:
+    """A provider's error answer (a status of 400 or more) read whole and closed, as the
+    response that relays it as it came."""
+    try:
+        raw = await resp.aread()
+    finally:
+        await resp.aclose()
+    return Response(raw, resp.status_code, response_headers(resp))
+
+
+async def round_response(
+    send: asyncio.Future[StreamAnswer],
+) -> tuple[StreamAnswer, bytes | None, Response | None]:
+    """The round's answer, or the error frame for it (with a provider's error status,
+    also its response, for a stream that has sent nothing yet)."""
+    try:
+        resp = await send
+    except Exception as exc:
+        return None, _failed(exc, getattr(exc, "status_code", 502)), None  # type: ignore[return-value]
+    if resp.status_code < 400:
+        return resp, None, None
+    try:
+        refusal = await read_refusal(resp)
+    except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
+        return resp, _failed(exc, exc.status_code), None
+    body = bytes(refusal.body).decode("utf-8", "replace")[:2000]
+    text = f"the provider answered {resp.status_code}: {body}"
+    return resp, sse.error_event(text, code=str(resp.status_code)), refusal
+
+
+def _failed(exc: Exception, status: int) -> bytes:
+    """The error frame for a round with no answer to relay, logged with the error's causes
+    (and its traceback when it is none of the proxy's own errors)."""
+    log.warning(
+        "%d in a stream, sent as an error event: %s%s",
+        status,
+        exc,
+        causes(exc),
+        exc_info=not isinstance(exc, ProxyError),
+    )
+    return sse.error_event(str(exc), code=str(status))
+
+
+async def drop(send: asyncio.Future[StreamAnswer]) -> None:
+    """Cancel a round's request still in flight, or close its answer if it came: the client
+    may leave before that answer is read, and its connection must not linger (a second close
+    of an answer already read does nothing)."""
+    if not send.done():
+        send.cancel()
+    elif not send.cancelled() and send.exception() is None:
+        await send.result().aclose()
