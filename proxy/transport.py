@@ -23,18 +23,9 @@ default: the same httpx client and responses over aiohttp's connection pool, whi
 CPU per request) or ``httpx`` (httpx's own ``AsyncHTTPTransport``). Both get the same limits,
 proxy and ``SSLContext``; ``CASCADE_HTTP_TRANSPORT`` chooses.
 
-aiohttp's reader raises a broken connection's error before handing over the bytes it holds,
-so a stream that breaks off while nobody reads it (a busy client) would lose the answer's
-last part. A streamed request (``STREAM_EXTENSION``) is therefore read as its bytes arrive
-(``ReadAhead``): they move out of aiohttp's buffer into the stream's own at once, and the
-error comes after them. Up to ``READ_AHEAD_BYTES`` are held for a client that reads slowly;
-past that, reading pauses until the client catches up, so the provider is slowed down rather
-than buffered (a break in that pause loses what aiohttp holds, at most its own buffer).
-A whole answer is read at once anyway, and a break in it is an error whatever came before.
-aiohttp reads a socket as soon as it is readable, so Linux would grow a provider connection's
-receive buffer to many megabytes for a client that stalls; each connection's buffer is set
-to ``RECEIVE_BUFFER_BYTES`` instead, so a stalled client slows the provider down after about
-a megabyte in all (tests/unit/test_relay_backpressure.py).
+aiohttp's pool reads a streamed answer as its bytes arrive, over connections with a bounded
+receive buffer (``aiohttp_stream.py``), so that a break loses nothing read before it and a
+stalled client slows the provider down.
 
 Tests hand ``build_client`` an ``httpx.MockTransport`` instead (``create_app(...,
 http_transport=...)``); everything else about the client stays the same.
@@ -42,22 +33,25 @@ http_transport=...)``); everything else about the client stays the same.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import ipaddress
 import os
-import socket
 import ssl
-from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Literal
+from typing import Literal
 from urllib.request import getproxies
 
 import httpx
 from httpx._utils import URLPattern, get_environment_proxies
 
+from proxy.aiohttp_stream import (
+    READ_AHEAD_BYTES,
+    RECEIVE_BUFFER_BYTES,
+    STREAM_EXTENSION,
+    ReadAhead,
+    read_ahead_transport,
+)
 from proxy.config import ConfigError
 
 __all__ = [
@@ -78,11 +72,6 @@ __all__ = [
 Kind = Literal["httpx", "aiohttp"]
 
 TLS_EXTENSION = "cascade.tls"  # request extension naming the provider's TLS settings
-STREAM_EXTENSION = "cascade.stream"  # request extension: the body is relayed as it arrives
-READ_AHEAD_BYTES = 1 << 18
-"""How much of a streamed answer is read ahead of a slow client before reading pauses."""
-RECEIVE_BUFFER_BYTES = 1 << 18
-"""The kernel's receive buffer for each aiohttp connection to a provider (it doubles it)."""
 # An idle connection is closed after this long: under the 5 s that uvicorn (and so vLLM) and
 # Node keep one open, so the proxy never sends a request on a connection the provider is
 # closing at that moment (a reset, answered 502, that tests/reliability's long soak met).
@@ -98,116 +87,6 @@ class TlsSettings:
 
 
 _DEFAULT_TLS = TlsSettings()
-
-
-class ReadAhead(httpx.AsyncByteStream):
-    """An aiohttp answer's body, moved into this stream's buffer as it arrives.
-
-    A task reads aiohttp's ``StreamReader`` with ``readany`` (everything it holds at each
-    wake-up), so every byte that came before a break is here when the break's error is
-    raised, after them. The task pauses while ``limit`` bytes wait for the reader.
-    """
-
-    def __init__(self, content: Any, inner: httpx.AsyncByteStream, limit: int) -> None:
-        self._content = content  # aiohttp's StreamReader
-        self._inner = inner  # httpx-aiohttp's stream: closing it releases the connection
-        self._limit = limit
-        self._chunks: deque[bytes] = deque()
-        self._held = 0
-        self._error: BaseException | None = None
-        self._done = False
-        self._arrived = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._task = asyncio.get_running_loop().create_task(self._read())
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                await self._room.wait()
-                chunk = await self._content.readany()
-                if not chunk:
-                    break
-                self._chunks.append(chunk)
-                self._held += len(chunk)
-                if self._held >= self._limit:
-                    self._room.clear()
-                self._arrived.set()
-        except asyncio.CancelledError:
-            pass  # aclose: nobody reads on
-        except Exception as exc:  # handed to the reader after the bytes before it
-            self._error = exc
-        finally:
-            self._done = True
-            self._arrived.set()
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while True:
-            if self._chunks:
-                chunk = self._chunks.popleft()  # as it came: a reader may count chunks
-                self._held -= len(chunk)
-                if self._held < self._limit:
-                    self._room.set()
-                yield chunk
-            elif self._done:
-                if self._error is not None:
-                    from httpx_aiohttp.transport import map_aiohttp_exceptions
-
-                    with map_aiohttp_exceptions():
-                        raise self._error
-                return
-            else:
-                self._arrived.clear()
-                await self._arrived.wait()
-
-    async def aclose(self) -> None:
-        # Nothing is awaited before the inner close: aclose often runs in a cancelled scope
-        # (a client that hung up), where the first await would end it and leave the
-        # provider's connection open. The cancelled task ends on its next wake-up.
-        self._task.cancel()
-        await self._inner.aclose()
-
-
-def _provider_socket(addr_info: Any) -> socket.socket:
-    family, type_, proto, _, _ = addr_info
-    sock = socket.socket(family=family, type=type_, proto=proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
-    return sock
-
-
-def _read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
-    """``AiohttpTransport`` whose streamed answers are read ahead (``ReadAhead``) over
-    connections with a bounded receive buffer (``RECEIVE_BUFFER_BYTES``)."""
-    try:
-        import aiohttp
-        from httpx_aiohttp import AiohttpTransport
-    except ImportError as exc:
-        raise RuntimeError(
-            "CASCADE_HTTP_TRANSPORT=aiohttp needs httpx-aiohttp: pip install httpx-aiohttp"
-        ) from exc
-
-    class ReadAheadTransport(AiohttpTransport):
-        def get_client(self) -> aiohttp.ClientSession:
-            connector = aiohttp.TCPConnector(
-                limit=self.limits.max_connections or 0,
-                keepalive_timeout=self.limits.keepalive_expiry,
-                ssl=self.ssl_context,
-                socket_factory=_provider_socket,
-            )
-            # No cookie jar: the client is every tenant's (see ``build_client``).
-            return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            response = await super().handle_async_request(request)
-            if request.extensions.get(STREAM_EXTENSION):
-                inner = response.stream
-                assert isinstance(inner, httpx.AsyncByteStream)
-                # httpx-aiohttp's stream keeps the aiohttp response it reads.
-                content = inner._aiohttp_response.content  # type: ignore[attr-defined]
-                response.stream = ReadAhead(content, inner, READ_AHEAD_BYTES)
-            return response
-
-    return ReadAheadTransport
 
 
 def _no_proxy_networks() -> dict[str, ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -271,7 +150,7 @@ class ProviderTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, *, max_connections: int, kind: Kind = "aiohttp") -> None:
         if kind == "aiohttp":
-            self._make: type[httpx.AsyncBaseTransport] = _read_ahead_transport()
+            self._make: type[httpx.AsyncBaseTransport] = read_ahead_transport()
         else:
             self._make = httpx.AsyncHTTPTransport
         self._limits = httpx.Limits(

@@ -14,6 +14,7 @@ import pytest
 import trustme
 import uvicorn
 
+from proxy.aiohttp_stream import _provider_socket
 from proxy.app import create_app
 from proxy.config import ConfigError
 from proxy.settings import Settings
@@ -24,7 +25,6 @@ from proxy.transport import (
     Kind,
     ProviderTransport,
     TlsSettings,
-    _provider_socket,
     build_client,
 )
 
