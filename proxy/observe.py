@@ -8,34 +8,30 @@ request's arrival until its response started, less the time spent waiting for pr
 (for a stream, until the provider's first byte). The same figure goes to
 ``cascade_overhead_seconds`` for each request that called a provider.
 
-Code further down reports through the functions here, without being handed the request:
-``note_step_events`` (what truncation, eviction and the overflow guard reclaimed),
-``note_compaction_event`` (a compaction's end), ``note_answer`` and ``note_usage`` (a
-provider's token usage) and ``note_occupancy``. Counters go to the app's ``Metrics`` at once
-(a background compaction ends after its request did); the span's attributes are set when the
-request ends. Outside a request they do nothing.
+Code further down reports to the request's ``RequestObs`` through the notes
+(``observe_notes.py``, exported here too), without being handed the request.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
-from proxy.cascade.types import (
-    COMPACTION_COMPLETED,
-    COMPACTION_FAILED,
-    EVICTED,
-    TRIMMED,
-    TRUNCATED,
-    Event,
-)
 from proxy.metrics import Metrics
+from proxy.observe_notes import (
+    note_answer,
+    note_compaction_event,
+    note_embedding_failure,
+    note_occupancy,
+    note_step_events,
+    note_usage,
+)
 from proxy.tracing import Tracing, operation_for
 
 __all__ = [
@@ -183,95 +179,6 @@ def _set_usage(span: Any, usage: Mapping[str, Any]) -> None:
     ):
         if isinstance(value := usage.get(key), int):
             span.set_attribute(attr, value)
-
-
-def _obs() -> RequestObs | None:
-    record = requestlog.current()
-    if record is None:
-        return None
-    obs: RequestObs | None = record.obs
-    return obs
-
-
-# -- the notes ------------------------------------------------------------------------------
-
-
-def note_step_events(events: Iterable[Event]) -> None:
-    """The stages' events of one step: the tokens truncation (omitted characters / 4, the
-    whole output is never tokenised), eviction and the overflow guard took out."""
-    obs = _obs()
-    if obs is None:
-        return
-    for event in events:
-        data = event.data
-        if event.name == EVICTED:
-            stage, tokens = "eviction", data.get("tokens_reclaimed", 0)
-        elif event.name == TRIMMED:
-            stage, tokens = "overflow", data.get("tokens_before", 0) - data.get("tokens_after", 0)
-        elif event.name == TRUNCATED:
-            stage = "truncation"
-            tokens = (data.get("original_chars", 0) - data.get("kept_chars", 0)) // 4
-        else:
-            continue
-        if tokens > 0:
-            obs.reclaimed += tokens
-            obs.observer.metrics.note_reclaimed(stage, tokens)
-
-
-def note_compaction_event(name: str, data: Mapping[str, Any]) -> None:
-    """A compaction's completed or failed event: its result, and what it reclaimed."""
-    obs = _obs()
-    if obs is None or name not in (COMPACTION_COMPLETED, COMPACTION_FAILED):
-        return
-    result = "completed" if name == COMPACTION_COMPLETED else str(data.get("reason") or "failed")
-    obs.compaction = result
-    obs.observer.metrics.note_compaction(result)
-    tokens = (data.get("tokens_before") or 0) - (data.get("tokens_after") or 0)
-    if name == COMPACTION_COMPLETED and tokens > 0:
-        obs.reclaimed += tokens
-        obs.observer.metrics.note_reclaimed("compaction", tokens)
-
-
-def note_embedding_failure() -> None:
-    """A new turn's embedding failed or timed out (the background worker counts its own)."""
-    obs = _obs()
-    if obs is not None:
-        obs.observer.metrics.embedding_failures.inc()
-
-
-def note_usage(model: str, usage: Any, operation: str = "chat") -> bool:
-    """A provider's answer's ``usage``: the token histogram, and the call's span. False
-    outside a request, where nothing is noted."""
-    obs = _obs()
-    if obs is None:
-        return False
-    usage = usage if isinstance(usage, dict) else {}
-    obs.observer.metrics.note_usage(operation, model, usage)
-    obs.end_pending(usage)
-    return True
-
-
-def note_answer(model: str, usage: Any) -> None:
-    """The answer to the client's own request (each round of it): ``note_usage``, and the
-    request span's model and token totals."""
-    obs = _obs()
-    if obs is None:
-        return
-    note_usage(model, usage)
-    obs.model = model
-    if isinstance(usage, dict):
-        for attr, key in (
-            ("input_tokens", "prompt_tokens"),
-            ("output_tokens", "completion_tokens"),
-        ):
-            if isinstance(value := usage.get(key), int):
-                setattr(obs, attr, getattr(obs, attr) + value)
-
-
-def note_occupancy(tokens: int) -> None:
-    """The session's occupancy after this request, as ``context.usage`` reports it."""
-    if (obs := _obs()) is not None:
-        obs.occupancy = tokens
 
 
 # -- the middleware -------------------------------------------------------------------------
