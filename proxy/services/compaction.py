@@ -38,15 +38,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import asyncpg
 
 from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
-from proxy.cascade.pipeline import drop_commands
-from proxy.cascade.summary import fold_summary, plan_compaction
+from proxy.cascade.summary import fold_summary
 from proxy.cascade.types import (
     COMPACTION_COMPLETED,
     COMPACTION_STARTED,
@@ -55,11 +53,11 @@ from proxy.cascade.types import (
 from proxy.observe import note_compaction_event
 from proxy.services.compaction_failed import discarded, report_failed
 from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
-from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_since
+from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_since, read_span
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
-from proxy.store import leases as claims, messages as msgs, sessions, steps, summaries
+from proxy.store import leases as claims, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -241,10 +239,10 @@ class DurableSummarizer:
     async def _fold(
         self, lent: Lent, job: CompactionJob, owner: uuid.UUID
     ) -> CompactionResult | None:
-        """Read and plan (``_read``), report the start, ask the fast model with no connection
+        """Read and plan (``read_span``), report the start, ask the fast model with no connection
         held, then write and report the summary (``_store``) or the failure (``report_failed``)."""
         conn = await lent.take()
-        span = await self._read(conn, job, owner)
+        span = await read_span(conn, job, owner, count=self.count, closer=self._closer)
         if not isinstance(span, Span):
             return span  # no session, or nothing to fold
         t0 = time.monotonic()
@@ -267,54 +265,6 @@ class DurableSummarizer:
             )
             return span.unchanged(str(exc), failed=True, backoff=wait)
         return await self._store(lent, job, span, brief, t0)
-
-    async def _read(
-        self, conn: Connection, job: CompactionJob, owner: uuid.UUID
-    ) -> Span | CompactionResult | None:
-        """The session's latest summary and the window after it, planned; None when the
-        session is gone (or made again since ``owner`` claimed it), an unchanged result when
-        there is nothing to fold or, naming the agent in ``moved_to``, when the session now
-        runs another agent than the one the job was built for (nothing read: its history is
-        not the old agent's fast model's to see). A session now run by an agent outside
-        ``job.agents`` raises ``AgentRefused``, nothing read or reported: the key's check as
-        it arrived saw the session before the compaction waited for its claim."""
-        key = {"tenant": job.tenant, "session_id": job.session_id}
-        row = await sessions.fetchrow_session(conn, **key)
-        if row is None or row["compaction_owner"] != owner:
-            return None
-        if job.agents is not None and row["agent"] not in (*job.agents, None):
-            raise steps.AgentRefused(row["agent"])
-        if row["agent"] != job.agent:  # built with another agent's fast model and settings
-            moved = f"the session moved to agent {row['agent']!r}; nothing was folded"
-            return CompactionResult(None, None, 0, 0, 0, moved, moved_to=row["agent"])
-        await self._closer.close_session(conn, job.tenant, job.session_id)
-        latest = await summaries.fetchrow_latest(conn, **key)
-        boundary = latest["boundary"] if latest else 0
-        previous = latest["content"] if latest else None
-        sc = row["system_count"]
-        start = max(boundary, sc)
-        rows = await msgs.fetch_window(conn, **key, system_count=sc, from_pos=start)
-        head = [r["message"] for r in rows if r["pos"] < sc]
-        tail = [r for r in rows if r["pos"] >= start]
-        plan = plan_compaction(
-            [r["message"] for r in tail],
-            offset=0,
-            boundary=0,
-            keep_recent=job.cfg.keep_recent,
-            previous=previous,
-            system_count=0,
-            observation_prefixes=job.observation_prefixes,
-        )
-        before = self.count(
-            fold_summary(
-                [*head, *(r["message"] for r in tail)], summary=previous, system_count=len(head)
-            )
-        )
-        if plan is None:
-            return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
-        # /compact exchanges were answered by the proxy: the fast model never sees them.
-        plan = replace(plan, span=drop_commands(plan.span))
-        return Span(owner, latest, boundary, head, tail, plan, before, float(row["calibration"]))
 
     async def _store(
         self, lent: Lent, job: CompactionJob, span: Span, brief: Briefing, t0: float

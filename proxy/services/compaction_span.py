@@ -1,18 +1,25 @@
-"""What a compaction reads and plans before it asks the fast model, and what it ends with."""
+"""What a compaction reads and plans before it asks the fast model (``read_span``), and what
+it ends with."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 
-from proxy.cascade.types import CompactionPlan, Message
+from proxy.cascade.pipeline import drop_commands
+from proxy.cascade.summary import fold_summary, plan_compaction
+from proxy.cascade.types import CompactionPlan, Message, TokenCounter
+from proxy.services.compaction_job import CompactionJob
+from proxy.services.interrupted import Closer
+from proxy.store import messages as msgs, sessions, steps, summaries
+from proxy.store.db import Connection
 
-__all__ = ["CompactionResult", "Span", "as_text", "ms_since"]
+__all__ = ["CompactionResult", "Span", "as_text", "ms_since", "read_span"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +83,52 @@ def ms_since(t0: float) -> int:
 def as_text(summary: Mapping[str, Any]) -> Message:
     """A summary row as a message of the span the ledger reads (its text is all it reads)."""
     return {"role": "user", "content": summary["content"]}
+
+
+async def read_span(
+    conn: Connection, job: CompactionJob, owner: uuid.UUID, *, count: TokenCounter, closer: Closer
+) -> Span | CompactionResult | None:
+    """The session's latest summary and the window after it, planned; None when the
+    session is gone (or made again since ``owner`` claimed it), an unchanged result when
+    there is nothing to fold or, naming the agent in ``moved_to``, when the session now
+    runs another agent than the one the job was built for (nothing read: its history is
+    not the old agent's fast model's to see). A session now run by an agent outside
+    ``job.agents`` raises ``AgentRefused``, nothing read or reported: the key's check as
+    it arrived saw the session before the compaction waited for its claim."""
+    key = {"tenant": job.tenant, "session_id": job.session_id}
+    row = await sessions.fetchrow_session(conn, **key)
+    if row is None or row["compaction_owner"] != owner:
+        return None
+    if job.agents is not None and row["agent"] not in (*job.agents, None):
+        raise steps.AgentRefused(row["agent"])
+    if row["agent"] != job.agent:  # built with another agent's fast model and settings
+        moved = f"the session moved to agent {row['agent']!r}; nothing was folded"
+        return CompactionResult(None, None, 0, 0, 0, moved, moved_to=row["agent"])
+    await closer.close_session(conn, job.tenant, job.session_id)
+    latest = await summaries.fetchrow_latest(conn, **key)
+    boundary = latest["boundary"] if latest else 0
+    previous = latest["content"] if latest else None
+    sc = row["system_count"]
+    start = max(boundary, sc)
+    rows = await msgs.fetch_window(conn, **key, system_count=sc, from_pos=start)
+    head = [r["message"] for r in rows if r["pos"] < sc]
+    tail = [r for r in rows if r["pos"] >= start]
+    plan = plan_compaction(
+        [r["message"] for r in tail],
+        offset=0,
+        boundary=0,
+        keep_recent=job.cfg.keep_recent,
+        previous=previous,
+        system_count=0,
+        observation_prefixes=job.observation_prefixes,
+    )
+    before = count(
+        fold_summary(
+            [*head, *(r["message"] for r in tail)], summary=previous, system_count=len(head)
+        )
+    )
+    if plan is None:
+        return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
+    # /compact exchanges were answered by the proxy: the fast model never sees them.
+    plan = replace(plan, span=drop_commands(plan.span))
+    return Span(owner, latest, boundary, head, tail, plan, before, float(row["calibration"]))
