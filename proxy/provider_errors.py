@@ -27,7 +27,7 @@ from proxy.config import ProviderConfig
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 
 if TYPE_CHECKING:
-    from proxy.upstream import Answer
+    from proxy.answers import Answer
 
 __all__ = [
     "POOL_WAIT_SECONDS",

@@ -1,9 +1,10 @@
 """The shared client to providers: request building, credentials, error mapping.
 
 Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
-as it arrives) and forwards its bytes. Only transport failures are translated, into 502
-(unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a provider's own
-4xx and 5xx answers pass through untouched (``proxy.provider_errors`` words the 502s and 504s).
+as it arrives; both in ``answers.py``) and forwards its bytes. Only transport failures are
+translated, into 502 (unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a
+provider's own 4xx and 5xx answers pass through untouched (``proxy.provider_errors`` words the
+502s and 504s).
 
 Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.transport``).
 ``timeoutSeconds`` is httpx's read (and write) timeout, so it bounds each wait for bytes and
@@ -15,18 +16,17 @@ transport, and the relayed headers never carry ``content-encoding`` or ``content
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from proxy.answers import RELAY_RESPONSE_HEADERS, Answer, StreamAnswer, response_headers
 from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamUnavailable
-from proxy.jsonio import loads
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_client
@@ -43,101 +43,12 @@ __all__ = [
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-organization", "openai-project", "openai-beta", "user-agent")
-# ``retry-after-ms`` and ``x-should-retry`` are what OpenAI's SDKs read first to decide when,
-# and whether, to retry an error: without them a client retries on the coarser ``retry-after``
-# alone, or retries an error the provider said not to.
-RELAY_RESPONSE_HEADERS = (
-    "content-type",
-    "retry-after",
-    "retry-after-ms",
-    "x-should-retry",
-    "x-request-id",
-    "openai-processing-ms",
-)
-_RELAY_PREFIXES = ("x-ratelimit-", "openai-")
 DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
 """The content codings httpx decodes: gzip and deflate with zlib, ``br`` and ``zstd`` with the
 decoders its extras install (pyproject). httpx passes any other coding through undecoded and
 keeps its own list private, so this one is the project's; tests/unit/test_content_encodings.py
 checks that the two agree."""
 _DECODED_NAMES = ", ".join(sorted(DECODED_ENCODINGS))
-
-
-_DECODER = json.JSONDecoder()
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A provider's whole (non-streamed) answer: status, headers and the decoded body."""
-
-    status_code: int
-    headers: httpx.Headers
-    content: bytes
-
-    def json(self) -> Any:
-        return loads(self.content)
-
-    def usage(self) -> Any:
-        """The answer's ``usage`` value (None when it has none), read from its last
-        ``"usage"`` key on without parsing what comes before: an embeddings answer relayed
-        as it came is mostly ``data``, megabytes of numbers, and its usage comes last."""
-        at = self.content.rfind(b'"usage"')
-        tail = self.content[at + 7 :].decode("utf-8", "replace").lstrip() if at >= 0 else ""
-        if not tail.startswith(":"):
-            return None
-        try:
-            return _DECODER.raw_decode(tail[1:].lstrip())[0]
-        except ValueError:
-            return None
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", "replace")
-
-
-class StreamAnswer:
-    """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
-
-    def __init__(
-        self, resp: httpx.Response, provider: ProviderConfig, timer: UpstreamTimer | None = None
-    ) -> None:
-        self._resp = resp
-        self._provider = provider
-        self._timer = timer
-        self.status_code = resp.status_code
-        self.headers = resp.headers
-
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """Each piece as soon as it is received (decoded when compressed); a broken
-        connection raises only after every byte that arrived before the break was yielded
-        (test_chat_stream_failures.py's mid-stream reset test guards this)."""
-        async for chunk in self._resp.aiter_bytes():
-            yield chunk
-
-    async def aread(self) -> bytes:
-        with mapped_errors(self._provider, answered=self.status_code):  # broken off: a 502
-            return await self._resp.aread()
-
-    async def aclose(self) -> None:
-        await self._resp.aclose()  # a second close does nothing
-        if self._timer is not None:  # the request's upstream time ends with the stream
-            self._timer.stop(self.status_code)
-
-
-def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
-    """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits.
-
-    Never ``content-encoding`` or ``content-length``: the body relayed is the decoded one.
-    Values are the provider's bytes read one character per byte (Starlette encodes them back
-    the same way), so a value such as ``x-request-id: €`` in UTF-8 goes out as sent.
-    """
-    out: dict[str, str] = {}
-    for raw_key, raw_value in resp.headers.raw:
-        key = raw_key.decode("latin-1").lower()
-        if key in RELAY_RESPONSE_HEADERS or key.startswith(_RELAY_PREFIXES):
-            value = raw_value.decode("latin-1")
-            out[key] = f"{out[key]}, {value}" if key in out else value
-    return out
 
 
 @dataclass(frozen=True, slots=True)
