@@ -268,12 +268,13 @@ async def test_every_cut_of_a_stream_of_every_framing_relays_it_as_it_came() -> 
 
 async def test_every_cut_of_an_id_first_internal_call_leaves_the_client_the_same() -> None:
     pieces = _interleaved(("read_tool_output", "run_tests"))
-    whole, _ = await relay(pieces, ClientStream(), intercept=True)
     stream = b"".join(_cr(p, b"\r\n") for p in pieces)
+    client_call = {"id": "call_1", "type": "function"}
+    client_call["function"] = {"name": "run_tests", "arguments": '{"a": 1}'}
     for cut in range(1, len(stream)):
         got, out = await relay([stream[:cut], stream[cut:]], ClientStream(), intercept=True)
         assert out.error is None and b"call_0" not in b"".join(got), cut
-        assert _client_view(got) == _client_view(whole), cut
+        assert _client_view(got)["tool_calls"] == [client_call], cut
 
 
 # an event the relay rewrites keeps its other lines
