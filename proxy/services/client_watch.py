@@ -152,7 +152,7 @@ async def pause(
     ``ClientDisconnected`` (naming ``why``) when the client leaves, and ended early when
     ``wake`` (the waiter's registration, ``lease_wakeups``) hears that the session was freed;
     noted as time the request waited for its session (``requestlog.session_wait``)."""
-    with session_wait(), client.guard(why) if client is not None else contextlib.nullcontext():
+    with session_wait(), watching(client, why):
         if wake is None:
             await asyncio.sleep(seconds)
         else:

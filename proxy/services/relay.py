@@ -9,13 +9,14 @@ one read of the provider's body completes go out together, in one write), except
   name comes, ``relay_calls.py``), and a round that called only internal
   tools ends silently (its finish reasons, usage and ``[DONE]`` are held back) so the next
   internal round continues the same client stream;
-- frames that would break that one stream (``ClientStream``): a later round's frames take the
-  first round's ``id``, ``created``, ``model`` and ``system_fingerprint``, and a choice's second
-  ``role`` is removed, because clients that accumulate deltas (the openai SDK's stream helper)
-  concatenate every string they get, the role included;
+- frames that would break that one stream (``ClientStream``, ``client_stream.py``): a later
+  round's frames take the first round's ``id``, ``created``, ``model`` and
+  ``system_fingerprint``, and a choice's second ``role`` is removed, because clients that
+  accumulate deltas (the openai SDK's stream helper) concatenate every string they get, the
+  role included; with ``read_tool_output`` offered, a first frame that says nothing but the
+  role waits for the first frame that says more, so a round that calls only that tool sends
+  no byte;
 - an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
-- with ``read_tool_output`` offered, a first frame that says nothing but the role: it waits
-  for the first frame that says more, so a round that calls only that tool sends no byte.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
@@ -51,6 +52,9 @@ _EOF = object()
 
 @dataclass(slots=True)
 class RoundOutcome:
+    """What one upstream round said, as the relay read it: its answer (``acc``), its calls,
+    and how it ended; ``Forwarder`` decides from it whether another round follows."""
+
     acc: chunks.StreamAccumulator = field(default_factory=chunks.StreamAccumulator)
     calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
     saw_done: bool = False

@@ -36,7 +36,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from proxy.requestlog import note_session_wait, session_wait
-from proxy.services.client_watch import WAITING, ClientWatch
+from proxy.services.client_watch import WAITING, ClientWatch, watching
 
 __all__ = ["SessionLocks", "lane_id"]
 
@@ -75,8 +75,7 @@ class SessionLocks:
             if not users:  # free: taken at once, its client unwatched
                 await lock.acquire()
             else:
-                watch = client.guard(why) if client is not None else contextlib.nullcontext()
-                with session_wait(), watch:
+                with session_wait(), watching(client, why):
                     await lock.acquire()
         except BaseException:  # cancelled or left while waiting: leave the queue
             self._leave(key)
