@@ -170,7 +170,8 @@ SETTLE_SECONDS = 1.0
 """How long a file that does not parse (missing, empty, cut off) must stay unchanged before
 it is judged. An editor that saves in place truncates the file, then writes it, and a save
 may delete the file before writing it anew: the states between are not the user's config,
-and refusing each was a ``config.rejected`` on every open stream for a save that was fine."""
+and refusing each would send a ``config.rejected`` to every open stream for a save that is
+fine."""
 
 SETTLE_LIMIT_SECONDS = 10.0
 """A file still changing after this long is judged as it then is."""

@@ -78,6 +78,10 @@ for; one the pressure started is not worth a larger prompt."""
 
 
 class DurableSummarizer:
+    """Every compaction of this replica (see the module): the background tasks, one per
+    session, and the synchronous runs; each claims its session, then reads and plans
+    (``compaction_span.read_span``), asks the fast model and writes."""
+
     def __init__(
         self,
         *,

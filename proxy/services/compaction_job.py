@@ -50,6 +50,10 @@ unusable, since a briefing past every window would be refused in every later pro
 
 @dataclass(frozen=True, slots=True)
 class CompactionJob:
+    """What one compaction needs from the config, resolved once by ``job_for``: the session,
+    the agent's fast model and provider, its ``summarize`` settings, the one header
+    forwarded, what started it (``trigger``) and where promoted facts go."""
+
     tenant: str
     session_id: str
     provider: ProviderConfig
