@@ -221,13 +221,12 @@ def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to th
     log.log(level, "%s answered %d; %s", provider_name(provider), status, how)
 
 
-def log_stream_error(provider: ProviderConfig, status: int, label: str) -> bool:
+def log_stream_error(provider: ProviderConfig, status: int, label: str) -> None:
     """One line for a provider's error in a stream, naming its type and code (``label``), not
-    its text; True, for the caller that logs it once."""
+    its text."""
     log.warning(
         "%s answered %d with an error in its stream (%s)", provider_name(provider), status, label
     )
-    return True
 
 
 def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:

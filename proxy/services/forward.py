@@ -324,9 +324,8 @@ class Forwarder:
             ):
                 poll()
                 if out.provider_error and not failed:
-                    failed = log_stream_error(
-                        step.route.provider, resp.status_code, out.provider_error
-                    )
+                    log_stream_error(step.route.provider, resp.status_code, out.provider_error)
+                    failed = True
                 yield piece
         finally:
             await resp.aclose()
