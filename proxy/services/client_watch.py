@@ -22,13 +22,12 @@ whose overhead bars are closest. A client that hangs up during one leaves the se
 until the answer ends, and the reply is stored; a stream's response listens itself.
 
 ``ClientWatch`` listens with one task, started at the request's first such wait and kept
-until the response is about to go out (the route's ``with`` ends it), so a request costs at most
-one awaitable, and none when it never waits (a stream on a free session, whose response
-listens itself). ``guard`` wraps one wait: when the client leaves during it, the task
-running it is cancelled and the wait raises ``ClientDisconnected``, the shape of
-``asyncio.timeout`` (the cancellation is the guard's own, told apart from any other by
-``Task.uncancel``). A client that left between two waits is found at the next one's start,
-or by ``check``.
+until the response is about to go out (the route's ``with`` ends it), so a request costs at
+most one awaitable, and none when it never waits (a non-streamed request on a free session).
+``guard`` wraps one wait: when the client leaves during it, the task running it is cancelled
+and the wait raises ``ClientDisconnected``, the shape of ``asyncio.timeout`` (the
+cancellation is the guard's own, told apart from any other by ``Task.uncancel``). A client
+that left between two waits is found at the next one's start, or by ``check``.
 """
 
 from __future__ import annotations
