@@ -50,8 +50,9 @@ async def watching(path: Path, seen: list[str]) -> AsyncIterator[ConfigHolder]:
 
 async def test_a_truncate_then_write_save_is_one_reload(tmp_path: Path) -> None:
     """An editor that saves in place (truncate, then write) passes through an empty and a
-    cut-off file; with pauses between the writes each was a ``config.rejected`` on every
-    open stream and a warning in the log, for a save that was fine."""
+    cut-off file; with pauses between the writes, refusing each would be a
+    ``config.rejected`` on every open stream and a warning in the log, for a save that is
+    fine."""
     path = tmp_path / "agents.json"
     path.write_text(text(1000))
     seen: list[str] = []
@@ -186,8 +187,8 @@ async def test_a_link_target_gone_as_the_watch_begins_does_not_end_hot_reload(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A ConfigMap updated twice in quick succession deletes the directory the link pointed
-    into just as the watch on it begins: watchfiles raises, which ended the watcher, and
-    with it hot reload for the life of the process."""
+    into just as the watch on it begins: watchfiles raises, which must end neither the
+    watcher nor, with it, hot reload for the life of the process."""
     path = tmp_path / "agents.json"
     path.write_text(text(1000))
     real = config_watch._directories

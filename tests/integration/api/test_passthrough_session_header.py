@@ -1,8 +1,8 @@
 """``X-Session-Id`` on the pass-through routes (models, one model, embeddings) is read as on
 a chat: a malformed one is the 400 ``invalid_session_id`` before any provider call, and a
 valid one is named back in the response's ``X-Session-Id``, as ``/s/{id}/v1/models`` names
-the path's. It had been ignored: a client that sets the header on every call (the openai
-SDK's ``default_headers``) with a typo learnt of it only at its first chat, and a log line
+the path's. Ignored, a client that sets the header on every call (the openai SDK's
+``default_headers``) with a typo would learn of it only at its first chat, and a log line
 could not tie a models or embeddings call to its session."""
 
 from __future__ import annotations

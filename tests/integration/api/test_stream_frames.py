@@ -32,8 +32,8 @@ def _call(index: int, **fields: Any) -> str:
 def test_parallel_calls_sent_id_first_keep_the_internal_ones_id_from_the_sdk(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
-    # Every call's id, then every name, then the arguments: call 0's id used to go out as a
-    # client call's the moment call 1's id came, before its name said it was the proxy's.
+    # Every call's id, then every name, then the arguments: call 0's id must not go out as a
+    # client call's the moment call 1's id comes, before its name says it is the proxy's.
     # The SDK's helper fails on a call fragment with no "function" (an id alone): the relay,
     # which holds such a fragment anyway, sends it merged with the name after it.
     args = json.dumps({"handle": "call_big", "offset": 0})
