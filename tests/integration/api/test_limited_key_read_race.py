@@ -1,46 +1,31 @@
-"""Regression: the session API's reads (the view, ``messages``, ``tool-outputs``) checked a
-limited key's reach as the request arrived, in a statement of its own, and then read the
-session in later ones. A request of another key that moved the session to another agent
-between the two (its agent and its first messages are one statement) was read by the
-limited key: that agent's new messages, its view, a session another agent made under an id
-that was free when checked. The reads now check the agent again once they have read, and
-answer the arrival check's 403 when it changed, nothing of what they read sent."""
+"""The session API's reads (the view, ``messages``, ``tool-outputs``) check a limited key's
+reach as the request arrives, in a statement of its own, and read the session in later ones.
+A request of another key may move the session to another agent between the two (its agent
+and its first messages are one statement): the reads check the agent again once they have
+read, and answer the arrival check's 403 when it changed, nothing of what they read sent,
+so the limited key never sees that agent's new messages, its view, or a session another
+agent made under an id that was free when checked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.api import sessions as api
-from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, StartProxy
-from tests.integration.api.limited_keys import FULL, LIMITED, client, start_with_limited_key
-from tests.integration.api.sessions_helpers import MAX_CHARS, settled, tool_history
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.limited_keys import FULL, LIMITED, client
+from tests.integration.api.sessions_helpers import settled, tool_history
+from tests.integration.api.test_agent_keys_sessions import server
+
+__all__ = ["server"]  # the fixture: a proxy with the limited key, tool outputs cut at MAX_CHARS
 
 SID = "raced"
 MOVE = """
 INSERT INTO sessions (tenant, id, agent) VALUES ('team', $1, 'coder')
 ON CONFLICT (tenant, id) DO UPDATE SET agent = 'coder'
 """
-
-
-@pytest.fixture
-def server(
-    start_proxy: StartProxy,
-    fake_upstream: FakeUpstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> ProxyServer:
-    return start_with_limited_key(
-        start_proxy,
-        fake_upstream,
-        tmp_path,
-        monkeypatch,
-        context={"toolOutput": {"maxChars": MAX_CHARS}},
-    )
 
 
 def _moved_first(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
