@@ -246,6 +246,9 @@ class Forwarder:
     async def _stream_body(
         self, turn: Turn, send: asyncio.Future[StreamAnswer]
     ) -> AsyncGenerator[bytes, None]:
+        """The client's one stream: each round's answer relayed in turn, ``read_tool_output``
+        answered between rounds, and the turn ended in ``finally`` however the stream ends
+        (the client's hang-up included), with the reply the client saw."""
         step = turn.prepared
         reply: dict[str, Any] | None = None
         prompt_tokens = None
