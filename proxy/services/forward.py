@@ -277,7 +277,7 @@ class Forwarder:
                 if out.error:
                     where = provider_name(step.route.provider)
                     log.warning("a stream from %s ended with an error event: %s", where, out.error)
-                    yield client.emit(sse.error_event(out.error))
+                    yield client.emit(sse.error_event(out.error, code=out.error_code))
                     yield sse.DONE
                     return
                 if out.provider_error or not out.acc.indices:
@@ -357,7 +357,8 @@ class Forwarder:
                 causes(exc),
                 exc_info=not isinstance(exc, ProxyError),
             )
-            return None, sse.error_event(msg, code=str(status)), None  # type: ignore[return-value]
+            event = sse.error_event(msg, code=getattr(exc, "code", None) or str(status))
+            return None, event, None  # type: ignore[return-value]
         if resp.status_code >= 400:
             try:
                 raw = await resp.aread()
@@ -368,7 +369,7 @@ class Forwarder:
                     exc,
                     causes(exc),
                 )
-                return resp, sse.error_event(str(exc), code=str(exc.status_code)), None
+                return resp, sse.error_event(str(exc), code=exc.code), None
             finally:
                 await resp.aclose()
             body = raw.decode("utf-8", "replace")[:2000]
