@@ -45,8 +45,10 @@ test: $(VENV)/.installed-test
 	$(BIN)/pytest -m heavy
 
 # The figures are what the suite measured; RELIABILITY.md is generated, never edited.
+# the race suite's slice is listed too (tests/reliability/conftest.py: RACES)
+RACES = tests/integration/api/test_session_races.py tests/integration/api/test_session_races_compaction.py
 reliability: $(VENV)/.installed-test
-	CASCADE_RELIABILITY_REPORT=RELIABILITY.md $(BIN)/pytest tests/reliability
+	CASCADE_RELIABILITY_REPORT=RELIABILITY.md $(BIN)/pytest tests/reliability $(RACES)
 
 soak: $(VENV)/.installed-test
 	CASCADE_RELIABILITY_REPORT=RELIABILITY-soak.md $(BIN)/pytest tests/reliability -m soak

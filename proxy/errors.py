@@ -10,6 +10,7 @@
       ├ PermissionDenied (403: a proxy key limited to other agents)
       ├ NotFound (404, incl. another tenant's session)
       ├ UpstreamUnavailable (502: provider unreachable)
+      │   ├ UpstreamBadResponse (502: the provider answered, unusably)
       │   └ CompactionFailed (502: a forced compaction got no usable briefing)
       ├ UpstreamTimeout (504)
       ├ ClientDisconnected (499: the client went away before its answer; only logged)
@@ -33,6 +34,7 @@ __all__ = [
     "Unauthorized",
     "PermissionDenied",
     "UpstreamUnavailable",
+    "UpstreamBadResponse",
     "CompactionFailed",
     "UpstreamTimeout",
     "ClientDisconnected",
@@ -105,6 +107,16 @@ class UpstreamUnavailable(ProxyError):
     status_code = 502
     type = "upstream_error"
     code = "upstream_unreachable"
+
+
+class UpstreamBadResponse(UpstreamUnavailable):
+    """The provider answered, but with nothing a client can use: an error object sent as a
+    success, a body that broke off, JSON that does not parse or is no chat completion, a
+    stream with no chat chunk, a redirect, an encoding the proxy cannot decode. A 502 as an
+    unreachable provider's is (the SDKs key on the status), with a code of its own, so an
+    operator does not look for a network fault; a stream's error frame carries the same."""
+
+    code = "upstream_bad_response"
 
 
 class CompactionFailed(UpstreamUnavailable):

@@ -1,6 +1,7 @@
 """Transport failures of a provider call, as the 502 and 504 a client and an operator read.
 
-A failure to reach a provider is a 502 (``UpstreamUnavailable``) and a wait that ran out a
+A failure to reach a provider is a 502 (``UpstreamUnavailable``), an answer that broke off
+or is unusable a 502 of its own code (``UpstreamBadResponse``), and a wait that ran out a
 504 (``UpstreamTimeout``); each message names the provider (its name in config and its host,
 never credentials) and the egress proxy the call went through, if any; says why in a few
 words taken from the exception chain (a refused connection, a name that does not resolve, a
@@ -24,7 +25,7 @@ import httpx
 
 from proxy import chunks
 from proxy.config import ProviderConfig
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import UpstreamBadResponse, UpstreamTimeout, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from proxy.answers import Answer
@@ -63,7 +64,7 @@ def mapped_errors(
             isinstance(exc, httpx.TimeoutException) and _timed_out(exc)
         ):
             where, name = provider_name(provider), type(exc).__name__
-            raise UpstreamUnavailable(
+            raise UpstreamBadResponse(
                 f"{where} answered {answered}, then its body broke off ({name}: "
                 f"{_cause(exc)}); retry the request"
             ) from exc
@@ -243,18 +244,18 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         said = (
             f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
         )
-        raise UpstreamUnavailable(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
+        raise UpstreamBadResponse(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
     if not isinstance(data, dict):
         kind = resp.headers.get("content-type") or "no content type"
         hint = "check the provider's baseUrl"
         if "json" in kind and not parsed:  # the right provider, a broken answer
             hint = "its JSON does not parse (cut short, or not UTF-8); retry the request"
-        raise UpstreamUnavailable(
+        raise UpstreamBadResponse(
             f"the provider answered {resp.status_code} with a body that is not a JSON chat "
             f"completion ({kind}); {hint}"
         )
     if (why := chunks.malformed(data, "message")) is not None:
-        raise UpstreamUnavailable(
+        raise UpstreamBadResponse(
             f"{provider_name(provider)} answered a malformed chat completion ({why})"
         )
     return data

@@ -26,7 +26,7 @@ import httpx
 
 from proxy.answers import RELAY_RESPONSE_HEADERS, Answer, StreamAnswer, response_headers
 from proxy.config import ProviderConfig
-from proxy.errors import ProxyError, UpstreamUnavailable
+from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_client
@@ -213,7 +213,7 @@ class Upstream:
             resp = await self.client.send(request, stream=True)
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
             await resp.aclose()
-            raise UpstreamUnavailable(
+            raise UpstreamBadResponse(
                 f"{provider_name(provider)} answered {resp.status_code}, a redirect to "
                 f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
                 "baseUrl to the address it points to"
@@ -222,7 +222,7 @@ class Upstream:
             # httpx passes an encoding it has no decoder for through as it is, and the relay
             # drops the header: the client would get bytes it cannot read.
             await resp.aclose()
-            raise UpstreamUnavailable(
+            raise UpstreamBadResponse(
                 f"{provider_name(provider)} answered {resp.status_code} compressed as "
                 f"{encoding[:40]!r}, which the proxy cannot decode (it asks for identity); "
                 f"have the provider send one of {_DECODED_NAMES}"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,7 @@ __all__ = [
     "extraction_prompt",
     "parse_facts",
     "span_text",
+    "fit_span_text",
 ]
 
 MAX_FACT_CHARS = 500
@@ -249,6 +250,19 @@ def parse_facts(answer: str) -> list[str]:
     if not isinstance(data.get("facts"), list):
         raise FactsAnswerError("the answer has no 'facts' list")
     return [f for f in data["facts"] if isinstance(f, str)]
+
+
+def fit_span_text(text: str, max_tokens: int, tokens: Callable[[str], int]) -> str:
+    """The newest part of ``text`` whose prompt ``tokens`` counts at most ``max_tokens`` (""
+    when none does): the extraction's request fits the fast model's window, which may be
+    smaller than the span a compaction of the main model's window folds; cut from the start,
+    as :func:`span_text` cuts, since the newest text matters most."""
+    size = tokens(text)
+    while text and size > max_tokens:
+        keep = min(len(text) - 1, int(len(text) * max_tokens / size * 0.95))
+        text = text[-keep:] if keep > 0 else ""
+        size = tokens(text)
+    return text
 
 
 def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = 60_000) -> str:

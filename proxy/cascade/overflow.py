@@ -139,11 +139,15 @@ def _refuse(
     limit: int,
     reserved: int,
     head: int,
+    fixed: int = 0,
 ) -> ContextLengthExceeded:
     budget = limit - reserved
+    aside = f"reserved for output {reserved - fixed}"
+    if fixed > 0:
+        aside += f" and for the tools {fixed}"
     text = (
         f"This request needs about {needed} tokens but {max(budget, 0)} are available for the "
-        f"prompt (limit {limit}, reserved for output {reserved})."
+        f"prompt (limit {limit}, {aside})."
     )
     if messages:
         index, size = _largest(messages, count)
@@ -164,11 +168,14 @@ def guard(
     limit: int,
     reserved_output: int,
     protected_head: int,
+    fixed: int = 0,
     trim_current_turn: bool = False,
     target: int | None = None,
     observation_prefixes: Sequence[str] = (),
 ) -> GuardResult:
-    """Make the prompt fit ``limit - reserved_output`` or refuse it.
+    """Make the prompt fit ``limit - reserved_output`` or refuse it (``fixed``: the part of
+    ``reserved_output`` the request's tools and response schema take, named apart in a
+    refusal).
 
     Drops the oldest whole units (single messages, a tool round with all its results, or a
     legacy ``function_call`` with its ``function`` result) after the first ``protected_head``
@@ -212,6 +219,7 @@ def guard(
             limit=limit,
             reserved=reserved_output,
             head=head_end,
+            fixed=fixed,
         )
     goal = target if target is not None and floor <= target < budget else budget
     lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
@@ -311,6 +319,7 @@ def _fit(
         count=count,
         limit=budget.limit,
         reserved_output=budget.reserved_output,
+        fixed=budget.fixed,
         # the memory stage may have put a system message of its own on top
         protected_head=max(step.system_count, system_prefix_count(messages))
         + (1 if step.summary else 0),

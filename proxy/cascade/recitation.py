@@ -25,6 +25,9 @@ __all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
 
 PLAN_OPEN, PLAN_CLOSE = "<plan>", "</plan>"
 _RECITED = ("## Open Tasks", "## Next Step")
+_QUOTED_CLOSE = "</plan-text>"
+"""What a ``</plan>`` the summary quotes (a task about a template, an XML file) reads as in
+the block, so it does not end the block early, as retrieval quotes its own closing tag."""
 _TARGET_ROLES = frozenset({"user", "tool"})
 _EMPTY = frozenset({"", "none", "n/a", "nothing"})
 """What a section with nothing to say reads as, once its list marker, brackets and closing
@@ -47,7 +50,7 @@ def plan_block(summary: str | None) -> str | None:
             parts.append(f"{heading}\n{body.strip()}")
     if not parts:
         return None
-    inner = "\n\n".join(parts)
+    inner = "\n\n".join(parts).replace(PLAN_CLOSE, _QUOTED_CLOSE)
     return f"{PLAN_OPEN}\n{inner}\n{PLAN_CLOSE}"
 
 

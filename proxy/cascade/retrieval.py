@@ -21,8 +21,8 @@ trimmed. The window is never touched: the block is never stored as a client's me
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.cascade.observations import is_observation
@@ -39,6 +39,8 @@ __all__ = [
     "RetrievalNeed",
     "retrieved",
     "retrieval_query",
+    "fit_hits",
+    "RELATED_BUDGET_SHARE",
     "plan_retrieval",
     "related_block",
     "splice_related_context",
@@ -49,6 +51,12 @@ RELATED_OPEN, RELATED_CLOSE = "<related_context>", "</related_context>"
 QUERY_CHARS = 4000
 """The query is the user message's text up to this many characters: a pasted log past it
 adds little to a static embedding and costs time on the request path."""
+
+RELATED_BUDGET_SHARE = 0.25
+"""The block's cap: this share of the prompt budget (limit minus reserved output), as the
+``<memory>`` block's for a small model. The overflow guard drops older rounds, for good,
+before it leaves the block out, so a block past it would cost a small model its own
+conversation for quotes; hits past the cap (the lowest scores) are left out."""
 
 _HEAD = (
     "Earlier messages of this session that are no longer in the context above and may bear "
@@ -85,6 +93,22 @@ class RetrievalNeed:
     reads the latest summary's boundary when it runs; a compaction that landed after the
     step read its window folded some of these, and a hit on one is no message outside
     this prompt."""
+    max_tokens: int | None = None
+    """The block's cap as ``tokens`` counts it (:data:`RELATED_BUDGET_SHARE`); None: none."""
+    tokens: Callable[[str], int] | None = field(default=None, compare=False)
+
+
+def fit_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:
+    """The best of ``hits`` (they come best first) whose block fits ``need.max_tokens``."""
+    kept = list(hits)
+    if need.max_tokens is None or need.tokens is None:
+        return kept
+    while kept:
+        block = related_block(kept, need.snippet_chars)
+        if block is None or need.tokens(block) <= need.max_tokens:
+            break
+        kept.pop()
+    return kept
 
 
 def retrieved(
@@ -137,6 +161,12 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
     cfg = step.ctx.retrieval
     if query is None or cfg.max_results <= 0:
         return None
+    budget = step.budget.limit - step.budget.reserved_output
+    framing = step.count([{"role": "user", "content": ""}])
+
+    def tokens(text: str) -> int:
+        return step.count([{"role": "user", "content": text}]) - framing
+
     return RetrievalNeed(
         query,
         cfg.min_score,
@@ -144,6 +174,8 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
         cfg.timeout_ms,
         cfg.snippet_chars,
         frozenset(step.positions),
+        max(int(budget * RELATED_BUDGET_SHARE), 0),
+        tokens,
     )
 
 

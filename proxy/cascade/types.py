@@ -54,11 +54,14 @@ class TokenCounter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """The model's context limit, the tokens reserved for output, and current occupancy."""
+    """The model's context limit, the tokens reserved for output, and current occupancy.
+    ``fixed`` is the part of ``reserved_output`` the request's tools and response schema
+    take: not output, so a refusal names it apart."""
 
     limit: int
     reserved_output: int
     occupancy: int
+    fixed: int = 0
 
     @property
     def fraction(self) -> float:

@@ -138,6 +138,7 @@ def budget(state: SessionState, rt: Route, body: Mapping[str, Any], fixed: int) 
         limit=rt.limits.context_limit,
         reserved_output=reserved_output(body, rt.limits) + fixed,
         occupancy=occupancy(state, fixed),
+        fixed=fixed,
     )
 
 

@@ -325,5 +325,5 @@ class DurableSummarizer:
         }
         await self._publish(conn, job, COMPACTION_COMPLETED, completed)
         if job.promotion != "off":
-            await promote(self.upstream, self.bus, lent, job, span.plan.span)
+            await promote(self.upstream, self.bus, lent, job, span.plan.span, count=self.count)
         return CompactionResult(version, span.end_pos, folded, span.before, after)

@@ -282,7 +282,7 @@ class Forwarder:
                 if out.error:
                     where = provider_name(step.route.provider)
                     log.warning("a stream from %s ended with an error event: %s", where, out.error)
-                    yield client.emit(sse.error_event(out.error))
+                    yield client.emit(sse.error_event(out.error, code=out.error_code))
                     yield sse.DONE
                     return
                 if out.provider_error or not out.acc.indices:

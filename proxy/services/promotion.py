@@ -26,12 +26,13 @@ from proxy.cascade.memory import (
     MEMORY_FACTS_FORMAT,
     FactsAnswerError,
     extraction_prompt,
+    fit_span_text,
     parse_facts,
     sanitize_facts,
     span_facts,
     span_text,
 )
-from proxy.cascade.types import MEMORY_SUGGESTION, Message
+from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import post_fast_model, read_fast_answer
 from proxy.store import memory as store
 from proxy.store.db import Lent
@@ -41,14 +42,26 @@ __all__ = ["promote"]
 log = logging.getLogger("cascade.memory")
 
 _OUTPUT_TOKENS = 1000
+_MARGIN = 500
+"""Tokens of the fast model's window left free beside the request and its answer, as the
+summary's prompt leaves them (the proxy's count is an estimate of the provider's)."""
 
 
-async def promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message]) -> None:
+async def promote(
+    upstream: Any,
+    bus: Any,
+    lent: Lent,
+    job: Any,
+    span: Sequence[Message],
+    *,
+    count: TokenCounter,
+) -> None:
     """Extract, sanitise and suggest or store the facts of ``span`` (``job``: the
     compaction's ``CompactionJob``; ``lent``: its connection, given back while the fast
-    model answers); never raises."""
+    model answers; ``count``: the session's token counter, which fits the request to the
+    fast model's window); never raises."""
     try:
-        await _promote(upstream, bus, lent, job, span)
+        await _promote(upstream, bus, lent, job, span, count)
     except asyncpg.ForeignKeyViolationError:  # no session left to record a suggestion in
         log.info("memory promotion for %s: the session was deleted", job.session_id)
     except FactsAnswerError as exc:  # says why without quoting the answer
@@ -59,8 +72,11 @@ async def promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
 
 
-async def _promote(upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message]) -> None:
-    text = span_text(span)
+async def _promote(
+    upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
+) -> None:
+    budget = job.fast_limits.context_limit - _OUTPUT_TOKENS - _MARGIN
+    text = fit_span_text(span_text(span), budget, lambda t: count(extraction_prompt(t)))
     if not text:
         return
     await lent.give_back()  # none held while the fast model answers

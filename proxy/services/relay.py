@@ -39,8 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpx
 
 from proxy import chunks, sse
+from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.client_stream import ClientStream, empty_choice
 from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
 from proxy.upstream import StreamAnswer
@@ -59,6 +61,7 @@ class RoundOutcome:
     calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
     saw_done: bool = False
     error: str | None = None  # the stream broke off or stopped short: the relay reports it
+    error_code: str | None = UpstreamBadResponse.code  # its error frame's (a timeout's: its own)
     provider_error: str | None = None  # its error's type and code: relayed as it came
     saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
 
@@ -139,7 +142,7 @@ async def relay_round(
                     yield client.emit(piece)
                 break
             if isinstance(item, Exception):
-                out.error = f"the provider's stream broke off ({type(item).__name__})"
+                _broke_off(item, out)
                 break
             pieces = [
                 piece
@@ -172,6 +175,13 @@ async def relay_round(
             contextlib.suppress(asyncio.CancelledError, Exception),
         ):
             await reader
+
+
+def _broke_off(exc: Exception, out: RoundOutcome) -> None:
+    """A body that broke off, or a provider silent past its ``timeoutSeconds``."""
+    out.error = f"the provider's stream broke off ({type(exc).__name__})"
+    if isinstance(exc, httpx.TimeoutException):
+        out.error_code = UpstreamTimeout.code
 
 
 def _ending(

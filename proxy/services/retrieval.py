@@ -32,7 +32,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.commands import is_command_exchange
-from proxy.cascade.retrieval import Hit, RetrievalNeed, retrieved
+from proxy.cascade.retrieval import Hit, RetrievalNeed, fit_hits, retrieved
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
 from proxy.observe import note_embedding_failure
@@ -88,9 +88,9 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
     except asyncpg.PostgresError as exc:  # a refused statement leaves the connection usable
         log.warning("retrieval skipped for a turn: the search failed: %s", exc)
         return failed(f"search failed: {exc}")
-    hits = hits[: need.max_results]
+    kept = fit_hits(hits[: need.max_results], need)
     took = (time.perf_counter() - started) * 1000
-    return retrieved(hits, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
+    return retrieved(kept, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
 
 
 RACE_SLACK = 32

@@ -58,21 +58,23 @@ async def round_response(
     try:
         resp = await send
     except Exception as exc:
-        return None, _failed(exc, getattr(exc, "status_code", 502)), None  # type: ignore[return-value]
+        status = getattr(exc, "status_code", 502)
+        event = _failed(exc, status, getattr(exc, "code", None) or str(status))
+        return None, event, None  # type: ignore[return-value]
     if resp.status_code < 400:
         return resp, None, None
     try:
         refusal = await read_refusal(resp)
     except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
-        return resp, _failed(exc, exc.status_code), None
+        return resp, _failed(exc, exc.status_code, exc.code), None
     body = bytes(refusal.body).decode("utf-8", "replace")[:2000]
     text = f"the provider answered {resp.status_code}: {body}"
     return resp, sse.error_event(text, code=str(resp.status_code)), refusal
 
 
-def _failed(exc: Exception, status: int) -> bytes:
-    """The error frame for a round with no answer to relay, logged with the error's causes
-    (and its traceback when it is none of the proxy's own errors)."""
+def _failed(exc: Exception, status: int, code: str) -> bytes:
+    """The error frame (of ``code``) for a round with no answer to relay, logged with the
+    error's causes (and its traceback when it is none of the proxy's own errors)."""
     log.warning(
         "%d in a stream, sent as an error event: %s%s",
         status,
@@ -80,7 +82,7 @@ def _failed(exc: Exception, status: int) -> bytes:
         causes(exc),
         exc_info=not isinstance(exc, ProxyError),
     )
-    return sse.error_event(str(exc), code=str(status))
+    return sse.error_event(str(exc), code=code)
 
 
 async def drop(send: asyncio.Future[StreamAnswer]) -> None:

@@ -3,9 +3,10 @@ per test, the fake upstream, an in-thread proxy), a proxy run as its own process
 ``figures``, where each test records what it tried and measured.
 
 ``make reliability`` sets ``CASCADE_RELIABILITY_REPORT``; at the session's end the figures
-and each test's outcome are rendered into that file (``tests/reliability/report.py``), so
-RELIABILITY.md is what the suite saw, never written by hand. Tests marked ``soak`` run only
-under ``make soak`` (``-m soak``) or with ``CASCADE_SOAK=1``.
+and each test's outcome, the race suite's (``RACES``) too, are rendered into that file
+(``tests/reliability/report.py``), so RELIABILITY.md is what the suites saw, never written
+by hand. Tests marked ``soak`` run only under ``make soak`` (``-m soak``) or with
+``CASCADE_SOAK=1``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ _FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _record(config)
     soak = os.environ.get("CASCADE_SOAK") == "1" or "soak" in (config.option.markexpr or "")
     skip = pytest.mark.skip(reason="long variant: make soak (-m soak) runs it")
     for item in items:
@@ -82,18 +84,43 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
     entry.update(check=fig.check, tried=fig.tried, figures=fig.values)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    rep = yield
-    if _HERE in item.path.parents and (rep.when == "call" or rep.outcome != "passed"):
-        store = item.config.stash.setdefault(_FIGURES, {})
-        entry = store.setdefault(item.nodeid, {})
-        doc = (getattr(item, "function", None).__doc__ or item.name).strip().splitlines()[0]
-        entry.setdefault("check", doc.rstrip("."))
-        if rep.when == "call" or entry.get("outcome") in (None, "passed"):
-            entry["outcome"] = "skipped" if rep.skipped else rep.outcome
-            entry["seconds"] = round(getattr(rep, "duration", 0.0), 1)
-    return rep
+# The race suite (scripts/races.sh runs all of its matrix; ``make reliability`` the slice the
+# suite runs) is listed in RELIABILITY.md too; its cases record no figures, each one race.
+RACES = (
+    "tests/integration/api/test_session_races.py",
+    "tests/integration/api/test_session_races_compaction.py",
+)
+_ROOT = _HERE.parents[1]
+
+
+def _listed(item: pytest.Item) -> bool:
+    """Whether RELIABILITY.md lists ``item``: the reliability suite's tests and the races'."""
+    return _HERE in item.path.parents or str(item.path.relative_to(_ROOT)) in RACES
+
+
+class _Recorder:
+    """Each listed test's outcome and duration into the figures. A plugin of its own, not
+    this conftest's hook: a conftest's hook sees only the items under its directory."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        rep = yield
+        if _listed(item) and (rep.when == "call" or rep.outcome != "passed"):
+            store = item.config.stash.setdefault(_FIGURES, {})
+            entry = store.setdefault(item.nodeid, {})
+            doc = (getattr(item, "function", None).__doc__ or item.name).strip().splitlines()[0]
+            entry.setdefault("check", doc.rstrip("."))
+            if rep.when == "call" or entry.get("outcome") in (None, "passed"):
+                entry["outcome"] = "skipped" if rep.skipped else rep.outcome
+                entry["seconds"] = round(getattr(rep, "duration", 0.0), 1)
+                if rep.when == "call" and not rep.skipped:
+                    entry.setdefault("tried", 1)  # a test with ``figures`` counts its own
+        return rep
+
+
+def _record(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("cascade-reliability-recorder"):
+        config.pluginmanager.register(_Recorder(), "cascade-reliability-recorder")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

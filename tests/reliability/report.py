@@ -71,6 +71,9 @@ def render(store: Mapping[str, Mapping[str, Any]]) -> str:
         "`test_database_restart.py`; 4 (an interrupted compaction) `test_sigkill.py`; 5 (parallel",
         "requests on a derived session) `test_parallel_derived.py`.",
         "",
+        "The race suite's slice (`integration/api/test_session_races*.py`; `scripts/races.sh`",
+        "runs its whole matrix) is listed too: its *tried* is the races run, one per case.",
+        "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.system()}"
         f" {platform.machine()}, Python {platform.python_version()}.",
         "",
@@ -82,7 +85,7 @@ def render(store: Mapping[str, Mapping[str, Any]]) -> str:
         outcome = entry.get("outcome", "failed")
         figures = entry.get("figures") or {}
         shown = "; ".join(f"{k} {_value(v)}" for k, v in figures.items()) or "–"
-        test = nodeid.split("tests/reliability/", 1)[-1]
+        test = nodeid.split("tests/reliability/", 1)[-1].removeprefix("tests/")
         lines.append(
             f"| {entry.get('check', test)} | `{test}` | {_value(entry.get('tried', 0))} |"
             f" {_HELD.get(outcome, outcome)} | {shown} | {entry.get('seconds', '')} |"

@@ -32,6 +32,7 @@ PATIENCE = 20.0
 _JSON = {"content-type": "application/json"}
 _HTML = {"content-type": "text/html; charset=utf-8"}
 _SSE = {"content-type": "text/event-stream"}
+BAD = "upstream_bad_response"  # the provider answered, unusably
 
 Check = Callable[[httpx.Response], None]
 
@@ -80,6 +81,11 @@ _CHUNK = (
     ' "finish_reason": null}]}\n\n'
 )
 
+_ERROR = (
+    '{"error": {"message": "slow down", "type": "requests", "param": null,'
+    ' "code": "rate_limit_exceeded"}}'
+)
+
 _COMPLETION = (
     '{"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices":'
     ' [{"index": 0, "message": {"role": "assistant", "content": "whole"},'
@@ -109,38 +115,44 @@ FAULTS: dict[str, tuple[Responder, bool, Check]] = {
         passes(503, "5"),
     ),
     "slow first byte": (held, False, proxy_error(504, "upstream_timeout")),
-    "slow first byte, streamed": (held, True, error_frame("504")),
+    "slow first byte, streamed": (held, True, error_frame("upstream_timeout")),
     "stream cut mid-way": (
         reply("a long partial answer", chunks=6, reset_after=3),
         True,
-        error_frame(),
+        error_frame(BAD),
     ),
     "a clean end without finish_reason or [DONE] (item 2)": (
         raw(_CHUNK, headers=_SSE),
         True,
-        error_frame(),
+        error_frame(BAD),
     ),
     "malformed SSE after a chunk, then the end": (
         raw(_CHUNK, 'data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE),
         True,
-        error_frame(),
+        error_frame(BAD),
     ),
     "malformed SSE only (no chat chunk)": (
         raw('data: {"id": "x", "choi\n\n', "data: {nope}\n\n", headers=_SSE),
         True,
-        error_frame(),
+        error_frame(BAD),
     ),
-    "not SSE at all": (raw("hello\nworld\n", headers=_SSE), True, error_frame()),
+    "not SSE at all": (raw("hello\nworld\n", headers=_SSE), True, error_frame(BAD)),
     "a whole completion to a stream (relayed as it came)": (
         raw(_COMPLETION, headers=_JSON),
         True,
         relayed(_COMPLETION.encode()),
     ),
-    "non-JSON 200 body": (raw("this is not json", headers=_JSON), False, proxy_error(502)),
+    "non-JSON 200 body": (raw("this is not json", headers=_JSON), False, proxy_error(502, BAD)),
     "HTML 200 body": (
         raw("<html><body>login</body></html>", headers=_HTML),
         False,
-        proxy_error(502),
+        proxy_error(502, BAD),
+    ),
+    "an error object in a 200": (raw(_ERROR, headers=_JSON), False, proxy_error(502, BAD)),
+    "an error object in a 200, streamed (relayed as it came)": (
+        raw(_ERROR, headers=_JSON),
+        True,
+        error_frame("rate_limit_exceeded"),
     ),
     "HTML 502 page": (
         raw("<html>Bad Gateway</html>", status=502, headers=_HTML),

@@ -86,5 +86,5 @@ async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_e
         pieces = [p async for p in forwarder._stream_body(turn, send)]  # type: ignore[arg-type]
     await upstream.client.aclose()
     assert pieces[0].startswith(b":")  # a keep-alive comment went out: the 200 is committed
-    assert json.loads(pieces[-2].removeprefix(b"data: "))["error"]["code"] == "504"
+    assert json.loads(pieces[-2].removeprefix(b"data: "))["error"]["code"] == "upstream_timeout"
     assert pieces[-1] == b"data: [DONE]\n\n" and ran == ["finish"]

@@ -39,6 +39,10 @@ class _Lent:
         raise AssertionError("a refused answer writes nothing")
 
 
+def _count(messages: Any) -> int:
+    return sum(len(str(m.get("content") or "")) // 4 for m in messages)
+
+
 def _completion(content: str) -> str:
     return json.dumps({"choices": [{"message": {"content": content}}]})
 
@@ -48,6 +52,7 @@ _JOB = SimpleNamespace(
     provider="p",
     headers={},
     fast_model="fast",
+    fast_limits=SimpleNamespace(context_limit=128_000),
     promotion="suggest",
     tenant="t",
     memory_scope="global",
@@ -71,7 +76,7 @@ async def test_the_log_line_says_why_without_the_answer(
 ) -> None:
     span = [{"role": "user", "content": "we keep the deploy key in vault"}]
     with caplog.at_level(logging.INFO, logger="cascade.memory"):
-        await promote(_Upstream(body), None, _Lent(), _JOB, span)  # type: ignore[arg-type]
+        await promote(_Upstream(body), None, _Lent(), _JOB, span, count=_count)  # type: ignore[arg-type]
     [record] = caplog.records
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
@@ -96,7 +101,7 @@ async def test_a_failed_call_is_not_called_a_bad_reply(
     type; only the reply's parsing is "not a chat completion"."""
     span = [{"role": "user", "content": "we keep the deploy key in vault"}]
     with caplog.at_level(logging.INFO, logger="cascade.memory"):
-        await promote(_Broken(exc), None, _Lent(), _JOB, span)  # type: ignore[arg-type]
+        await promote(_Broken(exc), None, _Lent(), _JOB, span, count=_count)  # type: ignore[arg-type]
     [record] = caplog.records
     assert record.levelno == logging.WARNING
     assert record.getMessage() == f"memory promotion for s-1 failed: {type(exc).__name__}"

@@ -176,6 +176,26 @@ def test_a_step_inside_the_turn_searches_nothing(
     assert len(_events(db_dsn, "loop")) == before + 1  # the new turn only
 
 
+def test_a_turns_block_rides_in_that_turn_only(
+    proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The next turn sends the earlier question as the client sent it: one block a prompt,
+    the new turn's (README, Decisions: Retrieval)."""
+    history = _plant(proxy, fake_upstream, "turns", [PORT_FACT, PATH_FACT])
+    stored = column(db_dsn, "SELECT count(*) FROM messages WHERE session_id = 'turns'")[0]
+    wait_until(lambda: _embedded(db_dsn, "turns") >= stored - 1, timeout=20, what="embeddings")
+    first, second = "which port does the API server listen on?", "where is the config file?"
+    history.append(user(first))
+    history.append(chat(proxy.origin, "turns", history))
+    assert _text(fake_upstream)[-1]["content"].startswith(f"{first}\n\n{RELATED_OPEN}")
+    history.append(user(second))
+    history.append(chat(proxy.origin, "turns", history))
+    prompt = _text(fake_upstream)
+    assert user(first) in prompt
+    assert prompt[-1]["content"].startswith(f"{second}\n\n{RELATED_OPEN}")
+    assert json.dumps(prompt).count(RELATED_OPEN) == 1
+
+
 def test_turning_retrieval_off_removes_the_block_on_the_next_request(
     proxy: ProxyServer, db_dsn: str, config_path: Path, fake_upstream: FakeUpstream
 ) -> None:

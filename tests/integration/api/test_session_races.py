@@ -64,6 +64,7 @@ def test_operations_mid_stream(
     replica: int,
     hang_up: bool,
 ) -> None:
+    """Races: branch, reset, DELETE, compact mid-stream, on either replica, with hang-ups."""
     held = Held()
     with stack(tmp_path, db_dsn, fake_upstream, Model(main=held), replicas=2) as s:
         here, there = s.servers[replica].origin, s.servers[1 - replica].origin
@@ -120,6 +121,7 @@ def test_operations_mid_internal_round(
     replica: int,
     hang_up: bool,
 ) -> None:
+    """Races: branch, reset, DELETE, compact during a read_tool_output internal round."""
     cut = {"toolOutput": context()["toolOutput"]}  # a result cut, its raw output kept
     with stack(tmp_path, db_dsn, fake_upstream, Model(), replicas=2, context=cut) as s:
         round1 = Pacer(patience=15)
@@ -149,6 +151,7 @@ def test_operations_mid_internal_round(
 def test_an_operation_whose_client_leaves_changes_nothing(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, op: str, replica: int
 ) -> None:
+    """Races: an operation whose own client leaves while it waits changes nothing."""
     held = Held()
     with stack(tmp_path, db_dsn, fake_upstream, Model(main=held), replicas=2) as s:
         assert chat(s.proxy.origin, "race", [u("one")]).status_code == 200

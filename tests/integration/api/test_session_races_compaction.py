@@ -43,6 +43,7 @@ COMPACTION_OPS = "branch reset reset-resend compact delete delete-reuse chat"
 def test_operations_mid_compaction(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, op: str, replica: int
 ) -> None:
+    """Races: branch, reset, DELETE, compact, a chat during a background compaction."""
     held = Pacer(first=True)  # the briefing, until the operation is answered
     model = Model(fast_pacer=held)
     with stack(tmp_path, db_dsn, fake_upstream, model, replicas=2) as s:
@@ -81,6 +82,7 @@ def test_operations_mid_compaction(
 def test_two_compactions_at_once(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, replicas: tuple[int, int]
 ) -> None:
+    """Races: two compactions of one session at once: one compacts, the store stays consistent."""
     held = Pacer(first=True)
     model = Model(fast_pacer=held)
     quiet = {"softFraction": 0.99, "hardFraction": 0.995}  # only the API compacts
@@ -100,6 +102,7 @@ def test_two_compactions_at_once(
 def test_an_event_stream_ends_at_a_delete_before_the_id_is_reused(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
+    """Races: an event stream ends at a DELETE before the session id is used again."""
     with stack(tmp_path, db_dsn, fake_upstream, Model(), replicas=2) as s:
         assert chat(s.proxy.origin, "race", [u("one")]).status_code == 200
         s.settle("race", 1)

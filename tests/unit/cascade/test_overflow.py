@@ -73,6 +73,14 @@ def test_guard_keeps_the_current_turn_even_if_that_means_refusing() -> None:
     assert "contextLimit" in text
 
 
+def test_the_refusal_names_the_tools_apart_from_the_output() -> None:
+    """The tools' tokens the budget sets aside are not output: lowering max_tokens cannot
+    win them back, so the message does not count them as output."""
+    with pytest.raises(ContextLengthExceeded) as err:
+        guard(_prompt(), count=count, limit=100, reserved_output=40, fixed=15, protected_head=2)
+    assert "(limit 100, reserved for output 25 and for the tools 15)" in str(err.value)
+
+
 def test_guard_refuses_when_a_single_message_is_too_large() -> None:
     msgs = [system("s"), user(_words(5_000))]
     with pytest.raises(ContextLengthExceeded, match=r"\(the last message, role user\)"):

@@ -48,6 +48,16 @@ def test_one_section_alone_is_recited() -> None:
     assert plan_block(only_next) == "<plan>\n## Next Step\nrun pytest\n</plan>"
 
 
+def test_a_closing_tag_in_the_summary_does_not_end_the_block_early() -> None:
+    """A task that quotes ``</plan>`` (a template, an XML file) would close the block early,
+    leaving the rest of the plan outside it; it is quoted as ``</plan-text>``, as retrieval
+    quotes its own closing tag."""
+    quoting = parse_briefing("## Objective\nx\n## Next Step\nfix the `</plan>` tag in page.html")
+    block = plan_block(quoting)
+    assert block == "<plan>\n## Next Step\nfix the `</plan-text>` tag in page.html\n</plan>"
+    assert block.count("</plan>") == 1
+
+
 def test_no_block_without_summary_or_with_both_sections_empty() -> None:
     assert plan_block(None) is None
     assert plan_block(parse_briefing("## Objective\nx\n## Open Tasks\n(none)")) is None

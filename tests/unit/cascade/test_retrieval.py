@@ -4,6 +4,7 @@ its event reporting hits, best score, time and error (``cascade/retrieval.py``).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,6 +14,7 @@ from proxy.cascade.retrieval import (
     RELATED_OPEN,
     Hit,
     RetrievalNeed,
+    fit_hits,
     related_block,
     retrieved,
     splice_related_context,
@@ -48,7 +50,9 @@ HITS = (
 
 def test_a_new_user_message_plans_its_text_as_the_query() -> None:
     need = plan_step(_step(system("s"), user("which port does the server use?")))["retrieval"]
-    assert need == RetrievalNeed("which port does the server use?", 0.35, 4, 300, 1200)
+    assert need == RetrievalNeed(
+        "which port does the server use?", 0.35, 4, 300, 1200, max_tokens=25_000
+    )
     parts = {"role": "user", "content": [{"type": "text", "text": "the port?"}]}
     assert plan_step(_step(system("s"), parts))["retrieval"].query == "the port?"
 
@@ -72,6 +76,26 @@ def test_off_or_no_results_wanted_plans_nothing() -> None:
     off = ContextConfig()
     assert "retrieval" not in plan_step(_step(system("s"), user("q"), ctx=off))
     assert "retrieval" not in plan_step(_step(system("s"), user("q"), ctx=_ctx(maxResults=0)))
+
+
+def test_a_small_models_block_keeps_the_best_hits_its_share_of_the_budget_holds() -> None:
+    """At most a quarter of the prompt budget, as the memory block: the overflow guard drops
+    older rounds (for good) before it leaves the block out, so an unbounded block would
+    cost a small model its conversation for quotes."""
+    many = tuple(
+        Hit(i, "user", f"fact {i}: " + "word " * 120, 0.9 - i / 100, "trimmed") for i in range(4)
+    )
+    small = replace(_step(system("s"), user("q")), budget=Budget(3000, 1000, 10))
+    need = plan_step(small)["retrieval"]
+    assert need.max_tokens == 500 and need.tokens is not None
+    kept = fit_hits(many, need)
+    assert 1 <= len(kept) < len(many) and kept == list(many[: len(kept)])  # the best first
+    block = related_block(kept, need.snippet_chars)
+    assert block is not None and need.tokens(block) <= 500
+    longer = related_block(many[: len(kept) + 1], need.snippet_chars)
+    assert longer is not None and need.tokens(longer) > 500
+    roomy = plan_step(_step(system("s"), user("q")))["retrieval"]
+    assert fit_hits(many, roomy) == list(many)
 
 
 def test_the_block_names_role_origin_and_position_and_cuts_snippets() -> None:
