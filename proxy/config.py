@@ -36,6 +36,7 @@ from proxy.config_checks import (
     check_blanks,
     check_key_values,
     check_patterns,
+    check_prefixes,
     check_urls,
 )
 from proxy.config_context import Block, ContextConfig
@@ -263,6 +264,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     for name, ctx in resolved.items():  # compiled per request: a bad one must fail here
         where = "context" if name == "default" else f"agents.{name}.context"
         check_patterns(ctx.redaction.patterns, f"{where}.redaction.patterns")
+        check_prefixes(ctx.observations.user_prefixes, f"{where}.observations.userPrefixes")
     return cfg.model_copy(update={"resolved": resolved})
 
 

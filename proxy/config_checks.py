@@ -26,6 +26,7 @@ __all__ = [
     "check_blanks",
     "check_key_values",
     "check_patterns",
+    "check_prefixes",
     "check_urls",
 ]
 
@@ -92,6 +93,18 @@ def check_patterns(patterns: tuple[str, ...], where: str) -> None:
                 f"{where}[{i}]: can match no characters at all (an empty match is replaced "
                 "too: [REDACTED] between every character, or before each word); make it "
                 "match at least one character"
+            )
+
+
+def check_prefixes(prefixes: tuple[str, ...], where: str) -> None:
+    """No observation prefix is empty or blank: every user message starts with the empty
+    one, so it would make each user message after an assistant message an observation, and
+    a blank one matches nothing once a message's leading spaces are dropped."""
+    for i, prefix in enumerate(prefixes):
+        if not prefix.strip():
+            raise ConfigError(
+                f"{where}[{i}]: empty; every user message starts with it: name the text "
+                "observations start with (Observation:), or give [] to manage none"
             )
 
 

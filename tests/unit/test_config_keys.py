@@ -119,3 +119,23 @@ def test_the_other_empty_names_were_refused_already(raw: dict[str, Any], reason:
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env={})
     assert str(refused.value).startswith(reason), refused.value
+
+
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        ({"context": {"observations": {"userPrefixes": [""]}}}, "context"),
+        (
+            {"agents": {"a": {"context": {"observations": {"userPrefixes": ["Obs:", " "]}}}}},
+            "agents.a.context",
+        ),
+    ],
+)
+def test_an_empty_observation_prefix_is_refused(raw: dict[str, Any], where: str) -> None:
+    """Every user message starts with the empty prefix (and a blank one matches nothing once
+    the message's leading spaces are dropped): refused at load, naming the entry, rather
+    than read as one of the ways a prefix can match."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    i = 0 if where == "context" else 1
+    assert str(refused.value).startswith(f"{where}.observations.userPrefixes[{i}]: empty;")
