@@ -129,7 +129,10 @@ def _parser() -> argparse.ArgumentParser:
                 help="how many to list (default %(default)s)",
             )
             a.add_argument(
-                "--offset", type=_count(0), default=0, help="how many to skip first (default 0)"
+                "--offset",
+                type=_count(0, _BIGINT_MAX),
+                default=0,
+                help="how many to skip first (default 0)",
             )
         if action == "messages":
             a.add_argument(
@@ -200,7 +203,9 @@ def _memory_parser(sub: Any) -> None:
         if action == "add":
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":
-            a.add_argument("id", type=_count(1), help="the fact's id (see 'memory ls')")
+            a.add_argument(
+                "id", type=_count(1, _BIGINT_MAX), help="the fact's id (see 'memory ls')"
+            )
 
 
 def _port(text: str) -> int:
@@ -213,9 +218,14 @@ def _port(text: str) -> int:
     return port
 
 
-def _count(least: int) -> Callable[[str], int]:
-    """An integer option of ``least`` or more: one the API can never take is the option's
-    usage error, not a request whose 400 names the API's ``query.limit``."""
+_BIGINT_MAX = 2**63 - 1
+"""The largest offset or fact id the API takes (a Postgres bigint; ``proxy.api.deps``)."""
+
+
+def _count(least: int, most: int | None = None) -> Callable[[str], int]:
+    """An integer option of ``least`` or more (and ``most`` or less): one the API can never
+    take is the option's usage error, not a request whose 400 names the API's
+    ``query.limit`` or ``path.fact_id``."""
 
     def count(text: str) -> int:
         try:
@@ -225,6 +235,8 @@ def _count(least: int) -> Callable[[str], int]:
         if value < least:
             shown = text if text.strip() else repr(text)  # "--offset ''" said " is not …"
             raise argparse.ArgumentTypeError(f"{shown} is not a count of {least} or more")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"{text} is above {most}, the largest the API takes")
         return value
 
     return count

@@ -16,6 +16,9 @@ CASES = [
     (["sessions", "ls", "--limit", "abc"], "argument --limit: abc is not a count of 1 or more"),
     (["memory", "rm", "0"], "argument id: 0 is not a count of 1 or more"),
     (["sessions", "ls", "--offset", ""], "argument --offset: '' is not a count of 0 or more"),
+    (["memory", "rm", str(2**63)], f"argument id: {2**63} is above {2**63 - 1}, the largest"),
+    (["sessions", "ls", "--offset", str(2**63)], f"argument --offset: {2**63} is above"),
+    (["sessions", "messages", "s1", "--offset", "1" + "0" * 30], "argument --offset: 1000"),
 ]
 
 
@@ -32,7 +35,18 @@ def test_a_count_out_of_range_is_a_usage_error(
     assert "cannot reach" not in err
 
 
-def test_the_smallest_counts_still_go_to_the_proxy(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["sessions", "ls", "--limit", "1", "--offset", "0", "--url", "http://127.0.0.1:1"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ls", "--limit", "1", "--offset", "0"],
+        ["sessions", "ls", "--offset", str(2**63 - 1)],
+        ["memory", "rm", str(2**63 - 1)],
+    ],
+    ids=["smallest", "largest offset", "largest fact id"],
+)
+def test_the_counts_in_bounds_still_go_to_the_proxy(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([*argv, "--url", "http://127.0.0.1:1"])
     assert code == 2
     assert "cannot reach" in capsys.readouterr().err
