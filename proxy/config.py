@@ -231,8 +231,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
             "apiKeyEnv": "OPENAI_API_KEY",
         }
     data["providers"] = providers
-    if "context" in data:
-        data["context"] = camel_keys(ContextConfig, data["context"], "context")
+    data = camel_keys(Config, data, "")
     if "default" not in (data.get("agents") or {}):
         data["agents"] = {**(data.get("agents") or {}), "default": {}}
     for name, provider in providers.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel
@@ -37,29 +37,46 @@ class ConfigError(Exception):
 
 def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
     """``data``, a block of ``model`` as the file gives it, with each key the snake_case
-    spelling of one of the block's keys renamed to its camelCase one, nested blocks too.
+    spelling of one of the block's keys renamed to its camelCase one, nested blocks too
+    (named entries such as ``providers.<name>`` and listed ones such as ``auth.keys[i]``).
+    ``where`` is the block's place in the file, empty for the whole file.
 
     The schema reads either spelling (``populate_by_name``), but an agent's ``context`` is
     merged key by key over the top-level one before it is read: a ``tool_output`` there
     would sit beside the top-level ``toolOutput`` and be refused as unknown, so both are
-    given their one spelling first. A key given in both spellings in one object is refused:
-    JSON keeps both, and which would be read is nowhere written. Unknown keys are left for
-    the schema to refuse."""
+    given their one spelling first. A key given in both spellings in one object is refused,
+    naming it (the schema would say only "Extra inputs are not permitted"): JSON keeps both,
+    and which would be read is nowhere written. Unknown keys are left for the schema to
+    refuse."""
     if not isinstance(data, Mapping):
         return data
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = _alias(model, key)
+        at = f"{where}.{name}" if where else name
         if name in out:
             other = next(k for k in data if k != key and _alias(model, k) == name)
             first, second = sorted((key, other), key=lambda k: k != name)
-            raise ConfigError(f"{where}.{name}: given twice, as {first} and {second}; keep one")
+            raise ConfigError(f"{at}: given twice, as {first} and {second}; keep one")
         sub = model.model_fields.get(_field_name(model, name))
-        kind = sub.annotation if sub is not None else None
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            value = camel_keys(kind, value, f"{where}.{name}")
-        out[name] = value
+        out[name] = _camel_value(sub.annotation if sub is not None else None, value, at)
     return out
+
+
+def _camel_value(kind: Any, value: Any, where: str) -> Any:
+    """``value`` of a field of type ``kind`` through ``camel_keys``: a block, each entry of
+    a ``dict[str, block]``, or each item of a ``tuple[block, ...]``; other values as given."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return camel_keys(kind, value, where)
+    args = get_args(kind)
+    item = args[-1] if get_origin(kind) is dict else args[0] if get_origin(kind) is tuple else None
+    if not (isinstance(item, type) and issubclass(item, BaseModel)):
+        return value
+    if isinstance(value, Mapping):
+        return {k: camel_keys(item, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [camel_keys(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 def _alias(model: type[BaseModel], key: str) -> str:

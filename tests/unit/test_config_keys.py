@@ -55,6 +55,57 @@ def test_one_key_in_both_spellings_is_refused_naming_both(raw: dict[str, Any], r
     assert str(refused.value) == reason
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            {"providers": {"p": {"baseUrl": "http://h/v1", "base_url": "http://g/v1"}}},
+            "providers.p.baseUrl: given twice, as baseUrl and base_url; keep one",
+        ),
+        (
+            {"models": {"m": {"context_limit": 9000, "contextLimit": 8000}}},
+            "models.m.contextLimit: given twice, as contextLimit and context_limit; keep one",
+        ),
+        (
+            {"agents": {"a": {"fastModel": "f", "fast_model": "g"}}},
+            "agents.a.fastModel: given twice, as fastModel and fast_model; keep one",
+        ),
+        (
+            {"embedding": {"batchSize": 8, "batch_size": 16}},
+            "embedding.batchSize: given twice, as batchSize and batch_size; keep one",
+        ),
+        (
+            {"auth": {"keys": [{"keyEnv": "K", "key_env": "L", "tenant": "t"}]}},
+            "auth.keys[0].keyEnv: given twice, as keyEnv and key_env; keep one",
+        ),
+        (
+            {"auth": {"metricsKeyEnv": "M", "metrics_key_env": "N"}},
+            "auth.metricsKeyEnv: given twice, as metricsKeyEnv and metrics_key_env; keep one",
+        ),
+    ],
+)
+def test_one_key_in_both_spellings_outside_context_is_refused_naming_it(
+    raw: dict[str, Any], reason: str
+) -> None:
+    """The schema said only "Extra inputs are not permitted" (the second spelling, once the
+    first filled the field): the key is named as ``context``'s is."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value) == reason
+
+
+def test_snake_case_keys_outside_context_are_still_read() -> None:
+    raw = {
+        "providers": {"p": {"base_url": "http://h/v1", "api_key_env": "P_KEY"}},
+        "auth": {"keys": [{"key_env": "K", "tenant": "t"}], "metrics_key_env": "M"},
+        "agents": {"a": {"provider": "p", "fast_model": "f"}},
+    }
+    cfg = parse_config(raw, env={})
+    assert (cfg.providers["p"].base_url, cfg.providers["p"].api_key_env) == ("http://h/v1", "P_KEY")
+    assert (cfg.auth.keys[0].key_env, cfg.auth.metrics_key_env) == ("K", "M")
+    assert cfg.agents["a"].fast_model == "f"
+
+
 # empty strings where empty means nothing
 
 
