@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
 from proxy.api.query import BLANK_IS_UNSET
 from proxy.auth import check_agent, key_agents, may_use_agent
-from proxy.errors import ClientRequestError
+from proxy.errors import ClientRequestError, PermissionDenied
 from proxy.services import memory as svc
 
 __all__ = ["router"]
@@ -33,11 +33,15 @@ def _scope(request: Request, scope: Any) -> str:
 def _checker(request: Request) -> svc.SuggestionCheck:
     """What the service calls before answering a suggestion: its scope is checked as an
     add's, and its session's agent as the session's (a suggestion's facts are read from it,
-    so a key limited to other agents may not answer one from a ``default`` session either)."""
+    so a key limited to other agents may not answer one from a ``default`` session either).
+    The 403 names neither (``PermissionDenied.suggestion``)."""
 
-    def check(scope: str, agent: str, session_id: str) -> None:
-        _scope(request, scope)
-        check_agent(request.scope, agent, session_id=session_id)
+    def check(scope: str, agent: str) -> None:
+        try:
+            _scope(request, scope)
+            check_agent(request.scope, agent)
+        except PermissionDenied:
+            raise PermissionDenied.suggestion(key_agents(request.scope) or ()) from None
 
     return check
 

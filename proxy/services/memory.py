@@ -36,9 +36,9 @@ __all__ = [
 
 GLOBAL = "global"
 
-SuggestionCheck = Callable[[str, str, str], None]
-"""Called with a suggestion's scope, its session's agent and its session's id before the
-suggestion is answered; raises when the caller may not answer it."""
+SuggestionCheck = Callable[[str, str], None]
+"""Called with a suggestion's scope and its session's agent before the suggestion is
+answered; raises when the caller may not answer it."""
 _AGENT = re.compile(r"agent:[A-Za-z0-9._-]{1,128}")
 
 
@@ -227,7 +227,7 @@ def _agent_of(found: dict[str, Any]) -> str:
 
 def _check(check: SuggestionCheck | None, scope: str, found: dict[str, Any]) -> None:
     if check is not None:
-        check(scope, _agent_of(found), found["session_id"])
+        check(scope, _agent_of(found))
 
 
 def _scope_of(cfg: Config, found: dict[str, Any]) -> str:

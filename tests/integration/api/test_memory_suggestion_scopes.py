@@ -49,6 +49,7 @@ def test_a_limited_key_cannot_answer_a_suggestion_for_another_agents_scope(
             refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
             assert refused.status_code == 403, refused.text
             assert refused.json()["error"]["code"] == "agent_not_allowed"
+            assert "-run" not in refused.json()["error"]["message"]
         assert full.get("/v1/memory", params={"scope": "agent:coder"}).json()["data"] == []
         pending = {s["id"] for s in full.get("/v1/memory/suggestions").json()["data"]}
         assert pending == {"The coder deploys to build-7.", "The API port is 8443."}
@@ -74,7 +75,8 @@ def test_a_limited_key_cannot_answer_a_suggestion_of_the_default_agents_session(
     server_origin: str, db_dsn: str, answer: str
 ) -> None:
     """Regression: a ``default`` session's suggestion is bound for ``global``, which the key
-    reaches, so a key limited to ``reviewer`` answered it, and saw its facts listed."""
+    reaches, so a key limited to ``reviewer`` answered it, and saw its facts listed. The 403
+    named the suggestion's session, one of an agent the key may not use."""
     _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
     _suggest(db_dsn, "coder-run", "coder", "Deploys go through CI.", scope="agent:reviewer")
     with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
@@ -82,7 +84,10 @@ def test_a_limited_key_cannot_answer_a_suggestion_of_the_default_agents_session(
             refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
             assert refused.status_code == 403, refused.text
             assert refused.json()["error"]["code"] == "agent_not_allowed"
-            assert "-run" in refused.json()["error"]["message"]  # names the session
+            said = refused.json()["error"]["message"]
+            # neither the session nor its agent: the key may not see that suggestion at all
+            assert "-run" not in said and "default" not in said and "coder" not in said, said
+            assert "may not answer this suggestion" in said and "it may use reviewer" in said
         assert limited.get("/v1/memory/suggestions").json()["data"] == []
         assert limited.get("/v1/memory").json()["data"] == []  # nothing reached global
         for scope in ("agent:default", "agent:coder"):  # nor another agent's own scope
