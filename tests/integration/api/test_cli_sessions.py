@@ -204,9 +204,9 @@ def test_a_limit_the_api_refuses_is_named_as_the_option(
     code, _, err = _run(capsys, *url, "ls", "--limit", "5000")
     assert code == 1
     assert "400 --limit: Input should be less than or equal to 1000" in err, err
-    code, _, err = _run(capsys, *url, "messages", "s1", "--offset", str(2**63))
+    code, _, err = _run(capsys, *url, "messages", "s1", "--limit", "20000")
     assert code == 1
     said = [line for line in err.splitlines() if line.startswith("cascade-proxy sessions")]
-    assert said and said[0].startswith("cascade-proxy sessions messages: 400 --offset: "), err
+    assert said and said[0].startswith("cascade-proxy sessions messages: 400 --limit: "), err
     code, out, _ = _run(capsys, *url, "--json", "ls", "--limit", "5000")
     assert code == 1 and json.loads(out)["error"]["message"].startswith("query.limit: ")
