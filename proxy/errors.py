@@ -96,16 +96,6 @@ class PermissionDenied(ProxyError):
         )
         return cls(f"this API key may not use {what}; it may use {', '.join(agents)}")
 
-    @classmethod
-    def suggestion(cls, agents: Sequence[str]) -> PermissionDenied:
-        """The 403 of a key limited to ``agents`` answering a memory suggestion of another
-        agent's session or scope. Neither is named: the key is shown no such suggestion
-        (``GET /v1/memory/suggestions``), and the session is one it may not list or open."""
-        return cls(
-            "this API key may not answer this suggestion: its facts come from a session of, "
-            f"or go to the scope of, an agent it may not use; it may use {', '.join(agents)}"
-        )
-
 
 class NotFound(ProxyError):
     status_code = 404

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
 from proxy.api.query import BLANK_IS_UNSET
 from proxy.auth import check_agent, key_agents, may_use_agent
-from proxy.errors import ClientRequestError, PermissionDenied
+from proxy.errors import ClientRequestError
 from proxy.services import memory as svc
 
 __all__ = ["router"]
@@ -28,22 +28,6 @@ def _scope(request: Request, scope: Any) -> str:
     if parsed != svc.GLOBAL:
         check_agent(request.scope, parsed.removeprefix("agent:"))
     return parsed
-
-
-def _checker(request: Request) -> svc.SuggestionCheck:
-    """What the service calls before answering a suggestion: its scope is checked as an
-    add's, and its session's agent as the session's (a suggestion's facts are read from it,
-    so a key limited to other agents may not answer one from a ``default`` session either).
-    The 403 names neither (``PermissionDenied.suggestion``)."""
-
-    def check(scope: str, agent: str) -> None:
-        try:
-            _scope(request, scope)
-            check_agent(request.scope, agent)
-        except PermissionDenied:
-            raise PermissionDenied.suggestion(key_agents(request.scope) or ()) from None
-
-    return check
 
 
 @router.get("")
@@ -82,7 +66,10 @@ async def add_fact(
 
 
 def _reaches(request: Request) -> Callable[[str, str], bool]:
-    """Whether the key may answer a suggestion (``_checker``'s rule, as a yes or no)."""
+    """Whether the key may see and answer a suggestion: its scope is checked as an add's,
+    and its session's agent as the session's (a suggestion's facts are read from it, so a
+    key limited to other agents may not answer one from a ``default`` session either). One
+    it may not is left out of its list, and answering it is an unknown id's 404."""
 
     def reaches(scope: str, agent: str) -> bool:
         return may_use_agent(request.scope, agent) and (
@@ -127,7 +114,7 @@ async def accept_suggestion(
         tenant=tenant,
         suggestion_id=suggestion_id,
         facts=facts,
-        check=_checker(request),
+        check=_reaches(request),
     )
 
 
@@ -144,7 +131,7 @@ async def reject_suggestion(
         cfg,
         tenant=tenant,
         suggestion_id=suggestion_id,
-        check=_checker(request),
+        check=_reaches(request),
     )
 
 

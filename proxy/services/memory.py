@@ -36,9 +36,9 @@ __all__ = [
 
 GLOBAL = "global"
 
-SuggestionCheck = Callable[[str, str], None]
+SuggestionCheck = Callable[[str, str], bool]
 """Called with a suggestion's scope and its session's agent before the suggestion is
-answered; raises when the caller may not answer it."""
+answered: whether the caller may answer it (and see it listed)."""
 _AGENT = re.compile(r"agent:[A-Za-z0-9._-]{1,128}")
 
 
@@ -208,26 +208,31 @@ def _listed_scope(cfg: Config, found: dict[str, Any]) -> str | None:
         return None
 
 
-async def _pending(pool: Any, tenant: str, suggestion_id: str) -> dict[str, Any]:
+async def _pending(
+    pool: Any, cfg: Config, tenant: str, suggestion_id: str, check: SuggestionCheck | None
+) -> tuple[dict[str, Any], str]:
+    """The pending suggestion and its scope. One the caller may not answer (``check``) is
+    the 404 of an unknown id, whether pending or answered: such a caller is shown no such
+    suggestion (``list_suggestions``), so whether one exists under an id, or was answered,
+    is not its to learn."""
     found = await store.fetch_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id)
+    if found is not None and check is not None:
+        scope = _listed_scope(cfg, found)
+        if scope is None or not check(scope, _agent_of(found)):
+            found = None
     if found is None:
         raise NotFound(f"no memory suggestion {suggestion_id!r} (for this API key)")
     if found["answer"] is not None:
         raise ClientRequestError(
             f"memory suggestion {suggestion_id!r} was {found['answer']} already"
         )
-    return found
+    return found, _scope_of(cfg, found)
 
 
 def _agent_of(found: dict[str, Any]) -> str:
     """The agent of the suggestion's session: its facts are read from that session, so a
     key that may not use the agent (the ``default`` one included) may not see them."""
     return str(found["agent"] or "default")
-
-
-def _check(check: SuggestionCheck | None, scope: str, found: dict[str, Any]) -> None:
-    if check is not None:
-        check(scope, _agent_of(found))
 
 
 def _scope_of(cfg: Config, found: dict[str, Any]) -> str:
@@ -247,14 +252,13 @@ async def accept_suggestion(
 ) -> dict[str, Any]:
     """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
     manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
-    are left out, and the answer lists the stored ones. ``check`` sees the scope, the agent
-    of the suggestion's session and its id first, and raises when the key may not write
-    there (a key limited to other agents), as a manual add's does (accepting is adding), or
-    may not use that agent (the facts were read from its session). The answer and the facts
+    are left out, and the answer lists the stored ones. ``check`` sees the scope and the
+    agent of the suggestion's session first, and says no when the key may not write there
+    (a key limited to other agents), as a manual add's 403 does (accepting is adding), or
+    may not use that agent (the facts were read from its session): then the suggestion is
+    an unknown id's 404 (``_pending``). The answer and the facts
     are written in one transaction, so an accept that fails midway can be given again."""
-    found = await _pending(pool, tenant, suggestion_id)
-    scope = _scope_of(cfg, found)
-    _check(check, scope, found)
+    found, scope = await _pending(pool, cfg, tenant, suggestion_id, check)
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:
@@ -294,8 +298,7 @@ async def reject_suggestion(
     check: SuggestionCheck | None = None,
 ) -> dict[str, Any]:
     """Dismiss a suggestion; ``check`` sees what ``accept_suggestion``'s does, first."""
-    found = await _pending(pool, tenant, suggestion_id)
-    _check(check, _scope_of(cfg, found), found)
+    await _pending(pool, cfg, tenant, suggestion_id, check)
     if not await store.answer_suggestion(
         pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
     ):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
@@ -38,6 +39,21 @@ def _suggest(dsn: str, session_id: str, agent: str, fact: str, **extra: Any) -> 
     suggest(dsn, session_id, fact, [fact], agent=agent, tenant=TENANT, **extra)
 
 
+def assert_unknown(refused: httpx.Response, sid: str, limited: httpx.Client, answer: str) -> None:
+    """``refused`` is, byte for byte, the answer to an id no suggestion has: a key is shown
+    no suggestion it may not answer (``GET /v1/memory/suggestions``), so whether one exists
+    under an id is not its to learn."""
+    unknown = limited.post(f"/v1/memory/suggestions/{sid} (none)/{answer}")
+    assert refused.status_code == unknown.status_code == 404, refused.text
+    assert refused.json() == {
+        "error": {**unknown.json()["error"], "message": _message(unknown, f"{sid} (none)", sid)}
+    }
+
+
+def _message(unknown: httpx.Response, unknown_id: str, sid: str) -> str:
+    return str(unknown.json()["error"]["message"]).replace(repr(unknown_id), repr(sid))
+
+
 @pytest.mark.parametrize("answer", ["accept", "reject"])
 def test_a_limited_key_cannot_answer_a_suggestion_for_another_agents_scope(
     server_origin: str, db_dsn: str, answer: str
@@ -47,9 +63,7 @@ def test_a_limited_key_cannot_answer_a_suggestion_for_another_agents_scope(
     with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
         for sid in ("The coder deploys to build-7.", "The API port is 8443."):
             refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
-            assert refused.status_code == 403, refused.text
-            assert refused.json()["error"]["code"] == "agent_not_allowed"
-            assert "-run" not in refused.json()["error"]["message"]
+            assert_unknown(refused, sid, limited, answer)
         assert full.get("/v1/memory", params={"scope": "agent:coder"}).json()["data"] == []
         pending = {s["id"] for s in full.get("/v1/memory/suggestions").json()["data"]}
         assert pending == {"The coder deploys to build-7.", "The API port is 8443."}
@@ -76,18 +90,16 @@ def test_a_limited_key_cannot_answer_a_suggestion_of_the_default_agents_session(
 ) -> None:
     """Regression: a ``default`` session's suggestion is bound for ``global``, which the key
     reaches, so a key limited to ``reviewer`` answered it, and saw its facts listed. The 403
-    named the suggestion's session, one of an agent the key may not use."""
+    named the suggestion's session, one of an agent the key may not use; now the answer is
+    an unknown id's 404, which names neither."""
     _suggest(db_dsn, "default-run", "default", "The repo uses uv.")
     _suggest(db_dsn, "coder-run", "coder", "Deploys go through CI.", scope="agent:reviewer")
     with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
         for sid in ("The repo uses uv.", "Deploys go through CI."):
             refused = limited.post(f"/v1/memory/suggestions/{sid}/{answer}")
-            assert refused.status_code == 403, refused.text
-            assert refused.json()["error"]["code"] == "agent_not_allowed"
+            assert_unknown(refused, sid, limited, answer)
             said = refused.json()["error"]["message"]
-            # neither the session nor its agent: the key may not see that suggestion at all
             assert "-run" not in said and "default" not in said and "coder" not in said, said
-            assert "may not answer this suggestion" in said and "it may use reviewer" in said
         assert limited.get("/v1/memory/suggestions").json()["data"] == []
         assert limited.get("/v1/memory").json()["data"] == []  # nothing reached global
         for scope in ("agent:default", "agent:coder"):  # nor another agent's own scope
@@ -118,3 +130,19 @@ def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
         everything = full.get("/v1/memory/suggestions").json()["data"]
         assert len(everything) == 7
         assert sum(s["scope"] == "agent:coder" for s in everything) == 4
+
+
+@pytest.mark.parametrize("answer", ["accept", "reject"])
+def test_a_limited_key_learns_nothing_of_an_answered_suggestion_it_may_not_answer(
+    server_origin: str, db_dsn: str, answer: str
+) -> None:
+    """Regression: once the key with every agent had answered another agent's suggestion, a
+    key limited to ``reviewer`` got the 400 "was accepted already" for its id, where an
+    unknown id is a 404: whether a suggestion is pending, answered or none at all is the
+    same 404 to a key that may not answer it."""
+    _suggest(db_dsn, "coder-run", "coder", "The coder deploys to build-7.")
+    sid = "The coder deploys to build-7."
+    with client(server_origin, LIMITED) as limited, client(server_origin, FULL) as full:
+        assert full.post(f"/v1/memory/suggestions/{sid}/accept").is_success
+        assert full.post(f"/v1/memory/suggestions/{sid}/{answer}").status_code == 400
+        assert_unknown(limited.post(f"/v1/memory/suggestions/{sid}/{answer}"), sid, limited, answer)
