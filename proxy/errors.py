@@ -38,6 +38,7 @@ __all__ = [
     "CompactionFailed",
     "UpstreamTimeout",
     "ClientDisconnected",
+    "SessionBusy",
     "ContextLengthExceeded",
     "error_body",
 ]
@@ -101,6 +102,16 @@ class NotFound(ProxyError):
     status_code = 404
     type = "not_found_error"
     code = "not_found"
+
+
+class SessionBusy(ProxyError):
+    """A session operation that could not get hold of the session in the tries it has (a
+    forced compaction whose session moved to another agent before each try held its
+    claim): nothing done, and trying again later may succeed."""
+
+    status_code = 409
+    type = "invalid_request_error"
+    code = "session_busy"
 
 
 class UpstreamUnavailable(ProxyError):

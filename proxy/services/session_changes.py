@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from proxy.config import Config
-from proxy.errors import ClientRequestError, CompactionFailed, NotFound
+from proxy.errors import ClientRequestError, CompactionFailed, NotFound, SessionBusy
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
@@ -31,8 +31,8 @@ from proxy.store import sessions
 __all__ = ["branch_session", "compact_session", "delete_session", "reset_session"]
 
 _REBUILDS = 3
-"""How many times a forced compaction is built again for a session that keeps moving to
-another agent before it held the claim; past that it answers ``compacted: false``."""
+"""How many times a forced compaction is built for a session that keeps moving to another
+agent before it held the claim; past that it is a 409 ``session_busy``, nothing done."""
 
 
 @contextlib.asynccontextmanager
@@ -150,7 +150,9 @@ async def compact_session(
     one that waited while another key's request moved the session to another agent raises
     ``AgentRefused``, nothing compacted, as reset, delete and branch do. One that another
     request moved to an agent the key may use, before it held the claim, is built again for
-    that agent (its fast model, its settings), nothing sent to the old agent's."""
+    that agent (its fast model, its settings), nothing sent to the old agent's; one that
+    moves before each of ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted
+    (an answer of ``compacted: false`` would read as nothing to fold)."""
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)
         job = job_for(
@@ -166,6 +168,11 @@ async def compact_session(
         result = await summarizer.compact_now(job)
         if result is None or result.moved_to is None:
             break
+    else:
+        raise SessionBusy(
+            f"session {session_id!r} moved to another agent before each of {_REBUILDS} tries"
+            " to compact it held its claim; nothing was compacted: try again"
+        )
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     if result.failed:  # a failure is not a success with compacted: false
