@@ -229,7 +229,9 @@ async def _passthrough(
     model_in_body: bool = False,
 ) -> Response:
     # The path's id (under /s/{session_id}/), else X-Session-Id, read as a chat reads them:
-    # a malformed one is the 400, before any provider call; a valid one is named back.
+    # a malformed one is the 400, before any provider call; a valid one is named back. A key
+    # limited to some agents names only their sessions (or a free id), as on every route
+    # that names one: the answer, the access line and the trace put the call in it.
     path_id = session_path_id(request) if named else None
     named_id = named_session_id(
         path_id=path_id, header_id=request.headers.get("x-session-id"), body=None
@@ -238,6 +240,8 @@ async def _passthrough(
         note_session(named_id)
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
+    if named_id is not None:
+        await reach_session(request, request.state.pool, tenant_of(request, cfg), named_id)
     provider = cfg.providers[agent.provider]
     content = None
     model = None

@@ -113,8 +113,9 @@ def test_every_route_naming_a_session_refuses_another_agents(
     server: ProxyServer, limited: httpx.Client, fake_upstream: FakeUpstream
 ) -> None:
     """Read from the app's routes, so a session route added later is covered; the models
-    and embeddings under ``/s/{id}/`` only name the session (they follow the key's agents
-    as their plain routes do)."""
+    and embeddings under ``/s/{id}/`` are left out: this key does not list ``default``,
+    their agent, so they are its 403 whatever the session (test_agent_keys_models has a
+    key that lists it)."""
     checked = set()
     sent = len(fake_upstream.requests)
     for context in iter_route_contexts(server.app.routes):
