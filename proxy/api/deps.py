@@ -9,8 +9,8 @@ endpoint that reads the lifespan state itself and resolves the tenant with ``ten
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Annotated, Any
+from collections.abc import Awaitable, Mapping
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 
@@ -18,7 +18,7 @@ from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
-from proxy.errors import ClientRequestError, PayloadTooLarge, Unauthorized
+from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
 from proxy.jsonio import loads
 from proxy.requestlog import note_session
 from proxy.services.compaction import DurableSummarizer
@@ -50,6 +50,8 @@ __all__ = [
     "LocksDep",
     "tenant_of",
 ]
+
+T = TypeVar("T")
 
 
 def _state(request: Request, name: str) -> Any:
@@ -232,14 +234,25 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
         check_agent(request.scope, agent, session_id=session_id)
 
 
-async def reached_still(request: Request, pool: Any, tenant: str, session_id: str) -> None:
-    """``reach_session`` again, after a read of the session: a request of another key that
-    moved the session to another agent (or made it, for one) between the arrival check and
-    the read is the same 403, nothing of what was read sent. A move writes the agent with
-    its first messages, so a read that saw them is followed by this one seeing the agent.
-    Only a limited key costs the read; a session deleted meanwhile passes (what was read is
-    what the key could read before the delete)."""
+async def reached_still(
+    request: Request, pool: Any, tenant: str, session_id: str, read: Awaitable[T]
+) -> T:
+    """``read``, a read of the session, answered only after
+    ``reach_session`` again, whether it read or raised: a request of another key that moved
+    the session to another agent (or made it, for one) between the arrival check and the
+    read is the same 403, nothing of what was read sent, and no error of the read either
+    (a 404 of an output the moved session lacks would say what it holds; without the move
+    the key gets that 404, with it the 403: the answer is one or the other, never a third).
+    A move writes the agent with its first messages, so a read that saw them is followed by
+    this one seeing the agent. Only a limited key costs the read; a session deleted
+    meanwhile passes (what was read is what the key could read before the delete)."""
+    try:
+        out = await read
+    except ProxyError:
+        await reach_session(request, pool, tenant, session_id)
+        raise
     await reach_session(request, pool, tenant, session_id)
+    return out
 
 
 async def get_session_id(

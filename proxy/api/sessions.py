@@ -73,9 +73,8 @@ async def show_session(
     cfg: ConfigDep,
     agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    view = await svc.show_session(pool, cfg, tenant=tenant, session_id=session_id, agents=agents)
-    await reached_still(request, pool, tenant, session_id)
-    return view
+    view = svc.show_session(pool, cfg, tenant=tenant, session_id=session_id, agents=agents)
+    return await reached_still(request, pool, tenant, session_id, view)
 
 
 @router.get("/{session_id}/messages", response_model=None, responses=ok("messages"))
@@ -89,7 +88,7 @@ async def list_messages(
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
     form: Annotated[Literal["prompt", "sent"], BLANK_IS_UNSET] = "prompt",
 ) -> dict[str, Any]:
-    page = await svc.list_messages(
+    page = svc.list_messages(
         pool,
         tenant=tenant,
         session_id=session_id,
@@ -98,8 +97,7 @@ async def list_messages(
         offset=offset,
         sent_form=form == "sent",
     )
-    await reached_still(request, pool, tenant, session_id)
-    return page
+    return await reached_still(request, pool, tenant, session_id, page)
 
 
 _BRANCH_BODY = {
@@ -249,7 +247,7 @@ async def tool_output(
     limit: Annotated[int | None, Query(ge=1), BLANK_IS_UNSET] = None,
     grep: str | None = None,
 ) -> dict[str, Any]:
-    page = await svc.tool_output(
+    page = svc.tool_output(
         pool,
         cfg,
         tenant=tenant,
@@ -259,5 +257,4 @@ async def tool_output(
         limit=limit,
         grep=grep,
     )
-    await reached_still(request, pool, tenant, session_id)
-    return page
+    return await reached_still(request, pool, tenant, session_id, page)

@@ -75,3 +75,34 @@ def test_a_session_made_for_another_agent_after_the_check_is_refused(
     with client(server.origin, LIMITED) as limited:
         raced = limited.get("/v1/sessions/made-meanwhile")
     assert raced.status_code == 403, raced.text
+
+
+@pytest.mark.parametrize(
+    ("sid", "path"),
+    [
+        (SID, "/v1/sessions/{}/tool-outputs/call_none"),
+        ("made-meanwhile", "/v1/sessions/{}/tool-outputs/call_ls"),
+        ("made-meanwhile", "/v1/sessions/{}/messages"),
+    ],
+)
+def test_a_read_that_finds_nothing_after_a_move_is_refused_too(
+    server: ProxyServer, monkeypatch: pytest.MonkeyPatch, sid: str, path: str
+) -> None:
+    """Regression: a read that raced a move and found nothing (no output under the id, or
+    the session made meanwhile holding none) answered its 404, never checking again, so
+    the answer hung on the race: before the move the key gets that 404, after it the 403,
+    and this 404 said what the moved session holds. Now an error of the read is answered
+    only after the same second check, so the raced read is the 403 after the move."""
+    with client(server.origin, FULL) as full:
+        body = {"model": "reviewer", "messages": tool_history()}
+        sent = full.post("/v1/chat/completions", json=body, headers={"x-session-id": SID})
+        assert sent.status_code == 200, sent.text
+        settled(full, SID, 4)
+    with client(server.origin, LIMITED) as limited:
+        if sid == SID:  # before the move: the 404 of an output the session does not hold
+            assert limited.get(path.format(sid)).status_code == 404
+        name = "tool_output" if "tool-outputs" in path else "list_messages"
+        _moved_first(monkeypatch, name)
+        raced = limited.get(path.format(sid))
+    assert raced.status_code == 403, raced.text
+    assert raced.json()["error"]["code"] == "agent_not_allowed"
