@@ -135,6 +135,7 @@ class Forwarder:
                         max_chars=step.route.ctx.tool_output.max_chars,
                         room=room,
                         cost=cost,
+                        agents=step.ctx.agents,
                     )
                 )
                 room -= cost(answers[-1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +19,7 @@ from proxy.cascade.paging import page_raw_output
 from proxy.cascade.pipeline import Assembled
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
-from proxy.store import raw_outputs
+from proxy.store import raw_outputs, sessions
 
 __all__ = [
     "MIN_PAGE_CHARS",
@@ -165,9 +165,17 @@ async def read_page(
 
 
 async def answer_call(
-    conn: Any, *, tenant: str, session_id: str, call: Mapping[str, Any], max_chars: int
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    call: Mapping[str, Any],
+    max_chars: int,
+    agents: Sequence[str] | None = None,
 ) -> Message:
-    """Execute one read_tool_output call; always returns a tool message (errors included)."""
+    """Execute one read_tool_output call; always returns a tool message (errors included).
+    For a key limited to ``agents`` the read is followed by a read of the session's agent
+    (``_moved_away``), as the tool-outputs API's is."""
     try:
         target, offset, limit, grep = _arguments(call)
     except ValueError as exc:
@@ -188,7 +196,30 @@ async def answer_call(
             if page is not None
             else (f"read_tool_output: no stored output with id {target!r} in this session")
         )
+        moved = await _moved_away(conn, tenant, session_id, agents)
+        text = moved or text
     return {"role": "tool", "tool_call_id": call.get("id"), "content": text}
+
+
+async def _moved_away(
+    conn: Any, tenant: str, session_id: str, agents: Sequence[str] | None
+) -> str | None:
+    """The answer instead of a read's, when the session runs an agent the key (limited to
+    ``agents``) may not use once it was read; None otherwise. The step's lease keeps a move
+    out, but one that lapsed under a long request lets another key's request move the
+    session, and the read may then have seen what that agent's requests stored. A move
+    writes the agent with its first messages, so a read that saw them is followed by this
+    one seeing the agent; the answer is the same whatever the id (found or not), the
+    refusal the key's next request on the session gets."""
+    if agents is None:
+        return None
+    agent = await sessions.fetchval_agent(conn, tenant=tenant, session_id=session_id)
+    if agent is None or agent in agents:
+        return None
+    return (
+        f"read_tool_output: this session now runs agent {agent!r}, which this API key may"
+        f" not use; nothing was read (it may use {', '.join(agents)})"
+    )
 
 
 MIN_PAGE_CHARS = 200
@@ -205,6 +236,7 @@ async def answer_in_room(
     max_chars: int,
     room: int,
     cost: Callable[[Message], int],
+    agents: Sequence[str] | None = None,
 ) -> Message:
     """``answer_call`` with its page cut until the answer costs at most ``room`` tokens
     (``cost``): the internal round sends the step's prompt again with the page, and a page
@@ -212,11 +244,16 @@ async def answer_in_room(
     for a request that fit. A cut page still names where the next one starts; one of
     ``MIN_PAGE_CHARS`` is not cut further."""
     answer = await answer_call(
-        conn, tenant=tenant, session_id=session_id, call=call, max_chars=max_chars
+        conn, tenant=tenant, session_id=session_id, call=call, max_chars=max_chars, agents=agents
     )
     while (tokens := cost(answer)) > room and max_chars > MIN_PAGE_CHARS:
         max_chars = max(MIN_PAGE_CHARS, int(max_chars * max(room, 0) / tokens * 0.95))
         answer = await answer_call(
-            conn, tenant=tenant, session_id=session_id, call=call, max_chars=max_chars
+            conn,
+            tenant=tenant,
+            session_id=session_id,
+            call=call,
+            max_chars=max_chars,
+            agents=agents,
         )
     return answer
