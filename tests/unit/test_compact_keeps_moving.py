@@ -45,11 +45,11 @@ async def test_a_compaction_whose_session_keeps_moving_is_a_409(
     with pytest.raises(ProxyError) as raised:
         await session_changes.compact_session(
             object(),
-            summarizer,
+            summarizer,  # type: ignore[arg-type]
             cfg,
             tenant="t",
             session_id="s",
-            headers={},  # type: ignore[arg-type]
+            headers={},
         )
     assert len(summarizer.jobs) == session_changes._REBUILDS
     status, body = exception_body(raised.value)

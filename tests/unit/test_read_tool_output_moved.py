@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from proxy.services import toolloop
+from proxy.store import raw_outputs, sessions
 
 STORED = {"call_ls": {"content": "a.txt\nb.txt", "original_bytes": 11, "capped": False}}
 
@@ -35,8 +36,8 @@ def agent_now(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def fetchval_agent(conn: Any, **key: Any) -> str | None:
         return now[0]
 
-    monkeypatch.setattr(toolloop.raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
-    monkeypatch.setattr(toolloop.sessions, "fetchval_agent", fetchval_agent)
+    monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
+    monkeypatch.setattr(sessions, "fetchval_agent", fetchval_agent)
     return now
 
 
