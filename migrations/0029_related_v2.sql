@@ -4,15 +4,19 @@
 -- placeholder; that placeholder is in no prompt either, the summary stands for it. A row
 -- after the boundary is `trimmed` or `evicted` as before, and a trimmed row stays `trimmed`
 -- (the overflow guard dropped it for good, and no summary reads a trimmed row).
+-- It also says whether the row's result is cleared (`cleared`: evicted, its placeholder sent in
+-- its place): a compaction that lands while a turn's search runs folds rows that turn's prompt
+-- still carries, which the search's caller drops as no message outside the prompt, but of a
+-- cleared one the prompt carries only the placeholder, and the hit stays.
 --
 -- cascade_related stays, unchanged, so that a replica still on the previous code keeps
 -- working while a rolling deploy replaces it; a later migration drops it once no replica
 -- calls it.
-CREATE FUNCTION cascade_related_v2(
+CREATE OR REPLACE FUNCTION cascade_related_v2(
     p_tenant text, p_session text, p_model text, p_query vector, p_min double precision,
     p_limit integer
 ) RETURNS TABLE (pos integer, role text, tool_call_id text, message json, origin text,
-                 score double precision)
+                 score double precision, cleared boolean)
 LANGUAGE plpgsql STABLE
 SET hnsw.iterative_scan = 'relaxed_order'
 AS $$
@@ -46,7 +50,7 @@ BEGIN
                CASE WHEN m.trimmed_at IS NOT NULL THEN 'trimmed'
                     WHEN m.pos < (SELECT boundary FROM b) THEN 'summarised'
                     ELSE 'evicted' END,
-               1 - c.d
+               1 - c.d, m.placeholder IS NOT NULL
         FROM (SELECT * FROM folded UNION ALL SELECT * FROM dropped) c
         JOIN messages m ON m.id = c.message_id
         WHERE m.superseded_at IS NULL AND c.d <= 1 - $5

@@ -671,7 +671,7 @@ BEGIN
 END
 $_$;
 
-CREATE FUNCTION public.cascade_related_v2(p_tenant text, p_session text, p_model text, p_query public.vector, p_min double precision, p_limit integer) RETURNS TABLE(pos integer, role text, tool_call_id text, message json, origin text, score double precision)
+CREATE FUNCTION public.cascade_related_v2(p_tenant text, p_session text, p_model text, p_query public.vector, p_min double precision, p_limit integer) RETURNS TABLE(pos integer, role text, tool_call_id text, message json, origin text, score double precision, cleared boolean)
     LANGUAGE plpgsql STABLE
     SET "hnsw.iterative_scan" TO 'relaxed_order'
     AS $_$
@@ -705,7 +705,7 @@ BEGIN
                CASE WHEN m.trimmed_at IS NOT NULL THEN 'trimmed'
                     WHEN m.pos < (SELECT boundary FROM b) THEN 'summarised'
                     ELSE 'evicted' END,
-               1 - c.d
+               1 - c.d, m.placeholder IS NOT NULL
         FROM (SELECT * FROM folded UNION ALL SELECT * FROM dropped) c
         JOIN messages m ON m.id = c.message_id
         WHERE m.superseded_at IS NULL AND c.d <= 1 - $5

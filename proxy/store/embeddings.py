@@ -54,6 +54,8 @@ class Found:
     message: Any
     origin: str
     score: float
+    cleared: bool = False
+    """Its result is evicted: a prompt carrying the row carries only its placeholder."""
 
 
 # The candidates: live messages other than instructions (system, developer) of sessions
@@ -178,6 +180,7 @@ async def search_outside_prompt(
             r["message"],
             r["origin"],
             float(r["score"]),
+            bool(r["cleared"]),
         )
         for r in rows
     ]

@@ -184,10 +184,10 @@ async def test_an_evicted_message_folded_since_is_found_as_summarised(
             "SELECT pos, origin FROM cascade_related('t', 's', $1, '[1,0]'::vector, 0.5, 10)",
             MODEL,
         )
-    assert sorted((f.pos, f.origin) for f in found) == [
-        (0, "summarised"),
-        (1, "summarised"),
-        (2, "evicted"),
+    assert sorted((f.pos, f.origin, f.cleared) for f in found) == [
+        (0, "summarised", True),
+        (1, "summarised", False),
+        (2, "evicted", True),
     ]
     assert sorted((r["pos"], r["origin"]) for r in old) == [
         (0, "evicted"),
