@@ -80,11 +80,11 @@ def _embedded(db: Db, sid: str) -> int:
 
 
 def explain_search(dsn: str, sid: str) -> list[str]:
-    """The plan of one search as the proxy runs it: ``cascade_related``'s statement (read
+    """The plan of one search as the proxy runs it: ``cascade_related_v2``'s statement (read
     from the function, at 256 dimensions), under the setting the function makes, with a
     stored vector as the query."""
     row_sql = "SELECT tenant, embedding FROM message_embeddings WHERE session_id = $1 LIMIT 1"
-    src_sql = "SELECT prosrc FROM pg_proc WHERE proname = 'cascade_related'"
+    src_sql = "SELECT prosrc FROM pg_proc WHERE proname = 'cascade_related_v2'"
 
     async def go() -> list[str]:
         import asyncpg

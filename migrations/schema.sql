@@ -671,6 +671,51 @@ BEGIN
 END
 $_$;
 
+CREATE FUNCTION public.cascade_related_v2(p_tenant text, p_session text, p_model text, p_query public.vector, p_min double precision, p_limit integer) RETURNS TABLE(pos integer, role text, tool_call_id text, message json, origin text, score double precision, cleared boolean)
+    LANGUAGE plpgsql STABLE
+    SET "hnsw.iterative_scan" TO 'relaxed_order'
+    AS $_$
+BEGIN
+    RETURN QUERY EXECUTE format($q$
+        WITH b AS (
+            SELECT coalesce((SELECT s.boundary FROM summaries s
+                             WHERE s.tenant = $1 AND s.session_id = $2
+                               AND s.invalidated_at IS NULL
+                             ORDER BY s.version DESC LIMIT 1), 0) AS boundary
+        ),
+        folded AS (
+            SELECT e.message_id, e.embedding::vector(%1$s) <=> $4::vector(%1$s) AS d
+            FROM message_embeddings e
+            WHERE e.tenant = $1 AND e.session_id = $2 AND e.model = $3 AND e.dim = %1$s
+              AND e.embedding IS NOT NULL AND e.pos < (SELECT boundary FROM b)
+            ORDER BY d
+            LIMIT 4 * $6
+        ),
+        dropped AS (
+            SELECT e.message_id, e.embedding::vector(%1$s) <=> $4::vector(%1$s) AS d
+            FROM messages m
+            JOIN message_embeddings e
+              ON e.message_id = m.id AND e.model = $3 AND e.dim = %1$s
+            WHERE m.tenant = $1 AND m.session_id = $2 AND m.superseded_at IS NULL
+              AND m.pos >= (SELECT boundary FROM b)
+              AND (m.placeholder IS NOT NULL OR m.trimmed_at IS NOT NULL)
+              AND e.embedding IS NOT NULL
+        )
+        SELECT m.pos, m.role, m.tool_call_id, m.message,
+               CASE WHEN m.trimmed_at IS NOT NULL THEN 'trimmed'
+                    WHEN m.pos < (SELECT boundary FROM b) THEN 'summarised'
+                    ELSE 'evicted' END,
+               1 - c.d, m.placeholder IS NOT NULL
+        FROM (SELECT * FROM folded UNION ALL SELECT * FROM dropped) c
+        JOIN messages m ON m.id = c.message_id
+        WHERE m.superseded_at IS NULL AND c.d <= 1 - $5
+        ORDER BY c.d
+        LIMIT $6
+    $q$, vector_dims(p_query))
+    USING p_tenant, p_session, p_model, p_query, p_min, p_limit;
+END
+$_$;
+
 CREATE FUNCTION public.cascade_window_v1(p_tenant text, p_id text, p_system_count integer, p_from integer, p_start integer) RETURNS TABLE(pos integer, hash text, role text, message json, tool_call_id text, tokens integer, redacted boolean, verbatim boolean)
     LANGUAGE sql STABLE
     AS $$

@@ -9,7 +9,6 @@ without them is refused with an actionable ``ContextLengthExceeded`` instead of 
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -140,7 +139,10 @@ def _refuse(
     reserved: int,
     head: int,
     fixed: int = 0,
+    assembled: int = 0,
 ) -> ContextLengthExceeded:
+    """The refusal: ``needed`` is what would be sent after every stage (the droppable history
+    and blocks gone), ``assembled`` the prompt as the stages built it, named when larger."""
     budget = limit - reserved
     aside = f"reserved for output {reserved - fixed}"
     if fixed > 0:
@@ -149,6 +151,11 @@ def _refuse(
         f"This request needs about {needed} tokens but {max(budget, 0)} are available for the "
         f"prompt (limit {limit}, {aside})."
     )
+    if assembled > needed:
+        text += (
+            " That counts it after every stage, with every older message the proxy may drop"
+            f" gone; the prompt as assembled is {assembled}."
+        )
     if messages:
         index, size = _largest(messages, count)
         text += (
@@ -172,6 +179,7 @@ def guard(
     trim_current_turn: bool = False,
     target: int | None = None,
     observation_prefixes: Sequence[str] = (),
+    assembled: int = 0,
 ) -> GuardResult:
     """Make the prompt fit ``limit - reserved_output`` or refuse it (``fixed``: the part of
     ``reserved_output`` the request's tools and response schema take, named apart in a
@@ -192,7 +200,9 @@ def guard(
     prefix stays unchanged for many steps instead of moving by one round every step), else
     to the budget.
     Emits one ``context.trimmed`` event. Raises ``ContextLengthExceeded`` when even dropping
-    everything droppable is not enough, naming the largest message so a person can act.
+    everything droppable is not enough, counting what would be sent with it all gone (beside
+    the prompt as given, or ``assembled``: its size before blocks were left out) and naming
+    the largest message so a person can act.
     """
     budget = limit - reserved_output
     before = count(messages)
@@ -215,11 +225,12 @@ def guard(
         raise _refuse(
             messages,
             count=count,
-            needed=before,
+            needed=floor,
             limit=limit,
             reserved=reserved_output,
             head=head_end,
             fixed=fixed,
+            assembled=max(before, assembled),
         )
     goal = target if target is not None and floor <= target < budget else budget
     lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
@@ -283,23 +294,27 @@ def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
 
     A prompt that cannot fit even so goes again without the optional blocks
     (``OPTIONAL_BLOCKS``, one more each time) before it is refused; the blocks left out are
-    named in the ``context.trimmed`` event and marked, so the turn leaves them out after."""
+    named in the ``context.trimmed`` event and marked, so the turn leaves them out after.
+    The refusal is the last attempt's: it counts the prompt without any of them."""
     count = calibrated_count(step.count, step.ratio)
     current, source = messages, tuple(range(len(messages)))
     dropped: tuple[str, ...] = ()
     try:
         return _fit(current, source, step, count)
-    except ContextLengthExceeded as refused:
-        before = count(messages)
-        for name in OPTIONAL_BLOCKS:
-            block = _block(step, name)
-            less = _without(current, source, block) if block is not None else None
-            if less is None:
-                continue
-            (current, source), dropped = less, (*dropped, name)
-            with contextlib.suppress(ContextLengthExceeded):
-                return _fit(current, source, step, count, dropped, before)
-        raise refused from None
+    except ContextLengthExceeded as first:
+        refused = first
+    before = count(messages)
+    for name in OPTIONAL_BLOCKS:
+        block = _block(step, name)
+        less = _without(current, source, block) if block is not None else None
+        if less is None:
+            continue
+        (current, source), dropped = less, (*dropped, name)
+        try:
+            return _fit(current, source, step, count, dropped, before)
+        except ContextLengthExceeded as still:
+            refused = still
+    raise refused from None
 
 
 def _fit(
@@ -326,6 +341,7 @@ def _fit(
         trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
         observation_prefixes=step.ctx.observations.user_prefixes,
+        assembled=before,
     )
     if not dropped and not guarded.gone:
         return StageResult(guarded.messages, guarded.events)

@@ -40,7 +40,14 @@ from proxy.cascade.literals import start_literals
 from proxy.cascade.secret_patterns import DEFAULT_PATTERNS, REDACTED
 from proxy.cascade.types import Message
 
-__all__ = ["REDACTED", "DEFAULT_PATTERNS", "compile_patterns", "redact", "redact_message"]
+__all__ = [
+    "REDACTED",
+    "DEFAULT_PATTERNS",
+    "compile_patterns",
+    "redact",
+    "redact_message",
+    "redact_written",
+]
 
 
 _DENSITY = 32  # past one candidate per this many characters, one subn scan is cheaper
@@ -328,3 +335,38 @@ def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
                 part = {**part, "text": text}
         parts.append(part)
     return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)
+
+
+def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` text redacted."""
+    if not isinstance(call, Mapping):
+        return call, 0
+    fn = call.get("function", call)
+    args = fn.get("arguments") if isinstance(fn, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(args, str):
+        return call, 0
+    text, n = redact(args, patterns)
+    if n == 0:
+        return call, 0
+    if fn is call:
+        return {**call, "arguments": text}, n
+    return {**call, "function": {**fn, "arguments": text}}, n
+
+
+def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> Message:
+    """``msg`` with every text a model reads redacted: its content (``redact_message``) and
+    the arguments of its tool calls or legacy ``function_call``. Ingestion redacts what
+    clients send; what the model itself wrote is stored as the provider sent it, so what
+    the proxy derives from stored history for another model (the summary's input) is
+    redacted here. The same object comes back when nothing matched."""
+    out, total = redact_message(msg, patterns)
+    calls = msg.get("tool_calls")
+    if isinstance(calls, Sequence) and not isinstance(calls, str):
+        done = [_redact_arguments(c, patterns) for c in calls]
+        if any(n for _, n in done):
+            out, total = {**out, "tool_calls": [c for c, _ in done]}, total + 1
+    if isinstance(msg.get("function_call"), Mapping):
+        call, n = _redact_arguments(msg["function_call"], patterns)
+        if n:
+            out, total = {**out, "function_call": call}, total + n
+    return msg if total == 0 else out

@@ -44,6 +44,7 @@ import asyncpg
 
 from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
+from proxy.cascade.redaction import redact
 from proxy.cascade.summary import fold_summary
 from proxy.cascade.types import (
     COMPACTION_COMPLETED,
@@ -282,7 +283,7 @@ class DurableSummarizer:
         # are the oldest the model was given, so one it drops comes back, within the cap.
         given = [*([] if span.latest is None else [as_text(span.latest)]), *span.plan.span]
         ledger = apply_ledger(brief.content, given, cap=job.cfg.ledger_cap)
-        content = ledger.summary
+        content = redact(ledger.summary, job.redaction)[0]  # whatever the fast model wrote
         head = span.head
         kept = [r["message"] for r in span.tail[span.plan.end :]]
         after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))

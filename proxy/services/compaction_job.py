@@ -27,6 +27,7 @@ from typing import Any
 
 from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.overflow import calibrated_count
+from proxy.cascade.redaction import compile_patterns
 from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
@@ -65,6 +66,9 @@ class CompactionJob:
     promotion: str = "off"  # context.memoryPromotion.mode (services/promotion.py)
     memory_scope: str = "global"
     memory_patterns: tuple[re.Pattern[str], ...] = ()
+    redaction: tuple[re.Pattern[str], ...] = ()
+    """The agent's redaction patterns (none when its redaction is off): the span the fast
+    model reads and the summary stored hold no match, whoever wrote the text."""
     observation_prefixes: tuple[str, ...] = ()  # a text agent's steps are rounds too
     agents: tuple[str, ...] | None = None
     """The agents of the proxy key that asked (None: any): the compaction, once it holds its
@@ -88,6 +92,7 @@ def job_for(
     agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
     fast = agent_cfg.fast_model or model
     scope = scope_of_agent(cfg, agent)
+    redaction = cfg.context_for(agent).redaction
     return CompactionJob(
         tenant=tenant,
         session_id=session_id,
@@ -100,6 +105,11 @@ def job_for(
         promotion=cfg.context_for(agent).memory_promotion.mode,
         memory_scope=scope,
         memory_patterns=tuple(patterns_for(cfg, scope)),
+        redaction=tuple(
+            compile_patterns(redaction.patterns, use_defaults=redaction.default_patterns)
+        )
+        if redaction.enabled
+        else (),
         observation_prefixes=cfg.context_for(agent).observations.user_prefixes,
         agents=agents,
         agent=agent,

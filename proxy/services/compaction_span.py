@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.pipeline import drop_commands
+from proxy.cascade.redaction import redact, redact_written
 from proxy.cascade.summary import fold_summary, plan_compaction
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.services.compaction_job import CompactionJob
@@ -88,7 +89,8 @@ def as_text(summary: Mapping[str, Any]) -> Message:
 async def read_span(
     conn: Connection, job: CompactionJob, owner: uuid.UUID, *, count: TokenCounter, closer: Closer
 ) -> Span | CompactionResult | None:
-    """The session's latest summary and the window after it, planned; None when the
+    """The session's latest summary and the window after it, planned (the span and the
+    summary redacted with the agent's patterns: the fast model reads them); None when the
     session is gone (or made again since ``owner`` claimed it), an unchanged result when
     there is nothing to fold or, naming the agent in ``moved_to``, when the session now
     runs another agent than the one the job was built for (nothing read: its history is
@@ -131,4 +133,12 @@ async def read_span(
         return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
     # /compact exchanges were answered by the proxy: the fast model never sees them.
     plan = replace(plan, span=drop_commands(plan.span))
+    if job.redaction:  # what the model wrote was stored as it came: redacted here
+        plan = replace(
+            plan,
+            span=tuple(redact_written(m, job.redaction) for m in plan.span),
+            previous=None if previous is None else redact(previous, job.redaction)[0],
+        )
+        if latest is not None:
+            latest = {**latest, "content": plan.previous}
     return Span(owner, latest, boundary, head, tail, plan, before, float(row["calibration"]))

@@ -102,7 +102,8 @@ the prompt carries, within this."""
 
 def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
     """The search's rows as hits, but for a ``/compact`` exchange and a message the prompt
-    still carries that a compaction folded after the window was read (``need.carried``)."""
+    still carries that a compaction folded after the window was read (``need.carried``;
+    not an evicted result, whose placeholder alone the prompt carries)."""
     return tuple(
         Hit(
             f.pos,
@@ -114,7 +115,7 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
         )
         for f in found
         if not (isinstance(f.message, dict) and is_command_exchange(f.message))
-        and not (f.origin == "summarised" and f.pos in need.carried)
+        and not (f.origin == "summarised" and f.pos in need.carried and not f.cleared)
     )
 
 

@@ -54,6 +54,8 @@ class Found:
     message: Any
     origin: str
     score: float
+    cleared: bool = False
+    """Its result is evicted: a prompt carrying the row carries only its placeholder."""
 
 
 # The candidates: live messages other than instructions (system, developer) of sessions
@@ -149,8 +151,8 @@ async def update_embeddings(
     await conn.execute(UPDATE, model, list(ids), texts, dims)
 
 
-SEARCH = "SELECT * FROM cascade_related($1, $2, $3, $4, $5, $6)"
-"""The search is a function (migration 0017): it writes the query's dimension into its
+SEARCH = "SELECT * FROM cascade_related_v2($1, $2, $3, $4, $5, $6)"
+"""The search is a function (migrations 0017, 0029): it writes the query's dimension into its
 statement, for the HNSW index of that dimension, and turns pgvector's iterative scan on for
 its own duration only."""
 
@@ -167,7 +169,8 @@ async def search_outside_prompt(
 ) -> list[Found]:
     """The ``limit`` messages of the session most like ``vector`` (cosine, at least
     ``min_score``) that are outside the prompt: folded into the summary, evicted or
-    trimmed (``cascade_related``)."""
+    trimmed (``cascade_related_v2``). A row the current summary folds is ``summarised``
+    whatever happened to it before, as ``/messages`` labels it."""
     rows = await conn.fetch(SEARCH, tenant, session_id, model, list(vector), min_score, limit)
     return [
         Found(
@@ -177,6 +180,7 @@ async def search_outside_prompt(
             r["message"],
             r["origin"],
             float(r["score"]),
+            bool(r["cleared"]),
         )
         for r in rows
     ]

@@ -40,6 +40,7 @@ SHIPPED = {  # version: sha256 of the file, as store.db computes it
     26: "878e32953beb42765f867a676bb9089ddbeda9d9ecac22ea3bd07a3c1a1b081f",
     27: "e67419c959cd313e39c0ade7b6263e183b5071e276228dfafbd9814d155470d8",
     28: "4bfbaa4ae408cc43b47caf662f9e0e5dd98f9afbe6d686e370c4dd985beafb54",
+    29: "3048fbbc079ec16945d1a79654753ef93bf97b5883d8bba397552e9606fb52a4",
 }
 
 

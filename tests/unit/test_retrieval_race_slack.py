@@ -58,3 +58,25 @@ async def test_the_race_filter_does_not_starve_the_result(
     answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
     assert answer["positions"] == shown and answer["hits"] == 2
     assert limits == ([2, 2 + 6] if carried else [2]), "one wider search, only when short"
+
+
+async def test_a_folded_hit_the_prompt_carries_only_as_a_placeholder_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compaction that lands while the search runs folds a result the step's window holds
+    evicted: the prompt carries its placeholder, not its text, so the hit stays."""
+    found = [
+        Found(20, "tool", "c", {"role": "tool", "content": "t"}, "summarised", 0.9, cleared=True),
+        _found(21, "summarised", 0.8),
+    ]
+
+    async def search(conn: Any, *, limit: int, **kw: Any) -> list[Found]:
+        return found
+
+    monkeypatch.setattr(retrieval, "embedders_here", _Hub)
+    monkeypatch.setattr(retrieval.store, "search_outside_prompt", search)
+    need = RetrievalNeed(
+        query="q", min_score=0.0, max_results=2, timeout_ms=300, carried=frozenset({20, 21})
+    )
+    answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
+    assert answer["positions"] == [20]

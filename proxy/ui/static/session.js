@@ -33,6 +33,8 @@ export class SessionView {
     this.following = false; // the event stream is open or reconnecting
     this.missing = false; // the last load found no such session
     this.loadingEarlier = false; // a "load earlier" is under way
+    this.evictionShown = null; // the eviction total the rows shown reflect (reclaimed.eviction)
+    this.evictionHeard = 0; // the largest a turn's context.usage named before that was known
     this.wire();
   }
 
@@ -140,6 +142,7 @@ export class SessionView {
       const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
       this.messages.take(rows);
+      if (rows.whole) this.shownEviction(session);
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
@@ -162,6 +165,30 @@ export class SessionView {
       }
       this.ui.handleError(err, "Could not load the session");
     }
+  }
+
+  // A whole read reads the session first (its message_count places the rows), so the rows
+  // reflect at least the eviction total it names. One a turn named before any read was done
+  // and that this read does not reflect reads the rows again, once.
+  shownEviction(session) {
+    const total = session.reclaimed ? session.reclaimed.eviction : 0;
+    const heard = this.evictionShown === null ? this.evictionHeard : 0;
+    this.evictionShown = total;
+    if (heard > total) this.refresh(true);
+  }
+
+  // Whether a turn's context.usage names an eviction the rows shown do not reflect: one
+  // whose transient context.evicted this view never got (it was sent between the first read
+  // of the rows and the stream's opening). The usage event is persisted: the stream replays
+  // it, or sends it live.
+  evictedUnseen(data) {
+    const total = data.reclaimed_tokens;
+    if (typeof total !== "number") return false;
+    if (this.evictionShown === null) {
+      this.evictionHeard = Math.max(this.evictionHeard, total);
+      return false;
+    }
+    return total > this.evictionShown;
   }
 
   render() {
@@ -264,7 +291,7 @@ export class SessionView {
       case "session.message.appended":
         if (name === "context.usage") this.composer.turnEnded();
         this.live.end();
-        this.refresh();
+        this.refresh(name === "context.usage" && this.evictedUnseen(data));
         break;
       case "context.truncated": // a result cut as it came in, or an observation after it
         this.messages.named(data.handle);

@@ -10,13 +10,15 @@ a compaction someone forced stores it (the summary was asked for).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
 
+from proxy.cascade.redaction import compile_patterns, redact
 from tests.fakes.replies import RecordedRequest
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_prompts import summary_of
+from tests.integration.api.compaction_prompts import summary_of, tool_round
 from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
@@ -42,6 +44,42 @@ def test_the_fast_model_never_sees_a_secret_the_client_sent(
         fast = s.fast_bodies()
         assert fast and all(SECRET not in str(b) for b in fast)
         assert all(SECRET not in str(b) for b in s.main_bodies())
+
+
+def test_a_secret_the_model_wrote_reaches_neither_the_fast_model_nor_the_summary(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """Redaction runs on what clients send; a key the model itself wrote (in its reply, in a
+    tool call's arguments) is stored as the provider sent it. The summary's input is redacted
+    all the same, and so is the briefing stored, whatever the fast model writes."""
+    written = "AKIA" + "QX7Z" * 4  # another key the fast model writes into its briefing
+    model = Model(brief=lambda req: briefing(f"deploy.sh uses {written}"))
+    summarize = {"background": False, "keepRecent": 2}
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
+        agent = Agent(s.client("wrote"))
+        call = {
+            "id": "call_k",
+            "type": "function",
+            "function": {"name": "run", "arguments": f'{{"env": "OPENAI_KEY={SECRET}"}}'},
+        }
+        agent.messages += [
+            {"role": "user", "content": "Set the deploy up."},
+            {"role": "assistant", "content": f"I will export {SECRET} first."},
+            {"role": "user", "content": "Go on."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_k", "content": "done"},
+            *tool_round(1, 900),
+            *tool_round(2, 900),
+        ]
+        agent.step()
+        (row,) = s.summaries("wrote")
+        assert row["boundary"] > 5  # the planted messages were folded
+        fast = s.fast_bodies()
+        assert fast and all(SECRET not in json.dumps(b) for b in fast)
+        patterns = compile_patterns((), use_defaults=True)
+        assert redact(row["content"], patterns)[1] == 0
+        assert "deploy.sh uses" in row["content"] and written not in row["content"]
+        assert written not in json.dumps(s.main_bodies())
 
 
 def test_a_briefing_longer_than_what_it_replaces_is_not_stored(

@@ -9,6 +9,7 @@ with 400 ``context_length_exceeded`` and nothing goes upstream; and the provider
 from __future__ import annotations
 
 import json
+import re
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -250,3 +251,24 @@ def test_the_refusal_names_the_large_message_as_the_client_counts_it(
         body = info.value.body
         assert isinstance(body, dict)
         assert "(the 4th message from the end, role user)" in body["message"], body["message"]
+
+
+def test_the_refusal_counts_what_every_stage_leaves(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The stages shrink the request (the guard drops every older round) but not enough: the
+    refusal's count is the prompt the proxy would send, not the request as it came in."""
+    with small_window(tmp_path, db_dsn, fake_upstream, summarize={"enabled": False}) as s:
+        messages = [*rounds(6), {"role": "user", "content": words(3600, "huge")}]
+        count = build_counter()
+        with pytest.raises(openai.BadRequestError) as info:
+            s.client("shrunk").chat.completions.create(model="gpt-fake", messages=messages)
+        assert info.value.code == "context_length_exceeded"
+        body = info.value.body
+        assert isinstance(body, dict)
+        found = re.search(r"needs about (\d+) .* as assembled is (\d+)", body["message"])
+        assert found is not None
+        needed, assembled = int(found[1]), int(found[2])
+        alone = count(messages[-1:])  # the current turn: what stays once the rounds go
+        assert alone <= needed <= alone * 1.1 < count(messages) <= assembled
+        assert s.fake.requests == []

@@ -144,3 +144,53 @@ async def test_the_search_reads_one_session_one_model_outside_the_prompt(
             limit=10,
         )
         assert sorted((f.pos, f.origin) for f in found) == [(0, "summarised"), (2, "evicted")]
+
+
+async def test_an_evicted_message_folded_since_is_found_as_summarised(
+    pool: asyncpg.Pool,
+) -> None:
+    """A result evicted and then folded into the summary is in no prompt as either: the
+    search calls it ``summarised``, as ``/messages`` does, and one evicted after the
+    boundary stays ``evicted``. The previous function keeps its answer for a replica still
+    on the previous code during a rolling upgrade."""
+    await _session(pool, "t", "s", ["folded after eviction", "folded", "evicted after"])
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO summaries (tenant, session_id, version, boundary, content)"
+            " VALUES ('t', 's', 1, 2, 'summary')"
+        )
+        await conn.execute(
+            "UPDATE messages SET placeholder = '{}'::json, evicted_at = now()"
+            " WHERE tenant = 't' AND session_id = 's' AND pos IN (0, 2)"
+        )
+    claimed = await _claim(pool)
+    async with pool.acquire() as conn:
+        await store.update_embeddings(
+            conn,
+            model=MODEL,
+            ids=[c.message_id for c in claimed],
+            vectors=[[1.0, 0.0] for _ in claimed],
+        )
+        found = await store.search_outside_prompt(
+            conn,
+            tenant="t",
+            session_id="s",
+            model=MODEL,
+            vector=[1.0, 0.0],
+            min_score=0.5,
+            limit=10,
+        )
+        old = await conn.fetch(
+            "SELECT pos, origin FROM cascade_related('t', 's', $1, '[1,0]'::vector, 0.5, 10)",
+            MODEL,
+        )
+    assert sorted((f.pos, f.origin, f.cleared) for f in found) == [
+        (0, "summarised", True),
+        (1, "summarised", False),
+        (2, "evicted", True),
+    ]
+    assert sorted((r["pos"], r["origin"]) for r in old) == [
+        (0, "evicted"),
+        (1, "summarised"),
+        (2, "evicted"),
+    ]

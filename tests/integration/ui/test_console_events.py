@@ -11,6 +11,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import TENANT, Page
@@ -190,3 +192,40 @@ def test_a_silent_stream_is_given_up_and_what_changed_meanwhile_shows(
     wait_for(lambda: len(events_requests(console, "asleep")) == 2, page)
     row.locator("[data-mark=evicted]").wait_for()
     page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
+
+
+def test_an_eviction_between_the_first_read_and_the_stream_shows(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The view reads its rows and opens its stream side by side: a request evicting in
+    between sends its transient ``context.evicted`` to no one. Its turn's ``context.usage``
+    (persisted: replayed by the stream, or live) names the eviction's total, larger than
+    the read saw, and the view reads its rows again. The stream is held here until the
+    evicting request has ended, the widest such gap."""
+    history = [m for i in range(2) for m in tool_round(i, 1300)]
+    fake_upstream.script(reply("Read both.", usage=(1900, 4)))  # the next one evicts
+    with api(console_proxy) as h:
+        resp = h.post("/s/gap/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+        history.append(resp.json()["choices"][0]["message"])
+        assert not h.get("/v1/sessions/gap/messages").json()["data"][2]["evicted"]
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    console.page.route("**/v1/sessions/gap/events", hold)
+    page = sign_in(console, "#/s/gap")
+    row = page.locator("[data-testid=message][data-pos='2']")  # the first round's result
+    row.wait_for()
+    wait_for(lambda: len(held) == 1, page)
+    with api(console_proxy) as h:
+        more = [*history, *tool_round(2, 100)]
+        resp = h.post("/s/gap/v1/chat/completions", json={"model": "m", "messages": more})
+        assert resp.status_code == 200, resp.text
+        rows = h.get("/v1/sessions/gap/messages").json()["data"]
+    assert rows[2]["evicted"], "the second request evicts the first result"
+    assert row.locator("[data-mark=evicted]").count() == 0  # as read before it
+    held[0].continue_()
+    row.locator("[data-mark=evicted]").wait_for()
+    assert page.get_by_test_id("toast").count() == 0

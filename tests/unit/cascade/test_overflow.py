@@ -67,7 +67,8 @@ def test_guard_keeps_the_current_turn_even_if_that_means_refusing() -> None:
     with pytest.raises(ContextLengthExceeded) as err:
         guard(msgs, count=count, limit=100, reserved_output=40, protected_head=2)
     text = str(err.value)  # all droppable history gone would still leave 70 > 60
-    assert "needs about 225 tokens but 60 are available" in text
+    assert "needs about 70 tokens but 60 are available" in text  # what it could send
+    assert "the prompt as assembled is 225" in text
     assert "limit 100, reserved for output 40" in text
     assert "(the 7th message from the end, role tool)" in text and "100 tokens" in text
     assert "contextLimit" in text
@@ -255,3 +256,12 @@ def test_a_text_agents_task_stays_and_its_steps_go_whole() -> None:
         smaller = replace(step.budget, limit=limit - 20)
         out = assemble(replace(step, window=rest, budget=smaller), (OVERFLOW,))
         assert out.messages[-2:] == rest[-2:], (limit, out.messages)
+
+
+def test_a_refusal_with_nothing_to_drop_names_one_size() -> None:
+    """With no history to drop the assembled prompt is what would be sent: one number."""
+    msgs = [system("s"), user(_words(5_000))]
+    with pytest.raises(ContextLengthExceeded) as err:
+        guard(msgs, count=count, limit=4_000, reserved_output=500, protected_head=1)
+    assert f"needs about {count(msgs)} tokens" in str(err.value)
+    assert "as assembled" not in str(err.value)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from proxy.cascade.memory_block import MEMORY
-from proxy.cascade.overflow import OVERFLOW
+from proxy.cascade.overflow import OVERFLOW, calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
@@ -111,8 +112,17 @@ def test_memory_as_its_own_system_message_goes_whole() -> None:
 
 
 def test_a_prompt_too_large_without_its_blocks_is_still_refused() -> None:
-    with pytest.raises(ContextLengthExceeded):
-        assemble(_step(_window(), 300), STAGES)
+    """The refusal counts what would be sent with every block and all older history gone,
+    and names the prompt as the stages assembled it, blocks and all, beside it."""
+    step = _step(_window(), 300)
+    with pytest.raises(ContextLengthExceeded) as err:
+        assemble(step, STAGES)
+    w, calibrated = _window(), calibrated_count(count, step.ratio)
+    text = str(err.value)
+    assert f"needs about {calibrated((w[0], w[3]))} tokens but 300 are available" in text
+    blocks = (w[0], w[1], w[2], {**w[3], "content": w[3]["content"] + RELATED + PLAN})
+    assembled = re.search(r"the prompt as assembled is (\d+)", text)
+    assert assembled is not None and calibrated(blocks) < int(assembled[1])
 
 
 def test_a_block_in_a_list_of_parts_goes_and_the_clients_parts_stay() -> None:

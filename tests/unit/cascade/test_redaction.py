@@ -11,6 +11,7 @@ from proxy.cascade.redaction import (
     compile_patterns,
     redact,
     redact_message,
+    redact_written,
 )
 from tests.unit.cascade.builders import tool, user
 from tests.unit.cascade.fake_credentials import (
@@ -215,3 +216,33 @@ def test_redact_message_unchanged_is_same_object() -> None:
     assert redact_message(msg, PATTERNS)[0] is msg
     empty = {"role": "assistant", "content": None}
     assert redact_message(empty, PATTERNS)[0] is empty
+
+
+def test_what_a_model_wrote_is_redacted_in_its_text_and_its_call_arguments() -> None:
+    """An assistant message holds text a model reads in its content and in the arguments of
+    its calls, legacy ``function_call`` included; the rest of the message is kept as is."""
+    patterns = compile_patterns((), use_defaults=True)
+    call = {"id": "c1", "type": "function", "function": {"name": "run", "arguments": ""}}
+    msg = {
+        "role": "assistant",
+        "content": f"exporting {OPENAI}",
+        "tool_calls": [
+            {**call, "function": {"name": "run", "arguments": f'{{"key": "{GITHUB}"}}'}},
+            call,
+        ],
+    }
+    out = redact_written(msg, patterns)
+    assert out["content"] == f"exporting {REDACTED}"
+    assert out["tool_calls"][0]["function"] == {
+        "name": "run",
+        "arguments": f'{{"key": "{REDACTED}"}}',
+    }
+    assert out["tool_calls"][0]["id"] == "c1" and out["tool_calls"][1] is call
+    legacy = {
+        "role": "assistant",
+        "content": None,
+        "function_call": {"name": "f", "arguments": AWS_ID},
+    }
+    assert redact_written(legacy, patterns)["function_call"] == {"name": "f", "arguments": REDACTED}
+    plain = {"role": "assistant", "content": "nothing here", "tool_calls": [call]}
+    assert redact_written(plain, patterns) is plain
