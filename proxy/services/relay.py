@@ -195,8 +195,9 @@ def _ending(
 ) -> tuple[list[bytes], bytes]:
     """At the end of the body: the pieces to send now, and the unterminated rest to send last.
 
-    A ``[DONE]`` without its blank line still counts. An answer that did not finish gets
-    ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
+    A last event without its blank line (``[DONE]``, a whole chunk) counts as one with it,
+    and goes out with it. An answer that did not finish gets ``out.error``, and any other
+    unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
     whole = _json_object(tail)
@@ -206,9 +207,10 @@ def _ending(
         # an error object instead of a stream: the SDKs read it only as an error frame
         out.provider_error = failure[1]
         return [sse.encode_event({"error": failure[0]}), sse.DONE], b""
-    if tail.strip() and sse.is_done(tail):
+    if tail.strip() and not out.saw_done and _last_event(tail):
+        event = tail.rstrip(b"\r\n") + b"\n\n"  # an SSE client drops an event left open
         now = _handle(
-            tail, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
+            event, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
         )
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
@@ -221,6 +223,13 @@ def _ending(
         out.error = "the provider's stream ended before its answer was complete"
         tail = b""
     return now, tail
+
+
+def _last_event(tail: bytes) -> bool:
+    """Whether the body's unterminated rest is a whole event all the same (``[DONE]``, or a
+    chunk whose JSON is whole): a provider that closes right after its last line, which is
+    read as if its blank line had come; a cut-off one is not."""
+    return sse.is_done(tail) or sse.parse_general(tail) is not None
 
 
 def _utf8(event: bytes) -> bytes:

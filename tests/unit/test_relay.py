@@ -205,6 +205,14 @@ async def test_an_unfinished_tail_is_not_relayed_before_the_error_frame() -> Non
     assert out.error is not None and got == [frame({"content": "a"})]
 
 
+async def test_a_whole_last_event_without_its_blank_line_is_read_and_goes_out_closed() -> None:
+    # The provider closed right after the line: the event is whole, only its blank line is not.
+    last = frame({}, "stop").rstrip(b"\n") + b"\n"
+    got, out = await relay([frame({"content": "a"}), last], ClientStream())
+    assert out.error is None and got == [frame({"content": "a"}), frame({}, "stop")]
+    assert out.acc.finish_reason(0) == "stop"
+
+
 async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_named() -> None:
     # The openai SDK raises on an unnamed event's data that is no JSON, and skips a named one's.
     named = b"event: ping\ndata: ping\n\n"
