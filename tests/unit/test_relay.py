@@ -448,3 +448,42 @@ async def test_a_held_call_goes_out_at_the_finish_before_the_named_call_after_it
     assert chunks(got) == []
     got, _ = await relay([*pieces, frame({}, "tool_calls")], ClientStream(), intercept=True)
     assert [c["id"] for c in _client_view(got)["tool_calls"]] == ["call_x", "call_y"]
+
+
+def _call(index: int, **fields: Any) -> bytes:
+    return frame({"tool_calls": [{"index": index, **fields}]})
+
+
+@pytest.mark.parametrize("internal_at", [0, 1], ids=["internal-first", "client-first"])
+async def test_arguments_before_a_name_are_held_until_the_name_says_whose_call(
+    internal_at: int,
+) -> None:
+    # Parallel calls interleaved, each call's first arguments before its name: a fragment
+    # of the proxy's own call must never reach the client, whichever of the two it is.
+    names = ["run_tests", "run_tests"]
+    names[internal_at] = "read_tool_output"
+    pieces = [
+        frame({"role": "assistant", "content": None}),
+        _call(0, id="call_0", type="function", function={"arguments": '{"h'}),
+        _call(1, id="call_1", type="function", function={"arguments": '{"a'}),
+        _call(1, function={"name": names[1]}),
+        _call(0, function={"name": names[0]}),
+        _call(0, function={"arguments": '": 1}'}),
+        _call(1, function={"arguments": '": 2}'}),
+        frame({}, "tool_calls"),
+        sse.DONE,
+    ]
+    got, out = await relay(pieces, ClientStream(), intercept=True)
+    assert not out.only_internal and out.error is None
+    client_id = f"call_{1 - internal_at}"
+    assert f"call_{internal_at}".encode() not in b"".join(got)
+    arguments = ['{"h": 1}', '{"a": 2}'][1 - internal_at]
+    assert _client_view(got)["tool_calls"] == [
+        {
+            "id": client_id,
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": arguments},
+        }
+    ]
+    calls = [c["choices"][0]["delta"].get("tool_calls") for c in chunks(got)]
+    assert all(call["index"] == 0 for fragments in calls if fragments for call in fragments)
