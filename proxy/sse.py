@@ -97,6 +97,11 @@ class EventSplitter:
         self._scan = len(buf)
         return events
 
+    @property
+    def pending(self) -> int:
+        """How many bytes of an event that has not ended are held."""
+        return len(self._buf)
+
     def flush(self) -> bytes:
         """Return whatever is left at EOF (an unterminated event) and reset."""
         rest = bytes(self._buf)

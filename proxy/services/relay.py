@@ -24,7 +24,8 @@ the round reports it in ``RoundOutcome.error``, as it does a stream that breaks 
 that holds no chat chunk (but a whole JSON answer, relayed as it came; an error object goes
 out as an error frame), and a chunk whose choices or tool calls are malformed
 (``chunks.malformed``) or a data event that is no JSON object, which ends the round before it:
-the relay, the stored reply and the client would each read it differently.
+the relay, the stored reply and the client would each read it differently. So does an event
+over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -42,6 +43,7 @@ import anyio
 import httpx
 
 from proxy import chunks, sse
+from proxy.answers import MAX_ANSWER_BYTES, size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.client_stream import ClientStream, empty_choice
 from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
@@ -105,10 +107,12 @@ async def relay_round(
     intercept: bool,
     keepalive: float,
     client: ClientStream | None = None,
+    max_event: int = MAX_ANSWER_BYTES,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said.
 
     ``client`` carries the stream across the rounds of one request (a new one if omitted).
+    An event over ``max_event`` bytes, ended or not, ends the round before it (``_capped``).
     """
     client = client if client is not None else ClientStream()
     # Bounded, so a client that reads slowly slows the provider (nothing reads from its socket
@@ -144,9 +148,11 @@ async def relay_round(
             if isinstance(item, Exception):
                 _broke_off(item, out)
                 break
+            events = splitter.feed(item)
+            over = _capped(events, splitter, max_event)
             pieces = [
                 piece
-                for event in splitter.feed(item)
+                for event in events
                 for piece in _handle(
                     event,
                     out,
@@ -158,7 +164,7 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            if out.error:  # a malformed chunk: the round ends before it, as a cut one does
+            if _ends(out, over):  # a malformed chunk: the round ends before it, as a cut one
                 break
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
@@ -175,6 +181,26 @@ async def relay_round(
             contextlib.suppress(asyncio.CancelledError, Exception),
         ):
             await reader
+
+
+def _capped(events: list[bytes], splitter: sse.EventSplitter, cap: int) -> str | None:
+    """The error for an event over ``cap`` bytes, ended or still open in the splitter, with
+    the events before it left in ``events``; None when none is. The round ends there, and
+    its caller closes the provider's connection, so no more of it is read or held."""
+    over = next((pos for pos, event in enumerate(events) if len(event) > cap), None)
+    if over is not None:
+        del events[over:]
+    elif splitter.pending <= cap:
+        return None
+    return f"the provider sent a stream event over the proxy's cap of {size_text(cap)}"
+
+
+def _ends(out: RoundOutcome, over: str | None) -> bool:
+    """Whether the round ends after this read: an error, or an event over the cap, which is
+    the round's error unless ``[DONE]`` came before it (the answer is whole)."""
+    if over and not (out.error or out.saw_done):
+        out.error = over
+    return bool(out.error or over)
 
 
 def _broke_off(exc: Exception, out: RoundOutcome) -> None:

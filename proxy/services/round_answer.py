@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import Response
 
-from proxy import sse
+from proxy import answers, sse
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.logs import causes
 from proxy.upstream import StreamAnswer, response_headers
@@ -44,7 +44,7 @@ async def read_refusal(resp: StreamAnswer) -> Response:
     """A provider's error answer (a status of 400 or more) read whole and closed, as the
     response that relays it as it came."""
     try:
-        raw = await resp.aread()
+        raw = await resp.aread(answers.MAX_ANSWER_BYTES)
     finally:
         await resp.aclose()
     return Response(raw, resp.status_code, response_headers(resp))

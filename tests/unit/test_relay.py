@@ -57,18 +57,23 @@ def read_call(cid: str) -> dict[str, Any]:
 
 
 async def relay(
-    pieces: Sequence[bytes], client: ClientStream, *, intercept: bool = False
+    pieces: Sequence[bytes],
+    client: ClientStream,
+    *,
+    intercept: bool = False,
+    max_event: int = 1 << 20,
 ) -> tuple[list[bytes], RoundOutcome]:
     out = RoundOutcome()
     got = [
         p
         async for p in relay_round(
-            _Body(pieces),
+            _Body(pieces),  # type: ignore[arg-type]
             out,
-            strip_usage=False,  # type: ignore[arg-type]
+            strip_usage=False,
             intercept=intercept,
             keepalive=5,
             client=client,
+            max_event=max_event,
         )
     ]
     return got, out
@@ -211,6 +216,25 @@ async def test_a_whole_last_event_without_its_blank_line_is_read_and_goes_out_cl
     got, out = await relay([frame({"content": "a"}), last], ClientStream())
     assert out.error is None and got == [frame({"content": "a"}), frame({}, "stop")]
     assert out.acc.finish_reason(0) == "stop"
+
+
+@pytest.mark.parametrize(
+    "big",
+    [b"data: " + b"x" * 400, b"data: " + b"x" * 400 + b"\n\n"],
+    ids=["open", "ended"],
+)
+async def test_an_event_over_the_cap_ends_the_round_before_it_unless_done_came(
+    big: bytes,
+) -> None:
+    first = frame({"content": "a"})
+    for pieces in ([first + big[:200], big[200:], frame({}, "stop")], [first + big]):
+        got, out = await relay(pieces, ClientStream(), max_event=300)
+        assert got == [first] and "cap of 300 bytes" in (out.error or "")
+    # after [DONE] the answer is whole: the round ends there, with no error
+    got, out = await relay(
+        [first, frame({}, "stop"), sse.DONE + big], ClientStream(), max_event=300
+    )
+    assert out.error is None and out.acc.message()["content"] == "a"
 
 
 async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_named() -> None:
