@@ -18,7 +18,8 @@ one read of the provider's body completes go out together, in one write), except
   no byte;
 - an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
-the answer (and the reply stored) is what came before it.
+the answer (and the reply stored) is what came before it. A whole last event whose blank line
+never came (the provider closed after its line) is read, and goes out, as if it had.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
 the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, a body
 that holds no chat chunk (but a whole JSON answer, relayed as it came; an error object goes
