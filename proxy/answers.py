@@ -12,11 +12,29 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
+from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import loads
-from proxy.provider_errors import mapped_errors
+from proxy.provider_errors import mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 
-__all__ = ["Answer", "StreamAnswer", "RELAY_RESPONSE_HEADERS", "response_headers"]
+__all__ = [
+    "Answer",
+    "MAX_ANSWER_BYTES",
+    "StreamAnswer",
+    "RELAY_RESPONSE_HEADERS",
+    "over_cap",
+    "read_capped",
+    "response_headers",
+    "size_text",
+]
+
+MAX_ANSWER_BYTES = 32 << 20
+"""The most a provider's whole chat answer, and each single event of a streamed one, may
+hold: the request body's own default cap, which no answer without logprobs comes near (128k
+tokens of output are about half a MiB). A provider that sends more (a runaway gateway, a
+line that never ends) would otherwise have the proxy buffer all of it, several times over
+once parsed; past it the call is an ``upstream_bad_response``. Read at each call, so a test
+can lower it."""
 
 # ``retry-after-ms`` and ``x-should-retry`` are what OpenAI's SDKs read first to decide when,
 # and whether, to retry an error: without them a client retries on the coarser ``retry-after``
@@ -63,6 +81,37 @@ class Answer:
         return self.content.decode("utf-8", "replace")
 
 
+def over_cap(provider: ProviderConfig, status: int, what: str, cap: int) -> UpstreamBadResponse:
+    """The 502 for an answer (``what``: its whole body, one event of its stream) over ``cap``
+    bytes; its message, logged once, names the provider and the cap."""
+    return UpstreamBadResponse(
+        f"{provider_name(provider)} answered {status} with {what} over the proxy's cap of "
+        f"{size_text(cap)}; the proxy closed it unread (ask for less: max_tokens, logprobs)"
+    )
+
+
+def size_text(cap: int) -> str:
+    """``cap`` as a message names it: in MiB when it is whole ones, else in bytes."""
+    return f"{cap >> 20} MiB" if cap >= 1 << 20 and not cap % (1 << 20) else f"{cap} bytes"
+
+
+async def read_capped(resp: httpx.Response, provider: ProviderConfig, cap: int | None) -> bytes:
+    """``resp``'s body, read as it arrives; past ``cap`` bytes (None: no cap) the
+    ``over_cap`` 502, the rest left unread for the caller's close to drop with its
+    connection. A break is the 502 of a body that broke off (``mapped_errors``)."""
+    with mapped_errors(provider, answered=resp.status_code):
+        if cap is None:
+            return await resp.aread()
+        parts: list[bytes] = []
+        size = 0
+        async for part in resp.aiter_bytes():
+            size += len(part)
+            if size > cap:
+                raise over_cap(provider, resp.status_code, "a body", cap)
+            parts.append(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class StreamAnswer:
     """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
 
@@ -82,9 +131,9 @@ class StreamAnswer:
         async for chunk in self._resp.aiter_bytes():
             yield chunk
 
-    async def aread(self) -> bytes:
-        with mapped_errors(self._provider, answered=self.status_code):  # broken off: a 502
-            return await self._resp.aread()
+    async def aread(self, cap: int | None = None) -> bytes:
+        """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``)."""
+        return await read_capped(self._resp, self._provider, cap)
 
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing

@@ -97,6 +97,11 @@ class EventSplitter:
         self._scan = len(buf)
         return events
 
+    @property
+    def pending(self) -> int:
+        """How many bytes of an event that has not ended are held."""
+        return len(self._buf)
+
     def flush(self) -> bytes:
         """Return whatever is left at EOF (an unterminated event) and reset."""
         rest = bytes(self._buf)
@@ -218,6 +223,17 @@ def _is_data(line: bytes) -> bool:
     return line.partition(b":")[0] == b"data"
 
 
-def error_event(message: str, *, type: str = "upstream_error", code: str | None = None) -> bytes:
-    """The OpenAI-shaped mid-stream error frame; the relay sends ``DONE`` after it."""
-    return encode_event({"error": {"message": message, "type": type, "param": None, "code": code}})
+def error_event(
+    message: str,
+    *,
+    type: str = "upstream_error",
+    code: str | None = None,
+    retry_after: str | None = None,
+) -> bytes:
+    """The OpenAI-shaped mid-stream error frame; the relay sends ``DONE`` after it. A
+    provider's ``Retry-After``, which no header can carry once the stream began, goes in a
+    ``retry_after`` field of its own (the SDKs keep an error's every field in its ``body``)."""
+    error = {"message": message, "type": type, "param": None, "code": code}
+    if retry_after is not None:
+        error["retry_after"] = retry_after
+    return encode_event({"error": error})

@@ -11,7 +11,9 @@ Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.tra
 never the whole answer; ``connectTimeoutSeconds`` is its connect timeout. A provider that
 compresses its answer (``DECODED_ENCODINGS``) is decoded here, by httpx, over either
 transport, and the relayed headers never carry ``content-encoding`` or ``content-length``
-(``response_headers`` names what is relayed); any other encoding is a 502 naming it.
+(``response_headers`` names what is relayed); any other encoding is a 502 naming it. A whole
+answer is read up to ``max_bytes`` when the caller sets one (a chat completion's
+``MAX_ANSWER_BYTES``), past which it is a 502 too and its connection closed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from proxy.answers import RELAY_RESPONSE_HEADERS, Answer, StreamAnswer, response_headers
+from proxy.answers import (
+    RELAY_RESPONSE_HEADERS,
+    Answer,
+    StreamAnswer,
+    read_capped,
+    response_headers,
+)
 from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
@@ -239,9 +247,11 @@ class Upstream:
         content: bytes | None = None,
         params: Any = None,
         model: str | None = None,
+        max_bytes: int | None = None,
     ) -> Answer:
-        """One whole answer; transport failures become 502/504. ``model`` names the call
-        in its metrics and span only."""
+        """One whole answer; transport failures become 502/504, a body over ``max_bytes``
+        (None: no cap) a 502 naming the cap (``read_capped``). ``model`` names the call in
+        its metrics and span only."""
         # The request's upstream time: send to the answer's last byte.
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
@@ -256,8 +266,7 @@ class Upstream:
             )
             status = resp.status_code
             try:
-                with mapped_errors(provider, answered=status):
-                    body = await resp.aread()
+                body = await read_capped(resp, provider, max_bytes)
             finally:
                 await resp.aclose()
         finally:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from proxy import answers
 from proxy.observe import note_usage
 
 __all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer", "retry_after"]
@@ -43,6 +44,7 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
         client_headers=job.headers,
         content=json.dumps(body).encode(),
         model=job.fast_model,
+        max_bytes=answers.MAX_ANSWER_BYTES,
     )
 
 

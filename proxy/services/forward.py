@@ -19,7 +19,7 @@ import anyio
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from proxy import chunks, sse
+from proxy import answers, chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.types import Message
@@ -167,6 +167,7 @@ class Forwarder:
                     content=self._upstream_body(step, messages),
                     model=step.route.model,
                     params=step.ctx.query or None,
+                    max_bytes=answers.MAX_ANSWER_BYTES,
                 )
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)
@@ -325,6 +326,7 @@ class Forwarder:
                 intercept=step.assembled.offer_read_tool,
                 keepalive=self.settings.keepalive_seconds,
                 client=client,
+                max_event=answers.MAX_ANSWER_BYTES,
             ):
                 poll()
                 if out.provider_error and not failed:

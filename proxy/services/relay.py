@@ -18,13 +18,15 @@ one read of the provider's body completes go out together, in one write), except
   no byte;
 - an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
-the answer (and the reply stored) is what came before it.
+the answer (and the reply stored) is what came before it. A whole last event whose blank line
+never came (the provider closed after its line) is read, and goes out, as if it had.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
 the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, a body
 that holds no chat chunk (but a whole JSON answer, relayed as it came; an error object goes
 out as an error frame), and a chunk whose choices or tool calls are malformed
 (``chunks.malformed``) or a data event that is no JSON object, which ends the round before it:
-the relay, the stored reply and the client would each read it differently.
+the relay, the stored reply and the client would each read it differently. So does an event
+over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
 """
 
@@ -42,6 +44,7 @@ import anyio
 import httpx
 
 from proxy import chunks, sse
+from proxy.answers import MAX_ANSWER_BYTES, size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.client_stream import ClientStream, empty_choice
 from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
@@ -105,10 +108,12 @@ async def relay_round(
     intercept: bool,
     keepalive: float,
     client: ClientStream | None = None,
+    max_event: int = MAX_ANSWER_BYTES,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said.
 
     ``client`` carries the stream across the rounds of one request (a new one if omitted).
+    An event over ``max_event`` bytes, ended or not, ends the round before it (``_capped``).
     """
     client = client if client is not None else ClientStream()
     # Bounded, so a client that reads slowly slows the provider (nothing reads from its socket
@@ -144,9 +149,11 @@ async def relay_round(
             if isinstance(item, Exception):
                 _broke_off(item, out)
                 break
+            events = splitter.feed(item)
+            over = _capped(events, splitter, max_event)
             pieces = [
                 piece
-                for event in splitter.feed(item)
+                for event in events
                 for piece in _handle(
                     event,
                     out,
@@ -158,7 +165,7 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            if out.error:  # a malformed chunk: the round ends before it, as a cut one does
+            if _ends(out, over):  # a malformed chunk: the round ends before it, as a cut one
                 break
         if intercept:
             for piece in held if not out.only_internal else _unfinished(held):
@@ -175,6 +182,26 @@ async def relay_round(
             contextlib.suppress(asyncio.CancelledError, Exception),
         ):
             await reader
+
+
+def _capped(events: list[bytes], splitter: sse.EventSplitter, cap: int) -> str | None:
+    """The error for an event over ``cap`` bytes, ended or still open in the splitter, with
+    the events before it left in ``events``; None when none is. The round ends there, and
+    its caller closes the provider's connection, so no more of it is read or held."""
+    over = next((pos for pos, event in enumerate(events) if len(event) > cap), None)
+    if over is not None:
+        del events[over:]
+    elif splitter.pending <= cap:
+        return None
+    return f"the provider sent a stream event over the proxy's cap of {size_text(cap)}"
+
+
+def _ends(out: RoundOutcome, over: str | None) -> bool:
+    """Whether the round ends after this read: an error, or an event over the cap, which is
+    the round's error unless ``[DONE]`` came before it (the answer is whole)."""
+    if over and not (out.error or out.saw_done):
+        out.error = over
+    return bool(out.error or over)
 
 
 def _broke_off(exc: Exception, out: RoundOutcome) -> None:
@@ -195,8 +222,9 @@ def _ending(
 ) -> tuple[list[bytes], bytes]:
     """At the end of the body: the pieces to send now, and the unterminated rest to send last.
 
-    A ``[DONE]`` without its blank line still counts. An answer that did not finish gets
-    ``out.error``, and its unterminated rest is dropped: it would run into the error frame.
+    A last event without its blank line (``[DONE]``, a whole chunk) counts as one with it,
+    and goes out with it. An answer that did not finish gets ``out.error``, and any other
+    unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
     whole = _json_object(tail)
@@ -206,9 +234,10 @@ def _ending(
         # an error object instead of a stream: the SDKs read it only as an error frame
         out.provider_error = failure[1]
         return [sse.encode_event({"error": failure[0]}), sse.DONE], b""
-    if tail.strip() and sse.is_done(tail):
+    if tail.strip() and not out.saw_done and _last_event(tail):
+        event = tail.rstrip(b"\r\n") + b"\n\n"  # an SSE client drops an event left open
         now = _handle(
-            tail, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
+            event, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
         )
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
@@ -221,6 +250,13 @@ def _ending(
         out.error = "the provider's stream ended before its answer was complete"
         tail = b""
     return now, tail
+
+
+def _last_event(tail: bytes) -> bool:
+    """Whether the body's unterminated rest is a whole event all the same (``[DONE]``, or a
+    chunk whose JSON is whole): a provider that closes right after its last line, which is
+    read as if its blank line had come; a cut-off one is not."""
+    return sse.is_done(tail) or sse.parse_general(tail) is not None
 
 
 def _utf8(event: bytes) -> bytes:

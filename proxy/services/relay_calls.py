@@ -2,13 +2,14 @@
 
 The calls of that internal tool are removed and the client's renumbered from 0 (``relay.py``).
 A call is told by its name, and some providers send a call's ``id`` (and ``type``) in a
-fragment before the one with its name, some even every parallel call's id before any name:
-each call's fragments are held until its name comes, dropped with the call if it is
-internal, else sent as one fragment. Only fragments without arguments are held for the
-call's own sake; a call that gets arguments, a finish reason or ``[DONE]`` before any name is
-the client's, as every call without a name was, and what was held of it goes out then. A
-client call also waits behind an earlier call of its choice whose name has not come: its
-number among the client's calls depends on whether that one is the client's.
+fragment before the one with its name, some even every parallel call's id before any name,
+and parallel calls may interleave, a call's first arguments before its name. Each call's
+fragments, arguments included, are held until its name comes, dropped with the call if it
+is internal, else sent as one fragment. A call whose choice finishes (a finish reason,
+``[DONE]``) before any name is the client's, as every call without a name was, and what was
+held of it goes out then. A client call also waits behind an earlier call of its choice
+whose name has not come: its number among the client's calls depends on whether that one
+is the client's.
 Pure: no I/O.
 """
 
@@ -43,11 +44,8 @@ class Calls:
         it that it no longer keeps waiting."""
         key = (which, idx)
         fn = call.get("function") or {}
-        if key not in self.internal:
-            if fn.get("name"):
-                self.internal[key] = fn["name"] == READ_TOOL_OUTPUT
-            elif fn.get("arguments"):
-                self.internal[key] = False
+        if key not in self.internal and fn.get("name"):
+            self.internal[key] = fn["name"] == READ_TOOL_OUTPUT
         self.pending.setdefault(key, []).append(call)
         return self._release(which)
 

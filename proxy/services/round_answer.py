@@ -3,9 +3,10 @@
 ``Forwarder.stream`` sends each round's request as a future (``send``) and relays its body;
 until the provider's headers arrive it sends keep-alive comments (``keepalive_until``). A
 round whose request failed, or whose provider answered with an error status, becomes an error
-frame (``round_response``); the provider's error answer is also kept as a response
-(``read_refusal``), so a stream that has sent nothing yet can answer with it. A client that
-leaves before a round's answer is read does not leave the request behind (``drop``).
+frame (``round_response``), with the provider's ``Retry-After`` in it when it sent one; the
+provider's error answer is also kept as a response (``read_refusal``), so a stream that has
+sent nothing yet can answer with it. A client that leaves before a round's answer is read
+does not leave the request behind (``drop``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import Response
 
-from proxy import sse
+from proxy import answers, sse
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.logs import causes
 from proxy.upstream import StreamAnswer, response_headers
@@ -44,7 +45,7 @@ async def read_refusal(resp: StreamAnswer) -> Response:
     """A provider's error answer (a status of 400 or more) read whole and closed, as the
     response that relays it as it came."""
     try:
-        raw = await resp.aread()
+        raw = await resp.aread(answers.MAX_ANSWER_BYTES)
     finally:
         await resp.aclose()
     return Response(raw, resp.status_code, response_headers(resp))
@@ -68,8 +69,11 @@ async def round_response(
     except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
         return resp, _failed(exc, exc.status_code, exc.code), None
     body = bytes(refusal.body).decode("utf-8", "replace")[:2000]
-    text = f"the provider answered {resp.status_code}: {body}"
-    return resp, sse.error_event(text, code=str(resp.status_code)), refusal
+    retry = resp.headers.get("retry-after")
+    retry = retry[:64] if retry else None  # the provider's value, seconds or a date, as sent
+    said = f" (Retry-After: {retry})" if retry else ""
+    text = f"the provider answered {resp.status_code}{said}: {body}"
+    return resp, sse.error_event(text, code=str(resp.status_code), retry_after=retry), refusal
 
 
 def _failed(exc: Exception, status: int, code: str) -> bytes:

@@ -57,18 +57,23 @@ def read_call(cid: str) -> dict[str, Any]:
 
 
 async def relay(
-    pieces: Sequence[bytes], client: ClientStream, *, intercept: bool = False
+    pieces: Sequence[bytes],
+    client: ClientStream,
+    *,
+    intercept: bool = False,
+    max_event: int = 1 << 20,
 ) -> tuple[list[bytes], RoundOutcome]:
     out = RoundOutcome()
     got = [
         p
         async for p in relay_round(
-            _Body(pieces),
+            _Body(pieces),  # type: ignore[arg-type]
             out,
-            strip_usage=False,  # type: ignore[arg-type]
+            strip_usage=False,
             intercept=intercept,
             keepalive=5,
             client=client,
+            max_event=max_event,
         )
     ]
     return got, out
@@ -203,6 +208,33 @@ async def test_an_unfinished_tail_is_not_relayed_before_the_error_frame() -> Non
     # An event cut off without its blank line would run into the error frame after it.
     got, out = await relay([frame({"content": "a"}), b'data: {"choi'], ClientStream())
     assert out.error is not None and got == [frame({"content": "a"})]
+
+
+async def test_a_whole_last_event_without_its_blank_line_is_read_and_goes_out_closed() -> None:
+    # The provider closed right after the line: the event is whole, only its blank line is not.
+    last = frame({}, "stop").rstrip(b"\n") + b"\n"
+    got, out = await relay([frame({"content": "a"}), last], ClientStream())
+    assert out.error is None and got == [frame({"content": "a"}), frame({}, "stop")]
+    assert out.acc.finish_reason(0) == "stop"
+
+
+@pytest.mark.parametrize(
+    "big",
+    [b"data: " + b"x" * 400, b"data: " + b"x" * 400 + b"\n\n"],
+    ids=["open", "ended"],
+)
+async def test_an_event_over_the_cap_ends_the_round_before_it_unless_done_came(
+    big: bytes,
+) -> None:
+    first = frame({"content": "a"})
+    for pieces in ([first + big[:200], big[200:], frame({}, "stop")], [first + big]):
+        got, out = await relay(pieces, ClientStream(), max_event=300)
+        assert got == [first] and "cap of 300 bytes" in (out.error or "")
+    # after [DONE] the answer is whole: the round ends there, with no error
+    got, out = await relay(
+        [first, frame({}, "stop"), sse.DONE + big], ClientStream(), max_event=300
+    )
+    assert out.error is None and out.acc.message()["content"] == "a"
 
 
 async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_named() -> None:
@@ -440,3 +472,42 @@ async def test_a_held_call_goes_out_at_the_finish_before_the_named_call_after_it
     assert chunks(got) == []
     got, _ = await relay([*pieces, frame({}, "tool_calls")], ClientStream(), intercept=True)
     assert [c["id"] for c in _client_view(got)["tool_calls"]] == ["call_x", "call_y"]
+
+
+def _call(index: int, **fields: Any) -> bytes:
+    return frame({"tool_calls": [{"index": index, **fields}]})
+
+
+@pytest.mark.parametrize("internal_at", [0, 1], ids=["internal-first", "client-first"])
+async def test_arguments_before_a_name_are_held_until_the_name_says_whose_call(
+    internal_at: int,
+) -> None:
+    # Parallel calls interleaved, each call's first arguments before its name: a fragment
+    # of the proxy's own call must never reach the client, whichever of the two it is.
+    names = ["run_tests", "run_tests"]
+    names[internal_at] = "read_tool_output"
+    pieces = [
+        frame({"role": "assistant", "content": None}),
+        _call(0, id="call_0", type="function", function={"arguments": '{"h'}),
+        _call(1, id="call_1", type="function", function={"arguments": '{"a'}),
+        _call(1, function={"name": names[1]}),
+        _call(0, function={"name": names[0]}),
+        _call(0, function={"arguments": '": 1}'}),
+        _call(1, function={"arguments": '": 2}'}),
+        frame({}, "tool_calls"),
+        sse.DONE,
+    ]
+    got, out = await relay(pieces, ClientStream(), intercept=True)
+    assert not out.only_internal and out.error is None
+    client_id = f"call_{1 - internal_at}"
+    assert f"call_{internal_at}".encode() not in b"".join(got)
+    arguments = ['{"h": 1}', '{"a": 2}'][1 - internal_at]
+    assert _client_view(got)["tool_calls"] == [
+        {
+            "id": client_id,
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": arguments},
+        }
+    ]
+    calls = [c["choices"][0]["delta"].get("tool_calls") for c in chunks(got)]
+    assert all(call["index"] == 0 for fragments in calls if fragments for call in fragments)

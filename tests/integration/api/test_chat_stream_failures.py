@@ -254,7 +254,8 @@ def test_a_stream_with_done_or_a_finish_reason_is_complete_and_stored(
         headers={"x-session-id": sid},
         json={"model": "gpt-fake", "messages": turn, "stream": True},
     )
-    assert resp.content == "".join((*_START, *ending)).encode()  # relayed as it came
+    # relayed as it came, a last event without its blank line given one
+    assert resp.content == "".join((*_START, *ending)).rstrip("\n").encode() + b"\n\n"
     stored = wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": "partial"}]
 
@@ -294,3 +295,28 @@ def test_what_follows_done_is_relayed_but_not_stored(
     assert kept == "partial"
     stored = wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": kept}]
+
+
+@pytest.mark.parametrize("asks_usage", [False, True], ids=["usage-stripped", "usage-asked"])
+def test_a_last_event_without_its_blank_line_is_read_as_a_whole_one(
+    http: httpx.Client, fake_upstream: FakeUpstream, asks_usage: bool
+) -> None:
+    # The provider closes right after its last line: that event still counts, its usage too,
+    # and goes out ended by its blank line (an SSE client drops an event cut off at the end).
+    sid = f"last-unended-{asks_usage}"
+    turn = [{"role": "user", "content": "go"}]
+    usage = {"prompt_tokens": 4321, "completion_tokens": 1, "total_tokens": 4322}
+    last = f"data: {json.dumps({**_HEAD, 'choices': [], 'usage': usage})}\n"
+    fake_upstream.script(raw(*_START, _frame({}, "stop"), last))
+    body: dict[str, Any] = {"model": "gpt-fake", "messages": turn, "stream": True}
+    if asks_usage:
+        body["stream_options"] = {"include_usage": True}
+    resp = http.post("/v1/chat/completions", headers={"x-session-id": sid}, json=body)
+    shown = "".join((*_START, _frame({}, "stop"), last + "\n" if asks_usage else "")).encode()
+    assert resp.content == shown
+    assert wait_for(lambda: _live_messages(http, sid, 2)) == [
+        *turn,
+        {"role": "assistant", "content": "partial"},
+    ]
+    seen = wait_for(lambda: http.get(f"/v1/sessions/{sid}").json().get("last_prompt_tokens"))
+    assert seen == 4321

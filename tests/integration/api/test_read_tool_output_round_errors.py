@@ -79,7 +79,8 @@ def test_a_later_rounds_error_after_a_frame_went_out_is_in_band(
         for chunk in chat(proxy, "in-band", messages, stream=True):
             chunks.append(chunk)
     assert not isinstance(info.value, openai.APIStatusError)
-    assert "answered 429" in info.value.message and info.value.code == "429"
+    assert "answered 429 (Retry-After: 7)" in info.value.message and info.value.code == "429"
+    assert info.value.body["retry_after"] == "7"  # type: ignore[index]  # no header can carry it
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "let me look"
 
 

@@ -274,6 +274,41 @@ def test_an_internal_call_sent_id_first_never_reaches_the_sdk(
     assert message.content == "the answer" and message.tool_calls is None
 
 
+@pytest.mark.parametrize("internal_at", [0, 1], ids=["internal-first", "client-first"])
+def test_parallel_calls_with_arguments_before_names_hide_the_internal_one(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, internal_at: int
+) -> None:
+    # Interleaved parallel calls, each one's first arguments before its name: no fragment of
+    # the proxy's own call reaches the client, which gets its call whole, numbered 0.
+    names = ["run_tests", "run_tests"]
+    names[internal_at] = "read_tool_output"
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
+    calls = [
+        {"index": 0, "id": "call_0", "type": "function", "function": {"arguments": '{"of'}},
+        {"index": 1, "id": "call_1", "type": "function", "function": {"arguments": '{"of'}},
+        {"index": 1, "function": {"name": names[1]}},
+        {"index": 0, "function": {"name": names[0]}},
+        {"index": 0, "function": {"arguments": 'fset": 0}'}},
+        {"index": 1, "function": {"arguments": 'fset": 0}'}},
+    ]
+    deltas = [{"role": "assistant", "content": None}] + [{"tool_calls": [c]} for c in calls]
+    frames = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+    frames.append({"index": 0, "delta": {}, "finish_reason": "tool_calls"})
+    wire = [f"data: {json.dumps({**head, 'choices': [f]})}\n\n" for f in frames]
+    fake_upstream.script(raw(*wire, "data: [DONE]\n\n"))
+    body = {"model": "gpt-4o", "stream": True, "tools": CLIENT_TOOLS}
+    body["messages"] = history("call_big", blob(9000, "big"))
+    with api(proxy) as http:
+        resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "mixed"})
+    assert "read_tool_output" not in resp.text and f"call_{internal_at}" not in resp.text
+    sent = [json.loads(line[6:]) for line in resp.text.splitlines() if line[6:7] == "{"]
+    fragments = [c for f in sent for c in f["choices"][0]["delta"].get("tool_calls") or []]
+    assert [c["index"] for c in fragments] == [0] * len(fragments)
+    assert fragments[0]["id"] == f"call_{1 - internal_at}"
+    assert fragments[0]["function"]["name"] == "run_tests"
+    assert "".join(c["function"].get("arguments", "") for c in fragments) == '{"offset": 0}'
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
 def test_malformed_tool_calls_with_read_tool_output_offered_are_a_provider_error(
     proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool
