@@ -35,12 +35,20 @@ __all__ = ["ConfigHolder", "watch_config", "for_streams"]
 log = logging.getLogger("cascade.config")
 
 
-class ConfigHolder:
-    """Holds the immutable Config in force; replaced whole, never mutated."""
+Vet = Callable[[Config, Config], None]
+"""A check of a reloaded config (first) against the one in force (second) that needs more
+than the file: it raises ``ConfigError`` to refuse it (the lifespan's: each new ``caFile``
+loads, ``transport.check_ca_files``)."""
 
-    def __init__(self, config: Config, path: Path | None) -> None:
+
+class ConfigHolder:
+    """Holds the immutable Config in force; replaced whole, never mutated. ``vet``, when
+    set, judges each reload besides the file's own checks."""
+
+    def __init__(self, config: Config, path: Path | None, vet: Vet | None = None) -> None:
         self.current = config
         self.path = path
+        self.vet = vet
         self._warn(os.environ)
 
     def _warn(self, env: Mapping[str, str]) -> None:
@@ -54,7 +62,10 @@ class ConfigHolder:
         event to emit (reloaded or rejected)."""
         env = env if env is not None else os.environ
         try:
-            self.current = load_config(self.path, env, data)
+            new = load_config(self.path, env, data)
+            if self.vet is not None:
+                self.vet(new, self.current)
+            self.current = new
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}

@@ -52,10 +52,12 @@ from proxy.aiohttp_stream import (
     ReadAhead,
     read_ahead_transport,
 )
-from proxy.config import ConfigError
+from proxy.config import Config, ConfigError, ProviderConfig
 
 __all__ = [
+    "check_ca_files",
     "check_proxies",
+    "refuse_ca_files",
     "check_trust",
     "ProviderTransport",
     "TlsSettings",
@@ -238,6 +240,45 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.aclose()
+
+
+def check_ca_files(
+    transport: ProviderTransport | None, cfg: Config, before: Config | None = None
+) -> list[str]:
+    """What is wrong with each provider's ``caFile`` that does not load (``context_for``'s
+    load: with a ``transport``, the one its requests use, else a new one), one line each
+    naming the key; with ``before``, only those of providers whose TLS settings ``before``
+    did not have: one already in force keeps its last bundle while the file is replaced."""
+    seen = set() if before is None else {_tls(p) for p in before.providers.values()}
+    out = []
+    for name, provider in sorted(cfg.providers.items()):
+        tls = _tls(provider)
+        if not (tls.verify and tls.ca_file) or tls in seen:
+            continue
+        try:
+            if transport is not None:
+                transport.context_for(tls)
+            else:
+                ssl.create_default_context(cafile=tls.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            out.append(
+                f"providers.{name}.caFile: {tls.ca_file} cannot be loaded "
+                f"({type(exc).__name__}: {reason}); its requests would answer 502"
+            )
+    return out
+
+
+def refuse_ca_files(transport: ProviderTransport, new: Config, current: Config) -> None:
+    """A reload's ``ConfigHolder.vet``: a ``caFile`` new to it that cannot be loaded refuses
+    the file (``config.rejected``, the config in force kept), which would otherwise take
+    effect and turn each of the provider's requests into a 502."""
+    if problems := check_ca_files(transport, new, current):
+        raise ConfigError("; ".join(problems))
+
+
+def _tls(provider: ProviderConfig) -> TlsSettings:
+    return TlsSettings(provider.ca_file, provider.verify_tls)
 
 
 def _file_stamp(path: str) -> tuple[int, int, int] | None:

@@ -126,6 +126,10 @@ INVALID: list[tuple[str | bytes, str]] = [
         '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}], "metricsKeyEnv": "K_A"}}',
         "auth.metricsKeyEnv: $K_A is auth.keys[0]'s keyEnv",
     ),
+    (  # accepted, and each of the provider's requests was a 502 naming the file
+        '{"providers": {"p": {"baseUrl": "https://p.example", "caFile": "/nonexistent/ca.pem"}}}',
+        "providers.p.caFile: /nonexistent/ca.pem cannot be loaded",
+    ),
 ]
 
 
