@@ -43,12 +43,15 @@ loads, ``transport.check_ca_files``)."""
 
 class ConfigHolder:
     """Holds the immutable Config in force; replaced whole, never mutated. ``vet``, when
-    set, judges each reload besides the file's own checks."""
+    set, judges each reload besides the file's own checks; ``applied`` is told of each
+    config a reload puts in force (the lifespan's: the provider pools it no longer needs
+    are retired, ``ProviderTransport.keep_only``)."""
 
     def __init__(self, config: Config, path: Path | None, vet: Vet | None = None) -> None:
         self.current = config
         self.path = path
         self.vet = vet
+        self.applied: Callable[[Config], None] | None = None
         self._warn(os.environ)
 
     def _warn(self, env: Mapping[str, str]) -> None:
@@ -71,6 +74,8 @@ class ConfigHolder:
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
         log.info("config %s reloaded", self.path)
         self._warn(env)
+        if self.applied is not None:
+            self.applied(self.current)
         return CONFIG_RELOADED, {"path": str(self.path)}
 
 

@@ -97,6 +97,9 @@ def test_valid_change_applies_to_next_request_and_is_announced(
         assert second_upstream.bodies()[-1]["messages"][-1] == user("u2")
         assert usage.data["limit"] == NEW_LIMIT
         assert limit_of(proxy, "a") == NEW_LIMIT
+        # the first provider's pool is closed, not kept open until shutdown
+        ports = {key[2] for key in proxy.state("upstream").client._transport._pools}
+        assert ports == {httpx.URL(second_upstream.url).port}
 
         # a plain in-place write (no rename) is picked up as well
         save_config(config_path, fake_upstream.url, OLD_LIMIT, in_place=True)
