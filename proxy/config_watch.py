@@ -75,7 +75,10 @@ class ConfigHolder:
         log.info("config %s reloaded", self.path)
         self._warn(env)
         if self.applied is not None:
-            self.applied(self.current)
+            try:
+                self.applied(self.current)
+            except Exception:  # the config is in force all the same: said, not undone
+                log.exception("config %s reloaded; acting on it failed", self.path)
         return CONFIG_RELOADED, {"path": str(self.path)}
 
 

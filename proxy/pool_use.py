@@ -87,9 +87,8 @@ class Released(httpx.AsyncByteStream):
         self._inner = inner
         self._release = release
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._inner.__aiter__()  # the body's own iterator: nothing added per chunk
 
     async def aclose(self) -> None:
         try:
