@@ -60,8 +60,8 @@ from proxy.pool_use import PoolUse, Released
 __all__ = [
     "check_ca_files",
     "check_proxies",
-    "refuse_ca_files",
     "check_trust",
+    "refuse_ca_files",
     "ProviderTransport",
     "TlsSettings",
     "TLS_EXTENSION",

@@ -39,9 +39,10 @@ def page_raw_output(
     max_chars: int,
 ) -> str:
     """What ``read_tool_output`` returns for a stored raw output (``raw_output_page``'s page)."""
-    return raw_output_page(text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars)[
-        0
-    ]
+    page, _ = raw_output_page(
+        text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
+    )
+    return page
 
 
 def raw_output_page(
