@@ -46,7 +46,13 @@ from proxy.store.migrations import run_migrations
 from proxy.store.readiness import SharedCheck, database_readiness
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
-from proxy.transport import ProviderTransport, build_client, check_proxies, check_trust
+from proxy.transport import (
+    ProviderTransport,
+    build_client,
+    check_proxies,
+    check_trust,
+    refuse_ca_files,
+)
 from proxy.ui import routes as ui_routes
 from proxy.upstream import Upstream
 from proxy.warmup import open_pool, warm_pool, warm_process
@@ -157,6 +163,11 @@ def create_app(
                     max_connections=settings.provider_max_connections,
                     kind=settings.http_transport,
                 )
+            if provider is not None:  # a reload's new caFile must load, as it would be used
+                holder.vet = functools.partial(refuse_ca_files, provider)
+                holder.applied = provider.keep_only  # and the pools it leaves are closed
+                stack.callback(setattr, holder, "vet", None)
+                stack.callback(setattr, holder, "applied", None)
             client = build_client(transport=http_transport or provider)
             stack.push_async_callback(client.aclose)
             bus = EventBus(pool, *listen_url(settings, dsn))

@@ -15,13 +15,12 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 
 from pydantic import ValidationError
 
 from proxy import DEFAULT_CONFIG
 from proxy.app import create_app
-from proxy.auth import InsecureListen
+from proxy.auth import InsecureListen, listen_policy
 from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, origin_of
 from proxy.cli_memory import run_memory
@@ -30,9 +29,10 @@ from proxy.config import ConfigError, config_warnings, load_config
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.server import serve
-from proxy.settings import Listen, Settings, SettingsError, settings_error
+from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
 from proxy.store.db import DatabaseUnavailable, pooler_kwargs
 from proxy.store.migrations import MigrationError, run_migrations
+from proxy.transport import check_ca_files, check_proxies, check_trust
 
 __all__ = ["run"]
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             return _client_command(args)
         settings = _settings(args)
         if args.command == "config":
-            return _check_config(settings.config)
+            return _check_config(settings)
         if args.command == "serve":
             return _serve(settings)
         return _migrate(settings)
@@ -67,15 +67,25 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _check_config(path: Path | None) -> int:
-    """``config check``: the file loaded as a start or a reload loads it (a refusal raises
-    ``ConfigError``), then the warnings the proxy would log for it, one a line."""
+def _check_config(settings: Settings) -> int:
+    """``config check``: the file loaded as a start or a reload loads it, and judged in this
+    environment as ``serve`` judges it before it starts (``create_app``): what ``serve``
+    refuses (an egress proxy the transport cannot use, an ``SSL_CERT_FILE`` that does not
+    load, listening beyond loopback without proxy keys) raises, and what it warns of (a
+    ``CASCADE_*`` variable nothing reads, a ``caFile`` that does not load, the config's own
+    warnings) is printed, one a line."""
+    path = settings.config
+    cfg = load_config(path, os.environ)
+    check_proxies(settings.http_transport)
+    check_trust()
+    listen_policy(settings.host, cfg, allow_unauthenticated=settings.allow_unauthenticated)
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
-        return 0
-    cfg = load_config(path, os.environ)
-    print(f"{path}: valid")
-    for warning in config_warnings(cfg, os.environ):
+    else:
+        print(f"{path}: valid")
+    warnings = [unknown_variables(os.environ, cfg.variables())]
+    warnings += check_ca_files(None, cfg) + config_warnings(cfg, os.environ)
+    for warning in filter(None, warnings):
         print(f"warning: {warning}")
     return 0
 

@@ -190,13 +190,17 @@ def _past_the_end(
 
 
 def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
-    """When the page is full, where the next one starts: the API says nothing of what is
-    left, and a full page looked like the whole list."""
+    """When more rows are past the page (the API's ``has_more``), where the next page
+    starts: a page cut at ``--limit`` looked like the whole list. A proxy that does not
+    say (one before ``has_more``): a full page may have more."""
 
     def note(body: dict[str, Any]) -> str | None:
         data = body.get("data")
         shown = len(data) if isinstance(data, list) else 0
-        if shown and shown >= limit:
+        more = body.get("has_more")
+        if more is True and shown:
+            return f"(more follow: --offset {offset + shown})"
+        if more is None and shown and shown >= limit:
             return f"(a full page of {shown}; more may follow: --offset {offset + shown})"
         return None
 

@@ -35,12 +35,23 @@ __all__ = ["ConfigHolder", "watch_config", "for_streams"]
 log = logging.getLogger("cascade.config")
 
 
-class ConfigHolder:
-    """Holds the immutable Config in force; replaced whole, never mutated."""
+Vet = Callable[[Config, Config], None]
+"""A check of a reloaded config (first) against the one in force (second) that needs more
+than the file: it raises ``ConfigError`` to refuse it (the lifespan's: each new ``caFile``
+loads, ``transport.check_ca_files``)."""
 
-    def __init__(self, config: Config, path: Path | None) -> None:
+
+class ConfigHolder:
+    """Holds the immutable Config in force; replaced whole, never mutated. ``vet``, when
+    set, judges each reload besides the file's own checks; ``applied`` is told of each
+    config a reload puts in force (the lifespan's: the provider pools it no longer needs
+    are retired, ``ProviderTransport.keep_only``)."""
+
+    def __init__(self, config: Config, path: Path | None, vet: Vet | None = None) -> None:
         self.current = config
         self.path = path
+        self.vet = vet
+        self.applied: Callable[[Config], None] | None = None
         self._warn(os.environ)
 
     def _warn(self, env: Mapping[str, str]) -> None:
@@ -54,12 +65,20 @@ class ConfigHolder:
         event to emit (reloaded or rejected)."""
         env = env if env is not None else os.environ
         try:
-            self.current = load_config(self.path, env, data)
+            new = load_config(self.path, env, data)
+            if self.vet is not None:
+                self.vet(new, self.current)
+            self.current = new
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
         log.info("config %s reloaded", self.path)
         self._warn(env)
+        if self.applied is not None:
+            try:
+                self.applied(self.current)
+            except Exception:  # the config is in force all the same: said, not undone
+                log.exception("config %s reloaded; acting on it failed", self.path)
         return CONFIG_RELOADED, {"path": str(self.path)}
 
 

@@ -5,7 +5,7 @@
 (when configured) between them, so every route, the chat routes included, passes through
 the same stack as any middleware a deployment adds::
 
-    AccessLog -> CORSMiddleware -> ProxyAuth -> ServerErrors -> HeadAsGet
+    AccessLog -> Cors -> ProxyAuth -> ServerErrors -> HeadAsGet
         -> exception handlers -> routes
 
 All are pure ASGI (they wrap ``send``; nothing is buffered), so a stream goes out piece by
@@ -19,16 +19,19 @@ import re
 import time
 import uuid
 
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
-from proxy.errors import exception_body
+from proxy.errors import error_body, exception_body
 
 __all__ = [
     "AccessLog",
+    "Cors",
     "HeadAsGet",
     "ServerErrors",
     "allowed_methods",
@@ -45,6 +48,28 @@ _CLIENT_ID = re.compile(rb"[!-~]{1,128}")
 _SHOWN = ("method", "path", "status", "duration_ms")  # in the access line's text already
 _ROUTED = ("route", "endpoint", "path_params")  # what routing adds to a request's scope
 _HEAD = "cascade.head"  # set in the GET scope ``HeadAsGet`` hands the routes for a HEAD
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS, but a preflight it refuses (an origin ``CASCADE_CORS_ORIGINS`` does
+    not name, a method no route takes) is OpenAI's JSON error, as every other error the proxy
+    makes, not Starlette's plain text: a client reading ``error.message`` is told which. Its
+    headers are Starlette's, so the browser is granted nothing more."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        resp = super().preflight_response(request_headers)
+        if resp.status_code != 400:
+            return resp
+        refused = bytes(resp.body).decode("utf-8", "replace")
+        headers = {
+            k: v for k, v in resp.headers.items() if k not in ("content-length", "content-type")
+        }
+        message = (
+            f"{refused}: the proxy answers the origins CASCADE_CORS_ORIGINS names, with the "
+            f"methods {', '.join(sorted(self.allow_methods))}"
+        )
+        body = error_body(message, type="invalid_request_error", code="cors_refused")
+        return JSONResponse(body, 400, headers)
 
 
 def client_method(scope: Scope) -> str:

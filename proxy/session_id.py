@@ -141,11 +141,14 @@ def named_session_id(
 
     Each explicit id is validated; an invalid one raises ``InvalidSessionId`` rather than
     falling through, so a typo never silently lands in a derived session. ``None`` means
-    absent (including a JSON ``null`` in metadata); any other non-string is invalid.
+    absent (including a JSON ``null`` in metadata); any other non-string is invalid. An
+    empty header is absent too, as an empty query value or ``CASCADE_*`` variable is: text
+    has no null, and a client filling ``X-Session-Id: $RUN`` from an unset variable sends
+    it empty. A JSON body has ``null`` for that, so its ``""`` is an id, and invalid.
     """
     if path_id is not None:
         return validate_session_id(path_id, source="the URL path")
-    if header_id is not None:
+    if header_id:
         try:
             return validate_session_id(header_id, source=_HEADER)
         except InvalidSessionId:

@@ -7,7 +7,9 @@ setting, made on first use, so that:
 - each provider gets its own cap on connections (``Limits``) and its own keep-alive pool;
 - each provider's ``caFile`` / ``verifyTls`` applies to it alone (one ``SSLContext`` per
   setting, shared by every origin that uses it);
-- a provider added by a config reload gets its pool without a new client.
+- a provider added by a config reload gets its pool without a new client, and the pool of
+  one a reload removed or changed, or of a rotated ``caFile``, is closed once no request
+  uses it (``keep_only``, ``proxy.pool_use``).
 
 A client given a transport ignores the proxy variables (httpx mounts them only on a client
 built without one), so ``ProviderTransport`` applies them itself, with httpx's own reading of
@@ -52,11 +54,14 @@ from proxy.aiohttp_stream import (
     ReadAhead,
     read_ahead_transport,
 )
-from proxy.config import ConfigError
+from proxy.config import Config, ConfigError, ProviderConfig
+from proxy.pool_use import PoolUse, Released
 
 __all__ = [
+    "check_ca_files",
     "check_proxies",
     "check_trust",
+    "refuse_ca_files",
     "ProviderTransport",
     "TlsSettings",
     "TLS_EXTENSION",
@@ -168,6 +173,8 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         self._proxies = sorted(patterns.items())  # most specific first, as httpx orders them
         self._contexts: dict[TlsSettings, tuple[object, ssl.SSLContext]] = {}
         self._pools: dict[tuple[object, ...], httpx.AsyncBaseTransport] = {}
+        self._live: set[tuple[tuple[object, ...], TlsSettings]] | None = None  # keep_only's
+        self.use = PoolUse()
 
     def proxy_for(self, url: httpx.URL) -> str | None:
         """The proxy httpx's environment rules pick for ``url`` (an IP address in a ``NO_PROXY``
@@ -213,13 +220,20 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         return ctx
 
     def _pool(self, request: httpx.Request) -> httpx.AsyncBaseTransport:
+        return self._pick(request)[0]
+
+    def _pick(self, request: httpx.Request) -> tuple[httpx.AsyncBaseTransport, bool]:
+        """The request's pool, and whether it is kept for later requests. One made for a
+        rotated ``caFile``'s context retires the pool of the context before it; one for an
+        origin the config in force names no more (a request begun before its reload) is
+        not kept: the caller retires it once it holds it, so it closes after the request."""
         url = request.url
         tls = request.extensions.get(TLS_EXTENSION, _DEFAULT_TLS)
         if url.scheme != "https":
             tls = _DEFAULT_TLS  # plain http: no certificate to check
         proxy = self.proxy_for(url)
         ctx = self.context_for(tls)  # a new one for a rotated caFile: a pool of its own
-        key = (url.scheme, url.host, url.port, proxy, tls, id(ctx))  # old pools keep theirs
+        key = (url.scheme, url.host, url.port, proxy, tls, id(ctx))
         pool = self._pools.get(key)
         if pool is None:
             pool = self._make(  # type: ignore[call-arg]
@@ -228,16 +242,84 @@ class ProviderTransport(httpx.AsyncBaseTransport):
                 proxy=httpx.Proxy(proxy) if proxy else None,
                 trust_env=False,
             )
+            for old in [k for k in self._pools if k[:5] == key[:5]]:
+                self.use.retire(self._pools.pop(old))  # closed once its requests are done
+            if self._live is not None and (key[:3], tls) not in self._live:
+                return pool, False
             self._pools[key] = pool
-        return pool
+        return pool, True
+
+    def keep_only(self, cfg: Config) -> None:
+        """Retire the pools of origins and TLS settings no provider of ``cfg`` has (a
+        provider a reload removed, or moved, or gave another ``caFile``): each closes once
+        no request uses it; left open, each held its connections until shutdown."""
+        live: set[tuple[tuple[object, ...], TlsSettings]] = set()
+        for provider in cfg.providers.values():
+            url = httpx.URL(provider.base_url)
+            tls = _tls(provider) if url.scheme == "https" else _DEFAULT_TLS
+            live.add(((url.scheme, url.host, url.port), tls))
+        self._live = live
+        for key in [k for k in self._pools if (k[:3], k[4]) not in live]:
+            self.use.retire(self._pools.pop(key))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._pool(request).handle_async_request(request)
+        pool, kept = self._pick(request)
+        release = self.use.hold(pool)
+        if not kept:
+            self.use.retire(pool)  # held: it closes once this request is done
+        try:
+            response = await pool.handle_async_request(request)
+        except BaseException:
+            release()
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = Released(response.stream, release)
+        return response
 
     async def aclose(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.aclose()
+        await self.use.aclose()
+
+
+def check_ca_files(
+    transport: ProviderTransport | None, cfg: Config, before: Config | None = None
+) -> list[str]:
+    """What is wrong with each provider's ``caFile`` that does not load (``context_for``'s
+    load: with a ``transport``, the one its requests use, else a new one), one line each
+    naming the key; with ``before``, only those of providers whose TLS settings ``before``
+    did not have: one already in force keeps its last bundle while the file is replaced."""
+    seen = set() if before is None else {_tls(p) for p in before.providers.values()}
+    out = []
+    for name, provider in sorted(cfg.providers.items()):
+        tls = _tls(provider)
+        if not (tls.verify and tls.ca_file) or tls in seen:
+            continue
+        try:
+            if transport is not None:
+                transport.context_for(tls)
+            else:
+                ssl.create_default_context(cafile=tls.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            out.append(
+                f"providers.{name}.caFile: {tls.ca_file} cannot be loaded "
+                f"({type(exc).__name__}: {reason}); its requests would answer 502"
+            )
+    return out
+
+
+def refuse_ca_files(transport: ProviderTransport, new: Config, current: Config) -> None:
+    """A reload's ``ConfigHolder.vet``: a ``caFile`` new to it that cannot be loaded refuses
+    the file (``config.rejected``, the config in force kept), which would otherwise take
+    effect and turn each of the provider's requests into a 502."""
+    if problems := check_ca_files(transport, new, current):
+        raise ConfigError("; ".join(problems))
+
+
+def _tls(provider: ProviderConfig) -> TlsSettings:
+    return TlsSettings(provider.ca_file, provider.verify_tls)
 
 
 def _file_stamp(path: str) -> tuple[int, int, int] | None:

@@ -14,7 +14,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 
 from proxy.api import deps
@@ -25,6 +24,7 @@ from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes
 from proxy.middleware import (
     AccessLog,
+    Cors,
     HeadAsGet,
     ServerErrors,
     allowed_methods,
@@ -67,7 +67,7 @@ def install_middleware(
     )
     if origins := settings.cors_origin_list():
         app.add_middleware(
-            CORSMiddleware,
+            Cors,
             allow_origins=origins,
             allow_methods=["*"],
             allow_headers=["*"],

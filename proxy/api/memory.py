@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
-from proxy.api.query import BLANK_IS_UNSET
+from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError
 from proxy.services import memory as svc
@@ -85,7 +85,7 @@ async def list_suggestions(
     pool: PoolDep,
     cfg: ConfigDep,
     tenant: TenantDep,
-    limit: Annotated[int, Query(ge=1, le=1000), BLANK_IS_UNSET] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
 ) -> dict[str, Any]:
     return await svc.list_suggestions(
         pool, cfg, tenant=tenant, limit=limit, may_see=_reaches(request)
@@ -157,7 +157,10 @@ _DELETED: dict[int | str, dict[str, Any]] = {
 
 @router.delete("/{fact_id}", responses=_DELETED)
 async def delete_fact(
-    request: Request, pool: PoolDep, tenant: TenantDep, fact_id: int = Path(ge=1, le=BIGINT_MAX)
+    request: Request,
+    pool: PoolDep,
+    tenant: TenantDep,
+    fact_id: Annotated[int, Path(ge=1, le=BIGINT_MAX), INTEGER],
 ) -> dict[str, Any]:
     def check(scope: str) -> None:
         _scope(request, scope)

@@ -66,7 +66,12 @@ _MESSAGE = _obj(
 
 
 def _list(item: dict[str, Any]) -> dict[str, Any]:
-    return _obj("A page.", object="string", data={"type": "array", "items": item})
+    return _obj(
+        "A page; has_more: more rows are past it (at ?offset= plus the rows shown).",
+        object="string",
+        data={"type": "array", "items": item},
+        has_more="boolean",
+    )
 
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -96,6 +101,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         original_bytes="integer",
         capped="boolean",
         page="string",
+        has_more="boolean",
+        next_offset=_INT_OR_NULL,
     ),
 }
 

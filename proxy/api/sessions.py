@@ -23,7 +23,7 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
-from proxy.api.query import BLANK_IS_UNSET
+from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.api.session_schemas import ok
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError, PermissionDenied
@@ -56,8 +56,8 @@ async def list_sessions(
     tenant: TenantDep,
     cfg: ConfigDep,
     agents: KeyAgentsDep,
-    limit: Annotated[int, Query(ge=1, le=1000), BLANK_IS_UNSET] = 100,
-    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
 ) -> dict[str, Any]:
     return await svc.list_sessions(
         pool, cfg, tenant=tenant, limit=limit, offset=offset, agents=agents
@@ -84,8 +84,8 @@ async def list_messages(
     pool: PoolDep,
     tenant: TenantDep,
     include_superseded: Annotated[bool, BLANK_IS_UNSET] = False,
-    limit: Annotated[int, Query(ge=1, le=10000), BLANK_IS_UNSET] = 1000,
-    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
+    limit: Annotated[int, Query(ge=1, le=10000), INTEGER] = 1000,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
     form: Annotated[Literal["prompt", "sent"], BLANK_IS_UNSET] = "prompt",
 ) -> dict[str, Any]:
     page = svc.list_messages(
@@ -243,8 +243,8 @@ async def tool_output(
     pool: PoolDep,
     tenant: TenantDep,
     cfg: ConfigDep,
-    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
-    limit: Annotated[int | None, Query(ge=1), BLANK_IS_UNSET] = None,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
+    limit: Annotated[int | None, Query(ge=1), INTEGER] = None,
     grep: str | None = None,
 ) -> dict[str, Any]:
     page = svc.tool_output(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import ahocorasick_rs
 
-__all__ = ["Matcher", "grep_matcher", "page_raw_output"]
+__all__ = ["Matcher", "grep_matcher", "page_raw_output", "raw_output_page"]
 
 _GREP_LINE_CHARS = 400
 _GREP_CONTEXT = 150
@@ -38,6 +38,22 @@ def page_raw_output(
     grep: str | None = None,
     max_chars: int,
 ) -> str:
+    """What ``read_tool_output`` returns for a stored raw output (``raw_output_page``'s page)."""
+    page, _ = raw_output_page(
+        text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
+    )
+    return page
+
+
+def raw_output_page(
+    text: str,
+    *,
+    id: str = "",
+    offset: int = 0,
+    limit: int | None = None,
+    grep: str | None = None,
+    max_chars: int,
+) -> tuple[str, int | None]:
     """What ``read_tool_output`` returns for a stored raw output: one page, or grep hits.
 
     Page mode returns ``text[a:b]`` verbatim after a one-line header
@@ -50,12 +66,16 @@ def page_raw_output(
     the text, in any case, or one of its ``|``-separated alternatives (``grep_matcher``),
     each prefixed with the absolute character offset of what is shown; long lines show a
     window around the match.
+
+    With the page, the offset the next page starts from: the end of the page, or of the
+    text a grep searched, or the line of its first hit not shown; None at the text's end.
     """
     total = len(text)
     start = min(max(0, offset), total)
     if grep is not None and grep != "":
         end = total if limit is None or limit <= 0 else min(total, start + limit)
-        return _grep(text, id=id, pattern=grep, start=start, end=end, max_chars=max_chars)
+        page, next_at = _grep(text, id=id, pattern=grep, start=start, end=end, max_chars=max_chars)
+        return page, next_at if next_at is not None else end if end < total else None
     overhead = len(_header(id, total, total, total)) + len(_next_note(id, total))
     cap = max(1, max_chars - overhead)
     want = cap if limit is None or limit <= 0 else min(limit, cap)
@@ -63,7 +83,7 @@ def page_raw_output(
     page = _header(id, start, end, total) + text[start:end]
     if end < total:
         page += _next_note(id, end)
-    return page
+    return page, end if end < total else None
 
 
 def _grep_line(line: str, line_start: int, match: tuple[int, int]) -> str:
@@ -106,7 +126,9 @@ _GREP_PATTERN_SHOWN = 200
 """The most of a grep's text its page quotes: the page stays within the cap however long."""
 
 
-def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: int) -> str:
+def _grep(
+    text: str, *, id: str, pattern: str, start: int, end: int, max_chars: int
+) -> tuple[str, int | None]:
     """The matching lines of ``text[start:end]`` within ``max_chars``; when some do not fit,
     a note names the offset where the first of them starts, so a caller pages on from there
     and sees each line once. The first is always shown (a window around its match when its
@@ -147,4 +169,4 @@ def _grep(text: str, *, id: str, pattern: str, start: int, end: int, max_chars: 
             f"\n[... {matched - len(shown)} more matching lines not shown, the next from "
             f"offset {next_at}: narrow the pattern, or call again with offset {next_at} ...]"
         )
-    return out
+    return out, next_at

@@ -89,7 +89,9 @@ async def list_facts(
     """The scope's facts, oldest first. ``may_use(agent)`` (a key limited to some agents)
     keeps a fact's ``source_session`` only when that session runs an agent the key may use,
     else it is None: a ``global`` fact, which every key reads, would name sessions of other
-    agents, which the key may not list or open (a deleted session's agent is unknown)."""
+    agents, which the key may not list or open (a deleted session's agent is unknown).
+    One page, the whole scope, as every prompt of the scope holds it: ``has_more`` is
+    false, said as every list says it."""
     rows = await store.fetch_listed_facts(pool, tenant=tenant, scopes=[scope])
     data = []
     for row in rows:
@@ -98,7 +100,7 @@ async def list_facts(
         if may_use is not None and (agent is None or not may_use(agent)):
             fact["source_session"] = None
         data.append(_fact(fact))
-    return {"object": "list", "data": data}
+    return {"object": "list", "data": data, "has_more": False}
 
 
 def _vet(
@@ -183,21 +185,23 @@ async def list_suggestions(
     """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
     accepting it writes to. ``may_see(scope, agent)``, with the agent of the suggestion's
     session, leaves out those the caller may not answer (a key limited to other agents),
-    page by page, so ``limit`` counts the ones it sees."""
+    page by page, so ``limit`` counts the ones it sees; ``has_more``: one more it sees is
+    past the page."""
     data: list[dict[str, Any]] = []
     after = 0
-    while len(data) < limit:
+    want = limit + 1
+    while len(data) < want:
         rows = await store.fetch_pending_suggestions(
-            pool, tenant=tenant, limit=limit, after_event=after
+            pool, tenant=tenant, limit=want, after_event=after
         )
         for row in rows:
             scope = _listed_scope(cfg, row)
             if may_see is None or (scope is not None and may_see(scope, _agent_of(row))):
                 data.append(_suggestion(row, scope))
-        if len(rows) < limit:
+        if len(rows) < want:
             break
         after = rows[-1]["event_id"]
-    return {"object": "list", "data": data[:limit]}
+    return {"object": "list", "data": data[:limit], "has_more": len(data) > limit}
 
 
 def _listed_scope(cfg: Config, found: dict[str, Any]) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.cascade.eviction import is_placeholder
-from proxy.cascade.paging import page_raw_output
+from proxy.cascade.paging import raw_output_page
 from proxy.config import Config
 from proxy.errors import NotFound
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
@@ -60,15 +60,17 @@ async def list_sessions(
     """The tenant's sessions (with ``agents``, only theirs), latest activity first, each with
     its occupancy as ``show_session`` gives it and its model's context limit (what the
     console's occupancy bar is drawn against): fields of ``show_session``'s view, under its
-    names and with its values."""
+    names and with its values. ``has_more``, as OpenAI's lists say it: a session is past
+    the page (one more row is read to know)."""
     rows = await sessions.fetch_sessions(
-        conn, tenant=tenant, limit=limit, offset=offset, agents=agents
+        conn, tenant=tenant, limit=limit + 1, offset=offset, agents=agents
     )
+    rows, more = rows[:limit], len(rows) > limit
     data = [_listed(cfg, r) for r in rows]
     if agents is not None:
         for view, row in zip(data, rows, strict=True):
             view["parent_id"] = _parent(row["parent_id"], row["parent_agent"], agents)
-    return {"object": "list", "data": data}
+    return {"object": "list", "data": data, "has_more": more}
 
 
 def _parent(parent_id: str | None, agent: str | None, agents: Sequence[str]) -> str | None:
@@ -174,7 +176,8 @@ async def list_messages(
 
     A live row folded into the current summary is ``summarised``, whatever happened to it
     before: an evicted result folded since is no longer ``evicted`` (its placeholder is in no
-    prompt either), as the console and ``sessions show`` label it."""
+    prompt either), as the console and ``sessions show`` label it. ``has_more``: a row is
+    past the page."""
     session = await require_session(conn, tenant, session_id)
     latest = await summaries.fetchrow_latest(conn, tenant=tenant, session_id=session_id)
     boundary = 0 if latest is None else latest["boundary"]
@@ -183,9 +186,10 @@ async def list_messages(
         tenant=tenant,
         session_id=session_id,
         include_superseded=include_superseded,
-        limit=limit,
+        limit=limit + 1,
         offset=offset,
     )
+    rows, more = rows[:limit], len(rows) > limit
     spilled = await client_form.fetch_spilled_cuts(
         conn, tenant=tenant, session_id=session_id, rows=rows
     )
@@ -215,6 +219,7 @@ async def list_messages(
             for r, is_cut, was_spilled in zip(rows, cut, spilled, strict=True)
             for folded in (_folded(r, session["system_count"], boundary),)
         ],
+        "has_more": more,
     }
 
 
@@ -267,7 +272,9 @@ async def tool_output(
     """The same pages the model gets from read_tool_output (the session agent's page cap)
     of the newest result under the id: a spilled or evicted one; one never cut, from its
     stored message, which is the whole of it. A result cut with no copy kept (redacted, or
-    ``persistRaw`` off) has none: its message holds only what the model was sent."""
+    ``persistRaw`` off) has none: its message holds only what the model was sent.
+    ``has_more`` and ``next_offset`` say where the next page starts, which the page's own
+    note says in words."""
     session = await require_session(conn, tenant, session_id)
     max_chars = cfg.context_for(session["agent"]).tool_output.max_chars
     row = await raw_outputs.fetchrow_raw_output(
@@ -279,7 +286,7 @@ async def tool_output(
             " for a result cut or cleared with no copy, e.g. redacted; what the session"
             f" holds is at GET /v1/sessions/{session_id}/messages)"
         )
-    page = page_raw_output(
+    page, next_offset = raw_output_page(
         row["content"], id=tool_call_id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
     )
     return {
@@ -289,4 +296,6 @@ async def tool_output(
         "original_bytes": row["original_bytes"],
         "capped": row["capped"],
         "page": page,
+        "has_more": next_offset is not None,
+        "next_offset": next_offset,
     }

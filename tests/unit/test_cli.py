@@ -255,6 +255,36 @@ def test_a_bad_argument_is_named_in_the_users_words(
     assert said in capsys.readouterr().err
 
 
+def test_config_check_judges_the_environment_as_serve_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``config check`` passed a file ``serve`` then refused or warned of: it judged the file
+    alone, and not the environment ``serve`` judges it in. What ``serve`` refuses is exit 2
+    and its reason; what it warns of is a warning line."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    cfg = tmp_path / "agents.json"
+    provider = {"baseUrl": "https://llm.internal/v1", "caFile": str(tmp_path / "ca.pem")}
+    cfg.write_text(json.dumps({"providers": {"p": provider}}))
+    monkeypatch.setenv("CASCADE_CONFIG", str(cfg))
+    monkeypatch.setenv("CASCADE_LOG_LEVL", "debug")  # a misspelt setting
+    assert main(["config", "check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{cfg}: valid"
+    assert any("CASCADE_LOG_LEVL" in line for line in out[1:] if line.startswith("warning: "))
+    assert f"warning: providers.p.caFile: {tmp_path / 'ca.pem'} cannot be loaded" in "\n".join(out)
+    for env, value, said in [
+        ("SSL_CERT_FILE", str(tmp_path / "none.pem"), "SSL_CERT_FILE"),
+        ("HTTPS_PROXY", "socks4://proxy.internal:1080", "the egress proxy socks4://"),
+        ("CASCADE_HOST", "0.0.0.0", "refusing to listen on 0.0.0.0 without proxy keys"),
+    ]:
+        with monkeypatch.context() as m:
+            m.setenv(env, value)
+            assert main(["config", "check"]) == 2, env
+        assert said in capsys.readouterr().err, env
+
+
 def test_config_check_validates_a_file_as_a_reload_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

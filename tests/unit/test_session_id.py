@@ -192,6 +192,16 @@ def test_named_session_id_is_none_only_when_the_client_names_none() -> None:
     assert named_session_id(path_id="p", header_id="h", body=plain) == "p"
 
 
+def test_an_empty_header_is_no_header() -> None:
+    """``X-Session-Id:`` with nothing after it (``$RUN`` unset) names no session: the body's
+    id, else the derived one, as without the header; it was the 400 ``invalid_session_id``."""
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    assert named_session_id(path_id=None, header_id="", body=plain) is None
+    named = {**plain, "metadata": {"session_id": "m"}}
+    assert named_session_id(path_id=None, header_id="", body=named) == "m"
+    assert resolve(header_id="", b=body(SYS, USR)) == auto("t", "a", "be brief", "hello")
+
+
 @pytest.mark.parametrize(
     ("asgi", "written"),
     [("sess-Ã©", "sess-é"), ("plain", "plain"), ("bad-ÿ", b"bad-\xff"), ("€", "€")],

@@ -59,17 +59,17 @@ export async function call(method, path, body, { signal } = {}) {
   return resp.json();
 }
 
-// Every row of a list endpoint from the `from`th on, a page at a time until a short one: one
-// answer holds at most `page` rows (the endpoint's cap), and a list cut there would hide
-// sessions, or resend a long history shorter than it is, which the proxy would take for an
-// edit of its tail.
+// Every row of a list endpoint from the `from`th on, a page at a time until the list says no
+// more follow (`has_more`): one answer holds at most `page` rows (the endpoint's cap), and a
+// list cut there would hide sessions, or resend a long history shorter than it is, which the
+// proxy would take for an edit of its tail. An empty page ends it whatever it says.
 export async function everything(path, page, from = 0) {
   const rows = [];
   const sep = path.includes("?") ? "&" : "?";
   for (;;) {
     const out = await call("GET", `${path}${sep}limit=${page}&offset=${from + rows.length}`);
     for (const row of out.data) rows.push(row);
-    if (out.data.length < page) return { ...out, data: rows };
+    if (!out.has_more || out.data.length === 0) return { ...out, data: rows, has_more: false };
   }
 }
 

@@ -126,11 +126,14 @@ def test_a_full_page_says_where_the_next_one_starts(
     url = ["--url", proxy.origin, "--api-key", KEY]
     code, out, err = _run(capsys, *url, "ls", "--limit", "2")
     assert code == 0 and len(out.splitlines()) == 3
-    assert "more may follow: --offset 2" in err
+    assert "(more follow: --offset 2)" in err
     code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
-    assert code == 0 and len(out.splitlines()) == 2 and "more may follow" not in err
+    assert code == 0 and len(out.splitlines()) == 2 and "more" not in err
     code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
-    assert "more may follow: --offset 1" in err
+    assert "(more follow: --offset 1)" in err
+    # a page that is full and the last (the API's has_more): no note of more that is not there
+    code, out, err = _run(capsys, *url, "ls", "--limit", "3")
+    assert code == 0 and len(out.splitlines()) == 4 and "more" not in err
 
 
 def test_a_page_past_the_end_says_so_rather_than_that_there_are_none(
@@ -167,12 +170,12 @@ def test_a_full_page_says_where_the_next_one_starts_with_json_too(
     url = ["--url", proxy.origin, "--api-key", KEY, "--json"]
     code, out, err = _run(capsys, *url, "ls", "--limit", "2")
     assert code == 0 and len(json.loads(out)["data"]) == 2
-    assert "more may follow: --offset 2" in err
+    assert "(more follow: --offset 2)" in err
     code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
     assert code == 0 and len(json.loads(out)["data"]) == 1
-    assert "more may follow: --offset 1" in err
+    assert "(more follow: --offset 1)" in err
     code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
-    assert code == 0 and "more may follow" not in err
+    assert code == 0 and "more" not in err
 
 
 def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(

@@ -97,6 +97,9 @@ def test_valid_change_applies_to_next_request_and_is_announced(
         assert second_upstream.bodies()[-1]["messages"][-1] == user("u2")
         assert usage.data["limit"] == NEW_LIMIT
         assert limit_of(proxy, "a") == NEW_LIMIT
+        # the first provider's pool is closed, not kept open until shutdown
+        ports = {key[2] for key in proxy.state("upstream").client._transport._pools}
+        assert ports == {httpx.URL(second_upstream.url).port}
 
         # a plain in-place write (no rename) is picked up as well
         save_config(config_path, fake_upstream.url, OLD_LIMIT, in_place=True)
@@ -125,6 +128,10 @@ INVALID: list[tuple[str | bytes, str]] = [
     (  # accepted, and that proxy key opened /metrics, which counts every tenant's traffic
         '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}], "metricsKeyEnv": "K_A"}}',
         "auth.metricsKeyEnv: $K_A is auth.keys[0]'s keyEnv",
+    ),
+    (  # accepted, and each of the provider's requests was a 502 naming the file
+        '{"providers": {"p": {"baseUrl": "https://p.example", "caFile": "/nonexistent/ca.pem"}}}',
+        "providers.p.caFile: /nonexistent/ca.pem cannot be loaded",
     ),
 ]
 

@@ -178,3 +178,45 @@ def test_cors_origins_setting_covers_the_chat_post_streamed_and_not(
         exposed = resp.headers["access-control-expose-headers"].lower()
         assert "x-session-id" in exposed and "x-request-id" in exposed
     assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_refused_cors_preflight_is_an_openai_error(settings: Settings) -> None:
+    """Starlette's CORS middleware answers a preflight it refuses with plain text ("Disallowed
+    CORS origin"); every other error the proxy makes is OpenAI's JSON, which a client that
+    logs ``error.message`` reads. A refused origin is still granted nothing."""
+    server = ProxyServer(settings.model_copy(update={"cors_origins": ORIGIN}))
+    server.start()
+    try:
+        with httpx.Client(base_url=server.origin, timeout=10) as http:
+            refused = http.options(
+                "/v1/chat/completions",
+                headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+            )
+            method = http.options(
+                "/v1/models",
+                headers={"origin": ORIGIN, "access-control-request-method": "BREW"},
+            )
+    finally:
+        server.stop()
+    for resp, word in ((refused, "origin"), (method, "method")):
+        assert resp.status_code == 400, resp.text
+        assert resp.headers["content-type"] == "application/json"
+        error = resp.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["code"] == "cors_refused"
+        assert f"CORS {word}" in error["message"]
+    assert "access-control-allow-origin" not in refused.headers
+
+
+def test_a_wrong_method_on_a_known_path_is_an_openai_405(http: httpx.Client) -> None:
+    for method, path, allow in [
+        ("DELETE", "/v1/models", "GET, HEAD"),
+        ("POST", "/v1/models", "GET, HEAD"),
+        ("DELETE", "/s/run-1/v1/models", "GET, HEAD"),
+        ("GET", "/v1/embeddings", "POST"),
+        ("PATCH", "/v1/memory", "GET, HEAD, POST"),
+    ]:
+        resp = http.request(method, path)
+        assert resp.status_code == 405, (method, path, resp.text)
+        assert resp.headers["allow"] == allow, (method, path)
+        error = resp.json()["error"]
+        assert error["code"] == "method_not_allowed" and f"use {allow}" in error["message"]

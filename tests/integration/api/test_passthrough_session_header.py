@@ -44,6 +44,29 @@ def test_a_valid_header_id_is_named_back(
     assert resp.headers.get("x-session-id") == "run-7", resp.text
 
 
+@pytest.mark.parametrize(("method", "path", "body"), CALLS, ids=[c[1] for c in CALLS])
+def test_an_empty_header_is_no_header(
+    http: httpx.Client, fake_upstream: FakeUpstream, method: str, path: str, body: object
+) -> None:
+    """``X-Session-Id:`` sent empty (a client filling it from an unset variable) names no
+    session, as an empty query value or ``CASCADE_*`` variable is unset: the provider's
+    answer, as without the header, not a 400."""
+    without = http.request(method, path, json=body)
+    resp = http.request(method, path, json=body, headers={"X-Session-Id": ""})
+
+    assert resp.status_code == without.status_code, resp.text
+    assert "x-session-id" not in resp.headers
+    assert len(fake_upstream.requests) == 2
+
+
+def test_a_chat_with_an_empty_header_is_in_its_derived_session(http: httpx.Client) -> None:
+    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+    resp = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": ""})
+
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-session-id"].startswith("auto-")
+
+
 def test_the_path_id_wins_over_the_header_as_on_a_chat(http: httpx.Client) -> None:
     resp = http.get("/s/run-7/v1/models", headers={"X-Session-Id": "bad id!"})
 

@@ -47,3 +47,37 @@ def test_a_present_bad_value_is_still_a_400(http: httpx.Client, value: str) -> N
     resp = http.get("/v1/sessions", params={"offset": value})
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == "offset"
+
+
+NOT_INTEGERS = ["1.0", "1e3", "+5", " 5", "0x10", "5_0", "٥"]
+INTEGER_PARAMS = [
+    ("/v1/sessions", "limit"),
+    ("/v1/sessions", "offset"),
+    ("/v1/sessions/s/messages", "limit"),
+    ("/v1/sessions/s/messages", "offset"),
+    ("/v1/sessions/s/tool-outputs/call_ls", "offset"),
+    ("/v1/sessions/s/tool-outputs/call_ls", "limit"),
+    ("/v1/memory/suggestions", "limit"),
+]
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+def test_an_integer_parameter_takes_decimal_digits_only(http: httpx.Client, value: str) -> None:
+    """``?limit=1.0`` was read as 1 (and ``+5``, `` 5``, ``5_0`` as integers too): what is
+    not written as an integer is the 400 naming the parameter, on every route."""
+    for path, param in INTEGER_PARAMS:
+        resp = http.get(path, params={param: value})
+        assert resp.status_code == 400, (path, param, resp.text)
+        error = resp.json()["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", param), error
+        assert error["message"] == (
+            f"query.{param}: Input should be a valid integer, unable to parse string as an integer"
+        )
+    resp = http.delete(f"/v1/memory/{value}")  # a path parameter too
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "fact_id"
+
+
+def test_digits_are_still_an_integer(http: httpx.Client) -> None:
+    resp = http.get("/v1/sessions", params={"limit": "07", "offset": "0"})
+    assert resp.status_code == 200, resp.text

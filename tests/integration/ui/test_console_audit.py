@@ -122,7 +122,8 @@ def test_long_lists_are_read_page_by_page_not_cut_at_one_answer(
             asked.append(f"{url.path}?{url.query.decode()}")
             offset, limit = int(url.params.get("offset", 0)), int(url.params["limit"])
             data = [row(i) for i in range(offset, min(total, offset + limit))]
-            route.fulfill(json={"object": "list", "data": data})
+            more = offset + limit < total
+            route.fulfill(json={"object": "list", "data": data, "has_more": more})
 
         return fulfil
 
@@ -137,6 +138,15 @@ def test_long_lists_are_read_page_by_page_not_cut_at_one_answer(
         "/v1/sessions/long/messages?form=sent&limit=10000&offset=0",
         "/v1/sessions/long/messages?form=sent&limit=10000&offset=10000",
     ]
+    # a full page the list says is its last (has_more false) is not followed by an empty one
+    asked.clear()
+    page.route("**/v1/sessions/full/messages?*", paged(10_000, message))
+    count = page.evaluate(
+        "import('/ui/static/api.js').then((m) => m.api.messages('full', 'sent'))"
+        ".then((out) => out.data.length)"
+    )
+    assert count == 10_000
+    assert asked == ["/v1/sessions/full/messages?form=sent&limit=10000&offset=0"]
     session = lambda i: {"id": f"s{i:04d}", "agent": "default", "message_count": 1}  # noqa: E731
     page.route("**/v1/sessions?*", paged(1_001, session))
     page.reload()

@@ -9,7 +9,7 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
-from proxy.cascade.paging import page_raw_output
+from proxy.cascade.paging import page_raw_output, raw_output_page
 
 
 def _page_body(page: str) -> tuple[int, int, int, str]:
@@ -171,3 +171,16 @@ def test_grep_long_line_shows_window_at_absolute_offset() -> None:
     start = int(row.split(":", 1)[0])
     assert len(row) < 500 and "NEEDLE" in row
     assert row.split(": ", 1)[1].strip("…") == text[start : start + len(row.split(": ", 1)[1]) - 2]
+
+
+def test_the_next_offset_is_where_the_page_or_its_note_says_the_next_starts() -> None:
+    text = "".join(f"line {i:03d} hit\n" for i in range(300))
+    page, after = raw_output_page(text, id="c", offset=10, limit=50, max_chars=1000)
+    assert after == 60 and page.endswith(
+        '[... more: read_tool_output({"id": "c", "offset": 60}) ...]'
+    )
+    assert raw_output_page(text, id="c", offset=len(text) - 5, max_chars=1000)[1] is None
+    page, after = raw_output_page(text, id="c", grep="hit", max_chars=500)  # hits not shown
+    assert after is not None and f"call again with offset {after} ...]" in page
+    assert raw_output_page(text, id="c", grep="line 299", max_chars=500)[1] is None
+    assert raw_output_page(text, id="c", grep="line 001", limit=100, max_chars=500)[1] == 100
