@@ -205,7 +205,9 @@ def _check_protocol(env: Mapping[str, str]) -> None:
 def _check_endpoints(env: Mapping[str, str]) -> None:
     """An OTLP endpoint set that is no http(s) URL with a host is refused, naming the
     variable and not its value (it may carry a user and password): the exporter would take
-    it and fail each batch of spans, one ERROR line a batch, exporting none."""
+    it and fail each batch of spans, one ERROR line a batch, exporting none. So is a query or
+    fragment on the general endpoint the traces go to, which the exporter's ``/v1/traces``
+    would follow."""
     for name in _OTLP_ENV:
         if value := env.get(name, "").strip():
             try:
@@ -217,6 +219,14 @@ def _check_endpoints(env: Mapping[str, str]) -> None:
                 raise SettingsError(
                     f"{name}: not an http(s) URL with a host (OTLP/HTTP, as"
                     " http://otel-collector:4318)"
+                )
+            # the exporter appends /v1/traces to the general one as a string, after any query
+            general = name == _OTLP_ENV[0] and not env.get(_OTLP_ENV[1], "").strip()
+            if general and (u.query or u.fragment):
+                raise SettingsError(
+                    f"{name}: has a query string or fragment, which the exporter would put"
+                    " /v1/traces after; give the URL up to its path, or the traces' whole"
+                    " URL, query included, as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
                 )
 
 
