@@ -25,6 +25,7 @@ session id or a tenant.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -230,6 +231,36 @@ def _check_endpoints(env: Mapping[str, str]) -> None:
                 )
 
 
+# The loggers through which the OTLP/HTTP exporter reports a failed export, quoting its URL.
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+)
+
+
+class _WithoutQuery(logging.Filter):
+    """Masks the traces endpoint's query string (a collector's key may be in it) in the
+    exporter's own lines, which quote the URL: the log holds no query string."""
+
+    query = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.query and self.query in (text := record.getMessage()):
+            record.msg, record.args = text.replace(self.query, "***"), None
+        return True
+
+
+_WITHOUT_QUERY = _WithoutQuery()
+
+
+def _hide_query(env: Mapping[str, str]) -> None:
+    """Put :data:`_WITHOUT_QUERY` on the exporter's loggers for this endpoint's query."""
+    _WITHOUT_QUERY.query = urlsplit(env.get(_OTLP_ENV[1], "").strip()).query
+    if _WITHOUT_QUERY.query:
+        for name in _EXPORTER_LOGGERS:
+            logging.getLogger(name).addFilter(_WITHOUT_QUERY)  # once: the same filter
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
@@ -244,6 +275,7 @@ def build_tracing(
     if "otlp" in exporters:
         _check_protocol(env)
         _check_endpoints(env)
+        _hide_query(env)
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkProvider

@@ -4,6 +4,7 @@ the OTLP one is built and shut down with no span to send."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
@@ -254,3 +255,29 @@ def test_a_general_otlp_endpoint_with_a_query_is_refused(value: str) -> None:
     tracing = build_tracing("", env=own)  # the general one is not what traces go to
     assert tracing is not None
     tracing.shutdown()
+
+
+def test_the_exporters_lines_never_quote_the_traces_endpoints_query(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A traces endpoint used as given may carry the collector's key in its query; the
+    exporter's own warnings (``Transient error … url: /v1/traces?api-key=…``) quote the
+    URL, and the proxy's log holds no query string (README: Logs)."""
+    env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1/v1/traces?api-key=tk-9"}
+    tracing = build_tracing("", env=env)
+    assert tracing is not None
+    try:
+        for name in (
+            "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+            "opentelemetry.exporter.otlp.common.http",
+        ):
+            logging.getLogger(name).warning(
+                "Transient error %s encountered while exporting %s batch",
+                "Max retries exceeded with url: /v1/traces?api-key=tk-9 (Caused by …)",
+                "spans",
+            )
+    finally:
+        tracing.shutdown()
+    lines = [r.getMessage() for r in caplog.records if "Transient" in r.getMessage()]
+    assert len(lines) == 2
+    assert not [line for line in lines if "tk-9" in line], lines
