@@ -245,6 +245,8 @@ async def connect(
         asyncpg.InterfaceError,
     ) as exc:
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, TimeoutError) and not str(exc):  # asyncpg's says nothing
+            reason = f"TimeoutError: no answer within {kwargs.get('timeout', 60):g} s"
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
