@@ -31,6 +31,8 @@ from typing import Any
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
+from proxy.refusals import STARTING
+
 __all__ = ["serve", "INTERRUPTED"]
 
 log = logging.getLogger("cascade")
@@ -45,8 +47,11 @@ def _no_errors(record: logging.LogRecord) -> bool:
 
 class _Server(uvicorn.Server):
     forced = False
+    interrupted: int | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.started and STARTING.interrupt(sig):
+            self.interrupted = sig  # the start ends now, not once it is done
         super().handle_exit(sig, frame)
         if self.force_exit and not self.forced:
             self.forced = True
@@ -93,11 +98,16 @@ def serve(app: Any, **config: Any) -> int:
         server.run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn raises the captured Ctrl-C again once it stopped
         pass
+    except SystemExit:  # uvicorn's failed start, which skips raising the captured signal
+        if server.interrupted is None:
+            raise
     finally:
         for sock in sockets:  # uvicorn closes them on a shutdown, not on a failed start
             sock.close()
         if server.forced:
             logging.getLogger("uvicorn.error").removeFilter(_no_errors)
-    if server.forced:
+    if server.interrupted not in (None, signal.SIGINT):
+        signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
+    if server.forced or server.interrupted == signal.SIGINT:
         return INTERRUPTED
     return 0 if server.started else STARTUP_FAILURE
