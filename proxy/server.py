@@ -9,6 +9,8 @@ not one: the user asked to abandon that work. So after a second Ctrl-C the serve
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+A first signal while the lifespan still starts cancels the start (uvicorn would only note it
+until the start is done, however long that takes), and the exit status is that signal's.
 
 uvicorn binds its address only after the lifespan has started, so on a port another process
 holds the start-up block ("listening on ...") came first and the bind error after it. The
