@@ -29,7 +29,6 @@ from proxy.api import chat, events, health, memory, openapi, sessions
 from proxy.auth import listen_policy
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
-from proxy.config import load_config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.embeddings import Embedders, bind_embedders
 from proxy.logs import configure_logging, format_from_env
@@ -112,7 +111,7 @@ def create_app(
             raise
     configure_logging(settings.log_level, settings.log_format)
     # Validate the config before anything starts, so a bad file fails loudly at boot.
-    holder = ConfigHolder(load_config(settings.config, os.environ), settings.config)
+    holder = ConfigHolder.from_file(settings.config, os.environ)
     if unknown := unknown_variables(os.environ, holder.current.variables()):
         log.warning("%s", unknown)  # a misspelt setting is otherwise silently its default
     require_keys = listen_policy(

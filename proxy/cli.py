@@ -243,11 +243,13 @@ def _count(least: int, most: int | None = None) -> Callable[[str], int]:
 
 
 def _host(text: str) -> str:
-    """An address as given; an empty one would bind every interface (``CASCADE_HOST`` is
-    refused alike, ``proxy.settings``)."""
+    """An address as given, an IPv6 one without its URL brackets; an empty one would bind
+    every interface (``CASCADE_HOST`` is refused alike, ``proxy.settings``)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty address: give one, 127.0.0.1 by default")
-    return text
+    from proxy.settings import unbracketed  # serve's option alone: the other commands skip it
+
+    return unbracketed(text)
 
 
 def _session_id(text: str) -> str:

@@ -47,12 +47,27 @@ class ConfigHolder:
     config a reload puts in force (the lifespan's: the provider pools it no longer needs
     are retired, ``ProviderTransport.keep_only``)."""
 
-    def __init__(self, config: Config, path: Path | None, vet: Vet | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        path: Path | None,
+        data: bytes | None = None,
+        vet: Vet | None = None,
+    ) -> None:
         self.current = config
         self.path = path
+        self.loaded = data  # the bytes ``config`` was read from, when known
         self.vet = vet
         self.applied: Callable[[Config], None] | None = None
         self._warn(os.environ)
+
+    @classmethod
+    def from_file(cls, path: Path | None, env: Mapping[str, str]) -> ConfigHolder:
+        """The config in ``path`` (defaults when None), remembering the bytes it was read
+        from: the watcher, which starts once the database is up, compares the file with
+        those, so a save made during the start is reloaded, not taken as already judged."""
+        data = _read(path) if path is not None else None
+        return cls(load_config(path, env, data), path, data)
 
     def _warn(self, env: Mapping[str, str]) -> None:
         for warning in config_warnings(self.current, env):
@@ -95,7 +110,8 @@ async def watch_config(
     # file elsewhere (``/etc/cascade/agents.json``, a dotfiles checkout) is edited where the
     # file lives, so that directory is watched too, and the watch moves when the link does.
     path = holder.path.absolute()
-    last = _read(path)
+    # the bytes the holder was loaded from, not the file now: it may have been saved since
+    last = holder.loaded if holder.loaded is not None else _read(path)
     while not stop.is_set():
         last = await _watch(holder, path, _directories(path), last, emit, stop)
 

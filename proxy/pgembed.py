@@ -12,7 +12,12 @@ what to do when it is needed and missing.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,9 +82,58 @@ def start_embedded(data_dir: Path | None) -> tuple[str, PostgresServer]:
         raise EmbeddedUnavailable from None
 
     pgdata = _make_dir((data_dir or default_data_dir()) / "pgdata")
-    server = get_server(pgdata, cleanup_mode="stop")
+    with _quiet_pgserver() as failures:
+        try:
+            server = get_server(pgdata, cleanup_mode="stop")
+        except subprocess.SubprocessError as exc:
+            raise DatabaseUnavailable(
+                f"the embedded PostgreSQL cannot start in {pgdata} (CASCADE_DATA_DIR): "
+                f"{_reason(failures, exc)}"
+            ) from None
     forget_dead_handles(server)
     return server.get_uri(), server
+
+
+# The first line of what initdb, pg_ctl or the server wrote that says why it stopped.
+_WHY = re.compile(r"^(?:.*\b(?:FATAL|PANIC):\s+|(?:initdb|pg_ctl): error: )(.+)$", re.MULTILINE)
+
+
+@contextmanager
+def _quiet_pgserver() -> Iterator[list[str]]:
+    """Hold back pgserver's error records while it starts the server, yielding their texts.
+
+    pgserver logs a failed ``initdb`` or ``pg_ctl`` as a multi-line ERROR (command line,
+    stdout, stderr, the server's whole log) before it raises; the start's refusal is one
+    line made from them instead (:func:`_reason`).
+    """
+    texts: list[str] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        texts.append(record.getMessage())
+        return False
+
+    logger = logging.getLogger(_PACKAGE)
+    logger.addFilter(hold)
+    try:
+        yield texts
+    finally:
+        logger.removeFilter(hold)
+
+
+def _reason(failures: list[str], exc: subprocess.SubprocessError) -> str:
+    """Why the server did not start, in one line: PostgreSQL's own ``FATAL`` or the tool's
+    ``error:`` line (a full disk, a directory that is no data directory), else how the
+    command ended."""
+    for text in failures:
+        found = _WHY.search(text)
+        if found:
+            tool = "initdb: " if "initdb" in text.split("\n", 1)[0] else ""
+            return tool + found.group(1).strip()
+    if isinstance(exc, subprocess.CalledProcessError):
+        return f"{Path(str(exc.cmd[0])).name} exited with status {exc.returncode}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def forget_dead_handles(server: PostgresServer) -> None:

@@ -15,7 +15,9 @@ alike and starlette's router is used as it comes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,12 +25,35 @@ from proxy.config import ConfigError
 from proxy.store.db import DatabaseUnavailable
 from proxy.store.migrations import MigrationError
 
-__all__ = ["REFUSALS", "StartupRefusals"]
+__all__ = ["REFUSALS", "StartupRefusals", "STARTING", "Starting"]
 
 log = logging.getLogger("cascade")
 
 REFUSALS = (ConfigError, DatabaseUnavailable, MigrationError)
 """What a failed start reports by its message alone (``cascade-proxy`` catches the same)."""
+
+
+class Starting:
+    """The lifespan's task while the start runs, so that a signal during it ends it
+    (``cascade-proxy serve``'s server calls :meth:`interrupt`): uvicorn only notes a signal
+    until the start is done, which waits for whatever the start waits for (a database that
+    never answers: asyncpg's 60 s)."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[object] | None = None
+        self.signal: int | None = None
+
+    def interrupt(self, sig: int) -> bool:
+        """Cancel the start in progress, if one is; whether one was."""
+        task = self.task
+        if task is None or task.done() or self.signal is not None:
+            return False
+        self.signal = sig
+        task.get_loop().call_soon_threadsafe(task.cancel)
+        return True
+
+
+STARTING = Starting()
 
 
 class StartupRefusals:
@@ -49,6 +74,7 @@ class StartupRefusals:
             await self.app(scope, receive, send)
             return
         failed: Message | None = None
+        STARTING.task, STARTING.signal = asyncio.current_task(), None
 
         async def hold_failure(message: Message) -> None:
             nonlocal failed
@@ -58,12 +84,30 @@ class StartupRefusals:
                 await send(message)
 
         try:
-            await self.app(scope, receive, hold_failure)
+            await self.app(scope, receive, _started(hold_failure))
         except REFUSALS as exc:
             if failed is not None:
                 log.error("cannot start: %s", exc)
                 failed = {**failed, "message": ""}
             raise
+        except asyncio.CancelledError:
+            if failed is not None and STARTING.signal is not None:
+                name = signal.Signals(STARTING.signal).name
+                log.warning("start interrupted (%s): stopped before serving", name)
+                failed = {**failed, "message": ""}
+            raise
         finally:
             if failed is not None:
                 await send(failed)
+
+
+def _started(send: Send) -> Send:
+    """``send``, which forgets the start's task once the start has ended either way: a
+    signal after it is uvicorn's shutdown, not the start's."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] in ("lifespan.startup.complete", "lifespan.startup.failed"):
+            STARTING.task = None
+        await send(message)
+
+    return sending

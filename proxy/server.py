@@ -9,6 +9,8 @@ not one: the user asked to abandon that work. So after a second Ctrl-C the serve
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+A first signal while the lifespan still starts cancels the start (uvicorn would only note it
+until the start is done, however long that takes), and the exit status is that signal's.
 
 uvicorn binds its address only after the lifespan has started, so on a port another process
 holds the start-up block ("listening on ...") came first and the bind error after it. The
@@ -31,6 +33,8 @@ from typing import Any
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
+from proxy.refusals import STARTING
+
 __all__ = ["serve", "INTERRUPTED"]
 
 log = logging.getLogger("cascade")
@@ -45,8 +49,11 @@ def _no_errors(record: logging.LogRecord) -> bool:
 
 class _Server(uvicorn.Server):
     forced = False
+    interrupted: int | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.started and STARTING.interrupt(sig):
+            self.interrupted = sig  # the start ends now, not once it is done
         super().handle_exit(sig, frame)
         if self.force_exit and not self.forced:
             self.forced = True
@@ -93,11 +100,16 @@ def serve(app: Any, **config: Any) -> int:
         server.run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn raises the captured Ctrl-C again once it stopped
         pass
+    except SystemExit:  # uvicorn's failed start, which skips raising the captured signal
+        if server.interrupted is None:
+            raise
     finally:
         for sock in sockets:  # uvicorn closes them on a shutdown, not on a failed start
             sock.close()
         if server.forced:
             logging.getLogger("uvicorn.error").removeFilter(_no_errors)
-    if server.forced:
+    if server.interrupted not in (None, signal.SIGINT):
+        signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
+    if server.forced or server.interrupted == signal.SIGINT:
         return INTERRUPTED
     return 0 if server.started else STARTUP_FAILURE

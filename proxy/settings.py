@@ -67,7 +67,14 @@ class Listen(BaseSettings):
         interface, and read as no address in every message: refused, naming the setting."""
         if not value.strip():
             raise ValueError("empty; give an address: 127.0.0.1 (the default), 0.0.0.0 for all")
-        return value
+        return unbracketed(value)
+
+
+def unbracketed(host: str) -> str:
+    """An IPv6 address as URLs and the start-up block write it (``[::1]``), without the
+    brackets, which a listening socket's address does not take; any other host as given."""
+    inner = host.strip()[1:-1] if host.strip().startswith("[") else ""
+    return inner if host.strip().endswith("]") and ":" in inner else host
 
 
 class Settings(Listen):

@@ -25,6 +25,7 @@ session id or a tenant.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -205,7 +206,9 @@ def _check_protocol(env: Mapping[str, str]) -> None:
 def _check_endpoints(env: Mapping[str, str]) -> None:
     """An OTLP endpoint set that is no http(s) URL with a host is refused, naming the
     variable and not its value (it may carry a user and password): the exporter would take
-    it and fail each batch of spans, one ERROR line a batch, exporting none."""
+    it and fail each batch of spans, one ERROR line a batch, exporting none. So is a query or
+    fragment on the general endpoint the traces go to, which the exporter's ``/v1/traces``
+    would follow."""
     for name in _OTLP_ENV:
         if value := env.get(name, "").strip():
             try:
@@ -218,6 +221,44 @@ def _check_endpoints(env: Mapping[str, str]) -> None:
                     f"{name}: not an http(s) URL with a host (OTLP/HTTP, as"
                     " http://otel-collector:4318)"
                 )
+            # the exporter appends /v1/traces to the general one as a string, after any query
+            general = name == _OTLP_ENV[0] and not env.get(_OTLP_ENV[1], "").strip()
+            if general and (u.query or u.fragment):
+                raise SettingsError(
+                    f"{name}: has a query string or fragment, which the exporter would put"
+                    " /v1/traces after; give the URL up to its path, or the traces' whole"
+                    " URL, query included, as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+                )
+
+
+# The loggers through which the OTLP/HTTP exporter reports a failed export, quoting its URL.
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+)
+
+
+class _WithoutQuery(logging.Filter):
+    """Masks the traces endpoint's query string (a collector's key may be in it) in the
+    exporter's own lines, which quote the URL: the log holds no query string."""
+
+    query = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.query and self.query in (text := record.getMessage()):
+            record.msg, record.args = text.replace(self.query, "***"), None
+        return True
+
+
+_WITHOUT_QUERY = _WithoutQuery()
+
+
+def _hide_query(env: Mapping[str, str]) -> None:
+    """Put :data:`_WITHOUT_QUERY` on the exporter's loggers for this endpoint's query."""
+    _WITHOUT_QUERY.query = urlsplit(env.get(_OTLP_ENV[1], "").strip()).query
+    if _WITHOUT_QUERY.query:
+        for name in _EXPORTER_LOGGERS:
+            logging.getLogger(name).addFilter(_WITHOUT_QUERY)  # once: the same filter
 
 
 def build_tracing(
@@ -234,6 +275,7 @@ def build_tracing(
     if "otlp" in exporters:
         _check_protocol(env)
         _check_endpoints(env)
+        _hide_query(env)
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkProvider

@@ -111,7 +111,10 @@ def _unavailable(exc: BaseException) -> DatabaseUnavailable:
 
 def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     """``method`` of asyncpg's Connection, raising :class:`DatabaseUnavailable` when the
-    connection was lost under it (typed as the method it wraps, overloads included)."""
+    connection was lost under it, or the server is out of resources (SQLSTATE class 53: a
+    full disk, out of memory, too many connections), which no fault of the request's or the
+    proxy's causes and a retry may get past (typed as the method it wraps, overloads
+    included)."""
 
     @functools.wraps(method)
     async def guarded(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
@@ -120,6 +123,10 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
         except Exception as exc:
             if connection_lost(exc, self):
                 raise _unavailable(exc) from exc
+            if isinstance(exc, asyncpg.InsufficientResourcesError):
+                raise DatabaseUnavailable(
+                    f"PostgreSQL is out of resources: {type(exc).__name__}: {exc}", exc.sqlstate
+                ) from exc
             PoolerMismatch.raise_from(exc)
             raise
 
@@ -238,6 +245,8 @@ async def connect(
         asyncpg.InterfaceError,
     ) as exc:
         reason = redact_dsn(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, TimeoutError) and not str(exc):  # asyncpg's says nothing
+            reason = f"TimeoutError: no answer within {kwargs.get('timeout', 60):g} s"
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",

@@ -11,6 +11,7 @@ accepted).
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from proxy.store.db import PoolerMismatch, connect
 from proxy.store.shipped import shipped_earlier
 
 __all__ = ["MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
+
+log = logging.getLogger("cascade")
 
 
 def find_migrations(source: Path, prefix: Path) -> Path:
@@ -56,6 +59,24 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     return out
 
 
+async def _warn_if_newer(conn: asyncpg.Connection, last: int) -> None:
+    """One warning when the ledger holds migrations past this release's last: a newer
+    release migrated the database (a rollback, or an old replica in a rolling upgrade).
+    Not a refusal, which would stop the old replicas of a rollout as they restart; the
+    operator learns that this code runs on a schema it was not written for."""
+    newer = await conn.fetch(
+        "SELECT name FROM schema_migrations WHERE version > $1 ORDER BY version", last
+    )
+    if newer:
+        log.warning(
+            "the database holds %d migrations this release does not have (%s): a newer"
+            " release migrated it; run that release, since this one was not written for"
+            " its schema (README: Upgrading)",
+            len(newer),
+            ", ".join(r["name"] for r in newer),
+        )
+
+
 async def run_migrations(
     dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
 ) -> list[str]:
@@ -74,7 +95,8 @@ async def run_migrations(
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
             await conn.execute(CREATE_LEDGER)
-        for version, name, text in _files(directory or MIGRATIONS_DIR):
+        files = _files(directory or MIGRATIONS_DIR)
+        for version, name, text in files:
             checksum = hashlib.sha256(text.encode()).hexdigest()
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
@@ -102,6 +124,7 @@ async def run_migrations(
                     checksum,
                 )
             applied.append(name)
+        await _warn_if_newer(conn, files[-1][0])
     except asyncpg.PostgresError as exc:
         PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
         raise MigrationError(  # a role that may not create tables: one line, no traceback

@@ -8,6 +8,7 @@ the diff like any other code change.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -274,3 +275,28 @@ async def test_a_role_that_cannot_make_the_ledger_is_one_line(empty_db_dsn: str)
     finally:
         await admin.execute(f"DROP ROLE IF EXISTS {role}")
         await admin.close()
+
+
+async def test_a_database_a_newer_release_migrated_is_named_in_one_warning(
+    empty_db_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A release older than the schema (a rollback, an old replica in a rolling upgrade)
+    starts, since refusing would stop old replicas mid-rollout, but says so once: it runs
+    against tables and functions it was not written for."""
+    (tmp_path / "0001_a.sql").write_text("CREATE TABLE a (x int);")
+    (tmp_path / "0002_b.sql").write_text("CREATE TABLE b (y int);")
+    (tmp_path / "0003_c.sql").write_text("CREATE TABLE c (z int);")
+    await run_migrations(empty_db_dsn, tmp_path)
+    (tmp_path / "0003_c.sql").unlink()
+    (tmp_path / "0002_b.sql").unlink()
+    caplog.set_level(logging.WARNING, logger="cascade")
+    assert await run_migrations(empty_db_dsn, tmp_path) == []
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith(
+        "the database holds 2 migrations this release does not have (0002_b.sql, 0003_c.sql):"
+    ), warning
+    caplog.clear()
+    (tmp_path / "0002_b.sql").write_text("CREATE TABLE b (y int);")
+    (tmp_path / "0003_c.sql").write_text("CREATE TABLE c (z int);")
+    assert await run_migrations(empty_db_dsn, tmp_path) == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

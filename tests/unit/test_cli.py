@@ -305,3 +305,7 @@ def test_config_check_validates_a_file_as_a_reload_does(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{good}: valid"
     assert "warning: auth key of tenant 'a': $CHECK_KEY_A is unset" in out[1]
+
+
+def test_serve_takes_an_ipv6_host_in_brackets() -> None:
+    assert _parser().parse_args(["serve", "--host", "[::1]"]).host == "::1"

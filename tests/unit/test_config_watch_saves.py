@@ -206,3 +206,23 @@ async def test_a_link_target_gone_as_the_watch_begins_does_not_end_hot_reload(
         await until(lambda: bool(seen))
     assert seen == [CONFIG_RELOADED]
     assert limit(holder) == 2000
+
+
+async def test_a_save_made_during_the_start_is_reloaded(tmp_path: Path) -> None:
+    """The config is read before the database starts and the watcher starts after it: a
+    save in between was taken for the file already loaded, so the proxy ran the old config
+    (or never said that the new one was refused) until the next save."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    path.write_text(text(2000))  # saved while the start goes on
+    seen: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    try:
+        await until(lambda: bool(seen))
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert seen == [CONFIG_RELOADED]
+    assert limit(holder) == 2000

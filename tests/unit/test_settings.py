@@ -248,3 +248,14 @@ def test_kubernetes_service_link_variables_are_not_taken_for_typos() -> None:
     }
     assert unknown_variables(links) is None
     assert unknown_variables({"CASCADE_PORT_HTTP": "1"}) is not None  # not a link's name
+
+
+@pytest.mark.parametrize(("given", "host"), [("[::1]", "::1"), ("[::]", "::"), ("::1", "::1")])
+def test_an_ipv6_address_in_brackets_is_the_address(
+    given: str, host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: CASCADE_HOST=[::1], as the banner and every URL write it ("listening on
+    # [::1]:8080"), was looked up as a host name: "cannot listen on [::1]:8080: Name or
+    # service not known", exit 3.
+    monkeypatch.setenv("CASCADE_HOST", given)
+    assert load_settings().host == host

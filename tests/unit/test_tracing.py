@@ -4,6 +4,7 @@ the OTLP one is built and shut down with no span to send."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
@@ -187,8 +188,12 @@ def test_an_otlp_endpoint_that_is_no_http_url_is_refused_by_name(name: str, valu
     ("env", "where"),
     [
         (
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://ops:pw-77@collector.lan:4318/?token=tk-9"},
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://ops:pw-77@collector.lan:4318/"},
             "OTLP/HTTP to https://collector.lan:4318/v1/traces, service cascade-proxy",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector.lan/v1/traces?token=tk-9"},
+            "OTLP/HTTP to https://collector.lan/v1/traces, service cascade-proxy",
         ),
         (
             {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.lan:4318/otlp"},
@@ -234,3 +239,45 @@ def test_an_otlp_protocol_other_than_http_protobuf_is_refused(name: str) -> None
     assert ok is not None
     ok.shutdown()
     assert build_tracing("console", env=env) is not None  # no OTLP exporter: nothing to send
+
+
+@pytest.mark.parametrize("value", ["http://collector:4318/?token=tk-9", "http://collector:4318#x"])
+def test_a_general_otlp_endpoint_with_a_query_is_refused(value: str) -> None:
+    """The exporter appends ``/v1/traces`` to ``OTEL_EXPORTER_OTLP_ENDPOINT`` as a string, so
+    a query or fragment ends up before the path (``/?token=tk-9/v1/traces``): every batch
+    would go elsewhere than the start-up block says, and the exporter's warnings would quote
+    the query. The traces' own endpoint, used as given, may carry one."""
+    name = "OTEL_EXPORTER_OTLP_ENDPOINT"
+    with pytest.raises(SettingsError, match=f"^{name}: has a query string or fragment") as no:
+        build_tracing("", env={name: value})
+    assert "tk-9" not in str(no.value)
+    own = {name: value, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}
+    tracing = build_tracing("", env=own)  # the general one is not what traces go to
+    assert tracing is not None
+    tracing.shutdown()
+
+
+def test_the_exporters_lines_never_quote_the_traces_endpoints_query(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A traces endpoint used as given may carry the collector's key in its query; the
+    exporter's own warnings (``Transient error … url: /v1/traces?api-key=…``) quote the
+    URL, and the proxy's log holds no query string (README: Logs)."""
+    env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1/v1/traces?api-key=tk-9"}
+    tracing = build_tracing("", env=env)
+    assert tracing is not None
+    try:
+        for name in (
+            "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+            "opentelemetry.exporter.otlp.common.http",
+        ):
+            logging.getLogger(name).warning(
+                "Transient error %s encountered while exporting %s batch",
+                "Max retries exceeded with url: /v1/traces?api-key=tk-9 (Caused by …)",
+                "spans",
+            )
+    finally:
+        tracing.shutdown()
+    lines = [r.getMessage() for r in caplog.records if "Transient" in r.getMessage()]
+    assert len(lines) == 2
+    assert not [line for line in lines if "tk-9" in line], lines
