@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proxy import DEFAULT_CONFIG
@@ -38,6 +38,9 @@ _SERVICE_LINK = re.compile(
 """The variables Kubernetes sets for a Service named ``cascade`` (service links)."""
 
 
+_EMPTY_MEANS_SOMETHING = frozenset({"tokenizer"})
+
+
 class Listen(BaseSettings):
     """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
     settings, all that the client commands (``cascade-proxy sessions``, ``memory``) read, for
@@ -60,10 +63,20 @@ class Listen(BaseSettings):
             )
         return value
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object, info: ValidationInfo) -> object:
+        """An empty variable (``CASCADE_LOG_LEVEL=``: an env file's template filled with
+        nothing) is an unset one, its setting's default, as an empty query value is unset;
+        ``CASCADE_TOKENIZER=`` alone means something (no tiktoken, README)."""
+        if value == "" and info.field_name not in _EMPTY_MEANS_SOMETHING:
+            return cls.model_fields[str(info.field_name)].default
+        return value
+
     @field_validator("host")
     @classmethod
     def _address(cls, value: str) -> str:
-        """An empty host (``CASCADE_HOST=``, a blank line in an env file) would bind every
+        """A blank host (``CASCADE_HOST=" "``; an empty one is unset) would bind every
         interface, and read as no address in every message: refused, naming the setting."""
         if not value.strip():
             raise ValueError("empty; give an address: 127.0.0.1 (the default), 0.0.0.0 for all")

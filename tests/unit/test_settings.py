@@ -206,15 +206,37 @@ def test_an_empty_config_variable_is_the_default_config(
     assert load_settings().config == Path(DEFAULT_CONFIG)
 
 
-def test_an_empty_host_refuses_the_start_naming_the_variable(
+def test_a_blank_host_refuses_the_start_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Regression: CASCADE_HOST= listened on every interface (an empty host binds them all),
+    # Regression: a blank host listened on every interface (an empty host binds them all),
     # and the banner said "listening on :8080"; without keys the refusal read "refusing to
-    # listen on  without proxy keys".
-    monkeypatch.setenv("CASCADE_HOST", "")
+    # listen on  without proxy keys". An empty one is unset (the next test).
+    monkeypatch.setenv("CASCADE_HOST", "  ")
     with pytest.raises(SettingsError, match=r"^CASCADE_HOST: empty; give an address"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "CASCADE_HOST",
+        "CASCADE_PORT",
+        "CASCADE_LOG_LEVEL",
+        "CASCADE_LOG_FORMAT",
+        "CASCADE_POOL_MAX_SIZE",
+        "CASCADE_DB_POOLER",
+        "CASCADE_MAX_BODY_BYTES",
+    ],
+)
+def test_an_empty_variable_is_an_unset_one(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: an env file's `CASCADE_LOG_LEVEL=` (a template filled with nothing) refused
+    # the start while `CASCADE_CONFIG=` or `DATABASE_URL=` meant the default, as README says
+    # every empty CASCADE_* variable does.
+    monkeypatch.delenv(variable, raising=False)
+    default = load_settings()
+    monkeypatch.setenv(variable, "")
+    assert load_settings() == default
 
 
 def test_an_empty_data_dir_is_the_default_one(monkeypatch: pytest.MonkeyPatch) -> None:
