@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,6 +146,13 @@ def sanitize_fact(
 ) -> FactVerdict:
     """Clean ``text`` and decide whether it may be stored beside ``existing`` (the scope's
     stored facts); ``patterns`` are the compiled redaction patterns of the config."""
+    return _verdict(text, {fact_key(other) for other in existing}, patterns, max_chars)
+
+
+def _verdict(
+    text: str, keys: Container[str], patterns: Sequence[re.Pattern[str]], max_chars: int
+) -> FactVerdict:
+    """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
     if not fact:
         return FactVerdict(None, "the fact is empty once control characters are removed")
@@ -171,8 +178,7 @@ def sanitize_fact(
                 f"the fact reads as an instruction to the model "
                 f"({hit.group(0)!r}); state it as a fact instead",
             )
-    key = forms[1].casefold()
-    if any(fact_key(other) == key for other in existing):
+    if forms[1].casefold() in keys:
         return FactVerdict(None, "the same fact is already stored in this scope")
     return FactVerdict(fact)
 
@@ -183,16 +189,25 @@ def sanitize_facts(
     existing: Iterable[str] = (),
     patterns: Sequence[re.Pattern[str]] = (),
     max_chars: int = MAX_FACT_CHARS,
+    keep: int | None = None,
 ) -> list[FactVerdict]:
     """One verdict per text, in order; a text that repeats an earlier accepted one of the
-    same batch is a duplicate too."""
-    seen = list(existing)
-    verdicts = []
+    same batch is a duplicate too. Each stored fact's key is made once, so a batch costs
+    one check per fact whatever the scope holds. With ``keep``, the texts after the
+    ``keep``-th accepted one are not read (nor given a verdict)."""
+    keys = {fact_key(other) for other in existing}
+    verdicts: list[FactVerdict] = []
+    accepted = 0
+    if keep is not None and keep < 1:
+        return verdicts
     for text in texts:
-        verdict = sanitize_fact(text, existing=seen, patterns=patterns, max_chars=max_chars)
-        if verdict.text is not None:
-            seen.append(verdict.text)
+        verdict = _verdict(text, keys, patterns, max_chars)
         verdicts.append(verdict)
+        if verdict.text is not None:
+            keys.add(fact_key(verdict.text))
+            accepted += 1
+            if accepted == keep:
+                break
     return verdicts
 
 

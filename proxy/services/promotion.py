@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.memory import (
+    MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
     FactsAnswerError,
     extraction_prompt,
@@ -102,7 +103,14 @@ async def _promote(
     if job.promotion == "auto":
 
         def vet(stored: list[str]) -> list[str]:
-            return span_facts(sanitize_facts(facts, existing=stored, patterns=job.memory_patterns))
+            return span_facts(
+                sanitize_facts(
+                    facts,
+                    existing=stored,
+                    patterns=job.memory_patterns,
+                    keep=MAX_FACTS_PER_SPAN,
+                )
+            )
 
         await store.add_facts(
             conn, tenant=job.tenant, scope=job.memory_scope, vet=vet, source_session=job.session_id
@@ -112,7 +120,11 @@ async def _promote(
         r["text"]
         for r in await store.fetch_facts(conn, tenant=job.tenant, scopes=[job.memory_scope])
     ]
-    kept = span_facts(sanitize_facts(facts, existing=stored, patterns=job.memory_patterns))
+    kept = span_facts(
+        sanitize_facts(
+            facts, existing=stored, patterns=job.memory_patterns, keep=MAX_FACTS_PER_SPAN
+        )
+    )
     if kept:
         await bus.publish(
             conn,
