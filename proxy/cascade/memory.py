@@ -9,7 +9,8 @@ and a rejection carries a reason a person can act on:
    collapse), so a fact is one line of plain text, stored in composed form (NFC);
 2. an empty fact, or one longer than :data:`MAX_FACT_CHARS`, is rejected;
 3. a fact holding a secret (any redaction pattern matches) is rejected, never stored
-   redacted: ``[REDACTED]`` is not a fact worth remembering;
+   redacted: ``[REDACTED]`` is not a fact worth remembering, so a fact holding that mark
+   (the fast model reads a span redacted, and may quote it) is rejected too;
 4. a fact that reads as an instruction to the model is rejected (:data:`INSTRUCTION_PATTERNS`);
 5. a duplicate of a stored fact of the scope, compared case- and space-insensitively
    (:func:`fact_key`), is rejected.
@@ -39,7 +40,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.cascade.redaction import redact
+from proxy.cascade.redaction import REDACTED, redact
 from proxy.cascade.text import content_text
 
 __all__ = [
@@ -86,6 +87,10 @@ INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 """Phrases of an instruction aimed at the model rather than a fact about the work."""
 
 _SPACE = re.compile(r"\s+")
+
+_REDACTED_MARK = REDACTED.casefold()
+"""The mark a redacted secret leaves (in any case): the fast model reads a folded span
+redacted, and may quote the mark in a fact."""
 
 _JOINERS = "\u200c\u200d"
 
@@ -163,6 +168,12 @@ def _verdict(
             f"{max_chars}: state it in a sentence",
         )
     forms = (_unjoined(fact), _compat(fact))
+    if _REDACTED_MARK in forms[1].casefold():
+        return FactVerdict(
+            None,
+            f"the fact holds a secret the proxy redacted ({REDACTED}): a fact about a "
+            "secret it does not hold is worth nothing; state it without",
+        )
     if patterns and any(redact(form, patterns)[1] for form in forms):
         return FactVerdict(
             None,

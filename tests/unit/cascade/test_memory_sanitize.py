@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -47,6 +48,20 @@ def test_a_fact_over_the_cap_is_refused_with_the_numbers() -> None:
 def test_a_fact_with_a_secret_is_refused(text: str) -> None:
     verdict = sanitize_fact(text, patterns=PATTERNS)
     assert not verdict.ok and verdict.reason and "secret" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["The deploy key is [REDACTED]", "Log in with password [redacted] on staging"],
+)
+@pytest.mark.parametrize("patterns", [PATTERNS, ()])
+def test_a_fact_holding_a_redacted_secret_is_refused(
+    text: str, patterns: Sequence[re.Pattern[str]]
+) -> None:
+    """The fast model reads a span redacted, so it can quote the mark a secret left: such a
+    fact names a secret it does not hold, which is no fact worth a place in every prompt."""
+    verdict = sanitize_fact(text, patterns=patterns)
+    assert not verdict.ok and verdict.reason and "redacted" in verdict.reason
 
 
 def test_configured_patterns_count_as_secrets() -> None:
