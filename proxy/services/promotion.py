@@ -8,9 +8,11 @@ is logged and swallowed, as a WARNING (for an answer that is not the facts' JSON
 without quoting it: logs hold no content), except a session deleted while the fast model
 answered: that is no fault, and is an INFO line, as it is for the compaction.
 
-It runs inside the compaction that folded the span, which lends it its connection
-(``Lent``): the connection goes back to the pool before the fast model is asked and is
-borrowed again only to write, so a slow extraction holds none (issue 24).
+It runs after the compaction that folded the span, inside a forced one (which lends it
+its connection) and in a task of its own after one the pressure started (a request waits
+for that one, and needs its summary, not the facts). Either way the connection (``Lent``)
+goes back to the pool before the fast model is asked and is borrowed again only to write,
+so a slow extraction holds none (issue 24).
 """
 
 from __future__ import annotations
