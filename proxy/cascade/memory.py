@@ -262,15 +262,45 @@ class FactsAnswerError(ValueError):
     is not, and never quotes the answer (it may hold the conversation's text)."""
 
 
+_DECODER = json.JSONDecoder()
+_MAX_STARTS = 32
+"""The most ``{`` of an answer an embedded object is looked for at: a bound on the work a
+long answer of prose can cost."""
+
+
+def _embedded_object(answer: str) -> Any:
+    """The JSON object in a reply that is not JSON as a whole: fenced (```json … ```),
+    after a sentence, or after a thought that may hold braces of its own. The first object
+    with ``facts`` wins, else the first object; None when there is none."""
+    first = None
+    start = answer.find("{")
+    for _ in range(_MAX_STARTS):
+        if start < 0:
+            break
+        try:
+            data = _DECODER.raw_decode(answer, start)[0]
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "facts" in data:
+            return data
+        if first is None and isinstance(data, dict):
+            first = data
+        start = answer.find("{", start + 1)
+    return first
+
+
 def parse_facts(answer: str) -> list[str]:
-    """The ``facts`` of the model's JSON answer; :class:`FactsAnswerError` when it is not
-    that shape."""
+    """The ``facts`` of the model's JSON answer, read through a code fence or words around
+    the object (servers that take ``response_format`` loosely add them, as the briefing's
+    reader expects); :class:`FactsAnswerError` when it is not that shape."""
     if not answer.strip():
         raise FactsAnswerError("the answer is empty")
     try:
         data = json.loads(answer)
     except ValueError:
-        raise FactsAnswerError("the answer is not JSON") from None
+        data = _embedded_object(answer)
+        if data is None:
+            raise FactsAnswerError("the answer is not JSON") from None
     if not isinstance(data, dict):
         raise FactsAnswerError("the answer is JSON but not an object")
     if not isinstance(data.get("facts"), list):
