@@ -84,13 +84,22 @@ def _fact(row: Any) -> dict[str, Any]:
 
 
 async def list_facts(
-    pool: Any, *, tenant: str, scope: str, may_use: Callable[[str], bool] | None = None
+    pool: Any,
+    *,
+    tenant: str,
+    scope: str,
+    may_use: Callable[[str], bool] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> dict[str, Any]:
-    """The scope's facts, oldest first. ``may_use(agent)`` (a key limited to some agents)
+    """The scope's facts, oldest first, ``limit`` of them from ``offset`` on (None: all).
+    ``may_use(agent)`` (a key limited to some agents)
     keeps a fact's ``source_session`` only when that session runs an agent the key may use,
     else it is None: a ``global`` fact, which every key reads, would name sessions of other
     agents, which the key may not list or open (a deleted session's agent is unknown)."""
-    rows = await store.fetch_listed_facts(pool, tenant=tenant, scopes=[scope])
+    rows = await store.fetch_listed_facts(
+        pool, tenant=tenant, scopes=[scope], limit=limit, offset=offset
+    )
     data = []
     for row in rows:
         fact = dict(row)
