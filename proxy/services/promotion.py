@@ -2,11 +2,12 @@
 durable facts (from its original text, not the summary), and each passes ``sanitize_fact``.
 
 ``suggest`` persists a ``memory.suggestion`` event ``{suggestion_id, facts, scope}`` for a
-person to accept or reject through the memory API; ``auto`` stores the facts in the
-session's scope (its agent's, else global). Nothing here may affect the turn: every failure
-is logged and swallowed, as a WARNING (for an answer that is not the facts' JSON, saying why
-without quoting it: logs hold no content), except a session deleted while the fast model
-answered: that is no fault, and is an INFO line, as it is for the compaction.
+person to accept or reject through the memory API, without the facts a pending suggestion
+for the scope holds already (durable facts come up in span after span); ``auto`` stores the
+facts in the session's scope (its agent's, else global). Nothing here may affect the turn:
+every failure is logged and swallowed, as a WARNING (for an answer that is not the facts'
+JSON, saying why without quoting it: logs hold no content), except a session deleted while
+the fast model answered: that is no fault, and is an INFO line, as it is for the compaction.
 
 It runs after the compaction that folded the span, inside a forced one (which lends it
 its connection) and in a task of its own after one the pressure started (a request waits
@@ -122,6 +123,7 @@ async def _promote(
         r["text"]
         for r in await store.fetch_facts(conn, tenant=job.tenant, scopes=[job.memory_scope])
     ]
+    stored += await store.fetch_pending_facts(conn, tenant=job.tenant, scope=job.memory_scope)
     kept = span_facts(
         sanitize_facts(
             facts, existing=stored, patterns=job.memory_patterns, keep=MAX_FACTS_PER_SPAN
