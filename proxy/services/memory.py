@@ -5,8 +5,9 @@ and so passes ``cascade.memory.sanitize_fact`` against the facts already in its 
 of it is scoped by tenant: another tenant's fact or suggestion is a 404.
 
 A scope is ``global`` or ``agent:<name>``. Secrets are checked with the scope's redaction
-patterns (the agent's merged ``context.redaction``, the top-level one for ``global``), even
-when redaction of messages is switched off: a fact is injected into every later prompt.
+patterns (the agent's merged ``context.redaction``; for ``global``, the top-level one's and
+every agent's), even when redaction of messages is switched off: a fact is injected into
+every later prompt of its scope.
 """
 
 from __future__ import annotations
@@ -71,8 +72,16 @@ def scope_of_agent(cfg: Config, agent: str | None) -> str:
 
 
 def patterns_for(cfg: Config, scope: str) -> Sequence[re.Pattern[str]]:
-    ctx = cfg.context_for(scope.removeprefix("agent:")) if scope != GLOBAL else cfg.context
-    return compile_patterns(ctx.redaction.patterns, use_defaults=ctx.redaction.default_patterns)
+    """The redaction patterns a fact of ``scope`` is checked with: its agent's, and for
+    ``global``, whose facts go into every agent's prompts, every agent's and the top-level
+    ones (what any agent redacts is a secret in some prompt the fact reaches)."""
+    if scope != GLOBAL:
+        ctx = cfg.context_for(scope.removeprefix("agent:"))
+        return compile_patterns(ctx.redaction.patterns, use_defaults=ctx.redaction.default_patterns)
+    contexts = [cfg.context, *(cfg.context_for(agent) for agent in cfg.agents)]
+    patterns = dict.fromkeys(p for ctx in contexts for p in ctx.redaction.patterns)
+    defaults = any(ctx.redaction.default_patterns for ctx in contexts)
+    return compile_patterns(tuple(patterns), use_defaults=defaults)
 
 
 def _iso(value: Any) -> Any:
