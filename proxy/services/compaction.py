@@ -25,12 +25,12 @@
   gets a ``context.compaction.failed`` with reason ``interrupted``: at start-up
   (``close_interrupted``), and when the session's next compaction starts; a console waiting
   for the pair never waits forever.
-- Memory promotion (``services/promotion.py``) follows a stored summary: inside a forced
-  compaction, whose caller asked for all of it; in a task of its own after one the
-  pressure started, whose waiting request needs the summary only.
 - A failed one (``summary_failed``) leaves a backoff (``cascade.pressure.compaction_backoff``)
   on the session row, the claim's expiry with no owner: no replica's background compaction
   claims the session before it ends; the hard threshold, the guard and a forced one do.
+- Memory promotion (``services/promotion.py``) follows a stored summary: inside a forced
+  compaction, whose caller asked for all of it; in a task of its own after one the
+  pressure started, whose waiting request needs the summary only.
 """
 
 from __future__ import annotations
