@@ -122,18 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         if action != "ls":
             a.add_argument("id", type=_path_session_id, help="the session id")
         if action in ("ls", "messages"):
-            a.add_argument(
-                "--limit",
-                type=_count(1),
-                default=100 if action == "ls" else 1000,
-                help="how many to list (default %(default)s)",
-            )
-            a.add_argument(
-                "--offset",
-                type=_count(0, _BIGINT_MAX),
-                default=0,
-                help="how many to skip first (default 0)",
-            )
+            _page_options(a, 100 if action == "ls" else 1000)
         if action == "messages":
             a.add_argument(
                 "--all",
@@ -147,6 +136,19 @@ def _parser() -> argparse.ArgumentParser:
             )
     _memory_parser(sub)
     return p
+
+
+def _page_options(p: argparse.ArgumentParser, limit: int) -> None:
+    """``--limit`` (default ``limit``) and ``--offset``, as the API's lists take them."""
+    p.add_argument(
+        "--limit", type=_count(1), default=limit, help="how many to list (default %(default)s)"
+    )
+    p.add_argument(
+        "--offset",
+        type=_count(0, _BIGINT_MAX),
+        default=0,
+        help="how many to skip first (default 0)",
+    )
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
@@ -200,6 +202,8 @@ def _memory_parser(sub: Any) -> None:
             a.add_argument(
                 "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
             )
+        if action == "ls":
+            _page_options(a, 100)
         if action == "add":
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":

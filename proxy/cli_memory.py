@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.cli_api import call_api, table
+from proxy.cli_sessions import next_page
 
 __all__ = ["run_memory"]
 
@@ -26,6 +27,18 @@ def _ls(body: dict[str, Any]) -> str:
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)
 
 
+def _ls_from(offset: int) -> Callable[[dict[str, Any]], str]:
+    """:func:`_ls`, but an empty page at ``--offset`` N says nothing is at N or past it:
+    "no facts" read as if the scope had none (the API gives no count)."""
+
+    def shown(body: dict[str, Any]) -> str:
+        if body.get("data"):
+            return _ls(body)
+        return f"no facts at --offset {offset} or past it (this scope has at most {offset})"
+
+    return shown
+
+
 _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
     "ls": _ls,
     "add": lambda b: f"remembered fact {b['id']} in {b['scope']}: {b['text']}",
@@ -37,12 +50,14 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
     """Call the memory API for ``args.action`` and print the answer (``call_api``);
     ``key_from`` names where ``key`` came from."""
     request: tuple[str, str, dict[str, Any], Any]
+    render, note = _RENDER[args.action], None
     if args.action == "ls":
-        request = ("GET", "/v1/memory", {"scope": args.scope}, None)
+        page = {"limit": args.limit, "offset": args.offset}
+        request = ("GET", "/v1/memory", {"scope": args.scope, **page}, None)
+        note = next_page(args.limit, args.offset)
+        render = _ls_from(args.offset) if args.offset else render
     elif args.action == "add":
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
     else:
         request = ("DELETE", f"/v1/memory/{args.id}", {}, None)
-    return call_api(
-        args, url, key, request, _RENDER[args.action], command="memory", key_from=key_from
-    )
+    return call_api(args, url, key, request, render, command="memory", note=note, key_from=key_from)

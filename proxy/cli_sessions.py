@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from proxy.cli_api import call_api, cell, table
 
-__all__ = ["run_sessions", "ACTIONS"]
+__all__ = ["next_page", "run_sessions", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -158,7 +158,7 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: 
     render = _RENDER[args.action]
     note = None
     if args.action in ("ls", "messages"):
-        note = _next_page(args.limit, args.offset)
+        note = next_page(args.limit, args.offset)
         if args.offset:
             render = _past_the_end(render, args)
     return call_api(
@@ -189,7 +189,7 @@ def _past_the_end(
     return shown
 
 
-def _next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
+def next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
     """When more rows are past the page (the API's ``has_more``), where the next page
     starts: a page cut at ``--limit`` looked like the whole list. A proxy that does not
     say (one before ``has_more``): a full page may have more."""

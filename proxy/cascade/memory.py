@@ -9,7 +9,8 @@ and a rejection carries a reason a person can act on:
    collapse), so a fact is one line of plain text, stored in composed form (NFC);
 2. an empty fact, or one longer than :data:`MAX_FACT_CHARS`, is rejected;
 3. a fact holding a secret (any redaction pattern matches) is rejected, never stored
-   redacted: ``[REDACTED]`` is not a fact worth remembering;
+   redacted: ``[REDACTED]`` is not a fact worth remembering, so a fact holding that mark
+   (the fast model reads a span redacted, and may quote it) is rejected too;
 4. a fact that reads as an instruction to the model is rejected (:data:`INSTRUCTION_PATTERNS`);
 5. a duplicate of a stored fact of the scope, compared case- and space-insensitively
    (:func:`fact_key`), is rejected.
@@ -35,11 +36,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.cascade.redaction import redact
+from proxy.cascade.redaction import REDACTED, redact
 from proxy.cascade.text import content_text
 
 __all__ = [
@@ -86,6 +87,10 @@ INSTRUCTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 """Phrases of an instruction aimed at the model rather than a fact about the work."""
 
 _SPACE = re.compile(r"\s+")
+
+_REDACTED_MARK = REDACTED.casefold()
+"""The mark a redacted secret leaves (in any case): the fast model reads a folded span
+redacted, and may quote the mark in a fact."""
 
 _JOINERS = "\u200c\u200d"
 
@@ -146,6 +151,13 @@ def sanitize_fact(
 ) -> FactVerdict:
     """Clean ``text`` and decide whether it may be stored beside ``existing`` (the scope's
     stored facts); ``patterns`` are the compiled redaction patterns of the config."""
+    return _verdict(text, {fact_key(other) for other in existing}, patterns, max_chars)
+
+
+def _verdict(
+    text: str, keys: Container[str], patterns: Sequence[re.Pattern[str]], max_chars: int
+) -> FactVerdict:
+    """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
     if not fact:
         return FactVerdict(None, "the fact is empty once control characters are removed")
@@ -156,6 +168,12 @@ def sanitize_fact(
             f"{max_chars}: state it in a sentence",
         )
     forms = (_unjoined(fact), _compat(fact))
+    if _REDACTED_MARK in forms[1].casefold():
+        return FactVerdict(
+            None,
+            f"the fact holds a secret the proxy redacted ({REDACTED}): a fact about a "
+            "secret it does not hold is worth nothing; state it without",
+        )
     if patterns and any(redact(form, patterns)[1] for form in forms):
         return FactVerdict(
             None,
@@ -171,8 +189,7 @@ def sanitize_fact(
                 f"the fact reads as an instruction to the model "
                 f"({hit.group(0)!r}); state it as a fact instead",
             )
-    key = forms[1].casefold()
-    if any(fact_key(other) == key for other in existing):
+    if forms[1].casefold() in keys:
         return FactVerdict(None, "the same fact is already stored in this scope")
     return FactVerdict(fact)
 
@@ -183,16 +200,25 @@ def sanitize_facts(
     existing: Iterable[str] = (),
     patterns: Sequence[re.Pattern[str]] = (),
     max_chars: int = MAX_FACT_CHARS,
+    keep: int | None = None,
 ) -> list[FactVerdict]:
     """One verdict per text, in order; a text that repeats an earlier accepted one of the
-    same batch is a duplicate too."""
-    seen = list(existing)
-    verdicts = []
+    same batch is a duplicate too. Each stored fact's key is made once, so a batch costs
+    one check per fact whatever the scope holds. With ``keep``, the texts after the
+    ``keep``-th accepted one are not read (nor given a verdict)."""
+    keys = {fact_key(other) for other in existing}
+    verdicts: list[FactVerdict] = []
+    accepted = 0
+    if keep is not None and keep < 1:
+        return verdicts
     for text in texts:
-        verdict = sanitize_fact(text, existing=seen, patterns=patterns, max_chars=max_chars)
-        if verdict.text is not None:
-            seen.append(verdict.text)
+        verdict = _verdict(text, keys, patterns, max_chars)
         verdicts.append(verdict)
+        if verdict.text is not None:
+            keys.add(fact_key(verdict.text))
+            accepted += 1
+            if accepted == keep:
+                break
     return verdicts
 
 
@@ -236,15 +262,45 @@ class FactsAnswerError(ValueError):
     is not, and never quotes the answer (it may hold the conversation's text)."""
 
 
+_DECODER = json.JSONDecoder()
+_MAX_STARTS = 32
+"""The most ``{`` of an answer an embedded object is looked for at: a bound on the work a
+long answer of prose can cost."""
+
+
+def _embedded_object(answer: str) -> Any:
+    """The JSON object in a reply that is not JSON as a whole: fenced (```json … ```),
+    after a sentence, or after a thought that may hold braces of its own. The first object
+    with ``facts`` wins, else the first object; None when there is none."""
+    first = None
+    start = answer.find("{")
+    for _ in range(_MAX_STARTS):
+        if start < 0:
+            break
+        try:
+            data = _DECODER.raw_decode(answer, start)[0]
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "facts" in data:
+            return data
+        if first is None and isinstance(data, dict):
+            first = data
+        start = answer.find("{", start + 1)
+    return first
+
+
 def parse_facts(answer: str) -> list[str]:
-    """The ``facts`` of the model's JSON answer; :class:`FactsAnswerError` when it is not
-    that shape."""
+    """The ``facts`` of the model's JSON answer, read through a code fence or words around
+    the object (servers that take ``response_format`` loosely add them, as the briefing's
+    reader expects); :class:`FactsAnswerError` when it is not that shape."""
     if not answer.strip():
         raise FactsAnswerError("the answer is empty")
     try:
         data = json.loads(answer)
     except ValueError:
-        raise FactsAnswerError("the answer is not JSON") from None
+        data = _embedded_object(answer)
+        if data is None:
+            raise FactsAnswerError("the answer is not JSON") from None
     if not isinstance(data, dict):
         raise FactsAnswerError("the answer is JSON but not an object")
     if not isinstance(data.get("facts"), list):

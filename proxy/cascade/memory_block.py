@@ -16,6 +16,8 @@ touched, so the block is never stored as a message a client sent.
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -53,6 +55,19 @@ accepted suggestion has one too)."""
 _TAIL = "</memory>"
 
 
+_CLOSE = re.compile(r"<\s*/\s*memory(?![\w-])\s*>?", re.IGNORECASE)
+_QUOTED_CLOSE = "</memory-text>"
+"""What a closing tag in a stored fact reads as in the block, so it does not end the block
+early (``sanitize_fact`` refuses one; a row stored before that rule is rendered as stored),
+as recitation quotes its ``</plan>``. A fact written with compatibility forms (fullwidth
+``＜／ｍｅｍｏｒｙ＞``) is read in its compatibility form for this, as the model reads it."""
+
+
+def _quoted(fact: str) -> str:
+    compat = unicodedata.normalize("NFKC", fact)
+    return _CLOSE.sub(_QUOTED_CLOSE, compat) if _CLOSE.search(compat) else fact
+
+
 def _quarter_chars(text: str) -> int:
     return math.ceil(len(text) / 4)
 
@@ -87,7 +102,7 @@ def render_memory(
         if key in seen:
             continue
         seen.add(key)
-        line = f"- {fact}\n"
+        line = f"- {_quoted(fact)}\n"
         size = cost(line)
         if size > budget:
             break

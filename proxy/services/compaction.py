@@ -28,6 +28,9 @@
 - A failed one (``summary_failed``) leaves a backoff (``cascade.pressure.compaction_backoff``)
   on the session row, the claim's expiry with no owner: no replica's background compaction
   claims the session before it ends; the hard threshold, the guard and a forced one do.
+- Memory promotion (``services/promotion.py``) follows a stored summary: inside a forced
+  compaction, whose caller asked for all of it; in a task of its own after one the
+  pressure started, whose waiting request needs the summary only.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
@@ -49,6 +52,7 @@ from proxy.cascade.summary import fold_summary
 from proxy.cascade.types import (
     COMPACTION_COMPLETED,
     COMPACTION_STARTED,
+    Message,
     TokenCounter,
 )
 from proxy.observe import note_compaction_event
@@ -100,6 +104,7 @@ class DurableSummarizer:
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
+        self._promotions: set[asyncio.Task[None]] = set()
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
 
     # -- entry points ------------------------------------------------------------------
@@ -148,9 +153,10 @@ class DurableSummarizer:
 
     async def aclose(self) -> None:
         await self._closer.aclose()
-        for task in list(self._tasks.values()):
+        tasks = [*self._tasks.values(), *self._promotions]
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks.values()):
+        for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
 
@@ -325,6 +331,22 @@ class DurableSummarizer:
             "identifiers_dropped": ledger.dropped,
         }
         await self._publish(conn, job, COMPACTION_COMPLETED, completed)
-        if job.promotion != "off":
+        if job.promotion != "off" and job.trigger in _FORCED:
             await promote(self.upstream, self.bus, lent, job, span.plan.span, count=self.count)
+        elif job.promotion != "off":
+            self._promote_later(job, span.plan.span)
         return CompactionResult(version, span.end_pos, folded, span.before, after)
+
+    def _promote_later(self, job: CompactionJob, span: Sequence[Message]) -> None:
+        """Promote ``span``'s facts in a task of its own, on a connection of its own: a
+        compaction the pressure started has a request waiting for it (the hard threshold, the
+        guard, or the next request behind a background one), and the summary is what that
+        request needs, not the facts."""
+
+        async def run() -> None:
+            async with Lent(self.pool, self.acquire_timeout) as lent:
+                await promote(self.upstream, self.bus, lent, job, span, count=self.count)
+
+        task = asyncio.create_task(run(), name=f"promote:{job.session_id}")
+        self._promotions.add(task)
+        task.add_done_callback(self._promotions.discard)

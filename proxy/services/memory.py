@@ -5,8 +5,9 @@ and so passes ``cascade.memory.sanitize_fact`` against the facts already in its 
 of it is scoped by tenant: another tenant's fact or suggestion is a 404.
 
 A scope is ``global`` or ``agent:<name>``. Secrets are checked with the scope's redaction
-patterns (the agent's merged ``context.redaction``, the top-level one for ``global``), even
-when redaction of messages is switched off: a fact is injected into every later prompt.
+patterns (the agent's merged ``context.redaction``; for ``global``, the top-level one's and
+every agent's), even when redaction of messages is switched off: a fact is injected into
+every later prompt of its scope.
 """
 
 from __future__ import annotations
@@ -71,8 +72,16 @@ def scope_of_agent(cfg: Config, agent: str | None) -> str:
 
 
 def patterns_for(cfg: Config, scope: str) -> Sequence[re.Pattern[str]]:
-    ctx = cfg.context_for(scope.removeprefix("agent:")) if scope != GLOBAL else cfg.context
-    return compile_patterns(ctx.redaction.patterns, use_defaults=ctx.redaction.default_patterns)
+    """The redaction patterns a fact of ``scope`` is checked with: its agent's, and for
+    ``global``, whose facts go into every agent's prompts, every agent's and the top-level
+    ones (what any agent redacts is a secret in some prompt the fact reaches)."""
+    if scope != GLOBAL:
+        ctx = cfg.context_for(scope.removeprefix("agent:"))
+        return compile_patterns(ctx.redaction.patterns, use_defaults=ctx.redaction.default_patterns)
+    contexts = [cfg.context, *(cfg.context_for(agent) for agent in cfg.agents)]
+    patterns = dict.fromkeys(p for ctx in contexts for p in ctx.redaction.patterns)
+    defaults = any(ctx.redaction.default_patterns for ctx in contexts)
+    return compile_patterns(tuple(patterns), use_defaults=defaults)
 
 
 def _iso(value: Any) -> Any:
@@ -84,15 +93,30 @@ def _fact(row: Any) -> dict[str, Any]:
 
 
 async def list_facts(
-    pool: Any, *, tenant: str, scope: str, may_use: Callable[[str], bool] | None = None
+    pool: Any,
+    *,
+    tenant: str,
+    scope: str,
+    may_use: Callable[[str], bool] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> dict[str, Any]:
-    """The scope's facts, oldest first. ``may_use(agent)`` (a key limited to some agents)
+    """The scope's facts, oldest first, ``limit`` of them from ``offset`` on (None: all).
+    ``may_use(agent)`` (a key limited to some agents)
     keeps a fact's ``source_session`` only when that session runs an agent the key may use,
     else it is None: a ``global`` fact, which every key reads, would name sessions of other
     agents, which the key may not list or open (a deleted session's agent is unknown).
-    One page, the whole scope, as every prompt of the scope holds it: ``has_more`` is
-    false, said as every list says it."""
-    rows = await store.fetch_listed_facts(pool, tenant=tenant, scopes=[scope])
+    ``has_more``, as every list says it: a fact is past the page (one more row is read to
+    know)."""
+    rows = await store.fetch_listed_facts(
+        pool,
+        tenant=tenant,
+        scopes=[scope],
+        limit=None if limit is None else limit + 1,
+        offset=offset,
+    )
+    more = limit is not None and len(rows) > limit
+    rows = rows[:limit] if limit is not None else rows
     data = []
     for row in rows:
         fact = dict(row)
@@ -100,7 +124,7 @@ async def list_facts(
         if may_use is not None and (agent is None or not may_use(agent)):
             fact["source_session"] = None
         data.append(_fact(fact))
-    return {"object": "list", "data": data, "has_more": False}
+    return {"object": "list", "data": data, "has_more": more}
 
 
 def _vet(

@@ -2,15 +2,18 @@
 durable facts (from its original text, not the summary), and each passes ``sanitize_fact``.
 
 ``suggest`` persists a ``memory.suggestion`` event ``{suggestion_id, facts, scope}`` for a
-person to accept or reject through the memory API; ``auto`` stores the facts in the
-session's scope (its agent's, else global). Nothing here may affect the turn: every failure
-is logged and swallowed, as a WARNING (for an answer that is not the facts' JSON, saying why
-without quoting it: logs hold no content), except a session deleted while the fast model
-answered: that is no fault, and is an INFO line, as it is for the compaction.
+person to accept or reject through the memory API, without the facts a pending suggestion
+for the scope holds already (durable facts come up in span after span); ``auto`` stores the
+facts in the session's scope (its agent's, else global). Nothing here may affect the turn:
+every failure is logged and swallowed, as a WARNING (for an answer that is not the facts'
+JSON, saying why without quoting it: logs hold no content), except a session deleted while
+the fast model answered: that is no fault, and is an INFO line, as it is for the compaction.
 
-It runs inside the compaction that folded the span, which lends it its connection
-(``Lent``): the connection goes back to the pool before the fast model is asked and is
-borrowed again only to write, so a slow extraction holds none (issue 24).
+It runs after the compaction that folded the span, inside a forced one (which lends it
+its connection) and in a task of its own after one the pressure started (a request waits
+for that one, and needs its summary, not the facts). Either way the connection (``Lent``)
+goes back to the pool before the fast model is asked and is borrowed again only to write,
+so a slow extraction holds none (issue 24).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.memory import (
+    MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
     FactsAnswerError,
     extraction_prompt,
@@ -102,7 +106,14 @@ async def _promote(
     if job.promotion == "auto":
 
         def vet(stored: list[str]) -> list[str]:
-            return span_facts(sanitize_facts(facts, existing=stored, patterns=job.memory_patterns))
+            return span_facts(
+                sanitize_facts(
+                    facts,
+                    existing=stored,
+                    patterns=job.memory_patterns,
+                    keep=MAX_FACTS_PER_SPAN,
+                )
+            )
 
         await store.add_facts(
             conn, tenant=job.tenant, scope=job.memory_scope, vet=vet, source_session=job.session_id
@@ -112,7 +123,12 @@ async def _promote(
         r["text"]
         for r in await store.fetch_facts(conn, tenant=job.tenant, scopes=[job.memory_scope])
     ]
-    kept = span_facts(sanitize_facts(facts, existing=stored, patterns=job.memory_patterns))
+    stored += await store.fetch_pending_facts(conn, tenant=job.tenant, scope=job.memory_scope)
+    kept = span_facts(
+        sanitize_facts(
+            facts, existing=stored, patterns=job.memory_patterns, keep=MAX_FACTS_PER_SPAN
+        )
+    )
     if kept:
         await bus.publish(
             conn,

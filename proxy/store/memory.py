@@ -22,6 +22,7 @@ __all__ = [
     "add_facts",
     "delete_fact",
     "fetch_pending_suggestions",
+    "fetch_pending_facts",
     "fetch_suggestion",
     "answer_suggestion",
     "session_facts",
@@ -42,15 +43,23 @@ async def fetch_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> 
 FETCH_LISTED = """
 SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
 FROM memory m LEFT JOIN sessions s ON s.tenant = m.tenant AND s.id = m.source_session
-WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) ORDER BY m.id
+WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) ORDER BY m.id LIMIT $3 OFFSET $4
 """
 
 
-async def fetch_listed_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> list[Any]:
-    """:func:`fetch_facts`, each with the agent its source session runs now
-    (``source_agent``: None when the fact has no source session or it was deleted), which
-    decides whether a key limited to some agents may see that session's id."""
-    return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes)))
+async def fetch_listed_facts(
+    conn: Executor,
+    *,
+    tenant: str,
+    scopes: Sequence[str],
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[Any]:
+    """:func:`fetch_facts`, a page of them (``limit`` None: all from ``offset`` on), each
+    with the agent its source session runs now (``source_agent``: None when the fact has
+    no source session or it was deleted), which decides whether a key limited to some
+    agents may see that session's id."""
+    return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes), limit, offset))
 
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
@@ -126,6 +135,22 @@ async def fetch_pending_suggestions(
     session."""
     rows = await conn.fetch(FETCH_PENDING, tenant, MEMORY_SUGGESTION, limit, after_event)
     return [_suggestion(row) | {"event_id": row["event_id"], "agent": row["agent"]} for row in rows]
+
+
+PENDING_FACTS = """
+SELECT e.data->'facts' AS facts FROM events e
+WHERE e.tenant = $1 AND e.name = $2 AND e.data->>'scope' = $3 AND NOT EXISTS (
+    SELECT 1 FROM memory_suggestion_answers a
+    WHERE a.tenant = e.tenant AND a.suggestion_id = e.data->>'suggestion_id')
+"""
+
+
+async def fetch_pending_facts(conn: Executor, *, tenant: str, scope: str) -> list[str]:
+    """The facts of the suggestions for ``scope`` nobody has answered yet: promotion leaves
+    them out of a new suggestion, as it leaves out the scope's stored facts."""
+    rows = await conn.fetch(PENDING_FACTS, tenant, MEMORY_SUGGESTION, scope)
+    facts = (decode_json(row["facts"]) for row in rows)
+    return [f for listed in facts if isinstance(listed, list) for f in listed if isinstance(f, str)]
 
 
 FETCH_SUGGESTION = """

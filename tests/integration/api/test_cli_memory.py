@@ -52,3 +52,21 @@ def test_memory_add_ls_and_rm(
     code, out, _ = _run(capsys, *url, "rm", "--json", str(kept["id"]))
     assert code == 0
     assert json.loads(out) == {"id": kept["id"], "object": "memory.fact", "deleted": True}
+
+
+def test_memory_ls_pages_as_sessions_ls(
+    proxy: ProxyServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--limit`` and ``--offset``, as the API takes them; a full page says where the next
+    one starts, and an empty page past the end says so rather than "no facts"."""
+    url = ["--url", proxy.origin]
+    monkeypatch.setenv("CASCADE_API_KEY", KEY)
+    for text in ("Fact A is 1", "Fact B is 2", "Fact C is 3"):
+        assert _run(capsys, *url, "add", text)[0] == 0
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2")
+    assert code == 0 and len(out.splitlines()) == 3  # the header and two facts
+    assert "(more follow: --offset 2)" in err  # has_more
+    code, out, err = _run(capsys, *url, "ls", "--offset", "2")
+    assert code == 0 and out.splitlines()[1].endswith("Fact C is 3") and "more" not in err
+    code, out, _ = _run(capsys, *url, "ls", "--offset", "5")
+    assert code == 0 and "no facts at --offset 5 or past it" in out

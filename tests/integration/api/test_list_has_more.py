@@ -47,9 +47,13 @@ def test_suggestions_and_facts_say_whether_more_follow(http: httpx.Client, db_ds
     assert resp.json()["has_more"] is True
     resp = http.get("/v1/memory/suggestions", params={"limit": 3})
     assert (len(resp.json()["data"]), resp.json()["has_more"]) == (3, False)
-    assert http.post("/v1/memory", json={"text": "The build uses uv"}).status_code == 201
-    resp = http.get("/v1/memory")
-    assert (len(resp.json()["data"]), resp.json()["has_more"]) == (1, False)  # a whole scope
+    for text in ("The build uses uv", "Tests run with pytest"):
+        assert http.post("/v1/memory", json={"text": text}).status_code == 201
+    resp = http.get("/v1/memory", params={"limit": 1})
+    assert (len(resp.json()["data"]), resp.json()["has_more"]) == (1, True)
+    resp = http.get("/v1/memory", params={"limit": 1, "offset": 1})
+    assert (len(resp.json()["data"]), resp.json()["has_more"]) == (1, False)
+    assert http.get("/v1/memory").json()["has_more"] is False
 
 
 def test_a_tool_output_page_names_where_the_next_starts(http: httpx.Client) -> None:

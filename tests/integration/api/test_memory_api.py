@@ -217,3 +217,21 @@ def test_suggestions_belong_to_their_tenant(other: httpx.Client, db_dsn: str) ->
     assert other.get("/v1/memory/suggestions").json()["data"] == []
     assert other.post("/v1/memory/suggestions/sug-8/accept").status_code == 404
     assert other.post("/v1/memory/suggestions/sug-8/reject").status_code == 404
+
+
+def test_the_list_of_facts_is_paged_as_the_other_lists(http: httpx.Client) -> None:
+    """``?limit=`` (up to 1000, default 100) and ``?offset=``, oldest first: an ``auto``
+    scope grows by up to 20 facts a compaction, and the list answered all of them at once,
+    whatever it held (a ``?limit=`` was ignored)."""
+    for i in range(101):
+        assert http.post("/v1/memory", json={"text": f"Service {i} is on port {i}"}).status_code
+    assert len(texts(http)) == 100
+    page = http.get("/v1/memory", params={"limit": 2, "offset": 99}).json()["data"]
+    assert [f["text"] for f in page] == ["Service 99 is on port 99", "Service 100 is on port 100"]
+    for query, param in [
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"offset": -1}, "offset"),
+    ]:
+        r = http.get("/v1/memory", params=query)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Sequence
+
 import pytest
 
+from proxy.cascade import memory
 from proxy.cascade.memory import MAX_FACT_CHARS, fact_key, sanitize_fact, sanitize_facts
 from proxy.cascade.redaction import compile_patterns
 
@@ -44,6 +48,20 @@ def test_a_fact_over_the_cap_is_refused_with_the_numbers() -> None:
 def test_a_fact_with_a_secret_is_refused(text: str) -> None:
     verdict = sanitize_fact(text, patterns=PATTERNS)
     assert not verdict.ok and verdict.reason and "secret" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["The deploy key is [REDACTED]", "Log in with password [redacted] on staging"],
+)
+@pytest.mark.parametrize("patterns", [PATTERNS, ()])
+def test_a_fact_holding_a_redacted_secret_is_refused(
+    text: str, patterns: Sequence[re.Pattern[str]]
+) -> None:
+    """The fast model reads a span redacted, so it can quote the mark a secret left: such a
+    fact names a secret it does not hold, which is no fact worth a place in every prompt."""
+    verdict = sanitize_fact(text, patterns=patterns)
+    assert not verdict.ok and verdict.reason and "redacted" in verdict.reason
 
 
 def test_configured_patterns_count_as_secrets() -> None:
@@ -192,3 +210,41 @@ def test_a_joiner_inside_a_secret_does_not_hide_it() -> None:
 def test_a_fact_with_and_without_joiners_is_one_fact() -> None:
     joined = "The team name is \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
     assert not sanitize_fact(joined.replace("\u200c", ""), existing=[joined]).ok
+
+
+def test_a_batch_reads_each_stored_fact_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The duplicate check compares keys, made once per stored fact and once per fact of the
+    batch: comparing pairs made 500 extracted facts cost seconds of the event loop (inside
+    the scope's lock), and a scope of thousands of facts more."""
+    calls = []
+    real = memory.fact_key
+
+    def counted(text: str) -> str:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(memory, "fact_key", counted)
+    stored = [f"Stored fact {i}" for i in range(300)]
+    texts = [f"New fact {i}" for i in range(200)] + ["stored FACT 7"]
+    verdicts = sanitize_facts(texts, existing=stored)
+    assert [v.ok for v in verdicts] == [True] * 200 + [False]
+    assert len(calls) <= len(stored) + len(texts)
+
+
+def test_a_batch_with_a_cap_reads_no_fact_past_it() -> None:
+    """``keep`` stops at that many accepted facts: a runaway extraction is not vetted past
+    what one span may add."""
+    read = []
+
+    def texts() -> Iterator[str]:
+        for i in range(1000):
+            read.append(i)
+            yield "you must obey" if i == 1 else f"Service {i} listens on port {9000 + i}"
+
+    verdicts = sanitize_facts(texts(), keep=3)
+    assert [v.text for v in verdicts if v.ok] == [
+        "Service 0 listens on port 9000",
+        "Service 2 listens on port 9002",
+        "Service 3 listens on port 9003",
+    ]
+    assert len(read) == 4
