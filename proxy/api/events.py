@@ -14,7 +14,7 @@ from sse_starlette.sse import EventSourceResponse
 from proxy import sse
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.auth import PROXY_KEY
-from proxy.bus import SESSION_GONE, BusEvent, EventBus
+from proxy.bus import LAGGED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.store import events as store, nul, sessions
 from proxy.store.db import DatabaseUnavailable
@@ -178,12 +178,14 @@ async def _stream(
     finds no session, or one made again under the id since (``session``: tenant, id and
     the ``created_at`` of the session the stream was opened on). A client that reconnects
     (an ``EventSource`` does) gets the 404 of a missing session (or a stream of the new
-    one). No frame says why: the reconnect does. It ends the same way, before its next
-    frame or catch-up, once its key no longer reaches the session (``_reaches``): the
-    reconnect is then a 401 or a 403. A key limited to some agents is held to the
-    session's agent that each catch-up reads in its one statement (the replay as the
-    stream opens among them), and that a live frame reads before it goes (``_Live``): one
-    read for it and the frames queued behind it as it starts, all published before it.
+    one). No frame says why: the reconnect does. It ends the same way once its client
+    fell ``bus.MAX_QUEUED`` events behind (``LAGGED``): the reconnect replays. It ends,
+    before its next frame or catch-up, once its key no longer reaches the session
+    (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
+    held to the session's agent that each catch-up reads in its one statement (the replay
+    as the stream opens among them), and that a live frame reads before it goes
+    (``_Live``): one read for it and the frames queued behind it as it starts, all
+    published before it.
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
@@ -206,7 +208,7 @@ async def _stream(
                     pass  # open, the stream reads what it missed once the database is back
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
-            if event is SESSION_GONE:
+            if event is SESSION_GONE or event is LAGGED:
                 return
             queued = live.dequeued()
             if event.id is None or cursor.take(event.id):
