@@ -34,6 +34,11 @@ def _frame(event: BusEvent) -> dict[str, Any]:
     return frame
 
 
+LIVE = {"comment": "live"}
+"""The comment that ends the replay (``: live``): every event published from then on reaches
+the stream, a transient one (``session.reset``) among them, so what a client reads after it
+is current, and it need not wait for the first ping to know the stream is open."""
+
 CATCH_UP_SECONDS = 2.0
 """How often an open stream also reads the table for events it was not told about."""
 
@@ -164,7 +169,8 @@ class _Live:
 async def _stream(
     request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
-    """Subscribe first, then replay, so nothing published in between is missed or doubled.
+    """Subscribe first, then replay, so nothing published in between is missed or doubled;
+    then say so (``LIVE``).
 
     Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
     table after the id it had read up to, skipping what it already sent, so an event that was
@@ -192,6 +198,7 @@ async def _stream(
         cursor = _Cursor(after, created_at, lambda agent: _reaches(request, agent))
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
+        yield LIVE
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
         live = _Live(request, pool, session, queue)
