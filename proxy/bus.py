@@ -6,8 +6,8 @@ to local subscribers happens only through NOTIFY, even on the producing replica,
 replica sees the same order. Persisted events are announced by a trigger on the ``events``
 table (migration 0002), so a request inserts them inside statements it runs anyway. A
 payload too big for NOTIFY (8000 bytes) carries only the row id and the listener reads the
-row back; a transient one goes out as its stamp only (``session_id``, ``ts``), marked
-``truncated``, except a delta, whose text is cut into pieces that each fit
+row back; a transient one goes out with its stamp and figures only, its lists dropped,
+marked ``truncated``, except a delta, whose text is cut into pieces that each fit
 (``bus_payloads.pieces``).
 
 A persisted event is announced only while some replica watches its session (migration
