@@ -94,8 +94,9 @@ class _Cursor:
                 after_id = r["id"]
                 fresh = self.take(r["id"])
                 settled = settled and r["settled"]
-                if settled:
+                if settled:  # below the mark: no longer kept in ``sent``
                     self.mark = r["id"]
+                    self.sent.discard(r["id"])
                 if fresh:
                     yield _frame(BusEvent(r["name"], r["data"], r["id"]))
             if len(rows) < 1000:
