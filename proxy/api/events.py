@@ -247,7 +247,8 @@ _LAST_EVENT_ID_QUERY = {**_LAST_EVENT_ID, "in": "query", "name": "last_event_id"
     responses={
         200: {
             "description": "The session's events as server-sent events, replayed from the "
-            "one after Last-Event-ID, then live.",
+            "one after Last-Event-ID, then the comment ': live', then live (a ': ping' "
+            "comment every 15 s); docs/events.md lists each event's fields.",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         }
     },
