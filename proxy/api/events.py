@@ -261,8 +261,13 @@ async def session_events(
     if row is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     session = (tenant, session_id, row["created_at"])
+    after = _after(request)
+    if after:  # one past every event of the session comes from elsewhere (a restored
+        # database, whose sequence went back): the stream starts after the session's last
+        last = await store.fetch_last_event_id(pool, tenant=tenant, session_id=session_id)
+        after = min(after, last)
     return EventSourceResponse(
-        _stream(request, pool, bus, session, _after(request)),
+        _stream(request, pool, bus, session, after),
         sep="\n",
         ping=15,
         headers=sse.STREAM_HEADERS,  # what it sends by default, said here as the chat stream's
