@@ -6,8 +6,8 @@ to local subscribers happens only through NOTIFY, even on the producing replica,
 replica sees the same order. Persisted events are announced by a trigger on the ``events``
 table (migration 0002), so a request inserts them inside statements it runs anyway. A
 payload too big for NOTIFY (8000 bytes) carries only the row id and the listener reads the
-row back; a transient one goes out as its stamp only (``session_id``, ``ts``), marked
-``truncated``, except a delta, whose text is cut into pieces that each fit
+row back; a transient one goes out with its stamp and figures only, its lists dropped,
+marked ``truncated``, except a delta, whose text is cut into pieces that each fit
 (``bus_payloads.pieces``).
 
 A persisted event is announced only while some replica watches its session (migration
@@ -63,7 +63,7 @@ from proxy.settings import Settings
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable, redact_dsn
 
-__all__ = ["EventBus", "BusEvent", "SESSION_GONE", "listen_url"]
+__all__ = ["EventBus", "BusEvent", "LAGGED", "SESSION_GONE", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
 WATCH_TTL = 30.0
@@ -130,6 +130,14 @@ class BusEvent:
 SESSION_GONE = BusEvent("", {})
 """Handed to a session's subscribers, by identity, when the session was deleted: no event,
 the end of their stream."""
+
+LAGGED = BusEvent("", {})
+"""All a subscriber's queue holds once it fell :data:`MAX_QUEUED` events behind: the end of
+its stream, whose client reconnects with Last-Event-ID and replays what it missed."""
+
+MAX_QUEUED = 1000
+"""Events one subscriber may hold unread: a stream whose client reads nothing stops taking
+from its queue once the socket's buffers are full, and past this bound is dropped."""
 
 
 class EventBus:
@@ -324,14 +332,33 @@ class EventBus:
 
     def _deliver(self, key: tuple[str, str], event: BusEvent) -> None:
         for queue in list(self._subs.get(key, ())):
+            self._offer(key, queue, event)
+
+    def _offer(self, key: tuple[str, str], queue: asyncio.Queue[BusEvent], event: BusEvent) -> None:
+        """Queue ``event``; a subscriber already :data:`MAX_QUEUED` behind is dropped instead:
+        its queue emptied down to :data:`LAGGED` and taken out of the session's subscribers."""
+        if queue.qsize() < MAX_QUEUED:
             queue.put_nowait(event)
+            return
+        log.warning(
+            "an event stream fell %d events behind (its client reads nothing); ending it",
+            MAX_QUEUED,
+        )
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(LAGGED)
+        subscribers = self._subs.get(key)
+        if subscribers is not None:
+            subscribers.discard(queue)
+            if not subscribers:
+                del self._subs[key]
 
     def broadcast_local(self, name: str, data: Mapping[str, Any]) -> None:
         """Deliver to every open stream on this replica (config.* events)."""
-        for (_, session_id), queues in list(self._subs.items()):
-            event = BusEvent(name, {**data, "session_id": session_id, "ts": stamp_now()})
+        for key, queues in list(self._subs.items()):
+            event = BusEvent(name, {**data, "session_id": key[1], "ts": stamp_now()})
             for queue in list(queues):
-                queue.put_nowait(event)
+                self._offer(key, queue, event)
 
     @contextlib.asynccontextmanager
     async def subscribe(
@@ -346,8 +373,10 @@ class EventBus:
                 await self._watch([key])
             yield queue
         finally:
-            self._subs[key].discard(queue)
-            if not self._subs[key]:
-                del self._subs[key]
+            subscribers = self._subs.get(key)  # gone when its last one was dropped (LAGGED)
+            if subscribers is not None:
+                subscribers.discard(queue)
+            if not subscribers:
+                self._subs.pop(key, None)
                 with anyio.CancelScope(shield=True):
                     await self._unwatch(tenant, session_id)

@@ -3,9 +3,9 @@ that fits PostgreSQL's limit on one notification (8000 bytes).
 
 A step's events are parted here into rows to persist, which a statement the request runs
 anyway inserts (the table's trigger announces them), and ready payloads of transient ones.
-A transient event too big for one payload keeps only its name and stamp (``truncated``),
-or, for a text that matters whole (a reply's delta), goes out in consecutive parts that
-each fit.
+A transient event too big for one payload keeps its name, stamp and figures, its lists
+dropped (``truncated``), or, for a text that matters whole (a reply's delta), goes out in
+consecutive parts that each fit.
 """
 
 from __future__ import annotations
@@ -73,14 +73,33 @@ def pieces(
     ]
 
 
+_FIGURE_CHARS = 200
+"""The longest string a transient event too big for one payload keeps (``transient_payload``)."""
+
+
 def transient_payload(tenant: str, session_id: str, name: str, body: Mapping[str, Any]) -> str:
-    """A transient event's NOTIFY payload; one too big to fit carries its stamp only, marked
-    ``truncated``."""
+    """A transient event's NOTIFY payload. One too big to fit keeps its stamp and its
+    figures (numbers, flags, short strings: an eviction's ``count`` and ``tokens_reclaimed``)
+    and drops the rest (its lists of results), marked ``truncated``; its stamp only if even
+    that does not fit."""
     payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": body})
-    if len(payload.encode()) > MAX_PAYLOAD:
-        small = {"session_id": session_id, "ts": body["ts"], "truncated": True}
+    if len(payload.encode()) <= MAX_PAYLOAD:
+        return payload
+    stamp = {"session_id": session_id, "ts": body["ts"], "truncated": True}
+    figures = {k: v for k, v in body.items() if _figure(v)} | stamp
+    for small in (figures, stamp):
         payload = json.dumps({"t": tenant, "s": session_id, "n": name, "i": None, "d": small})
+        if len(payload.encode()) <= MAX_PAYLOAD:
+            break
     return payload
+
+
+def _figure(value: Any) -> bool:
+    return (
+        value is None
+        or isinstance(value, int | float)
+        or (isinstance(value, str) and len(value) <= _FIGURE_CHARS)
+    )
 
 
 def _cut(text: str, room: int) -> list[str]:

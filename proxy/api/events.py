@@ -14,7 +14,7 @@ from sse_starlette.sse import EventSourceResponse
 from proxy import sse
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.auth import PROXY_KEY
-from proxy.bus import SESSION_GONE, BusEvent, EventBus
+from proxy.bus import LAGGED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.store import events as store, nul, sessions
 from proxy.store.db import DatabaseUnavailable
@@ -33,6 +33,11 @@ def _frame(event: BusEvent) -> dict[str, Any]:
         frame["id"] = str(event.id)
     return frame
 
+
+LIVE = {"comment": "live"}
+"""The comment that ends the replay (``: live``): every event published from then on reaches
+the stream, a transient one (``session.reset``) among them, so what a client reads after it
+is current, and it need not wait for the first ping to know the stream is open."""
 
 CATCH_UP_SECONDS = 2.0
 """How often an open stream also reads the table for events it was not told about."""
@@ -89,8 +94,9 @@ class _Cursor:
                 after_id = r["id"]
                 fresh = self.take(r["id"])
                 settled = settled and r["settled"]
-                if settled:
+                if settled:  # below the mark: no longer kept in ``sent``
                     self.mark = r["id"]
+                    self.sent.discard(r["id"])
                 if fresh:
                     yield _frame(BusEvent(r["name"], r["data"], r["id"]))
             if len(rows) < 1000:
@@ -164,7 +170,8 @@ class _Live:
 async def _stream(
     request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
-    """Subscribe first, then replay, so nothing published in between is missed or doubled.
+    """Subscribe first, then replay, so nothing published in between is missed or doubled;
+    then say so (``LIVE``).
 
     Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
     table after the id it had read up to, skipping what it already sent, so an event that was
@@ -178,18 +185,21 @@ async def _stream(
     finds no session, or one made again under the id since (``session``: tenant, id and
     the ``created_at`` of the session the stream was opened on). A client that reconnects
     (an ``EventSource`` does) gets the 404 of a missing session (or a stream of the new
-    one). No frame says why: the reconnect does. It ends the same way, before its next
-    frame or catch-up, once its key no longer reaches the session (``_reaches``): the
-    reconnect is then a 401 or a 403. A key limited to some agents is held to the
-    session's agent that each catch-up reads in its one statement (the replay as the
-    stream opens among them), and that a live frame reads before it goes (``_Live``): one
-    read for it and the frames queued behind it as it starts, all published before it.
+    one). No frame says why: the reconnect does. It ends the same way once its client
+    fell ``bus.MAX_QUEUED`` events behind (``LAGGED``): the reconnect replays. It ends,
+    before its next frame or catch-up, once its key no longer reaches the session
+    (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
+    held to the session's agent that each catch-up reads in its one statement (the replay
+    as the stream opens among them), and that a live frame reads before it goes
+    (``_Live``): one read for it and the frames queued behind it as it starts, all
+    published before it.
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
         cursor = _Cursor(after, created_at, lambda agent: _reaches(request, agent))
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
+        yield LIVE
         loop = asyncio.get_running_loop()
         due = loop.time() + CATCH_UP_SECONDS
         live = _Live(request, pool, session, queue)
@@ -206,7 +216,7 @@ async def _stream(
                     pass  # open, the stream reads what it missed once the database is back
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
-            if event is SESSION_GONE:
+            if event is SESSION_GONE or event is LAGGED:
                 return
             queued = live.dequeued()
             if event.id is None or cursor.take(event.id):
@@ -237,7 +247,8 @@ _LAST_EVENT_ID_QUERY = {**_LAST_EVENT_ID, "in": "query", "name": "last_event_id"
     responses={
         200: {
             "description": "The session's events as server-sent events, replayed from the "
-            "one after Last-Event-ID, then live.",
+            "one after Last-Event-ID, then the comment ': live', then live (a ': ping' "
+            "comment every 15 s); docs/events.md lists each event's fields.",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         }
     },
@@ -250,8 +261,13 @@ async def session_events(
     if row is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     session = (tenant, session_id, row["created_at"])
+    after = _after(request)
+    if after:  # one past every event of the session comes from elsewhere (a restored
+        # database, whose sequence went back): the stream starts after the session's last
+        last = await store.fetch_last_event_id(pool, tenant=tenant, session_id=session_id)
+        after = min(after, last)
     return EventSourceResponse(
-        _stream(request, pool, bus, session, _after(request)),
+        _stream(request, pool, bus, session, after),
         sep="\n",
         ping=15,
         headers=sse.STREAM_HEADERS,  # what it sends by default, said here as the chat stream's

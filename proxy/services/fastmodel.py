@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from proxy import answers
+from proxy.cascade.redaction import REDACTED
 from proxy.observe import note_usage
 
 __all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer", "retry_after"]
@@ -33,6 +35,26 @@ def _error_head(text: str) -> str:
         return head
     code = error.get("code") if isinstance(error, dict) else None
     return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head
+
+
+def _credentials(job: Any) -> list[str]:
+    """What a call for ``job`` authenticates with: the provider's key (its ``apiKeyEnv``,
+    read as the upstream client reads it) or the client's bearer token, forwarded."""
+    env = job.provider.api_key_env
+    found = [(os.environ.get(env) or "").strip()] if env else []
+    for name, value in job.headers.items():
+        if name.lower() == "authorization":
+            found.append(value.partition(" ")[2].strip() or value.strip())
+    return [c for c in found if c]
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with each of ``secrets`` replaced: a provider that quotes the key it was
+    sent (``Incorrect API key provided: sk-…``) puts it in an error the proxy keeps in a
+    ``context.compaction.failed`` event and logs."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
@@ -54,7 +76,7 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
     AttributeError for another shape)."""
     if resp.status_code >= 400:
-        return resp.status_code, _error_head(resp.text)
+        return resp.status_code, _error_head(_scrub(resp.text, _credentials(job)))
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, str(data["choices"][0]["message"].get("content") or "")

@@ -106,6 +106,14 @@ async def fetch_events_after(
     return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds)
 
 
+async def fetch_last_event_id(conn: Executor, *, tenant: str, session_id: str) -> int:
+    """The id of the session's last event, 0 when it has none."""
+    last = await conn.fetchval(
+        "SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2", tenant, session_id
+    )
+    return int(last or 0)
+
+
 FETCH_SESSION_EVENTS_AFTER = """
 SELECT s.agent, e.id, e.name, e.data,
        e.created_at < now() - make_interval(secs => $5) AS settled

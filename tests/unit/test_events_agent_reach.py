@@ -70,6 +70,8 @@ async def _frames(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> list[dic
     frames = []
     stream = events._stream(request, None, _Bus(), ("t", "s", datetime.now(UTC)), 0)  # type: ignore[arg-type]
     async for frame in stream:
+        if frame is events.LIVE:  # the replay's end: the client waits on for a frame
+            continue
         frames.append(frame)
         request.gone = True
     return frames
@@ -119,13 +121,14 @@ async def test_live_frames_queued_together_are_judged_by_one_read_of_the_agent(
     frames = []
     async for frame in stream:
         frames.append(frame)
-        request.gone = len(frames) == 3
-    assert [f["data"] for f in frames] == ['{"delta": "a"}', '{"delta": "b"}', '{"delta": "c"}']
+        request.gone = len(frames) == 4
+    assert frames[0] is events.LIVE  # the replay (nothing) ended
+    assert [f["data"] for f in frames[1:]] == ['{"delta": "a"}', '{"delta": "b"}', '{"delta": "c"}']
     assert reads == ["reviewer"]
     agents[0] = "coder"  # the session moved: the next stream's first live frame ends it
     request = _Request()
     stream = events._stream(request, None, _Bus(live), ("t", "s", datetime.now(UTC)), 0)  # type: ignore[arg-type]
-    assert [frame async for frame in stream] == []
+    assert [frame async for frame in stream] == [events.LIVE]
     assert reads == ["reviewer", "coder"]
 
 
@@ -153,5 +156,5 @@ async def test_a_live_frame_whose_agent_read_meets_an_outage_waits_for_the_catch
     frames = []
     async for frame in stream:
         frames.append(frame)
-        request.gone = True
-    assert frames == [{"event": "context.usage", "data": "{}", "id": "7"}]
+        request.gone = frame is not events.LIVE
+    assert frames == [events.LIVE, {"event": "context.usage", "data": "{}", "id": "7"}]

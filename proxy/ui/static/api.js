@@ -100,8 +100,8 @@ export const api = {
 };
 
 // Server-sent events from a fetch body: yields {event, data, id} per frame; `heard` is told
-// of every piece read, a comment (a ping) too.
-export async function* sseFrames(resp, heard = () => {}) {
+// of every piece read, a comment (a ping) too, and `said` of each comment's text.
+export async function* sseFrames(resp, heard = () => {}, said = () => {}) {
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let frame = { event: "message", data: [], id: null };
@@ -119,7 +119,9 @@ export async function* sseFrames(resp, heard = () => {}) {
           yield { event: frame.event, data: frame.data.join("\n"), id: frame.id };
         }
         frame = { event: "message", data: [], id: null };
-      } else if (!line.startsWith(":")) {
+      } else if (line.startsWith(":")) {
+        said(line.slice(1).trim());
+      } else {
         const colon = line.indexOf(":");
         const field = colon < 0 ? line : line.slice(0, colon);
         let val = colon < 0 ? "" : line.slice(colon + 1);
@@ -159,7 +161,9 @@ export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
   return text;
 }
 
-// The session's event stream, reconnecting with Last-Event-ID until signal aborts. A 404
+// The session's event stream, reconnecting with Last-Event-ID until signal aborts. It is
+// live (onState("live")) once the proxy says so, with the comment `: live` after its
+// replay: an event published from then on comes, so what the caller reads then is current. A 404
 // (a deleted session, or one not started yet) ends it: onState("gone"), and no more requests
 // until the caller follows again. So does a 403 (the key may not use the session's agent,
 // which no retry changes): onState("forbidden", err). A failure (a 5xx, the network, a stream cut) reconnects
@@ -194,9 +198,12 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
       if (resp.status === 404) { onState("gone"); return; }
       if (resp.status === 403) { onState("forbidden", await failure(resp)); return; }
       if (!resp.ok) throw await failure(resp);
-      onState("live");
-      wait = RETRY_MS;
-      for await (const frame of sseFrames(resp, heard)) {
+      const said = (text) => {
+        if (text !== "live") return;
+        onState("live");
+        wait = RETRY_MS;
+      };
+      for await (const frame of sseFrames(resp, heard, said)) {
         if (frame.id) lastId = frame.id;
         let data = {};
         try { data = JSON.parse(frame.data); } catch (_) { /* keep {} */ }

@@ -74,7 +74,8 @@ export class SessionView {
   // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
   // lost deltas meanwhile, so it ends, and the rows shown are read again (an event that
   // changed them in place, such as the transient context.evicted, which no Last-Event-ID
-  // replays, may be among those missed). A 404 ends the stream: the view shows
+  // replays, may be among those missed), once the stream says it is live (`: live`, after
+  // its replay), so a change made while it subscribed is in that read or comes as an event. A 404 ends the stream: the view shows
   // the session as not found, and follows again once a load finds it (the composer's first
   // message started it). A 403 (this key may not) ends it.
   follow() {

@@ -130,13 +130,17 @@ def test_a_session_deleted_elsewhere_shows_as_not_found_with_none_of_its_data(
 def test_a_failing_stream_reconnects_with_a_growing_pause(
     console: Page, console_proxy: ProxyServer
 ) -> None:
+    """A 503, then a stream that ends before it says it is live (``: live``, after the
+    replay): neither resets the pause, and only the third, live, says the stream is back."""
     started(console_proxy, "flaky")
     calls: list[float] = []
 
     def events(route: Any) -> None:
         calls.append(time.monotonic())
-        if len(calls) <= 2:
+        if len(calls) == 1:
             route.fulfill(status=503, json={"error": {"message": "down for a moment"}})
+        elif len(calls) == 2:
+            route.fulfill(status=200, content_type="text/event-stream", body=": ping\n\n")
         else:
             route.continue_()
 

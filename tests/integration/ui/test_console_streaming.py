@@ -222,11 +222,11 @@ def test_a_reply_streaming_when_the_event_stream_reconnects_goes(
 ) -> None:
     """Deltas sent while the stream was down are lost: the reconnected page shows the stored
     messages, not a reply with a hole in it. The first stream is served by the test: one
-    delta, then it ends; the next one is the proxy's, after that frame's id."""
+    delta once live, then it ends; the next one is the proxy's, after that frame's id."""
     started(console_proxy, "cut")
     calls: list[str] = []
     frame = (
-        "id: 999999\nevent: session.message.delta.appended\n"
+        ": live\n\nid: 999999\nevent: session.message.delta.appended\n"
         'data: {"choice": 0, "delta": "cut off", "session_id": "cut", "ts": "t"}\n\n'
     )
 
