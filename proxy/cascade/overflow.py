@@ -116,14 +116,21 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _which(messages: Sequence[Message], index: int, head: int) -> str:
+def _which(
+    messages: Sequence[Message], index: int, head: int, positions: Sequence[int] = ()
+) -> str:
     """Message ``index`` of the prompt as the client can find it in the list it sent. The
-    prompt is not that list (a summary stands for the folded messages, trimmed rounds are
-    gone, a ``<memory>`` system message may lead), so its index would name another
-    message; past the protected head both lists end alike, so it is counted from the end."""
+    prompt is not that list (a summary stands for the folded messages, a ``<memory>``
+    system message may lead), so its index would name another message; past the protected
+    head both lists end alike, so it is counted from the end: by ``positions`` (each
+    message's place in the client's list, aligned at the end) when known, since rounds an
+    earlier step trimmed for good are gone from the prompt but not from the list (an agent
+    loop's task stays before them)."""
     role = messages[index].get("role")
     if index >= head:
         back = len(messages) - index
+        if len(positions) >= back:
+            back = positions[-1] - positions[-back] + 1
         where = "the last message" if back == 1 else f"the {_ordinal(back)} message from the end"
         return f"{where}, role {role}"
     if role in LEADING_ROLES:
@@ -140,6 +147,7 @@ def _refuse(
     reserved: int,
     head: int,
     fixed: int = 0,
+    positions: Sequence[int] = (),
 ) -> ContextLengthExceeded:
     budget = limit - reserved
     aside = f"reserved for output {reserved - fixed}"
@@ -152,7 +160,8 @@ def _refuse(
     if messages:
         index, size = _largest(messages, count)
         text += (
-            f" The largest message ({_which(messages, index, head)}) alone is {size} tokens; "
+            f" The largest message ({_which(messages, index, head, positions)}) alone is {size}"
+            " tokens; "
             "shorten it, or start a new session / raise the model's contextLimit"
             " (or lower the reserved output, e.g. max_tokens)."
         )
@@ -172,6 +181,7 @@ def guard(
     trim_current_turn: bool = False,
     target: int | None = None,
     observation_prefixes: Sequence[str] = (),
+    positions: Sequence[int] = (),
 ) -> GuardResult:
     """Make the prompt fit ``limit - reserved_output`` or refuse it (``fixed``: the part of
     ``reserved_output`` the request's tools and response schema take, named apart in a
@@ -192,7 +202,8 @@ def guard(
     prefix stays unchanged for many steps instead of moving by one round every step), else
     to the budget.
     Emits one ``context.trimmed`` event. Raises ``ContextLengthExceeded`` when even dropping
-    everything droppable is not enough, naming the largest message so a person can act.
+    everything droppable is not enough, naming the largest message so a person can act
+    (``positions``: each message's place in the client's list, aligned at the end).
     """
     budget = limit - reserved_output
     before = count(messages)
@@ -220,6 +231,7 @@ def guard(
             reserved=reserved_output,
             head=head_end,
             fixed=fixed,
+            positions=positions,
         )
     goal = target if target is not None and floor <= target < budget else budget
     lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
@@ -326,6 +338,8 @@ def _fit(
         trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
         observation_prefixes=step.ctx.observations.user_prefixes,
+        # the prompt ends as the window does: its positions name the client's list
+        positions=step.positions if len(step.positions) == len(step.window) else (),
     )
     if not dropped and not guarded.gone:
         return StageResult(guarded.messages, guarded.events)
