@@ -193,7 +193,13 @@ async def list_messages(
         conn,
         tenant=tenant,
         session_id=session_id,
-        ids=[r["id"] for r, s in zip(rows, spilled, strict=True) if s and r["superseded_at"]],
+        ids=[
+            r["id"]
+            for r, s in zip(rows, spilled, strict=True)
+            if r["superseded_at"]
+            and (s or (r["evicted_at"] and r["tool_call_id"]))
+            and not r["redacted"]
+        ],
     )
     # a superseded row's spill under its id is its own only when its body was cut
     spilled = [

@@ -28,8 +28,13 @@ SECOND = "".join(f"second {i}\n" for i in range(600))
 
 @pytest.fixture
 def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    context = {"toolOutput": {"maxChars": 1000}}
-    return write_config(tmp_path / "agents.json", fake_upstream.url, context=context)
+    context = {
+        "toolOutput": {"maxChars": 1000},
+        "eviction": {"atFraction": 0.3, "keepRecentRounds": 1, "clearAtLeast": 200},
+        "summarize": {"enabled": False},
+    }
+    models = {"default": {"contextLimit": 3000, "reservedOutput": 500}}
+    return write_config(tmp_path / "agents.json", fake_upstream.url, models=models, context=context)
 
 
 def _results(http: httpx.Client, sid: str, *contents: str) -> list[dict[str, Any]]:
@@ -68,3 +73,25 @@ def test_a_superseded_result_never_cut_is_not_marked_truncated(
     assert small["message"]["content"] == "small one"
     assert (cut["superseded"], cut["truncated"], cut["message"]["content"]) == (True, True, FIRST)
     assert (last["superseded"], last["truncated"]) == (False, False)
+
+
+def test_a_superseded_evicted_result_comes_back_as_sent(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    sid, messages = "rewritten-evicted", list(HEAD)
+    outputs = ["".join(f"out{n} {i}\n" for i in range(100)) for n in range(4)]  # ~200 tokens
+    for n, output in enumerate(outputs):
+        fake_upstream.script(reply(None, tool_calls=[tool_call("f", {}, id=f"c{n}")]))
+        called = post(http, sid, messages, tools=TOOLS)["choices"][0]["message"]
+        messages += [called, {"role": "tool", "tool_call_id": f"c{n}", "content": output}]
+    post(http, sid, messages, tools=TOOLS)
+    settled(http, sid, len(messages) + 1)
+    live = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
+    assert live[3]["evicted"], [(r["pos"], r["evicted"]) for r in live]
+    messages[0] = {"role": "system", "content": "S, edited"}  # supersedes every row
+    post(http, sid, messages, tools=TOOLS)
+    params = {"include_superseded": "true", "form": "sent"}
+    rows = http.get(f"/v1/sessions/{sid}/messages", params=params).json()["data"]
+    old = [r for r in rows if r["pos"] == 3 and r["superseded"]]
+    assert [r["message"]["content"] for r in old] == [outputs[0]]
+    assert not old[0]["truncated"]
