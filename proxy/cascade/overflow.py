@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.commands import kept_positions
 from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import system_prefix_count
@@ -338,8 +339,10 @@ def _fit(
         trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
         observation_prefixes=step.ctx.observations.user_prefixes,
-        # the prompt ends as the window does: its positions name the client's list
-        positions=step.positions if len(step.positions) == len(step.window) else (),
+        # past the head the prompt ends as the window does, less its /compact exchanges
+        positions=kept_positions(step.window, step.positions)
+        if len(step.positions) == len(step.window)
+        else (),
     )
     if not dropped and not guarded.gone:
         return StageResult(guarded.messages, guarded.events)

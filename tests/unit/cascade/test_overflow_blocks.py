@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from proxy.cascade.commands import COMMANDS, compact_reply_text
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.overflow import OVERFLOW
 from proxy.cascade.pipeline import StepInput, assemble
@@ -147,3 +148,22 @@ def test_a_refusal_names_the_task_where_the_client_finds_it_past_trimmed_rounds(
     with pytest.raises(ContextLengthExceeded) as err:
         assemble(step, STAGES)
     assert "(the 11th message from the end, role user)" in str(err.value)
+
+
+def test_a_refusal_counts_past_a_compact_exchange_the_prompt_leaves_out() -> None:
+    """A ``/compact`` exchange is in the window (and the client's list) but in no prompt:
+    the task before it is still named where the client finds it."""
+    window = (
+        system("s" * 40),
+        user("t" * 4000),  # the task, position 1
+        user("/compact"),
+        assistant(
+            compact_reply_text(version=1, folded=0, tokens_before=0, tokens_after=0, reason="")
+        ),
+        assistant_calls(("c6", "ls", {})),
+        tool("c6", "r" * 80),
+    )
+    step = replace(_step(window, 900, kept={}), positions=(0, 1, 2, 3, 4, 5))
+    with pytest.raises(ContextLengthExceeded) as err:
+        assemble(step, (COMMANDS, *STAGES))
+    assert "(the 5th message from the end, role user)" in str(err.value)
