@@ -21,6 +21,7 @@ __all__ = [
     "is_command_exchange",
     "compact_reply_text",
     "drop_commands",
+    "kept_positions",
 ]
 
 COMPACT_COMMAND = "/compact"
@@ -79,6 +80,13 @@ def _kept(messages: Sequence[Message]) -> list[int] | None:
         skip_reply = False
         out.append(i)
     return out
+
+
+def kept_positions(messages: Sequence[Message], positions: Sequence[int]) -> tuple[int, ...]:
+    """``positions`` (one per message) of the messages a prompt keeps: a ``/compact``
+    exchange is in the history but in no prompt."""
+    kept = _kept(messages)
+    return tuple(positions) if kept is None else tuple(positions[i] for i in kept)
 
 
 def drop_commands(messages: Sequence[Message]) -> tuple[Message, ...]:

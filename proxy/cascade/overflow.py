@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from proxy.cascade.commands import kept_positions
 from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import system_prefix_count
@@ -115,14 +116,21 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _which(messages: Sequence[Message], index: int, head: int) -> str:
+def _which(
+    messages: Sequence[Message], index: int, head: int, positions: Sequence[int] = ()
+) -> str:
     """Message ``index`` of the prompt as the client can find it in the list it sent. The
-    prompt is not that list (a summary stands for the folded messages, trimmed rounds are
-    gone, a ``<memory>`` system message may lead), so its index would name another
-    message; past the protected head both lists end alike, so it is counted from the end."""
+    prompt is not that list (a summary stands for the folded messages, a ``<memory>``
+    system message may lead), so its index would name another message; past the protected
+    head both lists end alike, so it is counted from the end: by ``positions`` (each
+    message's place in the client's list, aligned at the end) when known, since rounds an
+    earlier step trimmed for good are gone from the prompt but not from the list (an agent
+    loop's task stays before them)."""
     role = messages[index].get("role")
     if index >= head:
         back = len(messages) - index
+        if len(positions) >= back:
+            back = positions[-1] - positions[-back] + 1
         where = "the last message" if back == 1 else f"the {_ordinal(back)} message from the end"
         return f"{where}, role {role}"
     if role in LEADING_ROLES:
@@ -140,6 +148,7 @@ def _refuse(
     head: int,
     fixed: int = 0,
     assembled: int = 0,
+    positions: Sequence[int] = (),
 ) -> ContextLengthExceeded:
     """The refusal: ``needed`` is what would be sent after every stage (the droppable history
     and blocks gone), ``assembled`` the prompt as the stages built it, named when larger."""
@@ -159,7 +168,8 @@ def _refuse(
     if messages:
         index, size = _largest(messages, count)
         text += (
-            f" The largest message ({_which(messages, index, head)}) alone is {size} tokens; "
+            f" The largest message ({_which(messages, index, head, positions)}) alone is {size}"
+            " tokens; "
             "shorten it, or start a new session / raise the model's contextLimit"
             " (or lower the reserved output, e.g. max_tokens)."
         )
@@ -180,6 +190,7 @@ def guard(
     target: int | None = None,
     observation_prefixes: Sequence[str] = (),
     assembled: int = 0,
+    positions: Sequence[int] = (),
 ) -> GuardResult:
     """Make the prompt fit ``limit - reserved_output`` or refuse it (``fixed``: the part of
     ``reserved_output`` the request's tools and response schema take, named apart in a
@@ -202,7 +213,8 @@ def guard(
     Emits one ``context.trimmed`` event. Raises ``ContextLengthExceeded`` when even dropping
     everything droppable is not enough, counting what would be sent with it all gone (beside
     the prompt as given, or ``assembled``: its size before blocks were left out) and naming
-    the largest message so a person can act.
+    the largest message so a person can act (``positions``: each message's place in the
+    client's list, aligned at the end).
     """
     budget = limit - reserved_output
     before = count(messages)
@@ -231,6 +243,7 @@ def guard(
             head=head_end,
             fixed=fixed,
             assembled=max(before, assembled),
+            positions=positions,
         )
     goal = target if target is not None and floor <= target < budget else budget
     lo, hi = 1, len(units)  # fewest oldest units to drop; count is monotone in dropped units
@@ -342,6 +355,10 @@ def _fit(
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
         observation_prefixes=step.ctx.observations.user_prefixes,
         assembled=before,
+        # past the head the prompt ends as the window does, less its /compact exchanges
+        positions=kept_positions(step.window, step.positions)
+        if len(step.positions) == len(step.window)
+        else (),
     )
     if not dropped and not guarded.gone:
         return StageResult(guarded.messages, guarded.events)

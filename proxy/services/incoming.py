@@ -88,7 +88,7 @@ def ingest_from(
         if got.spill is not None:
             spills.append(got.spill)
     out.raw = raw_outputs.raw_rows(spills, ctx.tool_output.raw_cap_bytes)
-    if out.rows:
+    if out.rows or superseded:  # a history cut back (a retry, a rollback) stores nothing new
         out.events.append(
             Event(
                 MESSAGE_APPENDED,

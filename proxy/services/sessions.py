@@ -193,9 +193,25 @@ async def list_messages(
     spilled = await client_form.fetch_spilled_cuts(
         conn, tenant=tenant, session_id=session_id, rows=rows
     )
+    superseded = await client_form.fetch_superseded_sent_forms(
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        ids=[
+            r["id"]
+            for r, s in zip(rows, spilled, strict=True)
+            if r["superseded_at"]
+            and (s or (r["evicted_at"] and r["tool_call_id"]))
+            and not r["redacted"]
+        ],
+    )
+    # a superseded row's spill under its id is its own only when its body was cut
+    spilled = [
+        s and superseded.get(r["id"], (True, None))[0] for r, s in zip(rows, spilled, strict=True)
+    ]
     cut = [_cut_observation(r) for r in rows]  # the prompt form says which
     if sent_form:
-        rows = await _as_sent(conn, tenant, session_id, rows)
+        rows = await _as_sent(conn, tenant, session_id, rows, superseded)
     return {
         "object": "list",
         "data": [
@@ -241,7 +257,15 @@ def _cut_observation(row: Any) -> bool:
     )
 
 
-async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> list[Any]:
+async def _as_sent(
+    conn: Any,
+    tenant: str,
+    session_id: str,
+    rows: list[Any],
+    superseded: Mapping[int, tuple[bool, dict[str, Any] | None]],
+) -> list[Any]:
+    """``rows`` with each cut or evicted result as sent: a live one's from its chain and
+    spill, a superseded cut one's as ``client_form.fetch_superseded_sent_forms`` rebuilt it."""
     rewritten = [
         r["pos"]
         for r in rows
@@ -250,12 +274,14 @@ async def _as_sent(conn: Any, tenant: str, session_id: str, rows: list[Any]) -> 
     sent = await client_form.fetch_sent_forms(
         conn, tenant=tenant, session_id=session_id, positions=rewritten
     )
-    return [
-        dict(r) | {"message": sent[r["pos"]]}
-        if r["superseded_at"] is None and r["pos"] in sent
-        else r
-        for r in rows
-    ]
+    out = []
+    for r in rows:
+        if r["superseded_at"] is None:
+            message = sent.get(r["pos"])
+        else:
+            message = superseded.get(r["id"], (False, None))[1]
+        out.append(r if message is None else dict(r) | {"message": message})
+    return out
 
 
 async def tool_output(

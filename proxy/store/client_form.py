@@ -32,7 +32,7 @@ from proxy.store.usage import fetch_spilled_ids
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["fetch_sent_forms", "fetch_spilled_cuts"]
+__all__ = ["fetch_sent_forms", "fetch_spilled_cuts", "fetch_superseded_sent_forms"]
 
 # An evicted row keeps its body beside the placeholder (migration 0008): ``message``.
 # ``prev`` is the live row before it, whose hash the row's hash continues.
@@ -57,10 +57,26 @@ WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[]) AND NOT
 """
 
 
-def _rebuilt(row: Any, spills: Sequence[tuple[datetime, str]]) -> Any:
+# A superseded row's previous row is one of the rows at the position before it, live or
+# superseded: whichever was live when it was stored.
+FETCH_SUPERSEDED = """
+SELECT m.id, m.message, m.hash, m.tool_call_id, m.created_at,
+       coalesce(array_agg(p.hash) FILTER (WHERE p.hash IS NOT NULL), '{}') AS prevs
+FROM messages m
+LEFT JOIN messages p ON p.tenant = m.tenant AND p.session_id = m.session_id
+     AND p.pos = m.pos - 1
+WHERE m.tenant = $1 AND m.session_id = $2 AND m.id = ANY($3::bigint[])
+GROUP BY m.id
+"""
+
+
+def _rebuilt(
+    row: Any, spills: Sequence[tuple[datetime, str]], prevs: Sequence[str] | None = None
+) -> Any:
     """The cut row as sent: with the content of the spill that rebuilds a message hashing
-    to the row's hash; else with the text of the spill its cut was made from (sent as
-    parts); else None. The spill written with the row (one statement) is tried first."""
+    to the row's hash (continuing ``prevs``, else the row's ``prev``); else with the text of
+    the spill its cut was made from (sent as parts); else None. The spill written with the
+    row (one statement) is tried first."""
     message, at = dict(row["message"]), row["created_at"]
     texts = [decode(raw) for _, raw in sorted(spills, key=lambda s: abs(s[0] - at))]
     parts = message.get("content") if isinstance(message.get("content"), list) else None
@@ -68,7 +84,7 @@ def _rebuilt(row: Any, spills: Sequence[tuple[datetime, str]]) -> Any:
         # sent as a string; or as parts the rewrite kept (``with_text``: an image beside)
         for content in (text,) if parts is None else (text, with_text(parts, text)):
             candidate = message | {"content": content}
-            if chain_hash(row["prev"], candidate) == row["hash"]:
+            if any(chain_hash(p, candidate) == row["hash"] for p in prevs or [row["prev"]]):
                 return candidate
     cut = message.get("content")
     for text in texts:
@@ -115,8 +131,9 @@ async def fetch_spilled_cuts(
     ingestion with its text spilled, a spill kept under its id and its stored body not the
     message sent (its hash says so). The id alone would mark every result under an id a
     client reuses (``call_0`` every turn) once one of them was cut; a redacted result keeps
-    no spill of its own, whatever its id holds. A superseded row is judged by its id alone:
-    its chain is no longer the live one."""
+    no spill of its own, whatever its id holds. A superseded row is judged by its id alone
+    here (its chain is no longer the live one): :func:`fetch_superseded_sent_forms` tells
+    whether its body is what was sent."""
     ids = [decode(r["tool_call_id"]) for r in rows if r["tool_call_id"] is not None]
     spilled = await fetch_spilled_ids(conn, tenant=tenant, session_id=session_id, tool_call_ids=ids)
     candidate = [
@@ -133,3 +150,31 @@ async def fetch_spilled_cuts(
         c and (r["superseded_at"] is not None or r["pos"] in rewritten)
         for r, c in zip(rows, candidate, strict=True)
     ]
+
+
+async def fetch_superseded_sent_forms(
+    conn: Executor, *, tenant: str, session_id: str, ids: Sequence[int]
+) -> dict[int, tuple[bool, dict[str, Any] | None]]:
+    """Row id -> (cut?, the message as sent or None) for superseded tool result rows: a row
+    whose stored body hashes, after one of the rows at the position before it, to its own
+    hash was stored as sent (never cut; an evicted one's body); else it was cut, and its
+    sent form is rebuilt from the spills under its id, those it replaced included, as a live
+    row's is (None when none rebuilds it)."""
+    if not ids:
+        return {}
+    rows = await conn.fetch(FETCH_SUPERSEDED, tenant, session_id, list(ids))
+    out: dict[int, tuple[bool, dict[str, Any] | None]] = {}
+    cut = []
+    for r in rows:
+        message, prevs = dict(r["message"]), list(r["prevs"]) or [""]
+        if any(chain_hash(p, message) == r["hash"] for p in prevs):
+            out[r["id"]] = (False, message)
+        else:
+            cut.append((r, prevs))
+    spills: dict[str, list[tuple[datetime, str]]] = {}
+    call_ids = sorted({r["tool_call_id"] for r, _ in cut})
+    for s in await conn.fetch(FETCH_SPILLS, tenant, session_id, call_ids) if cut else []:
+        spills.setdefault(s["tool_call_id"], []).append((s["created_at"], s["content"]))
+    for r, prevs in cut:
+        out[r["id"]] = (True, _rebuilt(r, spills.get(r["tool_call_id"], []), prevs))
+    return out

@@ -155,8 +155,8 @@ async def supersede_from(conn: Executor, *, tenant: str, session_id: str, from_p
 
 
 FETCH_MESSAGES = f"""
-SELECT m.pos, m.role, {PROMPT_FORM} AS message, m.tool_call_id, m.tokens, m.redacted,
-       m.evicted_at, m.trimmed_at, m.superseded_at, m.source, m.created_at
+SELECT m.id, m.pos, m.role, {PROMPT_FORM} AS message, m.tool_call_id, m.tokens,
+       m.redacted, m.evicted_at, m.trimmed_at, m.superseded_at, m.source, m.created_at
 FROM messages m
 WHERE m.tenant = $1 AND m.session_id = $2 AND ($3 OR m.superseded_at IS NULL)
 ORDER BY m.pos, m.id LIMIT $4 OFFSET $5

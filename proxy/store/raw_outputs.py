@@ -78,8 +78,10 @@ async def fetchrow_raw_output(
     ``<id>@<position>``) reads the result at that position instead (``_fetch_pinned``),
     whatever came under the id since. A live result whose text is the proxy's own rewrite
     the client resent (an observation's, named by its handle) reads as the result that was
-    rewritten (``_resent_cut``). ``{"content", "original_bytes", "capped"}``; the text the
-    client sent, NULs included (``nul``)."""
+    rewritten (``_resent_cut``). A live result stored again after an edit before it (a
+    new system prompt) keeps its older, identical spill: it reads as its position's pinned
+    handle does. ``{"content", "original_bytes", "capped"}``; the text the client sent, NULs
+    included (``nul``)."""
     pinned = unpin(tool_call_id)
     if pinned is not None:
         found = await _fetch_pinned(conn, tenant, session_id, *pinned)
@@ -95,7 +97,11 @@ async def fetchrow_raw_output(
             "original_bytes": row["original_bytes"],
             "capped": row["capped"],
         }
-    if message_at is None or not (_sent(row) or (row["evicted"] and not row["redacted"])):
+    if message_at is None:
+        return None
+    if not (_sent(row) or (row["evicted"] and not row["redacted"])):
+        if row["live"] and not row["redacted"]:  # a cut result stored again, its spill older
+            return await _fetch_pinned(conn, tenant, session_id, tool_call_id, row["pos"])
         return None
     whole = _whole(row["message"])
     if row["live"] and not row["evicted"] and HANDLE in whole["content"]:

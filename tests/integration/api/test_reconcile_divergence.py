@@ -7,6 +7,8 @@ live history.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from tests.fakes.replies import error, reply
@@ -20,6 +22,7 @@ from tests.integration.api.reconcile_helpers import (
     settled,
     user,
 )
+from tests.integration.conftest import column
 
 
 def test_edit_supersedes_the_tail_from_the_divergence_point(
@@ -92,3 +95,26 @@ def test_a_failed_regenerate_leaves_the_head_on_the_live_history(
     settled(http, "rg", 4)
     live = http.get("/v1/sessions/rg/messages").json()["data"]
     assert [r["message"]["content"] for r in live] == ["q", "first", "u2", "after"]
+
+
+def test_a_history_cut_back_says_what_it_superseded(
+    http: httpx.Client, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """A retried request, or a client that rolls back to an earlier question, sends a prefix
+    of the stored history: nothing of it is new, but the stored tail is superseded. Its
+    ``session.message.appended`` says so (``count`` 0), as an edit's does; the reply's own
+    said ``superseded`` 0, and nothing else told a watcher the tail was gone."""
+    base = [user("q1"), {"role": "assistant", "content": "ok"}, user("q2")]
+    post(http, "cut-back", base)
+    settled(http, "cut-back", 4)
+    post(http, "cut-back", base[:1])
+    settled(http, "cut-back", 2)
+    sql = (
+        "SELECT data FROM events WHERE session_id = 'cut-back'"
+        " AND name = 'session.message.appended' ORDER BY id"
+    )
+    appended = [json.loads(d) for d in column(db_dsn, sql)]
+    assert [(e["from_pos"], e["count"], e["superseded"]) for e in appended[-2:]] == [
+        (1, 0, 3),
+        (1, 1, 0),
+    ]

@@ -265,3 +265,29 @@ def test_a_refusal_with_nothing_to_drop_names_one_size() -> None:
         guard(msgs, count=count, limit=4_000, reserved_output=500, protected_head=1)
     assert f"needs about {count(msgs)} tokens" in str(err.value)
     assert "as assembled" not in str(err.value)
+
+
+def test_a_refused_message_before_trimmed_rounds_is_counted_in_the_clients_list() -> None:
+    """An agent loop's task stays while its older rounds are trimmed for good, so the prompt
+    skips them: counted from the prompt's end the task would be the 5th message, which in
+    the list the client sent is a tool result. ``positions`` (each message's place in that
+    list, aligned at the end) name it where the client finds it."""
+    msgs = [
+        system(_words(10)),
+        user(_words(500)),  # the task, position 1
+        assistant_calls(("c5", "cat", {})),  # positions 2-7 were trimmed by earlier steps
+        tool("c5", _words(20)),
+        assistant_calls(("c6", "ls", {})),
+        tool("c6", _words(20)),
+    ]
+    with pytest.raises(ContextLengthExceeded) as err:
+        guard(
+            msgs,
+            count=count,
+            limit=400,
+            reserved_output=40,
+            protected_head=1,
+            trim_current_turn=True,
+            positions=(0, 1, 8, 9, 10, 11),
+        )
+    assert "(the 11th message from the end, role user)" in str(err.value)

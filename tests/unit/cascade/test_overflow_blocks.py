@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from proxy.cascade.commands import COMMANDS, compact_reply_text
 from proxy.cascade.memory_block import MEMORY
 from proxy.cascade.overflow import OVERFLOW, calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble
@@ -14,7 +16,14 @@ from proxy.cascade.recitation import RECITATION
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
 from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded
 from proxy.config_context import ContextConfig
-from tests.unit.cascade.summary_builders import assistant, count, system, user
+from tests.unit.cascade.summary_builders import (
+    assistant,
+    assistant_calls,
+    count,
+    system,
+    tool,
+    user,
+)
 
 CTX = ContextConfig.model_validate(
     {
@@ -131,3 +140,40 @@ def test_a_block_in_a_list_of_parts_goes_and_the_clients_parts_stay() -> None:
     out = assemble(_step(window, 600), STAGES)  # the count here reads a list's repr
     assert out.messages[-1]["content"] == [*parts, {"type": "text", "text": PLAN}]
     assert _trimmed(out)["dropped_blocks"] == ["retrieval"]
+
+
+def test_a_refusal_names_the_task_where_the_client_finds_it_past_trimmed_rounds() -> None:
+    """The window skips rounds earlier steps trimmed for good; the step's positions say
+    where each message is in the client's list, so the task is not named as the 5th message
+    from the end (a tool result there) but as the 11th."""
+    window = (
+        system("s" * 40),
+        user("t" * 4000),  # the task, 1000 tokens
+        assistant_calls(("c5", "cat", {})),  # positions 2-7 were trimmed by earlier steps
+        tool("c5", "r" * 80),
+        assistant_calls(("c6", "ls", {})),
+        tool("c6", "r" * 80),
+    )
+    step = replace(_step(window, 900, kept={}), positions=(0, 1, 8, 9, 10, 11))
+    with pytest.raises(ContextLengthExceeded) as err:
+        assemble(step, STAGES)
+    assert "(the 11th message from the end, role user)" in str(err.value)
+
+
+def test_a_refusal_counts_past_a_compact_exchange_the_prompt_leaves_out() -> None:
+    """A ``/compact`` exchange is in the window (and the client's list) but in no prompt:
+    the task before it is still named where the client finds it."""
+    window = (
+        system("s" * 40),
+        user("t" * 4000),  # the task, position 1
+        user("/compact"),
+        assistant(
+            compact_reply_text(version=1, folded=0, tokens_before=0, tokens_after=0, reason="")
+        ),
+        assistant_calls(("c6", "ls", {})),
+        tool("c6", "r" * 80),
+    )
+    step = replace(_step(window, 900, kept={}), positions=(0, 1, 2, 3, 4, 5))
+    with pytest.raises(ContextLengthExceeded) as err:
+        assemble(step, (COMMANDS, *STAGES))
+    assert "(the 5th message from the end, role user)" in str(err.value)
