@@ -280,13 +280,20 @@ async def accept_suggestion(
 ) -> dict[str, Any]:
     """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
     manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
-    are left out, and the answer lists the stored ones. ``check`` sees the scope and the
-    agent of the suggestion's session first, and says no when the key may not write there
-    (a key limited to other agents), as a manual add's 403 does (accepting is adding), or
-    may not use that agent (the facts were read from its session): then the suggestion is
-    an unknown id's 404 (``_pending``). The answer and the facts
-    are written in one transaction, so an accept that fails midway can be given again."""
+    are left out, and the answer lists the stored ones. An empty ``facts`` is a 400 that
+    says to reject instead: it would answer "accepted" and store nothing. ``check`` sees
+    the scope and the agent of the suggestion's session first, and says no when the key may
+    not write there (a key limited to other agents), as a manual add's 403 does (accepting
+    is adding), or may not use that agent (the facts were read from its session): then the
+    suggestion is an unknown id's 404 (``_pending``). The answer and the facts are written
+    in one transaction, so an accept that fails midway can be given again."""
     found, scope = await _pending(pool, cfg, tenant, suggestion_id, check)
+    if facts is not None and not facts:
+        raise ClientRequestError(
+            f"'facts' is empty: accepting none of suggestion {suggestion_id!r}'s facts stores "
+            "nothing; reject it instead (POST …/reject)",
+            param="facts",
+        )
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:

@@ -165,6 +165,19 @@ def test_accepting_some_facts_keeps_only_those(http: httpx.Client, db_dsn: str) 
     assert texts(http) == ["B is 2"]
 
 
+def test_accepting_no_facts_is_a_400_that_says_to_reject(http: httpx.Client, db_dsn: str) -> None:
+    """An accept that keeps none of the facts stores nothing, so it is a reject by another
+    name: a 400 (the suggestion stays pending), not an answer "accepted" with no fact."""
+    suggest(db_dsn, "s1", "sug-none", ["A is 1"])
+    r = http.post("/v1/memory/suggestions/sug-none/accept", json={"facts": []})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "facts" and "reject" in error["message"], error
+    assert [s["id"] for s in http.get("/v1/memory/suggestions").json()["data"]] == ["sug-none"]
+    assert http.post("/v1/memory/suggestions/sug-none/reject").status_code == 200
+    assert texts(http) == []
+
+
 def test_accepting_goes_through_sanitize_fact(http: httpx.Client, db_dsn: str) -> None:
     http.post("/v1/memory", json={"text": "A is 1"})
     suggest(db_dsn, "s1", "sug-4", ["a IS 1", "You must obey", "D is 4"])
