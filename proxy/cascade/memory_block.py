@@ -31,6 +31,8 @@ __all__ = [
     "MEMORY_MAX_TOKENS",
     "MEMORY_BUDGET_SHARE",
     "MemoryNeed",
+    "memory_rows",
+    "memory_lines",
     "render_memory",
     "add_memory",
     "MEMORY",
@@ -81,6 +83,44 @@ class MemoryNeed:
     tokens: Callable[[str], int] | None = field(default=None, compare=False)
 
 
+def memory_rows(max_tokens: int) -> int:
+    """How many of the session's facts, oldest first, a block of ``max_tokens`` can use, so
+    a turn reads that many rows and not the scope's whole list (an ``auto`` scope grows
+    with every compaction). A listed fact costs at least one token, so at most
+    ``max_tokens`` fit; each scope refuses a fact it already holds (as the block compares
+    them), so a fact comes at most twice (``global`` and the agent's scope), and the fact
+    that does not fit is one more: within twice the cap plus two rows the block is cut. A
+    read of that many that the block does not fill is read on (rows a scope holds twice,
+    stored before its check compared them as it does now)."""
+    return 2 * max_tokens + 2
+
+
+def memory_lines(
+    facts: Sequence[str],
+    *,
+    max_tokens: int = MEMORY_MAX_TOKENS,
+    tokens: Callable[[str], int] | None = None,
+) -> tuple[list[str], bool]:
+    """The block's lines for ``facts`` (:func:`render_memory`), and whether a fact was cut
+    (the block is full, so facts after those given would not show)."""
+    cost = tokens or _quarter_chars
+    budget = max_tokens - cost(_HEAD) - cost(_TAIL)
+    lines: list[str] = []
+    seen: set[str] = set()
+    for fact in facts:
+        key = fact_key(fact)
+        if key in seen:
+            continue
+        seen.add(key)
+        line = f"- {_quoted(fact)}\n"
+        size = cost(line)
+        if size > budget:
+            return lines, True
+        budget -= size
+        lines.append(line)
+    return lines, False
+
+
 def render_memory(
     facts: Sequence[str],
     *,
@@ -93,21 +133,7 @@ def render_memory(
     A fact stored in both ``global`` and the agent's scope (each scope checks duplicates
     only within itself) is listed once, where it first comes, compared as the per-scope
     check compares (:func:`~proxy.cascade.memory.fact_key`)."""
-    cost = tokens or _quarter_chars
-    budget = max_tokens - cost(_HEAD) - cost(_TAIL)
-    lines = []
-    seen: set[str] = set()
-    for fact in facts:
-        key = fact_key(fact)
-        if key in seen:
-            continue
-        seen.add(key)
-        line = f"- {_quoted(fact)}\n"
-        size = cost(line)
-        if size > budget:
-            break
-        budget -= size
-        lines.append(line)
+    lines, _ = memory_lines(facts, max_tokens=max_tokens, tokens=tokens)
     return _HEAD + "".join(lines) + _TAIL if lines else None
 
 

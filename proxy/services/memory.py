@@ -25,6 +25,7 @@ from proxy.store import memory as store
 __all__ = [
     "GLOBAL",
     "parse_scope",
+    "check_writable",
     "scope_of_agent",
     "list_facts",
     "add_fact",
@@ -69,6 +70,28 @@ def scope_of_agent(cfg: Config, agent: str | None) -> str:
     if agent and agent != "default" and agent in cfg.agents:
         return f"agent:{agent}"
     return GLOBAL
+
+
+def check_writable(cfg: Config, scope: str) -> None:
+    """A 400 (``param`` scope) for an agent scope no prompt carries, which a fact added to
+    would sit in unread: ``agent:default`` (the ``default`` agent's facts are ``global``)
+    or an agent the config does not name (a config reload that adds the agent makes its
+    scope writable: the agent comes first, then its facts)."""
+    if scope == GLOBAL:
+        return
+    agent = scope.removeprefix("agent:")
+    if agent == "default":
+        raise ClientRequestError(
+            "the 'default' agent has no scope of its own: its sessions' facts are global; "
+            "use scope 'global'",
+            param="scope",
+        )
+    if agent not in cfg.agents:
+        raise ClientRequestError(
+            f"no agent {agent!r} in the config: a fact of scope {scope!r} would reach no "
+            "prompt (add the agent to the config first; a reload picks it up)",
+            param="scope",
+        )
 
 
 def patterns_for(cfg: Config, scope: str) -> Sequence[re.Pattern[str]]:
@@ -169,7 +192,9 @@ async def store_facts(
 
 
 async def add_fact(pool: Any, cfg: Config, *, tenant: str, scope: str, text: str) -> dict[str, Any]:
-    """Store one fact by hand; a 400 saying why when ``sanitize_fact`` refuses it."""
+    """Store one fact by hand; a 400 saying why when ``sanitize_fact`` refuses it or no
+    prompt carries the scope (:func:`check_writable`)."""
+    check_writable(cfg, scope)
     (fact,) = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=[text], strict=True)
     return fact
 
@@ -280,13 +305,21 @@ async def accept_suggestion(
 ) -> dict[str, Any]:
     """Store the suggestion's facts (or the ``facts`` of them a person picked) through the
     manual add's path; facts ``sanitize_fact`` refuses now (a duplicate added meanwhile)
-    are left out, and the answer lists the stored ones. ``check`` sees the scope and the
-    agent of the suggestion's session first, and says no when the key may not write there
-    (a key limited to other agents), as a manual add's 403 does (accepting is adding), or
-    may not use that agent (the facts were read from its session): then the suggestion is
-    an unknown id's 404 (``_pending``). The answer and the facts
-    are written in one transaction, so an accept that fails midway can be given again."""
+    are left out, and the answer lists the stored ones. An empty ``facts`` is a 400 that
+    says to reject instead: it would answer "accepted" and store nothing. ``check`` sees
+    the scope and the agent of the suggestion's session first, and says no when the key may
+    not write there (a key limited to other agents), as a manual add's 403 does (accepting
+    is adding), or may not use that agent (the facts were read from its session): then the
+    suggestion is an unknown id's 404 (``_pending``). The answer and the facts are written
+    in one transaction, so an accept that fails midway can be given again."""
     found, scope = await _pending(pool, cfg, tenant, suggestion_id, check)
+    check_writable(cfg, scope)
+    if facts is not None and not facts:
+        raise ClientRequestError(
+            f"'facts' is empty: accepting none of suggestion {suggestion_id!r}'s facts stores "
+            "nothing; reject it instead (POST …/reject)",
+            param="facts",
+        )
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
     if unknown:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from proxy.cascade.memory_block import MemoryNeed, render_memory
+from proxy.cascade.memory_block import MemoryNeed, memory_lines, memory_rows, render_memory
 from proxy.cascade.retrieval import RetrievalNeed
 from proxy.services.retrieval import related_messages
 from proxy.session_id import SessionKey
@@ -28,8 +28,16 @@ Fulfiller = Callable[[Any, Any, SessionKey], Awaitable[Any]]
 
 async def memory_block(need: MemoryNeed, conn: Any, key: SessionKey) -> str | None:
     """The ``<memory>`` block of the session's facts (asked for at a turn's first step; the
-    turn keeps it, ``cascade.phases``)."""
-    facts = await memory.session_facts(conn, tenant=key.tenant, session_id=key.session_id)
+    turn keeps it, ``cascade.phases``). Only the oldest facts the block can use are read
+    (``memory_rows``); a read of that many the block does not fill reads the rest."""
+    tenant, sid = key.tenant, key.session_id
+    rows = memory_rows(need.max_tokens)
+    facts = await memory.session_facts(conn, tenant=tenant, session_id=sid, limit=rows)
+    if (
+        len(facts) == rows
+        and not memory_lines(facts, max_tokens=need.max_tokens, tokens=need.tokens)[1]
+    ):
+        facts += await memory.session_facts(conn, tenant=tenant, session_id=sid, offset=rows)
     return render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens)
 
 

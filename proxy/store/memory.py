@@ -191,12 +191,19 @@ async def answer_suggestion(
 
 SESSION_FACTS = """
 SELECT m.fact FROM memory m JOIN sessions s ON s.tenant = m.tenant
-WHERE m.tenant = $1 AND s.id = $2 AND m.scope IN ('global', 'agent:' || s.agent)
-ORDER BY m.id
+WHERE m.tenant = $1 AND s.id = $2
+  AND (m.scope = 'global' OR (s.agent <> 'default' AND m.scope = 'agent:' || s.agent))
+ORDER BY m.id LIMIT $3 OFFSET $4
 """
 
 
-async def session_facts(conn: Executor, *, tenant: str, session_id: str) -> list[str]:
+async def session_facts(
+    conn: Executor, *, tenant: str, session_id: str, limit: int | None = None, offset: int = 0
+) -> list[str]:
     """The facts a session's prompt carries: its agent's scope and ``global``, oldest first,
-    in one statement (the session row names the agent)."""
-    return [row["fact"] for row in await conn.fetch(SESSION_FACTS, tenant, session_id)]
+    in one statement (the session row names the agent; the ``default`` agent has no scope
+    of its own, so a row stored in ``agent:default`` is read by none); ``limit`` of them
+    from ``offset`` on (None: all), since the block holds only the oldest few of a large
+    scope."""
+    rows = await conn.fetch(SESSION_FACTS, tenant, session_id, limit, offset)
+    return [row["fact"] for row in rows]

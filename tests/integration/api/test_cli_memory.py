@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from proxy import cli
-from tests.integration.api.conftest import ProxyServer
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, write_config
 
 KEY = "sk-test-client"
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """A ``coder`` agent besides the default one: a fact is added to an agent's scope only
+    when the config names the agent."""
+    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
+    return write_config(tmp_path / "agents.json", fake_upstream.url, agents=agents)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -107,6 +107,31 @@ def test_a_malformed_add_is_a_400(http: httpx.Client, body: dict[str, Any]) -> N
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize(
+    ("scope", "says"),
+    [
+        ("agent:default", "'default' agent has no scope of its own"),
+        ("agent:ghost", "no agent 'ghost' in the config"),
+    ],
+)
+def test_an_add_to_a_scope_no_prompt_carries_is_a_400(
+    http: httpx.Client, db_dsn: str, scope: str, says: str
+) -> None:
+    """Regression: a fact added to ``agent:default`` (whose sessions' facts are global) or
+    to an agent the config does not name was stored, answered 201, and reached no prompt.
+    Accepting a suggestion bound for such a scope is the same 400; it stays pending, to be
+    rejected (or accepted once the config names the agent)."""
+    r = http.post("/v1/memory", json={"scope": scope, "text": "Port 8443"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert says in error["message"] and error["param"] == "scope", error
+    suggest(db_dsn, "s1", "sug-nowhere", ["Port 8443"], scope=scope)
+    r = http.post("/v1/memory/suggestions/sug-nowhere/accept")
+    assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+    assert [s["id"] for s in http.get("/v1/memory/suggestions").json()["data"]] == ["sug-nowhere"]
+    assert texts(http, scope) == [] and texts(http) == []
+
+
 def test_a_bad_scope_or_id_in_the_url_is_a_400_or_404(http: httpx.Client) -> None:
     assert http.get("/v1/memory", params={"scope": "nope"}).status_code == 400
     assert http.delete("/v1/memory/abc").status_code in (400, 422)
@@ -163,6 +188,19 @@ def test_accepting_some_facts_keeps_only_those(http: httpx.Client, db_dsn: str) 
     r = http.post("/v1/memory/suggestions/sug-3/accept", json={"facts": ["B is 2"]})
     assert r.status_code == 200, r.text
     assert texts(http) == ["B is 2"]
+
+
+def test_accepting_no_facts_is_a_400_that_says_to_reject(http: httpx.Client, db_dsn: str) -> None:
+    """An accept that keeps none of the facts stores nothing, so it is a reject by another
+    name: a 400 (the suggestion stays pending), not an answer "accepted" with no fact."""
+    suggest(db_dsn, "s1", "sug-none", ["A is 1"])
+    r = http.post("/v1/memory/suggestions/sug-none/accept", json={"facts": []})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "facts" and "reject" in error["message"], error
+    assert [s["id"] for s in http.get("/v1/memory/suggestions").json()["data"]] == ["sug-none"]
+    assert http.post("/v1/memory/suggestions/sug-none/reject").status_code == 200
+    assert texts(http) == []
 
 
 def test_accepting_goes_through_sanitize_fact(http: httpx.Client, db_dsn: str) -> None:

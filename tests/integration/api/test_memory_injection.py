@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
-from tests.integration.api.memory_suggestions import suggest
+from tests.integration.api.memory_suggestions import CLIENT_TENANT, suggest
+from tests.integration.conftest import run_sync
 
 
 @pytest.fixture
@@ -20,6 +22,7 @@ def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
+        agents={"default": {"provider": "openai"}, "coder": {"provider": "openai"}},
         context={"memoryPromotion": {"mode": "suggest"}},
     )
 
@@ -106,9 +109,47 @@ def test_no_facts_no_block_and_facts_stay_with_their_tenant(
 def test_an_agent_scope_reaches_only_its_agent(
     http: httpx.Client, fake_upstream: FakeUpstream
 ) -> None:
-    http.post("/v1/memory", json={"scope": "agent:coder", "text": "Coder only"})
+    r = http.post("/v1/memory", json={"scope": "agent:coder", "text": "Coder only"})
+    assert r.status_code == 201, r.text
     _chat(http, "mem-4", [{"role": "user", "content": "hi"}])
     assert fake_upstream.bodies()[-1]["messages"][0]["role"] == "user"
+
+
+def test_agent_default_facts_do_not_reach_the_default_agents_prompt(
+    http: httpx.Client, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """The ``default`` agent has no scope of its own (its promoted facts go to ``global``):
+    a row stored in ``agent:default`` before adding there was refused is listed, for its
+    owner to move or delete, but rides in no prompt."""
+    _chat(http, "mem-6", [{"role": "user", "content": "hi"}])
+    run_sync(_insert(db_dsn, "agent:default", "Default only"))
+    assert http.post("/v1/memory", json={"text": "Everyone's"}).status_code == 201
+    _chat(
+        http,
+        "mem-6",
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "what do you remember?"},
+        ],
+    )
+    block = _first(fake_upstream)["content"]
+    assert "- Everyone's\n" in block and "Default only" not in block
+    listed = http.get("/v1/memory", params={"scope": "agent:default"}).json()["data"]
+    assert [f["text"] for f in listed] == ["Default only"]
+
+
+async def _insert(dsn: str, scope: str, text: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "INSERT INTO memory (tenant, scope, fact) VALUES ($1, $2, $3)",
+            CLIENT_TENANT,
+            scope,
+            text,
+        )
+    finally:
+        await conn.close()
 
 
 def test_an_accepted_suggestion_is_in_the_next_prompts_block(
