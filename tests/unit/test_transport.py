@@ -14,7 +14,7 @@ import pytest
 import trustme
 import uvicorn
 
-from proxy.aiohttp_stream import _provider_socket
+from proxy.aiohttp_stream import provider_socket
 from proxy.app import create_app
 from proxy.config import ConfigError
 from proxy.settings import Settings
@@ -163,7 +163,7 @@ def test_aiohttp_connections_get_a_bounded_receive_buffer() -> None:
     """Linux grows an eagerly read socket's receive buffer to megabytes; the provider
     connections' is fixed (a stalled client then slows the provider down sooner)."""
     info = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", 0))
-    with _provider_socket(info) as sock:
+    with provider_socket(info) as sock:
         size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
     assert RECEIVE_BUFFER_BYTES <= size <= 2 * RECEIVE_BUFFER_BYTES  # Linux doubles it
 
