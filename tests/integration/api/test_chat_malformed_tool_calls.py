@@ -17,6 +17,7 @@ import pytest
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, wait_for
+from tests.integration.api.sessions_helpers import live_messages
 from tests.integration.api.sse_frames import DONE, _data_frames, _payload
 
 SECRET = "sekrit-argument-text"
@@ -36,11 +37,6 @@ _HEAD = {"id": "c-bad", "object": "chat.completion.chunk", "created": 1, "model"
 def _frame(delta: dict[str, Any], finish: str | None = None) -> str:
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     return f"data: {json.dumps({**_HEAD, 'choices': [choice]})}\n\n"
-
-
-def _live(http: httpx.Client, sid: str) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
-    return [r["message"] for r in rows if not r["superseded"]]
 
 
 def _logged(records: Records) -> str:
@@ -76,7 +72,7 @@ def test_a_stream_with_malformed_tool_calls_ends_with_an_error_frame_and_stores_
         json={"model": "gpt-fake", "messages": turn, "stream": True},
     )
     assert b"whole" in again.content
-    stored = wait_for(lambda: (live := _live(http, sid)) and len(live) >= 2 and live)
+    stored = wait_for(lambda: (live := live_messages(http, sid)) and len(live) >= 2 and live)
     assert stored == [*turn, {"role": "assistant", "content": "whole"}]
 
 
@@ -105,4 +101,4 @@ def test_a_json_answer_with_malformed_tool_calls_is_a_502(
     logged = _logged(records)
     assert "openai" in logged and "malformed" in logged and SECRET not in logged
     assert "Traceback" not in logged
-    assert _live(http, sid) in ([], turn)
+    assert live_messages(http, sid) in ([], turn)
