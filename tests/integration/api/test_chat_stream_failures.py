@@ -20,6 +20,7 @@ import pytest
 from tests.fakes.replies import Pacer, Reply, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import wait_for
+from tests.integration.api.sessions_helpers import live_messages
 from tests.integration.api.sse_frames import DONE, _data_frames, _payload
 
 
@@ -155,8 +156,7 @@ def test_a_whole_json_answer_to_a_stream_is_relayed_and_stores_no_empty_reply(
 
 
 def _live_messages(http: httpx.Client, sid: str, at_least: int) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
-    live = [r["message"] for r in rows if not r["superseded"]]
+    live = live_messages(http, sid)
     return live if len(live) >= at_least else []
 
 
