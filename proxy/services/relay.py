@@ -165,7 +165,7 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            if _ends(out, over):  # a malformed chunk: the round ends before it, as a cut one
+            if _ends(out, over):  # a malformed or oversized event: the round ends before it
                 break
         if intercept:
             for piece in held if not out.only_internal else unfinished(held):
