@@ -121,14 +121,14 @@ async def test_a_ca_file_replaced_on_disk_is_trusted_from_the_next_call(tmp_path
     request = httpx.Request(
         "GET", "https://llm.internal/v1/models", extensions={TLS_EXTENSION: tls}
     )
-    first, first_pool = transport.context_for(tls), transport._pool(request)
-    assert transport.context_for(tls) is first and transport._pool(request) is first_pool
+    first, first_pool = transport.context_for(tls), transport.pool_for(request)[0]
+    assert transport.context_for(tls) is first and transport.pool_for(request)[0] is first_pool
     new.cert_pem.write_to_path(str(tmp_path / "next.pem"))
     os.replace(tmp_path / "next.pem", bundle)
     rotated = transport.context_for(tls)
     assert rotated is not first
     assert rotated.get_ca_certs() != first.get_ca_certs()
-    assert transport._pool(request) is not first_pool
+    assert transport.pool_for(request)[0] is not first_pool
     bundle.unlink()  # mid-rotation, or a bundle being written: the last one that loaded
     assert transport.context_for(tls) is rotated
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -142,7 +142,7 @@ async def test_pools_are_per_origin_and_tls_setting_and_capped(kind: Kind) -> No
 
     def pool(url: str, tls: TlsSettings | None = None) -> Any:
         extensions = {TLS_EXTENSION: tls} if tls else {}
-        return transport._pool(httpx.Request("GET", url, extensions=extensions))
+        return transport.pool_for(httpx.Request("GET", url, extensions=extensions))[0]
 
     a = pool("https://a.example/v1/x")
     assert pool("https://a.example/other") is a
