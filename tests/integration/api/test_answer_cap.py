@@ -15,7 +15,7 @@ from tests.fakes.replies import Pacer, raw
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, wait_for
 from tests.integration.api.sessions_helpers import live_messages
-from tests.integration.api.sse_frames import DONE, _data_frames, _payload
+from tests.integration.api.sse_frames import DONE, _data_frames, _payload, stream_chat
 
 CAP = 4096
 _HEAD = {"id": "c-big", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -67,11 +67,7 @@ def test_a_stream_event_over_the_cap_ends_the_stream_and_closes_the_provider(
     fake_upstream.script(raw(f"data: {json.dumps(start)}\n\n", *huge, *rest, pacer=pacer))
     sid = f"big-event-{ended}"
     turn = [{"role": "user", "content": "go"}]
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert _payload(frames[0])["choices"][0]["delta"]["content"] == "a"

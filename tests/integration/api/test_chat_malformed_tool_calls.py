@@ -18,7 +18,7 @@ from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, wait_for
 from tests.integration.api.sessions_helpers import live_messages
-from tests.integration.api.sse_frames import DONE, _data_frames, _payload
+from tests.integration.api.sse_frames import DONE, _data_frames, _payload, stream_chat
 
 SECRET = "sekrit-argument-text"
 
@@ -52,11 +52,7 @@ def test_a_stream_with_malformed_tool_calls_ends_with_an_error_frame_and_stores_
     opening = _frame({"role": "assistant", "content": "ok"})
     bad = _frame({"tool_calls": calls})
     fake_upstream.script(raw(opening, bad, _frame({}, "tool_calls"), "data: [DONE]\n\n"))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert _payload(frames[0])["choices"][0]["delta"] == {"role": "assistant", "content": "ok"}
@@ -66,11 +62,7 @@ def test_a_stream_with_malformed_tool_calls_ends_with_an_error_frame_and_stores_
     logged = _logged(records)
     assert "openai" in logged and "malformed" in logged and SECRET not in logged
     fake_upstream.script(reply("whole", chunks=1))
-    again = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    again = stream_chat(http, sid, turn)
     assert b"whole" in again.content
     stored = wait_for(lambda: (live := live_messages(http, sid)) and len(live) >= 2 and live)
     assert stored == [*turn, {"role": "assistant", "content": "whole"}]
