@@ -5,7 +5,8 @@ round's stream has its own chunk id, ``created`` and role frame. ``ClientStream`
 one: a later round's frames take the first round's identity and lose a repeated ``role``
 (clients that accumulate deltas, the openai SDK's stream helper, concatenate every string they
 get, the role included), and a first frame that says nothing but the role waits for one that
-says more, so a round that calls only the proxy's tool sends no byte (``relay.py``).
+says more, so a round that calls only the proxy's tool sends no byte (``relay.py``), and
+what such a round held goes out as the middle of the one stream (``unfinished``).
 """
 
 from __future__ import annotations
