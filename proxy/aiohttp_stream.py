@@ -30,6 +30,7 @@ __all__ = [
     "RECEIVE_BUFFER_BYTES",
     "STREAM_EXTENSION",
     "ReadAhead",
+    "provider_socket",
     "read_ahead_transport",
 ]
 
@@ -108,7 +109,9 @@ class ReadAhead(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
-def _provider_socket(addr_info: Any) -> socket.socket:
+def provider_socket(addr_info: Any) -> socket.socket:
+    """The socket of each connection to a provider (aiohttp's ``socket_factory``), its
+    receive buffer fixed at ``RECEIVE_BUFFER_BYTES``: Linux grows an eagerly read one's."""
     family, type_, proto, _, _ = addr_info
     sock = socket.socket(family=family, type=type_, proto=proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
@@ -132,7 +135,7 @@ def read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
                 limit=self.limits.max_connections or 0,
                 keepalive_timeout=self.limits.keepalive_expiry,
                 ssl=self.ssl_context,
-                socket_factory=_provider_socket,
+                socket_factory=provider_socket,
             )
             # No cookie jar: the client is every tenant's (see ``build_client``).
             return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())

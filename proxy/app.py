@@ -164,9 +164,9 @@ def create_app(
                 )
             if provider is not None:  # a reload's new caFile must load, as it would be used
                 holder.vet = functools.partial(refuse_ca_files, provider)
-                holder.applied = provider.keep_only  # and the pools it leaves are closed
+                holder.on_reloaded = provider.keep_only  # and the pools it leaves are closed
                 stack.callback(setattr, holder, "vet", None)
-                stack.callback(setattr, holder, "applied", None)
+                stack.callback(setattr, holder, "on_reloaded", None)
             client = build_client(transport=http_transport or provider)
             stack.push_async_callback(client.aclose)
             bus = EventBus(pool, *listen_url(settings, dsn))

@@ -29,7 +29,7 @@ def _ls(body: dict[str, Any]) -> str:
 
 def _ls_from(offset: int) -> Callable[[dict[str, Any]], str]:
     """:func:`_ls`, but an empty page at ``--offset`` N says nothing is at N or past it:
-    "no facts" read as if the scope had none (the API gives no count)."""
+    "no facts" would read as if the scope had none (the API gives no count)."""
 
     def shown(body: dict[str, Any]) -> str:
         if body.get("data"):

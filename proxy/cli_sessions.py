@@ -191,8 +191,8 @@ def _past_the_end(
 
 def next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
     """When more rows are past the page (the API's ``has_more``), where the next page
-    starts: a page cut at ``--limit`` looked like the whole list. A proxy that does not
-    say (one before ``has_more``): a full page may have more."""
+    starts: a page cut at ``--limit`` reads as the whole list otherwise. From a proxy whose
+    lists have no ``has_more``, a full page may have more."""
 
     def note(body: dict[str, Any]) -> str | None:
         data = body.get("data")

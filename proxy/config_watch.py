@@ -43,7 +43,7 @@ loads, ``transport.check_ca_files``)."""
 
 class ConfigHolder:
     """Holds the immutable Config in force; replaced whole, never mutated. ``vet``, when
-    set, judges each reload besides the file's own checks; ``applied`` is told of each
+    set, judges each reload besides the file's own checks; ``on_reloaded`` is told of each
     config a reload puts in force (the lifespan's: the provider pools it no longer needs
     are retired, ``ProviderTransport.keep_only``)."""
 
@@ -52,13 +52,12 @@ class ConfigHolder:
         config: Config,
         path: Path | None,
         data: bytes | None = None,
-        vet: Vet | None = None,
     ) -> None:
         self.current = config
         self.path = path
         self.loaded = data  # the bytes ``config`` was read from, when known
-        self.vet = vet
-        self.applied: Callable[[Config], None] | None = None
+        self.vet: Vet | None = None
+        self.on_reloaded: Callable[[Config], None] | None = None
         self._warn(os.environ)
 
     @classmethod
@@ -89,9 +88,9 @@ class ConfigHolder:
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
         log.info("config %s reloaded", self.path)
         self._warn(env)
-        if self.applied is not None:
+        if self.on_reloaded is not None:
             try:
-                self.applied(self.current)
+                self.on_reloaded(self.current)
             except Exception:  # the config is in force all the same: said, not undone
                 log.exception("config %s reloaded; acting on it failed", self.path)
         return CONFIG_RELOADED, {"path": str(self.path)}

@@ -56,9 +56,6 @@ class PoolUse:
         else:
             self._close(pool)
 
-    def in_use(self, pool: httpx.AsyncBaseTransport) -> int:
-        return self._busy.get(id(pool), 0)
-
     def _close(self, pool: httpx.AsyncBaseTransport) -> None:
         task = asyncio.get_running_loop().create_task(_aclose(pool))
         self._closing.add(task)

@@ -10,7 +10,8 @@ once as one line (one JSON object with ``CASCADE_LOG_FORMAT=json``), followed by
 
 :class:`StartupRefusals` does it as ASGI middleware, installed with ``add_middleware`` like
 the others, so ``cascade-proxy serve`` and ``uvicorn proxy.app:create_app --factory`` run it
-alike and starlette's router is used as it comes.
+alike and starlette's router is used as it comes. It also keeps the start's task in
+:data:`STARTING`, so a signal during the start ends it (``proxy.server``), logged as one line.
 """
 
 from __future__ import annotations

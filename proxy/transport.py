@@ -219,10 +219,7 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         self._contexts[tls] = (stamp, ctx)
         return ctx
 
-    def _pool(self, request: httpx.Request) -> httpx.AsyncBaseTransport:
-        return self._pick(request)[0]
-
-    def _pick(self, request: httpx.Request) -> tuple[httpx.AsyncBaseTransport, bool]:
+    def pool_for(self, request: httpx.Request) -> tuple[httpx.AsyncBaseTransport, bool]:
         """The request's pool, and whether it is kept for later requests. One made for a
         rotated ``caFile``'s context retires the pool of the context before it; one for an
         origin the config in force names no more (a request begun before its reload) is
@@ -263,7 +260,7 @@ class ProviderTransport(httpx.AsyncBaseTransport):
             self.use.retire(self._pools.pop(key))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        pool, kept = self._pick(request)
+        pool, kept = self.pool_for(request)
         release = self.use.hold(pool)
         if not kept:
             self.use.retire(pool)  # held: it closes once this request is done

@@ -9,7 +9,7 @@ import pytest
 
 from bench.replay_ingest import page_back, transforms_of
 from proxy.cascade.lossless import compacted_marker
-from proxy.cascade.paging import page_raw_output
+from proxy.cascade.paging import raw_output_page
 from proxy.cascade.tables import tabulate_json
 
 MARK = compacted_marker("c1", 999, "x")
@@ -28,7 +28,7 @@ def test_transforms_are_read_from_the_compacted_text() -> None:
 def _serving(text: str, max_chars: int) -> httpx.Client:
     def handler(request: httpx.Request) -> httpx.Response:
         offset = int(request.url.params.get("offset", "0"))
-        page = page_raw_output(text, id="c1", offset=offset, max_chars=max_chars)
+        page, _ = raw_output_page(text, id="c1", offset=offset, max_chars=max_chars)
         return httpx.Response(200, json={"page": page})
 
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://proxy")

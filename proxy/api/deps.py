@@ -237,15 +237,14 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
 async def reached_still(
     request: Request, pool: Any, tenant: str, session_id: str, read: Awaitable[T]
 ) -> T:
-    """``read``, a read of the session, answered only after
-    ``reach_session`` again, whether it read or raised: a request of another key that moved
-    the session to another agent (or made it, for one) between the arrival check and the
-    read is the same 403, nothing of what was read sent, and no error of the read either
-    (a 404 of an output the moved session lacks would say what it holds; without the move
-    the key gets that 404, with it the 403: the answer is one or the other, never a third).
-    A move writes the agent with its first messages, so a read that saw them is followed by
-    this one seeing the agent. Only a limited key costs the read; a session deleted
-    meanwhile passes (what was read is what the key could read before the delete)."""
+    """What ``read`` (a read of the session) gives, once ``reach_session`` passes again
+    after it, whether it returned or raised. Another key's request may move the session to
+    another agent (or make it) between the arrival check and the read: the answer is then
+    the same 403, with neither what was read nor the read's own error (a 404 of an output
+    the moved session lacks would say what it holds). A move writes the agent with its first
+    messages, so a read that saw them is followed by this one seeing the agent. Only a
+    limited key costs the check; a session deleted meanwhile passes (what was read is what
+    the key could read before the delete)."""
     try:
         out = await read
     except ProxyError:

@@ -7,9 +7,9 @@ integer is written as one.
 A value that is there and wrong (``?offset=abc``, ``?offset=%20``) is still the 400 naming it.
 
 An integer parameter takes decimal digits, with a ``-`` for a negative one (which its bounds
-then refuse by name): pydantic's lax parsing also read ``1.0``, ``+5``, `` 5`` and ``5_000``
-as integers, so a client computing a float (``limit=len/2``) got a page it never asked for
-instead of the 400 saying what it sent was no integer.
+then refuse by name). Pydantic's lax parsing would read ``1.0``, ``+5``, `` 5`` and
+``5_000`` as integers, and a client computing a float (``limit=len/2``) would get a page it
+never asked for instead of the 400 saying what it sent is no integer.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import ahocorasick_rs
 
-__all__ = ["Matcher", "grep_matcher", "page_raw_output", "raw_output_page"]
+__all__ = ["Matcher", "grep_matcher", "raw_output_page"]
 
 _GREP_LINE_CHARS = 400
 _GREP_CONTEXT = 150
@@ -27,22 +27,6 @@ def _header(id: str, start: int, end: int, total: int) -> str:
 def _next_note(id: str, offset: int) -> str:
     args = json.dumps({"id": id, "offset": offset})
     return f"\n[... more: read_tool_output({args}) ...]"
-
-
-def page_raw_output(
-    text: str,
-    *,
-    id: str = "",
-    offset: int = 0,
-    limit: int | None = None,
-    grep: str | None = None,
-    max_chars: int,
-) -> str:
-    """What ``read_tool_output`` returns for a stored raw output (``raw_output_page``'s page)."""
-    page, _ = raw_output_page(
-        text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
-    )
-    return page
 
 
 def raw_output_page(

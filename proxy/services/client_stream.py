@@ -5,7 +5,8 @@ round's stream has its own chunk id, ``created`` and role frame. ``ClientStream`
 one: a later round's frames take the first round's identity and lose a repeated ``role``
 (clients that accumulate deltas, the openai SDK's stream helper, concatenate every string they
 get, the role included), and a first frame that says nothing but the role waits for one that
-says more, so a round that calls only the proxy's tool sends no byte (``relay.py``).
+says more, so a round that calls only the proxy's tool sends no byte (``relay.py``), and
+what such a round held goes out as the middle of the one stream (``unfinished``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy import chunks
+from proxy import chunks, sse
 
-__all__ = ["ClientStream", "empty_choice"]
+__all__ = ["ClientStream", "empty_choice", "unfinished"]
 
 _IDENTITY = ("id", "created", "model", "system_fingerprint")
 
@@ -118,3 +119,23 @@ def _bare(chunk: dict[str, Any]) -> bool:
         if any(v not in (None, "") for k, v in delta.items() if k != "role"):
             return False
     return True
+
+
+def unfinished(held: list[bytes]) -> list[bytes]:
+    """The held frames of a round that called only internal tools, as the stream goes on: no
+    finish reason, usage or ``[DONE]``, but whatever text came with the finish reason."""
+    out = []
+    for event in held:
+        if sse.is_done(event):  # what a provider sent after it is no part of the answer
+            break
+        chunk = sse.parse_chunk(event)
+        if chunk is None or sse.is_usage_only(chunk):
+            continue
+        choices = [{**c, "finish_reason": None} for c in chunk.get("choices") or []]
+        choices = [c for c in choices if not empty_choice(c)]
+        if choices:
+            chunk = {**chunk, "choices": choices}
+            if chunk.get("usage") is not None:
+                chunk["usage"] = None
+            out.append(sse.reframe(event, chunk))
+    return out

@@ -46,7 +46,7 @@ import httpx
 from proxy import chunks, sse
 from proxy.answers import MAX_ANSWER_BYTES, size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
-from proxy.services.client_stream import ClientStream, empty_choice
+from proxy.services.client_stream import ClientStream, unfinished
 from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
 from proxy.upstream import StreamAnswer
 
@@ -165,10 +165,10 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            if _ends(out, over):  # a malformed chunk: the round ends before it, as a cut one
+            if _ends(out, over):  # a malformed or oversized event: the round ends before it
                 break
         if intercept:
-            for piece in held if not out.only_internal else _unfinished(held):
+            for piece in held if not out.only_internal else unfinished(held):
                 yield client.emit(piece)
         if tail.strip():
             yield client.emit(tail)
@@ -281,26 +281,6 @@ def _json_object(tail: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def _unfinished(held: list[bytes]) -> list[bytes]:
-    """The held frames of a round that called only internal tools, as the stream goes on: no
-    finish reason, usage or ``[DONE]``, but whatever text came with the finish reason."""
-    out = []
-    for event in held:
-        if sse.is_done(event):  # what a provider sent after it is no part of the answer
-            break
-        chunk = sse.parse_chunk(event)
-        if chunk is None or sse.is_usage_only(chunk):
-            continue
-        choices = [{**c, "finish_reason": None} for c in chunk.get("choices") or []]
-        choices = [c for c in choices if not empty_choice(c)]
-        if choices:
-            chunk = {**chunk, "choices": choices}
-            if chunk.get("usage") is not None:
-                chunk["usage"] = None
-            out.append(sse.reframe(event, chunk))
-    return out
 
 
 def _handle(

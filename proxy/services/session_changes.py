@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -54,6 +54,26 @@ async def _turn(
             return
         with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
             yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
+
+
+async def _in_turn(
+    change: Callable[..., Awaitable[bool]],
+    conn: Any,
+    locks: SessionLocks,
+    tenant: str,
+    session_id: str,
+    client: ClientWatch | None,
+    wakeups: LeaseWakeups | None,
+    agents: Sequence[str] | None,
+) -> None:
+    """The store's ``change`` of the session (reset or delete), made in its turn (``_turn``);
+    NotFound when there was no session to change (one deleted while this waited included)."""
+    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        found = await change(
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
+        )
+    if not found:
+        raise NotFound(f"no session {session_id!r} (for this API key)")
 
 
 async def branch_session(
@@ -106,12 +126,8 @@ async def reset_session(
     agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     await require_session(conn, tenant, session_id)
-    async with _turn(locks, client, wakeups, tenant, session_id) as between:
-        found = await sessions.reset_session(
-            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
-        )
-    if not found:  # deleted while this waited its turn
-        raise NotFound(f"no session {session_id!r} (for this API key)")
+    change = sessions.reset_session
+    await _in_turn(change, conn, locks, tenant, session_id, client, wakeups, agents)
     return {"id": session_id, "object": "session", "reset": True}
 
 
@@ -125,12 +141,8 @@ async def delete_session(
     wakeups: LeaseWakeups | None = None,
     agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    async with _turn(locks, client, wakeups, tenant, session_id) as between:
-        deleted = await sessions.delete_session(
-            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
-        )
-    if not deleted:
-        raise NotFound(f"no session {session_id!r} (for this API key)")
+    change = sessions.delete_session
+    await _in_turn(change, conn, locks, tenant, session_id, client, wakeups, agents)
     return {"id": session_id, "object": "session", "deleted": True}
 
 

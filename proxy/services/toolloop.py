@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.cascade.handles import drop_handles
-from proxy.cascade.paging import page_raw_output
+from proxy.cascade.paging import raw_output_page
 from proxy.cascade.pipeline import Assembled
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
@@ -154,7 +154,7 @@ async def read_page(
     )
     if row is None:
         return None
-    return page_raw_output(
+    page, _ = raw_output_page(
         row["content"],
         id=tool_call_id,
         offset=offset,
@@ -162,6 +162,7 @@ async def read_page(
         grep=grep,
         max_chars=max_chars,
     )
+    return page
 
 
 async def answer_call(

@@ -57,17 +57,17 @@ async def test_a_removed_providers_pool_closes_once_its_stream_is_done() -> None
     client = httpx.AsyncClient(transport=transport)
     a = await client.send(client.build_request("GET", "https://a.example/v1/x"), stream=True)
     await (await client.get("https://b.example/v1/x")).aclose()
-    pool_a = transport._pool(httpx.Request("GET", "https://a.example/v1"))
-    pool_b = transport._pool(httpx.Request("GET", "https://b.example/v1"))
+    pool_a = transport.pool_for(httpx.Request("GET", "https://a.example/v1"))[0]
+    pool_b = transport.pool_for(httpx.Request("GET", "https://b.example/v1"))[0]
 
     transport.keep_only(_config(b="https://b.example/v1"))  # a reload removed provider a
     await _settle()
-    assert not pool_a.closed and transport.use.in_use(pool_a) == 1  # its stream runs on
+    assert not pool_a.closed  # its stream runs on
     assert await a.aread() == b"ok"
     await a.aclose()
     await _settle()
     assert pool_a.closed and not pool_b.closed
-    assert transport._pool(httpx.Request("GET", "https://b.example/v1")) is pool_b
+    assert transport.pool_for(httpx.Request("GET", "https://b.example/v1"))[0] is pool_b
 
     transport.keep_only(_config(c="https://c.example"))  # an idle pool closes at once
     await _settle()
@@ -97,10 +97,10 @@ async def test_a_rotated_ca_files_old_pool_closes(tmp_path: Path) -> None:
     transport = _transport()
     tls = TlsSettings(ca_file=str(bundle))
     request = httpx.Request("GET", "https://llm.internal/v1", extensions={TLS_EXTENSION: tls})
-    first = transport._pool(request)
+    first = transport.pool_for(request)[0]
     trustme.CA().cert_pem.write_to_path(str(tmp_path / "next.pem"))
     os.replace(tmp_path / "next.pem", bundle)
-    second = transport._pool(request)
+    second = transport.pool_for(request)[0]
     await _settle()
     assert second is not first and first.closed and not second.closed
     await transport.aclose()

@@ -73,7 +73,7 @@ def test_check_without_a_transport_names_each_bad_ca_file(tmp_path: Path) -> Non
 
 
 def test_a_failure_acting_on_a_reload_leaves_it_in_force(tmp_path: Path) -> None:
-    """``applied`` (the pools' retirement) runs after the swap: its failure is logged, and
+    """``on_reloaded`` (the pools' retirement) runs after the swap: its failure is logged, and
     the reload is not reported as refused while the new config serves."""
     trustme.CA().cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     holder, _ = _holder(tmp_path, str(tmp_path / "ca.pem"))
@@ -81,7 +81,7 @@ def test_a_failure_acting_on_a_reload_leaves_it_in_force(tmp_path: Path) -> None
     def fail(_: Any) -> None:
         raise RuntimeError("boom")
 
-    holder.applied = fail
+    holder.on_reloaded = fail
     _write(holder.path or tmp_path, str(tmp_path / "ca.pem"), limit=3000)
     assert holder.reload(env={})[0] == CONFIG_RELOADED
     assert holder.current.models["default"].context_limit == 3000

@@ -14,7 +14,7 @@ import pytest
 import trustme
 import uvicorn
 
-from proxy.aiohttp_stream import _provider_socket
+from proxy.aiohttp_stream import provider_socket
 from proxy.app import create_app
 from proxy.config import ConfigError
 from proxy.settings import Settings
@@ -121,14 +121,14 @@ async def test_a_ca_file_replaced_on_disk_is_trusted_from_the_next_call(tmp_path
     request = httpx.Request(
         "GET", "https://llm.internal/v1/models", extensions={TLS_EXTENSION: tls}
     )
-    first, first_pool = transport.context_for(tls), transport._pool(request)
-    assert transport.context_for(tls) is first and transport._pool(request) is first_pool
+    first, first_pool = transport.context_for(tls), transport.pool_for(request)[0]
+    assert transport.context_for(tls) is first and transport.pool_for(request)[0] is first_pool
     new.cert_pem.write_to_path(str(tmp_path / "next.pem"))
     os.replace(tmp_path / "next.pem", bundle)
     rotated = transport.context_for(tls)
     assert rotated is not first
     assert rotated.get_ca_certs() != first.get_ca_certs()
-    assert transport._pool(request) is not first_pool
+    assert transport.pool_for(request)[0] is not first_pool
     bundle.unlink()  # mid-rotation, or a bundle being written: the last one that loaded
     assert transport.context_for(tls) is rotated
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -142,7 +142,7 @@ async def test_pools_are_per_origin_and_tls_setting_and_capped(kind: Kind) -> No
 
     def pool(url: str, tls: TlsSettings | None = None) -> Any:
         extensions = {TLS_EXTENSION: tls} if tls else {}
-        return transport._pool(httpx.Request("GET", url, extensions=extensions))
+        return transport.pool_for(httpx.Request("GET", url, extensions=extensions))[0]
 
     a = pool("https://a.example/v1/x")
     assert pool("https://a.example/other") is a
@@ -163,7 +163,7 @@ def test_aiohttp_connections_get_a_bounded_receive_buffer() -> None:
     """Linux grows an eagerly read socket's receive buffer to megabytes; the provider
     connections' is fixed (a stalled client then slows the provider down sooner)."""
     info = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", 0))
-    with _provider_socket(info) as sock:
+    with provider_socket(info) as sock:
         size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
     assert RECEIVE_BUFFER_BYTES <= size <= 2 * RECEIVE_BUFFER_BYTES  # Linux doubles it
 

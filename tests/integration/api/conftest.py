@@ -6,10 +6,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import openai
 import pytest
@@ -243,3 +244,12 @@ def http(proxy: ProxyServer) -> Iterator[httpx.Client]:
         base_url=proxy.origin, headers={"authorization": "Bearer sk-test-client"}, timeout=10
     ) as c:
         yield c
+
+
+@pytest.fixture
+async def admin(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """The test's own connection to the proxy's database, outside its pool (one a
+    ``KILL`` of the proxy's connections spares)."""
+    conn = await asyncpg.connect(db_dsn)
+    yield conn
+    await conn.close()

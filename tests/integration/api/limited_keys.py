@@ -4,6 +4,7 @@ reaches (sessions, memory suggestions)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,16 @@ def start_with_limited_key(
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    limited_to: Sequence[str] = ("reviewer",),
     **config: Any,
 ) -> ProxyServer:
     """The proxy, its config given ``config`` besides the keys (``agents`` replaces the
-    three agents)."""
+    three agents); the limited key may use the agents ``limited_to``."""
     monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
     monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
     auth = {
         "keys": [
-            {"keyEnv": "CASCADE_TEST_KEY_LIMITED", "tenant": TENANT, "agents": ["reviewer"]},
+            {"keyEnv": "CASCADE_TEST_KEY_LIMITED", "tenant": TENANT, "agents": [*limited_to]},
             {"keyEnv": "CASCADE_TEST_KEY_FULL", "tenant": TENANT},
         ]
     }

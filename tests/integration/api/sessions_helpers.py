@@ -74,6 +74,12 @@ def messages_of(http: httpx.Client, sid: str, **params: Any) -> list[dict[str, A
     return resp.json()["data"]
 
 
+def live_messages(http: httpx.Client, sid: str) -> list[Any]:
+    """The session's live messages (none for a session never made), as the prompt has them."""
+    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
+    return [r["message"] for r in rows if not r["superseded"]]
+
+
 def assert_openai_404(resp: httpx.Response) -> None:
     assert resp.status_code == 404, resp.text
     err = resp.json()["error"]

@@ -1,12 +1,15 @@
-"""The SSE frames of a streamed chat response, as the streaming tests read them.
+"""The SSE frames of a streamed chat response, as the streaming tests read them, and the
+streamed chat that makes them (``stream_chat``).
 
-The names keep the leading underscore the tests call them by.
+The frame readers keep the leading underscore the tests call them by.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import httpx
 
 DONE = b"data: [DONE]"
 
@@ -22,3 +25,9 @@ def _data_frames(data: bytes) -> list[bytes]:
 
 def _payload(frame: bytes) -> Any:
     return json.loads(frame[len(b"data:") :])
+
+
+def stream_chat(http: httpx.Client, sid: str, messages: list[Any]) -> httpx.Response:
+    """A streamed chat completion of ``messages`` on session ``sid``, read whole."""
+    body = {"model": "gpt-fake", "messages": messages, "stream": True}
+    return http.post("/v1/chat/completions", headers={"x-session-id": sid}, json=body)

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import StartProxy, write_config
-from tests.integration.api.limited_keys import AGENTS, FULL, LIMITED, TENANT, client
+from tests.integration.api.conftest import StartProxy
+from tests.integration.api.limited_keys import FULL, LIMITED, client, start_with_limited_key
 
 CALLS = [
     ("GET", "/s/{}/v1/models"),
@@ -34,17 +34,8 @@ def origin(
 ) -> str:
     """A key limited to ``reviewer`` and ``default`` (the models' and embeddings' agent),
     and sessions ``coder-run`` and ``reviewer-run`` made by the unlimited key."""
-    monkeypatch.setenv("CASCADE_TEST_KEY_LIMITED", LIMITED)
-    monkeypatch.setenv("CASCADE_TEST_KEY_FULL", FULL)
-    limited = {"keyEnv": "CASCADE_TEST_KEY_LIMITED", "tenant": TENANT}
-    auth = {
-        "keys": [
-            limited | {"agents": ["reviewer", "default"]},
-            {"keyEnv": "CASCADE_TEST_KEY_FULL", "tenant": TENANT},
-        ]
-    }
-    path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth, agents=AGENTS)
-    proxy = start_proxy(path)
+    limited_to = ("reviewer", "default")
+    proxy = start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch, limited_to)
     with client(proxy.origin, FULL) as http:
         for agent in ("coder", "reviewer"):
             body = {"model": agent, "messages": [{"role": "user", "content": "hi"}]}

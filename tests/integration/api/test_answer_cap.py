@@ -6,7 +6,6 @@ the provider's connection closed; neither is stored as if it were a whole answer
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +14,8 @@ from proxy import answers
 from tests.fakes.replies import Pacer, raw
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, wait_for
-from tests.integration.api.sse_frames import DONE, _data_frames, _payload
+from tests.integration.api.sessions_helpers import live_messages
+from tests.integration.api.sse_frames import DONE, _data_frames, _payload, stream_chat
 
 CAP = 4096
 _HEAD = {"id": "c-big", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -24,11 +24,6 @@ _HEAD = {"id": "c-big", "object": "chat.completion.chunk", "created": 1, "model"
 @pytest.fixture(autouse=True)
 def _small_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(answers, "MAX_ANSWER_BYTES", CAP)
-
-
-def _stored(http: httpx.Client, sid: str) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
-    return [r["message"] for r in rows if not r["superseded"]]
 
 
 def test_a_whole_answer_over_the_cap_is_a_502_naming_it_logged_once(
@@ -55,7 +50,7 @@ def test_a_whole_answer_over_the_cap_is_a_502_naming_it_logged_once(
     assert err["code"] == "upstream_bad_response" and "4096 bytes" in err["message"]
     lines = [r.getMessage() for r in records.errors() if "4096 bytes" in r.getMessage()]
     assert len(lines) == 1 and "openai" in lines[0], lines
-    assert _stored(http, "too-big") == turn
+    assert live_messages(http, "too-big") == turn
 
 
 @pytest.mark.parametrize("ended", [False, True], ids=["line-never-ends", "one-huge-event"])
@@ -72,11 +67,7 @@ def test_a_stream_event_over_the_cap_ends_the_stream_and_closes_the_provider(
     fake_upstream.script(raw(f"data: {json.dumps(start)}\n\n", *huge, *rest, pacer=pacer))
     sid = f"big-event-{ended}"
     turn = [{"role": "user", "content": "go"}]
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert _payload(frames[0])["choices"][0]["delta"]["content"] == "a"
@@ -84,4 +75,4 @@ def test_a_stream_event_over_the_cap_ends_the_stream_and_closes_the_provider(
     assert err["code"] == "upstream_bad_response" and "4096 bytes" in err["message"]
     assert frames[2:] == [DONE]
     assert wait_for(lambda: fake_upstream.disconnects) == [0]
-    assert _stored(http, sid) == turn
+    assert live_messages(http, sid) == turn

@@ -17,7 +17,8 @@ import pytest
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, wait_for
-from tests.integration.api.sse_frames import DONE, _data_frames, _payload
+from tests.integration.api.sessions_helpers import live_messages
+from tests.integration.api.sse_frames import DONE, _data_frames, _payload, stream_chat
 
 SECRET = "sekrit-argument-text"
 
@@ -38,11 +39,6 @@ def _frame(delta: dict[str, Any], finish: str | None = None) -> str:
     return f"data: {json.dumps({**_HEAD, 'choices': [choice]})}\n\n"
 
 
-def _live(http: httpx.Client, sid: str) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
-    return [r["message"] for r in rows if not r["superseded"]]
-
-
 def _logged(records: Records) -> str:
     return "\n".join(r.getMessage() for r in records.records if r.levelno >= logging.WARNING)
 
@@ -56,11 +52,7 @@ def test_a_stream_with_malformed_tool_calls_ends_with_an_error_frame_and_stores_
     opening = _frame({"role": "assistant", "content": "ok"})
     bad = _frame({"tool_calls": calls})
     fake_upstream.script(raw(opening, bad, _frame({}, "tool_calls"), "data: [DONE]\n\n"))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert _payload(frames[0])["choices"][0]["delta"] == {"role": "assistant", "content": "ok"}
@@ -70,13 +62,9 @@ def test_a_stream_with_malformed_tool_calls_ends_with_an_error_frame_and_stores_
     logged = _logged(records)
     assert "openai" in logged and "malformed" in logged and SECRET not in logged
     fake_upstream.script(reply("whole", chunks=1))
-    again = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    again = stream_chat(http, sid, turn)
     assert b"whole" in again.content
-    stored = wait_for(lambda: (live := _live(http, sid)) and len(live) >= 2 and live)
+    stored = wait_for(lambda: (live := live_messages(http, sid)) and len(live) >= 2 and live)
     assert stored == [*turn, {"role": "assistant", "content": "whole"}]
 
 
@@ -105,4 +93,4 @@ def test_a_json_answer_with_malformed_tool_calls_is_a_502(
     logged = _logged(records)
     assert "openai" in logged and "malformed" in logged and SECRET not in logged
     assert "Traceback" not in logged
-    assert _live(http, sid) in ([], turn)
+    assert live_messages(http, sid) in ([], turn)

@@ -20,7 +20,8 @@ import pytest
 from tests.fakes.replies import Pacer, Reply, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import wait_for
-from tests.integration.api.sse_frames import DONE, _data_frames, _payload
+from tests.integration.api.sessions_helpers import live_messages
+from tests.integration.api.sse_frames import DONE, _data_frames, _payload, stream_chat
 
 
 @pytest.mark.parametrize(
@@ -107,11 +108,7 @@ def test_a_provider_error_frame_mid_stream_is_relayed_and_no_reply_is_stored(
         reply("later"),
     )
     turn = [{"role": "user", "content": "go"}]
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": "err-frame"},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, "err-frame", turn)
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert _payload(frames[-2]) == failure and frames[-1] == DONE
@@ -145,18 +142,13 @@ def test_a_whole_json_answer_to_a_stream_is_relayed_and_stores_no_empty_reply(
     }
     fake_upstream.script(raw(json.dumps(completion), headers={"content-type": "application/json"}))
     turn = [{"role": "user", "content": "go"}]
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": "json-stream"},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, "json-stream", turn)
     assert resp.status_code == 200 and json.loads(resp.content) == completion
     assert _live_messages(http, "json-stream", 0) == turn
 
 
 def _live_messages(http: httpx.Client, sid: str, at_least: int) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json().get("data") or []
-    live = [r["message"] for r in rows if not r["superseded"]]
+    live = live_messages(http, sid)
     return live if len(live) >= at_least else []
 
 
@@ -198,11 +190,7 @@ def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothin
     sid = "ended-early"
     turn = [{"role": "user", "content": "go"}]
     fake_upstream.script(raw(*_START, *ending), reply("whole", chunks=1))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     assert resp.status_code == 200
     frames = _data_frames(resp.content)
     assert [_payload(f)["choices"][0]["delta"] for f in frames[:2]] == [
@@ -214,11 +202,7 @@ def test_a_stream_that_ends_without_finish_or_done_is_an_error_and_stores_nothin
     assert frames[3:] == [DONE]
     assert _live_messages(http, sid, 0) == turn  # no assistant row for the step
 
-    again = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    again = stream_chat(http, sid, turn)
     assert b"whole" in again.content and _data_frames(again.content)[-1] == DONE
     stored = wait_for(lambda: _live_messages(http, sid, 2))
     assert stored == [*turn, {"role": "assistant", "content": "whole"}]
@@ -249,11 +233,7 @@ def test_a_stream_with_done_or_a_finish_reason_is_complete_and_stored(
     sid = "complete-" + str(abs(hash(ending)))
     turn = [{"role": "user", "content": "go"}]
     fake_upstream.script(raw(*_START, *ending))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     # relayed as it came, a last event without its blank line given one
     assert resp.content == "".join((*_START, *ending)).rstrip("\n").encode() + b"\n\n"
     stored = wait_for(lambda: _live_messages(http, sid, 2))
@@ -281,11 +261,7 @@ def test_what_follows_done_is_relayed_but_not_stored(
     turn = [{"role": "user", "content": "go"}]
     sent = (*_START, _frame({}, "stop"), "data: [DONE]\n\n", _frame({"content": " and more"}))
     fake_upstream.script(raw(*sent))
-    resp = http.post(
-        "/v1/chat/completions",
-        headers={"x-session-id": sid},
-        json={"model": "gpt-fake", "messages": turn, "stream": True},
-    )
+    resp = stream_chat(http, sid, turn)
     assert resp.content == "".join(sent).encode()  # relayed as it came
     fake_upstream.script(raw(*sent))
     stream = client.chat.completions.create(

@@ -9,11 +9,9 @@ table, so a request meets it in the statement that stores its turn, as on a full
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
-import pytest
 
 from tests.integration.api.conftest import ProxyServer, Records
 
@@ -27,13 +25,6 @@ CREATE TRIGGER test_disk_full BEFORE INSERT ON messages
   FOR EACH ROW EXECUTE FUNCTION test_disk_full();
 """
 ROOM = "DROP TRIGGER test_disk_full ON messages; DROP FUNCTION test_disk_full();"
-
-
-@pytest.fixture
-async def admin(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(db_dsn)
-    yield conn
-    await conn.close()
 
 
 def chat(proxy: ProxyServer, sid: str) -> httpx.Response:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import asyncpg
@@ -76,14 +76,6 @@ def assert_unavailable(r: httpx.Response) -> None:
     assert r.json()["error"]["code"] == "database_unavailable"
     assert r.json()["error"]["type"] == "server_error"
     assert int(r.headers["retry-after"]) > 0
-
-
-@pytest.fixture
-async def admin(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """The test's own connection: the one ``KILL`` spares."""
-    conn = await asyncpg.connect(db_dsn)
-    yield conn
-    await conn.close()
 
 
 async def kill_while_waiting(

@@ -40,6 +40,15 @@ def _moved_first(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setattr(api.svc, name, moved)
 
 
+def _reviewers_session(server: ProxyServer) -> None:
+    """``SID``, the reviewer's session, with its tool output stored (by the unlimited key)."""
+    with client(server.origin, FULL) as full:
+        body = {"model": "reviewer", "messages": tool_history()}
+        sent = full.post("/v1/chat/completions", json=body, headers={"x-session-id": SID})
+        assert sent.status_code == 200, sent.text
+        settled(full, SID, 4)
+
+
 @pytest.mark.parametrize(
     ("name", "path"),
     [
@@ -51,11 +60,7 @@ def _moved_first(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 def test_a_read_that_raced_a_move_to_another_agent_is_refused(
     server: ProxyServer, monkeypatch: pytest.MonkeyPatch, name: str, path: str
 ) -> None:
-    with client(server.origin, FULL) as full:
-        body = {"model": "reviewer", "messages": tool_history()}
-        sent = full.post("/v1/chat/completions", json=body, headers={"x-session-id": SID})
-        assert sent.status_code == 200, sent.text
-        settled(full, SID, 4)
+    _reviewers_session(server)
     with client(server.origin, LIMITED) as limited:
         assert limited.get(path).status_code == 200  # the reviewer's session: the key's
         _moved_first(monkeypatch, name)
@@ -93,11 +98,7 @@ def test_a_read_that_finds_nothing_after_a_move_is_refused_too(
     the answer hung on the race: before the move the key gets that 404, after it the 403,
     and this 404 said what the moved session holds. Now an error of the read is answered
     only after the same second check, so the raced read is the 403 after the move."""
-    with client(server.origin, FULL) as full:
-        body = {"model": "reviewer", "messages": tool_history()}
-        sent = full.post("/v1/chat/completions", json=body, headers={"x-session-id": SID})
-        assert sent.status_code == 200, sent.text
-        settled(full, SID, 4)
+    _reviewers_session(server)
     with client(server.origin, LIMITED) as limited:
         if sid == SID:  # before the move: the 404 of an output the session does not hold
             assert limited.get(path.format(sid)).status_code == 404

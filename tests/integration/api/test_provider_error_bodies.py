@@ -7,7 +7,6 @@ names the provider without its body, nothing is stored for the turn, and the ses
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx
 import openai
@@ -16,6 +15,7 @@ import pytest
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, wait_for
+from tests.integration.api.sessions_helpers import live_messages
 
 _FAILURE = {"error": {"message": "model overloaded", "type": "server_error", "code": "busy"}}
 _FIRST = [{"role": "user", "content": "hi"}]
@@ -29,11 +29,6 @@ def _sdk(proxy: ProxyServer, sid: str) -> openai.OpenAI:
         max_retries=0,
         default_headers={"x-session-id": sid},
     )
-
-
-def _live(http: httpx.Client, sid: str) -> list[Any]:
-    rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
-    return [r["message"] for r in rows if not r["superseded"]]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -53,8 +48,8 @@ def test_a_200_error_object_is_an_openai_error_and_stores_nothing(
     fake_upstream.script(reply("first"))
     client.chat.completions.create(model="m", messages=_FIRST)
     # a whole reply is stored just after its response went out
-    assert wait_for(lambda: len(_live(http, sid)) == 2)
-    before = _live(http, sid)
+    assert wait_for(lambda: len(live_messages(http, sid)) == 2)
+    before = live_messages(http, sid)
     fake_upstream.script(raw(json.dumps(_FAILURE), headers={"content-type": content_type}))
 
     with pytest.raises(openai.APIError, match="model overloaded"):
@@ -67,7 +62,7 @@ def test_a_200_error_object_is_an_openai_error_and_stores_nothing(
     ]
     assert len(lines) == 1, [r.getMessage() for r in records.errors()]
     assert "model overloaded" not in lines[0] and "busy" in lines[0]
-    assert _live(http, sid) == [*before, _SECOND[-1]]  # the client's message, no reply
+    assert live_messages(http, sid) == [*before, _SECOND[-1]]  # the client's message, no reply
     fake_upstream.script(reply("after"))
     again = client.chat.completions.create(model="m", messages=_SECOND)
     assert again.choices[0].message.content == "after"
@@ -97,4 +92,4 @@ def test_a_stream_answered_with_no_chat_chunk_is_an_error_frame(
 
     lines = [r.getMessage() for r in records.errors() if "is no chat stream" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in records.errors()]
-    assert _live(http, sid) == _FIRST
+    assert live_messages(http, sid) == _FIRST

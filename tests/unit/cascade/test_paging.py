@@ -6,10 +6,17 @@ import random
 import re
 import string
 import time
+from typing import Any
 
 from hypothesis import given, settings, strategies as st
 
-from proxy.cascade.paging import page_raw_output, raw_output_page
+from proxy.cascade.paging import raw_output_page
+
+
+def _page(text: str, **how: Any) -> str:
+    """``raw_output_page``'s page alone, what ``read_tool_output`` answers."""
+    page, _ = raw_output_page(text, **how)
+    return page
 
 
 def _page_body(page: str) -> tuple[int, int, int, str]:
@@ -22,19 +29,19 @@ def _page_body(page: str) -> tuple[int, int, int, str]:
 
 def test_page_returns_slice_with_header() -> None:
     text = "0123456789" * 10
-    page = page_raw_output(text, id="c1", offset=5, limit=10, max_chars=1000)
+    page = _page(text, id="c1", offset=5, limit=10, max_chars=1000)
     assert page.startswith("[read_tool_output id=c1 chars 5-15 of 100]\n5678901234\n")
     assert '"offset": 15' in page  # note naming the next offset
 
 
 def test_last_page_has_no_next_note() -> None:
-    page = page_raw_output("abc", id="c1", max_chars=1000)
+    page = _page("abc", id="c1", max_chars=1000)
     assert page == "[read_tool_output id=c1 chars 0-3 of 3]\nabc"
 
 
 def test_page_is_capped_including_header() -> None:
     text = "x" * 10_000
-    page = page_raw_output(text, id="c1", offset=0, limit=5000, max_chars=500)
+    page = _page(text, id="c1", offset=0, limit=5000, max_chars=500)
     assert len(page) <= 500
     a, b, _, body = _page_body(page)
     assert a == 0 and body == text[a:b] and b < 5000
@@ -42,7 +49,7 @@ def test_page_is_capped_including_header() -> None:
 
 
 def test_offset_past_end_is_empty_page() -> None:
-    page = page_raw_output("abc", id="c1", offset=99, max_chars=1000)
+    page = _page("abc", id="c1", offset=99, max_chars=1000)
     assert _page_body(page) == (3, 3, 3, "")
 
 
@@ -57,7 +64,7 @@ def test_paging_by_offset_reproduces_text_exactly(
 ) -> None:
     offset, pieces = 0, []
     while True:
-        page = page_raw_output(text, id="c1", offset=offset, limit=limit, max_chars=max_chars)
+        page = _page(text, id="c1", offset=offset, limit=limit, max_chars=max_chars)
         assert len(page) <= max_chars
         a, b, n, body = _page_body(page)
         assert (a, n) == (offset, len(text))
@@ -71,7 +78,7 @@ def test_paging_by_offset_reproduces_text_exactly(
 
 def test_grep_lists_matching_lines_with_offsets() -> None:
     text = "alpha\nbeta needle\ngamma\nneedle delta\n"
-    page = page_raw_output(text, id="c1", grep="needle", max_chars=1000)
+    page = _page(text, id="c1", grep="needle", max_chars=1000)
     lines = page.splitlines()
     assert "2 matching lines" in lines[0]
     assert lines[1:] == ["6: beta needle", "24: needle delta"]
@@ -80,18 +87,16 @@ def test_grep_lists_matching_lines_with_offsets() -> None:
 
 def test_grep_is_literal_in_any_case_with_alternatives() -> None:
     text = "a1\nB2\n(x\nd.\n"
-    hits = page_raw_output(text, grep="b2|(X", max_chars=1000).splitlines()[1:]
+    hits = _page(text, grep="b2|(X", max_chars=1000).splitlines()[1:]
     assert hits == ["3: B2", "6: (x"]
-    assert page_raw_output(text, grep=".", max_chars=1000).splitlines()[1:] == ["9: d."]
-    assert page_raw_output(text, grep="|", max_chars=1000).startswith("[read_tool_output")
+    assert _page(text, grep=".", max_chars=1000).splitlines()[1:] == ["9: d."]
+    assert _page(text, grep="|", max_chars=1000).startswith("[read_tool_output")
 
 
 def test_grep_takes_linear_time_whatever_the_pattern() -> None:
     # as a regex, (a*)*b backtracks exponentially: 2**40 steps on this one line
     text = "a" * 40 + "\n" + "(a*)*b here\n"
-    assert page_raw_output(text, grep="(a*)*b", max_chars=1000).splitlines()[1:] == [
-        "41: (a*)*b here"
-    ]
+    assert _page(text, grep="(a*)*b", max_chars=1000).splitlines()[1:] == ["41: (a*)*b here"]
 
 
 def test_grep_time_does_not_grow_with_the_alternatives() -> None:
@@ -110,7 +115,7 @@ def test_grep_time_does_not_grow_with_the_alternatives() -> None:
     took = []
     for _ in range(3):
         started = time.perf_counter()
-        page = page_raw_output(text, grep="|".join([*words, "NEEDLE"]), max_chars=10_000)
+        page = _page(text, grep="|".join([*words, "NEEDLE"]), max_chars=10_000)
         took.append(time.perf_counter() - started)
     assert min(took) < 1.0, took
     assert page.splitlines()[-1] == f"{len(text) - 16}: the Needle line"
@@ -118,7 +123,7 @@ def test_grep_time_does_not_grow_with_the_alternatives() -> None:
 
 def test_grep_output_is_capped() -> None:
     text = "hit line\n" * 5000
-    page = page_raw_output(text, id="c1", grep="hit", max_chars=1000)
+    page = _page(text, id="c1", grep="hit", max_chars=1000)
     assert len(page) <= 1000
     assert "5000 matching lines" in page
     assert "more matching lines not shown" in page
@@ -131,7 +136,7 @@ def test_grep_pages_by_the_offset_its_note_names_without_skipping_or_repeating()
     seen: list[str] = []
     offset = 0
     for _ in range(50):
-        page = page_raw_output(text, id="c1", grep="hit", offset=offset, max_chars=1000)
+        page = _page(text, id="c1", grep="hit", offset=offset, max_chars=1000)
         assert len(page) <= 1000
         seen += [row.split(": ", 1)[1] for row in page.splitlines()[1:] if ": hit " in row]
         named = re.search(r"offset (\d+)", page.splitlines()[-1])
@@ -147,7 +152,7 @@ def test_grep_with_no_room_for_a_whole_hit_still_shows_one_and_moves_on() -> Non
     short = "".join(f"hit {i} of the log\n" for i in range(50))
     long = "z" * 1000 + " hit " + "z" * 1000 + "\nhit again\n"
     for text, max_chars in ((short, 300), (short, 320), (long, 420), (long, 600)):
-        page = page_raw_output(text, id="c1", grep="hit", max_chars=max_chars)
+        page = _page(text, id="c1", grep="hit", max_chars=max_chars)
         first = page.splitlines()[1]
         at, shown = first.split(": ", 1)
         assert "hit" in shown, (max_chars, page)
@@ -159,14 +164,14 @@ def test_grep_with_no_room_for_a_whole_hit_still_shows_one_and_moves_on() -> Non
 
 def test_grep_with_a_long_pattern_stays_within_the_cap() -> None:
     # the header quoted the whole pattern: a 30,000-character grep gave a page past the cap
-    page = page_raw_output("hit\n" * 10, id="c1", grep="x" * 30_000 + "|hit", max_chars=1000)
+    page = _page("hit\n" * 10, id="c1", grep="x" * 30_000 + "|hit", max_chars=1000)
     assert len(page) <= 1000
     assert "10 matching lines" in page
 
 
 def test_grep_long_line_shows_window_at_absolute_offset() -> None:
     text = "z" * 10_000 + "NEEDLE" + "z" * 10_000
-    page = page_raw_output(text, grep="NEEDLE", max_chars=2000)
+    page = _page(text, grep="NEEDLE", max_chars=2000)
     row = page.splitlines()[1]
     start = int(row.split(":", 1)[0])
     assert len(row) < 500 and "NEEDLE" in row
