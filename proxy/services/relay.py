@@ -43,8 +43,8 @@ from typing import Any
 import anyio
 import httpx
 
-from proxy import chunks, sse
-from proxy.answers import MAX_ANSWER_BYTES, size_text
+from proxy import answers, chunks, sse
+from proxy.answers import size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.client_stream import ClientStream, unfinished
 from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
@@ -108,14 +108,16 @@ async def relay_round(
     intercept: bool,
     keepalive: float,
     client: ClientStream | None = None,
-    max_event: int = MAX_ANSWER_BYTES,
+    max_event: int | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said.
 
     ``client`` carries the stream across the rounds of one request (a new one if omitted).
-    An event over ``max_event`` bytes, ended or not, ends the round before it (``_capped``).
+    An event over ``max_event`` bytes (None: ``answers.MAX_ANSWER_BYTES`` as it is now), ended
+    or not, ends the round before it (``_capped``).
     """
     client = client if client is not None else ClientStream()
+    max_event = answers.MAX_ANSWER_BYTES if max_event is None else max_event
     # Bounded, so a client that reads slowly slows the provider (nothing reads from its socket
     # while the queue is full) instead of the proxy holding the whole answer.
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_CHUNKS)

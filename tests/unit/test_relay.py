@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy import sse
+from proxy import answers, sse
 from proxy.chunks import StreamAccumulator
 from proxy.services.forward import _closing_frames
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
@@ -61,7 +61,7 @@ async def relay(
     client: ClientStream,
     *,
     intercept: bool = False,
-    max_event: int = 1 << 20,
+    max_event: int | None = None,
 ) -> tuple[list[bytes], RoundOutcome]:
     out = RoundOutcome()
     got = [
@@ -235,6 +235,14 @@ async def test_an_event_over_the_cap_ends_the_round_before_it_unless_done_came(
         [first, frame({}, "stop"), sse.DONE + big], ClientStream(), max_event=300
     )
     assert out.error is None and out.acc.message()["content"] == "a"
+
+
+async def test_the_cap_is_read_at_each_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round with no ``max_event`` of its own takes the module's cap as it is then, which
+    the answer-cap tests lower."""
+    monkeypatch.setattr(answers, "MAX_ANSWER_BYTES", 300)
+    got, out = await relay([frame({"content": "a"}) + b"data: " + b"x" * 400], ClientStream())
+    assert got == [frame({"content": "a"})] and "cap of 300 bytes" in (out.error or "")
 
 
 async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_named() -> None:
