@@ -66,7 +66,9 @@ def _percent(fraction: float) -> str:
 
 
 def _stages(ctx: ContextConfig) -> str:
-    on = [f"toolOutput (results over {ctx.tool_output.max_chars} chars are cut)"]
+    on: list[str] = []
+    if ctx.tool_output.enabled:
+        on.append(f"toolOutput (results over {ctx.tool_output.max_chars} chars are cut)")
     if ctx.redaction.enabled:
         on.append("redaction")
     if ctx.eviction.enabled:
