@@ -88,7 +88,7 @@ def _stages(ctx: ContextConfig) -> str:
         on.append(f"memory ({ctx.memory_promotion.mode}: facts of each compaction {what})")
     if ctx.handoff.enabled:
         on.append(f"handoff (nudge at {_percent(ctx.handoff.at_fraction)})")
-    return ", ".join(on)
+    return ", ".join(on) or "none"
 
 
 def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:
