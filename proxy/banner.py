@@ -66,7 +66,9 @@ def _percent(fraction: float) -> str:
 
 
 def _stages(ctx: ContextConfig) -> str:
-    on = [f"toolOutput (results over {ctx.tool_output.max_chars} chars are cut)"]
+    on: list[str] = []
+    if ctx.tool_output.enabled:
+        on.append(f"toolOutput (results over {ctx.tool_output.max_chars} chars are cut)")
     if ctx.redaction.enabled:
         on.append("redaction")
     if ctx.eviction.enabled:
@@ -86,7 +88,7 @@ def _stages(ctx: ContextConfig) -> str:
         on.append(f"memory ({ctx.memory_promotion.mode}: facts of each compaction {what})")
     if ctx.handoff.enabled:
         on.append(f"handoff (nudge at {_percent(ctx.handoff.at_fraction)})")
-    return ", ".join(on)
+    return ", ".join(on) or "none"
 
 
 def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:

@@ -44,6 +44,10 @@ class Block(BaseModel):
 
 
 class ToolOutputConfig(Block):
+    enabled: bool = True
+    """False leaves every result whole at ingestion (no cut, no marker): the overflow guard
+    still keeps the prompt within the window. ``maxChars`` still sizes ``read_tool_output``'s
+    pages, and lossless compaction (``compact``) still applies, to a result of any size."""
     max_chars: int = Field(default=24_000, ge=200)
     persist_raw: bool = True
     raw_cap_bytes: int = Field(default=8_388_608, gt=0)

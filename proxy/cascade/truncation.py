@@ -161,7 +161,8 @@ def _compact(
     """The lossless ingest stage (``lossless.py``): the compacted result with its original
     spilled, or None when nothing applies, the saving is under ``compact_min_saving`` of the
     original, or the compacted text would still be truncated (its offsets would then not be
-    positions in the spill). Its marker names ``handle`` (``_handle``)."""
+    positions in the spill; with the cut off, ``cfg.enabled`` false, nothing is). Its marker
+    names ``handle`` (``_handle``)."""
     tool_call_id = str(msg.get("tool_call_id") or "")
     if not text or not tool_call_id:
         return None
@@ -170,7 +171,8 @@ def _compact(
         return None
     new_text = compacted_marker(handle, len(text), done.how) + done.text
     saving = len(text) - len(new_text)
-    if len(new_text) > cfg.max_chars or saving <= 0 or saving < cfg.compact_min_saving * len(text):
+    too_long = cfg.enabled and len(new_text) > cfg.max_chars
+    if too_long or saving <= 0 or saving < cfg.compact_min_saving * len(text):
         return None
     event = Event(
         TRUNCATED,
@@ -204,10 +206,11 @@ def truncate_tool_result(
     """Redact, then cut an over-long tool result to head + marker + tail.
 
     Invariants: the result's content is at most ``cfg.max_chars`` characters (unless the
-    marker alone is longer); the marker's offset/limit are character positions in the
-    redacted full text, which is exactly what the spill holds (the store caps it);
-    nothing is spilled when anything was redacted. Non-tool messages and short results are
-    only redacted, and come back as the same object when nothing changed.
+    marker alone is longer, or the cut is off: ``cfg.enabled`` false); the marker's
+    offset/limit are character positions in the redacted full text, which is exactly what
+    the spill holds (the store caps it); nothing is spilled when anything was redacted.
+    Non-tool messages and short results are only redacted, and come back as the same
+    object when nothing changed.
 
     Before any cut, a result that is spillable (nothing redacted, ``persist_raw``) is
     compacted losslessly when ``cfg.compact`` (``_compact``); ``earlier`` gives the
@@ -233,7 +236,7 @@ def truncate_tool_result(
         )
         if compacted is not None:
             return compacted
-    if len(text) <= cfg.max_chars:
+    if not cfg.enabled or len(text) <= cfg.max_chars:
         return Ingested(msg, redacted=redacted)
 
     tool_call_id = str(msg.get("tool_call_id") or "")

@@ -63,7 +63,9 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
         vectors = await asyncio.wait_for(embedder.embed([need.query]), need.timeout_ms / 1000)
     except TimeoutError:
         note_embedding_failure()
-        return failed(f"the embedding took longer than {need.timeout_ms} ms")
+        slow = f"the embedding took longer than {need.timeout_ms} ms"
+        log.warning("retrieval skipped for a turn: %s", slow)
+        return failed(slow)
     except Exception as exc:  # the embedder's failure is this turn's no-op, never the request's
         note_embedding_failure()
         log.warning("retrieval skipped for a turn: the embedding failed: %s", exc)

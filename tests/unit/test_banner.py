@@ -171,6 +171,23 @@ def test_the_stages_line_names_retrieval_and_memory_when_they_are_on() -> None:
     assert "retrieval" not in off and "memory" not in off
 
 
+def test_an_agent_with_every_stage_off_says_none() -> None:
+    """``toolOutput.enabled`` false was the last stage always on: an agent with every stage
+    off reads "none", not an empty list that looks like a cut-off line."""
+    off = {"enabled": False}
+    context = {
+        "toolOutput": off,
+        "redaction": off,
+        "eviction": off,
+        "summarize": off,
+    }
+    cfg = parse_config({"agents": {"default": {"provider": "openai", "context": context}}})
+    settings = Settings(config=Path("config/agents.json"))
+    text = startup_banner(settings, cfg, SECRETS, database=DSN, embedded_at=None, paths=[])
+    line = next(line for line in text.splitlines() if "stages for agent default" in line)
+    assert line.rstrip().endswith("stages for agent default: none"), line
+
+
 def test_an_ipv6_address_is_named_in_brackets() -> None:
     # Regression: "listening on ::1:8080", which reads as the address ::1:8080 on no port.
     settings = Settings(host="::1", port=8080)

@@ -129,6 +129,22 @@ def test_result_under_max_chars_is_forwarded_untouched_and_not_spilled(
         assert missing.status_code == 404 and "/v1/sessions/s1/messages" in missing.text
 
 
+def test_truncation_switched_off_forwards_a_large_result_whole(
+    boot: Boot, fake_upstream: FakeUpstream
+) -> None:
+    """``toolOutput.enabled`` false: the result goes upstream and into the store as sent,
+    with no marker, no handle offered and nothing spilled."""
+    proxy = boot(enabled=False, compact=False)
+    original = blob(10_000, "big")
+    send(proxy, "s1", history("call_big", original))
+    body = fake_upstream.bodies()[-1]
+    assert body["messages"][2]["content"] == original
+    assert upstream_tools(body) == ["run_tests"]
+    with api(proxy) as http:
+        assert http.get("/v1/sessions/s1/messages").json()["data"][2]["truncated"] is False
+        assert read_all(http, "s1", "call_big") == original
+
+
 def test_streaming_request_is_truncated_the_same_way(
     boot: Boot, fake_upstream: FakeUpstream
 ) -> None:

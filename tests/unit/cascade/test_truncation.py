@@ -152,3 +152,26 @@ def test_a_cut_links_to_the_spill_it_was_made_from(text: str, extra: str) -> Non
     assert is_cut_from(cut, text)
     assert not any(is_cut_from(cut, t) for t in (extra + text, text + extra, text[1:]))
     assert not is_cut_from(text, text)
+
+
+def test_truncation_switched_off_keeps_a_long_result_whole() -> None:
+    """``toolOutput.enabled`` false turns the cut off on its own (DESIGN §7: each stage can be
+    disabled): the result goes on whole, nothing is spilled, and redaction still runs."""
+    cfg = ToolOutputConfig(max_chars=1000, enabled=False, compact=False)
+    text = "x" * 4000 + " " + SECRET
+    out = truncate_tool_result(tool("c1", text), cfg=cfg, redaction=RED)
+    new = out.message["content"]
+    assert new.startswith("x" * 4000 + " ") and len(new) > cfg.max_chars
+    assert SECRET not in new and "read_tool_output" not in new
+    assert (out.events, out.spill, out.redacted) == ((), None, 1)
+
+
+def test_lossless_compaction_applies_with_the_cut_switched_off() -> None:
+    """With the cut off, ``maxChars`` no longer bounds a compacted result: the compaction is
+    lossless, so it still applies to a result of any size."""
+    cfg = ToolOutputConfig(max_chars=1000, enabled=False)
+    text = json.dumps([{"k": i, "v": "y" * 20} for i in range(200)], indent=2)
+    out = truncate_tool_result(tool("c1", text), cfg=cfg, redaction=RED)
+    assert out.spill is not None and out.spill.text == text
+    assert len(out.message["content"]) > cfg.max_chars
+    assert [e.name for e in out.events] == [TRUNCATED]
