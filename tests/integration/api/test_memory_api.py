@@ -92,6 +92,22 @@ def test_a_duplicate_is_refused(http: httpx.Client) -> None:
     assert r.status_code == 400 and "already stored" in r.json()["error"]["message"]
 
 
+def test_a_duplicate_the_insert_skips_is_the_same_400(
+    http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unique key is the last word: a duplicate the key lookup misses (it is the scope's
+    lock that makes the lookup whole) is skipped by the insert and refused as one."""
+    assert http.post("/v1/memory", json={"text": "Tests run with make test"}).status_code == 201
+    blind = "SELECT NULL::text AS fact_key WHERE $1::text || $2::text || $3::text[]::text = ''"
+    monkeypatch.setattr(memory_store, "STORED_KEYS", blind)
+    r = http.post("/v1/memory", json={"text": "tests  RUN with make test"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "fact_rejected" and error["param"] == "text", error
+    assert "already stored" in error["message"]
+    assert texts(http) == ["Tests run with make test"]
+
+
 @pytest.mark.parametrize(
     "body",
     [
