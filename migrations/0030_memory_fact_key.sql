@@ -7,9 +7,10 @@
 -- (no casefold before 18, `lower` follows the collation, `normalize` follows the server's
 -- Unicode version). Existing rows, and rows a replica still on the previous code writes
 -- during a rolling upgrade, have no key (NULL, the default, which the unique index lets
--- repeat); the proxy keys a scope's unkeyed rows under the scope's lock before it writes
--- to that scope (proxy/store/memory.py), and commits them with the write, so the backfill
--- is per scope, bounded by that scope's rows, and resumes wherever it stopped.
+-- repeat); the proxy keys them (proxy/store/memory.py) once it starts, in the background,
+-- a batch of one scope per transaction under the scope's lock, and a write keys its own
+-- scope's first, under the same lock, committed with the write; either resumes wherever a
+-- stop left it.
 -- Each statement may run again (IF NOT EXISTS), as a ledger rewound past it runs it.
 ALTER TABLE memory ADD COLUMN IF NOT EXISTS fact_key text;
 

@@ -22,6 +22,7 @@ __all__ = [
     "fetch_listed_facts",
     "add_facts",
     "stored_matches",
+    "key_stored_facts",
     "delete_fact",
     "fetch_pending_suggestions",
     "fetch_pending_facts",
@@ -66,7 +67,8 @@ async def fetch_listed_facts(
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
 UNKEYED = """
-SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL ORDER BY id
+SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL
+ORDER BY id LIMIT $3
 """
 STORED_KEYS = """
 SELECT fact_key FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key = ANY($3::text[])
@@ -104,12 +106,12 @@ async def stored_matches(
     return {row["fact_key"] for row in stored}, [row["fact"] for row in unkeyed]
 
 
-async def _key_unkeyed(conn: Connection, tenant: str, scope: str) -> None:
-    """Give the scope's facts that have none their key (rows stored before migration 0030,
-    or by a replica still on older code); a fact whose key an older one holds gets a
-    :data:`REPEATED` one. Called under the scope's lock; a scope with no such row costs one
-    lookup in a partial index."""
-    rows = await conn.fetch(UNKEYED, tenant, scope)
+async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> None:
+    """Give the scope's oldest ``limit`` facts that have none (None: all) their key (rows
+    stored before migration 0030, or by a replica still on older code); a fact whose key an
+    older one holds gets a :data:`REPEATED` one. Called under the scope's lock; a scope with
+    no such row costs one lookup in a partial index."""
+    rows = await conn.fetch(UNKEYED, tenant, scope, limit)
     if not rows:
         return
     keys = [fact_key(row["fact"]) for row in rows]
@@ -119,6 +121,26 @@ async def _key_unkeyed(conn: Connection, tenant: str, scope: str) -> None:
         given.append(key if key not in taken else f"{REPEATED}{row['id']}")
         taken.add(key)
     await conn.execute(SET_KEYS, tenant, [row["id"] for row in rows], given)
+
+
+NEXT_UNKEYED = "SELECT tenant, scope FROM memory WHERE fact_key IS NULL LIMIT 1"
+
+
+async def key_stored_facts(pool: Any, *, batch: int = 500) -> int:
+    """Key every fact stored without a key, ``batch`` of one scope per transaction under the
+    scope's lock, as a write keys them: what the proxy runs once it starts, so that no
+    write or suggestion reads the old rows of a scope. Each batch is committed, so a stop
+    loses none and the next start goes on; the number of batches is returned."""
+    batches = 0
+    while True:
+        async with pool.acquire() as conn:
+            found = await conn.fetchrow(NEXT_UNKEYED)
+            if found is None:
+                return batches
+            async with conn.transaction():
+                await conn.execute(LOCK_SCOPE, found["tenant"], found["scope"])
+                await _key_unkeyed(conn, found["tenant"], found["scope"], batch)
+        batches += 1
 
 
 async def add_facts(
@@ -138,7 +160,7 @@ async def add_facts(
     a replica on the previous code (which reads the scope and stores no key) expects."""
     async with conn.transaction():
         await conn.execute(LOCK_SCOPE, tenant, scope)
-        await _key_unkeyed(conn, tenant, scope)
+        await _key_unkeyed(conn, tenant, scope, None)
         keys = [fact_key(text) for text in texts]
         stored = await conn.fetch(STORED_KEYS, tenant, scope, keys)
         facts = vet({row["fact_key"] for row in stored})

@@ -111,3 +111,15 @@ async def test_a_suggestion_reads_the_keys_it_compares_and_the_unkeyed_facts(con
     await _add(conn, ["PORT 8443"])
     keys, unkeyed = await store.stored_matches(conn, tenant=T, scope="global", texts=candidates)
     assert keys == set(map(fact_key, candidates)) and unkeyed == []
+
+
+async def test_the_start_keys_stored_facts_a_batch_at_a_time(pool: asyncpg.Pool, conn: Any) -> None:
+    """What the proxy runs once it starts: each unkeyed fact is keyed as a write would key
+    it, a batch per transaction, the older of two repeats keeping the key."""
+    texts = ["The build uses uv", "Port 8443", "the build  uses UV", "Port 9000", "ＰＯＲＴ 9000"]
+    await _unkeyed(conn, texts)
+    assert await store.key_stored_facts(pool, batch=2) == 3
+    keys = await _keys(conn)
+    assert [keys[i] for i in (0, 1, 3)] == [fact_key(texts[i]) for i in (0, 1, 3)]
+    assert all(k is not None and k.startswith(store.REPEATED) for k in (keys[2], keys[4]))
+    assert await store.key_stored_facts(pool) == 0
