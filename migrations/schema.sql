@@ -767,7 +767,8 @@ CREATE TABLE public.memory (
     scope text DEFAULT 'global'::text NOT NULL,
     fact text NOT NULL,
     source_session text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    fact_key text
 );
 
 CREATE SEQUENCE public.memory_id_seq
@@ -941,7 +942,11 @@ CREATE INDEX events_memory_suggestion ON public.events USING btree (tenant, id) 
 
 CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id);
 
+CREATE UNIQUE INDEX memory_fact_key ON public.memory USING btree (tenant, scope, fact_key);
+
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
+
+CREATE INDEX memory_unkeyed ON public.memory USING btree (tenant, scope) WHERE (fact_key IS NULL);
 
 CREATE INDEX message_embeddings_claims ON public.message_embeddings USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
 

@@ -41,6 +41,7 @@ from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
 from proxy.store.db import pooler_kwargs
+from proxy.store.memory import key_stored_facts
 from proxy.store.migrations import run_migrations
 from proxy.store.readiness import SharedCheck, database_readiness
 from proxy.tokenizers import build_counters
@@ -81,6 +82,22 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 100)
+
+
+async def _key_facts(pool: asyncpg.Pool) -> None:
+    """Key the memory facts stored without a key (migration 0030), in the background: a
+    write keys its scope's own first, so this only saves them that read; a failure is
+    logged and the next start goes on where it stopped."""
+    try:
+        await key_stored_facts(pool)
+    except Exception:
+        log.warning("keying the stored memory facts stopped; the next start goes on", exc_info=True)
+
+
+async def _stop_task(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _stop_watcher(watcher: asyncio.Task[None], stop: asyncio.Event) -> None:
@@ -144,6 +161,7 @@ def create_app(
                 dsn, max_size=settings.pool_max_size, setting=settings.database_source(), **pooler
             )
             stack.push_async_callback(pool.close)
+            stack.push_async_callback(_stop_task, asyncio.create_task(_key_facts(pool)))
             banner = startup_banner(
                 settings,
                 holder.current,

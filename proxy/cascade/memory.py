@@ -198,15 +198,18 @@ def sanitize_facts(
     texts: Iterable[str],
     *,
     existing: Iterable[str] = (),
+    stored_keys: Iterable[str] = (),
     patterns: Sequence[re.Pattern[str]] = (),
     max_chars: int = MAX_FACT_CHARS,
     keep: int | None = None,
 ) -> list[FactVerdict]:
     """One verdict per text, in order; a text that repeats an earlier accepted one of the
-    same batch is a duplicate too. Each stored fact's key is made once, so a batch costs
-    one check per fact whatever the scope holds. With ``keep``, the texts after the
-    ``keep``-th accepted one are not read (nor given a verdict)."""
-    keys = {fact_key(other) for other in existing}
+    same batch is a duplicate too. The stored facts are ``existing`` (texts) or
+    ``stored_keys`` (their :func:`fact_key` forms, as the store's index holds them). Each
+    stored fact's key is made once, so a batch costs one check per fact whatever the scope
+    holds. With ``keep``, the texts after the ``keep``-th accepted one are not read (nor
+    given a verdict)."""
+    keys = {fact_key(other) for other in existing} | set(stored_keys)
     verdicts: list[FactVerdict] = []
     accepted = 0
     if keep is not None and keep < 1:

@@ -152,14 +152,14 @@ async def list_facts(
 
 def _vet(
     cfg: Config, scope: str, texts: Sequence[str], strict: bool
-) -> Callable[[list[str]], list[str]]:
-    """What ``store.add_facts`` calls with the stored facts: the facts to store. With
-    ``strict`` (a single manual add) a rejection is a 400; otherwise rejected ones are left
-    out."""
+) -> Callable[[set[str]], list[str]]:
+    """What ``store.add_facts`` calls with the keys of ``texts`` the scope stores: the facts
+    to store. With ``strict`` (a single manual add) a rejection is a 400; otherwise rejected
+    ones are left out."""
     patterns = patterns_for(cfg, scope)
 
-    def vet(stored: list[str]) -> list[str]:
-        verdicts = sanitize_facts(texts, existing=stored, patterns=patterns)
+    def vet(stored: set[str]) -> list[str]:
+        verdicts = sanitize_facts(texts, stored_keys=stored, patterns=patterns)
         if strict:
             for verdict in verdicts:
                 if verdict.reason is not None:
@@ -185,6 +185,7 @@ async def store_facts(
             conn,
             tenant=tenant,
             scope=scope,
+            texts=texts,
             vet=_vet(cfg, scope, texts, strict),
             source_session=source_session,
         )
@@ -195,8 +196,12 @@ async def add_fact(pool: Any, cfg: Config, *, tenant: str, scope: str, text: str
     """Store one fact by hand; a 400 saying why when ``sanitize_fact`` refuses it or no
     prompt carries the scope (:func:`check_writable`)."""
     check_writable(cfg, scope)
-    (fact,) = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=[text], strict=True)
-    return fact
+    stored = await store_facts(pool, cfg, tenant=tenant, scope=scope, texts=[text], strict=True)
+    if not stored:  # the insert skipped a key the scope holds
+        raise FactRejected(
+            "fact rejected: the same fact is already stored in this scope", param="text"
+        )
+    return stored[0]
 
 
 async def delete_fact(
@@ -337,6 +342,7 @@ async def accept_suggestion(
             conn,
             tenant=tenant,
             scope=scope,
+            texts=chosen,
             vet=_vet(cfg, scope, chosen, strict=False),
             source_session=found["session_id"],
         )

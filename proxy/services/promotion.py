@@ -105,28 +105,36 @@ async def _promote(
     conn = await lent.take()
     if job.promotion == "auto":
 
-        def vet(stored: list[str]) -> list[str]:
+        def vet(stored: set[str]) -> list[str]:
             return span_facts(
                 sanitize_facts(
                     facts,
-                    existing=stored,
+                    stored_keys=stored,
                     patterns=job.memory_patterns,
                     keep=MAX_FACTS_PER_SPAN,
                 )
             )
 
         await store.add_facts(
-            conn, tenant=job.tenant, scope=job.memory_scope, vet=vet, source_session=job.session_id
+            conn,
+            tenant=job.tenant,
+            scope=job.memory_scope,
+            texts=facts,
+            vet=vet,
+            source_session=job.session_id,
         )
         return
-    stored = [
-        r["text"]
-        for r in await store.fetch_facts(conn, tenant=job.tenant, scopes=[job.memory_scope])
-    ]
+    keys, stored = await store.stored_matches(
+        conn, tenant=job.tenant, scope=job.memory_scope, texts=facts
+    )
     stored += await store.fetch_pending_facts(conn, tenant=job.tenant, scope=job.memory_scope)
     kept = span_facts(
         sanitize_facts(
-            facts, existing=stored, patterns=job.memory_patterns, keep=MAX_FACTS_PER_SPAN
+            facts,
+            existing=stored,
+            stored_keys=keys,
+            patterns=job.memory_patterns,
+            keep=MAX_FACTS_PER_SPAN,
         )
     )
     if kept:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from proxy.cascade.memory import fact_key
 from proxy.cascade.types import MEMORY_SUGGESTION
 from proxy.store.nul import decode_json
 
@@ -20,6 +21,8 @@ __all__ = [
     "fetch_facts",
     "fetch_listed_facts",
     "add_facts",
+    "stored_matches",
+    "key_stored_facts",
     "delete_fact",
     "fetch_pending_suggestions",
     "fetch_pending_facts",
@@ -63,11 +66,81 @@ async def fetch_listed_facts(
 
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
+UNKEYED = """
+SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL
+ORDER BY id LIMIT $3
+"""
+STORED_KEYS = """
+SELECT fact_key FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key = ANY($3::text[])
+"""
+SET_KEYS = """
+UPDATE memory m SET fact_key = k.key FROM unnest($2::bigint[], $3::text[]) AS k(id, key)
+WHERE m.tenant = $1 AND m.id = k.id
+"""
 INSERT_FACTS = f"""
-INSERT INTO memory (tenant, scope, fact, source_session)
-SELECT $1, $2, f, $4 FROM unnest($3::text[]) WITH ORDINALITY AS t(f, o) ORDER BY o
+INSERT INTO memory (tenant, scope, fact, source_session, fact_key)
+SELECT $1, $2, f, $4, k FROM unnest($3::text[], $5::text[]) WITH ORDINALITY AS t(f, k, o)
+ORDER BY o
+ON CONFLICT (tenant, scope, fact_key) DO NOTHING
 RETURNING {FACT_COLUMNS}
 """
+
+REPEATED = "\x01repeated:"
+"""The key of a stored fact that repeats an older one of its scope (stored before keys
+existed, when the comparison was looser): unique per row, and never a :func:`fact_key`,
+which holds no control character."""
+
+
+UNKEYED_FACTS = "SELECT fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL"
+
+
+async def stored_matches(
+    conn: Executor, *, tenant: str, scope: str, texts: Sequence[str]
+) -> tuple[set[str], list[str]]:
+    """What a check of ``texts`` against the scope's stored facts reads, without the lock a
+    write takes: the keys of ``texts`` the scope stores, and the text of each fact not yet
+    keyed (none once a write has keyed the scope)."""
+    keys = [fact_key(text) for text in texts]
+    stored = await conn.fetch(STORED_KEYS, tenant, scope, keys)
+    unkeyed = await conn.fetch(UNKEYED_FACTS, tenant, scope)
+    return {row["fact_key"] for row in stored}, [row["fact"] for row in unkeyed]
+
+
+async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> None:
+    """Give the scope's oldest ``limit`` facts that have none (None: all) their key (rows
+    stored before migration 0030, or by a replica still on older code); a fact whose key an
+    older one holds gets a :data:`REPEATED` one. Called under the scope's lock; a scope with
+    no such row costs one lookup in a partial index."""
+    rows = await conn.fetch(UNKEYED, tenant, scope, limit)
+    if not rows:
+        return
+    keys = [fact_key(row["fact"]) for row in rows]
+    taken = {r["fact_key"] for r in await conn.fetch(STORED_KEYS, tenant, scope, keys)}
+    given = []
+    for row, key in zip(rows, keys, strict=True):
+        given.append(key if key not in taken else f"{REPEATED}{row['id']}")
+        taken.add(key)
+    await conn.execute(SET_KEYS, tenant, [row["id"] for row in rows], given)
+
+
+NEXT_UNKEYED = "SELECT tenant, scope FROM memory WHERE fact_key IS NULL LIMIT 1"
+
+
+async def key_stored_facts(pool: Any, *, batch: int = 500) -> int:
+    """Key every fact stored without a key, ``batch`` of one scope per transaction under the
+    scope's lock, as a write keys them: what the proxy runs once it starts, so that no
+    write or suggestion reads the old rows of a scope. Each batch is committed, so a stop
+    loses none and the next start goes on; the number of batches is returned."""
+    batches = 0
+    while True:
+        async with pool.acquire() as conn:
+            found = await conn.fetchrow(NEXT_UNKEYED)
+            if found is None:
+                return batches
+            async with conn.transaction():
+                await conn.execute(LOCK_SCOPE, found["tenant"], found["scope"])
+                await _key_unkeyed(conn, found["tenant"], found["scope"], batch)
+        batches += 1
 
 
 async def add_facts(
@@ -75,19 +148,26 @@ async def add_facts(
     *,
     tenant: str,
     scope: str,
-    vet: Callable[[list[str]], list[str]],
+    texts: Sequence[str],
+    vet: Callable[[set[str]], list[str]],
     source_session: str | None = None,
 ) -> list[Any]:
-    """Store the facts ``vet`` returns when given the scope's stored facts; the scope is
-    locked meanwhile, so two concurrent adds of one fact cannot both pass the duplicate
-    check. ``vet`` raises to store nothing."""
+    """Store the facts ``vet`` returns when given the keys (:func:`fact_key`) of ``texts``
+    the scope already stores; ``vet`` raises to store nothing. The duplicate check is the
+    database's: a lookup of those keys, and an insert that skips a key the scope holds (the
+    unique index ``memory_fact_key``), so a write reads the rows it compares with, not the
+    whole scope. The rows returned are the facts stored. The scope is locked meanwhile, as
+    a replica on the previous code (which reads the scope and stores no key) expects."""
     async with conn.transaction():
         await conn.execute(LOCK_SCOPE, tenant, scope)
-        stored = [row["text"] for row in await fetch_facts(conn, tenant=tenant, scopes=[scope])]
-        facts = vet(stored)
+        await _key_unkeyed(conn, tenant, scope, None)
+        keys = [fact_key(text) for text in texts]
+        stored = await conn.fetch(STORED_KEYS, tenant, scope, keys)
+        facts = vet({row["fact_key"] for row in stored})
         if not facts:
             return []
-        return list(await conn.fetch(INSERT_FACTS, tenant, scope, facts, source_session))
+        keys = [fact_key(fact) for fact in facts]
+        return list(await conn.fetch(INSERT_FACTS, tenant, scope, facts, source_session, keys))
 
 
 async def delete_fact(

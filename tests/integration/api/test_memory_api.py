@@ -3,6 +3,7 @@ through ``sanitize_fact``, and suggestions accepted or rejected once."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,12 @@ import asyncpg
 import httpx
 import pytest
 
+from proxy.cascade.memory import fact_key
 from proxy.store import memory as memory_store
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records, write_config
-from tests.integration.api.memory_suggestions import suggest
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy, write_config
+from tests.integration.api.memory_suggestions import CLIENT_TENANT, suggest
+from tests.integration.conftest import run_sync
 
 
 @pytest.fixture
@@ -90,6 +93,22 @@ def test_a_duplicate_is_refused(http: httpx.Client) -> None:
     assert http.post("/v1/memory", json={"text": "Tests run with make test"}).status_code == 201
     r = http.post("/v1/memory", json={"text": "tests  RUN with make test"})
     assert r.status_code == 400 and "already stored" in r.json()["error"]["message"]
+
+
+def test_a_duplicate_the_insert_skips_is_the_same_400(
+    http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unique key is the last word: a duplicate the key lookup misses (it is the scope's
+    lock that makes the lookup whole) is skipped by the insert and refused as one."""
+    assert http.post("/v1/memory", json={"text": "Tests run with make test"}).status_code == 201
+    blind = "SELECT NULL::text AS fact_key WHERE $1::text || $2::text || $3::text[]::text = ''"
+    monkeypatch.setattr(memory_store, "STORED_KEYS", blind)
+    r = http.post("/v1/memory", json={"text": "tests  RUN with make test"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "fact_rejected" and error["param"] == "text", error
+    assert "already stored" in error["message"]
+    assert texts(http) == ["Tests run with make test"]
 
 
 @pytest.mark.parametrize(
@@ -273,3 +292,31 @@ def test_the_list_of_facts_is_paged_as_the_other_lists(http: httpx.Client) -> No
     ]:
         r = http.get("/v1/memory", params=query)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+async def _facts_keys(dsn: str, insert: list[str] | None = None) -> list[str | None]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        if insert:  # as a replica on the code before migration 0030 stores them: no key
+            await conn.execute(
+                "INSERT INTO memory (tenant, scope, fact) SELECT $1, 'global', f"
+                " FROM unnest($2::text[]) WITH ORDINALITY AS t(f, o) ORDER BY o",
+                CLIENT_TENANT,
+                insert,
+            )
+        rows = await conn.fetch("SELECT fact_key FROM memory ORDER BY id")
+        return [row["fact_key"] for row in rows]
+    finally:
+        await conn.close()
+
+
+def test_the_proxy_keys_the_facts_stored_before_it_started(
+    db_dsn: str, config_path: Path, start_proxy: StartProxy
+) -> None:
+    facts = ["The build uses uv", "Port 8443"]
+    assert run_sync(_facts_keys(db_dsn, facts)) == [None, None]
+    start_proxy(config_path)
+    deadline = time.monotonic() + 10  # no event says the background keying is done
+    while None in (keys := run_sync(_facts_keys(db_dsn))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert keys == [fact_key(f) for f in facts]
