@@ -91,9 +91,6 @@ existed, when the comparison was looser): unique per row, and never a :func:`fac
 which holds no control character."""
 
 
-UNKEYED_FACTS = "SELECT fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL"
-
-
 async def stored_matches(
     conn: Executor, *, tenant: str, scope: str, texts: Sequence[str]
 ) -> tuple[set[str], list[str]]:
@@ -102,7 +99,7 @@ async def stored_matches(
     keyed (none once a write has keyed the scope)."""
     keys = [fact_key(text) for text in texts]
     stored = await conn.fetch(STORED_KEYS, tenant, scope, keys)
-    unkeyed = await conn.fetch(UNKEYED_FACTS, tenant, scope)
+    unkeyed = await conn.fetch(UNKEYED, tenant, scope, None)  # LIMIT NULL: every one
     return {row["fact_key"] for row in stored}, [row["fact"] for row in unkeyed]
 
 
