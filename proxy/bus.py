@@ -347,11 +347,18 @@ class EventBus:
         while not queue.empty():
             queue.get_nowait()
         queue.put_nowait(LAGGED)
+        self._drop(key, queue)
+
+    def _drop(self, key: tuple[str, str], queue: asyncio.Queue[BusEvent]) -> bool:
+        """Take ``queue`` out of the session's subscribers, and the session out with its last
+        one (a queue dropped already, as a lagging one is, is no longer there); whether the
+        session is left with none."""
         subscribers = self._subs.get(key)
         if subscribers is not None:
             subscribers.discard(queue)
             if not subscribers:
                 del self._subs[key]
+        return key not in self._subs
 
     def broadcast_local(self, name: str, data: Mapping[str, Any]) -> None:
         """Deliver to every open stream on this replica (config.* events)."""
@@ -373,10 +380,6 @@ class EventBus:
                 await self._watch([key])
             yield queue
         finally:
-            subscribers = self._subs.get(key)  # gone when its last one was dropped (LAGGED)
-            if subscribers is not None:
-                subscribers.discard(queue)
-            if not subscribers:
-                self._subs.pop(key, None)
+            if self._drop(key, queue):
                 with anyio.CancelScope(shield=True):
                     await self._unwatch(tenant, session_id)
