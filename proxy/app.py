@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from proxy import __version__
 from proxy.api import chat, events, health, memory, openapi, sessions
-from proxy.auth import listen_policy
+from proxy.auth import listen_policy, open_listen_warning
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
 from proxy.config_watch import ConfigHolder, watch_config
@@ -112,6 +112,17 @@ async def _stop_watcher(watcher: asyncio.Task[None], stop: asyncio.Event) -> Non
         log.exception("the config watcher had failed")
 
 
+def _say_started(banner: str, warning: str | None) -> None:
+    """The start's lines, logged once the address is bound (``serve`` binds before the
+    lifespan): the banner, one record per line since the text format escapes a line break
+    inside a record, then ``warning`` (``open_listen_warning``), so a start that cannot bind
+    its port warns of nothing."""
+    for line in banner.splitlines():
+        startup_log.info("%s", line)
+    if warning:
+        log.warning("%s", warning)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -132,6 +143,9 @@ def create_app(
     if unknown := unknown_variables(os.environ, holder.current.variables()):
         log.warning("%s", unknown)  # a misspelt setting is otherwise silently its default
     require_keys = listen_policy(
+        settings.host, holder.current, allow_unauthenticated=settings.allow_unauthenticated
+    )
+    open_listen = open_listen_warning(
         settings.host, holder.current, allow_unauthenticated=settings.allow_unauthenticated
     )
     if not settings.database_url:
@@ -171,9 +185,7 @@ def create_app(
                 paths=[r.path or "" for r in iter_route_contexts(app.routes)],
                 tracing=tracing.where if tracing is not None else "off",
             )
-            # One record per line: the text format escapes a line break inside a record.
-            for line in banner.splitlines():
-                startup_log.info("%s", line)
+            _say_started(banner, open_listen)
             provider = None
             if http_transport is None:
                 provider = ProviderTransport(

@@ -67,6 +67,7 @@ __all__ = [
     "may_use_agent",
     "is_loopback",
     "listen_policy",
+    "open_listen_warning",
     "provider_pays",
     "OPEN_PATHS",
     "OPERATIONAL_PATHS",
@@ -351,18 +352,9 @@ def is_loopback(host: str) -> bool:
 
 def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> bool:
     """Whether the gate must require keys (see ``ProxyAuth``); raises ``InsecureListen`` for a
-    non-loopback ``host`` with no proxy keys unless ``allow_unauthenticated``, and warns
-    when it is."""
-    if is_loopback(host):
-        return False
-    if allow_unauthenticated:
-        if not cfg.auth.keys:
-            log.warning(
-                "listening on %s with no proxy keys (--allow-unauthenticated): anyone "
-                "who can reach it can use the providers and read each other's "
-                "sessions; configure auth.keys",
-                host,
-            )
+    non-loopback ``host`` with no proxy keys unless ``allow_unauthenticated``
+    (:func:`open_listen_warning` then says what that opens)."""
+    if is_loopback(host) or allow_unauthenticated:
         return False
     if not cfg.auth.keys:
         raise InsecureListen(
@@ -371,3 +363,15 @@ def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> boo
             "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)"
         )
     return True
+
+
+def open_listen_warning(host: str, cfg: Config, *, allow_unauthenticated: bool) -> str | None:
+    """The warning a non-loopback ``host`` with no proxy keys, allowed by
+    ``allow_unauthenticated``, deserves; None for any other. The server logs it once it
+    listens (the lifespan, after the bind): a start that fails to bind warns of nothing."""
+    if is_loopback(host) or not allow_unauthenticated or cfg.auth.keys:
+        return None
+    return (
+        f"listening on {host} with no proxy keys (--allow-unauthenticated): anyone who can"
+        " reach it can use the providers and read each other's sessions; configure auth.keys"
+    )

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from proxy import DEFAULT_CONFIG
 from proxy.app import create_app
-from proxy.auth import InsecureListen, listen_policy
+from proxy.auth import InsecureListen, listen_policy, open_listen_warning
 from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, origin_of
 from proxy.cli_memory import run_memory
@@ -78,12 +78,14 @@ def _check_config(settings: Settings) -> int:
     cfg = load_config(path, os.environ)
     check_proxies(settings.http_transport)
     check_trust()
-    listen_policy(settings.host, cfg, allow_unauthenticated=settings.allow_unauthenticated)
+    allow = settings.allow_unauthenticated
+    listen_policy(settings.host, cfg, allow_unauthenticated=allow)
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:
         print(f"{path}: valid")
     warnings = [unknown_variables(os.environ, cfg.variables())]
+    warnings.append(open_listen_warning(settings.host, cfg, allow_unauthenticated=allow))
     warnings += check_ca_files(None, cfg) + config_warnings(cfg, os.environ)
     for warning in filter(None, warnings):
         print(f"warning: {warning}")

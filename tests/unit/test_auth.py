@@ -12,9 +12,9 @@ import pytest
 
 from proxy import auth
 from proxy.app import create_app
-from proxy.auth import InsecureListen, is_loopback, match_key
+from proxy.auth import InsecureListen, is_loopback, match_key, open_listen_warning
 from proxy.cli import main
-from proxy.config import ConfigError, parse_config
+from proxy.config import ConfigError, load_config, parse_config
 from proxy.settings import Settings
 
 KEYS = {"keys": [{"keyEnv": "K1", "tenant": "one"}, {"keyEnv": "K2", "tenant": "two"}]}
@@ -102,25 +102,26 @@ def test_a_non_loopback_address_needs_keys_or_an_explicit_override(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The override's warning is the start's, once it listens (the lifespan: an integration
+    test, test_open_listen_warning.py): making the app, before any bind, says nothing."""
     monkeypatch.delenv("CASCADE_ALLOW_UNAUTHENTICATED", raising=False)
     bare = _config(tmp_path)
+    cfg = load_config(bare, {})
     with pytest.raises(InsecureListen, match="refusing to listen on 0.0.0.0 without proxy keys"):
         create_app(Settings(host="0.0.0.0", config=bare))
     create_app(Settings(host="127.0.0.1", config=bare))
-    assert "no proxy keys" not in caplog.text
-    caplog.clear()
     create_app(Settings(host="0.0.0.0", config=bare, allow_unauthenticated=True))
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("with no proxy keys (--allow-unauthenticated)" in r.getMessage() for r in warnings)
-    caplog.clear()
     monkeypatch.setenv("CASCADE_ALLOW_UNAUTHENTICATED", "1")
     create_app(Settings(host="0.0.0.0", config=bare))
-    assert "with no proxy keys" in caplog.text
     monkeypatch.delenv("CASCADE_ALLOW_UNAUTHENTICATED")
-    caplog.clear()
     keyed = _config(tmp_path, auth={"keys": [{"keyEnv": "K1", "tenant": "one"}]})
     create_app(Settings(host="0.0.0.0", config=keyed))
     assert "no proxy keys" not in caplog.text
+    with_keys = load_config(keyed, {})
+    warning = open_listen_warning("0.0.0.0", cfg, allow_unauthenticated=True)
+    assert warning is not None and "with no proxy keys (--allow-unauthenticated)" in warning
+    assert open_listen_warning("127.0.0.1", cfg, allow_unauthenticated=True) is None
+    assert open_listen_warning("0.0.0.0", with_keys, allow_unauthenticated=True) is None
 
 
 def test_serve_refuses_in_one_line_before_listening(
