@@ -10,7 +10,9 @@ lines are left out, one line says what was cut, and the exit status is 130 (128 
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
 A first signal while the lifespan still starts cancels the start (uvicorn would only note it
-until the start is done, however long that takes), and the exit status is that signal's.
+until the start is done, however long that takes), and the exit status is that signal's. The
+start says so in one line (``proxy.refusals``), the last: uvicorn's ``Application startup
+failed. Exiting.``, an error of a start that did not fail but was stopped, is left out.
 
 uvicorn binds its address only after the lifespan has started, so on a port another process
 holds the start-up block ("listening on ...") came first and the bind error after it. The
@@ -43,8 +45,16 @@ INTERRUPTED = 128 + signal.SIGINT
 """The exit status after a second Ctrl-C."""
 
 
+STARTUP_FAILED = "Application startup failed. Exiting."
+"""What uvicorn's lifespan logs, through ``uvicorn.error``, as any start ends without serving."""
+
+
 def _no_errors(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR
+
+
+def _no_failed_start(record: logging.LogRecord) -> bool:
+    return record.msg != STARTUP_FAILED
 
 
 class _Server(uvicorn.Server):
@@ -54,6 +64,7 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.started and STARTING.interrupt(sig):
             self.interrupted = sig  # the start ends now, not once it is done
+            logging.getLogger("uvicorn.error").addFilter(_no_failed_start)
         super().handle_exit(sig, frame)
         if self.force_exit and not self.forced:
             self.forced = True
@@ -106,8 +117,8 @@ def serve(app: Any, **config: Any) -> int:
     finally:
         for sock in sockets:  # uvicorn closes them on a shutdown, not on a failed start
             sock.close()
-        if server.forced:
-            logging.getLogger("uvicorn.error").removeFilter(_no_errors)
+        logging.getLogger("uvicorn.error").removeFilter(_no_errors)  # those added, if any
+        logging.getLogger("uvicorn.error").removeFilter(_no_failed_start)
     if server.interrupted not in (None, signal.SIGINT):
         signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
     if server.forced or server.interrupted == signal.SIGINT:
