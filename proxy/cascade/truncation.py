@@ -29,6 +29,7 @@ __all__ = [
     "cap_utf8",
     "is_cut_from",
     "is_cut_from_capped",
+    "has_cut_marker",
     "drop_cut_handle",
 ]
 
@@ -72,11 +73,24 @@ def _marker(omitted: int, *, tool_call_id: str, offset: int, handle: bool, secre
 
 
 _CUT_OPEN = "\n[... truncated "
+_ANY_MARKER = re.compile(
+    r"\n\[\.\.\. truncated \d+ chars(?:; re-run the tool if you need the rest"
+    r"| \(output contained secrets and was not kept; re-run the tool if you need it\)"
+    r"|; read the rest with read_tool_output\(\{[^\n]*?\}\)) \.\.\.\]\n"
+)
 _CUT_PHRASE = " chars; read the rest with read_tool_output("
 _HANDLE_MARKER = re.compile(
     r"\n\[\.\.\. truncated (\d+) chars; "
     r"read the rest with read_tool_output\((\{[^\n]*?\})\) \.\.\.\]\n"
 )
+
+
+def has_cut_marker(text: str) -> bool:
+    """Whether ``text`` holds a marker :func:`truncate_tool_result` puts where it cut, with a
+    handle or without (no copy kept: ``persistRaw`` off, or a redacted result). A client's
+    own text may hold one too: what tells a cut is that the stored body is not the message
+    sent (its chain hash), which only the store can say."""
+    return _CUT_OPEN in text and _ANY_MARKER.search(text) is not None
 
 
 def drop_cut_handle(text: str, own: str) -> str:

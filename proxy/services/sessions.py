@@ -209,7 +209,11 @@ async def list_messages(
     spilled = [
         s and superseded.get(r["id"], (True, None))[0] for r, s in zip(rows, spilled, strict=True)
     ]
-    cut = [_cut_observation(r) for r in rows]  # the prompt form says which
+    unkept = await client_form.fetch_unkept_cuts(
+        conn, tenant=tenant, session_id=session_id, rows=rows, spilled=spilled
+    )
+    # the prompt form says which observation was cut
+    cut = [_cut_observation(r) or u for r, u in zip(rows, unkept, strict=True)]
     if sent_form:
         rows = await _as_sent(conn, tenant, session_id, rows, superseded)
     return {

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from proxy.cascade.text import with_text
-from proxy.cascade.truncation import is_cut_from
+from proxy.cascade.text import content_text, with_text
+from proxy.cascade.truncation import has_cut_marker, is_cut_from
 from proxy.history import chain_hash
 from proxy.store.nul import decode
 from proxy.store.usage import fetch_spilled_ids
@@ -32,7 +32,12 @@ from proxy.store.usage import fetch_spilled_ids
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["fetch_sent_forms", "fetch_spilled_cuts", "fetch_superseded_sent_forms"]
+__all__ = [
+    "fetch_sent_forms",
+    "fetch_spilled_cuts",
+    "fetch_superseded_sent_forms",
+    "fetch_unkept_cuts",
+]
 
 # An evicted row keeps its body beside the placeholder (migration 0008): ``message``.
 # ``prev`` is the live row before it, whose hash the row's hash continues.
@@ -149,6 +154,35 @@ async def fetch_spilled_cuts(
     return [
         c and (r["superseded_at"] is not None or r["pos"] in rewritten)
         for r, c in zip(rows, candidate, strict=True)
+    ]
+
+
+async def fetch_unkept_cuts(
+    conn: Executor, *, tenant: str, session_id: str, rows: Sequence[Any], spilled: Sequence[bool]
+) -> list[bool]:
+    """For each of ``rows`` (``messages.fetch_messages``'): whether it is a tool result cut at
+    ingestion that ``spilled`` (:func:`fetch_spilled_cuts`) does not mark, one cut with no
+    copy kept (``persistRaw`` off, or redacted): its body holds a cut marker and is not the
+    message sent (its hash after the row before it, any of them for a superseded row), where
+    a client's own text that looks like a marker was stored as sent."""
+    maybe = [
+        not s
+        and decode(r["role"]) == "tool"
+        and has_cut_marker(content_text(dict(r["message"]).get("content")))
+        for r, s in zip(rows, spilled, strict=True)
+    ]
+    live = [r["pos"] for r, m in zip(rows, maybe, strict=True) if m and not r["superseded_at"]]
+    gone = [r["id"] for r, m in zip(rows, maybe, strict=True) if m and r["superseded_at"]]
+    sent: set[tuple[bool, int]] = set()  # (superseded, its id) or (live, its position)
+    for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, live) if live else []:
+        if chain_hash(r["prev"], dict(r["message"])) == r["hash"]:
+            sent.add((False, r["pos"]))
+    for r in await conn.fetch(FETCH_SUPERSEDED, tenant, session_id, gone) if gone else []:
+        if any(chain_hash(p, dict(r["message"])) == r["hash"] for p in list(r["prevs"]) or [""]):
+            sent.add((True, r["id"]))
+    return [
+        m and (bool(r["superseded_at"]), r["id"] if r["superseded_at"] else r["pos"]) not in sent
+        for r, m in zip(rows, maybe, strict=True)
     ]
 
 
