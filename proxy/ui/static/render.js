@@ -157,9 +157,13 @@ export function rawKey(row) {
   return `${rawHandle(row)} ${row.created_at}`;
 }
 
+// A cut's marker when no copy was kept (persistRaw off, or secrets): "re-run the tool".
+const NO_COPY = /\n\[\.\.\. truncated \d+ chars(; re-run the tool if you need the rest| \(output contained secrets and was not kept; re-run the tool if you need it\)) \.\.\.\]\n/;
+
 // One message of the list, with its marks; onPage(row, li) for a result that can be paged
 // back (cut at ingestion, or evicted, folded into the summary since or not). A redacted one cannot: its secret is never stored, so
-// no copy of it is kept and the tool-outputs endpoint answers 404 for it. Its text takes the
+// no copy of it is kept and the tool-outputs endpoint answers 404 for it; nor can one cut
+// with no copy kept (persistRaw off), truncated all the same, whose marker says so. Its text takes the
 // direction of its own first strong letter (dir="auto"): a right-to-left message reads so on
 // this left-to-right page.
 export function renderMessage(row, onPage, folded = false) {
@@ -184,7 +188,8 @@ export function renderMessage(row, onPage, folded = false) {
   // An evicted result folded since is summarised, not evicted (the API says so), and its
   // placeholder still names the raw output it pages back.
   const cleared = folded && contentText(m.content).startsWith("[context-cleared]");
-  if ((row.truncated || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
+  const kept = row.truncated && !NO_COPY.test(contentText(m.content));
+  if ((kept || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
       text: "Show the raw output", onclick: () => onPage(row, li) }));
   }
