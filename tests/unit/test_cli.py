@@ -283,6 +283,12 @@ def test_config_check_judges_the_environment_as_serve_does(
             m.setenv(env, value)
             assert main(["config", "check"]) == 2, env
         assert said in capsys.readouterr().err, env
+    with monkeypatch.context() as m:  # allowed: what serve warns of once it listens
+        m.setenv("CASCADE_HOST", "0.0.0.0")
+        m.setenv("CASCADE_ALLOW_UNAUTHENTICATED", "1")
+        assert main(["config", "check"]) == 0
+    warned = [line for line in capsys.readouterr().out.splitlines() if "no proxy keys" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: listening on 0.0.0.0"), warned
 
 
 def test_config_check_validates_a_file_as_a_reload_does(
