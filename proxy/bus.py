@@ -12,7 +12,9 @@ marked ``truncated``, except a delta, whose text is cut into pieces that each fi
 
 A persisted event is announced only while some replica watches its session (migration
 0004): ``subscribe`` registers the session in ``event_watchers`` before the caller replays,
-and a keeper task refreshes this replica's rows while its streams are open. Requests on
+and a keeper task refreshes this replica's rows while its streams are open; the session's
+last stream to close here deletes its row, and writes it again should a stream have opened
+on the session while the DELETE ran (whose registration it could undo). Requests on
 sessions nobody streams (nearly all of them) then send no NOTIFY at all. The keeper also
 reads the sessions other replicas watch, so ``watched`` answers from memory whether a
 transient event would reach anyone (``services/deltas.py`` asks it while a reply streams):
@@ -33,8 +35,9 @@ after the events before it, and they end.
 broadcasts them to its own open streams (they are not session history, so not replayed).
 
 The listening connection is the one this replica holds for its whole life, outside the pool:
-it is opened from ``DATABASE_LISTEN_URL`` when set. Behind a transaction-mode pooler
-(``CASCADE_DB_POOLER=transaction``) that is a URL straight to PostgreSQL, because a pooler
+it is opened from ``DATABASE_LISTEN_URL`` when set (``bus_listen.listen_url``). Behind a
+transaction-mode pooler (``CASCADE_DB_POOLER=transaction``) that is a URL straight to
+PostgreSQL, because a pooler
 that lends a server connection per transaction cannot carry a LISTEN past it. NOTIFY is
 sent inside the statements that write events, which a pooler carries like any other.
 """
@@ -50,16 +53,15 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import asyncpg
 
 from proxy import bus_payloads
+from proxy.bus_listen import listen_url
 from proxy.bus_payloads import stamp_now, transient_payload
 from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
-from proxy.settings import Settings
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable, redact_dsn
 
@@ -77,47 +79,6 @@ one refused by pg_hba.conf (invalid_authorization_specification), an unknown dat
 refuses at once; anything else (a refused port, a timeout, ``too many connections``, a server
 still starting) is retried until :data:`START_TIMEOUT`. A URL asyncpg cannot read (a
 ``ValueError``, its ``ClientConfigurationError`` among them) refuses at once too."""
-
-
-def _endpoint(url: str) -> tuple[str, int] | None:
-    """The server a ``postgresql://`` URL connects to: host (or socket directory, from a
-    ``host=`` parameter too) and port; None for a URL that does not parse."""
-    try:
-        parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        host = (query.get("host") or [parts.hostname or "localhost"])[0].lower()
-        port = (query.get("port") or [""])[0]
-        return host, int(port) if port else parts.port or 5432
-    except ValueError:
-        return None
-
-
-def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
-    """Where the bus LISTENs, and the setting that says so: ``DATABASE_LISTEN_URL`` when it
-    is set beside a ``DATABASE_URL``, else ``dsn``, the pool's own database. Behind a
-    transaction pooler without it a LISTEN reaches no client: persisted events then come
-    only through the streams' catch-up reads (``api/events.py``) and transient ones not at
-    all, which start-up says; so it does of a listen URL at the pooler's own host and port
-    (one copied from ``DATABASE_URL``), whose LISTEN succeeds and then hears nothing."""
-    if settings.database_url and settings.database_listen_url:
-        listen = settings.database_listen_url
-        pooler = _endpoint(settings.database_url)
-        if settings.db_pooler == "transaction" and pooler and _endpoint(listen) == pooler:
-            log.warning(
-                "DATABASE_LISTEN_URL reaches PostgreSQL through the pooler (%s:%s, as"
-                " DATABASE_URL does), which cannot carry a LISTEN: no notification would reach"
-                " the event bus; set it to a URL that reaches PostgreSQL directly (README,"
-                " Deploying behind a pooler)",
-                *pooler,
-            )
-        return listen, "DATABASE_LISTEN_URL"
-    if settings.db_pooler == "transaction":
-        log.warning(
-            "CASCADE_DB_POOLER=transaction without DATABASE_LISTEN_URL: the event bus LISTENs"
-            " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
-            " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
-        )
-    return dsn, settings.database_source()
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,3 +344,5 @@ class EventBus:
             if self._drop(key, queue):
                 with anyio.CancelScope(shield=True):
                     await self._unwatch(tenant, session_id)
+                    if key in self._subs:  # a stream opened while it ran: its row again
+                        await self._watch([key])

@@ -1,0 +1,55 @@
+"""Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
+hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
+directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import parse_qs, urlsplit
+
+from proxy.settings import Settings
+
+__all__ = ["listen_url"]
+
+log = logging.getLogger("cascade.bus")
+
+
+def _endpoint(url: str) -> tuple[str, int] | None:
+    """The server a ``postgresql://`` URL connects to: host (or socket directory, from a
+    ``host=`` parameter too) and port; None for a URL that does not parse."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        host = (query.get("host") or [parts.hostname or "localhost"])[0].lower()
+        port = (query.get("port") or [""])[0]
+        return host, int(port) if port else parts.port or 5432
+    except ValueError:
+        return None
+
+
+def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
+    """Where the bus LISTENs, and the setting that says so: ``DATABASE_LISTEN_URL`` when it
+    is set beside a ``DATABASE_URL``, else ``dsn``, the pool's own database. Behind a
+    transaction pooler without it a LISTEN reaches no client: persisted events then come
+    only through the streams' catch-up reads (``api/events.py``) and transient ones not at
+    all, which start-up says; so it does of a listen URL at the pooler's own host and port
+    (one copied from ``DATABASE_URL``), whose LISTEN succeeds and then hears nothing."""
+    if settings.database_url and settings.database_listen_url:
+        listen = settings.database_listen_url
+        pooler = _endpoint(settings.database_url)
+        if settings.db_pooler == "transaction" and pooler and _endpoint(listen) == pooler:
+            log.warning(
+                "DATABASE_LISTEN_URL reaches PostgreSQL through the pooler (%s:%s, as"
+                " DATABASE_URL does), which cannot carry a LISTEN: no notification would reach"
+                " the event bus; set it to a URL that reaches PostgreSQL directly (README,"
+                " Deploying behind a pooler)",
+                *pooler,
+            )
+        return listen, "DATABASE_LISTEN_URL"
+    if settings.db_pooler == "transaction":
+        log.warning(
+            "CASCADE_DB_POOLER=transaction without DATABASE_LISTEN_URL: the event bus LISTENs"
+            " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
+            " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
+        )
+    return dsn, settings.database_source()
