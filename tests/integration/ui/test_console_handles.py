@@ -1,6 +1,8 @@
 """Raw outputs in the console, by what the API says of each row: a redacted result keeps no
 copy (its secret is never stored), so the page offers no "Show the raw output" for it, which
-could only answer 404; and a copy capped at ``rawCapBytes`` is said to be one, not "All shown".
+could only answer 404; nor does a result cut with ``persistRaw`` off, marked truncated all the
+same (the model got less than the whole output), whose marker says no copy was kept; and a
+copy capped at ``rawCapBytes`` is said to be one, not "All shown".
 
 The ``console`` fixture checks that the page raised no error and asked no host but the proxy.
 """
@@ -26,11 +28,17 @@ RAW_CAP = 2000
 
 @pytest.fixture
 def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    """The console tests' config (conftest), with spills capped at RAW_CAP bytes."""
+    """The console tests' config (conftest), with spills capped at RAW_CAP bytes, and an
+    agent (``nocopy``, a request's model) that keeps no copy of a cut result."""
+    nocopy = {"toolOutput": {"maxChars": MAX_CHARS, "persistRaw": False}}
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
         models={"default": {"contextLimit": LIMIT, "reservedOutput": 500}},
+        agents={
+            "default": {"provider": "openai", "fastModel": "fast-model"},
+            "nocopy": {"provider": "openai", "context": nocopy},
+        },
         auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
         context={
             "toolOutput": {"maxChars": MAX_CHARS, "rawCapBytes": RAW_CAP},
@@ -102,3 +110,17 @@ def test_a_capped_copy_is_said_to_be_one(
     text = button.inner_text()
     assert "All shown" not in text
     assert f"{RAW_CAP:,} of {size:,} bytes" in text, text
+
+
+def test_a_cut_without_a_copy_offers_no_raw_output(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    with api(console_proxy) as h:
+        body = {"model": "nocopy", "messages": tool_round(1, 4000)}
+        assert h.post("/s/nocopy/v1/chat/completions", json=body).status_code == 200
+        assert h.get("/v1/sessions/nocopy/tool-outputs/call_1@2").status_code == 404
+    page = sign_in(console, "#/s/nocopy")
+    cut = page.get_by_test_id("message-list").locator("[data-pos='2']")
+    cut.locator("[data-mark=truncated]").wait_for()
+    assert "re-run the tool" in cut.locator("pre.body").inner_text()
+    assert cut.get_by_test_id("raw-page").count() == 0
