@@ -3,9 +3,10 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from proxy.cascade.truncation import cap_utf8, is_cut_from, truncate_tool_result
+from proxy.cascade.truncation import cap_utf8, has_cut_marker, is_cut_from, truncate_tool_result
 from proxy.cascade.types import TRUNCATED
 from proxy.config_context import RedactionConfig, ToolOutputConfig
 from tests.unit.cascade.builders import tool, user
@@ -67,6 +68,20 @@ def test_redaction_runs_before_truncation_and_disables_spill() -> None:
     assert "contained secrets" in out.message["content"]
     assert out.events[0].data["spilled"] is False
     assert len(out.message["content"]) <= CFG.max_chars
+
+
+@pytest.mark.parametrize(
+    ("persist_raw", "text"),
+    [(True, "x" * 5000), (False, "x" * 5000), (True, "x" * 3000 + f" {SECRET} " + "y" * 3000)],
+    ids=["copy", "no-copy", "secret"],
+)
+def test_every_cut_has_a_marker_to_find(persist_raw: bool, text: str) -> None:
+    """``/messages`` marks a cut by its marker, with a copy kept or not (the store also
+    checks the body is not the message sent)."""
+    cfg = ToolOutputConfig(max_chars=1000, persist_raw=persist_raw)
+    out = truncate_tool_result(tool("c1", text), cfg=cfg, redaction=RED, pos=2)
+    assert has_cut_marker(out.message["content"])
+    assert not has_cut_marker(text) and not has_cut_marker("[... truncated 5 chars ...]")
 
 
 def test_secret_in_kept_head_is_redacted() -> None:
