@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from proxy.config import ProviderConfig
+from proxy.credentials import scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import loads
 from proxy.provider_errors import mapped_errors, provider_name
@@ -25,6 +26,7 @@ __all__ = [
     "over_cap",
     "read_capped",
     "response_headers",
+    "scrubbed",
     "size_text",
 ]
 
@@ -54,11 +56,18 @@ _DECODER = json.JSONDecoder()
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A provider's whole (non-streamed) answer: status, headers and the decoded body."""
+    """A provider's whole (non-streamed) answer: status, headers and the decoded body (an
+    error's with the credential the call sent scrubbed, ``scrubbed``). ``authorization`` is
+    the ``Authorization`` the call sent, for ``scrub``."""
 
     status_code: int
     headers: httpx.Headers
     content: bytes
+    authorization: str | None = field(default=None, repr=False, compare=False)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a provider's words the proxy quotes) without the credential sent."""
+        return scrub_text(text, secrets_of(self.authorization))
 
     def json(self) -> Any:
         return loads(self.content)
@@ -79,6 +88,12 @@ class Answer:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
+
+
+def scrubbed(status: int, body: bytes, authorization: str | None) -> bytes:
+    """An answer's body as the proxy surfaces it: an error's (a status of 400 or more) without
+    the credential the call sent (``proxy.credentials``), a success's as it came."""
+    return scrub_bytes(body, secrets_of(authorization)) if status >= 400 else body
 
 
 def over_cap(provider: ProviderConfig, status: int, what: str, cap: int) -> UpstreamBadResponse:
@@ -132,8 +147,20 @@ class StreamAnswer:
             yield chunk
 
     async def aread(self, cap: int | None = None) -> bytes:
-        """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``)."""
-        return await read_capped(self._resp, self._provider, cap)
+        """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
+        an error's without the credential the call sent (``scrubbed``)."""
+        body = await read_capped(self._resp, self._provider, cap)
+        return scrubbed(self.status_code, body, self._authorization)
+
+    @property
+    def _authorization(self) -> str | None:
+        sent: str | None = self._resp.request.headers.get("authorization")
+        return sent
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a provider's error the proxy sends in-band or logs) without the
+        credential the call sent."""
+        return scrub_text(text, secrets_of(self._authorization))
 
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing

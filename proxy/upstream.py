@@ -3,8 +3,11 @@
 Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
 as it arrives; both in ``answers.py``) and forwards its bytes. Only transport failures are
 translated, into 502 (unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a
-provider's own 4xx and 5xx answers pass through untouched (``proxy.provider_errors`` words the
-502s and 504s).
+provider's own 4xx and 5xx answers pass through with their status and headers, their body
+with the credential the call sent replaced by ``[REDACTED]`` (``proxy.credentials``: some
+providers quote the key they were sent), and each answer keeps that credential to scrub
+any other provider error the proxy quotes (``Answer.scrub``, ``StreamAnswer.scrub``);
+``proxy.provider_errors`` words the 502s and 504s.
 
 Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.transport``).
 ``timeoutSeconds`` is httpx's read (and write) timeout, so it bounds each wait for bytes and
@@ -32,6 +35,7 @@ from proxy.answers import (
     StreamAnswer,
     read_capped,
     response_headers,
+    scrubbed,
 )
 from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamBadResponse
@@ -271,7 +275,8 @@ class Upstream:
                 await resp.aclose()
         finally:
             timer.stop(status)
-        return Answer(resp.status_code, resp.headers, body)
+        code, sent = resp.status_code, resp.request.headers.get("authorization")
+        return Answer(code, resp.headers, scrubbed(code, body, sent), sent)
 
     async def open_stream(
         self,
