@@ -20,7 +20,9 @@ from proxy.requestlog import UpstreamTimer
 
 __all__ = [
     "Answer",
+    "ASK_FOR_LESS",
     "MAX_ANSWER_BYTES",
+    "MAX_EMBEDDINGS_BYTES",
     "StreamAnswer",
     "RELAY_RESPONSE_HEADERS",
     "over_cap",
@@ -32,11 +34,20 @@ __all__ = [
 
 MAX_ANSWER_BYTES = 32 << 20
 """The most a provider's whole chat answer, and each single event of a streamed one, may
-hold: the request body's own default cap, which no answer without logprobs comes near (128k
-tokens of output are about half a MiB). A provider that sends more (a runaway gateway, a
-line that never ends) would otherwise have the proxy buffer all of it, several times over
-once parsed; past it the call is an ``upstream_bad_response``. Read at each call, so a test
-can lower it."""
+hold (a model list too, ``/v1/models``): the request body's own default cap, which no answer
+without logprobs comes near (128k tokens of output are about half a MiB). A provider that
+sends more (a runaway gateway, a line that never ends) would otherwise have the proxy buffer
+all of it, several times over once parsed; past it the call is an ``upstream_bad_response``.
+Read at each call, so a test can lower it."""
+
+MAX_EMBEDDINGS_BYTES = 256 << 20
+"""The most an embeddings answer (``/v1/embeddings``, relayed whole) may hold: OpenAI's
+largest batch, 2,048 inputs of 3,072 dimensions, is about 100 MiB as JSON numbers and past
+32 MiB even as base64, so ``MAX_ANSWER_BYTES`` would refuse answers a provider gives; past
+this one the answer is a runaway. Read at each call, as that one is."""
+
+ASK_FOR_LESS = "ask for less: max_tokens, logprobs"
+"""What a chat's answer over its cap says to do (``over_cap``)."""
 
 # ``retry-after-ms`` and ``x-should-retry`` are what OpenAI's SDKs read first to decide when,
 # and whether, to retry an error: without them a client retries on the coarser ``retry-after``
@@ -96,12 +107,15 @@ def scrubbed(status: int, body: bytes, authorization: str | None) -> bytes:
     return scrub_bytes(body, secrets_of(authorization)) if status >= 400 else body
 
 
-def over_cap(provider: ProviderConfig, status: int, what: str, cap: int) -> UpstreamBadResponse:
+def over_cap(
+    provider: ProviderConfig, status: int, what: str, cap: int, hint: str = ASK_FOR_LESS
+) -> UpstreamBadResponse:
     """The 502 for an answer (``what``: its whole body, one event of its stream) over ``cap``
-    bytes; its message, logged once, names the provider and the cap."""
+    bytes; its message, logged once, names the provider and the cap, and says what to do
+    (``hint``)."""
     return UpstreamBadResponse(
         f"{provider_name(provider)} answered {status} with {what} over the proxy's cap of "
-        f"{size_text(cap)}; the proxy closed it unread (ask for less: max_tokens, logprobs)"
+        f"{size_text(cap)}; the proxy closed it unread ({hint})"
     )
 
 
@@ -110,10 +124,12 @@ def size_text(cap: int) -> str:
     return f"{cap >> 20} MiB" if cap >= 1 << 20 and not cap % (1 << 20) else f"{cap} bytes"
 
 
-async def read_capped(resp: httpx.Response, provider: ProviderConfig, cap: int | None) -> bytes:
+async def read_capped(
+    resp: httpx.Response, provider: ProviderConfig, cap: int | None, hint: str = ASK_FOR_LESS
+) -> bytes:
     """``resp``'s body, read as it arrives; past ``cap`` bytes (None: no cap) the
-    ``over_cap`` 502, the rest left unread for the caller's close to drop with its
-    connection. A break is the 502 of a body that broke off (``mapped_errors``)."""
+    ``over_cap`` 502 (saying ``hint``), the rest left unread for the caller's close to drop
+    with its connection. A break is the 502 of a body that broke off (``mapped_errors``)."""
     with mapped_errors(provider, answered=resp.status_code):
         if cap is None:
             return await resp.aread()
@@ -122,7 +138,7 @@ async def read_capped(resp: httpx.Response, provider: ProviderConfig, cap: int |
         async for part in resp.aiter_bytes():
             size += len(part)
             if size > cap:
-                raise over_cap(provider, resp.status_code, "a body", cap)
+                raise over_cap(provider, resp.status_code, "a body", cap, hint)
             parts.append(part)
     return parts[0] if len(parts) == 1 else b"".join(parts)
 

@@ -15,8 +15,9 @@ never the whole answer; ``connectTimeoutSeconds`` is its connect timeout. A prov
 compresses its answer (``DECODED_ENCODINGS``) is decoded here, by httpx, over either
 transport, and the relayed headers never carry ``content-encoding`` or ``content-length``
 (``response_headers`` names what is relayed); any other encoding is a 502 naming it. A whole
-answer is read up to ``max_bytes`` when the caller sets one (a chat completion's
-``MAX_ANSWER_BYTES``), past which it is a 502 too and its connection closed.
+answer is read up to ``max_bytes`` when the caller sets one (a chat completion's and a model
+list's ``MAX_ANSWER_BYTES``, an embeddings answer's ``MAX_EMBEDDINGS_BYTES``), past which it
+is a 502 too and its connection closed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from proxy.answers import (
+    ASK_FOR_LESS,
     RELAY_RESPONSE_HEADERS,
     Answer,
     StreamAnswer,
@@ -252,10 +254,11 @@ class Upstream:
         params: Any = None,
         model: str | None = None,
         max_bytes: int | None = None,
+        over_hint: str = ASK_FOR_LESS,
     ) -> Answer:
         """One whole answer; transport failures become 502/504, a body over ``max_bytes``
-        (None: no cap) a 502 naming the cap (``read_capped``). ``model`` names the call in
-        its metrics and span only."""
+        (None: no cap) a 502 naming the cap and saying ``over_hint`` (``read_capped``).
+        ``model`` names the call in its metrics and span only."""
         # The request's upstream time: send to the answer's last byte.
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
@@ -270,7 +273,7 @@ class Upstream:
             )
             status = resp.status_code
             try:
-                body = await read_capped(resp, provider, max_bytes)
+                body = await read_capped(resp, provider, max_bytes, over_hint)
             finally:
                 await resp.aclose()
         finally:
