@@ -311,9 +311,8 @@ def _handle(
     if (why := chunks.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
-    if (failure := chunks.error_answer(chunk)) is not None:  # relayed without the key sent
+    if (failure := chunks.error_answer(chunk)) is not None:
         out.provider_error = out.scrub(failure[1])
-        event = out.scrub(event.decode()).encode()
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
         if strip_usage:
@@ -328,8 +327,17 @@ def _handle(
         rewritten = client.align(rewritten)
     if rewritten is None:
         return []
-    data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
+    data = _frame(event, chunk, rewritten, out)
     return _out(data, rewritten, intercept=intercept, held=held, client=client)
+
+
+def _frame(
+    event: bytes, chunk: dict[str, Any], rewritten: dict[str, Any], out: RoundOutcome
+) -> bytes:
+    """A chunk's frame as it goes out: the provider's bytes when nothing in it changed, else
+    re-encoded; once the round met a provider's error, without the key the call sent."""
+    data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
+    return out.scrub(data.decode()).encode() if out.provider_error else data
 
 
 def _out(

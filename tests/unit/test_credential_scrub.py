@@ -21,6 +21,7 @@ from proxy.credentials import scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
 from proxy.provider_errors import completion
 from proxy.services.fastmodel import post_fast_model, read_fast_answer
+from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.round_answer import round_response
 from proxy.transport import build_client
 from proxy.upstream import StreamAnswer, Upstream
@@ -120,6 +121,42 @@ async def test_a_streamed_calls_error_body_and_its_in_band_frame_are_scrubbed() 
     assert frame is not None and refusal is not None
     assert CLIENT.encode() not in frame and b"[REDACTED]" in frame
     assert CLIENT.encode() not in bytes(refusal.body)
+
+
+class _Body:
+    """Stands for a StreamAnswer whose body is ``pieces``."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self.pieces = pieces
+
+    async def aiter_bytes(self) -> Any:
+        for piece in self.pieces:
+            yield piece
+
+
+@pytest.mark.parametrize("error_id", [None, "c-1", "c-other"], ids=["bare", "same", "realigned"])
+async def test_a_streams_own_error_frame_goes_out_without_the_key(error_id: str | None) -> None:
+    error = {"error": {"message": f"bad key {CLIENT}", "type": "auth", "code": CLIENT}}
+    if error_id is not None:  # a later round's frame takes the stream's identity, re-encoded
+        error["id"] = error_id  # type: ignore[assignment]
+    body = _Body(f"data: {json.dumps(error)}\n\n".encode(), b"data: [DONE]\n\n")
+    out = RoundOutcome(scrub=lambda text: scrub_text(text, secrets_of(CLIENT)))
+    client = ClientStream(head={"id": "c-1", "created": 1, "model": "m"})
+    relayed = b"".join(
+        [
+            p
+            async for p in relay_round(
+                body,  # type: ignore[arg-type]
+                out,
+                strip_usage=False,
+                intercept=False,
+                keepalive=5,
+                client=client,
+            )
+        ]
+    )
+    assert CLIENT.encode() not in relayed and b"bad key [REDACTED]" in relayed
+    assert out.provider_error is not None and CLIENT not in out.provider_error
 
 
 async def test_the_fast_models_error_names_no_credential(caplog: pytest.LogCaptureFixture) -> None:
