@@ -5,8 +5,8 @@ sk-…``). The proxy sends one ``Authorization`` per call (the provider's ``apiK
 client's token forwarded, or the Basic header of a baseUrl's user:password), and ``Upstream``
 keeps it with the answer (``Answer.scrub``, ``StreamAnswer.scrub``): every provider error the
 proxy surfaces, relayed to the client, logged, put in an event or stored, is scrubbed of it
-first (``scrub_text``, ``scrub_bytes``): its token, the token's JSON-escaped spelling, and for
-Basic the ``user:password`` and the password it encodes become ``[REDACTED]``.
+first (``scrub_text``, ``scrub_bytes``): its token, the token's JSON-escaped spellings, and
+for Basic the ``user:password`` and the password it encodes become ``[REDACTED]``.
 
 A credential shorter than ``MIN_SECRET_CHARS`` is left alone: no real key is that short, the
 placeholders clients send a keyless local server are ("EMPTY", "none", "x"), and those are
@@ -46,8 +46,11 @@ def secrets_of(authorization: str | None) -> tuple[str, ...]:
     forms: set[str] = set()
     for secret in found:
         forms.add(secret)
-        forms.add(json.dumps(secret)[1:-1])  # as a JSON string spells it: \" \\ \u00e9
-    return tuple(sorted((f for f in forms if len(f) >= MIN_SECRET_CHARS), key=len, reverse=True))
+        escaped = json.dumps(secret)[1:-1]  # as a JSON string spells it: \" \\ \u00e9
+        forms.update((escaped, escaped.replace("/", "\\/")))  # and with "/" escaped (PHP's)
+    return tuple(
+        sorted((f for f in forms if len(f) >= MIN_SECRET_CHARS), key=lambda f: (-len(f), f))
+    )
 
 
 def scrub_text(text: str, secrets: Iterable[str]) -> str:

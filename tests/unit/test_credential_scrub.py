@@ -174,6 +174,7 @@ def test_the_spellings_of_a_credential() -> None:
     assert secrets_of("Bearer sk-abc") == ("sk-abc",)
     assert secrets_of("sk-bare-key") == ("sk-bare-key",)
     assert secrets_of('Bearer sk-"q"-1') == ('sk-\\"q\\"-1', 'sk-"q"-1')
+    assert secrets_of("Bearer sk/abc") == ("sk\\/abc", "sk/abc")
     assert secrets_of("Bearer ") == secrets_of(None) == secrets_of("Bearer EMPTY") == ()
     assert scrub_text("a sk-abc b", secrets_of("Bearer sk-abc")) == "a [REDACTED] b"
     assert scrub_bytes(b"a sk-abc b", secrets_of("Bearer sk-abc")) == b"a [REDACTED] b"
