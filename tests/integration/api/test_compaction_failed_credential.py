@@ -1,8 +1,8 @@
 """A fast model whose error echoes the credential it was sent (``Incorrect API key provided:
 sk-…``, as some OpenAI-compatible servers answer) leaves no credential in the persisted
-``context.compaction.failed`` event, whose ``error`` quotes that answer: the event is
-replayed to every stream on the session and kept in the events table. (The provider's own
-key is scrubbed so too: tests/unit/test_credential_scrub.py.)"""
+``context.compaction.failed`` event, whose ``error`` quotes that answer (the event is
+replayed to every stream on the session and kept in the events table), nor in the log. (The
+provider's own key is scrubbed so too: tests/unit/test_credential_scrub.py.)"""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.integration.api.compaction_stack import (
     stack,
     wait_until,
 )
+from tests.integration.api.conftest import Records
 
 
 def _echo(req: RecordedRequest) -> Any:
@@ -29,7 +30,7 @@ def _echo(req: RecordedRequest) -> Any:
 
 
 def test_the_failed_event_names_no_credential(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, records: Records
 ) -> None:
     model = Model()
     with stack(tmp_path, db_dsn, fake_upstream, model) as s:
@@ -43,6 +44,9 @@ def test_the_failed_event_names_no_credential(
     assert "Incorrect API key provided" in failed["error"], failed
     assert CLIENT_KEY not in json.dumps(failed), failed
     assert not [r for r in stored if CLIENT_KEY in r["data"]]
+    logged = [r.getMessage() for r in records.records]
+    assert any("Incorrect API key provided: [REDACTED]" in line for line in logged)
+    assert not [line for line in logged if CLIENT_KEY in line]
 
 
 def _failed(s: Stack) -> list[dict[str, Any]]:
