@@ -29,6 +29,7 @@ __all__ = [
     "read_capped",
     "response_headers",
     "scrubbed",
+    "sent_authorization",
     "size_text",
 ]
 
@@ -68,17 +69,17 @@ _DECODER = json.JSONDecoder()
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A provider's whole (non-streamed) answer: status, headers and the decoded body (an
-    error's with the credential the call sent scrubbed, ``scrubbed``). ``authorization`` is
-    the ``Authorization`` the call sent, for ``scrub``."""
+    error's with the credential the call sent scrubbed, ``scrubbed``). ``request`` is the
+    call's, whose ``Authorization`` ``scrub`` reads (only then: a success needs none)."""
 
     status_code: int
     headers: httpx.Headers
     content: bytes
-    authorization: str | None = field(default=None, repr=False, compare=False)
+    request: httpx.Request | None = field(default=None, repr=False, compare=False)
 
     def scrub(self, text: str) -> str:
         """``text`` (a provider's words the proxy quotes) without the credential sent."""
-        return scrub_text(text, secrets_of(self.authorization))
+        return scrub_text(text, secrets_of(sent_authorization(self.request)))
 
     def json(self) -> Any:
         return loads(self.content)
@@ -101,10 +102,18 @@ class Answer:
         return self.content.decode("utf-8", "replace")
 
 
-def scrubbed(status: int, body: bytes, authorization: str | None) -> bytes:
+def scrubbed(status: int, body: bytes, request: httpx.Request | None) -> bytes:
     """An answer's body as the proxy surfaces it: an error's (a status of 400 or more) without
-    the credential the call sent (``proxy.credentials``), a success's as it came."""
-    return scrub_bytes(body, secrets_of(authorization)) if status >= 400 else body
+    the credential ``request`` sent (``proxy.credentials``), a success's as it came."""
+    if status < 400:
+        return body
+    return scrub_bytes(body, secrets_of(sent_authorization(request)))
+
+
+def sent_authorization(request: httpx.Request | None) -> str | None:
+    """The ``Authorization`` a call sent, if any."""
+    sent: str | None = request.headers.get("authorization") if request is not None else None
+    return sent
 
 
 def over_cap(
@@ -166,17 +175,12 @@ class StreamAnswer:
         """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
         an error's without the credential the call sent (``scrubbed``)."""
         body = await read_capped(self._resp, self._provider, cap)
-        return scrubbed(self.status_code, body, self._authorization)
-
-    @property
-    def _authorization(self) -> str | None:
-        sent: str | None = self._resp.request.headers.get("authorization")
-        return sent
+        return scrubbed(self.status_code, body, self._resp.request)
 
     def scrub(self, text: str) -> str:
         """``text`` (a provider's error the proxy sends in-band or logs) without the
         credential the call sent."""
-        return scrub_text(text, secrets_of(self._authorization))
+        return scrub_text(text, secrets_of(sent_authorization(self._resp.request)))
 
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing

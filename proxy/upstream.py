@@ -278,8 +278,8 @@ class Upstream:
                 await resp.aclose()
         finally:
             timer.stop(status)
-        code, sent = resp.status_code, resp.request.headers.get("authorization")
-        return Answer(code, resp.headers, scrubbed(code, body, sent), sent)
+        code = resp.status_code
+        return Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
 
     async def open_stream(
         self,
