@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from proxy.config import ProviderConfig
+from proxy.credentials import scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import loads
 from proxy.provider_errors import mapped_errors, provider_name
@@ -19,22 +20,35 @@ from proxy.requestlog import UpstreamTimer
 
 __all__ = [
     "Answer",
+    "ASK_FOR_LESS",
     "MAX_ANSWER_BYTES",
+    "MAX_EMBEDDINGS_BYTES",
     "StreamAnswer",
     "RELAY_RESPONSE_HEADERS",
     "over_cap",
     "read_capped",
     "response_headers",
+    "scrubbed",
+    "sent_authorization",
     "size_text",
 ]
 
 MAX_ANSWER_BYTES = 32 << 20
 """The most a provider's whole chat answer, and each single event of a streamed one, may
-hold: the request body's own default cap, which no answer without logprobs comes near (128k
-tokens of output are about half a MiB). A provider that sends more (a runaway gateway, a
-line that never ends) would otherwise have the proxy buffer all of it, several times over
-once parsed; past it the call is an ``upstream_bad_response``. Read at each call, so a test
-can lower it."""
+hold (a model list too, ``/v1/models``): the request body's own default cap, which no answer
+without logprobs comes near (128k tokens of output are about half a MiB). A provider that
+sends more (a runaway gateway, a line that never ends) would otherwise have the proxy buffer
+all of it, several times over once parsed; past it the call is an ``upstream_bad_response``.
+Read at each call, so a test can lower it."""
+
+MAX_EMBEDDINGS_BYTES = 256 << 20
+"""The most an embeddings answer (``/v1/embeddings``, relayed whole) may hold: OpenAI's
+largest batch, 2,048 inputs of 3,072 dimensions, is about 100 MiB as JSON numbers and past
+32 MiB even as base64, so ``MAX_ANSWER_BYTES`` would refuse answers a provider gives; past
+this one the answer is a runaway. Read at each call, as that one is."""
+
+ASK_FOR_LESS = "ask for less: max_tokens, logprobs"
+"""What a chat's answer over its cap says to do (``over_cap``)."""
 
 # ``retry-after-ms`` and ``x-should-retry`` are what OpenAI's SDKs read first to decide when,
 # and whether, to retry an error: without them a client retries on the coarser ``retry-after``
@@ -54,11 +68,18 @@ _DECODER = json.JSONDecoder()
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A provider's whole (non-streamed) answer: status, headers and the decoded body."""
+    """A provider's whole (non-streamed) answer: status, headers and the decoded body (an
+    error's with the credential the call sent scrubbed, ``scrubbed``). ``request`` is the
+    call's, whose ``Authorization`` ``scrub`` reads (only then: a success needs none)."""
 
     status_code: int
     headers: httpx.Headers
     content: bytes
+    request: httpx.Request | None = field(default=None, repr=False, compare=False)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a provider's words the proxy quotes) without the credential sent."""
+        return scrub_text(text, secrets_of(sent_authorization(self.request)))
 
     def json(self) -> Any:
         return loads(self.content)
@@ -81,12 +102,29 @@ class Answer:
         return self.content.decode("utf-8", "replace")
 
 
-def over_cap(provider: ProviderConfig, status: int, what: str, cap: int) -> UpstreamBadResponse:
+def scrubbed(status: int, body: bytes, request: httpx.Request | None) -> bytes:
+    """An answer's body as the proxy surfaces it: an error's (a status of 400 or more) without
+    the credential ``request`` sent (``proxy.credentials``), a success's as it came."""
+    if status < 400:
+        return body
+    return scrub_bytes(body, secrets_of(sent_authorization(request)))
+
+
+def sent_authorization(request: httpx.Request | None) -> str | None:
+    """The ``Authorization`` a call sent, if any."""
+    sent: str | None = request.headers.get("authorization") if request is not None else None
+    return sent
+
+
+def over_cap(
+    provider: ProviderConfig, status: int, what: str, cap: int, hint: str = ASK_FOR_LESS
+) -> UpstreamBadResponse:
     """The 502 for an answer (``what``: its whole body, one event of its stream) over ``cap``
-    bytes; its message, logged once, names the provider and the cap."""
+    bytes; its message, logged once, names the provider and the cap, and says what to do
+    (``hint``)."""
     return UpstreamBadResponse(
         f"{provider_name(provider)} answered {status} with {what} over the proxy's cap of "
-        f"{size_text(cap)}; the proxy closed it unread (ask for less: max_tokens, logprobs)"
+        f"{size_text(cap)}; the proxy closed it unread ({hint})"
     )
 
 
@@ -95,10 +133,12 @@ def size_text(cap: int) -> str:
     return f"{cap >> 20} MiB" if cap >= 1 << 20 and not cap % (1 << 20) else f"{cap} bytes"
 
 
-async def read_capped(resp: httpx.Response, provider: ProviderConfig, cap: int | None) -> bytes:
+async def read_capped(
+    resp: httpx.Response, provider: ProviderConfig, cap: int | None, hint: str = ASK_FOR_LESS
+) -> bytes:
     """``resp``'s body, read as it arrives; past ``cap`` bytes (None: no cap) the
-    ``over_cap`` 502, the rest left unread for the caller's close to drop with its
-    connection. A break is the 502 of a body that broke off (``mapped_errors``)."""
+    ``over_cap`` 502 (saying ``hint``), the rest left unread for the caller's close to drop
+    with its connection. A break is the 502 of a body that broke off (``mapped_errors``)."""
     with mapped_errors(provider, answered=resp.status_code):
         if cap is None:
             return await resp.aread()
@@ -107,7 +147,7 @@ async def read_capped(resp: httpx.Response, provider: ProviderConfig, cap: int |
         async for part in resp.aiter_bytes():
             size += len(part)
             if size > cap:
-                raise over_cap(provider, resp.status_code, "a body", cap)
+                raise over_cap(provider, resp.status_code, "a body", cap, hint)
             parts.append(part)
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -132,8 +172,15 @@ class StreamAnswer:
             yield chunk
 
     async def aread(self, cap: int | None = None) -> bytes:
-        """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``)."""
-        return await read_capped(self._resp, self._provider, cap)
+        """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
+        an error's without the credential the call sent (``scrubbed``)."""
+        body = await read_capped(self._resp, self._provider, cap)
+        return scrubbed(self.status_code, body, self._resp.request)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a provider's error the proxy sends in-band or logs) without the
+        credential the call sent."""
+        return scrub_text(text, secrets_of(sent_authorization(self._resp.request)))
 
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing

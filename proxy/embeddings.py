@@ -10,7 +10,8 @@ It is loaded from the installed package folder with downloads disabled: nothing 
 
 Any other ``embedding.provider`` names a provider of the config; its ``/embeddings`` is
 called through the proxy's one HTTP client (``upstream.Upstream``) with the provider's own
-credentials only (embedding runs in the background, where no client's token exists). The
+credentials only (embedding runs in the background, where no client's token exists), and
+its answer read up to ``answers.MAX_EMBEDDINGS_BYTES``, as a client's embeddings are. The
 tokens its answers report go to ``on_usage``, the app's token metrics; the builtin makes
 no provider call and reports none.
 
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from proxy import answers
 from proxy.cascade.text import content_text
 from proxy.config import Config, EmbeddingConfig, ProviderConfig
 from proxy.jsonio import dumps
@@ -173,6 +175,8 @@ class ApiEmbedder:
                 client_headers={},
                 content=dumps(body),
                 model=self._model,
+                max_bytes=answers.MAX_EMBEDDINGS_BYTES,
+                over_hint="lower the config's embedding.batchSize",
             )
         except Exception as exc:
             raise EmbeddingError(str(exc) or type(exc).__name__) from exc

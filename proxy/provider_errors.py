@@ -234,7 +234,8 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
     """A 2xx answer's chat completion; anything else the provider sent is a 502, one whose
     choices or tool calls are malformed too (the 502's message, logged, names the provider
     and what was wrong, never the content), and an error object sent as a success, whose
-    502 quotes its message while the log line names only its type and code."""
+    502 quotes its message while the log line names only its type and code (both without the
+    credential the call sent)."""
     try:
         data, parsed = resp.json(), True
     except ValueError:
@@ -244,7 +245,8 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         said = (
             f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
         )
-        raise UpstreamBadResponse(f"{said}: {err.get('message')}", log_message=f"{said} ({label})")
+        message, label = resp.scrub(str(err.get("message"))), resp.scrub(label)
+        raise UpstreamBadResponse(f"{said}: {message}", log_message=f"{said} ({label})")
     if not isinstance(data, dict):
         kind = resp.headers.get("content-type") or "no content type"
         hint = "check the provider's baseUrl"

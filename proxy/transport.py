@@ -58,6 +58,7 @@ from proxy.config import Config, ConfigError, ProviderConfig
 from proxy.pool_use import PoolUse, Released
 
 __all__ = [
+    "ca_file_failures",
     "check_ca_files",
     "check_proxies",
     "check_trust",
@@ -280,13 +281,14 @@ class ProviderTransport(httpx.AsyncBaseTransport):
         await self.use.aclose()
 
 
-def check_ca_files(
+def ca_file_failures(
     transport: ProviderTransport | None, cfg: Config, before: Config | None = None
-) -> list[str]:
-    """What is wrong with each provider's ``caFile`` that does not load (``context_for``'s
-    load: with a ``transport``, the one its requests use, else a new one), one line each
-    naming the key; with ``before``, only those of providers whose TLS settings ``before``
-    did not have: one already in force keeps its last bundle while the file is replaced."""
+) -> list[tuple[str, str, str]]:
+    """Each provider whose ``caFile`` does not load, as its name, the file and why, in name
+    order: ``context_for``'s load (with a ``transport``, the one its requests use, which is
+    then built; else a new one). With ``before``, only providers whose TLS settings
+    ``before`` did not have: one already in force keeps its last bundle while the file is
+    replaced."""
     seen = set() if before is None else {_tls(p) for p in before.providers.values()}
     out = []
     for name, provider in sorted(cfg.providers.items()):
@@ -300,11 +302,20 @@ def check_ca_files(
                 ssl.create_default_context(cafile=tls.ca_file)
         except (OSError, ssl.SSLError) as exc:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
-            out.append(
-                f"providers.{name}.caFile: {tls.ca_file} cannot be loaded "
-                f"({type(exc).__name__}: {reason}); its requests would answer 502"
-            )
+            out.append((name, tls.ca_file, f"{type(exc).__name__}: {reason}"))
     return out
+
+
+def check_ca_files(
+    transport: ProviderTransport | None, cfg: Config, before: Config | None = None
+) -> list[str]:
+    """What is wrong with each provider's ``caFile`` that does not load
+    (``ca_file_failures``), one line each naming the key."""
+    return [
+        f"providers.{name}.caFile: {ca_file} cannot be loaded ({why}); its requests would "
+        "answer 502"
+        for name, ca_file, why in ca_file_failures(transport, cfg, before)
+    ]
 
 
 def refuse_ca_files(transport: ProviderTransport, new: Config, current: Config) -> None:

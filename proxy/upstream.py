@@ -3,8 +3,11 @@
 Relaying is byte for byte: the caller gets the answer (whole, or a ``StreamAnswer`` to read
 as it arrives; both in ``answers.py``) and forwards its bytes. Only transport failures are
 translated, into 502 (unreachable) and 504 (timed out), and redirects, into 502 (``_send``); a
-provider's own 4xx and 5xx answers pass through untouched (``proxy.provider_errors`` words the
-502s and 504s).
+provider's own 4xx and 5xx answers pass through with their status and headers, their body
+with the credential the call sent replaced by ``[REDACTED]`` (``proxy.credentials``: some
+providers quote the key they were sent), and each answer keeps that credential to scrub
+any other provider error the proxy quotes (``Answer.scrub``, ``StreamAnswer.scrub``);
+``proxy.provider_errors`` words the 502s and 504s.
 
 Requests go through the one ``httpx.AsyncClient`` the lifespan owns (``proxy.transport``).
 ``timeoutSeconds`` is httpx's read (and write) timeout, so it bounds each wait for bytes and
@@ -12,8 +15,9 @@ never the whole answer; ``connectTimeoutSeconds`` is its connect timeout. A prov
 compresses its answer (``DECODED_ENCODINGS``) is decoded here, by httpx, over either
 transport, and the relayed headers never carry ``content-encoding`` or ``content-length``
 (``response_headers`` names what is relayed); any other encoding is a 502 naming it. A whole
-answer is read up to ``max_bytes`` when the caller sets one (a chat completion's
-``MAX_ANSWER_BYTES``), past which it is a 502 too and its connection closed.
+answer is read up to ``max_bytes`` when the caller sets one (a chat completion's and a model
+list's ``MAX_ANSWER_BYTES``, an embeddings answer's ``MAX_EMBEDDINGS_BYTES``), past which it
+is a 502 too and its connection closed.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from proxy.answers import (
+    ASK_FOR_LESS,
     RELAY_RESPONSE_HEADERS,
     Answer,
     StreamAnswer,
     read_capped,
     response_headers,
+    scrubbed,
 )
 from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamBadResponse
@@ -248,10 +254,11 @@ class Upstream:
         params: Any = None,
         model: str | None = None,
         max_bytes: int | None = None,
+        over_hint: str = ASK_FOR_LESS,
     ) -> Answer:
         """One whole answer; transport failures become 502/504, a body over ``max_bytes``
-        (None: no cap) a 502 naming the cap (``read_capped``). ``model`` names the call in
-        its metrics and span only."""
+        (None: no cap) a 502 naming the cap and saying ``over_hint`` (``read_capped``).
+        ``model`` names the call in its metrics and span only."""
         # The request's upstream time: send to the answer's last byte.
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
@@ -266,12 +273,13 @@ class Upstream:
             )
             status = resp.status_code
             try:
-                body = await read_capped(resp, provider, max_bytes)
+                body = await read_capped(resp, provider, max_bytes, over_hint)
             finally:
                 await resp.aclose()
         finally:
             timer.stop(status)
-        return Answer(resp.status_code, resp.headers, body)
+        code = resp.status_code
+        return Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
 
     async def open_stream(
         self,

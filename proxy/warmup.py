@@ -47,7 +47,7 @@ from proxy.cascade.pipeline import ingest
 from proxy.config import Config
 from proxy.store import messages as msgs, steps
 from proxy.store.db import Connection, DatabaseUnavailable, acquire, create_pool
-from proxy.transport import ProviderTransport, TlsSettings
+from proxy.transport import ProviderTransport, TlsSettings, ca_file_failures
 
 __all__ = [
     "WARM_TENANT",
@@ -212,21 +212,22 @@ def warm_process(
             for message in _PROBES:
                 ingest(message, ctx)
         count(list(_PROBES))
-        if transport is not None:
-            transport.context_for(TlsSettings())
     except Exception as exc:
         log.warning("warming the process's caches: %s: %s", type(exc).__name__, exc)
     if transport is None:
         return
-    for name, provider in sorted(cfg.providers.items()):
-        try:
-            transport.context_for(TlsSettings(provider.ca_file, provider.verify_tls))
-        except Exception as exc:  # an unreadable caFile: its requests say so too, as 502s
+    try:
+        transport.context_for(TlsSettings())
+        for provider in cfg.providers.values():  # a checked caFile's is built by its check
+            if not (provider.verify_tls and provider.ca_file):
+                transport.context_for(TlsSettings(provider.ca_file, provider.verify_tls))
+        for name, ca_file, why in ca_file_failures(transport, cfg):  # 502s say so too
             log.warning(
-                "provider %r: its caFile %s cannot be loaded (%s: %s); its requests will"
-                " answer 502 until it can",
+                "provider %r: its caFile %s cannot be loaded (%s); its requests will answer"
+                " 502 until it can",
                 name,
-                provider.ca_file,
-                type(exc).__name__,
-                exc,
+                ca_file,
+                why,
             )
+    except Exception as exc:
+        log.warning("warming the process's caches: %s: %s", type(exc).__name__, exc)

@@ -18,6 +18,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy import answers
 from proxy.api.deps import (
     MAX_BODY_BYTES,
     ConfigDep,
@@ -219,6 +220,10 @@ def _body_model(body: dict[str, Any]) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
+_EMBEDDINGS_HINT = "ask for fewer inputs, or for encoding_format base64"
+_MODELS_HINT = "check the provider's baseUrl"
+
+
 async def _passthrough(
     request: Request,
     upstream: UpstreamDep,
@@ -252,6 +257,11 @@ async def _passthrough(
         # likes (an HTML page, a 500), not an error the client can read as its own.
         body = json_object(content)
         model = _body_model(body) if model_in_body else None
+    # A model list near the chat's cap is no provider's; an embeddings batch can pass it.
+    if model_in_body:
+        cap, hint = answers.MAX_EMBEDDINGS_BYTES, _EMBEDDINGS_HINT
+    else:
+        cap, hint = answers.MAX_ANSWER_BYTES, _MODELS_HINT
     resp = await upstream.call(
         provider,
         request.method,
@@ -260,6 +270,8 @@ async def _passthrough(
         content=content,
         params=list(request.query_params.multi_items()),
         model=model,
+        max_bytes=cap,
+        over_hint=hint,
     )
     if resp.status_code >= 400:
         log_relayed(provider, resp.status_code)

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from proxy import answers
-from proxy.cascade.redaction import REDACTED
 from proxy.observe import note_usage
 
 __all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer", "retry_after"]
@@ -37,26 +35,6 @@ def _error_head(text: str) -> str:
     return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head
 
 
-def _credentials(job: Any) -> list[str]:
-    """What a call for ``job`` authenticates with: the provider's key (its ``apiKeyEnv``,
-    read as the upstream client reads it) or the client's bearer token, forwarded."""
-    env = job.provider.api_key_env
-    found = [(os.environ.get(env) or "").strip()] if env else []
-    for name, value in job.headers.items():
-        if name.lower() == "authorization":
-            found.append(value.partition(" ")[2].strip() or value.strip())
-    return [c for c in found if c]
-
-
-def _scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with each of ``secrets`` replaced: a provider that quotes the key it was
-    sent (``Incorrect API key provided: sk-…``) puts it in an error the proxy keeps in a
-    ``context.compaction.failed`` event and logs."""
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    return text
-
-
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``); the raw reply."""
     return await upstream.call(
@@ -72,11 +50,13 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
 
 def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     """The status of ``resp`` and, for a success, the answer's text (its usage noted), or for
-    an error the head of the provider's body. A success that is not a chat completion raises
+    an error the head of the provider's body (``Upstream.call`` scrubbed the credential it
+    sent from it: some providers quote it, and the head goes into a
+    ``context.compaction.failed`` event and the log). A success that is not a chat completion raises
     (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
     AttributeError for another shape)."""
     if resp.status_code >= 400:
-        return resp.status_code, _error_head(_scrub(resp.text, _credentials(job)))
+        return resp.status_code, _error_head(resp.text)
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, str(data["choices"][0]["message"].get("content") or "")

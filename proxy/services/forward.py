@@ -272,7 +272,7 @@ class Forwarder:
                     yield client.emit(error)
                     yield sse.DONE
                     return
-                out = RoundOutcome()
+                out = RoundOutcome(scrub=resp.scrub)
                 tap.round(out.acc)
                 async for piece in self._relay(step, resp, out, client, tap.poll):
                     yield piece

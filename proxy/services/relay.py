@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,8 @@ class RoundOutcome:
     error_code: str | None = UpstreamBadResponse.code  # its error frame's (a timeout's: its own)
     provider_error: str | None = None  # its error's type and code: relayed as it came
     saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
+    # what a provider's error frame passes through before it goes out (its StreamAnswer's)
+    scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
 
     @property
     def only_internal(self) -> bool:
@@ -234,8 +236,9 @@ def _ending(
         failure := chunks.error_answer(whole)
     ):
         # an error object instead of a stream: the SDKs read it only as an error frame
-        out.provider_error = failure[1]
-        return [sse.encode_event({"error": failure[0]}), sse.DONE], b""
+        out.provider_error = out.scrub(failure[1])
+        frame = out.scrub(sse.encode_event({"error": failure[0]}).decode())
+        return [frame.encode(), sse.DONE], b""
     if tail.strip() and not out.saw_done and _last_event(tail):
         event = tail.rstrip(b"\r\n") + b"\n\n"  # an SSE client drops an event left open
         now = _handle(
@@ -309,7 +312,7 @@ def _handle(
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
     if (failure := chunks.error_answer(chunk)) is not None:
-        out.provider_error = failure[1]
+        out.provider_error = out.scrub(failure[1])
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
         if strip_usage:
@@ -324,8 +327,17 @@ def _handle(
         rewritten = client.align(rewritten)
     if rewritten is None:
         return []
-    data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
+    data = _frame(event, chunk, rewritten, out)
     return _out(data, rewritten, intercept=intercept, held=held, client=client)
+
+
+def _frame(
+    event: bytes, chunk: dict[str, Any], rewritten: dict[str, Any], out: RoundOutcome
+) -> bytes:
+    """A chunk's frame as it goes out: the provider's bytes when nothing in it changed, else
+    re-encoded; once the round met a provider's error, without the key the call sent."""
+    data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
+    return out.scrub(data.decode()).encode() if out.provider_error else data
 
 
 def _out(

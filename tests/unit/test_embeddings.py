@@ -1,6 +1,6 @@
 """Embedding providers (``proxy/embeddings.py``): the builtin model loads offline and ranks by
-meaning, a provider's ``/embeddings`` answer is read in order, a model change is a new name,
-and the config refuses an embedder it cannot run."""
+meaning, a provider's ``/embeddings`` answer is read in order (up to its cap), a model change
+is a new name, and the config refuses an embedder it cannot run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy import answers
 from proxy.config import ConfigError, parse_config
 from proxy.embeddings import (
     ApiEmbedder,
@@ -79,6 +80,15 @@ def test_a_provider_answer_is_read_in_index_order() -> None:
 def test_a_failing_provider_is_an_embedding_error(response: httpx.Response) -> None:
     emb = _api(lambda request: response)
     with pytest.raises(EmbeddingError):
+        asyncio.run(emb.embed(["a"]))
+
+
+def test_an_answer_over_the_embeddings_cap_is_an_embedding_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(answers, "MAX_EMBEDDINGS_BYTES", 1024)
+    emb = _api(lambda request: httpx.Response(200, json={"data": [], "pad": "x" * 2048}))
+    with pytest.raises(EmbeddingError, match="cap of 1024 bytes"):
         asyncio.run(emb.embed(["a"]))
 
 

@@ -1,18 +1,15 @@
 """A fast model whose error echoes the credential it was sent (``Incorrect API key provided:
 sk-…``, as some OpenAI-compatible servers answer) leaves no credential in the persisted
-``context.compaction.failed`` event, whose ``error`` quotes that answer: the event is
-replayed to every stream on the session and kept in the events table."""
+``context.compaction.failed`` event, whose ``error`` quotes that answer (the event is
+replayed to every stream on the session and kept in the events table), nor in the log. (The
+provider's own key is scrubbed so too: tests/unit/test_credential_scrub.py.)"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
-from proxy.services.fastmodel import read_fast_answer
 from tests.fakes.replies import RecordedRequest, error
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import (
@@ -23,6 +20,7 @@ from tests.integration.api.compaction_stack import (
     stack,
     wait_until,
 )
+from tests.integration.api.conftest import Records
 
 
 def _echo(req: RecordedRequest) -> Any:
@@ -32,7 +30,7 @@ def _echo(req: RecordedRequest) -> Any:
 
 
 def test_the_failed_event_names_no_credential(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, records: Records
 ) -> None:
     model = Model()
     with stack(tmp_path, db_dsn, fake_upstream, model) as s:
@@ -46,17 +44,10 @@ def test_the_failed_event_names_no_credential(
     assert "Incorrect API key provided" in failed["error"], failed
     assert CLIENT_KEY not in json.dumps(failed), failed
     assert not [r for r in stored if CLIENT_KEY in r["data"]]
+    logged = [r.getMessage() for r in records.records]
+    assert any("Incorrect API key provided: [REDACTED]" in line for line in logged)
+    assert not [line for line in logged if CLIENT_KEY in line]
 
 
 def _failed(s: Stack) -> list[dict[str, Any]]:
     return s.events("echo", "context.compaction.failed")
-
-
-def test_the_providers_own_key_is_scrubbed_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASCADE_TEST_FAST_KEY", "sk-provider-0123456789\n")
-    job = SimpleNamespace(provider=SimpleNamespace(api_key_env="CASCADE_TEST_FAST_KEY"), headers={})
-    answer = SimpleNamespace(
-        status_code=401, text='{"error": {"message": "bad key sk-provider-0123456789"}}'
-    )
-    status, text = read_fast_answer(job, answer)
-    assert status == 401 and text == '{"error": {"message": "bad key [REDACTED]"}}'
