@@ -172,3 +172,45 @@ def test_a_pattern_a_reload_adds_covers_the_summary_facts_and_blocks_stored_befo
     assert CODE not in after and "deploy.sh reads [REDACTED]" in after, after
     shown = http.get("/v1/sessions/added").json()["summary"]["content"]
     assert CODE not in shown and "deploy.sh reads [REDACTED]" in shown
+
+
+def test_a_pattern_a_reload_adds_covers_stored_tool_results_and_their_pages(
+    start: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A tool result stored before the pattern is resent by the client and matched by its
+    hash, not ingested again: the window redacts it all the same, and so does a
+    ``read_tool_output`` page of its spill, which goes to the provider."""
+    proxy, path = start(toolOutput={"maxChars": 1000})
+    tools = [{"type": "function", "function": {"name": "sh", "parameters": {}}}]
+    filler = " ".join(f"w{i}" for i in range(400))
+    result = f"key {CODE}\n{filler[:1200]}\nmiddle {CODE}\n{filler}"
+    model = Model()
+    fake_upstream.default = model
+    model.main = lambda req: reply(None, tool_calls=[tool_call("sh", {}, id="c1")])
+    history: list[Any] = [user("run it")]
+    history.append(chat(proxy.origin, "tools", history, tools=tools))
+    history.append({"role": "tool", "tool_call_id": "c1", "content": result})
+    model.main = lambda req: reply("ran")
+    history.append(chat(proxy.origin, "tools", history, tools=tools))
+    assert CODE in json.dumps(_main(fake_upstream)[-1])
+
+    with open_events(proxy.origin, "tools") as stream:
+        stream.until(named(USAGE))
+        patterns = (r"ZETA-\d{4}-[A-Z]{2}",)
+        save(
+            path, _config(path, fake_upstream.url, patterns=patterns, toolOutput={"maxChars": 1000})
+        )
+        stream.until(named(CONFIG_RELOADED))
+    read = tool_call("read_tool_output", {"id": "c1", "offset": 1100}, id="r1")
+    model.main = lambda req: (
+        reply("done")
+        if req.json["messages"][-1].get("tool_call_id") == "r1"
+        else reply(None, tool_calls=[read])
+    )
+    history.append(user("and the middle?"))
+    chat(proxy.origin, "tools", history, tools=tools)
+    asked, paged = _main(fake_upstream)[-2:]
+    assert paged["messages"][-1]["tool_call_id"] == "r1" and "middle [REDACTED]" in json.dumps(
+        paged
+    )
+    assert CODE not in json.dumps(asked) and CODE not in json.dumps(paged)

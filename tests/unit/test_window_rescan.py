@@ -1,0 +1,45 @@
+"""``WindowRescan``: a window stored before its agent's patterns changed is redacted again."""
+
+from __future__ import annotations
+
+from proxy.cascade.redaction import REDACTED, compile_patterns
+from proxy.services.rescan import WindowRescan
+from proxy.session_id import SessionKey
+
+KEY = SessionKey("t", "s")
+CODE = "ZETA-4821-QX"
+OLD = compile_patterns(())
+NEW = compile_patterns((r"ZETA-\d{4}-[A-Z]{2}",))
+WINDOW = (
+    {"role": "user", "content": f"use {CODE}"},
+    {"role": "assistant", "content": f"I used {CODE}"},
+    {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": CODE}]},
+)
+
+
+def test_a_window_is_redacted_again_under_new_patterns_but_the_models_reply() -> None:
+    rescan = WindowRescan()
+    assert rescan.window(KEY, WINDOW, OLD) == WINDOW
+    user, reply, tool = rescan.window(KEY, WINDOW, NEW)
+    assert user["content"] == f"use {REDACTED}" and tool["content"][0]["text"] == REDACTED
+    assert reply is WINDOW[1]
+    # a match is not remembered as clean: the next step redacts it again
+    assert rescan.window(KEY, WINDOW, NEW)[0]["content"] == f"use {REDACTED}"
+
+
+def test_a_clean_window_is_scanned_once_per_change_of_patterns() -> None:
+    rescan = WindowRescan()
+    clean = (WINDOW[1],)
+    assert rescan.window(KEY, clean, NEW) == clean
+    later = (*clean, {"role": "user", "content": CODE})  # ingested under NEW: not scanned
+    assert rescan.window(KEY, later, NEW) == later
+    assert rescan.window(KEY, later, OLD) == later  # OLD finds nothing in it
+    assert rescan.window(KEY, later, NEW)[-1]["content"] == REDACTED  # changed back: again
+
+
+def test_no_patterns_no_scan_and_the_memory_is_bounded() -> None:
+    rescan = WindowRescan(max_sessions=1)
+    assert rescan.window(KEY, WINDOW, ()) == WINDOW
+    rescan.window(SessionKey("t", "a"), (), NEW)
+    rescan.window(SessionKey("t", "b"), (), NEW)
+    assert len(rescan._clean) == 1
