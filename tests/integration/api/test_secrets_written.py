@@ -214,3 +214,38 @@ def test_a_pattern_a_reload_adds_covers_stored_tool_results_and_their_pages(
         paged
     )
     assert CODE not in json.dumps(asked) and CODE not in json.dumps(paged)
+
+
+def test_the_other_ways_out_carry_a_client_secret_nowhere_and_a_written_one_to_its_owner(
+    start: Any, fake_upstream: FakeUpstream, records: Any
+) -> None:
+    """Events carry no message text but a streamed reply's deltas, on the owner's stream;
+    ``/messages`` shows the owner the reply the model wrote as it came (README, Decisions:
+    Redaction); logs, metrics and the session's figures carry neither secret."""
+    proxy, _ = start(toolOutput={"maxChars": 1000})
+    written = "AKIA" + "WRITTENBYMODEL12"
+    model = Model()
+    fake_upstream.default = model
+    model.main = lambda req: reply(None, tool_calls=[tool_call("sh", {"k": written}, id="c1")])
+    history: list[Any] = [user(f"my key is {SECRET}")]
+    history.append(chat(proxy.origin, "out", history))
+    filler = " ".join(f"w{i}" for i in range(600))
+    history.append({"role": "tool", "tool_call_id": "c1", "content": f"{filler}\n{SECRET}"})
+    model.main = lambda req: reply(f"streamed {written}")
+    with open_events(proxy.origin, "out") as stream:
+        chat(proxy.origin, "out", history, stream=True)
+        frames = stream.until(named(USAGE))  # the first request's, replayed
+        frames += stream.until(named(USAGE))
+    assert {f.event for f in frames if written in json.dumps(f.data)} == {
+        "session.message.delta.appended"
+    }
+    persisted = column(proxy.settings.database_url, "SELECT data::text FROM events")
+    assert persisted and not any(SECRET in d or written in d for d in persisted)
+    http = httpx.Client(base_url=proxy.origin, headers=HEADERS, timeout=10)
+    listed = http.get("/v1/sessions/out/messages").text
+    assert SECRET not in listed and written in listed
+    for path in ("/v1/sessions/out", "/v1/sessions", "/v1/sessions/out/tool-outputs/c1"):
+        answer = http.get(path).text
+        assert SECRET not in answer and written not in answer, path
+    shown = [r.getMessage() for r in records.records] + [http.get("/metrics").text]
+    assert not any(SECRET in t or written in t for t in shown)
