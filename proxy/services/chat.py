@@ -73,6 +73,12 @@ __all__ = ["ChatService", "ChatContext", "Route", "route", "reserved_output"]
 log = logging.getLogger("cascade.chat")
 
 
+def _all_new(state: SessionState) -> bool:
+    """Whether this request stored (and so ingested) every message of the window."""
+    first = state.head_len - state.appended
+    return state.appended > 0 and min(state.positions, default=first) >= first
+
+
 def route(cfg: Config, body: Mapping[str, Any]) -> Route:
     agent_name, agent = cfg.agent_for(body.get("model"))
     model = agent.model or str(body.get("model") or "")
@@ -250,7 +256,9 @@ class ChatService:
             state = await self.relief.maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
         turn_key = _turn_key(body["messages"], hashes, rt)
         inp = StepInput(
-            window=self.rescan.window(key, state.window, patterns_of(rt.ctx.redaction)),
+            window=self.rescan.window(
+                key, state.window, patterns_of(rt.ctx.redaction), fresh=_all_new(state)
+            ),
             system_count=state.system_count,
             summary=state.summary,
             count=count,

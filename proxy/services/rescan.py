@@ -8,7 +8,8 @@ replica remembers, per session, the patterns its window was last found clean und
 whose patterns differ redacts the window's messages again (not the model's own replies,
 which redaction never covers) before the stages run. A window with nothing to redact is
 remembered as clean, so the scan costs one pass per session per change of patterns (and per
-replica start); a window with a match is redacted in the prompt on each step (the stored
+replica start; not on a new session's first request, which ingested its whole window just
+now); a window with a match is redacted in the prompt on each step (the stored
 row keeps its text: the session API shows what was stored) until the message leaves it.
 """
 
@@ -40,17 +41,24 @@ class WindowRescan:
         key: SessionKey,
         window: Sequence[Message],
         patterns: tuple[re.Pattern[str], ...],
+        *,
+        fresh: bool = False,
     ) -> tuple[Message, ...]:
         """``window`` with every message but the model's redacted with ``patterns`` when
-        this session was not found clean under them; the same messages otherwise."""
+        this session was not found clean under them; the same messages otherwise.
+        ``fresh``: this request ingested every message of the window under ``patterns``
+        (a new session's first request), so it is clean without a second pass."""
         window = tuple(window)
         if not patterns or self._clean.get(key) == patterns:
             if patterns:
                 self._clean.move_to_end(key)
             return window
-        out = tuple(
-            m if m.get("role") == "assistant" else redact_message(m, patterns)[0] for m in window
-        )
+        out = window
+        if not fresh:
+            out = tuple(
+                m if m.get("role") == "assistant" else redact_message(m, patterns)[0]
+                for m in window
+            )
         if all(a is b for a, b in zip(out, window, strict=True)):
             self._clean[key] = patterns
             self._clean.move_to_end(key)

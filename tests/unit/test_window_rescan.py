@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from proxy.cascade.redaction import REDACTED, compile_patterns
+from proxy.services.chat import _all_new
 from proxy.services.rescan import WindowRescan
 from proxy.session_id import SessionKey
 
@@ -43,3 +47,21 @@ def test_no_patterns_no_scan_and_the_memory_is_bounded() -> None:
     rescan.window(SessionKey("t", "a"), (), NEW)
     rescan.window(SessionKey("t", "b"), (), NEW)
     assert len(rescan._clean) == 1
+
+
+def test_a_window_this_request_ingested_whole_is_clean_without_a_pass() -> None:
+    rescan = WindowRescan()
+    window = ({"role": "user", "content": "ingested just now"},)
+    assert rescan.window(KEY, window, NEW, fresh=True) == window
+    later = (*window, {"role": "user", "content": CODE})  # as a later ingest would redact
+    assert rescan.window(KEY, later, NEW) == later  # remembered clean: no second pass
+
+
+def test_the_window_is_all_new_only_when_every_position_was_stored_by_this_request() -> None:
+    def state(head_len: int, appended: int, positions: tuple[int, ...]) -> Any:
+        return SimpleNamespace(head_len=head_len, appended=appended, positions=positions)
+
+    assert _all_new(state(5, 5, (0, 1, 2, 3, 4)))  # a new session's first request
+    assert _all_new(state(9, 4, (6, 7, 8)))  # a compaction folded the older rows
+    assert not _all_new(state(9, 4, (0, 6, 7, 8)))  # an older system message stays
+    assert not _all_new(state(9, 0, ()))  # nothing stored now
