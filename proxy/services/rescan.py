@@ -49,9 +49,13 @@ class WindowRescan:
         ``fresh``: this request ingested every message of the window under ``patterns``
         (a new session's first request), so it is clean without a second pass."""
         window = tuple(window)
-        if not patterns or self._clean.get(key) == patterns:
-            if patterns:
-                self._clean.move_to_end(key)
+        if patterns and self._clean.get(key) == patterns:
+            self._clean.move_to_end(key)
+            return window
+        # Other patterns now: what this step stores is redacted with them only, so the window
+        # is clean under none until a pass finds it so (redaction off: never).
+        self._clean.pop(key, None)
+        if not patterns:
             return window
         out = window
         if not fresh:

@@ -65,3 +65,24 @@ def test_the_window_is_all_new_only_when_every_position_was_stored_by_this_reque
     assert _all_new(state(9, 4, (6, 7, 8)))  # a compaction folded the older rows
     assert not _all_new(state(9, 4, (0, 6, 7, 8)))  # an older system message stays
     assert not _all_new(state(9, 0, ()))  # nothing stored now
+
+
+def test_steps_with_redaction_off_forget_that_the_window_was_clean() -> None:
+    """Messages stored while redaction was off are scanned once it is on again, even
+    under the patterns the window was found clean under before."""
+    rescan = WindowRescan()
+    assert rescan.window(KEY, (), NEW) == ()
+    stored_off = ({"role": "tool", "tool_call_id": "c1", "content": CODE},)
+    assert rescan.window(KEY, stored_off, ()) == stored_off
+    assert rescan.window(KEY, stored_off, NEW)[0]["content"] == REDACTED
+
+
+def test_steps_under_other_patterns_with_a_match_forget_that_the_window_was_clean() -> None:
+    """Found clean under NEW, then a step under OLD (which misses CODE and finds a key):
+    what OLD's steps stored is scanned when NEW is back."""
+    key = "sk-proj-" + "Zq7" * 12
+    rescan = WindowRescan()
+    assert rescan.window(KEY, (), NEW) == ()
+    stored_old = ({"role": "user", "content": key}, {"role": "user", "content": CODE})
+    assert rescan.window(KEY, stored_old, OLD)[0]["content"] == REDACTED
+    assert rescan.window(KEY, stored_old, NEW)[1]["content"] == REDACTED
