@@ -50,6 +50,7 @@ from proxy.cascade.phases import turn_answers, turn_start
 from proxy.cascade.pins import pin
 from proxy.cascade.pointers import EarlierLines, line_set_of, lines_of
 from proxy.cascade.recitation import RECITATION
+from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import SUMMARY
@@ -239,6 +240,30 @@ def plan_step(inp: StepInput, stages: Sequence[Stage] | None = None) -> dict[str
     return needs
 
 
+def _secrets_hidden(inp: StepInput) -> StepInput:
+    """``inp`` with the proxy's own texts redacted with the agent's patterns in force: the
+    summary (and so its plan) and the stages' answers (the ``<memory>`` block, the
+    ``<related_context>`` block). Each was made from what the store holds: a summary or a
+    fact stored before a pattern was added, a turn's block kept from before a reload, a
+    folded reply the model wrote a key in. The same text and patterns give the same bytes,
+    so the prompt's prefix stays put from step to step."""
+    patterns = patterns_of(inp.ctx.redaction)
+    if not patterns:
+        return inp
+    summary = None if inp.summary is None else redact(inp.summary, patterns)[0]
+    answers = {name: _hidden(answer, patterns) for name, answer in inp.answers.items()}
+    return replace(inp, summary=summary, answers=answers)
+
+
+def _hidden(answer: Any, patterns: Sequence[Any]) -> Any:
+    """A stage's answer redacted: a text, or the ``block`` of a JSON answer."""
+    if isinstance(answer, str):
+        return redact(answer, patterns)[0]
+    if isinstance(answer, Mapping) and isinstance(answer.get("block"), str):
+        return {**answer, "block": redact(answer["block"], patterns)[0]}
+    return answer
+
+
 def assemble(
     inp: StepInput, stages: Sequence[Stage] | None = None, *, answers: dict[str, Any] | None = None
 ) -> Assembled:
@@ -254,6 +279,7 @@ def assemble(
     turn, kept = turn_answers(enabled, inp, inp.answers)
     if turn != inp.answers:
         inp = replace(inp, answers=turn)
+    inp = _secrets_hidden(inp)
     messages = inp.window
     window = list(inp.window)
     origin: tuple[int | None, ...] = tuple(range(len(messages)))

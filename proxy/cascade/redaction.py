@@ -39,11 +39,13 @@ import ahocorasick_rs
 from proxy.cascade.literals import start_literals
 from proxy.cascade.secret_patterns import DEFAULT_PATTERNS, REDACTED
 from proxy.cascade.types import Message
+from proxy.config_context import RedactionConfig
 
 __all__ = [
     "REDACTED",
     "DEFAULT_PATTERNS",
     "compile_patterns",
+    "patterns_of",
     "redact",
     "redact_message",
     "redact_written",
@@ -96,6 +98,13 @@ def compile_patterns(
     An invalid regex raises ``ValueError`` naming the pattern and the reason.
     """
     return _compile(tuple(patterns), use_defaults)
+
+
+def patterns_of(redaction: RedactionConfig) -> tuple[re.Pattern[str], ...]:
+    """An agent's patterns as its ``context.redaction`` gives them (none when it is off)."""
+    if not redaction.enabled:
+        return ()
+    return compile_patterns(redaction.patterns, use_defaults=redaction.default_patterns)
 
 
 def _plan(pattern: re.Pattern[str]) -> _Plan:

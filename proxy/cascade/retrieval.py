@@ -27,6 +27,7 @@ from typing import Any
 
 from proxy.cascade.observations import is_observation
 from proxy.cascade.pins import pin
+from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, content_text
 from proxy.cascade.types import RETRIEVAL, Event, Message, StageResult
@@ -145,15 +146,16 @@ def _turn_message(messages: Sequence[Message], prefixes: Sequence[str]) -> int |
 
 def retrieval_query(step: StepInput) -> str | None:
     """The new turn's query: the text of the window's latest message when that is a user
-    message starting a turn; None on a step inside a turn (the tool loop) or when it has no
-    text."""
+    message starting a turn, redacted with the agent's patterns in force (the embedder may
+    be a third party; the message may be older than a pattern); None on a step inside a
+    turn (the tool loop) or when it has no text."""
     window = step.window
     if not window or window[-1].get("role") != "user":
         return None
     if _turn_message(window, step.ctx.observations.user_prefixes) != len(window) - 1:
         return None
-    text = content_text(window[-1].get("content")).strip()
-    return text[:QUERY_CHARS] or None
+    text = redact(content_text(window[-1].get("content")), patterns_of(step.ctx.redaction))[0]
+    return text.strip()[:QUERY_CHARS] or None
 
 
 def plan_retrieval(step: StepInput) -> RetrievalNeed | None:

@@ -37,6 +37,7 @@ from proxy.cascade.pipeline import (
     plan_step,
     turn_start,
 )
+from proxy.cascade.redaction import patterns_of
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Message
 from proxy.config import Config
@@ -56,6 +57,7 @@ from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
 from proxy.services.pressure import PressureRelief, compaction_job
 from proxy.services.request import ChatContext, Route, Step
+from proxy.services.rescan import WindowRescan
 from proxy.services.resent import ResentBodies
 from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
@@ -69,6 +71,12 @@ from proxy.upstream import Upstream
 __all__ = ["ChatService", "ChatContext", "Route", "route", "reserved_output"]
 
 log = logging.getLogger("cascade.chat")
+
+
+def _all_new(state: SessionState) -> bool:
+    """Whether this request stored (and so ingested) every message of the window."""
+    first = state.head_len - state.appended
+    return state.appended > 0 and min(state.positions, default=first) >= first
 
 
 def route(cfg: Config, body: Mapping[str, Any]) -> Route:
@@ -130,6 +138,7 @@ class ChatService:
         self.locks = SessionLocks()
         self.chains = ChainCache()
         self.ingested = IngestMemo()
+        self.rescan = WindowRescan()  # a window stored before its agent's patterns changed
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
         self.relief = PressureRelief(summarizer)
@@ -247,7 +256,9 @@ class ChatService:
             state = await self.relief.maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
         turn_key = _turn_key(body["messages"], hashes, rt)
         inp = StepInput(
-            window=state.window,
+            window=self.rescan.window(
+                key, state.window, patterns_of(rt.ctx.redaction), fresh=_all_new(state)
+            ),
             system_count=state.system_count,
             summary=state.summary,
             count=count,

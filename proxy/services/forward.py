@@ -22,6 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy import answers, chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
+from proxy.cascade.redaction import patterns_of
 from proxy.cascade.types import Message
 from proxy.jsonio import dumps
 from proxy.observe import note_answer
@@ -136,6 +137,7 @@ class Forwarder:
                         room=room,
                         cost=cost,
                         agents=step.ctx.agents,
+                        patterns=patterns_of(step.route.ctx.redaction),
                     )
                 )
                 room -= cost(answers[-1])

@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.commands import is_command_exchange
+from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.retrieval import Hit, RetrievalNeed, fit_hits, retrieved
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
@@ -128,12 +129,16 @@ def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], boo
     return on, tuple(sorted(cfg.resolved)), cfg.context.retrieval.enabled
 
 
-def _text(message: Any) -> str:
+def _text(claimed: store.Claimed, cfg: Config) -> str:
     """What the worker embeds of a stored message: nothing of a ``/compact`` exchange,
-    which no prompt carries, so no search brings it back."""
+    which no prompt carries, so no search brings it back; else its text redacted with its
+    agent's patterns in force, since a secret the model wrote is stored as it came and the
+    embedding provider may be a third party."""
+    message = claimed.message
     if not isinstance(message, dict) or is_command_exchange(message):
         return ""
-    return embedding_text(message)
+    patterns = patterns_of(cfg.context_for(claimed.agent).redaction)
+    return redact(embedding_text(message), patterns)[0]
 
 
 class EmbeddingWorker:
@@ -222,11 +227,13 @@ class EmbeddingWorker:
             return False
         self._cursor = last
         if claimed:
-            await self._embed(claimed, embedder, start)
+            await self._embed(claimed, embedder, start, cfg)
         return True
 
-    async def _embed(self, claimed: list[store.Claimed], embedder: Any, start: int) -> None:
-        texts = [_text(c.message) for c in claimed]
+    async def _embed(
+        self, claimed: list[store.Claimed], embedder: Any, start: int, cfg: Config
+    ) -> None:
+        texts = [_text(c, cfg) for c in claimed]
         todo = [i for i, t in enumerate(texts) if t]
         vectors: list[Any] = [None] * len(claimed)
         try:

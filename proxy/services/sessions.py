@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy.cascade.eviction import is_placeholder
 from proxy.cascade.paging import raw_output_page
+from proxy.cascade.redaction import patterns_of, redact
 from proxy.config import Config
 from proxy.errors import NotFound
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
@@ -108,8 +109,11 @@ async def show_session(
     agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Occupancy, context limit, reclaimed tokens, the current summary and message counts;
-    for a key limited to ``agents``, ``parent_id`` as ``_parent`` shows it."""
+    for a key limited to ``agents``, ``parent_id`` as ``_parent`` shows it. The summary is
+    shown as a prompt carries it: redacted with its agent's patterns in force (``assemble``),
+    so one stored before a pattern was added shows what the model now reads."""
     row = await require_session(conn, tenant, session_id)
+    ctx = cfg.context_for(row["agent"])
     parent = row["parent_id"]
     if agents is not None and parent is not None:
         agent = await sessions.fetchval_agent(conn, tenant=tenant, session_id=parent)
@@ -134,7 +138,7 @@ async def show_session(
             "version": summary["version"],
             "boundary": summary["boundary"],
             "tokens": summary["tokens"],
-            "content": summary["content"],
+            "content": redact(summary["content"], patterns_of(ctx.redaction))[0],
             "created_at": _iso(summary["created_at"]),
         },
     }

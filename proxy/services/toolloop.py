@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from proxy.cascade.handles import drop_handles
 from proxy.cascade.paging import raw_output_page
 from proxy.cascade.pipeline import Assembled
+from proxy.cascade.redaction import redact
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
 from proxy.store import raw_outputs, sessions
@@ -146,16 +148,20 @@ async def read_page(
     limit: int | None = None,
     grep: str | None = None,
     max_chars: int,
+    patterns: Sequence[re.Pattern[str]] = (),
 ) -> str | None:
     """One page of the id's newest result (``raw_outputs.fetchrow_raw_output``, as the
-    tool-outputs API reads it), re-truncated at ``max_chars``; None when not found."""
+    tool-outputs API reads it), re-truncated at ``max_chars``; None when not found. The
+    text is redacted with ``patterns`` (the agent's in force) before it is paged: it was
+    stored under the patterns of its day, and a page goes to the provider; offsets then
+    count the redacted text."""
     row = await raw_outputs.fetchrow_raw_output(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
     )
     if row is None:
         return None
     page, _ = raw_output_page(
-        row["content"],
+        redact(row["content"], patterns)[0] if patterns else row["content"],
         id=tool_call_id,
         offset=offset,
         limit=limit,
@@ -173,6 +179,7 @@ async def answer_call(
     call: Mapping[str, Any],
     max_chars: int,
     agents: Sequence[str] | None = None,
+    patterns: Sequence[re.Pattern[str]] = (),
 ) -> Message:
     """Execute one read_tool_output call; always returns a tool message (errors included).
     For a key limited to ``agents`` the read is followed by a read of the session's agent
@@ -191,6 +198,7 @@ async def answer_call(
             limit=limit,
             grep=grep,
             max_chars=max_chars,
+            patterns=patterns,
         )
         text = (
             page
@@ -238,6 +246,7 @@ async def answer_in_room(
     room: int,
     cost: Callable[[Message], int],
     agents: Sequence[str] | None = None,
+    patterns: Sequence[re.Pattern[str]] = (),
 ) -> Message:
     """``answer_call`` with its page cut until the answer costs at most ``room`` tokens
     (``cost``): the internal round sends the step's prompt again with the page, and a page
@@ -245,7 +254,13 @@ async def answer_in_room(
     for a request that fit. A cut page still names where the next one starts; one of
     ``MIN_PAGE_CHARS`` is not cut further."""
     answer = await answer_call(
-        conn, tenant=tenant, session_id=session_id, call=call, max_chars=max_chars, agents=agents
+        conn,
+        tenant=tenant,
+        session_id=session_id,
+        call=call,
+        max_chars=max_chars,
+        agents=agents,
+        patterns=patterns,
     )
     while (tokens := cost(answer)) > room and max_chars > MIN_PAGE_CHARS:
         max_chars = max(MIN_PAGE_CHARS, int(max_chars * max(room, 0) / tokens * 0.95))
@@ -256,5 +271,6 @@ async def answer_in_room(
             call=call,
             max_chars=max_chars,
             agents=agents,
+            patterns=patterns,
         )
     return answer

@@ -42,6 +42,8 @@ class Claimed:
 
     message_id: int
     message: Any
+    agent: str = "default"
+    """Its session's agent, whose redaction patterns the text is embedded with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class Found:
 # moves through the table once.
 CLAIM = """
 WITH cand AS (
-    SELECT m.id, m.tenant, m.session_id, m.pos, m.message
+    SELECT m.id, m.tenant, m.session_id, m.pos, m.message, s.agent
     FROM messages m JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
     WHERE m.id > $1 AND m.superseded_at IS NULL
       AND m.role NOT IN ('system', 'developer')
@@ -79,10 +81,10 @@ WITH cand AS (
     ON CONFLICT DO NOTHING
     RETURNING message_id
 )
-SELECT c.id, c.message, (SELECT max(id) FROM cand) AS last_id
+SELECT c.id, c.message, c.agent, (SELECT max(id) FROM cand) AS last_id
 FROM cand c JOIN claimed k ON k.message_id = c.id
 UNION ALL
-SELECT NULL, NULL, (SELECT max(id) FROM cand)
+SELECT NULL, NULL, NULL, (SELECT max(id) FROM cand)
 ORDER BY 1 NULLS LAST
 """
 
@@ -102,7 +104,7 @@ async def claim_unembedded(
     rows = await conn.fetch(
         CLAIM, after_id, model, list(agents), list(configured), default_on, limit
     )
-    claimed = [Claimed(r["id"], r["message"]) for r in rows if r["id"] is not None]
+    claimed = [Claimed(r["id"], r["message"], r["agent"]) for r in rows if r["id"] is not None]
     return claimed, rows[-1]["last_id"] if rows else None
 
 
