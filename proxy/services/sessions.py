@@ -4,9 +4,9 @@
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
 missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
 is held to their sessions as it arrives (``api.deps.reach_session``), again after the reads
-here (``api.deps.reached_still``), and again under the session's lock by the changes that
-wait their turn (``session_changes``); ids of other agents' sessions (a parent) it does not
-see.
+here (``api.deps.read_and_recheck_reach``), and again under the session's lock by the
+changes that wait their turn (``session_changes``); ids of other agents' sessions (a parent)
+it does not see.
 """
 
 from __future__ import annotations
