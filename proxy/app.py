@@ -26,12 +26,12 @@ from starlette.responses import Response
 
 from proxy import __version__
 from proxy.api import chat, events, health, memory, openapi, sessions
-from proxy.auth import listen_policy, open_listen_warning
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.embeddings import Embedders, bind_embedders
+from proxy.listen import listen_policy, open_listen_warning
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.observe import Observer

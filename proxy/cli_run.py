@@ -20,12 +20,12 @@ from pydantic import ValidationError
 
 from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
-from proxy.auth import InsecureListen
 from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError, config_warnings, load_config
+from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.server import serve
