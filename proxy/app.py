@@ -26,11 +26,12 @@ from starlette.responses import Response
 
 from proxy import __version__
 from proxy.api import chat, events, health, memory, openapi, sessions
-from proxy.auth import listen_policy, open_listen_warning
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
+from proxy.config import Config
 from proxy.config_watch import ConfigHolder, watch_config
 from proxy.embeddings import Embedders, bind_embedders
+from proxy.listen import listen_policy, open_listen_warning
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.observe import Observer
@@ -58,7 +59,7 @@ from proxy.upstream import Upstream
 from proxy.warmup import open_pool, warm_pool, warm_process
 from proxy.wiring import install_error_handlers, install_middleware
 
-__all__ = ["create_app"]
+__all__ = ["check_start", "create_app"]
 
 log = logging.getLogger("cascade")
 
@@ -123,6 +124,19 @@ def _say_started(banner: str, warning: str | None) -> None:
         log.warning("%s", warning)
 
 
+def check_start(settings: Settings, cfg: Config) -> tuple[bool, str | None]:
+    """What ``serve`` judges of ``settings`` and ``cfg`` before it starts, as ``config check``
+    judges them: whether the gate requires proxy keys, and the warning of listening beyond
+    loopback without them (``open_listen_warning``). Raises what it refuses: an egress proxy
+    the transport cannot use, an ``SSL_CERT_FILE`` that does not load, listening beyond
+    loopback without proxy keys unless ``allow_unauthenticated``."""
+    check_proxies(settings.http_transport)
+    check_trust()
+    allow = settings.allow_unauthenticated
+    require_keys = listen_policy(settings.host, cfg, allow_unauthenticated=allow)
+    return require_keys, open_listen_warning(settings.host, cfg, allow_unauthenticated=allow)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -142,16 +156,9 @@ def create_app(
     holder = ConfigHolder.from_file(settings.config, os.environ)
     if unknown := unknown_variables(os.environ, holder.current.variables()):
         log.warning("%s", unknown)  # a misspelt setting is otherwise silently its default
-    require_keys = listen_policy(
-        settings.host, holder.current, allow_unauthenticated=settings.allow_unauthenticated
-    )
-    open_listen = open_listen_warning(
-        settings.host, holder.current, allow_unauthenticated=settings.allow_unauthenticated
-    )
+    require_keys, open_listen = check_start(settings, holder.current)
     if not settings.database_url:
         require_embedded()  # here, not in the lifespan: one line on stderr, not a traceback
-    check_proxies(settings.http_transport)  # a proxy the transport cannot use fails here
-    check_trust()  # so does an SSL_CERT_FILE that cannot be loaded
     tracing = build_tracing(settings.tracing, provider=tracer_provider)
     observer = Observer(Metrics.from_env(), tracing)
 

@@ -1,4 +1,4 @@
-"""Proxy keys: the gate in front of every route, and the listen-address rule.
+"""Proxy keys: the gate in front of every route (the listen-address rule is ``listen.py``).
 
 ``ProxyAuth`` is a pure ASGI middleware, so it covers every route the app has or gains
 (chat, models, embeddings, sessions, SSE events, ``/metrics``, ``/openapi.json``,
@@ -28,7 +28,7 @@ applies to the next request.
   refused, and so is one with no bearer from a page of another origin (``Origin`` neither
   the proxy's own nor in ``CASCADE_CORS_ORIGINS``: a form or ``no-cors`` fetch, which
   cannot carry a bearer). Unauthenticated listening, when allowed, allows these too.
-- Listening beyond loopback without keys is refused at start (``listen_policy``) for the
+- Listening beyond loopback without keys is refused at start (``listen.listen_policy``) for the
   address the proxy is told (``CASCADE_HOST``). A server started on another address than it
   says (``uvicorn ... --host 0.0.0.0`` without ``CASCADE_HOST``) is caught per request: with
   no keys, a request that arrived on a non-loopback local address (the ASGI ``server`` IP) is
@@ -60,14 +60,10 @@ from proxy.session_id import bearer_token
 __all__ = [
     "PROXY_KEY",
     "ProxyAuth",
-    "InsecureListen",
     "match_key",
     "check_agent",
     "key_agents",
     "may_use_agent",
-    "is_loopback",
-    "listen_policy",
-    "open_listen_warning",
     "provider_pays",
     "OPEN_PATHS",
     "OPERATIONAL_PATHS",
@@ -97,10 +93,6 @@ OPERATIONAL_PATHS = frozenset(
 """Need a proxy key when there are keys, but no bearer in pass-through mode."""
 
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
-
-
-class InsecureListen(Exception):
-    """A non-loopback listen address with no proxy keys, not explicitly allowed."""
 
 
 def _digest(secret: bytes) -> bytes:
@@ -338,40 +330,3 @@ def _non_loopback_ip(host: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return not ip.ipv4_mapped.is_loopback
     return not ip.is_loopback
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback IP; anything else (``0.0.0.0``, a name) is not."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> bool:
-    """Whether the gate must require keys (see ``ProxyAuth``); raises ``InsecureListen`` for a
-    non-loopback ``host`` with no proxy keys unless ``allow_unauthenticated``
-    (:func:`open_listen_warning` then says what that opens)."""
-    if is_loopback(host) or allow_unauthenticated:
-        return False
-    if not cfg.auth.keys:
-        raise InsecureListen(
-            f"refusing to listen on {host} without proxy keys: anyone who can reach it could "
-            "spend the provider keys and read sessions. Configure auth.keys, listen on "
-            "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)"
-        )
-    return True
-
-
-def open_listen_warning(host: str, cfg: Config, *, allow_unauthenticated: bool) -> str | None:
-    """The warning a non-loopback ``host`` with no proxy keys, allowed by
-    ``allow_unauthenticated``, deserves; None for any other. The server logs it once it
-    listens (the lifespan, after the bind): a start that fails to bind warns of nothing."""
-    if is_loopback(host) or not allow_unauthenticated or cfg.auth.keys:
-        return None
-    return (
-        f"listening on {host} with no proxy keys (--allow-unauthenticated): anyone who can"
-        " reach it can use the providers and read each other's sessions; configure auth.keys"
-    )

@@ -15,9 +15,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy import __version__
-from proxy.auth import OPEN_PATHS, is_loopback, provider_pays
+from proxy.auth import OPEN_PATHS, provider_pays
 from proxy.config import Config
 from proxy.config_context import ContextConfig
+from proxy.listen import is_loopback
 from proxy.settings import Settings
 from proxy.store.db import redact_dsn
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from proxy.auth import is_loopback
+from proxy.listen import is_loopback
 from proxy.logs import without_credentials
 
 __all__ = ["call_api", "table", "printable", "origin_of", "has_credentials", "cell"]

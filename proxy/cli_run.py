@@ -19,20 +19,20 @@ import sys
 from pydantic import ValidationError
 
 from proxy import DEFAULT_CONFIG
-from proxy.app import create_app
-from proxy.auth import InsecureListen, listen_policy, open_listen_warning
+from proxy.app import check_start, create_app
 from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError, config_warnings, load_config
+from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
 from proxy.store.db import DatabaseUnavailable, pooler_kwargs
 from proxy.store.migrations import MigrationError, run_migrations
-from proxy.transport import check_ca_files, check_proxies, check_trust
+from proxy.transport import check_ca_files
 
 __all__ = ["run"]
 
@@ -69,23 +69,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_config(settings: Settings) -> int:
     """``config check``: the file loaded as a start or a reload loads it, and judged in this
-    environment as ``serve`` judges it before it starts (``create_app``): what ``serve``
-    refuses (an egress proxy the transport cannot use, an ``SSL_CERT_FILE`` that does not
-    load, listening beyond loopback without proxy keys) raises, and what it warns of (a
-    ``CASCADE_*`` variable nothing reads, a ``caFile`` that does not load, the config's own
-    warnings) is printed, one a line."""
+    environment by the checks ``serve`` makes before it starts (``proxy.app.check_start``):
+    what ``serve`` refuses (an egress proxy the transport cannot use, an ``SSL_CERT_FILE``
+    that does not load, listening beyond loopback without proxy keys) raises, and what it
+    warns of (a ``CASCADE_*`` variable nothing reads, a ``caFile`` that does not load, the
+    config's own warnings) is printed, one a line."""
     path = settings.config
     cfg = load_config(path, os.environ)
-    check_proxies(settings.http_transport)
-    check_trust()
-    allow = settings.allow_unauthenticated
-    listen_policy(settings.host, cfg, allow_unauthenticated=allow)
+    _, open_listen = check_start(settings, cfg)
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:
         print(f"{path}: valid")
-    warnings = [unknown_variables(os.environ, cfg.variables())]
-    warnings.append(open_listen_warning(settings.host, cfg, allow_unauthenticated=allow))
+    warnings = [unknown_variables(os.environ, cfg.variables()), open_listen]
     warnings += check_ca_files(None, cfg) + config_warnings(cfg, os.environ)
     for warning in filter(None, warnings):
         print(f"warning: {warning}")

@@ -234,7 +234,7 @@ async def reach_session(request: Request, pool: Any, tenant: str, session_id: st
         check_agent(request.scope, agent, session_id=session_id)
 
 
-async def reached_still(
+async def read_and_recheck_reach(
     request: Request, pool: Any, tenant: str, session_id: str, read: Awaitable[T]
 ) -> T:
     """What ``read`` (a read of the session) gives, once ``reach_session`` passes again

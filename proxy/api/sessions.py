@@ -19,7 +19,7 @@ from proxy.api.deps import (
     SessionIdDep,
     SummarizerDep,
     TenantDep,
-    reached_still,
+    read_and_recheck_reach,
     read_json_body,
     upstream_headers,
 )
@@ -74,7 +74,7 @@ async def show_session(
     agents: KeyAgentsDep,
 ) -> dict[str, Any]:
     view = svc.show_session(pool, cfg, tenant=tenant, session_id=session_id, agents=agents)
-    return await reached_still(request, pool, tenant, session_id, view)
+    return await read_and_recheck_reach(request, pool, tenant, session_id, view)
 
 
 @router.get("/{session_id}/messages", response_model=None, responses=ok("messages"))
@@ -97,7 +97,7 @@ async def list_messages(
         offset=offset,
         sent_form=form == "sent",
     )
-    return await reached_still(request, pool, tenant, session_id, page)
+    return await read_and_recheck_reach(request, pool, tenant, session_id, page)
 
 
 _BRANCH_BODY = {
@@ -257,4 +257,4 @@ async def tool_output(
         limit=limit,
         grep=grep,
     )
-    return await reached_still(request, pool, tenant, session_id, page)
+    return await read_and_recheck_reach(request, pool, tenant, session_id, page)

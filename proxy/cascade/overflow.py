@@ -4,7 +4,8 @@ It runs last, on the assembled prompt, after the shell has already compacted syn
 If the prompt still exceeds the model's limit minus the reserved output, the oldest whole
 messages/rounds after the protected head are dropped; if even that cannot make it fit, the
 optional blocks of the per-turn stages go (``OPTIONAL_BLOCKS``), and only a prompt too large
-without them is refused with an actionable ``ContextLengthExceeded`` instead of a provider 400.
+without them is refused with an actionable ``ContextLengthExceeded`` instead of a provider 400
+(its text: ``overflow_refusal.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 
 from proxy.cascade.commands import kept_positions
 from proxy.cascade.observations import is_observation
+from proxy.cascade.overflow_refusal import refusal
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.summary import system_prefix_count
 from proxy.cascade.text import remove_block
 from proxy.cascade.types import (
-    LEADING_ROLES,
     TRIMMED,
     ContextLengthExceeded,
     Event,
@@ -105,79 +106,6 @@ def _units(
     return units
 
 
-def _largest(messages: Sequence[Message], count: TokenCounter) -> tuple[int, int]:
-    sizes = [count([m]) for m in messages]
-    index = max(range(len(sizes)), key=sizes.__getitem__)
-    return index, sizes[index]
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def _which(
-    messages: Sequence[Message], index: int, head: int, positions: Sequence[int] = ()
-) -> str:
-    """Message ``index`` of the prompt as the client can find it in the list it sent. The
-    prompt is not that list (a summary stands for the folded messages, a ``<memory>``
-    system message may lead), so its index would name another message; past the protected
-    head both lists end alike, so it is counted from the end: by ``positions`` (each
-    message's place in the client's list, aligned at the end) when known, since rounds an
-    earlier step trimmed for good are gone from the prompt but not from the list (an agent
-    loop's task stays before them)."""
-    role = messages[index].get("role")
-    if index >= head:
-        back = len(messages) - index
-        if len(positions) >= back:
-            back = positions[-1] - positions[-back] + 1
-        where = "the last message" if back == 1 else f"the {_ordinal(back)} message from the end"
-        return f"{where}, role {role}"
-    if role in LEADING_ROLES:
-        return f"a {role} message"
-    return "the first user message, which carries the conversation summary"
-
-
-def _refuse(
-    messages: Sequence[Message],
-    *,
-    count: TokenCounter,
-    needed: int,
-    limit: int,
-    reserved: int,
-    head: int,
-    fixed: int = 0,
-    assembled: int = 0,
-    positions: Sequence[int] = (),
-) -> ContextLengthExceeded:
-    """The refusal: ``needed`` is what would be sent after every stage (the droppable history
-    and blocks gone), ``assembled`` the prompt as the stages built it, named when larger."""
-    budget = limit - reserved
-    aside = f"reserved for output {reserved - fixed}"
-    if fixed > 0:
-        aside += f" and for the tools {fixed}"
-    text = (
-        f"This request needs about {needed} tokens but {max(budget, 0)} are available for the "
-        f"prompt (limit {limit}, {aside})."
-    )
-    if assembled > needed:
-        text += (
-            " That counts it after every stage, with every older message the proxy may drop"
-            f" gone; the prompt as assembled is {assembled}."
-        )
-    if messages:
-        index, size = _largest(messages, count)
-        text += (
-            f" The largest message ({_which(messages, index, head, positions)}) alone is {size}"
-            " tokens; "
-            "shorten it, or start a new session / raise the model's contextLimit"
-            " (or lower the reserved output, e.g. max_tokens)."
-        )
-    else:
-        text += " Raise the model's contextLimit or lower the reserved output (max_tokens)."
-    return ContextLengthExceeded(text)
-
-
 def guard(
     messages: Sequence[Message],
     *,
@@ -234,7 +162,7 @@ def guard(
 
     floor = count(assemble(len(units))) if units else before
     if not units or floor > budget:
-        raise _refuse(
+        raise refusal(
             messages,
             count=count,
             needed=floor,

@@ -31,9 +31,10 @@ from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.read_ahead import Refused, after_first, refuse
-from proxy.services.relay import ClientStream, RoundOutcome, relay_round
+from proxy.services.relay import ClientStream, relay_round
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.round_answer import drop, keepalive_until, read_refusal, round_response
+from proxy.services.round_outcome import RoundOutcome
 from proxy.services.toolloop import answer_in_room, split_calls
 from proxy.services.turn import Turn
 from proxy.session_id import strip_proxy_fields

@@ -20,6 +20,7 @@ from proxy.cascade.memory import sanitize_facts
 from proxy.cascade.redaction import compile_patterns
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound
+from proxy.listing import page_of, rows_to_read
 from proxy.store import memory as store
 
 __all__ = [
@@ -135,11 +136,10 @@ async def list_facts(
         pool,
         tenant=tenant,
         scopes=[scope],
-        limit=None if limit is None else limit + 1,
+        limit=rows_to_read(limit),
         offset=offset,
     )
-    more = limit is not None and len(rows) > limit
-    rows = rows[:limit] if limit is not None else rows
+    rows, more = page_of(rows, limit)
     data = []
     for row in rows:
         fact = dict(row)
@@ -243,7 +243,7 @@ async def list_suggestions(
     past the page."""
     data: list[dict[str, Any]] = []
     after = 0
-    want = limit + 1
+    want = rows_to_read(limit)
     while len(data) < want:
         rows = await store.fetch_pending_suggestions(
             pool, tenant=tenant, limit=want, after_event=after
@@ -255,7 +255,8 @@ async def list_suggestions(
         if len(rows) < want:
             break
         after = rows[-1]["event_id"]
-    return {"object": "list", "data": data[:limit], "has_more": len(data) > limit}
+    data, more = page_of(data, limit)
+    return {"object": "list", "data": data, "has_more": more}
 
 
 def _listed_scope(cfg: Config, found: dict[str, Any]) -> str | None:

@@ -21,9 +21,9 @@ What follows ``[DONE]`` goes out as it came but is not read: a client stops at `
 the answer (and the reply stored) is what came before it. A whole last event whose blank line
 never came (the provider closed after its line) is read, and goes out, as if it had.
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
-the round reports it in ``RoundOutcome.error``, as it does a stream that breaks off, a body
-that holds no chat chunk (but a whole JSON answer, relayed as it came; an error object goes
-out as an error frame), and a chunk whose choices or tool calls are malformed
+the round reports it in ``RoundOutcome.error`` (``round_outcome.py``), as it does a stream that
+breaks off, a body that holds no chat chunk (but a whole JSON answer, relayed as it came; an
+error object goes out as an error frame), and a chunk whose choices or tool calls are malformed
 (``chunks.malformed``) or a data event that is no JSON object, which ends the round before it:
 the relay, the stored reply and the client would each read it differently. So does an event
 over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
@@ -36,55 +36,20 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import httpx
 
 from proxy import answers, chunks, sse
-from proxy.answers import size_text
-from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.client_stream import ClientStream, unfinished
-from proxy.services.relay_calls import Calls, has_tool_calls, rewrite
+from proxy.services.relay_calls import has_tool_calls, rewrite
+from proxy.services.round_outcome import RoundOutcome, broke_off, capped, ends
 from proxy.upstream import StreamAnswer
 
 __all__ = ["ClientStream", "RoundOutcome", "relay_round", "pump"]
 
 _EOF = object()
-
-
-@dataclass(slots=True)
-class RoundOutcome:
-    """What one upstream round said, as the relay read it: its answer (``acc``), its calls,
-    and how it ended; ``Forwarder`` decides from it whether another round follows."""
-
-    acc: chunks.StreamAccumulator = field(default_factory=chunks.StreamAccumulator)
-    calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
-    saw_done: bool = False
-    error: str | None = None  # the stream broke off or stopped short: the relay reports it
-    error_code: str | None = UpstreamBadResponse.code  # its error frame's (a timeout's: its own)
-    provider_error: str | None = None  # its error's type and code: relayed as it came
-    saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
-    # what a provider's error frame passes through before it goes out (its StreamAnswer's)
-    scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
-
-    @property
-    def only_internal(self) -> bool:
-        return self.calls.only_internal
-
-    @property
-    def complete(self) -> bool:
-        """Whether the round ended as an answer does: ``[DONE]``, or a finish reason on every
-        choice. A provider's error frame and a body that holds no chat chunk (relayed as they
-        came) count as ended too; a stream of nothing but comments does not."""
-        acc = self.acc
-        if self.saw_done or self.provider_error:
-            return True
-        if not acc.indices:
-            return self.saw_data
-        return all(acc.finish_reason(i) is not None for i in acc.indices)
 
 
 NO_CHAT = "the provider's answer is no chat stream"
@@ -116,7 +81,7 @@ async def relay_round(
 
     ``client`` carries the stream across the rounds of one request (a new one if omitted).
     An event over ``max_event`` bytes (None: ``answers.MAX_ANSWER_BYTES`` as it is now), ended
-    or not, ends the round before it (``_capped``).
+    or not, ends the round before it (``capped``).
     """
     client = client if client is not None else ClientStream()
     max_event = answers.MAX_ANSWER_BYTES if max_event is None else max_event
@@ -151,10 +116,10 @@ async def relay_round(
                     yield client.emit(piece)
                 break
             if isinstance(item, Exception):
-                _broke_off(item, out)
+                broke_off(item, out)
                 break
             events = splitter.feed(item)
-            over = _capped(events, splitter, max_event)
+            over = capped(events, splitter, max_event)
             pieces = [
                 piece
                 for event in events
@@ -169,7 +134,7 @@ async def relay_round(
             ]
             if pieces:  # what one read completed goes out in one write, as the floor's does
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            if _ends(out, over):  # a malformed or oversized event: the round ends before it
+            if ends(out, over):  # a malformed or oversized event: the round ends before it
                 break
         if intercept:
             for piece in held if not out.only_internal else unfinished(held):
@@ -186,33 +151,6 @@ async def relay_round(
             contextlib.suppress(asyncio.CancelledError, Exception),
         ):
             await reader
-
-
-def _capped(events: list[bytes], splitter: sse.EventSplitter, cap: int) -> str | None:
-    """The error for an event over ``cap`` bytes, ended or still open in the splitter, with
-    the events before it left in ``events``; None when none is. The round ends there, and
-    its caller closes the provider's connection, so no more of it is read or held."""
-    over = next((pos for pos, event in enumerate(events) if len(event) > cap), None)
-    if over is not None:
-        del events[over:]
-    elif splitter.pending <= cap:
-        return None
-    return f"the provider sent a stream event over the proxy's cap of {size_text(cap)}"
-
-
-def _ends(out: RoundOutcome, over: str | None) -> bool:
-    """Whether the round ends after this read: an error, or an event over the cap, which is
-    the round's error unless ``[DONE]`` came before it (the answer is whole)."""
-    if over and not (out.error or out.saw_done):
-        out.error = over
-    return bool(out.error or over)
-
-
-def _broke_off(exc: Exception, out: RoundOutcome) -> None:
-    """A body that broke off, or a provider silent past its ``timeoutSeconds``."""
-    out.error = f"the provider's stream broke off ({type(exc).__name__})"
-    if isinstance(exc, httpx.TimeoutException):
-        out.error_code = UpstreamTimeout.code
 
 
 def _ending(

@@ -4,9 +4,9 @@
 Every function is scoped by tenant: another tenant's session is indistinguishable from a
 missing one (404), so ids leak nothing across tenants. A proxy key limited to some agents
 is held to their sessions as it arrives (``api.deps.reach_session``), again after the reads
-here (``api.deps.reached_still``), and again under the session's lock by the changes that
-wait their turn (``session_changes``); ids of other agents' sessions (a parent) it does not
-see.
+here (``api.deps.read_and_recheck_reach``), and again under the session's lock by the
+changes that wait their turn (``session_changes``); ids of other agents' sessions (a parent)
+it does not see.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.config import Config
 from proxy.errors import NotFound
+from proxy.listing import page_of, rows_to_read
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
@@ -64,9 +65,9 @@ async def list_sessions(
     names and with its values. ``has_more``, as OpenAI's lists say it: a session is past
     the page (one more row is read to know)."""
     rows = await sessions.fetch_sessions(
-        conn, tenant=tenant, limit=limit + 1, offset=offset, agents=agents
+        conn, tenant=tenant, limit=rows_to_read(limit), offset=offset, agents=agents
     )
-    rows, more = rows[:limit], len(rows) > limit
+    rows, more = page_of(rows, limit)
     data = [_listed(cfg, r) for r in rows]
     if agents is not None:
         for view, row in zip(data, rows, strict=True):
@@ -190,10 +191,10 @@ async def list_messages(
         tenant=tenant,
         session_id=session_id,
         include_superseded=include_superseded,
-        limit=limit + 1,
+        limit=rows_to_read(limit),
         offset=offset,
     )
-    rows, more = rows[:limit], len(rows) > limit
+    rows, more = page_of(rows, limit)
     spilled = await client_form.fetch_spilled_cuts(
         conn, tenant=tenant, session_id=session_id, rows=rows
     )

@@ -12,9 +12,10 @@ import pytest
 
 from proxy import auth
 from proxy.app import create_app
-from proxy.auth import InsecureListen, is_loopback, match_key, open_listen_warning
+from proxy.auth import match_key
 from proxy.cli import main
 from proxy.config import ConfigError, load_config, parse_config
+from proxy.listen import InsecureListen, is_loopback, open_listen_warning
 from proxy.settings import Settings
 
 KEYS = {"keys": [{"keyEnv": "K1", "tenant": "one"}, {"keyEnv": "K2", "tenant": "two"}]}

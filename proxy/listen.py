@@ -1,0 +1,54 @@
+"""The listen-address rule: without proxy keys, loopback is the only protection, so the
+proxy refuses at start to listen beyond it (``listen_policy``) unless unauthenticated
+listening is allowed, and then warns of what that opens (``open_listen_warning``). A server
+started on another address than it says is caught per request by the gate (``auth.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from proxy.config import Config
+
+__all__ = ["InsecureListen", "is_loopback", "listen_policy", "open_listen_warning"]
+
+
+class InsecureListen(Exception):
+    """A non-loopback listen address with no proxy keys, not explicitly allowed."""
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP; anything else (``0.0.0.0``, a name) is not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> bool:
+    """Whether the gate must require keys (see ``ProxyAuth``); raises ``InsecureListen`` for a
+    non-loopback ``host`` with no proxy keys unless ``allow_unauthenticated``
+    (:func:`open_listen_warning` then says what that opens)."""
+    if is_loopback(host) or allow_unauthenticated:
+        return False
+    if not cfg.auth.keys:
+        raise InsecureListen(
+            f"refusing to listen on {host} without proxy keys: anyone who can reach it could "
+            "spend the provider keys and read sessions. Configure auth.keys, listen on "
+            "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)"
+        )
+    return True
+
+
+def open_listen_warning(host: str, cfg: Config, *, allow_unauthenticated: bool) -> str | None:
+    """The warning a non-loopback ``host`` with no proxy keys, allowed by
+    ``allow_unauthenticated``, deserves; None for any other. The server logs it once it
+    listens (the lifespan, after the bind): a start that fails to bind warns of nothing."""
+    if is_loopback(host) or not allow_unauthenticated or cfg.auth.keys:
+        return None
+    return (
+        f"listening on {host} with no proxy keys (--allow-unauthenticated): anyone who can"
+        " reach it can use the providers and read each other's sessions; configure auth.keys"
+    )
