@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -183,16 +184,36 @@ def _client_command(args: argparse.Namespace) -> int:
     reader that stops early closes the pipe, which ends the command quietly (a shell's
     SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
     output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
+    if sys.stdout is None:  # `cascade-proxy … >&-`: print() would write nothing, silently
+        return _unwritten(args, "stdout is closed")
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         status = _sessions(args)
         sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
     except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that write succeeds.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _to_devnull()
         return 141
+    except OSError as exc:  # a full disk (`> /dev/full`), a file system gone
+        _to_devnull()
+        return _unwritten(args, exc.strerror or str(exc))
     return status
+
+
+def _to_devnull() -> None:
+    """Python flushes stdout again at exit: point it at /dev/null so that write succeeds,
+    instead of a second error, or a traceback, after the command's own line."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout with no descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _unwritten(args: argparse.Namespace, why: str) -> int:
+    """Say that the answer could not be written: exit status 1, as the command failed."""
+    print(
+        f"cascade-proxy {args.command} {args.action}: cannot write the answer: {why}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _refuse(message: str) -> None:
