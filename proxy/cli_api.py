@@ -20,7 +20,15 @@ import httpx
 from proxy.auth import is_loopback
 from proxy.logs import without_credentials
 
-__all__ = ["call_api", "table", "printable", "origin_of", "has_credentials", "cell"]
+__all__ = [
+    "call_api",
+    "table",
+    "printable",
+    "origin_of",
+    "has_credentials",
+    "has_query",
+    "cell",
+]
 
 
 _KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
@@ -51,6 +59,17 @@ def has_credentials(url: str) -> bool:
         return bool(parts.username or parts.password)
     except ValueError:  # "http://[::1": call_api reports it as not a URL
         return False
+
+
+def has_query(url: str) -> bool:
+    """Whether ``url``, one httpx takes, has a query or a fragment (``?`` or ``#``, empty
+    too): the API's path is appended to the URL, and would land in it. A URL httpx refuses
+    (a ``#`` in a password) is left to ``call_api``, which says it is none."""
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        return False
+    return "?" in url or "#" in url
 
 
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,

@@ -23,7 +23,7 @@ from proxy import DEFAULT_CONFIG
 from proxy.app import create_app
 from proxy.auth import InsecureListen, listen_policy
 from proxy.banner import client_origin
-from proxy.cli_api import has_credentials, origin_of
+from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError, config_warnings, load_config
@@ -156,6 +156,14 @@ def _sessions(args: argparse.Namespace) -> int:
         listen = Listen()
         given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
     url = origin_of(given)
+    if has_query(url):  # not quoted: a query may hold a token
+        print(
+            f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a query or "
+            "a fragment ('?' or '#'), which the API's paths would land in; give the proxy's "
+            "origin, http://host:port (with the path of a prefix it is mounted under)",
+            file=sys.stderr,
+        )
+        return 2
     key, key_from = _given(args, "api_key", "--api-key", "CASCADE_API_KEY", "OPENAI_API_KEY")
     if key and has_credentials(url):
         print(

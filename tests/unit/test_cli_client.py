@@ -310,3 +310,17 @@ def test_a_refused_key_is_named_by_where_it_came_from(
     assert main(["sessions", "--url", other_url, *flags, "show", "locked"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == f"cascade-proxy sessions show: 401 invalid proxy key {hint}", err
+
+
+@pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
+@pytest.mark.parametrize("tail", ["/p?token=SECRET", "/?SECRET", "/p#SECRET", "?"])
+def test_a_url_with_a_query_or_a_fragment_is_refused_without_quoting_it(
+    other_url: str, command: list[str], tail: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The API's path goes after the URL, so a query or a fragment took it in (``/p?token=…``
+    asked ``GET /p?limit=…``, some other resource): a usage error naming the option; a query
+    may hold a token, so it is not quoted."""
+    assert main([*command, "--url", other_url + tail]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cascade-proxy {command[0]} ls: the URL (--url) has a query"), err
+    assert "SECRET" not in err and len(err.strip().splitlines()) == 1, err
