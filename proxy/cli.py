@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         if action != "ls":
             a.add_argument("id", type=_path_session_id, help="the session id")
         if action in ("ls", "messages"):
-            _page_options(a, *((100, 1000) if action == "ls" else (1000, 10000)))
+            _page_options(a, 100 if action == "ls" else 1000)
         if action == "messages":
             a.add_argument(
                 "--all",
@@ -138,14 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _page_options(p: argparse.ArgumentParser, limit: int, most: int) -> None:
-    """``--limit`` (default ``limit``, at most ``most``, the API's bound on a page) and
-    ``--offset``, as the API's lists take them."""
+def _page_options(p: argparse.ArgumentParser, limit: int) -> None:
+    """``--limit`` (default ``limit``) and ``--offset``, as the API's lists take them."""
     p.add_argument(
-        "--limit",
-        type=_count(1, most),
-        default=limit,
-        help=f"how many to list (1 to {most}; default %(default)s)",
+        "--limit", type=_count(1), default=limit, help="how many to list (default %(default)s)"
     )
     p.add_argument(
         "--offset",
@@ -207,7 +203,7 @@ def _memory_parser(sub: Any) -> None:
                 "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
             )
         if action == "ls":
-            _page_options(a, 100, 1000)
+            _page_options(a, 100)
         if action == "add":
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":

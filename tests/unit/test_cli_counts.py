@@ -19,9 +19,6 @@ CASES = [
     (["memory", "rm", str(2**63)], f"argument id: {2**63} is above {2**63 - 1}, the largest"),
     (["sessions", "ls", "--offset", str(2**63)], f"argument --offset: {2**63} is above"),
     (["sessions", "messages", "s1", "--offset", "1" + "0" * 30], "argument --offset: 1000"),
-    (["sessions", "ls", "--limit", "1001"], "argument --limit: 1001 is above 1000, the largest"),
-    (["memory", "ls", "--limit", "5000"], "argument --limit: 5000 is above 1000, the largest"),
-    (["sessions", "messages", "s1", "--limit", "10001"], "argument --limit: 10001 is above"),
 ]
 
 
@@ -44,10 +41,8 @@ def test_a_count_out_of_range_is_a_usage_error(
         ["sessions", "ls", "--limit", "1", "--offset", "0"],
         ["sessions", "ls", "--offset", str(2**63 - 1)],
         ["memory", "rm", str(2**63 - 1)],
-        ["sessions", "ls", "--limit", "1000"],
-        ["sessions", "messages", "s1", "--limit", "10000"],
     ],
-    ids=["smallest", "largest offset", "largest fact id", "largest limit", "largest page"],
+    ids=["smallest", "largest offset", "largest fact id"],
 )
 def test_the_counts_in_bounds_still_go_to_the_proxy(
     argv: list[str], capsys: pytest.CaptureFixture[str]
