@@ -109,6 +109,11 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions/gz": (200, {"id": "gz"}),
         "/v1/memory": (200, {"data": []}),
         "/v1/sessions/locked": (401, {"error": {"message": "invalid proxy key"}}),
+        # another service's JSON object under a prefix: none of the API's fields
+        "/other/v1/sessions": (200, {"status": "ok"}),
+        "/other/v1/sessions/x": (200, {"status": "ok"}),
+        "/other/v1/sessions/x/messages": (200, {"status": "ok"}),
+        "/other/v1/memory": (200, {"status": "ok"}),
     }
 
     authorization: ClassVar[str | None] = None  # what the last request carried
@@ -324,3 +329,26 @@ def test_a_url_with_a_query_or_a_fragment_is_refused_without_quoting_it(
     err = capsys.readouterr().err
     assert err.startswith(f"cascade-proxy {command[0]} ls: the URL (--url) has a query"), err
     assert "SECRET" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ls"],
+        ["sessions", "ls", "--offset", "5"],
+        ["sessions", "show", "x"],
+        ["sessions", "messages", "x"],
+        ["sessions", "messages", "x", "--offset", "5"],
+        ["memory", "ls"],
+        ["memory", "ls", "--offset", "5"],
+    ],
+)
+def test_a_json_object_without_the_apis_fields_is_not_read_as_an_empty_answer(
+    other_url: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 200 from another JSON service (a wrong --url) was "no sessions", or a table of
+    dashes, and exit 0: as if the proxy had nothing. It names the URL and exits 2."""
+    assert main([*argv, "--url", other_url + "/other"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "answered 200 with JSON Cascade's API does not give" in captured.err, captured.err
