@@ -181,18 +181,8 @@ def call_api(
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
-        error = answer.get("error") if isinstance(answer, dict) else None
-        said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
-        if isinstance(error, dict) and isinstance(said, str):
-            said = _as_option(said, error.get("param"), params)
-        hint = ""
-        if resp.status_code == 401:  # no key, or one the proxy does not know: say which
-            sent = f"the key sent came from {key_from or _KEY_SOURCES}"
-            hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
-        print(
-            f"cascade-proxy {command} {args.action}: {resp.status_code} "
-            f"{printable(str(said or resp.reason_phrase))}{hint}",
-            file=sys.stderr,
+        _say_error(
+            f"cascade-proxy {command} {args.action}", resp, answer, params, key_from, url, key
         )
     else:
         try:
@@ -207,6 +197,33 @@ def call_api(
         sys.stdout.flush()
         print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
+
+
+def _say_error(
+    who: str,
+    resp: httpx.Response,
+    answer: Any,
+    params: dict[str, Any],
+    key_from: str,
+    url: str,
+    key: str | None,
+) -> None:
+    """The API's error answer as one line on stderr: its status and message, and for a 401
+    what was sent (a key and where it came from, the URL's Basic auth, or nothing)."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
+    if isinstance(error, dict) and isinstance(said, str):
+        said = _as_option(said, error.get("param"), params)
+    hint = ""
+    if resp.status_code == 401:  # no key, or one the proxy does not know: say which
+        sent = f"the key sent came from {key_from or _KEY_SOURCES}"
+        hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
+        if not key and has_credentials(url):  # what was sent: no key goes beside them
+            hint = " (sent the URL's user and password as Basic auth)"
+    print(
+        f"{who}: {resp.status_code} {printable(str(said or resp.reason_phrase))}{hint}",
+        file=sys.stderr,
+    )
 
 
 _OPTIONS = ("limit", "offset")  # query parameters sent as the --option of the same name

@@ -352,3 +352,17 @@ def test_a_json_object_without_the_apis_fields_is_not_read_as_an_empty_answer(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "answered 200 with JSON Cascade's API does not give" in captured.err, captured.err
+
+
+def test_a_401_to_the_urls_basic_auth_names_it_not_a_missing_key(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a user and password in the URL the Authorization header was their Basic auth, so
+    "give the key with --api-key" pointed at what could not be given beside them."""
+    url = other_url.replace("http://", "http://ops:SECRET@")
+    assert main(["sessions", "--url", url, "show", "locked"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "cascade-proxy sessions show: 401 invalid proxy key "
+        "(sent the URL's user and password as Basic auth)"
+    ), err
