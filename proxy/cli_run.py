@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     one line (``_refuse``) and exit status 2, as is a database ``migrate`` cannot reach or
     migrate. ``serve`` refuses a database in its start, once it listens: that is one line
     and uvicorn's failed-start status, 3 (``proxy.server.serve``), as is a port held."""
+    command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         if args.command not in ("serve", "migrate", "config"):
             return _client_command(args)
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             return _serve(settings)
         return _migrate(settings)
     except ValidationError as exc:  # a setting from the environment: named, not echoed
-        _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
+        _refuse(f"cascade-proxy {command}: {settings_error(exc)}")
         return 2
     except (
         ConfigError,
@@ -63,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
         InsecureListen,
     ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
-        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
         _refuse(f"cascade-proxy {command}: {exc}")
         return 2
 

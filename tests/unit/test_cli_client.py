@@ -245,7 +245,9 @@ def test_a_server_setting_the_client_does_not_read_does_not_stop_it(
     assert said in capsys.readouterr().out
     monkeypatch.setenv("CASCADE_PORT", "abc")
     assert main(command) == 2
-    assert capsys.readouterr().err.startswith(f"cascade-proxy {command[0]}: CASCADE_PORT: ")
+    # named as every other refusal of the command is, its action too
+    said_by = f"cascade-proxy {command[0]} {command[1]}: CASCADE_PORT: "
+    assert capsys.readouterr().err.startswith(said_by)
 
 
 @pytest.mark.parametrize(
