@@ -33,6 +33,9 @@ __all__ = [
 
 _KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
 
+WAIT_SECONDS = 600.0
+"""How long a command waits for the proxy's answer: ``compact`` waits for a summary call."""
+
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
@@ -149,7 +152,7 @@ def call_api(
             headers=headers,
             params=params,
             json=body,
-            timeout=600,
+            timeout=WAIT_SECONDS,
             trust_env=not _on_loopback(url),
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
@@ -162,6 +165,13 @@ def call_api(
         print(
             f"cannot reach the proxy at {shown}: not a URL{why}; give one as "
             "http://host:port with --url or CASCADE_URL",
+            file=sys.stderr,
+        )
+        return 2
+    except httpx.ReadTimeout:  # it was reached: saying it was not would mislead a retry
+        print(
+            f"no answer from the proxy at {without_credentials(url)} within {WAIT_SECONDS:g} s: "
+            "it had the request, which may still complete there",
             file=sys.stderr,
         )
         return 2

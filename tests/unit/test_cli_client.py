@@ -368,3 +368,21 @@ def test_a_401_to_the_urls_basic_auth_names_it_not_a_missing_key(
         "cascade-proxy sessions show: 401 invalid proxy key "
         "(sent the URL's user and password as Basic auth)"
     ), err
+
+
+def test_a_proxy_that_takes_the_request_and_never_answers_is_no_answer_within_the_wait(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read that timed out said "cannot reach the proxy … timed out", as if nothing
+    listened; the proxy had the request, and a compaction may still finish there."""
+    monkeypatch.setattr("proxy.cli_api.WAIT_SECONDS", 0.2)
+    with socket.socket() as listener:  # the kernel accepts the connection; nobody answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        assert main(["sessions", "compact", "s1", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"no answer from the proxy at {url} within 0.2 s: it had the request, "
+        "which may still complete there\n"
+    ), err
