@@ -251,7 +251,7 @@ def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
 def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
     """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
     front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
-    said = printable(resp.text[:500])
+    said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
     print(
         f"{without_credentials(url)} answered {resp.status_code} with {what}: {said}",
         file=sys.stderr,

@@ -114,6 +114,8 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/other/v1/sessions/x": (200, {"status": "ok"}),
         "/other/v1/sessions/x/messages": (200, {"status": "ok"}),
         "/other/v1/memory": (200, {"status": "ok"}),
+        # a reverse proxy's error page, as it sends it
+        "/v1/sessions/html": (502, b"<html>\n<body>\x1b[31mBad Gateway</body>\n</html>\n"),
     }
 
     authorization: ClassVar[str | None] = None  # what the last request carried
@@ -121,7 +123,7 @@ class _NotCascade(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         type(self).authorization = self.headers.get("authorization")
         status, answer = self.answers[self.path.split("?")[0]]
-        body = json.dumps(answer).encode()
+        body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         if self.path.startswith("/v1/sessions/gz"):  # a gateway that says gzip and is not
@@ -385,4 +387,15 @@ def test_a_proxy_that_takes_the_request_and_never_answers_is_no_answer_within_th
     assert err == (
         f"no answer from the proxy at {url} within 0.2 s: it had the request, "
         "which may still complete there\n"
+    ), err
+
+
+def test_an_error_page_that_is_not_json_is_quoted_on_one_line(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reverse proxy's HTML error page was quoted line by line, a line of stderr each."""
+    assert main(["sessions", "--url", other_url, "show", "html"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"{other_url} answered 502 with no JSON: <html> <body>\\x1b[31mBad Gateway</body> </html>\n"
     ), err
