@@ -231,7 +231,7 @@ def _say_error(
         if not key and has_credentials(url):  # what was sent: no key goes beside them
             hint = " (sent the URL's user and password as Basic auth)"
     print(
-        f"{who}: {resp.status_code} {printable(str(said or resp.reason_phrase))}{hint}",
+        f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",
         file=sys.stderr,
     )
 

@@ -114,6 +114,7 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/other/v1/sessions/x": (200, {"status": "ok"}),
         "/other/v1/sessions/x/messages": (200, {"status": "ok"}),
         "/other/v1/memory": (200, {"status": "ok"}),
+        "/v1/sessions/multi": (503, {"error": {"message": "upstream\nconnect error\r\n"}}),
         # a reverse proxy's error page, as it sends it
         "/v1/sessions/html": (502, b"<html>\n<body>\x1b[31mBad Gateway</body>\n</html>\n"),
     }
@@ -399,3 +400,11 @@ def test_an_error_page_that_is_not_json_is_quoted_on_one_line(
     assert err == (
         f"{other_url} answered 502 with no JSON: <html> <body>\\x1b[31mBad Gateway</body> </html>\n"
     ), err
+
+
+def test_an_error_message_over_several_lines_is_printed_on_one(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "--url", other_url, "show", "multi"]) == 1
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions show: 503 upstream connect error\n", err
