@@ -188,6 +188,11 @@ def call_api(
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
         return _not_cascade(url, resp, "no JSON")
+    shown = ""
+    try:  # rendered with --json too: another service's JSON is not printed as the API's
+        shown = render(answer) if resp.is_success else ""
+    except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+        return _not_cascade(url, resp, "JSON Cascade's API does not give")
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
@@ -195,10 +200,6 @@ def call_api(
             f"cascade-proxy {command} {args.action}", resp, answer, params, key_from, url, key
         )
     else:
-        try:
-            shown = render(answer)
-        except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
-            return _not_cascade(url, resp, "JSON Cascade's API does not give")
         print(printable(shown))
     # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
     # a reader that left sees none

@@ -348,12 +348,14 @@ def test_a_url_with_a_query_or_a_fragment_is_refused_without_quoting_it(
         ["memory", "ls", "--offset", "5"],
     ],
 )
+@pytest.mark.parametrize("flags", [[], ["--json"]])
 def test_a_json_object_without_the_apis_fields_is_not_read_as_an_empty_answer(
-    other_url: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+    other_url: str, argv: list[str], flags: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A 200 from another JSON service (a wrong --url) was "no sessions", or a table of
-    dashes, and exit 0: as if the proxy had nothing. It names the URL and exits 2."""
-    assert main([*argv, "--url", other_url + "/other"]) == 2
+    dashes, and exit 0: as if the proxy had nothing; with --json, its JSON as the API's. It
+    names the URL and exits 2."""
+    assert main([*argv, *flags, "--url", other_url + "/other"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "answered 200 with JSON Cascade's API does not give" in captured.err, captured.err
