@@ -28,12 +28,24 @@ INTERRUPTED = 128 + signal.SIGINT
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the command's parser, with its usage, not by the top one's
+            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
         from proxy.cli_run import run  # the heavy imports, under this guard
 
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C, while starting or running: asked for, no crash
         return INTERRUPTED
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the command ``args`` names (``sessions ls``), down its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(args, action.dest, "")))
+            return parser if chosen is None else _command_parser(chosen, args)
+    return parser
 
 
 _DATABASE_URL = (
@@ -91,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--config",
         type=Path,
-        help=f"agents.json to check (env CASCADE_CONFIG; default {DEFAULT_CONFIG})",
+        help=f"agents.json to check (env CASCADE_CONFIG; default {DEFAULT_CONFIG} when it "
+        "exists, else built-in defaults)",
     )
     migrate = sub.add_parser(
         "migrate",

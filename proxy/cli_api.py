@@ -20,10 +20,21 @@ import httpx
 from proxy.listen import is_loopback
 from proxy.logs import without_credentials
 
-__all__ = ["call_api", "table", "printable", "origin_of", "has_credentials", "cell"]
+__all__ = [
+    "call_api",
+    "table",
+    "printable",
+    "origin_of",
+    "has_credentials",
+    "has_query",
+    "cell",
+]
 
 
 _KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
+
+WAIT_SECONDS = 600.0
+"""How long a command waits for the proxy's answer: ``compact`` waits for a summary call."""
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
@@ -53,15 +64,32 @@ def has_credentials(url: str) -> bool:
         return False
 
 
+def has_query(url: str) -> bool:
+    """Whether ``url``, one httpx takes, has a query or a fragment (``?`` or ``#``, empty
+    too): the API's path is appended to the URL, and would land in it. A URL httpx refuses
+    (a ``#`` in a password) is left to ``call_api``, which says it is none."""
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        return False
+    return "?" in url or "#" in url
+
+
 # C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
 # a model name another client sent) printed raw would drive the operator's terminal (ESC
 # and OSC sequences recolour, retitle, rewrite it).
 _TERMINAL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 del _TERMINAL_ESCAPES[0x09], _TERMINAL_ESCAPES[0x0A]
+# The bidirectional controls reorder what follows them on the line (a right-to-left
+# override shows "exe.txt" as "txt.exe"), and the line and paragraph separators end a line
+# where the table has none: each as a \u escape, as the logs write them.
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+_TERMINAL_ESCAPES.update({c: f"\\u{c:04x}" for c in _BIDI})
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character but the tab and line break as an escape."""
+    """``text`` with every control character but the tab and line break, and every
+    bidirectional control, as an escape."""
     return text.translate(_TERMINAL_ESCAPES)
 
 
@@ -124,7 +152,7 @@ def call_api(
             headers=headers,
             params=params,
             json=body,
-            timeout=600,
+            timeout=WAIT_SECONDS,
             trust_env=not _on_loopback(url),
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
@@ -137,6 +165,13 @@ def call_api(
         print(
             f"cannot reach the proxy at {shown}: not a URL{why}; give one as "
             "http://host:port with --url or CASCADE_URL",
+            file=sys.stderr,
+        )
+        return 2
+    except httpx.ReadTimeout:  # it was reached: saying it was not would mislead a retry
+        print(
+            f"no answer from the proxy at {without_credentials(url)} within {WAIT_SECONDS:g} s: "
+            "it had the request, which may still complete there",
             file=sys.stderr,
         )
         return 2
@@ -153,27 +188,18 @@ def call_api(
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
         return _not_cascade(url, resp, "no JSON")
+    shown = ""
+    try:  # rendered with --json too: another service's JSON is not printed as the API's
+        shown = render(answer) if resp.is_success else ""
+    except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+        return _not_cascade(url, resp, "JSON Cascade's API does not give")
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
-        error = answer.get("error") if isinstance(answer, dict) else None
-        said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
-        if isinstance(error, dict) and isinstance(said, str):
-            said = _as_option(said, error.get("param"), params)
-        hint = ""
-        if resp.status_code == 401:  # no key, or one the proxy does not know: say which
-            sent = f"the key sent came from {key_from or _KEY_SOURCES}"
-            hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
-        print(
-            f"cascade-proxy {command} {args.action}: {resp.status_code} "
-            f"{printable(str(said or resp.reason_phrase))}{hint}",
-            file=sys.stderr,
+        _say_error(
+            f"cascade-proxy {command} {args.action}", resp, answer, params, key_from, url, key
         )
     else:
-        try:
-            shown = render(answer)
-        except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
-            return _not_cascade(url, resp, "JSON Cascade's API does not give")
         print(printable(shown))
     # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
     # a reader that left sees none
@@ -182,6 +208,33 @@ def call_api(
         sys.stdout.flush()
         print(more, file=sys.stderr)
     return 0 if resp.is_success else 1
+
+
+def _say_error(
+    who: str,
+    resp: httpx.Response,
+    answer: Any,
+    params: dict[str, Any],
+    key_from: str,
+    url: str,
+    key: str | None,
+) -> None:
+    """The API's error answer as one line on stderr: its status and message, and for a 401
+    what was sent (a key and where it came from, the URL's Basic auth, or nothing)."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
+    if isinstance(error, dict) and isinstance(said, str):
+        said = _as_option(said, error.get("param"), params)
+    hint = ""
+    if resp.status_code == 401:  # no key, or one the proxy does not know: say which
+        sent = f"the key sent came from {key_from or _KEY_SOURCES}"
+        hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
+        if not key and has_credentials(url):  # what was sent: no key goes beside them
+            hint = " (sent the URL's user and password as Basic auth)"
+    print(
+        f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",
+        file=sys.stderr,
+    )
 
 
 _OPTIONS = ("limit", "offset")  # query parameters sent as the --option of the same name
@@ -199,7 +252,7 @@ def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
 def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
     """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
     front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
-    said = printable(resp.text[:500])
+    said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
     print(
         f"{without_credentials(url)} answered {resp.status_code} with {what}: {said}",
         file=sys.stderr,

@@ -19,9 +19,7 @@ __all__ = ["run_memory"]
 
 
 def _ls(body: dict[str, Any]) -> str:
-    rows = [
-        (f["id"], f.get("scope"), f.get("created_at"), f.get("text")) for f in body.get("data", [])
-    ]
+    rows = [(f["id"], f.get("scope"), f.get("created_at"), f.get("text")) for f in body["data"]]
     if not rows:
         return "no facts in this scope (for this API key)"
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)
@@ -32,7 +30,7 @@ def _ls_from(offset: int) -> Callable[[dict[str, Any]], str]:
     "no facts" would read as if the scope had none (the API gives no count)."""
 
     def shown(body: dict[str, Any]) -> str:
-        if body.get("data"):
+        if body["data"]:
             return _ls(body)
         return f"no facts at --offset {offset} or past it (this scope has at most {offset})"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
 from proxy.banner import client_origin
-from proxy.cli_api import has_credentials, origin_of
+from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.config import ConfigError, config_warnings, load_config
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     one line (``_refuse``) and exit status 2, as is a database ``migrate`` cannot reach or
     migrate. ``serve`` refuses a database in its start, once it listens: that is one line
     and uvicorn's failed-start status, 3 (``proxy.server.serve``), as is a port held."""
+    command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         if args.command not in ("serve", "migrate", "config"):
             return _client_command(args)
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             return _serve(settings)
         return _migrate(settings)
     except ValidationError as exc:  # a setting from the environment: named, not echoed
-        _refuse(f"cascade-proxy {args.command}: {settings_error(exc)}")
+        _refuse(f"cascade-proxy {command}: {settings_error(exc)}")
         return 2
     except (
         ConfigError,
@@ -62,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
         InsecureListen,
     ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
-        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
         _refuse(f"cascade-proxy {command}: {exc}")
         return 2
 
@@ -153,6 +154,14 @@ def _sessions(args: argparse.Namespace) -> int:
         listen = Listen()
         given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
     url = origin_of(given)
+    if has_query(url):  # not quoted: a query may hold a token
+        print(
+            f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a query or "
+            "a fragment ('?' or '#'), which the API's paths would land in; give the proxy's "
+            "origin, http://host:port (with the path of a prefix it is mounted under)",
+            file=sys.stderr,
+        )
+        return 2
     key, key_from = _given(args, "api_key", "--api-key", "CASCADE_API_KEY", "OPENAI_API_KEY")
     if key and has_credentials(url):
         print(
@@ -181,16 +190,36 @@ def _client_command(args: argparse.Namespace) -> int:
     reader that stops early closes the pipe, which ends the command quietly (a shell's
     SIGPIPE status, 141) instead of a BrokenPipeError traceback on stderr. A character the
     output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
+    if sys.stdout is None:  # `cascade-proxy … >&-`: print() would write nothing, silently
+        return _unwritten(args, "stdout is closed")
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         status = _sessions(args)
         sys.stdout.flush()  # a short answer is written here, not at exit, so it is caught too
     except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that write succeeds.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _to_devnull()
         return 141
+    except OSError as exc:  # a full disk (`> /dev/full`), a file system gone
+        _to_devnull()
+        return _unwritten(args, exc.strerror or str(exc))
     return status
+
+
+def _to_devnull() -> None:
+    """Python flushes stdout again at exit: point it at /dev/null so that write succeeds,
+    instead of a second error, or a traceback, after the command's own line."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout with no descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _unwritten(args: argparse.Namespace, why: str) -> int:
+    """Say that the answer could not be written: exit status 1, as the command failed."""
+    print(
+        f"cascade-proxy {args.command} {args.action}: cannot write the answer: {why}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _refuse(message: str) -> None:

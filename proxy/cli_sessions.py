@@ -60,7 +60,7 @@ def _ls(body: dict[str, Any]) -> str:
             s.get("reclaimed_tokens"),
             s.get("updated_at"),
         )
-        for s in body.get("data", [])
+        for s in body["data"]  # absent: not this API's answer (call_api says so)
     ]
     if not rows:
         return "no sessions (for this API key)"
@@ -86,6 +86,8 @@ def _show(body: dict[str, Any]) -> str:
     shown = (
         ", ".join(f"{k} {v}" for k, v in by_stage.items()) if isinstance(by_stage, dict) else None
     )
+    if not isinstance(body["id"], str):  # another service's JSON: call_api says so
+        raise TypeError("no session id")
     out = _pairs([*((k, body.get(k)) for k in keys), ("reclaimed", shown)])
     summary = body.get("summary")
     if summary:
@@ -98,7 +100,7 @@ def _show(body: dict[str, Any]) -> str:
 
 def _messages(body: dict[str, Any]) -> str:
     rows = []
-    for m in body.get("data", []):
+    for m in body["data"]:
         marks = ("summarised", "truncated", "redacted", "evicted", "trimmed", "superseded")
         flags = [f for f in marks if m.get(f)]
         rows.append(
@@ -182,7 +184,7 @@ def _past_the_end(
     what, whose = ("sessions", "this API key") if args.action == "ls" else ("messages", args.id)
 
     def shown(body: dict[str, Any]) -> str:
-        if body.get("data"):
+        if body["data"]:
             return render(body)
         return f"no {what} at --offset {args.offset} or past it ({whose} has at most {args.offset})"
 

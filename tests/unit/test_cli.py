@@ -315,3 +315,25 @@ def test_config_check_validates_a_file_as_a_reload_does(
 
 def test_serve_takes_an_ipv6_host_in_brackets() -> None:
     assert _parser().parse_args(["serve", "--host", "[::1]"]).host == "::1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["sessions", "ls", "--bogus"], "usage: cascade-proxy sessions ls "),
+        (["memory", "add", "a fact", "extra"], "usage: cascade-proxy memory add "),
+        (["config", "check", "--bogus"], "usage: cascade-proxy config check "),
+        (["sessions", "--bogus", "ls"], "usage: cascade-proxy sessions ls "),
+    ],
+)
+def test_an_unknown_argument_shows_the_usage_of_the_command_it_was_given_to(
+    argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse's top parser reported it, with the top usage ("cascade-proxy [-h] [--version]
+    # COMMAND ..."), which lists none of the options the command takes
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert "error: unrecognized arguments: " in err

@@ -109,6 +109,14 @@ class _NotCascade(BaseHTTPRequestHandler):
         "/v1/sessions/gz": (200, {"id": "gz"}),
         "/v1/memory": (200, {"data": []}),
         "/v1/sessions/locked": (401, {"error": {"message": "invalid proxy key"}}),
+        # another service's JSON object under a prefix: none of the API's fields
+        "/other/v1/sessions": (200, {"status": "ok"}),
+        "/other/v1/sessions/x": (200, {"status": "ok"}),
+        "/other/v1/sessions/x/messages": (200, {"status": "ok"}),
+        "/other/v1/memory": (200, {"status": "ok"}),
+        "/v1/sessions/multi": (503, {"error": {"message": "upstream\nconnect error\r\n"}}),
+        # a reverse proxy's error page, as it sends it
+        "/v1/sessions/html": (502, b"<html>\n<body>\x1b[31mBad Gateway</body>\n</html>\n"),
     }
 
     authorization: ClassVar[str | None] = None  # what the last request carried
@@ -116,7 +124,7 @@ class _NotCascade(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         type(self).authorization = self.headers.get("authorization")
         status, answer = self.answers[self.path.split("?")[0]]
-        body = json.dumps(answer).encode()
+        body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         if self.path.startswith("/v1/sessions/gz"):  # a gateway that says gzip and is not
@@ -240,7 +248,9 @@ def test_a_server_setting_the_client_does_not_read_does_not_stop_it(
     assert said in capsys.readouterr().out
     monkeypatch.setenv("CASCADE_PORT", "abc")
     assert main(command) == 2
-    assert capsys.readouterr().err.startswith(f"cascade-proxy {command[0]}: CASCADE_PORT: ")
+    # named as every other refusal of the command is, its action too
+    said_by = f"cascade-proxy {command[0]} {command[1]}: CASCADE_PORT: "
+    assert capsys.readouterr().err.startswith(said_by)
 
 
 @pytest.mark.parametrize(
@@ -310,3 +320,61 @@ def test_a_refused_key_is_named_by_where_it_came_from(
     assert main(["sessions", "--url", other_url, *flags, "show", "locked"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == f"cascade-proxy sessions show: 401 invalid proxy key {hint}", err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ls"],
+        ["sessions", "ls", "--offset", "5"],
+        ["sessions", "show", "x"],
+        ["sessions", "messages", "x"],
+        ["sessions", "messages", "x", "--offset", "5"],
+        ["memory", "ls"],
+        ["memory", "ls", "--offset", "5"],
+    ],
+)
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_json_object_without_the_apis_fields_is_not_read_as_an_empty_answer(
+    other_url: str, argv: list[str], flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 200 from another JSON service (a wrong --url) was "no sessions", or a table of
+    dashes, and exit 0: as if the proxy had nothing; with --json, its JSON as the API's. It
+    names the URL and exits 2."""
+    assert main([*argv, *flags, "--url", other_url + "/other"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "answered 200 with JSON Cascade's API does not give" in captured.err, captured.err
+
+
+def test_a_401_to_the_urls_basic_auth_names_it_not_a_missing_key(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a user and password in the URL the Authorization header was their Basic auth, so
+    "give the key with --api-key" pointed at what could not be given beside them."""
+    url = other_url.replace("http://", "http://ops:SECRET@")
+    assert main(["sessions", "--url", url, "show", "locked"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "cascade-proxy sessions show: 401 invalid proxy key "
+        "(sent the URL's user and password as Basic auth)"
+    ), err
+
+
+def test_an_error_page_that_is_not_json_is_quoted_on_one_line(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reverse proxy's HTML error page was quoted line by line, a line of stderr each."""
+    assert main(["sessions", "--url", other_url, "show", "html"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"{other_url} answered 502 with no JSON: <html> <body>\\x1b[31mBad Gateway</body> </html>\n"
+    ), err
+
+
+def test_an_error_message_over_several_lines_is_printed_on_one(
+    other_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "--url", other_url, "show", "multi"]) == 1
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions show: 503 upstream connect error\n", err
