@@ -39,10 +39,13 @@ def secrets_of(authorization: str | None) -> tuple[str, ...]:
     found = [token]
     if sep and scheme.lower() == "basic":
         try:
-            decoded = base64.b64decode(token, validate=True).decode("latin-1")
+            raw = base64.b64decode(token, validate=True)
         except (binascii.Error, ValueError):
-            decoded = ""
-        found += [decoded, decoded.partition(":")[2]]
+            raw = b""
+        # httpx encodes user:password as UTF-8: a provider quotes that text (or its JSON
+        # escapes); the latin-1 reading spells the same bytes one character per byte
+        for decoded in {raw.decode("utf-8", "replace"), raw.decode("latin-1")}:
+            found += [decoded, decoded.partition(":")[2]]
     forms: set[str] = set()
     for secret in found:
         forms.add(secret)
