@@ -26,6 +26,7 @@ __all__ = ["MIN_SECRET_CHARS", "scrub_bytes", "scrub_text", "secrets_of"]
 
 MIN_SECRET_CHARS = 6
 _REDACTED_BYTES = REDACTED.encode()
+_SCHEMES = frozenset({"bearer", "basic"})
 
 
 def secrets_of(authorization: str | None) -> tuple[str, ...]:
@@ -36,6 +37,8 @@ def secrets_of(authorization: str | None) -> tuple[str, ...]:
     value = authorization.lstrip()
     scheme, sep, token = value.partition(" ")
     token = token.strip() if sep else value.strip()  # a bare key, sent without a scheme
+    if not sep and token.lower() in _SCHEMES:  # a scheme with no token: no credential
+        return ()
     found = [token]
     if sep and scheme.lower() == "basic":
         try:

@@ -176,6 +176,9 @@ def test_the_spellings_of_a_credential() -> None:
     assert secrets_of('Bearer sk-"q"-1') == ('sk-\\"q\\"-1', 'sk-"q"-1')
     assert secrets_of("Bearer sk/abc") == ("sk\\/abc", "sk/abc")
     assert secrets_of("Bearer ") == secrets_of(None) == secrets_of("Bearer EMPTY") == ()
+    # a scheme with no token (HTTP drops the space after it): no credential to scrub, and
+    # the scheme's word stays in "Bearer token missing"
+    assert secrets_of("Bearer") == secrets_of("Basic") == ()
     assert scrub_text("a sk-abc b", secrets_of("Bearer sk-abc")) == "a [REDACTED] b"
     assert scrub_bytes(b"a sk-abc b", secrets_of("Bearer sk-abc")) == b"a [REDACTED] b"
 
