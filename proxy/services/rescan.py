@@ -11,6 +11,9 @@ remembered as clean, so the scan costs one pass per session per change of patter
 replica start; not on a new session's first request, which ingested its whole window just
 now); a window with a match is redacted in the prompt on each step (the stored
 row keeps its text: the session API shows what was stored) until the message leaves it.
+What is remembered is tied to the session's row (its ``created_at``): a session deleted and
+made again under its id, a branch into it copying rows stored under older patterns, is
+another session, scanned afresh.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ class WindowRescan:
     """Per-replica memory of the patterns each session's window was found clean under."""
 
     def __init__(self, *, max_sessions: int = MAX_SESSIONS) -> None:
-        self._clean: OrderedDict[SessionKey, tuple[re.Pattern[str], ...]] = OrderedDict()
+        self._clean: OrderedDict[SessionKey, tuple[object, tuple[re.Pattern[str], ...]]] = (
+            OrderedDict()
+        )
         self._max = max_sessions
 
     def window(
@@ -43,13 +48,15 @@ class WindowRescan:
         patterns: tuple[re.Pattern[str], ...],
         *,
         fresh: bool = False,
+        born: object = None,
     ) -> tuple[Message, ...]:
         """``window`` with every message but the model's redacted with ``patterns`` when
         this session was not found clean under them; the same messages otherwise.
         ``fresh``: this request ingested every message of the window under ``patterns``
-        (a new session's first request), so it is clean without a second pass."""
+        (a new session's first request), so it is clean without a second pass. ``born``:
+        the session row's ``created_at``, which a session made again under its id changes."""
         window = tuple(window)
-        if patterns and self._clean.get(key) == patterns:
+        if patterns and self._clean.get(key) == (born, patterns):
             self._clean.move_to_end(key)
             return window
         # Other patterns now: what this step stores is redacted with them only, so the window
@@ -64,7 +71,7 @@ class WindowRescan:
                 for m in window
             )
         if all(a is b for a, b in zip(out, window, strict=True)):
-            self._clean[key] = patterns
+            self._clean[key] = (born, patterns)
             self._clean.move_to_end(key)
             while len(self._clean) > self._max:
                 self._clean.popitem(last=False)

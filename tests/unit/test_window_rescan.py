@@ -86,3 +86,13 @@ def test_steps_under_other_patterns_with_a_match_forget_that_the_window_was_clea
     stored_old = ({"role": "user", "content": key}, {"role": "user", "content": CODE})
     assert rescan.window(KEY, stored_old, OLD)[0]["content"] == REDACTED
     assert rescan.window(KEY, stored_old, NEW)[1]["content"] == REDACTED
+
+
+def test_a_session_made_again_under_its_old_id_is_scanned_again() -> None:
+    """Found clean under NEW, then deleted; a branch made under the same id copies rows its
+    source stored under older patterns: another session (its ``created_at``), not clean."""
+    rescan = WindowRescan()
+    assert rescan.window(KEY, (), NEW, born="2026-12-06T01:00:00+00:00") == ()
+    copied = ({"role": "tool", "tool_call_id": "c1", "content": CODE},)
+    again = rescan.window(KEY, copied, NEW, born="2026-12-06T01:30:00+00:00")
+    assert again[0]["content"] == REDACTED
