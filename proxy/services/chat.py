@@ -260,6 +260,7 @@ class ChatService:
                 key,
                 state.window,
                 patterns_of(rt.ctx.redaction),
+                positions=state.positions,
                 fresh=_all_new(state),
                 born=state.session.get("created_at"),
             ),
