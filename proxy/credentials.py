@@ -26,6 +26,7 @@ __all__ = ["MIN_SECRET_CHARS", "scrub_bytes", "scrub_text", "secrets_of"]
 
 MIN_SECRET_CHARS = 6
 _REDACTED_BYTES = REDACTED.encode()
+_SCHEMES = frozenset({"bearer", "basic"})
 
 
 def secrets_of(authorization: str | None) -> tuple[str, ...]:
@@ -36,13 +37,18 @@ def secrets_of(authorization: str | None) -> tuple[str, ...]:
     value = authorization.lstrip()
     scheme, sep, token = value.partition(" ")
     token = token.strip() if sep else value.strip()  # a bare key, sent without a scheme
+    if not sep and token.lower() in _SCHEMES:  # a scheme with no token: no credential
+        return ()
     found = [token]
     if sep and scheme.lower() == "basic":
         try:
-            decoded = base64.b64decode(token, validate=True).decode("latin-1")
+            raw = base64.b64decode(token, validate=True)
         except (binascii.Error, ValueError):
-            decoded = ""
-        found += [decoded, decoded.partition(":")[2]]
+            raw = b""
+        # httpx encodes user:password as UTF-8: a provider quotes that text (or its JSON
+        # escapes); the latin-1 reading spells the same bytes one character per byte
+        for decoded in {raw.decode("utf-8", "replace"), raw.decode("latin-1")}:
+            found += [decoded, decoded.partition(":")[2]]
     forms: set[str] = set()
     for secret in found:
         forms.add(secret)

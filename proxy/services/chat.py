@@ -257,7 +257,12 @@ class ChatService:
         turn_key = _turn_key(body["messages"], hashes, rt)
         inp = StepInput(
             window=self.rescan.window(
-                key, state.window, patterns_of(rt.ctx.redaction), fresh=_all_new(state)
+                key,
+                state.window,
+                patterns_of(rt.ctx.redaction),
+                positions=state.positions,
+                fresh=_all_new(state),
+                born=state.session.get("created_at"),
             ),
             system_count=state.system_count,
             summary=state.summary,

@@ -176,5 +176,23 @@ def test_the_spellings_of_a_credential() -> None:
     assert secrets_of('Bearer sk-"q"-1') == ('sk-\\"q\\"-1', 'sk-"q"-1')
     assert secrets_of("Bearer sk/abc") == ("sk\\/abc", "sk/abc")
     assert secrets_of("Bearer ") == secrets_of(None) == secrets_of("Bearer EMPTY") == ()
+    # a scheme with no token (HTTP drops the space after it): no credential to scrub, and
+    # the scheme's word stays in "Bearer token missing"
+    assert secrets_of("Bearer") == secrets_of("Basic") == ()
     assert scrub_text("a sk-abc b", secrets_of("Bearer sk-abc")) == "a [REDACTED] b"
     assert scrub_bytes(b"a sk-abc b", secrets_of("Bearer sk-abc")) == b"a [REDACTED] b"
+
+
+async def test_a_base_urls_non_ascii_password_is_scrubbed_as_a_provider_spells_it() -> None:
+    """Basic auth carries the password's UTF-8 bytes: a JSON body quotes it escaped (Python's
+    ``ensure_ascii``) or as it is, and the proxy's own message quotes its text."""
+    password = "pässwört-xyz"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        quoted = json.dumps({"error": {"message": f"bad {password}"}})  # p\u00e4ssw\u00f6rt
+        return httpx.Response(401, text=f"{quoted} raw: {password}")
+
+    provider = ProviderConfig(base_url="http://user:p%C3%A4ssw%C3%B6rt-xyz@llm.test/v1")
+    got = await _call(_upstream(httpx.MockTransport(answer)), provider, {})
+    assert "xyz" not in got.text, got.text
+    assert "xyz" not in got.scrub(f"bad {password}")

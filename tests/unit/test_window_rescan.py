@@ -46,7 +46,7 @@ def test_no_patterns_no_scan_and_the_memory_is_bounded() -> None:
     assert rescan.window(KEY, WINDOW, ()) == WINDOW
     rescan.window(SessionKey("t", "a"), (), NEW)
     rescan.window(SessionKey("t", "b"), (), NEW)
-    assert len(rescan._clean) == 1
+    assert len(rescan._scanned) == 1
 
 
 def test_a_window_this_request_ingested_whole_is_clean_without_a_pass() -> None:
@@ -86,3 +86,30 @@ def test_steps_under_other_patterns_with_a_match_forget_that_the_window_was_clea
     stored_old = ({"role": "user", "content": key}, {"role": "user", "content": CODE})
     assert rescan.window(KEY, stored_old, OLD)[0]["content"] == REDACTED
     assert rescan.window(KEY, stored_old, NEW)[1]["content"] == REDACTED
+
+
+def test_a_session_made_again_under_its_old_id_is_scanned_again() -> None:
+    """Found clean under NEW, then deleted; a branch made under the same id copies rows its
+    source stored under older patterns: another session (its ``created_at``), not clean."""
+    rescan = WindowRescan()
+    assert rescan.window(KEY, (), NEW, born="2026-12-06T01:00:00+00:00") == ()
+    copied = ({"role": "tool", "tool_call_id": "c1", "content": CODE},)
+    again = rescan.window(KEY, copied, NEW, born="2026-12-06T01:30:00+00:00")
+    assert again[0]["content"] == REDACTED
+
+
+def test_a_window_with_a_match_is_redacted_again_at_its_matched_positions_only() -> None:
+    """A match that never leaves (a system prompt stored before the pattern) would cost a
+    pass over the whole window each step: the scan remembers where it matched, and later
+    steps redact those messages only (the others were found clean, or ingested since)."""
+    rescan = WindowRescan()
+    system = {"role": "system", "content": f"deploy key {CODE}"}
+    window = (system, {"role": "user", "content": "hi"})
+    assert rescan.window(KEY, window, NEW, positions=(0, 1))[0]["content"] == (
+        f"deploy key {REDACTED}"
+    )
+    unscanned = {"role": "user", "content": CODE}  # stands for one found clean at 1
+    later = (system, unscanned, {"role": "user", "content": "more"})
+    again = rescan.window(KEY, later, NEW, positions=(0, 1, 2))
+    assert again[0]["content"] == f"deploy key {REDACTED}"
+    assert again[1] is unscanned and again[2] is later[2]

@@ -249,3 +249,28 @@ def test_the_other_ways_out_carry_a_client_secret_nowhere_and_a_written_one_to_i
         assert SECRET not in answer and written not in answer, path
     shown = [r.getMessage() for r in records.records] + [http.get("/metrics").text]
     assert not any(SECRET in t or written in t for t in shown)
+
+
+def test_a_branch_into_a_deleted_sessions_id_has_its_copied_rows_scanned(
+    start: Any, fake_upstream: FakeUpstream
+) -> None:
+    """The replica remembers a session as clean under the patterns in force; deleted and made
+    again under its id by a branch, it holds rows its source stored under older patterns,
+    which the first step redacts as it does any window not found clean."""
+    proxy, path = start()
+    fake_upstream.default = Model()
+    source: list[Any] = [user(f"deploy with {CODE}")]
+    source.append(chat(proxy.origin, "src", source))
+    other: list[Any] = [user("nothing secret")]
+    other.append(chat(proxy.origin, "dst", other))
+    with open_events(proxy.origin, "dst") as stream:
+        stream.until(named(USAGE))
+        save(path, _config(path, fake_upstream.url, patterns=(r"ZETA-\d{4}-[A-Z]{2}",)))
+        stream.until(named(CONFIG_RELOADED))
+    chat(proxy.origin, "dst", [*other, user("still nothing")])  # found clean now
+    with httpx.Client(base_url=proxy.origin, headers=HEADERS, timeout=10) as http:
+        assert http.delete("/v1/sessions/dst").status_code == 200
+        assert http.post("/v1/sessions/src/branch", json={"id": "dst"}).status_code == 200
+    chat(proxy.origin, "dst", [*source, user("go on")])
+    sent = json.dumps(_main(fake_upstream)[-1]["messages"])
+    assert CODE not in sent and "deploy with [REDACTED]" in sent
