@@ -9,6 +9,7 @@ a bounded number of internal rounds. The client never sees these calls.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -253,24 +254,17 @@ async def answer_in_room(
     past the window it was fitted to makes the provider refuse the whole round, an error
     for a request that fit. A cut page still names where the next one starts; one of
     ``MIN_PAGE_CHARS`` is not cut further."""
-    answer = await answer_call(
+    read = functools.partial(
+        answer_call,
         conn,
         tenant=tenant,
         session_id=session_id,
         call=call,
-        max_chars=max_chars,
         agents=agents,
         patterns=patterns,
     )
+    answer = await read(max_chars=max_chars)
     while (tokens := cost(answer)) > room and max_chars > MIN_PAGE_CHARS:
         max_chars = max(MIN_PAGE_CHARS, int(max_chars * max(room, 0) / tokens * 0.95))
-        answer = await answer_call(
-            conn,
-            tenant=tenant,
-            session_id=session_id,
-            call=call,
-            max_chars=max_chars,
-            agents=agents,
-            patterns=patterns,
-        )
+        answer = await read(max_chars=max_chars)
     return answer
