@@ -18,7 +18,7 @@ from tests.fakes.replies import tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
-from tests.integration.transcripts import api, blob, marker_args, page_slice, sdk
+from tests.integration.transcripts import api, blob, marker_args, page_slice, sdk, wait_event
 
 MAX_CHARS = 1000
 
@@ -113,6 +113,12 @@ def test_hostile_results_page_back_exactly_and_resend_the_same_bytes(
             rows = http.get(f"/v1/sessions/{name}/messages").json()["data"]
             assert rows[2]["message"]["content"] == sent[name], name
             assert rows[2]["truncated"] is (sent[name] != output), name
+        # kept_chars (docs/events.md): a cut's head and tail; a compaction's text as sent
+        cut_event = wait_event(http, "over_by_one", "context.truncated")
+        assert cut_event["kept_chars"] == len(HOSTILE["over_by_one"]) - omitted
+        compacted_event = wait_event(http, "json_forms", "context.truncated")
+        assert compacted_event["kept_chars"] == len(sent["json_forms"])
+        assert compacted_event["compacted"] == "JSON minified"
     for name, output in HOSTILE.items():  # the history grows: the old result is sent as before
         more = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}]
         send(proxy, name, [*history("call_a", output), *more])
