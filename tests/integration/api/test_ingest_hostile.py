@@ -9,6 +9,7 @@ config change and the results already ingested")."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,12 @@ def history(cid: str, output: str) -> list[dict[str, Any]]:
     ]
 
 
-def config(folder: Path, upstream: str, **tool_output: Any) -> Path:
+def config(
+    folder: Path, upstream: str, *, patterns: tuple[str, ...] = (), **tool_output: Any
+) -> Path:
     context = {
         "toolOutput": {"maxChars": MAX_CHARS, "persistRaw": True, **tool_output},
+        "redaction": {"patterns": list(patterns)},
         "eviction": {"enabled": False},
         "summarize": {"enabled": False},
     }
@@ -157,3 +161,19 @@ def test_a_config_change_leaves_results_already_ingested_as_sent(
     assert after[: len(before)] == before
     assert after[-1]["content"].startswith("hdr\nsame line again\n")  # cut, not compacted
     assert len(after[-1]["content"]) <= 400 and marker_args(after[-1]["content"]) is not None
+
+
+def test_a_pattern_the_minified_json_would_match_keeps_the_result_as_sent(
+    tmp_path: Path, fake_upstream: FakeUpstream, start_proxy: StartProxy
+) -> None:
+    """A configured pattern written for compact JSON misses the pretty-printed original; the
+    minified text would spell the secret exactly as the pattern names it, so the lossless
+    step leaves the result alone rather than send what the pattern forbids."""
+    pattern = '"ref":"[a-z0-9]+"'
+    proxy = start_proxy(config(tmp_path, fake_upstream.url, patterns=(pattern,)))
+    services = {f"svc{i}": {"port": 8000 + i, "ref": "abc123secret"} for i in range(12)}
+    original = json.dumps({"services": services}, indent=2)  # no array: minified, not a table
+    send(proxy, "s1", history("call_a", original))
+    assert fake_upstream.bodies()[-1]["messages"][2]["content"] == original
+    send(proxy, "s2", history("call_a", original.replace('"ref"', '"key"')))  # no match
+    assert fake_upstream.bodies()[-1]["messages"][2]["content"].startswith("[compacted")
