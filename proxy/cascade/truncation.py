@@ -175,14 +175,15 @@ def _compact(
 ) -> Ingested | None:
     """The lossless ingest stage (``lossless.py``): the compacted result with its original
     spilled, or None when nothing applies, the saving is under ``compact_min_saving`` of the
-    original, the compacted text would still be truncated (its offsets would then not be
+    original, the original is over ``raw_cap_bytes`` (the copy the marker promises would
+    hold only its head), the compacted text would still be truncated (its offsets would then not be
     positions in the spill; with the cut off, ``cfg.enabled`` false, nothing is), or one of
     the redaction ``patterns`` matches the compacted text: a pattern written for compact
     JSON misses the pretty-printed original, and the rewrite must not spell out what it
     forbids. Its marker names ``handle`` (``_handle``)."""
     tool_call_id = str(msg.get("tool_call_id") or "")
-    if not text or not tool_call_id:
-        return None
+    if not text or not tool_call_id or cap_utf8(text, cfg.raw_cap_bytes) is not text:
+        return None  # a copy capped at ``raw_cap_bytes`` is no exact original
     done = compact_text(text, earlier() if "\n" in text else EarlierLines())
     if done is None:
         return None

@@ -177,3 +177,19 @@ def test_a_pattern_the_minified_json_would_match_keeps_the_result_as_sent(
     assert fake_upstream.bodies()[-1]["messages"][2]["content"] == original
     send(proxy, "s2", history("call_a", original.replace('"ref"', '"key"')))  # no match
     assert fake_upstream.bodies()[-1]["messages"][2]["content"].startswith("[compacted")
+
+
+def test_a_result_its_copy_cannot_hold_whole_is_cut_not_compacted(
+    tmp_path: Path, fake_upstream: FakeUpstream, start_proxy: StartProxy
+) -> None:
+    """A compacted result's first line promises the exact original through
+    ``read_tool_output``; over ``rawCapBytes`` the copy holds only its head, so the result
+    is cut as any over ``maxChars`` (its capped copy saying so), never compacted."""
+    proxy = start_proxy(config(tmp_path, fake_upstream.url, rawCapBytes=1500))
+    original = "hdr\n" + "same line again and again\n" * 200  # 5204 chars, collapses to ~200
+    send(proxy, "s1", history("call_a", original))
+    sent = fake_upstream.bodies()[-1]["messages"][2]["content"]
+    assert not sent.startswith("[compacted") and marker_args(sent) is not None
+    assert sent.startswith("hdr\nsame line again and again\n")
+    send(proxy, "s2", history("call_a", original[:1400]))  # its copy holds it whole
+    assert fake_upstream.bodies()[-1]["messages"][2]["content"].startswith("[compacted")
