@@ -1,10 +1,11 @@
 """Ingestion under hostile tool output, end to end through the openai SDK: every result the
 proxy cuts or compacts pages back byte for byte (astral and multi-byte characters at page
-edges, CRLF, NUL, base64 on one line, results at ``maxChars`` and one either side),
-a resent history sends an old result's bytes unchanged, the lossless step keeps a JSON text's
-duplicate keys, number forms and escapes, and a config change (``maxChars``, ``enabled``,
-``compact``) leaves the results already ingested as they were sent (README, Decisions, "A
-config change and the results already ingested")."""
+edges, CRLF, NUL, base64 on one line, results at ``maxChars`` and one either side), a resent
+history sends an old result's bytes unchanged, the lossless step keeps a JSON text's
+duplicate keys, number forms and escapes, and stands back where its rewrite would match a
+redaction pattern or its copy would be capped; a config change (``maxChars``, ``compact``)
+leaves the results already ingested as they were sent (README, Decisions, "A config change
+and the results already ingested")."""
 
 from __future__ import annotations
 
