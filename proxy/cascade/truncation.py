@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.lossless import compact_text, compacted_marker
 from proxy.cascade.pins import names, pin
 from proxy.cascade.pointers import EarlierLines
-from proxy.cascade.redaction import compile_patterns, redact_message
+from proxy.cascade.redaction import compile_patterns, redact, redact_message
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
 from proxy.config_context import RedactionConfig, ToolOutputConfig
@@ -171,15 +171,19 @@ def _compact(
     cfg: ToolOutputConfig,
     earlier: Callable[[], EarlierLines],
     handle: str,
+    patterns: Sequence[re.Pattern[str]] = (),
 ) -> Ingested | None:
     """The lossless ingest stage (``lossless.py``): the compacted result with its original
     spilled, or None when nothing applies, the saving is under ``compact_min_saving`` of the
-    original, or the compacted text would still be truncated (its offsets would then not be
-    positions in the spill; with the cut off, ``cfg.enabled`` false, nothing is). Its marker
-    names ``handle`` (``_handle``)."""
+    original, the original is over ``raw_cap_bytes`` (the copy the marker promises would
+    hold only its head), the compacted text would still be truncated (its offsets would then not be
+    positions in the spill; with the cut off, ``cfg.enabled`` false, nothing is), or one of
+    the redaction ``patterns`` matches the compacted text: a pattern written for compact
+    JSON misses the pretty-printed original, and the rewrite must not spell out what it
+    forbids. Its marker names ``handle`` (``_handle``)."""
     tool_call_id = str(msg.get("tool_call_id") or "")
-    if not text or not tool_call_id:
-        return None
+    if not text or not tool_call_id or cap_utf8(text, cfg.raw_cap_bytes) is not text:
+        return None  # a copy capped at ``raw_cap_bytes`` is no exact original
     done = compact_text(text, earlier() if "\n" in text else EarlierLines())
     if done is None:
         return None
@@ -187,6 +191,8 @@ def _compact(
     saving = len(text) - len(new_text)
     too_long = cfg.enabled and len(new_text) > cfg.max_chars
     if too_long or saving <= 0 or saving < cfg.compact_min_saving * len(text):
+        return None
+    if patterns and redact(done.text, patterns)[1]:
         return None
     event = Event(
         TRUNCATED,
@@ -238,6 +244,7 @@ def truncate_tool_result(
     client reuses (``call_0`` every turn) does not tell its results apart.
     """
     redacted = 0
+    patterns: tuple[re.Pattern[str], ...] = ()
     if redaction.enabled:
         patterns = compile_patterns(redaction.patterns, use_defaults=redaction.default_patterns)
         msg, redacted = redact_message(msg, patterns)
@@ -245,9 +252,8 @@ def truncate_tool_result(
         return Ingested(msg, redacted=redacted)
     text = content_text(msg.get("content"))
     if cfg.compact and cfg.persist_raw and redacted == 0:
-        compacted = _compact(
-            msg, text, cfg, earlier, _handle(str(msg.get("tool_call_id") or ""), pos)
-        )
+        pinned = _handle(str(msg.get("tool_call_id") or ""), pos)
+        compacted = _compact(msg, text, cfg, earlier, pinned, patterns)
         if compacted is not None:
             return compacted
     if not cfg.enabled or len(text) <= cfg.max_chars:
