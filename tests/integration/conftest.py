@@ -39,6 +39,7 @@ import pytest
 from proxy.store.db import create_pool, pooler_kwargs
 from proxy.store.migrations import run_migrations
 from tests.fakes.upstream import FakeUpstream
+from tests.integration import trust_memo
 from tests.integration.pooler.pgbouncer import (
     PgBouncer,
     find_pgbouncer,
@@ -290,6 +291,12 @@ def pgbouncer(pg_dsn: str) -> Iterator[PgBouncer]:
         pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run does)")
     with start_pgbouncer(binary, pg_dsn) as bouncer:
         yield bouncer
+
+
+@pytest.fixture(autouse=True)
+def _one_trust_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default-trust ``SSLContext`` s made once per CA bundle (``trust_memo``)."""
+    trust_memo.install(monkeypatch)
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,8 @@ import httpx
 import pytest
 
 from bench.common import free_port
+from proxy.settings import Settings
+from tests.integration.api import conftest as api_conftest
 from tests.integration.api.conftest import (  # noqa: F401  (fixtures)
     ProxyServer,
     client,
@@ -72,6 +74,15 @@ class Figures:
     def add(self, tried: int = 0, **values: Any) -> None:
         self.tried += tried
         self.values.update(values)
+
+
+@pytest.fixture(autouse=True)
+def _default_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This suite loads and breaks the proxy as a deployment would see it: its in-thread
+    proxies keep the product's default pool, not the small one other tests' proxies run with
+    (``TEST_POOL_MAX_SIZE``)."""
+    default = Settings.model_fields["pool_max_size"].default
+    monkeypatch.setattr(api_conftest, "TEST_POOL_MAX_SIZE", default)
 
 
 @pytest.fixture

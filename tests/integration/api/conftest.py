@@ -26,6 +26,21 @@ class _Server(uvicorn.Server):
         pass
 
 
+TEST_POOL_MAX_SIZE = 4
+"""The pool a :class:`ProxyServer` runs with when its settings name none (the product's
+default is 64, of which a start opens and warms 10): each warmed connection is a backend
+forked and a step compiled at every one of the suite's proxy starts. Four leave room for
+the few statements a test's requests and the replica's background work run at once (a
+request holds a connection only while its statements run, and waits for one otherwise);
+a test that needs the default's room, or measures the pool, names ``pool_max_size``."""
+
+
+def _test_pool(settings: Settings) -> Settings:
+    if "pool_max_size" in settings.model_fields_set:
+        return settings
+    return settings.model_copy(update={"pool_max_size": TEST_POOL_MAX_SIZE})
+
+
 ROUTES: list[Callable[[Settings], Settings]] = []
 """Rewrites of every :class:`ProxyServer`'s settings, applied in order while listed:
 tests/integration/pooler puts each proxy behind PgBouncer with one, so the tests written
@@ -37,6 +52,7 @@ class ProxyServer:
     in ``/v1``. ``root_path``: uvicorn's ``--root-path`` (a proxy mounted under a prefix)."""
 
     def __init__(self, settings: Settings, *, root_path: str = "", **app_kwargs: Any) -> None:
+        settings = _test_pool(settings)
         for route in ROUTES:
             settings = route(settings)
         self.settings = settings

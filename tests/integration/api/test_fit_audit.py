@@ -22,6 +22,7 @@ import bpe_openai
 import httpx
 import openai
 import pytest
+import tiktoken
 import tiktoken.registry
 
 from proxy.settings import Settings
@@ -35,25 +36,41 @@ LIMIT, RESERVED = 4000, 500
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 
 
-@pytest.fixture(params=["bpe", "estimate"])
-def tokenizer(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[str]:
-    """``o200k_base`` loaded offline from bpe-openai's copy, or none (the estimate). The
-    encoding tiktoken keeps per process is let go after the test, so that other tests see
-    the machine's own (none, offline)."""
-    if request.param == "estimate":
-        yield ""
-        return
-    cache = tmp_path / "tiktoken"
-    cache.mkdir()
+_KEPT: dict[str, tiktoken.Encoding] = {}
+"""The encoding the first ``bpe`` test's proxy loaded, handed to the later ones."""
+
+
+@pytest.fixture(scope="module")
+def o200k_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``TIKTOKEN_CACHE_DIR`` holding ``o200k_base``, from bpe-openai's copy (offline)."""
+    cache = tmp_path_factory.mktemp("tiktoken")
     source = Path(bpe_openai.__file__).parent / "data" / "o200k_base.tiktoken.gz"
     name = hashlib.sha1(O200K_URL.encode()).hexdigest()
     (cache / name).write_bytes(gzip.decompress(source.read_bytes()))
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    return cache
+
+
+@pytest.fixture(params=["bpe", "estimate"])
+def tokenizer(
+    request: pytest.FixtureRequest, o200k_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """``o200k_base`` loaded offline from bpe-openai's copy, or none (the estimate). tiktoken's
+    parse of the file takes seconds, so the first ``bpe`` test's proxy loads it from the cache
+    directory and the later ones find that encoding in tiktoken's registry, as a process's
+    second load does. The encoding tiktoken keeps per process is let go after each test, so
+    that other tests see the machine's own (none, offline)."""
+    if request.param == "estimate":
+        yield ""
+        return
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(o200k_cache))
+    if "o200k_base" in _KEPT:
+        with tiktoken.registry._lock:
+            tiktoken.registry.ENCODINGS["o200k_base"] = _KEPT["o200k_base"]
     yield "o200k_base"
     with tiktoken.registry._lock:
-        tiktoken.registry.ENCODINGS.pop("o200k_base", None)
+        loaded = tiktoken.registry.ENCODINGS.pop("o200k_base", None)
+    if loaded is not None:
+        _KEPT["o200k_base"] = loaded
 
 
 def strict(
