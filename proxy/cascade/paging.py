@@ -85,18 +85,22 @@ def grep_matcher(pattern: str) -> Matcher:
     """``pattern`` as literal text, any case, with ``|`` between alternatives; the matcher
     gives a line's first match (start, end), longest first, or None.
 
-    Linear time in the line whatever the pattern: it runs in the proxy's one event loop. A
-    regex with nested repeats, ``(a*)*b``, took seconds on a 26-character line; then a regex
-    of escaped alternatives took time in text x alternatives (1,000 of them: 18 s on 2 MB),
-    stalling every tenant. One Aho-Corasick automaton over the lowercased alternatives runs
-    over the lowercased line (where lowercasing changes a line's length, the positions only
-    place the snippet of a long line).
+    Linear time in the pattern and the line, whatever either holds: it runs in the proxy's
+    one event loop, and the pattern is the model's (or an API caller's). A regex would
+    backtrack on nested repeats or take time in text x alternatives; one Aho-Corasick
+    automaton over the lowercased alternatives runs over the lowercased line instead (where
+    lowercasing changes a line's length, the positions only place the snippet of a long
+    line). The automaton is a contiguous NFA: the library's DFA, its default for few
+    alternatives, is built in time in the pattern's length x the alphabet, so one long
+    alternative would stall every tenant before the first line is read.
     """
     alternatives = sorted({p.lower() for p in pattern.split("|") if p}) or [pattern.lower()]
     if alternatives == [""]:
         return lambda line: (0, 0)
     automaton = ahocorasick_rs.AhoCorasick(
-        alternatives, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
+        alternatives,
+        matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST,
+        implementation=ahocorasick_rs.Implementation.ContiguousNFA,
     )
 
     def first(line: str) -> tuple[int, int] | None:

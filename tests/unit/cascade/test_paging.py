@@ -8,6 +8,7 @@ import string
 import time
 from typing import Any
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from proxy.cascade.paging import raw_output_page
@@ -167,6 +168,14 @@ def test_grep_with_a_long_pattern_stays_within_the_cap() -> None:
     page = _page("hit\n" * 10, id="c1", grep="x" * 30_000 + "|hit", max_chars=1000)
     assert len(page) <= 1000
     assert "10 matching lines" in page
+
+
+@pytest.mark.timeout(5)
+def test_a_grep_of_one_very_long_alternative_does_not_stall_the_loop() -> None:
+    # a DFA over one 100,000-character alternative took tens of seconds to build, in the
+    # event loop every tenant shares; the bound leaves the linear build a thousandfold room
+    page = _page("a hit\n" * 3, id="c1", grep="q" * 100_000 + "|HIT", max_chars=1000)
+    assert "3 matching lines" in page
 
 
 def test_grep_long_line_shows_window_at_absolute_offset() -> None:
