@@ -7,6 +7,7 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -20,12 +21,19 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def started(proxy: ProxyServer, session_id: str) -> None:
+    """One turn on ``session_id``, returned once its reply is stored: a non-streamed reply
+    and its usage are stored just after the response is sent (README, "Timing of writes"),
+    so a session API call made the instant it arrives may not see them yet."""
     with api(proxy) as h:
         resp = h.post(
             f"/s/{session_id}/v1/chat/completions",
             json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
         )
         assert resp.status_code == 200, resp.text
+        deadline = time.monotonic() + 10
+        while h.get(f"/v1/sessions/{session_id}").json()["last_estimated_tokens"] is None:
+            assert time.monotonic() < deadline, "the turn's reply was never stored"
+            time.sleep(0.02)
 
 
 def spills_over(page: Any) -> bool:
