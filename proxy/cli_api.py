@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from proxy.listen import is_loopback
-from proxy.logs import without_credentials
+from proxy.logs import BIDI_CONTROLS, without_credentials
 
 __all__ = [
     "call_api",
@@ -80,11 +80,10 @@ def has_query(url: str) -> bool:
 # and OSC sequences recolour, retitle, rewrite it).
 _TERMINAL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 del _TERMINAL_ESCAPES[0x09], _TERMINAL_ESCAPES[0x0A]
-# The bidirectional controls reorder what follows them on the line (a right-to-left
-# override shows "exe.txt" as "txt.exe"), and the line and paragraph separators end a line
-# where the table has none: each as a \u escape, as the logs write them.
-_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
-_TERMINAL_ESCAPES.update({c: f"\\u{c:04x}" for c in _BIDI})
+# The bidirectional controls reorder what follows them on the line, and the line and
+# paragraph separators end a line where the table has none: each as a \u escape, as the
+# logs write them.
+_TERMINAL_ESCAPES.update({c: f"\\u{c:04x}" for c in (*BIDI_CONTROLS, 0x2028, 0x2029)})
 
 
 def printable(text: str) -> str:

@@ -28,6 +28,7 @@ from proxy import requestlog
 from proxy.store.dsn import redact_dsn
 
 __all__ = [
+    "BIDI_CONTROLS",
     "configure_logging",
     "causes",
     "format_from_env",
@@ -76,12 +77,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-# Control characters (C0 but the tab, DEL, C1) and Unicode's line and paragraph separators,
-# each as an escape: a line break is not the only way to end a line (NEL, U+2028 to a
-# viewer that splits as str.splitlines does), and ESC sequences drive the terminal a log is
-# tailed in.
+BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+"""The bidirectional controls: each reorders what follows it on its line as a viewer shows
+it (a right-to-left override shows "txt.exe" as "exe.txt")."""
+
+# Control characters (C0 but the tab, DEL, C1), Unicode's line and paragraph separators and
+# the bidirectional controls, each as an escape: a line break is not the only way to end a
+# line (NEL, U+2028 to a viewer that splits as str.splitlines does), ESC sequences drive the
+# terminal a log is tailed in, and a bidirectional control rewrites how the line reads.
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
 _ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+_ESCAPES |= {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
 
 
 def _escaped(text: str) -> str:
@@ -91,9 +97,10 @@ def _escaped(text: str) -> str:
 class TextFormatter(logging.Formatter):
     """``<ts> <LEVEL> <logger>: <message> key=value…``, one line per record plus a traceback.
 
-    Control characters in the message and the fields (line breaks, NEL, U+2028, ESC …) are
-    escaped, so a value that reached a line (a request's path, a client's string quoted in
-    an error) can neither forge a line of its own nor send the terminal escape sequences.
+    Control characters in the message and the fields (line breaks, NEL, U+2028, ESC,
+    bidirectional controls …) are escaped, so a value that reached a line (a request's path,
+    a client's string quoted in an error) can neither forge a line of its own, send the
+    terminal escape sequences, nor reorder how the line reads.
     """
 
     def format(self, record: logging.LogRecord) -> str:

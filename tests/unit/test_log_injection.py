@@ -46,3 +46,11 @@ def test_control_characters_in_a_field_are_escaped() -> None:
 def test_tabs_and_printable_unicode_are_kept() -> None:
     line = TextFormatter().format(_record("a\tb café €"))
     assert line.endswith("cascade: a\tb café €")
+
+
+def test_bidirectional_controls_are_escaped() -> None:
+    # a right-to-left override in a logged path reordered the rest of the line as a viewer
+    # showed it ("/v1/\u202etxt.exe" read as "/v1/exe.txt"), as in the CLI's tables
+    line = TextFormatter().format(_record("404 GET %s", "/v1/\u202etxt.exe\u2066x\u2069\u200f"))
+    assert "/v1/\\u202etxt.exe\\u2066x\\u2069\\u200f" in line
+    assert not any(0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069 for c in line)
