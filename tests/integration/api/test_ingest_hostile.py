@@ -14,13 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from tests.fakes.replies import tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, StartProxy, write_config
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
-from tests.integration.transcripts import api, blob, marker_args, page_slice, sdk, wait_event
+from tests.integration.transcripts import api, blob, marker_args, read_all, sdk, wait_event
 
 MAX_CHARS = 1000
 
@@ -75,22 +73,6 @@ def send(proxy: ProxyServer, sid: str, messages: list[dict[str, Any]]) -> None:
     sdk(proxy, sid).chat.completions.create(model="gpt-4o", messages=messages, tools=CLIENT_TOOLS)
 
 
-def read_back(http: httpx.Client, sid: str, cid: str, limit: int) -> str:
-    """The stored output paged through the tool-outputs API ``limit`` chars at a time."""
-    out, offset = [], 0
-    while True:
-        r = http.get(
-            f"/v1/sessions/{sid}/tool-outputs/{cid}", params={"offset": offset, "limit": limit}
-        )
-        assert r.status_code == 200, r.text
-        a, b, total, text = page_slice(r.json()["page"])
-        assert a == offset and b - a <= limit, (a, b, offset, limit)
-        out.append(text)
-        if b >= total:
-            return "".join(out)
-        offset = b
-
-
 def test_hostile_results_page_back_exactly_and_resend_the_same_bytes(
     tmp_path: Path, fake_upstream: FakeUpstream, start_proxy: StartProxy
 ) -> None:
@@ -114,7 +96,7 @@ def test_hostile_results_page_back_exactly_and_resend_the_same_bytes(
         for name, output in HOSTILE.items():
             # 331 is odd and prime: its page edges fall inside a CRLF and split the mixed
             # text at every one of its four character widths
-            assert read_back(http, name, "call_a", 331) == output, name
+            assert read_all(http, name, "call_a", 331) == output, name
             rows = http.get(f"/v1/sessions/{name}/messages").json()["data"]
             assert rows[2]["message"]["content"] == sent[name], name
             assert rows[2]["truncated"] is (sent[name] != output), name
