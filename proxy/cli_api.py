@@ -264,7 +264,8 @@ def _not_cascade(who: str, url: str, resp: httpx.Response, what: str) -> int:
 def _reason(exc: Exception) -> str:
     """httpx's words for a cut connection, or its type when it has none (a reset's ``ReadError``
     may carry an empty message)."""
-    return cell(str(exc)) or type(exc).__name__
+    said = str(exc).strip()
+    return cell(said) if said else type(exc).__name__
 
 
 def _on_loopback(url: str) -> bool:

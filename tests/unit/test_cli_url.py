@@ -5,6 +5,7 @@ apart from one that cannot be reached."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 
 import pytest
@@ -50,21 +51,30 @@ def test_a_proxy_that_takes_the_request_and_never_answers_is_no_answer_within_th
     ), err
 
 
-def _answer_then_close(listener: socket.socket, sent: bytes) -> None:
-    """Take one request, send ``sent`` (part of an answer, or nothing), then close."""
+def _answer_then_close(listener: socket.socket, sent: bytes | None) -> None:
+    """Take one request, send ``sent`` (part of an answer, or nothing), then close; for None,
+    reset the connection instead (a close with no linger sends RST)."""
     conn, _ = listener.accept()
     with conn:
         conn.settimeout(5)
         conn.recv(65536)
-        conn.sendall(sent)
+        if sent is None:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        else:
+            conn.sendall(sent)
 
 
 @pytest.mark.parametrize(
     "sent",
-    [b"", b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"id"'],
+    [
+        b"",
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"id"',
+        None,
+    ],
+    ids=["nothing", "part_of_a_body", "reset"],
 )
 def test_a_proxy_that_breaks_off_its_answer_is_not_one_that_cannot_be_reached(
-    sent: bytes, capsys: pytest.CaptureFixture[str]
+    sent: bytes | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A connection cut once the proxy had the request said "cannot reach the proxy", as if
     nothing listened; the proxy had it, and a compaction may have completed there."""
