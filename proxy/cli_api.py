@@ -144,6 +144,7 @@ def call_api(
         )
         return 2
     headers = {"authorization": f"Bearer {key}"} if key else {}
+    who, shown_url = f"cascade-proxy {command} {args.action}", without_credentials(url)
     try:
         resp = httpx.request(
             method,
@@ -158,46 +159,47 @@ def call_api(
     # one, but means no http:// or https:// (the "host:port" of the banner's address), not
     # a proxy that does not answer
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        shown = without_credentials(url)
         # httpx's reason quotes a piece of the URL, which may be a password's first part
-        why = f" ({exc})" if shown == url else ""
+        why = f" ({exc})" if shown_url == url else ""
         print(
-            f"cannot reach the proxy at {shown}: not a URL{why}; give one as "
+            f"{who}: cannot reach the proxy at {shown_url}: not a URL{why}; give one as "
             "http://host:port with --url or CASCADE_URL",
             file=sys.stderr,
         )
         return 2
     except httpx.ReadTimeout:  # it was reached: saying it was not would mislead a retry
         print(
-            f"no answer from the proxy at {without_credentials(url)} within {WAIT_SECONDS:g} s: "
+            f"{who}: no answer from the proxy at {shown_url} within {WAIT_SECONDS:g} s: "
             "it had the request, which may still complete there",
             file=sys.stderr,
         )
         return 2
-    except httpx.TransportError as exc:
-        print(f"cannot reach the proxy at {without_credentials(url)}: {exc}", file=sys.stderr)
-        return 2
-    except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
+    except (httpx.ReadError, httpx.RemoteProtocolError) as exc:  # reached, then cut: as above
         print(
-            f"{without_credentials(url)} answered a body that does not decode: {exc}",
+            f"{who}: the proxy at {shown_url} broke off its answer ({_reason(exc)}): "
+            "it had the request, which may have completed there",
             file=sys.stderr,
         )
+        return 2
+    except httpx.TransportError as exc:
+        print(f"{who}: cannot reach the proxy at {shown_url}: {exc}", file=sys.stderr)
+        return 2
+    except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
+        print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
         return 2
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        return _not_cascade(url, resp, "no JSON")
+        return _not_cascade(who, url, resp, "no JSON")
     shown = ""
     try:  # rendered with --json too: another service's JSON is not printed as the API's
         shown = render(answer) if resp.is_success else ""
     except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
-        return _not_cascade(url, resp, "JSON Cascade's API does not give")
+        return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
     if args.json:
         print(json.dumps(answer, indent=2))
     elif not resp.is_success:
-        _say_error(
-            f"cascade-proxy {command} {args.action}", resp, answer, params, key_from, url, key
-        )
+        _say_error(who, resp, answer, params, key_from, url, key)
     else:
         print(printable(shown))
     # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
@@ -248,15 +250,22 @@ def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
     return message
 
 
-def _not_cascade(url: str, resp: httpx.Response, what: str) -> int:
+def _not_cascade(who: str, url: str, resp: httpx.Response, what: str) -> int:
     """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
     front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
     said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
     print(
-        f"{without_credentials(url)} answered {resp.status_code} with {what}: {said}",
+        f"{who}: {without_credentials(url)} answered {resp.status_code} with {what}: {said}",
         file=sys.stderr,
     )
     return 2
+
+
+def _reason(exc: Exception) -> str:
+    """httpx's words for a cut connection, or its type when it has none (a reset's ``ReadError``
+    may carry an empty message)."""
+    said = str(exc).strip()
+    return cell(said) if said else type(exc).__name__
 
 
 def _on_loopback(url: str) -> bool:

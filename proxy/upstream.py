@@ -38,9 +38,12 @@ from proxy.answers import (
     read_capped,
     response_headers,
     scrubbed,
+    sent_authorization,
 )
 from proxy.config import ProviderConfig
+from proxy.credentials import scrub_text, secrets_of
 from proxy.errors import ProxyError, UpstreamBadResponse
+from proxy.logs import without_credentials
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_client
@@ -94,6 +97,19 @@ def _target(base_url: str) -> _Target:
     basic = httpx.BasicAuth(unquote(u.username or ""), unquote(u.password or ""))
     request = next(basic.auth_flow(httpx.Request("GET", "http://x/")))
     return _Target(clean, request.headers["authorization"])
+
+
+def _redirect_target(resp: httpx.Response) -> str:
+    """Where a redirect points, without the credential the call sent (scrubbed as an error
+    body is: a provider may redirect to a URL holding the key), a user:password, or a query
+    or fragment at all (``?…``), which may hold a token that is not the call's: the 502's
+    message is logged, and stored in a summariser's event, as well as sent."""
+    location = resp.headers.get("location")
+    if not location:
+        return "an unnamed address"
+    said = without_credentials(scrub_text(location, secrets_of(sent_authorization(resp.request))))
+    cut = min((at for at in (said.find("?"), said.find("#")) if at >= 0), default=-1)
+    return said if cut < 0 else f"{said[: cut + 1]}…"
 
 
 def _decodable(encoding: str) -> bool:
@@ -229,8 +245,8 @@ class Upstream:
             await resp.aclose()
             raise UpstreamBadResponse(
                 f"{provider_name(provider)} answered {resp.status_code}, a redirect to "
-                f"{resp.headers.get('location') or 'an unnamed address'}; set the provider's "
-                "baseUrl to the address it points to"
+                f"{_redirect_target(resp)}; set the provider's baseUrl to the address it "
+                "points to"
             )
         if (encoding := resp.headers.get("content-encoding")) and not _decodable(encoding):
             # httpx passes an encoding it has no decoder for through as it is, and the relay

@@ -368,6 +368,7 @@ def test_an_error_page_that_is_not_json_is_quoted_on_one_line(
     assert main(["sessions", "--url", other_url, "show", "html"]) == 2
     err = capsys.readouterr().err
     assert err == (
+        "cascade-proxy sessions show: "
         f"{other_url} answered 502 with no JSON: <html> <body>\\x1b[31mBad Gateway</body> </html>\n"
     ), err
 

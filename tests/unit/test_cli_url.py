@@ -5,6 +5,8 @@ apart from one that cannot be reached."""
 from __future__ import annotations
 
 import socket
+import struct
+import threading
 
 import pytest
 
@@ -44,6 +46,63 @@ def test_a_proxy_that_takes_the_request_and_never_answers_is_no_answer_within_th
         assert main(["sessions", "compact", "s1", "--url", url]) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"no answer from the proxy at {url} within 0.2 s: it had the request, "
-        "which may still complete there\n"
+        f"cascade-proxy sessions compact: no answer from the proxy at {url} within 0.2 s: "
+        "it had the request, which may still complete there\n"
+    ), err
+
+
+def _answer_then_close(listener: socket.socket, sent: bytes | None) -> None:
+    """Take one request, send ``sent`` (part of an answer, or nothing), then close; for None,
+    reset the connection instead (a close with no linger sends RST)."""
+    conn, _ = listener.accept()
+    with conn:
+        conn.settimeout(5)
+        conn.recv(65536)
+        if sent is None:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        else:
+            conn.sendall(sent)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"",
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"id"',
+        None,
+    ],
+    ids=["nothing", "part_of_a_body", "reset"],
+)
+def test_a_proxy_that_breaks_off_its_answer_is_not_one_that_cannot_be_reached(
+    sent: bytes | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A connection cut once the proxy had the request said "cannot reach the proxy", as if
+    nothing listened; the proxy had it, and a compaction may have completed there."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        server = threading.Thread(target=_answer_then_close, args=(listener, sent))
+        server.start()
+        assert main(["sessions", "compact", "s1", "--url", url]) == 2
+        server.join(5)
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"cascade-proxy sessions compact: the proxy at {url} broke off its answer ("
+    ), err
+    assert err.endswith("): it had the request, which may have completed there\n"), err
+    assert "cannot reach" not in err and len(err.splitlines()) == 1, err
+
+
+def test_a_proxy_that_cannot_be_reached_is_named_with_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every other error line starts ``cascade-proxy <command> <action>:``; this one did not."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["memory", "ls", "--url", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"cascade-proxy memory ls: cannot reach the proxy at http://127.0.0.1:{port}: "
     ), err

@@ -25,6 +25,8 @@ from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 from proxy.services.round_answer import round_response
 from proxy.transport import build_client
 from proxy.upstream import StreamAnswer, Upstream
+from tests.fakes.replies import error
+from tests.fakes.upstream import FakeUpstream
 
 KEY = "sk-provider-0123456789"
 CLIENT = "sk-client-abcdefghij"
@@ -196,3 +198,19 @@ async def test_a_base_urls_non_ascii_password_is_scrubbed_as_a_provider_spells_i
     got = await _call(_upstream(httpx.MockTransport(answer)), provider, {})
     assert "xyz" not in got.text, got.text
     assert "xyz" not in got.scrub(f"bad {password}")
+
+
+async def test_a_redirect_is_quoted_without_the_key_or_its_query() -> None:
+    """A provider that redirects to a URL holding the key it was sent (``?key=…``) had the
+    502 quote it; the message is scrubbed as a body is, and has no query at all (one may hold
+    a token that is not the call's, and the message is logged as well as sent)."""
+    target = f"https://llm.example/v2/{KEY}/chat?key={KEY}&sig=TOKEN-IN-QUERY#frag"
+    with FakeUpstream() as fake:
+        fake.script(error(302, {}, {"location": target}))
+        upstream = Upstream(build_client(), env={"LLM_KEY": KEY})  # the proxy's own transport
+        provider = ProviderConfig(base_url=fake.url, apiKeyEnv="LLM_KEY")
+        with pytest.raises(UpstreamBadResponse) as failed:
+            await _call(upstream, provider, {})
+    said = str(failed.value)
+    assert "answered 302, a redirect to https://llm.example/v2/[REDACTED]/chat?…; " in said, said
+    assert KEY not in said and "TOKEN" not in said and "frag" not in said, said
