@@ -25,7 +25,7 @@ import openai
 from proxy.settings import Settings
 from tests.fakes.replies import Pacer, RecordedRequest, Reply, error, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, stop_all, write_config
+from tests.integration.api.conftest import ProxyServer, replied, stop_all, write_config
 from tests.integration.conftest import run_sync
 
 __all__ = [
@@ -190,6 +190,15 @@ class Stack:
             default_headers={"X-Session-Id": session},
             timeout=20,
         )
+
+    def replied(self, session: str) -> None:
+        """Return once ``session``'s last reply is stored (conftest's ``replied``)."""
+        with httpx.Client(
+            base_url=self.proxy.origin,
+            headers={"authorization": f"Bearer {CLIENT_KEY}"},
+            timeout=10,
+        ) as http:
+            replied(http, session)
 
     def delete(self, session: str) -> None:
         """``DELETE /v1/sessions/{session}`` as the client's tenant; it must answer 200."""

@@ -145,6 +145,26 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 3.0) -> Any:
         time.sleep(0.02)
 
 
+def replied(http: httpx.Client, sid: str, timeout: float = 10.0) -> None:
+    """Return once session ``sid``'s last stored message is an assistant's: a non-streamed
+    reply is stored just after the response is sent, and a stream's after its last chunk
+    (README, "Timing of writes"), while the turn's own messages are stored before the call,
+    so a read of the session API the instant a chat returns may see the turn without its
+    reply, usage or events. ``http`` holds the session's key."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = http.get(f"/v1/sessions/{sid}")
+        count = view.json().get("message_count", 0) if view.status_code == 200 else 0
+        if count:
+            page = http.get(f"/v1/sessions/{sid}/messages", params={"offset": count - 1})
+            if page.status_code == 200 and [m["role"] for m in page.json()["data"]] == [
+                "assistant"
+            ]:
+                return
+        assert time.monotonic() < deadline, f"session {sid}'s reply was never stored: {view.text}"
+        time.sleep(0.02)
+
+
 def write_config(path: Path, upstream_url: str, **overrides: Any) -> Path:
     """An agents.json pointing the default provider at ``upstream_url``."""
     cfg: dict[str, Any] = {

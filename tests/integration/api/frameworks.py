@@ -13,7 +13,7 @@ import pytest
 from proxy.settings import Settings
 from tests.fakes.replies import Reply, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, replied, write_config
 from tests.integration.transcripts import api
 
 LOG = "".join(f"2026-11-30T12:00:00Z worker-{i:04d} GET /api/v1/items 200\n" for i in range(600))
@@ -77,6 +77,7 @@ def check_provider_side(proxy: ProxyServer, fake_upstream: FakeUpstream) -> None
     with api(proxy) as http:
         (session,) = http.get("/v1/sessions").json()["data"]
         assert session["id"].startswith("auto-")
+        replied(http, session["id"])  # the last reply is stored just after its answer
         view = http.get(f"/v1/sessions/{session['id']}").json()
     assert view["superseded_count"] == 0
     assert view["message_count"] == 9

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from proxy import cli
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, replied
 
 KEY = "sk-test-client"
 
@@ -20,6 +20,7 @@ def _chat(http: httpx.Client, sid: str, text: str) -> None:
         json={"model": "m", "messages": [{"role": "user", "content": text}]},
     )
     assert resp.status_code == 200, resp.text
+    replied(http, sid)  # what the CLI then lists and shows includes the reply
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

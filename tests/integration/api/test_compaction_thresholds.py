@@ -254,6 +254,7 @@ def test_background_false_compacts_synchronously(
         assert live_part(crossing) == canon(
             agent.messages[:1] + agent.messages[row["boundary"] : -1]
         )
+        s.replied("sync")  # the turn's context.usage is stored after its answer
         names = [e["name"] for e in s.events("sync")]
         done = names.index("context.compaction.completed")
         assert names[done + 1 :].count("context.usage") == 1, "compacted before the step ended"

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from proxy.api import events as events_api
+from tests.integration.api.conftest import replied
 from tests.integration.api.test_events import chat, user
 
 AUTH = {"authorization": "Bearer sk-test-client"}
@@ -44,6 +45,8 @@ def test_events_published_during_the_replay_come_once_after_live(
     else:
         stream_at, writes_at = request.getfixturevalue("replicas")
     answer = chat(writes_at, "held", [user("u1")])
+    with httpx.Client(base_url=writes_at, headers=AUTH, timeout=5) as http:
+        replied(http, "held")  # the replay holds u1's whole turn, stored after its answer
     replaying, resume = threading.Event(), threading.Event()
     read = events_api.store.fetch_session_events_after
 

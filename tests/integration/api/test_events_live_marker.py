@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import httpx
 
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.api.test_events import chat, user
+from tests.integration.transcripts import api
 
 HEADERS = {"authorization": "Bearer sk-test-client", "accept": "text/event-stream"}
 LIVE = ": live"
@@ -42,6 +43,8 @@ def _until_live(lines: Iterator[str]) -> list[str]:
 
 def test_the_live_comment_follows_the_replay(proxy: ProxyServer) -> None:
     answer = chat(proxy.origin, "marked", [user("u1")])
+    with api(proxy) as http:  # the reply and its usage are stored just after the answer
+        replied(http, "marked")
     lines = _lines(proxy.origin, "marked")
     replay = _until_live(lines)
     assert [line for line in replay if line.startswith("event:")] == [

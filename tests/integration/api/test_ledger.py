@@ -14,6 +14,7 @@ import httpx
 from proxy.cascade.briefing import section
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import CLIENT_KEY, Agent, Model, briefing, stack, words
+from tests.integration.api.conftest import replied
 
 TURNS = [
     ("src/parser/lexer.py", "https://docs.example.com/grammar.html", "`parse_expr`"),
@@ -31,6 +32,7 @@ def _compact(origin: str, session: str) -> None:
     with httpx.Client(
         base_url=origin, timeout=10, headers={"authorization": f"Bearer {CLIENT_KEY}"}
     ) as h:
+        replied(h, session)  # the fold takes in the last reply, stored just after its answer
         resp = h.post(f"/v1/sessions/{session}/compact")
     assert resp.status_code == 200, resp.text
 

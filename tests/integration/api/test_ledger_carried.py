@@ -16,6 +16,7 @@ import httpx
 from proxy.cascade.briefing import section
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import CLIENT_KEY, Agent, Model, stack, words
+from tests.integration.api.conftest import replied
 
 FIRST = ("src/parser/lexer.py", "https://docs.example.com/grammar.html")
 SECOND = ("tests/test_lexer.py", "https://github.com/acme/parser/issues/42")
@@ -25,6 +26,7 @@ def _compact(origin: str, session: str) -> None:
     with httpx.Client(
         base_url=origin, timeout=10, headers={"authorization": f"Bearer {CLIENT_KEY}"}
     ) as h:
+        replied(h, session)  # the fold takes in the last reply, stored just after its answer
         resp = h.post(f"/v1/sessions/{session}/compact")
     assert resp.status_code == 200, resp.text
 

@@ -18,6 +18,7 @@ import openai
 from tests.fakes.replies import raw
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Agent, stack, words
+from tests.integration.api.conftest import replied
 
 SID = "legacy-functions"
 FUNCTIONS: list[Any] = [
@@ -63,6 +64,7 @@ def test_a_streamed_function_call_is_stored_as_the_client_got_it(
         model="gpt-fake", messages=history, functions=FUNCTIONS, extra_headers={"X-Session-Id": SID}
     )
 
+    replied(http, SID)  # the second reply is stored just after its answer
     rows = http.get(f"/v1/sessions/{SID}/messages", params={"include_superseded": "true"}).json()
     assert [(r["role"], r["superseded"]) for r in rows["data"]] == [
         ("user", False),

@@ -25,7 +25,7 @@ from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
 from tests.fakes.replies import error, rate_limited, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records, write_config
+from tests.integration.api.conftest import ProxyServer, Records, wait_for, write_config
 
 SECRET_KEY = "sk-SECRET-BEARER-7f3a9c"
 SECRET_TEXT = "SECRET-BODY-c41d2e"
@@ -237,6 +237,10 @@ def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.String
     return as_text, as_json, text, js
 
 
+def _access_lines(js: io.StringIO) -> list[str]:
+    return [line for line in js.getvalue().splitlines() if '"cascade.access"' in line]
+
+
 def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
     down: tuple[ProxyServer, int],
     fake_upstream: FakeUpstream,
@@ -259,7 +263,8 @@ def test_no_body_key_or_secret_reaches_the_log_and_json_lines_parse(
                 _post(http, json=body)  # 502 (down) or 200
                 _post(http, json={**body, "stream": True})  # 502 (down) or 200
                 http.get("/v1/sessions/nobody/messages")  # 404
-        time.sleep(0.3)  # the last access lines
+        # an access line is written once its request's handling ends, after the answer
+        assert wait_for(lambda: len(_access_lines(js)) >= 12, timeout=10), _access_lines(js)
     finally:
         up.stop()
         root.removeHandler(as_text)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fakes.replies import rate_limited, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.api.frameworks import (
     PART2,
     STEP2,
@@ -123,10 +123,10 @@ def test_a_handoff_gives_each_agent_its_own_derived_session(
     systems = [b["messages"][0]["content"] for b in fake_upstream.bodies()]
     assert systems == ["You triage.", SYSTEM, SYSTEM, "You triage."]
     with api(proxy) as http:
-        views = [
-            http.get(f"/v1/sessions/{s['id']}").json()
-            for s in http.get("/v1/sessions").json()["data"]
-        ]
+        ids = [s["id"] for s in http.get("/v1/sessions").json()["data"]]
+        for sid in ids:  # each agent's last reply is stored just after its answer
+            replied(http, sid)
+        views = [http.get(f"/v1/sessions/{sid}").json() for sid in ids]
     assert len(views) == 2 and all(v["id"].startswith("auto-") for v in views)
     assert [v["superseded_count"] for v in views] == [0, 0]
     assert sorted(v["message_count"] for v in views) == [7, 9]

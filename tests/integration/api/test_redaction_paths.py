@@ -16,7 +16,7 @@ import pytest
 from proxy.settings import Settings
 from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, replied, write_config
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 from tests.integration.transcripts import api, blob, marker_args, replay_events, sdk, wait_event
 
@@ -92,6 +92,7 @@ def test_secret_deep_inside_a_huge_output_is_redacted_and_never_spilled(
     assert [t["function"]["name"] for t in body["tools"]] == ["run_tests"]  # no handle: no tool
     with api(proxy) as http:
         assert http.get("/v1/sessions/s1/tool-outputs/call_big").status_code == 404
+        replied(http, "s1")  # the output is the row before the reply, stored after its answer
         row = http.get("/v1/sessions/s1/messages").json()["data"][-2]
         assert row["redacted"] is True and row["message"]["content"] == content
         assert wait_event(http, "s1", "context.truncated")["spilled"] is False

@@ -36,7 +36,7 @@ from proxy.settings import Settings
 from proxy.store.migrations import MIGRATIONS_DIR, run_migrations
 from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.conftest import ProxyServer, replied, write_config
 from tests.integration.conftest import run_sync
 
 DATA = Path(__file__).parent / "upgrade"
@@ -199,6 +199,8 @@ def test_an_old_session_reads_and_continues_as_it_was(
     assert [m["content"] for m in inner] == [old["reads"][handle]]
 
     # compaction continues from the old summary; the session API works on the old rows
+    with httpx.Client(base_url=server.origin, headers={"Authorization": f"Bearer {KEY}"}) as h:
+        replied(h, SID)  # the fold takes in the last reply, stored just after its answer
     done = _api(server, "POST", f"/v1/sessions/{SID}/compact").json()
     summaries = old["tables"]["summaries"]
     version = max(s["version"] for s in summaries if s["session_id"] == SID)

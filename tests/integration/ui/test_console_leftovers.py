@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.ui.conftest import Page
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round
 from tests.integration.ui.test_console_audit import started
@@ -24,6 +24,7 @@ def _post(proxy: ProxyServer, session_id: str, messages: list[dict[str, Any]]) -
             f"/s/{session_id}/v1/chat/completions", json={"model": "m", "messages": messages}
         )
         assert resp.status_code == 200, resp.text
+        replied(h, session_id)  # the console counts the reply, stored just after its answer
 
 
 def _other_output(round_: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from proxy.store.db import create_pool
 from proxy.store.events import insert_event
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import write_config
+from tests.integration.api.conftest import replied, write_config
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
@@ -184,6 +184,7 @@ def session(console_proxy: Any, fake_upstream: FakeUpstream) -> Iterator[list[di
     with api(console_proxy) as h:
         resp = h.post(f"/s/{SID}/v1/chat/completions", json={"model": "m", "messages": history})
         assert resp.status_code == 200, resp.text
+        replied(h, SID)  # the console counts the reply, stored just after its answer
     history.append({"role": "assistant", "content": "turn 0 answered"})
     yield history
 
@@ -327,6 +328,7 @@ def _medium(console_proxy: Any, fake_upstream: FakeUpstream, sid: str, rounds: i
     with api(console_proxy) as h:
         resp = h.post(f"/s/{sid}/v1/chat/completions", json={"model": "m", "messages": history})
         assert resp.status_code == 200, resp.text
+        replied(h, sid)  # the console counts the reply, stored just after its answer
 
 
 def _in_view(locator: Any) -> bool:
