@@ -27,7 +27,7 @@ from typing import Any
 
 from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.overflow import calibrated_count
-from proxy.cascade.redaction import compile_patterns
+from proxy.cascade.redaction import patterns_of
 from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
@@ -105,11 +105,7 @@ def job_for(
         promotion=cfg.context_for(agent).memory_promotion.mode,
         memory_scope=scope,
         memory_patterns=tuple(patterns_for(cfg, scope)),
-        redaction=tuple(
-            compile_patterns(redaction.patterns, use_defaults=redaction.default_patterns)
-        )
-        if redaction.enabled
-        else (),
+        redaction=patterns_of(redaction),
         observation_prefixes=cfg.context_for(agent).observations.user_prefixes,
         agents=agents,
         agent=agent,
