@@ -43,11 +43,14 @@ export class MessageRows {
   // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
   // named since (rewritten in place), the window again; else the rows after the last one
   // held, or the window again when that one is no longer as it was. `count` resolves to the
-  // session's length (its message_count), which places the window at the end.
+  // session's length (its message_count), which places the window at the end. The rows are
+  // read after the session is: what they show is at least as new as the count shown beside
+  // them, so a reset elsewhere never shows "0 messages" over the rows it removed.
   // A fetch that fails leaves the next one to the caller: a whole one (SessionView.load).
   async fetch(whole, count) {
     const cut = this.cut;
     this.cut = new Set();
+    const total = await count();
     const have = this.rows.length;
     if (cut.size &&
       this.rows.some((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))) {
@@ -57,7 +60,7 @@ export class MessageRows {
       const out = (await api.messages(this.id, "prompt", this.start + have - 1)).data;
       if (out.length && same(out[0], this.rows[have - 1])) return { whole: false, rows: out.slice(1) };
     }
-    const start = Math.max(0, (await count()) - Math.max(WINDOW, have));
+    const start = Math.max(0, total - Math.max(WINDOW, have));
     return { whole: true, start, rows: (await api.messages(this.id, "prompt", start)).data };
   }
 

@@ -5,6 +5,7 @@ that fails reconnects with a growing pause, and a reset by another client shows 
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 from typing import Any
 
@@ -164,6 +165,63 @@ def test_a_reset_elsewhere_empties_the_open_view(console: Page, console_proxy: P
     page.locator("#session-meta").filter(has_text="0 messages").wait_for()
     assert page.locator("[data-testid=message]").count() == 0
     assert page.get_by_test_id("toast").count() == 0
+
+
+SEEN = """() => {
+  window.seen = [];
+  const meta = document.getElementById("session-meta");
+  new MutationObserver(() => window.seen.push(
+    [meta.textContent, document.querySelectorAll("[data-testid=message]").length],
+  )).observe(meta, { childList: true, characterData: true, subtree: true });
+}"""
+
+
+def test_the_count_shown_is_never_newer_than_the_rows_beside_it(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """A load reads the session before its rows. Here the session's read is held until a
+    reset elsewhere is done, and a read of the rows sent meanwhile is answered as it was
+    before the reset: the view never shows "0 messages" beside the rows the reset removed
+    (each change of the count is recorded with the rows shown with it)."""
+    started(console_proxy, "held")
+    page = sign_in(console, "#/s/held")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    page.evaluate(SEEN)
+    held: list[Any] = []
+    done: list[bool] = []
+
+    def reset() -> None:
+        with api(console_proxy) as h:  # another client resets it
+            assert h.post("/v1/sessions/held/reset").status_code == 200
+        done.append(True)
+        for route in held:
+            route.continue_()
+
+    def on_session(route: Any) -> None:
+        if done:
+            route.continue_()
+        else:
+            held.append(route)
+
+    def on_rows(route: Any) -> None:
+        if done:
+            route.continue_()
+            return
+        before = route.fetch()
+        reset()
+        route.fulfill(response=before)
+
+    page.route(re.compile(r"/v1/sessions/held$"), on_session)
+    page.route(re.compile(r"/v1/sessions/held/messages\?"), on_rows)
+    inject(db_dsn, "held", "session.message.appended", {})  # the view loads the rows after
+    wait_for(lambda: bool(held or done), page)
+    if not done:  # the session's read came first and waits: the reset happens now
+        reset()
+    page.locator("#session-meta").filter(has_text="0 messages").wait_for()
+    wait_for(lambda: page.locator("[data-testid=message]").count() == 0, page)
+    seen = page.evaluate("window.seen")
+    assert any(" 0 messages" in text for text, _ in seen), seen
+    assert all(rows == 0 for text, rows in seen if " 0 messages" in text), seen
 
 
 def test_a_silent_stream_is_given_up_and_what_changed_meanwhile_shows(
