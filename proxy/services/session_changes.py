@@ -167,9 +167,9 @@ async def compact_session(
     session, as reset, delete and branch do (``_turn``; its ``client`` leaving ends it,
     nothing compacted), so a compact sent the instant a reply arrives folds that reply, and
     gives its turn back before the summariser is called: the compaction holds its own claim,
-    not the session's lease. A key limited to ``agents`` is held to them as it
-    arrives (``api.deps.reach_session``) and again once the compaction holds its claim:
-    one that waited while another key's request moved the session to another agent raises
+    not the session's lease. A key limited to ``agents`` is held to them as it arrives
+    (``api.deps.reach_session``), as it takes its turn, and again once the compaction holds
+    its claim: one that waited while another key's request moved the session to another agent raises
     ``AgentRefused``, nothing compacted, as reset, delete and branch do. One that another
     request moved to an agent the key may use, before it held the claim, is built again for
     that agent (its fast model, its settings), nothing sent to the old agent's; one that
