@@ -157,18 +157,24 @@ async def compact_session(
     request: Request,
     pool: PoolDep,
     cfg: ConfigDep,
+    locks: LocksDep,
+    bus: BusDep,
     tenant: TenantDep,
     summarizer: SummarizerDep,
     agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    with _held_to(agents, session_id):
+    # the client is watched only while it waits for the request in flight
+    with ClientWatch(request.receive) as client, _held_to(agents, session_id):
         return await session_changes.compact_session(
             pool,
             summarizer,
             cfg,
+            locks,
             tenant=tenant,
             session_id=session_id,
             headers=upstream_headers(request, cfg),
+            client=client,
+            wakeups=bus.wakeups,
             agents=agents,
         )
 

@@ -1,10 +1,13 @@
 """The session API's use cases that change a session: branch, reset, delete and compact.
 
-Branch, reset and delete take their turn on the session first: its place in this replica's
-queue, then the session's lease, which a request in flight on another replica may hold. A
-client that leaves while its operation waits ends it, nothing changed. Compact runs through
-the replica's summarizer, which waits for a compaction already running. Each one is scoped
-by tenant, as the reads are (``sessions.py``): another tenant's session is a 404.
+Each one takes its turn on the session first: its place in this replica's queue, then the
+session's lease, which a request in flight on another replica may hold. A client that leaves
+while its operation waits ends it, nothing changed. Branch, reset and delete change the
+session in their turn; compact gives its turn back before it runs through the replica's
+summarizer (which waits for a compaction already running): it folds the reply of the
+request it waited for, and requests on the session go on while the summariser answers.
+Each one is scoped by tenant, as the reads are (``sessions.py``): another tenant's session
+is a 404.
 """
 
 from __future__ import annotations
@@ -150,21 +153,32 @@ async def compact_session(
     conn: Any,
     summarizer: DurableSummarizer,
     cfg: Config,
+    locks: SessionLocks,
     *,
     tenant: str,
     session_id: str,
     headers: Mapping[str, str],
+    client: ClientWatch | None = None,
+    wakeups: LeaseWakeups | None = None,
     agents: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Force a compaction now, regardless of thresholds (waits for one already running),
-    with the session's agent's fast model. A key limited to ``agents`` is held to them as it
-    arrives (``api.deps.reach_session``) and again once the compaction holds its claim:
-    one that waited while another key's request moved the session to another agent raises
+    with the session's agent's fast model. It first waits for the request in flight on the
+    session, as reset, delete and branch do (``_turn``; its ``client`` leaving ends it,
+    nothing compacted), so a compact sent the instant a reply arrives folds that reply, and
+    gives its turn back before the summariser is called: the compaction holds its own claim,
+    not the session's lease. A key limited to ``agents`` is held to them as it arrives
+    (``api.deps.reach_session``), as it takes its turn, and again once the compaction holds
+    its claim: one that waited while another key's request moved the session to another agent raises
     ``AgentRefused``, nothing compacted, as reset, delete and branch do. One that another
     request moved to an agent the key may use, before it held the claim, is built again for
     that agent (its fast model, its settings), nothing sent to the old agent's; one that
     moves before each of ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted
     (an answer of ``compacted: false`` would read as nothing to fold)."""
+    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        await sessions.wait_turn(
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
+        )
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)
         job = job_for(

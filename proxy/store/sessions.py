@@ -28,6 +28,7 @@ __all__ = [
     "delete_session",
     "reset_session",
     "copy_session",
+    "wait_turn",
     "set_handoff_above",
 ]
 
@@ -199,6 +200,23 @@ async def _locked(
             with contextlib.suppress(Exception):  # else the place lapses, as it used to
                 await leave_queue(conn, tenant=tenant, session_id=session_id, owner=owner)
             raise
+
+
+async def wait_turn(
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    pause: Pause | None = None,
+    agents: Sequence[str] | None = None,
+) -> None:
+    """Wait for the session's turn as reset, delete and branch do (``_locked``), then give
+    it back at once, having changed nothing: a forced compaction waits so for the request
+    in flight, whose reply is stored before it frees the lease, and folds that reply, while
+    its summariser call holds no lease and blocks no request. With ``agents``, a session
+    moved meanwhile to an agent not among them raises ``AgentRefused``."""
+    async with _locked(conn, tenant, session_id, pause or _sleep, agents):
+        pass
 
 
 RESET_SESSION = [

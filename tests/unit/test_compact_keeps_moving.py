@@ -15,6 +15,7 @@ from proxy.errors import ProxyError, exception_body
 from proxy.services import session_changes
 from proxy.services.compaction_job import CompactionJob
 from proxy.services.compaction_span import CompactionResult
+from proxy.services.session_locks import SessionLocks
 
 AGENTS = ("coder", "reviewer")
 
@@ -40,13 +41,18 @@ async def test_a_compaction_whose_session_keeps_moving_is_a_409(
     async def session_row(conn: Any, tenant: str, session_id: str) -> dict[str, Any]:
         return {"agent": next(turns), "model": "m"}
 
+    async def free(conn: Any, **kwargs: Any) -> None:  # no request in flight
+        return None
+
     monkeypatch.setattr(session_changes, "require_session", session_row)
+    monkeypatch.setattr(session_changes.sessions, "wait_turn", free)
     summarizer = _EverMoving()
     with pytest.raises(ProxyError) as raised:
         await session_changes.compact_session(
             object(),
             summarizer,  # type: ignore[arg-type]
             cfg,
+            SessionLocks(),
             tenant="t",
             session_id="s",
             headers={},

@@ -29,7 +29,6 @@ from tests.integration.api.compaction_stack import (
     wait_until,
     words,
 )
-from tests.integration.api.conftest import replied
 
 REPO = Path(__file__).resolve().parents[3]
 SUMMARIZE = {"keepRecent": 2}
@@ -64,7 +63,8 @@ def test_the_endpoint_forces_a_compaction(
         history(agent)
         assert s.summaries("api") == [], "below softFraction nothing compacts by itself"
         with http(s) as h:
-            replied(h, "api")  # the fold's boundary counts the last reply
+            # sent the instant the last reply arrived: the fold's boundary counts it all the
+            # same, the compaction waiting for the reply's store (test_compact_waits.py)
             resp = h.post("/v1/sessions/api/compact")
         assert resp.status_code == 200, resp.text
         out = resp.json()

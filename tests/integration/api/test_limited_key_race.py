@@ -134,7 +134,7 @@ def test_a_limited_chat_waiting_behind_an_agent_change_is_refused_writing_nothin
     assert _chat(proxy.origin, LIMITED, "reviewer", "again").status_code == 403
 
 
-@pytest.mark.parametrize("op", ["reset", "delete", "branch"])
+@pytest.mark.parametrize("op", ["reset", "delete", "branch", "compact"])
 def test_a_limited_operation_waiting_behind_an_agent_change_is_refused_doing_nothing(
     op: str,
     start_proxy: StartProxy,
@@ -143,9 +143,9 @@ def test_a_limited_operation_waiting_behind_an_agent_change_is_refused_doing_not
     monkeypatch: pytest.MonkeyPatch,
     db_dsn: str,
 ) -> None:
-    """Reset, delete and branch check the key as they arrive too, then wait their turn on
-    the session: the one that found it moved to another agent meanwhile forgot, deleted or
-    copied that agent's history. They look again under the row lock."""
+    """Reset, delete, branch and compact check the key as they arrive too, then wait their
+    turn on the session: the one that found it moved to another agent meanwhile forgot,
+    deleted or copied that agent's history. They look again under the row lock."""
     proxy = start_with_limited_key(start_proxy, fake_upstream, tmp_path, monkeypatch)
 
     def operate() -> httpx.Response:

@@ -1,11 +1,12 @@
 """A session operation whose client gives up while it waits changes nothing (issue 24).
 
-Reset, delete and branch wait for the request in flight on their session: queued behind it
-on their replica, or polling the lease it holds on another. A client that times out during
-that wait has gone; run once the session is free, the operation would do what nobody asks
-for any more, and a branch the client retried would find its target made by the abandoned
-one. The operation ends instead, nothing changed, with one log line beside its access
-line's 499, and the retried branch is made.
+Reset, delete, branch and compact wait for the request in flight on their session: queued
+behind it on their replica, or polling the lease it holds on another. A client that times
+out during that wait has gone; run once the session is free, the operation would do what
+nobody asks for any more (a compaction, its summariser call billed), and a branch the
+client retried would find its target made by the abandoned one. The operation ends
+instead, nothing changed, with one log line beside its access line's 499, and the retried
+branch is made.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tests.integration.conftest import run_sync
 
 HEADERS = {"authorization": "Bearer sk-test-client"}
 GONE = "while its session operation waited for the session; nothing was changed"
-ACTIONS = ["reset", "delete", "branch"]
+ACTIONS = ["reset", "delete", "branch", "compact"]
 TENANT = tenant_from_bearer(HEADERS["authorization"])
 HOLD = """UPDATE sessions SET lease_owner = $3,
     lease_expires = clock_timestamp() + interval '30 seconds' WHERE tenant = $1 AND id = $2"""
@@ -69,6 +70,8 @@ def _operate(origin: str, action: str, sid: str, *, timeout: float = 10) -> http
             return c.post(f"/v1/sessions/{sid}/reset")
         if action == "delete":
             return c.delete(f"/v1/sessions/{sid}")
+        if action == "compact":
+            return c.post(f"/v1/sessions/{sid}/compact")
         return c.post(f"/v1/sessions/{sid}/branch", json={"id": f"{sid}-copy"})
 
 

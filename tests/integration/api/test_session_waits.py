@@ -112,7 +112,7 @@ def test_a_request_behind_another_on_its_replica_logs_and_measures_its_wait(
     assert "session_wait_ms" not in line  # no session, no wait
 
 
-@pytest.mark.parametrize("action", ["chat", "reset"])
+@pytest.mark.parametrize("action", ["chat", "reset", "compact"])
 def test_a_wait_for_another_replicas_lease_is_logged_and_measured(
     action: str,
     tmp_path: Path,
@@ -132,7 +132,7 @@ def test_a_wait_for_another_replicas_lease_is_logged_and_measured(
     def on_b() -> httpx.Response:
         if action == "chat":
             return chat(b.origin, sid, "from b")
-        return httpx.post(f"{b.origin}/v1/sessions/{sid}/reset", headers=AUTH, timeout=20)
+        return httpx.post(f"{b.origin}/v1/sessions/{sid}/{action}", headers=AUTH, timeout=20)
 
     _, waited = behind_a_slow_request(a.origin, on_b, sid, fake_upstream, queued_on_the_lease)
     assert waited.status_code == 200, waited.text

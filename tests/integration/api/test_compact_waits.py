@@ -1,0 +1,118 @@
+"""``POST /v1/sessions/{id}/compact`` waits for the request in flight on its session, and
+holds nothing of the session while the summariser answers (README, "Timing of writes").
+
+A client that calls ``/compact`` the instant a reply arrives, or while its turn is still
+under way, gets a fold made after that turn's reply was stored: the compaction takes its
+turn on the session as reset, delete and branch do. It gives the turn back before the fast
+model is called, so the agent's next request is served while the summary is written.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import (
+    CLIENT_KEY,
+    Agent,
+    Model,
+    Stack,
+    stack,
+    wait_until,
+    words,
+)
+from tests.integration.api.conftest import wait_for
+
+SUMMARIZE = {"keepRecent": 2}
+TENANT = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
+LAST = "one more question"
+
+
+def _history(agent: Agent) -> None:
+    """Three turns, below ``softFraction``: any summary is the forced one."""
+    for i in range(3):
+        agent.say(words(200, f"t{i}"))
+
+
+def _compact(s: Stack, sid: str, out: list[httpx.Response]) -> threading.Thread:
+    """``POST /compact`` on a thread; its answer lands in ``out``."""
+
+    def run() -> None:
+        with httpx.Client(
+            base_url=s.proxy.origin, headers={"authorization": f"Bearer {CLIENT_KEY}"}
+        ) as http:
+            out.append(http.post(f"/v1/sessions/{sid}/compact", timeout=20))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_compact_sent_during_a_turn_folds_that_turns_reply(
+    stream: bool, tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    held = Pacer(first=True)  # the last turn's answer, until the test lets it come
+
+    def main(req: RecordedRequest) -> Reply:
+        last = req.json["messages"][-1].get("content")
+        return reply("the held answer", pacer=held) if last == LAST else reply("ok")
+
+    sid = "during" + ("-stream" if stream else "")
+    with stack(tmp_path, db_dsn, fake_upstream, Model(main=main), summarize=SUMMARIZE) as s:
+        agent = Agent(s.client(sid))
+        _history(agent)
+        s.replied(sid)
+        turn = threading.Thread(target=agent.say_stream if stream else agent.say, args=(LAST,))
+        turn.start()
+        wait_until(lambda: len(s.main_bodies()) == 4, 10, "the last turn at the provider")
+        out: list[httpx.Response] = []
+        compact = _compact(s, sid, out)
+        try:  # the compaction waits behind the turn, in the session's queue on this replica
+            assert wait_for(lambda: out or s.proxy.queued(TENANT, sid) == 2, timeout=10)
+            assert not out, out[0].text
+        finally:
+            held.allow(20)
+        turn.join(15)
+        compact.join(15)
+        assert not held.expired and agent.messages[-1]["content"] == "the held answer"
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        body = out[0].json()
+        (row,) = s.summaries(sid)
+        # the fold was made from the history with the turn's reply: 9 messages, 2 kept
+        assert body["compacted"] and body["version"] == row["version"] == 1
+        assert body["boundary"] == row["boundary"] == len(agent.messages) - 2 == 7
+
+
+def test_a_chat_during_a_compactions_summariser_call_is_served(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    held = Pacer(first=True)  # the summariser's answer, until the test lets it come
+    model = Model(fast_pacer=held)
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        agent = Agent(s.client("flowing"))
+        _history(agent)
+        s.replied("flowing")
+        out: list[httpx.Response] = []
+        compact = _compact(s, "flowing", out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        said: list[str] = []
+        chat = threading.Thread(target=lambda: said.append(agent.say("meanwhile")))
+        chat.start()
+        try:  # served while the briefing is held: the compaction holds no turn on the session
+            assert wait_for(lambda: said, timeout=5), "the chat waited for the compaction"
+            assert said == ["ok"] and not out
+        finally:
+            held.allow(20)
+        compact.join(15)
+        chat.join(5)
+        assert not held.expired
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        assert out[0].json()["compacted"]
+        agent.say("after")  # the session goes on from the summary and the turn made meanwhile
