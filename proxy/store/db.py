@@ -157,7 +157,10 @@ class GuardedConnection(asyncpg.Connection):
     ``Retry-After``, instead of asyncpg's own error, which it would answer with a 500.
 
     asyncpg's pool throws a closed connection away at release and opens a new one at the
-    next acquire, so the request after one that met a dead connection is served. Every
+    next acquire, so the request after one that met a dead connection is served, once the
+    replica has read the close of every other one that died with it (a restart kills them
+    all; one whose backend has not exited yet still looks open, and a request handed it is
+    a 503 too). Every
     statement Cascade runs goes through these five methods (a transaction's BEGIN and
     COMMIT through ``execute``), on a pooled connection or through ``Pool.fetch...``.
     """

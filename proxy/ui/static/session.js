@@ -122,11 +122,26 @@ export class SessionView {
     if (this.refreshing) { this.again = true; return this.refreshing; }
     const reload = this.whole;
     this.whole = false;
-    this.refreshing = this.load(reload).finally(() => {
-      this.refreshing = null;
-      if (this.again) { this.again = false; this.refresh(); }
-    });
+    this.busy(true);
+    this.refreshing = this.load(reload).finally(() => this.settled());
     return this.refreshing;
+  }
+
+  // A load (or "load earlier") ended: the one queued meanwhile goes, else the list is idle.
+  settled() {
+    this.refreshing = null;
+    if (this.again) { this.again = false; this.refresh(); } else this.busy(false);
+  }
+
+  // The list says (aria-busy) while a load of its rows runs or waits its turn: the rows may be
+  // rebuilt meanwhile, which assistive technology then waits out, and whoever watches the
+  // page can tell when the view has caught up with the events it was sent. A closed view's
+  // load leaves the list, now another view's, alone.
+  busy(on) {
+    if (this.abort.signal.aborted) return;
+    const list = $("message-list");
+    if (on) list.setAttribute("aria-busy", "true");
+    else list.removeAttribute("aria-busy");
   }
 
   // A reply that ended before this load began is in what it loads: the load drops it. The
@@ -220,10 +235,8 @@ export class SessionView {
     try {
       while (this.refreshing) await this.refreshing;
       const step = this.messages.earlier(this.abort.signal);
-      this.refreshing = step.catch(() => {}).finally(() => {
-        this.refreshing = null;
-        if (this.again) { this.again = false; this.refresh(); }
-      });
+      this.busy(true);
+      this.refreshing = step.catch(() => {}).finally(() => this.settled());
       if (!(await step)) this.refresh(true);
     } catch (err) {
       if (!this.abort.signal.aborted) this.ui.handleError(err, "Could not load the earlier messages");

@@ -108,7 +108,10 @@ class ProxyServer:
         backend's stays until the replica's loop has read the close, and a statement handed
         that connection fails (what a test that killed backends waits out)."""
         pool = self._server.lifespan.state["pool"]
-        return {h._con.get_server_pid() for h in pool._holders if h.is_connected()}
+        # each holder's connection read once: the replica's loop, another thread, may let
+        # go of it (``_con = None``) between a check and a use
+        cons = [h._con for h in pool._holders]
+        return {c.get_server_pid() for c in cons if c is not None and not c.is_closed()}
 
     def stopping(self) -> None:
         """Start the stop without waiting for it (:func:`stop_all` stops several at once)."""

@@ -1,6 +1,7 @@
 """Issue 21, fault 2: a pooled connection that dies under a request answers the documented
 503 ``database_unavailable`` with ``Retry-After``, never a 500, and the next request is
-served without restarting the proxy.
+served without restarting the proxy (the next one sent once the proxy has seen every killed
+connection close: until then another killed one may be handed to it, a 503 to retry).
 
 The backends of the proxy's database are killed with ``pg_terminate_backend`` (what a
 server restart or an administrator does to them) while a request waits on a lock the test
@@ -26,10 +27,6 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS
 
-KILL = """
-SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()
-"""
 PATIENCE = 20.0  # for what must happen, however slowly a loaded machine gets there
 KILLED = """
 SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
@@ -71,6 +68,23 @@ async def stored_soon(admin: asyncpg.Connection, session_id: str, expected: int)
         await asyncio.sleep(0.02)
 
 
+async def kill(admin: asyncpg.Connection) -> set[int]:
+    """Terminate every other backend of the database; their pids."""
+    killed = {row["pid"] for row in await admin.fetch(KILLED)}
+    assert killed
+    return killed
+
+
+def let_go(proxy: ProxyServer, killed: set[int]) -> None:
+    """Return once the proxy's pool holds none of the ``killed`` backends' connections.
+
+    ``pg_terminate_backend`` only signals a backend: it exits when it next runs, and the
+    proxy sees its connection closed when its loop reads the socket. Until both happened,
+    each killed connection still looks open, and a request handed one is a 503 to retry,
+    not a request served: what a test that says the next request is served waits out."""
+    assert wait_for(lambda: not proxy.pooled_pids() & killed, PATIENCE), "a killed one stayed"
+
+
 def assert_unavailable(r: httpx.Response) -> None:
     assert r.status_code == 503, r.text
     assert r.json()["error"]["code"] == "database_unavailable"
@@ -79,10 +93,14 @@ def assert_unavailable(r: httpx.Response) -> None:
 
 
 async def kill_while_waiting(
-    admin: asyncpg.Connection, wait_event: str, request: Callable[[], httpx.Response]
+    proxy: ProxyServer,
+    admin: asyncpg.Connection,
+    wait_event: str,
+    request: Callable[[], httpx.Response],
 ) -> httpx.Response:
     """Run ``request`` in a thread; once a backend waits on ``wait_event`` (a lock the test
-    holds), terminate every other backend of the database; the request's response."""
+    holds), terminate every other backend of the database; the request's response, once
+    the proxy let go of every killed connection (``let_go``)."""
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(request)
         deadline = time.monotonic() + PATIENCE
@@ -90,8 +108,10 @@ async def kill_while_waiting(
             assert time.monotonic() < deadline, "the request never waited on the lock"
             assert not future.done(), future.result().text
             time.sleep(0.01)
-        assert await admin.fetchval(KILL) >= 1
-        return future.result(timeout=PATIENCE)
+        killed = await kill(admin)
+        r = future.result(timeout=PATIENCE)
+    let_go(proxy, killed)
+    return r
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -108,7 +128,7 @@ async def test_killed_in_the_first_statement(
     await admin.execute("SELECT 1 FROM sessions WHERE id = 's1' FOR UPDATE")
     try:
         r = await kill_while_waiting(
-            admin, "transactionid", lambda: post(proxy, "s1", *again, stream=stream)
+            proxy, admin, "transactionid", lambda: post(proxy, "s1", *again, stream=stream)
         )
     finally:
         await tx.rollback()
@@ -129,7 +149,7 @@ async def test_killed_in_a_later_statement(proxy: ProxyServer, admin: asyncpg.Co
     # one, which waits for the table lock the test holds.
     async with admin.transaction():
         await admin.execute("LOCK TABLE messages IN EXCLUSIVE MODE")
-        r = await kill_while_waiting(admin, "relation", lambda: post(proxy, "fresh"))
+        r = await kill_while_waiting(proxy, admin, "relation", lambda: post(proxy, "fresh"))
     assert_unavailable(r)
     assert post(proxy, "fresh").status_code == 200
 
@@ -142,7 +162,7 @@ async def test_killed_between_requests(proxy: ProxyServer, admin: asyncpg.Connec
         base_url=proxy.origin, timeout=20, headers={"authorization": "Bearer sk-test-client"}
     ) as http:
         for round_no in range(5):
-            assert await admin.fetchval(KILL) >= 1
+            killed = await kill(admin)
             turns = [f"turn {i}" for i in range(round_no + 1)]
             seen = [
                 post(proxy, "s1", "hi", *turns),
@@ -153,6 +173,7 @@ async def test_killed_between_requests(proxy: ProxyServer, admin: asyncpg.Connec
             for r in seen:
                 if r.status_code != 200:
                     assert_unavailable(r)
+            let_go(proxy, killed)  # a killed connection none of them met yet is still pooled
             assert post(proxy, "s1", "hi", *turns).status_code == 200
 
 
@@ -231,11 +252,10 @@ async def test_killed_while_the_request_waits_for_the_provider(
         )
         fake_upstream.wait_for_requests(1, timeout=PATIENCE)
         try:
-            killed = {row["pid"] for row in await admin.fetch(KILLED)}
-            assert killed
+            killed = await kill(admin)
             # the answer comes once the proxy saw the kill: a request that kept a connection
             # through the provider's wait would then find it dead
-            assert wait_for(lambda: not proxy.pooled_pids() & killed, PATIENCE)
+            let_go(proxy, killed)
         finally:
             thinking.allow(100)
         r = future.result(timeout=PATIENCE)

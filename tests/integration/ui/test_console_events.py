@@ -291,3 +291,29 @@ def test_an_eviction_between_the_first_read_and_the_stream_shows(
     held[0].continue_()
     row.locator("[data-mark=evicted]").wait_for()
     assert page.get_by_test_id("toast").count() == 0
+
+
+def test_the_list_is_busy_while_a_load_of_its_rows_runs_or_waits(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The message list says ``aria-busy`` while a load runs and while one an event asked
+    for meanwhile waits its turn, and no longer once the last ended."""
+    started(console_proxy, "busy")
+    page = sign_in(console, "#/s/busy")
+    page.get_by_test_id("message-list").get_by_text("hi", exact=True).wait_for()
+    idle = page.locator("[data-testid=message-list]:not([aria-busy])")
+    busy = page.locator("[data-testid=message-list][aria-busy=true]")
+    idle.wait_for()
+    held: list[Any] = []  # the loads' row reads, answered when the test says
+    page.route("**/v1/sessions/busy/messages?*", lambda route: held.append(route))
+    inject(db_dsn, "busy", "context.usage", {})
+    wait_for(lambda: len(held) == 1, page)
+    assert busy.count() == 1
+    inject(db_dsn, "busy", "context.usage", {})  # a load asked for while one runs
+    inject(db_dsn, "busy", "context.compaction.started", {})  # after it: it was heard
+    page.get_by_test_id("status-line").filter(has_text="Compacting").wait_for()
+    held[0].continue_()
+    wait_for(lambda: len(held) == 2, page)
+    assert busy.count() == 1
+    held[1].continue_()
+    idle.wait_for()

@@ -282,7 +282,12 @@ def test_an_observation_rewritten_under_its_reply_shows_rewritten(
     """A text-action agent sends a tool's output as a user message; the step after the one
     it came in, under the reply to it, cuts it in place (its only event a
     ``context.truncated``), and the list shows it cut: at once, or, when the loads its
-    events made failed, at the first load that succeeds after them."""
+    events made failed, at the first load that succeeds after them.
+
+    The loads fail until the view has caught up with every event of the step: the reply's
+    come once it is stored, after the answer, so they are followed by a marker (an event
+    that only sets the status line), and once it shows, the list's loads have run when it
+    is no longer busy (``aria-busy``)."""
     output = "".join(f"Observation: line {n:05d} of the listing\n" for n in range(1500))
     sent = [
         {"role": "user", "content": "list the files"},
@@ -310,10 +315,14 @@ def test_an_observation_rewritten_under_its_reply_shows_rewritten(
     sent.append({"role": "user", "content": "Observation: hello"})
     step("Action: done")
     if failing:
-        page.get_by_test_id("toast").filter(has_text="Could not load the session").first.wait_for()
-        page.wait_for_timeout(500)  # every load the step's events made has failed
+        with api(console_proxy) as h:
+            replied(h, "observed")  # the step's events are all stored, the reply's last
+        inject(db_dsn, "observed", "context.compaction.started", {})
+        page.get_by_test_id("status-line").filter(has_text="Compacting").wait_for()
+        page.locator("[data-testid=message-list]:not([aria-busy])").wait_for()
+        assert page.get_by_test_id("toast").filter(has_text="Could not load the session").count()
+        assert listed.get_by_text("Action: done").count() == 0  # every load failed
         page.unroute(messages)
-        assert listed.get_by_text("Action: done").count() == 0
         inject(db_dsn, "observed", "context.usage", {})
     listed.get_by_text("Action: done").wait_for()
     observation.locator("[data-mark=truncated]").wait_for()
