@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -38,6 +39,14 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 __all__ = ["Tracing", "build_tracing", "operation_for", "path_template"]
+
+log = logging.getLogger("cascade.tracing")
+
+STOP_SECONDS = 5.0
+"""How long the stop waits for the last spans to be exported. A collector that takes the
+connection and never answers would otherwise hold the exit for the exporter's timeout on
+each batch, and the SDK's flush for up to 30 s, all of it out of the supervisor's grace
+period once the requests have drained; a collector that answers takes milliseconds."""
 
 _OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _EXPORTERS = ("otlp", "console")  # OTEL_TRACES_EXPORTER's values this proxy has
@@ -122,11 +131,22 @@ class Tracing:
         )
 
     def shutdown(self) -> None:
-        """Flush and stop the provider when this app made it."""
-        if self.owned:
-            shutdown = getattr(self.provider, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
+        """Flush and stop the provider when this app made it, waiting ``STOP_SECONDS`` at
+        most: spans still unexported then are dropped, said once (the exporter's thread is
+        a daemon, and the SDK's own exit hook returns at once for a provider stopping)."""
+        shutdown = getattr(self.provider, "shutdown", None) if self.owned else None
+        if shutdown is None:
+            return
+        stopping = threading.Thread(target=shutdown, name="cascade-tracing-stop", daemon=True)
+        stopping.start()
+        stopping.join(STOP_SECONDS)
+        if stopping.is_alive():
+            log.warning(
+                "tracing: the last spans were not exported within %g s of the stop and are "
+                "dropped (%s)",
+                STOP_SECONDS,
+                self.where,
+            )
 
 
 def _one_line(span: Any) -> str:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
+import time
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from proxy import tracing as tracing_module
 from proxy.settings import SettingsError
 from proxy.tracing import build_tracing, operation_for
 from tests.unit.test_metrics_multiproc import run_python
@@ -281,3 +284,25 @@ def test_the_exporters_lines_never_quote_the_traces_endpoints_query(
     lines = [r.getMessage() for r in caplog.records if "Transient" in r.getMessage()]
     assert len(lines) == 2
     assert not [line for line in lines if "tk-9" in line], lines
+
+
+def test_a_collector_that_never_answers_holds_the_stop_only_briefly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A collector that takes the connection and never answers would hold the stop for
+    the exporter's timeout (10 s), and the SDK's flush for up to 30 s: the stop waits
+    ``STOP_SECONDS`` for the last spans, then drops them, saying so once."""
+    monkeypatch.setattr(tracing_module, "STOP_SECONDS", 0.3)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # takes connections, never answers
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)  # the exporter reads it
+        tracing = build_tracing("", env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        assert tracing is not None
+        tracing.start_request("GET").end()
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="cascade.tracing"):
+            tracing.shutdown()
+        took = time.monotonic() - started
+    assert took < 2, took
+    lines = [r.getMessage() for r in caplog.records if r.name == "cascade.tracing"]
+    assert len(lines) == 1 and "0.3 s" in lines[0] and endpoint in lines[0], lines
