@@ -251,6 +251,47 @@ def _check_endpoints(env: Mapping[str, str]) -> None:
                 )
 
 
+_HEADERS_ENV = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+
+
+class _Refusals(logging.Filter):
+    """Counts, and drops, what OpenTelemetry's header parser says of an entry it refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.count += 1
+        return False
+
+
+def _check_headers(env: Mapping[str, str]) -> None:
+    """The exporter's headers (the traces' own variable, else the general one, as the
+    exporter reads them), each entry judged as the exporter judges it. One that is no
+    ``name=value`` pair (``x-api-key:KEY``, HTTP's spelling) the exporter drops with a
+    warning quoting it, the collector's key with it, and the collector then refuses every
+    batch: the start is refused, naming the variable and the entry's place, never its text."""
+    from opentelemetry.util.re import parse_env_headers
+
+    name = next((n for n in _HEADERS_ENV if env.get(n)), None)
+    if name is None:
+        return
+    parser = logging.getLogger("opentelemetry.util.re")
+    for place, entry in enumerate(env[name].split(","), 1):
+        refusals = _Refusals()
+        parser.addFilter(refusals)
+        try:
+            parse_env_headers(entry, liberal=True)
+        finally:
+            parser.removeFilter(refusals)
+        if refusals.count:
+            raise SettingsError(
+                f"{name}: entry {place} is not name=value (the exporter would drop it);"
+                " give comma-separated pairs, as api-key=KEY,x-tenant=t1"
+            )
+
+
 # The loggers through which the OTLP/HTTP exporter reports a failed export, quoting its URL.
 _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
@@ -323,5 +364,6 @@ def build_tracing(
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+            _check_headers(env)
             sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return Tracing(sdk, owned=True, where=_where(exporters, env, service))

@@ -306,3 +306,47 @@ def test_a_collector_that_never_answers_holds_the_stop_only_briefly(
     assert took < 2, took
     lines = [r.getMessage() for r in caplog.records if r.name == "cascade.tracing"]
     assert len(lines) == 1 and "0.3 s" in lines[0] and endpoint in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "place"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team:hc-s3cret", 1),  # ':' for '='
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t1,hc-s3cret", 2),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "Authorization: Bearer hc-s3cret", 1),
+    ],
+)
+def test_an_otlp_header_that_is_no_name_value_pair_is_refused_unquoted(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    value: str,
+    place: int,
+) -> None:
+    """The exporter drops such an entry, so the collector refuses every batch for want of its
+    key, and says so in a warning quoting the entry, the collector's key with it: the start
+    is refused instead, naming the variable and the entry's place, never its text."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE, name: value}
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)  # the exporter reads the environment itself
+    with caplog.at_level(logging.DEBUG), pytest.raises(SettingsError) as refused:
+        build_tracing("", env=env)
+    assert f"{name}: entry {place} is not name=value" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
+
+
+def test_otlp_headers_of_name_value_pairs_are_taken(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE,
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=t1, Authorization=Bearer%20k-1,",
+    }
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)
+    with caplog.at_level(logging.WARNING):
+        tracing = build_tracing("", env=env)
+    assert tracing is not None
+    tracing.shutdown()
+    assert not caplog.records
