@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from proxy.settings import SettingsError
+from proxy.tracing_export import EXPORTER_LOGGERS, watched
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -292,13 +293,6 @@ def _check_headers(env: Mapping[str, str]) -> None:
             )
 
 
-# The loggers through which the OTLP/HTTP exporter reports a failed export, quoting its URL.
-_EXPORTER_LOGGERS = (
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    "opentelemetry.exporter.otlp.common.http",
-)
-
-
 class _WithoutQuery(logging.Filter):
     """Masks the traces endpoint's query string (a collector's key may be in it) in the
     exporter's own lines, which quote the URL: the log holds no query string."""
@@ -318,7 +312,7 @@ def _hide_query(env: Mapping[str, str]) -> None:
     """Put :data:`_WITHOUT_QUERY` on the exporter's loggers for this endpoint's query."""
     _WITHOUT_QUERY.query = urlsplit(env.get(_OTLP_ENV[1], "").strip()).query
     if _WITHOUT_QUERY.query:
-        for name in _EXPORTER_LOGGERS:
+        for name in EXPORTER_LOGGERS:
             logging.getLogger(name).addFilter(_WITHOUT_QUERY)  # once: the same filter
 
 
@@ -365,5 +359,6 @@ def build_tracing(
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             _check_headers(env)
-            sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            otlp = watched(OTLPSpanExporter(), f"OTLP/HTTP to {_otlp_target(env)}")
+            sdk.add_span_processor(BatchSpanProcessor(otlp))  # type: ignore[arg-type]
     return Tracing(sdk, owned=True, where=_where(exporters, env, service))
