@@ -29,7 +29,7 @@ from proxy.api import chat, events, health, memory, openapi, sessions
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
 from proxy.config import Config
-from proxy.config_watch import ConfigHolder, watch_config
+from proxy.config_watch import ConfigHolder, install_hangup, watch_config
 from proxy.embeddings import Embedders, bind_embedders
 from proxy.listen import listen_policy, open_listen_warning
 from proxy.logs import configure_logging, format_from_env
@@ -254,10 +254,11 @@ def create_app(
             )
             embedding.start()  # idle while no agent has retrieval on
             stack.push_async_callback(embedding.aclose)
+            stop = asyncio.Event()
             if settings.watch_config and settings.config is not None:
-                stop = asyncio.Event()
                 watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
                 stack.push_async_callback(_stop_watcher, watcher, stop)
+            stack.callback(install_hangup(holder, bus.broadcast_local, stop))  # SIGHUP rereads
             _tune_gc()
             yield State(
                 pool=pool,

@@ -153,11 +153,10 @@ def startup_banner(
         db += " through a transaction pooler (no statement cache)"
     if embedded_at is None and settings.database_url and settings.database_listen_url:
         db += f"; events LISTEN at {redact_dsn(settings.database_listen_url)}"
-    config = (
-        f"{settings.config} (reloaded when it changes)"
-        if settings.config and settings.watch_config
-        else str(settings.config or "none: all defaults")
-    )
+    config = str(settings.config or "none: all defaults")
+    if settings.config:  # SIGHUP rereads it, watched or not (config_watch.install_hangup)
+        watched = "when it changes, or " if settings.watch_config else ""
+        config += f" (reloaded {watched}on SIGHUP)"
     lines = [
         f"Cascade {__version__} listening on {_bracketed(settings.host)}:{settings.port}",
         f"  base URL for clients: {origin}/v1",

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
@@ -30,7 +31,7 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 
-__all__ = ["ConfigHolder", "watch_config", "for_streams"]
+__all__ = ["ConfigHolder", "for_streams", "install_hangup", "reread", "watch_config"]
 
 log = logging.getLogger("cascade.config")
 
@@ -56,6 +57,7 @@ class ConfigHolder:
         self.current = config
         self.path = path
         self.loaded = data  # the bytes ``config`` was read from, when known
+        self.judged = data  # the bytes last judged, in force or refused (the watcher's)
         self.vet: Vet | None = None
         self.on_reloaded: Callable[[Config], None] | None = None
         self._warn(os.environ)
@@ -110,21 +112,64 @@ async def watch_config(
     # file lives, so that directory is watched too, and the watch moves when the link does.
     path = holder.path.absolute()
     # the bytes the holder was loaded from, not the file now: it may have been saved since
-    last = holder.loaded if holder.loaded is not None else _read(path)
+    if holder.judged is None:
+        holder.judged = _read(path)
     while not stop.is_set():
-        last = await _watch(holder, path, _directories(path), last, emit, stop)
+        await _watch(holder, path, _directories(path), emit, stop)
+
+
+async def reread(
+    holder: ConfigHolder, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
+) -> None:
+    """Judge the file now, as a save would be judged (SIGHUP: ``install_hangup``)."""
+    if holder.path is None:
+        log.info("SIGHUP: no config file, the defaults are in force: nothing to reload")
+        return
+    path = holder.path.absolute()
+    if _read(path) == holder.judged:
+        log.info("SIGHUP: config %s unchanged since it was last read", holder.path)
+        return
+    await _check(holder, path, emit, stop)
+
+
+def install_hangup(
+    holder: ConfigHolder, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
+) -> Callable[[], None]:
+    """Make SIGHUP judge the config file now, and return what undoes it.
+
+    SIGHUP is what an operator sends a daemon to reload (``systemctl reload``, ``kill
+    -HUP``), and what a closed terminal sends the process it ran: left to Python's default
+    it ends the process at once, cutting every stream without the drain SIGTERM gets and
+    leaving the embedded PostgreSQL running. A loop not in the main thread (an app served
+    from another thread) cannot take signals: nothing is installed there.
+    """
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def hangup() -> None:
+        task = loop.create_task(reread(holder, emit, stop))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, hangup)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread; Windows
+        return lambda: None
+
+    def undo() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+    return undo
 
 
 async def _watch(
     holder: ConfigHolder,
     path: Path,
     dirs: tuple[Path, ...],
-    last: bytes | None,
     emit: Callable[[str, dict[str, Any]], None],
     stop: asyncio.Event,
-) -> bytes | None:
-    """Watch ``dirs`` until ``stop``, or until the link points into others; the bytes last
-    judged."""
+) -> None:
+    """Watch ``dirs`` until ``stop``, or until the link points into others."""
     async with aclosing(
         awatch(
             *dirs,
@@ -137,10 +182,10 @@ async def _watch(
             yield_on_timeout=True,  # an empty batch: compare the bytes anyway
         )
     ) as changes:
-        last = await _check(holder, path, last, emit, stop)  # a change while re-arming
+        await _check(holder, path, emit, stop)  # a change while re-arming
         try:
             async for _ in changes:
-                last = await _check(holder, path, last, emit, stop)
+                await _check(holder, path, emit, stop)
                 if _directories(path) != dirs:
                     break  # the link points into another directory now: watch that one
         except FileNotFoundError:
@@ -148,30 +193,28 @@ async def _watch(
                 raise
             # the link's target directory went away as its watch began (a ConfigMap updated
             # again at once): the caller watches where the link points now
-    return last
 
 
 async def _check(
     holder: ConfigHolder,
     path: Path,
-    last: bytes | None,
     emit: Callable[[str, dict[str, Any]], None],
     stop: asyncio.Event,
-) -> bytes | None:
-    """Reload when the file's bytes differ from ``last``; return the bytes judged."""
+) -> None:
+    """Reload when the file's bytes differ from the ones last judged (``holder.judged``)."""
     now = _read(path)
-    if now == last:  # unchanged, or still missing: said once already
-        return last
+    if now == holder.judged:  # unchanged, or still missing: said once already
+        return
     now = await _settled(path, now, stop)
-    if now == last or stop.is_set():
-        return last
+    if now == holder.judged or stop.is_set():
+        return
+    holder.judged = now
     try:
         event = holder.reload(data=now)
     except Exception:  # a bug here must not end hot reload for the life of the process
         log.exception("config %s: reload failed, keeping the previous one", path)
-        return now
+        return
     emit(*for_streams(holder.current, *event))
-    return now
 
 
 def _directories(path: Path) -> tuple[Path, ...]:

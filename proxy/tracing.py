@@ -28,16 +28,26 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from proxy.settings import SettingsError
+from proxy.tracing_export import EXPORTER_LOGGERS, watched
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 __all__ = ["Tracing", "build_tracing", "operation_for", "path_template"]
+
+log = logging.getLogger("cascade.tracing")
+
+STOP_SECONDS = 5.0
+"""How long the stop waits for the last spans to be exported. A collector that takes the
+connection and never answers would otherwise hold the exit for the exporter's timeout on
+each batch, and the SDK's flush for up to 30 s, all of it out of the supervisor's grace
+period once the requests have drained; a collector that answers takes milliseconds."""
 
 _OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _EXPORTERS = ("otlp", "console")  # OTEL_TRACES_EXPORTER's values this proxy has
@@ -122,11 +132,22 @@ class Tracing:
         )
 
     def shutdown(self) -> None:
-        """Flush and stop the provider when this app made it."""
-        if self.owned:
-            shutdown = getattr(self.provider, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
+        """Flush and stop the provider when this app made it, waiting ``STOP_SECONDS`` at
+        most: spans still unexported then are dropped, said once (the exporter's thread is
+        a daemon, and the SDK's own exit hook returns at once for a provider stopping)."""
+        shutdown = getattr(self.provider, "shutdown", None) if self.owned else None
+        if shutdown is None:
+            return
+        stopping = threading.Thread(target=shutdown, name="cascade-tracing-stop", daemon=True)
+        stopping.start()
+        stopping.join(STOP_SECONDS)
+        if stopping.is_alive():
+            log.warning(
+                "tracing: the last spans were not exported within %g s of the stop and are "
+                "dropped (%s)",
+                STOP_SECONDS,
+                self.where,
+            )
 
 
 def _one_line(span: Any) -> str:
@@ -231,11 +252,45 @@ def _check_endpoints(env: Mapping[str, str]) -> None:
                 )
 
 
-# The loggers through which the OTLP/HTTP exporter reports a failed export, quoting its URL.
-_EXPORTER_LOGGERS = (
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    "opentelemetry.exporter.otlp.common.http",
-)
+_HEADERS_ENV = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+
+
+class _Refusals(logging.Filter):
+    """Counts, and drops, what OpenTelemetry's header parser says of an entry it refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.count += 1
+        return False
+
+
+def _check_headers(env: Mapping[str, str]) -> None:
+    """The exporter's headers (the traces' own variable, else the general one, as the
+    exporter reads them), each entry judged as the exporter judges it. One that is no
+    ``name=value`` pair (``x-api-key:KEY``, HTTP's spelling) the exporter drops with a
+    warning quoting it, the collector's key with it, and the collector then refuses every
+    batch: the start is refused, naming the variable and the entry's place, never its text."""
+    from opentelemetry.util.re import parse_env_headers
+
+    name = next((n for n in _HEADERS_ENV if env.get(n)), None)
+    if name is None:
+        return
+    parser = logging.getLogger("opentelemetry.util.re")
+    for place, entry in enumerate(env[name].split(","), 1):
+        refusals = _Refusals()
+        parser.addFilter(refusals)
+        try:
+            parse_env_headers(entry, liberal=True)
+        finally:
+            parser.removeFilter(refusals)
+        if refusals.count:
+            raise SettingsError(
+                f"{name}: entry {place} is not name=value (the exporter would drop it);"
+                " give comma-separated pairs, as api-key=KEY,x-tenant=t1"
+            )
 
 
 class _WithoutQuery(logging.Filter):
@@ -257,7 +312,7 @@ def _hide_query(env: Mapping[str, str]) -> None:
     """Put :data:`_WITHOUT_QUERY` on the exporter's loggers for this endpoint's query."""
     _WITHOUT_QUERY.query = urlsplit(env.get(_OTLP_ENV[1], "").strip()).query
     if _WITHOUT_QUERY.query:
-        for name in _EXPORTER_LOGGERS:
+        for name in EXPORTER_LOGGERS:
             logging.getLogger(name).addFilter(_WITHOUT_QUERY)  # once: the same filter
 
 
@@ -303,5 +358,7 @@ def build_tracing(
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            _check_headers(env)
+            otlp = watched(OTLPSpanExporter(), f"OTLP/HTTP to {_otlp_target(env)}")
+            sdk.add_span_processor(BatchSpanProcessor(otlp))  # type: ignore[arg-type]
     return Tracing(sdk, owned=True, where=_where(exporters, env, service))

@@ -202,3 +202,13 @@ def test_the_block_says_where_spans_go() -> None:
         Settings(), _config(), SECRETS, database=DSN, embedded_at=None, paths=[], tracing=where
     )
     assert f"  tracing: {where}" in text.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("watch", "said"),
+    [(True, "(reloaded when it changes, or on SIGHUP)"), (False, "(reloaded on SIGHUP)")],
+)
+def test_the_config_line_says_what_reloads_the_file(watch: bool, said: str) -> None:
+    settings = Settings(config=Path("config/agents.json"), watch_config=watch)
+    text = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None, paths=[])
+    assert f"  config: config/agents.json {said}\n" in text

@@ -226,3 +226,20 @@ async def test_a_save_made_during_the_start_is_reloaded(tmp_path: Path) -> None:
         await asyncio.wait_for(task, 5)
     assert seen == [CONFIG_RELOADED]
     assert limit(holder) == 2000
+
+
+async def test_a_reread_while_the_watcher_waits_on_a_broken_file_judges_it_once(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP (``config_watch.reread``) during the watcher's wait for a file that does not
+    parse to settle: one ``config.rejected``, not one each."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    seen: list[str] = []
+    async with watching(path, seen) as holder:
+        path.write_text(text(2000)[:20])
+        await asyncio.sleep(0.4)  # the watcher saw it, and waits for it to settle
+        await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+        await asyncio.sleep(0.3)  # a second judgement, if either made one
+    assert seen == [CONFIG_REJECTED]
+    assert limit(holder) == 1000

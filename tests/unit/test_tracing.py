@@ -3,16 +3,21 @@ the OTLP one is built and shut down with no span to send."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import logging
 import os
+import socket
 import sys
+import threading
+import time
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from proxy import tracing as tracing_module
 from proxy.settings import SettingsError
 from proxy.tracing import build_tracing, operation_for
 from tests.unit.test_metrics_multiproc import run_python
@@ -35,7 +40,7 @@ def test_an_otlp_endpoint_turns_on_batched_otlp_export(name: str) -> None:
     assert isinstance(provider, TracerProvider)
     processors = provider._active_span_processor._span_processors
     assert [type(p) for p in processors] == [BatchSpanProcessor]
-    assert isinstance(processors[0]._batch_processor._exporter, OTLPSpanExporter)
+    assert isinstance(processors[0]._batch_processor._exporter.exporter, OTLPSpanExporter)
     assert provider.resource.attributes["service.name"] == "cascade-test"
     tracing.shutdown()  # no span was made: nothing is sent
 
@@ -103,10 +108,8 @@ def test_a_service_name_in_the_resource_attributes_is_kept() -> None:
 def _exporters(tracing: object) -> list[str]:
     """The exporters' class names, in the order their processors were added."""
     processors = tracing.provider._active_span_processor._span_processors  # type: ignore[attr-defined]
-    return [
-        type(getattr(p, "span_exporter", None) or p._batch_processor._exporter).__name__
-        for p in processors
-    ]
+    made = [getattr(p, "span_exporter", None) or p._batch_processor._exporter for p in processors]
+    return [type(getattr(e, "exporter", e)).__name__ for e in made]  # the OTLP one is watched
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", " True "])
@@ -281,3 +284,122 @@ def test_the_exporters_lines_never_quote_the_traces_endpoints_query(
     lines = [r.getMessage() for r in caplog.records if "Transient" in r.getMessage()]
     assert len(lines) == 2
     assert not [line for line in lines if "tk-9" in line], lines
+
+
+def test_a_collector_that_never_answers_holds_the_stop_only_briefly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A collector that takes the connection and never answers would hold the stop for
+    the exporter's timeout (10 s), and the SDK's flush for up to 30 s: the stop waits
+    ``STOP_SECONDS`` for the last spans, then drops them, saying so once."""
+    monkeypatch.setattr(tracing_module, "STOP_SECONDS", 0.3)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # takes connections, never answers
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)  # the exporter reads it
+        tracing = build_tracing("", env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        assert tracing is not None
+        tracing.start_request("GET").end()
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="cascade.tracing"):
+            tracing.shutdown()
+        took = time.monotonic() - started
+    assert took < 2, took
+    lines = [r.getMessage() for r in caplog.records if r.name == "cascade.tracing"]
+    assert len(lines) == 1 and "0.3 s" in lines[0] and endpoint in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "place"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team:hc-s3cret", 1),  # ':' for '='
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t1,hc-s3cret", 2),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "Authorization: Bearer hc-s3cret", 1),
+    ],
+)
+def test_an_otlp_header_that_is_no_name_value_pair_is_refused_unquoted(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    value: str,
+    place: int,
+) -> None:
+    """The exporter drops such an entry, so the collector refuses every batch for want of its
+    key, and says so in a warning quoting the entry, the collector's key with it: the start
+    is refused instead, naming the variable and the entry's place, never its text."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE, name: value}
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)  # the exporter reads the environment itself
+    with caplog.at_level(logging.DEBUG), pytest.raises(SettingsError) as refused:
+        build_tracing("", env=env)
+    assert f"{name}: entry {place} is not name=value" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
+
+
+def test_otlp_headers_of_name_value_pairs_are_taken(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE,
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=t1, Authorization=Bearer%20k-1,",
+    }
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)
+    with caplog.at_level(logging.WARNING):
+        tracing = build_tracing("", env=env)
+    assert tracing is not None
+    tracing.shutdown()
+    assert not caplog.records
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    status = 400  # refused, and not retried: each batch fails at once
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's spelling)
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(type(self).status)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_collector_outage_is_said_once_and_its_end_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The exporter logs every batch it cannot deliver, as long as the collector is down:
+    its lines for the first, one warning that spans are dropped, then nothing until one
+    that says the collector is back."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setattr(_Collector, "status", 400)
+    tracing = build_tracing("", env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    assert tracing is not None
+
+    def batch() -> list[str]:
+        caplog.clear()
+        tracing.start_request("GET").end()
+        tracing.provider.force_flush()
+        return [f"{r.name}: {r.getMessage()}" for r in caplog.records]
+
+    try:
+        with caplog.at_level(logging.INFO):
+            first = batch()
+            assert any("400" in line for line in first if "opentelemetry" in line), first
+            assert [x for x in first if x.startswith("cascade.tracing")] == [
+                f"cascade.tracing: tracing: the collector takes no spans (OTLP/HTTP to "
+                f"{endpoint}/v1/traces; the exporter's lines before this say why): they are "
+                "dropped until it does, and its lines are left out meanwhile"
+            ]
+            assert batch() == [] and batch() == []
+            monkeypatch.setattr(_Collector, "status", 200)
+            back = batch()
+            assert len(back) == 1 and "takes spans again" in back[0], back
+            assert back[0].endswith("; 3 batches dropped"), back
+            assert batch() == []
+    finally:
+        tracing.shutdown()
+        server.shutdown()
