@@ -36,8 +36,8 @@ async def list_facts(
     pool: PoolDep,
     tenant: TenantDep,
     scope: Annotated[str, BLANK_IS_UNSET] = "global",
-    limit: Annotated[int, Query(ge=1, le=1000), BLANK_IS_UNSET] = 100,
-    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
 ) -> dict[str, Any]:
     """A page of the scope's facts, oldest first (``limit``, ``offset``), as the other
     lists are paged: an ``auto`` scope grows with every compaction."""
