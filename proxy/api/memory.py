@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
+from proxy.api import memory_schemas as doc
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
 from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
@@ -30,7 +31,7 @@ def _scope(request: Request, scope: Any) -> str:
     return parsed
 
 
-@router.get("")
+@router.get("", responses=doc.LIST)
 async def list_facts(
     request: Request,
     pool: PoolDep,
@@ -57,7 +58,7 @@ def _uses(request: Request) -> Callable[[str], bool]:
     return lambda agent: may_use_agent(request.scope, agent)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=doc.ADD, openapi_extra={"requestBody": doc.FACT_BODY})
 async def add_fact(
     request: Request, pool: PoolDep, cfg: ConfigDep, tenant: TenantDep
 ) -> JSONResponse:
@@ -85,7 +86,7 @@ def _reaches(request: Request) -> Callable[[str, str], bool]:
     return reaches
 
 
-@router.get("/suggestions")
+@router.get("/suggestions", responses=doc.SUGGESTIONS)
 async def list_suggestions(
     request: Request,
     pool: PoolDep,
@@ -98,7 +99,11 @@ async def list_suggestions(
     )
 
 
-@router.post("/suggestions/{suggestion_id}/accept")
+@router.post(
+    "/suggestions/{suggestion_id}/accept",
+    responses=doc.ACCEPT,
+    openapi_extra={"requestBody": doc.ACCEPT_BODY},
+)
 async def accept_suggestion(
     request: Request,
     pool: PoolDep,
@@ -124,7 +129,7 @@ async def accept_suggestion(
     )
 
 
-@router.post("/suggestions/{suggestion_id}/reject")
+@router.post("/suggestions/{suggestion_id}/reject", responses=doc.REJECT)
 async def reject_suggestion(
     request: Request,
     pool: PoolDep,
@@ -141,27 +146,7 @@ async def reject_suggestion(
     )
 
 
-_DELETED: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The fact, deleted: its id and object type, as OpenAI's deletes answer.",
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["id", "object", "deleted"],
-                    "properties": {
-                        "id": {"type": "integer"},
-                        "object": {"type": "string", "enum": ["memory.fact"]},
-                        "deleted": {"type": "boolean"},
-                    },
-                }
-            }
-        },
-    }
-}
-
-
-@router.delete("/{fact_id}", responses=_DELETED)
+@router.delete("/{fact_id}", responses=doc.DELETE)
 async def delete_fact(
     request: Request,
     pool: PoolDep,
