@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from proxy.api import memory_schemas as doc
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
@@ -20,6 +21,18 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/memory")
 
 _BODY_LIMIT = 65536
+
+
+class _FactId(StringConvertor):
+    """A fact id's path segment: any but ``suggestions``, which names the suggestions list.
+    ``DELETE /v1/memory/{fact_id}`` took that one too, so a DELETE of the list was a 400 on
+    ``fact_id`` and another method's 405 offered a DELETE that always failed; now both are
+    the list's 405 (its id is still checked as digits, to name ``fact_id`` in a 400)."""
+
+    regex = "(?!suggestions$)[^/]+"
+
+
+register_url_convertor("fact_id", _FactId())
 
 
 def _scope(request: Request, scope: Any) -> str:
@@ -146,7 +159,7 @@ async def reject_suggestion(
     )
 
 
-@router.delete("/{fact_id}", responses=doc.DELETE)
+@router.delete("/{fact_id:fact_id}", responses=doc.DELETE)
 async def delete_fact(
     request: Request,
     pool: PoolDep,
