@@ -106,9 +106,10 @@ async def list_suggestions(
     cfg: ConfigDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
 ) -> dict[str, Any]:
     return await svc.list_suggestions(
-        pool, cfg, tenant=tenant, limit=limit, may_see=_reaches(request)
+        pool, cfg, tenant=tenant, limit=limit, offset=offset, may_see=_reaches(request)
     )
 
 

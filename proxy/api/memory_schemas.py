@@ -85,7 +85,7 @@ ADD = _answer(
     e403=_AGENT,
     e413=_TOO_LARGE,
 )
-SUGGESTIONS = _answer(200, listed(_SUGGESTION), e400="`limit` out of range.")
+SUGGESTIONS = _answer(200, listed(_SUGGESTION), e400="`limit` or `offset` out of range.")
 ACCEPT = _answer(
     200,
     _ACCEPTED,

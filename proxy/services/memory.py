@@ -234,25 +234,30 @@ async def list_suggestions(
     *,
     tenant: str,
     limit: int,
+    offset: int = 0,
     may_see: Callable[[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
-    accepting it writes to. ``may_see(scope, agent)``, with the agent of the suggestion's
-    session, leaves out those the caller may not answer (a key limited to other agents),
-    page by page, so ``limit`` counts the ones it sees; ``has_more``: one more it sees is
-    past the page."""
+    accepting it writes to, ``limit`` of them past the first ``offset``. ``may_see(scope,
+    agent)``, with the agent of the suggestion's session, leaves out those the caller may
+    not answer (a key limited to other agents), page by page, so ``limit`` and ``offset``
+    count the ones it sees; ``has_more``: one more it sees is past the page."""
     data: list[dict[str, Any]] = []
-    after = 0
+    after, skip = 0, offset
     want = rows_to_read(limit)
+    batch = min(want + offset, 1001)  # the rows skipped too, in a few statements
     while len(data) < want:
         rows = await store.fetch_pending_suggestions(
-            pool, tenant=tenant, limit=want, after_event=after
+            pool, tenant=tenant, limit=batch, after_event=after
         )
         for row in rows:
             scope = _listed_scope(cfg, row)
             if may_see is None or (scope is not None and may_see(scope, _agent_of(row))):
-                data.append(_suggestion(row, scope))
-        if len(rows) < want:
+                if skip:
+                    skip -= 1
+                else:
+                    data.append(_suggestion(row, scope))
+        if len(rows) < batch:
             break
         after = rows[-1]["event_id"]
     data, more = page_of(data, limit)

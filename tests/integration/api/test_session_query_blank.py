@@ -59,6 +59,7 @@ INTEGER_PARAMS = [
     ("/v1/sessions/s/tool-outputs/call_ls", "offset"),
     ("/v1/sessions/s/tool-outputs/call_ls", "limit"),
     ("/v1/memory/suggestions", "limit"),
+    ("/v1/memory/suggestions", "offset"),
     ("/v1/memory", "limit"),
     ("/v1/memory", "offset"),
 ]
