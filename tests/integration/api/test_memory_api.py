@@ -230,6 +230,17 @@ def test_accepting_goes_through_sanitize_fact(http: httpx.Client, db_dsn: str) -
     assert texts(http) == ["A is 1", "D is 4"]
 
 
+def test_a_suggestion_whose_facts_are_no_list_offers_none(http: httpx.Client, db_dsn: str) -> None:
+    """A stored suggestion's ``facts`` that is a string, not a list (an event written by
+    other code), was read character by character: accepting it stored a fact per letter."""
+    suggest(db_dsn, "s1", "sug-text", "Use uv")  # type: ignore[arg-type]
+    listed = http.get("/v1/memory/suggestions").json()["data"]
+    assert [(s["id"], s["facts"]) for s in listed] == [("sug-text", [])]
+    r = http.post("/v1/memory/suggestions/sug-text/accept")
+    assert (r.status_code, r.json()["facts"]) == (200, [])
+    assert texts(http) == []
+
+
 def test_a_fact_not_in_the_suggestion_is_a_400(
     http: httpx.Client, db_dsn: str, records: Records
 ) -> None:
