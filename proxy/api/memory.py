@@ -13,7 +13,7 @@ from proxy.api import memory_schemas as doc
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
 from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
-from proxy.errors import ClientRequestError
+from proxy.errors import ClientRequestError, PermissionDenied
 from proxy.services import memory as svc
 
 __all__ = ["router"]
@@ -35,12 +35,17 @@ class _FactId(StringConvertor):
 register_url_convertor("fact_id", _FactId())
 
 
-def _scope(request: Request, scope: Any) -> str:
+def _scope(request: Request, scope: Any, *, param: str | None = "scope") -> str:
     """The scope, checked against the key's agents: a key limited to some agents reads and
-    writes only their scopes and global."""
+    writes only their scopes and global. The 403 names ``param``, the field the scope came
+    from, as a 400 of the scope does (None: a stored fact's scope, which no field named)."""
     parsed = svc.parse_scope(scope)
     if parsed != svc.GLOBAL:
-        check_agent(request.scope, parsed.removeprefix("agent:"))
+        try:
+            check_agent(request.scope, parsed.removeprefix("agent:"))
+        except PermissionDenied as denied:
+            denied.param = param
+            raise
     return parsed
 
 
@@ -168,6 +173,6 @@ async def delete_fact(
     fact_id: Annotated[int, Path(ge=1, le=BIGINT_MAX), INTEGER],
 ) -> dict[str, Any]:
     def check(scope: str) -> None:
-        _scope(request, scope)
+        _scope(request, scope, param=None)
 
     return await svc.delete_fact(pool, tenant=tenant, fact_id=fact_id, check=check)
