@@ -42,7 +42,11 @@ GLOBAL = "global"
 SuggestionCheck = Callable[[str, str], bool]
 """Called with a suggestion's scope and its session's agent before the suggestion is
 answered: whether the caller may answer it (and see it listed)."""
-_AGENT = re.compile(r"agent:[A-Za-z0-9._-]{1,128}")
+_AGENT = re.compile(r"agent:[^\x00-\x1f\x7f]{1,256}")
+"""An agent's scope: its name as the config spells it, which may be a model's
+(``llama3:8b``, ``openai/gpt-4o``): promotion stores and suggests facts under it whatever it
+holds, so the API takes any name but an empty or overlong one or one with a control
+character (which no JSON key of a hand-written config holds)."""
 
 
 class FactRejected(ClientRequestError):
@@ -57,7 +61,7 @@ def parse_scope(scope: str | None, *, param: str = "scope") -> str:
         return GLOBAL
     if not isinstance(scope, str) or (scope != GLOBAL and not _AGENT.fullmatch(scope)):
         raise ClientRequestError(
-            f"scope must be 'global' or 'agent:<name>' (letters, digits, '.', '_', '-'); "
+            f"scope must be 'global' or 'agent:<name>' (an agent's name, 1 to 256 characters); "
             f"got {scope!r}",
             param=param,
         )
