@@ -24,10 +24,9 @@ _BODY_LIMIT = 65536
 
 
 class _FactId(StringConvertor):
-    """A fact id's path segment: any but ``suggestions``, which names the suggestions list.
-    ``DELETE /v1/memory/{fact_id}`` took that one too, so a DELETE of the list was a 400 on
-    ``fact_id`` and another method's 405 offered a DELETE that always failed; now both are
-    the list's 405 (its id is still checked as digits, to name ``fact_id`` in a 400)."""
+    """A fact id's path segment: any but ``suggestions``, which names the suggestions list,
+    so a method the list does not take is its 405, whose ``Allow`` offers no DELETE (any
+    other segment is checked as digits, a 400 naming ``fact_id``)."""
 
     regex = "(?!suggestions$)[^/]+"
 
