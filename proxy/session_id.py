@@ -52,13 +52,16 @@ _ALLOWED = "1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-', other
 class InvalidSessionId(ValueError):
     """A session id outside ``SESSION_ID_RE``; the API maps it to a 400."""
 
-    def __init__(self, value: object, source: str = "request") -> None:
+    def __init__(self, value: object, source: str = "request", param: str | None = None) -> None:
+        """``param``: the body field the id came from, which the 400 names (OpenAI's
+        ``param``); an id from the path or a header is no parameter of the body."""
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
         if isinstance(value, bytes):  # a header's bytes that are no UTF-8 text
             shown += " (not UTF-8)"
         super().__init__(f"Invalid session id {shown} from {source}: use {_ALLOWED}.")
         self.value = value
         self.source = source
+        self.param = param
 
     def for_log(self) -> str:
         """The message without the value, which came from a header or a body and may be
@@ -80,10 +83,11 @@ def header_value(value: str) -> str | bytes:
         return raw
 
 
-def validate_session_id(value: str, *, source: str = "request") -> str:
-    """Return ``value`` unchanged if it is a valid session id, else raise ``InvalidSessionId``."""
+def validate_session_id(value: str, *, source: str = "request", param: str | None = None) -> str:
+    """Return ``value`` unchanged if it is a valid session id, else raise ``InvalidSessionId``
+    (naming ``param``, the body field it came from)."""
     if not isinstance(value, str) or SESSION_ID_RE.fullmatch(value) is None:
-        raise InvalidSessionId(value, source)
+        raise InvalidSessionId(value, source, param)
     return value
 
 

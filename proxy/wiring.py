@@ -99,7 +99,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
         _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
         return JSONResponse(
-            error_body(str(exc), type="invalid_request_error", code="invalid_session_id"), 400
+            error_body(
+                str(exc), type="invalid_request_error", param=exc.param, code="invalid_session_id"
+            ),
+            400,
         )
 
     async def http(request: Request, exc: Any) -> JSONResponse:

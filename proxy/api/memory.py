@@ -7,11 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
+from starlette.convertors import StringConvertor, register_url_convertor
 
+from proxy.api import memory_schemas as doc
 from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
 from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
-from proxy.errors import ClientRequestError
+from proxy.errors import ClientRequestError, PermissionDenied
 from proxy.services import memory as svc
 
 __all__ = ["router"]
@@ -21,23 +23,39 @@ router = APIRouter(prefix="/v1/memory")
 _BODY_LIMIT = 65536
 
 
-def _scope(request: Request, scope: Any) -> str:
+class _FactId(StringConvertor):
+    """A fact id's path segment: any but ``suggestions``, which names the suggestions list,
+    so a method the list does not take is its 405, whose ``Allow`` offers no DELETE (any
+    other segment is checked as digits, a 400 naming ``fact_id``)."""
+
+    regex = "(?!suggestions$)[^/]+"
+
+
+register_url_convertor("fact_id", _FactId())
+
+
+def _scope(request: Request, scope: Any, *, param: str | None = "scope") -> str:
     """The scope, checked against the key's agents: a key limited to some agents reads and
-    writes only their scopes and global."""
+    writes only their scopes and global. The 403 names ``param``, the field the scope came
+    from, as a 400 of the scope does (None: a stored fact's scope, which no field named)."""
     parsed = svc.parse_scope(scope)
     if parsed != svc.GLOBAL:
-        check_agent(request.scope, parsed.removeprefix("agent:"))
+        try:
+            check_agent(request.scope, parsed.removeprefix("agent:"))
+        except PermissionDenied as denied:
+            denied.param = param
+            raise
     return parsed
 
 
-@router.get("")
+@router.get("", responses=doc.LIST)
 async def list_facts(
     request: Request,
     pool: PoolDep,
     tenant: TenantDep,
     scope: Annotated[str, BLANK_IS_UNSET] = "global",
-    limit: Annotated[int, Query(ge=1, le=1000), BLANK_IS_UNSET] = 100,
-    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), BLANK_IS_UNSET] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
 ) -> dict[str, Any]:
     """A page of the scope's facts, oldest first (``limit``, ``offset``), as the other
     lists are paged: an ``auto`` scope grows with every compaction."""
@@ -57,7 +75,7 @@ def _uses(request: Request) -> Callable[[str], bool]:
     return lambda agent: may_use_agent(request.scope, agent)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=doc.ADD, openapi_extra={"requestBody": doc.FACT_BODY})
 async def add_fact(
     request: Request, pool: PoolDep, cfg: ConfigDep, tenant: TenantDep
 ) -> JSONResponse:
@@ -85,20 +103,25 @@ def _reaches(request: Request) -> Callable[[str, str], bool]:
     return reaches
 
 
-@router.get("/suggestions")
+@router.get("/suggestions", responses=doc.SUGGESTIONS)
 async def list_suggestions(
     request: Request,
     pool: PoolDep,
     cfg: ConfigDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
 ) -> dict[str, Any]:
     return await svc.list_suggestions(
-        pool, cfg, tenant=tenant, limit=limit, may_see=_reaches(request)
+        pool, cfg, tenant=tenant, limit=limit, offset=offset, may_see=_reaches(request)
     )
 
 
-@router.post("/suggestions/{suggestion_id}/accept")
+@router.post(
+    "/suggestions/{suggestion_id}/accept",
+    responses=doc.ACCEPT,
+    openapi_extra={"requestBody": doc.ACCEPT_BODY},
+)
 async def accept_suggestion(
     request: Request,
     pool: PoolDep,
@@ -124,7 +147,7 @@ async def accept_suggestion(
     )
 
 
-@router.post("/suggestions/{suggestion_id}/reject")
+@router.post("/suggestions/{suggestion_id}/reject", responses=doc.REJECT)
 async def reject_suggestion(
     request: Request,
     pool: PoolDep,
@@ -141,27 +164,7 @@ async def reject_suggestion(
     )
 
 
-_DELETED: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The fact, deleted: its id and object type, as OpenAI's deletes answer.",
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["id", "object", "deleted"],
-                    "properties": {
-                        "id": {"type": "integer"},
-                        "object": {"type": "string", "enum": ["memory.fact"]},
-                        "deleted": {"type": "boolean"},
-                    },
-                }
-            }
-        },
-    }
-}
-
-
-@router.delete("/{fact_id}", responses=_DELETED)
+@router.delete("/{fact_id:fact_id}", responses=doc.DELETE)
 async def delete_fact(
     request: Request,
     pool: PoolDep,
@@ -169,6 +172,6 @@ async def delete_fact(
     fact_id: Annotated[int, Path(ge=1, le=BIGINT_MAX), INTEGER],
 ) -> dict[str, Any]:
     def check(scope: str) -> None:
-        _scope(request, scope)
+        _scope(request, scope, param=None)
 
     return await svc.delete_fact(pool, tenant=tenant, fact_id=fact_id, check=check)

@@ -54,6 +54,8 @@ def amend(schema: dict[str, Any]) -> dict[str, Any]:
             if responses.pop("422", None) is not None:
                 responses.setdefault("400", _MALFORMED)
             _session_id(path, operation)
+            if path == "/v1/sessions":  # names no session, and is keyed as the rest
+                responses.setdefault("default", _ANY_OTHER)
     components = schema.get("components", {})
     schemas = components.get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):

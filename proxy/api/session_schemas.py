@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ok"]
+__all__ = ["ok", "obj", "listed"]
 
 
-def _obj(description: str, **fields: Any) -> dict[str, Any]:
+def obj(description: str, **fields: Any) -> dict[str, Any]:
     """An object with exactly ``fields``, each a JSON type name or a schema."""
     props = {k: {"type": v} if isinstance(v, str | list) else v for k, v in fields.items()}
     return {
@@ -36,9 +36,9 @@ _LISTED = {
     "calibration": "number",
     "reclaimed_tokens": "integer",
 }
-_SESSION = _obj("A session as listed: fields of its view.", **_LISTED)
+_SESSION = obj("A session as listed: fields of its view.", **_LISTED)
 _INTS = {"type": "object", "additionalProperties": {"type": "integer"}}
-_VIEW = _obj(
+_VIEW = obj(
     "A session's view: occupancy, limit, the window's split, what each stage reclaimed.",
     **_LISTED,
     superseded_count="integer",
@@ -47,7 +47,7 @@ _VIEW = _obj(
     reclaimed=_INTS,
     summary={"type": ["object", "null"]},
 )
-_MESSAGE = _obj(
+_MESSAGE = obj(
     "A stored message and what the stages did to it.",
     pos="integer",
     role="string",
@@ -65,8 +65,8 @@ _MESSAGE = _obj(
 )
 
 
-def _list(item: dict[str, Any]) -> dict[str, Any]:
-    return _obj(
+def listed(item: dict[str, Any]) -> dict[str, Any]:
+    return obj(
         "A page; has_more: more rows are past it (at ?offset= plus the rows shown).",
         object="string",
         data={"type": "array", "items": item},
@@ -75,13 +75,13 @@ def _list(item: dict[str, Any]) -> dict[str, Any]:
 
 
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "list": _list(_SESSION),
+    "list": listed(_SESSION),
     "show": _VIEW,
-    "messages": _list(_MESSAGE),
-    "branch": _obj("The new session.", id="string", object="string", parent_id="string"),
-    "reset": _obj("The session, reset.", id="string", object="string", reset="boolean"),
-    "delete": _obj("The session, deleted.", id="string", object="string", deleted="boolean"),
-    "compact": _obj(
+    "messages": listed(_MESSAGE),
+    "branch": obj("The new session.", id="string", object="string", parent_id="string"),
+    "reset": obj("The session, reset.", id="string", object="string", reset="boolean"),
+    "delete": obj("The session, deleted.", id="string", object="string", deleted="boolean"),
+    "compact": obj(
         "What the compaction did; compacted false (and reason) when nothing was folded.",
         id="string",
         object="string",
@@ -93,7 +93,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         compacted="boolean",
         reason=["string", "null"],
     ),
-    "tool_output": _obj(
+    "tool_output": obj(
         "A page of a tool result's stored text.",
         id="string",
         object="string",

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from proxy.api.deps import (
     BIGINT_MAX,
@@ -253,6 +253,8 @@ async def tool_output(
     limit: Annotated[int | None, Query(ge=1), INTEGER] = None,
     grep: str | None = None,
 ) -> dict[str, Any]:
+    if not tool_call_id:  # a trailing slash, no id: no route, as ``/v1/models/`` is none
+        raise HTTPException(404)
     page = svc.tool_output(
         pool,
         cfg,

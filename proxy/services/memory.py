@@ -42,7 +42,11 @@ GLOBAL = "global"
 SuggestionCheck = Callable[[str, str], bool]
 """Called with a suggestion's scope and its session's agent before the suggestion is
 answered: whether the caller may answer it (and see it listed)."""
-_AGENT = re.compile(r"agent:[A-Za-z0-9._-]{1,128}")
+_AGENT = re.compile(r"agent:[^\x00-\x1f\x7f]{1,256}")
+"""An agent's scope: its name as the config spells it, which may be a model's
+(``llama3:8b``, ``openai/gpt-4o``): promotion stores and suggests facts under it whatever it
+holds, so the API takes any name but an empty or overlong one or one with a control
+character (which no JSON key of a hand-written config holds)."""
 
 
 class FactRejected(ClientRequestError):
@@ -57,7 +61,7 @@ def parse_scope(scope: str | None, *, param: str = "scope") -> str:
         return GLOBAL
     if not isinstance(scope, str) or (scope != GLOBAL and not _AGENT.fullmatch(scope)):
         raise ClientRequestError(
-            f"scope must be 'global' or 'agent:<name>' (letters, digits, '.', '_', '-'); "
+            f"scope must be 'global' or 'agent:<name>' (an agent's name, 1 to 256 characters); "
             f"got {scope!r}",
             param=param,
         )
@@ -234,25 +238,30 @@ async def list_suggestions(
     *,
     tenant: str,
     limit: int,
+    offset: int = 0,
     may_see: Callable[[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
-    accepting it writes to. ``may_see(scope, agent)``, with the agent of the suggestion's
-    session, leaves out those the caller may not answer (a key limited to other agents),
-    page by page, so ``limit`` counts the ones it sees; ``has_more``: one more it sees is
-    past the page."""
+    accepting it writes to, ``limit`` of them past the first ``offset``. ``may_see(scope,
+    agent)``, with the agent of the suggestion's session, leaves out those the caller may
+    not answer (a key limited to other agents), page by page, so ``limit`` and ``offset``
+    count the ones it sees; ``has_more``: one more it sees is past the page."""
     data: list[dict[str, Any]] = []
-    after = 0
+    after, skip = 0, offset
     want = rows_to_read(limit)
+    batch = min(want + offset, 1001)  # the rows skipped too, in a few statements
     while len(data) < want:
         rows = await store.fetch_pending_suggestions(
-            pool, tenant=tenant, limit=want, after_event=after
+            pool, tenant=tenant, limit=batch, after_event=after
         )
         for row in rows:
             scope = _listed_scope(cfg, row)
             if may_see is None or (scope is not None and may_see(scope, _agent_of(row))):
-                data.append(_suggestion(row, scope))
-        if len(rows) < want:
+                if skip:
+                    skip -= 1
+                else:
+                    data.append(_suggestion(row, scope))
+        if len(rows) < batch:
             break
         after = rows[-1]["event_id"]
     data, more = page_of(data, limit)

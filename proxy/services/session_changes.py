@@ -99,7 +99,7 @@ async def branch_session(
     ``wakeups`` ends a pause between tries when the other replica frees the session."""
     await require_session(conn, tenant, session_id)
     target = (
-        validate_session_id(new_id, source="body 'id'")
+        validate_session_id(new_id, source="body 'id'", param="id")
         if new_id is not None
         else (f"{session_id[:100]}-branch-{secrets.token_hex(4)}")
     )

@@ -194,11 +194,14 @@ ORDER BY e.id LIMIT $3
 
 
 def _suggestion(row: Any) -> dict[str, Any]:
+    """A suggestion event's fields; its ``facts`` are the strings of a list (a string would
+    be read letter by letter), as ``fetch_pending_facts`` reads them."""
     data = decode_json(row["data"])
+    facts = data.get("facts")
     return {
         "suggestion_id": data.get("suggestion_id"),
         "session_id": row["session_id"],
-        "facts": [f for f in data.get("facts") or () if isinstance(f, str)],
+        "facts": [f for f in facts if isinstance(f, str)] if isinstance(facts, list) else [],
         "scope": data.get("scope"),
         "created_at": row["created_at"],
     }

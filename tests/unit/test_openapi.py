@@ -112,3 +112,13 @@ def test_a_fact_delete_is_documented_as_the_fact_deleted(tmp_path: Path) -> None
     assert schema["required"] == ["id", "object", "deleted"]
     assert schema["properties"]["object"] == {"type": "string", "enum": ["memory.fact"]}
     assert schema["properties"]["id"]["type"] == "integer"
+
+
+def test_every_session_and_memory_route_documents_its_other_errors(tmp_path: Path) -> None:
+    """A proxy with keys answers each of them a 401 without one, and a 503 while its
+    database is away: ``GET /v1/sessions``, naming no session, listed neither."""
+    doc = _app(tmp_path).openapi()
+    for path, method, op in _operations(doc):
+        if path.startswith(("/v1/sessions", "/v1/memory")):
+            assert "default" in op["responses"], (method, path)
+            assert "401" in op["responses"]["default"]["description"], (method, path)

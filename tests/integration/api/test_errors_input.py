@@ -161,6 +161,11 @@ def test_paths_that_only_look_like_chat_are_404(
         }
     resp = http.get("/v1/nope")
     assert _assert_error_shape(resp, 404)["message"] == "Invalid URL (GET /v1/nope)"
+    # a tool output with no id, a trailing slash, is no route either, as `/v1/models/` is
+    # not: it was the not_found of "no stored output for tool call ''"
+    resp = http.get("/v1/sessions/s1/tool-outputs/")
+    err = _assert_error_shape(resp, 404, "unknown_url")
+    assert err["message"] == "Invalid URL (GET /v1/sessions/s1/tool-outputs/)"
     resp = http.get("/v1/chat/completions")  # the route, another method: the router's 405
     err = _assert_error_shape(resp, 405, "method_not_allowed")
     assert resp.headers["allow"] == "POST" and "use POST" in err["message"]

@@ -47,6 +47,13 @@ def test_suggestions_and_facts_say_whether_more_follow(http: httpx.Client, db_ds
     assert resp.json()["has_more"] is True
     resp = http.get("/v1/memory/suggestions", params={"limit": 3})
     assert (len(resp.json()["data"]), resp.json()["has_more"]) == (3, False)
+    # the next page is at ?offset= plus the rows shown, as every list's: the offset was
+    # ignored, so a client paging on has_more got the first page again, without end
+    resp = http.get("/v1/memory/suggestions", params={"limit": 2, "offset": 2})
+    assert [s["id"] for s in resp.json()["data"]] == ["sug-2"]
+    assert resp.json()["has_more"] is False
+    resp = http.get("/v1/memory/suggestions", params={"limit": 1, "offset": 1})
+    assert ([s["id"] for s in resp.json()["data"]], resp.json()["has_more"]) == (["sug-1"], True)
     for text in ("The build uses uv", "Tests run with pytest"):
         assert http.post("/v1/memory", json={"text": text}).status_code == 201
     resp = http.get("/v1/memory", params={"limit": 1})

@@ -151,6 +151,32 @@ def test_an_add_to_a_scope_no_prompt_carries_is_a_400(
     assert texts(http, scope) == [] and texts(http) == []
 
 
+@pytest.mark.parametrize("agent", ["llama3:8b", "openai/gpt-4o"])
+def test_an_agent_named_as_a_model_has_a_scope_the_api_reaches(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path, db_dsn: str, agent: str
+) -> None:
+    """Regression: an agent named as its model is (Ollama's ``llama3:8b``, OpenRouter's
+    ``openai/gpt-4o``) has its scope ``agent:<name>``, where promotion stores and suggests
+    its facts, but the API took only letters, digits, ``.``, ``_`` and ``-`` after
+    ``agent:``: its facts could be neither listed, added nor deleted, and its suggestions
+    were in no list and a 404 to answer."""
+    agents = {"default": {"provider": "openai"}, agent: {"provider": "openai"}}
+    server = start_proxy(write_config(tmp_path / "agents.json", fake_upstream.url, agents=agents))
+    scope = f"agent:{agent}"
+    headers = {"authorization": "Bearer sk-test-client"}
+    with httpx.Client(base_url=server.origin, headers=headers, timeout=10) as http:
+        added = http.post("/v1/memory", json={"scope": scope, "text": "Runs on one GPU"})
+        assert added.status_code == 201, added.text
+        suggest(db_dsn, "run", "sug-agent", ["Uses 8k context"], agent=agent, scope=scope)
+        listed = http.get("/v1/memory/suggestions").json()["data"]
+        assert [(s["id"], s["scope"]) for s in listed] == [("sug-agent", scope)]
+        accepted = http.post("/v1/memory/suggestions/sug-agent/accept")
+        assert accepted.status_code == 200, accepted.text
+        assert texts(http, scope) == ["Runs on one GPU", "Uses 8k context"]
+        assert http.delete(f"/v1/memory/{added.json()['id']}").status_code == 200
+        assert texts(http, scope) == ["Uses 8k context"]
+
+
 def test_a_bad_scope_or_id_in_the_url_is_a_400_or_404(http: httpx.Client) -> None:
     assert http.get("/v1/memory", params={"scope": "nope"}).status_code == 400
     assert http.delete("/v1/memory/abc").status_code in (400, 422)
@@ -228,6 +254,17 @@ def test_accepting_goes_through_sanitize_fact(http: httpx.Client, db_dsn: str) -
     r = http.post("/v1/memory/suggestions/sug-4/accept")
     assert [f["text"] for f in r.json()["facts"]] == ["D is 4"]
     assert texts(http) == ["A is 1", "D is 4"]
+
+
+def test_a_suggestion_whose_facts_are_no_list_offers_none(http: httpx.Client, db_dsn: str) -> None:
+    """A stored suggestion's ``facts`` that is a string, not a list (an event written by
+    other code), was read character by character: accepting it stored a fact per letter."""
+    suggest(db_dsn, "s1", "sug-text", "Use uv")  # type: ignore[arg-type]
+    listed = http.get("/v1/memory/suggestions").json()["data"]
+    assert [(s["id"], s["facts"]) for s in listed] == [("sug-text", [])]
+    r = http.post("/v1/memory/suggestions/sug-text/accept")
+    assert (r.status_code, r.json()["facts"]) == (200, [])
+    assert texts(http) == []
 
 
 def test_a_fact_not_in_the_suggestion_is_a_400(

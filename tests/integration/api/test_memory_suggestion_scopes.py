@@ -114,7 +114,7 @@ def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
 ) -> None:
     """Regression: the list showed a key limited to some agents every pending suggestion of
     the tenant, those for other agents' scopes too (their facts included), though answering
-    them is a 403. ``limit`` counts the suggestions the key sees."""
+    them is a 403. ``limit`` and ``offset`` count the suggestions the key sees."""
     for i in range(3):
         _suggest(db_dsn, "coder-run", "coder", f"The coder deploys to build-{i}.")
     _suggest(db_dsn, "any-run", "reviewer", "The API port is 8443.", scope="agent:coder")
@@ -127,6 +127,12 @@ def test_a_limited_key_lists_only_the_suggestions_it_may_answer(
         assert [s["scope"] for s in seen] == ["agent:reviewer", "global"]
         first = limited.get("/v1/memory/suggestions", params={"limit": 1}).json()["data"]
         assert [s["id"] for s in first] == ["Reviews need two approvals."]
+        # an offset counts them too: the second the key sees, not the tenant's second
+        second = limited.get("/v1/memory/suggestions", params={"limit": 1, "offset": 1}).json()
+        assert ([s["id"] for s in second["data"]], second["has_more"]) == (
+            ["The CI runs on push."],
+            False,
+        )
         everything = full.get("/v1/memory/suggestions").json()["data"]
         assert len(everything) == 7
         assert sum(s["scope"] == "agent:coder" for s in everything) == 4

@@ -214,6 +214,10 @@ def test_a_wrong_method_on_a_known_path_is_an_openai_405(http: httpx.Client) -> 
         ("DELETE", "/s/run-1/v1/models", "GET, HEAD"),
         ("GET", "/v1/embeddings", "POST"),
         ("PATCH", "/v1/memory", "GET, HEAD, POST"),
+        # the suggestions list is no fact id: DELETE /v1/memory/{fact_id} took it, so a
+        # DELETE was a 400 on fact_id and a POST's Allow offered a DELETE that always failed
+        ("POST", "/v1/memory/suggestions", "GET, HEAD"),
+        ("DELETE", "/v1/memory/suggestions", "GET, HEAD"),
     ]:
         resp = http.request(method, path)
         assert resp.status_code == 405, (method, path, resp.text)

@@ -169,14 +169,18 @@ def test_a_key_limited_to_agents_gets_403_for_any_other(
         for scope, status in (("agent:reviewer", 403), ("agent:coder", 201), ("global", 201)):
             added = http.post("/v1/memory", json={"scope": scope, "text": "Port is 8443"})
             assert added.status_code == status, added.text
+            # the field at fault, as the 400 of a scope no prompt carries names it
+            assert status != 403 or added.json()["error"]["param"] == "scope"
         with httpx.Client(
             base_url=server.origin, timeout=30, headers={"authorization": f"Bearer {KEY_B}"}
         ) as unlimited:
             theirs = unlimited.post(
                 "/v1/memory", json={"scope": "agent:reviewer", "text": "Reviewer fact"}
             ).json()["id"]
-        assert http.delete(f"/v1/memory/{theirs}").status_code == 403
-        assert http.get("/v1/memory", params={"scope": "agent:reviewer"}).status_code == 403
+        deleted = http.delete(f"/v1/memory/{theirs}")  # the fact's scope: no field sent
+        assert (deleted.status_code, deleted.json()["error"]["param"]) == (403, None)
+        listed = http.get("/v1/memory", params={"scope": "agent:reviewer"})
+        assert (listed.status_code, listed.json()["error"]["param"]) == (403, "scope")
 
 
 def test_once_the_scraper_has_its_key_no_tenant_key_opens_metrics(

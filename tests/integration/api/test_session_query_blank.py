@@ -28,6 +28,7 @@ BLANK = [
     ),
     ("/v1/memory/suggestions?limit=", "/v1/memory/suggestions"),
     ("/v1/memory?scope=", "/v1/memory"),
+    ("/v1/memory?limit=&offset=", "/v1/memory"),
 ]
 
 
@@ -58,6 +59,9 @@ INTEGER_PARAMS = [
     ("/v1/sessions/s/tool-outputs/call_ls", "offset"),
     ("/v1/sessions/s/tool-outputs/call_ls", "limit"),
     ("/v1/memory/suggestions", "limit"),
+    ("/v1/memory/suggestions", "offset"),
+    ("/v1/memory", "limit"),
+    ("/v1/memory", "offset"),
 ]
 
 

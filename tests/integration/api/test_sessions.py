@@ -109,7 +109,13 @@ def test_branch_copies_messages_and_tool_outputs(http: httpx.Client) -> None:
     taken = http.post("/v1/sessions/parent/branch", json={"id": "child"})
     assert taken.status_code == 400
     assert taken.json()["error"]["param"] == "id"
-    assert http.post("/v1/sessions/parent/branch", json={"id": "no spaces"}).status_code == 400
+    invalid = http.post("/v1/sessions/parent/branch", json={"id": "no spaces"})
+    assert invalid.status_code == 400
+    # the field at fault, as a taken id's 400 names it: it named none
+    assert (invalid.json()["error"]["code"], invalid.json()["error"]["param"]) == (
+        "invalid_session_id",
+        "id",
+    )
     assert [s["id"] for s in http.get("/v1/sessions").json()["data"]] == ["child", "parent"]
 
 
