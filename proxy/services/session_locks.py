@@ -124,7 +124,10 @@ class SessionLocks:
         non-streamed reply is stored after the response is sent, a stream's after its last
         chunk). Another lane would split the conversation over two sessions; the wait is
         the store's. A request that repeats a busy lane's history (a batch, a retry), or
-        shares only part of it, never waits.
+        shares only part of it, never waits. A lane a session operation holds (``turn``: a
+        compaction waits there for the request in flight, then gives the turn back) sent no
+        history: the stored head judges it, as a free lane's, so the conversation's next
+        turn sent meanwhile waits for the operation on its lane rather than splitting.
         """
         tenant, base = key
         first_free: Key | None = None
@@ -132,7 +135,12 @@ class SessionLocks:
             candidate = (tenant, lane_id(base, n))
             if self.waiting(candidate):
                 sent = self._sent.get(candidate)
-                if sent is not None and sent[0] < len(hashes) and _begins(hashes, sent):
+                if sent is not None:
+                    if sent[0] < len(hashes) and _begins(hashes, sent):
+                        return candidate
+                    continue
+                known = head(candidate)  # held by a session operation: the stored head says
+                if known is not None and _begins(hashes, known):
                     return candidate
                 continue
             known = head(candidate)
