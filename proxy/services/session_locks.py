@@ -16,10 +16,10 @@ A request whose client disconnects while it waits here leaves the queue and is n
 up provider calls, each billed, behind a busy session. A session operation whose client
 leaves does the same and changes nothing (``turn``).
 
-The session API's reset, delete and branch take their place in the same queue (``turn``)
-before they wait for the lease, so a request that arrives here while one of them waits goes
-after it. Polling the lease alone, an operation waited until the session fell idle: a busy
-agent's next request takes the lease back the moment the last one frees it.
+The session API's reset, delete, branch and compact take their place in the same queue
+(``turn``) before they wait for the lease, so a request that arrives here while one of them
+waits goes after it. Polling the lease alone, an operation waited until the session fell
+idle: a busy agent's next request takes the lease back the moment the last one frees it.
 
 A derived session (``auto-…``, no id from the client) is a guess, and a guess never makes a
 request wait for another conversation: ``lane`` sends a request whose derived session is
