@@ -126,7 +126,7 @@ async def get_summarizer(request: Request) -> DurableSummarizer:
 
 async def get_locks(request: Request) -> SessionLocks:
     """This replica's queue per session (the chat service's), which the session API's
-    reset, delete and branch join."""
+    reset, delete, branch and compact join."""
     return _state(request, "chat").locks  # type: ignore[no-any-return]
 
 

@@ -7,10 +7,10 @@ Starlette's ``StreamingResponse`` listens for it that way (``listen_for_disconne
 starts, for its session (this replica's queue, ``SessionLocks``; or the lease another
 replica holds, polled), would otherwise go on after its client left: the provider called
 for nobody and billed (a client that retries on a timeout piles such calls up on a busy
-session). The session API's reset, delete and branch wait the same two ways and are watched
-the same way (``OPERATION_WAITING``): run after their client left, a retried branch found
-its target made by the abandoned one (a 400), and a reset or delete ran that nobody still
-asked for.
+session). The session API's reset, delete, branch and compact wait the same two ways and
+are watched the same way (``OPERATION_WAITING``): run after their client left, a retried
+branch found its target made by the abandoned one (a 400), a reset or delete ran that nobody
+still asked for, and a compaction called the fast model for nobody.
 
 A streamed request is watched while it waits for the provider's headers, up to a keep-alive
 interval before its response begins (``Forwarder.stream``): a client gone then would

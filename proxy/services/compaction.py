@@ -40,7 +40,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -132,14 +132,18 @@ class DurableSummarizer:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
-    async def compact_now(self, job: CompactionJob) -> CompactionResult | None:
+    async def compact_now(
+        self, job: CompactionJob, pause: Callable[[float], Awaitable[None]] | None = None
+    ) -> CompactionResult | None:
         """Synchronous: wait for whatever is in flight (here or on another replica), then run.
 
         The caller holds no connection while it waits: a chat request gives its own back
-        first (it keeps its session by its lease).
+        first (it keeps its session by its lease). ``pause`` (default: sleep) is awaited
+        between two polls of a claim another compaction holds; one that raises ends the
+        wait, nothing claimed (the session API's, when its client leaves).
         """
         await self.wait_inflight(job.tenant, job.session_id)
-        return await self._run(job, wait=True)
+        return await self._run(job, wait=True, pause=pause)
 
     async def close_interrupted(self) -> int:
         """At start-up: close every compaction no process is running any more
@@ -179,7 +183,13 @@ class DurableSummarizer:
             )
             return None
 
-    async def _run(self, job: CompactionJob, *, wait: bool) -> CompactionResult | None:
+    async def _run(
+        self,
+        job: CompactionJob,
+        *,
+        wait: bool,
+        pause: Callable[[float], Awaitable[None]] | None = None,
+    ) -> CompactionResult | None:
         """Claim the session's compaction (waiting for the one in flight with ``wait``, else
         giving up to it), compact, release the claim."""
         owner = uuid.uuid4()
@@ -205,7 +215,7 @@ class DurableSummarizer:
                     is None
                 ):
                     return None
-            await asyncio.sleep(next(delays))
+            await (pause or asyncio.sleep)(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)
         result = None
         try:

@@ -12,6 +12,7 @@ is a 404.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import secrets
@@ -22,7 +23,7 @@ import asyncpg
 
 from proxy.config import Config
 from proxy.errors import ClientRequestError, CompactionFailed, NotFound, SessionBusy
-from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause
+from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause, watching
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
 from proxy.services.lease_wakeups import LeaseWakeups
@@ -32,6 +33,10 @@ from proxy.session_id import validate_session_id
 from proxy.store import sessions
 
 __all__ = ["branch_session", "compact_session", "delete_session", "reset_session"]
+
+_COMPACTION_WAITING = "while its compaction waited for the one in flight; nothing was compacted"
+"""Why a forced compaction ended when its client left as it waited for another one: run
+after it, it would call the fast model, billed, for nobody."""
 
 _REBUILDS = 3
 """How many times a forced compaction is built for a session that keeps moving to another
@@ -167,18 +172,27 @@ async def compact_session(
     session, as reset, delete and branch do (``_turn``; its ``client`` leaving ends it,
     nothing compacted), so a compact sent the instant a reply arrives folds that reply, and
     gives its turn back before the summariser is called: the compaction holds its own claim,
-    not the session's lease. A key limited to ``agents`` is held to them as it arrives
-    (``api.deps.reach_session``), as it takes its turn, and again once the compaction holds
-    its claim: one that waited while another key's request moved the session to another agent raises
-    ``AgentRefused``, nothing compacted, as reset, delete and branch do. One that another
-    request moved to an agent the key may use, before it held the claim, is built again for
-    that agent (its fast model, its settings), nothing sent to the old agent's; one that
-    moves before each of ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted
-    (an answer of ``compacted: false`` would read as nothing to fold)."""
+    not the session's lease. Its client leaving while it then waits for a compaction in
+    flight (here, or its claim on another replica) ends it too, nothing compacted. A key
+    limited to ``agents`` is held to them as it arrives (``api.deps.reach_session``), as it
+    takes its turn, and again once the compaction holds its claim: one that waited while
+    another key's request moved the session to another agent raises ``AgentRefused``,
+    nothing compacted, as reset, delete and branch do. One that another request moved to an
+    agent the key may use, before it held the claim, is built again for that agent (its fast
+    model, its settings), nothing sent to the old agent's; one that moves before each of
+    ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted (an answer of
+    ``compacted: false`` would read as nothing to fold)."""
     async with _turn(locks, client, wakeups, tenant, session_id) as between:
         await sessions.wait_turn(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
+
+    async def polled(seconds: float) -> None:  # between polls of another compaction's claim
+        with watching(client, _COMPACTION_WAITING):
+            await asyncio.sleep(seconds)
+
+    with watching(client, _COMPACTION_WAITING):  # one running here
+        await summarizer.wait_inflight(tenant, session_id)
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)
         job = job_for(
@@ -191,7 +205,7 @@ async def compact_session(
             trigger="api",
             agents=None if agents is None else tuple(agents),
         )
-        result = await summarizer.compact_now(job)
+        result = await summarizer.compact_now(job, polled)
         if result is None or result.moved_to is None:
             break
     else:

@@ -16,10 +16,10 @@ A request whose client disconnects while it waits here leaves the queue and is n
 up provider calls, each billed, behind a busy session. A session operation whose client
 leaves does the same and changes nothing (``turn``).
 
-The session API's reset, delete and branch take their place in the same queue (``turn``)
-before they wait for the lease, so a request that arrives here while one of them waits goes
-after it. Polling the lease alone, an operation waited until the session fell idle: a busy
-agent's next request takes the lease back the moment the last one frees it.
+The session API's reset, delete, branch and compact take their place in the same queue
+(``turn``) before they wait for the lease, so a request that arrives here while one of them
+waits goes after it. Polling the lease alone, an operation waited until the session fell
+idle: a busy agent's next request takes the lease back the moment the last one frees it.
 
 A derived session (``auto-…``, no id from the client) is a guess, and a guess never makes a
 request wait for another conversation: ``lane`` sends a request whose derived session is
@@ -124,7 +124,10 @@ class SessionLocks:
         non-streamed reply is stored after the response is sent, a stream's after its last
         chunk). Another lane would split the conversation over two sessions; the wait is
         the store's. A request that repeats a busy lane's history (a batch, a retry), or
-        shares only part of it, never waits.
+        shares only part of it, never waits. A lane a session operation holds (``turn``: a
+        compaction waits there for the request in flight, then gives the turn back) sent no
+        history: the stored head judges it, as a free lane's, so the conversation's next
+        turn sent meanwhile waits for the operation on its lane rather than splitting.
         """
         tenant, base = key
         first_free: Key | None = None
@@ -132,7 +135,12 @@ class SessionLocks:
             candidate = (tenant, lane_id(base, n))
             if self.waiting(candidate):
                 sent = self._sent.get(candidate)
-                if sent is not None and sent[0] < len(hashes) and _begins(hashes, sent):
+                if sent is not None:
+                    if sent[0] < len(hashes) and _begins(hashes, sent):
+                        return candidate
+                    continue
+                known = head(candidate)  # held by a session operation: the stored head says
+                if known is not None and _begins(hashes, known):
                     return candidate
                 continue
             known = head(candidate)

@@ -26,7 +26,10 @@ class _EverMoving:
     def __init__(self) -> None:
         self.jobs: list[CompactionJob] = []
 
-    async def compact_now(self, job: CompactionJob) -> CompactionResult:
+    async def wait_inflight(self, tenant: str, session_id: str) -> None:
+        return None  # none running
+
+    async def compact_now(self, job: CompactionJob, pause: Any = None) -> CompactionResult:
         self.jobs.append(job)
         other = AGENTS[len(self.jobs) % 2]
         return CompactionResult(None, None, 0, 0, 0, f"moved to {other}", moved_to=other)

@@ -105,3 +105,19 @@ def test_a_conversations_next_turn_waits_for_its_busy_lane_and_nothing_else_does
         assert locks.lane(BASE, ["a1", "a2", "r3", "a4"], lambda key: None) == _lane(2)
 
     asyncio.run(run())
+
+
+def test_a_conversations_next_turn_waits_for_a_session_operation_on_its_lane() -> None:
+    """A forced compaction takes the session's turn for a moment once the request in flight
+    stored its reply: the conversation's next turn, sent meanwhile, continues that lane's
+    stored head and waits for it there rather than splitting onto another lane."""
+
+    async def run() -> None:
+        locks, heads = SessionLocks(), {_lane(1): (3, "r3")}
+        async with locks.turn(_lane(1)):  # a compact (or reset, branch) holds the lane
+            assert locks.lane(BASE, ["a1", "a2", "r3", "a4"], heads.get) == _lane(1)
+            # another conversation, or an unknown head, never waits for it
+            assert locks.lane(BASE, ["b1", "b2"], heads.get) == _lane(2)
+            assert locks.lane(BASE, ["a1", "a2", "r3", "a4"], lambda key: None) == _lane(2)
+
+    asyncio.run(run())

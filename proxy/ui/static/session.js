@@ -164,6 +164,7 @@ export class SessionView {
       this.render();
       if (stick && this.messages.rows.length) $("composer").scrollIntoView({ block: "end" });
     } catch (err) {
+      if (this.abort.signal.aborted) return; // closed: the page shows another view now
       this.whole = true; // what this load was to bring (a row rewritten ...) is not known
       if (err.status === 404) {
         if (this.session) { // deleted while shown: what the page showed of it goes too

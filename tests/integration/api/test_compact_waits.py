@@ -10,6 +10,7 @@ model is called, so the agent's next request is served while the summary is writ
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -116,3 +117,36 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
         assert out and out[0].status_code == 200, out[0].text if out else "no answer"
         assert out[0].json()["compacted"]
         agent.say("after")  # the session goes on from the summary and the turn made meanwhile
+
+
+def test_a_compact_whose_client_leaves_while_another_compaction_runs_compacts_nothing(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A forced compaction that found the session's compaction taken waits for it (its
+    claim), then folds what is left. A client that leaves meanwhile (its timeout) ends it
+    there, as one that leaves while it waits for the session: run after the first, it would
+    call the fast model, billed, for nobody."""
+    held = Pacer(first=True)  # the first compaction's briefing, until the test lets it come
+    model = Model(fast_pacer=held)
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        agent = Agent(s.client("claimed"))
+        _history(agent)
+        s.replied("claimed")
+        out: list[httpx.Response] = []
+        first = _compact(s, "claimed", out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the first compaction's call")
+        agent.say("meanwhile")  # more to fold once the first compaction is done
+        s.replied("claimed")
+        with (
+            httpx.Client(
+                base_url=s.proxy.origin, headers={"authorization": f"Bearer {CLIENT_KEY}"}
+            ) as http,
+            pytest.raises(httpx.ReadTimeout),  # it waits for the first's claim, then leaves
+        ):
+            http.post("/v1/sessions/claimed/compact", timeout=0.5)
+        held.allow(20)
+        first.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        time.sleep(0.8)  # a poll of the claim lands at most 0.5 s after it is freed
+        assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
+        assert [r["version"] for r in s.summaries("claimed")] == [1]

@@ -139,9 +139,10 @@ def test_a_compact_that_waited_while_the_session_moved_uses_the_new_agent(
     arrived = threading.Event()
     compact_now = summarizer.compact_now
 
-    async def noted(job: Any) -> Any:  # built for the reviewer: now it waits for the claim
+    # built for the reviewer: now it waits for the claim
+    async def noted(job: Any, pause: Any = None) -> Any:
         arrived.set()
-        return await compact_now(job)
+        return await compact_now(job, pause)
 
     monkeypatch.setattr(summarizer, "compact_now", noted)
     second = _post(proxy.origin, "second", answers)

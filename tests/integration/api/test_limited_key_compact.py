@@ -75,9 +75,10 @@ def test_a_limited_compact_waiting_behind_an_agent_change_is_refused_doing_nothi
     arrived = threading.Event()
     compact_now = summarizer.compact_now
 
-    async def noted(job: Any) -> Any:  # past the key's check as it arrived: now it waits
+    # past the key's check as it arrived: now it waits
+    async def noted(job: Any, pause: Any = None) -> Any:
         arrived.set()
-        return await compact_now(job)
+        return await compact_now(job, pause)
 
     monkeypatch.setattr(summarizer, "compact_now", noted)
     limited = _post(proxy.origin, LIMITED, answers)

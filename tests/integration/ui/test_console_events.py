@@ -317,3 +317,32 @@ def test_the_list_is_busy_while_a_load_of_its_rows_runs_or_waits(
     assert busy.count() == 1
     held[1].continue_()
     idle.wait_for()
+
+
+def test_a_load_that_fails_after_its_view_closed_leaves_the_open_view_alone(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """Opening another session closes the view but not its reads: a load still under way
+    ends in the closed view. One that fails then (a 404: the session deleted meanwhile)
+    neither empties the open view's rows nor says its session is missing."""
+    started(console_proxy, "first")
+    started(console_proxy, "second")
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    console.page.route(re.compile(r"/v1/sessions/first$"), hold)
+    page = sign_in(console, "#/s/first")
+    wait_for(lambda: bool(held), page)
+    page.evaluate("location.hash = '#/s/second'")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    page.locator("#session-meta").filter(has_text="messages").wait_for()
+    held[0].fulfill(
+        status=404,
+        content_type="application/json",
+        body='{"error": {"message": "no session", "type": "not_found"}}',
+    )
+    page.wait_for_timeout(400)
+    assert "no session with this id" not in page.locator("#session-meta").inner_text()
+    assert page.get_by_test_id("message-list").get_by_text("hi").count() == 1
