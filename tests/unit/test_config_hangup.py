@@ -1,0 +1,78 @@
+"""SIGHUP for an app's whole life (``config_watch.Hangup``): one during the start is judged
+once the proxy serves, one while stopping changes nothing, and neither ends the process as
+Python's default would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from proxy.cascade.types import CONFIG_RELOADED
+from proxy.config_watch import ConfigHolder, Hangup
+
+
+def text(limit: int) -> str:
+    return json.dumps({"models": {"default": {"contextLimit": limit}}})
+
+
+def limit(holder: ConfigHolder) -> int:
+    return holder.current.model_limits("m").context_limit
+
+
+async def hang_up() -> None:
+    """SIGHUP to this process, once it is sure to be taken (the default would end pytest)."""
+    assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None)
+    os.kill(os.getpid(), signal.SIGHUP)
+    await asyncio.sleep(0.1)  # the loop runs the handler
+
+
+async def test_a_sighup_during_the_start_is_judged_once_the_proxy_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    hangup = Hangup(holder)
+    undo = hangup.install()
+    try:
+        path.write_text(text(2000))
+        with caplog.at_level(logging.INFO, "cascade.config"):
+            await hang_up()
+        assert limit(holder) == 1000  # the start goes on with the config it read
+        assert "SIGHUP during the start" in caplog.text
+        seen: list[str] = []
+        hangup.serve(lambda name, _: seen.append(name), asyncio.Event())
+        await asyncio.sleep(0.1)
+        assert seen == [CONFIG_RELOADED]
+        assert limit(holder) == 2000
+    finally:
+        undo()
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
+async def test_a_sighup_while_stopping_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    hangup = Hangup(holder)
+    undo = hangup.install()
+    try:
+        seen: list[str] = []
+        stopping = hangup.serve(lambda name, _: seen.append(name), asyncio.Event())
+        stopping()
+        path.write_text(text(2000))
+        with caplog.at_level(logging.INFO, "cascade.config"):
+            await hang_up()
+        assert "SIGHUP while the proxy stops" in caplog.text
+        assert seen == []
+        assert limit(holder) == 1000
+    finally:
+        undo()
