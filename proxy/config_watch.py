@@ -171,7 +171,9 @@ class Hangup:
         self, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
     ) -> Callable[[], None]:
         """Judge the file on SIGHUP from now on, at once if one came during the start;
-        return what ends that (the stop's first step)."""
+        return what ends that (the stop's first step), and the rereads under way: without the
+        watcher nothing sets ``stop``, and one waiting for the file to settle would judge it,
+        and tell the streams, once the bus had stopped."""
         self._serving = (emit, stop)
         if self.noted:
             self.noted = False
@@ -179,6 +181,8 @@ class Hangup:
 
         def stopping() -> None:
             self._serving, self._stopping = None, True
+            for task in self._tasks:  # one waiting for a file to settle judges nothing now
+                task.cancel()
 
         return stopping
 

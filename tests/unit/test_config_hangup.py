@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy import config_watch
 from proxy.cascade.types import CONFIG_RELOADED
 from proxy.config_watch import ConfigHolder, Hangup
 
@@ -74,5 +75,28 @@ async def test_a_sighup_while_stopping_changes_nothing(
         assert "SIGHUP while the proxy stops" in caplog.text
         assert seen == []
         assert limit(holder) == 1000
+    finally:
+        undo()
+
+
+async def test_a_reread_waiting_on_a_broken_file_ends_with_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the watcher nothing sets ``stop``: a reread still waiting for the file to
+    settle would judge it, and tell the streams, after the bus had stopped."""
+    monkeypatch.setattr(config_watch, "SETTLE_SECONDS", 0.2)
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    hangup = Hangup(holder)
+    undo = hangup.install()
+    try:
+        seen: list[str] = []
+        stopping = hangup.serve(lambda name, _: seen.append(name), asyncio.Event())
+        path.write_text(text(2000)[:10])
+        await hang_up()  # waits for the cut-off file to settle
+        stopping()
+        await asyncio.sleep(0.6)
+        assert seen == []
     finally:
         undo()
