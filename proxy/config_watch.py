@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
@@ -155,15 +156,25 @@ class Hangup:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def install(self) -> Callable[[], None]:
-        """Take SIGHUP; return what gives it back."""
+        """Take SIGHUP; return what gives it back. A loop has one handler per signal, and
+        apps in one process (tests, a program embedding several) each take it: the handler
+        tells every app taking it, and is removed with the last, so one app's stop leaves
+        the others theirs, not Python's default."""
         loop = asyncio.get_running_loop()
-        try:
-            loop.add_signal_handler(signal.SIGHUP, self._hangup)
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread; Windows
-            return lambda: None
+        taking = _TAKING.setdefault(loop, [])
+        if not taking:
+            try:
+                loop.add_signal_handler(signal.SIGHUP, _hangup, taking)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                del _TAKING[loop]
+                return lambda: None
+        taking.append(self)
 
         def undo() -> None:
-            loop.remove_signal_handler(signal.SIGHUP)
+            taking.remove(self)
+            if not taking:
+                _TAKING.pop(loop, None)
+                loop.remove_signal_handler(signal.SIGHUP)
 
         return undo
 
@@ -200,6 +211,17 @@ class Hangup:
         task = asyncio.get_running_loop().create_task(reread(self.holder, *self._serving))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+_TAKING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Hangup]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The apps taking SIGHUP, by the loop they run in (:meth:`Hangup.install`)."""
+
+
+def _hangup(taking: list[Hangup]) -> None:
+    for hangup in list(taking):
+        hangup._hangup()
 
 
 async def _watch(

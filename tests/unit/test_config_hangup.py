@@ -100,3 +100,32 @@ async def test_a_reread_waiting_on_a_broken_file_ends_with_the_stop(
         assert seen == []
     finally:
         undo()
+
+
+async def test_two_apps_in_one_process_each_reread_and_one_stopping_leaves_the_other(
+    tmp_path: Path,
+) -> None:
+    """Apps in one process (tests, an embedding program) each take SIGHUP: a loop has one
+    handler per signal, so the second's would replace the first's, and its removal at the
+    second's stop would leave the first to Python's default, which ends the process."""
+    holders, seen, undos = [], [], []
+    for i in (1, 2):
+        path = tmp_path / f"agents{i}.json"
+        path.write_text(text(1000))
+        holders.append(ConfigHolder.from_file(path, os.environ))
+        hangup = Hangup(holders[-1])
+        undos.append(hangup.install())
+        hangup.serve(lambda name, _, i=i: seen.append((i, name)), asyncio.Event())
+    try:
+        for i in (1, 2):
+            (tmp_path / f"agents{i}.json").write_text(text(2000))
+        await hang_up()
+        assert sorted(seen) == [(1, CONFIG_RELOADED), (2, CONFIG_RELOADED)]
+        undos.pop()()  # the second app stops
+        (tmp_path / "agents1.json").write_text(text(3000))
+        await hang_up()
+        assert limit(holders[0]) == 3000
+    finally:
+        for undo in undos:
+            undo()
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
