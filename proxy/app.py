@@ -29,7 +29,7 @@ from proxy.api import chat, events, health, memory, openapi, sessions
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
 from proxy.config import Config
-from proxy.config_watch import ConfigHolder, install_hangup, watch_config
+from proxy.config_watch import ConfigHolder, Hangup, watch_config
 from proxy.embeddings import Embedders, bind_embedders
 from proxy.listen import listen_policy, open_listen_warning
 from proxy.logs import configure_logging, format_from_env
@@ -168,6 +168,8 @@ def create_app(
         # way (a migration, the bus's listener, the warm-up) closes what it had opened, and a
         # stop closes everything in the reverse order of opening.
         async with contextlib.AsyncExitStack() as stack:
+            hangup = Hangup(holder)  # SIGHUP rereads the config, and never ends the process
+            stack.callback(hangup.install())
             stack.callback(observer.close)
             dsn = settings.database_url
             embedded_at = None
@@ -258,7 +260,7 @@ def create_app(
             if settings.watch_config and settings.config is not None:
                 watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
                 stack.push_async_callback(_stop_watcher, watcher, stop)
-            stack.callback(install_hangup(holder, bus.broadcast_local, stop))  # SIGHUP rereads
+            stack.callback(hangup.serve(bus.broadcast_local, stop))
             _tune_gc()
             yield State(
                 pool=pool,

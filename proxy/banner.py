@@ -154,7 +154,7 @@ def startup_banner(
     if embedded_at is None and settings.database_url and settings.database_listen_url:
         db += f"; events LISTEN at {redact_dsn(settings.database_listen_url)}"
     config = str(settings.config or "none: all defaults")
-    if settings.config:  # SIGHUP rereads it, watched or not (config_watch.install_hangup)
+    if settings.config:  # SIGHUP rereads it, watched or not (config_watch.Hangup)
         watched = "when it changes, or " if settings.watch_config else ""
         config += f" (reloaded {watched}on SIGHUP)"
     lines = [

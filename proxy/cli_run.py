@@ -120,8 +120,10 @@ def _serve(settings: Settings) -> int:
 
 def _migrate(settings: Settings) -> int:
     """Apply the migrations; the embedded server this started is stopped whatever happens
-    (a failed migration, SIGTERM from a supervisor or ``timeout``), not left running."""
-    previous = signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the finally runs
+    (a failed migration, SIGTERM from a supervisor or ``timeout``, SIGHUP from the terminal
+    it ran in closing), not left running."""
+    ending = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    previous = {sig: signal.signal(sig, _terminated) for sig in ending}  # as Ctrl-C: finally runs
     dsn, server = (settings.database_url, None)
     try:
         if not dsn:
@@ -131,7 +133,8 @@ def _migrate(settings: Settings) -> int:
     finally:
         if server is not None:
             server.cleanup()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
     return 0
 

@@ -24,6 +24,7 @@ Decisions where DESIGN.md is silent:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,15 @@ __all__ = [
     "parse_config",
     "config_warnings",
     "DEFAULT_OPENAI_BASE_URL",
+    "AGENT_NAME",
 ]
+
+AGENT_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+"""An agent's name as the memory API takes it in the scope ``agent:<name>`` its facts are
+promoted to (``proxy.services.memory``): a model's name may be one (``llama3:8b``,
+``openai/gpt-4o``), so any text but an overlong one or one with a control character. The
+config refuses other names, whose facts no client could list, add to or delete; an empty
+name is no agent a request reaches (a request naming no model takes ``default``)."""
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 
@@ -123,6 +132,15 @@ class AuthConfig(Block):
     metrics_key_env: str | None = None
 
 
+def _check_agent_name(name: str) -> None:
+    if name and not AGENT_NAME.fullmatch(name):
+        raise ValueError(
+            f"agents: the name {name[:40]!r}{'...' if len(name) > 40 else ''} is no memory "
+            "scope (agent:<name>): an agent's name is at most 256 characters, none a control "
+            "character"
+        )
+
+
 class Config(Block):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
@@ -136,6 +154,7 @@ class Config(Block):
     @model_validator(mode="after")
     def _check_refs(self) -> Config:
         for name, agent in self.agents.items():
+            _check_agent_name(name)
             if agent.provider not in self.providers:
                 raise ValueError(f"agents.{name}.provider {agent.provider!r} is not in providers")
         first: dict[str, int] = {}

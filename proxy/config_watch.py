@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
@@ -31,7 +32,7 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 
-__all__ = ["ConfigHolder", "for_streams", "install_hangup", "reread", "watch_config"]
+__all__ = ["ConfigHolder", "Hangup", "for_streams", "reread", "watch_config"]
 
 log = logging.getLogger("cascade.config")
 
@@ -121,7 +122,7 @@ async def watch_config(
 async def reread(
     holder: ConfigHolder, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
 ) -> None:
-    """Judge the file now, as a save would be judged (SIGHUP: ``install_hangup``)."""
+    """Judge the file now, as a save would be judged (SIGHUP: :class:`Hangup`)."""
     if holder.path is None:
         log.info("SIGHUP: no config file, the defaults are in force: nothing to reload")
         return
@@ -132,34 +133,95 @@ async def reread(
     await _check(holder, path, emit, stop)
 
 
-def install_hangup(
-    holder: ConfigHolder, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
-) -> Callable[[], None]:
-    """Make SIGHUP judge the config file now, and return what undoes it.
+class Hangup:
+    """SIGHUP for one app's life, from the lifespan's first step to its last.
 
     SIGHUP is what an operator sends a daemon to reload (``systemctl reload``, ``kill
     -HUP``), and what a closed terminal sends the process it ran: left to Python's default
     it ends the process at once, cutting every stream without the drain SIGTERM gets and
-    leaving the embedded PostgreSQL running. A loop not in the main thread (an app served
-    from another thread) cannot take signals: nothing is installed there.
+    leaving the embedded PostgreSQL running. So it is taken as the start begins
+    (:meth:`install`), not once it is done: one during the start (migrations, the embedded
+    server's first start) is noted and the file judged once the proxy serves
+    (:meth:`serve`), since the start builds on the config it read; one while serving judges
+    the file at once (:func:`reread`); one while stopping is said and changes nothing. A loop
+    not in the main thread (an app served from another thread) cannot take signals: nothing
+    is installed there.
     """
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
 
-    def hangup() -> None:
-        task = loop.create_task(reread(holder, emit, stop))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+    def __init__(self, holder: ConfigHolder) -> None:
+        self.holder = holder
+        self.noted = False  # a SIGHUP during the start, judged once serving
+        self._serving: tuple[Callable[[str, dict[str, Any]], None], asyncio.Event] | None = None
+        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    try:
-        loop.add_signal_handler(signal.SIGHUP, hangup)
-    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread; Windows
-        return lambda: None
+    def install(self) -> Callable[[], None]:
+        """Take SIGHUP; return what gives it back. A loop has one handler per signal, and
+        apps in one process (tests, a program embedding several) each take it: the handler
+        tells every app taking it, and is removed with the last, so one app's stop leaves
+        the others theirs, not Python's default."""
+        loop = asyncio.get_running_loop()
+        taking = _TAKING.setdefault(loop, [])
+        if not taking:
+            try:
+                loop.add_signal_handler(signal.SIGHUP, _hangup, taking)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                del _TAKING[loop]
+                return lambda: None
+        taking.append(self)
 
-    def undo() -> None:
-        loop.remove_signal_handler(signal.SIGHUP)
+        def undo() -> None:
+            taking.remove(self)
+            if not taking:
+                _TAKING.pop(loop, None)
+                loop.remove_signal_handler(signal.SIGHUP)
 
-    return undo
+        return undo
+
+    def serve(
+        self, emit: Callable[[str, dict[str, Any]], None], stop: asyncio.Event
+    ) -> Callable[[], None]:
+        """Judge the file on SIGHUP from now on, at once if one came during the start;
+        return what ends that (the stop's first step), and the rereads under way: without the
+        watcher nothing sets ``stop``, and one waiting for the file to settle would judge it,
+        and tell the streams, once the bus had stopped."""
+        self._serving = (emit, stop)
+        if self.noted:
+            self.noted = False
+            self._reread()
+
+        def stopping() -> None:
+            self._serving, self._stopping = None, True
+            for task in self._tasks:  # one waiting for a file to settle judges nothing now
+                task.cancel()
+
+        return stopping
+
+    def _hangup(self) -> None:
+        if self._serving is not None:
+            self._reread()
+        elif self._stopping:
+            log.info("SIGHUP while the proxy stops: the config is not reread")
+        else:
+            self.noted = True
+            log.info("SIGHUP during the start: the config is reread once the proxy serves")
+
+    def _reread(self) -> None:
+        assert self._serving is not None
+        task = asyncio.get_running_loop().create_task(reread(self.holder, *self._serving))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+_TAKING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Hangup]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The apps taking SIGHUP, by the loop they run in (:meth:`Hangup.install`)."""
+
+
+def _hangup(taking: list[Hangup]) -> None:
+    for hangup in list(taking):
+        hangup._hangup()
 
 
 async def _watch(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -279,7 +280,9 @@ def _check_headers(env: Mapping[str, str]) -> None:
     if name is None:
         return
     parser = logging.getLogger("opentelemetry.util.re")
-    for place, entry in enumerate(env[name].split(","), 1):
+    # split as the parser splits, blanks around each comma with it: an entry of blanks alone
+    # (``a=b, ``) is then empty, which the parser skips, not a header it refuses
+    for place, entry in enumerate(re.split(r"[ \t]*,[ \t]*", env[name]), 1):
         refusals = _Refusals()
         parser.addFilter(refusals)
         try:

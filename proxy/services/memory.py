@@ -18,7 +18,7 @@ from typing import Any
 
 from proxy.cascade.memory import sanitize_facts
 from proxy.cascade.redaction import compile_patterns
-from proxy.config import Config
+from proxy.config import AGENT_NAME, Config
 from proxy.errors import ClientRequestError, NotFound
 from proxy.listing import page_of, rows_to_read
 from proxy.store import memory as store
@@ -42,11 +42,10 @@ GLOBAL = "global"
 SuggestionCheck = Callable[[str, str], bool]
 """Called with a suggestion's scope and its session's agent before the suggestion is
 answered: whether the caller may answer it (and see it listed)."""
-_AGENT = re.compile(r"agent:[^\x00-\x1f\x7f]{1,256}")
+_AGENT = re.compile(f"agent:{AGENT_NAME.pattern}")
 """An agent's scope: its name as the config spells it, which may be a model's
-(``llama3:8b``, ``openai/gpt-4o``): promotion stores and suggests facts under it whatever it
-holds, so the API takes any name but an empty or overlong one or one with a control
-character (which no JSON key of a hand-written config holds)."""
+(``llama3:8b``, ``openai/gpt-4o``): promotion stores and suggests facts under it, so the API
+takes any name the config takes (``proxy.config.AGENT_NAME``)."""
 
 
 class FactRejected(ClientRequestError):

@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -80,3 +81,37 @@ def test_sighup_rereads_the_config_and_the_stream_in_flight_goes_on(
     after = httpx.get(f"{p.origin}/v1/sessions/h1", headers=AUTH, timeout=10).json()
     assert after["context_limit"] == 64000
     assert p.proc.poll() is None
+
+
+async def test_the_lifespan_takes_sighup_from_its_first_step_to_its_last(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python's default for SIGHUP ends the process on the spot: during a long start (the
+    migrations) or the stop, that leaves the embedded PostgreSQL running."""
+    from proxy import app as app_module
+    from proxy.app import create_app
+    from proxy.settings import Settings
+
+    taken: dict[str, bool] = {}
+
+    def is_taken() -> bool:
+        return signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None)
+
+    migrate = app_module.run_migrations
+
+    async def migrating(*args: Any, **kwargs: Any) -> Any:
+        taken["start"] = is_taken()
+        return await migrate(*args, **kwargs)
+
+    class Observed(app_module.Observer):
+        def close(self) -> None:
+            taken["stop"] = is_taken()
+            super().close()
+
+    monkeypatch.setattr(app_module, "run_migrations", migrating)
+    monkeypatch.setattr(app_module, "Observer", Observed)
+    app = create_app(Settings(database_url=db_dsn, watch_config=False, pool_max_size=2))
+    async with app.router.lifespan_context(app):
+        taken["serving"] = is_taken()
+    assert taken == {"start": True, "serving": True, "stop": True}
+    assert not is_taken()

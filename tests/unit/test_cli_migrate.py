@@ -85,12 +85,13 @@ raise SystemExit(cli.main(["migrate"]))
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_sigterm_or_ctrl_c_during_a_migration_stops_the_embedded_server(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
-    """Either signal ends the run with 128 + its number, the embedded server stopped, and
-    no traceback: Ctrl-C is the user's choice, not a crash."""
+    """Each signal ends the run with 128 + its number, the embedded server stopped, and
+    no traceback: Ctrl-C is the user's choice, not a crash; SIGHUP is the terminal the
+    command ran in closing."""
     stopped, started = tmp_path / "stopped", tmp_path / "started"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     child = subprocess.Popen(

@@ -336,13 +336,18 @@ def test_an_otlp_header_that_is_no_name_value_pair_is_refused_unquoted(
     assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "x-tenant=t1, Authorization=Bearer%20k-1,",
+        "x-tenant=t1, ",  # a blank entry, which the exporter skips as it does an empty one
+        "x-tenant=t1 , ,api-key=k-1",
+    ],
+)
 def test_otlp_headers_of_name_value_pairs_are_taken(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, value: str
 ) -> None:
-    env = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE,
-        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=t1, Authorization=Bearer%20k-1,",
-    }
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": UNROUTABLE, "OTEL_EXPORTER_OTLP_HEADERS": value}
     for key, val in env.items():
         monkeypatch.setenv(key, val)
     with caplog.at_level(logging.WARNING):

@@ -1,0 +1,23 @@
+"""An agent's name is the memory scope ``agent:<name>`` its facts are promoted to, so the
+config takes only names the memory API takes as a scope: a longer one or one with a control
+character would hold facts no client could list, add to or delete."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.config import ConfigError, parse_config
+from proxy.services.memory import parse_scope
+
+
+@pytest.mark.parametrize("name", ["a" * 257, "tab\there", "bell\x07", "del\x7f"])
+def test_an_agent_name_no_memory_scope_can_name_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="at most 256 characters, none a control character"):
+        parse_config({"agents": {name: {}}}, env={})
+
+
+@pytest.mark.parametrize("name", ["a" * 256, "llama3:8b", "openai/gpt-4o", "élan vital"])
+def test_an_agent_name_the_scope_takes_is_taken(name: str) -> None:
+    cfg = parse_config({"agents": {name: {}}}, env={})
+    assert name in cfg.agents
+    assert parse_scope(f"agent:{name}") == f"agent:{name}"

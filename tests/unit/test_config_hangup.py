@@ -1,0 +1,131 @@
+"""SIGHUP for an app's whole life (``config_watch.Hangup``): one during the start is judged
+once the proxy serves, one while stopping changes nothing, and neither ends the process as
+Python's default would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from proxy import config_watch
+from proxy.cascade.types import CONFIG_RELOADED
+from proxy.config_watch import ConfigHolder, Hangup
+
+
+def text(limit: int) -> str:
+    return json.dumps({"models": {"default": {"contextLimit": limit}}})
+
+
+def limit(holder: ConfigHolder) -> int:
+    return holder.current.model_limits("m").context_limit
+
+
+async def hang_up() -> None:
+    """SIGHUP to this process, once it is sure to be taken (the default would end pytest)."""
+    assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, None)
+    os.kill(os.getpid(), signal.SIGHUP)
+    await asyncio.sleep(0.1)  # the loop runs the handler
+
+
+async def test_a_sighup_during_the_start_is_judged_once_the_proxy_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    hangup = Hangup(holder)
+    undo = hangup.install()
+    try:
+        path.write_text(text(2000))
+        with caplog.at_level(logging.INFO, "cascade.config"):
+            await hang_up()
+        assert limit(holder) == 1000  # the start goes on with the config it read
+        assert "SIGHUP during the start" in caplog.text
+        seen: list[str] = []
+        hangup.serve(lambda name, _: seen.append(name), asyncio.Event())
+        await asyncio.sleep(0.1)
+        assert seen == [CONFIG_RELOADED]
+        assert limit(holder) == 2000
+    finally:
+        undo()
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
+async def test_a_sighup_while_stopping_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    hangup = Hangup(holder)
+    undo = hangup.install()
+    try:
+        seen: list[str] = []
+        stopping = hangup.serve(lambda name, _: seen.append(name), asyncio.Event())
+        stopping()
+        path.write_text(text(2000))
+        with caplog.at_level(logging.INFO, "cascade.config"):
+            await hang_up()
+        assert "SIGHUP while the proxy stops" in caplog.text
+        assert seen == []
+        assert limit(holder) == 1000
+    finally:
+        undo()
+
+
+async def test_a_reread_waiting_on_a_broken_file_ends_with_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the watcher nothing sets ``stop``: a reread still waiting for the file to
+    settle would judge it, and tell the streams, after the bus had stopped."""
+    monkeypatch.setattr(config_watch, "SETTLE_SECONDS", 0.2)
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    hangup = Hangup(holder)
+    undo = hangup.install()
+    try:
+        seen: list[str] = []
+        stopping = hangup.serve(lambda name, _: seen.append(name), asyncio.Event())
+        path.write_text(text(2000)[:10])
+        await hang_up()  # waits for the cut-off file to settle
+        stopping()
+        await asyncio.sleep(0.6)
+        assert seen == []
+    finally:
+        undo()
+
+
+async def test_two_apps_in_one_process_each_reread_and_one_stopping_leaves_the_other(
+    tmp_path: Path,
+) -> None:
+    """Apps in one process (tests, an embedding program) each take SIGHUP: a loop has one
+    handler per signal, so the second's would replace the first's, and its removal at the
+    second's stop would leave the first to Python's default, which ends the process."""
+    holders, seen, undos = [], [], []
+    for i in (1, 2):
+        path = tmp_path / f"agents{i}.json"
+        path.write_text(text(1000))
+        holders.append(ConfigHolder.from_file(path, os.environ))
+        hangup = Hangup(holders[-1])
+        undos.append(hangup.install())
+        hangup.serve(lambda name, _, i=i: seen.append((i, name)), asyncio.Event())
+    try:
+        for i in (1, 2):
+            (tmp_path / f"agents{i}.json").write_text(text(2000))
+        await hang_up()
+        assert sorted(seen) == [(1, CONFIG_RELOADED), (2, CONFIG_RELOADED)]
+        undos.pop()()  # the second app stops
+        (tmp_path / "agents1.json").write_text(text(3000))
+        await hang_up()
+        assert limit(holders[0]) == 3000
+    finally:
+        for undo in undos:
+            undo()
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
