@@ -12,7 +12,8 @@ export class Composer {
     this.sending = false;
     // This page's own turn while it runs: its reply streams in the answer box, so the turn's
     // deltas (the last may come after the stream's end) are not shown again in the list,
-    // until the turn's last event.
+    // until the turn's last event. Events come after the answers they tell of, so a message
+    // sent before the last turn's last event came waits for that one first (`before`).
     this.own = null;
     this.modelsAsked = null;
   }
@@ -20,6 +21,7 @@ export class Composer {
   // The turn's last event (context.usage), whether or not it stored a reply.
   turnEnded() {
     if (!this.own) return;
+    if (this.own.before) { this.own.before -= 1; return; } // an earlier turn's
     if (this.sending) this.own.ended = true;
     else this.own = null;
   }
@@ -61,7 +63,7 @@ export class Composer {
     if (!text || this.sending) return;
     const signal = this.view.abort.signal;
     this.sending = true;
-    this.own = { ended: false };
+    this.own = { ended: false, before: this.own ? this.own.before + 1 : 0 };
     $("composer-send").disabled = true;
     const answer = $("assistant-message");
     answer.textContent = "";

@@ -1,6 +1,7 @@
-"""The composer and an input method: Ctrl+Enter that confirms a candidate while text is being
+"""The composer: Ctrl+Enter that confirms an input method's candidate while text is being
 composed (Japanese, Chinese, Korean input) is the input method's key, not a send; only a
-Ctrl+Enter once the text is composed sends it."""
+Ctrl+Enter once the text is composed sends it. And the page's own turns are not shown a second
+time from the session's events, however late those come."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import pytest
 
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,3 +46,70 @@ def test_ctrl_enter_while_composing_does_not_send(
     box.press("Control+Enter")
     page.get_by_test_id("assistant-message").filter(has_text="Composed and sent.").wait_for()
     assert fake_upstream.bodies()[-1]["messages"][-1]["content"] == "変換中"
+
+
+# The session's event stream as the page reads it, held back while ``window.held`` is a list
+# and handed on in order by ``release()``; ``window.live`` once the stream said ": live".
+_HELD_EVENTS = """(() => {
+  const fetched = window.fetch.bind(window);
+  window.held = null;
+  window.live = false;
+  window.release = () => {
+    const held = window.held;
+    window.held = null;
+    held.forEach((go) => go());
+  };
+  window.fetch = async (input, init) => {
+    const resp = await fetched(input, init);
+    if (!String(input).endsWith("/events") || !resp.ok) return resp;
+    const reader = resp.body.getReader();
+    const text = new TextDecoder();
+    let seen = "";
+    const body = new ReadableStream({
+      async pull(ctrl) {
+        const { value, done } = await reader.read();
+        seen += done ? "" : text.decode(value, { stream: true });
+        window.live = window.live || seen.includes(": live");
+        const go = () => (done ? ctrl.close() : ctrl.enqueue(value));
+        if (window.held) window.held.push(go); else go();
+      },
+      cancel: (why) => reader.cancel(why),
+    });
+    return new Response(body, { status: resp.status, headers: resp.headers });
+  };
+})()"""
+
+# Counts the streaming items the message list ever shows, however briefly.
+_COUNT_STREAMING = """() => {
+  window.streamingItems = 0;
+  new MutationObserver((records) => {
+    for (const r of records) for (const n of r.addedNodes)
+      if (n.nodeType === 1 && n.matches('[data-testid="message-streaming"]'))
+        window.streamingItems += 1;
+  }).observe(document.getElementById("message-list"), { childList: true });
+}"""
+
+
+def test_a_message_sent_before_the_last_turns_events_came_is_not_shown_twice(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """The second message goes while the first turn's events are still on their way (a slow
+    stream): its reply's deltas, which come after the first turn's last event, are the
+    page's own, in the answer box, not a streaming item in the list as well."""
+    started(console_proxy, "late-events")
+    console.page.add_init_script(_HELD_EVENTS)
+    page = sign_in(console, "#/s/late-events")
+    page.wait_for_function("() => window.live")
+    page.evaluate("window.held = []")
+    answer = page.locator("[data-testid=assistant-message][data-state=done]")
+    for text, said in (("one", "First answer."), ("two", "Second answer.")):
+        fake_upstream.script(reply(said, chunks=3))
+        page.get_by_test_id("composer-input").fill(text)
+        page.get_by_test_id("composer-send").click()
+        answer.filter(has_text=said).wait_for()
+    page.evaluate(_COUNT_STREAMING)
+    page.evaluate("release()")
+    inject(db_dsn, "late-events", "context.compaction.started", {"trigger": "api"})
+    page.get_by_test_id("status-line").filter(has_text="Compacting").wait_for()  # after both turns
+    page.get_by_test_id("message").filter(has_text="Second answer.").wait_for()
+    assert page.evaluate("window.streamingItems") == 0
