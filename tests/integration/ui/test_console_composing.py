@@ -1,17 +1,21 @@
 """The composer: Ctrl+Enter that confirms an input method's candidate while text is being
 composed (Japanese, Chinese, Korean input) is the input method's key, not a send; only a
-Ctrl+Enter once the text is composed sends it. And the page's own turns are not shown a second
-time from the session's events, however late those come."""
+Ctrl+Enter once the text is composed sends it. A message sent before the last turn's events
+came resends that turn's reply, and its own reply is not shown a second time from them."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from proxy.services.turn import Turn
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.test_console import sign_in
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -89,27 +93,72 @@ _COUNT_STREAMING = """() => {
   }).observe(document.getElementById("message-list"), { childList: true });
 }"""
 
+HISTORY = ["hi", "ok", "one", "First answer.", "two"]
 
-def test_a_message_sent_before_the_last_turns_events_came_is_not_shown_twice(
-    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream, db_dsn: str
-) -> None:
-    """The second message goes while the first turn's events are still on their way (a slow
-    stream): its reply's deltas, which come after the first turn's last event, are the
-    page's own, in the answer box, not a streaming item in the list as well."""
-    started(console_proxy, "late-events")
+
+def _watching(console: Page, sid: str) -> Any:
+    """The session's page once its event stream is live (its replay read)."""
     console.page.add_init_script(_HELD_EVENTS)
-    page = sign_in(console, "#/s/late-events")
+    page = sign_in(console, f"#/s/{sid}")
     page.wait_for_function("() => window.live")
-    page.evaluate("window.held = []")
-    answer = page.locator("[data-testid=assistant-message][data-state=done]")
-    for text, said in (("one", "First answer."), ("two", "Second answer.")):
-        fake_upstream.script(reply(said, chunks=3))
-        page.get_by_test_id("composer-input").fill(text)
-        page.get_by_test_id("composer-send").click()
-        answer.filter(has_text=said).wait_for()
     page.evaluate(_COUNT_STREAMING)
+    return page
+
+
+def _send(page: Any, fake_upstream: FakeUpstream, text: str, said: str) -> None:
+    fake_upstream.script(reply(said, chunks=3))
+    page.get_by_test_id("composer-input").fill(text)
+    page.get_by_test_id("composer-send").click()
+
+
+def _answered(page: Any, said: str) -> None:
+    page.locator("[data-testid=assistant-message][data-state=done]").filter(
+        has_text=said
+    ).wait_for()
+
+
+def test_a_message_sent_before_the_last_turns_events_came_waits_for_them(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The second message is sent while the first turn's events are still on their way (a
+    slow stream): it waits for that turn's last event, which is stored with its reply, before
+    it reads the history it resends; and its own reply's deltas, which come after that event,
+    are the page's own, in the answer box, not a streaming item in the list as well."""
+    started(console_proxy, "late-events")
+    page = _watching(console, "late-events")
+    page.evaluate("window.held = []")
+    _send(page, fake_upstream, "one", "First answer.")
+    _answered(page, "First answer.")
+    _send(page, fake_upstream, "two", "Second answer.")
+    page.wait_for_timeout(300)  # a send that did not wait would have reached the upstream
+    assert len(fake_upstream.bodies()) == 2
     page.evaluate("release()")
-    inject(db_dsn, "late-events", "context.compaction.started", {"trigger": "api"})
-    page.get_by_test_id("status-line").filter(has_text="Compacting").wait_for()  # after both turns
+    _answered(page, "Second answer.")
+    assert [m["content"] for m in fake_upstream.bodies()[-1]["messages"]] == HISTORY
     page.get_by_test_id("message").filter(has_text="Second answer.").wait_for()
     assert page.evaluate("window.streamingItems") == 0
+
+
+def test_a_message_sent_at_once_resends_the_reply_stored_after_its_answer(
+    console: Page,
+    console_proxy: ProxyServer,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reply is stored just after its answer (README, "Timing of writes"), here half a
+    second after: a second message sent as soon as the first is answered resends the history
+    with that reply in it, not without it (which the proxy would take for an edit)."""
+    started(console_proxy, "at-once")
+    finish = Turn.finish
+
+    async def late(self: Turn, *args: Any) -> None:
+        await asyncio.sleep(0.5)
+        await finish(self, *args)
+
+    monkeypatch.setattr(Turn, "finish", late)
+    page = _watching(console, "at-once")
+    _send(page, fake_upstream, "one", "First answer.")
+    _answered(page, "First answer.")
+    _send(page, fake_upstream, "two", "Second answer.")
+    _answered(page, "Second answer.")
+    assert [m["content"] for m in fake_upstream.bodies()[-1]["messages"]] == HISTORY
