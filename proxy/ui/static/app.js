@@ -92,14 +92,21 @@ function renderList() {
   $("list-empty").hidden = rows.length > 0;
 }
 
+// Each opening of the list reads it again; only the latest read is shown: an earlier one
+// answering after it (the list left and opened again meanwhile) holds an older list.
+let listing = 0;
+
 async function openList() {
   show("list-view");
   $("where").textContent = "";
+  const asked = ++listing;
   try {
-    sessions = (await api.sessions()).data;
+    const read = (await api.sessions()).data;
+    if (asked !== listing) return;
+    sessions = read;
     renderList();
   } catch (err) {
-    handleError(err, "Could not list the sessions");
+    if (asked === listing) handleError(err, "Could not list the sessions");
   }
 }
 

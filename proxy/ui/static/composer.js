@@ -6,22 +6,31 @@ import { el } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 
+// How long a message waits for the page's previous turn's last event, which is stored with
+// that turn's reply, before it reads the history it resends (a stream that is down may
+// never bring the event).
+export const LAST_EVENT_WAIT_MS = 5000;
+
 export class Composer {
   constructor(view) {
     this.view = view; // the SessionView: its id, session, ui, abort and refresh
     this.sending = false;
-    // This page's own turn while it runs: its reply streams in the answer box, so the turn's
-    // deltas (the last may come after the stream's end) are not shown again in the list,
-    // until the turn's last event.
-    this.own = null;
+    // This page's own turns whose last event has not come yet, oldest first: their replies
+    // stream in the answer box, so their deltas (the last may come after the stream's end)
+    // are not shown again in the list. Events come after the answers they tell of: a turn
+    // ends at the first last event after those of the turns before it.
+    this.turns = [];
     this.modelsAsked = null;
   }
 
-  // The turn's last event (context.usage), whether or not it stored a reply.
+  get own() {
+    return this.turns.length > 0;
+  }
+
+  // A turn's last event (context.usage), whether or not it stored a reply.
   turnEnded() {
-    if (!this.own) return;
-    if (this.sending) this.own.ended = true;
-    else this.own = null;
+    const turn = this.turns.shift();
+    if (turn) turn.end();
   }
 
   // The model to send with: the session's, else one the provider lists (a new session).
@@ -44,8 +53,16 @@ export class Composer {
   }
 
   // The history to resend, as the client sent it (a cut or evicted result in full): the
-  // stored prompt form would read as an edited history. A new session has none.
-  async history() {
+  // stored prompt form would read as an edited history. A new session has none. The reply
+  // of the page's previous turn is stored just after its answer, so the history is read
+  // once that turn's last event came (`earlier`), or it would lack the reply.
+  async history(earlier) {
+    if (earlier) {
+      await new Promise((done) => {
+        earlier.ended.then(done);
+        setTimeout(done, LAST_EVENT_WAIT_MS);
+      });
+    }
     try {
       const rows = (await api.messages(this.view.id, "sent")).data;
       return rows.map((r) => r.message);
@@ -61,13 +78,18 @@ export class Composer {
     if (!text || this.sending) return;
     const signal = this.view.abort.signal;
     this.sending = true;
-    this.own = { ended: false };
+    const earlier = this.turns[this.turns.length - 1];
+    const turn = {};
+    turn.ended = new Promise((done) => { turn.end = done; });
+    this.turns.push(turn);
     $("composer-send").disabled = true;
     const answer = $("assistant-message");
     answer.textContent = "";
     answer.dataset.state = "streaming";
     try {
-      const body = { messages: [...(await this.history()), { role: "user", content: text }] };
+      const body = {
+        messages: [...(await this.history(earlier)), { role: "user", content: text }],
+      };
       if (!$("composer-model").value.trim()) await this.fillModel();
       const model = $("composer-model").value.trim();
       if (model) body.model = model;
@@ -77,11 +99,10 @@ export class Composer {
       answer.dataset.state = "done";
     } catch (err) {
       answer.dataset.state = "failed";
-      this.own = null; // a turn that failed may send no last event
+      this.turns = this.turns.filter((t) => t !== turn); // it may send no last event
       if (!signal.aborted) this.view.ui.handleError(err, "The message was not answered");
     } finally {
       this.sending = false;
-      if (this.own && this.own.ended) this.own = null;
       $("composer-send").disabled = false;
       if (!signal.aborted) this.view.refresh();
     }

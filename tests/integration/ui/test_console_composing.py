@@ -1,15 +1,22 @@
-"""The composer and an input method: Ctrl+Enter that confirms a candidate while text is being
+"""The composer: Ctrl+Enter that confirms an input method's candidate while text is being
 composed (Japanese, Chinese, Korean input) is the input method's key, not a send; only a
-Ctrl+Enter once the text is composed sends it."""
+Ctrl+Enter once the text is composed sends it. A message sent before the last turn's events
+came resends that turn's reply, and its own reply is not shown a second time from them."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from proxy.services.turn import Turn
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
 from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,3 +50,115 @@ def test_ctrl_enter_while_composing_does_not_send(
     box.press("Control+Enter")
     page.get_by_test_id("assistant-message").filter(has_text="Composed and sent.").wait_for()
     assert fake_upstream.bodies()[-1]["messages"][-1]["content"] == "変換中"
+
+
+# The session's event stream as the page reads it, held back while ``window.held`` is a list
+# and handed on in order by ``release()``; ``window.live`` once the stream said ": live".
+_HELD_EVENTS = """(() => {
+  const fetched = window.fetch.bind(window);
+  window.held = null;
+  window.live = false;
+  window.release = () => {
+    const held = window.held;
+    window.held = null;
+    held.forEach((go) => go());
+  };
+  window.fetch = async (input, init) => {
+    const resp = await fetched(input, init);
+    if (!String(input).endsWith("/events") || !resp.ok) return resp;
+    const reader = resp.body.getReader();
+    const text = new TextDecoder();
+    let seen = "";
+    const body = new ReadableStream({
+      async pull(ctrl) {
+        const { value, done } = await reader.read();
+        seen += done ? "" : text.decode(value, { stream: true });
+        window.live = window.live || seen.includes(": live");
+        const go = () => (done ? ctrl.close() : ctrl.enqueue(value));
+        if (window.held) window.held.push(go); else go();
+      },
+      cancel: (why) => reader.cancel(why),
+    });
+    return new Response(body, { status: resp.status, headers: resp.headers });
+  };
+})()"""
+
+# Counts the streaming items the message list ever shows, however briefly.
+_COUNT_STREAMING = """() => {
+  window.streamingItems = 0;
+  new MutationObserver((records) => {
+    for (const r of records) for (const n of r.addedNodes)
+      if (n.nodeType === 1 && n.matches('[data-testid="message-streaming"]'))
+        window.streamingItems += 1;
+  }).observe(document.getElementById("message-list"), { childList: true });
+}"""
+
+HISTORY = ["hi", "ok", "one", "First answer.", "two"]
+
+
+def _watching(console: Page, sid: str) -> Any:
+    """The session's page once its event stream is live (its replay read)."""
+    console.page.add_init_script(_HELD_EVENTS)
+    page = sign_in(console, f"#/s/{sid}")
+    page.wait_for_function("() => window.live")
+    page.evaluate(_COUNT_STREAMING)
+    return page
+
+
+def _send(page: Any, fake_upstream: FakeUpstream, text: str, said: str) -> None:
+    fake_upstream.script(reply(said, chunks=3))
+    page.get_by_test_id("composer-input").fill(text)
+    page.get_by_test_id("composer-send").click()
+
+
+def _answered(page: Any, said: str) -> None:
+    page.locator("[data-testid=assistant-message][data-state=done]").filter(
+        has_text=said
+    ).wait_for()
+
+
+def test_a_message_sent_before_the_last_turns_events_came_waits_for_them(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The second message is sent while the first turn's events are still on their way (a
+    slow stream): it waits for that turn's last event, which is stored with its reply, before
+    it reads the history it resends; and its own reply's deltas, which come after that event,
+    are the page's own, in the answer box, not a streaming item in the list as well."""
+    started(console_proxy, "late-events")
+    page = _watching(console, "late-events")
+    page.evaluate("window.held = []")
+    _send(page, fake_upstream, "one", "First answer.")
+    _answered(page, "First answer.")
+    _send(page, fake_upstream, "two", "Second answer.")
+    page.wait_for_timeout(300)  # a send that did not wait would have reached the upstream
+    assert len(fake_upstream.bodies()) == 2
+    page.evaluate("release()")
+    _answered(page, "Second answer.")
+    assert [m["content"] for m in fake_upstream.bodies()[-1]["messages"]] == HISTORY
+    page.get_by_test_id("message").filter(has_text="Second answer.").wait_for()
+    assert page.evaluate("window.streamingItems") == 0
+
+
+def test_a_message_sent_at_once_resends_the_reply_stored_after_its_answer(
+    console: Page,
+    console_proxy: ProxyServer,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reply is stored just after its answer (README, "Timing of writes"), here half a
+    second after: a second message sent as soon as the first is answered resends the history
+    with that reply in it, not without it (which the proxy would take for an edit)."""
+    started(console_proxy, "at-once")
+    finish = Turn.finish
+
+    async def late(self: Turn, *args: Any) -> None:
+        await asyncio.sleep(0.5)
+        await finish(self, *args)
+
+    monkeypatch.setattr(Turn, "finish", late)
+    page = _watching(console, "at-once")
+    _send(page, fake_upstream, "one", "First answer.")
+    _answered(page, "First answer.")
+    _send(page, fake_upstream, "two", "Second answer.")
+    _answered(page, "Second answer.")
+    assert [m["content"] for m in fake_upstream.bodies()[-1]["messages"]] == HISTORY
