@@ -136,15 +136,15 @@ class StreamAccumulator:
         """
         choice = self._choices.get(index) or _Choice()
         msg: dict[str, Any] = {"role": choice.role or "assistant"}
-        content = "".join(choice.content)
-        refusal = "".join(choice.refusal)
+        content = _joined(choice.content)
+        refusal = _joined(choice.refusal)
         legacy = choice.function_call
         if content or not (choice.tool_calls or refusal or legacy):
             msg["content"] = content
         if refusal:
             msg["refusal"] = refusal
         if legacy is not None:
-            msg["function_call"] = {"name": legacy.name, "arguments": "".join(legacy.arguments)}
+            msg["function_call"] = {"name": legacy.name, "arguments": _joined(legacy.arguments)}
         if choice.tool_calls:
             msg["tool_calls"] = [
                 _tool_call_dict(choice.tool_calls[i]) for i in sorted(choice.tool_calls)
@@ -289,9 +289,25 @@ def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
     if call.id is not None:
         out["id"] = call.id
     out["type"] = call.type or "function"
-    out["function"] = {"name": call.name, "arguments": "".join(call.arguments)}
+    out["function"] = {"name": call.name, "arguments": _joined(call.arguments)}
     out.update(call.extra)
     return out
+
+
+def _joined(pieces: list[str]) -> str:
+    """The pieces of a streamed text as one string that UTF-8 can carry. A provider that
+    writes ASCII escapes may cut a character between its two UTF-16 halves
+    (``\\ud83d`` in one chunk, ``\\ude00`` in the next): joined, the halves are one
+    character again; a half with no partner becomes U+FFFD, since no store, hash or
+    upstream body can hold it."""
+    text = "".join(pieces)
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def _text(content: Any) -> str:
