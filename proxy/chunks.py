@@ -15,7 +15,14 @@ from typing import Any
 
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
-__all__ = ["StreamAccumulator", "completion_to_chunks", "error_answer", "index_of", "malformed"]
+__all__ = [
+    "StreamAccumulator",
+    "completion_to_chunks",
+    "error_answer",
+    "index_of",
+    "malformed",
+    "storable",
+]
 
 
 @dataclass(slots=True)
@@ -295,19 +302,27 @@ def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
 
 
 def _joined(pieces: list[str]) -> str:
-    """The pieces of a streamed text as one string that UTF-8 can carry. A provider that
-    writes ASCII escapes may cut a character between its two UTF-16 halves
-    (``\\ud83d`` in one chunk, ``\\ude00`` in the next): joined, the halves are one
-    character again; a half with no partner becomes U+FFFD, since no store, hash or
-    upstream body can hold it."""
+    """A streamed text's pieces as one string: two halves of a character a provider escaped
+    and cut between chunks (``\\ud83d``, then ``\\ude00``) join (``storable``)."""
     text = "".join(pieces)
-    if text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
+    return text if text.isascii() else storable(text)
+
+
+def storable(value: Any) -> Any:
+    """``value`` (a reply, or any part of one) with every string UTF-8 can carry: surrogate
+    halves that make a pair are joined, a half with no partner becomes U+FFFD, since no
+    store, hash or upstream body can hold it (JSON's grammar lets a provider send one)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return value
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
 
 
 def _text(content: Any) -> str:

@@ -79,3 +79,29 @@ def test_a_half_with_no_partner_is_stored_as_a_replacement_character(
 
     assert wait_for(lambda: len(rows()) == 2)
     assert rows()[-1]["message"]["content"] == "cut \ufffd"
+
+
+def test_a_whole_answer_holding_a_lone_half_is_relayed_and_stored_with_a_replacement(
+    http: httpx.Client, fake_upstream: FakeUpstream, records: Records
+) -> None:
+    """JSON's grammar takes a lone ``\\ud83d`` escape and the SDKs read it; orjson refuses
+    it, and the proxy answered 502 "its JSON does not parse" to an answer its client reads."""
+    sid = "lone-half-whole"
+    body = (
+        '{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        '"message":{"role":"assistant","content":"cut \\ud83d"},"finish_reason":"length"}],'
+        '"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+    )
+    fake_upstream.script(raw(body, headers={"content-type": "application/json"}))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+    answer = http.post("/v1/chat/completions", json=chat, headers={"x-session-id": sid})
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == "cut \ud83d"
+
+    def rows() -> list[dict]:
+        return http.get(f"/v1/sessions/{sid}/messages").json()["data"]
+
+    assert wait_for(lambda: len(rows()) == 2), records.errors()
+    assert rows()[-1]["message"]["content"] == "cut \ufffd"
