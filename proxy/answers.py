@@ -82,7 +82,12 @@ class Answer:
         return scrub_text(text, secrets_of(sent_authorization(self.request)))
 
     def json(self) -> Any:
-        return loads(self.content)
+        """The body parsed; what orjson refuses and ``json`` reads (a lone surrogate escape,
+        ``NaN``), as a client's SDK reads it, is read by ``json``."""
+        try:
+            return loads(self.content)
+        except ValueError:
+            return json.loads(self.content)
 
     def usage(self) -> Any:
         """The answer's ``usage`` value (None when it has none), read from its last

@@ -15,7 +15,14 @@ from typing import Any
 
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
-__all__ = ["StreamAccumulator", "completion_to_chunks", "error_answer", "index_of", "malformed"]
+__all__ = [
+    "StreamAccumulator",
+    "completion_to_chunks",
+    "error_answer",
+    "index_of",
+    "malformed",
+    "storable",
+]
 
 
 @dataclass(slots=True)
@@ -136,15 +143,15 @@ class StreamAccumulator:
         """
         choice = self._choices.get(index) or _Choice()
         msg: dict[str, Any] = {"role": choice.role or "assistant"}
-        content = "".join(choice.content)
-        refusal = "".join(choice.refusal)
+        content = _joined(choice.content)
+        refusal = _joined(choice.refusal)
         legacy = choice.function_call
         if content or not (choice.tool_calls or refusal or legacy):
             msg["content"] = content
         if refusal:
             msg["refusal"] = refusal
         if legacy is not None:
-            msg["function_call"] = {"name": legacy.name, "arguments": "".join(legacy.arguments)}
+            msg["function_call"] = {"name": legacy.name, "arguments": _joined(legacy.arguments)}
         if choice.tool_calls:
             msg["tool_calls"] = [
                 _tool_call_dict(choice.tool_calls[i]) for i in sorted(choice.tool_calls)
@@ -289,9 +296,33 @@ def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
     if call.id is not None:
         out["id"] = call.id
     out["type"] = call.type or "function"
-    out["function"] = {"name": call.name, "arguments": "".join(call.arguments)}
+    out["function"] = {"name": call.name, "arguments": _joined(call.arguments)}
     out.update(call.extra)
     return out
+
+
+def _joined(pieces: list[str]) -> str:
+    """A streamed text's pieces as one string: two halves of a character a provider escaped
+    and cut between chunks (``\\ud83d``, then ``\\ude00``) join (``storable``)."""
+    text = "".join(pieces)
+    return text if text.isascii() else storable(text)
+
+
+def storable(value: Any) -> Any:
+    """``value`` (a reply, or any part of one) with every string UTF-8 can carry: surrogate
+    halves that make a pair are joined, a half with no partner becomes U+FFFD, since no
+    store, hash or upstream body can hold it (JSON's grammar lets a provider send one)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return value
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
 
 
 def _text(content: Any) -> str:

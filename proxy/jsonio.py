@@ -1,8 +1,9 @@
 """Fast JSON for the hot path: orjson, falling back to the stdlib for what orjson refuses.
 
 orjson parses and writes several times faster than ``json``; the proxy parses every request
-body and writes every upstream body. It rejects integers beyond 64 bits, which a client may
-legitimately put in a pass-through field, so those fall back to ``json``.
+body and writes every upstream body. It writes no integer beyond 64 bits and reads one as a
+float, and a client may legitimately put one in a pass-through field: writes fall back to
+``json``, and a client's body holding one is read again by ``json`` (``loads_exact``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,42 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "dumps_sorted", "loads"]
+__all__ = ["dumps", "dumps_sorted", "loads", "loads_exact"]
 
 loads = orjson.loads
+
+_WIDE = float(2**63)  # orjson holds integers in 64 bits: from here on it may give a float
+
+
+def loads_exact(data: bytes) -> Any:
+    """``loads`` for a client's body, whose fields beside ``messages`` go upstream as they
+    came: orjson reads an integer beyond 64 bits (a JSON schema's bound) as a float, so a
+    body whose fields hold a float that wide is read again by ``json``, which keeps the
+    integer exact. ``messages`` is not searched (its texts are strings, and walking a long
+    history costs every request); a wide float there stays orjson's."""
+    obj = orjson.loads(data)
+    if isinstance(obj, dict) and _wide([v for k, v in obj.items() if k != "messages"]):
+        return json.loads(data, parse_constant=_refuse)
+    return obj
+
+
+def _wide(value: Any) -> bool:
+    """Whether ``value`` holds a float of 2**63 or more in magnitude, at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if abs(item) >= _WIDE:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON value")
 
 
 def dumps(obj: Any) -> bytes:

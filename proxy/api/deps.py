@@ -19,7 +19,7 @@ from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
-from proxy.jsonio import loads
+from proxy.jsonio import loads_exact
 from proxy.requestlog import note_session
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
@@ -184,7 +184,7 @@ def json_object(
 ) -> dict[str, Any]:
     """``raw`` parsed, when it is a JSON object; else the 400 saying what to send."""
     try:
-        body = loads(raw) if resent is None else resent.parse(key, raw)
+        body = loads_exact(raw) if resent is None else resent.parse(key, raw)
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         raise ClientRequestError(
             f"request body is not valid JSON ({exc}); send a JSON object"

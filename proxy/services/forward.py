@@ -180,7 +180,7 @@ class Forwarder:
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
-                reply = (data.get("choices") or [{}])[0].get("message") or {}
+                reply = chunks.storable((data.get("choices") or [{}])[0].get("message") or {})
                 internal, client_calls = split_calls(reply) if offer else ([], [])
                 if internal and not client_calls and round_no < self.settings.max_internal_rounds:
                     earlier.append(str(reply.get("content") or ""))

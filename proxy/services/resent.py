@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.jsonio import loads
+from proxy.jsonio import loads, loads_exact
 
 __all__ = ["ResentBodies"]
 
@@ -106,14 +106,14 @@ class ResentBodies:
         """``loads(raw)``, sped up for a body that extends the last one cached under ``key``
         (None: do not cache). Raises what ``loads`` raises for invalid JSON."""
         if key is None or len(raw) < self._min:
-            return loads(raw)
+            return loads_exact(raw)
         entry = self._pop(key)
         if entry is not None:
             body = _extend(entry, raw)
             if body is not None:
                 self._put(key, _Entry(raw, body[1], body[0]))
                 return body[0]
-        parsed = loads(raw)
+        parsed = loads_exact(raw)
         if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
             end = _split(raw)
             if end is not None:

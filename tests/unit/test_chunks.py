@@ -44,6 +44,18 @@ def test_accumulator_builds_tool_calls_by_index() -> None:
     assert acc.finish_reason() == "tool_calls"
 
 
+def test_accumulator_joins_the_halves_of_a_character_cut_between_chunks() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content="a \ud83d")))
+    acc.add(chunk(delta(content="\ude00 b \ud83d")))  # the last half has no partner
+    call = {"index": 0, "id": "x", "type": "function", "function": {"name": "f"}}
+    acc.add(chunk(delta(tool_calls=[{**call, "function": {"name": "f", "arguments": '"\ud83d'}}])))
+    acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": '\ude00"'}}])))
+    message = acc.message()
+    assert message["content"] == "a \U0001f600 b \ufffd"
+    assert message["tool_calls"][0]["function"]["arguments"] == '"\U0001f600"'
+
+
 def test_accumulator_keeps_a_tool_calls_unknown_fields() -> None:
     # Gemini's OpenAI endpoint wants extra_content (a thought signature) back next turn
     signature = {"google": {"thought_signature": "c2ln"}}

@@ -200,3 +200,28 @@ def test_later_turns_resend_stored_history_untouched(
     assert fake_upstream.bodies()[-1] == turn2
     rows = _wait_stored(http, sid, len(history) + 1)
     assert [r["message"] for r in rows[: len(history)]] == history
+
+
+def test_an_integer_beyond_64_bits_reaches_upstream_exact(
+    client: openai.OpenAI, fake_upstream: FakeUpstream
+) -> None:
+    """orjson reads such an integer as a float: a JSON schema's bound of 2**64 + 1 went
+    upstream as ``1.8446744073709552e+19``, on a first request and on one the proxy parses only the
+    new part of (a resent body, larger than the cache's minimum)."""
+    bound = 2**64 + 1
+    schema = {"type": "integer", "minimum": 0, "maximum": bound}
+    response_format = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    turn = [{"role": "user", "content": "pick a number " + "x" * 9000}]
+    headers = {"x-session-id": "pt-big-int"}
+
+    client.chat.completions.create(
+        model="gpt-fake", messages=turn, response_format=response_format, extra_headers=headers
+    )
+    more = [*turn, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "again"}]
+    client.chat.completions.create(
+        model="gpt-fake", messages=more, response_format=response_format, extra_headers=headers
+    )
+
+    for request in fake_upstream.requests[-2:]:
+        assert request.json["response_format"]["json_schema"]["schema"]["maximum"] == bound
+        assert b'"maximum":18446744073709551617' in request.content.replace(b" ", b"")
