@@ -27,8 +27,14 @@ def loads_exact(data: bytes) -> Any:
     integer exact. ``messages`` is not searched (its texts are strings, and walking a long
     history costs every request); a wide float there stays orjson's."""
     obj = orjson.loads(data)
-    if isinstance(obj, dict) and _wide([v for k, v in obj.items() if k != "messages"]):
-        return json.loads(data, parse_constant=_refuse)
+    if isinstance(obj, dict):
+        rest = [v for k, v in obj.items() if k != "messages"]
+        # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
+        # fields are searched for the rare "+" (a memchr), and only a body with an
+        # exponent is walked to be sure
+        written = orjson.dumps(rest)
+        if b"+" in written and b"e+" in written and _wide(rest):
+            return json.loads(data, parse_constant=_refuse)
     return obj
 
 
