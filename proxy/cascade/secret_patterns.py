@@ -68,6 +68,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
     # JSON Web Tokens (header.payload.signature, base64url).
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
+    # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
+    # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
+    r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",
     # Authorization headers: keep the scheme word, redact the credential.
     r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
     r"(?i)authorization[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?(?:basic|token)[ \t]{1,5}"

@@ -87,6 +87,16 @@ def test_unterminated_pem_block_is_redacted() -> None:
         ("password=Hunter2Go", f"password={REDACTED}"),
         ("secret: xK9mQ2vLp", f"secret: {REDACTED}"),
         ("api_key=abc_123_def", f"api_key={REDACTED}"),
+        # a URL's password (a .env file, a clone command): the user and host stay
+        (
+            "DATABASE_URL=postgresql://app:Hunter2pass@db.internal:5432/app",
+            f"DATABASE_URL=postgresql://app:{REDACTED}@db.internal:5432/app",
+        ),
+        ("redis://:s3cretPW99@cache:6379/0", f"redis://:{REDACTED}@cache:6379/0"),
+        (
+            "git clone https://deploy:ghx9Qz71wLkd@git.example.com/r.git",
+            f"git clone https://deploy:{REDACTED}@git.example.com/r.git",
+        ),
     ],
 )
 def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str) -> None:
@@ -117,6 +127,10 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "api_key: OPENAI_API_KEY",
         "self.password = self.password",
         "password = this._password",
+        # URLs without a password: a port, a user alone, an IPv6 host
+        "see https://example.com:8443/docs?a=b@c",
+        "ssh://git@github.com:22/org/repo.git",
+        "http://[::1]:8080/health",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:

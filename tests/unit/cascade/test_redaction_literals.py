@@ -39,6 +39,7 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"),
         ("AIza",),
         ("eyJ",),
+        ("://",),
         ("bearer\t", "bearer "),
         ("authorization",),
         starts[-1],
