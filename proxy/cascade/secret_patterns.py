@@ -62,6 +62,10 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
     r"github_pat_(?<![\w-]github_pat_)[A-Za-z0-9_]{30,255}",
+    # Hugging Face, GitLab and npm access tokens.
+    r"hf_(?<![\w-]hf_)[A-Za-z0-9]{30,60}(?![A-Za-z0-9_])",
+    r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_\-]{20,64}",
+    r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])",
     # Slack tokens.
     r"xox(?<![\w-]xox)[baprs]-[A-Za-z0-9\-]{10,250}",
     # Google API keys.

@@ -44,6 +44,7 @@ def test_a_fact_over_the_cap_is_refused_with_the_numbers() -> None:
         "aws key AKIAABCDEFGHIJKLMNOP",
         "db password = hunter2hunter2",
         "The app database is postgresql://app:Hunter2pass@db.internal:5432/app",
+        "Pull the weights with the token hf_aBcDeFgHiJaBcDeFgHiJaBcDeFgHiJkLmN",
     ],
 )
 def test_a_fact_with_a_secret_is_refused(text: str) -> None:

@@ -20,8 +20,11 @@ from tests.unit.cascade.fake_credentials import (
     AWS_SECRET,
     GITHUB,
     GITHUB_PAT,
+    GITLAB,
     GOOGLE,
+    HUGGINGFACE,
     JWT,
+    NPM,
     OPENAI,
     OPENAI_PROJ,
     PEM,
@@ -48,6 +51,9 @@ PATTERNS = compile_patterns(())
         STRIPE_RK,
         JWT,
         PEM,
+        HUGGINGFACE,
+        GITLAB,
+        NPM,
     ],
 )
 def test_token_shapes_are_redacted(secret: str) -> None:
@@ -131,6 +137,9 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "see https://example.com:8443/docs?a=b@c",
         "ssh://git@github.com:22/org/repo.git",
         "http://[::1]:8080/health",
+        # identifiers that start like a token's prefix
+        "from huggingface_hub import hf_hub_download",
+        "npm_config_registry=https://registry.npmjs.org/",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:
