@@ -16,14 +16,12 @@ touched, so the block is never stored as a message a client sent.
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.cascade.memory import fact_key
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block
+from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
@@ -57,7 +55,6 @@ accepted suggestion has one too)."""
 _TAIL = "</memory>"
 
 
-_CLOSE = re.compile(r"<\s*/\s*memory(?![\w-])\s*>?", re.IGNORECASE)
 _QUOTED_CLOSE = "</memory-text>"
 """What a closing tag in a stored fact reads as in the block, so it does not end the block
 early (``sanitize_fact`` refuses one; a row stored before that rule is rendered as stored),
@@ -66,8 +63,7 @@ as recitation quotes its ``</plan>``. A fact written with compatibility forms (f
 
 
 def _quoted(fact: str) -> str:
-    compat = unicodedata.normalize("NFKC", fact)
-    return _CLOSE.sub(_QUOTED_CLOSE, compat) if _CLOSE.search(compat) else fact
+    return quote_closing_tag(fact, "memory", _QUOTED_CLOSE)
 
 
 def _quarter_chars(text: str) -> int:

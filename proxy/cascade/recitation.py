@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from proxy.cascade.briefing import section
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block
+from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import Message, StageResult
 
 __all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
@@ -26,8 +26,9 @@ __all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
 PLAN_OPEN, PLAN_CLOSE = "<plan>", "</plan>"
 _RECITED = ("## Open Tasks", "## Next Step")
 _QUOTED_CLOSE = "</plan-text>"
-"""What a ``</plan>`` the summary quotes (a task about a template, an XML file) reads as in
-the block, so it does not end the block early, as retrieval quotes its own closing tag."""
+"""What a ``</plan>`` the summary quotes (a task about a template, an XML file), in any
+spelling a model reads as one, reads as in the block, so it does not end the block early, as
+retrieval quotes its own closing tag."""
 _TARGET_ROLES = frozenset({"user", "tool"})
 _EMPTY = frozenset({"", "none", "n/a", "nothing"})
 """What a section with nothing to say reads as, once its list marker, brackets and closing
@@ -50,7 +51,7 @@ def plan_block(summary: str | None) -> str | None:
             parts.append(f"{heading}\n{body.strip()}")
     if not parts:
         return None
-    inner = "\n\n".join(parts).replace(PLAN_CLOSE, _QUOTED_CLOSE)
+    inner = quote_closing_tag("\n\n".join(parts), "plan", _QUOTED_CLOSE)
     return f"{PLAN_OPEN}\n{inner}\n{PLAN_CLOSE}"
 
 

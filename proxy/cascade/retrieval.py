@@ -29,7 +29,7 @@ from proxy.cascade.observations import is_observation
 from proxy.cascade.pins import pin
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, content_text
+from proxy.cascade.text import append_block, content_text, quote_closing_tag
 from proxy.cascade.types import RETRIEVAL, Event, Message, StageResult
 
 __all__ = [
@@ -191,7 +191,7 @@ def _where(hit: Hit) -> str:
 
 
 def _snippet(text: str, limit: int) -> str:
-    text = text.strip().replace(RELATED_CLOSE, "</related-context>")
+    text = quote_closing_tag(text.strip(), "related_context", "</related-context>")
     return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
 
 

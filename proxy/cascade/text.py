@@ -9,10 +9,21 @@ as ``[type]`` instead of dropping it.
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
-__all__ = ["append_block", "content_text", "has_text", "part_text", "remove_block", "with_text"]
+__all__ = [
+    "append_block",
+    "content_text",
+    "has_text",
+    "part_text",
+    "quote_closing_tag",
+    "remove_block",
+    "with_text",
+]
 
 
 def part_text(part: Any, *, media: bool = False) -> str:
@@ -111,3 +122,18 @@ def remove_block(msg: Mapping[str, Any], block: str) -> dict[str, Any] | None:
         rest = content[len(block) :]
         return {**msg, "content": rest[2:] if rest.startswith("\n\n") else rest}
     return None
+
+
+@cache
+def _closing_tag(name: str) -> re.Pattern[str]:
+    return re.compile(rf"<\s*/\s*{re.escape(name)}(?![\w-])\s*>?", re.IGNORECASE)
+
+
+def quote_closing_tag(text: str, name: str, quoted: str) -> str:
+    """``text`` with every closing tag ``</name>`` it holds written as ``quoted``, so a block
+    the proxy wraps around it ends where the proxy says. Any spelling a model reads as that
+    tag counts (any case, spaces inside, the ``>`` left off, fullwidth forms): the text is
+    read in its compatibility form (NFKC) when, and only when, that form holds one."""
+    compat = unicodedata.normalize("NFKC", text)
+    tag = _closing_tag(name)
+    return tag.sub(quoted, compat) if tag.search(compat) else text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import replace
 
 from proxy.cascade.briefing import parse_briefing
@@ -56,6 +58,17 @@ def test_a_closing_tag_in_the_summary_does_not_end_the_block_early() -> None:
     block = plan_block(quoting)
     assert block == "<plan>\n## Next Step\nfix the `</plan-text>` tag in page.html\n</plan>"
     assert block.count("</plan>") == 1
+
+
+def test_a_closing_tag_in_any_spelling_does_not_end_the_block_early() -> None:
+    """A model reads ``</PLAN>``, ``</ plan >`` or a fullwidth one as the block's end too."""
+    quoting = parse_briefing(
+        "## Objective\nx\n## Next Step\nfix `</PLAN>`, `</ plan >`, `＜／ｐｌａｎ＞` in page.html"
+    )
+    block = plan_block(quoting)
+    assert block is not None
+    assert re.findall(r"(?i)<\s*/\s*plan\s*>", unicodedata.normalize("NFKC", block)) == ["</plan>"]
+    assert block.endswith("\n</plan>") and "page.html" in block
 
 
 def test_no_block_without_summary_or_with_both_sections_empty() -> None:
