@@ -99,16 +99,17 @@ def check_writable(cfg: Config, scope: str) -> None:
 
 
 def patterns_for(cfg: Config, scope: str) -> Sequence[re.Pattern[str]]:
-    """The redaction patterns a fact of ``scope`` is checked with: its agent's, and for
-    ``global``, whose facts go into every agent's prompts, every agent's and the top-level
-    ones (what any agent redacts is a secret in some prompt the fact reaches)."""
+    """The redaction patterns a fact of ``scope`` is checked with: the built-in ones and its
+    agent's, and for ``global``, whose facts go into every agent's prompts, every agent's and
+    the top-level ones (what any agent redacts is a secret in some prompt the fact reaches).
+    The built-in ones count even with ``defaultPatterns`` off, which spares tool output, not
+    a fact: one holding a key would ride in every prompt of its scope."""
     if scope != GLOBAL:
         ctx = cfg.context_for(scope.removeprefix("agent:"))
-        return compile_patterns(ctx.redaction.patterns, use_defaults=ctx.redaction.default_patterns)
+        return compile_patterns(ctx.redaction.patterns)
     contexts = [cfg.context, *(cfg.context_for(agent) for agent in cfg.agents)]
     patterns = dict.fromkeys(p for ctx in contexts for p in ctx.redaction.patterns)
-    defaults = any(ctx.redaction.default_patterns for ctx in contexts)
-    return compile_patterns(tuple(patterns), use_defaults=defaults)
+    return compile_patterns(tuple(patterns))
 
 
 def _iso(value: Any) -> Any:

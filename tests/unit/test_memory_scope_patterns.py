@@ -35,3 +35,20 @@ def test_an_agent_scope_is_checked_with_its_agents_patterns() -> None:
     writer = patterns_for(CONFIG, "agent:writer")
     assert sanitize_fact("Ticket INT-1234 is open", patterns=writer).ok
     assert not sanitize_fact("Ticket TOP-1234 is open", patterns=writer).ok
+
+
+def test_the_default_patterns_count_even_where_an_agent_turns_them_off() -> None:
+    """``defaultPatterns: false`` spares an agent's tool output the built-in patterns (code
+    the generic ``password=`` one reads as a secret); a fact is no such text, and one holding a
+    key would ride in every prompt of the scope."""
+    cfg = parse_config(
+        {
+            "agents": {"default": {}, "coder": {}},
+            "context": {"redaction": {"defaultPatterns": False}},
+        }
+    )
+    key = "The deploy key is sk-proj-" + "abcdefghij" * 3
+    for scope in ("agent:coder", "global"):
+        verdict = sanitize_fact(key, patterns=patterns_for(cfg, scope))
+        assert not verdict.ok and verdict.reason and "secret" in verdict.reason, scope
+    assert sanitize_fact("The build uses uv", patterns=patterns_for(cfg, "agent:coder")).ok
