@@ -116,6 +116,9 @@ def _plan(pattern: re.Pattern[str]) -> _Plan:
         keys = dict.fromkeys(starts)
     else:  # ``AB`` and ``ab`` share the automaton's key ``ab``; each keeps its own hits
         for start in starts:
+            if start.lower() == start.upper():  # no letter (``://``): every hit is exact
+                keys[start] = None
+                continue
             keys[start.lower()] = (*(keys.get(start.lower()) or ()), start)
     return _Plan(starts, folded, groups, keys)
 

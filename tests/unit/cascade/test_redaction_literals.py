@@ -52,6 +52,8 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         starts[-1]
     )
     assert [_plan(p).folded for p in PATTERNS].count(True) == 4
+    # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
+    assert _plan(PATTERNS[15]).keys == {"://": None}
     # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
     scanner = _scanner(PATTERNS)
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
