@@ -99,7 +99,9 @@ export class Composer {
       answer.dataset.state = "done";
     } catch (err) {
       answer.dataset.state = "failed";
-      this.turns = this.turns.filter((t) => t !== turn); // it may send no last event
+      // a turn refused before its stream opened sends no last event; one whose stream
+      // opened sends it however the stream ended, and stays to take it
+      if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
       if (!signal.aborted) this.view.ui.handleError(err, "The message was not answered");
     } finally {
       this.sending = false;
