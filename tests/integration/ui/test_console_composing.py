@@ -191,3 +191,23 @@ def test_a_turn_that_failed_mid_stream_ends_at_its_own_last_event(
     page.get_by_test_id("message").filter(has_text="Second answer.").wait_for()
     page.wait_for_timeout(300)  # a delta shown in the list would be by now
     assert page.evaluate("window.streamingItems") == 0
+
+
+def test_the_streams_first_replay_does_not_end_a_turn_sent_meanwhile(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The stream a view opens replays the session's events, earlier turns' context.usage
+    among them: a message sent before that replay came is not ended by them, so its reply's
+    deltas, which come after, are not shown a second time in the list."""
+    started(console_proxy, "replayed")
+    console.page.add_init_script(_HELD_EVENTS)
+    console.page.add_init_script("window.held = []")
+    page = sign_in(console, "#/s/replayed")
+    page.get_by_test_id("message").first.wait_for()
+    page.evaluate(_COUNT_STREAMING)
+    _send(page, fake_upstream, "one", "Fresh answer.")
+    _answered(page, "Fresh answer.")
+    page.evaluate("release()")
+    page.get_by_test_id("message").filter(has_text="Fresh answer.").wait_for()
+    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    assert page.evaluate("window.streamingItems") == 0
