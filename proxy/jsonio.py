@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "dumps_sorted", "loads", "loads_exact", "storable"]
+__all__ = ["dumps", "dumps_sorted", "loads", "loads_exact", "loads_json", "storable"]
 
 loads = orjson.loads
 
@@ -35,7 +35,7 @@ def loads_exact(data: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         if "low surrogate" not in str(exc):  # a high half with no low one after it
             raise
-        obj = _json(data)
+        obj = loads_json(data)
         if _lone_low(obj):
             raise ValueError("a string holds a lone low surrogate escape") from exc
         return storable(obj)
@@ -46,7 +46,7 @@ def loads_exact(data: bytes) -> Any:
         # exponent is walked to be sure
         written = orjson.dumps(rest)
         if b"+" in written and b"e+" in written and _wide(rest):
-            return _json(data)
+            return loads_json(data)
     return obj
 
 
@@ -96,11 +96,12 @@ def _wide(value: Any) -> bool:
     return False
 
 
-def _json(data: bytes) -> Any:
-    """``data`` read by ``json``, refusing what orjson refuses too (``NaN``, a nesting past
-    what Python's recursion allows) with a ``ValueError``: the client's 400."""
+def loads_json(data: bytes, *, constants: bool = False) -> Any:
+    """``data`` read by ``json``: what orjson refuses and JSON's grammar allows (a lone
+    surrogate escape). ``NaN`` and ``Infinity`` only with ``constants``; a nesting past
+    what Python's recursion allows is a ``ValueError``, as orjson's depth limit is."""
     try:
-        return json.loads(data, parse_constant=_refuse)
+        return json.loads(data) if constants else json.loads(data, parse_constant=_refuse)
     except RecursionError as exc:
         raise ValueError("the JSON nests too deep") from exc
 
