@@ -152,7 +152,10 @@ class StreamAccumulator:
         if refusal:
             msg["refusal"] = refusal
         if legacy is not None:
-            msg["function_call"] = {"name": legacy.name, "arguments": _joined(legacy.arguments)}
+            msg["function_call"] = {
+                "name": _joined([legacy.name]),
+                "arguments": _joined(legacy.arguments),
+            }
         if choice.tool_calls:
             msg["tool_calls"] = [
                 _tool_call_dict(choice.tool_calls[i]) for i in sorted(choice.tool_calls)
@@ -295,10 +298,10 @@ def _kind(value: Any) -> str:
 def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if call.id is not None:
-        out["id"] = call.id
+        out["id"] = storable(call.id)
     out["type"] = call.type or "function"
-    out["function"] = {"name": call.name, "arguments": _joined(call.arguments)}
-    out.update(call.extra)
+    out["function"] = {"name": _joined([call.name]), "arguments": _joined(call.arguments)}
+    out.update(storable(call.extra))
     return out
 
 
