@@ -146,10 +146,12 @@ export async function* sseFrames(resp, heard = () => {}, said = () => {}) {
 // Send the history plus one message to the session's chat endpoint, streaming; onDelta gets
 // each piece of the answer's text. Resolves to the whole answer. A failure once the stream
 // opened is marked `opened`: the proxy ends that turn with its last event all the same.
-export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
+export async function chatStream(sessionId, body, onDelta, { signal, requestId } = {}) {
+  const extra = { "Content-Type": "application/json", Accept: "text/event-stream" };
+  if (requestId) extra["X-Request-Id"] = requestId; // the turn's context.usage names it
   const resp = await fetch(`${ROOT}/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
     method: "POST",
-    headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+    headers: headers(extra),
     body: JSON.stringify({ ...body, stream: true }),
     signal,
   });

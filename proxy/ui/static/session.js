@@ -309,7 +309,7 @@ export class SessionView {
         break;
       case "context.usage": // a turn's last event, whether or not it stored a reply
       case "session.message.appended":
-        if (name === "context.usage" && !this.replaying) this.composer.turnEnded();
+        if (name === "context.usage") this.composer.turnEnded(data, this.replaying);
         this.live.end();
         this.refresh(name === "context.usage" && this.evictedUnseen(data));
         break;

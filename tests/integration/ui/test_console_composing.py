@@ -211,3 +211,22 @@ def test_the_streams_first_replay_does_not_end_a_turn_sent_meanwhile(
     page.get_by_test_id("message").filter(has_text="Fresh answer.").wait_for()
     page.wait_for_timeout(300)  # a delta shown in the list would be by now
     assert page.evaluate("window.streamingItems") == 0
+
+
+def test_another_clients_turn_does_not_end_the_pages_own(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Another client's turn on the session (a second tab, an agent) ends with its own
+    context.usage, which names its request: it ends none of the page's turns, so the page's
+    reply, which streams after it, is not shown a second time in the list."""
+    started(console_proxy, "two-clients")
+    page = _watching(console, "two-clients")
+    page.evaluate("window.held = []")
+    fake_upstream.script(reply("Elsewhere."))
+    started(console_proxy, "two-clients")  # its events wait in the held stream
+    _send(page, fake_upstream, "one", "Own answer.")
+    _answered(page, "Own answer.")
+    page.evaluate("release()")
+    page.get_by_test_id("message").filter(has_text="Own answer.").wait_for()
+    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    assert page.evaluate("window.streamingItems") == 0
