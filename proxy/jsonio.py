@@ -111,10 +111,17 @@ def _refuse(name: str) -> Any:
 
 
 def dumps(obj: Any) -> bytes:
+    """``obj`` as JSON; what orjson refuses is written by ``json``: an integer beyond 64 bits,
+    and a lone surrogate half (a provider's, in an answer the proxy rewrites), as the escape
+    it came as, since no UTF-8 can carry it."""
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def dumps_sorted(obj: Any) -> bytes:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.jsonio import loads_exact
+from proxy.jsonio import dumps, loads_exact
 
 WIDE = 2**64 + 1
 
@@ -65,3 +65,11 @@ def test_what_json_refuses_or_orjson_refuses_otherwise_stays_refused(raw: bytes)
 def test_a_lone_half_nested_past_the_recursion_limit_is_refused_as_json() -> None:
     with pytest.raises(ValueError):
         loads_exact(b"[" * 1020 + b'"\\ud83d"' + b"]" * 1020)
+
+
+def test_a_lone_half_is_written_as_the_escape_it_came_as() -> None:
+    """A rewritten answer (internal rounds) keeps what else the provider sent, a lone half in
+    a logprobs token among it: it goes out as its escape, where no UTF-8 can carry it."""
+    body = {"a": "cut \ud83d", "n": 2**70}
+    assert dumps(body) == b'{"a":"cut \\ud83d","n":1180591620717411303424}'
+    assert json.loads(dumps(body)) == body
