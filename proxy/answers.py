@@ -14,7 +14,7 @@ import httpx
 from proxy.config import ProviderConfig
 from proxy.credentials import scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
-from proxy.jsonio import loads
+from proxy.jsonio import loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 
@@ -87,7 +87,7 @@ class Answer:
         try:
             return loads(self.content)
         except ValueError:
-            return json.loads(self.content)
+            return loads_json(self.content, constants=True)
 
     def usage(self) -> Any:
         """The answer's ``usage`` value (None when it has none), read from its last

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.jsonio import storable
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
 __all__ = [
@@ -151,7 +152,10 @@ class StreamAccumulator:
         if refusal:
             msg["refusal"] = refusal
         if legacy is not None:
-            msg["function_call"] = {"name": legacy.name, "arguments": _joined(legacy.arguments)}
+            msg["function_call"] = {
+                "name": _joined([legacy.name]),
+                "arguments": _joined(legacy.arguments),
+            }
         if choice.tool_calls:
             msg["tool_calls"] = [
                 _tool_call_dict(choice.tool_calls[i]) for i in sorted(choice.tool_calls)
@@ -294,10 +298,10 @@ def _kind(value: Any) -> str:
 def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if call.id is not None:
-        out["id"] = call.id
+        out["id"] = storable(call.id)
     out["type"] = call.type or "function"
-    out["function"] = {"name": call.name, "arguments": _joined(call.arguments)}
-    out.update(call.extra)
+    out["function"] = {"name": _joined([call.name]), "arguments": _joined(call.arguments)}
+    out.update(storable(call.extra))
     return out
 
 
@@ -306,23 +310,6 @@ def _joined(pieces: list[str]) -> str:
     and cut between chunks (``\\ud83d``, then ``\\ude00``) join (``storable``)."""
     text = "".join(pieces)
     return text if text.isascii() else storable(text)
-
-
-def storable(value: Any) -> Any:
-    """``value`` (a reply, or any part of one) with every string UTF-8 can carry: surrogate
-    halves that make a pair are joined, a half with no partner becomes U+FFFD, since no
-    store, hash or upstream body can hold it (JSON's grammar lets a provider send one)."""
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        return value
-    if isinstance(value, dict):
-        return {storable(k): storable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [storable(v) for v in value]
-    return value
 
 
 def _text(content: Any) -> str:

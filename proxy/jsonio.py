@@ -9,11 +9,12 @@ float, and a client may legitimately put one in a pass-through field: writes fal
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "dumps_sorted", "loads", "loads_exact"]
+__all__ = ["dumps", "dumps_sorted", "loads", "loads_exact", "loads_json", "storable"]
 
 loads = orjson.loads
 
@@ -25,8 +26,19 @@ def loads_exact(data: bytes) -> Any:
     came: orjson reads an integer beyond 64 bits (a JSON schema's bound) as a float, so a
     body whose fields hold a float that wide is read again by ``json``, which keeps the
     integer exact. ``messages`` is not searched (its texts are strings, and walking a long
-    history costs every request); a wide float there stays orjson's."""
-    obj = orjson.loads(data)
+    history costs every request); a wide float there stays orjson's. A lone high surrogate
+    escape (the half a reply was cut after, resent) is read as U+FFFD, as the stored reply
+    holds it (``storable``), so the history extends; orjson refuses it. A lone low one stays
+    refused: ``surrogateescape`` writes one for a byte that is no UTF-8 (README, the 400s)."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "low surrogate" not in str(exc):  # a high half with no low one after it
+            raise
+        obj = loads_json(data)
+        if _lone_low(obj):
+            raise ValueError("a string holds a lone low surrogate escape") from exc
+        return storable(obj)
     if isinstance(obj, dict):
         rest = [v for k, v in obj.items() if k != "messages"]
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
@@ -34,8 +46,39 @@ def loads_exact(data: bytes) -> Any:
         # exponent is walked to be sure
         written = orjson.dumps(rest)
         if b"+" in written and b"e+" in written and _wide(rest):
-            return json.loads(data, parse_constant=_refuse)
+            return loads_json(data)
     return obj
+
+
+def storable(value: Any) -> Any:
+    """``value`` (a reply, or any part of one) with every string UTF-8 can carry: surrogate
+    halves that make a pair are joined, a half with no partner becomes U+FFFD, since no
+    store, hash or upstream body can hold it (JSON's grammar lets a provider send one)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return value
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
+
+
+_LONE_LOW = re.compile("(?<![\ud800-\udbff])[\udc00-\udfff]")
+
+
+def _lone_low(value: Any) -> bool:
+    """Whether a string in ``value`` (keys too) holds a low surrogate no high one precedes."""
+    if isinstance(value, str):
+        return _LONE_LOW.search(value) is not None
+    if isinstance(value, dict):
+        return any(_lone_low(k) or _lone_low(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_lone_low(v) for v in value)
+    return False
 
 
 def _wide(value: Any) -> bool:
@@ -53,15 +96,32 @@ def _wide(value: Any) -> bool:
     return False
 
 
+def loads_json(data: bytes, *, constants: bool = False) -> Any:
+    """``data`` read by ``json``: what orjson refuses and JSON's grammar allows (a lone
+    surrogate escape). ``NaN`` and ``Infinity`` only with ``constants``; a nesting past
+    what Python's recursion allows is a ``ValueError``, as orjson's depth limit is."""
+    try:
+        return json.loads(data) if constants else json.loads(data, parse_constant=_refuse)
+    except RecursionError as exc:
+        raise ValueError("the JSON nests too deep") from exc
+
+
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is no JSON value")
 
 
 def dumps(obj: Any) -> bytes:
+    """``obj`` as JSON; what orjson refuses is written by ``json``: an integer beyond 64 bits,
+    and a lone surrogate half (a provider's, in an answer the proxy rewrites), as the escape
+    it came as, since no UTF-8 can carry it."""
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def dumps_sorted(obj: Any) -> bytes:

@@ -172,7 +172,7 @@ def parse_general(event: bytes) -> dict[str, Any] | None:
         return None
     try:
         obj = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past Python's limit: no chunk either
         return None
     return obj if isinstance(obj, dict) else None
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from proxy import requestlog
 from proxy.bus import EventBus
 from proxy.cascade.tokens import calibrate
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE, Event
@@ -88,6 +89,8 @@ class Turn:
         self._done = False
         self._began = False  # a statement ran that may have taken the lease
         self._held: writes.StepWrite | None = None  # a new session's messages, not yet stored
+        record = requestlog.current()  # its id names the turn in its context.usage
+        self.request_id = record.request_id if record is not None else None
         leases.hold(key)
 
     @property
@@ -284,6 +287,7 @@ class Turn:
                     "calibration": round(ratio, 4),
                     "model": step.route.model,
                     "reclaimed_tokens": row["reclaimed_tokens"] + step.reclaimed,
+                    "request_id": self.request_id,
                 },
             )
         ]

@@ -25,8 +25,9 @@ def _answer(body: bytes, content_type: str = "application/json") -> Answer:
         _answer(b'{"id": "c1", "choi'),
         _answer(b"<html>login</html>", "text/html"),
         _answer(b'{"id": "c1", "object": "chat.completion", "choices": [{"message": 3}]}'),
+        _answer(b'{"choices": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
     ],
-    ids=["error object", "JSON cut short", "HTML", "malformed choices"],
+    ids=["error object", "JSON cut short", "HTML", "malformed choices", "nested too deep"],
 )
 def test_a_whole_answer_that_is_no_completion_is_a_bad_response(answer: Answer) -> None:
     with pytest.raises(UpstreamUnavailable) as info:

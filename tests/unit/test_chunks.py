@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -54,6 +55,22 @@ def test_accumulator_joins_the_halves_of_a_character_cut_between_chunks() -> Non
     message = acc.message()
     assert message["content"] == "a \U0001f600 b \ufffd"
     assert message["tool_calls"][0]["function"]["arguments"] == '"\U0001f600"'
+
+
+def test_a_lone_half_in_a_calls_name_id_or_own_field_is_stored_as_a_replacement() -> None:
+    acc = StreamAccumulator()
+    call = {"index": 0, "id": "x\ud83d", "type": "function", "extra": {"sig": "s\ud83d"}}
+    acc.add(chunk(delta(tool_calls=[{**call, "function": {"name": "f\ud83d"}}])))
+    acc.add(chunk(delta(function_call={"name": "g\ud83d", "arguments": "{}"})))
+    message = acc.message()
+    made = message["tool_calls"][0]
+    assert (made["id"], made["function"]["name"], made["extra"]) == (
+        "x\ufffd",
+        "f\ufffd",
+        {"sig": "s\ufffd"},
+    )
+    assert message["function_call"]["name"] == "g\ufffd"
+    json.dumps(message, ensure_ascii=False).encode()  # what the reply's hash writes
 
 
 def test_accumulator_keeps_a_tool_calls_unknown_fields() -> None:

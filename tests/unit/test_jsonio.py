@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.jsonio import loads_exact
+from proxy.jsonio import dumps, loads_exact
 
 WIDE = 2**64 + 1
 
@@ -32,3 +32,44 @@ def test_an_exponent_in_a_string_or_a_narrow_float_changes_nothing() -> None:
     parsed = loads_exact(json.dumps(body).encode())
     assert parsed == body
     assert isinstance(parsed["x"], float)
+
+
+def test_a_lone_surrogate_escape_is_read_as_the_stored_reply_holds_it() -> None:
+    """A reply the provider cut after a character's first half is relayed as it came, and the
+    SDK hands the caller that half; the next request resends it. It is read with U+FFFD, as
+    the stored reply holds it, so the history extends (orjson refuses the escape: a 400)."""
+    raw = b'{"model":"m","messages":[{"role":"assistant","content":"cut \\ud83d"},'
+    raw += b'{"x":"\\ud83dA"}]}'
+    parsed = loads_exact(raw)
+    assert parsed["messages"] == [{"role": "assistant", "content": "cut \ufffd"}, {"x": "\ufffdA"}]
+    pair = b'{"messages":[],"a":"\\ud83d\\ude00","b":"\\ud83d"}'
+    assert loads_exact(pair) == {"messages": [], "a": "\U0001f600", "b": "\ufffd"}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a":"\\ud83d',
+        b'{"a":"\\ud83d","b":NaN}',
+        b"[" * 2000 + b"]" * 2000,
+        b'{"a":"\\udcff"}',  # surrogateescape's byte: the README's 400
+        b'{"a":"\\ud83d","b":"\\udcff"}',
+        b'{"a":"\\ud83d","\\udcff":1}',
+    ],
+)
+def test_what_json_refuses_or_orjson_refuses_otherwise_stays_refused(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        loads_exact(raw)
+
+
+def test_a_lone_half_nested_past_the_recursion_limit_is_refused_as_json() -> None:
+    with pytest.raises(ValueError):
+        loads_exact(b"[" * 1020 + b'"\\ud83d"' + b"]" * 1020)
+
+
+def test_a_lone_half_is_written_as_the_escape_it_came_as() -> None:
+    """A rewritten answer (internal rounds) keeps what else the provider sent, a lone half in
+    a logprobs token among it: it goes out as its escape, where no UTF-8 can carry it."""
+    body = {"a": "cut \ud83d", "n": 2**70}
+    assert dumps(body) == b'{"a":"cut \\ud83d","n":1180591620717411303424}'
+    assert json.loads(dumps(body)) == body

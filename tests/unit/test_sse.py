@@ -166,6 +166,8 @@ def test_parse_chunk() -> None:
     assert parse_chunk(KEEPALIVE) is None
     assert parse_chunk(b"data: not json\n\n") is None
     assert parse_chunk(b"data: [1]\n\n") is None
+    # nested past orjson's depth limit and Python's recursion limit: no chunk, not a crash
+    assert parse_chunk(b'data: {"a":' + b"[" * 5000 + b"]" * 5000 + b"}\n\n") is None
 
 
 _JSON = st.recursive(

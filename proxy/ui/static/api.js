@@ -144,28 +144,36 @@ export async function* sseFrames(resp, heard = () => {}, said = () => {}) {
 }
 
 // Send the history plus one message to the session's chat endpoint, streaming; onDelta gets
-// each piece of the answer's text. Resolves to the whole answer.
-export async function chatStream(sessionId, body, onDelta, { signal } = {}) {
+// each piece of the answer's text. Resolves to the whole answer. A failure once the stream
+// opened is marked `opened`: the proxy ends that turn with its last event all the same.
+export async function chatStream(sessionId, body, onDelta, { signal, requestId } = {}) {
+  const extra = { "Content-Type": "application/json", Accept: "text/event-stream" };
+  if (requestId) extra["X-Request-Id"] = requestId; // the turn's context.usage names it
   const resp = await fetch(`${ROOT}/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
     method: "POST",
-    headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+    headers: headers(extra),
     body: JSON.stringify({ ...body, stream: true }),
     signal,
   });
   if (!resp.ok) throw await failure(resp);
   let text = "";
-  for await (const frame of sseFrames(resp)) {
-    if (frame.data === "[DONE]") break;
-    let chunk;
-    try { chunk = JSON.parse(frame.data); } catch (_) { continue; }
-    if (chunk.error) throw new ApiError(502, chunk.error.message || "the stream failed");
-    for (const choice of chunk.choices || []) {
-      const piece = choice.delta && choice.delta.content;
-      if (piece) {
-        text += piece;
-        onDelta(piece, text);
+  try {
+    for await (const frame of sseFrames(resp)) {
+      if (frame.data === "[DONE]") break;
+      let chunk;
+      try { chunk = JSON.parse(frame.data); } catch (_) { continue; }
+      if (chunk.error) throw new ApiError(502, chunk.error.message || "the stream failed");
+      for (const choice of chunk.choices || []) {
+        const piece = choice.delta && choice.delta.content;
+        if (piece) {
+          text += piece;
+          onDelta(piece, text);
+        }
       }
     }
+  } catch (err) {
+    if (err && typeof err === "object") err.opened = true;
+    throw err;
   }
   return text;
 }

@@ -11,6 +11,13 @@ const $ = (id) => document.getElementById(id);
 // never bring the event).
 export const LAST_EVENT_WAIT_MS = 5000;
 
+// A request id of the page's own: crypto.randomUUID needs a secure context, which a console
+// served over plain HTTP on a LAN address is not.
+function turnId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return "ui-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 export class Composer {
   constructor(view) {
     this.view = view; // the SessionView: its id, session, ui, abort and refresh
@@ -27,9 +34,18 @@ export class Composer {
     return this.turns.length > 0;
   }
 
-  // A turn's last event (context.usage), whether or not it stored a reply.
-  turnEnded() {
-    const turn = this.turns.shift();
+  // A turn's last event (context.usage), whether or not it stored a reply. It names the
+  // request of its turn: one of the page's own ends it and those before it (events come in
+  // order); another's (a second tab's, another client's) ends none. One that names none (a
+  // proxy before it did) ends the oldest, unless the stream's first replay brought it.
+  turnEnded(data = {}, replayed = false) {
+    const id = data.request_id;
+    if (typeof id === "string") {
+      const at = this.turns.findIndex((t) => t.id === id);
+      for (const turn of at < 0 ? [] : this.turns.splice(0, at + 1)) turn.end();
+      return;
+    }
+    const turn = replayed ? null : this.turns.shift();
     if (turn) turn.end();
   }
 
@@ -79,7 +95,7 @@ export class Composer {
     const signal = this.view.abort.signal;
     this.sending = true;
     const earlier = this.turns[this.turns.length - 1];
-    const turn = {};
+    const turn = { id: turnId() };
     turn.ended = new Promise((done) => { turn.end = done; });
     this.turns.push(turn);
     $("composer-send").disabled = true;
@@ -94,12 +110,14 @@ export class Composer {
       const model = $("composer-model").value.trim();
       if (model) body.model = model;
       await chatStream(this.view.id, body, (_piece, whole) => { answer.textContent = whole; },
-        { signal });
+        { signal, requestId: turn.id });
       input.value = "";
       answer.dataset.state = "done";
     } catch (err) {
       answer.dataset.state = "failed";
-      this.turns = this.turns.filter((t) => t !== turn); // it may send no last event
+      // a turn refused before its stream opened sends no last event; one whose stream
+      // opened sends it however the stream ended, and stays to take it
+      if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
       if (!signal.aborted) this.view.ui.handleError(err, "The message was not answered");
     } finally {
       this.sending = false;

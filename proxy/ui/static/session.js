@@ -32,6 +32,9 @@ export class SessionView {
     this.memory = new MemoryPrompt(id, ui, this.abort.signal);
     this.following = false; // the event stream is open or reconnecting
     this.missing = false; // the last load found no such session
+    // The stream's first replay is under way: the context.usage events it brings are those of
+    // turns before the view opened, which end none of the page's own.
+    this.replaying = false;
     this.loadingEarlier = false; // a "load earlier" is under way
     this.evictionShown = null; // the eviction total the rows shown reflect (reclaimed.eviction)
     this.evictionHeard = 0; // the largest a turn's context.usage named before that was known
@@ -66,6 +69,7 @@ export class SessionView {
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
     this.refresh(true);
+    this.replaying = true;
     this.follow();
   }
 
@@ -85,6 +89,7 @@ export class SessionView {
     let again = false; // the stream was open before: this is a reconnection
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
+        if (state !== "reconnecting") this.replaying = false;
         if (state === "gone" || state === "forbidden") {
           this.following = false;
           if (lost) { lost.remove(); lost = null; }
@@ -304,7 +309,7 @@ export class SessionView {
         break;
       case "context.usage": // a turn's last event, whether or not it stored a reply
       case "session.message.appended":
-        if (name === "context.usage") this.composer.turnEnded();
+        if (name === "context.usage") this.composer.turnEnded(data, this.replaying);
         this.live.end();
         this.refresh(name === "context.usage" && this.evictedUnseen(data));
         break;

@@ -7,6 +7,8 @@ so the next request rewrote the history instead of extending it."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 
@@ -79,6 +81,20 @@ def test_a_half_with_no_partner_is_stored_as_a_replacement_character(
 
     assert wait_for(lambda: len(rows()) == 2)
     assert rows()[-1]["message"]["content"] == "cut \ufffd"
+    # the client resends the half it was given (an SDK writes it as its escape): the history
+    # extends, where orjson refused the body (400) and the conversation could not go on
+    cut = {"role": "assistant", "content": "cut \ud83d"}
+    again = [*turn, cut, {"role": "user", "content": "go"}]
+    resent = json.dumps({"model": "m", "messages": again}).encode()
+    answer = http.post(
+        "/v1/chat/completions",
+        content=resent,
+        headers={"x-session-id": sid, "content-type": "application/json"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert wait_for(lambda: len(rows()) == 4)
+    assert [r["superseded"] for r in rows()] == [False] * 4
+    assert fake_upstream.bodies()[-1]["messages"][1]["content"] == "cut \ufffd"
 
 
 def test_a_whole_answer_holding_a_lone_half_is_relayed_and_stored_with_a_replacement(

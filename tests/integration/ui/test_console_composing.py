@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.services.turn import Turn
-from tests.fakes.replies import reply
+from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
@@ -162,3 +162,71 @@ def test_a_message_sent_at_once_resends_the_reply_stored_after_its_answer(
     _send(page, fake_upstream, "two", "Second answer.")
     _answered(page, "Second answer.")
     assert [m["content"] for m in fake_upstream.bodies()[-1]["messages"]] == HISTORY
+
+
+def test_a_turn_that_failed_mid_stream_ends_at_its_own_last_event(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A stream that opened and then failed (the provider's error event) still ends its turn
+    with context.usage: the turn stays in the page's queue until then, so that event does not
+    end the next turn, whose deltas would show a second time in the list."""
+    started(console_proxy, "failed-turn")
+    page = _watching(console, "failed-turn")
+    page.evaluate("window.held = []")
+    fake_upstream.script(
+        raw(
+            'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
+            '"choices":[{"index":0,"delta":{"role":"assistant","content":"Half"},'
+            '"finish_reason":null}]}\n\n',
+            'data: {"error":{"message":"overloaded","type":"server_error","code":null}}\n\n',
+        )
+    )
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    page.locator("[data-testid=assistant-message][data-state=failed]").wait_for()
+    _send(page, fake_upstream, "two", "Second answer.")
+    page.wait_for_timeout(300)
+    page.evaluate("release()")
+    _answered(page, "Second answer.")
+    page.get_by_test_id("message").filter(has_text="Second answer.").wait_for()
+    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    assert page.evaluate("window.streamingItems") == 0
+
+
+def test_the_streams_first_replay_does_not_end_a_turn_sent_meanwhile(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The stream a view opens replays the session's events, earlier turns' context.usage
+    among them: a message sent before that replay came is not ended by them, so its reply's
+    deltas, which come after, are not shown a second time in the list."""
+    started(console_proxy, "replayed")
+    console.page.add_init_script(_HELD_EVENTS)
+    console.page.add_init_script("window.held = []")
+    page = sign_in(console, "#/s/replayed")
+    page.get_by_test_id("message").first.wait_for()
+    page.evaluate(_COUNT_STREAMING)
+    _send(page, fake_upstream, "one", "Fresh answer.")
+    _answered(page, "Fresh answer.")
+    page.evaluate("release()")
+    page.get_by_test_id("message").filter(has_text="Fresh answer.").wait_for()
+    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    assert page.evaluate("window.streamingItems") == 0
+
+
+def test_another_clients_turn_does_not_end_the_pages_own(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Another client's turn on the session (a second tab, an agent) ends with its own
+    context.usage, which names its request: it ends none of the page's turns, so the page's
+    reply, which streams after it, is not shown a second time in the list."""
+    started(console_proxy, "two-clients")
+    page = _watching(console, "two-clients")
+    page.evaluate("window.held = []")
+    fake_upstream.script(reply("Elsewhere."))
+    started(console_proxy, "two-clients")  # its events wait in the held stream
+    _send(page, fake_upstream, "one", "Own answer.")
+    _answered(page, "Own answer.")
+    page.evaluate("release()")
+    page.get_by_test_id("message").filter(has_text="Own answer.").wait_for()
+    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    assert page.evaluate("window.streamingItems") == 0
