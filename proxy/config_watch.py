@@ -57,8 +57,8 @@ class ConfigHolder:
     ) -> None:
         self.current = config
         self.path = path
-        self.loaded = data  # the bytes ``config`` was read from, when known
-        self.judged = data  # the bytes last judged, in force or refused (the watcher's)
+        # the bytes last judged, in force or refused: first those ``config`` was read from
+        self.judged = data
         self.vet: Vet | None = None
         self.on_reloaded: Callable[[Config], None] | None = None
         self._warn(os.environ)
