@@ -193,15 +193,19 @@ ORDER BY e.id LIMIT $3
 """
 
 
+def _facts(value: Any) -> list[str]:
+    """A suggestion's stored ``facts``: the strings of a list, none from anything else (a
+    string would be read letter by letter)."""
+    return [f for f in value if isinstance(f, str)] if isinstance(value, list) else []
+
+
 def _suggestion(row: Any) -> dict[str, Any]:
-    """A suggestion event's fields; its ``facts`` are the strings of a list (a string would
-    be read letter by letter), as ``fetch_pending_facts`` reads them."""
+    """A suggestion event's fields, its ``facts`` read by ``_facts``."""
     data = decode_json(row["data"])
-    facts = data.get("facts")
     return {
         "suggestion_id": data.get("suggestion_id"),
         "session_id": row["session_id"],
-        "facts": [f for f in facts if isinstance(f, str)] if isinstance(facts, list) else [],
+        "facts": _facts(data.get("facts")),
         "scope": data.get("scope"),
         "created_at": row["created_at"],
     }
@@ -229,8 +233,7 @@ async def fetch_pending_facts(conn: Executor, *, tenant: str, scope: str) -> lis
     """The facts of the suggestions for ``scope`` nobody has answered yet: promotion leaves
     them out of a new suggestion, as it leaves out the scope's stored facts."""
     rows = await conn.fetch(PENDING_FACTS, tenant, MEMORY_SUGGESTION, scope)
-    facts = (decode_json(row["facts"]) for row in rows)
-    return [f for listed in facts if isinstance(listed, list) for f in listed if isinstance(f, str)]
+    return [fact for row in rows for fact in _facts(decode_json(row["facts"]))]
 
 
 FETCH_SUGGESTION = """
