@@ -47,8 +47,9 @@ def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, 
         out.append(_post(origin, sid, _user("first"), stream=True))
 
     holder = threading.Thread(target=post)
+    asked = len(fake.requests)  # counted before the request can arrive
     holder.start()
-    fake.wait_for_requests(len(fake.requests) + 1)  # at the provider: the session is held
+    fake.wait_for_requests(asked + 1)  # at the provider: the session is held
     return holder, out, pacer
 
 
