@@ -59,8 +59,9 @@ def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, 
             out.append(c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid}))
 
     holder = threading.Thread(target=post)
+    asked = len(fake.requests)  # counted before the request can arrive
     holder.start()
-    fake.wait_for_requests(len(fake.requests) + 1)  # at the provider: the session is held
+    fake.wait_for_requests(asked + 1)  # at the provider: the session is held
     return holder, out, pacer
 
 
