@@ -17,7 +17,7 @@ from proxy.cascade.briefing import SECTIONS
 from proxy.cascade.observations import is_observation
 from proxy.cascade.rounds import call_functions
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import content_text
+from proxy.cascade.text import content_text, quote_closing_tag
 from proxy.cascade.types import (
     LEADING_ROLES,
     CompactionPlan,
@@ -306,6 +306,11 @@ def needs_reflect(summary: str, *, count: TokenCounter, reflect_tokens: int) -> 
 # --- folding --------------------------------------------------------------------------------
 
 _OPEN, _CLOSE = "<conversation_summary>\n", "\n</conversation_summary>"
+_QUOTED_CLOSE = "</conversation-summary>"
+"""What a ``</conversation_summary>`` the summary quotes (a task about this proxy, a user's
+text it folded), in any spelling a model reads as one, reads as in the block, so the block
+ends where the proxy says and a second fold replaces all of it, as recitation quotes its
+``</plan>``."""
 
 
 def _strip_block(text: str) -> str:
@@ -335,13 +340,15 @@ def fold_summary(
     prefix survives and strict providers see one system block). When the first non-system
     message is not a user message, a user message carrying only the summary is inserted
     there; user/assistant alternation stays valid. Folding twice replaces the earlier block
-    instead of stacking a second one; no summary leaves the messages unchanged.
+    instead of stacking a second one; no summary leaves the messages unchanged. A closing
+    tag the summary holds is quoted (``_QUOTED_CLOSE``).
     """
     if summary is None or not summary.strip():
         return tuple(messages)
     n = min(max(system_count, 0), len(messages))
     head, rest = tuple(messages[:n]), tuple(messages[n:])
-    block = f"{_OPEN}{summary.strip()}{_CLOSE}"
+    inner = quote_closing_tag(summary.strip(), "conversation_summary", _QUOTED_CLOSE)
+    block = f"{_OPEN}{inner}{_CLOSE}"
     if rest and rest[0].get("role") == "user":
         return (*head, _with_block(rest[0], block), *rest[1:])
     return (*head, {"role": "user", "content": block}, *rest)
