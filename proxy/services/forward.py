@@ -74,6 +74,18 @@ def _closing_frames(
     return [*frames, sse.DONE]
 
 
+async def _end(
+    turn: Turn, reply: Mapping[str, Any] | None, prompt_tokens: Any, *, refused: bool
+) -> None:
+    """End a stream's turn: ``finish`` with what the client saw, or, when a later round's
+    error became the response's status (``Refused``), ``abort`` as ``nonstream`` ends a
+    refused call, storing no usage (docs/events.md)."""
+    if refused:
+        await turn.abort()
+    else:
+        await turn.finish(reply, prompt_tokens)
+
+
 class Forwarder:
     """Calls upstream for a turn's step and relays the answer; the turn ends with it
     (``Turn.finish`` with the reply, ``Turn.abort`` when there is none to store). With a
@@ -253,10 +265,12 @@ class Forwarder:
     ) -> AsyncGenerator[bytes, None]:
         """The client's one stream: each round's answer relayed in turn, ``read_tool_output``
         answered between rounds, and the turn ended in ``finally`` however the stream ends
-        (the client's hang-up included), with the reply the client saw."""
+        (the client's hang-up included), with the reply the client saw; a later round's
+        ``Refused`` ends it as ``nonstream`` ends a refused call, storing no usage."""
         step = turn.prepared
         reply: dict[str, Any] | None = None
         prompt_tokens = None
+        refused = False
         tap = deltas.tap(self.bus, self.pool, step)
         try:
             messages = list(step.assembled.messages)
@@ -270,6 +284,7 @@ class Forwarder:
                     yield client.emit(comment)
                 resp, error, refusal = await round_response(send)
                 if refusal is not None:
+                    refused = not client.opened  # then raised: the response is its status
                     refuse(step.route.provider, refusal, opened=client.opened)
                 if error is not None:
                     yield client.emit(error)
@@ -307,7 +322,7 @@ class Forwarder:
             with anyio.CancelScope(shield=True):
                 await drop(send)
                 await tap.close()  # the last delta, before the stored reply's event
-                await turn.finish(reply, prompt_tokens)
+                await _end(turn, reply, prompt_tokens, refused=refused)
 
     async def _relay(
         self,

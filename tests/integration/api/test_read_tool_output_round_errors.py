@@ -23,7 +23,7 @@ from tests.integration.api.read_tool_output_helpers import (
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
 )
-from tests.integration.transcripts import api, blob
+from tests.integration.transcripts import api, blob, replay_events
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -46,7 +46,11 @@ def test_a_later_rounds_429_before_any_frame_keeps_its_status(
     assert info.value.response.headers["x-session-id"] == "limited"
     with api(proxy) as http:
         rows = http.get("/v1/sessions/limited/messages").json()["data"]
+        names = [name for name, _ in replay_events(http, "limited")]
     assert [r["message"]["role"] for r in rows] == ["user", "assistant", "tool"]
+    # refused with a status: no context.usage on either path (docs/events.md), though the
+    # provider answered the round before
+    assert "context.usage" not in names, names
 
     out = chat(proxy, "limited", messages, stream=stream)  # the retry an SDK makes
     if stream:
