@@ -9,7 +9,6 @@ float, and a client may legitimately put one in a pass-through field: writes fal
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -26,19 +25,17 @@ def loads_exact(data: bytes) -> Any:
     came: orjson reads an integer beyond 64 bits (a JSON schema's bound) as a float, so a
     body whose fields hold a float that wide is read again by ``json``, which keeps the
     integer exact. ``messages`` is not searched (its texts are strings, and walking a long
-    history costs every request); a wide float there stays orjson's. A lone high surrogate
-    escape (the half a reply was cut after, resent) is read as U+FFFD, as the stored reply
-    holds it (``storable``), so the history extends; orjson refuses it. A lone low one stays
-    refused: ``surrogateescape`` writes one for a byte that is no UTF-8 (README, the 400s)."""
+    history costs every request); a wide float there stays orjson's. A lone surrogate
+    escape, high or low (the half of a reply's character the provider sent, resent), is
+    read as U+FFFD, as the stored reply holds it (``storable``), so the history extends;
+    orjson refuses it. A low one ``surrogateescape`` wrote for a byte that is no UTF-8 reads
+    the same: as a stream's invalid byte does (README, Streaming)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        if "low surrogate" not in str(exc):  # a high half with no low one after it
+        if "surrogate" not in str(exc):  # "no low surrogate", "invalid high surrogate"
             raise
-        obj = loads_json(data)
-        if _lone_low(obj):
-            raise ValueError("a string holds a lone low surrogate escape") from exc
-        return storable(obj)
+        return storable(loads_json(data))
     if isinstance(obj, dict):
         rest = [v for k, v in obj.items() if k != "messages"]
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
@@ -65,20 +62,6 @@ def storable(value: Any) -> Any:
     if isinstance(value, list):
         return [storable(v) for v in value]
     return value
-
-
-_LONE_LOW = re.compile("(?<![\ud800-\udbff])[\udc00-\udfff]")
-
-
-def _lone_low(value: Any) -> bool:
-    """Whether a string in ``value`` (keys too) holds a low surrogate no high one precedes."""
-    if isinstance(value, str):
-        return _LONE_LOW.search(value) is not None
-    if isinstance(value, dict):
-        return any(_lone_low(k) or _lone_low(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_lone_low(v) for v in value)
-    return False
 
 
 def _wide(value: Any) -> bool:

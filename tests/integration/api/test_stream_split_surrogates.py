@@ -11,6 +11,7 @@ import json
 
 import httpx
 import openai
+import pytest
 
 from tests.fakes.replies import raw
 from tests.fakes.upstream import FakeUpstream
@@ -61,13 +62,17 @@ def test_a_character_split_into_escaped_halves_is_stored_whole(
     assert not [r for r in records.errors() if r.levelname == "ERROR"]
 
 
+@pytest.mark.parametrize("half", ["\ud83d", "\ude00"], ids=["high", "low"])
 def test_a_half_with_no_partner_is_stored_as_a_replacement_character(
-    proxy: ProxyServer, http: httpx.Client, fake_upstream: FakeUpstream
+    proxy: ProxyServer, http: httpx.Client, fake_upstream: FakeUpstream, half: str
 ) -> None:
-    sid = "lone-half"
+    """Either half alone: a provider that cuts a character keeps its first half or, from a
+    gateway that drops the first, its second, and the client resends what it was given."""
+    sid = f"lone-half-{ord(half):x}"
+    escape = json.dumps(half)[1:-1]
     fake_upstream.script(
         raw(
-            _frame('{"role":"assistant","content":"cut \\ud83d"}'),
+            _frame(f'{{"role":"assistant","content":"cut {escape}"}}'),
             _frame("{}", '"stop"'),
             "data: [DONE]\n\n",
         )
@@ -83,7 +88,7 @@ def test_a_half_with_no_partner_is_stored_as_a_replacement_character(
     assert rows()[-1]["message"]["content"] == "cut \ufffd"
     # the client resends the half it was given (an SDK writes it as its escape): the history
     # extends, where orjson refused the body (400) and the conversation could not go on
-    cut = {"role": "assistant", "content": "cut \ud83d"}
+    cut = {"role": "assistant", "content": f"cut {half}"}
     again = [*turn, cut, {"role": "user", "content": "go"}]
     resent = json.dumps({"model": "m", "messages": again}).encode()
     answer = http.post(
