@@ -173,7 +173,9 @@ async def compact_session(
     nothing compacted), so a compact sent the instant a reply arrives folds that reply, and
     gives its turn back before the summariser is called: the compaction holds its own claim,
     not the session's lease. Its client leaving while it then waits for a compaction in
-    flight (here, or its claim on another replica) ends it too, nothing compacted. A key
+    flight (here, or its claim on another replica) ends it too, nothing compacted; once the
+    summariser is called it is not watched: the call is paid for, and the compaction
+    completes and is stored for the session's next request (README, "Timing of writes"). A key
     limited to ``agents`` is held to them as it arrives (``api.deps.reach_session``), as it
     takes its turn, and again once the compaction holds its claim: one that waited while
     another key's request moved the session to another agent raises ``AgentRefused``,

@@ -9,9 +9,11 @@ model is called, so the agent's next request is served while the summary is writ
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -150,3 +152,38 @@ def test_a_compact_whose_client_leaves_while_another_compaction_runs_compacts_no
         time.sleep(0.8)  # a poll of the claim lands at most 0.5 s after it is freed
         assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
         assert [r["version"] for r in s.summaries("claimed")] == [1]
+
+
+def test_a_compact_whose_client_leaves_during_the_summariser_call_completes(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """Once the fast model is called the work is paid for: a client that leaves then (its
+    connection closed) does not throw it away. The compaction completes and is stored, so
+    the session's next request is folded by it, as if the client had stayed (README,
+    Decisions, "Timing of writes")."""
+    held = Pacer(first=True)  # the briefing, until the test lets it come
+    model = Model(fast_pacer=held)
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        agent = Agent(s.client("left"))
+        _history(agent)
+        s.replied("left")
+        origin = urlsplit(s.proxy.origin)
+        assert origin.hostname is not None and origin.port is not None
+        with socket.create_connection((origin.hostname, origin.port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v1/sessions/left/compact HTTP/1.1\r\n"
+                + f"Host: {origin.netloc}\r\nAuthorization: Bearer {CLIENT_KEY}\r\n".encode()
+                + b"Content-Length: 0\r\n\r\n"
+            )
+            wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        time.sleep(0.3)  # the server has read the hang-up before the briefing comes
+        held.allow(20)
+        wait_until(lambda: s.summaries("left"), 10, "the summary of the abandoned compact")
+        assert not held.expired
+        (row,) = s.summaries("left")
+        assert row["version"] == 1 and row["invalidated_at"] is None
+        ended = s.events("left", "context.compaction.completed", "context.compaction.failed")
+        assert [e["name"] for e in ended] == ["context.compaction.completed"], ended
+        assert ended[0]["trigger"] == "api"
+        agent.say("after")  # folded by the summary the abandoned compact stored
+        assert "<conversation_summary>" in str(s.main_bodies()[-1]["messages"])
