@@ -7,11 +7,12 @@ the error reaches it as a non-streamed request's does, with the provider's statu
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import openai
 import pytest
 
-from tests.fakes.replies import context_length_exceeded, rate_limited, reply
+from tests.fakes.replies import context_length_exceeded, error, rate_limited, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.read_tool_output_helpers import (
@@ -23,7 +24,7 @@ from tests.integration.api.read_tool_output_helpers import (
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
 )
-from tests.integration.transcripts import api, blob, replay_events
+from tests.integration.transcripts import api, blob, replay_events, sdk
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -111,3 +112,35 @@ def test_a_client_that_hangs_up_after_the_read_ahead_ends_the_turn(
     started = time.monotonic()
     assert chat(proxy, "gone", messages).choices[0].message.content == "next"
     assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_a_clients_idempotency_key_is_not_forwarded(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    """A client's ``Idempotency-Key`` (the SDKs keep one across a request's retries) is kept
+    from the provider (README, "What the provider sees"): the proxy makes more than one call
+    of a request (the internal rounds), each with another body, and a retry's prompt may
+    differ from the first try's, so a provider that honours the key would answer a later
+    call with an earlier one's answer, or refuse it as the key reused."""
+    fake_upstream.script(
+        error(500, headers={"retry-after-ms": "10"}),
+        reply(None, tool_calls=[read_call(id="call_big", offset=0)]),
+        reply("found it"),
+    )
+    messages = history("call_big", blob(9000, "big"))
+    client = sdk(proxy, f"keyed-{stream}").with_options(max_retries=1)
+    out: Any = client.chat.completions.create(
+        model="gpt-4o",
+        messages=messages,
+        tools=CLIENT_TOOLS,
+        stream=stream,
+        extra_headers={"Idempotency-Key": "stainless-retry-1"},
+    )
+    if stream:
+        text = "".join(c.choices[0].delta.content or "" for c in out if c.choices)
+    else:
+        text = out.choices[0].message.content
+    assert text == "found it"
+    assert len(fake_upstream.requests) == 3  # the refused call, then two rounds
+    assert all("idempotency-key" not in r.headers for r in fake_upstream.requests)
