@@ -191,7 +191,24 @@ def _clip(text: str, cap: int | None) -> str:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail :]}"
 
 
+_QUOTED = {
+    "conversation": "</conversation-text>",
+    "previous_summary": "</previous-summary>",
+    "summary": "</summary-text>",
+}
+"""A block's closing tag as the text in it (a message of the span, the previous summary) reads
+it, so the block ends where the proxy says: nothing in it reads as the proxy's own words."""
+
+
+def _quoted(text: str, block: str) -> str:
+    return quote_closing_tag(text, block, _QUOTED[block])
+
+
 def _render(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
+    return _quoted(_rendered(m, tool_cap=tool_cap, cap=cap), "conversation")
+
+
+def _rendered(m: Message, *, tool_cap: int | None, cap: int | None) -> str:
     role = str(m.get("role") or "unknown")
     body = content_text(m.get("content"), media=True)
     if role == "tool":
@@ -250,7 +267,7 @@ def build_prompt(
     system = _SYSTEM_PROMPT.format(
         headings=_headings(), target=target_tokens, words=target_tokens * 3 // 4
     )
-    previous = plan.previous or ""
+    previous = _quoted(plan.previous or "", "previous_summary")
 
     def fits(msgs: list[Message]) -> bool:
         return count(msgs) <= max_input_tokens
@@ -294,7 +311,7 @@ def build_reflect_prompt(summary: str, *, target_tokens: int) -> list[Message]:
     )
     return [
         {"role": "system", "content": system},
-        {"role": "user", "content": f"<summary>\n{summary}\n</summary>"},
+        {"role": "user", "content": f"<summary>\n{_quoted(summary, 'summary')}\n</summary>"},
     ]
 
 
