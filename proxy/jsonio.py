@@ -33,7 +33,10 @@ def loads_exact(data: bytes) -> Any:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        if "surrogate" not in str(exc):  # "no low surrogate", "invalid high surrogate"
+        said = str(exc)
+        # a lone escape ("no low surrogate", "invalid high surrogate"); bytes that are no
+        # UTF-8 ("surrogates not allowed" among them) stay refused
+        if "low surrogate" not in said and "high surrogate" not in said:
             raise
         return storable(loads_json(data))
     if isinstance(obj, dict):

@@ -68,6 +68,8 @@ def test_a_lone_low_half_is_read_as_a_lone_high_one_is(raw: bytes, read: object)
         b'{"a":"\\ud83d',
         b'{"a":"\\ud83d","b":NaN}',
         b"[" * 2000 + b"]" * 2000,
+        b'{"a":"\xed\xa0\x80"}',  # a surrogate's bytes: no UTF-8, unlike its escape
+        b'{"a":"\xed\xb0\x80"}',
     ],
 )
 def test_what_json_refuses_or_orjson_refuses_otherwise_stays_refused(raw: bytes) -> None:
