@@ -43,6 +43,8 @@ class _Choice:
     tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
     function_call: _ToolCall | None = None  # the legacy ``functions`` API's one call
     finish_reason: str | None = None
+    # a provider's own text fields (DeepSeek's ``reasoning_content``), joined as content is
+    texts: dict[str, list[str]] = field(default_factory=dict)
 
 
 class StreamAccumulator:
@@ -92,12 +94,7 @@ class StreamAccumulator:
             return
         if delta.get("role") is not None:
             choice.role = delta["role"]
-        content = delta.get("content")
-        if isinstance(content, str):
-            choice.content.append(content)
-        refusal = delta.get("refusal")
-        if isinstance(refusal, str):
-            choice.refusal.append(refusal)
+        _add_texts(choice, delta)
         legacy = delta.get("function_call")
         if is_map(legacy):
             if choice.function_call is None:
@@ -140,7 +137,8 @@ class StreamAccumulator:
 
         ``content`` is omitted when empty beside tool calls, a legacy ``function_call`` or a
         refusal, but kept as ``""`` otherwise so the message stays valid to send upstream
-        again.
+        again. A provider's own text field of the deltas (``reasoning_content``) is joined as
+        ``content`` is, so the stored reply is the message a non-streamed answer would give.
         """
         choice = self._choices.get(index) or _Choice()
         msg: dict[str, Any] = {"role": choice.role or "assistant"}
@@ -151,6 +149,9 @@ class StreamAccumulator:
             msg["content"] = content
         if refusal:
             msg["refusal"] = refusal
+        for key, pieces in choice.texts.items():
+            if text := _joined(pieces):
+                msg[key] = text
         if legacy is not None:
             msg["function_call"] = {
                 "name": _joined([legacy.name]),
@@ -183,6 +184,7 @@ class StreamAccumulator:
 
 
 _HEAD = ("id", "model", "created", "system_fingerprint")
+_DELTA_KEYS = frozenset(("role", "content", "refusal", "function_call", "tool_calls"))
 
 
 def index_of(part: Mapping[str, Any], place: int) -> int:
@@ -191,6 +193,20 @@ def index_of(part: Mapping[str, Any], place: int) -> int:
     does the relay (``relay_calls``), so both name a call alike."""
     index = part.get("index")
     return index if isinstance(index, int) and not isinstance(index, bool) else place
+
+
+def _add_texts(choice: _Choice, delta: Mapping[str, Any]) -> None:
+    """The delta's text pieces: ``content``, ``refusal`` and a provider's own text fields,
+    which a non-streamed reply's message keeps too."""
+    for key, value in delta.items():
+        if not isinstance(value, str):
+            continue
+        if key == "content":
+            choice.content.append(value)
+        elif key == "refusal":
+            choice.refusal.append(value)
+        elif key not in _DELTA_KEYS:
+            choice.texts.setdefault(key, []).append(value)
 
 
 def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:

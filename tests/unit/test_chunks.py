@@ -25,6 +25,15 @@ def test_accumulator_builds_text_message() -> None:
     assert (acc.id, acc.model, acc.created) == ("c1", "m", 7)
 
 
+def test_accumulator_keeps_a_providers_text_fields_joined_and_drops_empty_ones() -> None:
+    acc = StreamAccumulator()
+    acc.add(chunk(delta(role="assistant", content=None, reasoning_content="Think", extra="")))
+    acc.add(chunk(delta(reasoning_content="ing.", audio={"id": "a"}, tokens=[1])))
+    acc.add(chunk(delta(content="Hi", reasoning_content=None)))
+    acc.add(chunk(delta(finish="stop")))
+    assert acc.message() == {"role": "assistant", "content": "Hi", "reasoning_content": "Thinking."}
+
+
 def test_accumulator_builds_tool_calls_by_index() -> None:
     acc = StreamAccumulator()
     acc.add(chunk(delta(role="assistant", content=None)))
