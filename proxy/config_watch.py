@@ -126,11 +126,8 @@ async def reread(
     if holder.path is None:
         log.info("SIGHUP: no config file, the defaults are in force: nothing to reload")
         return
-    path = holder.path.absolute()
-    if _read(path) == holder.judged:
+    if not await _check(holder, holder.path.absolute(), emit, stop):
         log.info("SIGHUP: config %s unchanged since it was last read", holder.path)
-        return
-    await _check(holder, path, emit, stop)
 
 
 class Hangup:
@@ -262,21 +259,23 @@ async def _check(
     path: Path,
     emit: Callable[[str, dict[str, Any]], None],
     stop: asyncio.Event,
-) -> None:
-    """Reload when the file's bytes differ from the ones last judged (``holder.judged``)."""
+) -> bool:
+    """Reload when the file's bytes differ from the ones last judged (``holder.judged``);
+    False when they do not, nothing done (SIGHUP's :func:`reread` says so)."""
     now = _read(path)
     if now == holder.judged:  # unchanged, or still missing: said once already
-        return
+        return False
     now = await _settled(path, now, stop)
     if now == holder.judged or stop.is_set():
-        return
+        return True
     holder.judged = now
     try:
         event = holder.reload(data=now)
     except Exception:  # a bug here must not end hot reload for the life of the process
         log.exception("config %s: reload failed, keeping the previous one", path)
-        return
+        return True
     emit(*for_streams(holder.current, *event))
+    return True
 
 
 def _directories(path: Path) -> tuple[Path, ...]:

@@ -133,16 +133,25 @@ class DurableSummarizer:
                 await asyncio.shield(task)
 
     async def compact_now(
-        self, job: CompactionJob, pause: Callable[[float], Awaitable[None]] | None = None
+        self,
+        job: CompactionJob,
+        guard: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> CompactionResult | None:
         """Synchronous: wait for whatever is in flight (here or on another replica), then run.
 
         The caller holds no connection while it waits: a chat request gives its own back
-        first (it keeps its session by its lease). ``pause`` (default: sleep) is awaited
-        between two polls of a claim another compaction holds; one that raises ends the
-        wait, nothing claimed (the session API's, when its client leaves).
+        first (it keeps its session by its lease). Each wait, for the compaction running
+        here and between two polls of a claim another compaction holds, runs in a
+        ``guard()`` block (default: none); one that raises ends the wait, nothing claimed
+        (the session API's, when its client leaves).
         """
-        await self.wait_inflight(job.tenant, job.session_id)
+        with guard():
+            await self.wait_inflight(job.tenant, job.session_id)
+
+        async def pause(seconds: float) -> None:
+            with guard():
+                await asyncio.sleep(seconds)
+
         return await self._run(job, wait=True, pause=pause)
 
     async def close_interrupted(self) -> int:

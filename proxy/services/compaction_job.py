@@ -76,6 +76,11 @@ class CompactionJob:
     agent: str = "default"
     """The session's agent the job was built for: its settings are that agent's, so the
     compaction folds and stores nothing once the session runs another."""
+    summary_version: int | None = None
+    """The session's latest summary when the pressure that started a ``soft`` job was
+    measured: one that holds its claim only after another compaction (another replica's,
+    whose claim it waited out) stored a newer summary folds nothing, that summary having
+    relieved the pressure it was started for; the next request measures again."""
 
 
 def job_for(
@@ -88,6 +93,7 @@ def job_for(
     headers: Mapping[str, str],
     trigger: str,
     agents: tuple[str, ...] | None = None,
+    summary_version: int | None = None,
 ) -> CompactionJob:
     agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
     fast = agent_cfg.fast_model or model
@@ -109,6 +115,7 @@ def job_for(
         observation_prefixes=cfg.context_for(agent).observations.user_prefixes,
         agents=agents,
         agent=agent,
+        summary_version=summary_version,
     )
 
 

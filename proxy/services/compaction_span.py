@@ -94,7 +94,9 @@ async def read_span(
     session is gone (or made again since ``owner`` claimed it), an unchanged result when
     there is nothing to fold or, naming the agent in ``moved_to``, when the session now
     runs another agent than the one the job was built for (nothing read: its history is
-    not the old agent's fast model's to see). A session now run by an agent outside
+    not the old agent's fast model's to see). A ``soft`` job whose session has another
+    latest summary than the one its pressure was measured on (``job.summary_version``)
+    folds nothing either: that summary relieved it. A session now run by an agent outside
     ``job.agents`` raises ``AgentRefused``, nothing read or reported: the key's check as
     it arrived saw the session before the compaction waited for its claim."""
     key = {"tenant": job.tenant, "session_id": job.session_id}
@@ -109,6 +111,9 @@ async def read_span(
     await closer.close_session(conn, job.tenant, job.session_id)
     latest = await summaries.fetchrow_latest(conn, **key)
     boundary = latest["boundary"] if latest else 0
+    if job.trigger == "soft" and (latest["version"] if latest else None) != job.summary_version:
+        relieved = "another compaction stored a summary since the pressure was measured"
+        return CompactionResult(None, boundary, 0, 0, 0, relieved)
     previous = latest["content"] if latest else None
     sc = row["system_count"]
     start = max(boundary, sc)

@@ -31,8 +31,11 @@ from proxy.store import sessions
 __all__ = ["PressureRelief", "compaction_job"]
 
 
-def compaction_job(cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> Any:
-    """The compaction job for the request's session, named by what triggered it."""
+def compaction_job(
+    cfg: Config, rt: Route, ctx: ChatContext, trigger: str, state: SessionState | None = None
+) -> Any:
+    """The compaction job for the request's session, named by what triggered it; with
+    ``state``, the window its pressure was measured on (its summary's version)."""
     return job_for(
         cfg,
         tenant=ctx.tenant,
@@ -41,6 +44,7 @@ def compaction_job(cfg: Config, rt: Route, ctx: ChatContext, trigger: str) -> An
         model=rt.model,
         headers=ctx.headers,
         trigger=trigger,
+        summary_version=None if state is None else state.summary_version,
     )
 
 
@@ -95,13 +99,13 @@ class PressureRelief:
             state = await load_window(turn.conn, key, state, count)
             need = compaction_need(budgets.pressure(state, rt, body, fixed), s, waited=True)
             if need is not None:
-                await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger))
+                await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger, state))
                 state = await load_window(turn.conn, key, state, count)
         elif s.background:
             await turn.flush()  # the compaction reads the store (turn.py)
-            self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger))
+            self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger, state))
         else:
-            await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger))
+            await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger, state))
             state = await load_window(turn.conn, key, state, count)
         return state
 

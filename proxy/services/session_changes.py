@@ -12,7 +12,6 @@ is a 404.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import secrets
@@ -189,12 +188,7 @@ async def compact_session(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
 
-    async def polled(seconds: float) -> None:  # between polls of another compaction's claim
-        with watching(client, _COMPACTION_WAITING):
-            await asyncio.sleep(seconds)
-
-    with watching(client, _COMPACTION_WAITING):  # one running here
-        await summarizer.wait_inflight(tenant, session_id)
+    guard = functools.partial(watching, client, _COMPACTION_WAITING)
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)
         job = job_for(
@@ -207,7 +201,7 @@ async def compact_session(
             trigger="api",
             agents=None if agents is None else tuple(agents),
         )
-        result = await summarizer.compact_now(job, polled)
+        result = await summarizer.compact_now(job, guard)
         if result is None or result.moved_to is None:
             break
     else:

@@ -7,7 +7,6 @@ provider. It says so in one log line, beside its access line's 499.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,11 @@ import httpx
 import pytest
 
 from proxy.session_id import tenant_from_bearer
-from tests.fakes.replies import Pacer, reply
+from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, StartProxy, wait_for
+from tests.integration.api.held_session import HEADERS, hold
 
-HEADERS = {"authorization": "Bearer sk-test-client"}
 TENANT = tenant_from_bearer(HEADERS["authorization"])
 
 
@@ -34,23 +33,6 @@ def _post(
     with httpx.Client(base_url=origin, headers=HEADERS, timeout=kw.pop("timeout", 10)) as c:
         body = {"model": "gpt-fake", "messages": messages, "stream": stream}
         return c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid})
-
-
-def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any], Pacer]:
-    """A first request on ``sid``, streamed, whose provider's answer waits for the test
-    (``pacer.allow``): it holds the session until then."""
-    pacer = Pacer()  # the answer stops after its first frame until the test lets it end
-    fake.script(reply("slow answer", chunks=2, pacer=pacer))
-    out: list[Any] = []
-
-    def post() -> None:
-        out.append(_post(origin, sid, _user("first"), stream=True))
-
-    holder = threading.Thread(target=post)
-    asked = len(fake.requests)  # counted before the request can arrive
-    holder.start()
-    fake.wait_for_requests(asked + 1)  # at the provider: the session is held
-    return holder, out, pacer
 
 
 def _give_up(origin: str, sid: str, messages: list[dict[str, Any]], *, stream: bool) -> None:
@@ -84,7 +66,7 @@ def _noticed(records: Records) -> None:
 def test_a_request_whose_client_gives_up_in_the_queue_never_reaches_the_provider(
     proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records, stream: bool
 ) -> None:
-    holder, out, pacer = _hold(proxy.origin, "queued", fake_upstream)
+    holder, out, pacer = hold(proxy.origin, "queued", fake_upstream)
     _give_up(proxy.origin, "queued", _user("first", "second"), stream=stream)
     _noticed(records)
     # it left the queue: only the holder is in it
@@ -110,7 +92,7 @@ def test_a_request_whose_client_gives_up_polling_another_replicas_lease_never_re
     stream: bool,
 ) -> None:
     a, b = start_proxy(config_path), start_proxy(config_path)
-    holder, out, pacer = _hold(a.origin, "polled", fake_upstream)
+    holder, out, pacer = hold(a.origin, "polled", fake_upstream)
     _give_up(b.origin, "polled", _user("first", "second"), stream=stream)
     _noticed(records)
     pacer.allow(10)

@@ -8,9 +8,11 @@ replica's ``/metrics`` reports what it served.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -102,6 +104,44 @@ def test_a_compaction_runs_once_for_both_replicas_and_is_counted_once(
     ] == [1, 0]
     assert done[0].value("cascade_tokens_reclaimed_total", stage="compaction") > 0
     assert [m.value("cascade_requests_total", route=CHAT_ROUTE) for m in done] == [5, 2]
+
+
+def test_a_background_compaction_claimed_after_another_replicas_summary_folds_nothing(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The second replica's job, started while the first's compaction ran, claims the
+    session only once that one stored its summary: the pressure it was started for is
+    relieved, and it calls no fast model (under load its claim can come that late)."""
+    held = Pacer(first=True)  # the first replica's briefing, until the test lets it come
+    model = Model(fast_pacer=held)
+    gate = threading.Event()  # the second replica's background compaction, until it is set
+    with stack(
+        tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.95}
+    ) as s:
+        summarizer = s.servers[1].state("summarizer")
+        run_background = summarizer._run_background
+
+        async def late(job: Any) -> Any:
+            await asyncio.to_thread(gate.wait, 20)
+            return await run_background(job)
+
+        summarizer._run_background = late
+        agent = Agent(s.client("late", 0))
+        agent.fill()
+        wait_until(lambda: model.fast_times, 20, "the first replica's compaction")
+        agent.client = s.client("late", 1)
+        for i in range(2):
+            agent.say(words(450, f"r{i}"))
+        tenant = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
+        assert s.servers[1].compacting(tenant, "late"), "no compaction started on the second"
+        held.allow(10)
+        wait_until(lambda: s.summaries("late"), 20, "the first replica's summary")
+        wait_until(lambda: not s.proxy.compacting(tenant, "late"), 10, "its claim released")
+        gate.set()
+        wait_until(lambda: not s.servers[1].compacting(tenant, "late"), 10, "the late one")
+        names = [e["name"] for e in compaction_events(s, "late")]
+    assert len(model.fast_times) == 1, "the late compaction called the fast model again"
+    assert names == ["context.compaction.started", "context.compaction.completed"]
 
 
 def test_an_event_made_on_one_replica_reaches_a_subscriber_on_the_other(

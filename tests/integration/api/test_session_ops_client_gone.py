@@ -15,7 +15,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -24,12 +23,11 @@ import pytest
 from proxy.session_id import tenant_from_bearer
 from proxy.settings import Settings
 from proxy.store.leases import RELEASE_LEASE
-from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records, StartProxy, wait_for
+from tests.integration.api.held_session import HEADERS, hold
 from tests.integration.conftest import run_sync
 
-HEADERS = {"authorization": "Bearer sk-test-client"}
 GONE = "while its session operation waited for the session; nothing was changed"
 ACTIONS = ["reset", "delete", "branch", "compact"]
 TENANT = tenant_from_bearer(HEADERS["authorization"])
@@ -39,30 +37,6 @@ HOLD = """UPDATE sessions SET lease_owner = $3,
 
 def _client(origin: str, timeout: float = 10) -> httpx.Client:
     return httpx.Client(base_url=origin, headers=HEADERS, timeout=timeout)
-
-
-def _hold(origin: str, sid: str, fake: FakeUpstream) -> tuple[threading.Thread, list[Any], Pacer]:
-    """A first request on ``sid``, streamed, whose provider's answer waits for the test
-    (``pacer.allow``): it makes the session and holds it until its answer (user and
-    assistant message) is stored."""
-    pacer = Pacer()  # the answer stops after its first frame until the test lets it end
-    fake.script(reply("slow answer", chunks=2, pacer=pacer))
-    out: list[Any] = []
-
-    def post() -> None:
-        with _client(origin) as c:
-            body = {
-                "model": "gpt-fake",
-                "messages": [{"role": "user", "content": "first"}],
-                "stream": True,
-            }
-            out.append(c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid}))
-
-    holder = threading.Thread(target=post)
-    asked = len(fake.requests)  # counted before the request can arrive
-    holder.start()
-    fake.wait_for_requests(asked + 1)  # at the provider: the session is held
-    return holder, out, pacer
 
 
 def _operate(origin: str, action: str, sid: str, *, timeout: float = 10) -> httpx.Response:
@@ -123,7 +97,7 @@ def test_an_operation_whose_client_gives_up_in_the_queue_changes_nothing(
     proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records, action: str
 ) -> None:
     sid = f"queued-{action}"
-    holder, out, pacer = _hold(proxy.origin, sid, fake_upstream)
+    holder, out, pacer = hold(proxy.origin, sid, fake_upstream)
     _give_up(proxy.origin, action, sid)
     _noticed(records)
     # it left the queue: only the holder is in it
@@ -147,7 +121,7 @@ def test_an_operation_whose_client_gives_up_polling_another_replicas_lease_chang
 ) -> None:
     a, b = start_proxy(config_path), start_proxy(config_path)
     sid = f"polled-{action}"
-    holder, out, pacer = _hold(a.origin, sid, fake_upstream)
+    holder, out, pacer = hold(a.origin, sid, fake_upstream)
     _give_up(b.origin, action, sid)
     _noticed(records)
     pacer.allow(10)
