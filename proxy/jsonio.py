@@ -38,7 +38,11 @@ def loads_exact(data: bytes) -> Any:
         # UTF-8 ("surrogates not allowed" among them) stay refused
         if "low surrogate" not in said and "high surrogate" not in said:
             raise
-        return storable(loads_json(data))
+        obj = loads_json(data)
+        try:
+            return storable(obj)
+        except RecursionError:  # ``storable`` recurses deeper than ``json`` reading it
+            raise ValueError("the JSON nests too deep") from exc
     if isinstance(obj, dict):
         rest = [v for k, v in obj.items() if k != "messages"]
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
