@@ -9,6 +9,7 @@ float, and a client may legitimately put one in a pass-through field: writes fal
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import orjson
@@ -38,7 +39,11 @@ def loads_exact(data: bytes) -> Any:
         # UTF-8 ("surrogates not allowed" among them) stay refused
         if "low surrogate" not in said and "high surrogate" not in said:
             raise
-        return storable(loads_json(data))
+        obj = loads_json(data)
+        try:
+            return storable(obj)
+        except RecursionError:  # ``storable`` recurses deeper than ``json`` reading it
+            raise ValueError("the JSON nests too deep") from exc
     if isinstance(obj, dict):
         rest = [v for k, v in obj.items() if k != "messages"]
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
@@ -84,16 +89,27 @@ def _wide(value: Any) -> bool:
 
 def loads_json(data: bytes, *, constants: bool = False) -> Any:
     """``data`` read by ``json``: what orjson refuses and JSON's grammar allows (a lone
-    surrogate escape). ``NaN`` and ``Infinity`` only with ``constants``; a nesting past
-    what Python's recursion allows is a ``ValueError``, as orjson's depth limit is."""
+    surrogate escape). ``NaN`` and ``Infinity`` only with ``constants``, which also let a
+    number too large for a float (``1e400``) read as infinity; without them it is refused,
+    as orjson refuses it. A nesting past what Python's recursion allows is a ``ValueError``,
+    as orjson's depth limit is."""
     try:
-        return json.loads(data) if constants else json.loads(data, parse_constant=_refuse)
+        if constants:
+            return json.loads(data)
+        return json.loads(data, parse_constant=_refuse, parse_float=_finite)
     except RecursionError as exc:
         raise ValueError("the JSON nests too deep") from exc
 
 
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is no JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text[:40]} is infinity when read as a float")
+    return value
 
 
 def dumps(obj: Any) -> bytes:

@@ -326,25 +326,14 @@ _OPEN, _CLOSE = "<conversation_summary>\n", "\n</conversation_summary>"
 _QUOTED_CLOSE = "</conversation-summary>"
 """What a ``</conversation_summary>`` the summary quotes (a task about this proxy, a user's
 text it folded), in any spelling a model reads as one, reads as in the block, so the block
-ends where the proxy says and a second fold replaces all of it, as recitation quotes its
-``</plan>``."""
-
-
-def _strip_block(text: str) -> str:
-    if text.startswith(_OPEN) and (end := text.find(_CLOSE)) != -1:
-        return text[end + len(_CLOSE) :].lstrip("\n")
-    return text
+ends where the proxy says, as recitation quotes its ``</plan>``."""
 
 
 def _with_block(m: Message, block: str) -> Message:
     content = m.get("content")
     if isinstance(content, list):
-        parts = list(content)
-        first = parts[0] if parts else None
-        if isinstance(first, dict) and str(first.get("text") or "").startswith(_OPEN):
-            parts = parts[1:]  # an earlier fold: replace it rather than stack a second one
-        return {**m, "content": [{"type": "text", "text": block}, *parts]}
-    rest = _strip_block(content_text(content, media=True))
+        return {**m, "content": [{"type": "text", "text": block}, *content]}
+    rest = content_text(content, media=True)
     return {**m, "content": f"{block}\n\n{rest}" if rest else block}
 
 
@@ -356,9 +345,11 @@ def fold_summary(
     Never adds a system message (the leading ones are kept byte for byte, so the cached
     prefix survives and strict providers see one system block). When the first non-system
     message is not a user message, a user message carrying only the summary is inserted
-    there; user/assistant alternation stays valid. Folding twice replaces the earlier block
-    instead of stacking a second one; no summary leaves the messages unchanged. A closing
-    tag the summary holds is quoted (``_QUOTED_CLOSE``).
+    there; user/assistant alternation stays valid. No summary leaves the messages unchanged.
+    A closing tag the summary holds is quoted (``_QUOTED_CLOSE``). The messages are the
+    client's (the proxy folds its stored rows, never a prompt it built), so a
+    ``<conversation_summary>`` block one already starts with is the client's text (its own
+    compaction, a Cascade in front of this one) and is kept after the proxy's block.
     """
     if summary is None or not summary.strip():
         return tuple(messages)

@@ -133,7 +133,17 @@ def quote_closing_tag(text: str, name: str, quoted: str) -> str:
     """``text`` with every closing tag ``</name>`` it holds written as ``quoted``, so a block
     the proxy wraps around it ends where the proxy says. Any spelling a model reads as that
     tag counts (any case, spaces inside, the ``>`` left off, fullwidth forms): the text is
-    read in its compatibility form (NFKC) when, and only when, that form holds one."""
-    compat = unicodedata.normalize("NFKC", text)
+    read in its compatibility form (NFKC) to find one, and only the characters a tag stands
+    on are rewritten: the rest (a ligature, a superscript, an identifier quoted verbatim)
+    stays as it came."""
     tag = _closing_tag(name)
-    return tag.sub(quoted, compat) if tag.search(compat) else text
+    if not tag.search(unicodedata.normalize("NFKC", text)):
+        return text
+    pieces = [unicodedata.normalize("NFKC", c) for c in text]
+    owner = [i for i, piece in enumerate(pieces) for _ in piece]  # compat char -> text's
+    out, at = [], 0
+    for m in tag.finditer("".join(pieces)):
+        start = owner[m.start()]
+        out += [text[at:start], quoted]
+        at = owner[m.end() - 1] + 1
+    return "".join([*out, text[at:]])

@@ -59,6 +59,17 @@ def _client_reply(
     return reply
 
 
+def _round_texts(rounds: list[Mapping[str, Any]]) -> dict[str, str]:
+    """Each provider text field of a stream's rounds (``reasoning_content``), joined: the
+    client's stream carried every round's deltas of it, as it did of ``content``."""
+    said: dict[str, list[str]] = {}
+    for message in rounds:
+        for key, value in message.items():
+            if isinstance(value, str) and key not in ("role", "content"):
+                said.setdefault(key, []).append(value)
+    return {key: "".join(pieces) for key, pieces in said.items()}
+
+
 def _closing_frames(
     client: ClientStream, acc: chunks.StreamAccumulator, include_usage: bool
 ) -> list[bytes]:
@@ -275,6 +286,7 @@ class Forwarder:
         try:
             messages = list(step.assembled.messages)
             texts: list[str] = []
+            rounds: list[Mapping[str, Any]] = []
             client = ClientStream()  # the one stream the client sees, however many rounds
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
@@ -299,6 +311,7 @@ class Forwarder:
                     prompt_tokens = (out.acc.usage or {}).get("prompt_tokens")
                 message = out.acc.message()
                 texts.append(str(message.get("content") or ""))
+                rounds.append(message)
                 if out.error:
                     where = provider_name(step.route.provider)
                     log.warning("a stream from %s ended with an error event: %s", where, out.error)
@@ -312,6 +325,7 @@ class Forwarder:
                 )
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
                     reply = _client_reply(message, texts, internal, client_calls)
+                    reply.update(_round_texts(rounds))
                     if out.only_internal:  # budget spent: the relay held back the ending
                         for frame in _closing_frames(client, out.acc, step.client_wants_usage):
                             yield client.emit(frame)

@@ -67,6 +67,7 @@ def test_a_lone_low_half_is_read_as_a_lone_high_one_is(raw: bytes, read: object)
     [
         b'{"a":"\\ud83d',
         b'{"a":"\\ud83d","b":NaN}',
+        b'{"a":"\\ud83d","b":1e400}',  # orjson's "number is infinity"; json reads inf
         b"[" * 2000 + b"]" * 2000,
         b'{"a":"\xed\xa0\x80"}',  # a surrogate's bytes: no UTF-8, unlike its escape
         b'{"a":"\xed\xb0\x80"}',
@@ -80,6 +81,13 @@ def test_what_json_refuses_or_orjson_refuses_otherwise_stays_refused(raw: bytes)
 def test_a_lone_half_nested_past_the_recursion_limit_is_refused_as_json() -> None:
     with pytest.raises(ValueError):
         loads_exact(b"[" * 1020 + b'"\\ud83d"' + b"]" * 1020)
+
+
+def test_a_lone_half_nested_deep_within_what_json_reads_is_a_value_error() -> None:
+    """``json`` reads the body, and making its strings storable walks it again: a nesting
+    that walk cannot take is refused as JSON too deep for ``json`` is (a 400, not a 500)."""
+    with pytest.raises(ValueError, match="nests too deep"):
+        loads_exact(b'{"a":"\\ud83d","b":' + b"[" * 600 + b"]" * 600 + b"}")
 
 
 def test_a_lone_half_is_written_as_the_escape_it_came_as() -> None:

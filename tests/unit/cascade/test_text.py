@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from proxy.cascade import commands, eviction, summary, tokens, truncation
-from proxy.cascade.text import content_text
+from proxy.cascade.text import content_text, quote_closing_tag
 
 PARTS = [
     {"type": "text", "text": "first"},
@@ -29,3 +29,14 @@ def test_every_core_reader_uses_the_one_definition() -> None:
     """The token counter, the truncation stage and the summariser read the same text."""
     for module in (commands, eviction, summary, tokens, truncation):
         assert module.content_text is content_text
+
+
+def test_quoting_a_closing_tag_leaves_the_rest_of_the_text_as_it_came() -> None:
+    """Only the tag is rewritten: the text around it keeps its ligatures, superscripts,
+    fullwidth punctuation and decomposed accents (a path or identifier the summary quotes
+    verbatim, a message of the span the fast model copies from)."""
+    rest = "ﬁle x² （note） cafe\u0301 ① ｶﾅ"
+    text = f"{rest} `</conversation_summary>` ＜／ＣＯＮＶＥＲＳＡＴＩＯＮ_summary＞ {rest}"
+    quoted = quote_closing_tag(text, "conversation_summary", "</conversation-summary>")
+    assert quoted == f"{rest} `</conversation-summary>` </conversation-summary> {rest}"
+    assert quote_closing_tag(rest, "conversation_summary", "</x>") == rest
