@@ -117,6 +117,8 @@ class Forwarder:
             so = dict(body.get("stream_options") or {})
             so["include_usage"] = True
             body["stream_options"] = so
+        elif step.stream and body.get("stream_options", 0) is None:  # a provider refusing
+            del body["stream_options"]  # the field refuses its null too
         return dumps(body)
 
     def _open(self, step: Step, messages: list[Message]) -> asyncio.Future[StreamAnswer]:

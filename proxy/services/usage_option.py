@@ -8,7 +8,7 @@ proxy would fail where the client, which sent no such field, works direct. Such 
 the field the proxy added sends the call again without it, and the provider (its
 ``baseUrl``) is remembered for the process's life: its later streams go without it, and
 their occupancy is the calibrated estimate, as for a provider that reports no usage. A
-client that sent ``stream_options`` itself gets the provider's answer to it.
+client that sent ``stream_options`` itself (not null) gets the provider's answer to it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class UsageOption:
     ) -> StreamAnswer:
         """``send(usage)`` with ``usage`` true unless ``provider`` refused it before; once
         more without it when the provider refuses the ``stream_options`` the proxy added."""
-        if "stream_options" in body:  # the client's own: the provider's answer is its
+        if body.get("stream_options") is not None:  # the client's own: the answer is its
             return await send(True)
         if provider.base_url in self._refused:
             return await send(False)

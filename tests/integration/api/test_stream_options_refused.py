@@ -57,6 +57,19 @@ def test_a_stream_refused_for_the_added_stream_options_goes_again_without_them(
         assert sent == [True, False, False]  # the second stream went without them at once
 
 
+def test_a_null_stream_options_is_none_of_the_clients(
+    start_proxy: StartProxy, tmp_path: Path
+) -> None:
+    with FakeUpstream() as fake:
+        fake.default = _strict(400)
+        proxy = start_proxy(write_config(tmp_path / "a.json", fake.url))
+        body = _chat("s5", stream_options=None)  # JSON's "none": the proxy's field is refused
+        resp = httpx.post(f"{proxy.url}/chat/completions", json=body, timeout=10)
+        assert resp.status_code == 200
+        assert resp.text.endswith("data: [DONE]\n\n")
+        assert [("stream_options" in r.json) for r in fake.requests] == [True, False]
+
+
 def test_a_clients_own_stream_options_refused_is_relayed(
     start_proxy: StartProxy, tmp_path: Path
 ) -> None:
