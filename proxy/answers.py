@@ -168,6 +168,7 @@ class StreamAnswer:
         self._timer = timer
         self.status_code = resp.status_code
         self.headers = resp.headers
+        self._body: bytes | None = None
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """Each piece as soon as it is received (decoded when compressed); a broken
@@ -179,8 +180,10 @@ class StreamAnswer:
     async def aread(self, cap: int | None = None) -> bytes:
         """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
         an error's without the credential the call sent (``scrubbed``)."""
-        body = await read_capped(self._resp, self._provider, cap)
-        return scrubbed(self.status_code, body, self._resp.request)
+        if self._body is None:  # read once: a second reader (the relay of one looked at) gets it
+            body = await read_capped(self._resp, self._provider, cap)
+            self._body = scrubbed(self.status_code, body, self._resp.request)
+        return self._body
 
     def scrub(self, text: str) -> str:
         """``text`` (a provider's error the proxy sends in-band or logs) without the

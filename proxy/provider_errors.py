@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -217,7 +218,19 @@ def _origin(url: str) -> str:
 def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to the client") -> None:
     """One line for a provider's own error answer, which the proxy relays as it came: who
     answered and with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own
-    errors). Never its body, which may quote the request."""
+    errors). Never its body, which may quote the request. A 401 or 403 to the proxy's own
+    key (``apiKeyEnv``) is at WARNING and names the variable: every tenant's request fails
+    so until the operator fixes it, while the clients, whose keys are fine, cannot."""
+    variable = provider.api_key_env
+    if status in (401, 403) and variable and os.environ.get(variable, "").strip():
+        log.warning(
+            "%s answered %d to the proxy's key in $%s; %s (check that variable's key)",
+            provider_name(provider),
+            status,
+            variable,
+            how,
+        )
+        return
     level = logging.WARNING if status >= 500 else logging.INFO
     log.log(level, "%s answered %d; %s", provider_name(provider), status, how)
 

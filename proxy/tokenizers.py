@@ -2,7 +2,8 @@
 
 tiktoken downloads its BPE files on first use, which fails offline. We honour
 ``TIKTOKEN_CACHE_DIR`` (tiktoken reads it itself; the Docker image bakes the files in), and
-when no encoding can be loaded we fall back to the chars/token estimate with ONE warning.
+when no encoding can be loaded, or none loads within ``LOAD_WAIT_SECONDS``, we fall back to
+the chars/token estimate with ONE warning.
 The estimate is self-calibrating per session (real/estimated ratio), so the fallback costs
 accuracy only on a session's first step.
 """
@@ -10,31 +11,56 @@ accuracy only on a session's first step.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from typing import Any
 
 from proxy.cascade.tokens import make_counter, message_cost
 from proxy.cascade.types import Message, TokenCounter
 
-__all__ = ["build_counter", "build_counters", "load_encoding"]
+__all__ = ["LOAD_WAIT_SECONDS", "build_counter", "build_counters", "load_encoding"]
 
 log = logging.getLogger("cascade.tokens")
 
 
-def load_encoding(name: str = "o200k_base") -> Callable[[str], int] | None:
-    """A per-text token function from tiktoken, or None when its files cannot be loaded."""
-    try:
-        import tiktoken  # the shell owns tiktoken; the pure core never imports it
+LOAD_WAIT_SECONDS = 30.0
+"""How long the start waits for an encoding: tiktoken downloads a file missing from its cache
+with no timeout, so a network that drops the packets, or an egress proxy that never answers,
+would hold the start forever. Past it the start goes on with the estimate (the download may
+still finish in the background and fill the cache for the next start)."""
 
-        enc = tiktoken.get_encoding(name)
-        enc.encode("warm up")
-    except Exception as exc:  # offline, missing cache, or tiktoken not installed
+
+def load_encoding(
+    name: str = "o200k_base", wait: float = LOAD_WAIT_SECONDS
+) -> Callable[[str], int] | None:
+    """A per-text token function from tiktoken, or None when its files cannot be loaded
+    within ``wait`` seconds."""
+    loaded: list[Any] = []
+    failed: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            import tiktoken  # the shell owns tiktoken; the pure core never imports it
+
+            enc = tiktoken.get_encoding(name)
+            enc.encode("warm up")
+            loaded.append(enc)
+        except Exception as exc:  # offline, missing cache, or tiktoken not installed
+            failed.append(exc)
+
+    loader = threading.Thread(target=load, name="tiktoken-load", daemon=True)
+    loader.start()
+    loader.join(wait)
+    if not loaded:
+        why = type(failed[0]).__name__ if failed else f"no answer within {wait:g} s"
         log.warning(
             "tiktoken encoding %s unavailable (%s); using the calibrated chars/token estimate."
             " Set TIKTOKEN_CACHE_DIR to a directory holding the encoding to use real counts.",
             name,
-            type(exc).__name__,
+            why,
         )
         return None
+    enc = loaded[0]
 
     def count(text: str) -> int:
         return len(enc.encode(text, disallowed_special=()))

@@ -59,8 +59,8 @@ def refusal(
 ) -> ContextLengthExceeded:
     """The refusal: ``needed`` is what would be sent after every stage (the droppable history
     and blocks gone), ``assembled`` the prompt as the stages built it, named when larger."""
-    budget = limit - reserved
-    aside = f"reserved for output {reserved - fixed}"
+    budget, output = limit - reserved, reserved - fixed
+    aside = f"reserved for output {output}"
     if fixed > 0:
         aside += f" and for the tools {fixed}"
     text = (
@@ -72,7 +72,13 @@ def refusal(
             " That counts it after every stage, with every older message the proxy may drop"
             f" gone; the prompt as assembled is {assembled}."
         )
-    if messages:
+    if output >= limit:  # no prompt fits: shortening one, or a new session, cannot help
+        text += (
+            f" The output reserved ({output}) alone fills the window (limit {limit}): lower"
+            " max_tokens / max_completion_tokens (the model's reservedOutput when the request"
+            " sets neither), or raise the model's contextLimit."
+        )
+    elif messages:
         index, size = _largest(messages, count)
         text += (
             f" The largest message ({_which(messages, index, head, positions)}) alone is {size}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -37,6 +37,7 @@ from proxy.services.round_answer import drop, keepalive_until, read_refusal, rou
 from proxy.services.round_outcome import RoundOutcome
 from proxy.services.toolloop import answer_in_room, split_calls
 from proxy.services.turn import Turn
+from proxy.services.usage_option import UsageOption
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor
@@ -113,33 +114,38 @@ class Forwarder:
     ) -> None:
         self.upstream = upstream
         self.settings = settings
+        self.usage_option = UsageOption()
         self.bus = bus
         self.pool = pool
 
-    def _upstream_body(self, step: Step, messages: list[Message]) -> bytes:
+    def _upstream_body(self, step: Step, messages: list[Message], *, usage: bool = True) -> bytes:
         body = strip_proxy_fields(step.body)
         body["model"] = step.route.model
         body["messages"] = messages
         if step.assembled.offer_read_tool:
             body["tools"] = [*(body.get("tools") or []), READ_TOOL_SCHEMA]
-        if step.stream:
+        if step.stream and usage:
             so = dict(body.get("stream_options") or {})
             so["include_usage"] = True
             body["stream_options"] = so
+        elif step.stream and body.get("stream_options", 0) is None:  # a provider refusing
+            del body["stream_options"]  # the field refuses its null too
         return dumps(body)
 
     def _open(self, step: Step, messages: list[Message]) -> asyncio.Future[StreamAnswer]:
         """Start the streamed call (the caller waits for its headers with keep-alives)."""
-        return asyncio.ensure_future(
-            self.upstream.open_stream(
+
+        def send(usage: bool) -> Awaitable[StreamAnswer]:
+            return self.upstream.open_stream(
                 step.route.provider,
                 "/chat/completions",
                 client_headers=step.ctx.headers,
-                content=self._upstream_body(step, messages),
+                content=self._upstream_body(step, messages, usage=usage),
                 model=step.route.model,
                 params=step.ctx.query or None,
             )
-        )
+
+        return asyncio.ensure_future(self.usage_option.open(step.route.provider, step.body, send))
 
     async def _internal_round(
         self, turn: Turn, messages: list[Message], reply: Mapping[str, Any]

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tiktoken
+import tiktoken.registry
 import tiktoken_ext
 
 from proxy.cascade.tokens import estimate_tokens
@@ -58,3 +65,46 @@ def test_no_encoding_configured_means_estimate_without_warning(
         counter = build_counter(None)
     assert not caplog.records
     assert counter(MESSAGES) == estimate_tokens(MESSAGES)
+
+
+@pytest.fixture
+def silent_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """An egress proxy that takes each connection and never answers (a firewall that drops
+    packets looks the same to tiktoken's download, which sets no timeout)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{server.getsockname()[1]}")
+    yield
+    server.close()
+    for conn in held:  # the download still waiting fails now, and lets go of tiktoken's lock
+        conn.close()
+    with tiktoken.registry._lock:  # every other test's get_encoding waits for it otherwise
+        pass
+
+
+def test_a_download_that_never_answers_falls_back_within_the_wait(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    silent_proxy: None,
+) -> None:
+    # Regression: tiktoken's download has no timeout, so behind an egress proxy (or a
+    # firewall) that never answers the start waited forever, with nothing logged.
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty cache: it downloads
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="cascade.tokens"):
+        # p50k_base: an encoding no other test loads (tiktoken caches encodings per process).
+        text_tokens = load_encoding("p50k_base", wait=0.5)
+    assert text_tokens is None
+    assert time.monotonic() - started < 2
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cascade.tokens"]
+    assert len(warnings) == 1
+    assert "no answer within 0.5 s" in warnings[0]
+    assert "TIKTOKEN_CACHE_DIR" in warnings[0]
