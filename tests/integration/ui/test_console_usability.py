@@ -1,0 +1,38 @@
+"""The console past its happy path, as a person uses it: a long answer in the answer box, a
+proxy that goes away for a while (a restart), a key pasted with a character no header can
+carry.
+
+Each test fails on the console before its fix; the ``console`` fixture checks that the page
+raised no error and asked no host but the proxy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console_audit import spills_over, started
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _answered(console: Page, proxy: ProxyServer, fake: FakeUpstream, sid: str, text: str) -> None:
+    started(proxy, sid)
+    fake.script(reply(text))
+    page = sign_in(console, f"#/s/{sid}")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("go on")
+    page.get_by_test_id("composer-send").click()
+    page.locator("#assistant-message[data-state=done]").wait_for()
+
+
+def test_a_long_unbroken_answer_wraps_in_the_answer_box(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # a model's answer with no place to break: a hash, a base64 blob, a long URL
+    _answered(console, console_proxy, fake_upstream, "blob", "QUJD" * 1000)
+    assert not spills_over(console.page)
