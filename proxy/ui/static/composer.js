@@ -18,6 +18,14 @@ function turnId() {
   return "ui-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+// The answer box's text so far. The box is bounded (app.css): while it shows its end, it
+// follows the new lines down; scrolled up in it, the reader stays where they are.
+function grow(box, text) {
+  const following = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
+  box.textContent = text;
+  if (following) box.scrollTop = box.scrollHeight;
+}
+
 export class Composer {
   constructor(view) {
     this.view = view; // the SessionView: its id, session, ui, abort and refresh
@@ -109,7 +117,7 @@ export class Composer {
       if (!$("composer-model").value.trim()) await this.fillModel();
       const model = $("composer-model").value.trim();
       if (model) body.model = model;
-      await chatStream(this.view.id, body, (_piece, whole) => { answer.textContent = whole; },
+      await chatStream(this.view.id, body, (_piece, whole) => { grow(answer, whole); },
         { signal, requestId: turn.id });
       input.value = "";
       answer.dataset.state = "done";

@@ -36,3 +36,21 @@ def test_a_long_unbroken_answer_wraps_in_the_answer_box(
     # a model's answer with no place to break: a hash, a base64 blob, a long URL
     _answered(console, console_proxy, fake_upstream, "blob", "QUJD" * 1000)
     assert not spills_over(console.page)
+
+
+def test_a_long_answer_is_a_box_of_its_own_that_shows_its_newest_lines(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A long answer streams into a box as tall as a message's, scrolled to its newest
+    lines as they come; its whole height pushed the message list thousands of pixels above
+    the composer, and the stored reply shows in full in the list all the same."""
+    text = "".join(f"line {n} of a long answer\n" for n in range(1500))
+    _answered(console, console_proxy, fake_upstream, "tall", text)
+    box = console.page.evaluate(
+        """(() => { const a = document.getElementById("assistant-message");
+          return [a.getBoundingClientRect().height, a.scrollHeight - a.scrollTop - a.clientHeight,
+            window.innerHeight]; })()"""
+    )
+    height, below, window = box
+    assert height < window / 2
+    assert below < 2  # the newest lines are in sight
