@@ -40,14 +40,15 @@ export function confirmAction(text) {
   });
 }
 
-// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast.
-export function handleError(err, what) {
+// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast, for `ms`
+// (0: until the caller or the person closes it, for a state that lasts, not an event).
+export function handleError(err, what, ms = 12000) {
   if (err instanceof ApiError && err.status === 401) {
     forgetKey();
     showLogin(err.message);
     return null;
   }
-  return toast(`${what}: ${err.message}`, "error");
+  return toast(`${what}: ${err.message}`, "error", ms);
 }
 
 function show(id) {

@@ -74,7 +74,8 @@ export class SessionView {
   }
 
   // The event stream, while the session exists. A lost stream is said once, not on every
-  // retry; it reconnects by itself, and when it is back the warning goes (it would still say
+  // retry, and said until it is back, however long that takes (a proxy restarting); it
+  // reconnects by itself, and when it is back the warning goes (it would still say
   // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
   // lost deltas meanwhile, so it ends, and the rows shown are read again (an event that
   // changed them in place, such as the transient context.evicted, which no Last-Event-ID
@@ -105,8 +106,8 @@ export class SessionView {
           }
           again = true;
         }
-        if (state === "reconnecting" && err && !lost) {
-          lost = this.ui.handleError(err, "The live updates stopped; reconnecting") ||
+        if (state === "reconnecting" && err && !lost) { // said until the stream is back
+          lost = this.ui.handleError(err, "The live updates stopped; reconnecting", 0) ||
             document.createElement("div"); // a 401 signed out instead: nothing to remove
         }
       });

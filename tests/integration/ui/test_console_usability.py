@@ -8,6 +8,8 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.fakes.replies import reply
@@ -54,3 +56,33 @@ def test_a_long_answer_is_a_box_of_its_own_that_shows_its_newest_lines(
     height, below, window = box
     assert height < window / 2
     assert below < 2  # the newest lines are in sight
+
+
+def test_the_warning_of_a_lost_stream_stays_until_it_is_back(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A proxy down for a while (a restart, a deploy): the warning that the live updates
+    stopped stays while the page reconnects, however long that takes; it went with an error
+    toast's 12 s, and the page then looked live while it showed nothing new. The page's
+    clock is run forward through the reconnection's pauses."""
+    started(console_proxy, "away")
+    down = {"on": True}
+
+    def events(route: Any) -> None:
+        if down["on"]:
+            route.abort()
+        else:
+            route.continue_()
+
+    console.page.route("**/v1/sessions/away/events", events)
+    console.page.clock.install()
+    page = sign_in(console, "#/s/away")
+    lost = page.get_by_test_id("toast").filter(has_text="live updates stopped")
+    lost.wait_for()
+    page.clock.run_for(40_000)  # tries at 1, 2, 4, 8, 16 s: all refused
+    page.wait_for_timeout(200)
+    assert lost.count() == 1
+    down["on"] = False  # the proxy is back
+    page.clock.run_for(30_000)
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
+    assert lost.count() == 0
