@@ -142,11 +142,24 @@ function route() {
   }
 }
 
+// What the Authorization header cannot carry, said by its code point: a key is printable
+// ASCII, and one pasted with an invisible character (a zero-width space, a no-break space)
+// would fail every call with the browser's words about headers, not the key.
+function unsendable(key) {
+  const bad = [...key].find((c) => c < " " || c > "~");
+  if (bad === undefined) return null;
+  const point = bad.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+  return `the key holds a character no HTTP header carries (U+${point}); paste it again`;
+}
+
 function boot() {
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
-    storeKey($("login-key").value.trim());
+    const key = $("login-key").value.trim();
     $("login-key").value = "";
+    const why = unsendable(key);
+    if (why) { showLogin(why); return; }
+    storeKey(key);
     $("where").textContent = "";
     route();
   });

@@ -15,7 +15,7 @@ import pytest
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.ui.conftest import Page
+from tests.integration.ui.conftest import KEY, Page
 from tests.integration.ui.test_console import sign_in
 from tests.integration.ui.test_console_audit import spills_over, started
 
@@ -86,3 +86,23 @@ def test_the_warning_of_a_lost_stream_stays_until_it_is_back(
     page.clock.run_for(30_000)
     page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
     assert lost.count() == 0
+
+
+def test_a_key_no_header_can_carry_is_said_at_the_sign_in(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A key pasted with an invisible character (a zero-width space from a chat or a
+    document) cannot go in the Authorization header: the sign-in says so and asks again,
+    where the page took it and every call failed with the browser's words about headers."""
+    page = console.page
+    page.goto(f"{console.origin}/ui#/")
+    page.get_by_test_id("login-key").fill(KEY + "\u200b")
+    page.get_by_test_id("login-submit").click()
+    page.locator("#where").filter(has_text="U+200B").wait_for()
+    assert page.locator("#login").is_visible()
+    assert page.evaluate("document.activeElement.id") == "login-key"
+    assert page.get_by_test_id("toast").count() == 0
+    page.get_by_test_id("login-key").fill(KEY)  # pasted again, cleanly
+    page.get_by_test_id("login-submit").click()
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    assert page.locator("#where").inner_text() == ""
