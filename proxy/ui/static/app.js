@@ -70,10 +70,23 @@ function occupancyBar(s, limit) {
   return bar;
 }
 
+// The list shows LIST_ROWS sessions at first (the API's order: the latest activity first),
+// and its "show more" button (data-testid sessions-more) LIST_ROWS more at a time: a proxy
+// with thousands of sessions built a row for each at every keystroke in the filter, which
+// froze the page. All of them are read all the same, so the filter finds any.
+const LIST_ROWS = 500;
+let listShows = LIST_ROWS;
+
 function renderList() {
   const q = $("filter").value.trim().toLowerCase();
-  const rows = sessions.filter((s) => !q ||
+  const matching = sessions.filter((s) => !q ||
     [s.id, s.agent, s.model].some((v) => String(v || "").toLowerCase().includes(q)));
+  const rows = matching.slice(0, listShows);
+  const left = matching.length - rows.length;
+  const adds = Math.min(LIST_ROWS, left);
+  $("sessions-more").hidden = left === 0;
+  $("sessions-more").textContent = `Show ${num(adds)} more session${adds === 1 ? "" : "s"} ` +
+    `(${num(left)} not shown)`;
   $("session-list").replaceChildren(...rows.map((s) => el("tr", {
     "data-testid": "session-row", "data-session-id": s.id, tabindex: "0", class: "row",
     onclick: () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; },
@@ -99,6 +112,7 @@ let listing = 0;
 
 async function openList() {
   show("list-view");
+  listShows = LIST_ROWS;
   $("where").textContent = "";
   const asked = ++listing;
   try {
@@ -164,7 +178,8 @@ function boot() {
     route();
   });
   $("forget-key").addEventListener("click", () => { forgetKey(); showLogin(); });
-  $("filter").addEventListener("input", renderList);
+  $("filter").addEventListener("input", () => { listShows = LIST_ROWS; renderList(); });
+  $("sessions-more").addEventListener("click", () => { listShows += LIST_ROWS; renderList(); });
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();
