@@ -87,10 +87,11 @@ function renderList() {
   $("sessions-more").hidden = left === 0;
   $("sessions-more").textContent = `Show ${num(adds)} more session${adds === 1 ? "" : "s"} ` +
     `(${num(left)} not shown)`;
+  // A row opens its session on a click anywhere in it; from the keyboard its link is its one
+  // stop (Enter follows it), so a session costs one Tab press, not two.
   $("session-list").replaceChildren(...rows.map((s) => el("tr", {
-    "data-testid": "session-row", "data-session-id": s.id, tabindex: "0", class: "row",
+    "data-testid": "session-row", "data-session-id": s.id, class: "row",
     onclick: () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; },
-    onkeydown: (e) => { if (e.key === "Enter") location.hash = `#/s/${encodeURIComponent(s.id)}`; },
   },
   el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.id)}`, text: s.id })),
   el("td", { text: s.agent }),

@@ -142,3 +142,27 @@ def test_thousands_of_sessions_show_a_page_at_a_time_and_the_filter_stays_quick(
     rows.first.filter(has_text="sess-1900").wait_for(timeout=1000)
     assert rows.count() == 100  # sess-1900 … sess-1999, all shown: no button
     assert more.is_hidden()
+
+
+def test_each_session_of_the_list_is_one_keyboard_stop(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """From the keyboard a session is one Tab press, its link, which Enter opens; its row
+    was a stop of its own too, so a list took twice the presses to cross."""
+    started(console_proxy, "tab-a")
+    started(console_proxy, "tab-b")
+    page = sign_in(console)
+    page.get_by_test_id("session-row").nth(1).wait_for()
+    page.get_by_test_id("new-session-open").focus()
+    stops = []
+    for _ in range(2):
+        page.keyboard.press("Tab")
+        stops.append(
+            page.evaluate(
+                "(() => { const row = document.activeElement.closest('[data-session-id]');"
+                " return row && row.dataset.sessionId; })()"
+            )
+        )
+    assert stops == ["tab-b", "tab-a"]  # the latest activity first
+    page.keyboard.press("Enter")
+    page.locator("#session-title").filter(has_text="tab-a").wait_for()
