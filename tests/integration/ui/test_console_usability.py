@@ -8,19 +8,29 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+import concurrent.futures
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
-from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console import sign_in, wait_for
 from tests.integration.ui.test_console_audit import spills_over, started
+from tests.integration.ui.test_console_streaming import open_watching, stream_chat
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def thread() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    """A streaming client's thread: sync Playwright keeps an event loop on this one."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        yield pool
 
 
 def _answered(console: Page, proxy: ProxyServer, fake: FakeUpstream, sid: str, text: str) -> None:
@@ -166,3 +176,38 @@ def test_each_session_of_the_list_is_one_keyboard_stop(
     assert stops == ["tab-b", "tab-a"]  # the latest activity first
     page.keyboard.press("Enter")
     page.locator("#session-title").filter(has_text="tab-a").wait_for()
+
+
+def test_a_long_reply_streaming_in_the_list_shows_its_newest_lines(
+    console: Page,
+    console_proxy: ProxyServer,
+    fake_upstream: FakeUpstream,
+    thread: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    """Another client's reply streaming in the list is a bounded box: it follows its newest
+    lines while it shows its end, and stays put once the reader scrolls up in it. It was
+    built again at each delta, scrolled to its top, so a long reply showed only its start."""
+    started(console_proxy, "follow")
+    page = open_watching(console, "follow")
+    pacer = Pacer()
+    text = "".join(f"line {n} of another client's answer\n" for n in range(600))
+    fake_upstream.script(reply(text, chunks=6, pacer=pacer))
+    client = thread.submit(stream_chat, console_proxy.origin, "follow")
+    body = page.get_by_test_id("message-streaming").locator("pre.body")
+    place = """(pre) => [pre.textContent.length, pre.scrollTop,
+        pre.scrollHeight - pre.scrollTop - pre.clientHeight]"""
+
+    def grown(frames: int, past: int) -> tuple[int, int, int]:
+        pacer.allow(frames)
+        wait_for(lambda: body.count() == 1 and body.evaluate(place)[0] > past, page)
+        return tuple(body.evaluate(place))  # type: ignore[return-value]
+
+    shown, _, below = grown(2, 0)
+    assert below < 2  # the newest line in sight
+    shown, _, below = grown(1, shown)
+    assert below < 2  # and again after the next delta
+    body.evaluate("(pre) => { pre.scrollTop = 0; }")  # the reader scrolls up in it
+    shown, top, _ = grown(1, shown)
+    assert top == 0
+    pacer.allow(20)
+    assert client.result(timeout=10) == text
