@@ -87,11 +87,14 @@ function renderList() {
   $("sessions-more").hidden = left === 0;
   $("sessions-more").textContent = `Show ${num(adds)} more session${adds === 1 ? "" : "s"} ` +
     `(${num(left)} not shown)`;
-  // A row opens its session on a click anywhere in it; from the keyboard its link is its one
-  // stop (Enter follows it), so a session costs one Tab press, not two.
+  // A row opens its session on a click anywhere in it but its link, which does what a link
+  // does (Ctrl+click: a new tab, and this one stays on the list); from the keyboard the
+  // link is the row's one stop (Enter follows it), so a session costs one Tab press.
   $("session-list").replaceChildren(...rows.map((s) => el("tr", {
     "data-testid": "session-row", "data-session-id": s.id, class: "row",
-    onclick: () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; },
+    onclick: (e) => {
+      if (!e.target.closest("a")) location.hash = `#/s/${encodeURIComponent(s.id)}`;
+    },
   },
   el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.id)}`, text: s.id })),
   el("td", { text: s.agent }),

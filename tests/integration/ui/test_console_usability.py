@@ -211,3 +211,20 @@ def test_a_long_reply_streaming_in_the_list_shows_its_newest_lines(
     assert top == 0
     pacer.allow(20)
     assert client.result(timeout=10) == text
+
+
+def test_a_session_opened_in_a_new_tab_leaves_the_list_where_it_is(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """Ctrl+click on a session's link opens it in a new tab, as a link does; the click also
+    reached its row, which opened the session in this tab too."""
+    started(console_proxy, "aside")
+    page = sign_in(console)
+    link = page.get_by_test_id("session-row").get_by_role("link", name="aside")
+    with page.context.expect_page() as opened:
+        link.click(modifiers=["Control"])
+    assert opened.value.url.endswith("/ui#/s/aside")
+    opened.value.close()
+    page.wait_for_timeout(100)
+    assert page.evaluate("location.hash") == "#/"
+    assert page.locator("#list-view").is_visible()
