@@ -186,6 +186,9 @@ export class SessionView {
         this.render();
         return;
       }
+      // refused (a key limited to other agents): said where the session's details go too,
+      // so the view does not pass for an empty session once the toast has gone
+      if (err.status === 403) $("session-meta").textContent = `Refused: ${err.message}`;
       this.ui.handleError(err, "Could not load the session");
     }
   }
