@@ -96,11 +96,16 @@ export class Composer {
     }
   }
 
+  // A turn runs to its end once sent, the view left or not: its request is not cut when
+  // the view closes (a look at the list meanwhile would lose the answer, the question stored
+  // with no reply). What it shows goes to its own view only: a closed view's elements are
+  // another view's now.
   async send() {
     const input = $("composer-input");
     const text = input.value.trim();
     if (!text || this.sending) return;
-    const signal = this.view.abort.signal;
+    const closed = this.view.abort.signal;
+    const here = (fn) => { if (!closed.aborted) fn(); };
     this.sending = true;
     const earlier = this.turns[this.turns.length - 1];
     const turn = { id: turnId() };
@@ -110,27 +115,28 @@ export class Composer {
     const answer = $("assistant-message");
     answer.textContent = "";
     answer.dataset.state = "streaming";
+    let model = $("composer-model").value.trim();
     try {
       const body = {
         messages: [...(await this.history(earlier)), { role: "user", content: text }],
       };
-      if (!$("composer-model").value.trim()) await this.fillModel();
-      const model = $("composer-model").value.trim();
+      if (!model && !closed.aborted) {
+        await this.fillModel();
+        model = $("composer-model").value.trim();
+      }
       if (model) body.model = model;
-      await chatStream(this.view.id, body, (_piece, whole) => { grow(answer, whole); },
-        { signal, requestId: turn.id });
-      input.value = "";
-      answer.dataset.state = "done";
+      await chatStream(this.view.id, body,
+        (_piece, whole) => here(() => grow(answer, whole)), { requestId: turn.id });
+      here(() => { input.value = ""; answer.dataset.state = "done"; });
     } catch (err) {
-      answer.dataset.state = "failed";
+      here(() => { answer.dataset.state = "failed"; });
       // a turn refused before its stream opened sends no last event; one whose stream
       // opened sends it however the stream ended, and stays to take it
       if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
-      if (!signal.aborted) this.view.ui.handleError(err, "The message was not answered");
+      here(() => this.view.ui.handleError(err, "The message was not answered"));
     } finally {
       this.sending = false;
-      $("composer-send").disabled = false;
-      if (!signal.aborted) this.view.refresh();
+      here(() => { $("composer-send").disabled = false; this.view.refresh(); });
     }
   }
 }

@@ -68,6 +68,7 @@ export class SessionView {
     $("usage-reclaimed").hidden = true;
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
+    $("composer-send").disabled = false; // a turn a closed view sent may still run
     this.refresh(true);
     this.replaying = true;
     this.follow();

@@ -19,7 +19,7 @@ from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
-from tests.integration.ui.test_console import sign_in, wait_for
+from tests.integration.ui.test_console import api, sign_in, wait_for
 from tests.integration.ui.test_console_audit import spills_over, started
 from tests.integration.ui.test_console_streaming import open_watching, stream_chat
 
@@ -228,3 +228,31 @@ def test_a_session_opened_in_a_new_tab_leaves_the_list_where_it_is(
     page.wait_for_timeout(100)
     assert page.evaluate("location.hash") == "#/"
     assert page.locator("#list-view").is_visible()
+
+
+def test_an_answer_goes_on_to_its_end_when_the_view_is_left(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A person who looks at the sessions list while the agent answers finds the answer
+    stored when they come back: leaving the view cut the request, and the session kept the
+    question with no reply (the model's work lost). Nothing of it shows in the list meanwhile."""
+    started(console_proxy, "peek")
+    pacer = Pacer()
+    fake_upstream.script(reply("an answer worth keeping " * 8, chunks=8, pacer=pacer))
+    page = sign_in(console, "#/s/peek")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("tell me")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(2)
+    page.get_by_test_id("assistant-message").filter(has_text="worth").wait_for()
+    page.locator(".brand").click()  # a look at the list
+    page.get_by_test_id("session-row").first.wait_for()
+    pacer.allow(20)
+    with api(console_proxy) as h:
+        wait_for(lambda: len(h.get("/v1/sessions/peek/messages").json()["data"]) == 4, page)
+        last = h.get("/v1/sessions/peek/messages").json()["data"][-1]
+    assert last["role"] == "assistant"
+    assert last["message"]["content"] == "an answer worth keeping " * 8
+    page.go_back()
+    page.get_by_test_id("message").nth(3).wait_for()
+    assert page.get_by_test_id("composer-send").is_enabled()
