@@ -26,6 +26,10 @@ function grow(box, text) {
   if (following) box.scrollTop = box.scrollHeight;
 }
 
+// What was typed in each session's composer and not sent, by session id: the composer is
+// one element for every view, and a draft showed under the next session opened.
+const drafts = new Map();
+
 export class Composer {
   constructor(view) {
     this.view = view; // the SessionView: its id, session, ui, abort and refresh
@@ -36,6 +40,19 @@ export class Composer {
     // ends at the first last event after those of the turns before it.
     this.turns = [];
     this.modelsAsked = null;
+    this.outgoing = null; // the text of the message being sent
+  }
+
+  // The view opens: its session's draft, or nothing.
+  restore() {
+    $("composer-input").value = drafts.get(this.view.id) || "";
+  }
+
+  // The view closes: what is typed stays its session's, unless it is the message on its way.
+  keep() {
+    const text = $("composer-input").value;
+    if (text.trim() && text.trim() !== this.outgoing) drafts.set(this.view.id, text);
+    else drafts.delete(this.view.id);
   }
 
   get own() {
@@ -107,6 +124,7 @@ export class Composer {
     const closed = this.view.abort.signal;
     const here = (fn) => { if (!closed.aborted) fn(); };
     this.sending = true;
+    this.outgoing = text;
     const earlier = this.turns[this.turns.length - 1];
     const turn = { id: turnId() };
     turn.ended = new Promise((done) => { turn.end = done; });
@@ -136,6 +154,7 @@ export class Composer {
       here(() => this.view.ui.handleError(err, "The message was not answered"));
     } finally {
       this.sending = false;
+      this.outgoing = null;
       here(() => { $("composer-send").disabled = false; this.view.refresh(); });
     }
   }

@@ -69,6 +69,7 @@ export class SessionView {
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
     $("composer-send").disabled = false; // a turn a closed view sent may still run
+    this.composer.restore();
     this.refresh(true);
     this.replaying = true;
     this.follow();
@@ -115,6 +116,7 @@ export class SessionView {
   }
 
   close() {
+    this.composer.keep();
     this.abort.abort();
     this.live.drop();
     $("memory-prompt").hidden = true;

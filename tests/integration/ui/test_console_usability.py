@@ -256,3 +256,22 @@ def test_an_answer_goes_on_to_its_end_when_the_view_is_left(
     page.go_back()
     page.get_by_test_id("message").nth(3).wait_for()
     assert page.get_by_test_id("composer-send").is_enabled()
+    assert page.get_by_test_id("composer-input").input_value() == ""  # sent: no draft
+
+
+def test_a_draft_stays_with_its_session(console: Page, console_proxy: ProxyServer) -> None:
+    """What is typed and not sent is the session's: opening another showed it in that one's
+    composer (one element for every view), a Ctrl+Enter from sending it to the wrong
+    session. It is there again when its own session is opened again."""
+    started(console_proxy, "draft-a")
+    started(console_proxy, "draft-b")
+    page = sign_in(console, "#/s/draft-a")
+    page.get_by_test_id("message").nth(1).wait_for()
+    box = page.get_by_test_id("composer-input")
+    box.fill("meant for draft-a only")
+    page.goto(f"{console.origin}/ui#/s/draft-b")
+    page.locator("#session-title").filter(has_text="draft-b").wait_for()
+    assert box.input_value() == ""
+    page.go_back()
+    page.locator("#session-title").filter(has_text="draft-a").wait_for()
+    assert box.input_value() == "meant for draft-a only"
