@@ -51,13 +51,16 @@ export function handleError(err, what, ms = 12000) {
   return toast(`${what}: ${err.message}`, "error", ms);
 }
 
-function show(id) {
+// The view shown, and the tab named after it (two tabs, or the browser's history, tell the
+// sessions apart by it).
+function show(id, name) {
   for (const view of ["login", "list-view", "session-view"]) $(view).hidden = view !== id;
+  document.title = `${name} · Cascade console`;
 }
 
 function showLogin(reason) {
   if (current) { current.close(); current = null; }
-  show("login");
+  show("login", "Sign in");
   $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";
   $("login-key").focus();
 }
@@ -115,7 +118,7 @@ function renderList() {
 let listing = 0;
 
 async function openList() {
-  show("list-view");
+  show("list-view", "Sessions");
   listShows = LIST_ROWS;
   $("where").textContent = "";
   const asked = ++listing;
@@ -152,7 +155,7 @@ function route() {
   const id = sessionIn(location.hash);
   if (current) { current.close(); current = null; }
   if (id !== null && !badId(id)) {
-    show("session-view");
+    show("session-view", id);
     current = new SessionView(id, { toast, confirmAction, handleError });
     current.open();
   } else {

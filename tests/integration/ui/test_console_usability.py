@@ -275,3 +275,19 @@ def test_a_draft_stays_with_its_session(console: Page, console_proxy: ProxyServe
     page.go_back()
     page.locator("#session-title").filter(has_text="draft-a").wait_for()
     assert box.input_value() == "meant for draft-a only"
+
+
+def test_the_tab_is_named_after_its_view(console: Page, console_proxy: ProxyServer) -> None:
+    """Two tabs, or the browser's history, tell the sessions apart by their titles: every
+    view was 'Cascade console'."""
+    started(console_proxy, "titled")
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/titled")
+    assert page.title() == "Sign in · Cascade console"
+    page.get_by_test_id("login-key").fill(KEY)
+    page.get_by_test_id("login-submit").click()
+    page.get_by_test_id("message").first.wait_for()
+    assert page.title() == "titled · Cascade console"
+    page.locator(".brand").click()
+    page.get_by_test_id("session-row").first.wait_for()
+    assert page.title() == "Sessions · Cascade console"
