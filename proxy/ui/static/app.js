@@ -10,10 +10,14 @@ let current = null; // the open SessionView
 let sessions = [];
 
 // A toast; one with a `key` replaces the text of the one already shown under that key (a
-// session's repeated handoff nudge updates its toast, it does not stack another).
+// session's repeated handoff nudge updates its toast, it does not stack another), and one
+// without is the toast of the same kind already saying the same, its time started again (a
+// proxy away fails every try alike: each stacked another until they covered the page).
 export function toast(text, kind = "info", ms = 12000, key = null) {
-  const shown = key === null ? null
-    : [...$("toasts").children].find((node) => node.dataset.key === key);
+  const shown = [...$("toasts").children].find((node) => (key === null
+    ? !node.dataset.key && node.dataset.kind === kind &&
+      node.querySelector("span").textContent === text
+    : node.dataset.key === key));
   if (shown) {
     shown.querySelector("span").textContent = text;
     clearTimeout(shown.timer);

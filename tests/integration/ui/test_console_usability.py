@@ -291,3 +291,19 @@ def test_the_tab_is_named_after_its_view(console: Page, console_proxy: ProxyServ
     page.locator(".brand").click()
     page.get_by_test_id("session-row").first.wait_for()
     assert page.title() == "Sessions · Cascade console"
+
+
+def test_a_failure_said_again_is_one_toast(console: Page, console_proxy: ProxyServer) -> None:
+    """A proxy that is away fails every try the same way: the toast already saying so stays
+    the one, where each try stacked another until they covered the page."""
+    started(console_proxy, "again")
+    console.page.route("**/s/again/v1/chat/completions", lambda route: route.abort())
+    page = sign_in(console, "#/s/again")
+    page.get_by_test_id("message").nth(1).wait_for()
+    failed = page.locator("#assistant-message[data-state=failed]")
+    for n in range(3):
+        page.get_by_test_id("composer-input").fill(f"try {n}")
+        page.get_by_test_id("composer-send").click()
+        failed.wait_for(state="attached")
+        page.evaluate("document.getElementById('assistant-message').dataset.state = ''")
+    assert page.get_by_test_id("toast").filter(has_text="not answered").count() == 1
