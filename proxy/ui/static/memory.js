@@ -14,6 +14,7 @@ export class MemoryPrompt {
     this.suggestion = null;
     this.asking = null; // the lookup of the suggestions waiting (ask)
     this.askAgain = false;
+    this.answering = false; // an accept or reject is on its way
   }
 
   // A memory.suggestion event (live, or replayed from the start when the stream opens) is
@@ -57,15 +58,20 @@ export class MemoryPrompt {
     $("memory-prompt").hidden = true;
   }
 
+  // One answer at a time: a second press while the first is on its way (a double click)
+  // would answer the suggestion again, which the proxy refuses.
   async answer(save) {
     const s = this.suggestion;
-    if (!s) return;
+    if (!s || this.answering) return;
+    this.answering = true;
     try {
       await (save ? api.acceptMemory(s.id) : api.rejectMemory(s.id));
       this.hide();
       if (save) this.ui.toast(`Saved ${s.facts.length === 1 ? "it" : `${s.facts.length} facts`}.`);
     } catch (err) {
       this.ui.handleError(err, save ? "Could not save to memory" : "Could not dismiss");
+    } finally {
+      this.answering = false;
     }
     this.ask(); // the next one waiting, or none (this one answered elsewhere meanwhile)
   }

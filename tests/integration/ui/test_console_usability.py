@@ -19,7 +19,7 @@ from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
-from tests.integration.ui.test_console import api, sign_in, wait_for
+from tests.integration.ui.test_console import api, inject, sign_in, wait_for
 from tests.integration.ui.test_console_audit import spills_over, started
 from tests.integration.ui.test_console_streaming import open_watching, stream_chat
 
@@ -307,3 +307,22 @@ def test_a_failure_said_again_is_one_toast(console: Page, console_proxy: ProxySe
         failed.wait_for(state="attached")
         page.evaluate("document.getElementById('assistant-message').dataset.state = ''")
     assert page.get_by_test_id("toast").filter(has_text="not answered").count() == 1
+
+
+def test_a_double_click_on_save_saves_once(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """A double click (or a second press while the first is answered) on Save asked the
+    proxy to accept the suggestion twice, and the second refusal was an error toast."""
+    started(console_proxy, "twice")
+    inject(db_dsn, "twice", "memory.suggestion", {"suggestion_id": "s-twice", "facts": ["A"]})
+    page = sign_in(console, "#/s/twice")
+    prompt = page.get_by_test_id("memory-prompt")
+    prompt.locator("li", has_text="A").wait_for()
+    page.get_by_test_id("memory-save").dblclick()
+    prompt.wait_for(state="hidden")
+    page.get_by_test_id("toast").filter(has_text="Saved").wait_for()
+    page.wait_for_timeout(300)
+    accepts = [u for u in console.urls if u.endswith("/s-twice/accept")]
+    assert len(accepts) == 1, accepts
+    assert page.get_by_test_id("toast").filter(has_text="Could not").count() == 0
