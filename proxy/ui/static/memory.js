@@ -6,6 +6,12 @@ import { el } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 
+// The prompt sits in the window's corner: while it shows, the page ends with room for it, so
+// scrolled to its end the composer is above it, not under it.
+function room(on) {
+  $("main").style.paddingBottom = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
+}
+
 export class MemoryPrompt {
   constructor(id, ui, signal) {
     this.id = id;
@@ -51,11 +57,13 @@ export class MemoryPrompt {
       (waiting > 1 ? ` (1 of ${waiting} waiting)` : "");
     $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f, dir: "auto" })));
     $("memory-prompt").hidden = false;
+    room(true);
   }
 
   hide() {
     this.suggestion = null;
     $("memory-prompt").hidden = true;
+    room(false);
   }
 
   // One answer at a time: a second press while the first is on its way (a double click)

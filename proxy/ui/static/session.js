@@ -119,7 +119,7 @@ export class SessionView {
     this.composer.keep();
     this.abort.abort();
     this.live.drop();
-    $("memory-prompt").hidden = true;
+    this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
   }
 

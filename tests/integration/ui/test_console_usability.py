@@ -19,7 +19,7 @@ from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
-from tests.integration.ui.test_console import api, inject, sign_in, wait_for
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import spills_over, started
 from tests.integration.ui.test_console_streaming import open_watching, stream_chat
 
@@ -326,3 +326,28 @@ def test_a_double_click_on_save_saves_once(
     accepts = [u for u in console.urls if u.endswith("/s-twice/accept")]
     assert len(accepts) == 1, accepts
     assert page.get_by_test_id("toast").filter(has_text="Could not").count() == 0
+
+
+def test_the_memory_prompt_leaves_the_composer_in_sight(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The prompt sits in the window's corner; the page scrolled to its end puts the
+    composer above it, where it was under it, its start hidden while one types."""
+    with api(console_proxy) as h:  # a list taller than the window
+        history = [m for i in range(8) for m in tool_round(i, 600)]
+        resp = h.post("/s/corner/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    facts = {"suggestion_id": "s-corner", "facts": [f"fact {n}" for n in range(6)]}
+    inject(db_dsn, "corner", "memory.suggestion", facts)
+    page = sign_in(console, "#/s/corner")
+    page.get_by_test_id("memory-prompt").locator("li", has_text="fact 5").wait_for()
+    assert page.evaluate("document.scrollingElement.scrollHeight > window.innerHeight")
+    page.evaluate("window.scrollTo(0, document.scrollingElement.scrollHeight)")
+    overlap = page.evaluate(
+        """(() => {
+          const a = document.getElementById("composer-input").getBoundingClientRect();
+          const b = document.getElementById("memory-prompt").getBoundingClientRect();
+          return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+        })()"""
+    )
+    assert not overlap
