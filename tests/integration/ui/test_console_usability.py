@@ -341,6 +341,7 @@ def test_the_memory_prompt_leaves_the_composer_in_sight(
     inject(db_dsn, "corner", "memory.suggestion", facts)
     page = sign_in(console, "#/s/corner")
     page.get_by_test_id("memory-prompt").locator("li", has_text="fact 5").wait_for()
+    page.get_by_test_id("message").nth(23).wait_for()  # the rows: 8 rounds of 3
     assert page.evaluate("document.scrollingElement.scrollHeight > window.innerHeight")
     page.evaluate("window.scrollTo(0, document.scrollingElement.scrollHeight)")
     overlap = page.evaluate(
