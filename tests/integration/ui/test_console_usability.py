@@ -1,6 +1,7 @@
-"""The console past its happy path, as a person uses it: a long answer in the answer box, a
-proxy that goes away for a while (a restart), a key pasted with a character no header can
-carry.
+"""The console past its happy path, as a person uses it: long answers (in the answer box, and
+another client's streaming in the list), a proxy that goes away for a while (a restart), a key
+pasted with a character no header can carry, thousands of sessions, the keyboard, a second
+tab, leaving a view mid-answer, a draft, a double click, the memory prompt in its corner.
 
 Each test fails on the console before its fix; the ``console`` fixture checks that the page
 raised no error and asked no host but the proxy.
