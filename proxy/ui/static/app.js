@@ -10,10 +10,14 @@ let current = null; // the open SessionView
 let sessions = [];
 
 // A toast; one with a `key` replaces the text of the one already shown under that key (a
-// session's repeated handoff nudge updates its toast, it does not stack another).
+// session's repeated handoff nudge updates its toast, it does not stack another), and one
+// without is the toast of the same kind already saying the same, its time started again (a
+// proxy away fails every try alike: each stacked another until they covered the page).
 export function toast(text, kind = "info", ms = 12000, key = null) {
-  const shown = key === null ? null
-    : [...$("toasts").children].find((node) => node.dataset.key === key);
+  const shown = [...$("toasts").children].find((node) => (key === null
+    ? !node.dataset.key && node.dataset.kind === kind &&
+      node.querySelector("span").textContent === text
+    : node.dataset.key === key));
   if (shown) {
     shown.querySelector("span").textContent = text;
     clearTimeout(shown.timer);
@@ -40,23 +44,27 @@ export function confirmAction(text) {
   });
 }
 
-// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast.
-export function handleError(err, what) {
+// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast, for `ms`
+// (0: until the caller or the person closes it, for a state that lasts, not an event).
+export function handleError(err, what, ms = 12000) {
   if (err instanceof ApiError && err.status === 401) {
     forgetKey();
     showLogin(err.message);
     return null;
   }
-  return toast(`${what}: ${err.message}`, "error");
+  return toast(`${what}: ${err.message}`, "error", ms);
 }
 
-function show(id) {
+// The view shown, and the tab named after it (two tabs, or the browser's history, tell the
+// sessions apart by it).
+function show(id, name) {
   for (const view of ["login", "list-view", "session-view"]) $(view).hidden = view !== id;
+  document.title = `${name} · Cascade console`;
 }
 
 function showLogin(reason) {
   if (current) { current.close(); current = null; }
-  show("login");
+  show("login", "Sign in");
   $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";
   $("login-key").focus();
 }
@@ -69,14 +77,31 @@ function occupancyBar(s, limit) {
   return bar;
 }
 
+// The list shows LIST_ROWS sessions at first (the API's order: the latest activity first),
+// and its "show more" button (data-testid sessions-more) LIST_ROWS more at a time: a proxy
+// with thousands of sessions built a row for each at every keystroke in the filter, which
+// froze the page. All of them are read all the same, so the filter finds any.
+const LIST_ROWS = 500;
+let listShows = LIST_ROWS;
+
 function renderList() {
   const q = $("filter").value.trim().toLowerCase();
-  const rows = sessions.filter((s) => !q ||
+  const matching = sessions.filter((s) => !q ||
     [s.id, s.agent, s.model].some((v) => String(v || "").toLowerCase().includes(q)));
+  const rows = matching.slice(0, listShows);
+  const left = matching.length - rows.length;
+  const adds = Math.min(LIST_ROWS, left);
+  $("sessions-more").hidden = left === 0;
+  $("sessions-more").textContent = `Show ${num(adds)} more session${adds === 1 ? "" : "s"} ` +
+    `(${num(left)} not shown)`;
+  // A row opens its session on a click anywhere in it but its link, which does what a link
+  // does (Ctrl+click: a new tab, and this one stays on the list); from the keyboard the
+  // link is the row's one stop (Enter follows it), so a session costs one Tab press.
   $("session-list").replaceChildren(...rows.map((s) => el("tr", {
-    "data-testid": "session-row", "data-session-id": s.id, tabindex: "0", class: "row",
-    onclick: () => { location.hash = `#/s/${encodeURIComponent(s.id)}`; },
-    onkeydown: (e) => { if (e.key === "Enter") location.hash = `#/s/${encodeURIComponent(s.id)}`; },
+    "data-testid": "session-row", "data-session-id": s.id, class: "row",
+    onclick: (e) => {
+      if (!e.target.closest("a")) location.hash = `#/s/${encodeURIComponent(s.id)}`;
+    },
   },
   el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.id)}`, text: s.id })),
   el("td", { text: s.agent }),
@@ -97,7 +122,8 @@ function renderList() {
 let listing = 0;
 
 async function openList() {
-  show("list-view");
+  show("list-view", "Sessions");
+  listShows = LIST_ROWS;
   $("where").textContent = "";
   const asked = ++listing;
   try {
@@ -133,7 +159,7 @@ function route() {
   const id = sessionIn(location.hash);
   if (current) { current.close(); current = null; }
   if (id !== null && !badId(id)) {
-    show("session-view");
+    show("session-view", id);
     current = new SessionView(id, { toast, confirmAction, handleError });
     current.open();
   } else {
@@ -141,16 +167,30 @@ function route() {
   }
 }
 
+// What the Authorization header cannot carry, said by its code point: a key is printable
+// ASCII, and one pasted with an invisible character (a zero-width space, a no-break space)
+// would fail every call with the browser's words about headers, not the key.
+function unsendable(key) {
+  const bad = [...key].find((c) => c < " " || c > "~");
+  if (bad === undefined) return null;
+  const point = bad.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+  return `the key holds a character no HTTP header carries (U+${point}); paste it again`;
+}
+
 function boot() {
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
-    storeKey($("login-key").value.trim());
+    const key = $("login-key").value.trim();
     $("login-key").value = "";
+    const why = unsendable(key);
+    if (why) { showLogin(why); return; }
+    storeKey(key);
     $("where").textContent = "";
     route();
   });
   $("forget-key").addEventListener("click", () => { forgetKey(); showLogin(); });
-  $("filter").addEventListener("input", renderList);
+  $("filter").addEventListener("input", () => { listShows = LIST_ROWS; renderList(); });
+  $("sessions-more").addEventListener("click", () => { listShows += LIST_ROWS; renderList(); });
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();

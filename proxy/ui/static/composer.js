@@ -18,6 +18,18 @@ function turnId() {
   return "ui-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+// The answer box's text so far. The box is bounded (app.css): while it shows its end, it
+// follows the new lines down; scrolled up in it, the reader stays where they are.
+function grow(box, text) {
+  const following = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
+  box.textContent = text;
+  if (following) box.scrollTop = box.scrollHeight;
+}
+
+// What was typed in each session's composer and not sent, by session id: the composer is
+// one element for every view, and a draft showed under the next session opened.
+const drafts = new Map();
+
 export class Composer {
   constructor(view) {
     this.view = view; // the SessionView: its id, session, ui, abort and refresh
@@ -28,6 +40,19 @@ export class Composer {
     // ends at the first last event after those of the turns before it.
     this.turns = [];
     this.modelsAsked = null;
+    this.outgoing = null; // the text of the message being sent
+  }
+
+  // The view opens: its session's draft, or nothing.
+  restore() {
+    $("composer-input").value = drafts.get(this.view.id) || "";
+  }
+
+  // The view closes: what is typed stays its session's, unless it is the message on its way.
+  keep() {
+    const text = $("composer-input").value;
+    if (text.trim() && text.trim() !== this.outgoing) drafts.set(this.view.id, text);
+    else drafts.delete(this.view.id);
   }
 
   get own() {
@@ -88,12 +113,18 @@ export class Composer {
     }
   }
 
+  // A turn runs to its end once sent, the view left or not: its request is not cut when
+  // the view closes (a look at the list meanwhile would lose the answer, the question stored
+  // with no reply). What it shows goes to its own view only: a closed view's elements are
+  // another view's now.
   async send() {
     const input = $("composer-input");
     const text = input.value.trim();
     if (!text || this.sending) return;
-    const signal = this.view.abort.signal;
+    const closed = this.view.abort.signal;
+    const here = (fn) => { if (!closed.aborted) fn(); };
     this.sending = true;
+    this.outgoing = text;
     const earlier = this.turns[this.turns.length - 1];
     const turn = { id: turnId() };
     turn.ended = new Promise((done) => { turn.end = done; });
@@ -102,27 +133,29 @@ export class Composer {
     const answer = $("assistant-message");
     answer.textContent = "";
     answer.dataset.state = "streaming";
+    let model = $("composer-model").value.trim();
     try {
       const body = {
         messages: [...(await this.history(earlier)), { role: "user", content: text }],
       };
-      if (!$("composer-model").value.trim()) await this.fillModel();
-      const model = $("composer-model").value.trim();
+      if (!model && !closed.aborted) {
+        await this.fillModel();
+        model = $("composer-model").value.trim();
+      }
       if (model) body.model = model;
-      await chatStream(this.view.id, body, (_piece, whole) => { answer.textContent = whole; },
-        { signal, requestId: turn.id });
-      input.value = "";
-      answer.dataset.state = "done";
+      await chatStream(this.view.id, body,
+        (_piece, whole) => here(() => grow(answer, whole)), { requestId: turn.id });
+      here(() => { input.value = ""; answer.dataset.state = "done"; });
     } catch (err) {
-      answer.dataset.state = "failed";
+      here(() => { answer.dataset.state = "failed"; });
       // a turn refused before its stream opened sends no last event; one whose stream
       // opened sends it however the stream ended, and stays to take it
       if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
-      if (!signal.aborted) this.view.ui.handleError(err, "The message was not answered");
+      here(() => this.view.ui.handleError(err, "The message was not answered"));
     } finally {
       this.sending = false;
-      $("composer-send").disabled = false;
-      if (!signal.aborted) this.view.refresh();
+      this.outgoing = null;
+      here(() => { $("composer-send").disabled = false; this.view.refresh(); });
     }
   }
 }

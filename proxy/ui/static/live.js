@@ -95,11 +95,25 @@ export class LiveView {
     clearTimeout(this.timer);
   }
 
+  // The reply's items, built again. Each text is a bounded box (a message's body): one that
+  // showed its end (or is new) follows its newest lines; one the reader scrolled up in
+  // stays where it was.
   show() {
-    for (const li of this.list.querySelectorAll("[data-testid=message-streaming]")) li.remove();
+    const was = new Map();
+    for (const li of this.list.querySelectorAll("[data-testid=message-streaming]")) {
+      const pre = li.querySelector("pre.body");
+      const end = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
+      was.set(li.dataset.choice, end ? null : pre.scrollTop);
+      li.remove();
+    }
     if (!this.reply) return;
     const choices = this.reply.choices();
-    this.list.append(...choices.map(([choice, text]) =>
-      renderStreaming(choice, text, choices.length > 1)));
+    const items = choices.map(([choice, text]) => renderStreaming(choice, text, choices.length > 1));
+    this.list.append(...items);
+    for (const li of items) {
+      const pre = li.querySelector("pre.body");
+      const top = was.get(li.dataset.choice);
+      pre.scrollTop = top === undefined || top === null ? pre.scrollHeight : top;
+    }
   }
 }

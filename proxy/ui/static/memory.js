@@ -6,6 +6,12 @@ import { el } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
 
+// The prompt sits in the window's corner: while it shows, the page ends with room for it, so
+// scrolled to its end the composer is above it, not under it.
+function room(on) {
+  $("main").style.paddingBottom = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
+}
+
 export class MemoryPrompt {
   constructor(id, ui, signal) {
     this.id = id;
@@ -14,6 +20,7 @@ export class MemoryPrompt {
     this.suggestion = null;
     this.asking = null; // the lookup of the suggestions waiting (ask)
     this.askAgain = false;
+    this.answering = false; // an accept or reject is on its way
   }
 
   // A memory.suggestion event (live, or replayed from the start when the stream opens) is
@@ -50,22 +57,29 @@ export class MemoryPrompt {
       (waiting > 1 ? ` (1 of ${waiting} waiting)` : "");
     $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f, dir: "auto" })));
     $("memory-prompt").hidden = false;
+    room(true);
   }
 
   hide() {
     this.suggestion = null;
     $("memory-prompt").hidden = true;
+    room(false);
   }
 
+  // One answer at a time: a second press while the first is on its way (a double click)
+  // would answer the suggestion again, which the proxy refuses.
   async answer(save) {
     const s = this.suggestion;
-    if (!s) return;
+    if (!s || this.answering) return;
+    this.answering = true;
     try {
       await (save ? api.acceptMemory(s.id) : api.rejectMemory(s.id));
       this.hide();
       if (save) this.ui.toast(`Saved ${s.facts.length === 1 ? "it" : `${s.facts.length} facts`}.`);
     } catch (err) {
       this.ui.handleError(err, save ? "Could not save to memory" : "Could not dismiss");
+    } finally {
+      this.answering = false;
     }
     this.ask(); // the next one waiting, or none (this one answered elsewhere meanwhile)
   }

@@ -68,13 +68,16 @@ export class SessionView {
     $("usage-reclaimed").hidden = true;
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
+    $("composer-send").disabled = false; // a turn a closed view sent may still run
+    this.composer.restore();
     this.refresh(true);
     this.replaying = true;
     this.follow();
   }
 
   // The event stream, while the session exists. A lost stream is said once, not on every
-  // retry; it reconnects by itself, and when it is back the warning goes (it would still say
+  // retry, and said until it is back, however long that takes (a proxy restarting); it
+  // reconnects by itself, and when it is back the warning goes (it would still say
   // "reconnecting"). Reconnected, the view catches up: a reply that was streaming may have
   // lost deltas meanwhile, so it ends, and the rows shown are read again (an event that
   // changed them in place, such as the transient context.evicted, which no Last-Event-ID
@@ -105,17 +108,18 @@ export class SessionView {
           }
           again = true;
         }
-        if (state === "reconnecting" && err && !lost) {
-          lost = this.ui.handleError(err, "The live updates stopped; reconnecting") ||
+        if (state === "reconnecting" && err && !lost) { // said until the stream is back
+          lost = this.ui.handleError(err, "The live updates stopped; reconnecting", 0) ||
             document.createElement("div"); // a 401 signed out instead: nothing to remove
         }
       });
   }
 
   close() {
+    this.composer.keep();
     this.abort.abort();
     this.live.drop();
-    $("memory-prompt").hidden = true;
+    this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
   }
 
@@ -185,6 +189,9 @@ export class SessionView {
         this.render();
         return;
       }
+      // refused (a key limited to other agents): said where the session's details go too,
+      // so the view does not pass for an empty session once the toast has gone
+      if (err.status === 403) $("session-meta").textContent = `Refused: ${err.message}`;
       this.ui.handleError(err, "Could not load the session");
     }
   }

@@ -85,3 +85,20 @@ def test_a_limited_key_is_refused_another_agents_session_once(
     with httpx.Client(base_url=console_proxy.origin, timeout=10) as h:  # as the page asked
         resp = h.get("/v1/sessions/theirs/events", headers={"authorization": f"Bearer {LIMITED}"})
         assert resp.status_code == 403
+
+
+def test_a_refused_session_says_so_in_its_view_after_the_toast(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The refusal stays said where the session's details go: once its toast went, the view
+    showed an empty session under the title, as if there were nothing in it."""
+    _start(console_proxy, "not-ours", "m")  # routes to default
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/not-ours")
+    page.get_by_test_id("login-key").fill(LIMITED)
+    page.get_by_test_id("login-submit").click()
+    toast = page.get_by_test_id("toast").filter(has_text="may not use session 'not-ours'")
+    toast.first.wait_for()
+    toast.first.get_by_role("button", name="Close").click()
+    meta = page.locator("#session-meta")
+    assert "may not use session 'not-ours'" in meta.inner_text()
