@@ -77,8 +77,7 @@ PROBE_EVERY = 10.0
 or whose host is lost, closes nothing, so only a question it cannot answer reveals it; the
 probe also keeps an idle connection from looking idle to such a middlebox."""
 PROBE_TIMEOUT = 5.0
-"""Seconds a probe may take; a listener that does not answer within it is dropped, said, and
-replaced (a notification sent meanwhile is lost: streams catch up from the table)."""
+"""Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
 NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
 """SQLSTATEs that no retry can change: a wrong password (invalid_password), an unknown role or
 one refused by pg_hba.conf (invalid_authorization_specification), an unknown database
@@ -261,6 +260,7 @@ class EventBus:
                 pass  # closed meanwhile: said below
             probe_at = loop.time() + PROBE_EVERY
         log.warning("event listener connection at %s closed; reconnecting", self._where)
+        self._retrying = True
 
     async def publish(
         self, conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]

@@ -69,3 +69,28 @@ async def test_a_listener_gone_silent_is_replaced_and_said(
     said = [r.getMessage() for r in caplog.records if r.name == "cascade.bus"]
     assert any("did not answer" in m and "DATABASE_LISTEN_URL" in m for m in said), said
     assert any("listening again" in m for m in said), said
+
+
+async def test_a_listener_closed_under_it_is_said_listening_again(
+    pooled: asyncpg.Pool, db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listening connection the server closed (a terminated backend, a restart) is said
+    closed, and its replacement listening again, as a failed reconnection's is: a warning
+    that it is reconnecting, and nothing after, read as a bus still deaf."""
+    await create_session(pooled, tenant="t", session_id="s", agent="default", model="m")
+    bus = EventBus(pooled, db_dsn, "DATABASE_LISTEN_URL")
+    await asyncio.wait_for(bus.start(), 10)
+    try:
+        async with bus.subscribe("t", "s") as queue:
+            caplog.set_level(logging.WARNING, logger="cascade.bus")
+            ended = await pooled.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            )
+            assert ended == 1
+            assert await _heard(bus, pooled, queue, 4), "no event after the listener closed"
+    finally:
+        await asyncio.wait_for(bus.stop(), 5)
+    said = [r.getMessage() for r in caplog.records if r.name == "cascade.bus"]
+    assert any("closed; reconnecting" in m for m in said), said
+    assert any("listening again" in m for m in said), said
