@@ -33,13 +33,15 @@ class Freezer:
     async def _pump(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frozen: asyncio.Event
     ) -> None:
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while data := await reader.read(65536):
-                if frozen.is_set():
-                    await asyncio.Event().wait()  # swallowed, and nothing more: a black hole
-                writer.write(data)
-                await writer.drain()
-        writer.close()
+        try:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await reader.read(65536):
+                    if frozen.is_set():
+                        await asyncio.Event().wait()  # swallowed, and nothing more: a black hole
+                    writer.write(data)
+                    await writer.drain()
+        finally:
+            writer.close()  # at the end, and when the forwarder stops
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
