@@ -10,7 +10,9 @@ import asyncio
 
 import asyncpg
 
+from proxy.store.db import create_pool, pooler_kwargs
 from proxy.store.migrations import _LOCK_KEY, run_migrations
+from proxy.warmup import warm_pool
 from tests.integration.pooler.freezer import freezer
 
 
@@ -59,3 +61,27 @@ async def test_migrations_cancelled_on_a_silent_connection_end_at_once(db_dsn: s
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
         await admin.close()
+
+
+async def test_a_warm_up_cancelled_while_acquiring_gives_its_connections_back(
+    pooled_dsn: str,
+) -> None:
+    """The warm-up holds its connections at once; cancelled while some were taken and others
+    still awaited (a paused pooler holds the new ones' first statements), those taken never
+    went back, and the pool's close at the end of the interrupted start waited for them for
+    ever, the pooler resumed or not."""
+    pool = await create_pool(pooled_dsn, min_size=1, max_size=2, **pooler_kwargs("transaction"))
+    warming = asyncio.create_task(
+        warm_pool(pool, 3, timeout=30, warm=lambda conn: asyncio.sleep(0))
+    )
+    try:
+        await asyncio.sleep(0.3)  # two taken, the third waits for one of them
+        assert not warming.done()
+        warming.cancel()
+        await asyncio.wait({warming}, timeout=3)
+        assert warming.cancelled()
+        closing = asyncio.create_task(pool.close())
+        done, _ = await asyncio.wait({closing}, timeout=3)
+        assert done, "the pool's close waits for connections the cancelled warm-up kept"
+    finally:
+        pool.terminate()
