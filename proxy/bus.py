@@ -37,9 +37,9 @@ broadcasts them to its own open streams (they are not session history, so not re
 The listening connection is the one this replica holds for its whole life, outside the pool:
 it is opened from ``DATABASE_LISTEN_URL`` when set (``bus_listen.listen_url``). Behind a
 transaction-mode pooler (``CASCADE_DB_POOLER=transaction``) that is a URL straight to
-PostgreSQL, because a pooler
-that lends a server connection per transaction cannot carry a LISTEN past it. NOTIFY is
-sent inside the statements that write events, which a pooler carries like any other.
+PostgreSQL, because a pooler that lends a server connection per transaction cannot carry a
+LISTEN past it. NOTIFY is sent inside the statements that write events, which a pooler
+carries like any other. A probe (:data:`PROBE_EVERY`) finds a listener gone silent.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ WATCH_TTL = 30.0
 """Seconds an ``event_watchers`` row stays current; the keeper refreshes at a third of it."""
 START_TIMEOUT = 30.0
 """Seconds the start waits for the listener's first connection (a database still starting)."""
+PROBE_EVERY = 10.0
+"""Seconds between the listener's probes (``SELECT 1``): a connection a firewall or NAT forgot,
+or whose host is lost, closes nothing, so only a question it cannot answer reveals it; the
+probe also keeps an idle connection from looking idle to such a middlebox."""
+PROBE_TIMEOUT = 5.0
+"""Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
 NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
 """SQLSTATEs that no retry can change: a wrong password (invalid_password), an unknown role or
 one refused by pg_hba.conf (invalid_authorization_specification), an unknown database
@@ -154,7 +160,8 @@ class EventBus:
         for tenant, session_id in list(self._subs):
             await self._unwatch(tenant, session_id)
         if self._listener and not self._listener.is_closed():
-            await self._listener.close()
+            with contextlib.suppress(Exception):  # a silent one is aborted after the timeout
+                await self._listener.close(timeout=PROBE_TIMEOUT)
 
     async def _watch(self, keys: Sequence[tuple[str, str]]) -> None:
         try:
@@ -202,9 +209,7 @@ class EventBus:
                 elif self._retrying:
                     log.warning("event listener at %s is listening again", self._where)
                 self._retrying = False
-                while not self._listener.is_closed():
-                    await asyncio.sleep(1.0)
-                log.warning("event listener connection at %s closed; reconnecting", self._where)
+                await self._until_lost(self._listener)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep the bus alive across database restarts
@@ -230,6 +235,32 @@ class EventBus:
                 )
                 self._retrying = True
                 await asyncio.sleep(1.0)
+
+    async def _until_lost(self, listener: asyncpg.Connection) -> None:
+        """Return once ``listener`` closed, or did not answer a probe (then it is aborted);
+        each is logged as a warning, and the reconnection after it too."""
+        loop = asyncio.get_running_loop()
+        probe_at = loop.time() + PROBE_EVERY
+        while not listener.is_closed():
+            await asyncio.sleep(max(0.0, min(1.0, probe_at - loop.time())))
+            if listener.is_closed() or loop.time() < probe_at:
+                continue
+            try:
+                await listener.fetchval("SELECT 1", timeout=PROBE_TIMEOUT)
+            except TimeoutError:
+                listener.terminate()
+                log.warning(
+                    "event listener at %s did not answer within %g s; reconnecting",
+                    self._where,
+                    PROBE_TIMEOUT,
+                )
+                self._retrying = True
+                return
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
+                pass  # closed meanwhile: said below
+            probe_at = loop.time() + PROBE_EVERY
+        log.warning("event listener connection at %s closed; reconnecting", self._where)
+        self._retrying = True
 
     async def publish(
         self, conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -160,6 +160,20 @@ async def warm_connection(conn: Connection) -> None:
         pass
 
 
+async def _give_back(pool: asyncpg.Pool, acquiring: Sequence[asyncio.Future[Any]]) -> None:
+    """A cancelled warm-up (a start interrupted) gives back, closed, the connections it had
+    taken, or the pool's close would wait for them for ever; those still being opened are
+    cancelled and waited for a moment only (a paused pooler holds their first statements)."""
+    for task in acquiring:
+        task.cancel()
+    await asyncio.wait(acquiring, timeout=1.0)
+    for task in acquiring:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            conn = task.result()
+            conn.terminate()
+            await pool.release(conn)
+
+
 async def warm_pool(
     pool: asyncpg.Pool,
     size: int,
@@ -170,12 +184,19 @@ async def warm_pool(
     """Hold ``size`` of the pool's connections at once (opening them), run ``warm`` on each,
     give them back; returns how many were warmed. A connection that cannot be opened or
     warmed is logged and skipped: the pool opens it when a request needs it, as without."""
-    taken = await asyncio.gather(
-        *(acquire(pool, timeout) for _ in range(size)), return_exceptions=True
-    )
+    acquiring = [asyncio.ensure_future(acquire(pool, timeout)) for _ in range(size)]
+    try:
+        taken = await asyncio.gather(*acquiring, return_exceptions=True)
+    except asyncio.CancelledError:
+        await _give_back(pool, acquiring)
+        raise
     conns = [c for c in taken if not isinstance(c, BaseException)]
     try:
         done = await asyncio.gather(*(warm(c) for c in conns), return_exceptions=True)
+    except asyncio.CancelledError:
+        for conn in conns:  # a statement that never answers (a paused pooler) is not awaited
+            conn.terminate()
+        raise
     finally:
         for conn in conns:
             await pool.release(conn)

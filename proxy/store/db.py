@@ -300,6 +300,10 @@ async def _reset(conn: asyncpg.Connection) -> None:
     """
 
 
+OPENING_WAIT = 5.0
+"""Seconds a pool that failed to open waits for its other connections' attempts to end."""
+
+
 async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any) -> asyncpg.Pool:
     """Open the pool: pgvector and JSON codecs on every connection, an outage logged once;
     the refusals (unreachable, or a pooler) name ``setting``, where ``dsn`` came from."""
@@ -309,6 +313,21 @@ async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any)
     kwargs.setdefault("connection_class", GuardedConnection)
     outage = Outage(functools.partial(connect, setting=setting))
     init = functools.partial(_init_connection, setting=setting)
-    pool = await asyncpg.create_pool(dsn, init=init, connect=outage.connect, **kwargs)
+    opening: set[asyncio.Task[Any]] = set()  # the tasks that opened a connection
+
+    async def opened(*args: Any, **kwargs: Any) -> Any:
+        if (task := asyncio.current_task()) is not None:
+            opening.add(task)
+        return await outage.connect(*args, **kwargs)
+
+    try:
+        pool = await asyncpg.create_pool(dsn, init=init, connect=opened, **kwargs)
+    except Exception:
+        # asyncpg gives up at the first refused connection while the others it opens at once
+        # still run; they are waited for (and their connections closed by asyncpg), else a
+        # start that exits on this error prints each one's failure as a traceback.
+        if others := opening - {asyncio.current_task()}:
+            await asyncio.wait(others, timeout=OPENING_WAIT)
+        raise
     outage.arm()
     return pool

@@ -10,6 +10,8 @@ accepted).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import sys
@@ -90,6 +92,24 @@ async def run_migrations(
     ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
     """
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
+    applying = asyncio.ensure_future(_apply(conn, directory, setting))
+    try:
+        return await asyncio.shield(applying)
+    except asyncio.CancelledError:
+        # A start interrupted: a statement that never answers (a paused pooler, a lost host)
+        # would hold the rollback and the close as long, so the connection is dropped; the
+        # server rolls back what it had begun.
+        conn.terminate()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(applying, 5)
+        raise
+    finally:
+        if not conn.is_closed():
+            await conn.close()
+
+
+async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str) -> list[str]:
+    """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
     try:
         async with conn.transaction():
@@ -131,6 +151,4 @@ async def run_migrations(
             f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
             f" {setting} names: {type(exc).__name__}: {exc}"
         ) from exc
-    finally:
-        await conn.close()
     return applied

@@ -1,0 +1,87 @@
+"""A start interrupted (SIGTERM, Ctrl-C) while its migrations wait for a database that does
+not answer ends at once (README, Stopping): a paused PgBouncer (``PAUSE``) or a lost host
+holds the statement, and the migration's rollback and its connection's close, run as the
+cancellation unwound, waited on that same silent connection, so the start ended only when
+the pooler resumed, however long that was. The silent connection is dropped instead."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from proxy.store.db import create_pool, pooler_kwargs
+from proxy.store.migrations import _LOCK_KEY, run_migrations
+from proxy.warmup import warm_pool
+from tests.integration.pooler.freezer import freezer
+
+
+async def _waiting_on_lock(dsn: str, within: float) -> bool:
+    """Whether a statement waits for the migrations' lock within ``within`` s (read outside
+    the lock holder's transaction, whose snapshot of pg_stat_activity would not change)."""
+    admin = await asyncpg.connect(dsn)
+    try:
+        return await _waiting(admin, within)
+    finally:
+        await admin.close()
+
+
+async def _waiting(admin: asyncpg.Connection, within: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        waiting = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'"
+        )
+        if waiting:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_migrations_cancelled_on_a_silent_connection_end_at_once(db_dsn: str) -> None:
+    admin = await asyncpg.connect(db_dsn)
+    try:
+        async with freezer(db_dsn) as forwarder:
+            # The test holds the migrations' lock, so their first statement waits for it.
+            async with admin.transaction():
+                await admin.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+                migrating = asyncio.create_task(run_migrations(forwarder.dsn(db_dsn)))
+                assert await _waiting_on_lock(db_dsn, 10), migrating
+                forwarder.freeze()  # from here the migrations' connection hears nothing
+                migrating.cancel()
+                done, _ = await asyncio.wait({migrating}, timeout=3)
+            assert done, "the cancelled migrations still wait on a connection that never answers"
+            assert migrating.cancelled()
+    finally:
+        # Whatever the migrations' connection still holds on the server goes with it.
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await admin.close()
+
+
+async def test_a_warm_up_cancelled_while_acquiring_gives_its_connections_back(
+    pooled_dsn: str,
+) -> None:
+    """The warm-up holds its connections at once; cancelled while some were taken and others
+    still awaited (a paused pooler holds the new ones' first statements), those taken never
+    went back, and the pool's close at the end of the interrupted start waited for them for
+    ever, the pooler resumed or not."""
+    pool = await create_pool(pooled_dsn, min_size=1, max_size=2, **pooler_kwargs("transaction"))
+    warming = asyncio.create_task(
+        warm_pool(pool, 3, timeout=30, warm=lambda conn: asyncio.sleep(0))
+    )
+    try:
+        await asyncio.sleep(0.3)  # two taken, the third waits for one of them
+        assert not warming.done()
+        warming.cancel()
+        await asyncio.wait({warming}, timeout=3)
+        assert warming.cancelled()
+        closing = asyncio.create_task(pool.close())
+        done, _ = await asyncio.wait({closing}, timeout=3)
+        assert done, "the pool's close waits for connections the cancelled warm-up kept"
+    finally:
+        pool.terminate()
