@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,11 +22,13 @@ import pytest
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_prompts import summary_of
 from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
     Model,
     Stack,
+    compaction_events,
     stack,
     wait_until,
     words,
@@ -119,6 +122,53 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
         assert out and out[0].status_code == 200, out[0].text if out else "no answer"
         assert out[0].json()["compacted"]
         agent.say("after")  # the session goes on from the summary and the turn made meanwhile
+
+
+def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """On one replica, a request over the hard threshold made while ``/compact``'s summariser
+    answers waits for that compaction's claim (it is no background task of the replica to
+    wait for); once its summary is stored the request rebuilds its window on it and
+    measures again: under the threshold now, it sends that window, no second fast call."""
+    held = Pacer(first=True)  # the summariser's answer, until the test lets it come
+    model = Model(fast_pacer=held)
+    summarize = {**SUMMARIZE, "hardFraction": 0.5}
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
+        agent = Agent(s.client("hardwait"))
+        for i in range(3):  # under 0.5 of 4000; /compact folds the first two turns
+            agent.say(words(600, f"t{i}"))
+        s.replied("hardwait")
+        out: list[httpx.Response] = []
+        compact = _compact(s, "hardwait", out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        summarizer = s.proxy.state("summarizer")
+        compact_now = summarizer.compact_now
+        waiting = threading.Event()
+
+        async def noted(job: Any, *args: Any) -> Any:
+            waiting.set()
+            return await compact_now(job, *args)
+
+        summarizer.compact_now = noted
+        agent.say(words(50, "m"))  # under the threshold: more for another compaction to fold
+        said: list[str] = []
+        chat = threading.Thread(target=lambda: said.append(agent.say(words(500, "big"))))
+        chat.start()
+        try:
+            assert waiting.wait(10), "the request over the hard threshold did not wait"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        chat.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        assert said == ["ok"]
+        rows = s.summaries("hardwait")
+        last = s.main_bodies()[-1]
+        triggers = [e["trigger"] for e in compaction_events(s, "hardwait")]
+    assert len(model.fast_times) == 1, "the waiting request compacted again"
+    assert [summary_of(last)] == [r["content"] for r in rows]
+    assert triggers == ["api", "api"]
 
 
 def test_a_compact_whose_client_leaves_while_another_compaction_runs_compacts_nothing(
