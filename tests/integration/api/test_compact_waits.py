@@ -137,7 +137,7 @@ def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
         agent = Agent(s.client("hardwait"))
         for i in range(3):  # under 0.5 of 4000; /compact folds the first two turns
-            agent.say(words(600, f"t{i}"))
+            agent.say(words(550, f"t{i}"))
         s.replied("hardwait")
         out: list[httpx.Response] = []
         compact = _compact(s, "hardwait", out)
@@ -153,7 +153,7 @@ def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
         summarizer.compact_now = noted
         agent.say(words(50, "m"))  # under the threshold: more for another compaction to fold
         said: list[str] = []
-        chat = threading.Thread(target=lambda: said.append(agent.say(words(500, "big"))))
+        chat = threading.Thread(target=lambda: said.append(agent.say(words(600, "big"))))
         chat.start()
         try:
             assert waiting.wait(10), "the request over the hard threshold did not wait"
