@@ -4,7 +4,8 @@
   across replicas by a claim on the session row, ``store.leases.claim_compaction``); the
   request that crossed it is not delayed.
 - Hard threshold, overflow, ``/compact`` and the API: synchronous — wait for the compaction in
-  flight (polling the same claim), then compact again if still needed.
+  flight (polling the same claim), then compact again if still needed (a hard one that finds
+  a newer summary folds nothing; its request measures again on it: ``services/pressure.py``).
 - The claim is taken and released by short statements and renewed by the replica
   (``services/leases.py``) while the fast model answers; a connection is borrowed only for
   the statements before the call and after it, none is held while the fast model thinks.

@@ -77,10 +77,11 @@ class CompactionJob:
     """The session's agent the job was built for: its settings are that agent's, so the
     compaction folds and stores nothing once the session runs another."""
     summary_version: int | None = None
-    """The session's latest summary when the pressure that started a ``soft`` job was
-    measured: one that holds its claim only after another compaction (another replica's,
-    whose claim it waited out) stored a newer summary folds nothing, that summary having
-    relieved the pressure it was started for; the next request measures again."""
+    """The session's latest summary when the pressure that started the job (``soft``,
+    ``hard``, ``overflow``) was measured: one that holds its claim only after another
+    compaction (another replica's, or a ``/compact``, whose claim it waited out) stored a
+    newer summary folds nothing, that summary having maybe relieved the pressure it was
+    started for; the request (hard) or the next one (soft) measures again."""
 
 
 def job_for(

@@ -22,6 +22,10 @@ from proxy.store.db import Connection
 
 __all__ = ["CompactionResult", "Span", "as_text", "ms_since", "read_span"]
 
+_MEASURED = frozenset({"soft", "hard", "overflow"})
+"""Triggers of a compaction the pressure started, measured on a window with its summary
+(``CompactionJob.summary_version``); a forced one has no measure to be stale."""
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionResult:
@@ -34,6 +38,7 @@ class CompactionResult:
     failed: bool = False  # the fast model could not give a summary (not: nothing to fold)
     backoff: float | None = None  # seconds the session's background compaction now waits
     moved_to: str | None = None  # the session's agent, when not the one the job was built for
+    superseded: bool = False  # another compaction stored a summary since the pressure's measure
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +99,14 @@ async def read_span(
     session is gone (or made again since ``owner`` claimed it), an unchanged result when
     there is nothing to fold or, naming the agent in ``moved_to``, when the session now
     runs another agent than the one the job was built for (nothing read: its history is
-    not the old agent's fast model's to see). A ``soft`` job whose session has another
-    latest summary than the one its pressure was measured on (``job.summary_version``)
-    folds nothing either: that summary relieved it. A session now run by an agent outside
-    ``job.agents`` raises ``AgentRefused``, nothing read or reported: the key's check as
-    it arrived saw the session before the compaction waited for its claim."""
+    not the old agent's fast model's to see). A job the pressure started whose session has
+    another latest summary than the one its pressure was measured on
+    (``job.summary_version``: another compaction, whose claim it waited out, stored one)
+    folds nothing either, ``superseded``: that summary may have relieved it, and the
+    request measures again on it (``pressure.PressureRelief``). A session now run by an
+    agent outside ``job.agents`` raises ``AgentRefused``, nothing read or reported: the
+    key's check as it arrived saw the session before the compaction waited for its
+    claim."""
     key = {"tenant": job.tenant, "session_id": job.session_id}
     row = await sessions.fetchrow_session(conn, **key)
     if row is None or row["compaction_owner"] != owner:
@@ -111,9 +119,9 @@ async def read_span(
     await closer.close_session(conn, job.tenant, job.session_id)
     latest = await summaries.fetchrow_latest(conn, **key)
     boundary = latest["boundary"] if latest else 0
-    if job.trigger == "soft" and (latest["version"] if latest else None) != job.summary_version:
+    if job.trigger in _MEASURED and (latest["version"] if latest else None) != job.summary_version:
         relieved = "another compaction stored a summary since the pressure was measured"
-        return CompactionResult(None, boundary, 0, 0, 0, relieved)
+        return CompactionResult(None, boundary, 0, 0, 0, relieved, superseded=True)
     previous = latest["content"] if latest else None
     sc = row["system_count"]
     start = max(boundary, sc)

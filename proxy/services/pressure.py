@@ -30,6 +30,12 @@ from proxy.store import sessions
 
 __all__ = ["PressureRelief", "compaction_job"]
 
+_MEASURES = 3
+"""How often a step over the hard threshold measures its window: once after the wait, and
+again after each compaction another one's newer summary superseded; each of those needs a
+summary stored meanwhile, so the bound only ends a step raced by compaction after
+compaction."""
+
 
 def compaction_job(
     cfg: Config, rt: Route, ctx: ChatContext, trigger: str, state: SessionState | None = None
@@ -76,9 +82,14 @@ class PressureRelief:
     ) -> SessionState:
         """Do what ``cascade.pressure.compaction_need`` decides: start a background
         compaction (soft), or wait for the one in flight, measure again and compact now
-        (hard, overflow). A soft need starts nothing while the session backs off after a
-        failed compaction (``cascade.pressure.backing_off``, as the row read at the start of
-        the request says; the claim checks it again on the database's clock)."""
+        (hard, overflow). A hard compaction that held its claim only after another one (on
+        another replica, or a ``/compact`` here) stored a newer summary folds nothing
+        (``compaction_span.read_span``): the step rebuilds its window on that summary and
+        measures again, and compacts only if still over (at most ``_MEASURES`` times; the
+        overflow guard fits what is left). A soft need starts nothing while the session
+        backs off after a failed compaction (``cascade.pressure.backing_off``, as the row
+        read at the start of the request says; the claim checks it again on the database's
+        clock)."""
         s = rt.ctx.summarize
         need = compaction_need(budgets.pressure(state, rt, body, fixed), s)
         if need is None:
@@ -96,11 +107,16 @@ class PressureRelief:
                 await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
             finally:
                 await turn.connect()
-            state = await load_window(turn.conn, key, state, count)
-            need = compaction_need(budgets.pressure(state, rt, body, fixed), s, waited=True)
-            if need is not None:
-                await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger, state))
+            for _ in range(_MEASURES):
                 state = await load_window(turn.conn, key, state, count)
+                need = compaction_need(budgets.pressure(state, rt, body, fixed), s, waited=True)
+                if need is None:
+                    return state
+                job = compaction_job(cfg, rt, ctx, need.trigger, state)
+                result = await self.compact_now(turn, job)
+                if result is None or not result.superseded:
+                    break
+            state = await load_window(turn.conn, key, state, count)
         elif s.background:
             await turn.flush()  # the compaction reads the store (turn.py)
             self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger, state))

@@ -4,7 +4,9 @@ holds nothing of the session while the summariser answers (README, "Timing of wr
 A client that calls ``/compact`` the instant a reply arrives, or while its turn is still
 under way, gets a fold made after that turn's reply was stored: the compaction takes its
 turn on the session as reset, delete and branch do. It gives the turn back before the fast
-model is called, so the agent's next request is served while the summary is written.
+model is called, so the agent's next request is served while the summary is written; one
+over the hard threshold waits for the compaction's claim, then measures again on its summary
+and compacts only if still over.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,11 +24,13 @@ import pytest
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_prompts import summary_of
 from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
     Model,
     Stack,
+    compaction_events,
     stack,
     wait_until,
     words,
@@ -55,6 +60,21 @@ def _compact(s: Stack, sid: str, out: list[httpx.Response]) -> threading.Thread:
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def _noted(s: Stack) -> threading.Event:
+    """An event set once the replica's summarizer is asked to compact now (as a request
+    over the hard threshold does once it measured): from then on it waits for the claim."""
+    summarizer = s.proxy.state("summarizer")
+    compact_now = summarizer.compact_now
+    asked = threading.Event()
+
+    async def noted(job: Any, *args: Any) -> Any:
+        asked.set()
+        return await compact_now(job, *args)
+
+    summarizer.compact_now = noted
+    return asked
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -119,6 +139,83 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
         assert out and out[0].status_code == 200, out[0].text if out else "no answer"
         assert out[0].json()["compacted"]
         agent.say("after")  # the session goes on from the summary and the turn made meanwhile
+
+
+def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """On one replica, a request over the hard threshold made while ``/compact``'s summariser
+    answers waits for that compaction's claim (it is no background task of the replica to
+    wait for); once its summary is stored the request rebuilds its window on it and
+    measures again: under the threshold now, it sends that window, no second fast call."""
+    held = Pacer(first=True)  # the summariser's answer, until the test lets it come
+    model = Model(fast_pacer=held)
+    summarize = {**SUMMARIZE, "hardFraction": 0.5}
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
+        agent = Agent(s.client("hardwait"))
+        for i in range(3):  # under 0.5 of 4000; /compact folds the first two turns
+            agent.say(words(550, f"t{i}"))
+        s.replied("hardwait")
+        out: list[httpx.Response] = []
+        compact = _compact(s, "hardwait", out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        waiting = _noted(s)
+        agent.say(words(50, "m"))  # under the threshold: more for another compaction to fold
+        said: list[str] = []
+        chat = threading.Thread(target=lambda: said.append(agent.say(words(600, "big"))))
+        chat.start()
+        try:
+            assert waiting.wait(10), "the request over the hard threshold did not wait"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        chat.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        assert said == ["ok"]
+        rows = s.summaries("hardwait")
+        last = s.main_bodies()[-1]
+        triggers = [e["trigger"] for e in compaction_events(s, "hardwait")]
+    assert len(model.fast_times) == 1, "the waiting request compacted again"
+    assert [summary_of(last)] == [r["content"] for r in rows]
+    assert triggers == ["api", "api"]
+
+
+def test_a_hard_request_still_over_after_a_compacts_summary_compacts_on_it(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """The request that waited out ``/compact``'s claim measures again on its summary and,
+    still over the hard threshold, compacts on it: a second summary, folded after the
+    first, whose window it sends."""
+    held = Pacer(first=True)  # the summariser's first answer, until the test lets it come
+    model = Model(fast_pacer=held)
+    summarize = {**SUMMARIZE, "softFraction": 0.6, "hardFraction": 0.6}
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
+        agent = Agent(s.client("stillover"))
+        for i, size in enumerate((300, 300, 800)):  # /compact folds the first two turns
+            agent.say(words(size, f"t{i}"))
+        s.replied("stillover")
+        out: list[httpx.Response] = []
+        compact = _compact(s, "stillover", out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        waiting = _noted(s)
+        agent.say(words(200, "m"))  # under the threshold
+        said: list[str] = []
+        chat = threading.Thread(target=lambda: said.append(agent.say(words(1500, "big"))))
+        chat.start()
+        try:  # over 0.6 of 4000 before /compact's summary and after it
+            assert waiting.wait(10), "the request over the hard threshold did not wait"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        chat.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        assert said == ["ok"]
+        rows = s.summaries("stillover")
+        last = s.main_bodies()[-1]
+        triggers = [e["trigger"] for e in compaction_events(s, "stillover")]
+    assert [r["version"] for r in rows] == [1, 2] and rows[1]["boundary"] > rows[0]["boundary"]
+    assert summary_of(last) == rows[1]["content"]
+    assert triggers == ["api", "api", "hard", "hard"]
 
 
 def test_a_compact_whose_client_leaves_while_another_compaction_runs_compacts_nothing(

@@ -19,6 +19,7 @@ import openai
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import Pacer, RecordedRequest, Reply, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_prompts import summary_of
 from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
@@ -141,6 +142,54 @@ def test_a_background_compaction_claimed_after_another_replicas_summary_folds_no
         wait_until(lambda: not s.servers[1].compacting(tenant, "late"), 10, "the late one")
         names = [e["name"] for e in compaction_events(s, "late")]
     assert len(model.fast_times) == 1, "the late compaction called the fast model again"
+    assert names == ["context.compaction.started", "context.compaction.completed"]
+
+
+def test_a_hard_request_that_waited_out_another_replicas_compaction_measures_again(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A request over the hard threshold on the second replica waits for the claim of the
+    first's compaction; once that one stored its summary the request rebuilds its window on
+    it and measures again: under the threshold now, it sends that window and calls no fast
+    model of its own."""
+    held = Pacer(first=True)  # the first replica's briefing, until the test lets it come
+    model = Model(fast_pacer=held)
+    with stack(
+        tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.8}
+    ) as s:
+        summarizer = s.servers[1].state("summarizer")
+        compact_now = summarizer.compact_now
+        waiting = threading.Event()
+
+        async def noted(job: Any, *args: Any) -> Any:
+            waiting.set()
+            return await compact_now(job, *args)
+
+        summarizer.compact_now = noted
+        agent = Agent(s.client("hardwait", 0))
+        agent.fill()
+        wait_until(lambda: model.fast_times, 20, "the first replica's compaction")
+        agent.client = s.client("hardwait", 1)
+        agent.say(words(50, "r"))  # the summary's span leaves something for another to fold
+        errors: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                agent.say(words(1000, "big"))  # over 0.8 of 4000, under limit - reserved
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=ask)
+        thread.start()
+        assert waiting.wait(20), "the second replica's request did not wait for the claim"
+        held.allow(10)
+        thread.join(20)
+        assert errors == []
+        rows = s.summaries("hardwait")
+        last = s.main_bodies()[-1]
+        names = [e["name"] for e in compaction_events(s, "hardwait")]
+    assert len(model.fast_times) == 1, "the waiting request compacted again"
+    assert [summary_of(last)] == [r["content"] for r in rows]
     assert names == ["context.compaction.started", "context.compaction.completed"]
 
 
