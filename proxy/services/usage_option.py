@@ -56,7 +56,11 @@ class UsageOption:
         answer = await send(True)
         if answer.status_code not in _REFUSALS:
             return answer
-        refusal = await answer.aread(answers.MAX_ANSWER_BYTES)  # kept for its relay
+        try:
+            refusal = await answer.aread(answers.MAX_ANSWER_BYTES)  # kept for its relay
+        except BaseException:  # broke off, stalled, too large, or the client left: no one
+            await answer.aclose()  # else holds the answer to give its connection back
+            raise
         if b"stream_options" not in refusal:
             return answer
         await answer.aclose()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.config import ProviderConfig
 from proxy.services.usage_option import UsageOption
 
@@ -47,3 +49,13 @@ async def test_a_refusal_the_call_without_the_field_gets_too_marks_no_provider()
     assert answer.status_code == 400  # the provider's answer to the client's error
     await option.open(_PROVIDER, {}, _sender([_Answer(200)], sent))
     assert sent == [True, False, True]
+
+
+async def test_a_refusal_whose_body_cannot_be_read_is_closed() -> None:
+    """Its body breaking off (or the client leaving while it is read) gives the connection
+    back, as ``read_refusal`` does for a relayed one."""
+    option, sent = UsageOption(), []
+    broken = _Answer(400, broken=RuntimeError("the body broke off"))
+    with pytest.raises(RuntimeError):
+        await option.open(_PROVIDER, {}, _sender([broken], sent))
+    assert broken.closed == 1
