@@ -67,6 +67,8 @@ class UsageOption:
         again = await send(False)
         if again.status_code in _REFUSALS:  # refused without it too: the field was not why
             return again
+        if provider.base_url in self._refused:  # another stream learned it meanwhile
+            return again
         self._refused.add(provider.base_url)
         log.warning(
             "%s refused the stream_options.include_usage the proxy adds (%d); its streams go"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -59,3 +61,23 @@ async def test_a_refusal_whose_body_cannot_be_read_is_closed() -> None:
     with pytest.raises(RuntimeError):
         await option.open(_PROVIDER, {}, _sender([broken], sent))
     assert broken.closed == 1
+
+
+async def test_two_streams_refused_at_once_warn_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Both go again without the field; the provider is news to the log once."""
+    option, sent = UsageOption(), []
+    refusal = b'{"detail": [{"loc": ["body", "stream_options"], "msg": "Extra inputs"}]}'
+    both = asyncio.Barrier(2)
+
+    async def send(usage: bool) -> Any:
+        sent.append(usage)
+        if usage:
+            await both.wait()  # each is refused before either has learned
+            return _Answer(422, refusal)
+        return _Answer(200)
+
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        answers = await asyncio.gather(*(option.open(_PROVIDER, {}, send) for _ in range(2)))
+    assert [a.status_code for a in answers] == [200, 200]
+    assert sorted(sent) == [False, False, True, True]
+    assert len([r for r in caplog.records if "stream_options" in r.getMessage()]) == 1
