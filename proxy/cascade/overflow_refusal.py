@@ -78,6 +78,12 @@ def refusal(
             " max_tokens / max_completion_tokens (the model's reservedOutput when the request"
             " sets neither), or raise the model's contextLimit."
         )
+    elif budget <= 0:  # the tools take the rest: no prompt fits either
+        text += (
+            f" The output reserved ({output}) and the tools ({fixed}) fill the window (limit"
+            f" {limit}): lower max_tokens / max_completion_tokens, send fewer tools, or raise"
+            " the model's contextLimit."
+        )
     elif messages:
         index, size = _largest(messages, count)
         text += (

@@ -6,9 +6,10 @@ and refuse a field they do not know (older vLLM, Fireworks, Databricks' gateway:
 422 "Extra inputs are not permitted" naming ``stream_options``), so every stream through the
 proxy would fail where the client, which sent no such field, works direct. Such a refusal of
 the field the proxy added sends the call again without it, and the provider (its
-``baseUrl``) is remembered for the process's life: its later streams go without it, and
-their occupancy is the calibrated estimate, as for a provider that reports no usage. A
-client that sent ``stream_options`` itself (not null) gets the provider's answer to it.
+``baseUrl``) is remembered for the process's life unless that call is refused too: its
+later streams go without it, and their occupancy is the calibrated estimate, as for a
+provider that reports no usage. A client that sent ``stream_options`` itself (not null)
+gets the provider's answer to it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ class UsageOption:
         send: Callable[[bool], Awaitable[StreamAnswer]],
     ) -> StreamAnswer:
         """``send(usage)`` with ``usage`` true unless ``provider`` refused it before; once
-        more without it when the provider refuses the ``stream_options`` the proxy added."""
+        more without it when the provider refuses the ``stream_options`` the proxy added.
+        The provider is remembered only when that call is not refused as well: a refusal
+        that merely quotes the body (a client's own error echoing what it was sent) names
+        the field without being about it, and must not cost that provider's later streams
+        their usage."""
         if body.get("stream_options") is not None:  # the client's own: the answer is its
             return await send(True)
         if provider.base_url in self._refused:
@@ -51,10 +56,19 @@ class UsageOption:
         answer = await send(True)
         if answer.status_code not in _REFUSALS:
             return answer
-        refusal = await answer.aread(answers.MAX_ANSWER_BYTES)  # kept for its relay
+        try:
+            refusal = await answer.aread(answers.MAX_ANSWER_BYTES)  # kept for its relay
+        except BaseException:  # broke off, stalled, too large, or the client left: no one
+            await answer.aclose()  # else holds the answer to give its connection back
+            raise
         if b"stream_options" not in refusal:
             return answer
         await answer.aclose()
+        again = await send(False)
+        if again.status_code in _REFUSALS:  # refused without it too: the field was not why
+            return again
+        if provider.base_url in self._refused:  # another stream learned it meanwhile
+            return again
         self._refused.add(provider.base_url)
         log.warning(
             "%s refused the stream_options.include_usage the proxy adds (%d); its streams go"
@@ -62,4 +76,4 @@ class UsageOption:
             provider_name(provider),
             answer.status_code,
         )
-        return await send(False)
+        return again

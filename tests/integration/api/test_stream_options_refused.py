@@ -91,3 +91,27 @@ def test_another_refusal_is_relayed_once(start_proxy: StartProxy, tmp_path: Path
         assert resp.status_code == 400
         assert "model_not_found" in resp.text
         assert len(fake.requests) == 1
+
+
+def test_a_refusal_that_only_quotes_the_body_leaves_later_streams_their_usage(
+    start_proxy: StartProxy, tmp_path: Path
+) -> None:
+    """A client's own error whose text quotes the request (pydantic's ``input_value``) names
+    ``stream_options`` without being about it: refused without it too, the client gets that
+    refusal, and the provider's next stream still asks for usage."""
+
+    def quoting(req: RecordedRequest) -> Responder:
+        if req.json.get("tool_choice"):
+            return error(400, {"object": "error", "message": f"needs tools [input={req.json}]"})
+        return reply("streamed")
+
+    with FakeUpstream() as fake:
+        fake.default = quoting
+        proxy = start_proxy(write_config(tmp_path / "a.json", fake.url))
+        bad = _chat("s6", tool_choice="required")
+        resp = httpx.post(f"{proxy.url}/chat/completions", json=bad, timeout=10)
+        assert resp.status_code == 400
+        assert "needs tools" in resp.text
+        resp = httpx.post(f"{proxy.url}/chat/completions", json=_chat("s7"), timeout=10)
+        assert resp.status_code == 200
+        assert [("stream_options" in r.json) for r in fake.requests] == [True, False, True]

@@ -82,6 +82,16 @@ def test_the_refusal_names_the_tools_apart_from_the_output() -> None:
     assert "(limit 100, reserved for output 25 and for the tools 15)" in str(err.value)
 
 
+def test_output_and_tools_that_fill_the_window_are_named_not_a_message() -> None:
+    """No prompt fits once the output and the tools take the whole window, though the
+    output alone does not: shortening a message or a new session cannot help."""
+    with pytest.raises(ContextLengthExceeded) as err:
+        guard(_prompt(), count=count, limit=100, reserved_output=120, fixed=60, protected_head=2)
+    text = str(err.value)
+    assert "The output reserved (60) and the tools (60) fill the window (limit 100)" in text
+    assert "shorten it" not in text
+
+
 def test_guard_refuses_when_a_single_message_is_too_large() -> None:
     msgs = [system("s"), user(_words(5_000))]
     with pytest.raises(ContextLengthExceeded, match=r"\(the last message, role user\)"):
