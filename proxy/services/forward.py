@@ -38,6 +38,7 @@ from proxy.services.round_outcome import RoundOutcome
 from proxy.services.toolloop import answer_in_room, split_calls
 from proxy.services.turn import Turn
 from proxy.services.usage_option import UsageOption
+from proxy.services.window_learned import learned
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor
@@ -87,15 +88,21 @@ def _closing_frames(
 
 
 async def _end(
-    turn: Turn, reply: Mapping[str, Any] | None, prompt_tokens: Any, *, refused: bool
+    turn: Turn,
+    reply: Mapping[str, Any] | None,
+    prompt_tokens: Any,
+    *,
+    refused: bool,
+    calibration: float | None,
 ) -> None:
     """End a stream's turn: ``finish`` with what the client saw, or, when a later round's
     error became the response's status (``Refused``), ``abort`` as ``nonstream`` ends a
-    refused call, storing no usage (docs/events.md)."""
+    refused call, storing no usage (docs/events.md); either way with the ``calibration``
+    a refusal for length taught (``window_learned.py``)."""
     if refused:
-        await turn.abort()
+        await turn.abort(calibration)
     else:
-        await turn.finish(reply, prompt_tokens)
+        await turn.finish(reply, prompt_tokens, calibration=calibration)
 
 
 class Forwarder:
@@ -203,7 +210,7 @@ class Forwarder:
                 )
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)
-                    await turn.abort()
+                    await turn.abort(learned(step, resp.status_code, resp.content, messages))
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = completion(resp, step.route.provider)
                 note_answer(step.route.model, data.get("usage"))
@@ -274,7 +281,8 @@ class Forwarder:
             await turn.abort()
             raise
         assert refused is not None
-        await turn.abort()
+        messages = step.assembled.messages
+        await turn.abort(learned(step, refused.status_code, bytes(refused.body), messages))
         return refused
 
     async def _stream_body(
@@ -288,6 +296,7 @@ class Forwarder:
         reply: dict[str, Any] | None = None
         prompt_tokens = None
         refused = False
+        calibration: float | None = None  # learned from a refusal for length
         tap = deltas.tap(self.bus, self.pool, step)
         try:
             messages = list(step.assembled.messages)
@@ -303,6 +312,8 @@ class Forwarder:
                 resp, error, refusal = await round_response(send)
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
+                    body = bytes(refusal.body)
+                    calibration = learned(step, refusal.status_code, body, messages)
                     refuse(step.route.provider, refusal, opened=client.opened)
                 if error is not None:
                     yield client.emit(error)
@@ -342,7 +353,7 @@ class Forwarder:
             with anyio.CancelScope(shield=True):
                 await drop(send)
                 await tap.close()  # the last delta, before the stored reply's event
-                await _end(turn, reply, prompt_tokens, refused=refused)
+                await _end(turn, reply, prompt_tokens, refused=refused, calibration=calibration)
 
     async def _relay(
         self,
