@@ -5,7 +5,8 @@ round's request sent and awaited as ``round_answer.py`` says. ``read_tool_output
 answered here, from the store, and the provider is called again, up to
 ``max_internal_rounds`` times; the client never sees those calls. A provider's error answer
 is relayed with its status, a later round's too while a stream has sent nothing
-(``read_ahead.py``); after that, it goes out as an error event.
+(``read_ahead.py``); after that, it goes out as an error event. One that refuses the prompt
+as too long for the window raises the session's calibration (``window_learned.py``).
 """
 
 from __future__ import annotations
@@ -281,8 +282,7 @@ class Forwarder:
             await turn.abort()
             raise
         assert refused is not None
-        messages = step.assembled.messages
-        await turn.abort(learned(step, refused.status_code, bytes(refused.body), messages))
+        await turn.abort(learned(step, refused.status_code, refused.body, step.assembled.messages))
         return refused
 
     async def _stream_body(
@@ -312,8 +312,7 @@ class Forwarder:
                 resp, error, refusal = await round_response(send)
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
-                    body = bytes(refusal.body)
-                    calibration = learned(step, refusal.status_code, body, messages)
+                    calibration = learned(step, refusal.status_code, refusal.body, messages)
                     refuse(step.route.provider, refusal, opened=client.opened)
                 if error is not None:
                     yield client.emit(error)

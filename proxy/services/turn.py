@@ -22,9 +22,10 @@ Exactly one of two things ends it, once, whoever calls first:
   ``context.usage`` and the per-turn values the step computed (``Step.turn``) in one
   statement that also releases the lease;
 - ``abort()`` stores nothing of the step (a refused or failed call), only the messages
-  still held back, and releases the lease in a statement of its own; if that fails (the
-  database away) the lease expires by itself, and this replica's next request on the
-  session takes it back at once.
+  still held back, and releases the lease in a statement of its own, which also raises the
+  session's calibration when the provider refused the prompt as too long for its window
+  (``services/window_learned.py``); if that fails (the database away) the lease expires
+  by itself, and this replica's next request on the session takes it back at once.
 
 Either way the next queued request goes. The Forwarder, the ``/compact`` answer and the
 response's background task all end the turn through these two calls, so a second call (a

@@ -24,12 +24,14 @@ __all__ = ["learned"]
 log = logging.getLogger("cascade.forward")
 
 
-def learned(step: Step, status: int, body: bytes, messages: Sequence[Message]) -> float | None:
+def learned(
+    step: Step, status: int, body: bytes | memoryview, messages: Sequence[Message]
+) -> float | None:
     """The session's raised calibration when ``body`` (an error answer of ``status`` to the
     prompt of ``messages``) refuses that prompt as too long, else None. Logs what it learned,
     and a window the provider states below the configured ``contextLimit`` (which no ratio
     fixes: the guard fits prompts to the configured one)."""
-    refusal = window_refusal(status, body)
+    refusal = window_refusal(status, bytes(body))
     if refusal is None:
         return None
     limits = step.route.limits
