@@ -335,7 +335,10 @@ class Forwarder:
                     yield sse.DONE
                     return
                 if out.provider_error or not out.acc.indices:
-                    return  # the answer failed, or was no chat stream: nothing to store
+                    # the answer failed (its error's type and code may refuse it for length),
+                    # or was no chat stream: nothing to store
+                    calibration = learned(step, 400, out.provider_error, messages)
+                    return
                 internal, client_calls = (
                     split_calls(message) if step.assembled.offer_read_tool else ([], [])
                 )

@@ -25,13 +25,15 @@ log = logging.getLogger("cascade.forward")
 
 
 def learned(
-    step: Step, status: int, body: bytes | memoryview, messages: Sequence[Message]
+    step: Step, status: int, body: bytes | memoryview | str | None, messages: Sequence[Message]
 ) -> float | None:
     """The session's raised calibration when ``body`` (an error answer of ``status`` to the
-    prompt of ``messages``) refuses that prompt as too long, else None. Logs what it learned,
+    prompt of ``messages``, or a stream's error object's type and code; None for no error)
+    refuses that prompt as too long, else None. Logs what it learned,
     and a window the provider states below the configured ``contextLimit`` (which no ratio
     fixes: the guard fits prompts to the configured one)."""
-    refusal = window_refusal(status, bytes(body))
+    text = body if isinstance(body, str) else bytes(body or b"")
+    refusal = window_refusal(status, text)
     if refusal is None:
         return None
     limits = step.route.limits

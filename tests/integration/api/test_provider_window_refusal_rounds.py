@@ -4,12 +4,13 @@ after a frame did, and the session's calibration raised either way."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
 import pytest
 
-from tests.fakes.replies import context_length_exceeded, reply
+from tests.fakes.replies import context_length_exceeded, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.read_tool_output_helpers import chat, history, read_call
@@ -52,3 +53,16 @@ def test_a_later_rounds_refusal_for_length_after_a_frame_went_out_raises_it_too(
         list(chat(proxy, "in-band", messages, stream=True))
     assert not isinstance(info.value, openai.APIStatusError)
     assert _calibration(proxy, "in-band") > 1.0
+
+
+def test_an_error_object_in_a_streams_body_refusing_for_length_raises_it_too(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A server that answers 200 and puts the refusal in the stream (its error object
+    instead of chunks): relayed in-band as it came, and learnt from all the same."""
+    failure = {"error": {"message": "too long", "type": "invalid_request_error"}}
+    failure["error"]["code"] = "context_length_exceeded"
+    fake_upstream.script(raw(f"data: {json.dumps(failure)}\n\n", "data: [DONE]\n\n"))
+    with pytest.raises(openai.APIError):
+        list(chat(proxy, "in-body", [{"role": "user", "content": "go"}], stream=True, tools=None))
+    assert _calibration(proxy, "in-body") > 1.0
