@@ -29,9 +29,9 @@ def learned(
 ) -> float | None:
     """The session's raised calibration when ``body`` (an error answer of ``status`` to the
     prompt of ``messages``, or a stream's error object's type and code; None for no error)
-    refuses that prompt as too long, else None. Logs what it learned,
-    and a window the provider states below the configured ``contextLimit`` (which no ratio
-    fixes: the guard fits prompts to the configured one)."""
+    refuses that prompt as too long, else None (nothing to raise, the ratio at its cap). Logs
+    what it learned, and a window the provider states below the configured ``contextLimit``
+    (which no ratio fixes: the guard fits prompts to the configured one)."""
     text = body if isinstance(body, str) else bytes(body or b"")
     refusal = window_refusal(status, text)
     if refusal is None:
@@ -43,15 +43,19 @@ def learned(
     new = learned_ratio(old, estimate=estimate, budget=budget, told=refusal.told)
     where = provider_name(step.route.provider)
     told = f"{refusal.told} tokens by its count" if refusal.told else "its count not given"
+    change = (
+        f"goes from {old:.3g} to {new:.3g}, so the guard trims it next time"
+        if new > old
+        else f"stays at {old:.3g} (at its cap, or counting this prompt past the window already)"
+    )
     log.warning(
         "%s refused a prompt of session %s as too long for the window (%s, estimated %d); "
-        "the session's calibration goes from %.3g to %.3g, so the guard trims it next time",
+        "the session's calibration %s",
         where,
         step.ctx.session_id,
         told,
         estimate,
-        old,
-        new,
+        change,
     )
     if refusal.window is not None and refusal.window < limits.context_limit:
         log.warning(
