@@ -30,7 +30,9 @@ __all__ = [
     "make_counter",
     "message_cost",
     "MemoCounter",
+    "LEARN_MARGIN",
     "calibrate",
+    "learned_ratio",
     "effective_input_tokens",
 ]
 
@@ -42,6 +44,9 @@ IMAGE_TOKENS = MAX_IMAGE_TOKENS
 """What an image part of unknown size costs: the most any image can (``images.py``)."""
 MIN_RATIO = 0.5
 MAX_RATIO = 2.0
+LEARN_MARGIN = 1.05
+"""A prompt the provider refused as too long is counted, after, at least this far over the
+budget the guard fits prompts to (``learned_ratio``)."""
 
 _IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
 
@@ -200,6 +205,22 @@ def calibrate(ratio: float, *, real: int, estimated: int, weight: float = 0.5) -
     base = ratio if ratio > 0 else 1.0
     updated = (1.0 - weight) * base + weight * (real / estimated)
     return min(MAX_RATIO, max(MIN_RATIO, updated))
+
+
+def learned_ratio(ratio: float, *, estimate: int, budget: int, told: int | None = None) -> float:
+    """The correction ratio after the provider refused a prompt estimated at ``estimate`` as
+    too long for its window: raised so that this prompt counts at least at the provider's own
+    count of it (``told``, when its message says) and at least :data:`LEARN_MARGIN` over
+    ``budget`` (the room the guard fits a prompt to), so the guard trims the same history
+    when the client sends it again. Never lowered, and never raised past
+    :data:`MAX_RATIO`, the bound ``calibrate`` keeps too: a count that is wrong cannot make
+    the guard count a prompt more than twice its estimate, and every later step's real usage
+    pulls the ratio back (``calibrate``).
+    """
+    if estimate <= 0:
+        return ratio
+    target = max(told or 0, budget * LEARN_MARGIN)
+    return max(ratio, min(MAX_RATIO, target / estimate))
 
 
 def effective_input_tokens(

@@ -5,7 +5,8 @@ round's request sent and awaited as ``round_answer.py`` says. ``read_tool_output
 answered here, from the store, and the provider is called again, up to
 ``max_internal_rounds`` times; the client never sees those calls. A provider's error answer
 is relayed with its status, a later round's too while a stream has sent nothing
-(``read_ahead.py``); after that, it goes out as an error event.
+(``read_ahead.py``); after that, it goes out as an error event. One that refuses the prompt
+as too long for the window raises the session's calibration (``window_learned.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from proxy.services.round_outcome import RoundOutcome
 from proxy.services.toolloop import answer_in_room, split_calls
 from proxy.services.turn import Turn
 from proxy.services.usage_option import UsageOption
+from proxy.services.window_learned import learned
 from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor
@@ -87,15 +89,21 @@ def _closing_frames(
 
 
 async def _end(
-    turn: Turn, reply: Mapping[str, Any] | None, prompt_tokens: Any, *, refused: bool
+    turn: Turn,
+    reply: Mapping[str, Any] | None,
+    prompt_tokens: Any,
+    *,
+    refused: bool,
+    calibration: float | None,
 ) -> None:
     """End a stream's turn: ``finish`` with what the client saw, or, when a later round's
     error became the response's status (``Refused``), ``abort`` as ``nonstream`` ends a
-    refused call, storing no usage (docs/events.md)."""
+    refused call, storing no usage (docs/events.md); either way with the ``calibration``
+    a refusal for length taught (``window_learned.py``)."""
     if refused:
-        await turn.abort()
+        await turn.abort(calibration)
     else:
-        await turn.finish(reply, prompt_tokens)
+        await turn.finish(reply, prompt_tokens, calibration=calibration)
 
 
 class Forwarder:
@@ -203,7 +211,7 @@ class Forwarder:
                 )
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)
-                    await turn.abort()
+                    await turn.abort(learned(step, resp.status_code, resp.content, messages))
                     return Response(resp.content, resp.status_code, response_headers(resp))
                 data = completion(resp, step.route.provider)
                 note_answer(step.route.model, data.get("usage"))
@@ -274,7 +282,7 @@ class Forwarder:
             await turn.abort()
             raise
         assert refused is not None
-        await turn.abort()
+        await turn.abort(learned(step, refused.status_code, refused.body, step.assembled.messages))
         return refused
 
     async def _stream_body(
@@ -288,6 +296,7 @@ class Forwarder:
         reply: dict[str, Any] | None = None
         prompt_tokens = None
         refused = False
+        calibration: float | None = None  # learned from a refusal for length
         tap = deltas.tap(self.bus, self.pool, step)
         try:
             messages = list(step.assembled.messages)
@@ -303,6 +312,7 @@ class Forwarder:
                 resp, error, refusal = await round_response(send)
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
+                    calibration = learned(step, refusal.status_code, refusal.body, messages)
                     refuse(step.route.provider, refusal, opened=client.opened)
                 if error is not None:
                     yield client.emit(error)
@@ -325,7 +335,10 @@ class Forwarder:
                     yield sse.DONE
                     return
                 if out.provider_error or not out.acc.indices:
-                    return  # the answer failed, or was no chat stream: nothing to store
+                    # the answer failed (its error's type and code may refuse it for length),
+                    # or was no chat stream: nothing to store
+                    calibration = learned(step, 400, out.provider_error, messages)
+                    return
                 internal, client_calls = (
                     split_calls(message) if step.assembled.offer_read_tool else ([], [])
                 )
@@ -342,7 +355,7 @@ class Forwarder:
             with anyio.CancelScope(shield=True):
                 await drop(send)
                 await tap.close()  # the last delta, before the stored reply's event
-                await _end(turn, reply, prompt_tokens, refused=refused)
+                await _end(turn, reply, prompt_tokens, refused=refused, calibration=calibration)
 
     async def _relay(
         self,

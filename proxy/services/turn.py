@@ -22,9 +22,10 @@ Exactly one of two things ends it, once, whoever calls first:
   ``context.usage`` and the per-turn values the step computed (``Step.turn``) in one
   statement that also releases the lease;
 - ``abort()`` stores nothing of the step (a refused or failed call), only the messages
-  still held back, and releases the lease in a statement of its own; if that fails (the
-  database away) the lease expires by itself, and this replica's next request on the
-  session takes it back at once.
+  still held back, and releases the lease in a statement of its own, which also raises the
+  session's calibration when the provider refused the prompt as too long for its window
+  (``services/window_learned.py``); if that fails (the database away) the lease expires
+  by itself, and this replica's next request on the session takes it back at once.
 
 Either way the next queued request goes. The Forwarder, the ``/compact`` answer and the
 response's background task all end the turn through these two calls, so a second call (a
@@ -180,8 +181,10 @@ class Turn:
         finally:
             await self._pool.release(conn)
 
-    async def abort(self) -> None:
-        """End the turn storing nothing, and free the lease (idempotent)."""
+    async def abort(self, calibration: float | None = None) -> None:
+        """End the turn storing nothing of the step, and free the lease (idempotent); a
+        ``calibration`` learned from the provider's refusal for length
+        (``services/window_learned.py``) goes into the same statement."""
         if self._done:
             return
         self._done = True
@@ -194,7 +197,11 @@ class Turn:
                     held, self._held = self._held, None
                     await self._write(conn, held, best_effort=True)
                 await lease_rows.release_lease(
-                    conn, tenant=self.key.tenant, session_id=self.key.session_id, owner=self.owner
+                    conn,
+                    tenant=self.key.tenant,
+                    session_id=self.key.session_id,
+                    owner=self.owner,
+                    calibration=calibration,
                 )
         except Exception as exc:  # it expires by itself (module docstring)
             log.warning("could not release the lease of session %s: %s", self.key.session_id, exc)
@@ -219,8 +226,16 @@ class Turn:
                 exc,
             )
 
-    async def finish(self, reply: Mapping[str, Any] | None, prompt_tokens: int | None) -> None:
-        """Store the reply, the real prompt size and ``context.usage``; end the turn.
+    async def finish(
+        self,
+        reply: Mapping[str, Any] | None,
+        prompt_tokens: int | None,
+        *,
+        calibration: float | None = None,
+    ) -> None:
+        """Store the reply, the real prompt size and ``context.usage``; end the turn. A
+        ``calibration`` learned from a later round's refusal for length (a stream's in-band
+        error: ``services/window_learned.py``) raises the session's.
 
         One statement after the answer (reply + head + usage + events, the events table's
         trigger NOTIFYs them, and the lease's release), on a connection borrowed for it.
@@ -232,7 +247,7 @@ class Turn:
         try:
             if self.step is not None:
                 async with self.connection() as conn:
-                    stored = await self._record(conn, self.step, reply, prompt_tokens)
+                    stored = await self._record(conn, self.step, reply, prompt_tokens, calibration)
                 if not stored:
                     self._chains.set_head(self.key, None)
                     log.warning(
@@ -255,6 +270,7 @@ class Turn:
         step: Step,
         reply: Mapping[str, Any] | None,
         prompt_tokens: int | None,
+        learned: float | None = None,
     ) -> bool:
         state, row = step.state, step.state.session
         estimate = step.assembled.tokens + step.overhead  # as the provider counts it
@@ -262,6 +278,8 @@ class Turn:
         real = prompt_tokens if isinstance(prompt_tokens, int) and prompt_tokens > 0 else None
         if real is not None:
             ratio = calibrate(ratio, real=real, estimated=estimate)
+        if learned is not None:
+            ratio = max(ratio, learned)
         stored = None
         if reply:
             stored = msgs.NewMessage(

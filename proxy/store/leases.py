@@ -82,17 +82,28 @@ async def renew_leases(
 
 
 RELEASE_LEASE = """
-UPDATE sessions SET lease_owner = NULL, lease_expires = NULL
+UPDATE sessions SET lease_owner = NULL, lease_expires = NULL,
+    calibration = greatest(calibration, coalesce($4::double precision, calibration))
 WHERE tenant = $1 AND id = $2 AND lease_owner = $3
 RETURNING CASE WHEN lease_queue IS NOT NULL
     THEN cascade_lease_freed_v1(tenant, id, lease_queue_expires) END
 """
 
 
-async def release_lease(conn: Executor, *, tenant: str, session_id: str, owner: uuid.UUID) -> None:
+async def release_lease(
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    owner: uuid.UUID,
+    calibration: float | None = None,
+) -> None:
     """Free the session's lease if ``owner`` still holds it (a request that stores nothing),
-    telling a waiter queued for it on another replica (migration 0023)."""
-    await conn.execute(RELEASE_LEASE, tenant, session_id, owner)
+    telling a waiter queued for it on another replica (migration 0023). A ``calibration``
+    (learned from a provider's refusal for length: ``services/window_learned.py``) raises
+    the session's in the same statement; it is never lowered here, so a retry of the same
+    refused request stores the same value again rather than adding anything."""
+    await conn.execute(RELEASE_LEASE, tenant, session_id, owner, calibration)
 
 
 CLAIM_COMPACTION = """

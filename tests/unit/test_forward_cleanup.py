@@ -37,10 +37,10 @@ def _turn(finish: object, abort: object) -> SimpleNamespace:
 async def test_an_answer_that_arrives_as_the_client_leaves_is_closed() -> None:
     finished: list[object] = []
 
-    async def finish(reply: object, tokens: object) -> None:
+    async def finish(reply: object, tokens: object, calibration: object = None) -> None:
         finished.append(reply)
 
-    async def abort() -> None:
+    async def abort(calibration: object = None) -> None:
         raise AssertionError("not called on this path")
 
     settings = SimpleNamespace(keepalive_seconds=0.05, max_internal_rounds=1)
@@ -68,10 +68,10 @@ async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_e
 
     ran: list[str] = []
 
-    async def finish(reply: object, tokens: object) -> None:
+    async def finish(reply: object, tokens: object, calibration: object = None) -> None:
         ran.append("finish")
 
-    async def abort() -> None:
+    async def abort(calibration: object = None) -> None:
         ran.append("abort")
 
     upstream = Upstream(build_client(kind=kind), env={})

@@ -21,7 +21,7 @@ from proxy.app import create_app
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.settings import Settings
 from proxy.store import leases, messages as msgs, steps, summaries, writes
-from tests.fakes.replies import error, reply
+from tests.fakes.replies import context_length_exceeded, error, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.reconcile_helpers import (
     MODEL,
@@ -240,6 +240,29 @@ def test_a_request_that_never_stores_a_reply_frees_its_lease(
     log.queries.clear()
     post(app_client, "failing", [user("q")])  # the next request on it is not blocked
     assert statements(log) == COMMON
+
+
+def test_a_refusal_for_length_costs_no_statement_more_and_a_retry_adds_nothing(
+    app_client: TestClient, fake_upstream: FakeUpstream
+) -> None:
+    """The calibration a provider's refusal for length teaches rides in the release of the
+    lease (services.window_learned); the same refused request again stores nothing more."""
+    log = QueryLog(app_client.app_state["chat"].pool)
+    app_client.app_state["chat"].pool = log
+    fake_upstream.script(context_length_exceeded(), context_length_exceeded())
+    body = {"model": MODEL, "messages": [user("q")]}
+    learned = []
+    for _ in range(2):
+        log.queries.clear()
+        resp = app_client.post("/v1/chat/completions", json=body, headers={"x-session-id": "long"})
+        assert resp.status_code == 400
+        assert statements(log) == [steps.BEGIN_STEP, leases.RELEASE_LEASE]
+        learned.append(only(log, leases.RELEASE_LEASE).args[3])
+    # a prompt this short is far below the window: the ratio goes to its cap at once, and
+    # the retry, already counted there, has nothing to raise
+    assert learned == [2.0, None]
+    view = session_view(app_client, "long")
+    assert view["message_count"] == 1 and view["calibration"] == 2.0
 
 
 def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:

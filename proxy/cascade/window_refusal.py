@@ -1,0 +1,132 @@
+"""A provider's refusal of a prompt too long for its window, read from its error answer.
+
+The estimate can count a prompt below what the provider's tokenizer makes of it (a
+session's first step, before any usage calibrated it; a model whose tokenizer is not the
+estimate's; no tiktoken at all). The provider then refuses the prompt, and the session
+learns from that refusal (``tokens.learned_ratio``), which needs to know that an error
+answer is one, and, where its message says, the provider's own count of the prompt and its
+window. OpenAI (Azure, DeepSeek, Groq, OpenRouter alike) names it by its code
+``context_length_exceeded``, llama.cpp by its type ``exceed_context_size_error`` (with
+``n_prompt_tokens`` and ``n_ctx`` beside it); vLLM, TGI, Mistral, Gemini and Anthropic's
+compatible endpoint by their wording.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["WindowRefusal", "window_refusal"]
+
+_STATUSES = frozenset({400, 413, 422})
+"""The statuses a refusal for length comes with (TGI answers 422, some gateways 413)."""
+
+_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+
+_WORDING = re.compile(
+    r"context[ _](?:length|window|size)|prompt is too long|maximum model length"
+    r"|too large for model|`inputs` tokens \+ `max_new_tokens`",
+    re.IGNORECASE,
+)
+_OF_TOKENS = re.compile(
+    r"exceeds? (?:the )?(?:maximum|limit)(?=.*token)|token.*exceeds? (?:the )?(?:maximum|limit)",
+    re.IGNORECASE,
+)
+"""Gemini's and vLLM's engine's wording, which says a limit is exceeded: one of tokens, not
+of a body's bytes (a gateway's 413)."""
+
+_N = r"(\d[\d,]*)"
+
+_TOLD = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        rf"resulted in {_N} tokens",  # OpenAI
+        rf"\({_N} in the messages",  # OpenAI's older wording, vLLM's, DeepSeek's
+        rf"request has {_N} input tokens",  # vLLM
+        rf"prompt is too long: {_N} tokens",  # Anthropic
+        rf"prompt contains {_N} tokens",  # Mistral
+        rf"given: {_N} `inputs` tokens",  # TGI
+        rf"prompt \(length {_N}\)",  # vLLM's engine
+        rf"input prompt \({_N} tokens\)",
+        rf"input token count \({_N}\)",  # Gemini
+        rf"requested (?:about )?{_N} tokens",  # the prompt and the output together
+    )
+)
+
+_WINDOW = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        rf"maximum context length (?:is|of) {_N}",
+        rf"{_N} maximum context length",
+        rf"tokens > {_N} maximum",
+        rf"maximum model length of {_N}",
+        rf"exceeds limit of {_N}",
+        rf"must be <= {_N}",
+        rf"maximum number of tokens allowed \({_N}\)",
+        rf"context window of {_N}",
+    )
+)
+
+_MAX_COUNT = 1 << 40
+"""A count past this is no count (a provider's message quoting some other figure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRefusal:
+    """A refusal for length: ``told`` is the provider's count of the prompt and ``window``
+    its context window, each None when its message does not say."""
+
+    told: int | None = None
+    window: int | None = None
+
+
+def window_refusal(status: int, body: bytes | str) -> WindowRefusal | None:
+    """The refusal ``body`` (an error answer of ``status``) is, when it refuses the prompt
+    as too long for the model's window; None for any other answer."""
+    if status not in _STATUSES:
+        return None
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = text[:20000]
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    message, codes, fields = _parts(data) if isinstance(data, Mapping) else (text, set(), {})
+    if not (codes & _CODES or _WORDING.search(message) or _OF_TOKENS.search(message)):
+        return None
+    told = _count(fields.get("n_prompt_tokens")) or _first(_TOLD, message)
+    window = _count(fields.get("n_ctx")) or _first(_WINDOW, message)
+    return WindowRefusal(told, window)
+
+
+def _parts(data: Mapping[str, Any]) -> tuple[str, set[str], Mapping[str, Any]]:
+    """The message, the codes and types, and the error object's fields of an error body:
+    ``{"error": {"message", "code", "type"}}`` (OpenAI's shape), ``{"error": "..."}`` (TGI's),
+    or ``{"message"}`` / ``{"detail"}`` at the top."""
+    error = data.get("error")
+    inner: Mapping[str, Any] = error if isinstance(error, Mapping) else {}
+    texts = [inner.get("message"), error, data.get("message"), data.get("detail")]
+    message = " ".join(t for t in texts if isinstance(t, str))
+    keys = ("code", "type", "error_type")
+    codes = {str(v) for src in (inner, data) for k in keys if (v := src.get(k)) is not None}
+    return message, codes, inner
+
+
+def _first(patterns: tuple[re.Pattern[str], ...], message: str) -> int | None:
+    for pattern in patterns:
+        if (m := pattern.search(message)) is not None and (n := _count(m.group(1))):
+            return n
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A positive count from a field or a matched figure (``130,532`` too), else None."""
+    if isinstance(value, str):
+        value = value.replace(",", "")
+        value = int(value) if value.isdigit() else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 < value < _MAX_COUNT else None

@@ -1,0 +1,70 @@
+"""What a session learns when the provider refuses its prompt as too long for the window.
+
+The refusal is relayed to the client as it came (the client decides whether to retry); the
+proxy only learns from it that its estimate of the session's prompts is too low, and raises
+the session's calibration (``tokens.learned_ratio``), which the turn's last statement stores
+(``Turn.abort``). The guard counts with that ratio, so the same history sent again is
+trimmed below the limit instead of being refused the same way again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from proxy.cascade.tokens import learned_ratio
+from proxy.cascade.types import Message
+from proxy.cascade.window_refusal import window_refusal
+from proxy.provider_errors import provider_name
+from proxy.services.budget import reserved_output
+from proxy.services.request import Step
+
+__all__ = ["learned"]
+
+log = logging.getLogger("cascade.forward")
+
+
+def learned(
+    step: Step, status: int, body: bytes | memoryview | str | None, messages: Sequence[Message]
+) -> float | None:
+    """The session's raised calibration when ``body`` (an error answer of ``status`` to the
+    prompt of ``messages``, or a stream's error object's type and code; None for no error)
+    refuses that prompt as too long, else None (nothing to raise, the ratio at its cap). Logs
+    what it learned, and a window the provider states below the configured ``contextLimit``
+    (which no ratio fixes: the guard fits prompts to the configured one)."""
+    text = body if isinstance(body, str) else bytes(body or b"")
+    refusal = window_refusal(status, text)
+    if refusal is None:
+        return None
+    limits = step.route.limits
+    estimate = step.count(messages) + step.overhead  # as the provider counts it
+    budget = limits.context_limit - reserved_output(step.body, limits)
+    old = float(step.state.session["calibration"])
+    new = learned_ratio(old, estimate=estimate, budget=budget, told=refusal.told)
+    where = provider_name(step.route.provider)
+    told = f"{refusal.told} tokens by its count" if refusal.told else "its count not given"
+    change = (
+        f"goes from {old:.3g} to {new:.3g}, so the guard trims it next time"
+        if new > old
+        else f"stays at {old:.3g} (at its cap, or counting this prompt past the window already)"
+    )
+    log.warning(
+        "%s refused a prompt of session %s as too long for the window (%s, estimated %d); "
+        "the session's calibration %s",
+        where,
+        step.ctx.session_id,
+        told,
+        estimate,
+        change,
+    )
+    if refusal.window is not None and refusal.window < limits.context_limit:
+        log.warning(
+            "%s states a window of %d tokens for model %s, below its contextLimit %d in "
+            "config: set contextLimit to at most %d",
+            where,
+            refusal.window,
+            step.route.model,
+            limits.context_limit,
+            refusal.window,
+        )
+    return new if new > old else None

@@ -1,0 +1,178 @@
+"""Reading a provider's refusal for length, and what the session's ratio learns from it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proxy.cascade.tokens import LEARN_MARGIN, MAX_RATIO, learned_ratio
+from proxy.cascade.window_refusal import WindowRefusal, window_refusal
+
+
+def _openai(message: str, code: str | None = "context_length_exceeded") -> bytes:
+    error = {"message": message, "type": "invalid_request_error", "param": "messages", "code": code}
+    return json.dumps({"error": error}).encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "told", "window"),
+    [
+        (  # OpenAI
+            400,
+            _openai(
+                "This model's maximum context length is 128000 tokens. However, your messages "
+                "resulted in 130,532 tokens. Please reduce the length of the messages."
+            ),
+            130532,
+            128000,
+        ),
+        (  # OpenAI's newer wording: the code alone says it
+            400,
+            _openai("Your input exceeds the context window of this model."),
+            None,
+            None,
+        ),
+        (  # vLLM (and OpenAI's older wording): the messages' share, not the total
+            400,
+            _openai(
+                "This model's maximum context length is 4096 tokens. However, you requested "
+                "5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the "
+                "length of the messages or completion.",
+                code=None,
+            ),
+            4000,
+            4096,
+        ),
+        (  # vLLM, newer
+            400,
+            json.dumps(
+                {
+                    "object": "error",
+                    "message": "This model's maximum context length is 2048 tokens. However, "
+                    "your request has 3000 input tokens. Please reduce the length of the input "
+                    "messages.",
+                    "type": "BadRequestError",
+                    "code": 400,
+                }
+            ).encode(),
+            3000,
+            2048,
+        ),
+        (  # llama.cpp, with its count fields
+            400,
+            json.dumps(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "the request exceeds the available context size, try "
+                        "increasing it",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": 5000,
+                        "n_ctx": 4096,
+                    }
+                }
+            ).encode(),
+            5000,
+            4096,
+        ),
+        (  # Anthropic's OpenAI-compatible endpoint
+            400,
+            json.dumps(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                    },
+                }
+            ).encode(),
+            210000,
+            200000,
+        ),
+        (  # TGI
+            422,
+            json.dumps(
+                {
+                    "error": "Input validation error: `inputs` tokens + `max_new_tokens` must "
+                    "be <= 4096. Given: 5000 `inputs` tokens and 100 `max_new_tokens`",
+                    "error_type": "validation",
+                }
+            ).encode(),
+            5000,
+            4096,
+        ),
+        (  # Mistral
+            400,
+            json.dumps(
+                {
+                    "object": "error",
+                    "message": "Prompt contains 40000 tokens and 0 draft tokens, too large for "
+                    "model with 32768 maximum context length",
+                    "type": "invalid_request_message_error",
+                }
+            ).encode(),
+            40000,
+            32768,
+        ),
+        (400, b"the prompt is too long: 9000 tokens > 8192 maximum", 9000, 8192),  # not JSON
+        (  # Gemini
+            400,
+            _openai(
+                "The input token count (1200000) exceeds the maximum number of tokens allowed "
+                "(1048576).",
+                code=None,
+            ),
+            1200000,
+            1048576,
+        ),
+        (  # vLLM's engine
+            400,
+            _openai("Input prompt (5000 tokens) is too long and exceeds limit of 4096", code=None),
+            5000,
+            4096,
+        ),
+    ],
+)
+def test_refusals_for_length_are_read_with_the_providers_counts(
+    status: int, body: bytes, told: int | None, window: int | None
+) -> None:
+    assert window_refusal(status, body) == WindowRefusal(told, window)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, _openai("Invalid schema for function 'f'", code="invalid_schema")),
+        (429, _openai("Rate limit reached for requests", code="rate_limit_exceeded")),
+        (500, _openai("maximum context length is 4096 tokens")),  # a server error: not one
+        (400, b"not json, and no word of a window"),
+        (413, _openai("Request body exceeds the maximum allowed size", code=None)),
+        (400, b"[1, 2]"),
+    ],
+)
+def test_other_errors_are_no_refusal_for_length(status: int, body: Any) -> None:
+    assert window_refusal(status, body) is None
+
+
+def test_a_bogus_count_is_no_count() -> None:
+    body = _openai("However, your messages resulted in 99999999999999999999 tokens.")
+    assert window_refusal(400, body) == WindowRefusal(None, None)
+
+
+def test_the_learned_ratio_counts_the_prompt_at_the_providers_count() -> None:
+    assert learned_ratio(1.0, estimate=3000, budget=3500, told=4800) == pytest.approx(1.6)
+
+
+def test_without_a_count_the_prompt_counts_past_the_budget() -> None:
+    new = learned_ratio(1.0, estimate=3000, budget=3500)
+    assert 3000 * new == pytest.approx(3500 * LEARN_MARGIN)
+    # a count below the budget (a window smaller than the configured one) is not enough
+    assert learned_ratio(1.0, estimate=3000, budget=3500, told=3200) == new
+
+
+def test_the_learned_ratio_is_capped_and_never_lowered() -> None:
+    assert learned_ratio(1.0, estimate=100, budget=3500, told=10**9) == MAX_RATIO
+    assert learned_ratio(1.8, estimate=3000, budget=3500, told=3600) == 1.8
+    assert learned_ratio(1.2, estimate=0, budget=3500, told=3600) == 1.2

@@ -1,0 +1,63 @@
+"""What a session learns from a provider's refusal for length, and what it logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.cascade.tokens import MAX_RATIO
+from proxy.config import ModelConfig, ProviderConfig
+from proxy.services.window_learned import learned
+
+
+def _step(ratio: float = 1.0, limit: int = 4000) -> Any:
+    route = SimpleNamespace(
+        limits=ModelConfig(context_limit=limit, reserved_output=500),
+        provider=ProviderConfig(name="local", base_url="http://127.0.0.1:9/v1"),
+        model="m",
+    )
+    return SimpleNamespace(
+        route=route,
+        body={},
+        count=lambda messages: 1000 * len(messages),
+        overhead=0,
+        state=SimpleNamespace(session={"calibration": ratio}),
+        ctx=SimpleNamespace(session_id="s"),
+    )
+
+
+def _refusal(message: str) -> bytes:
+    return json.dumps({"error": {"message": message, "code": "context_length_exceeded"}}).encode()
+
+
+def test_the_ratio_rises_and_the_log_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    body = _refusal("However, your messages resulted in 4800 tokens.")
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        assert learned(_step(), 400, body, [{}, {}, {}]) == pytest.approx(1.6)
+    (line,) = caplog.messages
+    assert "4800 tokens by its count, estimated 3000" in line and "from 1 to 1.6" in line
+
+
+def test_at_the_cap_nothing_is_learned(caplog: pytest.LogCaptureFixture) -> None:
+    body = _refusal("However, your messages resulted in 9000 tokens.")
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        assert learned(_step(MAX_RATIO), 400, body, [{}, {}, {}]) is None
+    assert "stays at 2" in caplog.messages[0]
+
+
+def test_a_window_below_the_configured_limit_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    body = _refusal("This model's maximum context length is 2048 tokens.")
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        learned(_step(), 400, body, [{}])
+    assert "set contextLimit to at most 2048" in caplog.messages[-1]
+
+
+def test_another_error_teaches_nothing_and_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        assert learned(_step(), 400, b'{"error": {"message": "bad tool"}}', [{}]) is None
+        assert learned(_step(), 400, None, [{}]) is None
+    assert caplog.messages == []
