@@ -21,3 +21,11 @@ def test_an_agent_name_the_scope_takes_is_taken(name: str) -> None:
     cfg = parse_config({"agents": {name: {}}}, env={})
     assert name in cfg.agents
     assert parse_scope(f"agent:{name}") == f"agent:{name}"
+
+
+def test_an_empty_agent_name_is_refused() -> None:
+    """No request reaches it (a ``model`` of ``""`` takes ``default``) and no scope names it
+    (``agent:`` is none): its settings would be dead without a word, as a template filled
+    from an unset variable writes it."""
+    with pytest.raises(ConfigError, match="agents: an empty name"):
+        parse_config({"agents": {"": {}}}, env={})
