@@ -4,8 +4,11 @@ character would hold facts no client could list, add to or delete."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from proxy.cli import main
 from proxy.config import ConfigError, parse_config
 from proxy.services.memory import parse_scope
 
@@ -29,3 +32,12 @@ def test_an_empty_agent_name_is_refused() -> None:
     from an unset variable writes it."""
     with pytest.raises(ConfigError, match="agents: an empty name"):
         parse_config({"agents": {"": {}}}, env={})
+
+
+def test_config_check_refuses_an_empty_agent_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text('{"agents": {"": {"model": "gpt-4o"}}}')
+    assert main(["config", "check", "--config", str(path)]) == 2
+    assert "config check: agents: an empty name is no agent" in capsys.readouterr().err
