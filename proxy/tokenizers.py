@@ -57,7 +57,7 @@ def load_encoding(
         hint = "Set TIKTOKEN_CACHE_DIR to a directory holding the encoding to use real counts."
         if failed and (cache := _cache_at_fault(failed[0])):
             why = f"TIKTOKEN_CACHE_DIR {cache} cannot be used: {why}, {failed[0]}"
-            hint = "Make it a directory the proxy can write, or one holding the encoding."
+            hint = "Make TIKTOKEN_CACHE_DIR writable, or put the encoding's file in it."
         log.warning(
             "tiktoken encoding %s unavailable (%s); using the calibrated chars/token estimate. %s",
             name,
