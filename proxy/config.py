@@ -63,8 +63,8 @@ AGENT_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 """An agent's name as the memory API takes it in the scope ``agent:<name>`` its facts are
 promoted to (``proxy.services.memory``): a model's name may be one (``llama3:8b``,
 ``openai/gpt-4o``), so any text but an overlong one or one with a control character. The
-config refuses other names, whose facts no client could list, add to or delete; an empty
-name is no agent a request reaches (a request naming no model takes ``default``)."""
+config refuses other names, whose facts no client could list, add to or delete, and the empty
+one, which no request reaches either (a ``model`` of ``""`` takes ``default``)."""
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 
@@ -133,7 +133,12 @@ class AuthConfig(Block):
 
 
 def _check_agent_name(name: str) -> None:
-    if name and not AGENT_NAME.fullmatch(name):
+    if not name:  # a template filled from an unset variable writes it
+        raise ValueError(
+            "agents: an empty name is no agent: a request reaches none by it (a model of '' "
+            "takes 'default') and no memory scope names it; name the agent, or use 'default'"
+        )
+    if not AGENT_NAME.fullmatch(name):
         raise ValueError(
             f"agents: the name {name[:40]!r}{'...' if len(name) > 40 else ''} is no memory "
             "scope (agent:<name>): an agent's name is at most 256 characters, none a control "

@@ -11,6 +11,7 @@ accuracy only on a session's first step.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -53,11 +54,15 @@ def load_encoding(
     loader.join(wait)
     if not loaded:
         why = type(failed[0]).__name__ if failed else f"no answer within {wait:g} s"
+        hint = "Set TIKTOKEN_CACHE_DIR to a directory holding the encoding to use real counts."
+        if failed and (cache := _cache_at_fault(failed[0])):
+            why = f"TIKTOKEN_CACHE_DIR {cache} cannot be used: {why}, {failed[0]}"
+            hint = "Make TIKTOKEN_CACHE_DIR writable, or put the encoding's file in it."
         log.warning(
-            "tiktoken encoding %s unavailable (%s); using the calibrated chars/token estimate."
-            " Set TIKTOKEN_CACHE_DIR to a directory holding the encoding to use real counts.",
+            "tiktoken encoding %s unavailable (%s); using the calibrated chars/token estimate. %s",
             name,
             why,
+            hint,
         )
         return None
     enc = loaded[0]
@@ -66,6 +71,18 @@ def load_encoding(
         return len(enc.encode(text, disallowed_special=()))
 
     return count
+
+
+def _cache_at_fault(exc: BaseException) -> str | None:
+    """``TIKTOKEN_CACHE_DIR`` when ``exc`` is an OS error on a path in it (a directory the
+    process cannot create or write: tiktoken raises the error of the file it was writing,
+    which names neither the variable nor, alone, the directory as the cause)."""
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR")
+    path = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
+    if not cache or not isinstance(path, str):
+        return None
+    where = os.path.abspath(cache)
+    return cache if os.path.commonpath([where, os.path.abspath(path)]) == where else None
 
 
 def build_counter(encoding: str | None = "o200k_base") -> TokenCounter:

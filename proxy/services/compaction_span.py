@@ -3,6 +3,7 @@ it ends with."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from proxy.store import messages as msgs, sessions, steps, summaries
 from proxy.store.db import Connection
 
 __all__ = ["CompactionResult", "Span", "as_text", "ms_since", "read_span"]
+
+log = logging.getLogger("cascade.compaction")
 
 _MEASURED = frozenset({"soft", "hard", "overflow"})
 """Triggers of a compaction the pressure started, measured on a window with its summary
@@ -121,6 +124,16 @@ async def read_span(
     boundary = latest["boundary"] if latest else 0
     if job.trigger in _MEASURED and (latest["version"] if latest else None) != job.summary_version:
         relieved = "another compaction stored a summary since the pressure was measured"
+        # DEBUG: the race is benign and expected (the pressure measures again on that
+        # summary), yet it explains a step that waited for a claim and then folded nothing
+        log.debug(
+            "%s compaction of session %s folds nothing: %s (version %s, measured on %s)",
+            job.trigger,
+            job.session_id,
+            relieved,
+            latest["version"] if latest else None,
+            job.summary_version,
+        )
         return CompactionResult(None, boundary, 0, 0, 0, relieved, superseded=True)
     previous = latest["content"] if latest else None
     sc = row["system_count"]

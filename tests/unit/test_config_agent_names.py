@@ -4,8 +4,11 @@ character would hold facts no client could list, add to or delete."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from proxy.cli import main
 from proxy.config import ConfigError, parse_config
 from proxy.services.memory import parse_scope
 
@@ -21,3 +24,20 @@ def test_an_agent_name_the_scope_takes_is_taken(name: str) -> None:
     cfg = parse_config({"agents": {name: {}}}, env={})
     assert name in cfg.agents
     assert parse_scope(f"agent:{name}") == f"agent:{name}"
+
+
+def test_an_empty_agent_name_is_refused() -> None:
+    """No request reaches it (a ``model`` of ``""`` takes ``default``) and no scope names it
+    (``agent:`` is none): its settings would be dead without a word, as a template filled
+    from an unset variable writes it."""
+    with pytest.raises(ConfigError, match="agents: an empty name"):
+        parse_config({"agents": {"": {}}}, env={})
+
+
+def test_config_check_refuses_an_empty_agent_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agents.json"
+    path.write_text('{"agents": {"": {"model": "gpt-4o"}}}')
+    assert main(["config", "check", "--config", str(path)]) == 2
+    assert "config check: agents: an empty name is no agent" in capsys.readouterr().err

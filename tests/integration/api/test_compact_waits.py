@@ -11,6 +11,7 @@ and compacts only if still over.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -142,12 +143,14 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
 
 
 def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On one replica, a request over the hard threshold made while ``/compact``'s summariser
     answers waits for that compaction's claim (it is no background task of the replica to
     wait for); once its summary is stored the request rebuilds its window on it and
-    measures again: under the threshold now, it sends that window, no second fast call."""
+    measures again: under the threshold now, it sends that window, no second fast call.
+    Its superseded compaction, which folded nothing, is one DEBUG line naming the session."""
+    caplog.set_level(logging.DEBUG, logger="cascade.compaction")
     held = Pacer(first=True)  # the summariser's answer, until the test lets it come
     model = Model(fast_pacer=held)
     summarize = {**SUMMARIZE, "hardFraction": 0.5}
@@ -178,6 +181,9 @@ def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
     assert len(model.fast_times) == 1, "the waiting request compacted again"
     assert [summary_of(last)] == [r["content"] for r in rows]
     assert triggers == ["api", "api"]
+    superseded = [r for r in caplog.records if "folds nothing: another" in r.getMessage()]
+    assert [(r.levelno, r.name) for r in superseded] == [(logging.DEBUG, "cascade.compaction")]
+    assert "hard compaction of session hardwait" in superseded[0].getMessage()
 
 
 def test_a_hard_request_still_over_after_a_compacts_summary_compacts_on_it(
