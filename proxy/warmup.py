@@ -191,16 +191,24 @@ async def warm_pool(
         await _give_back(pool, acquiring)
         raise
     conns = [c for c in taken if not isinstance(c, BaseException)]
+    # Waited for, not gathered: a gather cancelled waits for its statements' rollbacks, which
+    # a silent connection never answers; cancelled, the warm-up drops the connections first.
+    warming = [asyncio.ensure_future(warm(c)) for c in conns]
     try:
-        done = await asyncio.gather(*(warm(c) for c in conns), return_exceptions=True)
+        if warming:
+            await asyncio.wait(warming)
     except asyncio.CancelledError:
         for conn in conns:  # a statement that never answers (a paused pooler) is not awaited
             conn.terminate()
+        for task in warming:
+            task.cancel()
+        await asyncio.wait(warming, timeout=1.0)
         raise
     finally:
         for conn in conns:
             await pool.release(conn)
-    warmed = sum(1 for r in done if not isinstance(r, BaseException))
+    done = [asyncio.CancelledError() if t.cancelled() else t.exception() for t in warming]
+    warmed = sum(1 for r in done if r is None)
     failures = [r for r in (*taken, *done) if isinstance(r, BaseException)]
     if failures:
         log.warning(

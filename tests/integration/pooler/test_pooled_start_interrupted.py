@@ -85,3 +85,33 @@ async def test_a_warm_up_cancelled_while_acquiring_gives_its_connections_back(
         assert done, "the pool's close waits for connections the cancelled warm-up kept"
     finally:
         pool.terminate()
+
+
+async def test_a_warm_up_cancelled_while_warming_on_a_silent_connection_ends_at_once(
+    db_dsn: str,
+) -> None:
+    """Cancelled while its connections run their statements, on connections that hear
+    nothing any more (a paused pooler, a lost host), the warm-up ends at once: the warming
+    itself waited, each in its transaction's rollback on its silent connection, before the
+    warm-up could drop them."""
+
+    async def warm(conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_sleep(30)")
+
+    async with freezer(db_dsn) as forwarder:
+        pool = await create_pool(forwarder.dsn(db_dsn), min_size=2, max_size=2)
+        warming = asyncio.create_task(warm_pool(pool, 2, timeout=10, warm=warm))
+        try:
+            await asyncio.sleep(0.5)  # both in their statement
+            assert not warming.done()
+            forwarder.freeze()
+            warming.cancel()
+            done, _ = await asyncio.wait({warming}, timeout=3)
+            assert done, "the cancelled warm-up waits on connections that never answer"
+            assert warming.cancelled()
+        finally:
+            pool.terminate()
+            if not warming.done():
+                warming.cancel()
+                await asyncio.wait({warming}, timeout=1)
