@@ -73,9 +73,11 @@ WATCH_TTL = 30.0
 START_TIMEOUT = 30.0
 """Seconds the start waits for the listener's first connection (a database still starting)."""
 PROBE_EVERY = 10.0
-"""Seconds between the listener's probes (``SELECT 1``): a connection a firewall or NAT forgot,
-or whose host is lost, closes nothing, so only a question it cannot answer reveals it; the
-probe also keeps an idle connection from looking idle to such a middlebox."""
+"""Seconds between the listener's probes: a connection a firewall or NAT forgot, or whose host
+is lost, closes nothing, so only a question it cannot answer reveals it; the probe also keeps
+an idle connection from looking idle to such a middlebox. The probe is its ``LISTEN`` again (a
+no-op on a channel listened to; no prepared statement), so ``pg_stat_activity`` still shows
+the connection as the listener."""
 PROBE_TIMEOUT = 5.0
 """Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
 NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
@@ -213,6 +215,8 @@ class EventBus:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep the bus alive across database restarts
+                if self._listener is not None and not self._listener.is_closed():
+                    self._listener.terminate()  # still listening, it would hear each one twice
                 self._failure = redact_dsn(f"{type(exc).__name__}: {exc}")
                 sqlstate = getattr(exc, "sqlstate", None)
                 unreadable = isinstance(exc, ValueError)  # asyncpg cannot parse the URL
@@ -246,7 +250,7 @@ class EventBus:
             if listener.is_closed() or loop.time() < probe_at:
                 continue
             try:
-                await listener.fetchval("SELECT 1", timeout=PROBE_TIMEOUT)
+                await listener.execute(f"LISTEN {store.NOTIFY_CHANNEL}", timeout=PROBE_TIMEOUT)
             except TimeoutError:
                 listener.terminate()
                 log.warning(

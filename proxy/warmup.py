@@ -163,15 +163,26 @@ async def warm_connection(conn: Connection) -> None:
 async def _give_back(pool: asyncpg.Pool, acquiring: Sequence[asyncio.Future[Any]]) -> None:
     """A cancelled warm-up (a start interrupted) gives back, closed, the connections it had
     taken, or the pool's close would wait for them for ever; those still being opened are
-    cancelled and waited for a moment only (a paused pooler holds their first statements)."""
-    for task in acquiring:
-        task.cancel()
-    await asyncio.wait(acquiring, timeout=1.0)
+    cancelled and waited for a moment only (a paused pooler holds their first statements),
+    then cancelled again: asyncpg closes such a connection on the first, on its silent
+    connection, and drops it on the second."""
+    for wait in (1.0, 0.5):
+        if pending := [task for task in acquiring if not task.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=wait)
     for task in acquiring:
         if task.done() and not task.cancelled() and task.exception() is None:
             conn = task.result()
             conn.terminate()
             await pool.release(conn)
+
+
+def _outcome(task: asyncio.Future[Any]) -> Any:
+    """A finished task's result, or the exception that ended it (cancelled: CancelledError)."""
+    if task.cancelled():
+        return asyncio.CancelledError()
+    return task.exception() or task.result()
 
 
 async def warm_pool(
@@ -185,21 +196,33 @@ async def warm_pool(
     give them back; returns how many were warmed. A connection that cannot be opened or
     warmed is logged and skipped: the pool opens it when a request needs it, as without."""
     acquiring = [asyncio.ensure_future(acquire(pool, timeout)) for _ in range(size)]
+    # Waited for, not gathered: a gather cancelled waits for what it gathers, such as a
+    # connection asyncpg closes on a silent one (a paused pooler) when its opening is cancelled.
     try:
-        taken = await asyncio.gather(*acquiring, return_exceptions=True)
+        if acquiring:
+            await asyncio.wait(acquiring)
     except asyncio.CancelledError:
         await _give_back(pool, acquiring)
         raise
+    taken = [_outcome(task) for task in acquiring]
     conns = [c for c in taken if not isinstance(c, BaseException)]
+    # Waited for too: cancelled, the warm-up drops the connections before their statements'
+    # rollbacks, which a silent connection never answers, could hold it.
+    warming = [asyncio.ensure_future(warm(c)) for c in conns]
     try:
-        done = await asyncio.gather(*(warm(c) for c in conns), return_exceptions=True)
+        if warming:
+            await asyncio.wait(warming)
     except asyncio.CancelledError:
         for conn in conns:  # a statement that never answers (a paused pooler) is not awaited
             conn.terminate()
+        for task in warming:
+            task.cancel()
+        await asyncio.wait(warming, timeout=1.0)
         raise
     finally:
         for conn in conns:
             await pool.release(conn)
+    done = [_outcome(task) for task in warming]
     warmed = sum(1 for r in done if not isinstance(r, BaseException))
     failures = [r for r in (*taken, *done) if isinstance(r, BaseException)]
     if failures:

@@ -313,10 +313,12 @@ async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any)
     kwargs.setdefault("connection_class", GuardedConnection)
     outage = Outage(functools.partial(connect, setting=setting))
     init = functools.partial(_init_connection, setting=setting)
-    opening: set[asyncio.Task[Any]] = set()  # the tasks that opened a connection
+    # the tasks that opened a connection while the pool opened; None once it did (a request
+    # that opens one later is not kept: nor what it returns or raises)
+    opening: set[asyncio.Task[Any]] | None = set()
 
     async def opened(*args: Any, **kwargs: Any) -> Any:
-        if (task := asyncio.current_task()) is not None:
+        if opening is not None and (task := asyncio.current_task()) is not None:
             opening.add(task)
         return await outage.connect(*args, **kwargs)
 
@@ -326,8 +328,10 @@ async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any)
         # asyncpg gives up at the first refused connection while the others it opens at once
         # still run; they are waited for (and their connections closed by asyncpg), else a
         # start that exits on this error prints each one's failure as a traceback.
-        if others := opening - {asyncio.current_task()}:
+        if others := (opening or set()) - {asyncio.current_task()}:
             await asyncio.wait(others, timeout=OPENING_WAIT)
         raise
+    finally:
+        opening = None
     outage.arm()
     return pool

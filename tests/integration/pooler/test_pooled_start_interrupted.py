@@ -85,3 +85,68 @@ async def test_a_warm_up_cancelled_while_acquiring_gives_its_connections_back(
         assert done, "the pool's close waits for connections the cancelled warm-up kept"
     finally:
         pool.terminate()
+
+
+async def test_a_warm_up_cancelled_while_warming_on_a_silent_connection_ends_at_once(
+    db_dsn: str,
+) -> None:
+    """Cancelled while its connections run their statements, on connections that hear
+    nothing any more (a paused pooler, a lost host), the warm-up ends at once: the warming
+    itself waited, each in its transaction's rollback on its silent connection, before the
+    warm-up could drop them."""
+
+    async def warm(conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_sleep(30)")
+
+    async with freezer(db_dsn) as forwarder:
+        pool = await create_pool(forwarder.dsn(db_dsn), min_size=2, max_size=2)
+        warming = asyncio.create_task(warm_pool(pool, 2, timeout=10, warm=warm))
+        try:
+            await asyncio.sleep(0.5)  # both in their statement
+            assert not warming.done()
+            forwarder.freeze()
+            warming.cancel()
+            done, _ = await asyncio.wait({warming}, timeout=3)
+            assert done, "the cancelled warm-up waits on connections that never answer"
+            assert warming.cancelled()
+        finally:
+            pool.terminate()
+            if not warming.done():
+                warming.cancel()
+                await asyncio.wait({warming}, timeout=1)
+
+
+async def test_a_warm_up_cancelled_while_opening_on_silent_connections_ends_at_once(
+    db_dsn: str,
+) -> None:
+    """Cancelled while the pool opens the connections it asked for, whose first statements
+    a paused pooler or a lost host holds, the warm-up ends at once: it gathered the
+    acquisitions, and a cancelled gather waits for each one, whose connection asyncpg
+    closes, on that silent connection, before it gives up."""
+    opened = 0
+
+    async def init(conn: asyncpg.Connection) -> None:
+        nonlocal opened
+        opened += 1
+        if opened > 1:  # the pool's own first one opens; the warm-up's wait in this
+            await conn.execute("SELECT pg_sleep(30)")
+
+    async with freezer(db_dsn) as forwarder:
+        pool = await asyncpg.create_pool(forwarder.dsn(db_dsn), min_size=1, max_size=3, init=init)
+        warming = asyncio.create_task(
+            warm_pool(pool, 3, timeout=10, warm=lambda conn: asyncio.sleep(0))
+        )
+        try:
+            await asyncio.sleep(0.5)  # one taken, two opening
+            assert not warming.done() and opened == 3
+            forwarder.freeze()
+            warming.cancel()
+            done, _ = await asyncio.wait({warming}, timeout=3)
+            assert done, "the cancelled warm-up waits on connections that never answer"
+            assert warming.cancelled()
+        finally:
+            pool.terminate()
+            if not warming.done():
+                warming.cancel()
+                await asyncio.wait({warming}, timeout=1)
