@@ -61,3 +61,21 @@ def test_another_error_teaches_nothing_and_logs_nothing(caplog: pytest.LogCaptur
         assert learned(_step(), 400, b'{"error": {"message": "bad tool"}}', [{}]) is None
         assert learned(_step(), 400, None, [{}]) is None
     assert caplog.messages == []
+
+
+def test_max_tokens_too_large_teaches_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM refuses an output reservation past its window with its context length in the
+    message; the prompt (its count within the guard's room) is not what was too long."""
+    body = json.dumps(
+        {
+            "object": "error",
+            "message": "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's "
+            "maximum context length is 4096 tokens and your request has 1000 input tokens "
+            "(5000 > 4096 - 1000).",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+    ).encode()
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        assert learned(_step(limit=8000), 400, body, [{}]) is None
+    assert "set contextLimit to at most 4096" in caplog.messages[-1]

@@ -168,8 +168,16 @@ def test_the_learned_ratio_counts_the_prompt_at_the_providers_count() -> None:
 def test_without_a_count_the_prompt_counts_past_the_budget() -> None:
     new = learned_ratio(1.0, estimate=3000, budget=3500)
     assert 3000 * new == pytest.approx(3500 * LEARN_MARGIN)
-    # a count below the budget (a window smaller than the configured one) is not enough
-    assert learned_ratio(1.0, estimate=3000, budget=3500, told=3200) == new
+
+
+def test_a_count_within_the_budget_is_learned_without_the_margin() -> None:
+    """The provider counts the prompt inside the guard's room: what it refused is the output
+    asked for (``max_tokens``) or a window below ``contextLimit``, which trimming the
+    history does not fix; the ratio learns the provider's count of the prompt, nothing more."""
+    assert learned_ratio(1.0, estimate=3000, budget=3500, told=3200) == pytest.approx(3200 / 3000)
+    # vLLM's "'max_tokens' ... is too large": a small prompt is not counted at twice its size
+    assert learned_ratio(1.0, estimate=95, budget=3500, told=100) == pytest.approx(100 / 95)
+    assert learned_ratio(1.0, estimate=120, budget=3500, told=100) == 1.0
 
 
 def test_the_learned_ratio_is_capped_and_never_lowered() -> None:
