@@ -92,7 +92,7 @@ def window_refusal(status: int, body: bytes | str) -> WindowRefusal | None:
     text = text[:20000]
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the decoder's depth: text too
         data = None
     message, codes, fields = _parts(data) if isinstance(data, Mapping) else (text, set(), {})
     if not (codes & _CODES or _WORDING.search(message) or _OF_TOKENS.search(message)):

@@ -184,3 +184,9 @@ def test_the_learned_ratio_is_capped_and_never_lowered() -> None:
     assert learned_ratio(1.0, estimate=100, budget=3500, told=10**9) == MAX_RATIO
     assert learned_ratio(1.8, estimate=3000, budget=3500, told=3600) == 1.8
     assert learned_ratio(1.2, estimate=0, budget=3500, told=3600) == 1.2
+
+
+def test_a_nested_body_is_no_refusal_and_no_error() -> None:
+    """A body nested past the JSON decoder's depth is read as text, never raised on: the
+    refusal is relayed all the same."""
+    assert window_refusal(400, b"[" * 20000) is None
