@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,9 +83,13 @@ class WindowRefusal:
     window: int | None = None
 
 
-def window_refusal(status: int, body: bytes | str) -> WindowRefusal | None:
+def window_refusal(
+    status: int, body: bytes | str, sent: Iterable[Any] = ()
+) -> WindowRefusal | None:
     """The refusal ``body`` (an error answer of ``status``) is, when it refuses the prompt
-    as too long for the model's window; None for any other answer."""
+    as too long for the model's window; None for any other answer. ``sent`` is the prompt's
+    messages: wording that only quotes their text back (a validation error echoing the
+    client's input) is no refusal."""
     if status not in _STATUSES:
         return None
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
@@ -95,7 +99,7 @@ def window_refusal(status: int, body: bytes | str) -> WindowRefusal | None:
     except (ValueError, RecursionError):  # nested past the decoder's depth: text too
         data = None
     message, codes, fields = _parts(data) if isinstance(data, Mapping) else (text, set(), {})
-    if not (codes & _CODES or _WORDING.search(message) or _OF_TOKENS.search(message)):
+    if not (codes & _CODES or _worded(message, sent)):
         return None
     told = _count(fields.get("n_prompt_tokens")) or _first(_TOLD, message)
     window = _count(fields.get("n_ctx")) or _first(_WINDOW, message)
@@ -113,6 +117,40 @@ def _parts(data: Mapping[str, Any]) -> tuple[str, set[str], Mapping[str, Any]]:
     keys = ("code", "type", "error_type")
     codes = {str(v) for src in (inner, data) for k in keys if (v := src.get(k)) is not None}
     return message, codes, inner
+
+
+_QUOTE_BREAK = re.compile(r"""['"`\\\n]|\.\.\.|\u2026""")
+"""What ends a quotation of the client's text in an error message: a quote, an escape, a
+line's end, or the ellipsis a long quoted value is cut with."""
+
+
+def _worded(message: str, sent: Iterable[Any]) -> bool:
+    """Whether ``message`` says a prompt is too long for the window in its own words: a
+    wording match inside a stretch of the message that the client's own text holds (the
+    stretch between quotes, escapes and line ends around it) is a quotation, not a refusal."""
+    texts: list[str] | None = None
+    for pattern in (_WORDING, _OF_TOKENS):
+        for m in pattern.finditer(message):
+            if texts is None:
+                texts = list(_strings(sent))
+            start = max((b.end() for b in _QUOTE_BREAK.finditer(message, 0, m.start())), default=0)
+            end = _QUOTE_BREAK.search(message, m.end())
+            stretch = message[start : end.start() if end else len(message)].strip()
+            if not any(stretch in t for t in texts):
+                return True
+    return False
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in the sent messages (their text, their parts', tool calls' arguments)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
 
 
 def _first(patterns: tuple[re.Pattern[str], ...], message: str) -> int | None:

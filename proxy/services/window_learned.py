@@ -33,7 +33,7 @@ def learned(
     what it learned, and a window the provider states below the configured ``contextLimit``
     (which no ratio fixes: the guard fits prompts to the configured one)."""
     text = body if isinstance(body, str) else bytes(body or b"")
-    refusal = window_refusal(status, text)
+    refusal = window_refusal(status, text, messages)
     if refusal is None:
         return None
     limits = step.route.limits

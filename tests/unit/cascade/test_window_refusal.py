@@ -190,3 +190,22 @@ def test_a_nested_body_is_no_refusal_and_no_error() -> None:
     """A body nested past the JSON decoder's depth is read as text, never raised on: the
     refusal is relayed all the same."""
     assert window_refusal(400, b"[" * 20000) is None
+
+
+_ASKED = "What is the context window of llama 3, and its maximum context length?"
+_VALIDATION = (  # vLLM's 400 for a request it cannot parse, quoting the client's input
+    "1 validation error for ChatCompletionRequest\nmessages.0.content\n  Input should be a "
+    f"valid string [type=string_type, input_value={{'text': '{_ASKED}'}}, input_type=dict]"
+)
+
+
+def test_the_clients_own_text_quoted_back_is_no_refusal() -> None:
+    """A validation error quoting the client's message, which speaks of a context window,
+    is not the provider refusing the prompt as too long."""
+    sent = [{"role": "user", "content": [{"type": "text", "text": _ASKED}]}]
+    body = json.dumps({"object": "error", "message": _VALIDATION, "code": 400}).encode()
+    assert window_refusal(400, body, sent) is None
+    assert window_refusal(400, _VALIDATION.encode(), sent) is None  # not JSON
+    # a real refusal of a prompt that talks of windows is one all the same
+    real = _openai("This model's maximum context length is 4096 tokens.", code=None)
+    assert window_refusal(400, real, sent) == WindowRefusal(None, 4096)
