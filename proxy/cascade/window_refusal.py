@@ -28,9 +28,11 @@ _CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 
 _WORDING = re.compile(
     r"context[ _](?:length|window|size)|prompt is too long|maximum model length"
-    r"|too large for model|`inputs` tokens \+ `max_new_tokens`",
+    r"|`inputs` tokens \+ `max_new_tokens`",
     re.IGNORECASE,
 )
+"""Not "too large for model" alone: Groq says it of a prompt over its tokens-per-minute
+quota (a 413 ``rate_limit_exceeded``), Mistral beside the context length it names."""
 _OF_TOKENS = re.compile(
     r"exceeds? (?:the )?(?:maximum|limit)(?=.*token)|token.*exceeds? (?:the )?(?:maximum|limit)",
     re.IGNORECASE,

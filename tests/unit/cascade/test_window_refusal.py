@@ -209,3 +209,18 @@ def test_the_clients_own_text_quoted_back_is_no_refusal() -> None:
     # a real refusal of a prompt that talks of windows is one all the same
     real = _openai("This model's maximum context length is 4096 tokens.", code=None)
     assert window_refusal(400, real, sent) == WindowRefusal(None, 4096)
+
+
+def test_a_rate_limit_on_tokens_per_minute_is_no_refusal_for_length() -> None:
+    """Groq answers a prompt over its tokens-per-minute quota with a 413 "too large for
+    model": the prompt fits the window, it is the quota it exceeds."""
+    message = (
+        "Request too large for model `llama-3.3-70b-versatile` in organization `org_1` service "
+        "tier `on_demand` on tokens per minute (TPM): Limit 12000, Requested 18231, please "
+        "reduce your message size and try again."
+    )
+    body = json.dumps(
+        {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
+    )
+    assert window_refusal(413, body.encode()) is None
+    assert window_refusal(413, message.encode()) is None  # its message alone, not JSON
