@@ -47,6 +47,8 @@ _TOLD = tuple(
     for p in (
         rf"resulted in {_N} tokens",  # OpenAI
         rf"\({_N} in the messages",  # OpenAI's older wording, vLLM's, DeepSeek's
+        rf"\({_N} of text input(?:, {_N} of tool input)?",  # OpenRouter
+        rf"\({_N} in your prompt",  # Gemini through OpenRouter
         rf"request has {_N} input tokens",  # vLLM
         rf"prompt is too long: {_N} tokens",  # Anthropic
         rf"prompt contains {_N} tokens",  # Mistral
@@ -156,8 +158,11 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def _first(patterns: tuple[re.Pattern[str], ...], message: str) -> int | None:
+    """The first pattern's figure, its groups added up (OpenRouter's text and tool input)."""
     for pattern in patterns:
-        if (m := pattern.search(message)) is not None and (n := _count(m.group(1))):
+        if (m := pattern.search(message)) is not None and (
+            n := sum(_count(g) or 0 for g in m.groups() if g is not None)
+        ):
             return n
     return None
 

@@ -224,3 +224,32 @@ def test_a_rate_limit_on_tokens_per_minute_is_no_refusal_for_length() -> None:
     )
     assert window_refusal(413, body.encode()) is None
     assert window_refusal(413, message.encode()) is None  # its message alone, not JSON
+
+
+@pytest.mark.parametrize(
+    ("message", "told"),
+    [
+        (  # OpenRouter: the total it names counts the output asked for too
+            "This endpoint's maximum context length is 131072 tokens. However, you requested "
+            "about 138956 tokens (7884 of text input, 131072 in the output). Please reduce the "
+            'length of either one, or use the "middle-out" transform to compress your prompt '
+            "automatically.",
+            7884,
+        ),
+        (  # with tools: their schema is the prompt's too
+            "This endpoint's maximum context length is 204800 tokens. However, you requested "
+            "about 205432 tokens (81684 of text input, 3748 of tool input, 120000 in the "
+            "output). Please reduce the length of either one",
+            81684 + 3748,
+        ),
+        (  # Gemini through OpenRouter
+            "This model's maximum context length is 8192 tokens, however you requested 8977 "
+            "tokens (7977 in your prompt; 1000 for the completion). Please reduce your prompt; "
+            "or completion length.",
+            7977,
+        ),
+    ],
+)
+def test_the_prompts_share_is_read_not_the_total_with_the_output(message: str, told: int) -> None:
+    refusal = window_refusal(400, _openai(message, code=None))
+    assert refusal is not None and refusal.told == told
