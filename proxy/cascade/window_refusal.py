@@ -7,8 +7,8 @@ learns from that refusal (``tokens.learned_ratio``), which needs to know that an
 answer is one, and, where its message says, the provider's own count of the prompt and its
 window. OpenAI (Azure, DeepSeek, Groq, OpenRouter alike) names it by its code
 ``context_length_exceeded``, llama.cpp by its type ``exceed_context_size_error`` (with
-``n_prompt_tokens`` and ``n_ctx`` beside it); vLLM, TGI, Mistral, Gemini and Anthropic's
-compatible endpoint by their wording.
+``n_prompt_tokens`` and ``n_ctx`` beside it); vLLM, TGI, Mistral, Gemini, Anthropic's
+compatible endpoint, Bedrock and LiteLLM's proxy (its exception's name) by their wording.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ _CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 
 _WORDING = re.compile(
     r"context[ _](?:length|window|size)|prompt is too long|maximum model length"
-    r"|`inputs` tokens \+ `max_new_tokens`",
+    r"|`inputs` tokens \+ `max_new_tokens`|input is too long for requested model"
+    r"|ContextWindowExceeded",
     re.IGNORECASE,
 )
 """Not "too large for model" alone: Groq says it of a prompt over its tokens-per-minute

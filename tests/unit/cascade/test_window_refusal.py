@@ -253,3 +253,22 @@ def test_a_rate_limit_on_tokens_per_minute_is_no_refusal_for_length() -> None:
 def test_the_prompts_share_is_read_not_the_total_with_the_output(message: str, told: int) -> None:
     refusal = window_refusal(400, _openai(message, code=None))
     assert refusal is not None and refusal.told == told
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"message": "Input is too long for requested model."},  # Bedrock (its access gateway)
+        {  # LiteLLM's proxy, in front of any of them: its exception's name says it
+            "error": {
+                "message": "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+                "BedrockException - Input is too long for requested model.",
+                "type": None,
+                "param": None,
+                "code": "400",
+            }
+        },
+    ],
+)
+def test_bedrocks_and_litellms_wordings_are_refusals_for_length(body: Any) -> None:
+    assert window_refusal(400, json.dumps(body).encode()) == WindowRefusal(None, None)
