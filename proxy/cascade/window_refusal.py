@@ -129,10 +129,14 @@ _QUOTE_BREAK = re.compile(r"""['"`\\\n]|\.\.\.|\u2026""")
 line's end, or the ellipsis a long quoted value is cut with."""
 
 
+_SPACE = re.compile(r"\s")
+
+
 def _worded(message: str, sent: Iterable[Any]) -> bool:
     """Whether ``message`` says a prompt is too long for the window in its own words: a
     wording match inside a stretch of the message that the client's own text holds (the
-    stretch between quotes, escapes and line ends around it) is a quotation, not a refusal."""
+    stretch between quotes, escapes and line ends around it) is a quotation, not a refusal;
+    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none."""
     texts: list[str] | None = None
     for pattern in (_WORDING, _OF_TOKENS):
         for m in pattern.finditer(message):
@@ -141,7 +145,7 @@ def _worded(message: str, sent: Iterable[Any]) -> bool:
             start = max((b.end() for b in _QUOTE_BREAK.finditer(message, 0, m.start())), default=0)
             end = _QUOTE_BREAK.search(message, m.end())
             stretch = message[start : end.start() if end else len(message)].strip()
-            if not any(stretch in t for t in texts):
+            if not (_SPACE.search(stretch) and any(stretch in t for t in texts)):
                 return True
     return False
 

@@ -272,3 +272,12 @@ def test_the_prompts_share_is_read_not_the_total_with_the_output(message: str, t
 )
 def test_bedrocks_and_litellms_wordings_are_refusals_for_length(body: Any) -> None:
     assert window_refusal(400, json.dumps(body).encode()) == WindowRefusal(None, None)
+
+
+def test_a_code_named_in_a_label_is_no_quotation() -> None:
+    """A stream's error object reaches the reading as its type and code alone
+    (``chunks.error_answer``): a client who wrote of ``context_length_exceeded`` itself does
+    not make the code a quotation (a quotation is a stretch of words)."""
+    label = "type 'invalid_request_error', code 'context_length_exceeded'"
+    sent = [{"role": "user", "content": "why do I get context_length_exceeded?"}]
+    assert window_refusal(400, label, sent) == WindowRefusal(None, None)
