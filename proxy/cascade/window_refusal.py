@@ -29,7 +29,7 @@ _CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _WORDING = re.compile(
     r"context[ _](?:length|window|size)|prompt is too long|maximum model length"
     r"|`inputs` tokens \+ `max_new_tokens`|input is too long for requested model"
-    r"|ContextWindowExceeded",
+    r"|ContextWindowExceeded|exceed context limit",
     re.IGNORECASE,
 )
 """Not "too large for model" alone: Groq says it of a prompt over its tokens-per-minute
@@ -52,6 +52,7 @@ _TOLD = tuple(
         rf"\({_N} in your prompt",  # Gemini through OpenRouter
         rf"request has {_N} input tokens",  # vLLM
         rf"prompt is too long: {_N} tokens",  # Anthropic
+        rf"exceed context limit: {_N} \+",  # Anthropic, the input beside max_tokens
         rf"prompt contains {_N} tokens",  # Mistral
         rf"given: {_N} `inputs` tokens",  # TGI
         rf"prompt \(length {_N}\)",  # vLLM's engine
@@ -72,6 +73,7 @@ _WINDOW = tuple(
         rf"must be <= {_N}",
         rf"maximum number of tokens allowed \({_N}\)",
         rf"context window of {_N}",
+        rf"exceed context limit: [\d,]+ \+ [\d,]+ > {_N}",
     )
 )
 

@@ -281,3 +281,18 @@ def test_a_code_named_in_a_label_is_no_quotation() -> None:
     label = "type 'invalid_request_error', code 'context_length_exceeded'"
     sent = [{"role": "user", "content": "why do I get context_length_exceeded?"}]
     assert window_refusal(400, label, sent) == WindowRefusal(None, None)
+
+
+def test_anthropics_input_and_max_tokens_wording_is_read() -> None:
+    """Anthropic names the input and the output asked for apart, and its window."""
+    body = json.dumps(
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "input length and `max_tokens` exceed context limit: 197202 + 21333 "
+                "> 200000, decrease input length or `max_tokens` and try again",
+            },
+        }
+    )
+    assert window_refusal(400, body.encode()) == WindowRefusal(197202, 200000)
