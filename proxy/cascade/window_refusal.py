@@ -41,6 +41,12 @@ _OF_TOKENS = re.compile(
 """Gemini's and vLLM's engine's wording, which says a limit is exceeded: one of tokens, not
 of a body's bytes (a gateway's 413)."""
 
+_OUTPUT_CAP = re.compile(
+    r"max_(?:completion_|new_|output_)?tokens`? must be less than or equal to", re.IGNORECASE
+)
+"""Groq's cap on the output asked for, which names the model's ``context_window`` beside it:
+the prompt is not what it refuses, and no trimming changes the answer."""
+
 _N = r"(\d[\d,]*)"
 
 _TOLD = tuple(
@@ -106,7 +112,7 @@ def window_refusal(
     except (ValueError, RecursionError):  # nested past the decoder's depth: text too
         data = None
     message, codes, fields = _parts(data) if isinstance(data, Mapping) else (text, set(), {})
-    if not (codes & _CODES or _worded(message, sent)):
+    if not (codes & _CODES or _worded(message, sent)) or _OUTPUT_CAP.search(message):
         return None
     told = _count(fields.get("n_prompt_tokens")) or _first(_TOLD, message)
     window = _count(fields.get("n_ctx")) or _first(_WINDOW, message)

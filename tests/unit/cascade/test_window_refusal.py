@@ -296,3 +296,31 @@ def test_anthropics_input_and_max_tokens_wording_is_read() -> None:
         }
     )
     assert window_refusal(400, body.encode()) == WindowRefusal(197202, 200000)
+
+
+_GROQ_CAP = (
+    "`max_tokens` must be less than or equal to `8192`, the maximum value for `max_tokens` is "
+    "less than the `context_window` for this model"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"message": _GROQ_CAP, "type": "invalid_request_error", "param": "max_tokens"}},
+        {"error": {"message": _GROQ_CAP.replace("max_tokens", "max_completion_tokens")}},
+        {
+            "error": {
+                "message": "max_tokens is too large: 100000. This model supports at most "
+                "16384 completion tokens, whereas you provided 100000.",
+                "type": "invalid_request_error",
+                "param": "max_tokens",
+                "code": None,
+            }
+        },
+    ],
+)
+def test_an_output_cap_is_no_refusal_for_length(body: Any) -> None:
+    """Groq's cap on ``max_tokens`` names the model's ``context_window``; it refuses the output
+    asked for, which no trimming of the prompt changes (OpenAI's says nothing of a window)."""
+    assert window_refusal(400, json.dumps(body).encode()) is None
