@@ -42,10 +42,14 @@ _OF_TOKENS = re.compile(
 of a body's bytes (a gateway's 413)."""
 
 _OUTPUT_CAP = re.compile(
-    r"max_(?:completion_|new_|output_)?tokens`? must be less than or equal to", re.IGNORECASE
+    r"max_(?:completion_|new_|output_)?tokens`?(?: \(\d+\))? "
+    r"(?:must be less than or equal to|exceeds )",
+    re.IGNORECASE,
 )
-"""Groq's cap on the output asked for, which names the model's ``context_window`` beside it:
-the prompt is not what it refuses, and no trimming changes the answer."""
+"""A cap on the output asked for (Groq's names the model's ``context_window`` beside it;
+others say ``max_tokens exceeds the limit``, a wording of tokens): the prompt is not what
+it refuses, and no trimming changes the answer. Anthropic's "input length and
+`max_tokens` exceed context limit" is a refusal for length all the same."""
 
 _N = r"(\d[\d,]*)"
 

@@ -309,6 +309,8 @@ _GROQ_CAP = (
     [
         {"error": {"message": _GROQ_CAP, "type": "invalid_request_error", "param": "max_tokens"}},
         {"error": {"message": _GROQ_CAP.replace("max_tokens", "max_completion_tokens")}},
+        {"error": {"message": "max_tokens exceeds the limit of 4096 for this model"}},
+        {"error": {"message": "max_tokens (128000) exceeds the maximum output tokens (65536)"}},
         {
             "error": {
                 "message": "max_tokens is too large: 100000. This model supports at most "
