@@ -37,10 +37,14 @@ def learned(
     if refusal is None:
         return None
     limits = step.route.limits
-    estimate = step.count(messages) + step.overhead  # as the provider counts it
+    sent = step.count(messages)
+    estimate = sent + step.overhead  # as the provider counts it
     budget = limits.context_limit - reserved_output(step.body, limits)
     old = float(step.state.session["calibration"])
-    new = learned_ratio(old, estimate=estimate, budget=budget, told=refusal.told)
+    # the guard counts the messages at the ratio against the room the tools leave, their
+    # tokens set aside unscaled: so the ratio is learnt on the messages' share alone
+    shares = refusal.told - step.overhead if refusal.told is not None else None
+    new = learned_ratio(old, estimate=sent, budget=budget - step.overhead, told=shares)
     where = provider_name(step.route.provider)
     told = f"{refusal.told} tokens by its count" if refusal.told else "its count not given"
     change = (

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from proxy.cascade.overflow import guard_factor
 from proxy.cascade.tokens import MAX_RATIO
 from proxy.config import ModelConfig, ProviderConfig
 from proxy.services.window_learned import learned
 
 
-def _step(ratio: float = 1.0, limit: int = 4000) -> Any:
+def _step(ratio: float = 1.0, limit: int = 4000, overhead: int = 0) -> Any:
     route = SimpleNamespace(
         limits=ModelConfig(context_limit=limit, reserved_output=500),
         provider=ProviderConfig(name="local", base_url="http://127.0.0.1:9/v1"),
@@ -24,7 +25,7 @@ def _step(ratio: float = 1.0, limit: int = 4000) -> Any:
         route=route,
         body={},
         count=lambda messages: 1000 * len(messages),
-        overhead=0,
+        overhead=overhead,
         state=SimpleNamespace(session={"calibration": ratio}),
         ctx=SimpleNamespace(session_id="s"),
     )
@@ -79,3 +80,14 @@ def test_max_tokens_too_large_teaches_nothing(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.WARNING, logger="cascade.forward"):
         assert learned(_step(limit=8000), 400, body, [{}]) is None
     assert "set contextLimit to at most 4096" in caplog.messages[-1]
+
+
+@pytest.mark.parametrize("told", [8500, None])
+def test_with_tools_the_same_messages_are_trimmed_next_time(told: int | None) -> None:
+    """The guard fits the messages, counted at the ratio, to the room the tools leave
+    (their tokens set aside as they are): the learnt ratio must put the same messages past
+    that room, the tools' share of the provider's count not spread over them."""
+    step = _step(limit=8000, overhead=2000)  # room for the messages: 8000 - 500 - 2000
+    count = f"resulted in {told} tokens." if told else "too long."
+    ratio = learned(step, 400, _refusal(f"However, your messages {count}"), [{}, {}, {}])
+    assert ratio is not None and 3000 * guard_factor(ratio) > 8000 - 500 - 2000
