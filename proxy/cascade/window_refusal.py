@@ -163,15 +163,17 @@ def _worded(message: str, sent: Iterable[Any]) -> bool:
 
 
 def _strings(value: Any) -> Iterator[str]:
-    """Every string in the sent messages (their text, their parts', tool calls' arguments)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v)
+    """Every string in the sent messages (their text, their parts', tool calls' arguments),
+    walked without recursion: a client's field nested deep is no RecursionError here."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def _first(patterns: tuple[re.Pattern[str], ...], message: str) -> int | None:

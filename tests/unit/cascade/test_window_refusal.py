@@ -326,3 +326,12 @@ def test_an_output_cap_is_no_refusal_for_length(body: Any) -> None:
     """Groq's cap on ``max_tokens`` names the model's ``context_window``; it refuses the output
     asked for, which no trimming of the prompt changes (OpenAI's says nothing of a window)."""
     assert window_refusal(400, json.dumps(body).encode()) is None
+
+
+def test_a_deeply_nested_message_is_walked_without_recursion() -> None:
+    nested: Any = "deep"
+    for _ in range(5000):
+        nested = [nested]
+    sent = [{"role": "user", "content": "hi", "extra": nested}]
+    real = _openai("This model's maximum context length is 4096 tokens.", code=None)
+    assert window_refusal(400, real, sent) == WindowRefusal(None, 4096)
