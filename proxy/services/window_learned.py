@@ -31,7 +31,23 @@ def learned(
     prompt of ``messages``, or a stream's error object's type and code; None for no error)
     refuses that prompt as too long, else None (nothing to raise, the ratio at its cap). Logs
     what it learned, and a window the provider states below the configured ``contextLimit``
-    (which no ratio fixes: the guard fits prompts to the configured one)."""
+    (which no ratio fixes: the guard fits prompts to the configured one). Never raises: the
+    callers end the turn and relay the error after it, and learning is not worth either."""
+    try:
+        return _learned(step, status, body, messages)
+    except Exception as exc:  # the error is relayed and the lease freed all the same
+        log.warning(
+            "could not read what %s's error answer for session %s teaches: %s",
+            provider_name(step.route.provider),
+            step.ctx.session_id,
+            type(exc).__name__,
+        )
+        return None
+
+
+def _learned(
+    step: Step, status: int, body: bytes | memoryview | str | None, messages: Sequence[Message]
+) -> float | None:
     text = body if isinstance(body, str) else bytes(body or b"")
     refusal = window_refusal(status, text, messages)
     if refusal is None:

@@ -91,3 +91,19 @@ def test_with_tools_the_same_messages_are_trimmed_next_time(told: int | None) ->
     count = f"resulted in {told} tokens." if told else "too long."
     ratio = learned(step, 400, _refusal(f"However, your messages {count}"), [{}, {}, {}])
     assert ratio is not None and 3000 * guard_factor(ratio) > 8000 - 500 - 2000
+
+
+def test_a_failure_to_learn_is_logged_and_never_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """``learned`` runs before the turn is ended and the error relayed (outside the stream's
+    try): whatever goes wrong in it, the caller goes on."""
+    step = _step()
+
+    def broken(messages: Any) -> int:
+        raise ValueError("the text of a message")
+
+    step.count = broken
+    body = _refusal("However, your messages resulted in 4800 tokens.")
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        assert learned(step, 400, body, [{}]) is None
+    (line,) = caplog.messages
+    assert "ValueError" in line and "the text of a message" not in line
