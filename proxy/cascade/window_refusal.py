@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -142,21 +143,32 @@ line's end, or the ellipsis a long quoted value is cut with."""
 
 
 _SPACE = re.compile(r"\s")
+_MAX_STRETCHES = 8
 
 
 def _worded(message: str, sent: Iterable[Any]) -> bool:
     """Whether ``message`` says a prompt is too long for the window in its own words: a
     wording match inside a stretch of the message that the client's own text holds (the
     stretch between quotes, escapes and line ends around it) is a quotation, not a refusal;
-    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none."""
+    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none.
+    At most :data:`_MAX_STRETCHES` stretches are looked up, each once: a message quoting the
+    client at length costs no more than that, and is no refusal."""
+    breaks = list(_QUOTE_BREAK.finditer(message))
+    starts, ends = [b.start() for b in breaks], [b.end() for b in breaks]
     texts: list[str] | None = None
+    looked: set[str] = set()
     for pattern in (_WORDING, _OF_TOKENS):
         for m in pattern.finditer(message):
+            i, j = bisect_right(ends, m.start()), bisect_left(starts, m.end())
+            stretch = message[ends[i - 1] if i else 0 : starts[j] if j < len(starts) else None]
+            stretch = stretch.strip()
+            if stretch in looked:
+                continue
+            if len(looked) >= _MAX_STRETCHES:
+                return False
+            looked.add(stretch)
             if texts is None:
                 texts = list(_strings(sent))
-            start = max((b.end() for b in _QUOTE_BREAK.finditer(message, 0, m.start())), default=0)
-            end = _QUOTE_BREAK.search(message, m.end())
-            stretch = message[start : end.start() if end else len(message)].strip()
             if not (_SPACE.search(stretch) and any(stretch in t for t in texts)):
                 return True
     return False

@@ -335,3 +335,15 @@ def test_a_deeply_nested_message_is_walked_without_recursion() -> None:
     sent = [{"role": "user", "content": "hi", "extra": nested}]
     real = _openai("This model's maximum context length is 4096 tokens.", code=None)
     assert window_refusal(400, real, sent) == WindowRefusal(None, 4096)
+
+
+def test_a_message_quoting_the_client_at_length_is_looked_up_a_bounded_number_of_times() -> None:
+    """Each stretch of the message is looked up in the sent text (megabytes, in a long
+    session) once, and only the first few: past them the message is a quotation."""
+    quoted = [f"is the context window {i} enough" for i in range(12)]
+    sent = [{"role": "user", "content": " ".join(quoted)}, {"role": "tool", "content": "x" * 10}]
+    message = ", ".join(f"'{q}'" for q in quoted + quoted) + ". Maximum context length exceeded"
+    assert window_refusal(400, message.encode(), sent) is None
+    assert window_refusal(
+        400, ", ".join(f"'{q}'" for q in quoted[:3]) + ". Maximum context length exceeded", sent
+    ) == WindowRefusal(None, None)
