@@ -212,14 +212,19 @@ def learned_ratio(ratio: float, *, estimate: int, budget: int, told: int | None 
     too long for its window: raised so that this prompt counts at least at the provider's own
     count of it (``told``, when its message says) and at least :data:`LEARN_MARGIN` over
     ``budget`` (the room the guard fits a prompt to), so the guard trims the same history
-    when the client sends it again. Never lowered, and never raised past
-    :data:`MAX_RATIO`, the bound ``calibrate`` keeps too: a count that is wrong cannot make
-    the guard count a prompt more than twice its estimate, and every later step's real usage
-    pulls the ratio back (``calibrate``).
+    when the client sends it again. A ``told`` within ``budget`` says the prompt was not what
+    was too long (the output asked for, ``max_tokens``, or a window below the configured
+    one, which no trimming fixes): the ratio learns that count and no margin. Never lowered,
+    and never raised past :data:`MAX_RATIO`, the bound ``calibrate`` keeps too: a count that
+    is wrong cannot make the guard count a prompt more than twice its estimate, and every
+    later step's real usage pulls the ratio back (``calibrate``).
     """
     if estimate <= 0:
         return ratio
-    target = max(told or 0, budget * LEARN_MARGIN)
+    if told is not None and told <= budget:
+        target = float(told)
+    else:
+        target = max(told or 0, budget * LEARN_MARGIN)
     return max(ratio, min(MAX_RATIO, target / estimate))
 
 

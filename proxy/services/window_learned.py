@@ -31,16 +31,36 @@ def learned(
     prompt of ``messages``, or a stream's error object's type and code; None for no error)
     refuses that prompt as too long, else None (nothing to raise, the ratio at its cap). Logs
     what it learned, and a window the provider states below the configured ``contextLimit``
-    (which no ratio fixes: the guard fits prompts to the configured one)."""
+    (which no ratio fixes: the guard fits prompts to the configured one). Never raises: the
+    callers end the turn and relay the error after it, and learning is not worth either."""
+    try:
+        return _learned(step, status, body, messages)
+    except Exception as exc:  # the error is relayed and the lease freed all the same
+        log.warning(
+            "could not read what %s's error answer for session %s teaches: %s",
+            provider_name(step.route.provider),
+            step.ctx.session_id,
+            type(exc).__name__,
+        )
+        return None
+
+
+def _learned(
+    step: Step, status: int, body: bytes | memoryview | str | None, messages: Sequence[Message]
+) -> float | None:
     text = body if isinstance(body, str) else bytes(body or b"")
-    refusal = window_refusal(status, text)
+    refusal = window_refusal(status, text, messages)
     if refusal is None:
         return None
     limits = step.route.limits
-    estimate = step.count(messages) + step.overhead  # as the provider counts it
+    sent = step.count(messages)
+    estimate = sent + step.overhead  # as the provider counts it
     budget = limits.context_limit - reserved_output(step.body, limits)
     old = float(step.state.session["calibration"])
-    new = learned_ratio(old, estimate=estimate, budget=budget, told=refusal.told)
+    # the guard counts the messages at the ratio against the room the tools leave, their
+    # tokens set aside unscaled: so the ratio is learnt on the messages' share alone
+    shares = refusal.told - step.overhead if refusal.told is not None else None
+    new = learned_ratio(old, estimate=sent, budget=budget - step.overhead, told=shares)
     where = provider_name(step.route.provider)
     told = f"{refusal.told} tokens by its count" if refusal.told else "its count not given"
     change = (

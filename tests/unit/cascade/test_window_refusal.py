@@ -168,11 +168,182 @@ def test_the_learned_ratio_counts_the_prompt_at_the_providers_count() -> None:
 def test_without_a_count_the_prompt_counts_past_the_budget() -> None:
     new = learned_ratio(1.0, estimate=3000, budget=3500)
     assert 3000 * new == pytest.approx(3500 * LEARN_MARGIN)
-    # a count below the budget (a window smaller than the configured one) is not enough
-    assert learned_ratio(1.0, estimate=3000, budget=3500, told=3200) == new
+
+
+def test_a_count_within_the_budget_is_learned_without_the_margin() -> None:
+    """The provider counts the prompt inside the guard's room: what it refused is the output
+    asked for (``max_tokens``) or a window below ``contextLimit``, which trimming the
+    history does not fix; the ratio learns the provider's count of the prompt, nothing more."""
+    assert learned_ratio(1.0, estimate=3000, budget=3500, told=3200) == pytest.approx(3200 / 3000)
+    # vLLM's "'max_tokens' ... is too large": a small prompt is not counted at twice its size
+    assert learned_ratio(1.0, estimate=95, budget=3500, told=100) == pytest.approx(100 / 95)
+    assert learned_ratio(1.0, estimate=120, budget=3500, told=100) == 1.0
 
 
 def test_the_learned_ratio_is_capped_and_never_lowered() -> None:
     assert learned_ratio(1.0, estimate=100, budget=3500, told=10**9) == MAX_RATIO
     assert learned_ratio(1.8, estimate=3000, budget=3500, told=3600) == 1.8
     assert learned_ratio(1.2, estimate=0, budget=3500, told=3600) == 1.2
+
+
+def test_a_nested_body_is_no_refusal_and_no_error() -> None:
+    """A body nested past the JSON decoder's depth is read as text, never raised on: the
+    refusal is relayed all the same."""
+    assert window_refusal(400, b"[" * 20000) is None
+
+
+_ASKED = "What is the context window of llama 3, and its maximum context length?"
+_VALIDATION = (  # vLLM's 400 for a request it cannot parse, quoting the client's input
+    "1 validation error for ChatCompletionRequest\nmessages.0.content\n  Input should be a "
+    f"valid string [type=string_type, input_value={{'text': '{_ASKED}'}}, input_type=dict]"
+)
+
+
+def test_the_clients_own_text_quoted_back_is_no_refusal() -> None:
+    """A validation error quoting the client's message, which speaks of a context window,
+    is not the provider refusing the prompt as too long."""
+    sent = [{"role": "user", "content": [{"type": "text", "text": _ASKED}]}]
+    body = json.dumps({"object": "error", "message": _VALIDATION, "code": 400}).encode()
+    assert window_refusal(400, body, sent) is None
+    assert window_refusal(400, _VALIDATION.encode(), sent) is None  # not JSON
+    # a real refusal of a prompt that talks of windows is one all the same
+    real = _openai("This model's maximum context length is 4096 tokens.", code=None)
+    assert window_refusal(400, real, sent) == WindowRefusal(None, 4096)
+
+
+def test_a_rate_limit_on_tokens_per_minute_is_no_refusal_for_length() -> None:
+    """Groq answers a prompt over its tokens-per-minute quota with a 413 "too large for
+    model": the prompt fits the window, it is the quota it exceeds."""
+    message = (
+        "Request too large for model `llama-3.3-70b-versatile` in organization `org_1` service "
+        "tier `on_demand` on tokens per minute (TPM): Limit 12000, Requested 18231, please "
+        "reduce your message size and try again."
+    )
+    body = json.dumps(
+        {"error": {"message": message, "type": "tokens", "code": "rate_limit_exceeded"}}
+    )
+    assert window_refusal(413, body.encode()) is None
+    assert window_refusal(413, message.encode()) is None  # its message alone, not JSON
+
+
+@pytest.mark.parametrize(
+    ("message", "told"),
+    [
+        (  # OpenRouter: the total it names counts the output asked for too
+            "This endpoint's maximum context length is 131072 tokens. However, you requested "
+            "about 138956 tokens (7884 of text input, 131072 in the output). Please reduce the "
+            'length of either one, or use the "middle-out" transform to compress your prompt '
+            "automatically.",
+            7884,
+        ),
+        (  # with tools: their schema is the prompt's too
+            "This endpoint's maximum context length is 204800 tokens. However, you requested "
+            "about 205432 tokens (81684 of text input, 3748 of tool input, 120000 in the "
+            "output). Please reduce the length of either one",
+            81684 + 3748,
+        ),
+        (  # Gemini through OpenRouter
+            "This model's maximum context length is 8192 tokens, however you requested 8977 "
+            "tokens (7977 in your prompt; 1000 for the completion). Please reduce your prompt; "
+            "or completion length.",
+            7977,
+        ),
+    ],
+)
+def test_the_prompts_share_is_read_not_the_total_with_the_output(message: str, told: int) -> None:
+    refusal = window_refusal(400, _openai(message, code=None))
+    assert refusal is not None and refusal.told == told
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"message": "Input is too long for requested model."},  # Bedrock (its access gateway)
+        {  # LiteLLM's proxy, in front of any of them: its exception's name says it
+            "error": {
+                "message": "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+                "BedrockException - Input is too long for requested model.",
+                "type": None,
+                "param": None,
+                "code": "400",
+            }
+        },
+    ],
+)
+def test_bedrocks_and_litellms_wordings_are_refusals_for_length(body: Any) -> None:
+    assert window_refusal(400, json.dumps(body).encode()) == WindowRefusal(None, None)
+
+
+def test_a_code_named_in_a_label_is_no_quotation() -> None:
+    """A stream's error object reaches the reading as its type and code alone
+    (``chunks.error_answer``): a client who wrote of ``context_length_exceeded`` itself does
+    not make the code a quotation (a quotation is a stretch of words)."""
+    label = "type 'invalid_request_error', code 'context_length_exceeded'"
+    sent = [{"role": "user", "content": "why do I get context_length_exceeded?"}]
+    assert window_refusal(400, label, sent) == WindowRefusal(None, None)
+
+
+def test_anthropics_input_and_max_tokens_wording_is_read() -> None:
+    """Anthropic names the input and the output asked for apart, and its window."""
+    body = json.dumps(
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "input length and `max_tokens` exceed context limit: 197202 + 21333 "
+                "> 200000, decrease input length or `max_tokens` and try again",
+            },
+        }
+    )
+    assert window_refusal(400, body.encode()) == WindowRefusal(197202, 200000)
+
+
+_GROQ_CAP = (
+    "`max_tokens` must be less than or equal to `8192`, the maximum value for `max_tokens` is "
+    "less than the `context_window` for this model"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"message": _GROQ_CAP, "type": "invalid_request_error", "param": "max_tokens"}},
+        {"error": {"message": _GROQ_CAP.replace("max_tokens", "max_completion_tokens")}},
+        {"error": {"message": "max_tokens exceeds the limit of 4096 for this model"}},
+        {"error": {"message": "max_tokens (128000) exceeds the maximum output tokens (65536)"}},
+        {
+            "error": {
+                "message": "max_tokens is too large: 100000. This model supports at most "
+                "16384 completion tokens, whereas you provided 100000.",
+                "type": "invalid_request_error",
+                "param": "max_tokens",
+                "code": None,
+            }
+        },
+    ],
+)
+def test_an_output_cap_is_no_refusal_for_length(body: Any) -> None:
+    """Groq's cap on ``max_tokens`` names the model's ``context_window``; it refuses the output
+    asked for, which no trimming of the prompt changes (OpenAI's says nothing of a window)."""
+    assert window_refusal(400, json.dumps(body).encode()) is None
+
+
+def test_a_deeply_nested_message_is_walked_without_recursion() -> None:
+    nested: Any = "deep"
+    for _ in range(5000):
+        nested = [nested]
+    sent = [{"role": "user", "content": "hi", "extra": nested}]
+    real = _openai("This model's maximum context length is 4096 tokens.", code=None)
+    assert window_refusal(400, real, sent) == WindowRefusal(None, 4096)
+
+
+def test_a_message_quoting_the_client_at_length_is_looked_up_a_bounded_number_of_times() -> None:
+    """Each stretch of the message is looked up in the sent text (megabytes, in a long
+    session) once, and only the first few: past them the message is a quotation."""
+    quoted = [f"is the context window {i} enough" for i in range(12)]
+    sent = [{"role": "user", "content": " ".join(quoted)}, {"role": "tool", "content": "x" * 10}]
+    message = ", ".join(f"'{q}'" for q in quoted + quoted) + ". Maximum context length exceeded"
+    assert window_refusal(400, message.encode(), sent) is None
+    assert window_refusal(
+        400, ", ".join(f"'{q}'" for q in quoted[:3]) + ". Maximum context length exceeded", sent
+    ) == WindowRefusal(None, None)
