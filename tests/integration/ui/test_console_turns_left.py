@@ -1,0 +1,52 @@
+"""The console's turns past the view that sent them, and its lasting warnings: a message
+sent in a session view opened again while the turn sent from the earlier view still runs, a
+page whose own turn's stream broke (the proxy killed mid-answer), a lost stream's warning
+once its view is left, a deleted session's draft.
+
+Each test fails on the console before its fix; the ``console`` fixture checks that the page
+raised no error and asked no host but the proxy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.replies import Pacer, reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console_audit import started
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A turn sent, the list looked at, the session opened again while that turn still
+    streams: the next message waits for it, as it does in the view that sent it, and resends
+    its reply. It read the history at once, without the reply (an edit, to the proxy)."""
+    started(console_proxy, "reopened")
+    pacer = Pacer()
+    first = "the first answer " * 4
+    fake_upstream.script(reply(first, chunks=4, pacer=pacer), reply("Second answer."))
+    page = sign_in(console, "#/s/reopened")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="first").wait_for()
+    page.locator(".brand").click()  # a look at the list
+    page.get_by_test_id("session-row").first.wait_for()
+    page.go_back()
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("two")
+    page.get_by_test_id("composer-send").click()
+    page.wait_for_timeout(300)  # a send that did not wait has read the history by now
+    pacer.allow(10)
+    page.locator("[data-testid=assistant-message][data-state=done]").filter(
+        has_text="Second answer."
+    ).wait_for()
+    sent = [m["content"] for m in fake_upstream.bodies()[-1]["messages"]]
+    assert sent == ["hi", "ok", "one", first, "two"]
