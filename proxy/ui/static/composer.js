@@ -70,9 +70,10 @@ export class Composer {
 
   // A turn of this view is still to end: its reply streams in the answer box, so its deltas
   // (the last may come after the stream's end) are not shown again in the list. An earlier
-  // view's turn streams in the list.
+  // view's turn streams in the list. So does every reply once the page's turn lost its
+  // stream (`broken`: the proxy killed mid-answer never sends that turn's last event).
   get own() {
-    return this.turns.some((t) => t.view === this.view);
+    return this.turns.some((t) => t.view === this.view && !t.broken);
   }
 
   // A turn's last event (context.usage), whether or not it stored a reply. It names the
@@ -174,6 +175,7 @@ export class Composer {
       // a turn refused before its stream opened sends no last event; one whose stream
       // opened sends it however the stream ended, and stays to take it
       if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
+      else if (err.status === undefined) turn.broken = true; // the connection, not an event
       here(() => this.view.ui.handleError(err, "The message was not answered"));
     } finally {
       answered();

@@ -15,10 +15,25 @@ from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console import inject, sign_in
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
+
+# The chat endpoint's stream, as a proxy killed mid-answer leaves it: a first delta, then
+# the connection gone (the reader fails with the browser's network error).
+_BROKEN_CHAT = """
+const realFetch = window.fetch;
+window.fetch = (url, init) => {
+  if (!String(url).includes("/chat/completions")) return realFetch(url, init);
+  const frame = 'data: {"choices":[{"index":0,"delta":{"content":"Half"}}]}\\n\\n';
+  const body = new ReadableStream({ start(c) {
+    c.enqueue(new TextEncoder().encode(frame));
+    setTimeout(() => c.error(new TypeError("network error")), 50);
+  } });
+  return Promise.resolve(new Response(body, { headers: { "Content-Type": "text/event-stream" } }));
+};
+"""
 
 
 def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
@@ -50,3 +65,21 @@ def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
     ).wait_for()
     sent = [m["content"] for m in fake_upstream.bodies()[-1]["messages"]]
     assert sent == ["hi", "ok", "one", first, "two"]
+
+
+def test_a_turn_whose_stream_broke_hides_no_other_clients_reply(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The proxy killed mid-answer: the page's turn never gets its last event. Another
+    client's reply streaming on the session (once the proxy is back) shows in the list all
+    the same; the page took every delta for its own turn's and hid them until the next turn
+    or a reload."""
+    started(console_proxy, "broken")
+    console.page.add_init_script(_BROKEN_CHAT)
+    page = sign_in(console, "#/s/broken")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    page.locator("[data-testid=assistant-message][data-state=failed]").wait_for()
+    inject(db_dsn, "broken", "session.message.delta.appended", {"choice": 0, "delta": "theirs"})
+    page.get_by_test_id("message-streaming").filter(has_text="theirs").wait_for(timeout=3000)
