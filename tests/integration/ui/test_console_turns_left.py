@@ -83,3 +83,19 @@ def test_a_turn_whose_stream_broke_hides_no_other_clients_reply(
     page.locator("[data-testid=assistant-message][data-state=failed]").wait_for()
     inject(db_dsn, "broken", "session.message.delta.appended", {"choice": 0, "delta": "theirs"})
     page.get_by_test_id("message-streaming").filter(has_text="theirs").wait_for(timeout=3000)
+
+
+def test_a_lost_streams_warning_goes_with_its_view(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The warning that a view's live updates stopped lasts until they are back; the view
+    left, nothing reconnects any more, and the warning stayed for good (with the list, with
+    another session) saying it was reconnecting."""
+    started(console_proxy, "gone-away")
+    console.page.route("**/v1/sessions/gone-away/events", lambda route: route.abort())
+    page = sign_in(console, "#/s/gone-away")
+    lost = page.get_by_test_id("toast").filter(has_text="live updates stopped")
+    lost.wait_for()
+    page.locator(".brand").click()
+    page.get_by_test_id("session-row").first.wait_for()
+    lost.wait_for(state="detached", timeout=2000)
