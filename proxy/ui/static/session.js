@@ -298,6 +298,7 @@ export class SessionView {
         this.refresh(true);
       } else if (action === "delete") {
         await api.remove(this.id);
+        $("composer-input").value = ""; // no draft kept: a session started again has none
         this.ui.toast(`Deleted ${this.id}`);
         location.hash = "#/";
       }

@@ -99,3 +99,20 @@ def test_a_lost_streams_warning_goes_with_its_view(
     page.locator(".brand").click()
     page.get_by_test_id("session-row").first.wait_for()
     lost.wait_for(state="detached", timeout=2000)
+
+
+def test_a_deleted_sessions_draft_goes_with_it(console: Page, console_proxy: ProxyServer) -> None:
+    """A session deleted from its view keeps no draft: one started again under its id
+    opened with the text typed into the one deleted."""
+    started(console_proxy, "drafted")
+    page = sign_in(console, "#/s/drafted")
+    page.get_by_test_id("message").nth(1).wait_for()
+    box = page.get_by_test_id("composer-input")
+    box.fill("typed before the delete")
+    page.get_by_test_id("action-delete").click()
+    page.get_by_test_id("confirm-ok").click()
+    page.locator("#list-view").wait_for()
+    started(console_proxy, "drafted")
+    page.goto(f"{console.origin}/ui#/s/drafted")
+    page.get_by_test_id("message").nth(1).wait_for()
+    assert box.input_value() == ""
