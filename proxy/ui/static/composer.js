@@ -138,7 +138,7 @@ export class Composer {
   // A turn runs to its end once sent, the view left or not: its request is not cut when
   // the view closes (a look at the list meanwhile would lose the answer, the question stored
   // with no reply). What it shows goes to its own view only: a closed view's elements are
-  // another view's now.
+  // another view's now; a failure is said all the same.
   async send() {
     const input = $("composer-input");
     const text = input.value.trim();
@@ -176,7 +176,9 @@ export class Composer {
       // opened sends it however the stream ended, and stays to take it
       if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
       else if (err.status === undefined) turn.broken = true; // the connection, not an event
-      here(() => this.view.ui.handleError(err, "The message was not answered"));
+      // said wherever the page is: left, the view no longer shows it, so it names the session
+      this.view.ui.handleError(err, closed.aborted
+        ? `The message to ${this.view.id} was not answered` : "The message was not answered");
     } finally {
       answered();
       this.sending = false;

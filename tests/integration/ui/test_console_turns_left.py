@@ -116,3 +116,26 @@ def test_a_deleted_sessions_draft_goes_with_it(console: Page, console_proxy: Pro
     page.goto(f"{console.origin}/ui#/s/drafted")
     page.get_by_test_id("message").nth(1).wait_for()
     assert box.input_value() == ""
+
+
+def test_a_message_that_fails_once_its_view_is_left_says_so(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A message refused after the person went to the list (the proxy away): the page says
+    so, naming the session; it said nothing, and the message was lost without a word."""
+    started(console_proxy, "unheard")
+    console.page.add_init_script(
+        """const realFetch = window.fetch;
+        window.fetch = (url, init) => String(url).includes("/chat/completions")
+          ? new Promise((_, no) => setTimeout(() => no(new TypeError("Failed to fetch")), 400))
+          : realFetch(url, init);"""
+    )
+    page = sign_in(console, "#/s/unheard")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    page.locator(".brand").click()
+    page.get_by_test_id("session-row").first.wait_for()
+    failed = page.get_by_test_id("toast").filter(has_text="not answered")
+    failed.filter(has_text="unheard").wait_for(timeout=2000)
+    assert page.locator("#list-view").is_visible()
