@@ -69,11 +69,12 @@ export class Composer {
   }
 
   // A turn of this view is still to end: its reply streams in the answer box, so its deltas
-  // (the last may come after the stream's end) are not shown again in the list. An earlier
-  // view's turn streams in the list. So does every reply once the page's turn lost its
-  // stream (`broken`: the proxy killed mid-answer never sends that turn's last event).
+  // (the last may come after the stream's end) are not shown again in the list. One still
+  // waiting for the turn before it has asked nothing yet (`asked`): an earlier view's turn
+  // streams in the list meanwhile. So does every reply once the page's turn lost its stream
+  // (`broken`: the proxy killed mid-answer never sends that turn's last event).
   get own() {
-    return this.turns.some((t) => t.view === this.view && !t.broken);
+    return this.turns.some((t) => t.view === this.view && t.asked && !t.broken);
   }
 
   // A turn's last event (context.usage), whether or not it stored a reply. It names the
@@ -167,6 +168,7 @@ export class Composer {
         model = $("composer-model").value.trim();
       }
       if (model) body.model = model;
+      turn.asked = true;
       await chatStream(this.view.id, body,
         (_piece, whole) => here(() => grow(answer, whole)), { requestId: turn.id });
       here(() => { input.value = ""; answer.dataset.state = "done"; });

@@ -139,3 +139,35 @@ def test_a_message_that_fails_once_its_view_is_left_says_so(
     failed = page.get_by_test_id("toast").filter(has_text="not answered")
     failed.filter(has_text="unheard").wait_for(timeout=2000)
     assert page.locator("#list-view").is_visible()
+
+
+def test_the_earlier_views_reply_keeps_streaming_while_the_next_message_waits(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """In the view opened again, the turn sent from the earlier one streams in the list; a
+    message sent meanwhile waits for it, and the reply goes on growing there while it waits:
+    it froze, every delta taken for the waiting message's own."""
+    started(console_proxy, "still-growing")
+    pacer = Pacer()
+    fake_upstream.script(reply("alpha beta gamma delta", chunks=4, pacer=pacer), reply("Next."))
+    page = sign_in(console, "#/s/still-growing")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="alpha").wait_for()
+    page.locator(".brand").click()
+    page.get_by_test_id("session-row").first.wait_for()
+    page.go_back()
+    page.get_by_test_id("message").nth(1).wait_for()
+    pacer.allow(1)
+    streaming = page.get_by_test_id("message-streaming")
+    streaming.filter(has_text="beta").wait_for()
+    page.get_by_test_id("composer-input").fill("two")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    streaming.filter(has_text="gamma").wait_for(timeout=2000)
+    pacer.allow(10)
+    page.locator("[data-testid=assistant-message][data-state=done]").filter(
+        has_text="Next."
+    ).wait_for()
