@@ -42,6 +42,9 @@ export class Composer {
     this.sending = false;
     this.modelsAsked = null;
     this.outgoing = null; // the text of the message being sent
+    // What marks this view's turns in the session's queue: not the view itself, which a turn
+    // left queued (its session not opened again) would keep in memory with all its rows.
+    this.mark = {};
   }
 
   // The view opens: its session's draft, or nothing.
@@ -74,7 +77,7 @@ export class Composer {
   // streams in the list meanwhile. So does every reply once the page's turn lost its stream
   // (`broken`: the proxy killed mid-answer never sends that turn's last event).
   get own() {
-    return this.turns.some((t) => t.view === this.view && t.asked && !t.broken);
+    return this.turns.some((t) => t.by === this.mark && t.asked && !t.broken);
   }
 
   // A turn's last event (context.usage), whether or not it stored a reply. It names the
@@ -149,7 +152,7 @@ export class Composer {
     this.sending = true;
     this.outgoing = text;
     const earlier = this.turns[this.turns.length - 1];
-    const turn = { id: turnId(), view: this.view };
+    const turn = { id: turnId(), by: this.mark };
     turn.ended = new Promise((done) => { turn.end = done; });
     let answered;
     turn.sent = new Promise((done) => { answered = done; });
