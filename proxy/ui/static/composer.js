@@ -174,7 +174,10 @@ export class Composer {
       turn.asked = true;
       await chatStream(this.view.id, body,
         (_piece, whole) => here(() => grow(answer, whole)), { requestId: turn.id });
-      here(() => { input.value = ""; answer.dataset.state = "done"; });
+      here(() => {
+        if (input.value.trim() === text) input.value = ""; // not the next one typed meanwhile
+        answer.dataset.state = "done";
+      });
     } catch (err) {
       here(() => { answer.dataset.state = "failed"; });
       // a turn refused before its stream opened sends no last event; one whose stream

@@ -171,3 +171,25 @@ def test_the_earlier_views_reply_keeps_streaming_while_the_next_message_waits(
     page.locator("[data-testid=assistant-message][data-state=done]").filter(
         has_text="Next."
     ).wait_for()
+
+
+def test_the_next_question_typed_while_the_answer_streams_stays(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The message sent stays in the composer until it is answered (a failure leaves it to
+    send again); one who replaced it with the next question while the answer streamed found
+    the box emptied when the answer ended, the question lost."""
+    started(console_proxy, "ahead")
+    pacer = Pacer()
+    fake_upstream.script(reply("alpha beta gamma", chunks=3, pacer=pacer))
+    page = sign_in(console, "#/s/ahead")
+    page.get_by_test_id("message").nth(1).wait_for()
+    box = page.get_by_test_id("composer-input")
+    box.fill("one")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="alpha").wait_for()
+    box.fill("the next question")
+    pacer.allow(10)
+    page.locator("[data-testid=assistant-message][data-state=done]").wait_for()
+    assert box.input_value() == "the next question"
