@@ -74,10 +74,17 @@ export class Composer {
   // A turn of this view is still to end: its reply streams in the answer box, so its deltas
   // (the last may come after the stream's end) are not shown again in the list. One still
   // waiting for the turn before it has asked nothing yet (`asked`): an earlier view's turn
-  // streams in the list meanwhile. So does every reply once the page's turn lost its stream
-  // (`broken`: the proxy killed mid-answer never sends that turn's last event).
+  // streams in the list meanwhile.
   get own() {
-    return this.turns.some((t) => t.by === this.mark && t.asked && !t.broken);
+    return this.turns.some((t) => t.by === this.mark && t.asked);
+  }
+
+  // The event stream is live again after it was lost: a turn whose connection broke before
+  // (`broken`: a proxy killed mid-answer) and whose last event the replay did not bring
+  // never gets it; it ends, and no longer takes other clients' replies for its own.
+  reconnected() {
+    for (const turn of this.turns.filter((t) => t.broken)) turn.end();
+    this.turns = this.turns.filter((t) => !t.broken);
   }
 
   // A turn's last event (context.usage), whether or not it stored a reply. It names the

@@ -100,7 +100,7 @@ export class SessionView {
           if (state === "gone") this.refresh(true);
         }
         if (state === "live") {
-          if (again) this.live.end();
+          if (again) { this.live.end(); this.composer.reconnected(); }
           if (again || this.lost) this.refresh(true);
           if (this.lost) {
             this.lost.remove();

@@ -35,6 +35,26 @@ window.fetch = (url, init) => {
 };
 """
 
+# The session's event stream, cut by ``cutEvents()`` as the proxy's going cuts it.
+_CUT_EVENTS = """
+const eventsFetch = window.fetch;
+window.fetch = async (url, init) => {
+  const resp = await eventsFetch(url, init);
+  if (!String(url).endsWith("/events") || !resp.ok) return resp;
+  const reader = resp.body.getReader();
+  const body = new ReadableStream({
+    start(c) {
+      window.cutEvents = () => { c.error(new TypeError("network error")); reader.cancel(); };
+    },
+    async pull(c) {
+      const { value, done } = await reader.read();
+      if (done) c.close(); else c.enqueue(value);
+    },
+  });
+  return new Response(body, { status: resp.status, headers: resp.headers });
+};
+"""
+
 
 def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
@@ -71,16 +91,20 @@ def test_a_turn_whose_stream_broke_hides_no_other_clients_reply(
     console: Page, console_proxy: ProxyServer, db_dsn: str
 ) -> None:
     """The proxy killed mid-answer: the page's turn never gets its last event. Another
-    client's reply streaming on the session (once the proxy is back) shows in the list all
-    the same; the page took every delta for its own turn's and hid them until the next turn
-    or a reload."""
+    client's reply streaming on the session once the proxy is back (the event stream live
+    again) shows in the list all the same; the page took every delta for its own turn's and
+    hid them until the next turn or a reload."""
     started(console_proxy, "broken")
     console.page.add_init_script(_BROKEN_CHAT)
+    console.page.add_init_script(_CUT_EVENTS)
     page = sign_in(console, "#/s/broken")
     page.get_by_test_id("message").nth(1).wait_for()
     page.get_by_test_id("composer-input").fill("one")
     page.get_by_test_id("composer-send").click()
     page.locator("[data-testid=assistant-message][data-state=failed]").wait_for()
+    with page.expect_response(lambda r: r.url.endswith("/v1/sessions/broken/events")):
+        page.evaluate("cutEvents()")  # the proxy gone, and back
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
     inject(db_dsn, "broken", "session.message.delta.appended", {"choice": 0, "delta": "theirs"})
     page.get_by_test_id("message-streaming").filter(has_text="theirs").wait_for(timeout=3000)
 
