@@ -30,17 +30,21 @@ function grow(box, text) {
 // one element for every view, and a draft showed under the next session opened.
 const drafts = new Map();
 
+// This page's own turns whose last event has not come yet, by session id, oldest first.
+// They outlive the view that sent them: a view opened again on the session queues its
+// turns after them (its first message waits for theirs, as the next one in the sending view
+// does) and its event stream ends them.
+const queues = new Map();
+
 export class Composer {
   constructor(view) {
     this.view = view; // the SessionView: its id, session, ui, abort and refresh
     this.sending = false;
-    // This page's own turns whose last event has not come yet, oldest first: their replies
-    // stream in the answer box, so their deltas (the last may come after the stream's end)
-    // are not shown again in the list. Events come after the answers they tell of: a turn
-    // ends at the first last event after those of the turns before it.
-    this.turns = [];
     this.modelsAsked = null;
     this.outgoing = null; // the text of the message being sent
+    // What marks this view's turns in the session's queue: not the view itself, which a turn
+    // left queued (its session not opened again) would keep in memory with all its rows.
+    this.mark = {};
   }
 
   // The view opens: its session's draft, or nothing.
@@ -55,8 +59,32 @@ export class Composer {
     else drafts.delete(this.view.id);
   }
 
+  // The session's turns waiting for their last event (`queues`). Events come after the
+  // answers they tell of: a turn ends at the first last event after those of the turns
+  // before it.
+  get turns() {
+    return queues.get(this.view.id) || [];
+  }
+
+  set turns(list) {
+    if (list.length) queues.set(this.view.id, list);
+    else queues.delete(this.view.id);
+  }
+
+  // A turn of this view is still to end: its reply streams in the answer box, so its deltas
+  // (the last may come after the stream's end) are not shown again in the list. One still
+  // waiting for the turn before it has asked nothing yet (`asked`): an earlier view's turn
+  // streams in the list meanwhile.
   get own() {
-    return this.turns.length > 0;
+    return this.turns.some((t) => t.by === this.mark && t.asked);
+  }
+
+  // The event stream is live again after it was lost: a turn whose connection broke before
+  // (`broken`: a proxy killed mid-answer) and whose last event the replay did not bring
+  // never gets it; it ends, and no longer takes other clients' replies for its own.
+  reconnected() {
+    for (const turn of this.turns.filter((t) => t.broken)) turn.end();
+    this.turns = this.turns.filter((t) => !t.broken);
   }
 
   // A turn's last event (context.usage), whether or not it stored a reply. It names the
@@ -67,11 +95,14 @@ export class Composer {
     const id = data.request_id;
     if (typeof id === "string") {
       const at = this.turns.findIndex((t) => t.id === id);
-      for (const turn of at < 0 ? [] : this.turns.splice(0, at + 1)) turn.end();
+      for (const turn of this.turns.slice(0, at + 1)) turn.end();
+      this.turns = this.turns.slice(at + 1);
       return;
     }
-    const turn = replayed ? null : this.turns.shift();
-    if (turn) turn.end();
+    const turn = replayed ? null : this.turns[0];
+    if (!turn) return;
+    turn.end();
+    this.turns = this.turns.slice(1);
   }
 
   // The model to send with: the session's, else one the provider lists (a new session).
@@ -96,9 +127,11 @@ export class Composer {
   // The history to resend, as the client sent it (a cut or evicted result in full): the
   // stored prompt form would read as an edited history. A new session has none. The reply
   // of the page's previous turn is stored just after its answer, so the history is read
-  // once that turn's last event came (`earlier`), or it would lack the reply.
+  // once that turn's last event came (`earlier`), or it would lack the reply; a turn an
+  // earlier view sent may still stream: its answer comes first.
   async history(earlier) {
     if (earlier) {
+      await earlier.sent;
       await new Promise((done) => {
         earlier.ended.then(done);
         setTimeout(done, LAST_EVENT_WAIT_MS);
@@ -116,7 +149,7 @@ export class Composer {
   // A turn runs to its end once sent, the view left or not: its request is not cut when
   // the view closes (a look at the list meanwhile would lose the answer, the question stored
   // with no reply). What it shows goes to its own view only: a closed view's elements are
-  // another view's now.
+  // another view's now; a failure is said all the same.
   async send() {
     const input = $("composer-input");
     const text = input.value.trim();
@@ -126,9 +159,11 @@ export class Composer {
     this.sending = true;
     this.outgoing = text;
     const earlier = this.turns[this.turns.length - 1];
-    const turn = { id: turnId() };
+    const turn = { id: turnId(), by: this.mark };
     turn.ended = new Promise((done) => { turn.end = done; });
-    this.turns.push(turn);
+    let answered;
+    turn.sent = new Promise((done) => { answered = done; });
+    this.turns = [...this.turns, turn];
     $("composer-send").disabled = true;
     const answer = $("assistant-message");
     answer.textContent = "";
@@ -143,16 +178,24 @@ export class Composer {
         model = $("composer-model").value.trim();
       }
       if (model) body.model = model;
+      turn.asked = true;
       await chatStream(this.view.id, body,
         (_piece, whole) => here(() => grow(answer, whole)), { requestId: turn.id });
-      here(() => { input.value = ""; answer.dataset.state = "done"; });
+      here(() => {
+        if (input.value.trim() === text) input.value = ""; // not the next one typed meanwhile
+        answer.dataset.state = "done";
+      });
     } catch (err) {
       here(() => { answer.dataset.state = "failed"; });
       // a turn refused before its stream opened sends no last event; one whose stream
       // opened sends it however the stream ended, and stays to take it
       if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
-      here(() => this.view.ui.handleError(err, "The message was not answered"));
+      else if (err.status === undefined) turn.broken = true; // the connection, not an event
+      // said wherever the page is: left, the view no longer shows it, so it names the session
+      this.view.ui.handleError(err, closed.aborted
+        ? `The message to ${this.view.id} was not answered` : "The message was not answered");
     } finally {
+      answered();
       this.sending = false;
       this.outgoing = null;
       here(() => { $("composer-send").disabled = false; this.view.refresh(); });

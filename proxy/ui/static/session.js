@@ -26,6 +26,7 @@ export class SessionView {
     this.again = false;
     this.whole = false; // the next load reloads the whole history
     this.handoff = null; // the toast of this session's handoff nudge
+    this.lost = null; // the toast saying the event stream stopped, until it is back
     this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what));
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.composer = new Composer(this);
@@ -84,32 +85,32 @@ export class SessionView {
   // replays, may be among those missed), once the stream says it is live (`: live`, after
   // its replay), so a change made while it subscribed is in that read or comes as an event. A 404 ends the stream: the view shows
   // the session as not found, and follows again once a load finds it (the composer's first
-  // message started it). A 403 (this key may not) ends it.
+  // message started it). A 403 (this key may not) ends it. The view closed, nothing
+  // reconnects: the warning goes with it.
   follow() {
     if (this.following) return;
     this.following = true;
-    let lost = null;
     let again = false; // the stream was open before: this is a reconnection
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
         if (state !== "reconnecting") this.replaying = false;
         if (state === "gone" || state === "forbidden") {
           this.following = false;
-          if (lost) { lost.remove(); lost = null; }
+          if (this.lost) { this.lost.remove(); this.lost = null; }
           if (state === "gone") this.refresh(true);
         }
         if (state === "live") {
-          if (again) this.live.end();
-          if (again || lost) this.refresh(true);
-          if (lost) {
-            lost.remove();
-            lost = null;
+          if (again) { this.live.end(); this.composer.reconnected(); }
+          if (again || this.lost) this.refresh(true);
+          if (this.lost) {
+            this.lost.remove();
+            this.lost = null;
             this.ui.toast("Live updates are back.", "info", 4000);
           }
           again = true;
         }
-        if (state === "reconnecting" && err && !lost) { // said until the stream is back
-          lost = this.ui.handleError(err, "The live updates stopped; reconnecting", 0) ||
+        if (state === "reconnecting" && err && !this.lost) { // said until the stream is back
+          this.lost = this.ui.handleError(err, "The live updates stopped; reconnecting", 0) ||
             document.createElement("div"); // a 401 signed out instead: nothing to remove
         }
       });
@@ -121,6 +122,7 @@ export class SessionView {
     this.live.drop();
     this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
+    if (this.lost) this.lost.remove();
   }
 
   // One load at a time, and at most one more queued: a burst of events while one runs
@@ -296,6 +298,7 @@ export class SessionView {
         this.refresh(true);
       } else if (action === "delete") {
         await api.remove(this.id);
+        $("composer-input").value = ""; // no draft kept: a session started again has none
         this.ui.toast(`Deleted ${this.id}`);
         location.hash = "#/";
       }
