@@ -50,13 +50,18 @@ at most this late, one freed by expiry at most this long after it expired. A wai
 in the session's queue (migration 0022) lasts twice this from its last try."""
 
 
+_JITTER = random.Random()
+"""The jitter's own generator: the process's shared ``random`` state is left to the
+application (a seeded run, a property-based test drawing in another thread) untouched."""
+
+
 def poll_delays(first: float = 0.01) -> Iterator[float]:
     """The pauses of a waiter polling a held lease: doubling from ``first`` up to
     :data:`POLL_MAX_SECONDS`, each jittered down by up to a quarter, so that waiters on
     several replicas do not retry in step."""
     delay = first
     while True:
-        yield delay * (1 - random.random() / 4)
+        yield delay * (1 - _JITTER.random() / 4)
         delay = min(delay * 2, POLL_MAX_SECONDS)
 
 

@@ -68,8 +68,10 @@ class BusyAgent(threading.Thread):
 def quick_answers(fake_upstream: FakeUpstream) -> None:
     """Every answer within 0.1 s, so that A's agent keeps the session busy."""
 
+    rng = random.Random()  # the fake's own: the shared state is hypothesis's, in other tests
+
     def answer(req: RecordedRequest) -> Reply:
-        return reply("ok", first_byte_delay=random.uniform(0.05, 0.1))
+        return reply("ok", first_byte_delay=rng.uniform(0.05, 0.1))
 
     fake_upstream.default = answer
 
