@@ -58,7 +58,7 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import listen_url
+from proxy.bus_listen import listen, listen_url
 from proxy.bus_payloads import stamp_now, transient_payload
 from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
@@ -126,6 +126,7 @@ class EventBus:
         self._remote: frozenset[tuple[str, str]] = frozenset()  # other replicas' (keeper)
         self._watched_failing = False  # the last read of them failed: said once
         self._listener: asyncpg.Connection | None = None
+        self._silent: set[int] = set()  # backends of listeners dropped for silence
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self.replica = uuid.uuid4()
@@ -204,8 +205,8 @@ class EventBus:
         while True:
             try:
                 self._listener = await asyncpg.connect(self._dsn)
-                await self._listener.add_listener(store.NOTIFY_CHANNEL, self._on_notify)
-                await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
+                channels = {store.NOTIFY_CHANNEL: self._on_notify, LEASE_CHANNEL: self._on_lease}
+                await listen(self._listener, channels, self._silent, PROBE_TIMEOUT)
                 if not connected.done():
                     connected.set_result(None)
                 elif self._retrying:

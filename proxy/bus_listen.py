@@ -1,15 +1,19 @@
 """Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
 hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
-directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start."""
+directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start, and
+:func:`listen` each time it LISTENs."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["listen_url"]
+__all__ = ["listen", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
 
@@ -53,3 +57,18 @@ def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
             " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
         )
     return dsn, settings.database_source()
+
+
+async def listen(
+    conn: Any, channels: Mapping[str, Callable[..., None]], silent: set[int], timeout: float
+) -> None:
+    """LISTEN on ``conn`` to each channel, with its handler, within ``timeout`` seconds: a new
+    connection silent before its LISTEN answers (a firewall, a lost host) is dropped as a
+    probed one is, not waited for; its backend, which may listen, joins ``silent``."""
+    try:
+        async with asyncio.timeout(timeout):
+            for channel, handler in channels.items():
+                await conn.add_listener(channel, handler)
+    except TimeoutError:
+        silent.add(conn.get_server_pid())
+        raise TimeoutError(f"LISTEN not answered within {timeout:g} s") from None
