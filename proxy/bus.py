@@ -58,7 +58,7 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import listen, listen_url
+from proxy.bus_listen import end_silent, listen, listen_url
 from proxy.bus_payloads import stamp_now, transient_payload
 from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
@@ -212,6 +212,7 @@ class EventBus:
                 elif self._retrying:
                     log.warning("event listener at %s is listening again", self._where)
                 self._retrying = False
+                await end_silent(self._pool, self._silent, PROBE_TIMEOUT)
                 await self._until_lost(self._listener)
             except asyncio.CancelledError:
                 raise
@@ -253,6 +254,7 @@ class EventBus:
             try:
                 await listener.execute(f"LISTEN {store.NOTIFY_CHANNEL}", timeout=PROBE_TIMEOUT)
             except TimeoutError:
+                self._silent.add(listener.get_server_pid())  # listening on: end_silent
                 listener.terminate()
                 log.warning(
                     "event listener at %s did not answer within %g s; reconnecting",

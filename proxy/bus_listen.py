@@ -1,7 +1,8 @@
 """Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
 hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
-directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start, and
-:func:`listen` each time it LISTENs."""
+directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start, :func:`listen`
+each time it LISTENs, and :func:`end_silent` once it listens again after dropping a listener
+gone silent."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["listen", "listen_url"]
+__all__ = ["end_silent", "listen", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
 
@@ -72,3 +73,28 @@ async def listen(
     except TimeoutError:
         silent.add(conn.get_server_pid())
         raise TimeoutError(f"LISTEN not answered within {timeout:g} s") from None
+
+
+_END_SILENT = (
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE pid = ANY($1::int[]) AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%'"
+)
+
+
+async def end_silent(pool: Any, pids: set[int], timeout: float) -> None:
+    """End the backends of listeners dropped for silence (``pids``, emptied): the server
+    cannot tell such a connection is gone until TCP gives up, and meanwhile it listens, so
+    the server's notification queue cannot move past what it has not read. Only a backend
+    whose last statement was a LISTEN is ended; a role that may not end it (nor read its
+    statement) leaves it to TCP, which is a DEBUG line, as any other failure here."""
+    if not pids:
+        return
+    ended = sorted(pids)
+    pids.clear()
+    try:
+        async with asyncio.timeout(timeout):
+            count = await pool.fetchval(_END_SILENT, ended)
+    except Exception as exc:  # noqa: BLE001 - TCP ends it in the end
+        log.debug("could not end the silent listener backend(s) %s: %s", ended, exc)
+        return
+    log.debug("ended %s of the silent listener backend(s) %s", count, ended)
