@@ -77,7 +77,8 @@ PROBE_EVERY = 10.0
 is lost, closes nothing, so only a question it cannot answer reveals it; the probe also keeps
 an idle connection from looking idle to such a middlebox. The probe is its ``LISTEN`` again (a
 no-op on a channel listened to; no prepared statement), so ``pg_stat_activity`` still shows
-the connection as the listener."""
+the connection as the listener. Through a transaction pooler it is ``SELECT 1``: a LISTEN
+would leave each server the pooler lends it listening for good."""
 PROBE_TIMEOUT = 5.0
 """Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
 NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
@@ -111,10 +112,17 @@ from its queue once the socket's buffers are full, and past this bound is droppe
 
 class EventBus:
     def __init__(
-        self, pool: asyncpg.Pool, listen_dsn: str, listen_setting: str = "DATABASE_URL"
+        self,
+        pool: asyncpg.Pool,
+        listen_dsn: str,
+        listen_setting: str = "DATABASE_URL",
+        *,
+        pooled: bool = False,
     ) -> None:
         """``listen_setting`` names where ``listen_dsn`` comes from, for the messages that
-        say it cannot be reached (the password masked)."""
+        say it cannot be reached (the password masked); ``pooled``: it goes through a
+        transaction pooler (``bus_listen.through_pooler``)."""
+        self._probe = "SELECT 1" if pooled else f"LISTEN {store.NOTIFY_CHANNEL}"
         self._pool = pool
         self._dsn = listen_dsn
         self._where = f"{redact_dsn(listen_dsn)} ({listen_setting})"
@@ -252,7 +260,7 @@ class EventBus:
             if listener.is_closed() or loop.time() < probe_at:
                 continue
             try:
-                await listener.execute(f"LISTEN {store.NOTIFY_CHANNEL}", timeout=PROBE_TIMEOUT)
+                await listener.execute(self._probe, timeout=PROBE_TIMEOUT)  # simple protocol
             except TimeoutError:
                 self._silent.add(listener.get_server_pid())  # listening on: end_silent
                 listener.terminate()

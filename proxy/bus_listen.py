@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["end_silent", "listen", "listen_url"]
+__all__ = ["end_silent", "listen", "listen_url", "through_pooler"]
 
 log = logging.getLogger("cascade.bus")
 
@@ -58,6 +58,19 @@ def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
             " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
         )
     return dsn, settings.database_source()
+
+
+def through_pooler(settings: Settings, listen: str) -> bool:
+    """Whether the bus's ``listen`` URL goes through the transaction pooler, as
+    :func:`listen_url` warns: no ``DATABASE_LISTEN_URL``, or one at the pooler's own host
+    and port. A LISTEN there runs on whichever server the pooler lends, which then listens
+    for good (such a pooler resets nothing), so the bus does not repeat it."""
+    if settings.db_pooler != "transaction":
+        return False
+    if not (settings.database_url and settings.database_listen_url):
+        return True
+    pooler = _endpoint(settings.database_url)
+    return pooler is not None and _endpoint(listen) == pooler
 
 
 async def listen(
