@@ -122,6 +122,7 @@ class EventBus:
         """``listen_setting`` names where ``listen_dsn`` comes from, for the messages that
         say it cannot be reached (the password masked); ``pooled``: it goes through a
         transaction pooler (``bus_listen.through_pooler``)."""
+        self._pooled = pooled
         self._probe = "SELECT 1" if pooled else f"LISTEN {store.NOTIFY_CHANNEL}"
         self._pool = pool
         self._dsn = listen_dsn
@@ -220,7 +221,7 @@ class EventBus:
                 elif self._retrying:
                     log.warning("event listener at %s is listening again", self._where)
                 self._retrying = False
-                await end_silent(self._pool, self._silent, PROBE_TIMEOUT)
+                await end_silent(None if self._pooled else self._pool, self._silent, PROBE_TIMEOUT)
                 await self._until_lost(self._listener)
             except asyncio.CancelledError:
                 raise

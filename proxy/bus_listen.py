@@ -99,8 +99,10 @@ async def end_silent(pool: Any, pids: set[int], timeout: float) -> None:
     cannot tell such a connection is gone until TCP gives up, and meanwhile it listens, so
     the server's notification queue cannot move past what it has not read. Only a backend
     whose last statement was a LISTEN is ended; a role that may not end it (nor read its
-    statement) leaves it to TCP, which is a DEBUG line, as any other failure here."""
-    if not pids:
+    statement) leaves it to TCP, which is a DEBUG line, as any other failure here. ``pool``
+    None: the listener went through a pooler, whose process ids are its own, so none is."""
+    if pool is None or not pids:
+        pids.clear()
         return
     ended = sorted(pids)
     pids.clear()
