@@ -28,6 +28,7 @@ from proxy import __version__
 from proxy.api import chat, events, health, memory, openapi, sessions
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
+from proxy.bus_listen import through_pooler
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder, Hangup, watch_config
 from proxy.embeddings import Embedders, bind_embedders
@@ -208,7 +209,8 @@ def create_app(
                 stack.callback(setattr, holder, "on_reloaded", None)
             client = build_client(transport=http_transport or provider)
             stack.push_async_callback(client.aclose)
-            bus = EventBus(pool, *listen_url(settings, dsn))
+            listen, source = listen_url(settings, dsn)
+            bus = EventBus(pool, listen, source, pooled=through_pooler(settings, listen))
             stack.push_async_callback(bus.stop)
             await bus.start()  # a listener that cannot connect is a refusal naming its URL
             upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)

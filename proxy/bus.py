@@ -58,7 +58,7 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import listen_url
+from proxy.bus_listen import end_silent, listen, listen_url
 from proxy.bus_payloads import stamp_now, transient_payload
 from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
@@ -77,7 +77,8 @@ PROBE_EVERY = 10.0
 is lost, closes nothing, so only a question it cannot answer reveals it; the probe also keeps
 an idle connection from looking idle to such a middlebox. The probe is its ``LISTEN`` again (a
 no-op on a channel listened to; no prepared statement), so ``pg_stat_activity`` still shows
-the connection as the listener."""
+the connection as the listener. Through a transaction pooler it is ``SELECT 1``: a LISTEN
+would leave each server the pooler lends it listening for good."""
 PROBE_TIMEOUT = 5.0
 """Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
 NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
@@ -111,10 +112,18 @@ from its queue once the socket's buffers are full, and past this bound is droppe
 
 class EventBus:
     def __init__(
-        self, pool: asyncpg.Pool, listen_dsn: str, listen_setting: str = "DATABASE_URL"
+        self,
+        pool: asyncpg.Pool,
+        listen_dsn: str,
+        listen_setting: str = "DATABASE_URL",
+        *,
+        pooled: bool = False,
     ) -> None:
         """``listen_setting`` names where ``listen_dsn`` comes from, for the messages that
-        say it cannot be reached (the password masked)."""
+        say it cannot be reached (the password masked); ``pooled``: it goes through a
+        transaction pooler (``bus_listen.through_pooler``)."""
+        self._pooled = pooled
+        self._probe = "SELECT 1" if pooled else f"LISTEN {store.NOTIFY_CHANNEL}"
         self._pool = pool
         self._dsn = listen_dsn
         self._where = f"{redact_dsn(listen_dsn)} ({listen_setting})"
@@ -126,6 +135,7 @@ class EventBus:
         self._remote: frozenset[tuple[str, str]] = frozenset()  # other replicas' (keeper)
         self._watched_failing = False  # the last read of them failed: said once
         self._listener: asyncpg.Connection | None = None
+        self._silent: set[int] = set()  # backends of listeners dropped for silence
         self._task: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self.replica = uuid.uuid4()
@@ -204,13 +214,14 @@ class EventBus:
         while True:
             try:
                 self._listener = await asyncpg.connect(self._dsn)
-                await self._listener.add_listener(store.NOTIFY_CHANNEL, self._on_notify)
-                await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
+                channels = {store.NOTIFY_CHANNEL: self._on_notify, LEASE_CHANNEL: self._on_lease}
+                await listen(self._listener, channels, self._silent, PROBE_TIMEOUT)
                 if not connected.done():
                     connected.set_result(None)
                 elif self._retrying:
                     log.warning("event listener at %s is listening again", self._where)
                 self._retrying = False
+                await end_silent(None if self._pooled else self._pool, self._silent, PROBE_TIMEOUT)
                 await self._until_lost(self._listener)
             except asyncio.CancelledError:
                 raise
@@ -250,8 +261,9 @@ class EventBus:
             if listener.is_closed() or loop.time() < probe_at:
                 continue
             try:
-                await listener.execute(f"LISTEN {store.NOTIFY_CHANNEL}", timeout=PROBE_TIMEOUT)
+                await listener.execute(self._probe, timeout=PROBE_TIMEOUT)  # simple protocol
             except TimeoutError:
+                self._silent.add(listener.get_server_pid())  # listening on: end_silent
                 listener.terminate()
                 log.warning(
                     "event listener at %s did not answer within %g s; reconnecting",

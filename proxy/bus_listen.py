@@ -1,15 +1,20 @@
 """Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
 hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
-directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start."""
+directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start, :func:`listen`
+each time it LISTENs, and :func:`end_silent` once it listens again after dropping a listener
+gone silent."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["listen_url"]
+__all__ = ["end_silent", "listen", "listen_url", "through_pooler"]
 
 log = logging.getLogger("cascade.bus")
 
@@ -53,3 +58,58 @@ def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
             " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
         )
     return dsn, settings.database_source()
+
+
+def through_pooler(settings: Settings, listen: str) -> bool:
+    """Whether the bus's ``listen`` URL goes through the transaction pooler, as
+    :func:`listen_url` warns: no ``DATABASE_LISTEN_URL``, or one at the pooler's own host
+    and port. A LISTEN there runs on whichever server the pooler lends, which then listens
+    for good (such a pooler resets nothing), so the bus does not repeat it."""
+    if settings.db_pooler != "transaction":
+        return False
+    if not (settings.database_url and settings.database_listen_url):
+        return True
+    pooler = _endpoint(settings.database_url)
+    return pooler is not None and _endpoint(listen) == pooler
+
+
+async def listen(
+    conn: Any, channels: Mapping[str, Callable[..., None]], silent: set[int], timeout: float
+) -> None:
+    """LISTEN on ``conn`` to each channel, with its handler, within ``timeout`` seconds: a new
+    connection silent before its LISTEN answers (a firewall, a lost host) is dropped as a
+    probed one is, not waited for; its backend, which may listen, joins ``silent``."""
+    try:
+        async with asyncio.timeout(timeout):
+            for channel, handler in channels.items():
+                await conn.add_listener(channel, handler)
+    except TimeoutError:
+        silent.add(conn.get_server_pid())
+        raise TimeoutError(f"LISTEN not answered within {timeout:g} s") from None
+
+
+_END_SILENT = (
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE pid = ANY($1::int[]) AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%'"
+)
+
+
+async def end_silent(pool: Any, pids: set[int], timeout: float) -> None:
+    """End the backends of listeners dropped for silence (``pids``, emptied): the server
+    cannot tell such a connection is gone until TCP gives up, and meanwhile it listens, so
+    the server's notification queue cannot move past what it has not read. Only a backend
+    whose last statement was a LISTEN is ended; a role that may not end it (nor read its
+    statement) leaves it to TCP, which is a DEBUG line, as any other failure here. ``pool``
+    None: the listener went through a pooler, whose process ids are its own, so none is."""
+    if pool is None or not pids:
+        pids.clear()
+        return
+    ended = sorted(pids)
+    pids.clear()
+    try:
+        async with asyncio.timeout(timeout):
+            count = await pool.fetchval(_END_SILENT, ended)
+    except Exception as exc:  # noqa: BLE001 - TCP ends it in the end
+        log.debug("could not end the silent listener backend(s) %s: %s", ended, exc)
+        return
+    log.debug("ended %s of the silent listener backend(s) %s", count, ended)

@@ -53,6 +53,7 @@ __all__ = [
     "Answer",
     "StreamAnswer",
     "DECODED_ENCODINGS",
+    "OWN_KEY_HEADERS",
     "RELAY_RESPONSE_HEADERS",
     "response_headers",
 ]
@@ -60,7 +61,7 @@ __all__ = [
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-beta", "user-agent")
-_OWN_KEY_HEADERS = ("openai-organization", "openai-project")
+OWN_KEY_HEADERS = ("openai-organization", "openai-project")
 """Headers that pick among the organisations and projects of the credential they ride with:
 forwarded only beside the client's own ``Authorization``, never with the proxy's key (or a
 ``baseUrl``'s user and password), among whose organisations a client has no say."""
@@ -157,7 +158,7 @@ class Upstream:
             headers["authorization"] = f"Bearer {key}"
         elif auth := client_headers.get("authorization"):
             headers["authorization"] = auth
-            for name in _OWN_KEY_HEADERS:
+            for name in OWN_KEY_HEADERS:
                 if value := client_headers.get(name):
                     headers[name] = value
         for name in _FORWARD_REQUEST_HEADERS:

@@ -165,17 +165,20 @@ async def _give_back(pool: asyncpg.Pool, acquiring: Sequence[asyncio.Future[Any]
     taken, or the pool's close would wait for them for ever; those still being opened are
     cancelled and waited for a moment only (a paused pooler holds their first statements),
     then cancelled again: asyncpg closes such a connection on the first, on its silent
-    connection, and drops it on the second."""
-    for wait in (1.0, 0.5):
-        if pending := [task for task in acquiring if not task.done()]:
-            for task in pending:
-                task.cancel()
-            await asyncio.wait(pending, timeout=wait)
-    for task in acquiring:
-        if task.done() and not task.cancelled() and task.exception() is None:
-            conn = task.result()
-            conn.terminate()
-            await pool.release(conn)
+    connection, and drops it on the second. Those taken are given back even if this is
+    cancelled too (a second signal) while it waits."""
+    try:
+        for wait in (1.0, 0.5):
+            if pending := [task for task in acquiring if not task.done()]:
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending, timeout=wait)
+    finally:
+        for task in acquiring:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                conn = task.result()
+                conn.terminate()
+                await pool.release(conn)
 
 
 def _outcome(task: asyncio.Future[Any]) -> Any:

@@ -34,7 +34,7 @@ from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
 from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer, retry_after
 from proxy.services.memory import patterns_for, scope_of_agent
-from proxy.upstream import Upstream
+from proxy.upstream import OWN_KEY_HEADERS, Upstream
 
 __all__ = ["Briefing", "CompactionJob", "job_for", "SummaryCallError", "summarise"]
 
@@ -52,8 +52,8 @@ unusable, since a briefing past every window would be refused in every later pro
 @dataclass(frozen=True, slots=True)
 class CompactionJob:
     """What one compaction needs from the config, resolved once by ``job_for``: the session,
-    the agent's fast model and provider, its ``summarize`` settings, the one header
-    forwarded, what started it (``trigger``) and where promoted facts go."""
+    the agent's fast model and provider, its ``summarize`` settings, the headers
+    forwarded (:data:`_KEPT_HEADERS`), what started it (``trigger``) and where promoted facts go."""
 
     tenant: str
     session_id: str
@@ -84,6 +84,11 @@ class CompactionJob:
     started for; the request (hard) or the next one (soft) measures again."""
 
 
+_KEPT_HEADERS = frozenset({"authorization", *OWN_KEY_HEADERS})
+"""The client's headers a compaction's fast-model call keeps: its bearer, and beside it the
+organisation and project it picks (``Upstream`` drops those with the provider's own key)."""
+
+
 def job_for(
     cfg: Config,
     *,
@@ -107,7 +112,7 @@ def job_for(
         fast_model=fast,
         fast_limits=cfg.model_limits(fast),
         cfg=cfg.context_for(agent).summarize,
-        headers={k: v for k, v in headers.items() if k.lower() == "authorization"},
+        headers={k: v for k, v in headers.items() if k.lower() in _KEPT_HEADERS},
         trigger=trigger,
         promotion=cfg.context_for(agent).memory_promotion.mode,
         memory_scope=scope,

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from proxy.cascade.types import CONFIG_REJECTED
 from proxy.cli import main
 from proxy.config import ConfigError, parse_config
+from proxy.config_watch import ConfigHolder
 from proxy.services.memory import parse_scope
 
 
@@ -41,3 +43,19 @@ def test_config_check_refuses_an_empty_agent_name(
     path.write_text('{"agents": {"": {"model": "gpt-4o"}}}')
     assert main(["config", "check", "--config", str(path)]) == 2
     assert "config check: agents: an empty name is no agent" in capsys.readouterr().err
+
+
+def test_a_reload_naming_an_empty_agent_is_rejected_and_the_config_kept(tmp_path: Path) -> None:
+    """A reload (SIGHUP or a save) is judged as the start's file is: ``config.rejected``
+    with the reason, the config in force kept."""
+    path = tmp_path / "agents.json"
+    path.write_text('{"agents": {"coder": {}}}')
+    holder = ConfigHolder.from_file(path, {})
+    before = holder.current
+    path.write_text('{"agents": {"": {}}}')
+
+    name, data = holder.reload({})
+
+    assert name == CONFIG_REJECTED
+    assert "agents: an empty name" in data["reason"]
+    assert holder.current is before

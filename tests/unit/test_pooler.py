@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from proxy.bus import EventBus, listen_url
+from proxy.bus_listen import through_pooler
 from proxy.settings import Settings
 from proxy.store.db import DatabaseUnavailable, create_pool, pooler_kwargs
 from proxy.store.pooler import unnamed_pooler
@@ -123,3 +124,20 @@ def test_the_pooler_message_names_where_the_url_came_from() -> None:
     served = unnamed_pooler(lost)
     assert served is not None and served.startswith("The database URL looks like a transaction")
     assert unnamed_pooler(asyncpg.exceptions.UniqueViolationError("dup"), "DATABASE_URL") is None
+
+
+@pytest.mark.parametrize(
+    ("pooler", "listen", "through"),
+    [
+        ("transaction", None, True),  # the bus LISTENs on DATABASE_URL, the pooler
+        ("transaction", POOLED, True),  # a listen URL copied from DATABASE_URL
+        ("transaction", DIRECT, False),
+        ("none", None, False),
+    ],
+)
+def test_the_bus_is_told_when_its_listen_url_goes_through_the_pooler(
+    pooler: Any, listen: str | None, through: bool
+) -> None:
+    """There its probe is no LISTEN, which would leave each server the pooler lends listening."""
+    settings = Settings(database_url=POOLED, database_listen_url=listen, db_pooler=pooler)
+    assert through_pooler(settings, listen_url(settings, POOLED)[0]) is through

@@ -94,3 +94,30 @@ async def test_a_listener_closed_under_it_is_said_listening_again(
     said = [r.getMessage() for r in caplog.records if r.name == "cascade.bus"]
     assert any("closed; reconnecting" in m for m in said), said
     assert any("listening again" in m for m in said), said
+
+
+async def test_a_listener_through_the_pooler_leaves_its_listen_on_one_server(
+    pooled: asyncpg.Pool, pooled_dsn: str, db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``DATABASE_LISTEN_URL`` the bus LISTENs through the pooler (warned at start):
+    a probe that repeated the LISTEN ran it on whichever server the pooler lent, each of which
+    then listened for good (a transaction pooler resets nothing), so every notification went
+    to each of the pooler's servers, and the bench's count of listeners counted them all."""
+    monkeypatch.setattr(bus_module, "PROBE_EVERY", 0.05)
+    async with pooled.acquire() as a, pooled.acquire() as b, pooled.acquire() as c:
+        await asyncio.gather(*(conn.execute("SELECT pg_sleep(0.1)") for conn in (a, b, c)))
+    bus = EventBus(pooled, pooled_dsn, "DATABASE_URL", pooled=True)
+    await asyncio.wait_for(bus.start(), 10)
+    try:
+        await asyncio.sleep(1.0)  # probes, lent server after server
+    finally:
+        await asyncio.wait_for(bus.stop(), 5)
+    admin = await asyncpg.connect(db_dsn)
+    try:
+        listening = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await admin.close()
+    assert listening <= 1

@@ -150,3 +150,40 @@ async def test_a_warm_up_cancelled_while_opening_on_silent_connections_ends_at_o
             if not warming.done():
                 warming.cancel()
                 await asyncio.wait({warming}, timeout=1)
+
+
+async def test_a_warm_up_cancelled_twice_while_opening_gives_back_what_it_took(
+    db_dsn: str,
+) -> None:
+    """Cancelled again while it waits for the openings it cancelled (a second signal, the
+    lifespan's own cancellation), the warm-up still gives back the connection it had taken:
+    kept, the pool's close would wait for it for ever."""
+    opened = 0
+
+    async def init(conn: asyncpg.Connection) -> None:
+        nonlocal opened
+        opened += 1
+        if opened > 1:
+            await conn.execute("SELECT pg_sleep(30)")
+
+    async with freezer(db_dsn) as forwarder:
+        pool = await asyncpg.create_pool(forwarder.dsn(db_dsn), min_size=1, max_size=3, init=init)
+        warming = asyncio.create_task(
+            warm_pool(pool, 3, timeout=10, warm=lambda conn: asyncio.sleep(0))
+        )
+        try:
+            await asyncio.sleep(0.5)  # one taken, two opening
+            assert not warming.done() and opened == 3
+            forwarder.freeze()
+            warming.cancel()
+            await asyncio.sleep(0.2)  # in the wait for the cancelled openings
+            warming.cancel()
+            await asyncio.wait({warming}, timeout=3)
+            assert warming.done()
+            held = [h for h in pool._holders if h._in_use is not None]
+            assert not held, "the taken connection was not given back"
+        finally:
+            pool.terminate()
+            if not warming.done():
+                warming.cancel()
+                await asyncio.wait({warming}, timeout=1)
