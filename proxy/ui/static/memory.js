@@ -38,8 +38,7 @@ export class MemoryPrompt {
 
   async next() {
     try {
-      const pending = ((await api.pendingMemory()).data || [])
-        .filter((s) => s.session_id === this.id);
+      const pending = (await api.pendingMemory(this.id)).data || [];
       if (this.signal.aborted) return;
       if (pending.length) this.show(pending[0], pending.length);
       else this.hide();
