@@ -57,11 +57,18 @@ export class MemoryPrompt {
     $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f, dir: "auto" })));
     $("memory-prompt").hidden = false;
     room(true);
+    // A region appearing is not read out: the live region beside it (role=status) says the
+    // question and its facts once for each suggestion asked; asked again (a replayed event)
+    // it is not said again.
+    const said = `${$("memory-title").textContent} ${facts.join("; ")}. ` +
+      "Save or Dismiss in the memory prompt.";
+    if ($("memory-announce").textContent !== said) $("memory-announce").textContent = said;
   }
 
   hide() {
     this.suggestion = null;
     $("memory-prompt").hidden = true;
+    $("memory-announce").textContent = "";
     room(false);
   }
 
