@@ -15,6 +15,7 @@ from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError, PermissionDenied
 from proxy.services import memory as svc
+from proxy.session_id import validate_session_id
 
 __all__ = ["router"]
 
@@ -111,9 +112,24 @@ async def list_suggestions(
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
+    session_id: Annotated[
+        str, Query(description=doc.SESSION_FILTER, json_schema_extra=doc.SESSION_FILTER_SCHEMA)
+    ] = "",
 ) -> dict[str, Any]:
+    """The pending suggestions the key may answer; with ``session_id``, only that
+    session's, so a client showing one session need not read every other's (empty is the
+    parameter unset, as everywhere). Another agent's session, for a key limited to some
+    agents, lists none, as its suggestions are left out of the whole list."""
+    if session_id:
+        validate_session_id(session_id, source="the session_id query parameter", param="session_id")
     return await svc.list_suggestions(
-        pool, cfg, tenant=tenant, limit=limit, offset=offset, may_see=_reaches(request)
+        pool,
+        cfg,
+        tenant=tenant,
+        limit=limit,
+        offset=offset,
+        may_see=_reaches(request),
+        session_id=session_id or None,
     )
 
 

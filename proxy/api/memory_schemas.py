@@ -6,10 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.api.openapi import error_response
+from proxy.api.openapi import SESSION_ID_PATTERN, error_response
 from proxy.api.session_schemas import listed, obj
 
-__all__ = ["ADD", "LIST", "SUGGESTIONS", "ACCEPT", "REJECT", "DELETE", "FACT_BODY", "ACCEPT_BODY"]
+__all__ = [
+    "ADD",
+    "LIST",
+    "SUGGESTIONS",
+    "SESSION_FILTER",
+    "SESSION_FILTER_SCHEMA",
+    "ACCEPT",
+    "REJECT",
+    "DELETE",
+    "FACT_BODY",
+    "ACCEPT_BODY",
+]
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -85,7 +96,18 @@ ADD = _answer(
     e403=_AGENT,
     e413=_TOO_LARGE,
 )
-SUGGESTIONS = _answer(200, listed(_SUGGESTION), e400="`limit` or `offset` out of range.")
+SUGGESTIONS = _answer(
+    200,
+    listed(_SUGGESTION),
+    e400="`limit` or `offset` out of range, or a `session_id` that is no valid session id "
+    "(`code` `invalid_session_id`, `param` `session_id`).",
+)
+SESSION_FILTER = (
+    "Only the suggestions made from this session (ids as everywhere: "
+    "`[A-Za-z0-9._:-]{1,128}`, not `.` or `..`); empty or absent, every session's."
+)
+SESSION_FILTER_SCHEMA: dict[str, Any] = {"pattern": "^$|" + SESSION_ID_PATTERN}
+"""The filter's pattern: a session id, or empty (the parameter unset)."""
 ACCEPT = _answer(
     200,
     _ACCEPTED,

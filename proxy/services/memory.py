@@ -240,9 +240,11 @@ async def list_suggestions(
     limit: int,
     offset: int = 0,
     may_see: Callable[[str, str], bool] | None = None,
+    session_id: str | None = None,
 ) -> dict[str, Any]:
     """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
-    accepting it writes to, ``limit`` of them past the first ``offset``. ``may_see(scope,
+    accepting it writes to, ``limit`` of them past the first ``offset``; only those made
+    from ``session_id`` when it is given (a session view's prompt asks its own). ``may_see(scope,
     agent)``, with the agent of the suggestion's session, leaves out those the caller may
     not answer (a key limited to other agents), page by page, so ``limit`` and ``offset``
     count the ones it sees; ``has_more``: one more it sees is past the page."""
@@ -252,7 +254,7 @@ async def list_suggestions(
     batch = min(want + offset, 1001)  # the rows skipped too, in a few statements
     while len(data) < want:
         rows = await store.fetch_pending_suggestions(
-            pool, tenant=tenant, limit=batch, after_event=after
+            pool, tenant=tenant, limit=batch, after_event=after, session_id=session_id
         )
         for row in rows:
             scope = _listed_scope(cfg, row)

@@ -186,11 +186,15 @@ async def delete_fact(
 FETCH_PENDING = """
 SELECT e.id AS event_id, e.session_id, e.data, e.created_at, s.agent FROM events e
 LEFT JOIN sessions s ON s.tenant = e.tenant AND s.id = e.session_id
-WHERE e.tenant = $1 AND e.name = $2 AND e.id > $4 AND NOT EXISTS (
+WHERE e.tenant = $1 AND e.name = $2 AND e.id > $4{session} AND NOT EXISTS (
     SELECT 1 FROM memory_suggestion_answers a
     WHERE a.tenant = e.tenant AND a.suggestion_id = e.data->>'suggestion_id')
 ORDER BY e.id LIMIT $3
 """
+# Two statements, not ``($5 IS NULL OR …)``: a prepared statement's generic plan for that
+# would not use the session's index.
+_PENDING_ALL = FETCH_PENDING.format(session="")
+_PENDING_OF_SESSION = FETCH_PENDING.format(session=" AND e.session_id = $5")
 
 
 def _facts(value: Any) -> list[str]:
@@ -212,12 +216,21 @@ def _suggestion(row: Any) -> dict[str, Any]:
 
 
 async def fetch_pending_suggestions(
-    conn: Executor, *, tenant: str, limit: int = 100, after_event: int = 0
+    conn: Executor,
+    *,
+    tenant: str,
+    limit: int = 100,
+    after_event: int = 0,
+    session_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """Suggestions without an answer, oldest first, from the event after ``after_event``
-    on, each with its ``event_id`` (where the next page starts) and the ``agent`` of its
-    session."""
-    rows = await conn.fetch(FETCH_PENDING, tenant, MEMORY_SUGGESTION, limit, after_event)
+    on (only ``session_id``'s, when given), each with its ``event_id`` (where the next page
+    starts) and the ``agent`` of its session."""
+    args: tuple[Any, ...] = (tenant, MEMORY_SUGGESTION, limit, after_event)
+    if session_id is None:
+        rows = await conn.fetch(_PENDING_ALL, *args)
+    else:
+        rows = await conn.fetch(_PENDING_OF_SESSION, *args, session_id)
     return [_suggestion(row) | {"event_id": row["event_id"], "agent": row["agent"]} for row in rows]
 
 

@@ -92,12 +92,13 @@ export const api = {
   reset: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/reset`),
   compact: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/compact`),
   remove: (id) => call("DELETE", `/v1/sessions/${encodeURIComponent(id)}`),
-  // Every suggestion nobody has answered, page after page: the list is oldest first, so a
-  // session's newest may lie past the first page when older ones of others wait.
-  pendingMemory: async () => {
+  // Every suggestion of the session nobody has answered, page after page (the proxy keeps
+  // the session's alone, so other sessions' are never read).
+  pendingMemory: async (id) => {
     const data = [];
     for (let offset = 0; ; offset += 1000) {
-      const page = await call("GET", `/v1/memory/suggestions?limit=1000&offset=${offset}`);
+      const page = await call("GET", "/v1/memory/suggestions?session_id=" +
+        `${encodeURIComponent(id)}&limit=1000&offset=${offset}`);
       data.push(...(page.data || []));
       if (!page.has_more) return { data };
     }

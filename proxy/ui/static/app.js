@@ -154,17 +154,26 @@ function sessionIn(hash) {
   try { return decodeURIComponent(m[1]); } catch (_) { return m[1]; } // a stray "%"
 }
 
+// Once the page is up (`booted`), a change of view (to a session, back to the list, in after
+// signing in) moves the focus to the new view's heading, named by then: left on the body,
+// the keyboard would start again at the page's top and a screen reader say nothing of it.
+// The page's first view keeps the browser's start, at its top.
+let booted = false;
+
 function route() {
   if (storedKey() === null) { showLogin(); return; }
   const id = sessionIn(location.hash);
   if (current) { current.close(); current = null; }
+  let heading = "list-title";
   if (id !== null && !badId(id)) {
     show("session-view", id);
     current = new SessionView(id, { toast, confirmAction, handleError });
     current.open();
+    heading = "session-title";
   } else {
     openList();
   }
+  if (booted) $(heading).focus({ preventScroll: true }); // the view scrolls as it did
 }
 
 // What the Authorization header cannot carry, said by its code point: a key is printable
@@ -198,6 +207,7 @@ function boot() {
   });
   window.addEventListener("hashchange", route);
   route();
+  booted = true;
 }
 
 boot();

@@ -38,8 +38,7 @@ export class MemoryPrompt {
 
   async next() {
     try {
-      const pending = ((await api.pendingMemory()).data || [])
-        .filter((s) => s.session_id === this.id);
+      const pending = (await api.pendingMemory(this.id)).data || [];
       if (this.signal.aborted) return;
       if (pending.length) this.show(pending[0], pending.length);
       else this.hide();
@@ -58,11 +57,18 @@ export class MemoryPrompt {
     $("memory-facts").replaceChildren(...facts.map((f) => el("li", { text: f, dir: "auto" })));
     $("memory-prompt").hidden = false;
     room(true);
+    // A region appearing is not read out: the live region beside it (role=status) says the
+    // question and its facts once for each suggestion asked; asked again (a replayed event)
+    // it is not said again.
+    const said = `${$("memory-title").textContent} ${facts.join("; ")}. ` +
+      "Save or Dismiss in the memory prompt.";
+    if ($("memory-announce").textContent !== said) $("memory-announce").textContent = said;
   }
 
   hide() {
     this.suggestion = null;
     $("memory-prompt").hidden = true;
+    $("memory-announce").textContent = "";
     room(false);
   }
 

@@ -1,5 +1,6 @@
 """The console's memory prompt finds its session's suggestion however many older ones of
-other sessions wait unanswered: the list is oldest first, a page at most 1000 long."""
+other sessions wait unanswered (the list is oldest first, a page at most 1000 long): it asks
+for its session's alone, and reads no other's."""
 
 from __future__ import annotations
 
@@ -56,3 +57,23 @@ def test_a_suggestion_past_the_first_page_of_the_list_is_asked(
     page.get_by_test_id("memory-prompt").filter(has_text="Remember this thing?").wait_for(
         timeout=10_000
     )
+
+
+def test_the_prompt_reads_its_sessions_suggestions_alone(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The prompt asks the proxy for its session's suggestions (``?session_id=``): another
+    session's waiting suggestions are never read, nor paged through, by the page."""
+    with api(console_proxy) as h:
+        for sid in ("elsewhere", "remember"):
+            h.post(
+                f"/s/{sid}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+    inject(db_dsn, "elsewhere", "memory.suggestion", {"suggestion_id": "o-1", "facts": ["Not"]})
+    page = sign_in(console, "#/s/remember")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    inject(db_dsn, "remember", "memory.suggestion", {"suggestion_id": "mine", "facts": ["Yes"]})
+    page.get_by_test_id("memory-prompt").filter(has_text="Yes").wait_for()
+    asked = [u for u in console.urls if "/v1/memory/suggestions" in u]
+    assert asked and all("session_id=remember&" in u and "offset=0" in u for u in asked)
