@@ -151,9 +151,9 @@ def test_a_message_sent_at_once_resends_the_reply_stored_after_its_answer(
     started(console_proxy, "at-once")
     finish = Turn.finish
 
-    async def late(self: Turn, *args: Any) -> None:
+    async def late(self: Turn, *args: Any, **kwargs: Any) -> None:
         await asyncio.sleep(0.5)
-        await finish(self, *args)
+        await finish(self, *args, **kwargs)
 
     monkeypatch.setattr(Turn, "finish", late)
     page = _watching(console, "at-once")
