@@ -52,7 +52,9 @@ others say ``max_tokens exceeds the limit``, a wording of tokens): the prompt is
 it refuses, and no trimming changes the answer. Anthropic's "input length and
 `max_tokens` exceed context limit" is a refusal for length all the same."""
 
-_N = r"(\d[\d,]*)"
+_N = r"(\d[\d,]*)(?![\d,]*\.?\w)"
+"""A figure, with thousands commas; not one a unit or decimals follow ("128k", "1.5M",
+"128.000"), which it would be read wrong as (128, 1)."""
 
 _TOLD = tuple(
     re.compile(p, re.IGNORECASE)

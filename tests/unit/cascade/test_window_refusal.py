@@ -347,3 +347,11 @@ def test_a_message_quoting_the_client_at_length_is_looked_up_a_bounded_number_of
     assert window_refusal(
         400, ", ".join(f"'{q}'" for q in quoted[:3]) + ". Maximum context length exceeded", sent
     ) == WindowRefusal(None, None)
+
+
+@pytest.mark.parametrize("window", ["128k", "1.5M", "128.000"])
+def test_a_window_written_short_or_with_a_decimal_is_no_count(window: str) -> None:
+    """ "128k" (or "1.5M", or a thousands dot) is not a window of 128 (or 1): a figure
+    followed by a unit or decimals is left unread rather than read wrong."""
+    body = _openai(f"This model's maximum context length is {window} tokens.")
+    assert window_refusal(400, body) == WindowRefusal(None, None)
