@@ -36,11 +36,13 @@ _WORDING = re.compile(
 """Not "too large for model" alone: Groq says it of a prompt over its tokens-per-minute
 quota (a 413 ``rate_limit_exceeded``), Mistral beside the context length it names."""
 _OF_TOKENS = re.compile(
-    r"exceeds? (?:the )?(?:maximum|limit)(?=.*token)|token.*exceeds? (?:the )?(?:maximum|limit)",
+    r"exceeds? (?:the )?(?:maximum|limit)(?=.{0,200}token)"
+    r"|token.{0,200}?exceeds? (?:the )?(?:maximum|limit)",
     re.IGNORECASE,
 )
 """Gemini's and vLLM's engine's wording, which says a limit is exceeded: one of tokens, not
-of a body's bytes (a gateway's 413)."""
+of a body's bytes (a gateway's 413). The tokens are looked for near the limit, not to the
+line's end: a long message of those words over and over is read in linear time."""
 
 _OUTPUT_CAP = re.compile(
     r"max_(?:completion_|new_|output_)?tokens`?(?: \(\d+\))? "

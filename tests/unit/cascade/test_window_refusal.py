@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -355,3 +356,12 @@ def test_a_window_written_short_or_with_a_decimal_is_no_count(window: str) -> No
     followed by a unit or decimals is left unread rather than read wrong."""
     body = _openai(f"This model's maximum context length is {window} tokens.")
     assert window_refusal(400, body) == WindowRefusal(None, None)
+
+
+@pytest.mark.parametrize("body", ["token " * 4000, "exceeds the maximum " * 1000 + "x"])
+def test_a_long_message_full_of_the_wordings_words_is_read_in_linear_time(body: str) -> None:
+    """A message of ``token`` and ``exceeds the maximum`` over and over (a client's text
+    quoted back) costs no scan to its end per word: the event loop reads it at once."""
+    started = time.perf_counter()
+    window_refusal(400, body.encode())
+    assert time.perf_counter() - started < 0.15
