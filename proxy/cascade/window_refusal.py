@@ -154,7 +154,9 @@ def _worded(message: str, sent: Iterable[Any]) -> bool:
     """Whether ``message`` says a prompt is too long for the window in its own words: a
     wording match inside a stretch of the message that the client's own text holds (the
     stretch between quotes, escapes and line ends around it) is a quotation, not a refusal;
-    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none.
+    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none,
+    and so is the whole message, quoted by nothing (a provider's fixed sentence, which a
+    long session may hold from an earlier failure).
     At most :data:`_MAX_STRETCHES` stretches are looked up, each once: a message quoting the
     client at length costs no more than that, and is no refusal."""
     breaks = list(_QUOTE_BREAK.finditer(message))
@@ -164,6 +166,8 @@ def _worded(message: str, sent: Iterable[Any]) -> bool:
     for pattern in (_WORDING, _OF_TOKENS):
         for m in pattern.finditer(message):
             i, j = bisect_right(ends, m.start()), bisect_left(starts, m.end())
+            if not i and j >= len(starts):  # the whole message, quoted by nothing: its own
+                return True
             stretch = message[ends[i - 1] if i else 0 : starts[j] if j < len(starts) else None]
             stretch = stretch.strip()
             if stretch in looked:

@@ -365,3 +365,16 @@ def test_a_long_message_full_of_the_wordings_words_is_read_in_linear_time(body: 
     started = time.perf_counter()
     window_refusal(400, body.encode())
     assert time.perf_counter() - started < 0.15
+
+
+def test_a_refusal_in_words_the_session_holds_is_one_all_the_same() -> None:
+    """Bedrock's refusal is one fixed sentence, which a long session (the kind refused) may
+    hold already, in a tool's output of an earlier failure: the whole message, quoted by
+    nothing, is the provider's own words, not a quotation."""
+    said = "Input is too long for requested model."
+    sent = [{"role": "tool", "content": f"ValidationException: {said}\nretrying"}]
+    body = json.dumps({"message": said}).encode()
+    assert window_refusal(400, body, sent) == WindowRefusal(None, None)
+    # quoted between quotes, the same words are the client's
+    echo = json.dumps({"message": f"Invalid value: '{said}'"}).encode()
+    assert window_refusal(400, echo, [{"role": "user", "content": said}]) is None
