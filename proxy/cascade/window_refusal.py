@@ -36,11 +36,13 @@ _WORDING = re.compile(
 """Not "too large for model" alone: Groq says it of a prompt over its tokens-per-minute
 quota (a 413 ``rate_limit_exceeded``), Mistral beside the context length it names."""
 _OF_TOKENS = re.compile(
-    r"exceeds? (?:the )?(?:maximum|limit)(?=.*token)|token.*exceeds? (?:the )?(?:maximum|limit)",
+    r"exceeds? (?:the )?(?:maximum|limit)(?=.{0,200}token)"
+    r"|token.{0,200}?exceeds? (?:the )?(?:maximum|limit)",
     re.IGNORECASE,
 )
 """Gemini's and vLLM's engine's wording, which says a limit is exceeded: one of tokens, not
-of a body's bytes (a gateway's 413)."""
+of a body's bytes (a gateway's 413). The tokens are looked for near the limit, not to the
+line's end: a long message of those words over and over is read in linear time."""
 
 _OUTPUT_CAP = re.compile(
     r"max_(?:completion_|new_|output_)?tokens`?(?: \(\d+\))? "
@@ -52,7 +54,9 @@ others say ``max_tokens exceeds the limit``, a wording of tokens): the prompt is
 it refuses, and no trimming changes the answer. Anthropic's "input length and
 `max_tokens` exceed context limit" is a refusal for length all the same."""
 
-_N = r"(\d[\d,]*)"
+_N = r"(\d[\d,]*)(?![\d,]*\.?\w)"
+"""A figure, with thousands commas; not one a unit or decimals follow ("128k", "1.5M",
+"128.000"), which it would be read wrong as (128, 1)."""
 
 _TOLD = tuple(
     re.compile(p, re.IGNORECASE)
@@ -150,7 +154,9 @@ def _worded(message: str, sent: Iterable[Any]) -> bool:
     """Whether ``message`` says a prompt is too long for the window in its own words: a
     wording match inside a stretch of the message that the client's own text holds (the
     stretch between quotes, escapes and line ends around it) is a quotation, not a refusal;
-    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none.
+    a stretch of one word (a code such as ``context_length_exceeded`` in quotes) is none,
+    and so is the whole message, quoted by nothing (a provider's fixed sentence, which a
+    long session may hold from an earlier failure).
     At most :data:`_MAX_STRETCHES` stretches are looked up, each once: a message quoting the
     client at length costs no more than that, and is no refusal."""
     breaks = list(_QUOTE_BREAK.finditer(message))
@@ -160,6 +166,8 @@ def _worded(message: str, sent: Iterable[Any]) -> bool:
     for pattern in (_WORDING, _OF_TOKENS):
         for m in pattern.finditer(message):
             i, j = bisect_right(ends, m.start()), bisect_left(starts, m.end())
+            if not i and j >= len(starts):  # the whole message, quoted by nothing: its own
+                return True
             stretch = message[ends[i - 1] if i else 0 : starts[j] if j < len(starts) else None]
             stretch = stretch.strip()
             if stretch in looked:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -347,3 +348,33 @@ def test_a_message_quoting_the_client_at_length_is_looked_up_a_bounded_number_of
     assert window_refusal(
         400, ", ".join(f"'{q}'" for q in quoted[:3]) + ". Maximum context length exceeded", sent
     ) == WindowRefusal(None, None)
+
+
+@pytest.mark.parametrize("window", ["128k", "1.5M", "128.000"])
+def test_a_window_written_short_or_with_a_decimal_is_no_count(window: str) -> None:
+    """ "128k" (or "1.5M", or a thousands dot) is not a window of 128 (or 1): a figure
+    followed by a unit or decimals is left unread rather than read wrong."""
+    body = _openai(f"This model's maximum context length is {window} tokens.")
+    assert window_refusal(400, body) == WindowRefusal(None, None)
+
+
+@pytest.mark.parametrize("body", ["token " * 4000, "exceeds the maximum " * 1000 + "x"])
+def test_a_long_message_full_of_the_wordings_words_is_read_in_linear_time(body: str) -> None:
+    """A message of ``token`` and ``exceeds the maximum`` over and over (a client's text
+    quoted back) costs no scan to its end per word: the event loop reads it at once."""
+    started = time.perf_counter()
+    window_refusal(400, body.encode())
+    assert time.perf_counter() - started < 0.15
+
+
+def test_a_refusal_in_words_the_session_holds_is_one_all_the_same() -> None:
+    """Bedrock's refusal is one fixed sentence, which a long session (the kind refused) may
+    hold already, in a tool's output of an earlier failure: the whole message, quoted by
+    nothing, is the provider's own words, not a quotation."""
+    said = "Input is too long for requested model."
+    sent = [{"role": "tool", "content": f"ValidationException: {said}\nretrying"}]
+    body = json.dumps({"message": said}).encode()
+    assert window_refusal(400, body, sent) == WindowRefusal(None, None)
+    # quoted between quotes, the same words are the client's
+    echo = json.dumps({"message": f"Invalid value: '{said}'"}).encode()
+    assert window_refusal(400, echo, [{"role": "user", "content": said}]) is None
