@@ -361,10 +361,17 @@ def test_a_window_written_short_or_with_a_decimal_is_no_count(window: str) -> No
 @pytest.mark.parametrize("body", ["token " * 4000, "exceeds the maximum " * 1000 + "x"])
 def test_a_long_message_full_of_the_wordings_words_is_read_in_linear_time(body: str) -> None:
     """A message of ``token`` and ``exceeds the maximum`` over and over (a client's text
-    quoted back) costs no scan to its end per word: the event loop reads it at once."""
-    started = time.perf_counter()
-    window_refusal(400, body.encode())
-    assert time.perf_counter() - started < 0.15
+    quoted back) costs no scan to its end per word: the event loop reads it at once. Five
+    reads took between a third of a second and more than a second with the scan per word, and
+    a few hundredths without it; the best of three such runs, against a bound between the
+    two, keeps a loaded machine's pauses out of the verdict."""
+    runs = []
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(5):
+            window_refusal(400, body.encode())
+        runs.append(time.perf_counter() - started)
+    assert min(runs) < 0.15
 
 
 def test_a_refusal_in_words_the_session_holds_is_one_all_the_same() -> None:
