@@ -147,12 +147,12 @@ def test_an_operation_whose_client_leaves_gives_up_its_place_in_the_sessions_que
         body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "first"}]}
         assert c.post("/v1/chat/completions", json=body, headers={"x-session-id": sid}).is_success
 
-    async def lease(sql: str) -> float:
+    async def lease(sql: str, *more: object) -> float:
         """Run ``sql`` on the lease; when it had committed (its connection's set-up, slow
         on a loaded machine, comes before)."""
         conn = await asyncpg.connect(dsn)
         try:
-            await conn.execute(sql, TENANT, sid, holder)
+            await conn.execute(sql, TENANT, sid, holder, *more)
             return time.monotonic()
         finally:
             await conn.close()
@@ -172,7 +172,7 @@ def test_an_operation_whose_client_leaves_gives_up_its_place_in_the_sessions_que
     waiting.start()
     leaving.join()
     time.sleep(0.15)  # the second reset, its turn on this replica come, polls the lease
-    freed = run_sync(lease(RELEASE_LEASE))
+    freed = run_sync(lease(RELEASE_LEASE, None))  # no calibration learnt
     waiting.join(5)
     assert done, "the second reset did not end"
     assert done[0] - freed < 0.25, "the second reset waited for the first one's place to lapse"
