@@ -82,6 +82,13 @@ class ProviderConfig(Block):
     verify_tls: bool = True
     name: str = Field(default="", exclude=True)
 
+    def own_key(self, env: Mapping[str, str]) -> str | None:
+        """The proxy's own key for this provider, read from ``env`` by ``apiKeyEnv`` and
+        stripped (a secret is often written with a trailing newline); None when unset or
+        blank, and then the client's own bearer is what goes upstream."""
+        key = env.get(self.api_key_env) if self.api_key_env else None
+        return (key.strip() or None) if key else None
+
 
 class ModelConfig(Block):
     context_limit: int = Field(default=128_000, gt=0)

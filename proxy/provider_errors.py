@@ -222,7 +222,7 @@ def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to th
     key (``apiKeyEnv``) is at WARNING and names the variable: every tenant's request fails
     so until the operator fixes it, while the clients, whose keys are fine, cannot."""
     variable = provider.api_key_env
-    if status in (401, 403) and variable and os.environ.get(variable, "").strip():
+    if status in (401, 403) and provider.own_key(os.environ):
         log.warning(
             "%s answered %d to the proxy's key in $%s; %s (check that variable's key)",
             provider_name(provider),

@@ -145,9 +145,7 @@ class Upstream:
         self, provider: ProviderConfig, client_headers: Mapping[str, str]
     ) -> dict[str, str]:
         headers = {"content-type": "application/json"}
-        key = self._env.get(provider.api_key_env) if provider.api_key_env else None
-        key = key.strip() if key else key  # a secret written with a trailing newline
-        if key:
+        if key := provider.own_key(self._env):
             if not (key.isascii() and key.isprintable()):
                 # refused here: the transport's own error would quote the header, key and all
                 raise ProxyError(
