@@ -7,13 +7,36 @@ the pooler resumed, however long that was. The silent connection is dropped inst
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import asyncpg
 
 from proxy.store.db import create_pool, pooler_kwargs
 from proxy.store.migrations import _LOCK_KEY, run_migrations
 from proxy.warmup import warm_pool
-from tests.integration.pooler.freezer import freezer
+from tests.integration.pooler.freezer import Freezer, freezer
+
+
+@contextlib.asynccontextmanager
+async def _ended(pool: asyncpg.Pool, warming: asyncio.Task[None]) -> AsyncIterator[None]:
+    """The warm-up tests' pool and warm-up, ended however the test ends."""
+    try:
+        yield
+    finally:
+        pool.terminate()
+        if not warming.done():
+            warming.cancel()
+            await asyncio.wait({warming}, timeout=1)
+
+
+async def _ends_at_once(forwarder: Freezer, warming: asyncio.Task[None]) -> None:
+    """``warming``, cancelled once its connections fall silent, ends within 3 s, cancelled."""
+    forwarder.freeze()
+    warming.cancel()
+    done, _ = await asyncio.wait({warming}, timeout=3)
+    assert done, "the cancelled warm-up waits on connections that never answer"
+    assert warming.cancelled()
 
 
 async def _waiting_on_lock(dsn: str, within: float) -> bool:
@@ -102,19 +125,10 @@ async def test_a_warm_up_cancelled_while_warming_on_a_silent_connection_ends_at_
     async with freezer(db_dsn) as forwarder:
         pool = await create_pool(forwarder.dsn(db_dsn), min_size=2, max_size=2)
         warming = asyncio.create_task(warm_pool(pool, 2, timeout=10, warm=warm))
-        try:
+        async with _ended(pool, warming):
             await asyncio.sleep(0.5)  # both in their statement
             assert not warming.done()
-            forwarder.freeze()
-            warming.cancel()
-            done, _ = await asyncio.wait({warming}, timeout=3)
-            assert done, "the cancelled warm-up waits on connections that never answer"
-            assert warming.cancelled()
-        finally:
-            pool.terminate()
-            if not warming.done():
-                warming.cancel()
-                await asyncio.wait({warming}, timeout=1)
+            await _ends_at_once(forwarder, warming)
 
 
 async def test_a_warm_up_cancelled_while_opening_on_silent_connections_ends_at_once(
@@ -137,19 +151,10 @@ async def test_a_warm_up_cancelled_while_opening_on_silent_connections_ends_at_o
         warming = asyncio.create_task(
             warm_pool(pool, 3, timeout=10, warm=lambda conn: asyncio.sleep(0))
         )
-        try:
+        async with _ended(pool, warming):
             await asyncio.sleep(0.5)  # one taken, two opening
             assert not warming.done() and opened == 3
-            forwarder.freeze()
-            warming.cancel()
-            done, _ = await asyncio.wait({warming}, timeout=3)
-            assert done, "the cancelled warm-up waits on connections that never answer"
-            assert warming.cancelled()
-        finally:
-            pool.terminate()
-            if not warming.done():
-                warming.cancel()
-                await asyncio.wait({warming}, timeout=1)
+            await _ends_at_once(forwarder, warming)
 
 
 async def test_a_warm_up_cancelled_twice_while_opening_gives_back_what_it_took(
@@ -171,7 +176,7 @@ async def test_a_warm_up_cancelled_twice_while_opening_gives_back_what_it_took(
         warming = asyncio.create_task(
             warm_pool(pool, 3, timeout=10, warm=lambda conn: asyncio.sleep(0))
         )
-        try:
+        async with _ended(pool, warming):
             await asyncio.sleep(0.5)  # one taken, two opening
             assert not warming.done() and opened == 3
             forwarder.freeze()
@@ -182,8 +187,3 @@ async def test_a_warm_up_cancelled_twice_while_opening_gives_back_what_it_took(
             assert warming.done()
             held = [h for h in pool._holders if h._in_use is not None]
             assert not held, "the taken connection was not given back"
-        finally:
-            pool.terminate()
-            if not warming.done():
-                warming.cancel()
-                await asyncio.wait({warming}, timeout=1)
