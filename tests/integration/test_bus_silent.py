@@ -14,27 +14,13 @@ import pytest
 
 from proxy import bus as bus_module
 from proxy.bus import EventBus
-from proxy.cascade.types import USAGE
-from tests.integration.pooler.freezer import freezer
+from tests.integration.pooler.freezer import freezer, heard
 from tests.integration.store.helpers import create_session
 
 _LISTENING = (
     "SELECT count(*) FROM pg_stat_activity"
     " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
 )
-
-
-async def _heard(bus: EventBus, pool: asyncpg.Pool, queue: asyncio.Queue, within: float) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        await bus.publish(pool, tenant="t", session_id="s", name=USAGE, data={})
-        try:
-            await asyncio.wait_for(queue.get(), 0.2)
-            return True
-        except TimeoutError:
-            continue
-    return False
 
 
 async def test_a_listener_silent_before_its_listen_answers_is_replaced(
@@ -59,9 +45,9 @@ async def test_a_listener_silent_before_its_listen_answers_is_replaced(
         await asyncio.wait_for(bus.start(), 10)
         try:
             async with bus.subscribe("t", "s") as queue:
-                assert await _heard(bus, pool, queue, 3)
+                assert await heard(bus, pool, queue, 3)
                 forwarder.freeze()  # the first listener: its probe times out
-                assert await _heard(bus, pool, queue, 5), "the bus waits on a silent LISTEN"
+                assert await heard(bus, pool, queue, 5), "the bus waits on a silent LISTEN"
                 assert len(opened) >= 3
         finally:
             await asyncio.wait_for(bus.stop(), 5)
@@ -80,7 +66,7 @@ async def test_the_backend_of_a_listener_dropped_for_silence_is_ended(
             async with bus.subscribe("t", "s") as queue:
                 first = bus._listener
                 forwarder.freeze()
-                assert await _heard(bus, pool, queue, 4), "no event after the listener froze"
+                assert await heard(bus, pool, queue, 4), "no event after the listener froze"
                 assert bus._listener is not first
                 for _ in range(40):
                     if await pool.fetchval(_LISTENING) == 1:

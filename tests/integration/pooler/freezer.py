@@ -11,9 +11,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
+
+from proxy.bus import EventBus
+from proxy.cascade.types import USAGE
 from tests.integration.pooler.pgbouncer import _server
 
-__all__ = ["Freezer", "freezer"]
+__all__ = ["Freezer", "freezer", "heard"]
 
 
 class Freezer:
@@ -84,3 +88,18 @@ async def freezer(direct_dsn: str) -> AsyncIterator[Freezer]:
         for task in list(forwarder._tasks):
             task.cancel()
         await asyncio.gather(*forwarder._tasks, return_exceptions=True)
+
+
+async def heard(bus: EventBus, pool: asyncpg.Pool, queue: asyncio.Queue, within: float) -> bool:
+    """Whether an event published now and then on session ``t``/``s`` reaches ``queue``
+    (the bus's subscription to it) within ``within`` s: what a frozen listener misses."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        await bus.publish(pool, tenant="t", session_id="s", name=USAGE, data={})
+        try:
+            await asyncio.wait_for(queue.get(), 0.2)
+            return True
+        except TimeoutError:
+            continue
+    return False

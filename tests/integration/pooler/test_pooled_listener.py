@@ -16,9 +16,8 @@ import pytest
 
 from proxy import bus as bus_module
 from proxy.bus import EventBus
-from proxy.cascade.types import USAGE
 from proxy.store.db import create_pool, pooler_kwargs
-from tests.integration.pooler.freezer import freezer
+from tests.integration.pooler.freezer import freezer, heard
 from tests.integration.store.helpers import create_session
 
 
@@ -30,20 +29,6 @@ async def pooled(pooled_dsn: str) -> AsyncIterator[asyncpg.Pool]:
         yield pool
     finally:
         await asyncio.wait_for(pool.close(), 5)
-
-
-async def _heard(bus: EventBus, pool: asyncpg.Pool, queue: asyncio.Queue, within: float) -> bool:
-    """Whether an event published now and then reaches ``queue`` within ``within`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        await bus.publish(pool, tenant="t", session_id="s", name=USAGE, data={})
-        try:
-            await asyncio.wait_for(queue.get(), 0.2)
-            return True
-        except TimeoutError:
-            continue
-    return False
 
 
 async def test_a_listener_gone_silent_is_replaced_and_said(
@@ -60,10 +45,10 @@ async def test_a_listener_gone_silent_is_replaced_and_said(
         await asyncio.wait_for(bus.start(), 10)
         try:
             async with bus.subscribe("t", "s") as queue:
-                assert await _heard(bus, pooled, queue, 3)
+                assert await heard(bus, pooled, queue, 3)
                 caplog.set_level(logging.WARNING, logger="cascade.bus")
                 forwarder.freeze()
-                assert await _heard(bus, pooled, queue, 4), "no event after the listener froze"
+                assert await heard(bus, pooled, queue, 4), "no event after the listener froze"
         finally:
             await asyncio.wait_for(bus.stop(), 5)
     said = [r.getMessage() for r in caplog.records if r.name == "cascade.bus"]
@@ -88,7 +73,7 @@ async def test_a_listener_closed_under_it_is_said_listening_again(
                 " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
             )
             assert ended == 1
-            assert await _heard(bus, pooled, queue, 4), "no event after the listener closed"
+            assert await heard(bus, pooled, queue, 4), "no event after the listener closed"
     finally:
         await asyncio.wait_for(bus.stop(), 5)
     said = [r.getMessage() for r in caplog.records if r.name == "cascade.bus"]
