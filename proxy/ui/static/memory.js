@@ -7,9 +7,17 @@ import { el } from "./render.js";
 const $ = (id) => document.getElementById(id);
 
 // The prompt sits in the window's corner: while it shows, the page ends with room for it, so
-// scrolled to its end the composer is above it, not under it.
+// scrolled to its end the composer is above it, not under it; the composer keeps as much room
+// below it when the view scrolls it into sight (rows coming in while it follows the end).
+// Shown while the page is at its end, the prompt does not cover the composer there either.
 function room(on) {
-  $("main").style.paddingBottom = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
+  const page = document.scrollingElement;
+  const atEnd = page.scrollHeight - page.scrollTop - page.clientHeight < 40;
+  const below = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
+  $("main").style.paddingBottom = below;
+  $("composer").style.scrollMarginBottom = below;
+  const tall = page.scrollHeight > page.clientHeight;
+  if (on && atEnd && tall) $("composer").scrollIntoView({ block: "end" });
 }
 
 export class MemoryPrompt {

@@ -331,11 +331,20 @@ def test_a_double_click_on_save_saves_once(
     assert page.get_by_test_id("toast").filter(has_text="Could not").count() == 0
 
 
+_OVERLAP = """(() => {
+  const a = document.getElementById("composer-input").getBoundingClientRect();
+  const b = document.getElementById("memory-prompt").getBoundingClientRect();
+  return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+})()"""
+
+
 def test_the_memory_prompt_leaves_the_composer_in_sight(
     console: Page, console_proxy: ProxyServer, db_dsn: str
 ) -> None:
     """The prompt sits in the window's corner; the page scrolled to its end puts the
-    composer above it, where it was under it, its start hidden while one types."""
+    composer above it, where it was under it, its start hidden while one types. Rows
+    coming in while the page follows its end keep it there: the view scrolled the
+    composer to the window's bottom edge, under the prompt."""
     with api(console_proxy) as h:  # a list taller than the window
         history = [m for i in range(8) for m in tool_round(i, 600)]
         resp = h.post("/s/corner/v1/chat/completions", json={"model": "m", "messages": history})
@@ -347,11 +356,33 @@ def test_the_memory_prompt_leaves_the_composer_in_sight(
     page.get_by_test_id("message").nth(23).wait_for()  # the rows: 8 rounds of 3
     assert page.evaluate("document.scrollingElement.scrollHeight > window.innerHeight")
     page.evaluate("window.scrollTo(0, document.scrollingElement.scrollHeight)")
-    overlap = page.evaluate(
-        """(() => {
-          const a = document.getElementById("composer-input").getBoundingClientRect();
-          const b = document.getElementById("memory-prompt").getBoundingClientRect();
-          return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
-        })()"""
-    )
-    assert not overlap
+    assert not page.evaluate(_OVERLAP)
+    with api(console_proxy) as h:  # another client's turn: two rows come in
+        more = [
+            *history,
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "more"},
+        ]
+        resp = h.post("/s/corner/v1/chat/completions", json={"model": "m", "messages": more})
+        assert resp.status_code == 200, resp.text
+    page.get_by_test_id("message").nth(25).wait_for()
+    page.locator("#message-list:not([aria-busy])").wait_for(state="attached")
+    assert not page.evaluate(_OVERLAP)
+
+
+def test_the_memory_prompt_shown_at_the_pages_end_leaves_the_composer_in_sight(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """A suggestion arriving while one reads the page's end (the composer at the window's
+    bottom edge) moves the composer above the prompt; it stayed under it."""
+    with api(console_proxy) as h:
+        history = [m for i in range(8) for m in tool_round(i, 600)]
+        resp = h.post("/s/edge/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/edge")
+    page.get_by_test_id("message").nth(23).wait_for()
+    page.evaluate("window.scrollTo(0, document.scrollingElement.scrollHeight)")
+    facts = {"suggestion_id": "s-edge", "facts": [f"fact {n}" for n in range(6)]}
+    inject(db_dsn, "edge", "memory.suggestion", facts)
+    page.get_by_test_id("memory-prompt").locator("li", has_text="fact 5").wait_for()
+    assert not page.evaluate(_OVERLAP)
