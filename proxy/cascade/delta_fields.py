@@ -16,9 +16,10 @@ A value of another type than the one merged so far is left out, as the SDK leave
 
 Strings grow as lists of pieces until ``plain`` joins them, so a field streamed in many
 pieces (an audio's base64 ``data``) costs its length, not its length times its pieces. The
-fields of one reply are held to ``cap`` characters together (``OwnFields``): a field that
-would pass it is left out whole, since a part of it is no message the provider sent, and
-the client's resend (the message it kept) supersedes the stored reply.
+fields of one reply are held to ``cap`` characters together (``OwnFields``), and to a depth
+the merge's recursion can take: a field that would pass either is left out whole, since a
+part of it is no message the provider sent, and the client's resend (the message it kept)
+supersedes the stored reply.
 
 Pure: no I/O.
 """
@@ -124,19 +125,36 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _size(value: Any) -> int:
-    """About what ``value`` holds, in characters: its strings' length, a few per other value."""
-    if isinstance(value, str):
-        return len(value) + 2
-    if isinstance(value, Mapping):
-        return 2 + sum(len(str(k)) + 3 + _size(v) for k, v in value.items())
-    if isinstance(value, list):
-        return 2 + sum(_size(v) + 1 for v in value)
-    return 8
+_DEPTH = 32
+"""The deepest a field's value nests (objects and lists) to be merged: the merge and the store
+recurse, and a deeper one is left out, as one over the cap is."""
+
+
+def _size(value: Any) -> int | None:
+    """About what ``value`` holds, in characters (its strings' length, a few per other value);
+    ``None`` when it nests deeper than ``_DEPTH``. Read without recursion, as JSON allows."""
+    total = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _DEPTH:
+            return None
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, Mapping):
+            total += 2 + sum(len(str(k)) + 4 for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            total += 2 + len(item)
+            stack.extend((v, depth + 1) for v in item)
+        else:
+            total += 8
+    return total
 
 
 class OwnFields:
-    """A streamed reply's own fields, merged delta by delta and held to ``cap`` characters."""
+    """A streamed reply's own fields, merged delta by delta and held to ``cap`` characters and
+    ``_DEPTH`` levels."""
 
     __slots__ = ("cap", "_acc", "_sizes", "_total", "_dropped")
 
@@ -153,7 +171,7 @@ class OwnFields:
             if key in self._dropped:
                 continue
             size = _size(value)
-            if self._total + size > self.cap:
+            if size is None or self._total + size > self.cap:
                 self._dropped.add(key)
                 self._acc.pop(key, None)
                 self._total -= self._sizes.pop(key, 0)

@@ -111,6 +111,14 @@ def test_a_field_that_would_pass_the_cap_is_left_out_whole_and_frees_its_room() 
     assert _ours(deltas, cap=60) == {"reasoning_content": "a" * 20 + "e" * 30}
 
 
+def test_a_field_nested_past_what_the_merge_recurses_into_is_left_out() -> None:
+    deep: Any = "x"
+    for _ in range(600):  # JSON the provider's parser reads (orjson's limit is 1024)
+        deep = {"a": deep}
+    deltas = [{"deep": deep, "reasoning": "r"}, {"deep": deep, "shallow": {"a": {"b": 1}}}]
+    assert _ours(deltas) == {"reasoning": "r", "shallow": {"a": {"b": 1}}}
+
+
 def test_a_field_streamed_in_many_pieces_costs_its_length() -> None:
     piece = "A" * 4096
     own = OwnFields(1 << 26)
