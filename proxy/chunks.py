@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.cascade.delta_fields import OwnFields
 from proxy.jsonio import storable
 from proxy.sse import DONE, encode_event, is_map, usage_of
 
 __all__ = [
+    "MAX_OWN_FIELDS",
     "StreamAccumulator",
     "completion_to_chunks",
     "error_answer",
@@ -24,6 +26,10 @@ __all__ = [
     "malformed",
     "storable",
 ]
+
+MAX_OWN_FIELDS = 32 << 20
+"""The most a choice's own fields of the provider hold (``OwnFields``), in characters unless
+the caller says: a whole non-streamed answer's cap (``answers.MAX_ANSWER_BYTES``)."""
 
 
 @dataclass(slots=True)
@@ -43,17 +49,19 @@ class _Choice:
     tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
     function_call: _ToolCall | None = None  # the legacy ``functions`` API's one call
     finish_reason: str | None = None
-    # a provider's own text fields (DeepSeek's ``reasoning_content``), joined as content is
-    texts: dict[str, list[str]] = field(default_factory=dict)
+    # a provider's own fields (``reasoning_content``, ``annotations``), merged as the SDK does
+    own: OwnFields = field(default_factory=lambda: OwnFields(MAX_OWN_FIELDS))
 
 
 class StreamAccumulator:
     """Builds the final assistant message(s) from ``chat.completion.chunk`` deltas.
 
     Mutable by design: the relay feeds it one chunk at a time while forwarding bytes.
+    ``own_cap`` bounds each choice's own fields of the provider (``OwnFields``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, own_cap: int = MAX_OWN_FIELDS) -> None:
+        self.own_cap = own_cap
         self.id: str | None = None
         self.model: str | None = None
         self.created: int | None = None
@@ -83,7 +91,7 @@ class StreamAccumulator:
                 index = index_of(raw, pos)
                 choice = self._choices.get(index)
                 if choice is None:
-                    choice = self._choices[index] = _Choice()
+                    choice = self._choices[index] = _Choice(own=OwnFields(self.own_cap))
                 self._add_choice(choice, raw)
 
     def _add_choice(self, choice: _Choice, raw: Mapping[str, Any]) -> None:
@@ -94,7 +102,11 @@ class StreamAccumulator:
             return
         if delta.get("role") is not None:
             choice.role = delta["role"]
-        _add_texts(choice, delta)
+        if isinstance(content := delta.get("content"), str):
+            choice.content.append(content)
+        if isinstance(refusal := delta.get("refusal"), str):
+            choice.refusal.append(refusal)
+        choice.own.add(delta)
         legacy = delta.get("function_call")
         if is_map(legacy):
             if choice.function_call is None:
@@ -137,8 +149,9 @@ class StreamAccumulator:
 
         ``content`` is omitted when empty beside tool calls, a legacy ``function_call`` or a
         refusal, but kept as ``""`` otherwise so the message stays valid to send upstream
-        again. A provider's own text field of the deltas (``reasoning_content``) is joined as
-        ``content`` is, so the stored reply is the message a non-streamed answer would give.
+        again. A provider's own fields of the deltas (``reasoning_content``, ``annotations``)
+        are merged as the openai SDK merges them (``delta_fields.py``), so the stored reply is
+        the message its stream helper gives, and a non-streamed answer would.
         """
         choice = self._choices.get(index) or _Choice()
         msg: dict[str, Any] = {"role": choice.role or "assistant"}
@@ -149,9 +162,7 @@ class StreamAccumulator:
             msg["content"] = content
         if refusal:
             msg["refusal"] = refusal
-        for key, pieces in choice.texts.items():
-            if text := _joined(pieces):
-                msg[key] = text
+        msg.update(storable(choice.own.plain()))
         if legacy is not None:
             msg["function_call"] = {
                 "name": _joined([legacy.name]),
@@ -184,7 +195,6 @@ class StreamAccumulator:
 
 
 _HEAD = ("id", "model", "created", "system_fingerprint")
-_DELTA_KEYS = frozenset(("role", "content", "refusal", "function_call", "tool_calls"))
 
 
 def index_of(part: Mapping[str, Any], place: int) -> int:
@@ -193,20 +203,6 @@ def index_of(part: Mapping[str, Any], place: int) -> int:
     does the relay (``relay_calls``), so both name a call alike."""
     index = part.get("index")
     return index if isinstance(index, int) and not isinstance(index, bool) else place
-
-
-def _add_texts(choice: _Choice, delta: Mapping[str, Any]) -> None:
-    """The delta's text pieces: ``content``, ``refusal`` and a provider's own text fields,
-    which a non-streamed reply's message keeps too."""
-    for key, value in delta.items():
-        if not isinstance(value, str):
-            continue
-        if key == "content":
-            choice.content.append(value)
-        elif key == "refusal":
-            choice.refusal.append(value)
-        elif key not in _DELTA_KEYS:
-            choice.texts.setdefault(key, []).append(value)
 
 
 def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:

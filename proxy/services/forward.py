@@ -22,6 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import answers, chunks, sse
 from proxy.bus import EventBus
+from proxy.cascade.delta_fields import rounds_merged
 from proxy.cascade.pipeline import READ_TOOL_SCHEMA
 from proxy.cascade.redaction import patterns_of
 from proxy.cascade.types import Message
@@ -60,17 +61,6 @@ def _client_reply(
         if client_calls:
             reply["tool_calls"] = client_calls
     return reply
-
-
-def _round_texts(rounds: list[Mapping[str, Any]]) -> dict[str, str]:
-    """Each provider text field of a stream's rounds (``reasoning_content``), joined: the
-    client's stream carried every round's deltas of it, as it did of ``content``."""
-    said: dict[str, list[str]] = {}
-    for message in rounds:
-        for key, value in message.items():
-            if isinstance(value, str) and key not in ("role", "content"):
-                said.setdefault(key, []).append(value)
-    return {key: "".join(pieces) for key, pieces in said.items()}
 
 
 def _closing_frames(
@@ -344,7 +334,7 @@ class Forwarder:
                 )
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
                     reply = _client_reply(message, texts, internal, client_calls)
-                    reply.update(_round_texts(rounds))
+                    reply.update(rounds_merged(rounds))
                     if out.only_internal:  # budget spent: the relay held back the ending
                         for frame in _closing_frames(client, out.acc, step.client_wants_usage):
                             yield client.emit(frame)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from proxy import chunks, sse
+from proxy import answers, chunks, sse
 from proxy.answers import size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.relay_calls import Calls
@@ -26,7 +26,10 @@ class RoundOutcome:
     """What one upstream round said, as the relay read it: its answer (``acc``), its calls,
     and how it ended; ``Forwarder`` decides from it whether another round follows."""
 
-    acc: chunks.StreamAccumulator = field(default_factory=chunks.StreamAccumulator)
+    # a choice's own fields of the provider held to a whole answer's cap, read as it starts
+    acc: chunks.StreamAccumulator = field(
+        default_factory=lambda: chunks.StreamAccumulator(answers.MAX_ANSWER_BYTES)
+    )
     calls: Calls = field(default_factory=Calls)  # which are internal (with read_tool_output)
     saw_done: bool = False
     error: str | None = None  # the stream broke off or stopped short: the relay reports it

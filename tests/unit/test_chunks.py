@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from proxy import answers
 from proxy.chunks import StreamAccumulator, completion_to_chunks
+from proxy.services.round_outcome import RoundOutcome
 from proxy.sse import DONE, EventSplitter, is_usage_only, parse_chunk
 from tests.unit.test_sse import chunk, delta
 
@@ -25,13 +27,42 @@ def test_accumulator_builds_text_message() -> None:
     assert (acc.id, acc.model, acc.created) == ("c1", "m", 7)
 
 
-def test_accumulator_keeps_a_providers_text_fields_joined_and_drops_empty_ones() -> None:
+def test_accumulator_keeps_a_providers_own_fields_merged_as_the_sdk_merges_them() -> None:
     acc = StreamAccumulator()
     acc.add(chunk(delta(role="assistant", content=None, reasoning_content="Think", extra="")))
     acc.add(chunk(delta(reasoning_content="ing.", audio={"id": "a"}, tokens=[1])))
-    acc.add(chunk(delta(content="Hi", reasoning_content=None)))
+    acc.add(chunk(delta(content="Hi", reasoning_content=None, audio={"transcript": "Hi"})))
     acc.add(chunk(delta(finish="stop")))
-    assert acc.message() == {"role": "assistant", "content": "Hi", "reasoning_content": "Thinking."}
+    assert acc.message() == {
+        "role": "assistant",
+        "content": "Hi",
+        "reasoning_content": "Thinking.",
+        "extra": "",
+        "audio": {"id": "a", "transcript": "Hi"},
+        "tokens": [1],
+    }
+
+
+def test_accumulator_holds_a_choices_own_fields_to_its_cap() -> None:
+    acc = StreamAccumulator(own_cap=40)
+    acc.add(chunk(delta(role="assistant", content="Hi", reasoning_content="a" * 20)))
+    acc.add(chunk(delta(audio={"data": "b" * 30})))  # past the cap: left out whole
+    acc.add(chunk(delta(audio={"data": "c"}, reasoning_content="d")))
+    assert acc.message() == {
+        "role": "assistant",
+        "content": "Hi",
+        "reasoning_content": "a" * 20 + "d",
+    }
+
+
+def test_a_rounds_accumulator_holds_own_fields_to_a_whole_answers_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(answers, "MAX_ANSWER_BYTES", 50)
+    acc = RoundOutcome().acc
+    acc.add(chunk(delta(role="assistant", content="", reasoning_content="a" * 30)))
+    acc.add(chunk(delta(reasoning_content="b" * 30)))
+    assert acc.message() == {"role": "assistant", "content": ""}
 
 
 def test_accumulator_builds_tool_calls_by_index() -> None:
@@ -61,8 +92,11 @@ def test_accumulator_joins_the_halves_of_a_character_cut_between_chunks() -> Non
     call = {"index": 0, "id": "x", "type": "function", "function": {"name": "f"}}
     acc.add(chunk(delta(tool_calls=[{**call, "function": {"name": "f", "arguments": '"\ud83d'}}])))
     acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": '\ude00"'}}])))
+    acc.add(chunk(delta(reasoning_details=[{"index": 0, "text": "\ud83d"}])))
+    acc.add(chunk(delta(reasoning_details=[{"index": 0, "text": "\ude00"}])))
     message = acc.message()
     assert message["content"] == "a \U0001f600 b \ufffd"
+    assert message["reasoning_details"] == [{"index": 0, "text": "\U0001f600"}]
     assert message["tool_calls"][0]["function"]["arguments"] == '"\U0001f600"'
 
 
