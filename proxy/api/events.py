@@ -190,11 +190,24 @@ class _Live:
         self.request, self.pool, self.queue = request, pool, queue
         self.tenant, self.session_id = session[0], session[1]
         self.judged = 0
+        # until then, events written as the stream registered may have gone unannounced
+        self.unsure_until = asyncio.get_running_loop().time() + SETTLE_SECONDS
 
     def dequeued(self) -> bool:
         """One event taken off the queue: whether the last read judged it already."""
         queued, self.judged = self.judged > 0, max(0, self.judged - 1)
         return queued
+
+    async def read_first(self, event: BusEvent, cursor: _Cursor) -> AsyncIterator[dict[str, Any]]:
+        """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
+        the table's events past the mark, ``event`` among them (its NOTIFY says it is
+        committed): one committed before it whose announcement the registration missed
+        comes first. In an outage none: ``event`` goes live, the others with a catch-up."""
+        loop = asyncio.get_running_loop()
+        if event.id is None or event.id <= cursor.mark or loop.time() >= self.unsure_until:
+            return
+        async for frame in _caught_up(cursor, self.pool, self.tenant, self.session_id):
+            yield frame
 
     async def judge(self, queued: bool) -> bool | None:
         """True to send the frame, False to end the stream, None to hold the frame back:
@@ -210,6 +223,18 @@ class _Live:
             return None
 
 
+async def _caught_up(
+    cursor: _Cursor, pool: Any, tenant: str, session_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """``cursor.catch_up``, none in an outage, which the pool says once: the stream stays
+    open and reads what it missed once the database is back."""
+    try:
+        async for frame in cursor.catch_up(pool, tenant, session_id):
+            yield frame
+    except DatabaseUnavailable:
+        pass
+
+
 async def _stream(
     request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
@@ -221,7 +246,10 @@ async def _stream(
     never announced (its trigger ran before this stream's registration committed, or the
     listener was reconnecting) still arrives, a little later. The mark only moves over
     settled rows (``SETTLE_SECONDS``), so an id that commits after a higher one is still
-    sent, live or by the next catch-up.
+    sent, live or by the next catch-up. For ``SETTLE_SECONDS`` after it opened, a persisted
+    event heard live is sent after a read of the table, so one committed before it whose
+    announcement the registration missed comes first: a reconnect with the later one's id
+    would skip it for good.
 
     The stream ends, the server closing it, once its session is deleted: at once when the
     bus says so (``SESSION_GONE``, from any replica), else at the next catch-up, which
@@ -252,24 +280,25 @@ async def _stream(
             except TimeoutError:
                 if not _reaches(request, None):  # revoked: ended without the database
                     return
-                try:  # which also reads the session's agent (``_Cursor.reaches``)
-                    async for frame in cursor.catch_up(pool, tenant, session_id):
-                        yield frame
-                except DatabaseUnavailable:  # an outage, which the pool says once: kept
-                    pass  # open, the stream reads what it missed once the database is back
+                # which also reads the session's agent (``_Cursor.reaches``)
+                async for frame in _caught_up(cursor, pool, tenant, session_id):
+                    yield frame
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
             if event is SESSION_GONE or event is LAGGED:
                 return
             queued = live.dequeued()
-            if event.id is None or cursor.take(event.id):
-                verdict = await live.judge(queued)
-                if verdict is None:  # not judged, so not sent: a persisted event comes
-                    cursor.sent.discard(event.id or 0)  # with the catch-up once back
-                    continue
-                if not verdict:
-                    return
-                yield _frame(event)
+            async for frame in live.read_first(event, cursor):
+                yield frame
+            if cursor.gone or (event.id is not None and not cursor.take(event.id)):
+                continue  # sent already (the read just now among others), or the end
+            verdict = await live.judge(queued)
+            if verdict is None:  # not judged, so not sent: a persisted event comes
+                cursor.sent.discard(event.id or 0)  # with the catch-up once back
+                continue
+            if not verdict:
+                return
+            yield _frame(event)
 
 
 _LAST_EVENT_ID = {
