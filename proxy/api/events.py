@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from sse_starlette.sse import EventSourceResponse
+from sse_starlette.sse import EventSourceResponse, SendTimeoutError
+from starlette.types import Receive, Scope, Send
 
 from proxy import sse
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
@@ -22,6 +25,7 @@ from proxy.store.db import DatabaseUnavailable
 __all__ = ["router"]
 
 router = APIRouter()
+log = logging.getLogger("cascade")
 
 
 def _frame(event: BusEvent) -> dict[str, Any]:
@@ -104,6 +108,45 @@ class _Cursor:
         self.sent = {i for i in self.sent if i > self.mark}
 
 
+SEND_TIMEOUT_SECONDS = 30.0
+"""How long a frame (a ping among them) may wait to go out before the stream is closed: its
+client reads nothing, and the socket's buffers are full. The bus drops such a stream's queue
+once it is ``bus.MAX_QUEUED`` behind, but the stream itself waits in that send, holding its
+connection, until the client reads again, which a frozen one never does."""
+
+_STALLED: contextvars.ContextVar[bool] = contextvars.ContextVar("stalled", default=False)
+"""Set in the server's task for a request whose stream was closed for a stalled client."""
+
+
+class _EventStream(EventSourceResponse):
+    """A stream closed for a client that reads nothing (:data:`SEND_TIMEOUT_SECONDS`) ends
+    with one warning: the response, left unfinished, has the server close the connection,
+    and uvicorn's error line about that is dropped (``quiet_stalled``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            _STALLED.set(True)
+            log.warning(
+                "an event stream's client read nothing for %g s; closing it (its reconnect "
+                "replays)",
+                self.send_timeout,
+            )
+
+
+UNFINISHED = "ASGI callable returned without completing response."
+
+
+def quiet_stalled(record: logging.LogRecord) -> bool:
+    """A filter for ``uvicorn.error``: drops its line about an unfinished response when the
+    response is a stream closed for a stalled client (logged by ``_EventStream``)."""
+    return not (record.msg == UNFINISHED and _STALLED.get())
+
+
+logging.getLogger("uvicorn.error").addFilter(quiet_stalled)
+
+
 def _reaches(request: Request, agent: str | None) -> bool:
     """Whether the stream's proxy key still reaches its session, run by ``agent`` (None:
     not known, or not yet run): the key is in the config in force (not revoked, its
@@ -147,11 +190,24 @@ class _Live:
         self.request, self.pool, self.queue = request, pool, queue
         self.tenant, self.session_id = session[0], session[1]
         self.judged = 0
+        # until then, events written as the stream registered may have gone unannounced
+        self.unsure_until = asyncio.get_running_loop().time() + SETTLE_SECONDS
 
     def dequeued(self) -> bool:
         """One event taken off the queue: whether the last read judged it already."""
         queued, self.judged = self.judged > 0, max(0, self.judged - 1)
         return queued
+
+    async def read_first(self, event: BusEvent, cursor: _Cursor) -> AsyncIterator[dict[str, Any]]:
+        """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
+        the table's events past the mark, ``event`` among them (its NOTIFY says it is
+        committed): one committed before it whose announcement the registration missed
+        comes first. In an outage none: ``event`` goes live, the others with a catch-up."""
+        loop = asyncio.get_running_loop()
+        if event.id is None or event.id <= cursor.mark or loop.time() >= self.unsure_until:
+            return
+        async for frame in _caught_up(cursor, self.pool, self.tenant, self.session_id):
+            yield frame
 
     async def judge(self, queued: bool) -> bool | None:
         """True to send the frame, False to end the stream, None to hold the frame back:
@@ -167,6 +223,18 @@ class _Live:
             return None
 
 
+async def _caught_up(
+    cursor: _Cursor, pool: Any, tenant: str, session_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """``cursor.catch_up``, none in an outage, which the pool says once: the stream stays
+    open and reads what it missed once the database is back."""
+    try:
+        async for frame in cursor.catch_up(pool, tenant, session_id):
+            yield frame
+    except DatabaseUnavailable:
+        pass
+
+
 async def _stream(
     request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
@@ -178,7 +246,10 @@ async def _stream(
     never announced (its trigger ran before this stream's registration committed, or the
     listener was reconnecting) still arrives, a little later. The mark only moves over
     settled rows (``SETTLE_SECONDS``), so an id that commits after a higher one is still
-    sent, live or by the next catch-up.
+    sent, live or by the next catch-up. For ``SETTLE_SECONDS`` after it opened, a persisted
+    event heard live is sent after a read of the table, so one committed before it whose
+    announcement the registration missed comes first: a reconnect with the later one's id
+    would skip it for good.
 
     The stream ends, the server closing it, once its session is deleted: at once when the
     bus says so (``SESSION_GONE``, from any replica), else at the next catch-up, which
@@ -209,24 +280,25 @@ async def _stream(
             except TimeoutError:
                 if not _reaches(request, None):  # revoked: ended without the database
                     return
-                try:  # which also reads the session's agent (``_Cursor.reaches``)
-                    async for frame in cursor.catch_up(pool, tenant, session_id):
-                        yield frame
-                except DatabaseUnavailable:  # an outage, which the pool says once: kept
-                    pass  # open, the stream reads what it missed once the database is back
+                # which also reads the session's agent (``_Cursor.reaches``)
+                async for frame in _caught_up(cursor, pool, tenant, session_id):
+                    yield frame
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
             if event is SESSION_GONE or event is LAGGED:
                 return
             queued = live.dequeued()
-            if event.id is None or cursor.take(event.id):
-                verdict = await live.judge(queued)
-                if verdict is None:  # not judged, so not sent: a persisted event comes
-                    cursor.sent.discard(event.id or 0)  # with the catch-up once back
-                    continue
-                if not verdict:
-                    return
-                yield _frame(event)
+            async for frame in live.read_first(event, cursor):
+                yield frame
+            if cursor.gone or (event.id is not None and not cursor.take(event.id)):
+                continue  # sent already (the read just now among others), or the end
+            verdict = await live.judge(queued)
+            if verdict is None:  # not judged, so not sent: a persisted event comes
+                cursor.sent.discard(event.id or 0)  # with the catch-up once back
+                continue
+            if not verdict:
+                return
+            yield _frame(event)
 
 
 _LAST_EVENT_ID = {
@@ -266,10 +338,11 @@ async def session_events(
         # database, whose sequence went back): the stream starts after the session's last
         last = await store.fetch_last_event_id(pool, tenant=tenant, session_id=session_id)
         after = min(after, last)
-    return EventSourceResponse(
+    return _EventStream(
         _stream(request, pool, bus, session, after),
         sep="\n",
         ping=15,
+        send_timeout=SEND_TIMEOUT_SECONDS,
         headers=sse.STREAM_HEADERS,  # what it sends by default, said here as the chat stream's
     )
 
@@ -290,10 +363,11 @@ def _after(request: Request) -> int:
             param=param,
             log_message=f"{param} is not an event id",  # a header's or a query's value
         )
-    if int(value) > BIGINT_MAX:
+    digits = value.lstrip("0") or "0"  # int() refuses a string past 4300 digits
+    if len(digits) > len(str(BIGINT_MAX)) or int(digits) > BIGINT_MAX:
         raise ClientRequestError(
             f"{param} {value[:30]} is past any event id",
             param=param,
             log_message=f"{param} is past any event id",
         )
-    return int(value)
+    return int(digits)

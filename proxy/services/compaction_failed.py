@@ -64,6 +64,8 @@ async def report_failed(
         "tokens_before": span.before,
         "tokens_after": span.before,
         "summary_version": span.version,
+        "from_pos": span.from_pos,  # the span it did not fold, as its start named it
+        "to_pos": span.end_pos,
     }
     backoff = None
     if reason == "summary_failed":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy.api.events import CATCH_UP_SECONDS, SETTLE_SECONDS
+from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
 from proxy.bus import START_TIMEOUT, WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
@@ -97,6 +97,8 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"refreshed every {WATCH_TTL / 3:g} s; a dead replica's rows expire after {WATCH_TTL:g} s",
         f"re-read the events table every {CATCH_UP_SECONDS:g} s",
         f"as final only {SETTLE_SECONDS:g} s after it was written",
+        f"In its first {SETTLE_SECONDS:g} s a stream reads the table",
+        f"that waits {SEND_TIMEOUT_SECONDS:g} s to go out",
         f"at most one per {FLUSH_INTERVAL * 1000:g} ms",
         f"is waited for (at most {FINAL_WAIT:g} s)",
         f"the bound stays {POLL_MAX_SECONDS:g} s (the longest pause between tries)",

@@ -94,6 +94,11 @@ def test_a_briefing_longer_than_what_it_replaces_is_not_stored(
         )
         assert failed[0]["reason"] == "summary_failed"
         assert "no smaller" in failed[0]["error"]
+        # the span it did not fold, as its start named it (docs/events.md), and as an
+        # interrupted one's failure names it too
+        (started,) = s.events("long", "context.compaction.started")
+        span = ("from_pos", "to_pos")
+        assert [failed[0].get(k) for k in span] == [started[k] for k in span], failed[0]
         assert s.summaries("long") == []
         assert agent.say("and now?") == "ok"
         forced = httpx.post(  # asked for, it is stored all the same

@@ -1,0 +1,34 @@
+"""The id a stream starts after (``Last-Event-ID``, else ``?last_event_id=``): a plain
+decimal number up to the largest event id; anything else is the client's 400, whatever its
+length, never the server's 500."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.requests import Request
+
+from proxy.api import events
+from proxy.errors import ClientRequestError
+
+
+def _request(header: str | None = None, query: str = "") -> Request:
+    headers = [] if header is None else [(b"last-event-id", header.encode())]
+    return Request({"type": "http", "headers": headers, "query_string": query.encode()})
+
+
+@pytest.mark.parametrize("digits", [20, 4301, 10_000])
+def test_an_id_of_any_length_past_the_largest_is_the_clients_400(digits: int) -> None:
+    # Regression: past 4300 digits int() raised ValueError (Python's limit on converting a
+    # string to an int), which answered the request with a 500.
+    for request, param in (
+        (_request("9" * digits), "Last-Event-ID"),
+        (_request(query=f"last_event_id={'9' * digits}"), "last_event_id"),
+    ):
+        with pytest.raises(ClientRequestError, match="past any event id") as refused:
+            events._after(request)
+        assert refused.value.param == param
+
+
+def test_leading_zeros_still_name_the_id() -> None:
+    assert events._after(_request("0" * 5000 + "42")) == 42
+    assert events._after(_request("0" * 5000)) == 0
