@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
@@ -18,6 +19,9 @@ from tests.reliability.conftest import Figures, write_config
 
 AUTH = {"authorization": "Bearer sk-test-client", "x-session-id": "held"}
 TTL = Settings.model_fields["lease_ttl_seconds"].default
+# two replicas' starts (each waits up to 30 s for /readyz on a loaded machine), the kill and
+# the lease's bound: more than the suite's 60 s default
+pytestmark = pytest.mark.timeout(150)
 SLACK = 1.5  # the second replica's own request: its statements and the provider's answer
 
 
