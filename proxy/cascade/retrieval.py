@@ -41,6 +41,7 @@ __all__ = [
     "retrieved",
     "retrieval_query",
     "fit_hits",
+    "distinct_hits",
     "RELATED_BUDGET_SHARE",
     "plan_retrieval",
     "related_block",
@@ -97,6 +98,25 @@ class RetrievalNeed:
     max_tokens: int | None = None
     """The block's cap as ``tokens`` counts it (:data:`RELATED_BUDGET_SHARE`); None: none."""
     tokens: Callable[[str], int] | None = field(default=None, compare=False)
+
+
+def _same_text_key(text: str) -> str:
+    return " ".join(text.split())
+
+
+def distinct_hits(hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` (best first) with each text once, where it scores best: an agent repeats
+    itself (a question asked again, a tool printing the same output turn after turn), and a
+    block quoting one text several times spends the turn's room on copies and crowds out
+    the other hits. Texts are compared with their whitespace collapsed."""
+    seen: set[str] = set()
+    kept = []
+    for hit in hits:
+        key = _same_text_key(hit.text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(hit)
+    return kept
 
 
 def fit_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:

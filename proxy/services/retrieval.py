@@ -33,7 +33,7 @@ import asyncpg
 
 from proxy.cascade.commands import is_command_exchange
 from proxy.cascade.redaction import patterns_of, redact
-from proxy.cascade.retrieval import Hit, RetrievalNeed, fit_hits, retrieved
+from proxy.cascade.retrieval import Hit, RetrievalNeed, distinct_hits, fit_hits, retrieved
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
 from proxy.observe import note_embedding_failure
@@ -106,8 +106,9 @@ the prompt carries, within this."""
 def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
     """The search's rows as hits, but for a ``/compact`` exchange and a message the prompt
     still carries that a compaction folded after the window was read (``need.carried``;
-    not an evicted result, whose placeholder alone the prompt carries)."""
-    return tuple(
+    not an evicted result, whose placeholder alone the prompt carries), each text once
+    (``distinct_hits``)."""
+    hits = (
         Hit(
             f.pos,
             f.role,
@@ -120,6 +121,7 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
         if not (isinstance(f.message, dict) and is_command_exchange(f.message))
         and not (f.origin == "summarised" and f.pos in need.carried and not f.cleared)
     )
+    return tuple(distinct_hits(list(hits)))
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
