@@ -176,6 +176,21 @@ def test_a_text_repeated_in_the_folded_history_is_quoted_once(
     assert block.count(PORT_FACT) == 1, block
 
 
+def test_a_text_the_prompt_still_carries_is_not_quoted_again(
+    proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A question asked again matches its folded first asking best: quoting it would put
+    the message the prompt ends with back in beside it, in a hit's place."""
+    question = "which port does the API server listen on?"
+    history = _plant(proxy, fake_upstream, "again", [question, PORT_FACT])
+    stored = column(db_dsn, "SELECT count(*) FROM messages WHERE session_id = 'again'")[0]
+    wait_until(lambda: _embedded(db_dsn, "again") >= stored - 1, timeout=20, what="embeddings")
+    history.append(user(question))
+    chat(proxy.origin, "again", history)
+    block = _text(fake_upstream)[-1]["content"]
+    assert block.count(question) == 1 and PORT_FACT in block, block
+
+
 def test_a_step_inside_the_turn_searches_nothing(
     proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
