@@ -122,15 +122,17 @@ def text_key(message: Message) -> str | None:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest() if text else None
 
 
-def distinct_hits(hits: Sequence[Hit]) -> list[Hit]:
+def distinct_hits(hits: Sequence[Hit], *, snippet_chars: int | None = None) -> list[Hit]:
     """``hits`` (best first) with each text once, where it scores best: an agent repeats
     itself (a question asked again, a tool printing the same output turn after turn), and a
     block quoting one text several times spends the turn's room on copies and crowds out
-    the other hits. Texts are compared with their whitespace collapsed."""
+    the other hits. Texts are compared with their whitespace collapsed, as the block quotes
+    them when ``snippet_chars`` is given (two that differ only past the cut read alike)."""
     seen: set[str] = set()
     kept = []
     for hit in hits:
-        key = _same_text_key(hit.text)
+        text = hit.text if snippet_chars is None else _snippet(hit.text, snippet_chars)
+        key = _same_text_key(text)
         if key not in seen:
             seen.add(key)
             kept.append(hit)

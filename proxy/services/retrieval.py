@@ -130,7 +130,7 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
         and not (f.origin == "summarised" and f.pos in need.carried and not f.cleared)
         and not (isinstance(f.message, dict) and text_key(f.message) in need.carried_texts)
     )
-    return tuple(distinct_hits(list(hits)))
+    return tuple(distinct_hits(list(hits), snippet_chars=need.snippet_chars))
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

@@ -16,6 +16,7 @@ from proxy.cascade.retrieval import (
     RELATED_OPEN,
     Hit,
     RetrievalNeed,
+    distinct_hits,
     fit_hits,
     related_block,
     retrieved,
@@ -199,3 +200,14 @@ def test_a_text_key_reads_text_and_calls_whitespace_aside() -> None:
     assert text_key(user("the port")) != text_key(user("the port 8443"))
     called = {"role": "assistant", "content": None, "tool_calls": [CALL]}
     assert text_key(called) is not None and text_key({"role": "assistant"}) is None
+
+
+def test_hits_whose_snippets_read_alike_are_quoted_once() -> None:
+    """A block quotes each hit's head only: two outputs of one file that differ past it
+    (``cat`` before and after an edit at its end) would read as two copies of one text."""
+    head = "line of the config file\n" * 80
+    before = Hit(3, "tool", head + "debug = false", 0.7, "summarised", "c1")
+    after = Hit(9, "tool", head + "debug = true", 0.6, "summarised", "c2")
+    other = Hit(5, "user", "something else", 0.5, "summarised")
+    assert distinct_hits([before, after, other], snippet_chars=1200) == [before, other]
+    assert distinct_hits([before, after, other]) == [before, after, other]
