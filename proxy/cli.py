@@ -195,6 +195,9 @@ _MEMORY_HELPS = {
     "ls": "list the facts of a scope",
     "add": "remember a fact (it is checked: no secrets, instructions or duplicates)",
     "rm": "forget a fact, by its id",
+    "suggestions": "list the facts memory promotion suggests, waiting for an answer",
+    "accept": "store a suggestion's facts (all, or those given with --fact)",
+    "reject": "dismiss a suggestion",
 }
 
 
@@ -202,9 +205,11 @@ def _memory_parser(sub: Any) -> None:
     """The ``memory`` command and its actions (``proxy.cli_memory`` runs them)."""
     mem = sub.add_parser(
         "memory",
-        help="list, add and remove the long-term facts of a running proxy",
+        help="list, add and remove the long-term facts of a running proxy, and answer the "
+        "facts it suggests",
         description="List, add and remove the long-term facts injected into prompts as "
-        "<memory>, as the tenant of the API key given.",
+        "<memory>, and accept or reject the facts memory promotion suggests, as the tenant "
+        "of the API key given.",
     )
     _client_options(mem)
     msub = mem.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -222,6 +227,22 @@ def _memory_parser(sub: Any) -> None:
         if action == "rm":
             a.add_argument(
                 "id", type=_count(1, _BIGINT_MAX), help="the fact's id (see 'memory ls')"
+            )
+        if action == "suggestions":
+            a.add_argument(
+                "--session",
+                default="",
+                help="only this session's suggestions (default: every session's)",
+            )
+            _page_options(a, 100)
+        if action in ("accept", "reject"):
+            a.add_argument("id", help="the suggestion's id (see 'memory suggestions')")
+        if action == "accept":
+            a.add_argument(
+                "--fact",
+                action="append",
+                dest="facts",
+                help="keep only this fact of the suggestion (repeatable; default: all)",
             )
 
 

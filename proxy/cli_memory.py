@@ -1,9 +1,12 @@
-"""``cascade-proxy memory ls|add|rm``: the long-term facts of a running proxy.
+"""``cascade-proxy memory ls|add|rm|suggestions|accept|reject``: the long-term facts of a
+running proxy, and the suggestions of ``suggest`` promotion, which wait for a person's answer
+(a proxy run without the console is reviewed from here).
 
 Talks HTTP to the memory API (``GET /v1/memory?scope=…``, ``POST /v1/memory``, ``DELETE
-/v1/memory/{id}``) as the tenant of the key given, like ``cascade-proxy sessions``. A fact
-``sanitize_fact`` refuses is printed with the reason the API gives, and the exit code is 1.
-Its arguments are read by ``proxy.cli``.
+/v1/memory/{id}``, ``GET /v1/memory/suggestions``, ``POST …/suggestions/{id}/accept|reject``)
+as the tenant of the key given, like ``cascade-proxy sessions``. A fact ``sanitize_fact``
+refuses is printed with the reason the API gives, and the exit code is 1. Its arguments are
+read by ``proxy.cli``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from proxy.cli_api import call_api, table
 from proxy.cli_sessions import next_page
@@ -37,10 +41,30 @@ def _ls_from(offset: int) -> Callable[[dict[str, Any]], str]:
     return shown
 
 
+def _suggestions(body: dict[str, Any]) -> str:
+    rows = [
+        (s["id"], s.get("session_id"), s.get("scope"), " | ".join(s.get("facts") or ()))
+        for s in body["data"]
+    ]
+    if not rows:
+        return "no pending suggestions (for this API key)"
+    return table(("ID", "SESSION", "SCOPE", "FACTS"), rows)
+
+
+def _accepted(body: dict[str, Any]) -> str:
+    facts = body.get("facts") or []
+    n = f"{len(facts)} fact{'' if len(facts) == 1 else 's'}"
+    lines = [f"accepted suggestion {body['id']}: {n} stored in {body.get('scope')}"]
+    return "\n".join([*lines, *(f"  {f['id']}: {f['text']}" for f in facts)])
+
+
 _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
     "ls": _ls,
     "add": lambda b: f"remembered fact {b['id']} in {b['scope']}: {b['text']}",
     "rm": lambda b: f"forgot fact {b['id']}",
+    "suggestions": _suggestions,
+    "accept": _accepted,
+    "reject": lambda b: f"rejected suggestion {b['id']}",
 }
 
 
@@ -56,6 +80,14 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
         render = _ls_from(args.offset) if args.offset else render
     elif args.action == "add":
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
+    elif args.action == "suggestions":
+        page = {"limit": args.limit, "offset": args.offset, "session_id": args.session}
+        request = ("GET", "/v1/memory/suggestions", page, None)
+        note = next_page(args.limit, args.offset)
+    elif args.action in ("accept", "reject"):
+        path = f"/v1/memory/suggestions/{quote(args.id, safe='')}/{args.action}"
+        facts = getattr(args, "facts", None)
+        request = ("POST", path, {}, {"facts": facts} if facts else {})
     else:
         request = ("DELETE", f"/v1/memory/{args.id}", {}, None)
     return call_api(args, url, key, request, render, command="memory", note=note, key_from=key_from)

@@ -8,6 +8,13 @@ with the turn, so it is byte-identical on every step of the turn even when a com
 replaces the summary mid-turn; the next user message recites the new plan. It moves with
 the tail, and everything before the tail stays a stable prefix.
 
+The block is a copy of what the summary at the head of the prompt already says, so it gets
+a small share of the prompt budget (:data:`RECITATION_BUDGET_SHARE`): the overflow guard drops
+the client's older rounds, for good, before it leaves an optional block out, and a long
+plan would cost them for a reminder. Past the cap the last open tasks give way to a line
+saying how many more the summary lists, and the next step always stays; a plan whose next
+step alone does not fit is not recited.
+
 The block goes into the last message only when that is a user or tool message (never a
 system message, which some providers refuse at that position, nor an assistant prefill); a
 list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
@@ -16,12 +23,21 @@ so the window row keeps the client's text and only the prompt carries the block.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from proxy.cascade.briefing import section
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import Message, StageResult
 
-__all__ = ["PLAN_OPEN", "PLAN_CLOSE", "RECITATION", "plan_block", "recite"]
+__all__ = [
+    "PLAN_OPEN",
+    "PLAN_CLOSE",
+    "RECITATION",
+    "RECITATION_BUDGET_SHARE",
+    "plan_block",
+    "recite",
+]
 
 PLAN_OPEN, PLAN_CLOSE = "<plan>", "</plan>"
 _RECITED = ("## Open Tasks", "## Next Step")
@@ -40,19 +56,51 @@ def _says_nothing(body: str) -> bool:
     return text.removeprefix("(").removesuffix(")").strip() in _EMPTY
 
 
-def plan_block(summary: str | None) -> str | None:
-    """The ``<plan>`` block of a summary, or None when it has neither section with content."""
+RECITATION_BUDGET_SHARE = 0.1
+"""The block's cap: this share of the prompt budget (limit minus reserved output), less than
+retrieval's and memory's quarter since it repeats what the summary says (module
+docstring)."""
+
+
+def _render(sections: dict[str, list[str]], cut: int) -> str:
+    parts = []
+    for heading, lines in sections.items():
+        if heading == _RECITED[0] and cut:
+            kept = lines[: len(lines) - cut]
+            lines = [*kept, f"- … and {cut} more open task lines (see the summary)"]
+        parts.append(f"{heading}\n" + "\n".join(lines))
+    inner = quote_closing_tag("\n\n".join(parts), "plan", _QUOTED_CLOSE)
+    return f"{PLAN_OPEN}\n{inner}\n{PLAN_CLOSE}"
+
+
+def plan_block(
+    summary: str | None,
+    *,
+    max_tokens: int | None = None,
+    tokens: Callable[[str], int] | None = None,
+) -> str | None:
+    """The ``<plan>`` block of a summary, or None when it has neither section with content;
+    with ``max_tokens`` (as ``tokens`` counts a text), the last open task lines give way to
+    a line saying how many more there are until it fits, and None when nothing but the
+    next step fits."""
     if not summary or not summary.strip():
         return None
-    parts = []
+    sections: dict[str, list[str]] = {}
     for heading in _RECITED:
         body = section(summary, heading)
         if body is not None and not _says_nothing(body):
-            parts.append(f"{heading}\n{body.strip()}")
-    if not parts:
+            sections[heading] = body.strip().splitlines()
+    if not sections:
         return None
-    inner = quote_closing_tag("\n\n".join(parts), "plan", _QUOTED_CLOSE)
-    return f"{PLAN_OPEN}\n{inner}\n{PLAN_CLOSE}"
+    block = _render(sections, 0)
+    if max_tokens is None or tokens is None:
+        return block
+    tasks = len(sections.get(_RECITED[0], ()))
+    for cut in range(tasks + 1):
+        block = _render(sections, cut)
+        if tokens(block) <= max_tokens:
+            return block
+    return None
 
 
 def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
@@ -71,7 +119,14 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
 
 
 def _turn_plan(step: StepInput) -> str | None:
-    return plan_block(step.summary)
+    budget = step.budget.limit - step.budget.reserved_output
+    framing = step.count([{"role": "user", "content": ""}])
+
+    def tokens(text: str) -> int:
+        return step.count([{"role": "user", "content": text}]) - framing
+
+    cap = max(int(budget * RECITATION_BUDGET_SHARE), 0)
+    return plan_block(step.summary, max_tokens=cap, tokens=tokens)
 
 
 RECITATION = Stage(

@@ -21,6 +21,7 @@ trimmed. The window is never touched: the block is never stored as a client's me
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ __all__ = [
     "retrieved",
     "retrieval_query",
     "fit_hits",
+    "distinct_hits",
+    "text_key",
     "RELATED_BUDGET_SHARE",
     "plan_retrieval",
     "related_block",
@@ -97,6 +100,43 @@ class RetrievalNeed:
     max_tokens: int | None = None
     """The block's cap as ``tokens`` counts it (:data:`RELATED_BUDGET_SHARE`); None: none."""
     tokens: Callable[[str], int] | None = field(default=None, compare=False)
+    carried_texts: frozenset[str] = frozenset()
+    """The :func:`text_key` of each message the step's prompt carries: a hit that says the
+    same (a question asked again, a tool's output printed again) is already in the prompt,
+    and quoting it would only take a hit's place."""
+
+
+def _same_text_key(text: str) -> str:
+    return " ".join(text.split())
+
+
+def text_key(message: Message) -> str | None:
+    """What two messages are compared by to tell that one says what the other does: a
+    digest of their text and tool calls, whitespace collapsed; None for one with neither."""
+    parts = [content_text(message.get("content"))]
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping):
+            parts.append(f"{fn.get('name') or ''} {fn.get('arguments') or ''}")
+    text = _same_text_key(" ".join(parts))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest() if text else None
+
+
+def distinct_hits(hits: Sequence[Hit], *, snippet_chars: int | None = None) -> list[Hit]:
+    """``hits`` (best first) with each text once, where it scores best: an agent repeats
+    itself (a question asked again, a tool printing the same output turn after turn), and a
+    block quoting one text several times spends the turn's room on copies and crowds out
+    the other hits. Texts are compared with their whitespace collapsed, as the block quotes
+    them when ``snippet_chars`` is given (two that differ only past the cut read alike)."""
+    seen: set[str] = set()
+    kept = []
+    for hit in hits:
+        text = hit.text if snippet_chars is None else _snippet(hit.text, snippet_chars)
+        key = _same_text_key(text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(hit)
+    return kept
 
 
 def fit_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:
@@ -178,6 +218,7 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
         frozenset(step.positions),
         max(int(budget * RELATED_BUDGET_SHARE), 0),
         tokens,
+        frozenset(k for k in map(text_key, step.window) if k is not None),
     )
 
 

@@ -33,7 +33,14 @@ import asyncpg
 
 from proxy.cascade.commands import is_command_exchange
 from proxy.cascade.redaction import patterns_of, redact
-from proxy.cascade.retrieval import Hit, RetrievalNeed, fit_hits, retrieved
+from proxy.cascade.retrieval import (
+    Hit,
+    RetrievalNeed,
+    distinct_hits,
+    fit_hits,
+    retrieved,
+    text_key,
+)
 from proxy.config import Config
 from proxy.embeddings import Embedders, embedders_here, embedding_text
 from proxy.observe import note_embedding_failure
@@ -106,8 +113,10 @@ the prompt carries, within this."""
 def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
     """The search's rows as hits, but for a ``/compact`` exchange and a message the prompt
     still carries that a compaction folded after the window was read (``need.carried``;
-    not an evicted result, whose placeholder alone the prompt carries)."""
-    return tuple(
+    not an evicted result, whose placeholder alone the prompt carries) or one saying what
+    a message of the prompt says (``need.carried_texts``), each text once
+    (``distinct_hits``)."""
+    hits = (
         Hit(
             f.pos,
             f.role,
@@ -119,7 +128,9 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
         for f in found
         if not (isinstance(f.message, dict) and is_command_exchange(f.message))
         and not (f.origin == "summarised" and f.pos in need.carried and not f.cleared)
+        and not (isinstance(f.message, dict) and text_key(f.message) in need.carried_texts)
     )
+    return tuple(distinct_hits(list(hits), snippet_chars=need.snippet_chars))
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

@@ -10,6 +10,7 @@ import pytest
 from proxy import cli
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.api.memory_suggestions import suggest
 
 KEY = "sk-test-client"
 
@@ -80,3 +81,35 @@ def test_memory_ls_pages_as_sessions_ls(
     assert code == 0 and out.splitlines()[1].endswith("Fact C is 3") and "more" not in err
     code, out, _ = _run(capsys, *url, "ls", "--offset", "5")
     assert code == 0 and "no facts at --offset 5 or past it" in out
+
+
+def test_memory_suggestions_are_listed_accepted_and_rejected(
+    proxy: ProxyServer,
+    db_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In ``suggest`` mode promotion's facts wait for a person's answer: a proxy run without
+    the console is reviewed from the CLI, as the facts themselves are."""
+    url = ["--url", proxy.origin]
+    monkeypatch.setenv("CASCADE_API_KEY", KEY)
+    suggest(db_dsn, "s1", "sug-a", ["The build uses uv", "CI runs on port 8443"])
+    suggest(db_dsn, "s2", "sug-b", ["The docs live in docs/"])
+    code, out, _ = _run(capsys, *url, "suggestions")
+    header, *rows = out.splitlines()
+    assert code == 0 and header.split() == ["ID", "SESSION", "SCOPE", "FACTS"]
+    assert [r.split()[0] for r in rows] == ["sug-a", "sug-b"]
+    assert "The build uses uv | CI runs on port 8443" in rows[0]
+    code, out, _ = _run(capsys, *url, "suggestions", "--session", "s2", "--json")
+    assert [s["id"] for s in json.loads(out)["data"]] == ["sug-b"]
+
+    code, out, _ = _run(capsys, *url, "accept", "sug-a", "--fact", "The build uses uv")
+    assert code == 0 and "accepted suggestion sug-a: 1 fact stored in global" in out
+    code, out, _ = _run(capsys, *url, "reject", "sug-b")
+    assert code == 0 and "rejected suggestion sug-b" in out
+    code, _, err = _run(capsys, *url, "reject", "sug-b")
+    assert code == 1 and "400" in err and "rejected already" in err
+    code, out, _ = _run(capsys, *url, "suggestions")
+    assert code == 0 and "no pending suggestions" in out
+    code, out, _ = _run(capsys, *url, "ls", "--json")
+    assert [f["text"] for f in json.loads(out)["data"]] == ["The build uses uv"]

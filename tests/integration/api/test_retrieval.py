@@ -162,6 +162,35 @@ def test_a_planted_fact_comes_back_for_a_later_question_and_only_from_its_sessio
     assert RELATED_OPEN not in listed.text
 
 
+def test_a_text_repeated_in_the_folded_history_is_quoted_once(
+    proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """Agents repeat themselves (a question asked again, a tool's same output): copies of one
+    text would spend the block's room and crowd out the other hits."""
+    history = _plant(proxy, fake_upstream, "dup", [PORT_FACT, PORT_FACT, PORT_FACT, PATH_FACT])
+    stored = column(db_dsn, "SELECT count(*) FROM messages WHERE session_id = 'dup'")[0]
+    wait_until(lambda: _embedded(db_dsn, "dup") >= stored - 1, timeout=20, what="embeddings")
+    history.append(user("which port does the API server listen on?"))
+    chat(proxy.origin, "dup", history)
+    block = _text(fake_upstream)[-1]["content"]
+    assert block.count(PORT_FACT) == 1, block
+
+
+def test_a_text_the_prompt_still_carries_is_not_quoted_again(
+    proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A question asked again matches its folded first asking best: quoting it would put
+    the message the prompt ends with back in beside it, in a hit's place."""
+    question = "which port does the API server listen on?"
+    history = _plant(proxy, fake_upstream, "again", [question, PORT_FACT])
+    stored = column(db_dsn, "SELECT count(*) FROM messages WHERE session_id = 'again'")[0]
+    wait_until(lambda: _embedded(db_dsn, "again") >= stored - 1, timeout=20, what="embeddings")
+    history.append(user(question))
+    chat(proxy.origin, "again", history)
+    block = _text(fake_upstream)[-1]["content"]
+    assert block.count(question) == 1 and PORT_FACT in block, block
+
+
 def test_a_step_inside_the_turn_searches_nothing(
     proxy: ProxyServer, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:

@@ -157,3 +157,27 @@ def test_the_block_is_byte_identical_across_steps_and_rides_at_the_tail() -> Non
     assert first.messages[-1]["content"].endswith(PLAN)
     assert second.messages[-1]["content"].endswith(PLAN)
     assert second.messages[len(window) - 1]["content"] == "one"  # moved to the new end
+
+
+def test_a_long_plan_is_cut_to_its_share_of_a_small_models_budget() -> None:
+    """The plan repeats the summary; uncapped, a long one made the overflow guard drop the
+    client's older rounds for good before it left the block out."""
+    tasks = "\n".join(f"- task {k}: check case {k} of to_field" for k in range(150))
+    summary = parse_briefing(f"## Objective\nx\n## Open Tasks\n{tasks}\n## Next Step\nrun tests")
+    window = (system(), user("go on"))
+    step = replace(_step(window, summary), budget=Budget(6000, 1000, 100))
+    content = assemble(step).messages[-1]["content"]
+    block = content[content.index("<plan>") :]
+    assert block.startswith("<plan>\n## Open Tasks\n- task 0:") and block.endswith(
+        "## Next Step\nrun tests\n</plan>"
+    )
+    assert "- task 149:" not in block and "more open task lines (see the summary)" in block
+    assert len(block) // 4 <= 500  # a tenth of the budget, as the step counts
+    assert plan_block(summary) is not None and "- task 149:" in str(plan_block(summary))
+
+
+def test_a_plan_whose_next_step_alone_does_not_fit_is_not_recited() -> None:
+    summary = parse_briefing("## Objective\nx\n## Next Step\n" + "word " * 400)
+    window = (system(), user("go on"))
+    step = replace(_step(window, summary), budget=Budget(6000, 1000, 100))
+    assert "<plan>" not in assemble(step).messages[-1]["content"]

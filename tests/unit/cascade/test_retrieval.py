@@ -16,10 +16,12 @@ from proxy.cascade.retrieval import (
     RELATED_OPEN,
     Hit,
     RetrievalNeed,
+    distinct_hits,
     fit_hits,
     related_block,
     retrieved,
     splice_related_context,
+    text_key,
 )
 from proxy.cascade.types import RETRIEVAL, Budget, Message
 from proxy.config_context import ContextConfig
@@ -51,9 +53,16 @@ HITS = (
 
 
 def test_a_new_user_message_plans_its_text_as_the_query() -> None:
-    need = plan_step(_step(system("s"), user("which port does the server use?")))["retrieval"]
+    window = (system("s"), user("which port does the server use?"))
+    need = plan_step(_step(*window))["retrieval"]
     assert need == RetrievalNeed(
-        "which port does the server use?", 0.35, 4, 300, 1200, max_tokens=25_000
+        "which port does the server use?",
+        0.35,
+        4,
+        300,
+        1200,
+        max_tokens=25_000,
+        carried_texts=frozenset(map(text_key, window)),
     )
     parts = {"role": "user", "content": [{"type": "text", "text": "the port?"}]}
     assert plan_step(_step(system("s"), parts))["retrieval"].query == "the port?"
@@ -184,3 +193,21 @@ def test_a_kept_answer_is_spliced_byte_for_byte_and_not_reported_again() -> None
     assert out.messages[1]["content"] == "which port?\n\n" + answer["block"]
     assert out.messages[2:] == loop[2:]
     assert [e.name for e in first.events] == [RETRIEVAL] and out.events == ()
+
+
+def test_a_text_key_reads_text_and_calls_whitespace_aside() -> None:
+    assert text_key(user("the  port\n8443")) == text_key(user("the port 8443 "))
+    assert text_key(user("the port")) != text_key(user("the port 8443"))
+    called = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    assert text_key(called) is not None and text_key({"role": "assistant"}) is None
+
+
+def test_hits_whose_snippets_read_alike_are_quoted_once() -> None:
+    """A block quotes each hit's head only: two outputs of one file that differ past it
+    (``cat`` before and after an edit at its end) would read as two copies of one text."""
+    head = "line of the config file\n" * 80
+    before = Hit(3, "tool", head + "debug = false", 0.7, "summarised", "c1")
+    after = Hit(9, "tool", head + "debug = true", 0.6, "summarised", "c2")
+    other = Hit(5, "user", "something else", 0.5, "summarised")
+    assert distinct_hits([before, after, other], snippet_chars=1200) == [before, other]
+    assert distinct_hits([before, after, other]) == [before, after, other]
