@@ -13,6 +13,11 @@ aiohttp reads a socket as soon as it is readable, so Linux would grow a provider
 receive buffer to many megabytes for a client that stalls; each connection's buffer is set
 to ``RECEIVE_BUFFER_BYTES`` instead, so a stalled client slows the provider down after about
 a megabyte in all (``tests/unit/test_relay_backpressure.py``).
+
+A body whose framing breaks mid-way (a bad chunk size) ends with a ``ClientPayloadError`` when
+the connection closes (``fail_if_cut``), as httpx's own transport ends it: aiohttp keeps that
+parse error on the connection and stops timing its reads, so the body would otherwise wait
+for bytes that never come (``tests/unit/test_transport_malformed.py``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from typing import Any
 import httpx
 
 __all__ = [
+    "NOT_HTTP",
     "READ_AHEAD_BYTES",
     "RECEIVE_BUFFER_BYTES",
     "STREAM_EXTENSION",
     "ReadAhead",
+    "fail_if_cut",
     "provider_socket",
     "read_ahead_transport",
 ]
@@ -39,6 +46,40 @@ READ_AHEAD_BYTES = 1 << 18
 """How much of a streamed answer is read ahead of a slow client before reading pauses."""
 RECEIVE_BUFFER_BYTES = 1 << 18
 """The kernel's receive buffer for each aiohttp connection to a provider (it doubles it)."""
+
+
+NOT_HTTP = "the provider's answer is not valid HTTP"
+
+
+def _first_line(message: object) -> str:
+    """aiohttp's parse error in a few words: its first line, never the bytes it quotes."""
+    return str(message).strip().splitlines()[0].rstrip(":")[:80] if str(message).strip() else ""
+
+
+def fail_if_cut(content: Any) -> None:
+    """End ``content`` (an aiohttp ``StreamReader``) with a ``ClientPayloadError`` if its
+    connection closes before the body ended or failed: what a parse error in the body leaves
+    it (the error stays on the connection's protocol, and the read timeout is dropped)."""
+    import aiohttp
+
+    protocol = getattr(content, "_protocol", None)  # none on a body known empty (a 204)
+    if protocol is None or content.is_eof():
+        return
+
+    def check(_: object = None) -> None:
+        if content.is_eof() or content.exception() is not None:
+            return
+        failed = protocol.exception()
+        why = _first_line(getattr(failed, "message", "") or failed or "connection closed")
+        content.set_exception(aiohttp.ClientPayloadError(f"{NOT_HTTP} ({why})"))
+
+    closed = protocol.closed
+    if closed is None:  # the connection is gone already
+        check()
+        return
+    closed.add_done_callback(check)
+    # a body that ends leaves its kept-alive connection's future as it found it
+    content.on_eof(lambda: closed.remove_done_callback(check))
 
 
 class ReadAhead(httpx.AsyncByteStream):
@@ -142,11 +183,12 @@ def read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             response = await super().handle_async_request(request)
+            inner = response.stream
+            assert isinstance(inner, httpx.AsyncByteStream)
+            # httpx-aiohttp's stream keeps the aiohttp response it reads.
+            content = inner._aiohttp_response.content  # type: ignore[attr-defined]
+            fail_if_cut(content)
             if request.extensions.get(STREAM_EXTENSION):
-                inner = response.stream
-                assert isinstance(inner, httpx.AsyncByteStream)
-                # httpx-aiohttp's stream keeps the aiohttp response it reads.
-                content = inner._aiohttp_response.content  # type: ignore[attr-defined]
                 response.stream = ReadAhead(content, inner, READ_AHEAD_BYTES)
             return response
 

@@ -1,0 +1,99 @@
+"""A provider whose answer is not valid HTTP, over both transports: a malformed head or a body
+whose chunked framing breaks mid-way is a transport error the proxy maps to a 502, raised at
+once, never an unhandled aiohttp error (a 500) or a read that waits for bytes that never come
+(aiohttp keeps a body parser's error on the connection, not on the body being read)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from proxy.aiohttp_stream import fail_if_cut
+from proxy.config import ProviderConfig
+from proxy.errors import UpstreamUnavailable
+from proxy.transport import Kind, build_client
+from proxy.upstream import Upstream
+from tests.fakes.scripted import Reader, Server, Writer
+
+KINDS = ["httpx", "aiohttp"]
+CHUNK = b'data: {"choices": []}\n\n'
+CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ntransfer-encoding: chunked\r\n\r\n"
+BOUND = 3.0  # far below the provider's read timeout: the break itself must end the read
+
+
+def _chunked_then_garbage(ctype: bytes) -> Server:
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
+        await server.request(reader)
+        writer.write(CHUNKED % ctype + b"%x\r\n%s\r\n" % (len(CHUNK), CHUNK))
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the valid part is read first, then the framing breaks
+        writer.write(b"ZZZ\r\nnot a chunk\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = Server(handler)
+    return server
+
+
+def _provider(server: Server) -> ProviderConfig:
+    return ProviderConfig(base_url=server.url(), timeout_seconds=60)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_stream_whose_chunked_framing_breaks_ends_with_an_error(kind: Kind) -> None:
+    upstream = Upstream(build_client(kind=kind), env={})
+    got = b""
+    async with _chunked_then_garbage(b"text/event-stream") as server:
+        answer = await upstream.open_stream(
+            _provider(server), "/chat/completions", client_headers={}, content=b"{}"
+        )
+
+        async def read() -> None:
+            nonlocal got
+            async for chunk in answer.aiter_bytes():
+                got += chunk
+
+        with pytest.raises(httpx.TransportError):
+            await asyncio.wait_for(read(), BOUND)
+        await answer.aclose()
+    await upstream.client.aclose()
+    assert got == CHUNK
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_whole_answer_whose_chunked_framing_breaks_is_a_502(kind: Kind) -> None:
+    upstream = Upstream(build_client(kind=kind), env={})
+    async with _chunked_then_garbage(b"application/json") as server:
+        call = upstream.call(_provider(server), "POST", "/chat/completions", client_headers={})
+        with pytest.raises(UpstreamUnavailable, match="broke off"):
+            await asyncio.wait_for(call, BOUND)
+    await upstream.client.aclose()
+
+
+async def test_answers_that_end_leave_nothing_on_their_kept_alive_connection() -> None:
+    """The watch on each answer's connection goes once its body ends: a connection kept
+    alive for many answers holds none of them."""
+    import aiohttp
+
+    body = b'{"ok": true}'
+
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
+        while await server.request(reader) is not None:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
+            await writer.drain()
+            await asyncio.sleep(0.01)  # the body comes after the head: it is watched
+            writer.write(body)
+
+    server = Server(handler)
+    protocols = set()
+    async with server, aiohttp.ClientSession() as session:
+        for _ in range(20):
+            async with session.post(server.url() + "/chat/completions", data=b"{}") as resp:
+                fail_if_cut(resp.content)
+                protocols.add(resp.content._protocol)
+                assert await resp.read() == body
+        assert server.connections == 1 and len(protocols) == 1
+        closed = protocols.pop()._closed
+        assert closed is not None and not closed.done() and not closed._callbacks
