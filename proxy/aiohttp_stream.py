@@ -14,10 +14,12 @@ receive buffer to many megabytes for a client that stalls; each connection's buf
 to ``RECEIVE_BUFFER_BYTES`` instead, so a stalled client slows the provider down after about
 a megabyte in all (``tests/unit/test_relay_backpressure.py``).
 
-A body whose framing breaks mid-way (a bad chunk size) ends with a ``ClientPayloadError`` when
-the connection closes (``fail_if_cut``), as httpx's own transport ends it: aiohttp keeps that
-parse error on the connection and stops timing its reads, so the body would otherwise wait
-for bytes that never come (``tests/unit/test_transport_malformed.py``).
+An answer that is not valid HTTP is a transport error, as httpx's own transport makes it: a
+malformed head (``ClientResponseError``, which httpx-aiohttp does not map) is raised as
+``httpx.RemoteProtocolError``, and a body whose framing breaks mid-way (a bad chunk size)
+ends with a ``ClientPayloadError`` when the connection closes (``fail_if_cut``): aiohttp keeps
+that parse error on the connection and stops timing its reads, so the body would otherwise
+wait for bytes that never come (``tests/unit/test_transport_malformed.py``).
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ NOT_HTTP = "the provider's answer is not valid HTTP"
 
 
 def _first_line(message: object) -> str:
-    """aiohttp's parse error in a few words: its first line, never the bytes it quotes."""
-    return str(message).strip().splitlines()[0].rstrip(":")[:80] if str(message).strip() else ""
+    """aiohttp's parse error in a few words, up to its first colon: never the bytes it
+    quotes after it (a header line too long, a bad status line), which may hold a secret."""
+    return str(message).strip().partition(":")[0].partition("\n")[0][:80]
 
 
 def fail_if_cut(content: Any) -> None:
@@ -182,7 +185,11 @@ def read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
             return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            response = await super().handle_async_request(request)
+            try:
+                response = await super().handle_async_request(request)
+            except aiohttp.ClientResponseError as exc:  # a head that is not HTTP
+                why = _first_line(exc.message)
+                raise httpx.RemoteProtocolError(f"{NOT_HTTP} ({why})", request=request) from exc
             inner = response.stream
             assert isinstance(inner, httpx.AsyncByteStream)
             # httpx-aiohttp's stream keeps the aiohttp response it reads.

@@ -97,3 +97,38 @@ async def test_answers_that_end_leave_nothing_on_their_kept_alive_connection() -
         assert server.connections == 1 and len(protocols) == 1
         closed = protocols.pop()._closed
         assert closed is not None and not closed.done() and not closed._callbacks
+
+
+HEADS = {
+    "not HTTP": b"SSH-2.0-OpenSSH_9.6\r\n",
+    "bad status line": b"HTTP/1.1 abc OK\r\ncontent-length: 2\r\n\r\n{}",
+    "status below 100": b"HTTP/1.1 99 X\r\ncontent-length: 2\r\n\r\n{}",
+    "bad content-length": b"HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\n{}",
+    "a header line too long": b"HTTP/1.1 200 OK\r\nx-key: sk-" + b"s" * 20000 + b"\r\n\r\n{}",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("head", list(HEADS.values()), ids=list(HEADS))
+async def test_an_answer_whose_head_is_not_http_is_a_502(kind: Kind, head: bytes) -> None:
+    if kind == "httpx" and len(head) > 8192:
+        pytest.skip("httpx's transport reads a longer head line than aiohttp's 8190 bytes")
+
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
+        await server.request(reader)
+        writer.write(head)
+        await writer.drain()
+        writer.close()
+
+    server = Server(handler)
+    upstream = Upstream(build_client(kind=kind), env={})
+    async with server:
+        call = upstream.call(_provider(server), "POST", "/chat/completions", client_headers={})
+        with pytest.raises(UpstreamUnavailable) as info:
+            await asyncio.wait_for(call, BOUND)
+        assert "sk-" not in str(info.value)  # the provider's bytes are not quoted
+        with pytest.raises(UpstreamUnavailable):
+            await upstream.open_stream(
+                _provider(server), "/chat/completions", client_headers={}, content=b"{}"
+            )
+    await upstream.client.aclose()
