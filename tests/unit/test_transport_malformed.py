@@ -12,7 +12,7 @@ import pytest
 
 from proxy.aiohttp_stream import fail_if_cut
 from proxy.config import ProviderConfig
-from proxy.errors import UpstreamUnavailable
+from proxy.errors import UpstreamBadResponse, UpstreamUnavailable
 from proxy.transport import Kind, build_client
 from proxy.upstream import Upstream
 from tests.fakes.scripted import Reader, Server, Writer
@@ -128,6 +128,31 @@ async def test_an_answer_whose_head_is_not_http_is_a_502(kind: Kind, head: bytes
             await asyncio.wait_for(call, BOUND)
         assert "sk-" not in str(info.value)  # the provider's bytes are not quoted
         with pytest.raises(UpstreamUnavailable):
+            await upstream.open_stream(
+                _provider(server), "/chat/completions", client_headers={}, content=b"{}"
+            )
+    await upstream.client.aclose()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [600, 999])
+async def test_a_status_past_599_is_a_502_not_relayed(kind: Kind, status: int) -> None:
+    """HTTP's statuses end at 599: the ASGI server cannot send a 999 (the client would see
+    its connection dropped), so the proxy answers for the provider."""
+
+    async def handler(reader: Reader, writer: Writer, n: int) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 %d Odd\r\ncontent-length: 2\r\n\r\n{}" % status)
+        await writer.drain()
+        writer.close()
+
+    server = Server(handler)
+    upstream = Upstream(build_client(kind=kind), env={})
+    async with server:
+        call = upstream.call(_provider(server), "POST", "/chat/completions", client_headers={})
+        with pytest.raises(UpstreamBadResponse, match=f"answered {status}"):
+            await asyncio.wait_for(call, BOUND)
+        with pytest.raises(UpstreamBadResponse):
             await upstream.open_stream(
                 _provider(server), "/chat/completions", client_headers={}, content=b"{}"
             )
