@@ -25,7 +25,9 @@ wait for bytes that never come (``tests/unit/test_transport_malformed.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -59,30 +61,43 @@ def _first_line(message: object) -> str:
     return str(message).strip().partition(":")[0].partition("\n")[0][:80]
 
 
+_READING: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Each watched connection's protocol and the body last read over it."""
+
+
 def fail_if_cut(content: Any) -> None:
     """End ``content`` (an aiohttp ``StreamReader``) with a ``ClientPayloadError`` if its
     connection closes before the body ended or failed: what a parse error in the body leaves
-    it (the error stays on the connection's protocol, and the read timeout is dropped)."""
-    import aiohttp
-
+    it (the error stays on the connection's protocol, and the read timeout is dropped). A
+    kept-alive connection gets one watch, whatever number of answers it carries."""
     protocol = getattr(content, "_protocol", None)  # none on a body known empty (a 204)
     if protocol is None or content.is_eof():
         return
-
-    def check(_: object = None) -> None:
-        if content.is_eof() or content.exception() is not None:
-            return
-        failed = protocol.exception()
-        why = _first_line(getattr(failed, "message", "") or failed or "connection closed")
-        content.set_exception(aiohttp.ClientPayloadError(f"{NOT_HTTP} ({why})"))
-
     closed = protocol.closed
     if closed is None:  # the connection is gone already
-        check()
+        _cut(content, protocol)
         return
-    closed.add_done_callback(check)
-    # a body that ends leaves its kept-alive connection's future as it found it
-    content.on_eof(lambda: closed.remove_done_callback(check))
+    if protocol not in _READING:
+        closed.add_done_callback(functools.partial(_closed, protocol))
+    _READING[protocol] = content
+
+
+def _closed(protocol: Any, closed: asyncio.Future[None]) -> None:
+    if not closed.cancelled():
+        closed.exception()  # a reset is the body's reader's to report, not asyncio's log's
+    content = _READING.pop(protocol, None)
+    if content is not None:
+        _cut(content, protocol)
+
+
+def _cut(content: Any, protocol: Any) -> None:
+    import aiohttp
+
+    if content.is_eof() or content.exception() is not None:
+        return
+    failed = protocol.exception()
+    why = _first_line(getattr(failed, "message", "") or failed or "connection closed")
+    content.set_exception(aiohttp.ClientPayloadError(f"{NOT_HTTP} ({why})"))
 
 
 class ReadAhead(httpx.AsyncByteStream):
