@@ -13,12 +13,21 @@ aiohttp reads a socket as soon as it is readable, so Linux would grow a provider
 receive buffer to many megabytes for a client that stalls; each connection's buffer is set
 to ``RECEIVE_BUFFER_BYTES`` instead, so a stalled client slows the provider down after about
 a megabyte in all (``tests/unit/test_relay_backpressure.py``).
+
+An answer that is not valid HTTP is a transport error, as httpx's own transport makes it: a
+malformed head (``ClientResponseError``, which httpx-aiohttp does not map) is raised as
+``httpx.RemoteProtocolError``, and a body whose framing breaks mid-way (a bad chunk size)
+ends with a ``ClientPayloadError`` when the connection closes (``fail_if_cut``): aiohttp keeps
+that parse error on the connection and stops timing its reads, so the body would otherwise
+wait for bytes that never come (``tests/unit/test_transport_malformed.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,10 +35,12 @@ from typing import Any
 import httpx
 
 __all__ = [
+    "NOT_HTTP",
     "READ_AHEAD_BYTES",
     "RECEIVE_BUFFER_BYTES",
     "STREAM_EXTENSION",
     "ReadAhead",
+    "fail_if_cut",
     "provider_socket",
     "read_ahead_transport",
 ]
@@ -39,6 +50,54 @@ READ_AHEAD_BYTES = 1 << 18
 """How much of a streamed answer is read ahead of a slow client before reading pauses."""
 RECEIVE_BUFFER_BYTES = 1 << 18
 """The kernel's receive buffer for each aiohttp connection to a provider (it doubles it)."""
+
+
+NOT_HTTP = "the provider's answer is not valid HTTP"
+
+
+def _first_line(message: object) -> str:
+    """aiohttp's parse error in a few words, up to its first colon: never the bytes it
+    quotes after it (a header line too long, a bad status line), which may hold a secret."""
+    return str(message).strip().partition(":")[0].partition("\n")[0][:80]
+
+
+_READING: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Each watched connection's protocol and the body last read over it."""
+
+
+def fail_if_cut(content: Any) -> None:
+    """End ``content`` (an aiohttp ``StreamReader``) with a ``ClientPayloadError`` if its
+    connection closes before the body ended or failed: what a parse error in the body leaves
+    it (the error stays on the connection's protocol, and the read timeout is dropped). A
+    kept-alive connection gets one watch, whatever number of answers it carries."""
+    protocol = getattr(content, "_protocol", None)  # none on a body known empty (a 204)
+    if protocol is None or content.is_eof():
+        return
+    closed = protocol.closed
+    if closed is None:  # the connection is gone already
+        _cut(content, protocol)
+        return
+    if protocol not in _READING:
+        closed.add_done_callback(functools.partial(_closed, protocol))
+    _READING[protocol] = content
+
+
+def _closed(protocol: Any, closed: asyncio.Future[None]) -> None:
+    if not closed.cancelled():
+        closed.exception()  # a reset is the body's reader's to report, not asyncio's log's
+    content = _READING.pop(protocol, None)
+    if content is not None:
+        _cut(content, protocol)
+
+
+def _cut(content: Any, protocol: Any) -> None:
+    import aiohttp
+
+    if content.is_eof() or content.exception() is not None:
+        return
+    failed = protocol.exception()
+    why = _first_line(getattr(failed, "message", "") or failed or "connection closed")
+    content.set_exception(aiohttp.ClientPayloadError(f"{NOT_HTTP} ({why})"))
 
 
 class ReadAhead(httpx.AsyncByteStream):
@@ -141,12 +200,17 @@ def read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
             return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            response = await super().handle_async_request(request)
+            try:
+                response = await super().handle_async_request(request)
+            except aiohttp.ClientResponseError as exc:  # a head that is not HTTP
+                why = _first_line(exc.message)
+                raise httpx.RemoteProtocolError(f"{NOT_HTTP} ({why})", request=request) from exc
+            inner = response.stream
+            assert isinstance(inner, httpx.AsyncByteStream)
+            # httpx-aiohttp's stream keeps the aiohttp response it reads.
+            content = inner._aiohttp_response.content  # type: ignore[attr-defined]
+            fail_if_cut(content)
             if request.extensions.get(STREAM_EXTENSION):
-                inner = response.stream
-                assert isinstance(inner, httpx.AsyncByteStream)
-                # httpx-aiohttp's stream keeps the aiohttp response it reads.
-                content = inner._aiohttp_response.content  # type: ignore[attr-defined]
                 response.stream = ReadAhead(content, inner, READ_AHEAD_BYTES)
             return response
 

@@ -234,7 +234,9 @@ class Upstream:
         stream: bool = False,
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
-        it points, for every caller (chat, streams, the summariser, the passthroughs)."""
+        it points, for every caller (chat, streams, the summariser, the passthroughs), and so
+        is a status past 599, which no ASGI server sends (the client would lose its
+        connection instead of reading an error)."""
         proxy_of = self._proxy_of if self._proxy_for is not None else None
         with mapped_errors(provider, proxy_of):
             request = self._request(
@@ -253,6 +255,12 @@ class Upstream:
                 f"{provider_name(provider)} answered {resp.status_code}, a redirect to "
                 f"{_redirect_target(resp)}; set the provider's baseUrl to the address it "
                 "points to"
+            )
+        if resp.status_code > 599:
+            await resp.aclose()
+            raise UpstreamBadResponse(
+                f"{provider_name(provider)} answered {resp.status_code}, which is no HTTP "
+                "status (they end at 599)"
             )
         if (encoding := resp.headers.get("content-encoding")) and not _decodable(encoding):
             # httpx passes an encoding it has no decoder for through as it is, and the relay

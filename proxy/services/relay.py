@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -53,7 +52,6 @@ _EOF = object()
 
 
 NO_CHAT = "the provider's answer is no chat stream"
-_EVENT_FIELD = re.compile(rb"(?:^|[\r\n])event:")
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
 
 
@@ -291,9 +289,10 @@ def _out(
 
 def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
     """A comment, a field, or the "\\n" of a "\\r\\n" cut between reads, sent after what is
-    held, in order; data that is no JSON object ends the round before it (the SDKs raise on
-    it), unless an ``event:`` line names the event (the SDKs skip a named one's data)."""
-    if sse.event_data(event) is not None and not _EVENT_FIELD.search(event):
+    held, in order; data that is no JSON object ends the round before it, whether or not an
+    ``event:`` line names it: the openai SDK parses every event's data as JSON and raises a
+    ``JSONDecodeError``, no API error, on one that does not parse."""
+    if sse.event_data(event) is not None:
         out.error = f"{NO_CHAT} (a data event is not a JSON object)"
         return []
     return _send(event, hold=bool(held), held=held)

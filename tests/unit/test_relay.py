@@ -245,13 +245,17 @@ async def test_the_cap_is_read_at_each_round(monkeypatch: pytest.MonkeyPatch) ->
     assert got == [frame({"content": "a"})] and "cap of 300 bytes" in (out.error or "")
 
 
-async def test_data_that_is_no_json_object_ends_the_round_unless_its_event_is_named() -> None:
-    # The openai SDK raises on an unnamed event's data that is no JSON, and skips a named one's.
-    named = b"event: ping\ndata: ping\n\n"
+@pytest.mark.parametrize("event", [b"data: ping\n\n", b"event: ping\ndata: ping\n\n"])
+async def test_data_that_is_no_json_object_ends_the_round_named_or_not(event: bytes) -> None:
+    # The openai SDK parses every event's data as JSON, a named one's too (JSONDecodeError).
+    got, out = await relay([frame({"content": "a"}), event, frame({}, "stop")], ClientStream())
+    assert "no chat stream" in (out.error or "") and got == [frame({"content": "a"})]
+
+
+async def test_a_named_event_with_a_json_object_is_relayed() -> None:
+    named = b'event: ping\ndata: {"ping": 1}\n\n'
     got, out = await relay([frame({"content": "a"}), named, frame({}, "stop")], ClientStream())
     assert out.error is None and got == [frame({"content": "a"}), named, frame({}, "stop")]
-    got, out = await relay([frame({"content": "a"}), b"data: ping\n\n"], ClientStream())
-    assert "no chat stream" in (out.error or "") and got == [frame({"content": "a"})]
 
 
 async def test_an_error_object_instead_of_a_stream_is_an_error_frame_unless_after_done() -> None:
