@@ -293,9 +293,10 @@ async def test_a_silent_provider_gets_keepalive_comments_and_the_stream_goes_on(
         keepalive=0.01,
     ):
         got.append(p)
-        if got.count(sse.KEEPALIVE) == 2:
+        if pieces[0] in got and got[got.index(pieces[0]) :].count(sse.KEEPALIVE) == 2:
             body.go.set()
-    assert got[0] == pieces[0] and got[1:3] == [sse.KEEPALIVE] * 2
+    # the silence after the first piece is filled (a loaded machine may fill one before it)
+    assert got[got.index(pieces[0]) + 1 :][:2] == [sse.KEEPALIVE] * 2
     assert [p for p in got if p != sse.KEEPALIVE] == pieces
 
 
