@@ -129,6 +129,17 @@ def test_a_field_streamed_in_many_pieces_costs_its_length() -> None:
     assert time.monotonic() - start < 2
 
 
+def test_a_list_a_provider_extends_on_every_delta_costs_what_each_delta_adds() -> None:
+    # a list of strings repeated on every delta (citations): read again whole on each, the
+    # merge held the event loop for minutes
+    own = OwnFields(1 << 26)
+    start = time.monotonic()
+    for n in range(8000):
+        own.add({"citations": ["https://example.com/", n]})
+    assert len(own.plain()["citations"]) == 16000
+    assert time.monotonic() - start < 2
+
+
 def test_rounds_merge_as_one_stream_of_all_their_deltas() -> None:
     rounds = [
         {"role": "assistant", "content": "a", "reasoning_content": "x", "tool_calls": [{}]},
