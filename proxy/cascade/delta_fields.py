@@ -115,7 +115,7 @@ def merge(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
 
 def _merge_list(held: _List, value: list[Any]) -> None:
     if held.scalars and (held or not _indexed(value)):
-        held.extend(_copy(value))
+        held.extend(_entry(v) for v in value)  # an object among them may be merged into
     else:
         _merge_entries(held, value)
     held.scalars = held.scalars and all(isinstance(v, _SCALAR) for v in value)

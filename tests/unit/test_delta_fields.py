@@ -61,6 +61,11 @@ SEQUENCES = {
         {"reasoning_details": [{"index": 0, "type": "reasoning.summary", "signature": "s"}]},
         {"reasoning_details": [{"index": 1, "data": "d", "n": 1}, {"index": 1, "n": 2}]},
     ],
+    "extended, then indexed": [
+        {"reasoning_details": []},
+        {"reasoning_details": [{"type": "reasoning.text", "text": "a", "parts": ["p"]}]},
+        {"reasoning_details": [{"index": 0, "text": "b", "parts": ["q"]}]},
+    ],
     "scalars": [
         {"n": 1, "f": 0.5, "flag": True, "tags": ["a"]},
         {"n": 2, "f": 1, "flag": True, "tags": ["b", 3]},
