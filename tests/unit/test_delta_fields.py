@@ -166,8 +166,8 @@ def test_a_field_streamed_in_many_pieces_costs_its_length() -> None:
 
 
 def test_a_list_a_provider_extends_on_every_delta_costs_what_each_delta_adds() -> None:
-    # a list of strings repeated on every delta (citations): read again whole on each, the
-    # merge held the event loop for minutes
+    # a list a provider sends again on every delta (its sources): were the list so far read
+    # again on each, the merge would cost the square of its length, on the event loop
     own = OwnFields(1 << 26)
     start = time.monotonic()
     for n in range(8000):
