@@ -39,11 +39,7 @@ def loads_exact(data: bytes) -> Any:
         # UTF-8 ("surrogates not allowed" among them) stay refused
         if "low surrogate" not in said and "high surrogate" not in said:
             raise
-        obj = loads_json(data)
-        try:
-            return storable(obj)
-        except RecursionError:  # ``storable`` recurses deeper than ``json`` reading it
-            raise ValueError("the JSON nests too deep") from exc
+        return storable(loads_json(data))
     if isinstance(obj, dict):
         rest = [v for k, v in obj.items() if k != "messages"]
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
@@ -58,18 +54,30 @@ def loads_exact(data: bytes) -> Any:
 def storable(value: Any) -> Any:
     """``value`` (a reply, or any part of one) with every string UTF-8 can carry: surrogate
     halves that make a pair are joined, a half with no partner becomes U+FFFD, since no
-    store, hash or upstream body can hold it (JSON's grammar lets a provider send one)."""
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        return value
-    if isinstance(value, dict):
-        return {storable(k): storable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [storable(v) for v in value]
-    return value
+    store, hash or upstream body can hold it (JSON's grammar lets a provider send one).
+    Walked without recursion: an answer nests as deep as the JSON reader takes."""
+    top = [value]
+    stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]  # (where it goes, its key, it)
+    while stack:
+        into, key, item = stack.pop()
+        if isinstance(item, str):
+            into[key] = _utf8(item)
+        elif isinstance(item, dict):
+            pairs = [(_utf8(k) if isinstance(k, str) else k, v) for k, v in item.items()]
+            into[key] = obj = dict(pairs)
+            stack.extend((obj, k, v) for k, v in reversed(pairs))  # a repeated key: the last
+        elif isinstance(item, list):
+            into[key] = entries = list(item)
+            stack.extend((entries, pos, v) for pos, v in enumerate(item))
+    return top[0]
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def _wide(value: Any) -> bool:

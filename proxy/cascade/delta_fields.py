@@ -39,6 +39,20 @@ class _Pieces(list[str]):
     """A string being merged: its pieces, joined by ``plain``."""
 
 
+_SCALAR = (str, int, float)
+
+
+class _List(list[Any]):
+    """A list being merged, and whether its entries are all scalars (the SDK extends such a
+    list), kept as entries are added, so a delta costs what it adds, not the list so far."""
+
+    __slots__ = ("scalars",)
+
+    def __init__(self, entries: list[Any]) -> None:
+        super().__init__(entries)
+        self.scalars = all(isinstance(v, _SCALAR) for v in entries)
+
+
 def own_fields(delta: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """The provider's own fields of a delta or message (those not ``BUILT``), null ones left
     out: a null sets nothing the SDK keeps."""
@@ -54,7 +68,7 @@ def _grown(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _grown(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_entry(v) for v in value]
+        return _List([_entry(v) for v in value])
     return value
 
 
@@ -84,7 +98,7 @@ def merge(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
             if not _indexed(value):
                 acc[key] = _grown(value)
                 continue
-            acc[key] = []
+            acc[key] = _List([])
         held = acc[key]
         if key in ("index", "type"):
             acc[key] = _grown(value)
@@ -95,15 +109,19 @@ def merge(acc: dict[str, Any], delta: Mapping[str, Any]) -> None:
             acc[key] = held + value
         elif isinstance(held, dict) and isinstance(value, Mapping):
             merge(held, value)
-        elif isinstance(held, list) and isinstance(value, list):
+        elif isinstance(held, _List) and isinstance(value, list):
             _merge_list(held, value)
 
 
-def _merge_list(held: list[Any], value: list[Any]) -> None:
-    scalars = all(isinstance(v, str | int | float) for v in held)
-    if scalars and (held or not _indexed(value)):
-        held.extend(_copy(value))
-        return
+def _merge_list(held: _List, value: list[Any]) -> None:
+    if held.scalars and (held or not _indexed(value)):
+        held.extend(_entry(v) for v in value)  # an object among them may be merged into
+    else:
+        _merge_entries(held, value)
+    held.scalars = held.scalars and all(isinstance(v, _SCALAR) for v in value)
+
+
+def _merge_entries(held: list[Any], value: list[Any]) -> None:
     for entry in value:
         index = entry.get("index") if isinstance(entry, Mapping) else None
         if not isinstance(index, int) or isinstance(index, bool):

@@ -3,10 +3,13 @@ SDK's stream helper merges them, held to a cap, and merged across a stream's rou
 
 from __future__ import annotations
 
+import copy
+import random
 import time
 from typing import Any
 
 import pytest
+from openai.lib.streaming._deltas import accumulate_delta
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
@@ -61,6 +64,11 @@ SEQUENCES = {
         {"reasoning_details": [{"index": 0, "type": "reasoning.summary", "signature": "s"}]},
         {"reasoning_details": [{"index": 1, "data": "d", "n": 1}, {"index": 1, "n": 2}]},
     ],
+    "extended, then indexed": [
+        {"reasoning_details": []},
+        {"reasoning_details": [{"type": "reasoning.text", "text": "a", "parts": ["p"]}]},
+        {"reasoning_details": [{"index": 0, "text": "b", "parts": ["q"]}]},
+    ],
     "scalars": [
         {"n": 1, "f": 0.5, "flag": True, "tags": ["a"]},
         {"n": 2, "f": 1, "flag": True, "tags": ["b", 3]},
@@ -85,6 +93,34 @@ def test_own_fields_merge_as_the_sdks_stream_helper_merges_them(
     deltas: list[dict[str, Any]],
 ) -> None:
     assert _ours(deltas) == _sdk(deltas)
+
+
+def _value(rng: random.Random, depth: int = 0) -> Any:
+    """A field's value as a provider might stream it: texts, numbers, objects, and lists
+    of scalars or of entries with an ``index`` (or without one)."""
+    pick = rng.random()
+    if depth > 2 or pick < 0.35:
+        return rng.choice(["a", "b", "", "xy", 1, 2.5, None])
+    if pick < 0.65:
+        keys = rng.sample(["k", "type", "t", "index"], rng.randint(0, 2))
+        return {k: _value(rng, depth + 1) for k in keys}
+    entry = {"t": _value(rng, depth + 1)}
+    if pick < 0.9:
+        return rng.choice([[], [entry], [{"index": rng.choice([0, 1, -1]), **entry}]])
+    return [_value(rng, depth + 1) for _ in range(rng.randint(0, 2))]
+
+
+def test_random_deltas_merge_as_the_sdks_stream_helper_merges_them() -> None:
+    rng = random.Random(16)
+    for _ in range(3000):
+        deltas = [{"f": _value(rng)} for _ in range(rng.randint(1, 4))]
+        sdk: dict[object, object] = {}
+        try:  # the helper's own merge, each delta a copy as its snapshot's dump makes it
+            for delta in deltas:
+                sdk = accumulate_delta(sdk, copy.deepcopy(delta))  # type: ignore[arg-type]
+        except (TypeError, RuntimeError):  # the SDK fails: no client resends it
+            continue
+        assert _ours(deltas) == {k: v for k, v in sdk.items() if v is not None}, deltas
 
 
 def test_a_list_of_objects_without_index_sent_twice_keeps_every_entry() -> None:
@@ -113,7 +149,7 @@ def test_a_field_that_would_pass_the_cap_is_left_out_whole_and_frees_its_room() 
 
 def test_a_field_nested_past_what_the_merge_recurses_into_is_left_out() -> None:
     deep: Any = "x"
-    for _ in range(600):  # JSON the provider's parser reads (orjson's limit is 1024)
+    for _ in range(3000):  # JSON the provider's parser reads (orjson's limit is 1024)
         deep = {"a": deep}
     deltas = [{"deep": deep, "reasoning": "r"}, {"deep": deep, "shallow": {"a": {"b": 1}}}]
     assert _ours(deltas) == {"reasoning": "r", "shallow": {"a": {"b": 1}}}
@@ -126,6 +162,17 @@ def test_a_field_streamed_in_many_pieces_costs_its_length() -> None:
     for _ in range(4000):  # joined string by string, this copies tens of gigabytes
         own.add({"audio": {"data": piece}})
     assert len(own.plain()["audio"]["data"]) == 4000 * 4096
+    assert time.monotonic() - start < 2
+
+
+def test_a_list_a_provider_extends_on_every_delta_costs_what_each_delta_adds() -> None:
+    # a list a provider sends again on every delta (its sources): were the list so far read
+    # again on each, the merge would cost the square of its length, on the event loop
+    own = OwnFields(1 << 26)
+    start = time.monotonic()
+    for n in range(8000):
+        own.add({"citations": ["https://example.com/", n]})
+    assert len(own.plain()["citations"]) == 16000
     assert time.monotonic() - start < 2
 
 

@@ -79,3 +79,46 @@ def test_the_sdk_helpers_resend_of_a_streamed_reply_supersedes_nothing(
     stored = http.get("/v1/sessions/own/messages").json()["data"][1]["message"]
     assert stored["reasoning_details"][0]["text"] == "Look it up."
     assert stored["audio"] == final["audio"]
+
+
+def _choices(*deltas: dict[str, Any], finish: str | None = None) -> str:
+    choices = [{"index": i, "delta": d, "finish_reason": finish} for i, d in enumerate(deltas)]
+    chunk = {"id": "c2", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+    return f"data: {json.dumps({**chunk, 'choices': choices})}\n\n"
+
+
+def test_choices_interleaved_and_a_field_repeated_on_every_delta_merge_as_the_sdks(
+    client: openai.OpenAI, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # a provider that repeats its own fields on every delta (an id, a list of sources):
+    # the SDK joins and extends them, and so does the stored reply of choice 0
+    seen = {"provider": {"id": "p1"}, "sources": ["s"], "reasoning_details": []}
+    words = ["One", " two", " three"]
+    fake_upstream.script(
+        raw(
+            _choices({"role": "assistant", **seen}, {"role": "assistant", **seen}),
+            *(_choices({"content": w, **seen}, {"content": w.upper(), **seen}) for w in words),
+            _choices({}, {}, finish="stop"),
+            "data: [DONE]\n\n",
+        )
+    )
+    headers = {"X-Session-Id": "many"}
+    messages: list[Any] = [user("count")]
+    with client.chat.completions.stream(
+        model=MODEL, messages=messages, n=2, extra_headers=headers
+    ) as stream:
+        final = stream.get_final_completion().choices[0].message.model_dump()
+    assert final["content"] == "One two three" and final["sources"] == ["s"] * 4
+    messages += [final, user("thanks")]
+    client.chat.completions.create(model=MODEL, messages=messages, extra_headers=headers)
+    assert settled(http, "many", 4)["superseded_count"] == 0
+
+
+def test_a_stream_with_own_fields_is_relayed_byte_for_byte(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    frames = _stream()
+    fake_upstream.script(raw(*frames))
+    body = {"model": MODEL, "messages": [user("look it up")], "stream": True}
+    answer = http.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "bytes"})
+    assert answer.text == "".join(frames)

@@ -1,0 +1,63 @@
+"""An answer whose own field nests deep (as deep as the JSON reader takes) reaches the client
+whole: making it storable walks it without recursion, so no RecursionError answers 500 or
+breaks the stream off. (A message nested past what the hash chain's JSON writer takes is then
+not recorded, as any such message is: the turn logs it and ends.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from tests.fakes.replies import raw
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.reconcile_helpers import MODEL, user
+
+DEPTH = 1000  # within orjson's 1024 levels, past Python's recursion limit
+
+
+def _deep(obj: Any) -> str:
+    """``obj`` as JSON, its ``"DEEP"`` a list nested ``DEPTH`` levels."""
+    return json.dumps(obj, separators=(",", ":")).replace('"DEEP"', "[" * DEPTH + "]" * DEPTH)
+
+
+def _head(kind: str) -> dict[str, Any]:
+    return {"id": "c1", "object": kind, "created": 0, "model": MODEL}
+
+
+def test_a_deep_field_of_an_answer_not_streamed_is_relayed(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    message = {"role": "assistant", "content": "hi", "deep": "DEEP"}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = _deep({**_head("chat.completion"), "choices": [choice]})
+    fake_upstream.script(raw(body, headers={"content-type": "application/json"}))
+    asked = {"model": MODEL, "messages": [user("hi")]}
+    answer = http.post("/v1/chat/completions", json=asked, headers={"X-Session-Id": "deep"})
+    assert answer.status_code == 200
+    assert answer.content == body.encode()
+
+
+def _frame(delta: dict[str, Any], finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return f"data: {_deep({**_head('chat.completion.chunk'), 'choices': [choice]})}\n\n"
+
+
+def test_a_deep_field_of_a_streamed_tool_call_ends_the_stream_whole(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fn = {"name": "f", "arguments": "{}"}
+    call = {"index": 0, "id": "call_1", "type": "function", "function": fn, "deep": "DEEP"}
+    fake_upstream.script(
+        raw(
+            _frame({"role": "assistant", "content": None}),
+            _frame({"tool_calls": [call]}),
+            _frame({}, "tool_calls"),
+            "data: [DONE]\n\n",
+        )
+    )
+    asked = {"model": MODEL, "messages": [user("hi")], "stream": True}
+    answer = http.post("/v1/chat/completions", json=asked, headers={"X-Session-Id": "deeps"})
+    assert answer.status_code == 200
+    assert answer.text.endswith("data: [DONE]\n\n")
