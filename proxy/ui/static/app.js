@@ -178,12 +178,10 @@ function sessionIn(hash) {
   try { return decodeURIComponent(m[1]); } catch (_) { return m[1]; } // a stray "%"
 }
 
-// Once the page is up (`booted`), a change of view (to a session, back to the list, in after
-// signing in) moves the focus to the new view's heading, named by then: left on the body,
-// the keyboard would start again at the page's top and a screen reader say nothing of it.
-// The page's first view keeps the browser's start, at its top.
-let booted = false;
-
+// Every view, the page's first on a load or a reload too, puts the focus on its heading,
+// named by then: left on the body, the keyboard starts at the page's top and a screen reader
+// says nothing of the view. The session view's skip link comes right after its heading, so
+// the first Tab from there reaches it.
 function route() {
   if (storedKey() === null) { showLogin(); return; }
   const id = sessionIn(location.hash);
@@ -197,7 +195,7 @@ function route() {
   } else {
     openList();
   }
-  if (booted) $(heading).focus({ preventScroll: true }); // the view scrolls as it did
+  $(heading).focus({ preventScroll: true }); // the view scrolls as it did
 }
 
 // What the Authorization header cannot carry, said by its code point: a key is printable
@@ -234,7 +232,6 @@ function boot() {
   });
   window.addEventListener("hashchange", route);
   route();
-  booted = true;
 }
 
 boot();

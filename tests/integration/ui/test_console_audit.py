@@ -205,7 +205,7 @@ def test_the_keyboard_reaches_the_composer_past_a_long_list(
         assert resp.status_code == 200, resp.text
     page = sign_in(console, "#/s/keyed")
     page.locator("[data-testid=message][data-role=tool]").first.wait_for()
-    page.reload()  # the page opened afresh (signed in): the keyboard starts at its top
+    page.reload()  # the page opened afresh (signed in): the keyboard starts at its heading
     page.locator("[data-testid=message][data-role=tool]").first.wait_for()
     skip = page.get_by_test_id("skip-to-composer")
     assert not skip.is_visible() or skip.bounding_box()["x"] < 0  # type: ignore[index]
