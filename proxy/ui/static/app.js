@@ -131,7 +131,7 @@ function renderList(added, more) {
 let listing = 0;
 
 async function readList(more) {
-  clearTimeout(filterTimer);
+  if (!more) clearTimeout(filterTimer); // a filter typed meanwhile is read after a next page
   const asked = ++listing;
   const q = more ? listQuery : $("filter").value.trim();
   const from = more ? listOffset : 0;
