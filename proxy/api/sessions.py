@@ -50,6 +50,12 @@ def _held_to(agents: tuple[str, ...] | None, session_id: str) -> Iterator[None]:
         raise PermissionDenied.agent(agents or (), refused.agent, session_id=session_id) from None
 
 
+_Q = (
+    "Only the sessions whose id, agent or model contains this text, case aside (no "
+    "wildcards); empty is unset, every session."
+)
+
+
 @router.get("", response_model=None, responses=ok("list"))
 async def list_sessions(
     pool: PoolDep,
@@ -58,9 +64,15 @@ async def list_sessions(
     agents: KeyAgentsDep,
     limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
+    q: Annotated[str, Query(max_length=1000, description=_Q), BLANK_IS_UNSET] = "",
 ) -> dict[str, Any]:
+    """A page of the key's sessions; with ``q``, only those whose id, agent or model holds
+    it (case aside), filtered before the page is cut, so a client that shows a page at a
+    time still finds any session without reading them all."""
+    if "\x00" in q:  # no id or agent holds one, and PostgreSQL's text refuses it
+        raise ClientRequestError("'q' holds a NUL character, which no session id holds", param="q")
     return await svc.list_sessions(
-        pool, cfg, tenant=tenant, limit=limit, offset=offset, agents=agents
+        pool, cfg, tenant=tenant, limit=limit, offset=offset, agents=agents, containing=q or None
     )
 
 

@@ -58,14 +58,21 @@ async def list_sessions(
     limit: int,
     offset: int,
     agents: Sequence[str] | None = None,
+    containing: str | None = None,
 ) -> dict[str, Any]:
-    """The tenant's sessions (with ``agents``, only theirs), latest activity first, each with
+    """The tenant's sessions (with ``agents``, only theirs; with ``containing``, only those
+    whose id, agent or model holds it, case aside), latest activity first, each with
     its occupancy as ``show_session`` gives it and its model's context limit (what the
     console's occupancy bar is drawn against): fields of ``show_session``'s view, under its
     names and with its values. ``has_more``, as OpenAI's lists say it: a session is past
     the page (one more row is read to know)."""
     rows = await sessions.fetch_sessions(
-        conn, tenant=tenant, limit=rows_to_read(limit), offset=offset, agents=agents
+        conn,
+        tenant=tenant,
+        limit=rows_to_read(limit),
+        offset=offset,
+        agents=agents,
+        containing=containing,
     )
     rows, more = page_of(rows, limit)
     data = [_listed(cfg, r) for r in rows]

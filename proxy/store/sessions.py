@@ -72,6 +72,9 @@ SELECT id, agent, model, parent_id, created_at, updated_at, head_len, last_promp
            SELECT p.agent FROM sessions p WHERE p.tenant = s.tenant AND p.id = s.parent_id
        ) END AS parent_agent
 FROM sessions s WHERE tenant = $1 AND ($4::text[] IS NULL OR agent = any($4::text[]))
+  AND ($5::text IS NULL OR strpos(lower(id), lower($5)) > 0
+       OR strpos(lower(coalesce(agent, '')), lower($5)) > 0
+       OR strpos(lower(coalesce(model, '')), lower($5)) > 0)
 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 """
 
@@ -83,13 +86,22 @@ async def fetch_sessions(
     limit: int = 100,
     offset: int = 0,
     agents: Sequence[str] | None = None,
+    containing: str | None = None,
 ) -> list[dict[str, Any]]:
-    """A page of the tenant's sessions, latest activity first; with ``agents``, only theirs
-    (filtered before the page is cut, so ``limit`` counts the sessions returned), each with
+    """A page of the tenant's sessions, latest activity first; with ``agents``, only theirs,
+    and with ``containing``, only those whose id, agent or model holds it, case aside (both
+    filtered before the page is cut, so ``limit`` counts the sessions returned), each with
     the agent its parent runs now (``parent_agent``: None without ``agents``, a parent, or
-    a parent still there)."""
+    a parent still there). ``strpos`` compares the text as it is, so ``%`` and ``_`` are no
+    wildcards; a model is matched as stored (``nul``), which is as sent unless it holds a
+    NUL."""
     rows = await conn.fetch(
-        FETCH_SESSIONS, tenant, limit, offset, None if agents is None else list(agents)
+        FETCH_SESSIONS,
+        tenant,
+        limit,
+        offset,
+        None if agents is None else list(agents),
+        containing,
     )
     return [_decoded(r) for r in rows]
 

@@ -94,6 +94,12 @@ def test_the_session_routes_describe_what_they_take_and_give(tmp_path: Path) -> 
     assert set(events["responses"]["200"]["content"]) == {"text/event-stream"}
     headers = [p["name"] for p in events["parameters"] if p["in"] == "header"]
     assert headers == ["Last-Event-ID"]
+    listed = {p["name"]: p for p in doc["paths"]["/v1/sessions"]["get"]["parameters"]}
+    assert set(listed) == {"limit", "offset", "q"}
+    assert (
+        listed["q"]["schema"]["maxLength"] == 1000
+        and "id, agent or model" in (listed["q"]["description"])
+    )
     for path, _, op in _operations(doc):
         for param in op.get("parameters", []):
             if param["name"] == "session_id" and path.startswith("/v1/sessions/"):

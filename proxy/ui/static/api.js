@@ -74,7 +74,10 @@ export async function everything(path, page, from = 0) {
 }
 
 export const api = {
-  sessions: () => everything("/v1/sessions", 1000),
+  // `n` sessions from the `from`th on, latest activity first; with `q`, only those whose id,
+  // agent or model holds it (the proxy filters before it cuts the page)
+  sessions: (q, from, n) => call("GET", `/v1/sessions?limit=${n}&offset=${from}` +
+    (q ? `&q=${encodeURIComponent(q)}` : "")),
   models: () => call("GET", "/v1/models"),
   session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
   // the history from its `from`th row on (`offset` counts the rows in position order)

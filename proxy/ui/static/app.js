@@ -77,27 +77,25 @@ function occupancyBar(s, limit) {
   return bar;
 }
 
-// The list shows LIST_ROWS sessions at first (the API's order: the latest activity first),
-// and its "show more" button (data-testid sessions-more) LIST_ROWS more at a time: a proxy
-// with thousands of sessions built a row for each at every keystroke in the filter, which
-// froze the page. All of them are read all the same, so the filter finds any.
+// The list reads LIST_ROWS sessions at a time (the API's order: the latest activity first),
+// and its "show more" button (data-testid sessions-more) the next LIST_ROWS; the filter asks
+// the proxy for the sessions it matches (`?q=`), a page at a time too: a proxy with
+// thousands of sessions sends one page per visit to the list, not every session, and the
+// filter still finds any. `sessions` are the rows read for `listQuery`, `listOffset` the rows
+// the proxy gave (a session used between two pages moves to the front and comes again: it is
+// shown once), `listMore` whether more follow.
 const LIST_ROWS = 500;
-let listShows = LIST_ROWS;
+const FILTER_MS = 250; // typing pauses this long before the proxy is asked
+let listQuery = "";
+let listOffset = 0;
+let listMore = false;
+let filterTimer = null;
 
-function renderList() {
-  const q = $("filter").value.trim().toLowerCase();
-  const matching = sessions.filter((s) => !q ||
-    [s.id, s.agent, s.model].some((v) => String(v || "").toLowerCase().includes(q)));
-  const rows = matching.slice(0, listShows);
-  const left = matching.length - rows.length;
-  const adds = Math.min(LIST_ROWS, left);
-  $("sessions-more").hidden = left === 0;
-  $("sessions-more").textContent = `Show ${num(adds)} more session${adds === 1 ? "" : "s"} ` +
-    `(${num(left)} not shown)`;
-  // A row opens its session on a click anywhere in it but its link, which does what a link
-  // does (Ctrl+click: a new tab, and this one stays on the list); from the keyboard the
-  // link is the row's one stop (Enter follows it), so a session costs one Tab press.
-  $("session-list").replaceChildren(...rows.map((s) => el("tr", {
+// A row opens its session on a click anywhere in it but its link, which does what a link
+// does (Ctrl+click: a new tab, and this one stays on the list); from the keyboard the link
+// is the row's one stop (Enter follows it), so a session costs one Tab press.
+function sessionRow(s) {
+  return el("tr", {
     "data-testid": "session-row", "data-session-id": s.id, class: "row",
     onclick: (e) => {
       if (!e.target.closest("a")) location.hash = `#/s/${encodeURIComponent(s.id)}`;
@@ -110,30 +108,56 @@ function renderList() {
     el("span", { class: "hint", text: s.context_limit
       ? `${num(s.occupancy)} / ${num(s.context_limit)}`
       : num(s.occupancy) })),
-  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }))));
-  // Empty says why: no session at all for this key, or none the filter matches.
-  $("list-empty").textContent = sessions.length
-    ? `No session matches "${$("filter").value.trim()}".` : "No sessions yet for this key.";
-  $("list-empty").hidden = rows.length > 0;
+  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }));
 }
 
-// Each opening of the list reads it again; only the latest read is shown: an earlier one
-// answering after it (the list left and opened again meanwhile) holds an older list.
+// The rows `added` to the list (all of them: `sessions`, for a first page), appended to the
+// rows shown for a next page, so a long list does not build its rows again at each press.
+function renderList(added, more) {
+  $("sessions-more").hidden = !listMore;
+  $("sessions-more").disabled = false;
+  const rows = added.map(sessionRow);
+  if (more) $("session-list").append(...rows);
+  else $("session-list").replaceChildren(...rows);
+  // Empty says why: no session at all for this key, or none the filter matches.
+  $("list-empty").textContent = listQuery
+    ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
+  $("list-empty").hidden = sessions.length > 0;
+}
+
+// Each opening of the list, and each filter, reads its first page again, and the button the
+// page after the rows shown; only the latest read is shown: an earlier one answering after it
+// (the list left and opened again, the filter changed meanwhile) holds another list.
 let listing = 0;
 
-async function openList() {
-  show("list-view", "Sessions");
-  listShows = LIST_ROWS;
-  $("where").textContent = "";
+async function readList(more) {
+  if (!more) clearTimeout(filterTimer); // a filter typed meanwhile is read after a next page
   const asked = ++listing;
+  const q = more ? listQuery : $("filter").value.trim();
+  const from = more ? listOffset : 0;
+  $("sessions-more").disabled = true;
   try {
-    const read = (await api.sessions()).data;
+    const page = await api.sessions(q, from, LIST_ROWS);
     if (asked !== listing) return;
-    sessions = read;
-    renderList();
+    const kept = more ? sessions : [];
+    const seen = new Set(kept.map((s) => s.id));
+    const added = page.data.filter((s) => !seen.has(s.id));
+    sessions = kept.concat(added);
+    listQuery = q;
+    listOffset = from + page.data.length;
+    listMore = page.has_more && page.data.length > 0;
+    renderList(added, more);
   } catch (err) {
-    if (asked === listing) handleError(err, "Could not list the sessions");
+    if (asked !== listing) return;
+    $("sessions-more").disabled = false;
+    handleError(err, "Could not list the sessions");
   }
+}
+
+function openList() {
+  show("list-view", "Sessions");
+  $("where").textContent = "";
+  readList(false);
 }
 
 // What the proxy takes as a session id; another (a "/" in it, a space, "." or "..", which
@@ -154,12 +178,10 @@ function sessionIn(hash) {
   try { return decodeURIComponent(m[1]); } catch (_) { return m[1]; } // a stray "%"
 }
 
-// Once the page is up (`booted`), a change of view (to a session, back to the list, in after
-// signing in) moves the focus to the new view's heading, named by then: left on the body,
-// the keyboard would start again at the page's top and a screen reader say nothing of it.
-// The page's first view keeps the browser's start, at its top.
-let booted = false;
-
+// Every view, the page's first on a load or a reload too, puts the focus on its heading,
+// named by then: left on the body, the keyboard starts at the page's top and a screen reader
+// says nothing of the view. The session view's skip link comes right after its heading, so
+// the first Tab from there reaches it.
 function route() {
   if (storedKey() === null) { showLogin(); return; }
   const id = sessionIn(location.hash);
@@ -173,7 +195,7 @@ function route() {
   } else {
     openList();
   }
-  if (booted) $(heading).focus({ preventScroll: true }); // the view scrolls as it did
+  $(heading).focus({ preventScroll: true }); // the view scrolls as it did
 }
 
 // What the Authorization header cannot carry, said by its code point: a key is printable
@@ -198,8 +220,11 @@ function boot() {
     route();
   });
   $("forget-key").addEventListener("click", () => { forgetKey(); showLogin(); });
-  $("filter").addEventListener("input", () => { listShows = LIST_ROWS; renderList(); });
-  $("sessions-more").addEventListener("click", () => { listShows += LIST_ROWS; renderList(); });
+  $("filter").addEventListener("input", () => {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(() => readList(false), FILTER_MS);
+  });
+  $("sessions-more").addEventListener("click", () => readList(true));
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();
@@ -207,7 +232,6 @@ function boot() {
   });
   window.addEventListener("hashchange", route);
   route();
-  booted = true;
 }
 
 boot();

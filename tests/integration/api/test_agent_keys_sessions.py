@@ -83,6 +83,10 @@ def test_a_limited_key_lists_only_its_agents_sessions(
     first = limited.get("/v1/sessions", params={"limit": 1}).json()["data"]
     assert [s["id"] for s in first] == ["reviewer-run"]
     assert limited.get("/v1/sessions", params={"offset": 1}).json()["data"] == []
+    # so does ?q=: another agent's session is no match, not a 403
+    assert limited.get("/v1/sessions", params={"q": "coder"}).json()["data"] == []
+    found = full.get("/v1/sessions", params={"q": "CODER"}).json()["data"]
+    assert [s["id"] for s in found] == ["coder-run"]
 
 
 ROUTES = [

@@ -79,3 +79,25 @@ def test_the_memory_prompt_is_a_named_region_a_live_region_announces(
     page.get_by_test_id("memory-dismiss").click()
     page.get_by_test_id("memory-prompt").wait_for(state="hidden")
     assert announce.text_content() == ""
+
+
+def test_the_first_view_of_a_load_focuses_its_heading(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A page loaded on a view (the key already stored: a reload, a link) lands the focus on
+    that view's heading, as a change of view does: it was left on the body, the keyboard at
+    the page's header and a screen reader naming no view. From a session's heading the first
+    Tab press is its skip link."""
+    _chat(console_proxy, "landed")
+    page = sign_in(console)
+    page.get_by_test_id("session-row").first.wait_for()
+    page.reload()
+    page.get_by_test_id("session-row").first.wait_for()
+    assert _focused(page) == "list-title"
+    page.goto(f"{console.origin}/ui#/s/landed")
+    page.reload()
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    assert _focused(page) == "session-title"
+    assert page.evaluate("document.activeElement.textContent") == "landed"
+    page.keyboard.press("Tab")
+    assert _focused(page) == "skip-to-composer"
