@@ -68,9 +68,13 @@ class _Cursor:
         self.sent: set[int] = set()
         self.gone = False
 
+    def seen(self, event_id: int) -> bool:
+        """Whether ``event_id`` was sent already, or never will be (at or below the mark)."""
+        return event_id <= self.mark or event_id in self.sent
+
     def take(self, event_id: int) -> bool:
         """True the first time ``event_id`` comes (send it), False after."""
-        if event_id <= self.mark or event_id in self.sent:
+        if self.seen(event_id):
             return False
         self.sent.add(event_id)
         return True
@@ -202,9 +206,11 @@ class _Live:
         """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
         the table's events past the mark, ``event`` among them (its NOTIFY says it is
         committed): one committed before it whose announcement the registration missed
-        comes first. In an outage none: ``event`` goes live, the others with a catch-up."""
+        comes first. None for one sent already: the read that sent it (a burst's first
+        event's) found every event committed before it. In an outage none: ``event`` goes
+        live, the others with a catch-up."""
         loop = asyncio.get_running_loop()
-        if event.id is None or event.id <= cursor.mark or loop.time() >= self.unsure_until:
+        if event.id is None or cursor.seen(event.id) or loop.time() >= self.unsure_until:
             return
         async for frame in _caught_up(cursor, self.pool, self.tenant, self.session_id):
             yield frame

@@ -5,9 +5,14 @@ later one's id, in the moment before the next catch-up, would skip it for good."
 
 from __future__ import annotations
 
-import asyncpg
+from typing import Any
 
+import asyncpg
+import pytest
+
+from proxy.api import events as events_api
 from proxy.settings import Settings
+from proxy.store import events as event_store
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_events import chat, is_usage, open_events, user
 from tests.integration.conftest import run_sync
@@ -51,3 +56,38 @@ def test_an_unannounced_event_comes_before_a_later_announced_one(
         ("test.unheard", unheard),
         ("test.heard", heard),
     ]
+
+
+async def _write_burst(dsn: str, sid: str, n: int) -> list[int]:
+    """``n`` announced events in one transaction: their notifications come together."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            return [int(await conn.fetchval(INSERT, sid, "test.burst")) for _ in range(n)]
+    finally:
+        await conn.close()
+
+
+def test_a_burst_heard_live_in_the_first_seconds_costs_one_read(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the read before the burst's first event finds them all: those behind it are sent
+    # already, and a read for each would cost a statement per event per stream
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 60.0)  # no periodic read between
+    reads = []
+    fetch = event_store.fetch_session_events_after
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs["after_id"])
+        return await fetch(*args, **kwargs)
+
+    monkeypatch.setattr(event_store, "fetch_session_events_after", counted)
+    chat(proxy.origin, "burst", [user("u1")])
+    with open_events(proxy.origin, "burst") as events:
+        events.until(is_usage)
+        before = len(reads)
+        ids = run_sync(_write_burst(settings.database_url, "burst", 5))
+        got = events.take(5)
+    assert [int(f.id or 0) for f in got] == ids
+    assert len(reads) - before == 1, reads[before:]
