@@ -349,7 +349,7 @@ async def session_events(
         sep="\n",
         ping=15,
         send_timeout=SEND_TIMEOUT_SECONDS,
-        headers=sse.STREAM_HEADERS,  # what it sends by default, said here as the chat stream's
+        headers=sse.STREAM_HEADERS,  # the chat stream's: its Cache-Control replaces the default
     )
 
 
