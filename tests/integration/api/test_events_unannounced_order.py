@@ -13,6 +13,7 @@ import pytest
 from proxy.api import events as events_api
 from proxy.settings import Settings
 from proxy.store import events as event_store
+from proxy.store.db import DatabaseUnavailable
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_events import chat, is_usage, open_events, user
 from tests.integration.conftest import run_sync
@@ -91,3 +92,33 @@ def test_a_burst_heard_live_in_the_first_seconds_costs_one_read(
         got = events.take(5)
     assert [int(f.id or 0) for f in got] == ids
     assert len(reads) - before == 1, reads[before:]
+
+
+def test_an_outage_during_the_first_read_holds_the_live_event_back(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sent live without the read, the later event would come first, and a reconnect with
+    # its id, before the earlier one came, would skip that one for good
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 0.5)
+    chat(proxy.origin, "outage", [user("u1")])
+    fetch, failing = event_store.fetch_session_events_after, []
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        if failing:
+            failing.pop()
+            raise DatabaseUnavailable("the database is away")
+        return await fetch(*args, **kwargs)
+
+    monkeypatch.setattr(event_store, "fetch_session_events_after", flaky)
+    with open_events(proxy.origin, "outage") as events:
+        events.until(is_usage)
+        failing.append(True)  # the next read, the one before the live event, meets an outage
+        replica = str(proxy.state("bus").replica)
+        unheard, heard = run_sync(_write(settings.database_url, "outage", replica))
+        got = events.take(2)
+    assert not failing
+    assert [(f.event, int(f.id or 0)) for f in got] == [
+        ("test.unheard", unheard),
+        ("test.heard", heard),
+    ]
