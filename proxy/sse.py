@@ -39,10 +39,14 @@ __all__ = [
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"
-STREAM_HEADERS: Mapping[str, str] = {"cache-control": "no-store", "x-accel-buffering": "no"}
+STREAM_HEADERS: Mapping[str, str] = {
+    "cache-control": "no-store, no-transform",
+    "x-accel-buffering": "no",
+}
 """What every event stream the proxy answers carries (a chat stream, the session events): no
-cache keeps its private content, and nginx (or another buffering reverse proxy) in front passes
-each event on as it comes instead of buffering the answer. sse-starlette sends the same."""
+cache keeps its private content, no intermediary transforms it (a compressing proxy or CDN
+holds events back to fill its blocks), and nginx (or another buffering reverse proxy) in front
+passes each event on as it comes instead of buffering the answer."""
 
 _EOL = re.compile(rb"\r\n?|\n")
 _LINE = re.compile(r"\r\n|\r|\n")

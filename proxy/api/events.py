@@ -68,9 +68,13 @@ class _Cursor:
         self.sent: set[int] = set()
         self.gone = False
 
+    def seen(self, event_id: int) -> bool:
+        """Whether ``event_id`` was sent already, or never will be (at or below the mark)."""
+        return event_id <= self.mark or event_id in self.sent
+
     def take(self, event_id: int) -> bool:
         """True the first time ``event_id`` comes (send it), False after."""
-        if event_id <= self.mark or event_id in self.sent:
+        if self.seen(event_id):
             return False
         self.sent.add(event_id)
         return True
@@ -190,6 +194,7 @@ class _Live:
         self.request, self.pool, self.queue = request, pool, queue
         self.tenant, self.session_id = session[0], session[1]
         self.judged = 0
+        self.unread = False  # the last ``read_first`` met an outage
         # until then, events written as the stream registered may have gone unannounced
         self.unsure_until = asyncio.get_running_loop().time() + SETTLE_SECONDS
 
@@ -202,12 +207,18 @@ class _Live:
         """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
         the table's events past the mark, ``event`` among them (its NOTIFY says it is
         committed): one committed before it whose announcement the registration missed
-        comes first. In an outage none: ``event`` goes live, the others with a catch-up."""
+        comes first. None for one sent already: the read that sent it (a burst's first
+        event's) found every event committed before it. In an outage ``unread``: ``event``
+        is held back, to come with a catch-up once the database is back, after them."""
         loop = asyncio.get_running_loop()
-        if event.id is None or event.id <= cursor.mark or loop.time() >= self.unsure_until:
+        self.unread = False
+        if event.id is None or cursor.seen(event.id) or loop.time() >= self.unsure_until:
             return
-        async for frame in _caught_up(cursor, self.pool, self.tenant, self.session_id):
-            yield frame
+        try:
+            async for frame in cursor.catch_up(self.pool, self.tenant, self.session_id):
+                yield frame
+        except DatabaseUnavailable:
+            self.unread = True
 
     async def judge(self, queued: bool) -> bool | None:
         """True to send the frame, False to end the stream, None to hold the frame back:
@@ -223,18 +234,6 @@ class _Live:
             return None
 
 
-async def _caught_up(
-    cursor: _Cursor, pool: Any, tenant: str, session_id: str
-) -> AsyncIterator[dict[str, Any]]:
-    """``cursor.catch_up``, none in an outage, which the pool says once: the stream stays
-    open and reads what it missed once the database is back."""
-    try:
-        async for frame in cursor.catch_up(pool, tenant, session_id):
-            yield frame
-    except DatabaseUnavailable:
-        pass
-
-
 async def _stream(
     request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
 ) -> AsyncIterator[dict[str, Any]]:
@@ -247,7 +246,8 @@ async def _stream(
     listener was reconnecting) still arrives, a little later. The mark only moves over
     settled rows (``SETTLE_SECONDS``), so an id that commits after a higher one is still
     sent, live or by the next catch-up. For ``SETTLE_SECONDS`` after it opened, a persisted
-    event heard live is sent after a read of the table, so one committed before it whose
+    event heard live is sent after a read of the table (or, that read meeting an outage,
+    with a catch-up once the database is back), so one committed before it whose
     announcement the registration missed comes first: a reconnect with the later one's id
     would skip it for good.
 
@@ -280,9 +280,11 @@ async def _stream(
             except TimeoutError:
                 if not _reaches(request, None):  # revoked: ended without the database
                     return
-                # which also reads the session's agent (``_Cursor.reaches``)
-                async for frame in _caught_up(cursor, pool, tenant, session_id):
-                    yield frame
+                try:  # which also reads the session's agent (``_Cursor.reaches``)
+                    async for frame in cursor.catch_up(pool, tenant, session_id):
+                        yield frame
+                except DatabaseUnavailable:  # an outage, which the pool says once: kept
+                    pass  # open, the stream reads what it missed once the database is back
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
             if event is SESSION_GONE or event is LAGGED:
@@ -290,8 +292,8 @@ async def _stream(
             queued = live.dequeued()
             async for frame in live.read_first(event, cursor):
                 yield frame
-            if cursor.gone or (event.id is not None and not cursor.take(event.id)):
-                continue  # sent already (the read just now among others), or the end
+            if live.unread or cursor.gone or (event.id is not None and not cursor.take(event.id)):
+                continue  # held back, sent already (the read just now among others), or the end
             verdict = await live.judge(queued)
             if verdict is None:  # not judged, so not sent: a persisted event comes
                 cursor.sent.discard(event.id or 0)  # with the catch-up once back
@@ -343,7 +345,7 @@ async def session_events(
         sep="\n",
         ping=15,
         send_timeout=SEND_TIMEOUT_SECONDS,
-        headers=sse.STREAM_HEADERS,  # what it sends by default, said here as the chat stream's
+        headers=sse.STREAM_HEADERS,  # the chat stream's: its Cache-Control replaces the default
     )
 
 

@@ -5,9 +5,15 @@ later one's id, in the moment before the next catch-up, would skip it for good."
 
 from __future__ import annotations
 
-import asyncpg
+from typing import Any
 
+import asyncpg
+import pytest
+
+from proxy.api import events as events_api
 from proxy.settings import Settings
+from proxy.store import events as event_store
+from proxy.store.db import DatabaseUnavailable
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_events import chat, is_usage, open_events, user
 from tests.integration.conftest import run_sync
@@ -47,6 +53,71 @@ def test_an_unannounced_event_comes_before_a_later_announced_one(
         replica = str(proxy.state("bus").replica)
         unheard, heard = run_sync(_write(settings.database_url, "unheard", replica))
         got = events.take(2)
+    assert [(f.event, int(f.id or 0)) for f in got] == [
+        ("test.unheard", unheard),
+        ("test.heard", heard),
+    ]
+
+
+async def _write_burst(dsn: str, sid: str, n: int) -> list[int]:
+    """``n`` announced events in one transaction: their notifications come together."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            return [int(await conn.fetchval(INSERT, sid, "test.burst")) for _ in range(n)]
+    finally:
+        await conn.close()
+
+
+def test_a_burst_heard_live_in_the_first_seconds_costs_one_read(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the read before the burst's first event finds them all: those behind it are sent
+    # already, and a read for each would cost a statement per event per stream
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 60.0)  # no periodic read between
+    reads = []
+    fetch = event_store.fetch_session_events_after
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs["after_id"])
+        return await fetch(*args, **kwargs)
+
+    monkeypatch.setattr(event_store, "fetch_session_events_after", counted)
+    chat(proxy.origin, "burst", [user("u1")])
+    with open_events(proxy.origin, "burst") as events:
+        events.until(is_usage)
+        before = len(reads)
+        ids = run_sync(_write_burst(settings.database_url, "burst", 5))
+        got = events.take(5)
+    assert [int(f.id or 0) for f in got] == ids
+    assert len(reads) - before == 1, reads[before:]
+
+
+def test_an_outage_during_the_first_read_holds_the_live_event_back(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sent live without the read, the later event would come first, and a reconnect with
+    # its id, before the earlier one came, would skip that one for good
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 0.5)
+    chat(proxy.origin, "outage", [user("u1")])
+    fetch, failing = event_store.fetch_session_events_after, []
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        if failing:
+            failing.pop()
+            raise DatabaseUnavailable("the database is away")
+        return await fetch(*args, **kwargs)
+
+    monkeypatch.setattr(event_store, "fetch_session_events_after", flaky)
+    with open_events(proxy.origin, "outage") as events:
+        events.until(is_usage)
+        failing.append(True)  # the next read, the one before the live event, meets an outage
+        replica = str(proxy.state("bus").replica)
+        unheard, heard = run_sync(_write(settings.database_url, "outage", replica))
+        got = events.take(2)
+    assert not failing
     assert [(f.event, int(f.id or 0)) for f in got] == [
         ("test.unheard", unheard),
         ("test.heard", heard),

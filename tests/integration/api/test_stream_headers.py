@@ -1,8 +1,9 @@
 """The headers on the wire of every event stream the real proxy answers, and not on JSON.
 
 A chat stream (relayed or the proxy's own ``/compact`` answer) and the session events carry
-``Cache-Control: no-store`` and ``X-Accel-Buffering: no``: no cache keeps them, and nginx in
-front passes each event on as it comes. A JSON answer carries neither.
+``Cache-Control: no-store, no-transform`` and ``X-Accel-Buffering: no``: no cache keeps them,
+no intermediary compresses them (a compressor holds events back to fill its blocks), and
+nginx in front passes each event on as it comes. A JSON answer carries neither.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ TURN = [{"role": "user", "content": "go"}]
 
 def _streamed(resp: httpx.Response) -> None:
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
-    assert resp.headers.get_list("cache-control") == ["no-store"]
+    assert resp.headers.get_list("cache-control") == ["no-store, no-transform"]
     assert resp.headers.get_list("x-accel-buffering") == ["no"]
 
 
