@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -52,6 +53,7 @@ _EOF = object()
 
 
 NO_CHAT = "the provider's answer is no chat stream"
+_SDK_FIELD = re.compile(rb"(?:^|[\r\n])(?:event|id|retry):")  # a field an SDK makes an event of
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
 
 
@@ -288,12 +290,17 @@ def _out(
 
 
 def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
-    """A comment, a field, or the "\\n" of a "\\r\\n" cut between reads, sent after what is
-    held, in order; data that is no JSON object ends the round before it, whether or not an
-    ``event:`` line names it: the openai SDK parses every event's data as JSON and raises a
-    ``JSONDecodeError``, no API error, on one that does not parse."""
-    if sse.event_data(event) is not None:
+    """A comment, an unknown field, or the "\\n" of a "\\r\\n" cut between reads, sent after
+    what is held, in order. The openai SDK parses every event's data as JSON, named or not,
+    and raises a ``JSONDecodeError``, no API error, on one that does not parse: data that is
+    no JSON object ends the round before it, and an event with no data (``event: ping``, an
+    empty ``data:``, an ``id:``), which it reads as data ``""``, carries nothing and is
+    dropped, so the answer goes on."""
+    data = sse.event_data(event)
+    if data:
         out.error = f"{NO_CHAT} (a data event is not a JSON object)"
+        return []
+    if data is not None or _SDK_FIELD.search(event):
         return []
     return _send(event, hold=bool(held), held=held)
 

@@ -252,6 +252,16 @@ async def test_data_that_is_no_json_object_ends_the_round_named_or_not(event: by
     assert "no chat stream" in (out.error or "") and got == [frame({"content": "a"})]
 
 
+@pytest.mark.parametrize(
+    "event", [b"event: ping\n\n", b"event: ping\ndata:\n\n", b"data:\n\n", b"id: 7\n\n"]
+)
+async def test_an_event_with_no_data_is_dropped_and_the_stream_goes_on(event: bytes) -> None:
+    # The openai SDK reads each as an event whose data, "", it parses as JSON, and raises;
+    # it carries nothing (a heartbeat), so the answer goes on without it.
+    got, out = await relay([frame({"content": "a"}), event, frame({}, "stop")], ClientStream())
+    assert out.error is None and got == [frame({"content": "a"}), frame({}, "stop")]
+
+
 async def test_a_named_event_with_a_json_object_is_relayed() -> None:
     named = b'event: ping\ndata: {"ping": 1}\n\n'
     got, out = await relay([frame({"content": "a"}), named, frame({}, "stop")], ClientStream())
