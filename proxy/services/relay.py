@@ -309,7 +309,12 @@ def _done(
     event: bytes, out: RoundOutcome, *, hold: bool, held: list[bytes], client: ClientStream
 ) -> list[bytes]:
     """``[DONE]``; the held fragments of calls that never got a name go out before it (held
-    too), in a chunk of the stream's identity, as the client's calls."""
+    too), in a chunk of the stream's identity, as the client's calls. One before any chat
+    chunk ends the round with an error: the SDKs would read an empty, successful answer."""
+    if not (out.acc.indices or out.provider_error):
+        out.saw_data = True
+        out.error = f"{NO_CHAT} (it holds no chat chunk before [DONE])"
+        return []
     out.saw_done = out.saw_data = True
     if out.calls.pending:
         which = sorted({c for c, _ in out.calls.pending})
