@@ -11,6 +11,8 @@ stored disappears.
 from __future__ import annotations
 
 import json
+import socketserver
+import threading
 from pathlib import Path
 
 import httpx
@@ -308,3 +310,32 @@ def test_a_provider_header_that_is_not_latin_1_is_relayed_as_its_bytes(
         "/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"}, timeout=5
     )
     assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] == "next"
+
+
+class _Odd(socketserver.StreamRequestHandler):
+    """Answers every request 999, which no ASGI server (the fake's uvicorn) would send."""
+
+    def handle(self) -> None:
+        head = self.rfile.readline()
+        length = 0
+        while (line := self.rfile.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        self.rfile.read(length)
+        if head:
+            self.wfile.write(
+                b"HTTP/1.1 999 Odd\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+            )
+
+
+def test_a_passthrough_answered_past_599_is_a_502(start_proxy: StartProxy, tmp_path: Path) -> None:
+    # Relayed, the ASGI server could not send it: the client would lose its connection.
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Odd) as odd:
+        threading.Thread(target=odd.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{odd.server_address[1]}/v1"
+        with _http(start_proxy(write_config(tmp_path / "odd.json", url))) as client:
+            listed = client.get("/v1/models")
+            embedded = client.post("/v1/embeddings", json={"model": "e", "input": "a"})
+        odd.shutdown()
+    for resp in (listed, embedded):
+        assert "answered 999" in _assert_error_shape(resp, 502)["message"]
