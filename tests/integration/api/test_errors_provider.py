@@ -117,6 +117,22 @@ def test_what_the_provider_cannot_mean_is_a_502_and_frees_the_session(
     assert _stored(http)[:2] == before
 
 
+def test_a_stream_of_done_alone_is_an_error_frame_and_stores_nothing(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # The SDKs would read an empty, successful answer the provider never gave.
+    before = _first_turn(http, fake_upstream)
+    sse = {"content-type": "text/event-stream"}
+    fake_upstream.script(raw("data: [DONE]\n\n", headers=sse))
+    resp = _chat(http, TURN2, stream=True)
+    frames = [line for line in resp.text.split("\n") if line]
+    assert resp.status_code == 200 and frames[-1] == "data: [DONE]" and len(frames) == 2
+    err = json.loads(frames[0].removeprefix("data: "))["error"]
+    assert err["code"] == "upstream_bad_response" and "no chat stream" in err["message"]
+    after = _stored(http)
+    assert after[:2] == before and not [row for row in after[2:] if row[1] == "assistant"]
+
+
 def test_upstream_rate_limit_reaches_sdk_with_retry_after(
     client: openai.OpenAI, fake_upstream: FakeUpstream
 ) -> None:
