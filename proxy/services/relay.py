@@ -16,11 +16,13 @@ one read of the provider's body completes go out together, in one write), except
   role included; with ``read_tool_output`` offered, a first frame that says nothing but the
   role waits for the first frame that says more, so a round that calls only that tool sends
   no byte;
-- an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
+- an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read;
+- an event with no data (``event: ping`` alone), which the SDKs would raise on: dropped.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it. A whole last event whose blank line
 never came (the provider closed after its line) is read, and goes out, as if it had.
-A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
+A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish,
+nor did one whose ``[DONE]`` comes before any chat chunk:
 the round reports it in ``RoundOutcome.error`` (``round_outcome.py``), as it does a stream that
 breaks off, a body that holds no chat chunk (but a whole JSON answer, relayed as it came; an
 error object goes out as an error frame), and a chunk whose choices or tool calls are malformed
