@@ -19,7 +19,9 @@ malformed head (``ClientResponseError``, which httpx-aiohttp does not map) is ra
 ``httpx.RemoteProtocolError``, and a body whose framing breaks mid-way (a bad chunk size)
 ends with a ``ClientPayloadError`` when the connection closes (``fail_if_cut``): aiohttp keeps
 that parse error on the connection and stops timing its reads, so the body would otherwise
-wait for bytes that never come (``tests/unit/test_transport_malformed.py``).
+wait for bytes that never come (``tests/unit/test_transport_malformed.py``). aiohttp's
+pure-Python parser raises that error itself, as no ``ClientError``: it becomes the same
+``ClientPayloadError`` (``MappedBody``, ``ReadAhead``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "READ_AHEAD_BYTES",
     "RECEIVE_BUFFER_BYTES",
     "STREAM_EXTENSION",
+    "MappedBody",
     "ReadAhead",
     "fail_if_cut",
     "provider_socket",
@@ -100,6 +103,41 @@ def _cut(content: Any, protocol: Any) -> None:
     content.set_exception(aiohttp.ClientPayloadError(f"{NOT_HTTP} ({why})"))
 
 
+def _as_client_error(exc: BaseException) -> BaseException:
+    """A body's framing error as the C parser leaves it, a ``ClientPayloadError``: aiohttp's
+    pure-Python parser (no C extension, ``AIOHTTP_NO_EXTENSIONS``) raises its own
+    ``HttpProcessingError``, no ``ClientError``, which httpx-aiohttp would pass on unmapped.
+    Its class names it: its message quotes the provider's bytes."""
+    import aiohttp
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    if isinstance(exc, HttpProcessingError):
+        return aiohttp.ClientPayloadError(f"{NOT_HTTP} ({type(exc).__name__})")
+    return exc
+
+
+class MappedBody(httpx.AsyncByteStream):
+    """httpx-aiohttp's stream of a whole answer, a body's framing error raised as the
+    transport error it is over either of aiohttp's parsers (``_as_client_error``)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        from aiohttp.http_exceptions import HttpProcessingError
+        from httpx_aiohttp.transport import map_aiohttp_exceptions
+
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except HttpProcessingError as exc:
+            with map_aiohttp_exceptions():
+                raise _as_client_error(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class ReadAhead(httpx.AsyncByteStream):
     """An aiohttp answer's body, moved into this stream's buffer as it arrives.
 
@@ -136,7 +174,7 @@ class ReadAhead(httpx.AsyncByteStream):
         except asyncio.CancelledError:
             pass  # aclose: nobody reads on
         except Exception as exc:  # handed to the reader after the bytes before it
-            self._error = exc
+            self._error = _as_client_error(exc)
         finally:
             self._done = True
             self._arrived.set()
@@ -212,6 +250,8 @@ def read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
             fail_if_cut(content)
             if request.extensions.get(STREAM_EXTENSION):
                 response.stream = ReadAhead(content, inner, READ_AHEAD_BYTES)
+            else:
+                response.stream = MappedBody(inner)
             return response
 
     return ReadAheadTransport

@@ -16,11 +16,13 @@ one read of the provider's body completes go out together, in one write), except
   role included; with ``read_tool_output`` offered, a first frame that says nothing but the
   role waits for the first frame that says more, so a round that calls only that tool sends
   no byte;
-- an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read.
+- an event that is not UTF-8: each invalid sequence goes out as U+FFFD, as it is read;
+- an event with no data (``event: ping`` alone), which the SDKs would raise on: dropped.
 What follows ``[DONE]`` goes out as it came but is not read: a client stops at ``[DONE]``, so
 the answer (and the reply stored) is what came before it. A whole last event whose blank line
 never came (the provider closed after its line) is read, and goes out, as if it had.
-A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish:
+A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish,
+nor did one whose ``[DONE]`` comes before any chat chunk:
 the round reports it in ``RoundOutcome.error`` (``round_outcome.py``), as it does a stream that
 breaks off, a body that holds no chat chunk (but a whole JSON answer, relayed as it came; an
 error object goes out as an error frame), and a chunk whose choices or tool calls are malformed
@@ -35,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -52,6 +55,7 @@ _EOF = object()
 
 
 NO_CHAT = "the provider's answer is no chat stream"
+_SDK_FIELD = re.compile(rb"(?:^|[\r\n])(?:event|id|retry):")  # a field an SDK makes an event of
 QUEUED_CHUNKS = 8  # pieces of a provider's stream (each what came since the last) read ahead
 
 
@@ -288,12 +292,17 @@ def _out(
 
 
 def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
-    """A comment, a field, or the "\\n" of a "\\r\\n" cut between reads, sent after what is
-    held, in order; data that is no JSON object ends the round before it, whether or not an
-    ``event:`` line names it: the openai SDK parses every event's data as JSON and raises a
-    ``JSONDecodeError``, no API error, on one that does not parse."""
-    if sse.event_data(event) is not None:
+    """A comment, an unknown field, or the "\\n" of a "\\r\\n" cut between reads, sent after
+    what is held, in order. The openai SDK parses every event's data as JSON, named or not,
+    and raises a ``JSONDecodeError``, no API error, on one that does not parse: data that is
+    no JSON object ends the round before it, and an event with no data (``event: ping``, an
+    empty ``data:``, an ``id:``), which it reads as data ``""``, carries nothing and is
+    dropped, so the answer goes on."""
+    data = sse.event_data(event)
+    if data:
         out.error = f"{NO_CHAT} (a data event is not a JSON object)"
+        return []
+    if data is not None or _SDK_FIELD.search(event):
         return []
     return _send(event, hold=bool(held), held=held)
 
@@ -302,7 +311,12 @@ def _done(
     event: bytes, out: RoundOutcome, *, hold: bool, held: list[bytes], client: ClientStream
 ) -> list[bytes]:
     """``[DONE]``; the held fragments of calls that never got a name go out before it (held
-    too), in a chunk of the stream's identity, as the client's calls."""
+    too), in a chunk of the stream's identity, as the client's calls. One before any chat
+    chunk ends the round with an error: the SDKs would read an empty, successful answer."""
+    if not (out.acc.indices or out.provider_error):
+        out.saw_data = True
+        out.error = f"{NO_CHAT} (it holds no chat chunk before [DONE])"
+        return []
     out.saw_done = out.saw_data = True
     if out.calls.pending:
         which = sorted({c for c, _ in out.calls.pending})

@@ -252,6 +252,31 @@ async def test_data_that_is_no_json_object_ends_the_round_named_or_not(event: by
     assert "no chat stream" in (out.error or "") and got == [frame({"content": "a"})]
 
 
+@pytest.mark.parametrize(
+    "event", [b"event: ping\n\n", b"event: ping\ndata:\n\n", b"data:\n\n", b"id: 7\n\n"]
+)
+async def test_an_event_with_no_data_is_dropped_and_the_stream_goes_on(event: bytes) -> None:
+    # The openai SDK reads each as an event whose data, "", it parses as JSON, and raises;
+    # it carries nothing (a heartbeat), so the answer goes on without it.
+    got, out = await relay([frame({"content": "a"}), event, frame({}, "stop")], ClientStream())
+    assert out.error is None and got == [frame({"content": "a"}), frame({}, "stop")]
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+@pytest.mark.parametrize(
+    "pieces",
+    [[sse.DONE], [b": hi\n\n", sse.DONE], [b'data: {"id": "c-1", "choices": []}\n\n', sse.DONE]],
+    ids=["done", "comment-done", "no-choice-done"],
+)
+async def test_done_before_any_chat_chunk_is_no_answer(
+    pieces: list[bytes], intercept: bool
+) -> None:
+    # The SDKs read it as an empty, successful answer; the provider gave none: the client
+    # gets the error frame (and nothing is stored), as for a stream of nothing but comments.
+    got, out = await relay(pieces, ClientStream(), intercept=intercept)
+    assert "no chat stream" in (out.error or "") and sse.DONE not in got
+
+
 async def test_a_named_event_with_a_json_object_is_relayed() -> None:
     named = b'event: ping\ndata: {"ping": 1}\n\n'
     got, out = await relay([frame({"content": "a"}), named, frame({}, "stop")], ClientStream())
@@ -263,8 +288,9 @@ async def test_an_error_object_instead_of_a_stream_is_an_error_frame_unless_afte
     got, out = await relay([failure], ClientStream())
     assert got == [b"data: " + failure + b"\n\n", b"data: [DONE]\n\n"]
     assert out.provider_error == "type 'server_error'" and out.error is None
-    got, out = await relay([b"data: [DONE]\n\n", failure], ClientStream())
-    assert got == [b"data: [DONE]\n\n", failure] and out.provider_error is None
+    answer = [frame({"content": "a"}, "stop"), b"data: [DONE]\n\n"]
+    got, out = await relay([*answer, failure], ClientStream())
+    assert got == [*answer, failure] and out.provider_error is None
 
 
 class _Stalling(_Body):

@@ -196,3 +196,20 @@ async def test_a_reset_of_a_watched_connection_leaves_no_unretrieved_error() -> 
     finally:
         loop.set_exception_handler(None)
     assert not [c for c in seen if "never retrieved" in c.get("message", "")], seen
+
+
+@pytest.fixture
+def python_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp's pure-Python parser (no C extension, or ``AIOHTTP_NO_EXTENSIONS``), which
+    raises a body's framing error itself, an ``HttpProcessingError`` and no ``ClientError``."""
+    import aiohttp.client_proto
+    import aiohttp.http_parser
+
+    parser = aiohttp.http_parser.HttpResponseParserPy
+    monkeypatch.setattr(aiohttp.client_proto, "HttpResponseParser", parser)
+
+
+@pytest.mark.usefixtures("python_parser")
+async def test_a_broken_chunked_body_is_a_transport_error_with_aiohttps_python_parser() -> None:
+    await test_a_stream_whose_chunked_framing_breaks_ends_with_an_error("aiohttp")
+    await test_a_whole_answer_whose_chunked_framing_breaks_is_a_502("aiohttp")

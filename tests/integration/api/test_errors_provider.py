@@ -11,6 +11,8 @@ stored disappears.
 from __future__ import annotations
 
 import json
+import socketserver
+import threading
 from pathlib import Path
 
 import httpx
@@ -113,6 +115,22 @@ def test_what_the_provider_cannot_mean_is_a_502_and_frees_the_session(
     fake_upstream.script(reply("second answer"))  # the session lock was released
     assert _chat(http, TURN2, stream=stream).status_code == 200
     assert _stored(http)[:2] == before
+
+
+def test_a_stream_of_done_alone_is_an_error_frame_and_stores_nothing(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # The SDKs would read an empty, successful answer the provider never gave.
+    before = _first_turn(http, fake_upstream)
+    sse = {"content-type": "text/event-stream"}
+    fake_upstream.script(raw("data: [DONE]\n\n", headers=sse))
+    resp = _chat(http, TURN2, stream=True)
+    frames = [line for line in resp.text.split("\n") if line]
+    assert resp.status_code == 200 and frames[-1] == "data: [DONE]" and len(frames) == 2
+    err = json.loads(frames[0].removeprefix("data: "))["error"]
+    assert err["code"] == "upstream_bad_response" and "no chat stream" in err["message"]
+    after = _stored(http)
+    assert after[:2] == before and not [row for row in after[2:] if row[1] == "assistant"]
 
 
 def test_upstream_rate_limit_reaches_sdk_with_retry_after(
@@ -308,3 +326,32 @@ def test_a_provider_header_that_is_not_latin_1_is_relayed_as_its_bytes(
         "/v1/chat/completions", json=body, headers={"X-Session-Id": "hdr"}, timeout=5
     )
     assert second.status_code == 200 and second.json()["choices"][0]["message"]["content"] == "next"
+
+
+class _Odd(socketserver.StreamRequestHandler):
+    """Answers every request 999, which no ASGI server (the fake's uvicorn) would send."""
+
+    def handle(self) -> None:
+        head = self.rfile.readline()
+        length = 0
+        while (line := self.rfile.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        self.rfile.read(length)
+        if head:
+            self.wfile.write(
+                b"HTTP/1.1 999 Odd\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+            )
+
+
+def test_a_passthrough_answered_past_599_is_a_502(start_proxy: StartProxy, tmp_path: Path) -> None:
+    # Relayed, the ASGI server could not send it: the client would lose its connection.
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Odd) as odd:
+        threading.Thread(target=odd.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{odd.server_address[1]}/v1"
+        with _http(start_proxy(write_config(tmp_path / "odd.json", url))) as client:
+            listed = client.get("/v1/models")
+            embedded = client.post("/v1/embeddings", json={"model": "e", "input": "a"})
+        odd.shutdown()
+    for resp in (listed, embedded):
+        assert "answered 999" in _assert_error_shape(resp, 502)["message"]
