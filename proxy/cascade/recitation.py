@@ -81,8 +81,8 @@ def plan_block(
 ) -> str | None:
     """The ``<plan>`` block of a summary, or None when it has neither section with content;
     with ``max_tokens`` (as ``tokens`` counts a text), the last open task lines give way to
-    a line saying how many more there are until it fits, and None when nothing but the
-    next step fits."""
+    a line saying how many more there are until it fits (the next step alone when even that
+    line does not), and None when the next step alone does not fit."""
     if not summary or not summary.strip():
         return None
     sections: dict[str, list[str]] = {}
@@ -98,6 +98,10 @@ def plan_block(
     tasks = len(sections.get(_RECITED[0], ()))
     for cut in range(tasks + 1):
         block = _render(sections, cut)
+        if tokens(block) <= max_tokens:
+            return block
+    if tasks and _RECITED[1] in sections:  # the line counting the tasks is left out too
+        block = _render({_RECITED[1]: sections[_RECITED[1]]}, 0)
         if tokens(block) <= max_tokens:
             return block
     return None

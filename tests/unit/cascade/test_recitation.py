@@ -181,3 +181,11 @@ def test_a_plan_whose_next_step_alone_does_not_fit_is_not_recited() -> None:
     window = (system(), user("go on"))
     step = replace(_step(window, summary), budget=Budget(6000, 1000, 100))
     assert "<plan>" not in assemble(step).messages[-1]["content"]
+
+
+def test_the_next_step_stays_when_it_alone_fits_but_not_the_line_counting_the_tasks() -> None:
+    """Cutting every open task still leaves the line saying how many there are; a cap that
+    holds the next step but not that line recites the next step, which always stays."""
+    summary = parse_briefing("## Objective\nx\n## Open Tasks\n- a\n## Next Step\nrun tests")
+    alone = "<plan>\n## Next Step\nrun tests\n</plan>"
+    assert plan_block(summary, max_tokens=len(alone), tokens=len) == alone
