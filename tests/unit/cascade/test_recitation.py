@@ -7,6 +7,7 @@ import unicodedata
 from dataclasses import replace
 
 from proxy.cascade.briefing import parse_briefing
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import assemble
 from proxy.cascade.recitation import plan_block, recite
 from proxy.cascade.step import StepInput
@@ -189,3 +190,17 @@ def test_the_next_step_stays_when_it_alone_fits_but_not_the_line_counting_the_ta
     summary = parse_briefing("## Objective\nx\n## Open Tasks\n- a\n## Next Step\nrun tests")
     alone = "<plan>\n## Next Step\nrun tests\n</plan>"
     assert plan_block(summary, max_tokens=len(alone), tokens=len) == alone
+
+
+def test_the_cap_counts_the_plan_as_the_guard_counts_it() -> None:
+    """The budget is the provider's tokens, which the guard reads as the estimate times the
+    session's real/estimated ratio: a plan the raw estimate fits to a tenth costs a session
+    whose tokens run twice the estimate a fifth of it."""
+    tasks = "\n".join(f"- task {k}: check case {k} of to_field" for k in range(150))
+    summary = parse_briefing(f"## Objective\nx\n## Open Tasks\n{tasks}\n## Next Step\nrun tests")
+    window = (system(), user("go on"))
+    step = replace(_step(window, summary), budget=Budget(6000, 1000, 100), ratio=2.0)
+    content = assemble(step).messages[-1]["content"]
+    block = content[content.index("<plan>") :]
+    framing = calibrated_count(count, 2.0)([user("")])
+    assert calibrated_count(count, 2.0)([user(block)]) - framing <= 500
