@@ -97,10 +97,19 @@ def plan_block(
     if max_tokens is None or tokens is None:
         return block
     tasks = len(sections.get(_RECITED[0], ()))
-    for cut in range(tasks + 1):
-        block = _render(sections, cut)
-        if tokens(block) <= max_tokens:
-            return block
+    if tokens(block) <= max_tokens:
+        return block
+    # the fewest lines cut that fit, found by halving (each count reads the whole block);
+    # only a block counted to fit is returned
+    lo, hi = 0, tasks  # cutting lo does not fit; cutting hi is yet to be tried
+    if tasks and tokens(block := _render(sections, hi)) <= max_tokens:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if tokens(candidate := _render(sections, mid)) <= max_tokens:
+                hi, block = mid, candidate
+            else:
+                lo = mid
+        return block
     if tasks and _RECITED[1] in sections:  # the line counting the tasks is left out too
         block = _render({_RECITED[1]: sections[_RECITED[1]]}, 0)
         if tokens(block) <= max_tokens:

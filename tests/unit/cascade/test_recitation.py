@@ -204,3 +204,25 @@ def test_the_cap_counts_the_plan_as_the_guard_counts_it() -> None:
     block = content[content.index("<plan>") :]
     framing = calibrated_count(count, 2.0)([user("")])
     assert calibrated_count(count, 2.0)([user(block)]) - framing <= 500
+
+
+def test_the_cut_is_found_in_a_few_counts() -> None:
+    """Each count reads the whole block: trying one cut after another costs the square of
+    a long task list on every turn's first step, with a small model's cap."""
+    tasks = "\n".join(f"- task {k}: check case {k} of to_field" for k in range(256))
+    summary = parse_briefing(f"## Objective\nx\n## Open Tasks\n{tasks}\n## Next Step\nrun tests")
+    calls: list[int] = []
+
+    def tokens(text: str) -> int:
+        calls.append(len(text))
+        return len(text) // 4
+
+    block = plan_block(summary, max_tokens=300, tokens=tokens)
+    assert block is not None and len(block) // 4 <= 300 and len(calls) <= 12, len(calls)
+    kept = block.count("\n- task ")
+    more = plan_block(summary, max_tokens=300, tokens=lambda t: len(t) // 4)
+    assert more == block and f"and {256 - kept} more open task lines" in block
+    cut = 256 - kept
+    one_more = f"- task {kept}: check case {kept} of to_field\n- … and {cut - 1} more"
+    longer = block.replace(f"- … and {cut} more", one_more)
+    assert len(longer) // 4 > 300  # the fewest lines cut that fit
