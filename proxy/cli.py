@@ -244,6 +244,7 @@ def _memory_parser(sub: Any) -> None:
                 "--fact",
                 action="append",
                 dest="facts",
+                metavar="TEXT",
                 help="keep only this fact of the suggestion (repeatable; default: all)",
             )
 

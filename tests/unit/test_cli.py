@@ -354,3 +354,12 @@ def test_a_suggestion_id_no_route_takes_is_a_usage_error(
     with pytest.raises(SystemExit) as exit_:
         main(["memory", action, sid, "--url", "http://127.0.0.1:9"])
     assert exit_.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_accept_names_its_fact_option_as_the_readme_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One ``--fact TEXT`` each: ``FACTS`` (the option's destination) read as a list."""
+    with pytest.raises(SystemExit):
+        main(["memory", "accept", "--help"])
+    assert "--fact TEXT" in capsys.readouterr().out
