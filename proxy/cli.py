@@ -236,12 +236,15 @@ def _memory_parser(sub: Any) -> None:
             )
             _page_options(a, 100)
         if action in ("accept", "reject"):
-            a.add_argument("id", help="the suggestion's id (see 'memory suggestions')")
+            a.add_argument(
+                "id", type=_suggestion_id, help="the suggestion's id (see 'memory suggestions')"
+            )
         if action == "accept":
             a.add_argument(
                 "--fact",
                 action="append",
                 dest="facts",
+                metavar="TEXT",
                 help="keep only this fact of the suggestion (repeatable; default: all)",
             )
 
@@ -295,6 +298,16 @@ def _session_id(text: str) -> str:
     in the URL (``GET /v1/sessions/``) or, for ``--new-id``, be dropped for a generated id."""
     if not text:
         raise argparse.ArgumentTypeError("an empty session id")
+    return text
+
+
+def _suggestion_id(text: str) -> str:
+    """A suggestion id for the URL's path, checked as :func:`_path_session_id` checks a
+    session's: an empty one or one with a ``/`` makes a path no route takes."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty suggestion id")
+    if "/" in text:
+        raise argparse.ArgumentTypeError("a suggestion id holds no '/'")
     return text
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from proxy.cli_api import call_api, table
+from proxy.cli_api import call_api, cell, table
 from proxy.cli_sessions import next_page
 
 __all__ = ["run_memory"]
@@ -42,13 +42,16 @@ def _ls_from(offset: int) -> Callable[[dict[str, Any]], str]:
 
 
 def _suggestions(body: dict[str, Any]) -> str:
-    rows = [
-        (s["id"], s.get("session_id"), s.get("scope"), " | ".join(s.get("facts") or ()))
-        for s in body["data"]
-    ]
-    if not rows:
-        return "no pending suggestions (for this API key)"
-    return table(("ID", "SESSION", "SCOPE", "FACTS"), rows)
+    """Each suggestion, then each of its facts whole on a line of its own: a fact is
+    reviewed from what is shown and named by its exact text (``accept --fact``), which a
+    table cell's width would cut."""
+    blocks = []
+    for s in body["data"]:
+        facts = s.get("facts") or []
+        n = f"{len(facts)} fact{'' if len(facts) == 1 else 's'}"
+        head = f"{cell(s['id'])}  session {cell(s.get('session_id'))}, {cell(s.get('scope'))}"
+        blocks.append("\n".join([f"{head}: {n}", *(f"  - {cell(f)}" for f in facts)]))
+    return "\n".join(blocks) if blocks else "no pending suggestions (for this API key)"
 
 
 def _accepted(body: dict[str, Any]) -> str:

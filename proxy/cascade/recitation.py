@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from proxy.cascade.briefing import section
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import Message, StageResult
@@ -81,8 +82,8 @@ def plan_block(
 ) -> str | None:
     """The ``<plan>`` block of a summary, or None when it has neither section with content;
     with ``max_tokens`` (as ``tokens`` counts a text), the last open task lines give way to
-    a line saying how many more there are until it fits, and None when nothing but the
-    next step fits."""
+    a line saying how many more there are until it fits (the next step alone when even that
+    line does not), and None when the next step alone does not fit."""
     if not summary or not summary.strip():
         return None
     sections: dict[str, list[str]] = {}
@@ -96,8 +97,21 @@ def plan_block(
     if max_tokens is None or tokens is None:
         return block
     tasks = len(sections.get(_RECITED[0], ()))
-    for cut in range(tasks + 1):
-        block = _render(sections, cut)
+    if tokens(block) <= max_tokens:
+        return block
+    # the fewest lines cut that fit, found by halving (each count reads the whole block);
+    # only a block counted to fit is returned
+    lo, hi = 0, tasks  # cutting lo does not fit; cutting hi is yet to be tried
+    if tasks and tokens(block := _render(sections, hi)) <= max_tokens:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if tokens(candidate := _render(sections, mid)) <= max_tokens:
+                hi, block = mid, candidate
+            else:
+                lo = mid
+        return block
+    if tasks and _RECITED[1] in sections:  # the line counting the tasks is left out too
+        block = _render({_RECITED[1]: sections[_RECITED[1]]}, 0)
         if tokens(block) <= max_tokens:
             return block
     return None
@@ -119,11 +133,15 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
 
 
 def _turn_plan(step: StepInput) -> str | None:
+    """The turn's block, its cap counted as the guard counts (``calibrated_count``): the
+    budget is the provider's tokens, which the raw estimate undercounts by the session's
+    real/estimated ratio."""
     budget = step.budget.limit - step.budget.reserved_output
-    framing = step.count([{"role": "user", "content": ""}])
+    count = calibrated_count(step.count, step.ratio)
+    framing = count([{"role": "user", "content": ""}])
 
     def tokens(text: str) -> int:
-        return step.count([{"role": "user", "content": text}]) - framing
+        return count([{"role": "user", "content": text}]) - framing
 
     cap = max(int(budget * RECITATION_BUDGET_SHARE), 0)
     return plan_block(step.summary, max_tokens=cap, tokens=tokens)

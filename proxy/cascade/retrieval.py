@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.cascade.observations import is_observation
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pins import pin
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.step import Stage, StepInput
@@ -204,10 +205,11 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
     if query is None or cfg.max_results <= 0:
         return None
     budget = step.budget.limit - step.budget.reserved_output
-    framing = step.count([{"role": "user", "content": ""}])
+    count = calibrated_count(step.count, step.ratio)  # as the guard counts the budget
+    framing = count([{"role": "user", "content": ""}])
 
     def tokens(text: str) -> int:
-        return step.count([{"role": "user", "content": text}]) - framing
+        return count([{"role": "user", "content": text}]) - framing
 
     return RetrievalNeed(
         query,

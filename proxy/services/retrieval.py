@@ -90,8 +90,11 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
                 min_score=need.min_score,
                 limit=limit,
             )
-            hits = _hits(found, need)
-            wider = need.max_results + min(len(need.carried), RACE_SLACK)
+            hits, repeated = _hits(found, need)
+            # the race drops at most the rows the prompt carries; the text filters, any
+            # number of copies of one text (an output printed turn after turn)
+            slack = RACE_SLACK if repeated else min(len(need.carried), RACE_SLACK)
+            wider = need.max_results + slack
             if len(hits) >= need.max_results or len(found) < limit or limit >= wider:
                 break
             limit = wider  # the filter dropped some: once more, with room for them
@@ -107,16 +110,23 @@ RACE_SLACK = 32
 """The most candidates a search fetches beyond ``maxResults`` when the first fetch came back
 short after the filter (``_hits``): a compaction that landed meanwhile folded messages the
 prompt still carries, and a hit on one is dropped; the second fetch makes room for as many as
-the prompt carries, within this."""
+the prompt carries, within this, or for this many when a row was dropped as a copy of a text
+(quoted once, or one the prompt carries), of which there may be any number."""
 
 
-def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
+def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[tuple[Hit, ...], bool]:
     """The search's rows as hits, but for a ``/compact`` exchange and a message the prompt
     still carries that a compaction folded after the window was read (``need.carried``;
     not an evicted result, whose placeholder alone the prompt carries) or one saying what
     a message of the prompt says (``need.carried_texts``), each text once
-    (``distinct_hits``)."""
-    hits = (
+    (``distinct_hits``); and whether a row was dropped for its text, a copy."""
+    rows = [
+        f
+        for f in found
+        if not (isinstance(f.message, dict) and is_command_exchange(f.message))
+        and not (f.origin == "summarised" and f.pos in need.carried and not f.cleared)
+    ]
+    hits = [
         Hit(
             f.pos,
             f.role,
@@ -125,12 +135,11 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[Hit, ...]:
             f.origin,
             f.tool_call_id,
         )
-        for f in found
-        if not (isinstance(f.message, dict) and is_command_exchange(f.message))
-        and not (f.origin == "summarised" and f.pos in need.carried and not f.cleared)
-        and not (isinstance(f.message, dict) and text_key(f.message) in need.carried_texts)
-    )
-    return tuple(distinct_hits(list(hits), snippet_chars=need.snippet_chars))
+        for f in rows
+        if not (isinstance(f.message, dict) and text_key(f.message) in need.carried_texts)
+    ]
+    distinct = distinct_hits(hits, snippet_chars=need.snippet_chars)
+    return tuple(distinct), len(distinct) < len(rows)
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

@@ -337,3 +337,29 @@ def test_an_unknown_argument_shows_the_usage_of_the_command_it_was_given_to(
     err = capsys.readouterr().err
     assert err.startswith(usage), err
     assert "error: unrecognized arguments: " in err
+
+
+@pytest.mark.parametrize(
+    ("action", "sid", "why"),
+    [
+        ("accept", "", "an empty suggestion id"),
+        ("reject", "a/b", "a suggestion id holds no '/'"),
+    ],
+)
+def test_a_suggestion_id_no_route_takes_is_a_usage_error(
+    action: str, sid: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sent, it made a path no route takes, and the proxy's 404 ``Invalid URL`` read as a
+    wrong ``--url``; a session id is checked alike."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["memory", action, sid, "--url", "http://127.0.0.1:9"])
+    assert exit_.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_accept_names_its_fact_option_as_the_readme_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One ``--fact TEXT`` each: ``FACTS`` (the option's destination) read as a list."""
+    with pytest.raises(SystemExit):
+        main(["memory", "accept", "--help"])
+    assert "--fact TEXT" in capsys.readouterr().out

@@ -80,3 +80,28 @@ async def test_a_folded_hit_the_prompt_carries_only_as_a_placeholder_is_kept(
     )
     answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
     assert answer["positions"] == [20]
+
+
+async def test_repeated_texts_do_not_starve_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent prints one output turn after turn: its copies are the best candidates, and
+    each text is quoted once, so the wider search makes room for as many copies as the race
+    slack allows, not only for the few messages a small window (just after a compaction)
+    carries."""
+    copy = {"role": "tool", "content": "On branch main, nothing to commit"}
+    found = [
+        *(Found(i, "tool", f"c{i}", copy, "summarised", 0.9 - i / 100) for i in range(6)),
+        *(_found(10 + i, "summarised", 0.5 - i / 100) for i in range(3)),
+    ]
+    limits: list[int] = []
+
+    async def search(conn: Any, *, limit: int, **kw: Any) -> list[Found]:
+        limits.append(limit)
+        return found[:limit]
+
+    monkeypatch.setattr(retrieval, "embedders_here", _Hub)
+    monkeypatch.setattr(retrieval.store, "search_outside_prompt", search)
+    need = RetrievalNeed(
+        query="q", min_score=0.0, max_results=2, timeout_ms=300, carried=frozenset({30, 31})
+    )
+    answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
+    assert answer["positions"] == [0, 10], limits

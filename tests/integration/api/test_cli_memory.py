@@ -96,10 +96,13 @@ def test_memory_suggestions_are_listed_accepted_and_rejected(
     suggest(db_dsn, "s1", "sug-a", ["The build uses uv", "CI runs on port 8443"])
     suggest(db_dsn, "s2", "sug-b", ["The docs live in docs/"])
     code, out, _ = _run(capsys, *url, "suggestions")
-    header, *rows = out.splitlines()
-    assert code == 0 and header.split() == ["ID", "SESSION", "SCOPE", "FACTS"]
-    assert [r.split()[0] for r in rows] == ["sug-a", "sug-b"]
-    assert "The build uses uv | CI runs on port 8443" in rows[0]
+    assert code == 0 and out.splitlines() == [
+        "sug-a  session s1, global: 2 facts",
+        "  - The build uses uv",
+        "  - CI runs on port 8443",
+        "sug-b  session s2, global: 1 fact",
+        "  - The docs live in docs/",
+    ]
     code, out, _ = _run(capsys, *url, "suggestions", "--session", "s2", "--json")
     assert [s["id"] for s in json.loads(out)["data"]] == ["sug-b"]
 
@@ -113,3 +116,23 @@ def test_memory_suggestions_are_listed_accepted_and_rejected(
     assert code == 0 and "no pending suggestions" in out
     code, out, _ = _run(capsys, *url, "ls", "--json")
     assert [f["text"] for f in json.loads(out)["data"]] == ["The build uses uv"]
+
+
+def test_memory_suggestions_show_every_fact_whole(
+    proxy: ProxyServer,
+    db_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A suggestion is answered from what the listing shows, and ``accept --fact`` takes a
+    fact's exact text: a fact (up to 500 characters, up to 20 of them) cut at a table
+    cell's width could be neither reviewed nor named."""
+    monkeypatch.setenv("CASCADE_API_KEY", KEY)
+    facts = [
+        "The integration tests need a PostgreSQL 16 server with pgvector on port 5433",
+        "Releases are tagged from the main branch only after the nightly benchmark passes",
+    ]
+    suggest(db_dsn, "s1", "sug-long", facts)
+    code, out, _ = _run(capsys, "--url", proxy.origin, "suggestions")
+    assert code == 0 and "sug-long" in out
+    assert all(f in out for f in facts), out

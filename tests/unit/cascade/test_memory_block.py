@@ -10,6 +10,7 @@ from proxy.cascade.memory_block import (
     MemoryNeed,
     render_memory,
 )
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.tokens import make_counter
 from proxy.cascade.types import Budget, Message
@@ -149,3 +150,12 @@ def test_a_stored_fact_that_closes_the_block_is_quoted() -> None:
     assert "- Uses uv </memory-text>\n" in block
     fullwidth = render_memory(["Ports ＜／ｍｅｍｏｒｙ＞ end"])
     assert fullwidth == render_memory(["Ports </memory-text> end"])
+
+
+def test_the_cap_counts_the_block_as_the_guard_counts_it() -> None:
+    """The budget is the provider's tokens, which the guard reads as the estimate times the
+    session's real/estimated ratio; the block's cap is a share of it, counted alike."""
+    need = plan_step(replace(_step(system("S"), user("hi")), ratio=2.0))["memory"]
+    guard = calibrated_count(count, 2.0)
+    text = "- The build uses uv\n" * 50
+    assert need.tokens(text) == guard([system(text)]) - guard([system("")])

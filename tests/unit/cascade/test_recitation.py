@@ -7,6 +7,7 @@ import unicodedata
 from dataclasses import replace
 
 from proxy.cascade.briefing import parse_briefing
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import assemble
 from proxy.cascade.recitation import plan_block, recite
 from proxy.cascade.step import StepInput
@@ -181,3 +182,47 @@ def test_a_plan_whose_next_step_alone_does_not_fit_is_not_recited() -> None:
     window = (system(), user("go on"))
     step = replace(_step(window, summary), budget=Budget(6000, 1000, 100))
     assert "<plan>" not in assemble(step).messages[-1]["content"]
+
+
+def test_the_next_step_stays_when_it_alone_fits_but_not_the_line_counting_the_tasks() -> None:
+    """Cutting every open task still leaves the line saying how many there are; a cap that
+    holds the next step but not that line recites the next step, which always stays."""
+    summary = parse_briefing("## Objective\nx\n## Open Tasks\n- a\n## Next Step\nrun tests")
+    alone = "<plan>\n## Next Step\nrun tests\n</plan>"
+    assert plan_block(summary, max_tokens=len(alone), tokens=len) == alone
+
+
+def test_the_cap_counts_the_plan_as_the_guard_counts_it() -> None:
+    """The budget is the provider's tokens, which the guard reads as the estimate times the
+    session's real/estimated ratio: a plan the raw estimate fits to a tenth costs a session
+    whose tokens run twice the estimate a fifth of it."""
+    tasks = "\n".join(f"- task {k}: check case {k} of to_field" for k in range(150))
+    summary = parse_briefing(f"## Objective\nx\n## Open Tasks\n{tasks}\n## Next Step\nrun tests")
+    window = (system(), user("go on"))
+    step = replace(_step(window, summary), budget=Budget(6000, 1000, 100), ratio=2.0)
+    content = assemble(step).messages[-1]["content"]
+    block = content[content.index("<plan>") :]
+    framing = calibrated_count(count, 2.0)([user("")])
+    assert calibrated_count(count, 2.0)([user(block)]) - framing <= 500
+
+
+def test_the_cut_is_found_in_a_few_counts() -> None:
+    """Each count reads the whole block: trying one cut after another costs the square of
+    a long task list on every turn's first step, with a small model's cap."""
+    tasks = "\n".join(f"- task {k}: check case {k} of to_field" for k in range(256))
+    summary = parse_briefing(f"## Objective\nx\n## Open Tasks\n{tasks}\n## Next Step\nrun tests")
+    calls: list[int] = []
+
+    def tokens(text: str) -> int:
+        calls.append(len(text))
+        return len(text) // 4
+
+    block = plan_block(summary, max_tokens=300, tokens=tokens)
+    assert block is not None and len(block) // 4 <= 300 and len(calls) <= 12, len(calls)
+    kept = block.count("\n- task ")
+    more = plan_block(summary, max_tokens=300, tokens=lambda t: len(t) // 4)
+    assert more == block and f"and {256 - kept} more open task lines" in block
+    cut = 256 - kept
+    one_more = f"- task {kept}: check case {kept} of to_field\n- … and {cut - 1} more"
+    longer = block.replace(f"- … and {cut} more", one_more)
+    assert len(longer) // 4 > 300  # the fewest lines cut that fit

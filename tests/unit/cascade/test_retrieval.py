@@ -10,6 +10,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.retrieval import (
     RELATED_CLOSE,
@@ -211,3 +212,13 @@ def test_hits_whose_snippets_read_alike_are_quoted_once() -> None:
     other = Hit(5, "user", "something else", 0.5, "summarised")
     assert distinct_hits([before, after, other], snippet_chars=1200) == [before, other]
     assert distinct_hits([before, after, other]) == [before, after, other]
+
+
+def test_the_cap_counts_the_block_as_the_guard_counts_it() -> None:
+    """The budget is the provider's tokens, which the guard reads as the estimate times the
+    session's real/estimated ratio: a block fit to a quarter by the raw estimate costs a
+    session whose tokens run twice the estimate half its budget."""
+    need = plan_step(replace(_step(system("s"), user("the port?")), ratio=2.0))["retrieval"]
+    guard = calibrated_count(count, 2.0)
+    text = "The server listens on port 8443. " * 100
+    assert need.tokens(text) == guard([user(text)]) - guard([user("")])
