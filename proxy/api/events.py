@@ -67,6 +67,7 @@ class _Cursor:
         self.reaches = reaches
         self.sent: set[int] = set()
         self.gone = False
+        self.ahead: list[BusEvent] = []  # read past a live event's id (``upto``), unsent
 
     def seen(self, event_id: int) -> bool:
         """Whether ``event_id`` was sent already, or never will be (at or below the mark)."""
@@ -79,12 +80,22 @@ class _Cursor:
         self.sent.add(event_id)
         return True
 
+    def before(self, event_id: int) -> list[BusEvent]:
+        """The events read ahead below ``event_id`` and not sent yet, taken; those up to
+        it leave ``ahead``."""
+        due = [e for e in self.ahead if e.id is not None and e.id < event_id and self.take(e.id)]
+        self.ahead = [e for e in self.ahead if e.id is not None and e.id > event_id]
+        return due
+
     async def catch_up(
-        self, pool: Any, tenant: str, session_id: str
+        self, pool: Any, tenant: str, session_id: str, upto: int | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """Read the table past ``mark``; move ``mark`` over settled rows only. The same
-        statement reads the session's agent, judged before any of its rows is sent."""
-        after_id, settled = self.mark, True
+        statement reads the session's agent, judged before any of its rows is sent. With
+        ``upto`` (a live event's id), the rows past it are kept in ``ahead``, unsent: each
+        goes out in its place in the live order, after the transient events published
+        before it (a reply's last deltas before its ``context.usage``)."""
+        after_id, settled, self.ahead = self.mark, True, []
         while True:
             read = await store.fetch_session_events_after(
                 pool,
@@ -100,6 +111,10 @@ class _Cursor:
             rows = read[1]
             for r in rows:
                 after_id = r["id"]
+                if upto is not None and r["id"] > upto:
+                    settled = False  # the mark stays below what is not sent
+                    self.ahead.append(BusEvent(r["name"], r["data"], r["id"]))
+                    continue
                 fresh = self.take(r["id"])
                 settled = settled and r["settled"]
                 if settled:  # below the mark: no longer kept in ``sent``
@@ -205,17 +220,23 @@ class _Live:
 
     async def read_first(self, event: BusEvent, cursor: _Cursor) -> AsyncIterator[dict[str, Any]]:
         """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
-        the table's events past the mark, ``event`` among them (its NOTIFY says it is
-        committed): one committed before it whose announcement the registration missed
-        comes first. None for one sent already: the read that sent it (a burst's first
-        event's) found every event committed before it. In an outage ``unread``: ``event``
-        is held back, to come with a catch-up once the database is back, after them."""
+        the table's events past the mark up to it, ``event`` among them (its NOTIFY says it
+        is committed): one committed before it whose announcement the registration missed
+        comes first. A burst costs one read: for the rest, what it read ahead before each.
+        In an outage ``unread``: ``event`` is held back, to come with a catch-up once the
+        database is back, after them."""
         loop = asyncio.get_running_loop()
         self.unread = False
         if event.id is None or cursor.seen(event.id) or loop.time() >= self.unsure_until:
             return
+        if cursor.ahead and event.id <= (cursor.ahead[-1].id or 0):  # read already
+            for earlier in cursor.before(event.id):
+                yield _frame(earlier)
+            return
         try:
-            async for frame in cursor.catch_up(self.pool, self.tenant, self.session_id):
+            async for frame in cursor.catch_up(
+                self.pool, self.tenant, self.session_id, upto=event.id
+            ):
                 yield frame
         except DatabaseUnavailable:
             self.unread = True

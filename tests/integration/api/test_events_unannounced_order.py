@@ -5,12 +5,15 @@ later one's id, in the moment before the next catch-up, would skip it for good."
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import asyncpg
 import pytest
 
 from proxy.api import events as events_api
+from proxy.bus_payloads import transient_payload
 from proxy.settings import Settings
 from proxy.store import events as event_store
 from proxy.store.db import DatabaseUnavailable
@@ -121,4 +124,47 @@ def test_an_outage_during_the_first_read_holds_the_live_event_back(
     assert [(f.event, int(f.id or 0)) for f in got] == [
         ("test.unheard", unheard),
         ("test.heard", heard),
+    ]
+
+
+async def _write_around(dsn: str, sid: str) -> tuple[int, int]:
+    """``test.first`` (announced), then a transient ``test.between``, then ``test.after``
+    (announced): published in that order, as a reply's deltas fall between its rows."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = str(await conn.fetchval("SELECT tenant FROM sessions WHERE id = $1", sid))
+        first = int(await conn.fetchval(INSERT, sid, "test.first"))
+        between = transient_payload(tenant, sid, "test.between", {"session_id": sid, "ts": 0})
+        await conn.execute("SELECT pg_notify($1, $2)", event_store.NOTIFY_CHANNEL, between)
+        after = int(await conn.fetchval(INSERT, sid, "test.after"))
+        return first, after
+    finally:
+        await conn.close()
+
+
+def test_the_first_read_sends_no_event_published_after_the_one_heard(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read before a live event finds the events committed since too; sent then, one
+    published after a transient event went out before it (a reply's ``context.usage``
+    before its last deltas, and the console took them for another client's reply)."""
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 60.0)  # no periodic read between
+    chat(proxy.origin, "around", [user("u1")])
+    fetch, written = event_store.fetch_session_events_after, threading.Event()
+
+    async def late(*args: Any, **kwargs: Any) -> Any:  # the read runs once all are written
+        await asyncio.to_thread(written.wait, 5)
+        return await fetch(*args, **kwargs)
+
+    with open_events(proxy.origin, "around") as events:
+        events.until(is_usage)
+        monkeypatch.setattr(event_store, "fetch_session_events_after", late)
+        ids = run_sync(_write_around(settings.database_url, "around"))
+        written.set()
+        got = events.take(3)
+    assert [(f.event, f.id and int(f.id)) for f in got] == [
+        ("test.first", ids[0]),
+        ("test.between", None),
+        ("test.after", ids[1]),
     ]
