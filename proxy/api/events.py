@@ -222,16 +222,20 @@ class _Live:
         """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
         the table's events past the mark up to it, ``event`` among them (its NOTIFY says it
         is committed): one committed before it whose announcement the registration missed
-        comes first. A burst costs one read: for the rest, what it read ahead before each.
-        In an outage ``unread``: ``event`` is held back, to come with a catch-up once the
-        database is back, after them."""
-        loop = asyncio.get_running_loop()
+        comes first. A burst costs one read: for the rest, what it read ahead before each,
+        after the first seconds too (one whose announcement never comes would follow a
+        later event). In an outage ``unread``: ``event`` is held back, to come with a
+        catch-up once the database is back, after them."""
         self.unread = False
-        if event.id is None or cursor.seen(event.id) or loop.time() >= self.unsure_until:
+        if event.id is None or cursor.seen(event.id):
             return
-        if cursor.ahead and event.id <= (cursor.ahead[-1].id or 0):  # read already
+        if cursor.ahead:  # read already: they go first, past the first seconds too
+            last = cursor.ahead[-1].id or 0
             for earlier in cursor.before(event.id):
                 yield _frame(earlier)
+            if event.id <= last:
+                return
+        if asyncio.get_running_loop().time() >= self.unsure_until:
             return
         try:
             async for frame in cursor.catch_up(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import asyncpg
@@ -167,4 +168,65 @@ def test_the_first_read_sends_no_event_published_after_the_one_heard(
         ("test.first", ids[0]),
         ("test.between", None),
         ("test.after", ids[1]),
+    ]
+
+
+async def _write_one_unheard(dsn: str, sid: str, replica: str) -> tuple[int, int]:
+    """``test.first`` (announced), then ``test.unheard`` while the session has no watcher
+    row (no NOTIFY): the read before the first finds the second, past it."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        first = int(await conn.fetchval(INSERT, sid, "test.first"))
+        rows = await conn.fetch("DELETE FROM event_watchers WHERE session_id = $1 RETURNING *", sid)
+        unheard = int(await conn.fetchval(INSERT, sid, "test.unheard"))
+        await conn.executemany(
+            "INSERT INTO event_watchers (tenant, session_id, replica, expires_at)"
+            " VALUES ($1, $2, $3, $4)",
+            [tuple(r) for r in rows],
+        )
+        assert [str(r["replica"]) for r in rows] == [replica]
+        return first, unheard
+    finally:
+        await conn.close()
+
+
+async def _write_heard(dsn: str, sid: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(INSERT, sid, "test.heard"))
+    finally:
+        await conn.close()
+
+
+def test_an_event_read_ahead_comes_before_a_later_one_heard_after_the_first_seconds(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event the first read kept back, its announcement missed, still goes out before
+    the next live one when that comes once the first seconds are over: sent after it, a
+    reconnect with the later id would skip it for good."""
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 60.0)  # no periodic read between
+    monkeypatch.setattr(events_api, "SETTLE_SECONDS", 1.0)
+    chat(proxy.origin, "ahead", [user("u1")])
+    fetch, written = event_store.fetch_session_events_after, threading.Event()
+
+    async def late(*args: Any, **kwargs: Any) -> Any:  # the read runs once both are written
+        await asyncio.to_thread(written.wait, 5)
+        return await fetch(*args, **kwargs)
+
+    with open_events(proxy.origin, "ahead") as events:
+        opened = time.monotonic()
+        events.until(is_usage)
+        monkeypatch.setattr(event_store, "fetch_session_events_after", late)
+        replica = str(proxy.state("bus").replica)
+        first, unheard = run_sync(_write_one_unheard(settings.database_url, "ahead", replica))
+        written.set()
+        got = events.take(1)
+        time.sleep(max(0.0, opened + 1.5 - time.monotonic()))  # the first seconds are over
+        heard = run_sync(_write_heard(settings.database_url, "ahead"))
+        got += events.take(2)
+    assert [(f.event, int(f.id or 0)) for f in got] == [
+        ("test.first", first),
+        ("test.unheard", unheard),
+        ("test.heard", heard),
     ]
