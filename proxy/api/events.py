@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from sse_starlette.sse import EventSourceResponse, SendTimeoutError
-from starlette.types import Receive, Scope, Send
+from sse_starlette.sse import EventSourceResponse
 
 from proxy import sse
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
+from proxy.api.event_stream import EventStream
 from proxy.auth import PROXY_KEY
 from proxy.bus import LAGGED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
@@ -25,7 +23,6 @@ from proxy.store.db import DatabaseUnavailable
 __all__ = ["router"]
 
 router = APIRouter()
-log = logging.getLogger("cascade")
 
 
 def _frame(event: BusEvent) -> dict[str, Any]:
@@ -132,38 +129,6 @@ SEND_TIMEOUT_SECONDS = 30.0
 client reads nothing, and the socket's buffers are full. The bus drops such a stream's queue
 once it is ``bus.MAX_QUEUED`` behind, but the stream itself waits in that send, holding its
 connection, until the client reads again, which a frozen one never does."""
-
-_STALLED: contextvars.ContextVar[bool] = contextvars.ContextVar("stalled", default=False)
-"""Set in the server's task for a request whose stream was closed for a stalled client."""
-
-
-class _EventStream(EventSourceResponse):
-    """A stream closed for a client that reads nothing (:data:`SEND_TIMEOUT_SECONDS`) ends
-    with one warning: the response, left unfinished, has the server close the connection,
-    and uvicorn's error line about that is dropped (``quiet_stalled``)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except SendTimeoutError:
-            _STALLED.set(True)
-            log.warning(
-                "an event stream's client read nothing for %g s; closing it (its reconnect "
-                "replays)",
-                self.send_timeout,
-            )
-
-
-UNFINISHED = "ASGI callable returned without completing response."
-
-
-def quiet_stalled(record: logging.LogRecord) -> bool:
-    """A filter for ``uvicorn.error``: drops its line about an unfinished response when the
-    response is a stream closed for a stalled client (logged by ``_EventStream``)."""
-    return not (record.msg == UNFINISHED and _STALLED.get())
-
-
-logging.getLogger("uvicorn.error").addFilter(quiet_stalled)
 
 
 def _reaches(request: Request, agent: str | None) -> bool:
@@ -365,7 +330,7 @@ async def session_events(
         # database, whose sequence went back): the stream starts after the session's last
         last = await store.fetch_last_event_id(pool, tenant=tenant, session_id=session_id)
         after = min(after, last)
-    return _EventStream(
+    return EventStream(
         _stream(request, pool, bus, session, after),
         sep="\n",
         ping=15,

@@ -1,0 +1,46 @@
+"""The session event stream's response: one closed for a client that reads nothing ends
+with one warning of the proxy's, not uvicorn's error line about an unfinished response."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+
+from sse_starlette.sse import EventSourceResponse, SendTimeoutError
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["UNFINISHED", "EventStream", "quiet_stalled"]
+
+log = logging.getLogger("cascade")
+
+_STALLED: contextvars.ContextVar[bool] = contextvars.ContextVar("stalled", default=False)
+"""Set in the server's task for a request whose stream was closed for a stalled client."""
+
+
+class EventStream(EventSourceResponse):
+    """A stream closed for a client that reads nothing (its ``send_timeout``) ends
+    with one warning: the response, left unfinished, has the server close the connection,
+    and uvicorn's error line about that is dropped (``quiet_stalled``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            _STALLED.set(True)
+            log.warning(
+                "an event stream's client read nothing for %g s; closing it (its reconnect "
+                "replays)",
+                self.send_timeout,
+            )
+
+
+UNFINISHED = "ASGI callable returned without completing response."
+
+
+def quiet_stalled(record: logging.LogRecord) -> bool:
+    """A filter for ``uvicorn.error``: drops its line about an unfinished response when the
+    response is a stream closed for a stalled client (logged by ``EventStream``)."""
+    return not (record.msg == UNFINISHED and _STALLED.get())
+
+
+logging.getLogger("uvicorn.error").addFilter(quiet_stalled)
