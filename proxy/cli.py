@@ -136,6 +136,12 @@ def _parser() -> argparse.ArgumentParser:
             a.add_argument("id", type=_path_session_id, help="the session id")
         if action in ("ls", "messages"):
             _page_options(a, 100 if action == "ls" else 1000)
+        if action == "ls":
+            a.add_argument(
+                "--filter",
+                metavar="TEXT",
+                help="only sessions whose id, agent or model holds TEXT, case aside (default: all)",
+            )
         if action == "messages":
             a.add_argument(
                 "--all",

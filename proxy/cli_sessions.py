@@ -145,6 +145,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any], Any]:
     params: dict[str, Any] = {}
     if args.action in ("ls", "messages"):
         params = {"limit": args.limit, "offset": args.offset}
+    if args.action == "ls" and args.filter:
+        params["q"] = args.filter
     if args.action == "messages" and args.all:
         params["include_superseded"] = "true"
     body = None

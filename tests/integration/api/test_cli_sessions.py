@@ -214,3 +214,18 @@ def test_a_limit_the_api_refuses_is_named_as_the_option(
     assert said and said[0].startswith("cascade-proxy sessions messages: 400 --limit: "), err
     code, out, _ = _run(capsys, *url, "--json", "ls", "--limit", "5000")
     assert code == 1 and json.loads(out)["error"]["message"].startswith("query.limit: ")
+
+
+def test_sessions_ls_filter_lists_the_sessions_whose_id_agent_or_model_holds_it(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the console's filter (GET /v1/sessions?q=) from a shell: a tenant with thousands of
+    # sessions finds one without paging through them
+    for sid in ("build-7", "Build-8", "other"):
+        _chat(http, sid, "hi")
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, out, _ = _run(capsys, *url, "ls", "--filter", "bUiLd")
+    assert code == 0
+    assert {r.split()[0] for r in out.splitlines()[1:]} == {"build-7", "Build-8"}
+    code, out, _ = _run(capsys, *url, "ls", "--filter", "nothing-holds-this")
+    assert code == 0 and "build" not in out
