@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.cascade.memory import fact_key
-from proxy.cascade.overflow import calibrated_count
+from proxy.cascade.overflow import block_room
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
@@ -135,14 +135,8 @@ def render_memory(
 
 
 def plan_memory(step: StepInput) -> MemoryNeed:
-    budget = step.budget.limit - step.budget.reserved_output
-    count = calibrated_count(step.count, step.ratio)  # as the guard counts the budget
-    framing = count([{"role": "system", "content": ""}])
-
-    def tokens(text: str) -> int:
-        return count([{"role": "system", "content": text}]) - framing
-
-    return MemoryNeed(min(MEMORY_MAX_TOKENS, max(int(budget * MEMORY_BUDGET_SHARE), 0)), tokens)
+    cap, tokens = block_room(step, MEMORY_BUDGET_SHARE, "system")
+    return MemoryNeed(min(MEMORY_MAX_TOKENS, cap), tokens)
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:

@@ -11,7 +11,7 @@ without them is refused with an actionable ``ContextLengthExceeded`` instead of 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.cascade.commands import kept_positions
@@ -35,6 +35,7 @@ __all__ = [
     "OPTIONAL_BLOCKS",
     "OVERFLOW",
     "TRIM_TARGET",
+    "block_room",
     "calibrated_count",
     "GuardResult",
     "fit",
@@ -201,6 +202,21 @@ def calibrated_count(count: TokenCounter, ratio: float) -> TokenCounter:
         return math.ceil(count(messages) * factor)
 
     return calibrated
+
+
+def block_room(step: StepInput, share: float, role: str) -> tuple[int, Callable[[str], int]]:
+    """An optional block's cap, ``share`` of the prompt budget (limit less reserved output),
+    and what a text adds as one message of ``role``, its framing left out: counted as the
+    guard counts (``calibrated_count``), since the budget is the provider's tokens, which the
+    raw estimate undercounts by the session's real/estimated ratio."""
+    budget = step.budget.limit - step.budget.reserved_output
+    count = calibrated_count(step.count, step.ratio)
+    framing = count([{"role": role, "content": ""}])
+
+    def tokens(text: str) -> int:
+        return count([{"role": role, "content": text}]) - framing
+
+    return max(int(budget * share), 0), tokens
 
 
 OPTIONAL_BLOCKS = ("retrieval", "recitation", "memory")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from proxy.cascade.briefing import section
-from proxy.cascade.overflow import calibrated_count
+from proxy.cascade.overflow import block_room
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import Message, StageResult
@@ -133,17 +133,8 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
 
 
 def _turn_plan(step: StepInput) -> str | None:
-    """The turn's block, its cap counted as the guard counts (``calibrated_count``): the
-    budget is the provider's tokens, which the raw estimate undercounts by the session's
-    real/estimated ratio."""
-    budget = step.budget.limit - step.budget.reserved_output
-    count = calibrated_count(step.count, step.ratio)
-    framing = count([{"role": "user", "content": ""}])
-
-    def tokens(text: str) -> int:
-        return count([{"role": "user", "content": text}]) - framing
-
-    cap = max(int(budget * RECITATION_BUDGET_SHARE), 0)
+    """The turn's block, its cap counted as the guard counts (``block_room``)."""
+    cap, tokens = block_room(step, RECITATION_BUDGET_SHARE, "user")
     return plan_block(step.summary, max_tokens=cap, tokens=tokens)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.cascade.observations import is_observation
-from proxy.cascade.overflow import calibrated_count
+from proxy.cascade.overflow import block_room
 from proxy.cascade.pins import pin
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.step import Stage, StepInput
@@ -204,13 +204,7 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
     cfg = step.ctx.retrieval
     if query is None or cfg.max_results <= 0:
         return None
-    budget = step.budget.limit - step.budget.reserved_output
-    count = calibrated_count(step.count, step.ratio)  # as the guard counts the budget
-    framing = count([{"role": "user", "content": ""}])
-
-    def tokens(text: str) -> int:
-        return count([{"role": "user", "content": text}]) - framing
-
+    cap, tokens = block_room(step, RELATED_BUDGET_SHARE, "user")
     return RetrievalNeed(
         query,
         cfg.min_score,
@@ -218,7 +212,7 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
         cfg.timeout_ms,
         cfg.snippet_chars,
         frozenset(step.positions),
-        max(int(budget * RELATED_BUDGET_SHARE), 0),
+        cap,
         tokens,
         frozenset(k for k in map(text_key, step.window) if k is not None),
     )
