@@ -37,6 +37,7 @@ from typing import Any
 import ahocorasick_rs
 
 from proxy.cascade.literals import start_literals
+from proxy.cascade.redaction_parts import redact_across, replace_match
 from proxy.cascade.secret_patterns import DEFAULT_PATTERNS, REDACTED
 from proxy.cascade.types import Message
 from proxy.config_context import RedactionConfig
@@ -280,15 +281,6 @@ def _sub_at(
     return "".join(pieces), len(pieces) // 2
 
 
-def _replace(match: re.Match[str], groups: tuple[str, ...]) -> str:
-    whole = match.group(0)
-    for name in groups:
-        if match.group(name) is not None:
-            start, end = match.start(name) - match.start(), match.end(name) - match.start()
-            return whole[:start] + REDACTED + whole[end:]
-    return REDACTED
-
-
 def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     """Replace every match of every pattern with :data:`REDACTED`; return (text, count).
 
@@ -317,7 +309,7 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
             hits = _candidates(found, text, plan, len(text) // _DENSITY + 16)
             if hits == []:
                 continue
-        repl = functools.partial(_replace, groups=plan.groups)
+        repl = functools.partial(replace_match, groups=plan.groups)
         new, n = pattern.subn(repl, text) if hits is None else _sub_at(pattern, text, hits, repl)
         if n:
             text, found, total = new, None, total + n
@@ -325,7 +317,8 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
 
 
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """Redact a message's content (a string or the text of its content parts).
+    """Redact a message's content (a string or the text of its content parts, each, then
+    all of them as one text: a secret split between parts, ``redaction_parts``).
 
     Returns the *same* message object when nothing matched, so an unchanged message keeps its
     identity (and the prompt cache keeps its prefix). Otherwise a new dict with only
@@ -338,14 +331,21 @@ def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
     if not isinstance(content, Sequence):
         return msg, 0
     total = 0
-    parts: list[object] = []
-    for part in content:
+    parts: list[Any] = list(content)
+    texts: dict[int, str] = {}  # each text part's place -> its text, redacted
+    for i, part in enumerate(parts):
         if isinstance(part, Mapping) and isinstance(part.get("text"), str):
             text, n = redact(part["text"], patterns)
             if n:
                 total += n
-                part = {**part, "text": text}
-        parts.append(part)
+                parts[i] = {**part, "text": text}
+            texts[i] = text
+    if len(texts) > 1 and redact("".join(texts.values()), patterns)[1]:
+        pieces, n = redact_across(list(texts.values()), patterns)
+        for (i, was), piece in zip(texts.items(), pieces, strict=True):
+            if piece != was:
+                parts[i] = {**parts[i], "text": piece}
+        total += n
     return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)
 
 

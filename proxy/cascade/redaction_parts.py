@@ -1,0 +1,61 @@
+"""Redaction of a text that arrives in pieces: a message's text parts, read as one text.
+
+A tool that flushes its output in chunks, each chunk a content part, or a client that sends
+a pasted key as two parts, can split a secret between parts: no part holds a whole match,
+yet a model reads the parts one after the other and the store would keep both halves side
+by side. :func:`redact_across` redacts the pieces as the one text they make (joined with
+nothing between them) and hands each piece back its share, so the message keeps its parts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from itertools import accumulate
+
+from proxy.cascade.secret_patterns import REDACTED
+
+__all__ = ["replace_match", "redact_across"]
+
+
+def replace_match(match: re.Match[str], groups: tuple[str, ...]) -> str:
+    """What replaces ``match``: only its first ``secret…`` group that took part (the key
+    name, the ``Bearer`` word around it are kept), else the whole match."""
+    whole = match.group(0)
+    for name in groups:
+        if match.group(name) is not None:
+            start, end = match.start(name) - match.start(), match.end(name) - match.start()
+            return whole[:start] + REDACTED + whole[end:]
+    return REDACTED
+
+
+def redact_across(
+    pieces: Sequence[str], patterns: Sequence[re.Pattern[str]]
+) -> tuple[list[str], int]:
+    """``pieces`` redacted as one text, each pattern's matches replaced in turn (as ``subn``
+    does); returns the pieces and the count. A replacement goes to the piece its match
+    begins in, so a piece wholly inside a match comes back empty, and the piece after the
+    match keeps what follows it."""
+    text, ends, total = "".join(pieces), list(accumulate(len(p) for p in pieces)), 0
+    for pattern in patterns:
+        groups = tuple(name for name in pattern.groupindex if name.startswith("secret"))
+        found = [(m.start(), m.end(), replace_match(m, groups)) for m in pattern.finditer(text)]
+        if not found:
+            continue
+        out: list[str] = []
+        moved: list[int] = []
+        shift = prev = j = 0
+        for start, end, rep in found:
+            while j < len(ends) and ends[j] <= start:  # a piece ending before the match
+                moved.append(ends[j] + shift)
+                j += 1
+            while j < len(ends) and ends[j] < end:  # a piece ending inside it
+                moved.append(start + shift + len(rep))
+                j += 1
+            out += (text[prev:start], rep)
+            prev, shift = end, shift + len(rep) - (end - start)
+        moved += [end + shift for end in ends[j:]]
+        out.append(text[prev:])
+        text, ends, total = "".join(out), moved, total + len(found)
+    starts = [0, *ends[:-1]]
+    return [text[a:b] for a, b in zip(starts, ends, strict=True)], total
