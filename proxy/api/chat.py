@@ -296,9 +296,12 @@ class _ModelId(PathConvertor):
     """A model id: a path of at least one character (some ids hold a ``/``). Starlette's
     ``path`` also matches nothing, which made ``/v1/models/`` (a trailing slash, no id) this
     route's; it is no route, as OpenAI answers it with an error rather than the list: the 404
-    of an unknown path, counted and traced under no route's template."""
+    of an unknown path, counted and traced under no route's template. Nor is an id with a
+    ``.`` or ``..`` segment (sent as is or percent-encoded): in the provider's URL it would
+    climb out of ``/models/`` to any path of the provider's host, with the proxy's own key
+    (``/v1/models/../files``), and ``/v1/files`` is no route of the proxy's either."""
 
-    regex = ".+"
+    regex = r"(?!(?:[^/]*/)*\.\.?(?:/|$)).+"
 
 
 register_url_convertor("model_id", _ModelId())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import openai
@@ -73,4 +74,38 @@ def test_an_empty_model_id_is_an_unknown_url_not_a_provider_call(
         "param": None,
         "code": "unknown_url",
     }
+    assert fake_upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/models/../files",
+        "/v1/models/%2E%2E/files",
+        "/v1/models/..%2Ffiles",
+        "/v1/models/org/../../files?purpose=fine-tune",
+        "/s/run-1/v1/models/../files",
+        "/v1/models/./gpt-fake",
+        "/v1/models/..",
+    ],
+)
+def test_a_dot_segment_in_a_model_id_reaches_no_other_provider_path(
+    path: str, proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Regression: the id went into the provider's URL as sent, and a ``..`` segment (sent
+    as is or percent-encoded) took the call to any path of the provider's host, with the
+    proxy's own key when it has one: ``/v1/models/../files`` listed the operator's files, a
+    route README says the proxy does not serve. No model id is ``.`` or ``..``: such a path
+    is the 404 of a path no route takes, as ``/v1/files`` is."""
+    with socket.create_connection(("127.0.0.1", int(proxy.origin.rsplit(":", 1)[1])), 5) as s:
+        s.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            "Authorization: Bearer sk-test-client\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 "), answer
+    assert json.loads(body)["error"]["code"] == "unknown_url"
     assert fake_upstream.requests == []
