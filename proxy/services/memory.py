@@ -59,11 +59,9 @@ def parse_scope(scope: str | None, *, param: str = "scope") -> str:
     if scope is None:
         return GLOBAL
     if not isinstance(scope, str) or (scope != GLOBAL and not _AGENT.fullmatch(scope)):
-        raise ClientRequestError(
-            f"scope must be 'global' or 'agent:<name>' (an agent's name, 1 to 256 characters); "
-            f"got {scope!r}",
-            param=param,
-        )
+        shape = "scope must be 'global' or 'agent:<name>' (an agent's name, 1 to 256 characters)"
+        # the value is a query's or a body's: the client is told it, the log is not
+        raise ClientRequestError(f"{shape}; got {scope!r}", param=param, log_message=shape)
     return scope
 
 
@@ -95,6 +93,8 @@ def check_writable(cfg: Config, scope: str) -> None:
             f"no agent {agent!r} in the config: a fact of scope {scope!r} would reach no "
             "prompt (add the agent to the config first; a reload picks it up)",
             param="scope",
+            log_message="no agent in the config has the scope sent: a fact of it would reach "
+            "no prompt",
         )
 
 

@@ -229,6 +229,26 @@ def test_a_refused_last_event_id_is_logged_without_its_value(
     ]
 
 
+def test_a_refused_memory_scope_is_logged_without_its_value(
+    http: httpx.Client, records: Records
+) -> None:
+    """Regression: the 400 of a memory scope quoted it in the log line too, a query's value
+    (``GET /v1/memory?scope=``) or a body's (``POST /v1/memory``)."""
+    listed = http.get("/v1/memory", params={"scope": f"x {SECRET_TEXT}"})
+    added = http.post("/v1/memory", json={"scope": f"x {SECRET_TEXT}", "text": "a fact"})
+    unknown = http.post("/v1/memory", json={"scope": f"agent:{SECRET_TEXT}", "text": "a fact"})
+    assert listed.status_code == added.status_code == unknown.status_code == 400
+    assert SECRET_TEXT in unknown.json()["error"]["message"]  # the client sees what it sent
+    records.access(3)
+    shape = "scope must be 'global' or 'agent:<name>' (an agent's name, 1 to 256 characters)"
+    assert [r.getMessage() for r in records.errors()] == [
+        f"400 GET /v1/memory: {shape}",
+        f"400 POST /v1/memory: {shape}",
+        "400 POST /v1/memory: no agent in the config has the scope sent: a fact of it would "
+        "reach no prompt",
+    ]
+
+
 def _capture() -> tuple[logging.Handler, logging.Handler, io.StringIO, io.StringIO]:
     text, js = io.StringIO(), io.StringIO()
     as_text, as_json = logging.StreamHandler(text), logging.StreamHandler(js)
