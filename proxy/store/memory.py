@@ -263,7 +263,11 @@ async def fetch_suggestion(
     conn: Executor, *, tenant: str, suggestion_id: str
 ) -> dict[str, Any] | None:
     """One suggestion with its ``answer`` (``None`` while pending) and the ``agent`` of its
-    session (``None`` when the session is gone); ``None`` when the tenant has no such one."""
+    session (``None`` when the session is gone); ``None`` when the tenant has no such one,
+    and for an id holding a NUL, which no id the proxy makes holds and PostgreSQL's text
+    refuses (a ``%00`` in the path)."""
+    if "\x00" in suggestion_id:
+        return None
     row = await conn.fetchrow(FETCH_SUGGESTION, tenant, MEMORY_SUGGESTION, suggestion_id)
     if row is None:
         return None

@@ -183,6 +183,16 @@ def test_a_bad_scope_or_id_in_the_url_is_a_400_or_404(http: httpx.Client) -> Non
     assert http.delete("/v1/memory/999999").status_code == 404
 
 
+@pytest.mark.parametrize("answer", ["accept", "reject"])
+def test_a_suggestion_id_holding_a_nul_is_unknown(http: httpx.Client, answer: str) -> None:
+    """Regression: a NUL in the id (``%00`` in the path) reached PostgreSQL, whose text
+    refuses it: a 500. No suggestion id holds one (the proxy makes them), so it is the 404
+    of an unknown id."""
+    resp = http.post(f"/v1/memory/suggestions/s%00x/{answer}")
+    assert resp.status_code == 404, resp.text
+    assert resp.json()["error"]["code"] == "not_found"
+
+
 def test_facts_belong_to_their_tenant(http: httpx.Client, other: httpx.Client) -> None:
     fact = http.post("/v1/memory", json={"text": "Mine"}).json()
     assert texts(other) == []
