@@ -115,6 +115,22 @@ def test_redaction_runs_before_the_cut_so_no_secret_is_split(
     assert_nowhere(proxy, fake_upstream, *(f"{at:08d}" for at in range(900, 9700, 16)))
 
 
+def test_a_secret_split_across_text_parts_is_redacted_on_every_path(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A tool that flushes its output in chunks, each a content part, may split a key between
+    two parts: the parts are redacted as the one text a model reads, before the cut."""
+    secret = "ghp_" + "Q7w" * 12
+    first, second = blob(6000, "chunked") + f" {secret[:10]}", secret[10:] + " rest"
+    parts = [{"type": "text", "text": first}, {"type": "text", "text": second}]
+    chat(proxy, rounds({"call_parts": parts}))
+    with api(proxy) as http:
+        assert http.get("/v1/sessions/s1/tool-outputs/call_parts").status_code == 404
+        replied(http, "s1")
+        assert http.get("/v1/sessions/s1/messages").json()["data"][-2]["redacted"] is True
+    assert_nowhere(proxy, fake_upstream, "ghp_", "Q7wQ7w")
+
+
 def test_secret_in_a_user_message_is_redacted_on_every_path(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
