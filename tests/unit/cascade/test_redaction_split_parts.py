@@ -7,8 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.cascade.redaction import REDACTED, compile_patterns, redact_message, redact_written
-from tests.unit.cascade.fake_credentials import GITHUB, OPENAI
+from hypothesis import given, settings, strategies as st
+
+from proxy.cascade.redaction import (
+    REDACTED,
+    compile_patterns,
+    redact,
+    redact_message,
+    redact_written,
+)
+from proxy.cascade.redaction_parts import redact_across
+from tests.unit.cascade.fake_credentials import AWS_ID, GITHUB, JWT, OPENAI, PEM
 
 PATTERNS = compile_patterns(())
 
@@ -59,3 +68,19 @@ def test_what_a_model_reads_of_a_split_token_is_redacted() -> None:
     """``redact_written`` (the summary's input) reads the parts the same way."""
     out = redact_written(_tool(GITHUB[:12], GITHUB[12:]), PATTERNS)
     assert out["content"] == _parts(REDACTED, "")
+
+
+_WORDS = st.sampled_from(
+    [" x ", "\n", "abc", " token: ", "password=hunter2x", GITHUB, OPENAI, AWS_ID, JWT, PEM]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WORDS, min_size=1, max_size=8), st.lists(st.integers(0, 2000), max_size=4))
+def test_the_pieces_joined_are_the_joined_text_redacted(words: list[str], cuts: list[int]) -> None:
+    text = "".join(words)
+    at = sorted({c % (len(text) + 1) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
+    out, n = redact_across(pieces, PATTERNS)
+    assert ("".join(out), n) == redact(text, PATTERNS)
+    assert len(out) == len(pieces)
