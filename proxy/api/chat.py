@@ -31,6 +31,7 @@ from proxy.api.deps import (
     session_path_id,
     tenant_of,
     upstream_headers,
+    upstream_query,
 )
 from proxy.auth import check_agent, key_agents
 from proxy.errors import ClientRequestError
@@ -132,9 +133,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
             derived=named_id is None,
             client=client,
             # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
-            query=tuple(request.query_params.multi_items())
-            if request.scope["query_string"]
-            else (),
+            query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
             agents=key_agents(request.scope),
         )
         response: Response = await state.chat.complete(cfg, rt, body, ctx)
@@ -268,7 +267,7 @@ async def _passthrough(
         path,
         client_headers=upstream_headers(request, cfg),
         content=content,
-        params=list(request.query_params.multi_items()),
+        params=upstream_query(request, cfg),
         model=model,
         max_bytes=cap,
         over_hint=hint,

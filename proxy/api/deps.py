@@ -102,6 +102,17 @@ def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
     return {k: v for k, v in request.headers.items() if k != "authorization"}
 
 
+def upstream_query(request: Request, cfg: Config) -> list[tuple[str, str]]:
+    """The client's query parameters as the provider may see them (an SDK's ``extra_query``,
+    a gateway's ``api-version``). With proxy keys, one whose value is a proxy key stays back
+    as the Authorization header does: a client that sends its key in the query too (some
+    providers take one there, ``?key=``) would otherwise hand it to the provider."""
+    items = request.query_params.multi_items()
+    if not cfg.auth.keys:
+        return items
+    return [(k, v) for k, v in items if match_key(v.strip().encode(), cfg, os.environ) is None]
+
+
 async def get_readiness(request: Request) -> SharedCheck[str | None]:
     return _state(request, "readiness")  # type: ignore[no-any-return]
 

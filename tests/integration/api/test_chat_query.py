@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
 import openai
 import pytest
 
 from tests.fakes.upstream import CHAT, FakeUpstream
+from tests.integration.api.conftest import StartProxy, write_config
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -29,3 +33,29 @@ def test_the_query_string_goes_upstream_with_the_chat_request(
     queries = [r.query for r in fake_upstream.requests if r.path == CHAT]
     # (the SDK writes a list as tag[]=a&tag[]=b; both values go on, in order)
     assert queries == ["api-version=2024-10-21&tag%5B%5D=a&tag%5B%5D=b", ""]
+
+
+def test_a_proxy_key_in_the_query_string_stays_back(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: a client that sends its proxy key in the query as well as in the header
+    (as some providers take a key, ``?key=``) had it forwarded to the provider with the rest
+    of the query, on chat, models and embeddings; the provider never sees a proxy key
+    (README, Proxy keys). Another parameter still goes on."""
+    key = "cascade-key-in-query-5b2e"
+    monkeypatch.setenv("CASCADE_TEST_QUERY_KEY", key)
+    auth = {"keys": [{"keyEnv": "CASCADE_TEST_QUERY_KEY", "tenant": "t"}]}
+    proxy = start_proxy(write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth))
+    query = {"key": key, "api-version": "1", "k2": f" {key}"}
+    with httpx.Client(
+        base_url=proxy.origin, timeout=10, headers={"authorization": f"Bearer {key}"}
+    ) as http:
+        chat = {"model": "gpt-fake", "messages": MESSAGES}
+        assert http.post("/v1/chat/completions", params=query, json=chat).status_code == 200
+        assert http.get("/v1/models", params=query).status_code == 200
+        embed = {"model": "e", "input": "x"}
+        assert http.post("/v1/embeddings", params=query, json=embed).status_code == 200
+    assert [r.query for r in fake_upstream.requests] == ["api-version=1"] * 3
