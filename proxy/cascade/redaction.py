@@ -316,14 +316,28 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     return text, total
 
 
-def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """Redact a message's content (a string or the text of its content parts, each, then
-    all of them as one text: a secret split between parts, ``redaction_parts``).
+def _starts(patterns: Sequence[re.Pattern[str]]) -> Callable[[int, str], list[int] | None]:
+    """Where the pattern of an index can begin matching a text, as ``redact`` plans it (None:
+    anywhere); the text's literals are found once, and again only once it changed."""
+    scanner = _scanner(patterns)
+    last: list[tuple[str, dict[str, list[int]]]] = []
 
-    Returns the *same* message object when nothing matched, so an unchanged message keeps its
-    identity (and the prompt cache keeps its prefix). Otherwise a new dict with only
-    ``content`` replaced.
-    """
+    def starts(index: int, text: str) -> list[int] | None:
+        plan = scanner.plans[index]
+        if not plan.starts:
+            return None
+        if not last or last[0][0] is not text:
+            last[:] = [(text, scanner.find(text))]
+        return _candidates(last[0][1], text, plan, len(text) // _DENSITY + 16)
+
+    return starts
+
+
+def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
+    """Redact a message's content: a string, or its text parts, each and then as one text (a
+    secret split between parts: ``redaction_parts``). Returns the *same* message object when
+    nothing matched (the prompt cache keeps its prefix), else a new dict with only ``content``
+    replaced."""
     content = msg.get("content")
     if isinstance(content, str):
         text, n = redact(content, patterns)
@@ -341,7 +355,7 @@ def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
                 parts[i] = {**part, "text": text}
             texts[i] = text
     if len(texts) > 1 and redact("".join(texts.values()), patterns)[1]:
-        pieces, n = redact_across(list(texts.values()), patterns)
+        pieces, n = redact_across(list(texts.values()), patterns, _starts(patterns))
         for (i, was), piece in zip(texts.items(), pieces, strict=True):
             if piece != was:
                 parts[i] = {**parts[i], "text": piece}

@@ -10,7 +10,7 @@ nothing between them) and hands each piece back its share, so the message keeps 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 
 from proxy.cascade.secret_patterns import REDACTED
@@ -29,17 +29,38 @@ def replace_match(match: re.Match[str], groups: tuple[str, ...]) -> str:
     return REDACTED
 
 
+def _matches(
+    pattern: re.Pattern[str], text: str, starts: list[int] | None
+) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text)``; with ``starts`` (ascending), tried only there, which finds
+    the same matches when every match begins at one (``redaction._sub_at``'s argument)."""
+    if starts is None:
+        yield from pattern.finditer(text)
+        return
+    end = 0
+    for at in starts:
+        if at >= end and (match := pattern.match(text, at)) is not None:
+            yield match
+            end = match.end()
+
+
 def redact_across(
-    pieces: Sequence[str], patterns: Sequence[re.Pattern[str]]
+    pieces: Sequence[str],
+    patterns: Sequence[re.Pattern[str]],
+    starts: Callable[[int, str], list[int] | None] | None = None,
 ) -> tuple[list[str], int]:
     """``pieces`` redacted as one text, each pattern's matches replaced in turn (as ``subn``
     does); returns the pieces and the count. A replacement goes to the piece its match
     begins in, so a piece wholly inside a match comes back empty, and the piece after the
-    match keeps what follows it."""
+    match keeps what follows it. ``starts(index, text)`` gives where the pattern of that
+    index can begin matching (None: anywhere), so a large text is not scanned by each."""
     text, ends, total = "".join(pieces), list(accumulate(len(p) for p in pieces)), 0
-    for pattern in patterns:
+    for index, pattern in enumerate(patterns):
         groups = tuple(name for name in pattern.groupindex if name.startswith("secret"))
-        found = [(m.start(), m.end(), replace_match(m, groups)) for m in pattern.finditer(text)]
+        at = None if starts is None else starts(index, text)
+        found = [
+            (m.start(), m.end(), replace_match(m, groups)) for m in _matches(pattern, text, at)
+        ]
         if not found:
             continue
         out: list[str] = []
@@ -57,5 +78,5 @@ def redact_across(
         moved += [end + shift for end in ends[j:]]
         out.append(text[prev:])
         text, ends, total = "".join(out), moved, total + len(found)
-    starts = [0, *ends[:-1]]
-    return [text[a:b] for a, b in zip(starts, ends, strict=True)], total
+    starts_at = [0, *ends[:-1]]
+    return [text[a:b] for a, b in zip(starts_at, ends, strict=True)], total

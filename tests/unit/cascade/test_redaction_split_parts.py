@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from proxy.cascade.redaction import (
     REDACTED,
+    _starts,
     compile_patterns,
     redact,
     redact_message,
@@ -81,6 +82,7 @@ def test_the_pieces_joined_are_the_joined_text_redacted(words: list[str], cuts: 
     text = "".join(words)
     at = sorted({c % (len(text) + 1) for c in cuts})
     pieces = [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
-    out, n = redact_across(pieces, PATTERNS)
-    assert ("".join(out), n) == redact(text, PATTERNS)
-    assert len(out) == len(pieces)
+    for starts in (None, _starts(PATTERNS)):  # everywhere, or where a match can begin
+        out, n = redact_across(pieces, PATTERNS, starts)
+        assert ("".join(out), n) == redact(text, PATTERNS)
+        assert len(out) == len(pieces)
