@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
 from tests.fakes.strict_openai import violations
@@ -158,3 +159,78 @@ def test_every_request_of_a_long_tool_loop_passes_a_strict_provider(
     assert any("<plan>" in json.dumps(b) for b in s.main_bodies())
     assert any("<memory>" in json.dumps(b) for b in s.main_bodies())
     assert any("[context-cleared]" in json.dumps(b) for b in s.main_bodies())
+
+
+def _parallel(req: RecordedRequest) -> Reply:
+    """Three calls at once for a user message, text once they are answered."""
+    last = req.json["messages"][-1]
+    if last["role"] != "user":
+        return reply("done", usage=(100, 5))
+    n = sum(m["role"] == "user" for m in req.json["messages"])
+    names = ("read_file", "grep", "list_dir")
+    return reply(None, tool_calls=[tool_call(x, {"path": x}, id=f"c{n}_{x}") for x in names])
+
+
+def test_the_guard_drops_parallel_rounds_whole_for_a_strict_provider(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.validator = violations
+    context = {"toolOutput": {"maxChars": 8000}, "eviction": {"enabled": False}}
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(main=_parallel),
+        limit=4000,
+        reserved=500,
+        summarize={"enabled": False},
+        context=context,
+    ) as s:
+        history: list[Any] = [{"role": "system", "content": "You are a coding agent."}]
+        client = s.client("guard")
+        for t in range(6):
+            history.append({"role": "user", "content": f"turn {t}"})
+            for _ in range(2):
+                out = client.chat.completions.create(
+                    model="gpt-fake", messages=history, tools=TOOLS, max_tokens=400
+                )
+                message = out.choices[0].message.model_dump(exclude_none=True)
+                history.append(message)
+                for c in message.get("tool_calls") or ():
+                    text = blob(1400, c["id"].replace("_", ""))
+                    history.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+        assert s.events("guard", "context.trimmed")
+    assert fake_upstream.violations == [], fake_upstream.violations[:3]
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3, 5])
+def test_a_summary_cut_inside_a_parallel_round_keeps_the_round_whole(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, keep: int
+) -> None:
+    fake_upstream.validator = violations
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(main=_parallel),
+        limit=32000,
+        summarize={"keepRecent": keep},
+        context={"eviction": {"enabled": False}},
+    ) as s:
+        client = s.client("cut")
+        history: list[Any] = [{"role": "system", "content": "You are a coding agent."}]
+        for t in range(3):
+            history.append({"role": "user", "content": f"turn {t} " + "words " * 200})
+            for _ in range(2):
+                out = client.chat.completions.create(
+                    model="gpt-fake", messages=history, tools=TOOLS
+                )
+                message = out.choices[0].message.model_dump(exclude_none=True)
+                history.append(message)
+                for c in message.get("tool_calls") or ():
+                    history.append({"role": "tool", "tool_call_id": c["id"], "content": "x" * 900})
+                if t == 2 and message.get("tool_calls"):
+                    s.replied("cut")
+                    _post(s, "/v1/sessions/cut/compact")
+        assert s.summaries("cut")
+    assert fake_upstream.violations == [], fake_upstream.violations[:3]

@@ -4,19 +4,25 @@ one it can send back, so its next request passes the provider's checks."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from tests.fakes.replies import reply
+from tests.fakes.replies import reply, tool_call
 from tests.fakes.strict_openai import violations
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.read_tool_output_helpers import chat, history, read_call
+from tests.integration.api.read_tool_output_helpers import (
+    CLIENT_TOOLS,
+    chat,
+    history,
+    read_call,
+)
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
 )
-from tests.integration.transcripts import blob
+from tests.integration.transcripts import blob, sdk
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -40,3 +46,39 @@ def test_a_silent_model_cut_off_reading_gets_the_client_a_reply_it_can_resend(
     chat(proxy, "s1", [*messages, answer, {"role": "user", "content": "and now?"}])
     assert fake_upstream.violations == []
     assert len(fake_upstream.bodies()) == rounds + 1
+
+
+def _calls(stream: bool, proxy: ProxyServer, messages: list[Any]) -> dict[str, Any]:
+    """The assistant message the client assembles, streamed (the SDK's stream helper) or not."""
+    if not stream:
+        out = chat(proxy, "p", messages)
+        return out.choices[0].message.model_dump(exclude_none=True)  # type: ignore[no-any-return]
+    kw = {"model": "gpt-4o", "messages": messages, "tools": CLIENT_TOOLS}
+    with sdk(proxy, "p").chat.completions.stream(**kw) as events:  # type: ignore[arg-type]
+        final = events.get_final_completion()
+    return final.choices[0].message.model_dump(exclude_none=True)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", [0, 1, 3])
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_parallel_calls_keep_their_order_and_pairing_around_the_proxys_own(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, stream: bool, where: int
+) -> None:
+    fake_upstream.validator = violations
+    own = [tool_call("run_tests", {"k": k}, id=f"own_{k}") for k in range(3)]
+    calls = [*own[:where], read_call("int_1", id="call_big"), *own[where:]]
+    fake_upstream.script(reply("checking", tool_calls=calls), reply("all green"))
+    messages = history("call_big", blob(9000, "big"))
+    answer = _calls(stream, proxy, messages)
+    assert [c["id"] for c in answer["tool_calls"]] == ["own_0", "own_1", "own_2"]
+    assert [json.loads(c["function"]["arguments"]) for c in answer["tool_calls"]] == [
+        {"k": 0},
+        {"k": 1},
+        {"k": 2},
+    ]
+    results = [{"role": "tool", "tool_call_id": f"own_{k}", "content": f"ok {k}"} for k in range(3)]
+    chat(proxy, "p", [*messages, answer, *results])
+    assert fake_upstream.violations == []
+    sent = fake_upstream.bodies()[-1]["messages"]
+    assert [c["id"] for c in sent[3]["tool_calls"]] == ["own_0", "own_1", "own_2"]
+    assert [m.get("tool_call_id") for m in sent[4:]] == ["own_0", "own_1", "own_2"]
