@@ -10,9 +10,10 @@ just before its run of tool messages, every call of that message answered before
 other message, no call id twice; message ``name`` matching ``^[^\\s<|\\\\/>]+$``; ``tools`` a
 non-empty array of functions named ``^[a-zA-Z0-9_-]{1,64}$`` without duplicates;
 ``tool_choice`` and ``parallel_tool_calls`` only beside ``tools``, a named choice naming one
-of them; ``stream_options`` only with ``stream``. :func:`system_after_others` is a stricter
-provider's rule (some refuse a system message after the conversation started) kept apart,
-since OpenAI accepts it.
+of them; ``stream_options`` only with ``stream``; for a reasoning model (o1, o3, o4-mini,
+gpt-5), no ``max_tokens`` and no ``temperature`` or ``top_p`` but 1.
+:func:`system_after_others` is a stricter provider's rule (some refuse a system message
+after the conversation started) kept apart, since OpenAI accepts it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,16 @@ _KEYS = {
     "system": {"role", "content", "name"},
     "developer": {"role", "content", "name"},
     "user": {"role", "content", "name"},
-    "assistant": {"role", "content", "name", "tool_calls", "function_call", "refusal", "audio"},
+    "assistant": {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "function_call",
+        "refusal",
+        "audio",
+        "annotations",  # the SDK's resend of a completion's message carries them
+    },
     "tool": {"role", "content", "tool_call_id"},
     "function": {"role", "content", "name"},
 }
@@ -50,6 +60,9 @@ _PARTS = {
 }
 _MESSAGE_NAME = re.compile(r"^[^\s<|\\/>]+$")
 _FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_REASONING = re.compile(r"(?:^|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
+"""OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…, not gpt-5-chat): they refuse
+``max_tokens`` and a ``temperature`` or ``top_p`` other than 1."""
 
 
 def _content(where: str, role: str, msg: Mapping[str, Any]) -> list[str]:
@@ -197,6 +210,14 @@ def violations(body: Any) -> list[str]:
             out.append(f"tool_choice: names {chosen!r}, which is not in tools")
     if body.get("stream_options") is not None and not body.get("stream"):
         out.append("stream_options: only allowed when 'stream' is enabled")
+    if _REASONING.search(str(body.get("model") or "")):
+        if "max_tokens" in body:
+            out.append("max_tokens: unsupported parameter, use 'max_completion_tokens'")
+        out += [
+            f"{key}: unsupported value, only the default (1) is supported"
+            for key in ("temperature", "top_p")
+            if body.get(key) not in (None, 1)
+        ]
     return out
 
 

@@ -83,11 +83,21 @@ def test_a_well_formed_tool_loop_passes() -> None:
             "duplicate",
         ),
         (body(), "non-empty"),
+        ({**body(user()), "model": "o4-mini", "max_tokens": 5}, "max_completion_tokens"),
+        ({**body(user()), "model": "gpt-5-mini", "temperature": 0}, "only the default"),
+        ({**body(user()), "model": "openai/o3", "top_p": 0.5}, "only the default"),
     ],
 )
 def test_each_rule_openai_enforces_is_caught(request_body: dict[str, Any], expected: str) -> None:
     problems = violations(request_body)
     assert any(expected in p for p in problems), problems
+
+
+def test_a_chat_model_takes_what_a_reasoning_model_refuses() -> None:
+    for model in ("gpt-4o", "gpt-5-chat-latest", "gpt-4o-mini", "llama3"):
+        assert violations({**body(user()), "model": model, "max_tokens": 5, "temperature": 0}) == []
+    sent = {**body(user()), "model": "gpt-5", "max_completion_tokens": 5, "temperature": 1}
+    assert violations(sent) == []
 
 
 def test_a_system_message_after_the_conversation_started_is_told_apart() -> None:
