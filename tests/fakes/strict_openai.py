@@ -48,7 +48,7 @@ _KEYS = {
         "audio",
         "annotations",  # the SDK's resend of a completion's message carries them
     },
-    "tool": {"role", "content", "tool_call_id"},
+    "tool": {"role", "content", "tool_call_id", "name"},  # tau-bench's gpt-4o runs sent it
     "function": {"role", "content", "name"},
 }
 _PARTS = {

@@ -24,6 +24,7 @@ from tests.fakes.replies import RecordedRequest, Reply, reply, tool_call
 from tests.fakes.strict_openai import violations
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import CLIENT_KEY, Model, Stack, briefing, stack
+from tests.integration.api.strict_provider import png_data_url
 from tests.integration.transcripts import blob
 
 TOOLS = [
@@ -233,4 +234,68 @@ def test_a_summary_cut_inside_a_parallel_round_keeps_the_round_whole(
                     s.replied("cut")
                     _post(s, "/v1/sessions/cut/compact")
         assert s.summaries("cut")
+    assert fake_upstream.violations == [], fake_upstream.violations[:3]
+
+
+def _parts(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+def test_content_sent_as_parts_stays_valid_through_every_stage(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.validator = violations
+    with stack(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        Model(main=_parallel),
+        limit=8000,
+        reserved=1000,
+        summarize={"softFraction": 0.4, "keepRecent": 2},
+        context=CONTEXT,
+    ) as s:
+        _post(s, "/v1/memory", {"scope": "global", "text": "The tests run with pytest."})
+        client = s.client("parts")
+        history: list[Any] = [{"role": "system", "content": _parts("You are a coding agent.")}]
+        for t in range(5):
+            image = {"type": "image_url", "image_url": {"url": png_data_url(64, 64)}}
+            history.append({"role": "user", "content": [*_parts(f"turn {t}"), image]})
+            for _ in range(2):
+                out = client.chat.completions.create(
+                    model="gpt-fake", messages=history, tools=TOOLS
+                )
+                message = out.choices[0].message.model_dump(exclude_none=True)
+                history.append(message)
+                for c in message.get("tool_calls") or ():
+                    text = _parts(blob(2500, c["id"].replace("_", "")))
+                    history.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+            s.replied("parts")
+            if t == 2:
+                _post(s, "/v1/sessions/parts/compact")
+        assert s.summaries("parts")
+    assert fake_upstream.violations == [], fake_upstream.violations[:3]
+    assert any("<plan>" in json.dumps(b) for b in s.main_bodies())
+
+
+def test_a_compact_command_inside_a_tool_loop_leaves_a_valid_prompt(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.validator = violations
+    with stack(tmp_path, db_dsn, fake_upstream, Model(main=_parallel), limit=32000) as s:
+        client = s.client("cmd")
+        history: list[Any] = [{"role": "system", "content": "You are a coding agent."}]
+        for text in ("look around " + "words " * 300, "/compact", "go on " + "words " * 300):
+            history.append({"role": "user", "content": text})
+            for _ in range(2):
+                out = client.chat.completions.create(
+                    model="gpt-fake", messages=history, tools=TOOLS
+                )
+                message = out.choices[0].message.model_dump(exclude_none=True)
+                history.append(message)
+                for c in message.get("tool_calls") or ():
+                    history.append({"role": "tool", "tool_call_id": c["id"], "content": "x" * 900})
+                if not message.get("tool_calls"):
+                    break
+        assert s.summaries("cmd")
     assert fake_upstream.violations == [], fake_upstream.violations[:3]
