@@ -61,7 +61,7 @@ def _client_reply(
         reply.pop("tool_calls", None)
         if client_calls:
             reply["tool_calls"] = client_calls
-    if not (reply.get("tool_calls") or reply.get("function_call") or reply["content"]):
+    if not any(reply.get(k) for k in ("tool_calls", "function_call", "refusal", "content")):
         reply["content"] = ""
     return reply
 

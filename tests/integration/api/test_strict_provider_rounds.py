@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.replies import reply, tool_call
+from tests.fakes.replies import raw, reply, tool_call
 from tests.fakes.strict_openai import violations
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.api.read_tool_output_helpers import (
     CLIENT_TOOLS,
     chat,
@@ -22,7 +22,7 @@ from tests.integration.api.read_tool_output_helpers import (
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
 )
-from tests.integration.transcripts import blob, sdk
+from tests.integration.transcripts import api, blob, sdk
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -82,3 +82,22 @@ def test_parallel_calls_keep_their_order_and_pairing_around_the_proxys_own(
     sent = fake_upstream.bodies()[-1]["messages"]
     assert [c["id"] for c in sent[3]["tool_calls"]] == ["own_0", "own_1", "own_2"]
     assert [m.get("tool_call_id") for m in sent[4:]] == ["own_0", "own_1", "own_2"]
+
+
+def test_a_streamed_refusal_is_stored_with_null_content_beside_it(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    head = '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":'
+    fake_upstream.script(
+        raw(
+            f'data: {head}[{{"index":0,"delta":{{"role":"assistant","content":null}}}}]}}\n\n',
+            f'data: {head}[{{"index":0,"delta":{{"refusal":"I cannot."}}}}]}}\n\n',
+            f'data: {head}[{{"index":0,"delta":{{}},"finish_reason":"stop"}}]}}\n\n',
+            "data: [DONE]\n\n",
+        )
+    )
+    list(chat(proxy, "ref", [{"role": "user", "content": "hi"}], stream=True))
+    with api(proxy) as http:
+        replied(http, "ref")
+        stored = http.get("/v1/sessions/ref/messages").json()["data"][-1]["message"]
+    assert stored == {"role": "assistant", "refusal": "I cannot.", "content": None}
