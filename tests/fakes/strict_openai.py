@@ -8,7 +8,7 @@ its role allows; an assistant's may be absent only beside ``tool_calls`` or
 ``function_call``); a ``tool`` message only as the answer to a call of the assistant message
 just before its run of tool messages, every call of that message answered before the next
 other message, no call id twice; message ``name`` matching ``^[^\\s<|\\\\/>]+$``; ``tools`` a
-non-empty array of functions named ``^[a-zA-Z0-9_-]{1,64}$`` without duplicates;
+non-empty array of at most 128 functions named ``^[a-zA-Z0-9_-]{1,64}$`` without duplicates;
 ``tool_choice`` and ``parallel_tool_calls`` only beside ``tools``, a named choice naming one
 of them; ``stream_options`` only with ``stream``; for a reasoning model (o1, o3, o4-mini,
 gpt-5), no ``max_tokens`` and no ``temperature`` or ``top_p`` but 1.
@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["PARAMS", "system_after_others", "violations"]
+__all__ = ["MAX_TOOLS", "PARAMS", "system_after_others", "violations"]
 
 _PARAM_NAMES = """
 messages model audio frequency_penalty function_call functions logit_bias logprobs
@@ -59,6 +59,8 @@ _PARTS = {
     "tool": {"text"},
 }
 _MESSAGE_NAME = re.compile(r"^[^\s<|\\/>]+$")
+MAX_TOOLS = 128
+"""The most ``tools`` OpenAI takes in one request (its API reference)."""
 _FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _REASONING = re.compile(r"(?:^|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
 """OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…, not gpt-5-chat): they refuse
@@ -170,6 +172,8 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         return [], []
     if not isinstance(tools, list) or not tools:
         return ["tools: expected a non-empty array"], []
+    if len(tools) > MAX_TOOLS:
+        return [f"tools: array too long, {len(tools)} over the maximum length {MAX_TOOLS}"], []
     out: list[str] = []
     names: list[str] = []
     for j, tool in enumerate(tools):

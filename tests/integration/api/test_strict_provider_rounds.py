@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.replies import raw, reply, tool_call
-from tests.fakes.strict_openai import violations
+from tests.fakes.strict_openai import MAX_TOOLS, violations
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.api.read_tool_output_helpers import (
@@ -101,3 +101,20 @@ def test_a_streamed_refusal_is_stored_with_null_content_beside_it(
         replied(http, "ref")
         stored = http.get("/v1/sessions/ref/messages").json()["data"][-1]["message"]
     assert stored == {"role": "assistant", "refusal": "I cannot.", "content": None}
+
+
+@pytest.mark.parametrize("count", [MAX_TOOLS - 1, MAX_TOOLS])
+def test_a_request_with_as_many_tools_as_a_provider_takes_gets_no_offer(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, count: int
+) -> None:
+    fake_upstream.validator = violations
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object"}}}
+        for i in range(count)
+    ]
+    chat(proxy, "many", history("call_big", blob(9000, "big")), tools=tools)
+    assert fake_upstream.violations == []
+    (body,) = fake_upstream.bodies()
+    offered = body["tools"][-1]["function"]["name"] == "read_tool_output"
+    assert offered == (count < MAX_TOOLS)
+    assert ("read_tool_output" in body["messages"][-1]["content"]) == offered
