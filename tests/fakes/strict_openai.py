@@ -7,8 +7,9 @@ field leaking out is "Unrecognized request argument"); each message's role, its 
 its role allows; an assistant's may be absent only beside ``tool_calls`` or
 ``function_call``); a ``tool`` message only as the answer to a call of the assistant message
 just before its run of tool messages, every call of that message answered before the next
-other message, no call id twice; message ``name`` matching ``^[^\\s<|\\\\/>]+$``; ``tools`` a
-non-empty array of at most 128 functions named ``^[a-zA-Z0-9_-]{1,64}$`` without duplicates;
+other message, no call id twice or over 40 characters; message ``name`` matching
+``^[^\\s<|\\\\/>]+$``; ``tools`` a non-empty array of at most 128
+functions named ``^[a-zA-Z0-9_-]{1,64}$`` without duplicates;
 ``tool_choice`` and ``parallel_tool_calls`` only beside ``tools``, a named choice naming one
 of them; ``stream_options`` only with ``stream``; for a reasoning model (o1, o3, o4-mini,
 gpt-5), no ``max_tokens`` and no ``temperature`` or ``top_p`` but 1.
@@ -110,6 +111,8 @@ def _tool_calls(where: str, calls: Any) -> tuple[list[str], list[str]]:
             out.append(f"{at}: unexpected keys {sorted(set(call) - {'id', 'type', 'function'})}")
         if not isinstance(call.get("id"), str) or not call["id"]:
             out.append(f"{at}.id: required")
+        elif len(call["id"]) > 40:
+            out.append(f"{at}.id: string too long, {len(call['id'])} over the maximum length 40")
         elif call["id"] in ids:
             out.append(f"{at}.id: duplicate {call['id']!r}")
         else:

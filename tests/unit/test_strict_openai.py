@@ -71,6 +71,7 @@ def test_a_well_formed_tool_loop_passes() -> None:
         (body({"role": "user", "content": "x", "_id": 3}), "unexpected keys"),
         (body(user(), tools=[*TOOLS, *TOOLS]), "duplicate"),
         (body(user(), tools=TOOLS * 129), "too long"),
+        (body(user(), {"role": "assistant", "tool_calls": [{**CALL, "id": "c" * 41}]}), "too long"),
         (
             body(user(), tools=TOOLS, tool_choice={"type": "function", "function": {"name": "x"}}),
             "not in tools",
