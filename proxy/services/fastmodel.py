@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from proxy import answers
 from proxy.observe import note_usage
 
-__all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer", "retry_after"]
+__all__ = ["TOO_LONG", "for_model", "post_fast_model", "read_fast_answer", "retry_after"]
 
 TOO_LONG = "context_length_exceeded"
 """The error code of a provider that refuses a prompt past its window (OpenAI's)."""
@@ -35,14 +36,34 @@ def _error_head(text: str) -> str:
     return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head
 
 
+_REASONING = re.compile(r"(?:^|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
+"""OpenAI's reasoning models by name (o1, o3, o4-mini, gpt-5, gpt-5.1-mini, a router's
+``openai/o3``; not gpt-5-chat)."""
+
+
+def for_model(model: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as ``model`` takes it. OpenAI's reasoning models answer 400 to ``max_tokens``
+    (they take ``max_completion_tokens``, which bounds their reasoning and the answer
+    together) and to any ``temperature`` but the default; other models get ``body`` as
+    written, since servers that only know ``max_tokens`` (some local ones) would ignore the
+    newer name and leave the output unbounded."""
+    if not _REASONING.search(model):
+        return body
+    out = {k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}
+    if "max_tokens" in body:
+        out["max_completion_tokens"] = body["max_tokens"]
+    return out
+
+
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
-    """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``); the raw reply."""
+    """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``), fitted to that
+    model (``for_model``); the raw reply."""
     return await upstream.call(
         job.provider,
         "POST",
         "/chat/completions",
         client_headers=job.headers,
-        content=json.dumps(body).encode(),
+        content=json.dumps(for_model(job.fast_model, body)).encode(),
         model=job.fast_model,
         max_bytes=answers.MAX_ANSWER_BYTES,
     )

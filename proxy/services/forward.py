@@ -54,12 +54,15 @@ log = logging.getLogger("cascade.forward")
 def _client_reply(
     message: Mapping[str, Any], texts: list[str], internal: list[Any], client_calls: list[Any]
 ) -> dict[str, Any]:
-    """The streamed answer as the client saw it: every round's text, only its own calls."""
+    """The answer as the client saw it: every round's text, only its own calls; with no call
+    left, ``""`` when no round wrote text (a provider refuses an assistant message of neither)."""
     reply = {**message, "content": "".join(texts) or message.get("content")}
     if internal:
         reply.pop("tool_calls", None)
         if client_calls:
             reply["tool_calls"] = client_calls
+    if not any(reply.get(k) for k in ("tool_calls", "function_call", "refusal", "content")):
+        reply["content"] = ""
     return reply
 
 
@@ -70,7 +73,8 @@ def _closing_frames(
     ending of a stream whose last round only called read_tool_output, which the client must
     not see. They carry the identity the client's stream began with."""
     base: dict[str, Any] = {"object": "chat.completion.chunk", **client.head}
-    choices = [{"index": i, "delta": {}, "finish_reason": "stop"} for i in acc.indices or [0]]
+    delta = {"content": ""}  # a client that saw no text still ends with a message it can resend
+    choices = [{"index": i, "delta": delta, "finish_reason": "stop"} for i in acc.indices or [0]]
     finish = {**base, "choices": choices}
     frames = [sse.encode_event({**finish, "usage": None} if include_usage else finish)]
     if include_usage and acc.usage is not None:
@@ -217,7 +221,8 @@ class Forwarder:
                     reply = _client_reply(
                         reply, [*earlier, str(reply.get("content") or "")], internal, client_calls
                     )
-                    reply["content"] = reply.get("content") or None
+                    if client_calls:  # beside calls, a completion's content is null
+                        reply["content"] = reply.get("content") or None
                     data["choices"][0]["message"] = reply
                     if internal and not client_calls:
                         data["choices"][0]["finish_reason"] = "stop"

@@ -25,6 +25,7 @@ from proxy.config_context import ContextConfig
 from proxy.store import raw_outputs, sessions
 
 __all__ = [
+    "MAX_TOOLS",
     "MIN_PAGE_CHARS",
     "is_internal_call",
     "answer_call",
@@ -34,6 +35,11 @@ __all__ = [
     "read_page",
     "split_calls",
 ]
+
+
+MAX_TOOLS = 128
+"""The most ``tools`` OpenAI takes in one request: a request that sends as many gets no offer,
+which would make it one too many (a 400)."""
 
 
 def is_internal_call(call: Mapping[str, Any]) -> bool:
@@ -51,8 +57,8 @@ def _defines_own(tools: Any) -> bool:
 
 def carries_tools(body: Mapping[str, Any], ctx: ContextConfig) -> bool:
     """Whether the request can take ``read_tool_output`` beside its own tools: it sends a
-    non-empty ``tools`` list (or none at all, with ``toolOutput.offerWithoutTools``), no
-    legacy ``functions``, and asks for one choice.
+    non-empty ``tools`` list with room for one more (``MAX_TOOLS``), or none at all with
+    ``toolOutput.offerWithoutTools``, no legacy ``functions``, and asks for one choice.
 
     A request without ``tools`` may go to a model or server with no tool support at all
     (Ollama models without tools, llama.cpp without ``--jinja``), which fails on the array;
@@ -68,7 +74,7 @@ def carries_tools(body: Mapping[str, Any], ctx: ContextConfig) -> bool:
         return False
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
-        return True
+        return len(tools) < MAX_TOOLS
     return ctx.tool_output.offer_without_tools and not tools
 
 

@@ -138,6 +138,10 @@ class FakeUpstream:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
+        self.validator: Callable[[Any], list[str]] | None = None
+        """Checks each chat body (e.g. :func:`tests.fakes.strict_openai.violations`): one with
+        problems gets OpenAI's 400 and is listed in :attr:`violations`."""
+        self.violations: list[tuple[int, list[str]]] = []
 
     # -- lifecycle
 
@@ -247,10 +251,20 @@ class FakeUpstream:
             seq = len(self._requests)
             self._requests.append(request)
             self._cond.notify_all()
+            problems = self._check(request)
+            if problems:
+                self.violations.append((seq, problems))
+                msg = "; ".join(problems)
+                return seq, error(400, _error_body(msg, "invalid_request_error", None))
             queue = self._queues.get(request.path)
             if queue:
                 return seq, queue.popleft()
         return seq, self._default_for(request)
+
+    def _check(self, request: RecordedRequest) -> list[str]:
+        if self.validator is None or request.path != CHAT or request.method != "POST":
+            return []
+        return self.validator(request.json)
 
     def _default_for(self, request: RecordedRequest) -> Responder:
         body = request.json if isinstance(request.json, Mapping) else None
