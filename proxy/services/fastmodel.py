@@ -15,6 +15,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from proxy import answers
+from proxy.cascade.text import content_text
 from proxy.observe import note_usage
 
 __all__ = ["TOO_LONG", "post_fast_model", "read_fast_answer", "retry_after"]
@@ -54,12 +55,13 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     sent from it: some providers quote it, and the head goes into a
     ``context.compaction.failed`` event and the log). A success that is not a chat completion raises
     (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
-    AttributeError for another shape)."""
+    AttributeError for another shape). A content given as a list of parts reads as its text
+    parts joined (``content_text``), as a message's text does everywhere in the proxy."""
     if resp.status_code >= 400:
         return resp.status_code, _error_head(resp.text)
     data = resp.json()
     note_usage(job.fast_model, data.get("usage"))
-    return resp.status_code, str(data["choices"][0]["message"].get("content") or "")
+    return resp.status_code, content_text(data["choices"][0]["message"].get("content"))
 
 
 def retry_after(resp: Any) -> float | None:
