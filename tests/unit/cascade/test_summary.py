@@ -340,6 +340,20 @@ def test_parse_raises_when_every_section_is_empty() -> None:
     assert "## Next Step\n(none)" in parse_briefing("## Objective\ngoal\n## Next Step\n")
 
 
+def test_parse_raises_when_every_section_says_none() -> None:
+    """A briefing that writes "(none)" (or "- None", "N/A") under every heading is the template
+    filled with nothing: stored, it would fold the span away, and every fact and open task of
+    the previous summary with it."""
+    nothing = ("(none)", "- None", "N/A", "Nothing.", "(none)")
+    said = "\n\n".join(f"{h}\n{body}" for h, body in zip(SECTIONS, nothing, strict=True))
+    for previous in (None, BRIEF):
+        with pytest.raises(ValueError, match="every section is empty"):
+            parse_briefing(said, previous=previous)
+    some = said.replace("N/A", "- `src/app.py` edited")
+    assert section(parse_briefing(some), "Files & State") == "- `src/app.py` edited"
+    assert section(parse_briefing(some), "Decisions & Facts") == "- None"
+
+
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
     assert section("## Objective\nx", "Next Step") is None
     with pytest.raises(ValueError, match="unknown section"):
