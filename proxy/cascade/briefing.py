@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SECTIONS", "parse_briefing", "section"]
+__all__ = ["SECTIONS", "parse_briefing", "says_nothing", "section"]
 
 SECTIONS = ("## Objective", "## Decisions & Facts", "## Files & State", "## Open Tasks",
             "## Next Step")  # fmt: skip
 _NONE = "(none)"
+_EMPTY = frozenset({"", "none", "n/a", "nothing"})
+"""What a section with nothing to say reads as, once its list marker, brackets and closing
+full stop are gone: the fast model is asked for "(none)" and also writes "- None" or "N/A"."""
 
 _ALIASES: dict[str, int] = {
     **dict.fromkeys(("objective", "objectives", "goal", "goals", "mainobjective"), 0),
@@ -99,6 +102,12 @@ def _body(lines: list[str]) -> str:
     return "\n".join(lines).strip()
 
 
+def says_nothing(body: str) -> bool:
+    """Whether a section's body has nothing to say (``(none)``, ``- None``, ``N/A``, empty)."""
+    text = body.strip().lower().lstrip("-*• ").strip().rstrip(".").strip()
+    return text.removeprefix("(").removesuffix(")").strip() in _EMPTY
+
+
 def parse_briefing(text: str, *, previous: str | None = None) -> str:
     """Normalise the fast model's answer to exactly :data:`SECTIONS`, in order.
 
@@ -106,12 +115,13 @@ def parse_briefing(text: str, *, previous: str | None = None) -> str:
     (``# Objective``, ``**Open Tasks**``, ``Decisions and Facts:``); all map onto the canonical
     headings. A missing or empty section keeps ``previous``'s text when it has one, else
     becomes ``(none)``. Raises ``ValueError`` when no section is recognisable at all, or when
-    every one it has is empty: such an answer says nothing of the span it would fold away.
+    every one it has is empty or says nothing (``says_nothing``): such an answer says nothing
+    of the span it would fold away, nor keeps what the previous summary said.
     """
     found = _split_sections(text)
     if not found:
         raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
-    if not any(_body(lines) for lines in found.values()):
+    if all(says_nothing(_body(lines)) for lines in found.values()):
         raise ValueError("every section is empty")
     old = _split_sections(previous) if previous else {}
     out: list[str] = []
