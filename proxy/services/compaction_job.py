@@ -223,11 +223,21 @@ def _tokens(text: str, count: TokenCounter) -> int:
     return count([{"role": "user", "content": text}])
 
 
-def _check_finished(resp: Any) -> None:
-    """Raise ValueError for an answer its provider cut short (``_UNFINISHED``)."""
-    reason = resp.json()["choices"][0].get("finish_reason")
+def _check_answer(resp: Any, text: str) -> None:
+    """Raise ValueError for an answer its provider cut short (``_UNFINISHED``), and name what
+    came instead of a briefing: a refusal (quoting its head) or a tool call, so the failure's
+    event says what the fast model did rather than only that no section was found."""
+    choice = resp.json()["choices"][0]
+    reason = choice.get("finish_reason")
     if reason in _UNFINISHED:
         raise ValueError(f"finish_reason {reason}: the answer stops before the briefing's end")
+    if text.strip():
+        return
+    message = choice["message"]
+    if isinstance(refusal := message.get("refusal"), str) and refusal.strip():
+        raise ValueError(f"the fast model refused: {refusal.strip()[:200]}")
+    if message.get("tool_calls") or message.get("function_call"):
+        raise ValueError("a tool call instead of a briefing")
 
 
 def _check_length(text: str, count: TokenCounter) -> None:
@@ -279,7 +289,7 @@ async def _call(
                     too_long = status == 400 and TOO_LONG in text
                     wait = retry_after(resp)
                 else:
-                    _check_finished(resp)
+                    _check_answer(resp, text)
                     parse_briefing(text)  # raises ValueError when no section is recognisable
                     _check_length(text, count)
                     return text
