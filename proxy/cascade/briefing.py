@@ -2,14 +2,17 @@
 
 A compaction's briefing (``proxy.cascade.summary``) is stored as exactly :data:`SECTIONS`, in
 order. Models wrap their answers in code fences, add preambles and write near-miss headings,
-so :func:`parse_briefing` maps every recognisable form onto the canonical headings, keeping a
-previous briefing's text where the new one leaves a section out; :func:`section` reads one
-back (the recitation stage quotes the open tasks). Pure.
+so :func:`parse_briefing` maps every recognisable form onto the canonical headings (a JSON
+object keyed by the section names too), keeping a previous briefing's text where the new one
+leaves a section out; :func:`section` reads one back (the recitation stage quotes the open
+tasks). Pure.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 __all__ = ["SECTIONS", "parse_briefing", "says_nothing", "section"]
 
@@ -62,10 +65,45 @@ def _match_heading(line: str, blocked: set[int]) -> tuple[int | None, str, bool]
     return None, "", False
 
 
+def _json_lines(value: Any) -> list[str]:
+    """A JSON section's body as lines: a list or object becomes a bullet list."""
+    if isinstance(value, list):
+        return [f"- {v if isinstance(v, str) else json.dumps(v)}" for v in value]
+    if isinstance(value, dict):
+        return [f"- {k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in value.items()]
+    return [] if value is None else str(value).splitlines()
+
+
+def _json_sections(lines: list[str]) -> dict[int, list[str]]:
+    """The sections of an answer written as one JSON object (a fast model in JSON mode), its
+    keys the section names (``open_tasks``), or one object wrapping such an object; empty
+    when it is no such object."""
+    text = "\n".join(lines).strip()
+    if text.endswith(("```", "~~~")):
+        text = text[:-3].strip()
+    if not text.startswith("{"):
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    for _ in range(2):  # the object, or the one object it wraps
+        if not isinstance(data, dict):
+            return {}
+        keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
+        found = {i: _json_lines(v) for i, v in keyed.items() if i is not None}
+        if found:
+            return found
+        data = next(iter(data.values())) if len(data) == 1 else None
+    return {}
+
+
 def _split_sections(text: str) -> dict[int, list[str]]:
     lines = text.strip().splitlines()
     if lines and _FENCE.match(lines[0]):
         lines = lines[1:]
+    if found_json := _json_sections(lines):
+        return found_json
     # a section that has a real markdown heading somewhere is never started by a bold or
     # "Name:" line, so body text such as "Next step: ..." cannot hijack a stored briefing
     md_keys = {
