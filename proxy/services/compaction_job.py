@@ -33,7 +33,13 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
-from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer, retry_after
+from proxy.services.fastmodel import (
+    TOO_LONG,
+    answer_data,
+    post_fast_model,
+    read_fast_answer,
+    retry_after,
+)
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import OWN_KEY_HEADERS, Upstream
 
@@ -227,7 +233,7 @@ def _check_answer(resp: Any, text: str) -> None:
     """Raise ValueError for an answer its provider cut short (``_UNFINISHED``), and name what
     came instead of a briefing: a refusal (quoting its head) or a tool call, so the failure's
     event says what the fast model did rather than only that no section was found."""
-    choice = resp.json()["choices"][0]
+    choice = answer_data(resp)["choices"][0]
     reason = choice.get("finish_reason")
     if reason in _UNFINISHED:
         raise ValueError(f"finish_reason {reason}: the answer stops before the briefing's end")
