@@ -380,6 +380,17 @@ def test_parse_reads_a_briefing_written_as_a_json_object() -> None:
         parse_briefing(json.dumps({"summary": "it went fine"}))
 
 
+def test_parse_skips_a_reasoning_models_thinking_before_the_briefing() -> None:
+    """A reasoning model served without a reasoning parser answers with its thinking first, in
+    a ``<think>`` block that may draft the very headings: only the briefing after it counts."""
+    draft = "Let me draft it.\n## Objective\nold draft\n## Next Step\nmaybe this"
+    for tag in ("think", "thinking"):
+        answer = f"<{tag}>\n{draft}\n</{tag}>\n\n{BRIEF}"
+        assert parse_briefing(answer) == parse_briefing(BRIEF)
+    with pytest.raises(ValueError, match="none of the sections"):
+        parse_briefing(f"<think>\n{draft}\n</think>\nI cannot summarise this.")
+
+
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
     assert section("## Objective\nx", "Next Step") is None
     with pytest.raises(ValueError, match="unknown section"):
