@@ -3,9 +3,9 @@
 A compaction's briefing (``proxy.cascade.summary``) is stored as exactly :data:`SECTIONS`, in
 order. Models wrap their answers in code fences, add preambles and write near-miss headings,
 so :func:`parse_briefing` maps every recognisable form onto the canonical headings (a JSON
-object keyed by the section names too), keeping a previous briefing's text where the new one
-leaves a section out; :func:`section` reads one back (the recitation stage quotes the open
-tasks). Pure.
+object keyed by the section names too; a reasoning model's leading ``<think>`` block is no
+part of it), keeping a previous briefing's text where the new one leaves a section out;
+:func:`section` reads one back (the recitation stage quotes the open tasks). Pure.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ _BOLD_HEADING = re.compile(_NUMBER + r"(\*\*|__)(?P<name>[^*_]+?)(\*\*|__)\s*(?P
 _PLAIN_HEADING = re.compile(_NUMBER + r"(?P<name>[A-Za-z][A-Za-z &/-]{1,40}?)\s*:\s*(?P<rest>.*)$")
 _UNKNOWN_MD = re.compile(r"^\s{0,3}#{1,6}\s+(?P<name>\S.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_THINKING = re.compile(r"^\s*<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+"""A reasoning model's thinking ahead of its answer, when no reasoning parser serves it apart:
+it may draft the very headings, so only what follows it is the briefing."""
 
 
 def _key(name: str) -> int | None:
@@ -99,7 +102,7 @@ def _json_sections(lines: list[str]) -> dict[int, list[str]]:
 
 
 def _split_sections(text: str) -> dict[int, list[str]]:
-    lines = text.strip().splitlines()
+    lines = _THINKING.sub("", text, count=1).strip().splitlines()
     if lines and _FENCE.match(lines[0]):
         lines = lines[1:]
     if found_json := _json_sections(lines):
