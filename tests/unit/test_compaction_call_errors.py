@@ -56,3 +56,12 @@ async def test_an_error_of_the_call_itself_is_named_by_its_cause() -> None:
 async def test_a_reply_that_is_no_chat_completion_is_an_unusable_summary() -> None:
     reason = await _reason(_Upstream(json.dumps({"error": "nope"})))
     assert reason.startswith("unusable summary (KeyError")
+
+
+async def test_an_error_object_in_a_200_answer_is_quoted() -> None:
+    """Some gateways answer a provider's failure with status 200 and an OpenAI error object:
+    the failure's event quotes it, not only the missing ``choices``."""
+    body = {"error": {"message": "upstream model overloaded", "code": 502}}
+    reason = await _reason(_Upstream(json.dumps(body)))
+    assert reason.startswith("unusable summary (ValueError: an error answered with status 200")
+    assert "upstream model overloaded" in reason
