@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy import answers
 from proxy.cascade.text import content_text
+from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
 
 __all__ = ["TOO_LONG", "answer_data", "post_fast_model", "read_fast_answer", "retry_after"]
@@ -99,12 +100,17 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     sent from it: some providers quote it, and the head goes into a
     ``context.compaction.failed`` event and the log). A success that is not a chat completion raises
     (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
-    AttributeError for another shape). A content given as a list of parts reads as its text
+    AttributeError for another shape; ValueError quoting it for an OpenAI error object, which
+    some gateways answer with status 200). A content given as a list of parts reads as its text
     parts joined (``content_text``), as a message's text does everywhere in the proxy; a
     streamed answer as its chunks joined (``answer_data``)."""
     if resp.status_code >= 400:
         return resp.status_code, _error_head(resp.text)
     data = answer_data(resp)
+    if isinstance(data.get("error"), dict) and "choices" not in data:
+        sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
+        head = scrub_text(resp.text, sent)[:300]  # a success's body comes unscrubbed
+        raise ValueError(f"an error answered with status {resp.status_code}: {head}")
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, content_text(data["choices"][0]["message"].get("content"))
 
