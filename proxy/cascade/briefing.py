@@ -2,20 +2,26 @@
 
 A compaction's briefing (``proxy.cascade.summary``) is stored as exactly :data:`SECTIONS`, in
 order. Models wrap their answers in code fences, add preambles and write near-miss headings,
-so :func:`parse_briefing` maps every recognisable form onto the canonical headings, keeping a
-previous briefing's text where the new one leaves a section out; :func:`section` reads one
-back (the recitation stage quotes the open tasks). Pure.
+so :func:`parse_briefing` maps every recognisable form onto the canonical headings (a JSON
+object keyed by the section names too; a reasoning model's leading ``<think>`` block is no
+part of it), keeping a previous briefing's text where the new one leaves a section out;
+:func:`section` reads one back (the recitation stage quotes the open tasks). Pure.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
-__all__ = ["SECTIONS", "parse_briefing", "section"]
+__all__ = ["SECTIONS", "parse_briefing", "says_nothing", "section"]
 
 SECTIONS = ("## Objective", "## Decisions & Facts", "## Files & State", "## Open Tasks",
             "## Next Step")  # fmt: skip
 _NONE = "(none)"
+_EMPTY = frozenset({"", "none", "n/a", "nothing"})
+"""What a section with nothing to say reads as, once its list marker, brackets and closing
+full stop are gone: the fast model is asked for "(none)" and also writes "- None" or "N/A"."""
 
 _ALIASES: dict[str, int] = {
     **dict.fromkeys(("objective", "objectives", "goal", "goals", "mainobjective"), 0),
@@ -32,6 +38,9 @@ _BOLD_HEADING = re.compile(_NUMBER + r"(\*\*|__)(?P<name>[^*_]+?)(\*\*|__)\s*(?P
 _PLAIN_HEADING = re.compile(_NUMBER + r"(?P<name>[A-Za-z][A-Za-z &/-]{1,40}?)\s*:\s*(?P<rest>.*)$")
 _UNKNOWN_MD = re.compile(r"^\s{0,3}#{1,6}\s+(?P<name>\S.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_THINKING = re.compile(r"^\s*<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+"""A reasoning model's thinking ahead of its answer, when no reasoning parser serves it apart:
+it may draft the very headings, so only what follows it is the briefing."""
 
 
 def _key(name: str) -> int | None:
@@ -59,10 +68,45 @@ def _match_heading(line: str, blocked: set[int]) -> tuple[int | None, str, bool]
     return None, "", False
 
 
+def _json_lines(value: Any) -> list[str]:
+    """A JSON section's body as lines: a list or object becomes a bullet list."""
+    if isinstance(value, list):
+        return [f"- {v if isinstance(v, str) else json.dumps(v)}" for v in value]
+    if isinstance(value, dict):
+        return [f"- {k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in value.items()]
+    return [] if value is None else str(value).splitlines()
+
+
+def _json_sections(lines: list[str]) -> dict[int, list[str]]:
+    """The sections of an answer written as one JSON object (a fast model in JSON mode), its
+    keys the section names (``open_tasks``), or one object wrapping such an object; empty
+    when it is no such object."""
+    text = "\n".join(lines).strip()
+    if text.endswith(("```", "~~~")):
+        text = text[:-3].strip()
+    if not text.startswith("{"):
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    for _ in range(2):  # the object, or the one object it wraps
+        if not isinstance(data, dict):
+            return {}
+        keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
+        found = {i: _json_lines(v) for i, v in keyed.items() if i is not None}
+        if found:
+            return found
+        data = next(iter(data.values())) if len(data) == 1 else None
+    return {}
+
+
 def _split_sections(text: str) -> dict[int, list[str]]:
-    lines = text.strip().splitlines()
+    lines = _THINKING.sub("", text, count=1).strip().splitlines()
     if lines and _FENCE.match(lines[0]):
         lines = lines[1:]
+    if found_json := _json_sections(lines):
+        return found_json
     # a section that has a real markdown heading somewhere is never started by a bold or
     # "Name:" line, so body text such as "Next step: ..." cannot hijack a stored briefing
     md_keys = {
@@ -99,6 +143,12 @@ def _body(lines: list[str]) -> str:
     return "\n".join(lines).strip()
 
 
+def says_nothing(body: str) -> bool:
+    """Whether a section's body has nothing to say (``(none)``, ``- None``, ``N/A``, empty)."""
+    text = body.strip().lower().lstrip("-*• ").strip().rstrip(".").strip()
+    return text.removeprefix("(").removesuffix(")").strip() in _EMPTY
+
+
 def parse_briefing(text: str, *, previous: str | None = None) -> str:
     """Normalise the fast model's answer to exactly :data:`SECTIONS`, in order.
 
@@ -106,12 +156,13 @@ def parse_briefing(text: str, *, previous: str | None = None) -> str:
     (``# Objective``, ``**Open Tasks**``, ``Decisions and Facts:``); all map onto the canonical
     headings. A missing or empty section keeps ``previous``'s text when it has one, else
     becomes ``(none)``. Raises ``ValueError`` when no section is recognisable at all, or when
-    every one it has is empty: such an answer says nothing of the span it would fold away.
+    every one it has is empty or says nothing (``says_nothing``): such an answer says nothing
+    of the span it would fold away, nor keeps what the previous summary said.
     """
     found = _split_sections(text)
     if not found:
         raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
-    if not any(_body(lines) for lines in found.values()):
+    if all(says_nothing(_body(lines)) for lines in found.values()):
         raise ValueError("every section is empty")
     old = _split_sections(previous) if previous else {}
     out: list[str] = []

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from proxy.cascade.briefing import section
+from proxy.cascade.briefing import says_nothing, section
 from proxy.cascade.overflow import block_room
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
@@ -47,16 +47,6 @@ _QUOTED_CLOSE = "</plan-text>"
 spelling a model reads as one, reads as in the block, so it does not end the block early, as
 retrieval quotes its own closing tag."""
 _TARGET_ROLES = frozenset({"user", "tool"})
-_EMPTY = frozenset({"", "none", "n/a", "nothing"})
-"""What a section with nothing to say reads as, once its list marker, brackets and closing
-full stop are gone: the fast model is asked for "(none)" and also writes "- None" or "N/A"."""
-
-
-def _says_nothing(body: str) -> bool:
-    text = body.strip().lower().lstrip("-*• ").strip().rstrip(".").strip()
-    return text.removeprefix("(").removesuffix(")").strip() in _EMPTY
-
-
 RECITATION_BUDGET_SHARE = 0.1
 """The block's cap: this share of the prompt budget (limit minus reserved output), less than
 retrieval's and memory's quarter since it repeats what the summary says (module
@@ -89,7 +79,7 @@ def plan_block(
     sections: dict[str, list[str]] = {}
     for heading in _RECITED:
         body = section(summary, heading)
-        if body is not None and not _says_nothing(body):
+        if body is not None and not says_nothing(body):
             sections[heading] = body.strip().splitlines()
     if not sections:
         return None

@@ -10,9 +10,10 @@ calls, ≤ 3) and then reported as :class:`SummaryCallError`, a prompt the fast 
 as too long is cut to half its size before the next call (the same prompt would be refused
 again), and a briefing grown past ``reflectTokens`` gets one reflection pass, kept only if it
 parses and is shorter. An answer far longer than the ``max_tokens`` it was given is unusable too
-(``_OVERRUN``). An error's ``Retry-After`` up to ``_RETRY_AFTER_WAIT`` is waited for before the
-next try; a longer one ends the tries and sets the session's backoff instead. The whole call,
-retries included, is bounded by ``summarize.timeoutSeconds``.
+(``_OVERRUN``), as is one its provider cut short (``_UNFINISHED``). An error's
+``Retry-After`` up to ``_RETRY_AFTER_WAIT`` is waited for before the next try; a longer
+one ends the tries and sets the session's backoff instead. The whole call, retries included,
+is bounded by ``summarize.timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
-from proxy.services.fastmodel import TOO_LONG, post_fast_model, read_fast_answer, retry_after
+from proxy.services.fastmodel import (
+    TOO_LONG,
+    answer_data,
+    post_fast_model,
+    read_fast_answer,
+    retry_after,
+)
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import OWN_KEY_HEADERS, Upstream
 
@@ -47,6 +54,10 @@ _OVERRUN = 1.5
 """An answer longer than the ``max_tokens`` it was given, by this factor of the proxy's own
 estimate (which may count a little high), came from a provider that ignored the bound: it is
 unusable, since a briefing past every window would be refused in every later prompt."""
+_UNFINISHED = frozenset({"length", "content_filter"})
+"""The ``finish_reason`` of an answer the provider stopped before the model finished it: cut
+at ``max_tokens``, or by its content filter. Such a briefing holds the sections it reached
+and the parse would fill the rest with the previous summary's stale text, so it is unusable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +229,23 @@ def _tokens(text: str, count: TokenCounter) -> int:
     return count([{"role": "user", "content": text}])
 
 
+def _check_answer(resp: Any, text: str) -> None:
+    """Raise ValueError for an answer its provider cut short (``_UNFINISHED``), and name what
+    came instead of a briefing: a refusal (quoting its head) or a tool call, so the failure's
+    event says what the fast model did rather than only that no section was found."""
+    choice = answer_data(resp)["choices"][0]
+    reason = choice.get("finish_reason")
+    if reason in _UNFINISHED:
+        raise ValueError(f"finish_reason {reason}: the answer stops before the briefing's end")
+    if text.strip():
+        return
+    message = choice["message"]
+    if isinstance(refusal := message.get("refusal"), str) and refusal.strip():
+        raise ValueError(f"the fast model refused: {refusal.strip()[:200]}")
+    if message.get("tool_calls") or message.get("function_call"):
+        raise ValueError("a tool call instead of a briefing")
+
+
 def _check_length(text: str, count: TokenCounter) -> None:
     """Raise ValueError for an answer past its ``max_tokens`` (``_OVERRUN``)."""
     tokens = count([{"role": "assistant", "content": text}])
@@ -267,6 +295,7 @@ async def _call(
                     too_long = status == 400 and TOO_LONG in text
                     wait = retry_after(resp)
                 else:
+                    _check_answer(resp, text)
                     parse_briefing(text)  # raises ValueError when no section is recognisable
                     _check_length(text, count)
                     return text

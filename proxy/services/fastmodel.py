@@ -16,9 +16,18 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from proxy import answers
+from proxy.cascade.text import content_text
+from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
 
-__all__ = ["TOO_LONG", "for_model", "post_fast_model", "read_fast_answer", "retry_after"]
+__all__ = [
+    "TOO_LONG",
+    "answer_data",
+    "for_model",
+    "post_fast_model",
+    "read_fast_answer",
+    "retry_after",
+]
 
 TOO_LONG = "context_length_exceeded"
 """The error code of a provider that refuses a prompt past its window (OpenAI's)."""
@@ -69,18 +78,69 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     )
 
 
+def answer_data(resp: Any) -> Any:
+    """The chat completion a successful ``resp`` holds: its JSON body, or, for an answer
+    streamed although the call asked for none (a gateway that always streams), one built
+    from its chunks (``_streamed``). Raises ValueError for a body that is neither."""
+    try:
+        return resp.json()
+    except ValueError:
+        text = resp.text.lstrip()
+        if not text.startswith(("data:", ":", "event:", "id:")):
+            raise
+        return _streamed(text)
+
+
+def _streamed(text: str) -> dict[str, Any]:
+    """A chat completion from an event stream's chunks: the first choice's content and refusal
+    joined, whether it called a tool, its last finish reason, and the last usage sent."""
+    content: list[str] = []
+    refusal: list[str] = []
+    calls: list[Any] = []
+    finish, usage = None, None
+    for line in text.splitlines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        chunk = json.loads(payload)
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content.append(content_text(delta.get("content")))
+            refusal.append(delta.get("refusal") or "")
+            calls += delta.get("tool_calls") or ()
+            finish = choice.get("finish_reason") or finish
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if "".join(refusal):
+        message["refusal"] = "".join(refusal)
+    if calls:
+        message["tool_calls"] = calls
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+
+
 def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     """The status of ``resp`` and, for a success, the answer's text (its usage noted), or for
     an error the head of the provider's body (``Upstream.call`` scrubbed the credential it
     sent from it: some providers quote it, and the head goes into a
     ``context.compaction.failed`` event and the log). A success that is not a chat completion raises
     (ValueError for a body that is not JSON; KeyError, IndexError, TypeError or
-    AttributeError for another shape)."""
+    AttributeError for another shape; ValueError quoting it for an OpenAI error object, which
+    some gateways answer with status 200). A content given as a list of parts reads as its text
+    parts joined (``content_text``), as a message's text does everywhere in the proxy; a
+    streamed answer as its chunks joined (``answer_data``)."""
     if resp.status_code >= 400:
         return resp.status_code, _error_head(resp.text)
-    data = resp.json()
+    data = answer_data(resp)
+    if isinstance(data.get("error"), dict) and "choices" not in data:
+        sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
+        head = scrub_text(resp.text, sent)[:300]  # a success's body comes unscrubbed
+        raise ValueError(f"an error answered with status {resp.status_code}: {head}")
     note_usage(job.fast_model, data.get("usage"))
-    return resp.status_code, str(data["choices"][0]["message"].get("content") or "")
+    return resp.status_code, content_text(data["choices"][0]["message"].get("content"))
 
 
 def retry_after(resp: Any) -> float | None:

@@ -8,6 +8,7 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 
 from proxy.config_context import SummarizeConfig
@@ -15,8 +16,8 @@ from proxy.services.compaction_job import SummaryCallError, _call
 
 
 class _Reply:
-    def __init__(self, body: str) -> None:
-        self.status_code, self.text = 200, body
+    def __init__(self, body: str, request: httpx.Request | None = None) -> None:
+        self.status_code, self.text, self.request = 200, body, request
 
     def json(self) -> Any:
         return json.loads(self.text)
@@ -25,12 +26,13 @@ class _Reply:
 class _Upstream:
     def __init__(self, body: str | None = None, raises: Exception | None = None) -> None:
         self.body, self.raises = body, raises
+        self.sent: httpx.Request | None = None
 
     async def call(self, *args: Any, **kwargs: Any) -> _Reply:
         if self.raises is not None:
             raise self.raises
         assert self.body is not None
-        return _Reply(self.body)
+        return _Reply(self.body, self.sent)
 
 
 _JOB = SimpleNamespace(
@@ -56,3 +58,17 @@ async def test_an_error_of_the_call_itself_is_named_by_its_cause() -> None:
 async def test_a_reply_that_is_no_chat_completion_is_an_unusable_summary() -> None:
     reason = await _reason(_Upstream(json.dumps({"error": "nope"})))
     assert reason.startswith("unusable summary (KeyError")
+
+
+async def test_an_error_object_in_a_200_answer_is_quoted() -> None:
+    """Some gateways answer a provider's failure with status 200 and an OpenAI error object:
+    the failure's event quotes it, not only the missing ``choices``."""
+    body = {"error": {"message": "upstream model overloaded", "code": 502}}
+    reason = await _reason(_Upstream(json.dumps(body)))
+    assert reason.startswith("unusable summary (ValueError: an error answered with status 200")
+    assert "upstream model overloaded" in reason
+    key = "sk-" + "Qx7" * 12
+    quoting = _Upstream(json.dumps({"error": {"message": f"bad key {key}"}}))
+    quoting.sent = httpx.Request("POST", "http://p/v1", headers={"authorization": f"Bearer {key}"})
+    reason = await _reason(quoting)
+    assert key not in reason and "bad key" in reason

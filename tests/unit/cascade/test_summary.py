@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -338,6 +339,56 @@ def test_parse_raises_when_every_section_is_empty() -> None:
         with pytest.raises(ValueError, match="every section is empty"):
             parse_briefing(empty, previous=previous)
     assert "## Next Step\n(none)" in parse_briefing("## Objective\ngoal\n## Next Step\n")
+
+
+def test_parse_raises_when_every_section_says_none() -> None:
+    """A briefing that writes "(none)" (or "- None", "N/A") under every heading is the template
+    filled with nothing: stored, it would fold the span away, and every fact and open task of
+    the previous summary with it."""
+    nothing = ("(none)", "- None", "N/A", "Nothing.", "(none)")
+    said = "\n\n".join(f"{h}\n{body}" for h, body in zip(SECTIONS, nothing, strict=True))
+    for previous in (None, BRIEF):
+        with pytest.raises(ValueError, match="every section is empty"):
+            parse_briefing(said, previous=previous)
+    some = said.replace("N/A", "- `src/app.py` edited")
+    assert section(parse_briefing(some), "Files & State") == "- `src/app.py` edited"
+    assert section(parse_briefing(some), "Decisions & Facts") == "- None"
+
+
+def test_parse_reads_a_briefing_written_as_a_json_object() -> None:
+    """A fast model in JSON mode (a gateway's default, a model's habit) answers with the
+    sections as keys: read so, rather than failing every compaction of the session."""
+    answer = json.dumps(
+        {
+            "objective": "Fix the parser",
+            "decisions_and_facts": ["keep the public API", "`tokens.py` owns the lexer"],
+            "files_state": {"src/parser.py": "edited"},
+            "open_tasks": [],
+            "next_step": "run `pytest -q`",
+        }
+    )
+    for text in (answer, f"```json\n{answer}\n```", json.dumps({"briefing": json.loads(answer)})):
+        out = parse_briefing(text)
+        assert out.startswith("## Objective\nFix the parser\n\n## Decisions & Facts\n")
+        assert section(out, "Decisions & Facts") == (
+            "- keep the public API\n- `tokens.py` owns the lexer"
+        )
+        assert section(out, "Files & State") == "- src/parser.py: edited"
+        assert section(out, "Open Tasks") == "(none)"
+        assert section(out, "Next Step") == "run `pytest -q`"
+    with pytest.raises(ValueError, match="none of the sections"):
+        parse_briefing(json.dumps({"summary": "it went fine"}))
+
+
+def test_parse_skips_a_reasoning_models_thinking_before_the_briefing() -> None:
+    """A reasoning model served without a reasoning parser answers with its thinking first, in
+    a ``<think>`` block that may draft the very headings: only the briefing after it counts."""
+    draft = "Let me draft it.\n## Objective\nold draft\n## Next Step\nmaybe this"
+    for tag in ("think", "thinking"):
+        answer = f"<{tag}>\n{draft}\n</{tag}>\n\n{BRIEF}"
+        assert parse_briefing(answer) == parse_briefing(BRIEF)
+    with pytest.raises(ValueError, match="none of the sections"):
+        parse_briefing(f"<think>\n{draft}\n</think>\nI cannot summarise this.")
 
 
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:

@@ -1,0 +1,74 @@
+"""A fast model's answer whose content is a list of parts (some OpenAI-compatible servers
+answer so, a reasoning model's thinking in a part of its own) is read as its text parts
+joined, as a message's text is everywhere else: its briefing is usable, not the list's repr.
+An answer streamed although the call asked for none (a gateway that always streams) reads as
+its chunks joined, its finish reason the last one's, rather than as a body that is no JSON."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from proxy.cascade.briefing import parse_briefing
+from proxy.services.fastmodel import answer_data, read_fast_answer
+
+_BRIEFING = (
+    "## Objective\nFix the parser\n\n## Decisions & Facts\n- keep the public API\n\n"
+    "## Files & State\n(none)\n\n## Open Tasks\n- finish the fix\n\n## Next Step\nrun the tests"
+)
+
+
+class _Reply:
+    status_code = 200
+
+    def __init__(self, content: Any) -> None:
+        message = {"role": "assistant", "content": content}
+        self.text = json.dumps({"choices": [{"index": 0, "message": message}]})
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def test_an_answer_in_parts_reads_as_its_text_parts() -> None:
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "## Objective\nno"}]}
+    reply = _Reply([thinking, {"type": "text", "text": _BRIEFING}])
+    status, text = read_fast_answer(SimpleNamespace(fast_model="fast"), reply)
+    assert status == 200 and text == _BRIEFING
+    assert parse_briefing(text) == _BRIEFING
+
+
+def test_a_string_answer_is_read_as_it_is() -> None:
+    _, text = read_fast_answer(SimpleNamespace(fast_model="fast"), _Reply(_BRIEFING))
+    assert text == _BRIEFING
+
+
+class _Streamed:
+    status_code = 200
+
+    def __init__(self, pieces: list[str], finish: str) -> None:
+        def frame(delta: dict[str, Any], reason: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": reason}
+            return f"data: {json.dumps({'choices': [choice]})}\n\n"
+
+        frames = [frame({"role": "assistant", "content": ""})]
+        frames += [frame({"content": p}) for p in pieces] + [frame({}, finish)]
+        usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+        frames.append(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n")
+        self.text = ": keep-alive\n\n" + "".join(frames) + "data: [DONE]\n\n"
+        self.headers = {"content-type": "text/event-stream"}
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def test_a_streamed_answer_reads_as_its_chunks_joined() -> None:
+    reply = _Streamed([_BRIEFING[:40], _BRIEFING[40:]], "stop")
+    status, text = read_fast_answer(SimpleNamespace(fast_model="fast"), reply)
+    assert status == 200 and text == _BRIEFING
+    data = answer_data(reply)
+    assert data["choices"][0]["finish_reason"] == "stop"
+    assert data["usage"]["total_tokens"] == 12
+    assert answer_data(_Streamed([_BRIEFING[:40]], "length"))["choices"][0]["finish_reason"] == (
+        "length"
+    )
