@@ -33,6 +33,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from proxy.config_checks import (
     ConfigError,
+    VariableName,
     camel_keys,
     check_blanks,
     check_key_values,
@@ -75,7 +76,7 @@ class ProviderConfig(Block):
     ``providers`` (set by ``parse_config``, not a file key), for messages that name it."""
 
     base_url: str = DEFAULT_OPENAI_BASE_URL
-    api_key_env: str | None = None
+    api_key_env: VariableName | None = None
     timeout_seconds: float = Field(default=600.0, gt=0)
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     ca_file: str | None = None
@@ -124,7 +125,7 @@ class AuthKeyConfig(Block):
     given, the only agents it may run (chat, models, embeddings, compaction) and whose
     sessions it reaches; see ``proxy.auth``."""
 
-    key_env: str = Field(min_length=1)
+    key_env: VariableName = Field(min_length=1)
     tenant: str = Field(min_length=1)
     agents: tuple[str, ...] | None = Field(default=None, min_length=1)
 
@@ -136,7 +137,7 @@ class AuthConfig(Block):
     mode."""
 
     keys: tuple[AuthKeyConfig, ...] = ()
-    metrics_key_env: str | None = None
+    metrics_key_env: VariableName | None = None
 
 
 def _check_agent_name(name: str) -> None:

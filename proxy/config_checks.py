@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from proxy.cascade.redaction import compile_patterns
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "VariableName",
     "camel_keys",
     "check_blanks",
     "check_key_values",
@@ -33,6 +34,26 @@ __all__ = [
 
 class ConfigError(Exception):
     """The config file is missing, not JSON, or does not match the schema."""
+
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _variable_name(value: str) -> str:
+    """A name the shell can export (letters, digits, ``_``); a blank one is left to
+    :func:`check_blanks`, which says what leaving the key out does. A key pasted where its
+    variable's name goes (``"apiKeyEnv": "sk-proj-…"``) is refused here, unquoted: the name
+    is printed by the start-up block, the warnings and ``config check``."""
+    if value.strip() and not _VARIABLE.fullmatch(value):
+        raise ValueError(
+            "not an environment variable's name (letters, digits and _, not starting with "
+            "a digit); it names the variable that holds the key, never the key itself"
+        )
+    return value
+
+
+VariableName = Annotated[str, AfterValidator(_variable_name)]
+"""The type of ``apiKeyEnv``, ``keyEnv`` and ``metricsKeyEnv``."""
 
 
 def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
