@@ -59,6 +59,7 @@ class ConfigHolder:
         self.path = path
         # the bytes last judged, in force or refused: first those ``config`` was read from
         self.judged = data
+        self.refused: str | None = None  # why those bytes were refused, when they were
         self.vet: Vet | None = None
         self.on_reloaded: Callable[[Config], None] | None = None
         self._warn(os.environ)
@@ -88,7 +89,9 @@ class ConfigHolder:
             self.current = new
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
+            self.refused = str(exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
+        self.refused = None
         log.info("config %s reloaded", self.path)
         self._warn(env)
         if self.on_reloaded is not None:
@@ -126,7 +129,15 @@ async def reread(
     if holder.path is None:
         log.info("SIGHUP: no config file, the defaults are in force: nothing to reload")
         return
-    if not await _check(holder, holder.path.absolute(), emit, stop):
+    if await _check(holder, holder.path.absolute(), emit, stop):
+        return
+    if holder.refused is not None:  # the watcher refused this save: not the file in force
+        log.warning(
+            "SIGHUP: config %s unchanged since it was refused, keeping the previous one: %s",
+            holder.path,
+            holder.refused,
+        )
+    else:
         log.info("SIGHUP: config %s unchanged since it was last read", holder.path)
 
 

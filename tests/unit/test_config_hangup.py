@@ -129,3 +129,33 @@ async def test_two_apps_in_one_process_each_reread_and_one_stopping_leaves_the_o
         for undo in undos:
             undo()
     assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
+async def test_a_sighup_on_a_file_already_refused_says_it_is_still_refused_and_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher refused the save first; ``systemctl reload`` then said only "unchanged
+    since it was last read", which reads as the file on disk being the one in force."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    seen: list[str] = []
+    path.write_text(json.dumps({"models": {"default": {"contextLimit": "x"}}}))
+    await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "cascade.config"):
+        await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"SIGHUP: config {path} unchanged since it was refused, keeping the previous one: "
+        "models.default.contextLimit: Input should be a valid integer"
+    )
+    assert limit(holder) == 1000
+    path.write_text(text(3000))
+    await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "cascade.config"):
+        await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    assert caplog.messages == [f"SIGHUP: config {path} unchanged since it was last read"]
+    assert limit(holder) == 3000
