@@ -25,7 +25,8 @@ from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
-from proxy.config import ConfigError, config_warnings, load_config
+from proxy.config import ConfigError, config_warnings
+from proxy.config_watch import load_named
 from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
 from proxy.pgembed import start_embedded
@@ -76,7 +77,7 @@ def _check_config(settings: Settings) -> int:
     warns of (a ``CASCADE_*`` variable nothing reads, a ``caFile`` that does not load, the
     config's own warnings) is printed, one a line."""
     path = settings.config
-    cfg = load_config(path, os.environ)
+    cfg = load_named(path, os.environ)
     _, open_listen = check_start(settings, cfg)
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")

@@ -32,7 +32,7 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 
-__all__ = ["ConfigHolder", "Hangup", "for_streams", "reread", "watch_config"]
+__all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
 
 log = logging.getLogger("cascade.config")
 
@@ -70,7 +70,7 @@ class ConfigHolder:
         from: the watcher, which starts once the database is up, compares the file with
         those, so a save made during the start is reloaded, not taken as already judged."""
         data = _read(path) if path is not None else None
-        return cls(load_config(path, env, data), path, data)
+        return cls(load_named(path, env, data), path, data)
 
     def _warn(self, env: Mapping[str, str]) -> None:
         for warning in config_warnings(self.current, env):
@@ -100,6 +100,18 @@ class ConfigHolder:
             except Exception:  # the config is in force all the same: said, not undone
                 log.exception("config %s reloaded; acting on it failed", self.path)
         return CONFIG_RELOADED, {"path": str(self.path)}
+
+
+def load_named(path: Path | None, env: Mapping[str, str], data: bytes | None = None) -> Config:
+    """``load_config`` for a start (and ``config check``): a refusal names the file, as a
+    reload's log line does, since ``--config``, ``CASCADE_CONFIG`` or the working directory
+    may each have given it; a reason naming it already (missing, not JSON) is left as is."""
+    try:
+        return load_config(path, env, data)
+    except ConfigError as exc:
+        if path is None or str(path) in str(exc):
+            raise
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 async def watch_config(

@@ -122,3 +122,26 @@ def test_a_multiprocess_dir_that_is_a_file_is_one_line(
         f"cascade-proxy serve: PROMETHEUS_MULTIPROC_DIR: {taken} is not a directory this"
         " process can write (File exists)"
     )
+
+
+@pytest.mark.parametrize("command", [["serve"], ["config", "check"]])
+def test_a_refused_config_file_at_start_is_named_once(
+    command: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    saved_logging: None,
+) -> None:
+    """A reload's refusal names the file (``config agents.json rejected, …``); a start's said
+    only the key, whichever file ``--config``, ``CASCADE_CONFIG`` or the working directory
+    gave. A reason that names the file already (missing, not JSON) is not given it twice."""
+    bad = tmp_path / "agents.json"
+    bad.write_text('{"models": {"default": {"contextLimit": "x"}}}')
+    missing = tmp_path / "missing.json"
+    assert main([*command, "--config", str(bad)]) == 2
+    assert main([*command, "--config", str(missing)]) == 2
+    said = " ".join(command)
+    assert capsys.readouterr().err.splitlines() == [
+        f"cascade-proxy {said}: {bad}: models.default.contextLimit: Input should be a valid"
+        " integer",
+        f"cascade-proxy {said}: config file {missing} does not exist",
+    ]
