@@ -252,10 +252,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     env = env or {}
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
-        if not isinstance(data.get(block) or {}, Mapping):
-            raise ConfigError(
-                f"{block}: must be an object of named entries, not {type(data[block]).__name__}"
-            )
+        if block in data and not isinstance(data[block], Mapping):  # null or [] too, as models'
+            raise ConfigError(f'{block}: must be an object of named entries, {{"name": {{…}}}}')
     providers = dict(data.get("providers") or {})
     if "openai" not in providers:
         providers["openai"] = {

@@ -1,6 +1,7 @@
-"""A whole number in config/agents.json is at most 2**53: Python's JSON reader takes any
-number of digits, and a ``contextLimit`` of 1 followed by 400 zeros was valid, then
-every request a 500 (``OverflowError`` where the window is taken as a fraction)."""
+"""Values config/agents.json took that its keys cannot mean: a whole number past 2**53
+(Python's JSON reader takes any number of digits, and a ``contextLimit`` of 1 followed by
+400 zeros was valid, then every request a 500: ``OverflowError`` where the window is taken
+as a fraction), and ``providers`` or ``agents`` that are no object."""
 
 from __future__ import annotations
 
@@ -43,3 +44,13 @@ def test_2_53_itself_is_taken_from_the_file(tmp_path: Any) -> None:
     assert load_config(path).model_limits("m").context_limit == 2**53
     window = load_config(path).model_limits("m").context_limit
     assert window * 0.125 > 0  # a float of it, as the stages take it, does not overflow
+
+
+@pytest.mark.parametrize("block", ["providers", "agents"])
+@pytest.mark.parametrize("value", [None, [], "", 0, False])
+def test_providers_and_agents_that_are_no_object_are_refused(block: str, value: Any) -> None:
+    """They were read as empty (``data.get(block) or {}``), while ``models: []`` or
+    ``models: null`` is refused as no object, as a value of another JSON type is."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config({block: value}, env={})
+    assert str(refused.value) == f'{block}: must be an object of named entries, {{"name": {{…}}}}'
