@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "EnvironmentRefused",
     "VariableName",
     "camel_keys",
     "check_blanks",
@@ -34,6 +35,11 @@ __all__ = [
 
 class ConfigError(Exception):
     """The config file is missing, not JSON, or does not match the schema."""
+
+
+class EnvironmentRefused(ConfigError):
+    """A refusal of what the environment gave the config (``OPENAI_BASE_URL`` for the default
+    provider), not the file: a message naming the file would send the reader there."""
 
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -165,11 +171,12 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
             usable = False
         env = name == "openai" and from_env
         where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
+        refused = EnvironmentRefused if env else ConfigError
         if not usable:
-            raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+            raise refused(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
         if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
             # the request's path (/chat/completions) is appended: it would land in them
-            raise ConfigError(
+            raise refused(
                 f"{where}: has a query string or fragment, which the request paths would"
                 " follow; give the URL up to its path, and a key by apiKeyEnv"
             )

@@ -31,6 +31,7 @@ from watchfiles import awatch
 
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
+from proxy.config_checks import EnvironmentRefused
 
 __all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
 
@@ -109,7 +110,7 @@ def load_named(path: Path | None, env: Mapping[str, str], data: bytes | None = N
     try:
         return load_config(path, env, data)
     except ConfigError as exc:
-        if path is None or str(path) in str(exc):
+        if path is None or isinstance(exc, EnvironmentRefused) or str(path) in str(exc):
             raise
         raise ConfigError(f"{path}: {exc}") from exc
 

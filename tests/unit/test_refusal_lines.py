@@ -145,3 +145,20 @@ def test_a_refused_config_file_at_start_is_named_once(
         " integer",
         f"cascade-proxy {said}: config file {missing} does not exist",
     ]
+
+
+def test_a_refused_openai_base_url_is_not_put_on_the_config_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default provider's URL comes from the environment when the file names no
+    ``providers.openai``: its refusal names the variable, and no file is at fault."""
+    config = tmp_path / "agents.json"
+    config.write_text("{}")
+    monkeypatch.setenv("OPENAI_BASE_URL", "api.openai.com/v1")
+    assert main(["config", "check", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "cascade-proxy config check: OPENAI_BASE_URL: not an http(s) URL with a host (and a"
+        " port 1-65535)\n"
+    )
