@@ -144,14 +144,18 @@ async def reread(
         return
     if await _check(holder, holder.path.absolute(), emit, stop):
         return
-    if holder.refused is not None:  # the watcher refused this save: not the file in force
-        log.warning(
-            "SIGHUP: config %s unchanged since it was refused, keeping the previous one: %s",
-            holder.path,
-            holder.refused,
-        )
-    else:
+    if holder.refused is None:
         log.info("SIGHUP: config %s unchanged since it was last read", holder.path)
+        return
+    # Refused, so not the file in force; and the reason may lie outside it (a caFile put in
+    # place since): judged again, its verdict logged with the reason as any reload's is.
+    log.info("SIGHUP: config %s unchanged since it was refused; judging it again", holder.path)
+    try:
+        event = holder.reload(data=holder.judged)
+    except Exception:  # as in _check: a bug here is logged, the config in force kept
+        log.exception("config %s: reload failed, keeping the previous one", holder.path)
+        return
+    emit(*for_streams(holder.current, *event))
 
 
 class Hangup:
