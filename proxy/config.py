@@ -328,7 +328,7 @@ def load_config(
         return parse_config({}, env)
     p = Path(path)
     try:
-        text = (p.read_bytes() if data is None else data).decode("utf-8")
+        text = (p.read_bytes() if data is None else data).decode("utf-8-sig")  # a BOM is dropped
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except OSError as exc:  # a directory, no permission: rejected like bad JSON
