@@ -101,7 +101,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         }.items()
         if v is not None
     }
-    settings = Settings().model_copy(update=overrides).with_default_config()
+    # given to the constructor, not copied over: a variable a flag overrides is not judged
+    settings = Settings(**overrides).with_default_config()
     if url := getattr(args, "database_url", None):
         settings = settings.with_database_url(url, "--database-url")
     return settings
