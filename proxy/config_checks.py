@@ -172,6 +172,13 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
         env = name == "openai" and from_env
         where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
         refused = EnvironmentRefused if env else ConfigError
+        url = provider.base_url
+        if url != url.strip() or any(ord(c) < 32 or ord(c) == 127 for c in url):
+            # urlsplit drops them, httpx refuses them: each request would be a 502
+            raise refused(
+                f"{where}: has a control character, or a space at an end (a template's "
+                "trailing newline?); give the URL alone"
+            )
         if not usable:
             raise refused(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
         if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
