@@ -225,6 +225,15 @@ def check_blanks(cfg: Config) -> None:
             "",
         )
     )
+    if "" in cfg.models:  # "" is a prefix of every model: it beat default for all of them
+        raise ConfigError(
+            "models: an empty name is a prefix of every model, ahead of default; name a "
+            "model prefix, or use default"
+        )
+    if any(not name.strip() for name in cfg.providers):
+        raise ConfigError(
+            "providers: an empty name; name the provider (agents name it by its provider)"
+        )
     for value, where, what, unset in given:
         if value is not None and not value.strip():
             out = f"leave the key out (or null) {unset}".rstrip()
