@@ -34,6 +34,7 @@ from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
 from proxy.store.db import DatabaseUnavailable, pooler_kwargs
 from proxy.store.migrations import MigrationError, run_migrations
+from proxy.tracing import check_tracing
 from proxy.transport import check_ca_files
 
 __all__ = ["run"]
@@ -79,6 +80,7 @@ def _check_config(settings: Settings) -> int:
     path = settings.config
     cfg = load_named(path, os.environ)
     _, open_listen = check_start(settings, cfg)
+    check_tracing(settings.tracing, os.environ)
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:
