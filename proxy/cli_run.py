@@ -29,6 +29,7 @@ from proxy.config import ConfigError, config_warnings
 from proxy.config_watch import load_named
 from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
+from proxy.metrics import Metrics
 from proxy.pgembed import start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
@@ -81,6 +82,7 @@ def _check_config(settings: Settings) -> int:
     cfg = load_named(path, os.environ)
     _, open_listen = check_start(settings, cfg)
     check_tracing(settings.tracing, os.environ)
+    Metrics.check_env()
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:

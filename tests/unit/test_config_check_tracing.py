@@ -1,5 +1,5 @@
-"""``config check`` judges the tracing settings as ``serve`` does before it starts (README,
-CLI): it passed an exporter ``serve`` then refused, exit 0 and ``valid``."""
+"""``config check`` judges the tracing and metrics settings as ``serve`` does before it
+starts (README, CLI): it passed what ``serve`` then refused, exit 0 and ``valid``."""
 
 from __future__ import annotations
 
@@ -35,3 +35,27 @@ def test_config_check_refuses_the_tracing_settings_serve_refuses(
     monkeypatch.setenv(variable, value)
     assert main(["config", "check", "--config", str(config)]) == 2
     assert capsys.readouterr().err.startswith(f"cascade-proxy config check: {said}")
+
+
+def test_config_check_refuses_a_multiprocess_dir_serve_refuses_and_makes_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve`` refuses a ``PROMETHEUS_MULTIPROC_DIR`` it cannot write; ``config check``
+    said valid. It judges without making the directory or clearing what is in it."""
+    config = tmp_path / "agents.json"
+    config.write_text("{}")
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(taken))
+    assert main(["config", "check", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        f"cascade-proxy config check: PROMETHEUS_MULTIPROC_DIR: {taken} is not a directory"
+        " this process can write (File exists)\n"
+    )
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(taken / "below"))
+    assert main(["config", "check", "--config", str(config)]) == 2
+    assert "(Not a directory)" in capsys.readouterr().err
+    fresh = tmp_path / "metrics" / "here"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(fresh))
+    assert main(["config", "check", "--config", str(config)]) == 0
+    assert not fresh.parent.exists()
