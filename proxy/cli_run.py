@@ -30,7 +30,7 @@ from proxy.config_watch import load_named
 from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
-from proxy.pgembed import start_embedded
+from proxy.pgembed import require_embedded, start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
 from proxy.store.db import DatabaseUnavailable, pooler_kwargs
@@ -75,7 +75,8 @@ def _check_config(settings: Settings) -> int:
     """``config check``: the file loaded as a start or a reload loads it, and judged in this
     environment by the checks ``serve`` makes before it starts (``proxy.app.check_start``):
     what ``serve`` refuses (an egress proxy the transport cannot use, an ``SSL_CERT_FILE``
-    that does not load, listening beyond loopback without proxy keys) raises, and what it
+    that does not load, listening beyond loopback without proxy keys, the tracing and
+    metrics settings, no database at all) raises, and what it
     warns of (a ``CASCADE_*`` variable nothing reads, a ``caFile`` that does not load, the
     config's own warnings) is printed, one a line."""
     path = settings.config
@@ -83,6 +84,8 @@ def _check_config(settings: Settings) -> int:
     _, open_listen = check_start(settings, cfg)
     check_tracing(settings.tracing, os.environ)
     Metrics.check_env()
+    if not settings.database_url:
+        require_embedded()
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:

@@ -59,3 +59,20 @@ def test_config_check_refuses_a_multiprocess_dir_serve_refuses_and_makes_none(
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(fresh))
     assert main(["config", "check", "--config", str(config)]) == 0
     assert not fresh.parent.exists()
+
+
+def test_config_check_refuses_no_database_as_serve_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``DATABASE_URL`` and without the embedded server's package, ``serve`` exits
+    at once naming what to do; ``config check`` said valid."""
+    from proxy import pgembed
+
+    config = tmp_path / "agents.json"
+    config.write_text("{}")
+    monkeypatch.setattr(pgembed, "_PACKAGE", "no_such_package_here")
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert main(["config", "check", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.startswith("cascade-proxy config check: no database: set ")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://db/cascade")
+    assert main(["config", "check", "--config", str(config)]) == 0
