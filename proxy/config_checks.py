@@ -256,6 +256,17 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
                 f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
                 "holds; give each entry a key of its own"
             )
+    names = {key.key_env: i for i, key in reversed(list(enumerate(cfg.auth.keys)))}
+    for name, p in cfg.providers.items():  # a proxy key never leaves the proxy
+        value = (env.get(p.api_key_env) or "").strip() if p.api_key_env else ""
+        j = names.get(p.api_key_env or "", first.get(value, -1) if value else -1)
+        if j >= 0:
+            held = "is" if p.api_key_env == cfg.auth.keys[j].key_env else "holds the key"
+            raise ConfigError(
+                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held} "
+                f"${cfg.auth.keys[j].key_env} (auth.keys[{j}]); a proxy key never goes "
+                "upstream: give the provider a key of its own"
+            )
     metrics = cfg.auth.metrics_key_env
     if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:
         raise ConfigError(

@@ -68,3 +68,28 @@ def test_config_check_never_prints_a_key_pasted_as_a_variable_name(
     said = capsys.readouterr()
     assert SECRET not in said.out + said.err
     assert "apiKeyEnv: not an environment variable's name" in said.err
+
+
+@pytest.mark.parametrize(
+    ("provider_env", "env"),
+    [
+        ("K_A", {"K_A": "shared-key"}),  # one variable for both
+        ("PROVIDER_KEY", {"K_A": "shared-key", "PROVIDER_KEY": " shared-key\n"}),
+        ("K_A", {}),  # unset: the same variable still, once it is set
+    ],
+)
+def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
+    provider_env: str, env: dict[str, str]
+) -> None:
+    """The provider never sees a proxy key (README, Proxy keys): one that is the provider's
+    own key too went upstream on every call, and each tenant holding it could call the
+    provider around the proxy."""
+    raw = {
+        "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": provider_env}},
+        "auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}]},
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env=env)
+    reason = str(refused.value)
+    assert reason.startswith(f"providers.p.apiKeyEnv: ${provider_env} "), reason
+    assert "auth.keys[0]" in reason and "shared-key" not in reason
