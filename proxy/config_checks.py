@@ -244,7 +244,9 @@ def check_blanks(cfg: Config) -> None:
 
 def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Nor does the metrics key's: that
+    request with it would only ever be the first entry's. Nor does a provider's
+    ``apiKeyEnv`` (nor is it a ``keyEnv``): that proxy key would go upstream. Nor does the
+    metrics key's: that
     proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
     match no request."""
     first: dict[str, int] = {}
