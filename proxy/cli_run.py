@@ -25,14 +25,17 @@ from proxy.banner import client_origin
 from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
-from proxy.config import ConfigError, config_warnings, load_config
+from proxy.config import ConfigError, config_warnings
+from proxy.config_watch import load_named
 from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
-from proxy.pgembed import start_embedded
+from proxy.metrics import Metrics
+from proxy.pgembed import require_embedded, start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
 from proxy.store.db import DatabaseUnavailable, pooler_kwargs
 from proxy.store.migrations import MigrationError, run_migrations
+from proxy.tracing import check_tracing
 from proxy.transport import check_ca_files
 
 __all__ = ["run"]
@@ -72,12 +75,17 @@ def _check_config(settings: Settings) -> int:
     """``config check``: the file loaded as a start or a reload loads it, and judged in this
     environment by the checks ``serve`` makes before it starts (``proxy.app.check_start``):
     what ``serve`` refuses (an egress proxy the transport cannot use, an ``SSL_CERT_FILE``
-    that does not load, listening beyond loopback without proxy keys) raises, and what it
+    that does not load, listening beyond loopback without proxy keys, the tracing and
+    metrics settings, no database at all) raises, and what it
     warns of (a ``CASCADE_*`` variable nothing reads, a ``caFile`` that does not load, the
     config's own warnings) is printed, one a line."""
     path = settings.config
-    cfg = load_config(path, os.environ)
+    cfg = load_named(path, os.environ)
     _, open_listen = check_start(settings, cfg)
+    check_tracing(settings.tracing, os.environ)
+    Metrics.check_env()
+    if not settings.database_url:
+        require_embedded()
     if path is None:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:
@@ -100,7 +108,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         }.items()
         if v is not None
     }
-    settings = Settings().model_copy(update=overrides).with_default_config()
+    # given to the constructor, not copied over: a variable a flag overrides is not judged
+    settings = Settings(**overrides).with_default_config()
     if url := getattr(args, "database_url", None):
         settings = settings.with_database_url(url, "--database-url")
     return settings

@@ -33,6 +33,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from proxy.config_checks import (
     ConfigError,
+    VariableName,
     camel_keys,
     check_blanks,
     check_key_values,
@@ -75,7 +76,7 @@ class ProviderConfig(Block):
     ``providers`` (set by ``parse_config``, not a file key), for messages that name it."""
 
     base_url: str = DEFAULT_OPENAI_BASE_URL
-    api_key_env: str | None = None
+    api_key_env: VariableName | None = None
     timeout_seconds: float = Field(default=600.0, gt=0)
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     ca_file: str | None = None
@@ -124,7 +125,7 @@ class AuthKeyConfig(Block):
     given, the only agents it may run (chat, models, embeddings, compaction) and whose
     sessions it reaches; see ``proxy.auth``."""
 
-    key_env: str = Field(min_length=1)
+    key_env: VariableName = Field(min_length=1)
     tenant: str = Field(min_length=1)
     agents: tuple[str, ...] | None = Field(default=None, min_length=1)
 
@@ -136,7 +137,7 @@ class AuthConfig(Block):
     mode."""
 
     keys: tuple[AuthKeyConfig, ...] = ()
-    metrics_key_env: str | None = None
+    metrics_key_env: VariableName | None = None
 
 
 def _check_agent_name(name: str) -> None:
@@ -251,10 +252,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     env = env or {}
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
-        if not isinstance(data.get(block) or {}, Mapping):
-            raise ConfigError(
-                f"{block}: must be an object of named entries, not {type(data[block]).__name__}"
-            )
+        if block in data and not isinstance(data[block], Mapping):  # null or [] too, as models'
+            raise ConfigError(f'{block}: must be an object of named entries, {{"name": {{…}}}}')
     providers = dict(data.get("providers") or {})
     if "openai" not in providers:
         providers["openai"] = {
@@ -329,7 +328,7 @@ def load_config(
         return parse_config({}, env)
     p = Path(path)
     try:
-        text = (p.read_bytes() if data is None else data).decode("utf-8")
+        text = (p.read_bytes() if data is None else data).decode("utf-8-sig")  # a BOM is dropped
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except OSError as exc:  # a directory, no permission: rejected like bad JSON

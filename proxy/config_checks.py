@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from proxy.cascade.redaction import compile_patterns
 
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "EnvironmentRefused",
+    "VariableName",
     "camel_keys",
     "check_blanks",
     "check_key_values",
@@ -33,6 +35,31 @@ __all__ = [
 
 class ConfigError(Exception):
     """The config file is missing, not JSON, or does not match the schema."""
+
+
+class EnvironmentRefused(ConfigError):
+    """A refusal of what the environment gave the config (``OPENAI_BASE_URL`` for the default
+    provider), not the file: a message naming the file would send the reader there."""
+
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _variable_name(value: str) -> str:
+    """A name the shell can export (letters, digits, ``_``); a blank one is left to
+    :func:`check_blanks`, which says what leaving the key out does. A key pasted where its
+    variable's name goes (``"apiKeyEnv": "sk-proj-…"``) is refused here, unquoted: the name
+    is printed by the start-up block, the warnings and ``config check``."""
+    if value.strip() and not _VARIABLE.fullmatch(value):
+        raise ValueError(
+            "not an environment variable's name (letters, digits and _, not starting with "
+            "a digit); it names the variable that holds the key, never the key itself"
+        )
+    return value
+
+
+VariableName = Annotated[str, AfterValidator(_variable_name)]
+"""The type of ``apiKeyEnv``, ``keyEnv`` and ``metricsKeyEnv``."""
 
 
 def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
@@ -144,11 +171,19 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
             usable = False
         env = name == "openai" and from_env
         where = "OPENAI_BASE_URL" if env else f"providers.{name}.baseUrl"
+        refused = EnvironmentRefused if env else ConfigError
+        url = provider.base_url
+        if url != url.strip() or any(ord(c) < 32 or ord(c) == 127 for c in url):
+            # urlsplit drops them, httpx refuses them: each request would be a 502
+            raise refused(
+                f"{where}: has a control character, or a space at an end (a template's "
+                "trailing newline?); give the URL alone"
+            )
         if not usable:
-            raise ConfigError(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+            raise refused(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
         if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
             # the request's path (/chat/completions) is appended: it would land in them
-            raise ConfigError(
+            raise refused(
                 f"{where}: has a query string or fragment, which the request paths would"
                 " follow; give the URL up to its path, and a key by apiKeyEnv"
             )
@@ -190,6 +225,15 @@ def check_blanks(cfg: Config) -> None:
             "",
         )
     )
+    if "" in cfg.models:  # "" is a prefix of every model: it beat default for all of them
+        raise ConfigError(
+            "models: an empty name is a prefix of every model, ahead of default; name a "
+            "model prefix, or use default"
+        )
+    if any(not name.strip() for name in cfg.providers):
+        raise ConfigError(
+            "providers: an empty name; name the provider (agents name it by its provider)"
+        )
     for value, where, what, unset in given:
         if value is not None and not value.strip():
             out = f"leave the key out (or null) {unset}".rstrip()
@@ -200,7 +244,9 @@ def check_blanks(cfg: Config) -> None:
 
 def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Nor does the metrics key's: that
+    request with it would only ever be the first entry's. Nor does a provider's
+    ``apiKeyEnv`` (nor is it a ``keyEnv``): that proxy key would go upstream. Nor does the
+    metrics key's: that
     proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
     match no request."""
     first: dict[str, int] = {}
@@ -211,6 +257,17 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
             raise ConfigError(
                 f"auth.keys[{i}].keyEnv: ${key.key_env} holds the key ${other} (auth.keys[{j}]) "
                 "holds; give each entry a key of its own"
+            )
+    names = {key.key_env: i for i, key in reversed(list(enumerate(cfg.auth.keys)))}
+    for name, p in cfg.providers.items():  # a proxy key never leaves the proxy
+        value = (env.get(p.api_key_env) or "").strip() if p.api_key_env else ""
+        j = names.get(p.api_key_env or "", first.get(value, -1) if value else -1)
+        if j >= 0:
+            held = "is" if p.api_key_env == cfg.auth.keys[j].key_env else "holds the key"
+            raise ConfigError(
+                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held} "
+                f"${cfg.auth.keys[j].key_env} (auth.keys[{j}]); a proxy key never goes "
+                "upstream: give the provider a key of its own"
             )
     metrics = cfg.auth.metrics_key_env
     if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:

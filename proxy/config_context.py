@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -32,7 +32,9 @@ class Block(BaseModel):
     """A block of agents.json: camelCase keys in the file, snake_case in Python; unknown keys
     rejected, so a typo shows up as ``config.rejected`` instead of silently doing nothing.
     A number must be finite: Python's JSON reader takes ``Infinity`` and reads ``1e999`` as
-    infinity, which no setting means (a timeout is a number of seconds)."""
+    infinity, which no setting means (a timeout is a number of seconds). A whole number is
+    at most 2**53 (``MAX_WHOLE``): the reader takes any number of digits, and one past a
+    float's range fails each request that takes it as a fraction of the window."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -41,6 +43,18 @@ class Block(BaseModel):
         frozen=True,
         allow_inf_nan=False,
     )
+
+    @field_validator("*")
+    @classmethod
+    def _whole_in_range(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
+            raise ValueError(f"at most {MAX_WHOLE} (2**53), the largest whole number kept exact")
+        return value
+
+
+MAX_WHOLE = 2**53
+"""The largest whole number a key takes: exact as a float, as the stages and JSON readers
+(the console's too) take it."""
 
 
 class ToolOutputConfig(Block):

@@ -31,8 +31,9 @@ from watchfiles import awatch
 
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
+from proxy.config_checks import EnvironmentRefused
 
-__all__ = ["ConfigHolder", "Hangup", "for_streams", "reread", "watch_config"]
+__all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
 
 log = logging.getLogger("cascade.config")
 
@@ -59,6 +60,7 @@ class ConfigHolder:
         self.path = path
         # the bytes last judged, in force or refused: first those ``config`` was read from
         self.judged = data
+        self.refused: str | None = None  # why those bytes were refused, when they were
         self.vet: Vet | None = None
         self.on_reloaded: Callable[[Config], None] | None = None
         self._warn(os.environ)
@@ -69,7 +71,7 @@ class ConfigHolder:
         from: the watcher, which starts once the database is up, compares the file with
         those, so a save made during the start is reloaded, not taken as already judged."""
         data = _read(path) if path is not None else None
-        return cls(load_config(path, env, data), path, data)
+        return cls(load_named(path, env, data), path, data)
 
     def _warn(self, env: Mapping[str, str]) -> None:
         for warning in config_warnings(self.current, env):
@@ -88,7 +90,9 @@ class ConfigHolder:
             self.current = new
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
+            self.refused = str(exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
+        self.refused = None
         log.info("config %s reloaded", self.path)
         self._warn(env)
         if self.on_reloaded is not None:
@@ -97,6 +101,18 @@ class ConfigHolder:
             except Exception:  # the config is in force all the same: said, not undone
                 log.exception("config %s reloaded; acting on it failed", self.path)
         return CONFIG_RELOADED, {"path": str(self.path)}
+
+
+def load_named(path: Path | None, env: Mapping[str, str], data: bytes | None = None) -> Config:
+    """``load_config`` for a start (and ``config check``): a refusal names the file, as a
+    reload's log line does, since ``--config``, ``CASCADE_CONFIG`` or the working directory
+    may each have given it; a reason naming it already (missing, not JSON) is left as is."""
+    try:
+        return load_config(path, env, data)
+    except ConfigError as exc:
+        if path is None or isinstance(exc, EnvironmentRefused) or str(path) in str(exc):
+            raise
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 async def watch_config(
@@ -126,8 +142,20 @@ async def reread(
     if holder.path is None:
         log.info("SIGHUP: no config file, the defaults are in force: nothing to reload")
         return
-    if not await _check(holder, holder.path.absolute(), emit, stop):
+    if await _check(holder, holder.path.absolute(), emit, stop):
+        return
+    if holder.refused is None:
         log.info("SIGHUP: config %s unchanged since it was last read", holder.path)
+        return
+    # Refused, so not the file in force; and the reason may lie outside it (a caFile put in
+    # place since): judged again, its verdict logged with the reason as any reload's is.
+    log.info("SIGHUP: config %s unchanged since it was refused; judging it again", holder.path)
+    try:
+        event = holder.reload(data=holder.judged)
+    except Exception:  # as in _check: a bug here is logged, the config in force kept
+        log.exception("config %s: reload failed, keeping the previous one", holder.path)
+        return
+    emit(*for_streams(holder.current, *event))
 
 
 class Hangup:

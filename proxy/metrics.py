@@ -241,6 +241,26 @@ class Metrics:
             drop_leftovers(path)
         return cls(multiprocess_dir=path)
 
+    @staticmethod
+    def check_env() -> None:
+        """What :meth:`from_env` refuses, judged without making the directory or clearing
+        it (``config check``): one that is a file, lies below one, or cannot be written."""
+        path = os.environ.get(MULTIPROC_ENV) or None
+        if path is None:
+            return
+        near = Path(path).absolute()
+        while not near.exists():  # makedirs starts from the nearest existing ancestor
+            near = near.parent
+        why = None
+        if not near.is_dir():
+            why = "File exists" if str(near) == str(Path(path).absolute()) else "Not a directory"
+        elif not os.access(near, os.W_OK | os.X_OK):
+            why = "Permission denied"
+        if why:
+            raise SettingsError(
+                f"{MULTIPROC_ENV}: {path} is not a directory this process can write ({why})"
+            )
+
     def render(self) -> bytes:
         """The exposition text: this app's registry, or in multiprocess mode every worker's
         files summed."""

@@ -104,7 +104,8 @@ class Settings(Listen):
       while its step runs statements (before the provider call, and one statement after
       it), never while the provider answers, so the requests in flight are not bounded by
       it (README, Capacity). 64 leaves room under a stock server's ``max_connections`` of
-      100; size ``max_connections`` to replicas x this + a few.
+      100; size ``max_connections`` to replicas x this + a few. At most 262143, the most
+      ``max_connections`` takes: asyncpg builds a holder per connection as the pool starts.
     - ``lease_ttl_seconds`` (``CASCADE_LEASE_TTL_SECONDS``): how long a session's lease
       outlives its last renewal (the replica renews every third of it while a request
       runs): a replica killed mid-request frees its sessions within this plus half a second
@@ -146,7 +147,7 @@ class Settings(Listen):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     keepalive_seconds: float = Field(default=15.0, gt=0)
     watch_config: bool = True
-    pool_max_size: int = Field(default=64, ge=1)
+    pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections
     pool_timeout_seconds: float = Field(default=10.0, gt=0)
     lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25)
     provider_max_connections: int = Field(default=256, ge=1)

@@ -40,7 +40,7 @@ from proxy.tracing_export import EXPORTER_LOGGERS, watched
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["Tracing", "build_tracing", "operation_for", "path_template"]
+__all__ = ["Tracing", "build_tracing", "check_tracing", "operation_for", "path_template"]
 
 log = logging.getLogger("cascade.tracing")
 
@@ -319,6 +319,29 @@ def _hide_query(env: Mapping[str, str]) -> None:
             logging.getLogger(name).addFilter(_WITHOUT_QUERY)  # once: the same filter
 
 
+def check_tracing(mode: str, env: Mapping[str, str]) -> list[str]:
+    """The exporters ``mode`` (``CASCADE_TRACING``) and the OpenTelemetry environment ask
+    for, judged as the start judges them, without building any (``config check`` too);
+    raises :class:`SettingsError` naming what it refuses."""
+    exporters = _exporters(mode.strip().lower(), env)
+    if "otlp" in exporters:
+        _check_protocol(env)
+        _check_endpoints(env)
+    if exporters:
+        try:
+            import opentelemetry.sdk.resources  # noqa: F401  (the extra's: is it installed?)
+            import opentelemetry.sdk.trace.export  # noqa: F401
+        except ImportError as exc:
+            raise SettingsError(
+                "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or "
+                "CASCADE_TRACING) but OpenTelemetry is not installed: "
+                "pip install 'cascade-proxy[tracing]'"
+            ) from exc
+    if "otlp" in exporters:
+        _check_headers(env)
+    return exporters
+
+
 def build_tracing(
     mode: str, env: Mapping[str, str] | None = None, provider: TracerProvider | None = None
 ) -> Tracing | None:
@@ -327,27 +350,19 @@ def build_tracing(
     if provider is not None:
         return Tracing(provider, owned=False)
     env = os.environ if env is None else env
-    exporters = _exporters(mode.strip().lower(), env)
+    exporters = check_tracing(mode, env)
     if not exporters:
         return None
     if "otlp" in exporters:
-        _check_protocol(env)
-        _check_endpoints(env)
         _hide_query(env)
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider as SdkProvider
-        from opentelemetry.sdk.trace.export import (
-            BatchSpanProcessor,
-            ConsoleSpanExporter,
-            SimpleSpanProcessor,
-        )
-    except ImportError as exc:
-        raise SettingsError(
-            "tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or "
-            "CASCADE_TRACING) but OpenTelemetry is not installed: "
-            "pip install 'cascade-proxy[tracing]'"
-        ) from exc
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SimpleSpanProcessor,
+    )
+
     service = _service_name(env)
     resource = Resource.create({"service.name": service})
     sdk = SdkProvider(resource=resource)
@@ -361,7 +376,6 @@ def build_tracing(
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            _check_headers(env)
             otlp = watched(OTLPSpanExporter(), f"OTLP/HTTP to {_otlp_target(env)}")
             sdk.add_span_processor(BatchSpanProcessor(otlp))  # type: ignore[arg-type]
     return Tracing(sdk, owned=True, where=_where(exporters, env, service))

@@ -32,6 +32,7 @@ def test_a_base_url_that_is_no_http_url_is_refused_at_load(
 
 def test_usable_base_urls_load() -> None:
     parse_config({"providers": {"p": {"baseUrl": "http://user:pw@[::1]:8000/v1"}}}, {})
+    parse_config({"providers": {"p": {"baseUrl": "http://h/my models/v1"}}}, {})  # %20
     parse_config({}, {"OPENAI_BASE_URL": "https://openrouter.ai/api/v1"})
 
 
@@ -63,3 +64,22 @@ def test_a_base_url_with_a_query_or_fragment_is_refused_at_load(
     with pytest.raises(ConfigError, match=f"^{where}: has a query string or fragment") as refused:
         parse_config(raw, env)
     assert "QSECRET" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "env", "where"),
+    [
+        ({"providers": {"p": {"baseUrl": "http://h/v1\n"}}}, {}, "providers.p.baseUrl"),
+        ({"providers": {"p": {"baseUrl": " http://h/v1"}}}, {}, "providers.p.baseUrl"),
+        ({"providers": {"p": {"baseUrl": "http://h/v\x7f1"}}}, {}, "providers.p.baseUrl"),
+        ({}, {"OPENAI_BASE_URL": "http://h/v1\t"}, "OPENAI_BASE_URL"),
+    ],
+)
+def test_a_base_url_with_a_space_or_control_character_is_refused_at_load(
+    raw: dict[str, object], env: dict[str, str], where: str
+) -> None:
+    """``urlsplit`` drops them (a template's trailing newline), so the URL passed, and each
+    request was a 502, its reload an ERROR with httpx's traceback (``InvalidURL``)."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env)
+    assert str(refused.value).startswith(f"{where}: has a control character, or a space at an end")

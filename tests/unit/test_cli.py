@@ -300,7 +300,7 @@ def test_config_check_validates_a_file_as_a_reload_does(
     bad.write_text('{"models": {"gpt-4o": {"contextLimit": true}}}')
     assert main(["config", "check", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err == "cascade-proxy config check: models.gpt-4o.contextLimit: " + (
+    assert err == f"cascade-proxy config check: {bad}: models.gpt-4o.contextLimit: " + (
         "Input should be a valid integer\n"
     )
     good = tmp_path / "good.json"

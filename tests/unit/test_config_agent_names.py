@@ -42,7 +42,7 @@ def test_config_check_refuses_an_empty_agent_name(
     path = tmp_path / "agents.json"
     path.write_text('{"agents": {"": {"model": "gpt-4o"}}}')
     assert main(["config", "check", "--config", str(path)]) == 2
-    assert "config check: agents: an empty name is no agent" in capsys.readouterr().err
+    assert f"config check: {path}: agents: an empty name is no agent" in capsys.readouterr().err
 
 
 def test_a_reload_naming_an_empty_agent_is_rejected_and_the_config_kept(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from proxy import config_watch
-from proxy.cascade.types import CONFIG_RELOADED
+from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
+from proxy.config import Config, ConfigError
 from proxy.config_watch import ConfigHolder, Hangup
 
 
@@ -129,3 +130,57 @@ async def test_two_apps_in_one_process_each_reread_and_one_stopping_leaves_the_o
         for undo in undos:
             undo()
     assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+
+async def test_a_sighup_on_a_file_already_refused_judges_it_again_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher refused the save first; ``systemctl reload`` then said only "unchanged
+    since it was last read", which reads as the file on disk being the one in force."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    seen: list[str] = []
+    path.write_text(json.dumps({"models": {"default": {"contextLimit": "x"}}}))
+    await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "cascade.config"):
+        await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    assert caplog.messages == [
+        f"SIGHUP: config {path} unchanged since it was refused; judging it again",
+        f"config {path} rejected, keeping the previous one: "
+        "models.default.contextLimit: Input should be a valid integer",
+    ]
+    assert seen == [CONFIG_REJECTED, CONFIG_REJECTED]
+    assert limit(holder) == 1000
+    path.write_text(text(3000))
+    await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "cascade.config"):
+        await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    assert caplog.messages == [f"SIGHUP: config {path} unchanged since it was last read"]
+    assert limit(holder) == 3000
+
+
+async def test_a_sighup_takes_a_file_refused_for_what_lay_outside_it_once_that_is_fixed(
+    tmp_path: Path,
+) -> None:
+    """A ``caFile`` that did not load refuses the file; once the bundle is in place, SIGHUP
+    was "unchanged" (the file's bytes were), and the operator had to edit the file."""
+    bundle = tmp_path / "ca.pem"
+
+    def vet(new: Config, current: Config) -> None:
+        if not bundle.exists():
+            raise ConfigError("providers.p.caFile: cannot be loaded")
+
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    holder = ConfigHolder.from_file(path, os.environ)
+    holder.vet = vet
+    seen: list[str] = []
+    path.write_text(text(2000))
+    await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    assert (seen, limit(holder)) == ([CONFIG_REJECTED], 1000)
+    bundle.write_text("a bundle")
+    await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
+    assert (seen, limit(holder)) == ([CONFIG_REJECTED, CONFIG_RELOADED], 2000)

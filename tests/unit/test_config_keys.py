@@ -190,3 +190,25 @@ def test_an_empty_observation_prefix_is_refused(raw: dict[str, Any], where: str)
         parse_config(raw, env={})
     i = 0 if where == "context" else 1
     assert str(refused.value).startswith(f"{where}.observations.userPrefixes[{i}]: empty;")
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            {"models": {"": {"contextLimit": 1000}, "default": {"contextLimit": 64000}}},
+            "models: an empty name is a prefix of every model, ahead of default; name a "
+            "model prefix, or use default",
+        ),
+        (
+            {"providers": {" ": {"baseUrl": "http://h/v1"}}},
+            "providers: an empty name; name the provider (agents name it by its provider)",
+        ),
+    ],
+)
+def test_an_empty_model_or_provider_name_is_refused(raw: dict[str, Any], reason: str) -> None:
+    """An empty ``models`` entry (a template filled from an unset variable) matched every
+    model as its longest prefix: its window was every model's, ``default`` ignored."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value) == reason

@@ -194,3 +194,14 @@ def test_built_stages_are_not_warned_about() -> None:
     assert config_warnings(cfg, {}) == []
     assert cfg.context.summarize.ledger_cap == 10
     assert cfg.context_for("default").handoff.at_fraction == 0.9
+
+
+def test_a_file_saved_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows tools write one (PowerShell 5's ``Out-File -Encoding utf8``, older Notepad);
+    JSON readers may ignore it (RFC 8259), and the watcher's own parse check did, so the
+    save passed for complete and was then refused as "Unexpected UTF-8 BOM"."""
+    path = tmp_path / "agents.json"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"models": {"m": {"contextLimit": 9000}}}).encode()
+    )
+    assert load_config(path).model_limits("m").context_limit == 9000

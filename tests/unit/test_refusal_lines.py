@@ -122,3 +122,43 @@ def test_a_multiprocess_dir_that_is_a_file_is_one_line(
         f"cascade-proxy serve: PROMETHEUS_MULTIPROC_DIR: {taken} is not a directory this"
         " process can write (File exists)"
     )
+
+
+@pytest.mark.parametrize("command", [["serve"], ["config", "check"]])
+def test_a_refused_config_file_at_start_is_named_once(
+    command: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    saved_logging: None,
+) -> None:
+    """A reload's refusal names the file (``config agents.json rejected, …``); a start's said
+    only the key, whichever file ``--config``, ``CASCADE_CONFIG`` or the working directory
+    gave. A reason that names the file already (missing, not JSON) is not given it twice."""
+    bad = tmp_path / "agents.json"
+    bad.write_text('{"models": {"default": {"contextLimit": "x"}}}')
+    missing = tmp_path / "missing.json"
+    assert main([*command, "--config", str(bad)]) == 2
+    assert main([*command, "--config", str(missing)]) == 2
+    said = " ".join(command)
+    assert capsys.readouterr().err.splitlines() == [
+        f"cascade-proxy {said}: {bad}: models.default.contextLimit: Input should be a valid"
+        " integer",
+        f"cascade-proxy {said}: config file {missing} does not exist",
+    ]
+
+
+def test_a_refused_openai_base_url_is_not_put_on_the_config_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default provider's URL comes from the environment when the file names no
+    ``providers.openai``: its refusal names the variable, and no file is at fault."""
+    config = tmp_path / "agents.json"
+    config.write_text("{}")
+    monkeypatch.setenv("OPENAI_BASE_URL", "api.openai.com/v1")
+    assert main(["config", "check", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "cascade-proxy config check: OPENAI_BASE_URL: not an http(s) URL with a host (and a"
+        " port 1-65535)\n"
+    )

@@ -281,3 +281,16 @@ def test_an_ipv6_address_in_brackets_is_the_address(
     # service not known", exit 3.
     monkeypatch.setenv("CASCADE_HOST", given)
     assert load_settings().host == host
+
+
+def test_a_pool_no_postgresql_can_serve_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """asyncpg builds a holder per connection the pool may open, as it starts: a
+    ``CASCADE_POOL_MAX_SIZE`` of a billion held the start building them until memory ran
+    out. PostgreSQL takes at most 262143 connections (``max_connections``)."""
+    monkeypatch.setenv("CASCADE_POOL_MAX_SIZE", "1000000000")
+    with pytest.raises(SettingsError, match=r"^CASCADE_POOL_MAX_SIZE: Input should be less"):
+        load_settings()
+    monkeypatch.setenv("CASCADE_POOL_MAX_SIZE", "262143")
+    assert load_settings().pool_max_size == 262143

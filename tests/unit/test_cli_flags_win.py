@@ -1,0 +1,21 @@
+"""``serve``'s flags win over the variables they override (README, CLI): a variable a flag
+overrides is not judged, so a Kubernetes service link in ``CASCADE_PORT`` does not refuse a
+``serve --port 8080``, whose port is given."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from proxy.cli import _parser
+from proxy.cli_run import _settings
+
+
+def test_a_variable_a_flag_overrides_is_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADE_PORT", "tcp://10.0.0.1:8080")  # a Service named cascade
+    monkeypatch.setenv("CASCADE_HOST", " ")
+    args = _parser().parse_args(["serve", "--host", "127.0.0.1", "--port", "9000"])
+    settings = _settings(args)
+    assert (settings.host, settings.port) == ("127.0.0.1", 9000)
+    with pytest.raises(ValidationError, match="service link"):  # without the flag, refused
+        _settings(_parser().parse_args(["serve", "--host", "127.0.0.1"]))

@@ -1,0 +1,95 @@
+"""A key of config/agents.json that names an environment variable (``apiKeyEnv``,
+``keyEnv``, ``metricsKeyEnv``) takes a variable's name: a key pasted there instead is
+refused without being quoted, since the name is printed by the start-up block, the
+warnings and ``config check``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli import main
+from proxy.config import ConfigError, parse_config
+
+SECRET = "sk-proj-Abc123SECRETvalue"
+
+
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        (
+            {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": SECRET}}},
+            "providers.p.apiKeyEnv",
+        ),
+        ({"auth": {"keys": [{"keyEnv": SECRET, "tenant": "t"}]}}, "auth.keys.0.keyEnv"),
+        (
+            {"auth": {"keys": [{"keyEnv": SECRET, "tenant": t} for t in "ab"]}},
+            "auth.keys.0.keyEnv",
+        ),
+        ({"auth": {"metricsKeyEnv": SECRET}}, "auth.metricsKeyEnv"),
+        ({"auth": {"metricsKeyEnv": "MY KEY"}}, "auth.metricsKeyEnv"),
+        ({"auth": {"metricsKeyEnv": "9KEY"}}, "auth.metricsKeyEnv"),
+    ],
+)
+def test_a_value_that_is_no_variable_name_is_refused_unquoted(
+    raw: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    reason = str(refused.value)
+    assert reason.startswith(f"{where}: not an environment variable's name"), reason
+    assert "never the key itself" in reason
+    assert SECRET not in reason and "MY KEY" not in reason and "9KEY" not in reason
+
+
+def test_a_variable_name_of_any_case_is_taken() -> None:
+    raw = {
+        "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": "_my_Key2"}},
+        "auth": {"keys": [{"keyEnv": "TEAM_A", "tenant": "a"}], "metricsKeyEnv": "m"},
+    }
+    cfg = parse_config(raw, env={})
+    assert cfg.variables() == {"_my_Key2", "TEAM_A", "m", "OPENAI_API_KEY"}
+
+
+def test_config_check_never_prints_a_key_pasted_as_a_variable_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was valid, and each warning then quoted the key: ``$sk-proj-… is unset``."""
+    config = tmp_path / "agents.json"
+    raw = {
+        "providers": {"openai": {"baseUrl": "http://h/v1", "apiKeyEnv": SECRET}},
+        "auth": {"keys": [{"keyEnv": f"{SECRET}-2", "tenant": "a"}]},
+    }
+    config.write_text(json.dumps(raw))
+    assert main(["config", "check", "--config", str(config)]) == 2
+    said = capsys.readouterr()
+    assert SECRET not in said.out + said.err
+    assert "apiKeyEnv: not an environment variable's name" in said.err
+
+
+@pytest.mark.parametrize(
+    ("provider_env", "env"),
+    [
+        ("K_A", {"K_A": "shared-key"}),  # one variable for both
+        ("PROVIDER_KEY", {"K_A": "shared-key", "PROVIDER_KEY": " shared-key\n"}),
+        ("K_A", {}),  # unset: the same variable still, once it is set
+    ],
+)
+def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
+    provider_env: str, env: dict[str, str]
+) -> None:
+    """The provider never sees a proxy key (README, Proxy keys): one that is the provider's
+    own key too went upstream on every call, and each tenant holding it could call the
+    provider around the proxy."""
+    raw = {
+        "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": provider_env}},
+        "auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}]},
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env=env)
+    reason = str(refused.value)
+    assert reason.startswith(f"providers.p.apiKeyEnv: ${provider_env} "), reason
+    assert "auth.keys[0]" in reason and "shared-key" not in reason
