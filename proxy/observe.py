@@ -113,6 +113,12 @@ class RequestObs:
         self.end_pending()
         return provider, tracing.start_attempt(self.span, provider, path, model, method)
 
+    def trace_headers(self, attempt: tuple[str, Any]) -> dict[str, str]:
+        """The trace context a provider call sends upstream: its own span's, when traced."""
+        span = attempt[1]
+        tracing = self.observer.tracing
+        return tracing.headers_for(span) if span is not None and tracing is not None else {}
+
     def attempt_done(self, attempt: tuple[str, Any], seconds: float, status: int | None) -> None:
         provider, span = attempt
         self.observer.metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
@@ -233,7 +239,9 @@ class Observe:
         metrics = self.observer.metrics
         method = scope["method"] if scope["method"] in _METHODS else "other"
         tracing = self.observer.tracing
-        obs = RequestObs(self.observer, tracing.start_request(method) if tracing else None)
+        obs = RequestObs(
+            self.observer, tracing.start_request(method, _trace_context(scope)) if tracing else None
+        )
         record = requestlog.current()
         if record is not None:
             record.obs = obs
@@ -286,6 +294,18 @@ class Observe:
                 obs.finish_span(method, route or route_template(scope, self._templates), status)
             else:
                 obs.done = True
+
+
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
+
+
+def _trace_context(scope: Scope) -> dict[str, str]:
+    """The client's W3C trace context headers, if it sent any."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name in _TRACE_HEADERS
+    }
 
 
 def _waited(record: requestlog.RequestRecord | None, now: float) -> float:

@@ -189,6 +189,7 @@ class Upstream:
         content: bytes | None,
         params: Any,
         stream: bool = False,
+        trace: Mapping[str, str] | None = None,
     ) -> httpx.Request:
         target = self._targets.get(provider.base_url)
         if target is None:
@@ -200,6 +201,8 @@ class Upstream:
             headers.pop("content-type")
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
+        if trace:
+            headers.update(trace)
         limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
         timeout = self._timeouts.get(limits)
         if timeout is None:
@@ -232,6 +235,7 @@ class Upstream:
         content: bytes | None,
         params: Any,
         stream: bool = False,
+        trace: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs), and so
@@ -247,6 +251,7 @@ class Upstream:
                 content=content,
                 params=params,
                 stream=stream,
+                trace=trace,
             )
             resp = await self.client.send(request, stream=True)
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
@@ -300,6 +305,7 @@ class Upstream:
                 client_headers=client_headers,
                 content=content,
                 params=params,
+                trace=timer.trace_headers(),
             )
             status = resp.status_code
             try:
@@ -333,6 +339,7 @@ class Upstream:
                 content=content,
                 params=params,
                 stream=True,
+                trace=timer.trace_headers(),
             )
         except BaseException:
             timer.stop()
