@@ -119,14 +119,18 @@ class RequestObs:
         tracing = self.observer.tracing
         return tracing.headers_for(span) if span is not None and tracing is not None else {}
 
-    def attempt_done(self, attempt: tuple[str, Any], seconds: float, status: int | None) -> None:
+    def attempt_done(
+        self, attempt: tuple[str, Any], seconds: float, status: int | None, cancelled: bool = False
+    ) -> None:
+        """A provider call ended; one the proxy cancelled (``cancelled``) failed nowhere."""
         provider, span = attempt
         self.observer.metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
         if span is None:
             return
         if status is not None:
             span.set_attribute("http.response.status_code", status)
-        if status is None or status >= 400:  # a client span's 4xx is an error too (OTel HTTP)
+        # a client span's 4xx is an error too (OTel HTTP); a cancelled call is none
+        if not cancelled and (status is None or status >= 400):
             span.set_attribute("error.type", str(status or "unreachable"))
             self._failed(span)
         end = time.time_ns()

@@ -22,6 +22,7 @@ is a 502 too and its connection closed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -297,6 +298,7 @@ class Upstream:
         # The request's upstream time: send to the answer's last byte.
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
+        cancelled = False
         try:
             resp = await self._send(
                 provider,
@@ -312,8 +314,11 @@ class Upstream:
                 body = await read_capped(resp, provider, max_bytes, over_hint)
             finally:
                 await resp.aclose()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
-            timer.stop(status)
+            timer.stop(status, cancelled=cancelled)
         code = resp.status_code
         return Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
 
@@ -341,8 +346,8 @@ class Upstream:
                 stream=True,
                 trace=timer.trace_headers(),
             )
-        except BaseException:
-            timer.stop()
+        except BaseException as exc:
+            timer.stop(cancelled=isinstance(exc, asyncio.CancelledError))
             raise
         timer.first_byte()  # the wait for the provider, as the overhead counts it, ends here
         return StreamAnswer(resp, provider, timer)

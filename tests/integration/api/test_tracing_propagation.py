@@ -11,10 +11,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.settings import Settings
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_metrics import post_chat
@@ -34,6 +34,8 @@ def exporter() -> InMemorySpanExporter:
 def traced(settings: Settings, exporter: InMemorySpanExporter) -> Iterator[ProxyServer]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # a keep-alive past the tests' reads: a stream's response starts with the provider's
+    settings = settings.model_copy(update={"keepalive_seconds": 10})
     server = ProxyServer(settings, tracer_provider=provider).start()
     yield server
     server.stop()
@@ -112,3 +114,31 @@ def test_without_tracing_no_trace_header_goes_upstream(
     assert resp.status_code == 200
     (sent,) = fake_upstream.requests
     assert "traceparent" not in sent.headers
+
+
+def test_a_call_cancelled_because_the_client_left_is_no_provider_error(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """The proxy cancels a stream's call whose client hung up before the provider's headers
+    came (a 499): the provider did nothing wrong, so its span is not ERROR ``unreachable``,
+    which an alert on failing provider calls would count."""
+    held = Pacer(20, first=True)
+    fake_upstream.script(reply("late", pacer=held))
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": "Bearer sk-test-client", "x-session-id": "left"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{traced.origin}{CHAT}",
+            json=body,
+            headers=headers,
+            timeout=httpx.Timeout(10, read=0.5),
+        )
+    try:
+        spans = finished(exporter)
+    finally:
+        held.allow(100)
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    assert dict(request.attributes or {})["http.response.status_code"] == 499
+    (attempt,) = by_kind(spans, SpanKind.CLIENT)
+    assert attempt.status.status_code is not StatusCode.ERROR
+    assert "error.type" not in (attempt.attributes or {})
