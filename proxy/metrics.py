@@ -36,6 +36,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
@@ -144,6 +145,7 @@ class Metrics:
         if multiprocess_dir is None:  # process figures do not sum across workers
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
         r = self.registry
         self.requests = Counter(
             "cascade_requests_total",
