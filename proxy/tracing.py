@@ -96,12 +96,14 @@ class Tracing:
         self.failed = Status(StatusCode.ERROR)
 
     def start_request(self, method: str, carrier: Mapping[str, str] | None = None) -> Span:
-        """The request's span; named ``METHOD route`` once the route is known. A client's
+        """The request's span (``method`` as OpenTelemetry's HTTP conventions spell it:
+        ``_OTHER``, named ``HTTP``, for one outside HTTP's own); named ``METHOD route`` once
+        the route is known. A client's
         W3C ``traceparent`` (and ``tracestate``) in ``carrier`` makes it a child of the
         client's span, in the client's trace; one that does not parse is ignored."""
         context = self._w3c.extract(carrier) if carrier else None
         return self.tracer.start_span(
-            method,
+            "HTTP" if method == "_OTHER" else method,
             context=context,
             kind=self._server,
             attributes={"http.request.method": method},

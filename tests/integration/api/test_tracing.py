@@ -302,3 +302,15 @@ def test_a_passed_through_embeddings_call_is_named_by_its_model(
     assert sent.status_code == 200
     calls = by_kind(finished(exporter, 2), SpanKind.CLIENT)
     assert [c.name for c in calls if c is not call] == ["embeddings"]
+
+
+def test_a_method_http_does_not_know_is_other_as_opentelemetry_spells_it(
+    traced: ProxyServer, exporter: InMemorySpanExporter
+) -> None:
+    """OpenTelemetry's HTTP conventions: ``_OTHER`` for a method outside HTTP's own, and
+    ``HTTP`` in the span's name, so a client's invented methods group as one."""
+    resp = httpx.request("PROPFIND", f"{traced.origin}/v1/models")
+    assert resp.status_code == 405
+    (request,) = by_kind(finished(exporter), SpanKind.SERVER)
+    assert request.name == "HTTP /v1/models"
+    assert attrs(request)["http.request.method"] == "_OTHER"
