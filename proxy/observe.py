@@ -14,6 +14,7 @@ Code further down reports to the request's ``RequestObs`` through the notes
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Mapping
@@ -137,11 +138,20 @@ class RequestObs:
             span.set_attribute("error.type", str(status or "unreachable"))
             self._failed(span)
         end = time.time_ns()
-        if self.done:  # a background call outliving its request: nothing more will come
-            span.end(end_time=end)
-        else:  # its usage is read by the caller after the call: ``note_usage`` ends it
+        # its usage is read by the caller after the call: ``note_usage`` ends it, or the
+        # next call, or the request's end; a background call outliving its request has
+        # none of those, so the loop's next turn ends it, after the caller's note
+        self.end_pending()
+        self.pending = (span, end)
+        if self.done:
+            try:
+                asyncio.get_running_loop().call_soon(self._end_late, span)
+            except RuntimeError:  # no loop running: no note can follow
+                self.end_pending()
+
+    def _end_late(self, span: Any) -> None:
+        if self.pending is not None and self.pending[0] is span:
             self.end_pending()
-            self.pending = (span, end)
 
     def end_pending(self, usage: Mapping[str, Any] | None = None) -> None:
         if self.pending is None:
