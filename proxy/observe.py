@@ -124,9 +124,15 @@ class RequestObs:
         return tracing.headers_for(span) if span is not None and tracing is not None else {}
 
     def attempt_done(
-        self, attempt: tuple[str, Any], seconds: float, status: int | None, cancelled: bool = False
+        self,
+        attempt: tuple[str, Any],
+        seconds: float,
+        status: int | None,
+        cancelled: bool = False,
+        failure: str | None = None,
     ) -> None:
-        """A provider call ended; one the proxy cancelled (``cancelled``) failed nowhere."""
+        """A provider call ended; one the proxy cancelled (``cancelled``) failed nowhere, one
+        whose answer broke off (``failure``, the exception's type) failed after its status."""
         provider, span = attempt
         self.observer.metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
         if span is None:
@@ -134,8 +140,8 @@ class RequestObs:
         if status is not None:
             span.set_attribute("http.response.status_code", status)
         # a client span's 4xx is an error too (OTel HTTP); a cancelled call is none
-        if not cancelled and (status is None or status >= 400):
-            span.set_attribute("error.type", str(status or "unreachable"))
+        if failure is not None or (not cancelled and (status is None or status >= 400)):
+            span.set_attribute("error.type", failure or str(status or "unreachable"))
             self._failed(span)
         end = time.time_ns()
         # its usage is read by the caller after the call: ``note_usage`` ends it, or the

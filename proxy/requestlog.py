@@ -128,10 +128,12 @@ class UpstreamTimer:
             record.upstream_waited += time.perf_counter() - self._start
             record.waits.remove(self._start)
 
-    def stop(self, status: int | None = None, *, cancelled: bool = False) -> None:
+    def stop(
+        self, status: int | None = None, *, cancelled: bool = False, failure: str | None = None
+    ) -> None:
         """The call is over (``status``: the provider's, when it answered; ``cancelled``:
         the proxy gave it up, its client gone or the server stopping, which is no failure
-        of the provider's)."""
+        of the provider's; ``failure``: the exception's type that broke an answer off)."""
         if self._start is None or self._record is None:
             self._start = None
             return
@@ -140,4 +142,4 @@ class UpstreamTimer:
         self._record.upstream_seconds += elapsed
         self._start = None
         if self._attempt is not None:
-            self._record.obs.attempt_done(self._attempt, elapsed, status, cancelled)
+            self._record.obs.attempt_done(self._attempt, elapsed, status, cancelled, failure)

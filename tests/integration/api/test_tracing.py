@@ -314,3 +314,18 @@ def test_a_method_http_does_not_know_is_other_as_opentelemetry_spells_it(
     (request,) = by_kind(finished(exporter), SpanKind.SERVER)
     assert request.name == "HTTP /v1/models"
     assert attrs(request)["http.request.method"] == "_OTHER"
+
+
+def test_a_stream_that_broke_off_marks_its_call_failed(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """The provider answered 200 and its body broke off: the client gets an in-band error,
+    and the call's span says it failed (``error.type`` the exception's type, as
+    OpenTelemetry's conventions have it for a failure with no status), not succeeded."""
+    fake_upstream.script(reply("a b c d e f", chunks=6, reset_after=3))
+    resp = post_chat(traced.origin, CHAT, "broken", stream=True)
+    assert resp.status_code == 200 and "broke off" in resp.text
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert attrs(attempt)["http.response.status_code"] == 200
+    assert attrs(attempt)["error.type"] == "ReadError"
