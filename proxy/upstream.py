@@ -299,6 +299,7 @@ class Upstream:
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
         cancelled = False
+        failure: str | None = None  # the body broke off after the status came
         try:
             resp = await self._send(
                 provider,
@@ -317,8 +318,12 @@ class Upstream:
         except asyncio.CancelledError:
             cancelled = True
             raise
+        except Exception as exc:
+            if status is not None:
+                failure = type(exc.__cause__ or exc).__name__
+            raise
         finally:
-            timer.stop(status, cancelled=cancelled)
+            timer.stop(status, cancelled=cancelled, failure=failure)
         code = resp.status_code
         return Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
 

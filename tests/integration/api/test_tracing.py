@@ -329,3 +329,14 @@ def test_a_stream_that_broke_off_marks_its_call_failed(
     assert attempt.status.status_code is StatusCode.ERROR
     assert attrs(attempt)["http.response.status_code"] == 200
     assert attrs(attempt)["error.type"] == "ReadError"
+
+
+def test_a_whole_answer_that_broke_off_marks_its_call_failed(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    fake_upstream.script(reply("a whole answer", reset_after=1))
+    assert post_chat(traced.origin, CHAT, "broken-whole").status_code == 502
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert attrs(attempt)["http.response.status_code"] == 200
+    assert attrs(attempt)["error.type"] == "ReadError"
