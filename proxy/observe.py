@@ -26,6 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import requestlog
 from proxy.metrics import Metrics
 from proxy.observe_notes import (
+    compaction_span,
+    current_compaction,
     note_answer,
     note_compaction_event,
     note_embedding_failure,
@@ -37,6 +39,7 @@ from proxy.tracing import Tracing, operation_for
 
 __all__ = [
     "OVERHEAD_HEADER",
+    "compaction_span",
     "Observe",
     "Observer",
     "RequestObs",
@@ -115,7 +118,8 @@ class RequestObs:
         if tracing is None:
             return provider, None
         self.end_pending()
-        return provider, tracing.start_attempt(self.span, provider, path, model, method)
+        parent = current_compaction() or self.span  # a compaction's call goes under its span
+        return provider, tracing.start_attempt(parent, provider, path, model, method)
 
     def trace_headers(self, attempt: tuple[str, Any]) -> dict[str, str]:
         """The trace context a provider call sends upstream: its own span's, when traced."""

@@ -109,6 +109,10 @@ class Tracing:
             attributes={"http.request.method": method},
         )
 
+    def start_child(self, name: str, parent: Span, attributes: dict[str, Any]) -> Span:
+        """An internal span under ``parent``: a compaction's, under its request's."""
+        return self.tracer.start_span(name, context=self._in(parent), attributes=attributes)
+
     def headers_for(self, span: Span) -> dict[str, str]:
         """The W3C ``traceparent`` (and ``tracestate``) naming ``span``, for the provider
         call it stands for: a traced provider's spans then join the request's trace."""
