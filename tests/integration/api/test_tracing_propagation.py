@@ -142,3 +142,22 @@ def test_a_call_cancelled_because_the_client_left_is_no_provider_error(
     (attempt,) = by_kind(spans, SpanKind.CLIENT)
     assert attempt.status.status_code is not StatusCode.ERROR
     assert "error.type" not in (attempt.attributes or {})
+
+
+def test_a_clients_unsampled_traceparent_records_no_span_and_says_so_upstream(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    resp = httpx.post(
+        f"{traced.origin}{CHAT}",
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+        headers={
+            "authorization": "Bearer sk-test-client",
+            "traceparent": f"00-{TRACE}-{PARENT}-00",
+        },
+        timeout=20,
+    )
+    assert resp.status_code == 200
+    (sent,) = fake_upstream.requests
+    version, trace, _, flags = sent.headers["traceparent"].split("-")
+    assert (version, trace) == ("00", TRACE) and not int(flags, 16) & 1
+    assert exporter.get_finished_spans() == ()
