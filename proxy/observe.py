@@ -121,11 +121,19 @@ class RequestObs:
         parent = current_compaction() or self.span  # a compaction's call goes under its span
         return provider, tracing.start_attempt(parent, provider, path, model, method)
 
-    def trace_headers(self, attempt: tuple[str, Any]) -> dict[str, str]:
-        """The trace context a provider call sends upstream: its own span's, when traced."""
+    def trace_headers(
+        self, attempt: tuple[str, Any], host: str, port: int | None
+    ) -> dict[str, str]:
+        """The trace context a provider call to ``host`` sends upstream: its own span's,
+        which names the server (OpenTelemetry's ``server.address`` and ``server.port``)."""
         span = attempt[1]
         tracing = self.observer.tracing
-        return tracing.headers_for(span) if span is not None and tracing is not None else {}
+        if span is None or tracing is None:
+            return {}
+        span.set_attribute("server.address", host)
+        if port is not None:
+            span.set_attribute("server.port", port)
+        return tracing.headers_for(span)
 
     def attempt_done(
         self,

@@ -115,11 +115,12 @@ class UpstreamTimer:
             if record.obs is not None:
                 self._attempt = record.obs.attempt_started(provider, path, model, method)
 
-    def trace_headers(self) -> dict[str, str]:
-        """The W3C trace context the call sends upstream (none when tracing is off)."""
+    def trace_headers(self, host: str, port: int | None) -> dict[str, str]:
+        """The W3C trace context the call to ``host`` sends upstream (none when tracing is
+        off); the call's span names that server."""
         if self._attempt is None or self._record is None or self._record.obs is None:
             return {}
-        return dict(self._record.obs.trace_headers(self._attempt))
+        return dict(self._record.obs.trace_headers(self._attempt, host, port))
 
     def first_byte(self) -> None:
         record = self._record

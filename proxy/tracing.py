@@ -137,8 +137,9 @@ class Tracing:
             "url.template": template,
             "http.request.method": method,
         }
-        if operation is not None:
+        if operation is not None:  # every provider speaks OpenAI's API, as GenAI's names go
             attributes["gen_ai.operation.name"] = operation
+            attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = "openai"
         if model:
             attributes["gen_ai.request.model"] = model
         context = self._in(parent) if parent is not None else None

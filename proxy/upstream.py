@@ -72,6 +72,7 @@ decoders its extras install (pyproject). httpx passes any other coding through u
 keeps its own list private, so this one is the project's; tests/unit/test_content_encodings.py
 checks that the two agree."""
 _DECODED_NAMES = ", ".join(sorted(DECODED_ENCODINGS))
+_PORTS = {"http": 80, "https": 443}  # a URL's port when it names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,7 @@ class Upstream:
         content: bytes | None,
         params: Any,
         stream: bool = False,
-        trace: Mapping[str, str] | None = None,
+        timer: UpstreamTimer | None = None,
     ) -> httpx.Request:
         target = self._targets.get(provider.base_url)
         if target is None:
@@ -202,8 +203,9 @@ class Upstream:
             headers.pop("content-type")
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
-        if trace:
-            headers.update(trace)
+        url = self._url(provider.base_url, target, path, cache=params is None)
+        if timer is not None:  # the call's trace context, when traced
+            headers.update(timer.trace_headers(url.host, url.port or _PORTS.get(url.scheme)))
         limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
         timeout = self._timeouts.get(limits)
         if timeout is None:
@@ -215,7 +217,7 @@ class Upstream:
         tls = TlsSettings(provider.ca_file, provider.verify_tls)
         return self.client.build_request(
             method,
-            self._url(provider.base_url, target, path, cache=params is None),
+            url,
             # a client's header as the bytes it sent, which the ASGI server decoded as
             # Latin-1: httpx encodes text as ASCII unless told otherwise, and raises on a
             # visible octet HTTP allows (a "café" in a User-Agent)
@@ -236,7 +238,7 @@ class Upstream:
         content: bytes | None,
         params: Any,
         stream: bool = False,
-        trace: Mapping[str, str] | None = None,
+        timer: UpstreamTimer | None = None,
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs), and so
@@ -252,7 +254,7 @@ class Upstream:
                 content=content,
                 params=params,
                 stream=stream,
-                trace=trace,
+                timer=timer,
             )
             resp = await self.client.send(request, stream=True)
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
@@ -308,7 +310,7 @@ class Upstream:
                 client_headers=client_headers,
                 content=content,
                 params=params,
-                trace=timer.trace_headers(),
+                timer=timer,
             )
             status = resp.status_code
             try:
@@ -349,7 +351,7 @@ class Upstream:
                 content=content,
                 params=params,
                 stream=True,
-                trace=timer.trace_headers(),
+                timer=timer,
             )
         except BaseException as exc:
             timer.stop(cancelled=isinstance(exc, asyncio.CancelledError))

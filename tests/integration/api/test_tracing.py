@@ -340,3 +340,21 @@ def test_a_whole_answer_that_broke_off_marks_its_call_failed(
     assert attempt.status.status_code is StatusCode.ERROR
     assert attrs(attempt)["http.response.status_code"] == 200
     assert attrs(attempt)["error.type"] == "ReadError"
+
+
+def test_a_provider_calls_span_names_the_genai_provider_and_the_server(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """The GenAI conventions require ``gen_ai.provider.name`` (``openai`` for an
+    OpenAI-compatible API; ``gen_ai.system`` before it), and the HTTP client conventions
+    ``server.address`` and ``server.port``: what trace backends find LLM calls and draw
+    service maps by. The address is the host alone, never the baseUrl's user or path."""
+    fake_upstream.script(reply("hi", usage=(3, 1)))
+    assert post_chat(traced.origin, CHAT, "named").status_code == 200
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attrs(attempt) == attrs(attempt) | {
+        "gen_ai.provider.name": "openai",
+        "gen_ai.system": "openai",
+        "server.address": "127.0.0.1",
+        "server.port": fake_upstream.port,
+    }
