@@ -177,7 +177,7 @@ class Metrics:
         )
         self.session_wait = Histogram(
             "cascade_session_wait_seconds",
-            "Time a request (a chat request, a reset, delete or branch) waited for its "
+            "Time a request (a chat request, a reset, delete, branch or compact) waited for its "
             "session: behind the replica's earlier requests on it, or for a lease another "
             "holds; part of cascade_overhead_seconds.",
             buckets=_DURATION,
