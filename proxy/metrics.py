@@ -167,6 +167,13 @@ class Metrics:
             buckets=_DURATION,
             registry=r,
         )
+        self.upstream_errors = Counter(
+            "cascade_upstream_errors_total",
+            "Provider calls that failed, by provider and error_type: the provider's status "
+            "(4xx, 5xx), unreachable, or the exception that broke an answer off (ReadError).",
+            ("provider", "error_type"),
+            registry=r,
+        )
         self.overhead = Histogram(
             "cascade_overhead_seconds",
             "The proxy's own time in a request that called a "

@@ -146,14 +146,19 @@ class RequestObs:
         """A provider call ended; one the proxy cancelled (``cancelled``) failed nowhere, one
         whose answer broke off (``failure``, the exception's type) failed after its status."""
         provider, span = attempt
-        self.observer.metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
+        metrics = self.observer.metrics
+        metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
+        # a client span's 4xx is an error too (OTel HTTP); a cancelled call is none
+        error = None
+        if failure is not None or (not cancelled and (status is None or status >= 400)):
+            error = failure or str(status or "unreachable")
+            metrics.upstream_errors.labels(provider or "unnamed", error).inc()
         if span is None:
             return
         if status is not None:
             span.set_attribute("http.response.status_code", status)
-        # a client span's 4xx is an error too (OTel HTTP); a cancelled call is none
-        if failure is not None or (not cancelled and (status is None or status >= 400)):
-            span.set_attribute("error.type", failure or str(status or "unreachable"))
+        if error is not None:
+            span.set_attribute("error.type", error)
             self._failed(span)
         end = time.time_ns()
         # its usage is read by the caller after the call: ``note_usage`` ends it, or the
