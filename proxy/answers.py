@@ -169,13 +169,18 @@ class StreamAnswer:
         self.status_code = resp.status_code
         self.headers = resp.headers
         self._body: bytes | None = None
+        self._failure: str | None = None  # why the body broke off, for the call's span
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """Each piece as soon as it is received (decoded when compressed); a broken
         connection raises only after every byte that arrived before the break was yielded
         (test_chat_stream_failures.py's mid-stream reset test guards this)."""
-        async for chunk in self._resp.aiter_bytes():
-            yield chunk
+        try:
+            async for chunk in self._resp.aiter_bytes():
+                yield chunk
+        except Exception as exc:
+            self._failure = type(exc).__name__
+            raise
 
     async def aread(self, cap: int | None = None) -> bytes:
         """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
@@ -193,7 +198,7 @@ class StreamAnswer:
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing
         if self._timer is not None:  # the request's upstream time ends with the stream
-            self._timer.stop(self.status_code)
+            self._timer.stop(self.status_code, failure=self._failure)
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:

@@ -13,10 +13,12 @@ guard that makes Ctrl-C, at any point of the start too, exit 130 without a trace
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from proxy import DEFAULT_CONFIG, __version__
 
@@ -54,8 +56,22 @@ _DATABASE_URL = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), but with ``CASCADE_LOG_FORMAT=json`` a usage
+    error is one JSON log line, as every other line the process writes, not argparse's
+    usage over several lines, which a log pipeline parsing each line as JSON would refuse."""
+
+    def error(self, message: str) -> NoReturn:
+        if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() != "json":
+            super().error(message)
+        from proxy.cli_run import refuse  # only now: the console script loads light
+
+        refuse(f"{self.prog}: {message}")
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="cascade-proxy",
         description="Cascade: an OpenAI-compatible proxy that manages an agent's context "
         "window. Settings not given as flags come from the environment; each "

@@ -38,12 +38,12 @@ from proxy.store.migrations import MigrationError, run_migrations
 from proxy.tracing import check_tracing
 from proxy.transport import check_ca_files
 
-__all__ = ["run"]
+__all__ = ["refuse", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command ``args`` names; its exit status. A refused setting or config file is
-    one line (``_refuse``) and exit status 2, as is a database ``migrate`` cannot reach or
+    one line (``refuse``) and exit status 2, as is a database ``migrate`` cannot reach or
     migrate. ``serve`` refuses a database in its start, once it listens: that is one line
     and uvicorn's failed-start status, 3 (``proxy.server.serve``), as is a port held."""
     command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             return _serve(settings)
         return _migrate(settings)
     except ValidationError as exc:  # a setting from the environment: named, not echoed
-        _refuse(f"cascade-proxy {command}: {settings_error(exc)}")
+        refuse(f"cascade-proxy {command}: {settings_error(exc)}")
         return 2
     except (
         ConfigError,
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         InsecureListen,
     ) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
-        _refuse(f"cascade-proxy {command}: {exc}")
+        refuse(f"cascade-proxy {command}: {exc}")
         return 2
 
 
@@ -234,7 +234,7 @@ def _unwritten(args: argparse.Namespace, why: str) -> int:
     return 1
 
 
-def _refuse(message: str) -> None:
+def refuse(message: str) -> None:
     """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
     one JSON log line like every other the process writes (read from the environment, since
     the settings themselves may be what is wrong)."""

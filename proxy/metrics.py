@@ -36,6 +36,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
@@ -144,6 +145,7 @@ class Metrics:
         if multiprocess_dir is None:  # process figures do not sum across workers
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
         r = self.registry
         self.requests = Counter(
             "cascade_requests_total",
@@ -165,6 +167,13 @@ class Metrics:
             buckets=_DURATION,
             registry=r,
         )
+        self.upstream_errors = Counter(
+            "cascade_upstream_errors_total",
+            "Provider calls that failed, by provider and error_type: the provider's status "
+            "(4xx, 5xx), unreachable, or the exception that broke an answer off (ReadError).",
+            ("provider", "error_type"),
+            registry=r,
+        )
         self.overhead = Histogram(
             "cascade_overhead_seconds",
             "The proxy's own time in a request that called a "
@@ -175,7 +184,7 @@ class Metrics:
         )
         self.session_wait = Histogram(
             "cascade_session_wait_seconds",
-            "Time a request (a chat request, a reset, delete or branch) waited for its "
+            "Time a request (a chat request, a reset, delete, branch or compact) waited for its "
             "session: behind the replica's earlier requests on it, or for a lease another "
             "holds; part of cascade_overhead_seconds.",
             buckets=_DURATION,

@@ -115,7 +115,7 @@ class AccessLog:
     noted its session (``requestlog.note_session``) names it in ``X-Session-Id`` too, error
     responses included. The line has the method, path, status, the time until the last
     byte was sent, the time spent on providers (``requestlog.UpstreamTimer``), the session
-    id and the request id.
+    id and the request id, and ``client_gone`` when the client left before the last byte.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -130,6 +130,14 @@ class AccessLog:
         start = time.perf_counter()
         status = 500  # what the server answers if the app raises before it starts a response
         done: float | None = None
+        gone = False  # the client left before the last byte went out
+
+        async def receive_watched() -> Message:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect" and done is None:
+                gone = True
+            return message
 
         async def send_with_ids(message: Message) -> None:
             nonlocal status, done
@@ -141,7 +149,7 @@ class AccessLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_ids)
+            await self.app(scope, receive_watched, send_with_ids)
         finally:
             end = done or time.perf_counter()
             fields = {
@@ -155,6 +163,8 @@ class AccessLog:
             }
             if record.session_waited:  # only on the lines of requests that waited
                 fields["session_wait_ms"] = round(record.session_waited * 1000, 2)
+            if gone:  # a stream the user stopped keeps the 200 its answer began with
+                fields["client_gone"] = True
             access_log.info(
                 "%s %s %d %.2fms",
                 fields["method"],

@@ -14,6 +14,7 @@ Code further down reports to the request's ``RequestObs`` through the notes
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy import requestlog
 from proxy.metrics import Metrics
 from proxy.observe_notes import (
+    compaction_span,
+    current_compaction,
     note_answer,
     note_compaction_event,
     note_embedding_failure,
@@ -36,6 +39,7 @@ from proxy.tracing import Tracing, operation_for
 
 __all__ = [
     "OVERHEAD_HEADER",
+    "compaction_span",
     "Observe",
     "Observer",
     "RequestObs",
@@ -50,6 +54,9 @@ __all__ = [
 OVERHEAD_HEADER = b"x-cascade-overhead-ms"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _CHAT = "/chat/completions"
+# the metrics' "other" method as OpenTelemetry's HTTP conventions spell it: a client's
+# invented methods make one group in a trace viewer, not one each
+_OTEL_METHOD = {"other": "_OTHER"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,24 +118,63 @@ class RequestObs:
         if tracing is None:
             return provider, None
         self.end_pending()
-        return provider, tracing.start_attempt(self.span, provider, path, model, method)
+        parent = current_compaction() or self.span  # a compaction's call goes under its span
+        return provider, tracing.start_attempt(parent, provider, path, model, method)
 
-    def attempt_done(self, attempt: tuple[str, Any], seconds: float, status: int | None) -> None:
+    def trace_headers(
+        self, attempt: tuple[str, Any], host: str, port: int | None
+    ) -> dict[str, str]:
+        """The trace context a provider call to ``host`` sends upstream: its own span's,
+        which names the server (OpenTelemetry's ``server.address`` and ``server.port``)."""
+        span = attempt[1]
+        tracing = self.observer.tracing
+        if span is None or tracing is None:
+            return {}
+        span.set_attribute("server.address", host)
+        if port is not None:
+            span.set_attribute("server.port", port)
+        return tracing.headers_for(span)
+
+    def attempt_done(
+        self,
+        attempt: tuple[str, Any],
+        seconds: float,
+        status: int | None,
+        cancelled: bool = False,
+        failure: str | None = None,
+    ) -> None:
+        """A provider call ended; one the proxy cancelled (``cancelled``) failed nowhere, one
+        whose answer broke off (``failure``, the exception's type) failed after its status."""
         provider, span = attempt
-        self.observer.metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
+        metrics = self.observer.metrics
+        metrics.upstream_duration.labels(provider or "unnamed").observe(seconds)
+        # a client span's 4xx is an error too (OTel HTTP); a cancelled call is none
+        error = None
+        if failure is not None or (not cancelled and (status is None or status >= 400)):
+            error = failure or str(status or "unreachable")
+            metrics.upstream_errors.labels(provider or "unnamed", error).inc()
         if span is None:
             return
         if status is not None:
             span.set_attribute("http.response.status_code", status)
-        if status is None or status >= 400:  # a client span's 4xx is an error too (OTel HTTP)
-            span.set_attribute("error.type", str(status or "unreachable"))
+        if error is not None:
+            span.set_attribute("error.type", error)
             self._failed(span)
         end = time.time_ns()
-        if self.done:  # a background call outliving its request: nothing more will come
-            span.end(end_time=end)
-        else:  # its usage is read by the caller after the call: ``note_usage`` ends it
+        # its usage is read by the caller after the call: ``note_usage`` ends it, or the
+        # next call, or the request's end; a background call outliving its request has
+        # none of those, so the loop's next turn ends it, after the caller's note
+        self.end_pending()
+        self.pending = (span, end)
+        if self.done:
+            try:
+                asyncio.get_running_loop().call_soon(self._end_late, span)
+            except RuntimeError:  # no loop running: no note can follow
+                self.end_pending()
+
+    def _end_late(self, span: Any) -> None:
+        if self.pending is not None and self.pending[0] is span:
             self.end_pending()
-            self.pending = (span, end)
 
     def end_pending(self, usage: Mapping[str, Any] | None = None) -> None:
         if self.pending is None:
@@ -148,7 +194,8 @@ class RequestObs:
         self.done = True
         self.end_pending()
         span = self.span
-        span.update_name(f"{method} {route}")
+        method = _OTEL_METHOD.get(method, method)
+        span.update_name(f"{'HTTP' if method == '_OTHER' else method} {route}")
         attributes: dict[str, Any] = {
             "http.route": route,
             "http.response.status_code": status,
@@ -233,7 +280,12 @@ class Observe:
         metrics = self.observer.metrics
         method = scope["method"] if scope["method"] in _METHODS else "other"
         tracing = self.observer.tracing
-        obs = RequestObs(self.observer, tracing.start_request(method) if tracing else None)
+        obs = RequestObs(
+            self.observer,
+            tracing.start_request(_OTEL_METHOD.get(method, method), _trace_context(scope))
+            if tracing
+            else None,
+        )
         record = requestlog.current()
         if record is not None:
             record.obs = obs
@@ -286,6 +338,18 @@ class Observe:
                 obs.finish_span(method, route or route_template(scope, self._templates), status)
             else:
                 obs.done = True
+
+
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
+
+
+def _trace_context(scope: Scope) -> dict[str, str]:
+    """The client's W3C trace context headers, if it sent any."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name in _TRACE_HEADERS
+    }
 
 
 def _waited(record: requestlog.RequestRecord | None, now: float) -> float:

@@ -10,7 +10,9 @@ attributes are set when the request ends. Outside a request they do nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from proxy import requestlog
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from proxy.observe import RequestObs
 
 __all__ = [
+    "compaction_span",
+    "current_compaction",
     "note_answer",
     "note_compaction_event",
     "note_embedding_failure",
@@ -66,12 +70,48 @@ def note_step_events(events: Iterable[Event]) -> None:
             obs.observer.metrics.note_reclaimed(stage, tokens)
 
 
+_COMPACTION: ContextVar[Any] = ContextVar("cascade_compaction_span", default=None)
+
+
+def current_compaction() -> Any:
+    """The span of the compaction running in this task, if traced: its calls' parent."""
+    return _COMPACTION.get()
+
+
+@contextlib.contextmanager
+def compaction_span(trigger: str) -> Iterator[None]:
+    """A compaction's own span (``compaction``, under its request's) when traced, so the
+    trace shows what it took, reads and writes too, with its fast-model calls under it; its
+    result (``note_compaction_event``) goes on it, a failure's as ERROR and ``error.type``."""
+    obs = _obs()
+    tracing = obs.observer.tracing if obs is not None else None
+    if obs is None or tracing is None or obs.span is None:
+        yield
+        return
+    span = tracing.start_child("compaction", obs.span, {"cascade.compaction.trigger": trigger})
+    token = _COMPACTION.set(span)
+    try:
+        yield
+    except Exception as exc:
+        span.set_attribute("error.type", type(exc).__name__)
+        span.set_status(tracing.failed)
+        raise
+    finally:
+        _COMPACTION.reset(token)
+        span.end()
+
+
 def note_compaction_event(name: str, data: Mapping[str, Any]) -> None:
     """A compaction's completed or failed event: its result, and what it reclaimed."""
     obs = _obs()
     if obs is None or name not in (COMPACTION_COMPLETED, COMPACTION_FAILED):
         return
     result = "completed" if name == COMPACTION_COMPLETED else str(data.get("reason") or "failed")
+    if (span := _COMPACTION.get()) is not None and obs.observer.tracing is not None:
+        span.set_attribute("cascade.compaction", result)
+        if name == COMPACTION_FAILED:
+            span.set_attribute("error.type", result)
+            span.set_status(obs.observer.tracing.failed)
     obs.compaction = result
     obs.observer.metrics.note_compaction(result)
     tokens = (data.get("tokens_before") or 0) - (data.get("tokens_after") or 0)

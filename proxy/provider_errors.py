@@ -70,7 +70,10 @@ def mapped_errors(
                 f"{_cause(exc)}); retry the request"
             ) from exc
         via = _proxy(proxy_for, provider.base_url)
-        raise _mapped(provider, exc, via) from exc
+        # httpx-aiohttp wraps every connection failure in a ConnectTimeout: the log's causes
+        # start at what happened (a refusal), not at a timeout there was none of
+        misnamed = isinstance(exc, httpx.TimeoutException) and not _timed_out(exc)
+        raise _mapped(provider, exc, via) from (exc.__cause__ if misnamed else exc)
 
 
 def _proxy(proxy_for: Callable[[str], str | None] | None, base_url: str) -> str | None:

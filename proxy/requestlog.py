@@ -115,6 +115,13 @@ class UpstreamTimer:
             if record.obs is not None:
                 self._attempt = record.obs.attempt_started(provider, path, model, method)
 
+    def trace_headers(self, host: str, port: int | None) -> dict[str, str]:
+        """The W3C trace context the call to ``host`` sends upstream (none when tracing is
+        off); the call's span names that server."""
+        if self._attempt is None or self._record is None or self._record.obs is None:
+            return {}
+        return dict(self._record.obs.trace_headers(self._attempt, host, port))
+
     def first_byte(self) -> None:
         record = self._record
         if self._waiting and record is not None and self._start is not None:
@@ -122,8 +129,12 @@ class UpstreamTimer:
             record.upstream_waited += time.perf_counter() - self._start
             record.waits.remove(self._start)
 
-    def stop(self, status: int | None = None) -> None:
-        """The call is over (``status``: the provider's, when it answered)."""
+    def stop(
+        self, status: int | None = None, *, cancelled: bool = False, failure: str | None = None
+    ) -> None:
+        """The call is over (``status``: the provider's, when it answered; ``cancelled``:
+        the proxy gave it up, its client gone or the server stopping, which is no failure
+        of the provider's; ``failure``: the exception's type that broke an answer off)."""
         if self._start is None or self._record is None:
             self._start = None
             return
@@ -132,4 +143,4 @@ class UpstreamTimer:
         self._record.upstream_seconds += elapsed
         self._start = None
         if self._attempt is not None:
-            self._record.obs.attempt_done(self._attempt, elapsed, status)
+            self._record.obs.attempt_done(self._attempt, elapsed, status, cancelled, failure)

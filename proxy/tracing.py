@@ -81,6 +81,7 @@ class Tracing:
         where: str = "the tracer provider handed to create_app",
     ) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
         self.owned = owned
@@ -89,15 +90,35 @@ class Tracing:
         self._server = SpanKind.SERVER
         self._client = SpanKind.CLIENT
         self._in = set_span_in_context
+        self._w3c = TraceContextTextMapPropagator()
         # no description: the status says that it failed, ``error.type`` how; a message
         # could quote what the proxy must not export
         self.failed = Status(StatusCode.ERROR)
 
-    def start_request(self, method: str) -> Span:
-        """The request's span; named ``METHOD route`` once the route is known."""
+    def start_request(self, method: str, carrier: Mapping[str, str] | None = None) -> Span:
+        """The request's span (``method`` as OpenTelemetry's HTTP conventions spell it:
+        ``_OTHER``, named ``HTTP``, for one outside HTTP's own); named ``METHOD route`` once
+        the route is known. A client's
+        W3C ``traceparent`` (and ``tracestate``) in ``carrier`` makes it a child of the
+        client's span, in the client's trace; one that does not parse is ignored."""
+        context = self._w3c.extract(carrier) if carrier else None
         return self.tracer.start_span(
-            method, kind=self._server, attributes={"http.request.method": method}
+            "HTTP" if method == "_OTHER" else method,
+            context=context,
+            kind=self._server,
+            attributes={"http.request.method": method},
         )
+
+    def start_child(self, name: str, parent: Span, attributes: dict[str, Any]) -> Span:
+        """An internal span under ``parent``: a compaction's, under its request's."""
+        return self.tracer.start_span(name, context=self._in(parent), attributes=attributes)
+
+    def headers_for(self, span: Span) -> dict[str, str]:
+        """The W3C ``traceparent`` (and ``tracestate``) naming ``span``, for the provider
+        call it stands for: a traced provider's spans then join the request's trace."""
+        carrier: dict[str, str] = {}
+        self._w3c.inject(carrier, context=self._in(span))
+        return carrier
 
     def start_attempt(
         self,
@@ -116,8 +137,9 @@ class Tracing:
             "url.template": template,
             "http.request.method": method,
         }
-        if operation is not None:
+        if operation is not None:  # every provider speaks OpenAI's API, as GenAI's names go
             attributes["gen_ai.operation.name"] = operation
+            attributes["gen_ai.provider.name"] = attributes["gen_ai.system"] = "openai"
         if model:
             attributes["gen_ai.request.model"] = model
         context = self._in(parent) if parent is not None else None

@@ -22,6 +22,7 @@ is a 502 too and its connection closed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ decoders its extras install (pyproject). httpx passes any other coding through u
 keeps its own list private, so this one is the project's; tests/unit/test_content_encodings.py
 checks that the two agree."""
 _DECODED_NAMES = ", ".join(sorted(DECODED_ENCODINGS))
+_PORTS = {"http": 80, "https": 443}  # a URL's port when it names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +191,7 @@ class Upstream:
         content: bytes | None,
         params: Any,
         stream: bool = False,
+        timer: UpstreamTimer | None = None,
     ) -> httpx.Request:
         target = self._targets.get(provider.base_url)
         if target is None:
@@ -200,6 +203,9 @@ class Upstream:
             headers.pop("content-type")
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
+        url = self._url(provider.base_url, target, path, cache=params is None)
+        if timer is not None:  # the call's trace context, when traced
+            headers.update(timer.trace_headers(url.host, url.port or _PORTS.get(url.scheme)))
         limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
         timeout = self._timeouts.get(limits)
         if timeout is None:
@@ -211,7 +217,7 @@ class Upstream:
         tls = TlsSettings(provider.ca_file, provider.verify_tls)
         return self.client.build_request(
             method,
-            self._url(provider.base_url, target, path, cache=params is None),
+            url,
             # a client's header as the bytes it sent, which the ASGI server decoded as
             # Latin-1: httpx encodes text as ASCII unless told otherwise, and raises on a
             # visible octet HTTP allows (a "café" in a User-Agent)
@@ -232,6 +238,7 @@ class Upstream:
         content: bytes | None,
         params: Any,
         stream: bool = False,
+        timer: UpstreamTimer | None = None,
     ) -> httpx.Response:
         """Send and wait for the status line and headers; a redirect is a 502 naming where
         it points, for every caller (chat, streams, the summariser, the passthroughs), and so
@@ -247,6 +254,7 @@ class Upstream:
                 content=content,
                 params=params,
                 stream=stream,
+                timer=timer,
             )
             resp = await self.client.send(request, stream=True)
         if 300 <= resp.status_code < 400:  # never relayed: a client would follow it
@@ -292,6 +300,8 @@ class Upstream:
         # The request's upstream time: send to the answer's last byte.
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
+        cancelled = False
+        failure: str | None = None  # the body broke off after the status came
         try:
             resp = await self._send(
                 provider,
@@ -300,14 +310,22 @@ class Upstream:
                 client_headers=client_headers,
                 content=content,
                 params=params,
+                timer=timer,
             )
             status = resp.status_code
             try:
                 body = await read_capped(resp, provider, max_bytes, over_hint)
             finally:
                 await resp.aclose()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        except Exception as exc:
+            if status is not None:
+                failure = type(exc.__cause__ or exc).__name__
+            raise
         finally:
-            timer.stop(status)
+            timer.stop(status, cancelled=cancelled, failure=failure)
         code = resp.status_code
         return Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
 
@@ -333,9 +351,10 @@ class Upstream:
                 content=content,
                 params=params,
                 stream=True,
+                timer=timer,
             )
-        except BaseException:
-            timer.stop()
+        except BaseException as exc:
+            timer.stop(cancelled=isinstance(exc, asyncio.CancelledError))
             raise
         timer.first_byte()  # the wait for the provider, as the overhead counts it, ends here
         return StreamAnswer(resp, provider, timer)

@@ -56,7 +56,7 @@ from proxy.cascade.types import (
     Message,
     TokenCounter,
 )
-from proxy.observe import note_compaction_event
+from proxy.observe import compaction_span, note_compaction_event
 from proxy.services.compaction_failed import discarded, report_failed
 from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
 from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_since, read_span
@@ -229,7 +229,8 @@ class DurableSummarizer:
         self.leases.claim(job.tenant, job.session_id, owner)
         result = None
         try:
-            result = await self._compact(job, owner)
+            with compaction_span(job.trigger):
+                result = await self._compact(job, owner)
             return result
         finally:
             self.leases.unclaim(job.tenant, job.session_id, owner)

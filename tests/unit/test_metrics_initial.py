@@ -34,3 +34,18 @@ def test_every_documented_label_value_is_exported_at_zero() -> None:
         assert f'cascade_compactions_total{{result="{result}"}} 0.0' in text, result
     for stage in _documented("cascade_tokens_reclaimed_total"):
         assert f'cascade_tokens_reclaimed_total{{stage="{stage}"}} 0.0' in text, stage
+
+
+def test_a_single_process_exports_the_runtimes_collectors() -> None:
+    """prometheus-client's default exposition has them, and the stock Python dashboards read
+    them: the process's, the interpreter's and its garbage collector's figures."""
+    text = Metrics().render().decode()
+    for name in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "python_info",
+        'python_gc_collections_total{generation="0"}',
+        'python_gc_objects_collected_total{generation="2"}',
+        "python_gc_objects_uncollectable_total",
+    ):
+        assert name in text, name

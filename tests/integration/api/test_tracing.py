@@ -302,3 +302,59 @@ def test_a_passed_through_embeddings_call_is_named_by_its_model(
     assert sent.status_code == 200
     calls = by_kind(finished(exporter, 2), SpanKind.CLIENT)
     assert [c.name for c in calls if c is not call] == ["embeddings"]
+
+
+def test_a_method_http_does_not_know_is_other_as_opentelemetry_spells_it(
+    traced: ProxyServer, exporter: InMemorySpanExporter
+) -> None:
+    """OpenTelemetry's HTTP conventions: ``_OTHER`` for a method outside HTTP's own, and
+    ``HTTP`` in the span's name, so a client's invented methods group as one."""
+    resp = httpx.request("PROPFIND", f"{traced.origin}/v1/models")
+    assert resp.status_code == 405
+    (request,) = by_kind(finished(exporter), SpanKind.SERVER)
+    assert request.name == "HTTP /v1/models"
+    assert attrs(request)["http.request.method"] == "_OTHER"
+
+
+def test_a_stream_that_broke_off_marks_its_call_failed(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """The provider answered 200 and its body broke off: the client gets an in-band error,
+    and the call's span says it failed (``error.type`` the exception's type, as
+    OpenTelemetry's conventions have it for a failure with no status), not succeeded."""
+    fake_upstream.script(reply("a b c d e f", chunks=6, reset_after=3))
+    resp = post_chat(traced.origin, CHAT, "broken", stream=True)
+    assert resp.status_code == 200 and "broke off" in resp.text
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert attrs(attempt)["http.response.status_code"] == 200
+    assert attrs(attempt)["error.type"] == "ReadError"
+
+
+def test_a_whole_answer_that_broke_off_marks_its_call_failed(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    fake_upstream.script(reply("a whole answer", reset_after=1))
+    assert post_chat(traced.origin, CHAT, "broken-whole").status_code == 502
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert attrs(attempt)["http.response.status_code"] == 200
+    assert attrs(attempt)["error.type"] == "ReadError"
+
+
+def test_a_provider_calls_span_names_the_genai_provider_and_the_server(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """The GenAI conventions require ``gen_ai.provider.name`` (``openai`` for an
+    OpenAI-compatible API; ``gen_ai.system`` before it), and the HTTP client conventions
+    ``server.address`` and ``server.port``: what trace backends find LLM calls and draw
+    service maps by. The address is the host alone, never the baseUrl's user or path."""
+    fake_upstream.script(reply("hi", usage=(3, 1)))
+    assert post_chat(traced.origin, CHAT, "named").status_code == 200
+    (attempt,) = by_kind(finished(exporter), SpanKind.CLIENT)
+    assert attrs(attempt) == attrs(attempt) | {
+        "gen_ai.provider.name": "openai",
+        "gen_ai.system": "openai",
+        "server.address": "127.0.0.1",
+        "server.port": fake_upstream.port,
+    }

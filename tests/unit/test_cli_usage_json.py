@@ -1,0 +1,48 @@
+"""A usage error (a wrong flag, a bad value) under ``CASCADE_LOG_FORMAT=json`` is one JSON
+log line, as every other line the process writes: argparse's own several lines of usage
+would reach a log pipeline that parses each line as JSON, and be refused or mangled."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def _serve(*args: str, fmt: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CASCADE_LOG_FORMAT"}
+    if fmt is not None:
+        env["CASCADE_LOG_FORMAT"] = fmt
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_usage_error_in_json_mode_is_one_json_line() -> None:
+    done = _serve("--port", "0", fmt="json")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    record = json.loads(line)
+    assert record["level"] == "ERROR"
+    assert record["message"] == (
+        "cascade-proxy serve: argument --port: 0 is not a TCP port (1-65535)"
+    )
+
+
+def test_an_unknown_flag_in_json_mode_is_one_json_line() -> None:
+    done = _serve("--verbose", fmt="JSON")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert "unrecognized arguments: --verbose" in json.loads(line)["message"]
+
+
+def test_a_usage_error_in_text_keeps_argparses_usage() -> None:
+    done = _serve("--port", "0", fmt=None)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: cascade-proxy serve")
+    assert "argument --port: 0 is not a TCP port" in done.stderr
