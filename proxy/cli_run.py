@@ -35,7 +35,7 @@ from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
 from proxy.store.db import DatabaseUnavailable, pooler_kwargs
 from proxy.store.migrations import MigrationError, run_migrations
-from proxy.tracing import check_tracing
+from proxy.tracing_settings import check_tracing
 from proxy.transport import check_ca_files
 
 __all__ = ["refuse", "run"]
