@@ -104,13 +104,23 @@ def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
 
 def upstream_query(request: Request, cfg: Config) -> list[tuple[str, str]]:
     """The client's query parameters as the provider may see them (an SDK's ``extra_query``,
-    a gateway's ``api-version``). With proxy keys, one whose value is a proxy key stays back
-    as the Authorization header does: a client that sends its key in the query too (some
-    providers take one there, ``?key=``) would otherwise hand it to the provider."""
+    a gateway's ``api-version``). With proxy keys, one that holds a proxy key stays back as
+    the Authorization header does: a client that sends its key in the query too (some
+    providers take one there, ``?key=``, or ``?authorization=Bearer <key>``) would otherwise
+    hand it to the provider, and so would a template that put it where a name goes."""
     items = request.query_params.multi_items()
     if not cfg.auth.keys:
         return items
-    return [(k, v) for k, v in items if match_key(v.strip().encode(), cfg, os.environ) is None]
+    return [(k, v) for k, v in items if not (_holds_key(v, cfg) or _holds_key(k, cfg))]
+
+
+def _holds_key(text: str, cfg: Config) -> bool:
+    """Whether ``text`` is a proxy key, bare or as a bearer value (``Bearer <key>``)."""
+    token = bearer_token(text)
+    return any(
+        match_key(t.encode("utf-8", "replace"), cfg, os.environ) is not None
+        for t in {text.strip(), token or ""}
+    )
 
 
 async def get_readiness(request: Request) -> SharedCheck[str | None]:
