@@ -379,20 +379,21 @@ def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[A
     return {**call, "function": {**fn, "arguments": text}}, n
 
 
-def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> Message:
-    """``msg`` with every text a model reads redacted: its content (``redact_message``) and
-    the arguments of its tool calls or legacy ``function_call``. Ingestion redacts what
-    clients send; what the model itself wrote is stored as the provider sent it, so what
-    the proxy derives from stored history for another model (the summary's input) is
-    redacted here. The same object comes back when nothing matched."""
+def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
+    """``msg`` with every text a model reads redacted, and the count: its content
+    (``redact_message``) and the arguments of its tool calls or legacy ``function_call``.
+    Ingestion redacts so what a client writes (an assistant turn too); what the model itself
+    wrote is stored as the provider sent it, so what the proxy derives from stored history
+    for another model (the summary's input) is redacted here. The same object comes back
+    when nothing matched."""
     out, total = redact_message(msg, patterns)
     calls = msg.get("tool_calls")
     if isinstance(calls, Sequence) and not isinstance(calls, str):
         done = [_redact_arguments(c, patterns) for c in calls]
-        if any(n for _, n in done):
-            out, total = {**out, "tool_calls": [c for c, _ in done]}, total + 1
+        if n := sum(n for _, n in done):
+            out, total = {**out, "tool_calls": [c for c, _ in done]}, total + n
     if isinstance(msg.get("function_call"), Mapping):
         call, n = _redact_arguments(msg["function_call"], patterns)
         if n:
             out, total = {**out, "function_call": call}, total + n
-    return msg if total == 0 else out
+    return (msg, 0) if total == 0 else (out, total)

@@ -162,7 +162,7 @@ async def read_span(
     if job.redaction:  # what the model wrote was stored as it came: redacted here
         plan = replace(
             plan,
-            span=tuple(redact_written(m, job.redaction) for m in plan.span),
+            span=tuple(redact_written(m, job.redaction)[0] for m in plan.span),
             previous=None if previous is None else redact(previous, job.redaction)[0],
         )
         if latest is not None:

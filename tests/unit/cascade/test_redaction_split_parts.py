@@ -67,7 +67,7 @@ def test_other_parts_and_whole_secrets_are_kept_as_they_were() -> None:
 
 def test_what_a_model_reads_of_a_split_token_is_redacted() -> None:
     """``redact_written`` (the summary's input) reads the parts the same way."""
-    out = redact_written(_tool(GITHUB[:12], GITHUB[12:]), PATTERNS)
+    out, _ = redact_written(_tool(GITHUB[:12], GITHUB[12:]), PATTERNS)
     assert out["content"] == _parts(REDACTED, "")
 
 
