@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from proxy.cascade.lossless import compact_text, compacted_marker
 from proxy.cascade.pins import names, pin
 from proxy.cascade.pointers import EarlierLines
-from proxy.cascade.redaction import compile_patterns, redact, redact_written
+from proxy.cascade.redaction import compile_patterns, redact
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
 from proxy.config_context import RedactionConfig, ToolOutputConfig

@@ -13,7 +13,8 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.pipeline import drop_commands
-from proxy.cascade.redaction import redact, redact_written
+from proxy.cascade.redaction import redact
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.summary import fold_summary, plan_compaction
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.services.compaction_job import CompactionJob

@@ -11,8 +11,8 @@ from proxy.cascade.redaction import (
     compile_patterns,
     redact,
     redact_message,
-    redact_written,
 )
+from proxy.cascade.redaction_calls import redact_written
 from tests.unit.cascade.builders import tool, user
 from tests.unit.cascade.fake_credentials import (
     ANTHROPIC,
