@@ -39,7 +39,7 @@ from typing import Any
 import ahocorasick_rs
 
 from proxy.cascade.literals import start_literals
-from proxy.cascade.redaction_parts import redact_across, replace_match
+from proxy.cascade.redaction_parts import redact_across, replace_match, text_runs
 from proxy.cascade.secret_patterns import DEFAULT_PATTERNS, REDACTED
 from proxy.cascade.types import Message
 from proxy.config_context import RedactionConfig
@@ -348,10 +348,10 @@ def _holding(pieces: Sequence[str], patterns: Sequence[re.Pattern[str]]) -> Sequ
 
 
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """Redact a message's content: a string, or its text parts, each and then as one text (a
-    secret split between parts: ``redaction_parts``). Returns the *same* message object when
-    nothing matched (the prompt cache keeps its prefix), else a new dict with only ``content``
-    replaced."""
+    """Redact a message's content: a string, or its text parts, each and then each run of
+    them side by side as one text (a secret split between parts: ``redaction_parts``).
+    Returns the *same* message object when nothing matched (the prompt cache keeps its
+    prefix), else a new dict with only ``content`` replaced."""
     content = msg.get("content")
     if isinstance(content, str):
         text, n = redact(content, patterns)
@@ -372,10 +372,11 @@ def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
         if n:
             total += n
             parts[i], texts[i] = {**parts[i], "text": text}, text
-    if len(texts) > 1 and holding and redact("".join(texts.values()), patterns)[1]:
-        pieces, n = redact_across(list(texts.values()), patterns, _starts(patterns))
-        for (i, was), piece in zip(texts.items(), pieces, strict=True):
-            if piece != was:
-                parts[i] = {**parts[i], "text": piece}
-        total += n
+    for run in text_runs(places) if holding else ():
+        if len(run) > 1 and redact("".join(texts[i] for i in run), patterns)[1]:
+            pieces, n = redact_across([texts[i] for i in run], patterns, _starts(patterns))
+            for i, piece in zip(run, pieces, strict=True):
+                if piece != texts[i]:
+                    parts[i] = {**parts[i], "text": piece}
+            total += n
     return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)

@@ -153,3 +153,20 @@ def test_parts_without_a_literal_skipped_change_nothing(words: list[str], cuts: 
         n += more
     out, got = redact_message(_tool(*pieces), PATTERNS)
     assert ([p["text"] for p in out["content"]], got) == (want, n)
+
+
+def test_a_part_that_is_no_text_ends_the_text_the_parts_make() -> None:
+    """Regression: the text parts were joined across an image (or audio) part between them,
+    so a user's "Type the password:" above a screenshot and "Then press Enter" below it read
+    as ``password:Then``: "Then" was cut from the second part, and the first gained a
+    ``[REDACTED]`` that stood for no secret. The model reads an image between the two, not
+    one text; text parts side by side still read as one."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    for between in (image, audio):
+        msg = {"role": "user", "content": [*_parts("Type the password:"), between, *_parts("Then")]}
+        assert redact_message(msg, PATTERNS) == (msg, 0)
+    split = [*_parts(GITHUB[:12], GITHUB[12:20]), image, *_parts(GITHUB[:12], GITHUB[12:])]
+    out, n = redact_message({"role": "user", "content": split}, PATTERNS)
+    assert n == 1
+    assert out["content"] == [*_parts(GITHUB[:12], GITHUB[12:20]), image, *_parts(REDACTED, "")]
