@@ -298,9 +298,12 @@ class _ModelId(PathConvertor):
     of an unknown path, counted and traced under no route's template. Nor is an id with a
     ``.`` or ``..`` segment (sent as is or percent-encoded): in the provider's URL it would
     climb out of ``/models/`` to any path of the provider's host, with the proxy's own key
-    (``/v1/models/../files``), and ``/v1/files`` is no route of the proxy's either."""
+    (``/v1/models/../files``), and ``/v1/files`` is no route of the proxy's either. A segment
+    ends at a ``\\`` too (Windows servers read one as a ``/``), and a dot segment may carry
+    ``;`` parameters, which Java servers strip before resolving it (``..;``): the aiohttp
+    transport sends an encoded ``;`` decoded, so no encoding keeps those in the segment."""
 
-    regex = r"(?!(?:[^/]*/)*\.\.?(?:/|$)).+"
+    regex = r"(?!(?:[^/\\]*[/\\])*\.\.?(?:[;/\\]|$)).+"
 
 
 register_url_convertor("model_id", _ModelId())

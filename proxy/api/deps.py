@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Mapping
 from typing import Annotated, Any, TypeVar
+from urllib.parse import unquote, unquote_plus
 
 from fastapi import Depends, HTTPException, Request
 
@@ -104,13 +105,38 @@ def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
 
 def upstream_query(request: Request, cfg: Config) -> list[tuple[str, str]]:
     """The client's query parameters as the provider may see them (an SDK's ``extra_query``,
-    a gateway's ``api-version``). With proxy keys, one whose value is a proxy key stays back
-    as the Authorization header does: a client that sends its key in the query too (some
-    providers take one there, ``?key=``) would otherwise hand it to the provider."""
+    a gateway's ``api-version``). With proxy keys, one that holds a proxy key stays back as
+    the Authorization header does: a client that sends its key in the query too (some
+    providers take one there, ``?key=``, or ``?authorization=Bearer <key>``) would otherwise
+    hand it to the provider, and so would a template that put it where a name goes. A key
+    is looked for in the name, the value and the whole parameter, each read with ``+`` as a
+    space (as the query's parameters are) and as itself: a base64 key holds ``+`` and ``=``,
+    and a client may write it into the query unencoded."""
     items = request.query_params.multi_items()
     if not cfg.auth.keys:
         return items
-    return [(k, v) for k, v in items if match_key(v.strip().encode(), cfg, os.environ) is None]
+    raw = request.scope["query_string"].decode("latin-1")
+    segments = [s for s in raw.split("&") if s]  # as ``parse_qsl`` splits it for ``items``
+    return [
+        item
+        for item, segment in zip(items, segments, strict=True)
+        if not any(_holds_key(t, cfg) for t in {*item, *_readings(segment)})
+    ]
+
+
+def _readings(segment: str) -> set[str]:
+    """A raw ``name=value`` of a query read with ``+`` as itself: its name, value and whole."""
+    name, _, value = segment.partition("=")
+    return {unquote(name), unquote(value), unquote(segment), unquote_plus(segment)}
+
+
+def _holds_key(text: str, cfg: Config) -> bool:
+    """Whether ``text`` is a proxy key, bare or as a bearer value (``Bearer <key>``)."""
+    token = bearer_token(text)
+    return any(
+        match_key(t.encode("utf-8", "replace"), cfg, os.environ) is not None
+        for t in {text.strip(), token or ""}
+    )
 
 
 async def get_readiness(request: Request) -> SharedCheck[str | None]:

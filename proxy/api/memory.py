@@ -38,13 +38,17 @@ register_url_convertor("fact_id", _FactId())
 def _scope(request: Request, scope: Any, *, param: str | None = "scope") -> str:
     """The scope, checked against the key's agents: a key limited to some agents reads and
     writes only their scopes and global. The 403 names ``param``, the field the scope came
-    from, as a 400 of the scope does (None: a stored fact's scope, which no field named)."""
+    from, as a 400 of the scope does (None: a stored fact's scope, which no field named).
+    The log line leaves the agent out, as it leaves out any query or body value."""
     parsed = svc.parse_scope(scope)
     if parsed != svc.GLOBAL:
         try:
             check_agent(request.scope, parsed.removeprefix("agent:"))
         except PermissionDenied as denied:
             denied.param = param
+            if param is not None:
+                agents = ", ".join(key_agents(request.scope) or ())
+                denied.log_message = f"this API key may not use the scope sent; it may use {agents}"
             raise
     return parsed
 

@@ -30,14 +30,16 @@ from __future__ import annotations
 
 import functools
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import ahocorasick_rs
 
 from proxy.cascade.literals import start_literals
-from proxy.cascade.redaction_parts import redact_across, replace_match
+from proxy.cascade.redaction_parts import redact_across, replace_match, text_runs
 from proxy.cascade.secret_patterns import DEFAULT_PATTERNS, REDACTED
 from proxy.cascade.types import Message
 from proxy.config_context import RedactionConfig
@@ -49,7 +51,6 @@ __all__ = [
     "patterns_of",
     "redact",
     "redact_message",
-    "redact_written",
 ]
 
 
@@ -333,11 +334,24 @@ def _starts(patterns: Sequence[re.Pattern[str]]) -> Callable[[int, str], list[in
     return starts
 
 
+def _holding(pieces: Sequence[str], patterns: Sequence[re.Pattern[str]]) -> Sequence[int]:
+    """The indexes of ``pieces`` a pattern can match in alone, ascending: of many, those
+    in which one of its start literals begins, found in one pass over the pieces joined,
+    rather than a ``redact`` call per piece (a tool output in thousands of small parts);
+    none when no literal occurs, so the joined text holds no match either."""
+    scanner = _scanner(patterns)
+    if len(pieces) < 2 or not scanner.anchored:
+        return range(len(pieces))
+    ends = list(accumulate(map(len, pieces)))
+    found = scanner.find("".join(pieces))
+    return sorted({bisect_right(ends, at) for hits in found.values() for at in hits})
+
+
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """Redact a message's content: a string, or its text parts, each and then as one text (a
-    secret split between parts: ``redaction_parts``). Returns the *same* message object when
-    nothing matched (the prompt cache keeps its prefix), else a new dict with only ``content``
-    replaced."""
+    """Redact a message's content: a string, or its text parts, each and then each run of
+    them side by side as one text (a secret split between parts: ``redaction_parts``).
+    Returns the *same* message object when nothing matched (the prompt cache keeps its
+    prefix), else a new dict with only ``content`` replaced."""
     content = msg.get("content")
     if isinstance(content, str):
         text, n = redact(content, patterns)
@@ -346,53 +360,23 @@ def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
         return msg, 0
     total = 0
     parts: list[Any] = list(content)
-    texts: dict[int, str] = {}  # each text part's place -> its text, redacted
-    for i, part in enumerate(parts):
-        if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-            text, n = redact(part["text"], patterns)
-            if n:
-                total += n
-                parts[i] = {**part, "text": text}
-            texts[i] = text
-    if len(texts) > 1 and redact("".join(texts.values()), patterns)[1]:
-        pieces, n = redact_across(list(texts.values()), patterns, _starts(patterns))
-        for (i, was), piece in zip(texts.items(), pieces, strict=True):
-            if piece != was:
-                parts[i] = {**parts[i], "text": piece}
-        total += n
-    return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)
-
-
-def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
-    """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` text redacted."""
-    if not isinstance(call, Mapping):
-        return call, 0
-    fn = call.get("function", call)
-    args = fn.get("arguments") if isinstance(fn, Mapping) else None
-    if not isinstance(fn, Mapping) or not isinstance(args, str):
-        return call, 0
-    text, n = redact(args, patterns)
-    if n == 0:
-        return call, 0
-    if fn is call:
-        return {**call, "arguments": text}, n
-    return {**call, "function": {**fn, "arguments": text}}, n
-
-
-def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> Message:
-    """``msg`` with every text a model reads redacted: its content (``redact_message``) and
-    the arguments of its tool calls or legacy ``function_call``. Ingestion redacts what
-    clients send; what the model itself wrote is stored as the provider sent it, so what
-    the proxy derives from stored history for another model (the summary's input) is
-    redacted here. The same object comes back when nothing matched."""
-    out, total = redact_message(msg, patterns)
-    calls = msg.get("tool_calls")
-    if isinstance(calls, Sequence) and not isinstance(calls, str):
-        done = [_redact_arguments(c, patterns) for c in calls]
-        if any(n for _, n in done):
-            out, total = {**out, "tool_calls": [c for c, _ in done]}, total + 1
-    if isinstance(msg.get("function_call"), Mapping):
-        call, n = _redact_arguments(msg["function_call"], patterns)
+    texts: dict[int, str] = {}  # each text part's place -> its text, redacted below
+    for i, part in enumerate(parts):  # ``type`` first: isinstance of an ABC costs more
+        held = part.get("text") if type(part) is dict or isinstance(part, Mapping) else None
+        if type(held) is str or isinstance(held, str):
+            texts[i] = held
+    places = list(texts)
+    holding = _holding(list(texts.values()), patterns)
+    for i in (places[k] for k in holding):
+        text, n = redact(texts[i], patterns)
         if n:
-            out, total = {**out, "function_call": call}, total + n
-    return msg if total == 0 else out
+            total += n
+            parts[i], texts[i] = {**parts[i], "text": text}, text
+    for run in text_runs(places) if holding else ():
+        if len(run) > 1 and redact("".join(texts[i] for i in run), patterns)[1]:
+            pieces, n = redact_across([texts[i] for i in run], patterns, _starts(patterns))
+            for i, piece in zip(run, pieces, strict=True):
+                if piece != texts[i]:
+                    parts[i] = {**parts[i], "text": piece}
+            total += n
+    return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)

@@ -5,6 +5,9 @@ a pasted key as two parts, can split a secret between parts: no part holds a who
 yet a model reads the parts one after the other and the store would keep both halves side
 by side. :func:`redact_across` redacts the pieces as the one text they make (joined with
 nothing between them) and hands each piece back its share, so the message keeps its parts.
+Only parts side by side make one text (:func:`text_runs`): an image between two text parts
+is what the model reads between them, and joining across it made ``password:`` above a
+screenshot and ``Then`` below it one match.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from itertools import accumulate
 
 from proxy.cascade.secret_patterns import REDACTED
 
-__all__ = ["replace_match", "redact_across"]
+__all__ = ["replace_match", "redact_across", "text_runs"]
 
 
 def replace_match(match: re.Match[str], groups: tuple[str, ...]) -> str:
@@ -80,3 +83,15 @@ def redact_across(
         text, ends, total = "".join(out), moved, total + len(found)
     starts_at = [0, *ends[:-1]]
     return [text[a:b] for a, b in zip(starts_at, ends, strict=True)], total
+
+
+def text_runs(places: Sequence[int]) -> list[list[int]]:
+    """``places`` (ascending) in runs of consecutive ones: the text parts side by side, which
+    read as one text; a part that is no text (an image, audio) ends one."""
+    runs: list[list[int]] = []
+    for i in places:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from proxy.cascade.lossless import compact_text, compacted_marker
 from proxy.cascade.pins import names, pin
 from proxy.cascade.pointers import EarlierLines
-from proxy.cascade.redaction import compile_patterns, redact, redact_message
+from proxy.cascade.redaction import compile_patterns, redact
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.types import TRUNCATED, Event, Message, Spill
 from proxy.config_context import RedactionConfig, ToolOutputConfig
@@ -247,7 +248,7 @@ def truncate_tool_result(
     patterns: tuple[re.Pattern[str], ...] = ()
     if redaction.enabled:
         patterns = compile_patterns(redaction.patterns, use_defaults=redaction.default_patterns)
-        msg, redacted = redact_message(msg, patterns)
+        msg, redacted = redact_written(msg, patterns)
     if msg.get("role") != "tool":
         return Ingested(msg, redacted=redacted)
     text = content_text(msg.get("content"))

@@ -13,7 +13,8 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.pipeline import drop_commands
-from proxy.cascade.redaction import redact, redact_written
+from proxy.cascade.redaction import redact
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.summary import fold_summary, plan_compaction
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.services.compaction_job import CompactionJob
@@ -162,7 +163,7 @@ async def read_span(
     if job.redaction:  # what the model wrote was stored as it came: redacted here
         plan = replace(
             plan,
-            span=tuple(redact_written(m, job.redaction) for m in plan.span),
+            span=tuple(redact_written(m, job.redaction)[0] for m in plan.span),
             previous=None if previous is None else redact(previous, job.redaction)[0],
         )
         if latest is not None:

@@ -59,3 +59,52 @@ def test_a_proxy_key_in_the_query_string_stays_back(
         embed = {"model": "e", "input": "x"}
         assert http.post("/v1/embeddings", params=query, json=embed).status_code == 200
     assert [r.query for r in fake_upstream.requests] == ["api-version=1"] * 3
+
+
+def test_a_proxy_key_as_a_parameter_name_or_a_bearer_value_stays_back(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: only a value that is a key stayed back; a key sent as a parameter's name
+    (``?<key>``, a template that put the key where a name goes), or as a bearer value
+    (``?authorization=Bearer <key>``), went to the provider, under ``/s/`` too."""
+    key = "cascade-key-as-name-7c1d"
+    monkeypatch.setenv("CASCADE_TEST_QUERY_KEY", key)
+    auth = {"keys": [{"keyEnv": "CASCADE_TEST_QUERY_KEY", "tenant": "t"}]}
+    proxy = start_proxy(write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth))
+    query = f"{key}&{key}=1&authorization=Bearer%20{key}&api-version=1&k2=bEaReR+{key}"
+    with httpx.Client(
+        base_url=proxy.origin, timeout=10, headers={"authorization": f"Bearer {key}"}
+    ) as http:
+        chat = {"model": "gpt-fake", "messages": MESSAGES}
+        assert http.post(f"/s/q-1/v1/chat/completions?{query}", json=chat).status_code == 200
+        assert http.get(f"/v1/models?{query}").status_code == 200
+        http.get(f"/s/q-1/v1/models/gpt-fake?{query}")  # the fake knows no model by id
+        embed = {"model": "e", "input": "x"}
+        assert http.post(f"/s/q-1/v1/embeddings?{query}", json=embed).status_code == 200
+    assert [r.query for r in fake_upstream.requests] == ["api-version=1"] * 4
+
+
+def test_a_base64_proxy_key_sent_unencoded_in_the_query_stays_back(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: a key holding a ``+`` (``openssl rand -base64``), written into the query
+    unencoded, reads as a space there (``+`` is a space in a query) and so matched no key:
+    ``?key=<key>`` went on to the provider. The query's ``+`` is tried as itself too."""
+    key = "cK9+Zq/7Lw+XbE2r=="
+    monkeypatch.setenv("CASCADE_TEST_QUERY_KEY", key)
+    auth = {"keys": [{"keyEnv": "CASCADE_TEST_QUERY_KEY", "tenant": "t"}]}
+    proxy = start_proxy(write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth))
+    with httpx.Client(
+        base_url=proxy.origin, timeout=10, headers={"authorization": f"Bearer {key}"}
+    ) as http:
+        chat = {"model": "gpt-fake", "messages": MESSAGES}
+        path = f"/v1/chat/completions?key={key}&q=a+b&{key}"
+        assert http.post(path, json=chat).status_code == 200
+        assert http.get(f"/v1/models?key={key}&q=a+b").status_code == 200
+    assert [r.query for r in fake_upstream.requests] == ["q=a+b"] * 2

@@ -87,6 +87,15 @@ def test_an_empty_model_id_is_an_unknown_url_not_a_provider_call(
         "/s/run-1/v1/models/../files",
         "/v1/models/./gpt-fake",
         "/v1/models/..",
+        # A ";" opens a segment's parameters, which Tomcat, Jetty and Spring strip before
+        # they resolve dot segments; the aiohttp transport sends "%3B" as ";".
+        "/v1/models/..;/files",
+        "/v1/models/..%3B/files",
+        "/v1/models/..;x=1/files",
+        "/s/run-1/v1/models/.;/../files",
+        # IIS and other Windows servers read a "\\" as a "/".
+        "/v1/models/..%5Cfiles",
+        "/v1/models/org%5C..%5C..%5Cfiles",
     ],
 )
 def test_a_dot_segment_in_a_model_id_reaches_no_other_provider_path(

@@ -11,8 +11,8 @@ from proxy.cascade.redaction import (
     compile_patterns,
     redact,
     redact_message,
-    redact_written,
 )
+from proxy.cascade.redaction_calls import redact_written
 from tests.unit.cascade.builders import tool, user
 from tests.unit.cascade.fake_credentials import (
     ANTHROPIC,
@@ -254,7 +254,7 @@ def test_what_a_model_wrote_is_redacted_in_its_text_and_its_call_arguments() -> 
             call,
         ],
     }
-    out = redact_written(msg, patterns)
+    out = redact_written(msg, patterns)[0]
     assert out["content"] == f"exporting {REDACTED}"
     assert out["tool_calls"][0]["function"] == {
         "name": "run",
@@ -266,6 +266,9 @@ def test_what_a_model_wrote_is_redacted_in_its_text_and_its_call_arguments() -> 
         "content": None,
         "function_call": {"name": "f", "arguments": AWS_ID},
     }
-    assert redact_written(legacy, patterns)["function_call"] == {"name": "f", "arguments": REDACTED}
+    assert redact_written(legacy, patterns)[0]["function_call"] == {
+        "name": "f",
+        "arguments": REDACTED,
+    }
     plain = {"role": "assistant", "content": "nothing here", "tool_calls": [call]}
-    assert redact_written(plain, patterns) is plain
+    assert redact_written(plain, patterns)[0] is plain

@@ -190,3 +190,29 @@ def test_lossless_compaction_applies_with_the_cut_switched_off() -> None:
     assert out.spill is not None and out.spill.text == text
     assert len(out.message["content"]) > cfg.max_chars
     assert [e.name for e in out.events] == [TRUNCATED]
+
+
+def test_an_assistant_message_the_client_writes_has_its_tool_call_arguments_redacted() -> None:
+    """Regression: ingestion redacted an assistant message's content but not the arguments
+    of its tool calls (or legacy ``function_call``), which the model reads as much: a
+    client that writes the turn itself (an agent framework rebuilding its history, a
+    few-shot example) had a key in the arguments stored and sent upstream."""
+    call = {"id": "t1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    call["function"]["arguments"] = json.dumps({"token": SECRET, "path": "/tmp"})
+    msg = {"role": "assistant", "content": f"using {SECRET}", "tool_calls": [call]}
+    out = truncate_tool_result(msg, cfg=CFG, redaction=RED)
+    assert SECRET not in json.dumps(out.message) and out.redacted == 2
+    args = json.loads(out.message["tool_calls"][0]["function"]["arguments"])
+    assert args == {"token": "[REDACTED]", "path": "/tmp"}
+    assert out.message["tool_calls"][0]["id"] == "t1"
+    legacy = {
+        "role": "assistant",
+        "content": None,
+        "function_call": {"name": "f", "arguments": SECRET},
+    }
+    assert truncate_tool_result(legacy, cfg=CFG, redaction=RED).message["function_call"] == {
+        "name": "f",
+        "arguments": "[REDACTED]",
+    }
+    off = truncate_tool_result(msg, cfg=CFG, redaction=RedactionConfig(enabled=False))
+    assert off.message is msg and off.redacted == 0
