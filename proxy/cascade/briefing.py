@@ -86,18 +86,18 @@ def _json_sections(lines: list[str]) -> dict[int, list[str]]:
         text = text[:-3].strip()
     if not text.startswith("{"):
         return {}
-    try:
+    try:  # one nested past what Python's recursion allows is no such object
         data = json.loads(text)
-    except ValueError:
-        return {}
-    for _ in range(2):  # the object, or the one object it wraps
-        if not isinstance(data, dict):
-            return {}
-        keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
-        found = {i: _json_lines(v) for i, v in keyed.items() if i is not None}
-        if found:
-            return found
-        data = next(iter(data.values())) if len(data) == 1 else None
+        for _ in range(2):  # the object, or the one object it wraps
+            if not isinstance(data, dict):
+                return {}
+            keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
+            found = {i: _json_lines(v) for i, v in keyed.items() if i is not None}
+            if found:
+                return found
+            data = next(iter(data.values())) if len(data) == 1 else None
+    except (ValueError, RecursionError):
+        pass
     return {}
 
 

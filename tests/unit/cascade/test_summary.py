@@ -380,6 +380,15 @@ def test_parse_reads_a_briefing_written_as_a_json_object() -> None:
         parse_briefing(json.dumps({"summary": "it went fine"}))
 
 
+def test_parse_refuses_a_json_answer_nested_past_the_decoders_depth() -> None:
+    """An answer of one JSON object nested deeper than Python's recursion allows is no
+    briefing, refused as one with no section (a retry follows), not a RecursionError that
+    escapes the summary call's handling and ends the compaction unrecorded."""
+    deep = '{"objective": ' * 5000 + '"x"' + "}" * 5000
+    with pytest.raises(ValueError, match="none of the sections"):
+        parse_briefing(deep)
+
+
 def test_parse_skips_a_reasoning_models_thinking_before_the_briefing() -> None:
     """A reasoning model served without a reasoning parser answers with its thinking first, in
     a ``<think>`` block that may draft the very headings: only the briefing after it counts."""
