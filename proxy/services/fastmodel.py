@@ -81,14 +81,23 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
 def answer_data(resp: Any) -> Any:
     """The chat completion a successful ``resp`` holds: its JSON body, or, for an answer
     streamed although the call asked for none (a gateway that always streams), one built
-    from its chunks (``_streamed``). Raises ValueError for a body that is neither."""
+    from its chunks (``_streamed``). Raises ValueError for a body that is neither, or that
+    nests past what Python's recursion allows."""
     try:
         return resp.json()
+    except RecursionError as exc:
+        raise ValueError(_TOO_DEEP) from exc
     except ValueError:
         text = resp.text.lstrip()
         if not text.startswith(("data:", ":", "event:", "id:")):
             raise
-        return _streamed(text)
+        try:
+            return _streamed(text)
+        except RecursionError as exc:
+            raise ValueError(_TOO_DEEP) from exc
+
+
+_TOO_DEEP = "the answer's JSON nests too deep"
 
 
 def _streamed(text: str) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from proxy.cascade.briefing import parse_briefing
 from proxy.services.fastmodel import answer_data, read_fast_answer
 
@@ -72,3 +74,38 @@ def test_a_streamed_answer_reads_as_its_chunks_joined() -> None:
     assert answer_data(_Streamed([_BRIEFING[:40]], "length"))["choices"][0]["finish_reason"] == (
         "length"
     )
+
+
+_KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+class _Raw:
+    """A 200 whose body is ``text`` as it came, sent with ``_KEY`` as its bearer."""
+
+    status_code = 200
+    headers = {"content-type": "text/event-stream"}
+    request = SimpleNamespace(headers={"authorization": f"Bearer {_KEY}"})
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def _frames(*chunks: dict[str, Any]) -> str:
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+
+
+def _content(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+def test_an_answer_nested_past_the_decoders_depth_is_a_value_error() -> None:
+    """A body (or a streamed chunk) nested deeper than Python's recursion allows is no chat
+    completion: the ValueError the summary call and the extraction handle, not a
+    RecursionError escaping them."""
+    deep = '{"choices": ' + "[" * 5000 + "]" * 5000 + "}"
+    for text in (deep, f"data: {deep}\n\ndata: [DONE]\n\n"):
+        with pytest.raises(ValueError, match="nests too deep"):
+            read_fast_answer(SimpleNamespace(fast_model="fast"), _Raw(text))
