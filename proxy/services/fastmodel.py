@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -92,7 +93,7 @@ def answer_data(resp: Any) -> Any:
         if not text.startswith(("data:", ":", "event:", "id:")):
             raise
         try:
-            return _streamed(text)
+            return _streamed(text, _scrubbing(resp))
         except RecursionError as exc:
             raise ValueError(_TOO_DEEP) from exc
 
@@ -100,20 +101,34 @@ def answer_data(resp: Any) -> Any:
 _TOO_DEEP = "the answer's JSON nests too deep"
 
 
-def _streamed(text: str) -> dict[str, Any]:
+def _scrubbing(resp: Any) -> Callable[[str], str]:
+    """What scrubs the credential ``resp``'s call sent from a text of its body, which comes
+    unscrubbed on a success (``Upstream.call`` scrubs an error's)."""
+    sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
+    return lambda text: scrub_text(text, sent)
+
+
+def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:
     """A chat completion from an event stream's chunks: the first choice's content and refusal
-    joined, whether it called a tool, its last finish reason, and the last usage sent."""
+    joined, whether it called a tool, its last finish reason, and the last usage sent.
+
+    Raises ValueError for a stream that holds an error event (quoted, ``scrub``-bed) or that
+    stops with neither a finish reason nor ``[DONE]``: either breaks off the answer, whose
+    missing part a briefing's parse would fill with the previous summary's stale text."""
     content: list[str] = []
     refusal: list[str] = []
     calls: list[Any] = []
-    finish, usage = None, None
+    finish, usage, done = None, None, False
     for line in text.splitlines():
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
         if payload == "[DONE]":
+            done = True
             break
         chunk = json.loads(payload)
+        if chunk.get("error") is not None:
+            raise ValueError(f"the stream broke off with an error: {scrub(payload)[:300]}")
         usage = chunk.get("usage") or usage
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -123,6 +138,8 @@ def _streamed(text: str) -> dict[str, Any]:
             refusal.append(delta.get("refusal") or "")
             calls += delta.get("tool_calls") or ()
             finish = choice.get("finish_reason") or finish
+    if finish is None and not done:
+        raise ValueError("the stream was cut: it ends with neither a finish reason nor [DONE]")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
     if "".join(refusal):
         message["refusal"] = "".join(refusal)
@@ -145,8 +162,7 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
         return resp.status_code, _error_head(resp.text)
     data = answer_data(resp)
     if isinstance(data.get("error"), dict) and "choices" not in data:
-        sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
-        head = scrub_text(resp.text, sent)[:300]  # a success's body comes unscrubbed
+        head = _scrubbing(resp)(resp.text)[:300]
         raise ValueError(f"an error answered with status {resp.status_code}: {head}")
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, content_text(data["choices"][0]["message"].get("content"))

@@ -101,6 +101,31 @@ def _content(text: str) -> dict[str, Any]:
     return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
 
 
+def test_a_stream_with_an_error_event_is_unusable_and_quotes_it_without_the_key() -> None:
+    """A gateway's stream that breaks off with an error event holds the briefing only up to
+    there: unusable (its missing sections would keep the previous summary's stale text), the
+    error quoted for the failure's event, the key it may echo scrubbed."""
+    error = {"error": {"message": f"upstream reset (key {_KEY})", "type": "server_error"}}
+    reply = _Raw(_frames(_content(_BRIEFING[:40]), error) + "data: [DONE]\n\n")
+    with pytest.raises(ValueError, match="upstream reset") as caught:
+        read_fast_answer(SimpleNamespace(fast_model="fast"), reply)
+    assert _KEY not in str(caught.value) and "[REDACTED]" in str(caught.value)
+
+
+def test_a_stream_cut_before_its_finish_reason_and_done_is_unusable() -> None:
+    """A stream that stops with neither a finish reason nor ``[DONE]`` (a connection a gateway
+    closed mid-answer) is cut short, as ``finish_reason: length`` is; one that ends with either
+    is whole."""
+    cut = _Raw(_frames(_content(_BRIEFING[:40]), _content(_BRIEFING[40:])))
+    with pytest.raises(ValueError, match="cut"):
+        read_fast_answer(SimpleNamespace(fast_model="fast"), cut)
+    done = _Raw(_frames(_content(_BRIEFING)) + "data: [DONE]\n\n")
+    assert read_fast_answer(SimpleNamespace(fast_model="fast"), done) == (200, _BRIEFING)
+    stop = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    finished = _Raw(_frames(_content(_BRIEFING), stop))
+    assert read_fast_answer(SimpleNamespace(fast_model="fast"), finished) == (200, _BRIEFING)
+
+
 def test_an_answer_nested_past_the_decoders_depth_is_a_value_error() -> None:
     """A body (or a streamed chunk) nested deeper than Python's recursion allows is no chat
     completion: the ValueError the summary call and the extraction handle, not a
