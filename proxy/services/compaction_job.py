@@ -36,6 +36,7 @@ from proxy.config_context import SummarizeConfig
 from proxy.services.fastmodel import (
     TOO_LONG,
     answer_data,
+    output_tokens,
     post_fast_model,
     read_fast_answer,
     retry_after,
@@ -212,7 +213,8 @@ async def _briefing_text(
 ) -> str:
     """The fast model's usable answer to ``plan``'s prompt, the prompt halved after each
     refusal as too long, within ``summarize.maxAttempts`` calls in all."""
-    budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
+    output = output_tokens(job.fast_model, _SUMMARY_OUTPUT_TOKENS)  # a reasoner's thinking too
+    budget = max(1000, job.fast_limits.context_limit - output - 500)
     calibrated = calibrated_count(count, ratio)
     prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
     while True:

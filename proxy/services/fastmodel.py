@@ -22,9 +22,11 @@ from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
 
 __all__ = [
+    "REASONING_ROOM",
     "TOO_LONG",
     "answer_data",
     "for_model",
+    "output_tokens",
     "post_fast_model",
     "read_fast_answer",
     "retry_after",
@@ -51,17 +53,29 @@ _REASONING = re.compile(r"(?:^|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
 ``openai/o3``; not gpt-5-chat)."""
 
 
+REASONING_ROOM = 25_000
+"""The tokens a reasoning model's call may think in beyond its answer's own bound (OpenAI's
+advice for a first bound on these models): bounded at the answer's length alone, the model
+may spend it all thinking and answer nothing, cut at ``length``. Only what it writes costs."""
+
+
+def output_tokens(model: str, max_tokens: int) -> int:
+    """The completion tokens a call to ``model`` bounding its answer at ``max_tokens`` may
+    take of the window: its thinking's room as well for a reasoning model (``for_model``)."""
+    return max_tokens + REASONING_ROOM if _REASONING.search(model) else max_tokens
+
+
 def for_model(model: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` as ``model`` takes it. OpenAI's reasoning models answer 400 to ``max_tokens``
     (they take ``max_completion_tokens``, which bounds their reasoning and the answer
-    together) and to any ``temperature`` but the default; other models get ``body`` as
-    written, since servers that only know ``max_tokens`` (some local ones) would ignore the
-    newer name and leave the output unbounded."""
+    together, so it gets ``REASONING_ROOM`` more) and to any ``temperature`` but the default;
+    other models get ``body`` as written, since servers that only know ``max_tokens`` (some
+    local ones) would ignore the newer name and leave the output unbounded."""
     if not _REASONING.search(model):
         return body
     out = {k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}
     if "max_tokens" in body:
-        out["max_completion_tokens"] = body["max_tokens"]
+        out["max_completion_tokens"] = output_tokens(model, body["max_tokens"])
     return out
 
 
