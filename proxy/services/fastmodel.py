@@ -48,9 +48,9 @@ def _error_head(text: str) -> str:
     return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head
 
 
-_REASONING = re.compile(r"(?:^|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
+_REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
 """OpenAI's reasoning models by name (o1, o3, o4-mini, gpt-5, gpt-5.1-mini, a router's
-``openai/o3``; not gpt-5-chat)."""
+``openai/o3``, a fine-tuned ``ft:o4-mini-…:org::id``; not gpt-5-chat)."""
 
 
 REASONING_ROOM = 25_000

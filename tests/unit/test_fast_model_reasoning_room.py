@@ -83,3 +83,12 @@ async def test_the_extraction_prompt_leaves_a_reasoning_model_its_whole_bound() 
         await _promote(upstream, None, _Lent(), job, span, _count)  # type: ignore[arg-type]
     (body,) = upstream.bodies
     assert _count(body["messages"]) + body["max_completion_tokens"] <= limit
+
+
+def test_a_fine_tuned_reasoning_model_is_one_by_its_base_name() -> None:
+    """OpenAI names a fine-tuned model ``ft:<base>:<org>:<suffix>:<id>``: an o4-mini tuned by
+    reinforcement fine-tuning takes only what o4-mini takes; a tuned gpt-4o-mini, as written."""
+    body = {"model": "m", "messages": [], "max_tokens": 2000, "temperature": 0}
+    tuned = for_model("ft:o4-mini-2025-04-16:acme:grader:AbC123", body)
+    assert "max_tokens" not in tuned and "temperature" not in tuned
+    assert for_model("ft:gpt-4o-mini-2024-07-18:acme::AbC123", body) is body
