@@ -3,8 +3,8 @@
 A compaction's briefing (``proxy.cascade.summary``) is stored as exactly :data:`SECTIONS`, in
 order. Models wrap their answers in code fences, add preambles and write near-miss headings,
 so :func:`parse_briefing` maps every recognisable form onto the canonical headings (a JSON
-object keyed by the section names too; a reasoning model's leading ``<think>`` block is no
-part of it), keeping a previous briefing's text where the new one leaves a section out;
+object keyed by the section names too; a reasoning model's thinking ahead of it is no part
+of it), keeping a previous briefing's text where the new one leaves a section out;
 :func:`section` reads one back (the recitation stage quotes the open tasks). Pure.
 """
 
@@ -41,6 +41,19 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _THINKING = re.compile(r"^\s*<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 """A reasoning model's thinking ahead of its answer, when no reasoning parser serves it apart:
 it may draft the very headings, so only what follows it is the briefing."""
+_THINKING_END = re.compile(
+    r"^[ \t]*</(?:think|thinking|reasoning)>[ \t]*$", re.MULTILINE | re.IGNORECASE
+)
+"""A line that only closes a thinking block: its opening tag may have been in the prompt (a
+chat template that opens it there) or after a preamble; a briefing holds no such line, so
+what comes before the last one is thinking."""
+
+
+def _answer(text: str) -> str:
+    """``text`` without the thinking ahead of the answer (``_THINKING``, ``_THINKING_END``)."""
+    text = _THINKING.sub("", text, count=1)
+    ends = [m.end() for m in _THINKING_END.finditer(text)]
+    return text[ends[-1] :] if ends else text
 
 
 def _key(name: str) -> int | None:
@@ -102,7 +115,7 @@ def _json_sections(lines: list[str]) -> dict[int, list[str]]:
 
 
 def _split_sections(text: str) -> dict[int, list[str]]:
-    lines = _THINKING.sub("", text, count=1).strip().splitlines()
+    lines = text.strip().splitlines()
     if lines and _FENCE.match(lines[0]):
         lines = lines[1:]
     if found_json := _json_sections(lines):
@@ -159,7 +172,7 @@ def parse_briefing(text: str, *, previous: str | None = None) -> str:
     every one it has is empty or says nothing (``says_nothing``): such an answer says nothing
     of the span it would fold away, nor keeps what the previous summary said.
     """
-    found = _split_sections(text)
+    found = _split_sections(_answer(text))  # a stored briefing (``previous``) has no thinking
     if not found:
         raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
     if all(says_nothing(_body(lines)) for lines in found.values()):

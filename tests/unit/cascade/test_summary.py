@@ -400,6 +400,21 @@ def test_parse_skips_a_reasoning_models_thinking_before_the_briefing() -> None:
         parse_briefing(f"<think>\n{draft}\n</think>\nI cannot summarise this.")
 
 
+def test_parse_skips_thinking_whose_opening_tag_was_in_the_prompt() -> None:
+    """A reasoning model whose chat template opens the ``<think>`` block in the prompt (served
+    without a reasoning parser) answers with its thinking, a line ``</think>``, then the
+    briefing; a block after a preamble ends on such a line too: only what follows counts."""
+    draft = "Let me draft it.\n## Objective\nold draft\n## Next Step\nmaybe this"
+    for answer in (
+        f"{draft}\n</think>\n\n{BRIEF}",
+        f"Here it is:\n<think>\n{draft}\n</think>\n{BRIEF}",
+        f"{draft}\n  </thinking>  \n{BRIEF}",
+    ):
+        assert parse_briefing(answer) == parse_briefing(BRIEF)
+    quoted = BRIEF.replace("## Next Step\n", "## Next Step\nstrip the `</think>` tag, then ")
+    assert "`</think>` tag" in parse_briefing(quoted)
+
+
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
     assert section("## Objective\nx", "Next Step") is None
     with pytest.raises(ValueError, match="unknown section"):
