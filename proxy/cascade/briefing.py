@@ -92,8 +92,8 @@ def _json_lines(value: Any) -> list[str]:
 
 def _json_sections(lines: list[str]) -> dict[int, list[str]]:
     """The sections of an answer written as one JSON object (a fast model in JSON mode), its
-    keys the section names (``open_tasks``), or one object wrapping such an object; empty
-    when it is no such object."""
+    keys the section names (``open_tasks``), or one object wrapping such an object beside keys
+    of its own; empty when it is no such object."""
     text = "\n".join(lines).strip()
     if text.endswith(("```", "~~~")):
         text = text[:-3].strip()
@@ -101,17 +101,20 @@ def _json_sections(lines: list[str]) -> dict[int, list[str]]:
         return {}
     try:  # one nested past what Python's recursion allows is no such object
         data = json.loads(text)
-        for _ in range(2):  # the object, or the one object it wraps
-            if not isinstance(data, dict):
-                return {}
-            keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
-            found = {i: _json_lines(v) for i, v in keyed.items() if i is not None}
-            if found:
-                return found
-            data = next(iter(data.values())) if len(data) == 1 else None
+        if not isinstance(data, dict):
+            return {}
+        inner = [v for v in data.values() if isinstance(v, dict)]
+        # the object or one it wraps, whichever holds more sections (the object on a tie): a
+        # wrapper's own key may be a section's alias ("state": "done")
+        return max((_keyed_sections(d) for d in [data, *inner]), key=len)
     except (ValueError, RecursionError):
-        pass
-    return {}
+        return {}
+
+
+def _keyed_sections(data: dict[Any, Any]) -> dict[int, list[str]]:
+    """The sections of one JSON object's keys that name one (``open_tasks``)."""
+    keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
+    return {i: _json_lines(v) for i, v in keyed.items() if i is not None}
 
 
 def _split_sections(text: str) -> dict[int, list[str]]:

@@ -380,6 +380,21 @@ def test_parse_reads_a_briefing_written_as_a_json_object() -> None:
         parse_briefing(json.dumps({"summary": "it went fine"}))
 
 
+def test_parse_reads_a_json_briefing_wrapped_beside_other_keys() -> None:
+    """A JSON answer that wraps the sections in one key beside keys of its own (a status, a
+    confidence; one that happens to be a section's alias, as ``state``) reads as the object
+    holding the most sections, not as refused or as the stray key alone."""
+    sections = {"objective": "Fix the parser", "open_tasks": ["finish"], "next_step": "test"}
+    for wrapper in (
+        {"briefing": sections, "confidence": 0.9},
+        {"state": "done", "summary": sections},
+    ):
+        out = parse_briefing(json.dumps(wrapper))
+        assert section(out, "Objective") == "Fix the parser"
+        assert section(out, "Open Tasks") == "- finish"
+        assert section(out, "Files & State") == "(none)"
+
+
 def test_parse_refuses_a_json_answer_nested_past_the_decoders_depth() -> None:
     """An answer of one JSON object nested deeper than Python's recursion allows is no
     briefing, refused as one with no section (a retry follows), not a RecursionError that
