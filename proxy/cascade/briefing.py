@@ -82,7 +82,11 @@ def _match_heading(line: str, blocked: set[int]) -> tuple[int | None, str, bool]
 
 
 def _json_lines(value: Any) -> list[str]:
-    """A JSON section's body as lines: a list or object becomes a bullet list."""
+    """A JSON section's body as lines: a list or object becomes a bullet list, an empty one
+    ``(none)``: it says there is nothing (no open task left), where a missing section keeps
+    the previous summary's text."""
+    if isinstance(value, list | dict) and not value:
+        return [_NONE]
     if isinstance(value, list):
         return [f"- {v if isinstance(v, str) else json.dumps(v)}" for v in value]
     if isinstance(value, dict):

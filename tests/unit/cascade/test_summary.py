@@ -395,6 +395,16 @@ def test_parse_reads_a_json_briefing_wrapped_beside_other_keys() -> None:
         assert section(out, "Files & State") == "(none)"
 
 
+def test_an_empty_json_list_says_none_rather_than_keeping_the_previous_text() -> None:
+    """``"open_tasks": []`` says there are none left: the previous summary's open tasks (which
+    the recitation stage quotes every request) are not kept as a missing section's are."""
+    previous = parse_briefing("## Objective\nFix it\n\n## Open Tasks\n- finish the fix")
+    answer = json.dumps({"objective": "Fix it", "open_tasks": [], "files_state": {}})
+    out = parse_briefing(answer, previous=previous)
+    assert section(out, "Open Tasks") == "(none)"
+    assert section(out, "Files & State") == "(none)"
+
+
 def test_parse_refuses_a_json_answer_nested_past_the_decoders_depth() -> None:
     """An answer of one JSON object nested deeper than Python's recursion allows is no
     briefing, refused as one with no section (a retry follows), not a RecursionError that
