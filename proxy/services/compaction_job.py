@@ -55,10 +55,11 @@ _OVERRUN = 1.5
 """An answer longer than the ``max_tokens`` it was given, by this factor of the proxy's own
 estimate (which may count a little high), came from a provider that ignored the bound: it is
 unusable, since a briefing past every window would be refused in every later prompt."""
-_UNFINISHED = frozenset({"length", "content_filter"})
+_UNFINISHED = frozenset({"length", "content_filter", "error"})
 """The ``finish_reason`` of an answer the provider stopped before the model finished it: cut
-at ``max_tokens``, or by its content filter. Such a briefing holds the sections it reached
-and the parse would fill the rest with the previous summary's stale text, so it is unusable."""
+at ``max_tokens``, by its content filter, or by a failure a gateway (OpenRouter) reports so.
+Such a briefing holds the sections it reached and the parse would fill the rest with the
+previous summary's stale text, so it is unusable."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,8 +55,9 @@ def _job(attempts: int) -> Any:
 _PROMPT = [{"role": "user", "content": "x"}]
 
 
-@pytest.mark.parametrize("reason", ["length", "content_filter"])
+@pytest.mark.parametrize("reason", ["length", "content_filter", "error"])
 async def test_an_answer_cut_short_is_unusable(reason: str) -> None:
+    """``error``: a gateway's (OpenRouter's) answer that broke off when its provider failed."""
     upstream = _Upstream((_CUT, reason))
     with pytest.raises(SummaryCallError) as failed:
         await _call(upstream, _job(1), _PROMPT, len)  # type: ignore[arg-type]
