@@ -59,35 +59,40 @@ advice for a first bound on these models): bounded at the answer's length alone,
 may spend it all thinking and answer nothing, cut at ``length``. Only what it writes costs."""
 
 
-def output_tokens(model: str, max_tokens: int) -> int:
+def output_tokens(model: str, max_tokens: int, window: int | None = None) -> int:
     """The completion tokens a call to ``model`` bounding its answer at ``max_tokens`` may
-    take of the window: its thinking's room as well for a reasoning model (``for_model``)."""
-    return max_tokens + REASONING_ROOM if _REASONING.search(model) else max_tokens
+    take of its ``window``: its thinking's room as well for a reasoning model (``for_model``),
+    at most a quarter of the window, so one configured small (to keep summaries cheap) still
+    leaves most of it to the prompt."""
+    if not _REASONING.search(model):
+        return max_tokens
+    return max_tokens + (REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4))
 
 
-def for_model(model: str, body: dict[str, Any]) -> dict[str, Any]:
+def for_model(model: str, body: dict[str, Any], window: int | None = None) -> dict[str, Any]:
     """``body`` as ``model`` takes it. OpenAI's reasoning models answer 400 to ``max_tokens``
     (they take ``max_completion_tokens``, which bounds their reasoning and the answer
-    together, so it gets ``REASONING_ROOM`` more) and to any ``temperature`` but the default;
-    other models get ``body`` as written, since servers that only know ``max_tokens`` (some
-    local ones) would ignore the newer name and leave the output unbounded."""
+    together, so it holds room to think in as well: ``output_tokens`` of ``window``) and to
+    any ``temperature`` but the default; other models get ``body`` as written, since servers
+    that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
+    output unbounded."""
     if not _REASONING.search(model):
         return body
     out = {k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}
     if "max_tokens" in body:
-        out["max_completion_tokens"] = output_tokens(model, body["max_tokens"])
+        out["max_completion_tokens"] = output_tokens(model, body["max_tokens"], window)
     return out
 
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``), fitted to that
-    model (``for_model``); the raw reply."""
+    model and its window (``for_model``); the raw reply."""
     return await upstream.call(
         job.provider,
         "POST",
         "/chat/completions",
         client_headers=job.headers,
-        content=json.dumps(for_model(job.fast_model, body)).encode(),
+        content=json.dumps(for_model(job.fast_model, body, job.fast_limits.context_limit)).encode(),
         model=job.fast_model,
         max_bytes=answers.MAX_ANSWER_BYTES,
     )

@@ -79,7 +79,8 @@ async def promote(
 async def _promote(
     upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
 ) -> None:
-    budget = job.fast_limits.context_limit - output_tokens(job.fast_model, _OUTPUT_TOKENS) - _MARGIN
+    window = job.fast_limits.context_limit
+    budget = window - output_tokens(job.fast_model, _OUTPUT_TOKENS, window) - _MARGIN
     text = fit_span_text(span_text(span), budget, lambda t: count(extraction_prompt(t)))
     if not text:
         return

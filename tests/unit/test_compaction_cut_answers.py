@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.services.compaction_job import SummaryCallError, _call
 
@@ -48,6 +49,7 @@ def _job(attempts: int) -> Any:
         provider="p",
         headers={},
         fast_model="fast",
+        fast_limits=ModelConfig(),
         cfg=SummarizeConfig(maxAttempts=attempts, timeoutSeconds=5),
     )
 

@@ -10,6 +10,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from proxy.cascade.types import CompactionPlan
 from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
@@ -45,8 +47,10 @@ class _Upstream:
         return SimpleNamespace(status_code=200, text=text, json=lambda: json.loads(text))
 
 
-async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound() -> None:
-    limit = REASONING_ROOM + 20_000
+@pytest.mark.parametrize("limit", [REASONING_ROOM + 20_000, 16_000])
+async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound(limit: int) -> None:
+    """A window configured smaller than the room (to keep summaries cheap) keeps most of it
+    for the prompt: the room is at most a quarter of the window."""
     span = tuple({"role": "user", "content": f"{i} " + "word " * 2000} for i in range(60))
     plan = CompactionPlan(start=0, end=len(span), span=span, previous=None)
     job = SimpleNamespace(
@@ -61,6 +65,7 @@ async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound() -> 
     assert await _briefing_text(upstream, job, plan, _count, 1.0, _Tally()) == _FULL  # type: ignore[arg-type]
     (body,) = upstream.bodies
     assert _count(body["messages"]) + body["max_completion_tokens"] <= limit
+    assert _count(body["messages"]) >= limit // 2
 
 
 class _Lent:
