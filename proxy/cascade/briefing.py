@@ -115,9 +115,13 @@ def _json_sections(lines: list[str]) -> dict[int, list[str]]:
         return {}
 
 
+_WORD_BREAK = re.compile(r"[_-]|(?<=[a-z])(?=[A-Z])")
+
+
 def _keyed_sections(data: dict[Any, Any]) -> dict[int, list[str]]:
-    """The sections of one JSON object's keys that name one (``open_tasks``)."""
-    keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
+    """The sections of one JSON object's keys that name one (``open_tasks``, ``openTasks``:
+    its words split at ``_``, ``-`` and a lower-to-upper case change, as ``and`` is read)."""
+    keyed = {_key(_WORD_BREAK.sub(" ", str(k))): v for k, v in data.items()}
     return {i: _json_lines(v) for i, v in keyed.items() if i is not None}
 
 

@@ -405,6 +405,22 @@ def test_an_empty_json_list_says_none_rather_than_keeping_the_previous_text() ->
     assert section(out, "Files & State") == "(none)"
 
 
+def test_parse_reads_json_section_keys_in_camel_case() -> None:
+    """``decisionsAndFacts`` and ``filesAndState`` name their sections as the snake-case keys
+    do; unread, they kept the previous summary's text while the answer held the new one."""
+    previous = parse_briefing("## Objective\nold\n\n## Decisions & Facts\n- stale fact")
+    answer = {
+        "objective": "Fix it",
+        "decisionsAndFacts": ["new fact"],
+        "filesAndState": {"a.py": "edited"},
+        "openTasks": ["test"],
+        "nextStep": "run",
+    }
+    out = parse_briefing(json.dumps(answer), previous=previous)
+    assert section(out, "Decisions & Facts") == "- new fact"
+    assert section(out, "Files & State") == "- a.py: edited"
+
+
 def test_parse_refuses_a_json_answer_nested_past_the_decoders_depth() -> None:
     """An answer of one JSON object nested deeper than Python's recursion allows is no
     briefing, refused as one with no section (a retry follows), not a RecursionError that
