@@ -4,7 +4,8 @@ The replay upstream (``bench/replay_upstream.py``) answers the main model as rec
 summary call gets the next behaviour of ``--modes`` in turn (:data:`MODES`): an empty answer,
 a body that is no JSON, JSON of another shape, a tool call, a briefing far past its
 ``max_tokens``, one cut at ``length``, a content filter, a 429, a slow answer (past the
-``summarize.timeoutSeconds`` this run sets), a stream nobody asked for, content as parts, a
+``summarize.timeoutSeconds`` this run sets), a stream nobody asked for (whole, broken off by
+an error event, or cut with neither a finish reason nor ``[DONE]``), content as parts, a
 refusal, a briefing as a JSON object, every section ``(none)``, or a good briefing. It prints,
 per file, the steps over the limit and the broken tool pairings (both must be 0), the client's
 errors, and the session's ``context.compaction.*`` events grouped by reason and error::
@@ -37,7 +38,8 @@ from bench.replay_upstream import BRIEFING_SECTIONS, ReplayUpstream, build_brief
 __all__ = ["MODES", "BadSummariser", "main"]
 
 MODES = ("empty", "nonjson", "wrongshape", "toolcall", "long", "length", "filter", "429",
-         "slow", "stream", "parts", "refusal", "json", "allnone", "ok")  # fmt: skip
+         "slow", "stream", "streamerror", "streamcut", "parts", "refusal", "json", "allnone",
+         "ok")  # fmt: skip
 SLOW_SECONDS = 8.0
 TIMEOUT_SECONDS = 5
 POLICY = "cascade-default"
@@ -52,9 +54,15 @@ def _completion(model: str, content: Any, finish: str = "stop", **extra: Any) ->
     return JSONResponse({**body, "choices": [choice], "usage": usage})
 
 
-async def _frames(text: str) -> AsyncIterator[bytes]:
-    for piece in (text[:50], text[50:]):
+async def _frames(text: str, end: str = "done") -> AsyncIterator[bytes]:
+    """``text`` streamed in two chunks, then ``[DONE]``; ``end`` ``error``: an error event in
+    place of the second chunk; ``cut``: the first chunk alone, then the stream stops."""
+    for n, piece in enumerate((text[:50], text[50:])):
         chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        if n and end != "done":
+            if end == "cut":
+                return
+            chunk = {"error": {"message": "upstream connection reset", "type": "server_error"}}
         yield f"data: {json.dumps(chunk)}\n\n".encode()
     yield b"data: [DONE]\n\n"
 
@@ -89,6 +97,12 @@ async def bad_answer(mode: str, model: str, text: str) -> Response:
             headers={"retry-after": "1"},
         ),
         "stream": lambda: StreamingResponse(_frames(text), media_type="text/event-stream"),
+        "streamerror": lambda: StreamingResponse(
+            _frames(text, "error"), media_type="text/event-stream"
+        ),
+        "streamcut": lambda: StreamingResponse(
+            _frames(text, "cut"), media_type="text/event-stream"
+        ),
         "parts": lambda: _completion(model, [{"type": "text", "text": text}]),
         "refusal": lambda: _completion(model, None, refusal="I can't help with that."),
         "json": lambda: _completion(model, _as_json(text)),

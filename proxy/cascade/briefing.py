@@ -3,8 +3,8 @@
 A compaction's briefing (``proxy.cascade.summary``) is stored as exactly :data:`SECTIONS`, in
 order. Models wrap their answers in code fences, add preambles and write near-miss headings,
 so :func:`parse_briefing` maps every recognisable form onto the canonical headings (a JSON
-object keyed by the section names too; a reasoning model's leading ``<think>`` block is no
-part of it), keeping a previous briefing's text where the new one leaves a section out;
+object keyed by the section names too; a reasoning model's thinking ahead of it is no part
+of it), keeping a previous briefing's text where the new one leaves a section out;
 :func:`section` reads one back (the recitation stage quotes the open tasks). Pure.
 """
 
@@ -41,6 +41,19 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _THINKING = re.compile(r"^\s*<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 """A reasoning model's thinking ahead of its answer, when no reasoning parser serves it apart:
 it may draft the very headings, so only what follows it is the briefing."""
+_THINKING_END = re.compile(
+    r"^[ \t]*</(?:think|thinking|reasoning)>[ \t]*$", re.MULTILINE | re.IGNORECASE
+)
+"""A line that only closes a thinking block: its opening tag may have been in the prompt (a
+chat template that opens it there) or after a preamble; a briefing holds no such line, so
+what comes before the last one is thinking."""
+
+
+def _answer(text: str) -> str:
+    """``text`` without the thinking ahead of the answer (``_THINKING``, ``_THINKING_END``)."""
+    text = _THINKING.sub("", text, count=1)
+    ends = [m.end() for m in _THINKING_END.finditer(text)]
+    return text[ends[-1] :] if ends else text
 
 
 def _key(name: str) -> int | None:
@@ -69,7 +82,11 @@ def _match_heading(line: str, blocked: set[int]) -> tuple[int | None, str, bool]
 
 
 def _json_lines(value: Any) -> list[str]:
-    """A JSON section's body as lines: a list or object becomes a bullet list."""
+    """A JSON section's body as lines: a list or object becomes a bullet list, an empty one
+    ``(none)``: it says there is nothing (no open task left), where a missing section keeps
+    the previous summary's text."""
+    if isinstance(value, list | dict) and not value:
+        return [_NONE]
     if isinstance(value, list):
         return [f"- {v if isinstance(v, str) else json.dumps(v)}" for v in value]
     if isinstance(value, dict):
@@ -79,30 +96,37 @@ def _json_lines(value: Any) -> list[str]:
 
 def _json_sections(lines: list[str]) -> dict[int, list[str]]:
     """The sections of an answer written as one JSON object (a fast model in JSON mode), its
-    keys the section names (``open_tasks``), or one object wrapping such an object; empty
-    when it is no such object."""
+    keys the section names (``open_tasks``), or one object wrapping such an object beside keys
+    of its own; empty when it is no such object."""
     text = "\n".join(lines).strip()
     if text.endswith(("```", "~~~")):
         text = text[:-3].strip()
     if not text.startswith("{"):
         return {}
-    try:
+    try:  # one nested past what Python's recursion allows is no such object
         data = json.loads(text)
-    except ValueError:
-        return {}
-    for _ in range(2):  # the object, or the one object it wraps
         if not isinstance(data, dict):
             return {}
-        keyed = {_key(re.sub(r"[_-]", " ", str(k))): v for k, v in data.items()}
-        found = {i: _json_lines(v) for i, v in keyed.items() if i is not None}
-        if found:
-            return found
-        data = next(iter(data.values())) if len(data) == 1 else None
-    return {}
+        inner = [v for v in data.values() if isinstance(v, dict)]
+        # the object or one it wraps, whichever holds more sections (the object on a tie): a
+        # wrapper's own key may be a section's alias ("state": "done")
+        return max((_keyed_sections(d) for d in [data, *inner]), key=len)
+    except (ValueError, RecursionError):
+        return {}
+
+
+_WORD_BREAK = re.compile(r"[_-]|(?<=[a-z])(?=[A-Z])")
+
+
+def _keyed_sections(data: dict[Any, Any]) -> dict[int, list[str]]:
+    """The sections of one JSON object's keys that name one (``open_tasks``, ``openTasks``:
+    its words split at ``_``, ``-`` and a lower-to-upper case change, as ``and`` is read)."""
+    keyed = {_key(_WORD_BREAK.sub(" ", str(k))): v for k, v in data.items()}
+    return {i: _json_lines(v) for i, v in keyed.items() if i is not None}
 
 
 def _split_sections(text: str) -> dict[int, list[str]]:
-    lines = _THINKING.sub("", text, count=1).strip().splitlines()
+    lines = text.strip().splitlines()
     if lines and _FENCE.match(lines[0]):
         lines = lines[1:]
     if found_json := _json_sections(lines):
@@ -159,7 +183,7 @@ def parse_briefing(text: str, *, previous: str | None = None) -> str:
     every one it has is empty or says nothing (``says_nothing``): such an answer says nothing
     of the span it would fold away, nor keeps what the previous summary said.
     """
-    found = _split_sections(text)
+    found = _split_sections(_answer(text))  # a stored briefing (``previous``) has no thinking
     if not found:
         raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
     if all(says_nothing(_body(lines)) for lines in found.values()):

@@ -36,6 +36,7 @@ from proxy.config_context import SummarizeConfig
 from proxy.services.fastmodel import (
     TOO_LONG,
     answer_data,
+    output_tokens,
     post_fast_model,
     read_fast_answer,
     retry_after,
@@ -54,10 +55,11 @@ _OVERRUN = 1.5
 """An answer longer than the ``max_tokens`` it was given, by this factor of the proxy's own
 estimate (which may count a little high), came from a provider that ignored the bound: it is
 unusable, since a briefing past every window would be refused in every later prompt."""
-_UNFINISHED = frozenset({"length", "content_filter"})
+_UNFINISHED = frozenset({"length", "content_filter", "error"})
 """The ``finish_reason`` of an answer the provider stopped before the model finished it: cut
-at ``max_tokens``, or by its content filter. Such a briefing holds the sections it reached
-and the parse would fill the rest with the previous summary's stale text, so it is unusable."""
+at ``max_tokens``, by its content filter, or by a failure a gateway (OpenRouter) reports so.
+Such a briefing holds the sections it reached and the parse would fill the rest with the
+previous summary's stale text, so it is unusable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +214,9 @@ async def _briefing_text(
 ) -> str:
     """The fast model's usable answer to ``plan``'s prompt, the prompt halved after each
     refusal as too long, within ``summarize.maxAttempts`` calls in all."""
-    budget = max(1000, job.fast_limits.context_limit - _SUMMARY_OUTPUT_TOKENS - 500)
+    window = job.fast_limits.context_limit
+    output = output_tokens(job.fast_model, _SUMMARY_OUTPUT_TOKENS, window)  # and its thinking
+    budget = max(1000, window - output - 500)
     calibrated = calibrated_count(count, ratio)
     prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
     while True:

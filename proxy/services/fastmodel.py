@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -21,9 +22,11 @@ from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
 
 __all__ = [
+    "REASONING_ROOM",
     "TOO_LONG",
     "answer_data",
     "for_model",
+    "output_tokens",
     "post_fast_model",
     "read_fast_answer",
     "retry_after",
@@ -45,34 +48,51 @@ def _error_head(text: str) -> str:
     return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head
 
 
-_REASONING = re.compile(r"(?:^|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
+_REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))")
 """OpenAI's reasoning models by name (o1, o3, o4-mini, gpt-5, gpt-5.1-mini, a router's
-``openai/o3``; not gpt-5-chat)."""
+``openai/o3``, a fine-tuned ``ft:o4-mini-…:org::id``; not gpt-5-chat)."""
 
 
-def for_model(model: str, body: dict[str, Any]) -> dict[str, Any]:
+REASONING_ROOM = 25_000
+"""The tokens a reasoning model's call may think in beyond its answer's own bound (OpenAI's
+advice for a first bound on these models): bounded at the answer's length alone, the model
+may spend it all thinking and answer nothing, cut at ``length``. Only what it writes costs."""
+
+
+def output_tokens(model: str, max_tokens: int, window: int | None = None) -> int:
+    """The completion tokens a call to ``model`` bounding its answer at ``max_tokens`` may
+    take of its ``window``: its thinking's room as well for a reasoning model (``for_model``),
+    at most a quarter of the window, so one configured small (to keep summaries cheap) still
+    leaves most of it to the prompt."""
+    if not _REASONING.search(model):
+        return max_tokens
+    return max_tokens + (REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4))
+
+
+def for_model(model: str, body: dict[str, Any], window: int | None = None) -> dict[str, Any]:
     """``body`` as ``model`` takes it. OpenAI's reasoning models answer 400 to ``max_tokens``
     (they take ``max_completion_tokens``, which bounds their reasoning and the answer
-    together) and to any ``temperature`` but the default; other models get ``body`` as
-    written, since servers that only know ``max_tokens`` (some local ones) would ignore the
-    newer name and leave the output unbounded."""
+    together, so it holds room to think in as well: ``output_tokens`` of ``window``) and to
+    any ``temperature`` but the default; other models get ``body`` as written, since servers
+    that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
+    output unbounded."""
     if not _REASONING.search(model):
         return body
     out = {k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}
     if "max_tokens" in body:
-        out["max_completion_tokens"] = body["max_tokens"]
+        out["max_completion_tokens"] = output_tokens(model, body["max_tokens"], window)
     return out
 
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``), fitted to that
-    model (``for_model``); the raw reply."""
+    model and its window (``for_model``); the raw reply."""
     return await upstream.call(
         job.provider,
         "POST",
         "/chat/completions",
         client_headers=job.headers,
-        content=json.dumps(for_model(job.fast_model, body)).encode(),
+        content=json.dumps(for_model(job.fast_model, body, job.fast_limits.context_limit)).encode(),
         model=job.fast_model,
         max_bytes=answers.MAX_ANSWER_BYTES,
     )
@@ -81,30 +101,53 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
 def answer_data(resp: Any) -> Any:
     """The chat completion a successful ``resp`` holds: its JSON body, or, for an answer
     streamed although the call asked for none (a gateway that always streams), one built
-    from its chunks (``_streamed``). Raises ValueError for a body that is neither."""
+    from its chunks (``_streamed``). Raises ValueError for a body that is neither, or that
+    nests past what Python's recursion allows."""
     try:
         return resp.json()
+    except RecursionError as exc:
+        raise ValueError(_TOO_DEEP) from exc
     except ValueError:
         text = resp.text.lstrip()
         if not text.startswith(("data:", ":", "event:", "id:")):
             raise
-        return _streamed(text)
+        try:
+            return _streamed(text, _scrubbing(resp))
+        except RecursionError as exc:
+            raise ValueError(_TOO_DEEP) from exc
 
 
-def _streamed(text: str) -> dict[str, Any]:
+_TOO_DEEP = "the answer's JSON nests too deep"
+
+
+def _scrubbing(resp: Any) -> Callable[[str], str]:
+    """What scrubs the credential ``resp``'s call sent from a text of its body, which comes
+    unscrubbed on a success (``Upstream.call`` scrubs an error's)."""
+    sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
+    return lambda text: scrub_text(text, sent)
+
+
+def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:
     """A chat completion from an event stream's chunks: the first choice's content and refusal
-    joined, whether it called a tool, its last finish reason, and the last usage sent."""
+    joined, whether it called a tool, its last finish reason, and the last usage sent.
+
+    Raises ValueError for a stream that holds an error event (quoted, ``scrub``-bed) or that
+    stops with neither a finish reason nor ``[DONE]``: either breaks off the answer, whose
+    missing part a briefing's parse would fill with the previous summary's stale text."""
     content: list[str] = []
     refusal: list[str] = []
     calls: list[Any] = []
-    finish, usage = None, None
+    finish, usage, done = None, None, False
     for line in text.splitlines():
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
         if payload == "[DONE]":
+            done = True
             break
         chunk = json.loads(payload)
+        if chunk.get("error") is not None:
+            raise ValueError(f"the stream broke off with an error: {scrub(payload)[:300]}")
         usage = chunk.get("usage") or usage
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -114,6 +157,8 @@ def _streamed(text: str) -> dict[str, Any]:
             refusal.append(delta.get("refusal") or "")
             calls += delta.get("tool_calls") or ()
             finish = choice.get("finish_reason") or finish
+    if finish is None and not done:
+        raise ValueError("the stream was cut: it ends with neither a finish reason nor [DONE]")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
     if "".join(refusal):
         message["refusal"] = "".join(refusal)
@@ -136,8 +181,7 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
         return resp.status_code, _error_head(resp.text)
     data = answer_data(resp)
     if isinstance(data.get("error"), dict) and "choices" not in data:
-        sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
-        head = scrub_text(resp.text, sent)[:300]  # a success's body comes unscrubbed
+        head = _scrubbing(resp)(resp.text)[:300]
         raise ValueError(f"an error answered with status {resp.status_code}: {head}")
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, content_text(data["choices"][0]["message"].get("content"))

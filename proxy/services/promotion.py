@@ -37,7 +37,7 @@ from proxy.cascade.memory import (
     span_text,
 )
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
-from proxy.services.fastmodel import post_fast_model, read_fast_answer
+from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.store import memory as store
 from proxy.store.db import Lent
 
@@ -79,7 +79,8 @@ async def promote(
 async def _promote(
     upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
 ) -> None:
-    budget = job.fast_limits.context_limit - _OUTPUT_TOKENS - _MARGIN
+    window = job.fast_limits.context_limit
+    budget = window - output_tokens(job.fast_model, _OUTPUT_TOKENS, window) - _MARGIN
     text = fit_span_text(span_text(span), budget, lambda t: count(extraction_prompt(t)))
     if not text:
         return

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.services.compaction_job import SummaryCallError, _call
 
@@ -40,6 +41,7 @@ _JOB = SimpleNamespace(
     provider="p",
     headers={},
     fast_model="fast",
+    fast_limits=ModelConfig(),
     cfg=SummarizeConfig(maxAttempts=1),
 )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.services.compaction_job import SummaryCallError, _call
 
@@ -48,6 +49,7 @@ def _job(attempts: int) -> Any:
         provider="p",
         headers={},
         fast_model="fast",
+        fast_limits=ModelConfig(),
         cfg=SummarizeConfig(maxAttempts=attempts, timeoutSeconds=5),
     )
 
@@ -55,8 +57,9 @@ def _job(attempts: int) -> Any:
 _PROMPT = [{"role": "user", "content": "x"}]
 
 
-@pytest.mark.parametrize("reason", ["length", "content_filter"])
+@pytest.mark.parametrize("reason", ["length", "content_filter", "error"])
 async def test_an_answer_cut_short_is_unusable(reason: str) -> None:
+    """``error``: a gateway's (OpenRouter's) answer that broke off when its provider failed."""
     upstream = _Upstream((_CUT, reason))
     with pytest.raises(SummaryCallError) as failed:
         await _call(upstream, _job(1), _PROMPT, len)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.services.fastmodel import for_model
+from proxy.services.fastmodel import REASONING_ROOM, for_model
 from proxy.settings import Settings
 from tests.fakes.strict_openai import violations
 from tests.fakes.upstream import FakeUpstream
@@ -60,5 +60,5 @@ def test_other_models_get_the_bound_and_temperature_as_written() -> None:
         assert for_model(model, body) == {
             "model": "m",
             "messages": [],
-            "max_completion_tokens": 2000,
+            "max_completion_tokens": 2000 + REASONING_ROOM,
         }

@@ -380,6 +380,56 @@ def test_parse_reads_a_briefing_written_as_a_json_object() -> None:
         parse_briefing(json.dumps({"summary": "it went fine"}))
 
 
+def test_parse_reads_a_json_briefing_wrapped_beside_other_keys() -> None:
+    """A JSON answer that wraps the sections in one key beside keys of its own (a status, a
+    confidence; one that happens to be a section's alias, as ``state``) reads as the object
+    holding the most sections, not as refused or as the stray key alone."""
+    sections = {"objective": "Fix the parser", "open_tasks": ["finish"], "next_step": "test"}
+    for wrapper in (
+        {"briefing": sections, "confidence": 0.9},
+        {"state": "done", "summary": sections},
+    ):
+        out = parse_briefing(json.dumps(wrapper))
+        assert section(out, "Objective") == "Fix the parser"
+        assert section(out, "Open Tasks") == "- finish"
+        assert section(out, "Files & State") == "(none)"
+
+
+def test_an_empty_json_list_says_none_rather_than_keeping_the_previous_text() -> None:
+    """``"open_tasks": []`` says there are none left: the previous summary's open tasks (which
+    the recitation stage quotes every request) are not kept as a missing section's are."""
+    previous = parse_briefing("## Objective\nFix it\n\n## Open Tasks\n- finish the fix")
+    answer = json.dumps({"objective": "Fix it", "open_tasks": [], "files_state": {}})
+    out = parse_briefing(answer, previous=previous)
+    assert section(out, "Open Tasks") == "(none)"
+    assert section(out, "Files & State") == "(none)"
+
+
+def test_parse_reads_json_section_keys_in_camel_case() -> None:
+    """``decisionsAndFacts`` and ``filesAndState`` name their sections as the snake-case keys
+    do; unread, they kept the previous summary's text while the answer held the new one."""
+    previous = parse_briefing("## Objective\nold\n\n## Decisions & Facts\n- stale fact")
+    answer = {
+        "objective": "Fix it",
+        "decisionsAndFacts": ["new fact"],
+        "filesAndState": {"a.py": "edited"},
+        "openTasks": ["test"],
+        "nextStep": "run",
+    }
+    out = parse_briefing(json.dumps(answer), previous=previous)
+    assert section(out, "Decisions & Facts") == "- new fact"
+    assert section(out, "Files & State") == "- a.py: edited"
+
+
+def test_parse_refuses_a_json_answer_nested_past_the_decoders_depth() -> None:
+    """An answer of one JSON object nested deeper than Python's recursion allows is no
+    briefing, refused as one with no section (a retry follows), not a RecursionError that
+    escapes the summary call's handling and ends the compaction unrecorded."""
+    deep = '{"objective": ' * 5000 + '"x"' + "}" * 5000
+    with pytest.raises(ValueError, match="none of the sections"):
+        parse_briefing(deep)
+
+
 def test_parse_skips_a_reasoning_models_thinking_before_the_briefing() -> None:
     """A reasoning model served without a reasoning parser answers with its thinking first, in
     a ``<think>`` block that may draft the very headings: only the briefing after it counts."""
@@ -389,6 +439,21 @@ def test_parse_skips_a_reasoning_models_thinking_before_the_briefing() -> None:
         assert parse_briefing(answer) == parse_briefing(BRIEF)
     with pytest.raises(ValueError, match="none of the sections"):
         parse_briefing(f"<think>\n{draft}\n</think>\nI cannot summarise this.")
+
+
+def test_parse_skips_thinking_whose_opening_tag_was_in_the_prompt() -> None:
+    """A reasoning model whose chat template opens the ``<think>`` block in the prompt (served
+    without a reasoning parser) answers with its thinking, a line ``</think>``, then the
+    briefing; a block after a preamble ends on such a line too: only what follows counts."""
+    draft = "Let me draft it.\n## Objective\nold draft\n## Next Step\nmaybe this"
+    for answer in (
+        f"{draft}\n</think>\n\n{BRIEF}",
+        f"Here it is:\n<think>\n{draft}\n</think>\n{BRIEF}",
+        f"{draft}\n  </thinking>  \n{BRIEF}",
+    ):
+        assert parse_briefing(answer) == parse_briefing(BRIEF)
+    quoted = BRIEF.replace("## Next Step\n", "## Next Step\nstrip the `</think>` tag, then ")
+    assert "`</think>` tag" in parse_briefing(quoted)
 
 
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
