@@ -101,7 +101,7 @@ class UpstreamTimer:
     ``provider``, ``path``, ``model`` and ``method`` name the call for the metrics and its span.
     """
 
-    __slots__ = ("_record", "_start", "_waiting", "_attempt")
+    __slots__ = ("_record", "_start", "_waiting", "_attempt", "traced")
 
     def __init__(
         self, provider: str = "", path: str = "", model: str | None = None, method: str = "POST"
@@ -110,15 +110,17 @@ class UpstreamTimer:
         self._start: float | None = time.perf_counter()
         self._waiting = record is not None
         self._attempt: Any = None
+        self.traced = False  # the call has a span: ``trace_headers`` has something to send
         if record is not None:
             record.waits.append(self._start)
             if record.obs is not None:
                 self._attempt = record.obs.attempt_started(provider, path, model, method)
+                self.traced = self._attempt[1] is not None
 
     def trace_headers(self, host: str, port: int | None) -> dict[str, str]:
         """The W3C trace context the call to ``host`` sends upstream (none when tracing is
-        off); the call's span names that server."""
-        if self._attempt is None or self._record is None or self._record.obs is None:
+        off: a caller asks only when ``traced``); the call's span names that server."""
+        if not self.traced or self._record is None or self._record.obs is None:
             return {}
         return dict(self._record.obs.trace_headers(self._attempt, host, port))
 

@@ -204,7 +204,7 @@ class Upstream:
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
         url = self._url(provider.base_url, target, path, cache=params is None)
-        if timer is not None:  # the call's trace context, when traced
+        if timer is not None and timer.traced:  # the call's trace context; none untraced
             headers.update(timer.trace_headers(url.host, url.port or _PORTS.get(url.scheme)))
         limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
         timeout = self._timeouts.get(limits)
