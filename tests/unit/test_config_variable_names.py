@@ -93,3 +93,27 @@ def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
     reason = str(refused.value)
     assert reason.startswith(f"providers.p.apiKeyEnv: ${provider_env} "), reason
     assert "auth.keys[0]" in reason and "shared-key" not in reason
+
+
+def test_a_kubernetes_variable_name_is_taken() -> None:
+    """Kubernetes and Docker take ``-`` and ``.`` in a variable's name, and a Secret loaded
+    with ``envFrom`` names each variable by its key (``openai-api-key``); these were valid."""
+    raw = {
+        "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": "openai-api-key"}},
+        "auth": {"keys": [{"keyEnv": "team.a.key", "tenant": "a"}], "metricsKeyEnv": "m-key"},
+    }
+    cfg = parse_config(raw, env={})
+    assert cfg.variables() == {"openai-api-key", "team.a.key", "m-key", "OPENAI_API_KEY"}
+
+
+@pytest.mark.parametrize(
+    "key", ["ghp_abcdefghijklmnopqrstuvwxyz0123456789", "AKIAIOSFODNN7EXAMPLE", f"{SECRET}-2"]
+)
+def test_a_key_spelled_as_a_name_is_refused_unquoted(key: str) -> None:
+    """A key of a known shape is refused though letters, digits and ``_`` spell it: the
+    name would be printed, and the secret patterns the redaction uses know it for a key."""
+    raw = {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": key}}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert "providers.p.apiKeyEnv: not an environment variable's name" in str(refused.value)
+    assert key not in str(refused.value)
