@@ -247,8 +247,9 @@ def check_blanks(cfg: Config) -> None:
 
 def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Nor does a provider's
-    ``apiKeyEnv`` (nor is it a ``keyEnv``): that proxy key would go upstream. Nor does the
+    request with it would only ever be the first entry's. Nor does the ``apiKeyEnv`` of a
+    provider an agent or the embedder calls (nor is it a ``keyEnv``): that proxy key would go
+    upstream. Nor does the
     metrics key's: that
     proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
     match no request."""
@@ -262,7 +263,12 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
                 "holds; give each entry a key of its own"
             )
     names = {key.key_env: i for i, key in reversed(list(enumerate(cfg.auth.keys)))}
-    for name, p in cfg.providers.items():  # a proxy key never leaves the proxy
+    # a proxy key never leaves the proxy: judged in the providers it calls, not in one no
+    # agent names (the default openai, its OPENAI_API_KEY a shell's shared with the clients)
+    called = {agent.provider for agent in cfg.agents.values()} | {cfg.embedding.provider}
+    for name, p in cfg.providers.items():
+        if name not in called:
+            continue
         value = (env.get(p.api_key_env) or "").strip() if p.api_key_env else ""
         j = names.get(p.api_key_env or "", first.get(value, -1) if value else -1)
         if j >= 0:

@@ -86,6 +86,7 @@ def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
     provider around the proxy."""
     raw = {
         "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": provider_env}},
+        "agents": {"default": {"provider": "p"}},
         "auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}]},
     }
     with pytest.raises(ConfigError) as refused:
@@ -117,3 +118,19 @@ def test_a_key_spelled_as_a_name_is_refused_unquoted(key: str) -> None:
         parse_config(raw, env={})
     assert "providers.p.apiKeyEnv: not an environment variable's name" in str(refused.value)
     assert key not in str(refused.value)
+
+
+def test_a_proxy_key_in_a_provider_no_agent_calls_is_taken() -> None:
+    """A shell or a Compose ``.env`` shared with the clients has ``OPENAI_API_KEY`` hold the
+    proxy key (OpenAI's SDKs read it); the default ``openai`` provider, which no agent of
+    this file calls, never sends it, so it is no reason to refuse the start."""
+    raw = {
+        "providers": {"local": {"baseUrl": "http://localhost:8000/v1"}},
+        "agents": {"default": {"provider": "local"}},
+        "auth": {"keys": [{"keyEnv": "CASCADE_KEY", "tenant": "me"}]},
+    }
+    env = {"CASCADE_KEY": "cx-shared", "OPENAI_API_KEY": "cx-shared"}
+    assert parse_config(raw, env=env).providers["openai"].api_key_env == "OPENAI_API_KEY"
+    raw["embedding"] = {"provider": "openai", "model": "text-embedding-3-small"}
+    with pytest.raises(ConfigError, match=r"^providers\.openai\.apiKeyEnv: "):
+        parse_config(raw, env=env)  # the embedder calls it
