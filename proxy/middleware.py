@@ -41,6 +41,9 @@ __all__ = [
 
 access_log = logging.getLogger("cascade.access")
 _DONE_TAIL = 24  # the bytes a chunk ending with the [DONE] event ends with, and some spaces
+# how a chunk ending with [DONE]'s event ends (a JSON chunk's ends with "}"): the cheap look
+# each chunk of a stream gets
+_EVENT_ENDS = (b"]\n\n", b"]\r\n\r\n", b"]\r\r")
 log = logging.getLogger("cascade")
 
 # A client's X-Request-Id is kept when it is a short token of visible ASCII; anything else
@@ -152,8 +155,8 @@ class AccessLog:
             elif message["type"] == "http.response.body":
                 if not message.get("more_body"):
                     done = time.perf_counter()
-                elif not answered and _ends_done(message.get("body", b"")):
-                    answered = True
+                elif not answered and (body := message.get("body", b"")).endswith(_EVENT_ENDS):
+                    answered = _ends_done(body)
             await send(message)
 
         try:
@@ -187,10 +190,8 @@ class AccessLog:
 def _ends_done(body: bytes) -> bool:
     """Whether ``body`` ends with a ``data: [DONE]`` event, as the proxy writes it or as a
     provider's went out (any spacing, ``\r\n``); a delta whose text is ``[DONE]`` is none."""
-    tail = body[-_DONE_TAIL:]
-    if b"[DONE]" not in tail:  # nearly every chunk: one look at its last bytes
-        return False
-    return tail.rstrip().removesuffix(b"[DONE]").rstrip().endswith(b"data:")
+    tail = body[-_DONE_TAIL:].rstrip()
+    return tail.endswith(b"[DONE]") and tail[:-6].rstrip().endswith(b"data:")
 
 
 def _with_ids(
