@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel
 
-from proxy.cascade.redaction import compile_patterns
+from proxy.cascade.redaction import compile_patterns, redact
 
 if TYPE_CHECKING:
     from proxy.config import Config
@@ -42,18 +42,21 @@ class EnvironmentRefused(ConfigError):
     provider), not the file: a message naming the file would send the reader there."""
 
 
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
+"""A variable's name as Kubernetes takes it (a Secret's keys by ``envFrom``,
+``openai-api-key``), and Docker: the shell's letters, digits and ``_``, and ``-`` and ``.``."""
 
 
 def _variable_name(value: str) -> str:
-    """A name the shell can export (letters, digits, ``_``); a blank one is left to
+    """A name a process environment holds (``_VARIABLE``); a blank one is left to
     :func:`check_blanks`, which says what leaving the key out does. A key pasted where its
     variable's name goes (``"apiKeyEnv": "sk-proj-…"``) is refused here, unquoted: the name
-    is printed by the start-up block, the warnings and ``config check``."""
-    if value.strip() and not _VARIABLE.fullmatch(value):
+    is printed by the start-up block, the warnings and ``config check``. A key of a shape
+    the redaction's secret patterns know is one even when it could be a name (``ghp_…``)."""
+    if value.strip() and (not _VARIABLE.fullmatch(value) or redact(value, compile_patterns(()))[1]):
         raise ValueError(
-            "not an environment variable's name (letters, digits and _, not starting with "
-            "a digit); it names the variable that holds the key, never the key itself"
+            "not an environment variable's name (letters, digits, _, - and ., not starting "
+            "with a digit); it names the variable that holds the key, never the key itself"
         )
     return value
 
@@ -244,8 +247,9 @@ def check_blanks(cfg: Config) -> None:
 
 def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     """No two proxy keys' variables hold one key (as the gate reads them, stripped): a
-    request with it would only ever be the first entry's. Nor does a provider's
-    ``apiKeyEnv`` (nor is it a ``keyEnv``): that proxy key would go upstream. Nor does the
+    request with it would only ever be the first entry's. Nor does the ``apiKeyEnv`` of a
+    provider an agent or the embedder calls (nor is it a ``keyEnv``): that proxy key would go
+    upstream. Nor does the
     metrics key's: that
     proxy key would open /metrics, and the metrics key all that proxy key opens. Unset ones
     match no request."""
@@ -259,7 +263,12 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
                 "holds; give each entry a key of its own"
             )
     names = {key.key_env: i for i, key in reversed(list(enumerate(cfg.auth.keys)))}
-    for name, p in cfg.providers.items():  # a proxy key never leaves the proxy
+    # a proxy key never leaves the proxy: judged in the providers it calls, not in one no
+    # agent names (the default openai, its OPENAI_API_KEY a shell's shared with the clients)
+    called = {agent.provider for agent in cfg.agents.values()} | {cfg.embedding.provider}
+    for name, p in cfg.providers.items():
+        if name not in called:
+            continue
         value = (env.get(p.api_key_env) or "").strip() if p.api_key_env else ""
         j = names.get(p.api_key_env or "", first.get(value, -1) if value else -1)
         if j >= 0:

@@ -170,7 +170,8 @@ class Metrics:
         self.upstream_errors = Counter(
             "cascade_upstream_errors_total",
             "Provider calls that failed, by provider and error_type: the provider's status "
-            "(4xx, 5xx), unreachable, or the exception that broke an answer off (ReadError).",
+            "(4xx, 5xx), unreachable, or the exception that broke an answer off (ReadError) "
+            "or found nothing usable in it (UpstreamBadResponse).",
             ("provider", "error_type"),
             registry=r,
         )

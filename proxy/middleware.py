@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 access_log = logging.getLogger("cascade.access")
+_DONE_TAIL = 24  # the bytes a chunk ending with the [DONE] event ends with, and some spaces
+# how a chunk ending with [DONE]'s event ends (a JSON chunk's ends with "}"): the cheap look
+# each chunk of a stream gets
+_EVENT_ENDS = (b"]\n\n", b"]\r\n\r\n", b"]\r\r")
 log = logging.getLogger("cascade")
 
 # A client's X-Request-Id is kept when it is a short token of visible ASCII; anything else
@@ -116,6 +120,9 @@ class AccessLog:
     responses included. The line has the method, path, status, the time until the last
     byte was sent, the time spent on providers (``requestlog.UpstreamTimer``), the session
     id and the request id, and ``client_gone`` when the client left before the last byte.
+    A chat stream's last byte, for its client, is its ``[DONE]``: the proxy stores the reply
+    before the response's closing (empty) body goes out, and a client that closes as it
+    reads ``[DONE]`` had the whole answer, though its disconnect comes first.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -131,21 +138,25 @@ class AccessLog:
         status = 500  # what the server answers if the app raises before it starts a response
         done: float | None = None
         gone = False  # the client left before the last byte went out
+        answered = False  # a chat stream's [DONE] went out: the answer is whole
 
         async def receive_watched() -> Message:
             nonlocal gone
             message = await receive()
-            if message["type"] == "http.disconnect" and done is None:
+            if message["type"] == "http.disconnect" and done is None and not answered:
                 gone = True
             return message
 
         async def send_with_ids(message: Message) -> None:
-            nonlocal status, done
+            nonlocal status, done, answered
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message = {**message, "headers": _with_ids(message.get("headers", ()), record)}
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                done = time.perf_counter()
+            elif message["type"] == "http.response.body":
+                if not message.get("more_body"):
+                    done = time.perf_counter()
+                elif not answered and (body := message.get("body", b"")).endswith(_EVENT_ENDS):
+                    answered = _ends_done(body)
             await send(message)
 
         try:
@@ -174,6 +185,13 @@ class AccessLog:
                 extra={"fields": fields, "in_text": _SHOWN},
             )
             requestlog.end(token)
+
+
+def _ends_done(body: bytes) -> bool:
+    """Whether ``body`` ends with a ``data: [DONE]`` event, as the proxy writes it or as a
+    provider's went out (any spacing, ``\r\n``); a delta whose text is ``[DONE]`` is none."""
+    tail = body[-_DONE_TAIL:].rstrip()
+    return tail.endswith(b"[DONE]") and tail[:-6].rstrip().endswith(b"data:")
 
 
 def _with_ids(

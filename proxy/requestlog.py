@@ -13,9 +13,10 @@ and the request's span need from code that is not handed the request.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "UpstreamTimer",
     "begin",
     "current",
+    "deadline_at",
     "end",
     "note_session",
     "note_session_wait",
@@ -91,6 +93,27 @@ def note_upstream(seconds: float) -> None:
         record.upstream_seconds += seconds
 
 
+_deadline: ContextVar[float | None] = ContextVar("cascade_call_deadline", default=None)
+_LATE = 0.001  # the loop runs a timer's callback up to its clock's resolution early
+
+
+@contextlib.asynccontextmanager
+async def deadline_at(when: float) -> AsyncIterator[None]:
+    """``asyncio.timeout_at(when)``, its provider calls told: one it cuts off got no answer
+    in time (``unreachable``), unlike one the proxy gave up because its client left."""
+    token = _deadline.set(when)
+    try:
+        async with asyncio.timeout_at(when):
+            yield
+    finally:
+        _deadline.reset(token)
+
+
+def _past_deadline() -> bool:
+    when = _deadline.get()
+    return when is not None and asyncio.get_running_loop().time() + _LATE >= when
+
+
 class UpstreamTimer:
     """Times one provider call, from its creation until the first ``stop``.
 
@@ -101,7 +124,7 @@ class UpstreamTimer:
     ``provider``, ``path``, ``model`` and ``method`` name the call for the metrics and its span.
     """
 
-    __slots__ = ("_record", "_start", "_waiting", "_attempt")
+    __slots__ = ("_record", "_start", "_waiting", "_attempt", "traced")
 
     def __init__(
         self, provider: str = "", path: str = "", model: str | None = None, method: str = "POST"
@@ -110,15 +133,17 @@ class UpstreamTimer:
         self._start: float | None = time.perf_counter()
         self._waiting = record is not None
         self._attempt: Any = None
+        self.traced = False  # the call has a span: ``trace_headers`` has something to send
         if record is not None:
             record.waits.append(self._start)
             if record.obs is not None:
                 self._attempt = record.obs.attempt_started(provider, path, model, method)
+                self.traced = self._attempt[1] is not None
 
     def trace_headers(self, host: str, port: int | None) -> dict[str, str]:
         """The W3C trace context the call to ``host`` sends upstream (none when tracing is
-        off); the call's span names that server."""
-        if self._attempt is None or self._record is None or self._record.obs is None:
+        off: a caller asks only when ``traced``); the call's span names that server."""
+        if not self.traced or self._record is None or self._record.obs is None:
             return {}
         return dict(self._record.obs.trace_headers(self._attempt, host, port))
 
@@ -138,6 +163,8 @@ class UpstreamTimer:
         if self._start is None or self._record is None:
             self._start = None
             return
+        if cancelled and _past_deadline():  # cut off by its caller's deadline: no answer in time
+            cancelled, failure = False, failure or ("TimeoutError" if status else None)
         self.first_byte()
         elapsed = time.perf_counter() - self._start
         self._record.upstream_seconds += elapsed

@@ -204,7 +204,7 @@ class Upstream:
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
         url = self._url(provider.base_url, target, path, cache=params is None)
-        if timer is not None:  # the call's trace context, when traced
+        if timer is not None and timer.traced:  # the call's trace context; none untraced
             headers.update(timer.trace_headers(url.host, url.port or _PORTS.get(url.scheme)))
         limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
         timeout = self._timeouts.get(limits)
@@ -321,7 +321,7 @@ class Upstream:
             cancelled = True
             raise
         except Exception as exc:
-            if status is not None:
+            if status is not None or isinstance(exc, UpstreamBadResponse):  # it answered
                 failure = type(exc.__cause__ or exc).__name__
             raise
         finally:
@@ -354,7 +354,11 @@ class Upstream:
                 timer=timer,
             )
         except BaseException as exc:
-            timer.stop(cancelled=isinstance(exc, asyncio.CancelledError))
+            answered = isinstance(exc, UpstreamBadResponse)  # with nothing usable: no network fault
+            timer.stop(
+                cancelled=isinstance(exc, asyncio.CancelledError),
+                failure=type(exc.__cause__ or exc).__name__ if answered else None,
+            )
             raise
         timer.first_byte()  # the wait for the provider, as the overhead counts it, ends here
         return StreamAnswer(resp, provider, timer)

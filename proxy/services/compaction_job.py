@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import requestlog
 from proxy.cascade.briefing import parse_briefing
 from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.redaction import patterns_of
@@ -185,7 +186,7 @@ async def summarise(
     tally = _Tally()
     deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
     try:
-        async with asyncio.timeout_at(deadline):
+        async with requestlog.deadline_at(deadline):
             text = await _briefing_text(upstream, job, plan, count, ratio, tally)
     except TimeoutError:
         raise SummaryCallError(
@@ -196,7 +197,7 @@ async def summarise(
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
         reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
         with contextlib.suppress(SummaryCallError, ValueError, TimeoutError):
-            async with asyncio.timeout_at(deadline):
+            async with requestlog.deadline_at(deadline):
                 answer = await _call(upstream, job, reflect, count, tally)
             shorter = parse_briefing(answer, previous=content)
             if _tokens(shorter, count) < _tokens(content, count):  # else it only costs more

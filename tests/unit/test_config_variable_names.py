@@ -86,6 +86,7 @@ def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
     provider around the proxy."""
     raw = {
         "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": provider_env}},
+        "agents": {"default": {"provider": "p"}},
         "auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}]},
     }
     with pytest.raises(ConfigError) as refused:
@@ -93,3 +94,43 @@ def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
     reason = str(refused.value)
     assert reason.startswith(f"providers.p.apiKeyEnv: ${provider_env} "), reason
     assert "auth.keys[0]" in reason and "shared-key" not in reason
+
+
+def test_a_kubernetes_variable_name_is_taken() -> None:
+    """Kubernetes and Docker take ``-`` and ``.`` in a variable's name, and a Secret loaded
+    with ``envFrom`` names each variable by its key (``openai-api-key``); these were valid."""
+    raw = {
+        "providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": "openai-api-key"}},
+        "auth": {"keys": [{"keyEnv": "team.a.key", "tenant": "a"}], "metricsKeyEnv": "m-key"},
+    }
+    cfg = parse_config(raw, env={})
+    assert cfg.variables() == {"openai-api-key", "team.a.key", "m-key", "OPENAI_API_KEY"}
+
+
+@pytest.mark.parametrize(
+    "key", ["ghp_abcdefghijklmnopqrstuvwxyz0123456789", "AKIAIOSFODNN7EXAMPLE", f"{SECRET}-2"]
+)
+def test_a_key_spelled_as_a_name_is_refused_unquoted(key: str) -> None:
+    """A key of a known shape is refused though letters, digits and ``_`` spell it: the
+    name would be printed, and the secret patterns the redaction uses know it for a key."""
+    raw = {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": key}}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert "providers.p.apiKeyEnv: not an environment variable's name" in str(refused.value)
+    assert key not in str(refused.value)
+
+
+def test_a_proxy_key_in_a_provider_no_agent_calls_is_taken() -> None:
+    """A shell or a Compose ``.env`` shared with the clients has ``OPENAI_API_KEY`` hold the
+    proxy key (OpenAI's SDKs read it); the default ``openai`` provider, which no agent of
+    this file calls, never sends it, so it is no reason to refuse the start."""
+    raw = {
+        "providers": {"local": {"baseUrl": "http://localhost:8000/v1"}},
+        "agents": {"default": {"provider": "local"}},
+        "auth": {"keys": [{"keyEnv": "CASCADE_KEY", "tenant": "me"}]},
+    }
+    env = {"CASCADE_KEY": "cx-shared", "OPENAI_API_KEY": "cx-shared"}
+    assert parse_config(raw, env=env).providers["openai"].api_key_env == "OPENAI_API_KEY"
+    raw["embedding"] = {"provider": "openai", "model": "text-embedding-3-small"}
+    with pytest.raises(ConfigError, match=r"^providers\.openai\.apiKeyEnv: "):
+        parse_config(raw, env=env)  # the embedder calls it

@@ -39,3 +39,17 @@ def test_a_stream_read_to_its_end_is_not_marked(
     assert resp.status_code == 200 and "[DONE]" in resp.text
     (line,) = records.access(1)
     assert "client_gone" not in line
+
+
+def test_a_stream_its_client_closed_at_done_is_not_marked(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, records: Records
+) -> None:
+    fake_upstream.script(reply("whole", chunks=3))
+    url = f"{proxy.origin}/v1/chat/completions"
+    with httpx.stream("POST", url, json=BODY, headers=_headers("at-done"), timeout=10) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():  # a client stops at [DONE] and closes the connection
+            if line == "data: [DONE]":
+                break
+    (line,) = records.access(1)
+    assert "client_gone" not in line
