@@ -40,6 +40,7 @@ from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
 from proxy.services.client_watch import ClientWatch
+from proxy.services.prep_wait import PrepWait
 from proxy.session_id import derive_session_id, named_session_id
 from proxy.upstream import response_headers
 
@@ -135,6 +136,10 @@ async def _chat(request: Request, path_id: str | None) -> Response:
             # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
             query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
             agents=key_agents(request.scope),
+            # A stream's keep-alives start now, whatever it waits for (prep_wait.py).
+            keepalive=PrepWait(request._send, state.settings.keepalive_seconds)
+            if body.get("stream")
+            else None,
         )
         response: Response = await state.chat.complete(cfg, rt, body, ctx)
     return response

@@ -245,11 +245,15 @@ class Forwarder:
         step = turn.prepared
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
+        clock, wait = step.ctx.keepalive, self.settings.keepalive_seconds
         try:
+            opened = clock is not None and await clock.stop()  # the 200 went out meanwhile
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
+            if clock is not None:  # the interval began when the request was accepted
+                wait = 0 if opened else clock.remaining()
             with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
-                done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+                done, _ = (set(), None) if opened else await asyncio.wait({send}, timeout=wait)
             if done:
                 resp = send.result()
                 if resp.status_code >= 400:
@@ -259,7 +263,7 @@ class Forwarder:
             else:
                 headers = {"content-type": "text/event-stream"}
             if refused is None:
-                answer = self._stream_body(turn, send)
+                answer = self._stream_body(turn, send, opened=opened)
                 if step.assembled.offer_read_tool:  # a later round may refuse it yet
                     try:
                         answer = after_first(await anext(answer, b""), answer)
@@ -281,7 +285,7 @@ class Forwarder:
         return refused
 
     async def _stream_body(
-        self, turn: Turn, send: asyncio.Future[StreamAnswer]
+        self, turn: Turn, send: asyncio.Future[StreamAnswer], *, opened: bool = False
     ) -> AsyncGenerator[bytes, None]:
         """The client's one stream: each round's answer relayed in turn, ``read_tool_output``
         answered between rounds, and the turn ended in ``finally`` however the stream ends
@@ -297,7 +301,9 @@ class Forwarder:
             messages = list(step.assembled.messages)
             texts: list[str] = []
             rounds: list[Mapping[str, Any]] = []
-            client = ClientStream()  # the one stream the client sees, however many rounds
+            client = ClientStream(
+                opened=opened
+            )  # the one stream the client sees, however many rounds
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
                 # Round 0's provider, when still silent here, has been for one keep-alive
