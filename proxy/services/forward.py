@@ -32,6 +32,7 @@ from proxy.provider_errors import completion, log_relayed, log_stream_error, pro
 from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.client_watch import HEADERS_WAITING, watching
+from proxy.services.prep_wait import header_wait
 from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, relay_round
 from proxy.services.request import ChatContext, Route, Step
@@ -240,18 +241,17 @@ class Forwarder:
 
     async def stream(self, turn: Turn) -> Response:
         """Start the streamed call and answer with its stream (``_stream_body``), or with the
-        provider's error answer when its headers, awaited for one keep-alive interval, say
-        so; with ``read_tool_output`` offered, the body's first piece is read first."""
+        provider's error answer when its headers, awaited for what is left of the keep-alive
+        interval begun at the request's acceptance (``header_wait``), say so; a stream whose
+        ``200`` went out meanwhile goes on from there. With ``read_tool_output`` offered, the
+        body's first piece is read first."""
         step = turn.prepared
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
-        clock, wait = step.ctx.keepalive, self.settings.keepalive_seconds
         try:
-            opened = clock is not None and await clock.stop()  # the 200 went out meanwhile
+            opened, wait = await header_wait(step.ctx.keepalive, self.settings.keepalive_seconds)
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
-            if clock is not None:  # the interval began when the request was accepted
-                wait = 0 if opened else clock.remaining()
             with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
                 done, _ = (set(), None) if opened else await asyncio.wait({send}, timeout=wait)
             if done:

@@ -37,7 +37,7 @@ from proxy.errors import ClientDisconnected, error_body, exception_body
 from proxy.logs import causes
 from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
-__all__ = ["PrepWait"]
+__all__ = ["PrepWait", "header_wait"]
 
 log = logging.getLogger("cascade.forward")
 
@@ -86,6 +86,9 @@ class PrepWait:
         except BaseException:  # cancelled: nothing more goes out
             self._halt()
             raise
+        if self._beats is None:  # the timer never fired: cancel it, nothing went out
+            self._halt()
+            return response
         if not await self.stop():
             return response
         if isinstance(response, StreamingResponse):
@@ -141,6 +144,17 @@ class PrepWait:
             return
         finally:
             self._sending = False
+
+
+async def header_wait(clock: PrepWait | None, every: float) -> tuple[bool, float]:
+    """For a stream whose step is ready: whether its ``200`` went out already (its clock is
+    stopped either way), and how long its provider's headers may be awaited before it goes
+    out: what is left of the interval (``every`` without a clock)."""
+    if clock is None:
+        return False, every
+    if await clock.stop():
+        return True, 0.0
+    return False, clock.remaining()
 
 
 class _Resumed(StreamingResponse):
