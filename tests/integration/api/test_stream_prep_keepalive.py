@@ -96,6 +96,23 @@ def test_an_error_after_the_200_is_one_frame_with_its_code(
     assert len(lines) == 1 and lines[0].startswith("400"), lines
 
 
+def test_a_providers_refusal_after_an_early_200_is_a_frame_with_its_status(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    holder, _, pacer = hold(proxy.origin, "late-429", fake_upstream)
+    fake_upstream.script(rate_limited(7))
+    with _stream(proxy.origin, "late-429", ["first", "second"]) as (resp, chunks):
+        assert resp.status_code == 200
+        _read_beats(chunks, 1)
+        pacer.allow(10)
+        rest = b"".join(chunks)
+    holder.join()
+    frames = _data_frames(rest)
+    assert len(frames) == 2 and frames[1] == b"data: [DONE]", rest
+    error = _payload(frames[0])["error"]
+    assert error["code"] == "429" and error["retry_after"] == "7"
+
+
 def test_a_stream_ready_within_the_interval_sends_no_comment(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
