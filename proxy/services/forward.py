@@ -301,9 +301,8 @@ class Forwarder:
             messages = list(step.assembled.messages)
             texts: list[str] = []
             rounds: list[Mapping[str, Any]] = []
-            client = ClientStream(
-                opened=opened
-            )  # the one stream the client sees, however many rounds
+            # the one stream the client sees, however many rounds; ``opened``: its 200 is out
+            client = ClientStream(opened=opened)
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
                 # Round 0's provider, when still silent here, has been for one keep-alive
