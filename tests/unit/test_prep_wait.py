@@ -4,8 +4,10 @@ with a recording ``send`` and short intervals."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
+import pytest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy import sse
@@ -135,3 +137,17 @@ async def test_the_remaining_interval_counts_from_acceptance() -> None:
         return _stream()
 
     await clock.around(look())
+
+
+async def test_an_unexpected_error_after_the_200_is_a_500_frame_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent = Sent()
+    response = await PrepWait(sent, EVERY).around(_after(EVERY * 1.5, RuntimeError("bug")))
+    with caplog.at_level(logging.WARNING, logger="cascade.forward"):
+        await _play(response, sent)
+    error = sse.parse_general(sent.bodies()[1])["error"]  # type: ignore[index]
+    assert error["code"] == "500" and error["type"] == "server_error"
+    assert "bug" not in error["message"]  # the client gets no internals; the log has them
+    (record,) = caplog.records
+    assert record.exc_info is not None and "500 after its stream began" in record.getMessage()
