@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy import sse
+from proxy.config import ProviderConfig
 from proxy.errors import NotFound
+from proxy.services.forward import Forwarder
 from proxy.services.prep_wait import PrepWait
 from proxy.store.db import PoolExhausted
 
@@ -151,3 +155,40 @@ async def test_an_unexpected_error_after_the_200_is_a_500_frame_and_logged(
     assert "bug" not in error["message"]  # the client gets no internals; the log has them
     (record,) = caplog.records
     assert record.exc_info is not None and "500 after its stream began" in record.getMessage()
+
+
+class _Refusal:
+    """A provider's 429 answer, its headers in by the time the stream reads it."""
+
+    status_code = 429
+    headers = httpx.Headers({"retry-after": "3", "content-type": "application/json"})
+
+    async def aread(self, limit: int) -> bytes:
+        return b'{"error": {"message": "slow down", "code": "rate_limit_exceeded"}}'
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_stream_whose_200_went_out_early_relays_a_refusal_as_a_frame() -> None:
+    """Its provider's refusal, even one in before the stream's first comment, is a frame:
+    the status is the early ``200`` (``Forwarder.stream`` passes ``opened``)."""
+    ended: list[object] = []
+
+    async def finish(reply: object, tokens: object, calibration: object = None) -> None:
+        ended.append(reply)
+
+    step = SimpleNamespace(
+        assembled=SimpleNamespace(messages=[], offer_read_tool=False),
+        route=SimpleNamespace(provider=ProviderConfig(base_url="http://llm.test/v1")),
+    )
+    turn = SimpleNamespace(prepared=step, finish=finish)
+    settings = SimpleNamespace(keepalive_seconds=EVERY, max_internal_rounds=1)
+    forwarder = Forwarder(upstream=None, settings=settings)  # type: ignore[arg-type]
+    send: asyncio.Future[_Refusal] = asyncio.get_running_loop().create_future()
+    send.set_result(_Refusal())
+    body = forwarder._stream_body(turn, send, opened=True)  # type: ignore[arg-type]
+    frames = [piece async for piece in body]
+    error = sse.parse_general(frames[0])["error"]  # type: ignore[index]
+    assert error["code"] == "429" and error["retry_after"] == "3"
+    assert frames[1:] == [sse.DONE] and ended == [None]
