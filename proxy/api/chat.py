@@ -136,7 +136,8 @@ async def _chat(request: Request, path_id: str | None) -> Response:
             # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
             query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
             agents=key_agents(request.scope),
-            # A stream's keep-alives start now, whatever it waits for (prep_wait.py).
+            # A stream's keep-alives start now, whatever it waits for (prep_wait.py), sent
+            # with the ASGI send Starlette's ``request_response`` keeps on the request.
             keepalive=PrepWait(request._send, state.settings.keepalive_seconds)
             if body.get("stream")
             else None,

@@ -305,8 +305,8 @@ class Forwarder:
             client = ClientStream(opened=opened)
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
-                # Round 0's provider, when still silent here, has been for one keep-alive
-                # interval (``stream`` waited that long): its first comment goes out at once.
+                # Round 0's provider, when still silent here, has been to the end of the
+                # interval begun at acceptance (``stream`` waited): a comment goes out at once.
                 async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
                     yield client.emit(comment)
                 resp, error, refusal = await round_response(send)
