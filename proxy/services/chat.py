@@ -150,17 +150,10 @@ class ChatService:
         self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext
     ) -> Response:
         """Answer one chat request; ``rt`` is ``route(cfg, body)``, which the caller made
-        already (the session id may depend on the agent). A stream is kept alive from here,
-        whatever it waits for (``prep_wait.py``)."""
+        already (the session id may depend on the agent). A stream's ``ctx.keepalive`` keeps
+        its client alive meanwhile (``prep_wait.py``)."""
         if not rt.model:
             raise ClientRequestError("'model' is required: name the model to call", param="model")
-        if ctx.keepalive is None:
-            return await self._complete(cfg, rt, body, ctx)
-        return await ctx.keepalive.around(self._complete(cfg, rt, body, ctx))  # prep_wait.py
-
-    async def _complete(
-        self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext
-    ) -> Response:
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = ctx.key
         hashes = self.chains.chain(key, body["messages"])

@@ -18,7 +18,10 @@ the response then continues the started one (``_Resumed``). An error the prepara
 after the ``200`` is one OpenAI-shaped error frame, with the status's code, then ``[DONE]``,
 as a provider's error after the ``200`` is (``round_answer.py``).
 
-The comments are sent with the request's own ``send``; a client that leaves meanwhile is
+``Prepared`` is the route's answer to a streamed request: a response that prepares the request
+as it is sent, so the clock sends with the ``send`` the framework hands every response (the
+one its exception handling watches: an error before the ``200`` is answered as the route's
+errors are). The comments are sent with it; a client that leaves meanwhile is
 seen by its ``ClientWatch`` (the waits it guards end, and free what they held) and by the
 resumed response, which listens as any stream does.
 """
@@ -27,17 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from proxy import jsonio, sse
 from proxy.errors import ClientDisconnected, error_body, exception_body
 from proxy.logs import causes
 from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
-__all__ = ["PrepWait", "header_wait"]
+__all__ = ["PrepWait", "Prepared", "header_wait"]
 
 log = logging.getLogger("cascade.forward")
 
@@ -45,6 +48,20 @@ _START_HEADERS = [
     (b"content-type", b"text/event-stream"),
     *((k.encode("latin-1"), v.encode("latin-1")) for k, v in sse.STREAM_HEADERS.items()),
 ]
+
+
+class Prepared(Response):
+    """A streamed request's response, prepared as it is sent: ``answer(clock)`` runs the
+    request under its ``PrepWait`` with the ``send`` this response is called with, and the
+    response it gives (resumed when the ``200`` went out meanwhile) is sent on."""
+
+    def __init__(self, answer: Callable[[PrepWait], Awaitable[Response]], every: float) -> None:
+        self.answer, self.every = answer, every  # nothing else of a Response is read
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        clock = PrepWait(send, self.every)
+        response = await clock.around(self.answer(clock))
+        await response(scope, receive, send)
 
 
 class PrepWait:

@@ -16,7 +16,7 @@ from proxy import sse
 from proxy.config import ProviderConfig
 from proxy.errors import NotFound
 from proxy.services.forward import Forwarder
-from proxy.services.prep_wait import PrepWait
+from proxy.services.prep_wait import Prepared, PrepWait
 from proxy.store.db import PoolExhausted
 
 EVERY = 0.05
@@ -192,3 +192,33 @@ async def test_a_stream_whose_200_went_out_early_relays_a_refusal_as_a_frame() -
     error = sse.parse_general(frames[0])["error"]  # type: ignore[index]
     assert error["code"] == "429" and error["retry_after"] == "3"
     assert frames[1:] == [sse.DONE] and ended == [None]
+
+
+async def test_the_prepared_response_keeps_alive_with_the_send_it_is_called_with() -> None:
+    """The route answers a stream with ``Prepared``: the clock writes through the ``send``
+    the framework hands the response (the one its exception handling watches)."""
+    sent, clocks = Sent(), []
+
+    async def answer(clock: PrepWait) -> Response:
+        clocks.append(clock)
+        return await _after(EVERY * 2.5, _stream())
+
+    await _play(Prepared(answer, EVERY), sent)
+    assert clocks and clocks[0].committed
+    assert [m["type"] for m in sent.messages][0] == "http.response.start"
+    assert sent.bodies()[0] == sse.KEEPALIVE and sent.bodies()[-1] == b""
+    assert b"data: 1\n\n" in sent.bodies()
+
+
+async def test_the_prepared_response_raises_an_error_met_before_the_interval() -> None:
+    """Raised out of the response before anything went out, the route's error handlers
+    answer it as they answer an error of the handler itself."""
+    sent = Sent()
+
+    async def answer(clock: PrepWait) -> Response:
+        return await _after(0, NotFound("no such session"))
+
+    with pytest.raises(NotFound):
+        await _play(Prepared(answer, EVERY), sent)
+    await asyncio.sleep(EVERY * 2)
+    assert sent.messages == []
