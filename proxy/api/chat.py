@@ -40,6 +40,7 @@ from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
 from proxy.services.client_watch import ClientWatch
+from proxy.services.prep_wait import Prepared, PrepWait
 from proxy.session_id import derive_session_id, named_session_id
 from proxy.upstream import response_headers
 
@@ -124,20 +125,27 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
     await reach_session(request, state.pool, tenant, session_id)
-    # Watched only while the request waits (client_watch.py), never once the response runs.
-    with ClientWatch(request.receive) as client:
-        ctx = ChatContext(
-            tenant=tenant,
-            session_id=session_id,
-            headers=upstream_headers(request, cfg),
-            derived=named_id is None,
-            client=client,
-            # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
-            query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
-            agents=key_agents(request.scope),
-        )
-        response: Response = await state.chat.complete(cfg, rt, body, ctx)
-    return response
+    every = state.settings.keepalive_seconds
+
+    async def answer(clock: PrepWait | None) -> Response:
+        # Watched only while the request waits (client_watch.py), never once the response runs.
+        with ClientWatch(request.receive) as client:
+            ctx = ChatContext(
+                tenant=tenant,
+                session_id=session_id,
+                headers=upstream_headers(request, cfg),
+                derived=named_id is None,
+                client=client,
+                # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
+                query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
+                agents=key_agents(request.scope),
+                keepalive=clock,
+            )
+            response: Response = await state.chat.complete(cfg, rt, body, ctx)
+            return response
+
+    # A stream's keep-alives start now, whatever it waits for: it is answered as it is sent.
+    return Prepared(answer, every) if body.get("stream") else await answer(None)
 
 
 async def chat_completions(request: Request) -> Response:

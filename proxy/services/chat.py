@@ -14,7 +14,9 @@
 5. give the connection back, call upstream and relay the answer (``forward.py``), which
    ends the turn: no connection is held while the provider answers.
 
-Budget accounting is ``budget.py``; the ``/compact`` command's answer is ``command.py``.
+A stream's client hears keep-alive comments while any of it takes longer than the interval
+(``prep_wait.py``). Budget accounting is ``budget.py``; the ``/compact`` command's answer is
+``command.py``.
 """
 
 from __future__ import annotations
@@ -148,7 +150,8 @@ class ChatService:
         self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext
     ) -> Response:
         """Answer one chat request; ``rt`` is ``route(cfg, body)``, which the caller made
-        already (the session id may depend on the agent)."""
+        already (the session id may depend on the agent). A stream's ``ctx.keepalive`` keeps
+        its client alive meanwhile (``prep_wait.py``)."""
         if not rt.model:
             raise ClientRequestError("'model' is required: name the model to call", param="model")
         # CPU-bound and outside the lock: the chain over the whole resent history.

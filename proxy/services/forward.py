@@ -32,6 +32,7 @@ from proxy.provider_errors import completion, log_relayed, log_stream_error, pro
 from proxy.services import deltas
 from proxy.services.budget import page_room
 from proxy.services.client_watch import HEADERS_WAITING, watching
+from proxy.services.prep_wait import header_wait
 from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, relay_round
 from proxy.services.request import ChatContext, Route, Step
@@ -240,16 +241,19 @@ class Forwarder:
 
     async def stream(self, turn: Turn) -> Response:
         """Start the streamed call and answer with its stream (``_stream_body``), or with the
-        provider's error answer when its headers, awaited for one keep-alive interval, say
-        so; with ``read_tool_output`` offered, the body's first piece is read first."""
+        provider's error answer when its headers, awaited for what is left of the keep-alive
+        interval begun at the request's acceptance (``header_wait``), say so; a stream whose
+        ``200`` went out meanwhile goes on from there. With ``read_tool_output`` offered, the
+        body's first piece is read first."""
         step = turn.prepared
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
         try:
+            opened, wait = await header_wait(step.ctx.keepalive, self.settings.keepalive_seconds)
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
             with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
-                done, _ = await asyncio.wait({send}, timeout=self.settings.keepalive_seconds)
+                done, _ = (set(), None) if opened else await asyncio.wait({send}, timeout=wait)
             if done:
                 resp = send.result()
                 if resp.status_code >= 400:
@@ -259,7 +263,7 @@ class Forwarder:
             else:
                 headers = {"content-type": "text/event-stream"}
             if refused is None:
-                answer = self._stream_body(turn, send)
+                answer = self._stream_body(turn, send, opened=opened)
                 if step.assembled.offer_read_tool:  # a later round may refuse it yet
                     try:
                         answer = after_first(await anext(answer, b""), answer)
@@ -281,7 +285,7 @@ class Forwarder:
         return refused
 
     async def _stream_body(
-        self, turn: Turn, send: asyncio.Future[StreamAnswer]
+        self, turn: Turn, send: asyncio.Future[StreamAnswer], *, opened: bool = False
     ) -> AsyncGenerator[bytes, None]:
         """The client's one stream: each round's answer relayed in turn, ``read_tool_output``
         answered between rounds, and the turn ended in ``finally`` however the stream ends
@@ -297,11 +301,12 @@ class Forwarder:
             messages = list(step.assembled.messages)
             texts: list[str] = []
             rounds: list[Mapping[str, Any]] = []
-            client = ClientStream()  # the one stream the client sees, however many rounds
+            # the one stream the client sees, however many rounds; ``opened``: its 200 is out
+            client = ClientStream(opened=opened)
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
-                # Round 0's provider, when still silent here, has been for one keep-alive
-                # interval (``stream`` waited that long): its first comment goes out at once.
+                # Round 0's provider, when still silent here, has been to the end of the
+                # interval begun at acceptance (``stream`` waited): a comment goes out at once.
                 async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
                     yield client.emit(comment)
                 resp, error, refusal = await round_response(send)

@@ -21,6 +21,7 @@ from proxy.config_context import ContextConfig
 from proxy.services.client_watch import WAITING, ClientWatch
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
+from proxy.services.prep_wait import PrepWait
 from proxy.session_id import SessionKey
 
 __all__ = ["ChatContext", "Route", "Step"]
@@ -35,6 +36,7 @@ class ChatContext:
     client: ClientWatch | None = None  # whether the client is still there (client_watch.py)
     query: tuple[tuple[str, str], ...] = ()  # the client's query string, for the provider too
     agents: tuple[str, ...] | None = None  # the agents the proxy key may use (None: any)
+    keepalive: PrepWait | None = None  # a stream's keep-alive clock, from its acceptance
 
     @property
     def key(self) -> SessionKey:

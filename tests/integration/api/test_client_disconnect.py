@@ -2,7 +2,8 @@
 
 A request that waits for its session (queued on this replica behind another request, or
 polling the lease another replica holds) and whose client gives up never reaches the
-provider. It says so in one log line, beside its access line's 499.
+provider. It says so in one log line, beside its access line's 499 (a stream's 200: its
+keep-alive comments began one interval in, and the client leaves after the first).
 """
 
 from __future__ import annotations
@@ -36,20 +37,32 @@ def _post(
 
 
 def _give_up(origin: str, sid: str, messages: list[dict[str, Any]], *, stream: bool) -> None:
-    with pytest.raises(httpx.ReadTimeout):  # the client's timeout: it closes the connection
-        _post(origin, sid, messages, stream=stream, timeout=0.4)
+    """The client closes its connection while its request waits: on its read timeout, or,
+    for a stream, which keep-alive comments fill while it waits, after the first of them."""
+    if not stream:
+        with pytest.raises(httpx.ReadTimeout):  # the client's timeout: it closes the connection
+            _post(origin, sid, messages, timeout=0.4)
+        return
+    body = {"model": "gpt-fake", "messages": messages, "stream": True}
+    with httpx.Client(base_url=origin, headers=HEADERS, timeout=10) as c:
+        sent = c.stream("POST", "/v1/chat/completions", json=body, headers={"x-session-id": sid})
+        with sent as resp:
+            assert resp.status_code == 200
+            assert next(resp.iter_raw()).startswith(b": keep-alive")
 
 
 def _asked(fake: FakeUpstream) -> list[str]:
     return [b["messages"][-1]["content"] for b in fake.bodies()]
 
 
-def _went_away(records: Records, why: str) -> None:
-    """One line says the client went away, and the request's access line has 499."""
+def _went_away(records: Records, why: str, *, stream: bool) -> None:
+    """One line says the client went away, and the request's access line has 499 (a stream
+    the client left after its 200 and keep-alives began: 200, the status it got)."""
     lines = [r.getMessage() for r in records.records if "client went away" in r.getMessage()]
     assert len(lines) == 1 and why in lines[0], lines
     statuses = [a["status"] for a in records.access(2)]
-    assert 499 in statuses, statuses
+    assert (200 if stream else 499) in statuses, statuses
+    assert statuses.count(200) == (2 if stream else 1), statuses
 
 
 def _noticed(records: Records) -> None:
@@ -76,7 +89,7 @@ def test_a_request_whose_client_gives_up_in_the_queue_never_reaches_the_provider
     assert out[0].status_code == 200
     time.sleep(0.5)  # without the watch, the queued request goes upstream as the first ends
     assert _asked(fake_upstream) == ["first"]
-    _went_away(records, "waited for the session; the provider was not called")
+    _went_away(records, "waited for the session; the provider was not called", stream=stream)
     # the session's next request goes through
     fake_upstream.script(reply("third answer"))
     again = _post(proxy.origin, "queued", _user("first", "third"))
@@ -100,4 +113,4 @@ def test_a_request_whose_client_gives_up_polling_another_replicas_lease_never_re
     assert out[0].status_code == 200
     time.sleep(1.0)  # a poll lands at most 0.5 s after the lease is freed
     assert _asked(fake_upstream) == ["first"]
-    _went_away(records, "waited for the session; the provider was not called")
+    _went_away(records, "waited for the session; the provider was not called", stream=stream)

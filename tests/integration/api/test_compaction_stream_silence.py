@@ -1,12 +1,8 @@
 """A streamed request that waits on a compaction (one it runs itself, here with ``background``
-off; one over ``hardFraction`` waits alike) sends its client nothing until the summary is
-written: no keep-alive comment goes out, though the stream's keep-alive interval is far
-shorter. A summariser may take up to ``summarize.timeoutSeconds`` (180 s), past the idle
-timeout of many proxies and clients in between (nginx's 60 s), which then cut the stream.
-
-Marked xfail (strict) until the request's preparation is watched with keep-alives as the
-provider's headers are (``forward.py``): the fix removes the mark.
-"""
+off; one over ``hardFraction`` waits alike) hears keep-alive comments meanwhile, one every
+keep-alive interval from its acceptance (``prep_wait.py``): a summariser may take up to
+``summarize.timeoutSeconds`` (180 s), past the idle timeout of many proxies and clients in
+between (nginx's 60 s), which would cut a silent stream."""
 
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import CLIENT_KEY, MAIN, Agent, Model, stack, words
@@ -22,9 +17,6 @@ from tests.integration.api.compaction_stack import CLIENT_KEY, MAIN, Agent, Mode
 SUMMARY_SECONDS = 1.5  # the fast model's delay; the stack's keep-alive interval is 0.3 s
 
 
-@pytest.mark.xfail(
-    strict=True, reason="no keep-alive while a streamed request waits on its compaction"
-)
 def test_a_streamed_request_waiting_on_a_compaction_gets_keep_alives(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
