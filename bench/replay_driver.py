@@ -120,8 +120,9 @@ def cascade_proxy(
     policy: str,
     upstream: ReplayUpstream,
     overrides: Mapping[str, Any] | None = None,
+    reserved_fraction: float | None = None,
 ) -> Iterator[ProxyProcess]:
-    config = proxy_config(limit, policy, upstream.url, overrides)
+    config = proxy_config(limit, policy, upstream.url, overrides, reserved_fraction)
     with tempfile.TemporaryDirectory(prefix="cascade-replay-") as tmp:
         proxy = ProxyProcess(config, upstream.url, Path(tmp))
         try:

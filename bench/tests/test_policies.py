@@ -307,6 +307,14 @@ def test_proxy_config_sets_limit_fast_model_and_summary_switch() -> None:
     assert "summarize" not in RP.proxy_config(128_000, "cascade-default", "u")["context"]
 
 
+def test_proxy_config_reserves_a_share_of_the_limit_when_asked() -> None:
+    assert (
+        "reservedOutput" not in RP.proxy_config(4_000, "cascade-default", "u")["models"]["default"]
+    )
+    cfg = RP.proxy_config(4_000, "cascade-default", "u", None, 0.125)
+    assert cfg["models"]["default"] == {"contextLimit": 4_000, "reservedOutput": 500}
+
+
 def test_proxy_config_merges_context_overrides_block_by_block() -> None:
     cfg = RP.proxy_config(
         32_000,
