@@ -28,6 +28,8 @@ Files are numbered in SOURCES.md order (``bench/trajectories.py``). Usage::
 
     python -m bench.replay --limit 32000 --limit 128000 --files 1 2 4 6 \\
         --policies raw clearing masking --out bench/out/replay.json
+    python -m bench.replay --limit 4000 --limit 8000 --files 5 --reserved-fraction 0.125 \\
+        --policies cascade-default cascade-perturn
 """
 
 from __future__ import annotations
@@ -79,6 +81,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="JSON object of context blocks merged over the Cascade policies' config, "
         'e.g. \'{"eviction": {"atFraction": 0.1}}\'',
     )
+    parser.add_argument(
+        "--reserved-fraction",
+        type=float,
+        default=None,
+        help="the Cascade policies' reservedOutput as a share of each limit (default: 4096 "
+        "tokens, all of a 4k window), e.g. 0.125",
+    )
     return parser.parse_args(argv)
 
 
@@ -95,6 +104,7 @@ def run(
     policies: Sequence[str],
     tokenizer: Tokenizer,
     overrides: Mapping[str, Any] | None = None,
+    reserved_fraction: float | None = None,
 ) -> list[Row]:
     rows: list[Row] = []
     for limit in limits:
@@ -104,7 +114,8 @@ def run(
                 progress(rows[-1])
         for pol in (p for p in policies if p in CASCADE_POLICIES):
             upstream = ReplayUpstream(fast_model=FAST_MODEL, tokenizer=tokenizer)
-            with upstream, cascade_proxy(limit, pol, upstream, overrides) as proxy:
+            proxy_cm = cascade_proxy(limit, pol, upstream, overrides, reserved_fraction)
+            with upstream, proxy_cm as proxy:
                 embedded = None
                 if pol.startswith("cascade-perturn") and "retrieval" in PER_TURN_CONTEXT:
                     embedded = EmbeddingWait.for_data_dir(proxy.workdir / "data", EMBED_MODEL)
@@ -155,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("cascade-proxy is not runnable yet: skipping Cascade policies", file=sys.stderr)
         policies = [p for p in policies if p not in (*CASCADE_POLICIES, HEADROOM)]
     tokenizer = get_tokenizer()
-    rows = run(files, limits, policies, tokenizer, args.context)
+    rows = run(files, limits, policies, tokenizer, args.context, args.reserved_fraction)
     args.out = out_file(args.out, "replay.json")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {

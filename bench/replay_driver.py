@@ -31,10 +31,12 @@ from bench.embedding_wait import EmbeddingWait
 from bench.replay_ingest import ingest_report
 from bench.replay_policies import MAIN_MODEL, SEED_FACTS, Row, proxy_config
 from bench.replay_upstream import ReplayUpstream
+from bench.tiktoken_cache import write_o200k
 
 __all__ = [
     "REPO",
     "ProxyProcess",
+    "proxy_env",
     "cascade_proxy",
     "send_steps",
     "seed_facts",
@@ -43,6 +45,30 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def proxy_env(workdir: Path, upstream_url: str) -> dict[str, str]:
+    """The proxy process's environment: its upstream, its data dir under ``workdir``, and
+    tiktoken's ``o200k_base`` (written under ``workdir`` unless ``TIKTOKEN_CACHE_DIR`` is
+    set), so it counts prompts as deployed, not with the offline estimate."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(
+        OPENAI_BASE_URL=upstream_url,
+        OPENAI_API_KEY="x",
+        CASCADE_DATA_DIR=str(workdir / "data"),
+        # The per-turn policies wait before each turn until the worker has embedded the
+        # session (``EmbeddingWait``): at the default 1 s poll that wait is most of file
+        # 8's replay (hundreds of turns); a replay has nobody else's statements to spare.
+        CASCADE_EMBEDDING_POLL_SECONDS="0.05",
+    )
+    if "TIKTOKEN_CACHE_DIR" not in env and write_o200k(workdir / "tiktoken"):
+        env["TIKTOKEN_CACHE_DIR"] = str(workdir / "tiktoken")
+    # Run the proxy package of the repo this bench lives in (a worktree, say), not whatever
+    # copy is installed in the virtualenv: cwd and PYTHONPATH both point at REPO.
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return env
 
 
 @dataclass
@@ -62,21 +88,7 @@ class ProxyProcess:
     def start(self, timeout: float = 180.0) -> None:
         cfg = self.workdir / "agents.json"
         cfg.write_text(json.dumps(self.config, indent=2), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-        env.update(
-            OPENAI_BASE_URL=self.upstream_url,
-            OPENAI_API_KEY="x",
-            CASCADE_DATA_DIR=str(self.workdir / "data"),
-            # The per-turn policies wait before each turn until the worker has embedded the
-            # session (``EmbeddingWait``): at the default 1 s poll that wait is most of file
-            # 8's replay (hundreds of turns); a replay has nobody else's statements to spare.
-            CASCADE_EMBEDDING_POLL_SECONDS="0.05",
-        )
-        # Run the proxy package of the repo this bench lives in (a worktree, say), not whatever
-        # copy is installed in the virtualenv: cwd and PYTHONPATH both point at REPO.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-        )
+        env = proxy_env(self.workdir, self.upstream_url)
         cmd = [sys.executable, "-m", "proxy", "serve", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port), "--config", str(cfg)]
         log = (self.workdir / "proxy.log").open("wb")
@@ -120,8 +132,9 @@ def cascade_proxy(
     policy: str,
     upstream: ReplayUpstream,
     overrides: Mapping[str, Any] | None = None,
+    reserved_fraction: float | None = None,
 ) -> Iterator[ProxyProcess]:
-    config = proxy_config(limit, policy, upstream.url, overrides)
+    config = proxy_config(limit, policy, upstream.url, overrides, reserved_fraction)
     with tempfile.TemporaryDirectory(prefix="cascade-replay-") as tmp:
         proxy = ProxyProcess(config, upstream.url, Path(tmp))
         try:
@@ -192,7 +205,10 @@ def send_steps(
                     )
                 except openai.APIStatusError as exc:
                     errors += 1
-                    print(f"  {sid} step {step.index}: HTTP {exc.status_code}", file=sys.stderr)
+                    code = f" {exc.code}" if exc.code else ""
+                    print(
+                        f"  {sid} step {step.index}: HTTP {exc.status_code}{code}", file=sys.stderr
+                    )
     return errors
 
 

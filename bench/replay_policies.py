@@ -115,12 +115,19 @@ def replay_offline(
 
 
 def proxy_config(
-    limit: int, policy: str, upstream_url: str, overrides: Mapping[str, Any] | None = None
+    limit: int,
+    policy: str,
+    upstream_url: str,
+    overrides: Mapping[str, Any] | None = None,
+    reserved_fraction: float | None = None,
 ) -> dict[str, Any]:
     """The agents.json for one Cascade run: the limit, the fast model, summaries on or off.
 
     ``overrides`` (``python -m bench.replay --context``) are ``context`` blocks merged over the
     policy's, key by key, as a sweep of one setting needs (``{"eviction": {"atFraction": 0.1}}``).
+    ``reserved_fraction`` (``--reserved-fraction``) sets the model's ``reservedOutput`` to that
+    share of the limit: the default 4096 leaves nothing of a 4k window, so a small-window run
+    lowers it.
     """
     context: dict[str, Any] = {}
     if policy == "cascade-nosummary":
@@ -131,9 +138,12 @@ def proxy_config(
         context["memoryPromotion"] = {"mode": "auto"}
     for block, keys in (overrides or {}).items():
         context[block] = {**context.get(block, {}), **keys}
+    model: dict[str, Any] = {"contextLimit": limit}
+    if reserved_fraction is not None:
+        model["reservedOutput"] = int(limit * reserved_fraction)
     return {
         "providers": {"openai": {"baseUrl": upstream_url, "apiKeyEnv": "OPENAI_API_KEY"}},
-        "models": {"default": {"contextLimit": limit}},
+        "models": {"default": model},
         "agents": {"default": {"provider": "openai", "fastModel": FAST_MODEL}},
         "context": context,
     }

@@ -40,6 +40,10 @@ BRIEFING_SECTIONS = (
     "## Open Tasks",
     "## Next Step",
 )
+TOKENS_PER_MESSAGE = 3
+"""Framing a provider counts per message besides its text (OpenAI's cookbook formula)."""
+REPLY_PRIMING_TOKENS = 3
+"""The reply's priming, counted once per prompt."""
 _PATH = re.compile(r"(?<![\w/.-])(?:/|\./)?(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]{1,5}\b")
 
 
@@ -174,8 +178,28 @@ class ReplayUpstream:
             message = {"role": "assistant", "content": "OK."}
         return message, log
 
-    def _usage(self, messages: Sequence[Mapping[str, Any]], message: Mapping[str, Any]) -> dict:
-        prompt = self.tokenizer.count(messages)
+    def prompt_tokens(self, body: Mapping[str, Any]) -> int:
+        """The request's prompt as a provider counts it in ``usage``: the messages, each
+        one's framing (:data:`TOKENS_PER_MESSAGE`, :data:`REPLY_PRIMING_TOKENS`), and the
+        ``tools``, legacy ``functions`` and response schema the model is shown. The proxy
+        calibrates its estimate on this count, so one that leaves the tools out teaches it
+        to count every prompt low (and its overflow guard to let one past the window)."""
+        messages = list(body.get("messages") or ())
+        total = self.tokenizer.count(messages) + TOKENS_PER_MESSAGE * len(messages)
+        total += REPLY_PRIMING_TOKENS if messages else 0
+        fmt = body.get("response_format")
+        shown = (
+            body.get("tools"),
+            body.get("functions"),
+            fmt.get("json_schema") if isinstance(fmt, Mapping) else None,
+        )
+        for value in shown:
+            if value:
+                total += self.tokenizer.count([{"role": "system", "content": json.dumps(value)}])
+        return total
+
+    def _usage(self, body: Mapping[str, Any], message: Mapping[str, Any]) -> dict:
+        prompt = self.prompt_tokens(body)
         completion = self.tokenizer.count([message])
         return {
             "prompt_tokens": prompt,
@@ -186,7 +210,7 @@ class ReplayUpstream:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         message, _ = self.answer(body)
-        usage = self._usage(body.get("messages") or (), message)
+        usage = self._usage(body, message)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         base = {"id": f"chatcmpl-replay-{len(self.received)}", "created": int(time.time())}
         base["model"] = body.get("model") or "replay"

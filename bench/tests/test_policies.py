@@ -213,6 +213,22 @@ def test_briefing_has_the_five_sections_and_quotes_paths() -> None:
     assert build_briefing([user("same")]) == build_briefing([user("same")])
 
 
+def test_upstream_usage_counts_the_framing_and_the_tools_as_a_provider_does() -> None:
+    """The proxy calibrates its estimate on the usage it is told: a usage without the tools
+    and the framing taught it to count a prompt low, and the guard let one over the window."""
+    tok = chars4()
+    up = ReplayUpstream(tokenizer=tok)
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    msgs = [user("hi"), user("there")]
+    with TestClient(up.app()) as c:
+        body = {"model": "gpt-4o", "messages": msgs}
+        bare = c.post("/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+        body["tools"] = tools
+        full = c.post("/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+    assert bare == tok.count(msgs) + 2 * 3 + 3
+    assert full == bare + tok.count([{"role": "system", "content": json.dumps(tools)}])
+
+
 def test_upstream_answers_with_the_recorded_reply_and_streams_it() -> None:
     up = ReplayUpstream(tokenizer=chars4())
     reply = assistant("c9", text="run it")
@@ -222,7 +238,7 @@ def test_upstream_answers_with_the_recorded_reply_and_streams_it() -> None:
         r = c.post("/v1/chat/completions", json=body).json()
         assert r["choices"][0]["message"]["tool_calls"][0]["id"] == "c9"
         assert r["choices"][0]["finish_reason"] == "tool_calls"
-        assert r["usage"]["prompt_tokens"] == chars4().count([user("hi")])
+        assert r["usage"]["prompt_tokens"] == chars4().count([user("hi")]) + 3 + 3
         fast = c.post("/v1/chat/completions", json={**body, "model": "fast-model"}).json()
         assert fast["choices"][0]["message"]["content"].startswith("## Objective")
         stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
@@ -289,6 +305,14 @@ def test_proxy_config_sets_limit_fast_model_and_summary_switch() -> None:
     assert cfg["agents"]["default"]["fastModel"] == RP.FAST_MODEL
     assert cfg["context"]["summarize"]["enabled"] is False
     assert "summarize" not in RP.proxy_config(128_000, "cascade-default", "u")["context"]
+
+
+def test_proxy_config_reserves_a_share_of_the_limit_when_asked() -> None:
+    assert (
+        "reservedOutput" not in RP.proxy_config(4_000, "cascade-default", "u")["models"]["default"]
+    )
+    cfg = RP.proxy_config(4_000, "cascade-default", "u", None, 0.125)
+    assert cfg["models"]["default"] == {"contextLimit": 4_000, "reservedOutput": 500}
 
 
 def test_proxy_config_merges_context_overrides_block_by_block() -> None:
