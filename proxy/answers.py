@@ -62,6 +62,9 @@ RELAY_RESPONSE_HEADERS = (
     "openai-processing-ms",
 )
 _RELAY_PREFIXES = ("x-ratelimit-", "openai-")
+# the account a call was billed to: with the proxy's own key, the operator's, which no tenant
+# reads; no SDK reads either
+_KEPT_BACK = frozenset(("openai-organization", "openai-project"))
 
 _DECODER = json.JSONDecoder()
 
@@ -202,7 +205,8 @@ class StreamAnswer:
 
 
 def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
-    """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits.
+    """Upstream headers worth relaying: content type, Retry-After, request ids, rate limits;
+    not the account the call was billed to (``openai-organization``, ``openai-project``).
 
     Never ``content-encoding`` or ``content-length``: the body relayed is the decoded one.
     Values are the provider's bytes read one character per byte (Starlette encodes them back
@@ -211,7 +215,9 @@ def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
     out: dict[str, str] = {}
     for raw_key, raw_value in resp.headers.raw:
         key = raw_key.decode("latin-1").lower()
-        if key in RELAY_RESPONSE_HEADERS or key.startswith(_RELAY_PREFIXES):
+        if key in RELAY_RESPONSE_HEADERS or (
+            key.startswith(_RELAY_PREFIXES) and key not in _KEPT_BACK
+        ):
             value = raw_value.decode("latin-1")
             out[key] = f"{out[key]}, {value}" if key in out else value
     return out

@@ -154,3 +154,32 @@ def test_a_cut_result_adds_no_tool_to_a_request_that_sends_none(
     assert body.get("functions") == shape.get("functions")
     cut = body["messages"][2]["content"]
     assert "[... truncated " in cut and "read_tool_output" not in cut
+
+
+def test_the_providers_account_headers_stay_back(proxy: Callable[[Handler], TestClient]) -> None:
+    """OpenAI names the organization and project a call was billed to: with the proxy's own
+    key, the operator's, which every tenant would read; its rate limits and timing go on."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            json=COMPLETION,
+            headers={
+                "openai-organization": "org-operator",
+                "openai-project": "proj_operator",
+                "openai-processing-ms": "12",
+                "openai-version": "2020-10-01",
+                "x-ratelimit-remaining-requests": "99",
+            },
+        )
+
+    resp = proxy(handler).post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "account"},
+        json={"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert resp.status_code == 200
+    assert "openai-organization" not in resp.headers and "openai-project" not in resp.headers
+    assert resp.headers["openai-processing-ms"] == "12"
+    assert resp.headers["openai-version"] == "2020-10-01"
+    assert resp.headers["x-ratelimit-remaining-requests"] == "99"
