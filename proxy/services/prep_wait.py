@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 from proxy import jsonio, sse
 from proxy.errors import ClientDisconnected, error_body, exception_body
 from proxy.logs import causes
+from proxy.observe import note_late_error
 from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
 __all__ = ["PrepWait", "Prepared", "header_wait"]
@@ -209,7 +210,8 @@ async def _error_frames(exc: Exception) -> AsyncIterator[bytes]:
         return
     if status < 500:
         log.info("%d after its stream began, sent as an error event: %s", status, message)
-    else:
+    else:  # the request failed, though its status says 200: its span says so
+        note_late_error(status)
         log.warning(
             "%d after its stream began, sent as an error event: %s%s",
             status,
