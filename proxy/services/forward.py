@@ -253,8 +253,8 @@ class Forwarder:
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
             with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
-                done, _ = (set(), None) if opened else await asyncio.wait({send}, timeout=wait)
-            if done:
+                done, _ = await asyncio.wait({send}, timeout=wait)
+            if done and not opened:  # after the 200, a refusal is the stream's error frame
                 resp = send.result()
                 if resp.status_code >= 400:
                     refused = await read_refusal(resp)
@@ -305,8 +305,9 @@ class Forwarder:
             client = ClientStream(opened=opened)
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
-                # Round 0's provider, when still silent here, has been to the end of the
-                # interval begun at acceptance (``stream`` waited): a comment goes out at once.
+                # Round 0's provider, when still silent here, has been waited for until bytes
+                # are due (``stream`` waited: to the end of the interval begun at acceptance,
+                # or an interval after the clock's last comment): a comment goes out at once.
                 async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
                     yield client.emit(comment)
                 resp, error, refusal = await round_response(send)
