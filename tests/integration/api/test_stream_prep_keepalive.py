@@ -6,6 +6,7 @@ the error's code, then ``[DONE]``; a request ready within the interval is as it 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -164,3 +165,24 @@ def test_the_stream_after_an_early_200_sends_its_first_comment_when_one_is_due(
     holder.join()
     assert _content(rest) == "due answer"
     assert (beats + rest).count(KEEPALIVE) == 1, beats + rest
+
+
+def test_after_an_early_200_a_slow_first_token_gets_its_comment_when_due(
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """The provider's headers came before the clock's next comment was due, its first token
+    long after: that comment still goes out an interval after the clock's last, not an
+    interval after the headers (the client would hear nothing for longer than it)."""
+    proxy = start_proxy(config_path, keepalive_seconds=0.6)
+    holder, _, pacer = hold(proxy.origin, "slow", fake_upstream)
+    fake_upstream.script(reply("slow", first_byte_delay=0.3, first_token_delay=1.0))
+    with _stream(proxy.origin, "slow", ["first", "second"]) as (resp, chunks):
+        _read_beats(chunks, 1)
+        beat = time.monotonic()
+        pacer.allow(10)
+        nxt = next(chunks)
+        gap = time.monotonic() - beat
+        rest = b"".join(chunks)
+    holder.join()
+    assert nxt.startswith(KEEPALIVE) and gap < 0.75, (nxt, gap)
+    assert _content(rest) == "slow"
