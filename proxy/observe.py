@@ -31,6 +31,7 @@ from proxy.observe_notes import (
     note_answer,
     note_compaction_event,
     note_embedding_failure,
+    note_late_error,
     note_occupancy,
     note_step_events,
     note_usage,
@@ -46,6 +47,7 @@ __all__ = [
     "note_answer",
     "note_compaction_event",
     "note_embedding_failure",
+    "note_late_error",
     "note_occupancy",
     "note_step_events",
     "note_usage",
@@ -94,6 +96,7 @@ class RequestObs:
         "compaction",
         "occupancy",
         "calls",
+        "late_error",
     )
 
     def __init__(self, observer: Observer, span: Any) -> None:
@@ -108,6 +111,7 @@ class RequestObs:
         self.compaction: str | None = None
         self.occupancy: int | None = None
         self.calls = 0
+        self.late_error: int | None = None  # an error status told after the 200 (a frame)
 
     def attempt_started(
         self, provider: str, path: str, model: str | None, method: str = "POST"
@@ -212,8 +216,9 @@ class RequestObs:
             attributes["cascade.compaction"] = self.compaction
         if self.occupancy is not None:
             attributes["cascade.session.occupancy"] = self.occupancy
-        if status >= 500:  # a server span's 4xx is the client's error, not the span's
-            attributes["error.type"] = str(status)
+        failed = status if status >= 500 else (self.late_error or status)
+        if failed >= 500:  # a server span's 4xx is the client's error, not the span's
+            attributes["error.type"] = str(failed)
             self._failed(span)
         span.set_attributes(attributes)
         span.end()

@@ -34,6 +34,7 @@ __all__ = [
     "note_answer",
     "note_compaction_event",
     "note_embedding_failure",
+    "note_late_error",
     "note_occupancy",
     "note_step_events",
     "note_usage",
@@ -160,3 +161,11 @@ def note_occupancy(tokens: int) -> None:
     """The session's occupancy after this request, as ``context.usage`` reports it."""
     if (obs := _obs()) is not None:
         obs.occupancy = tokens
+
+
+def note_late_error(status: int) -> None:
+    """An error told in-band once the response's ``200`` went out (a stream whose preparation
+    failed after its keep-alive clock committed): a 5xx fails the request's span as the
+    status itself would have, though the span keeps the ``200`` that went out."""
+    if (obs := _obs()) is not None:
+        obs.late_error = status

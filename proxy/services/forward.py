@@ -250,11 +250,12 @@ class Forwarder:
         refused: Response | None = None
         try:
             opened, wait = await header_wait(step.ctx.keepalive, self.settings.keepalive_seconds)
+            due = asyncio.get_running_loop().time() + wait
             step.ctx.check_client()
             send = self._open(step, list(step.assembled.messages))
             with watching(step.ctx.client, HEADERS_WAITING):  # before a response listens
-                done, _ = (set(), None) if opened else await asyncio.wait({send}, timeout=wait)
-            if done:
+                done, _ = await asyncio.wait({send}, timeout=wait)
+            if done and not opened:  # after the 200, a refusal is the stream's error frame
                 resp = send.result()
                 if resp.status_code >= 400:
                     refused = await read_refusal(resp)
@@ -263,7 +264,9 @@ class Forwarder:
             else:
                 headers = {"content-type": "text/event-stream"}
             if refused is None:
-                answer = self._stream_body(turn, send, opened=opened)
+                # bytes are due at ``due`` when the 200 went out or waits for the read-ahead
+                late = opened or step.assembled.offer_read_tool
+                answer = self._stream_body(turn, send, opened, due if late else None)
                 if step.assembled.offer_read_tool:  # a later round may refuse it yet
                     try:
                         answer = after_first(await anext(answer, b""), answer)
@@ -285,7 +288,7 @@ class Forwarder:
         return refused
 
     async def _stream_body(
-        self, turn: Turn, send: asyncio.Future[StreamAnswer], *, opened: bool = False
+        self, turn: Turn, send: asyncio.Future[StreamAnswer], opened: bool, due: float | None
     ) -> AsyncGenerator[bytes, None]:
         """The client's one stream: each round's answer relayed in turn, ``read_tool_output``
         answered between rounds, and the turn ended in ``finally`` however the stream ends
@@ -305,9 +308,11 @@ class Forwarder:
             client = ClientStream(opened=opened)
             keepalive = self.settings.keepalive_seconds
             for round_no in range(self.settings.max_internal_rounds + 1):
-                # Round 0's provider, when still silent here, has been to the end of the
-                # interval begun at acceptance (``stream`` waited): a comment goes out at once.
+                # Round 0's provider, when still silent here, has been waited for until bytes
+                # are due (``stream`` waited: to the end of the interval begun at acceptance,
+                # or an interval after the clock's last comment): a comment goes out at once.
                 async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
+                    due = None  # a comment went out: the next is an interval later
                     yield client.emit(comment)
                 resp, error, refusal = await round_response(send)
                 if refusal is not None:
@@ -320,7 +325,9 @@ class Forwarder:
                     return
                 out = RoundOutcome(scrub=resp.scrub)
                 tap.round(out.acc)
-                async for piece in self._relay(step, resp, out, client, tap.poll):
+                first = None if due is None else max(0.0, due - asyncio.get_running_loop().time())
+                due = None
+                async for piece in self._relay(step, resp, out, client, tap.poll, first):
                     yield piece
                 note_answer(step.route.model, out.acc.usage)
                 if round_no == 0:  # the prompt the step assembled, as in ``nonstream``
@@ -364,6 +371,7 @@ class Forwarder:
         out: RoundOutcome,
         client: ClientStream,
         poll: Callable[[], None],
+        first_wait: float | None = None,
     ) -> AsyncIterator[bytes]:
         """One round's answer relayed (``relay_round``), ``poll`` (the delta tap) called after
         each piece and a provider's error in it logged once, before the client can leave; the
@@ -378,6 +386,7 @@ class Forwarder:
                 keepalive=self.settings.keepalive_seconds,
                 client=client,
                 max_event=answers.MAX_ANSWER_BYTES,
+                first_wait=first_wait,
             ):
                 poll()
                 if out.provider_error and not failed:

@@ -9,7 +9,9 @@ is called: ``PrepWait.around`` runs the request's preparation and provider call,
 that has not answered within the interval, the response commits ``200`` and sends an SSE
 comment every interval until the stream starts. A request that is ready within the interval
 is as it was (its status, its headers, no extra frame); ``Forwarder.stream`` waits for the
-provider's headers only as long as the interval has left (``remaining``).
+provider's headers only as long as the interval has left (``remaining``), or, after the
+``200``, until the clock's next comment would have been due (``until_due``), so the stream's
+own keep-alives go on at the clock's pace, neither doubled nor late.
 
 The fast path costs a timer handle, no task: only when the timer fires does one task start,
 to send the response's start and the comments. Once the request has its response, the task
@@ -38,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 from proxy import jsonio, sse
 from proxy.errors import ClientDisconnected, error_body, exception_body
 from proxy.logs import causes
+from proxy.observe import note_late_error
 from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
 __all__ = ["PrepWait", "Prepared", "header_wait"]
@@ -72,6 +75,7 @@ class PrepWait:
         "_send",
         "_every",
         "_deadline",
+        "_beat_at",
         "_timer",
         "_beats",
         "_sending",
@@ -83,6 +87,7 @@ class PrepWait:
         self._send = send
         self._every = every
         self._deadline = 0.0
+        self._beat_at = 0.0  # when the last comment went out
         self._timer: asyncio.TimerHandle | None = None
         self._beats: asyncio.Task[None] | None = None
         self._sending = self._stopping = False
@@ -115,6 +120,11 @@ class PrepWait:
     def remaining(self) -> float:
         """The seconds left of the interval (0 once it has passed)."""
         return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+    def until_due(self) -> float:
+        """Once the ``200`` went out: the seconds until the next comment is due, an interval
+        after the last one (the stream's own keep-alives go on from there, not doubling it)."""
+        return max(0.0, self._beat_at + self._every - asyncio.get_running_loop().time())
 
     async def stop(self) -> bool:
         """Stop the clock (its timer, or the comments, after the one being sent); returns
@@ -152,6 +162,7 @@ class PrepWait:
                 await self._send(
                     {"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True}
                 )
+                self._beat_at = asyncio.get_running_loop().time()
                 if self._stopping:
                     return
                 self._sending = False
@@ -165,12 +176,13 @@ class PrepWait:
 
 async def header_wait(clock: PrepWait | None, every: float) -> tuple[bool, float]:
     """For a stream whose step is ready: whether its ``200`` went out already (its clock is
-    stopped either way), and how long its provider's headers may be awaited before it goes
-    out: what is left of the interval (``every`` without a clock)."""
+    stopped either way), and how long its provider's headers may be awaited before the next
+    bytes are due: what is left of the interval (``every`` without a clock), or, after the
+    ``200``, until the next comment is due."""
     if clock is None:
         return False, every
     if await clock.stop():
-        return True, 0.0
+        return True, clock.until_due()
     return False, clock.remaining()
 
 
@@ -209,7 +221,8 @@ async def _error_frames(exc: Exception) -> AsyncIterator[bytes]:
         return
     if status < 500:
         log.info("%d after its stream began, sent as an error event: %s", status, message)
-    else:
+    else:  # the request failed, though its status says 200: its span says so
+        note_late_error(status)
         log.warning(
             "%d after its stream began, sent as an error event: %s%s",
             status,

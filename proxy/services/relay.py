@@ -78,12 +78,14 @@ async def relay_round(
     keepalive: float,
     client: ClientStream | None = None,
     max_event: int | None = None,
+    first_wait: float | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said.
 
     ``client`` carries the stream across the rounds of one request (a new one if omitted).
     An event over ``max_event`` bytes (None: ``answers.MAX_ANSWER_BYTES`` as it is now), ended
-    or not, ends the round before it (``capped``).
+    or not, ends the round before it (``capped``). ``first_wait``: how long the first silence
+    may last before its comment, when bytes are due sooner than an interval from now.
     """
     client = client if client is not None else ClientStream()
     max_event = answers.MAX_ANSWER_BYTES if max_event is None else max_event
@@ -96,9 +98,10 @@ async def relay_round(
     tail = b""
     try:
         while True:
+            wait, first_wait = (keepalive if first_wait is None else first_wait), None
             if queue.empty():  # wait, under a timer (no task of its own, as wait_for's)
                 try:
-                    async with asyncio.timeout(keepalive):
+                    async with asyncio.timeout(wait):
                         item = await queue.get()
                 except TimeoutError:
                     yield client.emit(sse.KEEPALIVE)

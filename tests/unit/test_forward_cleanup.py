@@ -47,7 +47,7 @@ async def test_an_answer_that_arrives_as_the_client_leaves_is_closed() -> None:
     forwarder = Forwarder(upstream=None, settings=settings)  # type: ignore[arg-type]
     turn = _turn(finish, abort)
     send: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
-    body = forwarder._stream_body(turn, send)  # type: ignore[arg-type]
+    body = forwarder._stream_body(turn, send, False, None)  # type: ignore[arg-type]
     assert (await body.__anext__()).startswith(b":")  # the first keep-alive comment
     answer = _Answer()
     send.set_result(answer)  # the provider's headers arrive ...
@@ -83,7 +83,7 @@ async def test_an_error_answer_whose_body_stalls_ends_the_stream_with_an_error_e
             upstream.open_stream(provider, "/chat/completions", client_headers={}, content=b"{}")
         )
         turn = _turn(finish, abort)
-        pieces = [p async for p in forwarder._stream_body(turn, send)]  # type: ignore[arg-type]
+        pieces = [p async for p in forwarder._stream_body(turn, send, False, None)]  # type: ignore[arg-type]
     await upstream.client.aclose()
     assert pieces[0].startswith(b":")  # a keep-alive comment went out: the 200 is committed
     assert json.loads(pieces[-2].removeprefix(b"data: "))["error"]["code"] == "upstream_timeout"

@@ -187,7 +187,7 @@ async def test_a_stream_whose_200_went_out_early_relays_a_refusal_as_a_frame() -
     forwarder = Forwarder(upstream=None, settings=settings)  # type: ignore[arg-type]
     send: asyncio.Future[_Refusal] = asyncio.get_running_loop().create_future()
     send.set_result(_Refusal())
-    body = forwarder._stream_body(turn, send, opened=True)  # type: ignore[arg-type]
+    body = forwarder._stream_body(turn, send, True, None)  # type: ignore[arg-type]
     frames = [piece async for piece in body]
     error = sse.parse_general(frames[0])["error"]  # type: ignore[index]
     assert error["code"] == "429" and error["retry_after"] == "3"

@@ -6,8 +6,10 @@ the error's code, then ``[DONE]``; a request ready within the interval is as it 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +17,7 @@ import httpx
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import rate_limited, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, Records, wait_for
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy, wait_for
 from tests.integration.api.held_session import HEADERS, hold
 from tests.integration.api.sse_frames import _data_frames, _events, _payload
 
@@ -146,3 +148,41 @@ def test_a_client_that_leaves_mid_wait_frees_the_session(
     with _stream(proxy.origin, "left", ["first", "third"]) as (resp, chunks):
         assert _content(b"".join(chunks)) == "third answer"
     assert [b["messages"][-1]["content"] for b in fake_upstream.bodies()] == ["first", "third"]
+
+
+def test_the_stream_after_an_early_200_sends_its_first_comment_when_one_is_due(
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """The clock's last comment went out just before the session was free: the stream's own
+    keep-alives go on from it, the next one interval later, not at once a second time."""
+    proxy = start_proxy(config_path, keepalive_seconds=1.0)
+    holder, _, pacer = hold(proxy.origin, "due", fake_upstream)
+    fake_upstream.script(reply("due answer"))
+    with _stream(proxy.origin, "due", ["first", "second"]) as (resp, chunks):
+        beats = _read_beats(chunks, 1)
+        pacer.allow(10)  # the session is free well within the next interval
+        rest = b"".join(chunks)
+    holder.join()
+    assert _content(rest) == "due answer"
+    assert (beats + rest).count(KEEPALIVE) == 1, beats + rest
+
+
+def test_after_an_early_200_a_slow_first_token_gets_its_comment_when_due(
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """The provider's headers came before the clock's next comment was due, its first token
+    long after: that comment still goes out an interval after the clock's last, not an
+    interval after the headers (the client would hear nothing for longer than it)."""
+    proxy = start_proxy(config_path, keepalive_seconds=0.6)
+    holder, _, pacer = hold(proxy.origin, "slow", fake_upstream)
+    fake_upstream.script(reply("slow", first_byte_delay=0.3, first_token_delay=1.0))
+    with _stream(proxy.origin, "slow", ["first", "second"]) as (resp, chunks):
+        _read_beats(chunks, 1)
+        beat = time.monotonic()
+        pacer.allow(10)
+        nxt = next(chunks)
+        gap = time.monotonic() - beat
+        rest = b"".join(chunks)
+    holder.join()
+    assert nxt.startswith(KEEPALIVE) and gap < 0.75, (nxt, gap)
+    assert _content(rest) == "slow"
