@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from proxy import answers
+from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
 from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
@@ -128,43 +128,33 @@ def _scrubbing(resp: Any) -> Callable[[str], str]:
 
 
 def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:
-    """A chat completion from an event stream's chunks: the first choice's content and refusal
-    joined, whether it called a tool, its last finish reason, and the last usage sent.
+    """A chat completion from an event stream's chunks, built as a relayed stream's reply is
+    (``sse`` splits the events, ``chunks.StreamAccumulator`` merges their deltas).
 
     Raises ValueError for a stream that holds an error event (quoted, ``scrub``-bed) or that
     stops with neither a finish reason nor ``[DONE]``: either breaks off the answer, whose
     missing part a briefing's parse would fill with the previous summary's stale text."""
-    content: list[str] = []
-    refusal: list[str] = []
-    calls: list[Any] = []
-    finish, usage, done = None, None, False
-    for line in text.splitlines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+    splitter = sse.EventSplitter()
+    events = [*splitter.feed(text.encode()), splitter.flush()]
+    acc, done = chunks.StreamAccumulator(answers.MAX_ANSWER_BYTES), False
+    for event in events:
+        if sse.is_done(event):
             done = True
             break
-        chunk = json.loads(payload)
-        if chunk.get("error") is not None:
-            raise ValueError(f"the stream broke off with an error: {scrub(payload)[:300]}")
-        usage = chunk.get("usage") or usage
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+        chunk = sse.parse_chunk(event)
+        if chunk is None:
+            data = sse.event_data(event)
+            if data is None:  # a comment, an id or an event name alone
                 continue
-            delta = choice.get("delta") or {}
-            content.append(content_text(delta.get("content")))
-            refusal.append(delta.get("refusal") or "")
-            calls += delta.get("tool_calls") or ()
-            finish = choice.get("finish_reason") or finish
-    if finish is None and not done:
+            json.loads(data)  # what keeps it from being a chunk: not JSON, nested too deep
+            raise ValueError("a streamed chunk is no JSON object")
+        if chunk.get("error") is not None:
+            quoted = scrub(sse.event_data(event) or "")[:300]
+            raise ValueError(f"the stream broke off with an error: {quoted}")
+        acc.add(chunk)
+    if acc.finish_reason(0) is None and not done:
         raise ValueError("the stream was cut: it ends with neither a finish reason nor [DONE]")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
-    if "".join(refusal):
-        message["refusal"] = "".join(refusal)
-    if calls:
-        message["tool_calls"] = calls
-    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+    return acc.to_completion()
 
 
 def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
