@@ -20,6 +20,7 @@ from proxy.api import deps
 from proxy.auth import ProxyAuth
 from proxy.cascade.types import ContextLengthExceeded
 from proxy.config_watch import ConfigHolder
+from proxy.db_answers import database_answer
 from proxy.errors import ProxyError, error_body, exception_body
 from proxy.logs import causes
 from proxy.middleware import (
@@ -130,23 +131,13 @@ def install_error_handlers(app: FastAPI) -> None:
         _log_error(request, 400, exc, message)  # param: the name the client sent, as OpenAI's
         return JSONResponse(error_body(message, type="invalid_request_error", param=param), 400)
 
-    async def no_database(request: Request, exc: Exception) -> JSONResponse:
-        _log_error(request, 503, exc, str(exc))
-        return JSONResponse(
-            error_body(
-                "the proxy's database is unavailable; retry shortly",
-                type="server_error",
-                code="database_unavailable",
-            ),
-            503,
-            {"Retry-After": "5"},
-        )
-
-    async def busy(request: Request, exc: Exception) -> JSONResponse:
-        _log_error(request, 503, exc, str(exc))
-        return JSONResponse(
-            error_body(str(exc), type="server_error", code="server_busy"), 503, {"Retry-After": "1"}
-        )
+    async def database_failure(request: Request, exc: Exception) -> JSONResponse:
+        """An unavailable database or a pool with no connection free (``db_answers``)."""
+        answer = database_answer(exc)
+        assert answer is not None  # registered for those two only
+        status, body, retry = answer
+        _log_error(request, status, exc, str(exc))
+        return JSONResponse(body, status, {"Retry-After": retry})
 
     async def last_resort(request: Request, exc: Exception) -> JSONResponse:
         """Starlette's outermost handler, for a failure in a middleware itself: the body in
@@ -159,8 +150,8 @@ def install_error_handlers(app: FastAPI) -> None:
         InvalidSessionId: invalid_id,
         HTTPException: http,
         RequestValidationError: validation,
-        DatabaseUnavailable: no_database,
-        PoolExhausted: busy,
+        DatabaseUnavailable: database_failure,
+        PoolExhausted: database_failure,
         Exception: last_resort,
     }
     for cls, handler in handlers.items():

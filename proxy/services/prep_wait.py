@@ -38,10 +38,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from proxy import jsonio, sse
-from proxy.errors import ClientDisconnected, error_body, exception_body
+from proxy.db_answers import database_answer
+from proxy.errors import ClientDisconnected, exception_body
 from proxy.logs import causes
 from proxy.observe import note_late_error
-from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
 __all__ = ["PrepWait", "Prepared", "header_wait"]
 
@@ -200,13 +200,7 @@ class _Resumed(StreamingResponse):
 
 def _answer_of(exc: Exception) -> tuple[int, dict[str, object], str | None]:
     """The status, body and Retry-After the app's error handlers answer ``exc`` with."""
-    if isinstance(exc, DatabaseUnavailable):
-        text = "the proxy's database is unavailable; retry shortly"
-        return 503, error_body(text, type="server_error", code="database_unavailable"), "5"
-    if isinstance(exc, PoolExhausted):
-        return 503, error_body(str(exc), type="server_error", code="server_busy"), "1"
-    status, body = exception_body(exc)
-    return status, body, None
+    return database_answer(exc) or (*exception_body(exc), None)
 
 
 async def _error_frames(exc: Exception) -> AsyncIterator[bytes]:
