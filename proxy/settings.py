@@ -145,10 +145,10 @@ class Settings(Listen):
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
-    keepalive_seconds: float = Field(default=15.0, gt=0)
+    keepalive_seconds: float = Field(default=15.0, gt=0, allow_inf_nan=False)
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections
-    pool_timeout_seconds: float = Field(default=10.0, gt=0)
+    pool_timeout_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25)
     provider_max_connections: int = Field(default=256, ge=1)
     http_transport: Literal["httpx", "aiohttp"] = "aiohttp"

@@ -294,3 +294,19 @@ def test_a_pool_no_postgresql_can_serve_is_refused_at_start(
         load_settings()
     monkeypatch.setenv("CASCADE_POOL_MAX_SIZE", "262143")
     assert load_settings().pool_max_size == 262143
+
+
+@pytest.mark.parametrize(
+    "variable", ["CASCADE_KEEPALIVE_SECONDS", "CASCADE_POOL_TIMEOUT_SECONDS"]
+)
+@pytest.mark.parametrize("value", ["inf", "Infinity", "nan"])
+def test_a_duration_that_is_not_a_finite_number_is_refused_at_start(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The config file refuses non-finite numbers; a variable took ``inf``: a keep-alive
+    that never comes, a wait for a pooled connection that never ends."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=rf"^{variable}: "):
+        load_settings()
+    monkeypatch.setenv(variable, "2.5")
+    assert getattr(load_settings(), variable.removeprefix("CASCADE_").lower()) == 2.5
