@@ -198,7 +198,7 @@ def check_blanks(cfg: Config) -> None:
     of ``""`` sent the request's), a value written but ignored without a word, as a
     template filled from an unset variable writes it. The reason says what leaving the key
     out does. An empty ``baseUrl``, ``provider``, ``keyEnv`` or ``tenant`` is refused by
-    the checks of those keys."""
+    the checks of those keys; a ``tenant`` of spaces here."""
     given: list[tuple[str | None, str, str, str]] = []
     for name, p in cfg.providers.items():
         given += [
@@ -233,6 +233,9 @@ def check_blanks(cfg: Config) -> None:
             "models: an empty name is a prefix of every model, ahead of default; name a "
             "model prefix, or use default"
         )
+    for i, key in enumerate(cfg.auth.keys):  # a tenant of spaces: a template's unset variable
+        if not key.tenant.strip():
+            raise ConfigError(f"auth.keys[{i}].tenant: empty; name the tenant the key acts as")
     if any(not name.strip() for name in cfg.providers):
         raise ConfigError(
             "providers: an empty name; name the provider (agents name it by its provider)"

@@ -204,6 +204,10 @@ def test_an_empty_observation_prefix_is_refused(raw: dict[str, Any], where: str)
             {"providers": {" ": {"baseUrl": "http://h/v1"}}},
             "providers: an empty name; name the provider (agents name it by its provider)",
         ),
+        (
+            {"auth": {"keys": [{"keyEnv": "K", "tenant": "  "}]}},
+            "auth.keys[0].tenant: empty; name the tenant the key acts as",
+        ),
     ],
 )
 def test_an_empty_model_or_provider_name_is_refused(raw: dict[str, Any], reason: str) -> None:
