@@ -1,5 +1,6 @@
-"""Redaction of what a model reads in a message besides its content: the arguments of its
-tool calls (or legacy ``function_call``), which are text the model reads as much."""
+"""Redaction of what a model reads in a message besides its content's text: the arguments
+of its tool calls (or legacy ``function_call``) and its refusal (the ``refusal`` field, or
+``refusal`` parts), which are text the model reads as much."""
 
 from __future__ import annotations
 
@@ -29,14 +30,42 @@ def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[A
     return {**call, "function": {**fn, "arguments": text}}, n
 
 
+def _redact_refusals(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
+    """``msg`` with its ``refusal`` text and its content's ``refusal`` parts redacted (an
+    assistant's: no other role refuses)."""
+    out, total = msg, 0
+    if msg.get("role") != "assistant":
+        return msg, 0
+    if isinstance(msg.get("refusal"), str):
+        text, total = redact(msg["refusal"], patterns)
+        if total:
+            out = {**msg, "refusal": text}
+    content = msg.get("content")
+    if not isinstance(content, Sequence) or isinstance(content, str):
+        return out, total
+    parts, n = list(content), 0
+    for i, part in enumerate(parts):
+        if not isinstance(part, Mapping) or part.get("type") != "refusal":
+            continue
+        held = part.get("refusal")
+        if isinstance(held, str):
+            text, found = redact(held, patterns)
+            if found:
+                parts[i], n = {**part, "refusal": text}, n + found
+    return (out, total) if n == 0 else ({**out, "content": parts}, total + n)
+
+
 def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
     """``msg`` with every text a model reads redacted, and the count: its content
-    (``redact_message``) and the arguments of its tool calls or legacy ``function_call``.
+    (``redact_message``), its refusal, and the arguments of its tool calls or legacy
+    ``function_call``.
     Ingestion redacts so what a client writes (an assistant turn too); what the model itself
     wrote is stored as the provider sent it, so what the proxy derives from stored history
     for another model (the summary's input) is redacted here. The same object comes back
     when nothing matched."""
     out, total = redact_message(msg, patterns)
+    out, n = _redact_refusals(out, patterns)
+    total += n
     calls = msg.get("tool_calls")
     if isinstance(calls, Sequence) and not isinstance(calls, str):
         done = [_redact_arguments(c, patterns) for c in calls]

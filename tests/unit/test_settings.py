@@ -296,9 +296,7 @@ def test_a_pool_no_postgresql_can_serve_is_refused_at_start(
     assert load_settings().pool_max_size == 262143
 
 
-@pytest.mark.parametrize(
-    "variable", ["CASCADE_KEEPALIVE_SECONDS", "CASCADE_POOL_TIMEOUT_SECONDS"]
-)
+@pytest.mark.parametrize("variable", ["CASCADE_KEEPALIVE_SECONDS", "CASCADE_POOL_TIMEOUT_SECONDS"])
 @pytest.mark.parametrize("value", ["inf", "Infinity", "nan"])
 def test_a_duration_that_is_not_a_finite_number_is_refused_at_start(
     variable: str, value: str, monkeypatch: pytest.MonkeyPatch

@@ -272,3 +272,22 @@ def test_what_a_model_wrote_is_redacted_in_its_text_and_its_call_arguments() -> 
     }
     plain = {"role": "assistant", "content": "nothing here", "tool_calls": [call]}
     assert redact_written(plain, patterns)[0] is plain
+
+
+def test_a_refusal_is_redacted_as_the_content_is() -> None:
+    """A refusal is text the model reads when the turn is resent, whether the message's
+    ``refusal`` field or a ``refusal`` part of its content; a key quoted in one went
+    upstream and into the summary's input as written."""
+    patterns = compile_patterns((), use_defaults=True)
+    field = {"role": "assistant", "content": None, "refusal": f"I won't use {AWS_ID}"}
+    assert redact_written(field, patterns) == (
+        {"role": "assistant", "content": None, "refusal": f"I won't use {REDACTED}"},
+        1,
+    )
+    text = {"type": "text", "text": "plain"}
+    parts = {"role": "assistant", "content": [text, {"type": "refusal", "refusal": AWS_ID}]}
+    out, n = redact_written(parts, patterns)
+    assert out["content"] == [text, {"type": "refusal", "refusal": REDACTED}] and n == 1
+    assert out["content"][0] is text
+    calm = {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "refusal": "no"}
+    assert redact_written(calm, patterns) == (calm, 0) and redact_written(calm, patterns)[0] is calm
