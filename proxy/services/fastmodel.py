@@ -86,12 +86,14 @@ def for_model(model: str, body: dict[str, Any], window: int | None = None) -> di
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``), fitted to that
-    model and its window (``for_model``); the raw reply."""
+    model and its window (``for_model``), with the query string of the request that started
+    the job, as that request's own call had it; the raw reply."""
     return await upstream.call(
         job.provider,
         "POST",
         "/chat/completions",
         client_headers=job.headers,
+        params=job.query or None,
         content=json.dumps(for_model(job.fast_model, body, job.fast_limits.context_limit)).encode(),
         model=job.fast_model,
         max_bytes=answers.MAX_ANSWER_BYTES,

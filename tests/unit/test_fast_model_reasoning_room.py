@@ -57,6 +57,7 @@ async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound(limit
         session_id="s-1",
         provider="p",
         headers={},
+        query=(),
         fast_model="o4-mini",
         fast_limits=ModelConfig(contextLimit=limit),
         cfg=SummarizeConfig(maxAttempts=1, timeoutSeconds=5),
@@ -80,6 +81,7 @@ async def test_the_extraction_prompt_leaves_a_reasoning_model_its_whole_bound() 
         session_id="s-1",
         provider="p",
         headers={},
+        query=(),
         fast_model="gpt-5-mini",
         fast_limits=ModelConfig(contextLimit=limit),
     )
