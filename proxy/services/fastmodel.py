@@ -53,6 +53,14 @@ _REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))"
 ``openai/o3``, a fine-tuned ``ft:o4-mini-…:org::id``; not gpt-5-chat)."""
 
 
+_THINKS_IN_MAX_TOKENS = re.compile(
+    r"(?:^|/)(?:gemini-(?:2\.5|[3-9])|deepseek-(?:reasoner|r1))", re.IGNORECASE
+)
+"""Thinking models that count their thinking in ``max_tokens`` and take it, with a
+temperature: Gemini's from 2.5 on (its OpenAI endpoint, or a router's ``google/`` name) and
+DeepSeek's reasoner (``deepseek-reasoner``, R1 by any host's name)."""
+
+
 REASONING_ROOM = 25_000
 """The tokens a reasoning model's call may think in beyond its answer's own bound (OpenAI's
 advice for a first bound on these models): bounded at the answer's length alone, the model
@@ -64,7 +72,7 @@ def output_tokens(model: str, max_tokens: int, window: int | None = None) -> int
     take of its ``window``: its thinking's room as well for a reasoning model (``for_model``),
     at most a quarter of the window, so one configured small (to keep summaries cheap) still
     leaves most of it to the prompt."""
-    if not _REASONING.search(model):
+    if not (_REASONING.search(model) or _THINKS_IN_MAX_TOKENS.search(model)):
         return max_tokens
     return max_tokens + (REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4))
 
@@ -75,8 +83,11 @@ def for_model(model: str, body: dict[str, Any], window: int | None = None) -> di
     together, so it holds room to think in as well: ``output_tokens`` of ``window``) and to
     any ``temperature`` but the default; other models get ``body`` as written, since servers
     that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
-    output unbounded."""
+    output unbounded. A model that thinks within ``max_tokens`` (``_THINKS_IN_MAX_TOKENS``)
+    keeps the name and its temperature, its bound raised by the same room."""
     if not _REASONING.search(model):
+        if "max_tokens" in body and _THINKS_IN_MAX_TOKENS.search(model):
+            return {**body, "max_tokens": output_tokens(model, body["max_tokens"], window)}
         return body
     out = {k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}
     if "max_tokens" in body:

@@ -99,3 +99,32 @@ def test_a_fine_tuned_reasoning_model_is_one_by_its_base_name() -> None:
     tuned = for_model("ft:o4-mini-2025-04-16:acme:grader:AbC123", body)
     assert "max_tokens" not in tuned and "temperature" not in tuned
     assert for_model("ft:gpt-4o-mini-2024-07-18:acme::AbC123", body) is body
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gemini-2.5-flash",
+        "gemini-2.5-pro",
+        "gemini-3-pro-preview",
+        "google/gemini-2.5-flash",  # through OpenRouter
+        "deepseek-reasoner",
+        "deepseek-ai/DeepSeek-R1",  # Together, Fireworks
+    ],
+)
+def test_a_thinking_model_bounded_by_max_tokens_gets_its_room_in_max_tokens(model: str) -> None:
+    """Regression: Gemini's thinking models (2.5 on, through its OpenAI endpoint or a router)
+    and DeepSeek's reasoner count their thinking in ``max_tokens``; a summary bounded at the
+    answer's own length was cut at ``length`` with nothing written, as OpenAI's reasoning
+    models were. They take ``max_tokens`` and a temperature, so both stay."""
+    body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
+    sent = for_model(model, body, 1_048_576)
+    assert sent["max_tokens"] == 2000 + REASONING_ROOM
+    assert sent["temperature"] == 0 and "max_completion_tokens" not in sent
+    assert output_tokens(model, 2000, 32000) == 2000 + 8000  # a quarter of a small window
+
+
+@pytest.mark.parametrize("model", ["gemini-2.0-flash", "deepseek-chat", "gemini-1.5-pro"])
+def test_a_model_that_does_not_think_keeps_the_answers_bound(model: str) -> None:
+    body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
+    assert for_model(model, body) == body
