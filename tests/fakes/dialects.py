@@ -58,6 +58,8 @@ class Dialect:
     call_id: re.Pattern[str] | None = None  # the tool-call ids it takes (Mistral's)
     max_n: int | None = None  # Anthropic takes n == 1 only
     formats: frozenset[str] | None = None  # the response_format types taken; None: any
+    signed: bool = False  # Gemini 3: a tool call carries a thought signature, asked back
+    call_index: bool = True  # a streamed tool call's delta names its index (Gemini's not)
 
     @property
     def chat(self) -> str:
@@ -102,10 +104,14 @@ class Dialect:
                 for cid in ids:
                     if not isinstance(cid, str) or not self.call_id.fullmatch(cid):
                         return self.refuse(400, "Tool call id was not valid", "messages")
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        if self.signed:  # the turn in progress: its calls are asked back with their signatures
+            for i, m in enumerate(messages[last_user + 1 :], last_user + 1):
+                for c in m.get("tool_calls") or []:
+                    if c.get("extra_content") != signature(c.get("id")):
+                        said = f"Function call is missing a thought_signature (message {i})"
+                        return self.refuse(400, said, "messages")
         if self.reasoning_back and self.reasoning_field:
-            last_user = max(
-                (i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1
-            )
             for i, m in enumerate(messages[last_user + 1 :], last_user + 1):
                 if m.get("tool_calls") and not m.get(self.reasoning_field):
                     said = f"Missing `{self.reasoning_field}` field in the assistant message"
@@ -124,6 +130,7 @@ class Dialect:
                     "id": c["id"],
                     "type": "function",
                     "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                    **({"extra_content": signature(c["id"])} if self.signed else {}),
                 }
                 for c in turn.calls
             ]
@@ -183,7 +190,7 @@ class Dialect:
                     [
                         {
                             "index": 0,
-                            "delta": {"tool_calls": [{"index": k, **call}]},
+                            "delta": {"tool_calls": [_indexed(k, call, self.call_index)]},
                             "finish_reason": None,
                         }
                     ]
@@ -200,6 +207,14 @@ class Dialect:
                 frames.append(chunk([], usage=usage))
         frames.append("data: [DONE]\n\n")
         return raw(*frames)
+
+
+def signature(call_id: Any) -> dict[str, Any]:
+    return {"google": {"thought_signature": f"sig-{call_id}"}}
+
+
+def _indexed(k: int, call: Mapping[str, Any], named: bool) -> dict[str, Any]:
+    return {"index": k, **call} if named else dict(call)
 
 
 def _pieces(text: str) -> list[str]:
@@ -239,13 +254,16 @@ DIALECTS: dict[str, Dialect] = {
         # its bearer, no api-version; a stream opens with the prompt filter's chunk.
         Dialect("azure", base="/openai/v1", filter_chunk=True),
         # Gemini's OpenAI endpoint: unknown fields refused, errors as a list of one object,
-        # usage beside the last chunk's finish reason.
+        # usage beside the last chunk's finish reason; Gemini 3's tool calls carry a thought
+        # signature (extra_content) asked back within the turn; a streamed call names no index.
         Dialect(
             "gemini",
             base="/v1beta/openai",
             usage="beside",
             error_shape="list",
             known=_OPENAI_FIELDS | {"reasoning_effort", "extra_body"},
+            signed=True,
+            call_index=False,
         ),
         # Anthropic's OpenAI SDK compatibility: n must be 1; stream_options taken.
         Dialect("anthropic", max_n=1),

@@ -21,7 +21,16 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.dialects import DIALECTS, FACT, KEY, Dialect, DialectUpstream, Turn, tool_turn
+from tests.fakes.dialects import (
+    DIALECTS,
+    FACT,
+    KEY,
+    Dialect,
+    DialectUpstream,
+    Turn,
+    signature,
+    tool_turn,
+)
 from tests.fakes.rendering import count_prompt_tokens
 from tests.integration.api.compaction_stack import briefing, wait_until, words
 from tests.integration.api.conftest import StartProxy
@@ -145,6 +154,8 @@ def test_a_cut_result_read_back_inside_the_request(
     ]
     if dialect.reasoning_field:  # as the SDK's message dump resends it
         history[1][dialect.reasoning_field] = "Read the log."
+    if dialect.signed:
+        history[1]["tool_calls"][0]["extra_content"] = signature(CID)
     fake.turns(
         tool_turn([(READ, "read_tool_output", {"id": CID, "offset": 0})], reasoning="Need it."),
         Turn("the log says ok", reasoning="Found it."),
@@ -164,6 +175,8 @@ def test_a_cut_result_read_back_inside_the_request(
     assert result["tool_call_id"] == READ and "big:00000" in result["content"]
     if dialect.reasoning_field:
         assert call_msg.get(dialect.reasoning_field) == "Need it."
+    if dialect.signed:
+        assert call_msg["tool_calls"][0]["extra_content"] == signature(READ)
     assert _strict_refusals(dialect, fake) == []
 
 
