@@ -16,17 +16,18 @@ import json
 import re
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tests.fakes.rendering import count_prompt_tokens
-from tests.fakes.replies import Error, RecordedRequest, Responder, error, raw
+from tests.fakes.replies import Error, RecordedRequest, Responder, raw
 from tests.fakes.upstream import FakeUpstream
 
-__all__ = ["DIALECTS", "Dialect", "DialectUpstream", "Turn"]
+__all__ = ["DIALECTS", "FACT", "KEY", "REFUSE", "Dialect", "DialectUpstream", "Turn", "signature"]
 
 _FACTS = "durable facts"  # what memory promotion's extraction prompt asks for
 FACT = "The API listens on port 8443."
+REFUSE = "refuse this"  # a last user message the provider refuses (400)
 
 KEY = "sk-dialect-key"
 """The provider key the proxy's config names (``apiKeyEnv``); every dialect checks it."""
@@ -78,7 +79,7 @@ class Dialect:
         else:
             kind = "invalid_request_error"
             body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
-        return error(status, body)  # type: ignore[arg-type]
+        return Error(status, body, {}, 0.0)  # a list too (``error`` takes a mapping only)
 
     def check(self, req: RecordedRequest) -> Error | None:
         """The refusal of ``req``, or None when the provider takes it."""
@@ -328,6 +329,11 @@ class DialectUpstream(FakeUpstream):
         if request.path != self.dialect.chat or request.method != "POST":
             return super()._default_for(request)
         refusal = self.dialect.check(request)
+        said = str((request.json.get("messages") or [{}])[-1].get("content"))
+        if refusal is None and said.startswith(REFUSE):  # a refusal the test asks for
+            refusal = self.dialect.refuse(400, "Invalid value for 'top_p'", "top_p")
+            if said == f"{REFUSE} late":  # after the proxy's keep-alive interval
+                refusal = replace(refusal, first_byte_delay=0.8)
         if refusal is not None:
             with self._cond:
                 self.refusals.append((refusal.status, json.dumps(refusal.body)))

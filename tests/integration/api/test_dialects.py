@@ -25,6 +25,7 @@ from tests.fakes.dialects import (
     DIALECTS,
     FACT,
     KEY,
+    REFUSE,
     Dialect,
     DialectUpstream,
     Turn,
@@ -201,3 +202,30 @@ def test_the_summary_and_the_facts_are_asked_of_the_same_provider(
     fast = [r.json for r in fake.chats() if r.json.get("model") == "fast-model"]
     assert fast, "no summary call reached the provider"
     assert _strict_refusals(dialect, fake) == []
+
+
+@pytest.mark.parametrize("when", ["at_once", "late"])
+def test_the_providers_refusal_reaches_the_client_as_the_sdk_reads_it(
+    when: str, dialect: Dialect, fake: DialectUpstream, origin: str
+) -> None:
+    """A refusal before anything went out is relayed as it came (Gemini's list of one error
+    too), whole or streamed; one after the keep-alive committed the stream's 200 is an
+    OpenAI-shaped error frame naming the provider's status and words."""
+    said = REFUSE if when == "at_once" else f"{REFUSE} late"
+    client = _sdk(origin, f"refused-{dialect.name}-{when}")
+    messages = [{"role": "user", "content": said}]
+    if when == "at_once":
+        with pytest.raises(openai.BadRequestError) as whole:
+            client.chat.completions.create(model="agent-model", messages=messages)
+        direct = fake.refusals[-1][1]
+        assert whole.value.response.json() == json.loads(direct)
+        with pytest.raises(openai.BadRequestError):
+            list(
+                client.chat.completions.create(model="agent-model", messages=messages, stream=True)
+            )
+        return
+    stream = client.chat.completions.create(model="agent-model", messages=messages, stream=True)
+    with pytest.raises(openai.APIError) as late:
+        list(stream)
+    assert not isinstance(late.value, openai.APIStatusError)  # the 200 went out before it
+    assert late.value.code == "400" and "Invalid value for" in late.value.message
