@@ -61,6 +61,7 @@ class Dialect:
     formats: frozenset[str] | None = None  # the response_format types taken; None: any
     signed: bool = False  # Gemini 3: a tool call carries a thought signature, asked back
     call_index: bool = True  # a streamed tool call's delta names its index (Gemini's not)
+    query: str | None = None  # a query parameter every call must carry (Azure's api-version)
 
     @property
     def chat(self) -> str:
@@ -85,6 +86,8 @@ class Dialect:
         """The refusal of ``req``, or None when the provider takes it."""
         if req.headers.get("authorization") != f"Bearer {KEY}":
             return self.refuse(401, "Incorrect API key provided")
+        if self.query is not None and f"{self.query}=" not in req.query:
+            return self.refuse(404, "Resource not found")
         body = req.json
         if self.known is not None:
             for name in body:
@@ -299,6 +302,13 @@ DIALECTS: dict[str, Dialect] = {
         Dialect("fireworks", base="/inference/v1"),
     )
 }
+
+
+AZURE_DEPLOYMENT = Dialect(
+    "azure-deployment", base="/openai/deployments/dep", filter_chunk=True, query="api-version"
+)
+"""Azure's deployment paths, called with a Microsoft Entra ID token as the client's bearer
+(``KEY`` stands for it) and the ``api-version`` every call must carry."""
 
 
 class DialectUpstream(FakeUpstream):

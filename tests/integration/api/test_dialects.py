@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from tests.fakes.dialects import (
+    AZURE_DEPLOYMENT,
     DIALECTS,
     FACT,
     KEY,
@@ -229,3 +230,48 @@ def test_the_providers_refusal_reaches_the_client_as_the_sdk_reads_it(
         list(stream)
     assert not isinstance(late.value, openai.APIStatusError)  # the 200 went out before it
     assert late.value.code == "400" and "Invalid value for" in late.value.message
+
+
+def test_azure_deployment_paths_with_the_clients_entra_token_and_api_version(
+    start_proxy: StartProxy, tmp_path: Path
+) -> None:
+    """README, "Providers' dialects": no ``apiKeyEnv``, the client's bearer (an Entra ID
+    token) and its ``api-version`` as an ``extra_query`` reach every call, a compaction's
+    summary and its facts included."""
+    with DialectUpstream(AZURE_DEPLOYMENT, briefing=briefing()) as fake:
+        cfg = {
+            "providers": {"azure": {"baseUrl": fake.base_url}},
+            "models": {"default": {"contextLimit": 4000, "reservedOutput": 500}},
+            "agents": {"default": {"provider": "azure", "fastModel": "fast-model"}},
+            "context": {
+                "eviction": {"enabled": False},
+                "summarize": {"softFraction": 0.5, "keepRecent": 4},
+                "memoryPromotion": {"mode": "auto"},
+            },
+        }
+        path = tmp_path / "agents.json"
+        path.write_text(json.dumps(cfg))
+        origin = start_proxy(path).origin
+        client = openai.OpenAI(
+            base_url=f"{origin}/s/azure-entra/v1",
+            api_key=KEY,
+            default_query={"api-version": "2024-10-21"},
+            max_retries=0,
+        )
+        messages: list[dict[str, Any]] = []
+        for i in range(5):  # the fifth crosses softFraction
+            messages.append({"role": "user", "content": words(450, f"t{i}")})
+            stream = i % 2 == 1
+            got = client.chat.completions.create(model="gpt-4o", messages=messages, stream=stream)
+            text = (
+                "".join(c.choices[0].delta.content or "" for c in got if c.choices)
+                if stream
+                else got.choices[0].message.content
+            )
+            messages.append({"role": "assistant", "content": text})
+        wait_until(
+            lambda: len([r for r in fake.chats() if r.json.get("model") == "fast-model"]) >= 2,
+            5.0,
+            "the summary and the facts",
+        )
+        assert fake.refusals == []
