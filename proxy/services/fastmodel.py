@@ -54,11 +54,15 @@ _REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))"
 
 
 _THINKS_IN_MAX_TOKENS = re.compile(
-    r"(?:^|/)(?:gemini-(?:2\.5|[3-9])|deepseek-(?:reasoner|r1))", re.IGNORECASE
+    r"(?:^|/)(?:gemini-(?:2\.5|[3-9])|deepseek-(?:reasoner|r1)|gpt-oss|qwq|magistral"
+    r"|qwen3(?![^/]*(?:instruct|coder)))|-thinking",
+    re.IGNORECASE,
 )
 """Thinking models that count their thinking in ``max_tokens`` and take it, with a
-temperature: Gemini's from 2.5 on (its OpenAI endpoint, or a router's ``google/`` name) and
-DeepSeek's reasoner (``deepseek-reasoner``, R1 by any host's name)."""
+temperature: Gemini's from 2.5 on (its OpenAI endpoint, or a router's ``google/`` name),
+DeepSeek's reasoner (``deepseek-reasoner``, R1 by any host's name), and the open ones other
+hosts serve (gpt-oss, QwQ, Magistral, Qwen3 but its instruct and coder models, a
+``…-thinking`` name)."""
 
 
 REASONING_ROOM = 25_000

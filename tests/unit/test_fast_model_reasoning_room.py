@@ -110,13 +110,20 @@ def test_a_fine_tuned_reasoning_model_is_one_by_its_base_name() -> None:
         "google/gemini-2.5-flash",  # through OpenRouter
         "deepseek-reasoner",
         "deepseek-ai/DeepSeek-R1",  # Together, Fireworks
+        "openai/gpt-oss-120b",  # Groq, OpenRouter, vLLM's name
+        "gpt-oss:20b",  # Ollama's
+        "qwen3:8b",  # Ollama's; thinks unless told not to
+        "Qwen/QwQ-32B",
+        "magistral-medium-latest",  # Mistral's reasoning model
+        "moonshotai/kimi-k2-thinking",
     ],
 )
 def test_a_thinking_model_bounded_by_max_tokens_gets_its_room_in_max_tokens(model: str) -> None:
-    """Regression: Gemini's thinking models (2.5 on, through its OpenAI endpoint or a router)
-    and DeepSeek's reasoner count their thinking in ``max_tokens``; a summary bounded at the
-    answer's own length was cut at ``length`` with nothing written, as OpenAI's reasoning
-    models were. They take ``max_tokens`` and a temperature, so both stay."""
+    """Regression: Gemini's thinking models (2.5 on, through its OpenAI endpoint or a router),
+    DeepSeek's reasoner and the open thinking models the other hosts serve (gpt-oss, Qwen3,
+    QwQ, Magistral, a ``-thinking`` name) count their thinking in ``max_tokens``; a summary
+    bounded at the answer's own length was cut at ``length`` with nothing written, as
+    OpenAI's reasoning models were. They take ``max_tokens`` and a temperature: both stay."""
     body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
     sent = for_model(model, body, 1_048_576)
     assert sent["max_tokens"] == 2000 + REASONING_ROOM
@@ -124,7 +131,17 @@ def test_a_thinking_model_bounded_by_max_tokens_gets_its_room_in_max_tokens(mode
     assert output_tokens(model, 2000, 32000) == 2000 + 8000  # a quarter of a small window
 
 
-@pytest.mark.parametrize("model", ["gemini-2.0-flash", "deepseek-chat", "gemini-1.5-pro"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gemini-2.0-flash",
+        "deepseek-chat",
+        "gemini-1.5-pro",
+        "Qwen/Qwen3-235B-A22B-Instruct-2507",  # the instruct models do not think
+        "qwen3-coder:30b",
+        "mistral-small-latest",
+    ],
+)
 def test_a_model_that_does_not_think_keeps_the_answers_bound(model: str) -> None:
     body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
     assert for_model(model, body) == body
