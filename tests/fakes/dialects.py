@@ -23,7 +23,18 @@ from tests.fakes.rendering import count_prompt_tokens
 from tests.fakes.replies import Error, RecordedRequest, Responder, raw
 from tests.fakes.upstream import FakeUpstream
 
-__all__ = ["DIALECTS", "FACT", "KEY", "REFUSE", "Dialect", "DialectUpstream", "Turn", "signature"]
+__all__ = [
+    "AZURE_DEPLOYMENT",
+    "DIALECTS",
+    "FACT",
+    "KEY",
+    "REFUSE",
+    "Dialect",
+    "DialectUpstream",
+    "Turn",
+    "signature",
+    "tool_turn",
+]
 
 _FACTS = "durable facts"  # what memory promotion's extraction prompt asks for
 FACT = "The API listens on port 8443."
@@ -40,6 +51,7 @@ class Turn:
     content: str = "ok"
     calls: tuple[Mapping[str, Any], ...] = ()
     reasoning: str | None = None
+    fails: bool = False  # the stream breaks off with the provider's error after its text
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,12 @@ class Dialect:
                     ]
                 )
             )
+        if turn.fails:  # OpenRouter's shape: the error beside a choice finished by "error"
+            failed = {"message": "Provider disconnected", "code": 502}
+            frames.append(
+                chunk([{"index": 0, "delta": {}, "finish_reason": "error"}], error=failed)
+            )
+            return raw(*frames, "data: [DONE]\n\n")
         usage = self.usage_of(req, turn)
         asked = (req.json.get("stream_options") or {}).get("include_usage")
         last = {"index": 0, "delta": {}, "finish_reason": finish}

@@ -275,3 +275,27 @@ def test_azure_deployment_paths_with_the_clients_entra_token_and_api_version(
             "the summary and the facts",
         )
         assert fake.refusals == []
+
+
+def test_a_stream_the_provider_breaks_off_with_an_error_stores_no_reply(
+    dialect: Dialect, fake: DialectUpstream, origin: str
+) -> None:
+    """The SDK raises on the provider's error event mid-stream, after the text before it;
+    no reply is stored, so the client's retry is the same turn and its answer is stored."""
+    sid = f"broken-{dialect.name}"
+    client = _sdk(origin, sid)
+    messages = [{"role": "user", "content": "tell me"}]
+    fake.turns(Turn("half an answer", fails=True), Turn("the whole answer"))
+    seen = []
+    stream = client.chat.completions.create(model="agent-model", messages=messages, stream=True)
+    with pytest.raises(openai.APIError, match="Provider disconnected"):
+        for chunk in stream:
+            seen += [chunk.choices[0].delta.content or ""] if chunk.choices else []
+    assert "".join(seen) == "half an answer"
+    again = client.chat.completions.create(model="agent-model", messages=messages)
+    assert again.choices[0].message.content == "the whole answer"
+    wait_until(lambda: _view(origin, sid)["message_count"] == 2, 5.0, "the retry's reply")
+    headers = {"authorization": f"Bearer {CLIENT}"}
+    stored = httpx.get(f"{origin}/v1/sessions/{sid}/messages", headers=headers, timeout=10)
+    said = [m["message"].get("content") for m in stored.json()["data"]]
+    assert said == ["tell me", "the whole answer"]
