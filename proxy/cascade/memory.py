@@ -251,8 +251,8 @@ Below is part of a conversation between a user and an AI agent. List the durable
 that would still help in a later session: decisions, conventions, preferences, names of \
 files, services, ports and commands that stay true: at most {MAX_FACTS_PER_SPAN}, one short \
 sentence each, stated as a fact, not as an instruction. Leave out anything temporary, anything \
-about this one task's progress, and every secret (keys, tokens, passwords). Answer \
-{{"facts": []}} when there is none."""
+about this one task's progress, and every secret (keys, tokens, passwords). Answer with one \
+JSON object, {{"facts": ["…"]}}, and {{"facts": []}} when there is none."""
 
 
 def extraction_prompt(span_text: str) -> list[dict[str, str]]:

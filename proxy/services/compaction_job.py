@@ -77,6 +77,10 @@ class CompactionJob:
     cfg: SummarizeConfig
     headers: Mapping[str, str]
     trigger: str
+    query: tuple[tuple[str, str], ...] = ()
+    """The query string of the request that started the job, as that request's own call
+    sent it (an ``extra_query``: a gateway's ``api-version``): the fast model is called at
+    the same provider, which may refuse a call without it."""
     promotion: str = "off"  # context.memoryPromotion.mode (services/promotion.py)
     memory_scope: str = "global"
     memory_patterns: tuple[re.Pattern[str], ...] = ()
@@ -114,6 +118,7 @@ def job_for(
     trigger: str,
     agents: tuple[str, ...] | None = None,
     summary_version: int | None = None,
+    query: tuple[tuple[str, str], ...] = (),
 ) -> CompactionJob:
     agent_cfg = cfg.agents.get(agent) or cfg.agent_for(None)[1]
     fast = agent_cfg.fast_model or model
@@ -128,6 +133,7 @@ def job_for(
         cfg=cfg.context_for(agent).summarize,
         headers={k: v for k, v in headers.items() if k.lower() in _KEPT_HEADERS},
         trigger=trigger,
+        query=query,
         promotion=cfg.context_for(agent).memory_promotion.mode,
         memory_scope=scope,
         memory_patterns=tuple(patterns_for(cfg, scope)),

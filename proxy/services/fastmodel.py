@@ -53,6 +53,40 @@ _REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))"
 ``openai/o3``, a fine-tuned ``ft:o4-mini-…:org::id``; not gpt-5-chat)."""
 
 
+_LEARNED: set[str] = set()
+"""Names that refused ``max_tokens`` as OpenAI's reasoning models do (``_refuses_max_tokens``):
+an Azure deployment or a gateway's alias names any model, so a name read as no reasoning
+model is one from its first refusal on, for the process's life."""
+_MAX_LEARNED = 1024  # names come from the config: a bound on a file that names thousands
+
+
+def _reasoning(model: str) -> bool:
+    return model in _LEARNED or _REASONING.search(model) is not None
+
+
+def _refuses_max_tokens(resp: Any) -> bool:
+    """Whether ``resp`` refuses ``max_tokens`` or a temperature as OpenAI's reasoning models
+    word it (Azure's too): "Unsupported parameter: 'max_tokens' is not supported with this
+    model. Use 'max_completion_tokens' instead.", "Unsupported value: 'temperature' does not
+    support 0 with this model." A cap on ``max_tokens`` (Groq's, DeepSeek's) is no such one."""
+    if resp.status_code != 400:
+        return False
+    said = resp.text
+    return "Unsupported" in said and ("'max_tokens'" in said or "'temperature'" in said)
+
+
+_THINKS_IN_MAX_TOKENS = re.compile(
+    r"(?:^|/)(?:gemini-(?:2\.5|[3-9])|deepseek-(?:reasoner|r1)|gpt-oss|qwq|magistral"
+    r"|qwen3(?![^/]*(?:instruct|coder)))|-thinking",
+    re.IGNORECASE,
+)
+"""Thinking models that count their thinking in ``max_tokens`` and take it, with a
+temperature: Gemini's from 2.5 on (its OpenAI endpoint, or a router's ``google/`` name),
+DeepSeek's reasoner (``deepseek-reasoner``, R1 by any host's name), and the open ones other
+hosts serve (gpt-oss, QwQ, Magistral, Qwen3 but its instruct and coder models, a
+``…-thinking`` name)."""
+
+
 REASONING_ROOM = 25_000
 """The tokens a reasoning model's call may think in beyond its answer's own bound (OpenAI's
 advice for a first bound on these models): bounded at the answer's length alone, the model
@@ -64,7 +98,7 @@ def output_tokens(model: str, max_tokens: int, window: int | None = None) -> int
     take of its ``window``: its thinking's room as well for a reasoning model (``for_model``),
     at most a quarter of the window, so one configured small (to keep summaries cheap) still
     leaves most of it to the prompt."""
-    if not _REASONING.search(model):
+    if not (_reasoning(model) or _THINKS_IN_MAX_TOKENS.search(model)):
         return max_tokens
     return max_tokens + (REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4))
 
@@ -75,24 +109,49 @@ def for_model(model: str, body: dict[str, Any], window: int | None = None) -> di
     together, so it holds room to think in as well: ``output_tokens`` of ``window``) and to
     any ``temperature`` but the default; other models get ``body`` as written, since servers
     that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
-    output unbounded."""
-    if not _REASONING.search(model):
+    output unbounded. A model that thinks within ``max_tokens`` (``_THINKS_IN_MAX_TOKENS``)
+    keeps the name and its temperature, its bound raised by the same room."""
+    if not _reasoning(model):
+        if "max_tokens" in body and _THINKS_IN_MAX_TOKENS.search(model):
+            return {**body, "max_tokens": output_tokens(model, body["max_tokens"], window)}
         return body
+    return _as_reasoning(model, body, window)
+
+
+def _as_reasoning(model: str, body: dict[str, Any], window: int | None) -> dict[str, Any]:
+    """``body`` as OpenAI's reasoning models take it: ``max_completion_tokens`` with room to
+    think in, no temperature."""
     out = {k: v for k, v in body.items() if k not in ("max_tokens", "temperature")}
     if "max_tokens" in body:
-        out["max_completion_tokens"] = output_tokens(model, body["max_tokens"], window)
+        room = REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4)
+        out["max_completion_tokens"] = body["max_tokens"] + room
     return out
 
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``), fitted to that
-    model and its window (``for_model``); the raw reply."""
+    model and its window (``for_model``), with the query string of the request that started
+    the job, as that request's own call had it; the raw reply. A model that refuses the
+    body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
+    one is asked again as one, and its name learned (``_LEARNED``)."""
+    model, window = job.fast_model, job.fast_limits.context_limit
+    reasoning = _reasoning(model)
+    resp = await _post(upstream, job, for_model(model, body, window))
+    if reasoning or not _refuses_max_tokens(resp):
+        return resp
+    if len(_LEARNED) < _MAX_LEARNED:
+        _LEARNED.add(model)
+    return await _post(upstream, job, _as_reasoning(model, body, window))
+
+
+async def _post(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     return await upstream.call(
         job.provider,
         "POST",
         "/chat/completions",
         client_headers=job.headers,
-        content=json.dumps(for_model(job.fast_model, body, job.fast_limits.context_limit)).encode(),
+        params=job.query or None,
+        content=json.dumps(body).encode(),
         model=job.fast_model,
         max_bytes=answers.MAX_ANSWER_BYTES,
     )

@@ -51,6 +51,7 @@ def compaction_job(
         headers=ctx.headers,
         trigger=trigger,
         summary_version=None if state is None else state.summary_version,
+        query=ctx.query,
     )
 
 

@@ -51,6 +51,21 @@ _MARGIN = 500
 summary's prompt leaves them (the proxy's count is an estimate of the provider's)."""
 
 
+_FORMAT_WORDS = ("response_format", "response format", "json_schema")
+
+
+def _format_refused(resp: Any) -> bool:
+    """Whether ``resp`` refuses the ``json_schema`` response format rather than the call:
+    DeepSeek takes ``json_object`` only ("This response_format type is unavailable now"),
+    and Groq's models without structured outputs name it too. Such a provider is asked
+    again without the field, as it is no fault of the span's: the prompt asks for the same
+    object, and ``parse_facts`` reads it through fences and words around it."""
+    if resp.status_code not in (400, 422):
+        return False
+    said = resp.text.lower()
+    return any(word in said for word in _FORMAT_WORDS)
+
+
 async def promote(
     upstream: Any,
     bus: Any,
@@ -93,6 +108,9 @@ async def _promote(
         "temperature": 0,
     }
     resp = await post_fast_model(upstream, job, body)  # its errors are no reply's fault
+    if _format_refused(resp):  # a provider without structured outputs: the prompt asks too
+        del body["response_format"]
+        resp = await post_fast_model(upstream, job, body)
     try:
         status, answer = read_fast_answer(job, resp)
     except (ValueError, LookupError, TypeError, AttributeError) as exc:  # read_fast_answer's

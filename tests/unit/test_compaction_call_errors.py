@@ -40,6 +40,7 @@ _JOB = SimpleNamespace(
     session_id="s-1",
     provider="p",
     headers={},
+    query=(),
     fast_model="fast",
     fast_limits=ModelConfig(),
     cfg=SummarizeConfig(maxAttempts=1),

@@ -48,6 +48,7 @@ def _job(attempts: int) -> Any:
         session_id="s-1",
         provider="p",
         headers={},
+        query=(),
         fast_model="fast",
         fast_limits=ModelConfig(),
         cfg=SummarizeConfig(maxAttempts=attempts, timeoutSeconds=5),

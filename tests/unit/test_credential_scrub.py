@@ -164,7 +164,9 @@ async def test_a_streams_own_error_frame_goes_out_without_the_key(error_id: str 
 async def test_the_fast_models_error_names_no_credential(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     upstream = _upstream(_echo(401), {"LLM_KEY": KEY})
-    job = SimpleNamespace(provider=_KEYED, headers={}, fast_model="fast", fast_limits=ModelConfig())
+    job = SimpleNamespace(
+        provider=_KEYED, headers={}, query=(), fast_model="fast", fast_limits=ModelConfig()
+    )
     resp = await post_fast_model(upstream, job, {"messages": []})
     await upstream.client.aclose()
     status, text = read_fast_answer(job, resp)

@@ -57,6 +57,7 @@ async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound(limit
         session_id="s-1",
         provider="p",
         headers={},
+        query=(),
         fast_model="o4-mini",
         fast_limits=ModelConfig(contextLimit=limit),
         cfg=SummarizeConfig(maxAttempts=1, timeoutSeconds=5),
@@ -80,6 +81,7 @@ async def test_the_extraction_prompt_leaves_a_reasoning_model_its_whole_bound() 
         session_id="s-1",
         provider="p",
         headers={},
+        query=(),
         fast_model="gpt-5-mini",
         fast_limits=ModelConfig(contextLimit=limit),
     )
@@ -97,3 +99,49 @@ def test_a_fine_tuned_reasoning_model_is_one_by_its_base_name() -> None:
     tuned = for_model("ft:o4-mini-2025-04-16:acme:grader:AbC123", body)
     assert "max_tokens" not in tuned and "temperature" not in tuned
     assert for_model("ft:gpt-4o-mini-2024-07-18:acme::AbC123", body) is body
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gemini-2.5-flash",
+        "gemini-2.5-pro",
+        "gemini-3-pro-preview",
+        "google/gemini-2.5-flash",  # through OpenRouter
+        "deepseek-reasoner",
+        "deepseek-ai/DeepSeek-R1",  # Together, Fireworks
+        "openai/gpt-oss-120b",  # Groq, OpenRouter, vLLM's name
+        "gpt-oss:20b",  # Ollama's
+        "qwen3:8b",  # Ollama's; thinks unless told not to
+        "Qwen/QwQ-32B",
+        "magistral-medium-latest",  # Mistral's reasoning model
+        "moonshotai/kimi-k2-thinking",
+    ],
+)
+def test_a_thinking_model_bounded_by_max_tokens_gets_its_room_in_max_tokens(model: str) -> None:
+    """Regression: Gemini's thinking models (2.5 on, through its OpenAI endpoint or a router),
+    DeepSeek's reasoner and the open thinking models the other hosts serve (gpt-oss, Qwen3,
+    QwQ, Magistral, a ``-thinking`` name) count their thinking in ``max_tokens``; a summary
+    bounded at the answer's own length was cut at ``length`` with nothing written, as
+    OpenAI's reasoning models were. They take ``max_tokens`` and a temperature: both stay."""
+    body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
+    sent = for_model(model, body, 1_048_576)
+    assert sent["max_tokens"] == 2000 + REASONING_ROOM
+    assert sent["temperature"] == 0 and "max_completion_tokens" not in sent
+    assert output_tokens(model, 2000, 32000) == 2000 + 8000  # a quarter of a small window
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gemini-2.0-flash",
+        "deepseek-chat",
+        "gemini-1.5-pro",
+        "Qwen/Qwen3-235B-A22B-Instruct-2507",  # the instruct models do not think
+        "qwen3-coder:30b",
+        "mistral-small-latest",
+    ],
+)
+def test_a_model_that_does_not_think_keeps_the_answers_bound(model: str) -> None:
+    body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
+    assert for_model(model, body) == body

@@ -39,6 +39,7 @@ def _job(fast_limit: int) -> SimpleNamespace:
         session_id="s-1",
         provider="p",
         headers={},
+        query=(),
         fast_model="fast",
         fast_limits=SimpleNamespace(context_limit=fast_limit, reserved_output=500),
         promotion="suggest",

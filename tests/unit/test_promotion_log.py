@@ -51,6 +51,7 @@ _JOB = SimpleNamespace(
     session_id="s-1",
     provider="p",
     headers={},
+    query=(),
     fast_model="fast",
     fast_limits=SimpleNamespace(context_limit=128_000),
     promotion="suggest",

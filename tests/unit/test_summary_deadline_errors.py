@@ -43,6 +43,7 @@ async def test_a_summary_call_past_its_deadline_is_unreachable() -> None:
         session_id="s-1",
         provider=cfg.providers["p"],
         headers={},
+        query=(),
         fast_model="fast",
         fast_limits=ModelConfig(),
         cfg=SummarizeConfig(maxAttempts=1, timeoutSeconds=0.1),

@@ -1,6 +1,6 @@
 """The client's query string reaches the provider's chat completions, as it reaches
-``/v1/models`` and ``/v1/embeddings``: an SDK's ``extra_query`` (a gateway's
-``api-version``) was dropped from chat requests only."""
+``/v1/models`` and ``/v1/embeddings``, and the summary calls a request's compaction makes:
+an SDK's ``extra_query`` (a gateway's ``api-version``) was dropped from chat requests only."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.fakes.upstream import CHAT, FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Agent, stack, wait_until, words
 from tests.integration.api.conftest import StartProxy, write_config
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -108,3 +109,20 @@ def test_a_base64_proxy_key_sent_unencoded_in_the_query_stays_back(
         assert http.post(path, json=chat).status_code == 200
         assert http.get(f"/v1/models?key={key}&q=a+b").status_code == 200
     assert [r.query for r in fake_upstream.requests] == ["q=a+b"] * 2
+
+
+def test_a_compaction_started_by_a_request_sends_its_query_string_too(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """Regression: the summary call a request's compaction makes to the same provider went
+    without the query string the request's own call carried, so a gateway that needs its
+    ``api-version`` (an Azure API Management front, a self-hosted router) refused every
+    summary while the agent's calls worked."""
+    query = {"api-version": "2024-10-21"}
+    with stack(tmp_path, db_dsn, fake_upstream) as s:
+        agent = Agent(s.client("query-compaction"))
+        for i in range(5):  # the fifth crosses softFraction
+            agent.say(words(450, f"t{i}"), extra_query=query)
+        wait_until(lambda: s.summaries("query-compaction"), 5.0, "the background summary")
+    fast = [r.query for r in fake_upstream.requests if r.path == CHAT and r.json["model"] == FAST]
+    assert fast and set(fast) == {"api-version=2024-10-21"}
