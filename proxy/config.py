@@ -214,6 +214,12 @@ class Config(Block):
         found = self.agents.get("default")  # not .get(key, AgentConfig()): that builds one
         return "default", found if found is not None else AgentConfig()  # per request
 
+    def agent_providers(self) -> set[str]:
+        """The providers the agents call (each agent's ``provider``), by name: the ones a
+        request reaches. A provider no agent names (the built-in ``openai`` once every agent
+        names another) is never called for a client, so its key is nobody's to judge."""
+        return {agent.provider for agent in self.agents.values()}
+
     def context_for(self, agent: str) -> ContextConfig:
         return self.resolved.get(agent, self.context)
 
@@ -364,7 +370,7 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     if metrics_env and not env.get(metrics_env):
         opens = "with a proxy key only" if cfg.auth.keys else "without a key"
         out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
-    used = {agent.provider for agent in cfg.agents.values()} if cfg.auth.keys else set()
+    used = cfg.agent_providers() if cfg.auth.keys else set()
     for name in sorted(used):
         key_env = cfg.providers[name].api_key_env
         if not (key_env and env.get(key_env)):

@@ -265,7 +265,7 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     names = {key.key_env: i for i, key in reversed(list(enumerate(cfg.auth.keys)))}
     # a proxy key never leaves the proxy: judged in the providers it calls, not in one no
     # agent names (the default openai, its OPENAI_API_KEY a shell's shared with the clients)
-    called = {agent.provider for agent in cfg.agents.values()} | {cfg.embedding.provider}
+    called = cfg.agent_providers() | {cfg.embedding.provider}
     for name, p in cfg.providers.items():
         if name not in called:
             continue
