@@ -4,10 +4,10 @@ Non-streaming answers are relayed byte for byte; streams event by event (``relay
 round's request (``Step.upstream_body``) sent and awaited as ``round_answer.py`` says.
 ``read_tool_output`` calls are answered between rounds, from the store, and the provider is
 called again, up to ``max_internal_rounds`` times; the client never sees those calls
-(``internal_rounds.py``). A provider's error answer
-is relayed with its status, a later round's too while a stream has sent nothing
-(``read_ahead.py``); after that, it goes out as an error event. One that refuses the prompt
-as too long for the window raises the session's calibration (``window_learned.py``).
+(``internal_rounds.py``). A provider's error answer is relayed with its status, a later
+round's too while a stream has sent nothing (``read_ahead.py``); after that, it goes out as
+an error event. One that refuses the prompt as too long for the window raises the session's
+calibration (``window_learned.py``).
 """
 
 from __future__ import annotations
