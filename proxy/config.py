@@ -217,8 +217,9 @@ class Config(Block):
 
     def agent_providers(self) -> set[str]:
         """The providers the agents call (each agent's ``provider``), by name: the ones a
-        request reaches. A provider no agent names (the built-in ``openai`` once every agent
-        names another) is never called for a client, so its key is nobody's to judge."""
+        chat request reaches. A provider no agent names (the built-in ``openai`` once every
+        agent names another) takes no client's request: the gate, the load warnings and the
+        key checks judge the keys of these."""
         return {agent.provider for agent in self.agents.values()}
 
     def context_for(self, agent: str) -> ContextConfig:
