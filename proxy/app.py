@@ -46,6 +46,7 @@ from proxy.store.db import pooler_kwargs
 from proxy.store.memory import key_stored_facts
 from proxy.store.migrations import run_migrations
 from proxy.store.readiness import SharedCheck, database_readiness
+from proxy.tasks import stop_task
 from proxy.tokenizers import build_counters
 from proxy.tracing import build_tracing
 from proxy.transport import (
@@ -94,12 +95,6 @@ async def _key_facts(pool: asyncpg.Pool) -> None:
         await key_stored_facts(pool)
     except Exception:
         log.warning("keying the stored memory facts stopped; the next start goes on", exc_info=True)
-
-
-async def _stop_task(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def _stop_watcher(watcher: asyncio.Task[None], stop: asyncio.Event) -> None:
@@ -185,7 +180,7 @@ def create_app(
                 dsn, max_size=settings.pool_max_size, setting=settings.database_source(), **pooler
             )
             stack.push_async_callback(pool.close)
-            stack.push_async_callback(_stop_task, asyncio.create_task(_key_facts(pool)))
+            stack.push_async_callback(stop_task, asyncio.create_task(_key_facts(pool)))
             banner = startup_banner(
                 settings,
                 holder.current,

@@ -142,7 +142,7 @@ def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:
     """Whether some agent's provider would be called with the proxy's own key (its
     ``apiKeyEnv`` set). A user and password in a ``baseUrl`` do not count: they are sent only
     when the client sends no bearer, so refusing those requests would make them useless."""
-    for name in {agent.provider for agent in cfg.agents.values()}:
+    for name in cfg.agent_providers():
         provider = cfg.providers[name]
         if provider.api_key_env and (env.get(provider.api_key_env) or "").strip():
             return True

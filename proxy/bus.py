@@ -64,6 +64,7 @@ from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable, redact_dsn
+from proxy.tasks import stop_task
 
 __all__ = ["EventBus", "BusEvent", "LAGGED", "SESSION_GONE", "listen_url"]
 
@@ -166,9 +167,7 @@ class EventBus:
     async def stop(self) -> None:
         for task in (self._task, self._keeper):
             if task:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await stop_task(task)
         for tenant, session_id in list(self._subs):
             await self._unwatch(tenant, session_id)
         if self._listener and not self._listener.is_closed():

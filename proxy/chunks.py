@@ -4,7 +4,7 @@
 into the assistant message(s) the proxy stores, while the relay forwards the bytes untouched
 (``proxy.sse`` splits and parses them). ``completion_to_chunks`` goes the other way: the SSE
 frames of a ``chat.completion`` the proxy produced itself (the answer to ``/compact``).
-Pure: no I/O, no clocks.
+Whether a chunk can be read as one at all is ``chunk_faults.py``'s. Pure: no I/O, no clocks.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ __all__ = [
     "MAX_OWN_FIELDS",
     "StreamAccumulator",
     "completion_to_chunks",
-    "error_answer",
     "index_of",
-    "malformed",
     "storable",
 ]
 
@@ -224,87 +222,6 @@ def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
 
 
 _TOOL_CALL_KEYS = frozenset(("index", "id", "type", "function"))
-
-
-def malformed(obj: Mapping[str, Any], part: str = "delta") -> str | None:
-    """Why a parsed chunk (``part`` ``"delta"``) or completion (``"message"``) cannot be read
-    as one, in a few words that quote none of its content; ``None`` when it can. Missing and
-    ``null`` fields are read as absent; wrong types in the choices or their tool calls are
-    not: the relay, the stored reply and a client's SDK would each read them differently."""
-    choices = obj.get("choices")
-    if choices is None:
-        return None
-    if not isinstance(choices, list):
-        return f"choices is {_kind(choices)}, not a list"
-    for pos, choice in enumerate(choices):
-        if type(choice) is dict:  # the common choice, a text delta, read without a call
-            body = choice.get(part)
-            if type(choice.get("index")) is int and (
-                body is None or type(body) is dict and body.get("tool_calls") is None
-            ):
-                continue
-        elif not is_map(choice):
-            return f"choice {pos} is {_kind(choice)}, not an object"
-        why = _not_int(choice.get("index")) or _part_fault(choice.get(part), part)
-        if why:
-            return f"choice {pos}'s {why}"
-    return None
-
-
-def _part_fault(body: Any, part: str) -> str | None:
-    if body is None:
-        return None
-    if not is_map(body):
-        return f"{part} is {_kind(body)}, not an object"
-    calls = body.get("tool_calls")
-    if calls is None:
-        return None
-    if not isinstance(calls, list):
-        return f"tool_calls is {_kind(calls)}, not a list"
-    for k, call in enumerate(calls):
-        if not is_map(call):
-            return f"tool call {k} is {_kind(call)}, not an object"
-        fn = call.get("function")
-        why = _not_int(call.get("index"))
-        if not why and fn is not None and not is_map(fn):
-            why = f"function is {_kind(fn)}, not an object"
-        for key in ("name", "arguments") if not why and fn is not None else ():
-            if fn.get(key) is not None and not isinstance(fn[key], str):
-                why = f"function {key} is {_kind(fn[key])}, not a string"
-        if why:
-            return f"tool call {k}'s {why}"
-    return None
-
-
-def _not_int(index: Any) -> str | None:
-    if index is None or (isinstance(index, int) and not isinstance(index, bool)):
-        return None
-    return f"index is {_kind(index)}, not an integer"
-
-
-def error_answer(obj: Any) -> tuple[dict[str, Any], str] | None:
-    """An OpenAI error object sent where a completion or a chunk belongs (``{"error": …}``
-    without ``choices``): the error as an object (a bare string becomes its ``message``) and
-    a label naming only its ``type`` and ``code``, for a log line (the message may quote the
-    request); None for anything else."""
-    if not is_map(obj) or obj.get("choices") or obj.get("error") is None:
-        return None
-    err = obj["error"]
-    if not is_map(err):
-        err = {"message": str(err), "type": "upstream_error", "param": None, "code": None}
-    named = [f"{k} {str(err[k])[:80]!r}" for k in ("type", "code") if err.get(k) is not None]
-    return dict(err), ", ".join(named) or "no type or code"
-
-
-def _kind(value: Any) -> str:
-    """The JSON type of ``value``, with its article: what an error names instead of it."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
 
 
 def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from proxy.config_checks import (
     check_patterns,
     check_prefixes,
     check_urls,
+    config_warnings,
 )
 from proxy.config_context import Block, ContextConfig
 from proxy.settings import describe_errors
@@ -214,6 +215,13 @@ class Config(Block):
         found = self.agents.get("default")  # not .get(key, AgentConfig()): that builds one
         return "default", found if found is not None else AgentConfig()  # per request
 
+    def agent_providers(self) -> set[str]:
+        """The providers the agents call (each agent's ``provider``), by name: the ones a
+        chat request reaches. A provider no agent names (the built-in ``openai`` once every
+        agent names another) takes no client's request: the gate, the load warnings and the
+        key checks judge the keys of these."""
+        return {agent.provider for agent in self.agents.values()}
+
     def context_for(self, agent: str) -> ContextConfig:
         return self.resolved.get(agent, self.context)
 
@@ -347,39 +355,3 @@ def load_config(
     if not isinstance(raw, dict):
         raise ConfigError(f"{p} must hold a JSON object at the top level")
     return parse_config(raw, env)
-
-
-def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
-    """What a valid config asks for that will not happen, for the log at load and reload:
-    proxy keys whose variable is unset, providers left without credentials in proxy-key mode
-    (the client's token is then the proxy's secret and is never forwarded), and an embedding
-    provider without credentials (it is called in the background, never with a client's
-    token)."""
-    out = [
-        f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
-        for key in cfg.auth.keys
-        if not env.get(key.key_env)
-    ]
-    metrics_env = cfg.auth.metrics_key_env
-    if metrics_env and not env.get(metrics_env):
-        opens = "with a proxy key only" if cfg.auth.keys else "without a key"
-        out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
-    used = {agent.provider for agent in cfg.agents.values()} if cfg.auth.keys else set()
-    for name in sorted(used):
-        key_env = cfg.providers[name].api_key_env
-        if not (key_env and env.get(key_env)):
-            fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv"
-            out.append(
-                f"provider {name!r} will be called without credentials (proxy keys "
-                f"are never forwarded): {fix}"
-            )
-    emb = cfg.embedding.provider
-    if emb != "builtin" and any(c.retrieval.enabled for c in (cfg.context, *cfg.resolved.values())):
-        key_env = cfg.providers[emb].api_key_env
-        if not (key_env and env.get(key_env)):
-            fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv if it needs a key"
-            out.append(
-                f"embedding provider {emb!r} is called without credentials (embedding runs "
-                f"in the background, with no client's token): {fix}"
-            )
-    return out

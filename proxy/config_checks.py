@@ -2,7 +2,8 @@
 the error every refusal of the file raises (``proxy.config`` loads the file and runs them).
 
 Each names the key at fault and never quotes a value: a refusal goes to the log and,
-without proxy keys, to every open event stream as ``config.rejected``.
+without proxy keys, to every open event stream as ``config.rejected``. What a valid file
+asks for that will not happen is no refusal: ``config_warnings`` says it, for the log.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "config_warnings",
     "EnvironmentRefused",
     "VariableName",
     "camel_keys",
@@ -268,7 +270,7 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
     names = {key.key_env: i for i, key in reversed(list(enumerate(cfg.auth.keys)))}
     # a proxy key never leaves the proxy: judged in the providers it calls, not in one no
     # agent names (the default openai, its OPENAI_API_KEY a shell's shared with the clients)
-    called = {agent.provider for agent in cfg.agents.values()} | {cfg.embedding.provider}
+    called = cfg.agent_providers() | {cfg.embedding.provider}
     for name, p in cfg.providers.items():
         if name not in called:
             continue
@@ -287,3 +289,39 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
             f"auth.metricsKeyEnv: ${metrics} holds the key ${cfg.auth.keys[j].key_env} "
             f"(auth.keys[{j}]) holds; give the scraper a key of its own"
         )
+
+
+def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
+    """What a valid config asks for that will not happen, for the log at load and reload:
+    proxy keys whose variable is unset, providers left without credentials in proxy-key mode
+    (the client's token is then the proxy's secret and is never forwarded), and an embedding
+    provider without credentials (it is called in the background, never with a client's
+    token)."""
+    out = [
+        f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
+        for key in cfg.auth.keys
+        if not env.get(key.key_env)
+    ]
+    metrics_env = cfg.auth.metrics_key_env
+    if metrics_env and not env.get(metrics_env):
+        opens = "with a proxy key only" if cfg.auth.keys else "without a key"
+        out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
+    used = cfg.agent_providers() if cfg.auth.keys else set()
+    for name in sorted(used):
+        key_env = cfg.providers[name].api_key_env
+        if not (key_env and env.get(key_env)):
+            fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv"
+            out.append(
+                f"provider {name!r} will be called without credentials (proxy keys "
+                f"are never forwarded): {fix}"
+            )
+    emb = cfg.embedding.provider
+    if emb != "builtin" and any(c.retrieval.enabled for c in (cfg.context, *cfg.resolved.values())):
+        key_env = cfg.providers[emb].api_key_env
+        if not (key_env and env.get(key_env)):
+            fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv if it needs a key"
+            out.append(
+                f"embedding provider {emb!r} is called without credentials (embedding runs "
+                f"in the background, with no client's token): {fix}"
+            )
+    return out

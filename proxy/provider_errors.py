@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from proxy import chunks
+from proxy import chunk_faults
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout, UpstreamUnavailable
 
@@ -256,7 +256,7 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         data, parsed = resp.json(), True
     except ValueError:
         data, parsed = None, False
-    if (failure := chunks.error_answer(data)) is not None:
+    if (failure := chunk_faults.error_answer(data)) is not None:
         err, label = failure
         said = (
             f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
@@ -272,7 +272,7 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
             f"the provider answered {resp.status_code} with a body that is not a JSON chat "
             f"completion ({kind}); {hint}"
         )
-    if (why := chunks.malformed(data, "message")) is not None:
+    if (why := chunk_faults.malformed(data, "message")) is not None:
         raise UpstreamBadResponse(
             f"{provider_name(provider)} answered a malformed chat completion ({why})"
         )

@@ -14,7 +14,7 @@ from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_
 from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError, PermissionDenied
-from proxy.services import memory as svc
+from proxy.services import memory as svc, memory_suggestions as suggestions
 from proxy.session_id import validate_session_id
 
 __all__ = ["router"]
@@ -126,7 +126,7 @@ async def list_suggestions(
     agents, lists none, as its suggestions are left out of the whole list."""
     if session_id:
         validate_session_id(session_id, source="the session_id query parameter", param="session_id")
-    return await svc.list_suggestions(
+    return await suggestions.list_suggestions(
         pool,
         cfg,
         tenant=tenant,
@@ -157,7 +157,7 @@ async def accept_suggestion(
         raise ClientRequestError(
             "'facts' must be a list of strings: the facts to keep", param="facts"
         )
-    return await svc.accept_suggestion(
+    return await suggestions.accept_suggestion(
         pool,
         cfg,
         tenant=tenant,
@@ -175,7 +175,7 @@ async def reject_suggestion(
     tenant: TenantDep,
     suggestion_id: str = Path(max_length=200),
 ) -> dict[str, Any]:
-    return await svc.reject_suggestion(
+    return await suggestions.reject_suggestion(
         pool,
         cfg,
         tenant=tenant,

@@ -1,12 +1,13 @@
 """Forward a prepared step to the provider and relay its answer to the client.
 
 Non-streaming answers are relayed byte for byte; streams event by event (``relay.py``), each
-round's request sent and awaited as ``round_answer.py`` says. ``read_tool_output`` calls are
-answered here, from the store, and the provider is called again, up to
-``max_internal_rounds`` times; the client never sees those calls. A provider's error answer
-is relayed with its status, a later round's too while a stream has sent nothing
-(``read_ahead.py``); after that, it goes out as an error event. One that refuses the prompt
-as too long for the window raises the session's calibration (``window_learned.py``).
+round's request (``Step.upstream_body``) sent and awaited as ``round_answer.py`` says.
+``read_tool_output`` calls are answered between rounds, from the store, and the provider is
+called again, up to ``max_internal_rounds`` times; the client never sees those calls
+(``internal_rounds.py``). A provider's error answer is relayed with its status, a later
+round's too while a stream has sent nothing (``read_ahead.py``); after that, it goes out as
+an error event. One that refuses the prompt as too long for the window raises the session's
+calibration (``window_learned.py``).
 """
 
 from __future__ import annotations
@@ -23,26 +24,28 @@ from starlette.responses import Response, StreamingResponse
 from proxy import answers, chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.delta_fields import rounds_merged
-from proxy.cascade.pipeline import READ_TOOL_SCHEMA
-from proxy.cascade.redaction import patterns_of
 from proxy.cascade.types import Message
 from proxy.jsonio import dumps
 from proxy.observe import note_answer
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
 from proxy.services import deltas
-from proxy.services.budget import page_room
 from proxy.services.client_watch import HEADERS_WAITING, watching
+from proxy.services.internal_rounds import (
+    client_reply,
+    closing_frames,
+    fold_completion,
+    internal_round,
+)
 from proxy.services.prep_wait import header_wait
 from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, relay_round
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.round_answer import drop, keepalive_until, read_refusal, round_response
 from proxy.services.round_outcome import RoundOutcome
-from proxy.services.toolloop import answer_in_room, split_calls
+from proxy.services.toolloop import split_calls
 from proxy.services.turn import Turn
 from proxy.services.usage_option import UsageOption
 from proxy.services.window_learned import learned
-from proxy.session_id import strip_proxy_fields
 from proxy.settings import Settings
 from proxy.store.db import Executor
 from proxy.upstream import StreamAnswer, Upstream, response_headers
@@ -50,37 +53,6 @@ from proxy.upstream import StreamAnswer, Upstream, response_headers
 __all__ = ["ChatContext", "Route", "Step", "Forwarder"]
 
 log = logging.getLogger("cascade.forward")
-
-
-def _client_reply(
-    message: Mapping[str, Any], texts: list[str], internal: list[Any], client_calls: list[Any]
-) -> dict[str, Any]:
-    """The answer as the client saw it: every round's text, only its own calls; with no call
-    left, ``""`` when no round wrote text (a provider refuses an assistant message of neither)."""
-    reply = {**message, "content": "".join(texts) or message.get("content")}
-    if internal:
-        reply.pop("tool_calls", None)
-        if client_calls:
-            reply["tool_calls"] = client_calls
-    if not any(reply.get(k) for k in ("tool_calls", "function_call", "refusal", "content")):
-        reply["content"] = ""
-    return reply
-
-
-def _closing_frames(
-    client: ClientStream, acc: chunks.StreamAccumulator, include_usage: bool
-) -> list[bytes]:
-    """A finish frame (``stop``) per choice, the usage frame if asked for, and ``[DONE]``: the
-    ending of a stream whose last round only called read_tool_output, which the client must
-    not see. They carry the identity the client's stream began with."""
-    base: dict[str, Any] = {"object": "chat.completion.chunk", **client.head}
-    delta = {"content": ""}  # a client that saw no text still ends with a message it can resend
-    choices = [{"index": i, "delta": delta, "finish_reason": "stop"} for i in acc.indices or [0]]
-    finish = {**base, "choices": choices}
-    frames = [sse.encode_event({**finish, "usage": None} if include_usage else finish)]
-    if include_usage and acc.usage is not None:
-        frames.append(sse.encode_event({**base, "choices": [], "usage": acc.usage}))
-    return [*frames, sse.DONE]
 
 
 async def _end(
@@ -121,20 +93,6 @@ class Forwarder:
         self.bus = bus
         self.pool = pool
 
-    def _upstream_body(self, step: Step, messages: list[Message], *, usage: bool = True) -> bytes:
-        body = strip_proxy_fields(step.body)
-        body["model"] = step.route.model
-        body["messages"] = messages
-        if step.assembled.offer_read_tool:
-            body["tools"] = [*(body.get("tools") or []), READ_TOOL_SCHEMA]
-        if step.stream and usage:
-            so = dict(body.get("stream_options") or {})
-            so["include_usage"] = True
-            body["stream_options"] = so
-        elif step.stream and body.get("stream_options", 0) is None:  # a provider refusing
-            del body["stream_options"]  # the field refuses its null too
-        return dumps(body)
-
     def _open(self, step: Step, messages: list[Message]) -> asyncio.Future[StreamAnswer]:
         """Start the streamed call (the caller waits for its headers with keep-alives)."""
 
@@ -143,38 +101,12 @@ class Forwarder:
                 step.route.provider,
                 "/chat/completions",
                 client_headers=step.ctx.headers,
-                content=self._upstream_body(step, messages, usage=usage),
+                content=step.upstream_body(messages, usage=usage),
                 model=step.route.model,
                 params=step.ctx.query or None,
             )
 
         return asyncio.ensure_future(self.usage_option.open(step.route.provider, step.body, send))
-
-    async def _internal_round(
-        self, turn: Turn, messages: list[Message], reply: Mapping[str, Any]
-    ) -> list[Message]:
-        step = turn.prepared
-        internal, _ = split_calls(reply)
-        asked = [*messages, dict(reply)]
-        room, cost = page_room(step, asked)  # each page fits what the window has left
-        answers: list[Message] = []
-        async with turn.connection() as conn:  # for these reads only, not the next call
-            for c in internal:
-                answers.append(
-                    await answer_in_room(
-                        conn,
-                        tenant=step.ctx.tenant,
-                        session_id=step.ctx.session_id,
-                        call=c,
-                        max_chars=step.route.ctx.tool_output.max_chars,
-                        room=room,
-                        cost=cost,
-                        agents=step.ctx.agents,
-                        patterns=patterns_of(step.route.ctx.redaction),
-                    )
-                )
-                room -= cost(answers[-1])
-        return [*asked, *answers]
 
     # -- non-streaming -------------------------------------------------------------------
 
@@ -199,7 +131,7 @@ class Forwarder:
                     "POST",
                     "/chat/completions",
                     client_headers=step.ctx.headers,
-                    content=self._upstream_body(step, messages),
+                    content=step.upstream_body(messages),
                     model=step.route.model,
                     params=step.ctx.query or None,
                     max_bytes=answers.MAX_ANSWER_BYTES,
@@ -216,17 +148,10 @@ class Forwarder:
                 internal, client_calls = split_calls(reply) if offer else ([], [])
                 if internal and not client_calls and round_no < self.settings.max_internal_rounds:
                     earlier.append(str(reply.get("content") or ""))
-                    messages = await self._internal_round(turn, messages, reply)
+                    messages = await internal_round(turn, messages, reply)
                     continue
                 if internal or earlier:
-                    reply = _client_reply(
-                        reply, [*earlier, str(reply.get("content") or "")], internal, client_calls
-                    )
-                    if client_calls:  # beside calls, a completion's content is null
-                        reply["content"] = reply.get("content") or None
-                    data["choices"][0]["message"] = reply
-                    if internal and not client_calls:
-                        data["choices"][0]["finish_reason"] = "stop"
+                    reply = fold_completion(data, reply, earlier, internal, client_calls)
                     rewritten = True
                 break
             content = dumps(data) if rewritten else resp.content
@@ -350,13 +275,13 @@ class Forwarder:
                     split_calls(message) if step.assembled.offer_read_tool else ([], [])
                 )
                 if not (out.only_internal and round_no < self.settings.max_internal_rounds):
-                    reply = _client_reply(message, texts, internal, client_calls)
+                    reply = client_reply(message, texts, internal, client_calls)
                     reply.update(rounds_merged(rounds))
                     if out.only_internal:  # budget spent: the relay held back the ending
-                        for frame in _closing_frames(client, out.acc, step.client_wants_usage):
+                        for frame in closing_frames(client, out.acc, step.client_wants_usage):
                             yield client.emit(frame)
                     break
-                messages = await self._internal_round(turn, messages, message)
+                messages = await internal_round(turn, messages, message)
                 send = self._open(step, messages)
         finally:
             with anyio.CancelScope(shield=True):

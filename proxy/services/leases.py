@@ -20,7 +20,6 @@ lease could lapse.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 
@@ -28,6 +27,7 @@ import asyncpg
 
 from proxy.store import leases
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
+from proxy.tasks import stop_task
 
 __all__ = ["Leases"]
 
@@ -79,9 +79,7 @@ class Leases:
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
 
     async def renew(self) -> None:

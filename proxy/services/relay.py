@@ -26,7 +26,7 @@ nor did one whose ``[DONE]`` comes before any chat chunk:
 the round reports it in ``RoundOutcome.error`` (``round_outcome.py``), as it does a stream that
 breaks off, a body that holds no chat chunk (but a whole JSON answer, relayed as it came; an
 error object goes out as an error frame), and a chunk whose choices or tool calls are malformed
-(``chunks.malformed``) or a data event that is no JSON object, which ends the round before it:
+(``chunk_faults.malformed``) or a data event that is no JSON object, which ends the round before it:
 the relay, the stored reply and the client would each read it differently. So does an event
 over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
@@ -43,7 +43,7 @@ from typing import Any
 
 import anyio
 
-from proxy import answers, chunks, sse
+from proxy import answers, chunk_faults, sse
 from proxy.services.client_stream import ClientStream, unfinished
 from proxy.services.relay_calls import has_tool_calls, rewrite
 from proxy.services.round_outcome import RoundOutcome, broke_off, capped, ends
@@ -176,7 +176,7 @@ def _ending(
     now: list[bytes] = []
     whole = _json_object(tail)
     if not (out.acc.indices or out.saw_done or out.provider_error) and (
-        failure := chunks.error_answer(whole)
+        failure := chunk_faults.error_answer(whole)
     ):
         # an error object instead of a stream: the SDKs read it only as an error frame
         out.provider_error = out.scrub(failure[1])
@@ -251,10 +251,10 @@ def _handle(
     if chunk is None:
         return _no_chunk(event, out, held)
     out.saw_data = True
-    if (why := chunks.malformed(chunk)) is not None:
+    if (why := chunk_faults.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
-    if (failure := chunks.error_answer(chunk)) is not None:
+    if (failure := chunk_faults.error_answer(chunk)) is not None:
         out.provider_error = out.scrub(failure[1])
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):

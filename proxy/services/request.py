@@ -14,15 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.cascade.pipeline import Assembled
+from proxy.cascade.pipeline import READ_TOOL_SCHEMA, Assembled
 from proxy.cascade.tokens import MemoCounter
+from proxy.cascade.types import Message
 from proxy.config import ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig
+from proxy.jsonio import dumps
 from proxy.services.client_watch import WAITING, ClientWatch
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
 from proxy.services.prep_wait import PrepWait
-from proxy.session_id import SessionKey
+from proxy.session_id import SessionKey, strip_proxy_fields
 
 __all__ = ["ChatContext", "Route", "Step"]
 
@@ -74,3 +76,21 @@ class Step:
     reclaimed: int = 0  # tokens this step's eviction reclaimed
     overhead: int = 0  # estimated tokens of the tools and schemas sent beside the messages
     turn: tuple[str, str] | None = None  # the turn's key and per-turn values to keep (JSON)
+
+    def upstream_body(self, messages: list[Message], *, usage: bool = True) -> bytes:
+        """The body sent upstream for a round's ``messages``: the client's, without the
+        proxy's own fields, for the route's model, with ``read_tool_output`` offered when the
+        step offers it, and a stream's usage asked for unless ``usage`` is off (a provider
+        refusing ``stream_options``, ``usage_option.py``)."""
+        body = strip_proxy_fields(self.body)
+        body["model"] = self.route.model
+        body["messages"] = messages
+        if self.assembled.offer_read_tool:
+            body["tools"] = [*(body.get("tools") or []), READ_TOOL_SCHEMA]
+        if self.stream and usage:
+            so = dict(body.get("stream_options") or {})
+            so["include_usage"] = True
+            body["stream_options"] = so
+        elif self.stream and body.get("stream_options", 0) is None:  # a provider refusing
+            del body["stream_options"]  # the field refuses its null too
+        return dumps(body)

@@ -46,6 +46,7 @@ from proxy.embeddings import Embedders, embedders_here, embedding_text
 from proxy.observe import note_embedding_failure
 from proxy.session_id import SessionKey
 from proxy.store import embeddings as store
+from proxy.tasks import stop_task
 
 __all__ = ["related_messages", "EmbeddingWorker", "retrieval_agents"]
 
@@ -192,9 +193,7 @@ class EmbeddingWorker:
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
         with contextlib.suppress(Exception):
             await self.flush()

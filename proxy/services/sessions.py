@@ -19,7 +19,7 @@ from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.config import Config
 from proxy.errors import NotFound
-from proxy.listing import page_of, rows_to_read
+from proxy.listing import iso_time, page_of, rows_to_read
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
@@ -35,10 +35,6 @@ def _quoted(value: str) -> str:
     """``value`` quoted for a message, its start only when long: an id comes from a URL."""
     shown = repr(value)
     return shown if len(shown) <= 60 else shown[:57] + "..."
-
-
-def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 async def require_session(conn: Any, tenant: str, session_id: str) -> Any:
@@ -96,8 +92,8 @@ def _listed(cfg: Config, row: Mapping[str, Any]) -> dict[str, Any]:
         "agent": row["agent"],
         "model": row["model"],
         "parent_id": row["parent_id"],
-        "created_at": _iso(row["created_at"]),
-        "updated_at": _iso(row["updated_at"]),
+        "created_at": iso_time(row["created_at"]),
+        "updated_at": iso_time(row["updated_at"]),
         "message_count": row["head_len"],
         "occupancy": _occupancy(row),
         "context_limit": cfg.model_limits(row["model"] or "").context_limit,
@@ -147,7 +143,7 @@ async def show_session(
             "boundary": summary["boundary"],
             "tokens": summary["tokens"],
             "content": redact(summary["content"], patterns_of(ctx.redaction))[0],
-            "created_at": _iso(summary["created_at"]),
+            "created_at": iso_time(summary["created_at"]),
         },
     }
 
@@ -246,7 +242,7 @@ async def list_messages(
                 "evicted": r["evicted_at"] is not None and not is_cut and not folded,
                 "trimmed": r["trimmed_at"] is not None,
                 "superseded": r["superseded_at"] is not None,
-                "created_at": _iso(r["created_at"]),
+                "created_at": iso_time(r["created_at"]),
             }
             for r, is_cut, was_spilled in zip(rows, cut, spilled, strict=True)
             for folded in (_folded(r, session["system_count"], boundary),)

@@ -28,3 +28,15 @@ def test_a_provider_takes_ca_file_and_verify_tls_and_knows_its_name() -> None:
 def test_name_is_not_a_file_key() -> None:
     with pytest.raises(ConfigError, match="providers.local.name"):
         parse_config({"providers": {"local": {"name": "other"}}})
+
+
+def test_the_providers_the_agents_call_are_those_an_agent_names() -> None:
+    raw = {
+        "providers": {
+            "local": {"baseUrl": "http://llm.internal/v1"},
+            "spare": {"baseUrl": "http://spare/v1"},
+        },
+        "agents": {"default": {"provider": "local"}, "coder": {"provider": "local"}},
+    }
+    assert parse_config(raw).agent_providers() == {"local"}  # not openai, nor spare
+    assert parse_config({}).agent_providers() == {"openai"}  # the default agent's

@@ -11,7 +11,7 @@ import pytest
 
 from proxy import answers, sse
 from proxy.chunks import StreamAccumulator
-from proxy.services.forward import _closing_frames
+from proxy.services.internal_rounds import closing_frames
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
 
 
@@ -157,7 +157,7 @@ def test_closing_frames_finish_every_choice_under_the_streams_identity() -> None
         }
     )
     acc.add({"id": "c-3", "choices": [], "usage": {"prompt_tokens": 5}})
-    finish, usage, done = _closing_frames(client, acc, include_usage=True)
+    finish, usage, done = closing_frames(client, acc, include_usage=True)
     first = sse.parse_chunk(finish)
     assert first is not None and first["id"] == "c-1" and first["created"] == 1
     assert [(c["index"], c["finish_reason"]) for c in first["choices"]] == [
