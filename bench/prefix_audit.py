@@ -96,8 +96,7 @@ def classify(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> tuple[str, int]
         ), 0
     pm, cm = prev["messages"][at - 1], cur["messages"][at - 1]
     pt, ct = _text(pm), _text(cm)
-    later = [_dumps(m) for m in cur["messages"][at:]]
-    if pv[at] in later:
+    if pv[at] in cv[at + 1 :] or cv[at] in pv[at + 1 :]:
         return "messages dropped (guard/compaction)", at
     if "<conversation_summary>" in ct and pt != ct:
         return "summary changed", at
@@ -195,7 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--policies", nargs="+", default=["cascade-default"], choices=CASCADE_POLICIES
     )
+    parser.add_argument("--conversations", type=int, default=None, help="the first N of each")
     args = parser.parse_args(argv)
+    if args.conversations is not None:
+        load, n = trajectories.load, args.conversations
+        trajectories.load = lambda tf: load(tf)[:n]  # type: ignore[assignment]
     files = [trajectories.resolve(f) for f in args.files]
     for limit in args.limit:
         for policy in args.policies:

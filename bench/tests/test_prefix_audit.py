@@ -52,3 +52,10 @@ def test_audit_pairs_each_sessions_main_requests_and_skips_the_fast_model() -> N
     assert stats.pairs == 2 and stats.extends == 1
     assert stats.causes == {"extends": 1, "evicted": 1}
     assert 0 < stats.shared < stats.total
+
+
+def test_rounds_dropped_from_the_middle_are_named() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
+    later = {"role": "assistant", "content": "next"}
+    cause, at = classify(body(SYS, ASK, call, RESULT, later), body(SYS, ASK, later))
+    assert (cause, at) == ("messages dropped (guard/compaction)", 3)
