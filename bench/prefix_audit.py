@@ -112,6 +112,8 @@ def classify(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> tuple[str, int]
         return "tail block moved on", at
     if "<memory>" in pt or "<memory>" in ct:
         return "memory block changed", at
+    if len(cv) < len(pv) and pm.get("role") == cm.get("role") == "assistant":
+        return "messages dropped (guard/compaction)", at  # every older round went
     return "OTHER", at
 
 

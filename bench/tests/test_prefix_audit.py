@@ -59,3 +59,10 @@ def test_rounds_dropped_from_the_middle_are_named() -> None:
     later = {"role": "assistant", "content": "next"}
     cause, at = classify(body(SYS, ASK, call, RESULT, later), body(SYS, ASK, later))
     assert (cause, at) == ("messages dropped (guard/compaction)", 3)
+
+
+def test_every_older_round_dropped_is_named_too() -> None:
+    old = {"role": "assistant", "content": "old"}
+    new = {"role": "assistant", "content": "new"}
+    cause, _ = classify(body(SYS, ASK, old, RESULT, old, RESULT), body(SYS, ASK, new, RESULT))
+    assert cause == "messages dropped (guard/compaction)"
