@@ -104,11 +104,7 @@ def classify(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> tuple[str, int]
         return "evicted", at
     if pt.startswith(CLEARED) and ct.startswith(CLEARED):
         return "DEFECT? placeholder rewritten", at
-    if (
-        at == len(pv) - 1
-        and any(b in pt for b in TAIL_BLOCKS)
-        and not any(b in ct for b in TAIL_BLOCKS)
-    ):
+    if at == len(pv) - 1 and any(b in pt and b not in ct for b in TAIL_BLOCKS):
         return "tail block moved on", at
     if "<memory>" in pt or "<memory>" in ct:
         return "memory block changed", at

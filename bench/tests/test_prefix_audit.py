@@ -66,3 +66,10 @@ def test_every_older_round_dropped_is_named_too() -> None:
     new = {"role": "assistant", "content": "new"}
     cause, _ = classify(body(SYS, ASK, old, RESULT, old, RESULT), body(SYS, ASK, new, RESULT))
     assert cause == "messages dropped (guard/compaction)"
+
+
+def test_the_plan_moving_on_from_a_turn_message_with_its_related_context_is_named() -> None:
+    related = "go\n\n<related_context>\nq\n</related_context>"
+    prev = {"role": "user", "content": related + "\n\n<plan>\n- a\n</plan>"}
+    cur = {"role": "user", "content": related}
+    assert classify(body(SYS, prev), body(SYS, cur, RESULT))[0] == "tail block moved on"
