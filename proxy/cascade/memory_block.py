@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.cascade.memory import fact_key
-from proxy.cascade.overflow import block_room
+from proxy.cascade.overflow import block_room, guard_factor
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
@@ -135,8 +135,20 @@ def render_memory(
 
 
 def plan_memory(step: StepInput) -> MemoryNeed:
-    cap, tokens = block_room(step, MEMORY_BUDGET_SHARE, "system")
-    return MemoryNeed(min(MEMORY_MAX_TOKENS, cap), tokens)
+    """The block's cap and counter, by the session's estimate without its real/estimated
+    ratio: the ratio moves with every reply, and a cut that moved with it would rewrite the
+    block, at the head of the prompt, at a turn's start (a miss of the whole prompt). A small
+    model's share of its budget, which is the provider's tokens, is turned into estimate
+    tokens as the guard turns them (``guard_factor``), so only a cut at that share moves
+    with the ratio; the guard, counting with it, still leaves the block out of a prompt that
+    cannot fit it."""
+    share, _ = block_room(step, MEMORY_BUDGET_SHARE, "system")
+    framing = step.count([{"role": "system", "content": ""}])
+
+    def tokens(text: str) -> int:
+        return step.count([{"role": "system", "content": text}]) - framing
+
+    return MemoryNeed(min(MEMORY_MAX_TOKENS, int(share / guard_factor(step.ratio))), tokens)
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:

@@ -305,8 +305,8 @@ def assemble(
         if source is not None:
             origin = tuple(None if s is None else origin[s] for s in source)
         messages = result.messages
-    offer = inp.ctx.tool_output.persist_raw and holds_handle(
-        messages, inp.ctx.observations.user_prefixes
+    offer = inp.ctx.tool_output.persist_raw and (
+        _folded(inp.summary) or holds_handle(messages, inp.ctx.observations.user_prefixes)
     )
     return Assembled(
         messages=messages,
@@ -319,3 +319,11 @@ def assemble(
         injected=tuple(j for j, w in enumerate(origin) if w is None),
         kept=kept,
     )
+
+
+def _folded(summary: str | None) -> bool:
+    """Whether the prompt carries a summary, which keeps ``read_tool_output`` offered as a
+    handle does: the span it folded held the results the tool reads, and a tool that left
+    with the span's last handle and came back with the next cut result would change the
+    tools, the head of the provider's cached prefix, twice."""
+    return bool(summary and summary.strip())

@@ -42,6 +42,8 @@ UNKNOWN_TOP_LEVEL: dict[str, Any] = {
     "top_p": 0.9,
     "seed": 9007199254740993,  # 2**53 + 1: must not go through a float
     "user": "user-123",
+    "prompt_cache_key": "tenant-a:agent-7",  # the client's own cache routing, kept as sent
+    "safety_identifier": "hashed-user-9",
     "store": True,
     "reasoning_effort": "low",
     "service_tier": "flex",
@@ -109,7 +111,16 @@ def test_unknown_fields_reach_upstream_untouched(
         reasoning_effort=UNKNOWN_TOP_LEVEL["reasoning_effort"],
         service_tier=UNKNOWN_TOP_LEVEL["service_tier"],
         response_format=UNKNOWN_TOP_LEVEL["response_format"],
-        extra_body={k: UNKNOWN_TOP_LEVEL[k] for k in ("top_k", "repetition_penalty", "x_vendor")},
+        extra_body={
+            k: UNKNOWN_TOP_LEVEL[k]
+            for k in (
+                "top_k",
+                "repetition_penalty",
+                "x_vendor",
+                "prompt_cache_key",
+                "safety_identifier",
+            )
+        },
     )
 
     assert raw.headers["x-session-id"] == "pt-unknown"

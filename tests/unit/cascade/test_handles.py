@@ -139,3 +139,27 @@ def test_a_pinned_handle_reads_back_its_id_and_position_and_no_other_id_does() -
     assert unpin(pin("a@b", 0)) == ("a@b", 0)  # the last @ splits
     for other in ("call_0", "call_0@", "@3", "call_0@01", "call_0@3x", "call_0@ 3"):
         assert unpin(other) is None, other
+
+
+def test_the_tool_stays_offered_once_a_summary_folds_the_last_handle() -> None:
+    """A compaction that folds the last cut or cleared result keeps the tool: dropping it
+    there and adding it back with the next cut result changes the tools, the head of the
+    provider's cached prefix, twice."""
+    msgs = [system("sys"), user("go"), assistant_calls(("call_1", "run", {})), tool("call_1", "ok")]
+    assert not holds_handle(msgs, PREFIXES)
+    budget = Budget(limit=1_000_000, reserved_output=0, occupancy=0)
+    ctx = ContextConfig.model_validate({"eviction": {"enabled": False}})
+
+    def offered(summary: str | None, c: ContextConfig = ctx) -> bool:
+        inp = StepInput(
+            window=tuple(msgs), system_count=1, summary=summary, count=count, budget=budget, ctx=c
+        )
+        return assemble(inp).offer_read_tool
+
+    assert offered("## Objective\nShip it.")
+    assert not offered(None)
+    assert not offered("  ")
+    no_copy = ContextConfig.model_validate(
+        {"eviction": {"enabled": False}, "toolOutput": {"persistRaw": False}}
+    )
+    assert not offered("## Objective\nShip it.", no_copy)

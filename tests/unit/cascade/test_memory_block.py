@@ -10,7 +10,7 @@ from proxy.cascade.memory_block import (
     MemoryNeed,
     render_memory,
 )
-from proxy.cascade.overflow import calibrated_count
+from proxy.cascade.overflow import calibrated_count, guard_factor
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.tokens import make_counter
 from proxy.cascade.types import Budget, Message
@@ -118,7 +118,8 @@ def test_a_small_models_block_is_cut_to_a_share_of_its_prompt_budget() -> None:
         _step(system("S"), user("hi")), budget=Budget(limit=1100, reserved_output=256, occupancy=0)
     )
     need = plan_step(step)["memory"]
-    assert need.max_tokens == int((1100 - 256) * MEMORY_BUDGET_SHARE) < MEMORY_MAX_TOKENS
+    share = int((1100 - 256) * MEMORY_BUDGET_SHARE)
+    assert need.max_tokens == int(share / guard_factor(1.0)) < MEMORY_MAX_TOKENS
     facts = [f"fact number {i:03d} " + "x" * 380 for i in range(12)]
     out = assemble(step, answers={"memory": render_memory(facts, max_tokens=need.max_tokens)})
     assert "fact number 000" in out.messages[0]["content"]
@@ -152,10 +153,31 @@ def test_a_stored_fact_that_closes_the_block_is_quoted() -> None:
     assert fullwidth == render_memory(["Ports </memory-text> end"])
 
 
-def test_the_cap_counts_the_block_as_the_guard_counts_it() -> None:
+def test_a_small_models_share_holds_as_the_guard_counts_it() -> None:
     """The budget is the provider's tokens, which the guard reads as the estimate times the
-    session's real/estimated ratio; the block's cap is a share of it, counted alike."""
-    need = plan_step(replace(_step(system("S"), user("hi")), ratio=2.0))["memory"]
+    session's real/estimated ratio: a small model's block, cut at its share, stays within
+    that share counted alike (a quarter by the raw estimate was half of it at ratio 2)."""
+    step = replace(
+        _step(system("S"), user("hi")),
+        budget=Budget(limit=1100, reserved_output=256, occupancy=0),
+        ratio=2.0,
+    )
+    need = plan_step(step)["memory"]
+    facts = [f"fact {i:03d}: the staging build listens on port {8000 + i}." for i in range(80)]
+    block = render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens)
+    assert block is not None and "fact 000" in block
     guard = calibrated_count(count, 2.0)
-    text = "- The build uses uv\n" * 50
-    assert need.tokens(text) == guard([system(text)]) - guard([system("")])
+    share = int((1100 - 256) * MEMORY_BUDGET_SHARE)
+    assert share * 0.9 <= guard([system(block)]) - guard([system("")]) <= share + 1
+
+
+def test_a_full_block_keeps_its_bytes_as_the_sessions_ratio_moves() -> None:
+    """The ratio moves with every reply; a cut that moved with it would rewrite the block,
+    at the head of the prompt, at a turn's start: a miss of the whole prompt."""
+    facts = [f"fact {i:03d}: the staging build listens on port {8000 + i}." for i in range(200)]
+    blocks = set()
+    for ratio in (0.9, 1.0, 1.01, 1.03, 1.1, 1.5):
+        need = plan_step(replace(_step(system("S"), user("hi")), ratio=ratio))["memory"]
+        blocks.add(render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens))
+    (block,) = blocks
+    assert block is not None and "fact 000" in block and "fact 199" not in block

@@ -1,0 +1,75 @@
+"""``bench.prefix_audit``: what breaks a forwarded prompt's cached prefix, as the audit reads it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench.prefix_audit import audit, classify
+
+TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+READ = {"type": "function", "function": {"name": "read_tool_output"}}
+
+
+def body(*messages: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"model": "m", "tools": tools or [TOOL], "messages": list(messages)}
+
+
+SYS = {"role": "system", "content": "sys"}
+ASK = {"role": "user", "content": "go"}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "x" * 400}
+CLEARED = {"role": "tool", "tool_call_id": "c1", "content": "[context-cleared] 400 chars"}
+
+
+def test_a_prompt_that_extends_the_last_one_is_no_break() -> None:
+    assert classify(body(SYS, ASK), body(SYS, ASK, RESULT)) == ("extends", 3)
+
+
+def test_a_tool_added_breaks_at_the_head() -> None:
+    cause, at = classify(body(SYS, ASK), body(SYS, ASK, tools=[TOOL, READ]))
+    assert at == 0 and "read_tool_output" in cause
+
+
+def test_deliberate_steps_are_named() -> None:
+    assert classify(body(SYS, ASK, RESULT), body(SYS, ASK, CLEARED))[0] == "evicted"
+    again = {**CLEARED, "content": "[context-cleared] 401 chars"}
+    assert classify(body(SYS, ASK, CLEARED), body(SYS, ASK, again))[0].startswith("DEFECT")
+    summary = {"role": "user", "content": "<conversation_summary>\nS\n</conversation_summary>"}
+    assert classify(body(SYS, ASK, RESULT), body(SYS, summary))[0] == "summary changed"
+    plan = {"role": "user", "content": "go\n\n<plan>\n- a\n</plan>"}
+    assert classify(body(SYS, plan), body(SYS, ASK, RESULT))[0] == "tail block moved on"
+
+
+def test_audit_pairs_each_sessions_main_requests_and_skips_the_fast_model() -> None:
+    raw = [
+        ("s", 0, False, json.dumps(body(SYS, ASK)).encode()),
+        ("s", None, True, json.dumps(body(SYS)).encode()),
+        ("t", 0, False, json.dumps(body(SYS)).encode()),
+        ("s", 1, False, json.dumps(body(SYS, ASK, RESULT)).encode()),
+        ("s", 2, False, json.dumps(body(SYS, ASK, CLEARED)).encode()),
+    ]
+    stats = audit(raw)
+    assert stats.pairs == 2 and stats.extends == 1
+    assert stats.causes == {"extends": 1, "evicted": 1}
+    assert 0 < stats.shared < stats.total
+
+
+def test_rounds_dropped_from_the_middle_are_named() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
+    later = {"role": "assistant", "content": "next"}
+    cause, at = classify(body(SYS, ASK, call, RESULT, later), body(SYS, ASK, later))
+    assert (cause, at) == ("messages dropped (guard/compaction)", 3)
+
+
+def test_every_older_round_dropped_is_named_too() -> None:
+    old = {"role": "assistant", "content": "old"}
+    new = {"role": "assistant", "content": "new"}
+    cause, _ = classify(body(SYS, ASK, old, RESULT, old, RESULT), body(SYS, ASK, new, RESULT))
+    assert cause == "messages dropped (guard/compaction)"
+
+
+def test_the_plan_moving_on_from_a_turn_message_with_its_related_context_is_named() -> None:
+    related = "go\n\n<related_context>\nq\n</related_context>"
+    prev = {"role": "user", "content": related + "\n\n<plan>\n- a\n</plan>"}
+    cur = {"role": "user", "content": related}
+    assert classify(body(SYS, prev), body(SYS, cur, RESULT))[0] == "tail block moved on"
