@@ -1,0 +1,116 @@
+"""A proxy key a reload revokes while its request waits for its session (README, "Proxy
+keys"): the request is refused as it takes the session, having stored nothing and called no
+provider; a request of the key already streaming runs to its end and is stored (it was let
+in, and its provider call began, before the reload)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.replies import Pacer, reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, StartProxy, wait_for, write_config
+from tests.integration.api.sse_frames import _data_frames, _payload
+
+KEY_A = "cascade-key-a-71c2d9"
+KEY_B = "cascade-key-b-0a8e4f"
+A, B = ("CASCADE_TEST_KEY_A", "team"), ("CASCADE_TEST_KEY_B", "team")
+
+
+def _keys(*entries: tuple[str, str]) -> dict[str, Any]:
+    return {"keys": [{"keyEnv": env, "tenant": tenant} for env, tenant in entries]}
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}", "x-session-id": "s"}
+
+
+def _body(*texts: str) -> dict[str, Any]:
+    roles = ["user", "assistant"] * len(texts)
+    messages = [{"role": r, "content": t} for r, t in zip(roles, texts, strict=False)]
+    return {"model": "gpt-fake", "messages": messages, "stream": True}
+
+
+def _stream(
+    origin: str, key: str, body: dict[str, Any], out: list[bytes], first: threading.Event
+) -> None:
+    with (
+        httpx.Client(base_url=origin, timeout=10) as c,
+        c.stream("POST", "/v1/chat/completions", json=body, headers=_auth(key)) as resp,
+    ):
+        assert resp.status_code == 200
+        for chunk in resp.iter_raw():
+            out.append(chunk)
+            first.set()
+
+
+def _in_thread(
+    origin: str, key: str, body: dict[str, Any]
+) -> tuple[threading.Thread, list[bytes], threading.Event]:
+    out: list[bytes] = []
+    first = threading.Event()
+    thread = threading.Thread(target=_stream, args=(origin, key, body, out, first))
+    thread.start()
+    assert first.wait(5)  # the holder's first frame, or the waiter's first keep-alive
+    return thread, out, first
+
+
+def _reload(
+    server: ProxyServer, config: Path, fake: FakeUpstream, *entries: tuple[str, str]
+) -> None:
+    write_config(config, fake.url, auth=_keys(*entries))
+    with httpx.Client(base_url=server.origin, timeout=10) as c:
+
+        def gone() -> bool:  # key A no longer lists the team's session
+            listed = c.get("/v1/sessions", headers=_auth(KEY_A))
+            return listed.status_code == 401 or listed.json()["data"] == []
+
+        assert wait_for(gone, 10), "the reload was not applied"
+
+
+@pytest.mark.parametrize(
+    "revoked", [(B,), (("CASCADE_TEST_KEY_A", "other"), B)], ids=["removed", "moved"]
+)
+def test_a_request_waiting_for_its_session_when_its_key_is_revoked_is_refused(
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    revoked: tuple[tuple[str, str], ...],
+) -> None:
+    monkeypatch.setenv(A[0], KEY_A)
+    monkeypatch.setenv(B[0], KEY_B)
+    config = write_config(tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B))
+    server = start_proxy(config, watch_config=True)
+    pacer = Pacer()
+    fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
+    holder, held, _ = _in_thread(server.origin, KEY_A, _body("first"))  # streams: at the provider
+    waiter, waited, _ = _in_thread(server.origin, KEY_A, _body("first", "slow answer", "second"))
+    _reload(server, config, fake_upstream, *revoked)
+    pacer.allow(10)
+    holder.join(10)
+    waiter.join(10)
+    # the stream in flight as the key went ran to its end; the waiter never reached the provider
+    assert b"data: [DONE]" in b"".join(held)
+    assert [b["messages"][-1]["content"] for b in fake_upstream.bodies()] == ["first"]
+    frames = [f for f in _data_frames(b"".join(waited)) if f != b"data: [DONE]"]
+    assert [_payload(f)["error"]["code"] for f in frames] == ["invalid_api_key"]
+    # nothing of the waiter's is stored, and the holder's reply is; the tenant's key goes on
+    with httpx.Client(base_url=server.origin, headers=_auth(KEY_B), timeout=10) as c:
+        rows = wait_for(lambda: c.get("/v1/sessions/s/messages").json()["data"][1:], 5)
+        assert [
+            m["message"]["content"] for m in c.get("/v1/sessions/s/messages").json()["data"]
+        ] == [
+            "first",
+            "slow answer",
+        ], rows
+        fake_upstream.script(reply("third answer"))
+        again = c.post(
+            "/v1/chat/completions", json={**_body("first", "slow answer", "third"), "stream": False}
+        )
+        assert again.json()["choices"][0]["message"]["content"] == "third answer"
