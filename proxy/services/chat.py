@@ -198,6 +198,8 @@ class ChatService:
         delays, count = poll_delays(), MemoCounter(self.cost)
         with self.bus.wakeups.watch(*turn.key) as wake:
             while True:
+                if ctx.admit is not None:  # a reload while it waited may have revoked the key
+                    ctx = replace(ctx, agents=ctx.admit())
                 guess = self.chains.head(turn.key)
                 got = incoming.read(body["messages"], hashes, rt.ctx, count, guess, self.ingested)
                 await turn.connect()
