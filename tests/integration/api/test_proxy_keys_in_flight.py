@@ -114,3 +114,48 @@ def test_a_request_waiting_for_its_session_when_its_key_is_revoked_is_refused(
             "/v1/chat/completions", json={**_body("first", "slow answer", "third"), "stream": False}
         )
         assert again.json()["choices"][0]["message"]["content"] == "third answer"
+
+
+@pytest.mark.parametrize("op", ["delete", "reset", "branch"])
+def test_a_session_operation_waiting_for_its_session_when_its_key_is_removed_is_refused(
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    op: str,
+) -> None:
+    """A DELETE, reset or branch queued behind a stream does nothing once its key is gone."""
+    monkeypatch.setenv(A[0], KEY_A)
+    monkeypatch.setenv(B[0], KEY_B)
+    config = write_config(tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B))
+    server = start_proxy(config, watch_config=True)
+    pacer = Pacer()
+    fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
+    holder, _, _ = _in_thread(server.origin, KEY_B, _body("first"))
+    out: list[httpx.Response] = []
+
+    def operate() -> None:
+        method, path = (
+            ("DELETE", "/v1/sessions/s") if op == "delete" else ("POST", f"/v1/sessions/s/{op}")
+        )
+        with httpx.Client(base_url=server.origin, headers=_auth(KEY_A), timeout=10) as c:
+            out.append(c.request(method, path, json={"id": "copy"} if op == "branch" else None))
+
+    waiter = threading.Thread(target=operate)
+    waiter.start()
+    assert wait_for(lambda: server.queued("team", "s") == 2), "the operation never queued"
+    _reload(server, config, fake_upstream, B)
+    pacer.allow(10)
+    holder.join(10)
+    waiter.join(10)
+    assert out[0].status_code == 401, out[0].text
+    assert out[0].json()["error"]["code"] == "invalid_api_key"
+    with httpx.Client(base_url=server.origin, headers=_auth(KEY_B), timeout=10) as c:
+        rows = wait_for(lambda: c.get("/v1/sessions/s/messages").json()["data"][1:], 5)
+        assert [
+            m["message"]["content"] for m in c.get("/v1/sessions/s/messages").json()["data"]
+        ] == [
+            "first",
+            "slow answer",
+        ], rows
+        assert c.get("/v1/sessions/copy").status_code == 404
