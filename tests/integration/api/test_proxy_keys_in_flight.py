@@ -159,3 +159,36 @@ def test_a_session_operation_waiting_for_its_session_when_its_key_is_removed_is_
             "slow answer",
         ], rows
         assert c.get("/v1/sessions/copy").status_code == 404
+
+
+def test_a_key_limited_by_a_reload_while_its_request_waits_is_held_to_its_new_agents(
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """The agents checked as the request takes its session are the key's in force then."""
+    monkeypatch.setenv(A[0], KEY_A)
+    monkeypatch.setenv(B[0], KEY_B)
+    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
+    config = write_config(
+        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=agents
+    )
+    server = start_proxy(config, watch_config=True)
+    pacer = Pacer()
+    fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
+    holder, _, _ = _in_thread(server.origin, KEY_B, _body("first"))
+    waiter, waited, _ = _in_thread(server.origin, KEY_A, _body("first", "slow answer", "second"))
+    limited = {
+        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
+    }
+    write_config(config, fake_upstream.url, auth=limited, agents=agents)
+    with httpx.Client(base_url=server.origin, timeout=10) as c:
+        refused = lambda: c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403  # noqa: E731
+        assert wait_for(refused, 10), "the reload was not applied"
+    pacer.allow(10)
+    holder.join(10)
+    waiter.join(10)
+    frames = [f for f in _data_frames(b"".join(waited)) if f != b"data: [DONE]"]
+    assert [_payload(f)["error"]["code"] for f in frames] == ["agent_not_allowed"]
+    assert [b["messages"][-1]["content"] for b in fake_upstream.bodies()] == ["first"]
