@@ -61,20 +61,23 @@ def _in_thread(
 
 
 def _reload(
-    server: ProxyServer, config: Path, fake: FakeUpstream, *entries: tuple[str, str]
+    servers: list[ProxyServer], config: Path, fake: FakeUpstream, *entries: tuple[str, str]
 ) -> None:
     write_config(config, fake.url, auth=_keys(*entries))
-    with httpx.Client(base_url=server.origin, timeout=10) as c:
+    for server in servers:
+        with httpx.Client(base_url=server.origin, timeout=10) as c:
 
-        def gone() -> bool:  # key A no longer lists the team's session
-            listed = c.get("/v1/sessions", headers=_auth(KEY_A))
-            return listed.status_code == 401 or listed.json()["data"] == []
+            def gone() -> bool:  # key A no longer lists the team's session
+                listed = c.get("/v1/sessions", headers=_auth(KEY_A))
+                return listed.status_code == 401 or listed.json()["data"] == []
 
-        assert wait_for(gone, 10), "the reload was not applied"
+            assert wait_for(gone, 10), "the reload was not applied"
 
 
 @pytest.mark.parametrize(
-    "revoked", [(B,), (("CASCADE_TEST_KEY_A", "other"), B)], ids=["removed", "moved"]
+    ("revoked", "replicas"),
+    [((B,), 1), ((("CASCADE_TEST_KEY_A", "other"), B), 1), ((B,), 2)],
+    ids=["removed", "moved", "removed-waiting-on-another-replica"],
 )
 def test_a_request_waiting_for_its_session_when_its_key_is_revoked_is_refused(
     start_proxy: StartProxy,
@@ -82,16 +85,18 @@ def test_a_request_waiting_for_its_session_when_its_key_is_revoked_is_refused(
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     revoked: tuple[tuple[str, str], ...],
+    replicas: int,
 ) -> None:
     monkeypatch.setenv(A[0], KEY_A)
     monkeypatch.setenv(B[0], KEY_B)
     config = write_config(tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B))
-    server = start_proxy(config, watch_config=True)
+    servers = [start_proxy(config, watch_config=True) for _ in range(replicas)]
+    server, there = servers[0], servers[-1]  # the holder's replica, the waiter's
     pacer = Pacer()
     fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
     holder, held, _ = _in_thread(server.origin, KEY_A, _body("first"))  # streams: at the provider
-    waiter, waited, _ = _in_thread(server.origin, KEY_A, _body("first", "slow answer", "second"))
-    _reload(server, config, fake_upstream, *revoked)
+    waiter, waited, _ = _in_thread(there.origin, KEY_A, _body("first", "slow answer", "second"))
+    _reload(servers, config, fake_upstream, *revoked)
     pacer.allow(10)
     holder.join(10)
     waiter.join(10)
@@ -144,7 +149,7 @@ def test_a_session_operation_waiting_for_its_session_when_its_key_is_removed_is_
     waiter = threading.Thread(target=operate)
     waiter.start()
     assert wait_for(lambda: server.queued("team", "s") == 2), "the operation never queued"
-    _reload(server, config, fake_upstream, B)
+    _reload([server], config, fake_upstream, B)
     pacer.allow(10)
     holder.join(10)
     waiter.join(10)
