@@ -65,3 +65,40 @@ def test_a_stream_whose_client_leaves_while_it_waits_for_a_compaction_ends_there
         assert len(model.fast_times) == 1, "a compaction ran for a client that had left"
         assert len(s.main_bodies()) == 4  # the agent's four turns; none for the one that left
         assert [r["version"] for r in s.summaries(SID)] == [1]
+
+
+def test_a_compact_command_whose_client_leaves_while_another_compaction_runs_compacts_nothing(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A chat message ``/compact`` waits for the compaction in flight as ``POST /compact``
+    does, and its client leaving then ends it the same way: nothing compacted after it."""
+    held = Pacer(first=True)
+    model = Model(fast_pacer=held)
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        agent = Agent(s.client(SID))
+        for i in range(3):
+            agent.say(words(200, f"t{i}"))
+        s.replied(SID)
+        out: list[httpx.Response] = []
+        compact = _compact(s, SID, out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the first compaction's call")
+        agent.say("meanwhile")  # more to fold once the first compaction is done
+        s.replied(SID)
+        command = {"role": "user", "content": "/compact"}
+        body = {"model": MAIN, "messages": [*agent.messages, command], "stream": True}
+        headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
+        with (
+            httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=10) as c,
+            c.stream("POST", "/v1/chat/completions", json=body) as resp,
+        ):
+            assert next(resp.iter_raw()).startswith(b": keep-alive")  # waiting, its 200 sent
+        try:
+            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+            assert freed, "the session stayed held for a client that had left"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
+        assert [r["version"] for r in s.summaries(SID)] == [1]
