@@ -24,7 +24,7 @@ class _Summarizer:
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
         return None
 
-    async def compact_now(self, job: Any) -> CompactionResult:
+    async def compact_now(self, job: Any, guard: Any = None) -> CompactionResult:
         self.jobs.append(job)
         return self.results[min(len(self.jobs), len(self.results)) - 1]
 
