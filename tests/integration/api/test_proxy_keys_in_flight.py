@@ -197,3 +197,45 @@ def test_a_key_limited_by_a_reload_while_its_request_waits_is_held_to_its_new_ag
     frames = [f for f in _data_frames(b"".join(waited)) if f != b"data: [DONE]"]
     assert [_payload(f)["error"]["code"] for f in frames] == ["agent_not_allowed"]
     assert [b["messages"][-1]["content"] for b in fake_upstream.bodies()] == ["first"]
+
+
+def test_a_session_operation_of_a_key_limited_by_a_reload_while_it_waits_is_held_to_them(
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """A DELETE whose key a reload limits to other agents while it waits deletes nothing."""
+    monkeypatch.setenv(A[0], KEY_A)
+    monkeypatch.setenv(B[0], KEY_B)
+    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
+    config = write_config(
+        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=agents
+    )
+    server = start_proxy(config, watch_config=True)
+    pacer = Pacer()
+    fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
+    holder, _, _ = _in_thread(server.origin, KEY_B, _body("first"))
+    out: list[httpx.Response] = []
+
+    def delete() -> None:
+        with httpx.Client(base_url=server.origin, headers=_auth(KEY_A), timeout=10) as c:
+            out.append(c.delete("/v1/sessions/s"))
+
+    waiter = threading.Thread(target=delete)
+    waiter.start()
+    assert wait_for(lambda: server.queued("team", "s") == 2), "the DELETE never queued"
+    limited = {
+        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
+    }
+    write_config(config, fake_upstream.url, auth=limited, agents=agents)
+    with httpx.Client(base_url=server.origin, timeout=10) as c:
+        refused = lambda: c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403  # noqa: E731
+        assert wait_for(refused, 10), "the reload was not applied"
+    pacer.allow(10)
+    holder.join(10)
+    waiter.join(10)
+    assert out[0].status_code == 403, out[0].text
+    assert out[0].json()["error"]["code"] == "agent_not_allowed"
+    with httpx.Client(base_url=server.origin, headers=_auth(KEY_B), timeout=10) as c:
+        assert c.get("/v1/sessions/s").status_code == 200
