@@ -39,7 +39,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/sessions")
 
 
-def _admit(request: Request) -> Callable[[], object]:
+def _admit(request: Request) -> Callable[[], tuple[str, ...] | None]:
     """Whether the operation's key still lets it in as it takes the session, asked of the
     config in force then (``auth.key_in_force``): a reload may revoke it while it waits."""
     return lambda: key_in_force(request.scope, request.state.config.current)

@@ -41,9 +41,9 @@ _REBUILDS = 3
 """How many times a forced compaction is built for a session that keeps moving to another
 agent before it held the claim; past that it is a 409 ``session_busy``, nothing done."""
 
-Admit = Callable[[], object]
+Admit = Callable[[], Sequence[str] | None]
 """Asks the config in force whether the operation's proxy key still lets it in, raising
-``Unauthorized`` when not (``auth.key_in_force``)."""
+``Unauthorized`` when not, and which agents it may use now (``auth.key_in_force``)."""
 
 
 @contextlib.asynccontextmanager
@@ -54,31 +54,33 @@ async def _turn(
     tenant: str,
     session_id: str,
     admit: Admit | None = None,
-) -> AsyncIterator[sessions.Pause | None]:
+    agents: Sequence[str] | None = None,
+) -> AsyncIterator[tuple[sessions.Pause | None, Sequence[str] | None]]:
     """An operation's turn on a session: its place in this replica's queue (``locks``),
     then the pause between two tries at a lease another replica holds, which the store's
     ``_locked`` calls. The pause ends the operation when its client leaves and ends early
     when that replica frees the session (``wakeups``, registered from the first pause only);
     None without either: the store's plain sleep. ``admit`` (``auth.key_in_force``) is asked
     as the turn comes and after each pause: a key a reload revoked while the operation
-    waited raises there, before the store changes anything."""
+    waited raises there, before the store changes anything. Beside the pause it yields the
+    agents the key may use as the turn comes (``agents``, the arrival's, without ``admit``)."""
     async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
         if admit is not None:
-            admit()
+            agents = admit()
         if client is None and wakeups is None and admit is None:
-            yield None
+            yield None, agents
             return
         with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
             between = functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
             if admit is None:
-                yield between
+                yield between, agents
                 return
 
             async def admitted(seconds: float) -> None:
                 await between(seconds)
                 admit()
 
-            yield admitted
+            yield admitted, agents
 
 
 async def _in_turn(
@@ -94,7 +96,10 @@ async def _in_turn(
 ) -> None:
     """The store's ``change`` of the session (reset or delete), made in its turn (``_turn``);
     NotFound when there was no session to change (one deleted while this waited included)."""
-    async with _turn(locks, client, wakeups, tenant, session_id, admit) as between:
+    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+        between,
+        agents,
+    ):
         found = await change(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
@@ -131,7 +136,10 @@ async def branch_session(
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
-        async with _turn(locks, client, wakeups, tenant, session_id, admit) as between:
+        async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+            between,
+            agents,
+        ):
             copied = await sessions.copy_session(
                 conn, tenant=tenant, source=session_id, target=target, pause=between, agents=agents
             )
@@ -206,7 +214,10 @@ async def compact_session(
     model, its settings), nothing sent to the old agent's; one that moves before each of
     ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted (an answer of
     ``compacted: false`` would read as nothing to fold)."""
-    async with _turn(locks, client, wakeups, tenant, session_id, admit) as between:
+    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+        between,
+        agents,
+    ):
         await sessions.wait_turn(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
