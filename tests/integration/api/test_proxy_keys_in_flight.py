@@ -1,7 +1,9 @@
 """A proxy key a reload revokes while its request waits for its session (README, "Proxy
-keys"): the request is refused as it takes the session, having stored nothing and called no
-provider; a request of the key already streaming runs to its end and is stored (it was let
-in, and its provider call began, before the reload)."""
+keys"): a chat, reset, DELETE or branch is refused as it takes the session (on its replica's
+queue or polling another replica's lease), having stored or changed nothing and called no
+provider, and a key the reload limits to other agents is held to those; a request of the key
+already streaming runs to its end and is stored (it was let in, and its provider call
+began, before the reload)."""
 
 from __future__ import annotations
 
