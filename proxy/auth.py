@@ -4,8 +4,8 @@
 (chat, models, embeddings, sessions, SSE events, ``/metrics``, ``/openapi.json``,
 ``/docs``) without each handler having to remember a dependency. It reads the config in force
 (``ConfigHolder.current``) on every request, so a reload that adds, removes or rotates a key
-applies to the next request; a chat that waits for its session asks again as it takes it
-(``key_in_force``).
+applies to the next request; a chat or session operation that waits for its session asks
+again as it takes it (``key_in_force``).
 
 - With ``auth.keys``: every request needs ``Authorization: Bearer <proxy key>``, except
   the probes ``/healthz`` and ``/readyz`` (status only, for a load balancer that cannot send
@@ -97,7 +97,7 @@ OPERATIONAL_PATHS = frozenset(
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
 _REVOKED = (
     "this proxy key was removed from the config (or given to another tenant) while the "
-    "request waited for its session; nothing was sent to the provider"
+    "request waited for its session; nothing was sent or changed"
 )
 
 
