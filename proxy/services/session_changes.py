@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -222,7 +222,15 @@ async def compact_session(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
 
-    guard = functools.partial(watching, client, _COMPACTION_WAITING)
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        """Each wait for the compaction in flight: its client leaving ends it, and so does a
+        key a reload revoked meanwhile, asked once the wait is over."""
+        with watching(client, _COMPACTION_WAITING):
+            yield
+        if admit is not None:
+            admit()
+
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)
         job = job_for(
