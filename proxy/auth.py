@@ -4,7 +4,8 @@
 (chat, models, embeddings, sessions, SSE events, ``/metrics``, ``/openapi.json``,
 ``/docs``) without each handler having to remember a dependency. It reads the config in force
 (``ConfigHolder.current``) on every request, so a reload that adds, removes or rotates a key
-applies to the next request.
+applies to the next request; a chat or session operation that waits for its session asks
+again as it takes it (``key_in_force``).
 
 - With ``auth.keys``: every request needs ``Authorization: Bearer <proxy key>``, except
   the probes ``/healthz`` and ``/readyz`` (status only, for a load balancer that cannot send
@@ -54,7 +55,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import AuthKeyConfig, Config
 from proxy.config_watch import ConfigHolder
-from proxy.errors import PermissionDenied, error_body
+from proxy.errors import PermissionDenied, Unauthorized, error_body
 from proxy.session_id import bearer_token
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "match_key",
     "check_agent",
     "key_agents",
+    "key_in_force",
     "may_use_agent",
     "provider_pays",
     "OPEN_PATHS",
@@ -93,6 +95,10 @@ OPERATIONAL_PATHS = frozenset(
 """Need a proxy key when there are keys, but no bearer in pass-through mode."""
 
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
+_REVOKED = (
+    "this proxy key was removed from the config (or given to another tenant) while the "
+    "request waited for its session; nothing was sent or changed"
+)
 
 
 def _digest(secret: bytes) -> bytes:
@@ -123,6 +129,27 @@ def key_agents(scope: Mapping[str, Any]) -> tuple[str, ...] | None:
     return None if key is None else key.agents
 
 
+def key_in_force(
+    scope: Mapping[str, Any], cfg: Config, env: Mapping[str, str] | None = None
+) -> tuple[str, ...] | None:
+    """The agents the request's key may use under ``cfg``, the config in force now, for a
+    request let in under an earlier one that waited since (for its session, behind another
+    request that may stream for minutes): ``Unauthorized`` when ``cfg`` would not let it in
+    as the same tenant, its key removed, its variable changed, or given to another tenant
+    (a pass-through request once ``cfg`` has keys). A revoked key must not reach the
+    provider, nor write to the tenant it no longer names, after the reload that revoked it."""
+    before: AuthKeyConfig | None = scope.get(PROXY_KEY)
+    if not cfg.auth.keys:
+        if before is None:
+            return None
+        raise Unauthorized(_REVOKED)
+    token = _token(_authorization(scope))
+    key = match_key(token, cfg, env if env is not None else os.environ)
+    if key is None or before is None or key.tenant != before.tenant:
+        raise Unauthorized(_REVOKED)
+    return key.agents
+
+
 def may_use_agent(scope: Mapping[str, Any], agent: str) -> bool:
     """Whether the request's proxy key (none: pass-through) may use ``agent``."""
     agents = key_agents(scope)
@@ -149,7 +176,7 @@ def provider_pays(cfg: Config, env: Mapping[str, str]) -> bool:
     return False
 
 
-def _authorization(scope: Scope) -> bytes | None:
+def _authorization(scope: Mapping[str, Any]) -> bytes | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
             return bytes(value)

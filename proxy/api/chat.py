@@ -33,7 +33,7 @@ from proxy.api.deps import (
     upstream_headers,
     upstream_query,
 )
-from proxy.auth import check_agent, key_agents
+from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.errors import ClientRequestError
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
@@ -140,6 +140,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
                 query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
                 agents=key_agents(request.scope),
                 keepalive=clock,
+                admit=lambda: key_in_force(request.scope, state.config.current),
             )
             response: Response = await state.chat.complete(cfg, rt, body, ctx)
             return response

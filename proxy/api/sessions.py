@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -25,6 +25,7 @@ from proxy.api.deps import (
 )
 from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.api.session_schemas import ok
+from proxy.auth import key_in_force
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError, PermissionDenied
 from proxy.services import session_changes, sessions as svc
@@ -36,6 +37,12 @@ log = logging.getLogger("cascade.sessions")
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions")
+
+
+def _admit(request: Request) -> Callable[[], tuple[str, ...] | None]:
+    """Whether the operation's key still lets it in as it takes the session, asked of the
+    config in force then (``auth.key_in_force``): a reload may revoke it while it waits."""
+    return lambda: key_in_force(request.scope, request.state.config.current)
 
 
 @contextlib.contextmanager
@@ -160,6 +167,7 @@ async def branch_session(
             client=client,
             wakeups=bus.wakeups,
             agents=agents,
+            admit=_admit(request),
         )
 
 
@@ -188,6 +196,7 @@ async def compact_session(
             client=client,
             wakeups=bus.wakeups,
             agents=agents,
+            admit=_admit(request),
         )
 
 
@@ -211,6 +220,7 @@ async def reset_session(
             client=client,
             wakeups=bus.wakeups,
             agents=agents,
+            admit=_admit(request),
         )
     # the session's open streams (a console showing the history just forgotten) are told;
     # the reset is done either way, so a failed notice is logged, not answered as a failure
@@ -245,6 +255,7 @@ async def delete_session(
             client=client,
             wakeups=bus.wakeups,
             agents=agents,
+            admit=_admit(request),
         )
 
 

@@ -198,6 +198,8 @@ class ChatService:
         delays, count = poll_delays(), MemoCounter(self.cost)
         with self.bus.wakeups.watch(*turn.key) as wake:
             while True:
+                if ctx.admit is not None:  # a reload while it waited may have revoked the key
+                    ctx = replace(ctx, agents=ctx.admit())
                 guess = self.chains.head(turn.key)
                 got = incoming.read(body["messages"], hashes, rt.ctx, count, guess, self.ingested)
                 await turn.connect()
@@ -252,7 +254,8 @@ class ChatService:
         fixed = tools + schema  # what the budget must leave for, whether offered or not
         command = None
         if is_compact_command(body["messages"]):
-            command = await self.relief.compact_now(turn, compaction_job(cfg, rt, ctx, "command"))
+            job = compaction_job(cfg, rt, ctx, "command")
+            command = await self.relief.compact_now(turn, job, ctx.client)
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(turn.conn, key, state, count)
         else:

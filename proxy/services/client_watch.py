@@ -42,11 +42,23 @@ from proxy.errors import ClientDisconnected
 from proxy.requestlog import session_wait
 from proxy.services.lease_wakeups import Wake
 
-__all__ = ["ClientWatch", "pause", "watching", "WAITING", "OPERATION_WAITING", "HEADERS_WAITING"]
+__all__ = [
+    "ClientWatch",
+    "pause",
+    "watching",
+    "WAITING",
+    "OPERATION_WAITING",
+    "HEADERS_WAITING",
+    "COMPACTION_WAITING",
+]
 
 WAITING = "while its request waited for the session; the provider was not called"
 OPERATION_WAITING = "while its session operation waited for the session; nothing was changed"
 HEADERS_WAITING = "before its stream began; the provider's call was cancelled"
+COMPACTION_WAITING = (
+    "while its request waited for the compaction of its session in flight; "
+    "the provider was not called"
+)
 
 
 def watching(client: ClientWatch | None, why: str) -> contextlib.AbstractContextManager[None]:

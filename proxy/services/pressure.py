@@ -11,6 +11,7 @@ and assembling the prompt.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event
 from proxy.config import Config
 from proxy.services import budget as budgets
+from proxy.services.client_watch import COMPACTION_WAITING, ClientWatch, watching
 from proxy.services.compaction import CompactionResult, DurableSummarizer
 from proxy.services.compaction_job import job_for
 from proxy.services.history import SessionState, load_window
@@ -61,12 +63,20 @@ class PressureRelief:
     def __init__(self, summarizer: DurableSummarizer) -> None:
         self.summarizer = summarizer
 
-    async def compact_now(self, turn: Turn, job: Any) -> CompactionResult | None:
+    async def compact_now(
+        self, turn: Turn, job: Any, client: ClientWatch | None = None
+    ) -> CompactionResult | None:
         """``compact_now`` holding no connection while it waits and the fast model answers;
-        the session stays the turn's by its lease."""
+        the session stays the turn's by its lease. With the request's ``client``, its
+        waits for a compaction in flight end when the client leaves (``ClientDisconnected``),
+        and none starts for a client already gone: run after it, the fast model is called,
+        billed, for nobody, and the session stays held meanwhile."""
+        guard = functools.partial(watching, client, COMPACTION_WAITING)
+        if client is not None:
+            client.check(COMPACTION_WAITING)
         await turn.park()
         try:
-            return await self.summarizer.compact_now(job)
+            return await self.summarizer.compact_now(job, guard)
         finally:
             await turn.connect()
 
@@ -105,7 +115,8 @@ class PressureRelief:
         if need.wait_first:
             await turn.park()
             try:
-                await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
+                with watching(ctx.client, COMPACTION_WAITING):
+                    await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
             finally:
                 await turn.connect()
             for _ in range(_MEASURES):
@@ -114,7 +125,7 @@ class PressureRelief:
                 if need is None:
                     return state
                 job = compaction_job(cfg, rt, ctx, need.trigger, state)
-                result = await self.compact_now(turn, job)
+                result = await self.compact_now(turn, job, ctx.client)
                 if result is None or not result.superseded:
                     break
             state = await load_window(turn.conn, key, state, count)
@@ -122,7 +133,8 @@ class PressureRelief:
             await turn.flush()  # the compaction reads the store (turn.py)
             self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger, state))
         else:
-            await self.compact_now(turn, compaction_job(cfg, rt, ctx, need.trigger, state))
+            job = compaction_job(cfg, rt, ctx, need.trigger, state)
+            await self.compact_now(turn, job, ctx.client)
             state = await load_window(turn.conn, key, state, count)
         return state
 

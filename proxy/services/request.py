@@ -10,7 +10,7 @@ that holds its session.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,9 @@ class ChatContext:
     query: tuple[tuple[str, str], ...] = ()  # the client's query string, for the provider too
     agents: tuple[str, ...] | None = None  # the agents the proxy key may use (None: any)
     keepalive: PrepWait | None = None  # a stream's keep-alive clock, from its acceptance
+    # The key's agents under the config in force, as the request takes its session; raises
+    # ``Unauthorized`` once a reload revoked the key (``auth.key_in_force``). None: not asked.
+    admit: Callable[[], tuple[str, ...] | None] | None = None
 
     @property
     def key(self) -> SessionKey:

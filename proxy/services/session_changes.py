@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -31,7 +31,7 @@ from proxy.services.sessions import require_session
 from proxy.session_id import validate_session_id
 from proxy.store import sessions
 
-__all__ = ["branch_session", "compact_session", "delete_session", "reset_session"]
+__all__ = ["Admit", "branch_session", "compact_session", "delete_session", "reset_session"]
 
 _COMPACTION_WAITING = "while its compaction waited for the one in flight; nothing was compacted"
 """Why a forced compaction ended when its client left as it waited for another one: run
@@ -41,6 +41,10 @@ _REBUILDS = 3
 """How many times a forced compaction is built for a session that keeps moving to another
 agent before it held the claim; past that it is a 409 ``session_busy``, nothing done."""
 
+Admit = Callable[[], Sequence[str] | None]
+"""Asks the config in force whether the operation's proxy key still lets it in, raising
+``Unauthorized`` when not, and which agents it may use now (``auth.key_in_force``)."""
+
 
 @contextlib.asynccontextmanager
 async def _turn(
@@ -49,18 +53,34 @@ async def _turn(
     wakeups: LeaseWakeups | None,
     tenant: str,
     session_id: str,
-) -> AsyncIterator[sessions.Pause | None]:
+    admit: Admit | None = None,
+    agents: Sequence[str] | None = None,
+) -> AsyncIterator[tuple[sessions.Pause | None, Sequence[str] | None]]:
     """An operation's turn on a session: its place in this replica's queue (``locks``),
     then the pause between two tries at a lease another replica holds, which the store's
     ``_locked`` calls. The pause ends the operation when its client leaves and ends early
     when that replica frees the session (``wakeups``, registered from the first pause only);
-    None without either: the store's plain sleep."""
+    None without either: the store's plain sleep. ``admit`` (``auth.key_in_force``) is asked
+    as the turn comes and after each pause: a key a reload revoked while the operation
+    waited raises there, before the store changes anything. Beside the pause it yields the
+    agents the key may use as the turn comes (``agents``, the arrival's, without ``admit``)."""
     async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
-        if client is None and wakeups is None:
-            yield None
+        if admit is not None:
+            agents = admit()
+        if client is None and wakeups is None and admit is None:
+            yield None, agents
             return
         with wakeups.watch(tenant, session_id) if wakeups else contextlib.nullcontext() as wake:
-            yield functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
+            between = functools.partial(pause, client, wake=wake, why=OPERATION_WAITING)
+            if admit is None:
+                yield between, agents
+                return
+
+            async def admitted(seconds: float) -> None:
+                await between(seconds)
+                admit()
+
+            yield admitted, agents
 
 
 async def _in_turn(
@@ -72,10 +92,14 @@ async def _in_turn(
     client: ClientWatch | None,
     wakeups: LeaseWakeups | None,
     agents: Sequence[str] | None,
+    admit: Admit | None,
 ) -> None:
     """The store's ``change`` of the session (reset or delete), made in its turn (``_turn``);
     NotFound when there was no session to change (one deleted while this waited included)."""
-    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+        between,
+        agents,
+    ):
         found = await change(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
@@ -93,6 +117,7 @@ async def branch_session(
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
     agents: Sequence[str] | None = None,
+    admit: Admit | None = None,
 ) -> dict[str, Any]:
     """Copy the live history, raw outputs and summaries into an independent new session.
 
@@ -111,7 +136,10 @@ async def branch_session(
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
-        async with _turn(locks, client, wakeups, tenant, session_id) as between:
+        async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+            between,
+            agents,
+        ):
             copied = await sessions.copy_session(
                 conn, tenant=tenant, source=session_id, target=target, pause=between, agents=agents
             )
@@ -131,10 +159,11 @@ async def reset_session(
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
     agents: Sequence[str] | None = None,
+    admit: Admit | None = None,
 ) -> dict[str, Any]:
     await require_session(conn, tenant, session_id)
     change = sessions.reset_session
-    await _in_turn(change, conn, locks, tenant, session_id, client, wakeups, agents)
+    await _in_turn(change, conn, locks, tenant, session_id, client, wakeups, agents, admit)
     return {"id": session_id, "object": "session", "reset": True}
 
 
@@ -147,9 +176,10 @@ async def delete_session(
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
     agents: Sequence[str] | None = None,
+    admit: Admit | None = None,
 ) -> dict[str, Any]:
     change = sessions.delete_session
-    await _in_turn(change, conn, locks, tenant, session_id, client, wakeups, agents)
+    await _in_turn(change, conn, locks, tenant, session_id, client, wakeups, agents, admit)
     return {"id": session_id, "object": "session", "deleted": True}
 
 
@@ -165,6 +195,7 @@ async def compact_session(
     client: ClientWatch | None = None,
     wakeups: LeaseWakeups | None = None,
     agents: Sequence[str] | None = None,
+    admit: Admit | None = None,
 ) -> dict[str, Any]:
     """Force a compaction now, regardless of thresholds (waits for one already running),
     with the session's agent's fast model. It first waits for the request in flight on the
@@ -183,12 +214,23 @@ async def compact_session(
     model, its settings), nothing sent to the old agent's; one that moves before each of
     ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted (an answer of
     ``compacted: false`` would read as nothing to fold)."""
-    async with _turn(locks, client, wakeups, tenant, session_id) as between:
+    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+        between,
+        agents,
+    ):
         await sessions.wait_turn(
             conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
         )
 
-    guard = functools.partial(watching, client, _COMPACTION_WAITING)
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        """Each wait for the compaction in flight: its client leaving ends it, and so does a
+        key a reload revoked meanwhile, asked once the wait is over."""
+        with watching(client, _COMPACTION_WAITING):
+            yield
+        if admit is not None:
+            admit()
+
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)
         job = job_for(

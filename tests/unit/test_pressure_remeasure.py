@@ -24,7 +24,7 @@ class _Summarizer:
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
         return None
 
-    async def compact_now(self, job: Any) -> CompactionResult:
+    async def compact_now(self, job: Any, guard: Any = None) -> CompactionResult:
         self.jobs.append(job)
         return self.results[min(len(self.jobs), len(self.results)) - 1]
 
@@ -52,7 +52,7 @@ def _relieve(monkeypatch: pytest.MonkeyPatch, results: list[CompactionResult]) -
     monkeypatch.setattr(pressure, "compaction_job", lambda *a: a[-1].summary_version)
     summarizer = _Summarizer(results)
     relief = pressure.PressureRelief(summarizer)  # type: ignore[arg-type]
-    ctx = SimpleNamespace(tenant="t", session_id="s", key=("t", "s"))
+    ctx = SimpleNamespace(tenant="t", session_id="s", key=("t", "s"), client=None)
     rt = SimpleNamespace(ctx=SimpleNamespace(summarize=None))
     state = SimpleNamespace(summary_version=None, session={})
     step = relief.maybe_compact(_Turn(), None, rt, {}, ctx, state, None, 0)  # type: ignore[arg-type]

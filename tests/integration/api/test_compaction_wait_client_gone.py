@@ -1,0 +1,104 @@
+"""A chat over the hard threshold waits for the compaction in flight (README, "Timing of
+writes"); a streamed one sends keep-alives meanwhile. Its client leaving during that wait
+ends it there, as it ends a wait for the session: the session is freed at once, and no
+compaction of its own is run after the first for nobody (a fast-model call, billed), nor
+the provider called. The ``/compact`` endpoint's client is held to the same
+(test_compact_waits.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from proxy.session_id import tenant_from_bearer
+from tests.fakes.replies import Pacer
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import (
+    CLIENT_KEY,
+    MAIN,
+    Agent,
+    Model,
+    stack,
+    wait_until,
+    words,
+)
+from tests.integration.api.conftest import wait_for
+from tests.integration.api.test_compact_waits import SUMMARIZE, _compact
+
+TENANT = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
+SID = "leaves"
+
+
+def test_a_stream_whose_client_leaves_while_it_waits_for_a_compaction_ends_there(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    held = Pacer(first=True)  # /compact's summary, until the test lets it come
+    model = Model(fast_pacer=held)
+    summarize = {**SUMMARIZE, "softFraction": 0.6, "hardFraction": 0.6}
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
+        agent = Agent(s.client(SID))
+        for i, size in enumerate((300, 300, 800)):  # /compact folds the first two turns
+            agent.say(words(size, f"t{i}"))
+        s.replied(SID)
+        out: list[httpx.Response] = []
+        compact = _compact(s, SID, out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        agent.say(words(200, "m"))
+        big = {"role": "user", "content": words(1500, "big")}  # over 0.6 of 4000 after it too
+        body = {"model": MAIN, "messages": [*agent.messages, big], "stream": True}
+        headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
+        with (
+            httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=10) as c,
+            c.stream("POST", "/v1/chat/completions", json=body) as resp,
+        ):
+            assert next(resp.iter_raw()).startswith(b": keep-alive")  # waiting, its 200 sent
+        try:
+            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+            assert freed, "the session stayed held for a client that had left"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        assert len(model.fast_times) == 1, "a compaction ran for a client that had left"
+        assert len(s.main_bodies()) == 4  # the agent's four turns; none for the one that left
+        assert [r["version"] for r in s.summaries(SID)] == [1]
+
+
+def test_a_compact_command_whose_client_leaves_while_another_compaction_runs_compacts_nothing(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """A chat message ``/compact`` waits for the compaction in flight as ``POST /compact``
+    does, and its client leaving then ends it the same way: nothing compacted after it."""
+    held = Pacer(first=True)
+    model = Model(fast_pacer=held)
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
+        agent = Agent(s.client(SID))
+        for i in range(3):
+            agent.say(words(200, f"t{i}"))
+        s.replied(SID)
+        out: list[httpx.Response] = []
+        compact = _compact(s, SID, out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the first compaction's call")
+        agent.say("meanwhile")  # more to fold once the first compaction is done
+        s.replied(SID)
+        command = {"role": "user", "content": "/compact"}
+        body = {"model": MAIN, "messages": [*agent.messages, command], "stream": True}
+        headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
+        with (
+            httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=10) as c,
+            c.stream("POST", "/v1/chat/completions", json=body) as resp,
+        ):
+            assert next(resp.iter_raw()).startswith(b": keep-alive")  # waiting, its 200 sent
+        try:
+            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+            assert freed, "the session stayed held for a client that had left"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
+        assert [r["version"] for r in s.summaries(SID)] == [1]
