@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> None:
             shutil.copytree(
                 proxy.workdir / "data",
                 args.pglog,
-                ignore=shutil.ignore_patterns("*.so"),
+                ignore=shutil.ignore_patterns("*.so", ".s.PGSQL.*"),
                 dirs_exist_ok=True,
             )
         print(f"errors: {errors}; proxy log tail:\n{proxy.log_tail(5)}", file=sys.stderr)
