@@ -84,7 +84,7 @@ class Closer:
                         held.add((tenant, session_id))
                         continue
                     try:
-                        closed += await self.close_session(conn, tenant, session_id)
+                        closed += await self.close_session(conn, tenant, session_id, every=True)
                     finally:
                         await claims.release_compaction(
                             conn, tenant=tenant, session_id=session_id, owner=owner
@@ -104,14 +104,20 @@ class Closer:
             if not held:
                 return
 
-    async def close_session(self, conn: Any, tenant: str, session_id: str) -> int:
+    async def close_session(
+        self, conn: Any, tenant: str, session_id: str, every: bool = False
+    ) -> int:
         """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
-        compaction of the session that has no partner. The caller holds the session's
-        compaction claim, so none of them is running: its process stopped, or lost its
+        compaction of the session that has no partner: its latest (a compaction's look,
+        before it starts: every one before it closed those older), or ``every`` one (the
+        start-up sweep, which also closes what an older version left). The caller holds the
+        session's compaction claim, so none of them is running: its process stopped, or lost its
         database between the two events. The event carries the started one's fields
         (``started_id`` names it) and what a failure leaves: the state before it. What the
         interrupted run took (attempts, duration) is unknown: null."""
-        rows = await events.fetch_unpaired_compactions(conn, tenant=tenant, session_id=session_id)
+        rows = await events.fetch_unpaired_compactions(
+            conn, tenant=tenant, session_id=session_id, every=every
+        )
         for row in rows:
             started = nul.decode_json(row["data"])
             failed = {

@@ -132,7 +132,9 @@ async def show_session(
     view = _listed(cfg, row) | {"parent_id": parent}
     occupancy, limit = view["occupancy"], view["context_limit"]
     return view | {
-        "superseded_count": row["superseded_count"],
+        "superseded_count": await sessions.count_superseded(
+            conn, tenant=tenant, session_id=session_id
+        ),
         "fraction": round(occupancy / limit, 4) if occupancy else 0.0,
         "usage": _usage(split, 0 if summary is None else summary["tokens"], row["calibration"]),
         "reclaimed": usage.reclaimed_by_stage(row),

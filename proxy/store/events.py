@@ -217,7 +217,19 @@ s.name = 'context.compaction.started' AND NOT EXISTS (
             AND n.name = 'context.compaction.started'), 9223372036854775807)))
 """
 
+# Each compaction closes every unpaired started event of its session (under its claim)
+# before it writes its own started event, so only the latest one can be unpaired: the look a
+# compaction makes reads that one and the few events after it, however many compactions the
+# session ran. The start-up sweep, which also closes what an older version left, reads all.
 FETCH_UNPAIRED_COMPACTIONS = f"""
+SELECT s.id, s.data FROM (
+    SELECT tenant, session_id, id, name, data FROM events
+    WHERE tenant = $1 AND session_id = $2 AND name = 'context.compaction.started'
+    ORDER BY id DESC LIMIT 1) s
+WHERE {_UNPAIRED}
+"""
+
+FETCH_EVERY_UNPAIRED_COMPACTION = f"""
 SELECT s.id, s.data FROM events s
 WHERE s.tenant = $1 AND s.session_id = $2 AND {_UNPAIRED}
 ORDER BY s.id
@@ -225,11 +237,13 @@ ORDER BY s.id
 
 
 async def fetch_unpaired_compactions(
-    conn: Executor, *, tenant: str, session_id: str
+    conn: Executor, *, tenant: str, session_id: str, every: bool = False
 ) -> list[asyncpg.Record]:
     """The session's context.compaction.started events that have no partner, in order
-    (``data`` as stored: see ``fetch_events_after``)."""
-    return await conn.fetch(FETCH_UNPAIRED_COMPACTIONS, tenant, session_id)
+    (``data`` as stored: see ``fetch_events_after``): of its latest one only, unless
+    ``every`` (the start-up sweep's)."""
+    sql = FETCH_EVERY_UNPAIRED_COMPACTION if every else FETCH_UNPAIRED_COMPACTIONS
+    return await conn.fetch(sql, tenant, session_id)
 
 
 FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS = f"""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Pause",
     "fetchrow_session",
+    "count_superseded",
     "fetchval_agent",
     "fetch_sessions",
     "delete_session",
@@ -32,10 +33,14 @@ __all__ = [
     "set_handoff_above",
 ]
 
-FETCHROW_SESSION = """
-SELECT s.*, (SELECT count(*) FROM messages m WHERE m.tenant = s.tenant
-             AND m.session_id = s.id AND m.superseded_at IS NOT NULL) AS superseded_count
-FROM sessions s WHERE s.tenant = $1 AND s.id = $2
+# The row alone: compactions, the event stream and every session route read it, and a
+# count of the session's messages here would visit each of them (no index finds the
+# superseded ones), however old the session.
+FETCHROW_SESSION = "SELECT * FROM sessions WHERE tenant = $1 AND id = $2"
+
+COUNT_SUPERSEDED = """
+SELECT count(*) FROM messages
+WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NOT NULL
 """
 
 
@@ -53,6 +58,11 @@ async def fetchrow_session(
 ) -> dict[str, Any] | None:
     row = await conn.fetchrow(FETCHROW_SESSION, tenant, session_id)
     return None if row is None else _decoded(row)
+
+
+async def count_superseded(conn: Executor, *, tenant: str, session_id: str) -> int:
+    """How many of the session's messages an edited history superseded (``show`` only)."""
+    return int(await conn.fetchval(COUNT_SUPERSEDED, tenant, session_id))
 
 
 FETCHVAL_AGENT = "SELECT agent FROM sessions WHERE tenant = $1 AND id = $2"

@@ -39,11 +39,12 @@ INSERT INTO summaries (tenant, session_id, version, boundary, boundary_hash, con
                        model)
 SELECT $1, $2, coalesce((SELECT max(version) FROM summaries
                          WHERE tenant = $1 AND session_id = $2), 0) + 1, $3, $4, $5, $6, $7
-WHERE ($4::text IS NULL OR ((
-    SELECT pos FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
-      AND pos < $3 AND hash = $4 ORDER BY pos DESC LIMIT 1) >= coalesce((
-    SELECT max(pos) FROM messages WHERE tenant = $1 AND session_id = $2
-      AND superseded_at IS NULL AND trimmed_at IS NULL AND pos < $3), -1)
+WHERE ($4::text IS NULL OR (EXISTS (
+    SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
+      AND pos < $3 AND pos >= coalesce((
+          SELECT max(pos) FROM messages WHERE tenant = $1 AND session_id = $2
+            AND superseded_at IS NULL AND trimmed_at IS NULL AND pos < $3), -1)
+      AND hash = $4)
   AND EXISTS (
     SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL
       AND pos = $3 - 1 FOR SHARE)))
@@ -73,11 +74,11 @@ async def insert_summary(
 
     ``boundary_hash`` is the chain hash of the last folded message; a chain hash covers the
     whole prefix before it, so one live row with that hash proves the folded span is intact.
-    That row sits just below ``boundary`` (only trimmed rows can lie between), so the check
-    reads positions downwards from there (no index on ``messages`` leads with the hash).
-    The rows between must still be trimmed ones (no live untrimmed row lies past it): an
-    untrimmed one there is a message an edit stored since, which the summary's boundary
-    would hide from every prompt. Both reads go downwards from ``boundary`` too.
+    That row sits just below ``boundary``: at or after the last live untrimmed row below it
+    (only trimmed rows can lie between; an untrimmed one past it is a message an edit stored
+    since, which the summary's boundary would hide from every prompt). The check looks for
+    the hash within that range of positions only: no index on ``messages`` leads with the
+    hash, and a lookup by the hash alone let the planner read the whole table.
 
     The fast model takes seconds; if the client edited history in the meantime, the folded
     span no longer describes the live history and the summary must not be written.

@@ -1,0 +1,74 @@
+"""What a compaction's look for interrupted compactions reads as the session ages.
+
+Every compaction first closes the session's compactions that a stopped process left without
+a partner (``services/interrupted.py``). A session that has compacted hundreds of times must
+not make that look read every compaction event it ever stored, once per started event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.store import events
+from tests.integration.store.helpers import create_session
+from tests.integration.store.test_plans import _reads
+
+T = "t-compactions"
+STARTED, COMPLETED = "context.compaction.started", "context.compaction.completed"
+
+
+async def _compacted(conn: Any, session: str, runs: int, *, last_unpaired: bool) -> None:
+    await create_session(conn, tenant=T, session_id=session, agent="default", model="m")
+    for n in range(runs):
+        await conn.execute(  # a request's events between two compactions
+            "INSERT INTO events (tenant, session_id, name, data)"
+            " SELECT $1, $2, 'context.usage', '{}' FROM generate_series(1, 8)",
+            T,
+            session,
+        )
+        await events.insert_event(conn, tenant=T, session_id=session, name=STARTED, data={"n": n})
+        if n < runs - 1 or not last_unpaired:
+            await events.insert_event(
+                conn, tenant=T, session_id=session, name=COMPLETED, data={"n": n}
+            )
+
+
+@pytest.fixture
+async def conn(pool: asyncpg.Pool) -> Any:
+    async with pool.acquire() as c:
+        await _compacted(c, "young", 3, last_unpaired=False)
+        await _compacted(c, "old", 300, last_unpaired=False)
+        await _compacted(c, "old-stopped", 300, last_unpaired=True)
+        yield c
+
+
+async def _event_rows_read(conn: Any, session: str) -> float:
+    plan = await conn.fetchval(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {events.FETCH_UNPAIRED_COMPACTIONS}", T, session
+    )
+    root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return sum(_reads(root, "events"))
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_the_look_reads_as_many_events_for_an_old_session_as_for_a_young_one(
+    conn: Any, analyzed: bool, mode: str
+) -> None:
+    if analyzed:
+        await conn.execute("ANALYZE events")
+    await conn.execute(f"SET plan_cache_mode = {mode}")
+    young, old = await _event_rows_read(conn, "young"), await _event_rows_read(conn, "old")
+    assert old <= young + 4, (young, old)
+
+
+async def test_the_latest_compaction_a_stopped_process_left_is_found(conn: Any) -> None:
+    assert await events.fetch_unpaired_compactions(conn, tenant=T, session_id="old") == []
+    rows = await events.fetch_unpaired_compactions(conn, tenant=T, session_id="old-stopped")
+    assert [json.loads(r["data"]) if isinstance(r["data"], str) else r["data"] for r in rows] == [
+        {"n": 299}
+    ]
