@@ -222,7 +222,9 @@ async def _briefing_text(
     """The fast model's usable answer to ``plan``'s prompt, the prompt halved after each
     refusal as too long, within ``summarize.maxAttempts`` calls in all."""
     window = job.fast_limits.context_limit
-    output = output_tokens(job.fast_model, _SUMMARY_OUTPUT_TOKENS, window)  # and its thinking
+    output = output_tokens(
+        job.fast_model, _SUMMARY_OUTPUT_TOKENS, window, at=job.provider.base_url
+    )  # and its thinking
     budget = max(1000, window - output - 500)
     calibrated = calibrated_count(count, ratio)
     prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)

@@ -53,15 +53,18 @@ _REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))"
 ``openai/o3``, a fine-tuned ``ft:o4-mini-…:org::id``; not gpt-5-chat)."""
 
 
-_LEARNED: set[str] = set()
-"""Names that refused ``max_tokens`` as OpenAI's reasoning models do (``_refuses_max_tokens``):
-an Azure deployment or a gateway's alias names any model, so a name read as no reasoning
-model is one from its first refusal on, for the process's life."""
-_MAX_LEARNED = 1024  # names come from the config: a bound on a file that names thousands
+_LEARNED: set[tuple[str, str]] = set()
+"""The provider's base URL and the name of each model there that refused ``max_tokens`` as
+OpenAI's reasoning models do (``_refuses_max_tokens``): an Azure deployment or a gateway's
+alias names any model, so a name read as no reasoning model is one from its first refusal
+on, for the process's life, at that provider only: the same name elsewhere (another
+resource's deployment, a local server's alias) is another model, and a server that knows
+only ``max_tokens`` would take a reasoning model's body unbounded."""
+_MAX_LEARNED = 1024  # a bound on the names the config and the clients' models may bring
 
 
-def _reasoning(model: str) -> bool:
-    return model in _LEARNED or _REASONING.search(model) is not None
+def _reasoning(model: str, at: str) -> bool:
+    return (at, model) in _LEARNED or _REASONING.search(model) is not None
 
 
 def _refuses_max_tokens(resp: Any) -> bool:
@@ -93,27 +96,30 @@ advice for a first bound on these models): bounded at the answer's length alone,
 may spend it all thinking and answer nothing, cut at ``length``. Only what it writes costs."""
 
 
-def output_tokens(model: str, max_tokens: int, window: int | None = None) -> int:
-    """The completion tokens a call to ``model`` bounding its answer at ``max_tokens`` may
-    take of its ``window``: its thinking's room as well for a reasoning model (``for_model``),
-    at most a quarter of the window, so one configured small (to keep summaries cheap) still
-    leaves most of it to the prompt."""
-    if not (_reasoning(model) or _THINKS_IN_MAX_TOKENS.search(model)):
+def output_tokens(model: str, max_tokens: int, window: int | None = None, *, at: str = "") -> int:
+    """The completion tokens a call to ``model`` at the provider whose base URL is ``at``
+    bounding its answer at ``max_tokens`` may take of its ``window``: its thinking's room as
+    well for a reasoning model (``for_model``), at most a quarter of the window, so one
+    configured small (to keep summaries cheap) still leaves most of it to the prompt."""
+    if not (_reasoning(model, at) or _THINKS_IN_MAX_TOKENS.search(model)):
         return max_tokens
     return max_tokens + (REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4))
 
 
-def for_model(model: str, body: dict[str, Any], window: int | None = None) -> dict[str, Any]:
+def for_model(
+    model: str, body: dict[str, Any], window: int | None = None, *, at: str = ""
+) -> dict[str, Any]:
     """``body`` as ``model`` takes it. OpenAI's reasoning models answer 400 to ``max_tokens``
     (they take ``max_completion_tokens``, which bounds their reasoning and the answer
     together, so it holds room to think in as well: ``output_tokens`` of ``window``) and to
     any ``temperature`` but the default; other models get ``body`` as written, since servers
     that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
     output unbounded. A model that thinks within ``max_tokens`` (``_THINKS_IN_MAX_TOKENS``)
-    keeps the name and its temperature, its bound raised by the same room."""
-    if not _reasoning(model):
+    keeps the name and its temperature, its bound raised by the same room. ``at``: the
+    provider's base URL, where a name may have been learned (``_LEARNED``)."""
+    if not _reasoning(model, at):
         if "max_tokens" in body and _THINKS_IN_MAX_TOKENS.search(model):
-            return {**body, "max_tokens": output_tokens(model, body["max_tokens"], window)}
+            return {**body, "max_tokens": output_tokens(model, body["max_tokens"], window, at=at)}
         return body
     return _as_reasoning(model, body, window)
 
@@ -134,13 +140,13 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     the job, as that request's own call had it; the raw reply. A model that refuses the
     body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
     one is asked again as one, and its name learned (``_LEARNED``)."""
-    model, window = job.fast_model, job.fast_limits.context_limit
-    reasoning = _reasoning(model)
-    resp = await _post(upstream, job, for_model(model, body, window))
+    model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
+    reasoning = _reasoning(model, at)
+    resp = await _post(upstream, job, for_model(model, body, window, at=at))
     if reasoning or not _refuses_max_tokens(resp):
         return resp
     if len(_LEARNED) < _MAX_LEARNED:
-        _LEARNED.add(model)
+        _LEARNED.add((at, model))
     return await _post(upstream, job, _as_reasoning(model, body, window))
 
 

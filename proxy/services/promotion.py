@@ -95,7 +95,11 @@ async def _promote(
     upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
 ) -> None:
     window = job.fast_limits.context_limit
-    budget = window - output_tokens(job.fast_model, _OUTPUT_TOKENS, window) - _MARGIN
+    budget = (
+        window
+        - output_tokens(job.fast_model, _OUTPUT_TOKENS, window, at=job.provider.base_url)
+        - _MARGIN
+    )
     text = fit_span_text(span_text(span), budget, lambda t: count(extraction_prompt(t)))
     if not text:
         return

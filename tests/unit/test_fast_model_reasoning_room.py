@@ -55,7 +55,7 @@ async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound(limit
     plan = CompactionPlan(start=0, end=len(span), span=span, previous=None)
     job = SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="o4-mini",
@@ -79,7 +79,7 @@ async def test_the_extraction_prompt_leaves_a_reasoning_model_its_whole_bound() 
     span = [{"role": "user", "content": f"{i} " + "word " * 2000} for i in range(12)]
     job = SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="gpt-5-mini",

@@ -58,7 +58,7 @@ class _Lent:
 def _job() -> SimpleNamespace:
     return SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="deepseek-chat",
