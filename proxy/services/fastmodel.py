@@ -139,15 +139,31 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     model and its window (``for_model``), with the query string of the request that started
     the job, as that request's own call had it; the raw reply. A model that refuses the
     body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
-    one is asked again as one, and its name learned (``_LEARNED``)."""
+    one is asked again as one, and its name learned (``_LEARNED``); a provider that asks for
+    a stream for the output bound (``_wants_stream``) is asked again streamed."""
     model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
     reasoning = _reasoning(model, at)
-    resp = await _post(upstream, job, for_model(model, body, window, at=at))
-    if reasoning or not _refuses_max_tokens(resp):
-        return resp
-    if len(_LEARNED) < _MAX_LEARNED:
-        _LEARNED.add((at, model))
-    return await _post(upstream, job, _as_reasoning(model, body, window))
+    sent = for_model(model, body, window, at=at)
+    resp = await _post(upstream, job, sent)
+    if not reasoning and _refuses_max_tokens(resp):
+        if len(_LEARNED) < _MAX_LEARNED:
+            _LEARNED.add((at, model))
+        sent = _as_reasoning(model, body, window)
+        resp = await _post(upstream, job, sent)
+    if _wants_stream(resp):  # the answer is read from its chunks (``answer_data``)
+        resp = await _post(upstream, job, {**sent, "stream": True})
+    return resp
+
+
+_STREAM_ASKED = re.compile(r"must have stream\s*[=:]\s*true", re.IGNORECASE)
+
+
+def _wants_stream(resp: Any) -> bool:
+    """Whether ``resp`` refuses an unstreamed call for the length it may answer: Fireworks
+    (and gateways alike) take at most 4096 tokens of output unstreamed, "Requests with
+    max_tokens > 4096 must have stream=true", which a thinking model's room to think passes.
+    Such a call is asked again streamed, its room kept."""
+    return resp.status_code == 400 and _STREAM_ASKED.search(resp.text) is not None
 
 
 async def _post(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
