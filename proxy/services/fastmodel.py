@@ -9,6 +9,7 @@ does, so the fast model's spend shows in the metrics whichever stage asked.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
 from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
+from proxy.provider_errors import provider_name
 
 __all__ = [
     "REASONING_ROOM",
@@ -31,6 +33,8 @@ __all__ = [
     "read_fast_answer",
     "retry_after",
 ]
+
+log = logging.getLogger("cascade.compaction")
 
 TOO_LONG = "context_length_exceeded"
 """The error code of a provider that refuses a prompt past its window (OpenAI's)."""
@@ -146,8 +150,15 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     sent = for_model(model, body, window, at=at)
     resp = await _post(upstream, job, sent)
     if not reasoning and _refuses_max_tokens(resp):
-        if len(_LEARNED) < _MAX_LEARNED:
+        if len(_LEARNED) < _MAX_LEARNED and (at, model) not in _LEARNED:
             _LEARNED.add((at, model))
+            log.info(
+                "fast model %r at %s refused max_tokens or a temperature as OpenAI's reasoning"
+                " models do: it is called with max_completion_tokens and room to think from now"
+                " on, until the proxy restarts",
+                model,
+                provider_name(job.provider),
+            )
         sent = _as_reasoning(model, body, window)
         resp = await _post(upstream, job, sent)
     if _wants_stream(resp):  # the answer is read from its chunks (``answer_data``)

@@ -6,6 +6,7 @@ and the name is one from then on, so the next prompt leaves its thinking room.""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -66,7 +67,7 @@ def _forget() -> Iterator[None]:
 
 def _job(model: str, at: str = "http://p") -> SimpleNamespace:
     return SimpleNamespace(
-        provider=SimpleNamespace(base_url=at),
+        provider=SimpleNamespace(base_url=at, name="p"),
         headers={},
         query=(),
         fast_model=model,
@@ -130,3 +131,16 @@ class _Taken(_Upstream):
         self.bodies.append(json.loads(content))
         text = json.dumps({"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
         return SimpleNamespace(status_code=200, text=text, json=lambda: json.loads(text))
+
+
+async def test_a_name_learned_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Learning a name changes every later call to it and the room its prompts leave, for
+    the process's life: the operator reads it once, naming the model and where, not at each
+    call."""
+    model = "summarizer-deployment-7f3a"
+    body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
+    with caplog.at_level(logging.INFO, logger="cascade.compaction"):
+        await post_fast_model(_Upstream(), _job(model), body)
+        await post_fast_model(_Upstream(), _job(model), body)
+    said = [r.getMessage() for r in caplog.records if "max_completion_tokens" in r.getMessage()]
+    assert len(said) == 1 and model in said[0] and "http://p" in said[0]
