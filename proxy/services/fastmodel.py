@@ -87,11 +87,10 @@ _THINKS_IN_MAX_TOKENS = re.compile(
     r"|qwen3(?![^/]*(?:instruct|coder)))|-thinking",
     re.IGNORECASE,
 )
-"""Thinking models that count their thinking in ``max_tokens`` and take it, with a
-temperature: Gemini's from 2.5 on (its OpenAI endpoint, or a router's ``google/`` name),
-DeepSeek's reasoner (``deepseek-reasoner``, R1 by any host's name), and the open ones other
-hosts serve (gpt-oss, QwQ, Magistral, Qwen3 but its instruct and coder models, a
-``…-thinking`` name)."""
+"""Thinking models that count their thinking in ``max_tokens`` and take it: Gemini's from
+2.5 on (its OpenAI endpoint, or a router's ``google/`` name), DeepSeek's reasoner
+(``deepseek-reasoner``, R1 by any host's name), and the open ones other hosts serve (gpt-oss,
+QwQ, Magistral, Qwen3 but its instruct and coder models, a ``…-thinking`` name)."""
 
 
 REASONING_ROOM = 25_000
@@ -119,12 +118,17 @@ def for_model(
     any ``temperature`` but the default; other models get ``body`` as written, since servers
     that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
     output unbounded. A model that thinks within ``max_tokens`` (``_THINKS_IN_MAX_TOKENS``)
-    keeps the name and its temperature, its bound raised by the same room. ``at``: the
-    provider's base URL, where a name may have been learned (``_LEARNED``)."""
+    keeps the name, its bound raised by the same room, and goes without the temperature:
+    their makers advise against greedy decoding while they think (it repeats itself to the
+    bound), and the host's default is the one tuned for the model. ``at``: the provider's
+    base URL, where a name may have been learned (``_LEARNED``)."""
     if not _reasoning(model, at):
-        if "max_tokens" in body and _THINKS_IN_MAX_TOKENS.search(model):
-            return {**body, "max_tokens": output_tokens(model, body["max_tokens"], window, at=at)}
-        return body
+        if not _THINKS_IN_MAX_TOKENS.search(model):
+            return body
+        out = {k: v for k, v in body.items() if k != "temperature"}
+        if "max_tokens" in body:
+            out["max_tokens"] = output_tokens(model, body["max_tokens"], window, at=at)
+        return out
     return _as_reasoning(model, body, window)
 
 
