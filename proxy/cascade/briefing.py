@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["SECTIONS", "parse_briefing", "says_nothing", "section"]
+__all__ = ["SECTIONS", "parse_briefing", "says_nothing", "section", "without_thinking"]
 
 SECTIONS = ("## Objective", "## Decisions & Facts", "## Files & State", "## Open Tasks",
             "## Next Step")  # fmt: skip
@@ -49,7 +49,7 @@ chat template that opens it there) or after a preamble; a briefing holds no such
 what comes before the last one is thinking."""
 
 
-def _answer(text: str) -> str:
+def without_thinking(text: str) -> str:
     """``text`` without the thinking ahead of the answer (``_THINKING``, ``_THINKING_END``)."""
     text = _THINKING.sub("", text, count=1)
     ends = [m.end() for m in _THINKING_END.finditer(text)]
@@ -183,7 +183,7 @@ def parse_briefing(text: str, *, previous: str | None = None) -> str:
     every one it has is empty or says nothing (``says_nothing``): such an answer says nothing
     of the span it would fold away, nor keeps what the previous summary said.
     """
-    found = _split_sections(_answer(text))  # a stored briefing (``previous``) has no thinking
+    found = _split_sections(without_thinking(text))  # a stored briefing has no thinking
     if not found:
         raise ValueError("the summary has none of the sections " + ", ".join(SECTIONS))
     if all(says_nothing(_body(lines)) for lines in found.values()):

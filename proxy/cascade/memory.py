@@ -40,6 +40,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.cascade.briefing import without_thinking
 from proxy.cascade.redaction import REDACTED, redact
 from proxy.cascade.text import content_text
 
@@ -295,7 +296,10 @@ def _embedded_object(answer: str) -> Any:
 def parse_facts(answer: str) -> list[str]:
     """The ``facts`` of the model's JSON answer, read through a code fence or words around
     the object (servers that take ``response_format`` loosely add them, as the briefing's
-    reader expects); :class:`FactsAnswerError` when it is not that shape."""
+    reader expects), after the thinking a model without a reasoning parser writes ahead of
+    it (``without_thinking``: a draft of the object there is not the answer);
+    :class:`FactsAnswerError` when it is not that shape."""
+    answer = without_thinking(answer)
     if not answer.strip():
         raise FactsAnswerError("the answer is empty")
     try:

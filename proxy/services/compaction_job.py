@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import requestlog
-from proxy.cascade.briefing import parse_briefing
+from proxy.cascade.briefing import parse_briefing, without_thinking
 from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.redaction import patterns_of
 from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_reflect
@@ -222,7 +222,9 @@ async def _briefing_text(
     """The fast model's usable answer to ``plan``'s prompt, the prompt halved after each
     refusal as too long, within ``summarize.maxAttempts`` calls in all."""
     window = job.fast_limits.context_limit
-    output = output_tokens(job.fast_model, _SUMMARY_OUTPUT_TOKENS, window)  # and its thinking
+    output = output_tokens(
+        job.fast_model, _SUMMARY_OUTPUT_TOKENS, window, at=job.provider.base_url
+    )  # and its thinking
     budget = max(1000, window - output - 500)
     calibrated = calibrated_count(count, ratio)
     prompt = build_prompt(plan, max_input_tokens=budget, count=calibrated)
@@ -258,8 +260,10 @@ def _check_answer(resp: Any, text: str) -> None:
 
 
 def _check_length(text: str, count: TokenCounter) -> None:
-    """Raise ValueError for an answer past its ``max_tokens`` (``_OVERRUN``)."""
-    tokens = count([{"role": "assistant", "content": text}])
+    """Raise ValueError for an answer past its ``max_tokens`` (``_OVERRUN``): the briefing,
+    not the thinking written inline ahead of it (``without_thinking``), which a thinking
+    model's ``max_tokens`` holds room for beside it (``fastmodel.output_tokens``)."""
+    tokens = count([{"role": "assistant", "content": without_thinking(text)}])
     if tokens > _SUMMARY_OUTPUT_TOKENS * _OVERRUN:
         raise ValueError(
             f"about {tokens} tokens, where max_tokens was {_SUMMARY_OUTPUT_TOKENS}: "

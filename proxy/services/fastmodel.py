@@ -9,6 +9,7 @@ does, so the fast model's spend shows in the metrics whichever stage asked.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
 from proxy.credentials import scrub_text, secrets_of
 from proxy.observe import note_usage
+from proxy.provider_errors import provider_name
 
 __all__ = [
     "REASONING_ROOM",
@@ -31,6 +33,8 @@ __all__ = [
     "read_fast_answer",
     "retry_after",
 ]
+
+log = logging.getLogger("cascade.compaction")
 
 TOO_LONG = "context_length_exceeded"
 """The error code of a provider that refuses a prompt past its window (OpenAI's)."""
@@ -53,15 +57,18 @@ _REASONING = re.compile(r"(?:^(?:ft:)?|/)(?:o[1-9](?:$|-)|gpt-5(?![.\d]*-chat))"
 ``openai/o3``, a fine-tuned ``ft:o4-mini-…:org::id``; not gpt-5-chat)."""
 
 
-_LEARNED: set[str] = set()
-"""Names that refused ``max_tokens`` as OpenAI's reasoning models do (``_refuses_max_tokens``):
-an Azure deployment or a gateway's alias names any model, so a name read as no reasoning
-model is one from its first refusal on, for the process's life."""
-_MAX_LEARNED = 1024  # names come from the config: a bound on a file that names thousands
+_LEARNED: set[tuple[str, str]] = set()
+"""The provider's base URL and the name of each model there that refused ``max_tokens`` as
+OpenAI's reasoning models do (``_refuses_max_tokens``): an Azure deployment or a gateway's
+alias names any model, so a name read as no reasoning model is one from its first refusal
+on, for the process's life, at that provider only: the same name elsewhere (another
+resource's deployment, a local server's alias) is another model, and a server that knows
+only ``max_tokens`` would take a reasoning model's body unbounded."""
+_MAX_LEARNED = 1024  # a bound on the names the config and the clients' models may bring
 
 
-def _reasoning(model: str) -> bool:
-    return model in _LEARNED or _REASONING.search(model) is not None
+def _reasoning(model: str, at: str) -> bool:
+    return (at, model) in _LEARNED or _REASONING.search(model) is not None
 
 
 def _refuses_max_tokens(resp: Any) -> bool:
@@ -80,11 +87,10 @@ _THINKS_IN_MAX_TOKENS = re.compile(
     r"|qwen3(?![^/]*(?:instruct|coder)))|-thinking",
     re.IGNORECASE,
 )
-"""Thinking models that count their thinking in ``max_tokens`` and take it, with a
-temperature: Gemini's from 2.5 on (its OpenAI endpoint, or a router's ``google/`` name),
-DeepSeek's reasoner (``deepseek-reasoner``, R1 by any host's name), and the open ones other
-hosts serve (gpt-oss, QwQ, Magistral, Qwen3 but its instruct and coder models, a
-``…-thinking`` name)."""
+"""Thinking models that count their thinking in ``max_tokens`` and take it: Gemini's from
+2.5 on (its OpenAI endpoint, or a router's ``google/`` name), DeepSeek's reasoner
+(``deepseek-reasoner``, R1 by any host's name), and the open ones other hosts serve (gpt-oss,
+QwQ, Magistral, Qwen3 but its instruct and coder models, a ``…-thinking`` name)."""
 
 
 REASONING_ROOM = 25_000
@@ -93,28 +99,36 @@ advice for a first bound on these models): bounded at the answer's length alone,
 may spend it all thinking and answer nothing, cut at ``length``. Only what it writes costs."""
 
 
-def output_tokens(model: str, max_tokens: int, window: int | None = None) -> int:
-    """The completion tokens a call to ``model`` bounding its answer at ``max_tokens`` may
-    take of its ``window``: its thinking's room as well for a reasoning model (``for_model``),
-    at most a quarter of the window, so one configured small (to keep summaries cheap) still
-    leaves most of it to the prompt."""
-    if not (_reasoning(model) or _THINKS_IN_MAX_TOKENS.search(model)):
+def output_tokens(model: str, max_tokens: int, window: int | None = None, *, at: str = "") -> int:
+    """The completion tokens a call to ``model`` at the provider whose base URL is ``at``
+    bounding its answer at ``max_tokens`` may take of its ``window``: its thinking's room as
+    well for a reasoning model (``for_model``), at most a quarter of the window, so one
+    configured small (to keep summaries cheap) still leaves most of it to the prompt."""
+    if not (_reasoning(model, at) or _THINKS_IN_MAX_TOKENS.search(model)):
         return max_tokens
     return max_tokens + (REASONING_ROOM if window is None else min(REASONING_ROOM, window // 4))
 
 
-def for_model(model: str, body: dict[str, Any], window: int | None = None) -> dict[str, Any]:
+def for_model(
+    model: str, body: dict[str, Any], window: int | None = None, *, at: str = ""
+) -> dict[str, Any]:
     """``body`` as ``model`` takes it. OpenAI's reasoning models answer 400 to ``max_tokens``
     (they take ``max_completion_tokens``, which bounds their reasoning and the answer
     together, so it holds room to think in as well: ``output_tokens`` of ``window``) and to
     any ``temperature`` but the default; other models get ``body`` as written, since servers
     that only know ``max_tokens`` (some local ones) would ignore the newer name and leave the
     output unbounded. A model that thinks within ``max_tokens`` (``_THINKS_IN_MAX_TOKENS``)
-    keeps the name and its temperature, its bound raised by the same room."""
-    if not _reasoning(model):
-        if "max_tokens" in body and _THINKS_IN_MAX_TOKENS.search(model):
-            return {**body, "max_tokens": output_tokens(model, body["max_tokens"], window)}
-        return body
+    keeps the name, its bound raised by the same room, and goes without the temperature:
+    their makers advise against greedy decoding while they think (it repeats itself to the
+    bound), and the host's default is the one tuned for the model. ``at``: the provider's
+    base URL, where a name may have been learned (``_LEARNED``)."""
+    if not _reasoning(model, at):
+        if not _THINKS_IN_MAX_TOKENS.search(model):
+            return body
+        out = {k: v for k, v in body.items() if k != "temperature"}
+        if "max_tokens" in body:
+            out["max_tokens"] = output_tokens(model, body["max_tokens"], window, at=at)
+        return out
     return _as_reasoning(model, body, window)
 
 
@@ -133,15 +147,38 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     model and its window (``for_model``), with the query string of the request that started
     the job, as that request's own call had it; the raw reply. A model that refuses the
     body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
-    one is asked again as one, and its name learned (``_LEARNED``)."""
-    model, window = job.fast_model, job.fast_limits.context_limit
-    reasoning = _reasoning(model)
-    resp = await _post(upstream, job, for_model(model, body, window))
-    if reasoning or not _refuses_max_tokens(resp):
-        return resp
-    if len(_LEARNED) < _MAX_LEARNED:
-        _LEARNED.add(model)
-    return await _post(upstream, job, _as_reasoning(model, body, window))
+    one is asked again as one, and its name learned (``_LEARNED``); a provider that asks for
+    a stream for the output bound (``_wants_stream``) is asked again streamed."""
+    model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
+    reasoning = _reasoning(model, at)
+    sent = for_model(model, body, window, at=at)
+    resp = await _post(upstream, job, sent)
+    if not reasoning and _refuses_max_tokens(resp):
+        if len(_LEARNED) < _MAX_LEARNED and (at, model) not in _LEARNED:
+            _LEARNED.add((at, model))
+            log.info(
+                "fast model %r at %s refused max_tokens or a temperature as OpenAI's reasoning"
+                " models do: it is called with max_completion_tokens and room to think from now"
+                " on, until the proxy restarts",
+                model,
+                provider_name(job.provider),
+            )
+        sent = _as_reasoning(model, body, window)
+        resp = await _post(upstream, job, sent)
+    if _wants_stream(resp):  # the answer is read from its chunks (``answer_data``)
+        resp = await _post(upstream, job, {**sent, "stream": True})
+    return resp
+
+
+_STREAM_ASKED = re.compile(r"must have stream\s*[=:]\s*true", re.IGNORECASE)
+
+
+def _wants_stream(resp: Any) -> bool:
+    """Whether ``resp`` refuses an unstreamed call for the length it may answer: Fireworks
+    (and gateways alike) take at most 4096 tokens of output unstreamed, "Requests with
+    max_tokens > 4096 must have stream=true", which a thinking model's room to think passes.
+    Such a call is asked again streamed, its room kept."""
+    return resp.status_code == 400 and _STREAM_ASKED.search(resp.text) is not None
 
 
 async def _post(upstream: Any, job: Any, body: dict[str, Any]) -> Any:

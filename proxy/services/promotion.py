@@ -51,13 +51,15 @@ _MARGIN = 500
 summary's prompt leaves them (the proxy's count is an estimate of the provider's)."""
 
 
-_FORMAT_WORDS = ("response_format", "response format", "json_schema")
+_FORMAT_WORDS = ("response_format", "response format", "json_schema", "response_schema")
 
 
 def _format_refused(resp: Any) -> bool:
     """Whether ``resp`` refuses the ``json_schema`` response format rather than the call:
     DeepSeek takes ``json_object`` only ("This response_format type is unavailable now"),
-    and Groq's models without structured outputs name it too. Such a provider is asked
+    and Groq's models without structured outputs name it too; Gemini's OpenAI endpoint names
+    the ``response_schema`` it turns the format into (a schema keyword it does not know,
+    "Unknown name … at 'generation_config.response_schema'"). Such a provider is asked
     again without the field, as it is no fault of the span's: the prompt asks for the same
     object, and ``parse_facts`` reads it through fences and words around it."""
     if resp.status_code not in (400, 422):
@@ -95,7 +97,11 @@ async def _promote(
     upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
 ) -> None:
     window = job.fast_limits.context_limit
-    budget = window - output_tokens(job.fast_model, _OUTPUT_TOKENS, window) - _MARGIN
+    budget = (
+        window
+        - output_tokens(job.fast_model, _OUTPUT_TOKENS, window, at=job.provider.base_url)
+        - _MARGIN
+    )
     text = fit_span_text(span_text(span), budget, lambda t: count(extraction_prompt(t)))
     if not text:
         return

@@ -74,6 +74,7 @@ class Dialect:
     signed: bool = False  # Gemini 3: a tool call carries a thought signature, asked back
     call_index: bool = True  # a streamed tool call's delta names its index (Gemini's not)
     query: str | None = None  # a query parameter every call must carry (Azure's api-version)
+    stream_above: int | None = None  # an unstreamed call may bound its output at this at most
 
     @property
     def chat(self) -> str:
@@ -107,6 +108,10 @@ class Dialect:
                     status = 422 if self.error_shape == "detail" else 400
                     said = f'Invalid JSON payload received. Unknown name "{name}"'
                     return self.refuse(status, said, name)
+        bound = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        if self.stream_above is not None and not body.get("stream") and bound > self.stream_above:
+            said = f"Requests with max_tokens > {self.stream_above} must have stream=true"
+            return self.refuse(400, said, "max_tokens")
         if self.max_n is not None and int(body.get("n") or 1) > self.max_n:
             return self.refuse(400, "n: must be exactly 1", "n")
         kind = (body.get("response_format") or {}).get("type")
@@ -317,7 +322,8 @@ DIALECTS: dict[str, Dialect] = {
             reasoning_field="reasoning",
         ),
         Dialect("together"),
-        Dialect("fireworks", base="/inference/v1"),
+        # Fireworks: an unstreamed call bounds its output at 4096 tokens at most.
+        Dialect("fireworks", base="/inference/v1", stream_above=4096),
     )
 }
 

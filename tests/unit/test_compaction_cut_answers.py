@@ -46,7 +46,7 @@ class _Upstream:
 def _job(attempts: int) -> Any:
     return SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="fast",

@@ -55,7 +55,7 @@ async def test_the_summary_prompt_leaves_a_reasoning_model_its_whole_bound(limit
     plan = CompactionPlan(start=0, end=len(span), span=span, previous=None)
     job = SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="o4-mini",
@@ -79,7 +79,7 @@ async def test_the_extraction_prompt_leaves_a_reasoning_model_its_whole_bound() 
     span = [{"role": "user", "content": f"{i} " + "word " * 2000} for i in range(12)]
     job = SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="gpt-5-mini",
@@ -123,11 +123,15 @@ def test_a_thinking_model_bounded_by_max_tokens_gets_its_room_in_max_tokens(mode
     DeepSeek's reasoner and the open thinking models the other hosts serve (gpt-oss, Qwen3,
     QwQ, Magistral, a ``-thinking`` name) count their thinking in ``max_tokens``; a summary
     bounded at the answer's own length was cut at ``length`` with nothing written, as
-    OpenAI's reasoning models were. They take ``max_tokens`` and a temperature: both stay."""
+    OpenAI's reasoning models were. They take ``max_tokens``, which stays. The temperature
+    goes: their makers advise against greedy decoding while they think (Qwen3's and QwQ's
+    cards: it repeats itself endlessly; DeepSeek R1 0.5 to 0.7; Gemini 3 its default), and a
+    loop runs to the bound, now with its room, on every attempt; the host's default is the
+    one tuned for the model (an Ollama Modelfile's, vLLM's generation config)."""
     body = {"model": model, "messages": [], "max_tokens": 2000, "temperature": 0}
     sent = for_model(model, body, 1_048_576)
     assert sent["max_tokens"] == 2000 + REASONING_ROOM
-    assert sent["temperature"] == 0 and "max_completion_tokens" not in sent
+    assert "temperature" not in sent and "max_completion_tokens" not in sent
     assert output_tokens(model, 2000, 32000) == 2000 + 8000  # a quarter of a small window
 
 

@@ -37,7 +37,7 @@ class _Lent:
 def _job(fast_limit: int) -> SimpleNamespace:
     return SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="fast",

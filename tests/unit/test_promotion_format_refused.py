@@ -58,7 +58,7 @@ class _Lent:
 def _job() -> SimpleNamespace:
     return SimpleNamespace(
         session_id="s-1",
-        provider="p",
+        provider=SimpleNamespace(base_url="http://p"),
         headers={},
         query=(),
         fast_model="deepseek-chat",
@@ -84,9 +84,26 @@ _GROQ_400 = json.dumps(
     }
 )
 
+_GEMINI_400 = json.dumps(
+    [
+        {
+            "error": {
+                "code": 400,
+                "message": 'Invalid JSON payload received. Unknown name "additionalProperties"'
+                " at 'generation_config.response_schema': Cannot find field.",
+                "status": "INVALID_ARGUMENT",
+            }
+        }
+    ]
+)
+"""Gemini's OpenAI endpoint refusing a keyword of the schema it turns ``json_schema`` into
+(its ``response_schema``), in its list of one error: the field it names is its own."""
+
 
 @pytest.mark.parametrize(
-    "refusal", [(400, _DEEPSEEK_400), (400, _GROQ_400)], ids=["deepseek", "groq"]
+    "refusal",
+    [(400, _DEEPSEEK_400), (400, _GROQ_400), (400, _GEMINI_400)],
+    ids=["deepseek", "groq", "gemini"],
 )
 async def test_a_refused_json_schema_is_asked_again_without_it(
     refusal: tuple[int, str], monkeypatch: pytest.MonkeyPatch

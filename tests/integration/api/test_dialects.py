@@ -277,6 +277,56 @@ def test_azure_deployment_paths_with_the_clients_entra_token_and_api_version(
         assert fake.refusals == []
 
 
+THINKER = "accounts/fireworks/models/qwen3-235b-a22b"
+"""A thinking fast model at Fireworks: its summary's bound holds room to think, past the 4096
+tokens Fireworks takes in an unstreamed call."""
+
+
+def test_a_thinking_fast_model_past_the_unstreamed_bound_is_asked_streamed(
+    start_proxy: StartProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fireworks refuses an unstreamed call bounded past 4096 tokens ("must have
+    stream=true"): the summary and the facts are asked again streamed, once each."""
+    monkeypatch.setenv("CASCADE_TEST_DIALECT_KEY", KEY)
+    dialect = DIALECTS["fireworks"]
+    with DialectUpstream(dialect, fast=THINKER, briefing=briefing()) as fake:
+        cfg = {
+            "providers": {"p": {"baseUrl": fake.base_url, "apiKeyEnv": "CASCADE_TEST_DIALECT_KEY"}},
+            "models": {
+                "default": {"contextLimit": 4000, "reservedOutput": 500},
+                THINKER: {"contextLimit": 131072},
+            },
+            "agents": {"default": {"provider": "p", "fastModel": THINKER}},
+            "context": {
+                "eviction": {"enabled": False},
+                "summarize": {"softFraction": 0.5, "keepRecent": 4},
+                "memoryPromotion": {"mode": "auto"},
+            },
+        }
+        path = tmp_path / "agents.json"
+        path.write_text(json.dumps(cfg))
+        origin = start_proxy(path).origin
+        sid = "fireworks-thinker"
+        client = _sdk(origin, sid)
+        messages: list[dict[str, Any]] = []
+        for i in range(5):  # the fifth crosses softFraction
+            messages.append({"role": "user", "content": words(450, f"t{i}")})
+            got = client.chat.completions.create(model="agent-model", messages=messages)
+            messages.append({"role": "assistant", "content": got.choices[0].message.content})
+        wait_until(lambda: _view(origin, sid).get("summary"), 5.0, "the summary")
+        headers = {"authorization": f"Bearer {CLIENT}"}
+
+        def facts() -> list[str]:
+            got = httpx.get(f"{origin}/v1/memory", headers=headers, timeout=10).json()
+            return [f["text"] for f in got.get("data") or []]
+
+        wait_until(lambda: FACT in facts(), 5.0, "the promoted fact")
+        fast = [r.json for r in fake.chats() if r.json.get("model") == THINKER]
+        assert [bool(b.get("stream")) for b in fast] == [False, True, False, True]
+        assert all(b["max_tokens"] > 4096 for b in fast)  # the room to think is kept
+        assert [status for status, _ in fake.refusals] == [400, 400]
+
+
 def test_a_stream_the_provider_breaks_off_with_an_error_stores_no_reply(
     dialect: Dialect, fake: DialectUpstream, origin: str
 ) -> None:

@@ -48,3 +48,14 @@ def test_an_answer_without_the_object_is_refused_saying_why(answer: str, says: s
 
 def test_non_string_facts_are_left_out() -> None:
     assert parse_facts('{"facts": [1, null, {"a": 1}, "Kept"]}') == ["Kept"]
+
+
+@pytest.mark.parametrize("opened", ["<think>", ""], ids=["thought", "opened-in-prompt"])
+def test_a_draft_in_the_thought_is_not_the_answer(opened: str) -> None:
+    """A thinking model without a reasoning parser (asked again without ``response_format``)
+    may draft the object in its thought, then answer another: the answer is the one after
+    the thought, as the briefing's reader takes it (a chat template may open the block in
+    the prompt, so the thought ends at a line that closes it)."""
+    draft = json.dumps({"facts": ["The staging password is hunter2."]})
+    said = f"{opened}\nA draft: {draft}. No: a password is a secret, not a fact.\n</think>\n"
+    assert parse_facts(said + OBJECT) == ["The build uses uv", "The port is 8443"]
