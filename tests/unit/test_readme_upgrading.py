@@ -1,6 +1,7 @@
 """README's upgrade advice against what the migrations do: the slow ones it names (those that
-read a whole table while requests wait for their lock). A new migration of that kind fails
-here until README names it."""
+read a whole table while requests wait for their lock) and the release a rolling upgrade
+cannot keep serving (one calling a SQL function a later migration drops). A new migration of
+either kind fails here until README names it."""
 
 from __future__ import annotations
 
@@ -46,3 +47,12 @@ def test_every_slow_migration_is_named_where_readme_lists_them() -> None:
     named = _section("Migrations run at start-up", "An applied migration is never edited")
     missing = [f"{v:04d}" for v in slow if f"{v:04d}" not in named]
     assert not missing, f"README (Deploying) does not name these slow migrations: {missing}"
+
+
+def test_the_release_a_rolling_upgrade_breaks_is_named_by_the_last_dropped_function() -> None:
+    """A migration that drops a function leaves every replica of a release calling it failing
+    each chat from the moment it runs (as intended: docs/architecture.md); README says from
+    which release on a rolling upgrade to this one is safe, and what to do before it."""
+    drops = [v for v, sql in _migrations() if re.search(r"DROP FUNCTION", sql)]
+    upgrading = _section("### Upgrading", "### Backup")
+    assert f"before {max(drops):04d}" in upgrading
