@@ -38,11 +38,11 @@ def find_migrations(source: Path, prefix: Path) -> Path:
 
 MIGRATIONS_DIR = find_migrations(Path(__file__).resolve().parents[2], Path(sys.prefix))
 _LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
-LOCK_WAIT_SECONDS = 2.0
+LOCK_WAIT_SECONDS = 1.0
 """How long a migration's statement waits for a table's lock (``lock_timeout``) before the
 migration gives way: while it waits, every request's statement on that table queues behind
 it, so a long transaction holding the lock (a ``pg_dump``, a report) would stop them all."""
-LOCK_RETRY_SECONDS = 1.0
+LOCK_RETRY_SECONDS = 2.0
 """The pause before a migration that gave way is tried again, in which requests go through."""
 
 CREATE_LEDGER = """
