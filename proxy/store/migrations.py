@@ -5,7 +5,8 @@ its own transaction, recorded with its checksum in ``schema_migrations``.
 connections register the pgvector codec, and the vector type exists only after 0001. A
 transaction-scoped advisory lock serialises replicas that start together, and an applied
 file whose checksum changed refuses the start (``shipped.py`` lists the earlier texts still
-accepted).
+accepted). A migration that waits long for a table's lock gives way and is tried again, so
+the replicas serving meanwhile are not held behind it.
 """
 
 from __future__ import annotations
