@@ -5,7 +5,8 @@ its own transaction, recorded with its checksum in ``schema_migrations``.
 connections register the pgvector codec, and the vector type exists only after 0001. A
 transaction-scoped advisory lock serialises replicas that start together, and an applied
 file whose checksum changed refuses the start (``shipped.py`` lists the earlier texts still
-accepted).
+accepted). A migration that waits long for a table's lock gives way and is tried again, so
+the replicas serving meanwhile are not held behind it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def find_migrations(source: Path, prefix: Path) -> Path:
 
 MIGRATIONS_DIR = find_migrations(Path(__file__).resolve().parents[2], Path(sys.prefix))
 _LOCK_KEY = 0x0CA5CADE  # advisory lock serialising migrations across replicas
+LOCK_WAIT_SECONDS = 1.0
+"""How long a migration's statement waits for a table's lock (``lock_timeout``) before the
+migration gives way: while it waits, every request's statement on that table queues behind
+it, so a long transaction holding the lock (a ``pg_dump``, a report) would stop them all."""
+LOCK_RETRY_SECONDS = 2.0
+"""The pause before a migration that gave way is tried again, in which requests go through."""
 
 CREATE_LEDGER = """
 CREATE TABLE IF NOT EXISTS schema_migrations(
@@ -117,7 +124,28 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
             await conn.execute(CREATE_LEDGER)
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
-            checksum = hashlib.sha256(text.encode()).hexdigest()
+            if await _apply_one(conn, version, name, text, setting):
+                applied.append(name)
+        await _warn_if_newer(conn, files[-1][0])
+    except asyncpg.PostgresError as exc:
+        PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
+        raise MigrationError(  # a role that may not create tables: one line, no traceback
+            f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
+            f" {setting} names: {type(exc).__name__}: {exc}"
+        ) from exc
+    return applied
+
+
+async def _apply_one(
+    conn: asyncpg.Connection, version: int, name: str, text: str, setting: str
+) -> bool:
+    """Apply one migration unless the ledger has it; whether it was applied here. A statement
+    that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
+    back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time)."""
+    checksum = hashlib.sha256(text.encode()).hexdigest()
+    first = True
+    while True:
+        try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
                 done = await conn.fetchval(
@@ -129,9 +157,15 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
                             f"migration {name} was changed after it was applied; "
                             "add a new migration instead of editing an old one"
                         )
-                    continue
+                    return False
+                # After the advisory lock: waiting for another replica's migration is no
+                # table lock that requests queue behind.
+                wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
+                await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
                 try:
                     await conn.execute(text)
+                except asyncpg.LockNotAvailableError:
+                    raise
                 except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
                     PoolerMismatch.raise_from(exc, setting)
                     raise MigrationError(
@@ -143,12 +177,15 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
                     name,
                     checksum,
                 )
-            applied.append(name)
-        await _warn_if_newer(conn, files[-1][0])
-    except asyncpg.PostgresError as exc:
-        PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
-        raise MigrationError(  # a role that may not create tables: one line, no traceback
-            f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
-            f" {setting} names: {type(exc).__name__}: {exc}"
-        ) from exc
-    return applied
+            return True
+        except asyncpg.LockNotAvailableError:
+            if first:
+                log.warning(
+                    "migration %s waits for a lock another session holds on a table it"
+                    " changes (a long transaction: a pg_dump, a report's query); it gives way"
+                    " after %g s each time, so requests go through, and tries again",
+                    name,
+                    LOCK_WAIT_SECONDS,
+                )
+            first = False
+            await asyncio.sleep(LOCK_RETRY_SECONDS)

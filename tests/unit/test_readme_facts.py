@@ -36,6 +36,7 @@ from proxy.services.resent import ResentBodies
 from proxy.services.retrieval import RACE_SLACK
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
+from proxy.store.migrations import LOCK_RETRY_SECONDS, LOCK_WAIT_SECONDS
 from proxy.warmup import POOL_WARM_MAX
 from tests.unit.starts import SERVE, run_start
 
@@ -123,6 +124,8 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"`maxAttempts` {SummarizeConfig().max_attempts} "
         f"(at most {_ceiling('max_attempts', SummarizeConfig):g})",
         f"retries included (at most {_ceiling('timeout_seconds', SummarizeConfig):g})",
+        f"that waits over {LOCK_WAIT_SECONDS:g} s for a table's lock",
+        f"tried again {LOCK_RETRY_SECONDS:g} s later",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
