@@ -49,3 +49,26 @@ async def test_a_caller_cancelled_while_it_waits_is_cancelled_still() -> None:
     await asyncio.gather(outer, return_exceptions=True)
     assert outer.cancelled() and after == []
     assert task.done()
+
+
+async def test_a_clean_up_run_under_the_callers_cancellation_still_stops_the_task() -> None:
+    """A caller already being cancelled (its ``finally``) stops each of its tasks in turn:
+    the cancellation it is under was asked before, not while it waited."""
+    first = asyncio.create_task(asyncio.sleep(3600))
+    second = asyncio.create_task(asyncio.sleep(3600))
+    after = []
+
+    async def caller() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await stop_task(first)
+            await stop_task(second)
+            after.append("both stopped")
+
+    outer = asyncio.create_task(caller())
+    await asyncio.sleep(0)
+    outer.cancel()
+    await asyncio.gather(outer, return_exceptions=True)
+    assert outer.cancelled() and after == ["both stopped"]
+    assert first.cancelled() and second.cancelled()
