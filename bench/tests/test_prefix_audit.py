@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench.prefix_audit import audit, classify
+from bench.prefix_audit import audit, classify, filler_facts
+from proxy.cascade.memory import sanitize_facts
+from proxy.cascade.memory_block import MEMORY_MAX_TOKENS, render_memory
 
 TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 READ = {"type": "function", "function": {"name": "read_tool_output"}}
@@ -73,3 +75,13 @@ def test_the_plan_moving_on_from_a_turn_message_with_its_related_context_is_name
     prev = {"role": "user", "content": related + "\n\n<plan>\n- a\n</plan>"}
     cur = {"role": "user", "content": related}
     assert classify(body(SYS, prev), body(SYS, cur, RESULT))[0] == "tail block moved on"
+
+
+def test_the_facts_to_fill_the_memory_block_are_each_stored() -> None:
+    """``--facts N`` stores N facts first so the ``<memory>`` block is full (its cut's
+    steady state): each must pass the memory API's check, none a duplicate of another."""
+    texts = filler_facts(200)
+    verdicts = sanitize_facts(texts)
+    assert len(texts) == 200 and all(v.text is not None for v in verdicts)
+    block = render_memory(texts, max_tokens=MEMORY_MAX_TOKENS)
+    assert block is not None and texts[0] in block and texts[-1] not in block  # full: cut
