@@ -12,6 +12,10 @@ on) or something else, printed with the bytes around the break so it can be judg
 Usage::
 
     python -m bench.prefix_audit --limit 32000 --files 1 2 --policies cascade-default
+
+``--facts N`` stores N more facts in each file's global memory before it is replayed, so a
+``cascade-perturn`` prompt's ``<memory>`` block is full from the first step (the steady state
+of ``auto`` promotion, where the block's cut decides its bytes).
 """
 
 from __future__ import annotations
@@ -29,11 +33,19 @@ from starlette.responses import Response
 from bench import trajectories
 from bench.cost import get_tokenizer
 from bench.embedding_wait import EmbeddingWait
-from bench.replay_driver import cascade_proxy, replay_cascade
+from bench.replay_driver import cascade_proxy, replay_cascade, seed_facts
 from bench.replay_policies import CASCADE_POLICIES, EMBED_MODEL, FAST_MODEL, PER_TURN_CONTEXT
 from bench.replay_upstream import ReplayUpstream
 
-__all__ = ["RawUpstream", "provider_view", "common_prefix", "classify", "audit", "main"]
+__all__ = [
+    "RawUpstream",
+    "provider_view",
+    "common_prefix",
+    "classify",
+    "audit",
+    "filler_facts",
+    "main",
+]
 
 CLEARED = "[context-cleared]"
 TAIL_BLOCKS = ("<plan>", "<related_context>")
@@ -155,7 +167,14 @@ def audit(raw: Sequence[tuple[str, int | None, bool, bytes]], examples: int = 4)
     return stats
 
 
-def _run(files: Sequence[trajectories.TrajectoryFile], limit: int, policy: str) -> None:
+def filler_facts(n: int) -> list[str]:
+    """``n`` distinct facts, each one the memory API stores, to fill the ``<memory>`` block."""
+    return [f"fact {i:03d}: the staging build listens on port {8000 + i}." for i in range(n)]
+
+
+def _run(
+    files: Sequence[trajectories.TrajectoryFile], limit: int, policy: str, facts: int = 0
+) -> None:
     tokenizer = get_tokenizer()
     upstream = RawUpstream(fast_model=FAST_MODEL, tokenizer=tokenizer)
     with upstream, cascade_proxy(limit, policy, upstream) as proxy:
@@ -165,6 +184,9 @@ def _run(files: Sequence[trajectories.TrajectoryFile], limit: int, policy: str) 
         try:
             for tf in files:
                 upstream.raw.clear()
+                if facts:  # the key replay_cascade sends, so the facts are the file's tenant's
+                    key = f"replay-file-{tf.number}"
+                    seed_facts(f"{proxy.base_url}/v1", key, filler_facts(facts))
                 row = replay_cascade(
                     tf, policy, limit, tokenizer, base_url=f"{proxy.base_url}/v1",
                     upstream=upstream, embedded=embedded,
@@ -193,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--policies", nargs="+", default=["cascade-default"], choices=CASCADE_POLICIES
     )
     parser.add_argument("--conversations", type=int, default=None, help="the first N of each")
+    parser.add_argument(
+        "--facts", type=int, default=0, help="store N facts first (a full <memory> block)"
+    )
     args = parser.parse_args(argv)
     if args.conversations is not None:
         load, n = trajectories.load, args.conversations
@@ -200,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = [trajectories.resolve(f) for f in args.files]
     for limit in args.limit:
         for policy in args.policies:
-            _run(files, limit, policy)
+            _run(files, limit, policy, args.facts)
     return 0
 
 
