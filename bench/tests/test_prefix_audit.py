@@ -85,3 +85,14 @@ def test_the_facts_to_fill_the_memory_block_are_each_stored() -> None:
     assert len(texts) == 200 and all(v.text is not None for v in verdicts)
     block = render_memory(texts, max_tokens=MEMORY_MAX_TOKENS)
     assert block is not None and texts[0] in block and texts[-1] not in block  # full: cut
+
+
+def test_a_block_the_guard_leaves_out_of_an_earlier_message_is_named() -> None:
+    """The guard leaves an optional block (retrieval's, the plan) out of the turn's user
+    message once the prompt cannot fit it, and the turn's later steps leave it out too: a
+    deliberate step, not an unexplained break, though the message is no longer the last."""
+    related = "go\n\n<related_context>\nq\n</related_context>"
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
+    prev = body(SYS, {"role": "user", "content": related}, call, RESULT)
+    cur = body(SYS, ASK, call, RESULT, call, RESULT)
+    assert classify(prev, cur)[0] == "optional block left out (guard)"
