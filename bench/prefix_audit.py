@@ -6,8 +6,9 @@ replays files through the real proxy (``bench.replay_driver``) in front of a rec
 that keeps each request's raw bytes, renders each main-model request as the provider reads it
 (the ``tools`` array, then each message, as sent: key order and values kept) and, for each
 consecutive pair of a session, finds the longest common byte prefix and what broke it: a
-deliberate step (eviction, a new summary, the guard dropping rounds, the turn's tail block moving
-on) or something else, printed with the bytes around the break so it can be judged.
+deliberate step (eviction, a new summary, the guard dropping rounds or leaving an optional block
+out, the turn's tail block moving on) or something else, printed with the bytes around the
+break so it can be judged.
 
 Usage::
 
@@ -118,6 +119,8 @@ def classify(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> tuple[str, int]
         return "DEFECT? placeholder rewritten", at
     if at == len(pv) - 1 and any(b in pt and b not in ct for b in TAIL_BLOCKS):
         return "tail block moved on", at
+    if pt.startswith(ct) and any(b in pt[len(ct) :] for b in TAIL_BLOCKS):
+        return "optional block left out (guard)", at  # the turn's later steps leave it out too
     if "<memory>" in pt or "<memory>" in ct:
         return "memory block changed", at
     if len(cv) < len(pv) and pm.get("role") == cm.get("role") == "assistant":
