@@ -96,3 +96,12 @@ def test_a_block_the_guard_leaves_out_of_an_earlier_message_is_named() -> None:
     prev = body(SYS, {"role": "user", "content": related}, call, RESULT)
     cur = body(SYS, ASK, call, RESULT, call, RESULT)
     assert classify(prev, cur)[0] == "optional block left out (guard)"
+
+
+def test_a_new_turn_alone_after_the_guard_dropped_every_older_round_is_named() -> None:
+    """A small window where only the new turn's message fits after the system prompt: the
+    guard dropped every older round, user messages too, a deliberate step."""
+    old = {"role": "assistant", "content": "old"}
+    new = {"role": "user", "content": "next"}
+    cause, at = classify(body(SYS, ASK, old, RESULT, old), body(SYS, new))
+    assert (cause, at) == ("messages dropped (guard/compaction)", 2)
