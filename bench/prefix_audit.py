@@ -123,7 +123,9 @@ def classify(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> tuple[str, int]
         return "optional block left out (guard)", at  # the turn's later steps leave it out too
     if "<memory>" in pt or "<memory>" in ct:
         return "memory block changed", at
-    if len(cv) < len(pv) and pm.get("role") == cm.get("role") == "assistant":
+    if len(cv) < len(pv) and (
+        pm.get("role") == cm.get("role") == "assistant" or not set(pv[at:]) & set(cv)
+    ):
         return "messages dropped (guard/compaction)", at  # every older round went
     return "OTHER", at
 
