@@ -6,12 +6,17 @@ replays files through the real proxy (``bench.replay_driver``) in front of a rec
 that keeps each request's raw bytes, renders each main-model request as the provider reads it
 (the ``tools`` array, then each message, as sent: key order and values kept) and, for each
 consecutive pair of a session, finds the longest common byte prefix and what broke it: a
-deliberate step (eviction, a new summary, the guard dropping rounds, the turn's tail block moving
-on) or something else, printed with the bytes around the break so it can be judged.
+deliberate step (eviction, a new summary, the guard dropping rounds or leaving an optional block
+out, the turn's tail block moving on) or something else, printed with the bytes around the
+break so it can be judged.
 
 Usage::
 
     python -m bench.prefix_audit --limit 32000 --files 1 2 --policies cascade-default
+
+``--facts N`` stores N more facts in each file's global memory before it is replayed, so a
+``cascade-perturn`` prompt's ``<memory>`` block is full from the first step (the steady state
+of ``auto`` promotion, where the block's cut decides its bytes).
 """
 
 from __future__ import annotations
@@ -29,11 +34,19 @@ from starlette.responses import Response
 from bench import trajectories
 from bench.cost import get_tokenizer
 from bench.embedding_wait import EmbeddingWait
-from bench.replay_driver import cascade_proxy, replay_cascade
+from bench.replay_driver import cascade_proxy, replay_cascade, seed_facts
 from bench.replay_policies import CASCADE_POLICIES, EMBED_MODEL, FAST_MODEL, PER_TURN_CONTEXT
 from bench.replay_upstream import ReplayUpstream
 
-__all__ = ["RawUpstream", "provider_view", "common_prefix", "classify", "audit", "main"]
+__all__ = [
+    "RawUpstream",
+    "provider_view",
+    "common_prefix",
+    "classify",
+    "audit",
+    "filler_facts",
+    "main",
+]
 
 CLEARED = "[context-cleared]"
 TAIL_BLOCKS = ("<plan>", "<related_context>")
@@ -106,9 +119,13 @@ def classify(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> tuple[str, int]
         return "DEFECT? placeholder rewritten", at
     if at == len(pv) - 1 and any(b in pt and b not in ct for b in TAIL_BLOCKS):
         return "tail block moved on", at
+    if pt.startswith(ct) and any(b in pt[len(ct) :] for b in TAIL_BLOCKS):
+        return "optional block left out (guard)", at  # the turn's later steps leave it out too
     if "<memory>" in pt or "<memory>" in ct:
         return "memory block changed", at
-    if len(cv) < len(pv) and pm.get("role") == cm.get("role") == "assistant":
+    if len(cv) < len(pv) and (
+        pm.get("role") == cm.get("role") == "assistant" or not set(pv[at:]) & set(cv)
+    ):
         return "messages dropped (guard/compaction)", at  # every older round went
     return "OTHER", at
 
@@ -155,7 +172,14 @@ def audit(raw: Sequence[tuple[str, int | None, bool, bytes]], examples: int = 4)
     return stats
 
 
-def _run(files: Sequence[trajectories.TrajectoryFile], limit: int, policy: str) -> None:
+def filler_facts(n: int) -> list[str]:
+    """``n`` distinct facts, each one the memory API stores, to fill the ``<memory>`` block."""
+    return [f"fact {i:03d}: the staging build listens on port {8000 + i}." for i in range(n)]
+
+
+def _run(
+    files: Sequence[trajectories.TrajectoryFile], limit: int, policy: str, facts: int = 0
+) -> None:
     tokenizer = get_tokenizer()
     upstream = RawUpstream(fast_model=FAST_MODEL, tokenizer=tokenizer)
     with upstream, cascade_proxy(limit, policy, upstream) as proxy:
@@ -165,6 +189,9 @@ def _run(files: Sequence[trajectories.TrajectoryFile], limit: int, policy: str) 
         try:
             for tf in files:
                 upstream.raw.clear()
+                if facts:  # the key replay_cascade sends, so the facts are the file's tenant's
+                    key = f"replay-file-{tf.number}"
+                    seed_facts(f"{proxy.base_url}/v1", key, filler_facts(facts))
                 row = replay_cascade(
                     tf, policy, limit, tokenizer, base_url=f"{proxy.base_url}/v1",
                     upstream=upstream, embedded=embedded,
@@ -193,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--policies", nargs="+", default=["cascade-default"], choices=CASCADE_POLICIES
     )
     parser.add_argument("--conversations", type=int, default=None, help="the first N of each")
+    parser.add_argument(
+        "--facts", type=int, default=0, help="store N facts first (a full <memory> block)"
+    )
     args = parser.parse_args(argv)
     if args.conversations is not None:
         load, n = trajectories.load, args.conversations
@@ -200,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = [trajectories.resolve(f) for f in args.files]
     for limit in args.limit:
         for policy in args.policies:
-            _run(files, limit, policy)
+            _run(files, limit, policy, args.facts)
     return 0
 
 

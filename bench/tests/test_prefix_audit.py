@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench.prefix_audit import audit, classify
+from bench.prefix_audit import audit, classify, filler_facts
+from proxy.cascade.memory import sanitize_facts
+from proxy.cascade.memory_block import MEMORY_MAX_TOKENS, render_memory
 
 TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 READ = {"type": "function", "function": {"name": "read_tool_output"}}
@@ -73,3 +75,33 @@ def test_the_plan_moving_on_from_a_turn_message_with_its_related_context_is_name
     prev = {"role": "user", "content": related + "\n\n<plan>\n- a\n</plan>"}
     cur = {"role": "user", "content": related}
     assert classify(body(SYS, prev), body(SYS, cur, RESULT))[0] == "tail block moved on"
+
+
+def test_the_facts_to_fill_the_memory_block_are_each_stored() -> None:
+    """``--facts N`` stores N facts first so the ``<memory>`` block is full (its cut's
+    steady state): each must pass the memory API's check, none a duplicate of another."""
+    texts = filler_facts(200)
+    verdicts = sanitize_facts(texts)
+    assert len(texts) == 200 and all(v.text is not None for v in verdicts)
+    block = render_memory(texts, max_tokens=MEMORY_MAX_TOKENS)
+    assert block is not None and texts[0] in block and texts[-1] not in block  # full: cut
+
+
+def test_a_block_the_guard_leaves_out_of_an_earlier_message_is_named() -> None:
+    """The guard leaves an optional block (retrieval's, the plan) out of the turn's user
+    message once the prompt cannot fit it, and the turn's later steps leave it out too: a
+    deliberate step, not an unexplained break, though the message is no longer the last."""
+    related = "go\n\n<related_context>\nq\n</related_context>"
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
+    prev = body(SYS, {"role": "user", "content": related}, call, RESULT)
+    cur = body(SYS, ASK, call, RESULT, call, RESULT)
+    assert classify(prev, cur)[0] == "optional block left out (guard)"
+
+
+def test_a_new_turn_alone_after_the_guard_dropped_every_older_round_is_named() -> None:
+    """A small window where only the new turn's message fits after the system prompt: the
+    guard dropped every older round, user messages too, a deliberate step."""
+    old = {"role": "assistant", "content": "old"}
+    new = {"role": "user", "content": "next"}
+    cause, at = classify(body(SYS, ASK, old, RESULT, old), body(SYS, new))
+    assert (cause, at) == ("messages dropped (guard/compaction)", 2)

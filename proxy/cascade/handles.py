@@ -79,8 +79,9 @@ def _may_name(messages: Sequence[Message], i: int, prefixes: Sequence[str]) -> b
 
 
 def holds_handle(messages: Sequence[Message], prefixes: Sequence[str]) -> bool:
-    """Whether a tool result or observation of ``messages`` names a handle: the prompt the
-    proxy offers ``read_tool_output`` for (when the request can carry it)."""
+    """Whether a tool result or observation of ``messages`` names a handle: a prompt the
+    proxy offers ``read_tool_output`` for (when the request can carry it), as it does one
+    carrying a summary (``pipeline.assemble``)."""
     return any(
         _may_name(messages, i, prefixes) and HANDLE in str(m.get("content") or "")
         for i, m in enumerate(messages)

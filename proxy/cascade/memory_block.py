@@ -29,7 +29,9 @@ from proxy.config_context import ContextConfig
 __all__ = [
     "MEMORY_MAX_TOKENS",
     "MEMORY_BUDGET_SHARE",
+    "FACTOR_STEP",
     "MemoryNeed",
+    "stepped_factor",
     "memory_rows",
     "memory_lines",
     "render_memory",
@@ -45,6 +47,12 @@ MEMORY_BUDGET_SHARE = 0.25
 """A small model's cap: this share of its prompt budget (limit minus reserved output) when
 that is less than :data:`MEMORY_MAX_TOKENS`, so a full memory, which the overflow guard
 leaves out only as a last resort (it heads the prompt), leaves a short request room."""
+FACTOR_STEP = 1.25
+"""The share is the provider's tokens, turned into estimate tokens with the guard's factor
+(``guard_factor``) rounded up to a power of this step: the ratio moves with every reply, and
+a cut that followed each move would drop or take back a full block's last fact at a turn's
+start (a miss of the whole prompt). Rounded up, the block stays within its share; it moves
+only when the ratio crosses a step, and fills at least ``1 / FACTOR_STEP`` of the share."""
 
 _HEAD = (
     "<memory>\nRemembered facts (added by a user or drawn from earlier conversations); "
@@ -139,16 +147,22 @@ def plan_memory(step: StepInput) -> MemoryNeed:
     ratio: the ratio moves with every reply, and a cut that moved with it would rewrite the
     block, at the head of the prompt, at a turn's start (a miss of the whole prompt). A small
     model's share of its budget, which is the provider's tokens, is turned into estimate
-    tokens as the guard turns them (``guard_factor``), so only a cut at that share moves
-    with the ratio; the guard, counting with it, still leaves the block out of a prompt that
-    cannot fit it."""
+    tokens with the guard's factor rounded up (``stepped_factor``), so a cut at that share
+    stays within it and moves only when the ratio crosses a step; the guard, counting with
+    the ratio, still leaves the block out of a prompt that cannot fit it."""
     share, _ = block_room(step, MEMORY_BUDGET_SHARE, "system")
     framing = step.count([{"role": "system", "content": ""}])
 
     def tokens(text: str) -> int:
         return step.count([{"role": "system", "content": text}]) - framing
 
-    return MemoryNeed(min(MEMORY_MAX_TOKENS, int(share / guard_factor(step.ratio))), tokens)
+    return MemoryNeed(min(MEMORY_MAX_TOKENS, int(share / stepped_factor(step.ratio))), tokens)
+
+
+def stepped_factor(ratio: float) -> float:
+    """``guard_factor(ratio)`` rounded up to a power of :data:`FACTOR_STEP`."""
+    exponent = math.ceil(round(math.log(guard_factor(ratio), FACTOR_STEP), 9))
+    return float(FACTOR_STEP**exponent)
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:

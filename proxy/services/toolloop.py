@@ -99,7 +99,7 @@ def fit_offer(assembled: Assembled, body: Mapping[str, Any], ctx: ContextConfig)
         if carries_tools(body, ctx):
             return assembled
     elif ctx.tool_output.persist_raw:
-        return assembled  # ``assemble`` found no handle in the prompt
+        return assembled  # ``assemble`` found no handle and no summary in the prompt
     messages = drop_handles(assembled.messages, ctx.observations.user_prefixes)
     if messages is assembled.messages and not assembled.offer_read_tool:
         return assembled

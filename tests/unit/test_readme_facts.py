@@ -17,7 +17,7 @@ from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECO
 from proxy.bus import START_TIMEOUT, WATCH_TTL
 from proxy.cascade import types
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
-from proxy.cascade.memory_block import MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
+from proxy.cascade.memory_block import FACTOR_STEP, MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
 from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
@@ -107,6 +107,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"holds up to {_default(ChainCache, 'max_chars') // 10**6} million characters",
         f"up to {_default(IngestMemo, 'max_chars') // 10**6} million characters per replica",
         f"or at {round(MEMORY_BUDGET_SHARE * 100)}% of the prompt budget",
+        f"rounded up to a power of {FACTOR_STEP:g}",
         f"at most `summarize.ledgerCap` ({SummarizeConfig().ledger_cap})",
         "`CASCADE_MAX_INTERNAL_ROUNDS` ({})".format(
             Settings.model_fields["max_internal_rounds"].default

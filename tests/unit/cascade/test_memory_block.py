@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from proxy.cascade.memory_block import (
+    FACTOR_STEP,
     MEMORY_BUDGET_SHARE,
     MEMORY_MAX_TOKENS,
     MemoryNeed,
     render_memory,
+    stepped_factor,
 )
-from proxy.cascade.overflow import calibrated_count, guard_factor
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.tokens import make_counter
 from proxy.cascade.types import Budget, Message
@@ -119,7 +121,7 @@ def test_a_small_models_block_is_cut_to_a_share_of_its_prompt_budget() -> None:
     )
     need = plan_step(step)["memory"]
     share = int((1100 - 256) * MEMORY_BUDGET_SHARE)
-    assert need.max_tokens == int(share / guard_factor(1.0)) < MEMORY_MAX_TOKENS
+    assert need.max_tokens == int(share / stepped_factor(1.0)) < MEMORY_MAX_TOKENS
     facts = [f"fact number {i:03d} " + "x" * 380 for i in range(12)]
     out = assemble(step, answers={"memory": render_memory(facts, max_tokens=need.max_tokens)})
     assert "fact number 000" in out.messages[0]["content"]
@@ -168,7 +170,7 @@ def test_a_small_models_share_holds_as_the_guard_counts_it() -> None:
     assert block is not None and "fact 000" in block
     guard = calibrated_count(count, 2.0)
     share = int((1100 - 256) * MEMORY_BUDGET_SHARE)
-    assert share * 0.9 <= guard([system(block)]) - guard([system("")]) <= share + 1
+    assert share * 0.9 / FACTOR_STEP <= guard([system(block)]) - guard([system("")]) <= share + 1
 
 
 def test_a_full_block_keeps_its_bytes_as_the_sessions_ratio_moves() -> None:
@@ -181,3 +183,22 @@ def test_a_full_block_keeps_its_bytes_as_the_sessions_ratio_moves() -> None:
         blocks.add(render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens))
     (block,) = blocks
     assert block is not None and "fact 000" in block and "fact 199" not in block
+
+
+def test_a_small_models_full_block_keeps_its_bytes_as_the_ratio_drifts() -> None:
+    """A small model's block is cut at its share, which is the provider's tokens and so is
+    turned into estimate tokens with the ratio: a cut that followed every move of the ratio
+    would still drop or take back the last fact at a turn's start, a miss of the whole
+    prompt. The cut moves only when the ratio moves far, and never past the share."""
+    facts = [f"fact {i:03d}: the staging build listens on port {8000 + i}." for i in range(80)]
+    budget = Budget(limit=1100, reserved_output=256, occupancy=0)
+    blocks = set()
+    for ratio in (0.98, 1.0, 1.01, 1.03, 1.07, 1.12):
+        step = replace(_step(system("S"), user("hi")), budget=budget, ratio=ratio)
+        need = plan_step(step)["memory"]
+        block = render_memory(facts, max_tokens=need.max_tokens, tokens=need.tokens)
+        guard = calibrated_count(count, ratio)
+        assert block is not None
+        assert guard([system(block)]) - guard([system("")]) <= (1100 - 256) * MEMORY_BUDGET_SHARE
+        blocks.add(block)
+    assert len(blocks) == 1

@@ -279,7 +279,7 @@ def test_bedrocks_and_litellms_wordings_are_refusals_for_length(body: Any) -> No
 
 def test_a_code_named_in_a_label_is_no_quotation() -> None:
     """A stream's error object reaches the reading as its type and code alone
-    (``chunks.error_answer``): a client who wrote of ``context_length_exceeded`` itself does
+    (``chunk_faults.error_answer``): a client who wrote of ``context_length_exceeded`` itself does
     not make the code a quotation (a quotation is a stretch of words)."""
     label = "type 'invalid_request_error', code 'context_length_exceeded'"
     sent = [{"role": "user", "content": "why do I get context_length_exceeded?"}]
