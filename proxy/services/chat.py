@@ -255,7 +255,7 @@ class ChatService:
         command = None
         if is_compact_command(body["messages"]):
             job = compaction_job(cfg, rt, ctx, "command")
-            command = await self.relief.compact_now(turn, job, ctx.client)
+            command = await self.relief.compact_now(turn, job, ctx.client, ctx.admit)
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(turn.conn, key, state, count)
         else:
