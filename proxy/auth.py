@@ -97,7 +97,7 @@ OPERATIONAL_PATHS = frozenset(
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
 _REVOKED = (
     "this proxy key was removed from the config (or given to another tenant) while the "
-    "request waited for its session; nothing was sent or changed"
+    "request waited for its session or its compaction; nothing was sent or compacted for it"
 )
 
 
