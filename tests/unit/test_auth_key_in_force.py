@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.auth import PROXY_KEY, key_in_force, match_key
+from proxy.auth import PROXY_KEY, ProxyAuth, key_in_force, match_key
 from proxy.config import parse_config
+from proxy.config_watch import ConfigHolder
 from proxy.errors import Unauthorized
 
 SECRET = "proxy-secret-9f1c"
@@ -77,3 +78,31 @@ def test_a_pass_through_request_stays_one_until_the_config_has_keys() -> None:
     assert key_in_force(scope, parse_config(AGENTS), ENV) is None
     with pytest.raises(Unauthorized):  # its tenant was its bearer's; now a key's or none
         key_in_force(_scope(SECRET, parse_config(AGENTS)), _cfg(A, B), ENV)
+
+
+class _Unread(dict[str, str]):
+    """An environment that must not be read."""
+
+    def get(self, *args: Any) -> Any:
+        raise AssertionError("the keys were matched again")
+
+
+def test_under_the_config_the_gate_judged_the_key_is_not_matched_again() -> None:
+    """Every chat asks as it takes its session, most with no reload since the gate: that
+    costs no second match of the bearer against every key (a digest per key)."""
+    cfg = _cfg(A, B)
+    gate = ProxyAuth(_ok, ConfigHolder(cfg, None), env=ENV)
+    scope: dict[str, Any] = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"authorization", f"Bearer {SECRET}".encode())],
+    }
+    assert gate._refusal(scope, cfg) is None
+    assert key_in_force(scope, cfg, _Unread()) == ("coder",)
+    with pytest.raises(Unauthorized):  # a reload: matched again
+        key_in_force(scope, _cfg(B), ENV)
+
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("not called")
