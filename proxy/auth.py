@@ -5,7 +5,7 @@
 ``/docs``) without each handler having to remember a dependency. It reads the config in force
 (``ConfigHolder.current``) on every request, so a reload that adds, removes or rotates a key
 applies to the next request; a chat or session operation that waits for its session asks
-again as it takes it (``key_in_force``).
+again as it takes it, and after each wait for its session's compaction (``key_in_force``).
 
 - With ``auth.keys``: every request needs ``Authorization: Bearer <proxy key>``, except
   the probes ``/healthz`` and ``/readyz`` (status only, for a load balancer that cannot send
