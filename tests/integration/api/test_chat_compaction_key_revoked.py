@@ -120,6 +120,7 @@ def test_a_compact_command_waiting_for_another_when_its_key_is_removed_compacts_
     else:
         assert second[0].status_code == 401, second[0].text
         assert second[0].json()["error"]["code"] == "invalid_api_key"
+        assert second[0].headers.get("www-authenticate") == "Bearer"  # as the gate's 401
     assert len(model.fast_times) == 1, "the compaction ran for a revoked key"
 
 
