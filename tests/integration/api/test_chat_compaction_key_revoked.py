@@ -59,6 +59,7 @@ def _revoked_while_waiting(
     summarize: dict[str, Any],
     sizes: tuple[int, ...] = (200, 200, 200),
     meanwhile: str = "meanwhile",
+    narrow: bool = False,
 ) -> tuple[Stack, Model, list[httpx.Response], int]:
     monkeypatch.setenv("CASCADE_TEST_KEY_CLIENT", CLIENT_KEY)
     monkeypatch.setenv("CASCADE_TEST_KEY_OTHER", OTHER_KEY)
@@ -85,7 +86,12 @@ def _revoked_while_waiting(
         second: list[httpx.Response] = []
         waiting = _post(s.proxy.origin, CLIENT_KEY, "/v1/chat/completions", body, second)
         time.sleep(0.4)  # it took the session and waits for the first's compaction
-        path.write_text(json.dumps({**cfg, "auth": {"keys": KEYS[1:]}}))
+        if narrow:  # the key stays, limited to another agent than the session's
+            agents = {**cfg["agents"], "other": {}}
+            limited = [{**KEYS[0], "agents": ["other"]}, KEYS[1]]
+            path.write_text(json.dumps({**cfg, "agents": agents, "auth": {"keys": limited}}))
+        else:
+            path.write_text(json.dumps({**cfg, "auth": {"keys": KEYS[1:]}}))
         s.proxy.state("config").reload()
         held.allow(20)
         running.join(15)
@@ -143,3 +149,28 @@ def test_a_chat_over_the_hard_threshold_waiting_when_its_key_is_removed_calls_no
     assert second[0].status_code == 401, second[0].text
     assert len(model.fast_times) == 1, "a compaction ran for a revoked key"
     assert len(s.main_bodies()) == sent, "the provider was called for a revoked key"
+
+
+def test_a_chat_over_the_hard_threshold_waiting_when_its_key_is_narrowed_calls_nothing(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key a reload limits to other agents than its session's meanwhile is held to them
+    as a revoked key is: the 403 ``agent_not_allowed``, nothing sent for it."""
+    big = {"role": "user", "content": words(1500, "big")}
+    summarize = {"keepRecent": 2, "softFraction": 0.6, "hardFraction": 0.6}
+    s, model, second, sent = _revoked_while_waiting(
+        tmp_path,
+        db_dsn,
+        fake_upstream,
+        monkeypatch,
+        big,
+        stream=False,
+        summarize=summarize,
+        sizes=(300, 300, 800),
+        meanwhile=words(200, "m"),
+        narrow=True,
+    )
+    assert second[0].status_code == 403, second[0].text
+    assert second[0].json()["error"]["code"] == "agent_not_allowed"
+    assert len(model.fast_times) == 1, "a compaction ran for an agent the key lost"
+    assert len(s.main_bodies()) == sent, "the provider was called for an agent the key lost"
