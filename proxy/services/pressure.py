@@ -22,6 +22,7 @@ from proxy.cascade.pressure import backing_off, compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event
 from proxy.config import Config
+from proxy.errors import PermissionDenied
 from proxy.services import budget as budgets
 from proxy.services.client_watch import COMPACTION_WAITING, ClientWatch, watching
 from proxy.services.compaction import CompactionResult, DurableSummarizer
@@ -31,7 +32,7 @@ from proxy.services.request import ChatContext, Route
 from proxy.services.turn import Turn
 from proxy.store import sessions
 
-__all__ = ["PressureRelief", "compaction_job"]
+__all__ = ["PressureRelief", "admitted", "compaction_job"]
 
 _MEASURES = 3
 """How often a step over the hard threshold measures its window: once after the wait, and
@@ -56,6 +57,21 @@ def compaction_job(
         summary_version=None if state is None else state.summary_version,
         query=ctx.query,
     )
+
+
+def admitted(ctx: ChatContext, agent: str) -> Callable[[], object] | None:
+    """``ctx.admit`` held to the session's ``agent`` too: a key a reload limited to other
+    agents while the chat waited is the 403 a key limited so as it arrived gets."""
+    admit = ctx.admit
+    if admit is None:
+        return None
+
+    def check() -> None:
+        agents = admit()
+        if agents is not None and agent not in agents:
+            raise PermissionDenied.agent(agents, agent)
+
+    return check
 
 
 @contextlib.contextmanager
@@ -86,8 +102,8 @@ class PressureRelief:
         the session stays the turn's by its lease. With the request's ``client``, its
         waits for a compaction in flight end when the client leaves (``ClientDisconnected``),
         and none starts for a client already gone: run after it, the fast model is called,
-        billed, for nobody, and the session stays held meanwhile. ``admit``
-        (``ChatContext.admit``) is asked after each such wait, as ``POST /compact`` asks:
+        billed, for nobody, and the session stays held meanwhile. ``admit`` (``admitted``)
+        is asked after each such wait, as ``POST /compact`` asks:
         a key a reload revoked meanwhile is the 401, nothing compacted for it."""
         guard = functools.partial(_waiting, client, admit)
         if client is not None:
@@ -129,11 +145,11 @@ class PressureRelief:
             row.get("compaction_owner"), row.get("compaction_expires"), now
         ):
             return state
-        key = ctx.key
+        key, admit = ctx.key, admitted(ctx, rt.agent)
         if need.wait_first:
             await turn.park()
             try:
-                with _waiting(ctx.client, ctx.admit):
+                with _waiting(ctx.client, admit):
                     await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
             finally:
                 await turn.connect()
@@ -143,7 +159,7 @@ class PressureRelief:
                 if need is None:
                     return state
                 job = compaction_job(cfg, rt, ctx, need.trigger, state)
-                result = await self.compact_now(turn, job, ctx.client, ctx.admit)
+                result = await self.compact_now(turn, job, ctx.client, admit)
                 if result is None or not result.superseded:
                     break
             state = await load_window(turn.conn, key, state, count)
@@ -152,7 +168,7 @@ class PressureRelief:
             self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger, state))
         else:
             job = compaction_job(cfg, rt, ctx, need.trigger, state)
-            await self.compact_now(turn, job, ctx.client, ctx.admit)
+            await self.compact_now(turn, job, ctx.client, admit)
             state = await load_window(turn.conn, key, state, count)
         return state
 
