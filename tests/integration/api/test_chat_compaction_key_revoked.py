@@ -123,6 +123,8 @@ def test_a_compact_command_waiting_for_another_when_its_key_is_removed_compacts_
     if stream:  # its keep-alives began: the 401 is the stream's error frame
         assert second[0].status_code == 200
         assert '"code":"invalid_api_key"' in second[0].text.replace(" ", ""), second[0].text
+        assert second[0].text.rstrip().endswith("data: [DONE]")
+        assert "[cascade] Compacted" not in second[0].text
     else:
         assert second[0].status_code == 401, second[0].text
         assert second[0].json()["error"]["code"] == "invalid_api_key"
