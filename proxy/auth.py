@@ -5,7 +5,7 @@
 ``/docs``) without each handler having to remember a dependency. It reads the config in force
 (``ConfigHolder.current``) on every request, so a reload that adds, removes or rotates a key
 applies to the next request; a chat or session operation that waits for its session asks
-again as it takes it (``key_in_force``).
+again as it takes it, and after each wait for its session's compaction (``key_in_force``).
 
 - With ``auth.keys``: every request needs ``Authorization: Bearer <proxy key>``, except
   the probes ``/healthz`` and ``/readyz`` (status only, for a load balancer that cannot send
@@ -76,6 +76,10 @@ log = logging.getLogger("cascade")
 PROXY_KEY = "cascade.proxy_key"
 """The scope entry holding the ``AuthKeyConfig`` a request was let in with."""
 
+_JUDGED_UNDER = "cascade.proxy_key_config"
+"""The scope entry holding the config the gate matched ``PROXY_KEY`` under: asked again under
+that same config, the key stands without matching every key once more (``key_in_force``)."""
+
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 """Answered without a key, in every mode: the probes, which say a status and nothing else, for
 a load balancer or uptime checker that cannot send a header."""
@@ -97,7 +101,7 @@ OPERATIONAL_PATHS = frozenset(
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
 _REVOKED = (
     "this proxy key was removed from the config (or given to another tenant) while the "
-    "request waited for its session; nothing was sent or changed"
+    "request waited for its session or its compaction; nothing was sent or compacted for it"
 )
 
 
@@ -139,6 +143,8 @@ def key_in_force(
     (a pass-through request once ``cfg`` has keys). A revoked key must not reach the
     provider, nor write to the tenant it no longer names, after the reload that revoked it."""
     before: AuthKeyConfig | None = scope.get(PROXY_KEY)
+    if before is not None and scope.get(_JUDGED_UNDER) is cfg:  # no reload since the gate
+        return before.agents
     if not cfg.auth.keys:
         if before is None:
             return None
@@ -254,7 +260,7 @@ class ProxyAuth:
             key = match_key(token, cfg, self.env)
             if key is None:
                 return _MISSING
-            scope[PROXY_KEY] = key
+            scope[PROXY_KEY], scope[_JUDGED_UNDER] = key, cfg
             return None
         if self.require_keys:
             return (

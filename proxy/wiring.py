@@ -95,7 +95,8 @@ def install_error_handlers(app: FastAPI) -> None:
         status, body = exception_body(exc)
         logged = getattr(exc, "log_message", None) or body["error"]["message"]
         _log_error(request, status, exc, logged)
-        return JSONResponse(body, status)
+        # a 401 names its scheme, as the gate's does (auth.ProxyAuth), whoever raised it
+        return JSONResponse(body, status, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
 
     async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
         _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log

@@ -57,7 +57,7 @@ from proxy.services.history import SessionState, load_window, reconcile_and_load
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.leases import Leases
 from proxy.services.needs import fulfil
-from proxy.services.pressure import PressureRelief, compaction_job
+from proxy.services.pressure import PressureRelief, admitted, compaction_job
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.rescan import WindowRescan
 from proxy.services.resent import ResentBodies
@@ -255,7 +255,7 @@ class ChatService:
         command = None
         if is_compact_command(body["messages"]):
             job = compaction_job(cfg, rt, ctx, "command")
-            command = await self.relief.compact_now(turn, job, ctx.client)
+            command = await self.relief.compact_now(turn, job, ctx.client, admitted(ctx, rt.agent))
             command = command or CompactionResult(None, None, 0, 0, 0, "nothing to fold")
             state = await load_window(turn.conn, key, state, count)
         else:

@@ -11,8 +11,9 @@ and assembling the prompt.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from proxy.cascade.pressure import backing_off, compaction_need
 from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Event
 from proxy.config import Config
+from proxy.errors import PermissionDenied
 from proxy.services import budget as budgets
 from proxy.services.client_watch import COMPACTION_WAITING, ClientWatch, watching
 from proxy.services.compaction import CompactionResult, DurableSummarizer
@@ -30,7 +32,7 @@ from proxy.services.request import ChatContext, Route
 from proxy.services.turn import Turn
 from proxy.store import sessions
 
-__all__ = ["PressureRelief", "compaction_job"]
+__all__ = ["PressureRelief", "admitted", "compaction_job"]
 
 _MEASURES = 3
 """How often a step over the hard threshold measures its window: once after the wait, and
@@ -57,6 +59,32 @@ def compaction_job(
     )
 
 
+def admitted(ctx: ChatContext, agent: str) -> Callable[[], object] | None:
+    """``ctx.admit`` held to the session's ``agent`` too: a key a reload limited to other
+    agents while the chat waited is the 403 a key limited so as it arrived gets."""
+    admit = ctx.admit
+    if admit is None:
+        return None
+
+    def check() -> None:
+        agents = admit()
+        if agents is not None and agent not in agents:
+            raise PermissionDenied.agent(agents, agent)
+
+    return check
+
+
+@contextlib.contextmanager
+def _waiting(client: ClientWatch | None, admit: Callable[[], object] | None) -> Iterator[None]:
+    """A chat's wait for the compaction of its session in flight, which it began holding
+    the session: its client leaving ends it, and a key a reload revoked meanwhile is
+    refused once it is over (``auth.key_in_force``), before anything is sent for it."""
+    with watching(client, COMPACTION_WAITING):
+        yield
+    if admit is not None:
+        admit()
+
+
 class PressureRelief:
     """Compaction and the handoff nudge of one step, through the replica's summarizer."""
 
@@ -64,14 +92,20 @@ class PressureRelief:
         self.summarizer = summarizer
 
     async def compact_now(
-        self, turn: Turn, job: Any, client: ClientWatch | None = None
+        self,
+        turn: Turn,
+        job: Any,
+        client: ClientWatch | None = None,
+        admit: Callable[[], object] | None = None,
     ) -> CompactionResult | None:
         """``compact_now`` holding no connection while it waits and the fast model answers;
         the session stays the turn's by its lease. With the request's ``client``, its
         waits for a compaction in flight end when the client leaves (``ClientDisconnected``),
         and none starts for a client already gone: run after it, the fast model is called,
-        billed, for nobody, and the session stays held meanwhile."""
-        guard = functools.partial(watching, client, COMPACTION_WAITING)
+        billed, for nobody, and the session stays held meanwhile. ``admit`` (``admitted``)
+        is asked after each such wait, as ``POST /compact`` asks:
+        a key a reload revoked meanwhile is the 401, nothing compacted for it."""
+        guard = functools.partial(_waiting, client, admit)
         if client is not None:
             client.check(COMPACTION_WAITING)
         await turn.park()
@@ -111,11 +145,11 @@ class PressureRelief:
             row.get("compaction_owner"), row.get("compaction_expires"), now
         ):
             return state
-        key = ctx.key
+        key, admit = ctx.key, admitted(ctx, rt.agent)
         if need.wait_first:
             await turn.park()
             try:
-                with watching(ctx.client, COMPACTION_WAITING):
+                with _waiting(ctx.client, admit):
                     await self.summarizer.wait_inflight(ctx.tenant, ctx.session_id)
             finally:
                 await turn.connect()
@@ -125,7 +159,7 @@ class PressureRelief:
                 if need is None:
                     return state
                 job = compaction_job(cfg, rt, ctx, need.trigger, state)
-                result = await self.compact_now(turn, job, ctx.client)
+                result = await self.compact_now(turn, job, ctx.client, admit)
                 if result is None or not result.superseded:
                     break
             state = await load_window(turn.conn, key, state, count)
@@ -134,7 +168,7 @@ class PressureRelief:
             self.summarizer.start_background(compaction_job(cfg, rt, ctx, need.trigger, state))
         else:
             job = compaction_job(cfg, rt, ctx, need.trigger, state)
-            await self.compact_now(turn, job, ctx.client)
+            await self.compact_now(turn, job, ctx.client, admit)
             state = await load_window(turn.conn, key, state, count)
         return state
 

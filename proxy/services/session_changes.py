@@ -21,7 +21,13 @@ from typing import Any
 import asyncpg
 
 from proxy.config import Config
-from proxy.errors import ClientRequestError, CompactionFailed, NotFound, SessionBusy
+from proxy.errors import (
+    ClientRequestError,
+    CompactionFailed,
+    NotFound,
+    PermissionDenied,
+    SessionBusy,
+)
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause, watching
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import job_for
@@ -225,11 +231,12 @@ async def compact_session(
     @contextlib.contextmanager
     def guard() -> Iterator[None]:
         """Each wait for the compaction in flight: its client leaving ends it, and so does a
-        key a reload revoked meanwhile, asked once the wait is over."""
+        key a reload revoked, or limited to other agents than the session's, meanwhile,
+        asked once the wait is over."""
         with watching(client, _COMPACTION_WAITING):
             yield
-        if admit is not None:
-            admit()
+        if admit is not None and (now := admit()) is not None and row["agent"] not in now:
+            raise PermissionDenied.agent(now, row["agent"], session_id=session_id)
 
     for _ in range(_REBUILDS):
         row = await require_session(conn, tenant, session_id)

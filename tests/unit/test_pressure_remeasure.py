@@ -52,8 +52,8 @@ def _relieve(monkeypatch: pytest.MonkeyPatch, results: list[CompactionResult]) -
     monkeypatch.setattr(pressure, "compaction_job", lambda *a: a[-1].summary_version)
     summarizer = _Summarizer(results)
     relief = pressure.PressureRelief(summarizer)  # type: ignore[arg-type]
-    ctx = SimpleNamespace(tenant="t", session_id="s", key=("t", "s"), client=None)
-    rt = SimpleNamespace(ctx=SimpleNamespace(summarize=None))
+    ctx = SimpleNamespace(tenant="t", session_id="s", key=("t", "s"), client=None, admit=None)
+    rt = SimpleNamespace(agent="a", ctx=SimpleNamespace(summarize=None))
     state = SimpleNamespace(summary_version=None, session={})
     step = relief.maybe_compact(_Turn(), None, rt, {}, ctx, state, None, 0)  # type: ignore[arg-type]
     return step, summarizer, loads

@@ -102,3 +102,41 @@ def test_a_compact_command_whose_client_leaves_while_another_compaction_runs_com
         time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
         assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
         assert [r["version"] for r in s.summaries(SID)] == [1]
+
+
+def test_a_chat_not_streamed_whose_client_leaves_while_it_waits_for_a_compaction_ends_there(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    """With no keep-alive to write, the wait is watched all the same: the client's
+    connection closing is the ``http.disconnect`` the watch hears."""
+    held = Pacer(first=True)
+    model = Model(fast_pacer=held)
+    summarize = {**SUMMARIZE, "softFraction": 0.6, "hardFraction": 0.6}
+    with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
+        agent = Agent(s.client(SID))
+        for i, size in enumerate((300, 300, 800)):
+            agent.say(words(size, f"t{i}"))
+        s.replied(SID)
+        out: list[httpx.Response] = []
+        compact = _compact(s, SID, out)
+        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        agent.say(words(200, "m"))
+        big = {"role": "user", "content": words(1500, "big")}
+        body = {"model": MAIN, "messages": [*agent.messages, big]}
+        headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
+        with httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=0.5) as c:
+            try:
+                c.post("/v1/chat/completions", json=body)
+                raise AssertionError("answered while the compaction was held")
+            except httpx.ReadTimeout:
+                pass  # the client gives up and closes its connection
+        try:
+            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+            assert freed, "the session stayed held for a client that had left"
+        finally:
+            held.allow(20)
+        compact.join(15)
+        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        assert len(model.fast_times) == 1, "a compaction ran for a client that had left"
+        assert len(s.main_bodies()) == 4  # the agent's four turns; none for the one that left
