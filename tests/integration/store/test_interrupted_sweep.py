@@ -10,6 +10,7 @@ in the background instead of leaving it to a next start.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ import asyncpg
 import pytest
 
 from proxy.services import interrupted
-from proxy.store import events
+from proxy.store import events, leases
 from proxy.store.db import DatabaseUnavailable
 from tests.integration.store.helpers import create_session
 
@@ -77,3 +78,27 @@ async def test_a_start_without_its_database_sweeps_again_once_it_is_there(
         assert await _unpaired(pool, every=True) == 0
     finally:
         await closer.aclose()
+
+
+async def test_a_compaction_whose_claim_passed_writes_no_started_event(
+    pool: asyncpg.Pool,
+) -> None:
+    """A compaction whose lease expired, and whose session another compaction claimed,
+    writes no started event: written after the other's, it would be the older of two
+    unpaired in a row, which no compaction's look reads."""
+    first, second = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_session(conn, tenant=T, session_id="s", agent="default", model="m")
+        key = {"tenant": T, "session_id": "s"}
+        assert await leases.claim_compaction(conn, **key, owner=first, ttl=0.05)
+        await asyncio.sleep(0.1)  # the first one stalls past its lease
+        assert await leases.claim_compaction(conn, **key, owner=second, ttl=30)
+        assert await events.insert_claimed_event(
+            conn, **key, owner=second, name=STARTED, data={"n": 2}
+        )
+        assert (
+            await events.insert_claimed_event(conn, **key, owner=first, name=STARTED, data={})
+            is None
+        )
+        await events.insert_event(conn, **key, name=COMPLETED, data={"n": 2})
+    assert await _unpaired(pool, every=True) == 0
