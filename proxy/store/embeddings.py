@@ -65,20 +65,23 @@ CLAIM_WINDOW = 1000
 """How many ids past its cursor one claim reads of ``messages``: a poll costs this many rows
 at most, whatever the table's size or statistics."""
 
-# The window: the ids in (cursor, cursor + CLAIM_WINDOW], a range of the primary key, which
-# every plan reads by that key alone, with statistics or without (a LIMIT over the id's
-# order let the planner sort a scan of the whole table; a filter on live rows, an index
-# that reads every live message). The candidates in it: live messages other than
-# instructions (system, developer) of sessions whose agent has retrieval on (an agent the
-# config does not name runs the default context: $5), with no row for this model yet, by
-# id. The cursor moves to the last candidate when the batch is full (the rest of the window
-# is read again next poll), else to the window's end while ids lie past it (a window with
-# nothing to embed, or a gap in the ids, moves it on all the same), else to its last row:
-# NULL once nothing lies past the cursor.
+# The window: CLAIM_WINDOW ids from the first one past the cursor, a range of the primary
+# key, which every plan reads by that key alone, with statistics or without (a LIMIT over
+# the id's order let the planner sort a scan of the whole table; a filter on live rows, an
+# index that reads every live message); starting at the first id, a gap that deleted
+# sessions left costs no poll. The candidates in it: live messages other than instructions
+# (system, developer) of sessions whose agent has retrieval on (an agent the config does
+# not name runs the default context: $5), with no row for this model yet, by id. The
+# cursor moves to the last candidate when the batch is full (the rest of the window is read
+# again next poll), else to the window's end while ids lie past it (a window with nothing
+# to embed moves it on all the same), else to its last row: NULL once nothing lies past
+# the cursor.
 CLAIM = f"""
-WITH scan AS (
+WITH first AS (
+    SELECT min(id) AS id FROM messages WHERE id > $1
+), scan AS (
     SELECT id, tenant, session_id, pos, role, message, superseded_at FROM messages
-    WHERE id > $1 AND id <= $1 + {CLAIM_WINDOW}
+    WHERE id > $1 AND id < (SELECT id FROM first) + {CLAIM_WINDOW}
 ), cand AS (
     SELECT m.id, m.tenant, m.session_id, m.pos, m.message, s.agent
     FROM scan m JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
@@ -96,7 +99,8 @@ WITH scan AS (
     RETURNING message_id
 ), last AS (
     SELECT CASE WHEN (SELECT count(*) FROM cand) >= $6 THEN (SELECT max(id) FROM cand)
-                WHEN (SELECT max(id) FROM messages) > $1 + {CLAIM_WINDOW} THEN $1 + {CLAIM_WINDOW}
+                WHEN (SELECT max(id) FROM messages) >= (SELECT id FROM first) + {CLAIM_WINDOW}
+                THEN (SELECT id FROM first) + {CLAIM_WINDOW} - 1
                 ELSE (SELECT max(id) FROM scan) END AS id
 )
 SELECT c.id, c.message, c.agent, (SELECT id FROM last) AS last_id
