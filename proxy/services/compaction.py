@@ -47,6 +47,7 @@ from typing import Any
 import asyncpg
 
 from proxy.bus import EventBus
+from proxy.bus_payloads import stamp_now
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.redaction import redact
 from proxy.cascade.summary import fold_summary
@@ -63,7 +64,7 @@ from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_s
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
-from proxy.store import leases as claims, sessions, steps, summaries
+from proxy.store import events, leases as claims, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -261,6 +262,20 @@ class DurableSummarizer:
             log.info("compaction of %s: the session was deleted; %s dropped", job.session_id, name)
         note_compaction_event(name, data)  # the metrics' count of its result
 
+    async def _started(
+        self, conn: Any, job: CompactionJob, owner: uuid.UUID, data: dict[str, Any]
+    ) -> bool:
+        """Report ``context.compaction.started`` while ``owner`` still holds the claim
+        (``events.insert_claimed_event``); False, nothing reported, once it does not."""
+        body = {"trigger": job.trigger, **data, "session_id": job.session_id, "ts": stamp_now()}
+        if await events.insert_claimed_event(
+            conn, tenant=job.tenant, session_id=job.session_id, owner=owner,
+            name=COMPACTION_STARTED, data=body,
+        ):  # fmt: skip
+            note_compaction_event(COMPACTION_STARTED, data)
+            return True
+        return False
+
     async def _compact(self, job: CompactionJob, owner: uuid.UUID) -> CompactionResult | None:
         """Read and plan, call the fast model, write: a connection borrowed for the first
         and the last part only."""
@@ -284,7 +299,8 @@ class DurableSummarizer:
             "tokens_before": span.before,
             "summary_version": span.version,
         }
-        await self._publish(conn, job, COMPACTION_STARTED, started)
+        if not await self._started(conn, job, owner, started):
+            return None  # the claim passed to another compaction: this one reports nothing
         await lent.give_back()  # none held while the fast model answers
         try:
             plan, ratio = span.plan, span.ratio

@@ -9,7 +9,10 @@ next compaction starts (``close_session``, under that compaction's claim), and a
 A claim the dead process held outlives it by up to the lease's time to live (it was renewed
 until the process died), so start-up leaves such a session and a background pass tries it
 again every third of the time to live until the claim is free, or the compaction behind it,
-alive on another replica, ended by itself.
+alive on another replica, ended by itself. A start that finds no database sweeps again in
+the background, as often, until it is there: a compaction's own look closes the session's
+latest started event only, so older ones (two in a row an older version left) are the
+sweep's alone.
 """
 
 from __future__ import annotations
@@ -49,13 +52,12 @@ class Closer:
 
     async def at_start(self) -> int:
         """Close what no process runs any more; returns how many closed now. A session
-        whose claim is held is tried again in the background (module docstring). A
-        database that is not there now leaves them to the next start or the session's next
-        compaction."""
+        whose claim is held is tried again in the background, and every session when the
+        database is not there now (module docstring)."""
         closed, held = await self._pass(None)
         if closed:
             log.warning("closed %d compaction(s) interrupted by a stop", closed)
-        if held:
+        if held is None or held:
             self._later = asyncio.create_task(self._again(held), name="close-interrupted")
         return closed
 
@@ -65,9 +67,12 @@ class Closer:
             with contextlib.suppress(BaseException):
                 await self._later
 
-    async def _pass(self, only: set[Key] | None) -> tuple[int, set[Key]]:
+    async def _pass(
+        self, only: set[Key] | None, quiet: bool = False
+    ) -> tuple[int, set[Key] | None]:
         """Close what is unpaired (in ``only``'s sessions, if named) and unclaimed; return
-        how many, and the sessions left because their claim was held."""
+        how many, and the sessions left because their claim was held: None when the
+        database was not there (``quiet``: not logged again), so none is known closed."""
         closed, held = 0, set()
         owner = uuid.uuid4()
         try:
@@ -90,17 +95,24 @@ class Closer:
                             conn, tenant=tenant, session_id=session_id, owner=owner
                         )
         except (DatabaseUnavailable, PoolExhausted) as exc:
-            log.warning("interrupted compactions not closed: %s", exc)
+            if not quiet:
+                log.warning("interrupted compactions not closed yet: %s", exc)
+            return closed, None
         return closed, held
 
-    async def _again(self, held: set[Key]) -> None:
-        """Try the sessions whose claim was held again, a third of the time to live apart,
-        for as long as three times it."""
-        for _ in range(9):
+    async def _again(self, held: set[Key] | None) -> None:
+        """Try the sessions whose claim was held again (every session: None), a third of
+        the time to live apart: for as long as three times it once the database answers,
+        and until it does."""
+        tries = 0
+        while tries < 9:
             await asyncio.sleep(self.leases.ttl / 3)
-            closed, held = await self._pass(held)
+            closed, left = await self._pass(held, quiet=True)
             if closed:
                 log.warning("closed %d compaction(s) interrupted by a stop", closed)
+            if left is None:  # no database yet: the same sessions again, untimed
+                continue
+            held, tries = left, tries + 1
             if not held:
                 return
 

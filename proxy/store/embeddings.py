@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLAIM_STALE_SECONDS",
+    "CLAIM_WINDOW",
     "Claimed",
     "Found",
     "claim_unembedded",
@@ -60,15 +61,31 @@ class Found:
     """Its result is evicted: a prompt carrying the row carries only its placeholder."""
 
 
-# The candidates: live messages other than instructions (system, developer) of sessions
-# whose agent has retrieval on (an agent the config does not name runs the default context:
-# $5), past the scan cursor, with no row for this model yet. Ordered by id, so the cursor
-# moves through the table once.
-CLAIM = """
-WITH cand AS (
+CLAIM_WINDOW = 1000
+"""How many ids past its cursor one claim reads of ``messages``: a poll costs this many rows
+at most, whatever the table's size or statistics."""
+
+# The window: CLAIM_WINDOW ids from the first one past the cursor, a range of the primary
+# key, which every plan reads by that key alone, with statistics or without (a LIMIT over
+# the id's order let the planner sort a scan of the whole table; a filter on live rows, an
+# index that reads every live message); starting at the first id, a gap that deleted
+# sessions left costs no poll. The candidates in it: live messages other than instructions
+# (system, developer) of sessions whose agent has retrieval on (an agent the config does
+# not name runs the default context: $5), with no row for this model yet, by id. The
+# cursor moves to the last candidate when the batch is full (the rest of the window is read
+# again next poll), else to the window's end while ids lie past it (a window with nothing
+# to embed moves it on all the same), else to its last row: NULL once nothing lies past
+# the cursor.
+CLAIM = f"""
+WITH first AS (
+    SELECT min(id) AS id FROM messages WHERE id > $1
+), scan AS (
+    SELECT id, tenant, session_id, pos, role, message, superseded_at FROM messages
+    WHERE id > $1 AND id < (SELECT id FROM first) + {CLAIM_WINDOW}
+), cand AS (
     SELECT m.id, m.tenant, m.session_id, m.pos, m.message, s.agent
-    FROM messages m JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
-    WHERE m.id > $1 AND m.superseded_at IS NULL
+    FROM scan m JOIN sessions s ON s.tenant = m.tenant AND s.id = m.session_id
+    WHERE m.superseded_at IS NULL
       AND m.role NOT IN ('system', 'developer')
       AND (s.agent = ANY($3::text[]) OR ($5 AND NOT s.agent = ANY($4::text[])))
       AND NOT EXISTS (SELECT 1 FROM message_embeddings e
@@ -80,11 +97,16 @@ WITH cand AS (
     SELECT id, $2, tenant, session_id, pos, now() FROM cand
     ON CONFLICT DO NOTHING
     RETURNING message_id
+), last AS (
+    SELECT CASE WHEN (SELECT count(*) FROM cand) >= $6 THEN (SELECT max(id) FROM cand)
+                WHEN (SELECT max(id) FROM messages) >= (SELECT id FROM first) + {CLAIM_WINDOW}
+                THEN (SELECT id FROM first) + {CLAIM_WINDOW} - 1
+                ELSE (SELECT max(id) FROM scan) END AS id
 )
-SELECT c.id, c.message, c.agent, (SELECT max(id) FROM cand) AS last_id
+SELECT c.id, c.message, c.agent, (SELECT id FROM last) AS last_id
 FROM cand c JOIN claimed k ON k.message_id = c.id
 UNION ALL
-SELECT NULL, NULL, NULL, (SELECT max(id) FROM cand)
+SELECT NULL, NULL, NULL, (SELECT id FROM last)
 ORDER BY 1 NULLS LAST
 """
 
@@ -100,7 +122,9 @@ async def claim_unembedded(
     limit: int,
 ) -> tuple[list[Claimed], int | None]:
     """Claim up to ``limit`` messages past ``after_id`` that have no ``model`` row; returns
-    them and the last id the scan looked at (None: nothing past ``after_id``)."""
+    them and the id the next claim starts after (None: nothing past ``after_id``). A poll
+    reads at most ``CLAIM_WINDOW`` messages, so one that claims none may still return an
+    id: the scan goes on from there."""
     rows = await conn.fetch(
         CLAIM, after_id, model, list(agents), list(configured), default_on, limit
     )

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from proxy.store.db import Executor
 
 __all__ = [
+    "insert_claimed_event",
     "EventRows",
     "events_cte",
     "event_columns",
@@ -76,12 +77,44 @@ INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4) RETU
 """
 
 
+# A compaction's started event, written only while ``$5`` holds the session's compaction
+# claim. The session row's lock orders it against a claim passing to another compaction
+# (its lease expired): either the claim passes first and nothing is written, or the event
+# commits first and is the latest started one the next compaction's look closes. Written
+# after the claim passed, it would follow that compaction's own started event unpaired,
+# where no look reads.
+INSERT_CLAIMED_EVENT = """
+INSERT INTO events (tenant, session_id, name, data)
+SELECT $1::text, $2::text, $3::text, $4::jsonb WHERE EXISTS (
+    SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $5 FOR SHARE)
+RETURNING id
+"""
+
+
 async def insert_event(
     conn: Executor, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]
 ) -> int:
     """Persist one event (the trigger NOTIFYs listeners); returns its id. Its strings go
     through ``nul.encode_json``, as in ``event_columns``."""
     return int(await conn.fetchval(INSERT_EVENT, tenant, session_id, name, encode_json(data)))
+
+
+async def insert_claimed_event(
+    conn: Executor,
+    *,
+    tenant: str,
+    session_id: str,
+    owner: uuid.UUID,
+    name: str,
+    data: Mapping[str, Any],
+) -> int | None:
+    """Persist one event of a compaction that holds the session's claim as ``owner``;
+    None, nothing written, when it no longer does (its lease expired and another
+    compaction claimed the session, or the session was deleted)."""
+    row_id = await conn.fetchval(
+        INSERT_CLAIMED_EVENT, tenant, session_id, name, encode_json(data), owner
+    )
+    return None if row_id is None else int(row_id)
 
 
 FETCH_EVENTS_AFTER = """
@@ -217,10 +250,12 @@ s.name = 'context.compaction.started' AND NOT EXISTS (
             AND n.name = 'context.compaction.started'), 9223372036854775807)))
 """
 
-# Each compaction closes every unpaired started event of its session (under its claim)
-# before it writes its own started event, so only the latest one can be unpaired: the look a
-# compaction makes reads that one and the few events after it, however many compactions the
-# session ran. The start-up sweep, which also closes what an older version left, reads all.
+# Each compaction closes the unpaired started event of its session (under its claim) before
+# it writes its own, which it writes only while it still holds the claim
+# (INSERT_CLAIMED_EVENT), so only the latest one can be unpaired: the look a compaction makes
+# reads that one and the few events after it, however many compactions the session ran.
+# Older ones in a row are an older version's; the start-up sweep (retried until the
+# database answers) reads and closes them all.
 FETCH_UNPAIRED_COMPACTIONS = f"""
 SELECT s.id, s.data FROM (
     SELECT tenant, session_id, id, name, data FROM events

@@ -1,0 +1,104 @@
+"""The start-up sweep of compactions a stopped process left, when the database is not there
+as the proxy starts.
+
+A compaction's own look closes only the session's latest started event (every compaction
+before it closed those older), so what an older version left, two started events in a row
+without partners, is the sweep's alone to close: a start that finds no database tries again
+in the background instead of leaving it to a next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.services import interrupted
+from proxy.store import events, leases
+from proxy.store.db import DatabaseUnavailable
+from tests.integration.store.helpers import create_session
+
+T = "t-sweep"
+STARTED, COMPLETED = "context.compaction.started", "context.compaction.completed"
+
+
+class _Bus:
+    async def publish(
+        self, conn: Any, *, tenant: str, session_id: str, name: str, data: Any
+    ) -> None:
+        await events.insert_event(conn, tenant=tenant, session_id=session_id, name=name, data=data)
+
+
+async def _left_by_an_older_version(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        await create_session(conn, tenant=T, session_id="s", agent="default", model="m")
+        for name, n in ((STARTED, 0), (STARTED, 1), (COMPLETED, 1), (STARTED, 2)):
+            await events.insert_event(conn, tenant=T, session_id="s", name=name, data={"n": n})
+
+
+async def _unpaired(pool: asyncpg.Pool, every: bool) -> int:
+    async with pool.acquire() as conn:
+        rows = await events.fetch_unpaired_compactions(conn, tenant=T, session_id="s", every=every)
+    return len(rows)
+
+
+async def test_a_compactions_look_closes_the_latest_only(pool: asyncpg.Pool) -> None:
+    await _left_by_an_older_version(pool)
+    assert await _unpaired(pool, every=True) == 2
+    assert await _unpaired(pool, every=False) == 1
+
+
+async def test_a_start_without_its_database_sweeps_again_once_it_is_there(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _left_by_an_older_version(pool)
+    real = events.fetch_sessions_with_unpaired_compactions
+    calls = 0
+
+    async def down_at_first(conn: Any) -> list[tuple[str, str]]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise DatabaseUnavailable("connection refused")
+        return await real(conn)
+
+    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", down_at_first)
+    leases: Any = SimpleNamespace(ttl=0.3)
+    closer = interrupted.Closer(pool, _Bus(), leases, acquire_timeout=1.0)  # type: ignore[arg-type]
+    try:
+        assert await closer.at_start() == 0
+        for _ in range(40):
+            if await _unpaired(pool, every=True) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await _unpaired(pool, every=True) == 0
+    finally:
+        await closer.aclose()
+
+
+async def test_a_compaction_whose_claim_passed_writes_no_started_event(
+    pool: asyncpg.Pool,
+) -> None:
+    """A compaction whose lease expired, and whose session another compaction claimed,
+    writes no started event: written after the other's, it would be the older of two
+    unpaired in a row, which no compaction's look reads."""
+    first, second = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_session(conn, tenant=T, session_id="s", agent="default", model="m")
+        key = {"tenant": T, "session_id": "s"}
+        assert await leases.claim_compaction(conn, **key, owner=first, ttl=0.05)
+        await asyncio.sleep(0.1)  # the first one stalls past its lease
+        assert await leases.claim_compaction(conn, **key, owner=second, ttl=30)
+        assert await events.insert_claimed_event(
+            conn, **key, owner=second, name=STARTED, data={"n": 2}
+        )
+        assert (
+            await events.insert_claimed_event(conn, **key, owner=first, name=STARTED, data={})
+            is None
+        )
+        await events.insert_event(conn, **key, name=COMPLETED, data={"n": 2})
+    assert await _unpaired(pool, every=True) == 0
