@@ -35,11 +35,38 @@ def _migrations() -> list[tuple[int, str]]:
 
 def _whole_table_reads(sql: str) -> set[str]:
     """The growing tables the statements read whole: a plain ``CREATE INDEX`` (not
-    ``CONCURRENTLY``, so writes wait for the build) or an ``UPDATE``/``DELETE``."""
-    index = r"CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?\w+\s+ON\s+(\w+)"
-    rewrite = r"\b(?:UPDATE|DELETE FROM)\s+(\w+)"
-    found = re.findall(f"{index}|{rewrite}", sql)
-    return {table for pair in found for table in pair if table in GROWING}
+    ``CONCURRENTLY``, so writes wait for the build), an ``UPDATE``/``DELETE``, a ``SELECT``
+    (a ``DO`` block's loop, an ``INSERT … SELECT``) or a column's type changed (a rewrite).
+    A table is named bare or schema-qualified, in either case."""
+    table = r"(?:\w+\.)?(\w+)"
+    named = r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\w+\s+)?"
+    index = rf"CREATE\s+(?:UNIQUE\s+)?INDEX\s+{named}ON\s+(?:ONLY\s+)?{table}"
+    rewrite = rf"\b(?:UPDATE|DELETE\s+FROM|FROM|JOIN)\s+(?:ONLY\s+)?{table}"
+    retype = rf"ALTER\s+TABLE\s+(?:ONLY\s+)?{table}[^;]*\bTYPE\b"
+    found = re.findall(f"{index}|{rewrite}|{retype}", sql, flags=re.I)
+    return {name.lower() for group in found for name in group if name.lower() in GROWING}
+
+
+def test_a_statement_reading_a_growing_table_whole_counts_as_slow() -> None:
+    """What a new slow migration may look like, not only the shapes the shipped ones have: a
+    ``DO`` block's loop or an ``INSERT … SELECT`` over a table (0025), an unnamed or
+    schema-qualified index, a column's type changed (a rewrite), SQL in lower case."""
+    shipped = next(sql for v, sql in _migrations() if v == 25)
+    assert _whole_table_reads(shipped) == {"sessions"}
+    for sql, table in [
+        ("INSERT INTO t (x) SELECT x FROM events;", "events"),
+        (
+            "DO $$ BEGIN FOR r IN SELECT id FROM messages m JOIN t ON true LOOP END LOOP; END $$;",
+            "messages",
+        ),
+        ("CREATE INDEX ON messages (tenant, pos);", "messages"),
+        ("CREATE INDEX m_x ON public.messages (x);", "messages"),
+        ("create index m_x on messages (x);", "messages"),
+        ("ALTER TABLE events ALTER COLUMN data TYPE jsonb;", "events"),
+        ("update sessions set x = 1;", "sessions"),
+    ]:
+        assert _whole_table_reads(sql) == {table}, sql
+    assert _whole_table_reads("ALTER TABLE sessions ADD COLUMN x int;") == set()
 
 
 def test_every_slow_migration_is_named_where_readme_lists_them() -> None:
