@@ -45,3 +45,51 @@ async def test_a_migration_waiting_for_a_table_lock_lets_requests_through(
         await reader.close()
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings and warnings[0].startswith("migration 0002_y.sql waits for a lock"), warnings
+
+
+async def test_a_long_backfill_waits_out_the_row_locks_of_short_request_transactions(
+    empty_db_dsn: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A migration rewriting every session's row (0025, 0026, 0027) while requests run: each
+    request's transaction holds a row for a moment (a lease taken, a step stored), and the
+    migration waits for it row by row. Each wait is one transaction's length, well under the
+    bound, so the migration runs through once, not restarted whenever it meets a held row."""
+    monkeypatch.setattr(migrations, "LOCK_WAIT_SECONDS", 0.3)  # the bound, scaled down
+    (tmp_path / "0001_t.sql").write_text(
+        "CREATE TABLE t (id int PRIMARY KEY, x int); "
+        "INSERT INTO t SELECT i, 0 FROM generate_series(1, 20) i;"
+    )
+    await run_migrations(empty_db_dsn, tmp_path)
+    (tmp_path / "0002_backfill.sql").write_text(  # a row every 20 ms: ~0.4 s in all
+        "UPDATE t SET x = x + 1 WHERE pg_sleep(0.02) IS NOT NULL;"
+    )
+    requests = [await asyncpg.connect(empty_db_dsn) for _ in range(3)]
+    held: list[int] = []
+
+    async def serve(conn: asyncpg.Connection, start: int) -> None:
+        row = start
+        while True:  # a request's transaction: one row held for 50 ms (a sixth of the bound)
+            async with conn.transaction():
+                await conn.execute("UPDATE t SET x = x WHERE id = $1", row)
+                held.append(row)
+                await asyncio.sleep(0.05)
+            row = row % 20 + 1
+
+    caplog.set_level(logging.WARNING, logger="cascade")
+    serving = [asyncio.create_task(serve(c, 1 + 7 * i)) for i, c in enumerate(requests)]
+    try:
+        await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(run_migrations(empty_db_dsn, tmp_path), 5) == [
+            "0002_backfill.sql"
+        ]
+    finally:
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
+        for conn in requests:
+            conn.terminate()
+    assert len(held) > 10  # the requests did run meanwhile
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # never gave way
