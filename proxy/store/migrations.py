@@ -105,8 +105,10 @@ async def run_migrations(
     except asyncio.CancelledError:
         # A start interrupted: a statement that never answers (a paused pooler, a lost host)
         # would hold the rollback and the close as long, so the connection is dropped; the
-        # server rolls back what it had begun.
+        # server rolls back what it had begun. The pause before a migration is tried again
+        # is cut too, not waited out.
         conn.terminate()
+        applying.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(applying, 5)
         raise
