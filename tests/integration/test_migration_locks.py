@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -93,3 +98,59 @@ async def test_a_long_backfill_waits_out_the_row_locks_of_short_request_transact
             conn.terminate()
     assert len(held) > 10  # the requests did run meanwhile
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # never gave way
+
+
+_MIGRATE = """
+import sys
+from pathlib import Path
+from proxy import cli
+from proxy.store import migrations
+
+migrations.MIGRATIONS_DIR = Path(sys.argv[1])
+migrations.LOCK_WAIT_SECONDS = 0.2
+raise SystemExit(cli.main(["migrate", "--database-url", sys.argv[2]]))
+"""
+
+
+async def test_migrate_held_behind_a_long_transaction_says_so_and_stops_on_sigterm(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """``cascade-proxy migrate`` waiting for its turn is not silent: the warning reaches its
+    stderr (no logging configured, Python's last-resort handler), without the URL; a
+    supervisor's ``timeout`` (SIGTERM) ends it promptly with 143, the migration not applied."""
+    (tmp_path / "0001_t.sql").write_text("CREATE TABLE t (x int); INSERT INTO t VALUES (1);")
+    await run_migrations(empty_db_dsn, tmp_path)
+    (tmp_path / "0002_y.sql").write_text("ALTER TABLE t ADD COLUMN y int;")
+    holder = await asyncpg.connect(empty_db_dsn)
+    held = holder.transaction()
+    await held.start()
+    await holder.fetchval("SELECT x FROM t")
+    err = tmp_path / "stderr"
+    with err.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _MIGRATE, str(tmp_path), empty_db_dsn],
+            cwd=Path(__file__).parents[2],
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while "waits for a lock" not in err.read_text():
+            assert child.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "no warning while it waits"
+            await asyncio.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        while child.poll() is None:
+            assert time.monotonic() - started < 1.5, "SIGTERM did not end the wait"
+            await asyncio.sleep(0.05)
+        assert child.returncode == 128 + signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        await held.rollback()
+    text = err.read_text()
+    assert text.count("waits for a lock") == 1 and "Traceback" not in text, text
+    assert urlsplit(empty_db_dsn).netloc not in text
+    assert await holder.fetchval("SELECT count(*) FROM schema_migrations") == 1
+    await holder.close()
