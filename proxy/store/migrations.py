@@ -117,12 +117,20 @@ async def run_migrations(
             await conn.close()
 
 
+async def _take_turn(conn: asyncpg.Connection) -> None:
+    """The advisory lock, in the transaction begun: waited for as long as another replica's
+    migration runs, whatever ``lock_timeout`` the database or the role sets by default (a
+    guard for requests' statements that would refuse the start)."""
+    await conn.execute("SET LOCAL lock_timeout = 0")
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+
+
 async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
     try:
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+            await _take_turn(conn)
             await conn.execute(CREATE_LEDGER)
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
@@ -149,7 +157,7 @@ async def _apply_one(
     while True:
         try:
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+                await _take_turn(conn)
                 done = await conn.fetchval(
                     "SELECT checksum FROM schema_migrations WHERE version = $1", version
                 )

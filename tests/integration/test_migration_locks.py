@@ -154,3 +154,30 @@ async def test_migrate_held_behind_a_long_transaction_says_so_and_stops_on_sigte
     assert urlsplit(empty_db_dsn).netloc not in text
     assert await holder.fetchval("SELECT count(*) FROM schema_migrations") == 1
     await holder.close()
+
+
+async def test_a_lock_timeout_of_the_database_does_not_bound_the_wait_for_another_replica(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A database or role whose default ``lock_timeout`` is short (a common guard for an
+    application's role): a replica starting while another runs a long migration waits for
+    its turn, as README says, rather than refusing the start on the advisory lock's wait."""
+    admin = await asyncpg.connect(empty_db_dsn)
+    try:
+        await admin.execute(
+            "DO $$ BEGIN EXECUTE format("
+            "'ALTER DATABASE %I SET lock_timeout = 100', current_database());"
+            " END $$"
+        )
+        (tmp_path / "0001_t.sql").write_text("CREATE TABLE t (x int);")
+        migrating = await asyncpg.connect(empty_db_dsn)  # another replica's migration
+        held = migrating.transaction()
+        await held.start()
+        await migrating.execute("SELECT pg_advisory_xact_lock($1)", migrations._LOCK_KEY)
+        starting = asyncio.create_task(run_migrations(empty_db_dsn, tmp_path))
+        await asyncio.sleep(0.4)
+        await held.commit()
+        await migrating.close()
+        assert await asyncio.wait_for(starting, 5) == ["0001_t.sql"]
+    finally:
+        await admin.close()
