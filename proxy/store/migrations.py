@@ -119,9 +119,10 @@ async def run_migrations(
 
 async def _take_turn(conn: asyncpg.Connection) -> None:
     """The advisory lock, in the transaction begun: waited for as long as another replica's
-    migration runs, whatever ``lock_timeout`` the database or the role sets by default (a
-    guard for requests' statements that would refuse the start)."""
-    await conn.execute("SET LOCAL lock_timeout = 0")
+    migration runs, whatever ``lock_timeout`` or ``statement_timeout`` the database or the
+    role sets by default (a guard for requests' statements, which would refuse the start and
+    cut a slow migration at every try). What bounds a start is the deployment's."""
+    await conn.execute("SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0")
     await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
 
 

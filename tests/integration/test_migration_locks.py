@@ -181,3 +181,30 @@ async def test_a_lock_timeout_of_the_database_does_not_bound_the_wait_for_anothe
         assert await asyncio.wait_for(starting, 5) == ["0001_t.sql"]
     finally:
         await admin.close()
+
+
+async def test_a_statement_timeout_of_the_database_cuts_neither_a_long_migration_nor_the_turn(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A default ``statement_timeout`` (set for requests' statements) would cancel a slow
+    migration (0027 reading every event) at each start, and a replica's wait for another's
+    migration: both refused starts. The migrations' transactions run without it."""
+    admin = await asyncpg.connect(empty_db_dsn)
+    try:
+        await admin.execute(
+            "DO $$ BEGIN EXECUTE format("
+            "'ALTER DATABASE %I SET statement_timeout = 100', current_database()); END $$"
+        )
+        (tmp_path / "0001_slow.sql").write_text("SELECT pg_sleep(0.3);")
+        migrating = await asyncpg.connect(empty_db_dsn)  # another replica's migration
+        held = migrating.transaction()
+        await held.start()
+        await migrating.execute("SET LOCAL statement_timeout = 0")
+        await migrating.execute("SELECT pg_advisory_xact_lock($1)", migrations._LOCK_KEY)
+        starting = asyncio.create_task(run_migrations(empty_db_dsn, tmp_path))
+        await asyncio.sleep(0.3)
+        await held.commit()
+        await migrating.close()
+        assert await asyncio.wait_for(starting, 5) == ["0001_slow.sql"]
+    finally:
+        await admin.close()
