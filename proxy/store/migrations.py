@@ -105,8 +105,10 @@ async def run_migrations(
     except asyncio.CancelledError:
         # A start interrupted: a statement that never answers (a paused pooler, a lost host)
         # would hold the rollback and the close as long, so the connection is dropped; the
-        # server rolls back what it had begun.
+        # server rolls back what it had begun. The pause before a migration is tried again
+        # is cut too, not waited out.
         conn.terminate()
+        applying.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(applying, 5)
         raise
@@ -115,12 +117,21 @@ async def run_migrations(
             await conn.close()
 
 
+async def _take_turn(conn: asyncpg.Connection) -> None:
+    """The advisory lock, in the transaction begun: waited for as long as another replica's
+    migration runs, whatever ``lock_timeout`` or ``statement_timeout`` the database or the
+    role sets by default (a guard for requests' statements, which would refuse the start and
+    cut a slow migration at every try). What bounds a start is the deployment's."""
+    await conn.execute("SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0")
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+
+
 async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
     try:
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+            await _take_turn(conn)
             await conn.execute(CREATE_LEDGER)
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
@@ -147,7 +158,7 @@ async def _apply_one(
     while True:
         try:
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+                await _take_turn(conn)
                 done = await conn.fetchval(
                     "SELECT checksum FROM schema_migrations WHERE version = $1", version
                 )

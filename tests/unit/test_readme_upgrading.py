@@ -12,9 +12,17 @@ from proxy.store.migrations import MIGRATIONS_DIR
 
 TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 FIRST_UPGRADED = 5  # README: a database from e6249af (migrations up to 0004) upgrades in place
-GROWING = ("sessions", "messages", "events", "tool_raw_outputs", "summaries")
+GROWING = (
+    "sessions",
+    "messages",
+    "events",
+    "tool_raw_outputs",
+    "tool_raw_output_versions",
+    "message_embeddings",
+    "summaries",
+)
 """Tables that grow with every request (or every session): a statement reading all of one
-takes as long as the deployment is old."""
+takes as long as the deployment is old. ``memory`` holds facts, a few per scope."""
 
 
 def _section(start: str, end: str) -> str:
@@ -35,11 +43,43 @@ def _migrations() -> list[tuple[int, str]]:
 
 def _whole_table_reads(sql: str) -> set[str]:
     """The growing tables the statements read whole: a plain ``CREATE INDEX`` (not
-    ``CONCURRENTLY``, so writes wait for the build) or an ``UPDATE``/``DELETE``."""
-    index = r"CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?\w+\s+ON\s+(\w+)"
-    rewrite = r"\b(?:UPDATE|DELETE FROM)\s+(\w+)"
-    found = re.findall(f"{index}|{rewrite}", sql)
-    return {table for pair in found for table in pair if table in GROWING}
+    ``CONCURRENTLY``, so writes wait for the build), an ``UPDATE``/``DELETE``, a ``SELECT``
+    (a ``DO`` block's loop, an ``INSERT … SELECT``) or a column's type changed (a rewrite).
+    A table is named bare or schema-qualified, in either case."""
+    table = r"(?:\w+\.)?(\w+)"
+    named = r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\w+\s+)?"
+    index = rf"CREATE\s+(?:UNIQUE\s+)?INDEX\s+{named}ON\s+(?:ONLY\s+)?{table}"
+    rewrite = rf"\b(?:UPDATE|DELETE\s+FROM|FROM|JOIN)\s+(?:ONLY\s+)?{table}"
+    retype = rf"ALTER\s+TABLE\s+(?:ONLY\s+)?{table}[^;]*\bTYPE\b"
+    found = re.findall(f"{index}|{rewrite}|{retype}", sql, flags=re.I)
+    created = r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:\w+\.)?(\w+)"
+    new = {name.lower() for name in re.findall(created, sql, flags=re.I)}  # empty yet
+    return {n.lower() for group in found for n in group if n.lower() in set(GROWING) - new}
+
+
+def test_a_statement_reading_a_growing_table_whole_counts_as_slow() -> None:
+    """What a new slow migration may look like, not only the shapes the shipped ones have: a
+    ``DO`` block's loop or an ``INSERT … SELECT`` over a table (0025), an unnamed or
+    schema-qualified index, a column's type changed (a rewrite), SQL in lower case."""
+    shipped = next(sql for v, sql in _migrations() if v == 25)
+    assert _whole_table_reads(shipped) == {"sessions", "tool_raw_output_versions"}
+    for sql, table in [
+        ("INSERT INTO t (x) SELECT x FROM events;", "events"),
+        (
+            "DO $$ BEGIN FOR r IN SELECT id FROM messages m JOIN t ON true LOOP END LOOP; END $$;",
+            "messages",
+        ),
+        ("CREATE INDEX ON messages (tenant, pos);", "messages"),
+        ("CREATE INDEX m_x ON public.messages (x);", "messages"),
+        ("create index m_x on messages (x);", "messages"),
+        ("ALTER TABLE events ALTER COLUMN data TYPE jsonb;", "events"),
+        ("update sessions set x = 1;", "sessions"),
+        ("CREATE INDEX e_x ON message_embeddings (x);", "message_embeddings"),
+    ]:
+        assert _whole_table_reads(sql) == {table}, sql
+    assert _whole_table_reads("ALTER TABLE sessions ADD COLUMN x int;") == set()
+    made = "CREATE TABLE public.summaries (x int); CREATE INDEX s_x ON summaries (x);"
+    assert _whole_table_reads(made) == set()  # a table the migration makes is empty
 
 
 def test_every_slow_migration_is_named_where_readme_lists_them() -> None:
