@@ -15,12 +15,21 @@ __all__ = ["stop_task"]
 
 async def stop_task(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and wait until it has ended; raises ``CancelledError`` only when the
-    caller's own task was cancelled meanwhile (``Task.cancelling`` grew)."""
+    caller's own task was cancelled meanwhile (``Task.cancelling`` grew), however the task
+    ended: one that suppresses the cancellation the caller's passes on to it returns, and
+    the caller's would be lost with it."""
     current = asyncio.current_task()
     before = current.cancelling() if current is not None else 0
+
+    def caller_cancelled() -> bool:
+        return current is not None and current.cancelling() > before
+
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
-        if current is not None and current.cancelling() > before:
+        if caller_cancelled():
             raise
+        return
+    if caller_cancelled():
+        raise asyncio.CancelledError

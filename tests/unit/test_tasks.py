@@ -4,6 +4,7 @@ raised again, and the caller's own cancellation never swallowed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from proxy.tasks import stop_task
 
@@ -72,3 +73,33 @@ async def test_a_clean_up_run_under_the_callers_cancellation_still_stops_the_tas
     await asyncio.gather(outer, return_exceptions=True)
     assert outer.cancelled() and after == ["both stopped"]
     assert first.cancelled() and second.cancelled()
+
+
+async def test_a_caller_cancelled_while_a_task_swallows_it_is_cancelled_still() -> None:
+    """A task whose clean-up suppresses the cancellation the caller's passes on to it (a
+    ``suppress(CancelledError)`` around closing a connection) ends without raising: the
+    caller's cancellation, counted in ``Task.cancelling``, is still the caller's."""
+    letting_go = asyncio.Event()
+
+    async def worker() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            letting_go.set()
+            with contextlib.suppress(asyncio.CancelledError):  # its clean-up cut short
+                await asyncio.sleep(3600)
+
+    task = asyncio.create_task(worker())
+    await asyncio.sleep(0)
+    after = []
+
+    async def caller() -> None:
+        await stop_task(task)
+        after.append("went on")
+
+    outer = asyncio.create_task(caller())
+    await letting_go.wait()
+    outer.cancel()
+    await asyncio.gather(outer, return_exceptions=True)
+    assert outer.cancelled() and after == []
+    assert task.done()
