@@ -148,7 +148,10 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     the job, as that request's own call had it; the raw reply. A model that refuses the
     body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
     one is asked again as one, and its name learned (``_LEARNED``); a provider that asks for
-    a stream for the output bound (``_wants_stream``) is asked again streamed."""
+    a stream for the output bound (``_wants_stream``) is asked again streamed, with
+    ``stream_options.include_usage`` (a stream reports its usage only when asked, and the
+    usage is what the call's metrics count), and once more without it where a strict server
+    refuses that field (400 or 422 naming it): at most four calls in all."""
     model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
     reasoning = _reasoning(model, at)
     sent = for_model(model, body, window, at=at)
@@ -166,7 +169,10 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
         sent = _as_reasoning(model, body, window)
         resp = await _post(upstream, job, sent)
     if _wants_stream(resp):  # the answer is read from its chunks (``answer_data``)
-        resp = await _post(upstream, job, {**sent, "stream": True})
+        streamed = {**sent, "stream": True}
+        resp = await _post(upstream, job, {**streamed, "stream_options": {"include_usage": True}})
+        if resp.status_code in (400, 422) and "stream_options" in resp.text:
+            resp = await _post(upstream, job, streamed)
     return resp
 
 
