@@ -12,7 +12,7 @@ from proxy.cascade.memory_block import (
     render_memory,
     stepped_factor,
 )
-from proxy.cascade.overflow import calibrated_count
+from proxy.cascade.overflow import GUARD_MARGIN, calibrated_count, guard_factor
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.tokens import make_counter
 from proxy.cascade.types import Budget, Message
@@ -202,3 +202,12 @@ def test_a_small_models_full_block_keeps_its_bytes_as_the_ratio_drifts() -> None
         assert guard([system(block)]) - guard([system("")]) <= (1100 - 256) * MEMORY_BUDGET_SHARE
         blocks.add(block)
     assert len(blocks) == 1
+
+
+def test_the_stepped_factor_rounds_up_below_one_and_keeps_an_exact_step() -> None:
+    """Below a ratio of one the factor is a negative power of the step, still rounded up;
+    a factor that is a step already (up to float error) is that step, not the next."""
+    for ratio in (0.5, 0.6, 0.8, 0.97, 1.0, 1.3, 2.0):
+        assert guard_factor(ratio) <= stepped_factor(ratio) < guard_factor(ratio) * FACTOR_STEP
+    for k in range(-2, 4):  # the ratio is clamped at 0.5: a factor of 0.515 at least
+        assert stepped_factor(FACTOR_STEP**k / GUARD_MARGIN) == FACTOR_STEP**k
