@@ -142,20 +142,32 @@ def _as_reasoning(model: str, body: dict[str, Any], window: int | None) -> dict[
     return out
 
 
+_STREAMED: set[tuple[str, str]] = set()
+"""The provider's base URL and the name of each model there that refused an unstreamed call
+for its output bound (``_wants_stream``): called streamed from then on, for the process's
+life, so each later summary and extraction draws no refusal first."""
+_NO_USAGE_OPTION: set[str] = set()
+"""The base URLs of the providers that refused a fast call's ``stream_options``: their streams
+go without it from then on (their usage uncounted, as for a provider that reports none)."""
+
+
+def _learn(learned: set[Any], key: Any) -> None:
+    if len(learned) < _MAX_LEARNED:
+        learned.add(key)
+
+
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     """POST ``body`` to ``job``'s fast model (``job``: a ``CompactionJob``), fitted to that
     model and its window (``for_model``), with the query string of the request that started
     the job, as that request's own call had it; the raw reply. A model that refuses the
     body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
     one is asked again as one, and its name learned (``_LEARNED``); a provider that asks for
-    a stream for the output bound (``_wants_stream``) is asked again streamed, with
-    ``stream_options.include_usage`` (a stream reports its usage only when asked, and the
-    usage is what the call's metrics count), and once more without it where a strict server
-    refuses that field (400 or 422 naming it): at most four calls in all."""
+    a stream for the output bound (``_wants_stream``) is asked again streamed, and the
+    model called so from then on (``_STREAMED``, ``_post_streamed``): at most four calls."""
     model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
-    reasoning = _reasoning(model, at)
+    reasoning, streamed = _reasoning(model, at), (at, model) in _STREAMED
     sent = for_model(model, body, window, at=at)
-    resp = await _post(upstream, job, sent)
+    resp = await (_post_streamed if streamed else _post)(upstream, job, sent)
     if not reasoning and _refuses_max_tokens(resp):
         if len(_LEARNED) < _MAX_LEARNED and (at, model) not in _LEARNED:
             _LEARNED.add((at, model))
@@ -167,12 +179,26 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
                 provider_name(job.provider),
             )
         sent = _as_reasoning(model, body, window)
-        resp = await _post(upstream, job, sent)
-    if _wants_stream(resp):  # the answer is read from its chunks (``answer_data``)
-        streamed = {**sent, "stream": True}
-        resp = await _post(upstream, job, {**streamed, "stream_options": {"include_usage": True}})
-        if resp.status_code in (400, 422) and "stream_options" in resp.text:
-            resp = await _post(upstream, job, streamed)
+        resp = await (_post_streamed if streamed else _post)(upstream, job, sent)
+    if not streamed and _wants_stream(resp):  # read from its chunks (``answer_data``)
+        _learn(_STREAMED, (at, model))
+        resp = await _post_streamed(upstream, job, sent)
+    return resp
+
+
+async def _post_streamed(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
+    """``body`` POSTed streamed, with ``stream_options.include_usage`` (a stream reports its
+    usage only when asked, and the usage is what the call's metrics count), once more
+    without it where a strict server refuses that field (400 or 422 naming it), and without
+    it from the start at a provider that refused it before (``_NO_USAGE_OPTION``)."""
+    at, streamed = job.provider.base_url, {**body, "stream": True}
+    if at in _NO_USAGE_OPTION:
+        return await _post(upstream, job, streamed)
+    resp = await _post(upstream, job, {**streamed, "stream_options": {"include_usage": True}})
+    if resp.status_code in (400, 422) and "stream_options" in resp.text:
+        resp = await _post(upstream, job, streamed)
+        if resp.status_code < 400:  # not a refusal that merely quoted the body
+            _learn(_NO_USAGE_OPTION, at)
     return resp
 
 

@@ -6,10 +6,14 @@ it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from proxy.config import ModelConfig
+from proxy.services import fastmodel
 from proxy.services.fastmodel import post_fast_model
 
 _WANTS_STREAM = json.dumps(
@@ -31,6 +35,16 @@ class _Upstream:
         self.bodies.append(json.loads(content))
         status, text = self.replies.pop(0)
         return SimpleNamespace(status_code=status, text=text)
+
+
+@pytest.fixture(autouse=True)
+def _forget() -> Iterator[None]:
+    """What is learned stays in the process: each test starts and ends without it."""
+    fastmodel._STREAMED.clear()
+    fastmodel._NO_USAGE_OPTION.clear()
+    yield
+    fastmodel._STREAMED.clear()
+    fastmodel._NO_USAGE_OPTION.clear()
 
 
 def _job() -> Any:
@@ -65,3 +79,23 @@ async def test_a_server_refusing_stream_options_is_asked_once_more_without_them(
     *_, last = upstream.bodies
     assert len(upstream.bodies) == 3
     assert last["stream"] is True and "stream_options" not in last
+
+
+async def test_a_model_that_asked_for_a_stream_is_called_streamed_from_then_on() -> None:
+    """Every summary and extraction would otherwise draw the same refusal first."""
+    upstream = _Upstream((400, _WANTS_STREAM), (200, "data: [DONE]"), (200, "data: [DONE]"))
+    await post_fast_model(upstream, _job(), _body())
+    await post_fast_model(upstream, _job(), _body())
+    assert len(upstream.bodies) == 3
+    assert upstream.bodies[2]["stream"] is True
+    assert upstream.bodies[2]["stream_options"] == {"include_usage": True}
+
+
+async def test_a_server_that_refused_stream_options_is_streamed_without_them_from_then_on() -> None:
+    upstream = _Upstream(
+        (400, _WANTS_STREAM), (422, _NO_STREAM_OPTIONS), (200, "data: [DONE]"), (200, "data: x")
+    )
+    await post_fast_model(upstream, _job(), _body())
+    await post_fast_model(upstream, _job(), _body())
+    assert len(upstream.bodies) == 4
+    assert upstream.bodies[3]["stream"] is True and "stream_options" not in upstream.bodies[3]
