@@ -270,7 +270,8 @@ def test_a_session_operation_waiting_on_another_replica_is_held_to_the_agents_it
 
     waiter = threading.Thread(target=delete)
     waiter.start()
-    time.sleep(0.5)  # it took its turn on its replica and polls the holder's lease
+    assert wait_for(lambda: servers[1].queued("team", "s") == 1), "the DELETE never queued"
+    time.sleep(0.3)  # past its turn's ask of the key: it polls the holder's lease
     assert not out, "the DELETE did not wait"
     limited = {
         "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
