@@ -61,15 +61,15 @@ def compaction_job(
 
 def admitted(ctx: ChatContext, agent: str) -> Callable[[], object] | None:
     """``ctx.admit`` held to the session's ``agent`` too: a key a reload limited to other
-    agents while the chat waited is the 403 a key limited so as it arrived gets."""
-    admit = ctx.admit
+    agents while the chat waited is the 403 it gets as it takes the session, naming it."""
+    admit, session_id = ctx.admit, ctx.session_id
     if admit is None:
         return None
 
     def check() -> None:
         agents = admit()
         if agents is not None and agent not in agents:
-            raise PermissionDenied.agent(agents, agent)
+            raise PermissionDenied.agent(agents, agent, session_id=session_id)
 
     return check
 

@@ -61,6 +61,7 @@ async def _turn(
     session_id: str,
     admit: Admit | None = None,
     agents: Sequence[str] | None = None,
+    conn: Any = None,
 ) -> AsyncIterator[tuple[sessions.Pause | None, Sequence[str] | None]]:
     """An operation's turn on a session: its place in this replica's queue (``locks``),
     then the pause between two tries at a lease another replica holds, which the store's
@@ -68,8 +69,10 @@ async def _turn(
     when that replica frees the session (``wakeups``, registered from the first pause only);
     None without either: the store's plain sleep. ``admit`` (``auth.key_in_force``) is asked
     as the turn comes and after each pause: a key a reload revoked while the operation
-    waited raises there, before the store changes anything. Beside the pause it yields the
-    agents the key may use as the turn comes (``agents``, the arrival's, without ``admit``)."""
+    waited raises there, before the store changes anything, and one a reload limited to
+    agents other than the session's (read on ``conn``) is the 403: the store holds the
+    operation to the agents of the turn's start. Beside the pause it yields the agents the
+    key may use as the turn comes (``agents``, the arrival's, without ``admit``)."""
     async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
         if admit is not None:
             agents = admit()
@@ -84,7 +87,12 @@ async def _turn(
 
             async def admitted(seconds: float) -> None:
                 await between(seconds)
-                admit()
+                now = admit()
+                if now is None or now == agents or conn is None:
+                    return
+                agent = await sessions.fetchval_agent(conn, tenant=tenant, session_id=session_id)
+                if agent is not None and agent not in now:
+                    raise PermissionDenied.agent(now, agent, session_id=session_id)
 
             yield admitted, agents
 
@@ -102,7 +110,7 @@ async def _in_turn(
 ) -> None:
     """The store's ``change`` of the session (reset or delete), made in its turn (``_turn``);
     NotFound when there was no session to change (one deleted while this waited included)."""
-    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents, conn) as (
         between,
         agents,
     ):
@@ -142,7 +150,7 @@ async def branch_session(
     if await sessions.fetchrow_session(conn, tenant=tenant, session_id=target):
         raise taken
     try:
-        async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+        async with _turn(locks, client, wakeups, tenant, session_id, admit, agents, conn) as (
             between,
             agents,
         ):
@@ -220,7 +228,7 @@ async def compact_session(
     model, its settings), nothing sent to the old agent's; one that moves before each of
     ``_REBUILDS`` tries is a 409 ``session_busy``, nothing compacted (an answer of
     ``compacted: false`` would read as nothing to fold)."""
-    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents) as (
+    async with _turn(locks, client, wakeups, tenant, session_id, admit, agents, conn) as (
         between,
         agents,
     ):

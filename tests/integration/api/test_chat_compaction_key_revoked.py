@@ -60,6 +60,7 @@ def _revoked_while_waiting(
     sizes: tuple[int, ...] = (200, 200, 200),
     meanwhile: str = "meanwhile",
     narrow: bool = False,
+    fixed: list[int] | None = None,
 ) -> tuple[Stack, Model, list[httpx.Response], int]:
     monkeypatch.setenv("CASCADE_TEST_KEY_CLIENT", CLIENT_KEY)
     monkeypatch.setenv("CASCADE_TEST_KEY_OTHER", OTHER_KEY)
@@ -99,6 +100,11 @@ def _revoked_while_waiting(
         assert first and first[0].status_code == 200, first[0].text if first else "no answer"
         assert second, "no answer"
         time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        if fixed is not None:  # the key gets its agents back; the client sends it again
+            fixed += [len(model.fast_times), len(s.main_bodies())]  # as it was refused
+            path.write_text(json.dumps({**cfg, "auth": {"keys": KEYS}}))
+            s.proxy.state("config").reload()
+            _post(s.proxy.origin, CLIENT_KEY, "/v1/chat/completions", body, second).join(20)
         return s, model, second, sent
 
 
@@ -157,10 +163,14 @@ def test_a_chat_over_the_hard_threshold_waiting_when_its_key_is_narrowed_calls_n
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A key a reload limits to other agents than its session's meanwhile is held to them
-    as a revoked key is: the 403 ``agent_not_allowed``, nothing sent for it."""
+    as a revoked key is: the 403 ``agent_not_allowed``, nothing sent for it. The refused
+    chat keeps the messages it stored as it took the session (README, "Proxy keys"): its
+    resend, once the key has its agents back, answers and finds them stored, not stored
+    a second time."""
     big = {"role": "user", "content": words(1500, "big")}
     summarize = {"keepRecent": 2, "softFraction": 0.6, "hardFraction": 0.6}
-    s, model, second, sent = _revoked_while_waiting(
+    refused: list[int] = []
+    s, _, second, sent = _revoked_while_waiting(
         tmp_path,
         db_dsn,
         fake_upstream,
@@ -171,8 +181,16 @@ def test_a_chat_over_the_hard_threshold_waiting_when_its_key_is_narrowed_calls_n
         sizes=(300, 300, 800),
         meanwhile=words(200, "m"),
         narrow=True,
+        fixed=refused,
     )
     assert second[0].status_code == 403, second[0].text
     assert second[0].json()["error"]["code"] == "agent_not_allowed"
-    assert len(model.fast_times) == 1, "a compaction ran for an agent the key lost"
-    assert len(s.main_bodies()) == sent, "the provider was called for an agent the key lost"
+    assert f"session {SID!r}" in second[0].json()["error"]["message"]  # as at the session's take
+    assert refused == [1, sent], "a compaction ran, or the provider was called, for it"
+    assert second[1].status_code == 200, second[1].text  # the resend, the key fixed
+    (stored,) = s.query(
+        "SELECT count(*) AS n FROM messages WHERE session_id = $1 AND message->>'content' = $2",
+        SID,
+        big["content"],
+    )
+    assert stored["n"] == 1, "the resent message was stored twice"

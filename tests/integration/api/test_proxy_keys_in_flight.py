@@ -8,6 +8,7 @@ began, before the reload)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -240,4 +241,50 @@ def test_a_session_operation_of_a_key_limited_by_a_reload_while_it_waits_is_held
     assert out[0].status_code == 403, out[0].text
     assert out[0].json()["error"]["code"] == "agent_not_allowed"
     with httpx.Client(base_url=server.origin, headers=_auth(KEY_B), timeout=10) as c:
+        assert c.get("/v1/sessions/s").status_code == 200
+
+
+def test_a_session_operation_waiting_on_another_replica_is_held_to_the_agents_it_is_limited_to(
+    start_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """A DELETE polling another replica's lease is held to the agents a reload limits its
+    key to after each pause, as one queued on its own replica is as it takes its turn."""
+    monkeypatch.setenv(A[0], KEY_A)
+    monkeypatch.setenv(B[0], KEY_B)
+    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
+    config = write_config(
+        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=agents
+    )
+    servers = [start_proxy(config, watch_config=True) for _ in range(2)]
+    pacer = Pacer()
+    fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
+    holder, _, _ = _in_thread(servers[0].origin, KEY_B, _body("first"))
+    out: list[httpx.Response] = []
+
+    def delete() -> None:
+        with httpx.Client(base_url=servers[1].origin, headers=_auth(KEY_A), timeout=10) as c:
+            out.append(c.delete("/v1/sessions/s"))
+
+    waiter = threading.Thread(target=delete)
+    waiter.start()
+    assert wait_for(lambda: servers[1].queued("team", "s") == 1), "the DELETE never queued"
+    time.sleep(0.3)  # past its turn's ask of the key: it polls the holder's lease
+    assert not out, "the DELETE did not wait"
+    limited = {
+        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
+    }
+    write_config(config, fake_upstream.url, auth=limited, agents=agents)
+    for server in servers:
+        with httpx.Client(base_url=server.origin, timeout=10) as c:
+            refused = lambda: c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403  # noqa: E731, B023
+            assert wait_for(refused, 10), "the reload was not applied"
+    pacer.allow(10)
+    holder.join(10)
+    waiter.join(10)
+    assert out[0].status_code == 403, out[0].text
+    assert out[0].json()["error"]["code"] == "agent_not_allowed"
+    with httpx.Client(base_url=servers[0].origin, headers=_auth(KEY_B), timeout=10) as c:
         assert c.get("/v1/sessions/s").status_code == 200
