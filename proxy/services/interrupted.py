@@ -74,7 +74,7 @@ class Closer:
         how many, and the sessions left because their claim was held: None when the
         database was not there (``quiet``: not logged again), so none is known closed."""
         closed, held = 0, set()
-        owner = uuid.uuid4()
+        owner, ttl = uuid.uuid4(), self.leases.ttl
         try:
             async with borrowed(self.pool, self.acquire_timeout) as conn:
                 for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
@@ -83,9 +83,8 @@ class Closer:
                     if only is not None and (tenant, session_id) not in only:
                         continue
                     if not await claims.claim_compaction(
-                        conn, tenant=tenant, session_id=session_id, owner=owner,
-                        ttl=self.leases.ttl,
-                    ):  # fmt: skip
+                        conn, tenant=tenant, session_id=session_id, owner=owner, ttl=ttl
+                    ):
                         held.add((tenant, session_id))
                         continue
                     try:
