@@ -301,10 +301,8 @@ class DurableSummarizer:
             "summary_version": span.version,
         }
         if not await self._started(conn, job, owner, started):
-            # None would tell the caller the session is gone: it hears that nothing folded
-            passed = "the compaction's claim passed to another one before it started"
-            log.warning("compaction of session %s: %s; nothing folded", job.session_id, passed)
-            return span.unchanged(passed)
+            log.warning("compaction of %s: its claim passed; nothing folded", job.session_id)
+            return span.unchanged(span.claim_passed)  # None would say the session is gone
         await lent.give_back()  # none held while the fast model answers
         try:
             plan, ratio = span.plan, span.ratio
