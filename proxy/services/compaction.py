@@ -268,13 +268,14 @@ class DurableSummarizer:
         """Report ``context.compaction.started`` while ``owner`` still holds the claim
         (``events.insert_claimed_event``); False, nothing reported, once it does not."""
         body = {"trigger": job.trigger, **data, "session_id": job.session_id, "ts": stamp_now()}
-        if await events.insert_claimed_event(
-            conn, tenant=job.tenant, session_id=job.session_id, owner=owner,
-            name=COMPACTION_STARTED, data=body,
-        ):  # fmt: skip
-            note_compaction_event(COMPACTION_STARTED, data)
-            return True
-        return False
+        t, s = job.tenant, job.session_id
+        row_id = await events.insert_claimed_event(
+            conn, tenant=t, session_id=s, owner=owner, name=COMPACTION_STARTED, data=body
+        )
+        if row_id is None:
+            return False
+        note_compaction_event(COMPACTION_STARTED, data)
+        return True
 
     async def _compact(self, job: CompactionJob, owner: uuid.UUID) -> CompactionResult | None:
         """Read and plan, call the fast model, write: a connection borrowed for the first
@@ -300,7 +301,8 @@ class DurableSummarizer:
             "summary_version": span.version,
         }
         if not await self._started(conn, job, owner, started):
-            return None  # the claim passed to another compaction: this one reports nothing
+            log.warning("compaction of %s: its claim passed; nothing folded", job.session_id)
+            return span.unchanged(span.claim_passed)  # None would say the session is gone
         await lent.give_back()  # none held while the fast model answers
         try:
             plan, ratio = span.plan, span.ratio

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 
@@ -45,6 +45,10 @@ class CompactionResult:
     superseded: bool = False  # another compaction stored a summary since the pressure's measure
 
 
+CLAIM_PASSED = "the compaction's claim passed to another one before it started"
+"""The reason of a compaction that lost its claim before it started: it folds nothing."""
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """What a compaction read and planned before it asks the fast model: the session's
@@ -77,6 +81,8 @@ class Span:
         plan, tail = self.plan, self.tail
         return int(tail[plan.end]["pos"] if plan.end < len(tail) else tail[plan.end - 1]["pos"] + 1)
 
+    claim_passed: ClassVar[str] = CLAIM_PASSED
+
     def unchanged(
         self, reason: str, *, failed: bool = False, backoff: float | None = None
     ) -> CompactionResult:
@@ -100,7 +106,8 @@ async def read_span(
 ) -> Span | CompactionResult | None:
     """The session's latest summary and the window after it, planned (the span and the
     summary redacted with the agent's patterns: the fast model reads them); None when the
-    session is gone (or made again since ``owner`` claimed it), an unchanged result when
+    session is gone, an unchanged result when ``owner`` no longer holds its claim (its lease
+    expired and another compaction claimed it, or the session was made again since), when
     there is nothing to fold or, naming the agent in ``moved_to``, when the session now
     runs another agent than the one the job was built for (nothing read: its history is
     not the old agent's fast model's to see). A job the pressure started whose session has
@@ -113,8 +120,10 @@ async def read_span(
     claim."""
     key = {"tenant": job.tenant, "session_id": job.session_id}
     row = await sessions.fetchrow_session(conn, **key)
-    if row is None or row["compaction_owner"] != owner:
+    if row is None:
         return None
+    if row["compaction_owner"] != owner:  # a session there, not this compaction's to fold
+        return CompactionResult(None, None, 0, 0, 0, CLAIM_PASSED)
     if job.agents is not None and row["agent"] not in (*job.agents, None):
         raise steps.AgentRefused(row["agent"])
     if row["agent"] != job.agent:  # built with another agent's fast model and settings

@@ -74,7 +74,7 @@ class Closer:
         how many, and the sessions left because their claim was held: None when the
         database was not there (``quiet``: not logged again), so none is known closed."""
         closed, held = 0, set()
-        owner = uuid.uuid4()
+        owner, ttl = uuid.uuid4(), self.leases.ttl
         try:
             async with borrowed(self.pool, self.acquire_timeout) as conn:
                 for tenant, session_id in await events.fetch_sessions_with_unpaired_compactions(
@@ -83,9 +83,8 @@ class Closer:
                     if only is not None and (tenant, session_id) not in only:
                         continue
                     if not await claims.claim_compaction(
-                        conn, tenant=tenant, session_id=session_id, owner=owner,
-                        ttl=self.leases.ttl,
-                    ):  # fmt: skip
+                        conn, tenant=tenant, session_id=session_id, owner=owner, ttl=ttl
+                    ):
                         held.add((tenant, session_id))
                         continue
                     try:
@@ -103,11 +102,17 @@ class Closer:
     async def _again(self, held: set[Key] | None) -> None:
         """Try the sessions whose claim was held again (every session: None), a third of
         the time to live apart: for as long as three times it once the database answers,
-        and until it does."""
-        tries = 0
+        and until it does (a pass it refuses is logged and tried again)."""
+        tries, refused = 0, 0
         while tries < 9:
             await asyncio.sleep(self.leases.ttl / 3)
-            closed, left = await self._pass(held, quiet=True)
+            try:
+                closed, left = await self._pass(held, quiet=True)
+            except Exception as exc:  # a statement refused: as no database, not the task's end
+                refused += 1
+                if refused == 1 or refused % 60 == 0:
+                    log.warning("interrupted compactions not closed yet (%d): %s", refused, exc)
+                continue
             if closed:
                 log.warning("closed %d compaction(s) interrupted by a stop", closed)
             if left is None:  # no database yet: the same sessions again, untimed

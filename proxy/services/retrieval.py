@@ -228,7 +228,7 @@ class EmbeddingWorker:
             self._scan_started = time.monotonic()
         start = self._cursor
         async with self.pool.acquire() as conn:
-            claimed, last = await store.claim_unembedded(
+            claimed, last, at_end = await store.claim_unembedded(
                 conn,
                 model=embedder.model,
                 after_id=start,
@@ -239,15 +239,23 @@ class EmbeddingWorker:
             )
         if last is None:  # the end of the table: rescan from the start now and then
             await self.flush()
-            if time.monotonic() - self._scan_started >= self.rescan_seconds:
-                async with self.pool.acquire() as conn:
-                    await store.release_stale_claims(conn)
-                self._cursor, self._scan_started = 0, time.monotonic()
+            await self._rescan_when_due()
             return False
         self._cursor = last
         if claimed:
             await self._embed(claimed, embedder, start, cfg)
+        if at_end:  # new messages may keep coming: the end is here all the same
+            await self._rescan_when_due()
         return True
+
+    async def _rescan_when_due(self) -> None:
+        """At the table's end, once every ``rescan`` interval: release dead replicas'
+        claims and start again from the first message (ids committed out of order below
+        the cursor, a session moved to an agent with retrieval on, a failed batch)."""
+        if time.monotonic() - self._scan_started >= self.rescan_seconds:
+            async with self.pool.acquire() as conn:
+                await store.release_stale_claims(conn)
+            self._cursor, self._scan_started = 0, time.monotonic()
 
     async def _embed(
         self, claimed: list[store.Claimed], embedder: Any, start: int, cfg: Config

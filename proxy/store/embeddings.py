@@ -75,10 +75,13 @@ at most, whatever the table's size or statistics."""
 # cursor moves to the last candidate when the batch is full (the rest of the window is read
 # again next poll), else to the window's end while ids lie past it (a window with nothing
 # to embed moves it on all the same), else to its last row: NULL once nothing lies past
-# the cursor.
+# the cursor. ``at_end``: the poll read the table's last row (a batch short of full), so
+# the worker may start its rescan there even while new messages keep arriving.
 CLAIM = f"""
 WITH first AS (
     SELECT min(id) AS id FROM messages WHERE id > $1
+), top AS (
+    SELECT max(id) AS id FROM messages
 ), scan AS (
     SELECT id, tenant, session_id, pos, role, message, superseded_at FROM messages
     WHERE id > $1 AND id < (SELECT id FROM first) + {CLAIM_WINDOW}
@@ -99,14 +102,16 @@ WITH first AS (
     RETURNING message_id
 ), last AS (
     SELECT CASE WHEN (SELECT count(*) FROM cand) >= $6 THEN (SELECT max(id) FROM cand)
-                WHEN (SELECT max(id) FROM messages) >= (SELECT id FROM first) + {CLAIM_WINDOW}
+                WHEN (SELECT id FROM top) >= (SELECT id FROM first) + {CLAIM_WINDOW}
                 THEN (SELECT id FROM first) + {CLAIM_WINDOW} - 1
-                ELSE (SELECT max(id) FROM scan) END AS id
+                ELSE (SELECT max(id) FROM scan) END AS id,
+           (SELECT count(*) FROM cand) < $6
+           AND (SELECT id FROM top) < (SELECT id FROM first) + {CLAIM_WINDOW} AS at_end
 )
-SELECT c.id, c.message, c.agent, (SELECT id FROM last) AS last_id
-FROM cand c JOIN claimed k ON k.message_id = c.id
+SELECT c.id, c.message, c.agent, l.id AS last_id, l.at_end
+FROM cand c JOIN claimed k ON k.message_id = c.id CROSS JOIN last l
 UNION ALL
-SELECT NULL, NULL, NULL, (SELECT id FROM last)
+SELECT NULL, NULL, NULL, l.id, l.at_end FROM last l
 ORDER BY 1 NULLS LAST
 """
 
@@ -120,16 +125,18 @@ async def claim_unembedded(
     configured: Sequence[str],
     default_on: bool,
     limit: int,
-) -> tuple[list[Claimed], int | None]:
+) -> tuple[list[Claimed], int | None, bool]:
     """Claim up to ``limit`` messages past ``after_id`` that have no ``model`` row; returns
-    them and the id the next claim starts after (None: nothing past ``after_id``). A poll
-    reads at most ``CLAIM_WINDOW`` messages, so one that claims none may still return an
-    id: the scan goes on from there."""
+    them, the id the next claim starts after (None: nothing past ``after_id``) and whether
+    this claim read the table's last row. A poll reads at most ``CLAIM_WINDOW`` messages,
+    so one that claims none may still return an id: the scan goes on from there."""
     rows = await conn.fetch(
         CLAIM, after_id, model, list(agents), list(configured), default_on, limit
     )
     claimed = [Claimed(r["id"], r["message"], r["agent"]) for r in rows if r["id"] is not None]
-    return claimed, rows[-1]["last_id"] if rows else None
+    if not rows or rows[-1]["last_id"] is None:
+        return claimed, None, True
+    return claimed, rows[-1]["last_id"], bool(rows[-1]["at_end"])
 
 
 RELEASE_STALE = f"""

@@ -63,7 +63,7 @@ async def _message_rows_read(conn: Any, after_id: int) -> float:
     return sum(_reads(root, "messages"))
 
 
-async def _claim(conn: Any, after_id: int) -> tuple[list[store.Claimed], int | None]:
+async def _claim(conn: Any, after_id: int) -> tuple[list[store.Claimed], int | None, bool]:
     model, agents, configured, default_on, limit = ARGS
     return await store.claim_unembedded(
         conn,
@@ -90,14 +90,16 @@ async def test_a_poll_over_embedded_messages_reads_a_window_and_moves_on(planned
         MODEL,
     )
     assert await _message_rows_read(conn, 0) <= store.CLAIM_WINDOW + 2
-    claimed, last = await _claim(conn, 0)
-    assert claimed == [] and last is not None  # the scan goes on from there
-    seen = 1
+    claimed, last, at_end = await _claim(conn, 0)
+    assert claimed == [] and last is not None and not at_end  # the scan goes on from there
+    seen, ends = 1, []
     while last is not None:
-        claimed, last = await _claim(conn, last)
+        claimed, last, at_end = await _claim(conn, last)
         assert claimed == []
         seen += 1
+        ends.append(at_end)
     assert seen >= 2 * ROWS // store.CLAIM_WINDOW
+    assert ends[-2:] == [True, True] and not any(ends[:-2])  # the last window, then none
 
 
 async def test_the_scan_claims_every_message_past_gaps_in_the_ids(conn: Any) -> None:
@@ -108,7 +110,7 @@ async def test_the_scan_claims_every_message_past_gaps_in_the_ids(conn: Any) -> 
     )
     claimed, last, polls = [], 0, 0
     while last is not None:
-        got, last = await _claim(conn, last)
+        got, last, _ = await _claim(conn, last)
         claimed += got
         polls += 1
     assert len(claimed) == ROWS // 2 and polls <= ROWS // 2 // 16 + 2

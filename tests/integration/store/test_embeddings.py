@@ -28,7 +28,7 @@ async def _session(pool: asyncpg.Pool, tenant: str, sid: str, texts: list[str]) 
 
 async def _claim(pool: asyncpg.Pool, limit: int = 10) -> list[store.Claimed]:
     async with pool.acquire() as conn:
-        claimed, _ = await store.claim_unembedded(
+        claimed, _, _ = await store.claim_unembedded(
             conn,
             model=MODEL,
             after_id=0,

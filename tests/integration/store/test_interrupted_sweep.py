@@ -102,3 +102,37 @@ async def test_a_compaction_whose_claim_passed_writes_no_started_event(
         )
         await events.insert_event(conn, **key, name=COMPLETED, data={"n": 2})
     assert await _unpaired(pool, every=True) == 0
+
+
+async def test_the_background_sweep_outlives_a_refused_statement(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass the database refuses (a standby promoted late is read-only for a while) is
+    logged and tried again, as a pass without a database is: the task does not end there,
+    its error unseen until the stop."""
+    await _left_by_an_older_version(pool)
+    real = events.fetch_sessions_with_unpaired_compactions
+    calls = 0
+
+    async def refused_at_first(conn: Any) -> list[tuple[str, str]]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise DatabaseUnavailable("connection refused")
+        if calls == 2:
+            raise asyncpg.ReadOnlySQLTransactionError("cannot execute in a read-only transaction")
+        return await real(conn)
+
+    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", refused_at_first)
+    leases: Any = SimpleNamespace(ttl=0.3)
+    closer = interrupted.Closer(pool, _Bus(), leases, acquire_timeout=1.0)  # type: ignore[arg-type]
+    try:
+        assert await closer.at_start() == 0
+        for _ in range(40):
+            if await _unpaired(pool, every=True) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await _unpaired(pool, every=True) == 0
+        assert "read-only" in caplog.text
+    finally:
+        await closer.aclose()

@@ -1,0 +1,58 @@
+"""The embedding worker's rescan comes round under steady traffic too.
+
+Ids committed out of order land below the cursor, as do the messages of a session moved
+to an agent with retrieval on; only the rescan from the first message reads them. A poll
+that reads to the table's end while new messages keep arriving must count as the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.services import retrieval
+from proxy.services.retrieval import EmbeddingWorker
+
+
+class _Pool:
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[object]:
+        yield object()
+
+
+class _Embedder:
+    model = "m"
+
+    async def warm(self) -> None:
+        return None
+
+
+async def test_a_poll_that_reads_to_the_end_under_traffic_starts_the_rescan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    polls: list[int] = []
+    released: list[object] = []
+
+    async def claim(conn: Any, *, after_id: int, **_: Any) -> Any:
+        polls.append(after_id)
+        # one new message past the cursor each poll, and the window reaches the table's end
+        return [], after_id + 1, True
+
+    async def release_stale(conn: Any) -> int:
+        released.append(conn)
+        return 0
+
+    monkeypatch.setattr(retrieval.store, "claim_unembedded", claim)
+    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
+    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
+    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
+    embedders = SimpleNamespace(current=lambda: _Embedder())
+    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=0.0)  # type: ignore[arg-type]
+    for _ in range(3):
+        await worker.run_once()
+    assert released, "no rescan while messages keep arriving"
+    assert polls[1:] == [0, 0]  # each poll reached the end, so each starts the scan again
