@@ -45,15 +45,23 @@ _THINKING_END = re.compile(
     r"^[ \t]*</(?:think|thinking|reasoning)>[ \t]*$", re.MULTILINE | re.IGNORECASE
 )
 """A line that only closes a thinking block: its opening tag may have been in the prompt (a
-chat template that opens it there) or after a preamble; a briefing holds no such line, so
-what comes before the last one is thinking."""
+chat template that opens it there) or after a preamble. What comes before the first such
+line outside a code fence is thinking; one inside a fence is the briefing's own quote (a
+session about think tags)."""
 
 
 def without_thinking(text: str) -> str:
     """``text`` without the thinking ahead of the answer (``_THINKING``, ``_THINKING_END``)."""
     text = _THINKING.sub("", text, count=1)
-    ends = [m.end() for m in _THINKING_END.finditer(text)]
-    return text[ends[-1] :] if ends else text
+    for end in _THINKING_END.finditer(text):
+        if not _in_fence(text[: end.start()]):
+            return text[end.end() :]
+    return text
+
+
+def _in_fence(before: str) -> bool:
+    """Whether a line after ``before`` lies inside a code fence ``before`` opened."""
+    return sum(1 for line in before.splitlines() if _FENCE.match(line)) % 2 == 1
 
 
 def _key(name: str) -> int | None:

@@ -456,6 +456,19 @@ def test_parse_skips_thinking_whose_opening_tag_was_in_the_prompt() -> None:
     assert "`</think>` tag" in parse_briefing(quoted)
 
 
+def test_a_closing_tag_line_in_the_briefings_own_code_is_no_end_of_thinking() -> None:
+    """A briefing of a session about think tags may quote one on a line of its own in a
+    code block; read as the end of thinking, it cut every section before it away. Only a
+    closing line outside a fence ends the thinking, and the first such one does."""
+    code = "## Next Step\nkeep the parser's test:\n```\n</think>\n```\n"
+    quoted = BRIEF.replace("## Next Step\n", code)
+    whole = parse_briefing(quoted)
+    assert "objective body" in whole and "```\n</think>\n```" in whole
+    draft = "Let me draft it.\n## Objective\nold draft"
+    assert parse_briefing(f"<think>\n{draft}\n</think>\n{quoted}") == whole
+    assert parse_briefing(f"{draft}\n</think>\n{quoted}") == whole
+
+
 def test_section_returns_none_when_absent_and_rejects_unknown_names() -> None:
     assert section("## Objective\nx", "Next Step") is None
     with pytest.raises(ValueError, match="unknown section"):
