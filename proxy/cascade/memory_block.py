@@ -150,12 +150,7 @@ def plan_memory(step: StepInput) -> MemoryNeed:
     tokens with the guard's factor rounded up (``stepped_factor``), so a cut at that share
     stays within it and moves only when the ratio crosses a step; the guard, counting with
     the ratio, still leaves the block out of a prompt that cannot fit it."""
-    share, _ = block_room(step, MEMORY_BUDGET_SHARE, "system")
-    framing = step.count([{"role": "system", "content": ""}])
-
-    def tokens(text: str) -> int:
-        return step.count([{"role": "system", "content": text}]) - framing
-
+    share, tokens = block_room(step, MEMORY_BUDGET_SHARE, "system", calibrated=False)
     return MemoryNeed(min(MEMORY_MAX_TOKENS, int(share / stepped_factor(step.ratio))), tokens)
 
 

@@ -204,13 +204,16 @@ def calibrated_count(count: TokenCounter, ratio: float) -> TokenCounter:
     return calibrated
 
 
-def block_room(step: StepInput, share: float, role: str) -> tuple[int, Callable[[str], int]]:
+def block_room(
+    step: StepInput, share: float, role: str, *, calibrated: bool = True
+) -> tuple[int, Callable[[str], int]]:
     """An optional block's cap, ``share`` of the prompt budget (limit less reserved output),
     and what a text adds as one message of ``role``, its framing left out: counted as the
     guard counts (``calibrated_count``), since the budget is the provider's tokens, which the
-    raw estimate undercounts by the session's real/estimated ratio."""
+    raw estimate undercounts by the session's real/estimated ratio; by the raw estimate when
+    not ``calibrated`` (a caller that turns the cap into estimate tokens itself)."""
     budget = step.budget.limit - step.budget.reserved_output
-    count = calibrated_count(step.count, step.ratio)
+    count = calibrated_count(step.count, step.ratio) if calibrated else step.count
     framing = count([{"role": role, "content": ""}])
 
     def tokens(text: str) -> int:
