@@ -51,16 +51,18 @@ from proxy.bus_payloads import stamp_now
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.redaction import redact
 from proxy.cascade.summary import fold_summary
-from proxy.cascade.types import (
-    COMPACTION_COMPLETED,
-    COMPACTION_STARTED,
-    Message,
-    TokenCounter,
-)
+from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_STARTED, Message, TokenCounter
 from proxy.observe import compaction_span, note_compaction_event
 from proxy.services.compaction_failed import discarded, report_failed
 from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
-from proxy.services.compaction_span import CompactionResult, Span, as_text, ms_since, read_span
+from proxy.services.compaction_span import (
+    CLAIM_PASSED,
+    CompactionResult,
+    Span,
+    as_text,
+    ms_since,
+    read_span,
+)
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
@@ -302,7 +304,7 @@ class DurableSummarizer:
         }
         if not await self._started(conn, job, owner, started):
             log.warning("compaction of %s: its claim passed; nothing folded", job.session_id)
-            return span.unchanged(span.claim_passed)  # None would say the session is gone
+            return span.unchanged(CLAIM_PASSED)  # None would say the session is gone
         await lent.give_back()  # none held while the fast model answers
         try:
             plan, ratio = span.plan, span.ratio

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import asyncpg
 
@@ -22,7 +22,7 @@ from proxy.services.interrupted import Closer
 from proxy.store import messages as msgs, sessions, steps, summaries
 from proxy.store.db import Connection
 
-__all__ = ["CompactionResult", "Span", "as_text", "ms_since", "read_span"]
+__all__ = ["CLAIM_PASSED", "CompactionResult", "Span", "as_text", "ms_since", "read_span"]
 
 log = logging.getLogger("cascade.compaction")
 
@@ -80,8 +80,6 @@ class Span:
         """The position after the folded span: the summary's new boundary."""
         plan, tail = self.plan, self.tail
         return int(tail[plan.end]["pos"] if plan.end < len(tail) else tail[plan.end - 1]["pos"] + 1)
-
-    claim_passed: ClassVar[str] = CLAIM_PASSED
 
     def unchanged(
         self, reason: str, *, failed: bool = False, backoff: float | None = None
