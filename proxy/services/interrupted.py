@@ -102,7 +102,8 @@ class Closer:
     async def _again(self, held: set[Key] | None) -> None:
         """Try the sessions whose claim was held again (every session: None), a third of
         the time to live apart: for as long as three times it once the database answers,
-        and until it does (a pass it refuses is logged and tried again)."""
+        and until it does (a pass it refuses is tried again, the first of each run of
+        refusals logged, then every 60th)."""
         tries, refused = 0, 0
         while tries < 9:
             await asyncio.sleep(self.leases.ttl / 3)
@@ -113,6 +114,7 @@ class Closer:
                 if refused == 1 or refused % 60 == 0:
                     log.warning("interrupted compactions not closed yet (%d): %s", refused, exc)
                 continue
+            refused = 0  # answered: a later refusal starts a new run
             if closed:
                 log.warning("closed %d compaction(s) interrupted by a stop", closed)
             if left is None:  # no database yet: the same sessions again, untimed
