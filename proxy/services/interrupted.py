@@ -53,8 +53,13 @@ class Closer:
     async def at_start(self) -> int:
         """Close what no process runs any more; returns how many closed now. A session
         whose claim is held is tried again in the background, and every session when the
-        database is not there now (module docstring)."""
-        closed, held = await self._pass(None)
+        database is not there now (module docstring), or refuses the pass: a statement
+        cancelled or refused is no failed start."""
+        try:
+            closed, held = await self._pass(None)
+        except Exception as exc:  # as no database: every session again, in the background
+            log.warning("interrupted compactions not closed yet: %s", exc)
+            closed, held = 0, None
         if closed:
             log.warning("closed %d compaction(s) interrupted by a stop", closed)
         if held is None or held:
