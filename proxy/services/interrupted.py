@@ -9,10 +9,10 @@ next compaction starts (``close_session``, under that compaction's claim), and a
 A claim the dead process held outlives it by up to the lease's time to live (it was renewed
 until the process died), so start-up leaves such a session and a background pass tries it
 again every third of the time to live until the claim is free, or the compaction behind it,
-alive on another replica, ended by itself. A start that finds no database sweeps again in
-the background, as often, until it is there: a compaction's own look closes the session's
-latest started event only, so older ones (two in a row an older version left) are the
-sweep's alone.
+alive on another replica, ended by itself. A start that finds no database (or whose pass
+it refuses) sweeps again in the background, as often, until it answers: a compaction's own
+look closes the session's latest started event only, so older ones (two in a row an older
+version left) are the sweep's alone.
 """
 
 from __future__ import annotations
