@@ -121,6 +121,7 @@ async def read_span(
     if row is None:
         return None
     if row["compaction_owner"] != owner:  # a session there, not this compaction's to fold
+        log.warning("compaction of %s: its claim passed; nothing folded", job.session_id)
         return CompactionResult(None, None, 0, 0, 0, CLAIM_PASSED)
     if job.agents is not None and row["agent"] not in (*job.agents, None):
         raise steps.AgentRefused(row["agent"])

@@ -9,10 +9,10 @@ next compaction starts (``close_session``, under that compaction's claim), and a
 A claim the dead process held outlives it by up to the lease's time to live (it was renewed
 until the process died), so start-up leaves such a session and a background pass tries it
 again every third of the time to live until the claim is free, or the compaction behind it,
-alive on another replica, ended by itself. A start that finds no database sweeps again in
-the background, as often, until it is there: a compaction's own look closes the session's
-latest started event only, so older ones (two in a row an older version left) are the
-sweep's alone.
+alive on another replica, ended by itself. A start that finds no database (or whose pass
+it refuses) sweeps again in the background, as often, until it answers: a compaction's own
+look closes the session's latest started event only, so older ones (two in a row an older
+version left) are the sweep's alone.
 """
 
 from __future__ import annotations
@@ -53,8 +53,13 @@ class Closer:
     async def at_start(self) -> int:
         """Close what no process runs any more; returns how many closed now. A session
         whose claim is held is tried again in the background, and every session when the
-        database is not there now (module docstring)."""
-        closed, held = await self._pass(None)
+        database is not there now (module docstring), or refuses the pass: a statement
+        cancelled or refused is no failed start."""
+        try:
+            closed, held = await self._pass(None)
+        except Exception as exc:  # as no database: every session again, in the background
+            log.warning("interrupted compactions not closed yet: %s", exc)
+            closed, held = 0, None
         if closed:
             log.warning("closed %d compaction(s) interrupted by a stop", closed)
         if held is None or held:
@@ -102,7 +107,8 @@ class Closer:
     async def _again(self, held: set[Key] | None) -> None:
         """Try the sessions whose claim was held again (every session: None), a third of
         the time to live apart: for as long as three times it once the database answers,
-        and until it does (a pass it refuses is logged and tried again)."""
+        and until it does (a pass it refuses is tried again, the first of each run of
+        refusals logged, then every 60th)."""
         tries, refused = 0, 0
         while tries < 9:
             await asyncio.sleep(self.leases.ttl / 3)
@@ -113,6 +119,7 @@ class Closer:
                 if refused == 1 or refused % 60 == 0:
                     log.warning("interrupted compactions not closed yet (%d): %s", refused, exc)
                 continue
+            refused = 0  # answered: a later refusal starts a new run
             if closed:
                 log.warning("closed %d compaction(s) interrupted by a stop", closed)
             if left is None:  # no database yet: the same sessions again, untimed

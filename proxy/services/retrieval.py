@@ -251,8 +251,11 @@ class EmbeddingWorker:
     async def _rescan_when_due(self) -> None:
         """At the table's end, once every ``rescan`` interval: release dead replicas'
         claims and start again from the first message (ids committed out of order below
-        the cursor, a session moved to an agent with retrieval on, a failed batch)."""
+        the cursor, a session moved to an agent with retrieval on, a failed batch). The
+        batch this replica is storing is stored first: its claims, as old as its embedding
+        call, are no dead replica's to release."""
         if time.monotonic() - self._scan_started >= self.rescan_seconds:
+            await self.flush()
             async with self.pool.acquire() as conn:
                 await store.release_stale_claims(conn)
             self._cursor, self._scan_started = 0, time.monotonic()

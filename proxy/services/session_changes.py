@@ -15,7 +15,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Container,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
 import asyncpg
@@ -52,6 +60,18 @@ Admit = Callable[[], Sequence[str] | None]
 ``Unauthorized`` when not, and which agents it may use now (``auth.key_in_force``)."""
 
 
+class _InForce(Container[str]):
+    """The agents the operation's key may use as ``admit`` last answered (None: any): what
+    the store holds the session's agent to under its row lock, so a reload that limits the
+    key while the operation waits counts there too, where the session can no longer move."""
+
+    def __init__(self, now: Sequence[str] | None) -> None:
+        self.now = now
+
+    def __contains__(self, agent: object) -> bool:
+        return self.now is None or agent in self.now
+
+
 @contextlib.asynccontextmanager
 async def _turn(
     locks: SessionLocks,
@@ -62,7 +82,7 @@ async def _turn(
     admit: Admit | None = None,
     agents: Sequence[str] | None = None,
     conn: Any = None,
-) -> AsyncIterator[tuple[sessions.Pause | None, Sequence[str] | None]]:
+) -> AsyncIterator[tuple[sessions.Pause | None, Container[str] | None]]:
     """An operation's turn on a session: its place in this replica's queue (``locks``),
     then the pause between two tries at a lease another replica holds, which the store's
     ``_locked`` calls. The pause ends the operation when its client leaves and ends early
@@ -70,9 +90,10 @@ async def _turn(
     None without either: the store's plain sleep. ``admit`` (``auth.key_in_force``) is asked
     as the turn comes and after each pause: a key a reload revoked while the operation
     waited raises there, before the store changes anything, and one a reload limited to
-    agents other than the session's (read on ``conn``) is the 403: the store holds the
-    operation to the agents of the turn's start. Beside the pause it yields the agents the
-    key may use as the turn comes (``agents``, the arrival's, without ``admit``)."""
+    agents other than the session's (read on ``conn``) is the 403. Beside the pause it yields
+    the agents the key may use (``agents``, the arrival's, without ``admit``; with it, those
+    the key was last asked for, ``_InForce``), which the store holds the session's agent to
+    under its row lock: it may move between the pause's read and the lock."""
     async with locks.turn((tenant, session_id), client, OPERATION_WAITING):
         if admit is not None:
             agents = admit()
@@ -85,16 +106,19 @@ async def _turn(
                 yield between, agents
                 return
 
+            held = _InForce(agents)
+
             async def admitted(seconds: float) -> None:
                 await between(seconds)
-                now = admit()
-                if now is None or now == agents or conn is None:
+                now, before = admit(), held.now
+                held.now = now
+                if now is None or now == before or conn is None:
                     return
                 agent = await sessions.fetchval_agent(conn, tenant=tenant, session_id=session_id)
                 if agent is not None and agent not in now:
                     raise PermissionDenied.agent(now, agent, session_id=session_id)
 
-            yield admitted, agents
+            yield admitted, held
 
 
 async def _in_turn(
@@ -112,11 +136,9 @@ async def _in_turn(
     NotFound when there was no session to change (one deleted while this waited included)."""
     async with _turn(locks, client, wakeups, tenant, session_id, admit, agents, conn) as (
         between,
-        agents,
+        held,
     ):
-        found = await change(
-            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
-        )
+        found = await change(conn, tenant=tenant, session_id=session_id, pause=between, agents=held)
     if not found:
         raise NotFound(f"no session {session_id!r} (for this API key)")
 
@@ -152,10 +174,10 @@ async def branch_session(
     try:
         async with _turn(locks, client, wakeups, tenant, session_id, admit, agents, conn) as (
             between,
-            agents,
+            held,
         ):
             copied = await sessions.copy_session(
-                conn, tenant=tenant, source=session_id, target=target, pause=between, agents=agents
+                conn, tenant=tenant, source=session_id, target=target, pause=between, agents=held
             )
     except asyncpg.UniqueViolationError:  # made meanwhile: a concurrent branch or request
         raise taken from None
@@ -230,11 +252,12 @@ async def compact_session(
     ``compacted: false`` would read as nothing to fold)."""
     async with _turn(locks, client, wakeups, tenant, session_id, admit, agents, conn) as (
         between,
-        agents,
+        held,
     ):
         await sessions.wait_turn(
-            conn, tenant=tenant, session_id=session_id, pause=between, agents=agents
+            conn, tenant=tenant, session_id=session_id, pause=between, agents=held
         )
+    agents = held.now if isinstance(held, _InForce) else agents
 
     @contextlib.contextmanager
     def guard() -> Iterator[None]:

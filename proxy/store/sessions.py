@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -154,7 +154,7 @@ async def delete_session(
     tenant: str,
     session_id: str,
     pause: Pause | None = None,
-    agents: Sequence[str] | None = None,
+    agents: Container[str] | None = None,
 ) -> bool:
     """Delete a session and, by ON DELETE CASCADE, everything it owns; the answers to its
     memory suggestions too, which name a suggestion (its ``memory.suggestion`` event, read
@@ -175,7 +175,7 @@ async def _locked(
     tenant: str,
     session_id: str,
     pause: Pause,
-    agents: Sequence[str] | None = None,
+    agents: Container[str] | None = None,
 ) -> AsyncIterator[Connection]:
     """A transaction on ``conn`` (a pool, what API handlers hold, lends one connection)
     holding the session's row lock once no request holds its lease: reset, delete and branch
@@ -230,7 +230,7 @@ async def wait_turn(
     tenant: str,
     session_id: str,
     pause: Pause | None = None,
-    agents: Sequence[str] | None = None,
+    agents: Container[str] | None = None,
 ) -> None:
     """Wait for the session's turn as reset, delete and branch do (``_locked``), then give
     it back at once, having changed nothing: a forced compaction waits so for the request
@@ -260,7 +260,7 @@ async def reset_session(
     tenant: str,
     session_id: str,
     pause: Pause | None = None,
-    agents: Sequence[str] | None = None,
+    agents: Container[str] | None = None,
 ) -> bool:
     """Forget the history (messages, raw outputs, summaries) and what each stage reclaimed
     from it; the session and events stay. False when there is no session: a delete that
@@ -306,7 +306,7 @@ async def copy_session(
     source: str,
     target: str,
     pause: Pause | None = None,
-    agents: Sequence[str] | None = None,
+    agents: Container[str] | None = None,
 ) -> bool:
     """Branch: independent copies of the live history, raw outputs (the ones a reused tool
     call id replaced too: an older result's sent form is one) and valid summaries, with

@@ -7,6 +7,7 @@ that reads to the table's end while new messages keep arriving must count as the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -56,3 +57,38 @@ async def test_a_poll_that_reads_to_the_end_under_traffic_starts_the_rescan(
         await worker.run_once()
     assert released, "no rescan while messages keep arriving"
     assert polls[1:] == [0, 0]  # each poll reached the end, so each starts the scan again
+
+
+async def test_the_rescan_at_the_end_waits_for_the_batch_being_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The release of stale claims is for a dead replica's: this replica's batch still being
+    stored (its claims as old as its embedding call) is stored before the rescan starts."""
+    stored, released_after = asyncio.Event(), []
+
+    async def claim(conn: Any, *, after_id: int, **_: Any) -> Any:
+        return [retrieval.store.Claimed(after_id + 1, {"role": "user", "content": "x"})], 9, True
+
+    async def update(conn: Any, **_: Any) -> None:
+        await asyncio.sleep(0.05)
+        stored.set()
+
+    async def release_stale(conn: Any) -> int:
+        released_after.append(stored.is_set())
+        return 0
+
+    class Embedder(_Embedder):
+        async def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0] for _ in texts]
+
+    monkeypatch.setattr(retrieval.store, "claim_unembedded", claim)
+    monkeypatch.setattr(retrieval.store, "update_embeddings", update)
+    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
+    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
+    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
+    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
+    embedders = SimpleNamespace(current=lambda: Embedder())
+    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=0.0)  # type: ignore[arg-type]
+    await worker.run_once()
+    await worker.flush()
+    assert released_after == [True], "stale claims released while this replica stored its batch"

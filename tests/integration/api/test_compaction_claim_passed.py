@@ -44,8 +44,13 @@ def test_a_forced_compaction_whose_claim_passed_at_its_start_answers_nothing_fol
 
 
 def test_a_forced_compaction_whose_claim_passed_before_its_read_answers_nothing_folded(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    db_dsn: str,
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """As at its start, the compaction says why it folded nothing in a warning (README)."""
     model = Model()
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
         history(Agent(s.client("early")))
@@ -63,3 +68,4 @@ def test_a_forced_compaction_whose_claim_passed_before_its_read_answers_nothing_
         out = resp.json()
         assert out["compacted"] is False and "claim" in out["reason"]
         assert not model.fast_times and s.events("early", STARTED) == []
+    assert "early: its claim passed; nothing folded" in caplog.text

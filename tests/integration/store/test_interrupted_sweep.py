@@ -136,3 +136,34 @@ async def test_the_background_sweep_outlives_a_refused_statement(
         assert "read-only" in caplog.text
     finally:
         await closer.aclose()
+
+
+async def test_a_start_whose_sweep_is_refused_sweeps_in_the_background(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A statement the database refuses as the proxy starts (a cancelled statement) is no
+    failed start: the sweep goes on in the background, as when the database is not there."""
+    await _left_by_an_older_version(pool)
+    real = events.fetch_sessions_with_unpaired_compactions
+    calls = 0
+
+    async def refused_at_first(conn: Any) -> list[tuple[str, str]]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
+        return await real(conn)
+
+    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", refused_at_first)
+    leases: Any = SimpleNamespace(ttl=0.3)
+    closer = interrupted.Closer(pool, _Bus(), leases, acquire_timeout=1.0)  # type: ignore[arg-type]
+    try:
+        assert await closer.at_start() == 0
+        for _ in range(40):
+            if await _unpaired(pool, every=True) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await _unpaired(pool, every=True) == 0
+        assert "statement timeout" in caplog.text
+    finally:
+        await closer.aclose()
