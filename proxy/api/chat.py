@@ -59,7 +59,9 @@ _TYPED = (
 )
 
 
-def _check_body(body: dict[str, Any]) -> None:
+def _check_body(body: dict[str, Any], checked: int = 0) -> None:
+    """400 for a body the proxy cannot route; the first ``checked`` messages are known to
+    pass (``ResentBodies.checked``: the same objects an earlier request's check passed)."""
     for name, kind, what in _TYPED:
         value = body.get(name)
         if value is not None and not isinstance(value, kind):
@@ -70,25 +72,26 @@ def _check_body(body: dict[str, Any]) -> None:
         raise ClientRequestError(
             "'stream_options.include_usage' must be a boolean", param="stream_options.include_usage"
         )
-    _check_messages(body)
+    _check_messages(body, checked)
 
 
 _ID_TYPES = (str, type(None))  # a tool_call_id, or none (absent, or null as some SDKs send)
 
 
-def _check_messages(body: dict[str, Any]) -> None:
+def _check_messages(body: dict[str, Any], checked: int = 0) -> None:
     messages = body.get("messages")
     if messages is None:
         raise ClientRequestError("missing required parameter 'messages'", param="messages")
     if not isinstance(messages, list) or not messages:
         raise ClientRequestError("'messages' must be a non-empty array", param="messages")
+    start = checked if 0 <= checked <= len(messages) else 0
     if all(
         type(m) is dict
         and type(m.get("role")) is str
         and type(m.get("tool_call_id", "")) in _ID_TYPES
-        for m in messages
+        for m in messages[start:]
     ):
-        return  # the common case, in one pass (a 5,000-message history is resent each time)
+        return  # the common case, in one pass over what is new since the last request
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ClientRequestError(
@@ -111,14 +114,16 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     early_id = named_session_id(path_id=path_id, header_id=header_id, body=None)
     if early_id is not None:
         note_session(early_id)
+    key = (tenant, named) if named else None
     body = await read_json_body(
         request,
         state.settings.max_body_bytes,
         resent=state.chat.bodies,
-        key=(tenant, named) if named else None,
+        key=key,
         setting=MAX_BODY_BYTES,
     )
-    _check_body(body)
+    _check_body(body, state.chat.bodies.checked(key, body))
+    state.chat.bodies.mark_checked(key, body)
     rt = route(cfg, body)
     check_agent(request.scope, rt.agent)
     named_id = early_id or named_session_id(path_id=None, header_id=None, body=body)

@@ -71,11 +71,17 @@ class ChainCache:
         if entry is not None:
             old, hashes, weights = entry
             same = min(len(old), len(msgs))
-            if msgs[:same] != old[:same]:
+            # The common request extends the last one: the whole previous list is the prefix.
+            # One slice is compared and the kept hashes are copied once; each copy touches
+            # every message or hash object (a reference count), which a long history feels.
+            if (same == len(old) and old != msgs[:same]) or (
+                same < len(old) and msgs[:same] != old[:same]
+            ):
                 same = next(i for i in range(same) if msgs[i] != old[i])
             seed = hashes[same - 1] if same else ""
-            result = hashes[:same] + chain(msgs[same:], seed)
-            running = weights[:same]
+            fresh = chain(msgs[same:], seed)
+            result = hashes + fresh if same == len(hashes) else hashes[:same] + fresh
+            running = weights if same == len(weights) else weights[:same]
         else:
             result = chain(msgs)
             running = []

@@ -52,6 +52,7 @@ class _Entry:
     raw: bytes  # the previous body
     end: int  # offset just after the last message of its messages array
     body: dict[str, Any]  # what it parsed to
+    checked: int = 0  # how many leading messages of ``body`` its caller's check passed
 
 
 def _split(raw: bytes) -> int | None:
@@ -111,7 +112,7 @@ class ResentBodies:
         if entry is not None:
             body = _extend(entry, raw)
             if body is not None:
-                self._put(key, _Entry(raw, body[1], body[0]))
+                self._put(key, _Entry(raw, body[1], body[0], entry.checked))
                 return body[0]
         parsed = loads_exact(raw)
         if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
@@ -119,6 +120,22 @@ class ResentBodies:
             if end is not None:
                 self._put(key, _Entry(raw, end, parsed))
         return parsed
+
+    def checked(self, key: Any, body: Any) -> int:
+        """How many leading messages of ``body`` (what ``parse`` just returned under ``key``)
+        are the very objects of an earlier body that ``mark_checked`` vouched for: a caller
+        that validates each message skips those (the prefix of an extended body is the
+        earlier body's message dicts, and nothing on the request path mutates them)."""
+        entry = self._entries.get(key)
+        return entry.checked if entry is not None and entry.body is body else 0
+
+    def mark_checked(self, key: Any, body: Any) -> None:
+        """Record that every message of ``body`` (``parse``'s answer under ``key``) passed
+        the caller's check; a later body that extends it starts its check after them."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.body is body:
+            count = len(body["messages"])
+            self._entries[key] = _Entry(entry.raw, entry.end, entry.body, count)
 
     def _pop(self, key: Any) -> _Entry | None:
         entry = self._entries.pop(key, None)
