@@ -49,3 +49,11 @@ def test_a_streaming_delta_does_not_search_the_message_list(
         inject(db_dsn, SID, "session.message.delta.appended", {"choice": 0, "delta": f"tok{i} "})
     wait_for(lambda: "tok4" in listed.inner_text(), page)
     assert page.evaluate("window.listSearches") == 0
+
+
+def test_the_message_list_is_laid_out_as_blocks(console: Page) -> None:
+    """A grid sizes its tracks over every row whenever one is added or removed (each streamed
+    delta replaces the reply's item): the list's rows are blocks, each laid out alone."""
+    page = sign_in(console, f"#/s/{SID}")
+    shown = page.get_by_test_id("message-list").evaluate("e => getComputedStyle(e).display")
+    assert shown == "block"
