@@ -68,6 +68,7 @@ export class LiveView {
     this.list = list;
     this.reply = null;
     this.timer = null;
+    this.items = []; // the items shown: kept, so a delta never searches the whole list
   }
 
   // A delta: a new reply when none streams (or the last one ended), its text grows.
@@ -100,16 +101,18 @@ export class LiveView {
   // stays where it was.
   show() {
     const was = new Map();
-    for (const li of this.list.querySelectorAll("[data-testid=message-streaming]")) {
+    for (const li of this.items) {
       const pre = li.querySelector("pre.body");
       const end = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
       was.set(li.dataset.choice, end ? null : pre.scrollTop);
       li.remove();
     }
+    this.items = [];
     if (!this.reply) return;
     const choices = this.reply.choices();
     const items = choices.map(([choice, text]) => renderStreaming(choice, text, choices.length > 1));
     this.list.append(...items);
+    this.items = items;
     for (const li of items) {
       const pre = li.querySelector("pre.body");
       const top = was.get(li.dataset.choice);
