@@ -46,27 +46,21 @@ async def _unpaired(pool: asyncpg.Pool, every: bool) -> int:
     return len(rows)
 
 
-async def test_a_compactions_look_closes_the_latest_only(pool: asyncpg.Pool) -> None:
-    await _left_by_an_older_version(pool)
-    assert await _unpaired(pool, every=True) == 2
-    assert await _unpaired(pool, every=False) == 1
+def _refusing(monkeypatch: pytest.MonkeyPatch, *errors: BaseException) -> None:
+    """The sweep's lookup of sessions raises ``errors`` on its first calls, one each, then
+    reads the database."""
+    real, left = events.fetch_sessions_with_unpaired_compactions, list(errors)
 
-
-async def test_a_start_without_its_database_sweeps_again_once_it_is_there(
-    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await _left_by_an_older_version(pool)
-    real = events.fetch_sessions_with_unpaired_compactions
-    calls = 0
-
-    async def down_at_first(conn: Any) -> list[tuple[str, str]]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise DatabaseUnavailable("connection refused")
+    async def refused_at_first(conn: Any) -> list[tuple[str, str]]:
+        if left:
+            raise left.pop(0)
         return await real(conn)
 
-    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", down_at_first)
+    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", refused_at_first)
+
+
+async def _swept_after_start(pool: asyncpg.Pool) -> None:
+    """A start closes nothing now, and its background sweep closes every unpaired event."""
     leases: Any = SimpleNamespace(ttl=0.3)
     closer = interrupted.Closer(pool, _Bus(), leases, acquire_timeout=1.0)  # type: ignore[arg-type]
     try:
@@ -78,6 +72,20 @@ async def test_a_start_without_its_database_sweeps_again_once_it_is_there(
         assert await _unpaired(pool, every=True) == 0
     finally:
         await closer.aclose()
+
+
+async def test_a_compactions_look_closes_the_latest_only(pool: asyncpg.Pool) -> None:
+    await _left_by_an_older_version(pool)
+    assert await _unpaired(pool, every=True) == 2
+    assert await _unpaired(pool, every=False) == 1
+
+
+async def test_a_start_without_its_database_sweeps_again_once_it_is_there(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _left_by_an_older_version(pool)
+    _refusing(monkeypatch, DatabaseUnavailable("connection refused"))
+    await _swept_after_start(pool)
 
 
 async def test_a_compaction_whose_claim_passed_writes_no_started_event(
@@ -111,31 +119,13 @@ async def test_the_background_sweep_outlives_a_refused_statement(
     logged and tried again, as a pass without a database is: the task does not end there,
     its error unseen until the stop."""
     await _left_by_an_older_version(pool)
-    real = events.fetch_sessions_with_unpaired_compactions
-    calls = 0
-
-    async def refused_at_first(conn: Any) -> list[tuple[str, str]]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise DatabaseUnavailable("connection refused")
-        if calls == 2:
-            raise asyncpg.ReadOnlySQLTransactionError("cannot execute in a read-only transaction")
-        return await real(conn)
-
-    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", refused_at_first)
-    leases: Any = SimpleNamespace(ttl=0.3)
-    closer = interrupted.Closer(pool, _Bus(), leases, acquire_timeout=1.0)  # type: ignore[arg-type]
-    try:
-        assert await closer.at_start() == 0
-        for _ in range(40):
-            if await _unpaired(pool, every=True) == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert await _unpaired(pool, every=True) == 0
-        assert "read-only" in caplog.text
-    finally:
-        await closer.aclose()
+    _refusing(
+        monkeypatch,
+        DatabaseUnavailable("connection refused"),
+        asyncpg.ReadOnlySQLTransactionError("cannot execute in a read-only transaction"),
+    )
+    await _swept_after_start(pool)
+    assert "read-only" in caplog.text
 
 
 async def test_a_start_whose_sweep_is_refused_sweeps_in_the_background(
@@ -144,26 +134,8 @@ async def test_a_start_whose_sweep_is_refused_sweeps_in_the_background(
     """A statement the database refuses as the proxy starts (a cancelled statement) is no
     failed start: the sweep goes on in the background, as when the database is not there."""
     await _left_by_an_older_version(pool)
-    real = events.fetch_sessions_with_unpaired_compactions
-    calls = 0
-
-    async def refused_at_first(conn: Any) -> list[tuple[str, str]]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
-        return await real(conn)
-
-    monkeypatch.setattr(events, "fetch_sessions_with_unpaired_compactions", refused_at_first)
-    leases: Any = SimpleNamespace(ttl=0.3)
-    closer = interrupted.Closer(pool, _Bus(), leases, acquire_timeout=1.0)  # type: ignore[arg-type]
-    try:
-        assert await closer.at_start() == 0
-        for _ in range(40):
-            if await _unpaired(pool, every=True) == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert await _unpaired(pool, every=True) == 0
-        assert "statement timeout" in caplog.text
-    finally:
-        await closer.aclose()
+    _refusing(
+        monkeypatch, asyncpg.QueryCanceledError("canceling statement due to statement timeout")
+    )
+    await _swept_after_start(pool)
+    assert "statement timeout" in caplog.text
