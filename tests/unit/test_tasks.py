@@ -5,8 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from proxy.tasks import stop_task
+
+
+async def _caller_cancelled_as_it_stops(
+    worker: Callable[[], Awaitable[None]], letting_go: asyncio.Event
+) -> None:
+    """A caller stopping ``worker``'s task is cancelled once the task begins to let go
+    (``letting_go``): the caller ends cancelled, the rest of it not run, the task done."""
+    task = asyncio.create_task(worker())
+    await asyncio.sleep(0)
+    after = []
+
+    async def caller() -> None:
+        await stop_task(task)
+        after.append("went on")
+
+    outer = asyncio.create_task(caller())
+    await letting_go.wait()
+    outer.cancel()
+    await asyncio.gather(outer, return_exceptions=True)
+    assert outer.cancelled() and after == []
+    assert task.done()
 
 
 async def test_the_tasks_cancellation_is_its_expected_end() -> None:
@@ -36,20 +58,7 @@ async def test_a_caller_cancelled_while_it_waits_is_cancelled_still() -> None:
             letting_go.set()
             await asyncio.sleep(3600)  # a slow clean-up, cut short by the caller's cancel
 
-    task = asyncio.create_task(worker())
-    await asyncio.sleep(0)
-    after = []
-
-    async def caller() -> None:
-        await stop_task(task)
-        after.append("went on")
-
-    outer = asyncio.create_task(caller())
-    await letting_go.wait()
-    outer.cancel()
-    await asyncio.gather(outer, return_exceptions=True)
-    assert outer.cancelled() and after == []
-    assert task.done()
+    await _caller_cancelled_as_it_stops(worker, letting_go)
 
 
 async def test_a_clean_up_run_under_the_callers_cancellation_still_stops_the_task() -> None:
@@ -89,17 +98,4 @@ async def test_a_caller_cancelled_while_a_task_swallows_it_is_cancelled_still() 
             with contextlib.suppress(asyncio.CancelledError):  # its clean-up cut short
                 await asyncio.sleep(3600)
 
-    task = asyncio.create_task(worker())
-    await asyncio.sleep(0)
-    after = []
-
-    async def caller() -> None:
-        await stop_task(task)
-        after.append("went on")
-
-    outer = asyncio.create_task(caller())
-    await letting_go.wait()
-    outer.cancel()
-    await asyncio.gather(outer, return_exceptions=True)
-    assert outer.cancelled() and after == []
-    assert task.done()
+    await _caller_cancelled_as_it_stops(worker, letting_go)
