@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.routing import iter_route_contexts
 from openapi_spec_validator import validate
 
@@ -128,3 +129,56 @@ def test_every_session_and_memory_route_documents_its_other_errors(tmp_path: Pat
         if path.startswith(("/v1/sessions", "/v1/memory")):
             assert "default" in op["responses"], (method, path)
             assert "401" in op["responses"]["default"]["description"], (method, path)
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+_NAMED = re.compile(r"`(GET|POST|DELETE|PUT|PATCH)(?:/(GET|POST|DELETE))* (/[^`?\s]*)[^`]*`")
+_NOT_SERVED = {("GET", "/v1/models/"), ("GET", "/v1/chat/completions/{id}")}  # README says so
+"""Routes README names only to say the proxy answers them with ``unknown_url``."""
+
+
+def _spelt(path: str) -> str:
+    """A route as the docs spell it: every id parameter but a tool call's and a model's is
+    ``{id}``."""
+    return re.sub(r"\{(session|suggestion|fact)_id\}", "{id}", path)
+
+
+def _named(text: str) -> set[tuple[str, str]]:
+    """Each ``METHOD /path`` a document names in backticks, with its ``a|b`` alternatives
+    and ``GET/POST/DELETE`` methods spelt out and its query left off."""
+    named = set()
+    for match in _NAMED.finditer(text):
+        methods = [m for m in re.findall(r"GET|POST|DELETE|PUT|PATCH", match[0].split(" ")[0])]
+        head, _, alternatives = match[3].rpartition("/")
+        for tail in alternatives.split("|"):
+            named |= {(method, f"{head}/{tail}") for method in methods}
+    return named
+
+
+def test_every_operation_is_one_readme_names_and_the_reverse(tmp_path: Path) -> None:
+    """README's Endpoints is the API's manual: an operation added to the app, or one README
+    names that the app no longer has, fails here. The ``/s/{session_id}/v1/…`` forms are the
+    one sentence README gives them, each a ``/v1/…`` operation's copy."""
+    doc = _app(tmp_path).openapi()
+    served = {(method.upper(), _spelt(path)) for path, method, _ in _operations(doc)}
+    prefixed = {(m, p) for m, p in served if p.startswith("/s/")}
+    assert {(m, p.removeprefix("/s/{id}")) for m, p in prefixed} <= served
+    readme = (_ROOT / "README.md").read_text(encoding="utf-8")
+    endpoints = readme.split("\n## Endpoints\n")[1].split("\n### ")[0]
+    assert "and the same under `/s/{session_id}/v1/…`" in " ".join(endpoints.split())
+    assert served - prefixed - _named(endpoints) == set()
+    assert _named(readme) - _NOT_SERVED - served == {("GET", "/models"), ("GET", "/models/{model}")}
+    # those two are a provider call's span names (Tracing), the provider's paths
+
+
+def test_every_operation_design_names_is_served_as_it_is_named(tmp_path: Path) -> None:
+    """DESIGN's names are fixed: each endpoint it lists is an operation, but the collection's
+    ``DELETE /v1/memory``, which README Endpoints says is ``DELETE /v1/memory/{id}``."""
+    design = _ROOT.parent / "shared" / "DESIGN.md"
+    if not design.exists():
+        pytest.skip(f"no {design} beside the checkout")
+    doc = _app(tmp_path).openapi()
+    served = {(method.upper(), _spelt(path)) for path, method, _ in _operations(doc)}
+    assert _named(design.read_text(encoding="utf-8")) - served == {("DELETE", "/v1/memory")}
+    readme = " ".join((_ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`DELETE /v1/memory/{id}` answers" in readme
