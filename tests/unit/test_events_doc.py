@@ -1,11 +1,13 @@
 """docs/events.md lists every event the proxy names, once, kept as the bus keeps it: a
 dashboard built on the table meets no event it does not list, nor waits for a replay of a
-transient one."""
+transient one; and DESIGN's names are the ones the proxy sends."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 from proxy.cascade import types
 
@@ -30,3 +32,25 @@ def test_every_event_is_listed_once_as_it_is_kept() -> None:
             assert kept == "live only", name
         else:
             assert kept == ("transient" if name in types.TRANSIENT_EVENTS else "persisted"), name
+
+
+def _design_names(text: str) -> set[str]:
+    """Each event name in backticks, ``a.b|c`` spelt out as ``a.b`` and ``a.c``."""
+    names = set()
+    for named in re.findall(r"`((?:context|session|memory|config)\.[a-z_.|]+)`", text):
+        head, _, alternatives = named.rpartition(".")
+        names |= {f"{head}.{tail}" for tail in alternatives.split("|")}
+    return names
+
+
+def test_the_events_design_names_are_the_ones_sent_and_kept_as_it_says() -> None:
+    """DESIGN §6 fixes the names and which are transient; ``session.reset`` is the one
+    addition (README Endpoints), and transient."""
+    design = DOC.parents[2] / "shared" / "DESIGN.md"
+    if not design.exists():
+        pytest.skip(f"no {design} beside the checkout")
+    section = design.read_text(encoding="utf-8").split("Per-session SSE.")[1].split("\n## ")[0]
+    named, transient = section.split("Transient (never persisted):")
+    transient = transient.split(". ")[0]
+    assert _design_names(named) == _names() - {types.SESSION_RESET}
+    assert _design_names(transient) == types.TRANSIENT_EVENTS - {types.SESSION_RESET}
