@@ -1,9 +1,11 @@
 """README's examples as a user copies them: each JSON snippet is a valid part of
 ``config/agents.json``, and the fields README says an answer has (or lacks) are the ones the API
-describes, so an example that drifts from the code fails here."""
+describes, and the CLI it lists is the parser's, so an example that drifts from the code fails
+here."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from proxy.api.session_schemas import SCHEMAS
 from proxy.banner import startup_banner
+from proxy.cli import _parser
 from proxy.cli_sessions import _ls
 from proxy.config import ConfigError, load_config, parse_config
 from proxy.settings import Settings
@@ -109,3 +112,35 @@ def test_the_sessions_ls_readme_shows_is_the_table_the_cli_prints() -> None:
         "updated_at": "2026-12-01T21:36:20.991000+00:00",
     }
     assert shown.rstrip("\n") == _ls({"data": [session]})
+
+
+def _flags(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, argparse.ArgumentParser]]:
+    """A parser's long options but ``--help``, and its subcommands by name."""
+    flags, subs = [], {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            subs = dict(action.choices)
+        elif action.option_strings and action.option_strings[-1] not in ("--help", "--version"):
+            flags.append(action.option_strings[-1])
+    return flags, subs
+
+
+def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
+    """README's CLI bullets name each command and action with the flags ``--help`` lists: a
+    command or flag added or renamed in the parser and not there fails here."""
+    section = " ".join(TEXT.split("\n### CLI\n")[1].split("\n### ")[0].split())
+    bullets = {b.split()[0]: b for b in section.split(" - `cascade-proxy ")[1:]}
+    _, commands = _flags(_parser())
+    assert set(bullets) == set(commands)
+    for name, command in commands.items():
+        flags, actions = _flags(command)
+        usage = bullets[name].split("`")[0]  # `cascade-proxy NAME [--flag]… [ACTION]`
+        head = usage.split(" check ")[0]  # `config check` names its one action in the usage
+        assert re.findall(r"--[a-z-]+", head) == flags, name
+        for action, parser in actions.items():
+            own = [f for f in _flags(parser)[0] if f not in flags]
+            spans = [s for s in bullets[name].split("`")[2::2] if s.split()[:1] == [action]]
+            if name == "config":
+                spans = [usage.split(f" {action} ", 1)[1]]
+            assert spans, (name, action)  # the first is the ACTION list's; later ones cite it
+            assert sorted(re.findall(r"--[a-z-]+", spans[0])) == sorted(own), (name, action)
