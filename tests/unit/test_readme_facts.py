@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from proxy.answers import MAX_ANSWER_BYTES
 from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
 from proxy.bus import START_TIMEOUT, WATCH_TTL
 from proxy.cascade import types
@@ -103,6 +104,13 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"at most one per {FLUSH_INTERVAL * 1000:g} ms",
         f"is waited for (at most {FINAL_WAIT:g} s)",
         f"the bound stays {POLL_MAX_SECONDS:g} s (the longest pause between tries)",
+        "a killed replica frees its sessions within {:g} s.".format(
+            Settings.model_fields["lease_ttl_seconds"].default + POLL_MAX_SECONDS
+        ),
+        f"so the bound is TTL + {POLL_MAX_SECONDS:g} s, "
+        f"{Settings.model_fields['lease_ttl_seconds'].default + POLL_MAX_SECONDS:g} s by default "
+        f"and at most {_ceiling('lease_ttl_seconds') + POLL_MAX_SECONDS:g} s",
+        f"An answer's size is capped at {MAX_ANSWER_BYTES >> 20} MiB",
         f"up to {_default(ResentBodies, 'max_bytes') >> 20} MB of bodies in all",
         f"holds up to {_default(ChainCache, 'max_chars') // 10**6} million characters",
         f"up to {_default(IngestMemo, 'max_chars') // 10**6} million characters per replica",
