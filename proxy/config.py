@@ -270,6 +270,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         }
     data["providers"] = providers
     data = camel_keys(Config, data, "")
+    if "resolved" in data:  # a field the loader fills in below, no key of the file
+        raise ConfigError("resolved: Extra inputs are not permitted")
     if "default" not in (data.get("agents") or {}):
         data["agents"] = {**(data.get("agents") or {}), "default": {}}
     for name, provider in providers.items():

@@ -216,3 +216,13 @@ def test_an_empty_model_or_provider_name_is_refused(raw: dict[str, Any], reason:
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env={})
     assert str(refused.value) == reason
+
+
+@pytest.mark.parametrize("key", ["resolved", "Resolved"])
+def test_the_field_the_loader_fills_is_no_key_of_the_file(key: str) -> None:
+    """``Config.resolved`` (each agent's merged ``context``) is computed at load: a file
+    naming it was valid and its value dropped without a word, where any other unknown key
+    is refused, as README Configuration says."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config({key: {"default": {"toolOutput": {"maxChars": 500}}}}, env={})
+    assert str(refused.value) == f"{key}: Extra inputs are not permitted"
