@@ -317,3 +317,36 @@ def test_the_replay_table_is_the_committed_reports() -> None:
         assert cascade == (main if fast == "0" else f"{main} (+{fast})"), (number, limit)
         reference = min(_tokens(best), _tokens(masking), _tokens(headroom.split(" (")[0]))
         assert versus == f"−{round(100 * (1 - _tokens(main) / reference))}%", (number, limit)
+
+
+def test_each_default_that_differs_from_designs_example_is_a_decision() -> None:
+    """DESIGN's example config shows the ``context`` defaults; each the code sets otherwise
+    is named in README Decisions with both values, so a default tuned again (or put back)
+    fails here until the Decision says so."""
+    design = Path(__file__).parents[2].parent / "shared" / "DESIGN.md"
+    if not design.exists():
+        pytest.skip(f"no {design} beside the checkout")
+    match = re.search(r"```json\n(.*?)```", design.read_text(encoding="utf-8"), re.S)
+    assert match is not None
+    example = json.loads(match[1])["context"]
+    differ = {}
+    for block, values in example.items():
+        model = getattr(ContextConfig(), _snake(block))
+        for key, value in values.items():
+            actual = getattr(model, _snake(key))
+            if (list(actual) if isinstance(actual, tuple) else actual) != value:
+                differ[f"{block}.{key}"] = (value, actual)
+    assert "eviction.atFraction" in differ
+    at = differ.pop("eviction.atFraction")
+    assert (
+        f"**Eviction is considered from {at[1]:g} of the limit**, "
+        f"where DESIGN's example config has {at[0]:g}." in README
+    )
+    decision = README.split(f"**{_number(len(differ))} more defaults differ from DESIGN's")[1]
+    decision = decision.split("\n- **")[0].split(" - **")[0]
+    for name, (value, actual) in differ.items():
+        assert f"`{name}` {actual:g} (not {value:g}:" in decision, name
+
+
+def _number(n: int) -> str:
+    return ["No", "One", "Two", "Three", "Four", "Five", "Six"][n]
