@@ -17,7 +17,17 @@ from proxy.api.session_schemas import SCHEMAS
 from proxy.banner import startup_banner
 from proxy.cli import _parser
 from proxy.cli_sessions import _ls
-from proxy.config import ConfigError, load_config, parse_config
+from proxy.config import (
+    AgentConfig,
+    AuthConfig,
+    ConfigError,
+    EmbeddingConfig,
+    ModelConfig,
+    ProviderConfig,
+    load_config,
+    parse_config,
+)
+from proxy.config_context import ContextConfig
 from proxy.settings import Settings
 
 ROOT = Path(__file__).parents[2]
@@ -144,3 +154,27 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
                 spans = [usage.split(f" {action} ", 1)[1]]
             assert spans, (name, action)  # the first is the ACTION list's; later ones cite it
             assert sorted(re.findall(r"--[a-z-]+", spans[0])) == sorted(own), (name, action)
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+def test_every_config_key_readme_names_by_its_path_is_one() -> None:
+    """``toolOutput.compactMinSaving``, ``context.eviction.atFraction``,
+    ``agents.<name>.fastModel``, ``auth.metricsKeyEnv``: a key renamed in the schema and not in
+    the prose fails here (the tables' rows are checked against the defaults elsewhere)."""
+    blocks = {f.alias or name: f.annotation for name, f in ContextConfig.model_fields.items()}
+    models: dict[str, Any] = {
+        **{f"context.{b}": m for b, m in blocks.items()},
+        **{b: m for b, m in blocks.items()},
+        "providers.<name>": ProviderConfig,
+        "agents.<name>": AgentConfig,
+        "models.<name>": ModelConfig,
+        "embedding": EmbeddingConfig,
+        "auth": AuthConfig,
+    }
+    pattern = "|".join(re.escape(m) for m in sorted(models, key=len, reverse=True))
+    named = re.findall(rf"`({pattern})\.(\w+)", TEXT)
+    assert len(named) > 30 and {m for m, _ in named} >= {"toolOutput", "agents.<name>", "auth"}
+    assert [f"{m}.{k}" for m, k in named if _snake(k) not in models[m].model_fields] == []
