@@ -288,37 +288,6 @@ def test_the_per_name_and_one_key_rows_state_the_code_defaults() -> None:
     assert {"enabled", "mode", "context"} <= set(checked)
 
 
-def _tokens(cell: str) -> float:
-    """``535k`` or ``1.67M``, as the replay report rounds them."""
-    return float(cell[:-1]) * {"k": 1e3, "M": 1e6}[cell[-1]]
-
-
-def test_the_replay_table_is_the_committed_reports() -> None:
-    """README's replay table is bench/reports/replay.md's run (the one RESULTS.md dates): each
-    cell is the report's, and the last column follows from them, so a table half carried
-    over from an earlier run fails here. Headroom's column is issue 23's, not the report's."""
-    report = (Path(__file__).parents[2] / "bench" / "reports" / "replay.md").read_text()
-    files = dict(re.findall(r"^### File (\d+): .*?\n\n(.*?)\n\n", report, re.M | re.S))
-    rows = re.findall(r"^\| (\d) \w+ \| (\d+k) \| (.+) \|$", TEXT, re.M)
-    assert len(rows) == 8
-    for number, limit, cells in rows:
-        raw, clearing, masking, headroom, cascade, versus = cells.split(" | ")
-        run = {}  # policy: (cache-weighted, cw fast, over limit)
-        for line in files[number].splitlines()[2:]:
-            c = [x.strip() for x in line.strip("|").split("|")]
-            if c[1] == limit:
-                run[c[0]] = (c[8], c[9], int(c[5].split("/")[0]))
-        over = run["raw"][2]
-        assert raw.split(" (")[0] == run["raw"][0] and (over > 0) == (" over)" in raw), raw
-        assert over == 0 or f"({over} " in raw, (number, limit, raw)
-        best = min(run["clearing"][0], run["clearing-5k"][0], key=_tokens)
-        assert (clearing, masking) == (best, run["masking"][0]), (number, limit)
-        main, fast = run["cascade-default"][:2]
-        assert cascade == (main if fast == "0" else f"{main} (+{fast})"), (number, limit)
-        reference = min(_tokens(best), _tokens(masking), _tokens(headroom.split(" (")[0]))
-        assert versus == f"−{round(100 * (1 - _tokens(main) / reference))}%", (number, limit)
-
-
 def test_each_default_that_differs_from_designs_example_is_a_decision() -> None:
     """DESIGN's example config shows the ``context`` defaults; each the code sets otherwise
     is named in README Decisions with both values, so a default tuned again (or put back)

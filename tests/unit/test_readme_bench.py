@@ -1,0 +1,83 @@
+"""README's Performance tables are the committed bench reports' figures: a table half carried
+over from an earlier run, or a cell typed by hand, fails here until it is the run it names."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+BENCH = Path(__file__).parents[2] / "bench"
+TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+LINES = TEXT.splitlines()
+
+
+def _tokens(cell: str) -> float:
+    """``535k`` or ``1.67M``, as the replay report rounds them."""
+    return float(cell[:-1]) * {"k": 1e3, "M": 1e6}[cell[-1]]
+
+
+def test_the_replay_table_is_the_committed_reports() -> None:
+    """README's replay table is bench/reports/replay.md's run (the one RESULTS.md dates): each
+    cell is the report's, and the last column follows from them, so a table half carried
+    over from an earlier run fails here. Headroom's column is issue 23's, not the report's."""
+    report = (BENCH / "reports" / "replay.md").read_text()
+    files = dict(re.findall(r"^### File (\d+): .*?\n\n(.*?)\n\n", report, re.M | re.S))
+    rows = re.findall(r"^\| (\d) \w+ \| (\d+k) \| (.+) \|$", TEXT, re.M)
+    assert len(rows) == 8
+    for number, limit, cells in rows:
+        raw, clearing, masking, headroom, cascade, versus = cells.split(" | ")
+        run = {}  # policy: (cache-weighted, cw fast, over limit)
+        for line in files[number].splitlines()[2:]:
+            c = [x.strip() for x in line.strip("|").split("|")]
+            if c[1] == limit:
+                run[c[0]] = (c[8], c[9], int(c[5].split("/")[0]))
+        over = run["raw"][2]
+        assert raw.split(" (")[0] == run["raw"][0] and (over > 0) == (" over)" in raw), raw
+        assert over == 0 or f"({over} " in raw, (number, limit, raw)
+        best = min(run["clearing"][0], run["clearing-5k"][0], key=_tokens)
+        assert (clearing, masking) == (best, run["masking"][0]), (number, limit)
+        main, fast = run["cascade-default"][:2]
+        assert cascade == (main if fast == "0" else f"{main} (+{fast})"), (number, limit)
+        reference = min(_tokens(best), _tokens(masking), _tokens(headroom.split(" (")[0]))
+        assert versus == f"−{round(100 * (1 - _tokens(main) / reference))}%", (number, limit)
+
+
+def _sections(report: str) -> dict[str, dict[str, dict[str, str]]]:
+    """Each ``## scenario`` table of a bench report: target -> column -> cell."""
+    tables = {}
+    for title, body in re.findall(r"^## (.+?)\n\n(.*?)(?=\n## |\Z)", report, re.M | re.S):
+        lines = [line for line in body.splitlines() if line.startswith("| ")]
+        if not lines:
+            continue
+        head = [c.strip() for c in lines[0].strip("|").split("|")]
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+        tables[title] = {r[0]: dict(zip(head, r, strict=True)) for r in rows}
+    return tables
+
+
+def test_the_overhead_table_is_the_committed_reports() -> None:
+    """README's overhead table is bench/reports/overhead.md's run, each cell its figure to
+    three significant digits: the added p50 at c=1, the RPS of two scenarios, the stream's
+    first chunk p99."""
+    report = (BENCH / "reports" / "overhead.md").read_text()
+    tables = _sections(report)
+    cells = [
+        ("tiny request, c=1", "+p50 ms"),
+        ("tiny request, c=32", "RPS"),
+        ("agent request ~200 KB, c=8", "RPS"),
+        ("streaming, 50 chunks, c=8", "TTFC p99"),
+    ]
+    rows = {"bare FastAPI": "floor", "Cascade (persistence": "cascade", "LiteLLM proxy": "litellm"}
+    checked = 0
+    for line in LINES:
+        target = next((t for start, t in rows.items() if line.startswith(f"| {start}")), None)
+        if target is None:
+            continue
+        shown = [c.strip().removesuffix(" ms") for c in line.strip("|").split("|")[1:]]
+        for (scenario, column), value in zip(cells, shown, strict=True):
+            figure = float(tables[scenario][target][column].replace(",", ""))
+            unit = 10 ** (math.floor(math.log10(figure)) - 2)  # of the third digit
+            assert abs(float(value) - figure) <= unit / 2 + 1e-9, (target, scenario, value)
+            checked += 1
+    assert checked == 12
