@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 
-from proxy.answers import MAX_ANSWER_BYTES
+from proxy.aiohttp_stream import READ_AHEAD_BYTES, RECEIVE_BUFFER_BYTES
+from proxy.answers import MAX_ANSWER_BYTES, MAX_EMBEDDINGS_BYTES
 from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
-from proxy.bus import START_TIMEOUT, WATCH_TTL
+from proxy.api.memory import _BODY_LIMIT
+from proxy.bus import PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
+from proxy.bus_payloads import MAX_PAYLOAD
 from proxy.cascade import types
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
 from proxy.cascade.memory_block import FACTOR_STEP, MEMORY_BUDGET_SHARE, MEMORY_MAX_TOKENS
@@ -24,8 +27,10 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
 from proxy.cascade.pressure import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS
 from proxy.cascade.truncation import HEAD_SHARE
+from proxy.cli_api import WAIT_SECONDS
 from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
+from proxy.config_watch import RECHECK_SECONDS
 from proxy.metrics import Metrics
 from proxy.provider_errors import POOL_WAIT_SECONDS
 from proxy.services.chaincache import ChainCache
@@ -38,6 +43,9 @@ from proxy.services.retrieval import RACE_SLACK
 from proxy.settings import Settings
 from proxy.store.leases import POLL_MAX_SECONDS
 from proxy.store.migrations import LOCK_RETRY_SECONDS, LOCK_WAIT_SECONDS
+from proxy.store.readiness import CHECK_TIMEOUT, REUSE_SECONDS
+from proxy.tokenizers import LOAD_WAIT_SECONDS
+from proxy.tracing import STOP_SECONDS
 from proxy.warmup import POOL_WARM_MAX
 from tests.unit.starts import SERVE, run_start
 
@@ -111,6 +119,19 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"{Settings.model_fields['lease_ttl_seconds'].default + POLL_MAX_SECONDS:g} s by default "
         f"and at most {_ceiling('lease_ttl_seconds') + POLL_MAX_SECONDS:g} s",
         f"An answer's size is capped at {MAX_ANSWER_BYTES >> 20} MiB",
+        f"and `/v1/embeddings` at {MAX_EMBEDDINGS_BYTES >> 20} MiB",
+        f"up to {READ_AHEAD_BYTES >> 10} KiB ahead of a slow client",
+        f"receive buffer is fixed at {RECEIVE_BUFFER_BYTES >> 10} KiB",
+        f"the session and memory APIs' bodies are capped at {_BODY_LIMIT >> 10} KiB",
+        f"At a stop the proxy waits up to {STOP_SECONDS:g} s for the last spans",
+        f"It waits up to {WAIT_SECONDS:g} s for an answer",
+        f"repeats its `LISTEN` every {PROBE_EVERY:g} s",
+        f"and must answer within {PROBE_TIMEOUT:g} s",
+        f"is read again every {RECHECK_SECONDS:g} s",
+        f"**tiktoken's start-up wait** is bounded at {LOAD_WAIT_SECONDS:g} s",
+        f"turns 503 when none is free for {CHECK_TIMEOUT:g} s",
+        f"its answer stands for {REUSE_SECONDS:g} s from its start",
+        f"(~{MAX_PAYLOAD / 1000:g} KB",
         f"up to {_default(ResentBodies, 'max_bytes') >> 20} MB of bodies in all",
         f"holds up to {_default(ChainCache, 'max_chars') // 10**6} million characters",
         f"up to {_default(IngestMemo, 'max_chars') // 10**6} million characters per replica",
