@@ -81,3 +81,25 @@ def test_the_overhead_table_is_the_committed_reports() -> None:
             assert abs(float(value) - figure) <= unit / 2 + 1e-9, (target, scenario, value)
             checked += 1
     assert checked == 12
+
+
+def test_the_growth_and_retrieval_figures_are_the_committed_results() -> None:
+    """The prose beside the growth and retrieval charts quotes bench/RESULTS.md's run."""
+    results = (BENCH / "RESULTS.md").read_text(encoding="utf-8")
+    readme = " ".join(TEXT.split())
+    p50 = dict(re.findall(r"^\| compacted \| ([\d,]+) \| ([\d.]+) \|", results, re.M))
+    ratio = re.search(r"compacted: latency 5000 vs 100 \| .*? \| ([\d.]+) \|", results)
+    full = re.search(r"full: latency 5000 vs 100 \| .*? \| ([\d.]+) \|", results)
+    assert ratio and full
+    assert (
+        f"takes {ratio[1]}x as long at 5,000 ({p50['5,000']} ms against {p50['100']} ms;" in readme
+    )
+    assert f"so cost grows with it ({float(full[1]):.1f}x)" in readme
+    added = re.search(r"added p50 \(ms\) \| .*? \| ([\d.]+) \|", results)
+    rate = re.search(r"embedding, one core \(messages/s\) \| .*? \| ([\d,]+)\.\d+ \|", results)
+    builtin = re.search(r"the builtin embedder alone ([\d,.]+)\.", results)
+    assert added and rate and builtin
+    assert f"took {float(added[1]):.1f} ms more at p50" in readme
+    assert f"embedded and stored {rate[1]} messages/s" in readme
+    alone = f"{round(float(builtin[1].replace(',', ''))):,}"
+    assert f"(bar 300; the builtin embedder alone: {alone})" in readme
