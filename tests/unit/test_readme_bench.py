@@ -103,3 +103,25 @@ def test_the_growth_and_retrieval_figures_are_the_committed_results() -> None:
     assert f"embedded and stored {rate[1]} messages/s" in readme
     alone = f"{round(float(builtin[1].replace(',', ''))):,}"
     assert f"(bar 300; the builtin embedder alone: {alone})" in readme
+
+
+def test_the_overhead_prose_is_the_committed_reports() -> None:
+    """The ratios and the database's CPU the paragraph under the overhead table quotes."""
+    report = (BENCH / "reports" / "overhead.md").read_text()
+    one, many, large = (
+        _sections(report)[s]
+        for s in ("tiny request, c=1", "tiny request, c=32", "agent request ~200 KB, c=8")
+    )
+    readme = " ".join(TEXT.split())
+    added = float(one["cascade"]["+p50 ms"]) / float(one["floor"]["+p50 ms"])
+    assert f"Cascade's added latency at c=1 is {added:.2f}x the floor's" in readme
+    assert (
+        f"It serves {many['cascade']['RPS/LiteLLM']}x LiteLLM's requests per second on the tiny "
+        f"request at c=32 ({many['cascade']['RPS/floor']}x the floor's" in readme
+    )
+    assert (
+        f"and {large['cascade']['RPS/LiteLLM']}x on the agent request "
+        f"({large['cascade']['RPS/floor']}x the floor's)" in readme
+    )
+    tiny, agent = (float(t["cascade"]["DB CPU ms/req"]) for t in (many, large))
+    assert f"({tiny:.1f} ms of its CPU per tiny request, {agent:.1f} ms per agent" in readme
