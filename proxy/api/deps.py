@@ -195,6 +195,11 @@ async def read_body(request: Request, limit: int, *, setting: str | None = None)
     return b"".join(chunks)
 
 
+API_BODY_LIMIT = 64 << 10
+"""The session and memory APIs' request bodies (a branch's id, a fact, a suggestion's
+answer) are read up to this many bytes: far past any of them, and never a chat's size."""
+
+
 async def read_json_body(
     request: Request,
     limit: int,

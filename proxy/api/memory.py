@@ -10,7 +10,14 @@ from fastapi.responses import JSONResponse
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from proxy.api import memory_schemas as doc
-from proxy.api.deps import BIGINT_MAX, ConfigDep, PoolDep, TenantDep, read_json_body
+from proxy.api.deps import (
+    API_BODY_LIMIT,
+    BIGINT_MAX,
+    ConfigDep,
+    PoolDep,
+    TenantDep,
+    read_json_body,
+)
 from proxy.api.query import BLANK_IS_UNSET, INTEGER
 from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError, PermissionDenied
@@ -20,8 +27,6 @@ from proxy.session_id import validate_session_id
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/memory")
-
-_BODY_LIMIT = 65536
 
 
 class _FactId(StringConvertor):
@@ -84,7 +89,7 @@ def _uses(request: Request) -> Callable[[str], bool]:
 async def add_fact(
     request: Request, pool: PoolDep, cfg: ConfigDep, tenant: TenantDep
 ) -> JSONResponse:
-    body = await read_json_body(request, _BODY_LIMIT)
+    body = await read_json_body(request, API_BODY_LIMIT)
     text = body.get("text")
     if not isinstance(text, str):
         raise ClientRequestError("'text' must be a string: the fact to remember", param="text")
@@ -149,7 +154,7 @@ async def accept_suggestion(
     tenant: TenantDep,
     suggestion_id: str = Path(max_length=200),
 ) -> dict[str, Any]:
-    body = await read_json_body(request, _BODY_LIMIT, optional=True)
+    body = await read_json_body(request, API_BODY_LIMIT, optional=True)
     facts = body.get("facts")
     if facts is not None and (
         not isinstance(facts, list) or not all(isinstance(f, str) for f in facts)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from proxy.api.deps import (
+    API_BODY_LIMIT,
     BIGINT_MAX,
     BusDep,
     ConfigDep,
@@ -152,7 +153,7 @@ async def branch_session(
     tenant: TenantDep,
     agents: KeyAgentsDep,
 ) -> dict[str, Any]:
-    body = await read_json_body(request, 65536, optional=True)
+    body = await read_json_body(request, API_BODY_LIMIT, optional=True)
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
         raise ClientRequestError("'id' must be a string: the new session's id", param="id")

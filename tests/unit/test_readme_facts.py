@@ -15,8 +15,8 @@ import pytest
 
 from proxy.aiohttp_stream import READ_AHEAD_BYTES, RECEIVE_BUFFER_BYTES
 from proxy.answers import MAX_ANSWER_BYTES, MAX_EMBEDDINGS_BYTES
+from proxy.api.deps import API_BODY_LIMIT
 from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
-from proxy.api.memory import _BODY_LIMIT
 from proxy.bus import PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
 from proxy.bus_payloads import MAX_PAYLOAD
 from proxy.cascade import types
@@ -122,7 +122,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"and `/v1/embeddings` at {MAX_EMBEDDINGS_BYTES >> 20} MiB",
         f"up to {READ_AHEAD_BYTES >> 10} KiB ahead of a slow client",
         f"receive buffer is fixed at {RECEIVE_BUFFER_BYTES >> 10} KiB",
-        f"the session and memory APIs' bodies are capped at {_BODY_LIMIT >> 10} KiB",
+        f"the session and memory APIs' bodies are capped at {API_BODY_LIMIT >> 10} KiB",
         f"At a stop the proxy waits up to {STOP_SECONDS:g} s for the last spans",
         f"It waits up to {WAIT_SECONDS:g} s for an answer",
         f"repeats its `LISTEN` every {PROBE_EVERY:g} s",
