@@ -9,6 +9,10 @@ not one: the user asked to abandon that work. So after a second Ctrl-C the serve
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+uvicorn's stop waits for every connection to close, and one closed with bytes its client
+does not read (a frozen console's event stream, the socket's buffers full) closes only once
+they are read: the stop cuts it after :data:`UNREAD_SECONDS`, so it ends and runs the
+lifespan's cleanup before an orchestrator's kill.
 A first signal while the lifespan still starts cancels the start (uvicorn would only note it
 until the start is done, however long that takes), and the exit status is that signal's. The
 start says so in one line (``proxy.refusals``), the last: uvicorn's ``Application startup
@@ -26,6 +30,7 @@ made during the start waits in the backlog for it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -43,6 +48,11 @@ log = logging.getLogger("cascade")
 
 INTERRUPTED = 128 + signal.SIGINT
 """The exit status after a second Ctrl-C."""
+
+
+UNREAD_SECONDS = 10.0
+"""How long a stop lets a connection with nothing left to send but bytes its client has not
+read (a frozen console's event stream, the socket's buffers full) wait before it cuts it."""
 
 
 STARTUP_FAILED = "Application startup failed. Exiting."
@@ -73,6 +83,37 @@ class _Server(uvicorn.Server):
                 "interrupted again: quitting now, cutting %d open connection(s)",
                 len(self.server_state.connections),
             )
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        reaper = asyncio.create_task(self._cut_unread())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            reaper.cancel()
+
+    async def _cut_unread(self) -> None:
+        """While the stop waits for the connections to close: cut each one that has had
+        nothing left to send but unread bytes for :data:`UNREAD_SECONDS` (its transport
+        closing, which waits for them to be read, and the stop with it)."""
+        closing: dict[object, float] = {}
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            cut = 0
+            for connection in list(self.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is None or not transport.is_closing():
+                    continue
+                if now - closing.setdefault(connection, now) >= UNREAD_SECONDS:
+                    transport.abort()
+                    cut += 1
+            if cut:
+                log.warning(
+                    "stopping: cut %d connection(s) whose client read nothing for %g s",
+                    cut,
+                    UNREAD_SECONDS,
+                )
+            await asyncio.sleep(0.1)
 
 
 def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
