@@ -75,6 +75,8 @@ class _Server(uvicorn.Server):
         if not self.started and STARTING.interrupt(sig):
             self.interrupted = sig  # the start ends now, not once it is done
             logging.getLogger("uvicorn.error").addFilter(_no_failed_start)
+        if self.started and not self.force_exit:
+            self._say_stopping(sig)
         super().handle_exit(sig, frame)
         if self.force_exit and not self.forced:
             self.forced = True
@@ -82,6 +84,26 @@ class _Server(uvicorn.Server):
             log.warning(
                 "interrupted again: quitting now, cutting %d open connection(s)",
                 len(self.server_state.connections),
+            )
+
+    def _say_stopping(self, sig: int) -> None:
+        """One line for the stop's signal: what the stop waits for, or, for a signal
+        after the first that is not a Ctrl-C (uvicorn takes it silently), that it goes on."""
+        name = signal.Signals(sig).name
+        open_now = len(self.server_state.connections)
+        if not self.should_exit:
+            log.info(
+                "stopping on %s: no new connections; waiting for the %d open connection(s) "
+                "to finish their requests (event streams end now; a Ctrl-C quits at once)",
+                name,
+                open_now,
+            )
+        elif sig != signal.SIGINT:
+            log.info(
+                "%s again: still waiting for %d open connection(s); a Ctrl-C (SIGINT) "
+                "quits at once",
+                name,
+                open_now,
             )
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
