@@ -46,6 +46,7 @@ def test_a_second_sigterm_says_it_is_still_stopping(
     server: _Server, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.handle_exit(signal.SIGTERM, None)
+    caplog.clear()
     with caplog.at_level(logging.INFO, "cascade"):
         server.handle_exit(signal.SIGTERM, None)
     assert _said(caplog) == [
