@@ -9,10 +9,11 @@ not one: the user asked to abandon that work. So after a second Ctrl-C the serve
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
-uvicorn's stop waits for every connection to close, and one closed with bytes its client
-does not read (a frozen console's event stream, the socket's buffers full) closes only once
-they are read: the stop cuts it after :data:`UNREAD_SECONDS`, so it ends and runs the
-lifespan's cleanup before an orchestrator's kill.
+uvicorn's stop waits for every connection to close, and one whose client reads nothing (a
+frozen console's event stream, closed with bytes unsent; a paused client's chat stream,
+whose send waits on it) would close only once it reads: the stop cuts it after
+:data:`UNREAD_SECONDS`, so it ends and runs the lifespan's cleanup before an orchestrator's
+kill.
 A first signal while the lifespan still starts cancels the start (uvicorn would only note it
 until the start is done, however long that takes), and the exit status is that signal's. The
 start says so in one line (``proxy.refusals``), the last: uvicorn's ``Application startup
@@ -114,20 +115,21 @@ class _Server(uvicorn.Server):
             reaper.cancel()
 
     async def _cut_unread(self) -> None:
-        """While the stop waits for the connections to close: cut each one that has had
-        nothing left to send but unread bytes for :data:`UNREAD_SECONDS` (its transport
-        closing, which waits for them to be read, and the stop with it)."""
-        closing: dict[object, float] = {}
+        """While the stop waits for the connections to close: cut each one whose client has
+        read nothing for :data:`UNREAD_SECONDS`, the server's writes to it paused all that
+        time (a stream's send waits on it) or its transport closing with bytes unsent
+        (which waits for them to be read, and the stop with it)."""
+        waiting: dict[object, float] = {}
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
             cut = 0
             for connection in list(self.server_state.connections):
-                transport = getattr(connection, "transport", None)
-                if transport is None or not transport.is_closing():
-                    continue
-                if now - closing.setdefault(connection, now) >= UNREAD_SECONDS:
-                    transport.abort()
+                if not _unread(connection):
+                    waiting.pop(connection, None)
+                elif now - waiting.setdefault(connection, now) >= UNREAD_SECONDS:
+                    connection.transport.abort()
+                    waiting[connection] = float("inf")  # cut once, gone at the loop's next turn
                     cut += 1
             if cut:
                 log.warning(
@@ -136,6 +138,16 @@ class _Server(uvicorn.Server):
                     UNREAD_SECONDS,
                 )
             await asyncio.sleep(0.1)
+
+
+def _unread(connection: object) -> bool:
+    """Whether the server waits on ``connection``'s client to read: its writes paused (the
+    buffer past its high-water mark), or its transport closing with bytes still unsent."""
+    transport = getattr(connection, "transport", None)
+    if transport is None:
+        return False
+    flow = getattr(connection, "flow", None)
+    return bool(transport.is_closing() or (flow is not None and flow.write_paused))
 
 
 def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
