@@ -42,6 +42,7 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
 from proxy.refusals import STARTING
+from proxy.tasks import stop_task
 
 __all__ = ["serve", "INTERRUPTED"]
 
@@ -112,7 +113,7 @@ class _Server(uvicorn.Server):
         try:
             await super().shutdown(sockets)
         finally:
-            reaper.cancel()
+            await stop_task(reaper)
 
     async def _cut_unread(self) -> None:
         """While the stop waits for the connections to close: cut each one whose client has
