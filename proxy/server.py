@@ -53,8 +53,9 @@ INTERRUPTED = 128 + signal.SIGINT
 
 
 UNREAD_SECONDS = 10.0
-"""How long a stop lets a connection with nothing left to send but bytes its client has not
-read (a frozen console's event stream, the socket's buffers full) wait before it cuts it."""
+"""How long a stop lets a connection whose client reads nothing (a frozen console's event
+stream closed with bytes unsent, a paused client's chat stream whose send waits on it) wait
+before it cuts it: a client reading, however slowly, takes some within that time."""
 
 
 STARTUP_FAILED = "Application startup failed. Exiting."
