@@ -55,7 +55,8 @@ INTERRUPTED = 128 + signal.SIGINT
 UNREAD_SECONDS = 10.0
 """How long a stop lets a connection whose client reads nothing (a frozen console's event
 stream closed with bytes unsent, a paused client's chat stream whose send waits on it) wait
-before it cuts it: a client reading, however slowly, takes some within that time."""
+before it cuts it: a client still reading drains the buffer below its low-water mark within
+it, unless it reads slower than a few KiB a second."""
 
 
 STARTUP_FAILED = "Application startup failed. Exiting."
