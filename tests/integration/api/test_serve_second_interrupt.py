@@ -3,8 +3,8 @@ screenfuls of tracebacks. uvicorn answers it by giving up the wait for the reque
 flight and ending its loop with them running, and every task cancelled there logged its
 cancellation as an error. It now quits with one line saying what it cut, no traceback, and
 status 130 (after a SIGTERM, a Ctrl-C quits the same way, the status the SIGTERM's); one
-Ctrl-C still lets the stream finish and exits 0, and so does a second SIGTERM, which says the
-stop goes on (proxy/server.py)."""
+Ctrl-C still lets the stream finish and exits 0; a second SIGTERM lets it finish too, says
+the stop goes on, and the exit is by SIGTERM (proxy/server.py)."""
 
 from __future__ import annotations
 
