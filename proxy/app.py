@@ -227,7 +227,7 @@ def create_app(
                 leases=leases,
             )
             stack.push_async_callback(summarizer.aclose)
-            await summarizer.close_interrupted()  # compactions a stop cut short
+            await summarizer.close_interrupted()  # compactions a kill (or a stop) cut short
             chat_service = ChatService(
                 pool=pool,
                 upstream=upstream,

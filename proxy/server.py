@@ -9,6 +9,11 @@ not one: the user asked to abandon that work. So after a second Ctrl-C the serve
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+uvicorn's stop waits for every connection to close, and one whose client reads nothing (a
+frozen console's event stream, closed with bytes unsent; a paused client's chat stream,
+whose send waits on it) would close only once it reads: the stop cuts it after
+:data:`UNREAD_SECONDS`, so it ends and runs the lifespan's cleanup before an orchestrator's
+kill.
 A first signal while the lifespan still starts cancels the start (uvicorn would only note it
 until the start is done, however long that takes), and the exit status is that signal's. The
 start says so in one line (``proxy.refusals``), the last: uvicorn's ``Application startup
@@ -26,6 +31,7 @@ made during the start waits in the backlog for it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -36,6 +42,7 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
 from proxy.refusals import STARTING
+from proxy.tasks import stop_task
 
 __all__ = ["serve", "INTERRUPTED"]
 
@@ -43,6 +50,13 @@ log = logging.getLogger("cascade")
 
 INTERRUPTED = 128 + signal.SIGINT
 """The exit status after a second Ctrl-C."""
+
+
+UNREAD_SECONDS = 10.0
+"""How long a stop lets a connection whose client reads nothing (a frozen console's event
+stream closed with bytes unsent, a paused client's chat stream whose send waits on it) wait
+before it cuts it: a client still reading drains the buffer below its low-water mark within
+it, unless it reads slower than a few KiB a second."""
 
 
 STARTUP_FAILED = "Application startup failed. Exiting."
@@ -65,6 +79,8 @@ class _Server(uvicorn.Server):
         if not self.started and STARTING.interrupt(sig):
             self.interrupted = sig  # the start ends now, not once it is done
             logging.getLogger("uvicorn.error").addFilter(_no_failed_start)
+        if self.started and not self.force_exit:
+            self._say_stopping(sig)
         super().handle_exit(sig, frame)
         if self.force_exit and not self.forced:
             self.forced = True
@@ -73,6 +89,68 @@ class _Server(uvicorn.Server):
                 "interrupted again: quitting now, cutting %d open connection(s)",
                 len(self.server_state.connections),
             )
+
+    def _say_stopping(self, sig: int) -> None:
+        """One line for the stop's signal: what the stop waits for, or, for a signal
+        after the first that is not a Ctrl-C (uvicorn takes it silently), that it goes on."""
+        name = signal.Signals(sig).name
+        open_now = len(self.server_state.connections)
+        if not self.should_exit:
+            log.info(
+                "stopping on %s: no new connections; waiting for the %d open connection(s) "
+                "to finish their requests (event streams end now; a Ctrl-C quits at once)",
+                name,
+                open_now,
+            )
+        elif sig != signal.SIGINT:
+            log.info(
+                "%s again: still waiting for %d open connection(s); a Ctrl-C (SIGINT) "
+                "quits at once",
+                name,
+                open_now,
+            )
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        reaper = asyncio.create_task(self._cut_unread())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            await stop_task(reaper)
+
+    async def _cut_unread(self) -> None:
+        """While the stop waits for the connections to close: cut each one whose client has
+        read nothing for :data:`UNREAD_SECONDS`, the server's writes to it paused all that
+        time (a stream's send waits on it) or its transport closing with bytes unsent
+        (which waits for them to be read, and the stop with it)."""
+        waiting: dict[object, float] = {}
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            cut = 0
+            for connection in list(self.server_state.connections):
+                if not _unread(connection):
+                    waiting.pop(connection, None)
+                elif now - waiting.setdefault(connection, now) >= UNREAD_SECONDS:
+                    connection.transport.abort()
+                    waiting[connection] = float("inf")  # cut once, gone at the loop's next turn
+                    cut += 1
+            if cut:
+                log.warning(
+                    "stopping: cut %d connection(s) whose client read nothing for %g s",
+                    cut,
+                    UNREAD_SECONDS,
+                )
+            await asyncio.sleep(0.1)
+
+
+def _unread(connection: object) -> bool:
+    """Whether the server waits on ``connection``'s client to read: its writes paused (the
+    buffer past its high-water mark), or its transport closing with bytes still unsent."""
+    transport = getattr(connection, "transport", None)
+    if transport is None:
+        return False
+    flow = getattr(connection, "flow", None)
+    return bool(transport.is_closing() or (flow is not None and flow.write_paused))
 
 
 def bind(host: str, port: int, backlog: int) -> list[socket.socket]:

@@ -1,5 +1,6 @@
 """The session event stream's response: one closed for a client that reads nothing ends
-with one warning of the proxy's, not uvicorn's error line about an unfinished response."""
+with one warning of the proxy's, not uvicorn's error line about an unfinished response; so
+does one a stop ends while its client reads nothing (the stop's warning)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ class EventStream(EventSourceResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+            # A stop that cancels a send its client does not take leaves the response
+            # unfinished too: the stop cuts that connection, and says so (proxy/server.py).
+            if getattr(self, "_send_interrupted", False):
+                _STALLED.set(True)
         except SendTimeoutError:
             _STALLED.set(True)
             log.warning(

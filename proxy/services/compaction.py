@@ -170,12 +170,14 @@ class DurableSummarizer:
 
     async def aclose(self) -> None:
         await self._closer.aclose()
+        cut = {key for key, task in self._tasks.items() if not task.done()}
         tasks = [*self._tasks.values(), *self._promotions]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+        await self._closer.after_stop(cut)  # no replica may start again to sweep them
 
     # -- the work ----------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 A compaction whose process died between its ``context.compaction.started`` and its partner
 (a SIGKILL, a lost host) leaves the started event alone; a console waiting for the pair would
 wait forever. ``Closer`` persists the partner, reason ``interrupted``: when the session's
-next compaction starts (``close_session``, under that compaction's claim), and at start-up
-(``at_start``) for every session whose compaction claim is free.
+next compaction starts (``close_session``, under that compaction's claim), at start-up
+(``at_start``) for every session whose compaction claim is free, and as a stop cancels
+compactions (``after_stop``), for theirs.
 
 A claim the dead process held outlives it by up to the lease's time to live (it was renewed
 until the process died), so start-up leaves such a session and a background pass tries it
@@ -65,6 +66,20 @@ class Closer:
         if held is None or held:
             self._later = asyncio.create_task(self._again(held), name="close-interrupted")
         return closed
+
+    async def after_stop(self, cut: set[Key]) -> None:
+        """Close the compactions of ``cut``, the sessions whose compaction the stop just
+        cancelled (their claims released), as the next start would: a replica scaled down
+        starts no more. One the database does not take now is left to that sweep."""
+        if not cut:
+            return
+        try:
+            closed, _ = await self._pass(cut)
+        except Exception as exc:
+            log.warning("interrupted compactions not closed yet: %s", exc)
+            return
+        if closed:
+            log.info("closed %d compaction(s) this stop interrupted", closed)
 
     async def aclose(self) -> None:
         if self._later is not None:

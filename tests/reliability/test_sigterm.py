@@ -1,5 +1,6 @@
 """``cascade-proxy serve`` stopped with SIGTERM (``docker stop``) during a stream: the answer
-in flight is streamed to its end and stored before the process exits (README: Stopping)."""
+in flight is streamed to its end and stored before the process exits (README: Stopping);
+during a background compaction: the stop does not wait for it, and closes it as interrupted."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import httpx
 
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import FAST, Model, words
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, write_config
+from tests.reliability.test_sigkill import _consistent, _post
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 
@@ -49,3 +52,53 @@ def test_sigterm_during_a_stream_finishes_it_and_keeps_the_reply(
     stored = "SELECT role FROM messages WHERE session_id = 't1' ORDER BY pos"
     assert column(db_dsn, stored) == ["user", "assistant"]
     figures.add(tried=1, chunks_after_sigterm=sum("drained" in line for line in lines[4:]))
+
+
+def test_sigterm_during_a_background_compaction_closes_it_as_interrupted(
+    proxy_process: Any, fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path, figures: Figures
+) -> None:
+    """SIGTERM during a background compaction: the stop does not wait for the fast model, the
+    history is whole, and the stop pairs its started event with an interrupted failure."""
+    model = Model(fast_delay=30.0)  # the summary never comes before the stop
+    fake_upstream.default = model
+    config = write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        models={
+            "default": {"contextLimit": 4000, "reservedOutput": 500},
+            FAST: {"contextLimit": 32000},
+        },
+        context={
+            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
+            "eviction": {"enabled": False},
+        },
+    )
+    p = proxy_process(config)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(5):  # the 5th crosses softFraction: a background compaction starts
+        history.append({"role": "user", "content": words(450, f"t{i}")})
+        history.append(_post(p, "compacting", history))
+    deadline = time.monotonic() + 10
+    while not model.fast_times:
+        assert time.monotonic() < deadline, "no compaction started"
+        time.sleep(0.05)
+    names = (
+        "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE "
+        "'context.compaction.%' ORDER BY id"
+    )
+    rows_before = _consistent(db_dsn, "compacting")
+    stopped = time.monotonic()
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=20) == -signal.SIGTERM
+    assert time.monotonic() - stopped < 5  # the fast model's 30 s are not waited for
+    assert _consistent(db_dsn, "compacting") == rows_before
+    # paired by the stop itself: a replica scaled down is not started again to sweep
+    assert column(db_dsn, names) == ["context.compaction.started", "context.compaction.failed"]
+    reason = "SELECT data->>'reason' FROM events WHERE name = 'context.compaction.failed'"
+    assert column(db_dsn, reason) == ["interrupted"]
+    p = proxy_process(config)  # whose start finds nothing more to close
+    assert column(db_dsn, names) == ["context.compaction.started", "context.compaction.failed"]
+    model.fast_delay = 0.0
+    history.append({"role": "user", "content": "go on"})
+    history.append(_post(p, "compacting", history))
+    figures.add(tried=1, rows=len(rows_before))

@@ -50,5 +50,7 @@ async def test_a_full_disk_is_a_503_and_one_warning(
     assert "DiskFullError" in line.getMessage()
     assert "No space left on device" in line.getMessage()
     assert line.exc_info is None
+    # readiness stays: every replica shares the database (README Decisions)
+    assert httpx.get(f"{proxy.origin}/readyz", timeout=5).status_code == 200
     await admin.execute(ROOM)
     assert chat(proxy, "full-1").status_code == 200  # served once there is room again

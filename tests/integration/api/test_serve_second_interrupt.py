@@ -2,7 +2,9 @@
 screenfuls of tracebacks. uvicorn answers it by giving up the wait for the requests in
 flight and ending its loop with them running, and every task cancelled there logged its
 cancellation as an error. It now quits with one line saying what it cut, no traceback, and
-status 130; one Ctrl-C still lets the stream finish and exits 0 (proxy/server.py)."""
+status 130 (after a SIGTERM, a Ctrl-C quits the same way, the status the SIGTERM's); one
+Ctrl-C still lets the stream finish and exits 0; a second SIGTERM lets it finish too, says
+the stop goes on, and the exit is by SIGTERM (proxy/server.py)."""
 
 from __future__ import annotations
 
@@ -50,9 +52,23 @@ def _serve(db_dsn: str, config: Path, cwd: Path) -> tuple[subprocess.Popen[bytes
             time.sleep(0.1)
 
 
-@pytest.mark.parametrize("interrupts", [1, 2])
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (signal.SIGINT, None),
+        (signal.SIGINT, signal.SIGINT),
+        (signal.SIGTERM, signal.SIGINT),
+        (signal.SIGTERM, signal.SIGTERM),
+    ],
+    ids=["ctrl-c", "ctrl-c-twice", "sigterm-then-ctrl-c", "sigterm-twice"],
+)
 def test_ctrl_c_during_a_stream(
-    db_dsn: str, config_path: Path, fake_upstream: FakeUpstream, tmp_path: Path, interrupts: int
+    db_dsn: str,
+    config_path: Path,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    first: signal.Signals,
+    second: signal.Signals | None,
 ) -> None:
     # The answer stops after its role frame and two words until the test lets it go on:
     # still streaming when each Ctrl-C comes.
@@ -95,15 +111,18 @@ def test_ctrl_c_during_a_stream(
         deadline = time.monotonic() + 10
         while len(lines) < 3 and time.monotonic() < deadline:  # the stream is under way
             time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(first)
         # the first Ctrl-C is handled (a second one sent before might be taken for it)
         while not said("Shutting down") and time.monotonic() < deadline + 10:
             time.sleep(0.02)
         assert said("Shutting down"), err
-        if interrupts == 2:
-            proc.send_signal(signal.SIGINT)
-        else:
-            pacer.allow(CHUNKS + 10)  # the rest of the answer, after the Ctrl-C
+        if second is not None:
+            proc.send_signal(second)
+        if second == signal.SIGTERM:  # taken, said, and the stop goes on
+            while not said("SIGTERM again") and time.monotonic() < deadline + 10:
+                time.sleep(0.02)
+        if second != signal.SIGINT:
+            pacer.allow(CHUNKS + 10)  # the rest of the answer, after the signal(s)
         proc.wait(timeout=20)
     finally:
         if proc.poll() is None:
@@ -112,11 +131,14 @@ def test_ctrl_c_during_a_stream(
         reader.join(10)
     stderr = "".join(err)
     assert "Traceback" not in stderr, stderr[-3000:]
-    if interrupts == 1:
-        assert proc.returncode == 0, stderr[-2000:]
+    if second != signal.SIGINT:
+        assert proc.returncode == (0 if first == signal.SIGINT else -first), stderr[-2000:]
         assert "data: [DONE]" in lines  # the stream ran to its end
+        again = [line for line in stderr.splitlines() if "SIGTERM again" in line]
+        assert len(again) == (second == signal.SIGTERM), stderr[-2000:]
     else:
-        assert proc.returncode == 130, stderr[-2000:]
+        # after a SIGTERM the process still ends by it, as uvicorn re-raises it
+        assert proc.returncode == (130 if first == signal.SIGINT else -first), stderr[-2000:]
         again = [line for line in stderr.splitlines() if "interrupted again" in line]
         assert len(again) == 1, stderr[-2000:]
         assert "cutting 1 open connection(s)" in again[0]

@@ -1,0 +1,124 @@
+"""A stop (SIGTERM) with an event stream open whose client reads nothing, the socket's
+buffers full (a frozen console): the stream ends at the stop, but its connection, closed
+with bytes still unsent, stayed open until the client read them, and uvicorn's stop waits
+for every connection: the process never exited before the orchestrator's SIGKILL, which
+skipped the lifespan's cleanup (the embedded PostgreSQL left running). A chat stream whose
+client stopped reading held it the same way, its send waiting on the client. The stop now
+cuts such a connection once its client has read nothing for ``server.UNREAD_SECONDS``
+(proxy/server.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from sse_starlette.sse import AppStatus
+
+from proxy import server as server_mod
+from proxy.settings import Settings
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, Records
+from tests.integration.api.test_events import chat, user
+from tests.integration.api.test_events_stalled_client import _flood
+from tests.integration.conftest import column
+
+
+class _Serving(server_mod._Server):
+    def install_signal_handlers(self) -> None:  # running in a thread; the test signals
+        pass
+
+
+@pytest.fixture
+def served(settings: Settings) -> Iterator[ProxyServer]:
+    """A proxy run by ``serve``'s own server class, in a thread."""
+    proxy = ProxyServer(settings)
+    proxy._server = _Serving(proxy._server.config)
+    proxy._thread = threading.Thread(target=proxy._server.run, daemon=True)
+    try:
+        yield proxy.start()
+    finally:
+        proxy.stop()
+        AppStatus.should_exit = False  # process-wide: the next test's streams run on
+
+
+def test_a_stop_cuts_an_event_streams_unread_bytes_after_a_bound(
+    served: ProxyServer, records: Records, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.5)
+    chat(served.origin, "frozen", [user("u1")])
+    host, port = served.origin.removeprefix("http://").split(":")
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        client.sendall(
+            b"GET /v1/sessions/frozen/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer sk-test-client\r\n\r\n"
+        )
+        deadline = time.monotonic() + 5
+        while not any(k[1] == "frozen" for k in served.state("bus")._subs):
+            assert time.monotonic() < deadline, "the stream never subscribed"
+            time.sleep(0.01)
+        key = next(k for k in served.state("bus")._subs if k[1] == "frozen")
+        _flood(served, key, 900)  # past the kernel's buffers, and unread
+        stopped = time.monotonic()
+        served._server.handle_exit(signal.SIGTERM, None)
+        served._thread.join(timeout=6)
+        took = time.monotonic() - stopped
+        assert not served._thread.is_alive(), "the stop still waits for the unread stream"
+    assert took < 3, took
+    said = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
+    assert said == ["stopping: cut 1 connection(s) whose client read nothing for 0.5 s"], said
+
+
+def _paused(served: ProxyServer) -> bool:
+    return any(
+        getattr(getattr(c, "flow", None), "write_paused", False)
+        for c in list(served._server.server_state.connections)
+    )
+
+
+def test_a_stop_cuts_a_chat_stream_whose_client_reads_nothing_after_a_bound(
+    served: ProxyServer,
+    fake_upstream: FakeUpstream,
+    db_dsn: str,
+    records: Records,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chat stream's client that stopped reading (a paused debugger, a frozen process) held
+    the stop as long as it held its socket: the send waits on it with no end of its own."""
+    monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.5)
+    fake_upstream.script(reply("y" * 8_000_000, chunks=4000))  # past the kernel's buffers
+    body = json.dumps(
+        {"model": "gpt-fake", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    ).encode()
+    host, port = served.origin.removeprefix("http://").split(":")
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer sk-test-client\r\nx-session-id: frozen-chat\r\n"
+            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        deadline = time.monotonic() + 10
+        while not _paused(served):  # the proxy's writes wait on the client
+            assert time.monotonic() < deadline, "the stream never filled the buffers"
+            time.sleep(0.02)
+        stopped = time.monotonic()
+        served._server.handle_exit(signal.SIGTERM, None)
+        served._thread.join(timeout=6)
+        took = time.monotonic() - stopped
+        assert not served._thread.is_alive(), "the stop still waits for the unread stream"
+    assert took < 3, took
+    said = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
+    assert any("stopping: cut 1 connection(s)" in m for m in said), said
+    # the cut reply is not stored, the user's message is, and the session is free
+    stored = "SELECT role FROM messages WHERE session_id = 'frozen-chat' ORDER BY pos"
+    assert column(db_dsn, stored) == ["user"]
