@@ -8,21 +8,50 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.cascade.redaction import redact, redact_message
+from proxy.cascade.redaction import REDACTED, redact, redact_message
 from proxy.cascade.types import Message
 
 __all__ = ["redact_written"]
 
 
+_DEEPEST = 64
+"""The nesting past which arguments given as an object are replaced whole (``_redact_value``):
+no tool's arguments nest so deep, and the walk stays far inside Python's recursion limit."""
+
+
+def _redact_value(
+    value: Any, patterns: Sequence[re.Pattern[str]], depth: int = 0
+) -> tuple[Any, int]:
+    """``value`` (arguments given as a JSON object, not its text) with each string in it
+    redacted, keys included; the same object when nothing matched. A value nested past
+    ``_DEEPEST`` is ``REDACTED`` whole, unread."""
+    if isinstance(value, str):
+        return redact(value, patterns)
+    if not isinstance(value, Mapping | list):
+        return value, 0
+    if depth >= _DEEPEST:
+        return REDACTED, 1
+    if isinstance(value, list):
+        done = [_redact_value(v, patterns, depth + 1) for v in value]
+        n = sum(found for _, found in done)
+        return ([v for v, _ in done] if n else value), n
+    pairs = [
+        (_redact_value(k, patterns, depth + 1), _redact_value(v, patterns, depth + 1))
+        for k, v in value.items()
+    ]
+    n = sum(kn + vn for (_, kn), (_, vn) in pairs)
+    return ({k: v for (k, _), (v, _) in pairs} if n else value), n
+
+
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
-    """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` text redacted."""
+    """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` redacted: their
+    text, or each string of them given as an object (``_redact_value``)."""
     if not isinstance(call, Mapping):
         return call, 0
     fn = call.get("function", call)
-    args = fn.get("arguments") if isinstance(fn, Mapping) else None
-    if not isinstance(fn, Mapping) or not isinstance(args, str):
+    if not isinstance(fn, Mapping) or fn.get("arguments") is None:
         return call, 0
-    text, n = redact(args, patterns)
+    text, n = _redact_value(fn["arguments"], patterns)
     if n == 0:
         return call, 0
     if fn is call:
