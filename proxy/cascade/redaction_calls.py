@@ -4,6 +4,7 @@ of its tool calls (or legacy ``function_call``) and its refusal (the ``refusal``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,33 +15,22 @@ from proxy.cascade.types import Message
 __all__ = ["redact_written"]
 
 
-_DEEPEST = 64
-"""The nesting past which arguments given as an object are replaced whole (``_redact_value``):
-no tool's arguments nest so deep, and the walk stays far inside Python's recursion limit."""
-
-
-def _redact_value(
-    value: Any, patterns: Sequence[re.Pattern[str]], depth: int = 0
-) -> tuple[Any, int]:
-    """``value`` (arguments given as a JSON object, not its text) with each string in it
-    redacted, keys included; the same object when nothing matched. A value nested past
-    ``_DEEPEST`` is ``REDACTED`` whole, unread."""
+def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value`` (a call's ``arguments``) redacted: its text, or for arguments a client sent
+    as a JSON object rather than its text, that object's JSON text, which then stands for it
+    (the form the field takes, and what the model reads): a pattern that reads a secret by
+    its key (``"password": "…"``) finds it there as in the text. The same object when
+    nothing matched; an object nested past what its encoding reaches is ``REDACTED``."""
     if isinstance(value, str):
         return redact(value, patterns)
     if not isinstance(value, Mapping | list):
         return value, 0
-    if depth >= _DEEPEST:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (RecursionError, TypeError, ValueError):
         return REDACTED, 1
-    if isinstance(value, list):
-        done = [_redact_value(v, patterns, depth + 1) for v in value]
-        n = sum(found for _, found in done)
-        return ([v for v, _ in done] if n else value), n
-    pairs = [
-        (_redact_value(k, patterns, depth + 1), _redact_value(v, patterns, depth + 1))
-        for k, v in value.items()
-    ]
-    n = sum(kn + vn for (_, kn), (_, vn) in pairs)
-    return ({k: v for (k, _), (v, _) in pairs} if n else value), n
+    redacted, n = redact(text, patterns)
+    return (redacted if n else value), n
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
