@@ -193,10 +193,15 @@ class StreamAnswer:
             self._body = scrubbed(self.status_code, body, self._resp.request)
         return self._body
 
+    @property
+    def request(self) -> httpx.Request | None:
+        """The call's request, whose ``Authorization`` ``scrub`` reads."""
+        return self._resp.request
+
     def scrub(self, text: str) -> str:
         """``text`` (a provider's error the proxy sends in-band or logs) without the
         credential the call sent."""
-        return scrub_text(text, secrets_of(sent_authorization(self._resp.request)))
+        return scrub_text(text, secrets_of(sent_authorization(self.request)))
 
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing
@@ -210,14 +215,19 @@ def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
 
     Never ``content-encoding`` or ``content-length``: the body relayed is the decoded one.
     Values are the provider's bytes read one character per byte (Starlette encodes them back
-    the same way), so a value such as ``x-request-id: €`` in UTF-8 goes out as sent.
+    the same way), so a value such as ``x-request-id: €`` in UTF-8 goes out as sent, less
+    the credential the call sent (a gateway that echoes the ``Authorization`` it got in an
+    id would hand the operator's key to every tenant), whatever the status.
     """
     out: dict[str, str] = {}
+    sent: tuple[str, ...] | None = None
     for raw_key, raw_value in resp.headers.raw:
         key = raw_key.decode("latin-1").lower()
         if key in RELAY_RESPONSE_HEADERS or (
             key.startswith(_RELAY_PREFIXES) and key not in _KEPT_BACK
         ):
-            value = raw_value.decode("latin-1")
+            if sent is None:
+                sent = secrets_of(sent_authorization(resp.request))
+            value = scrub_text(raw_value.decode("latin-1"), sent)
             out[key] = f"{out[key]}, {value}" if key in out else value
     return out

@@ -51,17 +51,22 @@ session about think tags)."""
 
 
 def without_thinking(text: str) -> str:
-    """``text`` without the thinking ahead of the answer (``_THINKING``, ``_THINKING_END``)."""
+    """``text`` without the thinking ahead of the answer (``_THINKING``, ``_THINKING_END``).
+    The fence lines before each closing line are counted from the previous one on, so the
+    answer is read once however many closing lines its code quotes."""
     text = _THINKING.sub("", text, count=1)
+    fences, counted = 0, 0
     for end in _THINKING_END.finditer(text):
-        if not _in_fence(text[: end.start()]):
+        fences += _fence_lines(text[counted : end.start()])  # whole lines: both start one
+        counted = end.start()
+        if fences % 2 == 0:
             return text[end.end() :]
     return text
 
 
-def _in_fence(before: str) -> bool:
-    """Whether a line after ``before`` lies inside a code fence ``before`` opened."""
-    return sum(1 for line in before.splitlines() if _FENCE.match(line)) % 2 == 1
+def _fence_lines(lines: str) -> int:
+    """How many of ``lines`` open or close a code fence."""
+    return sum(1 for line in lines.splitlines() if _FENCE.match(line))
 
 
 def _key(name: str) -> int | None:

@@ -4,25 +4,44 @@ of its tool calls (or legacy ``function_call``) and its refusal (the ``refusal``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.cascade.redaction import redact, redact_message
+from proxy.cascade.redaction import REDACTED, redact, redact_message
 from proxy.cascade.types import Message
 
 __all__ = ["redact_written"]
 
 
+def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value`` (a call's ``arguments``) redacted: its text, or for arguments a client sent
+    as a JSON object rather than its text, that object's JSON text, which then stands for it
+    (the form the field takes, and what the model reads): a pattern that reads a secret by
+    its key (``"password": "…"``) finds it there as in the text. The same object when
+    nothing matched; an object nested past what its encoding reaches is ``REDACTED``."""
+    if isinstance(value, str):
+        return redact(value, patterns)
+    if not isinstance(value, Mapping | list):
+        return value, 0
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (RecursionError, TypeError, ValueError):
+        return REDACTED, 1
+    redacted, n = redact(text, patterns)
+    return (redacted if n else value), n
+
+
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
-    """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` text redacted."""
+    """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` redacted: their
+    text, or each string of them given as an object (``_redact_value``)."""
     if not isinstance(call, Mapping):
         return call, 0
     fn = call.get("function", call)
-    args = fn.get("arguments") if isinstance(fn, Mapping) else None
-    if not isinstance(fn, Mapping) or not isinstance(args, str):
+    if not isinstance(fn, Mapping) or fn.get("arguments") is None:
         return call, 0
-    text, n = redact(args, patterns)
+    text, n = _redact_value(fn["arguments"], patterns)
     if n == 0:
         return call, 0
     if fn is call:

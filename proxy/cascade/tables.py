@@ -60,19 +60,43 @@ def may_tabulate(text: str) -> bool:
     return _OBJECT_IN_ARRAY.search(text) is not None
 
 
-def _columns(items: Sequence[Any]) -> tuple[tuple[str, ...], bool] | None:
+class _Room:
+    """The characters the tables' cells may still take: the JSON text's length. Each cell is
+    a character at least, so tables whose cells take more cannot come out shorter than the
+    text; ``_columns`` raises ``_NoRoom`` then, before they are written. Objects whose keys
+    hardly repeat make as many columns as rows, nearly every cell absent, and would be
+    written out cell by cell (rows times columns) before the whole was found too long."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self, cells: int) -> None:
+        self.left -= cells
+        if self.left < 0:
+            raise _NoRoom
+
+
+class _NoRoom(Exception):
+    """The tables' cells would take more than the text (``_Room``)."""
+
+
+def _columns(items: Sequence[Any], room: _Room) -> tuple[tuple[str, ...], bool] | None:
     """The header for ``items`` when they can be a table, and whether every object has
     exactly its keys (the usual case: then each row is the object's values in order); None
-    when they cannot be a table."""
+    when they cannot be a table. Its cells are taken from ``room``."""
     if len(items) < MIN_ROWS or not all(type(x) is _Obj and x for x in items):
         return None
     first = next(zip(*items[0], strict=True))
     if all(next(zip(*obj, strict=True)) == first for obj in items):
-        return (first, True) if len(set(first)) == len(first) else None
+        if len(set(first)) != len(first):
+            return None
+        room.take(len(first) * len(items))
+        return first, True
     order: dict[str, int] = {}
     for obj in items:
         for key, _ in obj:
             order.setdefault(key, len(order))
+    room.take(len(order) * len(items))
     for obj in items:
         at = [order[key] for key, _ in obj]
         if len(set(at)) != len(at) or at != sorted(at):
@@ -87,7 +111,7 @@ directly: ``dumps`` builds an encoder on each call with that option."""
 _CONSTANTS = {True: "true", False: "false", None: "null"}
 
 
-def _cells(values: Sequence[Any], tables: list[int], flat: bool) -> list[str]:
+def _cells(values: Sequence[Any], tables: list[int], flat: bool, room: _Room) -> list[str]:
     """Each of ``values`` as JSON (``_emit``). The parser gives exact types (``_Raw``,
     ``str``, ``_Obj``, ``list``, the constants), so each is told by ``type``, and a scalar
     is written in place, without a call."""
@@ -99,35 +123,35 @@ def _cells(values: Sequence[Any], tables: list[int], flat: bool) -> list[str]:
         elif kind is str:
             out.append(_key(v))
         elif kind is _Obj or kind is list:
-            out.append(_emit(v, tables, flat))
+            out.append(_emit(v, tables, flat, room))
         else:
             out.append(_CONSTANTS[v])
     return out
 
 
-def _emit(value: Any, tables: list[int], flat: bool = False) -> str:
+def _emit(value: Any, tables: list[int], flat: bool, room: _Room) -> str:
     """``value`` as minified JSON with its arrays of objects as tables (none when ``flat``:
-    a cell stays on its row's line)."""
+    a cell stays on its row's line), their cells taken from ``room``."""
     kind = type(value)
     if kind is _Obj:
         keys, values = zip(*value, strict=True) if value else ((), ())
-        cells = _cells(values, tables, flat)
+        cells = _cells(values, tables, flat, room)
         return "{" + ",".join([f"{_key(k)}:{c}" for k, c in zip(keys, cells, strict=True)]) + "}"
     if kind is not list:
-        return _cells((value,), tables, flat)[0]
-    found = None if flat else _columns(value)
+        return _cells((value,), tables, flat, room)[0]
+    found = None if flat else _columns(value, room)
     if found is None:
-        return "[" + ",".join(_cells(value, tables, flat)) + "]"
+        return "[" + ",".join(_cells(value, tables, flat, room)) + "]"
     columns, exact = found
     tables.append(len(value))
     header = "[" + ",".join([_key(c) for c in columns]) + "]"
     lines = [f"[#table {header} (one row per object; {ABSENT} = key absent)"]
     for obj in value:
         if exact:
-            row = _cells([v for _, v in obj], tables, True)
+            row = _cells([v for _, v in obj], tables, True, room)
         else:
             by_key = dict(obj)
-            row = [_emit(by_key[c], tables, True) if c in by_key else ABSENT for c in columns]
+            row = [_emit(by_key[c], tables, True, room) if c in by_key else ABSENT for c in columns]
         lines.append("[" + ",".join(row) + "]")
     lines.append("]")
     return "\n".join(lines)
@@ -169,9 +193,9 @@ def tabulate_value(value: Any, length: int) -> tuple[str, int] | None:
         return None
     tables: list[int] = []
     try:
-        out = _emit(value, tables)
+        out = _emit(value, tables, False, _Room(length))
         out.encode("utf-8")  # a lone surrogate in a string: leave the text as it is
-    except (RecursionError, UnicodeEncodeError):
+    except (RecursionError, UnicodeEncodeError, _NoRoom):
         return None
     if not tables or len(out) >= length:
         return None

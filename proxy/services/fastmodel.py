@@ -163,27 +163,43 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     body as OpenAI's reasoning models do (``_refuses_max_tokens``) under a name not read as
     one is asked again as one, and its name learned (``_LEARNED``); a provider that asks for
     a stream for the output bound (``_wants_stream``) is asked again streamed, and the
-    model called so from then on (``_STREAMED``, ``_post_streamed``): at most four calls."""
+    model called so from then on (``_STREAMED``, ``_post_streamed``): at most four calls.
+    Each is learned once a retry is taken (``_taken``), not from the refusal's words."""
     model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
     reasoning, streamed = _reasoning(model, at), (at, model) in _STREAMED
     sent = for_model(model, body, window, at=at)
     resp = await (_post_streamed if streamed else _post)(upstream, job, sent)
-    if not reasoning and _refuses_max_tokens(resp):
-        if len(_LEARNED) < _MAX_LEARNED and (at, model) not in _LEARNED:
-            _LEARNED.add((at, model))
-            log.info(
-                "fast model %r at %s refused max_tokens or a temperature as OpenAI's reasoning"
-                " models do: it is called with max_completion_tokens and room to think from now"
-                " on, until the proxy restarts",
-                model,
-                provider_name(job.provider),
-            )
+    as_reasoning = not reasoning and _refuses_max_tokens(resp)
+    if as_reasoning:
         sent = _as_reasoning(model, body, window)
         resp = await (_post_streamed if streamed else _post)(upstream, job, sent)
     if not streamed and _wants_stream(resp):  # read from its chunks (``answer_data``)
-        _learn(_STREAMED, (at, model))
         resp = await _post_streamed(upstream, job, sent)
+        if _taken(resp):
+            _learn(_STREAMED, (at, model))
+    if as_reasoning and _taken(resp):
+        _learn_reasoning(job, at, model)
     return resp
+
+
+def _taken(resp: Any) -> bool:
+    """Whether the provider took a retry: only then is what it was retried for learned. A
+    refusal's words alone teach nothing, since an error that quotes the body (a validator
+    echoing its input, the prompt holding a client's messages) may hold them, and what is
+    learned changes every tenant's calls to the model, for the process's life."""
+    return bool(resp.status_code < 400)
+
+
+def _learn_reasoning(job: Any, at: str, model: str) -> None:
+    if len(_LEARNED) < _MAX_LEARNED and (at, model) not in _LEARNED:
+        _LEARNED.add((at, model))
+        log.info(
+            "fast model %r at %s refused max_tokens or a temperature as OpenAI's reasoning"
+            " models do: it is called with max_completion_tokens and room to think from now"
+            " on, until the proxy restarts",
+            model,
+            provider_name(job.provider),
+        )
 
 
 async def _post_streamed(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
@@ -197,7 +213,7 @@ async def _post_streamed(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     resp = await _post(upstream, job, {**streamed, "stream_options": {"include_usage": True}})
     if resp.status_code in (400, 422) and "stream_options" in resp.text:
         resp = await _post(upstream, job, streamed)
-        if resp.status_code < 400:  # not a refusal that merely quoted the body
+        if _taken(resp):
             _learn(_NO_USAGE_OPTION, at)
     return resp
 

@@ -6,7 +6,7 @@ and refuse a field they do not know (older vLLM, Fireworks, Databricks' gateway:
 422 "Extra inputs are not permitted" naming ``stream_options``), so every stream through the
 proxy would fail where the client, which sent no such field, works direct. Such a refusal of
 the field the proxy added sends the call again without it, and the provider (its
-``baseUrl``) is remembered for the process's life unless that call is refused too: its
+``baseUrl``) is remembered for the process's life once the provider takes that call: its
 later streams go without it, and their occupancy is the calibrated estimate, as for a
 provider that reports no usage. A client that sent ``stream_options`` itself (not null)
 gets the provider's answer to it.
@@ -45,10 +45,10 @@ class UsageOption:
     ) -> StreamAnswer:
         """``send(usage)`` with ``usage`` true unless ``provider`` refused it before; once
         more without it when the provider refuses the ``stream_options`` the proxy added.
-        The provider is remembered only when that call is not refused as well: a refusal
-        that merely quotes the body (a client's own error echoing what it was sent) names
-        the field without being about it, and must not cost that provider's later streams
-        their usage."""
+        The provider is remembered only when the provider takes that call: a refusal that
+        merely quotes the body (a client's own error echoing what it was sent) names the
+        field without being about it, and must not cost that provider's later streams their
+        usage, every tenant's."""
         if body.get("stream_options") is not None:  # the client's own: the answer is its
             return await send(True)
         if provider.base_url in self._refused:
@@ -65,8 +65,8 @@ class UsageOption:
             return answer
         await answer.aclose()
         again = await send(False)
-        if again.status_code in _REFUSALS:  # refused without it too: the field was not why
-            return again
+        if again.status_code >= 400:  # refused without it too, or failed otherwise (a rate
+            return again  # limit, an outage): nothing shows the field was why
         if provider.base_url in self._refused:  # another stream learned it meanwhile
             return again
         self._refused.add(provider.base_url)

@@ -81,3 +81,14 @@ async def test_two_streams_refused_at_once_warn_once(caplog: pytest.LogCaptureFi
     assert [a.status_code for a in answers] == [200, 200]
     assert sorted(sent) == [False, False, True, True]
     assert len([r for r in caplog.records if "stream_options" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_a_call_without_the_field_that_fails_otherwise_marks_no_provider(status: int) -> None:
+    """A refusal that quoted the body, then a rate limit or an outage: nothing shows the field
+    was why, and what is learned holds for every tenant's streams to that provider."""
+    option, sent = UsageOption(), []
+    answers = [_Answer(400, _QUOTED), _Answer(status)]
+    assert (await option.open(_PROVIDER, {}, _sender(answers, sent))).status_code == status
+    await option.open(_PROVIDER, {}, _sender([_Answer(200)], sent))
+    assert sent == [True, False, True]

@@ -1,0 +1,52 @@
+"""A tool call's ``arguments`` sent as a JSON object rather than its string (some agent
+frameworks rebuild history so, and some servers take it) is text the model reads as much:
+it is redacted as its JSON text, which then stands for it, else a key quoted in one went
+upstream, into the store and into the summary's input as written."""
+
+from __future__ import annotations
+
+import json
+
+from proxy.cascade.redaction import REDACTED, compile_patterns
+from proxy.cascade.redaction_calls import redact_written
+from tests.unit.cascade.fake_credentials import AWS_ID
+
+_PATTERNS = compile_patterns((), use_defaults=True)
+
+
+def test_arguments_given_as_an_object_are_redacted_as_their_text() -> None:
+    args = {"token": AWS_ID, "opts": [f"--key={AWS_ID}", 3, None], "password": "hunter2hunter2"}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+    out, n = redact_written(msg, _PATTERNS)
+    assert n == 3  # the password by its key, as in the text form
+    assert json.loads(out["tool_calls"][0]["function"]["arguments"]) == {
+        "token": REDACTED,
+        "opts": [f"--key={REDACTED}", 3, None],
+        "password": REDACTED,
+    }
+    assert msg["tool_calls"][0]["function"]["arguments"]["token"] == AWS_ID  # not mutated
+    legacy = {
+        "role": "assistant",
+        "content": None,
+        "function_call": {"name": "f", "arguments": args},
+    }
+    assert AWS_ID not in redact_written(legacy, _PATTERNS)[0]["function_call"]["arguments"]
+
+
+def test_an_object_without_a_match_is_the_same_message() -> None:
+    call = {"id": "c1", "function": {"name": "f", "arguments": {"path": "/tmp", "n": [1, "x"]}}}
+    msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+    assert redact_written(msg, _PATTERNS) == (msg, 0)
+    assert redact_written(msg, _PATTERNS)[0] is msg
+
+
+def test_arguments_nested_past_reason_are_replaced_whole() -> None:
+    """A body may nest as deep as its JSON parser allows; such arguments are not let through
+    for want of a text to read them as."""
+    args: object = AWS_ID
+    for _ in range(900):
+        args = {"a": [args]}
+    call = {"id": "c1", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == REDACTED

@@ -1,0 +1,29 @@
+"""The PEM pattern's search for a block's END line stops at the next run of five dashes (a
+key's body never holds one): it read up to its 20,000 characters from every BEGIN line, so
+a message of BEGIN lines alone (a few hundred kilobytes, from any client) held the event
+loop, every tenant's requests with it, for seconds."""
+
+from __future__ import annotations
+
+import time
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from tests.unit.cascade.fake_credentials import PEM
+
+_PATTERNS = compile_patterns((), use_defaults=True)
+_BEGIN = "-----BEGIN RSA PRIVATE KEY-----\n"
+
+
+def test_begin_lines_alone_are_read_in_one_pass() -> None:
+    text = _BEGIN * 20_000
+    started = time.perf_counter()
+    out, n = redact(text, _PATTERNS)
+    assert "PRIVATE KEY" not in out and n >= 1
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_whole_block_is_still_redacted_whole() -> None:
+    for text in (f"key:\n{PEM}\nafter", f"{_BEGIN}{PEM}\nafter", f"{PEM}\n{PEM}"):
+        out, _ = redact(text, _PATTERNS)
+        assert "PRIVATE KEY" not in out and "MII" not in out, out
+    assert redact(f"a {PEM} b", _PATTERNS)[0] == f"a {REDACTED} b"

@@ -1,0 +1,28 @@
+"""An array of objects whose keys hardly repeat (each object its own key) makes a table of
+as many columns as rows, nearly every cell absent: written out, rows times columns cells,
+a few hundred kilobytes of tool output became hundreds of megabytes and held the event
+loop, every tenant's requests with it, for seconds to minutes. Such a table, which cannot
+come out shorter than the text, is not written."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from proxy.cascade.lossless import compact_text
+from proxy.cascade.tables import tabulate_json
+
+
+def test_a_table_wider_than_the_text_pays_for_is_not_written() -> None:
+    text = json.dumps([{f"k{i}": 1} for i in range(20_000)])
+    started = time.perf_counter()
+    assert tabulate_json(text) is None
+    done = compact_text(text)
+    assert done is not None and done.text == json.dumps(json.loads(text), separators=(",", ":"))
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_sparse_table_that_pays_is_still_written() -> None:
+    rows = [{"id": i, "name": f"n{i}", **({"note": "x"} if i % 3 == 0 else {})} for i in range(9)]
+    out = tabulate_json(json.dumps(rows))
+    assert out is not None and out[1] == 1 and '["id","name","note"]' in out[0]
