@@ -2,12 +2,15 @@
 
 The proxy is started with a ``sitecustomize`` on its ``PYTHONPATH`` that installs two signal
 handlers: SIGUSR1 starts a profiler on the main thread (the event loop's, where requests
-run), SIGUSR2 stops it and writes its stats to ``FILE``. Only what runs on that thread is
+run), SIGUSR2 stops it and writes its stats to ``FILE``, and the time the garbage collector
+took meanwhile, by generation, to ``FILE.gc`` (a collection's cost lands on whatever code
+allocated when it ran, so the profile alone cannot show it). Only what runs on that thread is
 profiled; PostgreSQL's share is in the run's ``pg_ms`` column.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import pstats
 import signal
@@ -18,14 +21,35 @@ from pathlib import Path
 __all__ = ["install", "start", "stop_and_print"]
 
 _SITECUSTOMIZE = """
-import cProfile, os, signal
+import cProfile, gc, os, signal, time
 _out = os.environ.get("CASCADE_BENCH_PROFILE")
 if _out:
     _prof = cProfile.Profile()
-    signal.signal(signal.SIGUSR1, lambda *_: _prof.enable())
+    _gc = {"on": False, "t0": 0.0, "by": [[0, 0.0], [0, 0.0], [0, 0.0]]}
+
+    def _collect(phase, info):
+        if not _gc["on"]:
+            return
+        if phase == "start":
+            _gc["t0"] = time.perf_counter()
+        else:
+            row = _gc["by"][info["generation"]]
+            row[0] += 1
+            row[1] += time.perf_counter() - _gc["t0"]
+
+    gc.callbacks.append(_collect)
+
+    def _start(*_):
+        _gc["on"] = True
+        _prof.enable()
+
+    signal.signal(signal.SIGUSR1, _start)
 
     def _stop(*_):
         _prof.disable()
+        _gc["on"] = False
+        with open(_out + ".gc", "w") as f:
+            f.write(repr(_gc["by"]))
         _prof.dump_stats(_out)
 
     signal.signal(signal.SIGUSR2, _stop)
@@ -57,6 +81,16 @@ def stop_and_print(pid: int, out: str, requests: int, top: int = 30) -> None:
         time.sleep(0.1)
     time.sleep(0.5)
     stats = pstats.Stats(str(path))
+    gc_path = Path(out + ".gc")
+    if gc_path.exists():  # garbage collections by generation: how many, ms per request
+        by = ast.literal_eval(gc_path.read_text(encoding="utf-8"))
+        print(
+            "gc per request:",
+            ", ".join(
+                f"gen{g} {n / requests:.2f}x {1000 * t / requests:.3f} ms"
+                for g, (n, t) in enumerate(by)
+            ),
+        )
     print(f"profile of the last {requests} requests (ms per request):")
     for key, title in (("tottime", "own time"), ("cumulative", "with callees")):
         print(f"  by {title}:")
