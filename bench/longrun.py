@@ -18,6 +18,8 @@ holds. ``--pglog DIR`` logs every statement's duration (``log_min_duration_state
 and copies the data directory, log included, to ``DIR``: a statement whose duration climbs
 over the run is the one to ``--explain`` (SQL run on the proxy's database at the end).
 ``--reserved`` sets ``reservedOutput`` as a share of the limit (an 8k window needs 0.125).
+``--profile FILE`` runs cProfile in the proxy over the last ``--profile-steps`` steps and
+prints the top costs per request (``bench.longrun_profile``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from bench import trajectories
+from bench import longrun_profile, trajectories
 from bench.growth_setup import Cpu, embedded_dsn
 from bench.replay_driver import _tools_for, cascade_proxy
 from bench.replay_policies import MAIN_MODEL
@@ -175,6 +177,9 @@ def run(args: argparse.Namespace) -> None:
     tools = _tools_for(history)
     print(f"{len(history)} messages, {len(calls)} steps", file=sys.stderr)
     overrides = json.loads(args.context) if args.context else None
+    if args.profile:
+        longrun_profile.install(args.profile)
+    profile_from = len(calls) - args.profile_steps
     with (
         ReplayUpstream() as up,
         cascade_proxy(args.limit, args.policy, up, overrides, args.reserved or None) as proxy,
@@ -216,6 +221,8 @@ def run(args: argparse.Namespace) -> None:
             )
         with httpx.Client(base_url=proxy.base_url, timeout=600) as client:
             for step in calls:
+                if args.profile and step.index == profile_from:
+                    longrun_profile.start(proxy.proc.pid)
                 up.expect(sid, step.index, step.reply)
                 n = len(step.prompt)
                 body = head + b",".join(encoded[:n]) + b"]}"
@@ -234,6 +241,8 @@ def run(args: argparse.Namespace) -> None:
                     now, cpu1 = loop.run_until_complete(_stats(conn)), cpu.read()
                     _report(step.index + 1, n, lat, (cpu0, cpu1), before, now)
                     before, cpu0, lat = now, cpu1, []
+        if args.profile:
+            longrun_profile.stop_and_print(proxy.proc.pid, args.profile, args.profile_steps)
         _pages(proxy.base_url, sid, 2 * len(calls))
         for sql in (
             "SELECT name, count(*), sum(pg_column_size(data)) FROM events GROUP BY 1",
@@ -272,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pglog", default="")
     p.add_argument("--reserved", type=float, default=0.0, help="reservedOutput, share of limit")
     p.add_argument("--explain", nargs="*", default=[])
+    p.add_argument("--profile", default="", help="cProfile stats file of the proxy's last steps")
+    p.add_argument("--profile-steps", type=int, default=200)
     run(p.parse_args(argv))
 
 

@@ -13,13 +13,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from proxy.cascade.tokens import make_counter, message_cost
 from proxy.cascade.types import Message, TokenCounter
 
-__all__ = ["LOAD_WAIT_SECONDS", "build_counter", "build_counters", "load_encoding"]
+__all__ = [
+    "LOAD_WAIT_SECONDS",
+    "TextCounts",
+    "build_counter",
+    "build_counters",
+    "counters_for",
+    "load_encoding",
+]
 
 log = logging.getLogger("cascade.tokens")
 
@@ -85,13 +93,76 @@ def _cache_at_fault(exc: BaseException) -> str | None:
     return cache if os.path.commonpath([where, os.path.abspath(path)]) == where else None
 
 
+CACHE_MIN_CHARS = 512
+"""Texts at least this long have their counts remembered: below it the BPE costs about what
+the lookup does, and the many short new messages would only churn the cache."""
+CACHE_MAX_CHARS = 4_000_000
+"""Characters of remembered texts a process holds at most; the least recently used go."""
+
+
+class TextCounts:
+    """A per-text token function that remembers the counts of long texts, by the text.
+
+    A request prices its messages through a fresh ``MemoCounter``, by identity, and seeds
+    the stored rows' counts; a message the proxy builds anew on every request (the first
+    user message the summary is folded into) is a new object each time, so without this it
+    is tokenised again on every request, at a cost that grows with the summary. Keyed by
+    the text itself (one instance per encoding), so a hit is exact, never a hash's guess;
+    bounded by the characters it holds, least recently used out first.
+    """
+
+    __slots__ = ("_fn", "_memo", "_chars", "_min", "_max", "misses")
+
+    def __init__(
+        self,
+        fn: Callable[[str], int],
+        *,
+        min_chars: int = CACHE_MIN_CHARS,
+        max_chars: int = CACHE_MAX_CHARS,
+    ) -> None:
+        self._fn = fn
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._chars = 0
+        self._min = min_chars
+        self._max = max_chars
+        self.misses = 0  # long texts tokenised (not found remembered)
+
+    def __call__(self, text: str) -> int:
+        if len(text) < self._min:
+            return self._fn(text)
+        memo = self._memo
+        n = memo.get(text)
+        if n is not None:
+            memo.move_to_end(text)
+            return n
+        n = self._fn(text)
+        self.misses += 1
+        if len(text) <= self._max:
+            memo[text] = n
+            self._chars += len(text)
+            while self._chars > self._max:
+                old, _ = memo.popitem(last=False)
+                self._chars -= len(old)
+        return n
+
+
+def counters_for(
+    text_tokens: Callable[[str], int] | None,
+) -> tuple[TokenCounter, Callable[[Message], int]]:
+    """A prompt counter and the matching per-message cost over one per-text function (the
+    estimate when None), sharing one :class:`TextCounts` for a BPE's."""
+    if text_tokens is None:
+        return make_counter(None), message_cost(None)
+    cached = TextCounts(text_tokens)
+    return make_counter(cached), message_cost(cached)
+
+
 def build_counter(encoding: str | None = "o200k_base") -> TokenCounter:
-    return make_counter(load_encoding(encoding) if encoding else None)
+    return counters_for(load_encoding(encoding) if encoding else None)[0]
 
 
 def build_counters(
     encoding: str | None = "o200k_base",
 ) -> tuple[TokenCounter, Callable[[Message], int]]:
     """A prompt counter and the matching per-message cost, from one encoding load."""
-    text_tokens = load_encoding(encoding) if encoding else None
-    return make_counter(text_tokens), message_cost(text_tokens)
+    return counters_for(load_encoding(encoding) if encoding else None)

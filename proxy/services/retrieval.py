@@ -15,15 +15,19 @@ step a short statement of its own; a batch is stored while the next one is embed
 database's index work and the model's overlap. It loads the builtin model's weights as soon
 as an agent has retrieval on, so no turn waits for them. Its cursor moves through
 ``messages`` by id, so new messages are embedded within a poll; a change of model or of the
-agents that have retrieval on restarts it from the first message (the backfill), and so
-does every ``rescan`` interval, which picks up what a failed batch or a dead replica's claim
-left behind.
+agents that have retrieval on restarts it from the first message (the backfill). Every
+``rescan`` interval a second cursor walks the ids below the first, at most ``RESCAN_WINDOWS``
+claim windows an interval, resuming where the last interval stopped and polled between the
+first cursor's polls: it picks up what a failed batch, a dead replica's claim, ids committed
+out of order or a session moved to an agent with retrieval left behind, at a cost per interval
+that does not grow with the table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -162,6 +166,11 @@ def _text(claimed: store.Claimed, cfg: Config) -> str:
     return redact(embedding_text(message), patterns)[0]
 
 
+RESCAN_WINDOWS = 100
+"""Claim windows (``store.CLAIM_WINDOW`` ids each) the rescan reads per ``rescan`` interval;
+a table larger than that is rescanned whole over several intervals."""
+
+
 class EmbeddingWorker:
     """The background embedder of one replica (module docstring)."""
 
@@ -183,6 +192,8 @@ class EmbeddingWorker:
         self.on_failure = on_failure  # counts a batch the embedder failed
         self.embedded = 0  # messages this worker stored a vector for
         self._cursor = 0
+        self._rescan: int | None = None  # the rescan's cursor; None: none under way
+        self._rescan_polls = 0  # claim windows the rescan may still read this interval
         self._scope: tuple[Any, ...] | None = None
         self._scan_started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
@@ -225,43 +236,68 @@ class EmbeddingWorker:
         scope = (embedder.model, cfg.embedding, on, configured, default_on)
         if scope != self._scope:  # a new model, or new sessions to cover: from the start
             self._scope, self._cursor = scope, 0
+            self._rescan, self._rescan_polls = None, 0
             self._scan_started = time.monotonic()
+        claim = functools.partial(
+            store.claim_unembedded,
+            model=embedder.model,
+            agents=on,
+            configured=configured,
+            default_on=default_on,
+            limit=cfg.embedding.batch_size,
+        )
         start = self._cursor
         async with self.pool.acquire() as conn:
-            claimed, last, at_end = await store.claim_unembedded(
-                conn,
-                model=embedder.model,
-                after_id=start,
-                agents=on,
-                configured=configured,
-                default_on=default_on,
-                limit=cfg.embedding.batch_size,
-            )
-        if last is None:  # the end of the table: rescan from the start now and then
+            claimed, last, at_end = await claim(conn, after_id=start)
+        if last is None:  # the end of the table: the rescan's turn, when one is under way
             await self.flush()
             await self._rescan_when_due()
-            return False
+            return await self._rescan_once(claim, embedder, cfg)
         self._cursor = last
         if claimed:
             await self._embed(claimed, embedder, start, cfg)
         if at_end:  # new messages may keep coming: the end is here all the same
             await self._rescan_when_due()
+            await self._rescan_once(claim, embedder, cfg)
+        return True
+
+    async def _rescan_once(self, claim: Any, embedder: Any, cfg: Config) -> bool:
+        """One claim window of the rescan, below the first cursor; False when none is due."""
+        if self._rescan is None or self._rescan_polls <= 0:
+            return False
+        start = self._rescan
+        async with self.pool.acquire() as conn:
+            claimed, last, _ = await claim(conn, after_id=start)
+        self._rescan_polls -= 1
+        if last is None or last >= self._cursor:  # up to the first cursor: the walk is done
+            self._rescan, self._rescan_polls = None, 0
+        else:
+            self._rescan = last
+        if claimed:
+            await self._embed(claimed, embedder, start, cfg, rescan=True)
         return True
 
     async def _rescan_when_due(self) -> None:
         """At the table's end, once every ``rescan`` interval: release dead replicas'
-        claims and start again from the first message (ids committed out of order below
-        the cursor, a session moved to an agent with retrieval on, a failed batch). The
-        batch this replica is storing is stored first: its claims, as old as its embedding
-        call, are no dead replica's to release."""
+        claims and give the rescan ``RESCAN_WINDOWS`` more windows, from where it stopped
+        (the first message when none is under way). The batch this replica is storing is
+        stored first: its claims, as old as its embedding call, are no dead replica's to
+        release."""
         if time.monotonic() - self._scan_started >= self.rescan_seconds:
             await self.flush()
             async with self.pool.acquire() as conn:
                 await store.release_stale_claims(conn)
-            self._cursor, self._scan_started = 0, time.monotonic()
+            self._rescan = self._rescan or 0
+            self._rescan_polls, self._scan_started = RESCAN_WINDOWS, time.monotonic()
 
     async def _embed(
-        self, claimed: list[store.Claimed], embedder: Any, start: int, cfg: Config
+        self,
+        claimed: list[store.Claimed],
+        embedder: Any,
+        start: int,
+        cfg: Config,
+        *,
+        rescan: bool = False,
     ) -> None:
         texts = [_text(c, cfg) for c in claimed]
         todo = [i for i, t in enumerate(texts) if t]
@@ -272,7 +308,10 @@ class EmbeddingWorker:
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self.on_failure()
-            self._cursor = start  # the batch again, after the back-off
+            if rescan:  # the batch again, after the back-off
+                self._rescan = start
+            else:
+                self._cursor = start
             with contextlib.suppress(Exception):
                 async with self.pool.acquire() as conn:
                     await store.release_claims(
