@@ -16,6 +16,17 @@ function atEnd() {
   return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
 }
 
+// The page scrolled to the composer, and again a few frames on while the page's height
+// changes: a row out of sight is laid out at a guessed height (app.css), and the rows
+// scrolled into sight take their own once they are drawn, a frame or two later.
+function toEnd(frames = 10, height = -1) {
+  const page = document.scrollingElement;
+  if (page.scrollHeight === height) return;
+  $("composer").scrollIntoView({ block: "end" });
+  const now = page.scrollHeight;
+  if (frames) requestAnimationFrame(() => requestAnimationFrame(() => toEnd(frames - 1, now)));
+}
+
 export class SessionView {
   constructor(id, ui) {
     this.id = id;
@@ -173,7 +184,7 @@ export class SessionView {
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
-      if (stick && this.messages.rows.length) $("composer").scrollIntoView({ block: "end" });
+      if (stick && this.messages.rows.length) toEnd();
     } catch (err) {
       if (this.abort.signal.aborted) return; // closed: the page shows another view now
       this.whole = true; // what this load was to bring (a row rewritten ...) is not known

@@ -1,0 +1,127 @@
+"""The console's work per live event as the rows shown grow: on a session of some 3,900
+messages with thousands of them loaded ("load earlier"), a streamed delta, an eviction and a
+press of "load earlier" cost about what they cost on the first window. Bounded in counts
+(rows read, list items built, layout objects visited, from chromium's trace), never time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import replied, write_config
+from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+SID = "rows-shown"
+ROUNDS = 1300  # three rows each, after the system message
+WINDOW = 200  # rows.js: the rows a first load shows, and each "load earlier" adds
+TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]
+
+
+@pytest.fixture
+def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """A window the whole history fits in, and no eviction: only the test changes rows."""
+    return write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        models={"default": {"contextLimit": 1_000_000, "reservedOutput": 500}},
+        auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
+    )
+
+
+class Reads:
+    """The rows each read of the session's messages brought."""
+
+    def __init__(self, console: Page) -> None:
+        self.rows: list[int] = []
+        console.page.on("response", self._seen)
+
+    def _seen(self, response: Any) -> None:
+        if f"/v1/sessions/{SID}/messages?" in response.url:
+            self.rows.append(len(response.json()["data"]))
+
+
+def layout_work(page: Any, act: Callable[[], None]) -> dict[str, int]:
+    """What `act` cost the page in style and layout, from chromium's trace: the elements
+    restyled, the layouts run and the layout objects they visited."""
+    browser = page.context.browser
+    browser.start_tracing(page=page, categories=TRACED)
+    act()
+    page.wait_for_timeout(100)
+    trace = json.loads(browser.stop_tracing())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    out = {"styled": 0, "layouts": 0, "visited": 0}
+    for event in events:
+        args = event.get("args", {})
+        if event.get("name") == "UpdateLayoutTree" and "elementCount" in args:
+            out["styled"] += args["elementCount"]
+        if event.get("name") == "Layout" and "beginData" in args:
+            out["layouts"] += 1
+            out["visited"] += args["beginData"].get("totalObjects", 0)
+    return out
+
+
+def shown(page: Any) -> int:
+    return int(page.evaluate("document.querySelectorAll('#message-list > li').length"))
+
+
+def settled(page: Any) -> None:
+    wait_for(lambda: not page.evaluate("document.getElementById('message-list').ariaBusy"), page)
+
+
+def open_long(console: Page, console_proxy: Any, fake_upstream: FakeUpstream, rows: int) -> Any:
+    """The session, opened with at least `rows` rows loaded."""
+    history = [{"role": "system", "content": "You are a coding agent."}]
+    history += [m for i in range(ROUNDS) for m in tool_round(i, 200)]
+    fake_upstream.script(reply("done"))
+    with api(console_proxy) as h:
+        resp = h.post(f"/s/{SID}/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+        replied(h, SID)
+    page = sign_in(console, f"#/s/{SID}")
+    page.get_by_test_id("message-list").get_by_text("done").wait_for()
+    page.wait_for_timeout(300)  # the events the stream replays as it opens
+    settled(page)
+    while shown(page) < rows:
+        before = shown(page)
+        page.get_by_test_id("load-earlier").click()
+        wait_for(lambda b=before: shown(page) > b, page)
+        settled(page)
+    return page
+
+
+def streamed(page: Any) -> str:
+    return str(
+        page.evaluate(
+            "(document.querySelector('[data-testid=message-streaming] pre') || {}).textContent"
+        )
+        or ""
+    )
+
+
+def test_a_delta_lays_out_each_row_shown_as_one_box_at_most(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """A row out of sight is a box of its own size to a layout of the list (its contents
+    are skipped), so a delta streamed under thousands of rows visits about one object per
+    row, where laying out every row's contents visited some nine."""
+    page = open_long(console, console_proxy, fake_upstream, 2000)
+    rows = shown(page)
+
+    def deltas() -> None:
+        for i in range(5):
+            inject(db_dsn, SID, "session.message.delta.appended", {"delta": f"tok{i} "})
+        wait_for(lambda: "tok4" in streamed(page), page)
+
+    work = layout_work(page, deltas)
+    print(f"\n5 deltas under {rows} rows: {work}")
+    assert work["layouts"] >= 1
+    assert work["visited"] / work["layouts"] < 2 * rows, (work, rows)
