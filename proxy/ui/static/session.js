@@ -180,7 +180,7 @@ export class SessionView {
       const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
       this.messages.take(rows);
-      if (rows.whole) this.shownEviction(session);
+      if (rows.whole || rows.from !== undefined) this.shownEviction(session);
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
@@ -338,9 +338,11 @@ export class SessionView {
         this.messages.named(data.handle);
         this.refresh();
         break;
+      case "context.evicted": // not toasted: routine, and the panel shows it
+        this.refresh(!this.messages.evicted(data.handles));
+        break;
       case "session.reset": this.messages.raw.clear(); // its raw outputs went with it
       case "context.trimmed":
-      case "context.evicted": // not toasted: routine, and the panel shows it
         this.refresh(true);
         break;
       case "context.compaction.started":

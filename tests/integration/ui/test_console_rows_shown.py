@@ -17,6 +17,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied, write_config
 from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console_events import evict_row
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,6 +99,15 @@ def open_long(console: Page, console_proxy: Any, fake_upstream: FakeUpstream, ro
     return page
 
 
+# counts the items added to the message list
+ADDED = """
+window.itemsAdded = 0;
+new MutationObserver((records) => {
+  for (const r of records) window.itemsAdded += r.addedNodes.length;
+}).observe(document.getElementById("message-list"), { childList: true });
+"""
+
+
 def streamed(page: Any) -> str:
     return str(
         page.evaluate(
@@ -125,3 +135,29 @@ def test_a_delta_lays_out_each_row_shown_as_one_box_at_most(
     print(f"\n5 deltas under {rows} rows: {work}")
     assert work["layouts"] >= 1
     assert work["visited"] / work["layouts"] < 2 * rows, (work, rows)
+
+
+def test_an_eviction_reads_again_the_rows_from_the_first_it_names_on(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """`context.evicted` names the results it cleared (`handles`): the view reads again the
+    rows from the first of those it shows on, and builds again only the items that changed,
+    not the thousand rows loaded before them."""
+    reads = Reads(console)
+    page = open_long(console, console_proxy, fake_upstream, 1000)
+    rows = shown(page)
+    tool = page.locator("#message-list > li[data-role=tool]").last
+    pos = int(tool.get_attribute("data-pos") or 0)
+    call = tool.get_attribute("data-tool-call-id")
+    page.evaluate(ADDED)
+    mark = len(reads.rows)
+    evict_row(db_dsn, SID, pos)
+    inject(db_dsn, SID, "context.evicted", {"count": 1, "handles": [f"{call}@{pos}"]})
+    page.locator(f"#message-list > li[data-pos='{pos}'] [data-mark=evicted]").wait_for()
+    settled(page)
+    read = reads.rows[mark:]
+    added = page.evaluate("window.itemsAdded")
+    print(f"\neviction under {rows} rows: reads {read}, items added {added}")
+    assert shown(page) == rows
+    assert sum(read) <= 10, read
+    assert added <= 3, added
