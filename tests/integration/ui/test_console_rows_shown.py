@@ -161,3 +161,37 @@ def test_an_eviction_reads_again_the_rows_from_the_first_it_names_on(
     assert shown(page) == rows
     assert sum(read) <= 10, read
     assert added <= 3, added
+
+
+# counts the nodes added anywhere in the message list, and the characters written to its text
+WRITES = """
+window.nodesAdded = 0;
+window.charsWritten = 0;
+const count = (n) => { window.charsWritten += n.textContent.length; };
+new MutationObserver((records) => {
+  for (const r of records) {
+    window.nodesAdded += r.addedNodes.length;
+    r.addedNodes.forEach(count);
+    if (r.type === "characterData") window.charsWritten += r.target.length - r.oldValue.length;
+  }
+}).observe(document.getElementById("message-list"),
+  { childList: true, subtree: true, characterData: true, characterDataOldValue: true });
+"""
+
+
+def test_a_delta_writes_its_own_text_not_the_whole_reply_again(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """A long reply streams in as thousands of deltas: each one appends its text to the item
+    shown, where building the item again wrote the whole reply so far, each time."""
+    page = open_long(console, console_proxy, fake_upstream, 0)
+    inject(db_dsn, SID, "session.message.delta.appended", {"delta": "x" * 20_000})
+    wait_for(lambda: len(streamed(page)) == 20_000, page)
+    page.evaluate(WRITES)
+    for i in range(5):
+        inject(db_dsn, SID, "session.message.delta.appended", {"delta": f"tok{i} "})
+    wait_for(lambda: "tok4" in streamed(page), page)
+    written = page.evaluate("[window.nodesAdded, window.charsWritten]")
+    print(f"\n5 deltas on a 20,000-character reply: nodes added, characters written {written}")
+    assert written[0] == 0, written
+    assert written[1] == len("tok0 ") * 5, written
