@@ -62,6 +62,30 @@ export class LiveReply {
   }
 }
 
+// A streaming text's last piece at least this long ends at its next line break: the text
+// goes on in a new piece, a block of its own (app.css), so a delta lays out the last piece
+// again, not the whole reply.
+export const PIECE_CHARS = 2000;
+
+// Append `added` to a streaming text's box: to its last piece, or a new one after a line break.
+function append(pre, added) {
+  const last = pre.lastChild;
+  if (!last) { pre.append(piece(added)); return; }
+  const text = last.firstChild || last;
+  const nl = added.lastIndexOf("\n");
+  if (text.length + added.length < PIECE_CHARS || nl < 0) { text.appendData(added); return; }
+  text.appendData(added.slice(0, nl + 1));
+  if (nl + 1 < added.length) pre.append(piece(added.slice(nl + 1)));
+  else pre.append(piece(""));
+}
+
+function piece(text) {
+  const span = document.createElement("span");
+  span.className = "piece";
+  span.append(document.createTextNode(text));
+  return span;
+}
+
 // The streaming reply of one session view: one item per choice after the stored messages.
 export class LiveView {
   constructor(list) {
@@ -141,8 +165,7 @@ export class LiveView {
       const end = !li.isConnected || pre.scrollHeight - top - pre.clientHeight < 8;
       const added = text.slice(this.lengths[i]);
       this.lengths[i] = text.length;
-      if (pre.firstChild) pre.firstChild.appendData(added);
-      else pre.textContent = added;
+      append(pre, added);
       if (moved) this.list.append(li);
       pre.scrollTop = end ? pre.scrollHeight : top;
     });

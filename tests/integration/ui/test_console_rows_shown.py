@@ -195,3 +195,24 @@ def test_a_delta_writes_its_own_text_not_the_whole_reply_again(
     print(f"\n5 deltas on a 20,000-character reply: nodes added, characters written {written}")
     assert written[0] == 0, written
     assert written[1] == len("tok0 ") * 5, written
+
+
+def test_a_long_streaming_text_goes_on_in_pieces_a_delta_lays_out_alone(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """Appended to one text, a delta has the layout place the whole reply's lines again:
+    past PIECE_CHARS (live.js) the text goes on, at a line break, in a new piece (a block of
+    its own), and the next deltas go into that one."""
+    page = open_long(console, console_proxy, fake_upstream, 0)
+    inject(db_dsn, SID, "session.message.delta.appended", {"delta": "a line\n" * 3000})
+    wait_for(lambda: len(streamed(page)) == 21_000, page)
+    page.evaluate(WRITES)
+    for i in range(5):
+        inject(db_dsn, SID, "session.message.delta.appended", {"delta": f"tok{i}\n"})
+    wait_for(lambda: "tok4" in streamed(page), page)
+    written = page.evaluate("[window.nodesAdded, window.charsWritten]")
+    last = page.evaluate(
+        "document.querySelector('[data-testid=message-streaming] pre').lastChild.textContent"
+    )
+    assert written == [1, len("tok0\n") * 5], written
+    assert last == "tok1\ntok2\ntok3\ntok4\n"
