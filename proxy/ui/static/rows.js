@@ -13,9 +13,10 @@
 // trim, a compaction, a reconnected stream that may have missed those), the window is read
 // again (as many rows as it held, ending at the session's last) and the list rebuilt. An
 // eviction names the results it cleared: the rows are read again from the first of those
-// held on, and only the items of rows that changed are built again (`evicted`). So it is when a `context.truncated` named a row held uncut: a tool's output sent as
-// a user message (an observation) is cut in place on the step after the one it came in, with
-// only that event, the one a result cut as it comes in sends too.
+// held on, and only the items of rows that changed are built again (`evicted`). So it is when
+// a `context.truncated` named a row held uncut: a tool's output sent as a user message (an
+// observation) is cut in place on the step after the one it came in, with only that event,
+// the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
 import { el, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
@@ -54,9 +55,11 @@ export class MessageRows {
     if (typeof handle === "string") this.cut.add(handle);
   }
 
-  // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
-  // named since (rewritten in place), the window again; else the rows after the last one
-  // held, or the window again when that one is no longer as it was. `count` resolves to the
+  // The rows to take: with `whole`, or no row yet, the window again; with a held row an
+  // eviction or a context.truncated named since (one held uncut: rewritten in place), the
+  // rows from the first such on, changed in place (`from`), or the window again when they
+  // are no longer the rows held; else the rows after the last one held, or the window again
+  // when that one is no longer as it was. `count` resolves to the
   // session's length (its message_count), which places the window at the end. The rows are
   // read after the session is: what they show is at least as new as the count shown beside
   // them, so a reset elsewhere never shows "0 messages" over the rows it removed.
@@ -64,14 +67,14 @@ export class MessageRows {
   async fetch(whole, count) {
     const cut = this.cut;
     this.cut = new Set();
-    const from = this.from;
+    let from = this.from;
     this.from = null;
     const total = await count();
     const have = this.rows.length;
-    if (cut.size &&
-      this.rows.some((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))) {
-      whole = true;
-    }
+    const uncut = cut.size
+      ? this.rows.findIndex((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))
+      : -1;
+    if (uncut >= 0) from = from === null ? uncut : Math.min(from, uncut);
     if (!whole && from !== null && from < have) {
       const out = (await api.messages(this.id, "prompt", this.start + from)).data;
       if (inPlace(out, this.rows.slice(from))) return { whole: false, from, rows: out };

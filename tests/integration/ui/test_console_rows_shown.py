@@ -78,15 +78,29 @@ def settled(page: Any) -> None:
     wait_for(lambda: not page.evaluate("document.getElementById('message-list').ariaBusy"), page)
 
 
-def open_long(console: Page, console_proxy: Any, fake_upstream: FakeUpstream, rows: int) -> Any:
-    """The session, opened with at least `rows` rows loaded."""
-    history = [{"role": "system", "content": "You are a coding agent."}]
-    history += [m for i in range(ROUNDS) for m in tool_round(i, 200)]
-    fake_upstream.script(reply("done"))
+def step(console_proxy: Any, fake_upstream: FakeUpstream, sent: list[Any], answer: str) -> None:
+    """One turn sending `sent` (the whole history), answered with `answer`, added to it."""
+    fake_upstream.script(reply(answer))
     with api(console_proxy) as h:
-        resp = h.post(f"/s/{SID}/v1/chat/completions", json={"model": "m", "messages": history})
+        resp = h.post(f"/s/{SID}/v1/chat/completions", json={"model": "m", "messages": sent})
         assert resp.status_code == 200, resp.text
         replied(h, SID)
+    sent.append({"role": "assistant", "content": answer})
+
+
+def open_long(
+    console: Page,
+    console_proxy: Any,
+    fake_upstream: FakeUpstream,
+    rows: int,
+    history: list[Any] | None = None,
+) -> Any:
+    """The session, opened with at least `rows` rows loaded; `history`, when given, gets what
+    was sent, to extend."""
+    sent = history if history is not None else []
+    sent += [{"role": "system", "content": "You are a coding agent."}]
+    sent += [m for i in range(ROUNDS) for m in tool_round(i, 200)]
+    step(console_proxy, fake_upstream, sent, "done")
     page = sign_in(console, f"#/s/{SID}")
     page.get_by_test_id("message-list").get_by_text("done").wait_for()
     page.wait_for_timeout(300)  # the events the stream replays as it opens
@@ -216,3 +230,38 @@ def test_a_long_streaming_text_goes_on_in_pieces_a_delta_lays_out_alone(
     )
     assert written == [1, len("tok0\n") * 5], written
     assert last == "tok1\ntok2\ntok3\ntok4\n"
+
+
+def test_an_observation_cut_in_place_reads_again_the_rows_from_it_on(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A tool's output sent as a user message is cut in place the step after it came, its
+    only word a `context.truncated` naming it: the view reads again the rows from it on and
+    builds again the items that changed, not the thousand rows loaded before it."""
+    reads = Reads(console)
+    sent: list[Any] = []
+    page = open_long(console, console_proxy, fake_upstream, 1000, sent)
+    output = "".join(f"Observation: line {n:05d} of the listing\n" for n in range(1500))
+    sent += [{"role": "user", "content": "list the files"}]
+    step(console_proxy, fake_upstream, sent, "Action: ls")
+    sent += [{"role": "user", "content": output}]
+    step(console_proxy, fake_upstream, sent, "Action: cat f.txt")
+    page.get_by_test_id("message-list").get_by_text("Action: cat f.txt").wait_for()
+    settled(page)
+    observation = page.locator("#message-list > li[data-role=user]").last
+    pos = observation.get_attribute("data-pos")
+    assert observation.locator("[data-mark=truncated]").count() == 0
+    rows = shown(page)
+    page.evaluate(ADDED)
+    mark = len(reads.rows)
+    sent += [{"role": "user", "content": "Observation: hello"}]
+    step(console_proxy, fake_upstream, sent, "Action: done")
+    page.locator(f"#message-list > li[data-pos='{pos}'] [data-mark=truncated]").wait_for()
+    page.get_by_test_id("message-list").get_by_text("Action: done").wait_for()
+    settled(page)
+    read = reads.rows[mark:]
+    added = page.evaluate("window.itemsAdded")
+    print(f"\nobservation cut under {rows} rows: reads {read}, items added {added}")
+    assert shown(page) == rows + 2
+    assert sum(read) <= 20, read
+    assert added <= 6, added
