@@ -62,6 +62,30 @@ export class LiveReply {
   }
 }
 
+// A streaming text's last piece at least this long ends at its next line break: the text
+// goes on in a new piece, a block of its own (app.css), so a delta lays out the last piece
+// again, not the whole reply.
+export const PIECE_CHARS = 2000;
+
+// Append `added` to a streaming text's box: to its last piece, or a new one after a line break.
+function append(pre, added) {
+  const last = pre.lastChild;
+  if (!last) { pre.append(piece(added)); return; }
+  const text = last.firstChild || last;
+  const nl = added.lastIndexOf("\n");
+  if (text.length + added.length < PIECE_CHARS || nl < 0) { text.appendData(added); return; }
+  text.appendData(added.slice(0, nl + 1));
+  if (nl + 1 < added.length) pre.append(piece(added.slice(nl + 1)));
+  else pre.append(piece(""));
+}
+
+function piece(text) {
+  const span = document.createElement("span");
+  span.className = "piece";
+  span.append(document.createTextNode(text));
+  return span;
+}
+
 // The streaming reply of one session view: one item per choice after the stored messages.
 export class LiveView {
   constructor(list) {
@@ -69,6 +93,8 @@ export class LiveView {
     this.reply = null;
     this.timer = null;
     this.items = []; // the items shown: kept, so a delta never searches the whole list
+    this.shown = null; // the reply the items show
+    this.lengths = []; // how much of each choice's text its item holds
   }
 
   // A delta: a new reply when none streams (or the last one ended), its text grows.
@@ -100,6 +126,7 @@ export class LiveView {
   // showed its end (or is new) follows its newest lines; one the reader scrolled up in
   // stays where it was.
   show() {
+    if (this.reply && this.reply === this.shown && this.grow()) return;
     const was = new Map();
     for (const li of this.items) {
       const pre = li.querySelector("pre.body");
@@ -113,10 +140,35 @@ export class LiveView {
     const items = choices.map(([choice, text]) => renderStreaming(choice, text, choices.length > 1));
     this.list.append(...items);
     this.items = items;
+    this.shown = this.reply;
+    this.lengths = choices.map(([, text]) => text.length);
     for (const li of items) {
       const pre = li.querySelector("pre.body");
       const top = was.get(li.dataset.choice);
       pre.scrollTop = top === undefined || top === null ? pre.scrollHeight : top;
     }
+  }
+
+  // The items shown take what their choices' text grew by, appended to the text they hold:
+  // a delta costs its own length, where building the item again cost the whole reply's. They
+  // go back after the rows when those were rebuilt or added after them. False when the
+  // choices are no longer those shown (a new one came): the items are built again.
+  grow() {
+    const choices = this.reply.choices();
+    if (choices.length !== this.items.length ||
+      choices.some(([choice], i) => this.items[i].dataset.choice !== String(choice))) return false;
+    const moved = this.list.lastElementChild !== this.items[this.items.length - 1];
+    choices.forEach(([, text], i) => {
+      const li = this.items[i];
+      const pre = li.querySelector("pre.body");
+      const top = pre.scrollTop;
+      const end = !li.isConnected || pre.scrollHeight - top - pre.clientHeight < 8;
+      const added = text.slice(this.lengths[i]);
+      this.lengths[i] = text.length;
+      append(pre, added);
+      if (moved) this.list.append(li);
+      pre.scrollTop = end ? pre.scrollHeight : top;
+    });
+    return true;
   }
 }

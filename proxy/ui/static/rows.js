@@ -9,12 +9,14 @@
 // stable while the session only grows), with that last row again as an overlap: when it comes
 // back as held, the rows before it are taken as unchanged and the new ones are appended, to
 // the data and to the page. When it does not (a reset, an edited history superseding the
-// tail, the row itself changed), or when the caller says earlier rows changed in place (an
-// eviction, a trim, a compaction, a reconnected stream that may have missed those), the
-// window is read again (as many rows as it held, ending at the session's last) and the list
-// rebuilt. So it is when a `context.truncated` named a row held uncut: a tool's output sent as
-// a user message (an observation) is cut in place on the step after the one it came in, with
-// only that event, the one a result cut as it comes in sends too.
+// tail, the row itself changed), or when the caller says earlier rows changed in place (a
+// trim, a compaction, a reconnected stream that may have missed those), the window is read
+// again (as many rows as it held, ending at the session's last) and the list rebuilt. An
+// eviction names the results it cleared: the rows are read again from the first of those
+// held on, and only the items of rows that changed are built again (`evicted`). So it is when
+// a `context.truncated` named a row held uncut: a tool's output sent as a user message (an
+// observation) is cut in place on the step after the one it came in, with only that event,
+// the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
 import { el, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
@@ -33,6 +35,19 @@ export class MessageRows {
     this.boundary = 0; // the summary's boundary the list was folded at
     this.raw = new Map(); // a row's rawKey -> what was paged back
     this.cut = new Set(); // the handles context.truncated named since the last fetch began
+    this.from = null; // the first held row an eviction named since the last fetch began
+    this.dirty = []; // the indexes of held rows a fetch changed in place, for render
+  }
+
+  // A context.evicted event's results, by the handles its placeholders name: the next fetch
+  // reads the rows again from the first of them held on. False when it names none (an event
+  // from before handles were named): the caller reloads the whole window then.
+  evicted(handles) {
+    if (!Array.isArray(handles)) return false;
+    const named = new Set(handles);
+    const at = this.rows.findIndex((row) => row.tool_call_id && named.has(rawHandle(row)));
+    if (at >= 0) this.from = this.from === null ? at : Math.min(this.from, at);
+    return true;
   }
 
   // A context.truncated event's result, by the handle its marker names (rawHandle).
@@ -40,9 +55,11 @@ export class MessageRows {
     if (typeof handle === "string") this.cut.add(handle);
   }
 
-  // The rows to take: with `whole`, no row yet, or a row held uncut that a context.truncated
-  // named since (rewritten in place), the window again; else the rows after the last one
-  // held, or the window again when that one is no longer as it was. `count` resolves to the
+  // The rows to take: with `whole`, or no row yet, the window again; with a held row an
+  // eviction or a context.truncated named since (one held uncut: rewritten in place), the
+  // rows from the first such on, changed in place (`from`), or the window again when they
+  // are no longer the rows held; else the rows after the last one held, or the window again
+  // when that one is no longer as it was. `count` resolves to the
   // session's length (its message_count), which places the window at the end. The rows are
   // read after the session is: what they show is at least as new as the count shown beside
   // them, so a reset elsewhere never shows "0 messages" over the rows it removed.
@@ -50,10 +67,17 @@ export class MessageRows {
   async fetch(whole, count) {
     const cut = this.cut;
     this.cut = new Set();
+    let from = this.from;
+    this.from = null;
     const total = await count();
     const have = this.rows.length;
-    if (cut.size &&
-      this.rows.some((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))) {
+    const uncut = cut.size
+      ? this.rows.findIndex((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))
+      : -1;
+    if (uncut >= 0) from = from === null ? uncut : Math.min(from, uncut);
+    if (!whole && from !== null && from < have) {
+      const out = (await api.messages(this.id, "prompt", this.start + from)).data;
+      if (inPlace(out, this.rows.slice(from))) return { whole: false, from, rows: out };
       whole = true;
     }
     if (!whole && have) {
@@ -83,11 +107,17 @@ export class MessageRows {
   }
 
   // What fetch answered, into the data; render shows it.
-  take({ whole, start, rows }) {
+  take({ whole, start, from, rows }) {
     if (whole) {
       this.rows = rows;
       this.start = start;
       this.shown = 0;
+    } else if (from !== undefined) {
+      rows.forEach((row, i) => {
+        const at = from + i;
+        if (at >= this.rows.length) this.rows.push(row);
+        else if (!same(row, this.rows[at])) { this.rows[at] = row; this.dirty.push(at); }
+      });
     } else {
       for (const row of rows) this.rows.push(row);
     }
@@ -97,6 +127,8 @@ export class MessageRows {
     this.rows = [];
     this.start = 0;
     this.shown = 0;
+    this.from = null;
+    this.dirty = [];
     this.raw.clear();
   }
 
@@ -106,6 +138,11 @@ export class MessageRows {
   render(boundary) {
     if (boundary !== this.boundary) this.shown = 0;
     this.boundary = boundary;
+    const dirty = this.dirty;
+    this.dirty = [];
+    if (this.shown) {
+      for (const at of dirty) this.list.children[at].replaceWith(this.item(this.rows[at]));
+    }
     const fresh = this.rows.slice(this.shown).map((row) => this.item(row));
     if (this.shown === 0) this.list.replaceChildren(...fresh);
     else this.list.append(...fresh);
@@ -152,6 +189,13 @@ export class MessageRows {
     button.textContent = rawStatus(shown);
     button.disabled = shown.next >= shown.total;
   }
+}
+
+// Rows read again from a held one on (`out`) that are the rows held there (`held`), changed
+// in place at most: each at the same position and creation, and none gone.
+function inPlace(out, held) {
+  return out.length >= held.length &&
+    held.every((row, i) => out[i].pos === row.pos && out[i].created_at === row.created_at);
 }
 
 // One row as the API gave it both times: the same position, creation, text and marks.

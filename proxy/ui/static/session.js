@@ -16,6 +16,17 @@ function atEnd() {
   return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
 }
 
+// The page scrolled to the composer, and again a few frames on while the page's height
+// changes: a row out of sight is laid out at a guessed height (app.css), and the rows
+// scrolled into sight take their own once they are drawn, a frame or two later.
+function toEnd(frames = 10, height = -1) {
+  const page = document.scrollingElement;
+  if (page.scrollHeight === height) return;
+  $("composer").scrollIntoView({ block: "end" });
+  const now = page.scrollHeight;
+  if (frames) requestAnimationFrame(() => requestAnimationFrame(() => toEnd(frames - 1, now)));
+}
+
 export class SessionView {
   constructor(id, ui) {
     this.id = id;
@@ -169,11 +180,11 @@ export class SessionView {
       const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
       this.messages.take(rows);
-      if (rows.whole) this.shownEviction(session);
+      if (rows.whole || rows.from !== undefined) this.shownEviction(session);
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
-      if (stick && this.messages.rows.length) $("composer").scrollIntoView({ block: "end" });
+      if (stick && this.messages.rows.length) toEnd();
     } catch (err) {
       if (this.abort.signal.aborted) return; // closed: the page shows another view now
       this.whole = true; // what this load was to bring (a row rewritten ...) is not known
@@ -327,9 +338,11 @@ export class SessionView {
         this.messages.named(data.handle);
         this.refresh();
         break;
+      case "context.evicted": // not toasted: routine, and the panel shows it
+        this.refresh(!this.messages.evicted(data.handles));
+        break;
       case "session.reset": this.messages.raw.clear(); // its raw outputs went with it
       case "context.trimmed":
-      case "context.evicted": // not toasted: routine, and the panel shows it
         this.refresh(true);
         break;
       case "context.compaction.started":
