@@ -1,0 +1,92 @@
+"""The rescan's bound is on the windows it reads for nothing: messages it finds to embed
+below the cursor (a session moved to an agent with retrieval on, a dead replica's released
+claims) are embedded within the interval that found them, as the walk they replace did."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.services import retrieval
+from proxy.services.retrieval import EmbeddingWorker
+from proxy.store.embeddings import CLAIM_WINDOW
+
+
+class _Pool:
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[object]:
+        yield object()
+
+
+class _Embedder:
+    model = "m"
+
+    async def warm(self) -> None:
+        return None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0] for _ in texts]
+
+
+class _Table:
+    """``messages`` ids 1..top as ``store.CLAIM`` reads them: ``todo`` the ids with no row for
+    the model; a claim takes the first ``limit`` of its window and moves on as the SQL does."""
+
+    def __init__(self, top: int) -> None:
+        self.top, self.todo, self.windows = top, set(range(1, top + 1)), 0
+
+    async def claim(self, conn: Any, *, after_id: int, limit: int, **_: Any) -> Any:
+        if after_id >= self.top:
+            return [], None, True
+        self.windows += 1
+        first, top = after_id + 1, self.top
+        scan = range(first, min(top, first + CLAIM_WINDOW - 1) + 1)
+        cand = [i for i in scan if i in self.todo][:limit]
+        self.todo.difference_update(cand)
+        if len(cand) >= limit:
+            last = cand[-1]
+        elif top >= first + CLAIM_WINDOW:
+            last = first + CLAIM_WINDOW - 1
+        else:
+            last = scan[-1]
+        at_end = len(cand) < limit and top < first + CLAIM_WINDOW
+        claimed = [retrieval.store.Claimed(i, {"role": "user", "content": "x"}) for i in cand]
+        return claimed, last, at_end
+
+
+async def test_what_the_rescan_finds_below_the_cursor_is_embedded_within_one_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table, now = _Table(20 * CLAIM_WINDOW), [0.0]
+
+    async def nothing(conn: Any, **_: Any) -> int:
+        return 0
+
+    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
+    monkeypatch.setattr(retrieval.store, "release_stale_claims", nothing)
+    monkeypatch.setattr(retrieval.store, "update_embeddings", nothing)
+    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
+    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
+    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
+    embedders = SimpleNamespace(current=lambda: _Embedder())
+    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    while await worker.run_once():  # the backfill
+        pass
+    assert not table.todo
+    moved = set(range(1, 20 * CLAIM_WINDOW, 4))  # a long session's messages, now to embed
+    table.todo |= moved
+    now[0] += 60.0
+    table.windows = 0
+    while await worker.run_once():  # the interval's polls, back to back while busy
+        pass
+    await worker.flush()
+    left = len(table.todo)
+    assert left == 0, f"{left} of {len(moved)} left for later intervals"
+    # the windows it read for nothing stay within the bound
+    batches = -(-len(moved) // 16)
+    assert table.windows <= batches + retrieval.RESCAN_WINDOWS + 2
