@@ -90,3 +90,48 @@ async def test_what_the_rescan_finds_below_the_cursor_is_embedded_within_one_int
     # the windows it read for nothing stay within the bound
     batches = -(-len(moved) // 16)
     assert table.windows <= batches + retrieval.RESCAN_WINDOWS + 2
+
+
+@pytest.mark.parametrize("windows", [20, 250])
+async def test_a_dead_replicas_claims_below_the_cursor_wait_at_most_two_passes(
+    monkeypatch: pytest.MonkeyPatch, windows: int
+) -> None:
+    """Released once stale at an interval's start, they are embedded when the walk next
+    passes them: within two passes of the table, whether it fits one interval or not."""
+    table, now = _Table(windows * CLAIM_WINDOW), [0.0]
+    dead: dict[int, float] = {}  # id: when the dead replica claimed it
+
+    async def release_stale(conn: Any) -> int:
+        stale = [i for i, t in dead.items() if now[0] - t >= 60.0]
+        for i in stale:
+            del dead[i]
+        table.todo.update(stale)
+        return len(stale)
+
+    async def nothing(conn: Any, **_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
+    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
+    monkeypatch.setattr(retrieval.store, "update_embeddings", nothing)
+    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
+    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
+    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
+    embedders = SimpleNamespace(current=lambda: _Embedder())
+    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    while await worker.run_once():
+        pass
+    now[0] += 90.0  # the walk is under way, somewhere in the table
+    while await worker.run_once():
+        pass
+    ids = range(10, 10 + 16 * 5)  # a batch's claims near the first message, behind the walk
+    dead.update(dict.fromkeys(ids, now[0]))
+    passes = -(-windows // retrieval.RESCAN_WINDOWS)
+    intervals = 0
+    while (dead or table.todo) and intervals < 2 * passes + 1:
+        now[0] += 60.0
+        intervals += 1
+        while await worker.run_once():
+            pass
+    assert not dead and not table.todo, f"still waiting after {intervals} intervals"
