@@ -92,7 +92,7 @@ async def test_what_the_rescan_finds_below_the_cursor_is_embedded_within_one_int
     assert table.windows <= batches + retrieval.RESCAN_WINDOWS + 2
 
 
-@pytest.mark.parametrize("windows", [20, 250])
+@pytest.mark.parametrize("windows", [20, 150])
 async def test_a_dead_replicas_claims_below_the_cursor_wait_at_most_two_passes(
     monkeypatch: pytest.MonkeyPatch, windows: int
 ) -> None:
@@ -135,3 +135,73 @@ async def test_a_dead_replicas_claims_below_the_cursor_wait_at_most_two_passes(
         while await worker.run_once():
             pass
     assert not dead and not table.todo, f"still waiting after {intervals} intervals"
+
+
+class _Shrunk(_Table):
+    """The table with the ids ``lo..hi`` deleted (a session's messages, or retention's):
+    the claim's first id and window skip them, as the SQL's do."""
+
+    def __init__(self, top: int) -> None:
+        super().__init__(top)
+        self.lo = self.hi = top + 1  # nothing deleted yet
+
+    async def claim(self, conn: Any, *, after_id: int, limit: int, **_: Any) -> Any:
+        top = self.top if self.top > self.hi else min(self.top, self.lo - 1)
+        first = after_id + 1 if after_id + 1 < self.lo else max(after_id + 1, self.hi + 1)
+        if first > top:
+            return [], None, True
+        self.windows += 1
+        scan = [
+            i
+            for i in range(first, first + CLAIM_WINDOW)
+            if i <= top and not self.lo <= i <= self.hi
+        ]
+        cand = [i for i in scan if i in self.todo][:limit]
+        self.todo.difference_update(cand)
+        if len(cand) >= limit:
+            last = cand[-1]
+        elif top >= first + CLAIM_WINDOW:
+            last = first + CLAIM_WINDOW - 1
+        else:
+            last = scan[-1]
+        at_end = len(cand) < limit and top < first + CLAIM_WINDOW
+        claimed = [retrieval.store.Claimed(i, {"role": "user", "content": "x"}) for i in cand]
+        return claimed, last, at_end
+
+
+async def test_a_table_that_shrinks_past_the_rescans_cursor_is_rescanned_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    size = 150 * CLAIM_WINDOW
+    table, now = _Shrunk(size), [0.0]
+
+    async def nothing(conn: Any, **_: Any) -> int:
+        return 0
+
+    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
+    monkeypatch.setattr(retrieval.store, "release_stale_claims", nothing)
+    monkeypatch.setattr(retrieval.store, "update_embeddings", nothing)
+    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
+    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
+    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
+    embedders = SimpleNamespace(current=lambda: _Embedder())
+    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    while await worker.run_once():
+        pass
+    now[0] += 60.0
+    while await worker.run_once():  # the walk stops a hundred windows in
+        pass
+    assert (worker._rescan or 0) > 30 * CLAIM_WINDOW  # where the next interval resumes
+    table.lo, table.hi = 30 * CLAIM_WINDOW + 1, size  # all past 30 windows deleted
+    table.todo |= set(range(5, 100))  # and a session below moved to retrieval
+    table.top = size + 10  # new messages keep the sequence's ids
+    table.todo |= set(range(size + 1, size + 11))
+    await worker.run_once()
+    assert not table.todo & set(range(size + 1, size + 11)), "new messages wait"
+    for _ in range(2):
+        now[0] += 60.0
+        while await worker.run_once():
+            pass
+    await worker.flush()
+    assert not table.todo
