@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> None:
     overrides = json.loads(args.context) if args.context else None
     if args.profile:
         longrun_profile.install(args.profile)
-    profile_from = len(calls) - args.profile_steps
+    profile_from, profiled = longrun_profile.window(len(calls), args.profile_steps)
     with (
         ReplayUpstream() as up,
         cascade_proxy(args.limit, args.policy, up, overrides, args.reserved or None) as proxy,
@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> None:
                     _report(step.index + 1, n, lat, (cpu0, cpu1), before, now)
                     before, cpu0, lat = now, cpu1, []
         if args.profile:
-            longrun_profile.stop_and_print(proxy.proc.pid, args.profile, args.profile_steps)
+            longrun_profile.stop_and_print(proxy.proc.pid, args.profile, profiled)
         _pages(proxy.base_url, sid, 2 * len(calls))
         for sql in (
             "SELECT name, count(*), sum(pg_column_size(data)) FROM events GROUP BY 1",

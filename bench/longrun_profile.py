@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["install", "start", "stop_and_print"]
+__all__ = ["install", "start", "stop_and_print", "window"]
 
 _SITECUSTOMIZE = """
 import cProfile, gc, os, signal, time
@@ -54,6 +54,14 @@ if _out:
 
     signal.signal(signal.SIGUSR2, _stop)
 """
+
+
+def window(steps: int, profiled: int) -> tuple[int, int]:
+    """(the index of the first profiled step, how many are profiled): the run's last
+    ``profiled`` steps, or all of them when it has fewer, so the profiler starts at all and
+    the per-request figures divide by the requests it saw."""
+    first = max(0, steps - max(1, profiled))
+    return first, steps - first
 
 
 def install(out: str) -> None:

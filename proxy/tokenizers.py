@@ -108,7 +108,8 @@ class TextCounts:
     user message the summary is folded into) is a new object each time, so without this it
     is tokenised again on every request, at a cost that grows with the summary. Keyed by
     the text itself (one instance per encoding), so a hit is exact, never a hash's guess;
-    bounded by the characters it holds, least recently used out first.
+    bounded by the characters it holds, least recently used out first. Called on the event
+    loop only (nothing tokenises in an executor), so it takes no lock.
     """
 
     __slots__ = ("_fn", "_memo", "_chars", "_min", "_max", "misses")

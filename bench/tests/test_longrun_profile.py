@@ -48,3 +48,9 @@ def test_the_started_process_profiles_between_the_signals(
     printed = capsys.readouterr().out
     assert "gc per request:" in printed
     assert "busy_work" in printed
+
+
+def test_a_run_shorter_than_the_profiled_steps_is_profiled_whole() -> None:
+    assert longrun_profile.window(4000, 200) == (3800, 200)
+    assert longrun_profile.window(120, 200) == (0, 120)  # it started at step -80: never
+    assert longrun_profile.window(120, 0) == (119, 1)

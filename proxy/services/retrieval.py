@@ -17,10 +17,10 @@ as an agent has retrieval on, so no turn waits for them. Its cursor moves throug
 ``messages`` by id, so new messages are embedded within a poll; a change of model or of the
 agents that have retrieval on restarts it from the first message (the backfill). Every
 ``rescan`` interval a second cursor walks the ids below the first, at most ``RESCAN_WINDOWS``
-claim windows an interval, resuming where the last interval stopped and polled between the
-first cursor's polls: it picks up what a failed batch, a dead replica's claim, ids committed
-out of order or a session moved to an agent with retrieval left behind, at a cost per interval
-that does not grow with the table.
+claim windows with nothing to claim an interval, resuming where the last interval stopped and
+polled between the first cursor's polls: it picks up what a failed batch, a dead replica's
+claim, ids committed out of order or a session moved to an agent with retrieval left behind,
+at a cost per interval that does not grow with the table.
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ def _text(claimed: store.Claimed, cfg: Config) -> str:
 
 
 RESCAN_WINDOWS = 100
-"""Claim windows (``store.CLAIM_WINDOW`` ids each) the rescan reads per ``rescan`` interval;
-a table larger than that is rescanned whole over several intervals."""
+"""Claim windows (``store.CLAIM_WINDOW`` ids each) with nothing to claim the rescan reads per
+``rescan`` interval; a table larger than that is rescanned whole over several intervals."""
 
 
 class EmbeddingWorker:
@@ -262,13 +262,15 @@ class EmbeddingWorker:
         return True
 
     async def _rescan_once(self, claim: Any, embedder: Any, cfg: Config) -> bool:
-        """One claim window of the rescan, below the first cursor; False when none is due."""
+        """One claim window of the rescan, below the first cursor; False when none is due.
+        Only a window that claims nothing spends the interval's budget: what the rescan
+        finds is work the walk exists for, and new messages are polled between batches."""
         if self._rescan is None or self._rescan_polls <= 0:
             return False
         start = self._rescan
         async with self.pool.acquire() as conn:
             claimed, last, _ = await claim(conn, after_id=start)
-        self._rescan_polls -= 1
+        self._rescan_polls -= 0 if claimed else 1
         if last is None or last >= self._cursor:  # up to the first cursor: the walk is done
             self._rescan, self._rescan_polls = None, 0
         else:

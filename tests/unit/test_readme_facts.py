@@ -39,12 +39,13 @@ from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
-from proxy.services.retrieval import RACE_SLACK
+from proxy.services.retrieval import RACE_SLACK, RESCAN_WINDOWS
 from proxy.settings import Settings
+from proxy.store.embeddings import CLAIM_WINDOW
 from proxy.store.leases import POLL_MAX_SECONDS
 from proxy.store.migrations import LOCK_RETRY_SECONDS, LOCK_WAIT_SECONDS
 from proxy.store.readiness import CHECK_TIMEOUT, REUSE_SECONDS
-from proxy.tokenizers import LOAD_WAIT_SECONDS
+from proxy.tokenizers import CACHE_MAX_CHARS, CACHE_MIN_CHARS, LOAD_WAIT_SECONDS
 from proxy.tracing import STOP_SECONDS
 from proxy.warmup import POOL_WARM_MAX
 from tests.unit.starts import SERVE, run_start
@@ -156,6 +157,10 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"retries included (at most {_ceiling('timeout_seconds', SummarizeConfig):g})",
         f"that waits over {LOCK_WAIT_SECONDS:g} s for a table's lock",
         f"tried again {LOCK_RETRY_SECONDS:g} s later",
+        f"at most {RESCAN_WINDOWS} claim windows ({RESCAN_WINDOWS * CLAIM_WINDOW:,} ids) that"
+        " claim nothing",
+        f"texts of {CACHE_MIN_CHARS} characters or more, {CACHE_MAX_CHARS / 1e6:g}M characters"
+        " at most",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
