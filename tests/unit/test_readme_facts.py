@@ -47,6 +47,7 @@ from proxy.store.readiness import CHECK_TIMEOUT, REUSE_SECONDS
 from proxy.tokenizers import LOAD_WAIT_SECONDS
 from proxy.tracing import STOP_SECONDS
 from proxy.warmup import POOL_WARM_MAX
+from tests.unit import design
 from tests.unit.starts import SERVE, run_start
 
 
@@ -313,14 +314,8 @@ def test_each_default_that_differs_from_designs_example_is_a_decision() -> None:
     """DESIGN's example config shows the ``context`` defaults; each the code sets otherwise
     is named in README Decisions with both values, so a default tuned again (or put back)
     fails here until the Decision says so."""
-    design = Path(__file__).parents[2].parent / "shared" / "DESIGN.md"
-    if not design.exists():
-        pytest.skip(f"no {design} beside the checkout")
-    match = re.search(r"```json\n(.*?)```", design.read_text(encoding="utf-8"), re.S)
-    assert match is not None
-    example = json.loads(match[1])["context"]
     differ = {}
-    for block, values in example.items():
+    for block, values in design.CONTEXT_EXAMPLE.items():
         model = getattr(ContextConfig(), _snake(block))
         for key, value in values.items():
             actual = getattr(model, _snake(key))
@@ -336,6 +331,12 @@ def test_each_default_that_differs_from_designs_example_is_a_decision() -> None:
     decision = decision.split("\n- **")[0].split(" - **")[0]
     for name, (value, actual) in differ.items():
         assert f"`{name}` {actual:g} (not {value:g}:" in decision, name
+
+
+def test_the_context_example_held_as_designs_is_its_example_configs() -> None:
+    match = re.search(r"```json\n(.*?)```", design.design_text(), re.S)
+    assert match is not None
+    assert json.loads(match[1])["context"] == design.CONTEXT_EXAMPLE
 
 
 def _number(n: int) -> str:
