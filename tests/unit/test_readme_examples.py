@@ -142,6 +142,7 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
     bullets = {b.split()[0]: b for b in section.split(" - `cascade-proxy ")[1:]}
     _, commands = _flags(_parser())
     assert set(bullets) == set(commands)
+    checked = 0
     for name, command in commands.items():
         flags, actions = _flags(command)
         usage = bullets[name].split("`")[0]  # `cascade-proxy NAME [--flag]… [ACTION]`
@@ -154,6 +155,8 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
                 spans = [usage.split(f" {action} ", 1)[1]]
             assert spans, (name, action)  # the first is the ACTION list's; later ones cite it
             assert sorted(re.findall(r"--[a-z-]+", spans[0])) == sorted(own), (name, action)
+            checked += 1
+    assert checked >= 14  # config check, sessions' seven actions, memory's six
 
 
 def _snake(camel: str) -> str:
