@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +47,7 @@ from proxy.tokenizers import LOAD_WAIT_SECONDS
 from proxy.tracing import STOP_SECONDS
 from proxy.warmup import POOL_WARM_MAX
 from tests.unit import design
+from tests.unit.readme import LINES, README, ROOT, TEXT, snake as _snake
 from tests.unit.starts import SERVE, run_start
 
 
@@ -64,11 +64,6 @@ def _default(cls: type, name: str) -> int:
     assert isinstance(default, int)
     return default
 
-
-TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-LINES = TEXT.splitlines()
-README = " ".join(TEXT.split())
-"""README with every run of whitespace one blank, so a phrase may wrap anywhere."""
 
 EVENTS = sorted(
     value
@@ -163,10 +158,6 @@ def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
     assert phrase in README
 
 
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
-
-
 def _stated_defaults() -> list[tuple[str, str, Any, Any]]:
     """(row, key, README's default, the model's) for each ```key` value`` pair in the default
     column of the configuration table's ``context.<block>`` and ``embedding`` rows."""
@@ -232,7 +223,7 @@ def test_the_transient_events_readme_names_are_the_transient_ones() -> None:
 
 
 def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
-    perf = (Path(__file__).parents[2] / "docs" / "perf.md").read_text(encoding="utf-8")
+    perf = (ROOT / "docs" / "perf.md").read_text(encoding="utf-8")
     headings = [line.lstrip("#").strip() for line in perf.splitlines() if line.startswith("#")]
     cited = re.findall(r'docs/perf\.md[,:;]? ((?:"[^"]+"(?:,| and| or)? ?)+)', README)
     quoted = [q for group in cited for q in re.findall(r'"([^"]+)"', group)]
