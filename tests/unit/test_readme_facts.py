@@ -231,14 +231,20 @@ def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
     assert [q for q in quoted if not any(q in h for h in headings)] == []
 
 
-def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states() -> None:
+@pytest.mark.parametrize("refusal", ["setting", "database"])
+def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states(refusal: str) -> None:
+    """One start a case: each is a process's import and refusal, about a second."""
     section = README.split("### Start-up")[1].split("### ")[0]
-    assert "or the tracing exporter refused, with exit status 2, before anything starts" in section
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
+    if refusal == "setting":
+        assert (
+            "or the tracing exporter refused, with exit status 2, before anything starts" in section
+        )
+        refused = run_start(SERVE, {**base, "CASCADE_LOG_LEVEL": "loud"})
+        assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
+        return
     assert "cannot connect to or migrate" in section
     assert "PostgreSQL's own reason), with exit status 3" in section
-    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
-    refused = run_start(SERVE, {**base, "CASCADE_LOG_LEVEL": "loud"})
-    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
     unreachable = run_start(SERVE, {**base, "DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/x"})
     assert unreachable.returncode == 3, unreachable.stderr
     assert "cannot start: cannot connect to PostgreSQL at postgresql://u:***@" in unreachable.stderr
