@@ -32,18 +32,20 @@ from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.config_watch import RECHECK_SECONDS
 from proxy.metrics import Metrics
 from proxy.provider_errors import POOL_WAIT_SECONDS
+from proxy.server import UNREAD_SECONDS
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction_job import _RETRY_AFTER_WAIT
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
 from proxy.services.incoming import GUESS_NEW_SESSION_MAX
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
-from proxy.services.retrieval import RACE_SLACK
+from proxy.services.retrieval import RACE_SLACK, RESCAN_WINDOWS
 from proxy.settings import Settings
+from proxy.store.embeddings import CLAIM_WINDOW
 from proxy.store.leases import POLL_MAX_SECONDS
 from proxy.store.migrations import LOCK_RETRY_SECONDS, LOCK_WAIT_SECONDS
 from proxy.store.readiness import CHECK_TIMEOUT, REUSE_SECONDS
-from proxy.tokenizers import LOAD_WAIT_SECONDS
+from proxy.tokenizers import CACHE_MAX_CHARS, CACHE_MIN_CHARS, LOAD_WAIT_SECONDS
 from proxy.tracing import STOP_SECONDS
 from proxy.warmup import POOL_WARM_MAX
 from tests.unit import design
@@ -152,6 +154,9 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"retries included (at most {_ceiling('timeout_seconds', SummarizeConfig):g})",
         f"that waits over {LOCK_WAIT_SECONDS:g} s for a table's lock",
         f"tried again {LOCK_RETRY_SECONDS:g} s later",
+        f"the stop cuts either after {UNREAD_SECONDS:g} s of its client reading nothing",
+        f"reads at most {RESCAN_WINDOWS} claim windows ({RESCAN_WINDOWS * CLAIM_WINDOW:,} ids)",
+        f"texts of {CACHE_MIN_CHARS} characters or more, {CACHE_MAX_CHARS // 10**6}M characters",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
