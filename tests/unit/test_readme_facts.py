@@ -4,6 +4,7 @@ silently wrong."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -16,7 +17,7 @@ from proxy.aiohttp_stream import READ_AHEAD_BYTES, RECEIVE_BUFFER_BYTES
 from proxy.answers import MAX_ANSWER_BYTES, MAX_EMBEDDINGS_BYTES
 from proxy.api.deps import API_BODY_LIMIT
 from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
-from proxy.bus import PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
+from proxy.bus import MAX_QUEUED, PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
 from proxy.bus_payloads import MAX_PAYLOAD
 from proxy.cascade import types
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
@@ -107,6 +108,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"as final only {SETTLE_SECONDS:g} s after it was written",
         f"In its first {SETTLE_SECONDS:g} s a stream reads the table",
         f"that waits {SEND_TIMEOUT_SECONDS:g} s to go out",
+        f"holds at most {MAX_QUEUED} unsent events on the server",
         f"at most one per {FLUSH_INTERVAL * 1000:g} ms",
         f"is waited for (at most {FINAL_WAIT:g} s)",
         f"the bound stays {POLL_MAX_SECONDS:g} s (the longest pause between tries)",
@@ -253,6 +255,19 @@ def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states(refusal
     unreachable = run_start(SERVE, {**base, "DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/x"})
     assert unreachable.returncode == 3, unreachable.stderr
     assert "cannot start: cannot connect to PostgreSQL at postgresql://u:***@" in unreachable.stderr
+
+
+def test_every_constant_readme_names_by_its_module_is_one() -> None:
+    """``server.UNREAD_SECONDS``, ``bus.MAX_QUEUED``: a constant renamed or moved leaves the
+    name README sends a reader to pointing nowhere."""
+    named = set(re.findall(r"`((?:[a-z_]+\.)+)([A-Z][A-Z_]+)`", README))
+    assert len(named) >= 3
+    missing = [
+        f"{module}{name}"
+        for module, name in named
+        if not hasattr(importlib.import_module(f"proxy.{module.rstrip('.')}"), name)
+    ]
+    assert missing == []
 
 
 def test_the_metrics_readme_lists_are_the_ones_exported() -> None:
