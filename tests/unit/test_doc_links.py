@@ -77,3 +77,29 @@ def test_every_path_of_the_checkout_named_exists(document: Path) -> None:
     named = re.findall(_PATH, _prose(document))
     missing = [p for p in named if p not in EXAMPLES and not list(ROOT.glob(p.rstrip("/")))]
     assert missing == []
+
+
+_TESTS = [*ROOT.glob("tests/**/test_*.py"), *ROOT.glob("bench/tests/test_*.py")]
+
+
+def _defines(module: str, test: str) -> bool:
+    """Whether a test module of that name (there may be several, in other folders) exists,
+    and defines ``test`` when one is named."""
+    return any(
+        path.name == module
+        and (not test or re.search(rf"def {test}\b", path.read_text(encoding="utf-8")))
+        for path in _TESTS
+    )
+
+
+def test_every_test_named_without_its_folder_exists() -> None:
+    """docs/design-conformance.md and RELIABILITY.md cite a test as ``test_x.py`` or
+    ``test_x.py::test_y``, with no folder the check above reads."""
+    named = {
+        (module, test, document.name)
+        for document in DOCS
+        if document not in LOGS
+        for module, test in re.findall(r"(?<![\w/])(test_\w+\.py)(?:::(\w+))?", _prose(document))
+    }
+    assert len(named) >= 60
+    assert [n for n in named if not _defines(*n[:2])] == []
