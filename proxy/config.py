@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from proxy.config_checks import (
     ConfigError,
@@ -162,8 +162,7 @@ class Config(Block):
     embedding: EmbeddingConfig = EmbeddingConfig()
     auth: AuthConfig = AuthConfig()
     context: ContextConfig = ContextConfig()
-    # Per-agent merged context blocks, computed once at load (not a file key).
-    resolved: dict[str, ContextConfig] = Field(default_factory=dict, exclude=True)
+    _resolved: dict[str, ContextConfig] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check_refs(self) -> Config:
@@ -222,6 +221,12 @@ class Config(Block):
         key checks judge the keys of these."""
         return {agent.provider for agent in self.agents.values()}
 
+    @property
+    def resolved(self) -> dict[str, ContextConfig]:
+        """Each agent's ``context`` merged over the top-level one, computed once at load: no
+        field, so a file naming ``resolved`` is refused by the schema as any unknown key."""
+        return self._resolved
+
     def context_for(self, agent: str) -> ContextConfig:
         return self.resolved.get(agent, self.context)
 
@@ -270,8 +275,6 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         }
     data["providers"] = providers
     data = camel_keys(Config, data, "")
-    if "resolved" in data:  # a field the loader fills in below, no key of the file
-        raise ConfigError("resolved: Extra inputs are not permitted")
     if "default" not in (data.get("agents") or {}):
         data["agents"] = {**(data.get("agents") or {}), "default": {}}
     for name, provider in providers.items():
@@ -304,7 +307,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         where = "context" if name == "default" else f"agents.{name}.context"
         check_patterns(ctx.redaction.patterns, f"{where}.redaction.patterns")
         check_prefixes(ctx.observations.user_prefixes, f"{where}.observations.userPrefixes")
-    return cfg.model_copy(update={"resolved": resolved})
+    cfg._resolved = resolved
+    return cfg
 
 
 def _as_json(data: Mapping[str, Any]) -> str:

@@ -226,3 +226,19 @@ def test_the_field_the_loader_fills_is_no_key_of_the_file(key: str) -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config({key: {"default": {"toolOutput": {"maxChars": 500}}}}, env={})
     assert str(refused.value) == f"{key}: Extra inputs are not permitted"
+
+
+def test_the_loaders_field_is_refused_beside_the_files_other_faults() -> None:
+    """Refused by the schema as any unknown key is, so one line names every fault of the
+    file: a check of its own ahead of the schema named ``resolved`` alone, the typo beside it
+    left for the next try."""
+    raw = {"resolved": {}, "context": {"eviction": {"atFraction": "x"}}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"colour": 1, "resolved": {}}, env={})
+    with pytest.raises(ConfigError) as typos:
+        parse_config({"colour": 1, "shade": {}}, env={})
+    assert str(refused.value) == str(typos.value).replace("shade", "resolved")
+    with pytest.raises(ConfigError) as both:
+        parse_config(raw, env={})
+    assert "resolved: Extra inputs are not permitted" in str(both.value)
+    assert "context.eviction.atFraction" in str(both.value)

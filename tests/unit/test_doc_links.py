@@ -40,10 +40,22 @@ def _prose(document: Path) -> str:
     return re.sub(r"```.*?```", "", document.read_text(encoding="utf-8"), flags=re.S)
 
 
+_LINK = r"\]\(([^)\s]+)\)"
+_PATH = r"`((?:proxy|tests|bench|scripts|config|docs|migrations|\.ci)/[\w./*-]+)"
+
+
+def test_the_patterns_read_readmes_links_anchors_and_paths() -> None:
+    """The checks below pass on a document they find nothing in: a pattern that stopped
+    matching would leave them checking nothing."""
+    links = re.findall(_LINK, _prose(ROOT / "README.md"))
+    assert len(links) >= 10 and len([link for link in links if "#" in link]) >= 5
+    assert len(re.findall(_PATH, _prose(ROOT / "README.md"))) >= 40
+
+
 @pytest.mark.parametrize("document", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_and_anchor_resolves(document: Path) -> None:
     broken = []
-    for link in re.findall(r"\]\(([^)\s]+)\)", _prose(document)):
+    for link in re.findall(_LINK, _prose(document)):
         if link.startswith(("http://", "https://", "mailto:")):
             continue
         path, _, anchor = link.partition("#")
@@ -62,8 +74,32 @@ def test_every_relative_link_and_anchor_resolves(document: Path) -> None:
     "document", [d for d in DOCS if d not in LOGS], ids=lambda p: str(p.relative_to(ROOT))
 )
 def test_every_path_of_the_checkout_named_exists(document: Path) -> None:
-    named = re.findall(
-        r"`((?:proxy|tests|bench|scripts|config|docs|migrations|\.ci)/[\w./*-]+)", _prose(document)
-    )
+    named = re.findall(_PATH, _prose(document))
     missing = [p for p in named if p not in EXAMPLES and not list(ROOT.glob(p.rstrip("/")))]
     assert missing == []
+
+
+_TESTS = [*ROOT.glob("tests/**/test_*.py"), *ROOT.glob("bench/tests/test_*.py")]
+
+
+def _defines(module: str, test: str) -> bool:
+    """Whether a test module of that name (there may be several, in other folders) exists,
+    and defines ``test`` when one is named."""
+    return any(
+        path.name == module
+        and (not test or re.search(rf"def {test}\b", path.read_text(encoding="utf-8")))
+        for path in _TESTS
+    )
+
+
+def test_every_test_named_without_its_folder_exists() -> None:
+    """docs/design-conformance.md and RELIABILITY.md cite a test as ``test_x.py`` or
+    ``test_x.py::test_y``, with no folder the check above reads."""
+    named = {
+        (module, test, document.name)
+        for document in DOCS
+        if document not in LOGS
+        for module, test in re.findall(r"(?<![\w/])(test_\w+\.py)(?:::(\w+))?", _prose(document))
+    }
+    assert len(named) >= 60
+    assert [n for n in named if not _defines(*n[:2])] == []

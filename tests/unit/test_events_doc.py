@@ -7,9 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from proxy.cascade import types
+from tests.unit import design
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 ROW = re.compile(r"^\| `([a-z_.]+)` \| ([a-z ]+) \|", re.M)
@@ -46,11 +45,13 @@ def _design_names(text: str) -> set[str]:
 def test_the_events_design_names_are_the_ones_sent_and_kept_as_it_says() -> None:
     """DESIGN §6 fixes the names and which are transient; ``session.reset`` is the one
     addition (README Endpoints), and transient."""
-    design = DOC.parents[2] / "shared" / "DESIGN.md"
-    if not design.exists():
-        pytest.skip(f"no {design} beside the checkout")
-    section = design.read_text(encoding="utf-8").split("Per-session SSE.")[1].split("\n## ")[0]
+    assert _names() - {types.SESSION_RESET} == design.EVENTS
+    assert types.TRANSIENT_EVENTS - {types.SESSION_RESET} == design.TRANSIENT_EVENTS
+
+
+def test_the_events_held_as_designs_are_the_ones_it_names() -> None:
+    section = design.design_text().split("Per-session SSE.")[1].split("\n## ")[0]
     named, transient = section.split("Transient (never persisted):")
     transient = transient.split(". ")[0]
-    assert _design_names(named) == _names() - {types.SESSION_RESET}
-    assert _design_names(transient) == types.TRANSIENT_EVENTS - {types.SESSION_RESET}
+    assert _design_names(named) == design.EVENTS
+    assert _design_names(transient) == design.TRANSIENT_EVENTS

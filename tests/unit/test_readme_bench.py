@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
-BENCH = Path(__file__).parents[2] / "bench"
-TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-LINES = TEXT.splitlines()
+from tests.unit.readme import LINES, README, ROOT, TEXT
+
+BENCH = ROOT / "bench"
 
 
 def _tokens(cell: str) -> float:
@@ -86,23 +85,22 @@ def test_the_overhead_table_is_the_committed_reports() -> None:
 def test_the_growth_and_retrieval_figures_are_the_committed_results() -> None:
     """The prose beside the growth and retrieval charts quotes bench/RESULTS.md's run."""
     results = (BENCH / "RESULTS.md").read_text(encoding="utf-8")
-    readme = " ".join(TEXT.split())
     p50 = dict(re.findall(r"^\| compacted \| ([\d,]+) \| ([\d.]+) \|", results, re.M))
     ratio = re.search(r"compacted: latency 5000 vs 100 \| .*? \| ([\d.]+) \|", results)
     full = re.search(r"full: latency 5000 vs 100 \| .*? \| ([\d.]+) \|", results)
     assert ratio and full
     assert (
-        f"takes {ratio[1]}x as long at 5,000 ({p50['5,000']} ms against {p50['100']} ms;" in readme
+        f"takes {ratio[1]}x as long at 5,000 ({p50['5,000']} ms against {p50['100']} ms;" in README
     )
-    assert f"so cost grows with it ({float(full[1]):.1f}x)" in readme
+    assert f"so cost grows with it ({float(full[1]):.1f}x)" in README
     added = re.search(r"added p50 \(ms\) \| .*? \| ([\d.]+) \|", results)
     rate = re.search(r"embedding, one core \(messages/s\) \| .*? \| ([\d,]+)\.\d+ \|", results)
     builtin = re.search(r"the builtin embedder alone ([\d,.]+)\.", results)
     assert added and rate and builtin
-    assert f"took {float(added[1]):.1f} ms more at p50" in readme
-    assert f"embedded and stored {rate[1]} messages/s" in readme
+    assert f"took {float(added[1]):.1f} ms more at p50" in README
+    assert f"embedded and stored {rate[1]} messages/s" in README
     alone = f"{round(float(builtin[1].replace(',', ''))):,}"
-    assert f"(bar 300; the builtin embedder alone: {alone})" in readme
+    assert f"(bar 300; the builtin embedder alone: {alone})" in README
 
 
 def test_the_overhead_prose_is_the_committed_reports() -> None:
@@ -112,16 +110,15 @@ def test_the_overhead_prose_is_the_committed_reports() -> None:
         _sections(report)[s]
         for s in ("tiny request, c=1", "tiny request, c=32", "agent request ~200 KB, c=8")
     )
-    readme = " ".join(TEXT.split())
     added = float(one["cascade"]["+p50 ms"]) / float(one["floor"]["+p50 ms"])
-    assert f"Cascade's added latency at c=1 is {added:.2f}x the floor's" in readme
+    assert f"Cascade's added latency at c=1 is {added:.2f}x the floor's" in README
     assert (
         f"It serves {many['cascade']['RPS/LiteLLM']}x LiteLLM's requests per second on the tiny "
-        f"request at c=32 ({many['cascade']['RPS/floor']}x the floor's" in readme
+        f"request at c=32 ({many['cascade']['RPS/floor']}x the floor's" in README
     )
     assert (
         f"and {large['cascade']['RPS/LiteLLM']}x on the agent request "
-        f"({large['cascade']['RPS/floor']}x the floor's)" in readme
+        f"({large['cascade']['RPS/floor']}x the floor's)" in README
     )
     tiny, agent = (float(t["cascade"]["DB CPU ms/req"]) for t in (many, large))
-    assert f"({tiny:.1f} ms of its CPU per tiny request, {agent:.1f} ms per agent" in readme
+    assert f"({tiny:.1f} ms of its CPU per tiny request, {agent:.1f} ms per agent" in README

@@ -29,11 +29,7 @@ from proxy.config import (
 )
 from proxy.config_context import ContextConfig
 from proxy.settings import Settings
-
-ROOT = Path(__file__).parents[2]
-TEXT = (ROOT / "README.md").read_text(encoding="utf-8")
-README = " ".join(TEXT.split())
-"""README with every run of whitespace one blank, so a phrase may wrap anywhere."""
+from tests.unit.readme import README, ROOT, TEXT, snake as _snake
 
 SNIPPETS = re.findall(r"```json\n(.*?)```", TEXT, re.S)
 
@@ -142,6 +138,7 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
     bullets = {b.split()[0]: b for b in section.split(" - `cascade-proxy ")[1:]}
     _, commands = _flags(_parser())
     assert set(bullets) == set(commands)
+    checked = 0
     for name, command in commands.items():
         flags, actions = _flags(command)
         usage = bullets[name].split("`")[0]  # `cascade-proxy NAME [--flag]… [ACTION]`
@@ -154,10 +151,8 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
                 spans = [usage.split(f" {action} ", 1)[1]]
             assert spans, (name, action)  # the first is the ACTION list's; later ones cite it
             assert sorted(re.findall(r"--[a-z-]+", spans[0])) == sorted(own), (name, action)
-
-
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+            checked += 1
+    assert checked >= 14  # config check, sessions' seven actions, memory's six
 
 
 def test_every_config_key_readme_names_by_its_path_is_one() -> None:

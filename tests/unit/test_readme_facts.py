@@ -4,11 +4,11 @@ silently wrong."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from proxy.aiohttp_stream import READ_AHEAD_BYTES, RECEIVE_BUFFER_BYTES
 from proxy.answers import MAX_ANSWER_BYTES, MAX_EMBEDDINGS_BYTES
 from proxy.api.deps import API_BODY_LIMIT
 from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
-from proxy.bus import PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
+from proxy.bus import MAX_QUEUED, PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
 from proxy.bus_payloads import MAX_PAYLOAD
 from proxy.cascade import types
 from proxy.cascade.memory import MAX_FACT_CHARS, MAX_FACTS_PER_SPAN
@@ -33,6 +33,7 @@ from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.config_watch import RECHECK_SECONDS
 from proxy.metrics import Metrics
 from proxy.provider_errors import POOL_WAIT_SECONDS
+from proxy.server import UNREAD_SECONDS
 from proxy.services.chaincache import ChainCache
 from proxy.services.compaction_job import _RETRY_AFTER_WAIT
 from proxy.services.deltas import FINAL_WAIT, FLUSH_INTERVAL
@@ -48,6 +49,8 @@ from proxy.store.readiness import CHECK_TIMEOUT, REUSE_SECONDS
 from proxy.tokenizers import CACHE_MAX_CHARS, CACHE_MIN_CHARS, LOAD_WAIT_SECONDS
 from proxy.tracing import STOP_SECONDS
 from proxy.warmup import POOL_WARM_MAX
+from tests.unit import design
+from tests.unit.readme import LINES, README, ROOT, TEXT, snake as _snake
 from tests.unit.starts import SERVE, run_start
 
 
@@ -64,11 +67,6 @@ def _default(cls: type, name: str) -> int:
     assert isinstance(default, int)
     return default
 
-
-TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-LINES = TEXT.splitlines()
-README = " ".join(TEXT.split())
-"""README with every run of whitespace one blank, so a phrase may wrap anywhere."""
 
 EVENTS = sorted(
     value
@@ -110,6 +108,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"as final only {SETTLE_SECONDS:g} s after it was written",
         f"In its first {SETTLE_SECONDS:g} s a stream reads the table",
         f"that waits {SEND_TIMEOUT_SECONDS:g} s to go out",
+        f"holds at most {MAX_QUEUED} unsent events on the server",
         f"at most one per {FLUSH_INTERVAL * 1000:g} ms",
         f"is waited for (at most {FINAL_WAIT:g} s)",
         f"the bound stays {POLL_MAX_SECONDS:g} s (the longest pause between tries)",
@@ -159,16 +158,12 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"tried again {LOCK_RETRY_SECONDS:g} s later",
         f"at most {RESCAN_WINDOWS} claim windows ({RESCAN_WINDOWS * CLAIM_WINDOW:,} ids) that"
         " claim nothing",
-        f"texts of {CACHE_MIN_CHARS} characters or more, {CACHE_MAX_CHARS / 1e6:g}M characters"
-        " at most",
+        f"texts of {CACHE_MIN_CHARS} characters or more, {CACHE_MAX_CHARS // 10**6}M characters",
+        f"the stop cuts either after {UNREAD_SECONDS:g} s of its client reading nothing",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
     assert phrase in README
-
-
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 
 
 def _stated_defaults() -> list[tuple[str, str, Any, Any]]:
@@ -236,7 +231,7 @@ def test_the_transient_events_readme_names_are_the_transient_ones() -> None:
 
 
 def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
-    perf = (Path(__file__).parents[2] / "docs" / "perf.md").read_text(encoding="utf-8")
+    perf = (ROOT / "docs" / "perf.md").read_text(encoding="utf-8")
     headings = [line.lstrip("#").strip() for line in perf.splitlines() if line.startswith("#")]
     cited = re.findall(r'docs/perf\.md[,:;]? ((?:"[^"]+"(?:,| and| or)? ?)+)', README)
     quoted = [q for group in cited for q in re.findall(r'"([^"]+)"', group)]
@@ -244,17 +239,36 @@ def test_every_section_of_docs_perf_readme_quotes_is_a_heading_there() -> None:
     assert [q for q in quoted if not any(q in h for h in headings)] == []
 
 
-def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states() -> None:
+@pytest.mark.parametrize("refusal", ["setting", "database"])
+def test_the_exit_statuses_of_a_refused_start_are_the_ones_readme_states(refusal: str) -> None:
+    """One start a case: each is a process's import and refusal, about a second."""
     section = README.split("### Start-up")[1].split("### ")[0]
-    assert "or the tracing exporter refused, with exit status 2, before anything starts" in section
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
+    if refusal == "setting":
+        assert (
+            "or the tracing exporter refused, with exit status 2, before anything starts" in section
+        )
+        refused = run_start(SERVE, {**base, "CASCADE_LOG_LEVEL": "loud"})
+        assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
+        return
     assert "cannot connect to or migrate" in section
     assert "PostgreSQL's own reason), with exit status 3" in section
-    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
-    refused = run_start(SERVE, {**base, "CASCADE_LOG_LEVEL": "loud"})
-    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1), refused.stderr
     unreachable = run_start(SERVE, {**base, "DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/x"})
     assert unreachable.returncode == 3, unreachable.stderr
     assert "cannot start: cannot connect to PostgreSQL at postgresql://u:***@" in unreachable.stderr
+
+
+def test_every_constant_readme_names_by_its_module_is_one() -> None:
+    """``server.UNREAD_SECONDS``, ``bus.MAX_QUEUED``: a constant renamed or moved leaves the
+    name README sends a reader to pointing nowhere."""
+    named = set(re.findall(r"`((?:[a-z_]+\.)+)([A-Z][A-Z_]+)`", README))
+    assert len(named) >= 3
+    missing = [
+        f"{module}{name}"
+        for module, name in named
+        if not hasattr(importlib.import_module(f"proxy.{module.rstrip('.')}"), name)
+    ]
+    assert missing == []
 
 
 def test_the_metrics_readme_lists_are_the_ones_exported() -> None:
@@ -318,14 +332,8 @@ def test_each_default_that_differs_from_designs_example_is_a_decision() -> None:
     """DESIGN's example config shows the ``context`` defaults; each the code sets otherwise
     is named in README Decisions with both values, so a default tuned again (or put back)
     fails here until the Decision says so."""
-    design = Path(__file__).parents[2].parent / "shared" / "DESIGN.md"
-    if not design.exists():
-        pytest.skip(f"no {design} beside the checkout")
-    match = re.search(r"```json\n(.*?)```", design.read_text(encoding="utf-8"), re.S)
-    assert match is not None
-    example = json.loads(match[1])["context"]
     differ = {}
-    for block, values in example.items():
+    for block, values in design.CONTEXT_EXAMPLE.items():
         model = getattr(ContextConfig(), _snake(block))
         for key, value in values.items():
             actual = getattr(model, _snake(key))
@@ -341,6 +349,12 @@ def test_each_default_that_differs_from_designs_example_is_a_decision() -> None:
     decision = decision.split("\n- **")[0].split(" - **")[0]
     for name, (value, actual) in differ.items():
         assert f"`{name}` {actual:g} (not {value:g}:" in decision, name
+
+
+def test_the_context_example_held_as_designs_is_its_example_configs() -> None:
+    match = re.search(r"```json\n(.*?)```", design.design_text(), re.S)
+    assert match is not None
+    assert json.loads(match[1])["context"] == design.CONTEXT_EXAMPLE
 
 
 def _number(n: int) -> str:

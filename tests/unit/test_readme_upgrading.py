@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 from proxy.store.migrations import MIGRATIONS_DIR
+from tests.unit.readme import TEXT
 
-TEXT = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 FIRST_UPGRADED = 5  # README: a database from e6249af (migrations up to 0004) upgrades in place
 GROWING = (
     "sessions",
