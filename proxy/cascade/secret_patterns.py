@@ -84,11 +84,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
+    # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
+    # the value between them is redacted, never the backslash alone, which would let the
+    # value through and leave the text JSON no longer.
     r"(?i)"
     + _KEYWORD
     + r"(?:[_.\-]?[a-z0-9]){0,24}[\"']?[ \t]{0,3}(?:=|:|=>)[ \t]{0,3}"
-    + r"(?![\"']?\[REDACTED\])"
+    + r"(?!\\?[\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
+    + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
     + _VALUE_CHAR

@@ -50,3 +50,20 @@ def test_arguments_nested_past_reason_are_replaced_whole() -> None:
     call = {"id": "c1", "function": {"name": "f", "arguments": args}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
     assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == REDACTED
+
+
+def test_a_quoted_value_in_a_string_of_the_arguments_is_redacted_and_keeps_them_json() -> None:
+    """In arguments' JSON text a quoted value is escaped (``PASSWORD=\\"…\\"``): the value is
+    redacted between its escaped quotes, not the backslash alone, which let the value
+    through and left the arguments JSON no longer, as an object's or as a string's."""
+    args = {"cmd": 'export PASSWORD="hunter2secret" && run', "key": "api_key='s3cr3tvalue'"}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        text = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 2 and "hunter2secret" not in text and "s3cr3tvalue" not in text, text
+        assert json.loads(text) == {
+            "cmd": f'export PASSWORD="{REDACTED}" && run',
+            "key": f"api_key='{REDACTED}'",
+        }
