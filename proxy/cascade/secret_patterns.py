@@ -45,8 +45,10 @@ _NOT_A_VALUE = (
 DEFAULT_PATTERNS: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
     # so the search for the END line stops at the next one (another BEGIN line) rather than
-    # reading its 20,000 characters from each of many BEGIN lines.
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----(?:[^-]|-(?!----)){0,20000}?"
+    # reading its 20,000 characters from each of many BEGIN lines; a dash just before the
+    # END line is the body's (a diff that removes the key puts one before each line).
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
+    r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
     r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
     # ... and one whose END line is missing (output cut short).
     r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----[\sA-Za-z0-9+/=:,\-]{0,20000}",

@@ -27,3 +27,14 @@ def test_a_whole_block_is_still_redacted_whole() -> None:
         out, _ = redact(text, _PATTERNS)
         assert "PRIVATE KEY" not in out and "MII" not in out, out
     assert redact(f"a {PEM} b", _PATTERNS)[0] == f"a {REDACTED} b"
+
+
+def test_a_block_a_diff_removes_is_redacted_to_its_end_line_and_no_further() -> None:
+    """A diff that removes a key (``git show``, ``git log -p``) puts a dash before each of
+    its lines: its END line follows a sixth dash. The block ends there, and the diff after
+    it is read as it was, not taken by the pattern for a block whose END line is missing."""
+    removed = "\n".join("-" + line for line in PEM.splitlines())
+    text = f"@@ -1,4 +0,0 @@\n{removed}\ndiff --git a/setup.py b/setup.py\nindex 1..2\n"
+    out, n = redact(text, _PATTERNS)
+    assert out == f"@@ -1,4 +0,0 @@\n-{REDACTED}\ndiff --git a/setup.py b/setup.py\nindex 1..2\n"
+    assert n == 1
