@@ -16,10 +16,10 @@ _BEGIN = "-----BEGIN RSA PRIVATE KEY-----\n"
 
 def test_begin_lines_alone_are_read_in_one_pass() -> None:
     text = _BEGIN * 20_000
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine's other work is not counted
     out, n = redact(text, _PATTERNS)
     assert "PRIVATE KEY" not in out and n >= 1
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.5  # the search was quadratic: seconds
 
 
 def test_a_whole_block_is_still_redacted_whole() -> None:

@@ -15,11 +15,11 @@ from proxy.cascade.tables import tabulate_json
 
 def test_a_table_wider_than_the_text_pays_for_is_not_written() -> None:
     text = json.dumps([{f"k{i}": 1} for i in range(20_000)])
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine's other work is not counted
     assert tabulate_json(text) is None
     done = compact_text(text)
     assert done is not None and done.text == json.dumps(json.loads(text), separators=(",", ":"))
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 3.0  # the search was quadratic: minutes
 
 
 def test_a_sparse_table_that_pays_is_still_written() -> None:
