@@ -42,7 +42,7 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` redacted: their
-    text, or each string of them given as an object (``_redact_value``)."""
+    text, or given as an object, its JSON text (``_redact_value``)."""
     if not isinstance(call, Mapping):
         return call, 0
     fn = call.get("function", call)
