@@ -71,3 +71,12 @@ def test_a_quoted_value_in_a_string_of_the_arguments_is_redacted_and_keeps_them_
             "cmd": f'export PASSWORD="{REDACTED}" && run',
             "key": f"api_key='{REDACTED}'",
         }
+
+
+def test_an_object_whose_redacted_text_is_no_json_goes_on_as_that_text() -> None:
+    """An operator's pattern may take a quote with the secret: what was redacted is not read
+    back, and the text, secret gone, stands for the arguments."""
+    patterns = compile_patterns((r"hunter2\w*\"",), use_defaults=False)
+    call = {"id": "c1", "function": {"name": "f", "arguments": {"p": "hunter2secret"}}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, patterns)
+    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == f'{{"p": "{REDACTED}}}'
