@@ -217,7 +217,9 @@ def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
     Values are the provider's bytes read one character per byte (Starlette encodes them back
     the same way), so a value such as ``x-request-id: €`` in UTF-8 goes out as sent, less
     the credential the call sent (a gateway that echoes the ``Authorization`` it got in an
-    id would hand the operator's key to every tenant), whatever the status.
+    id would hand the operator's key to every tenant), whatever the status. The content
+    type is relayed as sent: no gateway echoes a credential in it, the client reads the body
+    by it, and a placeholder key that is one of its words ("stream") would garble it.
     """
     out: dict[str, str] = {}
     sent: tuple[str, ...] | None = None
@@ -228,6 +230,8 @@ def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
         ):
             if sent is None:
                 sent = secrets_of(sent_authorization(resp.request))
-            value = scrub_text(raw_value.decode("latin-1"), sent)
+            value = raw_value.decode("latin-1")
+            if key != "content-type":
+                value = scrub_text(value, sent)
             out[key] = f"{out[key]}, {value}" if key in out else value
     return out

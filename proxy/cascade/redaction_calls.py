@@ -17,10 +17,12 @@ __all__ = ["redact_written"]
 
 def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """``value`` (a call's ``arguments``) redacted: its text, or for arguments a client sent
-    as a JSON object rather than its text, that object's JSON text, which then stands for it
-    (the form the field takes, and what the model reads): a pattern that reads a secret by
-    its key (``"password": "…"``) finds it there as in the text. The same object when
-    nothing matched; an object nested past what its encoding reaches is ``REDACTED``."""
+    as a JSON object rather than its text, that object's JSON text (the form the field takes,
+    and what the model reads): a pattern that reads a secret by its key (``"password": "…"``)
+    finds it there as in the text. That text redacted is read back, so arguments given as an
+    object stay one (the server the client sends objects to gets one); it stands for them as
+    text only if it is no longer JSON. The same object when nothing matched; an object nested
+    past what its encoding reaches is ``REDACTED``."""
     if isinstance(value, str):
         return redact(value, patterns)
     if not isinstance(value, Mapping | list):
@@ -30,12 +32,17 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     except (RecursionError, TypeError, ValueError):
         return REDACTED, 1
     redacted, n = redact(text, patterns)
-    return (redacted if n else value), n
+    if n == 0:
+        return value, 0
+    try:
+        return json.loads(redacted), n
+    except (RecursionError, ValueError):
+        return redacted, n
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` redacted: their
-    text, or each string of them given as an object (``_redact_value``)."""
+    text, or given as an object, its JSON text (``_redact_value``)."""
     if not isinstance(call, Mapping):
         return call, 0
     fn = call.get("function", call)

@@ -45,8 +45,10 @@ _NOT_A_VALUE = (
 DEFAULT_PATTERNS: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
     # so the search for the END line stops at the next one (another BEGIN line) rather than
-    # reading its 20,000 characters from each of many BEGIN lines.
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----(?:[^-]|-(?!----)){0,20000}?"
+    # reading its 20,000 characters from each of many BEGIN lines; a dash just before the
+    # END line is the body's (a diff that removes the key puts one before each line).
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
+    r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
     r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
     # ... and one whose END line is missing (output cut short).
     r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----[\sA-Za-z0-9+/=:,\-]{0,20000}",
@@ -84,11 +86,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
+    # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
+    # the value between them is redacted, never the backslash alone, which would let the
+    # value through and leave the text JSON no longer.
     r"(?i)"
     + _KEYWORD
     + r"(?:[_.\-]?[a-z0-9]){0,24}[\"']?[ \t]{0,3}(?:=|:|=>)[ \t]{0,3}"
-    + r"(?![\"']?\[REDACTED\])"
+    + r"(?!\\?[\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
+    + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
     + _VALUE_CHAR

@@ -96,11 +96,11 @@ def _columns(items: Sequence[Any], room: _Room) -> tuple[tuple[str, ...], bool] 
     for obj in items:
         for key, _ in obj:
             order.setdefault(key, len(order))
-    room.take(len(order) * len(items))
     for obj in items:
         at = [order[key] for key, _ in obj]
         if len(set(at)) != len(at) or at != sorted(at):
             return None
+    room.take(len(order) * len(items))  # a table only: an array left as JSON takes none
     return tuple(order), False
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.answers import response_headers
+from proxy.answers import Answer, response_headers
 from proxy.config import ProviderConfig
 from proxy.transport import build_client
 from proxy.upstream import Upstream
@@ -48,3 +48,20 @@ async def test_relayed_headers_hold_no_credential(status: int) -> None:
         assert relayed["x-request-id"] == "req-Bearer [REDACTED]"
         assert relayed["x-ratelimit-remaining-requests"] == "9 ([REDACTED])"
         assert relayed["openai-processing-ms"] == "12"
+
+
+@pytest.mark.parametrize(
+    ("key", "media"),
+    [("stream", "text/event-stream"), ("charset", "application/json; charset=utf-8")],
+)
+def test_a_credential_spelt_in_the_media_type_leaves_the_content_type_as_sent(
+    key: str, media: str
+) -> None:
+    """A placeholder key (a keyless local server's) that is a word of the media type: the
+    content type, which no gateway echoes a credential in, is what the client reads the body
+    by, and goes out as the provider sent it; an id echoing the key is still scrubbed."""
+    sent = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    sent.headers["authorization"] = f"Bearer {key}"
+    answer = httpx.Response(200, headers={"content-type": media, "x-request-id": f"r-{key}"})
+    relayed = response_headers(Answer(200, answer.headers, b"{}", sent))
+    assert relayed == {"content-type": media, "x-request-id": "r-[REDACTED]"}

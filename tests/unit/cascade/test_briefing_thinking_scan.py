@@ -13,10 +13,10 @@ from proxy.cascade.briefing import without_thinking
 
 def test_closing_lines_in_a_fence_are_read_in_one_pass() -> None:
     fenced = "## Next Step\n```\n" + "</think>\n" * 6000 + "```\n"
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine's other work is not counted
     assert without_thinking(fenced) == fenced
     assert without_thinking(f"draft\n</think>\n{fenced}") == "\n" + fenced
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0  # the search was quadratic: seconds
 
 
 def test_the_first_closing_line_outside_a_fence_still_ends_the_thinking() -> None:

@@ -1,7 +1,9 @@
 """A tool call's ``arguments`` sent as a JSON object rather than its string (some agent
 frameworks rebuild history so, and some servers take it) is text the model reads as much:
-it is redacted as its JSON text, which then stands for it, else a key quoted in one went
-upstream, into the store and into the summary's input as written."""
+it is redacted as its JSON text, else a key quoted in one went upstream, into the store and
+into the summary's input as written. What comes back is an object still, read from that
+text redacted: the server that took the client's objects gets one, and the model reads
+arguments in the form the client chose, whether or not a secret was found."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def test_arguments_given_as_an_object_are_redacted_as_their_text() -> None:
     msg = {"role": "assistant", "content": None, "tool_calls": [call]}
     out, n = redact_written(msg, _PATTERNS)
     assert n == 3  # the password by its key, as in the text form
-    assert json.loads(out["tool_calls"][0]["function"]["arguments"]) == {
+    assert out["tool_calls"][0]["function"]["arguments"] == {
         "token": REDACTED,
         "opts": [f"--key={REDACTED}", 3, None],
         "password": REDACTED,
@@ -31,7 +33,7 @@ def test_arguments_given_as_an_object_are_redacted_as_their_text() -> None:
         "content": None,
         "function_call": {"name": "f", "arguments": args},
     }
-    assert AWS_ID not in redact_written(legacy, _PATTERNS)[0]["function_call"]["arguments"]
+    assert AWS_ID not in str(redact_written(legacy, _PATTERNS)[0]["function_call"]["arguments"])
 
 
 def test_an_object_without_a_match_is_the_same_message() -> None:
@@ -50,3 +52,31 @@ def test_arguments_nested_past_reason_are_replaced_whole() -> None:
     call = {"id": "c1", "function": {"name": "f", "arguments": args}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
     assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == REDACTED
+
+
+def test_a_quoted_value_in_a_string_of_the_arguments_is_redacted_and_keeps_them_json() -> None:
+    """In arguments' JSON text a quoted value is escaped (``PASSWORD=\\"…\\"``): the value is
+    redacted between its escaped quotes, not the backslash alone, which let the value
+    through and left the arguments JSON no longer, as an object's or as a string's."""
+    args = {"cmd": 'export PASSWORD="hunter2secret" && run', "key": "api_key='s3cr3tvalue'"}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert type(got) is type(given)  # an object stays one, a text one
+        text = got if isinstance(got, str) else json.dumps(got)
+        assert n == 2 and "hunter2secret" not in text and "s3cr3tvalue" not in text, text
+        assert json.loads(text) == {
+            "cmd": f'export PASSWORD="{REDACTED}" && run',
+            "key": f"api_key='{REDACTED}'",
+        }
+
+
+def test_an_object_whose_redacted_text_is_no_json_goes_on_as_that_text() -> None:
+    """An operator's pattern may take a quote with the secret: what was redacted is not read
+    back, and the text, secret gone, stands for the arguments."""
+    patterns = compile_patterns((r"hunter2\w*\"",), use_defaults=False)
+    call = {"id": "c1", "function": {"name": "f", "arguments": {"p": "hunter2secret"}}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, patterns)
+    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == f'{{"p": "{REDACTED}}}'
