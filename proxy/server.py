@@ -55,8 +55,8 @@ INTERRUPTED = 128 + signal.SIGINT
 UNREAD_SECONDS = 10.0
 """How long a stop lets a connection whose client reads nothing (a frozen console's event
 stream closed with bytes unsent, a paused client's chat stream whose send waits on it) wait
-before it cuts it: a client still reading drains the buffer below its low-water mark within
-it, unless it reads slower than a few KiB a second."""
+before it cuts it: a client that takes any of the server's unsent bytes within it, however
+slowly it reads, is waited for."""
 
 
 STARTUP_FAILED = "Application startup failed. Exiting."
@@ -119,10 +119,12 @@ class _Server(uvicorn.Server):
 
     async def _cut_unread(self) -> None:
         """While the stop waits for the connections to close: cut each one whose client has
-        read nothing for :data:`UNREAD_SECONDS`, the server's writes to it paused all that
-        time (a stream's send waits on it) or its transport closing with bytes unsent
-        (which waits for them to be read, and the stop with it)."""
-        waiting: dict[object, float] = {}
+        read nothing for :data:`UNREAD_SECONDS`, the server waiting on it all that time (its
+        writes paused: a stream's send waits on it; or its transport closing with bytes
+        unsent, which waits for them to be read, and the stop with it) and not one byte of
+        the server's buffer taken. A client reading, however slowly, takes some within it:
+        the state alone holds as long as a large answer written at once takes to read."""
+        waiting: dict[object, tuple[float, int]] = {}  # since when, and the bytes unsent then
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
@@ -130,9 +132,17 @@ class _Server(uvicorn.Server):
             for connection in list(self.server_state.connections):
                 if not _unread(connection):
                     waiting.pop(connection, None)
-                elif now - waiting.setdefault(connection, now) >= UNREAD_SECONDS:
+                    continue
+                unsent = connection.transport.get_write_buffer_size()
+                since, before = waiting.get(connection, (now, unsent))
+                # Changed: the client read some (a paused send writes again only once the
+                # client took the buffer down to its low-water mark), so it waits from now on.
+                if unsent != before:
+                    since = now
+                waiting[connection] = (since, unsent)
+                if now - since >= UNREAD_SECONDS:
                     connection.transport.abort()
-                    waiting[connection] = float("inf")  # cut once, gone at the loop's next turn
+                    waiting[connection] = (float("inf"), unsent)  # cut once, gone soon
                     cut += 1
             if cut:
                 log.warning(
@@ -143,7 +153,7 @@ class _Server(uvicorn.Server):
             await asyncio.sleep(0.1)
 
 
-def _unread(connection: object) -> bool:
+def _unread(connection: Any) -> bool:
     """Whether the server waits on ``connection``'s client to read: its writes paused (the
     buffer past its high-water mark), or its transport closing with bytes still unsent."""
     transport = getattr(connection, "transport", None)
