@@ -32,9 +32,11 @@ made during the start waits in the backlog for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
+import struct
 from types import FrameType
 from typing import Any
 
@@ -43,6 +45,14 @@ from uvicorn.config import STARTUP_FAILURE
 
 from proxy.refusals import STARTING
 from proxy.tasks import stop_task
+
+try:
+    import fcntl
+    import termios
+
+    _OUTQ: int | None = termios.TIOCOUTQ  # a socket's SIOCOUTQ on Linux
+except ImportError:  # no such ioctl here: the transport's own count alone
+    _OUTQ = None
 
 __all__ = ["serve", "INTERRUPTED"]
 
@@ -122,8 +132,9 @@ class _Server(uvicorn.Server):
         read nothing for :data:`UNREAD_SECONDS`, the server waiting on it all that time (its
         writes paused: a stream's send waits on it; or its transport closing with bytes
         unsent, which waits for them to be read, and the stop with it) and not one byte of
-        the server's buffer taken. A client reading, however slowly, takes some within it:
-        the state alone holds as long as a large answer written at once takes to read."""
+        the server's unsent bytes taken (:func:`_unsent`). A client reading, however slowly,
+        takes some within it: the state alone holds as long as a large answer written at
+        once takes to read."""
         waiting: dict[object, tuple[float, int]] = {}  # since when, and the bytes unsent then
         loop = asyncio.get_running_loop()
         while True:
@@ -133,7 +144,7 @@ class _Server(uvicorn.Server):
                 if not _unread(connection):
                     waiting.pop(connection, None)
                     continue
-                unsent = connection.transport.get_write_buffer_size()
+                unsent = _unsent(connection.transport)
                 since, before = waiting.get(connection, (now, unsent))
                 # Changed: the client read some (a paused send writes again only once the
                 # client took the buffer down to its low-water mark), so it waits from now on.
@@ -161,6 +172,21 @@ def _unread(connection: Any) -> bool:
         return False
     flow = getattr(connection, "flow", None)
     return bool(transport.is_closing() or (flow is not None and flow.write_paused))
+
+
+def _unsent(transport: Any) -> int:
+    """The bytes ``transport`` holds for its client, and those its socket holds still
+    unacknowledged (Linux's ``SIOCOUTQ``, where the socket answers it): the socket's
+    buffer, grown large for a large answer, takes the transport's next bytes only once much
+    of it is free, so a slow reader can take bytes for seconds with the transport's count
+    unchanged."""
+    unsent = int(transport.get_write_buffer_size())
+    sock = transport.get_extra_info("socket")
+    if _OUTQ is not None and sock is not None:
+        with contextlib.suppress(OSError, ValueError):  # not a TCP socket, or closed
+            answer = fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0")
+            unsent += struct.unpack("i", answer)[0]
+    return unsent
 
 
 def bind(host: str, port: int, backlog: int) -> list[socket.socket]:

@@ -25,6 +25,9 @@ class _Transport:
     def get_write_buffer_size(self) -> int:
         return self.unsent
 
+    def get_extra_info(self, name: str) -> None:
+        return None  # no socket: the transport's own count alone
+
     def abort(self) -> None:
         self.aborted = True
 
