@@ -67,6 +67,9 @@ def test_a_stop_cuts_an_event_streams_unread_bytes_after_a_bound(
             time.sleep(0.01)
         key = next(k for k in served.state("bus")._subs if k[1] == "frozen")
         _flood(served, key, 900)  # past the kernel's buffers, and unread
+        while not _paused(served):  # the stream wrote them: a stop now leaves bytes unsent
+            assert time.monotonic() < deadline + 5, "the stream never filled the buffers"
+            time.sleep(0.02)
         stopped = time.monotonic()
         served._server.handle_exit(signal.SIGTERM, None)
         served._thread.join(timeout=6)
