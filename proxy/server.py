@@ -7,7 +7,8 @@ task cancelled there, every request's and the lifespan's, logs its cancellation 
 with a traceback (through ``uvicorn.error``), a screenful that reads like a crash. It is
 not one: the user asked to abandon that work. So after a second Ctrl-C the server's error
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
-what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
+what a shell gives an interrupted command; after a SIGTERM's stop, the process ends by the
+SIGTERM, raised once the event loop has closed). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
 uvicorn's stop waits for every connection to close, and one whose client reads nothing (a
 frozen console's event stream, closed with bytes unsent; a paused client's chat stream,
@@ -84,6 +85,8 @@ def _no_failed_start(record: logging.LogRecord) -> bool:
 class _Server(uvicorn.Server):
     forced = False
     interrupted: int | None = None
+    stopped_by: int | None = None
+    """The stop's signal, when not a Ctrl-C, after a second Ctrl-C: the exit is by it."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.started and STARTING.interrupt(sig):
@@ -92,6 +95,8 @@ class _Server(uvicorn.Server):
         if self.started and not self.force_exit:
             self._say_stopping(sig)
         super().handle_exit(sig, frame)
+        if self.force_exit:
+            self._raise_later()
         if self.force_exit and not self.forced:
             self.forced = True
             logging.getLogger("uvicorn.error").addFilter(_no_errors)
@@ -99,6 +104,19 @@ class _Server(uvicorn.Server):
                 "interrupted again: quitting now, cutting %d open connection(s)",
                 len(self.server_state.connections),
             )
+
+    def _raise_later(self) -> None:
+        """Take the signals other than SIGINT out of those uvicorn raises again as its
+        loop ends (``_captured_signals``), for ``serve`` to raise once the loop has closed:
+        uvicorn raises them inside the loop, a SIGTERM by its default action, which ended
+        the process before the lifespan's task was cancelled, its cleanup (the embedded
+        PostgreSQL's stop) skipped. SIGINTs stay: the second one ends the loop, which
+        cancels that task."""
+        captured = self._captured_signals
+        for sig in captured:
+            if sig != signal.SIGINT and self.stopped_by is None:
+                self.stopped_by = sig
+        captured[:] = [sig for sig in captured if sig == signal.SIGINT]
 
     def _say_stopping(self, sig: int) -> None:
         """One line for the stop's signal: what the stop waits for, or, for a signal
@@ -213,7 +231,9 @@ def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
 
 def serve(app: Any, **config: Any) -> int:
     """Run ``app`` under uvicorn (``config``: ``uvicorn.Config``'s arguments) until it stops;
-    the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`."""
+    the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`; or the
+    process ends by the signal that stopped it (a SIGTERM, also when a Ctrl-C cut its stop
+    short), once the lifespan's cleanup has run."""
     server = _Server(uvicorn.Config(app, **config))
     host, port = server.config.host, server.config.port
     try:
@@ -235,6 +255,8 @@ def serve(app: Any, **config: Any) -> int:
         logging.getLogger("uvicorn.error").removeFilter(_no_failed_start)
     if server.interrupted not in (None, signal.SIGINT):
         signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
+    if server.stopped_by is not None:  # a Ctrl-C quit a SIGTERM's stop: exit by the SIGTERM
+        signal.raise_signal(server.stopped_by)
     if server.forced or server.interrupted == signal.SIGINT:
         return INTERRUPTED
     return 0 if server.started else STARTUP_FAILURE

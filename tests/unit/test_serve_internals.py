@@ -7,11 +7,13 @@ frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 from typing import Any
 
 import pytest
 import uvicorn
-from sse_starlette.sse import EventSourceResponse
+from sse_starlette.sse import AppStatus, EventSourceResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -76,6 +78,18 @@ def test_serve_takes_httptools_here() -> None:
     config = uvicorn.Config(app=lambda scope, receive, send: None)
     config.load()
     assert config.http_protocol_class is HttpToolsProtocol
+
+
+def test_uvicorn_keeps_the_signals_it_raises_again_in_a_list() -> None:
+    """``_Server._raise_later`` takes a SIGTERM out of it after a second Ctrl-C."""
+    srv = _Server(uvicorn.Config(app=lambda scope, receive, send: None))
+    srv.started = True
+    srv.handle_exit(signal.SIGTERM, None)
+    assert srv._captured_signals == [signal.SIGTERM]
+    srv.handle_exit(signal.SIGINT, None)
+    assert srv._captured_signals == [signal.SIGINT] and srv.stopped_by == signal.SIGTERM
+    AppStatus.should_exit = False  # the stop sets it process-wide (sse_starlette)
+    logging.getLogger("uvicorn.error").removeFilter(server_mod._no_errors)  # as serve does
 
 
 def test_event_source_response_marks_an_interrupted_send() -> None:
