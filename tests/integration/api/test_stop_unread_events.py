@@ -35,14 +35,21 @@ class _Serving(server_mod._Server):
         pass
 
 
-@pytest.fixture
-def served(settings: Settings) -> Iterator[ProxyServer]:
-    """A proxy run by ``serve``'s own server class, in a thread."""
+@pytest.fixture(params=["httptools", "h11"])
+def served(settings: Settings, request: pytest.FixtureRequest) -> Iterator[ProxyServer]:
+    """A proxy run by ``serve``'s own server class, in a thread, on each of uvicorn's HTTP
+    protocols (``serve`` takes httptools, installed with uvicorn's standard extra; h11
+    without it)."""
     proxy = ProxyServer(settings)
+    assert not proxy._server.config.loaded
+    proxy._server.config.http = request.param
     proxy._server = _Serving(proxy._server.config)
     proxy._thread = threading.Thread(target=proxy._server.run, daemon=True)
     try:
-        yield proxy.start()
+        proxy.start()
+        protocol = proxy._server.config.http_protocol_class.__name__
+        assert protocol == {"httptools": "HttpToolsProtocol", "h11": "H11Protocol"}[request.param]
+        yield proxy
     finally:
         proxy.stop()
         AppStatus.should_exit = False  # process-wide: the next test's streams run on
