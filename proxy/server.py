@@ -164,6 +164,8 @@ class _Server(uvicorn.Server):
                     continue
                 unsent = _unsent(connection.transport)
                 since, before = waiting.get(connection, (now, unsent))
+                if since == float("inf"):
+                    continue  # cut already, gone at the loop's next turn
                 # Changed: the client read some (a paused send writes again only once the
                 # client took the buffer down to its low-water mark), so it waits from now on.
                 if unsent != before:
@@ -171,7 +173,7 @@ class _Server(uvicorn.Server):
                 waiting[connection] = (since, unsent)
                 if now - since >= UNREAD_SECONDS:
                     connection.transport.abort()
-                    waiting[connection] = (float("inf"), unsent)  # cut once, gone soon
+                    waiting[connection] = (float("inf"), unsent)
                     cut += 1
             if cut:
                 log.warning(

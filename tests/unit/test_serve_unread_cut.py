@@ -17,7 +17,7 @@ from proxy.server import _Server
 
 class _Transport:
     def __init__(self, unsent: int) -> None:
-        self.unsent, self.aborted = unsent, False
+        self.unsent, self.aborted, self.aborts = unsent, False, 0
 
     def is_closing(self) -> bool:
         return True  # closed by the stop with ``unsent`` bytes still to go out
@@ -29,7 +29,8 @@ class _Transport:
         return None  # no socket: the transport's own count alone
 
     def abort(self) -> None:
-        self.aborted = True
+        self.aborted, self.aborts = True, self.aborts + 1
+        self.unsent = 0  # dropped with the connection, which leaves the set a turn later
 
 
 class _Connection:
@@ -67,3 +68,12 @@ def test_a_client_reading_nothing_is_cut(monkeypatch: pytest.MonkeyPatch) -> Non
     frozen = _Connection(unsent=10_000_000)
     asyncio.run(_reap([frozen], seconds=1.0, read=0))
     assert frozen.transport.aborted
+
+
+def test_a_connection_is_cut_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut connection left in the set a while (its ``connection_lost`` still to come)
+    is neither cut nor counted again, though its unsent bytes changed as it was cut."""
+    monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.3)
+    frozen = _Connection(unsent=10_000_000)
+    asyncio.run(_reap([frozen], seconds=1.0, read=0))
+    assert frozen.transport.aborts == 1
