@@ -7,7 +7,8 @@ task cancelled there, every request's and the lifespan's, logs its cancellation 
 with a traceback (through ``uvicorn.error``), a screenful that reads like a crash. It is
 not one: the user asked to abandon that work. So after a second Ctrl-C the server's error
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
-what a shell gives an interrupted command). The shutdown is uvicorn's own, unchanged: the
+what a shell gives an interrupted command; after a SIGTERM's stop, the process ends by the
+SIGTERM, raised once the event loop has closed). The shutdown is uvicorn's own, unchanged: the
 lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
 uvicorn's stop waits for every connection to close, and one whose client reads nothing (a
 frozen console's event stream, closed with bytes unsent; a paused client's chat stream,
@@ -32,9 +33,11 @@ made during the start waits in the backlog for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
+import struct
 from types import FrameType
 from typing import Any
 
@@ -43,6 +46,14 @@ from uvicorn.config import STARTUP_FAILURE
 
 from proxy.refusals import STARTING
 from proxy.tasks import stop_task
+
+try:
+    import fcntl
+    import termios
+
+    _OUTQ: int | None = termios.TIOCOUTQ  # a socket's SIOCOUTQ on Linux
+except ImportError:  # no such ioctl here: the transport's own count alone
+    _OUTQ = None
 
 __all__ = ["serve", "INTERRUPTED"]
 
@@ -55,8 +66,8 @@ INTERRUPTED = 128 + signal.SIGINT
 UNREAD_SECONDS = 10.0
 """How long a stop lets a connection whose client reads nothing (a frozen console's event
 stream closed with bytes unsent, a paused client's chat stream whose send waits on it) wait
-before it cuts it: a client still reading drains the buffer below its low-water mark within
-it, unless it reads slower than a few KiB a second."""
+before it cuts it: a client that takes any of the server's unsent bytes within it, however
+slowly it reads, is waited for."""
 
 
 STARTUP_FAILED = "Application startup failed. Exiting."
@@ -74,6 +85,8 @@ def _no_failed_start(record: logging.LogRecord) -> bool:
 class _Server(uvicorn.Server):
     forced = False
     interrupted: int | None = None
+    stopped_by: int | None = None
+    """The stop's signal, when not a Ctrl-C, after a second Ctrl-C: the exit is by it."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.started and STARTING.interrupt(sig):
@@ -82,6 +95,8 @@ class _Server(uvicorn.Server):
         if self.started and not self.force_exit:
             self._say_stopping(sig)
         super().handle_exit(sig, frame)
+        if self.force_exit:
+            self._raise_later()
         if self.force_exit and not self.forced:
             self.forced = True
             logging.getLogger("uvicorn.error").addFilter(_no_errors)
@@ -89,6 +104,19 @@ class _Server(uvicorn.Server):
                 "interrupted again: quitting now, cutting %d open connection(s)",
                 len(self.server_state.connections),
             )
+
+    def _raise_later(self) -> None:
+        """Take the signals other than SIGINT out of those uvicorn raises again as its
+        loop ends (``_captured_signals``), for ``serve`` to raise once the loop has closed:
+        uvicorn raises them inside the loop, a SIGTERM by its default action, which ended
+        the process before the lifespan's task was cancelled, its cleanup (the embedded
+        PostgreSQL's stop) skipped. SIGINTs stay: the second one ends the loop, which
+        cancels that task."""
+        captured = self._captured_signals
+        for sig in captured:
+            if sig != signal.SIGINT and self.stopped_by is None:
+                self.stopped_by = sig
+        captured[:] = [sig for sig in captured if sig == signal.SIGINT]
 
     def _say_stopping(self, sig: int) -> None:
         """One line for the stop's signal: what the stop waits for, or, for a signal
@@ -119,10 +147,13 @@ class _Server(uvicorn.Server):
 
     async def _cut_unread(self) -> None:
         """While the stop waits for the connections to close: cut each one whose client has
-        read nothing for :data:`UNREAD_SECONDS`, the server's writes to it paused all that
-        time (a stream's send waits on it) or its transport closing with bytes unsent
-        (which waits for them to be read, and the stop with it)."""
-        waiting: dict[object, float] = {}
+        read nothing for :data:`UNREAD_SECONDS`, the server waiting on it all that time (its
+        writes paused: a stream's send waits on it; or its transport closing with bytes
+        unsent, which waits for them to be read, and the stop with it) and not one byte of
+        the server's unsent bytes taken (:func:`_unsent`). A client reading, however slowly,
+        takes some within it: the state alone holds as long as a large answer written at
+        once takes to read."""
+        waiting: dict[object, tuple[float, int]] = {}  # since when, and the bytes unsent then
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
@@ -130,9 +161,19 @@ class _Server(uvicorn.Server):
             for connection in list(self.server_state.connections):
                 if not _unread(connection):
                     waiting.pop(connection, None)
-                elif now - waiting.setdefault(connection, now) >= UNREAD_SECONDS:
+                    continue
+                unsent = _unsent(connection.transport)
+                since, before = waiting.get(connection, (now, unsent))
+                if since == float("inf"):
+                    continue  # cut already, gone at the loop's next turn
+                # Changed: the client read some (a paused send writes again only once the
+                # client took the buffer down to its low-water mark), so it waits from now on.
+                if unsent != before:
+                    since = now
+                waiting[connection] = (since, unsent)
+                if now - since >= UNREAD_SECONDS:
                     connection.transport.abort()
-                    waiting[connection] = float("inf")  # cut once, gone at the loop's next turn
+                    waiting[connection] = (float("inf"), unsent)
                     cut += 1
             if cut:
                 log.warning(
@@ -143,7 +184,7 @@ class _Server(uvicorn.Server):
             await asyncio.sleep(0.1)
 
 
-def _unread(connection: object) -> bool:
+def _unread(connection: Any) -> bool:
     """Whether the server waits on ``connection``'s client to read: its writes paused (the
     buffer past its high-water mark), or its transport closing with bytes still unsent."""
     transport = getattr(connection, "transport", None)
@@ -151,6 +192,21 @@ def _unread(connection: object) -> bool:
         return False
     flow = getattr(connection, "flow", None)
     return bool(transport.is_closing() or (flow is not None and flow.write_paused))
+
+
+def _unsent(transport: Any) -> int:
+    """The bytes ``transport`` holds for its client, and those its socket holds still
+    unacknowledged (Linux's ``SIOCOUTQ``, where the socket answers it): the socket's
+    buffer, grown large for a large answer, takes the transport's next bytes only once much
+    of it is free, so a slow reader can take bytes for seconds with the transport's count
+    unchanged."""
+    unsent = int(transport.get_write_buffer_size())
+    sock = transport.get_extra_info("socket")
+    if _OUTQ is not None and sock is not None:
+        with contextlib.suppress(OSError, ValueError):  # not a TCP socket, or closed
+            answer = fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0")
+            unsent += struct.unpack("i", answer)[0]
+    return unsent
 
 
 def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
@@ -177,7 +233,9 @@ def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
 
 def serve(app: Any, **config: Any) -> int:
     """Run ``app`` under uvicorn (``config``: ``uvicorn.Config``'s arguments) until it stops;
-    the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`."""
+    the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`; or the
+    process ends by the signal that stopped it (a SIGTERM, also when a Ctrl-C cut its stop
+    short), once the lifespan's cleanup has run."""
     server = _Server(uvicorn.Config(app, **config))
     host, port = server.config.host, server.config.port
     try:
@@ -199,6 +257,8 @@ def serve(app: Any, **config: Any) -> int:
         logging.getLogger("uvicorn.error").removeFilter(_no_failed_start)
     if server.interrupted not in (None, signal.SIGINT):
         signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
+    if server.stopped_by is not None:  # a Ctrl-C quit a SIGTERM's stop: exit by the SIGTERM
+        signal.raise_signal(server.stopped_by)
     if server.forced or server.interrupted == signal.SIGINT:
         return INTERRUPTED
     return 0 if server.started else STARTUP_FAILURE

@@ -35,14 +35,21 @@ class _Serving(server_mod._Server):
         pass
 
 
-@pytest.fixture
-def served(settings: Settings) -> Iterator[ProxyServer]:
-    """A proxy run by ``serve``'s own server class, in a thread."""
+@pytest.fixture(params=["httptools", "h11"])
+def served(settings: Settings, request: pytest.FixtureRequest) -> Iterator[ProxyServer]:
+    """A proxy run by ``serve``'s own server class, in a thread, on each of uvicorn's HTTP
+    protocols (``serve`` takes httptools, installed with uvicorn's standard extra; h11
+    without it)."""
     proxy = ProxyServer(settings)
+    assert not proxy._server.config.loaded
+    proxy._server.config.http = request.param
     proxy._server = _Serving(proxy._server.config)
     proxy._thread = threading.Thread(target=proxy._server.run, daemon=True)
     try:
-        yield proxy.start()
+        proxy.start()
+        protocol = proxy._server.config.http_protocol_class.__name__
+        assert protocol == {"httptools": "HttpToolsProtocol", "h11": "H11Protocol"}[request.param]
+        yield proxy
     finally:
         proxy.stop()
         AppStatus.should_exit = False  # process-wide: the next test's streams run on
@@ -67,6 +74,9 @@ def test_a_stop_cuts_an_event_streams_unread_bytes_after_a_bound(
             time.sleep(0.01)
         key = next(k for k in served.state("bus")._subs if k[1] == "frozen")
         _flood(served, key, 900)  # past the kernel's buffers, and unread
+        while not _paused(served):  # the stream wrote them: a stop now leaves bytes unsent
+            assert time.monotonic() < deadline + 5, "the stream never filled the buffers"
+            time.sleep(0.02)
         stopped = time.monotonic()
         served._server.handle_exit(signal.SIGTERM, None)
         served._thread.join(timeout=6)
@@ -122,3 +132,50 @@ def test_a_stop_cuts_a_chat_stream_whose_client_reads_nothing_after_a_bound(
     # the cut reply is not stored, the user's message is, and the session is free
     stored = "SELECT role FROM messages WHERE session_id = 'frozen-chat' ORDER BY pos"
     assert column(db_dsn, stored) == ["user"]
+
+
+def _unsent(served: ProxyServer) -> int:
+    return sum(
+        c.transport.get_write_buffer_size()
+        for c in list(served._server.server_state.connections)
+        if getattr(c, "transport", None) is not None
+    )
+
+
+def test_a_stop_waits_for_a_large_answer_its_client_reads_slowly(
+    served: ProxyServer,
+    fake_upstream: FakeUpstream,
+    records: Records,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An answer not streamed is written at once: the writes stay paused (the transport
+    closing with bytes unsent, once the stop closes it) for as long as the client takes to
+    read it all, so a client on a slow link reading steadily was cut as a frozen one."""
+    monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.3)
+    fake_upstream.script(reply("y" * 3_000_000))
+    body = json.dumps({"model": "gpt-fake", "messages": [{"role": "user", "content": "go"}]})
+    host, port = served.origin.removeprefix("http://").split(":")
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer sk-test-client\r\nx-session-id: slow-link\r\n"
+            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body.encode())
+        )
+        deadline = time.monotonic() + 10
+        while not _paused(served) or _unsent(served) < 100_000:  # the rest waits on the client
+            assert time.monotonic() < deadline, "the answer never filled the buffers"
+            time.sleep(0.02)
+        served._server.handle_exit(signal.SIGTERM, None)
+        got, slow = b"", time.monotonic() + 1.0
+        while chunk := client.recv(8192 if time.monotonic() < slow else 1 << 20):
+            got += chunk
+            if time.monotonic() < slow:  # a second at some 400 KB/s, then at once
+                time.sleep(0.02)
+        served._thread.join(timeout=6)
+        assert not served._thread.is_alive()
+    said = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
+    assert not any("stopping: cut" in m for m in said), said
+    assert b"y" * 3_000_000 in got and got.endswith(b"}}")  # the whole answer, not cut
