@@ -70,3 +70,38 @@ def test_an_eviction_heard_while_the_window_reloads_updates_the_row_it_names(
     settled(page)
     row = page.locator(f"#message-list > li[data-pos='{pos}']")
     wait_for(lambda: row.locator("[data-mark=evicted]").count() == 1, page)
+
+
+# the page's frames, run when the test says: what a frame would do is seen, not timed
+FRAMES = """
+window.framesHeld = [];
+window.requestAnimationFrame = (fn) => window.framesHeld.push(fn);
+window.runFrames = () => {
+  for (let i = 0; i < 100 && window.framesHeld.length; i++) window.framesHeld.shift()();
+};
+"""
+
+
+def top(page: Any) -> float:
+    return float(page.evaluate("document.scrollingElement.scrollTop"))
+
+
+def test_a_reader_who_scrolls_up_while_the_view_follows_the_tail_stays_where_they_went(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """The view follows the tail for a few frames after a load while the page's height
+    changes (rows scrolled into sight take their own height): a reader who scrolls up
+    meanwhile is not taken back down to the composer."""
+    page = open_long(console, console_proxy, fake_upstream, 0)
+    page.evaluate(FRAMES)
+    inject(db_dsn, SID, "session.message.appended", {})  # a load, at the page's end
+    wait_for(lambda: page.evaluate("window.framesHeld.length") > 0, page)
+    settled(page)
+    end = top(page)
+    page.mouse.move(400, 300)
+    page.mouse.wheel(0, -1500)
+    wait_for(lambda: top(page) < end - 1000, page)
+    went = top(page)
+    page.evaluate("document.body.style.paddingBottom = '600px'")  # the height changes
+    page.evaluate("window.runFrames()")
+    assert abs(top(page) - went) < 2, (top(page), went, end)
