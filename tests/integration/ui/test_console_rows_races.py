@@ -1,7 +1,7 @@
 """The rows shown against what happens while they load: an eviction heard while a reload
-of the window is under way, and a reader who scrolls up while the view follows the tail.
-Built through the API as test_console_rows_shown.py builds its session; held responses
-(routes) order the reads and the events, so nothing here waits on time."""
+of the window or of earlier rows is under way, and a reader who scrolls up while the view
+follows the tail. Built through the API as test_console_rows_shown.py builds its session;
+held responses (routes) order the reads and the events, so nothing here waits on time."""
 
 from __future__ import annotations
 
@@ -59,16 +59,48 @@ def test_an_eviction_heard_while_the_window_reloads_updates_the_row_it_names(
     step(console_proxy, fake_upstream, sent, "went on")  # two rows the reload will place
     held["session"][0].continue_()
     wait_for(lambda: len(held["messages"]) == 1, page)  # read before the eviction
-    evict_row(db_dsn, SID, pos)
-    inject(db_dsn, SID, "context.evicted", {"count": 1, "handles": [f"{call}@{pos}"]})
-    inject(db_dsn, SID, "context.compaction.started", {})  # the events come in order:
-    page.get_by_test_id("status-line").get_by_text("Compacting").wait_for()  # both heard
+    heard_evicted(page, db_dsn, pos, str(call))
     state["hold"] = False
     route, answer = held["messages"].pop()
     route.fulfill(response=answer)
     page.get_by_test_id("message-list").get_by_text("went on").wait_for()
     settled(page)
     row = page.locator(f"#message-list > li[data-pos='{pos}']")
+    wait_for(lambda: row.locator("[data-mark=evicted]").count() == 1, page)
+
+
+def heard_evicted(page: Any, db_dsn: str, pos: int, call: str) -> None:
+    """The row at `pos` cleared in place and its `context.evicted`, heard by the page."""
+    evict_row(db_dsn, SID, pos)
+    inject(db_dsn, SID, "context.evicted", {"count": 1, "handles": [f"{call}@{pos}"]})
+    inject(db_dsn, SID, "context.compaction.started", {})  # the events come in order:
+    page.get_by_test_id("status-line").get_by_text("Compacting").wait_for()  # both heard
+
+
+def test_an_eviction_heard_while_earlier_rows_load_updates_the_one_it_names(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """A `context.evicted` naming a row before those shown, heard while "load earlier" reads
+    the rows that hold it as they were before: once they are shown, that row is read again."""
+    page = open_long(console, console_proxy, fake_upstream, 0)
+    held: list[Any] = []
+
+    def on_range(route: Any) -> None:  # the first read (load earlier's) now, answered
+        if held:  # when the test says; the others as they come
+            route.continue_()
+        else:
+            held.append((route, route.fetch()))
+
+    page.route(f"**/v1/sessions/{SID}/messages?form=prompt&limit=*", on_range)
+    page.get_by_test_id("load-earlier").click()
+    wait_for(lambda: len(held) == 1, page)
+    route, answer = held[0]
+    tool = [r for r in answer.json()["data"] if r["role"] == "tool"][5]
+    heard_evicted(page, db_dsn, tool["pos"], tool["tool_call_id"])
+    route.fulfill(response=answer)
+    row = page.locator(f"#message-list > li[data-pos='{tool['pos']}']")
+    row.wait_for()
+    settled(page)
     wait_for(lambda: row.locator("[data-mark=evicted]").count() == 1, page)
 
 
@@ -101,7 +133,14 @@ def test_a_reader_who_scrolls_up_while_the_view_follows_the_tail_stays_where_the
     page.mouse.move(400, 300)
     page.mouse.wheel(0, -1500)
     wait_for(lambda: top(page) < end - 1000, page)
-    went = top(page)
+    seen = [-1.0]
+
+    def still() -> bool:  # a smooth scroll, if any, has come to rest
+        was, seen[0] = seen[0], top(page)
+        return was == seen[0]
+
+    wait_for(still, page)
+    went = seen[0]
     page.evaluate("document.body.style.paddingBottom = '600px'")  # the height changes
     page.evaluate("window.runFrames()")
     assert abs(top(page) - went) < 2, (top(page), went, end)
