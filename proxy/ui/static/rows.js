@@ -35,18 +35,17 @@ export class MessageRows {
     this.boundary = 0; // the summary's boundary the list was folded at
     this.raw = new Map(); // a row's rawKey -> what was paged back
     this.cut = new Set(); // the handles context.truncated named since the last fetch began
-    this.from = null; // the first held row an eviction named since the last fetch began
+    this.gone = new Set(); // the handles context.evicted named since the last fetch began
     this.dirty = []; // the indexes of held rows a fetch changed in place, for render
   }
 
   // A context.evicted event's results, by the handles its placeholders name: the next fetch
-  // reads the rows again from the first of them held on. False when it names none (an event
-  // from before handles were named): the caller reloads the whole window then.
+  // reads the rows again from the first of them held then on. They are found when it begins,
+  // not now: a load under way may place the window elsewhere before. False when it names
+  // none (an event from before handles were named): the caller reloads the whole window then.
   evicted(handles) {
     if (!Array.isArray(handles)) return false;
-    const named = new Set(handles);
-    const at = this.rows.findIndex((row) => row.tool_call_id && named.has(rawHandle(row)));
-    if (at >= 0) this.from = this.from === null ? at : Math.min(this.from, at);
+    for (const handle of handles) this.gone.add(handle);
     return true;
   }
 
@@ -66,16 +65,16 @@ export class MessageRows {
   // A fetch that fails leaves the next one to the caller: a whole one (SessionView.load).
   async fetch(whole, count) {
     const cut = this.cut;
+    const gone = this.gone;
     this.cut = new Set();
-    let from = this.from;
-    this.from = null;
+    this.gone = new Set();
     const total = await count();
     const have = this.rows.length;
-    const uncut = cut.size
-      ? this.rows.findIndex((row) => row.tool_call_id && !row.truncated && cut.has(rawHandle(row)))
+    const from = cut.size || gone.size
+      ? this.rows.findIndex((row) => row.tool_call_id && (gone.has(rawHandle(row)) ||
+        (!row.truncated && cut.has(rawHandle(row)))))
       : -1;
-    if (uncut >= 0) from = from === null ? uncut : Math.min(from, uncut);
-    if (!whole && from !== null && from < have) {
+    if (!whole && from >= 0) {
       const out = (await api.messages(this.id, "prompt", this.start + from)).data;
       if (inPlace(out, this.rows.slice(from))) return { whole: false, from, rows: out };
       whole = true;
@@ -127,7 +126,7 @@ export class MessageRows {
     this.rows = [];
     this.start = 0;
     this.shown = 0;
-    this.from = null;
+    this.gone.clear();
     this.dirty = [];
     this.raw.clear();
   }

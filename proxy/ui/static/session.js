@@ -18,13 +18,19 @@ function atEnd() {
 
 // The page scrolled to the composer, and again a few frames on while the page's height
 // changes: a row out of sight is laid out at a guessed height (app.css), and the rows
-// scrolled into sight take their own once they are drawn, a frame or two later.
-function toEnd(frames = 10, height = -1) {
+// scrolled into sight take their own once they are drawn, a frame or two later. The reader's
+// own hand (a wheel, a touch, a key, a press) ends it: who scrolls up meanwhile stays there.
+let run = 0; // the toEnd that follows the tail; any other's frames left do nothing
+for (const type of ["wheel", "touchmove", "keydown", "pointerdown"]) {
+  addEventListener(type, () => { run += 1; }, { capture: true, passive: true });
+}
+
+function toEnd(frames = 10, height = -1, mine = ++run) {
   const page = document.scrollingElement;
-  if (page.scrollHeight === height) return;
+  if (mine !== run || page.scrollHeight === height) return;
   $("composer").scrollIntoView({ block: "end" });
   const now = page.scrollHeight;
-  if (frames) requestAnimationFrame(() => requestAnimationFrame(() => toEnd(frames - 1, now)));
+  if (frames) requestAnimationFrame(() => requestAnimationFrame(() => toEnd(frames - 1, now, mine)));
 }
 
 export class SessionView {
