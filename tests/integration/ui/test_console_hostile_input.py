@@ -160,7 +160,15 @@ ARABIC = "مرحبا، كيف يمكنني المساعدة؟"
 
 
 def _direction(locator: Any) -> str:
-    return str(locator.evaluate("(node) => getComputedStyle(node).direction"))
+    """The computed direction of the element ``locator`` finds. A node the page replaces
+    between the locator's resolving and the evaluation is detached and has no computed style
+    (``""``): the locator is resolved again, a bounded number of times."""
+    for _ in range(50):
+        direction = str(locator.evaluate("(node) => getComputedStyle(node).direction"))
+        if direction:
+            return direction
+        locator.page.wait_for_timeout(20)
+    return ""
 
 
 def test_right_to_left_text_reads_right_to_left(
