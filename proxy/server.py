@@ -8,8 +8,10 @@ with a traceback (through ``uvicorn.error``), a screenful that reads like a cras
 not one: the user asked to abandon that work. So after a second Ctrl-C the server's error
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command; after a SIGTERM's stop, the process ends by the
-SIGTERM, raised once the event loop has closed). The shutdown is uvicorn's own, unchanged: the
-lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+SIGTERM, raised once the event loop has closed; as a container's PID 1, which a signal
+with no handler does not end, it exits with that signal's status, 128 + it). The shutdown
+is uvicorn's own, unchanged: the lifespan's cleanup still runs as its task is cancelled (the
+embedded PostgreSQL is stopped).
 uvicorn's stop waits for every connection to close, and one whose client reads nothing (a
 frozen console's event stream, closed with bytes unsent; a paused client's chat stream,
 whose send waits on it) would close only once it reads: the stop cuts it after
@@ -87,8 +89,14 @@ class _Server(uvicorn.Server):
     interrupted: int | None = None
     stopped_by: int | None = None
     """The stop's signal, when not a Ctrl-C, after a second Ctrl-C: the exit is by it."""
+    terminated_by: int | None = None
+    """The first signal taken that is not a Ctrl-C: the exit is by it, or, where raising it
+    does not end the process (a container's PID 1: no signal has a default action for it),
+    with its status (128 + it)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGINT and self.terminated_by is None:
+            self.terminated_by = sig
         if not self.started and STARTING.interrupt(sig):
             self.interrupted = sig  # the start ends now, not once it is done
             logging.getLogger("uvicorn.error").addFilter(_no_failed_start)
@@ -235,7 +243,8 @@ def serve(app: Any, **config: Any) -> int:
     """Run ``app`` under uvicorn (``config``: ``uvicorn.Config``'s arguments) until it stops;
     the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`; or the
     process ends by the signal that stopped it (a SIGTERM, also when a Ctrl-C cut its stop
-    short), once the lifespan's cleanup has run."""
+    short), once the lifespan's cleanup has run; as PID 1, which that signal does not end,
+    its status (128 + it) instead."""
     server = _Server(uvicorn.Config(app, **config))
     host, port = server.config.host, server.config.port
     try:
@@ -255,10 +264,14 @@ def serve(app: Any, **config: Any) -> int:
             sock.close()
         logging.getLogger("uvicorn.error").removeFilter(_no_errors)  # those added, if any
         logging.getLogger("uvicorn.error").removeFilter(_no_failed_start)
-    if server.interrupted not in (None, signal.SIGINT):
-        signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
-    if server.stopped_by is not None:  # a Ctrl-C quit a SIGTERM's stop: exit by the SIGTERM
-        signal.raise_signal(server.stopped_by)
+    # A start cut short exits by its signal, as a stop once serving does; a Ctrl-C that quit
+    # a SIGTERM's stop, by the SIGTERM.
+    for sig in (server.interrupted, server.stopped_by):
+        if sig not in (None, signal.SIGINT):
+            signal.raise_signal(sig)
+            return 128 + sig  # still here: PID 1, whose signals have no default action
+    if server.started and not server.forced and server.terminated_by is not None:
+        return 128 + server.terminated_by  # uvicorn raised it again, and PID 1 went on
     if server.forced or server.interrupted == signal.SIGINT:
         return INTERRUPTED
     return 0 if server.started else STARTUP_FAILURE
