@@ -160,29 +160,22 @@ class _Server(uvicorn.Server):
         unsent, which waits for them to be read, and the stop with it) and not one byte of
         the server's unsent bytes taken (:func:`_unsent`). A client reading, however slowly,
         takes some within it: the state alone holds as long as a large answer written at
-        once takes to read."""
+        once takes to read. A connection it cannot judge (an error asking its transport) is
+        left to the stop's wait, said once: the others are still cut."""
         waiting: dict[object, tuple[float, int]] = {}  # since when, and the bytes unsent then
+        failed: set[object] = set()
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
             cut = 0
             for connection in list(self.server_state.connections):
-                if not _unread(connection):
-                    waiting.pop(connection, None)
+                if connection in failed:
                     continue
-                unsent = _unsent(connection.transport)
-                since, before = waiting.get(connection, (now, unsent))
-                if since == float("inf"):
-                    continue  # cut already, gone at the loop's next turn
-                # Changed: the client read some (a paused send writes again only once the
-                # client took the buffer down to its low-water mark), so it waits from now on.
-                if unsent != before:
-                    since = now
-                waiting[connection] = (since, unsent)
-                if now - since >= UNREAD_SECONDS:
-                    connection.transport.abort()
-                    waiting[connection] = (float("inf"), unsent)
-                    cut += 1
+                try:
+                    cut += _judge(connection, now, waiting)
+                except Exception as exc:
+                    failed.add(connection)
+                    log.warning("stopping: cannot judge a connection's client: %r", exc)
             if cut:
                 log.warning(
                     "stopping: cut %d connection(s) whose client read nothing for %g s",
@@ -190,6 +183,29 @@ class _Server(uvicorn.Server):
                     UNREAD_SECONDS,
                 )
             await asyncio.sleep(0.1)
+
+
+def _judge(connection: Any, now: float, waiting: dict[object, tuple[float, int]]) -> bool:
+    """Note ``connection``'s unsent bytes in ``waiting`` (since when, and how many) and cut
+    it once the server has waited on its client, reading nothing, for :data:`UNREAD_SECONDS`;
+    whether it cut it now."""
+    if not _unread(connection):
+        waiting.pop(connection, None)
+        return False
+    unsent = _unsent(connection.transport)
+    since, before = waiting.get(connection, (now, unsent))
+    if since == float("inf"):
+        return False  # cut already, gone at the loop's next turn
+    # Changed: the client read some (a paused send writes again only once the client took
+    # the buffer down to its low-water mark), so it waits from now on.
+    if unsent != before:
+        since = now
+    waiting[connection] = (since, unsent)
+    if now - since < UNREAD_SECONDS:
+        return False
+    connection.transport.abort()
+    waiting[connection] = (float("inf"), unsent)
+    return True
 
 
 def _unread(connection: Any) -> bool:
