@@ -169,8 +169,8 @@ class Hangup:
     server's first start) is noted and the file judged once the proxy serves
     (:meth:`serve`), since the start builds on the config it read; one while serving judges
     the file at once (:func:`reread`); one while stopping is said and changes nothing. A loop
-    not in the main thread (an app served from another thread) cannot take signals: nothing
-    is installed there.
+    not in the main thread (an app served from another thread) cannot take signals, and
+    Windows has no SIGHUP: nothing is installed there.
     """
 
     def __init__(self, holder: ConfigHolder) -> None:
@@ -186,6 +186,8 @@ class Hangup:
         tells every app taking it, and is removed with the last, so one app's stop leaves
         the others theirs, not Python's default."""
         loop = asyncio.get_running_loop()
+        if not hasattr(signal, "SIGHUP"):  # Windows: no such signal to take
+            return lambda: None
         taking = _TAKING.setdefault(loop, [])
         if not taking:
             try:

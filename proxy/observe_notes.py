@@ -116,7 +116,7 @@ def note_compaction_event(name: str, data: Mapping[str, Any]) -> None:
     obs.compaction = result
     obs.observer.metrics.note_compaction(result)
     tokens = (data.get("tokens_before") or 0) - (data.get("tokens_after") or 0)
-    if name == COMPACTION_COMPLETED and tokens > 0:
+    if name == COMPACTION_COMPLETED and data.get("tokens_after") is not None and tokens > 0:
         obs.reclaimed += tokens
         obs.observer.metrics.note_reclaimed("compaction", tokens)
 

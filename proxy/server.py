@@ -8,8 +8,10 @@ with a traceback (through ``uvicorn.error``), a screenful that reads like a cras
 not one: the user asked to abandon that work. So after a second Ctrl-C the server's error
 lines are left out, one line says what was cut, and the exit status is 130 (128 + SIGINT,
 what a shell gives an interrupted command; after a SIGTERM's stop, the process ends by the
-SIGTERM, raised once the event loop has closed). The shutdown is uvicorn's own, unchanged: the
-lifespan's cleanup still runs as its task is cancelled (the embedded PostgreSQL is stopped).
+SIGTERM, raised once the event loop has closed; as a container's PID 1, which a signal
+with no handler does not end, it exits with that signal's status, 128 + it). The shutdown
+is uvicorn's own, unchanged: the lifespan's cleanup still runs as its task is cancelled (the
+embedded PostgreSQL is stopped).
 uvicorn's stop waits for every connection to close, and one whose client reads nothing (a
 frozen console's event stream, closed with bytes unsent; a paused client's chat stream,
 whose send waits on it) would close only once it reads: the stop cuts it after
@@ -87,8 +89,14 @@ class _Server(uvicorn.Server):
     interrupted: int | None = None
     stopped_by: int | None = None
     """The stop's signal, when not a Ctrl-C, after a second Ctrl-C: the exit is by it."""
+    terminated_by: int | None = None
+    """The first signal taken that is not a Ctrl-C: the exit is by it, or, where raising it
+    does not end the process (a container's PID 1: no signal has a default action for it),
+    with its status (128 + it)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGINT and self.terminated_by is None:
+            self.terminated_by = sig
         if not self.started and STARTING.interrupt(sig):
             self.interrupted = sig  # the start ends now, not once it is done
             logging.getLogger("uvicorn.error").addFilter(_no_failed_start)
@@ -152,29 +160,22 @@ class _Server(uvicorn.Server):
         unsent, which waits for them to be read, and the stop with it) and not one byte of
         the server's unsent bytes taken (:func:`_unsent`). A client reading, however slowly,
         takes some within it: the state alone holds as long as a large answer written at
-        once takes to read."""
+        once takes to read. A connection it cannot judge (an error asking its transport) is
+        left to the stop's wait, said once: the others are still cut."""
         waiting: dict[object, tuple[float, int]] = {}  # since when, and the bytes unsent then
+        failed: set[object] = set()
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
             cut = 0
             for connection in list(self.server_state.connections):
-                if not _unread(connection):
-                    waiting.pop(connection, None)
+                if connection in failed:
                     continue
-                unsent = _unsent(connection.transport)
-                since, before = waiting.get(connection, (now, unsent))
-                if since == float("inf"):
-                    continue  # cut already, gone at the loop's next turn
-                # Changed: the client read some (a paused send writes again only once the
-                # client took the buffer down to its low-water mark), so it waits from now on.
-                if unsent != before:
-                    since = now
-                waiting[connection] = (since, unsent)
-                if now - since >= UNREAD_SECONDS:
-                    connection.transport.abort()
-                    waiting[connection] = (float("inf"), unsent)
-                    cut += 1
+                try:
+                    cut += _judge(connection, now, waiting)
+                except Exception as exc:
+                    failed.add(connection)
+                    log.warning("stopping: cannot judge a connection's client: %r", exc)
             if cut:
                 log.warning(
                     "stopping: cut %d connection(s) whose client read nothing for %g s",
@@ -182,6 +183,29 @@ class _Server(uvicorn.Server):
                     UNREAD_SECONDS,
                 )
             await asyncio.sleep(0.1)
+
+
+def _judge(connection: Any, now: float, waiting: dict[object, tuple[float, int]]) -> bool:
+    """Note ``connection``'s unsent bytes in ``waiting`` (since when, and how many) and cut
+    it once the server has waited on its client, reading nothing, for :data:`UNREAD_SECONDS`;
+    whether it cut it now."""
+    if not _unread(connection):
+        waiting.pop(connection, None)
+        return False
+    unsent = _unsent(connection.transport)
+    since, before = waiting.get(connection, (now, unsent))
+    if since == float("inf"):
+        return False  # cut already, gone at the loop's next turn
+    # Changed: the client read some (a paused send writes again only once the client took
+    # the buffer down to its low-water mark), so it waits from now on.
+    if unsent != before:
+        since = now
+    waiting[connection] = (since, unsent)
+    if now - since < UNREAD_SECONDS:
+        return False
+    connection.transport.abort()
+    waiting[connection] = (float("inf"), unsent)
+    return True
 
 
 def _unread(connection: Any) -> bool:
@@ -235,7 +259,8 @@ def serve(app: Any, **config: Any) -> int:
     """Run ``app`` under uvicorn (``config``: ``uvicorn.Config``'s arguments) until it stops;
     the exit status: 0, uvicorn's for a failed start (3), or :data:`INTERRUPTED`; or the
     process ends by the signal that stopped it (a SIGTERM, also when a Ctrl-C cut its stop
-    short), once the lifespan's cleanup has run."""
+    short), once the lifespan's cleanup has run; as PID 1, which that signal does not end,
+    its status (128 + it) instead."""
     server = _Server(uvicorn.Config(app, **config))
     host, port = server.config.host, server.config.port
     try:
@@ -255,10 +280,14 @@ def serve(app: Any, **config: Any) -> int:
             sock.close()
         logging.getLogger("uvicorn.error").removeFilter(_no_errors)  # those added, if any
         logging.getLogger("uvicorn.error").removeFilter(_no_failed_start)
-    if server.interrupted not in (None, signal.SIGINT):
-        signal.raise_signal(server.interrupted)  # exit by it, as a stop once serving does
-    if server.stopped_by is not None:  # a Ctrl-C quit a SIGTERM's stop: exit by the SIGTERM
-        signal.raise_signal(server.stopped_by)
+    # A start cut short exits by its signal, as a stop once serving does; a Ctrl-C that quit
+    # a SIGTERM's stop, by the SIGTERM.
+    for sig in (server.interrupted, server.stopped_by):
+        if sig not in (None, signal.SIGINT):
+            signal.raise_signal(sig)
+            return 128 + sig  # still here: PID 1, whose signals have no default action
+    if server.started and not server.forced and server.terminated_by is not None:
+        return 128 + server.terminated_by  # uvicorn raised it again, and PID 1 went on
     if server.forced or server.interrupted == signal.SIGINT:
         return INTERRUPTED
     return 0 if server.started else STARTUP_FAILURE

@@ -5,7 +5,9 @@ A compaction whose process died between its ``context.compaction.started`` and i
 wait forever. ``Closer`` persists the partner, reason ``interrupted``: when the session's
 next compaction starts (``close_session``, under that compaction's claim), at start-up
 (``at_start``) for every session whose compaction claim is free, and as a stop cancels
-compactions (``after_stop``), for theirs.
+compactions (``after_stop``), for theirs. One cut after it stored its summary (between the
+insert and the completed event) gets the ``context.compaction.completed`` it never wrote:
+that summary is in use, so the compaction did not fail.
 
 A claim the dead process held outlives it by up to the lease's time to live (it was renewed
 until the process died), so start-up leaves such a session and a background pass tries it
@@ -27,10 +29,10 @@ from typing import Any
 import asyncpg
 
 from proxy.bus import EventBus
-from proxy.cascade.types import COMPACTION_FAILED
+from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_FAILED
 from proxy.observe import note_compaction_event
 from proxy.services.leases import Leases
-from proxy.store import events, leases as claims, nul
+from proxy.store import events, leases as claims, nul, summaries
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 
 __all__ = ["Closer", "INTERRUPTED"]
@@ -153,12 +155,16 @@ class Closer:
         session's compaction claim, so none of them is running: its process stopped, or lost its
         database between the two events. The event carries the started one's fields
         (``started_id`` names it) and what a failure leaves: the state before it. What the
-        interrupted run took (attempts, duration) is unknown: null."""
+        interrupted run took (attempts, duration) is unknown: null. One cut after its summary
+        was stored is closed as completed instead (:meth:`_completed`)."""
         rows = await events.fetch_unpaired_compactions(
             conn, tenant=tenant, session_id=session_id, every=every
         )
         for row in rows:
             started = nul.decode_json(row["data"])
+            if (stored := await summaries.fetchrow_stored_by(conn, row["id"])) is not None:
+                await self._completed(conn, tenant, session_id, row["id"], started, stored)
+                continue
             failed = {
                 "trigger": started.get("trigger"),
                 "reason": INTERRUPTED,
@@ -177,3 +183,34 @@ class Closer:
             )
             note_compaction_event(COMPACTION_FAILED, failed)
         return len(rows)
+
+    async def _completed(
+        self,
+        conn: Any,
+        tenant: str,
+        session_id: str,
+        started_id: int,
+        started: dict[str, Any],
+        stored: dict[str, Any],
+    ) -> None:
+        """Persist the ``context.compaction.completed`` a compaction cut after storing its
+        summary never wrote: the summary is there, in use. What only the run knew (the
+        prompt's tokens after it, the ledger's counts) is null."""
+        completed = {
+            "trigger": started.get("trigger"),
+            "summary_version": stored["version"],
+            "from_pos": started.get("from_pos"),
+            "to_pos": started.get("to_pos"),
+            "folded_messages": None,
+            "tokens_before": started.get("tokens_before"),
+            "tokens_after": None,
+            "duration_ms": stored["duration_ms"],
+            "identifiers_kept": None,
+            "identifiers_added": None,
+            "identifiers_dropped": None,
+            "started_id": started_id,
+        }
+        await self.bus.publish(
+            conn, tenant=tenant, session_id=session_id, name=COMPACTION_COMPLETED, data=completed
+        )
+        note_compaction_event(COMPACTION_COMPLETED, completed)

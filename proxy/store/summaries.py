@@ -10,7 +10,13 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["fetchrow_latest", "insert_summary", "invalidate_after", "fetch_summaries"]
+__all__ = [
+    "fetchrow_latest",
+    "insert_summary",
+    "invalidate_after",
+    "fetch_summaries",
+    "fetchrow_stored_by",
+]
 
 FETCHROW_LATEST = """
 SELECT version, boundary, boundary_hash, content, tokens, model, created_at FROM summaries
@@ -136,3 +142,30 @@ WHERE tenant = $1 AND session_id = $2 ORDER BY version
 
 async def fetch_summaries(conn: Executor, *, tenant: str, session_id: str) -> list[dict[str, Any]]:
     return [_decoded(r) for r in await conn.fetch(FETCH_SUMMARIES, tenant, session_id)]
+
+
+# The summary a compaction's started event (``$1``) led to: the next version after the one
+# it read, at the boundary it named, stored after it and before the session's next started
+# event (a compaction of the same span after it stores the same version at the same
+# boundary). Compactions of a session hold its claim in turn, so no other stores that one.
+FETCHROW_STORED_BY = """
+SELECT sm.version,
+       (extract(epoch FROM sm.created_at - s.created_at) * 1000)::bigint AS duration_ms
+FROM events s JOIN summaries sm ON sm.tenant = s.tenant AND sm.session_id = s.session_id
+WHERE s.id = $1
+  AND sm.version = coalesce((s.data->>'summary_version')::int, 0) + 1
+  AND sm.boundary = (s.data->>'to_pos')::int
+  AND sm.created_at >= s.created_at
+  AND NOT EXISTS (
+    SELECT 1 FROM events n
+    WHERE n.tenant = s.tenant AND n.session_id = s.session_id AND n.id > s.id
+      AND n.name = 'context.compaction.started' AND n.created_at <= sm.created_at)
+"""
+
+
+async def fetchrow_stored_by(conn: Executor, started_id: int) -> dict[str, Any] | None:
+    """The version of the summary the compaction started by event ``started_id`` stored,
+    and how long after its start (ms): a compaction cut between the two (a stop, a kill)
+    has no completed event though its summary is there."""
+    row = await conn.fetchrow(FETCHROW_STORED_BY, started_id)
+    return None if row is None else dict(row)

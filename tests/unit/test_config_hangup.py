@@ -184,3 +184,16 @@ async def test_a_sighup_takes_a_file_refused_for_what_lay_outside_it_once_that_i
     bundle.write_text("a bundle")
     await config_watch.reread(holder, lambda name, _: seen.append(name), asyncio.Event())
     assert (seen, limit(holder)) == ([CONFIG_REJECTED, CONFIG_RELOADED], 2000)
+
+
+async def test_a_platform_without_sighup_starts_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows has no SIGHUP: the lifespan's first step asked for it, and the start failed
+    with an ``AttributeError`` (``cascade-proxy migrate`` already looks before it takes it)."""
+    path = tmp_path / "agents.json"
+    path.write_text(text(1000))
+    hangup = Hangup(ConfigHolder.from_file(path, os.environ))
+    monkeypatch.delattr(signal, "SIGHUP")
+    undo = hangup.install()
+    undo()

@@ -77,3 +77,23 @@ def test_a_connection_is_cut_once(monkeypatch: pytest.MonkeyPatch) -> None:
     frozen = _Connection(unsent=10_000_000)
     asyncio.run(_reap([frozen], seconds=1.0, read=0))
     assert frozen.transport.aborts == 1
+
+
+class _Broken(_Transport):
+    def get_write_buffer_size(self) -> int:
+        raise RuntimeError("a transport that cannot say")
+
+
+def test_one_connections_error_does_not_stop_the_reaper(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection the reaper cannot judge is left to the stop's wait, said once; the
+    others are still cut: the reaper ended with the error, and the stop, cutting nothing
+    more, waited on every frozen client until the orchestrator's kill."""
+    monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.3)
+    broken, frozen = _Connection(unsent=1), _Connection(unsent=10_000_000)
+    broken.transport = _Broken(unsent=1)
+    asyncio.run(_reap([broken, frozen], seconds=1.0, read=0))
+    assert frozen.transport.aborted and not broken.transport.aborted
+    said = [r.getMessage() for r in caplog.records if "cannot judge" in r.getMessage()]
+    assert len(said) == 1

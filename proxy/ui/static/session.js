@@ -355,7 +355,7 @@ export class SessionView {
         status.textContent = "Compacting the older messages…";
         break;
       case "context.compaction.completed":
-        status.textContent = "Compacted" + (data.tokens_before != null
+        status.textContent = "Compacted" + (data.tokens_after != null
           ? `: ${num(data.tokens_before)} → ${num(data.tokens_after)} tokens.` : ".");
         this.refresh(true);
         break;

@@ -10,6 +10,7 @@ in the background instead of leaving it to a next start.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -18,12 +19,13 @@ import asyncpg
 import pytest
 
 from proxy.services import interrupted
-from proxy.store import events, leases
+from proxy.store import events, leases, summaries
 from proxy.store.db import DatabaseUnavailable
 from tests.integration.store.helpers import create_session
 
 T = "t-sweep"
 STARTED, COMPLETED = "context.compaction.started", "context.compaction.completed"
+FAILED = "context.compaction.failed"
 
 
 class _Bus:
@@ -139,3 +141,36 @@ async def test_a_start_whose_sweep_is_refused_sweeps_in_the_background(
     )
     await _swept_after_start(pool)
     assert "statement timeout" in caplog.text
+
+
+async def test_a_compaction_cut_after_its_summary_is_stored_is_closed_completed(
+    pool: asyncpg.Pool,
+) -> None:
+    """A stop (or a kill) between the summary's insert and its completed event: the summary
+    is there, in use, so its started event is closed as completed, not interrupted. An
+    earlier one of the same span that stored nothing is still interrupted: a summary
+    stored after the next started event is that one's."""
+    span = {"trigger": "soft", "from_pos": 0, "to_pos": 8, "tokens_before": 3000}
+    data = {**span, "summary_version": None}
+    async with pool.acquire() as conn:
+        await create_session(conn, tenant=T, session_id="s", agent="default", model="m")
+        key = {"tenant": T, "session_id": "s"}
+        cut_early = await events.insert_event(conn, **key, name=STARTED, data=data)
+        cut_late = await events.insert_event(conn, **key, name=STARTED, data=data)
+        stored = await summaries.insert_summary(
+            conn, **key, boundary=8, boundary_hash=None, content="b", tokens=1, model="f"
+        )
+        closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+        assert await closer.close_session(conn, T, "s", every=True) == 2
+        rows = await conn.fetch(
+            "SELECT name, data::text AS data FROM events"
+            " WHERE session_id = 's' AND id > $1 ORDER BY id",
+            cut_late,
+        )
+    closed = {json.loads(r["data"])["started_id"]: (r["name"], json.loads(r["data"])) for r in rows}
+    assert closed[cut_early][0] == FAILED and closed[cut_early][1]["reason"] == "interrupted"
+    name, done = closed[cut_late]
+    assert name == COMPLETED and done["summary_version"] == stored == 1
+    assert {k: done[k] for k in span} == span
+    assert done["tokens_after"] is None and done["duration_ms"] >= 0
+    assert await _unpaired(pool, every=True) == 0
