@@ -17,16 +17,25 @@ __all__ = ["redact_written"]
 
 def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """``value`` (a call's ``arguments``) redacted: its text, or for arguments a client sent
-    as a JSON object rather than its text, that object's JSON text (the form the field takes,
-    and what the model reads): a pattern that reads a secret by its key (``"password": "…"``)
-    finds it there as in the text. That text redacted is read back, so arguments given as an
-    object stay one (the server the client sends objects to gets one); it stands for them as
-    text only if it is no longer JSON. The same object when nothing matched; an object nested
-    past what its encoding reaches is ``REDACTED``."""
+    as a JSON object rather than its text, that object (``_redact_json``). The same object
+    when nothing matched."""
     if isinstance(value, str):
         return redact(value, patterns)
     if not isinstance(value, Mapping | list):
         return value, 0
+    return _redact_json(value, patterns)
+
+
+def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value`` (an object, array or scalar of a call's arguments) redacted as its JSON text
+    (the form the field takes, and what the model reads): a pattern that reads a secret by
+    its key (``"password": "…"``) finds it there as in the text. That text redacted is read
+    back, so arguments given as an object stay one (the server the client sends objects to
+    gets one). A text that is no longer JSON (a match that ran from one string into the
+    next: ``"Enter password:", "timeout": 5``) is not kept: each entry is read alone
+    (``_redact_parts``), so a match that only seemed one leaves the object as sent. The
+    same object when nothing matched; one nested past what its encoding reaches is
+    ``REDACTED``."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (RecursionError, TypeError, ValueError):
@@ -37,7 +46,32 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     try:
         return json.loads(redacted), n
     except (RecursionError, ValueError):
-        return redacted, n
+        return _redact_parts(value, patterns)
+
+
+def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value``, whose JSON text redacted is no JSON, redacted part by part: an array's
+    items and an object's entries each as its own JSON text (``_redact_json``); an entry
+    alone, its key as a string and its value as its own text; a scalar's redacted text
+    that is still no JSON is ``REDACTED`` whole, a secret's quote being in what matched."""
+    if isinstance(value, list):
+        items = [_redact_json(item, patterns) for item in value]
+        n = sum(found for _, found in items)
+        return (value, 0) if n == 0 else ([item for item, _ in items], n)
+    if isinstance(value, Mapping) and len(value) > 1:
+        out: dict[str, Any] = {}
+        total = 0
+        for key, held in value.items():
+            entry, n = _redact_json({key: held}, patterns)
+            out.update(entry if isinstance(entry, Mapping) else {key: REDACTED})
+            total += n
+        return (value, 0) if total == 0 else (out, total)
+    if isinstance(value, Mapping):
+        ((key, held),) = value.items()
+        new_key, n = redact(str(key), patterns)
+        new_held, found = _redact_json(held, patterns)
+        return (value, 0) if n + found == 0 else ({new_key: new_held}, n + found)
+    return REDACTED, 1
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

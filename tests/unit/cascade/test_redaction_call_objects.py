@@ -73,10 +73,39 @@ def test_a_quoted_value_in_a_string_of_the_arguments_is_redacted_and_keeps_them_
         }
 
 
-def test_an_object_whose_redacted_text_is_no_json_goes_on_as_that_text() -> None:
-    """An operator's pattern may take a quote with the secret: what was redacted is not read
-    back, and the text, secret gone, stands for the arguments."""
+def test_an_entry_whose_redacted_text_is_no_json_is_redacted_whole() -> None:
+    """An operator's pattern may take a quote with the secret: that entry's text redacted is
+    no JSON, and its value is replaced whole; the object stays one, its other entries as
+    sent."""
     patterns = compile_patterns((r"hunter2\w*\"",), use_defaults=False)
-    call = {"id": "c1", "function": {"name": "f", "arguments": {"p": "hunter2secret"}}}
+    args = {"p": "hunter2secret", "q": "plain"}
+    call = {"id": "c1", "function": {"name": "f", "arguments": args}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, patterns)
-    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == f'{{"p": "{REDACTED}}}'
+    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == {"p": REDACTED, "q": "plain"}
+
+
+def test_an_object_whose_text_only_seems_to_hold_a_secret_stays_the_same_object() -> None:
+    """A key word and a colon ending one string of the arguments (a prompt an agent waits
+    for) read, in their JSON text, as an assignment whose quoted value runs to the next
+    string: redacted so the text is JSON no longer, and the whole object went on as text.
+    Each entry read alone holds no secret, and the object goes on as the client sent it."""
+    for args in (
+        {"expect": "Enter password:", "timeout": 5},
+        {"prompt": "token:", "then": {"send": "ok"}},
+        {"max_tokens": -1, "path": "/tmp"},
+    ):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert redact_written(msg, _PATTERNS) == (msg, 0), args
+
+
+def test_an_entry_beside_one_that_only_seems_a_secret_is_still_redacted() -> None:
+    args = {"expect": "Enter password:", "timeout": 5, "opts": [{"password": "hunter2hunter2"}]}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert n == 1
+    assert out["tool_calls"][0]["function"]["arguments"] == {
+        "expect": "Enter password:",
+        "timeout": 5,
+        "opts": [{"password": REDACTED}],
+    }
