@@ -50,8 +50,10 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
     r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
     r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
-    # ... and one whose END line is missing (output cut short).
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----[\sA-Za-z0-9+/=:,\-]{0,20000}",
+    # ... and one whose END line is missing (output cut short); in JSON text (a call's
+    # arguments) its lines are joined by escapes (``\n``), read as the lines they stand for.
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
+    r"(?:[\sA-Za-z0-9+/=:,\-]|\\[nrt/]){0,20000}",
     # Anthropic (before OpenAI: both start with ``sk-``).
     r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_\-]{20,300}",
     # OpenAI: legacy sk-…, project sk-proj-…, service-account, admin keys.
