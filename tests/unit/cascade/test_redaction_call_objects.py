@@ -109,3 +109,28 @@ def test_an_entry_beside_one_that_only_seems_a_secret_is_still_redacted() -> Non
         "timeout": 5,
         "opts": [{"password": REDACTED}],
     }
+
+
+def test_an_unquoted_value_in_json_text_ends_at_an_escape() -> None:
+    """A file an agent writes (``.env``) is one string in its call's arguments, its lines
+    joined by ``\\n`` escapes: an unquoted value ran on through the lines after it, as the
+    same file in a message's text does not, and one before an escaped quote took the
+    escape's backslash and left the arguments JSON no longer. A doubled backslash (a
+    Windows path's) is the value's; a number, a boolean or a name before an escape is no
+    secret, as before a line's end."""
+    env = (
+        'API_KEY=abc123xyz\nDEBUG=true\nsay "token=s3cr3t" now\nPWD=C:\\new\\x\n'
+        "MAX_TOKENS=100\nSECRET=true\npassword = self.password\n"
+    )
+    want = {
+        "path": ".env",
+        "content": f'API_KEY={REDACTED}\nDEBUG=true\nsay "token={REDACTED}" now\n'
+        f"PWD={REDACTED}\nMAX_TOKENS=100\nSECRET=true\npassword = self.password\n",
+    }
+    args = {"path": ".env", "content": env}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 3 and (got if isinstance(got, dict) else json.loads(got)) == want, got
