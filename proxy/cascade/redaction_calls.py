@@ -20,10 +20,40 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     as a JSON object rather than its text, that object (``_redact_json``). The same object
     when nothing matched."""
     if isinstance(value, str):
-        return redact(value, patterns)
+        return _redact_text(value, patterns)
     if not isinstance(value, Mapping | list):
         return value, 0
     return _redact_json(value, patterns)
+
+
+def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
+    """Arguments' text redacted. Text that is JSON and is no longer once redacted (a match
+    that ran from one string into the next: ``"Enter password:","timeout":5``) is read as
+    its object, entry by entry (``_redact_parts``): as sent when no entry holds a secret,
+    else that object's JSON text, so the server reading the arguments still can."""
+    redacted, n = redact(text, patterns)
+    if n == 0 or not text.lstrip().startswith(("{", "[")):
+        return redacted, n
+    try:
+        json.loads(redacted)
+        return redacted, n
+    except (RecursionError, ValueError):
+        pass
+    try:
+        value = json.loads(text)
+    except (RecursionError, ValueError):
+        return redacted, n
+    parted, found = _redact_parts(value, patterns)
+    if found == 0:
+        return text, 0
+    try:
+        out = json.dumps(parted, ensure_ascii=False, allow_nan=False)
+        out.encode()  # a lone surrogate the text escaped stays escaped: no store holds one
+    except UnicodeEncodeError:
+        out = json.dumps(parted, allow_nan=False)
+    except (RecursionError, ValueError):
+        return redacted, n
+    return out, found
 
 
 def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

@@ -134,3 +134,34 @@ def test_an_unquoted_value_in_json_text_ends_at_an_escape() -> None:
         out, n = redact_written(msg, _PATTERNS)
         got = out["tool_calls"][0]["function"]["arguments"]
         assert n == 3 and (got if isinstance(got, dict) else json.loads(got)) == want, got
+
+
+def test_arguments_text_that_only_seems_to_hold_a_secret_goes_on_as_sent() -> None:
+    """The same arguments as their text: the match across two strings left the text JSON no
+    longer, what the server reading them gets; read entry by entry, as an object's are,
+    they hold no secret and go on as sent, and one that does is redacted and stays JSON."""
+    for args in ('{"expect":"Enter password:","timeout":5}', '{"token:": 1, "n": "x"}'):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert redact_written(msg, _PATTERNS) == (msg, 0), args
+    args = '{"expect":"Enter password:","timeout":5,"password":"hunter2hunter2","f":1e5}'
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    assert n == 1 and "hunter2" not in got
+    assert json.loads(got) == {
+        "expect": "Enter password:",
+        "timeout": 5,
+        "password": REDACTED,
+        "f": 1e5,
+    }
+
+
+def test_arguments_text_read_entry_by_entry_keeps_a_lone_surrogate_escaped() -> None:
+    args = '{"expect":"Enter password:","password":"hunter2hunter2","s":"\\ud800é"}'
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    assert n == 1 and "hunter2" not in got
+    got.encode()  # UTF-8 carries it: the store and the upstream body can
+    assert json.loads(got)["s"] == "\ud800é"
