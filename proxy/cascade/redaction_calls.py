@@ -80,28 +80,69 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
 
 
 def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
-    """``value``, whose JSON text redacted is no JSON, redacted part by part: an array's
-    items and an object's entries each as its own JSON text (``_redact_json``); an entry
-    alone, its key as a string and its value as its own text; a scalar's redacted text
-    that is still no JSON is ``REDACTED`` whole, a secret's quote being in what matched."""
-    if isinstance(value, list):
-        items = [_redact_json(item, patterns) for item in value]
-        n = sum(found for _, found in items)
-        return (value, 0) if n == 0 else ([item for item, _ in items], n)
-    if isinstance(value, Mapping) and len(value) > 1:
+    """``value``, whose JSON text redacted is no JSON, redacted part by part: each scalar as
+    the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
+    its key needs; an array's item alone), read back; an entry whose text redacted is still
+    no JSON (a secret's quote in what matched) has its value ``REDACTED`` whole, unless it
+    is a number (or a constant): JSON holds no secret unquoted. A container
+    keeps its place and its key (redacted alone). Walked without recursion, each scalar
+    written once: a value nested as deep as its encoding reaches costs its size, no more.
+    The same object when nothing matched."""
+    top: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
+    total = 0
+    while stack:
+        into, at, node = stack.pop()
+        if isinstance(node, list):
+            items: list[Any] = [None] * len(node)
+            into[at] = items
+            for i, item in enumerate(node):
+                if isinstance(item, Mapping | list):
+                    stack.append((items, i, item))
+                else:
+                    read, n = _read_back(item, patterns)
+                    items[i], total = (REDACTED if read is _NO_JSON else read), total + n
+            continue
+        if not isinstance(node, Mapping):
+            read, n = _read_back(node, patterns)
+            into[at], total = (REDACTED if read is _NO_JSON else read), total + n
+            continue
         out: dict[str, Any] = {}
-        total = 0
-        for key, held in value.items():
-            entry, n = _redact_json({key: held}, patterns)
-            out.update(entry if isinstance(entry, Mapping) else {key: REDACTED})
-            total += n
-        return (value, 0) if total == 0 else (out, total)
-    if isinstance(value, Mapping):
-        ((key, held),) = value.items()
-        new_key, n = redact(str(key), patterns)
-        new_held, found = _redact_json(held, patterns)
-        return (value, 0) if n + found == 0 else ({new_key: new_held}, n + found)
-    return REDACTED, 1
+        into[at] = out
+        for key, held in node.items():
+            if isinstance(held, Mapping | list):
+                new_key, n = redact(str(key), patterns)
+                out[new_key], total = None, total + n
+                stack.append((out, new_key, held))
+                continue
+            read, n = _read_back({key: held}, patterns)
+            if isinstance(read, Mapping) and len(read) == 1:
+                out.update(read)
+                total += n
+                continue
+            new_key, found = redact(str(key), patterns)
+            if isinstance(held, str):
+                held, found = REDACTED, found + 1
+            # else a number read as a key's value (``"max_tokens": -1``): JSON quotes a secret
+            out[new_key], total = held, total + found
+    return (value, 0) if total == 0 else (top[0], total)
+
+
+_NO_JSON = object()
+"""What ``_read_back`` gives for a text that is no JSON once redacted."""
+
+
+def _read_back(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value`` (a scalar, or an entry holding one) as its JSON text redacted, read back
+    (``_NO_JSON`` when it no longer parses); the same value when nothing matched."""
+    text = json.dumps(value, ensure_ascii=False)
+    redacted, n = redact(text, patterns)
+    if n == 0:
+        return value, 0
+    try:
+        return json.loads(redacted), n
+    except ValueError:
+        return _NO_JSON, n
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

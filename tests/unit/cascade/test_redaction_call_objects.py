@@ -8,6 +8,7 @@ arguments in the form the client chose, whether or not a secret was found."""
 from __future__ import annotations
 
 import json
+import time
 
 from proxy.cascade.redaction import REDACTED, compile_patterns
 from proxy.cascade.redaction_calls import redact_written
@@ -165,3 +166,23 @@ def test_arguments_text_read_entry_by_entry_keeps_a_lone_surrogate_escaped() -> 
     assert n == 1 and "hunter2" not in got
     got.encode()  # UTF-8 carries it: the store and the upstream body can
     assert json.loads(got)["s"] == "\ud800é"
+
+
+def test_a_deep_object_read_entry_by_entry_keeps_every_level() -> None:
+    """Read entry by entry, an object nested as deep as its text was written is walked
+    level by level without recursion, and each scalar is written once: a level was not
+    replaced whole for the depth of the walk, and no level's text is written again for
+    each level above it."""
+
+    def nest(inner: object) -> object:
+        for _ in range(300):
+            inner = {"a": [inner], "b": 1}
+        return inner
+
+    bottom = {"expect": "Enter password:", "timeout": 5, "key": AWS_ID, "pad": "x " * 50_000}
+    call = {"id": "c1", "function": {"name": "f", "arguments": nest(bottom)}}
+    started = time.process_time()
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert time.process_time() - started < 1.5
+    assert n == 1
+    assert out["tool_calls"][0]["function"]["arguments"] == nest({**bottom, "key": REDACTED})
