@@ -28,21 +28,22 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
 
 def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     """Arguments' text redacted. Text that is JSON and is no longer once redacted (a match
-    that ran from one string into the next: ``"Enter password:","timeout":5``) is read as
-    its object, entry by entry (``_redact_parts``): as sent when no entry holds a secret,
-    else that object's JSON text, so the server reading the arguments still can."""
+    that ran from one string into the next: ``"Enter password:","timeout":5``), or no
+    longer of its shape (``_same_shape``), is read as its object, entry by entry
+    (``_redact_parts``): as sent when no entry holds a secret, else that object's JSON
+    text, so the server reading the arguments still can, all of them."""
     redacted, n = redact(text, patterns)
     if n == 0 or not text.lstrip().startswith(("{", "[")):
         return redacted, n
     try:
-        json.loads(redacted)
-        return redacted, n
-    except (RecursionError, ValueError):
-        pass
-    try:
         value = json.loads(text)
     except (RecursionError, ValueError):
         return redacted, n
+    try:
+        if _same_shape(value, json.loads(redacted)):
+            return redacted, n
+    except (RecursionError, ValueError):
+        pass
     parted, found = _redact_parts(value, patterns)
     if found == 0:
         return text, 0
@@ -62,10 +63,10 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
     its key (``"password": "…"``) finds it there as in the text. That text redacted is read
     back, so arguments given as an object stay one (the server the client sends objects to
     gets one). A text that is no longer JSON (a match that ran from one string into the
-    next: ``"Enter password:", "timeout": 5``) is not kept: each entry is read alone
-    (``_redact_parts``), so a match that only seemed one leaves the object as sent. The
-    same object when nothing matched; one nested past what its encoding reaches is
-    ``REDACTED``."""
+    next: ``"Enter password:", "timeout": 5``), or no longer of the object's shape
+    (``_same_shape``), is not kept: each entry is read alone (``_redact_parts``), so a
+    match that only seemed one leaves the object as sent. The same object when nothing
+    matched; one nested past what its encoding reaches is ``REDACTED``."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (RecursionError, TypeError, ValueError):
@@ -74,9 +75,31 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
     if n == 0:
         return value, 0
     try:
-        return json.loads(redacted), n
+        read = json.loads(redacted)
     except (RecursionError, ValueError):
         return _redact_parts(value, patterns)
+    return (read, n) if _same_shape(value, read) else _redact_parts(value, patterns)
+
+
+def _same_shape(value: Any, read: Any) -> bool:
+    """Whether ``read`` has ``value``'s containers, of the same sizes, in the same places: a
+    match that ran across entries and still left JSON (a PEM block's BEGIN line in one
+    string, its END line in a later one) read back without the entries between. Walked
+    without recursion."""
+    stack = [(value, read)]
+    while stack:
+        a, b = stack.pop()
+        if isinstance(a, Mapping):
+            if not isinstance(b, Mapping) or len(a) != len(b):
+                return False
+            stack.extend(zip(a.values(), b.values(), strict=True))
+        elif isinstance(a, list):
+            if not isinstance(b, list) or len(a) != len(b):
+                return False
+            stack.extend(zip(a, b, strict=True))
+        elif isinstance(b, Mapping | list):
+            return False
+    return True
 
 
 def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

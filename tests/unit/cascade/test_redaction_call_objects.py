@@ -186,3 +186,23 @@ def test_a_deep_object_read_entry_by_entry_keeps_every_level() -> None:
     assert time.process_time() - started < 1.5
     assert n == 1
     assert out["tool_calls"][0]["function"]["arguments"] == nest({**bottom, "key": REDACTED})
+
+
+def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
+    """A PEM block's BEGIN line in one string and its END line in a later one matched as one
+    block, entries between them included, and the text, still JSON, read back without them:
+    the object lost its keys. Its shape changed, it is read entry by entry."""
+    args = {
+        "a": "-----BEGIN PRIVATE KEY-----",
+        "n": 1,
+        "b": "-----END PRIVATE KEY-----",
+        "c": "x",
+    }
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        got = got if isinstance(got, dict) else json.loads(got)
+        assert n >= 1 and list(got) == ["a", "n", "b", "c"], got
+        assert got["a"] == REDACTED and got["n"] == 1 and got["c"] == "x"
