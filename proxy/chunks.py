@@ -36,6 +36,7 @@ class _ToolCall:
     type: str | None = None
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    whole: Any = None  # arguments a provider sent as a JSON object (or array), not text
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, e.g. a signature
 
 
@@ -164,7 +165,7 @@ class StreamAccumulator:
         if legacy is not None:
             msg["function_call"] = {
                 "name": _joined([legacy.name]),
-                "arguments": _joined(legacy.arguments),
+                "arguments": _arguments(legacy),
             }
         if choice.tool_calls:
             msg["tool_calls"] = [
@@ -217,8 +218,11 @@ def _add_tool_call(call: _ToolCall, raw: Mapping[str, Any]) -> None:
     name = fn.get("name")
     if isinstance(name, str) and name != call.name:
         call.name += name  # some servers repeat the full name on every delta
-    if isinstance(fn.get("arguments"), str):
-        call.arguments.append(fn["arguments"])
+    arguments = fn.get("arguments")
+    if isinstance(arguments, str):
+        call.arguments.append(arguments)
+    elif isinstance(arguments, Mapping | list) and call.whole is None:
+        call.whole = arguments
 
 
 _TOOL_CALL_KEYS = frozenset(("index", "id", "type", "function"))
@@ -229,9 +233,17 @@ def _tool_call_dict(call: _ToolCall) -> dict[str, Any]:
     if call.id is not None:
         out["id"] = storable(call.id)
     out["type"] = call.type or "function"
-    out["function"] = {"name": _joined([call.name]), "arguments": _joined(call.arguments)}
+    out["function"] = {"name": _joined([call.name]), "arguments": _arguments(call)}
     out.update(storable(call.extra))
     return out
+
+
+def _arguments(call: _ToolCall) -> Any:
+    """A call's arguments as the provider streamed them: their text pieces joined, or, when
+    no piece holds text, the object it sent whole, which the client gets and sends back as
+    it is (stored as text, ``""``, the resend differed and was stored again)."""
+    text = _joined(call.arguments)
+    return storable(call.whole) if not text and call.whole is not None else text
 
 
 def _joined(pieces: list[str]) -> str:

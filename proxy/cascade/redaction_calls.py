@@ -17,16 +17,56 @@ __all__ = ["redact_written"]
 
 def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """``value`` (a call's ``arguments``) redacted: its text, or for arguments a client sent
-    as a JSON object rather than its text, that object's JSON text (the form the field takes,
-    and what the model reads): a pattern that reads a secret by its key (``"password": "…"``)
-    finds it there as in the text. That text redacted is read back, so arguments given as an
-    object stay one (the server the client sends objects to gets one); it stands for them as
-    text only if it is no longer JSON. The same object when nothing matched; an object nested
-    past what its encoding reaches is ``REDACTED``."""
+    as a JSON object rather than its text, that object (``_redact_json``). The same object
+    when nothing matched."""
     if isinstance(value, str):
-        return redact(value, patterns)
+        return _redact_text(value, patterns)
     if not isinstance(value, Mapping | list):
         return value, 0
+    return _redact_json(value, patterns)
+
+
+def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
+    """Arguments' text redacted. Text that is JSON and is no longer once redacted (a match
+    that ran from one string into the next: ``"Enter password:","timeout":5``), or no
+    longer of its shape (``_same_shape``), is read as its object, entry by entry
+    (``_redact_parts``): as sent when no entry holds a secret, else that object's JSON
+    text, so the server reading the arguments still can, all of them."""
+    redacted, n = redact(text, patterns)
+    if n == 0 or not text.lstrip().startswith(("{", "[")):
+        return redacted, n
+    try:
+        value = json.loads(text)
+    except (RecursionError, ValueError):
+        return redacted, n
+    try:
+        if _same_shape(value, json.loads(redacted)):
+            return redacted, n
+    except (RecursionError, ValueError):
+        pass
+    parted, found = _redact_parts(value, patterns)
+    if found == 0:
+        return text, 0
+    try:
+        out = json.dumps(parted, ensure_ascii=False, allow_nan=False)
+        out.encode()  # a lone surrogate the text escaped stays escaped: no store holds one
+    except UnicodeEncodeError:
+        out = json.dumps(parted, allow_nan=False)
+    except (RecursionError, ValueError):
+        return redacted, n
+    return out, found
+
+
+def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value`` (an object, array or scalar of a call's arguments) redacted as its JSON text
+    (the form the field takes, and what the model reads): a pattern that reads a secret by
+    its key (``"password": "…"``) finds it there as in the text. That text redacted is read
+    back, so arguments given as an object stay one (the server the client sends objects to
+    gets one). A text that is no longer JSON (a match that ran from one string into the
+    next: ``"Enter password:", "timeout": 5``), or no longer of the object's shape
+    (``_same_shape``), is not kept: each entry is read alone (``_redact_parts``), so a
+    match that only seemed one leaves the object as sent. The same object when nothing
+    matched; one nested past what its encoding reaches is ``REDACTED``."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (RecursionError, TypeError, ValueError):
@@ -35,9 +75,97 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     if n == 0:
         return value, 0
     try:
-        return json.loads(redacted), n
+        read = json.loads(redacted)
     except (RecursionError, ValueError):
-        return redacted, n
+        return _redact_parts(value, patterns)
+    return (read, n) if _same_shape(value, read) else _redact_parts(value, patterns)
+
+
+def _same_shape(value: Any, read: Any) -> bool:
+    """Whether ``read`` has ``value``'s containers, of the same sizes, in the same places: a
+    match that ran across entries and still left JSON (a PEM block's BEGIN line in one
+    string, its END line in a later one) read back without the entries between. Walked
+    without recursion."""
+    stack = [(value, read)]
+    while stack:
+        a, b = stack.pop()
+        if isinstance(a, Mapping):
+            if not isinstance(b, Mapping) or len(a) != len(b):
+                return False
+            stack.extend(zip(a.values(), b.values(), strict=True))
+        elif isinstance(a, list):
+            if not isinstance(b, list) or len(a) != len(b):
+                return False
+            stack.extend(zip(a, b, strict=True))
+        elif isinstance(b, Mapping | list):
+            return False
+    return True
+
+
+def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value``, whose JSON text redacted is no JSON, redacted part by part: each scalar as
+    the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
+    its key needs; an array's item alone), read back; an entry whose text redacted is still
+    no JSON (a secret's quote in what matched) has its value ``REDACTED`` whole, unless it
+    is a number (or a constant): JSON holds no secret unquoted. A container
+    keeps its place and its key (redacted alone). Walked without recursion, each scalar
+    written once: a value nested as deep as its encoding reaches costs its size, no more.
+    The same object when nothing matched."""
+    top: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
+    total = 0
+    while stack:
+        into, at, node = stack.pop()
+        if isinstance(node, list):
+            items: list[Any] = [None] * len(node)
+            into[at] = items
+            for i, item in enumerate(node):
+                if isinstance(item, Mapping | list):
+                    stack.append((items, i, item))
+                else:
+                    read, n = _read_back(item, patterns)
+                    items[i], total = (REDACTED if read is _NO_JSON else read), total + n
+            continue
+        if not isinstance(node, Mapping):
+            read, n = _read_back(node, patterns)
+            into[at], total = (REDACTED if read is _NO_JSON else read), total + n
+            continue
+        out: dict[str, Any] = {}
+        into[at] = out
+        for key, held in node.items():
+            if isinstance(held, Mapping | list):
+                new_key, n = redact(str(key), patterns)
+                out[new_key], total = None, total + n
+                stack.append((out, new_key, held))
+                continue
+            read, n = _read_back({key: held}, patterns)
+            if isinstance(read, Mapping) and len(read) == 1:
+                out.update(read)
+                total += n
+                continue
+            new_key, found = redact(str(key), patterns)
+            if isinstance(held, str):
+                held, found = REDACTED, found + 1
+            # else a number read as a key's value (``"max_tokens": -1``): JSON quotes a secret
+            out[new_key], total = held, total + found
+    return (value, 0) if total == 0 else (top[0], total)
+
+
+_NO_JSON = object()
+"""What ``_read_back`` gives for a text that is no JSON once redacted."""
+
+
+def _read_back(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
+    """``value`` (a scalar, or an entry holding one) as its JSON text redacted, read back
+    (``_NO_JSON`` when it no longer parses); the same value when nothing matched."""
+    text = json.dumps(value, ensure_ascii=False)
+    redacted, n = redact(text, patterns)
+    if n == 0:
+        return value, 0
+    try:
+        return json.loads(redacted), n
+    except ValueError:
+        return _NO_JSON, n
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

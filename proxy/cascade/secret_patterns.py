@@ -26,6 +26,12 @@ _KEYWORD = (
 # of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
 _VALUE_CHAR = r"[^\s\"',;{}\[\]()<>]"
+# In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
+# ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
+# Windows path's) is the value's.
+_ESCAPE = r"\\[nrt\"]"
+_END = r"(?:[\s,;}\])]|" + _ESCAPE + r"|$)"
+_VALUE = r"(?:\\\\|\\(?![nrt\"])|[^\s\"',;{}\[\]()<>\\])"
 _IDENTIFIER = (
     r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
     r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
@@ -33,13 +39,13 @@ _IDENTIFIER = (
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
 )
 _NOT_A_VALUE = (
-    r"(?![0-9.]{1,40}(?:[\s,;}\])]|$))"
-    r"(?!(?:true|false|null|none|nil|undefined)(?:[\s,;}\])]|$))"
+    r"(?![0-9.]{1,40}" + _END + ")"
+    r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!" + _VALUE_CHAR + r"{1,500}[(\[])"
-    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|$))"
+    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
-    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE_CHAR + r"))"
+    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"))"
 )
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
@@ -50,8 +56,10 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
     r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
     r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
-    # ... and one whose END line is missing (output cut short).
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----[\sA-Za-z0-9+/=:,\-]{0,20000}",
+    # ... and one whose END line is missing (output cut short); in JSON text (a call's
+    # arguments) its lines are joined by escapes (``\n``), read as the lines they stand for.
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
+    r"(?:[\sA-Za-z0-9+/=:,\-]|\\[nrt/]){0,20000}",
     # Anthropic (before OpenAI: both start with ``sk-``).
     r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_\-]{20,300}",
     # OpenAI: legacy sk-…, project sk-proj-…, service-account, admin keys.
@@ -97,7 +105,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
-    + _VALUE_CHAR
+    + _VALUE
     + r"{1,500}))",
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific

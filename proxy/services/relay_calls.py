@@ -79,13 +79,14 @@ class Calls:
 
 def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One call's held fragments as one, read as ``chunks.StreamAccumulator`` reads them: the
-    first of each field, the name put together as it does, the arguments joined. A fragment
+    first of each field, the name put together as it does, the arguments joined (or the
+    object a provider sent them as, which goes on as one). A fragment
     with no ``function`` (an id sent alone) is one the openai SDK's stream helper fails on;
     merged with the name after it, the client gets the header OpenAI itself sends."""
     if len(parts) == 1:
         return parts[0]
     out: dict[str, Any] = {}
-    name, arguments, fn = "", [], None
+    name, arguments, fn, whole = "", [], None, None
     for part in parts:
         for key, value in part.items():
             if key != "function":
@@ -97,8 +98,12 @@ def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
                     name += value["name"]
                 if isinstance(value.get("arguments"), str):
                     arguments.append(value["arguments"])
+                elif isinstance(value.get("arguments"), dict | list) and whole is None:
+                    whole = value["arguments"]
     if fn is not None:
-        out["function"] = {**fn, "name": name, "arguments": "".join(arguments)}
+        text = "".join(arguments)
+        args = whole if not text and whole is not None else text
+        out["function"] = {**fn, "name": name, "arguments": args}
     return out
 
 

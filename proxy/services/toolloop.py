@@ -132,8 +132,11 @@ def _int_arg(args: Mapping[str, Any], key: str, least: int) -> int | None:
 
 def _arguments(call: Mapping[str, Any]) -> tuple[str, int, int | None, str | None]:
     """(id, offset, limit, grep) of a ``read_tool_output`` call; ``ValueError`` saying
-    which argument is unusable (the tool-outputs API answers the same values with a 400)."""
-    args = json.loads((call.get("function") or {}).get("arguments") or "{}")
+    which argument is unusable (the tool-outputs API answers the same values with a 400).
+    The arguments are their JSON text, or the object a provider sent them as."""
+    args = (call.get("function") or {}).get("arguments") or "{}"
+    if isinstance(args, str):
+        args = json.loads(args)
     if not isinstance(args, dict):
         raise ValueError("arguments must be a JSON object")
     target = args.get("id")

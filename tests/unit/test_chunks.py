@@ -301,3 +301,28 @@ def test_completion_round_trips_through_accumulator(
     if not include_usage:
         rebuilt["usage"] = original["usage"]
     assert rebuilt == original
+
+
+def test_accumulator_keeps_arguments_a_provider_streamed_as_an_object() -> None:
+    """A provider may stream a call's arguments as a JSON object, not its text: stored as
+    sent, the client's resend of the reply hashes as the stored one and the history extends;
+    joined as text pieces alone they were stored as ``""`` and the resend diverged."""
+    from proxy.history import chain
+
+    args = {"path": "/tmp", "n": [1, 2.5]}
+    acc = StreamAccumulator()
+    head = {"index": 0, "id": "a", "type": "function", "function": {"name": "grep"}}
+    acc.add(chunk(delta(role="assistant", content=None, tool_calls=[head])))
+    acc.add(chunk(delta(tool_calls=[{"index": 0, "function": {"arguments": args}}])))
+    acc.add(chunk(delta(function_call={"name": "f", "arguments": {"q": "x"}})))
+    acc.add(chunk(delta(finish="tool_calls")))
+    msg = acc.message()
+    assert msg["tool_calls"][0]["function"] == {"name": "grep", "arguments": args}
+    assert msg["function_call"] == {"name": "f", "arguments": {"q": "x"}}
+    resent = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{**head, "function": {"name": "grep", "arguments": args}}],
+        "function_call": {"name": "f", "arguments": {"q": "x"}},
+    }
+    assert chain([msg]) == chain([resent])

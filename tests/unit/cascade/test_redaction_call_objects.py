@@ -8,6 +8,7 @@ arguments in the form the client chose, whether or not a secret was found."""
 from __future__ import annotations
 
 import json
+import time
 
 from proxy.cascade.redaction import REDACTED, compile_patterns
 from proxy.cascade.redaction_calls import redact_written
@@ -73,10 +74,135 @@ def test_a_quoted_value_in_a_string_of_the_arguments_is_redacted_and_keeps_them_
         }
 
 
-def test_an_object_whose_redacted_text_is_no_json_goes_on_as_that_text() -> None:
-    """An operator's pattern may take a quote with the secret: what was redacted is not read
-    back, and the text, secret gone, stands for the arguments."""
+def test_an_entry_whose_redacted_text_is_no_json_is_redacted_whole() -> None:
+    """An operator's pattern may take a quote with the secret: that entry's text redacted is
+    no JSON, and its value is replaced whole; the object stays one, its other entries as
+    sent."""
     patterns = compile_patterns((r"hunter2\w*\"",), use_defaults=False)
-    call = {"id": "c1", "function": {"name": "f", "arguments": {"p": "hunter2secret"}}}
+    args = {"p": "hunter2secret", "q": "plain"}
+    call = {"id": "c1", "function": {"name": "f", "arguments": args}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, patterns)
-    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == f'{{"p": "{REDACTED}}}'
+    assert n == 1 and out["tool_calls"][0]["function"]["arguments"] == {"p": REDACTED, "q": "plain"}
+
+
+def test_an_object_whose_text_only_seems_to_hold_a_secret_stays_the_same_object() -> None:
+    """A key word and a colon ending one string of the arguments (a prompt an agent waits
+    for) read, in their JSON text, as an assignment whose quoted value runs to the next
+    string: redacted so the text is JSON no longer, and the whole object went on as text.
+    Each entry read alone holds no secret, and the object goes on as the client sent it."""
+    for args in (
+        {"expect": "Enter password:", "timeout": 5},
+        {"prompt": "token:", "then": {"send": "ok"}},
+        {"max_tokens": -1, "path": "/tmp"},
+    ):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert redact_written(msg, _PATTERNS) == (msg, 0), args
+
+
+def test_an_entry_beside_one_that_only_seems_a_secret_is_still_redacted() -> None:
+    args = {"expect": "Enter password:", "timeout": 5, "opts": [{"password": "hunter2hunter2"}]}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert n == 1
+    assert out["tool_calls"][0]["function"]["arguments"] == {
+        "expect": "Enter password:",
+        "timeout": 5,
+        "opts": [{"password": REDACTED}],
+    }
+
+
+def test_an_unquoted_value_in_json_text_ends_at_an_escape() -> None:
+    """A file an agent writes (``.env``) is one string in its call's arguments, its lines
+    joined by ``\\n`` escapes: an unquoted value ran on through the lines after it, as the
+    same file in a message's text does not, and one before an escaped quote took the
+    escape's backslash and left the arguments JSON no longer. A doubled backslash (a
+    Windows path's) is the value's; a number, a boolean or a name before an escape is no
+    secret, as before a line's end."""
+    env = (
+        'API_KEY=abc123xyz\nDEBUG=true\nsay "token=s3cr3t" now\nPWD=C:\\new\\x\n'
+        "MAX_TOKENS=100\nSECRET=true\npassword = self.password\n"
+    )
+    want = {
+        "path": ".env",
+        "content": f'API_KEY={REDACTED}\nDEBUG=true\nsay "token={REDACTED}" now\n'
+        f"PWD={REDACTED}\nMAX_TOKENS=100\nSECRET=true\npassword = self.password\n",
+    }
+    args = {"path": ".env", "content": env}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 3 and (got if isinstance(got, dict) else json.loads(got)) == want, got
+
+
+def test_arguments_text_that_only_seems_to_hold_a_secret_goes_on_as_sent() -> None:
+    """The same arguments as their text: the match across two strings left the text JSON no
+    longer, what the server reading them gets; read entry by entry, as an object's are,
+    they hold no secret and go on as sent, and one that does is redacted and stays JSON."""
+    for args in ('{"expect":"Enter password:","timeout":5}', '{"token:": 1, "n": "x"}'):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert redact_written(msg, _PATTERNS) == (msg, 0), args
+    args = '{"expect":"Enter password:","timeout":5,"password":"hunter2hunter2","f":1e5}'
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    assert n == 1 and "hunter2" not in got
+    assert json.loads(got) == {
+        "expect": "Enter password:",
+        "timeout": 5,
+        "password": REDACTED,
+        "f": 1e5,
+    }
+
+
+def test_arguments_text_read_entry_by_entry_keeps_a_lone_surrogate_escaped() -> None:
+    args = '{"expect":"Enter password:","password":"hunter2hunter2","s":"\\ud800é"}'
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    assert n == 1 and "hunter2" not in got
+    got.encode()  # UTF-8 carries it: the store and the upstream body can
+    assert json.loads(got)["s"] == "\ud800é"
+
+
+def test_a_deep_object_read_entry_by_entry_keeps_every_level() -> None:
+    """Read entry by entry, an object nested as deep as its text was written is walked
+    level by level without recursion, and each scalar is written once: a level was not
+    replaced whole for the depth of the walk, and no level's text is written again for
+    each level above it."""
+
+    def nest(inner: object) -> object:
+        for _ in range(300):
+            inner = {"a": [inner], "b": 1}
+        return inner
+
+    bottom = {"expect": "Enter password:", "timeout": 5, "key": AWS_ID, "pad": "x " * 50_000}
+    call = {"id": "c1", "function": {"name": "f", "arguments": nest(bottom)}}
+    started = time.process_time()
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert time.process_time() - started < 1.5
+    assert n == 1
+    assert out["tool_calls"][0]["function"]["arguments"] == nest({**bottom, "key": REDACTED})
+
+
+def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
+    """A PEM block's BEGIN line in one string and its END line in a later one matched as one
+    block, entries between them included, and the text, still JSON, read back without them:
+    the object lost its keys. Its shape changed, it is read entry by entry."""
+    args = {
+        "a": "-----BEGIN PRIVATE KEY-----",
+        "n": 1,
+        "b": "-----END PRIVATE KEY-----",
+        "c": "x",
+    }
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        got = got if isinstance(got, dict) else json.loads(got)
+        assert n >= 1 and list(got) == ["a", "n", "b", "c"], got
+        assert got["a"] == REDACTED and got["n"] == 1 and got["c"] == "x"

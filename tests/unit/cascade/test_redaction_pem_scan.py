@@ -5,6 +5,7 @@ loop, every tenant's requests with it, for seconds."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
@@ -38,3 +39,15 @@ def test_a_block_a_diff_removes_is_redacted_to_its_end_line_and_no_further() -> 
     out, n = redact(text, _PATTERNS)
     assert out == f"@@ -1,4 +0,0 @@\n-{REDACTED}\ndiff --git a/setup.py b/setup.py\nindex 1..2\n"
     assert n == 1
+
+
+def test_a_block_cut_short_in_json_text_is_redacted_past_its_escaped_newlines() -> None:
+    """In JSON text (a call's arguments, an object's as they are redacted) a key's lines are
+    joined by ``\\n`` escapes: the pattern for a block whose END line is missing stopped at
+    the first backslash, and the key's body went on; it now reads the escapes as lines, and
+    leaves the text JSON."""
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+    text = json.dumps({"content": _BEGIN + body + "\n" + body + "\r\n\t" + body, "n": 1})
+    out, n = redact(text, _PATTERNS)
+    assert n == 1 and body not in out, out
+    assert json.loads(out) == {"content": REDACTED, "n": 1}
