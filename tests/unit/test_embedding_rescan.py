@@ -8,28 +8,12 @@ that reads to the table's end while new messages keep arriving must count as the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from proxy.services import retrieval
-from proxy.services.retrieval import EmbeddingWorker
-
-
-class _Pool:
-    @contextlib.asynccontextmanager
-    async def acquire(self) -> AsyncIterator[object]:
-        yield object()
-
-
-class _Embedder:
-    model = "m"
-
-    async def warm(self) -> None:
-        return None
+from tests.unit.rescan_harness import rescan_worker
 
 
 async def test_a_poll_that_reads_to_the_end_under_traffic_starts_the_rescan(
@@ -47,12 +31,7 @@ async def test_a_poll_that_reads_to_the_end_under_traffic_starts_the_rescan(
         released.append(conn)
         return 0
 
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", claim)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: _Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=0.0)  # type: ignore[arg-type]
+    worker = rescan_worker(monkeypatch, claim, release_stale=release_stale, rescan_seconds=0.0)
     for _ in range(3):
         await worker.run_once()
     assert released, "no rescan while messages keep arriving"
@@ -79,18 +58,9 @@ async def test_the_rescan_at_the_end_waits_for_the_batch_being_stored(
         released_after.append(stored.is_set())
         return 0
 
-    class Embedder(_Embedder):
-        async def embed(self, texts: list[str]) -> list[list[float]]:
-            return [[1.0] for _ in texts]
-
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", claim)
-    monkeypatch.setattr(retrieval.store, "update_embeddings", update)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=0.0)  # type: ignore[arg-type]
+    worker = rescan_worker(
+        monkeypatch, claim, release_stale=release_stale, update=update, rescan_seconds=0.0
+    )
     await worker.run_once()
     await worker.flush()
     assert released_after == [True], "stale claims released while this replica stored its batch"

@@ -4,29 +4,13 @@ whole table back to back, and new messages are polled between its windows."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from proxy.services import retrieval
-from proxy.services.retrieval import EmbeddingWorker
 from proxy.store.embeddings import CLAIM_WINDOW
-
-
-class _Pool:
-    @contextlib.asynccontextmanager
-    async def acquire(self) -> AsyncIterator[object]:
-        yield object()
-
-
-class _Embedder:
-    model = "m"
-
-    async def warm(self) -> None:
-        return None
+from tests.unit.rescan_harness import rescan_worker
 
 
 class _Table:
@@ -49,17 +33,7 @@ class _Table:
 
 async def _rows_per_interval(monkeypatch: pytest.MonkeyPatch, size: int) -> list[int]:
     table, now = _Table(size), [0.0]
-
-    async def release_stale(conn: Any) -> int:
-        return 0
-
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
-    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: _Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    worker = rescan_worker(monkeypatch, table.claim, clock=now)
     for _ in range(size // CLAIM_WINDOW + 5):  # the backfill: the whole table once
         await worker.run_once()
     per_interval = []
@@ -86,17 +60,7 @@ async def test_the_rescan_resumes_where_the_last_interval_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     table, now = _Table(400 * CLAIM_WINDOW), [0.0]
-
-    async def release_stale(conn: Any) -> int:
-        return 0
-
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
-    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: _Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    worker = rescan_worker(monkeypatch, table.claim, clock=now)
     for _ in range(405):
         await worker.run_once()
     lowest = []

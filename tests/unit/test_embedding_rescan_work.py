@@ -4,47 +4,34 @@ claims) are embedded within the interval that found them, as the walk they repla
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from proxy.services import retrieval
-from proxy.services.retrieval import EmbeddingWorker
 from proxy.store.embeddings import CLAIM_WINDOW
-
-
-class _Pool:
-    @contextlib.asynccontextmanager
-    async def acquire(self) -> AsyncIterator[object]:
-        yield object()
-
-
-class _Embedder:
-    model = "m"
-
-    async def warm(self) -> None:
-        return None
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        return [[1.0] for _ in texts]
+from tests.unit.rescan_harness import nothing, rescan_worker
 
 
 class _Table:
     """``messages`` ids 1..top as ``store.CLAIM`` reads them: ``todo`` the ids with no row for
-    the model; a claim takes the first ``limit`` of its window and moves on as the SQL does."""
+    the model, ``lo..hi`` the ids deleted (a session's messages, or retention's; none until a
+    test sets them); a claim's first id and window skip the deleted ones and it takes the first
+    ``limit`` of its window and moves on, as the SQL does."""
 
     def __init__(self, top: int) -> None:
         self.top, self.todo, self.windows = top, set(range(1, top + 1)), 0
+        self.lo, self.hi = 1, 0  # nothing deleted yet
 
     async def claim(self, conn: Any, *, after_id: int, limit: int, **_: Any) -> Any:
-        if after_id >= self.top:
+        top = self.top if self.top > self.hi else min(self.top, self.lo - 1)
+        first = after_id + 1 if after_id + 1 < self.lo else max(after_id + 1, self.hi + 1)
+        if first > top:
             return [], None, True
         self.windows += 1
-        first, top = after_id + 1, self.top
-        scan = range(first, min(top, first + CLAIM_WINDOW - 1) + 1)
+        scan: range | list[int] = range(first, min(top, first + CLAIM_WINDOW - 1) + 1)
+        if first <= self.hi and self.lo <= scan[-1]:  # the window reaches deleted ids
+            scan = [i for i in scan if not self.lo <= i <= self.hi]
         cand = [i for i in scan if i in self.todo][:limit]
         self.todo.difference_update(cand)
         if len(cand) >= limit:
@@ -63,18 +50,7 @@ async def test_what_the_rescan_finds_below_the_cursor_is_embedded_within_one_int
 ) -> None:
     table, now = _Table(20 * CLAIM_WINDOW), [0.0]
 
-    async def nothing(conn: Any, **_: Any) -> int:
-        return 0
-
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", nothing)
-    monkeypatch.setattr(retrieval.store, "update_embeddings", nothing)
-    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: _Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    worker = rescan_worker(monkeypatch, table.claim, update=nothing, clock=now)
     while await worker.run_once():  # the backfill
         pass
     assert not table.todo
@@ -108,18 +84,9 @@ async def test_a_dead_replicas_claims_below_the_cursor_wait_at_most_two_passes(
         table.todo.update(stale)
         return len(stale)
 
-    async def nothing(conn: Any, **_: Any) -> None:
-        return None
-
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", release_stale)
-    monkeypatch.setattr(retrieval.store, "update_embeddings", nothing)
-    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: _Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    worker = rescan_worker(
+        monkeypatch, table.claim, release_stale=release_stale, update=nothing, clock=now
+    )
     while await worker.run_once():
         pass
     now[0] += 90.0  # the walk is under way, somewhere in the table
@@ -137,56 +104,13 @@ async def test_a_dead_replicas_claims_below_the_cursor_wait_at_most_two_passes(
     assert not dead and not table.todo, f"still waiting after {intervals} intervals"
 
 
-class _Shrunk(_Table):
-    """The table with the ids ``lo..hi`` deleted (a session's messages, or retention's):
-    the claim's first id and window skip them, as the SQL's do."""
-
-    def __init__(self, top: int) -> None:
-        super().__init__(top)
-        self.lo = self.hi = top + 1  # nothing deleted yet
-
-    async def claim(self, conn: Any, *, after_id: int, limit: int, **_: Any) -> Any:
-        top = self.top if self.top > self.hi else min(self.top, self.lo - 1)
-        first = after_id + 1 if after_id + 1 < self.lo else max(after_id + 1, self.hi + 1)
-        if first > top:
-            return [], None, True
-        self.windows += 1
-        scan = [
-            i
-            for i in range(first, first + CLAIM_WINDOW)
-            if i <= top and not self.lo <= i <= self.hi
-        ]
-        cand = [i for i in scan if i in self.todo][:limit]
-        self.todo.difference_update(cand)
-        if len(cand) >= limit:
-            last = cand[-1]
-        elif top >= first + CLAIM_WINDOW:
-            last = first + CLAIM_WINDOW - 1
-        else:
-            last = scan[-1]
-        at_end = len(cand) < limit and top < first + CLAIM_WINDOW
-        claimed = [retrieval.store.Claimed(i, {"role": "user", "content": "x"}) for i in cand]
-        return claimed, last, at_end
-
-
 async def test_a_table_that_shrinks_past_the_rescans_cursor_is_rescanned_from_the_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     size = 150 * CLAIM_WINDOW
-    table, now = _Shrunk(size), [0.0]
+    table, now = _Table(size), [0.0]
 
-    async def nothing(conn: Any, **_: Any) -> int:
-        return 0
-
-    monkeypatch.setattr(retrieval.store, "claim_unembedded", table.claim)
-    monkeypatch.setattr(retrieval.store, "release_stale_claims", nothing)
-    monkeypatch.setattr(retrieval.store, "update_embeddings", nothing)
-    monkeypatch.setattr(retrieval.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(retrieval, "retrieval_agents", lambda cfg: (("ret",), ("ret",), False))
-    monkeypatch.setattr(retrieval, "_text", lambda c, cfg: "x")
-    cfg = SimpleNamespace(embedding=SimpleNamespace(batch_size=16))
-    embedders = SimpleNamespace(current=lambda: _Embedder())
-    worker = EmbeddingWorker(_Pool(), lambda: cfg, embedders, rescan_seconds=60.0)  # type: ignore[arg-type]
+    worker = rescan_worker(monkeypatch, table.claim, update=nothing, clock=now)
     while await worker.run_once():
         pass
     now[0] += 60.0

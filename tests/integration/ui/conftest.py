@@ -46,6 +46,17 @@ def _chromium_missing() -> str | None:
     return None
 
 
+def roomy_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """Keys configured, a window a long session's whole history fits in, and no eviction: for
+    the tests that open such a session, where only the test changes rows."""
+    return write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        models={"default": {"contextLimit": 1_000_000, "reservedOutput": 500}},
+        auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
+    )
+
+
 @pytest.fixture
 def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     """Keys configured; a small window so eviction happens; results past MAX_CHARS are cut."""

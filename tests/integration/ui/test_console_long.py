@@ -24,9 +24,9 @@ from proxy.store.db import create_pool
 from proxy.store.events import insert_event
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import replied, write_config
+from tests.integration.api.conftest import replied
 from tests.integration.conftest import run_sync
-from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
+from tests.integration.ui.conftest import TENANT, Page, roomy_config
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,12 +88,7 @@ def long_history() -> list[dict[str, Any]]:
 @pytest.fixture
 def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     """A window the whole transcript fits in, and no eviction: only the test changes rows."""
-    return write_config(
-        tmp_path / "agents.json",
-        fake_upstream.url,
-        models={"default": {"contextLimit": 1_000_000, "reservedOutput": 500}},
-        auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
-    )
+    return roomy_config(tmp_path, fake_upstream)
 
 
 class Loads:

@@ -14,8 +14,8 @@ import pytest
 
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import replied, write_config
-from tests.integration.ui.conftest import KEY_ENV, TENANT, Page
+from tests.integration.api.conftest import replied
+from tests.integration.ui.conftest import Page, roomy_config
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_events import evict_row
 
@@ -30,12 +30,7 @@ TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]
 @pytest.fixture
 def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     """A window the whole history fits in, and no eviction: only the test changes rows."""
-    return write_config(
-        tmp_path / "agents.json",
-        fake_upstream.url,
-        models={"default": {"contextLimit": 1_000_000, "reservedOutput": 500}},
-        auth={"keys": [{"keyEnv": KEY_ENV, "tenant": TENANT}]},
-    )
+    return roomy_config(tmp_path, fake_upstream)
 
 
 class Reads:
@@ -193,19 +188,25 @@ new MutationObserver((records) => {
 """
 
 
+def five_deltas_after(page: Any, db_dsn: str, reply_so_far: str, delta: str) -> list[int]:
+    """Streams ``reply_so_far`` into a reply, then five deltas (``delta`` with 0..4 put in):
+    the nodes the five added to the message list and the characters they wrote to it."""
+    inject(db_dsn, SID, "session.message.delta.appended", {"delta": reply_so_far})
+    wait_for(lambda: len(streamed(page)) == len(reply_so_far), page)
+    page.evaluate(WRITES)
+    for i in range(5):
+        inject(db_dsn, SID, "session.message.delta.appended", {"delta": delta.format(i)})
+    wait_for(lambda: delta.format(4) in streamed(page), page)
+    return list(page.evaluate("[window.nodesAdded, window.charsWritten]"))
+
+
 def test_a_delta_writes_its_own_text_not_the_whole_reply_again(
     console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
 ) -> None:
     """A long reply streams in as thousands of deltas: each one appends its text to the item
     shown, where building the item again wrote the whole reply so far, each time."""
     page = open_long(console, console_proxy, fake_upstream, 0)
-    inject(db_dsn, SID, "session.message.delta.appended", {"delta": "x" * 20_000})
-    wait_for(lambda: len(streamed(page)) == 20_000, page)
-    page.evaluate(WRITES)
-    for i in range(5):
-        inject(db_dsn, SID, "session.message.delta.appended", {"delta": f"tok{i} "})
-    wait_for(lambda: "tok4" in streamed(page), page)
-    written = page.evaluate("[window.nodesAdded, window.charsWritten]")
+    written = five_deltas_after(page, db_dsn, "x" * 20_000, "tok{} ")
     print(f"\n5 deltas on a 20,000-character reply: nodes added, characters written {written}")
     assert written[0] == 0, written
     assert written[1] == len("tok0 ") * 5, written
@@ -218,13 +219,7 @@ def test_a_long_streaming_text_goes_on_in_pieces_a_delta_lays_out_alone(
     past PIECE_CHARS (live.js) the text goes on, at a line break, in a new piece (a block of
     its own), and the next deltas go into that one."""
     page = open_long(console, console_proxy, fake_upstream, 0)
-    inject(db_dsn, SID, "session.message.delta.appended", {"delta": "a line\n" * 3000})
-    wait_for(lambda: len(streamed(page)) == 21_000, page)
-    page.evaluate(WRITES)
-    for i in range(5):
-        inject(db_dsn, SID, "session.message.delta.appended", {"delta": f"tok{i}\n"})
-    wait_for(lambda: "tok4" in streamed(page), page)
-    written = page.evaluate("[window.nodesAdded, window.charsWritten]")
+    written = five_deltas_after(page, db_dsn, "a line\n" * 3000, "tok{}\n")
     last = page.evaluate(
         "document.querySelector('[data-testid=message-streaming] pre').lastChild.textContent"
     )
