@@ -146,6 +146,7 @@ def call_api(
     headers = {"authorization": f"Bearer {key}"} if key else {}
     who, shown_url = f"cascade-proxy {command} {args.action}", without_credentials(url)
     try:
+        _check_port(url)
         resp = httpx.request(
             method,
             url + path,
@@ -266,6 +267,16 @@ def _reason(exc: Exception) -> str:
     may carry an empty message)."""
     said = str(exc).strip()
     return cell(said) if said else type(exc).__name__
+
+
+def _check_port(url: str) -> None:
+    """Raise httpx's ``InvalidURL`` for a port out of range, which httpx takes and calls
+    another port for (``:99999`` its remainder): a usage error, not a proxy that is not
+    there."""
+    try:
+        _ = urlsplit(url).port  # raises for one out of range
+    except ValueError as exc:
+        raise httpx.InvalidURL(str(exc)) from None
 
 
 def _on_loopback(url: str) -> bool:

@@ -43,7 +43,9 @@ def test_a_malformed_url_is_one_line_and_exit_2(
     assert url in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("url", ["127.0.0.1:8080", "localhost:8080/v1", "ftp://127.0.0.1:8080"])
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8080", "localhost:8080/v1", "ftp://127.0.0.1:8080", "http://127.0.0.1:99999"]
+)
 def test_a_url_without_an_http_scheme_says_how_to_write_one(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
