@@ -21,6 +21,9 @@ from proxy.listen import is_loopback
 from proxy.logs import BIDI_CONTROLS, without_credentials
 
 __all__ = [
+    "EXIT_NOT_FOUND",
+    "EXIT_REFUSED",
+    "EXIT_UNREACHABLE",
     "call_api",
     "table",
     "printable",
@@ -32,6 +35,17 @@ __all__ = [
 
 
 _KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
+
+EXIT_UNREACHABLE = 3
+"""No proxy answered: none listens, it did not answer in time, it cut its answer, or what
+answered is not Cascade's API. Apart from argparse's 2, a usage error, which a retry never
+mends."""
+EXIT_NOT_FOUND = 4
+"""The proxy answered that the session, fact or suggestion does not exist (404 ``not_found``),
+for this key: a script removing one may take it as already gone."""
+EXIT_REFUSED = 5
+"""The proxy refused the key: none, one it does not know (401), or one limited to other
+agents (403)."""
 
 WAIT_SECONDS = 600.0
 """How long a command waits for the proxy's answer: ``compact`` waits for a summary call."""
@@ -132,8 +146,9 @@ def call_api(
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
     ``--json``, else ``render``'s text, then (either way) ``note``'s on stderr, or the error;
-    0 on success, 1 for an error answer, 2 when there is no proxy to ask. A refused key is
-    named by ``key_from``, where it came from, never quoted."""
+    0 on success, an error answer's status (``_status``), 2 for what cannot be sent (a key
+    no header carries, not a URL: usage), ``EXIT_UNREACHABLE`` when no proxy answers. A
+    refused key is named by ``key_from``, where it came from, never quoted."""
     method, path, params, body = request
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
@@ -174,20 +189,20 @@ def call_api(
             "it had the request, which may still complete there",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_UNREACHABLE
     except (httpx.ReadError, httpx.RemoteProtocolError) as exc:  # reached, then cut: as above
         print(
             f"{who}: the proxy at {shown_url} broke off its answer ({_reason(exc)}): "
             "it had the request, which may have completed there",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_UNREACHABLE
     except httpx.TransportError as exc:
         print(f"{who}: cannot reach the proxy at {shown_url}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE
     except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
         print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
@@ -209,7 +224,21 @@ def call_api(
     if more:
         sys.stdout.flush()
         print(more, file=sys.stderr)
-    return 0 if resp.is_success else 1
+    return _status(resp, answer)
+
+
+def _status(resp: httpx.Response, answer: Any) -> int:
+    """The exit status of an answer: 0 for a success, ``EXIT_NOT_FOUND`` for the API's 404
+    ``not_found`` (a 404 of a path no route takes is a wrong URL, not an absent session),
+    ``EXIT_REFUSED`` for a 401 or 403, 1 for any other error."""
+    if resp.is_success:
+        return 0
+    if resp.status_code in (401, 403):
+        return EXIT_REFUSED
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if resp.status_code == 404 and isinstance(error, dict) and error.get("code") == "not_found":
+        return EXIT_NOT_FOUND
+    return 1
 
 
 def _say_error(
@@ -253,13 +282,14 @@ def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
 
 def _not_cascade(who: str, url: str, resp: httpx.Response, what: str) -> int:
     """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
-    front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
+    front of it that failed), quoting the start of its answer; exit status ``EXIT_UNREACHABLE``,
+    as for no proxy."""
     said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
     print(
         f"{who}: {without_credentials(url)} answered {resp.status_code} with {what}: {said}",
         file=sys.stderr,
     )
-    return 2
+    return EXIT_UNREACHABLE
 
 
 def _reason(exc: Exception) -> str:

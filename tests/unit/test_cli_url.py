@@ -43,7 +43,7 @@ def test_a_proxy_that_takes_the_request_and_never_answers_is_no_answer_within_th
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        assert main(["sessions", "compact", "s1", "--url", url]) == 2
+        assert main(["sessions", "compact", "s1", "--url", url]) == 3
     err = capsys.readouterr().err
     assert err == (
         f"cascade-proxy sessions compact: no answer from the proxy at {url} within 0.2 s: "
@@ -84,7 +84,7 @@ def test_a_proxy_that_breaks_off_its_answer_is_not_one_that_cannot_be_reached(
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         server = threading.Thread(target=_answer_then_close, args=(listener, sent))
         server.start()
-        assert main(["sessions", "compact", "s1", "--url", url]) == 2
+        assert main(["sessions", "compact", "s1", "--url", url]) == 3
         server.join(5)
     err = capsys.readouterr().err
     assert err.startswith(
@@ -101,7 +101,7 @@ def test_a_proxy_that_cannot_be_reached_is_named_with_the_command(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert main(["memory", "ls", "--url", f"http://127.0.0.1:{port}"]) == 2
+    assert main(["memory", "ls", "--url", f"http://127.0.0.1:{port}"]) == 3
     err = capsys.readouterr().err
     assert err.startswith(
         f"cascade-proxy memory ls: cannot reach the proxy at http://127.0.0.1:{port}: "
