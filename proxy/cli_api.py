@@ -11,6 +11,7 @@ import argparse
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -162,14 +163,17 @@ def call_api(
     who, shown_url = f"cascade-proxy {command} {args.action}", without_credentials(url)
     try:
         _check_port(url)
-        resp = httpx.request(
-            method,
-            url + path,
-            headers=headers,
-            params=params,
-            json=body,
-            timeout=WAIT_SECONDS,
-            trust_env=not _on_loopback(url),
+        resp = _within(
+            WAIT_SECONDS,
+            lambda: httpx.request(
+                method,
+                url + path,
+                headers=headers,
+                params=params,
+                json=body,
+                timeout=WAIT_SECONDS,
+                trust_env=not _on_loopback(url),
+            ),
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
     # one, but means no http:// or https:// (the "host:port" of the banner's address), not
@@ -297,6 +301,29 @@ def _reason(exc: Exception) -> str:
     may carry an empty message)."""
     said = str(exc).strip()
     return cell(said) if said else type(exc).__name__
+
+
+def _within(seconds: float, send: Callable[[], httpx.Response]) -> httpx.Response:
+    """``send``'s answer, or httpx's ``ReadTimeout`` once ``seconds`` have passed since the
+    call: httpx's timeout bounds each read, so an answer that comes a line at a time would
+    hold the command for ever. ``send`` runs in a daemon thread, left behind at a timeout
+    (the command exits); Ctrl-C interrupts the wait here, in the main thread."""
+    done: list[httpx.Response | Exception] = []
+
+    def run() -> None:
+        try:
+            done.append(send())
+        except Exception as exc:  # raised again below, in the caller's thread
+            done.append(exc)
+
+    worker = threading.Thread(target=run, name="cascade-proxy-call", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not done:
+        raise httpx.ReadTimeout(f"no answer within {seconds:g} s")
+    if isinstance(done[0], Exception):
+        raise done[0]
+    return done[0]
 
 
 def _check_port(url: str) -> None:
