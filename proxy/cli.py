@@ -203,7 +203,8 @@ def _client_options(p: argparse.ArgumentParser) -> None:
         default=default,
         help="the bearer token to send: a proxy key, "
         "or in pass-through mode the agent's own key (env CASCADE_API_KEY, else "
-        "OPENAI_API_KEY; default none)",
+        "OPENAI_API_KEY; default none); prefer the variable: a command line is shown to "
+        "every user by ps",
     )
     p.add_argument(
         "--json",
