@@ -12,6 +12,7 @@ import json
 import re
 import sys
 import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -114,21 +115,29 @@ def cell(value: Any, width: int = 0) -> str:
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
+def _cells(text: str) -> int:
+    """How many terminal cells ``text`` takes: two for a wide (CJK) character, none for a
+    combining one, so a column holding them lines up with the others."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns two spaces apart, numbers right-aligned; the last column is
-    never padded."""
+    """Left-aligned columns two spaces apart, numbers right-aligned, widths in terminal
+    cells; the last column is never padded."""
     cells = [[cell(v, 72) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    widths = [max([_cells(h)] + [_cells(r[i]) for r in cells]) for i, h in enumerate(header)]
     numeric = [
         all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
         for i in range(len(header))
     ]
 
     def line(values: Sequence[str]) -> str:
-        out = [
-            v.rjust(w) if numeric[i] else v.ljust(w)
-            for i, (v, w) in enumerate(zip(values, widths, strict=True))
-        ]
+        pads = [" " * (w - _cells(v)) for v, w in zip(values, widths, strict=True)]
+        pairs = enumerate(zip(values, pads, strict=True))
+        out = [pad + v if numeric[i] else v + pad for i, (v, pad) in pairs]
         return "  ".join(out).rstrip()
 
     return "\n".join([line(list(header)), *(line(r) for r in cells)])
