@@ -29,6 +29,8 @@ INTERRUPTED = 128 + signal.SIGINT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:  # `2>&-`: print(file=None) would write each error line on stdout
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
     try:
         parser = _parser()
         args, extra = parser.parse_known_args(argv)

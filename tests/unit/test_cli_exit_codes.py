@@ -109,3 +109,18 @@ def test_a_usage_error_stays_argparses_2() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["sessions", "ls", "--limit", "0"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sessions", "show", "gone"], ["sessions", "ls", "--url", "http://127.0.0.1:1"]],
+)
+def test_with_stderr_closed_the_error_is_not_written_on_stdout(
+    url: str, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``2>&-`` leaves Python no sys.stderr, and print(file=None) writes to stdout: the
+    error line landed in the data a pipe (``| jq``) reads."""
+    monkeypatch.setattr("sys.stderr", None)
+    status = main([*argv, "--url", url] if "--url" not in argv else argv)
+    assert status in (EXIT_NOT_FOUND, EXIT_UNREACHABLE)
+    assert capsys.readouterr().out == ""
