@@ -50,7 +50,8 @@ EXIT_REFUSED = 5
 agents (403)."""
 
 WAIT_SECONDS = 600.0
-"""How long a command waits for the proxy's answer: ``compact`` waits for a summary call."""
+"""How long a command waits for the proxy's whole answer, however slowly it comes
+(``_within``): ``compact`` waits for a summary call."""
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
