@@ -29,6 +29,8 @@ INTERRUPTED = 128 + signal.SIGINT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:  # `2>&-`: print(file=None) would write each error line on stdout
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
     try:
         parser = _parser()
         args, extra = parser.parse_known_args(argv)
@@ -203,7 +205,8 @@ def _client_options(p: argparse.ArgumentParser) -> None:
         default=default,
         help="the bearer token to send: a proxy key, "
         "or in pass-through mode the agent's own key (env CASCADE_API_KEY, else "
-        "OPENAI_API_KEY; default none)",
+        "OPENAI_API_KEY; default none); prefer the variable: a command line is shown to "
+        "every user by ps",
     )
     p.add_argument(
         "--json",

@@ -11,6 +11,8 @@ import argparse
 import json
 import re
 import sys
+import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +23,9 @@ from proxy.listen import is_loopback
 from proxy.logs import BIDI_CONTROLS, without_credentials
 
 __all__ = [
+    "EXIT_NOT_FOUND",
+    "EXIT_REFUSED",
+    "EXIT_UNREACHABLE",
     "call_api",
     "table",
     "printable",
@@ -33,8 +38,20 @@ __all__ = [
 
 _KEY_SOURCES = "--api-key, CASCADE_API_KEY or OPENAI_API_KEY"
 
+EXIT_UNREACHABLE = 3
+"""No proxy answered: none listens, it did not answer in time, it cut its answer, or what
+answered is not Cascade's API. Apart from argparse's 2, a usage error, which a retry never
+mends."""
+EXIT_NOT_FOUND = 4
+"""The proxy answered that the session, fact or suggestion does not exist (404 ``not_found``),
+for this key: a script removing one may take it as already gone."""
+EXIT_REFUSED = 5
+"""The proxy refused the key: none, one it does not know (401), or one limited to other
+agents (403)."""
+
 WAIT_SECONDS = 600.0
-"""How long a command waits for the proxy's answer: ``compact`` waits for a summary call."""
+"""How long a command waits for the proxy's whole answer, however slowly it comes
+(``_within``): ``compact`` waits for a summary call."""
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
@@ -99,21 +116,29 @@ def cell(value: Any, width: int = 0) -> str:
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
+def _cells(text: str) -> int:
+    """How many terminal cells ``text`` takes: two for a wide (CJK) character, none for a
+    combining one, so a column holding them lines up with the others."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns two spaces apart, numbers right-aligned; the last column is
-    never padded."""
+    """Left-aligned columns two spaces apart, numbers right-aligned, widths in terminal
+    cells; the last column is never padded."""
     cells = [[cell(v, 72) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    widths = [max([_cells(h)] + [_cells(r[i]) for r in cells]) for i, h in enumerate(header)]
     numeric = [
         all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
         for i in range(len(header))
     ]
 
     def line(values: Sequence[str]) -> str:
-        out = [
-            v.rjust(w) if numeric[i] else v.ljust(w)
-            for i, (v, w) in enumerate(zip(values, widths, strict=True))
-        ]
+        pads = [" " * (w - _cells(v)) for v, w in zip(values, widths, strict=True)]
+        pairs = enumerate(zip(values, pads, strict=True))
+        out = [pad + v if numeric[i] else v + pad for i, (v, pad) in pairs]
         return "  ".join(out).rstrip()
 
     return "\n".join([line(list(header)), *(line(r) for r in cells)])
@@ -132,8 +157,9 @@ def call_api(
 ) -> int:
     """Send ``request`` (method, path, params, JSON body) and print the answer: the JSON with
     ``--json``, else ``render``'s text, then (either way) ``note``'s on stderr, or the error;
-    0 on success, 1 for an error answer, 2 when there is no proxy to ask. A refused key is
-    named by ``key_from``, where it came from, never quoted."""
+    0 on success, an error answer's status (``_status``), 2 for what cannot be sent (a key
+    no header carries, not a URL: usage), ``EXIT_UNREACHABLE`` when no proxy answers. A
+    refused key is named by ``key_from``, where it came from, never quoted."""
     method, path, params, body = request
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
@@ -146,14 +172,18 @@ def call_api(
     headers = {"authorization": f"Bearer {key}"} if key else {}
     who, shown_url = f"cascade-proxy {command} {args.action}", without_credentials(url)
     try:
-        resp = httpx.request(
-            method,
-            url + path,
-            headers=headers,
-            params=params,
-            json=body,
-            timeout=WAIT_SECONDS,
-            trust_env=not _on_loopback(url),
+        _check_port(url)
+        resp = _within(
+            WAIT_SECONDS,
+            lambda: httpx.request(
+                method,
+                url + path,
+                headers=headers,
+                params=params,
+                json=body,
+                timeout=WAIT_SECONDS,
+                trust_env=not _on_loopback(url),
+            ),
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
     # one, but means no http:// or https:// (the "host:port" of the banner's address), not
@@ -173,20 +203,20 @@ def call_api(
             "it had the request, which may still complete there",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_UNREACHABLE
     except (httpx.ReadError, httpx.RemoteProtocolError) as exc:  # reached, then cut: as above
         print(
             f"{who}: the proxy at {shown_url} broke off its answer ({_reason(exc)}): "
             "it had the request, which may have completed there",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_UNREACHABLE
     except httpx.TransportError as exc:
         print(f"{who}: cannot reach the proxy at {shown_url}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE
     except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
         print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE
     try:
         answer = resp.json()
     except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
@@ -208,7 +238,21 @@ def call_api(
     if more:
         sys.stdout.flush()
         print(more, file=sys.stderr)
-    return 0 if resp.is_success else 1
+    return _status(resp, answer)
+
+
+def _status(resp: httpx.Response, answer: Any) -> int:
+    """The exit status of an answer: 0 for a success, ``EXIT_NOT_FOUND`` for the API's 404
+    ``not_found`` (a 404 of a path no route takes is a wrong URL, not an absent session),
+    ``EXIT_REFUSED`` for a 401 or 403, 1 for any other error."""
+    if resp.is_success:
+        return 0
+    if resp.status_code in (401, 403):
+        return EXIT_REFUSED
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if resp.status_code == 404 and isinstance(error, dict) and error.get("code") == "not_found":
+        return EXIT_NOT_FOUND
+    return 1
 
 
 def _say_error(
@@ -252,13 +296,14 @@ def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:
 
 def _not_cascade(who: str, url: str, resp: httpx.Response, what: str) -> int:
     """Say that what answers at ``url`` is no Cascade proxy (another service, or a proxy in
-    front of it that failed), quoting the start of its answer; exit status 2, as for no proxy."""
+    front of it that failed), quoting the start of its answer; exit status ``EXIT_UNREACHABLE``,
+    as for no proxy."""
     said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
     print(
         f"{who}: {without_credentials(url)} answered {resp.status_code} with {what}: {said}",
         file=sys.stderr,
     )
-    return 2
+    return EXIT_UNREACHABLE
 
 
 def _reason(exc: Exception) -> str:
@@ -266,6 +311,39 @@ def _reason(exc: Exception) -> str:
     may carry an empty message)."""
     said = str(exc).strip()
     return cell(said) if said else type(exc).__name__
+
+
+def _within(seconds: float, send: Callable[[], httpx.Response]) -> httpx.Response:
+    """``send``'s answer, or httpx's ``ReadTimeout`` once ``seconds`` have passed since the
+    call: httpx's timeout bounds each read, so an answer that comes a line at a time would
+    hold the command for ever. ``send`` runs in a daemon thread, left behind at a timeout
+    (the command exits); Ctrl-C interrupts the wait here, in the main thread."""
+    done: list[httpx.Response | Exception] = []
+
+    def run() -> None:
+        try:
+            done.append(send())
+        except Exception as exc:  # raised again below, in the caller's thread
+            done.append(exc)
+
+    worker = threading.Thread(target=run, name="cascade-proxy-call", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not done:
+        raise httpx.ReadTimeout(f"no answer within {seconds:g} s")
+    if isinstance(done[0], Exception):
+        raise done[0]
+    return done[0]
+
+
+def _check_port(url: str) -> None:
+    """Raise httpx's ``InvalidURL`` for a port out of range, which httpx takes and calls
+    another port for (``:99999`` its remainder): a usage error, not a proxy that is not
+    there."""
+    try:
+        _ = urlsplit(url).port  # raises for one out of range
+    except ValueError as exc:
+        raise httpx.InvalidURL(str(exc)) from None
 
 
 def _on_loopback(url: str) -> bool:

@@ -156,8 +156,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any], Any]:
 
 
 def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: str = "") -> int:
-    """Call the API; print the answer; 0 on success, 1 for an error answer, 2 when there is
-    no proxy to ask. ``key_from`` names where ``key`` came from (``--api-key``)."""
+    """Call the API; print the answer; its exit status (``call_api``). ``key_from`` names
+    where ``key`` came from (``--api-key``)."""
     method, path, params, body = _request(args)
     render = _RENDER[args.action]
     note = None

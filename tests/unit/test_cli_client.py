@@ -43,7 +43,9 @@ def test_a_malformed_url_is_one_line_and_exit_2(
     assert url in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("url", ["127.0.0.1:8080", "localhost:8080/v1", "ftp://127.0.0.1:8080"])
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8080", "localhost:8080/v1", "ftp://127.0.0.1:8080", "http://127.0.0.1:99999"]
+)
 def test_a_url_without_an_http_scheme_says_how_to_write_one(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,8 +66,8 @@ def test_a_malformed_cascade_url_is_one_line_and_exit_2(
     assert "CASCADE_URL" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_no_proxy_listening_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sessions", "ls", "--url", f"http://127.0.0.1:{_closed_port()}"]) == 2
+def test_no_proxy_listening_is_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "ls", "--url", f"http://127.0.0.1:{_closed_port()}"]) == 3
     assert "cannot reach the proxy" in capsys.readouterr().err
 
 
@@ -76,7 +78,7 @@ def test_a_password_in_the_url_is_not_printed(
     """A proxy behind a reverse proxy's basic auth is reached as http://user:password@host;
     the error names the host, not the password (stderr ends up in CI logs)."""
     port = _closed_port()
-    assert main([*command, "--url", f"http://ops:TOPSECRET@127.0.0.1:{port}"]) == 2
+    assert main([*command, "--url", f"http://ops:TOPSECRET@127.0.0.1:{port}"]) == 3
     err = capsys.readouterr().err
     assert f"http://127.0.0.1:{port}" in err and "TOPSECRET" not in err, err
 
@@ -150,12 +152,12 @@ def other_url() -> Iterator[str]:
 
 
 @pytest.mark.parametrize("action", [["ls"], ["branch", "x"]])
-def test_json_not_from_a_cascade_proxy_is_one_line_and_exit_2(
+def test_json_not_from_a_cascade_proxy_is_one_line_and_exit_3(
     other_url: str, action: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A 200 whose JSON the table cannot read names the URL, as a non-JSON answer does,
     instead of an AttributeError or KeyError traceback."""
-    assert main(["sessions", "--url", other_url, *action]) == 2
+    assert main(["sessions", "--url", other_url, *action]) == 3
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and other_url in err, err
 
@@ -209,12 +211,12 @@ def test_a_proxy_on_loopback_is_called_direct_whatever_the_egress_proxy(
     assert "uni" in capsys.readouterr().out
 
 
-def test_a_body_that_does_not_decode_is_one_line_and_exit_2(
+def test_a_body_that_does_not_decode_is_one_line_and_exit_3(
     other_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A body whose content-encoding lies (a gateway in front): httpx's DecodingError is
     no TransportError, and was a traceback."""
-    assert main(["sessions", "--url", other_url, "show", "gz"]) == 2
+    assert main(["sessions", "--url", other_url, "show", "gz"]) == 3
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and other_url in err, err
 
@@ -317,7 +319,7 @@ def test_a_refused_key_is_named_by_where_it_came_from(
     when the agent's own OPENAI_API_KEY from the shell was the one sent."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert main(["sessions", "--url", other_url, *flags, "show", "locked"]) == 1
+    assert main(["sessions", "--url", other_url, *flags, "show", "locked"]) == 5
     err = capsys.readouterr().err
     assert err.strip() == f"cascade-proxy sessions show: 401 invalid proxy key {hint}", err
 
@@ -340,8 +342,8 @@ def test_a_json_object_without_the_apis_fields_is_not_read_as_an_empty_answer(
 ) -> None:
     """A 200 from another JSON service (a wrong --url) was "no sessions", or a table of
     dashes, and exit 0: as if the proxy had nothing; with --json, its JSON as the API's. It
-    names the URL and exits 2."""
-    assert main([*argv, *flags, "--url", other_url + "/other"]) == 2
+    names the URL and exits 3."""
+    assert main([*argv, *flags, "--url", other_url + "/other"]) == 3
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "answered 200 with JSON Cascade's API does not give" in captured.err, captured.err
@@ -353,7 +355,7 @@ def test_a_401_to_the_urls_basic_auth_names_it_not_a_missing_key(
     """With a user and password in the URL the Authorization header was their Basic auth, so
     "give the key with --api-key" pointed at what could not be given beside them."""
     url = other_url.replace("http://", "http://ops:SECRET@")
-    assert main(["sessions", "--url", url, "show", "locked"]) == 1
+    assert main(["sessions", "--url", url, "show", "locked"]) == 5
     err = capsys.readouterr().err
     assert err.strip() == (
         "cascade-proxy sessions show: 401 invalid proxy key "
@@ -365,7 +367,7 @@ def test_an_error_page_that_is_not_json_is_quoted_on_one_line(
     other_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A reverse proxy's HTML error page was quoted line by line, a line of stderr each."""
-    assert main(["sessions", "--url", other_url, "show", "html"]) == 2
+    assert main(["sessions", "--url", other_url, "show", "html"]) == 3
     err = capsys.readouterr().err
     assert err == (
         "cascade-proxy sessions show: "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -43,12 +44,52 @@ def test_a_proxy_that_takes_the_request_and_never_answers_is_no_answer_within_th
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        assert main(["sessions", "compact", "s1", "--url", url]) == 2
+        assert main(["sessions", "compact", "s1", "--url", url]) == 3
     err = capsys.readouterr().err
     assert err == (
         f"cascade-proxy sessions compact: no answer from the proxy at {url} within 0.2 s: "
         "it had the request, which may still complete there\n"
     ), err
+
+
+def _trickle(listener: socket.socket, stop: threading.Event) -> None:
+    """Take one request and answer it a header line at a time, each well within a read's
+    timeout, for 3 s (a client that waits for it all fails its test, not hangs it)."""
+    conn, _ = listener.accept()
+    with conn:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        for _ in range(60):
+            if stop.wait(0.05):
+                return
+            try:
+                conn.sendall(b"X-Pad: 1\r\n")
+            except OSError:  # the client left
+                return
+
+
+@pytest.mark.parametrize("command", [["sessions", "compact", "s1"], ["memory", "ls"]])
+def test_a_proxy_that_answers_a_byte_at_a_time_is_cut_at_the_wait(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wait bounded each read, not the answer: a server (or a middlebox) sending a line
+    of headers every moment held the command for ever, past any cron job's slot."""
+    monkeypatch.setattr("proxy.cli_api.WAIT_SECONDS", 0.3)
+    stop = threading.Event()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        server = threading.Thread(target=_trickle, args=(listener, stop), daemon=True)
+        server.start()
+        began = time.monotonic()
+        try:
+            assert main([*command, "--url", url]) == 3
+        finally:
+            stop.set()
+        assert time.monotonic() - began < 1.5
+    err = capsys.readouterr().err
+    assert f"no answer from the proxy at {url} within 0.3 s" in err, err
 
 
 def _answer_then_close(listener: socket.socket, sent: bytes | None) -> None:
@@ -84,7 +125,7 @@ def test_a_proxy_that_breaks_off_its_answer_is_not_one_that_cannot_be_reached(
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         server = threading.Thread(target=_answer_then_close, args=(listener, sent))
         server.start()
-        assert main(["sessions", "compact", "s1", "--url", url]) == 2
+        assert main(["sessions", "compact", "s1", "--url", url]) == 3
         server.join(5)
     err = capsys.readouterr().err
     assert err.startswith(
@@ -101,7 +142,7 @@ def test_a_proxy_that_cannot_be_reached_is_named_with_the_command(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert main(["memory", "ls", "--url", f"http://127.0.0.1:{port}"]) == 2
+    assert main(["memory", "ls", "--url", f"http://127.0.0.1:{port}"]) == 3
     err = capsys.readouterr().err
     assert err.startswith(
         f"cascade-proxy memory ls: cannot reach the proxy at http://127.0.0.1:{port}: "

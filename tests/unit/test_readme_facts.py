@@ -124,7 +124,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"receive buffer is fixed at {RECEIVE_BUFFER_BYTES >> 10} KiB",
         f"the session and memory APIs' bodies are capped at {API_BODY_LIMIT >> 10} KiB",
         f"At a stop the proxy waits up to {STOP_SECONDS:g} s for the last spans",
-        f"It waits up to {WAIT_SECONDS:g} s for an answer",
+        f"It waits up to {WAIT_SECONDS:g} s for the whole answer",
         f"repeats its `LISTEN` every {PROBE_EVERY:g} s",
         f"and must answer within {PROBE_TIMEOUT:g} s",
         f"is read again every {RECHECK_SECONDS:g} s",

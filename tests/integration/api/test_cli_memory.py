@@ -57,7 +57,7 @@ def test_memory_add_ls_and_rm(
     code, out, _ = _run(capsys, *url, "rm", str(coder["id"]))
     assert code == 0 and f"forgot fact {coder['id']}" in out
     code, _, err = _run(capsys, *url, "rm", str(coder["id"]))
-    assert code == 1 and "404" in err
+    assert code == 4 and "404" in err
     code, out, _ = _run(capsys, *url, "ls", "--json")
     (kept,) = json.loads(out)["data"]
     code, out, _ = _run(capsys, *url, "rm", "--json", str(kept["id"]))

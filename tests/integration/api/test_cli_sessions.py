@@ -86,11 +86,11 @@ def test_every_sessions_action_prints_a_table_or_json(
     code, out, _ = _run(capsys, *url, "rm", "cli-copy")
     assert (code, out.strip()) == (0, "deleted cli-copy")
     code, out, err = _run(capsys, *url, "show", "cli-copy")
-    assert (code, out) == (1, "")
+    assert (code, out) == (4, "")
     # (the proxy's own log lines share stderr in this process)
     assert "cascade-proxy sessions show: 404 no session 'cli-copy'" in err
     code, out, _ = _run(capsys, *url, "--json", "show", "cli-copy")
-    assert code == 1 and json.loads(out)["error"]["code"] == "not_found"
+    assert code == 4 and json.loads(out)["error"]["code"] == "not_found"
 
     monkeypatch.delenv("CASCADE_API_KEY")  # another tenant: nothing of this one's
     monkeypatch.setenv("OPENAI_API_KEY", "sk-someone-else")

@@ -1,0 +1,126 @@
+"""The exit statuses of ``sessions`` and ``memory``, one per thing a script tells apart: a
+usage error (argparse's 2), no proxy to ask, a thing not found, a key refused, any other
+error answer (README "CLI")."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from proxy.cli import main
+from proxy.cli_api import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
+
+
+@pytest.fixture(autouse=True)
+def _no_key_or_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CASCADE_URL", "CASCADE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _error(status: int, code: str) -> tuple[int, object]:
+    return status, {"error": {"message": f"{code} said", "type": "x", "code": code}}
+
+
+class _Proxy(BaseHTTPRequestHandler):
+    """A proxy's error answers, as the API words them (``proxy.errors``)."""
+
+    answers: ClassVar[dict[str, tuple[int, object]]] = {
+        "/v1/sessions/gone": _error(404, "not_found"),
+        "/v1/sessions/gone/reset": _error(404, "not_found"),
+        "/v1/memory/7": _error(404, "not_found"),
+        "/v1/sessions/locked": _error(401, "invalid_api_key"),
+        "/v1/sessions/theirs": _error(403, "agent_not_allowed"),
+        "/v1/sessions/busy/compact": _error(409, "session_busy"),
+        "/v1/sessions/bad": _error(400, "invalid_session_id"),
+        # a path no route takes (a wrong prefix, an older proxy): no session's absence
+        "/v1/sessions/nourl": (404, {"error": {"message": "Not Found", "code": "unknown_url"}}),
+    }
+
+    def _answer(self) -> None:
+        status, answer = self.answers[self.path.split("?")[0]]
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_statuses_are_distinct() -> None:
+    statuses = {0, 1, 2, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_REFUSED, 130, 141}
+    assert len(statuses) == 8
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        (["sessions", "show", "gone"], EXIT_NOT_FOUND),
+        (["sessions", "reset", "gone"], EXIT_NOT_FOUND),
+        (["memory", "rm", "7"], EXIT_NOT_FOUND),
+        (["sessions", "show", "locked"], EXIT_REFUSED),
+        (["sessions", "show", "theirs"], EXIT_REFUSED),
+        (["sessions", "compact", "busy"], 1),
+        (["sessions", "show", "bad"], 1),
+        (["sessions", "show", "nourl"], 1),
+    ],
+)
+def test_an_error_answer_exits_with_its_kinds_status(
+    url: str, argv: list[str], status: int, json_flag: list[str]
+) -> None:
+    assert main([*argv, "--url", url, *json_flag]) == status
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
+def test_no_proxy_listening_is_not_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--url", f"http://127.0.0.1:{_closed_port()}"]) == EXIT_UNREACHABLE
+    assert "cannot reach the proxy" in capsys.readouterr().err
+
+
+def test_a_usage_error_stays_argparses_2() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["sessions", "ls", "--limit", "0"])
+    assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sessions", "show", "gone"], ["sessions", "ls", "--url", "http://127.0.0.1:1"]],
+)
+def test_with_stderr_closed_the_error_is_not_written_on_stdout(
+    url: str, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``2>&-`` leaves Python no sys.stderr, and print(file=None) writes to stdout: the
+    error line landed in the data a pipe (``| jq``) reads."""
+    monkeypatch.setattr("sys.stderr", None)
+    status = main([*argv, "--url", url] if "--url" not in argv else argv)
+    assert status in (EXIT_NOT_FOUND, EXIT_UNREACHABLE)
+    assert capsys.readouterr().out == ""
