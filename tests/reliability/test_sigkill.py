@@ -43,6 +43,44 @@ def _post(p: ProxyProcess, sid: str, messages: list[dict[str, Any]]) -> dict[str
     return dict(r.json()["choices"][0]["message"])
 
 
+COMPACTION_EVENTS = (
+    "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE "
+    "'context.compaction.%' ORDER BY id"
+)
+"""The compaction events of the session ``start_a_background_compaction`` drives."""
+
+
+def compacting_config(tmp_path: Path, upstream_url: str) -> Path:
+    """A config whose small window makes a session's fifth turn start a background compaction
+    (over ``softFraction``, nowhere near ``hardFraction``), nothing evicted before it."""
+    return write_config(
+        tmp_path / "agents.json",
+        upstream_url,
+        models={
+            "default": {"contextLimit": 4000, "reservedOutput": 500},
+            FAST: {"contextLimit": 32000},
+        },
+        context={
+            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
+            "eviction": {"enabled": False},
+        },
+    )
+
+
+def start_a_background_compaction(p: ProxyProcess, model: Model) -> list[dict[str, Any]]:
+    """Five turns on session ``compacting`` under :func:`compacting_config`, then a wait for
+    the fast model's call: the history so far, its compaction in flight."""
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(5):  # the 5th crosses softFraction: a background compaction starts
+        history.append({"role": "user", "content": words(450, f"t{i}")})
+        history.append(_post(p, "compacting", history))
+    deadline = time.monotonic() + 10
+    while not model.fast_times:
+        assert time.monotonic() < deadline, "no compaction started"
+        time.sleep(0.05)
+    return history
+
+
 def _rows(dsn: str, sid: str) -> list[tuple[int, str, Any]]:
     got = column(
         dsn,
@@ -111,31 +149,10 @@ def test_sigkill_during_a_compaction_closes_it_as_interrupted_on_restart(
     """SIGKILL during a compaction: context.compaction.failed (interrupted) after restart."""
     model = Model(fast_delay=30.0)  # the summary never comes before the kill
     fake_upstream.default = model
-    config = write_config(
-        tmp_path / "agents.json",
-        fake_upstream.url,
-        models={
-            "default": {"contextLimit": 4000, "reservedOutput": 500},
-            FAST: {"contextLimit": 32000},
-        },
-        context={
-            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
-            "eviction": {"enabled": False},
-        },
-    )
+    config = compacting_config(tmp_path, fake_upstream.url)
     p = proxy_process(config, **SHORT_LEASE)
-    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-    for i in range(5):  # the 5th crosses softFraction: a background compaction starts
-        history.append({"role": "user", "content": words(450, f"t{i}")})
-        history.append(_post(p, "compacting", history))
-    deadline = time.monotonic() + 10
-    while not model.fast_times:
-        assert time.monotonic() < deadline, "no compaction started"
-        time.sleep(0.05)
-    names = (
-        "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE "
-        "'context.compaction.%' ORDER BY id"
-    )
+    history = start_a_background_compaction(p, model)
+    names = COMPACTION_EVENTS
     assert column(db_dsn, names) == ["context.compaction.started"]
     p.kill()
     rows_before = _consistent(db_dsn, "compacting")

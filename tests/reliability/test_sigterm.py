@@ -13,10 +13,16 @@ import httpx
 
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import FAST, Model, words
+from tests.integration.api.compaction_stack import Model
 from tests.integration.conftest import column
 from tests.reliability.conftest import Figures, write_config
-from tests.reliability.test_sigkill import _consistent, _post
+from tests.reliability.test_sigkill import (
+    COMPACTION_EVENTS,
+    _consistent,
+    _post,
+    compacting_config,
+    start_a_background_compaction,
+)
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 
@@ -61,31 +67,10 @@ def test_sigterm_during_a_background_compaction_closes_it_as_interrupted(
     history is whole, and the stop pairs its started event with an interrupted failure."""
     model = Model(fast_delay=30.0)  # the summary never comes before the stop
     fake_upstream.default = model
-    config = write_config(
-        tmp_path / "agents.json",
-        fake_upstream.url,
-        models={
-            "default": {"contextLimit": 4000, "reservedOutput": 500},
-            FAST: {"contextLimit": 32000},
-        },
-        context={
-            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
-            "eviction": {"enabled": False},
-        },
-    )
+    config = compacting_config(tmp_path, fake_upstream.url)
     p = proxy_process(config)
-    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-    for i in range(5):  # the 5th crosses softFraction: a background compaction starts
-        history.append({"role": "user", "content": words(450, f"t{i}")})
-        history.append(_post(p, "compacting", history))
-    deadline = time.monotonic() + 10
-    while not model.fast_times:
-        assert time.monotonic() < deadline, "no compaction started"
-        time.sleep(0.05)
-    names = (
-        "SELECT name FROM events WHERE session_id = 'compacting' AND name LIKE "
-        "'context.compaction.%' ORDER BY id"
-    )
+    history = start_a_background_compaction(p, model)
+    names = COMPACTION_EVENTS
     rows_before = _consistent(db_dsn, "compacting")
     stopped = time.monotonic()
     p.proc.send_signal(signal.SIGTERM)
