@@ -9,6 +9,7 @@ cuts such a connection once its client has read nothing for ``server.UNREAD_SECO
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -60,10 +61,7 @@ def test_a_stop_cuts_an_event_streams_unread_bytes_after_a_bound(
 ) -> None:
     monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.5)
     chat(served.origin, "frozen", [user("u1")])
-    host, port = served.origin.removeprefix("http://").split(":")
-    with socket.socket() as client:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect((host, int(port)))
+    with _slow_reader(served) as client:
         client.sendall(
             b"GET /v1/sessions/frozen/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Authorization: Bearer sk-test-client\r\n\r\n"
@@ -77,14 +75,42 @@ def test_a_stop_cuts_an_event_streams_unread_bytes_after_a_bound(
         while not _paused(served):  # the stream wrote them: a stop now leaves bytes unsent
             assert time.monotonic() < deadline + 5, "the stream never filled the buffers"
             time.sleep(0.02)
-        stopped = time.monotonic()
-        served._server.handle_exit(signal.SIGTERM, None)
-        served._thread.join(timeout=6)
-        took = time.monotonic() - stopped
-        assert not served._thread.is_alive(), "the stop still waits for the unread stream"
-    assert took < 3, took
+        _stop_within(served, 3)
     said = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
     assert said == ["stopping: cut 1 connection(s) whose client read nothing for 0.5 s"], said
+
+
+@contextlib.contextmanager
+def _slow_reader(served: ProxyServer) -> Iterator[socket.socket]:
+    """A client socket connected to ``served`` whose small receive buffer fills at once, so
+    the proxy's writes wait on what it reads."""
+    host, port = served.origin.removeprefix("http://").split(":")
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        yield client
+
+
+def _post_chat(client: socket.socket, session: str, *, stream: bool) -> None:
+    body = json.dumps(
+        {"model": "gpt-fake", "stream": stream, "messages": [{"role": "user", "content": "go"}]}
+    ).encode()
+    client.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer sk-test-client\r\nx-session-id: %s\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (session.encode(), len(body), body)
+    )
+
+
+def _stop_within(served: ProxyServer, seconds: float) -> None:
+    """SIGTERM ``served`` and see its stop end within ``seconds``."""
+    stopped = time.monotonic()
+    served._server.handle_exit(signal.SIGTERM, None)
+    served._thread.join(timeout=6)
+    took = time.monotonic() - stopped
+    assert not served._thread.is_alive(), "the stop still waits for the unread stream"
+    assert took < seconds, took
 
 
 def _paused(served: ProxyServer) -> bool:
@@ -105,28 +131,13 @@ def test_a_stop_cuts_a_chat_stream_whose_client_reads_nothing_after_a_bound(
     the stop as long as it held its socket: the send waits on it with no end of its own."""
     monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.5)
     fake_upstream.script(reply("y" * 8_000_000, chunks=4000))  # past the kernel's buffers
-    body = json.dumps(
-        {"model": "gpt-fake", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    ).encode()
-    host, port = served.origin.removeprefix("http://").split(":")
-    with socket.socket() as client:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect((host, int(port)))
-        client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Authorization: Bearer sk-test-client\r\nx-session-id: frozen-chat\r\n"
-            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-        )
+    with _slow_reader(served) as client:
+        _post_chat(client, "frozen-chat", stream=True)
         deadline = time.monotonic() + 10
         while not _paused(served):  # the proxy's writes wait on the client
             assert time.monotonic() < deadline, "the stream never filled the buffers"
             time.sleep(0.02)
-        stopped = time.monotonic()
-        served._server.handle_exit(signal.SIGTERM, None)
-        served._thread.join(timeout=6)
-        took = time.monotonic() - stopped
-        assert not served._thread.is_alive(), "the stop still waits for the unread stream"
-    assert took < 3, took
+        _stop_within(served, 3)
     said = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
     assert any("stopping: cut 1 connection(s)" in m for m in said), said
     # the cut reply is not stored, the user's message is, and the session is free
@@ -153,17 +164,8 @@ def test_a_stop_waits_for_a_large_answer_its_client_reads_slowly(
     read it all, so a client on a slow link reading steadily was cut as a frozen one."""
     monkeypatch.setattr(server_mod, "UNREAD_SECONDS", 0.3)
     fake_upstream.script(reply("y" * 3_000_000))
-    body = json.dumps({"model": "gpt-fake", "messages": [{"role": "user", "content": "go"}]})
-    host, port = served.origin.removeprefix("http://").split(":")
-    with socket.socket() as client:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect((host, int(port)))
-        client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Authorization: Bearer sk-test-client\r\nx-session-id: slow-link\r\n"
-            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (len(body), body.encode())
-        )
+    with _slow_reader(served) as client:
+        _post_chat(client, "slow-link", stream=False)
         deadline = time.monotonic() + 10
         while not _paused(served) or _unsent(served) < 100_000:  # the rest waits on the client
             assert time.monotonic() < deadline, "the answer never filled the buffers"
