@@ -174,3 +174,29 @@ async def test_a_compaction_cut_after_its_summary_is_stored_is_closed_completed(
     assert {k: done[k] for k in span} == span
     assert done["tokens_after"] is None and done["duration_ms"] >= 0
     assert await _unpaired(pool, every=True) == 0
+
+
+async def test_a_summary_stored_after_an_invalidated_one_is_found(pool: asyncpg.Pool) -> None:
+    """Versions count invalidated summaries too (an edit below a summary's boundary leaves
+    its version taken), so the summary a compaction stored can be past the one it read by
+    more than one: it is still that compaction's, and the cut compaction completed."""
+    key = {"tenant": T, "session_id": "s"}
+    store = {"boundary_hash": None, "content": "b", "tokens": 1, "model": "f"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        assert await summaries.insert_summary(conn, **key, boundary=4, **store) == 1
+        assert await summaries.insert_summary(conn, **key, boundary=8, **store) == 2
+        await summaries.invalidate_after(conn, **key, pos=6)  # an edit at 6: v1 is the latest
+        data = {"trigger": "soft", "from_pos": 4, "to_pos": 7, "tokens_before": 3000}
+        cut = await events.insert_event(
+            conn, **key, name=STARTED, data={**data, "summary_version": 1}
+        )
+        assert await summaries.insert_summary(conn, **key, boundary=7, **store) == 3
+        closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+        assert await closer.close_session(conn, T, "s") == 1
+        row = await conn.fetchrow(
+            "SELECT name, data::text AS data FROM events WHERE session_id = 's' AND id > $1",
+            cut,
+        )
+    assert row["name"] == COMPLETED
+    assert json.loads(row["data"])["summary_version"] == 3
