@@ -18,6 +18,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from proxy import requestlog
+from proxy.metrics import Metrics
+from proxy.observe import Observer, RequestObs
 from proxy.services import interrupted
 from proxy.store import events, leases, summaries
 from proxy.store.db import DatabaseUnavailable
@@ -200,3 +203,30 @@ async def test_a_summary_stored_after_an_invalidated_one_is_found(pool: asyncpg.
         )
     assert row["name"] == COMPLETED
     assert json.loads(row["data"])["summary_version"] == 3
+
+
+async def test_a_swept_compaction_counts_but_is_not_the_running_ones_result(
+    pool: asyncpg.Pool,
+) -> None:
+    """The next compaction's look closes a cut one inside its own request and span: the
+    closed one's result counts in /metrics, but it is not the running compaction's (which
+    may fold nothing and write no event of its own), so the request says none."""
+    key = {"tenant": T, "session_id": "s"}
+    data = {"trigger": "soft", "from_pos": 0, "to_pos": 8, "tokens_before": 3000}
+    metrics = Metrics()
+    record = requestlog.RequestRecord("r1")
+    record.obs = obs = RequestObs(Observer(metrics), None)
+    token = requestlog.begin(record)
+    try:
+        async with pool.acquire() as conn:
+            await create_session(conn, **key, agent="default", model="m")
+            await events.insert_event(conn, **key, name=STARTED, data=data)
+            await summaries.insert_summary(
+                conn, **key, boundary=8, boundary_hash=None, content="b", tokens=1, model="f"
+            )
+            closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+            assert await closer.close_session(conn, T, "s") == 1
+    finally:
+        requestlog.end(token)
+    assert obs.compaction is None
+    assert b'cascade_compactions_total{result="completed"} 1.0' in metrics.render()
