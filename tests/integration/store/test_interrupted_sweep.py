@@ -230,3 +230,22 @@ async def test_a_swept_compaction_counts_but_is_not_the_running_ones_result(
         requestlog.end(token)
     assert obs.compaction is None
     assert b'cascade_compactions_total{result="completed"} 1.0' in metrics.render()
+
+
+async def test_a_partner_the_sweep_wrote_for_an_older_started_event_pairs_no_later_one(
+    pool: asyncpg.Pool,
+) -> None:
+    """A pass that closed the first of two started events in a row and lost its database
+    before the second: the first's partner (``started_id`` naming it) comes after the
+    second, and pairs it by position alone, so the second was never closed."""
+    key = {"tenant": T, "session_id": "s"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        first = await events.insert_event(conn, **key, name=STARTED, data={"n": 0})
+        second = await events.insert_event(conn, **key, name=STARTED, data={"n": 1})
+        partner = {"reason": "interrupted", "started_id": first}
+        await events.insert_event(conn, **key, name=FAILED, data=partner)
+        every = await events.fetch_unpaired_compactions(conn, **key, every=True)
+        latest = await events.fetch_unpaired_compactions(conn, **key)
+    assert [r["id"] for r in every] == [second]
+    assert [r["id"] for r in latest] == [second]
