@@ -34,6 +34,7 @@ from proxy.observe_notes import (
     note_late_error,
     note_occupancy,
     note_step_events,
+    note_swept_compaction,
     note_usage,
 )
 from proxy.tracing import Tracing, operation_for
@@ -50,6 +51,7 @@ __all__ = [
     "note_late_error",
     "note_occupancy",
     "note_step_events",
+    "note_swept_compaction",
     "note_usage",
 ]
 

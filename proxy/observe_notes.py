@@ -37,6 +37,7 @@ __all__ = [
     "note_late_error",
     "note_occupancy",
     "note_step_events",
+    "note_swept_compaction",
     "note_usage",
 ]
 
@@ -102,12 +103,26 @@ def compaction_span(trigger: str) -> Iterator[None]:
         span.end()
 
 
+def _result(name: str, data: Mapping[str, Any]) -> str:
+    return "completed" if name == COMPACTION_COMPLETED else str(data.get("reason") or "failed")
+
+
+def note_swept_compaction(name: str, data: Mapping[str, Any]) -> None:
+    """The partner the sweep wrote for a compaction a process cut: its result counts, and
+    nothing more. The sweep runs in the next compaction's look, inside that one's span and
+    request, and the result is not that compaction's: one that then folds nothing writes no
+    event of its own, and its span and request would say the cut one's."""
+    obs = _obs()
+    if obs is not None and name in (COMPACTION_COMPLETED, COMPACTION_FAILED):
+        obs.observer.metrics.note_compaction(_result(name, data))
+
+
 def note_compaction_event(name: str, data: Mapping[str, Any]) -> None:
     """A compaction's completed or failed event: its result, and what it reclaimed."""
     obs = _obs()
     if obs is None or name not in (COMPACTION_COMPLETED, COMPACTION_FAILED):
         return
-    result = "completed" if name == COMPACTION_COMPLETED else str(data.get("reason") or "failed")
+    result = _result(name, data)
     if (span := _COMPACTION.get()) is not None and obs.observer.tracing is not None:
         span.set_attribute("cascade.compaction", result)
         if name == COMPACTION_FAILED:

@@ -30,7 +30,7 @@ import asyncpg
 
 from proxy.bus import EventBus
 from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_FAILED
-from proxy.observe import note_compaction_event
+from proxy.observe import note_swept_compaction
 from proxy.services.leases import Leases
 from proxy.store import events, leases as claims, nul, summaries
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
@@ -181,7 +181,7 @@ class Closer:
             await self.bus.publish(
                 conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
             )
-            note_compaction_event(COMPACTION_FAILED, failed)
+            note_swept_compaction(COMPACTION_FAILED, failed)
         return len(rows)
 
     async def _completed(
@@ -213,4 +213,4 @@ class Closer:
         await self.bus.publish(
             conn, tenant=tenant, session_id=session_id, name=COMPACTION_COMPLETED, data=completed
         )
-        note_compaction_event(COMPACTION_COMPLETED, completed)
+        note_swept_compaction(COMPACTION_COMPLETED, completed)

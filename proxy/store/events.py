@@ -236,15 +236,17 @@ async def unwatch(conn: Executor, *, tenant: str, session_id: str, replica: uuid
 # A compaction's started event and its partner (completed or failed) are written by one
 # compaction, which holds the session's compaction lock throughout, so a session's
 # compaction events alternate: started, partner, started, partner. A started event is
-# unpaired when no partner follows it before the next started event and no failed event
-# names it (``started_id``: a partner written later, by the sweep below). The name
-# conditions match migration 0012's partial index, which every probe here goes through.
+# unpaired when no partner follows it before the next started event and no partner names
+# it (``started_id``: one written later, by the sweep below). A partner that names a started
+# event is that one's alone: the sweep's for the first of two in a row comes after the
+# second, and its position would pair that one too. The name conditions match migration
+# 0012's partial index, which every probe here goes through.
 _UNPAIRED = """
 s.name = 'context.compaction.started' AND NOT EXISTS (
     SELECT 1 FROM events e
     WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.id > s.id
       AND e.name IN ('context.compaction.completed', 'context.compaction.failed')
-      AND (e.data->>'started_id' = s.id::text OR e.id < coalesce((
+      AND coalesce(e.data->>'started_id' = s.id::text, e.id < coalesce((
           SELECT min(n.id) FROM events n
           WHERE n.tenant = s.tenant AND n.session_id = s.session_id AND n.id > s.id
             AND n.name = 'context.compaction.started'), 9223372036854775807)))

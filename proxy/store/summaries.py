@@ -144,22 +144,24 @@ async def fetch_summaries(conn: Executor, *, tenant: str, session_id: str) -> li
     return [_decoded(r) for r in await conn.fetch(FETCH_SUMMARIES, tenant, session_id)]
 
 
-# The summary a compaction's started event (``$1``) led to: the next version after the one
-# it read, at the boundary it named, stored after it and before the session's next started
-# event (a compaction of the same span after it stores the same version at the same
-# boundary). Compactions of a session hold its claim in turn, so no other stores that one.
+# The summary a compaction's started event (``$1``) led to: the one at the boundary it named,
+# stored after it and before the session's next started event (a compaction of the same span
+# after it stores at the same boundary). Compactions of a session hold its claim in turn, and
+# each writes its started event before its summary, so no other stores one in that window.
+# Its version is not the one the event read plus one: versions count invalidated summaries
+# too, and a reset starts them again.
 FETCHROW_STORED_BY = """
 SELECT sm.version,
        (extract(epoch FROM sm.created_at - s.created_at) * 1000)::bigint AS duration_ms
 FROM events s JOIN summaries sm ON sm.tenant = s.tenant AND sm.session_id = s.session_id
 WHERE s.id = $1
-  AND sm.version = coalesce((s.data->>'summary_version')::int, 0) + 1
   AND sm.boundary = (s.data->>'to_pos')::int
   AND sm.created_at >= s.created_at
   AND NOT EXISTS (
     SELECT 1 FROM events n
     WHERE n.tenant = s.tenant AND n.session_id = s.session_id AND n.id > s.id
       AND n.name = 'context.compaction.started' AND n.created_at <= sm.created_at)
+ORDER BY sm.version DESC LIMIT 1
 """
 
 

@@ -28,7 +28,7 @@ _APP = textwrap.dedent(
     from proxy.refusals import StartupRefusals
     from proxy.server import serve
 
-    hold = sys.argv[2] == "hold"
+    hold, brief = sys.argv[2] == "hold", sys.argv[2] == "brief"
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
@@ -46,6 +46,10 @@ _APP = textwrap.dedent(
             return
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"started", "more_body": True})
+        if brief:  # a stream that ends while the stop waits for it
+            await asyncio.sleep(1.2)
+            await send({"type": "http.response.body", "body": b"done"})
+            return
         await asyncio.Event().wait()  # a stream that goes on
 
     port = int(sys.argv[1])
@@ -79,21 +83,30 @@ def _child(unshare: int) -> int:
 
 
 @pytest.mark.parametrize(
-    ("signals", "hold", "status"),
+    ("signals", "mode", "status"),
     [
-        ((signal.SIGTERM,), False, 143),
-        ((signal.SIGTERM, signal.SIGINT), False, 143),
-        ((signal.SIGTERM,), True, 143),
-        ((signal.SIGINT,), False, 0),
+        ((signal.SIGTERM,), "serve", 143),
+        ((signal.SIGTERM, signal.SIGINT), "serve", 143),
+        ((signal.SIGTERM,), "hold", 143),
+        ((signal.SIGINT,), "serve", 0),
+        # uvicorn raises both again once its stream ended, the SIGTERM first: 143 elsewhere
+        ((signal.SIGINT, signal.SIGTERM), "brief", 143),
     ],
-    ids=["sigterm", "sigterm-then-ctrl-c", "sigterm-during-the-start", "ctrl-c"],
+    ids=[
+        "sigterm",
+        "sigterm-then-ctrl-c",
+        "sigterm-during-the-start",
+        "ctrl-c",
+        "ctrl-c-then-sigterm",
+    ],
 )
 def test_pid_one_exits_with_the_stops_signal(
-    signals: tuple[signal.Signals, ...], hold: bool, status: int
+    signals: tuple[signal.Signals, ...], mode: str, status: int
 ) -> None:
+    hold = mode == "hold"
     port = free_port()
     cmd = ["unshare", "-Urpf", sys.executable, "-c", _APP, str(port)]
-    proc = subprocess.Popen([*cmd, "hold" if hold else "serve"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*cmd, mode], stdout=subprocess.PIPE, text=True)
     client = None
     try:
         assert proc.stdout is not None

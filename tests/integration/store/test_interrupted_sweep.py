@@ -18,6 +18,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from proxy import requestlog
+from proxy.metrics import Metrics
+from proxy.observe import Observer, RequestObs
 from proxy.services import interrupted
 from proxy.store import events, leases, summaries
 from proxy.store.db import DatabaseUnavailable
@@ -174,3 +177,75 @@ async def test_a_compaction_cut_after_its_summary_is_stored_is_closed_completed(
     assert {k: done[k] for k in span} == span
     assert done["tokens_after"] is None and done["duration_ms"] >= 0
     assert await _unpaired(pool, every=True) == 0
+
+
+async def test_a_summary_stored_after_an_invalidated_one_is_found(pool: asyncpg.Pool) -> None:
+    """Versions count invalidated summaries too (an edit below a summary's boundary leaves
+    its version taken), so the summary a compaction stored can be past the one it read by
+    more than one: it is still that compaction's, and the cut compaction completed."""
+    key = {"tenant": T, "session_id": "s"}
+    store = {"boundary_hash": None, "content": "b", "tokens": 1, "model": "f"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        assert await summaries.insert_summary(conn, **key, boundary=4, **store) == 1
+        assert await summaries.insert_summary(conn, **key, boundary=8, **store) == 2
+        await summaries.invalidate_after(conn, **key, pos=6)  # an edit at 6: v1 is the latest
+        data = {"trigger": "soft", "from_pos": 4, "to_pos": 7, "tokens_before": 3000}
+        cut = await events.insert_event(
+            conn, **key, name=STARTED, data={**data, "summary_version": 1}
+        )
+        assert await summaries.insert_summary(conn, **key, boundary=7, **store) == 3
+        closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+        assert await closer.close_session(conn, T, "s") == 1
+        row = await conn.fetchrow(
+            "SELECT name, data::text AS data FROM events WHERE session_id = 's' AND id > $1",
+            cut,
+        )
+    assert row["name"] == COMPLETED
+    assert json.loads(row["data"])["summary_version"] == 3
+
+
+async def test_a_swept_compaction_counts_but_is_not_the_running_ones_result(
+    pool: asyncpg.Pool,
+) -> None:
+    """The next compaction's look closes a cut one inside its own request and span: the
+    closed one's result counts in /metrics, but it is not the running compaction's (which
+    may fold nothing and write no event of its own), so the request says none."""
+    key = {"tenant": T, "session_id": "s"}
+    data = {"trigger": "soft", "from_pos": 0, "to_pos": 8, "tokens_before": 3000}
+    metrics = Metrics()
+    record = requestlog.RequestRecord("r1")
+    record.obs = obs = RequestObs(Observer(metrics), None)
+    token = requestlog.begin(record)
+    try:
+        async with pool.acquire() as conn:
+            await create_session(conn, **key, agent="default", model="m")
+            await events.insert_event(conn, **key, name=STARTED, data=data)
+            await summaries.insert_summary(
+                conn, **key, boundary=8, boundary_hash=None, content="b", tokens=1, model="f"
+            )
+            closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+            assert await closer.close_session(conn, T, "s") == 1
+    finally:
+        requestlog.end(token)
+    assert obs.compaction is None
+    assert b'cascade_compactions_total{result="completed"} 1.0' in metrics.render()
+
+
+async def test_a_partner_the_sweep_wrote_for_an_older_started_event_pairs_no_later_one(
+    pool: asyncpg.Pool,
+) -> None:
+    """A pass that closed the first of two started events in a row and lost its database
+    before the second: the first's partner (``started_id`` naming it) comes after the
+    second, and pairs it by position alone, so the second was never closed."""
+    key = {"tenant": T, "session_id": "s"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        first = await events.insert_event(conn, **key, name=STARTED, data={"n": 0})
+        second = await events.insert_event(conn, **key, name=STARTED, data={"n": 1})
+        partner = {"reason": "interrupted", "started_id": first}
+        await events.insert_event(conn, **key, name=FAILED, data=partner)
+        every = await events.fetch_unpaired_compactions(conn, **key, every=True)
+        latest = await events.fetch_unpaired_compactions(conn, **key)
+    assert [r["id"] for r in every] == [second]
+    assert [r["id"] for r in latest] == [second]

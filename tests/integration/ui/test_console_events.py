@@ -346,3 +346,20 @@ def test_a_load_that_fails_after_its_view_closed_leaves_the_open_view_alone(
     page.wait_for_timeout(400)
     assert "no session with this id" not in page.locator("#session-meta").inner_text()
     assert page.get_by_test_id("message-list").get_by_text("hi").count() == 1
+
+
+def test_a_completed_compaction_the_sweep_wrote_with_nulls_reads_compacted(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """A compaction cut after it stored its summary is closed as completed with what only
+    its run knew (``tokens_after`` among them) null: the status says it compacted, with no
+    token count it does not have ("3,000 → 0" would claim a prompt of none)."""
+    started(console_proxy, "swept")
+    page = sign_in(console, "#/s/swept")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    nulls = ("folded_messages", "tokens_after", "identifiers_kept", "identifiers_added")
+    data = {"trigger": "soft", "summary_version": 1, "tokens_before": 3000, "started_id": 1}
+    inject(db_dsn, "swept", "context.compaction.completed", {**data, **dict.fromkeys(nulls)})
+    status = page.get_by_test_id("status-line")
+    status.filter(has_text="Compacted").wait_for()
+    assert status.inner_text().strip() == "Compacted."
