@@ -137,6 +137,26 @@ def test_an_unquoted_value_in_json_text_ends_at_an_escape() -> None:
         assert n == 3 and (got if isinstance(got, dict) else json.loads(got)) == want, got
 
 
+def test_a_value_before_an_escape_is_no_call_for_what_the_next_line_holds() -> None:
+    """A value is a call or a subscript (``cast(x)``, ``Sequence[T]``) only up to where it
+    ends: in JSON text the check read on across an escaped line break, so a ``.env`` line's
+    secret before a line with a bracket or a parenthesis (``ITEMS=[1,2]``) was let through,
+    though the same file in a message's text had it redacted."""
+    env = "DB_PASSWORD=hunter2\nITEMS=[1,2]\ntoken=s3cr3t\trun(x)\napi_key=cast(x)\n"
+    want = f"DB_PASSWORD={REDACTED}\nITEMS=[1,2]\ntoken={REDACTED}\trun(x)\napi_key=cast(x)\n"
+    args = {"path": ".env", "content": env}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 2 and (got if isinstance(got, dict) else json.loads(got))["content"] == want
+    start = time.perf_counter()
+    slashes = {"content": "password=" + "\\" * 36 + "x"}
+    out, n = redact_written({"role": "user", "content": json.dumps(slashes)}, _PATTERNS)
+    assert n == 1 and time.perf_counter() - start < 0.5  # a backslash run read one way
+
+
 def test_arguments_text_that_only_seems_to_hold_a_secret_goes_on_as_sent() -> None:
     """The same arguments as their text: the match across two strings left the text JSON no
     longer, what the server reading them gets; read entry by entry, as an object's are,
