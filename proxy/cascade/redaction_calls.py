@@ -107,8 +107,9 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
     its key needs; an array's item alone), read back; an entry whose text redacted is still
     no JSON (a secret's quote in what matched) has its value ``REDACTED`` whole, unless it
-    is a number (or a constant): JSON holds no secret unquoted. A container
-    keeps its place and its key (redacted alone). Walked without recursion, each scalar
+    is a number (or a constant): JSON holds no secret unquoted. A container keeps its place
+    and its key, read as its JSON text as a scalar is (not as bare text, where a value that
+    ends it is read otherwise: ``"token=5"``). Walked without recursion, each scalar
     written once: a value nested as deep as its encoding reaches costs its size, no more.
     The same object when nothing matched."""
     top: list[Any] = [None]
@@ -134,7 +135,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
         into[at] = out
         for key, held in node.items():
             if isinstance(held, Mapping | list):
-                new_key, n = redact(str(key), patterns)
+                new_key, n = _read_key(key, patterns)
                 out[new_key], total = None, total + n
                 stack.append((out, new_key, held))
                 continue
@@ -143,7 +144,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
                 out.update(read)
                 total += n
                 continue
-            new_key, found = redact(str(key), patterns)
+            new_key, found = _read_key(key, patterns)
             if isinstance(held, str):
                 held, found = REDACTED, found + 1
             # else a number read as a key's value (``"max_tokens": -1``): JSON quotes a secret
@@ -166,6 +167,13 @@ def _read_back(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, in
         return json.loads(redacted), n
     except ValueError:
         return _NO_JSON, n
+
+
+def _read_key(key: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
+    """An object's key read alone, as its JSON text redacted (``_read_back``); ``REDACTED``
+    when that is no JSON."""
+    read, n = _read_back(str(key), patterns)
+    return (REDACTED if read is _NO_JSON else read), n
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

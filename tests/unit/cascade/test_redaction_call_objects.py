@@ -226,3 +226,20 @@ def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
         got = got if isinstance(got, dict) else json.loads(got)
         assert n >= 1 and list(got) == ["a", "n", "b", "c"], got
         assert got["a"] == REDACTED and got["n"] == 1 and got["c"] == "x"
+
+
+def test_a_container_s_key_is_read_as_its_json_text_like_a_scalar_s() -> None:
+    """Read entry by entry, an object's key whose value is a container is read as its JSON
+    text, as a scalar's entry and the whole text read it: read as bare text, a value that
+    ends the key (``"token=5"``) was a number there and a secret in the JSON text, so the
+    key was redacted or not by whether a sibling sent the object entry by entry, and the
+    summary's input, redacted again from the stored row, differed from the row."""
+    alone = {"timeout": 5, "token=5": {"a": 1}}
+    beside = {"expect": "Enter password:", **alone}
+    want = {"timeout": 5, "token=[REDACTED]": {"a": 1}}
+    for args, expected in ((alone, want), (beside, {"expect": "Enter password:", **want})):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        once, n = redact_written(msg, _PATTERNS)
+        assert n == 1 and once["tool_calls"][0]["function"]["arguments"] == expected
+        assert redact_written(once, _PATTERNS) == (once, 0)
