@@ -243,3 +243,29 @@ def test_a_container_s_key_is_read_as_its_json_text_like_a_scalar_s() -> None:
         once, n = redact_written(msg, _PATTERNS)
         assert n == 1 and once["tool_calls"][0]["function"]["arguments"] == expected
         assert redact_written(once, _PATTERNS) == (once, 0)
+
+
+def test_a_pem_block_across_entries_is_redacted_in_every_entry_it_spans() -> None:
+    """A key written as its lines (an array of them, or one entry each) is one block across
+    strings: the whole text matched it BEGIN to END, and read entry by entry each string
+    was read alone, so the BEGIN line was redacted and the body after it went on as sent.
+    Every string from the BEGIN line to the END line is the key's; what follows is not."""
+    lines = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA7bq98", "q3P0jXh1ZbKc+/="]
+    lines.append("-----END RSA PRIVATE KEY-----")
+    nested = {"head": {"l": [lines[0]]}, "n": 2, "body": lines[1:3], "end": lines[3], "z": "x"}
+    for args in ({"path": "k.pem", "lines": [*lines, "after"]}, nested):
+        for given in (args, json.dumps(args)):
+            call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+            msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+            out, n = redact_written(msg, _PATTERNS)
+            got = out["tool_calls"][0]["function"]["arguments"]
+            got = got if isinstance(got, dict) else json.loads(got)
+            assert n >= 1 and "MIIE" not in json.dumps(got) and "q3P0" not in json.dumps(got)
+            assert redact_written(out, _PATTERNS) == (out, 0)
+    assert got == {
+        "head": {"l": [REDACTED]},
+        "n": 2,
+        "body": [REDACTED] * 2,
+        "end": REDACTED,
+        "z": "x",
+    }
