@@ -176,15 +176,16 @@ class _Block:
             return False
         ends = _PEM_END.search(node) is not None
         self._ends_read += ends
+        inside, self._open = self._open, self._open and not ends
         if self._open:
-            self._open = not ends
             return True
+        # a BEGIN line after the string's last END line (if any) opens a block
         opened = max((m.end() for m in _PEM_BEGIN.finditer(node)), default=-1)
         if opened >= 0 and not _PEM_END.search(node, opened):
             if self._ends is None:
                 self._ends = _count_ends(self._value)
             self._open = self._ends > self._ends_read
-        return False
+        return inside
 
 
 def _count_ends(value: Any) -> int:

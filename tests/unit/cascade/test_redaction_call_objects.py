@@ -269,3 +269,13 @@ def test_a_pem_block_across_entries_is_redacted_in_every_entry_it_spans() -> Non
         "end": REDACTED,
         "z": "x",
     }
+
+
+def test_a_string_ending_one_pem_block_may_open_the_next() -> None:
+    """Two keys written as lines, one string holding the first's END line and the second's
+    BEGIN line: the second block is open after it, and its body redacted as the first's."""
+    begin, end = "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----"
+    lines = [begin, "MIIEbody1AAAA", f"{end}\n{begin}", "MIIEbody2BBBB", end, "after"]
+    call = {"id": "c1", "function": {"name": "f", "arguments": {"lines": lines}}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert out["tool_calls"][0]["function"]["arguments"] == {"lines": [REDACTED] * 5 + ["after"]}
