@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.cascade.redaction import REDACTED, redact, redact_message
+from proxy.cascade.redaction import DEFAULT_PATTERNS, REDACTED, redact, redact_message
 from proxy.cascade.types import Message
 
 __all__ = ["redact_written"]
@@ -107,48 +107,99 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
     its key needs; an array's item alone), read back; an entry whose text redacted is still
     no JSON (a secret's quote in what matched) has its value ``REDACTED`` whole, unless it
-    is a number (or a constant): JSON holds no secret unquoted. A container
-    keeps its place and its key (redacted alone). Walked without recursion, each scalar
-    written once: a value nested as deep as its encoding reaches costs its size, no more.
-    The same object when nothing matched."""
+    is a number (or a constant): JSON holds no secret unquoted. A container keeps its place
+    and its key, read as its JSON text as a scalar is (not as bare text, where a value that
+    ends it is read otherwise: ``"token=5"``). A PEM block across strings (a key written as
+    its lines) is what the whole text matched as one: every string from one whose BEGIN line
+    is left open to the next holding an END line is ``REDACTED`` (``_Block``). Walked
+    without recursion, in the text's order, each scalar written once: a value nested as
+    deep as its encoding reaches costs its size, no more. The same object when nothing
+    matched."""
     top: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
+    block = _Block(value, patterns)
     total = 0
     while stack:
         into, at, node = stack.pop()
-        if isinstance(node, list):
-            items: list[Any] = [None] * len(node)
-            into[at] = items
-            for i, item in enumerate(node):
-                if isinstance(item, Mapping | list):
-                    stack.append((items, i, item))
-                else:
-                    read, n = _read_back(item, patterns)
-                    items[i], total = (REDACTED if read is _NO_JSON else read), total + n
+        if isinstance(node, Mapping | list):
+            made: Any = [None] * len(node) if isinstance(node, list) else {}
+            if isinstance(into, dict):
+                at, n = _read_key(at, patterns)
+                total += n
+            into[at] = made
+            entries = enumerate(node) if isinstance(node, list) else node.items()
+            stack.extend((made, k, v) for k, v in reversed(list(entries)))
             continue
-        if not isinstance(node, Mapping):
+        if block.spans(node):
+            read, n = REDACTED, 1
+            if isinstance(into, dict):
+                at, found = _read_key(at, patterns)
+                n += found
+        elif not isinstance(into, dict):
             read, n = _read_back(node, patterns)
-            into[at], total = (REDACTED if read is _NO_JSON else read), total + n
-            continue
-        out: dict[str, Any] = {}
-        into[at] = out
-        for key, held in node.items():
-            if isinstance(held, Mapping | list):
-                new_key, n = redact(str(key), patterns)
-                out[new_key], total = None, total + n
-                stack.append((out, new_key, held))
-                continue
-            read, n = _read_back({key: held}, patterns)
+            read = REDACTED if read is _NO_JSON else read
+        else:
+            read, n = _read_back({at: node}, patterns)
             if isinstance(read, Mapping) and len(read) == 1:
-                out.update(read)
+                into.update(read)
                 total += n
                 continue
-            new_key, found = redact(str(key), patterns)
-            if isinstance(held, str):
-                held, found = REDACTED, found + 1
+            at, n = _read_key(at, patterns)
+            read = node
+            if isinstance(node, str):
+                read, n = REDACTED, n + 1
             # else a number read as a key's value (``"max_tokens": -1``): JSON quotes a secret
-            out[new_key], total = held, total + found
+        into[at], total = read, total + n
     return (value, 0) if total == 0 else (top[0], total)
+
+
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
+
+
+class _Block:
+    """Which strings of a value, read in its text's order, a PEM block spans across entries:
+    from one whose last BEGIN line has no END line after it, when a later string holds one
+    (else the block is only cut short, which that string's own reading redacts), up to and
+    including that later string. Only where the built-in PEM pattern applies."""
+
+    def __init__(self, value: Any, patterns: Sequence[re.Pattern[str]]) -> None:
+        self._value = value
+        self._on = any(p.pattern == DEFAULT_PATTERNS[0] for p in patterns)
+        self._open = False
+        self._ends_read = 0  # strings holding an END line read so far
+        self._ends: int | None = None  # all of them, counted once a block may open
+
+    def spans(self, node: Any) -> bool:
+        """Whether ``node``, the next scalar in order, is inside a block."""
+        if not self._on or not isinstance(node, str):
+            return False
+        ends = _PEM_END.search(node) is not None
+        self._ends_read += ends
+        inside, self._open = self._open, self._open and not ends
+        if self._open:
+            return True
+        # a BEGIN line after the string's last END line (if any) opens a block
+        opened = max((m.end() for m in _PEM_BEGIN.finditer(node)), default=-1)
+        if opened >= 0 and not _PEM_END.search(node, opened):
+            if self._ends is None:
+                self._ends = _count_ends(self._value)
+            self._open = self._ends > self._ends_read
+        return inside
+
+
+def _count_ends(value: Any) -> int:
+    """How many strings in ``value`` hold a PEM END line (walked without recursion)."""
+    stack, count = [value], 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and _PEM_END.search(node):
+            count += 1
+    return count
 
 
 _NO_JSON = object()
@@ -166,6 +217,13 @@ def _read_back(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, in
         return json.loads(redacted), n
     except ValueError:
         return _NO_JSON, n
+
+
+def _read_key(key: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
+    """An object's key read alone, as its JSON text redacted (``_read_back``); ``REDACTED``
+    when that is no JSON."""
+    read, n = _read_back(str(key), patterns)
+    return (REDACTED if read is _NO_JSON else read), n
 
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:

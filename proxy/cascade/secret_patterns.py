@@ -25,13 +25,13 @@ _KEYWORD = (
 # a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
 # of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
-_VALUE_CHAR = r"[^\s\"',;{}\[\]()<>]"
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
 # ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
-# Windows path's) is the value's.
+# Windows path's) is the value's, read as one pair, so a run of them has one reading and a
+# value that turns out no call (below) is not tried again at each way of pairing them.
 _ESCAPE = r"\\[nrt\"]"
 _END = r"(?:[\s,;}\])]|" + _ESCAPE + r"|$)"
-_VALUE = r"(?:\\\\|\\(?![nrt\"])|[^\s\"',;{}\[\]()<>\\])"
+_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _IDENTIFIER = (
     r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
     r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
@@ -41,7 +41,7 @@ _IDENTIFIER = (
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
-    r"(?!" + _VALUE_CHAR + r"{1,500}[(\[])"
+    r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
     r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"

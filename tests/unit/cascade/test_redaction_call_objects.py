@@ -137,6 +137,26 @@ def test_an_unquoted_value_in_json_text_ends_at_an_escape() -> None:
         assert n == 3 and (got if isinstance(got, dict) else json.loads(got)) == want, got
 
 
+def test_a_value_before_an_escape_is_no_call_for_what_the_next_line_holds() -> None:
+    """A value is a call or a subscript (``cast(x)``, ``Sequence[T]``) only up to where it
+    ends: in JSON text the check read on across an escaped line break, so a ``.env`` line's
+    secret before a line with a bracket or a parenthesis (``ITEMS=[1,2]``) was let through,
+    though the same file in a message's text had it redacted."""
+    env = "DB_PASSWORD=hunter2\nITEMS=[1,2]\ntoken=s3cr3t\trun(x)\napi_key=cast(x)\n"
+    want = f"DB_PASSWORD={REDACTED}\nITEMS=[1,2]\ntoken={REDACTED}\trun(x)\napi_key=cast(x)\n"
+    args = {"path": ".env", "content": env}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 2 and (got if isinstance(got, dict) else json.loads(got))["content"] == want
+    start = time.perf_counter()
+    slashes = {"content": "password=" + "\\" * 36 + "x"}
+    out, n = redact_written({"role": "user", "content": json.dumps(slashes)}, _PATTERNS)
+    assert n == 1 and time.perf_counter() - start < 0.5  # a backslash run read one way
+
+
 def test_arguments_text_that_only_seems_to_hold_a_secret_goes_on_as_sent() -> None:
     """The same arguments as their text: the match across two strings left the text JSON no
     longer, what the server reading them gets; read entry by entry, as an object's are,
@@ -206,3 +226,56 @@ def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
         got = got if isinstance(got, dict) else json.loads(got)
         assert n >= 1 and list(got) == ["a", "n", "b", "c"], got
         assert got["a"] == REDACTED and got["n"] == 1 and got["c"] == "x"
+
+
+def test_a_container_s_key_is_read_as_its_json_text_like_a_scalar_s() -> None:
+    """Read entry by entry, an object's key whose value is a container is read as its JSON
+    text, as a scalar's entry and the whole text read it: read as bare text, a value that
+    ends the key (``"token=5"``) was a number there and a secret in the JSON text, so the
+    key was redacted or not by whether a sibling sent the object entry by entry, and the
+    summary's input, redacted again from the stored row, differed from the row."""
+    alone = {"timeout": 5, "token=5": {"a": 1}}
+    beside = {"expect": "Enter password:", **alone}
+    want = {"timeout": 5, "token=[REDACTED]": {"a": 1}}
+    for args, expected in ((alone, want), (beside, {"expect": "Enter password:", **want})):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        once, n = redact_written(msg, _PATTERNS)
+        assert n == 1 and once["tool_calls"][0]["function"]["arguments"] == expected
+        assert redact_written(once, _PATTERNS) == (once, 0)
+
+
+def test_a_pem_block_across_entries_is_redacted_in_every_entry_it_spans() -> None:
+    """A key written as its lines (an array of them, or one entry each) is one block across
+    strings: the whole text matched it BEGIN to END, and read entry by entry each string
+    was read alone, so the BEGIN line was redacted and the body after it went on as sent.
+    Every string from the BEGIN line to the END line is the key's; what follows is not."""
+    lines = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA7bq98", "q3P0jXh1ZbKc+/="]
+    lines.append("-----END RSA PRIVATE KEY-----")
+    nested = {"head": {"l": [lines[0]]}, "n": 2, "body": lines[1:3], "end": lines[3], "z": "x"}
+    for args in ({"path": "k.pem", "lines": [*lines, "after"]}, nested):
+        for given in (args, json.dumps(args)):
+            call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+            msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+            out, n = redact_written(msg, _PATTERNS)
+            got = out["tool_calls"][0]["function"]["arguments"]
+            got = got if isinstance(got, dict) else json.loads(got)
+            assert n >= 1 and "MIIE" not in json.dumps(got) and "q3P0" not in json.dumps(got)
+            assert redact_written(out, _PATTERNS) == (out, 0)
+    assert got == {
+        "head": {"l": [REDACTED]},
+        "n": 2,
+        "body": [REDACTED] * 2,
+        "end": REDACTED,
+        "z": "x",
+    }
+
+
+def test_a_string_ending_one_pem_block_may_open_the_next() -> None:
+    """Two keys written as lines, one string holding the first's END line and the second's
+    BEGIN line: the second block is open after it, and its body redacted as the first's."""
+    begin, end = "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----"
+    lines = [begin, "MIIEbody1AAAA", f"{end}\n{begin}", "MIIEbody2BBBB", end, "after"]
+    call = {"id": "c1", "function": {"name": "f", "arguments": {"lines": lines}}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert out["tool_calls"][0]["function"]["arguments"] == {"lines": [REDACTED] * 5 + ["after"]}
