@@ -266,10 +266,37 @@ SELECT s.id, s.data FROM (
 WHERE {_UNPAIRED}
 """
 
+
+def _swept(where: str) -> str:
+    """The unpaired started events of the sessions ``where`` names, as ``_UNPAIRED`` pairs
+    them, in one pass over their compaction events: a started event's positional partner is
+    the first of them after it that names no started event, and a named one is found by a
+    hashed lookup. ``_UNPAIRED`` reads the events after each started event, once per started
+    event: the sweep reads every one, so that is the square of a session's compactions."""
+    return f"""
+WITH c AS (
+    SELECT tenant, session_id, id, name, data,
+           lead(name) OVER (PARTITION BY tenant, session_id ORDER BY id) AS next
+    FROM events
+    WHERE {where} AND name IN ('context.compaction.started', 'context.compaction.completed',
+                               'context.compaction.failed')
+      AND (name = 'context.compaction.started' OR data->>'started_id' IS NULL)
+), named AS (
+    SELECT tenant, session_id, id, data->>'started_id' AS started_id FROM events
+    WHERE {where} AND name IN ('context.compaction.completed', 'context.compaction.failed')
+      AND data->>'started_id' IS NOT NULL
+)
+SELECT s.tenant, s.session_id, s.id, s.data FROM c s
+WHERE s.name = 'context.compaction.started' AND coalesce(s.next, s.name) = s.name
+  AND NOT EXISTS (
+    SELECT 1 FROM named e
+    WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.started_id = s.id::text
+      AND e.id > s.id)
+"""
+
+
 FETCH_EVERY_UNPAIRED_COMPACTION = f"""
-SELECT s.id, s.data FROM events s
-WHERE s.tenant = $1 AND s.session_id = $2 AND {_UNPAIRED}
-ORDER BY s.id
+SELECT id, data FROM ({_swept("tenant = $1 AND session_id = $2")}) u ORDER BY id
 """
 
 
@@ -284,7 +311,7 @@ async def fetch_unpaired_compactions(
 
 
 FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS = f"""
-SELECT DISTINCT s.tenant, s.session_id FROM events s WHERE {_UNPAIRED}
+SELECT DISTINCT tenant, session_id FROM ({_swept("true")}) u
 """
 
 

@@ -249,3 +249,26 @@ async def test_a_partner_the_sweep_wrote_for_an_older_started_event_pairs_no_lat
         latest = await events.fetch_unpaired_compactions(conn, **key)
     assert [r["id"] for r in every] == [second]
     assert [r["id"] for r in latest] == [second]
+
+
+async def test_the_sweep_pairs_as_the_look_does(pool: asyncpg.Pool) -> None:
+    """The sweep's one pass pairs each started event as the look's probe does: by a partner
+    naming it, else by the next partner naming none before the next started event (rows an
+    older version wrote, without ``started_id``)."""
+    key = {"tenant": T, "session_id": "s"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        ids: list[int] = []
+        for name, named in [
+            (STARTED, None), (COMPLETED, None), (STARTED, None), (STARTED, None),
+            (FAILED, 2), (STARTED, None), (STARTED, None), (FAILED, None),
+            (COMPLETED, 6), (STARTED, None), (FAILED, 5), (STARTED, None),
+        ]:  # fmt: skip
+            data = {} if named is None else {"started_id": ids[named]}
+            ids.append(await events.insert_event(conn, **key, name=name, data=data))
+        every = await events.fetch_unpaired_compactions(conn, **key, every=True)
+        probe = f"SELECT s.id FROM events s WHERE s.tenant = $1 AND s.session_id = $2 AND {events._UNPAIRED} ORDER BY s.id"  # noqa: E501
+        expected = [r["id"] for r in await conn.fetch(probe, T, "s")]
+        sessions = await events.fetch_sessions_with_unpaired_compactions(conn)
+    assert [r["id"] for r in every] == expected == [ids[3], ids[9], ids[11]]
+    assert sessions == [(T, "s")]
