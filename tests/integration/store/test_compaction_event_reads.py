@@ -94,3 +94,18 @@ async def test_the_sweep_reads_each_compaction_event_a_few_times_not_once_per_st
         plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
         root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
         assert sum(_reads(root, "events")) <= 4 * total, (sql, total)
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_the_look_reads_a_few_events_whatever_the_table_holds(
+    conn: Any, analyzed: bool, mode: str
+) -> None:
+    """The look runs before every compaction: it reads the session's latest started event and
+    the partner after it, not every compaction event of the table (a hashed anti join) or
+    every event written after it (the next started event looked for in id order)."""
+    if analyzed:
+        await conn.execute("ANALYZE events")
+    await conn.execute(f"SET plan_cache_mode = {mode}")
+    for session in ("young", "old", "old-stopped"):
+        assert await _event_rows_read(conn, session) <= 8, session
