@@ -258,12 +258,24 @@ s.name = 'context.compaction.started' AND NOT EXISTS (
 # reads that one and the few events after it, however many compactions the session ran.
 # Older ones in a row are an older version's; the start-up sweep (retried until the
 # database answers) reads and closes them all.
-FETCH_UNPAIRED_COMPACTIONS = f"""
+#
+# The latest started event has no next one, so any partner after it that names no other
+# started event pairs it. The partner is looked for in the session's index order, the first
+# one only: the LIMIT in a subquery of its own (EXISTS drops its own LIMIT) keeps the
+# planner from a hashed read of every compaction event of the table, as it plans
+# ``_UNPAIRED`` with the table's statistics.
+FETCH_UNPAIRED_COMPACTIONS = """
 SELECT s.id, s.data FROM (
-    SELECT tenant, session_id, id, name, data FROM events
+    SELECT id, data FROM events
     WHERE tenant = $1 AND session_id = $2 AND name = 'context.compaction.started'
     ORDER BY id DESC LIMIT 1) s
-WHERE {_UNPAIRED}
+WHERE NOT EXISTS (
+    SELECT 1 FROM (
+        SELECT 1 FROM events e
+        WHERE e.tenant = $1 AND e.session_id = $2 AND e.id > s.id
+          AND e.name IN ('context.compaction.completed', 'context.compaction.failed')
+          AND coalesce(e.data->>'started_id' = s.id::text, true)
+        ORDER BY e.id LIMIT 1) p)
 """
 
 
