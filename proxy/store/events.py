@@ -239,18 +239,9 @@ async def unwatch(conn: Executor, *, tenant: str, session_id: str, replica: uuid
 # unpaired when no partner follows it before the next started event and no partner names
 # it (``started_id``: one written later, by the sweep below). A partner that names a started
 # event is that one's alone: the sweep's for the first of two in a row comes after the
-# second, and its position would pair that one too. The name conditions match migration
+# second, and its position would pair that one too. A partner that names none (an older
+# version's, or the compaction's own) pairs by position. The name conditions match migration
 # 0012's partial index, which every probe here goes through.
-_UNPAIRED = """
-s.name = 'context.compaction.started' AND NOT EXISTS (
-    SELECT 1 FROM events e
-    WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.id > s.id
-      AND e.name IN ('context.compaction.completed', 'context.compaction.failed')
-      AND coalesce(e.data->>'started_id' = s.id::text, e.id < coalesce((
-          SELECT min(n.id) FROM events n
-          WHERE n.tenant = s.tenant AND n.session_id = s.session_id AND n.id > s.id
-            AND n.name = 'context.compaction.started'), 9223372036854775807)))
-"""
 
 # Each compaction closes the unpaired started event of its session (under its claim) before
 # it writes its own, which it writes only while it still holds the claim
@@ -262,8 +253,8 @@ s.name = 'context.compaction.started' AND NOT EXISTS (
 # The latest started event has no next one, so any partner after it that names no other
 # started event pairs it. The partner is looked for in the session's index order, the first
 # one only: the LIMIT in a subquery of its own (EXISTS drops its own LIMIT) keeps the
-# planner from a hashed read of every compaction event of the table, as it plans
-# ``_UNPAIRED`` with the table's statistics.
+# planner from a hashed read of every compaction event of the table, as it plans an anti
+# join with the table's statistics.
 FETCH_UNPAIRED_COMPACTIONS = """
 SELECT s.id, s.data FROM (
     SELECT id, data FROM events
@@ -280,11 +271,11 @@ WHERE NOT EXISTS (
 
 
 def _swept(where: str) -> str:
-    """The unpaired started events of the sessions ``where`` names, as ``_UNPAIRED`` pairs
-    them, in one pass over their compaction events: a started event's positional partner is
-    the first of them after it that names no started event, and a named one is found by a
-    hashed lookup. ``_UNPAIRED`` reads the events after each started event, once per started
-    event: the sweep reads every one, so that is the square of a session's compactions."""
+    """The unpaired started events of the sessions ``where`` names, in one pass over their
+    compaction events: a started event's positional partner is the first of them after it
+    that names no started event, and a named one is found by a hashed lookup. Reading the
+    events after each started event instead reads a session's compaction events once per
+    started event: the sweep reads every one, so the square of a session's compactions."""
     return f"""
 WITH c AS (
     SELECT tenant, session_id, id, name, data,
