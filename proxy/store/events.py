@@ -239,18 +239,9 @@ async def unwatch(conn: Executor, *, tenant: str, session_id: str, replica: uuid
 # unpaired when no partner follows it before the next started event and no partner names
 # it (``started_id``: one written later, by the sweep below). A partner that names a started
 # event is that one's alone: the sweep's for the first of two in a row comes after the
-# second, and its position would pair that one too. The name conditions match migration
+# second, and its position would pair that one too. A partner that names none (an older
+# version's, or the compaction's own) pairs by position. The name conditions match migration
 # 0012's partial index, which every probe here goes through.
-_UNPAIRED = """
-s.name = 'context.compaction.started' AND NOT EXISTS (
-    SELECT 1 FROM events e
-    WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.id > s.id
-      AND e.name IN ('context.compaction.completed', 'context.compaction.failed')
-      AND coalesce(e.data->>'started_id' = s.id::text, e.id < coalesce((
-          SELECT min(n.id) FROM events n
-          WHERE n.tenant = s.tenant AND n.session_id = s.session_id AND n.id > s.id
-            AND n.name = 'context.compaction.started'), 9223372036854775807)))
-"""
 
 # Each compaction closes the unpaired started event of its session (under its claim) before
 # it writes its own, which it writes only while it still holds the claim
@@ -258,18 +249,57 @@ s.name = 'context.compaction.started' AND NOT EXISTS (
 # reads that one and the few events after it, however many compactions the session ran.
 # Older ones in a row are an older version's; the start-up sweep (retried until the
 # database answers) reads and closes them all.
-FETCH_UNPAIRED_COMPACTIONS = f"""
+#
+# The latest started event has no next one, so any partner after it that names no other
+# started event pairs it. The partner is looked for in the session's index order, the first
+# one only: the LIMIT in a subquery of its own (EXISTS drops its own LIMIT) keeps the
+# planner from a hashed read of every compaction event of the table, as it plans an anti
+# join with the table's statistics.
+FETCH_UNPAIRED_COMPACTIONS = """
 SELECT s.id, s.data FROM (
-    SELECT tenant, session_id, id, name, data FROM events
+    SELECT id, data FROM events
     WHERE tenant = $1 AND session_id = $2 AND name = 'context.compaction.started'
     ORDER BY id DESC LIMIT 1) s
-WHERE {_UNPAIRED}
+WHERE NOT EXISTS (
+    SELECT 1 FROM (
+        SELECT 1 FROM events e
+        WHERE e.tenant = $1 AND e.session_id = $2 AND e.id > s.id
+          AND e.name IN ('context.compaction.completed', 'context.compaction.failed')
+          AND coalesce(e.data->>'started_id' = s.id::text, true)
+        ORDER BY e.id LIMIT 1) p)
 """
 
+
+def _swept(where: str) -> str:
+    """The unpaired started events of the sessions ``where`` names, in one pass over their
+    compaction events: a started event's positional partner is the first of them after it
+    that names no started event, and a named one is found by a hashed lookup. Reading the
+    events after each started event instead reads a session's compaction events once per
+    started event: the sweep reads every one, so the square of a session's compactions."""
+    return f"""
+WITH c AS (
+    SELECT tenant, session_id, id, name, data,
+           lead(name) OVER (PARTITION BY tenant, session_id ORDER BY id) AS next
+    FROM events
+    WHERE {where} AND name IN ('context.compaction.started', 'context.compaction.completed',
+                               'context.compaction.failed')
+      AND (name = 'context.compaction.started' OR data->>'started_id' IS NULL)
+), named AS (
+    SELECT tenant, session_id, id, data->>'started_id' AS started_id FROM events
+    WHERE {where} AND name IN ('context.compaction.completed', 'context.compaction.failed')
+      AND data->>'started_id' IS NOT NULL
+)
+SELECT s.tenant, s.session_id, s.id, s.data FROM c s
+WHERE s.name = 'context.compaction.started' AND coalesce(s.next, s.name) = s.name
+  AND NOT EXISTS (
+    SELECT 1 FROM named e
+    WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.started_id = s.id::text
+      AND e.id > s.id)
+"""
+
+
 FETCH_EVERY_UNPAIRED_COMPACTION = f"""
-SELECT s.id, s.data FROM events s
-WHERE s.tenant = $1 AND s.session_id = $2 AND {_UNPAIRED}
-ORDER BY s.id
+SELECT id, data FROM ({_swept("tenant = $1 AND session_id = $2")}) u ORDER BY id
 """
 
 
@@ -284,7 +314,7 @@ async def fetch_unpaired_compactions(
 
 
 FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS = f"""
-SELECT DISTINCT s.tenant, s.session_id FROM events s WHERE {_UNPAIRED}
+SELECT DISTINCT tenant, session_id FROM ({_swept("true")}) u
 """
 
 

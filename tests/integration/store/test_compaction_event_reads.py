@@ -72,3 +72,40 @@ async def test_the_latest_compaction_a_stopped_process_left_is_found(conn: Any) 
     assert [json.loads(r["data"]) if isinstance(r["data"], str) else r["data"] for r in rows] == [
         {"n": 299}
     ]
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_the_sweep_reads_each_compaction_event_a_few_times_not_once_per_started_one(
+    conn: Any, analyzed: bool, mode: str
+) -> None:
+    """The start-up sweep looks at every started event of every session: pairing each by
+    reading the events after it reads a session's compaction events once per compaction."""
+    if analyzed:
+        await conn.execute("ANALYZE events")
+    await conn.execute(f"SET plan_cache_mode = {mode}")
+    total = await conn.fetchval(
+        "SELECT count(*) FROM events WHERE tenant = $1 AND name LIKE 'context.compaction.%'", T
+    )
+    for sql, args in [
+        (events.FETCH_EVERY_UNPAIRED_COMPACTION, (T, "old-stopped")),
+        (events.FETCH_SESSIONS_WITH_UNPAIRED_COMPACTIONS, ()),
+    ]:
+        plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+        root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        assert sum(_reads(root, "events")) <= 4 * total, (sql, total)
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_the_look_reads_a_few_events_whatever_the_table_holds(
+    conn: Any, analyzed: bool, mode: str
+) -> None:
+    """The look runs before every compaction: it reads the session's latest started event and
+    the partner after it, not every compaction event of the table (a hashed anti join) or
+    every event written after it (the next started event looked for in id order)."""
+    if analyzed:
+        await conn.execute("ANALYZE events")
+    await conn.execute(f"SET plan_cache_mode = {mode}")
+    for session in ("young", "old", "old-stopped"):
+        assert await _event_rows_read(conn, session) <= 8, session

@@ -249,3 +249,26 @@ async def test_a_partner_the_sweep_wrote_for_an_older_started_event_pairs_no_lat
         latest = await events.fetch_unpaired_compactions(conn, **key)
     assert [r["id"] for r in every] == [second]
     assert [r["id"] for r in latest] == [second]
+
+
+async def test_the_sweep_pairs_as_the_look_does(pool: asyncpg.Pool) -> None:
+    """The sweep's one pass pairs each started event by a partner naming it, else by the
+    next partner naming none before the next started event (rows an older version wrote,
+    without ``started_id``); a partner naming one pairs no other."""
+    key = {"tenant": T, "session_id": "s"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        ids: list[int] = []
+        for name, named in [
+            (STARTED, None), (COMPLETED, None), (STARTED, None), (STARTED, None),
+            (FAILED, 2), (STARTED, None), (STARTED, None), (FAILED, None),
+            (COMPLETED, 6), (STARTED, None), (FAILED, 5), (STARTED, None),
+        ]:  # fmt: skip
+            data = {} if named is None else {"started_id": ids[named]}
+            ids.append(await events.insert_event(conn, **key, name=name, data=data))
+        every = await events.fetch_unpaired_compactions(conn, **key, every=True)
+        latest = await events.fetch_unpaired_compactions(conn, **key)
+        sessions = await events.fetch_sessions_with_unpaired_compactions(conn)
+    assert [r["id"] for r in every] == [ids[3], ids[9], ids[11]]
+    assert [r["id"] for r in latest] == [ids[11]]
+    assert sessions == [(T, "s")]
