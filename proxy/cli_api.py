@@ -187,8 +187,9 @@ def call_api(
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
     # one, but means no http:// or https:// (the "host:port" of the banner's address), not
-    # a proxy that does not answer
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+    # a proxy that does not answer; a UnicodeError is the resolver's for a host name with an
+    # empty label or one over 63 characters, which no DNS query carries (httpx passes it on)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError) as exc:
         # httpx's reason quotes a piece of the URL, which may be a password's first part
         why = f" ({exc})" if shown_url == url else ""
         print(

@@ -1,0 +1,43 @@
+"""``sessions`` and ``memory`` given what no request can carry: an argument whose bytes are
+not UTF-8 (the shell hands them over as surrogates), or a host name with an empty label or
+one over 63 characters, which no DNS query carries. Each is a usage error, exit 2, on one
+line, never a traceback (README "CLI")."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _no_key_or_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CASCADE_URL", "CASCADE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "add", "caf\udce9"],
+        ["sessions", "show", "run-\udcff"],
+        ["sessions", "ls", "--filter", "\udcff"],
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--url", "http://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "not UTF-8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..b"])
+def test_a_host_name_no_dns_query_carries_is_not_a_url(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "ls", "--url", f"http://{host}:8080"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "not a URL" in err and "Traceback" not in err
