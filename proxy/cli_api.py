@@ -117,12 +117,20 @@ def cell(value: Any, width: int = 0) -> str:
 
 
 def _cells(text: str) -> int:
-    """How many terminal cells ``text`` takes: two for a wide (CJK) character, none for a
-    combining one, so a column holding them lines up with the others."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
+    """How many terminal cells ``text`` takes, so a column holding it lines up with the
+    others: two for a wide (CJK, emoji) character, none for a mark on the one before it
+    (an accent, a Thai vowel sign), a format character (a zero-width space, a joiner), a
+    variation selector, or a character a joiner (ZWJ) ties to the one before it, which a
+    terminal draws as one glyph."""
+    total, joined = 0, False
+    for c in text:
+        if not (joined or _ZERO_WIDTH.match(c) or unicodedata.category(c) in ("Mn", "Me", "Cf")):
+            total += 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        joined = c == "\u200d"
+    return total
+
+
+_ZERO_WIDTH = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")  # variation selectors
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

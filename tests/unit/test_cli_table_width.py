@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import unicodedata
 
+import pytest
+
 from proxy.cli_api import table
 
 
@@ -23,3 +25,22 @@ def test_wide_and_combining_characters_keep_the_columns_aligned() -> None:
     ends = {_cells(line) for line in lines}
     assert len(starts) == 1, lines  # the AGENT column starts at one terminal cell
     assert len(ends) == 1, lines  # and the right-aligned numbers end at one
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "👩\u200d💻",  # a ZWJ sequence: one glyph, two cells
+        "👨\u200d👩\u200d👧",
+        "☺\ufe0e✓",  # a variation selector takes no cell
+        "ab\u200bcd",  # a zero-width space neither
+        "\u0e01\u0e31x",  # a Thai vowel sign sits on its consonant (combining class 0)
+    ],
+)
+def test_joiners_and_zero_width_characters_take_no_cell(name: str) -> None:
+    """The cells a terminal gives each: a ZWJ, a variation selector or a zero-width space
+    counted as one pushed the next columns right."""
+    lines = table(("NAME", "X"), [(name, "x"), ("abcd", "y")]).splitlines()
+    assert lines[2] == "abcd  y"
+    wide = {"👩\u200d💻": 2, "👨\u200d👩\u200d👧": 2, "☺\ufe0e✓": 2, "ab\u200bcd": 4}
+    assert lines[1] == name + " " * (4 - wide.get(name, 2)) + "  x", lines
