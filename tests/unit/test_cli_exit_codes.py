@@ -5,15 +5,17 @@ error answer (README "CLI")."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from proxy.cli import main
+from proxy.cli import INTERRUPTED, main
 from proxy.cli_api import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
 
 
@@ -124,3 +126,24 @@ def test_with_stderr_closed_the_error_is_not_written_on_stdout(
     status = main([*argv, "--url", url] if "--url" not in argv else argv)
     assert status in (EXIT_NOT_FOUND, EXIT_UNREACHABLE)
     assert capsys.readouterr().out == ""
+
+
+def test_readmes_table_gives_each_status_the_code_gives() -> None:
+    """README's table of exit statuses, read back: a constant changed, or a row edited,
+    leaves the two saying different things to the scripts that test them."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### CLI")[1].split("### ")[0]
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", section, re.MULTILINE))
+    meanings = {
+        0: "done",
+        1: "any other error answer",
+        2: "usage",
+        EXIT_UNREACHABLE: "no proxy answered",
+        EXIT_NOT_FOUND: "not found",
+        EXIT_REFUSED: "the key refused",
+        INTERRUPTED: "Ctrl-C",
+        141: "closed the pipe",
+    }
+    assert sorted(int(s) for s in rows) == sorted(meanings)
+    for status, meaning in meanings.items():
+        assert meaning in rows[str(status)], (status, rows[str(status)])
