@@ -23,6 +23,7 @@ from proxy.listen import is_loopback
 from proxy.logs import BIDI_CONTROLS, without_credentials
 
 __all__ = [
+    "CONNECT_SECONDS",
     "EXIT_NOT_FOUND",
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
@@ -52,6 +53,11 @@ agents (403)."""
 WAIT_SECONDS = 600.0
 """How long a command waits for the proxy's whole answer, however slowly it comes
 (``_within``): ``compact`` waits for a summary call."""
+
+CONNECT_SECONDS = 30.0
+"""How long a command waits for the connection itself, within ``WAIT_SECONDS``: a host that
+drops the connection's first packet (a firewall, a full backlog) never had the request, and
+is said to be unreachable, not to be working on it."""
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
@@ -189,7 +195,7 @@ def call_api(
                 headers=headers,
                 params=params,
                 json=body,
-                timeout=WAIT_SECONDS,
+                timeout=httpx.Timeout(WAIT_SECONDS, connect=min(CONNECT_SECONDS, WAIT_SECONDS)),
                 trust_env=not _on_loopback(url),
             ),
         )
@@ -221,7 +227,9 @@ def call_api(
         )
         return EXIT_UNREACHABLE
     except httpx.TransportError as exc:
-        print(f"{who}: cannot reach the proxy at {shown_url}: {exc}", file=sys.stderr)
+        timed_out = isinstance(exc, httpx.ConnectTimeout)  # httpx's words: "timed out"
+        said = f"no connection within {CONNECT_SECONDS:g} s" if timed_out else str(exc)
+        print(f"{who}: cannot reach the proxy at {shown_url}: {said}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
         print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
