@@ -13,7 +13,7 @@ import re
 import sys
 import threading
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -119,21 +119,35 @@ def cell(value: Any, width: int = 0) -> str:
     """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``."""
     text = "-" if value is None or value == "" else str(value)
     text = printable(" ".join(text.split()))  # newlines and tabs would break the row
-    return text if not width or len(text) <= width else text[: width - 1] + "…"
+    if not width or _cells(text) <= width:
+        return text
+    kept, used = [], 0
+    for c, n in _widths(text):  # whole characters, their marks and joined ones with them
+        if used + n > width - 1:
+            break
+        kept.append(c)
+        used += n
+    return "".join(kept) + "…"
 
 
 def _cells(text: str) -> int:
-    """How many terminal cells ``text`` takes, so a column holding it lines up with the
-    others: two for a wide (CJK, emoji) character, none for a mark on the one before it
-    (an accent, a Thai vowel sign), a format character (a zero-width space, a joiner), a
-    variation selector, or a character a joiner (ZWJ) ties to the one before it, which a
-    terminal draws as one glyph."""
-    total, joined = 0, False
+    """How many terminal cells ``text`` takes (``_widths``), so a column holding it lines up
+    with the others."""
+    return sum(n for _, n in _widths(text))
+
+
+def _widths(text: str) -> Iterator[tuple[str, int]]:
+    """Each character of ``text`` with the terminal cells it takes: two for a wide (CJK,
+    emoji) one, none for a mark on the one before it (an accent, a Thai vowel sign), a
+    format character (a zero-width space, a joiner), a variation selector, or a character
+    a joiner (ZWJ) ties to the one before it, which a terminal draws as one glyph."""
+    joined = False
     for c in text:
-        if not (joined or _ZERO_WIDTH.match(c) or unicodedata.category(c) in ("Mn", "Me", "Cf")):
-            total += 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        if joined or _ZERO_WIDTH.match(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+            yield c, 0
+        else:
+            yield c, 2 if unicodedata.east_asian_width(c) in "WF" else 1
         joined = c == "\u200d"
-    return total
 
 
 _ZERO_WIDTH = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")  # variation selectors

@@ -44,3 +44,14 @@ def test_joiners_and_zero_width_characters_take_no_cell(name: str) -> None:
     assert lines[2] == "abcd  y"
     wide = {"👩\u200d💻": 2, "👨\u200d👩\u200d👧": 2, "☺\ufe0e✓": 2, "ab\u200bcd": 4}
     assert lines[1] == name + " " * (4 - wide.get(name, 2)) + "  x", lines
+
+
+def test_a_long_value_is_cut_to_the_columns_cells_not_its_characters() -> None:
+    """A column is cut at 72 cells: cut at 72 characters, a CJK title took 144, wider than
+    the terminal, and a cut inside a ZWJ sequence left its joiner dangling."""
+    lines = table(("TITLE", "X"), [("模" * 100, "x"), ("👩\u200d💻" * 40, "y")]).splitlines()
+    first, second = (line.rsplit("  ", 1)[0].rstrip() for line in lines[1:])
+    assert _cells(first) <= 72 and first.endswith("…"), first
+    assert first.count("模") == 35
+    assert not second.removesuffix("…").endswith("\u200d"), second
+    assert second.count("👩\u200d💻") == 35
