@@ -254,7 +254,7 @@ def call_api(
         return _not_cascade(who, url, resp, "no JSON")
     shown = ""
     try:  # rendered with --json too: another service's JSON is not printed as the API's
-        shown = render(answer) if resp.is_success else ""
+        shown = render(answer) if resp.is_success else _error_of(answer)
     except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
         return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
     if args.json:
@@ -270,6 +270,15 @@ def call_api(
         sys.stdout.flush()
         print(more, file=sys.stderr)
     return _status(resp, answer)
+
+
+def _error_of(answer: Any) -> str:
+    """Nothing, when ``answer`` is an error answer as the API gives one (an ``error`` object,
+    or a gateway's string there); else the ``KeyError`` of another service's error JSON (a
+    ``detail``, a ``message``, a list), which is no Cascade proxy's."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("error"), dict | str):
+        raise KeyError("error")
+    return ""
 
 
 def _status(resp: httpx.Response, answer: Any) -> int:

@@ -42,6 +42,10 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/bad": _error(400, "invalid_session_id"),
         # a path no route takes (a wrong prefix, an older proxy): no session's absence
         "/v1/sessions/nourl": (404, {"error": {"message": "Not Found", "code": "unknown_url"}}),
+        # another service's error JSON (a wrong port): no "error" the API would give
+        "/v1/sessions/detail": (404, {"detail": "Not Found"}),
+        "/v1/sessions/denied": (401, {"message": "Unauthorized"}),
+        "/v1/sessions/listed": (500, ["x"]),
     }
 
     def _answer(self) -> None:
@@ -147,3 +151,17 @@ def test_readmes_table_gives_each_status_the_code_gives() -> None:
     assert sorted(int(s) for s in rows) == sorted(meanings)
     for status, meaning in meanings.items():
         assert meaning in rows[str(status)], (status, rows[str(status)])
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+@pytest.mark.parametrize("session", ["detail", "denied", "listed"])
+def test_an_error_answer_not_in_the_apis_shape_is_no_cascade_proxy(
+    url: str, session: str, json_flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another service's error JSON was read as the API's: "404 Not Found", exit 1 (or 5 for
+    its 401: a key refused), and with --json printed as the API's, where README says what
+    is not Cascade's API is quoted on one line, exit 3."""
+    assert main(["sessions", "show", session, "--url", url, *json_flag]) == EXIT_UNREACHABLE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "with JSON Cascade's API does not give" in captured.err, captured.err
