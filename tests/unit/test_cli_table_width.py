@@ -8,7 +8,7 @@ import unicodedata
 
 import pytest
 
-from proxy.cli_api import table
+from proxy.cli_text import table
 
 
 def _cells(text: str) -> int:
