@@ -300,13 +300,15 @@ def _within(seconds: float, send: Callable[[], httpx.Response]) -> httpx.Respons
 
 
 def _check_port(url: str) -> None:
-    """Raise httpx's ``InvalidURL`` for a port out of range, which httpx takes and calls
-    another port for (``:99999`` its remainder): a usage error, not a proxy that is not
-    there."""
+    """Raise httpx's ``InvalidURL`` for a port out of 1-65535, which httpx takes and calls
+    another port for (``:99999`` its remainder), or port 0, which no server listens on: a
+    usage error, not a proxy that is not there."""
     try:
-        _ = urlsplit(url).port  # raises for one out of range
+        port = urlsplit(url).port  # raises for one out of range
     except ValueError as exc:
         raise httpx.InvalidURL(str(exc)) from None
+    if port == 0:
+        raise httpx.InvalidURL("Port 0 is no TCP port to call, 1-65535")
 
 
 def _on_loopback(url: str) -> bool:
