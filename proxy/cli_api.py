@@ -228,7 +228,8 @@ def _say_error(
     key: str | None,
 ) -> None:
     """The API's error answer as one line on stderr: its status and message, and for a 401
-    what was sent (a key and where it came from, the URL's Basic auth, or nothing)."""
+    what was sent (a key and where it came from, the URL's Basic auth, or nothing), and for
+    a busy proxy's 503 (or a 429) the ``Retry-After`` it gave."""
     error = answer.get("error") if isinstance(answer, dict) else None
     said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
     if isinstance(error, dict) and isinstance(said, str):
@@ -239,6 +240,9 @@ def _say_error(
         hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
         if not key and has_credentials(url):  # what was sent: no key goes beside them
             hint = " (sent the URL's user and password as Basic auth)"
+    wait = resp.headers.get("retry-after", "")
+    if resp.status_code in (429, 503) and wait.isdigit():  # worth a retry, and when
+        hint = f" (retry after {int(wait)} s)"
     print(
         f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",
         file=sys.stderr,

@@ -46,6 +46,7 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/detail": (404, {"detail": "Not Found"}),
         "/v1/sessions/denied": (401, {"message": "Unauthorized"}),
         "/v1/sessions/listed": (500, ["x"]),
+        "/v1/sessions/crowded": _error(503, "server_busy"),
     }
 
     def _answer(self) -> None:
@@ -53,6 +54,8 @@ class _Proxy(BaseHTTPRequestHandler):
         body = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
+        if status == 503:  # as proxy.wiring answers server_busy
+            self.send_header("retry-after", "1")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -165,3 +168,11 @@ def test_an_error_answer_not_in_the_apis_shape_is_no_cascade_proxy(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "with JSON Cascade's API does not give" in captured.err, captured.err
+
+
+def test_a_busy_proxy_names_its_retry_after(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 503 ``server_busy`` is worth a retry, and the proxy says when: the line said only
+    "503 …", with nothing to tell it from a proxy that failed."""
+    assert main(["sessions", "show", "crowded", "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions show: 503 server_busy said (retry after 1 s)\n", err
