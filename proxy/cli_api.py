@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import threading
@@ -111,7 +112,7 @@ def call_api(
     0 on success, an error answer's status (``_status``), 2 for what cannot be sent (a key
     no header carries, not a URL: usage), ``EXIT_UNREACHABLE`` when no proxy answers. A
     refused key is named by ``key_from``, where it came from, never quoted."""
-    method, path, params, body = request
+    params = request[2]  # an error naming a query parameter is said as its option
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
             f"cascade-proxy {command} {args.action}: the API key ({key_from or _KEY_SOURCES}) "
@@ -121,7 +122,50 @@ def call_api(
         )
         return 2
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    who, shown_url = f"cascade-proxy {command} {args.action}", without_credentials(url)
+    who = f"cascade-proxy {command} {args.action}"
+    resp = _send(who, url, headers, request)
+    if isinstance(resp, int):  # not sent, or no answer: said
+        return resp
+    try:
+        answer = resp.json()
+    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
+        return _not_cascade(who, url, resp, "no JSON")
+    shown = ""
+    try:  # rendered with --json too: another service's JSON is not printed as the API's
+        shown = render(answer) if resp.is_success else _error_of(answer)
+    except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+        return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif not resp.is_success:
+        _say_error(who, resp, answer, params, key_from, url, key)
+    else:
+        print(printable(shown))
+    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
+    # a reader that left sees none
+    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
+    if more:
+        sys.stdout.flush()
+        print(more, file=sys.stderr)
+    return _status(resp, answer)
+
+
+def _error_of(answer: Any) -> str:
+    """Nothing, when ``answer`` is an error answer as the API gives one (an ``error`` object,
+    or a gateway's string there); else the ``KeyError`` of another service's error JSON (a
+    ``detail``, a ``message``, a list), which is no Cascade proxy's."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("error"), dict | str):
+        raise KeyError("error")
+    return ""
+
+
+def _send(
+    who: str, url: str, headers: dict[str, str], request: tuple[str, str, dict[str, Any], Any]
+) -> httpx.Response | int:
+    """The proxy's answer to ``request``, or the exit status once the line saying why there
+    is none is written: 2 for what a retry never mends, ``EXIT_UNREACHABLE`` otherwise."""
+    method, path, params, body = request
+    shown_url = without_credentials(url)
     try:
         _check_port(url)
         resp = _within(
@@ -171,37 +215,10 @@ def call_api(
     except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
         print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    try:
-        answer = resp.json()
-    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        return _not_cascade(who, url, resp, "no JSON")
-    shown = ""
-    try:  # rendered with --json too: another service's JSON is not printed as the API's
-        shown = render(answer) if resp.is_success else _error_of(answer)
-    except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
-        return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
-    if args.json:
-        print(json.dumps(answer, indent=2))
-    elif not resp.is_success:
-        _say_error(who, resp, answer, params, key_from, url, key)
-    else:
-        print(printable(shown))
-    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
-    # a reader that left sees none
-    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
-    if more:
-        sys.stdout.flush()
-        print(more, file=sys.stderr)
-    return _status(resp, answer)
-
-
-def _error_of(answer: Any) -> str:
-    """Nothing, when ``answer`` is an error answer as the API gives one (an ``error`` object,
-    or a gateway's string there); else the ``KeyError`` of another service's error JSON (a
-    ``detail``, a ``message``, a list), which is no Cascade proxy's."""
-    if not isinstance(answer, dict) or not isinstance(answer.get("error"), dict | str):
-        raise KeyError("error")
-    return ""
+    except OSError as exc:  # httpx's TLS context, before any connection: a setting to mend
+        print(f"{who}: {_ca_files_refused(exc)}", file=sys.stderr)
+        return 2
+    return resp
 
 
 def _status(resp: httpx.Response, answer: Any) -> int:
@@ -301,6 +318,16 @@ def _within(seconds: float, send: Callable[[], httpx.Response]) -> httpx.Respons
     if isinstance(done[0], Exception):
         raise done[0]
     return done[0]
+
+
+def _ca_files_refused(exc: OSError) -> str:
+    """Why the CA certificates httpx reads from ``SSL_CERT_FILE``/``SSL_CERT_DIR`` for a
+    proxy beyond loopback did not load, naming the variables set (an ``OSError`` left to
+    the command's writing of the answer was said as "cannot write the answer")."""
+    named = [f"{v}={os.environ[v]}" for v in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(v)]
+    return f"cannot load the CA certificates ({', '.join(named) or 'the default ones'}): " + (
+        cell(exc.strerror or str(exc))
+    )
 
 
 def _check_port(url: str) -> None:

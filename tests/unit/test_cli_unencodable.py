@@ -5,6 +5,8 @@ line, never a traceback (README "CLI")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from proxy.cli import main
@@ -41,3 +43,24 @@ def test_a_host_name_no_dns_query_carries_is_not_a_url(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "not a URL" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("pem", [None, b"not a certificate\n"])
+def test_an_ssl_cert_file_that_does_not_load_is_named_not_an_unwritten_answer(
+    pem: bytes | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """httpx reads SSL_CERT_FILE for a proxy beyond loopback, and its OSError (no such file,
+    or an SSLError for one that is no PEM) was taken for stdout's: "cannot write the
+    answer", exit 1. It is a setting a retry never mends: named, exit 2."""
+    path = tmp_path / "ca.pem"
+    if pem is not None:
+        path.write_bytes(pem)
+    monkeypatch.setenv("SSL_CERT_FILE", str(path))
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    assert main(["sessions", "ls", "--url", "https://example.invalid:8443"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "SSL_CERT_FILE" in err and "cannot write" not in err, err
