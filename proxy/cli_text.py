@@ -55,17 +55,20 @@ def _cells(text: str) -> int:
 def _widths(text: str) -> Iterator[tuple[str, int]]:
     """Each character of ``text`` with the terminal cells it takes: two for a wide (CJK,
     emoji) one, none for a mark on the one before it (an accent, a Thai vowel sign), a
-    format character (a zero-width space, a joiner), a variation selector, or a character
-    a joiner (ZWJ) ties to the one before it, which a terminal draws as one glyph."""
+    format character (a zero-width space, a joiner), a variation selector, or a wide (emoji)
+    character a joiner (ZWJ) ties to the one before it, which a terminal draws as one glyph;
+    a narrow one after a joiner (a Devanagari half form's consonant) keeps its cell."""
     joined = False
     for c in text:
-        if joined or _ZERO_WIDTH.match(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+        wide = unicodedata.east_asian_width(c) in "WF"
+        if (joined and wide) or _ZERO_WIDTH.match(c) or unicodedata.category(c) in _MARKS:
             yield c, 0
         else:
-            yield c, 2 if unicodedata.east_asian_width(c) in "WF" else 1
+            yield c, 2 if wide else 1
         joined = c == "\u200d"
 
 
+_MARKS = ("Mn", "Me", "Cf")  # marks on the character before, and format characters
 _ZERO_WIDTH = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")  # variation selectors
 
 

@@ -35,6 +35,7 @@ def test_wide_and_combining_characters_keep_the_columns_aligned() -> None:
         "☺\ufe0e✓",  # a variation selector takes no cell
         "ab\u200bcd",  # a zero-width space neither
         "\u0e01\u0e31x",  # a Thai vowel sign sits on its consonant (combining class 0)
+        "\u0915\u094d\u200d\u0937",  # a Devanagari half form: the ZWJ joins no emoji
     ],
 )
 def test_joiners_and_zero_width_characters_take_no_cell(name: str) -> None:
