@@ -64,3 +64,14 @@ def test_an_ssl_cert_file_that_does_not_load_is_named_not_an_unwritten_answer(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "SSL_CERT_FILE" in err and "cannot write" not in err, err
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/\udcff", "http://\udcff:1"])
+def test_a_cascade_url_that_is_not_utf8_is_a_usage_error(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CASCADE_URL", url)
+    assert main(["sessions", "ls"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "CASCADE_URL" in err and "not UTF-8" in err, err
