@@ -9,30 +9,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import threading
-import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from proxy.cli_text import cell, printable
 from proxy.listen import is_loopback
-from proxy.logs import BIDI_CONTROLS, without_credentials
+from proxy.logs import without_credentials
 
 __all__ = [
+    "CONNECT_SECONDS",
     "EXIT_NOT_FOUND",
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
     "call_api",
-    "table",
-    "printable",
     "origin_of",
     "has_credentials",
     "has_query",
-    "cell",
 ]
 
 
@@ -52,6 +51,11 @@ agents (403)."""
 WAIT_SECONDS = 600.0
 """How long a command waits for the proxy's whole answer, however slowly it comes
 (``_within``): ``compact`` waits for a summary call."""
+
+CONNECT_SECONDS = 30.0
+"""How long a command waits for the connection itself, within ``WAIT_SECONDS``: a host that
+drops the connection's first packet (a firewall, a full backlog) never had the request, and
+is said to be unreachable, not to be working on it."""
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
@@ -92,58 +96,6 @@ def has_query(url: str) -> bool:
     return "?" in url or "#" in url
 
 
-# C0 but the tab and line break, DEL and C1, each as an escape: stored text (a tool result, a reply,
-# a model name another client sent) printed raw would drive the operator's terminal (ESC
-# and OSC sequences recolour, retitle, rewrite it).
-_TERMINAL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-del _TERMINAL_ESCAPES[0x09], _TERMINAL_ESCAPES[0x0A]
-# The bidirectional controls reorder what follows them on the line, and the line and
-# paragraph separators end a line where the table has none: each as a \u escape, as the
-# logs write them.
-_TERMINAL_ESCAPES.update({c: f"\\u{c:04x}" for c in (*BIDI_CONTROLS, 0x2028, 0x2029)})
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character but the tab and line break, and every
-    bidirectional control, as an escape."""
-    return text.translate(_TERMINAL_ESCAPES)
-
-
-def cell(value: Any, width: int = 0) -> str:
-    """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``."""
-    text = "-" if value is None or value == "" else str(value)
-    text = printable(" ".join(text.split()))  # newlines and tabs would break the row
-    return text if not width or len(text) <= width else text[: width - 1] + "…"
-
-
-def _cells(text: str) -> int:
-    """How many terminal cells ``text`` takes: two for a wide (CJK) character, none for a
-    combining one, so a column holding them lines up with the others."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns two spaces apart, numbers right-aligned, widths in terminal
-    cells; the last column is never padded."""
-    cells = [[cell(v, 72) for v in row] for row in rows]
-    widths = [max([_cells(h)] + [_cells(r[i]) for r in cells]) for i, h in enumerate(header)]
-    numeric = [
-        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
-        for i in range(len(header))
-    ]
-
-    def line(values: Sequence[str]) -> str:
-        pads = [" " * (w - _cells(v)) for v, w in zip(values, widths, strict=True)]
-        pairs = enumerate(zip(values, pads, strict=True))
-        out = [pad + v if numeric[i] else v + pad for i, (v, pad) in pairs]
-        return "  ".join(out).rstrip()
-
-    return "\n".join([line(list(header)), *(line(r) for r in cells)])
-
-
 def call_api(
     args: argparse.Namespace,
     url: str,
@@ -160,7 +112,7 @@ def call_api(
     0 on success, an error answer's status (``_status``), 2 for what cannot be sent (a key
     no header carries, not a URL: usage), ``EXIT_UNREACHABLE`` when no proxy answers. A
     refused key is named by ``key_from``, where it came from, never quoted."""
-    method, path, params, body = request
+    params = request[2]  # an error naming a query parameter is said as its option
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
         print(
             f"cascade-proxy {command} {args.action}: the API key ({key_from or _KEY_SOURCES}) "
@@ -170,7 +122,50 @@ def call_api(
         )
         return 2
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    who, shown_url = f"cascade-proxy {command} {args.action}", without_credentials(url)
+    who = f"cascade-proxy {command} {args.action}"
+    resp = _send(who, url, headers, request)
+    if isinstance(resp, int):  # not sent, or no answer: said
+        return resp
+    try:
+        answer = resp.json()
+    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
+        return _not_cascade(who, url, resp, "no JSON")
+    shown = ""
+    try:  # rendered with --json too: another service's JSON is not printed as the API's
+        shown = render(answer) if resp.is_success else _error_of(answer)
+    except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+        return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif not resp.is_success:
+        _say_error(who, resp, answer, params, key_from, url, key)
+    else:
+        print(printable(shown))
+    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
+    # a reader that left sees none
+    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
+    if more:
+        sys.stdout.flush()
+        print(more, file=sys.stderr)
+    return _status(resp, answer)
+
+
+def _error_of(answer: Any) -> str:
+    """Nothing, when ``answer`` is an error answer as the API gives one (an ``error`` object,
+    or a gateway's string there); else the ``KeyError`` of another service's error JSON (a
+    ``detail``, a ``message``, a list), which is no Cascade proxy's."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("error"), dict | str):
+        raise KeyError("error")
+    return ""
+
+
+def _send(
+    who: str, url: str, headers: dict[str, str], request: tuple[str, str, dict[str, Any], Any]
+) -> httpx.Response | int:
+    """The proxy's answer to ``request``, or the exit status once the line saying why there
+    is none is written: 2 for what a retry never mends, ``EXIT_UNREACHABLE`` otherwise."""
+    method, path, params, body = request
+    shown_url = without_credentials(url)
     try:
         _check_port(url)
         resp = _within(
@@ -181,14 +176,15 @@ def call_api(
                 headers=headers,
                 params=params,
                 json=body,
-                timeout=WAIT_SECONDS,
+                timeout=httpx.Timeout(WAIT_SECONDS, connect=min(CONNECT_SECONDS, WAIT_SECONDS)),
                 trust_env=not _on_loopback(url),
             ),
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
     # one, but means no http:// or https:// (the "host:port" of the banner's address), not
-    # a proxy that does not answer
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+    # a proxy that does not answer; a UnicodeError is the resolver's for a host name with an
+    # empty label or one over 63 characters, which no DNS query carries (httpx passes it on)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError) as exc:
         # httpx's reason quotes a piece of the URL, which may be a password's first part
         why = f" ({exc})" if shown_url == url else ""
         print(
@@ -212,33 +208,17 @@ def call_api(
         )
         return EXIT_UNREACHABLE
     except httpx.TransportError as exc:
-        print(f"{who}: cannot reach the proxy at {shown_url}: {exc}", file=sys.stderr)
+        timed_out = isinstance(exc, httpx.ConnectTimeout)  # httpx's words: "timed out"
+        said = f"no connection within {CONNECT_SECONDS:g} s" if timed_out else str(exc)
+        print(f"{who}: cannot reach the proxy at {shown_url}: {said}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
         print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    try:
-        answer = resp.json()
-    except ValueError:  # not a Cascade proxy at --url, or a proxy in front of it failed
-        return _not_cascade(who, url, resp, "no JSON")
-    shown = ""
-    try:  # rendered with --json too: another service's JSON is not printed as the API's
-        shown = render(answer) if resp.is_success else ""
-    except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
-        return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
-    if args.json:
-        print(json.dumps(answer, indent=2))
-    elif not resp.is_success:
-        _say_error(who, resp, answer, params, key_from, url, key)
-    else:
-        print(printable(shown))
-    # on stderr once the answer is out, with --json too (stdout stays the API's JSON alone):
-    # a reader that left sees none
-    more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
-    if more:
-        sys.stdout.flush()
-        print(more, file=sys.stderr)
-    return _status(resp, answer)
+    except OSError as exc:  # httpx's TLS context, before any connection: a setting to mend
+        print(f"{who}: {_ca_files_refused(exc)}", file=sys.stderr)
+        return 2
+    return resp
 
 
 def _status(resp: httpx.Response, answer: Any) -> int:
@@ -265,7 +245,8 @@ def _say_error(
     key: str | None,
 ) -> None:
     """The API's error answer as one line on stderr: its status and message, and for a 401
-    what was sent (a key and where it came from, the URL's Basic auth, or nothing)."""
+    what was sent (a key and where it came from, the URL's Basic auth, or nothing), and for
+    a busy proxy's 503 (or a 429) the ``Retry-After`` it gave."""
     error = answer.get("error") if isinstance(answer, dict) else None
     said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
     if isinstance(error, dict) and isinstance(said, str):
@@ -276,6 +257,9 @@ def _say_error(
         hint = f" ({sent})" if key else " (give the key with --api-key or CASCADE_API_KEY)"
         if not key and has_credentials(url):  # what was sent: no key goes beside them
             hint = " (sent the URL's user and password as Basic auth)"
+    wait = resp.headers.get("retry-after", "")
+    if resp.status_code in (429, 503) and wait.isdigit():  # worth a retry, and when
+        hint = f" (retry after {int(wait)} s)"
     print(
         f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",
         file=sys.stderr,
@@ -336,14 +320,26 @@ def _within(seconds: float, send: Callable[[], httpx.Response]) -> httpx.Respons
     return done[0]
 
 
+def _ca_files_refused(exc: OSError) -> str:
+    """Why the CA certificates httpx reads from ``SSL_CERT_FILE``/``SSL_CERT_DIR`` for a
+    proxy beyond loopback did not load, naming the variables set (an ``OSError`` left to
+    the command's writing of the answer was said as "cannot write the answer")."""
+    named = [f"{v}={os.environ[v]}" for v in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(v)]
+    return f"cannot load the CA certificates ({', '.join(named) or 'the default ones'}): " + (
+        cell(exc.strerror or str(exc))
+    )
+
+
 def _check_port(url: str) -> None:
-    """Raise httpx's ``InvalidURL`` for a port out of range, which httpx takes and calls
-    another port for (``:99999`` its remainder): a usage error, not a proxy that is not
-    there."""
+    """Raise httpx's ``InvalidURL`` for a port out of 1-65535, which httpx takes and calls
+    another port for (``:99999`` its remainder), or port 0, which no server listens on: a
+    usage error, not a proxy that is not there."""
     try:
-        _ = urlsplit(url).port  # raises for one out of range
+        port = urlsplit(url).port  # raises for one out of range
     except ValueError as exc:
         raise httpx.InvalidURL(str(exc)) from None
+    if port == 0:
+        raise httpx.InvalidURL("Port 0 is no TCP port to call, 1-65535")
 
 
 def _on_loopback(url: str) -> bool:

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from proxy.cli_api import call_api, cell, table
+from proxy.cli_api import call_api
 from proxy.cli_sessions import next_page
+from proxy.cli_text import cell, table
 
 __all__ = ["run_memory"]
 

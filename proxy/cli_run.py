@@ -166,6 +166,13 @@ def _sessions(args: argparse.Namespace) -> int:
         listen = Listen()
         given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
     url = origin_of(given)
+    if not _utf8(url):  # the shell's bytes as surrogates: httpx's quoting would raise
+        print(
+            f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) holds bytes "
+            "that are not UTF-8, which no request carries",
+            file=sys.stderr,
+        )
+        return 2
     if has_query(url):  # not quoted: a query may hold a token
         print(
             f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a query or "
@@ -204,6 +211,13 @@ def _client_command(args: argparse.Namespace) -> int:
     output's encoding lacks (a latin-1 terminal) is written as an escape, not a traceback."""
     if sys.stdout is None:  # `cascade-proxy … >&-`: print() would write nothing, silently
         return _unwritten(args, "stdout is closed")
+    if unsent := _not_utf8(args):  # httpx's encoding, or the path's quoting, would raise
+        print(
+            f"cascade-proxy {args.command} {args.action}: {unsent} holds bytes that are not "
+            "UTF-8, which no request carries",
+            file=sys.stderr,
+        )
+        return 2
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
@@ -216,6 +230,34 @@ def _client_command(args: argparse.Namespace) -> int:
         _to_devnull()
         return _unwritten(args, exc.strerror or str(exc))
     return status
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: no surrogate the shell made of a byte outside it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_utf8(args: argparse.Namespace) -> str:
+    """The option or argument whose value the shell handed over as surrogates (bytes not in
+    UTF-8), named, not quoted (it may be the key); empty when there is none."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and not _utf8(text):
+                return _OPTIONS.get(name, name.upper())
+    return ""
+
+
+# The namespace's names given as options, as typed; the others (id, text) are positional.
+_OPTIONS = {
+    **{n: f"--{n}" for n in ("url", "filter", "scope", "session")},
+    "api_key": "--api-key",
+    "facts": "--fact",
+    "new_id": "--new-id",
+}
 
 
 def _to_devnull() -> None:

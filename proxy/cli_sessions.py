@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from proxy.cli_api import call_api, cell, table
+from proxy.cli_api import call_api
+from proxy.cli_text import cell, table
 
 __all__ = ["next_page", "run_sessions", "ACTIONS"]
 

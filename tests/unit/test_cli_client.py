@@ -33,7 +33,9 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("command", [["sessions", "ls"], ["memory", "ls"]])
-@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "127.0.0.1:8080"])
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://127.0.0.1:99999", "http://127.0.0.1:0", "127.0.0.1:8080"]
+)
 def test_a_malformed_url_is_one_line_and_exit_2(
     command: list[str], url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,15 +5,17 @@ error answer (README "CLI")."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from proxy.cli import main
+from proxy.cli import INTERRUPTED, main
 from proxy.cli_api import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
 
 
@@ -40,6 +42,11 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/bad": _error(400, "invalid_session_id"),
         # a path no route takes (a wrong prefix, an older proxy): no session's absence
         "/v1/sessions/nourl": (404, {"error": {"message": "Not Found", "code": "unknown_url"}}),
+        # another service's error JSON (a wrong port): no "error" the API would give
+        "/v1/sessions/detail": (404, {"detail": "Not Found"}),
+        "/v1/sessions/denied": (401, {"message": "Unauthorized"}),
+        "/v1/sessions/listed": (500, ["x"]),
+        "/v1/sessions/crowded": _error(503, "server_busy"),
     }
 
     def _answer(self) -> None:
@@ -47,6 +54,8 @@ class _Proxy(BaseHTTPRequestHandler):
         body = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
+        if status == 503:  # as proxy.wiring answers server_busy
+            self.send_header("retry-after", "1")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -124,3 +133,46 @@ def test_with_stderr_closed_the_error_is_not_written_on_stdout(
     status = main([*argv, "--url", url] if "--url" not in argv else argv)
     assert status in (EXIT_NOT_FOUND, EXIT_UNREACHABLE)
     assert capsys.readouterr().out == ""
+
+
+def test_readmes_table_gives_each_status_the_code_gives() -> None:
+    """README's table of exit statuses, read back: a constant changed, or a row edited,
+    leaves the two saying different things to the scripts that test them."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### CLI")[1].split("### ")[0]
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", section, re.MULTILINE))
+    meanings = {
+        0: "done",
+        1: "any other error answer",
+        2: "usage",
+        EXIT_UNREACHABLE: "no proxy answered",
+        EXIT_NOT_FOUND: "not found",
+        EXIT_REFUSED: "the key refused",
+        INTERRUPTED: "Ctrl-C",
+        141: "closed the pipe",
+    }
+    assert sorted(int(s) for s in rows) == sorted(meanings)
+    for status, meaning in meanings.items():
+        assert meaning in rows[str(status)], (status, rows[str(status)])
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+@pytest.mark.parametrize("session", ["detail", "denied", "listed"])
+def test_an_error_answer_not_in_the_apis_shape_is_no_cascade_proxy(
+    url: str, session: str, json_flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another service's error JSON was read as the API's: "404 Not Found", exit 1 (or 5 for
+    its 401: a key refused), and with --json printed as the API's, where README says what
+    is not Cascade's API is quoted on one line, exit 3."""
+    assert main(["sessions", "show", session, "--url", url, *json_flag]) == EXIT_UNREACHABLE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "with JSON Cascade's API does not give" in captured.err, captured.err
+
+
+def test_a_busy_proxy_names_its_retry_after(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 503 ``server_busy`` is worth a retry, and the proxy says when: the line said only
+    "503 …", with nothing to tell it from a proxy that failed."""
+    assert main(["sessions", "show", "crowded", "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions show: 503 server_busy said (retry after 1 s)\n", err

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from proxy.cli import main
-from proxy.cli_api import printable
+from proxy.cli_text import printable
 
 
 class _Session(BaseHTTPRequestHandler):

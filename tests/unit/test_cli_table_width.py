@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import unicodedata
 
-from proxy.cli_api import table
+import pytest
+
+from proxy.cli_text import table
 
 
 def _cells(text: str) -> int:
@@ -23,3 +25,34 @@ def test_wide_and_combining_characters_keep_the_columns_aligned() -> None:
     ends = {_cells(line) for line in lines}
     assert len(starts) == 1, lines  # the AGENT column starts at one terminal cell
     assert len(ends) == 1, lines  # and the right-aligned numbers end at one
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "👩\u200d💻",  # a ZWJ sequence: one glyph, two cells
+        "👨\u200d👩\u200d👧",
+        "☺\ufe0e✓",  # a variation selector takes no cell
+        "ab\u200bcd",  # a zero-width space neither
+        "\u0e01\u0e31x",  # a Thai vowel sign sits on its consonant (combining class 0)
+        "\u0915\u094d\u200d\u0937",  # a Devanagari half form: the ZWJ joins no emoji
+    ],
+)
+def test_joiners_and_zero_width_characters_take_no_cell(name: str) -> None:
+    """The cells a terminal gives each: a ZWJ, a variation selector or a zero-width space
+    counted as one pushed the next columns right."""
+    lines = table(("NAME", "X"), [(name, "x"), ("abcd", "y")]).splitlines()
+    assert lines[2] == "abcd  y"
+    wide = {"👩\u200d💻": 2, "👨\u200d👩\u200d👧": 2, "☺\ufe0e✓": 2, "ab\u200bcd": 4}
+    assert lines[1] == name + " " * (4 - wide.get(name, 2)) + "  x", lines
+
+
+def test_a_long_value_is_cut_to_the_columns_cells_not_its_characters() -> None:
+    """A column is cut at 72 cells: cut at 72 characters, a CJK title took 144, wider than
+    the terminal, and a cut inside a ZWJ sequence left its joiner dangling."""
+    lines = table(("TITLE", "X"), [("模" * 100, "x"), ("👩\u200d💻" * 40, "y")]).splitlines()
+    first, second = (line.rsplit("  ", 1)[0].rstrip() for line in lines[1:])
+    assert _cells(first) <= 72 and first.endswith("…"), first
+    assert first.count("模") == 35
+    assert not second.removesuffix("…").endswith("\u200d"), second
+    assert second.count("👩\u200d💻") == 35

@@ -147,3 +147,28 @@ def test_a_proxy_that_cannot_be_reached_is_named_with_the_command(
     assert err.startswith(
         f"cascade-proxy memory ls: cannot reach the proxy at http://127.0.0.1:{port}: "
     ), err
+
+
+def test_a_connection_never_made_is_cannot_reach_not_a_request_in_flight(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host that drops the SYN (a firewall, a full backlog) was, at the wait's end, "no
+    answer … it had the request, which may still complete there": nothing was sent."""
+    monkeypatch.setattr("proxy.cli_api.WAIT_SECONDS", 1.0)
+    monkeypatch.setattr("proxy.cli_api.CONNECT_SECONDS", 0.3)
+    with socket.socket() as listener:  # backlog 0, filled: the kernel drops the next SYN
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        filling = [socket.socket() for _ in range(3)]
+        for s in filling:
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+        try:
+            assert main(["sessions", "compact", "s1", "--url", f"http://127.0.0.1:{port}"]) == 3
+        finally:
+            for s in filling:
+                s.close()
+    err = capsys.readouterr().err
+    assert "cannot reach the proxy" in err and "had the request" not in err, err
+    assert "no connection within 0.3 s" in err, err

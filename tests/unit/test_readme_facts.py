@@ -27,7 +27,7 @@ from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
 from proxy.cascade.pressure import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS
 from proxy.cascade.truncation import HEAD_SHARE
-from proxy.cli_api import WAIT_SECONDS
+from proxy.cli_api import CONNECT_SECONDS, WAIT_SECONDS
 from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.config_watch import RECHECK_SECONDS
@@ -125,6 +125,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         f"the session and memory APIs' bodies are capped at {API_BODY_LIMIT >> 10} KiB",
         f"At a stop the proxy waits up to {STOP_SECONDS:g} s for the last spans",
         f"It waits up to {WAIT_SECONDS:g} s for the whole answer",
+        f"A connection not made within {CONNECT_SECONDS:g} s (a firewall dropping it)",
         f"repeats its `LISTEN` every {PROBE_EVERY:g} s",
         f"and must answer within {PROBE_TIMEOUT:g} s",
         f"is read again every {RECHECK_SECONDS:g} s",
