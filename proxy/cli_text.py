@@ -53,23 +53,42 @@ def _cells(text: str) -> int:
 
 
 def _widths(text: str) -> Iterator[tuple[str, int]]:
-    """Each character of ``text`` with the terminal cells it takes: two for a wide (CJK,
-    emoji) one, none for a mark on the one before it (an accent, a Thai vowel sign), a
-    format character (a zero-width space, a joiner), a variation selector, or a wide (emoji)
-    character a joiner (ZWJ) ties to the one before it, which a terminal draws as one glyph;
-    a narrow one after a joiner (a Devanagari half form's consonant) keeps its cell."""
+    """Each character of ``text`` with the terminal cells it takes, as wcwidth counts them:
+    two for a wide (CJK, emoji) one; none for a mark on the one before it (an accent, a Thai
+    vowel sign), a format character (a zero-width space, a joiner), a variation selector, a
+    skin tone on the emoji before it, a Hangul vowel or final consonant jamo (drawn inside
+    the syllable's leading one), or an emoji or symbol a joiner (ZWJ) ties to the one before,
+    which a terminal draws as one glyph; one more for the emoji variation selector (VS16)
+    after a narrow symbol, which it draws as a wide emoji. A narrow letter after a joiner
+    (a Devanagari half form's consonant) keeps its cell, and a soft hyphen is drawn."""
     joined = False
+    last, symbol = 0, False  # the cells of the character before, and whether it is no letter
     for c in text:
         wide = unicodedata.east_asian_width(c) in "WF"
-        if (joined and wide) or _ZERO_WIDTH.match(c) or unicodedata.category(c) in _MARKS:
-            yield c, 0
+        if c == "\ufe0f":
+            n = 1 if last == 1 and symbol else 0
         else:
-            yield c, 2 if wide else 1
-        joined = c == "\u200d"
+            n = 0 if _drawn_inside(c, wide, joined, last) else 2 if wide else 1
+        yield c, n
+        joined, last = c == "\u200d", n
+        symbol = unicodedata.category(c)[0] not in "LM"
+
+
+def _drawn_inside(c: str, wide: bool, joined: bool, last: int) -> bool:
+    """Whether ``c`` takes no cell of its own (``_widths``): a mark, a format character, a
+    selector, a jamo that is no leading one, a skin tone, or what a ZWJ ties to the one before."""
+    category = unicodedata.category(c)
+    return bool(
+        (joined and (wide or category == "So"))
+        or _ZERO_WIDTH.match(c)
+        or (category in _MARKS and c != "\u00ad")
+        or ("\U0001f3fb" <= c <= "\U0001f3ff" and last == 2)
+    )
 
 
 _MARKS = ("Mn", "Me", "Cf")  # marks on the character before, and format characters
-_ZERO_WIDTH = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")  # variation selectors
+# variation selectors (VS16 apart), and the Hangul jamo that draw inside a leading one
+_ZERO_WIDTH = re.compile("[\ufe00-\ufe0e\U000e0100-\U000e01ef\u1160-\u11ff\ud7b0-\ud7ff]")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -56,3 +56,26 @@ def test_a_long_value_is_cut_to_the_columns_cells_not_its_characters() -> None:
     assert first.count("模") == 35
     assert not second.removesuffix("…").endswith("\u200d"), second
     assert second.count("👩\u200d💻") == 35
+
+
+@pytest.mark.parametrize(
+    ("name", "cells"),
+    [
+        ("\u2764\ufe0f", 2),  # VS16: a text symbol drawn as an emoji, two cells
+        ("1\ufe0f\u20e3", 2),  # a keycap
+        ("\U0001f3f3\ufe0f\u200d\U0001f308", 2),  # a rainbow flag
+        ("\U0001f468\u200d\u2695\ufe0f", 2),  # a profession: a symbol joined to the person
+        ("\U0001f469\u200d\u2764\ufe0f\u200d\U0001f468", 2),  # a couple with a heart
+        ("\U0001f44d\U0001f3fd", 2),  # a skin tone on the emoji before it
+        (unicodedata.normalize("NFD", "한국어"), 6),  # decomposed Hangul (macOS file names)
+        ("a\u00adb", 3),  # a soft hyphen is drawn
+    ],
+)
+def test_emoji_presentation_and_conjoining_jamo_take_the_cells_a_terminal_gives(
+    name: str, cells: int
+) -> None:
+    """As wcwidth counts them: a VS16 widens the symbol before it, a skin tone and a symbol
+    a ZWJ ties to an emoji draw inside it, and a Hangul syllable's vowel and final
+    consonant jamo draw inside its leading one."""
+    lines = table(("NAME", "X"), [(name, "x"), ("abcdef", "y")]).splitlines()
+    assert lines[1] == name + " " * (6 - cells) + "  x", lines
