@@ -48,7 +48,10 @@ def cell(value: Any, width: int = 0) -> str:
 
 def _cells(text: str) -> int:
     """How many terminal cells ``text`` takes (``_widths``), so a column holding it lines up
-    with the others."""
+    with the others. ASCII, its controls escaped (``printable``), takes one cell a character:
+    a listing of thousands of rows is measured without a look-up per character."""
+    if text.isascii():
+        return len(text)
     return sum(n for _, n in _widths(text))
 
 
@@ -64,20 +67,18 @@ def _widths(text: str) -> Iterator[tuple[str, int]]:
     joined = False
     last, symbol = 0, False  # the cells of the character before, and whether it is no letter
     for c in text:
-        wide = unicodedata.east_asian_width(c) in "WF"
+        wide, category = unicodedata.east_asian_width(c) in "WF", unicodedata.category(c)
         if c == "\ufe0f":
             n = 1 if last == 1 and symbol else 0
         else:
-            n = 0 if _drawn_inside(c, wide, joined, last) else 2 if wide else 1
+            n = 0 if _drawn_inside(c, category, wide, joined, last) else 2 if wide else 1
         yield c, n
-        joined, last = c == "\u200d", n
-        symbol = unicodedata.category(c)[0] not in "LM"
+        joined, last, symbol = c == "\u200d", n, category[0] not in "LM"
 
 
-def _drawn_inside(c: str, wide: bool, joined: bool, last: int) -> bool:
+def _drawn_inside(c: str, category: str, wide: bool, joined: bool, last: int) -> bool:
     """Whether ``c`` takes no cell of its own (``_widths``): a mark, a format character, a
     selector, a jamo that is no leading one, a skin tone, or what a ZWJ ties to the one before."""
-    category = unicodedata.category(c)
     return bool(
         (joined and (wide or category == "So"))
         or _ZERO_WIDTH.match(c)

@@ -79,3 +79,18 @@ def test_emoji_presentation_and_conjoining_jamo_take_the_cells_a_terminal_gives(
     consonant jamo draw inside its leading one."""
     lines = table(("NAME", "X"), [(name, "x"), ("abcdef", "y")]).splitlines()
     assert lines[1] == name + " " * (6 - cells) + "  x", lines
+
+
+def test_an_ascii_listing_is_measured_without_a_look_up_per_character(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page of thousands of ASCII rows is measured by its length: a Unicode look-up per
+    character, three times a cell, held a long listing for seconds. ASCII takes one cell a
+    character either way, its controls escaped first."""
+    from proxy import cli_text
+
+    assert [n for _, n in cli_text._widths("".join(map(chr, range(128))))] == [1] * 128
+    rows = [(f"sess-{i}", "default", "gpt-4o-mini", i, "2026-12-06") for i in range(10_000)]
+    monkeypatch.setattr(cli_text, "_widths", None)  # called, it raises TypeError
+    lines = table(("ID", "AGENT", "MODEL", "N", "UPDATED"), rows).splitlines()
+    assert lines[-1] == "sess-9999  default  gpt-4o-mini  9999  2026-12-06"
