@@ -258,7 +258,8 @@ def _say_error(
         if not key and has_credentials(url):  # what was sent: no key goes beside them
             hint = " (sent the URL's user and password as Basic auth)"
     wait = resp.headers.get("retry-after", "")
-    if resp.status_code in (429, 503) and wait.isdigit():  # worth a retry, and when
+    # worth a retry, and when; isdigit alone takes "²" (latin-1's 0xb2), which int refuses
+    if resp.status_code in (429, 503) and wait.isascii() and wait.isdigit():
         hint = f" (retry after {int(wait)} s)"
     print(
         f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",

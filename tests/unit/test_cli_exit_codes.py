@@ -47,7 +47,10 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/denied": (401, {"message": "Unauthorized"}),
         "/v1/sessions/listed": (500, ["x"]),
         "/v1/sessions/crowded": _error(503, "server_busy"),
+        "/v1/sessions/squared": _error(503, "server_busy"),
     }
+    # "²" is a digit to str.isdigit, and no int: the header's latin-1 byte 0xb2
+    retry_after: ClassVar[dict[str, str]] = {"/v1/sessions/squared": "\xb2"}
 
     def _answer(self) -> None:
         status, answer = self.answers[self.path.split("?")[0]]
@@ -55,7 +58,7 @@ class _Proxy(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", "application/json")
         if status == 503:  # as proxy.wiring answers server_busy
-            self.send_header("retry-after", "1")
+            self.send_header("retry-after", self.retry_after.get(self.path, "1"))
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -176,3 +179,13 @@ def test_a_busy_proxy_names_its_retry_after(url: str, capsys: pytest.CaptureFixt
     assert main(["sessions", "show", "crowded", "--url", url]) == 1
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said (retry after 1 s)\n", err
+
+
+def test_a_retry_after_that_is_no_number_is_left_out(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``Retry-After`` of another digit than 0-9 (a superscript two) ended the command in
+    a ValueError traceback, not the error's line."""
+    assert main(["sessions", "show", "squared", "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions show: 503 server_busy said\n", err
