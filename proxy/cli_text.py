@@ -26,13 +26,14 @@ _TERMINAL_ESCAPES.update({c: f"\\u{c:04x}" for c in (*BIDI_CONTROLS, 0x2028, 0x2
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character but the tab and line break, and every
-    bidirectional control, as an escape."""
+    """``text`` with every control character but the tab and line break, every
+    bidirectional control, and the line and paragraph separators, as an escape."""
     return text.translate(_TERMINAL_ESCAPES)
 
 
 def cell(value: Any, width: int = 0) -> str:
-    """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``."""
+    """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``
+    terminal cells (``…`` its last), never inside a character's marks or joined ones."""
     text = "-" if value is None or value == "" else str(value)
     text = printable(" ".join(text.split()))  # newlines and tabs would break the row
     if not width or _cells(text) <= width:
