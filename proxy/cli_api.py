@@ -8,6 +8,7 @@ Stored text reaches the terminal only through ``printable``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -285,10 +286,22 @@ def _not_cascade(who: str, url: str, resp: httpx.Response, what: str) -> int:
     as for no proxy."""
     said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
     print(
-        f"{who}: {without_credentials(url)} answered {resp.status_code} with {what}: {said}",
+        f"{who}: {without_credentials(url)} answered {resp.status_code} with {what}: {said}"
+        + _redirect(resp),
         file=sys.stderr,
     )
     return EXIT_UNREACHABLE
+
+
+def _redirect(resp: httpx.Response) -> str:
+    """Where a redirect sends (a server in front sending http:// to https://), to give as
+    ``--url`` instead: it is not followed, which would send the key on to another origin."""
+    where = resp.headers.get("location", "")
+    if not resp.is_redirect or not where:
+        return ""
+    with contextlib.suppress(httpx.InvalidURL):  # else quoted as sent
+        where = str(resp.url.join(where))
+    return f" (redirects to {cell(without_credentials(where))}; give that origin as --url)"
 
 
 def _reason(exc: Exception) -> str:

@@ -48,6 +48,7 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/listed": (500, ["x"]),
         "/v1/sessions/crowded": _error(503, "server_busy"),
         "/v1/sessions/squared": _error(503, "server_busy"),
+        "/v1/sessions/moved": (301, "Moved Permanently"),  # a front server sending to https
     }
     # "²" is a digit to str.isdigit, and no int: the header's latin-1 byte 0xb2
     retry_after: ClassVar[dict[str, str]] = {"/v1/sessions/squared": "\xb2"}
@@ -59,6 +60,8 @@ class _Proxy(BaseHTTPRequestHandler):
         self.send_header("content-type", "application/json")
         if status == 503:  # as proxy.wiring answers server_busy
             self.send_header("retry-after", self.retry_after.get(self.path, "1"))
+        if status == 301:
+            self.send_header("location", "https://proxy.example/v1/sessions/moved")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -189,3 +192,13 @@ def test_a_retry_after_that_is_no_number_is_left_out(
     assert main(["sessions", "show", "squared", "--url", url]) == 1
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said\n", err
+
+
+def test_a_redirect_names_where_it_sends(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server in front that sends http:// to https:// answers a redirect, which the command
+    does not follow (it would resend the key): its line quoted the body alone, not the URL
+    to give instead."""
+    assert main(["sessions", "show", "moved", "--url", url]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert "answered 301" in err and "redirects to https://proxy.example/v1/sessions/moved" in err
+    assert err.count("\n") == 1, err
