@@ -77,8 +77,8 @@ def test_emoji_presentation_and_conjoining_jamo_take_the_cells_a_terminal_gives(
     """As wcwidth counts them: a VS16 widens the symbol before it, a skin tone and a symbol
     a ZWJ ties to an emoji draw inside it, and a Hangul syllable's vowel and final
     consonant jamo draw inside its leading one."""
-    lines = table(("NAME", "X"), [(name, "x"), ("abcdef", "y")]).splitlines()
-    assert lines[1] == name + " " * (6 - cells) + "  x", lines
+    lines = table(("NAME", "X"), [(name, "x"), ("a" * 12, "y")]).splitlines()
+    assert lines[1] == name + " " * (12 - cells) + "  x", lines  # padded to the widest
 
 
 def test_an_ascii_listing_is_measured_without_a_look_up_per_character(
