@@ -64,7 +64,8 @@ def _widths(text: str) -> Iterator[tuple[str, int]]:
     the syllable's leading one), or an emoji or symbol a joiner (ZWJ) ties to the one before,
     which a terminal draws as one glyph; one more for the emoji variation selector (VS16)
     after a narrow symbol, which it draws as a wide emoji. A narrow letter after a joiner
-    (a Devanagari half form's consonant) keeps its cell, and a soft hyphen is drawn."""
+    (a Devanagari half form's consonant) and a spacing mark (a Devanagari vowel sign) keep
+    their cell, and a soft hyphen is drawn."""
     joined = False
     last, symbol = 0, False  # the cells of the character before, and whether it is no letter
     for c in text:
