@@ -274,3 +274,22 @@ async def test_the_sweep_pairs_as_the_look_does(pool: asyncpg.Pool) -> None:
     assert [r["id"] for r in every] == [ids[9], ids[11]]
     assert [r["id"] for r in latest] == [ids[11]]
     assert sessions == [(T, "s")]
+
+
+async def test_a_started_event_with_a_malformed_span_is_closed_not_refused(
+    pool: asyncpg.Pool,
+) -> None:
+    """A started event whose ``to_pos`` is no integer (written by hand, or by another
+    writer than this release) is closed as interrupted: the look for the summary it stored
+    reads the value as text, so the cast error of one event does not stop every pass."""
+    key = {"tenant": T, "session_id": "s"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        for to_pos in ("x", 8.5):
+            await events.insert_event(conn, **key, name=STARTED, data={"to_pos": to_pos})
+        await summaries.insert_summary(
+            conn, **key, boundary=4, boundary_hash=None, content="b", tokens=1, model="f"
+        )
+        closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+        assert await closer.close_session(conn, T, "s", every=True) == 2
+    assert await _unpaired(pool, every=True) == 0
