@@ -235,13 +235,14 @@ async def unwatch(conn: Executor, *, tenant: str, session_id: str, replica: uuid
 
 # A compaction's started event and its partner (completed or failed) are written by one
 # compaction, which holds the session's compaction lock throughout, so a session's
-# compaction events alternate: started, partner, started, partner. A started event is
-# unpaired when no partner follows it before the next started event and no partner names
-# it (``started_id``: one written later, by the sweep below). A partner that names a started
-# event is that one's alone: the sweep's for the first of two in a row comes after the
-# second, and its position would pair that one too. A partner that names none (an older
-# version's, or the compaction's own) pairs by position. The name conditions match migration
-# 0012's partial index, which every probe here goes through.
+# compaction events alternate: started, partner, started, partner. A partner that names a
+# started event (``started_id``: one written later, by the sweep below) is that one's alone:
+# the sweep's for the first of two in a row comes after the second, and its position would
+# pair that one too. A partner that names none (an older version's, or the compaction's
+# own) pairs the nearest started event before it that no partner names and no nearer
+# partner took: an older version's two started events in a row can be followed by both
+# their partners. A started event with neither is unpaired. The name conditions match
+# migration 0012's partial index, which every probe here goes through.
 
 # Each compaction closes the unpaired started event of its session (under its claim) before
 # it writes its own, which it writes only while it still holds the claim
@@ -271,30 +272,45 @@ WHERE NOT EXISTS (
 
 
 def _swept(where: str) -> str:
-    """The unpaired started events of the sessions ``where`` names, in one pass over their
-    compaction events: a started event's positional partner is the first of them after it
-    that names no started event, and a named one is found by a hashed lookup. Reading the
-    events after each started event instead reads a session's compaction events once per
-    started event: the sweep reads every one, so the square of a session's compactions."""
+    """The unpaired started events of the sessions ``where`` names, in two sorts of their
+    compaction events and no join (a join's plan on a table without statistics reads them
+    once per started event). A started event a later partner names is paired: partners
+    naming it share its ``key``. The others and the partners naming none pair as brackets
+    do, each partner closing the latest started event still open before it: ``walk`` counts
+    started events less partners, ``depth`` is that floored at 0 (a partner with none open
+    closes nothing), and a started event is closed when the depth falls below its own after
+    it. The first partner after a started event is not enough: two started events in a row
+    and then their two partners (a compaction whose lease expired writing after the next
+    one, in an older version) pair both."""
     return f"""
-WITH c AS (
+WITH k AS (
     SELECT tenant, session_id, id, name, data,
-           lead(name) OVER (PARTITION BY tenant, session_id ORDER BY id) AS next
+           max(id) FILTER (WHERE name <> 'context.compaction.started'
+                             AND data->>'started_id' IS NOT NULL)
+               OVER (PARTITION BY tenant, session_id,
+                     CASE WHEN name = 'context.compaction.started' THEN id::text
+                          ELSE coalesce(data->>'started_id', id::text) END) AS named_by
     FROM events
     WHERE {where} AND name IN ('context.compaction.started', 'context.compaction.completed',
                                'context.compaction.failed')
-      AND (name = 'context.compaction.started' OR data->>'started_id' IS NULL)
-), named AS (
-    SELECT tenant, session_id, id, data->>'started_id' AS started_id FROM events
-    WHERE {where} AND name IN ('context.compaction.completed', 'context.compaction.failed')
-      AND data->>'started_id' IS NOT NULL
+), c AS (
+    SELECT tenant, session_id, id, name, data,
+           sum(CASE WHEN name = 'context.compaction.started' THEN 1 ELSE -1 END)
+               OVER (PARTITION BY tenant, session_id ORDER BY id) AS walk
+    FROM k
+    WHERE CASE WHEN name = 'context.compaction.started' THEN coalesce(named_by < id, true)
+               ELSE data->>'started_id' IS NULL END
+), d AS (
+    SELECT tenant, session_id, id, name, data,
+           walk - least(0, min(walk) OVER (PARTITION BY tenant, session_id ORDER BY id)) AS depth
+    FROM c
 )
-SELECT s.tenant, s.session_id, s.id, s.data FROM c s
-WHERE s.name = 'context.compaction.started' AND coalesce(s.next, s.name) = s.name
-  AND NOT EXISTS (
-    SELECT 1 FROM named e
-    WHERE e.tenant = s.tenant AND e.session_id = s.session_id AND e.started_id = s.id::text
-      AND e.id > s.id)
+SELECT tenant, session_id, id, data FROM (
+    SELECT tenant, session_id, id, name, data, depth,
+           min(depth) OVER (PARTITION BY tenant, session_id ORDER BY id
+                            ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS floor
+    FROM d) s
+WHERE name = 'context.compaction.started' AND depth <= floor
 """
 
 

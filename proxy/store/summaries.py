@@ -149,13 +149,14 @@ async def fetch_summaries(conn: Executor, *, tenant: str, session_id: str) -> li
 # after it stores at the same boundary). Compactions of a session hold its claim in turn, and
 # each writes its started event before its summary, so no other stores one in that window.
 # Its version is not the one the event read plus one: versions count invalidated summaries
-# too, and a reset starts them again.
+# too, and a reset starts them again. The boundary is compared as text: a ``to_pos`` that
+# is no integer (not this release's) names no summary, where a cast would refuse the pass.
 FETCHROW_STORED_BY = """
 SELECT sm.version,
        (extract(epoch FROM sm.created_at - s.created_at) * 1000)::bigint AS duration_ms
 FROM events s JOIN summaries sm ON sm.tenant = s.tenant AND sm.session_id = s.session_id
 WHERE s.id = $1
-  AND sm.boundary = (s.data->>'to_pos')::int
+  AND sm.boundary::text = s.data->>'to_pos'
   AND sm.created_at >= s.created_at
   AND NOT EXISTS (
     SELECT 1 FROM events n
