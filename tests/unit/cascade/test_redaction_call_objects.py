@@ -12,7 +12,7 @@ import time
 
 from proxy.cascade.redaction import REDACTED, compile_patterns
 from proxy.cascade.redaction_calls import redact_written
-from tests.unit.cascade.fake_credentials import AWS_ID
+from tests.unit.cascade.fake_credentials import AWS_ID, AWS_SECRET
 
 _PATTERNS = compile_patterns((), use_defaults=True)
 
@@ -279,3 +279,23 @@ def test_a_string_ending_one_pem_block_may_open_the_next() -> None:
     call = {"id": "c1", "function": {"name": "f", "arguments": {"lines": lines}}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
     assert out["tool_calls"][0]["function"]["arguments"] == {"lines": [REDACTED] * 5 + ["after"]}
+
+
+def test_a_quoted_key_in_a_string_of_the_arguments_is_read_as_in_the_text() -> None:
+    """A JSON file an agent writes (``{"api_key": "…"}``) is one string in its call's
+    arguments, its quotes escaped (``\\"api_key\\": \\"…\\"``): the key's closing quote is
+    read escaped as the text's bare one, so the value is redacted there as in a message."""
+    written = f'{{"api_key": "Xk9mQ2vL7pR4zz", "aws_secret_access_key": "{AWS_SECRET}", "n": 3}}'
+    content, _ = redact_written({"role": "user", "content": written}, _PATTERNS)
+    assert json.loads(content["content"]) == {
+        "api_key": REDACTED,
+        "aws_secret_access_key": REDACTED,
+        "n": 3,
+    }
+    args = {"path": "config.json", "text": written}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        read = json.loads(got) if isinstance(got, str) else got
+        assert n == 2 and read == {"path": "config.json", "text": content["content"]}, got
