@@ -299,3 +299,25 @@ def test_a_quoted_key_in_a_string_of_the_arguments_is_read_as_in_the_text() -> N
         got = out["tool_calls"][0]["function"]["arguments"]
         read = json.loads(got) if isinstance(got, str) else got
         assert n == 2 and read == {"path": "config.json", "text": content["content"]}, got
+
+
+def test_a_pem_block_cut_short_in_an_array_of_lines_is_redacted_to_its_last_body_line() -> None:
+    """A key written as its lines and cut short (no END line) is, as one text, redacted from
+    its BEGIN line through the body's characters after it; read as an array's strings, the
+    BEGIN line alone was, and the body went on as sent. The array's items after it that are
+    all the body's characters are the key's; an item of other text ends it, and a string
+    elsewhere (a search for the BEGIN line, then a path) is not read as its body."""
+    begin = "-----BEGIN RSA PRIVATE KEY-----"
+    args = {"lines": ["head:", begin, "MIIEpAIBAAKCAQEA7bq98", "q3P0jXh1ZbKc+/=", "done."]}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        got = got if isinstance(got, dict) else json.loads(got)
+        assert got == {"lines": ["head:", *[REDACTED] * 3, "done."]}, got
+        assert redact_written(out, _PATTERNS) == (out, 0)
+    search = {"pattern": begin, "path": "src", "also": [begin], "in": ["src"]}
+    call = {"id": "c1", "function": {"name": "f", "arguments": search}}
+    out, _ = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    assert got["path"] == "src" and got["in"] == ["src"], got
