@@ -25,6 +25,8 @@ _KEYWORD = (
 # a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
 # of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
+# A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
+# bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
 # ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
 # Windows path's) is the value's, read as one pair, so a run of them has one reading and a
@@ -33,7 +35,7 @@ _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments).
 _QUOTE = r"(?:\\?[\"'])"
-_END = r"(?:[\s,;}\])]|" + _ESCAPE + r"|$)"
+_END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _IDENTIFIER = (
     r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
@@ -45,7 +47,7 @@ _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
-    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|" + _ESCAPE + r"|$))"
+    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"))"

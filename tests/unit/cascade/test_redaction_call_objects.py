@@ -231,12 +231,13 @@ def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
 def test_a_container_s_key_is_read_as_its_json_text_like_a_scalar_s() -> None:
     """Read entry by entry, an object's key whose value is a container is read as its JSON
     text, as a scalar's entry and the whole text read it: read as bare text, a value that
-    ends the key (``"token=5"``) was a number there and a secret in the JSON text, so the
-    key was redacted or not by whether a sibling sent the object entry by entry, and the
-    summary's input, redacted again from the stored row, differed from the row."""
-    alone = {"timeout": 5, "token=5": {"a": 1}}
+    ends the key (``"token=s3cret"``) was read otherwise, so the key was redacted or not by
+    whether a sibling sent the object entry by entry, and the summary's input, redacted
+    again from the stored row, differed from the row. A number there (``"token=5"``) is no
+    secret read either way."""
+    alone = {"timeout": 5, "token=5": [1], "token=s3cret": {"a": 1}}
     beside = {"expect": "Enter password:", **alone}
-    want = {"timeout": 5, "token=[REDACTED]": {"a": 1}}
+    want = {"timeout": 5, "token=5": [1], "token=[REDACTED]": {"a": 1}}
     for args, expected in ((alone, want), (beside, {"expect": "Enter password:", **want})):
         call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
         msg = {"role": "assistant", "content": None, "tool_calls": [call]}
@@ -321,3 +322,19 @@ def test_a_pem_block_cut_short_in_an_array_of_lines_is_redacted_to_its_last_body
     out, _ = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
     got = out["tool_calls"][0]["function"]["arguments"]
     assert got["path"] == "src" and got["in"] == ["src"], got
+
+
+def test_a_number_or_constant_ending_a_string_of_the_arguments_is_no_secret() -> None:
+    """In JSON text a value that ends its string ends at the string's closing quote: a
+    number, boolean or builtin type there (``"export MAX_TOKENS=4096"``) is no secret, as
+    at a line's end in a message's text; it read as one in a call's arguments alone."""
+    lines = ["export MAX_TOKENS=4096", "use_token = True", "def f(password: str", "secret=null"]
+    for text in [*lines, "\n".join(lines)]:
+        assert redact_written({"role": "user", "content": text}, _PATTERNS)[1] == 0, text
+    args = {"cmd": "\n".join(lines), "lines": lines, "one": lines[0]}
+    for given in (args, json.dumps(args), json.dumps(args, separators=(",", ":"))):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert redact_written(msg, _PATTERNS) == (msg, 0), redact_written(msg, _PATTERNS)
+    quoted = "x = 'token=5'; y = \"password=True\""
+    assert redact_written({"role": "user", "content": quoted}, _PATTERNS)[1] == 0
