@@ -35,6 +35,8 @@ _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments).
 _QUOTE = r"(?:\\?[\"'])"
+# A space or tab around a key's separator; a tab is an escape in JSON text (``token:\tvalue``).
+_BLANK = r"(?:[ \t]|\\t)"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _IDENTIFIER = (
@@ -74,7 +76,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # AWS access key ids (long-term and temporary).
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
     # AWS secret access key assignments (40 base64 chars), keeping the key name.
-    r"(?i)aws_?secret_?access_?key" + _QUOTE + r"?[ \t]{0,5}(?:=|:|=>)[ \t]{0,5}" + _QUOTE + "?"
+    r"(?i)aws_?secret_?access_?key"
+    + _QUOTE
+    + r"?"
+    + _BLANK
+    + "{0,5}(?:=|:|=>)"
+    + _BLANK
+    + "{0,5}"
+    + _QUOTE
+    + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
@@ -110,7 +120,11 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _KEYWORD
     + r"(?:[_.\-]?[a-z0-9]){0,24}"
     + _QUOTE
-    + r"?[ \t]{0,3}(?:=|:|=>)[ \t]{0,3}"
+    + r"?"
+    + _BLANK
+    + "{0,3}(?:=|:|=>)"
+    + _BLANK
+    + "{0,3}"
     + r"(?!\\?[\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
     + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"

@@ -338,3 +338,19 @@ def test_a_number_or_constant_ending_a_string_of_the_arguments_is_no_secret() ->
         assert redact_written(msg, _PATTERNS) == (msg, 0), redact_written(msg, _PATTERNS)
     quoted = "x = 'token=5'; y = \"password=True\""
     assert redact_written({"role": "user", "content": quoted}, _PATTERNS)[1] == 0
+
+
+def test_a_tab_after_the_separator_in_a_string_of_the_arguments_is_read_as_one() -> None:
+    """In JSON text a tab is an escape (``token:\\tvalue``): read as the tab it stands for
+    around the separator, as in a message's text, the value after it is redacted."""
+    text = "token:\tXk9mQ2vL7pR4\npassword\t=\thunter2hunter2"
+    content, n = redact_written({"role": "user", "content": text}, _PATTERNS)
+    assert n == 2
+    args = {"cmd": text, "lines": text.split("\n")}
+    want = {"cmd": content["content"], "lines": content["content"].split("\n")}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 4 and (got if isinstance(got, dict) else json.loads(got)) == want, got
+        assert redact_written(out, _PATTERNS) == (out, 0)
