@@ -29,7 +29,8 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
 def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     """Arguments' text redacted. Text that is JSON and is no longer once redacted (a match
     that ran from one string into the next: ``"Enter password:","timeout":5``), or no
-    longer of its shape (``_same_shape``), is read as its object, entry by entry
+    longer of its shape (``_same_shape``), or holding a PEM block across strings
+    (``_spans_strings``), is read as its object, entry by entry
     (``_redact_parts``): as sent when no entry holds a secret, else that object's JSON
     text, so the server reading the arguments still can, all of them."""
     redacted, n = redact(text, patterns)
@@ -63,10 +64,11 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
     its key (``"password": "…"``) finds it there as in the text. That text redacted is read
     back, so arguments given as an object stay one (the server the client sends objects to
     gets one). A text that is no longer JSON (a match that ran from one string into the
-    next: ``"Enter password:", "timeout": 5``), or no longer of the object's shape
-    (``_same_shape``), is not kept: each entry is read alone (``_redact_parts``), so a
-    match that only seemed one leaves the object as sent. The same object when nothing
-    matched; one nested past what its encoding reaches is ``REDACTED``."""
+    next: ``"Enter password:", "timeout": 5``), no longer of the object's shape
+    (``_same_shape``), or holding a PEM block across strings (``_spans_strings``), is not
+    kept: each entry is read alone (``_redact_parts``), so a match that only seemed one
+    leaves the object as sent. The same object when nothing matched; one nested past what
+    its encoding reaches is ``REDACTED``."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (RecursionError, TypeError, ValueError):
