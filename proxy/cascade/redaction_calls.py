@@ -29,7 +29,8 @@ def _redact_value(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
 def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     """Arguments' text redacted. Text that is JSON and is no longer once redacted (a match
     that ran from one string into the next: ``"Enter password:","timeout":5``), or no
-    longer of its shape (``_same_shape``), is read as its object, entry by entry
+    longer of its shape (``_same_shape``), or holding a PEM block across strings
+    (``_spans_strings``), is read as its object, entry by entry
     (``_redact_parts``): as sent when no entry holds a secret, else that object's JSON
     text, so the server reading the arguments still can, all of them."""
     redacted, n = redact(text, patterns)
@@ -40,7 +41,7 @@ def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, i
     except (RecursionError, ValueError):
         return redacted, n
     try:
-        if _same_shape(value, json.loads(redacted)):
+        if _same_shape(value, json.loads(redacted)) and not _spans_strings(value, patterns):
             return redacted, n
     except (RecursionError, ValueError):
         pass
@@ -63,10 +64,11 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
     its key (``"password": "…"``) finds it there as in the text. That text redacted is read
     back, so arguments given as an object stay one (the server the client sends objects to
     gets one). A text that is no longer JSON (a match that ran from one string into the
-    next: ``"Enter password:", "timeout": 5``), or no longer of the object's shape
-    (``_same_shape``), is not kept: each entry is read alone (``_redact_parts``), so a
-    match that only seemed one leaves the object as sent. The same object when nothing
-    matched; one nested past what its encoding reaches is ``REDACTED``."""
+    next: ``"Enter password:", "timeout": 5``), no longer of the object's shape
+    (``_same_shape``), or holding a PEM block across strings (``_spans_strings``), is not
+    kept: each entry is read alone (``_redact_parts``), so a match that only seemed one
+    leaves the object as sent. The same object when nothing matched; one nested past what
+    its encoding reaches is ``REDACTED``."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (RecursionError, TypeError, ValueError):
@@ -78,7 +80,9 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
         read = json.loads(redacted)
     except (RecursionError, ValueError):
         return _redact_parts(value, patterns)
-    return (read, n) if _same_shape(value, read) else _redact_parts(value, patterns)
+    if _same_shape(value, read) and not _spans_strings(value, patterns):
+        return read, n
+    return _redact_parts(value, patterns)
 
 
 def _same_shape(value: Any, read: Any) -> bool:
@@ -130,7 +134,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
             entries = enumerate(node) if isinstance(node, list) else node.items()
             stack.extend((made, k, v) for k, v in reversed(list(entries)))
             continue
-        if block.spans(node):
+        if block.spans(node, into):
             read, n = REDACTED, 1
             if isinstance(into, dict):
                 at, found = _read_key(at, patterns)
@@ -155,25 +159,35 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
 
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
+_PEM_BODY = re.compile(r"[\sA-Za-z0-9+/=:,\-]*")
+"""What the pattern for a block cut short reads as its body."""
 
 
 class _Block:
     """Which strings of a value, read in its text's order, a PEM block spans across entries:
-    from one whose last BEGIN line has no END line after it, when a later string holds one
-    (else the block is only cut short, which that string's own reading redacts), up to and
-    including that later string. Only where the built-in PEM pattern applies."""
+    from one whose last BEGIN line has no END line after it, when a later string holds one,
+    up to and including that later string. Else the block is cut short, and spans the items
+    after it in its array (a key written as its lines) that are all the body's characters,
+    as the pattern for a block cut short reads them in one text. Only where the built-in
+    PEM pattern applies."""
 
     def __init__(self, value: Any, patterns: Sequence[re.Pattern[str]]) -> None:
         self._value = value
-        self._on = any(p.pattern == DEFAULT_PATTERNS[0] for p in patterns)
+        self.on = any(p.pattern == DEFAULT_PATTERNS[0] for p in patterns)
         self._open = False
         self._ends_read = 0  # strings holding an END line read so far
         self._ends: int | None = None  # all of them, counted once a block may open
+        self._cut: Any = None  # the array whose items go on a block cut short
 
-    def spans(self, node: Any) -> bool:
-        """Whether ``node``, the next scalar in order, is inside a block."""
-        if not self._on or not isinstance(node, str):
+    def spans(self, node: Any, into: Any) -> bool:
+        """Whether ``node``, the next scalar in order (an entry of ``into``), is inside a
+        block."""
+        if not self.on or not isinstance(node, str):
             return False
+        if self._cut is not None:
+            if into is self._cut and _PEM_BODY.fullmatch(node):
+                return True
+            self._cut = None
         ends = _PEM_END.search(node) is not None
         self._ends_read += ends
         inside, self._open = self._open, self._open and not ends
@@ -185,7 +199,25 @@ class _Block:
             if self._ends is None:
                 self._ends = _count_ends(self._value)
             self._open = self._ends > self._ends_read
+            if not self._open and isinstance(into, list):
+                self._cut = into
         return inside
+
+
+def _spans_strings(value: Any, patterns: Sequence[re.Pattern[str]]) -> bool:
+    """Whether a PEM block in ``value`` spans strings (``_Block``): its text read whole
+    redacts a block cut short only up to its string's end. Walked without recursion, in
+    the text's order."""
+    block = _Block(value, patterns)
+    stack: list[tuple[Any, Any]] = [(None, value)] if block.on else []
+    while stack:
+        into, node = stack.pop()
+        if isinstance(node, Mapping | list):
+            entries = node if isinstance(node, list) else node.values()
+            stack.extend((node, v) for v in reversed(list(entries)))
+        elif block.spans(node, into):
+            return True
+    return False
 
 
 def _count_ends(value: Any) -> int:

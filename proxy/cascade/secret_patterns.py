@@ -25,12 +25,19 @@ _KEYWORD = (
 # a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
 # of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
+# A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
+# bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
 # ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
 # Windows path's) is the value's, read as one pair, so a run of them has one reading and a
 # value that turns out no call (below) is not tried again at each way of pairing them.
 _ESCAPE = r"\\[nrt\"]"
-_END = r"(?:[\s,;}\])]|" + _ESCAPE + r"|$)"
+# A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
+# file an agent writes is one string in its call's arguments).
+_QUOTE = r"(?:\\?[\"'])"
+# A space or tab around a key's separator; a tab is an escape in JSON text (``token:\tvalue``).
+_BLANK = r"(?:[ \t]|\\t)"
+_END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _IDENTIFIER = (
     r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
@@ -42,7 +49,7 @@ _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
-    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|]|" + _ESCAPE + r"|$))"
+    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"))"
@@ -69,7 +76,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # AWS access key ids (long-term and temporary).
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
     # AWS secret access key assignments (40 base64 chars), keeping the key name.
-    r"(?i)aws_?secret_?access_?key[\"']?[ \t]{0,5}(?:=|:|=>)[ \t]{0,5}[\"']?"
+    r"(?i)aws_?secret_?access_?key"
+    + _QUOTE
+    + r"?"
+    + _BLANK
+    + "{0,5}(?:=|:|=>)"
+    + _BLANK
+    + "{0,5}"
+    + _QUOTE
+    + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
@@ -89,7 +104,11 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",
     # Authorization headers: keep the scheme word, redact the credential.
     r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
-    r"(?i)authorization[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?(?:basic|token)[ \t]{1,5}"
+    r"(?i)authorization"
+    + _QUOTE
+    + r"?[ \t]{0,3}[:=][ \t]{0,3}"
+    + _QUOTE
+    + r"?(?:basic|token)[ \t]{1,5}"
     + _NOT_REDACTED
     + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
@@ -99,7 +118,13 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # value through and leave the text JSON no longer.
     r"(?i)"
     + _KEYWORD
-    + r"(?:[_.\-]?[a-z0-9]){0,24}[\"']?[ \t]{0,3}(?:=|:|=>)[ \t]{0,3}"
+    + r"(?:[_.\-]?[a-z0-9]){0,24}"
+    + _QUOTE
+    + r"?"
+    + _BLANK
+    + "{0,3}(?:=|:|=>)"
+    + _BLANK
+    + "{0,3}"
     + r"(?!\\?[\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
     + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"

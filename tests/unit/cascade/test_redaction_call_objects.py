@@ -12,7 +12,7 @@ import time
 
 from proxy.cascade.redaction import REDACTED, compile_patterns
 from proxy.cascade.redaction_calls import redact_written
-from tests.unit.cascade.fake_credentials import AWS_ID
+from tests.unit.cascade.fake_credentials import AWS_ID, AWS_SECRET
 
 _PATTERNS = compile_patterns((), use_defaults=True)
 
@@ -231,12 +231,13 @@ def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
 def test_a_container_s_key_is_read_as_its_json_text_like_a_scalar_s() -> None:
     """Read entry by entry, an object's key whose value is a container is read as its JSON
     text, as a scalar's entry and the whole text read it: read as bare text, a value that
-    ends the key (``"token=5"``) was a number there and a secret in the JSON text, so the
-    key was redacted or not by whether a sibling sent the object entry by entry, and the
-    summary's input, redacted again from the stored row, differed from the row."""
-    alone = {"timeout": 5, "token=5": {"a": 1}}
+    ends the key (``"token=s3cret"``) was read otherwise, so the key was redacted or not by
+    whether a sibling sent the object entry by entry, and the summary's input, redacted
+    again from the stored row, differed from the row. A number there (``"token=5"``) is no
+    secret read either way."""
+    alone = {"timeout": 5, "token=5": [1], "token=s3cret": {"a": 1}}
     beside = {"expect": "Enter password:", **alone}
-    want = {"timeout": 5, "token=[REDACTED]": {"a": 1}}
+    want = {"timeout": 5, "token=5": [1], "token=[REDACTED]": {"a": 1}}
     for args, expected in ((alone, want), (beside, {"expect": "Enter password:", **want})):
         call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
         msg = {"role": "assistant", "content": None, "tool_calls": [call]}
@@ -279,3 +280,77 @@ def test_a_string_ending_one_pem_block_may_open_the_next() -> None:
     call = {"id": "c1", "function": {"name": "f", "arguments": {"lines": lines}}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
     assert out["tool_calls"][0]["function"]["arguments"] == {"lines": [REDACTED] * 5 + ["after"]}
+
+
+def test_a_quoted_key_in_a_string_of_the_arguments_is_read_as_in_the_text() -> None:
+    """A JSON file an agent writes (``{"api_key": "…"}``) is one string in its call's
+    arguments, its quotes escaped (``\\"api_key\\": \\"…\\"``): the key's closing quote is
+    read escaped as the text's bare one, so the value is redacted there as in a message."""
+    written = f'{{"api_key": "Xk9mQ2vL7pR4zz", "aws_secret_access_key": "{AWS_SECRET}", "n": 3}}'
+    content, _ = redact_written({"role": "user", "content": written}, _PATTERNS)
+    assert json.loads(content["content"]) == {
+        "api_key": REDACTED,
+        "aws_secret_access_key": REDACTED,
+        "n": 3,
+    }
+    args = {"path": "config.json", "text": written}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        read = json.loads(got) if isinstance(got, str) else got
+        assert n == 2 and read == {"path": "config.json", "text": content["content"]}, got
+
+
+def test_a_pem_block_cut_short_in_an_array_of_lines_is_redacted_to_its_last_body_line() -> None:
+    """A key written as its lines and cut short (no END line) is, as one text, redacted from
+    its BEGIN line through the body's characters after it; read as an array's strings, the
+    BEGIN line alone was, and the body went on as sent. The array's items after it that are
+    all the body's characters are the key's; an item of other text ends it, and a string
+    elsewhere (a search for the BEGIN line, then a path) is not read as its body."""
+    begin = "-----BEGIN RSA PRIVATE KEY-----"
+    args = {"lines": ["head:", begin, "MIIEpAIBAAKCAQEA7bq98", "q3P0jXh1ZbKc+/=", "done."]}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        got = got if isinstance(got, dict) else json.loads(got)
+        assert got == {"lines": ["head:", *[REDACTED] * 3, "done."]}, got
+        assert redact_written(out, _PATTERNS) == (out, 0)
+    search = {"pattern": begin, "path": "src", "also": [begin], "in": ["src"]}
+    call = {"id": "c1", "function": {"name": "f", "arguments": search}}
+    out, _ = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    assert got["path"] == "src" and got["in"] == ["src"], got
+
+
+def test_a_number_or_constant_ending_a_string_of_the_arguments_is_no_secret() -> None:
+    """In JSON text a value that ends its string ends at the string's closing quote: a
+    number, boolean or builtin type there (``"export MAX_TOKENS=4096"``) is no secret, as
+    at a line's end in a message's text; it read as one in a call's arguments alone."""
+    lines = ["export MAX_TOKENS=4096", "use_token = True", "def f(password: str", "secret=null"]
+    for text in [*lines, "\n".join(lines)]:
+        assert redact_written({"role": "user", "content": text}, _PATTERNS)[1] == 0, text
+    args = {"cmd": "\n".join(lines), "lines": lines, "one": lines[0]}
+    for given in (args, json.dumps(args), json.dumps(args, separators=(",", ":"))):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert redact_written(msg, _PATTERNS) == (msg, 0), redact_written(msg, _PATTERNS)
+    quoted = "x = 'token=5'; y = \"password=True\""
+    assert redact_written({"role": "user", "content": quoted}, _PATTERNS)[1] == 0
+
+
+def test_a_tab_after_the_separator_in_a_string_of_the_arguments_is_read_as_one() -> None:
+    """In JSON text a tab is an escape (``token:\\tvalue``): read as the tab it stands for
+    around the separator, as in a message's text, the value after it is redacted."""
+    text = "token:\tXk9mQ2vL7pR4\npassword\t=\thunter2hunter2"
+    content, n = redact_written({"role": "user", "content": text}, _PATTERNS)
+    assert n == 2
+    args = {"cmd": text, "lines": text.split("\n")}
+    want = {"cmd": content["content"], "lines": content["content"].split("\n")}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 4 and (got if isinstance(got, dict) else json.loads(got)) == want, got
+        assert redact_written(out, _PATTERNS) == (out, 0)
