@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from proxy import cli
+from proxy.cli_api import EXIT_NOT_FOUND, EXIT_UNREACHABLE
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import Pacer, raw, reply
 from tests.fakes.upstream import FakeUpstream
@@ -327,7 +328,7 @@ def test_the_sessions_command_lists_and_shows_any_valid_id(
     for sid in ("...", "a.b:c"):
         assert cli.main(["sessions", *key, "show", sid]) == 0
         assert json.loads(capsys.readouterr().out)["id"] == sid
-    assert cli.main(["sessions", *key, "show", "nope"]) == 1
+    assert cli.main(["sessions", *key, "show", "nope"]) == EXIT_NOT_FOUND
     capsys.readouterr()
     # ".." is no id; unescaped, "show .." asked GET /v1 (a 404 of no session route)
     assert cli.main(["sessions", *key, "show", ".."]) == 1
@@ -342,5 +343,6 @@ def test_the_sessions_command_says_when_the_url_is_no_cascade_proxy(
         endpoint="/v1/sessions",
     )
     origin = fake_upstream.url.removesuffix("/v1")
-    assert cli.main(["sessions", "--url", origin, "ls"]) == 2  # was a JSONDecodeError
+    # not Cascade's API: no proxy answered (this once raised a JSONDecodeError)
+    assert cli.main(["sessions", "--url", origin, "ls"]) == EXIT_UNREACHABLE
     assert "answered 502 with no JSON: <html>bad gateway</html>" in capsys.readouterr().err
