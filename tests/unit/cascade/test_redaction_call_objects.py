@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from proxy.cascade.redaction import REDACTED, compile_patterns
 from proxy.cascade.redaction_calls import redact_written
 from tests.unit.cascade.fake_credentials import AWS_ID, AWS_SECRET
 
 _PATTERNS = compile_patterns((), use_defaults=True)
+
+
+def _redacted(given: Any) -> tuple[Any, int, dict[str, Any]]:
+    """``given`` as an assistant call's arguments, redacted: the arguments that come back
+    (an object or a text, as given), how many were redacted, and the message."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    return out["tool_calls"][0]["function"]["arguments"], n, out
+
+
+def _read(got: Any) -> Any:
+    """Arguments as the object they stand for, whether they came back an object or a text."""
+    return got if isinstance(got, dict) else json.loads(got)
 
 
 def test_arguments_given_as_an_object_are_redacted_as_their_text() -> None:
@@ -61,10 +75,7 @@ def test_a_quoted_value_in_a_string_of_the_arguments_is_redacted_and_keeps_them_
     through and left the arguments JSON no longer, as an object's or as a string's."""
     args = {"cmd": 'export PASSWORD="hunter2secret" && run', "key": "api_key='s3cr3tvalue'"}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
+        got, n, _ = _redacted(given)
         assert type(got) is type(given)  # an object stays one, a text one
         text = got if isinstance(got, str) else json.dumps(got)
         assert n == 2 and "hunter2secret" not in text and "s3cr3tvalue" not in text, text
@@ -130,11 +141,8 @@ def test_an_unquoted_value_in_json_text_ends_at_an_escape() -> None:
     }
     args = {"path": ".env", "content": env}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        assert n == 3 and (got if isinstance(got, dict) else json.loads(got)) == want, got
+        got, n, _ = _redacted(given)
+        assert n == 3 and _read(got) == want, got
 
 
 def test_a_value_before_an_escape_is_no_call_for_what_the_next_line_holds() -> None:
@@ -146,11 +154,8 @@ def test_a_value_before_an_escape_is_no_call_for_what_the_next_line_holds() -> N
     want = f"DB_PASSWORD={REDACTED}\nITEMS=[1,2]\ntoken={REDACTED}\trun(x)\napi_key=cast(x)\n"
     args = {"path": ".env", "content": env}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        assert n == 2 and (got if isinstance(got, dict) else json.loads(got))["content"] == want
+        got, n, _ = _redacted(given)
+        assert n == 2 and _read(got)["content"] == want
     start = time.perf_counter()
     slashes = {"content": "password=" + "\\" * 36 + "x"}
     out, n = redact_written({"role": "user", "content": json.dumps(slashes)}, _PATTERNS)
@@ -219,11 +224,8 @@ def test_a_match_across_entries_that_still_parses_does_not_drop_them() -> None:
         "c": "x",
     }
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        got = got if isinstance(got, dict) else json.loads(got)
+        got, n, _ = _redacted(given)
+        got = _read(got)
         assert n >= 1 and list(got) == ["a", "n", "b", "c"], got
         assert got["a"] == REDACTED and got["n"] == 1 and got["c"] == "x"
 
@@ -256,11 +258,8 @@ def test_a_pem_block_across_entries_is_redacted_in_every_entry_it_spans() -> Non
     nested = {"head": {"l": [lines[0]]}, "n": 2, "body": lines[1:3], "end": lines[3], "z": "x"}
     for args in ({"path": "k.pem", "lines": [*lines, "after"]}, nested):
         for given in (args, json.dumps(args)):
-            call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-            msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-            out, n = redact_written(msg, _PATTERNS)
-            got = out["tool_calls"][0]["function"]["arguments"]
-            got = got if isinstance(got, dict) else json.loads(got)
+            got, n, out = _redacted(given)
+            got = _read(got)
             assert n >= 1 and "MIIE" not in json.dumps(got) and "q3P0" not in json.dumps(got)
             assert redact_written(out, _PATTERNS) == (out, 0)
     assert got == {
@@ -295,11 +294,8 @@ def test_a_quoted_key_in_a_string_of_the_arguments_is_read_as_in_the_text() -> N
     }
     args = {"path": "config.json", "text": written}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": given}}
-        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        read = json.loads(got) if isinstance(got, str) else got
-        assert n == 2 and read == {"path": "config.json", "text": content["content"]}, got
+        got, n, _ = _redacted(given)
+        assert n == 2 and _read(got) == {"path": "config.json", "text": content["content"]}, got
 
 
 def test_a_pem_block_cut_short_in_an_array_of_lines_is_redacted_to_its_last_body_line() -> None:
@@ -311,10 +307,8 @@ def test_a_pem_block_cut_short_in_an_array_of_lines_is_redacted_to_its_last_body
     begin = "-----BEGIN RSA PRIVATE KEY-----"
     args = {"lines": ["head:", begin, "MIIEpAIBAAKCAQEA7bq98", "q3P0jXh1ZbKc+/=", "done."]}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        got = got if isinstance(got, dict) else json.loads(got)
+        got, n, out = _redacted(given)
+        got = _read(got)
         assert got == {"lines": ["head:", *[REDACTED] * 3, "done."]}, got
         assert redact_written(out, _PATTERNS) == (out, 0)
     search = {"pattern": begin, "path": "src", "also": [begin], "in": ["src"]}
@@ -349,8 +343,6 @@ def test_a_tab_after_the_separator_in_a_string_of_the_arguments_is_read_as_one()
     args = {"cmd": text, "lines": text.split("\n")}
     want = {"cmd": content["content"], "lines": content["content"].split("\n")}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-        out, n = redact_written({"role": "assistant", "tool_calls": [call]}, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        assert n == 4 and (got if isinstance(got, dict) else json.loads(got)) == want, got
+        got, n, out = _redacted(given)
+        assert n == 4 and _read(got) == want, got
         assert redact_written(out, _PATTERNS) == (out, 0)
