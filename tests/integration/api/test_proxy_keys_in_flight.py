@@ -77,6 +77,26 @@ def _reload(
             assert wait_for(gone, 10), "the reload was not applied"
 
 
+AGENTS = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
+"""Two agents: the session's (``default``) and another a reload may limit key A to."""
+
+
+def _narrow_a_to_coder(servers: list[ProxyServer], config: Path, fake: FakeUpstream) -> None:
+    """Reload with key A limited to agent ``coder``, and wait until each server refuses it
+    the team's session (403)."""
+    limited = {
+        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
+    }
+    write_config(config, fake.url, auth=limited, agents=AGENTS)
+    for server in servers:
+        with httpx.Client(base_url=server.origin, timeout=10) as c:
+
+            def refused() -> bool:
+                return c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403
+
+            assert wait_for(refused, 10), "the reload was not applied"
+
+
 @pytest.mark.parametrize(
     ("revoked", "replicas"),
     [((B,), 1), ((("CASCADE_TEST_KEY_A", "other"), B), 1), ((B,), 2)],
@@ -178,22 +198,15 @@ def test_a_key_limited_by_a_reload_while_its_request_waits_is_held_to_its_new_ag
     """The agents checked as the request takes its session are the key's in force then."""
     monkeypatch.setenv(A[0], KEY_A)
     monkeypatch.setenv(B[0], KEY_B)
-    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
     config = write_config(
-        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=agents
+        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=AGENTS
     )
     server = start_proxy(config, watch_config=True)
     pacer = Pacer()
     fake_upstream.script(reply("slow answer", chunks=2, pacer=pacer))
     holder, _, _ = _in_thread(server.origin, KEY_B, _body("first"))
     waiter, waited, _ = _in_thread(server.origin, KEY_A, _body("first", "slow answer", "second"))
-    limited = {
-        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
-    }
-    write_config(config, fake_upstream.url, auth=limited, agents=agents)
-    with httpx.Client(base_url=server.origin, timeout=10) as c:
-        refused = lambda: c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403  # noqa: E731
-        assert wait_for(refused, 10), "the reload was not applied"
+    _narrow_a_to_coder([server], config, fake_upstream)
     pacer.allow(10)
     holder.join(10)
     waiter.join(10)
@@ -211,9 +224,8 @@ def test_a_session_operation_of_a_key_limited_by_a_reload_while_it_waits_is_held
     """A DELETE whose key a reload limits to other agents while it waits deletes nothing."""
     monkeypatch.setenv(A[0], KEY_A)
     monkeypatch.setenv(B[0], KEY_B)
-    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
     config = write_config(
-        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=agents
+        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=AGENTS
     )
     server = start_proxy(config, watch_config=True)
     pacer = Pacer()
@@ -228,13 +240,7 @@ def test_a_session_operation_of_a_key_limited_by_a_reload_while_it_waits_is_held
     waiter = threading.Thread(target=delete)
     waiter.start()
     assert wait_for(lambda: server.queued("team", "s") == 2), "the DELETE never queued"
-    limited = {
-        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
-    }
-    write_config(config, fake_upstream.url, auth=limited, agents=agents)
-    with httpx.Client(base_url=server.origin, timeout=10) as c:
-        refused = lambda: c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403  # noqa: E731
-        assert wait_for(refused, 10), "the reload was not applied"
+    _narrow_a_to_coder([server], config, fake_upstream)
     pacer.allow(10)
     holder.join(10)
     waiter.join(10)
@@ -254,9 +260,8 @@ def test_a_session_operation_waiting_on_another_replica_is_held_to_the_agents_it
     key to after each pause, as one queued on its own replica is as it takes its turn."""
     monkeypatch.setenv(A[0], KEY_A)
     monkeypatch.setenv(B[0], KEY_B)
-    agents = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
     config = write_config(
-        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=agents
+        tmp_path / "agents.json", fake_upstream.url, auth=_keys(A, B), agents=AGENTS
     )
     servers = [start_proxy(config, watch_config=True) for _ in range(2)]
     pacer = Pacer()
@@ -273,14 +278,7 @@ def test_a_session_operation_waiting_on_another_replica_is_held_to_the_agents_it
     assert wait_for(lambda: servers[1].queued("team", "s") == 1), "the DELETE never queued"
     time.sleep(0.3)  # past its turn's ask of the key: it polls the holder's lease
     assert not out, "the DELETE did not wait"
-    limited = {
-        "keys": [{"keyEnv": A[0], "tenant": "team", "agents": ["coder"]}, _keys(B)["keys"][0]]
-    }
-    write_config(config, fake_upstream.url, auth=limited, agents=agents)
-    for server in servers:
-        with httpx.Client(base_url=server.origin, timeout=10) as c:
-            refused = lambda: c.get("/v1/sessions/s", headers=_auth(KEY_A)).status_code == 403  # noqa: E731, B023
-            assert wait_for(refused, 10), "the reload was not applied"
+    _narrow_a_to_coder(servers, config, fake_upstream)
     pacer.allow(10)
     holder.join(10)
     waiter.join(10)
