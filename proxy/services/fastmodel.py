@@ -151,9 +151,13 @@ _NO_USAGE_OPTION: set[str] = set()
 go without it from then on (their usage uncounted, as for a provider that reports none)."""
 
 
-def _learn(learned: set[Any], key: Any) -> None:
-    if len(learned) < _MAX_LEARNED:
-        learned.add(key)
+def _learn(learned: set[Any], key: Any) -> bool:
+    """Add ``key`` to ``learned`` while it holds fewer than ``_MAX_LEARNED``; whether it is
+    new there."""
+    if key in learned or len(learned) >= _MAX_LEARNED:
+        return False
+    learned.add(key)
+    return True
 
 
 async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
@@ -191,8 +195,7 @@ def _taken(resp: Any) -> bool:
 
 
 def _learn_reasoning(job: Any, at: str, model: str) -> None:
-    if len(_LEARNED) < _MAX_LEARNED and (at, model) not in _LEARNED:
-        _LEARNED.add((at, model))
+    if _learn(_LEARNED, (at, model)):
         log.info(
             "fast model %r at %s refused max_tokens or a temperature as OpenAI's reasoning"
             " models do: it is called with max_completion_tokens and room to think from now"
