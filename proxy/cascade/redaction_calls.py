@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from proxy.cascade.redaction import DEFAULT_PATTERNS, REDACTED, redact, redact_message
@@ -206,32 +206,27 @@ class _Block:
 
 def _spans_strings(value: Any, patterns: Sequence[re.Pattern[str]]) -> bool:
     """Whether a PEM block in ``value`` spans strings (``_Block``): its text read whole
-    redacts a block cut short only up to its string's end. Walked without recursion, in
-    the text's order."""
+    redacts a block cut short only up to its string's end."""
     block = _Block(value, patterns)
-    stack: list[tuple[Any, Any]] = [(None, value)] if block.on else []
+    return block.on and any(block.spans(node, into) for into, node in _scalars(value))
+
+
+def _count_ends(value: Any) -> int:
+    """How many strings in ``value`` hold a PEM END line."""
+    return sum(1 for _, node in _scalars(value) if isinstance(node, str) and _PEM_END.search(node))
+
+
+def _scalars(value: Any) -> Iterator[tuple[Any, Any]]:
+    """Each scalar in ``value`` with the container holding it (None: ``value`` itself), in
+    its JSON text's order; walked without recursion."""
+    stack: list[tuple[Any, Any]] = [(None, value)]
     while stack:
         into, node = stack.pop()
         if isinstance(node, Mapping | list):
             entries = node if isinstance(node, list) else node.values()
             stack.extend((node, v) for v in reversed(list(entries)))
-        elif block.spans(node, into):
-            return True
-    return False
-
-
-def _count_ends(value: Any) -> int:
-    """How many strings in ``value`` hold a PEM END line (walked without recursion)."""
-    stack, count = [value], 0
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Mapping):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, str) and _PEM_END.search(node):
-            count += 1
-    return count
+        else:
+            yield into, node
 
 
 _NO_JSON = object()
