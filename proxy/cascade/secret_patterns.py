@@ -39,6 +39,14 @@ _QUOTE = r"(?:\\?[\"'])"
 _BLANK = r"(?:[ \t]|\\t)"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+
+
+def _assigned(blanks: int) -> str:
+    """A key's closing quote, if any, and its separator (``=``, ``:``, ``=>``), up to
+    ``blanks`` spaces or tabs on each side."""
+    return _QUOTE + "?" + _BLANK + f"{{0,{blanks}}}(?:=|:|=>)" + _BLANK + f"{{0,{blanks}}}"
+
+
 _IDENTIFIER = (
     r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
     r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
@@ -76,15 +84,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # AWS access key ids (long-term and temporary).
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
     # AWS secret access key assignments (40 base64 chars), keeping the key name.
-    r"(?i)aws_?secret_?access_?key"
-    + _QUOTE
-    + r"?"
-    + _BLANK
-    + "{0,5}(?:=|:|=>)"
-    + _BLANK
-    + "{0,5}"
-    + _QUOTE
-    + "?"
+    r"(?i)aws_?secret_?access_?key" + _assigned(5) + _QUOTE + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
@@ -119,12 +119,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"(?i)"
     + _KEYWORD
     + r"(?:[_.\-]?[a-z0-9]){0,24}"
-    + _QUOTE
-    + r"?"
-    + _BLANK
-    + "{0,3}(?:=|:|=>)"
-    + _BLANK
-    + "{0,3}"
+    + _assigned(3)
     + r"(?!\\?[\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
     + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
