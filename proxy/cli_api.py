@@ -133,8 +133,10 @@ def call_api(
         return _not_cascade(who, url, resp, "no JSON")
     shown = ""
     try:  # rendered with --json too: another service's JSON is not printed as the API's
-        shown = render(answer) if resp.is_success else _error_of(answer)
+        shown = render(answer) if resp.is_success else ""
     except (AttributeError, KeyError, TypeError):  # JSON of another shape: not Cascade's API
+        return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
+    if not resp.is_success and not _is_api_error(answer):
         return _not_cascade(who, url, resp, "JSON Cascade's API does not give")
     if args.json:
         print(json.dumps(answer, indent=2))
@@ -151,13 +153,11 @@ def call_api(
     return _status(resp, answer)
 
 
-def _error_of(answer: Any) -> str:
-    """Nothing, when ``answer`` is an error answer as the API gives one (an ``error`` object,
-    or a gateway's string there); else the ``KeyError`` of another service's error JSON (a
-    ``detail``, a ``message``, a list), which is no Cascade proxy's."""
-    if not isinstance(answer, dict) or not isinstance(answer.get("error"), dict | str):
-        raise KeyError("error")
-    return ""
+def _is_api_error(answer: Any) -> bool:
+    """Whether ``answer`` is an error answer as the API gives one (an ``error`` object, or a
+    gateway's string there), not another service's error JSON (a ``detail``, a
+    ``message``, a list), which is no Cascade proxy's."""
+    return isinstance(answer, dict) and isinstance(answer.get("error"), dict | str)
 
 
 def _send(
