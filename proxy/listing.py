@@ -1,15 +1,28 @@
 """A list's page as every list of the API gives it: at most ``limit`` rows, and ``has_more``,
 as OpenAI's lists say it, when a row is past the page. One row more than the page holds is
 read to know (``rows_to_read``) and cut off again (``page_of``): no second query counts the
-rest. A stored time is shown as ISO 8601 text (``iso_time``). Pure: no I/O.
+rest. A stored time is shown as ISO 8601 text (``iso_time``). The session list also pages by
+an opaque cursor (``session_cursor``): the place after a row, which rows coming to the front
+of the list do not move, as they move an offset. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
-__all__ = ["iso_time", "page_of", "rows_to_read"]
+__all__ = [
+    "BadCursor",
+    "iso_time",
+    "page_of",
+    "read_session_cursor",
+    "rows_to_read",
+    "session_cursor",
+]
 
 T = TypeVar("T")
 
@@ -37,3 +50,29 @@ def iso_time(value: Any) -> Any:
     """A stored time (a ``datetime``) as a list's item shows it, ISO 8601 text; anything
     else (None) as it is."""
     return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+class BadCursor(ValueError):
+    """A ``cursor`` no list page gave: not one this module wrote."""
+
+
+def session_cursor(updated_at: datetime, session_id: str) -> str:
+    """The place after a session row in the list's order (latest activity first, then id),
+    as URL-safe text a client passes back unread: its time and id, which a session made or
+    used since does not change, where an offset counts the rows before it."""
+    raw = json.dumps([updated_at.isoformat(), session_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def read_session_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (time, id) ``session_cursor`` wrote into ``cursor``; ``BadCursor`` for any other
+    text, so a mangled cursor is the client's 400 and never a query on a made-up place."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, session_id = json.loads(raw)
+        when = datetime.fromisoformat(at)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise BadCursor(cursor) from exc
+    if when.tzinfo is None or not isinstance(session_id, str) or "\x00" in session_id:
+        raise BadCursor(cursor)
+    return when, session_id

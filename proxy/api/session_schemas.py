@@ -74,8 +74,15 @@ def listed(item: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+_SESSION_LIST = listed(_SESSION)
+_SESSION_LIST["required"].append("next_cursor")
+_SESSION_LIST["properties"]["next_cursor"] = {
+    "type": ["string", "null"],
+    "description": "The next page's ?cursor=, null at the end.",
+}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "list": listed(_SESSION),
+    "list": _SESSION_LIST,
     "show": _VIEW,
     "messages": listed(_MESSAGE),
     "branch": obj("The new session.", id="string", object="string", parent_id="string"),

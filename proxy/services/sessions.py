@@ -12,6 +12,7 @@ it does not see.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from proxy.cascade.eviction import is_placeholder
@@ -19,7 +20,7 @@ from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.config import Config
 from proxy.errors import NotFound
-from proxy.listing import iso_time, page_of, rows_to_read
+from proxy.listing import iso_time, page_of, rows_to_read, session_cursor
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
@@ -55,13 +56,16 @@ async def list_sessions(
     offset: int,
     agents: Sequence[str] | None = None,
     containing: str | None = None,
+    after: tuple[datetime, str] | None = None,
 ) -> dict[str, Any]:
-    """The tenant's sessions (with ``agents``, only theirs; with ``containing``, only those
-    whose id, agent or model holds it, case aside), latest activity first, each with
+    """The tenant's sessions (with ``after``, those past a cursor's place; with ``agents``,
+    only theirs; with ``containing``, only those whose id, agent or model holds it, case
+    aside), latest activity first, each with
     its occupancy as ``show_session`` gives it and its model's context limit (what the
     console's occupancy bar is drawn against): fields of ``show_session``'s view, under its
     names and with its values. ``has_more``, as OpenAI's lists say it: a session is past
-    the page (one more row is read to know)."""
+    the page (one more row is read to know), and ``next_cursor``, the place after the
+    page's last row (``listing.session_cursor``), null at the end."""
     rows = await sessions.fetch_sessions(
         conn,
         tenant=tenant,
@@ -69,13 +73,15 @@ async def list_sessions(
         offset=offset,
         agents=agents,
         containing=containing,
+        after=after,
     )
     rows, more = page_of(rows, limit)
     data = [_listed(cfg, r) for r in rows]
+    cursor = session_cursor(rows[-1]["updated_at"], rows[-1]["id"]) if more else None
     if agents is not None:
         for view, row in zip(data, rows, strict=True):
             view["parent_id"] = _parent(row["parent_id"], row["parent_agent"], agents)
-    return {"object": "list", "data": data, "has_more": more}
+    return {"object": "list", "data": data, "has_more": more, "next_cursor": cursor}
 
 
 def _parent(parent_id: str | None, agent: str | None, agents: Sequence[str]) -> str | None:

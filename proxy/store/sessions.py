@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Container, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -85,6 +86,7 @@ FROM sessions s WHERE tenant = $1 AND ($4::text[] IS NULL OR agent = any($4::tex
   AND ($5::text IS NULL OR strpos(lower(id), lower($5)) > 0
        OR strpos(lower(coalesce(agent, '')), lower($5)) > 0
        OR strpos(lower(coalesce(model, '')), lower($5)) > 0)
+  AND ($6::timestamptz IS NULL OR updated_at < $6 OR (updated_at = $6 AND id > $7::text))
 ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3
 """
 
@@ -97,8 +99,10 @@ async def fetch_sessions(
     offset: int = 0,
     agents: Sequence[str] | None = None,
     containing: str | None = None,
+    after: tuple[datetime, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """A page of the tenant's sessions, latest activity first; with ``agents``, only theirs,
+    """A page of the tenant's sessions, latest activity first (``after``: only the rows
+    past that (updated_at, id) in this order, a cursor's place); with ``agents``, only theirs,
     and with ``containing``, only those whose id, agent or model holds it, case aside (both
     filtered before the page is cut, so ``limit`` counts the sessions returned), each with
     the agent its parent runs now (``parent_agent``: None without ``agents``, a parent, or
@@ -112,6 +116,7 @@ async def fetch_sessions(
         offset,
         None if agents is None else list(agents),
         containing,
+        *(after or (None, None)),
     )
     return [_decoded(r) for r in rows]
 

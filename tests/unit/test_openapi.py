@@ -96,11 +96,12 @@ def test_the_session_routes_describe_what_they_take_and_give(tmp_path: Path) -> 
     headers = [p["name"] for p in events["parameters"] if p["in"] == "header"]
     assert headers == ["Last-Event-ID"]
     listed = {p["name"]: p for p in doc["paths"]["/v1/sessions"]["get"]["parameters"]}
-    assert set(listed) == {"limit", "offset", "q"}
+    assert set(listed) == {"limit", "offset", "q", "cursor"}
     assert (
         listed["q"]["schema"]["maxLength"] == 1000
         and "id, agent or model" in (listed["q"]["description"])
     )
+    assert "next_cursor" in listed["cursor"]["description"]
     checked = 0
     for path, _, op in _operations(doc):
         for param in op.get("parameters", []):

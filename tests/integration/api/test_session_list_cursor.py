@@ -1,0 +1,78 @@
+"""``GET /v1/sessions`` pages by an opaque cursor as well as by offset. The list runs latest
+activity first, so a session created or used between two offset pages moves every row after
+it one place down, and the next offset page shows one of the last page's rows again. A
+``next_cursor`` names the place after the page's last row, not a count of rows, so the next
+page starts after that row whatever came to the front since."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.integration.api.sessions_helpers import (
+    chat,
+    config_path,  # noqa: F401  (the module's config)
+    settled,
+    user,
+)
+
+
+def _page(http: httpx.Client, **params: Any) -> dict[str, Any]:
+    resp = http.get("/v1/sessions", params=params)
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+def _ids(body: dict[str, Any]) -> list[str]:
+    return [row["id"] for row in body["data"]]
+
+
+def _new(http: httpx.Client, sid: str) -> None:
+    chat(http, [user(f"hi {sid}")], sid=sid)
+    settled(http, sid, 2)
+
+
+def test_a_cursor_page_neither_repeats_nor_skips_for_sessions_made_between(
+    http: httpx.Client,
+) -> None:
+    for sid in ("a", "b", "c"):
+        _new(http, sid)
+    first = _page(http, limit=2)
+    assert (_ids(first), first["has_more"]) == (["c", "b"], True)
+    assert isinstance(first["next_cursor"], str)
+    _new(http, "d")  # to the front: an offset page now starts one row earlier
+    assert _ids(_page(http, limit=2, offset=2)) == ["b", "a"]
+    after = _page(http, limit=2, cursor=first["next_cursor"])
+    assert (_ids(after), after["has_more"], after["next_cursor"]) == (["a"], False, None)
+
+
+def test_a_session_used_after_its_page_is_not_shown_again(http: httpx.Client) -> None:
+    for sid in ("a", "b", "c"):
+        _new(http, sid)
+    first = _page(http, limit=1)
+    assert _ids(first) == ["c"]
+    chat(http, [user("hi c"), {"role": "assistant", "content": "ok"}, user("more")], sid="c")
+    settled(http, "c", 4)
+    second = _page(http, limit=1, cursor=first["next_cursor"])
+    third = _page(http, limit=1, cursor=second["next_cursor"])
+    assert (_ids(second), _ids(third), third["next_cursor"]) == (["b"], ["a"], None)
+
+
+def test_a_cursor_keeps_the_filter_and_a_bad_one_is_the_400_naming_it(
+    http: httpx.Client,
+) -> None:
+    for sid in ("x-1", "y-1", "x-2", "x-3"):
+        _new(http, sid)
+    first = _page(http, limit=1, q="x-")
+    rest = _page(http, limit=5, q="x-", cursor=first["next_cursor"])
+    assert (_ids(first), _ids(rest)) == (["x-3"], ["x-2", "x-1"])
+    for bad in ("nope", "e30", "%%%", "a" * 2000):
+        resp = http.get("/v1/sessions", params={"cursor": bad})
+        assert resp.status_code == 400, (bad, resp.text)
+        assert resp.json()["error"]["param"] == "cursor", resp.text
+    both = http.get("/v1/sessions", params={"cursor": first["next_cursor"], "offset": 1})
+    assert both.status_code == 400, both.text
+    assert both.json()["error"]["param"] == "offset"
+    assert _page(http, limit=2, cursor="")["data"] == _page(http, limit=2)["data"]
