@@ -103,11 +103,26 @@ def grep_matcher(pattern: str) -> Matcher:
         implementation=ahocorasick_rs.Implementation.ContiguousNFA,
     )
 
+    longest = max(len(p) for p in alternatives)
+    step = max(_GREP_WINDOW, longest)
+
     def first(line: str) -> tuple[int, int] | None:
-        found = automaton.find_matches_as_indexes(line.lower())
-        return (found[0][1], found[0][2]) if found else None
+        # The automaton lists every hit of what it is given; a line is given a window at
+        # a time, each reaching a longest alternative past its end, so a hit starting in
+        # it is whole there, and the first window with one gives the line's first.
+        low = line.lower()
+        for at in range(0, len(low) or 1, step):
+            found = automaton.find_matches_as_indexes(low[at : at + step + longest - 1])
+            if found and found[0][1] < step:
+                return (at + found[0][1], at + found[0][2])
+        return None
 
     return first
+
+
+_GREP_WINDOW = 4096
+"""The characters of a line the matcher searches at once: its memory is in this, not in the
+line's hits, which one long line (minified JSON) can hold millions of."""
 
 
 _GREP_PATTERN_SHOWN = 200
