@@ -76,3 +76,16 @@ def test_a_cursor_keeps_the_filter_and_a_bad_one_is_the_400_naming_it(
     assert both.status_code == 400, both.text
     assert both.json()["error"]["param"] == "offset"
     assert _page(http, limit=2, cursor="")["data"] == _page(http, limit=2)["data"]
+
+
+def test_no_answer_is_conditional(http: httpx.Client) -> None:
+    """No ETag or Last-Modified is given and a conditional GET is answered whole (README,
+    Decisions, "No conditional GETs"): a 304 would need the rows read to know it."""
+    _new(http, "a")
+    for path in ("/v1/sessions", "/v1/sessions/a", "/v1/sessions/a/messages"):
+        resp = http.get(path, headers={"If-None-Match": "*", "If-Modified-Since": _FUTURE})
+        assert resp.status_code == 200 and resp.json(), path
+        assert "etag" not in resp.headers and "last-modified" not in resp.headers, path
+
+
+_FUTURE = "Fri, 01 Jan 2100 00:00:00 GMT"
