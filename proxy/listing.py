@@ -19,7 +19,9 @@ __all__ = [
     "BadCursor",
     "iso_time",
     "page_of",
+    "read_row_cursor",
     "read_session_cursor",
+    "row_cursor",
     "rows_to_read",
     "session_cursor",
 ]
@@ -60,19 +62,48 @@ def session_cursor(updated_at: datetime, session_id: str) -> str:
     """The place after a session row in the list's order (latest activity first, then id),
     as URL-safe text a client passes back unread: its time and id, which a session made or
     used since does not change, where an offset counts the rows before it."""
-    raw = json.dumps([updated_at.isoformat(), session_id], separators=(",", ":"))
+    return _cursor([updated_at.isoformat(), session_id])
+
+
+def _cursor(place: list[Any]) -> str:
+    raw = json.dumps(place, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _place(cursor: str) -> Any:
+    try:
+        return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError) as exc:
+        raise BadCursor(cursor) from exc
 
 
 def read_session_cursor(cursor: str) -> tuple[datetime, str]:
     """The (time, id) ``session_cursor`` wrote into ``cursor``; ``BadCursor`` for any other
     text, so a mangled cursor is the client's 400 and never a query on a made-up place."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, session_id = json.loads(raw)
+        at, session_id = _place(cursor)
         when = datetime.fromisoformat(at)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise BadCursor(cursor) from exc
     if when.tzinfo is None or not isinstance(session_id, str) or "\x00" in session_id:
         raise BadCursor(cursor)
     return when, session_id
+
+
+def row_cursor(row_id: int) -> str:
+    """The place after a row of a list kept in the order of its rows' ids (a scope's facts,
+    the pending suggestions), which rows leaving the list (deleted, answered) do not move."""
+    return _cursor([row_id])
+
+
+def read_row_cursor(cursor: str) -> int:
+    """The id ``row_cursor`` wrote into ``cursor``; ``BadCursor`` for any other text."""
+    place = _place(cursor)
+    if not (isinstance(place, list) and len(place) == 1 and type(place[0]) is int):
+        raise BadCursor(cursor)
+    if not 0 <= place[0] <= _BIGINT_MAX:
+        raise BadCursor(cursor)
+    return place[0]
+
+
+_BIGINT_MAX = 2**63 - 1

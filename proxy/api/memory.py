@@ -18,9 +18,10 @@ from proxy.api.deps import (
     TenantDep,
     read_json_body,
 )
-from proxy.api.query import BLANK_IS_UNSET, INTEGER
+from proxy.api.query import BLANK_IS_UNSET, CURSOR, INTEGER, cursor_place
 from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError, PermissionDenied
+from proxy.listing import read_row_cursor
 from proxy.services import memory as svc, memory_suggestions as suggestions
 from proxy.session_id import validate_session_id
 
@@ -66,9 +67,11 @@ async def list_facts(
     scope: Annotated[str, BLANK_IS_UNSET] = "global",
     limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
+    cursor: Annotated[str, Query(max_length=1000, description=CURSOR), BLANK_IS_UNSET] = "",
 ) -> dict[str, Any]:
-    """A page of the scope's facts, oldest first (``limit``, ``offset``), as the other
-    lists are paged: an ``auto`` scope grows with every compaction."""
+    """A page of the scope's facts, oldest first (``limit``, ``offset`` or ``cursor``), as
+    the other lists are paged: an ``auto`` scope grows with every compaction."""
+    after = cursor_place(cursor, offset, read_row_cursor) or 0
     return await svc.list_facts(
         pool,
         tenant=tenant,
@@ -76,6 +79,7 @@ async def list_facts(
         may_use=None if key_agents(request.scope) is None else _uses(request),
         limit=limit,
         offset=offset,
+        after=after,
     )
 
 
@@ -124,6 +128,7 @@ async def list_suggestions(
     session_id: Annotated[
         str, Query(description=doc.SESSION_FILTER, json_schema_extra=doc.SESSION_FILTER_SCHEMA)
     ] = "",
+    cursor: Annotated[str, Query(max_length=1000, description=CURSOR), BLANK_IS_UNSET] = "",
 ) -> dict[str, Any]:
     """The pending suggestions the key may answer; with ``session_id``, only that
     session's, so a client showing one session need not read every other's (empty is the
@@ -131,6 +136,7 @@ async def list_suggestions(
     agents, lists none, as its suggestions are left out of the whole list."""
     if session_id:
         validate_session_id(session_id, source="the session_id query parameter", param="session_id")
+    after = cursor_place(cursor, offset, read_row_cursor) or 0
     return await suggestions.list_suggestions(
         pool,
         cfg,
@@ -139,6 +145,7 @@ async def list_suggestions(
         offset=offset,
         may_see=_reaches(request),
         session_id=session_id or None,
+        after=after,
     )
 
 

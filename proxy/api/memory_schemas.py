@@ -84,7 +84,7 @@ _NO_SUGGESTION = "No such suggestion for this key (`code` `not_found`)."
 
 LIST = _answer(
     200,
-    listed(_FACT),
+    listed(_FACT, cursor=True),
     e400="`scope` not `global` or `agent:<name>`, or `limit`/`offset` out of range.",
     e403=_AGENT,
 )
@@ -98,7 +98,7 @@ ADD = _answer(
 )
 SUGGESTIONS = _answer(
     200,
-    listed(_SUGGESTION),
+    listed(_SUGGESTION, cursor=True),
     e400="`limit` or `offset` out of range, or a `session_id` that is no valid session id "
     "(`code` `invalid_session_id`, `param` `session_id`).",
 )

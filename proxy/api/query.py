@@ -15,12 +15,42 @@ never asked for instead of the 400 saying what it sent is no integer.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 
-__all__ = ["BLANK_IS_UNSET", "INTEGER"]
+from proxy.errors import ClientRequestError
+from proxy.listing import BadCursor
+
+__all__ = ["BLANK_IS_UNSET", "CURSOR", "INTEGER", "cursor_place"]
+
+T = TypeVar("T")
+
+CURSOR = (
+    "Where to start: a page's next_cursor, the place after its last row, which rows that "
+    "came or went since do not move as they move an offset; not with offset."
+)
+"""The ``cursor`` parameter's description, the same on every list that takes one."""
+
+
+def cursor_place(cursor: str, offset: int, read: Callable[[str], T]) -> T | None:
+    """The place ``read`` finds in a list's ``cursor`` (None: none sent). A cursor with an
+    offset past 0 is two starts, and text no page gave is no place: each is the 400 naming
+    its parameter, never a page the client did not ask for."""
+    if not cursor:
+        return None
+    if offset:
+        raise ClientRequestError("'offset' and 'cursor' are two starts: send one", param="offset")
+    try:
+        return read(cursor)
+    except BadCursor:
+        raise ClientRequestError(
+            "'cursor' is no cursor a page gave: send a page's next_cursor as it came",
+            param="cursor",
+        ) from None
+
 
 _DIGITS = re.compile(r"-?[0-9]+")
 

@@ -65,24 +65,26 @@ _MESSAGE = obj(
 )
 
 
-def listed(item: dict[str, Any]) -> dict[str, Any]:
+def listed(item: dict[str, Any], *, cursor: bool = False) -> dict[str, Any]:
+    """A list's page of ``item``; with ``cursor``, a list that also pages by ``?cursor=``,
+    whose page names the next one's (``next_cursor``)."""
+    more: dict[str, Any] = {}
+    if cursor:
+        more["next_cursor"] = {
+            "type": ["string", "null"],
+            "description": "The next page's ?cursor=, null at the end.",
+        }
     return obj(
         "A page; has_more: more rows are past it (at ?offset= plus the rows shown).",
         object="string",
         data={"type": "array", "items": item},
         has_more="boolean",
+        **more,
     )
 
 
-_SESSION_LIST = listed(_SESSION)
-_SESSION_LIST["required"].append("next_cursor")
-_SESSION_LIST["properties"]["next_cursor"] = {
-    "type": ["string", "null"],
-    "description": "The next page's ?cursor=, null at the end.",
-}
-
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "list": _SESSION_LIST,
+    "list": listed(_SESSION, cursor=True),
     "show": _VIEW,
     "messages": listed(_MESSAGE),
     "branch": obj("The new session.", id="string", object="string", parent_id="string"),

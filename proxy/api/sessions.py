@@ -24,12 +24,12 @@ from proxy.api.deps import (
     read_json_body,
     upstream_headers,
 )
-from proxy.api.query import BLANK_IS_UNSET, INTEGER
+from proxy.api.query import BLANK_IS_UNSET, CURSOR, INTEGER, cursor_place
 from proxy.api.session_schemas import ok
 from proxy.auth import key_in_force
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError, PermissionDenied
-from proxy.listing import BadCursor, read_session_cursor
+from proxy.listing import read_session_cursor
 from proxy.services import session_changes, sessions as svc
 from proxy.services.client_watch import ClientWatch
 from proxy.store.steps import AgentRefused
@@ -63,10 +63,6 @@ _Q = (
     "Only the sessions whose id, agent or model contains this text, case aside (no "
     "wildcards); empty is unset, every session."
 )
-_CURSOR = (
-    "Where to start: a page's next_cursor, the place after its last row, which sessions "
-    "made or used since do not move as they move an offset; not with offset."
-)
 
 
 @router.get("", response_model=None, responses=ok("list"))
@@ -78,7 +74,7 @@ async def list_sessions(
     limit: Annotated[int, Query(ge=1, le=1000), INTEGER] = 100,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX), INTEGER] = 0,
     q: Annotated[str, Query(max_length=1000, description=_Q), BLANK_IS_UNSET] = "",
-    cursor: Annotated[str, Query(max_length=1000, description=_CURSOR), BLANK_IS_UNSET] = "",
+    cursor: Annotated[str, Query(max_length=1000, description=CURSOR), BLANK_IS_UNSET] = "",
 ) -> dict[str, Any]:
     """A page of the key's sessions; with ``q``, only those whose id, agent or model holds
     it (case aside), filtered before the page is cut, so a client that shows a page at a
@@ -86,19 +82,7 @@ async def list_sessions(
     the one that gave it, by place rather than by count (``listing.session_cursor``)."""
     if "\x00" in q:  # no id or agent holds one, and PostgreSQL's text refuses it
         raise ClientRequestError("'q' holds a NUL character, which no session id holds", param="q")
-    after = None
-    if cursor:
-        if offset:  # two starts: which one the client meant is not the proxy's to guess
-            raise ClientRequestError(
-                "'offset' and 'cursor' are two starts: send one", param="offset"
-            )
-        try:
-            after = read_session_cursor(cursor)
-        except BadCursor:
-            raise ClientRequestError(
-                "'cursor' is no cursor a page gave: send a page's next_cursor as it came",
-                param="cursor",
-            ) from None
+    after = cursor_place(cursor, offset, read_session_cursor)
     return await svc.list_sessions(
         pool,
         cfg,

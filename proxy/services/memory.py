@@ -21,7 +21,7 @@ from proxy.cascade.memory import sanitize_facts
 from proxy.cascade.redaction import compile_patterns
 from proxy.config import AGENT_NAME, Config
 from proxy.errors import ClientRequestError, NotFound
-from proxy.listing import iso_time, page_of, rows_to_read
+from proxy.listing import iso_time, page_of, row_cursor, rows_to_read
 from proxy.store import memory as store
 
 __all__ = [
@@ -122,8 +122,10 @@ async def list_facts(
     may_use: Callable[[str], bool] | None = None,
     limit: int | None = None,
     offset: int = 0,
+    after: int = 0,
 ) -> dict[str, Any]:
-    """The scope's facts, oldest first, ``limit`` of them from ``offset`` on (None: all).
+    """The scope's facts, oldest first, ``limit`` of them from ``offset`` on (None: all)
+    of those with an id past ``after`` (a cursor's place).
     ``may_use(agent)`` (a key limited to some agents)
     keeps a fact's ``source_session`` only when that session runs an agent the key may use,
     else it is None: a ``global`` fact, which every key reads, would name sessions of other
@@ -136,6 +138,7 @@ async def list_facts(
         scopes=[scope],
         limit=rows_to_read(limit),
         offset=offset,
+        after=after,
     )
     rows, more = page_of(rows, limit)
     data = []
@@ -145,7 +148,8 @@ async def list_facts(
         if may_use is not None and (agent is None or not may_use(agent)):
             fact["source_session"] = None
         data.append(fact_answer(fact))
-    return {"object": "list", "data": data, "has_more": more}
+    cursor = row_cursor(rows[-1]["id"]) if more else None
+    return {"object": "list", "data": data, "has_more": more, "next_cursor": cursor}
 
 
 def vet_facts(

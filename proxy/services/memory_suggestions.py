@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound
-from proxy.listing import iso_time, page_of, rows_to_read
+from proxy.listing import iso_time, page_of, row_cursor, rows_to_read
 from proxy.services.memory import (
     check_writable,
     fact_answer,
@@ -53,15 +53,18 @@ async def list_suggestions(
     offset: int = 0,
     may_see: Callable[[str, str], bool] | None = None,
     session_id: str | None = None,
+    after: int = 0,
 ) -> dict[str, Any]:
     """Suggestions nobody has accepted or rejected yet, oldest first, each with the scope
     accepting it writes to, ``limit`` of them past the first ``offset``; only those made
     from ``session_id`` when it is given (a session view's prompt asks its own). ``may_see(scope,
     agent)``, with the agent of the suggestion's session, leaves out those the caller may
     not answer (a key limited to other agents), page by page, so ``limit`` and ``offset``
-    count the ones it sees; ``has_more``: one more it sees is past the page."""
-    data: list[dict[str, Any]] = []
-    after, skip = 0, offset
+    count the ones it sees; ``has_more``: one more it sees is past the page. ``after``: only
+    those made after that event (a cursor's place), which answered ones leaving the list do
+    not move; ``next_cursor`` is the page's last one's."""
+    data: list[tuple[int, dict[str, Any]]] = []
+    skip = offset
     want = rows_to_read(limit)
     batch = min(want + offset, 1001)  # the rows skipped too, in a few statements
     while len(data) < want:
@@ -74,12 +77,18 @@ async def list_suggestions(
                 if skip:
                     skip -= 1
                 else:
-                    data.append(_suggestion(row, scope))
+                    data.append((row["event_id"], _suggestion(row, scope)))
         if len(rows) < batch:
             break
         after = rows[-1]["event_id"]
-    data, more = page_of(data, limit)
-    return {"object": "list", "data": data, "has_more": more}
+    page, more = page_of(data, limit)
+    cursor = row_cursor(page[-1][0]) if more else None
+    return {
+        "object": "list",
+        "data": [s for _, s in page],
+        "has_more": more,
+        "next_cursor": cursor,
+    }
 
 
 def _listed_scope(cfg: Config, found: dict[str, Any]) -> str | None:

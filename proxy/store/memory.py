@@ -46,7 +46,8 @@ async def fetch_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> 
 FETCH_LISTED = """
 SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
 FROM memory m LEFT JOIN sessions s ON s.tenant = m.tenant AND s.id = m.source_session
-WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) ORDER BY m.id LIMIT $3 OFFSET $4
+WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) AND m.id > $5
+ORDER BY m.id LIMIT $3 OFFSET $4
 """
 
 
@@ -57,12 +58,14 @@ async def fetch_listed_facts(
     scopes: Sequence[str],
     limit: int | None = None,
     offset: int = 0,
+    after: int = 0,
 ) -> list[Any]:
-    """:func:`fetch_facts`, a page of them (``limit`` None: all from ``offset`` on), each
+    """:func:`fetch_facts`, a page of them (``limit`` None: all from ``offset`` on, of those
+    with an id past ``after``), each
     with the agent its source session runs now (``source_agent``: None when the fact has
     no source session or it was deleted), which decides whether a key limited to some
     agents may see that session's id."""
-    return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes), limit, offset))
+    return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes), limit, offset, after))
 
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
