@@ -11,6 +11,8 @@ it does not see.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -332,8 +334,18 @@ async def tool_output(
             " for a result cut or cleared with no copy, e.g. redacted; what the session"
             f" holds is at GET /v1/sessions/{session_id}/messages)"
         )
-    page, next_offset = raw_output_page(
-        row["content"], id=tool_call_id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
+    # in a worker thread: a grep reads every line of up to rawCapBytes of text, which on the
+    # event loop would hold every other request until it is done
+    page, next_offset = await asyncio.to_thread(
+        functools.partial(
+            raw_output_page,
+            row["content"],
+            id=tool_call_id,
+            offset=offset,
+            limit=limit,
+            grep=grep,
+            max_chars=max_chars,
+        )
     )
     return {
         "id": tool_call_id,

@@ -8,6 +8,7 @@ a bounded number of internal rounds. The client never sees these calls.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -170,15 +171,16 @@ async def read_page(
     )
     if row is None:
         return None
-    page, _ = raw_output_page(
-        redact(row["content"], patterns)[0] if patterns else row["content"],
-        id=tool_call_id,
-        offset=offset,
-        limit=limit,
-        grep=grep,
-        max_chars=max_chars,
-    )
-    return page
+
+    def paged(text: str) -> str:
+        text = redact(text, patterns)[0] if patterns else text
+        return raw_output_page(
+            text, id=tool_call_id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
+        )[0]
+
+    # in a worker thread: redacting or grepping up to rawCapBytes of text on the event loop
+    # would hold every other request until it is done
+    return await asyncio.to_thread(paged, row["content"])
 
 
 async def answer_call(
