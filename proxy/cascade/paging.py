@@ -4,7 +4,8 @@ tool-output route) returns, one page of it or the lines that match a text.
 A page is the stored text verbatim between a one-line header and, when more follows, a note
 naming the next offset; header and note count toward the cap, so a page is never cut again
 and pages joined by offset give back the text exactly. A grep lists matching lines with
-their offsets, in linear time whatever the pattern: it runs in the proxy's one event loop.
+their offsets, in linear time whatever the pattern: it runs in the proxy's one process, under
+the interpreter's lock every tenant's requests share.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def grep_matcher(pattern: str) -> Matcher:
     gives a line's first match (start, end), longest first, or None.
 
     Linear time in the pattern and the line, whatever either holds: it runs in the proxy's
-    one event loop, and the pattern is the model's (or an API caller's). A regex would
+    one process, and the pattern is the model's (or an API caller's). A regex would
     backtrack on nested repeats or take time in text x alternatives; one Aho-Corasick
     automaton over the lowercased alternatives runs over the lowercased line instead (where
     lowercasing changes a line's length, the positions only place the snippet of a long
