@@ -97,9 +97,17 @@ def allowed_methods(request: Request) -> list[str]:
 
 def request_path(scope: Scope) -> str:
     """The path as the client sent it (still percent-encoded), without the query string,
-    which may carry a credential."""
+    which may carry a credential; one over ``PATH_SHOWN`` characters is cut there, naming
+    how many more it had: it goes into log lines, which a log pipeline splits past 16 KB."""
     raw: bytes | None = scope.get("raw_path")
-    return raw.decode("latin-1") if raw else str(scope.get("path", ""))
+    path = raw.decode("latin-1") if raw else str(scope.get("path", ""))
+    if len(path) <= PATH_SHOWN:
+        return path
+    return f"{path[:PATH_SHOWN]}… ({len(path) - PATH_SHOWN} more characters)"
+
+
+PATH_SHOWN = 2048
+"""The most of a request's path its log lines and error messages show."""
 
 
 def _request_id(scope: Scope) -> str:
