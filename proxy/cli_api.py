@@ -26,6 +26,7 @@ from proxy.logs import without_credentials
 
 __all__ = [
     "CONNECT_SECONDS",
+    "EXIT_BUSY",
     "EXIT_NOT_FOUND",
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
@@ -48,6 +49,14 @@ for this key: a script removing one may take it as already gone."""
 EXIT_REFUSED = 5
 """The proxy refused the key: none, one it does not know (401), or one limited to other
 agents (403)."""
+EXIT_BUSY = 6
+"""The proxy answered that it cannot do it now, and nothing was done: busy (503
+``server_busy``, a 429), its database away (503 ``database_unavailable``), or the session
+held by another request (409 ``session_busy``). A script retries it, after the
+``Retry-After`` the line names; unlike 3, a proxy of Cascade's is there and said so."""
+
+# The error codes of a 409 that a later try may get past: the session was held, not wrong.
+_BUSY_CODES = frozenset({"session_busy"})
 
 WAIT_SECONDS = 600.0
 """How long a command waits for the proxy's whole answer, however slowly it comes
@@ -225,14 +234,18 @@ def _send(
 def _status(resp: httpx.Response, answer: Any) -> int:
     """The exit status of an answer: 0 for a success, ``EXIT_NOT_FOUND`` for the API's 404
     ``not_found`` (a 404 of a path no route takes is a wrong URL, not an absent session),
-    ``EXIT_REFUSED`` for a 401 or 403, 1 for any other error."""
+    ``EXIT_REFUSED`` for a 401 or 403, ``EXIT_BUSY`` for a 503, a 429 or a 409
+    ``session_busy``, 1 for any other error."""
     if resp.is_success:
         return 0
     if resp.status_code in (401, 403):
         return EXIT_REFUSED
     error = answer.get("error") if isinstance(answer, dict) else None
-    if resp.status_code == 404 and isinstance(error, dict) and error.get("code") == "not_found":
+    code = error.get("code") if isinstance(error, dict) else None
+    if resp.status_code == 404 and code == "not_found":
         return EXIT_NOT_FOUND
+    if resp.status_code in (429, 503) or (resp.status_code == 409 and code in _BUSY_CODES):
+        return EXIT_BUSY
     return 1
 
 

@@ -1,6 +1,6 @@
 """The exit statuses of ``sessions`` and ``memory``, one per thing a script tells apart: a
-usage error (argparse's 2), no proxy to ask, a thing not found, a key refused, any other
-error answer (README "CLI")."""
+usage error (argparse's 2), no proxy to ask, a thing not found, a key refused, a busy proxy
+or session to ask again later, any other error answer (README "CLI")."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import ClassVar
 import pytest
 
 from proxy.cli import INTERRUPTED, main
-from proxy.cli_api import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
+from proxy.cli_api import EXIT_BUSY, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +48,9 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/listed": (500, ["x"]),
         "/v1/sessions/crowded": _error(503, "server_busy"),
         "/v1/sessions/squared": _error(503, "server_busy"),
+        "/v1/sessions/away": _error(503, "database_unavailable"),
+        "/v1/sessions/failed/compact": _error(502, "summary_failed"),
+        "/v1/sessions/conflict": _error(409, "other_conflict"),
         "/v1/sessions/moved": (301, "Moved Permanently"),  # a front server sending to https
     }
     # "²" is a digit to str.isdigit, and no int: the header's latin-1 byte 0xb2
@@ -82,8 +85,8 @@ def url() -> Iterator[str]:
 
 
 def test_the_statuses_are_distinct() -> None:
-    statuses = {0, 1, 2, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_REFUSED, 130, 141}
-    assert len(statuses) == 8
+    statuses = {0, 1, 2, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_BUSY, 130, 141}
+    assert len(statuses) == 9
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
@@ -95,7 +98,11 @@ def test_the_statuses_are_distinct() -> None:
         (["memory", "rm", "7"], EXIT_NOT_FOUND),
         (["sessions", "show", "locked"], EXIT_REFUSED),
         (["sessions", "show", "theirs"], EXIT_REFUSED),
-        (["sessions", "compact", "busy"], 1),
+        (["sessions", "compact", "busy"], EXIT_BUSY),
+        (["sessions", "show", "crowded"], EXIT_BUSY),
+        (["sessions", "show", "away"], EXIT_BUSY),
+        (["sessions", "compact", "failed"], 1),
+        (["sessions", "show", "conflict"], 1),
         (["sessions", "show", "bad"], 1),
         (["sessions", "show", "nourl"], 1),
     ],
@@ -154,6 +161,7 @@ def test_readmes_table_gives_each_status_the_code_gives() -> None:
         EXIT_UNREACHABLE: "no proxy answered",
         EXIT_NOT_FOUND: "not found",
         EXIT_REFUSED: "the key refused",
+        EXIT_BUSY: "retry later",
         INTERRUPTED: "Ctrl-C",
         141: "closed the pipe",
     }
@@ -179,7 +187,7 @@ def test_an_error_answer_not_in_the_apis_shape_is_no_cascade_proxy(
 def test_a_busy_proxy_names_its_retry_after(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A 503 ``server_busy`` is worth a retry, and the proxy says when: the line said only
     "503 …", with nothing to tell it from a proxy that failed."""
-    assert main(["sessions", "show", "crowded", "--url", url]) == 1
+    assert main(["sessions", "show", "crowded", "--url", url]) == EXIT_BUSY
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said (retry after 1 s)\n", err
 
@@ -189,7 +197,7 @@ def test_a_retry_after_that_is_no_number_is_left_out(
 ) -> None:
     """A ``Retry-After`` of another digit than 0-9 (a superscript two) ended the command in
     a ValueError traceback, not the error's line."""
-    assert main(["sessions", "show", "squared", "--url", url]) == 1
+    assert main(["sessions", "show", "squared", "--url", url]) == EXIT_BUSY
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said\n", err
 
