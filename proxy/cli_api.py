@@ -260,7 +260,7 @@ def _say_error(
 ) -> None:
     """The API's error answer as one line on stderr: its status and message, and for a 401
     what was sent (a key and where it came from, the URL's Basic auth, or nothing), and for
-    a busy proxy's 503 (or a 429) the ``Retry-After`` it gave."""
+    an answer to retry later (``EXIT_BUSY``) the ``Retry-After`` it gave."""
     error = answer.get("error") if isinstance(answer, dict) else None
     said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
     if isinstance(error, dict) and isinstance(said, str):
@@ -273,7 +273,7 @@ def _say_error(
             hint = " (sent the URL's user and password as Basic auth)"
     wait = resp.headers.get("retry-after", "")
     # worth a retry, and when; isdigit alone takes "²" (latin-1's 0xb2), which int refuses
-    if resp.status_code in (429, 503) and wait.isascii() and wait.isdigit():
+    if _status(resp, answer) == EXIT_BUSY and wait.isascii() and wait.isdigit():
         hint = f" (retry after {int(wait)} s)"
     print(
         f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",

@@ -51,10 +51,14 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/away": _error(503, "database_unavailable"),
         "/v1/sessions/failed/compact": _error(502, "summary_failed"),
         "/v1/sessions/conflict": _error(409, "other_conflict"),
+        "/v1/sessions/held/compact": _error(409, "session_busy"),
         "/v1/sessions/moved": (301, "Moved Permanently"),  # a front server sending to https
     }
     # "²" is a digit to str.isdigit, and no int: the header's latin-1 byte 0xb2
-    retry_after: ClassVar[dict[str, str]] = {"/v1/sessions/squared": "\xb2"}
+    retry_after: ClassVar[dict[str, str]] = {
+        "/v1/sessions/squared": "\xb2",
+        "/v1/sessions/held/compact": "2",
+    }
 
     def _answer(self) -> None:
         status, answer = self.answers[self.path.split("?")[0]]
@@ -63,6 +67,8 @@ class _Proxy(BaseHTTPRequestHandler):
         self.send_header("content-type", "application/json")
         if status == 503:  # as proxy.wiring answers server_busy
             self.send_header("retry-after", self.retry_after.get(self.path, "1"))
+        elif self.path in self.retry_after:
+            self.send_header("retry-after", self.retry_after[self.path])
         if status == 301:
             self.send_header("location", "https://proxy.example/v1/sessions/moved")
         self.send_header("content-length", str(len(body)))
@@ -190,6 +196,16 @@ def test_a_busy_proxy_names_its_retry_after(url: str, capsys: pytest.CaptureFixt
     assert main(["sessions", "show", "crowded", "--url", url]) == EXIT_BUSY
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said (retry after 1 s)\n", err
+
+
+def test_every_answer_to_retry_later_names_its_retry_after(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 409 ``session_busy`` exits as a busy proxy's 503 does, and names the wait it was
+    given as the 503's line does: only a 503 or a 429 had its ``Retry-After`` said."""
+    assert main(["sessions", "compact", "held", "--url", url]) == EXIT_BUSY
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions compact: 409 session_busy said (retry after 2 s)\n"
 
 
 def test_a_retry_after_that_is_no_number_is_left_out(
