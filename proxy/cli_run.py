@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
 from proxy.banner import client_origin
+from proxy.cli import option_names
 from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
@@ -259,17 +260,8 @@ def _not_utf8(args: argparse.Namespace) -> str:
     for name, value in vars(args).items():
         for text in value if isinstance(value, list) else [value]:
             if isinstance(text, str) and not _utf8(text):
-                return _OPTIONS.get(name, name.upper())
+                return option_names(args).get(name, name)
     return ""
-
-
-# The namespace's names given as options, as typed; the others (id, text) are positional.
-_OPTIONS = {
-    **{n: f"--{n}" for n in ("url", "filter", "scope", "session")},
-    "api_key": "--api-key",
-    "facts": "--fact",
-    "new_id": "--new-id",
-}
 
 
 def _to_devnull() -> None:
