@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -34,6 +34,7 @@ __all__ = [
     "origin_of",
     "has_credentials",
     "has_query",
+    "path_segment",
 ]
 
 
@@ -83,6 +84,13 @@ def origin_of(url: str) -> str:
     if parts.path in ("/v1", "/v1/"):
         return urlunsplit(parts._replace(path=""))
     return url.rstrip("/")
+
+
+def path_segment(text: str) -> str:
+    """``text`` as one segment of an API path, escaped whole, dots too: a client resolves
+    ``.`` or ``..`` as a path step (``sessions show ..`` asked ``GET /v1``); escaped, they
+    reach the proxy, which says they name nothing."""
+    return quote(text, safe="").replace(".", "%2E")
 
 
 def has_credentials(url: str) -> bool:

@@ -36,6 +36,8 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/gone": _error(404, "not_found"),
         "/v1/sessions/gone/reset": _error(404, "not_found"),
         "/v1/memory/7": _error(404, "not_found"),
+        "/v1/memory/suggestions/%2E%2E/reject": _error(404, "not_found"),
+        "/v1/memory/suggestions/%2E/accept": _error(404, "not_found"),
         "/v1/sessions/locked": _error(401, "invalid_api_key"),
         "/v1/sessions/theirs": _error(403, "agent_not_allowed"),
         "/v1/sessions/busy/compact": _error(409, "session_busy"),
@@ -102,6 +104,10 @@ def test_the_statuses_are_distinct() -> None:
         (["sessions", "show", "gone"], EXIT_NOT_FOUND),
         (["sessions", "reset", "gone"], EXIT_NOT_FOUND),
         (["memory", "rm", "7"], EXIT_NOT_FOUND),
+        # a dot step, escaped, is sent as the id it is: unescaped, the client resolved
+        # "reject .." to POST /v1/memory/reject, a path no route takes
+        (["memory", "reject", ".."], EXIT_NOT_FOUND),
+        (["memory", "accept", "."], EXIT_NOT_FOUND),
         (["sessions", "show", "locked"], EXIT_REFUSED),
         (["sessions", "show", "theirs"], EXIT_REFUSED),
         (["sessions", "compact", "busy"], EXIT_BUSY),
