@@ -34,7 +34,8 @@ def printable(text: str) -> str:
 
 def cell(value: Any, width: int = 0) -> str:
     """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``
-    terminal cells (``…`` its last), never inside a character's marks or joined ones."""
+    terminal cells (``…`` its last), never inside a grapheme (a character with its marks,
+    an emoji sequence)."""
     text = "-" if value is None or value == "" else str(value)
     text = printable(" ".join(text.split()))  # newlines and tabs would break the row
     if not width or _cells(text) <= width:
