@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from proxy import DEFAULT_CONFIG, __version__
 
-__all__ = ["main"]
+__all__ = ["main", "option_names"]
 
 INTERRUPTED = 128 + signal.SIGINT
 """The exit status of a command ended by Ctrl-C, as a shell reports one."""
@@ -50,6 +50,17 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             chosen = action.choices.get(str(getattr(args, action.dest, "")))
             return parser if chosen is None else _command_parser(chosen, args)
     return parser
+
+
+def option_names(args: argparse.Namespace) -> dict[str, str]:
+    """Each name of ``args`` as the command line gives it, for a line that names one: an
+    option by its flag (``api_key`` as ``--api-key``), a positional as its usage shows it
+    (``id`` as ``ID``)."""
+    actions = _command_parser(_parser(), args)._actions
+    return {
+        a.dest: max(a.option_strings, key=len) if a.option_strings else a.metavar or a.dest.upper()
+        for a in actions
+    }
 
 
 _DATABASE_URL = (

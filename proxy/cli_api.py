@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -26,6 +26,7 @@ from proxy.logs import without_credentials
 
 __all__ = [
     "CONNECT_SECONDS",
+    "EXIT_BUSY",
     "EXIT_NOT_FOUND",
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
@@ -33,6 +34,7 @@ __all__ = [
     "origin_of",
     "has_credentials",
     "has_query",
+    "path_segment",
 ]
 
 
@@ -48,6 +50,14 @@ for this key: a script removing one may take it as already gone."""
 EXIT_REFUSED = 5
 """The proxy refused the key: none, one it does not know (401), or one limited to other
 agents (403)."""
+EXIT_BUSY = 6
+"""The proxy answered that it cannot do it now, and nothing was done: busy (503
+``server_busy``, a 429), its database away (503 ``database_unavailable``), or the session
+held by another request (409 ``session_busy``). A script retries it, after the
+``Retry-After`` the line names; unlike 3, a proxy of Cascade's is there and said so."""
+
+# The error codes of a 409 that a later try may get past: the session was held, not wrong.
+_BUSY_CODES = frozenset({"session_busy"})
 
 WAIT_SECONDS = 600.0
 """How long a command waits for the proxy's whole answer, however slowly it comes
@@ -74,6 +84,13 @@ def origin_of(url: str) -> str:
     if parts.path in ("/v1", "/v1/"):
         return urlunsplit(parts._replace(path=""))
     return url.rstrip("/")
+
+
+def path_segment(text: str) -> str:
+    """``text`` as one segment of an API path, escaped whole, dots too: a client resolves
+    ``.`` or ``..`` as a path step (``sessions show ..`` asked ``GET /v1``); escaped, they
+    reach the proxy, which says they name nothing."""
+    return quote(text, safe="").replace(".", "%2E")
 
 
 def has_credentials(url: str) -> bool:
@@ -225,14 +242,18 @@ def _send(
 def _status(resp: httpx.Response, answer: Any) -> int:
     """The exit status of an answer: 0 for a success, ``EXIT_NOT_FOUND`` for the API's 404
     ``not_found`` (a 404 of a path no route takes is a wrong URL, not an absent session),
-    ``EXIT_REFUSED`` for a 401 or 403, 1 for any other error."""
+    ``EXIT_REFUSED`` for a 401 or 403, ``EXIT_BUSY`` for a 503, a 429 or a 409
+    ``session_busy``, 1 for any other error."""
     if resp.is_success:
         return 0
     if resp.status_code in (401, 403):
         return EXIT_REFUSED
     error = answer.get("error") if isinstance(answer, dict) else None
-    if resp.status_code == 404 and isinstance(error, dict) and error.get("code") == "not_found":
+    code = error.get("code") if isinstance(error, dict) else None
+    if resp.status_code == 404 and code == "not_found":
         return EXIT_NOT_FOUND
+    if resp.status_code in (429, 503) or (resp.status_code == 409 and code in _BUSY_CODES):
+        return EXIT_BUSY
     return 1
 
 
@@ -247,7 +268,7 @@ def _say_error(
 ) -> None:
     """The API's error answer as one line on stderr: its status and message, and for a 401
     what was sent (a key and where it came from, the URL's Basic auth, or nothing), and for
-    a busy proxy's 503 (or a 429) the ``Retry-After`` it gave."""
+    an answer to retry later (``EXIT_BUSY``) the ``Retry-After`` it gave."""
     error = answer.get("error") if isinstance(answer, dict) else None
     said = error.get("message") if isinstance(error, dict) else error  # a gateway's string
     if isinstance(error, dict) and isinstance(said, str):
@@ -260,7 +281,7 @@ def _say_error(
             hint = " (sent the URL's user and password as Basic auth)"
     wait = resp.headers.get("retry-after", "")
     # worth a retry, and when; isdigit alone takes "²" (latin-1's 0xb2), which int refuses
-    if resp.status_code in (429, 503) and wait.isascii() and wait.isdigit():
+    if _status(resp, answer) == EXIT_BUSY and wait.isascii() and wait.isdigit():
         hint = f" (retry after {int(wait)} s)"
     print(
         f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",

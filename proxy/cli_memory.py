@@ -14,9 +14,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
-from proxy.cli_api import call_api
+from proxy.cli_api import call_api, path_segment
 from proxy.cli_sessions import next_page
 from proxy.cli_text import cell, table
 
@@ -89,7 +88,7 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
         request = ("GET", "/v1/memory/suggestions", page, None)
         note = next_page(args.limit, args.offset)
     elif args.action in ("accept", "reject"):
-        path = f"/v1/memory/suggestions/{quote(args.id, safe='')}/{args.action}"
+        path = f"/v1/memory/suggestions/{path_segment(args.id)}/{args.action}"
         facts = getattr(args, "facts", None)
         request = ("POST", path, {}, {"facts": facts} if facts else {})
     else:

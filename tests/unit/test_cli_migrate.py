@@ -1,5 +1,6 @@
 """``cascade-proxy migrate`` stops the embedded server it started, however the run ends: a
-failed migration (one line, exit 2) and a SIGTERM from a supervisor alike."""
+failed migration (one line, exit 2) and a SIGTERM from a supervisor alike. A database it
+cannot reach is exit 3, worth a retry, as no proxy is for ``sessions`` (README "CLI")."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from typing import Any
 import pytest
 
 from proxy import cli, cli_run
+from proxy.cli_api import EXIT_UNREACHABLE
+from proxy.pgembed import EmbeddedUnavailable
+from proxy.store.db import DatabaseUnavailable, PoolerMismatch
 from proxy.store.migrations import MigrationError
 
 
@@ -125,18 +129,51 @@ def test_a_database_it_cannot_reach_is_named_by_where_its_url_came_from(
     the variable, or the embedded server this command started."""
     monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
     monkeypatch.setenv("DATABASE_URL", "postgresql://env:TOPSECRET@127.0.0.1:1/env")
-    assert cli.main(["migrate", "--database-url", "postgresql://flag:TOPSECRET@127.0.0.1:1/f"]) == 2
+    flag = "postgresql://flag:TOPSECRET@127.0.0.1:1/f"
+    assert cli.main(["migrate", "--database-url", flag]) == EXIT_UNREACHABLE
     err = capsys.readouterr().err
     assert "at postgresql://flag:***@127.0.0.1:1/f (--database-url): " in err, err
     assert "DATABASE_URL" not in err and "TOPSECRET" not in err, err
-    assert cli.main(["migrate"]) == 2
+    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
     assert "at postgresql://env:***@127.0.0.1:1/env (DATABASE_URL): " in capsys.readouterr().err
     monkeypatch.delenv("DATABASE_URL")
     server = _Embedded()
     monkeypatch.setattr(
         cli_run, "start_embedded", lambda data_dir: ("postgresql:///x?port=1", server)
     )
-    assert cli.main(["migrate"]) == 2
+    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
     assert server.stopped == 1
     err = capsys.readouterr().err
     assert " (the embedded server): " in err and "DATABASE_URL" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("refusal", "status"),
+    [
+        (DatabaseUnavailable("cannot connect …: ConnectionRefusedError"), EXIT_UNREACHABLE),
+        (DatabaseUnavailable("cannot connect …: CannotConnectNowError", "57P03"), 3),
+        (DatabaseUnavailable("cannot connect …: TooManyConnectionsError", "53300"), 3),
+        (DatabaseUnavailable("cannot connect …: InvalidPasswordError", "28P01"), 2),
+        (DatabaseUnavailable("cannot connect …: InvalidCatalogNameError", "3D000"), 2),
+        (PoolerMismatch("set CASCADE_DB_POOLER=transaction", "26000"), 2),
+        (EmbeddedUnavailable(), 2),
+        (MigrationError("the migrations' ledger cannot be made …"), 2),
+    ],
+)
+def test_a_database_that_did_not_answer_is_told_from_one_a_setting_must_mend(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    refusal: Exception,
+    status: int,
+) -> None:
+    """migrate said 2, a usage error, for a database that was down as for a password it
+    refused: a script retrying the one (3, as for no proxy) gives up on the other (2)."""
+
+    async def refused(dsn: str, **kwargs: Any) -> list[str]:
+        raise refusal
+
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
+    monkeypatch.setattr(cli_run, "run_migrations", refused)
+    assert cli.main(["migrate"]) == status
+    assert capsys.readouterr().err == f"cascade-proxy migrate: {refusal}\n"

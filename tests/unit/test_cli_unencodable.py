@@ -75,3 +75,24 @@ def test_a_cascade_url_that_is_not_utf8_is_a_usage_error(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "CASCADE_URL" in err and "not UTF-8" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["sessions", "branch", "run-1", "--new-id", "\udcff"], "--new-id holds"),
+        (["sessions", "ls", "--filter", "\udcff"], "--filter holds"),
+        (["memory", "accept", "s1", "--fact", "ok", "--fact", "\udcff"], "--fact holds"),
+        (["memory", "suggestions", "--session", "\udcff"], "--session holds"),
+        (["memory", "ls", "--scope", "\udcff"], "--scope holds"),
+        (["memory", "add", "caf\udce9"], ": TEXT holds"),
+        (["sessions", "show", "run-\udcff"], ": ID holds"),
+    ],
+)
+def test_what_is_not_utf8_is_named_as_the_command_line_gives_it(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An option by its flag, a positional by the name its usage shows, never its value."""
+    assert main([*argv, "--url", "http://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "\\udcff" not in err and "\udcff" not in err, err
