@@ -57,6 +57,19 @@ def _chat(http: httpx.Client, text: str, model: str = "m") -> None:
     assert r.status_code == 200, r.text
 
 
+def _replayed(http: httpx.Client) -> str:
+    """What the session's event stream replays before it goes quiet for a second."""
+    got = []
+    with http.stream("GET", f"/v1/sessions/{SID}/events", timeout=1.0) as r:
+        assert r.status_code == 200
+        try:
+            for line in r.iter_lines():
+                got.append(line)
+        except httpx.ReadTimeout:
+            pass
+    return "\n".join(got)
+
+
 def test_facts_and_suggestions_stay_with_their_tenant(
     clients: tuple[httpx.Client, httpx.Client], db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
@@ -77,6 +90,9 @@ def test_facts_and_suggestions_stay_with_their_tenant(
     assert [(s["id"], s["facts"]) for s in listed] == [("dup", ["Globex deploys on Mondays."])]
     assert b.post("/v1/memory/suggestions/acme-only/accept").status_code == 404
     assert b.post("/v1/memory/suggestions/acme-only/reject").status_code == 404
+
+    replay = _replayed(b)
+    assert "Globex deploys on Mondays." in replay and "Acme" not in replay
 
     # B answers its own "dup": A's stays pending, and A's facts go nowhere of B's
     accepted = b.post("/v1/memory/suggestions/dup/accept")
