@@ -55,7 +55,14 @@ def _embedded(s: Stack) -> int:
     return int(rows[0]["n"])
 
 
-@pytest.mark.parametrize("name", ["SWE-agent__mini-swe-agent__django__django-11910.traj.json"])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SWE-agent__mini-swe-agent__django__django-11910.traj.json",
+        "OpenHands__benchmarks__traj_safety-metrics.json",
+    ],
+)
 def test_a_real_run_with_every_stage_on_fits_the_window(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, name: str
 ) -> None:
@@ -75,6 +82,7 @@ def test_a_real_run_with_every_stage_on_fits_the_window(
         reserved=RESERVED,
         summarize={"softFraction": 0.5, "keepRecent": 4},
         context=CONTEXT,
+        settings={"embedding_poll_seconds": 0.05},
     ) as s:
         with httpx.Client(
             base_url=s.proxy.origin, headers={"authorization": f"Bearer {CLIENT_KEY}"}, timeout=20

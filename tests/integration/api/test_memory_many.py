@@ -36,6 +36,7 @@ def _store_many(dsn: str) -> list[str]:
     return texts
 
 
+@pytest.mark.heavy  # times a request against a bar
 def test_thousands_of_facts_page_and_inject(
     http: httpx.Client, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
