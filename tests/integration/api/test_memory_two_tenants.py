@@ -48,10 +48,10 @@ def clients(
         yield a, b
 
 
-def _chat(http: httpx.Client, text: str, model: str = "m") -> None:
+def _chat(http: httpx.Client, text: str, model: str = "m", sid: str = SID) -> None:
     r = http.post(
         "/v1/chat/completions",
-        headers={"x-session-id": SID},
+        headers={"x-session-id": sid},
         json={"model": model, "messages": [{"role": "user", "content": text}]},
     )
     assert r.status_code == 200, r.text
@@ -111,10 +111,14 @@ def test_facts_and_suggestions_stay_with_their_tenant(
     assert "Acme agent:coder fact" in system and "Globex" not in system
 
     # B's reset, branch and delete of its session leave A's session and facts as they were
+    held = a.get(f"/v1/sessions/{SID}/messages").json()
+    _chat(a, "A's own b-copy", model="coder", sid="b-copy")
     assert b.post(f"/v1/sessions/{SID}/reset").status_code == 200
     assert b.post(f"/v1/sessions/{SID}/branch", json={"id": "b-copy"}).status_code in (200, 201)
     assert b.delete(f"/v1/sessions/{SID}").status_code == 200
-    assert a.get(f"/v1/sessions/{SID}").status_code == 200
-    assert b.get("/v1/sessions/b-copy").status_code == 200
-    assert a.get("/v1/sessions/b-copy").status_code == 404
+    assert a.get(f"/v1/sessions/{SID}/messages").json() == held
+    b_copy = b.get("/v1/sessions/b-copy/messages").json()["data"]
+    a_copy = a.get("/v1/sessions/b-copy/messages").json()["data"]
+    assert [m["message"]["content"] for m in a_copy][:1] == ["A's own b-copy"]
+    assert "A's own b-copy" not in str(b_copy)
     assert len(a.get("/v1/memory", params={"scope": "agent:coder"}).json()["data"]) == 1
