@@ -36,7 +36,7 @@ from proxy.cascade.memory import (
     span_facts,
     span_text,
 )
-from proxy.cascade.redaction import redact_message
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.store import memory as store
@@ -103,7 +103,7 @@ def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
     shown it."""
     if set(job.memory_patterns) <= set(job.redaction):
         return span  # the compaction redacted it with these already
-    return [redact_message(m, job.memory_patterns)[0] for m in span]
+    return [redact_written(m, job.memory_patterns)[0] for m in span]
 
 
 async def _promote(
