@@ -36,6 +36,7 @@ from proxy.cascade.memory import (
     span_facts,
     span_text,
 )
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.store import memory as store
@@ -93,6 +94,18 @@ async def promote(
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
 
 
+def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
+    """``span`` as the extraction may read it: redacted with the patterns a fact of the
+    scope is checked with (``job.memory_patterns``, the built-in ones even with the agent's
+    redaction or ``defaultPatterns`` off) where the compaction's own redaction left any out.
+    A fact is checked for a secret's shape, not its value: the fast model that read
+    ``"password": "…"`` could restate the value in words no pattern reads, so it is never
+    shown it."""
+    if set(job.memory_patterns) <= set(job.redaction):
+        return span  # the compaction redacted it with these already
+    return [redact_written(m, job.memory_patterns)[0] for m in span]
+
+
 async def _promote(
     upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
 ) -> None:
@@ -102,7 +115,9 @@ async def _promote(
         - output_tokens(job.fast_model, _OUTPUT_TOKENS, window, at=job.provider.base_url)
         - _MARGIN
     )
-    text = fit_span_text(span_text(span), budget, lambda t: count(extraction_prompt(t)))
+    text = fit_span_text(
+        span_text(_readable(span, job)), budget, lambda t: count(extraction_prompt(t))
+    )
     if not text:
         return
     await lent.give_back()  # none held while the fast model answers

@@ -46,6 +46,7 @@ def _job(fast_limit: int) -> SimpleNamespace:
         tenant="t",
         memory_scope="global",
         memory_patterns=(),
+        redaction=(),
     )
 
 

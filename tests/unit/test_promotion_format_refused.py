@@ -67,6 +67,7 @@ def _job() -> SimpleNamespace:
         tenant="t",
         memory_scope="global",
         memory_patterns=(),
+        redaction=(),
     )
 
 

@@ -58,6 +58,7 @@ _JOB = SimpleNamespace(
     tenant="t",
     memory_scope="global",
     memory_patterns=(),
+    redaction=(),
 )
 
 
