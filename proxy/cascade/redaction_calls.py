@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from proxy.cascade.redaction import DEFAULT_PATTERNS, REDACTED, redact, redact_message
@@ -109,7 +110,8 @@ def _same_shape(value: Any, read: Any) -> bool:
 def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """``value``, whose JSON text redacted is no JSON, redacted part by part: each scalar as
     the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
-    its key needs; an array's item alone), read back; an entry whose text redacted is still
+    its key needs; a string that holds none so, with the entries before it in its object,
+    which one named by its sibling needs: ``_by_siblings``; an array's item alone), read back; an entry whose text redacted is still
     no JSON (a secret's quote in what matched) has its value ``REDACTED`` whole, unless it
     is a number (or a constant): JSON holds no secret unquoted. A container keeps its place
     and its key, read as its JSON text as a scalar is (not as bare text, where a value that
@@ -144,6 +146,10 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
             read = REDACTED if read is _NO_JSON else read
         else:
             read, n = _read_back({at: node}, patterns)
+            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
+                named = _by_siblings(into, at, node, patterns)
+                into[at], total = named, total + (named is not node)
+                continue
             if isinstance(read, Mapping) and len(read) == 1:
                 into.update(read)
                 total += n
@@ -156,6 +162,30 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
         into[at], total = read, total + n
     return (value, 0) if total == 0 else (top[0], total)
 
+
+def _by_siblings(
+    into: dict[Any, Any], at: Any, node: str, patterns: Sequence[re.Pattern[str]]
+) -> Any:
+    """``node``, the string at ``at`` that read alone holds no secret, read after the entries
+    before it in its object (``into``, as read so far), nearest first, up to three: a value
+    named by its sibling (``"name": "DB_PASSWORD"`` before ``"value": …``), as the object's
+    whole text reads it. ``node`` itself when none of them redacts it."""
+    window: dict[Any, Any] = {}
+    for key, value in islice(reversed(into.items()), _SIBLINGS):
+        if isinstance(value, Mapping | list):
+            break
+        window = {key: value, **window}
+        read, _ = _read_back({**window, at: node}, patterns)
+        if isinstance(read, Mapping) and len(read) == len(window) + 1:
+            found = read.get(str(at), node)
+            if found != node:
+                return found
+    return node
+
+
+_SIBLINGS = 3
+"""The most entries before a value that may name it: its name and two short entries between
+(``"Type": "SecureString"``), as the sibling pattern reads them."""
 
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")

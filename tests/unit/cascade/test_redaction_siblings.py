@@ -29,6 +29,10 @@ _K8S_JSON = """{
         }
     ]
 }"""
+_ENV = [
+    {"name": "DB_PASSWORD", "value": "hunter2hunter2"},
+    {"name": "LOG_LEVEL", "value": "debug"},
+]
 _K8S_YAML = """    env:
     - name: DB_PASSWORD
       value: hunter2hunter2
@@ -115,3 +119,19 @@ def test_sibling_near_misses_cost_linear_time() -> None:
         assert redact(text, _PATTERNS) == (text, 0)
         costs.append(time.process_time() - start)
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
+
+
+def test_a_sibling_secret_is_redacted_in_arguments_read_entry_by_entry() -> None:
+    """Arguments whose text redacted is no JSON (``"Enter password:", "timeout"``) are read
+    entry by entry; a value there is read with the entries before it in its object, as the
+    whole text would have read it, not alone, where nothing names it."""
+    args = {"expect": "Enter password:", "timeout": 5, "env": [_ENV[0], _ENV[1]]}
+    for given in (args, json.dumps(args), json.dumps(args, separators=(",", ":"))):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        assert n == 1 and type(got) is type(given)
+        read = got if isinstance(got, dict) else json.loads(got)
+        assert read == {**args, "env": [{**_ENV[0], "value": REDACTED}, _ENV[1]]}
+        assert redact_written(out, _PATTERNS) == (out, 0)
