@@ -67,7 +67,7 @@ _NOT_A_VALUE = (
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
 # (``DB_PASSWORD``, ``api_key_v2``), unless that names the secret's kind, not the secret
 # (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``).
-_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}(?<!type)"
+_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type)"
 # The value after a secret's key and its separator: a quoted one whole (in JSON text, between
 # its escaped quotes: never the backslash alone, which would let the value through and leave
 # the text JSON no longer), an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``),
@@ -85,23 +85,24 @@ _AUTHORIZATION = "authorization"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
 # an array too). Never a brace or a bracket: an entry of the next object is not this one's.
-_BETWEEN = r"(?:[\s,\"']|\\[nrt\"]){1,128}"
+_BETWEEN = r"(?:[\s,\"']|\\[nrt\"]){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
-_ENTRY = r"[a-z]{1,32}" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}" + _BETWEEN
+_ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
 # A secret keyed by its sibling entry, as lists of name/value pairs hold them: a Kubernetes
 # ``env`` (``- name: DB_PASSWORD`` above ``value: …`` as kubectl prints it), HAR headers
 # (``{"name": "Authorization", "value": "Basic …"}``), AWS tags and CloudFormation
 # parameters (``Key``/``Value``, ``ParameterKey``/``ParameterValue``, the CLI's
-# ``Key=…,Value=…``), GitHub Actions and Terraform variables. The name holds a key of the
-# keyed pass (``_SECRET_KEY``, or the ``Authorization`` header); the value comes after it
-# in the same object, at most two short entries on, and is read as the keyed pass reads a
-# value (``_SECRET_VALUE``). Every part is bounded, so each place a name begins is read a
-# bounded distance on.
+# ``Key=…,Value=…``), GitHub Actions and Terraform variables, a password manager's fields
+# (``"label": "password", "value": …``). An entry's text ends in a key of the keyed pass
+# (``_SECRET_KEY``, or the ``Authorization`` header), and the entry after it, or at most
+# two short entries on, is a ``value``: read as the keyed pass reads a value
+# (``_SECRET_VALUE``). It begins at the secret's key, so it is tried only where the keyed
+# pass is, not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
+# try reads a bounded distance on, and a run that what follows it cannot begin with (the
+# key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive (``+``): a try that
+# fails does not step back through it a character at a time.
 _SIBLING = (
-    r"(?i)(?<![a-z0-9_])(?:parameter)?(?:name|key)"
-    + _assigned(3)
-    + _QUOTE
-    + r"?[a-z0-9_.:/\-]{0,64}?(?:"
+    r"(?i)(?:"
     + _SECRET_KEY
     + "|"
     + _AUTHORIZATION

@@ -59,6 +59,7 @@ _K8S_YAML = """    env:
         ('{"key": "aws_secret", "value": "wJalrXUt", "sensitive": true}', "wJalrXUt"),
         ('{"Name": "/app/db/password", "Type": "SecureString", "Value": "s3cr3t"}', "s3cr3t"),
         ("aws ec2 create-tags --tags Key=api_token,Value=tok-93jf83", "tok-93jf83"),
+        ('{"id": "password", "type": "CONCEALED", "label": "password", "value": "Xq7!"}', "Xq7!"),
         ("- key: 'SECRET_KEY'\n  value: 'abc 123'\n", "abc 123"),
     ],
 )
