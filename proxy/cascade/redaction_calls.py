@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import islice
+from itertools import islice, takewhile
 from typing import Any
 
 from proxy.cascade.redaction import DEFAULT_PATTERNS, REDACTED, redact, redact_message
@@ -146,6 +146,9 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
         elif not isinstance(into, dict):
             read, n = _read_back(node, patterns)
             read = REDACTED if read is _NO_JSON else read
+            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
+                read = _by_siblings(into, at, node, patterns)
+                n = int(read is not node)
         else:
             entry, n = _read_back({at: node}, patterns)
             if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
@@ -181,23 +184,32 @@ def _free(into: dict[Any, Any], key: Any, places: dict[int, int]) -> Any:
     return f"{key} ({place})"
 
 
-def _by_siblings(
-    into: dict[Any, Any], at: Any, node: str, patterns: Sequence[re.Pattern[str]]
-) -> Any:
+def _by_siblings(into: Any, at: Any, node: str, patterns: Sequence[re.Pattern[str]]) -> Any:
     """``node``, the string at ``at`` that read alone holds no secret, read after the entries
-    before it in its object (``into``, as read so far), nearest first, up to three: a value
-    named by its sibling (``"name": "DB_PASSWORD"`` before ``"value": …``), as the object's
-    whole text reads it. ``node`` itself when none of them redacts it."""
-    window: dict[Any, Any] = {}
-    for key, value in islice(reversed(into.items()), _SIBLINGS):
-        if isinstance(value, Mapping | list):
+    before it in its object or array (``into``, as read so far), nearest first, up to three
+    scalars: a value named by its sibling (``"name": "DB_PASSWORD"`` before ``"value": …``,
+    or a YAML file's lines, ``- name: DB_PASSWORD`` before ``  value: …``), as the whole
+    text reads it. ``node`` itself when none of them redacts it, which one read of all three
+    with it tells in most cases: a match with fewer is one with all of them."""
+    if isinstance(into, dict):
+        before = list(islice(reversed(into.items()), _SIBLINGS))
+    else:
+        before = [(None, v) for v in reversed(into[max(0, at - _SIBLINGS) : at])]
+    scalars = list(takewhile(lambda entry: not isinstance(entry[1], Mapping | list), before))
+    for count in (len(scalars), *range(1, len(scalars))):
+        window = scalars[:count][::-1]
+        if isinstance(into, dict):
+            read, n = _read_back({**dict(window), at: node}, patterns)
+            ok = isinstance(read, Mapping) and len(read) == count + 1
+            found = read.get(str(at), node) if ok else node
+        else:
+            read, n = _read_back([v for _, v in window] + [node], patterns)
+            ok = isinstance(read, list) and len(read) == count + 1
+            found = read[-1] if ok else node
+        if found != node:
+            return found
+        if n == 0:  # nothing in all of them: nothing in fewer
             break
-        window = {key: value, **window}
-        read, _ = _read_back({**window, at: node}, patterns)
-        if isinstance(read, Mapping) and len(read) == len(window) + 1:
-            found = read.get(str(at), node)
-            if found != node:
-                return found
     return node
 
 

@@ -137,3 +137,18 @@ def test_a_sibling_secret_is_redacted_in_arguments_read_entry_by_entry() -> None
         read = got if isinstance(got, dict) else json.loads(got)
         assert read == {**args, "env": [{**_ENV[0], "value": REDACTED}, _ENV[1]]}
         assert redact_written(out, _PATTERNS) == (out, 0)
+
+
+def test_a_sibling_secret_in_lines_of_arguments_read_entry_by_entry() -> None:
+    """The same for a YAML file written as its lines, an array's strings: a line is read
+    with the lines before it, as the whole text reads them."""
+    lines = ["env:", "- name: DB_PASSWORD", "  value: hunter2hunter2", "- name: A"]
+    args = {"expect": "Enter password:", "timeout": 5, "lines": lines}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        read = got if isinstance(got, dict) else json.loads(got)
+        assert n == 1 and read["lines"] == [*lines[:2], f"  value: {REDACTED}", lines[3]]
+        assert redact_written(out, _PATTERNS) == (out, 0)
