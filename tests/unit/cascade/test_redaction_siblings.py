@@ -105,15 +105,16 @@ def test_a_sibling_secret_in_a_tool_result_and_in_arguments_of_both_forms() -> N
 
 
 def _near_misses(k: int) -> str:
-    """Entries that almost key a secret by a sibling, each failing at its last character."""
-    entry = '{"name": "' + "x_" * 30 + 'password",' + " " * 120 + '"Type": "a", "b": "c", "valu"}'
-    yaml = "- key: " + "a" * 60 + "token_" * 4 + "\n" + " " * 120 + "value\n"
-    return (entry + yaml) * 2_000 * k
+    """Entries that almost key a secret by a sibling, each failing at its last character,
+    and one name that runs on: a key's every repeat is a place the pattern is tried."""
+    entry = '{"name": "x_password",' + " " * 120 + '"Type": "a", "b": "c", "valu"}'
+    yaml = "- key: " + "token_" * 4 + "\n" + " " * 120 + "value\n"
+    return (entry + yaml) * 1_000 * k + "token_" * 10_000 * k + '", "value'
 
 
 def test_sibling_near_misses_cost_linear_time() -> None:
-    """Four times the text costs about four times the CPU: each place a name begins is
-    read a bounded distance on, however the entries around it almost fit."""
+    """Four times the text costs about four times the CPU: each place a secret's key begins
+    is read a bounded distance on, however the entries after it almost fit."""
     costs = []
     for k in (1, 4):
         text = _near_misses(k)
