@@ -110,18 +110,18 @@ def _same_shape(value: Any, read: Any) -> bool:
 def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """``value``, whose JSON text redacted is no JSON, redacted part by part: each scalar as
     the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
-    its key needs; a string that holds none so, with the entries before it in its object,
-    which one named by its sibling needs: ``_by_siblings``; an array's item alone), read
-    back; an entry whose text redacted is still no JSON (a secret's quote in what matched)
-    has its value ``REDACTED`` whole, unless it is a number (or a constant): JSON holds no
-    secret unquoted. A container keeps its place and its key, read as its JSON text as a
-    scalar is (not as bare text, where a value that ends it is read otherwise:
-    ``"token=5"``). Two keys redacted to one text both stay (``_free``). A PEM block across
-    strings (a key written as its lines) is what the whole text matched as one: every string
-    from one whose BEGIN line is left open to the next holding an END line is ``REDACTED``
-    (``_Block``). Walked without recursion, in the text's order, each scalar written once: a
-    value nested as deep as its encoding reaches costs its size, no more. The same object
-    when nothing matched."""
+    its key needs; an array's item alone), read back, and a string that holds none so, with
+    the entries before it, which one named by its sibling needs (``_by_siblings``); an entry
+    whose text redacted is still no JSON (a secret's quote in what matched) has its value
+    ``REDACTED`` whole, unless it is a number (or a constant): JSON holds no secret
+    unquoted. A container keeps its place and its key, read as its JSON text as a scalar is
+    (not as bare text, where a value that ends it is read otherwise: ``"token=5"``). Two keys
+    redacted to one text both stay (``_unused_key``). A PEM block across strings (a key
+    written as its lines) is what the whole text matched as one: every string from one whose
+    BEGIN line is left open to the next holding an END line is ``REDACTED`` (``_Block``).
+    Walked without recursion, in the text's order, each scalar written once: a value nested
+    as deep as its encoding reaches costs its size, no more. The same object when nothing
+    matched."""
     top: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
     block = _Block(value, patterns)
@@ -133,7 +133,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
             made: Any = [None] * len(node) if isinstance(node, list) else {}
             if isinstance(into, dict):
                 at, n = _read_key(at, patterns)
-                at, total = _free(into, at, places), total + n
+                at, total = _unused_key(into, at, places), total + n
             into[at] = made
             entries = enumerate(node) if isinstance(node, list) else node.items()
             stack.extend((made, k, v) for k, v in reversed(list(entries)))
@@ -159,17 +159,17 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
             else:
                 at, n = _read_key(at, patterns)
                 read = node
+                # a number read as a key's value stays (``"max_tokens": -1``): JSON quotes
+                # a secret
                 if isinstance(node, str):
                     read, n = REDACTED, n + 1
-                # else a number read as a key's value (``"max_tokens": -1``): JSON quotes a
-                # secret
         if isinstance(into, dict):
-            at = _free(into, at, places)
+            at = _unused_key(into, at, places)
         into[at], total = read, total + n
     return (value, 0) if total == 0 else (top[0], total)
 
 
-def _free(into: dict[Any, Any], key: Any, places: dict[int, int]) -> Any:
+def _unused_key(into: dict[Any, Any], key: Any, places: dict[int, int]) -> Any:
     """``key``, or when an entry before it in ``into`` has it (two keys redacted to one text:
     ``token=abc1`` and ``token=xyz2``), it with a place in the object after its own
     (``token=[REDACTED] (3)``), so both entries are kept. ``places`` holds each object's next

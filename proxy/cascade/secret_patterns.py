@@ -98,9 +98,9 @@ _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _
 # two short entries on, is a ``value``: read as the keyed pass reads a value
 # (``_SECRET_VALUE``). It begins at the secret's key, so it is tried only where the keyed
 # pass is, not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
-# try reads a bounded distance on, and a run that what follows it cannot begin with (the
-# key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive (``+``): a try that
-# fails does not step back through it a character at a time.
+# try reads a bounded distance on, and each run whose next part never begins with one of
+# its characters (the key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive
+# (``+``): a try that fails does not step back through it a character at a time.
 _SIBLING = (
     r"(?i)(?:"
     + _SECRET_KEY
