@@ -93,6 +93,9 @@ def test_no_sibling_secret_is_altered(text: str) -> None:
 def test_a_sibling_secret_in_a_tool_result_and_in_arguments_of_both_forms() -> None:
     out, n = redact_written(tool("c1", _K8S_YAML), _PATTERNS)
     assert n == 1 and "hunter2hunter2" not in out["content"]
+    har = '"headers": [{"name": "Authorization", "value": "Bearer q8ZrT2mWx7"}]'
+    out, _ = redact_written(tool("c1", har), _PATTERNS)  # the Bearer pattern's, then this
+    assert out["content"] == har.replace("Bearer q8ZrT2mWx7", REDACTED)
     args = {"manifest": json.loads(_K8S_JSON)}
     for given in (args, json.dumps(args)):
         call = {"id": "c1", "function": {"name": "apply", "arguments": given}}
