@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice, takewhile
 from typing import Any
 
 from proxy.cascade.redaction import DEFAULT_PATTERNS, REDACTED, redact, redact_message
@@ -109,19 +110,22 @@ def _same_shape(value: Any, read: Any) -> bool:
 def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """``value``, whose JSON text redacted is no JSON, redacted part by part: each scalar as
     the JSON text of its entry (``{"key": value}``, which is all a pattern reading a secret by
-    its key needs; an array's item alone), read back; an entry whose text redacted is still
-    no JSON (a secret's quote in what matched) has its value ``REDACTED`` whole, unless it
-    is a number (or a constant): JSON holds no secret unquoted. A container keeps its place
-    and its key, read as its JSON text as a scalar is (not as bare text, where a value that
-    ends it is read otherwise: ``"token=5"``). A PEM block across strings (a key written as
-    its lines) is what the whole text matched as one: every string from one whose BEGIN line
-    is left open to the next holding an END line is ``REDACTED`` (``_Block``). Walked
-    without recursion, in the text's order, each scalar written once: a value nested as
-    deep as its encoding reaches costs its size, no more. The same object when nothing
+    its key needs; an array's item alone), read back, and a string that holds none so, with
+    the entries before it, which one named by its sibling needs (``_by_siblings``); an entry
+    whose text redacted is still no JSON (a secret's quote in what matched) has its value
+    ``REDACTED`` whole, unless it is a number (or a constant): JSON holds no secret
+    unquoted. A container keeps its place and its key, read as its JSON text as a scalar is
+    (not as bare text, where a value that ends it is read otherwise: ``"token=5"``). Two keys
+    redacted to one text both stay (``_unused_key``). A PEM block across strings (a key
+    written as its lines) is what the whole text matched as one: every string from one whose
+    BEGIN line is left open to the next holding an END line is ``REDACTED`` (``_Block``).
+    Walked without recursion, in the text's order, each scalar written once: a value nested
+    as deep as its encoding reaches costs its size, no more. The same object when nothing
     matched."""
     top: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
     block = _Block(value, patterns)
+    places: dict[int, int] = {}
     total = 0
     while stack:
         into, at, node = stack.pop()
@@ -129,7 +133,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
             made: Any = [None] * len(node) if isinstance(node, list) else {}
             if isinstance(into, dict):
                 at, n = _read_key(at, patterns)
-                total += n
+                at, total = _unused_key(into, at, places), total + n
             into[at] = made
             entries = enumerate(node) if isinstance(node, list) else node.items()
             stack.extend((made, k, v) for k, v in reversed(list(entries)))
@@ -142,20 +146,76 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
         elif not isinstance(into, dict):
             read, n = _read_back(node, patterns)
             read = REDACTED if read is _NO_JSON else read
+            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
+                read = _by_siblings(into, at, node, patterns)
+                n = int(read is not node)
         else:
-            read, n = _read_back({at: node}, patterns)
-            if isinstance(read, Mapping) and len(read) == 1:
-                into.update(read)
-                total += n
-                continue
-            at, n = _read_key(at, patterns)
-            read = node
-            if isinstance(node, str):
-                read, n = REDACTED, n + 1
-            # else a number read as a key's value (``"max_tokens": -1``): JSON quotes a secret
+            entry, n = _read_back({at: node}, patterns)
+            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
+                read = _by_siblings(into, at, node, patterns)
+                n = int(read is not node)
+            elif isinstance(entry, Mapping) and len(entry) == 1:
+                ((at, read),) = entry.items()
+            else:
+                at, n = _read_key(at, patterns)
+                read = node
+                # a number read as a key's value stays (``"max_tokens": -1``): JSON quotes
+                # a secret
+                if isinstance(node, str):
+                    read, n = REDACTED, n + 1
+        if isinstance(into, dict):
+            at = _unused_key(into, at, places)
         into[at], total = read, total + n
     return (value, 0) if total == 0 else (top[0], total)
 
+
+def _unused_key(into: dict[Any, Any], key: Any, places: dict[int, int]) -> Any:
+    """``key``, or when an entry before it in ``into`` has it (two keys redacted to one text:
+    ``token=abc1`` and ``token=xyz2``), it with a place in the object after its own
+    (``token=[REDACTED] (3)``), so both entries are kept. ``places`` holds each object's next
+    place to try, which only grows: a place taken is passed over once, however many keys
+    collide."""
+    if key not in into:
+        return key
+    place = max(places.get(id(into), 0), len(into) + 1)
+    while f"{key} ({place})" in into:
+        place += 1
+    places[id(into)] = place + 1
+    return f"{key} ({place})"
+
+
+def _by_siblings(into: Any, at: Any, node: str, patterns: Sequence[re.Pattern[str]]) -> Any:
+    """``node``, the string at ``at`` that read alone holds no secret, read after the entries
+    before it in its object or array (``into``, as read so far), nearest first, up to three
+    scalars: a value named by its sibling (``"name": "DB_PASSWORD"`` before ``"value": …``,
+    or a YAML file's lines, ``- name: DB_PASSWORD`` before ``  value: …``), as the whole
+    text reads it. ``node`` itself when none of them redacts it, which one read of all three
+    with it tells in most cases: a match with fewer is one with all of them."""
+    if isinstance(into, dict):
+        before = list(islice(reversed(into.items()), _SIBLINGS))
+    else:
+        before = [(None, v) for v in reversed(into[max(0, at - _SIBLINGS) : at])]
+    scalars = list(takewhile(lambda entry: not isinstance(entry[1], Mapping | list), before))
+    for count in (len(scalars), *range(1, len(scalars))):
+        window = scalars[:count][::-1]
+        if isinstance(into, dict):
+            read, n = _read_back({**dict(window), at: node}, patterns)
+            ok = isinstance(read, Mapping) and len(read) == count + 1
+            found = read.get(str(at), node) if ok else node
+        else:
+            read, n = _read_back([v for _, v in window] + [node], patterns)
+            ok = isinstance(read, list) and len(read) == count + 1
+            found = read[-1] if ok else node
+        if found != node:
+            return found
+        if n == 0:  # nothing in all of them: nothing in fewer
+            break
+    return node
+
+
+_SIBLINGS = 3
+"""The most entries before a value that may name it: its name and two short entries between
+(``"Type": "SecureString"``), as the sibling pattern reads them."""
 
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")

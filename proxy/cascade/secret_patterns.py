@@ -3,7 +3,8 @@
 Each starts with a literal or a short keyword and bounds every quantifier, so the scanner
 can find where a match may begin and no input backtracks catastrophically. The generic
 assignment pattern (``password=…``) keeps the key and redacts the value, and leaves values
-that are plainly not secrets.
+that are plainly not secrets; the sibling pattern reads the same keys and values where a
+list of name/value pairs holds them (``{"name": "DB_PASSWORD", "value": "…"}``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,56 @@ _NOT_A_VALUE = (
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"))"
 )
 
+# A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
+# (``DB_PASSWORD``, ``api_key_v2``), unless that names the secret's kind, not the secret
+# (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``).
+_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type)"
+# The value after a secret's key and its separator: a quoted one whole (in JSON text, between
+# its escaped quotes: never the backslash alone, which would let the value through and leave
+# the text JSON no longer), an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``),
+# never one already redacted.
+_SECRET_VALUE = (
+    r"(?!\\?[\"']?\[REDACTED\])"
+    + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
+    + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+    + _NOT_A_VALUE
+    + r"(?P<secret3>"
+    + _VALUE
+    + r"{1,500}))"
+)
+_AUTHORIZATION = "authorization"
+# What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
+# commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
+# an array too). Never a brace or a bracket: an entry of the next object is not this one's.
+_BETWEEN = r"(?:[\s,\"']|\\[nrt\"]){1,128}+"
+# A short scalar entry between a name and its value (``"Type": "SecureString"``).
+_ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
+# A secret keyed by its sibling entry, as lists of name/value pairs hold them: a Kubernetes
+# ``env`` (``- name: DB_PASSWORD`` above ``value: …`` as kubectl prints it), HAR headers
+# (``{"name": "Authorization", "value": "Basic …"}``), AWS tags and CloudFormation
+# parameters (``Key``/``Value``, ``ParameterKey``/``ParameterValue``, the CLI's
+# ``Key=…,Value=…``), GitHub Actions and Terraform variables, a password manager's fields
+# (``"label": "password", "value": …``). An entry's text ends in a key of the keyed pass
+# (``_SECRET_KEY``, or the ``Authorization`` header), and the entry after it, or at most
+# two short entries on, is a ``value``: read as the keyed pass reads a value
+# (``_SECRET_VALUE``). It begins at the secret's key, so it is tried only where the keyed
+# pass is, not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
+# try reads a bounded distance on, and each run whose next part never begins with one of
+# its characters (the key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive
+# (``+``): a try that fails does not step back through it a character at a time.
+_SIBLING = (
+    r"(?i)(?:"
+    + _SECRET_KEY
+    + "|"
+    + _AUTHORIZATION
+    + ")"
+    + _BETWEEN
+    + f"(?:{_ENTRY}){{0,2}}"
+    + r"(?:parameter)?value"
+    + _assigned(3)
+    + _SECRET_VALUE
+)
+
 DEFAULT_PATTERNS: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
     # so the search for the END line stops at the next one (another BEGIN line) rather than
@@ -104,29 +155,23 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",
     # Authorization headers: keep the scheme word, redact the credential.
     r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
-    r"(?i)authorization"
+    r"(?i)"
+    + _AUTHORIZATION
     + _QUOTE
     + r"?[ \t]{0,3}[:=][ \t]{0,3}"
     + _QUOTE
     + r"?(?:basic|token)[ \t]{1,5}"
     + _NOT_REDACTED
     + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
+    # The same secrets keyed by a sibling entry: ``{"name": "DB_PASSWORD", "value": "…"}``
+    # (``_SIBLING``).
+    _SIBLING,
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
     # the value between them is redacted, never the backslash alone, which would let the
     # value through and leave the text JSON no longer.
-    r"(?i)"
-    + _KEYWORD
-    + r"(?:[_.\-]?[a-z0-9]){0,24}"
-    + _assigned(3)
-    + r"(?!\\?[\"']?\[REDACTED\])"
-    + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
-    + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
-    + _NOT_A_VALUE
-    + r"(?P<secret3>"
-    + _VALUE
-    + r"{1,500}))",
+    r"(?i)" + _SECRET_KEY + _assigned(3) + _SECRET_VALUE,
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

@@ -100,6 +100,10 @@ def test_unterminated_pem_block_is_redacted() -> None:
         ),
         ("redis://:s3cretPW99@cache:6379/0", f"redis://:{REDACTED}@cache:6379/0"),
         (
+            "/cb?token_type=bearer&access_token=x9Yz81kq",
+            f"/cb?token_type=bearer&access_token={REDACTED}",
+        ),
+        (
             "git clone https://deploy:ghx9Qz71wLkd@git.example.com/r.git",
             f"git clone https://deploy:{REDACTED}@git.example.com/r.git",
         ),
@@ -140,6 +144,10 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         # identifiers that start like a token's prefix
         "from huggingface_hub import hf_hub_download",
         "npm_config_registry=https://registry.npmjs.org/",
+        # a key that names a secret's kind, not one (an OAuth redirect, a token response)
+        "GET /callback?token_type=bearer&expires_in=3600",
+        '{"token_type": "Bearer", "expires_in": 3600}',
+        "tokenType: Bearer\nsecret_type: Opaque",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:

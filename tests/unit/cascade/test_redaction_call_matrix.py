@@ -48,6 +48,12 @@ _CASES = {
     "yaml": ("db:\n  password: Xk9mQ2vL7pR4\n  port: 5432", "Xk9mQ2vL7pR4"),
     "json_file": ('{"api_key": "Xk9mQ2vL7pR4zz", "max_tokens": 5}', "Xk9mQ2vL7pR4zz"),
     "tab_separated": ("token:\tXk9mQ2vL7pR4", "Xk9mQ2vL7pR4"),
+    # a secret keyed by its sibling entry, in JSON and in YAML as kubectl prints it
+    "env_json": ('{"env": [{"name": "DB_PASSWORD", "value": "hunter2hunter2"}]}', "hunter2hunter2"),
+    "env_yaml": ("env:\n- name: DB_PASSWORD\n  value: hunter2hunter2\n- name: A", "hunter2hunter2"),
+    "header_list": ('[{"name": "Authorization", "value": "Basic dXNlcjpwYXNz"}]', "dXNlcjpwYXNz"),
+    "aws_tags": ('{"Tags": [{"Key": "api_token", "Value": "tok-93jf83kd"}]}', "tok-93jf83kd"),
+    "key_value": ("- key: NPM_TOKEN\n  value: 'Xk9mQ2vL7pR4'", "Xk9mQ2vL7pR4"),
 }
 
 
@@ -89,6 +95,8 @@ def test_a_secret_is_redacted_in_every_form_a_model_reads_it(case: str) -> None:
         "def f(token: str, password: Optional[str] = None):\n    return token",
         "tokens: Sequence[T]\nif not tokens:  # none",
         "see https://example.com/docs and http://host:8080/path",
+        '[{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password"}}}]',
+        "- name: LOG_LEVEL\n  value: debug\n- name: MAX_TOKENS\n  value: 4096",
     ],
 )
 def test_no_secret_is_altered_in_any_form(text: str) -> None:

@@ -346,3 +346,21 @@ def test_a_tab_after_the_separator_in_a_string_of_the_arguments_is_read_as_one()
         got, n, out = _redacted(given)
         assert n == 4 and _read(got) == want, got
         assert redact_written(out, _PATTERNS) == (out, 0)
+
+
+def test_keys_that_redact_to_the_same_text_keep_both_entries() -> None:
+    """Two keys redacted to one text (``token=abc1`` and ``token=xyz2``) made one entry,
+    the last, and the first entry's value was gone from what the model and the server read.
+    The later one takes its place in the object after its key (``token=[REDACTED] (2)``),
+    in either form."""
+    args = {"token=abc1": "a", "n": 3, "token=xyz2": {"b": 2}, "password=[REDACTED]": [1]}
+    want = {
+        "token=[REDACTED]": "a",
+        "n": 3,
+        "token=[REDACTED] (3)": {"b": 2},
+        "password=[REDACTED]": [1],
+    }
+    for given in (args, json.dumps(args)):
+        got, n, out = _redacted(given)
+        assert n == 2 and _read(got) == want and type(got) is type(given)
+        assert redact_written(out, _PATTERNS) == (out, 0)
