@@ -359,6 +359,11 @@ class EventBus:
             for queue in list(queues):
                 queue.put_nowait(RELISTENED)
 
+    @property
+    def listening(self) -> bool:
+        """Whether the listener is connected now (``/readyz`` says so)."""
+        return self._listener is not None and not self._listener.is_closed() and not self._retrying
+
     def broadcast_local(self, name: str, data: Mapping[str, Any]) -> None:
         """Deliver to every open stream on this replica (config.* events)."""
         for key, queues in list(self._subs.items()):
