@@ -20,7 +20,9 @@ reads the sessions other replicas watch, so ``watched`` answers from memory whet
 transient event would reach anyone (``services/deltas.py`` asks it while a reply streams):
 this replica's own streams count at once, another replica's within one refresh. Streams also catch
 up from the table now and then (api/events.py), which covers an event whose trigger ran just
-before the registration committed, and notifications missed while the listener reconnected.
+before the registration committed, and notifications missed while the listener reconnected;
+once it listens again, every open stream here is ended (:data:`RELISTENED`), for the
+transient events it missed, which no table keeps.
 
 The same connection LISTENs on ``cascade_lease`` (migration 0023), whose notifications say a
 session's lease was freed while someone waited for it; ``wakeups`` wakes this replica's
@@ -51,22 +53,28 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import end_silent, listen, listen_url
-from proxy.bus_payloads import stamp_now, transient_payload
+from proxy.bus_listen import NEVER_HEALS, end_silent, listen, listen_url
+from proxy.bus_payloads import (
+    LAGGED,
+    RELISTENED,
+    SESSION_GONE,
+    BusEvent,
+    stamp_now,
+    transient_payload,
+)
 from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable, redact_dsn
 from proxy.tasks import stop_task
 
-__all__ = ["EventBus", "BusEvent", "LAGGED", "SESSION_GONE", "listen_url"]
+__all__ = ["EventBus", "BusEvent", "LAGGED", "RELISTENED", "SESSION_GONE", "listen_url"]
 
 log = logging.getLogger("cascade.bus")
 WATCH_TTL = 30.0
@@ -82,30 +90,6 @@ the connection as the listener. Through a transaction pooler it is ``SELECT 1``:
 would leave each server the pooler lends it listening for good."""
 PROBE_TIMEOUT = 5.0
 """Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
-NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
-"""SQLSTATEs that no retry can change: a wrong password (invalid_password), an unknown role or
-one refused by pg_hba.conf (invalid_authorization_specification), an unknown database
-(invalid_catalog_name), no CONNECT privilege (insufficient_privilege). A start that meets one
-refuses at once; anything else (a refused port, a timeout, ``too many connections``, a server
-still starting) is retried until :data:`START_TIMEOUT`. A URL asyncpg cannot read (a
-``ValueError``, its ``ClientConfigurationError`` among them) refuses at once too."""
-
-
-@dataclass(frozen=True, slots=True)
-class BusEvent:
-    name: str
-    data: Mapping[str, Any]
-    id: int | None = None
-
-
-SESSION_GONE = BusEvent("", {})
-"""Handed to a session's subscribers, by identity, when the session was deleted: no event,
-the end of their stream."""
-
-LAGGED = BusEvent("", {})
-"""All a subscriber's queue holds once it fell :data:`MAX_QUEUED` events behind: the end of
-its stream, whose client reconnects with Last-Event-ID and replays what it missed."""
-
 MAX_QUEUED = 1000
 """Events one subscriber may hold unread: a stream whose client reads nothing stops taking
 from its queue once the socket's buffers are full, and past this bound is dropped."""
@@ -219,6 +203,7 @@ class EventBus:
                     connected.set_result(None)
                 elif self._retrying:
                     log.warning("event listener at %s is listening again", self._where)
+                    self._end_streams()
                 self._retrying = False
                 await end_silent(None if self._pooled else self._pool, self._silent, PROBE_TIMEOUT)
                 await self._until_lost(self._listener)
@@ -366,6 +351,18 @@ class EventBus:
             if not subscribers:
                 del self._subs[key]
         return key not in self._subs
+
+    def _end_streams(self) -> None:
+        """Hand every subscriber :data:`RELISTENED`, after what it holds: what was notified
+        while the listener was away reached none of them."""
+        for queues in list(self._subs.values()):
+            for queue in list(queues):
+                queue.put_nowait(RELISTENED)
+
+    @property
+    def listening(self) -> bool:
+        """Whether the listener is connected now (``/readyz`` says so)."""
+        return self._listener is not None and not self._listener.is_closed() and not self._retrying
 
     def broadcast_local(self, name: str, data: Mapping[str, Any]) -> None:
         """Deliver to every open stream on this replica (config.* events)."""

@@ -14,9 +14,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["end_silent", "listen", "listen_url", "through_pooler"]
+__all__ = ["NEVER_HEALS", "end_silent", "listen", "listen_url", "through_pooler"]
 
 log = logging.getLogger("cascade.bus")
+
+NEVER_HEALS = frozenset({"28P01", "28000", "3D000", "42501"})
+"""SQLSTATEs that no retry can change: a wrong password (invalid_password), an unknown role or
+one refused by pg_hba.conf (invalid_authorization_specification), an unknown database
+(invalid_catalog_name), no CONNECT privilege (insufficient_privilege). A start that meets one
+refuses at once; anything else (a refused port, a timeout, ``too many connections``, a server
+still starting) is retried until ``bus.START_TIMEOUT``. A URL asyncpg cannot read (a
+``ValueError``, its ``ClientConfigurationError`` among them) refuses at once too."""
 
 
 def _endpoint(url: str) -> tuple[str, int] | None:

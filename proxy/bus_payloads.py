@@ -12,13 +12,48 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from proxy.cascade.types import TRANSIENT_EVENTS, Event
 from proxy.store.events import EventRows
 
-__all__ = ["MAX_PAYLOAD", "pieces", "split", "stamp_now", "transient_payload"]
+__all__ = [
+    "LAGGED",
+    "MAX_PAYLOAD",
+    "RELISTENED",
+    "SESSION_GONE",
+    "BusEvent",
+    "pieces",
+    "split",
+    "stamp_now",
+    "transient_payload",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BusEvent:
+    """What the bus hands a subscriber: an event (``id`` a persisted one's), or one of the
+    markers below, told by identity, that end its stream."""
+
+    name: str
+    data: Mapping[str, Any]
+    id: int | None = None
+
+
+SESSION_GONE = BusEvent("", {})
+"""Handed to a session's subscribers when the session was deleted: the end of their stream."""
+
+LAGGED = BusEvent("", {})
+"""All a subscriber's queue holds once it fell ``bus.MAX_QUEUED`` events behind: the end of
+its stream, whose client reconnects with Last-Event-ID and replays what it missed."""
+
+RELISTENED = BusEvent("", {})
+"""Handed to every subscriber once the listener listens again after it lost its connection:
+a notification sent meanwhile reached none of them, a transient event's (``session.reset``,
+``context.evicted``) for good. The end of its stream: the client's reconnect replays the
+persisted events and, past ``: live``, reads afresh what a transient one would have told."""
 
 MAX_PAYLOAD = 7800
 """The most bytes a payload takes: NOTIFY's 8000, less a margin."""

@@ -59,6 +59,7 @@ __all__ = [
     "config_warnings",
     "DEFAULT_OPENAI_BASE_URL",
     "AGENT_NAME",
+    "TENANT_MAX_BYTES",
 ]
 
 AGENT_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
@@ -67,6 +68,11 @@ promoted to (``proxy.services.memory``): a model's name may be one (``llama3:8b`
 ``openai/gpt-4o``), so any text but an overlong one or one with a control character. The
 config refuses other names, whose facts no client could list, add to or delete, and the empty
 one, which no request reaches either (a ``model`` of ``""`` takes ``default``)."""
+
+TENANT_MAX_BYTES = 256
+"""The most bytes a proxy key's tenant takes as a JSON string: a persisted event's
+notification carries it beside the session id and up to 7400 bytes of data (migration 0004),
+and past NOTIFY's 8000 the event's INSERT fails, a request's write with it."""
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 
@@ -155,6 +161,14 @@ def _check_agent_name(name: str) -> None:
         )
 
 
+def _check_tenant(i: int, tenant: str) -> None:
+    if len(json.dumps(tenant, ensure_ascii=False).encode()) - 2 > TENANT_MAX_BYTES:
+        raise ValueError(
+            f"auth.keys[{i}].tenant: longer than {TENANT_MAX_BYTES} bytes (UTF-8, as a JSON "
+            "string), which an event's notification carries beside its data"
+        )
+
+
 class Config(Block):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
@@ -175,6 +189,7 @@ class Config(Block):
             unknown = sorted(set(key.agents or ()) - set(self.agents) - {"default"})
             if unknown:
                 raise ValueError(f"auth.keys[{i}].agents: {', '.join(unknown)} not in agents")
+            _check_tenant(i, key.tenant)
             if (j := first.setdefault(key.key_env, i)) != i:  # the gate takes the first match
                 raise ValueError(
                     f"auth.keys[{i}].keyEnv: ${key.key_env} is auth.keys[{j}]'s too; a key is "

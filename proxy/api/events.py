@@ -15,7 +15,7 @@ from proxy import sse
 from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.api.event_stream import EventStream
 from proxy.auth import PROXY_KEY
-from proxy.bus import LAGGED, SESSION_GONE, BusEvent, EventBus
+from proxy.bus import LAGGED, RELISTENED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import ClientRequestError, NotFound
 from proxy.store import events as store, nul, sessions
 from proxy.store.db import DatabaseUnavailable
@@ -247,7 +247,8 @@ async def _stream(
     the ``created_at`` of the session the stream was opened on). A client that reconnects
     (an ``EventSource`` does) gets the 404 of a missing session (or a stream of the new
     one). No frame says why: the reconnect does. It ends the same way once its client
-    fell ``bus.MAX_QUEUED`` events behind (``LAGGED``): the reconnect replays. It ends,
+    fell ``bus.MAX_QUEUED`` events behind (``LAGGED``), and once the bus listens again
+    after it lost its listener (``RELISTENED``): the reconnect replays. It ends,
     before its next frame or catch-up, once its key no longer reaches the session
     (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
     held to the session's agent that each catch-up reads in its one statement (the replay
@@ -277,7 +278,7 @@ async def _stream(
                     pass  # open, the stream reads what it missed once the database is back
                 due = loop.time() + CATCH_UP_SECONDS
                 continue
-            if event is SESSION_GONE or event is LAGGED:
+            if event is SESSION_GONE or event is LAGGED or event is RELISTENED:
                 return
             queued = live.dequeued()
             async for frame in live.read_first(event, cursor):

@@ -216,7 +216,7 @@ def test_the_start_command_serves_from_a_separate_postgres(
         assert health.status_code == 200 and health.json() == {"status": "ok"}
         ready = httpx.get(f"{origin}/readyz", timeout=5)
         assert ready.status_code == 200, ready.text
-        assert ready.json() == {"status": "ok", "database": "ok"}
+        assert ready.json() == {"status": "ok", "database": "ok", "events": "ok"}
 
         fake_upstream.script(reply("served by the image"))
         client = openai.OpenAI(base_url=f"{origin}/v1", api_key="sk-image", max_retries=0)

@@ -58,7 +58,7 @@ def test_healthz_and_readyz_follow_the_process_and_database(
     assert health.json() == {"status": "ok"}
     ready = http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ok", "database": "ok"}
+    assert ready.json() == {"status": "ok", "database": "ok", "events": "ok"}
 
     name, terminate, quoted = _closing_the_database(pg_dsn, db_dsn)
     sql(pg_dsn, f"ALTER DATABASE {quoted} ALLOW_CONNECTIONS false", terminate)
@@ -71,7 +71,7 @@ def test_healthz_and_readyz_follow_the_process_and_database(
         assert down.status_code == 503, down.text
         assert down.json()["status"] == "unavailable"
         # answered without a key: a status and the failure's class, not its text
-        assert set(down.json()) == {"status", "database"} and str(name) not in down.text
+        assert set(down.json()) == {"status", "database", "events"} and str(name) not in down.text
         assert "127.0.0.1" not in down.text and "localhost" not in down.text
         # liveness does not depend on the database: restarting the proxy would not help
         assert http.get("/healthz").status_code == 200

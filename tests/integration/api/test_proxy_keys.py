@@ -110,7 +110,7 @@ def test_every_route_but_the_probes_and_the_ui_shell_needs_a_proxy_key(
         assert http.get("/ui/static/app.js").status_code == 200
         assert http.get("/ui/app.js").status_code == 404
         assert http.post("/ui/static/app.js").status_code == 401
-        assert http.get("/readyz").json() == {"status": "ok", "database": "ok"}
+        assert http.get("/readyz").json() == {"status": "ok", "database": "ok", "events": "ok"}
         good = {"authorization": f"Bearer {KEY_B}"}
         for path in ("/readyz", "/openapi.json", "/docs", "/v1/sessions", "/v1/models"):
             assert http.get(path, headers=good).status_code == 200, path
