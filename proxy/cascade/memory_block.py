@@ -10,7 +10,9 @@ caches stays put through an agent's tool loop.
 This stage only places the text: appended to the first message when it is a system or
 developer message (a new text part when its content is a list of parts), or, when the
 prompt starts with neither, as a system message of its own at the top. The window is not
-touched, so the block is never stored as a message a client sent.
+touched, so the block is never stored as a message a client sent. A first message that
+already holds the same block (a client that resends the prompt it was sent) gets no second
+one: the block would pile up by one a request, and each request would supersede the history.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from proxy.cascade.memory import fact_key
 from proxy.cascade.overflow import block_room, guard_factor
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, quote_closing_tag
+from proxy.cascade.text import append_block, quote_closing_tag, remove_block
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
@@ -165,6 +167,8 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     if not isinstance(block, str) or not block:
         return StageResult(messages)
     if messages and messages[0].get("role") in LEADING_ROLES:
+        if remove_block(messages[0], block) is not None:
+            return StageResult(messages)  # the client resent the prompt it was sent
         return StageResult((append_block(messages[0], block), *messages[1:]))
     source = (None, *range(len(messages)))
     return StageResult(

@@ -4,7 +4,9 @@ Text-action agents (smolagents' agents, SWE-agent style loops) send a tool's out
 user message ("Observation: …") after the assistant's action. Such a message is an
 observation when it follows an assistant message, starts with one of
 ``context.observations.userPrefixes``, and is not the latest message (the latest one is
-what the model answers now, so it goes as sent).
+what the model answers now, so it goes as sent), unless that latest one alone is more than
+the prompt's budget: the guard would refuse the request, and an agent loop cannot shorten
+what its tool gave, so it is cut as the same output sent as a tool result is at ingestion.
 
 Its handle for ``read_tool_output`` is ``obs_`` plus the first 24 hex digits of the SHA-256
 of its text as stored at ingestion (after redaction): stable across requests without
@@ -85,13 +87,29 @@ def _rewritten(text: str) -> bool:
     return any(marker in first for marker in _REWRITTEN)
 
 
+def _over_budget(messages: tuple[Message, ...], step: StepInput) -> dict[int, str]:
+    """The latest message's handle, when it is an observation that alone is more than the
+    prompt's budget, counted as the overflow guard counts (``overflow.calibrated_count``)."""
+    from proxy.cascade.overflow import calibrated_count  # the guard reads observations too
+
+    last = len(messages) - 1
+    prefixes = step.ctx.observations.user_prefixes
+    if not is_observation(messages, last, prefixes, latest_too=True):
+        return {}
+    room = step.budget.limit - step.budget.reserved_output
+    if calibrated_count(step.count, step.ratio)(messages[last:]) <= room:
+        return {}
+    return {last: observation_id(messages[last])}
+
+
 def manage_observations(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """Rewrite each observation not yet rewritten as a tool result would be at ingestion."""
     prefixes = step.ctx.observations.user_prefixes
     out = list(messages)
     changed: list[int] = []
     events: list[Event] = []
-    for i, oid in observation_ids(messages, prefixes).items():
+    found = observation_ids(messages, prefixes) | _over_budget(messages, step)
+    for i, oid in found.items():
         msg = messages[i]
         text = content_text(msg.get("content"))
         if _rewritten(text):

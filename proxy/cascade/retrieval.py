@@ -31,7 +31,7 @@ from proxy.cascade.overflow import block_room
 from proxy.cascade.pins import pin
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, content_text, quote_closing_tag
+from proxy.cascade.text import append_block, content_text, quote_closing_tag, remove_block
 from proxy.cascade.types import RETRIEVAL, Event, Message, StageResult
 
 __all__ = [
@@ -245,7 +245,9 @@ def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> St
     message and report it; without one (a step inside a turn), pass the messages on.
 
     An answer kept from the turn's first step (``StepInput.kept``, where the shell keeps
-    per-turn values) is spliced byte for byte as before and reported no second time."""
+    per-turn values) is spliced byte for byte as before and reported no second time. A user
+    message that already holds the block (a client that resends the prompt it was sent) gets
+    no second one: it would grow a block a step, and each step would supersede it."""
     answer = step.answers.get("retrieval")
     if not isinstance(answer, Mapping):
         return StageResult(messages)
@@ -255,6 +257,8 @@ def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> St
     at = _turn_message(messages, step.ctx.observations.user_prefixes)
     if not isinstance(block, str) or not block or at is None:
         return StageResult(messages, events=events)
+    if remove_block(messages[at], block) is not None:
+        return StageResult(messages, events=events)  # the client resent the prompt it was sent
     out = (*messages[:at], append_block(messages[at], block), *messages[at + 1 :])
     return StageResult(out, events=events)
 

@@ -187,3 +187,27 @@ def test_no_block_and_no_read_while_memory_is_off(
         if "<memory>" not in _first(fake_upstream)["content"]:
             break
     assert _first(fake_upstream)["content"] == "S"
+
+
+def test_a_client_resending_the_prompt_it_was_sent_gets_one_block(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """A client that resends the prompt the proxy sent (a Cascade behind another proxy that
+    logs and replays it) holds the block in its system message: it is not added again, so
+    the system message stops changing and the history stops being superseded."""
+    assert http.post("/v1/memory", json={"text": "The port is 8443"}).status_code == 201
+    history = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "which port?"},
+    ]
+    for turn in range(3):
+        _chat(http, "mem-view", history)
+        sent = fake_upstream.bodies()[-1]["messages"]
+        assert sent[0]["content"].count("<memory>") == 1, sent[0]["content"]
+        history = [
+            *sent,
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": f"q{turn}"},
+        ]
+    # the first resend supersedes the three rows it changed the system message of; no more
+    assert http.get("/v1/sessions/mem-view").json()["superseded_count"] == 3

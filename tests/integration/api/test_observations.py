@@ -136,3 +136,30 @@ def test_old_observation_rounds_are_evicted(
                 assert read_all(http, "smol2", handle(m["content"])["id"]) == original
     finally:
         server.stop()
+
+
+def test_a_latest_observation_too_large_for_the_window_is_cut_not_refused(
+    db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """A text-action agent cannot shorten the output its tool gave: refusing the request
+    would end its run, where the same output as a tool result is cut at ingestion."""
+    ctx = {"toolOutput": {"maxChars": 4000}, "eviction": {"enabled": False}}
+    models = {"default": {"contextLimit": 8000, "reservedOutput": 1000}}
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, context=ctx, models=models)
+    server = ProxyServer(Settings(database_url=db_dsn, config=path, keepalive_seconds=0.3))
+    server.start()
+    try:
+        huge = BIG + BIG.removeprefix("Observation:\n") * 2  # about 17,000 tokens
+        client = sdk(server, "smol3")
+        client.chat.completions.create(model="gpt-4o", messages=transcript([huge]), tools=TOOLS)
+        cut = fake_upstream.bodies()[-1]["messages"][-1]["content"]
+        assert len(cut) <= 4000 and cut.startswith("Observation:\n00000")
+        steps = [huge, "Observation:\n3 failed"]
+        client.chat.completions.create(model="gpt-4o", messages=transcript(steps), tools=TOOLS)
+        assert fake_upstream.bodies()[-1]["messages"][3]["content"] == cut  # frozen
+        with api(server) as http:
+            assert read_all(http, "smol3", handle(cut)["id"]) == huge
+            rows = http.get("/v1/sessions/smol3/messages", params={"form": "sent"}).json()
+            assert rows["data"][3]["message"]["content"] == huge
+    finally:
+        server.stop()

@@ -222,3 +222,19 @@ def test_the_cap_counts_the_block_as_the_guard_counts_it() -> None:
     guard = calibrated_count(count, 2.0)
     text = "The server listens on port 8443. " * 100
     assert need.tokens(text) == guard([user(text)]) - guard([user("")])
+
+
+def test_a_turn_message_that_already_holds_the_block_gets_no_second_one() -> None:
+    """A client that resends the prompt it was sent holds the block in its user message: a
+    later step of the turn adds none again, or the message would grow a block a step and
+    each step would supersede the history from there."""
+    answer = retrieved(HITS, snippet_chars=1200)
+    window = (system("s"), user("which port?"))
+    sent = splice_related_context(window, _step(*window, retrieval=answer)).messages
+    resent = (*sent, {"role": "assistant", "content": None, "tool_calls": [CALL]})
+    resent += ({"role": "tool", "tool_call_id": "call_1", "content": "a b"},)
+    later = SimpleNamespace(
+        answers={"retrieval": answer}, kept={"retrieval": answer}, ctx=_ctx(), window=resent
+    )
+    out = splice_related_context(resent, later)  # type: ignore[arg-type]
+    assert out.messages == resent
