@@ -55,6 +55,7 @@ __all__ = [
     "sanitize_fact",
     "sanitize_facts",
     "span_facts",
+    "SPAN_TEXT_CHARS",
     "MEMORY_FACTS_FORMAT",
     "extraction_prompt",
     "parse_facts",
@@ -328,7 +329,11 @@ def fit_span_text(text: str, max_tokens: int, tokens: Callable[[str], int]) -> s
     return text
 
 
-def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = 60_000) -> str:
+SPAN_TEXT_CHARS = 60_000
+"""The characters of a folded span the extraction reads at most (its newest)."""
+
+
+def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = SPAN_TEXT_CHARS) -> str:
     """A folded span as the extraction reads it: one ``[role]`` block per message, cut to
     ``cap`` characters from the end (the newest text matters most)."""
     blocks = []

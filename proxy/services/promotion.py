@@ -28,6 +28,7 @@ import asyncpg
 from proxy.cascade.memory import (
     MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
+    SPAN_TEXT_CHARS,
     FactsAnswerError,
     extraction_prompt,
     fit_span_text,
@@ -37,6 +38,7 @@ from proxy.cascade.memory import (
     span_text,
 )
 from proxy.cascade.redaction_calls import redact_written
+from proxy.cascade.text import content_text
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.store import memory as store
@@ -100,10 +102,21 @@ def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
     redaction or ``defaultPatterns`` off) where the compaction's own redaction left any out.
     A fact is checked for a secret's shape, not its value: the fast model that read
     ``"password": "…"`` could restate the value in words no pattern reads, so it is never
-    shown it."""
+    shown it.
+
+    Only the newest messages whose text fills what ``span_text`` keeps are redacted and
+    returned: it cuts the older ones away, and redacting a long span's every message on the
+    event loop would stall every other request for text no model reads."""
     if set(job.memory_patterns) <= set(job.redaction):
         return span  # the compaction redacted it with these already
-    return [redact_written(m, job.memory_patterns)[0] for m in span]
+    read: list[Message] = []
+    held = 0
+    for message in reversed(span):
+        if held >= SPAN_TEXT_CHARS:
+            break
+        read.append(redact_written(message, job.memory_patterns)[0])
+        held += len(content_text(read[-1].get("content"), media=True))
+    return read[::-1]
 
 
 async def _promote(
