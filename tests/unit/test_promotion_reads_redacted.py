@@ -65,3 +65,46 @@ async def test_only_the_messages_the_extraction_reads_are_redacted(
     whole = span_text([redact_written(m, patterns)[0] for m in span])
     assert body["messages"][-1]["content"] == whole and SECRET not in whole
     assert len(calls) <= 13, len(calls)
+
+
+async def test_a_span_the_compaction_redacted_reads_as_redacted_once() -> None:
+    """A global scope's patterns hold another agent's beside the built-in ones the compaction
+    already applied: the second pass leaves each ``[REDACTED]`` as it was (no pattern reads
+    the marker) and the text is what one pass with the scope's patterns makes."""
+    agent = compile_patterns(())
+    scope = compile_patterns((r"acme-[0-9a-f]{8}",))
+    raw = [
+        {"role": "user", "content": f'config {{"password": "{SECRET}"}} and key acme-0badc0de'},
+        {"role": "tool", "content": f"export API_TOKEN={SECRET}\nAuthorization: Bearer {SECRET}"},
+    ]
+    job = _job(32000)
+    job.memory_patterns, job.redaction = scope, agent
+    upstream = _Upstream()
+    folded = [redact_written(m, agent)[0] for m in raw]  # as the compaction hands it on
+    await promote(upstream, None, _Lent(), job, folded, count=_count)  # type: ignore[arg-type]
+    [body] = upstream.bodies
+    text = body["messages"][-1]["content"]
+    assert text == span_text([redact_written(m, scope)[0] for m in raw])
+    assert SECRET not in text and "acme-0badc0de" not in text and "[[REDACTED]" not in text
+
+
+async def test_tool_call_arguments_never_reach_the_extraction() -> None:
+    """``span_text`` renders a message's content only: a call's arguments, as text or as an
+    object, are not read, with the agent's redaction on or off."""
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "sh", "arguments": "{}"}},
+        {"id": "b", "type": "function", "function": {"name": "sh", "arguments": {}}},
+    ]
+    calls[0]["function"]["arguments"] = f'{{"cmd": "deploy", "password": "{SECRET}"}}'
+    calls[1]["function"]["arguments"] = {"cmd": "deploy", "note": f"pw {SECRET}"}
+    span = [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "a", "content": "deployed"},
+    ]
+    for redaction in ((), compile_patterns(())):
+        job = _job(32000)
+        job.memory_patterns, job.redaction = compile_patterns(()), redaction
+        upstream = _Upstream()
+        await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+        [body] = upstream.bodies
+        assert body["messages"][-1]["content"] == "[tool]\ndeployed"
