@@ -104,9 +104,10 @@ def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
     ``"password": "…"`` could restate the value in words no pattern reads, so it is never
     shown it.
 
-    Only the newest messages whose text fills what ``span_text`` keeps are redacted and
-    returned: it cuts the older ones away, and redacting a long span's every message on the
-    event loop would stall every other request for text no model reads."""
+    Only what ``span_text`` renders is redacted and returned: each message's role and
+    content (a call's arguments are not read), of the newest messages whose text fills what
+    it keeps (it cuts the older ones away). Redacting the rest on the event loop would stall
+    every other request for text no model reads."""
     if set(job.memory_patterns) <= set(job.redaction):
         return span  # the compaction redacted it with these already
     read: list[Message] = []
@@ -114,7 +115,8 @@ def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
     for message in reversed(span):
         if held >= SPAN_TEXT_CHARS:
             break
-        read.append(redact_written(message, job.memory_patterns)[0])
+        shown = {"role": message.get("role"), "content": message.get("content")}
+        read.append(redact_written(shown, job.memory_patterns)[0])
         held += len(content_text(read[-1].get("content"), media=True))
     return read[::-1]
 

@@ -108,3 +108,30 @@ async def test_tool_call_arguments_never_reach_the_extraction() -> None:
         await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
         [body] = upstream.bodies
         assert body["messages"][-1]["content"] == "[tool]\ndeployed"
+
+
+async def test_arguments_the_extraction_does_not_read_are_not_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that writes files through its calls folds spans of large arguments beside
+    short results: redacting those arguments would be event-loop work for text no model
+    reads here."""
+    seen: list[Message] = []
+
+    def counted(msg: Message, pats: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
+        seen.append(msg)
+        return redact_written(msg, pats)
+
+    monkeypatch.setattr(promotion, "redact_written", counted)
+    body = {"path": "a.py", "text": f"password = '{SECRET}'\n" + "x = 1\n" * 1000}
+    call = {"id": "w", "type": "function", "function": {"name": "write", "arguments": body}}
+    span = [
+        {"role": "assistant", "content": "writing", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "w", "content": "ok"},
+    ]
+    job = _job(32000)
+    job.memory_patterns = compile_patterns(())
+    upstream = _Upstream()
+    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+    assert upstream.bodies[0]["messages"][-1]["content"] == "[assistant]\nwriting\n\n[tool]\nok"
+    assert len(seen) == 2 and not [m for m in seen if "tool_calls" in m]
