@@ -1,6 +1,8 @@
 """The fact extraction reads the folded span redacted with the patterns its facts are checked
 with, whatever the agent's redaction: its content's text and parts and an assistant's refusal
-parts alike (``span_text`` renders a refusal part's text too)."""
+parts alike (``span_text`` renders a refusal part's text too). Only what it reads is
+redacted: the newest messages' role and content, not the older ones it cuts away nor a
+call's arguments; a span the compaction redacted already is marked once."""
 
 from __future__ import annotations
 
