@@ -52,6 +52,7 @@ __all__ = [
     "FactVerdict",
     "FactsAnswerError",
     "fact_key",
+    "read_form",
     "sanitize_fact",
     "sanitize_facts",
     "span_facts",
@@ -136,6 +137,18 @@ def _compat(fact: str) -> str:
     their plain characters, without joiners, whitespace collapsed again (NFKC makes spaces
     of some)."""
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", _unjoined(fact))).strip()
+
+
+def read_form(text: str) -> str:
+    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: without format
+    characters (zero-width spaces, joiners, soft hyphens) and with compatibility forms
+    (fullwidth letters, ligatures) as their plain characters. The extraction reads a span
+    so, redacted in this form, and is never shown a secret the fact check would see
+    through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
+    if text.isascii():
+        return text
+    kept = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return unicodedata.normalize("NFKC", kept)
 
 
 def fact_key(text: str) -> str:

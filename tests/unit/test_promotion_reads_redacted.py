@@ -12,9 +12,8 @@ from collections.abc import Sequence
 import pytest
 
 from proxy.cascade.memory import span_text
-from proxy.cascade.redaction import compile_patterns
+from proxy.cascade.redaction import compile_patterns, redact
 from proxy.cascade.redaction_calls import redact_written
-from proxy.cascade.types import Message
 from proxy.services import promotion
 from proxy.services.promotion import promote
 from tests.unit.test_promotion_bounds import _count, _job, _Lent, _Upstream
@@ -54,11 +53,11 @@ async def test_only_the_messages_the_extraction_reads_are_redacted(
     ]
     calls = []
 
-    def counted(msg: Message, pats: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-        calls.append(msg)
-        return redact_written(msg, pats)
+    def counted(text: str, pats: Sequence[re.Pattern[str]]) -> tuple[str, int]:
+        calls.append(text)
+        return redact(text, pats)
 
-    monkeypatch.setattr(promotion, "redact_written", counted)
+    monkeypatch.setattr(promotion, "redact", counted)
     job = _job(320000)
     job.memory_patterns = patterns
     upstream = _Upstream()
@@ -118,13 +117,13 @@ async def test_arguments_the_extraction_does_not_read_are_not_redacted(
     """An agent that writes files through its calls folds spans of large arguments beside
     short results: redacting those arguments would be event-loop work for text no model
     reads here."""
-    seen: list[Message] = []
+    seen: list[str] = []
 
-    def counted(msg: Message, pats: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-        seen.append(msg)
-        return redact_written(msg, pats)
+    def counted(text: str, pats: Sequence[re.Pattern[str]]) -> tuple[str, int]:
+        seen.append(text)
+        return redact(text, pats)
 
-    monkeypatch.setattr(promotion, "redact_written", counted)
+    monkeypatch.setattr(promotion, "redact", counted)
     body = {"path": "a.py", "text": f"password = '{SECRET}'\n" + "x = 1\n" * 1000}
     call = {"id": "w", "type": "function", "function": {"name": "write", "arguments": body}}
     span = [
@@ -136,4 +135,27 @@ async def test_arguments_the_extraction_does_not_read_are_not_redacted(
     upstream = _Upstream()
     await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
     assert upstream.bodies[0]["messages"][-1]["content"] == "[assistant]\nwriting\n\n[tool]\nok"
-    assert len(seen) == 2 and not [m for m in seen if "tool_calls" in m]
+    assert seen == ["ok", "writing"]
+
+
+@pytest.mark.parametrize("agent_redaction", [(), compile_patterns(())])
+async def test_a_secret_in_a_form_the_fact_check_reads_through_is_never_shown(
+    agent_redaction: tuple[re.Pattern[str], ...],
+) -> None:
+    """``sanitize_fact`` reads a fact without its zero-width and joiner characters and with
+    fullwidth letters as plain ones, so it refuses ``ｐａｓｓｗｏｒｄ: "…"``; the extraction,
+    reading the span raw, showed the fast model that value, which it could restate in words
+    ("the staging password is …") no check reads. It reads the span in the fact check's form."""
+    span = [
+        {"role": "user", "content": f'the config is ｐａｓｓｗｏｒｄ: "{SECRET}1"'},
+        {"role": "tool", "content": f'pass\u200bword: "{SECRET}2" and api\u200d_key="{SECRET}3"'},
+        {"role": "user", "content": "we deploy with make release"},
+    ]
+    job = _job(32000)
+    job.memory_patterns, job.redaction = compile_patterns(()), agent_redaction
+    upstream = _Upstream()
+    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+    [body] = upstream.bodies
+    text = body["messages"][-1]["content"]
+    assert SECRET not in text and text.count("[REDACTED]") == 3, text
+    assert text.endswith("we deploy with make release")
