@@ -159,3 +159,16 @@ async def test_a_secret_in_a_form_the_fact_check_reads_through_is_never_shown(
     text = body["messages"][-1]["content"]
     assert SECRET not in text and text.count("[REDACTED]") == 3, text
     assert text.endswith("we deploy with make release")
+
+
+async def test_what_span_text_renders_of_any_role_is_redacted() -> None:
+    """``span_text`` renders a ``refusal`` part whatever the message's role (a client's
+    rebuilt history may hold one in a user turn), so the extraction redacts the text it
+    renders, not the parts a role is expected to hold."""
+    span = [{"role": "user", "content": [{"type": "refusal", "refusal": f"PASSWORD='{SECRET}'"}]}]
+    job = _job(32000)
+    job.memory_patterns = compile_patterns(())
+    upstream = _Upstream()
+    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+    [body] = upstream.bodies
+    assert body["messages"][-1]["content"] == "[user]\nPASSWORD='[REDACTED]'"
