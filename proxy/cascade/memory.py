@@ -33,6 +33,7 @@ A fact it wrongly refuses can be rephrased as a statement.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -52,9 +53,11 @@ __all__ = [
     "FactVerdict",
     "FactsAnswerError",
     "fact_key",
+    "read_form",
     "sanitize_fact",
     "sanitize_facts",
     "span_facts",
+    "SPAN_TEXT_CHARS",
     "MEMORY_FACTS_FORMAT",
     "extraction_prompt",
     "parse_facts",
@@ -135,6 +138,38 @@ def _compat(fact: str) -> str:
     their plain characters, without joiners, whitespace collapsed again (NFKC makes spaces
     of some)."""
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", _unjoined(fact))).strip()
+
+
+def read_form(text: str) -> str:
+    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: without format
+    characters (zero-width spaces, joiners, soft hyphens) and with compatibility forms
+    (fullwidth letters, ligatures) as their plain characters. The extraction reads a span
+    so, redacted in this form, and is never shown a secret the fact check would see
+    through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFKC", _format_chars().sub("", text))
+
+
+@functools.cache
+def _format_chars() -> re.Pattern[str]:
+    """Every format character (category ``Cf``; Unicode places them in the first two planes
+    and the tags plane) as a class of ranges, which ``re`` scans a long text for many times
+    faster than a test of each character's category."""
+    found = [c for c in (*range(0x20000), *range(0xE0000, 0xE1000)) if _is_format(c)]
+    ranges = [[found[0], found[0]]]
+    for c in found[1:]:
+        if c == ranges[-1][1] + 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    return re.compile(
+        "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]+"
+    )
+
+
+def _is_format(code: int) -> bool:
+    return unicodedata.category(chr(code)) == "Cf"
 
 
 def fact_key(text: str) -> str:
@@ -328,7 +363,11 @@ def fit_span_text(text: str, max_tokens: int, tokens: Callable[[str], int]) -> s
     return text
 
 
-def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = 60_000) -> str:
+SPAN_TEXT_CHARS = 60_000
+"""The characters of a folded span the extraction reads at most (its newest)."""
+
+
+def span_text(messages: Sequence[Mapping[str, Any]], *, cap: int = SPAN_TEXT_CHARS) -> str:
     """A folded span as the extraction reads it: one ``[role]`` block per message, cut to
     ``cap`` characters from the end (the newest text matters most)."""
     blocks = []

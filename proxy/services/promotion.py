@@ -28,15 +28,18 @@ import asyncpg
 from proxy.cascade.memory import (
     MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
+    SPAN_TEXT_CHARS,
     FactsAnswerError,
     extraction_prompt,
     fit_span_text,
     parse_facts,
+    read_form,
     sanitize_facts,
     span_facts,
     span_text,
 )
-from proxy.cascade.redaction_calls import redact_written
+from proxy.cascade.redaction import redact
+from proxy.cascade.text import content_text
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.store import memory as store
@@ -95,15 +98,27 @@ async def promote(
 
 
 def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
-    """``span`` as the extraction may read it: redacted with the patterns a fact of the
-    scope is checked with (``job.memory_patterns``, the built-in ones even with the agent's
-    redaction or ``defaultPatterns`` off) where the compaction's own redaction left any out.
-    A fact is checked for a secret's shape, not its value: the fast model that read
-    ``"password": "…"`` could restate the value in words no pattern reads, so it is never
-    shown it."""
-    if set(job.memory_patterns) <= set(job.redaction):
-        return span  # the compaction redacted it with these already
-    return [redact_written(m, job.memory_patterns)[0] for m in span]
+    """``span`` as the extraction may read it: each message's role and its content's text
+    (``span_text`` renders no more: a call's arguments are not read), in the form the fact
+    check reads (``read_form``), redacted with the patterns a fact of the scope is checked
+    with (``job.memory_patterns``: the built-in ones even with the agent's redaction or
+    ``defaultPatterns`` off). A fact is checked for a secret's shape, not its value: the
+    fast model that read ``"password": "…"`` could restate the value in words no pattern
+    reads, so it is never shown it. A span the compaction redacted already is marked once
+    (no pattern reads ``[REDACTED]``).
+
+    Only the newest messages whose text fills what ``span_text`` keeps are read (it cuts the
+    older ones away): redacting the rest on the event loop would stall every other request
+    for text no model reads."""
+    read: list[Message] = []
+    held = 0
+    for message in reversed(span):
+        if held >= SPAN_TEXT_CHARS:
+            break
+        body = read_form(content_text(message.get("content"), media=True))
+        read.append({"role": message.get("role"), "content": redact(body, job.memory_patterns)[0]})
+        held += len(read[-1]["content"])
+    return read[::-1]
 
 
 async def _promote(

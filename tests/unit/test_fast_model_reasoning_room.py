@@ -85,7 +85,6 @@ async def test_the_extraction_prompt_leaves_a_reasoning_model_its_whole_bound() 
         fast_model="gpt-5-mini",
         fast_limits=ModelConfig(contextLimit=limit),
         memory_patterns=(),
-        redaction=(),
     )
     upstream = _Upstream()
     with contextlib.suppress(Exception):  # the fact answer is no concern here

@@ -46,7 +46,6 @@ def _job(fast_limit: int) -> SimpleNamespace:
         tenant="t",
         memory_scope="global",
         memory_patterns=(),
-        redaction=(),
     )
 
 

@@ -67,7 +67,6 @@ def _job() -> SimpleNamespace:
         tenant="t",
         memory_scope="global",
         memory_patterns=(),
-        redaction=(),
     )
 
 

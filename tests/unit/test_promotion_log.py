@@ -58,7 +58,6 @@ _JOB = SimpleNamespace(
     tenant="t",
     memory_scope="global",
     memory_patterns=(),
-    redaction=(),
 )
 
 

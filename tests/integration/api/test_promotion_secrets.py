@@ -73,3 +73,9 @@ def test_a_promoted_fact_never_restates_a_secret_of_the_span(
     facts = [f["text"] for f in http.get("/v1/memory").json()["data"]]
     assert "The build uses uv" in facts
     assert not [f for f in facts if SECRET in f]
+    # the summary reads the span as the agent's redaction leaves it (README, Redaction)
+    fast = [b for b in fake_upstream.bodies() if b.get("model") == "fast-model"]
+    extraction = [json.dumps(b) for b in fast if "response_format" in b]
+    summary = [json.dumps(b) for b in fast if "response_format" not in b]
+    assert extraction and summary and not [b for b in extraction if SECRET in b]
+    assert all(SECRET in b for b in summary)
