@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 __all__ = [
@@ -83,7 +83,11 @@ def read_session_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         at, session_id = _place(cursor)
         when = datetime.fromisoformat(at)
-    except (binascii.Error, ValueError, TypeError) as exc:
+        # the driver sends the time in UTC and the id as UTF-8: one neither takes (a UTC
+        # time past year 9999, a lone surrogate) is no row's place, and was its 500
+        when.astimezone(UTC)
+        session_id.encode()
+    except (binascii.Error, ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise BadCursor(cursor) from exc
     if when.tzinfo is None or not isinstance(session_id, str) or "\x00" in session_id:
         raise BadCursor(cursor)

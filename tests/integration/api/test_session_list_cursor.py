@@ -6,6 +6,8 @@ page starts after that row whatever came to the front since."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import httpx
@@ -76,6 +78,17 @@ def test_a_cursor_keeps_the_filter_and_a_bad_one_is_the_400_naming_it(
     assert both.status_code == 400, both.text
     assert both.json()["error"]["param"] == "offset"
     assert _page(http, limit=2, cursor="")["data"] == _page(http, limit=2)["data"]
+
+
+def test_a_cursor_the_database_cannot_take_is_the_400_naming_it(http: httpx.Client) -> None:
+    """A cursor's time past year 9999 in UTC, or an id with a lone surrogate, is text no
+    page gave; the driver refused each with a 500."""
+    _new(http, "a")
+    for place in (["9999-12-31T23:59:59-14:00", "a"], ["2026-01-01T00:00:00+00:00", "\ud800"]):
+        raw = base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
+        resp = http.get("/v1/sessions", params={"cursor": raw})
+        assert resp.status_code == 400, (place, resp.text)
+        assert resp.json()["error"]["param"] == "cursor", resp.text
 
 
 def test_no_answer_is_conditional(http: httpx.Client) -> None:
