@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.services import toolloop
+from proxy.services.page_threads import make_page
 
 
 async def test_a_burst_of_pages_leaves_the_default_executor_free(
@@ -42,3 +43,23 @@ async def test_a_burst_of_pages_leaves_the_default_executor_free(
     finally:
         release.set()
         assert await asyncio.gather(*pages) == ["page"] * 40
+
+
+async def test_a_page_still_queued_when_its_request_is_cancelled_is_never_made() -> None:
+    release = threading.Event()
+    made: list[int] = []
+
+    def page(n: int) -> int:
+        release.wait(5)
+        made.append(n)
+        return n
+
+    running = [asyncio.create_task(make_page(page, n)) for n in range(2)]
+    queued = asyncio.create_task(make_page(page, 99))
+    await asyncio.sleep(0.05)
+    queued.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    assert sorted(await asyncio.gather(*running)) == [0, 1]
+    await asyncio.sleep(0.05)
+    assert 99 not in made and queued.cancelled()
