@@ -10,6 +10,7 @@ import base64
 import json
 from typing import Any
 
+import asyncpg
 import httpx
 
 from tests.integration.api.sessions_helpers import (
@@ -89,6 +90,28 @@ def test_a_cursor_the_database_cannot_take_is_the_400_naming_it(http: httpx.Clie
         resp = http.get("/v1/sessions", params={"cursor": raw})
         assert resp.status_code == 400, (place, resp.text)
         assert resp.json()["error"]["param"] == "cursor", resp.text
+
+
+async def test_sessions_tied_on_activity_to_the_microsecond_page_by_id(
+    http: httpx.Client, admin: asyncpg.Connection
+) -> None:
+    """Rows of one ``updated_at`` are ordered by id, and a cursor inside the tie goes on
+    from its row: none twice, none missed, a microsecond apart counted as apart."""
+    for sid in ("t-3", "t-1", "t-4", "t-2", "t-0"):
+        _new(http, sid)
+    await admin.execute(
+        "UPDATE sessions SET updated_at = CASE WHEN id = 't-0'"
+        " THEN timestamptz '2026-01-01 00:00:00.123457+00'"
+        " ELSE timestamptz '2026-01-01 02:00:00.123456+02' END"
+    )
+    seen: list[str] = []
+    page = _page(http, limit=2)
+    while True:
+        seen += _ids(page)
+        if page["next_cursor"] is None:
+            break
+        page = _page(http, limit=2, cursor=page["next_cursor"])
+    assert seen == ["t-0", "t-1", "t-2", "t-3", "t-4"]
 
 
 def test_no_answer_is_conditional(http: httpx.Client) -> None:
