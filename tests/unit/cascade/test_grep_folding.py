@@ -5,8 +5,13 @@ the hit's."""
 
 from __future__ import annotations
 
+import random
 import sys
 
+import ahocorasick_rs
+import pytest
+
+from proxy.cascade import paging
 from proxy.cascade.paging import grep_matcher, raw_output_page
 
 
@@ -29,3 +34,25 @@ def test_only_the_dotted_capital_lowercases_to_more_than_one_character() -> None
     """The fold maps it alone; a Unicode table giving another would shift positions again."""
     longer = [c for c in range(sys.maxunicode + 1) if len(chr(c).lower()) != 1]
     assert longer == [0x130]
+
+
+def test_windows_of_any_width_find_the_hit_the_whole_line_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Windows narrower than the needles, hits across their edges, overlapping and longest
+    alternatives, folded characters: the first hit is the unwindowed automaton's."""
+    rng = random.Random(48)
+    letters = "abAB\u0130\u0131"
+    for _ in range(3000):
+        monkeypatch.setattr(paging, "_GREP_WINDOW", rng.randint(1, 6))
+        pattern = "|".join(
+            "".join(rng.choice(letters) for _ in range(rng.randint(1, 7)))
+            for _ in range(rng.randint(1, 3))
+        )
+        line = "".join(rng.choice(letters) for _ in range(rng.randint(0, 40)))
+        whole = ahocorasick_rs.AhoCorasick(
+            sorted({paging._fold(p) for p in pattern.split("|")}),
+            matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST,
+        ).find_matches_as_indexes(paging._fold(line))
+        expected = (whole[0][1], whole[0][2]) if whole else None
+        assert grep_matcher(pattern)(line) == expected, (pattern, line)
