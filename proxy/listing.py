@@ -12,10 +12,12 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 __all__ = [
+    "FACTS",
+    "SUGGESTIONS",
     "BadCursor",
     "iso_time",
     "page_of",
@@ -83,27 +85,38 @@ def read_session_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         at, session_id = _place(cursor)
         when = datetime.fromisoformat(at)
-    except (binascii.Error, ValueError, TypeError) as exc:
+        # the driver sends the time in UTC and the id as UTF-8: one neither takes (a UTC
+        # time past year 9999, a lone surrogate) is no row's place, and was its 500
+        when.astimezone(UTC)
+        session_id.encode()
+    except (binascii.Error, ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise BadCursor(cursor) from exc
     if when.tzinfo is None or not isinstance(session_id, str) or "\x00" in session_id:
         raise BadCursor(cursor)
     return when, session_id
 
 
-def row_cursor(row_id: int) -> str:
+def row_cursor(kind: str, row_id: int) -> str:
     """The place after a row of a list kept in the order of its rows' ids (a scope's facts,
-    the pending suggestions), which rows leaving the list (deleted, answered) do not move."""
-    return _cursor([row_id])
+    the pending suggestions), which rows leaving the list (deleted, answered) do not move;
+    ``kind`` names the list, whose ids are its own sequence's and no other list's place."""
+    return _cursor([kind, row_id])
 
 
-def read_row_cursor(cursor: str) -> int:
-    """The id ``row_cursor`` wrote into ``cursor``; ``BadCursor`` for any other text."""
+def read_row_cursor(kind: str, cursor: str) -> int:
+    """The id ``row_cursor`` wrote into ``cursor`` for the ``kind`` list; ``BadCursor`` for
+    any other text, another list's cursor too."""
     place = _place(cursor)
-    if not (isinstance(place, list) and len(place) == 1 and type(place[0]) is int):
+    if not (isinstance(place, list) and len(place) == 2 and place[0] == kind):
         raise BadCursor(cursor)
-    if not 0 <= place[0] <= _BIGINT_MAX:
+    if type(place[1]) is not int or not 0 <= place[1] <= _BIGINT_MAX:
         raise BadCursor(cursor)
-    return place[0]
+    return place[1]
 
+
+FACTS = "fact"
+"""The ``kind`` of a scope's facts' row cursors."""
+SUGGESTIONS = "suggestion"
+"""The ``kind`` of the pending suggestions' row cursors."""
 
 _BIGINT_MAX = 2**63 - 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -21,7 +22,7 @@ from proxy.api.deps import (
 from proxy.api.query import BLANK_IS_UNSET, CURSOR, INTEGER, cursor_place
 from proxy.auth import check_agent, key_agents, may_use_agent
 from proxy.errors import ClientRequestError, PermissionDenied
-from proxy.listing import read_row_cursor
+from proxy.listing import FACTS, SUGGESTIONS, read_row_cursor
 from proxy.services import memory as svc, memory_suggestions as suggestions
 from proxy.session_id import validate_session_id
 
@@ -71,7 +72,7 @@ async def list_facts(
 ) -> dict[str, Any]:
     """A page of the scope's facts, oldest first (``limit``, ``offset`` or ``cursor``), as
     the other lists are paged: an ``auto`` scope grows with every compaction."""
-    after = cursor_place(cursor, offset, read_row_cursor) or 0
+    after = cursor_place(cursor, offset, functools.partial(read_row_cursor, FACTS)) or 0
     return await svc.list_facts(
         pool,
         tenant=tenant,
@@ -136,7 +137,7 @@ async def list_suggestions(
     agents, lists none, as its suggestions are left out of the whole list."""
     if session_id:
         validate_session_id(session_id, source="the session_id query parameter", param="session_id")
-    after = cursor_place(cursor, offset, read_row_cursor) or 0
+    after = cursor_place(cursor, offset, functools.partial(read_row_cursor, SUGGESTIONS)) or 0
     return await suggestions.list_suggestions(
         pool,
         cfg,

@@ -80,12 +80,13 @@ def _answer(status: int, schema: dict[str, Any], **errors: str) -> Responses:
 
 _AGENT = "An agent scope this proxy key may not use (`code` `agent_not_allowed`)."
 _TOO_LARGE = "A body over 64 KiB (`code` `payload_too_large`)."
+_CURSOR = "a `cursor` no page gave (`param` `cursor`) or one with an `offset` past 0."
 _NO_SUGGESTION = "No such suggestion for this key (`code` `not_found`)."
 
 LIST = _answer(
     200,
     listed(_FACT, cursor=True),
-    e400="`scope` not `global` or `agent:<name>`, or `limit`/`offset` out of range.",
+    e400="`scope` not `global` or `agent:<name>`, `limit`/`offset` out of range, or " + _CURSOR,
     e403=_AGENT,
 )
 ADD = _answer(
@@ -99,8 +100,8 @@ ADD = _answer(
 SUGGESTIONS = _answer(
     200,
     listed(_SUGGESTION, cursor=True),
-    e400="`limit` or `offset` out of range, or a `session_id` that is no valid session id "
-    "(`code` `invalid_session_id`, `param` `session_id`).",
+    e400="`limit` or `offset` out of range, a `session_id` that is no valid session id "
+    "(`code` `invalid_session_id`, `param` `session_id`), or " + _CURSOR,
 )
 SESSION_FILTER = (
     "Only the suggestions made from this session (ids as everywhere: "

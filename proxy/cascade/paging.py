@@ -89,13 +89,14 @@ def grep_matcher(pattern: str) -> Matcher:
     Linear time in the pattern and the line, whatever either holds: it runs in the proxy's
     one process, and the pattern is the model's (or an API caller's). A regex would
     backtrack on nested repeats or take time in text x alternatives; one Aho-Corasick
-    automaton over the lowercased alternatives runs over the lowercased line instead (where
-    lowercasing changes a line's length, the positions only place the snippet of a long
-    line). The automaton is a contiguous NFA: the library's DFA, its default for few
-    alternatives, is built in time in the pattern's length x the alphabet, so one long
-    alternative would stall every tenant before the first line is read.
+    automaton over the lowercased alternatives runs over the lowercased line instead (``İ``
+    taken as ``i`` on both sides first: it alone lowercases to two characters, which would
+    move every later position off the line's own). The automaton is a contiguous NFA: the
+    library's DFA, its default for few alternatives, is built in time in the pattern's
+    length x the alphabet, so one long alternative would stall every tenant before the
+    first line is read.
     """
-    alternatives = sorted({p.lower() for p in pattern.split("|") if p}) or [pattern.lower()]
+    alternatives = sorted({_fold(p) for p in pattern.split("|") if p}) or [_fold(pattern)]
     if alternatives == [""]:
         return lambda line: (0, 0)
     automaton = ahocorasick_rs.AhoCorasick(
@@ -111,7 +112,7 @@ def grep_matcher(pattern: str) -> Matcher:
         # The automaton lists every hit of what it is given; a line is given a window at
         # a time, each reaching a longest alternative past its end, so a hit starting in
         # it is whole there, and the first window with one gives the line's first.
-        low = line.lower()
+        low = _fold(line)
         for at in range(0, len(low) or 1, step):
             found = automaton.find_matches_as_indexes(low[at : at + step + longest - 1])
             if found and found[0][1] < step:
@@ -119,6 +120,15 @@ def grep_matcher(pattern: str) -> Matcher:
         return None
 
     return first
+
+
+def _fold(text: str) -> str:
+    """``text`` lowercased, each character to one: positions in it are the text's."""
+    return text.translate(_ONE_CHAR).lower()
+
+
+_ONE_CHAR = {0x130: "i"}
+"""Characters ``str.lower`` makes two of, each to the one it begins with."""
 
 
 _GREP_WINDOW = 4096

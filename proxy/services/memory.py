@@ -21,7 +21,7 @@ from proxy.cascade.memory import sanitize_facts
 from proxy.cascade.redaction import compile_patterns
 from proxy.config import AGENT_NAME, Config
 from proxy.errors import ClientRequestError, NotFound
-from proxy.listing import iso_time, page_of, row_cursor, rows_to_read
+from proxy.listing import FACTS, iso_time, page_of, row_cursor, rows_to_read
 from proxy.store import memory as store
 
 __all__ = [
@@ -148,7 +148,7 @@ async def list_facts(
         if may_use is not None and (agent is None or not may_use(agent)):
             fact["source_session"] = None
         data.append(fact_answer(fact))
-    cursor = row_cursor(rows[-1]["id"]) if more else None
+    cursor = row_cursor(FACTS, rows[-1]["id"]) if more else None
     return {"object": "list", "data": data, "has_more": more, "next_cursor": cursor}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.config import Config
 from proxy.errors import ClientRequestError, NotFound
-from proxy.listing import iso_time, page_of, row_cursor, rows_to_read
+from proxy.listing import SUGGESTIONS, iso_time, page_of, row_cursor, rows_to_read
 from proxy.services.memory import (
     check_writable,
     fact_answer,
@@ -82,7 +82,7 @@ async def list_suggestions(
             break
         after = rows[-1]["event_id"]
     page, more = page_of(data, limit)
-    cursor = row_cursor(page[-1][0]) if more else None
+    cursor = row_cursor(SUGGESTIONS, page[-1][0]) if more else None
     return {
         "object": "list",
         "data": [s for _, s in page],

@@ -11,8 +11,6 @@ it does not see.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -23,6 +21,7 @@ from proxy.cascade.redaction import patterns_of, redact
 from proxy.config import Config
 from proxy.errors import NotFound
 from proxy.listing import iso_time, page_of, rows_to_read, session_cursor
+from proxy.services.page_threads import make_page
 from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
 
 __all__ = [
@@ -334,18 +333,16 @@ async def tool_output(
             " for a result cut or cleared with no copy, e.g. redacted; what the session"
             f" holds is at GET /v1/sessions/{session_id}/messages)"
         )
-    # in a worker thread: a grep reads every line of up to rawCapBytes of text, which on the
-    # event loop would hold every other request until it is done
-    page, next_offset = await asyncio.to_thread(
-        functools.partial(
-            raw_output_page,
-            row["content"],
-            id=tool_call_id,
-            offset=offset,
-            limit=limit,
-            grep=grep,
-            max_chars=max_chars,
-        )
+    # on a page thread: a grep reads every line of up to rawCapBytes of text, which on the
+    # event loop would hold every other request until it is done (``page_threads``)
+    page, next_offset = await make_page(
+        raw_output_page,
+        row["content"],
+        id=tool_call_id,
+        offset=offset,
+        limit=limit,
+        grep=grep,
+        max_chars=max_chars,
     )
     return {
         "id": tool_call_id,

@@ -8,7 +8,6 @@ a bounded number of internal rounds. The client never sees these calls.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import json
@@ -23,6 +22,7 @@ from proxy.cascade.pipeline import Assembled
 from proxy.cascade.redaction import redact
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
+from proxy.services.page_threads import make_page
 from proxy.store import raw_outputs, sessions
 
 __all__ = [
@@ -178,9 +178,9 @@ async def read_page(
             text, id=tool_call_id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
         )[0]
 
-    # in a worker thread: redacting or grepping up to rawCapBytes of text on the event loop
-    # would hold every other request until it is done
-    return await asyncio.to_thread(paged, row["content"])
+    # on a page thread: redacting or grepping up to rawCapBytes of text on the event loop
+    # would hold every other request until it is done (``page_threads``)
+    return await make_page(paged, row["content"])
 
 
 async def answer_call(

@@ -61,3 +61,26 @@ def test_a_bad_cursor_is_the_400_naming_it(http: httpx.Client) -> None:
             assert resp.json()["error"]["param"] == "cursor"
         resp = http.get(path, params={"cursor": "WzFd", "offset": 1})  # [1]
         assert (resp.status_code, resp.json()["error"]["param"]) == (400, "offset")
+
+
+def test_a_cursor_of_one_list_is_the_400_naming_it_on_another(
+    http: httpx.Client, db_dsn: str
+) -> None:
+    """A facts cursor holds a fact's id and a suggestions cursor an event's, numbers of two
+    sequences: read as the other list's place, it began that list at an arbitrary row."""
+    for n in range(3):
+        assert http.post("/v1/memory", json={"text": f"Fact number {n}"}).status_code == 201
+        suggest(db_dsn, f"s{n}", f"sug-{n}", [f"fact {n}"])
+    facts = _page(http, "/v1/memory", limit=1)["next_cursor"]
+    pending = _page(http, "/v1/memory/suggestions", limit=1)["next_cursor"]
+    sessions = _page(http, "/v1/sessions", limit=1)["next_cursor"]
+    assert all(isinstance(c, str) for c in (facts, pending, sessions))
+    for path, cursor in (
+        ("/v1/memory/suggestions", facts),
+        ("/v1/memory", pending),
+        ("/v1/memory", sessions),
+        ("/v1/sessions", facts),
+    ):
+        resp = http.get(path, params={"cursor": cursor})
+        assert resp.status_code == 400, (path, resp.text)
+        assert resp.json()["error"]["param"] == "cursor"

@@ -6,8 +6,11 @@ page starts after that row whatever came to the front since."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
+import asyncpg
 import httpx
 
 from tests.integration.api.sessions_helpers import (
@@ -76,6 +79,39 @@ def test_a_cursor_keeps_the_filter_and_a_bad_one_is_the_400_naming_it(
     assert both.status_code == 400, both.text
     assert both.json()["error"]["param"] == "offset"
     assert _page(http, limit=2, cursor="")["data"] == _page(http, limit=2)["data"]
+
+
+def test_a_cursor_the_database_cannot_take_is_the_400_naming_it(http: httpx.Client) -> None:
+    """A cursor's time past year 9999 in UTC, or an id with a lone surrogate, is text no
+    page gave; the driver refused each with a 500."""
+    _new(http, "a")
+    for place in (["9999-12-31T23:59:59-14:00", "a"], ["2026-01-01T00:00:00+00:00", "\ud800"]):
+        raw = base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
+        resp = http.get("/v1/sessions", params={"cursor": raw})
+        assert resp.status_code == 400, (place, resp.text)
+        assert resp.json()["error"]["param"] == "cursor", resp.text
+
+
+async def test_sessions_tied_on_activity_to_the_microsecond_page_by_id(
+    http: httpx.Client, admin: asyncpg.Connection
+) -> None:
+    """Rows of one ``updated_at`` are ordered by id, and a cursor inside the tie goes on
+    from its row: none twice, none missed, a microsecond apart counted as apart."""
+    for sid in ("t-3", "t-1", "t-4", "t-2", "t-0"):
+        _new(http, sid)
+    await admin.execute(
+        "UPDATE sessions SET updated_at = CASE WHEN id = 't-0'"
+        " THEN timestamptz '2026-01-01 00:00:00.123457+00'"
+        " ELSE timestamptz '2026-01-01 02:00:00.123456+02' END"
+    )
+    seen: list[str] = []
+    page = _page(http, limit=2)
+    while True:
+        seen += _ids(page)
+        if page["next_cursor"] is None:
+            break
+        page = _page(http, limit=2, cursor=page["next_cursor"])
+    assert seen == ["t-0", "t-1", "t-2", "t-3", "t-4"]
 
 
 def test_no_answer_is_conditional(http: httpx.Client) -> None:

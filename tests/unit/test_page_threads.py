@@ -1,0 +1,65 @@
+"""A tool output's page (a grep of up to ``rawCapBytes``, a redaction) is made on threads of
+its own, not the event loop's default executor: that one also runs a turn's query
+embedding under the turn's retrieval timeout, which a burst of greps queued ahead of it
+would run out, every tenant's turn then answering without its retrieved memory."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from proxy.services import toolloop
+from proxy.services.page_threads import make_page
+
+
+async def test_a_burst_of_pages_leaves_the_default_executor_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+
+    def blocked(*args: Any, **kwargs: Any) -> tuple[str, None]:
+        release.wait(5)
+        return "page", None
+
+    async def stored(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {"content": "x"}
+
+    monkeypatch.setattr(toolloop, "raw_output_page", blocked)
+    monkeypatch.setattr(toolloop.raw_outputs, "fetchrow_raw_output", stored)
+    pages = [
+        asyncio.create_task(
+            toolloop.read_page(
+                None, tenant="t", session_id="s", tool_call_id="c", grep="x", max_chars=1000
+            )
+        )
+        for _ in range(40)
+    ]
+    await asyncio.sleep(0.05)
+    try:
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 1), 1) == 1
+    finally:
+        release.set()
+        assert await asyncio.gather(*pages) == ["page"] * 40
+
+
+async def test_a_page_still_queued_when_its_request_is_cancelled_is_never_made() -> None:
+    release = threading.Event()
+    made: list[int] = []
+
+    def page(n: int) -> int:
+        release.wait(5)
+        made.append(n)
+        return n
+
+    running = [asyncio.create_task(make_page(page, n)) for n in range(2)]
+    queued = asyncio.create_task(make_page(page, 99))
+    await asyncio.sleep(0.05)
+    queued.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    assert sorted(await asyncio.gather(*running)) == [0, 1]
+    await asyncio.sleep(0.05)
+    assert 99 not in made and queued.cancelled()
