@@ -1,0 +1,56 @@
+"""Which streams the bus ends once it listens again (``RELISTENED``): every one open while
+its listener was away, those opened during the gap among them (they too missed what was
+notified then), and none opened after it listens again, whose events all reach them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy import bus as bus_module
+from proxy.bus import RELISTENED, EventBus
+from proxy.cascade.types import USAGE
+from tests.integration.store.helpers import create_session
+
+
+async def test_streams_open_through_the_gap_end_and_one_opened_after_does_not(
+    pool: asyncpg.Pool, db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    bus = EventBus(pool, db_dsn)
+    await asyncio.wait_for(bus.start(), 10)
+    connect = asyncpg.connect
+    gate, waiting = asyncio.Event(), asyncio.Event()
+
+    async def held_connect(*args: Any, **kwargs: Any) -> asyncpg.Connection:
+        waiting.set()  # the bus is between listeners
+        await gate.wait()
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(bus_module.asyncpg, "connect", held_connect)
+    try:
+        async with bus.subscribe("t", "s") as before:
+            assert bus._listener is not None
+            bus._listener.terminate()  # lost: the bus reconnects, held at the gate
+            await asyncio.wait_for(waiting.wait(), 5)
+            assert not bus.listening
+            async with bus.subscribe("t", "s") as during:
+                gate.set()
+                for _ in range(100):
+                    if bus.listening:
+                        break
+                    await asyncio.sleep(0.02)
+                assert bus.listening
+                async with bus.subscribe("t", "s") as after:
+                    await bus.publish(pool, tenant="t", session_id="s", name=USAGE, data={})
+                    event = await asyncio.wait_for(after.get(), 5)
+                    assert event is not RELISTENED and event.name == USAGE
+                    await asyncio.sleep(0.2)  # a late end would be here by now
+                    assert after.empty()
+                for queue in (before, during):
+                    assert queue.get_nowait() is RELISTENED
+    finally:
+        await asyncio.wait_for(bus.stop(), 5)
