@@ -54,3 +54,33 @@ async def test_streams_open_through_the_gap_end_and_one_opened_after_does_not(
                     assert queue.get_nowait() is RELISTENED
     finally:
         await asyncio.wait_for(bus.stop(), 5)
+
+
+async def test_a_listener_lost_as_soon_as_it_listens_is_not_made_again_at_once(
+    pool: asyncpg.Pool, db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener ended right after each LISTEN (a server that ends idle sessions at once)
+    is made again at most about once a second, not in a loop as fast as the database
+    answers: each time ends every open stream, whose clients all reconnect."""
+    await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
+    bus = EventBus(pool, db_dsn)
+    await asyncio.wait_for(bus.start(), 10)
+    listen = bus_module.listen
+    listens: list[float] = []
+
+    async def lost_at_once(conn: asyncpg.Connection, *args: Any) -> None:
+        await listen(conn, *args)
+        listens.append(asyncio.get_running_loop().time())
+        conn.terminate()
+
+    monkeypatch.setattr(bus_module, "listen", lost_at_once)
+    try:
+        async with bus.subscribe("t", "s") as queue:
+            assert bus._listener is not None
+            bus._listener.terminate()
+            await asyncio.sleep(1.5)
+            assert 1 <= len(listens) <= 3, f"{len(listens)} LISTENs in 1.5 s"
+            assert queue.qsize() == len(listens)  # each one ended the stream
+    finally:
+        monkeypatch.setattr(bus_module, "listen", listen)
+        await asyncio.wait_for(bus.stop(), 5)
