@@ -90,6 +90,9 @@ the connection as the listener. Through a transaction pooler it is ``SELECT 1``:
 would leave each server the pooler lends it listening for good."""
 PROBE_TIMEOUT = 5.0
 """Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
+RELISTEN_EVERY = 1.0
+"""The fewest seconds from one LISTEN to the next: a listener lost as soon as it listens is not
+made again at once over and over, each time ending every open stream (:data:`RELISTENED`)."""
 MAX_QUEUED = 1000
 """Events one subscriber may hold unread: a stream whose client reads nothing stops taking
 from its queue once the socket's buffers are full, and past this bound is dropped."""
@@ -206,7 +209,9 @@ class EventBus:
                     self._end_streams()
                 self._retrying = False
                 await end_silent(None if self._pooled else self._pool, self._silent, PROBE_TIMEOUT)
+                listened = asyncio.get_running_loop().time()
                 await self._until_lost(self._listener)
+                await asyncio.sleep(listened + RELISTEN_EVERY - asyncio.get_running_loop().time())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep the bus alive across database restarts
