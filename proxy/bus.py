@@ -110,7 +110,7 @@ class EventBus:
         """``listen_setting`` names where ``listen_dsn`` comes from, for the messages that
         say it cannot be reached (the password masked); ``pooled``: it goes through a
         transaction pooler (``bus_listen.through_pooler``)."""
-        self._pooled = pooled
+        self.pooled = pooled  # its LISTEN hears nothing: /readyz says so
         self._probe = "SELECT 1" if pooled else f"LISTEN {store.NOTIFY_CHANNEL}"
         self._pool = pool
         self._dsn = listen_dsn
@@ -208,7 +208,7 @@ class EventBus:
                     log.warning("event listener at %s is listening again", self._where)
                     self._end_streams()
                 self._retrying = False
-                await end_silent(None if self._pooled else self._pool, self._silent, PROBE_TIMEOUT)
+                await end_silent(None if self.pooled else self._pool, self._silent, PROBE_TIMEOUT)
                 listened = asyncio.get_running_loop().time()
                 await self._until_lost(self._listener)
                 await asyncio.sleep(listened + RELISTEN_EVERY - asyncio.get_running_loop().time())
