@@ -84,3 +84,23 @@ async def test_a_listener_lost_as_soon_as_it_listens_is_not_made_again_at_once(
     finally:
         monkeypatch.setattr(bus_module, "listen", listen)
         await asyncio.wait_for(bus.stop(), 5)
+
+
+async def test_a_server_ending_idle_sessions_leaves_the_listener_listening(
+    pool: asyncpg.Pool, db_dsn: str
+) -> None:
+    """An ``idle_session_timeout`` shorter than the probes' interval ended the listener, idle
+    between them, again and again, and with it every open stream each time."""
+    name = await pool.fetchval("SELECT current_database()")
+    admin = await asyncpg.connect(db_dsn)
+    await admin.execute(f'ALTER DATABASE "{name}" SET idle_session_timeout = 200')  # ms
+    bus = EventBus(pool, db_dsn)
+    try:
+        await asyncio.wait_for(bus.start(), 10)
+        first = bus._listener
+        await asyncio.sleep(0.8)
+        assert first is not None and not first.is_closed() and bus._listener is first
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" RESET idle_session_timeout')
+        await admin.close()
+        await asyncio.wait_for(bus.stop(), 5)
