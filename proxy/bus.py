@@ -201,7 +201,9 @@ class EventBus:
             try:
                 self._listener = await asyncpg.connect(self._dsn)
                 channels = {store.NOTIFY_CHANNEL: self._on_notify, LEASE_CHANNEL: self._on_lease}
-                await listen(self._listener, channels, self._silent, PROBE_TIMEOUT)
+                await listen(
+                    self._listener, channels, self._silent, PROBE_TIMEOUT, pooled=self.pooled
+                )
                 if not connected.done():
                     connected.set_result(None)
                 elif self._retrying:

@@ -68,8 +68,8 @@ async def test_a_listener_lost_as_soon_as_it_listens_is_not_made_again_at_once(
     listen = bus_module.listen
     listens: list[float] = []
 
-    async def lost_at_once(conn: asyncpg.Connection, *args: Any) -> None:
-        await listen(conn, *args)
+    async def lost_at_once(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> None:
+        await listen(conn, *args, **kwargs)
         listens.append(asyncio.get_running_loop().time())
         conn.terminate()
 
