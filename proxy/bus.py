@@ -59,7 +59,7 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import NEVER_HEALS, end_silent, listen, listen_url
+from proxy.bus_listen import NEVER_HEALS, RELISTEN_EVERY, end_silent, listen, listen_url
 from proxy.bus_payloads import (
     LAGGED,
     RELISTENED,
@@ -90,9 +90,6 @@ the connection as the listener. Through a transaction pooler it is ``SELECT 1``:
 would leave each server the pooler lends it listening for good."""
 PROBE_TIMEOUT = 5.0
 """Seconds a probe may take; a listener silent that long is dropped, said, and replaced."""
-RELISTEN_EVERY = 1.0
-"""The fewest seconds from one LISTEN to the next: a listener lost as soon as it listens is not
-made again at once over and over, each time ending every open stream (:data:`RELISTENED`)."""
 MAX_QUEUED = 1000
 """Events one subscriber may hold unread: a stream whose client reads nothing stops taking
 from its queue once the socket's buffers are full, and past this bound is dropped."""

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["NEVER_HEALS", "end_silent", "listen", "listen_url", "through_pooler"]
+__all__ = ["NEVER_HEALS", "RELISTEN_EVERY", "end_silent", "listen", "listen_url", "through_pooler"]
 
 log = logging.getLogger("cascade.bus")
 
@@ -80,6 +80,10 @@ def through_pooler(settings: Settings, listen: str) -> bool:
     pooler = _endpoint(settings.database_url)
     return pooler is not None and _endpoint(listen) == pooler
 
+
+RELISTEN_EVERY = 1.0
+"""The fewest seconds from one LISTEN to the next: a listener lost as soon as it listens is not
+made again at once over and over, each time ending every open stream (``bus.RELISTENED``)."""
 
 _NEVER_IDLE = (  # no error where the setting does not exist (before PostgreSQL 14)
     "SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'"
