@@ -59,7 +59,7 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import NEVER_HEALS, end_silent, listen, listen_url
+from proxy.bus_listen import NEVER_HEALS, RELISTEN_EVERY, end_silent, listen, listen_url
 from proxy.bus_payloads import (
     LAGGED,
     RELISTENED,
@@ -107,7 +107,7 @@ class EventBus:
         """``listen_setting`` names where ``listen_dsn`` comes from, for the messages that
         say it cannot be reached (the password masked); ``pooled``: it goes through a
         transaction pooler (``bus_listen.through_pooler``)."""
-        self._pooled = pooled
+        self.pooled = pooled  # its LISTEN hears nothing: /readyz says so
         self._probe = "SELECT 1" if pooled else f"LISTEN {store.NOTIFY_CHANNEL}"
         self._pool = pool
         self._dsn = listen_dsn
@@ -198,15 +198,19 @@ class EventBus:
             try:
                 self._listener = await asyncpg.connect(self._dsn)
                 channels = {store.NOTIFY_CHANNEL: self._on_notify, LEASE_CHANNEL: self._on_lease}
-                await listen(self._listener, channels, self._silent, PROBE_TIMEOUT)
+                await listen(
+                    self._listener, channels, self._silent, PROBE_TIMEOUT, pooled=self.pooled
+                )
                 if not connected.done():
                     connected.set_result(None)
                 elif self._retrying:
                     log.warning("event listener at %s is listening again", self._where)
                     self._end_streams()
                 self._retrying = False
-                await end_silent(None if self._pooled else self._pool, self._silent, PROBE_TIMEOUT)
+                await end_silent(None if self.pooled else self._pool, self._silent, PROBE_TIMEOUT)
+                listened = asyncio.get_running_loop().time()
                 await self._until_lost(self._listener)
+                await asyncio.sleep(listened + RELISTEN_EVERY - asyncio.get_running_loop().time())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep the bus alive across database restarts

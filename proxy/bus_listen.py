@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["NEVER_HEALS", "end_silent", "listen", "listen_url", "through_pooler"]
+__all__ = ["NEVER_HEALS", "RELISTEN_EVERY", "end_silent", "listen", "listen_url", "through_pooler"]
 
 log = logging.getLogger("cascade.bus")
 
@@ -81,14 +81,33 @@ def through_pooler(settings: Settings, listen: str) -> bool:
     return pooler is not None and _endpoint(listen) == pooler
 
 
+RELISTEN_EVERY = 1.0
+"""The fewest seconds from one LISTEN to the next: a listener lost as soon as it listens is not
+made again at once over and over, each time ending every open stream (``bus.RELISTENED``)."""
+
+_NEVER_IDLE = (  # no error where the setting does not exist (before PostgreSQL 14)
+    "SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'"
+)
+
+
 async def listen(
-    conn: Any, channels: Mapping[str, Callable[..., None]], silent: set[int], timeout: float
+    conn: Any,
+    channels: Mapping[str, Callable[..., None]],
+    silent: set[int],
+    timeout: float,
+    *,
+    pooled: bool = False,
 ) -> None:
     """LISTEN on ``conn`` to each channel, with its handler, within ``timeout`` seconds: a new
     connection silent before its LISTEN answers (a firewall, a lost host) is dropped as a
-    probed one is, not waited for; its backend, which may listen, joins ``silent``."""
+    probed one is, not waited for; its backend, which may listen, joins ``silent``. Its
+    session is exempt from the server's ``idle_session_timeout``, which would end it, idle
+    between probes, over and over (each time ending every open stream); not ``pooled``
+    (through a transaction pooler), where the setting would stay on a server it lends."""
     try:
         async with asyncio.timeout(timeout):
+            if not pooled:
+                await conn.execute(_NEVER_IDLE)
             for channel, handler in channels.items():
                 await conn.add_listener(channel, handler)
     except TimeoutError:

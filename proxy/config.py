@@ -162,6 +162,8 @@ def _check_agent_name(name: str) -> None:
 
 
 def _check_tenant(i: int, tenant: str) -> None:
+    if "\x00" in tenant:  # PostgreSQL's text holds none: each request would fail storing it
+        raise ValueError(f"auth.keys[{i}].tenant: holds a NUL, which the database cannot store")
     if len(json.dumps(tenant, ensure_ascii=False).encode()) - 2 > TENANT_MAX_BYTES:
         raise ValueError(
             f"auth.keys[{i}].tenant: longer than {TENANT_MAX_BYTES} bytes (UTF-8, as a JSON "

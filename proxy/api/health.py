@@ -24,11 +24,13 @@ async def readyz(readiness: ReadinessDep, bus: BusDep) -> JSONResponse:
     the failure's class name, never its text (which names the database's host). The check
     is shared and its answer reused for a second (``proxy.store.readiness``), so callers at
     any rate hold at most one pooled connection. ``events`` says whether the event bus
-    listens (``reconnecting`` while its connection is being made again): without it open
-    streams here get persisted events late, through their catch-up, and transient ones
-    not at all, yet requests are served, so it does not make the answer a 503."""
+    listens (``reconnecting`` while its connection is being made again, ``catch-up`` for
+    good when it LISTENs through a transaction pooler, ``bus_listen.through_pooler``):
+    without it open streams here get persisted events late, through their catch-up, and
+    transient ones not at all, yet requests are served, so it does not make the answer a
+    503."""
     failure = await readiness.result()
-    events = "ok" if bus.listening else "reconnecting"
+    events = "catch-up" if bus.pooled else "ok" if bus.listening else "reconnecting"
     if failure is not None:
         return JSONResponse({"status": "unavailable", "database": failure, "events": events}, 503)
     return JSONResponse({"status": "ok", "database": "ok", "events": events})

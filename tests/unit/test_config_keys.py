@@ -242,3 +242,10 @@ def test_the_loaders_field_is_refused_beside_the_files_other_faults() -> None:
         parse_config(raw, env={})
     assert "resolved: Extra inputs are not permitted" in str(both.value)
     assert "context.eviction.atFraction" in str(both.value)
+
+
+def test_a_tenant_holding_a_nul_is_refused_naming_the_key() -> None:
+    """PostgreSQL's text holds no NUL, so every request of such a key failed as it stored
+    its session (``CharacterNotInRepertoireError``): the config says so instead."""
+    with pytest.raises(ConfigError, match=r"auth\.keys\[0\]\.tenant: .*NUL"):
+        parse_config({"auth": {"keys": [{"keyEnv": "K", "tenant": "a\x00b"}]}}, env={"K": "k"})

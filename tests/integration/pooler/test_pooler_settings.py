@@ -124,3 +124,13 @@ def test_without_a_listen_url_a_stream_hears_no_notification(
     usages = [f for f in frames if f.event == "context.usage"]
     assert len(usages) == len(agent.prompts) - 1  # every later step's, by catch-up
     assert EVICTED not in {f.event for f in frames}
+
+
+def test_readyz_says_a_listener_through_the_pooler_leaves_streams_to_their_catch_up(
+    listening_through_the_pooler: ProxyServer,
+) -> None:
+    """Its LISTEN hears nothing (above), which only the start's warning said while
+    ``/readyz`` said ``events: ok``: it says ``catch-up``, still a 200."""
+    ready = httpx.get(f"{listening_through_the_pooler.origin}/readyz", timeout=5)
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ok", "database": "ok", "events": "catch-up"}
