@@ -177,3 +177,21 @@ def test_a_database_that_did_not_answer_is_told_from_one_a_setting_must_mend(
     monkeypatch.setattr(cli_run, "run_migrations", refused)
     assert cli.main(["migrate"]) == status
     assert capsys.readouterr().err == f"cascade-proxy migrate: {refusal}\n"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1:notaport/d",  # a port that is no number
+        "mysql://u@127.0.0.1/d",  # another scheme
+        "postgresql://u@127.0.0.1:1/d?sslmode=bogus",  # a parameter asyncpg refuses
+    ],
+)
+def test_a_database_url_that_is_none_is_a_setting_to_mend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """A URL asyncpg cannot read was said as a database that did not answer, 3, which a
+    script retries for ever: no retry mends a typo in ``DATABASE_URL``."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    assert cli.main(["migrate", "--database-url", url]) == 2
+    assert "(--database-url): " in capsys.readouterr().err
