@@ -195,3 +195,56 @@ def test_a_database_url_that_is_none_is_a_setting_to_mend(
     monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
     assert cli.main(["migrate", "--database-url", url]) == 2
     assert "(--database-url): " in capsys.readouterr().err
+
+
+class _LostConnection:
+    """A connection whose server goes away at the ``fail_at``-th statement (a restart, a
+    ``pg_terminate_backend``), as asyncpg reports it."""
+
+    def __init__(self, fail_at: int, error: Exception) -> None:
+        self.statements, self.fail_at, self.error = 0, fail_at, error
+
+    def transaction(self) -> Any:
+        import contextlib
+
+        @contextlib.asynccontextmanager
+        async def begun() -> Any:
+            yield
+
+        return begun()
+
+    async def execute(self, *args: Any) -> None:
+        self.statements += 1
+        if self.statements >= self.fail_at:
+            raise self.error
+
+    async def fetchval(self, *args: Any) -> None:
+        return None
+
+    def is_closed(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("fail_at", [1, 7])  # making the ledger; a migration's own statement
+@pytest.mark.parametrize("error", ["ConnectionDoesNotExistError", "AdminShutdownError"])
+def test_a_connection_lost_while_migrating_is_a_database_to_try_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fail_at: int, error: str
+) -> None:
+    """A server that went away mid-run was said as a role that may not create tables, or as
+    a migration that failed, exit 2: a retry, once it is back, migrates."""
+    import asyncpg
+
+    from proxy.store import migrations
+
+    conn = _LostConnection(fail_at, getattr(asyncpg, error)("the server went away"))
+
+    async def connected(dsn: str, **kwargs: Any) -> _LostConnection:
+        return conn
+
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
+    monkeypatch.setattr(migrations, "connect", connected)
+    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and error in err and "(DATABASE_URL)" in err, err
+    assert "role" not in err and "failed" not in err, err
