@@ -248,3 +248,21 @@ def test_a_connection_lost_while_migrating_is_a_database_to_try_again(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and error in err and "(DATABASE_URL)" in err, err
     assert "role" not in err and "failed" not in err, err
+
+
+def test_a_data_directory_that_cannot_be_made_is_a_setting_to_mend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``CASCADE_DATA_DIR`` where no directory can be made (a file in the way, no
+    permission) was said as a database that did not answer, 3: no retry mends it."""
+    from proxy import pgembed
+
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("")
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("CASCADE_DATA_DIR", str(in_the_way / "cascade"))
+    monkeypatch.setattr(pgembed, "require_embedded", lambda: None)  # as if installed
+    assert cli.main(["migrate"]) == 2
+    assert "(CASCADE_DATA_DIR)" in capsys.readouterr().err
