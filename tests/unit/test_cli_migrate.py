@@ -266,3 +266,12 @@ def test_a_data_directory_that_cannot_be_made_is_a_setting_to_mend(
     monkeypatch.setattr(pgembed, "require_embedded", lambda: None)  # as if installed
     assert cli.main(["migrate"]) == 2
     assert "(CASCADE_DATA_DIR)" in capsys.readouterr().err
+
+
+def test_help_names_migrates_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    """``migrate --help`` said nothing of its statuses, which tell a retry (3) from a
+    setting to mend (2)."""
+    with pytest.raises(SystemExit):
+        cli.main(["migrate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 a setting to mend" in out and f"{EXIT_UNREACHABLE} a database that did" in out, out
