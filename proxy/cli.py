@@ -69,6 +69,15 @@ _DATABASE_URL = (
 )
 
 
+# The statuses of sessions and memory (proxy.cli_api's EXIT_*, README's table), for a
+# script's author reading --help; the numbers here keep the console script's import light.
+_EXIT_STATUSES = (
+    "exit status: 0 done, 1 another error answer, 2 usage, 3 no proxy answered, 4 not found, "
+    "5 the key refused, 6 busy, retry later (after the Retry-After the line names), "
+    "130 Ctrl-C, 141 the reader closed the pipe"
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser (its subcommands' too), but with ``CASCADE_LOG_FORMAT=json`` a usage
     error is one JSON log line, as every other line the process writes, not argparse's
@@ -139,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
         "migrate",
         help="apply database migrations and exit",
         description="Apply pending database migrations and exit.",
+        epilog="exit status: 0 applied (or none pending), 2 a setting to mend (the URL, the "
+        "role, its password, the database name, a role that may not migrate), 3 a database "
+        "that did not answer (worth a retry), 130 Ctrl-C",
     )
     migrate.add_argument("--database-url", help=_DATABASE_URL)
     sess = sub.add_parser(
@@ -146,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         help="inspect and manage the sessions of a running proxy",
         description="Inspect and manage the sessions of a running proxy, as the tenant of "
         "the API key given.",
+        epilog=_EXIT_STATUSES,
     )
     _client_options(sess)
     ssub = sess.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -159,7 +172,9 @@ def _parser() -> argparse.ArgumentParser:
         "rm": "delete a session and everything stored for it",
     }
     for action, text in helps.items():
-        a = ssub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        a = ssub.add_parser(
+            action, help=text, description=text[0].upper() + text[1:] + ".", epilog=_EXIT_STATUSES
+        )
         _client_options(a)
         if action != "ls":
             a.add_argument("id", type=_path_session_id, help="the session id")
@@ -246,11 +261,14 @@ def _memory_parser(sub: Any) -> None:
         description="List, add and remove the long-term facts injected into prompts as "
         "<memory>, and accept or reject the facts memory promotion suggests, as the tenant "
         "of the API key given.",
+        epilog=_EXIT_STATUSES,
     )
     _client_options(mem)
     msub = mem.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, text in _MEMORY_HELPS.items():
-        a = msub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        a = msub.add_parser(
+            action, help=text, description=text[0].upper() + text[1:] + ".", epilog=_EXIT_STATUSES
+        )
         _client_options(a)
         if action in ("ls", "add"):
             a.add_argument(

@@ -70,18 +70,21 @@ def _widths(text: str) -> Iterator[tuple[str, int]]:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Left-aligned columns two spaces apart, numbers right-aligned, widths in terminal
-    cells; the last column is never padded."""
+    cells; the last column is never padded. Each cell is measured once, for its column's
+    width and its padding both."""
     cells = [[cell(v, 72) for v in row] for row in rows]
-    widths = [max([_cells(h)] + [_cells(r[i]) for r in cells]) for i, h in enumerate(header)]
+    lines = [list(header), *cells]
+    measured = [[_cells(v) for v in values] for values in lines]
+    widths = [max(m[i] for m in measured) for i in range(len(header))]
     numeric = [
         all(isinstance(row[i], int | float) or row[i] is None for row in rows) and rows
         for i in range(len(header))
     ]
 
-    def line(values: Sequence[str]) -> str:
-        pads = [" " * (w - _cells(v)) for v, w in zip(values, widths, strict=True)]
+    def line(values: Sequence[str], sizes: Sequence[int]) -> str:
+        pads = [" " * (w - n) for n, w in zip(sizes, widths, strict=True)]
         pairs = enumerate(zip(values, pads, strict=True))
         out = [pad + v if numeric[i] else v + pad for i, (v, pad) in pairs]
         return "  ".join(out).rstrip()
 
-    return "\n".join([line(list(header)), *(line(r) for r in cells)])
+    return "\n".join(line(v, m) for v, m in zip(lines, measured, strict=True))

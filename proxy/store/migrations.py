@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from proxy.store.db import PoolerMismatch, connect
+from proxy.store.db import DatabaseUnavailable, PoolerMismatch, connect, connection_lost
 from proxy.store.shipped import shipped_earlier
 
 __all__ = ["MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
@@ -139,12 +139,25 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
                 applied.append(name)
         await _warn_if_newer(conn, files[-1][0])
     except asyncpg.PostgresError as exc:
+        _raise_if_lost(exc, setting)
         PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
         raise MigrationError(  # a role that may not create tables: one line, no traceback
             f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
             f" {setting} names: {type(exc).__name__}: {exc}"
         ) from exc
     return applied
+
+
+def _raise_if_lost(exc: asyncpg.PostgresError, setting: str) -> None:
+    """Raise a :class:`DatabaseUnavailable` for ``exc`` when it means the server went away
+    (a restart, a terminated backend): no fault of the role or of the migration, which a
+    later run, once the server is back, applies (``migrate`` exits 3 for it, not 2)."""
+    if connection_lost(exc):
+        raise DatabaseUnavailable(
+            f"lost the connection to PostgreSQL ({setting}) while migrating: "
+            f"{type(exc).__name__}: {exc}",
+            exc.sqlstate,
+        ) from exc
 
 
 async def _apply_one(
@@ -178,6 +191,7 @@ async def _apply_one(
                 except asyncpg.LockNotAvailableError:
                     raise
                 except asyncpg.PostgresError as exc:  # one line naming the file, no traceback
+                    _raise_if_lost(exc, setting)
                     PoolerMismatch.raise_from(exc, setting)
                     raise MigrationError(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"

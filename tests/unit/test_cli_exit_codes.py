@@ -232,3 +232,24 @@ def test_a_redirect_names_where_it_sends(url: str, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "answered 301" in err and "redirects to https://proxy.example/v1/sessions/moved" in err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv", [["sessions"], ["sessions", "compact"], ["memory", "rm"]])
+def test_help_names_each_exit_status_as_the_code_gives_it(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script's author reading ``--help`` found no exit status there, the 6 of a busy
+    proxy and the 3 of none alike, only in README."""
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for status, meaning in {
+        1: "another error answer",
+        2: "usage",
+        EXIT_UNREACHABLE: "no proxy answered",
+        EXIT_NOT_FOUND: "not found",
+        EXIT_REFUSED: "the key refused",
+        EXIT_BUSY: "busy, retry later",
+        INTERRUPTED: "Ctrl-C",
+    }.items():
+        assert f"{status} {meaning}" in out, out

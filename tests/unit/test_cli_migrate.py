@@ -177,3 +177,101 @@ def test_a_database_that_did_not_answer_is_told_from_one_a_setting_must_mend(
     monkeypatch.setattr(cli_run, "run_migrations", refused)
     assert cli.main(["migrate"]) == status
     assert capsys.readouterr().err == f"cascade-proxy migrate: {refusal}\n"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1:notaport/d",  # a port that is no number
+        "mysql://u@127.0.0.1/d",  # another scheme
+        "postgresql://u@127.0.0.1:1/d?sslmode=bogus",  # a parameter asyncpg refuses
+    ],
+)
+def test_a_database_url_that_is_none_is_a_setting_to_mend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """A URL asyncpg cannot read was said as a database that did not answer, 3, which a
+    script retries for ever: no retry mends a typo in ``DATABASE_URL``."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    assert cli.main(["migrate", "--database-url", url]) == 2
+    assert "(--database-url): " in capsys.readouterr().err
+
+
+class _LostConnection:
+    """A connection whose server goes away at the ``fail_at``-th statement (a restart, a
+    ``pg_terminate_backend``), as asyncpg reports it."""
+
+    def __init__(self, fail_at: int, error: Exception) -> None:
+        self.statements, self.fail_at, self.error = 0, fail_at, error
+
+    def transaction(self) -> Any:
+        import contextlib
+
+        @contextlib.asynccontextmanager
+        async def begun() -> Any:
+            yield
+
+        return begun()
+
+    async def execute(self, *args: Any) -> None:
+        self.statements += 1
+        if self.statements >= self.fail_at:
+            raise self.error
+
+    async def fetchval(self, *args: Any) -> None:
+        return None
+
+    def is_closed(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("fail_at", [1, 7])  # making the ledger; a migration's own statement
+@pytest.mark.parametrize("error", ["ConnectionDoesNotExistError", "AdminShutdownError"])
+def test_a_connection_lost_while_migrating_is_a_database_to_try_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fail_at: int, error: str
+) -> None:
+    """A server that went away mid-run was said as a role that may not create tables, or as
+    a migration that failed, exit 2: a retry, once it is back, migrates."""
+    import asyncpg
+
+    from proxy.store import migrations
+
+    conn = _LostConnection(fail_at, getattr(asyncpg, error)("the server went away"))
+
+    async def connected(dsn: str, **kwargs: Any) -> _LostConnection:
+        return conn
+
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
+    monkeypatch.setattr(migrations, "connect", connected)
+    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and error in err and "(DATABASE_URL)" in err, err
+    assert "role" not in err and "failed" not in err, err
+
+
+def test_a_data_directory_that_cannot_be_made_is_a_setting_to_mend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``CASCADE_DATA_DIR`` where no directory can be made (a file in the way, no
+    permission) was said as a database that did not answer, 3: no retry mends it."""
+    from proxy import pgembed
+
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("")
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("CASCADE_DATA_DIR", str(in_the_way / "cascade"))
+    monkeypatch.setattr(pgembed, "require_embedded", lambda: None)  # as if installed
+    assert cli.main(["migrate"]) == 2
+    assert "(CASCADE_DATA_DIR)" in capsys.readouterr().err
+
+
+def test_help_names_migrates_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    """``migrate --help`` said nothing of its statuses, which tell a retry (3) from a
+    setting to mend (2)."""
+    with pytest.raises(SystemExit):
+        cli.main(["migrate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 a setting to mend" in out and f"{EXIT_UNREACHABLE} a database that did" in out, out
