@@ -11,8 +11,9 @@ This stage only places the text: appended to the first message when it is a syst
 developer message (a new text part when its content is a list of parts), or, when the
 prompt starts with neither, as a system message of its own at the top. The window is not
 touched, so the block is never stored as a message a client sent. A first message that
-already holds the same block (a client that resends the prompt it was sent) gets no second
-one: the block would pile up by one a request, and each request would supersede the history.
+already ends with a block this stage rendered (a client that resends the prompt it was sent)
+has it replaced by the current one: it would otherwise pile up by one a request, or, once a
+fact changed, keep a deleted fact beside the block that dropped it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from proxy.cascade.memory import fact_key
 from proxy.cascade.overflow import block_room, guard_factor
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, quote_closing_tag, remove_block
+from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
@@ -167,12 +168,36 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     if not isinstance(block, str) or not block:
         return StageResult(messages)
     if messages and messages[0].get("role") in LEADING_ROLES:
-        if remove_block(messages[0], block) is not None:
-            return StageResult(messages)  # the client resent the prompt it was sent
-        return StageResult((append_block(messages[0], block), *messages[1:]))
+        first = _unrendered(messages[0])  # a client that resent the prompt it was sent
+        return StageResult((append_block(first, block), *messages[1:]))
     source = (None, *range(len(messages)))
     return StageResult(
         ({"role": "system", "content": block}, *messages), marks=Marks(source=source)
+    )
+
+
+def _unrendered(msg: Message) -> Message:
+    """``msg`` without a block this stage rendered (``render_memory``) ending it, where
+    ``append_block`` put it; else ``msg``. A fact's closing tag is quoted, so the block's
+    only ``</memory>`` ends it."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        last = content[-1] if content else None
+        if isinstance(last, dict) and last.get("type") == "text" and _rendered(last.get("text")):
+            return {**msg, "content": content[:-1]}
+        return msg
+    if not isinstance(content, str):
+        return msg
+    at = content.rfind("\n\n" + _HEAD)  # -1: the block alone, or none
+    block = content[at + 2 :] if at >= 0 else content
+    return {**msg, "content": content[: max(at, 0)]} if _rendered(block) else msg
+
+
+def _rendered(text: object) -> bool:
+    return (
+        isinstance(text, str)
+        and text.startswith(_HEAD)
+        and text.find(_TAIL) == len(text) - len(_TAIL)
     )
 
 
