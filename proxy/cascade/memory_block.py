@@ -12,8 +12,9 @@ developer message (a new text part when its content is a list of parts), or, whe
 prompt starts with neither, as a system message of its own at the top. The window is not
 touched, so the block is never stored as a message a client sent. A first message that
 already ends with a block this stage rendered (a client that resends the prompt it was sent)
-has it replaced by the current one: it would otherwise pile up by one a request, or, once a
-fact changed, keep a deleted fact beside the block that dropped it.
+has it replaced by the current one, or left out with no block to send: it would otherwise
+pile up by one a request, or, once a fact changed, keep a deleted fact beside the block that
+dropped it.
 """
 
 from __future__ import annotations
@@ -165,11 +166,15 @@ def stepped_factor(ratio: float) -> float:
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
-    if not isinstance(block, str) or not block:
-        return StageResult(messages)
     if messages and messages[0].get("role") in LEADING_ROLES:
         first = _unrendered(messages[0])  # a client that resent the prompt it was sent
-        return StageResult((append_block(first, block), *messages[1:]))
+        if isinstance(block, str) and block:
+            first = append_block(first, block)
+        elif not first.get("content"):
+            first = messages[0]  # the block alone: the message stays, not sent empty
+        return StageResult((first, *messages[1:]))
+    if not isinstance(block, str) or not block:
+        return StageResult(messages)
     source = (None, *range(len(messages)))
     return StageResult(
         ({"role": "system", "content": block}, *messages), marks=Marks(source=source)

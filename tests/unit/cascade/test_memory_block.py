@@ -232,3 +232,14 @@ def test_a_resent_block_of_older_facts_is_replaced_not_kept_beside_the_new_one()
     own = "S\n\n<memory>\nmy notes\n</memory>"  # a block of the client's own stays
     kept = assemble(_step(system(own), user("hi")), answers={"memory": new})
     assert kept.messages[0]["content"] == own + "\n\n" + new
+
+
+def test_a_resent_block_goes_once_no_fact_is_left_to_list() -> None:
+    """The last fact deleted (or the block left out for the turn), a resent block of older
+    facts goes too; a system message that is that block alone stays, not sent empty."""
+    old = render_memory(["The port is 8443"])
+    assert old is not None
+    out = assemble(_step(system("S\n\n" + old), user("hi")), answers={"memory": None})
+    assert out.messages[0]["content"] == "S"
+    alone = _step(system(old), user("hi"))
+    assert assemble(alone, answers={"memory": None}).messages == alone.window
