@@ -114,16 +114,17 @@ def plan_block(
 def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: append the turn's plan block (``step.answers["recitation"]``, which
     ``plan_block`` made at the turn's first step) to the last message when it is a user or
-    tool message; otherwise, or without a plan, pass the messages on unchanged."""
+    tool message; otherwise, or without a plan, pass the messages on. Either way a plan a
+    view-resending client holds from an earlier step is left out (``_unrecited``)."""
     block = step.answers.get("recitation")
+    out = tuple(_unrecited(m) for m in messages)
     if (
         not isinstance(block, str)
         or not block
-        or not messages
-        or messages[-1].get("role") not in _TARGET_ROLES
+        or not out
+        or out[-1].get("role") not in _TARGET_ROLES
     ):
-        return StageResult(messages)
-    out = tuple(_unrecited(m) for m in messages)
+        return StageResult(out)
     return StageResult((*out[:-1], append_block(out[-1], block)))
 
 

@@ -248,3 +248,11 @@ def test_a_plan_of_the_clients_own_stays() -> None:
     for text in own:
         window = (system("s"), user(text), assistant("ok"), user("go on"))
         assert assemble(_step(window)).messages[1]["content"].endswith("\n\n" + text)
+
+
+def test_resent_plans_go_when_the_turn_recites_none() -> None:
+    """A turn without a plan (none in the summary, or the guard left it out) sends none of
+    the plans a view-resending client holds from earlier steps."""
+    window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})))
+    window += (tool("c1", "one\n\n" + PLAN),)
+    assert recite(window, _turn(None)).messages[-1]["content"] == "one"
