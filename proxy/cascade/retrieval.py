@@ -259,9 +259,9 @@ def splice_related_context(messages: tuple[Message, ...], step: StepInput) -> St
     events = (Event(RETRIEVAL, {k: answer.get(k) for k in _REPORTED}),) if fresh else ()
     block = answer.get("block")
     at = _turn_message(messages, step.ctx.observations.user_prefixes)
+    earlier = tuple(_unrelated(m) for m in messages[: len(messages) if at is None else at])
     if not isinstance(block, str) or not block or at is None:
-        return StageResult(messages, events=events)
-    earlier = tuple(_unrelated(m) for m in messages[:at])
+        return StageResult((*earlier, *messages[len(earlier) :]), events=events)
     if remove_block(messages[at], block) is not None:  # the client resent what it was sent
         return StageResult((*earlier, *messages[at:]), events=events)
     out = (*earlier, append_block(messages[at], block), *messages[at + 1 :])

@@ -26,7 +26,7 @@ from proxy.cascade.retrieval import (
 )
 from proxy.cascade.types import RETRIEVAL, Budget, Message
 from proxy.config_context import ContextConfig
-from tests.unit.cascade.summary_builders import count, system, user
+from tests.unit.cascade.summary_builders import assistant, count, system, user
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
 
@@ -259,3 +259,10 @@ def test_an_earlier_turns_resent_block_is_left_out_of_the_prompt() -> None:
     own = (system("s"), user(f"q\n\n{RELATED_OPEN}\nmine\n{RELATED_CLOSE}"), *window[2:])
     kept = splice_related_context(own, _step(*own, retrieval=answer))
     assert kept.messages[1] == own[1]
+
+
+def test_an_earlier_turns_resent_block_goes_when_this_turn_has_no_hits() -> None:
+    old = related_block(HITS[:1], 1200)
+    window = (system("s"), user(f"which port?\n\n{old}"), assistant("8443"), user("thanks"))
+    out = splice_related_context(window, _step(*window, retrieval=retrieved((), snippet_chars=9)))
+    assert out.messages[1]["content"] == "which port?" and out.messages[3] == window[3]
