@@ -11,16 +11,16 @@ This stage only places the text: appended to the first message when it is a syst
 developer message (a new text part when its content is a list of parts), or, when the
 prompt starts with neither, as a system message of its own at the top. The window is not
 touched, so the block is never stored as a message a client sent. A first message that
-already ends with a block this stage rendered (a client that resends the prompt it was sent)
-has it replaced by the current one, or left out with no block to send: it would otherwise
-pile up by one a request, or, once a fact changed, keep a deleted fact beside the block that
-dropped it.
+already holds a block this stage rendered (a client that resends the prompt it was sent)
+has it replaced where it stands by the current one, or left out with no block to send: it
+would otherwise pile up by one a request, or, once a fact changed, keep a deleted fact
+beside the block that dropped it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.cascade.memory import fact_key
@@ -166,14 +166,15 @@ def stepped_factor(ratio: float) -> float:
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
+    block = block if isinstance(block, str) and block else None
     if messages and messages[0].get("role") in LEADING_ROLES:
-        first = _unrendered(messages[0])  # a client that resent the prompt it was sent
-        if isinstance(block, str) and block:
-            first = append_block(first, block)
+        first = _replaced(messages[0], block)  # a client that resent the prompt it was sent
+        if first is None:
+            first = messages[0] if block is None else append_block(messages[0], block)
         elif not first.get("content"):
-            first = messages[0]  # the block alone: the message stays, not sent empty
+            first = messages[0]  # the block alone, none to send: not sent empty
         return StageResult((first, *messages[1:]))
-    if not isinstance(block, str) or not block:
+    if block is None:
         return StageResult(messages)
     source = (None, *range(len(messages)))
     return StageResult(
@@ -181,24 +182,33 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     )
 
 
-def _unrendered(msg: Message) -> Message:
-    """``msg`` without a block this stage rendered (``render_memory``) ending it, where
-    ``append_block`` put it; else ``msg``. A fact's closing tag is quoted, so the block's
-    only ``</memory>`` ends it."""
+def _replaced(msg: Message, block: str | None) -> Message | None:
+    """``msg`` with the last block this stage rendered (``render_memory``) in it replaced by
+    ``block`` where it stands, or left out when ``block`` is None; None when it holds none.
+    A fact's closing tag is quoted, so the first ``</memory>`` after the header ends it."""
     content = msg.get("content")
     if isinstance(content, list):
-        last = content[-1] if content else None
-        if isinstance(last, dict) and last.get("type") == "text" and _rendered(last.get("text")):
-            return {**msg, "content": content[:-1]}
-        return msg
+        for i in range(len(content) - 1, -1, -1):
+            part = content[i]
+            if isinstance(part, dict) and part.get("type") == "text" and _rendered(part):
+                new = [] if block is None else [{"type": "text", "text": block}]
+                return {**msg, "content": [*content[:i], *new, *content[i + 1 :]]}
+        return None
     if not isinstance(content, str):
-        return msg
-    at = content.rfind("\n\n" + _HEAD)  # -1: the block alone, or none
-    block = content[at + 2 :] if at >= 0 else content
-    return {**msg, "content": content[: max(at, 0)]} if _rendered(block) else msg
+        return None
+    at = content.rfind(_HEAD)
+    end = content.find(_TAIL, at) + len(_TAIL)
+    if at < 0 or end < len(_TAIL) or (at and not content[:at].endswith("\n\n")):
+        return None
+    if block is not None:
+        return {**msg, "content": content[:at] + block + content[end:]}
+    rest = content[end:]
+    head = content[: max(at - 2, 0)]
+    return {**msg, "content": head + rest if head else rest.removeprefix("\n\n")}
 
 
-def _rendered(text: object) -> bool:
+def _rendered(part: Mapping[str, object]) -> bool:
+    text = part.get("text")
     return (
         isinstance(text, str)
         and text.startswith(_HEAD)

@@ -229,6 +229,8 @@ def test_a_resent_block_of_older_facts_is_replaced_not_kept_beside_the_new_one()
     assert listed.messages[0]["content"] == [{"type": "text", "text": new}]
     same = assemble(_step(system("S\n\n" + new), user("hi")), answers={"memory": new})
     assert same.messages[0]["content"] == "S\n\n" + new
+    after = assemble(_step(system(f"S\n\n{old}\n\nToday"), user("hi")), answers={"memory": new})
+    assert after.messages[0]["content"] == f"S\n\n{new}\n\nToday"  # text the client added
     own = "S\n\n<memory>\nmy notes\n</memory>"  # a block of the client's own stays
     kept = assemble(_step(system(own), user("hi")), answers={"memory": new})
     assert kept.messages[0]["content"] == own + "\n\n" + new
