@@ -10,6 +10,7 @@ from proxy.cascade.observations import (
     observation_id,
     observation_ids,
 )
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import assemble
 from proxy.cascade.rounds import group_rounds
 from proxy.cascade.step import StepInput
@@ -134,3 +135,6 @@ def test_latest_observation_is_cut_when_the_guard_would_refuse_the_prompt() -> N
         assert done.evicted == (3,) and f'"id": "{oid}", "offset"' in done.messages[3]["content"]
     fits = assemble(step(msgs, ctx, budget=Budget(2000, 0, 0)))
     assert fits.evicted == () and fits.messages[3] == msgs[3]
+    at = calibrated_count(count, 1.0)(msgs)  # just at the budget: sent whole, as the guard does
+    assert assemble(step(msgs, ctx, budget=Budget(at, 0, 0))).evicted == ()
+    assert assemble(step(msgs, ctx, budget=Budget(at - 1, 0, 0))).evicted == (3,)
