@@ -11,20 +11,22 @@ This stage only places the text: appended to the first message when it is a syst
 developer message (a new text part when its content is a list of parts), or, when the
 prompt starts with neither, as a system message of its own at the top. The window is not
 touched, so the block is never stored as a message a client sent. A first message that
-already holds the same block (a client that resends the prompt it was sent) gets no second
-one: the block would pile up by one a request, and each request would supersede the history.
+already holds a block this stage rendered (a client that resends the prompt it was sent)
+has it replaced where it stands by the current one, or left out with no block to send: it
+would otherwise pile up by one a request, or, once a fact changed, keep a deleted fact
+beside the block that dropped it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.cascade.memory import fact_key
 from proxy.cascade.overflow import block_room, guard_factor
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, quote_closing_tag, remove_block
+from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
@@ -164,15 +166,53 @@ def stepped_factor(ratio: float) -> float:
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = step.answers.get("memory")
-    if not isinstance(block, str) or not block:
-        return StageResult(messages)
+    block = block if isinstance(block, str) and block else None
     if messages and messages[0].get("role") in LEADING_ROLES:
-        if remove_block(messages[0], block) is not None:
-            return StageResult(messages)  # the client resent the prompt it was sent
-        return StageResult((append_block(messages[0], block), *messages[1:]))
+        first = _replaced(messages[0], block)  # a client that resent the prompt it was sent
+        if first is None:
+            first = messages[0] if block is None else append_block(messages[0], block)
+        elif not first.get("content"):
+            first = messages[0]  # the block alone, none to send: not sent empty
+        return StageResult((first, *messages[1:]))
+    if block is None:
+        return StageResult(messages)
     source = (None, *range(len(messages)))
     return StageResult(
         ({"role": "system", "content": block}, *messages), marks=Marks(source=source)
+    )
+
+
+def _replaced(msg: Message, block: str | None) -> Message | None:
+    """``msg`` with the last block this stage rendered (``render_memory``) in it replaced by
+    ``block`` where it stands, or left out when ``block`` is None; None when it holds none.
+    A fact's closing tag is quoted, so the first ``</memory>`` after the header ends it."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        for i in range(len(content) - 1, -1, -1):
+            part = content[i]
+            if isinstance(part, dict) and part.get("type") == "text" and _rendered(part):
+                new = [] if block is None else [{"type": "text", "text": block}]
+                return {**msg, "content": [*content[:i], *new, *content[i + 1 :]]}
+        return None
+    if not isinstance(content, str):
+        return None
+    at = content.rfind(_HEAD)
+    end = content.find(_TAIL, at) + len(_TAIL)
+    if at < 0 or end < len(_TAIL) or (at and not content[:at].endswith("\n\n")):
+        return None
+    if block is not None:
+        return {**msg, "content": content[:at] + block + content[end:]}
+    rest = content[end:]
+    head = content[: max(at - 2, 0)]
+    return {**msg, "content": head + rest if head else rest.removeprefix("\n\n")}
+
+
+def _rendered(part: Mapping[str, object]) -> bool:
+    text = part.get("text")
+    return (
+        isinstance(text, str)
+        and text.startswith(_HEAD)
+        and text.find(_TAIL) == len(text) - len(_TAIL)
     )
 
 

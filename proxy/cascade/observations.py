@@ -4,9 +4,10 @@ Text-action agents (smolagents' agents, SWE-agent style loops) send a tool's out
 user message ("Observation: …") after the assistant's action. Such a message is an
 observation when it follows an assistant message, starts with one of
 ``context.observations.userPrefixes``, and is not the latest message (the latest one is
-what the model answers now, so it goes as sent), unless that latest one alone is more than
-the prompt's budget: the guard would refuse the request, and an agent loop cannot shorten
-what its tool gave, so it is cut as the same output sent as a tool result is at ingestion.
+what the model answers now, so it goes as sent), unless the overflow guard would refuse the
+prompt over it (it does not fit beside what the guard never drops: the system messages, the
+task, the action it answers): an agent loop cannot shorten what its tool gave, so it is cut
+as the same output sent as a tool result is at ingestion.
 
 Its handle for ``read_tool_output`` is ``obs_`` plus the first 24 hex digits of the SHA-256
 of its text as stored at ingestion (after redaction): stable across requests without
@@ -88,16 +89,18 @@ def _rewritten(text: str) -> bool:
 
 
 def _over_budget(messages: tuple[Message, ...], step: StepInput) -> dict[int, str]:
-    """The latest message's handle, when it is an observation that alone is more than the
-    prompt's budget, counted as the overflow guard counts (``overflow.calibrated_count``)."""
-    from proxy.cascade.overflow import calibrated_count  # the guard reads observations too
+    """The latest message's handle, when it is an observation the overflow guard would
+    refuse the prompt over: with the summary folded in, and all it can drop dropped, the
+    prompt is still more than the budget (``overflow.refuses``, which counts as it does)."""
+    from proxy.cascade.overflow import refuses  # the guard reads observations too
+    from proxy.cascade.summary import fold_summary
 
     last = len(messages) - 1
     prefixes = step.ctx.observations.user_prefixes
     if not is_observation(messages, last, prefixes, latest_too=True):
         return {}
-    room = step.budget.limit - step.budget.reserved_output
-    if calibrated_count(step.count, step.ratio)(messages[last:]) <= room:
+    prompt = fold_summary(messages, summary=step.summary, system_count=step.system_count)
+    if not refuses(prompt, step):
         return {}
     return {last: observation_id(messages[last])}
 

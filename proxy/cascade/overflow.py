@@ -41,6 +41,7 @@ __all__ = [
     "fit",
     "guard",
     "guard_factor",
+    "refuses",
 ]
 
 GUARD_MARGIN = 1.03
@@ -275,6 +276,19 @@ def fit(messages: tuple[Message, ...], step: StepInput) -> StageResult:
         except ContextLengthExceeded as still:
             refused = still
     raise refused from None
+
+
+def refuses(messages: tuple[Message, ...], step: StepInput) -> bool:
+    """Whether the guard refuses ``messages`` (with no optional block in them): what a
+    stage that can shorten the current turn checks, so it counts as the guard counts."""
+    count = calibrated_count(step.count, step.ratio)
+    if count(messages) <= step.budget.limit - step.budget.reserved_output:
+        return False
+    try:
+        _fit(messages, tuple(range(len(messages))), step, count)
+    except ContextLengthExceeded:
+        return True
+    return False
 
 
 def _fit(

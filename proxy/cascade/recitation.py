@@ -18,7 +18,11 @@ step alone does not fit is not recited.
 The block goes into the last message only when that is a user or tool message (never a
 system message, which some providers refuse at that position, nor an assistant prefill); a
 list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
-so the window row keeps the client's text and only the prompt carries the block.
+so the window row keeps the client's text and only the prompt carries the block. A client
+that resends the prompt it was sent holds a block in each user or tool message that was the
+tail at a step: a whole block as this stage renders it, ending such a message, is left out
+of the prompt (the row keeps it), so the prompt recites one plan and does not grow by one a
+step.
 """
 
 from __future__ import annotations
@@ -110,16 +114,47 @@ def plan_block(
 def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: append the turn's plan block (``step.answers["recitation"]``, which
     ``plan_block`` made at the turn's first step) to the last message when it is a user or
-    tool message; otherwise, or without a plan, pass the messages on unchanged."""
+    tool message; otherwise, or without a plan, pass the messages on. Either way a plan a
+    view-resending client holds from an earlier step is left out (``_unrecited``)."""
     block = step.answers.get("recitation")
+    out = tuple(_unrecited(m) for m in messages)
     if (
         not isinstance(block, str)
         or not block
-        or not messages
-        or messages[-1].get("role") not in _TARGET_ROLES
+        or not out
+        or out[-1].get("role") not in _TARGET_ROLES
     ):
-        return StageResult(messages)
-    return StageResult((*messages[:-1], append_block(messages[-1], block)))
+        return StageResult(out)
+    return StageResult((*out[:-1], append_block(out[-1], block)))
+
+
+def _unrecited(msg: Message) -> Message:
+    """``msg`` without a plan block the stage appended to it at an earlier step, which a
+    client that resends the prompt it was sent holds (module docstring); else ``msg``."""
+    if msg.get("role") not in _TARGET_ROLES:
+        return msg
+    content = msg.get("content")
+    if isinstance(content, list):
+        last = content[-1] if content else None
+        if isinstance(last, dict) and last.get("type") == "text" and _recited(last.get("text")):
+            return {**msg, "content": content[:-1]}
+        return msg
+    if not isinstance(content, str) or not content.endswith("\n" + PLAN_CLOSE):
+        return msg
+    at = content.rfind("\n\n" + PLAN_OPEN + "\n")  # -1: the block alone, or none
+    block = content[at + 2 :] if at >= 0 else content
+    return {**msg, "content": content[: max(at, 0)]} if _recited(block) else msg
+
+
+def _recited(text: object) -> bool:
+    """Whether ``text`` is a whole block this stage renders (``_render``): the summary's
+    closing tags in it are quoted, so its only ``</plan>`` ends it."""
+    if not isinstance(text, str) or not text.endswith("\n" + PLAN_CLOSE):
+        return False
+    head = f"{PLAN_OPEN}\n"
+    return text.startswith(tuple(head + h + "\n" for h in _RECITED)) and (
+        text.find(PLAN_CLOSE) == len(text) - len(PLAN_CLOSE)
+    )
 
 
 def _turn_plan(step: StepInput) -> str | None:

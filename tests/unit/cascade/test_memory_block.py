@@ -211,3 +211,37 @@ def test_the_stepped_factor_rounds_up_below_one_and_keeps_an_exact_step() -> Non
         assert guard_factor(ratio) <= stepped_factor(ratio) < guard_factor(ratio) * FACTOR_STEP
     for k in range(-2, 4):  # the ratio is clamped at 0.5: a factor of 0.515 at least
         assert stepped_factor(FACTOR_STEP**k / GUARD_MARGIN) == FACTOR_STEP**k
+
+
+def test_a_resent_block_of_older_facts_is_replaced_not_kept_beside_the_new_one() -> None:
+    """A client that resends the prompt it was sent holds the block of the facts as they
+    were: once a fact is added or deleted, the prompt holds the new block alone, so a
+    deleted fact does not linger beside it."""
+    old, new = render_memory(["The port is 8443"]), render_memory(["The port is 9000"])
+    assert old is not None and new is not None
+    resent = (system("You are terse.\n\n" + old), user("hi"))
+    out = assemble(_step(*resent), answers={"memory": new})
+    assert out.messages[0]["content"] == "You are terse.\n\n" + new
+    alone = assemble(_step(system(old), user("hi")), answers={"memory": new})
+    assert alone.messages[0]["content"] == new
+    parts: Message = {"role": "system", "content": [{"type": "text", "text": old}]}
+    listed = assemble(_step(parts, user("hi")), answers={"memory": new})
+    assert listed.messages[0]["content"] == [{"type": "text", "text": new}]
+    same = assemble(_step(system("S\n\n" + new), user("hi")), answers={"memory": new})
+    assert same.messages[0]["content"] == "S\n\n" + new
+    after = assemble(_step(system(f"S\n\n{old}\n\nToday"), user("hi")), answers={"memory": new})
+    assert after.messages[0]["content"] == f"S\n\n{new}\n\nToday"  # text the client added
+    own = "S\n\n<memory>\nmy notes\n</memory>"  # a block of the client's own stays
+    kept = assemble(_step(system(own), user("hi")), answers={"memory": new})
+    assert kept.messages[0]["content"] == own + "\n\n" + new
+
+
+def test_a_resent_block_goes_once_no_fact_is_left_to_list() -> None:
+    """The last fact deleted (or the block left out for the turn), a resent block of older
+    facts goes too; a system message that is that block alone stays, not sent empty."""
+    old = render_memory(["The port is 8443"])
+    assert old is not None
+    out = assemble(_step(system("S\n\n" + old), user("hi")), answers={"memory": None})
+    assert out.messages[0]["content"] == "S"
+    alone = _step(system(old), user("hi"))
+    assert assemble(alone, answers={"memory": None}).messages == alone.window

@@ -10,6 +10,7 @@ from proxy.cascade.observations import (
     observation_id,
     observation_ids,
 )
+from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.pipeline import assemble
 from proxy.cascade.rounds import group_rounds
 from proxy.cascade.step import StepInput
@@ -117,3 +118,23 @@ def test_assemble_offers_the_read_tool_for_a_rewritten_observation() -> None:
     msgs = agent([LOG, "Observation: next"])
     done = assemble(step(msgs))
     assert done.evicted == (3,) and done.offer_read_tool
+
+
+def test_latest_observation_is_cut_when_the_guard_would_refuse_the_prompt() -> None:
+    """The cut counts what the guard cannot drop (the system prompt, the task, the action),
+    not the observation alone: one that alone fits but not with them is cut, not refused."""
+    ctx = ContextConfig.model_validate(
+        {"eviction": {"enabled": False}, "toolOutput": {"maxChars": 2000}}
+    )
+    big = "Observation: " + "".join(f"line {i} {i * 7919 % 10007}\n" for i in range(400))
+    msgs = agent([big])
+    msgs[0] = system("You are an agent. " * 40)
+    oid = observation_id(msgs[3])
+    for limit in (1600, 1000):  # the observation alone fits 1600, the prompt does not
+        done = assemble(step(msgs, ctx, budget=Budget(limit, 0, 0)))
+        assert done.evicted == (3,) and f'"id": "{oid}", "offset"' in done.messages[3]["content"]
+    fits = assemble(step(msgs, ctx, budget=Budget(2000, 0, 0)))
+    assert fits.evicted == () and fits.messages[3] == msgs[3]
+    at = calibrated_count(count, 1.0)(msgs)  # just at the budget: sent whole, as the guard does
+    assert assemble(step(msgs, ctx, budget=Budget(at, 0, 0))).evicted == ()
+    assert assemble(step(msgs, ctx, budget=Budget(at - 1, 0, 0))).evicted == (3,)

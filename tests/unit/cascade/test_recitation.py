@@ -226,3 +226,33 @@ def test_the_cut_is_found_in_a_few_counts() -> None:
     one_more = f"- task {kept}: check case {kept} of to_field\n- … and {cut - 1} more"
     longer = block.replace(f"- … and {cut} more", one_more)
     assert len(longer) // 4 > 300  # the fewest lines cut that fit
+
+
+def test_a_client_resending_the_prompt_it_was_sent_holds_one_plan() -> None:
+    """A client that resends the prompt it was sent holds a recited plan in each message that
+    was the tail at a step (this turn's or an earlier turn's): the prompt recites one, at the
+    tail, so the history does not grow by a plan a step."""
+    old = "<plan>\n## Next Step\nread a.py\n</plan>"
+    window = (system("s"), user("do\n\n" + old), assistant_calls(("c1", "cat", {})))
+    window += (tool("c1", "one\n\n" + PLAN), assistant_calls(("c2", "cat", {})))
+    window += ({"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": PLAN}]},)
+    out = assemble(_step(window))
+    assert out.messages[1]["content"].endswith("</conversation_summary>\n\ndo")
+    assert out.messages[3]["content"] == "one"
+    assert out.messages[-1]["content"] == [{"type": "text", "text": PLAN}]
+    assert out.window == window  # the client's text is stored as sent
+
+
+def test_a_plan_of_the_clients_own_stays() -> None:
+    own = ("plan:\n<plan>\nmine\n</plan>", "x\n\n<plan>\n## Next Step\nmine\n</plan>\n")
+    for text in own:
+        window = (system("s"), user(text), assistant("ok"), user("go on"))
+        assert assemble(_step(window)).messages[1]["content"].endswith("\n\n" + text)
+
+
+def test_resent_plans_go_when_the_turn_recites_none() -> None:
+    """A turn without a plan (none in the summary, or the guard left it out) sends none of
+    the plans a view-resending client holds from earlier steps."""
+    window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})))
+    window += (tool("c1", "one\n\n" + PLAN),)
+    assert recite(window, _turn(None)).messages[-1]["content"] == "one"

@@ -26,7 +26,7 @@ from proxy.cascade.retrieval import (
 )
 from proxy.cascade.types import RETRIEVAL, Budget, Message
 from proxy.config_context import ContextConfig
-from tests.unit.cascade.summary_builders import count, system, user
+from tests.unit.cascade.summary_builders import assistant, count, system, user
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
 
@@ -238,3 +238,31 @@ def test_a_turn_message_that_already_holds_the_block_gets_no_second_one() -> Non
     )
     out = splice_related_context(resent, later)  # type: ignore[arg-type]
     assert out.messages == resent
+
+
+def test_an_earlier_turns_resent_block_is_left_out_of_the_prompt() -> None:
+    """A client that resends the prompt it was sent holds each earlier turn's block in that
+    turn's user message (the turn's plan after it): the prompt leaves those out, as a client
+    sending its own text gets none there, so the history does not grow by a block a turn."""
+    old = related_block(HITS[:1], 1200)
+    assert old is not None
+    plan = "<plan>\n## Next Step\nrun\n</plan>"
+    parts = [{"type": "text", "text": "see"}, {"type": "text", "text": old}]
+    window = (system("s"), user(f"which port?\n\n{old}\n\n{plan}"), {"role": "assistant"})
+    window += ({"role": "user", "content": parts}, {"role": "assistant", "content": "8443"})
+    window += (user("and the db?"),)
+    answer = retrieved(HITS, snippet_chars=1200)
+    out = splice_related_context(window, _step(*window, retrieval=answer))
+    assert out.messages[1]["content"] == f"which port?\n\n{plan}"
+    assert out.messages[3]["content"] == parts[:1]
+    assert out.messages[-1]["content"].startswith("and the db?\n\n" + RELATED_OPEN)
+    own = (system("s"), user(f"q\n\n{RELATED_OPEN}\nmine\n{RELATED_CLOSE}"), *window[2:])
+    kept = splice_related_context(own, _step(*own, retrieval=answer))
+    assert kept.messages[1] == own[1]
+
+
+def test_an_earlier_turns_resent_block_goes_when_this_turn_has_no_hits() -> None:
+    old = related_block(HITS[:1], 1200)
+    window = (system("s"), user(f"which port?\n\n{old}"), assistant("8443"), user("thanks"))
+    out = splice_related_context(window, _step(*window, retrieval=retrieved((), snippet_chars=9)))
+    assert out.messages[1]["content"] == "which port?" and out.messages[3] == window[3]
