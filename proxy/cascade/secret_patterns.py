@@ -88,25 +88,32 @@ _AUTHORIZATION = "authorization"
 _BETWEEN = r"(?:[\s,\"']|\\[nrt\"]){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
+# A secret's key whose value is an object, or in YAML the lines under it, holding the secret
+# as its ``value`` (Terraform's outputs: ``"db_password": {"sensitive": true, "value": …}``):
+# its separator then a brace or a line's end, never a scalar, so a key's own value
+# (``"password": "", "value": …``) names nothing after it.
+_OPENS = _QUOTE + "?" + _BLANK + r"{0,3}:" + _BLANK + r"{0,3}(?:\{|(?=[\r\n]|\\[rn]))"
 # A secret keyed by its sibling entry, as lists of name/value pairs hold them: a Kubernetes
 # ``env`` (``- name: DB_PASSWORD`` above ``value: …`` as kubectl prints it), HAR headers
 # (``{"name": "Authorization", "value": "Basic …"}``), AWS tags and CloudFormation
 # parameters (``Key``/``Value``, ``ParameterKey``/``ParameterValue``, the CLI's
 # ``Key=…,Value=…``), GitHub Actions and Terraform variables, a password manager's fields
 # (``"label": "password", "value": …``). An entry's text ends in a key of the keyed pass
-# (``_SECRET_KEY``, or the ``Authorization`` header), and the entry after it, or at most
-# two short entries on, is a ``value``: read as the keyed pass reads a value
-# (``_SECRET_VALUE``). It begins at the secret's key, so it is tried only where the keyed
-# pass is, not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
-# try reads a bounded distance on, and each run whose next part never begins with one of
-# its characters (the key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive
-# (``+``): a try that fails does not step back through it a character at a time.
+# (``_SECRET_KEY``, or the ``Authorization`` header), or is that key opening an object
+# (``_OPENS``), and the entry after it, or at most two short entries on, is a ``value``:
+# read as the keyed pass reads a value (``_SECRET_VALUE``). It begins at the secret's key,
+# so it is tried only where the keyed pass is, not at every ``name`` or ``key`` of a JSON
+# text. Every part is bounded, so each try reads a bounded distance on, and each run whose
+# next part never begins with one of its characters (the key's suffix, ``_BETWEEN``, an
+# entry's key and scalar) is possessive (``+``): a try that fails does not step back
+# through it a character at a time.
 _SIBLING = (
     r"(?i)(?:"
     + _SECRET_KEY
     + "|"
     + _AUTHORIZATION
     + ")"
+    + f"(?:{_OPENS})?"
     + _BETWEEN
     + f"(?:{_ENTRY}){{0,2}}"
     + r"(?:parameter)?value"

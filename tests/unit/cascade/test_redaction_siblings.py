@@ -33,6 +33,14 @@ _ENV = [
     {"name": "DB_PASSWORD", "value": "hunter2hunter2"},
     {"name": "LOG_LEVEL", "value": "debug"},
 ]
+# ``terraform output -json``: a sensitive output's value, under its name
+_TF_OUTPUT = """{
+  "db_password": {
+    "sensitive": true,
+    "type": "string",
+    "value": "tfPw-93jf83"
+  }
+}"""
 _K8S_YAML = """    env:
     - name: DB_PASSWORD
       value: hunter2hunter2
@@ -61,6 +69,10 @@ _K8S_YAML = """    env:
         ("aws ec2 create-tags --tags Key=api_token,Value=tok-93jf83", "tok-93jf83"),
         ('{"id": "password", "type": "CONCEALED", "label": "password", "value": "Xq7!"}', "Xq7!"),
         ("- key: 'SECRET_KEY'\n  value: 'abc 123'\n", "abc 123"),
+        # a secret's key whose value is an object holding it: Terraform's outputs
+        (_TF_OUTPUT, "tfPw-93jf83"),
+        ('"outputs": {"db_password": {"value": "tfPw-93jf83", "type": "string"}}', "tfPw-93jf83"),
+        ("db_password:\n  sensitive: true\n  type: string\n  value: tfPw-93jf83\n", "tfPw-93jf83"),
     ],
 )
 def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> None:
@@ -84,6 +96,9 @@ def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> Non
         # two objects: the name of one does not key the value of the next
         '[{"name": "DB_PASSWORD"}, {"value": "unrelated"}]',
         "key = 'token'\nvalue = compute(key)\nname: password\nvalue: self.password",
+        # a schema's object under a secret's key, and an empty secret before a value
+        '{"password": {"type": "string", "description": "x"}, "value": {"type": "integer"}}',
+        '{"password": "", "value": "unrelated"}',
     ],
 )
 def test_no_sibling_secret_is_altered(text: str) -> None:
